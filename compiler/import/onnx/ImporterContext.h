@@ -1,0 +1,69 @@
+// State shared by the graph walker and the per-op handlers.
+#pragma once
+#include "SDDialect.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "onnx/onnx_pb.h"
+#include <string>
+#include <unordered_map>
+
+namespace sd {
+
+class NodeImporter;
+
+struct OpSpec;
+using OpHandler = mlir::LogicalResult (*)(NodeImporter &, const onnx::NodeProto &, const OpSpec &);
+
+// One handler per (op type, since_version): the importer picks the newest
+// spec whose since_version is <= the model's opset.
+struct OpSpec {
+  const char *opType;
+  int sinceVersion;
+  const char *mnemonic; // sd op (without "sd.")
+  int numOperands;      // sd operand count (-1: variadic); missing ones become sd.none
+  int numResults;       // -1: as many as the node has
+  OpHandler handler;
+};
+
+const OpSpec *findOpSpec(const std::string &opType, int64_t opset);
+bool isKnownOpType(const std::string &opType);
+
+class NodeImporter {
+public:
+  NodeImporter(mlir::OpBuilder &b, const std::string &modelPath) : builder(b), modelPath(modelPath) {}
+
+  mlir::OpBuilder &builder;
+  std::string modelPath;
+  std::string error;
+  std::unordered_map<std::string, mlir::Value> values;
+  std::unordered_map<std::string, const onnx::TensorProto *> lazyGlobals; // created on first use
+  mlir::Location loc = mlir::UnknownLoc::get(builder.getContext());
+  std::string nodeDesc; // "node 'x' (Op, opset N)"
+  int64_t opset = 0;
+
+  mlir::LogicalResult fail(const std::string &msg) {
+    if (error.empty()) error = nodeDesc + ": " + msg;
+    return mlir::failure();
+  }
+  // Value of an ONNX name; empty name gives sd.none.
+  mlir::FailureOr<mlir::Value> lookup(const std::string &name);
+  mlir::Value none();
+  // i64 1-D constant (attribute-to-operand upgrades).
+  mlir::Value constI64(llvm::ArrayRef<int64_t> values, bool scalar = false);
+  mlir::Value constScalarLike(double v, mlir::Type elementType);
+  // Converts node attributes; `skip` names attributes handled by the caller.
+  mlir::FailureOr<llvm::SmallVector<mlir::NamedAttribute>> convertAttributes(const onnx::NodeProto &node,
+                                                                              llvm::ArrayRef<llvm::StringRef> skip = {});
+  // Builds sd.<mnemonic> with result types from the shape rules; verifies it.
+  mlir::FailureOr<mlir::Operation *> buildOp(const OpSpec &spec, llvm::ArrayRef<mlir::Value> operands,
+                                             llvm::ArrayRef<mlir::NamedAttribute> attrs, unsigned numResults);
+  mlir::LogicalResult bindResults(const onnx::NodeProto &node, mlir::Operation *op);
+  mlir::FailureOr<llvm::SmallVector<mlir::Value>> operandsOf(const onnx::NodeProto &node, const OpSpec &spec);
+};
+
+// Tensor bytes of an ONNX TensorProto as an MLIR ElementsAttr; false + error on bad data.
+mlir::FailureOr<mlir::ElementsAttr> tensorToElements(mlir::Builder &b, const onnx::TensorProto &t, bool asResource,
+                                                     std::string &error);
+mlir::FailureOr<mlir::RankedTensorType> tensorTypeOf(mlir::Builder &b, const onnx::TensorProto &t, std::string &error);
+
+} // namespace sd

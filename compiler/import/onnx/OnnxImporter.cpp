@@ -1,0 +1,365 @@
+// Walks an ONNX graph and builds the sd module: globals for weights, one
+// `infer` entry, a handler call per node.
+#include "OnnxImporter.h"
+#include "ImporterContext.h"
+#include "OpLibraryBridge.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/Diagnostics.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/BuiltinDialect.h"
+#include "mlir/IR/Verifier.h"
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace sd {
+
+FailureOr<RankedTensorType> tensorTypeOf(Builder &b, const onnx::TensorProto &t, std::string &error) {
+  if (!dtypeIsKnown(t.data_type())) {
+    error = "tensor '" + t.name() + "' has unsupported data type " + std::to_string(t.data_type());
+    return failure();
+  }
+  SmallVector<int64_t> dims;
+  for (int64_t d : t.dims()) {
+    if (d < 0) {
+      error = "tensor '" + t.name() + "' has negative dim";
+      return failure();
+    }
+    dims.push_back(d);
+  }
+  return RankedTensorType::get(dims, toMlirType(b.getContext(), DType(t.data_type())));
+}
+
+FailureOr<ElementsAttr> tensorToElements(Builder &b, const onnx::TensorProto &t, bool asResource, std::string &error) {
+  auto type = tensorTypeOf(b, t, error);
+  if (failed(type)) return failure();
+  DType dt = DType(t.data_type());
+  size_t es = dtypeSize(dt);
+  int64_t n = type->getNumElements();
+  std::vector<uint8_t> bytes(size_t(n) * es);
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != bytes.size()) {
+      error = "tensor '" + t.name() + "' raw_data holds " + std::to_string(t.raw_data().size()) + " bytes, needs " +
+              std::to_string(bytes.size());
+      return failure();
+    }
+    if (asResource) {
+      // Reference the proto's bytes in place: no copy of large weights.
+      auto blob = UnmanagedAsmResourceBlob::allocateWithAlign(ArrayRef<char>(t.raw_data().data(), t.raw_data().size()), 1);
+      return cast<ElementsAttr>(DenseResourceElementsAttr::get(*type, t.name().empty() ? "weight" : t.name(), std::move(blob)));
+    }
+    std::memcpy(bytes.data(), t.raw_data().data(), bytes.size());
+  } else {
+    auto fill = [&](auto &field, auto conv) -> bool {
+      if (field.size() != n) return false;
+      for (int64_t i = 0; i < n; ++i) conv(i, field.Get(int(i)));
+      return true;
+    };
+    bool ok = false;
+    switch (dt) {
+    case DType::F32: ok = fill(t.float_data(), [&](int64_t i, float v) { std::memcpy(&bytes[size_t(i) * 4], &v, 4); }); break;
+    case DType::F64: ok = fill(t.double_data(), [&](int64_t i, double v) { std::memcpy(&bytes[size_t(i) * 8], &v, 8); }); break;
+    case DType::I64: ok = fill(t.int64_data(), [&](int64_t i, int64_t v) { std::memcpy(&bytes[size_t(i) * 8], &v, 8); }); break;
+    case DType::U32: case DType::U64:
+      ok = fill(t.uint64_data(), [&](int64_t i, uint64_t v) { std::memcpy(&bytes[size_t(i) * es], &v, es); });
+      break;
+    case DType::String: break;
+    default:
+      ok = fill(t.int32_data(), [&](int64_t i, int32_t v) { std::memcpy(&bytes[size_t(i) * es], &v, es); });
+    }
+    if (!ok) {
+      error = "tensor '" + t.name() + "' holds the wrong number of values for shape";
+      return failure();
+    }
+    if (asResource) {
+      auto blob = HeapAsmResourceBlob::allocateAndCopyWithAlign(
+          ArrayRef<char>(reinterpret_cast<const char *>(bytes.data()), bytes.size()), 64);
+      return cast<ElementsAttr>(DenseResourceElementsAttr::get(*type, t.name().empty() ? "weight" : t.name(), std::move(blob)));
+    }
+  }
+  DenseElementsAttr attr = bytesToElements(*type, bytes);
+  if (!attr) {
+    error = "tensor '" + t.name() + "' data is malformed";
+    return failure();
+  }
+  return cast<ElementsAttr>(attr);
+}
+
+FailureOr<Value> NodeImporter::lookup(const std::string &name) {
+  if (name.empty()) return none();
+  auto it = values.find(name);
+  if (it != values.end()) return it->second;
+  auto g = lazyGlobals.find(name);
+  if (g != lazyGlobals.end()) {
+    // First use of a weight: load it at the top of the entry so every use dominates.
+    OpBuilder::InsertionGuard guard(builder);
+    Block *block = builder.getInsertionBlock();
+    builder.setInsertionPointToStart(block);
+    std::string err;
+    auto type = tensorTypeOf(builder, *g->second, err);
+    if (failed(type)) return fail(err), failure();
+    Value v = builder.create<GlobalLoadOp>(loc, *type, FlatSymbolRefAttr::get(builder.getContext(), name));
+    values[name] = v;
+    return v;
+  }
+  fail("uses '" + name + "', which no earlier node, input or initializer defines");
+  return failure();
+}
+
+Value NodeImporter::none() { return builder.create<NoneOp>(loc, builder.getNoneType()); }
+
+Value NodeImporter::constI64(ArrayRef<int64_t> vals, bool scalar) {
+  auto type = RankedTensorType::get(scalar ? ArrayRef<int64_t>{} : ArrayRef<int64_t>{int64_t(vals.size())},
+                                    builder.getI64Type());
+  return builder.create<ConstantOp>(loc, type, DenseElementsAttr::get(type, vals));
+}
+
+Value NodeImporter::constScalarLike(double v, Type et) {
+  auto type = RankedTensorType::get({}, et);
+  Attribute a;
+  if (isa<FloatType>(et)) a = DenseElementsAttr::get(type, builder.getFloatAttr(et, v));
+  else a = DenseElementsAttr::get(type, builder.getIntegerAttr(et, int64_t(v)));
+  return builder.create<ConstantOp>(loc, type, cast<ElementsAttr>(a));
+}
+
+FailureOr<SmallVector<NamedAttribute>> NodeImporter::convertAttributes(const onnx::NodeProto &node,
+                                                                       ArrayRef<StringRef> skip) {
+  SmallVector<NamedAttribute> out;
+  for (const auto &a : node.attribute()) {
+    if (llvm::is_contained(skip, StringRef(a.name()))) continue;
+    Attribute v;
+    switch (a.type()) {
+    case onnx::AttributeProto::INT: v = builder.getI64IntegerAttr(a.i()); break;
+    case onnx::AttributeProto::FLOAT: v = builder.getF32FloatAttr(a.f()); break;
+    case onnx::AttributeProto::STRING: v = builder.getStringAttr(a.s()); break;
+    case onnx::AttributeProto::INTS: {
+      SmallVector<int64_t> xs(a.ints().begin(), a.ints().end());
+      v = builder.getDenseI64ArrayAttr(xs);
+      break;
+    }
+    case onnx::AttributeProto::FLOATS: {
+      SmallVector<float> xs(a.floats().begin(), a.floats().end());
+      v = builder.getDenseF32ArrayAttr(xs);
+      break;
+    }
+    default:
+      return fail("attribute '" + a.name() + "' has a kind (" + onnx::AttributeProto::AttributeType_Name(a.type()) +
+                  ") this op does not accept"), failure();
+    }
+    out.push_back(builder.getNamedAttr(a.name(), v));
+  }
+  return out;
+}
+
+FailureOr<SmallVector<Value>> NodeImporter::operandsOf(const onnx::NodeProto &node, const OpSpec &spec) {
+  SmallVector<Value> ops;
+  for (const std::string &in : node.input()) {
+    auto v = lookup(in);
+    if (failed(v)) return failure();
+    ops.push_back(*v);
+  }
+  if (spec.numOperands >= 0) {
+    if (int(ops.size()) > spec.numOperands)
+      return fail("has " + std::to_string(ops.size()) + " inputs, at most " + std::to_string(spec.numOperands) +
+                  " are supported"), failure();
+    while (int(ops.size()) < spec.numOperands) ops.push_back(none());
+  }
+  return ops;
+}
+
+FailureOr<Operation *> NodeImporter::buildOp(const OpSpec &spec, ArrayRef<Value> operands,
+                                             ArrayRef<NamedAttribute> attrs, unsigned numResults) {
+  std::string opName = std::string("sd.") + spec.mnemonic;
+  OperationState state(loc, opName);
+  auto info = state.name.getRegisteredInfo();
+  if (!info) return fail("internal: op " + opName + " is not registered"), failure();
+  for (const NamedAttribute &a : attrs)
+    if (!llvm::is_contained(info->getAttributeNames(), a.getName()))
+      return fail("attribute '" + a.getName().str() + "' is not supported"), failure();
+  state.addOperands(operands);
+  state.addAttributes(attrs);
+  // Result types from the shared shape rules, using constant operand values.
+  AttrMap amap = toAttrMap(DictionaryAttr::get(builder.getContext(), attrs));
+  ShapeContext sc{amap, {}, {}, {}, numResults};
+  std::vector<std::vector<uint8_t>> storage(operands.size());
+  std::vector<TensorView> views(operands.size());
+  for (size_t i = 0; i < operands.size(); ++i) {
+    TensorInfo ti = toTensorInfo(operands[i].getType());
+    sc.inputs.push_back(ti);
+    const TensorView *cv = nullptr;
+    if (ElementsAttr c = constantValue(operands[i]); c && elementsToBytes(c, storage[i])) {
+      views[i] = TensorView{storage[i].data(), ti.dtype, ti.dims};
+      cv = &views[i];
+    }
+    sc.constInputs.push_back(cv);
+  }
+  Status s = inferShapes(spec.opType, sc);
+  if (!s.isOk()) return fail(s.message()), failure();
+  for (const TensorInfo &o : sc.outputs) {
+    Type t = toTensorType(builder.getContext(), o);
+    if (!t) return fail(std::string("result type ") + dtypeName(o.dtype) + " is not supported"), failure();
+    state.addTypes(t);
+  }
+  Operation *op = builder.create(state);
+  // Collect the verifier's message instead of printing it.
+  std::string diag;
+  {
+    ScopedDiagnosticHandler handler(builder.getContext(), [&](Diagnostic &d) {
+      if (diag.empty()) diag = d.str();
+      return success();
+    });
+    if (failed(verify(op))) {
+      op->erase();
+      return fail(diag.empty() ? "is invalid" : diag), failure();
+    }
+  }
+  return op;
+}
+
+LogicalResult NodeImporter::bindResults(const onnx::NodeProto &node, Operation *op) {
+  for (int i = 0; i < node.output_size(); ++i) {
+    if (node.output(i).empty()) continue;
+    if (unsigned(i) >= op->getNumResults())
+      return fail("output " + std::to_string(i) + " ('" + node.output(i) + "') is not supported");
+    values[node.output(i)] = op->getResult(unsigned(i));
+  }
+  return success();
+}
+
+namespace {
+
+int64_t defaultOpset(const onnx::ModelProto &m) {
+  for (const auto &o : m.opset_import())
+    if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
+  return 1;
+}
+
+FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, std::string &error,
+                          SmallVectorImpl<Attribute> &dimParams) {
+  if (!vi.type().has_tensor_type()) {
+    error = "input '" + vi.name() + "' is not a tensor";
+    return failure();
+  }
+  const auto &tt = vi.type().tensor_type();
+  if (!dtypeIsKnown(tt.elem_type())) {
+    error = "input '" + vi.name() + "' has unsupported element type " + std::to_string(tt.elem_type());
+    return failure();
+  }
+  Type et = toMlirType(b.getContext(), DType(tt.elem_type()));
+  if (!tt.has_shape()) return Type(UnrankedTensorType::get(et));
+  SmallVector<int64_t> dims;
+  for (const auto &d : tt.shape().dim()) {
+    dims.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : ShapedType::kDynamic);
+    dimParams.push_back(b.getStringAttr(d.has_dim_param() ? d.dim_param() : ""));
+  }
+  return Type(RankedTensorType::get(dims, et));
+}
+
+} // namespace
+
+OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &model, const ImportOptions &opts,
+                                      std::string &error) {
+  ctx->loadDialect<SDDialect, func::FuncDialect>();
+  Location fileLoc = FileLineColLoc::get(ctx, opts.modelPath, 0, 0);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(fileLoc);
+  OpBuilder b(ctx);
+  b.setInsertionPointToEnd(module->getBody());
+  const onnx::GraphProto &g = model.graph();
+  std::string what = opts.modelPath;
+
+  // Weights become globals; small integer tensors become constants.
+  std::unordered_map<std::string, const onnx::TensorProto *> inits;
+  NodeImporter imp(b, opts.modelPath);
+  imp.opset = defaultOpset(model);
+  std::vector<std::pair<const onnx::TensorProto *, bool>> initKinds;
+  for (const onnx::TensorProto &t : g.initializer()) {
+    if (t.name().empty()) return error = what + ": an initializer has no name", nullptr;
+    if (inits.count(t.name())) return error = what + ": initializer '" + t.name() + "' is defined twice", nullptr;
+    inits[t.name()] = &t;
+    int64_t n = 1;
+    for (int64_t d : t.dims()) n *= std::max<int64_t>(d, 0);
+    bool isFloat = dtypeIsFloat(DType(t.data_type()));
+    bool asConstant = isFloat ? n <= 1 : n <= opts.maxConstantElements;
+    initKinds.push_back({&t, asConstant});
+  }
+  for (auto [t, asConstant] : initKinds) {
+    if (asConstant) continue;
+    auto value = tensorToElements(b, *t, /*asResource=*/true, error);
+    if (failed(value)) return error = what + ": " + error, nullptr;
+    b.create<GlobalOp>(NameLoc::get(b.getStringAttr(t->name()), fileLoc), b.getStringAttr(t->name()), TypeAttr::get(value->getType()),
+                       b.getStringAttr("frozen"), *value);
+    imp.lazyGlobals[t->name()] = t;
+  }
+
+  // The entry: graph inputs that are not initializers.
+  SmallVector<Type> argTypes;
+  SmallVector<const onnx::ValueInfoProto *> args;
+  SmallVector<SmallVector<Attribute>> argDimParams;
+  for (const auto &in : g.input()) {
+    if (inits.count(in.name())) continue;
+    SmallVector<Attribute> params;
+    auto t = valueType(b, in, error, params);
+    if (failed(t)) return error = what + ": " + error, nullptr;
+    argTypes.push_back(*t);
+    args.push_back(&in);
+    argDimParams.push_back(params);
+  }
+  auto fn = b.create<func::FuncOp>(fileLoc, "infer", b.getFunctionType(argTypes, {}));
+  fn->setAttr("sd.entry", b.getStringAttr("infer"));
+  Block *entry = fn.addEntryBlock();
+  for (auto [i, in] : llvm::enumerate(args)) {
+    fn.setArgAttr(unsigned(i), "sd.name", b.getStringAttr(in->name()));
+    if (!argDimParams[i].empty()) fn.setArgAttr(unsigned(i), "sd.dim_params", b.getArrayAttr(argDimParams[i]));
+    imp.values[in->name()] = entry->getArgument(unsigned(i));
+  }
+  b.setInsertionPointToStart(entry);
+  for (auto [t, asConstant] : initKinds) {
+    if (!asConstant || imp.values.count(t->name())) continue;
+    auto value = tensorToElements(b, *t, /*asResource=*/false, error);
+    if (failed(value)) return error = what + ": " + error, nullptr;
+    imp.values[t->name()] = b.create<ConstantOp>(NameLoc::get(b.getStringAttr(t->name()), fileLoc),
+                                                 value->getType(), *value);
+  }
+
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &node = g.node(i);
+    std::string name = node.name().empty() ? node.op_type() + "_" + std::to_string(i) : node.name();
+    imp.loc = NameLoc::get(b.getStringAttr(name), FileLineColLoc::get(ctx, opts.modelPath, unsigned(i + 1), 0));
+    imp.nodeDesc = what + ": node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(imp.opset) + ")";
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      return error = imp.nodeDesc + ": operator domain '" + node.domain() + "' is not supported", nullptr;
+    const OpSpec *spec = findOpSpec(node.op_type(), imp.opset);
+    if (!spec) {
+      error = imp.nodeDesc + ": unsupported operator " + node.op_type() +
+              (isKnownOpType(node.op_type()) ? " at this opset" : "");
+      return nullptr;
+    }
+    if (failed(spec->handler(imp, node, *spec))) {
+      error = imp.error.empty() ? imp.nodeDesc + ": import failed" : imp.error;
+      return nullptr;
+    }
+  }
+
+  SmallVector<Value> results;
+  SmallVector<Attribute> outNames;
+  imp.loc = fileLoc;
+  imp.nodeDesc = what;
+  for (const auto &out : g.output()) {
+    auto v = imp.lookup(out.name());
+    if (failed(v)) return error = what + ": graph output '" + out.name() + "' is never produced", nullptr;
+    results.push_back(*v);
+    outNames.push_back(b.getStringAttr(out.name()));
+  }
+  b.create<func::ReturnOp>(fileLoc, results);
+  fn.setType(b.getFunctionType(argTypes, ValueRange(results).getTypes()));
+  fn->setAttr("sd.output_names", b.getArrayAttr(outNames));
+  std::string diag;
+  ScopedDiagnosticHandler handler(ctx, [&](Diagnostic &d) {
+    if (diag.empty()) diag = d.str();
+    return success();
+  });
+  if (failed(verify(*module))) return error = what + ": imported module is invalid: " + diag, nullptr;
+  return module;
+}
+
+} // namespace sd

@@ -1,0 +1,24 @@
+// ONNX ModelProto -> sd dialect module. The ModelProto must outlive the module:
+// weight globals reference initializer bytes in place (MLIR resources).
+#pragma once
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include <string>
+
+namespace onnx {
+class ModelProto;
+}
+
+namespace sd {
+
+struct ImportOptions {
+  std::string modelPath; // for locations
+  // Integer initializers up to this many elements become sd.constant (shape
+  // arithmetic folds through them); float ones with one element too.
+  int64_t maxConstantElements = 4096;
+};
+
+mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext *ctx, const onnx::ModelProto &model,
+                                                  const ImportOptions &opts, std::string &error);
+
+} // namespace sd

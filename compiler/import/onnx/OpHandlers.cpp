@@ -1,0 +1,290 @@
+// ONNX op handlers, keyed by (op type, since_version). Most ops map 1:1 to an
+// sd op (generic handler); older opsets that carried operands as attributes are
+// upgraded to the newest form here, so everything downstream sees one form.
+#include "ImporterContext.h"
+#include "OpLibraryBridge.h"
+#include <map>
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace sd {
+namespace {
+
+LogicalResult generic(NodeImporter &imp, const onnx::NodeProto &node, const OpSpec &spec) {
+  auto operands = imp.operandsOf(node, spec);
+  if (failed(operands)) return failure();
+  auto attrs = imp.convertAttributes(node);
+  if (failed(attrs)) return failure();
+  unsigned nres = spec.numResults < 0 ? unsigned(node.output_size()) : unsigned(spec.numResults);
+  auto op = imp.buildOp(spec, *operands, *attrs, nres);
+  if (failed(op)) return failure();
+  return imp.bindResults(node, *op);
+}
+
+const onnx::AttributeProto *findAttr(const onnx::NodeProto &n, const char *name) {
+  for (const auto &a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+// Moves INTS attribute `attr` into operand slot `slot` as an i64 constant.
+LogicalResult attrToOperand(NodeImporter &imp, const onnx::NodeProto &node, const OpSpec &spec, const char *attr,
+                            unsigned slot, SmallVector<StringRef> extraSkip = {}) {
+  auto operands = imp.operandsOf(node, spec);
+  if (failed(operands)) return failure();
+  if (const auto *a = findAttr(node, attr)) {
+    SmallVector<int64_t> v(a->ints().begin(), a->ints().end());
+    if (slot >= operands->size()) return imp.fail("internal: bad operand slot");
+    (*operands)[slot] = imp.constI64(v);
+  }
+  extraSkip.push_back(attr);
+  auto attrs = imp.convertAttributes(node, extraSkip);
+  if (failed(attrs)) return failure();
+  unsigned nres = spec.numResults < 0 ? unsigned(node.output_size()) : unsigned(spec.numResults);
+  auto op = imp.buildOp(spec, *operands, *attrs, nres);
+  if (failed(op)) return failure();
+  return imp.bindResults(node, *op);
+}
+
+LogicalResult axesAttrToOperand(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  return attrToOperand(imp, n, s, "axes", 1);
+}
+LogicalResult splitAttrToOperand(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  return attrToOperand(imp, n, s, "split", 1);
+}
+LogicalResult topKAttrToOperand(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto operands = imp.operandsOf(n, s);
+  if (failed(operands)) return failure();
+  const auto *k = findAttr(n, "k");
+  if (!k) return imp.fail("missing attribute 'k'");
+  (*operands)[1] = imp.constI64({k->i()});
+  auto attrs = imp.convertAttributes(n, {"k"});
+  if (failed(attrs)) return failure();
+  auto op = imp.buildOp(s, *operands, *attrs, 2);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+LogicalResult sliceV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto data = imp.lookup(n.input(0));
+  if (failed(data)) return failure();
+  auto ints = [&](const char *name) -> Value {
+    const auto *a = findAttr(n, name);
+    if (!a) return imp.none();
+    return imp.constI64(SmallVector<int64_t>(a->ints().begin(), a->ints().end()));
+  };
+  Value starts = ints("starts"), ends = ints("ends"), axes = ints("axes");
+  if (isa<NoneType>(starts.getType()) || isa<NoneType>(ends.getType())) return imp.fail("missing starts/ends");
+  auto op = imp.buildOp(s, {*data, starts, ends, axes, imp.none()}, {}, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+LogicalResult clipV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto x = imp.lookup(n.input(0));
+  if (failed(x)) return failure();
+  Type et = cast<ShapedType>(x->getType()).getElementType();
+  const auto *mn = findAttr(n, "min"), *mx = findAttr(n, "max");
+  Value lo = mn ? imp.constScalarLike(mn->f(), et) : imp.none();
+  Value hi = mx ? imp.constScalarLike(mx->f(), et) : imp.none();
+  auto op = imp.buildOp(s, {*x, lo, hi}, {}, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+LogicalResult padV2(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto x = imp.lookup(n.input(0));
+  if (failed(x)) return failure();
+  const auto *pads = findAttr(n, "pads");
+  if (!pads) pads = findAttr(n, "paddings");
+  if (!pads) return imp.fail("missing attribute 'pads'");
+  Type et = cast<ShapedType>(x->getType()).getElementType();
+  const auto *value = findAttr(n, "value");
+  Value padsV = imp.constI64(SmallVector<int64_t>(pads->ints().begin(), pads->ints().end()));
+  Value valueV = imp.constScalarLike(value ? value->f() : 0.0, et);
+  auto attrs = imp.convertAttributes(n, {"pads", "paddings", "value"});
+  if (failed(attrs)) return failure();
+  auto op = imp.buildOp(s, {*x, padsV, valueV, imp.none()}, *attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+// Softmax before opset 13 flattens the input to 2-D at `axis` (default 1).
+LogicalResult softmaxV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto x = imp.lookup(n.input(0));
+  if (failed(x)) return failure();
+  const auto *axis = findAttr(n, "axis");
+  SmallVector<NamedAttribute> attrs = {imp.builder.getNamedAttr("axis", imp.builder.getI64IntegerAttr(axis ? axis->i() : 1)),
+                                       imp.builder.getNamedAttr("coerce2d", imp.builder.getI64IntegerAttr(1))};
+  auto op = imp.buildOp(s, {*x}, attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+// Legacy attributes with no effect at inference are dropped.
+LogicalResult dropoutV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto x = imp.lookup(n.input(0));
+  if (failed(x)) return failure();
+  auto op = imp.buildOp(s, {*x, imp.none(), imp.none()}, {}, 2);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+LogicalResult batchNormLegacy(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  if (const auto *sp = findAttr(n, "spatial"); sp && sp->i() == 0)
+    return imp.fail("BatchNormalization with spatial=0 is not supported");
+  for (int i = 1; i < n.output_size(); ++i)
+    if (!n.output(i).empty()) return imp.fail("training outputs of BatchNormalization are not supported");
+  auto operands = imp.operandsOf(n, s);
+  if (failed(operands)) return failure();
+  auto attrs = imp.convertAttributes(n, {"spatial", "is_test", "consumed_inputs"});
+  if (failed(attrs)) return failure();
+  auto op = imp.buildOp(s, *operands, *attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+LogicalResult gemmLegacy(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto operands = imp.operandsOf(n, s);
+  if (failed(operands)) return failure();
+  auto attrs = imp.convertAttributes(n, {"broadcast"});
+  if (failed(attrs)) return failure();
+  auto op = imp.buildOp(s, *operands, *attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+LogicalResult constantOp(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (n.attribute_size() != 1) return imp.fail("Constant needs exactly one value attribute");
+  const auto &a = n.attribute(0);
+  Builder &b = imp.builder;
+  ElementsAttr value;
+  std::string err;
+  auto vec = [&](Type et, auto values) {
+    auto t = RankedTensorType::get({int64_t(values.size())}, et);
+    return cast<ElementsAttr>(DenseElementsAttr::get(t, ArrayRef(values)));
+  };
+  if (a.name() == "value" && a.type() == onnx::AttributeProto::TENSOR) {
+    auto v = tensorToElements(b, a.t(), /*asResource=*/false, err);
+    if (failed(v)) return imp.fail(err);
+    value = *v;
+  } else if (a.name() == "value_float") {
+    value = cast<ElementsAttr>(DenseElementsAttr::get(RankedTensorType::get({}, b.getF32Type()), a.f()));
+  } else if (a.name() == "value_int") {
+    value = cast<ElementsAttr>(DenseElementsAttr::get(RankedTensorType::get({}, b.getI64Type()), a.i()));
+  } else if (a.name() == "value_floats") {
+    value = vec(b.getF32Type(), SmallVector<float>(a.floats().begin(), a.floats().end()));
+  } else if (a.name() == "value_ints") {
+    value = vec(b.getI64Type(), SmallVector<int64_t>(a.ints().begin(), a.ints().end()));
+  } else {
+    return imp.fail("Constant attribute '" + a.name() + "' is not supported");
+  }
+  if (n.output_size() != 1) return imp.fail("Constant has one output");
+  imp.values[n.output(0)] = imp.builder.create<ConstantOp>(imp.loc, value.getType(), value);
+  return success();
+}
+
+LogicalResult constantOfShape(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto shape = imp.lookup(n.input(0));
+  if (failed(shape)) return failure();
+  double value = 0;
+  int64_t dtype = int64_t(DType::F32);
+  if (const auto *a = findAttr(n, "value")) {
+    std::string err;
+    auto v = tensorToElements(imp.builder, a->t(), false, err);
+    if (failed(v)) return imp.fail(err);
+    std::vector<uint8_t> bytes;
+    if (!elementsToBytes(*v, bytes) || v->getNumElements() != 1) return imp.fail("value must hold one element");
+    dtype = a->t().data_type();
+    TensorView tv{bytes.data(), DType(dtype), {}};
+    std::vector<double> d;
+    if (!readDoubles(tv, d)) return imp.fail("value type is unsupported");
+    value = d[0];
+  }
+  Builder &b = imp.builder;
+  SmallVector<NamedAttribute> attrs = {b.getNamedAttr("value", b.getF64FloatAttr(value)),
+                                       b.getNamedAttr("dtype", b.getI64IntegerAttr(dtype))};
+  auto op = imp.buildOp(s, {*shape}, attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+// The table. Generic ops register at version 1; upgrades where semantics moved.
+#define G(type, mn, nops, nres) {type, 1, mn, nops, nres, generic}
+const OpSpec kSpecs[] = {
+    // Elementwise unary.
+    G("Exp", "exp", 1, 1), G("Log", "log", 1, 1), G("Sqrt", "sqrt", 1, 1), G("Reciprocal", "reciprocal", 1, 1),
+    G("Sin", "sin", 1, 1), G("Cos", "cos", 1, 1), G("Tan", "tan", 1, 1), G("Asin", "asin", 1, 1),
+    G("Acos", "acos", 1, 1), G("Atan", "atan", 1, 1), G("Sinh", "sinh", 1, 1), G("Cosh", "cosh", 1, 1),
+    G("Asinh", "asinh", 1, 1), G("Acosh", "acosh", 1, 1), G("Atanh", "atanh", 1, 1), G("Tanh", "tanh", 1, 1),
+    G("Erf", "erf", 1, 1), G("Sigmoid", "sigmoid", 1, 1), G("Softsign", "softsign", 1, 1),
+    G("Softplus", "softplus", 1, 1), G("Mish", "mish", 1, 1), G("HardSwish", "hard_swish", 1, 1),
+    G("Neg", "neg", 1, 1), G("Abs", "abs", 1, 1), G("Sign", "sign", 1, 1), G("Relu", "relu", 1, 1),
+    G("Floor", "floor", 1, 1), G("Ceil", "ceil", 1, 1), G("Round", "round", 1, 1), G("Identity", "identity", 1, 1),
+    G("Not", "not", 1, 1), G("IsNaN", "is_nan", 1, 1), G("IsInf", "is_inf", 1, 1),
+    G("HardSigmoid", "hard_sigmoid", 1, 1), G("LeakyRelu", "leaky_relu", 1, 1), G("Elu", "elu", 1, 1),
+    G("Selu", "selu", 1, 1), G("Celu", "celu", 1, 1), G("ThresholdedRelu", "thresholded_relu", 1, 1),
+    G("Gelu", "gelu", 1, 1), G("Cast", "cast", 1, 1), G("CastLike", "cast_like", 2, 1),
+    // Binary and variadic.
+    G("Add", "add", 2, 1), G("Sub", "sub", 2, 1), G("Mul", "mul", 2, 1), G("Div", "div", 2, 1),
+    G("Pow", "pow", 2, 1), G("And", "and", 2, 1), G("Or", "or", 2, 1), G("Xor", "xor", 2, 1),
+    G("Equal", "equal", 2, 1), G("Less", "less", 2, 1), G("LessOrEqual", "less_or_equal", 2, 1),
+    G("Greater", "greater", 2, 1), G("GreaterOrEqual", "greater_or_equal", 2, 1), G("PRelu", "prelu", 2, 1),
+    G("Mod", "mod", 2, 1), G("BitShift", "bit_shift", 2, 1), G("Min", "min", -1, 1), G("Max", "max", -1, 1),
+    G("Mean", "mean", -1, 1), G("Sum", "sum", -1, 1), G("Where", "where", 3, 1),
+    {"Clip", 1, "clip", 3, 1, clipV1}, {"Clip", 11, "clip", 3, 1, generic},
+    {"Dropout", 1, "dropout", 3, 2, dropoutV1}, {"Dropout", 12, "dropout", 3, 2, generic},
+    // Linear algebra.
+    G("MatMul", "matmul", 2, 1), {"Gemm", 1, "gemm", 3, 1, gemmLegacy}, {"Gemm", 7, "gemm", 3, 1, generic},
+    // Softmax family.
+    {"Softmax", 1, "softmax", 1, 1, softmaxV1}, {"Softmax", 13, "softmax", 1, 1, generic},
+    {"LogSoftmax", 1, "log_softmax", 1, 1, softmaxV1}, {"LogSoftmax", 13, "log_softmax", 1, 1, generic},
+    {"Hardmax", 1, "hardmax", 1, 1, softmaxV1}, {"Hardmax", 13, "hardmax", 1, 1, generic},
+    // Reductions: axes moved from attribute to operand (ReduceSum at 13, the rest at 18).
+    {"ReduceSum", 1, "reduce_sum", 2, 1, axesAttrToOperand}, {"ReduceSum", 13, "reduce_sum", 2, 1, generic},
+    {"ReduceMean", 1, "reduce_mean", 2, 1, axesAttrToOperand}, {"ReduceMean", 18, "reduce_mean", 2, 1, generic},
+    {"ReduceMax", 1, "reduce_max", 2, 1, axesAttrToOperand}, {"ReduceMax", 18, "reduce_max", 2, 1, generic},
+    {"ReduceMin", 1, "reduce_min", 2, 1, axesAttrToOperand}, {"ReduceMin", 18, "reduce_min", 2, 1, generic},
+    {"ReduceProd", 1, "reduce_prod", 2, 1, axesAttrToOperand}, {"ReduceProd", 18, "reduce_prod", 2, 1, generic},
+    {"ReduceL1", 1, "reduce_l1", 2, 1, axesAttrToOperand}, {"ReduceL1", 18, "reduce_l1", 2, 1, generic},
+    {"ReduceL2", 1, "reduce_l2", 2, 1, axesAttrToOperand}, {"ReduceL2", 18, "reduce_l2", 2, 1, generic},
+    {"ReduceLogSum", 1, "reduce_log_sum", 2, 1, axesAttrToOperand},
+    {"ReduceLogSum", 18, "reduce_log_sum", 2, 1, generic},
+    {"ReduceLogSumExp", 1, "reduce_log_sum_exp", 2, 1, axesAttrToOperand},
+    {"ReduceLogSumExp", 18, "reduce_log_sum_exp", 2, 1, generic},
+    {"ReduceSumSquare", 1, "reduce_sum_square", 2, 1, axesAttrToOperand},
+    {"ReduceSumSquare", 18, "reduce_sum_square", 2, 1, generic},
+    G("ArgMax", "arg_max", 1, 1), G("ArgMin", "arg_min", 1, 1),
+    // Normalization.
+    {"LayerNormalization", 17, "layer_normalization", 3, 3, generic},
+    {"BatchNormalization", 1, "batch_normalization", 5, 1, batchNormLegacy},
+    G("InstanceNormalization", "instance_normalization", 3, 1), G("LpNormalization", "lp_normalization", 1, 1),
+    G("MeanVarianceNormalization", "mean_variance_normalization", 1, 1),
+    // Shape and data movement.
+    {"Reshape", 5, "reshape", 2, 1, generic}, G("Transpose", "transpose", 1, 1), G("Concat", "concat", -1, 1),
+    {"Split", 2, "split", 2, -1, splitAttrToOperand}, {"Split", 13, "split", 2, -1, generic},
+    {"Slice", 1, "slice", 5, 1, sliceV1}, {"Slice", 10, "slice", 5, 1, generic},
+    G("Gather", "gather", 2, 1), G("GatherElements", "gather_elements", 2, 1), G("GatherND", "gather_nd", 2, 1),
+    G("ScatterElements", "scatter_elements", 3, 1), G("ScatterND", "scatter_nd", 3, 1),
+    G("Expand", "expand", 2, 1),
+    {"Squeeze", 1, "squeeze", 2, 1, axesAttrToOperand}, {"Squeeze", 13, "squeeze", 2, 1, generic},
+    {"Unsqueeze", 1, "unsqueeze", 2, 1, axesAttrToOperand}, {"Unsqueeze", 13, "unsqueeze", 2, 1, generic},
+    G("Flatten", "flatten", 1, 1), G("Shape", "shape", 1, 1), G("Size", "size", 1, 1),
+    {"ConstantOfShape", 9, "constant_of_shape", 1, 1, constantOfShape}, G("EyeLike", "eye_like", 1, 1),
+    G("OneHot", "one_hot", 3, 1), G("Range", "range", 3, 1), {"Tile", 6, "tile", 2, 1, generic},
+    {"Pad", 2, "pad", 4, 1, padV2}, {"Pad", 11, "pad", 4, 1, generic},
+    G("DepthToSpace", "depth_to_space", 1, 1), G("SpaceToDepth", "space_to_depth", 1, 1),
+    {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
+    G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1),
+    {"Constant", 1, "constant", 0, 1, constantOp},
+};
+#undef G
+
+} // namespace
+
+const OpSpec *findOpSpec(const std::string &opType, int64_t opset) {
+  const OpSpec *best = nullptr;
+  for (const OpSpec &s : kSpecs)
+    if (opType == s.opType && s.sinceVersion <= opset && (!best || s.sinceVersion >= best->sinceVersion)) best = &s;
+  return best;
+}
+
+bool isKnownOpType(const std::string &opType) {
+  for (const OpSpec &s : kSpecs)
+    if (opType == s.opType) return true;
+  return false;
+}
+
+} // namespace sd

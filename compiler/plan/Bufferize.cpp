@@ -1,0 +1,107 @@
+// sd-bufferize: tensor entries -> buffer-level step IR (destination passing).
+#include "OpLibraryBridge.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace sd {
+#define GEN_PASS_DEF_BUFFERIZE
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+MemRefType toMemRef(Type t) {
+  auto rt = cast<RankedTensorType>(t);
+  return MemRefType::get(rt.getShape(), rt.getElementType());
+}
+
+// Ops that only reinterpret their first operand's bytes.
+bool isAlias(Operation *op) { return isa<ReshapeOp, SqueezeOp, UnsqueezeOp, FlattenOp, IdentityOp>(op); }
+
+struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<func::FuncOp> entries;
+    for (auto f : module.getOps<func::FuncOp>())
+      if (sd::isEntry(f)) entries.push_back(f);
+    for (func::FuncOp f : entries)
+      if (failed(bufferize(module, f))) return signalPassFailure();
+  }
+
+  // Constants become constant-role globals, shared across entries.
+  StringAttr globalForConstant(ModuleOp module, ConstantOp c) {
+    auto it = constGlobals.find(c.getValue());
+    if (it != constGlobals.end()) return it->second;
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    std::string name = "__constant_" + std::to_string(constGlobals.size());
+    auto g = b.create<GlobalOp>(c.getLoc(), b.getStringAttr(name), TypeAttr::get(c.getType()), b.getStringAttr("constant"),
+                                c.getValue());
+    StringAttr sym = g.getSymNameAttr();
+    constGlobals[c.getValue()] = sym;
+    return sym;
+  }
+
+  LogicalResult bufferize(ModuleOp module, func::FuncOp f) {
+    OpBuilder b(f);
+    auto stepFn = b.create<func::FuncOp>(f.getLoc(), f.getName(), b.getFunctionType({}, {}));
+    for (NamedAttribute a : f->getAttrs())
+      if (a.getName().strref().starts_with("sd.")) stepFn->setAttr(a.getName(), a.getValue());
+    Block *block = stepFn.addEntryBlock();
+    b.setInsertionPointToStart(block);
+    IRMapping map;
+    SmallVector<Attribute> inputNames;
+    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+      auto nameAttr = f.getArgAttrOfType<StringAttr>(i, "sd.name");
+      std::string name = nameAttr ? nameAttr.str() : "input" + std::to_string(i);
+      auto buf = b.create<BufferOp>(f.getLoc(), toMemRef(f.getArgument(i).getType()), b.getStringAttr(name),
+                                    IntegerAttr(), DenseI64ArrayAttr());
+      map.map(f.getArgument(i), buf.getResult());
+      inputNames.push_back(b.getStringAttr(name));
+    }
+    stepFn->setAttr("sd.input_names", b.getArrayAttr(inputNames));
+    for (Operation &op : f.getBody().front()) {
+      Location loc = op.getLoc();
+      if (auto load = dyn_cast<GlobalLoadOp>(op)) {
+        map.map(load.getResult(), b.create<GlobalBufferOp>(loc, toMemRef(load.getType()), load.getGlobal()));
+      } else if (auto c = dyn_cast<ConstantOp>(op)) {
+        StringAttr g = globalForConstant(module, c);
+        map.map(c.getResult(), b.create<GlobalBufferOp>(loc, toMemRef(c.getType()), g.getValue()));
+      } else if (auto n = dyn_cast<NoneOp>(op)) {
+        map.map(n.getResult(), b.create<NoneOp>(loc, b.getNoneType()));
+      } else if (isAlias(&op)) {
+        Value src = map.lookup(op.getOperand(0));
+        map.map(op.getResult(0), b.create<ViewOp>(loc, toMemRef(op.getResult(0).getType()), src));
+      } else if (auto compute = dyn_cast<ComputeOpInterface>(op)) {
+        SmallVector<Value> ins, outs;
+        for (Value v : op.getOperands()) ins.push_back(map.lookup(v));
+        for (Value r : op.getResults()) {
+          auto buf = b.create<BufferOp>(loc, toMemRef(r.getType()), StringAttr(), IntegerAttr(), DenseI64ArrayAttr());
+          outs.push_back(buf);
+          map.map(r, buf.getResult());
+        }
+        b.create<StepOp>(loc, b.getStringAttr(compute.getContractName()), op.getAttrDictionary(), ins, outs);
+      } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
+        auto names = f->getAttrOfType<ArrayAttr>("sd.output_names");
+        for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+          std::string name = names && i < names.size() ? cast<StringAttr>(names[i]).str() : "output" + std::to_string(i);
+          b.create<OutputOp>(loc, name, map.lookup(v));
+        }
+      } else {
+        return op.emitError() << sd::describeNode(&op) << ": cannot bufferize this op";
+      }
+    }
+    b.create<func::ReturnOp>(f.getLoc());
+    f.erase();
+    return success();
+  }
+
+  llvm::DenseMap<Attribute, StringAttr> constGlobals;
+};
+
+} // namespace

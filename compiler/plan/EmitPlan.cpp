@@ -1,0 +1,295 @@
+// Plan emission: FlatBuffer tables from the step IR, weights streamed after it
+// at 64-byte alignment (or to a safetensors file), CRC32C footer last.
+#include "EmitPlan.h"
+#include "OpLibraryBridge.h"
+#include "PassDetail.h"
+#include "plan_generated.h"
+#include "mlir/IR/BuiltinDialect.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "sd/runtime/crc32c.h"
+#include "sd/runtime/json.h"
+#include "sd/runtime/plan.h"
+#include <cstdio>
+#include <cstring>
+#include <unistd.h>
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace sd {
+namespace {
+
+struct GlobalData {
+  std::string name;
+  DType dtype;
+  Dims dims;
+  GlobalRole role;
+  const uint8_t *data = nullptr;
+  size_t size = 0;
+  std::vector<uint8_t> owned;
+  uint64_t offset = 0;
+};
+
+GlobalRole roleOf(StringRef r) {
+  if (r == "trainable") return GlobalRole::Trainable;
+  if (r == "optimizer_state") return GlobalRole::OptimizerState;
+  if (r == "scalar_state") return GlobalRole::ScalarState;
+  if (r == "constant") return GlobalRole::Constant;
+  return GlobalRole::Frozen;
+}
+
+const char *safetensorsDtype(DType t) {
+  switch (t) {
+  case DType::F32: return "F32";
+  case DType::F64: return "F64";
+  case DType::F16: return "F16";
+  case DType::BF16: return "BF16";
+  case DType::I8: return "I8";
+  case DType::I16: return "I16";
+  case DType::I32: return "I32";
+  case DType::I64: return "I64";
+  case DType::U8: return "U8";
+  case DType::U16: return "U16";
+  case DType::U32: return "U32";
+  case DType::U64: return "U64";
+  case DType::Bool: return "BOOL";
+  default: return "U8";
+  }
+}
+
+// Streams bytes to a temp file, tracking CRC and position; renames on commit.
+class PlanWriter {
+public:
+  explicit PlanWriter(std::string path) : path_(std::move(path)), tmp_(path_ + ".tmp." + std::to_string(getpid())) {}
+  ~PlanWriter() {
+    if (f_) {
+      std::fclose(f_);
+      std::remove(tmp_.c_str());
+    }
+  }
+  bool open() { return (f_ = std::fopen(tmp_.c_str(), "wb")) != nullptr; }
+  bool write(const void *d, size_t n) {
+    crc_ = crc32c(d, n, crc_);
+    pos_ += n;
+    return n == 0 || std::fwrite(d, 1, n, f_) == n;
+  }
+  bool padTo(size_t align) {
+    static const uint8_t zeros[64] = {};
+    size_t pad = (align - pos_ % align) % align;
+    return write(zeros, pad);
+  }
+  bool commit() {
+    bool ok = std::fflush(f_) == 0 && fsync(fileno(f_)) == 0;
+    ok = std::fclose(f_) == 0 && ok;
+    f_ = nullptr;
+    if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
+      std::remove(tmp_.c_str());
+      return false;
+    }
+    return true;
+  }
+  uint32_t crc() const { return crc_; }
+  uint64_t pos() const { return pos_; }
+
+private:
+  std::string path_, tmp_;
+  FILE *f_ = nullptr;
+  uint32_t crc_ = 0;
+  uint64_t pos_ = 0;
+};
+
+LogicalResult collectGlobals(ModuleOp module, std::vector<GlobalData> &out, llvm::StringMap<int> &index,
+                             std::string &error) {
+  for (GlobalOp g : module.getOps<GlobalOp>()) {
+    GlobalData d;
+    d.name = g.getSymName().str();
+    TensorInfo info = toTensorInfo(g.getType());
+    d.dtype = info.dtype;
+    d.dims = info.dims;
+    d.role = roleOf(g.getRole());
+    d.size = size_t(product(d.dims)) * dtypeSize(d.dtype);
+    if (auto init = g.getInitialValueAttr()) {
+      auto res = dyn_cast<DenseResourceElementsAttr>(init);
+      AsmResourceBlob *blob = res ? res.getRawHandle().getBlob() : nullptr;
+      if (blob && blob->getData().size() == d.size) {
+        d.data = reinterpret_cast<const uint8_t *>(blob->getData().data());
+      } else if (!elementsToBytes(init, d.owned) || d.owned.size() != d.size) {
+        error = "global '" + d.name + "' has an initial value that cannot be serialized";
+        return failure();
+      } else {
+        d.data = d.owned.data();
+      }
+    } else {
+      d.owned.assign(d.size, 0);
+      d.data = d.owned.data();
+    }
+    index[d.name] = int(out.size());
+    out.push_back(std::move(d));
+  }
+  return success();
+}
+
+flatbuffers::Offset<fb::Entry> buildEntry(flatbuffers::FlatBufferBuilder &fbb, func::FuncOp f,
+                                          const llvm::StringMap<int> &globalIndex, std::string &error, bool &ok) {
+  llvm::DenseMap<Value, int32_t> bufIndex;
+  std::vector<flatbuffers::Offset<fb::Buffer>> buffers;
+  std::vector<flatbuffers::Offset<fb::Step>> steps;
+  std::vector<flatbuffers::Offset<fb::Binding>> inputs, outputs;
+  std::map<std::string, int32_t> inputByName;
+  auto addBuffer = [&](Value v, fb::BufferKind kind, int64_t offset) {
+    auto t = cast<MemRefType>(v.getType());
+    std::vector<int64_t> dims(t.getShape().begin(), t.getShape().end());
+    int32_t dt = int32_t(toDType(t.getElementType()).value_or(DType::Undefined));
+    bufIndex[v] = int32_t(buffers.size());
+    buffers.push_back(fb::CreateBufferDirect(fbb, kind, dt, &dims, offset));
+  };
+  ok = true;
+  f.walk([&](Operation *op) {
+    if (!ok) return;
+    if (auto b = dyn_cast<BufferOp>(op)) {
+      if (!b.getOffset()) {
+        error = "buffer without an arena offset: run sd-pack-arena";
+        ok = false;
+        return;
+      }
+      addBuffer(b, fb::BufferKind::Arena, *b.getOffset());
+      if (b.getInput()) inputByName[b.getInput()->str()] = bufIndex[b];
+    } else if (auto g = dyn_cast<GlobalBufferOp>(op)) {
+      auto it = globalIndex.find(g.getGlobal());
+      if (it == globalIndex.end()) {
+        error = "unknown global '" + g.getGlobal().str() + "'";
+        ok = false;
+        return;
+      }
+      addBuffer(g, fb::BufferKind::Global, it->second);
+    } else if (auto v = dyn_cast<ViewOp>(op)) {
+      addBuffer(v, fb::BufferKind::Alias, bufIndex.lookup(v.getSource()));
+    } else if (auto s = dyn_cast<StepOp>(op)) {
+      std::vector<int32_t> ins, outs;
+      for (Value in : s.getInputs()) ins.push_back(isa<NoneType>(in.getType()) ? -1 : bufIndex.lookup(in));
+      for (Value out : s.getOutputs()) outs.push_back(bufIndex.lookup(out));
+      AttrMap attrs = toAttrMap(s.getParams());
+      std::vector<flatbuffers::Offset<fb::Attr>> fattrs;
+      for (auto &[name, a] : attrs.entries()) {
+        auto n = fbb.CreateString(name);
+        auto str = a.kind == Attr::Kind::String ? fbb.CreateString(a.s) : 0;
+        auto ints = a.kind == Attr::Kind::Ints ? fbb.CreateVector(a.ints) : 0;
+        auto floats = a.kind == Attr::Kind::Floats ? fbb.CreateVector(a.floats) : 0;
+        fattrs.push_back(fb::CreateAttr(fbb, n, fb::AttrKind(int(a.kind)), a.i, a.f, str, ints, floats));
+      }
+      const OpDef *def = findOp(s.getContract().str());
+      std::string loc = nodeNameOf(s.getLoc());
+      steps.push_back(fb::CreateStepDirect(fbb, s.getContract().str().c_str(), def ? def->contractVersion : 1, &ins,
+                                           &outs, &fattrs, loc.c_str()));
+    } else if (auto o = dyn_cast<OutputOp>(op)) {
+      outputs.push_back(fb::CreateBindingDirect(fbb, o.getName().str().c_str(), bufIndex.lookup(o.getBuffer())));
+    }
+  });
+  if (!ok) return 0;
+  if (auto names = f->getAttrOfType<ArrayAttr>("sd.input_names"))
+    for (Attribute n : names) {
+      std::string name = cast<StringAttr>(n).str();
+      inputs.push_back(fb::CreateBindingDirect(fbb, name.c_str(), inputByName[name]));
+    }
+  std::vector<flatbuffers::Offset<fb::BucketDim>> bucket;
+  if (auto dict = f->getAttrOfType<DictionaryAttr>("sd.bucket"))
+    for (NamedAttribute a : dict)
+      if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
+        bucket.push_back(fb::CreateBucketDimDirect(fbb, a.getName().str().c_str(), i.getInt()));
+  uint64_t arena = 0;
+  if (auto a = f->getAttrOfType<IntegerAttr>("sd.arena_bytes")) arena = uint64_t(a.getInt());
+  std::string entryName = f->getAttrOfType<StringAttr>("sd.entry").str();
+  return fb::CreateEntryDirect(fbb, entryName.c_str(), &bucket, arena, &buffers, &steps, &inputs, &outputs);
+}
+
+std::string baseName(const std::string &p) {
+  size_t s = p.find_last_of('/');
+  return s == std::string::npos ? p : p.substr(s + 1);
+}
+
+LogicalResult writeSafetensors(const std::string &path, std::vector<GlobalData> &globals, std::string &error) {
+  std::string header = "{";
+  uint64_t off = 0;
+  for (size_t i = 0; i < globals.size(); ++i) {
+    GlobalData &g = globals[i];
+    header += (i ? "," : "") + jsonQuote(g.name) + ":{\"dtype\":\"" + safetensorsDtype(g.dtype) + "\",\"shape\":[";
+    for (size_t d = 0; d < g.dims.size(); ++d) header += (d ? "," : "") + std::to_string(g.dims[d]);
+    header += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + g.size) + "]}";
+    off += g.size;
+  }
+  header += "}";
+  while ((8 + header.size()) % 8) header += ' ';
+  PlanWriter w(path);
+  if (!w.open()) return error = path + ": cannot write", failure();
+  uint64_t hlen = header.size();
+  bool ok = w.write(&hlen, 8) && w.write(header.data(), header.size());
+  for (GlobalData &g : globals) ok = ok && w.write(g.data, g.size);
+  if (!ok || !w.commit()) return error = path + ": write failed", failure();
+  return success();
+}
+
+} // namespace
+
+LogicalResult emitPlan(ModuleOp module, const EmitOptions &opts, std::string &error) {
+  std::vector<GlobalData> globals;
+  llvm::StringMap<int> globalIndex;
+  if (failed(collectGlobals(module, globals, globalIndex, error))) return failure();
+
+  uint64_t weightsSize = 0;
+  for (GlobalData &g : globals) {
+    g.offset = weightsSize;
+    weightsSize = (weightsSize + g.size + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+  }
+  std::string externalName;
+  if (opts.externalWeights) {
+    std::string stem = opts.outputPath;
+    if (StringRef(stem).ends_with(".sdp")) stem.resize(stem.size() - 4);
+    std::string path = stem + ".safetensors";
+    externalName = baseName(path);
+    if (failed(writeSafetensors(path, globals, error))) return failure();
+    weightsSize = 0;
+  }
+
+  flatbuffers::FlatBufferBuilder fbb(1 << 16);
+  std::vector<flatbuffers::Offset<fb::Global>> fglobals;
+  for (GlobalData &g : globals)
+    fglobals.push_back(fb::CreateGlobalDirect(fbb, g.name.c_str(), int32_t(g.dtype), &g.dims, fb::GlobalRole(int(g.role)),
+                                              opts.externalWeights ? -1 : int64_t(g.offset), int64_t(g.size)));
+  std::vector<flatbuffers::Offset<fb::Entry>> entries;
+  for (auto f : module.getOps<func::FuncOp>()) {
+    if (!isEntry(f)) continue;
+    bool ok;
+    auto e = buildEntry(fbb, f, globalIndex, error, ok);
+    if (!ok) return failure();
+    entries.push_back(e);
+  }
+  if (entries.empty()) return error = "module has no entries", failure();
+  std::vector<uint8_t> sha(opts.sourceSha256.begin(), opts.sourceSha256.end());
+  // The weight offset depends on the FlatBuffer's size; build once with a
+  // placeholder, then patch the field in place (its size does not change).
+  auto plan = fb::CreatePlanDirect(fbb, kPlanSchemaMajor, kPlanSchemaMinor, opts.producer.c_str(), &sha,
+                                   opts.config.c_str(), &fglobals, &entries, /*weights_offset=*/1, weightsSize,
+                                   externalName.empty() ? nullptr : externalName.c_str());
+  fbb.Finish(plan, fb::PlanIdentifier());
+  uint64_t fbSize = fbb.GetSize();
+  uint64_t weightsOffset = (fbSize + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+  auto *mutablePlan = fb::GetMutablePlan(fbb.GetBufferPointer());
+  if (!mutablePlan->mutate_weights_offset(weightsOffset)) return error = "cannot record weight offset", failure();
+
+  PlanWriter w(opts.outputPath);
+  if (!w.open()) return error = opts.outputPath + ": cannot write", failure();
+  bool ok = w.write(fbb.GetBufferPointer(), fbSize) && w.padTo(kWeightAlignment);
+  if (!opts.externalWeights)
+    for (GlobalData &g : globals) ok = ok && w.write(g.data, g.size) && w.padTo(kWeightAlignment);
+  uint8_t footer[kPlanFooterSize];
+  uint32_t crc = w.crc();
+  std::memcpy(footer, &fbSize, 8);
+  std::memcpy(footer + 8, &crc, 4);
+  std::memcpy(footer + 12, kPlanFooterMagic, 4);
+  // The footer is not covered by the CRC it carries.
+  ok = ok && w.write(footer, sizeof footer);
+  if (!ok || !w.commit()) return error = opts.outputPath + ": write failed", failure();
+  return success();
+}
+
+} // namespace sd

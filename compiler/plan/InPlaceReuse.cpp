@@ -1,0 +1,55 @@
+// sd-inplace-reuse: an elementwise step may write its result into an input
+// buffer whose last use is that step (same type), saving a buffer.
+#include "BufferLiveness.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "llvm/ADT/StringSet.h"
+
+namespace sd {
+#define GEN_PASS_DEF_INPLACEREUSE
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+
+namespace {
+
+// Kernels that read element i before writing element i and nothing else.
+bool isElementwise(StringRef c) {
+  static const llvm::StringSet<> ops = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos",
+      "Tanh", "Erf", "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
+      "HardSwish", "Softplus", "Softsign", "Mish", "Floor", "Ceil", "Round", "Sign", "Clip", "Where",
+      "Max", "Min", "Sum", "Mean", "ThresholdedRelu", "PRelu"};
+  return ops.contains(c);
+}
+
+struct InPlaceReusePass : sd::impl::InPlaceReuseBase<InPlaceReusePass> {
+  void runOnOperation() override {
+    for (auto f : getOperation().getOps<func::FuncOp>()) {
+      if (!sd::isEntry(f)) continue;
+      sd::BufferLiveness live;
+      live.compute(f);
+      for (auto [i, step] : llvm::enumerate(live.steps)) {
+        if (!isElementwise(step.getContract()) || step.getOutputs().size() != 1) continue;
+        Value out = step.getOutputs()[0];
+        auto outBuf = out.getDefiningOp<sd::ir::BufferOp>();
+        if (!outBuf || outBuf.getInput()) continue;
+        for (Value in : step.getInputs()) {
+          auto inBuf = in.getDefiningOp<sd::ir::BufferOp>(); // no views: shapes must match exactly
+          if (!inBuf || inBuf.getType() != outBuf.getType() || inBuf == outBuf) continue;
+          auto range = live.ranges.lookup(inBuf);
+          if (range.last != int64_t(i)) continue;
+          // Reuse: the output now lives where the input did.
+          out.replaceAllUsesWith(inBuf.getResult());
+          live.ranges[inBuf].last = live.ranges.lookup(outBuf).last;
+          live.ranges.erase(outBuf);
+          outBuf.erase();
+          break;
+        }
+      }
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,167 @@
+// sd-specialize: clone each entry once per shape bucket with static inputs.
+#include "PassDetail.h"
+#include "Passes.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include <map>
+#include <set>
+
+namespace sd {
+#define GEN_PASS_DEF_SPECIALIZE
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+
+namespace {
+
+// "x=2x128,4x128" -> ("x", [[2,128],[4,128]]); dims "seq=128,256" -> ("seq", [[128],[256]]).
+LogicalResult parseBinding(StringRef text, bool isShape, std::string &name,
+                           std::vector<std::vector<int64_t>> &values, std::string &err) {
+  auto [n, rest] = text.rsplit('=');
+  if (n.empty() || rest.empty() || !text.contains('=')) {
+    err = "expected NAME=" + std::string(isShape ? "DxD" : "N") + ", got '" + text.str() + "'";
+    return failure();
+  }
+  name = n.str();
+  SmallVector<StringRef> alts;
+  rest.split(alts, ',');
+  for (StringRef alt : alts) {
+    std::vector<int64_t> dims;
+    SmallVector<StringRef> parts;
+    if (isShape && alt != "scalar") alt.split(parts, 'x');
+    else if (!isShape) parts.push_back(alt);
+    for (StringRef p : parts) {
+      int64_t v;
+      if (p.trim().getAsInteger(10, v) || v < 0) {
+        err = "bad dimension '" + p.str() + "' in '" + text.str() + "'";
+        return failure();
+      }
+      dims.push_back(v);
+    }
+    values.push_back(std::move(dims));
+  }
+  return success();
+}
+
+struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
+  using SpecializeBase::SpecializeBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    std::map<std::string, std::vector<std::vector<int64_t>>> shapeOpts, dimOpts;
+    size_t buckets = 1;
+    auto collect = [&](ArrayRef<std::string> opts, bool isShape, auto &into) -> LogicalResult {
+      for (const std::string &o : opts) {
+        std::string name, err;
+        std::vector<std::vector<int64_t>> vals;
+        if (failed(parseBinding(o, isShape, name, vals, err))) return module.emitError(err);
+        auto &dst = into[name];
+        dst.insert(dst.end(), vals.begin(), vals.end());
+      }
+      return success();
+    };
+    if (failed(collect(shapes, true, shapeOpts)) || failed(collect(dims, false, dimOpts)))
+      return signalPassFailure();
+    for (auto *m : {&shapeOpts, &dimOpts})
+      for (auto &[name, vals] : *m) buckets = std::max(buckets, vals.size());
+    for (auto *m : {&shapeOpts, &dimOpts})
+      for (auto &[name, vals] : *m)
+        if (vals.size() != 1 && vals.size() != buckets) {
+          module.emitError() << "'" << name << "' has " << vals.size() << " values but other bindings give "
+                             << buckets << " buckets; give 1 or " << buckets;
+          return signalPassFailure();
+        }
+
+    SmallVector<func::FuncOp> entries;
+    for (auto f : module.getOps<func::FuncOp>())
+      if (sd::isEntry(f) && !f->hasAttr("sd.bucket")) entries.push_back(f);
+    std::set<std::string> usedShapes, usedDims;
+    for (func::FuncOp f : entries) {
+      for (size_t b = 0; b < buckets; ++b)
+        if (failed(specialize(f, b, buckets, shapeOpts, dimOpts, usedShapes, usedDims))) return signalPassFailure();
+      f.erase();
+    }
+    for (auto &[name, v] : shapeOpts)
+      if (!usedShapes.count(name)) {
+        module.emitError() << "--shapes names '" << name << "', which is not a model input";
+        return signalPassFailure();
+      }
+    for (auto &[name, v] : dimOpts)
+      if (!usedDims.count(name)) {
+        module.emitError() << "--dim names '" << name << "', which no model input uses";
+        return signalPassFailure();
+      }
+  }
+
+  LogicalResult specialize(func::FuncOp f, size_t b, size_t buckets,
+                           std::map<std::string, std::vector<std::vector<int64_t>>> &shapeOpts,
+                           std::map<std::string, std::vector<std::vector<int64_t>>> &dimOpts,
+                           std::set<std::string> &usedShapes, std::set<std::string> &usedDims) {
+    OpBuilder builder(f);
+    std::string entry = f->getAttrOfType<StringAttr>("sd.entry").str();
+    auto clone = cast<func::FuncOp>(builder.clone(*f));
+    clone.setName(buckets == 1 ? f.getName().str() : (f.getName() + "_b" + std::to_string(b)).str());
+    std::map<std::string, int64_t> bucket; // dim_param -> value
+    Block &body = clone.getBody().front();
+    SmallVector<Type> argTypes;
+    for (unsigned i = 0; i < clone.getNumArguments(); ++i) {
+      auto type = cast<RankedTensorType>(clone.getArgument(i).getType());
+      auto nameAttr = clone.getArgAttrOfType<StringAttr>(i, "sd.name");
+      std::string name = nameAttr ? nameAttr.str() : "input" + std::to_string(i);
+      auto params = clone.getArgAttrOfType<ArrayAttr>(i, "sd.dim_params");
+      SmallVector<int64_t> shape(type.getShape());
+      if (auto it = shapeOpts.find(name); it != shapeOpts.end()) {
+        usedShapes.insert(name);
+        const auto &want = it->second.size() == 1 ? it->second[0] : it->second[b];
+        if (want.size() != shape.size())
+          return f.emitError() << "--shapes " << name << " has rank " << want.size() << " but the model's input '"
+                               << name << "' has rank " << shape.size();
+        for (size_t d = 0; d < shape.size(); ++d) {
+          if (!ShapedType::isDynamic(shape[d]) && shape[d] != want[d])
+            return f.emitError() << "--shapes " << name << " sets dim " << d << " to " << want[d]
+                                 << " but the model fixes it at " << shape[d];
+          shape[d] = want[d];
+        }
+      }
+      for (size_t d = 0; d < shape.size(); ++d) {
+        StringRef param;
+        if (params && d < params.size())
+          if (auto s = dyn_cast<StringAttr>(params[d])) param = s.getValue();
+        if (!param.empty()) {
+          auto it = dimOpts.find(param.str());
+          if (it != dimOpts.end()) {
+            usedDims.insert(param.str());
+            int64_t v = (it->second.size() == 1 ? it->second[0] : it->second[b])[0];
+            if (!ShapedType::isDynamic(shape[d]) && shape[d] != v)
+              return f.emitError() << "--dim " << param << "=" << v << " contradicts input '" << name
+                                   << "' dim " << d << " = " << shape[d];
+            shape[d] = v;
+          }
+          if (!ShapedType::isDynamic(shape[d])) {
+            auto [it2, inserted] = bucket.emplace(param.str(), shape[d]);
+            if (!inserted && it2->second != shape[d])
+              return f.emitError() << "dim '" << param << "' is " << it2->second << " in one input and "
+                                   << shape[d] << " in input '" << name << "'";
+          }
+        }
+        if (ShapedType::isDynamic(shape[d]))
+          return f.emitError() << "input '" << name << "' dim " << d
+                               << (param.empty() ? std::string("") : " ('" + param.str() + "')")
+                               << " is dynamic; give --shapes " << name << "=... or --dim NAME=N";
+      }
+      auto st = RankedTensorType::get(shape, type.getElementType());
+      body.getArgument(i).setType(st);
+      argTypes.push_back(st);
+    }
+    clone.setType(builder.getFunctionType(argTypes, clone.getResultTypes()));
+    SmallVector<NamedAttribute> named;
+    for (auto &[k, v] : bucket) named.push_back(builder.getNamedAttr(k, builder.getI64IntegerAttr(v)));
+    DictionaryAttr dict = builder.getDictionaryAttr(named);
+    clone->setAttr("sd.bucket", dict);
+    clone->setAttr("sd.entry", builder.getStringAttr(entry));
+    return success();
+  }
+};
+
+} // namespace

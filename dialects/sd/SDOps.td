@@ -1,0 +1,245 @@
+// sd tensor ops (ONNX semantics), module state ops and step-IR ops.
+#ifndef SD_OPS_TD
+#define SD_OPS_TD
+
+include "SDBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+
+defvar OptI64 = OptionalAttr<I64Attr>;
+defvar OptF32 = OptionalAttr<F32Attr>;
+defvar OptF64 = OptionalAttr<F64Attr>;
+defvar OptStr = OptionalAttr<StrAttr>;
+defvar OptI64s = OptionalAttr<DenseI64ArrayAttr>;
+
+//===----------------------------------------------------------------------===//
+// Module state, constants and absent operands
+//===----------------------------------------------------------------------===//
+
+def SD_GlobalOp : SD_Op<"global", [Symbol]> {
+  let summary = "module-level state tensor (weight, optimizer moment, counter)";
+  let description = [{
+    Every entry and shape bucket shares one set of globals. `role` is one of
+    frozen, trainable, optimizer_state, scalar_state, constant. Weight data is
+    held as an MLIR resource (dense_resource), not in attribute storage.
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type, StrAttr:$role,
+                       OptionalAttr<ElementsAttr>:$initial_value);
+  let assemblyFormat = "$sym_name $role attr-dict `:` $type (`=` $initial_value^)?";
+  let hasVerifier = 1;
+}
+
+def SD_GlobalLoadOp : SD_Op<"global_load", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "reads a global";
+  let arguments = (ins FlatSymbolRefAttr:$global);
+  let results = (outs AnyTensor:$result);
+  let assemblyFormat = "$global attr-dict `:` type($result)";
+}
+
+def SD_GlobalStoreOp : SD_Op<"global_store", [DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "writes a global (in-place state update)";
+  let arguments = (ins FlatSymbolRefAttr:$global, AnyTensor:$value);
+  let assemblyFormat = "$value `,` $global attr-dict `:` type($value)";
+}
+
+def SD_ConstantOp : SD_Op<"constant", [ConstantLike, Pure]> {
+  let summary = "small constant tensor (shape arithmetic, scalars)";
+  let arguments = (ins ElementsAttr:$value);
+  let results = (outs AnyTensor:$output);
+  let assemblyFormat = "attr-dict $value `:` type($output)";
+  let hasFolder = 1;
+}
+
+def SD_NoneOp : SD_Op<"none", [Pure]> {
+  let summary = "placeholder for an absent optional operand";
+  let results = (outs NoneType:$result);
+  let assemblyFormat = "attr-dict";
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+foreach op = [["exp", "Exp"], ["log", "Log"], ["sqrt", "Sqrt"],
+              ["reciprocal", "Reciprocal"], ["sin", "Sin"], ["cos", "Cos"],
+              ["tan", "Tan"], ["asin", "Asin"], ["acos", "Acos"],
+              ["atan", "Atan"], ["sinh", "Sinh"], ["cosh", "Cosh"],
+              ["asinh", "Asinh"], ["acosh", "Acosh"], ["atanh", "Atanh"],
+              ["tanh", "Tanh"], ["erf", "Erf"], ["sigmoid", "Sigmoid"],
+              ["softsign", "Softsign"], ["softplus", "Softplus"],
+              ["mish", "Mish"], ["hard_swish", "HardSwish"], ["neg", "Neg"],
+              ["abs", "Abs"], ["sign", "Sign"], ["relu", "Relu"],
+              ["floor", "Floor"], ["ceil", "Ceil"], ["round", "Round"],
+              ["identity", "Identity"], ["not", "Not"], ["is_nan", "IsNaN"]] in
+  def SD_ # op[1] # Op : SD_Unary<op[0], op[1]>;
+
+def SD_HardSigmoidOp : SD_Unary<"hard_sigmoid", "HardSigmoid", (ins OptF32:$alpha, OptF32:$beta)>;
+def SD_LeakyReluOp : SD_Unary<"leaky_relu", "LeakyRelu", (ins OptF32:$alpha)>;
+def SD_EluOp : SD_Unary<"elu", "Elu", (ins OptF32:$alpha)>;
+def SD_SeluOp : SD_Unary<"selu", "Selu", (ins OptF32:$alpha, OptF32:$gamma)>;
+def SD_CeluOp : SD_Unary<"celu", "Celu", (ins OptF32:$alpha)>;
+def SD_ThresholdedReluOp : SD_Unary<"thresholded_relu", "ThresholdedRelu", (ins OptF32:$alpha)>;
+def SD_GeluOp : SD_Unary<"gelu", "Gelu", (ins OptStr:$approximate)>;
+def SD_IsInfOp : SD_Unary<"is_inf", "IsInf", (ins OptI64:$detect_negative, OptI64:$detect_positive)>;
+def SD_CastOp : SD_Unary<"cast", "Cast", (ins I64Attr:$to, OptI64:$saturate)>;
+def SD_CastLikeOp : SD_Binary<"cast_like", "CastLike", (ins OptI64:$saturate)>;
+
+foreach op = [["add", "Add"], ["sub", "Sub"], ["mul", "Mul"], ["div", "Div"],
+              ["pow", "Pow"], ["and", "And"], ["or", "Or"], ["xor", "Xor"],
+              ["equal", "Equal"], ["less", "Less"],
+              ["less_or_equal", "LessOrEqual"], ["greater", "Greater"],
+              ["greater_or_equal", "GreaterOrEqual"], ["prelu", "PRelu"]] in
+  def SD_ # op[1] # Op : SD_Binary<op[0], op[1]>;
+
+def SD_ModOp : SD_Binary<"mod", "Mod", (ins OptI64:$fmod)>;
+def SD_BitShiftOp : SD_Binary<"bit_shift", "BitShift", (ins StrAttr:$direction)>;
+
+foreach op = [["min", "Min"], ["max", "Max"], ["mean", "Mean"], ["sum", "Sum"]] in
+  def SD_ # op[1] # Op : SD_Nary<op[0], op[1], (ins Variadic<AnyTensor>:$inputs)>;
+
+def SD_WhereOp : SD_Nary<"where", "Where",
+    (ins AnyTensor:$condition, AnyTensor:$x, AnyTensor:$y)>;
+def SD_ClipOp : SD_Nary<"clip", "Clip",
+    (ins AnyTensor:$input, SD_OptTensor:$min, SD_OptTensor:$max)>;
+def SD_DropoutOp : SD_Nary<"dropout", "Dropout",
+    (ins AnyTensor:$data, SD_OptTensor:$ratio, SD_OptTensor:$training_mode),
+    (ins OptI64:$seed), (outs AnyTensor:$output, AnyTensor:$mask)>;
+
+//===----------------------------------------------------------------------===//
+// Linear algebra
+//===----------------------------------------------------------------------===//
+
+def SD_MatMulOp : SD_Binary<"matmul", "MatMul">;
+def SD_GemmOp : SD_Nary<"gemm", "Gemm", (ins AnyTensor:$a, AnyTensor:$b, SD_OptTensor:$c),
+    (ins OptF32:$alpha, OptF32:$beta, OptI64:$transA, OptI64:$transB)>;
+
+def SD_LinearOp : SD_Nary<"linear", "Linear",
+    (ins AnyTensor:$input, AnyTensor:$weight, SD_OptTensor:$bias),
+    (ins StrAttr:$layout, StrAttr:$module)> {
+  let description = [{
+    The canonical linear layer: `input[..., K] x weight + bias`. `layout` is
+    "oi" when weight is [out, in] (PyTorch, Gemm transB) and "io" when it is
+    [in, out] (MatMul). `module` names the layer as PEFT's target_modules do.
+  }];
+}
+
+//===----------------------------------------------------------------------===//
+// Softmax, reductions, normalization
+//===----------------------------------------------------------------------===//
+
+foreach op = [["softmax", "Softmax"], ["log_softmax", "LogSoftmax"], ["hardmax", "Hardmax"]] in
+  def SD_ # op[1] # Op : SD_Unary<op[0], op[1], (ins OptI64:$axis, OptI64:$coerce2d)>;
+
+foreach op = [["reduce_sum", "ReduceSum"], ["reduce_mean", "ReduceMean"],
+              ["reduce_max", "ReduceMax"], ["reduce_min", "ReduceMin"],
+              ["reduce_prod", "ReduceProd"], ["reduce_l1", "ReduceL1"],
+              ["reduce_l2", "ReduceL2"], ["reduce_log_sum", "ReduceLogSum"],
+              ["reduce_log_sum_exp", "ReduceLogSumExp"],
+              ["reduce_sum_square", "ReduceSumSquare"]] in
+  def SD_ # op[1] # Op : SD_Nary<op[0], op[1], (ins AnyTensor:$data, SD_OptTensor:$axes),
+                                 (ins OptI64:$keepdims, OptI64:$noop_with_empty_axes)>;
+
+foreach op = [["arg_max", "ArgMax"], ["arg_min", "ArgMin"]] in
+  def SD_ # op[1] # Op : SD_Unary<op[0], op[1], (ins OptI64:$axis, OptI64:$keepdims, OptI64:$select_last_index)>;
+
+def SD_LayerNormalizationOp : SD_Nary<"layer_normalization", "LayerNormalization",
+    (ins AnyTensor:$x, AnyTensor:$scale, SD_OptTensor:$bias),
+    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$stash_type),
+    (outs AnyTensor:$y, AnyTensor:$mean, AnyTensor:$inv_std_dev)>;
+def SD_BatchNormalizationOp : SD_Nary<"batch_normalization", "BatchNormalization",
+    (ins AnyTensor:$x, AnyTensor:$scale, AnyTensor:$bias, AnyTensor:$input_mean,
+         AnyTensor:$input_var),
+    (ins OptF32:$epsilon, OptF32:$momentum, OptI64:$training_mode)>;
+def SD_InstanceNormalizationOp : SD_Nary<"instance_normalization", "InstanceNormalization",
+    (ins AnyTensor:$input, AnyTensor:$scale, AnyTensor:$bias), (ins OptF32:$epsilon)>;
+def SD_LpNormalizationOp : SD_Unary<"lp_normalization", "LpNormalization", (ins OptI64:$axis, OptI64:$p)>;
+def SD_MeanVarianceNormalizationOp : SD_Unary<"mean_variance_normalization",
+    "MeanVarianceNormalization", (ins OptI64s:$axes)>;
+
+//===----------------------------------------------------------------------===//
+// Shape and data movement
+//===----------------------------------------------------------------------===//
+
+def SD_ReshapeOp : SD_Binary<"reshape", "Reshape", (ins OptI64:$allowzero)>;
+def SD_TransposeOp : SD_Unary<"transpose", "Transpose", (ins OptI64s:$perm)>;
+def SD_ConcatOp : SD_Nary<"concat", "Concat", (ins Variadic<AnyTensor>:$inputs), (ins I64Attr:$axis)>;
+def SD_SplitOp : SD_Nary<"split", "Split", (ins AnyTensor:$input, SD_OptTensor:$split),
+    (ins OptI64:$axis, OptI64:$num_outputs), (outs Variadic<AnyTensor>:$outputs)>;
+def SD_SliceOp : SD_Nary<"slice", "Slice",
+    (ins AnyTensor:$data, AnyTensor:$starts, AnyTensor:$ends, SD_OptTensor:$axes,
+         SD_OptTensor:$steps)>;
+def SD_GatherOp : SD_Binary<"gather", "Gather", (ins OptI64:$axis)>;
+def SD_GatherElementsOp : SD_Binary<"gather_elements", "GatherElements", (ins OptI64:$axis)>;
+def SD_GatherNDOp : SD_Binary<"gather_nd", "GatherND", (ins OptI64:$batch_dims)>;
+def SD_ScatterElementsOp : SD_Nary<"scatter_elements", "ScatterElements",
+    (ins AnyTensor:$data, AnyTensor:$indices, AnyTensor:$updates), (ins OptI64:$axis, OptStr:$reduction)>;
+def SD_ScatterNDOp : SD_Nary<"scatter_nd", "ScatterND",
+    (ins AnyTensor:$data, AnyTensor:$indices, AnyTensor:$updates), (ins OptStr:$reduction)>;
+def SD_ExpandOp : SD_Binary<"expand", "Expand">;
+def SD_SqueezeOp : SD_Nary<"squeeze", "Squeeze", (ins AnyTensor:$data, SD_OptTensor:$axes)>;
+def SD_UnsqueezeOp : SD_Binary<"unsqueeze", "Unsqueeze">;
+def SD_FlattenOp : SD_Unary<"flatten", "Flatten", (ins OptI64:$axis)>;
+def SD_ShapeOp : SD_Unary<"shape", "Shape", (ins OptI64:$start, OptI64:$end)>;
+def SD_SizeOp : SD_Unary<"size", "Size">;
+def SD_ConstantOfShapeOp : SD_Unary<"constant_of_shape", "ConstantOfShape",
+    (ins OptF64:$value, OptI64:$dtype)>;
+def SD_EyeLikeOp : SD_Unary<"eye_like", "EyeLike", (ins OptI64:$dtype, OptI64:$k)>;
+def SD_OneHotOp : SD_Nary<"one_hot", "OneHot",
+    (ins AnyTensor:$indices, AnyTensor:$depth, AnyTensor:$values), (ins OptI64:$axis)>;
+def SD_RangeOp : SD_Nary<"range", "Range",
+    (ins AnyTensor:$start, AnyTensor:$limit, AnyTensor:$delta)>;
+def SD_TileOp : SD_Binary<"tile", "Tile">;
+def SD_PadOp : SD_Nary<"pad", "Pad",
+    (ins AnyTensor:$data, AnyTensor:$pads, SD_OptTensor:$constant_value, SD_OptTensor:$axes),
+    (ins OptStr:$mode)>;
+def SD_DepthToSpaceOp : SD_Unary<"depth_to_space", "DepthToSpace", (ins I64Attr:$blocksize, OptStr:$mode)>;
+def SD_SpaceToDepthOp : SD_Unary<"space_to_depth", "SpaceToDepth", (ins I64Attr:$blocksize)>;
+def SD_TopKOp : SD_Nary<"top_k", "TopK", (ins AnyTensor:$x, AnyTensor:$k),
+    (ins OptI64:$axis, OptI64:$largest, OptI64:$sorted), (outs AnyTensor:$values, AnyTensor:$indices)>;
+def SD_TriluOp : SD_Nary<"trilu", "Trilu", (ins AnyTensor:$input, SD_OptTensor:$k), (ins OptI64:$upper)>;
+def SD_CumSumOp : SD_Binary<"cum_sum", "CumSum", (ins OptI64:$exclusive, OptI64:$reverse)>;
+
+//===----------------------------------------------------------------------===//
+// Step IR: buffers and kernel invocations after bufferization
+//===----------------------------------------------------------------------===//
+
+def SD_BufferOp : SD_Op<"buffer"> {
+  let summary = "an arena buffer (offset assigned by sd-pack-arena)";
+  let arguments = (ins OptStr:$input, OptI64:$offset, OptionalAttr<DenseI64ArrayAttr>:$live);
+  let results = (outs AnyStaticShapeMemRef:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+}
+
+def SD_GlobalBufferOp : SD_Op<"global_buffer", [Pure]> {
+  let summary = "the storage of a global";
+  let arguments = (ins FlatSymbolRefAttr:$global);
+  let results = (outs AnyStaticShapeMemRef:$result);
+  let assemblyFormat = "$global attr-dict `:` type($result)";
+}
+
+def SD_ViewOp : SD_Op<"view", [Pure]> {
+  let summary = "reinterprets a buffer with another shape (reshape, squeeze, flatten)";
+  let arguments = (ins AnyStaticShapeMemRef:$source);
+  let results = (outs AnyStaticShapeMemRef:$result);
+  let assemblyFormat = "$source attr-dict `:` type($source) `to` type($result)";
+  let hasVerifier = 1;
+}
+
+def SD_StepOp : SD_Op<"step", [AttrSizedOperandSegments]> {
+  let summary = "one kernel invocation: a backend-neutral contract with buffer operands";
+  let arguments = (ins StrAttr:$contract, DictionaryAttr:$params,
+                       Variadic<AnyTypeOf<[AnyStaticShapeMemRef, NoneType]>>:$inputs,
+                       Variadic<AnyStaticShapeMemRef>:$outputs);
+  let assemblyFormat = [{
+    $contract $params (`ins` `(` $inputs^ `:` type($inputs) `)`)?
+    `outs` `(` $outputs `:` type($outputs) `)` attr-dict
+  }];
+}
+
+def SD_OutputOp : SD_Op<"output"> {
+  let summary = "binds an entry output name to a buffer";
+  let arguments = (ins StrAttr:$name, AnyStaticShapeMemRef:$buffer);
+  let assemblyFormat = "$name `,` $buffer attr-dict `:` type($buffer)";
+}
+
+#endif // SD_OPS_TD

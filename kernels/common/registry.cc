@@ -1,0 +1,56 @@
+// Op registry: a name-keyed table filled once by registerAllOps().
+#include "sd/ops/registry.h"
+#include <map>
+#include <mutex>
+
+namespace sd {
+
+static std::map<std::string, OpDef, std::less<>> &table() {
+  static std::map<std::string, OpDef, std::less<>> t;
+  return t;
+}
+
+void registerOp(OpDef def) {
+  auto &t = table();
+  auto it = t.find(def.name);
+  if (it == t.end()) {
+    t.emplace(def.name, std::move(def));
+    return;
+  }
+  // Shape rules and kernels register separately; merge them.
+  if (def.shape) it->second.shape = def.shape;
+  if (def.cpu) it->second.cpu = def.cpu;
+}
+
+const OpDef *findOp(std::string_view name) {
+  registerAllOps();
+  auto &t = table();
+  auto it = t.find(name);
+  return it == t.end() ? nullptr : &it->second;
+}
+
+std::vector<const OpDef *> allOps() {
+  registerAllOps();
+  std::vector<const OpDef *> v;
+  for (auto &e : table()) v.push_back(&e.second);
+  return v;
+}
+
+bool ShapeContext::constInts(size_t i, std::vector<int64_t> &out) const {
+  const TensorView *t = constInput(i);
+  return t && readIntegers(*t, out);
+}
+
+Status inferShapes(std::string_view op, ShapeContext &ctx) {
+  const OpDef *def = findOp(op);
+  if (!def || !def->shape) return sdError("no shape rule for op '", op, "'");
+  ctx.outputs.clear();
+  SD_RETURN_IF_ERROR(def->shape(ctx));
+  if (ctx.outputs.size() < ctx.numOutputs)
+    return sdError("op '", op, "' produces ", ctx.outputs.size(),
+                   " results, ", ctx.numOutputs, " expected");
+  ctx.outputs.resize(ctx.numOutputs);
+  return Status::ok();
+}
+
+} // namespace sd

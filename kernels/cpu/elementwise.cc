@@ -1,0 +1,485 @@
+// CPU kernels of the elementwise family: unary math and activations, binary
+// broadcast arithmetic, comparisons and logic, variadic reductions, Where,
+// Clip, Cast.
+#include "cpu_util.h"
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+#include <limits>
+#include <vector>
+
+namespace sd::cpu {
+
+Dims broadcastStrides(const Dims &in, const Dims &out) {
+  Dims s(out.size(), 0);
+  Dims inS = stridesOf(in);
+  size_t off = out.size() - in.size();
+  for (size_t i = 0; i < in.size(); ++i)
+    s[off + i] = in[i] == 1 ? 0 : inS[i];
+  return s;
+}
+
+namespace {
+
+template <typename T, typename F>
+Status mapUnary(const KernelContext &c, F f) {
+  const T *x = c.inputs[0].as<T>();
+  T *y = c.outputs[0].as<T>();
+  parallelFor(c.pool, c.inputs[0].numElements(), 1 << 15,
+              [&](int64_t b, int64_t e) {
+                for (int64_t i = b; i < e; ++i) y[i] = f(x[i]);
+              });
+  return Status::ok();
+}
+
+// Unary float op from a functor template taking (value, attrs-derived params).
+#define SD_FLOAT_UNARY(NAME, EXPR)                                            \
+  Status NAME##Kernel(const KernelContext &c) {                               \
+    [[maybe_unused]] double alpha = c.attrs.getFloat("alpha", NAME##Alpha);   \
+    [[maybe_unused]] double beta = c.attrs.getFloat("beta", NAME##Beta);      \
+    [[maybe_unused]] double gamma = c.attrs.getFloat("gamma", NAME##Gamma);   \
+    return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {                   \
+      using T = decltype(tag);                                                \
+      return mapUnary<T>(c, [=](T x) -> T { return T(EXPR); });              \
+    });                                                                       \
+  }
+
+#define SD_PARAMS(NAME, A, B, G)                                              \
+  constexpr double NAME##Alpha = A, NAME##Beta = B, NAME##Gamma = G;
+
+SD_PARAMS(Exp, 0, 0, 0) SD_FLOAT_UNARY(Exp, std::exp(x))
+SD_PARAMS(Log, 0, 0, 0) SD_FLOAT_UNARY(Log, std::log(x))
+SD_PARAMS(Sqrt, 0, 0, 0) SD_FLOAT_UNARY(Sqrt, std::sqrt(x))
+SD_PARAMS(Reciprocal, 0, 0, 0) SD_FLOAT_UNARY(Reciprocal, T(1) / x)
+SD_PARAMS(Sin, 0, 0, 0) SD_FLOAT_UNARY(Sin, std::sin(x))
+SD_PARAMS(Cos, 0, 0, 0) SD_FLOAT_UNARY(Cos, std::cos(x))
+SD_PARAMS(Tan, 0, 0, 0) SD_FLOAT_UNARY(Tan, std::tan(x))
+SD_PARAMS(Asin, 0, 0, 0) SD_FLOAT_UNARY(Asin, std::asin(x))
+SD_PARAMS(Acos, 0, 0, 0) SD_FLOAT_UNARY(Acos, std::acos(x))
+SD_PARAMS(Atan, 0, 0, 0) SD_FLOAT_UNARY(Atan, std::atan(x))
+SD_PARAMS(Sinh, 0, 0, 0) SD_FLOAT_UNARY(Sinh, std::sinh(x))
+SD_PARAMS(Cosh, 0, 0, 0) SD_FLOAT_UNARY(Cosh, std::cosh(x))
+SD_PARAMS(Asinh, 0, 0, 0) SD_FLOAT_UNARY(Asinh, std::asinh(x))
+SD_PARAMS(Acosh, 0, 0, 0) SD_FLOAT_UNARY(Acosh, std::acosh(x))
+SD_PARAMS(Atanh, 0, 0, 0) SD_FLOAT_UNARY(Atanh, std::atanh(x))
+SD_PARAMS(Tanh, 0, 0, 0) SD_FLOAT_UNARY(Tanh, std::tanh(x))
+SD_PARAMS(Erf, 0, 0, 0) SD_FLOAT_UNARY(Erf, std::erf(x))
+SD_PARAMS(Sigmoid, 0, 0, 0)
+SD_FLOAT_UNARY(Sigmoid, x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)))
+SD_PARAMS(HardSigmoid, 0.2, 0.5, 0)
+SD_FLOAT_UNARY(HardSigmoid, std::max(T(0), std::min(T(1), T(alpha) * x + T(beta))))
+SD_PARAMS(HardSwish, 0, 0, 0)
+SD_FLOAT_UNARY(HardSwish, x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))))
+SD_PARAMS(LeakyRelu, 0.01, 0, 0) SD_FLOAT_UNARY(LeakyRelu, x >= 0 ? x : T(alpha) * x)
+SD_PARAMS(Elu, 1.0, 0, 0) SD_FLOAT_UNARY(Elu, x >= 0 ? x : T(alpha) * (std::exp(x) - T(1)))
+SD_PARAMS(Selu, 1.67326319217681884765625, 0, 1.05070102214813232421875)
+SD_FLOAT_UNARY(Selu, x > 0 ? T(gamma) * x : T(gamma) * (T(alpha) * std::exp(x) - T(alpha)))
+SD_PARAMS(Celu, 1.0, 0, 0)
+SD_FLOAT_UNARY(Celu, std::max(T(0), x) + std::min(T(0), T(alpha) * (std::exp(x / T(alpha)) - T(1))))
+SD_PARAMS(ThresholdedRelu, 1.0, 0, 0) SD_FLOAT_UNARY(ThresholdedRelu, x > T(alpha) ? x : T(0))
+SD_PARAMS(Softplus, 0, 0, 0)
+SD_FLOAT_UNARY(Softplus, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
+SD_PARAMS(Softsign, 0, 0, 0) SD_FLOAT_UNARY(Softsign, x / (T(1) + std::abs(x)))
+SD_PARAMS(Mish, 0, 0, 0)
+SD_FLOAT_UNARY(Mish, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
+
+Status GeluKernel(const KernelContext &c) {
+  bool tanhApprox = c.attrs.getString("approximate", "none") == "tanh";
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if (tanhApprox)
+      return mapUnary<T>(c, [](T x) {
+        const T k = T(0.7978845608028654);
+        return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
+      });
+    return mapUnary<T>(c, [](T x) {
+      return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
+    });
+  });
+}
+
+template <typename T> T roundHalfEven(T x) {
+  if constexpr (std::is_floating_point_v<T>) return std::nearbyint(x);
+  else return x;
+}
+
+// Unary ops defined for every numeric type.
+template <typename Op> Status numericUnary(const KernelContext &c, Op op) {
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return mapUnary<T>(c, [&](T x) { return op(x); });
+  });
+}
+
+Status NegKernel(const KernelContext &c) {
+  return numericUnary(c, [](auto x) { return decltype(x)(-x); });
+}
+Status AbsKernel(const KernelContext &c) {
+  return numericUnary(c, [](auto x) {
+    using T = decltype(x);
+    if constexpr (std::is_unsigned_v<T>) return x;
+    else return T(x < 0 ? -x : x);
+  });
+}
+Status SignKernel(const KernelContext &c) {
+  return numericUnary(c, [](auto x) {
+    using T = decltype(x);
+    return T(x > T(0) ? 1 : (x < T(0) ? -1 : 0));
+  });
+}
+Status ReluKernel(const KernelContext &c) {
+  return numericUnary(c, [](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+}
+Status FloorKernel(const KernelContext &c) {
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return mapUnary<T>(c, [](T x) { return std::floor(x); });
+  });
+}
+Status CeilKernel(const KernelContext &c) {
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return mapUnary<T>(c, [](T x) { return std::ceil(x); });
+  });
+}
+Status RoundKernel(const KernelContext &c) {
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return mapUnary<T>(c, [](T x) { return roundHalfEven(x); });
+  });
+}
+
+Status copyKernel(const KernelContext &c) {
+  if (c.outputs[0].data != c.inputs[0].data)
+    std::memcpy(c.outputs[0].data, c.inputs[0].data, c.inputs[0].byteSize());
+  return Status::ok();
+}
+
+// Dropout at inference: identity, and an all-true mask when requested.
+Status DropoutKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(copyKernel(c));
+  if (c.outputs.size() > 1 && c.outputs[1].data)
+    std::memset(c.outputs[1].data, 1, c.outputs[1].byteSize());
+  return Status::ok();
+}
+
+Status NotKernel(const KernelContext &c) {
+  const uint8_t *x = c.inputs[0].as<uint8_t>();
+  uint8_t *y = c.outputs[0].as<uint8_t>();
+  for (int64_t i = 0, n = c.inputs[0].numElements(); i < n; ++i) y[i] = !x[i];
+  return Status::ok();
+}
+
+template <bool IsNan> Status classifyKernel(const KernelContext &c) {
+  int64_t detectPos = c.attrs.getInt("detect_positive", 1);
+  int64_t detectNeg = c.attrs.getInt("detect_negative", 1);
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *x = c.inputs[0].as<T>();
+    uint8_t *y = c.outputs[0].as<uint8_t>();
+    for (int64_t i = 0, n = c.inputs[0].numElements(); i < n; ++i) {
+      if (IsNan) y[i] = std::isnan(x[i]);
+      else y[i] = std::isinf(x[i]) && ((x[i] > 0 && detectPos) || (x[i] < 0 && detectNeg));
+    }
+    return Status::ok();
+  });
+}
+
+// Applies out = op(a, b) with broadcasting; TO is the output element type.
+template <typename T, typename TO, typename Op>
+Status binaryBroadcast(const KernelContext &c, Op op) {
+  const TensorView &a = c.inputs[0], &b = c.inputs[1];
+  const TensorView &o = c.outputs[0];
+  const T *pa = a.as<T>(), *pb = b.as<T>();
+  TO *po = o.as<TO>();
+  int64_t n = o.numElements();
+  if (a.dims == o.dims && b.dims == o.dims) {
+    parallelFor(c.pool, n, 1 << 15, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = op(pa[i], pb[i]);
+    });
+    return Status::ok();
+  }
+  if (a.dims == o.dims && b.numElements() == 1) {
+    T bv = pb[0];
+    parallelFor(c.pool, n, 1 << 15, [&](int64_t s, int64_t e) {
+      for (int64_t i = s; i < e; ++i) po[i] = op(pa[i], bv);
+    });
+    return Status::ok();
+  }
+  Dims strides[2] = {broadcastStrides(a.dims, o.dims), broadcastStrides(b.dims, o.dims)};
+  forEachBroadcastRow<2>(c.pool, o.dims, strides,
+                         [&](int64_t oOff, const int64_t *in, int64_t cnt, const int64_t *st) {
+                           const T *x = pa + in[0], *y = pb + in[1];
+                           TO *z = po + oOff;
+                           for (int64_t i = 0; i < cnt; ++i) z[i] = op(x[i * st[0]], y[i * st[1]]);
+                         });
+  return Status::ok();
+}
+
+template <typename Op> Status arithmetic(const KernelContext &c, Op op) {
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return binaryBroadcast<T, T>(c, [&](T x, T y) { return T(op(x, y)); });
+  });
+}
+
+Status AddKernel(const KernelContext &c) { return arithmetic(c, [](auto x, auto y) { return x + y; }); }
+Status SubKernel(const KernelContext &c) { return arithmetic(c, [](auto x, auto y) { return x - y; }); }
+Status MulKernel(const KernelContext &c) { return arithmetic(c, [](auto x, auto y) { return x * y; }); }
+Status DivKernel(const KernelContext &c) {
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) {
+      // Integer division by zero is undefined in ONNX; define it as 0 rather than trap.
+      return binaryBroadcast<T, T>(c, [](T x, T y) { return y == 0 ? T(0) : T(x / y); });
+    } else {
+      return binaryBroadcast<T, T>(c, [](T x, T y) { return x / y; });
+    }
+  });
+}
+Status ModKernel(const KernelContext &c) {
+  bool fmod = c.attrs.getInt("fmod", 0) != 0;
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return binaryBroadcast<T, T>(c, [fmod](T x, T y) -> T {
+      if constexpr (std::is_floating_point_v<T>) {
+        T r = std::fmod(x, y);
+        if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
+        return r;
+      } else {
+        if (y == 0) return T(0);
+        T r = T(x % y);
+        if constexpr (std::is_signed_v<T>)
+          if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = T(r + y);
+        return r;
+      }
+    });
+  });
+}
+Status PowKernel(const KernelContext &c) {
+  // Exponent may have another type than the base; compute in double.
+  DType bt = c.inputs[0].dtype;
+  if (c.inputs[1].dtype != bt) {
+    return dispatchNumeric(bt, [&](auto tag) {
+      using T = decltype(tag);
+      std::vector<double> e;
+      if (!readDoubles(c.inputs[1], e)) return sdError("Pow exponent type unsupported");
+      std::vector<T> ex(e.size());
+      for (size_t i = 0; i < e.size(); ++i) ex[i] = T(e[i]);
+      KernelContext c2{c.attrs, c.inputs, c.outputs, c.pool};
+      c2.inputs[1].data = ex.data();
+      c2.inputs[1].dtype = bt;
+      return binaryBroadcast<T, T>(c2, [](T x, T y) { return T(std::pow(double(x), double(y))); });
+    });
+  }
+  return dispatchNumeric(bt, [&](auto tag) {
+    using T = decltype(tag);
+    return binaryBroadcast<T, T>(c, [](T x, T y) {
+      if constexpr (std::is_same_v<T, float>) return std::pow(x, y);
+      else return T(std::pow(double(x), double(y)));
+    });
+  });
+}
+Status PReluKernel(const KernelContext &c) {
+  return arithmetic(c, [](auto x, auto s) { return x < decltype(x)(0) ? x * s : x; });
+}
+Status BitShiftKernel(const KernelContext &c) {
+  bool left = c.attrs.getString("direction", "LEFT") == "LEFT";
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_unsigned_v<T>)
+      return binaryBroadcast<T, T>(c, [left](T x, T y) {
+        if (y >= T(sizeof(T) * 8)) return T(0);
+        return T(left ? x << y : x >> y);
+      });
+    else return sdError("BitShift needs unsigned integers");
+  });
+}
+
+template <typename Op> Status compare(const KernelContext &c, Op op) {
+  DType t = c.inputs[0].dtype;
+  if (t == DType::Bool)
+    return binaryBroadcast<uint8_t, uint8_t>(c, [&](uint8_t x, uint8_t y) { return uint8_t(op(x, y)); });
+  return dispatchNumeric(t, [&](auto tag) {
+    using T = decltype(tag);
+    return binaryBroadcast<T, uint8_t>(c, [&](T x, T y) { return uint8_t(op(x, y)); });
+  });
+}
+Status EqualKernel(const KernelContext &c) { return compare(c, [](auto x, auto y) { return x == y; }); }
+Status LessKernel(const KernelContext &c) { return compare(c, [](auto x, auto y) { return x < y; }); }
+Status LessOrEqualKernel(const KernelContext &c) { return compare(c, [](auto x, auto y) { return x <= y; }); }
+Status GreaterKernel(const KernelContext &c) { return compare(c, [](auto x, auto y) { return x > y; }); }
+Status GreaterOrEqualKernel(const KernelContext &c) { return compare(c, [](auto x, auto y) { return x >= y; }); }
+Status AndKernel(const KernelContext &c) {
+  return binaryBroadcast<uint8_t, uint8_t>(c, [](uint8_t x, uint8_t y) { return uint8_t(x && y); });
+}
+Status OrKernel(const KernelContext &c) {
+  return binaryBroadcast<uint8_t, uint8_t>(c, [](uint8_t x, uint8_t y) { return uint8_t(x || y); });
+}
+Status XorKernel(const KernelContext &c) {
+  return binaryBroadcast<uint8_t, uint8_t>(c, [](uint8_t x, uint8_t y) { return uint8_t(!x != !y); });
+}
+
+// Variadic Min/Max/Sum/Mean: fold pairwise into the output.
+template <typename Op> Status variadic(const KernelContext &c, Op op, bool mean) {
+  return dispatchNumeric(c.outputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const TensorView &o = c.outputs[0];
+    T *po = o.as<T>();
+    int64_t n = o.numElements();
+    bool first = true;
+    for (const TensorView &in : c.inputs) {
+      if (!in.data) continue;
+      Dims st = broadcastStrides(in.dims, o.dims);
+      Dims idx(o.dims.size(), 0);
+      const T *pi = in.as<T>();
+      for (int64_t i = 0; i < n; ++i) {
+        int64_t off = 0;
+        for (size_t d = 0; d < idx.size(); ++d) off += idx[d] * st[d];
+        po[i] = first ? pi[off] : T(op(po[i], pi[off]));
+        for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {
+          if (++idx[size_t(d)] < o.dims[size_t(d)]) break;
+          idx[size_t(d)] = 0;
+        }
+      }
+      first = false;
+    }
+    if (mean) {
+      T k = T(c.inputs.size());
+      for (int64_t i = 0; i < n; ++i) po[i] = T(po[i] / k);
+    }
+    return Status::ok();
+  });
+}
+Status MinKernel(const KernelContext &c) {
+  return variadic(c, [](auto x, auto y) {
+    if constexpr (std::is_floating_point_v<decltype(x)>)
+      if (std::isnan(x) || std::isnan(y)) return x + y;
+    return x < y ? x : y;
+  }, false);
+}
+Status MaxKernel(const KernelContext &c) {
+  return variadic(c, [](auto x, auto y) {
+    if constexpr (std::is_floating_point_v<decltype(x)>)
+      if (std::isnan(x) || std::isnan(y)) return x + y;
+    return x > y ? x : y;
+  }, false);
+}
+Status SumKernel(const KernelContext &c) { return variadic(c, [](auto x, auto y) { return x + y; }, false); }
+Status MeanKernel(const KernelContext &c) { return variadic(c, [](auto x, auto y) { return x + y; }, true); }
+
+Status WhereKernel(const KernelContext &c) {
+  return dispatchBytes(c.outputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const TensorView &o = c.outputs[0];
+    Dims st[3] = {broadcastStrides(c.inputs[0].dims, o.dims),
+                  broadcastStrides(c.inputs[1].dims, o.dims),
+                  broadcastStrides(c.inputs[2].dims, o.dims)};
+    const uint8_t *cond = c.inputs[0].as<uint8_t>();
+    const T *x = c.inputs[1].as<T>(), *y = c.inputs[2].as<T>();
+    T *z = o.as<T>();
+    forEachBroadcastRow<3>(c.pool, o.dims, st,
+                           [&](int64_t oo, const int64_t *in, int64_t cnt, const int64_t *s) {
+                             for (int64_t i = 0; i < cnt; ++i)
+                               z[oo + i] = cond[in[0] + i * s[0]] ? x[in[1] + i * s[1]] : y[in[2] + i * s[2]];
+                           });
+    return Status::ok();
+  });
+}
+
+Status ClipKernel(const KernelContext &c) {
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
+    if (c.hasInput(1) && c.inputs[1].data) lo = c.inputs[1].as<T>()[0];
+    if (c.hasInput(2) && c.inputs[2].data) hi = c.inputs[2].as<T>()[0];
+    return mapUnary<T>(c, [=](T x) {
+      if constexpr (std::is_floating_point_v<T>)
+        if (std::isnan(x)) return x;
+      return x < lo ? lo : (x > hi ? hi : x);
+    });
+  });
+}
+
+// Converts element i of `in` to double/int64, then to the output type.
+template <typename TI, typename TO> void convert(const void *in, void *out, int64_t n) {
+  const TI *x = static_cast<const TI *>(in);
+  TO *y = static_cast<TO *>(out);
+  for (int64_t i = 0; i < n; ++i) {
+    if constexpr (std::is_same_v<TO, uint8_t> && std::is_same_v<TI, bool>) y[i] = x[i];
+    else if constexpr (std::is_floating_point_v<TI> && std::is_integral_v<TO>) {
+      // Out-of-range float→int is UB in C++; saturate like most hardware.
+      double v = double(x[i]);
+      if (std::isnan(v)) y[i] = 0;
+      else if (v <= double(std::numeric_limits<TO>::lowest())) y[i] = std::numeric_limits<TO>::lowest();
+      else if (v >= double(std::numeric_limits<TO>::max())) y[i] = std::numeric_limits<TO>::max();
+      else y[i] = TO(v);
+    } else y[i] = TO(x[i]);
+  }
+}
+
+Status castBetween(const TensorView &in, const TensorView &out) {
+  int64_t n = in.numElements();
+  DType from = in.dtype, to = out.dtype;
+  if (from == to) {
+    std::memcpy(out.data, in.data, in.byteSize());
+    return Status::ok();
+  }
+  // Half types go through f32.
+  if (from == DType::F16 || from == DType::BF16) {
+    std::vector<float> tmp(static_cast<size_t>(n));
+    const uint16_t *h = in.as<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) tmp[i] = from == DType::F16 ? halfToFloat(h[i]) : bf16ToFloat(h[i]);
+    TensorView t{tmp.data(), DType::F32, in.dims};
+    return castBetween(t, out);
+  }
+  if (to == DType::F16 || to == DType::BF16) {
+    std::vector<float> tmp(static_cast<size_t>(n));
+    TensorView t{tmp.data(), DType::F32, in.dims};
+    SD_RETURN_IF_ERROR(castBetween(in, t));
+    uint16_t *h = out.as<uint16_t>();
+    for (int64_t i = 0; i < n; ++i) h[i] = to == DType::F16 ? floatToHalf(tmp[i]) : floatToBf16(tmp[i]);
+    return Status::ok();
+  }
+  if (to == DType::Bool) {
+    return dispatchNumeric(from, [&](auto tag) {
+      using T = decltype(tag);
+      for (int64_t i = 0; i < n; ++i) out.as<uint8_t>()[i] = in.as<T>()[i] != T(0);
+      return Status::ok();
+    });
+  }
+  DType src = from == DType::Bool ? DType::U8 : from;
+  return dispatchNumeric(src, [&](auto ti) {
+    using TI = decltype(ti);
+    return dispatchNumeric(to, [&](auto to_) {
+      using TO = decltype(to_);
+      convert<TI, TO>(in.data, out.data, n);
+      return Status::ok();
+    });
+  });
+}
+
+Status CastKernel(const KernelContext &c) { return castBetween(c.inputs[0], c.outputs[0]); }
+
+} // namespace
+
+Status castTensor(const TensorView &in, const TensorView &out) { return castBetween(in, out); }
+
+void registerElementwiseKernels() {
+#define R(N) registerCpuKernel(#N, N##Kernel);
+  R(Exp) R(Log) R(Sqrt) R(Reciprocal) R(Sin) R(Cos) R(Tan) R(Asin) R(Acos)
+  R(Atan) R(Sinh) R(Cosh) R(Asinh) R(Acosh) R(Atanh) R(Tanh) R(Erf) R(Sigmoid)
+  R(HardSigmoid) R(HardSwish) R(LeakyRelu) R(Elu) R(Selu) R(Celu)
+  R(ThresholdedRelu) R(Softplus) R(Softsign) R(Mish) R(Gelu) R(Neg) R(Abs)
+  R(Sign) R(Relu) R(Floor) R(Ceil) R(Round) R(Not) R(Add) R(Sub) R(Mul) R(Div)
+  R(Mod) R(Pow) R(PRelu) R(BitShift) R(Equal) R(Less) R(LessOrEqual) R(Greater)
+  R(GreaterOrEqual) R(And) R(Or) R(Xor) R(Min) R(Max) R(Sum) R(Mean) R(Where)
+  R(Clip) R(Cast) R(Dropout)
+#undef R
+  registerCpuKernel("Identity", copyKernel);
+  registerCpuKernel("CastLike", CastKernel);
+  registerCpuKernel("IsNaN", classifyKernel<true>);
+  registerCpuKernel("IsInf", classifyKernel<false>);
+}
+
+} // namespace sd::cpu

@@ -1,0 +1,127 @@
+// CPU kernels for MatMul, Gemm and Linear: float GEMMs go to OpenBLAS, other
+// types use a plain triple loop.
+#include "cpu_util.h"
+#include <cblas.h>
+#include <type_traits>
+
+namespace sd::cpu {
+namespace {
+
+// C[m,n] = alpha * op(A) op(B) + beta * C, row-major, leading dims given.
+template <typename T>
+void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a,
+          int64_t lda, const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  } else if constexpr (std::is_same_v<T, double>) {
+    cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans,
+                int(m), int(n), int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+  } else {
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        T acc = 0;
+        for (int64_t p = 0; p < k; ++p)
+          acc += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
+        c[i * ldc + j] = T(alpha * acc + (beta == T(0) ? T(0) : beta * c[i * ldc + j]));
+      }
+  }
+}
+
+Status MatMulKernel(const KernelContext &c) {
+  const TensorView &a = c.inputs[0], &b = c.inputs[1], &o = c.outputs[0];
+  Dims ad = a.dims, bd = b.dims;
+  if (ad.size() == 1) ad.insert(ad.begin(), 1);
+  if (bd.size() == 1) bd.push_back(1);
+  int64_t m = ad[ad.size() - 2], k = ad.back(), n = bd.back();
+  SD_CHECK_ARG(bd[bd.size() - 2] == k, "MatMul inner dimensions differ");
+  Dims batchA(ad.begin(), ad.end() - 2), batchB(bd.begin(), bd.end() - 2);
+  size_t br = std::max(batchA.size(), batchB.size());
+  Dims batch(br, 1);
+  for (size_t i = 0; i < br; ++i) {
+    int64_t x = i + batchA.size() >= br ? batchA[i + batchA.size() - br] : 1;
+    int64_t y = i + batchB.size() >= br ? batchB[i + batchB.size() - br] : 1;
+    batch[i] = std::max(x, y);
+  }
+  SD_CHECK_ARG(product(batch) * m * n == o.numElements(), "MatMul output size mismatch");
+  Dims sa = broadcastStrides(batchA, batch), sb = broadcastStrides(batchB, batch);
+  int64_t nb = product(batch);
+  return dispatchNumeric(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    // A batch whose B is shared and A is contiguous folds into one big GEMM.
+    bool bShared = product(batchB) == 1;
+    if (bShared && product(batchA) == nb) {
+      gemm<T>(false, false, nb * m, n, k, T(1), a.as<T>(), k, b.as<T>(), n, T(0), o.as<T>(), n);
+      return Status::ok();
+    }
+    for (int64_t i = 0; i < nb; ++i) {
+      int64_t rem = i, offA = 0, offB = 0;
+      for (int64_t d = int64_t(br) - 1; d >= 0; --d) {
+        int64_t idx = rem % batch[size_t(d)];
+        rem /= batch[size_t(d)];
+        offA += idx * sa[size_t(d)];
+        offB += idx * sb[size_t(d)];
+      }
+      gemm<T>(false, false, m, n, k, T(1), a.as<T>() + offA * m * k, k, b.as<T>() + offB * k * n,
+              n, T(0), o.as<T>() + i * m * n, n);
+    }
+    return Status::ok();
+  });
+}
+
+// Writes bias broadcast into out (rows x cols) so the GEMM can accumulate with beta.
+template <typename T>
+void fillBias(const TensorView &bias, T *out, int64_t rows, int64_t cols) {
+  Dims od = {rows, cols};
+  Dims st = broadcastStrides(bias.dims, od);
+  const T *b = bias.as<T>();
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = b[i * st[0] + j * st[1]];
+}
+
+Status GemmKernel(const KernelContext &c) {
+  const TensorView &a = c.inputs[0], &b = c.inputs[1], &o = c.outputs[0];
+  bool ta = c.attrs.getInt("transA", 0), tb = c.attrs.getInt("transB", 0);
+  double alpha = c.attrs.getFloat("alpha", 1.0), beta = c.attrs.getFloat("beta", 1.0);
+  int64_t m = o.dims[0], n = o.dims[1], k = ta ? a.dims[0] : a.dims[1];
+  SD_CHECK_ARG((tb ? b.dims[1] : b.dims[0]) == k, "Gemm inner dimensions differ");
+  return dispatchNumeric(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    bool hasBias = c.hasInput(2) && c.inputs[2].data && beta != 0.0;
+    if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
+    gemm<T>(ta, tb, m, n, k, T(alpha), a.as<T>(), a.dims[1], b.as<T>(), b.dims[1],
+            hasBias ? T(beta) : T(0), o.as<T>(), n);
+    return Status::ok();
+  });
+}
+
+Status LinearKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &w = c.inputs[1], &o = c.outputs[0];
+  bool oi = c.attrs.getString("layout", "io") == "oi";
+  int64_t k = x.dims.back(), n = o.dims.back(), m = x.numElements() / std::max<int64_t>(k, 1);
+  SD_CHECK_ARG((oi ? w.dims[1] : w.dims[0]) == k, "linear weight does not match input");
+  return dispatchNumeric(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    bool hasBias = c.hasInput(2) && c.inputs[2].data;
+    if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
+    gemm<T>(false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], hasBias ? T(1) : T(0),
+            o.as<T>(), n);
+    return Status::ok();
+  });
+}
+
+} // namespace
+
+void registerLinalgKernels() {
+  registerCpuKernel("MatMul", MatMulKernel);
+  registerCpuKernel("Gemm", GemmKernel);
+  registerCpuKernel("Linear", LinearKernel);
+}
+
+} // namespace sd::cpu
+
+namespace sd {
+// Matches the BLAS thread count to the session's so GEMMs and our own kernels
+// don't oversubscribe the cores.
+void configureCpuBackend(int threads) { openblas_set_num_threads(threads); }
+} // namespace sd

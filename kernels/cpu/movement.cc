@@ -1,0 +1,274 @@
+// CPU kernels for layout and data movement: Transpose, Concat, Split, Slice,
+// Expand, Tile, Pad, DepthToSpace/SpaceToDepth, and the pure copies
+// (Reshape, Squeeze, Unsqueeze, Flatten) used when they are not aliases.
+#include "cpu_util.h"
+#include <algorithm>
+
+namespace sd::cpu {
+namespace {
+
+Status copyAll(const KernelContext &c) {
+  SD_CHECK_ARG(c.inputs[0].byteSize() == c.outputs[0].byteSize(), "copy size mismatch");
+  if (c.outputs[0].data != c.inputs[0].data)
+    std::memcpy(c.outputs[0].data, c.inputs[0].data, c.inputs[0].byteSize());
+  return Status::ok();
+}
+
+// Generic strided gather: out[i] = in[sum_d idx_d * srcStride_d], row-major over outDims.
+template <typename T>
+void stridedCopy(ThreadPool *pool, const T *src, T *dst, const Dims &outDims, const Dims &srcStrides,
+                 int64_t srcBase = 0) {
+  Dims st[1] = {srcStrides};
+  forEachBroadcastRow<1>(pool, outDims, st, [&](int64_t oo, const int64_t *in, int64_t n, const int64_t *s) {
+    const T *p = src + srcBase + in[0];
+    T *q = dst + oo;
+    if (s[0] == 1) std::copy(p, p + n, q);
+    else for (int64_t i = 0; i < n; ++i) q[i] = p[i * s[0]];
+  });
+}
+
+Status TransposeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  std::vector<int64_t> perm = c.attrs.getInts("perm");
+  if (perm.empty())
+    for (int64_t i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
+  SD_CHECK_ARG(int64_t(perm.size()) == x.rank(), "Transpose perm length mismatch");
+  Dims xs = stridesOf(x.dims), st(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    SD_CHECK_ARG(perm[i] >= 0 && perm[i] < x.rank(), "Transpose perm out of range");
+    st[i] = xs[size_t(perm[i])];
+  }
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    stridedCopy<T>(c.pool, x.as<T>(), c.outputs[0].as<T>(), c.outputs[0].dims, st);
+    return Status::ok();
+  });
+}
+
+Status ConcatKernel(const KernelContext &c) {
+  const TensorView &o = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += o.rank();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= o.dims[size_t(d)];
+  for (int64_t d = axis + 1; d < o.rank(); ++d) inner *= o.dims[size_t(d)];
+  size_t es = dtypeSize(o.dtype);
+  int64_t outRow = o.dims[size_t(axis)] * inner * int64_t(es), off = 0;
+  for (const TensorView &in : c.inputs) {
+    int64_t row = in.dims[size_t(axis)] * inner * int64_t(es);
+    SD_CHECK_ARG(off + row <= outRow, "Concat inputs exceed output");
+    for (int64_t i = 0; i < outer; ++i)
+      std::memcpy(o.as<char>() + i * outRow + off, in.as<char>() + i * row, size_t(row));
+    off += row;
+  }
+  return Status::ok();
+}
+
+Status SplitKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += x.rank();
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
+  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  size_t es = dtypeSize(x.dtype);
+  int64_t inRow = x.dims[size_t(axis)] * inner * int64_t(es), off = 0;
+  for (const TensorView &o : c.outputs) {
+    int64_t row = o.dims[size_t(axis)] * inner * int64_t(es);
+    SD_CHECK_ARG(off + row <= inRow, "Split outputs exceed input");
+    for (int64_t i = 0; i < outer; ++i)
+      std::memcpy(o.as<char>() + i * row, x.as<char>() + i * inRow + off, size_t(row));
+    off += row;
+  }
+  return Status::ok();
+}
+
+Status SliceKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  std::vector<int64_t> starts, ends, axes, steps;
+  readIntegers(c.inputs[1], starts);
+  readIntegers(c.inputs[2], ends);
+  if (c.hasInput(3) && c.inputs[3].data) readIntegers(c.inputs[3], axes);
+  if (c.hasInput(4) && c.inputs[4].data) readIntegers(c.inputs[4], steps);
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  SD_CHECK_ARG(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(),
+               "Slice parameter lengths differ");
+  Dims xs = stridesOf(x.dims), st = xs;
+  int64_t base = 0;
+  Dims expect = x.dims;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + x.rank() : axes[i];
+    SD_CHECK_ARG(a >= 0 && a < x.rank() && steps[i] != 0, "Slice axis or step invalid");
+    int64_t dim = x.dims[size_t(a)], s = starts[i], e = ends[i], step = steps[i];
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    int64_t n;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      n = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, -1, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      n = s > e ? (s - e - step - 1) / -step : 0;
+    }
+    expect[size_t(a)] = n;
+    if (n > 0) base += s * xs[size_t(a)];
+    st[size_t(a)] = xs[size_t(a)] * step;
+  }
+  SD_CHECK_ARG(expect == o.dims, "Slice result ", formatDims(expect), " differs from planned ",
+               formatDims(o.dims));
+  if (o.numElements() == 0) return Status::ok();
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    stridedCopy<T>(c.pool, x.as<T>(), o.as<T>(), o.dims, st, base);
+    return Status::ok();
+  });
+}
+
+Status ExpandKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  SD_CHECK_ARG(x.rank() <= o.rank(), "Expand output rank too small");
+  for (int64_t i = 0; i < x.rank(); ++i) {
+    int64_t xd = x.dims[size_t(i)], od = o.dims[size_t(o.rank() - x.rank() + i)];
+    SD_CHECK_ARG(xd == od || xd == 1, "Expand cannot broadcast ", formatDims(x.dims), " to ",
+                 formatDims(o.dims));
+  }
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    stridedCopy<T>(c.pool, x.as<T>(), o.as<T>(), o.dims, broadcastStrides(x.dims, o.dims));
+    return Status::ok();
+  });
+}
+
+Status TileKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  SD_CHECK_ARG(x.rank() == o.rank(), "Tile rank mismatch");
+  for (int64_t d = 0; d < x.rank(); ++d)
+    SD_CHECK_ARG(x.dims[size_t(d)] > 0 ? o.dims[size_t(d)] % x.dims[size_t(d)] == 0 : o.dims[size_t(d)] == 0,
+                 "Tile output dims inconsistent");
+  if (o.numElements() == 0) return Status::ok();
+  Dims xs = stridesOf(x.dims);
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>();
+    T *po = o.as<T>();
+    Dims idx(size_t(o.rank()), 0);
+    for (int64_t i = 0, n = o.numElements(); i < n; ++i) {
+      int64_t off = 0;
+      for (size_t d = 0; d < idx.size(); ++d) off += (idx[d] % x.dims[d]) * xs[d];
+      po[i] = px[off];
+      for (int64_t d = o.rank() - 1; d >= 0; --d) {
+        if (++idx[size_t(d)] < o.dims[size_t(d)]) break;
+        idx[size_t(d)] = 0;
+      }
+    }
+    return Status::ok();
+  });
+}
+
+Status PadKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  std::string mode = c.attrs.getString("mode", "constant");
+  std::vector<int64_t> pads, axes;
+  readIntegers(c.inputs[1], pads);
+  if (c.hasInput(3) && c.inputs[3].data) readIntegers(c.inputs[3], axes);
+  if (axes.empty())
+    for (int64_t i = 0; i < x.rank(); ++i) axes.push_back(i);
+  SD_CHECK_ARG(pads.size() == 2 * axes.size(), "Pad pads length mismatch");
+  Dims before(size_t(x.rank()), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + x.rank() : axes[i];
+    SD_CHECK_ARG(a >= 0 && a < x.rank(), "Pad axis out of range");
+    before[size_t(a)] = pads[i];
+    SD_CHECK_ARG(o.dims[size_t(a)] == x.dims[size_t(a)] + pads[i] + pads[i + axes.size()],
+                 "Pad output dims inconsistent");
+  }
+  if (mode != "constant")
+    for (int64_t d = 0; d < x.rank(); ++d)
+      SD_CHECK_ARG(x.dims[size_t(d)] > 0 || o.dims[size_t(d)] == 0, "Pad ", mode, " of an empty axis");
+  Dims xs = stridesOf(x.dims);
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T fill{};
+    if (c.hasInput(2) && c.inputs[2].data && c.inputs[2].numElements() > 0)
+      std::memcpy(&fill, c.inputs[2].data, sizeof(T));
+    const T *px = x.as<T>();
+    T *po = o.as<T>();
+    Dims idx(size_t(o.rank()), 0);
+    for (int64_t i = 0, n = o.numElements(); i < n; ++i) {
+      int64_t off = 0;
+      bool outside = false;
+      for (size_t d = 0; d < idx.size(); ++d) {
+        int64_t j = idx[d] - before[d], dim = x.dims[d];
+        if (j < 0 || j >= dim) {
+          if (mode == "constant") { outside = true; break; }
+          if (mode == "edge") j = j < 0 ? 0 : dim - 1;
+          else if (mode == "wrap") j = ((j % dim) + dim) % dim;
+          else { // reflect
+            if (dim == 1) j = 0;
+            else {
+              int64_t period = 2 * (dim - 1);
+              j = ((j % period) + period) % period;
+              if (j >= dim) j = period - j;
+            }
+          }
+        }
+        off += j * xs[d];
+      }
+      po[i] = outside ? fill : px[off];
+      for (int64_t d = o.rank() - 1; d >= 0; --d) {
+        if (++idx[size_t(d)] < o.dims[size_t(d)]) break;
+        idx[size_t(d)] = 0;
+      }
+    }
+    return Status::ok();
+  });
+}
+
+// DepthToSpace/SpaceToDepth as a 6-D transpose.
+Status blockRearrange(const KernelContext &c, bool toSpace) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  int64_t b = c.attrs.getInt("blocksize", 1);
+  bool crd = c.attrs.getString("mode", "DCR") == "CRD";
+  Dims src, perm;
+  int64_t n = x.dims[0], ch = x.dims[1], h = x.dims[2], w = x.dims[3];
+  if (toSpace) {
+    int64_t oc = ch / (b * b);
+    if (crd) { src = {n, oc, b, b, h, w}; perm = {0, 1, 4, 2, 5, 3}; }
+    else { src = {n, b, b, oc, h, w}; perm = {0, 3, 4, 1, 5, 2}; }
+  } else {
+    src = {n, ch, h / b, b, w / b, b};
+    perm = {0, 3, 5, 1, 2, 4};
+  }
+  SD_CHECK_ARG(product(src) == x.numElements() && o.numElements() == x.numElements(),
+               "block rearrangement size mismatch");
+  Dims ss = stridesOf(src), outD(6), st(6);
+  for (size_t i = 0; i < 6; ++i) { outD[i] = src[size_t(perm[i])]; st[i] = ss[size_t(perm[i])]; }
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    stridedCopy<T>(c.pool, x.as<T>(), o.as<T>(), outD, st);
+    return Status::ok();
+  });
+}
+Status DepthToSpaceKernel(const KernelContext &c) { return blockRearrange(c, true); }
+Status SpaceToDepthKernel(const KernelContext &c) { return blockRearrange(c, false); }
+
+} // namespace
+
+void registerMovementKernels() {
+  for (const char *op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}) registerCpuKernel(op, copyAll);
+  registerCpuKernel("Transpose", TransposeKernel);
+  registerCpuKernel("Concat", ConcatKernel);
+  registerCpuKernel("Split", SplitKernel);
+  registerCpuKernel("Slice", SliceKernel);
+  registerCpuKernel("Expand", ExpandKernel);
+  registerCpuKernel("Tile", TileKernel);
+  registerCpuKernel("Pad", PadKernel);
+  registerCpuKernel("DepthToSpace", DepthToSpaceKernel);
+  registerCpuKernel("SpaceToDepth", SpaceToDepthKernel);
+}
+
+} // namespace sd::cpu

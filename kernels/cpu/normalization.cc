@@ -1,0 +1,208 @@
+// CPU kernels for LayerNormalization, BatchNormalization (inference),
+// InstanceNormalization, LpNormalization and MeanVarianceNormalization.
+#include "cpu_util.h"
+#include <cmath>
+
+namespace sd::cpu {
+namespace {
+
+Status LayerNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t outer = 1, n = 1;
+  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? outer : n) *= x.dims[size_t(d)];
+  const TensorView &scale = c.inputs[1];
+  bool hasBias = c.hasInput(2) && c.inputs[2].data;
+  Dims normDims(x.dims.begin() + axis, x.dims.end());
+  Dims ss = broadcastStrides(scale.dims, normDims);
+  Dims bs = hasBias ? broadcastStrides(c.inputs[2].dims, normDims) : Dims{};
+  bool flatScale = scale.numElements() == n;
+  bool flatBias = !hasBias || c.inputs[2].numElements() == n;
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>(), *g = scale.as<T>(), *bb = hasBias ? c.inputs[2].as<T>() : nullptr;
+    T *py = c.outputs[0].as<T>();
+    auto *meanOut = c.outputs.size() > 1 && c.outputs[1].data ? &c.outputs[1] : nullptr;
+    auto *rstdOut = c.outputs.size() > 2 && c.outputs[2].data ? &c.outputs[2] : nullptr;
+    parallelFor(c.pool, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)),
+                [&](int64_t b, int64_t e) {
+      Dims idx(normDims.size());
+      for (int64_t r = b; r < e; ++r) {
+        const T *xr = px + r * n;
+        T *yr = py + r * n;
+        double mean = 0, var = 0;
+        for (int64_t j = 0; j < n; ++j) mean += double(xr[j]);
+        mean /= double(n);
+        for (int64_t j = 0; j < n; ++j) {
+          double d = double(xr[j]) - mean;
+          var += d * d;
+        }
+        var /= double(n);
+        double rstd = 1.0 / std::sqrt(var + eps);
+        if (flatScale && flatBias) {
+          for (int64_t j = 0; j < n; ++j)
+            yr[j] = T((double(xr[j]) - mean) * rstd * double(g[j]) + (bb ? double(bb[j]) : 0.0));
+        } else {
+          std::fill(idx.begin(), idx.end(), 0);
+          for (int64_t j = 0; j < n; ++j) {
+            int64_t so = 0, bo = 0;
+            for (size_t d = 0; d < idx.size(); ++d) {
+              so += idx[d] * ss[d];
+              if (bb) bo += idx[d] * bs[d];
+            }
+            yr[j] = T((double(xr[j]) - mean) * rstd * double(g[so]) + (bb ? double(bb[bo]) : 0.0));
+            for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {
+              if (++idx[size_t(d)] < normDims[size_t(d)]) break;
+              idx[size_t(d)] = 0;
+            }
+          }
+        }
+        auto store = [&](const TensorView *t, double v) {
+          if (!t) return;
+          if (t->dtype == DType::F32) t->as<float>()[r] = float(v);
+          else if (t->dtype == DType::F64) t->as<double>()[r] = v;
+        };
+        store(meanOut, mean);
+        store(rstdOut, rstd);
+      }
+    });
+    return Status::ok();
+  });
+}
+
+Status BatchNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t n = x.dims[0], ch = x.dims[1], spatial = x.numElements() / std::max<int64_t>(n * ch, 1);
+  for (int i = 1; i <= 4; ++i)
+    SD_CHECK_ARG(c.inputs[size_t(i)].numElements() == ch, "BatchNormalization parameter ", i,
+                 " must have ", ch, " elements");
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *sc = c.inputs[1].as<T>(), *bi = c.inputs[2].as<T>(), *mu = c.inputs[3].as<T>(),
+            *va = c.inputs[4].as<T>();
+    const T *px = x.as<T>();
+    T *py = c.outputs[0].as<T>();
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t k = 0; k < ch; ++k) {
+        double a = double(sc[k]) / std::sqrt(double(va[k]) + eps);
+        double s = double(bi[k]) - double(mu[k]) * a;
+        const T *xr = px + (b * ch + k) * spatial;
+        T *yr = py + (b * ch + k) * spatial;
+        for (int64_t j = 0; j < spatial; ++j) yr[j] = T(double(xr[j]) * a + s);
+      }
+    return Status::ok();
+  });
+}
+
+Status InstanceNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t n = x.dims[0], ch = x.dims[1], spatial = x.numElements() / std::max<int64_t>(n * ch, 1);
+  SD_CHECK_ARG(c.inputs[1].numElements() == ch && c.inputs[2].numElements() == ch,
+               "InstanceNormalization scale and bias must have ", ch, " elements");
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *sc = c.inputs[1].as<T>(), *bi = c.inputs[2].as<T>(), *px = x.as<T>();
+    T *py = c.outputs[0].as<T>();
+    for (int64_t r = 0; r < n * ch; ++r) {
+      const T *xr = px + r * spatial;
+      T *yr = py + r * spatial;
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < spatial; ++j) mean += double(xr[j]);
+      mean /= double(spatial);
+      for (int64_t j = 0; j < spatial; ++j) var += (double(xr[j]) - mean) * (double(xr[j]) - mean);
+      var /= double(spatial);
+      double a = double(sc[r % ch]) / std::sqrt(var + eps);
+      for (int64_t j = 0; j < spatial; ++j) yr[j] = T((double(xr[j]) - mean) * a + double(bi[r % ch]));
+    }
+    return Status::ok();
+  });
+}
+
+Status LpNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t axis = c.attrs.getInt("axis", -1), p = c.attrs.getInt("p", 2);
+  if (axis < 0) axis += x.rank();
+  SD_CHECK_ARG(p == 1 || p == 2, "LpNormalization p must be 1 or 2");
+  int64_t outer = 1, n = x.dims[size_t(axis)], inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
+  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>();
+    T *py = c.outputs[0].as<T>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        double s = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          double v = double(px[(o * n + j) * inner + i]);
+          s += p == 1 ? std::abs(v) : v * v;
+        }
+        if (p == 2) s = std::sqrt(s);
+        for (int64_t j = 0; j < n; ++j) {
+          int64_t k = (o * n + j) * inner + i;
+          py[k] = s == 0 ? T(0) : T(double(px[k]) / s);
+        }
+      }
+    return Status::ok();
+  });
+}
+
+Status MvnKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  std::vector<int64_t> axes = c.attrs.getInts("axes");
+  if (axes.empty()) axes = {0, 2, 3};
+  std::vector<bool> red(size_t(x.rank()), false);
+  for (int64_t a : axes) red[size_t(a < 0 ? a + x.rank() : a)] = true;
+  Dims xs = stridesOf(x.dims);
+  Dims outD, outS, redD, redS;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    (red[size_t(d)] ? redD : outD).push_back(x.dims[size_t(d)]);
+    (red[size_t(d)] ? redS : outS).push_back(xs[size_t(d)]);
+  }
+  int64_t nOut = product(outD), nRed = product(redD);
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>();
+    T *py = c.outputs[0].as<T>();
+    std::vector<int64_t> offs(static_cast<size_t>(nRed));
+    for (int64_t i = 0; i < nOut; ++i) {
+      int64_t base = 0, rem = i;
+      for (int64_t d = int64_t(outD.size()) - 1; d >= 0; --d) {
+        base += (rem % outD[size_t(d)]) * outS[size_t(d)];
+        rem /= outD[size_t(d)];
+      }
+      double mean = 0, var = 0;
+      for (int64_t j = 0; j < nRed; ++j) {
+        int64_t off = base, r2 = j;
+        for (int64_t d = int64_t(redD.size()) - 1; d >= 0; --d) {
+          off += (r2 % redD[size_t(d)]) * redS[size_t(d)];
+          r2 /= redD[size_t(d)];
+        }
+        offs[size_t(j)] = off;
+        mean += double(px[off]);
+      }
+      mean /= double(nRed);
+      for (int64_t off : offs) var += (double(px[off]) - mean) * (double(px[off]) - mean);
+      var /= double(nRed);
+      double inv = 1.0 / (std::sqrt(var) + 1e-9);
+      for (int64_t off : offs) py[off] = T((double(px[off]) - mean) * inv);
+    }
+    return Status::ok();
+  });
+}
+
+} // namespace
+
+void registerNormalizationKernels() {
+  registerCpuKernel("LayerNormalization", LayerNormKernel);
+  registerCpuKernel("BatchNormalization", BatchNormKernel);
+  registerCpuKernel("InstanceNormalization", InstanceNormKernel);
+  registerCpuKernel("LpNormalization", LpNormKernel);
+  registerCpuKernel("MeanVarianceNormalization", MvnKernel);
+}
+
+} // namespace sd::cpu

@@ -1,0 +1,157 @@
+// CPU kernels for reductions and ArgMax/ArgMin. A reduction is viewed as
+// [outer, reduced, inner] when its axes are contiguous, else as a gather over
+// an index walk.
+#include "cpu_util.h"
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sd::cpu {
+namespace {
+
+enum class RK { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
+
+std::vector<bool> reducedAxes(const KernelContext &c, int64_t rank) {
+  std::vector<int64_t> axes;
+  if (c.hasInput(1) && c.inputs[1].data) readIntegers(c.inputs[1], axes);
+  std::vector<bool> r(size_t(rank), false);
+  if (axes.empty()) {
+    if (!c.attrs.getInt("noop_with_empty_axes", 0)) r.assign(size_t(rank), true);
+    return r;
+  }
+  for (int64_t a : axes) {
+    if (a < 0) a += rank;
+    if (a >= 0 && a < rank) r[size_t(a)] = true;
+  }
+  return r;
+}
+
+template <typename T, RK K> Status reduceT(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  int64_t rank = x.rank();
+  std::vector<bool> red = reducedAxes(c, rank);
+  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
+  // Map every output element to the input offsets it covers.
+  Dims outDims, redDims, outStr, redStr;
+  Dims xs = stridesOf(x.dims);
+  for (int64_t d = 0; d < rank; ++d) {
+    if (red[size_t(d)]) { redDims.push_back(x.dims[size_t(d)]); redStr.push_back(xs[size_t(d)]); }
+    else { outDims.push_back(x.dims[size_t(d)]); outStr.push_back(xs[size_t(d)]); }
+  }
+  int64_t nOut = product(outDims), nRed = product(redDims);
+  SD_CHECK_ARG(nOut == o.numElements(), "reduction output size mismatch");
+  const T *px = x.as<T>();
+  T *po = o.as<T>();
+  parallelFor(c.pool, nOut, std::max<int64_t>(1, 16384 / std::max<int64_t>(nRed, 1)),
+              [&](int64_t b, int64_t e) {
+    Dims ri(redDims.size());
+    for (int64_t i = b; i < e; ++i) {
+      int64_t base = 0, rem = i;
+      for (int64_t d = int64_t(outDims.size()) - 1; d >= 0; --d) {
+        base += (rem % outDims[size_t(d)]) * outStr[size_t(d)];
+        rem /= outDims[size_t(d)];
+      }
+      Acc acc;
+      if constexpr (K == RK::Max) acc = Acc(std::numeric_limits<T>::lowest());
+      else if constexpr (K == RK::Min) acc = Acc(std::numeric_limits<T>::max());
+      else if constexpr (K == RK::Prod) acc = Acc(1);
+      else acc = Acc(0);
+      if constexpr (K == RK::Max || K == RK::Min)
+        if (nRed == 0 && std::is_floating_point_v<T>)
+          acc = Acc(K == RK::Max ? -std::numeric_limits<double>::infinity()
+                                 : std::numeric_limits<double>::infinity());
+      Acc mx = Acc(0);
+      if constexpr (K == RK::LogSumExp) {
+        mx = Acc(-std::numeric_limits<double>::infinity());
+        std::fill(ri.begin(), ri.end(), 0);
+        for (int64_t j = 0; j < nRed; ++j) {
+          int64_t off = base;
+          for (size_t d = 0; d < ri.size(); ++d) off += ri[d] * redStr[d];
+          mx = std::max<Acc>(mx, Acc(px[off]));
+          for (int64_t d = int64_t(ri.size()) - 1; d >= 0; --d) {
+            if (++ri[size_t(d)] < redDims[size_t(d)]) break;
+            ri[size_t(d)] = 0;
+          }
+        }
+        if (!std::isfinite(double(mx))) mx = Acc(0);
+      }
+      std::fill(ri.begin(), ri.end(), 0);
+      for (int64_t j = 0; j < nRed; ++j) {
+        int64_t off = base;
+        for (size_t d = 0; d < ri.size(); ++d) off += ri[d] * redStr[d];
+        Acc v = Acc(px[off]);
+        if constexpr (K == RK::Sum || K == RK::Mean || K == RK::LogSum) acc += v;
+        else if constexpr (K == RK::Max) acc = (v > acc || v != v) ? v : acc;
+        else if constexpr (K == RK::Min) acc = (v < acc || v != v) ? v : acc;
+        else if constexpr (K == RK::Prod) acc *= v;
+        else if constexpr (K == RK::L1) acc += v < Acc(0) ? Acc(-v) : v;
+        else if constexpr (K == RK::L2 || K == RK::SumSquare) acc += v * v;
+        else if constexpr (K == RK::LogSumExp) acc += Acc(std::exp(double(v - mx)));
+        for (int64_t d = int64_t(ri.size()) - 1; d >= 0; --d) {
+          if (++ri[size_t(d)] < redDims[size_t(d)]) break;
+          ri[size_t(d)] = 0;
+        }
+      }
+      if constexpr (K == RK::Mean) acc = nRed ? Acc(acc / Acc(nRed)) : Acc(0);
+      else if constexpr (K == RK::L2) acc = Acc(std::sqrt(double(acc)));
+      else if constexpr (K == RK::LogSum) acc = Acc(std::log(double(acc)));
+      else if constexpr (K == RK::LogSumExp) acc = Acc(std::log(double(acc)) + double(mx));
+      po[i] = T(acc);
+    }
+  });
+  return Status::ok();
+}
+
+template <RK K> Status reduceKernel(const KernelContext &c) {
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return reduceT<T, K>(c);
+  });
+}
+
+template <bool IsMax> Status argKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += x.rank();
+  bool last = c.attrs.getInt("select_last_index", 0);
+  int64_t outer = 1, inner = 1, n = x.dims[size_t(axis)];
+  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
+  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  SD_CHECK_ARG(n > 0, "ArgMax/ArgMin over an empty axis");
+  return dispatchNumeric(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>();
+    int64_t *po = c.outputs[0].as<int64_t>();
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const T *p = px + o * n * inner + i;
+        int64_t best = 0;
+        for (int64_t j = 1; j < n; ++j) {
+          T v = p[j * inner], b = p[best * inner];
+          bool better = IsMax ? (v > b || (last && v == b)) : (v < b || (last && v == b));
+          if (better) best = j;
+        }
+        po[o * inner + i] = best;
+      }
+    return Status::ok();
+  });
+}
+
+} // namespace
+
+void registerReduceKernels() {
+  registerCpuKernel("ReduceSum", reduceKernel<RK::Sum>);
+  registerCpuKernel("ReduceMean", reduceKernel<RK::Mean>);
+  registerCpuKernel("ReduceMax", reduceKernel<RK::Max>);
+  registerCpuKernel("ReduceMin", reduceKernel<RK::Min>);
+  registerCpuKernel("ReduceProd", reduceKernel<RK::Prod>);
+  registerCpuKernel("ReduceL1", reduceKernel<RK::L1>);
+  registerCpuKernel("ReduceL2", reduceKernel<RK::L2>);
+  registerCpuKernel("ReduceLogSum", reduceKernel<RK::LogSum>);
+  registerCpuKernel("ReduceLogSumExp", reduceKernel<RK::LogSumExp>);
+  registerCpuKernel("ReduceSumSquare", reduceKernel<RK::SumSquare>);
+  registerCpuKernel("ArgMax", argKernel<true>);
+  registerCpuKernel("ArgMin", argKernel<false>);
+}
+
+} // namespace sd::cpu

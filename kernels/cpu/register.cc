@@ -1,0 +1,46 @@
+// One place that registers every shape rule and CPU kernel, once.
+#include "cpu_util.h"
+#include <mutex>
+
+namespace sd {
+void registerElementwiseShapes();
+void registerLinalgShapes();
+void registerReduceShapes();
+void registerMovementShapes();
+namespace cpu {
+void registerElementwiseKernels();
+void registerLinalgKernels();
+void registerReduceKernels();
+void registerSoftmaxKernels();
+void registerNormalizationKernels();
+void registerMovementKernels();
+void registerIndexingKernels();
+void registerGeneratorKernels();
+
+void registerCpuKernel(const char *op, KernelFn fn) {
+  OpDef d;
+  d.name = op;
+  d.cpu = fn;
+  registerOp(std::move(d));
+}
+} // namespace cpu
+
+void registerAllOps() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    registerElementwiseShapes();
+    registerLinalgShapes();
+    registerReduceShapes();
+    registerMovementShapes();
+    cpu::registerElementwiseKernels();
+    cpu::registerLinalgKernels();
+    cpu::registerReduceKernels();
+    cpu::registerSoftmaxKernels();
+    cpu::registerNormalizationKernels();
+    cpu::registerMovementKernels();
+    cpu::registerIndexingKernels();
+    cpu::registerGeneratorKernels();
+  });
+}
+
+} // namespace sd

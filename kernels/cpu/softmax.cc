@@ -1,0 +1,72 @@
+// CPU kernels for Softmax, LogSoftmax and Hardmax along one axis.
+#include "cpu_util.h"
+#include <cmath>
+
+namespace sd::cpu {
+namespace {
+
+// Splits x around `axis` into [outer, n, inner]. coerce2d (opsets < 13)
+// flattens everything from `axis` on into the reduced dimension.
+void splitAxis(const KernelContext &c, int64_t &outer, int64_t &n, int64_t &inner) {
+  const TensorView &x = c.inputs[0];
+  bool coerce = c.attrs.getInt("coerce2d", 0);
+  int64_t axis = c.attrs.getInt("axis", coerce ? 1 : -1);
+  if (axis < 0) axis += x.rank();
+  outer = 1; n = 1; inner = 1;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    int64_t v = x.dims[size_t(d)];
+    if (d < axis) outer *= v;
+    else if (d == axis || coerce) n *= v;
+    else inner *= v;
+  }
+}
+
+template <int Mode> Status softmaxKernel(const KernelContext &c) {
+  int64_t outer, n, inner;
+  splitAxis(c, outer, n, inner);
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = c.inputs[0].as<T>();
+    T *py = c.outputs[0].as<T>();
+    parallelFor(c.pool, outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)),
+                [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t o = r / inner, i = r % inner;
+        const T *x = px + o * n * inner + i;
+        T *y = py + o * n * inner + i;
+        T mx = -INFINITY;
+        int64_t arg = 0;
+        for (int64_t j = 0; j < n; ++j)
+          if (x[j * inner] > mx) { mx = x[j * inner]; arg = j; }
+        if (Mode == 2) {
+          for (int64_t j = 0; j < n; ++j) y[j * inner] = T(j == arg);
+          continue;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n; ++j) {
+          T ev = std::exp(x[j * inner] - mx);
+          if (Mode == 0) y[j * inner] = ev;
+          sum += double(ev);
+        }
+        if (Mode == 0) {
+          T inv = T(1.0 / sum);
+          for (int64_t j = 0; j < n; ++j) y[j * inner] *= inv;
+        } else {
+          T ls = T(std::log(sum));
+          for (int64_t j = 0; j < n; ++j) y[j * inner] = x[j * inner] - mx - ls;
+        }
+      }
+    });
+    return Status::ok();
+  });
+}
+
+} // namespace
+
+void registerSoftmaxKernels() {
+  registerCpuKernel("Softmax", softmaxKernel<0>);
+  registerCpuKernel("LogSoftmax", softmaxKernel<1>);
+  registerCpuKernel("Hardmax", softmaxKernel<2>);
+}
+
+} // namespace sd::cpu

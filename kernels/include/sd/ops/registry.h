@@ -1,0 +1,69 @@
+// The op library: for every op, its shape rule (shared by compiler and runtime)
+// and its kernels. The compiler folds constants by running the CPU kernels, so
+// folding and execution share one definition of each op's semantics.
+#pragma once
+#include "sd/ops/attrs.h"
+#include "sd/ops/status.h"
+#include "sd/ops/tensor.h"
+#include <functional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sd {
+
+class ThreadPool;
+
+// Inputs to a shape rule. An absent optional operand has dtype Undefined.
+// constInputs[i] is set when operand i's value is known (constants, weights).
+struct ShapeContext {
+  const AttrMap &attrs;
+  std::vector<TensorInfo> inputs;
+  std::vector<const TensorView *> constInputs;
+  std::vector<TensorInfo> outputs; // filled by the rule
+  size_t numOutputs = 1;           // how many results the caller expects
+
+  bool hasInput(size_t i) const {
+    return i < inputs.size() && inputs[i].dtype != DType::Undefined;
+  }
+  const TensorView *constInput(size_t i) const {
+    return i < constInputs.size() ? constInputs[i] : nullptr;
+  }
+  // Integer values of a constant operand; false when not known.
+  bool constInts(size_t i, std::vector<int64_t> &out) const;
+};
+
+struct KernelContext {
+  const AttrMap &attrs;
+  std::vector<TensorView> inputs; // absent optional operand: data == nullptr
+  std::vector<TensorView> outputs;
+  ThreadPool *pool = nullptr;
+
+  bool hasInput(size_t i) const {
+    return i < inputs.size() && inputs[i].dtype != DType::Undefined;
+  }
+};
+
+using ShapeFn = Status (*)(ShapeContext &);
+using KernelFn = Status (*)(const KernelContext &);
+
+struct OpDef {
+  std::string name; // contract name, e.g. "Add"
+  ShapeFn shape = nullptr;
+  KernelFn cpu = nullptr;
+  uint32_t contractVersion = 1;
+};
+
+// Registration happens in each family's translation unit through
+// registerOp(); the lookups are safe to call from any thread after startup.
+const OpDef *findOp(std::string_view name);
+std::vector<const OpDef *> allOps();
+void registerOp(OpDef def);
+// Forces every op family to register (static-library linking drops
+// translation units nobody references, so registration is explicit).
+void registerAllOps();
+
+// Runs an op's shape rule with basic argument checks.
+Status inferShapes(std::string_view op, ShapeContext &ctx);
+
+} // namespace sd

@@ -1,0 +1,114 @@
+// Shape rules of the elementwise family: unary math, binary broadcast ops,
+// comparisons and logic, variadic Min/Max/Mean/Sum, Where, Clip, Cast.
+#include "shape_util.h"
+
+namespace sd {
+
+static Status sameShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.hasInput(0), "missing input");
+  c.outputs = {c.inputs[0]};
+  return Status::ok();
+}
+
+static Status floatUnary(ShapeContext &c) {
+  SD_CHECK_ARG(c.hasInput(0), "missing input");
+  SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype), "expects a float tensor, got ",
+               dtypeName(c.inputs[0].dtype));
+  c.outputs = {c.inputs[0]};
+  return Status::ok();
+}
+
+static Status boolResult(ShapeContext &c) {
+  SD_CHECK_ARG(c.hasInput(0), "missing input");
+  c.outputs = {sameAs(c.inputs[0], DType::Bool)};
+  return Status::ok();
+}
+
+static Status broadcastTo(ShapeContext &c, DType resultType, size_t first = 0) {
+  std::vector<const TensorInfo *> ins;
+  DType dt = DType::Undefined;
+  for (size_t i = first; i < c.inputs.size(); ++i) {
+    if (!c.hasInput(i)) continue;
+    ins.push_back(&c.inputs[i]);
+    if (dt == DType::Undefined) dt = c.inputs[i].dtype;
+  }
+  SD_CHECK_ARG(!ins.empty(), "missing inputs");
+  TensorInfo out;
+  SD_RETURN_IF_ERROR(broadcastDims(ins, out));
+  out.dtype = resultType == DType::Undefined ? dt : resultType;
+  c.outputs = {out};
+  return Status::ok();
+}
+
+static Status sameTypeBroadcast(ShapeContext &c) {
+  for (size_t i = 1; i < c.inputs.size(); ++i)
+    if (c.hasInput(i) && c.inputs[i].dtype != c.inputs[0].dtype)
+      return sdError("operand ", i, " has type ", dtypeName(c.inputs[i].dtype),
+                     ", operand 0 has ", dtypeName(c.inputs[0].dtype));
+  return broadcastTo(c, DType::Undefined);
+}
+static Status powBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Undefined); }
+static Status compareBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Bool); }
+static Status bitShiftBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Undefined); }
+
+static Status whereShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs.size() == 3, "Where takes 3 operands");
+  SD_CHECK_ARG(c.inputs[0].dtype == DType::Bool, "condition must be bool");
+  SD_CHECK_ARG(c.inputs[1].dtype == c.inputs[2].dtype, "branches differ in type");
+  std::vector<const TensorInfo *> ins = {&c.inputs[0], &c.inputs[1], &c.inputs[2]};
+  TensorInfo out;
+  SD_RETURN_IF_ERROR(broadcastDims(ins, out));
+  out.dtype = c.inputs[1].dtype;
+  c.outputs = {out};
+  return Status::ok();
+}
+
+static Status castShape(ShapeContext &c) {
+  int64_t to = c.attrs.getInt("to", 0);
+  SD_CHECK_ARG(dtypeIsKnown(int32_t(to)), "Cast to unsupported type ", to);
+  c.outputs = {sameAs(c.inputs[0], DType(to))};
+  return Status::ok();
+}
+
+static Status castLikeShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs.size() == 2, "CastLike takes 2 operands");
+  c.outputs = {sameAs(c.inputs[0], c.inputs[1].dtype)};
+  return Status::ok();
+}
+
+static Status dropoutShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.hasInput(0), "missing input");
+  std::vector<int64_t> training;
+  if (c.constInts(2, training) && !training.empty() && training[0])
+    return sdError("Dropout with training_mode=true is not supported at inference");
+  c.outputs = {c.inputs[0], sameAs(c.inputs[0], DType::Bool)};
+  return Status::ok();
+}
+
+void registerElementwiseShapes() {
+  registerShapeRule("Dropout", dropoutShape);
+  for (const char *op :
+       {"Neg", "Abs", "Sign", "Identity", "Relu", "Floor", "Ceil", "Round",
+        "Clip", "Not"})
+    registerShapeRule(op, sameShape);
+  for (const char *op :
+       {"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos",
+        "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf",
+        "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu",
+        "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu"})
+    registerShapeRule(op, floatUnary);
+  registerShapeRule("IsNaN", boolResult);
+  registerShapeRule("IsInf", boolResult);
+  for (const char *op : {"Add", "Sub", "Mul", "Div", "Mod", "PRelu", "Min",
+                         "Max", "Mean", "Sum", "And", "Or", "Xor"})
+    registerShapeRule(op, sameTypeBroadcast);
+  registerShapeRule("Pow", powBroadcast);
+  registerShapeRule("BitShift", bitShiftBroadcast);
+  for (const char *op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
+    registerShapeRule(op, compareBroadcast);
+  registerShapeRule("Where", whereShape);
+  registerShapeRule("Cast", castShape);
+  registerShapeRule("CastLike", castLikeShape);
+}
+
+} // namespace sd

@@ -1,0 +1,88 @@
+// Shape rules for MatMul, Gemm, Linear and Einsum.
+#include "shape_util.h"
+
+namespace sd {
+
+Status matmulDims(const TensorInfo &a, const TensorInfo &b, TensorInfo &out) {
+  out.dtype = a.dtype;
+  if (!a.rankKnown || !b.rankKnown) {
+    out.rankKnown = false;
+    return Status::ok();
+  }
+  SD_CHECK_ARG(a.rank() >= 1 && b.rank() >= 1, "MatMul operands must have rank >= 1");
+  TensorInfo a2 = a, b2 = b;
+  if (a.rank() == 1) a2.dims.insert(a2.dims.begin(), 1);
+  if (b.rank() == 1) b2.dims.push_back(1);
+  int64_t k1 = a2.dims.back(), k2 = b2.dims[b2.dims.size() - 2];
+  if (k1 >= 0 && k2 >= 0 && k1 != k2)
+    return sdError("MatMul inner dimensions differ: ", formatDims(a.dims), " x ",
+                   formatDims(b.dims));
+  TensorInfo ba, bb;
+  ba.dims.assign(a2.dims.begin(), a2.dims.end() - 2);
+  bb.dims.assign(b2.dims.begin(), b2.dims.end() - 2);
+  SD_RETURN_IF_ERROR(broadcastDims({&ba, &bb}, out));
+  out.dtype = a.dtype;
+  if (a.rank() != 1) out.dims.push_back(a2.dims[a2.dims.size() - 2]);
+  if (b.rank() != 1) out.dims.push_back(b2.dims.back());
+  return Status::ok();
+}
+
+static Status matmulShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs.size() >= 2, "MatMul takes 2 operands");
+  SD_CHECK_ARG(c.inputs[0].dtype == c.inputs[1].dtype, "MatMul operand types differ");
+  TensorInfo out;
+  SD_RETURN_IF_ERROR(matmulDims(c.inputs[0], c.inputs[1], out));
+  c.outputs = {out};
+  return Status::ok();
+}
+
+static Status gemmShape(ShapeContext &c) {
+  const TensorInfo &a = c.inputs[0], &b = c.inputs[1];
+  SD_CHECK_ARG(a.rank() == 2 && b.rank() == 2, "Gemm operands must be 2-D");
+  bool ta = c.attrs.getInt("transA", 0), tb = c.attrs.getInt("transB", 0);
+  int64_t m = ta ? a.dims[1] : a.dims[0], k1 = ta ? a.dims[0] : a.dims[1];
+  int64_t k2 = tb ? b.dims[1] : b.dims[0], n = tb ? b.dims[0] : b.dims[1];
+  if (k1 >= 0 && k2 >= 0 && k1 != k2)
+    return sdError("Gemm inner dimensions differ: ", k1, " vs ", k2);
+  TensorInfo out;
+  out.dtype = a.dtype;
+  out.dims = {m, n};
+  if (c.hasInput(2)) {
+    TensorInfo bc;
+    SD_RETURN_IF_ERROR(broadcastDims({&out, &c.inputs[2]}, bc));
+    if (bc.dims != out.dims && out.isStatic())
+      return sdError("Gemm bias ", formatDims(c.inputs[2].dims), " does not broadcast to ",
+                     formatDims(out.dims));
+  }
+  c.outputs = {out};
+  return Status::ok();
+}
+
+// Linear(x, w, bias): x[..., K] times w ([N, K] with layout "oi", [K, N] with "io").
+static Status linearShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0], &w = c.inputs[1];
+  SD_CHECK_ARG(w.rank() == 2, "linear weight must be 2-D");
+  SD_CHECK_ARG(x.rank() >= 1, "linear input must have rank >= 1");
+  bool oi = c.attrs.getString("layout", "io") == "oi";
+  int64_t k = oi ? w.dims[1] : w.dims[0], n = oi ? w.dims[0] : w.dims[1];
+  int64_t xk = x.dims.back();
+  if (xk >= 0 && k >= 0 && xk != k)
+    return sdError("linear input feature size ", xk, " does not match weight ", formatDims(w.dims));
+  if (c.hasInput(2)) {
+    const TensorInfo &b = c.inputs[2];
+    SD_CHECK_ARG(b.rank() == 1 && (b.dims[0] == n || b.dims[0] < 0 || n < 0),
+                 "linear bias must be [", n, "], got ", formatDims(b.dims));
+  }
+  TensorInfo out = x;
+  out.dims.back() = n;
+  c.outputs = {out};
+  return Status::ok();
+}
+
+void registerLinalgShapes() {
+  registerShapeRule("MatMul", matmulShape);
+  registerShapeRule("Gemm", gemmShape);
+  registerShapeRule("Linear", linearShape);
+}
+
+} // namespace sd

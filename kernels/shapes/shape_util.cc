@@ -1,0 +1,55 @@
+// Broadcasting and axis normalization for the shape rules.
+#include "shape_util.h"
+#include <algorithm>
+
+namespace sd {
+
+Status broadcastDims(const std::vector<const TensorInfo *> &ins, TensorInfo &out) {
+  out.rankKnown = true;
+  out.dims.clear();
+  int64_t rank = 0;
+  for (auto *t : ins) {
+    if (!t->rankKnown) {
+      out.rankKnown = false;
+      return Status::ok();
+    }
+    rank = std::max(rank, t->rank());
+  }
+  out.dims.assign(size_t(rank), 1);
+  std::vector<bool> known(size_t(rank), true);
+  for (int64_t i = 0; i < rank; ++i) {
+    int64_t d = 1;
+    bool unknown = false;
+    for (auto *t : ins) {
+      int64_t off = rank - t->rank();
+      if (i < off) continue;
+      int64_t v = t->dims[size_t(i - off)];
+      if (v == kUnknownDim) { unknown = true; continue; }
+      if (v == 1) continue;
+      if (d != 1 && d != v)
+        return sdError("shapes ", formatDims(ins[0]->dims), " and ",
+                       formatDims(ins.size() > 1 ? ins[1]->dims : Dims{}),
+                       " do not broadcast");
+      d = v;
+    }
+    out.dims[size_t(i)] = (d == 1 && unknown) ? kUnknownDim : d;
+  }
+  return Status::ok();
+}
+
+Status normalizeAxis(int64_t &axis, int64_t rank, const char *what) {
+  if (axis < -rank || axis >= std::max<int64_t>(rank, 1) || (rank == 0 && axis != 0 && axis != -1))
+    return sdError(what, " ", axis, " out of range for rank ", rank);
+  if (axis < 0) axis += rank;
+  if (axis < 0) axis = 0;
+  return Status::ok();
+}
+
+void registerShapeRule(const char *op, ShapeFn fn) {
+  OpDef d;
+  d.name = op;
+  d.shape = fn;
+  registerOp(std::move(d));
+}
+
+} // namespace sd

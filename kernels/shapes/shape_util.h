@@ -1,0 +1,25 @@
+// Helpers shared by the shape rules.
+#pragma once
+#include "sd/ops/registry.h"
+
+namespace sd {
+
+// Multidirectional (numpy) broadcast of several shapes; unknown dims stay unknown
+// unless the other side pins them.
+Status broadcastDims(const std::vector<const TensorInfo *> &ins, TensorInfo &out);
+// Normalizes a possibly negative axis against a rank; error if out of range.
+Status normalizeAxis(int64_t &axis, int64_t rank, const char *what = "axis");
+inline TensorInfo sameAs(const TensorInfo &t, DType dt) {
+  TensorInfo r = t;
+  r.dtype = dt;
+  return r;
+}
+inline TensorInfo unknownRank(DType dt) {
+  TensorInfo r;
+  r.dtype = dt;
+  r.rankKnown = false;
+  return r;
+}
+void registerShapeRule(const char *op, ShapeFn fn);
+
+} // namespace sd

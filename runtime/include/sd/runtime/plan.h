@@ -1,0 +1,95 @@
+// Plan: a verified, decoded .sdp file. Loading checks the footer, the CRC32C,
+// the FlatBuffer, every index, offset and size, and re-runs each step's shape
+// rule; after that nothing reads the FlatBuffer again.
+#pragma once
+#include "sd/ops/registry.h"
+#include "sd/ops/status.h"
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sd {
+
+constexpr uint32_t kPlanSchemaMajor = 1;
+constexpr uint32_t kPlanSchemaMinor = 0;
+constexpr char kPlanFooterMagic[4] = {'S', 'D', 'P', 'F'};
+constexpr size_t kPlanFooterSize = 16; // u64 flatbuffer size, u32 crc32c, magic
+constexpr size_t kWeightAlignment = 64;
+
+enum class GlobalRole : uint8_t { Frozen = 0, Trainable = 1, OptimizerState = 2, ScalarState = 3, Constant = 4 };
+const char *globalRoleName(GlobalRole r);
+
+struct GlobalDesc {
+  std::string name;
+  DType dtype = DType::Undefined;
+  Dims dims;
+  GlobalRole role = GlobalRole::Frozen;
+  const uint8_t *data = nullptr; // inside the mapped plan or external weights
+  size_t bytes = 0;
+};
+
+enum class BufferKind : uint8_t { Arena = 0, Global = 1, Alias = 2 };
+
+struct BufferDesc {
+  BufferKind kind = BufferKind::Arena;
+  DType dtype = DType::Undefined;
+  Dims dims;
+  int64_t offset = 0; // arena byte offset, global index or aliased buffer index
+  size_t bytes = 0;
+};
+
+struct StepDesc {
+  std::string op;
+  const OpDef *def = nullptr;
+  AttrMap attrs;
+  std::vector<int32_t> inputs, outputs; // -1: absent optional operand
+  std::string location;
+};
+
+struct EntryDesc {
+  std::string name;
+  std::vector<std::pair<std::string, int64_t>> bucket;
+  uint64_t arenaSize = 0;
+  std::vector<BufferDesc> buffers;
+  std::vector<StepDesc> steps;
+  std::vector<std::pair<std::string, int32_t>> inputs, outputs;
+};
+
+struct PlanLoadOptions {
+  bool verifyChecksum = true; // fuzzers turn this off to reach the deeper checks
+};
+
+class MappedFile;
+
+class Plan {
+public:
+  static StatusOr<std::unique_ptr<Plan>> loadFile(const std::string &path,
+                                                   const PlanLoadOptions &opts = {});
+  // Loads from memory (copied); `what` names the source in errors.
+  static StatusOr<std::unique_ptr<Plan>> loadBytes(const uint8_t *data, size_t size,
+                                                    const std::string &what,
+                                                    const PlanLoadOptions &opts = {});
+  ~Plan();
+
+  std::string producer, config, externalWeights;
+  uint32_t schemaMajor = 0, schemaMinor = 0;
+  std::vector<uint8_t> sourceSha256;
+  uint64_t weightsBytes = 0, fileBytes = 0;
+  std::vector<GlobalDesc> globals;
+  std::vector<EntryDesc> entries;
+
+  uint64_t maxArenaSize() const;
+  // Index of the entry called `name` whose input shapes equal `dims`, or an error
+  // that lists the buckets.
+  StatusOr<size_t> selectEntry(const std::string &name, const std::vector<Dims> &inputDims) const;
+
+private:
+  Plan() = default;
+  Status parse(const std::string &what, const std::string &dir, const PlanLoadOptions &opts);
+  std::unique_ptr<MappedFile> file_, external_;
+  std::vector<uint8_t> owned_;
+  const uint8_t *bytes_ = nullptr;
+  size_t size_ = 0;
+};
+
+} // namespace sd

@@ -1,0 +1,31 @@
+// Session: runs a plan's entries on the CPU. The arena is allocated once,
+// sized by the largest entry; each step's kernel is resolved at creation.
+#pragma once
+#include "sd/runtime/plan.h"
+#include "sd/runtime/tensor_io.h"
+#include <memory>
+
+namespace sd {
+
+struct SessionOptions {
+  int threads = 0; // 0: all hardware threads
+};
+
+class Session {
+public:
+  static StatusOr<std::unique_ptr<Session>> create(std::shared_ptr<const Plan> plan,
+                                                    const SessionOptions &opts = {});
+  ~Session();
+  const Plan &plan() const { return *plan_; }
+  // Runs entry `entry` on inputs given in the entry's input order; outputs come
+  // back in output order. Input dtypes and shapes must match the bucket.
+  Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);
+
+private:
+  struct Impl;
+  Session() = default;
+  std::shared_ptr<const Plan> plan_;
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace sd

@@ -1,0 +1,32 @@
+// Host tensors and the file formats users hand to sdrun: ONNX TensorProto
+// (.pb, decoded here without libprotobuf) and NumPy .npy.
+#pragma once
+#include "sd/ops/status.h"
+#include "sd/ops/tensor.h"
+#include <string>
+#include <vector>
+
+namespace sd {
+
+struct HostTensor {
+  std::string name;
+  DType dtype = DType::Undefined;
+  Dims dims;
+  std::vector<uint8_t> data; // row-major, little-endian
+
+  TensorView view() { return TensorView{data.data(), dtype, dims}; }
+  size_t byteSize() const { return data.size(); }
+};
+
+StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const std::string &what);
+std::string encodeTensorProto(const HostTensor &t);
+StatusOr<HostTensor> decodeNpy(const uint8_t *bytes, size_t size, const std::string &what);
+std::string encodeNpy(const HostTensor &t);
+
+// Reads a .pb or .npy file (chosen by the NumPy magic, not the extension).
+StatusOr<HostTensor> readTensorFile(const std::string &path);
+// Writes atomically (temp file + rename) so a failure leaves no partial file.
+Status writeFileAtomic(const std::string &path, const std::string &bytes);
+StatusOr<std::string> readWholeFile(const std::string &path);
+
+} // namespace sd

@@ -1,0 +1,166 @@
+// Recursive-descent JSON parser with a depth limit.
+#include "sd/runtime/json.h"
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <cstdio>
+
+namespace sd {
+namespace {
+
+class Parser {
+public:
+  Parser(const std::string &s, const std::string &what) : s_(s), what_(what) {}
+  Status parse(Json &out) {
+    SD_RETURN_IF_ERROR(value(out, 0));
+    skipWs();
+    if (pos_ != s_.size()) return fail("trailing characters");
+    return Status::ok();
+  }
+
+private:
+  Status fail(const std::string &msg) {
+    return sdError(what_, ": invalid JSON at offset ", pos_, ": ", msg);
+  }
+  void skipWs() {
+    while (pos_ < s_.size() && (s_[pos_] == ' ' || s_[pos_] == '\t' || s_[pos_] == '\n' || s_[pos_] == '\r')) ++pos_;
+  }
+  bool lit(const char *w) {
+    size_t n = std::strlen(w);
+    if (s_.compare(pos_, n, w) != 0) return false;
+    pos_ += n;
+    return true;
+  }
+  Status value(Json &out, int depth) {
+    if (depth > 64) return fail("nesting too deep");
+    skipWs();
+    if (pos_ >= s_.size()) return fail("unexpected end");
+    char c = s_[pos_];
+    if (c == '{') return object(out, depth);
+    if (c == '[') return array(out, depth);
+    if (c == '"') { out.type = Json::Type::String; return string(out.str); }
+    if (lit("true")) { out.type = Json::Type::Bool; out.b = true; return Status::ok(); }
+    if (lit("false")) { out.type = Json::Type::Bool; out.b = false; return Status::ok(); }
+    if (lit("null")) { out.type = Json::Type::Null; return Status::ok(); }
+    return number(out);
+  }
+  Status number(Json &out) {
+    size_t start = pos_;
+    if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
+    while (pos_ < s_.size() && (isdigit((unsigned char)s_[pos_]) || s_[pos_] == '.' || s_[pos_] == 'e' ||
+                                s_[pos_] == 'E' || s_[pos_] == '+' || s_[pos_] == '-'))
+      ++pos_;
+    if (start == pos_ || (pos_ == start + 1 && s_[start] == '-')) return fail("unexpected character");
+    std::string tok = s_.substr(start, pos_ - start);
+    char *end = nullptr;
+    out.num = std::strtod(tok.c_str(), &end);
+    if (!end || *end) return fail("bad number '" + tok + "'");
+    out.type = Json::Type::Number;
+    return Status::ok();
+  }
+  Status string(std::string &out) {
+    ++pos_;
+    out.clear();
+    while (pos_ < s_.size()) {
+      char c = s_[pos_++];
+      if (c == '"') return Status::ok();
+      if (c != '\\') { out += c; continue; }
+      if (pos_ >= s_.size()) break;
+      char e = s_[pos_++];
+      switch (e) {
+      case 'n': out += '\n'; break;
+      case 't': out += '\t'; break;
+      case 'r': out += '\r'; break;
+      case 'b': out += '\b'; break;
+      case 'f': out += '\f'; break;
+      case 'u': {
+        if (pos_ + 4 > s_.size()) return fail("bad \\u escape");
+        unsigned cp = unsigned(std::strtoul(s_.substr(pos_, 4).c_str(), nullptr, 16));
+        pos_ += 4;
+        if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(pos_, 2, "\\u") == 0 && pos_ + 6 <= s_.size()) {
+          unsigned lo = unsigned(std::strtoul(s_.substr(pos_ + 2, 4).c_str(), nullptr, 16));
+          if (lo >= 0xDC00 && lo <= 0xDFFF) { cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00); pos_ += 6; }
+        }
+        if (cp < 0x80) out += char(cp);
+        else if (cp < 0x800) { out += char(0xC0 | (cp >> 6)); out += char(0x80 | (cp & 0x3F)); }
+        else if (cp < 0x10000) { out += char(0xE0 | (cp >> 12)); out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F)); }
+        else { out += char(0xF0 | (cp >> 18)); out += char(0x80 | ((cp >> 12) & 0x3F)); out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F)); }
+        break;
+      }
+      default: out += e;
+      }
+    }
+    return fail("unterminated string");
+  }
+  Status array(Json &out, int depth) {
+    out.type = Json::Type::Array;
+    ++pos_;
+    skipWs();
+    if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return Status::ok(); }
+    for (;;) {
+      out.arr.emplace_back();
+      SD_RETURN_IF_ERROR(value(out.arr.back(), depth + 1));
+      skipWs();
+      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+      if (pos_ < s_.size() && s_[pos_] == ']') { ++pos_; return Status::ok(); }
+      return fail("expected ',' or ']'");
+    }
+  }
+  Status object(Json &out, int depth) {
+    out.type = Json::Type::Object;
+    ++pos_;
+    skipWs();
+    if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return Status::ok(); }
+    for (;;) {
+      skipWs();
+      if (pos_ >= s_.size() || s_[pos_] != '"') return fail("expected a key");
+      std::string key;
+      SD_RETURN_IF_ERROR(string(key));
+      skipWs();
+      if (pos_ >= s_.size() || s_[pos_] != ':') return fail("expected ':'");
+      ++pos_;
+      out.obj.emplace_back(std::move(key), Json());
+      SD_RETURN_IF_ERROR(value(out.obj.back().second, depth + 1));
+      skipWs();
+      if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
+      if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return Status::ok(); }
+      return fail("expected ',' or '}'");
+    }
+  }
+  const std::string &s_;
+  std::string what_;
+  size_t pos_ = 0;
+};
+
+} // namespace
+
+const Json *Json::get(const std::string &key) const {
+  for (auto &e : obj)
+    if (e.first == key) return &e.second;
+  return nullptr;
+}
+
+bool Json::isInteger() const {
+  return type == Type::Number && std::floor(num) == num && std::abs(num) < 9.007199254740992e15;
+}
+
+StatusOr<Json> parseJson(const std::string &text, const std::string &what) {
+  Json j;
+  Parser p(text, what);
+  Status s = p.parse(j);
+  if (!s.isOk()) return s;
+  return j;
+}
+
+std::string jsonQuote(const std::string &s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') { o += '\\'; o += c; }
+    else if (c == '\n') o += "\\n";
+    else if ((unsigned char)c < 0x20) { char b[8]; snprintf(b, sizeof b, "\\u%04x", c); o += b; }
+    else o += c;
+  }
+  return o + "\"";
+}
+
+} // namespace sd

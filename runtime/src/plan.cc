@@ -1,0 +1,377 @@
+// Plan loading and verification. Order matters: footer and CRC before the
+// FlatBuffer verifier, the verifier before any field is read, and structural
+// checks (indices, sizes, shape rules) before anything is decoded for use.
+#include "sd/runtime/plan.h"
+#include "plan_generated.h"
+#include "sd/runtime/crc32c.h"
+#include "sd/runtime/json.h"
+#include <algorithm>
+#include <cstring>
+#include <fcntl.h>
+#include <limits>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sd {
+
+class MappedFile {
+public:
+  static StatusOr<std::unique_ptr<MappedFile>> open(const std::string &path) {
+    int fd = ::open(path.c_str(), O_RDONLY);
+    if (fd < 0) return sdError(path, ": cannot open (", std::strerror(errno), ")");
+    struct stat st;
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+      ::close(fd);
+      return sdError(path, ": not a regular file");
+    }
+    auto m = std::unique_ptr<MappedFile>(new MappedFile());
+    m->size = size_t(st.st_size);
+    if (m->size > 0) {
+      void *p = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+      if (p == MAP_FAILED) {
+        ::close(fd);
+        return sdError(path, ": cannot map (", std::strerror(errno), ")");
+      }
+      m->data = static_cast<const uint8_t *>(p);
+    }
+    ::close(fd);
+    return m;
+  }
+  ~MappedFile() {
+    if (data) munmap(const_cast<uint8_t *>(data), size);
+  }
+  const uint8_t *data = nullptr;
+  size_t size = 0;
+};
+
+const char *globalRoleName(GlobalRole r) {
+  switch (r) {
+  case GlobalRole::Frozen: return "frozen";
+  case GlobalRole::Trainable: return "trainable";
+  case GlobalRole::OptimizerState: return "optimizer_state";
+  case GlobalRole::ScalarState: return "scalar_state";
+  case GlobalRole::Constant: return "constant";
+  }
+  return "unknown";
+}
+
+Plan::~Plan() = default;
+
+StatusOr<std::unique_ptr<Plan>> Plan::loadFile(const std::string &path, const PlanLoadOptions &opts) {
+  auto f = MappedFile::open(path);
+  if (!f.isOk()) return f.status();
+  std::unique_ptr<Plan> p(new Plan());
+  p->file_ = std::move(f.value());
+  p->bytes_ = p->file_->data;
+  p->size_ = p->file_->size;
+  std::string dir = ".";
+  size_t slash = path.find_last_of('/');
+  if (slash != std::string::npos) dir = path.substr(0, slash);
+  Status s = p->parse(path, dir, opts);
+  if (!s.isOk()) return s;
+  return p;
+}
+
+StatusOr<std::unique_ptr<Plan>> Plan::loadBytes(const uint8_t *data, size_t size, const std::string &what,
+                                                 const PlanLoadOptions &opts) {
+  std::unique_ptr<Plan> p(new Plan());
+  p->owned_.assign(data, data + size);
+  p->bytes_ = p->owned_.data();
+  p->size_ = size;
+  Status s = p->parse(what, ".", opts);
+  if (!s.isOk()) return s;
+  return p;
+}
+
+namespace {
+
+constexpr int64_t kMaxElements = int64_t(1) << 40;
+
+// Validates dims and returns the byte size, or an error.
+Status checkedBytes(DType dt, const flatbuffers::Vector<int64_t> *dims, Dims &out, size_t &bytes) {
+  if (!dtypeIsKnown(int32_t(dt))) return sdError("unknown dtype ", int32_t(dt));
+  out.clear();
+  int64_t n = 1;
+  if (dims) {
+    if (dims->size() > 16) return sdError("rank ", dims->size(), " exceeds 16");
+    for (int64_t d : *dims) {
+      if (d < 0 || d > kMaxElements) return sdError("bad dim ", d);
+      if (d && n > kMaxElements / d) return sdError("tensor too large");
+      n *= d;
+      out.push_back(d);
+    }
+  }
+  bytes = size_t(n) * dtypeSize(dt);
+  return Status::ok();
+}
+
+Status decodeAttrs(const flatbuffers::Vector<flatbuffers::Offset<fb::Attr>> *attrs, AttrMap &out) {
+  if (!attrs) return Status::ok();
+  for (const fb::Attr *a : *attrs) {
+    std::string name = a->name()->str();
+    switch (a->kind()) {
+    case fb::AttrKind::Int: out.setInt(name, a->i()); break;
+    case fb::AttrKind::Float: out.setFloat(name, a->f()); break;
+    case fb::AttrKind::String: out.setString(name, a->s() ? a->s()->str() : ""); break;
+    case fb::AttrKind::Ints: out.setInts(name, a->ints() ? std::vector<int64_t>(a->ints()->begin(), a->ints()->end()) : std::vector<int64_t>{}); break;
+    case fb::AttrKind::Floats: out.setFloats(name, a->floats() ? std::vector<double>(a->floats()->begin(), a->floats()->end()) : std::vector<double>{}); break;
+    default: return sdError("attribute '", name, "' has unknown kind ", int(a->kind()));
+    }
+  }
+  return Status::ok();
+}
+
+// Parses an external safetensors file and binds globals to its tensors by name.
+Status bindExternalWeights(const uint8_t *data, size_t size, const std::string &what,
+                           std::vector<GlobalDesc> &globals) {
+  if (size < 8) return sdError(what, ": truncated safetensors file");
+  uint64_t hlen;
+  std::memcpy(&hlen, data, 8);
+  if (hlen > size - 8 || hlen > (64u << 20)) return sdError(what, ": bad safetensors header size");
+  auto header = parseJson(std::string(reinterpret_cast<const char *>(data + 8), size_t(hlen)), what);
+  if (!header.isOk()) return header.status();
+  const Json &h = header.value();
+  if (h.type != Json::Type::Object) return sdError(what, ": safetensors header is not an object");
+  size_t base = 8 + size_t(hlen);
+  for (GlobalDesc &g : globals) {
+    if (g.data) continue;
+    const Json *e = h.get(g.name);
+    if (!e) return sdError(what, ": missing tensor '", g.name, "'");
+    const Json *offs = e->get("data_offsets");
+    if (!offs || offs->type != Json::Type::Array || offs->arr.size() != 2 || !offs->arr[0].isInteger() ||
+        !offs->arr[1].isInteger())
+      return sdError(what, ": tensor '", g.name, "' has bad data_offsets");
+    double b = offs->arr[0].num, en = offs->arr[1].num;
+    if (b < 0 || en < b || base + en > size) return sdError(what, ": tensor '", g.name, "' lies outside the file");
+    if (size_t(en - b) != g.bytes)
+      return sdError(what, ": tensor '", g.name, "' holds ", size_t(en - b), " bytes, plan needs ", g.bytes);
+    g.data = data + base + size_t(b);
+  }
+  return Status::ok();
+}
+
+} // namespace
+
+Status Plan::parse(const std::string &what, const std::string &dir, const PlanLoadOptions &opts) {
+  auto bad = [&](auto &&...parts) { return sdError(what, ": ", parts...); };
+  fileBytes = size_;
+  if (size_ < kPlanFooterSize + 8) return bad("not a plan file (too short: ", size_, " bytes)");
+  const uint8_t *footer = bytes_ + size_ - kPlanFooterSize;
+  if (std::memcmp(footer + 12, kPlanFooterMagic, 4) != 0)
+    return bad("not a plan file (footer magic missing; truncated?)");
+  uint64_t fbSize;
+  uint32_t crc;
+  std::memcpy(&fbSize, footer, 8);
+  std::memcpy(&crc, footer + 8, 4);
+  size_t body = size_ - kPlanFooterSize;
+  if (fbSize < 8 || fbSize > body) return bad("corrupt footer (flatbuffer size ", fbSize, ")");
+  if (opts.verifyChecksum && crc32c(bytes_, body) != crc) return bad("checksum mismatch (file is corrupt)");
+  if (!flatbuffers::BufferHasIdentifier(bytes_, fb::PlanIdentifier()))
+    return bad("not a plan file (identifier is not SDPL)");
+  flatbuffers::Verifier::Options vopts;
+  vopts.max_depth = 32;
+  vopts.max_tables = 10'000'000;
+  flatbuffers::Verifier verifier(bytes_, size_t(fbSize), vopts);
+  if (!fb::VerifyPlanBuffer(verifier)) return bad("plan structure is invalid");
+  const fb::Plan *p = fb::GetPlan(bytes_);
+  schemaMajor = p->schema_major();
+  schemaMinor = p->schema_minor();
+  if (schemaMajor != kPlanSchemaMajor)
+    return bad("plan schema version ", schemaMajor, ".", schemaMinor, " is not supported (this sdrun reads ",
+               kPlanSchemaMajor, ".x)");
+  producer = p->producer() ? p->producer()->str() : "";
+  config = p->config() ? p->config()->str() : "";
+  if (p->source_sha256()) sourceSha256.assign(p->source_sha256()->begin(), p->source_sha256()->end());
+  externalWeights = p->external_weights() ? p->external_weights()->str() : "";
+
+  uint64_t wOff = p->weights_offset(), wSize = p->weights_size();
+  weightsBytes = wSize;
+  if (wSize && (wOff < fbSize || wOff % kWeightAlignment || wOff > body || wSize > body - wOff))
+    return bad("weight region [", wOff, ", +", wSize, ") lies outside the file");
+
+  // Globals.
+  if (p->globals()) {
+    for (const fb::Global *g : *p->globals()) {
+      GlobalDesc d;
+      d.name = g->name()->str();
+      d.dtype = DType(g->dtype());
+      SD_RETURN_IF_ERROR(checkedBytes(d.dtype, g->dims(), d.dims, d.bytes).withContext(what + ": global '" + d.name + "': "));
+      if (int(g->role()) < 0 || int(g->role()) > 4) return bad("global '", d.name, "' has unknown role");
+      d.role = GlobalRole(g->role());
+      if (g->data_offset() >= 0) {
+        uint64_t off = uint64_t(g->data_offset());
+        if (uint64_t(g->data_size()) != d.bytes || off > wSize || d.bytes > wSize - off)
+          return bad("global '", d.name, "' data lies outside the weight region");
+        d.data = bytes_ + wOff + off;
+      } else if (externalWeights.empty()) {
+        return bad("global '", d.name, "' has no data");
+      }
+      globals.push_back(std::move(d));
+    }
+  }
+  if (!externalWeights.empty()) {
+    if (externalWeights.find('/') != std::string::npos || externalWeights == ".." )
+      return bad("external weights name '", externalWeights, "' must be a plain file name");
+    std::string path = dir + "/" + externalWeights;
+    auto ext = MappedFile::open(path);
+    if (!ext.isOk()) return ext.status();
+    external_ = std::move(ext.value());
+    SD_RETURN_IF_ERROR(bindExternalWeights(external_->data, external_->size, path, globals));
+  }
+
+  // Entries.
+  if (!p->entries() || p->entries()->size() == 0) return bad("plan has no entries");
+  for (const fb::Entry *e : *p->entries()) {
+    EntryDesc ed;
+    ed.name = e->name()->str();
+    std::string ctx = what + ": entry '" + ed.name + "': ";
+    if (e->bucket())
+      for (const fb::BucketDim *b : *e->bucket()) ed.bucket.emplace_back(b->name()->str(), b->value());
+    ed.arenaSize = e->arena_size();
+    if (ed.arenaSize > (uint64_t(1) << 44)) return sdError(ctx, "arena size ", ed.arenaSize, " is implausible");
+    int nbuf = e->buffers() ? int(e->buffers()->size()) : 0;
+    for (int i = 0; i < nbuf; ++i) {
+      const fb::Buffer *b = e->buffers()->Get(flatbuffers::uoffset_t(i));
+      BufferDesc bd;
+      bd.dtype = DType(b->dtype());
+      SD_RETURN_IF_ERROR(checkedBytes(bd.dtype, b->dims(), bd.dims, bd.bytes)
+                             .withContext(ctx + "buffer " + std::to_string(i) + ": "));
+      bd.kind = BufferKind(b->kind());
+      bd.offset = b->offset();
+      switch (bd.kind) {
+      case BufferKind::Arena:
+        if (bd.offset < 0 || uint64_t(bd.offset) > ed.arenaSize || bd.bytes > ed.arenaSize - uint64_t(bd.offset))
+          return sdError(ctx, "buffer ", i, " lies outside the arena");
+        break;
+      case BufferKind::Global: {
+        if (bd.offset < 0 || size_t(bd.offset) >= globals.size())
+          return sdError(ctx, "buffer ", i, " names global ", bd.offset, " of ", globals.size());
+        const GlobalDesc &g = globals[size_t(bd.offset)];
+        if (g.dtype != bd.dtype || g.dims != bd.dims)
+          return sdError(ctx, "buffer ", i, " does not match global '", g.name, "'");
+        break;
+      }
+      case BufferKind::Alias: {
+        if (bd.offset < 0 || bd.offset >= i) return sdError(ctx, "buffer ", i, " aliases a later buffer");
+        const BufferDesc &t = ed.buffers[size_t(bd.offset)];
+        if (t.bytes != bd.bytes) return sdError(ctx, "alias buffer ", i, " differs in size from its target");
+        break;
+      }
+      default: return sdError(ctx, "buffer ", i, " has unknown kind");
+      }
+      ed.buffers.push_back(std::move(bd));
+    }
+    auto checkBinding = [&](const fb::Binding *bnd, bool isInput) -> Status {
+      int32_t idx = bnd->buffer();
+      if (idx < 0 || idx >= nbuf) return sdError(ctx, "binding '", bnd->name()->str(), "' names buffer ", idx);
+      if (isInput && ed.buffers[size_t(idx)].kind != BufferKind::Arena)
+        return sdError(ctx, "input '", bnd->name()->str(), "' must live in the arena");
+      (isInput ? ed.inputs : ed.outputs).emplace_back(bnd->name()->str(), idx);
+      return Status::ok();
+    };
+    if (e->inputs())
+      for (const fb::Binding *b : *e->inputs()) SD_RETURN_IF_ERROR(checkBinding(b, true));
+    if (e->outputs())
+      for (const fb::Binding *b : *e->outputs()) SD_RETURN_IF_ERROR(checkBinding(b, false));
+
+    if (e->steps()) {
+      int si = 0;
+      for (const fb::Step *s : *e->steps()) {
+        StepDesc sd;
+        sd.op = s->op()->str();
+        sd.location = s->location() ? s->location()->str() : "";
+        std::string sctx = ctx + "step " + std::to_string(si++) + " (" + sd.op +
+                           (sd.location.empty() ? "" : " at " + sd.location) + "): ";
+        sd.def = findOp(sd.op);
+        if (!sd.def || !sd.def->cpu) return sdError(sctx, "no CPU kernel implements contract '", sd.op, "'");
+        if (s->contract_version() != sd.def->contractVersion)
+          return sdError(sctx, "contract version ", s->contract_version(), " is not supported (runtime has ",
+                         sd.def->contractVersion, ")");
+        SD_RETURN_IF_ERROR(decodeAttrs(s->attrs(), sd.attrs).withContext(sctx));
+        auto readIdx = [&](const flatbuffers::Vector<int32_t> *v, std::vector<int32_t> &out, bool allowAbsent) -> Status {
+          if (!v) return Status::ok();
+          if (v->size() > 4096) return sdError(sctx, "too many operands");
+          for (int32_t x : *v) {
+            if (x < -1 || x >= nbuf || (x == -1 && !allowAbsent)) return sdError(sctx, "operand names buffer ", x);
+            out.push_back(x);
+          }
+          return Status::ok();
+        };
+        SD_RETURN_IF_ERROR(readIdx(s->inputs(), sd.inputs, true));
+        SD_RETURN_IF_ERROR(readIdx(s->outputs(), sd.outputs, false));
+        if (sd.outputs.empty()) return sdError(sctx, "step has no outputs");
+        // Re-derive output shapes from the op's shape rule: a plan whose shapes
+        // disagree with the op semantics would send kernels out of bounds.
+        ShapeContext sc{sd.attrs, {}, {}, {}, sd.outputs.size()};
+        std::vector<TensorView> consts(sd.inputs.size());
+        for (size_t k = 0; k < sd.inputs.size(); ++k) {
+          TensorInfo ti;
+          const TensorView *cv = nullptr;
+          if (sd.inputs[k] >= 0) {
+            const BufferDesc *b = &ed.buffers[size_t(sd.inputs[k])];
+            ti.dtype = b->dtype;
+            ti.dims = b->dims;
+            while (b->kind == BufferKind::Alias) b = &ed.buffers[size_t(b->offset)];
+            if (b->kind == BufferKind::Global && globals[size_t(b->offset)].data) {
+              consts[k] = TensorView{const_cast<uint8_t *>(globals[size_t(b->offset)].data), ti.dtype, ti.dims};
+              cv = &consts[k];
+            }
+          }
+          sc.inputs.push_back(ti);
+          sc.constInputs.push_back(cv);
+        }
+        SD_RETURN_IF_ERROR(inferShapes(sd.op, sc).withContext(sctx));
+        for (size_t k = 0; k < sd.outputs.size(); ++k) {
+          const BufferDesc &b = ed.buffers[size_t(sd.outputs[k])];
+          const TensorInfo &ti = sc.outputs[k];
+          bool dimsOk = ti.rankKnown ? ti.rank() == int64_t(b.dims.size()) : true;
+          for (size_t d = 0; dimsOk && ti.rankKnown && d < b.dims.size(); ++d)
+            dimsOk = ti.dims[d] < 0 || ti.dims[d] == b.dims[d];
+          if (ti.dtype != b.dtype || !dimsOk)
+            return sdError(sctx, "output ", k, " is planned as ", dtypeName(b.dtype), "[", formatDims(b.dims),
+                           "] but the op yields ", dtypeName(ti.dtype), "[", formatDims(ti.dims), "]");
+          const BufferDesc *root = &b;
+          while (root->kind == BufferKind::Alias) root = &ed.buffers[size_t(root->offset)];
+          if (root->kind == BufferKind::Global) {
+            GlobalRole r = globals[size_t(root->offset)].role;
+            if (r == GlobalRole::Frozen || r == GlobalRole::Constant)
+              return sdError(sctx, "writes read-only global '", globals[size_t(root->offset)].name, "'");
+          }
+        }
+        ed.steps.push_back(std::move(sd));
+      }
+    }
+    entries.push_back(std::move(ed));
+  }
+  return Status::ok();
+}
+
+uint64_t Plan::maxArenaSize() const {
+  uint64_t m = 0;
+  for (auto &e : entries) m = std::max(m, e.arenaSize);
+  return m;
+}
+
+StatusOr<size_t> Plan::selectEntry(const std::string &name, const std::vector<Dims> &inputDims) const {
+  std::string buckets;
+  bool found = false;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const EntryDesc &e = entries[i];
+    if (e.name != name) continue;
+    found = true;
+    bool match = e.inputs.size() == inputDims.size();
+    for (size_t k = 0; match && k < inputDims.size(); ++k)
+      match = e.buffers[size_t(e.inputs[k].second)].dims == inputDims[k];
+    if (match) return i;
+    buckets += buckets.empty() ? "" : "; ";
+    for (size_t k = 0; k < e.inputs.size(); ++k)
+      buckets += (k ? ", " : "") + e.inputs[k].first + "=" + formatDims(e.buffers[size_t(e.inputs[k].second)].dims);
+  }
+  if (!found) return sdError("plan has no entry '", name, "'");
+  std::string got;
+  for (size_t k = 0; k < inputDims.size(); ++k) got += (k ? ", " : "") + formatDims(inputDims[k]);
+  return sdError("no '", name, "' bucket takes inputs shaped ", got, " (buckets: ", buckets, ")");
+}
+
+} // namespace sd

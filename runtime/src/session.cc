@@ -1,0 +1,111 @@
+// CPU session: one arena for activations, writable copies of mutable state,
+// and per-step kernel contexts prepared once so a run is a flat loop.
+#include "sd/runtime/session.h"
+#include "sd/ops/threadpool.h"
+#include <cstdlib>
+#include <cstring>
+#include <thread>
+
+namespace sd {
+
+void configureCpuBackend(int threads);
+
+struct Session::Impl {
+  struct PreparedStep {
+    const StepDesc *desc;
+    KernelContext ctx;
+  };
+  struct PreparedEntry {
+    std::vector<TensorView> views; // one per buffer
+    std::vector<PreparedStep> steps;
+  };
+  std::unique_ptr<ThreadPool> pool;
+  uint8_t *arena = nullptr;
+  std::vector<std::vector<uint8_t>> state; // mutable globals
+  std::vector<uint8_t *> globalData;
+  std::vector<PreparedEntry> entries;
+  ~Impl() { std::free(arena); }
+};
+
+Session::~Session() = default;
+
+StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
+  std::unique_ptr<Session> s(new Session());
+  s->plan_ = plan;
+  s->impl_ = std::make_unique<Impl>();
+  Impl &im = *s->impl_;
+  int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  im.pool = std::make_unique<ThreadPool>(threads);
+  configureCpuBackend(threads);
+
+  uint64_t arenaSize = plan->maxArenaSize();
+  if (arenaSize) {
+    im.arena = static_cast<uint8_t *>(std::aligned_alloc(64, (arenaSize + 63) / 64 * 64));
+    if (!im.arena) return sdError("cannot allocate a ", arenaSize, "-byte arena");
+  }
+  for (const GlobalDesc &g : plan->globals) {
+    if (g.role == GlobalRole::Frozen || g.role == GlobalRole::Constant) {
+      im.globalData.push_back(const_cast<uint8_t *>(g.data));
+    } else {
+      im.state.emplace_back(g.data, g.data + g.bytes);
+      im.globalData.push_back(im.state.back().data());
+    }
+  }
+  for (const EntryDesc &e : plan->entries) {
+    Impl::PreparedEntry pe;
+    for (const BufferDesc &b : e.buffers) {
+      TensorView v{nullptr, b.dtype, b.dims};
+      switch (b.kind) {
+      case BufferKind::Arena: v.data = im.arena + b.offset; break;
+      case BufferKind::Global: v.data = im.globalData[size_t(b.offset)]; break;
+      case BufferKind::Alias: v.data = pe.views[size_t(b.offset)].data; break;
+      }
+      pe.views.push_back(v);
+    }
+    for (const StepDesc &sd : e.steps) {
+      Impl::PreparedStep ps{&sd, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
+      for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
+      for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
+      pe.steps.push_back(std::move(ps));
+    }
+    im.entries.push_back(std::move(pe));
+  }
+  return s;
+}
+
+Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs) {
+  if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
+  const EntryDesc &e = plan_->entries[entry];
+  Impl::PreparedEntry &pe = impl_->entries[entry];
+  if (inputs.size() != e.inputs.size())
+    return sdError("entry '", e.name, "' takes ", e.inputs.size(), " inputs, got ", inputs.size());
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView &dst = pe.views[size_t(e.inputs[i].second)];
+    const HostTensor &src = *inputs[i];
+    if (src.dtype != dst.dtype)
+      return sdError("input '", e.inputs[i].first, "' has dtype ", dtypeName(src.dtype), ", the plan expects ",
+                     dtypeName(dst.dtype));
+    if (src.dims != dst.dims)
+      return sdError("input '", e.inputs[i].first, "' has shape ", formatDims(src.dims), ", the plan expects ",
+                     formatDims(dst.dims));
+    std::memcpy(dst.data, src.data.data(), src.data.size());
+  }
+  for (auto &ps : pe.steps) {
+    Status st = ps.desc->def->cpu(ps.ctx);
+    if (!st.isOk())
+      return st.withContext(ps.desc->op + (ps.desc->location.empty() ? "" : " at " + ps.desc->location) + ": ");
+  }
+  outputs.clear();
+  for (auto &o : e.outputs) {
+    const TensorView &v = pe.views[size_t(o.second)];
+    HostTensor t;
+    t.name = o.first;
+    t.dtype = v.dtype;
+    t.dims = v.dims;
+    t.data.assign(static_cast<uint8_t *>(v.data), static_cast<uint8_t *>(v.data) + v.byteSize());
+    outputs.push_back(std::move(t));
+  }
+  return Status::ok();
+}
+
+} // namespace sd

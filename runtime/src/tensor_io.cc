@@ -1,0 +1,333 @@
+// TensorProto wire-format codec and .npy codec, with size checks on every read.
+#include "sd/runtime/tensor_io.h"
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sd {
+namespace {
+
+class Reader {
+public:
+  Reader(const uint8_t *p, size_t n) : p_(p), end_(p + n) {}
+  bool done() const { return p_ >= end_; }
+  bool varint(uint64_t &v) {
+    v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+      if (p_ >= end_) return false;
+      uint8_t b = *p_++;
+      v |= uint64_t(b & 0x7f) << shift;
+      if (!(b & 0x80)) return true;
+    }
+    return false;
+  }
+  bool bytes(size_t n, const uint8_t *&out) {
+    if (size_t(end_ - p_) < n) return false;
+    out = p_;
+    p_ += n;
+    return true;
+  }
+  bool skip(int wire) {
+    uint64_t v;
+    const uint8_t *b;
+    switch (wire) {
+    case 0: return varint(v);
+    case 1: return bytes(8, b);
+    case 2: return varint(v) && bytes(size_t(v), b);
+    case 5: return bytes(4, b);
+    default: return false;
+    }
+  }
+
+private:
+  const uint8_t *p_, *end_;
+};
+
+void putVarint(std::string &s, uint64_t v) {
+  while (v >= 0x80) {
+    s += char(uint8_t(v) | 0x80);
+    v >>= 7;
+  }
+  s += char(v);
+}
+
+} // namespace
+
+StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const std::string &what) {
+  Reader r(bytes, size);
+  HostTensor t;
+  int32_t dtype = 0;
+  std::vector<uint8_t> raw;
+  bool haveRaw = false;
+  std::vector<uint64_t> ints;     // int32_data / int64_data / uint64_data
+  std::vector<uint32_t> floats32; // float_data bit patterns
+  std::vector<uint64_t> doubles;  // double_data bit patterns
+  auto bad = [&](const char *m) { return sdError(what, ": not a valid TensorProto (", m, ")"); };
+  while (!r.done()) {
+    uint64_t key;
+    if (!r.varint(key)) return bad("truncated field key");
+    int field = int(key >> 3), wire = int(key & 7);
+    auto readRepeated = [&](int elemWire, auto &&push) -> bool {
+      if (wire == 2) {
+        uint64_t len;
+        const uint8_t *b;
+        if (!r.varint(len) || !r.bytes(size_t(len), b)) return false;
+        Reader sub(b, size_t(len));
+        while (!sub.done()) {
+          if (elemWire == 0) {
+            uint64_t v;
+            if (!sub.varint(v)) return false;
+            push(v);
+          } else {
+            const uint8_t *e;
+            size_t n = elemWire == 5 ? 4 : 8;
+            if (!sub.bytes(n, e)) return false;
+            uint64_t v = 0;
+            std::memcpy(&v, e, n);
+            push(v);
+          }
+        }
+        return true;
+      }
+      if (wire != elemWire) return false;
+      if (elemWire == 0) {
+        uint64_t v;
+        if (!r.varint(v)) return false;
+        push(v);
+        return true;
+      }
+      const uint8_t *e;
+      size_t n = elemWire == 5 ? 4 : 8;
+      if (!r.bytes(n, e)) return false;
+      uint64_t v = 0;
+      std::memcpy(&v, e, n);
+      push(v);
+      return true;
+    };
+    bool ok = true;
+    switch (field) {
+    case 1: ok = readRepeated(0, [&](uint64_t v) { t.dims.push_back(int64_t(v)); }); break;
+    case 2: {
+      uint64_t v;
+      ok = wire == 0 && r.varint(v);
+      dtype = int32_t(v);
+      break;
+    }
+    case 4: ok = readRepeated(5, [&](uint64_t v) { floats32.push_back(uint32_t(v)); }); break;
+    case 5: case 7: case 11: ok = readRepeated(field == 11 ? 0 : 0, [&](uint64_t v) { ints.push_back(v); }); break;
+    case 10: ok = readRepeated(1, [&](uint64_t v) { doubles.push_back(v); }); break;
+    case 8: case 9: {
+      uint64_t len;
+      const uint8_t *b;
+      ok = wire == 2 && r.varint(len) && r.bytes(size_t(len), b);
+      if (ok && field == 8) t.name.assign(reinterpret_cast<const char *>(b), size_t(len));
+      if (ok && field == 9) { raw.assign(b, b + len); haveRaw = true; }
+      break;
+    }
+    case 14: {
+      uint64_t v;
+      ok = wire == 0 && r.varint(v);
+      if (ok && v == 1) return sdError(what, ": tensor uses external data, which tensor files cannot");
+      break;
+    }
+    default: ok = r.skip(wire);
+    }
+    if (!ok) return bad("truncated or malformed field");
+  }
+  if (!dtypeIsKnown(dtype)) return sdError(what, ": unsupported tensor data type ", dtype);
+  t.dtype = DType(dtype);
+  int64_t n = 1;
+  for (int64_t d : t.dims) {
+    if (d < 0 || d > (int64_t(1) << 40)) return sdError(what, ": bad dim ", d);
+    if (d && n > (int64_t(1) << 40) / d) return sdError(what, ": tensor too large");
+    n *= d;
+  }
+  size_t es = dtypeSize(t.dtype);
+  t.data.resize(size_t(n) * es);
+  if (haveRaw) {
+    if (raw.size() != t.data.size())
+      return sdError(what, ": raw_data holds ", raw.size(), " bytes, shape ", formatDims(t.dims), " needs ",
+                     t.data.size());
+    t.data = std::move(raw);
+    return t;
+  }
+  size_t count = 0;
+  switch (t.dtype) {
+  case DType::F32:
+    count = floats32.size();
+    if (count == size_t(n)) std::memcpy(t.data.data(), floats32.data(), t.data.size());
+    break;
+  case DType::F64:
+    count = doubles.size();
+    if (count == size_t(n)) std::memcpy(t.data.data(), doubles.data(), t.data.size());
+    break;
+  default:
+    count = ints.size();
+    if (count == size_t(n))
+      for (size_t i = 0; i < count; ++i) std::memcpy(t.data.data() + i * es, &ints[i], es);
+  }
+  if (count != size_t(n))
+    return sdError(what, ": holds ", count, " values, shape ", formatDims(t.dims), " needs ", n);
+  return t;
+}
+
+std::string encodeTensorProto(const HostTensor &t) {
+  std::string s;
+  for (int64_t d : t.dims) {
+    putVarint(s, (1 << 3) | 0);
+    putVarint(s, uint64_t(d));
+  }
+  putVarint(s, (2 << 3) | 0);
+  putVarint(s, uint64_t(t.dtype));
+  if (!t.name.empty()) {
+    putVarint(s, (8 << 3) | 2);
+    putVarint(s, t.name.size());
+    s += t.name;
+  }
+  putVarint(s, (9 << 3) | 2);
+  putVarint(s, t.data.size());
+  s.append(reinterpret_cast<const char *>(t.data.data()), t.data.size());
+  return s;
+}
+
+static const char *npyDescr(DType t) {
+  switch (t) {
+  case DType::F32: return "<f4";
+  case DType::F64: return "<f8";
+  case DType::F16: return "<f2";
+  case DType::I8: return "|i1";
+  case DType::U8: return "|u1";
+  case DType::I16: return "<i2";
+  case DType::U16: return "<u2";
+  case DType::I32: return "<i4";
+  case DType::U32: return "<u4";
+  case DType::I64: return "<i8";
+  case DType::U64: return "<u8";
+  case DType::Bool: return "|b1";
+  default: return nullptr;
+  }
+}
+
+StatusOr<HostTensor> decodeNpy(const uint8_t *b, size_t size, const std::string &what) {
+  if (size < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0) return sdError(what, ": not a .npy file");
+  int major = b[6];
+  size_t hlen, hoff;
+  if (major == 1) { hlen = size_t(b[8]) | (size_t(b[9]) << 8); hoff = 10; }
+  else {
+    if (size < 12) return sdError(what, ": truncated .npy header");
+    hlen = size_t(b[8]) | (size_t(b[9]) << 8) | (size_t(b[10]) << 16) | (size_t(b[11]) << 24);
+    hoff = 12;
+  }
+  if (hoff + hlen > size) return sdError(what, ": truncated .npy header");
+  std::string h(reinterpret_cast<const char *>(b + hoff), hlen);
+  auto field = [&](const std::string &key) -> std::string {
+    size_t p = h.find("'" + key + "'");
+    if (p == std::string::npos) return "";
+    p = h.find(':', p);
+    if (p == std::string::npos) return "";
+    ++p;
+    while (p < h.size() && h[p] == ' ') ++p;
+    if (p >= h.size()) return "";
+    if (h[p] == '\'') {
+      size_t e = h.find('\'', p + 1);
+      return e == std::string::npos ? "" : h.substr(p + 1, e - p - 1);
+    }
+    if (h[p] == '(') {
+      size_t e = h.find(')', p);
+      return e == std::string::npos ? "" : h.substr(p + 1, e - p - 1);
+    }
+    size_t e = h.find_first_of(",}", p);
+    return h.substr(p, e == std::string::npos ? std::string::npos : e - p);
+  };
+  HostTensor t;
+  std::string descr = field("descr");
+  for (int d = 0; d <= 16; ++d)
+    if (npyDescr(DType(d)) && descr == npyDescr(DType(d))) t.dtype = DType(d);
+  if (t.dtype == DType::Undefined) return sdError(what, ": unsupported .npy dtype '", descr, "'");
+  if (field("fortran_order").find("True") != std::string::npos)
+    return sdError(what, ": Fortran-ordered .npy arrays are not supported");
+  std::string shape = field("shape");
+  std::stringstream ss(shape);
+  std::string item;
+  int64_t n = 1;
+  while (std::getline(ss, item, ',')) {
+    size_t f = item.find_first_not_of(" ");
+    if (f == std::string::npos) continue;
+    char *end;
+    long long v = std::strtoll(item.c_str() + f, &end, 10);
+    if (v < 0 || v > (1ll << 40)) return sdError(what, ": bad .npy shape '", shape, "'");
+    t.dims.push_back(v);
+    if (v && n > (int64_t(1) << 40) / v) return sdError(what, ": tensor too large");
+    n *= v;
+  }
+  size_t bytes = size_t(n) * dtypeSize(t.dtype);
+  if (size - hoff - hlen != bytes)
+    return sdError(what, ": .npy data holds ", size - hoff - hlen, " bytes, shape needs ", bytes);
+  t.data.assign(b + hoff + hlen, b + size);
+  return t;
+}
+
+std::string encodeNpy(const HostTensor &t) {
+  std::string shape;
+  for (size_t i = 0; i < t.dims.size(); ++i) shape += std::to_string(t.dims[i]) + (t.dims.size() == 1 ? "," : i + 1 < t.dims.size() ? ", " : "");
+  const char *d = npyDescr(t.dtype);
+  std::string h = std::string("{'descr': '") + (d ? d : "|u1") + "', 'fortran_order': False, 'shape': (" + shape + "), }";
+  while ((10 + h.size() + 1) % 64) h += ' ';
+  h += '\n';
+  std::string s("\x93NUMPY\x01\x00", 8);
+  s += char(h.size() & 0xff);
+  s += char(h.size() >> 8);
+  s += h;
+  s.append(reinterpret_cast<const char *>(t.data.data()), t.data.size());
+  return s;
+}
+
+StatusOr<std::string> readWholeFile(const std::string &path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return sdError(path, ": cannot open file");
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return sdError(path, ": read error");
+  return ss.str();
+}
+
+StatusOr<HostTensor> readTensorFile(const std::string &path) {
+  auto bytes = readWholeFile(path);
+  if (!bytes.isOk()) return bytes.status();
+  const std::string &s = bytes.value();
+  auto *p = reinterpret_cast<const uint8_t *>(s.data());
+  if (s.size() >= 6 && std::memcmp(p, "\x93NUMPY", 6) == 0) return decodeNpy(p, s.size(), path);
+  if (s.empty()) return sdError(path, ": empty tensor file");
+  return decodeTensorProto(p, s.size(), path);
+}
+
+Status writeFileAtomic(const std::string &path, const std::string &bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) return sdError(path, ": cannot write (", std::strerror(errno), ")");
+  size_t off = 0;
+  while (off < bytes.size()) {
+    ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);
+    if (w <= 0) {
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      return sdError(path, ": write failed (", std::strerror(errno), ")");
+    }
+    off += size_t(w);
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    return sdError(path, ": write failed");
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    return sdError(path, ": cannot rename into place (", std::strerror(errno), ")");
+  }
+  return Status::ok();
+}
+
+} // namespace sd

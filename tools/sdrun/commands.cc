@@ -1,0 +1,314 @@
+// sdrun infer / bench / inspect.
+#include "commands.h"
+#include "sd/runtime/plan.h"
+#include "sd/runtime/session.h"
+#include "sd/runtime/tensor_io.h"
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <random>
+#include <sys/stat.h>
+
+namespace sdrun {
+
+int fail(const std::string &msg) {
+  std::fprintf(stderr, "sdrun: error: %s\n", msg.c_str());
+  return 1;
+}
+
+namespace {
+
+const char *kInferUsage =
+    "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
+    "                  [--output-format pb|npy] [--threads N]\n"
+    "\n"
+    "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
+    "--input-dir reads input_0.pb, input_1.pb, ... (or .npy) in graph-input order.\n"
+    "Outputs go to DIR/output_0.pb, ... in graph-output order; without --output-dir\n"
+    "a summary is printed.\n";
+
+const char *kBenchUsage =
+    "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N]\n"
+    "                  [--entry NAME]\n"
+    "\n"
+    "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
+    "--input-dir is given). The last line is JSON with median_ms.\n";
+
+const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp\n\nShows entries, buckets, globals, arena size and weights.\n";
+
+struct Flags {
+  std::string plan;
+  std::map<std::string, std::vector<std::string>> values;
+  bool help = false;
+};
+
+// Parses `--flag value` / `--flag=value`; `known` lists flags that take a value.
+bool parseFlags(const std::vector<std::string> &args, const std::vector<std::string> &known, Flags &f, std::string &err) {
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &a = args[i];
+    if (a == "-h" || a == "--help") {
+      f.help = true;
+      return true;
+    }
+    if (a.rfind("--", 0) == 0) {
+      std::string name = a.substr(0, a.find('=')), value;
+      if (std::find(known.begin(), known.end(), name) == known.end()) return err = "unknown option '" + a + "'", false;
+      if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
+      else if (i + 1 < args.size()) value = args[++i];
+      else return err = name + " needs a value", false;
+      f.values[name].push_back(value);
+    } else if (f.plan.empty()) {
+      f.plan = a;
+    } else {
+      return err = "unexpected argument '" + a + "'", false;
+    }
+  }
+  if (f.plan.empty()) return err = "no plan given", false;
+  return true;
+}
+
+bool intFlag(const Flags &f, const std::string &name, int64_t def, int64_t lo, int64_t hi, int64_t &out, std::string &err) {
+  auto it = f.values.find(name);
+  if (it == f.values.end()) return out = def, true;
+  const std::string &s = it->second.back();
+  char *end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end || v < lo || v > hi)
+    return err = name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'", false;
+  return out = v, true;
+}
+
+bool fileExists(const std::string &p) {
+  struct stat st;
+  return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode);
+}
+
+std::string describe(const sd::HostTensor &t) {
+  return std::string(sd::dtypeName(t.dtype)) + "[" + sd::formatDims(t.dims) + "]";
+}
+
+// Loads inputs in the entry's input order from --input / --input-dir.
+sd::Status loadInputs(const Flags &f, const sd::EntryDesc &proto, std::vector<sd::HostTensor> &inputs) {
+  std::map<std::string, std::string> byName;
+  if (auto it = f.values.find("--input"); it != f.values.end())
+    for (const std::string &kv : it->second) {
+      size_t eq = kv.find('=');
+      if (eq == std::string::npos || eq == 0) return sd::sdError("--input expects NAME=FILE, got '", kv, "'");
+      std::string name = kv.substr(0, eq);
+      bool known = false;
+      for (auto &in : proto.inputs) known |= in.first == name;
+      if (!known) return sd::sdError("--input names '", name, "', which is not an input of the plan");
+      byName[name] = kv.substr(eq + 1);
+    }
+  std::string dir;
+  if (auto it = f.values.find("--input-dir"); it != f.values.end()) dir = it->second.back();
+  inputs.clear();
+  for (size_t i = 0; i < proto.inputs.size(); ++i) {
+    const std::string &name = proto.inputs[i].first;
+    std::string path;
+    if (byName.count(name)) path = byName[name];
+    else if (!dir.empty()) {
+      path = dir + "/input_" + std::to_string(i) + ".pb";
+      if (!fileExists(path) && fileExists(dir + "/input_" + std::to_string(i) + ".npy"))
+        path = dir + "/input_" + std::to_string(i) + ".npy";
+    } else {
+      return sd::sdError("no value for input '", name, "' (use --input ", name, "=FILE or --input-dir)");
+    }
+    auto t = sd::readTensorFile(path);
+    if (!t.isOk()) return t.status();
+    t.value().name = name;
+    inputs.push_back(std::move(t.value()));
+  }
+  return sd::Status::ok();
+}
+
+sd::StatusOr<std::shared_ptr<sd::Plan>> loadPlan(const std::string &path) {
+  auto p = sd::Plan::loadFile(path);
+  if (!p.isOk()) return p.status();
+  return std::shared_ptr<sd::Plan>(std::move(p.value()));
+}
+
+const sd::EntryDesc *firstEntry(const sd::Plan &plan, const std::string &name) {
+  for (auto &e : plan.entries)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+} // namespace
+
+int inferCommand(const std::vector<std::string> &args) {
+  Flags f;
+  std::string err;
+  if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads"}, f, err)) {
+    if (!f.help) return fail(err + " (see sdrun infer --help)");
+  }
+  if (f.help) return std::fputs(kInferUsage, stdout), 0;
+  int64_t threads;
+  if (!intFlag(f, "--threads", 0, 0, 1024, threads, err)) return fail(err);
+  std::string format = f.values.count("--output-format") ? f.values["--output-format"].back() : "pb";
+  if (format != "pb" && format != "npy") return fail("--output-format takes 'pb' or 'npy', got '" + format + "'");
+  auto plan = loadPlan(f.plan);
+  if (!plan.isOk()) return fail(plan.status().message());
+  const sd::EntryDesc *proto = firstEntry(*plan.value(), "infer");
+  if (!proto) return fail(f.plan + ": plan has no 'infer' entry");
+  std::vector<sd::HostTensor> inputs;
+  if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());
+  std::vector<sd::Dims> dims;
+  for (auto &t : inputs) dims.push_back(t.dims);
+  auto entry = plan.value()->selectEntry("infer", dims);
+  if (!entry.isOk()) return fail(f.plan + ": " + entry.status().message());
+  auto session = sd::Session::create(plan.value(), sd::SessionOptions{int(threads)});
+  if (!session.isOk()) return fail(session.status().message());
+  std::vector<const sd::HostTensor *> ptrs;
+  for (auto &t : inputs) ptrs.push_back(&t);
+  std::vector<sd::HostTensor> outputs;
+  if (auto s = session.value()->run(entry.value(), ptrs, outputs); !s.isOk()) return fail(s.message());
+  auto outDir = f.values.find("--output-dir");
+  if (outDir == f.values.end()) {
+    for (auto &o : outputs) {
+      std::printf("%s: %s", o.name.c_str(), describe(o).c_str());
+      std::vector<double> vals;
+      if (sd::readDoubles(o.view(), vals)) {
+        std::printf(" =");
+        for (size_t i = 0; i < std::min<size_t>(vals.size(), 8); ++i) std::printf(" %g", vals[i]);
+        if (vals.size() > 8) std::printf(" ...");
+      }
+      std::printf("\n");
+    }
+    return 0;
+  }
+  std::string dir = outDir->second.back();
+  struct stat st;
+  if (stat(dir.c_str(), &st) != 0) {
+    if (mkdir(dir.c_str(), 0755) != 0) return fail(dir + ": cannot create output directory");
+  } else if (!S_ISDIR(st.st_mode)) {
+    return fail(dir + ": not a directory");
+  }
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    std::string path = dir + "/output_" + std::to_string(i) + "." + format;
+    std::string bytes = format == "pb" ? sd::encodeTensorProto(outputs[i]) : sd::encodeNpy(outputs[i]);
+    if (auto s = sd::writeFileAtomic(path, bytes); !s.isOk()) return fail(s.message());
+  }
+  return 0;
+}
+
+int benchCommand(const std::vector<std::string> &args) {
+  Flags f;
+  std::string err;
+  if (!parseFlags(args, {"--input-dir", "--iterations", "--warmup", "--threads", "--entry"}, f, err)) {
+    if (!f.help) return fail(err + " (see sdrun bench --help)");
+  }
+  if (f.help) return std::fputs(kBenchUsage, stdout), 0;
+  int64_t threads, iters, warmup;
+  if (!intFlag(f, "--threads", 0, 0, 1024, threads, err) || !intFlag(f, "--iterations", 20, 1, 1000000, iters, err) ||
+      !intFlag(f, "--warmup", 3, 0, 1000000, warmup, err))
+    return fail(err);
+  std::string entryName = f.values.count("--entry") ? f.values["--entry"].back() : "infer";
+  auto plan = loadPlan(f.plan);
+  if (!plan.isOk()) return fail(plan.status().message());
+  const sd::EntryDesc *proto = firstEntry(*plan.value(), entryName);
+  if (!proto) return fail(f.plan + ": plan has no '" + entryName + "' entry");
+  std::vector<sd::HostTensor> inputs;
+  if (f.values.count("--input-dir")) {
+    if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());
+  } else {
+    // Random floats; zeros for integers so index inputs stay in range.
+    std::mt19937 rng(42);
+    std::uniform_real_distribution<float> uni(-1.f, 1.f);
+    for (auto &in : proto->inputs) {
+      const sd::BufferDesc &b = proto->buffers[size_t(in.second)];
+      sd::HostTensor t;
+      t.name = in.first;
+      t.dtype = b.dtype;
+      t.dims = b.dims;
+      t.data.assign(b.bytes, 0);
+      if (b.dtype == sd::DType::F32)
+        for (size_t i = 0; i < b.bytes / 4; ++i) reinterpret_cast<float *>(t.data.data())[i] = uni(rng);
+      inputs.push_back(std::move(t));
+    }
+  }
+  std::vector<sd::Dims> dims;
+  for (auto &t : inputs) dims.push_back(t.dims);
+  auto entry = plan.value()->selectEntry(entryName, dims);
+  if (!entry.isOk()) return fail(f.plan + ": " + entry.status().message());
+  auto session = sd::Session::create(plan.value(), sd::SessionOptions{int(threads)});
+  if (!session.isOk()) return fail(session.status().message());
+  std::vector<const sd::HostTensor *> ptrs;
+  for (auto &t : inputs) ptrs.push_back(&t);
+  std::vector<sd::HostTensor> outputs;
+  std::vector<double> times;
+  for (int64_t i = 0; i < warmup + iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    if (auto s = session.value()->run(entry.value(), ptrs, outputs); !s.isOk()) return fail(s.message());
+    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (i >= warmup) times.push_back(ms);
+  }
+  std::sort(times.begin(), times.end());
+  double median = times[times.size() / 2], mean = 0;
+  for (double t : times) mean += t / double(times.size());
+  std::printf("entry %s: %lld iterations, median %.3f ms, mean %.3f ms, min %.3f ms\n", entryName.c_str(),
+              (long long)iters, median, mean, times.front());
+  std::printf("{\"entry\":\"%s\",\"iterations\":%lld,\"threads\":%lld,\"median_ms\":%.4f,\"mean_ms\":%.4f,\"min_ms\":%.4f}\n",
+              entryName.c_str(), (long long)iters, (long long)threads, median, mean, times.front());
+  return 0;
+}
+
+int inspectCommand(const std::vector<std::string> &args) {
+  Flags f;
+  std::string err;
+  if (!parseFlags(args, {}, f, err)) {
+    if (!f.help) return fail(err + " (see sdrun inspect --help)");
+  }
+  if (f.help) return std::fputs(kInspectUsage, stdout), 0;
+  auto plan = loadPlan(f.plan);
+  if (!plan.isOk()) return fail(plan.status().message());
+  const sd::Plan &p = *plan.value();
+  std::string sha;
+  for (uint8_t b : p.sourceSha256) {
+    char h[3];
+    std::snprintf(h, sizeof h, "%02x", b);
+    sha += h;
+  }
+  std::printf("plan: %s (%llu bytes)\n", f.plan.c_str(), (unsigned long long)p.fileBytes);
+  std::printf("schema: %u.%u  producer: %s\n", p.schemaMajor, p.schemaMinor, p.producer.c_str());
+  std::printf("source sha256: %s\n", sha.c_str());
+  std::printf("config: %s\n", p.config.c_str());
+  uint64_t wbytes = 0;
+  for (auto &g : p.globals) wbytes += g.bytes;
+  std::printf("weights: %llu bytes in %zu globals%s\n", (unsigned long long)wbytes, p.globals.size(),
+              p.externalWeights.empty() ? " (in the plan)" : (" (external: " + p.externalWeights + ")").c_str());
+  std::printf("arena: %llu bytes (largest entry)\n", (unsigned long long)p.maxArenaSize());
+  std::printf("entries:\n");
+  for (auto &e : p.entries) {
+    std::printf("  %s", e.name.c_str());
+    if (!e.bucket.empty()) {
+      std::printf(" [");
+      for (size_t i = 0; i < e.bucket.size(); ++i)
+        std::printf("%s%s=%lld", i ? ", " : "", e.bucket[i].first.c_str(), (long long)e.bucket[i].second);
+      std::printf("]");
+    }
+    std::printf(": %zu steps, arena %llu bytes\n", e.steps.size(), (unsigned long long)e.arenaSize);
+    for (auto &in : e.inputs) {
+      auto &b = e.buffers[size_t(in.second)];
+      std::printf("    input  %s: %s[%s]\n", in.first.c_str(), sd::dtypeName(b.dtype), sd::formatDims(b.dims).c_str());
+    }
+    for (auto &out : e.outputs) {
+      auto &b = e.buffers[size_t(out.second)];
+      std::printf("    output %s: %s[%s]\n", out.first.c_str(), sd::dtypeName(b.dtype), sd::formatDims(b.dims).c_str());
+    }
+  }
+  std::printf("globals:\n");
+  size_t shown = 0;
+  for (auto &g : p.globals) {
+    if (shown++ == 50) {
+      std::printf("  ... %zu more\n", p.globals.size() - 50);
+      break;
+    }
+    std::printf("  %s: %s[%s] %s\n", g.name.c_str(), sd::dtypeName(g.dtype), sd::formatDims(g.dims).c_str(),
+                sd::globalRoleName(g.role));
+  }
+  return 0;
+}
+
+} // namespace sdrun

@@ -1,0 +1,37 @@
+// sdrun: the lean runtime driver (no MLIR). Runs, times and inspects plans.
+#include "commands.h"
+#include <cstdio>
+#include <cstring>
+
+namespace {
+const char *kUsage =
+    "usage: sdrun COMMAND PLAN.sdp [options]\n"
+    "\n"
+    "commands:\n"
+    "  infer    run the plan's infer entry on input tensors\n"
+    "  bench    time an entry in-process; the last line is JSON with median_ms\n"
+    "  inspect  show entries, buckets, globals, arena size and weights\n"
+    "\n"
+    "Run `sdrun COMMAND --help` for a command's options.\n";
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) {
+    std::fputs(kUsage, stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (cmd == "--version") {
+    std::printf("sdrun %s\n", SD_VERSION);
+    return 0;
+  }
+  if (cmd == "infer") return sdrun::inferCommand(args);
+  if (cmd == "bench") return sdrun::benchCommand(args);
+  if (cmd == "inspect") return sdrun::inspectCommand(args);
+  return sdrun::fail("unknown command '" + cmd + "' (try: sdrun --help)");
+}
