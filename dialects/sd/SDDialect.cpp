@@ -59,6 +59,22 @@ LogicalResult GlobalStoreOp::verifySymbolUses(SymbolTableCollection &tables) {
 
 OpFoldResult ConstantOp::fold(FoldAdaptor) { return getValue(); }
 
+ParseResult ConstantOp::parse(OpAsmParser &parser, OperationState &result) {
+  Attribute value;
+  if (parser.parseOptionalAttrDict(result.attributes) || parser.parseAttribute(value, "value", result.attributes))
+    return failure();
+  auto elements = dyn_cast<ElementsAttr>(value);
+  if (!elements) return parser.emitError(parser.getNameLoc(), "expected an elements attribute");
+  result.addTypes(elements.getType());
+  return success();
+}
+
+void ConstantOp::print(OpAsmPrinter &p) {
+  p.printOptionalAttrDict((*this)->getAttrs(), {"value"});
+  p << ' ';
+  p.printAttribute(getValue());
+}
+
 LogicalResult ViewOp::verify() {
   auto src = cast<MemRefType>(getSource().getType()), dst = cast<MemRefType>(getResult().getType());
   if (src.getElementType() != dst.getElementType()) return emitOpError("changes the element type");

@@ -46,7 +46,8 @@ def SD_ConstantOp : SD_Op<"constant", [ConstantLike, Pure]> {
   let summary = "small constant tensor (shape arithmetic, scalars)";
   let arguments = (ins ElementsAttr:$value);
   let results = (outs AnyTensor:$output);
-  let assemblyFormat = "attr-dict $value `:` type($output)";
+  // Printed like arith.constant: `sd.constant dense<[1, 2]> : tensor<2xi64>`.
+  let hasCustomAssemblyFormat = 1;
   let hasFolder = 1;
 }
 

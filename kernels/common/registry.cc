@@ -44,6 +44,15 @@ bool ShapeContext::constInts(size_t i, std::vector<int64_t> &out) const {
 Status inferShapes(std::string_view op, ShapeContext &ctx) {
   const OpDef *def = findOp(op);
   if (!def || !def->shape) return sdError("no shape rule for op '", op, "'");
+  int lo = 0, hi = 0;
+  if (!opArity(op, lo, hi)) return sdError("op '", op, "' has no declared arity");
+  if (int(ctx.inputs.size()) < lo || int(ctx.inputs.size()) > hi)
+    return sdError("op '", op, "' takes ", lo, lo == hi ? "" : "..", lo == hi ? "" : std::to_string(hi),
+                   " operands, got ", ctx.inputs.size());
+  for (int i = 0; i < lo; ++i)
+    if (!ctx.hasInput(size_t(i))) return sdError("op '", op, "' is missing required operand ", i);
+  ctx.constInputs.resize(ctx.inputs.size(), nullptr);
+  if (ctx.numOutputs == 0 || ctx.numOutputs > 4096) return sdError("op '", op, "' has ", ctx.numOutputs, " results");
   ctx.outputs.clear();
   SD_RETURN_IF_ERROR(def->shape(ctx));
   if (ctx.outputs.size() < ctx.numOutputs)

@@ -13,9 +13,12 @@ namespace sd::cpu {
 Dims broadcastStrides(const Dims &in, const Dims &out) {
   Dims s(out.size(), 0);
   Dims inS = stridesOf(in);
-  size_t off = out.size() - in.size();
-  for (size_t i = 0; i < in.size(); ++i)
-    s[off + i] = in[i] == 1 ? 0 : inS[i];
+  // Shape rules guarantee in.size() <= out.size(); extra leading dims of `in`
+  // (all 1 when valid) are skipped rather than indexed out of bounds.
+  size_t skip = in.size() > out.size() ? in.size() - out.size() : 0;
+  size_t off = out.size() + skip - in.size();
+  for (size_t i = skip; i < in.size(); ++i)
+    s[off + i - skip] = in[i] == 1 ? 0 : inS[i];
   return s;
 }
 

@@ -79,7 +79,9 @@ static Status castLikeShape(ShapeContext &c) {
 static Status dropoutShape(ShapeContext &c) {
   SD_CHECK_ARG(c.hasInput(0), "missing input");
   std::vector<int64_t> training;
-  if (c.constInts(2, training) && !training.empty() && training[0])
+  if (c.hasInput(2) && !c.constInts(2, training))
+    return sdError("Dropout training_mode must be a constant (bind it with --bind)");
+  if (!training.empty() && training[0])
     return sdError("Dropout with training_mode=true is not supported at inference");
   c.outputs = {c.inputs[0], sameAs(c.inputs[0], DType::Bool)};
   return Status::ok();

@@ -88,11 +88,18 @@ namespace {
 
 constexpr int64_t kMaxElements = int64_t(1) << 40;
 
+// FlatBuffers 2.0's verifier checks a vector's length field but not that its
+// 8-byte elements are aligned; a corrupt file must not make us load them.
+template <typename T> bool aligned(const flatbuffers::Vector<T> *v) {
+  return !v || v->size() == 0 || reinterpret_cast<uintptr_t>(v->data()) % alignof(T) == 0;
+}
+
 // Validates dims and returns the byte size, or an error.
 Status checkedBytes(DType dt, const flatbuffers::Vector<int64_t> *dims, Dims &out, size_t &bytes) {
   if (!dtypeIsKnown(int32_t(dt))) return sdError("unknown dtype ", int32_t(dt));
   out.clear();
   int64_t n = 1;
+  if (!aligned(dims)) return sdError("misaligned dims");
   if (dims) {
     if (dims->size() > 16) return sdError("rank ", dims->size(), " exceeds 16");
     for (int64_t d : *dims) {
@@ -110,6 +117,7 @@ Status decodeAttrs(const flatbuffers::Vector<flatbuffers::Offset<fb::Attr>> *att
   if (!attrs) return Status::ok();
   for (const fb::Attr *a : *attrs) {
     std::string name = a->name()->str();
+    if (!aligned(a->ints()) || !aligned(a->floats())) return sdError("attribute '", name, "' is misaligned");
     switch (a->kind()) {
     case fb::AttrKind::Int: out.setInt(name, a->i()); break;
     case fb::AttrKind::Float: out.setFloat(name, a->f()); break;
@@ -124,7 +132,7 @@ Status decodeAttrs(const flatbuffers::Vector<flatbuffers::Offset<fb::Attr>> *att
 
 // Parses an external safetensors file and binds globals to its tensors by name.
 Status bindExternalWeights(const uint8_t *data, size_t size, const std::string &what,
-                           std::vector<GlobalDesc> &globals) {
+                           std::vector<GlobalDesc> &globals, std::vector<std::vector<uint64_t>> &alignedCopies) {
   if (size < 8) return sdError(what, ": truncated safetensors file");
   uint64_t hlen;
   std::memcpy(&hlen, data, 8);
@@ -147,6 +155,12 @@ Status bindExternalWeights(const uint8_t *data, size_t size, const std::string &
     if (size_t(en - b) != g.bytes)
       return sdError(what, ": tensor '", g.name, "' holds ", size_t(en - b), " bytes, plan needs ", g.bytes);
     g.data = data + base + size_t(b);
+    // safetensors does not align tensors; kernels need element alignment.
+    if (reinterpret_cast<uintptr_t>(g.data) % 8) {
+      alignedCopies.emplace_back((g.bytes + 7) / 8);
+      std::memcpy(alignedCopies.back().data(), g.data, g.bytes);
+      g.data = reinterpret_cast<const uint8_t *>(alignedCopies.back().data());
+    }
   }
   return Status::ok();
 }
@@ -203,6 +217,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
         uint64_t off = uint64_t(g->data_offset());
         if (uint64_t(g->data_size()) != d.bytes || off > wSize || d.bytes > wSize - off)
           return bad("global '", d.name, "' data lies outside the weight region");
+        if (off % kWeightAlignment) return bad("global '", d.name, "' data is not 64-byte aligned");
         d.data = bytes_ + wOff + off;
       } else if (externalWeights.empty()) {
         return bad("global '", d.name, "' has no data");
@@ -217,7 +232,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
     auto ext = MappedFile::open(path);
     if (!ext.isOk()) return ext.status();
     external_ = std::move(ext.value());
-    SD_RETURN_IF_ERROR(bindExternalWeights(external_->data, external_->size, path, globals));
+    SD_RETURN_IF_ERROR(bindExternalWeights(external_->data, external_->size, path, globals, alignedCopies_));
   }
 
   // Entries.
@@ -243,6 +258,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
       case BufferKind::Arena:
         if (bd.offset < 0 || uint64_t(bd.offset) > ed.arenaSize || bd.bytes > ed.arenaSize - uint64_t(bd.offset))
           return sdError(ctx, "buffer ", i, " lies outside the arena");
+        if (bd.offset % int64_t(kWeightAlignment)) return sdError(ctx, "buffer ", i, " is not 64-byte aligned");
         break;
       case BufferKind::Global: {
         if (bd.offset < 0 || size_t(bd.offset) >= globals.size())

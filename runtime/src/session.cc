@@ -88,7 +88,7 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     if (src.dims != dst.dims)
       return sdError("input '", e.inputs[i].first, "' has shape ", formatDims(src.dims), ", the plan expects ",
                      formatDims(dst.dims));
-    std::memcpy(dst.data, src.data.data(), src.data.size());
+    if (!src.data.empty()) std::memcpy(dst.data, src.data.data(), src.data.size());
   }
   for (auto &ps : pe.steps) {
     Status st = ps.desc->def->cpu(ps.ctx);
@@ -102,7 +102,7 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     t.name = o.first;
     t.dtype = v.dtype;
     t.dims = v.dims;
-    t.data.assign(static_cast<uint8_t *>(v.data), static_cast<uint8_t *>(v.data) + v.byteSize());
+    if (v.byteSize()) t.data.assign(static_cast<uint8_t *>(v.data), static_cast<uint8_t *>(v.data) + v.byteSize());
     outputs.push_back(std::move(t));
   }
   return Status::ok();

@@ -1,16 +1,6 @@
 // sdc: the compiler driver. `sdc compile MODEL -o PLAN` imports ONNX, runs the
 // pass pipeline and writes a plan.
-#include "EmitPlan.h"
-#include "OnnxFrontend.h"
-#include "OnnxImporter.h"
-#include "PassDetail.h"
-#include "Pipeline.h"
-#include "SDDialect.h"
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/IR/Diagnostics.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
-#include "llvm/Support/raw_ostream.h"
+#include "Driver.h"
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -28,8 +18,11 @@ const char *kUsage =
     "  --shapes INPUT=DxD[,DxD] static shape of a graph input; repeat the flag or\n"
     "                           give several values to compile several buckets\n"
     "  --dim NAME=N[,N]         value of an ONNX dim_param (symbolic dimension)\n"
+    "  --bind INPUT=FILE.pb     fix a graph input to a constant tensor (inputs that\n"
+    "                           determine shapes, e.g. a Reshape target)\n"
     "  --external-weights       write weights to PLAN.safetensors next to the plan\n"
-    "  --emit mlir|plan         print the final MLIR instead of writing a plan\n"
+    "  --emit mlir|plan|import  mlir: print the final IR instead of writing a plan;\n"
+    "                           import: print the sd IR straight after import\n"
     "  --print-ir-after-all     print the IR after every pass (to stderr)\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
@@ -41,6 +34,7 @@ int fail(const std::string &msg) {
 
 struct Args {
   std::string model, output, emit = "plan";
+  std::vector<std::pair<std::string, std::string>> binds;
   sd::PipelineOptions pipeline;
   bool externalWeights = false, verbose = false;
 };
@@ -85,9 +79,12 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--dim") {
       if (!value(v)) return fail("--dim needs NAME=N"), 2;
       a.pipeline.dims.push_back(v);
+    } else if (flag == "--bind") {
+      if (!value(v) || v.find('=') == std::string::npos || v.find('=') == 0) return fail("--bind needs INPUT=FILE.pb"), 2;
+      a.binds.push_back({v.substr(0, v.find('=')), v.substr(v.find('=') + 1)});
     } else if (flag == "--emit") {
-      if (!value(a.emit) || (a.emit != "mlir" && a.emit != "plan"))
-        return fail("--emit takes 'mlir' or 'plan'"), 2;
+      if (!value(a.emit) || (a.emit != "mlir" && a.emit != "plan" && a.emit != "import"))
+        return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
     } else if (arg == "--external-weights") {
       a.externalWeights = true;
     } else if (arg == "--print-ir-after-all") {
@@ -107,68 +104,21 @@ int parseArgs(int argc, char **argv, Args &a) {
   return 0;
 }
 
-// Config recorded in the plan so `sdrun inspect` can say how it was built.
-std::string configJson(const Args &a) {
-  auto list = [](const std::vector<std::string> &v) {
-    std::string s = "[";
-    for (size_t i = 0; i < v.size(); ++i) s += (i ? "," : "") + std::string("\"") + v[i] + "\"";
-    return s + "]";
-  };
-  return "{\"shapes\":" + list(a.pipeline.shapes) + ",\"dims\":" + list(a.pipeline.dims) +
-         ",\"external_weights\":" + (a.externalWeights ? "true" : "false") + "}";
-}
-
 } // namespace
 
 int main(int argc, char **argv) {
   Args args;
   if (int rc = parseArgs(argc, argv, args)) return rc < 0 ? 0 : rc;
-
-  sd::LoadedModel loaded;
-  std::string error;
-  if (!sd::loadOnnxModel(args.model, loaded, error)) return fail(error);
-  if (args.verbose)
-    for (auto &n : loaded.notes) std::fprintf(stderr, "sdc: note: %s\n", n.c_str());
-
-  mlir::MLIRContext ctx;
-  ctx.loadDialect<sd::ir::SDDialect, mlir::func::FuncDialect>();
-  // Report the first diagnostic as one line naming the node (its location).
-  std::string firstError;
-  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
-    if (d.getSeverity() == mlir::DiagnosticSeverity::Error && firstError.empty()) {
-      std::string node = sd::nodeNameOf(d.getLocation());
-      firstError = d.str();
-      if (!node.empty() && firstError.find(node) == std::string::npos) firstError = "node '" + node + "': " + firstError;
-    }
-    return mlir::success();
-  });
-
-  sd::ImportOptions iopts;
-  iopts.modelPath = args.model;
-  auto module = sd::importOnnxModel(&ctx, loaded.model, iopts, error);
-  if (!module) return fail(error);
-
-  mlir::PassManager pm(&ctx);
-  if (args.pipeline.printIrAfterAll) {
-    ctx.disableMultithreading();
-    pm.enableIRPrinting([](mlir::Pass *, mlir::Operation *) { return false; },
-                        [](mlir::Pass *, mlir::Operation *) { return true; }, true, false, false, llvm::errs());
-  }
-  sd::buildTensorPipeline(pm, args.pipeline);
-  sd::buildPlanPipeline(pm);
-  if (mlir::failed(pm.run(*module))) return fail(args.model + ": " + (firstError.empty() ? "compilation failed" : firstError));
-
-  if (args.emit == "mlir") {
-    module->print(llvm::outs());
-    llvm::outs() << "\n";
-    return 0;
-  }
-  sd::EmitOptions eopts;
-  eopts.outputPath = args.output;
-  eopts.externalWeights = args.externalWeights;
-  eopts.producer = std::string("sdc ") + SD_VERSION;
-  eopts.sourceSha256 = loaded.sha256;
-  eopts.config = configJson(args);
-  if (mlir::failed(sd::emitPlan(*module, eopts, error))) return fail(error);
+  sd::CompileRequest req;
+  req.model = args.model;
+  req.output = args.output;
+  req.emit = args.emit;
+  req.pipeline = args.pipeline;
+  req.binds = args.binds;
+  req.externalWeights = args.externalWeights;
+  req.verbose = args.verbose;
+  std::string error, ir;
+  if (!sd::compileModel(req, error, &ir)) return fail(error);
+  if (!ir.empty()) std::fputs(ir.c_str(), stdout);
   return 0;
 }

@@ -4,6 +4,7 @@
 #include "onnx/checker.h"
 #include "onnx/defs/parser.h"
 #include "onnx/shape_inference/implementation.h"
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <fstream>
@@ -122,6 +123,45 @@ bool inlineFunctions(onnx::ModelProto &m, std::string &error) {
   return true;
 }
 
+// libonnx 1.12's text parser accepts only C identifiers, but exporters name
+// values "blocks.0.attn.qkv.weight" or "/blocks.0/attn/MatMul_output_0". We
+// accept such names in backticks, swap them for placeholders before parsing and
+// restore them after.
+bool replaceQuotedNames(const std::string &in, std::string &out, std::vector<std::string> &names, std::string &error) {
+  out.clear();
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (in[i] != '`') {
+      out += in[i];
+      continue;
+    }
+    size_t end = in.find('`', i + 1);
+    if (end == std::string::npos) return error = "unterminated `name`", false;
+    out += "__sdq" + std::to_string(names.size()) + "__";
+    names.push_back(in.substr(i + 1, end - i - 1));
+    i = end;
+  }
+  return true;
+}
+
+void restoreQuotedNames(onnx::ModelProto &m, const std::vector<std::string> &names) {
+  if (names.empty()) return;
+  auto fix = [&](std::string *s) {
+    if (s->rfind("__sdq", 0) != 0) return;
+    size_t idx = size_t(std::atoll(s->c_str() + 5));
+    if (idx < names.size() && *s == "__sdq" + std::to_string(idx) + "__") *s = names[idx];
+  };
+  auto *g = m.mutable_graph();
+  for (auto &v : *g->mutable_input()) fix(v.mutable_name());
+  for (auto &v : *g->mutable_output()) fix(v.mutable_name());
+  for (auto &v : *g->mutable_value_info()) fix(v.mutable_name());
+  for (auto &t : *g->mutable_initializer()) fix(t.mutable_name());
+  for (auto &n : *g->mutable_node()) {
+    fix(n.mutable_name());
+    for (auto &x : *n.mutable_input()) fix(&x);
+    for (auto &x : *n.mutable_output()) fix(&x);
+  }
+}
+
 } // namespace
 
 bool loadOnnxModelFromBytes(const std::string &bytes, bool textFormat, const std::string &what, const std::string &dir,
@@ -132,8 +172,16 @@ bool loadOnnxModelFromBytes(const std::string &bytes, bool textFormat, const std
     out.sha256 = sha256(bytes.data(), bytes.size());
     if (bytes.empty()) return error = what + ": empty file", false;
     if (textFormat) {
-      auto status = onnx::OnnxParser::Parse(out.model, bytes.c_str());
-      if (!status.IsOK()) return error = what + ": cannot parse ONNX text: " + status.ErrorMessage(), false;
+      std::string text;
+      std::vector<std::string> names;
+      if (!replaceQuotedNames(bytes, text, names, error)) return error = what + ": " + error, false;
+      auto status = onnx::OnnxParser::Parse(out.model, text.c_str());
+      if (!status.IsOK()) {
+        std::string msg = status.ErrorMessage();
+        std::replace(msg.begin(), msg.end(), '\n', ' ');
+        return error = what + ": cannot parse ONNX text: " + msg, false;
+      }
+      restoreQuotedNames(out.model, names);
     } else if (!out.model.ParseFromString(bytes)) {
       return error = what + ": not a valid ONNX model (protobuf parse failed)", false;
     }
@@ -158,6 +206,18 @@ bool loadOnnxModelFromBytes(const std::string &bytes, bool textFormat, const std
   } catch (...) {
     return error = what + ": unknown error while reading the model", false;
   }
+}
+
+bool loadTensorProto(const std::string &path, onnx::TensorProto &out, std::string &error) {
+  std::string bytes;
+  if (!readFile(path, bytes, error)) return false;
+  try {
+    if (bytes.empty() || !out.ParseFromString(bytes)) return error = path + ": not a TensorProto file", false;
+    if (out.data_location() == onnx::TensorProto::EXTERNAL) return error = path + ": external data is not allowed", false;
+  } catch (const std::exception &e) {
+    return error = path + ": " + e.what(), false;
+  }
+  return true;
 }
 
 bool loadOnnxModel(const std::string &path, LoadedModel &out, std::string &error) {

@@ -23,4 +23,7 @@ bool loadOnnxModel(const std::string &path, LoadedModel &out, std::string &error
 bool loadOnnxModelFromBytes(const std::string &bytes, bool textFormat, const std::string &what,
                             const std::string &dir, LoadedModel &out, std::string &error);
 
+// Reads an ONNX TensorProto file (for sdc --bind).
+bool loadTensorProto(const std::string &path, onnx::TensorProto &out, std::string &error);
+
 } // namespace sd

@@ -8,6 +8,7 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/Verifier.h"
+#include <set>
 
 using namespace mlir;
 using namespace sd::ir;
@@ -295,8 +296,16 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
   SmallVector<Type> argTypes;
   SmallVector<const onnx::ValueInfoProto *> args;
   SmallVector<SmallVector<Attribute>> argDimParams;
+  std::set<std::string> bound;
   for (const auto &in : g.input()) {
     if (inits.count(in.name())) continue;
+    if (auto it = opts.bindings.find(in.name()); it != opts.bindings.end()) {
+      if (it->second->data_type() != in.type().tensor_type().elem_type())
+        return error = what + ": --bind " + in.name() + " has element type " + std::to_string(it->second->data_type()) +
+                       ", the input has " + std::to_string(in.type().tensor_type().elem_type()), nullptr;
+      bound.insert(in.name());
+      continue;
+    }
     SmallVector<Attribute> params;
     auto t = valueType(b, in, error, params);
     if (failed(t)) return error = what + ": " + error, nullptr;
@@ -313,6 +322,12 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     imp.values[in->name()] = entry->getArgument(unsigned(i));
   }
   b.setInsertionPointToStart(entry);
+  for (auto &[name, tensor] : opts.bindings) {
+    if (!bound.count(name)) return error = what + ": --bind names '" + name + "', which is not a graph input", nullptr;
+    auto value = tensorToElements(b, *tensor, /*asResource=*/false, error);
+    if (failed(value)) return error = what + ": --bind " + name + ": " + error, nullptr;
+    imp.values[name] = b.create<ConstantOp>(NameLoc::get(b.getStringAttr(name), fileLoc), value->getType(), *value);
+  }
   for (auto [t, asConstant] : initKinds) {
     if (!asConstant || imp.values.count(t->name())) continue;
     auto value = tensorToElements(b, *t, /*asResource=*/false, error);
@@ -323,7 +338,14 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
 
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto &node = g.node(i);
-    std::string name = node.name().empty() ? node.op_type() + "_" + std::to_string(i) : node.name();
+    std::string name = node.name();
+    if (name.empty() && node.output_size() > 0) {
+      // PyTorch names outputs "<node name>_output_<k>"; recover the node name.
+      llvm::StringRef out = node.output(0);
+      size_t at = out.rfind("_output_");
+      if (at != llvm::StringRef::npos && out.starts_with("/")) name = out.substr(0, at).str();
+    }
+    if (name.empty()) name = node.op_type() + "_" + std::to_string(i);
     imp.loc = NameLoc::get(b.getStringAttr(name), FileLineColLoc::get(ctx, opts.modelPath, unsigned(i + 1), 0));
     imp.nodeDesc = what + ": node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(imp.opset) + ")";
     if (!node.domain().empty() && node.domain() != "ai.onnx")

@@ -3,10 +3,12 @@
 #pragma once
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
+#include <map>
 #include <string>
 
 namespace onnx {
 class ModelProto;
+class TensorProto;
 }
 
 namespace sd {
@@ -16,6 +18,9 @@ struct ImportOptions {
   // Integer initializers up to this many elements become sd.constant (shape
   // arithmetic folds through them); float ones with one element too.
   int64_t maxConstantElements = 4096;
+  // Graph inputs bound to constant values at compile time (sdc --bind):
+  // shape-determining inputs of an ahead-of-time plan must be known.
+  std::map<std::string, const onnx::TensorProto *> bindings;
 };
 
 mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext *ctx, const onnx::ModelProto &model,

@@ -63,7 +63,10 @@ void registerOp(OpDef def);
 // translation units nobody references, so registration is explicit).
 void registerAllOps();
 
-// Runs an op's shape rule with basic argument checks.
+// Operand count bounds of `op`; false for unknown ops.
+bool opArity(std::string_view op, int &minInputs, int &maxInputs);
+
+// Runs an op's shape rule after checking operand count and presence.
 Status inferShapes(std::string_view op, ShapeContext &ctx);
 
 } // namespace sd

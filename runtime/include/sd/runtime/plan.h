@@ -66,6 +66,7 @@ public:
   static StatusOr<std::unique_ptr<Plan>> loadFile(const std::string &path,
                                                    const PlanLoadOptions &opts = {});
   // Loads from memory (copied); `what` names the source in errors.
+  // (Copied into 64-byte-aligned memory.)
   static StatusOr<std::unique_ptr<Plan>> loadBytes(const uint8_t *data, size_t size,
                                                     const std::string &what,
                                                     const PlanLoadOptions &opts = {});
@@ -88,6 +89,7 @@ private:
   Status parse(const std::string &what, const std::string &dir, const PlanLoadOptions &opts);
   std::unique_ptr<MappedFile> file_, external_;
   std::vector<uint8_t> owned_;
+  std::vector<std::vector<uint64_t>> alignedCopies_; // misaligned external tensors
   const uint8_t *bytes_ = nullptr;
   size_t size_ = 0;
 };

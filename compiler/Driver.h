@@ -1,0 +1,25 @@
+// compileModel: ONNX file -> plan file, the whole of `sdc compile` minus flag
+// parsing. Shared by sdc, the unit tests and the fuzz targets.
+#pragma once
+#include "Pipeline.h"
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace sd {
+
+struct CompileRequest {
+  std::string model;  // .onnx or .onnxtxt path
+  std::string output; // plan path (unused for emit != "plan")
+  std::string emit = "plan"; // plan | mlir | import
+  PipelineOptions pipeline;
+  std::vector<std::pair<std::string, std::string>> binds; // input -> TensorProto file
+  bool externalWeights = false;
+  bool verbose = false;
+};
+
+// Returns true on success; `error` holds one line on failure. IR for
+// emit=mlir/import goes to `irOut`.
+bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut = nullptr);
+
+} // namespace sd

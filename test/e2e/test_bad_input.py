@@ -1,0 +1,168 @@
+#!/usr/bin/python3
+"""Bad input through the command-line tools: each case must end with exit code
+1 (2 for usage errors), exactly one line on stderr naming what is wrong, no crash, no hang and no
+output file left behind."""
+import argparse
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+RESULTS = []
+
+
+def run(cmd, timeout=60):
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def expect_clean_error(name, cmd, must_contain=(), no_files=()):
+    r = run(cmd)
+    problems = []
+    if r is None:
+        problems.append("hung")
+    else:
+        lines = [l for l in r.stderr.splitlines() if l.strip()]
+        if r.returncode not in (1, 2):  # 2: usage errors; negative: killed by a signal
+            problems.append(f"exit code {r.returncode}")
+        if len(lines) != 1:
+            problems.append(f"{len(lines)} stderr lines: {r.stderr!r}")
+        for m in must_contain:
+            if m not in r.stderr:
+                problems.append(f"message lacks {m!r}: {r.stderr.strip()!r}")
+    for f in no_files:
+        if os.path.exists(f):
+            problems.append(f"left {f} behind")
+    RESULTS.append((name, problems))
+
+
+def small_model(path, op="Relu", opset=17, **attrs):
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, None)
+    node = helper.make_node(op, ["x"], ["y"], name="the_node", **attrs)
+    g = helper.make_graph([node], "g", [x], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)])
+    onnx.save(m, path)
+
+
+def external_model(folder, location):
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    t = numpy_helper.from_array(w, "w")
+    t.ClearField("raw_data")
+    t.data_location = TensorProto.EXTERNAL
+    e = t.external_data.add()
+    e.key, e.value = "location", location
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [x], [y], [t])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    path = os.path.join(folder, "model.onnx")
+    with open(path, "wb") as f:
+        f.write(m.SerializeToString())
+    return path
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    args = ap.parse_args()
+    sdc = os.path.join(args.build, "tools", "sdc")
+    sdrun = os.path.join(args.build, "tools", "sdrun")
+    tmp = tempfile.mkdtemp(prefix="sd_bad_input_")
+    out = os.path.join(tmp, "out.sdp")
+
+    good = os.path.join(tmp, "good.onnx")
+    small_model(good)
+    raw = open(good, "rb").read()
+
+    # Malformed models.
+    expect_clean_error("missing model", [sdc, "compile", os.path.join(tmp, "nope.onnx"), "-o", out],
+                       ["nope.onnx", "no such file"], [out])
+    empty = os.path.join(tmp, "empty.onnx")
+    open(empty, "wb").close()
+    expect_clean_error("empty model", [sdc, "compile", empty, "-o", out], ["empty.onnx"], [out])
+    trunc = os.path.join(tmp, "trunc.onnx")
+    open(trunc, "wb").write(raw[: len(raw) // 2])
+    expect_clean_error("truncated model", [sdc, "compile", trunc, "-o", out], ["trunc.onnx"], [out])
+    rnd = os.path.join(tmp, "random.onnx")
+    random.seed(7)
+    open(rnd, "wb").write(bytes(random.getrandbits(8) for _ in range(4096)))
+    expect_clean_error("random-bytes model", [sdc, "compile", rnd, "-o", out], ["random.onnx"], [out])
+    text = os.path.join(tmp, "bad.onnxtxt")
+    open(text, "w").write("<ir_version: 8> g (float[2] x) => (float[2] y) { y = Relu(x ")
+    expect_clean_error("malformed text model", [sdc, "compile", text, "-o", out], ["bad.onnxtxt", "parse"], [out])
+
+    unsupported = os.path.join(tmp, "unsupported.onnx")
+    small_model(unsupported, op="NonZero", opset=13)
+    expect_clean_error("unsupported op", [sdc, "compile", unsupported, "-o", out],
+                       ["NonZero", "the_node", "opset 13"], [out])
+
+    # Flags.
+    expect_clean_error("--shapes contradicting the model", [sdc, "compile", good, "-o", out, "--shapes", "x=2x4"],
+                       ["--shapes x sets dim 1 to 4", "model fixes it at 3"], [out])
+    expect_clean_error("--shapes wrong rank", [sdc, "compile", good, "-o", out, "--shapes", "x=6"], ["rank"], [out])
+    expect_clean_error("--shapes unknown input", [sdc, "compile", good, "-o", out, "--shapes", "q=2x3"],
+                       ["'q'"], [out])
+    expect_clean_error("unknown flag", [sdc, "compile", good, "-o", out, "--frobnicate"], ["--frobnicate"], [out])
+
+    # External data confinement.
+    for label, loc in [("parent dir", "../w.bin"), ("absolute path", "/etc/passwd")]:
+        d = tempfile.mkdtemp(dir=tmp)
+        open(os.path.join(tmp, "w.bin"), "wb").write(np.zeros(6, np.float32).tobytes())
+        m = external_model(d, loc)
+        expect_clean_error(f"external data via {label}", [sdc, "compile", m, "-o", out], ["escapes the model folder"],
+                           [out])
+    d = tempfile.mkdtemp(dir=tmp)
+    os.symlink(os.path.join(tmp, "w.bin"), os.path.join(d, "link.bin"))
+    m = external_model(d, "link.bin")
+    expect_clean_error("external data via symlink", [sdc, "compile", m, "-o", out], ["escapes the model folder"], [out])
+
+    # Runtime inputs.
+    plan = os.path.join(tmp, "good.sdp")
+    r = run([sdc, "compile", good, "-o", plan])
+    assert r and r.returncode == 0, r.stderr if r else "sdc hung"
+    outdir = os.path.join(tmp, "outputs")
+    wrong_dtype = os.path.join(tmp, "wrong_dtype.pb")
+    open(wrong_dtype, "wb").write(numpy_helper.from_array(np.zeros((2, 3), np.float64)).SerializeToString())
+    expect_clean_error("input of wrong dtype", [sdrun, "infer", plan, "--input", f"x={wrong_dtype}", "--output-dir",
+                                                 outdir], ["'x'", "f64", "f32"], [outdir])
+    wrong_shape = os.path.join(tmp, "wrong_shape.npy")
+    np.save(wrong_shape, np.zeros((3, 3), np.float32))
+    expect_clean_error("input of wrong shape", [sdrun, "infer", plan, "--input", f"x={wrong_shape}", "--output-dir",
+                                                 outdir], ["3x3"], [outdir])
+    garbage = os.path.join(tmp, "garbage.pb")
+    open(garbage, "wb").write(b"\xff\xff\xff\xff")
+    expect_clean_error("garbage tensor file", [sdrun, "infer", plan, "--input", f"x={garbage}"], ["garbage.pb"])
+
+    # Corrupt plans.
+    pbytes = open(plan, "rb").read()
+    for label, data in [("truncated plan", pbytes[: len(pbytes) - 40]),
+                        ("bit-flipped plan", pbytes[:100] + bytes([pbytes[100] ^ 1]) + pbytes[101:]),
+                        ("empty plan", b""), ("onnx file as plan", raw)]:
+        p = os.path.join(tmp, "corrupt.sdp")
+        open(p, "wb").write(data)
+        good_in = os.path.join(tmp, "x.npy")
+        np.save(good_in, np.zeros((2, 3), np.float32))
+        expect_clean_error(label, [sdrun, "infer", p, "--input", f"x={good_in}", "--output-dir", outdir],
+                           ["corrupt.sdp"], [outdir])
+    expect_clean_error("inspect of a corrupt plan", [sdrun, "inspect", os.path.join(tmp, "corrupt.sdp")],
+                       ["corrupt.sdp"])
+    expect_clean_error("bench with bad iterations", [sdrun, "bench", plan, "--iterations", "zero"], ["--iterations"])
+
+    failed = 0
+    for name, problems in RESULTS:
+        print(("PASS " if not problems else "FAIL ") + name + ("" if not problems else ": " + "; ".join(problems)))
+        failed += bool(problems)
+    print(f"{len(RESULTS) - failed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
