@@ -11,6 +11,7 @@ defvar OptF32 = OptionalAttr<F32Attr>;
 defvar OptF64 = OptionalAttr<F64Attr>;
 defvar OptStr = OptionalAttr<StrAttr>;
 defvar OptI64s = OptionalAttr<DenseI64ArrayAttr>;
+defvar I64ArrayAttrKernel = DenseI64ArrayAttr;
 
 //===----------------------------------------------------------------------===//
 // Module state, constants and absent operands
@@ -156,6 +157,47 @@ def SD_InstanceNormalizationOp : SD_Nary<"instance_normalization", "InstanceNorm
 def SD_LpNormalizationOp : SD_Unary<"lp_normalization", "LpNormalization", (ins OptI64:$axis, OptI64:$p)>;
 def SD_MeanVarianceNormalizationOp : SD_Unary<"mean_variance_normalization",
     "MeanVarianceNormalization", (ins OptI64s:$axes)>;
+
+//===----------------------------------------------------------------------===//
+// Convolution and pooling
+//===----------------------------------------------------------------------===//
+
+def SD_ConvOp : SD_Nary<"conv", "Conv", (ins AnyTensor:$x, AnyTensor:$w, SD_OptTensor:$b),
+    (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$pads,
+         OptI64s:$strides)>;
+def SD_ConvTransposeOp : SD_Nary<"conv_transpose", "ConvTranspose", (ins AnyTensor:$x, AnyTensor:$w, SD_OptTensor:$b),
+    (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$output_padding,
+         OptI64s:$output_shape, OptI64s:$pads, OptI64s:$strides)>;
+def SD_MaxPoolOp : SD_Nary<"max_pool", "MaxPool", (ins AnyTensor:$x),
+    (ins OptStr:$auto_pad, OptI64:$ceil_mode, OptI64s:$dilations, I64ArrayAttrKernel:$kernel_shape, OptI64s:$pads,
+         OptI64:$storage_order, OptI64s:$strides), (outs AnyTensor:$y, AnyTensor:$indices)>;
+def SD_AveragePoolOp : SD_Nary<"average_pool", "AveragePool", (ins AnyTensor:$x),
+    (ins OptStr:$auto_pad, OptI64:$ceil_mode, OptI64:$count_include_pad, OptI64s:$dilations,
+         I64ArrayAttrKernel:$kernel_shape, OptI64s:$pads, OptI64s:$strides)>;
+def SD_LpPoolOp : SD_Nary<"lp_pool", "LpPool", (ins AnyTensor:$x),
+    (ins OptStr:$auto_pad, OptI64:$ceil_mode, OptI64s:$dilations, I64ArrayAttrKernel:$kernel_shape, OptI64:$p,
+         OptI64s:$pads, OptI64s:$strides)>;
+def SD_GlobalAveragePoolOp : SD_Unary<"global_average_pool", "GlobalAveragePool">;
+def SD_GlobalMaxPoolOp : SD_Unary<"global_max_pool", "GlobalMaxPool">;
+def SD_GlobalLpPoolOp : SD_Unary<"global_lp_pool", "GlobalLpPool", (ins OptI64:$p)>;
+
+def SD_ResizeOp : SD_Nary<"resize", "Resize",
+    (ins AnyTensor:$x, SD_OptTensor:$roi, SD_OptTensor:$scales, SD_OptTensor:$sizes),
+    (ins OptI64:$antialias, OptI64s:$axes, OptStr:$coordinate_transformation_mode, OptF32:$cubic_coeff_a,
+         OptI64:$exclude_outside, OptF32:$extrapolation_value, OptStr:$keep_aspect_ratio_policy, OptStr:$mode,
+         OptStr:$nearest_mode)>;
+def SD_EinsumOp : SD_Nary<"einsum", "Einsum", (ins Variadic<AnyTensor>:$inputs), (ins StrAttr:$equation)>;
+
+//===----------------------------------------------------------------------===//
+// Losses
+//===----------------------------------------------------------------------===//
+
+def SD_SoftmaxCrossEntropyLossOp : SD_Nary<"softmax_cross_entropy_loss", "SoftmaxCrossEntropyLoss",
+    (ins AnyTensor:$scores, AnyTensor:$labels, SD_OptTensor:$weights),
+    (ins OptI64:$ignore_index, OptStr:$reduction), (outs AnyTensor:$output, AnyTensor:$log_prob)>;
+def SD_NegativeLogLikelihoodLossOp : SD_Nary<"negative_log_likelihood_loss", "NegativeLogLikelihoodLoss",
+    (ins AnyTensor:$input, AnyTensor:$target, SD_OptTensor:$weight),
+    (ins OptI64:$ignore_index, OptStr:$reduction)>;
 
 //===----------------------------------------------------------------------===//
 // Shape and data movement

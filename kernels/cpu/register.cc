@@ -7,6 +7,9 @@ void registerElementwiseShapes();
 void registerLinalgShapes();
 void registerReduceShapes();
 void registerMovementShapes();
+void registerLossShapes();
+void registerConvShapes();
+void registerResizeEinsumShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -16,6 +19,11 @@ void registerNormalizationKernels();
 void registerMovementKernels();
 void registerIndexingKernels();
 void registerGeneratorKernels();
+void registerLossKernels();
+void registerConvKernels();
+void registerPoolKernels();
+void registerResizeKernels();
+void registerEinsumKernels();
 
 void registerCpuKernel(const char *op, KernelFn fn) {
   OpDef d;
@@ -32,6 +40,9 @@ void registerAllOps() {
     registerLinalgShapes();
     registerReduceShapes();
     registerMovementShapes();
+    registerLossShapes();
+    registerConvShapes();
+    registerResizeEinsumShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -40,6 +51,11 @@ void registerAllOps() {
     cpu::registerMovementKernels();
     cpu::registerIndexingKernels();
     cpu::registerGeneratorKernels();
+    cpu::registerLossKernels();
+    cpu::registerConvKernels();
+    cpu::registerPoolKernels();
+    cpu::registerResizeKernels();
+    cpu::registerEinsumKernels();
   });
 }
 

@@ -7,6 +7,16 @@ namespace sd {
 
 bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
   static const std::map<std::string, std::pair<int, int>, std::less<>> table = {
+      {"Einsum", {1, 16}},
+      {"Resize", {1, 4}},
+      {"GlobalLpPool", {1, 1}},
+      {"GlobalMaxPool", {1, 1}},
+      {"GlobalAveragePool", {1, 1}},
+      {"LpPool", {1, 1}},
+      {"AveragePool", {1, 1}},
+      {"MaxPool", {1, 1}},
+      {"ConvTranspose", {2, 3}},
+      {"Conv", {2, 3}},
       {"Abs", {1, 1}},
       {"Acos", {1, 1}},
       {"Acosh", {1, 1}},
@@ -72,6 +82,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"Mod", {2, 2}},
       {"Mul", {2, 2}},
       {"Neg", {1, 1}},
+      {"NegativeLogLikelihoodLoss", {2, 3}},
       {"Not", {1, 1}},
       {"OneHot", {3, 3}},
       {"Or", {2, 2}},
@@ -104,6 +115,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"Size", {1, 1}},
       {"Slice", {3, 5}},
       {"Softmax", {1, 1}},
+      {"SoftmaxCrossEntropyLoss", {2, 3}},
       {"Softplus", {1, 1}},
       {"Softsign", {1, 1}},
       {"SpaceToDepth", {1, 1}},

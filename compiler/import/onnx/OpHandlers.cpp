@@ -125,6 +125,40 @@ LogicalResult dropoutV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpe
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
+// PRelu before opset 7 applied a [C] slope per channel (axis 1); today's
+// broadcasting aligns trailing dims, so reshape the slope to [C, 1, ..., 1].
+LogicalResult preluLegacy(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto x = imp.lookup(n.input(0));
+  auto slope = n.input_size() > 1 ? imp.lookup(n.input(1)) : FailureOr<Value>(failure());
+  if (failed(x) || failed(slope)) return failure();
+  auto xt = dyn_cast<RankedTensorType>(x->getType());
+  auto st = dyn_cast<RankedTensorType>(slope->getType());
+  Value sv = *slope;
+  if (xt && st && st.getRank() == 1 && xt.getRank() > 2 && st.getDimSize(0) == xt.getDimSize(1)) {
+    SmallVector<int64_t> shape(size_t(xt.getRank() - 1), 1);
+    shape[0] = st.getDimSize(0);
+    OpSpec reshape{"Reshape", 5, "reshape", 2, 1, nullptr};
+    auto r = imp.buildOp(reshape, {sv, imp.constI64(shape)}, {}, 1);
+    if (failed(r)) return failure();
+    sv = (*r)->getResult(0);
+  }
+  auto op = imp.buildOp(s, {*x, sv}, {}, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+// Resize at opset 10 takes (X, scales) and behaves as asymmetric/floor.
+LogicalResult resizeV10(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto x = imp.lookup(n.input(0));
+  auto scales = n.input_size() > 1 ? imp.lookup(n.input(1)) : FailureOr<Value>(failure());
+  if (failed(x) || failed(scales)) return failure();
+  auto attrs = imp.convertAttributes(n);
+  if (failed(attrs)) return failure();
+  attrs->push_back(imp.builder.getNamedAttr("coordinate_transformation_mode", imp.builder.getStringAttr("asymmetric")));
+  attrs->push_back(imp.builder.getNamedAttr("nearest_mode", imp.builder.getStringAttr("floor")));
+  auto op = imp.buildOp(s, {*x, imp.none(), *scales, imp.none()}, *attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
 LogicalResult batchNormLegacy(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
   if (const auto *sp = findAttr(n, "spatial"); sp && sp->i() == 0)
     return imp.fail("BatchNormalization with spatial=0 is not supported");
@@ -221,7 +255,7 @@ const OpSpec kSpecs[] = {
     G("Add", "add", 2, 1), G("Sub", "sub", 2, 1), G("Mul", "mul", 2, 1), G("Div", "div", 2, 1),
     G("Pow", "pow", 2, 1), G("And", "and", 2, 1), G("Or", "or", 2, 1), G("Xor", "xor", 2, 1),
     G("Equal", "equal", 2, 1), G("Less", "less", 2, 1), G("LessOrEqual", "less_or_equal", 2, 1),
-    G("Greater", "greater", 2, 1), G("GreaterOrEqual", "greater_or_equal", 2, 1), G("PRelu", "prelu", 2, 1),
+    G("Greater", "greater", 2, 1), G("GreaterOrEqual", "greater_or_equal", 2, 1), {"PRelu", 1, "prelu", 2, 1, preluLegacy}, {"PRelu", 7, "prelu", 2, 1, generic},
     G("Mod", "mod", 2, 1), G("BitShift", "bit_shift", 2, 1), G("Min", "min", -1, 1), G("Max", "max", -1, 1),
     G("Mean", "mean", -1, 1), G("Sum", "sum", -1, 1), G("Where", "where", 3, 1),
     {"Clip", 1, "clip", 3, 1, clipV1}, {"Clip", 11, "clip", 3, 1, generic},
@@ -252,6 +286,16 @@ const OpSpec kSpecs[] = {
     {"BatchNormalization", 1, "batch_normalization", 5, 1, batchNormLegacy},
     G("InstanceNormalization", "instance_normalization", 3, 1), G("LpNormalization", "lp_normalization", 1, 1),
     G("MeanVarianceNormalization", "mean_variance_normalization", 1, 1),
+    // Convolution and pooling.
+    G("Conv", "conv", 3, 1), G("ConvTranspose", "conv_transpose", 3, 1),
+    {"MaxPool", 1, "max_pool", 1, 2, generic}, G("AveragePool", "average_pool", 1, 1), G("LpPool", "lp_pool", 1, 1),
+    G("GlobalAveragePool", "global_average_pool", 1, 1), G("GlobalMaxPool", "global_max_pool", 1, 1),
+    G("GlobalLpPool", "global_lp_pool", 1, 1),
+    {"Resize", 10, "resize", 4, 1, resizeV10}, {"Resize", 11, "resize", 4, 1, generic},
+    {"Einsum", 12, "einsum", -1, 1, generic},
+    // Losses.
+    {"SoftmaxCrossEntropyLoss", 12, "softmax_cross_entropy_loss", 3, 2, generic},
+    {"NegativeLogLikelihoodLoss", 12, "negative_log_likelihood_loss", 3, 1, generic},
     // Shape and data movement.
     {"Reshape", 5, "reshape", 2, 1, generic}, G("Transpose", "transpose", 1, 1), G("Concat", "concat", -1, 1),
     {"Split", 2, "split", 2, -1, splitAttrToOperand}, {"Split", 13, "split", 2, -1, generic},

@@ -1,0 +1,155 @@
+// CPU kernels for Conv and ConvTranspose: im2col / col2im around a GEMM per
+// batch item and group. 2-D has an unrolled fast path; other ranks use the
+// generic N-d walk.
+#include "cpu_util.h"
+#include "gemm.h"
+#include "sd/ops/window_geometry.h"
+
+namespace sd::cpu {
+namespace {
+
+Dims spatial(const Dims &d) { return Dims(d.begin() + 2, d.end()); }
+
+// Walks every (kernel offset, output position) pair and calls
+// fn(row, outIndex, inputOffsetOrMinus1) for input channel-independent geometry.
+template <typename F> void forEachWindowTap(const WindowGeometry &g, F &&fn) {
+  size_t n = g.rank();
+  int64_t kTotal = product(g.kernel), oTotal = product(g.out);
+  Dims inStr = stridesOf(g.in);
+  Dims k(n), o(n);
+  for (int64_t kk = 0; kk < kTotal; ++kk) {
+    int64_t rem = kk;
+    for (int64_t d = int64_t(n) - 1; d >= 0; --d) { k[size_t(d)] = rem % g.kernel[size_t(d)]; rem /= g.kernel[size_t(d)]; }
+    for (int64_t oo = 0; oo < oTotal; ++oo) {
+      int64_t r2 = oo, off = 0;
+      bool inside = true;
+      for (int64_t d = int64_t(n) - 1; d >= 0; --d) {
+        size_t u = size_t(d);
+        o[u] = r2 % g.out[u];
+        r2 /= g.out[u];
+        int64_t pos = o[u] * g.strides[u] - g.padBegin[u] + k[u] * g.dilations[u];
+        if (pos < 0 || pos >= g.in[u]) inside = false;
+        off += pos * inStr[u];
+      }
+      fn(kk, oo, inside ? off : -1);
+    }
+  }
+}
+
+// col[c*K + kk, oo] = x[c, window(kk, oo)] (0 in padding).
+template <typename T> void im2col(ThreadPool *pool, const T *x, int64_t channels, const WindowGeometry &g, T *col) {
+  int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
+  if (g.rank() == 2) {
+    int64_t H = g.in[0], W = g.in[1], KH = g.kernel[0], KW = g.kernel[1], OH = g.out[0], OW = g.out[1];
+    parallelFor(pool, channels, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c)
+        for (int64_t kh = 0; kh < KH; ++kh)
+          for (int64_t kw = 0; kw < KW; ++kw) {
+            T *row = col + ((c * KH + kh) * KW + kw) * oTotal;
+            for (int64_t oh = 0; oh < OH; ++oh) {
+              int64_t ih = oh * g.strides[0] - g.padBegin[0] + kh * g.dilations[0];
+              T *dst = row + oh * OW;
+              if (ih < 0 || ih >= H) {
+                std::fill(dst, dst + OW, T(0));
+                continue;
+              }
+              const T *src = x + (c * H + ih) * W;
+              for (int64_t ow = 0; ow < OW; ++ow) {
+                int64_t iw = ow * g.strides[1] - g.padBegin[1] + kw * g.dilations[1];
+                dst[ow] = (iw >= 0 && iw < W) ? src[iw] : T(0);
+              }
+            }
+          }
+    });
+    return;
+  }
+  std::vector<int64_t> taps(size_t(kTotal * oTotal));
+  forEachWindowTap(g, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * oTotal + oo)] = off; });
+  for (int64_t c = 0; c < channels; ++c)
+    for (int64_t i = 0; i < kTotal * oTotal; ++i)
+      col[c * kTotal * oTotal + i] = taps[size_t(i)] < 0 ? T(0) : x[c * inTotal + taps[size_t(i)]];
+}
+
+Status ConvKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
+  int64_t group = c.attrs.getInt("group", 1);
+  Dims kernel = c.attrs.getInts("kernel_shape");
+  if (kernel.empty()) kernel = spatial(w.dims);
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, spatial(x.dims), kernel, false, g));
+  int64_t n = x.dims[0], cin = x.dims[1], m = w.dims[0], cg = cin / group, mg = m / group;
+  int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
+  SD_CHECK_ARG(y.dims[1] == m && product(spatial(y.dims)) == oTotal && w.dims[1] == cg, "Conv shapes inconsistent");
+  bool direct = kTotal == 1;
+  for (size_t i = 0; i < g.rank(); ++i)
+    direct = direct && g.strides[i] == 1 && g.padBegin[i] == 0 && g.padEnd[i] == 0;
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> col(direct ? 0 : size_t(cg * kTotal * oTotal));
+    const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const T *xg = x.as<T>() + (b * cin + gi * cg) * inTotal;
+        T *yg = y.as<T>() + (b * m + gi * mg) * oTotal;
+        const T *src = xg;
+        if (!direct) {
+          im2col<T>(c.pool, xg, cg, g, col.data());
+          src = col.data();
+        }
+        if (bias)
+          for (int64_t j = 0; j < mg; ++j) std::fill(yg + j * oTotal, yg + (j + 1) * oTotal, bias[gi * mg + j]);
+        gemm<T>(false, false, mg, oTotal, cg * kTotal, T(1), w.as<T>() + gi * mg * cg * kTotal, cg * kTotal, src,
+                oTotal, bias ? T(1) : T(0), yg, oTotal);
+      }
+    return Status::ok();
+  });
+}
+
+Status ConvTransposeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
+  int64_t group = c.attrs.getInt("group", 1);
+  Dims kernel = c.attrs.getInts("kernel_shape");
+  if (kernel.empty()) kernel = spatial(w.dims);
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveTransposedWindows(c.attrs, spatial(x.dims), kernel, g));
+  int64_t n = x.dims[0], cin = x.dims[1], cg = cin / group, mg = w.dims[1], m = mg * group;
+  int64_t kTotal = product(g.kernel), inTotal = product(g.in), outTotal = product(g.out);
+  SD_CHECK_ARG(y.dims[1] == m && product(spatial(y.dims)) == outTotal, "ConvTranspose shapes inconsistent");
+  // col2im uses the forward geometry: the transposed conv's output is the
+  // forward conv's input.
+  WindowGeometry fwd = g;
+  fwd.in = g.out;
+  fwd.out = g.in;
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> col(size_t(mg * kTotal * inTotal));
+    std::vector<int64_t> taps(size_t(kTotal * inTotal));
+    forEachWindowTap(fwd, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * inTotal + oo)] = off; });
+    const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
+    for (int64_t b = 0; b < n; ++b)
+      for (int64_t gi = 0; gi < group; ++gi) {
+        const T *xg = x.as<T>() + (b * cin + gi * cg) * inTotal;
+        T *yg = y.as<T>() + (b * m + gi * mg) * outTotal;
+        // col[mg*K, in] = W_g^T [mg*K, cg] x X_g [cg, in]
+        gemm<T>(true, false, mg * kTotal, inTotal, cg, T(1), w.as<T>() + gi * cg * mg * kTotal, mg * kTotal, xg,
+                inTotal, T(0), col.data(), inTotal);
+        for (int64_t j = 0; j < mg; ++j) {
+          T *dst = yg + j * outTotal;
+          std::fill(dst, dst + outTotal, bias ? bias[gi * mg + j] : T(0));
+          const T *cj = col.data() + j * kTotal * inTotal;
+          for (int64_t i = 0; i < kTotal * inTotal; ++i)
+            if (taps[size_t(i)] >= 0) dst[taps[size_t(i)]] += cj[i];
+        }
+      }
+    return Status::ok();
+  });
+}
+
+} // namespace
+
+void registerConvKernels() {
+  registerCpuKernel("Conv", ConvKernel);
+  registerCpuKernel("ConvTranspose", ConvTransposeKernel);
+}
+
+} // namespace sd::cpu

@@ -1,0 +1,86 @@
+// CPU kernels for NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss
+// (log-softmax over axis 1, then NLL), with class weights, ignore_index and
+// mean/sum/none reductions as the ONNX reference defines them.
+#include "cpu_util.h"
+#include <cmath>
+
+namespace sd::cpu {
+namespace {
+
+// loss[n, d] = -w[t] * logp[n, t, d]; reduced per `reduction`.
+template <typename T>
+Status nll(const KernelContext &c, const T *logp, const Dims &xdims) {
+  const TensorView &tgt = c.inputs[1], &out = c.outputs[0];
+  int64_t n = xdims[0], cls = xdims[1], inner = 1;
+  for (size_t d = 2; d < xdims.size(); ++d) inner *= xdims[d];
+  std::vector<int64_t> t;
+  SD_CHECK_ARG(readIntegers(tgt, t), "loss target must be integer");
+  bool hasIgnore = c.attrs.has("ignore_index");
+  int64_t ignore = c.attrs.getInt("ignore_index", 0);
+  const T *w = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
+  std::string red = c.attrs.getString("reduction", "mean");
+  bool none = red == "none";
+  SD_CHECK_ARG(out.numElements() == (none ? n * inner : 1), "loss output size mismatch");
+  double sum = 0, wsum = 0;
+  T *po = out.as<T>();
+  for (int64_t i = 0; i < n; ++i)
+    for (int64_t j = 0; j < inner; ++j) {
+      int64_t k = t[size_t(i * inner + j)];
+      double l = 0, wk = 0;
+      if (!(hasIgnore && k == ignore)) {
+        if (k < 0 || k >= cls) return sdError("loss target ", k, " out of range [0, ", cls, ")");
+        wk = w ? double(w[k]) : 1.0;
+        l = -wk * double(logp[(i * cls + k) * inner + j]);
+      }
+      if (none) po[i * inner + j] = T(l);
+      sum += l;
+      wsum += wk;
+    }
+  if (red == "sum") po[0] = T(sum);
+  else if (red == "mean") po[0] = T((w || hasIgnore) ? sum / wsum : sum / double(n * inner));
+  return Status::ok();
+}
+
+Status NllKernel(const KernelContext &c) {
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return nll<T>(c, c.inputs[0].as<T>(), c.inputs[0].dims);
+  });
+}
+
+Status SceKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t n = x.dims[0], cls = x.dims[1], inner = x.numElements() / std::max<int64_t>(n * cls, 1);
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> scratch;
+    T *logp;
+    if (c.outputs.size() > 1 && c.outputs[1].data) {
+      logp = c.outputs[1].as<T>();
+    } else {
+      scratch.resize(size_t(x.numElements()));
+      logp = scratch.data();
+    }
+    const T *px = x.as<T>();
+    for (int64_t i = 0; i < n; ++i)
+      for (int64_t j = 0; j < inner; ++j) {
+        const T *row = px + i * cls * inner + j;
+        T mx = row[0];
+        for (int64_t k = 1; k < cls; ++k) mx = std::max(mx, row[k * inner]);
+        double s = 0;
+        for (int64_t k = 0; k < cls; ++k) s += std::exp(double(row[k * inner] - mx));
+        T ls = T(std::log(s));
+        for (int64_t k = 0; k < cls; ++k) logp[(i * cls + k) * inner + j] = row[k * inner] - mx - ls;
+      }
+    return nll<T>(c, logp, x.dims);
+  });
+}
+
+} // namespace
+
+void registerLossKernels() {
+  registerCpuKernel("NegativeLogLikelihoodLoss", NllKernel);
+  registerCpuKernel("SoftmaxCrossEntropyLoss", SceKernel);
+}
+
+} // namespace sd::cpu

@@ -1,0 +1,117 @@
+// CPU kernels for MaxPool (with indices), AveragePool, LpPool and the global
+// pools, over any number of spatial dims.
+#include "cpu_util.h"
+#include "sd/ops/window_geometry.h"
+#include <cmath>
+#include <limits>
+
+namespace sd::cpu {
+namespace {
+
+enum class Mode { Max, Avg, Lp };
+
+template <Mode M> Status poolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  Dims in(x.dims.begin() + 2, x.dims.end());
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, in, c.attrs.getInts("kernel_shape"), true, g));
+  int64_t planes = x.dims[0] * x.dims[1], inTotal = product(g.in), outTotal = product(g.out);
+  SD_CHECK_ARG(y.numElements() == planes * outTotal, "pool output size mismatch");
+  bool includePad = c.attrs.getInt("count_include_pad", 0);
+  double p = double(c.attrs.getInt("p", 2));
+  const TensorView *idxOut = c.outputs.size() > 1 && c.outputs[1].data ? &c.outputs[1] : nullptr;
+  bool colMajor = c.attrs.getInt("storage_order", 0) == 1 && g.rank() == 2;
+  size_t n = g.rank();
+  Dims inStr = stridesOf(g.in);
+  auto dispatch = [&](auto &&fn) { return M == Mode::Max ? dispatchNumeric(x.dtype, fn) : dispatchFloat(x.dtype, fn); };
+  return dispatch([&](auto tag) {
+    using T = decltype(tag);
+    parallelFor(c.pool, planes, 1, [&](int64_t p0, int64_t p1) {
+      Dims o(n), k(n);
+      for (int64_t pl = p0; pl < p1; ++pl) {
+        const T *src = x.as<T>() + pl * inTotal;
+        for (int64_t oo = 0; oo < outTotal; ++oo) {
+          int64_t rem = oo;
+          for (int64_t d = int64_t(n) - 1; d >= 0; --d) { o[size_t(d)] = rem % g.out[size_t(d)]; rem /= g.out[size_t(d)]; }
+          double acc = M == Mode::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+          int64_t count = 0, padCount = 1, best = -1;
+          // Window extent clipped to the padded input (what count_include_pad divides by).
+          for (size_t d = 0; d < n; ++d) {
+            int64_t start = o[d] * g.strides[d] - g.padBegin[d];
+            int64_t end = std::min(start + (g.kernel[d] - 1) * g.dilations[d] + 1, g.in[d] + g.padEnd[d]);
+            padCount *= (end - start + g.dilations[d] - 1) / g.dilations[d];
+          }
+          int64_t kTotal = product(g.kernel);
+          for (int64_t kk = 0; kk < kTotal; ++kk) {
+            int64_t r2 = kk, off = 0;
+            bool inside = true;
+            for (int64_t d = int64_t(n) - 1; d >= 0; --d) {
+              size_t u = size_t(d);
+              k[u] = r2 % g.kernel[u];
+              r2 /= g.kernel[u];
+              int64_t pos = o[u] * g.strides[u] - g.padBegin[u] + k[u] * g.dilations[u];
+              if (pos < 0 || pos >= g.in[u]) inside = false;
+              off += pos * inStr[u];
+            }
+            if (!inside) continue;
+            double v = double(src[off]);
+            if (M == Mode::Max) {
+              if (v > acc || best < 0) { acc = v; best = off; }
+            } else if (M == Mode::Avg) {
+              acc += v;
+            } else {
+              acc += std::pow(std::abs(v), p);
+            }
+            ++count;
+          }
+          T result;
+          if (M == Mode::Max) result = T(acc);
+          else if (M == Mode::Avg) result = T(acc / double(std::max<int64_t>(1, includePad ? padCount : count)));
+          else result = T(std::pow(acc, 1.0 / p));
+          y.as<T>()[pl * outTotal + oo] = result;
+          if (M == Mode::Max && idxOut) {
+            int64_t flat = best;
+            if (colMajor && best >= 0) flat = (best % g.in[1]) * g.in[0] + best / g.in[1];
+            idxOut->as<int64_t>()[pl * outTotal + oo] = pl * inTotal + flat;
+          }
+        }
+      }
+    });
+    return Status::ok();
+  });
+}
+
+template <Mode M> Status globalPoolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t planes = x.dims[0] * x.dims[1], inner = x.numElements() / std::max<int64_t>(planes, 1);
+  double p = double(c.attrs.getInt("p", 2));
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const T *src = x.as<T>() + pl * inner;
+      double acc = M == Mode::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+      for (int64_t i = 0; i < inner; ++i) {
+        if (M == Mode::Max) acc = std::max(acc, double(src[i]));
+        else if (M == Mode::Avg) acc += double(src[i]);
+        else acc += std::pow(std::abs(double(src[i])), p);
+      }
+      if (M == Mode::Avg) acc /= double(std::max<int64_t>(inner, 1));
+      if (M == Mode::Lp) acc = std::pow(acc, 1.0 / p);
+      c.outputs[0].as<T>()[pl] = T(acc);
+    }
+    return Status::ok();
+  });
+}
+
+} // namespace
+
+void registerPoolKernels() {
+  registerCpuKernel("MaxPool", poolKernel<Mode::Max>);
+  registerCpuKernel("AveragePool", poolKernel<Mode::Avg>);
+  registerCpuKernel("LpPool", poolKernel<Mode::Lp>);
+  registerCpuKernel("GlobalMaxPool", globalPoolKernel<Mode::Max>);
+  registerCpuKernel("GlobalAveragePool", globalPoolKernel<Mode::Avg>);
+  registerCpuKernel("GlobalLpPool", globalPoolKernel<Mode::Lp>);
+}
+
+} // namespace sd::cpu
