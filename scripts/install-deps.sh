@@ -12,6 +12,7 @@ PACKAGES=(
   libflatbuffers-dev flatbuffers-compiler
   libopenblas-dev liblapacke-dev
   libgtest-dev libgmock-dev
+  python3-torch libopenblas0-pthread
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libcurl4-openssl-dev
 )
 
@@ -22,15 +23,27 @@ for p in "${PACKAGES[@]}"; do
   fi
 done
 
-if [ ${#missing[@]} -eq 0 ]; then
-  echo "install-deps: all ${#PACKAGES[@]} packages present"
-  exit 0
-fi
-
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
-echo "install-deps: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
+else
+  echo "install-deps: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# Node.js and npm: use the machine's when present (it may not be Debian's).
+if ! command -v npm >/dev/null 2>&1; then
+  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+fi
+
+# ONNX Runtime (CPU) from npm: the reference and the peer for benchmarks. The
+# skip flag keeps the package's install script from downloading GPU binaries.
+cd "$(dirname "$0")/../bench"
+if [ ! -d node_modules/onnxruntime-node ]; then
+  echo "install-deps: installing onnxruntime-node (npm)"
+  ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --silent
+fi
 echo "install-deps: done"

@@ -105,7 +105,7 @@ def SD_ClipOp : SD_Nary<"clip", "Clip",
     (ins AnyTensor:$input, SD_OptTensor:$min, SD_OptTensor:$max)>;
 def SD_DropoutOp : SD_Nary<"dropout", "Dropout",
     (ins AnyTensor:$data, SD_OptTensor:$ratio, SD_OptTensor:$training_mode),
-    (ins OptI64:$seed), (outs AnyTensor:$output, AnyTensor:$mask)>;
+    (ins OptI64:$seed), (outs AnyTensor:$output, Optional<AnyTensor>:$mask)>;
 
 //===----------------------------------------------------------------------===//
 // Linear algebra
@@ -147,7 +147,9 @@ foreach op = [["arg_max", "ArgMax"], ["arg_min", "ArgMin"]] in
 def SD_LayerNormalizationOp : SD_Nary<"layer_normalization", "LayerNormalization",
     (ins AnyTensor:$x, AnyTensor:$scale, SD_OptTensor:$bias),
     (ins OptI64:$axis, OptF32:$epsilon, OptI64:$stash_type),
-    (outs AnyTensor:$y, AnyTensor:$mean, AnyTensor:$inv_std_dev)>;
+    (outs AnyTensor:$y, Variadic<AnyTensor>:$stats)> {
+  let description = "`stats` holds the optional Mean and InvStdDev outputs (0, 1 or 2).";
+}
 def SD_BatchNormalizationOp : SD_Nary<"batch_normalization", "BatchNormalization",
     (ins AnyTensor:$x, AnyTensor:$scale, AnyTensor:$bias, AnyTensor:$input_mean,
          AnyTensor:$input_var),
@@ -170,7 +172,7 @@ def SD_ConvTransposeOp : SD_Nary<"conv_transpose", "ConvTranspose", (ins AnyTens
          OptI64s:$output_shape, OptI64s:$pads, OptI64s:$strides)>;
 def SD_MaxPoolOp : SD_Nary<"max_pool", "MaxPool", (ins AnyTensor:$x),
     (ins OptStr:$auto_pad, OptI64:$ceil_mode, OptI64s:$dilations, I64ArrayAttrKernel:$kernel_shape, OptI64s:$pads,
-         OptI64:$storage_order, OptI64s:$strides), (outs AnyTensor:$y, AnyTensor:$indices)>;
+         OptI64:$storage_order, OptI64s:$strides), (outs AnyTensor:$y, Optional<AnyTensor>:$indices)>;
 def SD_AveragePoolOp : SD_Nary<"average_pool", "AveragePool", (ins AnyTensor:$x),
     (ins OptStr:$auto_pad, OptI64:$ceil_mode, OptI64:$count_include_pad, OptI64s:$dilations,
          I64ArrayAttrKernel:$kernel_shape, OptI64s:$pads, OptI64s:$strides)>;
@@ -194,7 +196,7 @@ def SD_EinsumOp : SD_Nary<"einsum", "Einsum", (ins Variadic<AnyTensor>:$inputs),
 
 def SD_SoftmaxCrossEntropyLossOp : SD_Nary<"softmax_cross_entropy_loss", "SoftmaxCrossEntropyLoss",
     (ins AnyTensor:$scores, AnyTensor:$labels, SD_OptTensor:$weights),
-    (ins OptI64:$ignore_index, OptStr:$reduction), (outs AnyTensor:$output, AnyTensor:$log_prob)>;
+    (ins OptI64:$ignore_index, OptStr:$reduction), (outs AnyTensor:$output, Optional<AnyTensor>:$log_prob)>;
 def SD_NegativeLogLikelihoodLossOp : SD_Nary<"negative_log_likelihood_loss", "NegativeLogLikelihoodLoss",
     (ins AnyTensor:$input, AnyTensor:$target, SD_OptTensor:$weight),
     (ins OptI64:$ignore_index, OptStr:$reduction)>;
@@ -238,7 +240,7 @@ def SD_PadOp : SD_Nary<"pad", "Pad",
 def SD_DepthToSpaceOp : SD_Unary<"depth_to_space", "DepthToSpace", (ins I64Attr:$blocksize, OptStr:$mode)>;
 def SD_SpaceToDepthOp : SD_Unary<"space_to_depth", "SpaceToDepth", (ins I64Attr:$blocksize)>;
 def SD_TopKOp : SD_Nary<"top_k", "TopK", (ins AnyTensor:$x, AnyTensor:$k),
-    (ins OptI64:$axis, OptI64:$largest, OptI64:$sorted), (outs AnyTensor:$values, AnyTensor:$indices)>;
+    (ins OptI64:$axis, OptI64:$largest, OptI64:$sorted), (outs AnyTensor:$values, Optional<AnyTensor>:$indices)>;
 def SD_TriluOp : SD_Nary<"trilu", "Trilu", (ins AnyTensor:$input, SD_OptTensor:$k), (ins OptI64:$upper)>;
 def SD_CumSumOp : SD_Binary<"cum_sum", "CumSum", (ins OptI64:$exclusive, OptI64:$reverse)>;
 

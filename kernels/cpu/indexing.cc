@@ -187,7 +187,8 @@ Status OneHotKernel(const KernelContext &c) {
 }
 
 Status TopKKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0], &vals = c.outputs[0], &inds = c.outputs[1];
+  const TensorView &x = c.inputs[0], &vals = c.outputs[0];
+  int64_t *inds = c.outputs.size() > 1 ? c.outputs[1].as<int64_t>() : nullptr;
   int64_t axis = c.attrs.getInt("axis", -1);
   if (axis < 0) axis += x.rank();
   bool largest = c.attrs.getInt("largest", 1);
@@ -210,7 +211,7 @@ Status TopKKernel(const KernelContext &c) {
         });
         for (int64_t j = 0; j < k; ++j) {
           vals.as<T>()[(a * k + j) * inner + i] = at(order[size_t(j)]);
-          inds.as<int64_t>()[(a * k + j) * inner + i] = order[size_t(j)];
+          if (inds) inds[(a * k + j) * inner + i] = order[size_t(j)];
         }
       }
     return Status::ok();

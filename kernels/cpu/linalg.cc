@@ -52,6 +52,10 @@ Status MatMulKernel(const KernelContext &c) {
 // Writes bias broadcast into out (rows x cols) so the GEMM can accumulate with beta.
 template <typename T>
 void fillBias(const TensorView &bias, T *out, int64_t rows, int64_t cols) {
+  if (bias.numElements() == cols) { // the usual per-column bias: copy rows
+    for (int64_t i = 0; i < rows; ++i) std::memcpy(out + i * cols, bias.data, size_t(cols) * sizeof(T));
+    return;
+  }
   Dims od = {rows, cols};
   Dims st = broadcastStrides(bias.dims, od);
   const T *b = bias.as<T>();

@@ -4,11 +4,37 @@
 #include "sd/ops/window_geometry.h"
 #include <cmath>
 #include <limits>
+#include <type_traits>
 
 namespace sd::cpu {
 namespace {
 
 enum class Mode { Max, Avg, Lp };
+
+// 2-D max pooling without dilation or indices: the CNN common case.
+template <typename T>
+void maxPool2d(ThreadPool *pool, const T *x, T *y, int64_t planes, const WindowGeometry &g) {
+  int64_t H = g.in[0], W = g.in[1], OH = g.out[0], OW = g.out[1];
+  parallelFor(pool, planes, 1, [&](int64_t p0, int64_t p1) {
+    for (int64_t p = p0; p < p1; ++p) {
+      const T *src = x + p * H * W;
+      T *dst = y + p * OH * OW;
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        int64_t h0 = std::max<int64_t>(oh * g.strides[0] - g.padBegin[0], 0);
+        int64_t h1 = std::min<int64_t>(oh * g.strides[0] - g.padBegin[0] + g.kernel[0], H);
+        for (int64_t ow = 0; ow < OW; ++ow) {
+          int64_t w0 = std::max<int64_t>(ow * g.strides[1] - g.padBegin[1], 0);
+          int64_t w1 = std::min<int64_t>(ow * g.strides[1] - g.padBegin[1] + g.kernel[1], W);
+          T m = std::numeric_limits<T>::lowest();
+          if constexpr (std::is_floating_point_v<T>) m = -std::numeric_limits<T>::infinity();
+          for (int64_t h = h0; h < h1; ++h)
+            for (int64_t w = w0; w < w1; ++w) m = src[h * W + w] > m ? src[h * W + w] : m;
+          dst[oh * OW + ow] = m;
+        }
+      }
+    }
+  });
+}
 
 template <Mode M> Status poolKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
@@ -24,6 +50,13 @@ template <Mode M> Status poolKernel(const KernelContext &c) {
   size_t n = g.rank();
   Dims inStr = stridesOf(g.in);
   auto dispatch = [&](auto &&fn) { return M == Mode::Max ? dispatchNumeric(x.dtype, fn) : dispatchFloat(x.dtype, fn); };
+  bool plain2d = M == Mode::Max && n == 2 && !idxOut && g.dilations[0] == 1 && g.dilations[1] == 1;
+  if (plain2d)
+    return dispatchNumeric(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      maxPool2d<T>(c.pool, x.as<T>(), y.as<T>(), planes, g);
+      return Status::ok();
+    });
   return dispatch([&](auto tag) {
     using T = decltype(tag);
     parallelFor(c.pool, planes, 1, [&](int64_t p0, int64_t p1) {

@@ -1,5 +1,6 @@
 // CPU kernels for Softmax, LogSoftmax and Hardmax along one axis.
 #include "cpu_util.h"
+#include "vecmath.h"
 #include <cmath>
 
 namespace sd::cpu {
@@ -21,9 +22,33 @@ void splitAxis(const KernelContext &c, int64_t &outer, int64_t &n, int64_t &inne
   }
 }
 
+// The common case, float rows along the last axis, through the vector loops.
+template <int Mode> Status softmaxRowsF32(const KernelContext &c, int64_t rows, int64_t n) {
+  const float *px = c.inputs[0].as<float>();
+  float *py = c.outputs[0].as<float>();
+  parallelFor(c.pool, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+    for (int64_t r = b; r < e; ++r) {
+      const float *x = px + r * n;
+      float *y = py + r * n;
+      float mx = vmax(x, n);
+      if (!std::isfinite(mx)) mx = 0; // all -inf rows: exp gives 0s, sum 0, as libm would
+      float sum = vexpShiftSum(x, y, n, mx);
+      if (Mode == 0) {
+        float inv = 1.0f / sum;
+        for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+      } else {
+        float ls = std::log(sum) + mx;
+        for (int64_t j = 0; j < n; ++j) y[j] = x[j] - ls;
+      }
+    }
+  });
+  return Status::ok();
+}
+
 template <int Mode> Status softmaxKernel(const KernelContext &c) {
   int64_t outer, n, inner;
   splitAxis(c, outer, n, inner);
+  if (Mode != 2 && inner == 1 && c.inputs[0].dtype == DType::F32) return softmaxRowsF32<Mode>(c, outer, n);
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = c.inputs[0].as<T>();

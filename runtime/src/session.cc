@@ -2,7 +2,10 @@
 // and per-step kernel contexts prepared once so a run is a flat loop.
 #include "sd/runtime/session.h"
 #include "sd/ops/threadpool.h"
+#include <algorithm>
+#include <chrono>
 #include <cstdlib>
+#include <map>
 #include <cstring>
 #include <thread>
 
@@ -24,6 +27,8 @@ struct Session::Impl {
   std::vector<std::vector<uint8_t>> state; // mutable globals
   std::vector<uint8_t *> globalData;
   std::vector<PreparedEntry> entries;
+  bool profiling = false;
+  std::map<std::string, Session::OpProfile> profile;
   ~Impl() { std::free(arena); }
 };
 
@@ -91,7 +96,14 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     if (!src.data.empty()) std::memcpy(dst.data, src.data.data(), src.data.size());
   }
   for (auto &ps : pe.steps) {
+    auto t0 = impl_->profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = ps.desc->def->cpu(ps.ctx);
+    if (impl_->profiling) {
+      OpProfile &p = impl_->profile[ps.desc->op];
+      p.op = ps.desc->op;
+      p.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ++p.calls;
+    }
     if (!st.isOk())
       return st.withContext(ps.desc->op + (ps.desc->location.empty() ? "" : " at " + ps.desc->location) + ": ");
   }
@@ -106,6 +118,18 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     outputs.push_back(std::move(t));
   }
   return Status::ok();
+}
+
+void Session::setProfiling(bool on) {
+  impl_->profiling = on;
+  impl_->profile.clear();
+}
+
+std::vector<Session::OpProfile> Session::profile() const {
+  std::vector<OpProfile> v;
+  for (auto &[k, p] : impl_->profile) v.push_back(p);
+  std::sort(v.begin(), v.end(), [](const OpProfile &a, const OpProfile &b) { return a.ms > b.ms; });
+  return v;
 }
 
 } // namespace sd

@@ -30,10 +30,11 @@ const char *kInferUsage =
 
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N]\n"
-    "                  [--entry NAME]\n"
+    "                  [--entry NAME] [--profile]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
-    "--input-dir is given). The last line is JSON with median_ms.\n";
+    "--input-dir is given). --profile prints time per op before the summary.\n"
+    "The last line is JSON with median_ms.\n";
 
 const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp\n\nShows entries, buckets, globals, arena size and weights.\n";
 
@@ -196,7 +197,10 @@ int inferCommand(const std::vector<std::string> &args) {
 int benchCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--input-dir", "--iterations", "--warmup", "--threads", "--entry"}, f, err)) {
+  std::vector<std::string> rest;
+  bool profile = false;
+  for (auto &a : args) (a == "--profile" ? profile = true : (rest.push_back(a), false));
+  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--entry"}, f, err)) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }
   if (f.help) return std::fputs(kBenchUsage, stdout), 0;
@@ -239,12 +243,21 @@ int benchCommand(const std::vector<std::string> &args) {
   std::vector<sd::HostTensor> outputs;
   std::vector<double> times;
   for (int64_t i = 0; i < warmup + iters; ++i) {
+    if (profile && i == warmup) session.value()->setProfiling(true);
     auto t0 = std::chrono::steady_clock::now();
     if (auto s = session.value()->run(entry.value(), ptrs, outputs); !s.isOk()) return fail(s.message());
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
+  if (profile) {
+    double total = 0;
+    for (auto &p : session.value()->profile()) total += p.ms;
+    std::printf("%-28s %10s %8s %7s\n", "op", "ms/iter", "calls", "share");
+    for (auto &p : session.value()->profile())
+      std::printf("%-28s %10.3f %8lld %6.1f%%\n", p.op.c_str(), p.ms / double(iters), (long long)(p.calls / iters),
+                  100.0 * p.ms / std::max(total, 1e-9));
+  }
   double median = times[times.size() / 2], mean = 0;
   for (double t : times) mean += t / double(times.size());
   std::printf("entry %s: %lld iterations, median %.3f ms, mean %.3f ms, min %.3f ms\n", entryName.c_str(),

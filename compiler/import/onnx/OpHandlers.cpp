@@ -11,12 +11,21 @@ using namespace sd::ir;
 namespace sd {
 namespace {
 
+// Results to create: up to the last output the node names (unnamed trailing
+// optional outputs are not computed), at most `spec.numResults` when fixed.
+unsigned resultCount(const onnx::NodeProto &node, const OpSpec &spec) {
+  unsigned named = 0;
+  for (int i = 0; i < node.output_size(); ++i)
+    if (!node.output(i).empty()) named = unsigned(i + 1);
+  return spec.numResults < 0 ? named : std::max(1u, std::min(named, unsigned(spec.numResults)));
+}
+
 LogicalResult generic(NodeImporter &imp, const onnx::NodeProto &node, const OpSpec &spec) {
   auto operands = imp.operandsOf(node, spec);
   if (failed(operands)) return failure();
   auto attrs = imp.convertAttributes(node);
   if (failed(attrs)) return failure();
-  unsigned nres = spec.numResults < 0 ? unsigned(node.output_size()) : unsigned(spec.numResults);
+  unsigned nres = resultCount(node, spec);
   auto op = imp.buildOp(spec, *operands, *attrs, nres);
   if (failed(op)) return failure();
   return imp.bindResults(node, *op);
@@ -41,7 +50,7 @@ LogicalResult attrToOperand(NodeImporter &imp, const onnx::NodeProto &node, cons
   extraSkip.push_back(attr);
   auto attrs = imp.convertAttributes(node, extraSkip);
   if (failed(attrs)) return failure();
-  unsigned nres = spec.numResults < 0 ? unsigned(node.output_size()) : unsigned(spec.numResults);
+  unsigned nres = resultCount(node, spec);
   auto op = imp.buildOp(spec, *operands, *attrs, nres);
   if (failed(op)) return failure();
   return imp.bindResults(node, *op);
@@ -61,7 +70,7 @@ LogicalResult topKAttrToOperand(NodeImporter &imp, const onnx::NodeProto &n, con
   (*operands)[1] = imp.constI64({k->i()});
   auto attrs = imp.convertAttributes(n, {"k"});
   if (failed(attrs)) return failure();
-  auto op = imp.buildOp(s, *operands, *attrs, 2);
+  auto op = imp.buildOp(s, *operands, *attrs, resultCount(n, s));
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
@@ -121,7 +130,7 @@ LogicalResult softmaxV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpe
 LogicalResult dropoutV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
   auto x = imp.lookup(n.input(0));
   if (failed(x)) return failure();
-  auto op = imp.buildOp(s, {*x, imp.none(), imp.none()}, {}, 2);
+  auto op = imp.buildOp(s, {*x, imp.none(), imp.none()}, {}, resultCount(n, s));
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 

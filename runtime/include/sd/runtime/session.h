@@ -21,6 +21,15 @@ public:
   // back in output order. Input dtypes and shapes must match the bucket.
   Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);
 
+  // Per-contract time accumulated over runs while profiling is on.
+  struct OpProfile {
+    std::string op;
+    double ms = 0;
+    int64_t calls = 0;
+  };
+  void setProfiling(bool on);
+  std::vector<OpProfile> profile() const;
+
 private:
   struct Impl;
   Session() = default;

@@ -1,0 +1,14 @@
+// Vectorized float32 transcendental loops (exp, erf, sigmoid), compiled for
+// AVX-512, AVX2 and baseline x86-64 with runtime dispatch. Accuracy: exp
+// within 2 ulp, erf within 2e-7 absolute.
+#pragma once
+#include <cstdint>
+
+namespace sd::cpu {
+void vexp(const float *x, float *y, int64_t n);
+void verf(const float *x, float *y, int64_t n);
+void vsigmoid(const float *x, float *y, int64_t n);
+// y = exp(x - shift); returns the sum of y (softmax rows).
+float vexpShiftSum(const float *x, float *y, int64_t n, float shift);
+float vmax(const float *x, int64_t n);
+} // namespace sd::cpu
