@@ -1,37 +1,44 @@
 #!/usr/bin/env bash
-# Demo: compile a small CNN and a transformer block from ONNX, run them with
-# sdrun, and check the outputs against ONNX's reference outputs.
+# Demo: export a GPT-style decoder and a CNN from PyTorch, compile them with
+# sdc into shape-specialized plans, run them with sdrun, check the outputs
+# against ONNX Runtime, and time both on this machine.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
 SDC="$BUILD_DIR/tools/sdc"
 SDRUN="$BUILD_DIR/tools/sdrun"
 OUT=${DEMO_DIR:-$BUILD_DIR/demo}
+THREADS=$(nproc)
+unset OPENBLAS_CORETYPE # let sdrun pick the best OpenBLAS kernels (see docs/architecture.md)
 mkdir -p "$OUT"
-DATA=/usr/share/libonnx-testdata/data
 
-run_case() {
-  local name=$1 dir=$2 shapes=$3
-  echo "== $name"
-  "$SDC" compile "$dir/model.onnx" -o "$OUT/$name.sdp" $shapes
-  "$SDRUN" inspect "$OUT/$name.sdp" | sed -n '1,12p'
-  "$SDRUN" infer "$OUT/$name.sdp" --input-dir "$dir/test_data_set_0" --output-dir "$OUT/$name.out"
-  /usr/bin/python3 - "$dir/test_data_set_0" "$OUT/$name.out" <<'PY'
-import os, sys, onnx, numpy as np
-from onnx import numpy_helper
-ref, got = sys.argv[1], sys.argv[2]
-i = 0
-while os.path.exists(f"{ref}/output_{i}.pb"):
-    load = lambda p: numpy_helper.to_array(onnx.load_tensor(p))
-    e, a = load(f"{ref}/output_{i}.pb"), load(f"{got}/output_{i}.pb")
-    err = float(np.max(np.abs(e.astype(np.float64) - a.astype(np.float64)))) if e.size else 0.0
-    ok = np.allclose(a, e, rtol=1e-3, atol=1e-5)
-    print(f"   output {i}: shape {a.shape}, max abs error vs ONNX reference {err:.2e} -> {'OK' if ok else 'MISMATCH'}")
-    i += 1
-PY
-  "$SDRUN" bench "$OUT/$name.sdp" --input-dir "$dir/test_data_set_0" --iterations 20 | tail -1
-}
+echo "== 1. export models with PyTorch $(/usr/bin/python3 -c 'import torch; print(torch.__version__)') (examples/export_models.py)"
+/usr/bin/python3 examples/export_models.py --out "$OUT" --opset 17 --d-model 256 --layers 4 --heads 8 --seq 128 \
+  --batch 1 --cnn-width 32 --image 64 2>/dev/null
 
-run_case layernorm "$DATA/node/test_layer_normalization_4d_axis_negative_1" ""
-run_case softmax_cross_entropy_free_mlp "$DATA/simple/test_gradient_of_add_and_mul" "" 2>/dev/null || true
-echo "demo done: plans and outputs in $OUT"
+for spec in "gpt|input_ids|1x128" "cnn|image|1x3x64x64"; do
+  IFS='|' read -r model input shape <<<"$spec"
+  echo
+  echo "== 2. sdc compile $model.onnx --shapes $input=$shape"
+  "$SDC" compile "$OUT/$model.onnx" -o "$OUT/$model.sdp" --shapes "$input=$shape"
+  "$SDRUN" inspect "$OUT/$model.sdp" | sed -n '5,11p'
+  echo "== 3. sdrun infer, compared with ONNX Runtime"
+  "$SDRUN" infer "$OUT/$model.sdp" --input "$input=$OUT/${model}_${input}.npy" --output-dir "$OUT/$model.sd" \
+    --output-format npy
+  node bench/ort_run.js "$OUT/$model.onnx" --input "$input=$OUT/${model}_${input}.npy" --output-dir "$OUT/$model.ort"
+  /usr/bin/python3 -c "
+import numpy as np
+a = np.load('$OUT/$model.sd/output_0.npy'); b = np.load('$OUT/$model.ort/logits.npy')
+print(f'   logits {a.shape}: max |sdrun - onnxruntime| = {np.abs(a - b).max():.2e}',
+      '-> match' if np.allclose(a, b, rtol=1e-3, atol=1e-4) else '-> MISMATCH')"
+  echo "== 4. timing, $THREADS threads, median of 20"
+  sd=$("$SDRUN" bench "$OUT/$model.sdp" --iterations 20 --threads "$THREADS" | tail -1)
+  ort=$(node bench/ort_run.js "$OUT/$model.onnx" --input "$input=$OUT/${model}_${input}.npy" --iterations 20 \
+        --threads "$THREADS" | tail -1)
+  /usr/bin/python3 -c "
+import json
+s, o = json.loads('$sd'), json.loads('$ort')
+print(f'   sdrun {s[\"median_ms\"]:.3f} ms   onnxruntime {o[\"median_ms\"]:.3f} ms   ratio {s[\"median_ms\"] / o[\"median_ms\"]:.2f}')"
+done
+echo
+echo "demo done: models, plans and outputs in $OUT"

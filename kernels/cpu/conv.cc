@@ -3,6 +3,7 @@
 // generic N-d walk.
 #include "cpu_util.h"
 #include "gemm.h"
+#include <algorithm>
 #include "sd/ops/window_geometry.h"
 
 namespace sd::cpu {
@@ -36,33 +37,47 @@ template <typename F> void forEachWindowTap(const WindowGeometry &g, F &&fn) {
   }
 }
 
-// col[c*K + kk, oo] = x[c, window(kk, oo)] (0 in padding).
-template <typename T> void im2col(ThreadPool *pool, const T *x, int64_t channels, const WindowGeometry &g, T *col) {
-  int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
-  if (g.rank() == 2) {
-    int64_t H = g.in[0], W = g.in[1], KH = g.kernel[0], KW = g.kernel[1], OH = g.out[0], OW = g.out[1];
-    parallelFor(pool, channels, 1, [&](int64_t c0, int64_t c1) {
-      for (int64_t c = c0; c < c1; ++c)
-        for (int64_t kh = 0; kh < KH; ++kh)
-          for (int64_t kw = 0; kw < KW; ++kw) {
-            T *row = col + ((c * KH + kh) * KW + kw) * oTotal;
-            for (int64_t oh = 0; oh < OH; ++oh) {
-              int64_t ih = oh * g.strides[0] - g.padBegin[0] + kh * g.dilations[0];
-              T *dst = row + oh * OW;
+// 2-D im2col of output rows [oh0, oh1): col[c*K + kk, (oh - oh0)*OW + ow].
+template <typename T>
+void im2col2d(ThreadPool *pool, const T *x, int64_t channels, const WindowGeometry &g, int64_t oh0, int64_t oh1,
+              T *col) {
+  int64_t H = g.in[0], W = g.in[1], KH = g.kernel[0], KW = g.kernel[1], OW = g.out[1];
+  int64_t cols = (oh1 - oh0) * OW;
+  parallelFor(pool, channels, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c)
+      for (int64_t kh = 0; kh < KH; ++kh)
+        for (int64_t kw = 0; kw < KW; ++kw) {
+          T *row = col + ((c * KH + kh) * KW + kw) * cols;
+          for (int64_t oh = oh0; oh < oh1; ++oh) {
+            int64_t ih = oh * g.strides[0] - g.padBegin[0] + kh * g.dilations[0];
+            T *dst = row + (oh - oh0) * OW;
               if (ih < 0 || ih >= H) {
                 std::fill(dst, dst + OW, T(0));
                 continue;
               }
               const T *src = x + (c * H + ih) * W;
-              for (int64_t ow = 0; ow < OW; ++ow) {
-                int64_t iw = ow * g.strides[1] - g.padBegin[1] + kw * g.dilations[1];
-                dst[ow] = (iw >= 0 && iw < W) ? src[iw] : T(0);
+              int64_t off = kw * g.dilations[1] - g.padBegin[1];
+              if (g.strides[1] == 1) {
+                // Valid outputs: 0 <= ow + off < W; a zero border and one copy.
+                int64_t lo = std::clamp<int64_t>(-off, 0, OW), hi = std::clamp<int64_t>(W - off, lo, OW);
+                std::fill(dst, dst + lo, T(0));
+                std::copy(src + lo + off, src + hi + off, dst + lo);
+                std::fill(dst + hi, dst + OW, T(0));
+              } else {
+                for (int64_t ow = 0; ow < OW; ++ow) {
+                  int64_t iw = ow * g.strides[1] + off;
+                  dst[ow] = (iw >= 0 && iw < W) ? src[iw] : T(0);
+                }
               }
-            }
           }
-    });
-    return;
-  }
+        }
+  });
+}
+
+// col[c*K + kk, oo] = x[c, window(kk, oo)] (0 in padding).
+template <typename T> void im2col(ThreadPool *pool, const T *x, int64_t channels, const WindowGeometry &g, T *col) {
+  int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
+  if (g.rank() == 2) return im2col2d(pool, x, channels, g, 0, g.out[0], col);
   std::vector<int64_t> taps(size_t(kTotal * oTotal));
   forEachWindowTap(g, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * oTotal + oo)] = off; });
   for (int64_t c = 0; c < channels; ++c)
@@ -83,24 +98,50 @@ Status ConvKernel(const KernelContext &c) {
   bool direct = kTotal == 1;
   for (size_t i = 0; i < g.rank(); ++i)
     direct = direct && g.strides[i] == 1 && g.padBegin[i] == 0 && g.padEnd[i] == 0;
+  int64_t units = n * group;
+  int threads = c.pool ? c.pool->size() : 1;
+  // Enough images (x groups) to go around: one per thread, each with its own
+  // im2col scratch and a single-threaded GEMM. Otherwise split inside.
+  bool perUnit = units >= threads;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    std::vector<T> col(direct ? 0 : size_t(cg * kTotal * oTotal));
     const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t gi = 0; gi < group; ++gi) {
+    // 2-D convs run in tiles of output rows whose im2col block stays in cache
+    // (about 512 KiB) instead of materializing the whole column matrix.
+    bool tiled = !direct && g.rank() == 2;
+    int64_t tileRows = tiled ? std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(cg * kTotal * g.out[1], 1),
+                                                   1, g.out[0])
+                             : 0;
+    auto convUnits = [&](int64_t u0, int64_t u1, ThreadPool *inner) {
+      std::vector<T> col(direct ? 0 : size_t(cg * kTotal * (tiled ? tileRows * g.out[1] : oTotal)));
+      for (int64_t u = u0; u < u1; ++u) {
+        int64_t b = u / group, gi = u % group;
         const T *xg = x.as<T>() + (b * cin + gi * cg) * inTotal;
         T *yg = y.as<T>() + (b * m + gi * mg) * oTotal;
         const T *src = xg;
+        if (tiled) {
+          if (bias)
+            for (int64_t j = 0; j < mg; ++j) std::fill(yg + j * oTotal, yg + (j + 1) * oTotal, bias[gi * mg + j]);
+          for (int64_t oh0 = 0; oh0 < g.out[0]; oh0 += tileRows) {
+            int64_t oh1 = std::min(g.out[0], oh0 + tileRows), cols = (oh1 - oh0) * g.out[1];
+            im2col2d<T>(inner, xg, cg, g, oh0, oh1, col.data());
+            parallelGemm<T>(inner, false, false, mg, cols, cg * kTotal, T(1), w.as<T>() + gi * mg * cg * kTotal,
+                            cg * kTotal, col.data(), cols, bias ? T(1) : T(0), yg + oh0 * g.out[1], oTotal);
+          }
+          continue;
+        }
         if (!direct) {
-          im2col<T>(c.pool, xg, cg, g, col.data());
+          im2col<T>(inner, xg, cg, g, col.data());
           src = col.data();
         }
         if (bias)
           for (int64_t j = 0; j < mg; ++j) std::fill(yg + j * oTotal, yg + (j + 1) * oTotal, bias[gi * mg + j]);
-        gemm<T>(false, false, mg, oTotal, cg * kTotal, T(1), w.as<T>() + gi * mg * cg * kTotal, cg * kTotal, src,
-                oTotal, bias ? T(1) : T(0), yg, oTotal);
+        parallelGemm<T>(inner, false, false, mg, oTotal, cg * kTotal, T(1), w.as<T>() + gi * mg * cg * kTotal,
+                        cg * kTotal, src, oTotal, bias ? T(1) : T(0), yg, oTotal);
       }
+    };
+    if (perUnit) parallelFor(c.pool, units, 1, [&](int64_t u0, int64_t u1) { convUnits(u0, u1, nullptr); });
+    else convUnits(0, units, c.pool);
     return Status::ok();
   });
 }

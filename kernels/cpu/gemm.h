@@ -1,5 +1,7 @@
 // Row-major GEMM: float/double through OpenBLAS, other types by plain loops.
 #pragma once
+#include "sd/ops/threadpool.h"
+#include <algorithm>
 #include <cblas.h>
 #include <cstdint>
 #include <type_traits>
@@ -26,6 +28,27 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a
         c[i * ldc + j] = T(alpha * acc + (beta == T(0) ? T(0) : beta * c[i * ldc + j]));
       }
   }
+}
+
+// The same product split into column blocks across the session's threads.
+// OpenBLAS itself runs single-threaded (see configureCpuBackend): one pool for
+// all parallelism, instead of two that preempt each other on few cores.
+template <typename T>
+void parallelGemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a,
+                  int64_t lda, const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+  int threads = pool ? pool->size() : 1;
+  if (threads <= 1 || m * n * k < (int64_t(1) << 18) || n < 64) {
+    gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  // Column blocks that are multiples of 16 keep each thread's packing aligned.
+  int64_t block = std::max<int64_t>(16, ((n + threads - 1) / threads + 15) / 16 * 16);
+  pool->parallelFor((n + block - 1) / block, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t blk = b0; blk < b1; ++blk) {
+      int64_t j0 = blk * block, cols = std::min(block, n - j0);
+      gemm<T>(ta, tb, m, cols, k, alpha, a, lda, tb ? b + j0 * ldb : b + j0, ldb, beta, c + j0, ldc);
+    }
+  });
 }
 
 } // namespace sd::cpu

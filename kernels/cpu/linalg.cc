@@ -31,10 +31,11 @@ Status MatMulKernel(const KernelContext &c) {
     // A batch whose B is shared and A is contiguous folds into one big GEMM.
     bool bShared = product(batchB) == 1;
     if (bShared && product(batchA) == nb) {
-      gemm<T>(false, false, nb * m, n, k, T(1), a.as<T>(), k, b.as<T>(), n, T(0), o.as<T>(), n);
+      parallelGemm<T>(c.pool, false, false, nb * m, n, k, T(1), a.as<T>(), k, b.as<T>(), n, T(0), o.as<T>(), n);
       return Status::ok();
     }
-    for (int64_t i = 0; i < nb; ++i) {
+    parallelFor(c.pool, nb, 1, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) {
       int64_t rem = i, offA = 0, offB = 0;
       for (int64_t d = int64_t(br) - 1; d >= 0; --d) {
         int64_t idx = rem % batch[size_t(d)];
@@ -45,6 +46,7 @@ Status MatMulKernel(const KernelContext &c) {
       gemm<T>(false, false, m, n, k, T(1), a.as<T>() + offA * m * k, k, b.as<T>() + offB * k * n,
               n, T(0), o.as<T>() + i * m * n, n);
     }
+    });
     return Status::ok();
   });
 }
@@ -73,8 +75,8 @@ Status GemmKernel(const KernelContext &c) {
     using T = decltype(tag);
     bool hasBias = c.hasInput(2) && c.inputs[2].data && beta != 0.0;
     if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
-    gemm<T>(ta, tb, m, n, k, T(alpha), a.as<T>(), a.dims[1], b.as<T>(), b.dims[1],
-            hasBias ? T(beta) : T(0), o.as<T>(), n);
+    parallelGemm<T>(c.pool, ta, tb, m, n, k, T(alpha), a.as<T>(), a.dims[1], b.as<T>(), b.dims[1],
+                    hasBias ? T(beta) : T(0), o.as<T>(), n);
     return Status::ok();
   });
 }
@@ -88,8 +90,8 @@ Status LinearKernel(const KernelContext &c) {
     using T = decltype(tag);
     bool hasBias = c.hasInput(2) && c.inputs[2].data;
     if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
-    gemm<T>(false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], hasBias ? T(1) : T(0),
-            o.as<T>(), n);
+    parallelGemm<T>(c.pool, false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], hasBias ? T(1) : T(0),
+                    o.as<T>(), n);
     return Status::ok();
   });
 }
@@ -105,7 +107,8 @@ void registerLinalgKernels() {
 } // namespace sd::cpu
 
 namespace sd {
-// Matches the BLAS thread count to the session's so GEMMs and our own kernels
-// don't oversubscribe the cores.
-void configureCpuBackend(int threads) { openblas_set_num_threads(threads); }
+// OpenBLAS runs single-threaded; GEMMs are split across the session's pool
+// (parallelGemm). Two thread pools on the same cores preempt each other:
+// OpenBLAS's idle workers spin in sched_yield while ours need the cores.
+void configureCpuBackend(int) { openblas_set_num_threads(1); }
 } // namespace sd

@@ -222,6 +222,55 @@ TEST(Kernels, SliceNegativeStep) {
   EXPECT_FALSE(run("Slice", {}, {&x, &starts, &ends, &axes, &steps}, {&wrong}).isOk());
 }
 
+// Naive direct convolution for reference.
+std::vector<float> naiveConv(const Tensor &x, const Tensor &w, int64_t group, int64_t stride, int64_t pad,
+                             Dims &outDims) {
+  int64_t n = x.dims[0], c = x.dims[1], h = x.dims[2], wd = x.dims[3], m = w.dims[0], kh = w.dims[2], kw = w.dims[3];
+  int64_t oh = (h + 2 * pad - kh) / stride + 1, ow = (wd + 2 * pad - kw) / stride + 1, cg = c / group, mg = m / group;
+  outDims = {n, m, oh, ow};
+  std::vector<float> out(size_t(n * m * oh * ow), 0.f);
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t o = 0; o < m; ++o)
+      for (int64_t y = 0; y < oh; ++y)
+        for (int64_t z = 0; z < ow; ++z) {
+          double acc = 0;
+          int64_t g = o / mg;
+          for (int64_t ci = 0; ci < cg; ++ci)
+            for (int64_t i = 0; i < kh; ++i)
+              for (int64_t j = 0; j < kw; ++j) {
+                int64_t iy = y * stride - pad + i, iz = z * stride - pad + j;
+                if (iy < 0 || iy >= h || iz < 0 || iz >= wd) continue;
+                acc += double(x.f32[size_t(((b * c + g * cg + ci) * h + iy) * wd + iz)]) *
+                       double(w.f32[size_t(((o * cg + ci) * kh + i) * kw + j)]);
+              }
+          out[size_t(((b * m + o) * oh + y) * ow + z)] = float(acc);
+        }
+  return out;
+}
+
+TEST(Kernels, ConvMatchesNaiveAcrossTilesStridesAndGroups) {
+  std::mt19937 rng(10);
+  ThreadPool pool(2);
+  struct Case { Dims x, w; int64_t group, stride, pad; };
+  // The 96x96 case spans several im2col row tiles; batch 1 exercises the
+  // split-inside path, batch 3 the per-image path.
+  for (const Case &k : {Case{{1, 16, 96, 96}, {8, 16, 3, 3}, 1, 1, 1}, Case{{3, 4, 9, 7}, {6, 2, 3, 3}, 2, 2, 1},
+                        Case{{2, 3, 5, 5}, {4, 3, 1, 1}, 1, 1, 0}}) {
+    Tensor x = randomF32(k.x, rng), w = randomF32(k.w, rng);
+    Dims od;
+    std::vector<float> ref = naiveConv(x, w, k.group, k.stride, k.pad, od);
+    Tensor o = zerosF32(od);
+    AttrMap at;
+    at.setInt("group", k.group);
+    at.setInts("strides", {k.stride, k.stride});
+    at.setInts("pads", {k.pad, k.pad, k.pad, k.pad});
+    for (ThreadPool *p : {static_cast<ThreadPool *>(nullptr), &pool}) {
+      ASSERT_TRUE(run("Conv", at, {&x, &w, nullptr}, {&o}, p).isOk());
+      expectNear(o.f32, ref, 1e-3f);
+    }
+  }
+}
+
 TEST(ShapeRules, BroadcastAndReshapeInference) {
   AttrMap none;
   ShapeContext c{none, {TensorInfo{DType::F32, {2, 1, 4}}, TensorInfo{DType::F32, {3, 1}}}, {nullptr, nullptr}, {}, 1};
