@@ -191,6 +191,31 @@ def SD_ResizeOp : SD_Nary<"resize", "Resize",
 def SD_EinsumOp : SD_Nary<"einsum", "Einsum", (ins Variadic<AnyTensor>:$inputs), (ins StrAttr:$equation)>;
 
 //===----------------------------------------------------------------------===//
+// Quantization
+//===----------------------------------------------------------------------===//
+
+def SD_QuantizeLinearOp : SD_Nary<"quantize_linear", "QuantizeLinear",
+    (ins AnyTensor:$x, AnyTensor:$y_scale, SD_OptTensor:$y_zero_point), (ins OptI64:$axis, OptI64:$saturate)>;
+def SD_DequantizeLinearOp : SD_Nary<"dequantize_linear", "DequantizeLinear",
+    (ins AnyTensor:$x, AnyTensor:$x_scale, SD_OptTensor:$x_zero_point), (ins OptI64:$axis)>;
+def SD_DynamicQuantizeLinearOp : SD_Nary<"dynamic_quantize_linear", "DynamicQuantizeLinear", (ins AnyTensor:$x),
+    (ins), (outs AnyTensor:$y, AnyTensor:$y_scale, AnyTensor:$y_zero_point)>;
+def SD_MatMulIntegerOp : SD_Nary<"matmul_integer", "MatMulInteger",
+    (ins AnyTensor:$a, AnyTensor:$b, SD_OptTensor:$a_zero_point, SD_OptTensor:$b_zero_point)>;
+def SD_QLinearMatMulOp : SD_Nary<"qlinear_matmul", "QLinearMatMul",
+    (ins AnyTensor:$a, AnyTensor:$a_scale, AnyTensor:$a_zero_point, AnyTensor:$b, AnyTensor:$b_scale,
+         AnyTensor:$b_zero_point, AnyTensor:$y_scale, AnyTensor:$y_zero_point)>;
+def SD_ConvIntegerOp : SD_Nary<"conv_integer", "ConvInteger",
+    (ins AnyTensor:$x, AnyTensor:$w, SD_OptTensor:$x_zero_point, SD_OptTensor:$w_zero_point),
+    (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$pads,
+         OptI64s:$strides)>;
+def SD_QLinearConvOp : SD_Nary<"qlinear_conv", "QLinearConv",
+    (ins AnyTensor:$x, AnyTensor:$x_scale, AnyTensor:$x_zero_point, AnyTensor:$w, AnyTensor:$w_scale,
+         AnyTensor:$w_zero_point, AnyTensor:$y_scale, AnyTensor:$y_zero_point, SD_OptTensor:$b),
+    (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$pads,
+         OptI64s:$strides)>;
+
+//===----------------------------------------------------------------------===//
 // Losses
 //===----------------------------------------------------------------------===//
 

@@ -10,6 +10,7 @@ void registerMovementShapes();
 void registerLossShapes();
 void registerConvShapes();
 void registerResizeEinsumShapes();
+void registerQuantizedShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -24,6 +25,7 @@ void registerConvKernels();
 void registerPoolKernels();
 void registerResizeKernels();
 void registerEinsumKernels();
+void registerQuantizedKernels();
 
 void registerCpuKernel(const char *op, KernelFn fn) {
   OpDef d;
@@ -43,6 +45,7 @@ void registerAllOps() {
     registerLossShapes();
     registerConvShapes();
     registerResizeEinsumShapes();
+    registerQuantizedShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -56,6 +59,7 @@ void registerAllOps() {
     cpu::registerPoolKernels();
     cpu::registerResizeKernels();
     cpu::registerEinsumKernels();
+    cpu::registerQuantizedKernels();
   });
 }
 

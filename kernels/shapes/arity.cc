@@ -7,6 +7,13 @@ namespace sd {
 
 bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
   static const std::map<std::string, std::pair<int, int>, std::less<>> table = {
+      {"QLinearConv", {8, 9}},
+      {"ConvInteger", {2, 4}},
+      {"QLinearMatMul", {8, 8}},
+      {"MatMulInteger", {2, 4}},
+      {"DynamicQuantizeLinear", {1, 1}},
+      {"DequantizeLinear", {2, 3}},
+      {"QuantizeLinear", {2, 3}},
       {"Einsum", {1, 16}},
       {"Resize", {1, 4}},
       {"GlobalLpPool", {1, 1}},

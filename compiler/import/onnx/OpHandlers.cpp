@@ -302,6 +302,12 @@ const OpSpec kSpecs[] = {
     G("GlobalLpPool", "global_lp_pool", 1, 1),
     {"Resize", 10, "resize", 4, 1, resizeV10}, {"Resize", 11, "resize", 4, 1, generic},
     {"Einsum", 12, "einsum", -1, 1, generic},
+    // Quantization.
+    {"QuantizeLinear", 10, "quantize_linear", 3, 1, generic},
+    {"DequantizeLinear", 10, "dequantize_linear", 3, 1, generic},
+    {"DynamicQuantizeLinear", 11, "dynamic_quantize_linear", 1, 3, generic},
+    {"MatMulInteger", 10, "matmul_integer", 4, 1, generic}, {"QLinearMatMul", 10, "qlinear_matmul", 8, 1, generic},
+    {"ConvInteger", 10, "conv_integer", 4, 1, generic}, {"QLinearConv", 10, "qlinear_conv", 9, 1, generic},
     // Losses.
     {"SoftmaxCrossEntropyLoss", 12, "softmax_cross_entropy_loss", 3, 2, generic},
     {"NegativeLogLikelihoodLoss", 12, "negative_log_likelihood_loss", 3, 1, generic},

@@ -1,0 +1,191 @@
+// CPU kernels for quantization: Quantize/Dequantize/DynamicQuantizeLinear,
+// MatMulInteger, ConvInteger, QLinearMatMul, QLinearConv. The integer products
+// run exactly in double through the MatMul and Conv kernels (|sums| < 2^53),
+// then requantize with round-half-to-even and saturation.
+#include "cpu_util.h"
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sd::cpu {
+namespace {
+
+// Values of `t` minus a zero point broadcast along `axis` (per-tensor when the
+// zero point has one element), as doubles.
+std::vector<double> centered(const TensorView &t, const TensorView *zp, int64_t axis) {
+  std::vector<double> v;
+  readDoubles(t, v);
+  if (!zp || !zp->data) return v;
+  std::vector<double> z;
+  readDoubles(*zp, z);
+  if (z.size() == 1) {
+    for (double &x : v) x -= z[0];
+    return v;
+  }
+  if (axis < 0) axis += t.rank();
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= t.dims[size_t(d)];
+  int64_t len = t.dims[size_t(axis)];
+  for (size_t i = 0; i < v.size(); ++i) v[i] -= z[size_t((int64_t(i) / inner) % len)];
+  return v;
+}
+
+Status runOp(const char *op, const AttrMap &attrs, std::vector<TensorView> ins, TensorView out) {
+  KernelContext c{attrs, std::move(ins), {out}, nullptr};
+  return findOp(op)->cpu(c);
+}
+
+template <typename T> T saturate(double v) {
+  v = std::nearbyint(v);
+  double lo = double(std::numeric_limits<T>::lowest()), hi = double(std::numeric_limits<T>::max());
+  return T(v < lo ? lo : (v > hi ? hi : v));
+}
+
+Status storeQuantized(const std::vector<double> &v, const TensorView &out) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (out.dtype == DType::U8) out.as<uint8_t>()[i] = saturate<uint8_t>(v[i]);
+    else if (out.dtype == DType::I8) out.as<int8_t>()[i] = saturate<int8_t>(v[i]);
+    else if (out.dtype == DType::I32) out.as<int32_t>()[i] = saturate<int32_t>(v[i]);
+    else return sdError("unsupported quantized type ", dtypeName(out.dtype));
+  }
+  return Status::ok();
+}
+
+// Per-element scale (per-tensor or along axis) as doubles.
+std::vector<double> broadcastAlong(const TensorView &t, const TensorView &s, int64_t axis) {
+  std::vector<double> sv, out(size_t(t.numElements()));
+  readDoubles(s, sv);
+  if (sv.size() == 1) return std::vector<double>(out.size(), sv[0]);
+  if (axis < 0) axis += t.rank();
+  int64_t inner = 1;
+  for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= t.dims[size_t(d)];
+  int64_t len = t.dims[size_t(axis)];
+  for (size_t i = 0; i < out.size(); ++i) out[i] = sv[size_t((int64_t(i) / inner) % len)];
+  return out;
+}
+
+Status QuantizeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", 1);
+  std::vector<double> v, scale = broadcastAlong(x, c.inputs[1], axis);
+  readDoubles(x, v);
+  std::vector<double> zp(v.size(), 0.0);
+  if (c.hasInput(2) && c.inputs[2].data) zp = broadcastAlong(x, c.inputs[2], axis);
+  bool f32 = x.dtype == DType::F32; // divide in the input's precision, as the reference does
+  for (size_t i = 0; i < v.size(); ++i)
+    v[i] = (f32 ? double(std::nearbyint(float(v[i]) / float(scale[i]))) : std::nearbyint(v[i] / scale[i])) + zp[i];
+  return storeQuantized(v, y);
+}
+
+Status DequantizeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", 1);
+  std::vector<double> scale = broadcastAlong(x, c.inputs[1], axis);
+  std::vector<double> v = centered(x, c.hasInput(2) ? &c.inputs[2] : nullptr, axis);
+  return dispatchFloat(y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    for (size_t i = 0; i < v.size(); ++i) y.as<T>()[i] = T(v[i] * scale[i]);
+    return Status::ok();
+  });
+}
+
+Status DynamicQuantizeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  // float32 arithmetic throughout, as the ONNX definition: rounding of
+  // x / scale must match at .5 boundaries.
+  const float *px = x.as<float>();
+  float lo = 0, hi = 0;
+  for (int64_t i = 0, n = x.numElements(); i < n; ++i) {
+    lo = std::min(lo, px[i]);
+    hi = std::max(hi, px[i]);
+  }
+  float scale = (hi - lo) / 255.0f;
+  if (scale == 0) scale = 1;
+  float zp = std::clamp(std::nearbyint(-lo / scale), 0.0f, 255.0f);
+  std::vector<double> v(size_t(x.numElements()));
+  for (size_t i = 0; i < v.size(); ++i) v[i] = double(std::nearbyint(px[i] / scale) + zp);
+  SD_RETURN_IF_ERROR(storeQuantized(v, c.outputs[0]));
+  c.outputs[1].as<float>()[0] = float(scale);
+  c.outputs[2].as<uint8_t>()[0] = uint8_t(zp);
+  return Status::ok();
+}
+
+// (a - azp) x (b - bzp) in double; azp per row of a, bzp per column of b.
+Status integerProduct(const TensorView &a, const TensorView *azp, const TensorView &b, const TensorView *bzp,
+                      const Dims &outDims, std::vector<double> &out) {
+  std::vector<double> av = centered(a, azp, a.rank() >= 2 ? a.rank() - 2 : 0);
+  std::vector<double> bv = centered(b, bzp, b.rank() - 1);
+  out.assign(size_t(product(outDims)), 0.0);
+  return runOp("MatMul", {}, {TensorView{av.data(), DType::F64, a.dims}, TensorView{bv.data(), DType::F64, b.dims}},
+               TensorView{out.data(), DType::F64, outDims});
+}
+
+Status MatMulIntegerKernel(const KernelContext &c) {
+  std::vector<double> out;
+  SD_RETURN_IF_ERROR(integerProduct(c.inputs[0], c.hasInput(2) ? &c.inputs[2] : nullptr, c.inputs[1],
+                                    c.hasInput(3) ? &c.inputs[3] : nullptr, c.outputs[0].dims, out));
+  return storeQuantized(out, c.outputs[0]);
+}
+
+Status QLinearMatMulKernel(const KernelContext &c) {
+  std::vector<double> out;
+  SD_RETURN_IF_ERROR(integerProduct(c.inputs[0], &c.inputs[2], c.inputs[3], &c.inputs[5], c.outputs[0].dims, out));
+  std::vector<double> as, bs, ys, yz;
+  readDoubles(c.inputs[1], as);
+  readDoubles(c.inputs[4], bs);
+  readDoubles(c.inputs[6], ys);
+  readDoubles(c.inputs[7], yz);
+  SD_CHECK_ARG(as.size() == 1 && bs.size() == 1 && ys.size() == 1 && yz.size() == 1,
+               "QLinearMatMul supports per-tensor scales");
+  for (double &v : out) v = std::nearbyint(v * as[0] * bs[0] / ys[0]) + yz[0];
+  return storeQuantized(out, c.outputs[0]);
+}
+
+Status integerConv(const KernelContext &c, const TensorView &x, const TensorView *xzp, const TensorView &w,
+                   const TensorView *wzp, std::vector<double> &out) {
+  std::vector<double> xv = centered(x, xzp, 1), wv = centered(w, wzp, 0);
+  out.assign(size_t(c.outputs[0].numElements()), 0.0);
+  return runOp("Conv", c.attrs,
+               {TensorView{xv.data(), DType::F64, x.dims}, TensorView{wv.data(), DType::F64, w.dims}, TensorView{}},
+               TensorView{out.data(), DType::F64, c.outputs[0].dims});
+}
+
+Status ConvIntegerKernel(const KernelContext &c) {
+  std::vector<double> out;
+  SD_RETURN_IF_ERROR(integerConv(c, c.inputs[0], c.hasInput(2) ? &c.inputs[2] : nullptr, c.inputs[1],
+                                 c.hasInput(3) ? &c.inputs[3] : nullptr, out));
+  return storeQuantized(out, c.outputs[0]);
+}
+
+Status QLinearConvKernel(const KernelContext &c) {
+  std::vector<double> out;
+  SD_RETURN_IF_ERROR(integerConv(c, c.inputs[0], &c.inputs[2], c.inputs[3], &c.inputs[5], out));
+  std::vector<double> xs, ws, ys, yz, bias;
+  readDoubles(c.inputs[1], xs);
+  readDoubles(c.inputs[4], ws);
+  readDoubles(c.inputs[6], ys);
+  readDoubles(c.inputs[7], yz);
+  if (c.hasInput(8) && c.inputs[8].data) readDoubles(c.inputs[8], bias);
+  const Dims &od = c.outputs[0].dims;
+  int64_t m = od[1], inner = product(od) / std::max<int64_t>(od[0] * m, 1);
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t ch = (int64_t(i) / inner) % m;
+    double v = out[i] + (bias.empty() ? 0.0 : bias[size_t(ch)]);
+    out[i] = std::nearbyint(v * xs[0] * ws[ws.size() == 1 ? 0 : size_t(ch)] / ys[0]) + yz[0];
+  }
+  return storeQuantized(out, c.outputs[0]);
+}
+
+} // namespace
+
+void registerQuantizedKernels() {
+  registerCpuKernel("QuantizeLinear", QuantizeKernel);
+  registerCpuKernel("DequantizeLinear", DequantizeKernel);
+  registerCpuKernel("DynamicQuantizeLinear", DynamicQuantizeKernel);
+  registerCpuKernel("MatMulInteger", MatMulIntegerKernel);
+  registerCpuKernel("QLinearMatMul", QLinearMatMulKernel);
+  registerCpuKernel("ConvInteger", ConvIntegerKernel);
+  registerCpuKernel("QLinearConv", QLinearConvKernel);
+}
+
+} // namespace sd::cpu

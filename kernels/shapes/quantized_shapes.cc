@@ -1,0 +1,77 @@
+// Shape rules for the quantization ops.
+#include "shape_util.h"
+
+namespace sd {
+
+Status matmulDims(const TensorInfo &a, const TensorInfo &b, TensorInfo &out);
+namespace {
+
+bool isInt8(DType t) { return t == DType::U8 || t == DType::I8; }
+
+Status quantizeShape(ShapeContext &c) {
+  SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype) || c.inputs[0].dtype == DType::I32, "QuantizeLinear input must be float");
+  DType out = c.hasInput(2) ? c.inputs[2].dtype : DType::U8;
+  SD_CHECK_ARG(isInt8(out), "QuantizeLinear supports uint8 and int8 outputs");
+  c.outputs = {sameAs(c.inputs[0], out)};
+  return Status::ok();
+}
+
+Status dequantizeShape(ShapeContext &c) {
+  SD_CHECK_ARG(isInt8(c.inputs[0].dtype) || c.inputs[0].dtype == DType::I32, "DequantizeLinear input must be int8/uint8/int32");
+  c.outputs = {sameAs(c.inputs[0], c.inputs[1].dtype)};
+  return Status::ok();
+}
+
+Status dynamicQuantizeShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs[0].dtype == DType::F32, "DynamicQuantizeLinear input must be f32");
+  TensorInfo scalarF, scalarU;
+  scalarF.dtype = DType::F32;
+  scalarU.dtype = DType::U8;
+  c.outputs = {sameAs(c.inputs[0], DType::U8), scalarF, scalarU};
+  return Status::ok();
+}
+
+Status matmulIntegerShape(ShapeContext &c) {
+  SD_CHECK_ARG(isInt8(c.inputs[0].dtype) && isInt8(c.inputs[1].dtype), "MatMulInteger needs 8-bit inputs");
+  TensorInfo out;
+  SD_RETURN_IF_ERROR(matmulDims(c.inputs[0], c.inputs[1], out));
+  out.dtype = DType::I32;
+  c.outputs = {out};
+  return Status::ok();
+}
+
+Status qlinearMatmulShape(ShapeContext &c) {
+  SD_CHECK_ARG(isInt8(c.inputs[0].dtype) && isInt8(c.inputs[3].dtype), "QLinearMatMul needs 8-bit inputs");
+  TensorInfo out;
+  SD_RETURN_IF_ERROR(matmulDims(c.inputs[0], c.inputs[3], out));
+  out.dtype = c.inputs[7].dtype;
+  c.outputs = {out};
+  return Status::ok();
+}
+
+// ConvInteger / QLinearConv: reuse Conv's rule on float stand-ins.
+Status convLike(ShapeContext &c, size_t x, size_t w, size_t bias, DType result) {
+  AttrMap attrs = c.attrs;
+  TensorInfo xf = sameAs(c.inputs[x], DType::F32), wf = sameAs(c.inputs[w], DType::F32);
+  ShapeContext inner{c.attrs, {xf, wf}, {nullptr, nullptr}, {}, 1};
+  if (bias < c.inputs.size() && c.hasInput(bias)) inner.inputs.push_back(sameAs(c.inputs[bias], DType::F32));
+  SD_RETURN_IF_ERROR(inferShapes("Conv", inner));
+  c.outputs = {sameAs(inner.outputs[0], result)};
+  return Status::ok();
+}
+Status convIntegerShape(ShapeContext &c) { return convLike(c, 0, 1, 99, DType::I32); }
+Status qlinearConvShape(ShapeContext &c) { return convLike(c, 0, 3, 8, c.inputs[7].dtype); }
+
+} // namespace
+
+void registerQuantizedShapes() {
+  registerShapeRule("QuantizeLinear", quantizeShape);
+  registerShapeRule("DequantizeLinear", dequantizeShape);
+  registerShapeRule("DynamicQuantizeLinear", dynamicQuantizeShape);
+  registerShapeRule("MatMulInteger", matmulIntegerShape);
+  registerShapeRule("QLinearMatMul", qlinearMatmulShape);
+  registerShapeRule("ConvInteger", convIntegerShape);
+  registerShapeRule("QLinearConv", qlinearConvShape);
+}
+
+} // namespace sd
