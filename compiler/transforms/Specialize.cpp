@@ -106,12 +106,18 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
     Block &body = clone.getBody().front();
     SmallVector<Type> argTypes;
     for (unsigned i = 0; i < clone.getNumArguments(); ++i) {
-      auto type = cast<RankedTensorType>(clone.getArgument(i).getType());
+      auto argType = cast<TensorType>(clone.getArgument(i).getType());
       auto nameAttr = clone.getArgAttrOfType<StringAttr>(i, "sd.name");
       std::string name = nameAttr ? nameAttr.str() : "input" + std::to_string(i);
       auto params = clone.getArgAttrOfType<ArrayAttr>(i, "sd.dim_params");
-      SmallVector<int64_t> shape(type.getShape());
-      if (auto it = shapeOpts.find(name); it != shapeOpts.end()) {
+      auto it = shapeOpts.find(name);
+      // An input the model gives no shape takes its rank from --shapes.
+      if (!argType.hasRank() && it == shapeOpts.end())
+        return f.emitError() << "input '" << name << "' has no shape in the model; give --shapes " << name << "=DxD";
+      SmallVector<int64_t> shape;
+      if (argType.hasRank()) shape.assign(argType.getShape().begin(), argType.getShape().end());
+      else shape.assign((it->second.size() == 1 ? it->second[0] : it->second[b]).size(), ShapedType::kDynamic);
+      if (it != shapeOpts.end()) {
         usedShapes.insert(name);
         const auto &want = it->second.size() == 1 ? it->second[0] : it->second[b];
         if (want.size() != shape.size())
@@ -150,7 +156,7 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
                                << (param.empty() ? std::string("") : " ('" + param.str() + "')")
                                << " is dynamic; give --shapes " << name << "=... or --dim NAME=N";
       }
-      auto st = RankedTensorType::get(shape, type.getElementType());
+      auto st = RankedTensorType::get(shape, argType.getElementType());
       body.getArgument(i).setType(st);
       argTypes.push_back(st);
     }

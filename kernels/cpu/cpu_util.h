@@ -45,6 +45,20 @@ template <typename F> Status dispatchBytes(DType t, F &&fn) {
   }
 }
 
+// A tensor seen as [outer, len, inner] around `axis` (already non-negative).
+struct AxisExtent {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+inline AxisExtent extentAround(const Dims &d, int64_t axis) {
+  AxisExtent e;
+  for (int64_t i = 0; i < int64_t(d.size()); ++i) {
+    if (i < axis) e.outer *= d[size_t(i)];
+    else if (i == axis) e.len = d[size_t(i)];
+    else e.inner *= d[size_t(i)];
+  }
+  return e;
+}
+
 // Strides of `in` broadcast against `out` dims (0 on broadcast axes).
 Dims broadcastStrides(const Dims &in, const Dims &out);
 

@@ -45,42 +45,31 @@ Status TransposeKernel(const KernelContext &c) {
   });
 }
 
-Status ConcatKernel(const KernelContext &c) {
-  const TensorView &o = c.outputs[0];
-  int64_t axis = c.attrs.getInt("axis", 0);
-  if (axis < 0) axis += o.rank();
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= o.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < o.rank(); ++d) inner *= o.dims[size_t(d)];
-  size_t es = dtypeSize(o.dtype);
-  int64_t outRow = o.dims[size_t(axis)] * inner * int64_t(es), off = 0;
-  for (const TensorView &in : c.inputs) {
-    int64_t row = in.dims[size_t(axis)] * inner * int64_t(es);
-    SD_CHECK_ARG(off + row <= outRow, "Concat inputs exceed output");
-    for (int64_t i = 0; i < outer; ++i)
-      std::memcpy(o.as<char>() + i * outRow + off, in.as<char>() + i * row, size_t(row));
+// Concat and Split move the same rows: `whole` is cut along `axis` into
+// `parts` (Split) or assembled from them (Concat).
+Status copyAlongAxis(const TensorView &whole, const std::vector<TensorView> &parts, int64_t axis, bool assemble) {
+  if (axis < 0) axis += whole.rank();
+  AxisExtent e = extentAround(whole.dims, axis);
+  int64_t es = int64_t(dtypeSize(whole.dtype)), wholeRow = e.len * e.inner * es, off = 0;
+  for (const TensorView &p : parts) {
+    int64_t row = p.dims[size_t(axis)] * e.inner * es;
+    SD_CHECK_ARG(off + row <= wholeRow, assemble ? "Concat inputs exceed output" : "Split outputs exceed input");
+    for (int64_t i = 0; i < e.outer; ++i) {
+      char *w = whole.as<char>() + i * wholeRow + off, *q = p.as<char>() + i * row;
+      if (assemble) std::memcpy(w, q, size_t(row));
+      else std::memcpy(q, w, size_t(row));
+    }
     off += row;
   }
   return Status::ok();
 }
 
+Status ConcatKernel(const KernelContext &c) {
+  return copyAlongAxis(c.outputs[0], c.inputs, c.attrs.getInt("axis", 0), true);
+}
+
 Status SplitKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0];
-  int64_t axis = c.attrs.getInt("axis", 0);
-  if (axis < 0) axis += x.rank();
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
-  size_t es = dtypeSize(x.dtype);
-  int64_t inRow = x.dims[size_t(axis)] * inner * int64_t(es), off = 0;
-  for (const TensorView &o : c.outputs) {
-    int64_t row = o.dims[size_t(axis)] * inner * int64_t(es);
-    SD_CHECK_ARG(off + row <= inRow, "Split outputs exceed input");
-    for (int64_t i = 0; i < outer; ++i)
-      std::memcpy(o.as<char>() + i * row, x.as<char>() + i * inRow + off, size_t(row));
-    off += row;
-  }
-  return Status::ok();
+  return copyAlongAxis(c.inputs[0], c.outputs, c.attrs.getInt("axis", 0), false);
 }
 
 Status SliceKernel(const KernelContext &c) {

@@ -104,6 +104,14 @@ def main():
     expect_clean_error("unsupported op", [sdc, "compile", unsupported, "-o", out],
                        ["NonZero", "the_node", "opset 13"], [out])
 
+    # An input without a shape (found by the importer fuzzer): needs --shapes.
+    noshape = os.path.join(tmp, "noshape.onnx")
+    xin = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [xin],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), noshape)
+    expect_clean_error("input without a shape", [sdc, "compile", noshape, "-o", out], ["'x' has no shape"], [out])
+
     # Flags.
     expect_clean_error("--shapes contradicting the model", [sdc, "compile", good, "-o", out, "--shapes", "x=2x4"],
                        ["--shapes x sets dim 1 to 4", "model fixes it at 3"], [out])

@@ -136,6 +136,27 @@ const sd::EntryDesc *firstEntry(const sd::Plan &plan, const std::string &name) {
   return nullptr;
 }
 
+// Picks the bucket matching the inputs, creates a session and runs it once.
+struct Prepared {
+  std::unique_ptr<sd::Session> session;
+  size_t entry = 0;
+  std::vector<const sd::HostTensor *> ptrs;
+};
+
+sd::Status prepare(const std::shared_ptr<sd::Plan> &plan, const std::string &planPath, const std::string &entryName,
+                   const std::vector<sd::HostTensor> &inputs, int64_t threads, Prepared &out) {
+  std::vector<sd::Dims> dims;
+  for (auto &t : inputs) dims.push_back(t.dims);
+  auto entry = plan->selectEntry(entryName, dims);
+  if (!entry.isOk()) return entry.status().withContext(planPath + ": ");
+  auto session = sd::Session::create(plan, sd::SessionOptions{int(threads)});
+  if (!session.isOk()) return session.status();
+  out.session = std::move(session.value());
+  out.entry = entry.value();
+  for (auto &t : inputs) out.ptrs.push_back(&t);
+  return sd::Status::ok();
+}
+
 } // namespace
 
 int inferCommand(const std::vector<std::string> &args) {
@@ -155,16 +176,10 @@ int inferCommand(const std::vector<std::string> &args) {
   if (!proto) return fail(f.plan + ": plan has no 'infer' entry");
   std::vector<sd::HostTensor> inputs;
   if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());
-  std::vector<sd::Dims> dims;
-  for (auto &t : inputs) dims.push_back(t.dims);
-  auto entry = plan.value()->selectEntry("infer", dims);
-  if (!entry.isOk()) return fail(f.plan + ": " + entry.status().message());
-  auto session = sd::Session::create(plan.value(), sd::SessionOptions{int(threads)});
-  if (!session.isOk()) return fail(session.status().message());
-  std::vector<const sd::HostTensor *> ptrs;
-  for (auto &t : inputs) ptrs.push_back(&t);
+  Prepared run;
+  if (auto s = prepare(plan.value(), f.plan, "infer", inputs, threads, run); !s.isOk()) return fail(s.message());
   std::vector<sd::HostTensor> outputs;
-  if (auto s = session.value()->run(entry.value(), ptrs, outputs); !s.isOk()) return fail(s.message());
+  if (auto s = run.session->run(run.entry, run.ptrs, outputs); !s.isOk()) return fail(s.message());
   auto outDir = f.values.find("--output-dir");
   if (outDir == f.values.end()) {
     for (auto &o : outputs) {
@@ -232,29 +247,23 @@ int benchCommand(const std::vector<std::string> &args) {
       inputs.push_back(std::move(t));
     }
   }
-  std::vector<sd::Dims> dims;
-  for (auto &t : inputs) dims.push_back(t.dims);
-  auto entry = plan.value()->selectEntry(entryName, dims);
-  if (!entry.isOk()) return fail(f.plan + ": " + entry.status().message());
-  auto session = sd::Session::create(plan.value(), sd::SessionOptions{int(threads)});
-  if (!session.isOk()) return fail(session.status().message());
-  std::vector<const sd::HostTensor *> ptrs;
-  for (auto &t : inputs) ptrs.push_back(&t);
+  Prepared run;
+  if (auto s = prepare(plan.value(), f.plan, entryName, inputs, threads, run); !s.isOk()) return fail(s.message());
   std::vector<sd::HostTensor> outputs;
   std::vector<double> times;
   for (int64_t i = 0; i < warmup + iters; ++i) {
-    if (profile && i == warmup) session.value()->setProfiling(true);
+    if (profile && i == warmup) run.session->setProfiling(true);
     auto t0 = std::chrono::steady_clock::now();
-    if (auto s = session.value()->run(entry.value(), ptrs, outputs); !s.isOk()) return fail(s.message());
+    if (auto s = run.session->run(run.entry, run.ptrs, outputs); !s.isOk()) return fail(s.message());
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
   if (profile) {
     double total = 0;
-    for (auto &p : session.value()->profile()) total += p.ms;
+    for (auto &p : run.session->profile()) total += p.ms;
     std::printf("%-28s %10s %8s %7s\n", "op", "ms/iter", "calls", "share");
-    for (auto &p : session.value()->profile())
+    for (auto &p : run.session->profile())
       std::printf("%-28s %10.3f %8lld %6.1f%%\n", p.op.c_str(), p.ms / double(iters), (long long)(p.calls / iters),
                   100.0 * p.ms / std::max(total, 1e-9));
   }
