@@ -1,5 +1,6 @@
 // The compile driver: load, import, run the pipeline, emit.
 #include "Driver.h"
+#include <algorithm>
 #include "EmitPlan.h"
 #include "OnnxFrontend.h"
 #include "OnnxImporter.h"
@@ -45,6 +46,13 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
 
   ImportOptions iopts;
   iopts.modelPath = req.model;
+  for (const std::string &spec : req.pipeline.shapes) { // "x=2x3[,4x3]": rank of the first value
+    size_t eq = spec.rfind('=');
+    if (eq == std::string::npos) continue;
+    std::string first = spec.substr(eq + 1, spec.find(',', eq) - eq - 1);
+    iopts.inputRanks[spec.substr(0, eq)] =
+        first == "scalar" ? 0 : int64_t(std::count(first.begin(), first.end(), 'x') + 1);
+  }
   std::vector<onnx::TensorProto> bound(req.binds.size());
   for (size_t i = 0; i < req.binds.size(); ++i) {
     if (!loadTensorProto(req.binds[i].second, bound[i], error)) return false;

@@ -51,6 +51,9 @@ Status inferShapes(std::string_view op, ShapeContext &ctx) {
                    " operands, got ", ctx.inputs.size());
   for (int i = 0; i < lo; ++i)
     if (!ctx.hasInput(size_t(i))) return sdError("op '", op, "' is missing required operand ", i);
+  // Rules index dims freely; an operand of unknown rank never reaches them.
+  for (size_t i = 0; i < ctx.inputs.size(); ++i)
+    if (ctx.hasInput(i) && !ctx.inputs[i].rankKnown) return sdError("operand ", i, " of '", op, "' has unknown rank");
   ctx.constInputs.resize(ctx.inputs.size(), nullptr);
   if (ctx.numOutputs == 0 || ctx.numOutputs > 4096) return sdError("op '", op, "' has ", ctx.numOutputs, " results");
   ctx.outputs.clear();

@@ -38,10 +38,9 @@ Status broadcastDims(const std::vector<const TensorInfo *> &ins, TensorInfo &out
 }
 
 Status normalizeAxis(int64_t &axis, int64_t rank, const char *what) {
-  if (axis < -rank || axis >= std::max<int64_t>(rank, 1) || (rank == 0 && axis != 0 && axis != -1))
-    return sdError(what, " ", axis, " out of range for rank ", rank);
+  if (rank < 0) return sdError(what, " ", axis, " needs a known rank");
+  if (axis < -rank || axis >= rank) return sdError(what, " ", axis, " out of range for rank ", rank);
   if (axis < 0) axis += rank;
-  if (axis < 0) axis = 0;
   return Status::ok();
 }
 

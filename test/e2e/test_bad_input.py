@@ -111,6 +111,11 @@ def main():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), noshape)
     expect_clean_error("input without a shape", [sdc, "compile", noshape, "-o", out], ["'x' has no shape"], [out])
+    r = run([sdc, "compile", noshape, "-o", out, "--shapes", "x=2x3"])
+    RESULTS.append(("input without a shape compiles with --shapes", [] if r and r.returncode == 0 and os.path.exists(out)
+                    else [f"failed: {r.stderr if r else 'hung'}"]))
+    if os.path.exists(out):
+        os.remove(out)
 
     # Flags.
     expect_clean_error("--shapes contradicting the model", [sdc, "compile", good, "-o", out, "--shapes", "x=2x4"],

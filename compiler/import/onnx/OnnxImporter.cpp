@@ -235,7 +235,7 @@ int64_t defaultOpset(const onnx::ModelProto &m) {
   return 1;
 }
 
-FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, std::string &error,
+FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const ImportOptions &opts, std::string &error,
                           SmallVectorImpl<Attribute> &dimParams) {
   if (!vi.type().has_tensor_type()) {
     error = "input '" + vi.name() + "' is not a tensor";
@@ -247,7 +247,15 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, std::strin
     return failure();
   }
   Type et = toMlirType(b.getContext(), DType(tt.elem_type()));
-  if (!tt.has_shape()) return Type(UnrankedTensorType::get(et));
+  if (!tt.has_shape()) {
+    auto rank = opts.inputRanks.find(vi.name());
+    if (rank == opts.inputRanks.end()) {
+      error = "input '" + vi.name() + "' has no shape in the model; give --shapes " + vi.name() + "=DxD";
+      return failure();
+    }
+    dimParams.assign(size_t(rank->second), b.getStringAttr(""));
+    return Type(RankedTensorType::get(SmallVector<int64_t>(size_t(rank->second), ShapedType::kDynamic), et));
+  }
   SmallVector<int64_t> dims;
   for (const auto &d : tt.shape().dim()) {
     dims.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : ShapedType::kDynamic);
@@ -307,7 +315,7 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
       continue;
     }
     SmallVector<Attribute> params;
-    auto t = valueType(b, in, error, params);
+    auto t = valueType(b, in, opts, error, params);
     if (failed(t)) return error = what + ": " + error, nullptr;
     argTypes.push_back(*t);
     args.push_back(&in);

@@ -21,6 +21,8 @@ struct ImportOptions {
   // Graph inputs bound to constant values at compile time (sdc --bind):
   // shape-determining inputs of an ahead-of-time plan must be known.
   std::map<std::string, const onnx::TensorProto *> bindings;
+  // Ranks from --shapes, for graph inputs the model gives no shape.
+  std::map<std::string, int64_t> inputRanks;
 };
 
 mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext *ctx, const onnx::ModelProto &model,
