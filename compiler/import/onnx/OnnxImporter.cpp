@@ -364,6 +364,9 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
               (isKnownOpType(node.op_type()) ? " at this opset" : "");
       return nullptr;
     }
+    // Handlers may read input 0 directly; a node without inputs stops here.
+    if (spec->numOperands != 0 && (node.input_size() == 0 || node.input(0).empty()))
+      return error = imp.nodeDesc + ": node has no first input", nullptr;
     if (failed(spec->handler(imp, node, *spec))) {
       error = imp.error.empty() ? imp.nodeDesc + ": import failed" : imp.error;
       return nullptr;
