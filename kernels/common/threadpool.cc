@@ -18,13 +18,25 @@ ThreadPool::~ThreadPool() {
   for (auto &t : workers_) t.join();
 }
 
+// Steps arrive back to back; a worker that polls briefly before sleeping picks
+// up the next job without a futex wake (tens of microseconds on a VM).
+constexpr int kSpinIterations = 20000;
+
 void ThreadPool::workerLoop() {
   uint64_t seen = 0;
   std::unique_lock<std::mutex> lock(mu_);
   for (;;) {
-    wake_.wait(lock, [&] { return stop_ || generation_ != seen; });
+    if (generation_.load(std::memory_order_acquire) == seen && !stop_) {
+      lock.unlock();
+      for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen; ++i)
+        __builtin_ia32_pause();
+      lock.lock();
+      sleeping_.fetch_add(1);
+      wake_.wait(lock, [&] { return stop_ || generation_.load() != seen; });
+      sleeping_.fetch_sub(1);
+    }
     if (stop_) return;
-    seen = generation_;
+    seen = generation_.load();
     while (job_ && nextChunk_ < chunks_) {
       int64_t c = nextChunk_++;
       auto *job = job_;
@@ -52,8 +64,8 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
   chunks_ = (n + jobChunk_ - 1) / jobChunk_;
   nextChunk_ = 0;
   finished_ = 0;
-  ++generation_;
-  wake_.notify_all();
+  generation_.fetch_add(1, std::memory_order_release);
+  if (sleeping_.load()) wake_.notify_all();
   while (nextChunk_ < chunks_) {
     int64_t c = nextChunk_++;
     int64_t b = c * jobChunk_, e = std::min(jobN_, b + jobChunk_);

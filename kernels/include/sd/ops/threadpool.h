@@ -1,6 +1,7 @@
 // A small fixed-size thread pool with a blocking parallelFor, used by kernels
 // that pay for threading. One pool per session, sized by --threads.
 #pragma once
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -27,7 +28,9 @@ private:
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)> *job_ = nullptr;
   int64_t jobN_ = 0, jobChunk_ = 0, nextChunk_ = 0, chunks_ = 0, finished_ = 0;
-  uint64_t generation_ = 0;
+  // Bumped under mu_ for each job; read without the lock while workers spin.
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<int> sleeping_{0};
   bool stop_ = false;
 };
 
