@@ -1,6 +1,7 @@
 // CPU kernels for LayerNormalization, BatchNormalization (inference),
 // InstanceNormalization, LpNormalization and MeanVarianceNormalization.
 #include "cpu_util.h"
+#include "vecmath.h"
 #include <cmath>
 
 namespace sd::cpu {
@@ -20,6 +21,24 @@ Status LayerNormKernel(const KernelContext &c) {
   Dims bs = hasBias ? broadcastStrides(c.inputs[2].dims, normDims) : Dims{};
   bool flatScale = scale.numElements() == n;
   bool flatBias = !hasBias || c.inputs[2].numElements() == n;
+  // The transformer case: f32 rows with per-feature scale and bias.
+  bool statsF32 = true;
+  for (size_t k = 1; k < c.outputs.size(); ++k) statsF32 = statsF32 && (!c.outputs[k].data || c.outputs[k].dtype == DType::F32);
+  if (x.dtype == DType::F32 && flatScale && flatBias && statsF32) {
+    const float *px = x.as<float>(), *g = scale.as<float>(), *bb = hasBias ? c.inputs[2].as<float>() : nullptr;
+    float *py = c.outputs[0].as<float>();
+    float *meanOut = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<float>() : nullptr;
+    float *rstdOut = c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<float>() : nullptr;
+    parallelFor(c.pool, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t b0, int64_t b1) {
+      for (int64_t r = b0; r < b1; ++r) {
+        float mean, rstd;
+        vlayerNormRow(px + r * n, g, bb, py + r * n, n, float(eps), mean, rstd);
+        if (meanOut) meanOut[r] = mean;
+        if (rstdOut) rstdOut[r] = rstd;
+      }
+    });
+    return Status::ok();
+  }
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>(), *g = scale.as<T>(), *bb = hasBias ? c.inputs[2].as<T>() : nullptr;

@@ -77,4 +77,24 @@ SD_CLONES float vmax(const float *x, int64_t n) {
   return m;
 }
 
+SD_CLONES void vlayerNormRow(const float *x, const float *g, const float *b, float *y, int64_t n, float eps,
+                             float &meanOut, float &rstdOut) {
+  float sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += x[i];
+  float mean = sum / float(n), var = 0;
+#pragma omp simd reduction(+ : var)
+  for (int64_t i = 0; i < n; ++i) var += (x[i] - mean) * (x[i] - mean);
+  float rstd = 1.0f / std::sqrt(var / float(n) + eps);
+  if (b) {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * g[i] + b[i];
+  } else {
+#pragma omp simd
+    for (int64_t i = 0; i < n; ++i) y[i] = (x[i] - mean) * rstd * g[i];
+  }
+  meanOut = mean;
+  rstdOut = rstd;
+}
+
 } // namespace sd::cpu
