@@ -8,6 +8,7 @@ void registerSdPasses() { registerSDPasses(); }
 
 void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFormLinear());
+  pm.addPass(createFuseGelu());
   SpecializeOptions spec;
   spec.shapes = opts.shapes;
   spec.dims = opts.dims;

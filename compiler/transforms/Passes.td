@@ -15,6 +15,10 @@ def FormLinear : Pass<"sd-form-linear", "mlir::ModuleOp"> {
   }];
 }
 
+def FuseGelu : Pass<"sd-fuse-gelu", "mlir::ModuleOp"> {
+  let summary = "Replace exported x*0.5*(1+erf(x/sqrt(2))) with one sd.gelu";
+}
+
 def Specialize : Pass<"sd-specialize", "mlir::ModuleOp"> {
   let summary = "Clone each entry per shape bucket with static input shapes";
   let options = [

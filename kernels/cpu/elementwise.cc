@@ -99,6 +99,12 @@ SD_FLOAT_UNARY(Mish, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::l
 
 Status GeluKernel(const KernelContext &c) {
   bool tanhApprox = c.attrs.getString("approximate", "none") == "tanh";
+  if (!tanhApprox && c.inputs[0].dtype == DType::F32) {
+    const float *x = c.inputs[0].as<float>();
+    float *y = c.outputs[0].as<float>();
+    parallelFor(c.pool, c.inputs[0].numElements(), 1 << 15, [&](int64_t b, int64_t e) { vgelu(x + b, y + b, e - b); });
+    return Status::ok();
+  }
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     if (tanhApprox)

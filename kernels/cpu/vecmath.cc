@@ -55,6 +55,11 @@ SD_CLONES void verf(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = erfApprox(x[i]);
 }
 
+SD_CLONES void vgelu(const float *x, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erfApprox(x[i] * 0.70710678118654752f));
+}
+
 SD_CLONES void vsigmoid(const float *x, float *y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + expApprox(-x[i]));
