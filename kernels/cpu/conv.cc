@@ -100,48 +100,52 @@ Status ConvKernel(const KernelContext &c) {
     direct = direct && g.strides[i] == 1 && g.padBegin[i] == 0 && g.padEnd[i] == 0;
   int64_t units = n * group;
   int threads = c.pool ? c.pool->size() : 1;
-  // Enough images (x groups) to go around: one per thread, each with its own
-  // im2col scratch and a single-threaded GEMM. Otherwise split inside.
-  bool perUnit = units >= threads;
+  // 2-D convs run in tiles of output rows whose im2col block stays in cache
+  // (about 512 KiB) instead of materializing the whole column matrix. Work
+  // items are (image x group x row tile); each thread takes whole items with
+  // its own scratch and a single-threaded GEMM, so small images still spread
+  // over the pool without nested hand-offs.
+  bool tiled = !direct && g.rank() == 2;
+  int64_t rows = tiled ? g.out[0] : 1;
+  int64_t tileRows = tiled ? std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(cg * kTotal * g.out[1], 1),
+                                                 1, rows)
+                           : 1;
+  if (tiled && units * ((rows + tileRows - 1) / tileRows) < 2 * threads)
+    tileRows = std::max<int64_t>(1, rows * units / (2 * threads));
+  int64_t tiles = tiled ? (rows + tileRows - 1) / tileRows : 1;
+  int64_t items = units * tiles;
+  bool nested = items < threads; // too few items: parallelize inside instead
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
-    // 2-D convs run in tiles of output rows whose im2col block stays in cache
-    // (about 512 KiB) instead of materializing the whole column matrix.
-    bool tiled = !direct && g.rank() == 2;
-    int64_t tileRows = tiled ? std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(cg * kTotal * g.out[1], 1),
-                                                   1, g.out[0])
-                             : 0;
-    auto convUnits = [&](int64_t u0, int64_t u1, ThreadPool *inner) {
+    auto runItems = [&](int64_t i0, int64_t i1, ThreadPool *inner) {
       std::vector<T> col(direct ? 0 : size_t(cg * kTotal * (tiled ? tileRows * g.out[1] : oTotal)));
-      for (int64_t u = u0; u < u1; ++u) {
-        int64_t b = u / group, gi = u % group;
+      for (int64_t item = i0; item < i1; ++item) {
+        int64_t u = item / tiles, t = item % tiles, b = u / group, gi = u % group;
         const T *xg = x.as<T>() + (b * cin + gi * cg) * inTotal;
         T *yg = y.as<T>() + (b * m + gi * mg) * oTotal;
+        const T *wg = w.as<T>() + gi * mg * cg * kTotal;
+        int64_t col0 = 0, cols = oTotal;
         const T *src = xg;
         if (tiled) {
-          if (bias)
-            for (int64_t j = 0; j < mg; ++j) std::fill(yg + j * oTotal, yg + (j + 1) * oTotal, bias[gi * mg + j]);
-          for (int64_t oh0 = 0; oh0 < g.out[0]; oh0 += tileRows) {
-            int64_t oh1 = std::min(g.out[0], oh0 + tileRows), cols = (oh1 - oh0) * g.out[1];
-            im2col2d<T>(inner, xg, cg, g, oh0, oh1, col.data());
-            parallelGemm<T>(inner, false, false, mg, cols, cg * kTotal, T(1), w.as<T>() + gi * mg * cg * kTotal,
-                            cg * kTotal, col.data(), cols, bias ? T(1) : T(0), yg + oh0 * g.out[1], oTotal);
-          }
-          continue;
-        }
-        if (!direct) {
+          int64_t oh0 = t * tileRows, oh1 = std::min(rows, oh0 + tileRows);
+          col0 = oh0 * g.out[1];
+          cols = (oh1 - oh0) * g.out[1];
+          im2col2d<T>(inner, xg, cg, g, oh0, oh1, col.data());
+          src = col.data();
+        } else if (!direct) {
           im2col<T>(inner, xg, cg, g, col.data());
           src = col.data();
         }
         if (bias)
-          for (int64_t j = 0; j < mg; ++j) std::fill(yg + j * oTotal, yg + (j + 1) * oTotal, bias[gi * mg + j]);
-        parallelGemm<T>(inner, false, false, mg, oTotal, cg * kTotal, T(1), w.as<T>() + gi * mg * cg * kTotal,
-                        cg * kTotal, src, oTotal, bias ? T(1) : T(0), yg, oTotal);
+          for (int64_t j = 0; j < mg; ++j)
+            std::fill(yg + j * oTotal + col0, yg + j * oTotal + col0 + cols, bias[gi * mg + j]);
+        parallelGemm<T>(inner, false, false, mg, cols, cg * kTotal, T(1), wg, cg * kTotal, src, tiled ? cols : oTotal,
+                        bias ? T(1) : T(0), yg + col0, oTotal);
       }
     };
-    if (perUnit) parallelFor(c.pool, units, 1, [&](int64_t u0, int64_t u1) { convUnits(u0, u1, nullptr); });
-    else convUnits(0, units, c.pool);
+    if (nested) runItems(0, items, c.pool);
+    else parallelFor(c.pool, items, 1, [&](int64_t i0, int64_t i1) { runItems(i0, i1, nullptr); });
     return Status::ok();
   });
 }

@@ -255,7 +255,7 @@ TEST(Kernels, ConvMatchesNaiveAcrossTilesStridesAndGroups) {
   // The 96x96 case spans several im2col row tiles; batch 1 exercises the
   // split-inside path, batch 3 the per-image path.
   for (const Case &k : {Case{{1, 16, 96, 96}, {8, 16, 3, 3}, 1, 1, 1}, Case{{3, 4, 9, 7}, {6, 2, 3, 3}, 2, 2, 1},
-                        Case{{2, 3, 5, 5}, {4, 3, 1, 1}, 1, 1, 0}}) {
+                        Case{{2, 3, 5, 5}, {4, 3, 1, 1}, 1, 1, 0}, Case{{1, 4, 40, 40}, {3, 4, 1, 1}, 1, 1, 0}}) {
     Tensor x = randomF32(k.x, rng), w = randomF32(k.w, rng);
     Dims od;
     std::vector<float> ref = naiveConv(x, w, k.group, k.stride, k.pad, od);
