@@ -11,28 +11,27 @@ namespace {
 
 Dims spatial(const Dims &d) { return Dims(d.begin() + 2, d.end()); }
 
+// kernel_shape, or the weight's spatial dims when the attribute is absent.
+Dims kernelShapeOf(const KernelContext &c, const TensorView &w) {
+  Dims kernel = c.attrs.getInts("kernel_shape");
+  return kernel.empty() ? spatial(w.dims) : kernel;
+}
+
 // Walks every (kernel offset, output position) pair and calls
 // fn(row, outIndex, inputOffsetOrMinus1) for input channel-independent geometry.
 template <typename F> void forEachWindowTap(const WindowGeometry &g, F &&fn) {
   size_t n = g.rank();
   int64_t kTotal = product(g.kernel), oTotal = product(g.out);
   Dims inStr = stridesOf(g.in);
-  Dims k(n), o(n);
+  Dims o(n);
   for (int64_t kk = 0; kk < kTotal; ++kk) {
-    int64_t rem = kk;
-    for (int64_t d = int64_t(n) - 1; d >= 0; --d) { k[size_t(d)] = rem % g.kernel[size_t(d)]; rem /= g.kernel[size_t(d)]; }
     for (int64_t oo = 0; oo < oTotal; ++oo) {
-      int64_t r2 = oo, off = 0;
-      bool inside = true;
+      int64_t r2 = oo;
       for (int64_t d = int64_t(n) - 1; d >= 0; --d) {
-        size_t u = size_t(d);
-        o[u] = r2 % g.out[u];
-        r2 /= g.out[u];
-        int64_t pos = o[u] * g.strides[u] - g.padBegin[u] + k[u] * g.dilations[u];
-        if (pos < 0 || pos >= g.in[u]) inside = false;
-        off += pos * inStr[u];
+        o[size_t(d)] = r2 % g.out[size_t(d)];
+        r2 /= g.out[size_t(d)];
       }
-      fn(kk, oo, inside ? off : -1);
+      fn(kk, oo, windowTapOffset(g, o, kk, inStr));
     }
   }
 }
@@ -88,10 +87,8 @@ template <typename T> void im2col(ThreadPool *pool, const T *x, int64_t channels
 Status ConvKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
   int64_t group = c.attrs.getInt("group", 1);
-  Dims kernel = c.attrs.getInts("kernel_shape");
-  if (kernel.empty()) kernel = spatial(w.dims);
   WindowGeometry g;
-  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, spatial(x.dims), kernel, false, g));
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, spatial(x.dims), kernelShapeOf(c, w), false, g));
   int64_t n = x.dims[0], cin = x.dims[1], m = w.dims[0], cg = cin / group, mg = m / group;
   int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
   SD_CHECK_ARG(y.dims[1] == m && product(spatial(y.dims)) == oTotal && w.dims[1] == cg, "Conv shapes inconsistent");
@@ -153,10 +150,8 @@ Status ConvKernel(const KernelContext &c) {
 Status ConvTransposeKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
   int64_t group = c.attrs.getInt("group", 1);
-  Dims kernel = c.attrs.getInts("kernel_shape");
-  if (kernel.empty()) kernel = spatial(w.dims);
   WindowGeometry g;
-  SD_RETURN_IF_ERROR(resolveTransposedWindows(c.attrs, spatial(x.dims), kernel, g));
+  SD_RETURN_IF_ERROR(resolveTransposedWindows(c.attrs, spatial(x.dims), kernelShapeOf(c, w), g));
   int64_t n = x.dims[0], cin = x.dims[1], cg = cin / group, mg = w.dims[1], m = mg * group;
   int64_t kTotal = product(g.kernel), inTotal = product(g.in), outTotal = product(g.out);
   SD_CHECK_ARG(y.dims[1] == m && product(spatial(y.dims)) == outTotal, "ConvTranspose shapes inconsistent");

@@ -76,17 +76,8 @@ template <Mode M> Status poolKernel(const KernelContext &c) {
           }
           int64_t kTotal = product(g.kernel);
           for (int64_t kk = 0; kk < kTotal; ++kk) {
-            int64_t r2 = kk, off = 0;
-            bool inside = true;
-            for (int64_t d = int64_t(n) - 1; d >= 0; --d) {
-              size_t u = size_t(d);
-              k[u] = r2 % g.kernel[u];
-              r2 /= g.kernel[u];
-              int64_t pos = o[u] * g.strides[u] - g.padBegin[u] + k[u] * g.dilations[u];
-              if (pos < 0 || pos >= g.in[u]) inside = false;
-              off += pos * inStr[u];
-            }
-            if (!inside) continue;
+            int64_t off = windowTapOffset(g, o, kk, inStr);
+            if (off < 0) continue;
             double v = double(src[off]);
             if (M == Mode::Max) {
               if (v > acc || best < 0) { acc = v; best = off; }
