@@ -60,7 +60,7 @@ template <Mode M> Status poolKernel(const KernelContext &c) {
   return dispatch([&](auto tag) {
     using T = decltype(tag);
     parallelFor(c.pool, planes, 1, [&](int64_t p0, int64_t p1) {
-      Dims o(n), k(n);
+      Dims o(n);
       for (int64_t pl = p0; pl < p1; ++pl) {
         const T *src = x.as<T>() + pl * inTotal;
         for (int64_t oo = 0; oo < outTotal; ++oo) {
