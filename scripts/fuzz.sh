@@ -2,19 +2,22 @@
 # Builds the libFuzzer targets with clang-19 (ASan + UBSan) in build-fuzz/ and
 # runs them. Seeds are plans and models compiled from the test inputs.
 #   scripts/fuzz.sh                          all targets, 10 minutes each
-#   scripts/fuzz.sh --target plan_loader --seconds 60 --no-compiler
+#   scripts/fuzz.sh --target plan_loader --seconds 60 --no-compiler --seed 1
+# (--seed makes the mutation sequence repeatable, as CTest's smoke run uses.)
 # Findings (crash-*, leak-*, timeout-*) land in build-fuzz/findings/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 TARGETS="plan_loader onnx_importer"
 SECONDS_PER_TARGET=600
 WITH_COMPILER=ON
+SEED_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
+    --seed) SEED_ARGS=(-seed="$2"); shift 2 ;;
     --target) TARGETS="$2"; shift 2 ;;
     --seconds) SECONDS_PER_TARGET="$2"; shift 2 ;;
     --no-compiler) WITH_COMPILER=OFF; shift ;;
-    -h|--help) sed -n '2,7p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
     *) echo "fuzz.sh: unknown option $1" >&2; exit 2 ;;
   esac
 done
@@ -49,7 +52,7 @@ for t in $TARGETS; do
   echo "fuzz.sh: running ${t}_fuzzer for ${SECONDS_PER_TARGET}s"
   log="$FUZZ_DIR/${t}.log"
   if ! ASAN_OPTIONS=detect_leaks=0 "$FUZZ_DIR/test/fuzz/${t}_fuzzer" -max_total_time="$SECONDS_PER_TARGET" \
-      -rss_limit_mb=4096 -max_len=65536 -artifact_prefix="$FUZZ_DIR/findings/${t}-" \
+      -rss_limit_mb=4096 -max_len=65536 -artifact_prefix="$FUZZ_DIR/findings/${t}-" "${SEED_ARGS[@]}" \
       "$FUZZ_DIR/corpus/$t" >"$log" 2>&1; then
     echo "fuzz.sh: ${t}_fuzzer FOUND A PROBLEM (see $log and $FUZZ_DIR/findings)"
     tail -30 "$log"
