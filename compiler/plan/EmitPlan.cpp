@@ -196,10 +196,11 @@ flatbuffers::Offset<fb::Entry> buildEntry(flatbuffers::FlatBufferBuilder &fbb, f
     for (NamedAttribute a : dict)
       if (auto i = dyn_cast<IntegerAttr>(a.getValue()))
         bucket.push_back(fb::CreateBucketDimDirect(fbb, a.getName().str().c_str(), i.getInt()));
-  uint64_t arena = 0;
+  uint64_t arena = 0, tensors = 0;
   if (auto a = f->getAttrOfType<IntegerAttr>("sd.arena_bytes")) arena = uint64_t(a.getInt());
+  if (auto t = f->getAttrOfType<IntegerAttr>("sd.tensor_bytes")) tensors = uint64_t(t.getInt());
   std::string entryName = f->getAttrOfType<StringAttr>("sd.entry").str();
-  return fb::CreateEntryDirect(fbb, entryName.c_str(), &bucket, arena, &buffers, &steps, &inputs, &outputs);
+  return fb::CreateEntryDirect(fbb, entryName.c_str(), &bucket, arena, &buffers, &steps, &inputs, &outputs, tensors);
 }
 
 std::string baseName(const std::string &p) {

@@ -244,6 +244,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
     if (e->bucket())
       for (const fb::BucketDim *b : *e->bucket()) ed.bucket.emplace_back(b->name()->str(), b->value());
     ed.arenaSize = e->arena_size();
+    ed.tensorBytes = e->tensor_bytes();
     if (ed.arenaSize > (uint64_t(1) << 44)) return sdError(ctx, "arena size ", ed.arenaSize, " is implausible");
     int nbuf = e->buffers() ? int(e->buffers()->size()) : 0;
     for (int i = 0; i < nbuf; ++i) {

@@ -310,7 +310,11 @@ int inspectCommand(const std::vector<std::string> &args) {
         std::printf("%s%s=%lld", i ? ", " : "", e.bucket[i].first.c_str(), (long long)e.bucket[i].second);
       std::printf("]");
     }
-    std::printf(": %zu steps, arena %llu bytes\n", e.steps.size(), (unsigned long long)e.arenaSize);
+    std::printf(": %zu steps, arena %llu bytes", e.steps.size(), (unsigned long long)e.arenaSize);
+    if (e.tensorBytes)
+      std::printf(" for %llu bytes of tensors (%.0f%% shared)", (unsigned long long)e.tensorBytes,
+                  100.0 * (1.0 - double(e.arenaSize) / double(e.tensorBytes)));
+    std::printf("\n");
     for (auto &in : e.inputs) {
       auto &b = e.buffers[size_t(in.second)];
       std::printf("    input  %s: %s[%s]\n", in.first.c_str(), sd::dtypeName(b.dtype), sd::formatDims(b.dims).c_str());

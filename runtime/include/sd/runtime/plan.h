@@ -11,7 +11,7 @@
 namespace sd {
 
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 0;
+constexpr uint32_t kPlanSchemaMinor = 1; // 1.1: Entry.tensor_bytes
 constexpr char kPlanFooterMagic[4] = {'S', 'D', 'P', 'F'};
 constexpr size_t kPlanFooterSize = 16; // u64 flatbuffer size, u32 crc32c, magic
 constexpr size_t kWeightAlignment = 64;
@@ -50,6 +50,7 @@ struct EntryDesc {
   std::string name;
   std::vector<std::pair<std::string, int64_t>> bucket;
   uint64_t arenaSize = 0;
+  uint64_t tensorBytes = 0; // 0 in plans older than schema 1.1
   std::vector<BufferDesc> buffers;
   std::vector<StepDesc> steps;
   std::vector<std::pair<std::string, int32_t>> inputs, outputs;
