@@ -71,10 +71,11 @@ struct PropagateShapesPass : sd::impl::PropagateShapesBase<PropagateShapesPass> 
       if (absent) continue;
       if (shapeOnly ? !q.ctx->inputs[i].isStatic() : q.ctx->constInputs[i] == nullptr) return success();
     }
-    int64_t bytes = 0;
+    int64_t bytes = 0; // element counts are bounded by 2^40 (inferShapes)
     for (auto &o : q.ctx->outputs) {
       if (!o.isStatic()) return success();
       bytes += o.numElements() * int64_t(sd::dtypeSize(o.dtype));
+      if (bytes > maxFoldBytes) return success();
     }
     if (bytes > maxFoldBytes) return success();
     std::vector<std::vector<uint8_t>> results(op->getNumResults());

@@ -33,7 +33,7 @@ LogicalResult parseBinding(StringRef text, bool isShape, std::string &name,
     else if (!isShape) parts.push_back(alt);
     for (StringRef p : parts) {
       int64_t v;
-      if (p.trim().getAsInteger(10, v) || v < 0) {
+      if (p.trim().getAsInteger(10, v) || v < 0 || v > (int64_t(1) << 40)) {
         err = "bad dimension '" + p.str() + "' in '" + text.str() + "'";
         return failure();
       }

@@ -58,6 +58,17 @@ Status inferShapes(std::string_view op, ShapeContext &ctx) {
   if (ctx.numOutputs == 0 || ctx.numOutputs > 4096) return sdError("op '", op, "' has ", ctx.numOutputs, " results");
   ctx.outputs.clear();
   SD_RETURN_IF_ERROR(def->shape(ctx));
+  // No rule may produce a negative dim or a tensor past 2^40 elements; later
+  // code multiplies dims freely and allocates from them.
+  for (const TensorInfo &o : ctx.outputs) {
+    int64_t n = 1;
+    for (int64_t d : o.dims) {
+      if (d < kUnknownDim) return sdError("op '", op, "' yields negative dim ", d);
+      if (d <= 0) continue;
+      if (n > (int64_t(1) << 40) / d) return sdError("op '", op, "' yields a tensor of more than 2^40 elements");
+      n *= d;
+    }
+  }
   if (ctx.outputs.size() < ctx.numOutputs)
     return sdError("op '", op, "' produces ", ctx.outputs.size(),
                    " results, ", ctx.numOutputs, " expected");

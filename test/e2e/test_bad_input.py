@@ -117,6 +117,25 @@ def main():
     if os.path.exists(out):
         os.remove(out)
 
+    # Absurd sizes: a constant-of-shape of 10^12 x 10^12 and an initializer
+    # declaring 2^62 elements must be errors, not allocations.
+    huge = os.path.join(tmp, "huge.onnx")
+    shape = numpy_helper.from_array(np.array([10**12, 10**12], np.int64), "shape")
+    g = helper.make_graph([helper.make_node("ConstantOfShape", ["shape"], ["y"])], "g", [],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [shape])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), huge)
+    expect_clean_error("constant of absurd shape", [sdc, "compile", huge, "-o", out], ["2^40"], [out])
+    lying = os.path.join(tmp, "lying.onnx")
+    w = TensorProto()
+    w.name, w.data_type = "w", TensorProto.FLOAT
+    w.dims.extend([2**31, 2**31])
+    w.raw_data = b"\0" * 16
+    xin = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 2])
+    g = helper.make_graph([helper.make_node("Add", ["x", "w"], ["y"])], "g", [xin],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), lying)
+    expect_clean_error("initializer claiming 2^62 elements", [sdc, "compile", lying, "-o", out], ["'w'"], [out])
+
     # Flags.
     expect_clean_error("--shapes contradicting the model", [sdc, "compile", good, "-o", out, "--shapes", "x=2x4"],
                        ["--shapes x sets dim 1 to 4", "model fixes it at 3"], [out])

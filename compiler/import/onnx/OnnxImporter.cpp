@@ -21,11 +21,17 @@ FailureOr<RankedTensorType> tensorTypeOf(Builder &b, const onnx::TensorProto &t,
     return failure();
   }
   SmallVector<int64_t> dims;
+  int64_t n = 1;
   for (int64_t d : t.dims()) {
     if (d < 0) {
       error = "tensor '" + t.name() + "' has negative dim";
       return failure();
     }
+    if (d > 0 && n > (int64_t(1) << 40) / d) {
+      error = "tensor '" + t.name() + "' has more than 2^40 elements";
+      return failure();
+    }
+    n *= std::max<int64_t>(d, 1);
     dims.push_back(d);
   }
   return RankedTensorType::get(dims, toMlirType(b.getContext(), DType(t.data_type())));
@@ -258,6 +264,10 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const Impo
   }
   SmallVector<int64_t> dims;
   for (const auto &d : tt.shape().dim()) {
+    if (d.has_dim_value() && d.dim_value() > (int64_t(1) << 40)) {
+      error = "input '" + vi.name() + "' has dim " + std::to_string(d.dim_value()) + ", more than 2^40";
+      return failure();
+    }
     dims.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : ShapedType::kDynamic);
     dimParams.push_back(b.getStringAttr(d.has_dim_param() ? d.dim_param() : ""));
   }
