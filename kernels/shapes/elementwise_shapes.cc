@@ -10,6 +10,15 @@ static Status sameShape(ShapeContext &c) {
   return Status::ok();
 }
 
+static Status geluShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "approximate", {"none", "tanh"}));
+  SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype), "expects a float tensor, got ", dtypeName(c.inputs[0].dtype));
+  c.outputs = {c.inputs[0]};
+  return Status::ok();
+}
+
+static Status bitShiftShape(ShapeContext &c);
+
 static Status floatUnary(ShapeContext &c) {
   SD_CHECK_ARG(c.hasInput(0), "missing input");
   SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype), "expects a float tensor, got ",
@@ -50,6 +59,10 @@ static Status sameTypeBroadcast(ShapeContext &c) {
 static Status powBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Undefined); }
 static Status compareBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Bool); }
 static Status bitShiftBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Undefined); }
+static Status bitShiftShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "direction", {"LEFT", "RIGHT"}));
+  return bitShiftBroadcast(c);
+}
 
 static Status whereShape(ShapeContext &c) {
   SD_CHECK_ARG(c.inputs.size() == 3, "Where takes 3 operands");
@@ -97,7 +110,7 @@ void registerElementwiseShapes() {
        {"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos",
         "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf",
         "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu",
-        "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu"})
+        "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish"})
     registerShapeRule(op, floatUnary);
   registerShapeRule("IsNaN", boolResult);
   registerShapeRule("IsInf", boolResult);
@@ -105,7 +118,8 @@ void registerElementwiseShapes() {
                          "Max", "Mean", "Sum", "And", "Or", "Xor"})
     registerShapeRule(op, sameTypeBroadcast);
   registerShapeRule("Pow", powBroadcast);
-  registerShapeRule("BitShift", bitShiftBroadcast);
+  registerShapeRule("BitShift", bitShiftShape);
+  registerShapeRule("Gelu", geluShape);
   for (const char *op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
     registerShapeRule(op, compareBroadcast);
   registerShapeRule("Where", whereShape);

@@ -241,6 +241,7 @@ Status gatherNDShape(ShapeContext &c) {
 }
 
 Status scatterShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "reduction", {"none", "add", "mul", "max", "min"}));
   SD_CHECK_ARG(c.inputs[0].dtype == c.inputs[2].dtype, "scatter updates differ in type from data");
   c.outputs = {c.inputs[0]};
   return Status::ok();
@@ -441,6 +442,7 @@ Status tileShape(ShapeContext &c) {
 
 Status padShape(ShapeContext &c) {
   const TensorInfo &x = c.inputs[0];
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "mode", {"constant", "reflect", "edge", "wrap"}));
   std::vector<int64_t> pads, axes;
   bool known = c.constInts(1, pads);
   if (c.hasInput(3)) known = known && c.constInts(3, axes);
@@ -466,6 +468,7 @@ Status padShape(ShapeContext &c) {
 
 Status depthToSpaceShape(ShapeContext &c) {
   const TensorInfo &x = c.inputs[0];
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "mode", {"DCR", "CRD"}));
   SD_CHECK_ARG(x.rank() == 4, "DepthToSpace input must be 4-D");
   int64_t b = c.attrs.getInt("blocksize", 0);
   SD_CHECK_ARG(b > 0, "blocksize must be positive");

@@ -12,6 +12,11 @@ Status resizeShape(ShapeContext &c) {
   if (c.attrs.getInt("antialias", 0)) return sdError("Resize antialias is not supported");
   std::string mode = c.attrs.getString("mode", "nearest");
   SD_CHECK_ARG(mode == "nearest" || mode == "linear" || mode == "cubic", "Resize mode '", mode, "' is not supported");
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "coordinate_transformation_mode",
+                                 {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+                                  "asymmetric", "tf_half_pixel_for_nn", "tf_crop_and_resize"}));
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "nearest_mode", {"round_prefer_floor", "round_prefer_ceil", "floor", "ceil"}));
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "keep_aspect_ratio_policy", {"stretch", "not_larger", "not_smaller"}));
   std::vector<int64_t> axes = c.attrs.getInts("axes");
   int64_t r = x.rank();
   if (axes.empty())

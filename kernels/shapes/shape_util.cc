@@ -44,6 +44,15 @@ Status normalizeAxis(int64_t &axis, int64_t rank, const char *what) {
   return Status::ok();
 }
 
+Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list<const char *> allowed) {
+  std::string v = attrs.getString(name, *allowed.begin());
+  for (const char *a : allowed)
+    if (v == a) return Status::ok();
+  std::string list;
+  for (const char *a : allowed) list += (list.empty() ? "" : ", ") + std::string(a);
+  return sdError(name, " '", v, "' is not one of ", list);
+}
+
 void registerShapeRule(const char *op, ShapeFn fn) {
   OpDef d;
   d.name = op;

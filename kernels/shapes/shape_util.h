@@ -1,6 +1,7 @@
 // Helpers shared by the shape rules.
 #pragma once
 #include "sd/ops/registry.h"
+#include <initializer_list>
 
 namespace sd {
 
@@ -21,5 +22,7 @@ inline TensorInfo unknownRank(DType dt) {
   return r;
 }
 void registerShapeRule(const char *op, ShapeFn fn);
+// Checks a string attribute against its allowed values (first = default).
+Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list<const char *> allowed);
 
 } // namespace sd

@@ -69,3 +69,12 @@ func.func @view_changes_size(%b: memref<2x3xf32>) {
   %v = sd.view %b : memref<2x3xf32> to memref<4xf32>
   return
 }
+
+// -----
+
+func.func @unknown_pad_mode(%x: tensor<4xf32>, %p: tensor<2xi64>) -> tensor<6xf32> {
+  %n = sd.none
+  // expected-error @+1 {{mode 'mirror' is not one of constant, reflect, edge, wrap}}
+  %y = sd.pad %x, %p, %n, %n {mode = "mirror"} : (tensor<4xf32>, tensor<2xi64>, none, none) -> tensor<6xf32>
+  return %y : tensor<6xf32>
+}
