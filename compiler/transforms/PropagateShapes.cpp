@@ -90,7 +90,7 @@ struct PropagateShapesPass : sd::impl::PropagateShapesBase<PropagateShapesPass> 
       results[i].assign(size_t(o.numElements()) * sd::dtypeSize(o.dtype) + 1, 0);
       kc.outputs.push_back(sd::TensorView{results[i].data(), o.dtype, o.dims});
     }
-    sd::Status s = def->cpu(kc);
+    sd::Status s = sd::runKernel(*def, kc);
     if (!s.isOk()) return op->emitError() << sd::describeNode(op) << ": " << s.message();
     OpBuilder b(op);
     for (unsigned i = 0; i < op->getNumResults(); ++i) {

@@ -22,6 +22,45 @@ void registerOp(OpDef def) {
   if (def.cpu) it->second.cpu = def.cpu;
 }
 
+void computeHalfViaF32(std::initializer_list<const char *> ops) {
+  for (const char *op : ops) {
+    auto it = table().find(std::string_view(op));
+    if (it != table().end()) it->second.halfViaF32 = true;
+  }
+}
+
+namespace cpu {
+Status castTensor(const TensorView &in, const TensorView &out);
+}
+
+static bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
+
+Status runKernel(const OpDef &def, const KernelContext &c) {
+  if (!def.cpu) return sdError("op '", def.name, "' has no CPU kernel");
+  bool half = false;
+  if (def.halfViaF32) {
+    for (auto &t : c.inputs) half = half || isHalf(t.dtype);
+    for (auto &t : c.outputs) half = half || isHalf(t.dtype);
+  }
+  if (!half) return def.cpu(c);
+  std::vector<std::vector<float>> store;
+  store.reserve(c.inputs.size() + c.outputs.size());
+  KernelContext f{c.attrs, c.inputs, c.outputs, c.pool};
+  for (size_t i = 0; i < f.inputs.size() + f.outputs.size(); ++i) {
+    bool in = i < f.inputs.size();
+    TensorView &t = in ? f.inputs[i] : f.outputs[i - f.inputs.size()];
+    if (!isHalf(t.dtype) || !t.data) continue;
+    store.emplace_back(static_cast<size_t>(t.numElements()));
+    TensorView wide{store.back().data(), DType::F32, t.dims};
+    if (in) SD_RETURN_IF_ERROR(cpu::castTensor(t, wide));
+    t = wide;
+  }
+  SD_RETURN_IF_ERROR(def.cpu(f));
+  for (size_t i = 0; i < c.outputs.size(); ++i)
+    if (isHalf(c.outputs[i].dtype) && c.outputs[i].data) SD_RETURN_IF_ERROR(cpu::castTensor(f.outputs[i], c.outputs[i]));
+  return Status::ok();
+}
+
 const OpDef *findOp(std::string_view name) {
   registerAllOps();
   auto &t = table();

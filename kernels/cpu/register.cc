@@ -60,6 +60,12 @@ void registerAllOps() {
     cpu::registerResizeKernels();
     cpu::registerEinsumKernels();
     cpu::registerQuantizedKernels();
+    computeHalfViaF32({"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
+                       "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "HardSigmoid", "HardSwish",
+                       "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu",
+                       "Neg", "Abs", "Sign", "Relu", "Floor", "Ceil", "Round", "Add", "Sub", "Mul", "Div", "Mod",
+                       "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Min", "Max",
+                       "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization"});
   });
 }
 

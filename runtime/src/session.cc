@@ -97,7 +97,7 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
   }
   for (auto &ps : pe.steps) {
     auto t0 = impl_->profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    Status st = ps.desc->def->cpu(ps.ctx);
+    Status st = runKernel(*ps.desc->def, ps.ctx);
     if (impl_->profiling) {
       OpProfile &p = impl_->profile[ps.desc->op];
       p.op = ps.desc->op;

@@ -271,6 +271,26 @@ TEST(Kernels, ConvMatchesNaiveAcrossTilesStridesAndGroups) {
   }
 }
 
+TEST(Kernels, HalfStorageComputesThroughF32) {
+  // f16 inputs are widened, added in f32 and rounded back; bf16 likewise.
+  for (DType dt : {DType::F16, DType::BF16}) {
+    std::vector<uint16_t> a(6), b(6), o(6);
+    std::vector<float> fa = {0.5f, -1.25f, 3.0f, 100.0f, -0.125f, 7.5f}, fb = {0.25f, 2.0f, -3.0f, 0.5f, 1.0f, 0.5f};
+    for (int i = 0; i < 6; ++i) {
+      a[size_t(i)] = dt == DType::F16 ? floatToHalf(fa[size_t(i)]) : floatToBf16(fa[size_t(i)]);
+      b[size_t(i)] = dt == DType::F16 ? floatToHalf(fb[size_t(i)]) : floatToBf16(fb[size_t(i)]);
+    }
+    AttrMap none;
+    KernelContext c{none, {TensorView{a.data(), dt, {2, 3}}, TensorView{b.data(), dt, {2, 3}}},
+                    {TensorView{o.data(), dt, {2, 3}}}, nullptr};
+    ASSERT_TRUE(runKernel(*findOp("Add"), c).isOk());
+    for (int i = 0; i < 6; ++i) {
+      float got = dt == DType::F16 ? halfToFloat(o[size_t(i)]) : bf16ToFloat(o[size_t(i)]);
+      EXPECT_EQ(got, fa[size_t(i)] + fb[size_t(i)]) << dtypeName(dt) << " at " << i;
+    }
+  }
+}
+
 TEST(ShapeRules, BroadcastAndReshapeInference) {
   AttrMap none;
   ShapeContext c{none, {TensorInfo{DType::F32, {2, 1, 4}}, TensorInfo{DType::F32, {3, 1}}}, {nullptr, nullptr}, {}, 1};

@@ -6,6 +6,7 @@
 #include "sd/ops/status.h"
 #include "sd/ops/tensor.h"
 #include <functional>
+#include <initializer_list>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -52,7 +53,16 @@ struct OpDef {
   ShapeFn shape = nullptr;
   KernelFn cpu = nullptr;
   uint32_t contractVersion = 1;
+  // f16/bf16 are storage types on the CPU: for ops with this flag, runKernel
+  // widens half operands to f32, runs the f32 kernel and rounds results back.
+  bool halfViaF32 = false;
 };
+
+// Runs op `def`'s CPU kernel, converting half-precision operands when the op
+// computes them through f32. Every caller (session, constant folding) uses it.
+Status runKernel(const OpDef &def, const KernelContext &ctx);
+// Marks ops whose CPU kernels compute f16/bf16 through f32.
+void computeHalfViaF32(std::initializer_list<const char *> ops);
 
 // Registration happens in each family's translation unit through
 // registerOp(); the lookups are safe to call from any thread after startup.
