@@ -153,15 +153,15 @@ ElementsAttr constantValue(Value v) {
   return {};
 }
 
-OpShapeQuery buildShapeQuery(Operation *op) {
+OpShapeQuery buildShapeQuery(ValueRange operands, AttrMap attrs, unsigned numResults) {
   OpShapeQuery q;
-  q.attrs = toAttrMap(op);
-  q.ctx = std::make_unique<ShapeContext>(ShapeContext{q.attrs, {}, {}, {}, op->getNumResults()});
-  size_t n = op->getNumOperands();
+  q.attrs = std::move(attrs);
+  q.ctx = std::make_unique<ShapeContext>(ShapeContext{q.attrs, {}, {}, {}, numResults});
+  size_t n = operands.size();
   q.storage.resize(n);
   q.views.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    Value v = op->getOperand(unsigned(i));
+    Value v = operands[i];
     TensorInfo info = toTensorInfo(v.getType());
     q.ctx->inputs.push_back(info);
     const TensorView *cv = nullptr;
@@ -174,6 +174,10 @@ OpShapeQuery buildShapeQuery(Operation *op) {
     q.ctx->constInputs.push_back(cv);
   }
   return q;
+}
+
+OpShapeQuery buildShapeQuery(Operation *op) {
+  return buildShapeQuery(op->getOperands(), toAttrMap(op), op->getNumResults());
 }
 
 LogicalResult verifyAgainstShapeRule(Operation *op) {

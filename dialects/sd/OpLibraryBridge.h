@@ -33,5 +33,7 @@ struct OpShapeQuery {
   std::unique_ptr<ShapeContext> ctx;
 };
 OpShapeQuery buildShapeQuery(mlir::Operation *op);
+// The same for an op not built yet: its operands, attributes and result count.
+OpShapeQuery buildShapeQuery(mlir::ValueRange operands, AttrMap attrs, unsigned numResults);
 
 } // namespace sd::ir

@@ -186,23 +186,11 @@ FailureOr<Operation *> NodeImporter::buildOp(const OpSpec &spec, ArrayRef<Value>
   state.addOperands(operands);
   state.addAttributes(attrs);
   // Result types from the shared shape rules, using constant operand values.
-  AttrMap amap = toAttrMap(DictionaryAttr::get(builder.getContext(), attrs));
-  ShapeContext sc{amap, {}, {}, {}, numResults};
-  std::vector<std::vector<uint8_t>> storage(operands.size());
-  std::vector<TensorView> views(operands.size());
-  for (size_t i = 0; i < operands.size(); ++i) {
-    TensorInfo ti = toTensorInfo(operands[i].getType());
-    sc.inputs.push_back(ti);
-    const TensorView *cv = nullptr;
-    if (ElementsAttr c = constantValue(operands[i]); c && elementsToBytes(c, storage[i])) {
-      views[i] = TensorView{storage[i].data(), ti.dtype, ti.dims};
-      cv = &views[i];
-    }
-    sc.constInputs.push_back(cv);
-  }
-  Status s = inferShapes(spec.opType, sc);
+  OpShapeQuery q =
+      buildShapeQuery(ValueRange(operands), toAttrMap(DictionaryAttr::get(builder.getContext(), attrs)), numResults);
+  Status s = inferShapes(spec.opType, *q.ctx);
   if (!s.isOk()) return fail(s.message()), failure();
-  for (const TensorInfo &o : sc.outputs) {
+  for (const TensorInfo &o : q.ctx->outputs) {
     Type t = toTensorType(builder.getContext(), o);
     if (!t) return fail(std::string("result type ") + dtypeName(o.dtype) + " is not supported"), failure();
     state.addTypes(t);
