@@ -31,6 +31,16 @@ public:
     p_ += n;
     return true;
   }
+  // One scalar of wire type 0 (varint), 5 (fixed32) or 1 (fixed64).
+  bool element(int wire, uint64_t &v) {
+    if (wire == 0) return varint(v);
+    const uint8_t *e;
+    size_t n = wire == 5 ? 4 : 8;
+    if (!bytes(n, e)) return false;
+    v = 0;
+    std::memcpy(&v, e, n);
+    return true;
+  }
   bool skip(int wire) {
     uint64_t v;
     const uint8_t *b;
@@ -71,41 +81,22 @@ StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const 
     uint64_t key;
     if (!r.varint(key)) return bad("truncated field key");
     int field = int(key >> 3), wire = int(key & 7);
+    // Repeated scalars come packed (one length-delimited run) or one per key.
     auto readRepeated = [&](int elemWire, auto &&push) -> bool {
-      if (wire == 2) {
-        uint64_t len;
-        const uint8_t *b;
-        if (!r.varint(len) || !r.bytes(size_t(len), b)) return false;
-        Reader sub(b, size_t(len));
-        while (!sub.done()) {
-          if (elemWire == 0) {
-            uint64_t v;
-            if (!sub.varint(v)) return false;
-            push(v);
-          } else {
-            const uint8_t *e;
-            size_t n = elemWire == 5 ? 4 : 8;
-            if (!sub.bytes(n, e)) return false;
-            uint64_t v = 0;
-            std::memcpy(&v, e, n);
-            push(v);
-          }
-        }
-        return true;
-      }
-      if (wire != elemWire) return false;
-      if (elemWire == 0) {
-        uint64_t v;
-        if (!r.varint(v)) return false;
+      uint64_t v;
+      if (wire != 2) {
+        if (wire != elemWire || !r.element(elemWire, v)) return false;
         push(v);
         return true;
       }
-      const uint8_t *e;
-      size_t n = elemWire == 5 ? 4 : 8;
-      if (!r.bytes(n, e)) return false;
-      uint64_t v = 0;
-      std::memcpy(&v, e, n);
-      push(v);
+      uint64_t len;
+      const uint8_t *b;
+      if (!r.varint(len) || !r.bytes(size_t(len), b)) return false;
+      Reader sub(b, size_t(len));
+      while (!sub.done()) {
+        if (!sub.element(elemWire, v)) return false;
+        push(v);
+      }
       return true;
     };
     bool ok = true;
@@ -118,7 +109,7 @@ StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const 
       break;
     }
     case 4: ok = readRepeated(5, [&](uint64_t v) { floats32.push_back(uint32_t(v)); }); break;
-    case 5: case 7: case 11: ok = readRepeated(field == 11 ? 0 : 0, [&](uint64_t v) { ints.push_back(v); }); break;
+    case 5: case 7: case 11: ok = readRepeated(0, [&](uint64_t v) { ints.push_back(v); }); break;
     case 10: ok = readRepeated(1, [&](uint64_t v) { doubles.push_back(v); }); break;
     case 8: case 9: {
       uint64_t len;
