@@ -76,7 +76,7 @@ Status TriluKernel(const KernelContext &c) {
   }
   bool upper = c.attrs.getInt("upper", 1);
   int64_t rows = x.dims[size_t(x.rank() - 2)], cols = x.dims.back();
-  int64_t mats = rows * cols ? x.numElements() / (rows * cols) : 0;
+  int64_t mats = rows * cols != 0 ? x.numElements() / (rows * cols) : 0;
   return dispatchBytes(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>();
@@ -100,9 +100,8 @@ Status CumSumKernel(const KernelContext &c) {
   if (axis < 0) axis += x.rank();
   SD_CHECK_ARG(axis >= 0 && axis < x.rank(), "CumSum axis out of range");
   bool excl = c.attrs.getInt("exclusive", 0), rev = c.attrs.getInt("reverse", 0);
-  int64_t outer = 1, n = x.dims[size_t(axis)], inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  AxisExtent ext = extentAround(x.dims, axis);
+  int64_t outer = ext.outer, n = ext.len, inner = ext.inner;
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (int64_t a = 0; a < outer; ++a)

@@ -22,9 +22,8 @@ Status GatherKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", 0);
   if (axis < 0) axis += x.rank();
-  int64_t outer = 1, inner = 1, dim = x.dims[size_t(axis)];
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  AxisExtent ext = extentAround(x.dims, axis);
+  int64_t outer = ext.outer, dim = ext.len, inner = ext.inner;
   std::vector<int64_t> idx;
   SD_RETURN_IF_ERROR(loadIndices(c.inputs[1], dim, idx, "Gather"));
   int64_t ni = int64_t(idx.size());
@@ -164,13 +163,11 @@ Status OneHotKernel(const KernelContext &c) {
   const TensorView &ind = c.inputs[0], &vals = c.inputs[2], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", -1);
   if (axis < 0) axis += o.rank();
-  int64_t depth = o.dims[size_t(axis)];
+  AxisExtent ext = extentAround(o.dims, axis);
+  int64_t outer = ext.outer, depth = ext.len, inner = ext.inner;
   std::vector<double> idx;
   SD_CHECK_ARG(readDoubles(ind, idx), "OneHot indices must be numeric");
   SD_CHECK_ARG(vals.numElements() == 2, "OneHot values must have 2 elements");
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= o.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < o.rank(); ++d) inner *= o.dims[size_t(d)];
   return dispatchBytes(o.dtype, [&](auto tag) {
     using T = decltype(tag);
     T off = vals.as<T>()[0], on = vals.as<T>()[1];
@@ -194,9 +191,8 @@ Status TopKKernel(const KernelContext &c) {
   bool largest = c.attrs.getInt("largest", 1);
   int64_t n = x.dims[size_t(axis)], k = vals.dims[size_t(axis)];
   SD_CHECK_ARG(k <= n, "TopK k exceeds axis size");
-  int64_t outer = 1, inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  AxisExtent ext = extentAround(x.dims, axis);
+  int64_t outer = ext.outer, inner = ext.inner;
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>();

@@ -146,9 +146,8 @@ Status LpNormKernel(const KernelContext &c) {
   int64_t axis = c.attrs.getInt("axis", -1), p = c.attrs.getInt("p", 2);
   if (axis < 0) axis += x.rank();
   SD_CHECK_ARG(p == 1 || p == 2, "LpNormalization p must be 1 or 2");
-  int64_t outer = 1, n = x.dims[size_t(axis)], inner = 1;
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  AxisExtent ext = extentAround(x.dims, axis);
+  int64_t outer = ext.outer, n = ext.len, inner = ext.inner;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>();

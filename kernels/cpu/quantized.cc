@@ -10,29 +10,9 @@
 namespace sd::cpu {
 namespace {
 
-// Values of `t` minus a zero point broadcast along `axis` (per-tensor when the
-// zero point has one element), as doubles.
-std::vector<double> centered(const TensorView &t, const TensorView *zp, int64_t axis) {
-  std::vector<double> v;
-  readDoubles(t, v);
-  if (!zp || !zp->data) return v;
-  std::vector<double> z;
-  readDoubles(*zp, z);
-  if (z.size() == 1) {
-    for (double &x : v) x -= z[0];
-    return v;
-  }
-  if (axis < 0) axis += t.rank();
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= t.dims[size_t(d)];
-  int64_t len = t.dims[size_t(axis)];
-  for (size_t i = 0; i < v.size(); ++i) v[i] -= z[size_t((int64_t(i) / inner) % len)];
-  return v;
-}
-
 Status runOp(const char *op, const AttrMap &attrs, std::vector<TensorView> ins, TensorView out) {
   KernelContext c{attrs, std::move(ins), {out}, nullptr};
-  return findOp(op)->cpu(c);
+  return runKernel(*findOp(op), c);
 }
 
 template <typename T> T saturate(double v) {
@@ -51,17 +31,26 @@ Status storeQuantized(const std::vector<double> &v, const TensorView &out) {
   return Status::ok();
 }
 
-// Per-element scale (per-tensor or along axis) as doubles.
+// Per-element values of a per-tensor or per-axis parameter (scale, zero point).
 std::vector<double> broadcastAlong(const TensorView &t, const TensorView &s, int64_t axis) {
   std::vector<double> sv, out(size_t(t.numElements()));
   readDoubles(s, sv);
   if (sv.size() == 1) return std::vector<double>(out.size(), sv[0]);
   if (axis < 0) axis += t.rank();
-  int64_t inner = 1;
-  for (int64_t d = axis + 1; d < t.rank(); ++d) inner *= t.dims[size_t(d)];
-  int64_t len = t.dims[size_t(axis)];
-  for (size_t i = 0; i < out.size(); ++i) out[i] = sv[size_t((int64_t(i) / inner) % len)];
+  AxisExtent e = extentAround(t.dims, axis);
+  for (size_t i = 0; i < out.size(); ++i) out[i] = sv[size_t((int64_t(i) / e.inner) % e.len)];
   return out;
+}
+
+// Values of `t` minus a zero point broadcast along `axis` (per-tensor when the
+// zero point has one element), as doubles.
+std::vector<double> centered(const TensorView &t, const TensorView *zp, int64_t axis) {
+  std::vector<double> v;
+  readDoubles(t, v);
+  if (!zp || !zp->data) return v;
+  std::vector<double> z = broadcastAlong(t, *zp, axis);
+  for (size_t i = 0; i < v.size(); ++i) v[i] -= z[i];
+  return v;
 }
 
 Status QuantizeKernel(const KernelContext &c) {

@@ -114,9 +114,8 @@ template <bool IsMax> Status argKernel(const KernelContext &c) {
   int64_t axis = c.attrs.getInt("axis", 0);
   if (axis < 0) axis += x.rank();
   bool last = c.attrs.getInt("select_last_index", 0);
-  int64_t outer = 1, inner = 1, n = x.dims[size_t(axis)];
-  for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  AxisExtent ext = extentAround(x.dims, axis);
+  int64_t outer = ext.outer, n = ext.len, inner = ext.inner;
   SD_CHECK_ARG(n > 0, "ArgMax/ArgMin over an empty axis");
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
