@@ -97,14 +97,8 @@ SD_PARAMS(Softsign, 0, 0, 0) SD_FLOAT_UNARY(Softsign, x / (T(1) + std::abs(x)))
 SD_PARAMS(Mish, 0, 0, 0)
 SD_FLOAT_UNARY(Mish, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
 
-Status GeluKernel(const KernelContext &c) {
+Status GeluScalarKernel(const KernelContext &c) {
   bool tanhApprox = c.attrs.getString("approximate", "none") == "tanh";
-  if (!tanhApprox && c.inputs[0].dtype == DType::F32) {
-    const float *x = c.inputs[0].as<float>();
-    float *y = c.outputs[0].as<float>();
-    parallelFor(c.pool, c.inputs[0].numElements(), 1 << 15, [&](int64_t b, int64_t e) { vgelu(x + b, y + b, e - b); });
-    return Status::ok();
-  }
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     if (tanhApprox)
@@ -490,10 +484,14 @@ void registerElementwiseKernels() {
   registerCpuKernel("Exp", [](const KernelContext &c) { return vectorized<vexp>(c, ExpKernel); });
   registerCpuKernel("Erf", [](const KernelContext &c) { return vectorized<verf>(c, ErfKernel); });
   registerCpuKernel("Sigmoid", [](const KernelContext &c) { return vectorized<vsigmoid>(c, SigmoidKernel); });
+  registerCpuKernel("Gelu", [](const KernelContext &c) {
+    if (c.attrs.getString("approximate", "none") == "tanh") return GeluScalarKernel(c);
+    return vectorized<vgelu>(c, GeluScalarKernel);
+  });
   R(Log) R(Sqrt) R(Reciprocal) R(Sin) R(Cos) R(Tan) R(Asin) R(Acos)
   R(Atan) R(Sinh) R(Cosh) R(Asinh) R(Acosh) R(Atanh) R(Tanh)
   R(HardSigmoid) R(HardSwish) R(LeakyRelu) R(Elu) R(Selu) R(Celu)
-  R(ThresholdedRelu) R(Softplus) R(Softsign) R(Mish) R(Gelu) R(Neg) R(Abs)
+  R(ThresholdedRelu) R(Softplus) R(Softsign) R(Mish) R(Neg) R(Abs)
   R(Sign) R(Relu) R(Floor) R(Ceil) R(Round) R(Not) R(Add) R(Sub) R(Mul) R(Div)
   R(Mod) R(Pow) R(PRelu) R(BitShift) R(Equal) R(Less) R(LessOrEqual) R(Greater)
   R(GreaterOrEqual) R(And) R(Or) R(Xor) R(Min) R(Max) R(Sum) R(Mean) R(Where)
