@@ -82,6 +82,9 @@ def main():
     small_model(good)
     raw = open(good, "rb").read()
 
+    garbage_pb = os.path.join(tmp, "garbage_bind.pb")
+    open(garbage_pb, "wb").write(b"\xff\xff\xff\xff")
+
     # Malformed models.
     expect_clean_error("missing model", [sdc, "compile", os.path.join(tmp, "nope.onnx"), "-o", out],
                        ["nope.onnx", "no such file"], [out])
@@ -135,6 +138,27 @@ def main():
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [w])
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), lying)
     expect_clean_error("initializer claiming 2^62 elements", [sdc, "compile", lying, "-o", out], ["'w'"], [out])
+
+    # Importer inputs the fuzzer found (test/fuzz/regressions): clean errors, not crashes.
+    regressions = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz", "regressions")
+    expect_clean_error("node without a first input",
+                       [sdc, "compile", os.path.join(regressions, "importer-node-without-inputs.onnx"), "-o", out],
+                       ["Softmax_0", "node has no first input"], [out])
+    expect_clean_error("Gather of a rank-0 tensor",
+                       [sdc, "compile", os.path.join(regressions, "importer-unranked-operand.onnx"), "-o", out],
+                       ["Gather_0", "axis 0 out of range for rank 0"], [out])
+
+    # --bind misuse.
+    bound = os.path.join(tmp, "bound.pb")
+    open(bound, "wb").write(numpy_helper.from_array(np.zeros((2, 3), np.float32)).SerializeToString())
+    expect_clean_error("--bind of an unknown input", [sdc, "compile", good, "-o", out, "--bind", f"q={bound}"],
+                       ["--bind names 'q', which is not a graph input"], [out])
+    wrong = os.path.join(tmp, "bound_i64.pb")
+    open(wrong, "wb").write(numpy_helper.from_array(np.zeros((2, 3), np.int64)).SerializeToString())
+    expect_clean_error("--bind of the wrong element type", [sdc, "compile", good, "-o", out, "--bind", f"x={wrong}"],
+                       ["--bind x has element type 7"], [out])
+    expect_clean_error("--bind of a garbage file", [sdc, "compile", good, "-o", out, "--bind", f"x={garbage_pb}"],
+                       ["not a TensorProto file"], [out])
 
     # Flags.
     expect_clean_error("--shapes contradicting the model", [sdc, "compile", good, "-o", out, "--shapes", "x=2x4"],
