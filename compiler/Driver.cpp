@@ -22,7 +22,11 @@ static std::string configJson(const CompileRequest &r) {
     return s + "]";
   };
   return "{\"shapes\":" + list(r.pipeline.shapes) + ",\"dims\":" + list(r.pipeline.dims) +
-         ",\"external_weights\":" + (r.externalWeights ? "true" : "false") + "}";
+         ",\"external_weights\":" + (r.externalWeights ? "true" : "false") +
+         (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
+                                      ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer)
+                                : std::string()) +
+         "}";
 }
 
 bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut) {

@@ -9,12 +9,31 @@ void registerSdPasses() { registerSDPasses(); }
 void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFormLinear());
   pm.addPass(createFuseGelu());
+  if (opts.training()) {
+    pm.addPass(createMarkTrainable(MarkTrainableOptions{opts.trainable}));
+    RecipeSftOptions recipe;
+    recipe.lossOutput = opts.lossOutput;
+    recipe.logitsOutput = opts.logitsOutput;
+    pm.addPass(createRecipeSft(recipe));
+  }
   SpecializeOptions spec;
   spec.shapes = opts.shapes;
   spec.dims = opts.dims;
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
   pm.addPass(createCheckStatic());
+  if (opts.training()) {
+    pm.addPass(createAutodiff());
+    OptimizerOptions o;
+    o.optimizer = opts.optimizer;
+    o.beta1 = opts.beta1;
+    o.beta2 = opts.beta2;
+    o.epsilon = opts.epsilon;
+    o.momentum = opts.momentum;
+    o.nesterov = opts.nesterov;
+    pm.addPass(createOptimizer(o));
+    pm.addPass(createPropagateShapes());
+  }
 }
 
 void buildPlanPipeline(mlir::OpPassManager &pm) {

@@ -11,6 +11,16 @@ struct PipelineOptions {
   std::vector<std::string> shapes; // INPUT=DxD[,DxD]
   std::vector<std::string> dims;   // NAME=N[,N]
   bool printIrAfterAll = false;
+
+  // Training (empty peft: an inference-only plan).
+  std::string peft;              // "none" (full fine-tuning) | "lora"
+  std::string trainable = ".*";  // --peft none: regex over weight names
+  std::string recipe = "sft";
+  std::string lossOutput, logitsOutput;
+  std::string optimizer = "adamw";
+  double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, momentum = 0.0;
+  bool nesterov = false;
+  bool training() const { return !peft.empty(); }
 };
 
 void registerSdPasses();

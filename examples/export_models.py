@@ -117,6 +117,16 @@ class Cnn(nn.Module):
         return self.fc(x)
 
 
+def export_gpt(gpt, path, ids, opset):
+    # Training-mode export keeps every parameter its own initializer: in eval
+    # mode the exporter merges initializers with equal values (all fresh
+    # LayerNorm weights become one) and folds the tied head into a transposed
+    # copy, which would untie weights that training must share.
+    torch.onnx.export(gpt, (ids,), path, input_names=["input_ids"], output_names=["logits"], opset_version=opset,
+                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
+
+
 def randomize_batch_norm(model, gen):
     # Fresh BatchNorm statistics are identity; give them values so the test means something.
     for m in model.modules():
@@ -148,9 +158,7 @@ def main():
     if args.only in (None, "gpt"):
         gpt = Gpt(d=args.d_model, layers=args.layers, heads=args.heads, block=max(256, args.seq)).eval()
         ids = torch.randint(0, 256, (args.batch, args.seq), generator=gen)
-        torch.onnx.export(gpt, (ids,), os.path.join(args.out, "gpt.onnx"), input_names=["input_ids"],
-                          output_names=["logits"], opset_version=args.opset,
-                          dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
+        export_gpt(gpt, os.path.join(args.out, "gpt.onnx"), ids, args.opset)
         with torch.no_grad():
             np.save(os.path.join(args.out, "gpt_logits_torch.npy"), gpt(ids).numpy())
         np.save(os.path.join(args.out, "gpt_input_ids.npy"), ids.numpy())

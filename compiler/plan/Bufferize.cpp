@@ -47,7 +47,45 @@ struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
     return sym;
   }
 
+  // A value stored into a global is computed straight into the global's
+  // buffer when that cannot clobber a read: its producer is a kernel step, the
+  // store is its only use, and every earlier load of the global is last used
+  // by the producer itself or before it (an optimizer update reading and
+  // writing a parameter, a gradient accumulated in place). Other stores copy.
+  // Loads read the global's current value, so a load after a store sees it.
+  LogicalResult planStores(func::FuncOp f, llvm::DenseMap<Value, StringAttr> &inPlace) {
+    llvm::DenseMap<Operation *, size_t> pos;
+    for (Operation &op : f.getBody().front()) pos[&op] = pos.size();
+    auto lastUse = [&](Value v) {
+      size_t last = 0;
+      for (Operation *u : v.getUsers()) last = std::max(last, pos.lookup(u));
+      return last;
+    };
+    for (Operation &op : f.getBody().front()) {
+      auto store = dyn_cast<GlobalStoreOp>(op);
+      if (!store) continue;
+      size_t storeAt = pos.lookup(store), readsUntil = 0;
+      bool anyLoad = false;
+      for (Operation &other : f.getBody().front()) {
+        auto load = dyn_cast<GlobalLoadOp>(other);
+        if (!load || load.getGlobal() != store.getGlobal() || pos.lookup(load) > storeAt) continue;
+        if (lastUse(load.getResult()) > storeAt)
+          return store.emitError() << "global '" << store.getGlobal() << "' is read after it is stored";
+        Operation *producer = store.getValue().getDefiningOp();
+        for (Operation *u : load.getResult().getUsers())
+          if (u != producer) readsUntil = std::max(readsUntil, pos.lookup(u)), anyLoad = true;
+      }
+      Operation *producer = store.getValue().getDefiningOp();
+      if (producer && isa<ComputeOpInterface>(producer) && !isAlias(producer) && store.getValue().hasOneUse() &&
+          (!anyLoad || readsUntil < pos.lookup(producer)))
+        inPlace[store.getValue()] = store.getGlobalAttr().getAttr();
+    }
+    return success();
+  }
+
   LogicalResult bufferize(ModuleOp module, func::FuncOp f) {
+    llvm::DenseMap<Value, StringAttr> inPlace;
+    if (failed(planStores(f, inPlace))) return failure();
     OpBuilder b(f);
     auto stepFn = b.create<func::FuncOp>(f.getLoc(), f.getName(), b.getFunctionType({}, {}));
     for (NamedAttribute a : f->getAttrs())
@@ -81,11 +119,18 @@ struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
         SmallVector<Value> ins, outs;
         for (Value v : op.getOperands()) ins.push_back(map.lookup(v));
         for (Value r : op.getResults()) {
-          auto buf = b.create<BufferOp>(loc, toMemRef(r.getType()), StringAttr(), IntegerAttr(), DenseI64ArrayAttr());
+          Value buf;
+          if (StringAttr g = inPlace.lookup(r)) buf = b.create<GlobalBufferOp>(loc, toMemRef(r.getType()), g.getValue());
+          else buf = b.create<BufferOp>(loc, toMemRef(r.getType()), StringAttr(), IntegerAttr(), DenseI64ArrayAttr());
           outs.push_back(buf);
-          map.map(r, buf.getResult());
+          map.map(r, buf);
         }
         b.create<StepOp>(loc, b.getStringAttr(compute.getContractName()), op.getAttrDictionary(), ins, outs);
+      } else if (auto store = dyn_cast<GlobalStoreOp>(op)) {
+        if (inPlace.count(store.getValue())) continue;
+        Value dst = b.create<GlobalBufferOp>(loc, toMemRef(store.getValue().getType()), store.getGlobal());
+        b.create<StepOp>(loc, b.getStringAttr("Identity"), b.getDictionaryAttr({}), ValueRange{map.lookup(store.getValue())},
+                         ValueRange{dst});
       } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
         auto names = f->getAttrOfType<ArrayAttr>("sd.output_names");
         for (auto [i, v] : llvm::enumerate(ret.getOperands())) {

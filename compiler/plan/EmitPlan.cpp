@@ -27,6 +27,7 @@ struct GlobalData {
   const uint8_t *data = nullptr;
   size_t size = 0;
   std::vector<uint8_t> owned;
+  bool zeroInit = false;
   uint64_t offset = 0;
 };
 
@@ -35,6 +36,7 @@ GlobalRole roleOf(StringRef r) {
   if (r == "optimizer_state") return GlobalRole::OptimizerState;
   if (r == "scalar_state") return GlobalRole::ScalarState;
   if (r == "constant") return GlobalRole::Constant;
+  if (r == "gradient") return GlobalRole::Gradient;
   return GlobalRole::Frozen;
 }
 
@@ -119,9 +121,11 @@ LogicalResult collectGlobals(ModuleOp module, std::vector<GlobalData> &out, llvm
       } else {
         d.data = d.owned.data();
       }
-    } else {
+    } else if (d.role == GlobalRole::Frozen || d.role == GlobalRole::Constant) {
       d.owned.assign(d.size, 0);
       d.data = d.owned.data();
+    } else {
+      d.zeroInit = true; // gradients, moments, counters: not stored, the runtime zero-fills them
     }
     index[d.name] = int(out.size());
     out.push_back(std::move(d));
@@ -211,9 +215,11 @@ std::string baseName(const std::string &p) {
 LogicalResult writeSafetensors(const std::string &path, std::vector<GlobalData> &globals, std::string &error) {
   std::string header = "{";
   uint64_t off = 0;
+  bool first = true;
   for (size_t i = 0; i < globals.size(); ++i) {
     GlobalData &g = globals[i];
-    header += (i ? "," : "") + jsonQuote(g.name) + ":{\"dtype\":\"" + safetensorsDtype(g.dtype) + "\",\"shape\":[";
+    if (g.zeroInit) continue;
+    header += (std::exchange(first, false) ? "" : ",") + jsonQuote(g.name) + ":{\"dtype\":\"" + safetensorsDtype(g.dtype) + "\",\"shape\":[";
     for (size_t d = 0; d < g.dims.size(); ++d) header += (d ? "," : "") + std::to_string(g.dims[d]);
     header += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + g.size) + "]}";
     off += g.size;
@@ -224,7 +230,7 @@ LogicalResult writeSafetensors(const std::string &path, std::vector<GlobalData> 
   if (!w.open()) return error = path + ": cannot write", failure();
   uint64_t hlen = header.size();
   bool ok = w.write(&hlen, 8) && w.write(header.data(), header.size());
-  for (GlobalData &g : globals) ok = ok && w.write(g.data, g.size);
+  for (GlobalData &g : globals) ok = ok && (g.zeroInit || w.write(g.data, g.size));
   if (!ok || !w.commit()) return error = path + ": write failed", failure();
   return success();
 }
@@ -238,6 +244,7 @@ LogicalResult emitPlan(ModuleOp module, const EmitOptions &opts, std::string &er
 
   uint64_t weightsSize = 0;
   for (GlobalData &g : globals) {
+    if (g.zeroInit) continue;
     g.offset = weightsSize;
     weightsSize = (weightsSize + g.size + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
   }
@@ -255,7 +262,8 @@ LogicalResult emitPlan(ModuleOp module, const EmitOptions &opts, std::string &er
   std::vector<flatbuffers::Offset<fb::Global>> fglobals;
   for (GlobalData &g : globals)
     fglobals.push_back(fb::CreateGlobalDirect(fbb, g.name.c_str(), int32_t(g.dtype), &g.dims, fb::GlobalRole(int(g.role)),
-                                              opts.externalWeights ? -1 : int64_t(g.offset), int64_t(g.size)));
+                                              opts.externalWeights || g.zeroInit ? -1 : int64_t(g.offset),
+                                              g.zeroInit ? 0 : int64_t(g.size)));
   std::vector<flatbuffers::Offset<fb::Entry>> entries;
   for (auto f : module.getOps<func::FuncOp>()) {
     if (!isEntry(f)) continue;
@@ -281,7 +289,7 @@ LogicalResult emitPlan(ModuleOp module, const EmitOptions &opts, std::string &er
   if (!w.open()) return error = opts.outputPath + ": cannot write", failure();
   bool ok = w.write(fbb.GetBufferPointer(), fbSize) && w.padTo(kWeightAlignment);
   if (!opts.externalWeights)
-    for (GlobalData &g : globals) ok = ok && w.write(g.data, g.size) && w.padTo(kWeightAlignment);
+    for (GlobalData &g : globals) ok = ok && (g.zeroInit || (w.write(g.data, g.size) && w.padTo(kWeightAlignment)));
   uint8_t footer[kPlanFooterSize];
   uint32_t crc = w.crc();
   std::memcpy(footer, &fbSize, 8);

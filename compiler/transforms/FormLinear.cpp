@@ -2,7 +2,6 @@
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
-#include <regex>
 
 namespace sd {
 #define GEN_PASS_DEF_FORMLINEAR
@@ -44,17 +43,12 @@ std::optional<Value> matchBias(Value v, int64_t n) {
   return v;
 }
 
-// Exporters that keep parameter names give "blocks.0.attn.qkv.weight"; those
-// that rename (PyTorch constant folding: "onnx::MatMul_123") leave the scope in
-// the node name: "/blocks.0/attn/qkv/MatMul".
+// The module is the node scope when the exporter recorded one
+// ("/blocks.0/attn/qkv/MatMul" -> "blocks.0.attn.qkv"): that is the name PEFT
+// matches, and it stays right for a tied weight ("wte.weight" used as "head")
+// and for renamed initializers ("onnx::MatMul_123"). Otherwise the weight's
+// name without ".weight".
 std::string moduleName(StringRef global, Operation *op) {
-  static const std::regex renamed(R"(^(onnx::|_v_|onnx_).*|.*::.*|^[0-9]+$)");
-  std::string g = global.str();
-  if (!std::regex_match(g, renamed)) {
-    for (const char *suffix : {".weight", "_weight", ".w"})
-      if (StringRef(g).ends_with(suffix)) return g.substr(0, g.size() - strlen(suffix));
-    return g;
-  }
   std::string node = sd::nodeNameOf(op->getLoc());
   if (!node.empty() && node[0] == '/') {
     StringRef scope = StringRef(node).drop_front().rsplit('/').first;
@@ -64,6 +58,9 @@ std::string moduleName(StringRef global, Operation *op) {
       return m;
     }
   }
+  std::string g = global.str();
+  for (const char *suffix : {".weight", "_weight", ".w"})
+    if (StringRef(g).ends_with(suffix)) return g.substr(0, g.size() - strlen(suffix));
   return g;
 }
 

@@ -19,3 +19,35 @@ std::string describeNode(mlir::Operation *op) {
 }
 
 } // namespace sd
+
+namespace sd {
+
+bool fullMatchRegex(const std::string &pattern, std::unique_ptr<llvm::Regex> &out, std::string &error) {
+  std::string ere = "^(";
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    if (pattern[i] == '\\' && i + 1 < pattern.size()) {
+      char c = pattern[i + 1];
+      const char *cls = c == 'd' ? "[0-9]" : c == 'w' ? "[A-Za-z0-9_]" : c == 's' ? "[[:space:]]" : nullptr;
+      if (cls) {
+        ere += cls;
+        ++i;
+        continue;
+      }
+      ere += pattern[i];
+      ere += c;
+      ++i;
+      continue;
+    }
+    ere += pattern[i];
+  }
+  ere += ")$";
+  out = std::make_unique<llvm::Regex>(ere);
+  std::string why;
+  if (!out->isValid(why)) {
+    error = "'" + pattern + "' is not a valid regular expression: " + why;
+    return false;
+  }
+  return true;
+}
+
+} // namespace sd

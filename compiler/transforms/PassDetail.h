@@ -4,6 +4,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
+#include "llvm/Support/Regex.h"
+#include <memory>
 
 namespace sd {
 // Entry functions carry `sd.entry = "<name>"`.
@@ -12,4 +14,8 @@ inline bool isEntry(mlir::func::FuncOp f) { return f->hasAttr("sd.entry"); }
 std::string nodeNameOf(mlir::Location loc);
 // "node 'x' (Op)" for diagnostics.
 std::string describeNode(mlir::Operation *op);
+// A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),
+// built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s
+// translated. Returns false with `error` set on a bad pattern.
+bool fullMatchRegex(const std::string &pattern, std::unique_ptr<llvm::Regex> &out, std::string &error);
 } // namespace sd

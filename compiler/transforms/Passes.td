@@ -19,6 +19,35 @@ def FuseGelu : Pass<"sd-fuse-gelu", "mlir::ModuleOp"> {
   let summary = "Replace exported x*0.5*(1+erf(x/sqrt(2))) with one sd.gelu";
 }
 
+def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
+  let summary = "Full fine-tuning: make float weight globals trainable";
+  let description = [{
+    Every frozen floating-point global whose name fully matches `pattern`
+    becomes trainable. Globals no gradient reaches are made frozen again by
+    sd-autodiff (e.g. a causal mask registered as a buffer).
+  }];
+  let options = [
+    Option<"pattern", "pattern", "std::string", "\".*\"", "regex a global's full name must match">,
+  ];
+}
+
+def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
+  let summary = "Add an eval_step entry: the infer graph plus causal-LM cross-entropy";
+  let description = [{
+    Clones `infer` into `eval_step`, adds a `labels` input shaped like the
+    token input, and appends the SFT loss as sd ops: labels shifted left by
+    one (the last position gets the ignore index -100), cross-entropy summed
+    over positions whose label is not -100. Outputs `loss_sum` and `tokens`
+    (the counted positions), so gradient accumulation can normalize over a
+    whole window. With `loss-output`, the model's own scalar output is the
+    loss and `tokens` is 1.
+  }];
+  let options = [
+    Option<"logitsOutput", "logits-output", "std::string", "\"\"", "logits output (default: the only float output)">,
+    Option<"lossOutput", "loss-output", "std::string", "\"\"", "use this scalar model output as the loss">,
+  ];
+}
+
 def Specialize : Pass<"sd-specialize", "mlir::ModuleOp"> {
   let summary = "Clone each entry per shape bucket with static input shapes";
   let options = [
@@ -44,6 +73,39 @@ def PropagateShapes : Pass<"sd-propagate-shapes", "mlir::ModuleOp"> {
 
 def CheckStatic : Pass<"sd-check-static", "mlir::ModuleOp"> {
   let summary = "Fail, naming the node, if a dynamic dim or a shape op survives";
+}
+
+def Autodiff : Pass<"sd-autodiff", "mlir::ModuleOp"> {
+  let summary = "Reverse-mode differentiation: an accumulate entry per eval_step";
+  let description = [{
+    For each specialized `eval_step`, builds `accumulate`: the same forward,
+    then the backward of `loss_sum` with respect to every trainable global,
+    added into the global's gradient (`grad/<name>`, role gradient), and the
+    token count added into `tokens_seen`. Activity analysis: only values that
+    depend on a trainable global and reach the loss get gradients, so frozen
+    prefixes cost no backward work and frozen weights no weight-gradient GEMM.
+    Each op's rule comes from its DifferentiableOpInterface model.
+  }];
+}
+
+def Optimizer : Pass<"sd-optimizer", "mlir::ModuleOp"> {
+  let summary = "Add the apply entry (optimizer update) and train_step = accumulate + apply";
+  let description = [{
+    `apply(lr, weight_decay, max_grad_norm)` scales the accumulated gradients
+    by 1/tokens and the global-norm clip factor (one GradScale), advances the
+    step counter and runs one fused update per parameter (AdamW or SGD), which
+    also zeroes the gradient. Weight decay applies to parameters of rank >= 2
+    (weights), not to biases and norm parameters. `train_step` is one
+    micro-batch's accumulate followed by apply.
+  }];
+  let options = [
+    Option<"optimizer", "optimizer", "std::string", "\"adamw\"", "adamw | sgd">,
+    Option<"beta1", "beta1", "double", "0.9", "AdamW beta1">,
+    Option<"beta2", "beta2", "double", "0.999", "AdamW beta2">,
+    Option<"epsilon", "epsilon", "double", "1e-8", "AdamW epsilon">,
+    Option<"momentum", "momentum", "double", "0.0", "SGD momentum">,
+    Option<"nesterov", "nesterov", "bool", "false", "SGD Nesterov momentum">,
+  ];
 }
 
 def Bufferize : Pass<"sd-bufferize", "mlir::ModuleOp"> {

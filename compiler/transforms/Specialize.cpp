@@ -144,6 +144,8 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
                                    << "' dim " << d << " = " << shape[d];
             shape[d] = v;
           }
+          // A dim_param another input already fixed (labels share input_ids' batch and seq).
+          if (ShapedType::isDynamic(shape[d]) && bucket.count(param.str())) shape[d] = bucket[param.str()];
           if (!ShapedType::isDynamic(shape[d])) {
             auto [it2, inserted] = bucket.emplace(param.str(), shape[d]);
             if (!inserted && it2->second != shape[d])

@@ -206,4 +206,21 @@ LogicalResult verifyAgainstShapeRule(Operation *op) {
   return success();
 }
 
+Operation *buildComputeOp(OpBuilder &b, Location loc, StringRef opName, StringRef contract, ValueRange operands,
+                          ArrayRef<NamedAttribute> attrs, unsigned numResults) {
+  DictionaryAttr dict = b.getDictionaryAttr(attrs);
+  OpShapeQuery q = buildShapeQuery(operands, toAttrMap(dict), numResults);
+  Status st = inferShapes(contract.str(), *q.ctx);
+  if (!st.isOk()) {
+    emitError(loc) << contract << ": " << st.message();
+    return nullptr;
+  }
+  OperationState state(loc, opName);
+  state.addOperands(operands);
+  state.addAttributes(attrs);
+  for (unsigned i = 0; i < numResults && i < q.ctx->outputs.size(); ++i)
+    state.addTypes(toTensorType(b.getContext(), q.ctx->outputs[i]));
+  return b.create(state);
+}
+
 } // namespace sd::ir

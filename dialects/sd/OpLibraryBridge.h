@@ -3,6 +3,7 @@
 // runtime.
 #pragma once
 #include "sd/ops/registry.h"
+#include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinAttributes.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/Operation.h"
@@ -35,5 +36,11 @@ struct OpShapeQuery {
 OpShapeQuery buildShapeQuery(mlir::Operation *op);
 // The same for an op not built yet: its operands, attributes and result count.
 OpShapeQuery buildShapeQuery(mlir::ValueRange operands, AttrMap attrs, unsigned numResults);
+
+// Builds compute op `opName` (contract `contract`) with result types given by
+// the op library's shape rule. On a rule error, emits it at `loc` and returns null.
+mlir::Operation *buildComputeOp(mlir::OpBuilder &b, mlir::Location loc, llvm::StringRef opName,
+                                llvm::StringRef contract, mlir::ValueRange operands,
+                                llvm::ArrayRef<mlir::NamedAttribute> attrs, unsigned numResults = 1);
 
 } // namespace sd::ir

@@ -33,6 +33,23 @@ def SD_ComputeOpInterface : OpInterface<"ComputeOpInterface"> {
   let verify = [{ return ::sd::ir::verifyAgainstShapeRule($_op); }];
 }
 
+// Reverse-mode rule of a differentiable op (sd-autodiff). Given the
+// gradients of the op's results (a null Value where a result has none) and
+// which operands need one, builds ops that compute the operand gradients at
+// the builder's insertion point, one entry per operand (null where none is
+// needed or the operand is not differentiable). Rules may read forward
+// results (Softmax's output) and must reduce broadcast gradients to the
+// operand's shape. Rules are attached per op family in dialects/sd/vjp/.
+def SD_DifferentiableOpInterface : OpInterface<"DifferentiableOpInterface"> {
+  let cppNamespace = "::sd::ir";
+  let methods = [
+    InterfaceMethod<"Builds the operand gradients from the result gradients.",
+      "::mlir::LogicalResult", "buildVJP",
+      (ins "::mlir::OpBuilder &":$builder, "::mlir::ArrayRef<::mlir::Value>":$resultGrads,
+           "::llvm::ArrayRef<bool>":$needed, "::llvm::SmallVectorImpl<::mlir::Value> &":$operandGrads)>,
+  ];
+}
+
 def SD_OptTensor : AnyTypeOf<[AnyTensor, NoneType]>;
 
 class SD_Op<string mnemonic, list<Trait> traits = []>

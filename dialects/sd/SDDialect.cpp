@@ -1,6 +1,7 @@
 // sd dialect registration and the verifiers and folders of its non-compute ops.
 #include "SDDialect.h"
 #include "OpLibraryBridge.h"
+#include "vjp/GradBuilder.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
@@ -16,6 +17,10 @@ void SDDialect::initialize() {
 #define GET_OP_LIST
 #include "SDOps.cpp.inc"
       >();
+  attachElementwiseVJPs(getContext());
+  attachLinalgVJPs(getContext());
+  attachMovementVJPs(getContext());
+  attachNormalizationVJPs(getContext());
 }
 
 Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {
@@ -24,7 +29,8 @@ Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, T
 }
 
 static bool isKnownRole(StringRef r) {
-  return r == "frozen" || r == "trainable" || r == "optimizer_state" || r == "scalar_state" || r == "constant";
+  return r == "frozen" || r == "trainable" || r == "optimizer_state" || r == "scalar_state" || r == "constant" ||
+         r == "gradient";
 }
 
 LogicalResult GlobalOp::verify() {
@@ -51,8 +57,7 @@ LogicalResult GlobalLoadOp::verifySymbolUses(SymbolTableCollection &tables) {
 
 LogicalResult GlobalStoreOp::verifySymbolUses(SymbolTableCollection &tables) {
   auto global = tables.lookupNearestSymbolFrom<GlobalOp>(*this, getGlobalAttr());
-  if (global && global.getRole() != "trainable" && global.getRole() != "optimizer_state" &&
-      global.getRole() != "scalar_state")
+  if (global && (global.getRole() == "frozen" || global.getRole() == "constant"))
     return emitOpError("cannot write ") << global.getRole() << " global @" << getGlobal();
   return verifyGlobalUse(*this, getGlobal(), getValue().getType(), tables);
 }

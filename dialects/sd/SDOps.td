@@ -191,6 +191,56 @@ def SD_ResizeOp : SD_Nary<"resize", "Resize",
 def SD_EinsumOp : SD_Nary<"einsum", "Einsum", (ins Variadic<AnyTensor>:$inputs), (ins StrAttr:$equation)>;
 
 //===----------------------------------------------------------------------===//
+// Backward contracts (emitted by sd-autodiff) and optimizer updates
+//===----------------------------------------------------------------------===//
+
+def SD_SoftmaxGradOp : SD_Nary<"softmax_grad", "SoftmaxGrad", (ins AnyTensor:$grad, AnyTensor:$forward_output),
+    (ins OptI64:$axis)> {
+  let description = "dx = y * (dy - sum(dy * y, axis)), from Softmax's output y.";
+}
+def SD_LogSoftmaxGradOp : SD_Nary<"log_softmax_grad", "LogSoftmaxGrad", (ins AnyTensor:$grad, AnyTensor:$forward_output),
+    (ins OptI64:$axis)> {
+  let description = "dx = dy - exp(y) * sum(dy, axis), from LogSoftmax's output y.";
+}
+def SD_GeluGradOp : SD_Nary<"gelu_grad", "GeluGrad", (ins AnyTensor:$grad, AnyTensor:$input),
+    (ins OptStr:$approximate)>;
+def SD_LayerNormalizationGradOp : SD_Nary<"layer_normalization_grad", "LayerNormalizationGrad",
+    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon),
+    (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad)>;
+def SD_GatherGradOp : SD_Nary<"gather_grad", "GatherGrad", (ins AnyTensor:$grad, AnyTensor:$indices),
+    (ins OptI64:$axis, DenseI64ArrayAttr:$data_shape)> {
+  let description = "Scatter-add of Gather's output gradient into zeros of `data_shape` (deterministic).";
+}
+def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad", "SoftmaxCrossEntropyLossGrad",
+    (ins AnyTensor:$grad, AnyTensor:$scores, AnyTensor:$labels), (ins OptI64:$ignore_index, OptStr:$reduction)>;
+
+def SD_AdamWOp : SD_Nary<"adamw", "AdamW",
+    (ins AnyTensor:$param, AnyTensor:$grad, AnyTensor:$exp_avg, AnyTensor:$exp_avg_sq, AnyTensor:$step,
+         AnyTensor:$lr, AnyTensor:$weight_decay, AnyTensor:$grad_scale),
+    (ins OptF64:$beta1, OptF64:$beta2, OptF64:$epsilon, OptI64:$decay),
+    (outs AnyTensor:$new_param, AnyTensor:$new_exp_avg, AnyTensor:$new_exp_avg_sq, AnyTensor:$zeroed_grad)> {
+  let description = [{
+    torch.optim.AdamW on grad * grad_scale: decoupled weight decay (when
+    `decay` is 1), bias correction from `step` (the optimizer step, from 1).
+    Returns the updated parameter and moments and a zeroed gradient, all
+    written in place once bufferized.
+  }];
+}
+def SD_SGDOp : SD_Nary<"sgd", "SGD",
+    (ins AnyTensor:$param, AnyTensor:$grad, AnyTensor:$momentum_buffer, AnyTensor:$step, AnyTensor:$lr,
+         AnyTensor:$weight_decay, AnyTensor:$grad_scale),
+    (ins OptF64:$momentum, OptF64:$dampening, OptI64:$nesterov, OptI64:$decay),
+    (outs AnyTensor:$new_param, AnyTensor:$new_momentum_buffer, AnyTensor:$zeroed_grad)>;
+def SD_GradScaleOp : SD_Nary<"grad_scale", "GradScale",
+    (ins AnyTensor:$tokens, AnyTensor:$max_norm, Variadic<AnyTensor>:$grads), (ins),
+    (outs AnyTensor:$scale, AnyTensor:$norm)> {
+  let description = [{
+    scale = 1/tokens * min(1, max_norm / (norm + 1e-6)) with norm the global
+    L2 norm of grads/tokens (no clipping when max_norm <= 0).
+  }];
+}
+
+//===----------------------------------------------------------------------===//
 // Quantization
 //===----------------------------------------------------------------------===//
 

@@ -97,6 +97,32 @@ SD_PARAMS(Softsign, 0, 0, 0) SD_FLOAT_UNARY(Softsign, x / (T(1) + std::abs(x)))
 SD_PARAMS(Mish, 0, 0, 0)
 SD_FLOAT_UNARY(Mish, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
 
+// d/dx GELU: exact: Phi(x) + x * phi(x); tanh form: derivative of
+// 0.5 x (1 + tanh(k (x + 0.044715 x^3))).
+Status GeluGradKernel(const KernelContext &c) {
+  bool tanhApprox = c.attrs.getString("approximate", "none") == "tanh";
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *dy = c.inputs[0].as<T>(), *x = c.inputs[1].as<T>();
+    T *dx = c.outputs[0].as<T>();
+    parallelFor(c.pool, c.outputs[0].numElements(), 8192, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) {
+        T v = x[i], d;
+        if (tanhApprox) {
+          const T k = T(0.7978845608028654), a = T(0.044715);
+          T t = std::tanh(k * (v + a * v * v * v));
+          d = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * k * (T(1) + T(3) * a * v * v);
+        } else {
+          d = T(0.5) * (T(1) + std::erf(v * T(0.7071067811865476))) +
+              v * T(0.3989422804014327) * std::exp(T(-0.5) * v * v);
+        }
+        dx[i] = dy[i] * d;
+      }
+    });
+    return Status::ok();
+  });
+}
+
 Status GeluScalarKernel(const KernelContext &c) {
   bool tanhApprox = c.attrs.getString("approximate", "none") == "tanh";
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
@@ -488,6 +514,7 @@ void registerElementwiseKernels() {
     if (c.attrs.getString("approximate", "none") == "tanh") return GeluScalarKernel(c);
     return vectorized<vgelu>(c, GeluScalarKernel);
   });
+  registerCpuKernel("GeluGrad", GeluGradKernel);
   R(Log) R(Sqrt) R(Reciprocal) R(Sin) R(Cos) R(Tan) R(Asin) R(Acos)
   R(Atan) R(Sinh) R(Cosh) R(Asinh) R(Acosh) R(Atanh) R(Tanh)
   R(HardSigmoid) R(HardSwish) R(LeakyRelu) R(Elu) R(Selu) R(Celu)

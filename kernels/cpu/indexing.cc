@@ -40,6 +40,35 @@ Status GatherKernel(const KernelContext &c) {
   return Status::ok();
 }
 
+// Scatter-add of Gather's output gradient into a zeroed data gradient. Each
+// worker owns a range of columns and walks every index in order, so repeated
+// indices sum in the same order on every run (no atomics, bit-reproducible).
+Status GatherGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &o = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += o.rank();
+  AxisExtent ext = extentAround(o.dims, axis);
+  std::vector<int64_t> idx;
+  SD_RETURN_IF_ERROR(loadIndices(c.inputs[1], ext.len, idx, "GatherGrad"));
+  int64_t ni = int64_t(idx.size()), inner = ext.inner;
+  SD_CHECK_ARG(ext.outer * ni * inner == dy.numElements(), "GatherGrad gradient size mismatch");
+  return dispatchFloat(dy.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *pdy = dy.as<T>();
+    T *po = o.as<T>();
+    std::memset(po, 0, o.byteSize());
+    parallelFor(c.pool, inner, 64, [&](int64_t c0, int64_t c1) {
+      for (int64_t oi = 0; oi < ext.outer; ++oi)
+        for (int64_t j = 0; j < ni; ++j) {
+          const T *src = pdy + (oi * ni + j) * inner;
+          T *dst = po + (oi * ext.len + idx[size_t(j)]) * inner;
+          for (int64_t k = c0; k < c1; ++k) dst[k] += src[k];
+        }
+    });
+    return Status::ok();
+  });
+}
+
 Status GatherElementsKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", 0);
@@ -218,6 +247,7 @@ Status TopKKernel(const KernelContext &c) {
 
 void registerIndexingKernels() {
   registerCpuKernel("Gather", GatherKernel);
+  registerCpuKernel("GatherGrad", GatherGradKernel);
   registerCpuKernel("GatherElements", GatherElementsKernel);
   registerCpuKernel("GatherND", GatherNDKernel);
   registerCpuKernel("ScatterElements", ScatterElementsKernel);

@@ -76,11 +76,58 @@ Status SceKernel(const KernelContext &c) {
   });
 }
 
+// Backward of SoftmaxCrossEntropyLoss (no class weights) for its scalar
+// reductions: dlogits = (softmax(logits) - onehot(label)) * dloss, divided by
+// the counted targets for "mean"; ignored targets get zero rows.
+Status SceGradKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[1];
+  int64_t n = x.dims[0], cls = x.dims[1], inner = x.numElements() / std::max<int64_t>(n * cls, 1);
+  std::vector<int64_t> t;
+  SD_CHECK_ARG(readIntegers(c.inputs[2], t), "loss target must be integer");
+  SD_CHECK_ARG(int64_t(t.size()) == n * inner, "loss target size mismatch");
+  bool hasIgnore = c.attrs.has("ignore_index");
+  int64_t ignore = c.attrs.getInt("ignore_index", 0);
+  int64_t counted = 0;
+  for (int64_t k : t) {
+    if (hasIgnore && k == ignore) continue;
+    if (k < 0 || k >= cls) return sdError("loss target ", k, " out of range [0, ", cls, ")");
+    ++counted;
+  }
+  bool mean = c.attrs.getString("reduction", "mean") == "mean";
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T dl = c.inputs[0].as<T>()[0];
+    if (mean) dl = counted ? T(dl / T(counted)) : T(0);
+    const T *px = x.as<T>();
+    T *pd = c.outputs[0].as<T>();
+    parallelFor(c.pool, n * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(cls, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t i = r / inner, j = r % inner, k = t[size_t(r)];
+        const T *row = px + i * cls * inner + j;
+        T *drow = pd + i * cls * inner + j;
+        if (hasIgnore && k == ignore) {
+          for (int64_t q = 0; q < cls; ++q) drow[q * inner] = 0;
+          continue;
+        }
+        T mx = row[0];
+        for (int64_t q = 1; q < cls; ++q) mx = std::max(mx, row[q * inner]);
+        double s = 0;
+        for (int64_t q = 0; q < cls; ++q) s += std::exp(double(row[q * inner] - mx));
+        T inv = T(1.0 / s);
+        for (int64_t q = 0; q < cls; ++q) drow[q * inner] = std::exp(row[q * inner] - mx) * inv * dl;
+        drow[k * inner] -= dl;
+      }
+    });
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void registerLossKernels() {
   registerCpuKernel("NegativeLogLikelihoodLoss", NllKernel);
   registerCpuKernel("SoftmaxCrossEntropyLoss", SceKernel);
+  registerCpuKernel("SoftmaxCrossEntropyLossGrad", SceGradKernel);
 }
 
 } // namespace sd::cpu

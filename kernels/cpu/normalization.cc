@@ -213,10 +213,76 @@ Status MvnKernel(const KernelContext &c) {
   });
 }
 
+// Backward of LayerNormalization over rows of n normalized elements, with
+// mean and rstd recomputed from x (a pass over x the gradient reads anyway,
+// instead of keeping two statistics per row alive from the forward):
+//   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale
+//   dscale = sum_rows dy * xhat, dbias = sum_rows dy
+// Row blocks of fixed size keep partial sums, added in block order, so the
+// result does not depend on the thread count.
+Status LayerNormGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t outer = 1, n = 1;
+  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? outer : n) *= x.dims[size_t(d)];
+  SD_CHECK_ARG(scale.numElements() == n, "LayerNormalizationGrad needs a scale covering the normalized axes");
+  constexpr int64_t kBlock = 32;
+  int64_t blocks = (outer + kBlock - 1) / kBlock;
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *pdy = dy.as<T>(), *px = x.as<T>(), *g = scale.as<T>();
+    T *pdx = c.outputs[0].as<T>();
+    std::vector<double> partial(size_t(blocks * n * 2), 0.0);
+    parallelFor(c.pool, blocks, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<double> xhat(static_cast<size_t>(n));
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        double *ds = partial.data() + blk * n * 2, *db = ds + n;
+        for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r) {
+          const T *xr = px + r * n, *dyr = pdy + r * n;
+          double mean = 0, var = 0;
+          for (int64_t j = 0; j < n; ++j) mean += double(xr[j]);
+          mean /= double(n);
+          for (int64_t j = 0; j < n; ++j) var += (double(xr[j]) - mean) * (double(xr[j]) - mean);
+          double rstd = 1.0 / std::sqrt(var / double(n) + eps);
+          double mg = 0, mgx = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            xhat[size_t(j)] = (double(xr[j]) - mean) * rstd;
+            double gj = double(dyr[j]) * double(g[j]);
+            mg += gj;
+            mgx += gj * xhat[size_t(j)];
+            ds[j] += double(dyr[j]) * xhat[size_t(j)];
+            db[j] += double(dyr[j]);
+          }
+          mg /= double(n);
+          mgx /= double(n);
+          T *dxr = pdx + r * n;
+          for (int64_t j = 0; j < n; ++j)
+            dxr[j] = T(rstd * (double(dyr[j]) * double(g[j]) - mg - xhat[size_t(j)] * mgx));
+        }
+      }
+    });
+    T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    T *dbias = c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
+    for (int64_t j = 0; j < n; ++j) {
+      double s = 0, b = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) {
+        s += partial[size_t(blk * n * 2 + j)];
+        b += partial[size_t(blk * n * 2 + n + j)];
+      }
+      if (dscale) dscale[j] = T(s);
+      if (dbias) dbias[j] = T(b);
+    }
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void registerNormalizationKernels() {
   registerCpuKernel("LayerNormalization", LayerNormKernel);
+  registerCpuKernel("LayerNormalizationGrad", LayerNormGradKernel);
   registerCpuKernel("BatchNormalization", BatchNormKernel);
   registerCpuKernel("InstanceNormalization", InstanceNormKernel);
   registerCpuKernel("LpNormalization", LpNormKernel);

@@ -11,6 +11,7 @@ void registerLossShapes();
 void registerConvShapes();
 void registerResizeEinsumShapes();
 void registerQuantizedShapes();
+void registerGradientShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -26,6 +27,7 @@ void registerPoolKernels();
 void registerResizeKernels();
 void registerEinsumKernels();
 void registerQuantizedKernels();
+void registerOptimizerKernels();
 
 void registerCpuKernel(const char *op, KernelFn fn) {
   OpDef d;
@@ -46,6 +48,7 @@ void registerAllOps() {
     registerConvShapes();
     registerResizeEinsumShapes();
     registerQuantizedShapes();
+    registerGradientShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -60,6 +63,7 @@ void registerAllOps() {
     cpu::registerResizeKernels();
     cpu::registerEinsumKernels();
     cpu::registerQuantizedKernels();
+    cpu::registerOptimizerKernels();
     computeHalfViaF32({"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
                        "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "HardSigmoid", "HardSwish",
                        "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu",

@@ -86,12 +86,42 @@ template <int Mode> Status softmaxKernel(const KernelContext &c) {
   });
 }
 
+
+// Backward of Softmax (Mode 0, from its output y: dx = y * (dy - sum(dy * y)))
+// and LogSoftmax (Mode 1, from its output y: dx = dy - exp(y) * sum(dy)).
+template <int Mode> Status softmaxGradKernel(const KernelContext &c) {
+  int64_t outer, n, inner;
+  splitAxis(c, outer, n, inner);
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *pdy = c.inputs[0].as<T>(), *py = c.inputs[1].as<T>();
+    T *pdx = c.outputs[0].as<T>();
+    parallelFor(c.pool, outer * inner, std::max<int64_t>(1, 4096 / std::max<int64_t>(n, 1)),
+                [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        int64_t base = (r / inner) * n * inner + r % inner;
+        const T *dy = pdy + base, *y = py + base;
+        T *dx = pdx + base;
+        double s = 0;
+        for (int64_t j = 0; j < n; ++j) s += Mode == 0 ? double(dy[j * inner]) * double(y[j * inner]) : double(dy[j * inner]);
+        for (int64_t j = 0; j < n; ++j) {
+          T g = dy[j * inner];
+          dx[j * inner] = Mode == 0 ? T(y[j * inner] * (g - T(s))) : T(g - std::exp(y[j * inner]) * T(s));
+        }
+      }
+    });
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void registerSoftmaxKernels() {
   registerCpuKernel("Softmax", softmaxKernel<0>);
   registerCpuKernel("LogSoftmax", softmaxKernel<1>);
   registerCpuKernel("Hardmax", softmaxKernel<2>);
+  registerCpuKernel("SoftmaxGrad", softmaxGradKernel<0>);
+  registerCpuKernel("LogSoftmaxGrad", softmaxGradKernel<1>);
 }
 
 } // namespace sd::cpu

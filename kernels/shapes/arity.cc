@@ -7,6 +7,16 @@ namespace sd {
 
 bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
   static const std::map<std::string, std::pair<int, int>, std::less<>> table = {
+      // Backward and optimizer contracts (emitted by sd-autodiff / sd-optimizer).
+      {"SoftmaxGrad", {2, 2}},
+      {"LogSoftmaxGrad", {2, 2}},
+      {"GeluGrad", {2, 2}},
+      {"LayerNormalizationGrad", {3, 3}},
+      {"GatherGrad", {2, 2}},
+      {"SoftmaxCrossEntropyLossGrad", {3, 3}},
+      {"AdamW", {8, 8}},
+      {"SGD", {7, 7}},
+      {"GradScale", {2, 4096}},
       {"QLinearConv", {8, 9}},
       {"ConvInteger", {2, 4}},
       {"QLinearMatMul", {8, 8}},

@@ -52,6 +52,7 @@ const char *globalRoleName(GlobalRole r) {
   case GlobalRole::OptimizerState: return "optimizer_state";
   case GlobalRole::ScalarState: return "scalar_state";
   case GlobalRole::Constant: return "constant";
+  case GlobalRole::Gradient: return "gradient";
   }
   return "unknown";
 }
@@ -143,7 +144,7 @@ Status bindExternalWeights(const uint8_t *data, size_t size, const std::string &
   if (h.type != Json::Type::Object) return sdError(what, ": safetensors header is not an object");
   size_t base = 8 + size_t(hlen);
   for (GlobalDesc &g : globals) {
-    if (g.data) continue;
+    if (g.data || g.zeroInit) continue;
     const Json *e = h.get(g.name);
     if (!e) return sdError(what, ": missing tensor '", g.name, "'");
     const Json *offs = e->get("data_offsets");
@@ -211,9 +212,13 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
       d.name = g->name()->str();
       d.dtype = DType(g->dtype());
       SD_RETURN_IF_ERROR(checkedBytes(d.dtype, g->dims(), d.dims, d.bytes).withContext(what + ": global '" + d.name + "': "));
-      if (int(g->role()) < 0 || int(g->role()) > 4) return bad("global '", d.name, "' has unknown role");
+      if (int(g->role()) < 0 || int(g->role()) > 5) return bad("global '", d.name, "' has unknown role");
       d.role = GlobalRole(g->role());
-      if (g->data_offset() >= 0) {
+      bool zeroInit = g->data_offset() < 0 && g->data_size() == 0 && d.bytes > 0;
+      if (zeroInit && !isMutableRole(d.role)) return bad("global '", d.name, "' has no data");
+      if (zeroInit) {
+        d.zeroInit = true;
+      } else if (g->data_offset() >= 0) {
         uint64_t off = uint64_t(g->data_offset());
         if (uint64_t(g->data_size()) != d.bytes || off > wSize || d.bytes > wSize - off)
           return bad("global '", d.name, "' data lies outside the weight region");

@@ -24,12 +24,17 @@ struct Session::Impl {
   };
   std::unique_ptr<ThreadPool> pool;
   uint8_t *arena = nullptr;
-  std::vector<std::vector<uint8_t>> state; // mutable globals
+  // All mutable globals in one 64-byte-aligned block, in plan order, so the
+  // gradients (created together by the compiler) are one contiguous range.
+  uint8_t *state = nullptr;
   std::vector<uint8_t *> globalData;
   std::vector<PreparedEntry> entries;
   bool profiling = false;
   std::map<std::string, Session::OpProfile> profile;
-  ~Impl() { std::free(arena); }
+  ~Impl() {
+    std::free(arena);
+    std::free(state);
+  }
 };
 
 Session::~Session() = default;
@@ -48,13 +53,24 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     im.arena = static_cast<uint8_t *>(std::aligned_alloc(64, (arenaSize + 63) / 64 * 64));
     if (!im.arena) return sdError("cannot allocate a ", arenaSize, "-byte arena");
   }
+  size_t stateBytes = 0;
+  for (const GlobalDesc &g : plan->globals)
+    if (isMutableRole(g.role)) stateBytes += (g.bytes + 63) / 64 * 64;
+  if (stateBytes) {
+    im.state = static_cast<uint8_t *>(std::aligned_alloc(64, stateBytes));
+    if (!im.state) return sdError("cannot allocate ", stateBytes, " bytes of training state");
+  }
+  size_t stateOffset = 0;
   for (const GlobalDesc &g : plan->globals) {
-    if (g.role == GlobalRole::Frozen || g.role == GlobalRole::Constant) {
+    if (!isMutableRole(g.role)) {
       im.globalData.push_back(const_cast<uint8_t *>(g.data));
-    } else {
-      im.state.emplace_back(g.data, g.data + g.bytes);
-      im.globalData.push_back(im.state.back().data());
+      continue;
     }
+    uint8_t *dst = im.state + stateOffset;
+    if (g.data) std::memcpy(dst, g.data, g.bytes);
+    else std::memset(dst, 0, g.bytes);
+    im.globalData.push_back(dst);
+    stateOffset += (g.bytes + 63) / 64 * 64;
   }
   for (const EntryDesc &e : plan->entries) {
     Impl::PreparedEntry pe;
@@ -118,6 +134,23 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     outputs.push_back(std::move(t));
   }
   return Status::ok();
+}
+
+TensorView Session::global(size_t index) const {
+  const GlobalDesc &g = plan_->globals.at(index);
+  return TensorView{impl_->globalData[index], g.dtype, g.dims};
+}
+
+int64_t Session::findEntry(const std::string &name) const {
+  for (size_t i = 0; i < plan_->entries.size(); ++i)
+    if (plan_->entries[i].name == name) return int64_t(i);
+  return -1;
+}
+
+int64_t Session::findGlobal(const std::string &name) const {
+  for (size_t i = 0; i < plan_->globals.size(); ++i)
+    if (plan_->globals[i].name == name) return int64_t(i);
+  return -1;
 }
 
 void Session::setProfiling(bool on) {

@@ -2,6 +2,7 @@
 // pass pipeline and writes a plan.
 #include "Driver.h"
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -24,6 +25,17 @@ const char *kUsage =
     "  --emit mlir|plan|import  mlir: print the final IR instead of writing a plan;\n"
     "                           import: print the sd IR straight after import\n"
     "  --print-ir-after-all     print the IR after every pass (to stderr)\n"
+    "\n"
+    "training (adds train_step, accumulate, apply and eval_step entries):\n"
+    "  --peft none              full fine-tuning of every float weight (or --trainable)\n"
+    "  --trainable REGEX        full fine-tuning of the weights whose name matches\n"
+    "  --recipe sft             causal-LM cross-entropy on the logits (the default)\n"
+    "  --logits-output NAME     the logits output, when the model has several\n"
+    "  --loss-output NAME       train on this scalar model output instead\n"
+    "  --optimizer adamw|sgd    default adamw (lr, weight decay and clipping are\n"
+    "                           given to sdrun train at run time)\n"
+    "  --adam-beta1 B, --adam-beta2 B, --adam-epsilon E   AdamW (0.9, 0.999, 1e-8)\n"
+    "  --momentum M, --nesterov SGD momentum (0) and Nesterov\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -85,6 +97,28 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--emit") {
       if (!value(a.emit) || (a.emit != "mlir" && a.emit != "plan" && a.emit != "import"))
         return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
+    } else if (flag == "--peft") {
+      if (!value(a.pipeline.peft) || a.pipeline.peft != "none")
+        return fail("--peft takes 'none' (LoRA is not implemented yet)"), 2;
+    } else if (flag == "--trainable") {
+      if (!value(a.pipeline.trainable)) return fail("--trainable needs a regex"), 2;
+      a.pipeline.peft = "none";
+    } else if (flag == "--recipe") {
+      if (!value(v) || v != "sft") return fail("--recipe takes 'sft'"), 2;
+    } else if (flag == "--loss-output" || flag == "--logits-output") {
+      if (!value(flag == "--loss-output" ? a.pipeline.lossOutput : a.pipeline.logitsOutput))
+        return fail(flag + " needs an output name"), 2;
+    } else if (flag == "--optimizer") {
+      if (!value(a.pipeline.optimizer) || (a.pipeline.optimizer != "adamw" && a.pipeline.optimizer != "sgd"))
+        return fail("--optimizer takes 'adamw' or 'sgd'"), 2;
+    } else if (flag == "--adam-beta1" || flag == "--adam-beta2" || flag == "--adam-epsilon" || flag == "--momentum") {
+      double *dst = flag == "--adam-beta1" ? &a.pipeline.beta1 : flag == "--adam-beta2" ? &a.pipeline.beta2
+                  : flag == "--adam-epsilon" ? &a.pipeline.epsilon : &a.pipeline.momentum;
+      char *end = nullptr;
+      if (!value(v) || v.empty() || (*dst = std::strtod(v.c_str(), &end), *end) || !(*dst >= 0 && *dst < 1e3))
+        return fail(flag + " needs a non-negative number"), 2;
+    } else if (arg == "--nesterov") {
+      a.pipeline.nesterov = true;
     } else if (arg == "--external-weights") {
       a.externalWeights = true;
     } else if (arg == "--print-ir-after-all") {
@@ -100,6 +134,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     }
   }
   if (a.model.empty()) return fail("no model given (see sdc compile --help)"), 2;
+  if (!a.pipeline.training() && (!a.pipeline.lossOutput.empty() || !a.pipeline.logitsOutput.empty()))
+    return fail("--loss-output/--logits-output need a training plan: add --peft none"), 2;
   if (a.emit == "plan" && a.output.empty()) return fail("no output given: use -o PLAN.sdp"), 2;
   return 0;
 }

@@ -1,5 +1,6 @@
 // sdrun infer / bench / inspect.
 #include "commands.h"
+#include "flags.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/runtime/tensor_io.h"
@@ -37,48 +38,6 @@ const char *kBenchUsage =
     "The last line is JSON with median_ms.\n";
 
 const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp\n\nShows entries, buckets, globals, arena size and weights.\n";
-
-struct Flags {
-  std::string plan;
-  std::map<std::string, std::vector<std::string>> values;
-  bool help = false;
-};
-
-// Parses `--flag value` / `--flag=value`; `known` lists flags that take a value.
-bool parseFlags(const std::vector<std::string> &args, const std::vector<std::string> &known, Flags &f, std::string &err) {
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string &a = args[i];
-    if (a == "-h" || a == "--help") {
-      f.help = true;
-      return true;
-    }
-    if (a.rfind("--", 0) == 0) {
-      std::string name = a.substr(0, a.find('=')), value;
-      if (std::find(known.begin(), known.end(), name) == known.end()) return err = "unknown option '" + a + "'", false;
-      if (a.find('=') != std::string::npos) value = a.substr(a.find('=') + 1);
-      else if (i + 1 < args.size()) value = args[++i];
-      else return err = name + " needs a value", false;
-      f.values[name].push_back(value);
-    } else if (f.plan.empty()) {
-      f.plan = a;
-    } else {
-      return err = "unexpected argument '" + a + "'", false;
-    }
-  }
-  if (f.plan.empty()) return err = "no plan given", false;
-  return true;
-}
-
-bool intFlag(const Flags &f, const std::string &name, int64_t def, int64_t lo, int64_t hi, int64_t &out, std::string &err) {
-  auto it = f.values.find(name);
-  if (it == f.values.end()) return out = def, true;
-  const std::string &s = it->second.back();
-  char *end = nullptr;
-  long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < lo || v > hi)
-    return err = name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'", false;
-  return out = v, true;
-}
 
 bool fileExists(const std::string &p) {
   struct stat st;

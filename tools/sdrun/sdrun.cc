@@ -9,6 +9,7 @@ const char *kUsage =
     "\n"
     "commands:\n"
     "  infer    run the plan's infer entry on input tensors\n"
+    "  train    train with a plan's train_step entries on JSON Lines data\n"
     "  bench    time an entry in-process; the last line is JSON with median_ms\n"
     "  inspect  show entries, buckets, globals, arena size and weights\n"
     "\n"
@@ -33,5 +34,6 @@ int main(int argc, char **argv) {
   if (cmd == "infer") return sdrun::inferCommand(args);
   if (cmd == "bench") return sdrun::benchCommand(args);
   if (cmd == "inspect") return sdrun::inspectCommand(args);
+  if (cmd == "train") return sdrun::trainCommand(args);
   return sdrun::fail("unknown command '" + cmd + "' (try: sdrun --help)");
 }

@@ -11,12 +11,14 @@
 namespace sd {
 
 constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 1; // 1.1: Entry.tensor_bytes
+constexpr uint32_t kPlanSchemaMinor = 2; // 1.1: Entry.tensor_bytes; 1.2: Gradient role, zero-initialized state
 constexpr char kPlanFooterMagic[4] = {'S', 'D', 'P', 'F'};
 constexpr size_t kPlanFooterSize = 16; // u64 flatbuffer size, u32 crc32c, magic
 constexpr size_t kWeightAlignment = 64;
 
-enum class GlobalRole : uint8_t { Frozen = 0, Trainable = 1, OptimizerState = 2, ScalarState = 3, Constant = 4 };
+enum class GlobalRole : uint8_t { Frozen = 0, Trainable = 1, OptimizerState = 2, ScalarState = 3, Constant = 4, Gradient = 5 };
+// Roles whose values entries may write (and checkpoints save).
+inline bool isMutableRole(GlobalRole r) { return r != GlobalRole::Frozen && r != GlobalRole::Constant; }
 const char *globalRoleName(GlobalRole r);
 
 struct GlobalDesc {
@@ -24,8 +26,9 @@ struct GlobalDesc {
   DType dtype = DType::Undefined;
   Dims dims;
   GlobalRole role = GlobalRole::Frozen;
-  const uint8_t *data = nullptr; // inside the mapped plan or external weights
+  const uint8_t *data = nullptr; // inside the mapped plan or external weights; null: starts at zero
   size_t bytes = 0;
+  bool zeroInit = false; // mutable state stored nowhere: starts at zero
 };
 
 enum class BufferKind : uint8_t { Arena = 0, Global = 1, Alias = 2 };

@@ -21,6 +21,13 @@ public:
   // back in output order. Input dtypes and shapes must match the bucket.
   Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);
 
+  // The session's value of global `index` (mutable state is its own copy, so
+  // checkpoints and adapter files read and write through this view).
+  TensorView global(size_t index) const;
+  // Index of the entry or global called `name`, or -1.
+  int64_t findEntry(const std::string &name) const;
+  int64_t findGlobal(const std::string &name) const;
+
   // Per-contract time accumulated over runs while profiling is on.
   struct OpProfile {
     std::string op;

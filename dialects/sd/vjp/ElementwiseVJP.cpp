@@ -1,0 +1,158 @@
+// Reverse-mode rules of the elementwise ops. Binary ops reduce their
+// gradients back over broadcast axes (GradBuilder::unbroadcast).
+#include "GradBuilder.h"
+
+using namespace mlir;
+
+namespace sd::ir {
+namespace {
+
+using Grads = SmallVectorImpl<Value>;
+
+LogicalResult addVJP(AddOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (need[0]) dx[0] = g.unbroadcast(dy[0], op.getLhs().getType());
+  if (need[1]) dx[1] = g.unbroadcast(dy[0], op.getRhs().getType());
+  return success();
+}
+
+LogicalResult subVJP(SubOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (need[0]) dx[0] = g.unbroadcast(dy[0], op.getLhs().getType());
+  if (need[1]) dx[1] = g.unbroadcast(g.neg(dy[0]), op.getRhs().getType());
+  return success();
+}
+
+LogicalResult mulVJP(MulOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (need[0]) dx[0] = g.unbroadcast(g.mul(dy[0], op.getRhs()), op.getLhs().getType());
+  if (need[1]) dx[1] = g.unbroadcast(g.mul(dy[0], op.getLhs()), op.getRhs().getType());
+  return success();
+}
+
+// d(a/b)/db = -y/b.
+LogicalResult divVJP(DivOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (need[0]) dx[0] = g.unbroadcast(g.div(dy[0], op.getRhs()), op.getLhs().getType());
+  if (need[1]) dx[1] = g.unbroadcast(g.neg(g.div(g.mul(dy[0], op.getOutput()), op.getRhs())), op.getRhs().getType());
+  return success();
+}
+
+LogicalResult negVJP(NegOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.neg(dy[0]);
+  return success();
+}
+
+LogicalResult identityVJP(IdentityOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = dy[0];
+  return success();
+}
+
+LogicalResult expVJP(ExpOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.mul(dy[0], op.getOutput());
+  return success();
+}
+
+LogicalResult logVJP(LogOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.div(dy[0], op.getInput());
+  return success();
+}
+
+LogicalResult sqrtVJP(SqrtOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.div(g.scale(dy[0], 0.5), op.getOutput());
+  return success();
+}
+
+LogicalResult reciprocalVJP(ReciprocalOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.neg(g.mul(dy[0], g.mul(op.getOutput(), op.getOutput())));
+  return success();
+}
+
+LogicalResult tanhVJP(TanhOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value y = op.getOutput();
+  dx[0] = g.sub(dy[0], g.mul(dy[0], g.mul(y, y)));
+  return success();
+}
+
+LogicalResult sigmoidVJP(SigmoidOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value y = op.getOutput();
+  dx[0] = g.mul(g.mul(dy[0], y), g.sub(g.scalar(elementTypeOf(y), 1.0), y));
+  return success();
+}
+
+// d erf(x) = 2/sqrt(pi) * exp(-x^2).
+LogicalResult erfVJP(ErfOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value x = op.getInput();
+  Value e = g.make<ExpOp>({g.neg(g.mul(x, x))});
+  dx[0] = g.mul(dy[0], g.scale(e, 1.1283791670955126));
+  return success();
+}
+
+LogicalResult reluVJP(ReluOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value x = op.getInput();
+  Value pos = g.make<GreaterOp>({x, g.scalar(elementTypeOf(x), 0.0)});
+  dx[0] = g.make<WhereOp>({pos, dy[0], g.scalar(elementTypeOf(x), 0.0)});
+  return success();
+}
+
+LogicalResult geluVJP(GeluOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<NamedAttribute> attrs;
+  if (auto a = op.getApproximateAttr()) attrs.push_back(g.builder().getNamedAttr("approximate", a));
+  dx[0] = g.make<GeluGradOp>({dy[0], op.getInput()}, attrs);
+  return success();
+}
+
+// x ** c for a constant exponent: c * x ** (c - 1).
+LogicalResult powVJP(PowOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (need[1]) return op.emitError("Pow: the gradient with respect to the exponent is not implemented");
+  Value x = op.getLhs(), c = op.getRhs();
+  Value cm1 = g.sub(c, g.scalar(elementTypeOf(c), 1.0));
+  Value d = g.mul(c, g.make<PowOp>({x, cm1}));
+  if (elementTypeOf(c) != elementTypeOf(x)) return op.emitError("Pow: mixed-type exponent is not differentiable");
+  dx[0] = g.unbroadcast(g.mul(dy[0], d), x.getType());
+  return success();
+}
+
+LogicalResult whereVJP(WhereOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value zero = g.scalar(elementTypeOf(dy[0]), 0.0);
+  if (need[1]) dx[1] = g.unbroadcast(g.make<WhereOp>({op.getCondition(), dy[0], zero}), op.getX().getType());
+  if (need[2]) dx[2] = g.unbroadcast(g.make<WhereOp>({op.getCondition(), zero, dy[0]}), op.getY().getType());
+  return success();
+}
+
+// Float-to-float casts pass the gradient back in the source type.
+LogicalResult castVJP(CastOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Type src = elementTypeOf(op.getInput());
+  std::optional<DType> d = toDType(src);
+  if (!isa<FloatType>(src) || !d) return op.emitError("Cast: not differentiable from ") << src;
+  dx[0] = g.make<CastOp>({dy[0]}, {g.attr("to", int64_t(*d))});
+  return success();
+}
+
+LogicalResult sumVJP(SumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  for (size_t i = 0; i < dx.size(); ++i)
+    if (need[i]) dx[i] = g.unbroadcast(dy[0], op.getOperand(unsigned(i)).getType());
+  return success();
+}
+
+} // namespace
+
+void attachElementwiseVJPs(MLIRContext *ctx) {
+  attachVJP<AddOp, addVJP>(ctx);
+  attachVJP<SubOp, subVJP>(ctx);
+  attachVJP<MulOp, mulVJP>(ctx);
+  attachVJP<DivOp, divVJP>(ctx);
+  attachVJP<NegOp, negVJP>(ctx);
+  attachVJP<IdentityOp, identityVJP>(ctx);
+  attachVJP<ExpOp, expVJP>(ctx);
+  attachVJP<LogOp, logVJP>(ctx);
+  attachVJP<SqrtOp, sqrtVJP>(ctx);
+  attachVJP<ReciprocalOp, reciprocalVJP>(ctx);
+  attachVJP<TanhOp, tanhVJP>(ctx);
+  attachVJP<SigmoidOp, sigmoidVJP>(ctx);
+  attachVJP<ErfOp, erfVJP>(ctx);
+  attachVJP<ReluOp, reluVJP>(ctx);
+  attachVJP<GeluOp, geluVJP>(ctx);
+  attachVJP<PowOp, powVJP>(ctx);
+  attachVJP<WhereOp, whereVJP>(ctx);
+  attachVJP<CastOp, castVJP>(ctx);
+  attachVJP<SumOp, sumVJP>(ctx);
+}
+
+} // namespace sd::ir

@@ -1,0 +1,101 @@
+// Helpers for the reverse-mode rules: builds sd ops with result types from
+// the op library's shape rules, and the reductions that turn a broadcast
+// gradient back into an operand's shape. A failed build (a shape rule
+// rejecting the operands) is remembered, so rules can chain calls and check
+// once at the end.
+#pragma once
+#include "OpLibraryBridge.h"
+#include "SDDialect.h"
+
+namespace sd::ir {
+
+class GradBuilder {
+public:
+  GradBuilder(mlir::OpBuilder &b, mlir::Location loc) : b_(b), loc_(loc) {}
+  bool failed() const { return failed_; }
+  mlir::OpBuilder &builder() { return b_; }
+  mlir::Location loc() const { return loc_; }
+
+  // Any compute op by class; null Value (and failed()) if its rule rejects it.
+  template <typename OpT>
+  mlir::Operation *op(mlir::ValueRange operands, llvm::ArrayRef<mlir::NamedAttribute> attrs = {},
+                      unsigned numResults = 1) {
+    for (mlir::Value v : operands)
+      if (!v) return fail();
+    mlir::Operation *o = buildComputeOp(b_, loc_, OpT::getOperationName(), OpT::getContract(), operands, attrs,
+                                        numResults);
+    return o ? o : fail();
+  }
+  template <typename OpT>
+  mlir::Value make(mlir::ValueRange operands, llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    mlir::Operation *o = op<OpT>(operands, attrs);
+    return o ? o->getResult(0) : mlir::Value();
+  }
+
+  mlir::NamedAttribute attr(llvm::StringRef name, int64_t v) { return b_.getNamedAttr(name, b_.getI64IntegerAttr(v)); }
+  mlir::NamedAttribute attr(llvm::StringRef name, llvm::ArrayRef<int64_t> v) {
+    return b_.getNamedAttr(name, b_.getDenseI64ArrayAttr(v));
+  }
+
+  // Rank-0 constant of `elementType`, and an i64 vector constant.
+  mlir::Value scalar(mlir::Type elementType, double v);
+  mlir::Value ints(llvm::ArrayRef<int64_t> v);
+  mlir::Value none();
+
+  mlir::Value add(mlir::Value a, mlir::Value b);
+  mlir::Value sub(mlir::Value a, mlir::Value b);
+  mlir::Value mul(mlir::Value a, mlir::Value b);
+  mlir::Value div(mlir::Value a, mlir::Value b);
+  mlir::Value neg(mlir::Value a);
+  mlir::Value scale(mlir::Value a, double s); // a * s
+  mlir::Value reshape(mlir::Value v, llvm::ArrayRef<int64_t> shape);
+  mlir::Value transpose(mlir::Value v, llvm::ArrayRef<int64_t> perm);
+  mlir::Value swapLastTwo(mlir::Value v);
+  mlir::Value reduceSum(mlir::Value v, llvm::ArrayRef<int64_t> axes, bool keepdims);
+  mlir::Value zeros(mlir::Type type);
+  // Sums `grad` over the axes that broadcasting added or stretched, giving `target`'s shape.
+  mlir::Value unbroadcast(mlir::Value grad, mlir::Type target);
+  // `grad` (shaped like a reduction's keepdims=0/1 result) stretched back to `target`.
+  mlir::Value broadcastTo(mlir::Value grad, mlir::Type target, llvm::ArrayRef<int64_t> axes);
+
+private:
+  mlir::Operation *fail() {
+    failed_ = true;
+    return nullptr;
+  }
+  mlir::OpBuilder &b_;
+  mlir::Location loc_;
+  bool failed_ = false;
+};
+
+llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);
+mlir::Type elementTypeOf(mlir::Value v);
+// Integer values of an sd.constant operand; false when it is not constant.
+bool constantInts(mlir::Value v, llvm::SmallVectorImpl<int64_t> &out);
+
+// The rule of one op class, attached as a DifferentiableOpInterface model.
+template <typename OpT>
+using VJPRule = mlir::LogicalResult (*)(OpT op, GradBuilder &g, llvm::ArrayRef<mlir::Value> dys,
+                                        llvm::ArrayRef<bool> needed, llvm::SmallVectorImpl<mlir::Value> &dxs);
+
+template <typename OpT, VJPRule<OpT> Rule>
+struct VJPModel : DifferentiableOpInterface::ExternalModel<VJPModel<OpT, Rule>, OpT> {
+  mlir::LogicalResult buildVJP(mlir::Operation *op, mlir::OpBuilder &b, llvm::ArrayRef<mlir::Value> dys,
+                               llvm::ArrayRef<bool> needed, llvm::SmallVectorImpl<mlir::Value> &dxs) const {
+    GradBuilder g(b, op->getLoc());
+    dxs.assign(op->getNumOperands(), mlir::Value());
+    if (mlir::failed(Rule(llvm::cast<OpT>(op), g, dys, needed, dxs)) || g.failed()) return mlir::failure();
+    return mlir::success();
+  }
+};
+
+template <typename OpT, VJPRule<OpT> Rule> void attachVJP(mlir::MLIRContext *ctx) {
+  OpT::template attachInterface<VJPModel<OpT, Rule>>(*ctx);
+}
+
+void attachElementwiseVJPs(mlir::MLIRContext *ctx);
+void attachLinalgVJPs(mlir::MLIRContext *ctx);
+void attachMovementVJPs(mlir::MLIRContext *ctx);
+void attachNormalizationVJPs(mlir::MLIRContext *ctx);
+
+} // namespace sd::ir

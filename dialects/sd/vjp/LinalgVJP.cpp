@@ -1,0 +1,72 @@
+// Reverse-mode rules of Linear, MatMul and Gemm. Linear's weight gradient is
+// one GEMM over the flattened batch, built only when the weight is trainable
+// (a frozen weight costs no weight-gradient GEMM).
+#include "GradBuilder.h"
+
+using namespace mlir;
+
+namespace sd::ir {
+namespace {
+
+using Grads = SmallVectorImpl<Value>;
+
+LogicalResult linearVJP(LinearOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value x = op.getInput(), w = op.getWeight();
+  bool oi = op.getLayout() == "oi";
+  ArrayRef<int64_t> xs = shapeOf(x), ws = shapeOf(w);
+  int64_t k = xs.back(), n = oi ? ws[0] : ws[1], m = 1;
+  for (size_t i = 0; i + 1 < xs.size(); ++i) m *= xs[i];
+  Value dy2 = g.reshape(dy[0], {m, n});
+  if (need[0]) {
+    // oi: dy[M,N] x W[N,K]; io: dy[M,N] x W[K,N]^T.
+    Value d = g.make<GemmOp>({dy2, w, g.none()}, {g.attr("transB", int64_t(!oi))});
+    dx[0] = g.reshape(d, xs);
+  }
+  if (need[1]) {
+    Value x2 = g.reshape(x, {m, k});
+    // oi: dW[N,K] = dy^T x; io: dW[K,N] = x^T dy.
+    dx[1] = oi ? g.make<GemmOp>({dy2, x2, g.none()}, {g.attr("transA", 1)})
+               : g.make<GemmOp>({x2, dy2, g.none()}, {g.attr("transA", 1)});
+  }
+  if (op->getNumOperands() > 2 && need[2]) dx[2] = g.reduceSum(dy2, {0}, false);
+  return success();
+}
+
+// Batched C = A B with broadcast batch dims: dA = dC B^T, dB = A^T dC.
+LogicalResult matmulVJP(MatMulOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value a = op.getLhs(), b = op.getRhs();
+  if (shapeOf(a).size() < 2 || shapeOf(b).size() < 2)
+    return op.emitError("MatMul with a rank-1 operand is not differentiable yet");
+  if (need[0]) dx[0] = g.unbroadcast(g.make<MatMulOp>({dy[0], g.swapLastTwo(b)}), a.getType());
+  if (need[1]) dx[1] = g.unbroadcast(g.make<MatMulOp>({g.swapLastTwo(a), dy[0]}), b.getType());
+  return success();
+}
+
+// Y = alpha op(A) op(B) + beta C.
+LogicalResult gemmVJP(GemmOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value a = op.getA(), b = op.getB();
+  int64_t ta = op.getTransA().value_or(0), tb = op.getTransB().value_or(0);
+  double alpha = op.getAlpha() ? double(op.getAlpha()->convertToFloat()) : 1.0;
+  double beta = op.getBeta() ? double(op.getBeta()->convertToFloat()) : 1.0;
+  Value d = dy[0];
+  auto gemm = [&](Value l, Value r, int64_t tl, int64_t tr) {
+    SmallVector<NamedAttribute> attrs = {g.attr("transA", tl), g.attr("transB", tr)};
+    if (alpha != 1.0) attrs.push_back(g.builder().getNamedAttr("alpha", g.builder().getF32FloatAttr(float(alpha))));
+    return g.make<GemmOp>({l, r, g.none()}, attrs);
+  };
+  if (need[0]) dx[0] = ta ? gemm(b, d, tb, 1) : gemm(d, b, 0, !tb);
+  if (need[1]) dx[1] = tb ? gemm(d, a, 1, ta) : gemm(a, d, !ta, 0);
+  if (op->getNumOperands() > 2 && need[2] && !isa<NoneType>(op.getC().getType()))
+    dx[2] = g.unbroadcast(beta == 1.0 ? d : g.scale(d, beta), op.getC().getType());
+  return success();
+}
+
+} // namespace
+
+void attachLinalgVJPs(MLIRContext *ctx) {
+  attachVJP<LinearOp, linearVJP>(ctx);
+  attachVJP<MatMulOp, matmulVJP>(ctx);
+  attachVJP<GemmOp, gemmVJP>(ctx);
+}
+
+} // namespace sd::ir

@@ -1,0 +1,145 @@
+// Reverse-mode rules of the data-movement ops (reshapes, Transpose, Split,
+// Concat, Slice, Expand, Gather) and of ReduceSum/ReduceMean.
+#include "GradBuilder.h"
+#include <algorithm>
+
+using namespace mlir;
+
+namespace sd::ir {
+namespace {
+
+using Grads = SmallVectorImpl<Value>;
+
+template <typename OpT>
+LogicalResult reshapeLikeVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.reshape(dy[0], shapeOf(op->getOperand(0)));
+  return success();
+}
+
+LogicalResult transposeVJP(TransposeOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  int64_t r = int64_t(shapeOf(op.getInput()).size());
+  SmallVector<int64_t> perm, inverse(size_t(r), 0);
+  if (auto p = op.getPerm()) perm.assign(p->begin(), p->end());
+  else
+    for (int64_t i = r - 1; i >= 0; --i) perm.push_back(i);
+  for (int64_t i = 0; i < r; ++i) inverse[size_t(perm[size_t(i)])] = i;
+  dx[0] = g.transpose(dy[0], inverse);
+  return success();
+}
+
+int64_t axisOf(std::optional<int64_t> a, int64_t rank) {
+  int64_t v = a.value_or(0);
+  return v < 0 ? v + rank : v;
+}
+
+// Split's pieces, with zeros for the ones that got no gradient, concatenated back.
+LogicalResult splitVJP(SplitOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  int64_t axis = axisOf(op.getAxis(), int64_t(shapeOf(op.getInput()).size()));
+  SmallVector<Value> parts;
+  for (auto [r, d] : llvm::zip(op.getResults(), dy)) parts.push_back(d ? d : g.zeros(r.getType()));
+  dx[0] = g.make<ConcatOp>(parts, {g.attr("axis", axis)});
+  return success();
+}
+
+LogicalResult concatVJP(ConcatOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  int64_t axis = op.getAxis() < 0 ? op.getAxis() + int64_t(shapeOf(dy[0]).size()) : op.getAxis();
+  SmallVector<int64_t> sizes;
+  for (Value v : op.getInputs()) sizes.push_back(shapeOf(v)[size_t(axis)]);
+  Operation *split = g.op<SplitOp>({dy[0], g.ints(sizes)}, {g.attr("axis", axis)}, unsigned(sizes.size()));
+  if (!split) return failure();
+  for (size_t i = 0; i < sizes.size(); ++i)
+    if (need[i]) dx[i] = split->getResult(unsigned(i));
+  return success();
+}
+
+// Slice with unit steps: the gradient is dy padded with zeros back to the input.
+LogicalResult sliceVJP(SliceOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  ArrayRef<int64_t> xs = shapeOf(op.getData());
+  int64_t rank = int64_t(xs.size());
+  SmallVector<int64_t> starts, ends, axes, steps;
+  if (!constantInts(op.getStarts(), starts) || !constantInts(op.getEnds(), ends))
+    return op.emitError("Slice with non-constant starts/ends is not differentiable");
+  if (!isa<NoneType>(op.getAxes().getType()) && !constantInts(op.getAxes(), axes))
+    return op.emitError("Slice with non-constant axes is not differentiable");
+  if (!isa<NoneType>(op.getSteps().getType()) && !constantInts(op.getSteps(), steps))
+    return op.emitError("Slice with non-constant steps is not differentiable");
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  SmallVector<int64_t> pads(size_t(2 * rank), 0);
+  ArrayRef<int64_t> ys = shapeOf(op.getResult());
+  for (size_t i = 0; i < axes.size(); ++i) {
+    if (!steps.empty() && steps[i] != 1) return op.emitError("Slice with steps other than 1 is not differentiable yet");
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i], dim = xs[size_t(a)];
+    int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
+    s = std::clamp<int64_t>(s, 0, dim);
+    pads[size_t(a)] = s;
+    pads[size_t(a + rank)] = dim - s - ys[size_t(a)];
+  }
+  dx[0] = g.make<PadOp>({dy[0], g.ints(pads), g.none(), g.none()});
+  return success();
+}
+
+LogicalResult expandVJP(ExpandOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.unbroadcast(dy[0], op.getLhs().getType());
+  return success();
+}
+
+LogicalResult gatherVJP(GatherOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  ArrayRef<int64_t> ds = shapeOf(op.getLhs());
+  int64_t axis = axisOf(op.getAxis(), int64_t(ds.size()));
+  dx[0] = g.make<GatherGradOp>({dy[0], op.getRhs()}, {g.attr("axis", axis), g.attr("data_shape", ds)});
+  return success();
+}
+
+// Axes of a reduction, normalized; all axes when absent (unless noop_with_empty_axes).
+template <typename OpT> LogicalResult reduceAxes(OpT op, SmallVectorImpl<int64_t> &axes, bool &noop) {
+  int64_t rank = int64_t(shapeOf(op.getData()).size());
+  noop = false;
+  if (!isa<NoneType>(op.getAxes().getType()) && !constantInts(op.getAxes(), axes))
+    return op.emitError("reduction with non-constant axes is not differentiable");
+  if (axes.empty()) {
+    if (op.getNoopWithEmptyAxes().value_or(0)) noop = true;
+    for (int64_t i = 0; i < rank && !noop; ++i) axes.push_back(i);
+  }
+  for (int64_t &a : axes)
+    if (a < 0) a += rank;
+  return success();
+}
+
+template <typename OpT, bool Mean>
+LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  if (noop) {
+    dx[0] = dy[0];
+    return success();
+  }
+  Value d = dy[0];
+  if (Mean) {
+    int64_t count = 1;
+    for (int64_t a : axes) count *= shapeOf(op.getData())[size_t(a)];
+    d = g.scale(d, 1.0 / double(std::max<int64_t>(count, 1)));
+  }
+  dx[0] = g.broadcastTo(d, op.getData().getType(), axes);
+  return success();
+}
+
+} // namespace
+
+void attachMovementVJPs(MLIRContext *ctx) {
+  attachVJP<ReshapeOp, reshapeLikeVJP<ReshapeOp>>(ctx);
+  attachVJP<FlattenOp, reshapeLikeVJP<FlattenOp>>(ctx);
+  attachVJP<SqueezeOp, reshapeLikeVJP<SqueezeOp>>(ctx);
+  attachVJP<UnsqueezeOp, reshapeLikeVJP<UnsqueezeOp>>(ctx);
+  attachVJP<TransposeOp, transposeVJP>(ctx);
+  attachVJP<SplitOp, splitVJP>(ctx);
+  attachVJP<ConcatOp, concatVJP>(ctx);
+  attachVJP<SliceOp, sliceVJP>(ctx);
+  attachVJP<ExpandOp, expandVJP>(ctx);
+  attachVJP<GatherOp, gatherVJP>(ctx);
+  attachVJP<ReduceSumOp, reduceVJP<ReduceSumOp, false>>(ctx);
+  attachVJP<ReduceMeanOp, reduceVJP<ReduceMeanOp, true>>(ctx);
+}
+
+} // namespace sd::ir

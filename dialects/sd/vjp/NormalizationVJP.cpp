@@ -1,0 +1,54 @@
+// Reverse-mode rules of Softmax/LogSoftmax, LayerNormalization and
+// SoftmaxCrossEntropyLoss: each backward is one fused kernel.
+#include "GradBuilder.h"
+
+using namespace mlir;
+
+namespace sd::ir {
+namespace {
+
+using Grads = SmallVectorImpl<Value>;
+
+template <typename OpT, typename GradOpT>
+LogicalResult softmaxVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (op.getCoerce2d().value_or(0)) return op.emitError("opset < 13 Softmax (coerce2d) is not differentiable yet");
+  dx[0] = g.make<GradOpT>({dy[0], op.getOutput()}, {g.attr("axis", op.getAxis().value_or(-1))});
+  return success();
+}
+
+LogicalResult layerNormVJP(LayerNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                           Grads &dx) {
+  for (size_t i = 1; i < dy.size(); ++i)
+    if (dy[i]) return op.emitError("LayerNormalization: gradients through Mean/InvStdDev are not supported");
+  SmallVector<NamedAttribute> attrs = {g.attr("axis", op.getAxis().value_or(-1))};
+  if (auto e = op.getEpsilonAttr()) attrs.push_back(g.builder().getNamedAttr("epsilon", e));
+  Operation *grad = g.op<LayerNormalizationGradOp>({dy[0], op.getX(), op.getScale()}, attrs, 3);
+  if (!grad) return failure();
+  for (unsigned i = 0; i < 3 && i < dx.size(); ++i)
+    if (need[i]) dx[i] = grad->getResult(i);
+  return success();
+}
+
+LogicalResult sceVJP(SoftmaxCrossEntropyLossOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                     Grads &dx) {
+  if (!isa<NoneType>(op.getWeights().getType()))
+    return op.emitError("SoftmaxCrossEntropyLoss with class weights is not differentiable yet");
+  if (dy.size() > 1 && dy[1]) return op.emitError("SoftmaxCrossEntropyLoss: gradient through log_prob is not supported");
+  StringRef red = op.getReduction().value_or("mean");
+  if (red == "none") return op.emitError("SoftmaxCrossEntropyLoss with reduction 'none' is not differentiable yet");
+  SmallVector<NamedAttribute> attrs = {g.builder().getNamedAttr("reduction", g.builder().getStringAttr(red))};
+  if (auto ii = op.getIgnoreIndexAttr()) attrs.push_back(g.builder().getNamedAttr("ignore_index", ii));
+  dx[0] = g.make<SoftmaxCrossEntropyLossGradOp>({dy[0], op.getScores(), op.getLabels()}, attrs);
+  return success();
+}
+
+} // namespace
+
+void attachNormalizationVJPs(MLIRContext *ctx) {
+  attachVJP<SoftmaxOp, softmaxVJP<SoftmaxOp, SoftmaxGradOp>>(ctx);
+  attachVJP<LogSoftmaxOp, softmaxVJP<LogSoftmaxOp, LogSoftmaxGradOp>>(ctx);
+  attachVJP<LayerNormalizationOp, layerNormVJP>(ctx);
+  attachVJP<SoftmaxCrossEntropyLossOp, sceVJP>(ctx);
+}
+
+} // namespace sd::ir

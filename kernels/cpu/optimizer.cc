@@ -1,0 +1,123 @@
+// CPU kernels of the optimizer contracts: AdamW and SGD updates (in place on
+// parameter, moments and gradient, which they zero for the next window) and
+// GradScale (token normalization and global-norm clipping as one factor).
+// Semantics follow torch.optim.AdamW / SGD and clip_grad_norm_.
+#include "cpu_util.h"
+#include <cmath>
+
+namespace sd::cpu {
+namespace {
+
+float scalarOf(const TensorView &t) {
+  switch (t.dtype) {
+  case DType::F32: return t.as<float>()[0];
+  case DType::F64: return float(t.as<double>()[0]);
+  case DType::I64: return float(t.as<int64_t>()[0]);
+  default: return 0.0f;
+  }
+}
+
+Status requireF32(const KernelContext &c, size_t tensors, const char *op) {
+  for (size_t i = 0; i < tensors; ++i)
+    if (c.inputs[i].dtype != DType::F32) return sdError(op, " updates f32 tensors only, operand ", i, " is ",
+                                                        dtypeName(c.inputs[i].dtype));
+  return Status::ok();
+}
+
+// param, grad, m, v, step, lr, weight_decay, grad_scale -> param, m, v, grad.
+Status AdamWKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(requireF32(c, 4, "AdamW"));
+  float *p = c.outputs[0].as<float>(), *m = c.outputs[1].as<float>(), *v = c.outputs[2].as<float>();
+  float *gout = c.outputs[3].as<float>();
+  const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *min = c.inputs[2].as<float>(),
+              *vin = c.inputs[3].as<float>();
+  double step = scalarOf(c.inputs[4]);
+  float lr = scalarOf(c.inputs[5]), wd = c.attrs.getInt("decay", 1) ? scalarOf(c.inputs[6]) : 0.0f;
+  float gscale = scalarOf(c.inputs[7]);
+  double b1 = c.attrs.getFloat("beta1", 0.9), b2 = c.attrs.getFloat("beta2", 0.999);
+  float eps = float(c.attrs.getFloat("epsilon", 1e-8));
+  SD_CHECK_ARG(step >= 1, "AdamW step counter must be >= 1, got ", step);
+  double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
+  float stepSize = float(lr / bc1), bc2Sqrt = float(std::sqrt(bc2)), decay = 1.0f - lr * wd;
+  float fb1 = float(b1), fb2 = float(b2), ob1 = float(1 - b1), ob2 = float(1 - b2);
+  parallelFor(c.pool, c.outputs[0].numElements(), 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float g = gin[i] * gscale;
+      float pi = pin[i] * decay;
+      float mi = min[i] * fb1 + g * ob1;
+      float vi = vin[i] * fb2 + g * g * ob2;
+      p[i] = pi - stepSize * (mi / (std::sqrt(vi) / bc2Sqrt + eps));
+      m[i] = mi;
+      v[i] = vi;
+      gout[i] = 0.0f;
+    }
+  });
+  return Status::ok();
+}
+
+// param, grad, momentum_buffer, step, lr, weight_decay, grad_scale -> param, buffer, grad.
+Status SgdKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
+  float *p = c.outputs[0].as<float>(), *buf = c.outputs[1].as<float>(), *gout = c.outputs[2].as<float>();
+  const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *bin = c.inputs[2].as<float>();
+  bool first = scalarOf(c.inputs[3]) <= 1.0f;
+  float lr = scalarOf(c.inputs[4]), wd = c.attrs.getInt("decay", 1) ? scalarOf(c.inputs[5]) : 0.0f;
+  float gscale = scalarOf(c.inputs[6]);
+  float mu = float(c.attrs.getFloat("momentum", 0)), damp = float(c.attrs.getFloat("dampening", 0));
+  bool nesterov = c.attrs.getInt("nesterov", 0);
+  parallelFor(c.pool, c.outputs[0].numElements(), 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      float d = gin[i] * gscale + wd * pin[i];
+      float bi = 0;
+      if (mu != 0) {
+        bi = first ? d : bin[i] * mu + d * (1 - damp);
+        d = nesterov ? d + mu * bi : bi;
+      }
+      p[i] = pin[i] - lr * d;
+      buf[i] = bi;
+      gout[i] = 0.0f;
+    }
+  });
+  return Status::ok();
+}
+
+// tokens, max_norm, grads... -> scale, norm. The grads hold sums over the
+// window's counted tokens; scale = 1/tokens * min(1, max_norm / (norm + 1e-6))
+// where norm is the global L2 norm of grads/tokens (no clipping if max_norm <= 0).
+// Fixed-size chunks summed in order keep the norm independent of thread count.
+Status GradScaleKernel(const KernelContext &c) {
+  double tokens = std::max(1.0f, scalarOf(c.inputs[0]));
+  double maxNorm = scalarOf(c.inputs[1]);
+  double sumsq = 0;
+  constexpr int64_t kChunk = 1 << 16;
+  for (size_t t = 2; t < c.inputs.size(); ++t) {
+    const TensorView &g = c.inputs[t];
+    SD_CHECK_ARG(g.dtype == DType::F32, "GradScale takes f32 gradients");
+    const float *pg = g.as<float>();
+    int64_t n = g.numElements(), chunks = (n + kChunk - 1) / kChunk;
+    std::vector<double> part(size_t(chunks), 0.0);
+    parallelFor(c.pool, chunks, 1, [&](int64_t b, int64_t e) {
+      for (int64_t k = b; k < e; ++k) {
+        double s = 0;
+        for (int64_t i = k * kChunk; i < std::min(n, (k + 1) * kChunk); ++i) s += double(pg[i]) * double(pg[i]);
+        part[size_t(k)] = s;
+      }
+    });
+    for (double s : part) sumsq += s;
+  }
+  double norm = std::sqrt(sumsq) / tokens;
+  double coef = maxNorm > 0 ? std::min(1.0, maxNorm / (norm + 1e-6)) : 1.0;
+  c.outputs[0].as<float>()[0] = float(coef / tokens);
+  c.outputs[1].as<float>()[0] = float(norm);
+  return Status::ok();
+}
+
+} // namespace
+
+void registerOptimizerKernels() {
+  registerCpuKernel("AdamW", AdamWKernel);
+  registerCpuKernel("SGD", SgdKernel);
+  registerCpuKernel("GradScale", GradScaleKernel);
+}
+
+} // namespace sd::cpu

@@ -1,0 +1,108 @@
+// Shape rules of the backward contracts the autodiff pass emits and of the
+// optimizer updates. Backward outputs take the shape of the forward operand
+// they differentiate; updates write their state operands in place.
+#include "shape_util.h"
+
+namespace sd {
+namespace {
+
+Status requireSameDims(const TensorInfo &a, const TensorInfo &b, const char *what) {
+  if (a.rankKnown && b.rankKnown && a.dims != b.dims)
+    return sdError(what, ": shapes differ: ", formatDims(a.dims), " vs ", formatDims(b.dims));
+  return Status::ok();
+}
+
+// SoftmaxGrad / LogSoftmaxGrad / GeluGrad (dy, forward tensor) -> dx.
+Status pointwiseGradShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[1], "gradient"));
+  c.outputs = {c.inputs[1]};
+  return Status::ok();
+}
+
+// LayerNormalizationGrad(dy, x, scale) -> dx, dscale, dbias.
+Status layerNormGradShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[1], "LayerNormalizationGrad"));
+  c.outputs = {c.inputs[1], c.inputs[2], c.inputs[2]};
+  return Status::ok();
+}
+
+// GatherGrad(dy, indices) {axis, data_shape} -> d(data): scatter-add of dy rows.
+Status gatherGradShape(ShapeContext &c) {
+  std::vector<int64_t> data = c.attrs.getInts("data_shape");
+  int64_t axis = c.attrs.getInt("axis", 0);
+  SD_RETURN_IF_ERROR(normalizeAxis(axis, int64_t(data.size())));
+  for (int64_t d : data) SD_CHECK_ARG(d >= 0, "GatherGrad data_shape must be static");
+  const TensorInfo &dy = c.inputs[0], &idx = c.inputs[1];
+  if (dy.rankKnown && idx.rankKnown) {
+    Dims want(data.begin(), data.begin() + axis);
+    want.insert(want.end(), idx.dims.begin(), idx.dims.end());
+    want.insert(want.end(), data.begin() + axis + 1, data.end());
+    if (dy.isStatic() && idx.isStatic() && want != dy.dims)
+      return sdError("GatherGrad: gradient ", formatDims(dy.dims), " does not match ", formatDims(want));
+  }
+  TensorInfo out;
+  out.dtype = dy.dtype;
+  out.dims.assign(data.begin(), data.end());
+  c.outputs = {out};
+  return Status::ok();
+}
+
+// SoftmaxCrossEntropyLossGrad(dloss, logits, labels) -> dlogits.
+Status sceGradShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs[0].rank() == 0 || !c.inputs[0].rankKnown, "SoftmaxCrossEntropyLossGrad: dloss must be a scalar");
+  SD_CHECK_ARG(c.inputs[1].rank() >= 2, "SoftmaxCrossEntropyLossGrad: logits must have rank >= 2");
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "reduction", {"mean", "sum"}));
+  c.outputs = {c.inputs[1]};
+  return Status::ok();
+}
+
+TensorInfo scalarF32() {
+  TensorInfo t;
+  t.dtype = DType::F32;
+  return t;
+}
+
+Status requireScalars(const ShapeContext &c, size_t from, size_t to, const char *op) {
+  for (size_t i = from; i < to; ++i)
+    if (c.inputs[i].rankKnown && c.inputs[i].numElements() != 1)
+      return sdError(op, ": operand ", i, " must hold one value, got ", formatDims(c.inputs[i].dims));
+  return Status::ok();
+}
+
+// AdamW(param, grad, m, v, step, lr, weight_decay, grad_scale) -> param, m, v, grad (zeroed).
+Status adamwShape(ShapeContext &c) {
+  for (size_t i = 1; i < 4; ++i) SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[i], "AdamW"));
+  SD_RETURN_IF_ERROR(requireScalars(c, 4, 8, "AdamW"));
+  c.outputs = {c.inputs[0], c.inputs[2], c.inputs[3], c.inputs[1]};
+  return Status::ok();
+}
+
+// SGD(param, grad, momentum_buffer, step, lr, weight_decay, grad_scale) -> param, buffer, grad (zeroed).
+Status sgdShape(ShapeContext &c) {
+  for (size_t i = 1; i < 3; ++i) SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[i], "SGD"));
+  SD_RETURN_IF_ERROR(requireScalars(c, 3, 7, "SGD"));
+  c.outputs = {c.inputs[0], c.inputs[2], c.inputs[1]};
+  return Status::ok();
+}
+
+// GradScale(tokens, max_norm, grads...) -> scale, norm: the factor that turns
+// accumulated sums into means over the counted tokens and clips the global norm.
+Status gradScaleShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(requireScalars(c, 0, 2, "GradScale"));
+  c.outputs = {scalarF32(), scalarF32()};
+  return Status::ok();
+}
+
+} // namespace
+
+void registerGradientShapes() {
+  for (const char *op : {"SoftmaxGrad", "LogSoftmaxGrad", "GeluGrad"}) registerShapeRule(op, pointwiseGradShape);
+  registerShapeRule("LayerNormalizationGrad", layerNormGradShape);
+  registerShapeRule("GatherGrad", gatherGradShape);
+  registerShapeRule("SoftmaxCrossEntropyLossGrad", sceGradShape);
+  registerShapeRule("AdamW", adamwShape);
+  registerShapeRule("SGD", sgdShape);
+  registerShapeRule("GradScale", gradScaleShape);
+}
+
+} // namespace sd

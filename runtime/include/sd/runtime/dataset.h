@@ -1,0 +1,31 @@
+// Training data: JSON Lines with token ids (`input_ids`, optional `labels`)
+// or `text` (byte-level tokens, for 256-entry vocabularies). Every problem is
+// reported as one line naming the file and line.
+#pragma once
+#include "sd/ops/status.h"
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sd {
+
+struct Example {
+  std::vector<int64_t> ids;
+  std::vector<int64_t> labels; // same length as ids; -100 = not trained on
+};
+
+struct DatasetOptions {
+  int64_t vocab = 0;     // token ids must be below this
+  int64_t maxLength = 0; // longest sequence the plan's buckets take
+  bool truncate = false; // cut longer sequences instead of refusing them
+};
+
+constexpr int64_t kIgnoreLabel = -100;
+
+StatusOr<std::vector<Example>> loadJsonl(const std::string &path, const DatasetOptions &opts);
+
+// A seeded permutation of [0, n), the same on every platform (Fisher-Yates
+// over SplitMix64), so a resumed run sees the same order.
+std::vector<size_t> shuffledOrder(size_t n, uint64_t seed);
+
+} // namespace sd

@@ -1,0 +1,37 @@
+// safetensors files (weights, checkpoints, adapters): an 8-byte header length,
+// a JSON header {name: {dtype, shape, data_offsets}}, then the tensor bytes.
+#pragma once
+#include "sd/ops/status.h"
+#include "sd/ops/tensor.h"
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sd {
+
+struct NamedTensor {
+  std::string name;
+  DType dtype = DType::Undefined;
+  Dims dims;
+  const void *data = nullptr;
+  size_t bytes = 0;
+};
+
+const char *safetensorsDtypeName(DType t); // nullptr if safetensors has no name for it
+
+// Writes atomically: a temp file in the same folder, fsync, rename over
+// `path`, fsync of the folder. `metadata` (string pairs) goes in "__metadata__".
+Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
+                        const std::map<std::string, std::string> &metadata = {});
+
+struct SafetensorsFile {
+  std::vector<uint8_t> bytes; // the whole file
+  std::map<std::string, NamedTensor> tensors; // data points into `bytes`
+  std::map<std::string, std::string> metadata;
+};
+StatusOr<SafetensorsFile> readSafetensors(const std::string &path);
+
+// fsyncs a directory so a rename inside it is durable.
+Status syncDirectory(const std::string &dir);
+
+} // namespace sd

@@ -1,0 +1,89 @@
+// JSON Lines training data.
+#include "sd/runtime/dataset.h"
+#include "sd/runtime/json.h"
+#include <cmath>
+#include <fstream>
+#include <numeric>
+
+namespace sd {
+namespace {
+
+Status readIds(const Json &v, const char *key, int64_t vocab, bool isLabel, std::vector<int64_t> &out) {
+  if (v.type != Json::Type::Array) return sdError("'", key, "' must be an array of integers");
+  out.reserve(v.arr.size());
+  for (size_t i = 0; i < v.arr.size(); ++i) {
+    const Json &e = v.arr[i];
+    if (!e.isInteger()) return sdError("'", key, "'[", i, "] is not an integer");
+    int64_t id = int64_t(e.num);
+    bool ok = (id >= 0 && id < vocab) || (isLabel && id == kIgnoreLabel);
+    if (!ok) return sdError("'", key, "'[", i, "] = ", id, " is outside the vocabulary [0, ", vocab, ")");
+    out.push_back(id);
+  }
+  return Status::ok();
+}
+
+uint64_t splitMix(uint64_t &s) {
+  uint64_t z = (s += 0x9E3779B97F4A7C15ull);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+} // namespace
+
+StatusOr<std::vector<Example>> loadJsonl(const std::string &path, const DatasetOptions &opts) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return sdError(path, ": cannot open");
+  std::vector<Example> out;
+  std::string line;
+  for (size_t lineNo = 1; std::getline(in, line); ++lineNo) {
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    std::string where = path + ":" + std::to_string(lineNo);
+    auto doc = parseJson(line, where);
+    if (!doc.isOk()) return doc.status();
+    const Json &j = doc.value();
+    if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
+    Example ex;
+    const Json *ids = j.get("input_ids"), *labels = j.get("labels"), *text = j.get("text");
+    if (ids) {
+      if (Status s = readIds(*ids, "input_ids", opts.vocab, false, ex.ids); !s.isOk()) return s.withContext(where + ": ");
+    } else if (text) {
+      if (text->type != Json::Type::String) return sdError(where, ": 'text' must be a string");
+      if (opts.vocab != 256)
+        return sdError(where, ": 'text' lines need a byte-level model (vocabulary 256, this plan has ", opts.vocab,
+                       "); give input_ids instead");
+      for (unsigned char c : text->str) ex.ids.push_back(int64_t(c));
+    } else {
+      return sdError(where, ": a line needs 'input_ids' or 'text'");
+    }
+    if (labels) {
+      if (Status s = readIds(*labels, "labels", opts.vocab, true, ex.labels); !s.isOk()) return s.withContext(where + ": ");
+      if (ex.labels.size() != ex.ids.size())
+        return sdError(where, ": 'labels' has ", ex.labels.size(), " entries but the sequence has ", ex.ids.size());
+    } else {
+      ex.labels = ex.ids;
+    }
+    if (ex.ids.size() < 2) return sdError(where, ": a sequence needs at least 2 tokens to train on");
+    if (int64_t(ex.ids.size()) > opts.maxLength) {
+      if (!opts.truncate)
+        return sdError(where, ": sequence of ", ex.ids.size(), " tokens is longer than the plan's largest bucket (",
+                       opts.maxLength, "); use --truncate or compile a longer bucket");
+      ex.ids.resize(size_t(opts.maxLength));
+      ex.labels.resize(size_t(opts.maxLength));
+    }
+    out.push_back(std::move(ex));
+  }
+  if (in.bad()) return sdError(path, ": read error");
+  if (out.empty()) return sdError(path, ": no examples");
+  return out;
+}
+
+std::vector<size_t> shuffledOrder(size_t n, uint64_t seed) {
+  std::vector<size_t> order(n);
+  std::iota(order.begin(), order.end(), size_t(0));
+  uint64_t s = seed;
+  for (size_t i = n; i > 1; --i) std::swap(order[i - 1], order[size_t(splitMix(s) % i)]);
+  return order;
+}
+
+} // namespace sd

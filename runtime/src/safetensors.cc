@@ -1,0 +1,132 @@
+// safetensors reader and atomic writer.
+#include "sd/runtime/safetensors.h"
+#include "sd/runtime/json.h"
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <unistd.h>
+
+namespace sd {
+
+const char *safetensorsDtypeName(DType t) {
+  switch (t) {
+  case DType::F32: return "F32";
+  case DType::F64: return "F64";
+  case DType::F16: return "F16";
+  case DType::BF16: return "BF16";
+  case DType::I8: return "I8";
+  case DType::I16: return "I16";
+  case DType::I32: return "I32";
+  case DType::I64: return "I64";
+  case DType::U8: return "U8";
+  case DType::U16: return "U16";
+  case DType::U32: return "U32";
+  case DType::U64: return "U64";
+  case DType::Bool: return "BOOL";
+  default: return nullptr;
+  }
+}
+
+static std::string folderOf(const std::string &path) {
+  size_t s = path.find_last_of('/');
+  return s == std::string::npos ? "." : s == 0 ? "/" : path.substr(0, s);
+}
+
+Status syncDirectory(const std::string &dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return sdError(dir, ": cannot open folder to sync");
+  int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? Status::ok() : sdError(dir, ": fsync failed");
+}
+
+Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
+                        const std::map<std::string, std::string> &metadata) {
+  std::string header = "{";
+  if (!metadata.empty()) {
+    header += "\"__metadata__\":{";
+    bool first = true;
+    for (auto &[k, v] : metadata) header += (std::exchange(first, false) ? "" : ",") + jsonQuote(k) + ":" + jsonQuote(v);
+    header += "}";
+  }
+  uint64_t off = 0;
+  for (const NamedTensor &t : tensors) {
+    const char *dt = safetensorsDtypeName(t.dtype);
+    if (!dt) return sdError(path, ": tensor '", t.name, "' has a dtype safetensors cannot store");
+    header += std::string(header.size() > 1 ? "," : "") + jsonQuote(t.name) + ":{\"dtype\":\"" + dt + "\",\"shape\":[";
+    for (size_t d = 0; d < t.dims.size(); ++d) header += (d ? "," : "") + std::to_string(t.dims[d]);
+    header += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + t.bytes) + "]}";
+    off += t.bytes;
+  }
+  header += "}";
+  while ((8 + header.size()) % 8) header += ' ';
+  std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  if (!f) return sdError(path, ": cannot write");
+  uint64_t hlen = header.size();
+  bool ok = std::fwrite(&hlen, 8, 1, f) == 1 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  for (const NamedTensor &t : tensors)
+    ok = ok && (t.bytes == 0 || std::fwrite(t.data, 1, t.bytes, f) == t.bytes);
+  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return sdError(path, ": write failed");
+  }
+  return syncDirectory(folderOf(path));
+}
+
+static DType dtypeFromName(const std::string &s) {
+  for (DType t : {DType::F32, DType::F64, DType::F16, DType::BF16, DType::I8, DType::I16, DType::I32, DType::I64,
+                  DType::U8, DType::U16, DType::U32, DType::U64, DType::Bool})
+    if (s == safetensorsDtypeName(t)) return t;
+  return DType::Undefined;
+}
+
+StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
+  SafetensorsFile file;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return sdError(path, ": cannot open");
+  file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  const std::vector<uint8_t> &b = file.bytes;
+  uint64_t hlen = 0;
+  if (b.size() < 8) return sdError(path, ": truncated safetensors file");
+  std::memcpy(&hlen, b.data(), 8);
+  if (hlen > b.size() - 8 || hlen > (64u << 20)) return sdError(path, ": bad safetensors header size");
+  auto header = parseJson(std::string(reinterpret_cast<const char *>(b.data() + 8), size_t(hlen)), path);
+  if (!header.isOk()) return header.status();
+  if (header.value().type != Json::Type::Object) return sdError(path, ": safetensors header is not an object");
+  size_t base = 8 + size_t(hlen);
+  for (const auto &[name, e] : header.value().obj) {
+    if (name == "__metadata__") {
+      for (const auto &[k, v] : e.obj)
+        if (v.type == Json::Type::String) file.metadata[k] = v.str;
+      continue;
+    }
+    const Json *dt = e.get("dtype"), *shape = e.get("shape"), *offs = e.get("data_offsets");
+    if (!dt || !shape || !offs || shape->type != Json::Type::Array || offs->type != Json::Type::Array ||
+        offs->arr.size() != 2 || !offs->arr[0].isInteger() || !offs->arr[1].isInteger())
+      return sdError(path, ": tensor '", name, "' has a malformed header entry");
+    NamedTensor t;
+    t.name = name;
+    t.dtype = dtypeFromName(dt->str);
+    if (t.dtype == DType::Undefined) return sdError(path, ": tensor '", name, "' has unsupported dtype '", dt->str, "'");
+    for (const Json &d : shape->arr) {
+      if (!d.isInteger() || d.num < 0 || d.num > double(int64_t(1) << 40))
+        return sdError(path, ": tensor '", name, "' has a bad shape");
+      t.dims.push_back(int64_t(d.num));
+    }
+    int64_t lo = int64_t(offs->arr[0].num), hi = int64_t(offs->arr[1].num);
+    if (lo < 0 || hi < lo || base + size_t(hi) > b.size()) return sdError(path, ": tensor '", name, "' lies outside the file");
+    t.bytes = size_t(hi - lo);
+    if (t.bytes != size_t(product(t.dims)) * dtypeSize(t.dtype))
+      return sdError(path, ": tensor '", name, "' holds ", t.bytes, " bytes, its shape needs ",
+                     size_t(product(t.dims)) * dtypeSize(t.dtype));
+    t.data = b.data() + base + size_t(lo);
+    file.tensors[name] = t;
+  }
+  return file;
+}
+
+} // namespace sd

@@ -1,0 +1,25 @@
+// The training loop behind `sdrun train`.
+#pragma once
+#include "sd/ops/status.h"
+#include <cstdint>
+#include <string>
+
+namespace sdrun {
+
+struct TrainOptions {
+  std::string planPath, dataPath, evalPath, checkpointDir, saveWeights, metricsPath;
+  std::string schedule = "constant"; // constant | cosine
+  bool shuffle = true, truncate = false, resume = false;
+  int64_t steps = 0, epochs = 1, batch = 0, gradAccum = 1, warmupSteps = 0;
+  int64_t evalEvery = 0, checkpointEvery = 0, threads = 0;
+  double lr = 1e-4, weightDecay = 0, clipNorm = 0;
+  uint64_t seed = 0;
+};
+
+sd::Status runTraining(const TrainOptions &o);
+
+// Learning rate of optimizer step `step` (0-based): constant, or linear
+// warm-up to `peak` then cosine decay to 0 at `total` (HF's cosine schedule).
+double learningRate(const TrainOptions &o, int64_t step, int64_t total);
+
+} // namespace sdrun
