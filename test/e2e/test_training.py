@@ -37,6 +37,89 @@ def check(name, ok, detail):
     RESULTS.append((name, bool(ok), detail))
 
 
+def clean_error(name, cmd, must_contain=()):
+    """Bad input: exit 1/2, exactly one stderr line naming the problem, no hang."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:
+        return check(name, False, "hung")
+    lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("step ")]
+    problems = []
+    if r.returncode not in (1, 2):
+        problems.append(f"exit code {r.returncode}")
+    if len(lines) != 1:
+        problems.append(f"{len(lines)} error lines: {r.stderr.strip()!r}")
+    problems += [f"lacks {m!r}: {r.stderr.strip()!r}" for m in must_contain if m not in r.stderr]
+    check(name, not problems, "; ".join(problems) or lines[0])
+
+
+def bad_input(sdc, sdrun, onnx_path, plan, tmp):
+    def data(name, lines):
+        path = os.path.join(tmp, name)
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
+    good = json.dumps({"input_ids": [1, 2, 3, 4]})
+    train = [sdrun, "train", plan, "--steps", "2", "--data"]
+    clean_error("malformed JSON line", train + [data("bad_json.jsonl", [good, '{"input_ids": [1, 2,'])],
+                ["bad_json.jsonl:2"])
+    clean_error("token id >= vocab", train + [data("bad_id.jsonl", [good, good, json.dumps({"input_ids": [1, 300]})])],
+                ["bad_id.jsonl:3", "300", "vocabulary"])
+    clean_error("sequence longer than the largest bucket",
+                train + [data("long.jsonl", [json.dumps({"input_ids": list(range(SEQ + 5))})])],
+                ["long.jsonl:1", "--truncate"])
+    clean_error("labels of the wrong length",
+                train + [data("bad_labels.jsonl", [json.dumps({"input_ids": [1, 2, 3], "labels": [1, 2]})])],
+                ["bad_labels.jsonl:1", "labels"])
+    clean_error("missing data file", train + [os.path.join(tmp, "nope.jsonl")], ["nope.jsonl"])
+    clean_error("--resume without a checkpoint",
+                train + [data("ok.jsonl", [good]), "--checkpoint-dir", os.path.join(tmp, "empty_ck"), "--resume"],
+                ["no valid checkpoint"])
+    clean_error("--trainable matching nothing",
+                [sdc, "compile", onnx_path, "--trainable", "nothing\\.here", "--shapes", f"input_ids={BATCH}x{SEQ}",
+                 "-o", os.path.join(tmp, "never.sdp")], ["matches no floating-point weight"])
+    check("--trainable matching nothing writes no plan", not os.path.exists(os.path.join(tmp, "never.sdp")), "")
+    # A diverging run (absurd learning rate) stops at the first non-finite loss
+    # and keeps the last good checkpoint.
+    ck = os.path.join(tmp, "nan_ck")
+    rows = [json.dumps({"input_ids": list(range(i, i + SEQ))}) for i in range(8)]
+    r = subprocess.run([sdrun, "train", plan, "--data", data("nan.jsonl", rows), "--steps", "50", "--lr", "1000", "--weight-decay", "1000",
+                        "--checkpoint-dir", ck, "--checkpoint-every", "1"], capture_output=True, text=True)
+    kept = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
+    stopped = r.returncode == 1 and "loss is" in r.stderr and "stopped" in r.stderr
+    check("non-finite loss stops the run, keeps the last good checkpoint", stopped and kept,
+          f"exit {r.returncode}, checkpoints {kept}, {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else ''}")
+
+
+def crash_safety(sdrun, plan, data, tmp, rounds=8):
+    """SIGKILL during checkpoint writes, repeatedly: --resume always finds a valid one."""
+    import random
+    import signal
+    import time
+    ck = os.path.join(tmp, "crash_ck")
+    rng = random.Random(5)
+    failures, resumed = [], []
+    for i in range(rounds):
+        p = subprocess.Popen([sdrun, "train", plan, "--data", data, "--steps", "100000", "--checkpoint-dir", ck,
+                              "--checkpoint-every", "1", "--threads", "1"] + (["--resume"] if i else []),
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.2 + rng.random() * 0.4)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        names = [n for n in os.listdir(ck) if n.startswith("checkpoint-")] if os.path.isdir(ck) else []
+        if not names:
+            failures.append(f"round {i}: no checkpoint")
+            continue
+        newest = max(int(n.split("-")[1]) for n in names)
+        r = subprocess.run([sdrun, "train", plan, "--data", data, "--steps", str(newest + 1), "--checkpoint-dir", ck,
+                            "--resume", "--threads", "1"], capture_output=True, text=True)
+        if r.returncode != 0 or "skipped" in r.stderr:
+            failures.append(f"round {i}: resume exit {r.returncode}: {r.stderr.strip()[-200:]}")
+        resumed.append(newest)
+    check(f"crash safety: {rounds} SIGKILLs during checkpointing, each time --resume finds a valid checkpoint",
+          not failures, "; ".join(failures) or f"resumed at steps {resumed}")
+
+
 def read_safetensors(path):
     with open(path, "rb") as f:
         raw = f.read()
@@ -157,6 +240,8 @@ def main():
         same = a == b and all(np.array_equal(wa[k], wb[k]) for k in wa)
         check(f"resume: {2 * n} steps straight == {n} + --resume {n}, bit for bit", same,
               f"losses equal: {a == b}, weights equal: {all(np.array_equal(wa[k], wb[k]) for k in wa)}")
+        bad_input(sdc, sdrun, onnx_path, plan, tmp)
+        crash_safety(sdrun, plan, data, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     failed = 0
