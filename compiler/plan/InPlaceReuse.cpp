@@ -35,7 +35,11 @@ struct InPlaceReusePass : sd::impl::InPlaceReuseBase<InPlaceReusePass> {
         Value out = step.getOutputs()[0];
         auto outBuf = out.getDefiningOp<sd::ir::BufferOp>();
         if (!outBuf || outBuf.getInput()) continue;
-        for (Value in : step.getInputs()) {
+        // Variadic Sum/Mean/Max/Min fold their operands into the output one by
+        // one, so only the first operand may share the output's memory.
+        auto inputs = step.getInputs();
+        if (inputs.size() > 2) inputs = inputs.take_front(1);
+        for (Value in : inputs) {
           auto inBuf = in.getDefiningOp<sd::ir::BufferOp>(); // no views: shapes must match exactly
           if (!inBuf || inBuf.getType() != outBuf.getType() || inBuf == outBuf) continue;
           auto range = live.ranges.lookup(inBuf);

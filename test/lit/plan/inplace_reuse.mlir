@@ -22,3 +22,19 @@ func.func @infer() attributes {sd.entry = "infer"} {
   sd.output "y", %d : memref<4xf32>
   return
 }
+
+// A variadic Sum folds operands into its output one by one: only its first
+// operand may share the output's memory (the gradient check found this).
+// CHECK-LABEL: func.func @sum3()
+//       CHECK:   %[[Y:.*]] = sd.buffer {input = "y"}
+//       CHECK:   %[[O:.*]] = sd.buffer : memref<4xf32>
+//       CHECK:   sd.step "Sum" {} ins(%{{.*}}, %{{.*}}, %[[Y]] : {{.*}}) outs(%[[O]] : memref<4xf32>)
+func.func @sum3() attributes {sd.entry = "sum3"} {
+  %w = sd.global_buffer @w : memref<4xf32>
+  %x = sd.global_buffer @x : memref<4xf32>
+  %y = sd.buffer {input = "y"} : memref<4xf32>
+  %o = sd.buffer : memref<4xf32>
+  sd.step "Sum" {} ins(%w, %x, %y : memref<4xf32>, memref<4xf32>, memref<4xf32>) outs(%o : memref<4xf32>)
+  sd.output "o", %o : memref<4xf32>
+  return
+}

@@ -1,0 +1,167 @@
+// Gradient checks: for every differentiable op, the gradient the compiled
+// accumulate entry writes into grad/<w> matches central finite differences
+// of the eval_step loss, L = sum(y * y) with y = op(...). Float32 with
+// eps = 1e-2 and tolerance |analytic - numeric| <= 2e-3 + 2e-2 |numeric|.
+#include "Driver.h"
+#include "sd/runtime/plan.h"
+#include "sd/runtime/session.h"
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <gtest/gtest.h>
+#include <random>
+#include <unistd.h>
+
+using namespace sd;
+
+namespace {
+
+struct Init {
+  std::string name, dims; // "2, 3"
+  int count;
+  bool positive = false;
+};
+
+struct Case {
+  std::string name;
+  std::vector<Init> inits; // names starting with 'w' are trainable
+  std::string body;        // defines y from x (float[2, 3]) and the initializers
+};
+
+std::string initializerText(const Init &in, std::mt19937 &rng) {
+  std::uniform_real_distribution<float> d(in.positive ? 0.5f : -1.0f, in.positive ? 1.5f : 1.0f);
+  std::string s = "float[" + in.dims + "] " + in.name + " = {";
+  for (int i = 0; i < in.count; ++i) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%s%.5f", i ? ", " : "", d(rng));
+    s += buf;
+  }
+  return s + "}";
+}
+
+class GradCheck : public ::testing::TestWithParam<Case> {};
+
+float lossOf(Session &s, int64_t eval, const HostTensor &x) {
+  std::vector<HostTensor> outs;
+  Status st = s.run(size_t(eval), {&x}, outs);
+  EXPECT_TRUE(st.isOk()) << st.message();
+  float v;
+  std::memcpy(&v, outs.at(0).data.data(), 4);
+  return v;
+}
+
+TEST_P(GradCheck, MatchesFiniteDifferences) {
+  const Case &c = GetParam();
+  std::mt19937 rng(42);
+  std::string inits;
+  for (const Init &in : c.inits) inits += (inits.empty() ? "" : ", ") + initializerText(in, rng);
+  std::string text = "<ir_version: 8, opset_import: [\"\" : 17]>\ng (float[2, 3] x) => (float loss)\n<" + inits +
+                     ">\n{\n" + c.body + "\n  sq = Mul(y, y)\n  loss = ReduceSum <keepdims = 0> (sq)\n}\n";
+  char tmpl[] = "/tmp/sd_grad_testXXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/m.onnxtxt") << text;
+  CompileRequest req;
+  req.model = dir + "/m.onnxtxt";
+  req.output = dir + "/m.sdp";
+  req.pipeline.peft = "none";
+  req.pipeline.trainable = "w.*";
+  req.pipeline.lossOutput = "loss";
+  std::string err;
+  ASSERT_TRUE(compileModel(req, err)) << err << "\n" << text;
+  auto plan = Plan::loadFile(req.output);
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  std::shared_ptr<const Plan> p(std::move(plan.value()));
+  SessionOptions so;
+  so.threads = 1;
+  auto session = Session::create(p, so);
+  ASSERT_TRUE(session.isOk());
+  Session &s = *session.value();
+  int64_t acc = s.findEntry("accumulate"), eval = s.findEntry("eval_step");
+  ASSERT_GE(acc, 0);
+  ASSERT_GE(eval, 0);
+  HostTensor x{"x", DType::F32, {2, 3}, std::vector<uint8_t>(24)};
+  float xv[6] = {0.3f, -0.7f, 1.1f, 0.9f, -0.2f, 0.5f};
+  std::memcpy(x.data.data(), xv, 24);
+  std::vector<HostTensor> outs;
+  ASSERT_TRUE(s.run(size_t(acc), {&x}, outs).isOk());
+  int checked = 0;
+  for (const Init &in : c.inits) {
+    if (in.name[0] != 'w') continue;
+    int64_t wi = s.findGlobal(in.name), gi = s.findGlobal("grad/" + in.name);
+    ASSERT_GE(wi, 0);
+    ASSERT_GE(gi, 0) << "no gradient global for " << in.name;
+    float *w = s.global(size_t(wi)).as<float>();
+    const float *g = s.global(size_t(gi)).as<float>();
+    for (int k = 0; k < in.count; ++k) {
+      const float eps = 1e-2f, saved = w[k];
+      w[k] = saved + eps;
+      float up = lossOf(s, eval, x);
+      w[k] = saved - eps;
+      float down = lossOf(s, eval, x);
+      w[k] = saved;
+      float numeric = (up - down) / (2 * eps);
+      EXPECT_NEAR(g[k], numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << c.name << ": d loss / d " << in.name << "[" << k << "]";
+      ++checked;
+    }
+  }
+  EXPECT_GT(checked, 0);
+  unlink(req.output.c_str());
+  unlink(req.model.c_str());
+  rmdir(dir.c_str());
+}
+
+const Init W23{"w", "2, 3", 6}, Wpos{"w", "2, 3", 6, true}, W3{"w", "3", 3}, W34{"w", "3, 4", 12};
+
+INSTANTIATE_TEST_SUITE_P(
+    Ops, GradCheck,
+    ::testing::Values(
+        Case{"AddBroadcast", {W3}, "  y = Add(x, w)"}, Case{"SubBroadcast", {W3}, "  y = Sub(x, w)"},
+        Case{"SubRhs", {W23}, "  y = Sub(x, w)"}, Case{"MulBroadcast", {W3}, "  y = Mul(x, w)"},
+        Case{"DivBoth", {Wpos, {"w2", "3", 3, true}}, "  y = Div(w, w2)"}, Case{"Neg", {W23}, "  y = Neg(w)"},
+        Case{"Exp", {W23}, "  y = Exp(w)"}, Case{"Log", {Wpos}, "  y = Log(w)"}, Case{"Sqrt", {Wpos}, "  y = Sqrt(w)"},
+        Case{"Reciprocal", {Wpos}, "  y = Reciprocal(w)"}, Case{"Tanh", {W23}, "  y = Tanh(w)"},
+        Case{"Sigmoid", {W23}, "  y = Sigmoid(w)"}, Case{"Erf", {W23}, "  y = Erf(w)"},
+        Case{"Relu", {W23}, "  y = Relu(w)"}, Case{"GeluExact", {W23}, "  y = Gelu(w)"},
+        Case{"GeluTanh", {W23}, "  y = Gelu <approximate = \"tanh\"> (w)"},
+        Case{"PowConst", {Wpos}, "  c = Constant <value = float {2.5}> ()\n  y = Pow(w, c)"},
+        Case{"Where", {W23}, "  z = Constant <value = float {0.}> ()\n  m = Greater(x, z)\n  y = Where(m, w, x)"},
+        Case{"Sum", {W23, {"w2", "3", 3}}, "  y = Sum(w, w2, x)"},
+        Case{"MatMulBatched", {{"w", "2, 3, 2", 12}}, "  y = MatMul(x, w)"},
+        Case{"MatMulBoth", {{"w", "3, 2", 6}, {"w2", "2, 3", 6}}, "  y = MatMul(w2, w)"},
+        Case{"LinearOi", {{"w", "4, 3", 12}, {"wb", "4", 4}},
+             "  t = Transpose <perm = [1, 0]> (w)\n  h = MatMul(x, t)\n  y = Add(h, wb)"},
+        Case{"LinearIoInputGrad", {W34, {"w2", "2, 3", 6}}, "  a = Mul(x, w2)\n  y = MatMul(a, w)"},
+        Case{"GemmTrans", {{"w", "4, 3", 12}, {"wa", "3, 2", 6}, {"wc", "4", 4}},
+             "  y = Gemm <alpha = 0.5, beta = 2.0, transA = 1, transB = 1> (wa, w, wc)"},
+        Case{"Softmax", {W23}, "  y = Softmax <axis = -1> (w)"},
+        Case{"LogSoftmax", {W23}, "  y = LogSoftmax <axis = 0> (w)"},
+        Case{"LayerNorm", {W23, {"ws", "3", 3}, {"wb", "3", 3}},
+             "  y = LayerNormalization <axis = -1, epsilon = 0.001> (w, ws, wb)"},
+        Case{"Gather", {{"w", "4, 3", 12}},
+             "  i = Constant <value = int64[3] {2, 0, 2}> ()\n  y = Gather <axis = 0> (w, i)"},
+        Case{"GatherAxis1", {{"w", "3, 4", 12}},
+             "  i = Constant <value = int64[2] {3, 3}> ()\n  y = Gather <axis = 1> (w, i)"},
+        Case{"ReshapeTranspose", {W23},
+             "  s = Constant <value = int64[2] {3, 2}> ()\n  r = Reshape(w, s)\n  t = Transpose(r)\n  y = Mul(t, x)"},
+        Case{"FlattenUnsqueezeSqueeze", {W23},
+             "  a = Constant <value = int64[1] {0}> ()\n  u = Unsqueeze(w, a)\n  q = Squeeze(u, a)\n"
+             "  f = Flatten <axis = 0> (q)\n  y = Exp(f)"},
+        Case{"SplitConcat", {W23},
+             "  p1, p2 = Split <axis = 1, num_outputs = 2> (w)\n  e = Exp(p2)\n  y = Concat <axis = 1> (e, p1, p1)"},
+        Case{"SplitUnusedPiece", {W23},
+             "  sz = Constant <value = int64[2] {1, 2}> ()\n  p1, p2 = Split <axis = 1> (w, sz)\n  y = Exp(p2)"},
+        Case{"Slice", {W23},
+             "  s = Constant <value = int64[1] {1}> ()\n  e = Constant <value = int64[1] {3}> ()\n"
+             "  a = Constant <value = int64[1] {1}> ()\n  y = Slice(w, s, e, a)"},
+        Case{"Expand", {W3}, "  s = Constant <value = int64[2] {2, 3}> ()\n  y = Expand(w, s)"},
+        Case{"ReduceSum", {W23}, "  a = Constant <value = int64[1] {1}> ()\n  r = ReduceSum <keepdims = 1> (w, a)\n"
+                                 "  y = Mul(r, x)"},
+        Case{"ReduceMean", {W23}, "  a = Constant <value = int64[1] {0}> ()\n  y = ReduceMean <keepdims = 0> (w, a)"},
+        Case{"SoftmaxCrossEntropy", {W23},
+             "  l = Constant <value = int64[2] {2, 0}> ()\n  y = SoftmaxCrossEntropyLoss <reduction = \"mean\"> (w, l)"},
+        Case{"SoftmaxCrossEntropyIgnore", {{"w", "3, 4", 12}},
+             "  l = Constant <value = int64[3] {1, -100, 3}> ()\n"
+             "  y = SoftmaxCrossEntropyLoss <reduction = \"sum\", ignore_index = -100> (w, l)"}),
+    [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
+
+} // namespace
