@@ -29,6 +29,54 @@ static std::string configJson(const CompileRequest &r) {
          "}";
 }
 
+// The PEFT configuration the passes recorded, as JSON for the plan's config
+// (sdrun writes adapter_config.json from it).
+static std::string peftJson(mlir::ModuleOp module) {
+  auto dict = module->getAttrOfType<mlir::DictionaryAttr>("sd.peft");
+  if (!dict) return "";
+  std::string s = "{";
+  for (mlir::NamedAttribute a : dict) {
+    s += (s.size() > 1 ? "," : "") + jsonQuote(a.getName().str()) + ":";
+    if (auto i = mlir::dyn_cast<mlir::IntegerAttr>(a.getValue())) s += std::to_string(i.getInt());
+    else if (auto b = mlir::dyn_cast<mlir::BoolAttr>(a.getValue())) s += b.getValue() ? "true" : "false";
+    else if (auto f = mlir::dyn_cast<mlir::FloatAttr>(a.getValue())) s += std::to_string(f.getValueAsDouble());
+    else if (auto str = mlir::dyn_cast<mlir::StringAttr>(a.getValue())) s += jsonQuote(str.str());
+    else if (auto arr = mlir::dyn_cast<mlir::ArrayAttr>(a.getValue())) {
+      s += "[";
+      for (size_t k = 0; k < arr.size(); ++k)
+        s += (k ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(arr[k]).str());
+      s += "]";
+    }
+  }
+  return s + "}";
+}
+
+// --dry-run: the matched modules and how many parameters would train.
+static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req) {
+  int64_t trainable = 0, total = 0;
+  std::vector<std::string> names;
+  for (auto g : module.getOps<ir::GlobalOp>()) {
+    auto t = mlir::cast<mlir::RankedTensorType>(g.getType());
+    if (!mlir::isa<mlir::FloatType>(t.getElementType()) || g.getRole() == "constant") continue;
+    total += t.getNumElements();
+    if (g.getRole() == "trainable") trainable += t.getNumElements(), names.push_back(g.getSymName().str());
+  }
+  std::string out;
+  if (auto dict = module->getAttrOfType<mlir::DictionaryAttr>("sd.peft")) {
+    auto mods = dict.getAs<mlir::ArrayAttr>("modules");
+    out += "LoRA r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
+           " on " + std::to_string(mods.size()) + " modules:\n";
+    for (mlir::Attribute m : mods) out += "  " + mlir::cast<mlir::StringAttr>(m).str() + "\n";
+  } else {
+    out += "full fine-tuning of " + std::to_string(names.size()) + " weights:\n";
+    for (auto &n : names) out += "  " + n + "\n";
+  }
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "trainable parameters: %lld of %lld (%.4f%%)\n", (long long)trainable,
+                (long long)total, total ? 100.0 * double(trainable) / double(total) : 0.0);
+  return out + buf;
+}
+
 bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut) {
   LoadedModel loaded;
   if (!loadOnnxModel(req.model, loaded, error)) return false;
@@ -74,6 +122,15 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     return true;
   }
   mlir::PassManager pm(&ctx);
+  if (req.dryRun) {
+    buildPeftPipeline(pm, req.pipeline);
+    if (mlir::failed(pm.run(*module))) {
+      error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
+      return false;
+    }
+    if (irOut) *irOut = dryRunReport(*module, req);
+    return true;
+  }
   if (req.pipeline.printIrAfterAll) {
     ctx.disableMultithreading();
     pm.enableIRPrinting([](mlir::Pass *, mlir::Operation *) { return false; },
@@ -95,6 +152,8 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   eopts.producer = std::string("sdc ") + SD_VERSION;
   eopts.sourceSha256 = loaded.sha256;
   eopts.config = configJson(req);
+  if (std::string peft = peftJson(*module); !peft.empty())
+    eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"lora\":" + peft + "}";
   return mlir::succeeded(emitPlan(*module, eopts, error));
 }
 

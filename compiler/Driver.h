@@ -16,6 +16,7 @@ struct CompileRequest {
   std::vector<std::pair<std::string, std::string>> binds; // input -> TensorProto file
   bool externalWeights = false;
   bool verbose = false;
+  bool dryRun = false; // report what would train (irOut), write nothing
 };
 
 // Returns true on success; `error` holds one line on failure. IR for

@@ -6,11 +6,26 @@ namespace sd {
 
 void registerSdPasses() { registerSDPasses(); }
 
-void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
+void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFormLinear());
   pm.addPass(createFuseGelu());
-  if (opts.training()) {
+  if (opts.peft == "lora") {
+    PeftLoraOptions lora;
+    lora.targetModules = opts.targetModules;
+    lora.rank = opts.loraR;
+    lora.alpha = opts.loraAlpha;
+    lora.rslora = opts.rslora;
+    lora.init = opts.loraInit;
+    lora.seed = opts.seed;
+    pm.addPass(createPeftLora(lora));
+  } else if (opts.training()) {
     pm.addPass(createMarkTrainable(MarkTrainableOptions{opts.trainable}));
+  }
+}
+
+void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
+  buildPeftPipeline(pm, opts);
+  if (opts.training()) {
     RecipeSftOptions recipe;
     recipe.lossOutput = opts.lossOutput;
     recipe.logitsOutput = opts.logitsOutput;

@@ -15,6 +15,12 @@ struct PipelineOptions {
   // Training (empty peft: an inference-only plan).
   std::string peft;              // "none" (full fine-tuning) | "lora"
   std::string trainable = ".*";  // --peft none: regex over weight names
+  std::string targetModules;     // --peft lora
+  int64_t loraR = 8;
+  double loraAlpha = 8.0;
+  bool rslora = false;
+  std::string loraInit = "default";
+  int64_t seed = 0;
   std::string recipe = "sft";
   std::string lossOutput, logitsOutput;
   std::string optimizer = "adamw";
@@ -26,6 +32,8 @@ struct PipelineOptions {
 void registerSdPasses();
 // Model-level passes up to (and including) shape specialization and checks.
 void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts);
+// The model-level passes that decide what trains (for --dry-run).
+void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts);
 // Bufferization and memory planning.
 void buildPlanPipeline(mlir::OpPassManager &pm);
 

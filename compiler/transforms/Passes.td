@@ -31,6 +31,29 @@ def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
+  let summary = "LoRA: add trainable low-rank adapters to the matched sd.linear modules";
+  let description = [{
+    Matches `sd.linear` modules as PEFT's target_modules does: a comma list
+    matches a module whose name equals an entry or ends with "." + entry; a
+    pattern with regex characters must match the whole name. Each matched
+    layer gets `<module>.lora_A.weight` [r, in] (Kaiming-uniform with a = sqrt(5),
+    as PEFT, or N(0, 1/r) with init=gaussian) and `<module>.lora_B.weight`
+    [out, r] (zeros), both trainable, and computes
+    y = linear(x, W, b) + scale * linear(linear(x, A), B) with
+    scale = alpha / r (alpha / sqrt(r) with rslora). Every other weight is
+    frozen. Records the configuration in `sd.peft` on the module.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
+    Option<"rank", "r", "int64_t", "8", "adapter rank">,
+    Option<"alpha", "alpha", "double", "8.0", "scaling numerator">,
+    Option<"rslora", "rslora", "bool", "false", "scale by alpha / sqrt(r)">,
+    Option<"init", "init", "std::string", "\"default\"", "default (Kaiming-uniform A) | gaussian">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
+  ];
+}
+
 def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
   let summary = "Add an eval_step entry: the infer graph plus causal-LM cross-entropy";
   let description = [{

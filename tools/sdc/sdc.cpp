@@ -28,6 +28,16 @@ const char *kUsage =
     "\n"
     "training (adds train_step, accumulate, apply and eval_step entries):\n"
     "  --peft none              full fine-tuning of every float weight (or --trainable)\n"
+    "  --peft lora              LoRA adapters on --target-modules (other weights frozen)\n"
+    "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
+    "                           itself or a suffix after a dot, as in PEFT), or a regex\n"
+    "                           that must match the whole name\n"
+    "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R\n"
+    "  --use-rslora             scale = A/sqrt(R)\n"
+    "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
+    "  --lora-dropout P         only 0 for now (dropout in plans is not built yet)\n"
+    "  --seed S                 seed of the adapter initialization (0)\n"
+    "  --dry-run                list what would train and the parameter count; write nothing\n"
     "  --trainable REGEX        full fine-tuning of the weights whose name matches\n"
     "  --recipe sft             causal-LM cross-entropy on the logits (the default)\n"
     "  --logits-output NAME     the logits output, when the model has several\n"
@@ -48,7 +58,7 @@ struct Args {
   std::string model, output, emit = "plan";
   std::vector<std::pair<std::string, std::string>> binds;
   sd::PipelineOptions pipeline;
-  bool externalWeights = false, verbose = false;
+  bool externalWeights = false, verbose = false, dryRun = false;
 };
 
 int parseArgs(int argc, char **argv, Args &a) {
@@ -98,8 +108,31 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.emit) || (a.emit != "mlir" && a.emit != "plan" && a.emit != "import"))
         return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
     } else if (flag == "--peft") {
-      if (!value(a.pipeline.peft) || a.pipeline.peft != "none")
-        return fail("--peft takes 'none' (LoRA is not implemented yet)"), 2;
+      if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora"))
+        return fail("--peft takes 'none' or 'lora'"), 2;
+    } else if (flag == "--target-modules") {
+      if (!value(a.pipeline.targetModules) || a.pipeline.targetModules.empty())
+        return fail("--target-modules needs module names or a regex"), 2;
+    } else if (flag == "--lora-r" || flag == "--seed") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      if (v.empty() || *end || n < (flag == "--seed" ? 0 : 1) || n > (1 << 20))
+        return fail(flag + " needs a " + (flag == "--seed" ? "non-negative" : "positive") + " integer"), 2;
+      (flag == "--seed" ? a.pipeline.seed : a.pipeline.loraR) = n;
+    } else if (flag == "--lora-alpha" || flag == "--lora-dropout") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      if (v.empty() || *end || !(d >= 0 && d < 1e6)) return fail(flag + " needs a non-negative number"), 2;
+      if (flag == "--lora-dropout" && d != 0)
+        return fail("--lora-dropout other than 0 is not implemented yet (plans have no random-number state)"), 2;
+      if (flag == "--lora-alpha") a.pipeline.loraAlpha = d;
+    } else if (arg == "--use-rslora") {
+      a.pipeline.rslora = true;
+    } else if (flag == "--lora-init") {
+      if (!value(a.pipeline.loraInit) || (a.pipeline.loraInit != "default" && a.pipeline.loraInit != "gaussian"))
+        return fail("--lora-init takes 'default' or 'gaussian'"), 2;
+    } else if (arg == "--dry-run") {
+      a.dryRun = true;
     } else if (flag == "--trainable") {
       if (!value(a.pipeline.trainable)) return fail("--trainable needs a regex"), 2;
       a.pipeline.peft = "none";
@@ -136,7 +169,12 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.model.empty()) return fail("no model given (see sdc compile --help)"), 2;
   if (!a.pipeline.training() && (!a.pipeline.lossOutput.empty() || !a.pipeline.logitsOutput.empty()))
     return fail("--loss-output/--logits-output need a training plan: add --peft none"), 2;
-  if (a.emit == "plan" && a.output.empty()) return fail("no output given: use -o PLAN.sdp"), 2;
+  if (a.emit == "plan" && a.output.empty() && !a.dryRun) return fail("no output given: use -o PLAN.sdp"), 2;
+  if (a.pipeline.peft == "lora" && a.pipeline.targetModules.empty())
+    return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
+  if (a.pipeline.peft != "lora" && !a.pipeline.targetModules.empty())
+    return fail("--target-modules needs --peft lora"), 2;
+  if (a.dryRun && !a.pipeline.training()) return fail("--dry-run needs --peft"), 2;
   return 0;
 }
 
@@ -153,6 +191,7 @@ int main(int argc, char **argv) {
   req.binds = args.binds;
   req.externalWeights = args.externalWeights;
   req.verbose = args.verbose;
+  req.dryRun = args.dryRun;
   std::string error, ir;
   if (!sd::compileModel(req, error, &ir)) return fail(error);
   if (!ir.empty()) std::fputs(ir.c_str(), stdout);

@@ -34,6 +34,8 @@ const char *kTrainUsage =
     "  --checkpoint-dir DIR   write checkpoints there, every --checkpoint-every N steps\n"
     "  --resume               continue from the newest valid checkpoint in DIR\n"
     "  --save-weights FILE    write the trained parameters (safetensors) at the end\n"
+    "  --adapter DIR          start from a LoRA adapter (HF PEFT layout)\n"
+    "  --save-adapter DIR     write the trained LoRA adapter (HF PEFT layout)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
     "  --threads N            worker threads (default: all cores)\n";
 
@@ -45,7 +47,8 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!parseFlags(args,
                   {"--data", "--steps", "--epochs", "--batch", "--grad-accum", "--lr", "--lr-schedule",
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
-                   "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads"},
+                   "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads",
+                   "--adapter", "--save-adapter"},
                   f, err, {"--no-shuffle", "--truncate", "--resume"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
   }
@@ -58,6 +61,8 @@ int trainCommand(const std::vector<std::string> &args) {
   o.checkpointDir = flagValue(f, "--checkpoint-dir");
   o.saveWeights = flagValue(f, "--save-weights");
   o.metricsPath = flagValue(f, "--metrics");
+  o.adapterIn = flagValue(f, "--adapter");
+  o.adapterOut = flagValue(f, "--save-adapter");
   o.schedule = flagValue(f, "--lr-schedule", "constant");
   o.shuffle = !hasFlag(f, "--no-shuffle");
   o.truncate = hasFlag(f, "--truncate");

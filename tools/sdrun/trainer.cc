@@ -1,5 +1,6 @@
 // The training loop: buckets, batches, schedule, hooks at optimizer steps.
 #include "trainer.h"
+#include "sd/runtime/adapter.h"
 #include "sd/runtime/checkpoint.h"
 #include "sd/runtime/dataset.h"
 #include "sd/runtime/safetensors.h"
@@ -188,6 +189,13 @@ Status runTraining(const TrainOptions &o) {
   if (!session.isOk()) return session.status();
   sd::Session &s = *session.value();
 
+  sd::LoraConfig lora;
+  if (!o.adapterIn.empty() || !o.adapterOut.empty()) {
+    auto cfg = sd::loraConfigOf(*plan);
+    if (!cfg.isOk()) return cfg.status().withContext(o.planPath + ": ");
+    lora = cfg.value();
+  }
+  if (!o.adapterIn.empty() && !o.resume) SD_RETURN_IF_ERROR(sd::loadAdapter(o.adapterIn, s, lora));
   int64_t perStep = batch * o.gradAccum;
   int64_t total = o.steps ? o.steps : (o.epochs * int64_t(data.value().size()) + perStep - 1) / perStep;
   DataCursor cursor{&data.value(), o.shuffle, o.seed};
@@ -314,6 +322,7 @@ Status runTraining(const TrainOptions &o) {
     }
     SD_RETURN_IF_ERROR(sd::writeSafetensors(o.saveWeights, params));
   }
+  if (!o.adapterOut.empty()) SD_RETURN_IF_ERROR(sd::saveAdapter(o.adapterOut, s, lora));
   return Status::ok();
 }
 

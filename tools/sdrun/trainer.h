@@ -8,6 +8,7 @@ namespace sdrun {
 
 struct TrainOptions {
   std::string planPath, dataPath, evalPath, checkpointDir, saveWeights, metricsPath;
+  std::string adapterIn, adapterOut; // --adapter / --save-adapter (PEFT layout)
   std::string schedule = "constant"; // constant | cosine
   bool shuffle = true, truncate = false, resume = false;
   int64_t steps = 0, epochs = 1, batch = 0, gradAccum = 1, warmupSteps = 0;

@@ -1,0 +1,147 @@
+// sd-peft-lora: low-rank adapters on the sd.linear modules PEFT would match.
+#include "PassDetail.h"
+#include "Passes.h"
+#include "vjp/GradBuilder.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "llvm/ADT/StringExtras.h"
+#include <cmath>
+#include <random>
+
+namespace sd {
+#define GEN_PASS_DEF_PEFTLORA
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
+  using PeftLoraBase::PeftLoraBase;
+
+  bool isRegex() const { return StringRef(targetModules).find_first_of("*+?[](){}|^$\\") != StringRef::npos; }
+
+  // PEFT: a list entry matches the full name or a suffix at a dot boundary;
+  // a regex must match the full name.
+  bool matches(StringRef module, llvm::Regex *re, ArrayRef<std::string> list) const {
+    if (re) return re->match(module);
+    for (const std::string &t : list)
+      if (module == t || module.ends_with("." + t)) return true;
+    return false;
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (rank < 1) {
+      module.emitError() << "--lora-r must be at least 1, got " << rank;
+      return signalPassFailure();
+    }
+    if (init != "default" && init != "gaussian") {
+      module.emitError() << "--lora-init takes 'default' or 'gaussian', got '" << init << "'";
+      return signalPassFailure();
+    }
+    std::unique_ptr<llvm::Regex> re;
+    std::vector<std::string> list;
+    if (isRegex()) {
+      std::string err;
+      if (!sd::fullMatchRegex(targetModules, re, err)) {
+        module.emitError() << "--target-modules " << err;
+        return signalPassFailure();
+      }
+    } else {
+      SmallVector<StringRef> parts;
+      StringRef(targetModules).split(parts, ',', -1, false);
+      for (StringRef p : parts) list.push_back(p.trim().str());
+    }
+    SmallVector<LinearOp> linears;
+    std::set<std::string> all;
+    module.walk([&](LinearOp l) {
+      all.insert(l.getModule().str());
+      if (matches(l.getModule(), re.get(), list)) linears.push_back(l);
+    });
+    if (list.empty() && !re) {
+      module.emitError() << "--peft lora needs --target-modules (modules: " << llvm::join(all, ", ") << ")";
+      return signalPassFailure();
+    }
+    if (linears.empty()) {
+      module.emitError() << "--target-modules '" << targetModules << "' matches no linear module (modules: "
+                         << llvm::join(all, ", ") << ")";
+      return signalPassFailure();
+    }
+    for (GlobalOp g : module.getOps<GlobalOp>())
+      if (g.getRole() == "trainable") g.setRole("frozen");
+    std::mt19937_64 rng{static_cast<uint64_t>(seed)};
+    double scale = alpha / (rslora ? std::sqrt(double(rank)) : double(rank));
+    std::set<std::string> adapted;
+    for (LinearOp l : linears) {
+      if (failed(adapt(module, l, scale, rng))) return signalPassFailure();
+      adapted.insert(l.getModule().str());
+    }
+    Builder b(module.getContext());
+    SmallVector<Attribute> names;
+    for (const std::string &m : adapted) names.push_back(b.getStringAttr(m));
+    module->setAttr("sd.peft", b.getDictionaryAttr({
+                                   b.getNamedAttr("peft_type", b.getStringAttr("LORA")),
+                                   b.getNamedAttr("r", b.getI64IntegerAttr(rank)),
+                                   b.getNamedAttr("lora_alpha", b.getF64FloatAttr(alpha)),
+                                   b.getNamedAttr("use_rslora", b.getBoolAttr(rslora)),
+                                   b.getNamedAttr("init_lora_weights", b.getStringAttr(init)),
+                                   b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
+                                   b.getNamedAttr("modules", b.getArrayAttr(names)),
+                               }));
+  }
+
+  GlobalOp adapterGlobal(ModuleOp module, const std::string &name, RankedTensorType type, std::vector<float> *init) {
+    if (auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, name))) return g;
+    OpBuilder b(module.getContext());
+    GlobalOp last;
+    for (GlobalOp g : module.getOps<GlobalOp>()) last = g;
+    b.setInsertionPointAfter(last);
+    ElementsAttr value;
+    if (init) {
+      auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(*init));
+      value = DenseResourceElementsAttr::get(type, name, std::move(blob));
+    }
+    return b.create<GlobalOp>(module.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr("trainable"),
+                              value);
+  }
+
+  LogicalResult adapt(ModuleOp module, LinearOp l, double scale, std::mt19937_64 &rng) {
+    auto wt = cast<RankedTensorType>(l.getWeight().getType());
+    bool oi = l.getLayout() == "oi";
+    int64_t in = oi ? wt.getDimSize(1) : wt.getDimSize(0), out = oi ? wt.getDimSize(0) : wt.getDimSize(1);
+    std::string m = l.getModule().str();
+    // PEFT: A = kaiming_uniform_(a=sqrt(5)) -> U(-1/sqrt(in), 1/sqrt(in)); gaussian: N(0, 1/r). B = 0.
+    std::vector<float> a(size_t(rank * in));
+    if (init == "gaussian") {
+      std::normal_distribution<double> d(0.0, 1.0 / double(rank));
+      for (float &v : a) v = float(d(rng));
+    } else {
+      double bound = 1.0 / std::sqrt(double(in));
+      std::uniform_real_distribution<double> d(-bound, bound);
+      for (float &v : a) v = float(d(rng));
+    }
+    Type f32 = Float32Type::get(module.getContext());
+    if (wt.getElementType() != f32) return l.emitError("LoRA on non-f32 weights is not supported yet");
+    GlobalOp ga = adapterGlobal(module, m + ".lora_A.weight", RankedTensorType::get({rank, in}, f32), &a);
+    GlobalOp gb = adapterGlobal(module, m + ".lora_B.weight", RankedTensorType::get({out, rank}, f32), nullptr);
+    OpBuilder b(l);
+    b.setInsertionPointAfter(l);
+    GradBuilder g(b, l.getLoc());
+    Value av = b.create<GlobalLoadOp>(l.getLoc(), ga.getType(), ga.getSymName());
+    Value bv = b.create<GlobalLoadOp>(l.getLoc(), gb.getType(), gb.getSymName());
+    auto linear = [&](Value x, Value w, StringRef name) {
+      return g.make<LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr("oi")),
+                                                 b.getNamedAttr("module", b.getStringAttr(name))});
+    };
+    Value down = linear(l.getInput(), av, m + ".lora_A");
+    Value up = linear(down, bv, m + ".lora_B");
+    Value sum = g.add(l.getOutput(), g.scale(up, scale));
+    if (g.failed()) return failure();
+    l.getOutput().replaceAllUsesExcept(sum, sum.getDefiningOp());
+    return success();
+  }
+};
+
+} // namespace
