@@ -145,11 +145,49 @@ def make_data(path, count, seed):
     return rows
 
 
+def write_safetensors(path, tensors):
+    header, blobs, off = {}, [], 0
+    for k, a in tensors.items():
+        a = np.ascontiguousarray(a, dtype=np.float32)
+        header[k] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [off, off + a.nbytes]}
+        blobs.append(a.tobytes())
+        off += a.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - (8 + len(h)) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
+
+
+def add_lora(model, targets, r, alpha, init):
+    """Manual LoRA as PEFT computes it: base(x) + B(A(x)) * alpha / r, base frozen."""
+    import torch
+    import torch.nn as nn
+
+    class LoraLinear(nn.Module):
+        def __init__(self, base, a, b):
+            super().__init__()
+            self.base = base
+            self.lora_A = nn.Parameter(torch.tensor(a))
+            self.lora_B = nn.Parameter(torch.tensor(b))
+
+        def forward(self, x):
+            return self.base(x) + (x @ self.lora_A.t()) @ self.lora_B.t() * (alpha / r)
+
+    for p in model.parameters():
+        p.requires_grad_(False)
+    for name, mod in list(model.named_modules()):
+        for child, sub in list(mod.named_children()):
+            full = f"{name}.{child}" if name else child
+            if isinstance(sub, nn.Linear) and any(full == t or full.endswith("." + t) for t in targets):
+                setattr(mod, child, LoraLinear(sub, init[full][0], init[full][1]))
+    return model
+
+
 def torch_losses(model, rows, steps, accum, lr, wd, clip):
     import torch
     import torch.nn.functional as F
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}], lr=lr,
                             eps=ADAM_EPS)
     losses, cursor = [], 0
@@ -222,6 +260,75 @@ def main():
                 worst = max(worst, float(np.max(np.abs(w - want)) / (np.max(np.abs(want)) + 1e-12)))
             check(f"full fine-tuning, grad-accum {accum}: final weights ({len(got)} tensors)",
                   worst < 1e-4 and len(got) == len(state), f"max rel diff {worst:.2e}")
+
+        # LoRA from an initial PEFT-layout adapter with non-zero B (tied head included).
+        targets, r, alpha = ["qkv", "fc2", "head"], 4, 8.0
+        lplan = os.path.join(tmp, "lora.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(targets), "--lora-r", str(r),
+            "--lora-alpha", str(alpha), "--shapes", f"input_ids={BATCH}x{SEQ}", "--adam-epsilon", str(ADAM_EPS),
+            "-o", lplan])
+        rng = np.random.default_rng(7)
+        init, tensors = {}, {}
+        for name, mod in base.named_modules():
+            if isinstance(mod, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
+                a = (rng.standard_normal((r, mod.in_features)) * 0.2).astype(np.float32)
+                b = (rng.standard_normal((mod.out_features, r)) * 0.2).astype(np.float32)
+                init[name] = (a, b)
+                tensors[f"base_model.model.{name}.lora_A.weight"] = a
+                tensors[f"base_model.model.{name}.lora_B.weight"] = b
+        init_dir, out_dir = os.path.join(tmp, "adapter0"), os.path.join(tmp, "adapter1")
+        os.makedirs(init_dir)
+        write_safetensors(os.path.join(init_dir, "adapter_model.safetensors"), tensors)
+        json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": targets, "lora_dropout": 0.0,
+                   "bias": "none", "use_rslora": False}, open(os.path.join(init_dir, "adapter_config.json"), "w"))
+        metrics = os.path.join(tmp, "lora.jsonl")
+        sh([sdrun, "train", lplan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--threads", "2",
+            "--lr", str(lr), "--weight-decay", str(wd), "--clip-norm", str(clip), "--adapter", init_dir,
+            "--save-adapter", out_dir, "--metrics", metrics])
+        ours = [json.loads(l)["loss"] for l in open(metrics)]
+        model = Gpt(d=64, layers=2, heads=4, block=SEQ)
+        model.load_state_dict(base.state_dict())
+        add_lora(model, targets, r, alpha, init)
+        ref = torch_losses(model, rows, STEPS, 1, lr, wd, clip)
+        rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
+        check(f"LoRA r={r} on {','.join(targets)} from a PEFT adapter: {STEPS} per-step losses",
+              rel < 1e-4 and len(ours) == STEPS, f"max rel diff {rel:.2e} (first {ref[0]:.4f}, last {ref[-1]:.4f})")
+        got = read_safetensors(os.path.join(out_dir, "adapter_model.safetensors"))
+        state = {n: p for n, p in model.named_parameters() if p.requires_grad}
+        worst, keys_ok = 0.0, True
+        for name, p in state.items():
+            key = "base_model.model." + name.replace(".lora_A", ".lora_A.weight").replace(".lora_B", ".lora_B.weight")
+            if key not in got:
+                keys_ok = False
+                continue
+            want = p.detach().numpy()
+            worst = max(worst, float(np.max(np.abs(got[key] - want)) / (np.max(np.abs(want)) + 1e-12)))
+        cfg = json.load(open(os.path.join(out_dir, "adapter_config.json")))
+        check("LoRA: saved adapter in PEFT layout matches PyTorch's adapter weights",
+              keys_ok and len(got) == len(state) and worst < 1e-4 and cfg["r"] == r and cfg["peft_type"] == "LORA",
+              f"{len(got)} tensors, max rel diff {worst:.2e}")
+
+        # Adapters that do not fit the plan are refused before anything runs.
+        bad_dir = os.path.join(tmp, "bad_adapter")
+        os.makedirs(bad_dir)
+        json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha}, open(os.path.join(bad_dir, "adapter_config.json"), "w"))
+        wrong = dict(tensors)
+        wrong["base_model.model.blocks.0.attn.qkv.lora_A.weight"] = np.zeros((r, 7), np.float32)
+        write_safetensors(os.path.join(bad_dir, "adapter_model.safetensors"), wrong)
+        train = [sdrun, "train", lplan, "--data", data, "--steps", "1", "--adapter", bad_dir]
+        clean_error("adapter with a wrong shape", train, ["blocks.0.attn.qkv.lora_A.weight", "4x7"])
+        fewer = {k: v for k, v in tensors.items() if "fc2" not in k}
+        write_safetensors(os.path.join(bad_dir, "adapter_model.safetensors"), fewer)
+        clean_error("adapter missing a target module", train, ["blocks.0.mlp.fc2"])
+        extra = dict(tensors)
+        extra["base_model.model.blocks.0.mlp.fc1.lora_A.weight"] = np.zeros((r, 64), np.float32)
+        write_safetensors(os.path.join(bad_dir, "adapter_model.safetensors"), extra)
+        clean_error("adapter for a module the plan does not adapt", train, ["fc1"])
+        json.dump({"peft_type": "LORA", "r": 8, "lora_alpha": alpha}, open(os.path.join(bad_dir, "adapter_config.json"), "w"))
+        clean_error("adapter of another rank", train, ["r=8"])
+        clean_error("--target-modules matching nothing",
+                    [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "nope", "--dry-run"],
+                    ["matches no linear module"])
 
         # Resume: 2N straight vs N, stop, --resume, N more: identical bits.
         n = 6
