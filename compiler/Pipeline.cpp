@@ -34,6 +34,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   SpecializeOptions spec;
   spec.shapes = opts.shapes;
   spec.dims = opts.dims;
+  spec.inferShapes = opts.inferShapes;
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
   pm.addPass(createCheckStatic());

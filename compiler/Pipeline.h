@@ -10,6 +10,7 @@ namespace sd {
 struct PipelineOptions {
   std::vector<std::string> shapes; // INPUT=DxD[,DxD]
   std::vector<std::string> dims;   // NAME=N[,N]
+  std::vector<std::string> inferShapes; // infer entry only; empty: same as shapes
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).

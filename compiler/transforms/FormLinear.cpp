@@ -127,6 +127,11 @@ struct FormLinearPass : sd::impl::FormLinearBase<FormLinearPass> {
     replaced->getResult(0).replaceAllUsesWith(linear.getResult());
     if (replaced != anchor) replaced->erase();
     Operation *transpose = anchor->getOperand(1).getDefiningOp<TransposeOp>();
+    // Which ONNX node input reads the weight: sdc merge rewires it when it
+    // unties a shared weight to fold an adapter into this use only.
+    Operation *consumer = transpose ? transpose : anchor;
+    linear->setAttr("sd.weight_node", b.getStringAttr(sd::nodeNameOf(consumer->getLoc())));
+    linear->setAttr("sd.weight_input", b.getI64IntegerAttr(transpose ? 0 : 1));
     anchor->erase();
     if (transpose && transpose->use_empty()) transpose->erase();
   }

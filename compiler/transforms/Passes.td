@@ -78,6 +78,8 @@ def Specialize : Pass<"sd-specialize", "mlir::ModuleOp"> {
                "INPUT=DxD[,DxD...] per input; several values make several buckets">,
     ListOption<"dims", "dims", "std::string",
                "NAME=N[,N...] binds an ONNX dim_param">,
+    ListOption<"inferShapes", "infer-shapes", "std::string",
+               "shapes for the infer entry only (training plans: the generation bucket)">,
   ];
 }
 

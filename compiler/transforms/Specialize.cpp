@@ -47,11 +47,15 @@ LogicalResult parseBinding(StringRef text, bool isShape, std::string &name,
 struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
   using SpecializeBase::SpecializeBase;
 
-  void runOnOperation() override {
-    ModuleOp module = getOperation();
-    std::map<std::string, std::vector<std::vector<int64_t>>> shapeOpts, dimOpts;
+  using Bindings = std::map<std::string, std::vector<std::vector<int64_t>>>;
+  struct BucketSpec {
+    Bindings shapeOpts, dimOpts;
     size_t buckets = 1;
-    auto collect = [&](ArrayRef<std::string> opts, bool isShape, auto &into) -> LogicalResult {
+  };
+
+  LogicalResult parseSpec(ModuleOp module, ArrayRef<std::string> shapeList, ArrayRef<std::string> dimList,
+                          BucketSpec &spec) {
+    auto collect = [&](ArrayRef<std::string> opts, bool isShape, Bindings &into) -> LogicalResult {
       for (const std::string &o : opts) {
         std::string name, err;
         std::vector<std::vector<int64_t>> vals;
@@ -61,33 +65,44 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
       }
       return success();
     };
-    if (failed(collect(shapes, true, shapeOpts)) || failed(collect(dims, false, dimOpts)))
-      return signalPassFailure();
-    for (auto *m : {&shapeOpts, &dimOpts})
-      for (auto &[name, vals] : *m) buckets = std::max(buckets, vals.size());
-    for (auto *m : {&shapeOpts, &dimOpts})
+    if (failed(collect(shapeList, true, spec.shapeOpts)) || failed(collect(dimList, false, spec.dimOpts)))
+      return failure();
+    for (auto *m : {&spec.shapeOpts, &spec.dimOpts})
+      for (auto &[name, vals] : *m) spec.buckets = std::max(spec.buckets, vals.size());
+    for (auto *m : {&spec.shapeOpts, &spec.dimOpts})
       for (auto &[name, vals] : *m)
-        if (vals.size() != 1 && vals.size() != buckets) {
-          module.emitError() << "'" << name << "' has " << vals.size() << " values but other bindings give "
-                             << buckets << " buckets; give 1 or " << buckets;
-          return signalPassFailure();
-        }
+        if (vals.size() != 1 && vals.size() != spec.buckets)
+          return module.emitError() << "'" << name << "' has " << vals.size() << " values but other bindings give "
+                                    << spec.buckets << " buckets; give 1 or " << spec.buckets;
+    return success();
+  }
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    // Training plans give `infer` buckets of its own (batch 1 for generation).
+    BucketSpec spec, inferSpec;
+    if (failed(parseSpec(module, shapes, dims, spec)) ||
+        failed(parseSpec(module, inferShapes.empty() ? ArrayRef<std::string>(shapes) : ArrayRef<std::string>(inferShapes),
+                         dims, inferSpec)))
+      return signalPassFailure();
 
     SmallVector<func::FuncOp> entries;
     for (auto f : module.getOps<func::FuncOp>())
       if (sd::isEntry(f) && !f->hasAttr("sd.bucket")) entries.push_back(f);
     std::set<std::string> usedShapes, usedDims;
     for (func::FuncOp f : entries) {
-      for (size_t b = 0; b < buckets; ++b)
-        if (failed(specialize(f, b, buckets, shapeOpts, dimOpts, usedShapes, usedDims))) return signalPassFailure();
+      BucketSpec &use = f->getAttrOfType<StringAttr>("sd.entry").getValue() == "infer" ? inferSpec : spec;
+      for (size_t b = 0; b < use.buckets; ++b)
+        if (failed(specialize(f, b, use.buckets, use.shapeOpts, use.dimOpts, usedShapes, usedDims)))
+          return signalPassFailure();
       f.erase();
     }
-    for (auto &[name, v] : shapeOpts)
+    for (auto &[name, v] : spec.shapeOpts)
       if (!usedShapes.count(name)) {
         module.emitError() << "--shapes names '" << name << "', which is not a model input";
         return signalPassFailure();
       }
-    for (auto &[name, v] : dimOpts)
+    for (auto &[name, v] : spec.dimOpts)
       if (!usedDims.count(name)) {
         module.emitError() << "--dim names '" << name << "', which no model input uses";
         return signalPassFailure();

@@ -73,6 +73,7 @@ AttrMap toAttrMap(DictionaryAttr dict) {
   AttrMap m;
   for (NamedAttribute na : dict) {
     std::string n = na.getName().str();
+    if (StringRef(n).starts_with("sd.")) continue; // compiler annotations, not kernel parameters
     Attribute a = na.getValue();
     if (auto i = dyn_cast<IntegerAttr>(a)) m.setInt(n, i.getValue().getSExtValue());
     else if (auto f = dyn_cast<FloatAttr>(a)) m.setFloat(n, f.getValueAsDouble());

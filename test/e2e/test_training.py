@@ -260,6 +260,20 @@ def main():
                 worst = max(worst, float(np.max(np.abs(w - want)) / (np.max(np.abs(want)) + 1e-12)))
             check(f"full fine-tuning, grad-accum {accum}: final weights ({len(got)} tensors)",
                   worst < 1e-4 and len(got) == len(state), f"max rel diff {worst:.2e}")
+            if accum == 1:  # sdc merge --weights: the trained model as plain ONNX
+                merged = os.path.join(tmp, "full_merged.onnx")
+                sh([sdc, "merge", onnx_path, "--weights", weights, "-o", merged])
+                mplan = os.path.join(tmp, "full_merged.sdp")
+                sh([sdc, "compile", merged, "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", mplan])
+                ids = np.array([rows[2][:SEQ] + [0] * (SEQ - len(rows[2]))] * BATCH, dtype=np.int64)
+                np.save(os.path.join(tmp, "full_ids.npy"), ids)
+                sh([sdrun, "infer", mplan, "--input", f"input_ids={os.path.join(tmp, 'full_ids.npy')}", "--output-dir",
+                    os.path.join(tmp, "full_out"), "--output-format", "npy"])
+                with torch.no_grad():
+                    want = model(torch.tensor(ids)).numpy()
+                err = float(np.max(np.abs(np.load(os.path.join(tmp, "full_out", "output_0.npy")) - want)))
+                check("sdc merge --weights: the fully fine-tuned model as ONNX matches PyTorch", err < 1e-3,
+                      f"max abs err {err:.2e}")
 
         # LoRA from an initial PEFT-layout adapter with non-zero B (tied head included).
         targets, r, alpha = ["qkv", "fc2", "head"], 4, 8.0
@@ -307,6 +321,48 @@ def main():
         check("LoRA: saved adapter in PEFT layout matches PyTorch's adapter weights",
               keys_ok and len(got) == len(state) and worst < 1e-4 and cfg["r"] == r and cfg["peft_type"] == "LORA",
               f"{len(got)} tensors, max rel diff {worst:.2e}")
+
+        # sdc merge folds the trained adapter into the ONNX model (untying the
+        # head from the embedding); ONNX Runtime and sdrun run it and agree
+        # with the PyTorch LoRA model.
+        merged = os.path.join(tmp, "merged.onnx")
+        sh([sdc, "merge", onnx_path, "--adapter", out_dir, "-o", merged])
+        ids = np.array([rows[0][:SEQ] + [0] * (SEQ - len(rows[0])), rows[1][:SEQ] + [0] * (SEQ - len(rows[1]))],
+                       dtype=np.int64)
+        ids_path = os.path.join(tmp, "ids.npy")
+        np.save(ids_path, ids)
+        with torch.no_grad():
+            want = model(torch.tensor(ids)).numpy()
+        mplan = os.path.join(tmp, "merged.sdp")
+        sh([sdc, "compile", merged, "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", mplan])
+        sh([sdrun, "infer", mplan, "--input", f"input_ids={ids_path}", "--output-dir", tmp, "--output-format", "npy"])
+        got = np.load(os.path.join(tmp, "output_0.npy"))
+        err = float(np.max(np.abs(got - want)))
+        check("sdc merge: merged ONNX model (sdrun) matches the PyTorch LoRA model", err < 1e-3, f"max abs err {err:.2e}")
+        ort = os.path.join(ROOT, "bench", "ort_run.js")
+        if os.path.isdir(os.path.join(ROOT, "bench", "node_modules", "onnxruntime-node")):
+            sh(["node", ort, merged, "--input", f"input_ids={ids_path}", "--output-dir", os.path.join(tmp, "ort")])
+            got = np.load(os.path.join(tmp, "ort", "logits.npy"))
+            err = float(np.max(np.abs(got - want)))
+            check("sdc merge: ONNX Runtime runs the merged model, matches PyTorch", err < 1e-3, f"max abs err {err:.2e}")
+        else:
+            check("sdc merge: ONNX Runtime check", False, "onnxruntime-node missing (run scripts/install-deps.sh)")
+        import onnx
+        names = [t.name for t in onnx.load(merged).graph.initializer]
+        check("sdc merge: the tied embedding stays, the head gets its own merged weight",
+              "wte.weight" in names and "head.weight" in names, f"{len(names)} initializers")
+
+        # sdrun generate on the LoRA plan's batch-1 bucket with the trained adapter:
+        # greedy decoding equals PyTorch's argmax continuation.
+        prompt = "ab"
+        gen = subprocess.run([sdrun, "generate", lplan, "--prompt", prompt, "--max-new-tokens", "6", "--temperature", "0",
+                            "--adapter", out_dir], capture_output=True)
+        toks = list(prompt.encode())
+        with torch.no_grad():
+            for _ in range(6):
+                toks.append(int(model(torch.tensor([toks]))[0, -1].argmax()))
+        check("sdrun generate: greedy continuation equals PyTorch's", gen.returncode == 0 and
+              gen.stdout.rstrip(b"\n") == bytes(toks), f"{gen.stdout!r} vs {bytes(toks)!r}")
 
         # Adapters that do not fit the plan are refused before anything runs.
         bad_dir = os.path.join(tmp, "bad_adapter")

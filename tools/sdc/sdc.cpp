@@ -1,6 +1,7 @@
 // sdc: the compiler driver. `sdc compile MODEL -o PLAN` imports ONNX, runs the
 // pass pipeline and writes a plan.
 #include "Driver.h"
+#include "Merge.h"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -11,6 +12,7 @@ namespace {
 
 const char *kUsage =
     "usage: sdc compile MODEL.onnx|MODEL.onnxtxt -o PLAN.sdp [options]\n"
+    "       sdc merge MODEL.onnx (--adapter DIR | --weights FILE) -o MERGED.onnx\n"
     "\n"
     "Compiles an ONNX model into a shape-specialized plan for sdrun.\n"
     "\n"
@@ -38,6 +40,8 @@ const char *kUsage =
     "  --lora-dropout P         only 0 for now (dropout in plans is not built yet)\n"
     "  --seed S                 seed of the adapter initialization (0)\n"
     "  --dry-run                list what would train and the parameter count; write nothing\n"
+    "  --infer-shapes INPUT=DxD shapes of the infer entry (default for training plans:\n"
+    "                           --shapes with batch 1, the bucket sdrun generate uses)\n"
     "  --trainable REGEX        full fine-tuning of the weights whose name matches\n"
     "  --recipe sft             causal-LM cross-entropy on the logits (the default)\n"
     "  --logits-output NAME     the logits output, when the model has several\n"
@@ -48,6 +52,15 @@ const char *kUsage =
     "  --momentum M, --nesterov SGD momentum (0) and Nesterov\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
+
+const char *kMergeUsage =
+    "usage: sdc merge MODEL.onnx (--adapter DIR | --weights FILE.safetensors) -o MERGED.onnx\n"
+    "\n"
+    "Folds trained weights into the source model and writes a plain ONNX model\n"
+    "that any ONNX runtime runs: a LoRA adapter in HF PEFT layout (W += alpha/r *\n"
+    "B A; a weight shared by several layers, such as a tied embedding and head, is\n"
+    "untied first so only the adapted layer changes), or the parameters saved by\n"
+    "`sdrun train --save-weights` (full fine-tuning, matched by initializer name).\n";
 
 int fail(const std::string &msg) {
   std::fprintf(stderr, "sdc: error: %s\n", msg.c_str());
@@ -75,7 +88,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     std::printf("sdc %s\n", SD_VERSION);
     return -1;
   }
-  if (cmd != "compile") return fail("unknown command '" + cmd + "' (try: sdc compile --help)"), 2;
+  if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string &out) -> bool {
@@ -98,6 +111,9 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--shapes") {
       if (!value(v)) return fail("--shapes needs INPUT=DxD"), 2;
       a.pipeline.shapes.push_back(v);
+    } else if (flag == "--infer-shapes") {
+      if (!value(v)) return fail("--infer-shapes needs INPUT=DxD"), 2;
+      a.pipeline.inferShapes.push_back(v);
     } else if (flag == "--dim") {
       if (!value(v)) return fail("--dim needs NAME=N"), 2;
       a.pipeline.dims.push_back(v);
@@ -175,12 +191,65 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.pipeline.peft != "lora" && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora"), 2;
   if (a.dryRun && !a.pipeline.training()) return fail("--dry-run needs --peft"), 2;
+  // Training plans: infer gets batch-1 buckets of the training shapes (generation).
+  if (a.pipeline.training() && a.pipeline.inferShapes.empty())
+    for (const std::string &spec : a.pipeline.shapes) {
+      size_t eq = spec.rfind('=');
+      if (eq == std::string::npos) continue;
+      std::string out = spec.substr(0, eq + 1), rest = spec.substr(eq + 1), alt;
+      for (size_t start = 0; start <= rest.size();) {
+        size_t comma = rest.find(',', start);
+        alt = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+        size_t x = alt.find('x');
+        out += (out.back() == '=' ? "" : ",") + (x == std::string::npos ? alt : "1" + alt.substr(x));
+        if (comma == std::string::npos) break;
+        start = comma + 1;
+      }
+      a.pipeline.inferShapes.push_back(out);
+    }
   return 0;
 }
 
 } // namespace
 
+int mergeMain(int argc, char **argv) {
+  sd::MergeRequest req;
+  for (int i = 2; i < argc; ++i) {
+    std::string arg = argv[i];
+    std::string flag = arg.substr(0, arg.find('=')), v;
+    auto value = [&](std::string &out) -> bool {
+      if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) return out = arg.substr(arg.find('=') + 1), true;
+      if (i + 1 >= argc) return false;
+      out = argv[++i];
+      return true;
+    };
+    if (arg == "-h" || arg == "--help") {
+      std::fputs(kMergeUsage, stdout);
+      return 0;
+    } else if (flag == "-o" || flag == "--output") {
+      if (!value(req.output)) return fail(flag + " needs a value"), 2;
+    } else if (flag == "--adapter") {
+      if (!value(req.adapterDir)) return fail("--adapter needs a folder"), 2;
+    } else if (flag == "--weights") {
+      if (!value(req.weightsFile)) return fail("--weights needs a safetensors file"), 2;
+    } else if (!arg.empty() && arg[0] == '-') {
+      return fail("unknown option '" + arg + "' (see sdc merge --help)"), 2;
+    } else if (req.model.empty()) {
+      req.model = arg;
+    } else {
+      return fail("unexpected argument '" + arg + "'"), 2;
+    }
+  }
+  if (req.model.empty()) return fail("no model given (see sdc merge --help)"), 2;
+  if (req.output.empty()) return fail("no output given: use -o MERGED.onnx"), 2;
+  if (req.adapterDir.empty() && req.weightsFile.empty()) return fail("give --adapter DIR or --weights FILE"), 2;
+  std::string error;
+  if (!sd::mergeModel(req, error)) return fail(error);
+  return 0;
+}
+
 int main(int argc, char **argv) {
+  if (argc >= 2 && std::string(argv[1]) == "merge") return mergeMain(argc, argv);
   Args args;
   if (int rc = parseArgs(argc, argv, args)) return rc < 0 ? 0 : rc;
   sd::CompileRequest req;

@@ -1,6 +1,7 @@
 // sdrun infer / bench / inspect.
 #include "commands.h"
 #include "flags.h"
+#include "trainer.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/runtime/tensor_io.h"
@@ -31,10 +32,12 @@ const char *kInferUsage =
 
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N]\n"
-    "                  [--entry NAME] [--profile]\n"
+    "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
-    "--input-dir is given). --profile prints time per op before the summary.\n"
+    "--input-dir is given). For training entries (--entry train_step), --data takes\n"
+    "the batch from JSON Lines data as sdrun train would (B rows, padded to the\n"
+    "bucket). --profile prints time per op before the summary.\n"
     "The last line is JSON with median_ms.\n";
 
 const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp\n\nShows entries, buckets, globals, arena size and weights.\n";
@@ -174,7 +177,7 @@ int benchCommand(const std::vector<std::string> &args) {
   std::vector<std::string> rest;
   bool profile = false;
   for (auto &a : args) (a == "--profile" ? profile = true : (rest.push_back(a), false));
-  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--entry"}, f, err)) {
+  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--entry", "--data", "--batch"}, f, err)) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }
   if (f.help) return std::fputs(kBenchUsage, stdout), 0;
@@ -188,7 +191,13 @@ int benchCommand(const std::vector<std::string> &args) {
   const sd::EntryDesc *proto = firstEntry(*plan.value(), entryName);
   if (!proto) return fail(f.plan + ": plan has no '" + entryName + "' entry");
   std::vector<sd::HostTensor> inputs;
-  if (f.values.count("--input-dir")) {
+  if (f.values.count("--data")) {
+    int64_t batch;
+    if (!intFlag(f, "--batch", 0, 0, 1 << 20, batch, err)) return fail(err);
+    size_t index = size_t(proto - plan.value()->entries.data());
+    if (auto s = trainInputsFromData(*plan.value(), index, f.values["--data"].back(), batch, inputs); !s.isOk())
+      return fail(s.message());
+  } else if (f.values.count("--input-dir")) {
     if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());
   } else {
     // Random floats; zeros for integers so index inputs stay in range.
@@ -272,7 +281,8 @@ int inspectCommand(const std::vector<std::string> &args) {
     std::printf(": %zu steps, arena %llu bytes", e.steps.size(), (unsigned long long)e.arenaSize);
     if (e.tensorBytes)
       std::printf(" for %llu bytes of tensors (%.0f%% shared)", (unsigned long long)e.tensorBytes,
-                  100.0 * (1.0 - double(e.arenaSize) / double(e.tensorBytes)));
+                  // Tiny entries can need more than their tensors (64-byte alignment).
+                  std::max(0.0, 100.0 * (1.0 - double(e.arenaSize) / double(e.tensorBytes))));
     std::printf("\n");
     for (auto &in : e.inputs) {
       auto &b = e.buffers[size_t(in.second)];

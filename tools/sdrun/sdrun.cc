@@ -10,6 +10,7 @@ const char *kUsage =
     "commands:\n"
     "  infer    run the plan's infer entry on input tensors\n"
     "  train    train with a plan's train_step entries on JSON Lines data\n"
+    "  generate continue a prompt with a byte-level model (greedy or sampled)\n"
     "  bench    time an entry in-process; the last line is JSON with median_ms\n"
     "  inspect  show entries, buckets, globals, arena size and weights\n"
     "\n"
@@ -35,5 +36,6 @@ int main(int argc, char **argv) {
   if (cmd == "bench") return sdrun::benchCommand(args);
   if (cmd == "inspect") return sdrun::inspectCommand(args);
   if (cmd == "train") return sdrun::trainCommand(args);
+  if (cmd == "generate") return sdrun::generateCommand(args);
   return sdrun::fail("unknown command '" + cmd + "' (try: sdrun --help)");
 }

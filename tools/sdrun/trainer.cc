@@ -156,6 +156,33 @@ std::string formatDuration(double s) {
 
 } // namespace
 
+sd::Status trainInputsFromData(const sd::Plan &plan, size_t entry, const std::string &dataPath, int64_t batch,
+                               std::vector<HostTensor> &inputs) {
+  PlanEntries pe;
+  SD_RETURN_IF_ERROR(findEntries(plan, pe));
+  const sd::EntryDesc &e = plan.entries[entry];
+  int64_t seq = pe.buckets.back().seq, rowsInBucket = pe.buckets.back().batch;
+  for (auto &[n, b] : e.inputs)
+    if (n == "labels") seq = e.buffers[size_t(b)].dims[1], rowsInBucket = e.buffers[size_t(b)].dims[0];
+  auto data = sd::loadJsonl(dataPath, sd::DatasetOptions{pe.vocab, seq, true});
+  if (!data.isOk()) return data.status();
+  int64_t n = batch ? std::min(batch, rowsInBucket) : rowsInBucket;
+  std::vector<const Example *> rows;
+  for (int64_t i = 0; i < n; ++i) rows.push_back(&data.value()[size_t(i) % data.value().size()]);
+  HostTensor ids, labels;
+  fillBatch(rows, rowsInBucket, seq, ids, labels);
+  std::map<std::string, HostTensor> byName = {{"input_ids", ids}, {"labels", labels}, {"lr", scalar("lr", 1e-4f)},
+                                              {"weight_decay", scalar("weight_decay", 0)},
+                                              {"max_grad_norm", scalar("max_grad_norm", 0)}};
+  inputs.clear();
+  for (auto &[name, b] : e.inputs) {
+    auto it = byName.find(name);
+    if (it == byName.end()) return sd::sdError("entry '", e.name, "' needs input '", name, "', which --data does not give");
+    inputs.push_back(it->second);
+  }
+  return Status::ok();
+}
+
 double learningRate(const TrainOptions &o, int64_t step, int64_t total) {
   if (o.warmupSteps > 0 && step < o.warmupSteps) return o.lr * double(step) / double(o.warmupSteps);
   if (o.schedule != "cosine") return o.lr;

@@ -1,6 +1,7 @@
 // The training loop behind `sdrun train`.
 #pragma once
-#include "sd/ops/status.h"
+#include "sd/runtime/plan.h"
+#include "sd/runtime/tensor_io.h"
 #include <cstdint>
 #include <string>
 
@@ -18,6 +19,12 @@ struct TrainOptions {
 };
 
 sd::Status runTraining(const TrainOptions &o);
+
+// Inputs for one call of a training entry (train_step, accumulate, eval_step,
+// apply) from the first `batch` examples of a JSONL file, in the entry's
+// input order (lr 1e-4, no weight decay or clipping): for `sdrun bench`.
+sd::Status trainInputsFromData(const sd::Plan &plan, size_t entry, const std::string &dataPath, int64_t batch,
+                               std::vector<sd::HostTensor> &inputs);
 
 // Learning rate of optimizer step `step` (0-based): constant, or linear
 // warm-up to `peak` then cosine decay to 0 at `total` (HF's cosine schedule).

@@ -1,0 +1,206 @@
+// sdc merge (see Merge.h).
+#include "Merge.h"
+#include "OnnxFrontend.h"
+#include "OnnxImporter.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "sd/runtime/json.h"
+#include "sd/runtime/safetensors.h"
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <unistd.h>
+
+namespace sd {
+namespace {
+
+using llvm::StringRef;
+
+onnx::TensorProto *findInitializer(onnx::ModelProto &m, const std::string &name) {
+  for (auto &t : *m.mutable_graph()->mutable_initializer())
+    if (t.name() == name) return &t;
+  return nullptr;
+}
+
+bool floatsOf(const onnx::TensorProto &t, std::vector<float> &out) {
+  if (t.data_type() != onnx::TensorProto::FLOAT) return false;
+  int64_t n = 1;
+  for (int64_t d : t.dims()) n *= d;
+  if (t.has_raw_data()) {
+    if (t.raw_data().size() != size_t(n) * 4) return false;
+    out.resize(size_t(n));
+    std::memcpy(out.data(), t.raw_data().data(), t.raw_data().size());
+  } else {
+    if (t.float_data_size() != n) return false;
+    out.assign(t.float_data().begin(), t.float_data().end());
+  }
+  return true;
+}
+
+void setFloats(onnx::TensorProto &t, const std::vector<float> &v) {
+  t.clear_float_data();
+  t.set_raw_data(std::string(reinterpret_cast<const char *>(v.data()), v.size() * 4));
+}
+
+struct LinearUse {
+  std::string weight, layout, node;
+  int64_t input = 1;
+  bool shared = false; // the weight has other uses (a tied embedding)
+};
+
+// Runs the importer and sd-form-linear to learn each module's weight and its use.
+bool linearModules(const LoadedModel &lm, const std::string &path, std::map<std::string, LinearUse> &out,
+                   std::string &error) {
+  mlir::MLIRContext ctx;
+  ctx.loadDialect<ir::SDDialect, mlir::func::FuncDialect>();
+  std::string first;
+  mlir::ScopedDiagnosticHandler handler(&ctx, [&](mlir::Diagnostic &d) {
+    if (first.empty()) first = d.str();
+    return mlir::success();
+  });
+  ImportOptions io;
+  io.modelPath = path;
+  auto module = importOnnxModel(&ctx, lm.model, io, error);
+  if (!module) return false;
+  mlir::PassManager pm(&ctx);
+  pm.addPass(createFormLinear());
+  if (mlir::failed(pm.run(*module))) return error = path + ": " + first, false;
+  std::map<std::string, int> uses;
+  module->walk([&](ir::GlobalLoadOp load) {
+    for (mlir::Operation *u : load->getUsers()) (void)u, ++uses[load.getGlobal().str()];
+  });
+  module->walk([&](ir::LinearOp l) {
+    auto load = l.getWeight().getDefiningOp<ir::GlobalLoadOp>();
+    if (!load) return;
+    LinearUse u;
+    u.weight = load.getGlobal().str();
+    u.layout = l.getLayout().str();
+    if (auto n = l->getAttrOfType<mlir::StringAttr>("sd.weight_node")) u.node = n.str();
+    if (auto i = l->getAttrOfType<mlir::IntegerAttr>("sd.weight_input")) u.input = i.getInt();
+    out[l.getModule().str()] = u;
+  });
+  for (auto &[m, u] : out) u.shared = uses[u.weight] > 1;
+  return true;
+}
+
+onnx::NodeProto *findNode(onnx::ModelProto &m, const std::string &name) {
+  for (auto &n : *m.mutable_graph()->mutable_node())
+    if (n.name() == name || (n.name().empty() && n.output_size() && n.output(0) == name + "_output_0")) return &n;
+  return nullptr;
+}
+
+bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
+  std::string cfgPath = req.adapterDir + "/adapter_config.json";
+  std::ifstream in(cfgPath, std::ios::binary);
+  if (!in) return error = cfgPath + ": cannot open", false;
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  auto cfg = parseJson(text, cfgPath);
+  if (!cfg.isOk()) return error = cfg.status().message(), false;
+  const Json *type = cfg.value().get("peft_type"), *r = cfg.value().get("r"), *alpha = cfg.value().get("lora_alpha"),
+             *rs = cfg.value().get("use_rslora");
+  if (!type || type->str != "LORA" || !r || !r->isInteger() || r->num < 1 || !alpha ||
+      alpha->type != Json::Type::Number)
+    return error = cfgPath + ": expected a LoRA config with peft_type, r and lora_alpha", false;
+  double scale = alpha->num / ((rs && rs->b) ? std::sqrt(r->num) : r->num);
+  auto file = readSafetensors(req.adapterDir + "/adapter_model.safetensors");
+  if (!file.isOk()) return error = file.status().message(), false;
+  std::map<std::string, LinearUse> linears;
+  if (!linearModules(lm, req.model, linears, error)) return false;
+  const std::string prefix = "base_model.model.", aSuffix = ".lora_A.weight", bSuffix = ".lora_B.weight";
+  std::map<std::string, std::pair<const NamedTensor *, const NamedTensor *>> modules;
+  for (auto &[key, t] : file.value().tensors) {
+    bool isA = StringRef(key).ends_with(aSuffix), isB = StringRef(key).ends_with(bSuffix);
+    if (!StringRef(key).starts_with(prefix) || (!isA && !isB))
+      return error = req.adapterDir + ": tensor '" + key + "' is not a LoRA weight in PEFT's layout", false;
+    std::string m = key.substr(prefix.size(), key.size() - prefix.size() - aSuffix.size());
+    (isA ? modules[m].first : modules[m].second) = &t;
+  }
+  for (auto &[m, ab] : modules) {
+    auto it = linears.find(m);
+    if (it == linears.end()) return error = req.adapterDir + ": module '" + m + "' is not a linear layer of " + req.model, false;
+    if (!ab.first || !ab.second) return error = req.adapterDir + ": module '" + m + "' lacks lora_A or lora_B", false;
+    const LinearUse &u = it->second;
+    onnx::TensorProto *w = findInitializer(lm.model, u.weight);
+    std::vector<float> wv;
+    if (!w || !floatsOf(*w, wv) || w->dims_size() != 2)
+      return error = req.model + ": weight '" + u.weight + "' of module '" + m + "' is not a 2-D f32 initializer", false;
+    bool oi = u.layout == "oi";
+    int64_t out = oi ? w->dims(0) : w->dims(1), inF = oi ? w->dims(1) : w->dims(0);
+    const NamedTensor &A = *ab.first, &B = *ab.second;
+    int64_t rank = int64_t(r->num);
+    if (A.dtype != DType::F32 || B.dtype != DType::F32 || A.dims != Dims{rank, inF} || B.dims != Dims{out, rank})
+      return error = req.adapterDir + ": module '" + m + "' needs lora_A [" + std::to_string(rank) + "x" +
+                     std::to_string(inF) + "] and lora_B [" + std::to_string(out) + "x" + std::to_string(rank) +
+                     "] f32, got " + formatDims(A.dims) + " and " + formatDims(B.dims),
+             false;
+    const float *a = static_cast<const float *>(A.data), *bm = static_cast<const float *>(B.data);
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < inF; ++i) {
+        double d = 0;
+        for (int64_t k = 0; k < rank; ++k) d += double(bm[o * rank + k]) * double(a[k * inF + i]);
+        wv[size_t(oi ? o * inF + i : i * out + o)] += float(scale * d);
+      }
+    if (!u.shared) {
+      setFloats(*w, wv);
+      continue;
+    }
+    // A tied weight (embedding and head): give this use its own merged copy.
+    onnx::NodeProto *node = findNode(lm.model, u.node);
+    if (!node || u.input >= node->input_size() || node->input(int(u.input)) != u.weight)
+      return error = req.model + ": cannot find the node that reads '" + u.weight + "' for module '" + m + "'", false;
+    std::string name = m + ".weight";
+    while (findInitializer(lm.model, name)) name += "_merged";
+    onnx::TensorProto *copy = lm.model.mutable_graph()->add_initializer();
+    *copy = *findInitializer(lm.model, u.weight);
+    copy->set_name(name);
+    setFloats(*copy, wv);
+    node->set_input(int(u.input), name);
+  }
+  return true;
+}
+
+bool mergeWeights(LoadedModel &lm, const MergeRequest &req, std::string &error) {
+  auto file = readSafetensors(req.weightsFile);
+  if (!file.isOk()) return error = file.status().message(), false;
+  for (auto &[name, t] : file.value().tensors) {
+    onnx::TensorProto *w = findInitializer(lm.model, name);
+    if (!w) return error = req.weightsFile + ": '" + name + "' is not an initializer of " + req.model, false;
+    Dims dims(w->dims().begin(), w->dims().end());
+    if (w->data_type() != onnx::TensorProto::FLOAT || t.dtype != DType::F32 || t.dims != dims)
+      return error = req.weightsFile + ": '" + name + "' is " + dtypeName(t.dtype) + "[" + formatDims(t.dims) +
+                     "], the model has a different type or shape",
+             false;
+    std::vector<float> v(t.bytes / 4);
+    std::memcpy(v.data(), t.data, t.bytes);
+    setFloats(*w, v);
+  }
+  return true;
+}
+
+} // namespace
+
+bool mergeModel(const MergeRequest &req, std::string &error) {
+  LoadedModel lm;
+  if (!loadOnnxModel(req.model, lm, error)) return false;
+  if (!req.weightsFile.empty() && !mergeWeights(lm, req, error)) return false;
+  if (!req.adapterDir.empty() && !mergeAdapter(lm, req, error)) return false;
+  for (auto &t : *lm.model.mutable_graph()->mutable_initializer()) t.clear_data_location(), t.clear_external_data();
+  std::string bytes;
+  if (!lm.model.SerializeToString(&bytes)) return error = req.output + ": the merged model is too large to serialize", false;
+  std::string tmp = req.output + ".tmp." + std::to_string(::getpid());
+  FILE *f = std::fopen(tmp.c_str(), "wb");
+  bool ok = f && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0 &&
+            ::fsync(::fileno(f)) == 0;
+  if (f) ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), req.output.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    return error = req.output + ": write failed", false;
+  }
+  return true;
+}
+
+} // namespace sd
