@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Demo: export a GPT-style decoder and a CNN from PyTorch, compile them with
 # sdc into shape-specialized plans, run them with sdrun, check the outputs
-# against ONNX Runtime, and time both on this machine.
+# against ONNX Runtime, and time both on this machine; then the training demo
+# (scripts/train_demo.sh): pre-train, LoRA, merge and generate, all on CPU.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD_DIR=${BUILD_DIR:-build}
@@ -42,3 +43,6 @@ print(f'   sdrun {s[\"median_ms\"]:.3f} ms   onnxruntime {o[\"median_ms\"]:.3f} 
 done
 echo
 echo "demo done: models, plans and outputs in $OUT"
+
+# Training: pre-train on the King James Bible, LoRA on fortunes, merge, generate.
+scripts/train_demo.sh

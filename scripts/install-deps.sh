@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev liblapacke-dev
   libgtest-dev libgmock-dev
   python3-torch libopenblas0-pthread
+  bible-kjv fortune-mod fortunes-min
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libcurl4-openssl-dev
 )
 
