@@ -8,6 +8,7 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "sd/runtime/crc32c.h"
 #include "sd/runtime/json.h"
+#include "sd/runtime/safetensors.h"
 #include "sd/runtime/plan.h"
 #include <cstdio>
 #include <cstring>
@@ -40,24 +41,6 @@ GlobalRole roleOf(StringRef r) {
   return GlobalRole::Frozen;
 }
 
-const char *safetensorsDtype(DType t) {
-  switch (t) {
-  case DType::F32: return "F32";
-  case DType::F64: return "F64";
-  case DType::F16: return "F16";
-  case DType::BF16: return "BF16";
-  case DType::I8: return "I8";
-  case DType::I16: return "I16";
-  case DType::I32: return "I32";
-  case DType::I64: return "I64";
-  case DType::U8: return "U8";
-  case DType::U16: return "U16";
-  case DType::U32: return "U32";
-  case DType::U64: return "U64";
-  case DType::Bool: return "BOOL";
-  default: return "U8";
-  }
-}
 
 // Streams bytes to a temp file, tracking CRC and position; renames on commit.
 class PlanWriter {
@@ -212,26 +195,14 @@ std::string baseName(const std::string &p) {
   return s == std::string::npos ? p : p.substr(s + 1);
 }
 
-LogicalResult writeSafetensors(const std::string &path, std::vector<GlobalData> &globals, std::string &error) {
-  std::string header = "{";
-  uint64_t off = 0;
-  bool first = true;
-  for (size_t i = 0; i < globals.size(); ++i) {
-    GlobalData &g = globals[i];
-    if (g.zeroInit) continue;
-    header += (std::exchange(first, false) ? "" : ",") + jsonQuote(g.name) + ":{\"dtype\":\"" + safetensorsDtype(g.dtype) + "\",\"shape\":[";
-    for (size_t d = 0; d < g.dims.size(); ++d) header += (d ? "," : "") + std::to_string(g.dims[d]);
-    header += "],\"data_offsets\":[" + std::to_string(off) + "," + std::to_string(off + g.size) + "]}";
-    off += g.size;
-  }
-  header += "}";
-  while ((8 + header.size()) % 8) header += ' ';
-  PlanWriter w(path);
-  if (!w.open()) return error = path + ": cannot write", failure();
-  uint64_t hlen = header.size();
-  bool ok = w.write(&hlen, 8) && w.write(header.data(), header.size());
-  for (GlobalData &g : globals) ok = ok && (g.zeroInit || w.write(g.data, g.size));
-  if (!ok || !w.commit()) return error = path + ": write failed", failure();
+// --external-weights: the initial values of stored globals, keyed by name.
+LogicalResult writeExternalWeights(const std::string &path, const std::vector<GlobalData> &globals,
+                                   std::string &error) {
+  std::vector<NamedTensor> tensors;
+  for (const GlobalData &g : globals)
+    if (!g.zeroInit) tensors.push_back({g.name, g.dtype, g.dims, g.data, g.size});
+  Status s = writeSafetensors(path, tensors);
+  if (!s.isOk()) return error = s.message(), failure();
   return success();
 }
 
@@ -254,7 +225,7 @@ LogicalResult emitPlan(ModuleOp module, const EmitOptions &opts, std::string &er
     if (StringRef(stem).ends_with(".sdp")) stem.resize(stem.size() - 4);
     std::string path = stem + ".safetensors";
     externalName = baseName(path);
-    if (failed(writeSafetensors(path, globals, error))) return failure();
+    if (failed(writeExternalWeights(path, globals, error))) return failure();
     weightsSize = 0;
   }
 

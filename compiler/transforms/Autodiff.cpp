@@ -45,19 +45,6 @@ struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
     return dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, name));
   }
 
-  // Gradient and counter globals sit together after the last existing global,
-  // so the runtime lays the gradients out as one contiguous range.
-  GlobalOp getOrCreateState(ModuleOp module, StringRef name, Type type, StringRef role) {
-    if (GlobalOp g = globalNamed(module, name)) return g;
-    OpBuilder b(module.getContext());
-    GlobalOp last;
-    for (GlobalOp g : module.getOps<GlobalOp>()) last = g;
-    if (last) b.setInsertionPointAfter(last);
-    else b.setInsertionPointToStart(module.getBody());
-    return b.create<GlobalOp>(module.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(role),
-                              ElementsAttr());
-  }
-
   LogicalResult differentiate(ModuleOp module, func::FuncOp f) {
     Block &body = f.getBody().front();
     auto ret = cast<func::ReturnOp>(body.getTerminator());
@@ -136,11 +123,11 @@ struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
     };
     for (auto &[name, g] : globalGrads) {
       GlobalOp param = globalNamed(module, name);
-      GlobalOp grad = getOrCreateState(module, ("grad/" + name).str(), param.getType(), "gradient");
+      GlobalOp grad = sd::getOrCreateGlobal(module, ("grad/" + name).str(), param.getType(), "gradient");
       if (failed(accumulateInto(grad, g))) return failure();
       withGradient.insert(name.str());
     }
-    GlobalOp seen = getOrCreateState(module, kTokensGlobal, tokens.getType(), "scalar_state");
+    GlobalOp seen = sd::getOrCreateGlobal(module, kTokensGlobal, tokens.getType(), "scalar_state");
     if (seen.getType() != tokens.getType()) return f.emitError("token count must be a float scalar");
     return accumulateInto(seen, tokens);
   }

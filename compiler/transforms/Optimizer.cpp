@@ -33,16 +33,6 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     for (func::FuncOp acc : accs) buildTrainStep(acc, apply);
   }
 
-  GlobalOp state(ModuleOp module, StringRef name, Type type, StringRef role) {
-    if (auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, name))) return g;
-    OpBuilder b(module.getContext());
-    GlobalOp last;
-    for (GlobalOp g : module.getOps<GlobalOp>()) last = g;
-    b.setInsertionPointAfter(last);
-    return b.create<GlobalOp>(module.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr(role),
-                              ElementsAttr());
-  }
-
   func::FuncOp buildApply(ModuleOp module) {
     MLIRContext *ctx = module.getContext();
     SmallVector<GlobalOp> params;
@@ -66,12 +56,12 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(loc, gl.getType(), gl.getSymName()).getResult(); };
     auto store = [&](Value v, GlobalOp gl) { b.create<GlobalStoreOp>(loc, gl.getSymName(), v); };
 
-    GlobalOp tokensSeen = state(module, "tokens_seen", scalarType, "scalar_state");
-    GlobalOp step = state(module, "optimizer_step", scalarType, "scalar_state");
+    GlobalOp tokensSeen = sd::getOrCreateGlobal(module, "tokens_seen", scalarType, "scalar_state");
+    GlobalOp step = sd::getOrCreateGlobal(module, "optimizer_step", scalarType, "scalar_state");
     SmallVector<GlobalOp> gradGlobals;
     SmallVector<Value> gradValues = {load(tokensSeen), maxNorm};
     for (GlobalOp p : params) {
-      gradGlobals.push_back(state(module, ("grad/" + p.getSymName()).str(), p.getType(), "gradient"));
+      gradGlobals.push_back(sd::getOrCreateGlobal(module, ("grad/" + p.getSymName()).str(), p.getType(), "gradient"));
       gradValues.push_back(load(gradGlobals.back()));
     }
     Operation *scale = g.op<GradScaleOp>(gradValues, {}, 2);
@@ -83,8 +73,8 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
       int64_t decay = cast<RankedTensorType>(p.getType()).getRank() >= 2;
       Value grad = gradValues[i + 2];
       if (optimizer == "adamw") {
-        GlobalOp m = state(module, ("adamw.exp_avg/" + p.getSymName()).str(), p.getType(), "optimizer_state");
-        GlobalOp v = state(module, ("adamw.exp_avg_sq/" + p.getSymName()).str(), p.getType(), "optimizer_state");
+        GlobalOp m = sd::getOrCreateGlobal(module, ("adamw.exp_avg/" + p.getSymName()).str(), p.getType(), "optimizer_state");
+        GlobalOp v = sd::getOrCreateGlobal(module, ("adamw.exp_avg_sq/" + p.getSymName()).str(), p.getType(), "optimizer_state");
         Operation *u = g.op<AdamWOp>(
             {load(p), grad, load(m), load(v), newStep, lr, wd, scale->getResult(0)},
             {b.getNamedAttr("beta1", b.getF64FloatAttr(beta1)), b.getNamedAttr("beta2", b.getF64FloatAttr(beta2)),
@@ -96,7 +86,7 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
         store(u->getResult(2), v);
         store(u->getResult(3), gradGlobals[i]);
       } else {
-        GlobalOp buf = state(module, ("sgd.momentum/" + p.getSymName()).str(), p.getType(), "optimizer_state");
+        GlobalOp buf = sd::getOrCreateGlobal(module, ("sgd.momentum/" + p.getSymName()).str(), p.getType(), "optimizer_state");
         Operation *u = g.op<SGDOp>({load(p), grad, load(buf), newStep, lr, wd, scale->getResult(0)},
                                    {b.getNamedAttr("momentum", b.getF64FloatAttr(momentum)),
                                     g.attr("nesterov", int64_t(nesterov)), g.attr("decay", decay)},

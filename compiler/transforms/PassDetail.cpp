@@ -51,3 +51,19 @@ bool fullMatchRegex(const std::string &pattern, std::unique_ptr<llvm::Regex> &ou
 }
 
 } // namespace sd
+
+namespace sd {
+
+ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir::Type type, llvm::StringRef role,
+                               mlir::ElementsAttr init) {
+  if (auto g = mlir::dyn_cast_or_null<ir::GlobalOp>(mlir::SymbolTable::lookupSymbolIn(module, name))) return g;
+  mlir::OpBuilder b(module.getContext());
+  ir::GlobalOp last;
+  for (ir::GlobalOp g : module.getOps<ir::GlobalOp>()) last = g;
+  if (last) b.setInsertionPointAfter(last);
+  else b.setInsertionPointToStart(module.getBody());
+  return b.create<ir::GlobalOp>(module.getLoc(), b.getStringAttr(name), mlir::TypeAttr::get(type),
+                                b.getStringAttr(role), init);
+}
+
+} // namespace sd

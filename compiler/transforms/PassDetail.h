@@ -14,6 +14,10 @@ inline bool isEntry(mlir::func::FuncOp f) { return f->hasAttr("sd.entry"); }
 std::string nodeNameOf(mlir::Location loc);
 // "node 'x' (Op)" for diagnostics.
 std::string describeNode(mlir::Operation *op);
+// The global `name`, created after the module's last global (so state the
+// passes add, such as all gradients, sits together in plan order) when missing.
+sd::ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir::Type type,
+                                   llvm::StringRef role, mlir::ElementsAttr init = {});
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),
 // built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s
 // translated. Returns false with `error` set on a bad pattern.

@@ -93,18 +93,12 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
   }
 
   GlobalOp adapterGlobal(ModuleOp module, const std::string &name, RankedTensorType type, std::vector<float> *init) {
-    if (auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, name))) return g;
-    OpBuilder b(module.getContext());
-    GlobalOp last;
-    for (GlobalOp g : module.getOps<GlobalOp>()) last = g;
-    b.setInsertionPointAfter(last);
     ElementsAttr value;
     if (init) {
       auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(*init));
       value = DenseResourceElementsAttr::get(type, name, std::move(blob));
     }
-    return b.create<GlobalOp>(module.getLoc(), b.getStringAttr(name), TypeAttr::get(type), b.getStringAttr("trainable"),
-                              value);
+    return sd::getOrCreateGlobal(module, name, type, "trainable", value);
   }
 
   LogicalResult adapt(ModuleOp module, LinearOp l, double scale, std::mt19937_64 &rng) {

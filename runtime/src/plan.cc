@@ -2,6 +2,7 @@
 // FlatBuffer verifier, the verifier before any field is read, and structural
 // checks (indices, sizes, shape rules) before anything is decoded for use.
 #include "sd/runtime/plan.h"
+#include "sd/runtime/safetensors.h"
 #include "plan_generated.h"
 #include "sd/runtime/crc32c.h"
 #include "sd/runtime/json.h"
@@ -134,28 +135,15 @@ Status decodeAttrs(const flatbuffers::Vector<flatbuffers::Offset<fb::Attr>> *att
 // Parses an external safetensors file and binds globals to its tensors by name.
 Status bindExternalWeights(const uint8_t *data, size_t size, const std::string &what,
                            std::vector<GlobalDesc> &globals, std::vector<std::vector<uint64_t>> &alignedCopies) {
-  if (size < 8) return sdError(what, ": truncated safetensors file");
-  uint64_t hlen;
-  std::memcpy(&hlen, data, 8);
-  if (hlen > size - 8 || hlen > (64u << 20)) return sdError(what, ": bad safetensors header size");
-  auto header = parseJson(std::string(reinterpret_cast<const char *>(data + 8), size_t(hlen)), what);
-  if (!header.isOk()) return header.status();
-  const Json &h = header.value();
-  if (h.type != Json::Type::Object) return sdError(what, ": safetensors header is not an object");
-  size_t base = 8 + size_t(hlen);
+  std::map<std::string, NamedTensor> tensors;
+  SD_RETURN_IF_ERROR(parseSafetensors(data, size, what, tensors, nullptr));
   for (GlobalDesc &g : globals) {
     if (g.data || g.zeroInit) continue;
-    const Json *e = h.get(g.name);
-    if (!e) return sdError(what, ": missing tensor '", g.name, "'");
-    const Json *offs = e->get("data_offsets");
-    if (!offs || offs->type != Json::Type::Array || offs->arr.size() != 2 || !offs->arr[0].isInteger() ||
-        !offs->arr[1].isInteger())
-      return sdError(what, ": tensor '", g.name, "' has bad data_offsets");
-    double b = offs->arr[0].num, en = offs->arr[1].num;
-    if (b < 0 || en < b || base + en > size) return sdError(what, ": tensor '", g.name, "' lies outside the file");
-    if (size_t(en - b) != g.bytes)
-      return sdError(what, ": tensor '", g.name, "' holds ", size_t(en - b), " bytes, plan needs ", g.bytes);
-    g.data = data + base + size_t(b);
+    auto it = tensors.find(g.name);
+    if (it == tensors.end()) return sdError(what, ": missing tensor '", g.name, "'");
+    if (it->second.bytes != g.bytes)
+      return sdError(what, ": tensor '", g.name, "' holds ", it->second.bytes, " bytes, plan needs ", g.bytes);
+    g.data = static_cast<const uint8_t *>(it->second.data);
     // safetensors does not align tensors; kernels need element alignment.
     if (reinterpret_cast<uintptr_t>(g.data) % 8) {
       alignedCopies.emplace_back((g.bytes + 7) / 8);

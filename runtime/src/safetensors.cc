@@ -84,48 +84,54 @@ static DType dtypeFromName(const std::string &s) {
   return DType::Undefined;
 }
 
-StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
-  SafetensorsFile file;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return sdError(path, ": cannot open");
-  file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  const std::vector<uint8_t> &b = file.bytes;
+Status parseSafetensors(const uint8_t *b, size_t size, const std::string &what,
+                        std::map<std::string, NamedTensor> &tensors, std::map<std::string, std::string> *metadata) {
   uint64_t hlen = 0;
-  if (b.size() < 8) return sdError(path, ": truncated safetensors file");
-  std::memcpy(&hlen, b.data(), 8);
-  if (hlen > b.size() - 8 || hlen > (64u << 20)) return sdError(path, ": bad safetensors header size");
-  auto header = parseJson(std::string(reinterpret_cast<const char *>(b.data() + 8), size_t(hlen)), path);
+  if (size < 8) return sdError(what, ": truncated safetensors file");
+  std::memcpy(&hlen, b, 8);
+  if (hlen > size - 8 || hlen > (64u << 20)) return sdError(what, ": bad safetensors header size");
+  auto header = parseJson(std::string(reinterpret_cast<const char *>(b + 8), size_t(hlen)), what);
   if (!header.isOk()) return header.status();
-  if (header.value().type != Json::Type::Object) return sdError(path, ": safetensors header is not an object");
+  if (header.value().type != Json::Type::Object) return sdError(what, ": safetensors header is not an object");
   size_t base = 8 + size_t(hlen);
   for (const auto &[name, e] : header.value().obj) {
     if (name == "__metadata__") {
-      for (const auto &[k, v] : e.obj)
-        if (v.type == Json::Type::String) file.metadata[k] = v.str;
+      if (metadata)
+        for (const auto &[k, v] : e.obj)
+          if (v.type == Json::Type::String) (*metadata)[k] = v.str;
       continue;
     }
     const Json *dt = e.get("dtype"), *shape = e.get("shape"), *offs = e.get("data_offsets");
     if (!dt || !shape || !offs || shape->type != Json::Type::Array || offs->type != Json::Type::Array ||
         offs->arr.size() != 2 || !offs->arr[0].isInteger() || !offs->arr[1].isInteger())
-      return sdError(path, ": tensor '", name, "' has a malformed header entry");
+      return sdError(what, ": tensor '", name, "' has a malformed header entry");
     NamedTensor t;
     t.name = name;
     t.dtype = dtypeFromName(dt->str);
-    if (t.dtype == DType::Undefined) return sdError(path, ": tensor '", name, "' has unsupported dtype '", dt->str, "'");
+    if (t.dtype == DType::Undefined) return sdError(what, ": tensor '", name, "' has unsupported dtype '", dt->str, "'");
     for (const Json &d : shape->arr) {
       if (!d.isInteger() || d.num < 0 || d.num > double(int64_t(1) << 40))
-        return sdError(path, ": tensor '", name, "' has a bad shape");
+        return sdError(what, ": tensor '", name, "' has a bad shape");
       t.dims.push_back(int64_t(d.num));
     }
     int64_t lo = int64_t(offs->arr[0].num), hi = int64_t(offs->arr[1].num);
-    if (lo < 0 || hi < lo || base + size_t(hi) > b.size()) return sdError(path, ": tensor '", name, "' lies outside the file");
+    if (lo < 0 || hi < lo || base + size_t(hi) > size) return sdError(what, ": tensor '", name, "' lies outside the file");
     t.bytes = size_t(hi - lo);
     if (t.bytes != size_t(product(t.dims)) * dtypeSize(t.dtype))
-      return sdError(path, ": tensor '", name, "' holds ", t.bytes, " bytes, its shape needs ",
+      return sdError(what, ": tensor '", name, "' holds ", t.bytes, " bytes, its shape needs ",
                      size_t(product(t.dims)) * dtypeSize(t.dtype));
-    t.data = b.data() + base + size_t(lo);
-    file.tensors[name] = t;
+    t.data = b + base + size_t(lo);
+    tensors[name] = t;
   }
+  return Status::ok();
+}
+
+StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
+  SafetensorsFile file;
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return sdError(path, ": cannot open");
+  file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  SD_RETURN_IF_ERROR(parseSafetensors(file.bytes.data(), file.bytes.size(), path, file.tensors, &file.metadata));
   return file;
 }
 

@@ -30,6 +30,9 @@ struct SafetensorsFile {
   std::map<std::string, std::string> metadata;
 };
 StatusOr<SafetensorsFile> readSafetensors(const std::string &path);
+// Parses a safetensors image in memory; tensors point into `data`.
+Status parseSafetensors(const uint8_t *data, size_t size, const std::string &what,
+                        std::map<std::string, NamedTensor> &tensors, std::map<std::string, std::string> *metadata);
 
 // fsyncs a directory so a rename inside it is durable.
 Status syncDirectory(const std::string &dir);
