@@ -9,6 +9,7 @@ void registerSdPasses() { registerSDPasses(); }
 void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFormLinear());
   pm.addPass(createFuseGelu());
+  pm.addPass(createFuseLayerNorm());
   if (opts.peft == "lora") {
     PeftLoraOptions lora;
     lora.targetModules = opts.targetModules;

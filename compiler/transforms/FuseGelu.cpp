@@ -17,24 +17,9 @@ using namespace sd::ir;
 
 namespace {
 
-// True when `v` is a one-element float constant within 1e-5 of `want`.
-bool isScalar(Value v, double want) {
-  ElementsAttr c = constantValue(v);
-  if (!c || c.getNumElements() != 1) return false;
-  auto dense = dyn_cast<DenseElementsAttr>(c);
-  if (!dense || !isa<FloatType>(dense.getElementType())) return false;
-  double got = (*dense.getValues<APFloat>().begin()).convertToDouble();
-  return std::abs(got - want) < 1e-5 * std::max(1.0, std::abs(want));
-}
-
-// For a commutative binary op with one operand `v`, the other operand.
-Value otherOperand(Operation *op, Value v) {
-  if (op->getOperand(0) == v) return op->getOperand(1);
-  if (op->getOperand(1) == v) return op->getOperand(0);
-  return {};
-}
-
-Operation *soleUser(Value v) { return v.hasOneUse() ? *v.getUsers().begin() : nullptr; }
+using sd::isScalar;
+using sd::otherOperand;
+using sd::soleUser;
 
 struct FuseGeluPass : sd::impl::FuseGeluBase<FuseGeluPass> {
   void runOnOperation() override {

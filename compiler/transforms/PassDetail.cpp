@@ -1,5 +1,7 @@
 // Location helpers shared by passes.
 #include "PassDetail.h"
+#include "OpLibraryBridge.h"
+#include <cmath>
 
 namespace sd {
 
@@ -65,5 +67,27 @@ ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir
   return b.create<ir::GlobalOp>(module.getLoc(), b.getStringAttr(name), mlir::TypeAttr::get(type),
                                 b.getStringAttr(role), init);
 }
+
+} // namespace sd
+
+namespace sd {
+
+bool isScalar(mlir::Value v, double want) {
+  mlir::ElementsAttr c = ir::constantValue(v);
+  if (!c || c.getNumElements() != 1) return false;
+  auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(c);
+  if (!dense || !mlir::isa<mlir::FloatType>(dense.getElementType())) return false;
+  double got = (*dense.getValues<llvm::APFloat>().begin()).convertToDouble();
+  return std::abs(got - want) < 1e-5 * std::max(1.0, std::abs(want));
+}
+
+mlir::Value otherOperand(mlir::Operation *op, mlir::Value v) {
+  if (op->getNumOperands() != 2) return {};
+  if (op->getOperand(0) == v) return op->getOperand(1);
+  if (op->getOperand(1) == v) return op->getOperand(0);
+  return {};
+}
+
+mlir::Operation *soleUser(mlir::Value v) { return v.hasOneUse() ? *v.getUsers().begin() : nullptr; }
 
 } // namespace sd

@@ -18,6 +18,12 @@ std::string describeNode(mlir::Operation *op);
 // passes add, such as all gradients, sits together in plan order) when missing.
 sd::ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir::Type type,
                                    llvm::StringRef role, mlir::ElementsAttr init = {});
+// Pattern helpers for the fusion passes. isScalar: `v` is a one-element float
+// constant within 1e-5 of `want`. otherOperand: for a binary op with operand
+// `v`, the other one (null if `v` is not an operand). soleUser: the only user.
+bool isScalar(mlir::Value v, double want);
+mlir::Value otherOperand(mlir::Operation *op, mlir::Value v);
+mlir::Operation *soleUser(mlir::Value v);
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),
 // built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s
 // translated. Returns false with `error` set on a bad pattern.

@@ -71,6 +71,10 @@ def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseLayerNorm : Pass<"sd-fuse-layernorm", "mlir::ModuleOp"> {
+  let summary = "Replace LayerNorm decomposed by pre-opset-17 exporters with one sd.layer_normalization";
+}
+
 def Specialize : Pass<"sd-specialize", "mlir::ModuleOp"> {
   let summary = "Clone each entry per shape bucket with static input shapes";
   let options = [
