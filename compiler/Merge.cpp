@@ -6,14 +6,11 @@
 #include "Passes.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
-#include "sd/runtime/json.h"
+#include "sd/runtime/adapter.h"
 #include "sd/runtime/safetensors.h"
 #include <cmath>
-#include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <map>
-#include <unistd.h>
 
 namespace sd {
 namespace {
@@ -94,23 +91,14 @@ onnx::NodeProto *findNode(onnx::ModelProto &m, const std::string &name) {
 }
 
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
-  std::string cfgPath = req.adapterDir + "/adapter_config.json";
-  std::ifstream in(cfgPath, std::ios::binary);
-  if (!in) return error = cfgPath + ": cannot open", false;
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto cfg = parseJson(text, cfgPath);
+  auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
-  const Json *type = cfg.value().get("peft_type"), *r = cfg.value().get("r"), *alpha = cfg.value().get("lora_alpha"),
-             *rs = cfg.value().get("use_rslora");
-  if (!type || type->str != "LORA" || !r || !r->isInteger() || r->num < 1 || !alpha ||
-      alpha->type != Json::Type::Number)
-    return error = cfgPath + ": expected a LoRA config with peft_type, r and lora_alpha", false;
-  double scale = alpha->num / ((rs && rs->b) ? std::sqrt(r->num) : r->num);
+  double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/adapter_model.safetensors");
   if (!file.isOk()) return error = file.status().message(), false;
   std::map<std::string, LinearUse> linears;
   if (!linearModules(lm, req.model, linears, error)) return false;
-  const std::string prefix = "base_model.model.", aSuffix = ".lora_A.weight", bSuffix = ".lora_B.weight";
+  const std::string prefix = adapterKey(""), aSuffix = ".lora_A.weight", bSuffix = ".lora_B.weight";
   std::map<std::string, std::pair<const NamedTensor *, const NamedTensor *>> modules;
   for (auto &[key, t] : file.value().tensors) {
     bool isA = StringRef(key).ends_with(aSuffix), isB = StringRef(key).ends_with(bSuffix);
@@ -131,7 +119,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
     bool oi = u.layout == "oi";
     int64_t out = oi ? w->dims(0) : w->dims(1), inF = oi ? w->dims(1) : w->dims(0);
     const NamedTensor &A = *ab.first, &B = *ab.second;
-    int64_t rank = int64_t(r->num);
+    int64_t rank = cfg.value().r;
     if (A.dtype != DType::F32 || B.dtype != DType::F32 || A.dims != Dims{rank, inF} || B.dims != Dims{out, rank})
       return error = req.adapterDir + ": module '" + m + "' needs lora_A [" + std::to_string(rank) + "x" +
                      std::to_string(inF) + "] and lora_B [" + std::to_string(out) + "x" + std::to_string(rank) +
@@ -191,15 +179,8 @@ bool mergeModel(const MergeRequest &req, std::string &error) {
   for (auto &t : *lm.model.mutable_graph()->mutable_initializer()) t.clear_data_location(), t.clear_external_data();
   std::string bytes;
   if (!lm.model.SerializeToString(&bytes)) return error = req.output + ": the merged model is too large to serialize", false;
-  std::string tmp = req.output + ".tmp." + std::to_string(::getpid());
-  FILE *f = std::fopen(tmp.c_str(), "wb");
-  bool ok = f && std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size() && std::fflush(f) == 0 &&
-            ::fsync(::fileno(f)) == 0;
-  if (f) ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), req.output.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return error = req.output + ": write failed", false;
-  }
+  Status st = writeFileAtomic(req.output, bytes);
+  if (!st.isOk()) return error = st.message(), false;
   return true;
 }
 

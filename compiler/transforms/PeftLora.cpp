@@ -2,6 +2,7 @@
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
+#include "sd/runtime/adapter.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include <cmath>
@@ -72,7 +73,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     for (GlobalOp g : module.getOps<GlobalOp>())
       if (g.getRole() == "trainable") g.setRole("frozen");
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
-    double scale = alpha / (rslora ? std::sqrt(double(rank)) : double(rank));
+    double scale = sd::loraScale(alpha, rank, rslora);
     std::set<std::string> adapted;
     for (LinearOp l : linears) {
       if (failed(adapt(module, l, scale, rng))) return signalPassFailure();

@@ -5,19 +5,30 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
 #include <set>
 #include <sys/stat.h>
-#include <unistd.h>
 
 namespace sd {
-namespace {
 
-constexpr const char *kPrefix = "base_model.model.";
+std::string adapterKey(const std::string &name) { return "base_model.model." + name; }
 
-std::string keyOf(const std::string &global) { return kPrefix + global; }
-
-} // namespace
+StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
+  std::string path = dir + "/adapter_config.json";
+  auto text = readWholeFile(path);
+  if (!text.isOk()) return text.status();
+  auto doc = parseJson(text.value(), path);
+  if (!doc.isOk()) return doc.status();
+  const Json *type = doc.value().get("peft_type"), *r = doc.value().get("r"), *alpha = doc.value().get("lora_alpha"),
+             *rs = doc.value().get("use_rslora");
+  if (!type || type->str != "LORA") return sdError(path, ": not a LoRA adapter (peft_type must be LORA)");
+  if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
+  if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
+  LoraConfig c;
+  c.r = int64_t(r->num);
+  c.alpha = alpha->num;
+  c.rslora = rs && rs->b;
+  return c;
+}
 
 StatusOr<LoraConfig> loraConfigOf(const Plan &plan) {
   auto doc = parseJson(plan.config, "plan config");
@@ -47,7 +58,7 @@ Status saveAdapter(const std::string &dir, const Session &session, const LoraCon
       int64_t g = session.findGlobal(m + part);
       if (g < 0) return sdError("the plan has no global '", m, part, "'");
       TensorView v = session.global(size_t(g));
-      tensors.push_back({keyOf(m + part), v.dtype, v.dims, v.data, v.byteSize()});
+      tensors.push_back({adapterKey(m + part), v.dtype, v.dims, v.data, v.byteSize()});
     }
   SD_RETURN_IF_ERROR(writeSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}));
   std::string targets;
@@ -59,33 +70,19 @@ Status saveAdapter(const std::string &dir, const Session &session, const LoraCon
                      (cfg.rslora ? "true" : "false") + ",\n  \"target_modules\": [" + targets +
                      "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": false,\n  \"init_lora_weights\": true,\n"
                      "  \"inference_mode\": true,\n  \"modules_to_save\": null,\n  \"base_model_name_or_path\": null\n}\n";
-  std::string path = dir + "/adapter_config.json", tmp = path + ".tmp." + std::to_string(::getpid());
-  FILE *f = std::fopen(tmp.c_str(), "wb");
-  bool ok = f && std::fwrite(json.data(), 1, json.size(), f) == json.size() && std::fflush(f) == 0 &&
-            ::fsync(::fileno(f)) == 0;
-  if (f) ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return sdError(path, ": write failed");
-  }
+  SD_RETURN_IF_ERROR(writeFileAtomic(dir + "/adapter_config.json", json));
   return syncDirectory(dir);
 }
 
 Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &cfg) {
   std::string cfgPath = dir + "/adapter_config.json";
-  std::ifstream in(cfgPath, std::ios::binary);
-  if (!in) return sdError(cfgPath, ": cannot open");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto doc = parseJson(text, cfgPath);
-  if (!doc.isOk()) return doc.status();
-  const Json *type = doc.value().get("peft_type"), *r = doc.value().get("r"), *alpha = doc.value().get("lora_alpha"),
-             *rs = doc.value().get("use_rslora");
-  if (!type || type->str != "LORA") return sdError(cfgPath, ": not a LoRA adapter (peft_type must be LORA)");
-  if (!r || !r->isInteger() || int64_t(r->num) != cfg.r)
-    return sdError(cfgPath, ": adapter rank r=", r ? r->num : 0, " differs from the plan's r=", cfg.r);
-  if (!alpha || alpha->type != Json::Type::Number || std::fabs(alpha->num - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
+  auto given = readAdapterConfig(dir);
+  if (!given.isOk()) return given.status();
+  if (given.value().r != cfg.r)
+    return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
+  if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
     return sdError(cfgPath, ": lora_alpha differs from the plan's ", cfg.alpha);
-  if ((rs && rs->b) != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
+  if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
   std::string wPath = dir + "/adapter_model.safetensors";
   auto file = readSafetensors(wPath);
   if (!file.isOk()) return file.status();
@@ -93,7 +90,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   std::vector<std::pair<int64_t, const NamedTensor *>> copies;
   for (const std::string &m : cfg.modules)
     for (const char *part : {".lora_A.weight", ".lora_B.weight"}) {
-      std::string key = keyOf(m + part);
+      std::string key = adapterKey(m + part);
       expected.insert(key);
       auto it = file.value().tensors.find(key);
       if (it == file.value().tensors.end())

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
-#include <fstream>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -43,14 +42,6 @@ void removeTree(const std::string &path) {
   ::rmdir(path.c_str());
 }
 
-Status writeFileSynced(const std::string &path, const std::string &text) {
-  FILE *f = std::fopen(path.c_str(), "wb");
-  if (!f) return sdError(path, ": cannot write");
-  bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  ok = std::fclose(f) == 0 && ok;
-  return ok ? Status::ok() : sdError(path, ": write failed");
-}
-
 } // namespace
 
 Status saveCheckpoint(const std::string &dir, const Session &session, const CheckpointMeta &meta, int keep) {
@@ -75,7 +66,7 @@ Status saveCheckpoint(const std::string &dir, const Session &session, const Chec
   std::string manifest = "{\"format\":\"sdc-checkpoint\",\"version\":1,\"step\":" + std::to_string(meta.step) +
                          ",\"epoch\":" + std::to_string(meta.epoch) + ",\"position\":" + std::to_string(meta.position) +
                          ",\"seed\":" + jsonQuote(std::to_string(meta.seed)) + ",\"crc32c\":{" + crcs + "}}\n";
-  if (s.isOk()) s = writeFileSynced(tmp + "/manifest.json", manifest);
+  if (s.isOk()) s = writeFileAtomic(tmp + "/manifest.json", manifest);
   if (s.isOk()) s = syncDirectory(tmp);
   if (s.isOk()) {
     removeTree(final); // a checkpoint of the same step from an earlier run
@@ -92,10 +83,9 @@ Status saveCheckpoint(const std::string &dir, const Session &session, const Chec
 }
 
 static Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &meta) {
-  std::ifstream in(path + "/manifest.json", std::ios::binary);
-  if (!in) return sdError("no manifest");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto doc = parseJson(text, path + "/manifest.json");
+  auto text = readWholeFile(path + "/manifest.json");
+  if (!text.isOk()) return sdError("no manifest");
+  auto doc = parseJson(text.value(), path + "/manifest.json");
   if (!doc.isOk()) return doc.status();
   const Json &m = doc.value();
   const Json *fmt = m.get("format"), *step = m.get("step"), *epoch = m.get("epoch"), *pos = m.get("position"),

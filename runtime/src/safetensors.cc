@@ -1,11 +1,7 @@
 // safetensors reader and atomic writer.
 #include "sd/runtime/safetensors.h"
 #include "sd/runtime/json.h"
-#include <cstdio>
 #include <cstring>
-#include <fcntl.h>
-#include <fstream>
-#include <unistd.h>
 
 namespace sd {
 
@@ -33,14 +29,6 @@ static std::string folderOf(const std::string &path) {
   return s == std::string::npos ? "." : s == 0 ? "/" : path.substr(0, s);
 }
 
-Status syncDirectory(const std::string &dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return sdError(dir, ": cannot open folder to sync");
-  int rc = ::fsync(fd);
-  ::close(fd);
-  return rc == 0 ? Status::ok() : sdError(dir, ": fsync failed");
-}
-
 Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
                         const std::map<std::string, std::string> &metadata) {
   std::string header = "{";
@@ -61,19 +49,10 @@ Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> 
   }
   header += "}";
   while ((8 + header.size()) % 8) header += ' ';
-  std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  FILE *f = std::fopen(tmp.c_str(), "wb");
-  if (!f) return sdError(path, ": cannot write");
   uint64_t hlen = header.size();
-  bool ok = std::fwrite(&hlen, 8, 1, f) == 1 && std::fwrite(header.data(), 1, header.size(), f) == header.size();
-  for (const NamedTensor &t : tensors)
-    ok = ok && (t.bytes == 0 || std::fwrite(t.data, 1, t.bytes, f) == t.bytes);
-  ok = ok && std::fflush(f) == 0 && ::fsync(::fileno(f)) == 0;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return sdError(path, ": write failed");
-  }
+  std::vector<std::pair<const void *, size_t>> pieces = {{&hlen, 8}, {header.data(), header.size()}};
+  for (const NamedTensor &t : tensors) pieces.push_back({t.data, t.bytes});
+  SD_RETURN_IF_ERROR(writeFileAtomic(path, pieces));
   return syncDirectory(folderOf(path));
 }
 
@@ -128,10 +107,11 @@ Status parseSafetensors(const uint8_t *b, size_t size, const std::string &what,
 
 StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
   SafetensorsFile file;
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return sdError(path, ": cannot open");
-  file.bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-  SD_RETURN_IF_ERROR(parseSafetensors(file.bytes.data(), file.bytes.size(), path, file.tensors, &file.metadata));
+  auto bytes = readWholeFile(path);
+  if (!bytes.isOk()) return bytes.status();
+  file.bytes = std::move(bytes.value());
+  SD_RETURN_IF_ERROR(parseSafetensors(reinterpret_cast<const uint8_t *>(file.bytes.data()), file.bytes.size(), path,
+                                      file.tensors, &file.metadata));
   return file;
 }
 

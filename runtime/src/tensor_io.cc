@@ -297,18 +297,24 @@ StatusOr<HostTensor> readTensorFile(const std::string &path) {
 }
 
 Status writeFileAtomic(const std::string &path, const std::string &bytes) {
+  return writeFileAtomic(path, {{bytes.data(), bytes.size()}});
+}
+
+Status writeFileAtomic(const std::string &path, const std::vector<std::pair<const void *, size_t>> &pieces) {
   std::string tmp = path + ".tmp." + std::to_string(getpid());
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   if (fd < 0) return sdError(path, ": cannot write (", std::strerror(errno), ")");
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t w = ::write(fd, bytes.data() + off, bytes.size() - off);
-    if (w <= 0) {
-      ::close(fd);
-      ::unlink(tmp.c_str());
-      return sdError(path, ": write failed (", std::strerror(errno), ")");
+  for (auto [data, size] : pieces) {
+    size_t off = 0;
+    while (off < size) {
+      ssize_t w = ::write(fd, static_cast<const char *>(data) + off, size - off);
+      if (w <= 0) {
+        ::close(fd);
+        ::unlink(tmp.c_str());
+        return sdError(path, ": write failed (", std::strerror(errno), ")");
+      }
+      off += size_t(w);
     }
-    off += size_t(w);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) {
     ::unlink(tmp.c_str());
@@ -319,6 +325,14 @@ Status writeFileAtomic(const std::string &path, const std::string &bytes) {
     return sdError(path, ": cannot rename into place (", std::strerror(errno), ")");
   }
   return Status::ok();
+}
+
+Status syncDirectory(const std::string &dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return sdError(dir, ": cannot open folder to sync");
+  int rc = ::fsync(fd);
+  ::close(fd);
+  return rc == 0 ? Status::ok() : sdError(dir, ": fsync failed");
 }
 
 } // namespace sd

@@ -4,20 +4,34 @@
 // so adapters move between sdrun and PEFT both ways.
 #pragma once
 #include "sd/runtime/session.h"
+#include <cmath>
 #include <string>
 #include <vector>
 
 namespace sd {
+
+// PEFT's scaling of B A: alpha / r, or alpha / sqrt(r) with rsLoRA.
+inline double loraScale(double alpha, int64_t r, bool rslora) {
+  return alpha / (rslora ? std::sqrt(double(r)) : double(r));
+}
 
 struct LoraConfig {
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
   std::vector<std::string> modules; // adapted sd.linear modules
+
+  double scale() const { return loraScale(alpha, r, rslora); }
 };
+
+// Key of a LoRA tensor in adapter_model.safetensors: "base_model.model." + name
+// (name = "<module>.lora_A.weight" / "<module>.lora_B.weight").
+std::string adapterKey(const std::string &name);
 
 // The LoRA configuration a plan was compiled with (from its config JSON).
 StatusOr<LoraConfig> loraConfigOf(const Plan &plan);
+// r, lora_alpha and use_rslora of DIR/adapter_config.json (modules stay empty).
+StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);
 Status saveAdapter(const std::string &dir, const Session &session, const LoraConfig &cfg);
 // Checks rank, alpha and modules against the plan, every shape, and that no
 // tensor is missing or extra, before writing anything into the session.

@@ -3,6 +3,7 @@
 #pragma once
 #include "sd/ops/status.h"
 #include "sd/ops/tensor.h"
+#include "sd/runtime/tensor_io.h"
 #include <map>
 #include <string>
 #include <vector>
@@ -25,7 +26,7 @@ Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> 
                         const std::map<std::string, std::string> &metadata = {});
 
 struct SafetensorsFile {
-  std::vector<uint8_t> bytes; // the whole file
+  std::string bytes; // the whole file
   std::map<std::string, NamedTensor> tensors; // data points into `bytes`
   std::map<std::string, std::string> metadata;
 };
@@ -33,8 +34,5 @@ StatusOr<SafetensorsFile> readSafetensors(const std::string &path);
 // Parses a safetensors image in memory; tensors point into `data`.
 Status parseSafetensors(const uint8_t *data, size_t size, const std::string &what,
                         std::map<std::string, NamedTensor> &tensors, std::map<std::string, std::string> *metadata);
-
-// fsyncs a directory so a rename inside it is durable.
-Status syncDirectory(const std::string &dir);
 
 } // namespace sd
