@@ -54,30 +54,27 @@ struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
   // writing a parameter, a gradient accumulated in place). Other stores copy.
   // Loads read the global's current value, so a load after a store sees it.
   LogicalResult planStores(func::FuncOp f, llvm::DenseMap<Value, StringAttr> &inPlace) {
-    llvm::DenseMap<Operation *, size_t> pos;
-    for (Operation &op : f.getBody().front()) pos[&op] = pos.size();
-    auto lastUse = [&](Value v) {
-      size_t last = 0;
-      for (Operation *u : v.getUsers()) last = std::max(last, pos.lookup(u));
-      return last;
-    };
+    llvm::DenseMap<Operation *, int64_t> pos;
+    llvm::StringMap<SmallVector<GlobalLoadOp>> loads;
+    for (Operation &op : f.getBody().front()) {
+      pos[&op] = int64_t(pos.size());
+      if (auto load = dyn_cast<GlobalLoadOp>(op)) loads[load.getGlobal()].push_back(load);
+    }
     for (Operation &op : f.getBody().front()) {
       auto store = dyn_cast<GlobalStoreOp>(op);
       if (!store) continue;
-      size_t storeAt = pos.lookup(store), readsUntil = 0;
-      bool anyLoad = false;
-      for (Operation &other : f.getBody().front()) {
-        auto load = dyn_cast<GlobalLoadOp>(other);
-        if (!load || load.getGlobal() != store.getGlobal() || pos.lookup(load) > storeAt) continue;
-        if (lastUse(load.getResult()) > storeAt)
-          return store.emitError() << "global '" << store.getGlobal() << "' is read after it is stored";
-        Operation *producer = store.getValue().getDefiningOp();
-        for (Operation *u : load.getResult().getUsers())
-          if (u != producer) readsUntil = std::max(readsUntil, pos.lookup(u)), anyLoad = true;
-      }
       Operation *producer = store.getValue().getDefiningOp();
+      int64_t storeAt = pos.lookup(store), readsUntil = -1; // last read of the old value, besides the producer
+      for (GlobalLoadOp load : loads.lookup(store.getGlobal())) {
+        if (pos.lookup(load) > storeAt) continue;
+        for (Operation *u : load.getResult().getUsers()) {
+          if (pos.lookup(u) > storeAt)
+            return store.emitError() << "global '" << store.getGlobal() << "' is read after it is stored";
+          if (u != producer) readsUntil = std::max(readsUntil, pos.lookup(u));
+        }
+      }
       if (producer && isa<ComputeOpInterface>(producer) && !isAlias(producer) && store.getValue().hasOneUse() &&
-          (!anyLoad || readsUntil < pos.lookup(producer)))
+          readsUntil < pos.lookup(producer))
         inPlace[store.getValue()] = store.getGlobalAttr().getAttr();
     }
     return success();
