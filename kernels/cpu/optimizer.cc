@@ -8,13 +8,14 @@
 namespace sd::cpu {
 namespace {
 
-float scalarOf(const TensorView &t) {
-  switch (t.dtype) {
-  case DType::F32: return t.as<float>()[0];
-  case DType::F64: return float(t.as<double>()[0]);
-  case DType::I64: return float(t.as<int64_t>()[0]);
-  default: return 0.0f;
+// The single values of operands [first, first + count) (step, lr, ...).
+Status readScalars(const KernelContext &c, size_t first, size_t count, double *out) {
+  std::vector<double> v;
+  for (size_t i = 0; i < count; ++i) {
+    if (!readDoubles(c.inputs[first + i], v) || v.size() != 1) return sdError("operand ", first + i, " must be one number");
+    out[i] = v[0];
   }
+  return Status::ok();
 }
 
 Status requireF32(const KernelContext &c, size_t tensors, const char *op) {
@@ -31,9 +32,10 @@ Status AdamWKernel(const KernelContext &c) {
   float *gout = c.outputs[3].as<float>();
   const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *min = c.inputs[2].as<float>(),
               *vin = c.inputs[3].as<float>();
-  double step = scalarOf(c.inputs[4]);
-  float lr = scalarOf(c.inputs[5]), wd = c.attrs.getInt("decay", 1) ? scalarOf(c.inputs[6]) : 0.0f;
-  float gscale = scalarOf(c.inputs[7]);
+  double s[4] = {}; // step, lr, weight_decay, grad_scale
+  SD_RETURN_IF_ERROR(readScalars(c, 4, 4, s));
+  double step = s[0];
+  float lr = float(s[1]), wd = c.attrs.getInt("decay", 1) ? float(s[2]) : 0.0f, gscale = float(s[3]);
   double b1 = c.attrs.getFloat("beta1", 0.9), b2 = c.attrs.getFloat("beta2", 0.999);
   float eps = float(c.attrs.getFloat("epsilon", 1e-8));
   SD_CHECK_ARG(step >= 1, "AdamW step counter must be >= 1, got ", step);
@@ -60,9 +62,10 @@ Status SgdKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
   float *p = c.outputs[0].as<float>(), *buf = c.outputs[1].as<float>(), *gout = c.outputs[2].as<float>();
   const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *bin = c.inputs[2].as<float>();
-  bool first = scalarOf(c.inputs[3]) <= 1.0f;
-  float lr = scalarOf(c.inputs[4]), wd = c.attrs.getInt("decay", 1) ? scalarOf(c.inputs[5]) : 0.0f;
-  float gscale = scalarOf(c.inputs[6]);
+  double s[4] = {}; // step, lr, weight_decay, grad_scale
+  SD_RETURN_IF_ERROR(readScalars(c, 3, 4, s));
+  bool first = s[0] <= 1.0;
+  float lr = float(s[1]), wd = c.attrs.getInt("decay", 1) ? float(s[2]) : 0.0f, gscale = float(s[3]);
   float mu = float(c.attrs.getFloat("momentum", 0)), damp = float(c.attrs.getFloat("dampening", 0));
   bool nesterov = c.attrs.getInt("nesterov", 0);
   parallelFor(c.pool, c.outputs[0].numElements(), 16384, [&](int64_t b, int64_t e) {
@@ -86,8 +89,9 @@ Status SgdKernel(const KernelContext &c) {
 // where norm is the global L2 norm of grads/tokens (no clipping if max_norm <= 0).
 // Fixed-size chunks summed in order keep the norm independent of thread count.
 Status GradScaleKernel(const KernelContext &c) {
-  double tokens = std::max(1.0f, scalarOf(c.inputs[0]));
-  double maxNorm = scalarOf(c.inputs[1]);
+  double s[2] = {}; // tokens, max_norm
+  SD_RETURN_IF_ERROR(readScalars(c, 0, 2, s));
+  double tokens = std::max(1.0, s[0]), maxNorm = s[1];
   double sumsq = 0;
   constexpr int64_t kChunk = 1 << 16;
   for (size_t t = 2; t < c.inputs.size(); ++t) {
