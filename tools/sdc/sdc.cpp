@@ -62,6 +62,20 @@ const char *kMergeUsage =
     "untied first so only the adapted layer changes), or the parameters saved by\n"
     "`sdrun train --save-weights` (full fine-tuning, matched by initializer name).\n";
 
+// The value of flag argv[i]: after '=' in --flag=value, else the next
+// argument (advancing i). False when there is none.
+bool flagValue(int argc, char **argv, int &i, std::string &out) {
+  std::string arg = argv[i];
+  size_t eq = arg.find('=');
+  if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
+    out = arg.substr(eq + 1);
+    return true;
+  }
+  if (i + 1 >= argc) return false;
+  out = argv[++i];
+  return true;
+}
+
 int fail(const std::string &msg) {
   std::fprintf(stderr, "sdc: error: %s\n", msg.c_str());
   return 1;
@@ -91,16 +105,7 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
-    auto value = [&](std::string &out) -> bool {
-      size_t eq = arg.find('=');
-      if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-        out = arg.substr(eq + 1);
-        return true;
-      }
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
+    auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
     std::string flag = arg.substr(0, arg.find('='));
     std::string v;
     if (arg == "-h" || arg == "--help") {
@@ -217,12 +222,7 @@ int mergeMain(int argc, char **argv) {
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     std::string flag = arg.substr(0, arg.find('=')), v;
-    auto value = [&](std::string &out) -> bool {
-      if (arg.rfind("--", 0) == 0 && arg.find('=') != std::string::npos) return out = arg.substr(arg.find('=') + 1), true;
-      if (i + 1 >= argc) return false;
-      out = argv[++i];
-      return true;
-    };
+    auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
     if (arg == "-h" || arg == "--help") {
       std::fputs(kMergeUsage, stdout);
       return 0;
