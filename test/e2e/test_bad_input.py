@@ -2,7 +2,6 @@
 """Bad input through the command-line tools: each case must end with exit code
 1 (2 for usage errors), exactly one line on stderr naming what is wrong, no crash, no hang and no
 output file left behind."""
-import argparse
 import os
 import random
 import subprocess
@@ -12,6 +11,8 @@ import tempfile
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
+
+from e2e_util import clean_error_problems, tool_paths
 
 RESULTS = []
 
@@ -24,22 +25,7 @@ def run(cmd, timeout=60):
 
 
 def expect_clean_error(name, cmd, must_contain=(), no_files=()):
-    r = run(cmd)
-    problems = []
-    if r is None:
-        problems.append("hung")
-    else:
-        lines = [l for l in r.stderr.splitlines() if l.strip()]
-        if r.returncode not in (1, 2):  # 2: usage errors; negative: killed by a signal
-            problems.append(f"exit code {r.returncode}")
-        if len(lines) != 1:
-            problems.append(f"{len(lines)} stderr lines: {r.stderr!r}")
-        for m in must_contain:
-            if m not in r.stderr:
-                problems.append(f"message lacks {m!r}: {r.stderr.strip()!r}")
-    for f in no_files:
-        if os.path.exists(f):
-            problems.append(f"left {f} behind")
+    problems, _ = clean_error_problems(cmd, must_contain, no_files)
     RESULTS.append((name, problems))
 
 
@@ -70,11 +56,7 @@ def external_model(folder, location):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    args = ap.parse_args()
-    sdc = os.path.join(args.build, "tools", "sdc")
-    sdrun = os.path.join(args.build, "tools", "sdrun")
+    sdc, sdrun = tool_paths()
     tmp = tempfile.mkdtemp(prefix="sd_bad_input_")
     out = os.path.join(tmp, "out.sdp")
 

@@ -3,25 +3,18 @@
 CNN with PyTorch (examples/export_models.py, at opsets 14 and 17), compile
 with sdc, run with sdrun, and compare with ONNX Runtime and with PyTorch.
 Also checks multi-bucket plans and --external-weights plans."""
-import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
+from e2e_util import sh, tool_paths
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 RESULTS = []
-
-
-def sh(cmd, **kw):
-    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-500:]}")
-    return r.stdout
 
 
 def close(name, got, want, rtol=1e-3, atol=1e-4):
@@ -31,11 +24,7 @@ def close(name, got, want, rtol=1e-3, atol=1e-4):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    args = ap.parse_args()
-    sdc = os.path.join(args.build, "tools", "sdc")
-    sdrun = os.path.join(args.build, "tools", "sdrun")
+    sdc, sdrun = tool_paths()
     ort = os.path.join(ROOT, "bench", "ort_run.js")
     try:
         import torch  # noqa: F401

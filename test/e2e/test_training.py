@@ -4,7 +4,6 @@ the same batches and the same AdamW settings, trained by `sdrun train` on a
 plan from `sdc compile --peft none` and by PyTorch 1.13. Per-step losses and
 the final weights must agree. Covers full fine-tuning with weight decay and
 clipping, gradient accumulation, and resume after a stop (bit-identical)."""
-import argparse
 import json
 import os
 import shutil
@@ -13,6 +12,8 @@ import sys
 import tempfile
 
 import numpy as np
+
+from e2e_util import clean_error_problems, sh, tool_paths
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -26,31 +27,13 @@ SEQ, BATCH, STEPS = 16, 2, 20
 ADAM_EPS = 1e-6
 
 
-def sh(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-800:]}")
-    return r.stdout
-
-
 def check(name, ok, detail):
     RESULTS.append((name, bool(ok), detail))
 
 
 def clean_error(name, cmd, must_contain=()):
-    """Bad input: exit 1/2, exactly one stderr line naming the problem, no hang."""
-    try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
-    except subprocess.TimeoutExpired:
-        return check(name, False, "hung")
-    lines = [l for l in r.stderr.splitlines() if l.strip() and not l.startswith("step ")]
-    problems = []
-    if r.returncode not in (1, 2):
-        problems.append(f"exit code {r.returncode}")
-    if len(lines) != 1:
-        problems.append(f"{len(lines)} error lines: {r.stderr.strip()!r}")
-    problems += [f"lacks {m!r}: {r.stderr.strip()!r}" for m in must_contain if m not in r.stderr]
-    check(name, not problems, "; ".join(problems) or lines[0])
+    problems, line = clean_error_problems(cmd, must_contain, timeout=120)
+    check(name, not problems, "; ".join(problems) or line)
 
 
 def bad_input(sdc, sdrun, onnx_path, plan, tmp):
@@ -219,11 +202,7 @@ def torch_losses(model, rows, steps, accum, lr, wd, clip):
 
 
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--build", default="build")
-    args = ap.parse_args()
-    sdc = os.path.join(args.build, "tools", "sdc")
-    sdrun = os.path.join(args.build, "tools", "sdrun")
+    sdc, sdrun = tool_paths()
     import torch
     from export_models import Gpt, export_gpt
     torch.set_num_threads(1)

@@ -1,0 +1,40 @@
+"""Helpers shared by the end-to-end tests: running the tools and judging
+how they fail on bad input."""
+import argparse
+import os
+import subprocess
+
+
+def tool_paths():
+    """(sdc, sdrun) under --build (default: build)."""
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", default="build")
+    args = ap.parse_args()
+    return os.path.join(args.build, "tools", "sdc"), os.path.join(args.build, "tools", "sdrun")
+
+
+def sh(cmd, **kw):
+    """Runs cmd, returns its stdout; raises with the end of stderr if it fails."""
+    r = subprocess.run(cmd, capture_output=True, text=True, **kw)
+    if r.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-800:]}")
+    return r.stdout
+
+
+def clean_error_problems(cmd, must_contain=(), no_files=(), timeout=60):
+    """Bad input must end with exit code 1 (2 for usage errors), exactly one
+    stderr line naming the problem, no hang and no file left behind. Returns
+    (problems, the error line)."""
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return ["hung"], ""
+    problems = []
+    lines = [l for l in r.stderr.splitlines() if l.strip()]
+    if r.returncode not in (1, 2):  # negative: killed by a signal
+        problems.append(f"exit code {r.returncode}")
+    if len(lines) != 1:
+        problems.append(f"{len(lines)} stderr lines: {r.stderr!r}")
+    problems += [f"message lacks {m!r}: {r.stderr.strip()!r}" for m in must_contain if m not in r.stderr]
+    problems += [f"left {f} behind" for f in no_files if os.path.exists(f)]
+    return problems, lines[0] if lines else ""
