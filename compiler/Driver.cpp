@@ -1,6 +1,7 @@
 // The compile driver: load, import, run the pipeline, emit.
 #include "Driver.h"
 #include <algorithm>
+#include <cstdio>
 #include "EmitPlan.h"
 #include "OnnxFrontend.h"
 #include "OnnxImporter.h"
@@ -39,7 +40,11 @@ static std::string peftJson(mlir::ModuleOp module) {
     s += (s.size() > 1 ? "," : "") + jsonQuote(a.getName().str()) + ":";
     if (auto i = mlir::dyn_cast<mlir::IntegerAttr>(a.getValue())) s += std::to_string(i.getInt());
     else if (auto b = mlir::dyn_cast<mlir::BoolAttr>(a.getValue())) s += b.getValue() ? "true" : "false";
-    else if (auto f = mlir::dyn_cast<mlir::FloatAttr>(a.getValue())) s += std::to_string(f.getValueAsDouble());
+    else if (auto f = mlir::dyn_cast<mlir::FloatAttr>(a.getValue())) {
+      char buf[32]; // round-trip precision: sdrun compares lora_alpha with an adapter's
+      std::snprintf(buf, sizeof buf, "%.17g", f.getValueAsDouble());
+      s += buf;
+    }
     else if (auto str = mlir::dyn_cast<mlir::StringAttr>(a.getValue())) s += jsonQuote(str.str());
     else if (auto arr = mlir::dyn_cast<mlir::ArrayAttr>(a.getValue())) {
       s += "[";

@@ -4,6 +4,8 @@
 #include "sd/runtime/json.h"
 #include "sd/runtime/safetensors.h"
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <dirent.h>
@@ -22,7 +24,8 @@ std::vector<std::pair<int64_t, std::string>> listCheckpoints(const std::string &
       std::string n = e->d_name;
       if (n.rfind(kPrefix, 0) != 0) continue;
       std::string num = n.substr(std::strlen(kPrefix));
-      if (num.empty() || num.find_first_not_of("0123456789") != std::string::npos) continue;
+      // At most 18 digits: a step count, never a number std::stoll cannot hold.
+      if (num.empty() || num.size() > 18 || num.find_first_not_of("0123456789") != std::string::npos) continue;
       out.push_back({std::stoll(num), dir + "/" + n});
     }
     ::closedir(d);
@@ -93,6 +96,12 @@ static Status restoreFrom(const std::string &path, Session &session, CheckpointM
   if (!fmt || fmt->str != "sdc-checkpoint" || !step || !step->isInteger() || !epoch || !epoch->isInteger() || !pos ||
       !pos->isInteger() || !seed || seed->type != Json::Type::String || !crcs || crcs->type != Json::Type::Object)
     return sdError("malformed manifest");
+  // The seed is a decimal uint64 string (JSON numbers lose precision above 2^53).
+  char *end = nullptr;
+  errno = 0;
+  unsigned long long seedValue = std::strtoull(seed->str.c_str(), &end, 10);
+  if (seed->str.empty() || seed->str.find_first_not_of("0123456789") != std::string::npos || *end || errno)
+    return sdError("malformed manifest: bad seed '", seed->str, "'");
   auto file = readSafetensors(path + "/state.safetensors");
   if (!file.isOk()) return file.status();
   const Plan &plan = session.plan();
@@ -116,7 +125,7 @@ static Status restoreFrom(const std::string &path, Session &session, CheckpointM
   meta.step = int64_t(step->num);
   meta.epoch = int64_t(epoch->num);
   meta.position = int64_t(pos->num);
-  meta.seed = std::stoull(seed->str);
+  meta.seed = seedValue;
   return Status::ok();
 }
 
