@@ -17,6 +17,7 @@ void SDDialect::initialize() {
 #define GET_OP_LIST
 #include "SDOps.cpp.inc"
       >();
+  attachConvVJPs(getContext());
   attachElementwiseVJPs(getContext());
   attachLinalgVJPs(getContext());
   attachMovementVJPs(getContext());

@@ -211,6 +211,19 @@ def SD_GatherGradOp : SD_Nary<"gather_grad", "GatherGrad", (ins AnyTensor:$grad,
     (ins OptI64:$axis, DenseI64ArrayAttr:$data_shape)> {
   let description = "Scatter-add of Gather's output gradient into zeros of `data_shape` (deterministic).";
 }
+def SD_ConvGradWeightOp : SD_Nary<"conv_grad_weight", "ConvGradWeight", (ins AnyTensor:$grad, AnyTensor:$x),
+    (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, I64ArrayAttrKernel:$kernel_shape, OptI64s:$pads,
+         OptI64s:$strides)> {
+  let description = "Conv's weight gradient, summed over the batch; Conv's input gradient is a ConvTranspose.";
+}
+def SD_MaxPoolGradOp : SD_Nary<"max_pool_grad", "MaxPoolGrad", (ins AnyTensor:$grad, AnyTensor:$x),
+    (ins OptStr:$auto_pad, OptI64:$ceil_mode, OptI64s:$dilations, OptI64s:$kernel_shape, OptI64s:$pads,
+         OptI64s:$strides)> {
+  let description = "Routes each output's gradient to the first maximum of its window; no kernel_shape = global.";
+}
+def SD_AveragePoolGradOp : SD_Nary<"average_pool_grad", "AveragePoolGrad", (ins AnyTensor:$grad, AnyTensor:$x),
+    (ins OptStr:$auto_pad, OptI64:$ceil_mode, OptI64:$count_include_pad, OptI64s:$dilations, OptI64s:$kernel_shape,
+         OptI64s:$pads, OptI64s:$strides)>;
 def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad", "SoftmaxCrossEntropyLossGrad",
     (ins AnyTensor:$grad, AnyTensor:$scores, AnyTensor:$labels), (ins OptI64:$ignore_index, OptStr:$reduction)>;
 

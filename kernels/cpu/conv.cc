@@ -1,5 +1,5 @@
-// CPU kernels for Conv and ConvTranspose: im2col / col2im around a GEMM per
-// batch item and group. 2-D has an unrolled fast path; other ranks use the
+// CPU kernels for Conv, ConvTranspose and Conv's weight gradient: im2col /
+// col2im around a GEMM per batch item and group. 2-D has an unrolled fast path; other ranks use the
 // generic N-d walk.
 #include "cpu_util.h"
 #include "gemm.h"
@@ -160,19 +160,24 @@ Status ConvTransposeKernel(const KernelContext &c) {
   WindowGeometry fwd = g;
   fwd.in = g.out;
   fwd.out = g.in;
+  std::vector<int64_t> taps(size_t(kTotal * inTotal));
+  forEachWindowTap(fwd, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * inTotal + oo)] = off; });
+  // (image x group) items write disjoint outputs; with fewer items than
+  // threads the GEMM is split instead. (This is also Conv's input gradient.)
+  int64_t items = n * group;
+  bool nested = items < (c.pool ? c.pool->size() : 1);
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    std::vector<T> col(size_t(mg * kTotal * inTotal));
-    std::vector<int64_t> taps(size_t(kTotal * inTotal));
-    forEachWindowTap(fwd, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * inTotal + oo)] = off; });
     const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
-    for (int64_t b = 0; b < n; ++b)
-      for (int64_t gi = 0; gi < group; ++gi) {
+    auto runItems = [&](int64_t i0, int64_t i1, ThreadPool *inner) {
+      std::vector<T> col(size_t(mg * kTotal * inTotal));
+      for (int64_t item = i0; item < i1; ++item) {
+        int64_t b = item / group, gi = item % group;
         const T *xg = x.as<T>() + (b * cin + gi * cg) * inTotal;
         T *yg = y.as<T>() + (b * m + gi * mg) * outTotal;
         // col[mg*K, in] = W_g^T [mg*K, cg] x X_g [cg, in]
-        gemm<T>(true, false, mg * kTotal, inTotal, cg, T(1), w.as<T>() + gi * cg * mg * kTotal, mg * kTotal, xg,
-                inTotal, T(0), col.data(), inTotal);
+        parallelGemm<T>(inner, true, false, mg * kTotal, inTotal, cg, T(1), w.as<T>() + gi * cg * mg * kTotal,
+                        mg * kTotal, xg, inTotal, T(0), col.data(), inTotal);
         for (int64_t j = 0; j < mg; ++j) {
           T *dst = yg + j * outTotal;
           std::fill(dst, dst + outTotal, bias ? bias[gi * mg + j] : T(0));
@@ -181,6 +186,34 @@ Status ConvTransposeKernel(const KernelContext &c) {
             if (taps[size_t(i)] >= 0) dst[taps[size_t(i)]] += cj[i];
         }
       }
+    };
+    if (nested) runItems(0, items, c.pool);
+    else parallelFor(c.pool, items, 1, [&](int64_t i0, int64_t i1) { runItems(i0, i1, nullptr); });
+    return Status::ok();
+  });
+}
+
+// Conv's weight gradient: dW_g = sum_b dY_g[b] [mg, out] x im2col(X_g[b])^T
+// [out, cg*K], accumulated over the batch in a fixed order (deterministic).
+Status ConvGradWeightKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &dw = c.outputs[0];
+  int64_t group = c.attrs.getInt("group", 1);
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, spatial(x.dims), c.attrs.getInts("kernel_shape"), false, g));
+  int64_t n = x.dims[0], cin = x.dims[1], m = dy.dims[1], cg = cin / group, mg = m / group;
+  int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
+  SD_CHECK_ARG(spatial(dy.dims) == g.out && dw.dims[0] == m && dw.dims[1] == cg, "ConvGradWeight shapes inconsistent");
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<T> col(size_t(cg * kTotal * oTotal));
+    for (int64_t gi = 0; gi < group; ++gi) {
+      T *dwg = dw.as<T>() + gi * mg * cg * kTotal;
+      for (int64_t b = 0; b < n; ++b) {
+        im2col<T>(c.pool, x.as<T>() + (b * cin + gi * cg) * inTotal, cg, g, col.data());
+        parallelGemm<T>(c.pool, false, true, mg, cg * kTotal, oTotal, T(1), dy.as<T>() + (b * m + gi * mg) * oTotal,
+                        oTotal, col.data(), oTotal, b ? T(1) : T(0), dwg, cg * kTotal);
+      }
+    }
     return Status::ok();
   });
 }
@@ -190,6 +223,7 @@ Status ConvTransposeKernel(const KernelContext &c) {
 void registerConvKernels() {
   registerCpuKernel("Conv", ConvKernel);
   registerCpuKernel("ConvTranspose", ConvTransposeKernel);
+  registerCpuKernel("ConvGradWeight", ConvGradWeightKernel);
 }
 
 } // namespace sd::cpu

@@ -1,5 +1,5 @@
-// CPU kernels for MaxPool (with indices), AveragePool, LpPool and the global
-// pools, over any number of spatial dims.
+// CPU kernels for MaxPool (with indices), AveragePool, LpPool, the global
+// pools and the max/average pool gradients, over any number of spatial dims.
 #include "cpu_util.h"
 #include "sd/ops/window_geometry.h"
 #include <cmath>
@@ -10,6 +10,25 @@ namespace sd::cpu {
 namespace {
 
 enum class Mode { Max, Avg, Lp };
+
+// Output position o (per spatial dim) of flat output index oo.
+void unflatten(const WindowGeometry &g, int64_t oo, Dims &o) {
+  for (int64_t d = int64_t(g.rank()) - 1; d >= 0; --d) {
+    o[size_t(d)] = oo % g.out[size_t(d)];
+    oo /= g.out[size_t(d)];
+  }
+}
+
+// Taps of window o inside the padded input (what count_include_pad divides by).
+int64_t padCountOf(const WindowGeometry &g, const Dims &o) {
+  int64_t count = 1;
+  for (size_t d = 0; d < g.rank(); ++d) {
+    int64_t start = o[d] * g.strides[d] - g.padBegin[d];
+    int64_t end = std::min(start + (g.kernel[d] - 1) * g.dilations[d] + 1, g.in[d] + g.padEnd[d]);
+    count *= (end - start + g.dilations[d] - 1) / g.dilations[d];
+  }
+  return count;
+}
 
 // 2-D max pooling without dilation or indices: the CNN common case.
 template <typename T>
@@ -64,16 +83,9 @@ template <Mode M> Status poolKernel(const KernelContext &c) {
       for (int64_t pl = p0; pl < p1; ++pl) {
         const T *src = x.as<T>() + pl * inTotal;
         for (int64_t oo = 0; oo < outTotal; ++oo) {
-          int64_t rem = oo;
-          for (int64_t d = int64_t(n) - 1; d >= 0; --d) { o[size_t(d)] = rem % g.out[size_t(d)]; rem /= g.out[size_t(d)]; }
+          unflatten(g, oo, o);
           double acc = M == Mode::Max ? -std::numeric_limits<double>::infinity() : 0.0;
-          int64_t count = 0, padCount = 1, best = -1;
-          // Window extent clipped to the padded input (what count_include_pad divides by).
-          for (size_t d = 0; d < n; ++d) {
-            int64_t start = o[d] * g.strides[d] - g.padBegin[d];
-            int64_t end = std::min(start + (g.kernel[d] - 1) * g.dilations[d] + 1, g.in[d] + g.padEnd[d]);
-            padCount *= (end - start + g.dilations[d] - 1) / g.dilations[d];
-          }
+          int64_t count = 0, best = -1;
           int64_t kTotal = product(g.kernel);
           for (int64_t kk = 0; kk < kTotal; ++kk) {
             int64_t off = windowTapOffset(g, o, kk, inStr);
@@ -90,7 +102,7 @@ template <Mode M> Status poolKernel(const KernelContext &c) {
           }
           T result;
           if (M == Mode::Max) result = T(acc);
-          else if (M == Mode::Avg) result = T(acc / double(std::max<int64_t>(1, includePad ? padCount : count)));
+          else if (M == Mode::Avg) result = T(acc / double(std::max<int64_t>(1, includePad ? padCountOf(g, o) : count)));
           else result = T(std::pow(acc, 1.0 / p));
           y.as<T>()[pl * outTotal + oo] = result;
           if (M == Mode::Max && idxOut) {
@@ -127,6 +139,54 @@ template <Mode M> Status globalPoolKernel(const KernelContext &c) {
   });
 }
 
+
+// MaxPoolGrad(dy, x) / AveragePoolGrad(dy, x) -> dx: each output's gradient
+// goes to the tap the forward picked (its first maximum) or is spread over
+// the window with the forward's divisor. Planes are independent, so threads
+// never add into the same element and the result is deterministic.
+template <Mode M> Status poolGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &dx = c.outputs[0];
+  Dims in(x.dims.begin() + 2, x.dims.end());
+  Dims kernel = c.attrs.getInts("kernel_shape");
+  if (kernel.empty()) kernel = in; // the global pools
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, in, kernel, true, g));
+  int64_t planes = x.dims[0] * x.dims[1], inTotal = product(g.in), outTotal = product(g.out);
+  SD_CHECK_ARG(dy.numElements() == planes * outTotal, "pool gradient size mismatch");
+  bool includePad = c.attrs.getInt("count_include_pad", 0);
+  Dims inStr = stridesOf(g.in);
+  int64_t kTotal = product(g.kernel);
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    parallelFor(c.pool, planes, 1, [&](int64_t p0, int64_t p1) {
+      Dims o(g.rank());
+      std::vector<int64_t> taps(static_cast<size_t>(kTotal));
+      for (int64_t pl = p0; pl < p1; ++pl) {
+        const T *src = x.as<T>() + pl * inTotal, *gy = dy.as<T>() + pl * outTotal;
+        T *gx = dx.as<T>() + pl * inTotal;
+        std::fill(gx, gx + inTotal, T(0));
+        for (int64_t oo = 0; oo < outTotal; ++oo) {
+          unflatten(g, oo, o);
+          int64_t count = 0, best = -1;
+          for (int64_t kk = 0; kk < kTotal; ++kk) {
+            int64_t off = windowTapOffset(g, o, kk, inStr);
+            if (off < 0) continue;
+            taps[size_t(count++)] = off;
+            if (M == Mode::Max && (best < 0 || src[off] > src[best])) best = off;
+          }
+          if (M == Mode::Max) {
+            if (best >= 0) gx[best] += gy[oo];
+            continue;
+          }
+          T share = gy[oo] / T(std::max<int64_t>(1, includePad ? padCountOf(g, o) : count));
+          for (int64_t t = 0; t < count; ++t) gx[taps[size_t(t)]] += share;
+        }
+      }
+    });
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void registerPoolKernels() {
@@ -136,6 +196,8 @@ void registerPoolKernels() {
   registerCpuKernel("GlobalMaxPool", globalPoolKernel<Mode::Max>);
   registerCpuKernel("GlobalAveragePool", globalPoolKernel<Mode::Avg>);
   registerCpuKernel("GlobalLpPool", globalPoolKernel<Mode::Lp>);
+  registerCpuKernel("MaxPoolGrad", poolGradKernel<Mode::Max>);
+  registerCpuKernel("AveragePoolGrad", poolGradKernel<Mode::Avg>);
 }
 
 } // namespace sd::cpu

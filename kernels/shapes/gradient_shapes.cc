@@ -1,6 +1,7 @@
 // Shape rules of the backward contracts the autodiff pass emits and of the
 // optimizer updates. Backward outputs take the shape of the forward operand
 // they differentiate; updates write their state operands in place.
+#include "sd/ops/window_geometry.h"
 #include "shape_util.h"
 
 namespace sd {
@@ -56,6 +57,34 @@ Status sceGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// ConvGradWeight(dy, x) {conv attributes, kernel_shape required} -> dW [M, C/group, kernel...].
+Status convGradWeightShape(ShapeContext &c) {
+  const TensorInfo &dy = c.inputs[0], &x = c.inputs[1];
+  Dims kernel = c.attrs.getInts("kernel_shape");
+  int64_t group = c.attrs.getInt("group", 1);
+  SD_CHECK_ARG(x.isStatic() && dy.isStatic() && x.rank() >= 3 && dy.rank() == x.rank(),
+               "ConvGradWeight needs static [N, C, ...] operands of one rank");
+  SD_CHECK_ARG(size_t(x.rank()) == kernel.size() + 2, "ConvGradWeight needs kernel_shape for each spatial dim");
+  SD_CHECK_ARG(group >= 1 && x.dims[1] % group == 0 && dy.dims[1] % group == 0, "ConvGradWeight: bad group ", group);
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), kernel, false, g));
+  if (Dims(dy.dims.begin() + 2, dy.dims.end()) != g.out)
+    return sdError("ConvGradWeight: gradient ", formatDims(dy.dims), " does not match the conv output");
+  TensorInfo out;
+  out.dtype = dy.dtype;
+  out.dims = {dy.dims[1], x.dims[1] / group};
+  out.dims.insert(out.dims.end(), kernel.begin(), kernel.end());
+  c.outputs = {out};
+  return Status::ok();
+}
+
+// MaxPoolGrad / AveragePoolGrad(dy, x) {pool attributes} -> dx shaped like x.
+Status poolGradShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs[1].rank() >= 3, "pool gradient: input must be [N, C, ...]");
+  c.outputs = {c.inputs[1]};
+  return Status::ok();
+}
+
 TensorInfo scalarF32() {
   TensorInfo t;
   t.dtype = DType::F32;
@@ -100,6 +129,9 @@ void registerGradientShapes() {
   registerShapeRule("LayerNormalizationGrad", layerNormGradShape);
   registerShapeRule("GatherGrad", gatherGradShape);
   registerShapeRule("SoftmaxCrossEntropyLossGrad", sceGradShape);
+  registerShapeRule("ConvGradWeight", convGradWeightShape);
+  registerShapeRule("MaxPoolGrad", poolGradShape);
+  registerShapeRule("AveragePoolGrad", poolGradShape);
   registerShapeRule("AdamW", adamwShape);
   registerShapeRule("SGD", sgdShape);
   registerShapeRule("GradScale", gradScaleShape);

@@ -161,7 +161,28 @@ INSTANTIATE_TEST_SUITE_P(
              "  l = Constant <value = int64[2] {2, 0}> ()\n  y = SoftmaxCrossEntropyLoss <reduction = \"mean\"> (w, l)"},
         Case{"SoftmaxCrossEntropyIgnore", {{"w", "3, 4", 12}},
              "  l = Constant <value = int64[3] {1, -100, 3}> ()\n"
-             "  y = SoftmaxCrossEntropyLoss <reduction = \"sum\", ignore_index = -100> (w, l)"}),
+             "  y = SoftmaxCrossEntropyLoss <reduction = \"sum\", ignore_index = -100> (w, l)"},
+        // Conv: a stride that skips the last input row (output_padding in the
+        // input gradient), groups with dilation, SAME padding, and 1-D.
+        Case{"ConvStridePadBias", {{"w", "1, 2, 6, 5", 60}, {"wk", "3, 2, 3, 3", 54}, {"wb", "3", 3}},
+             "  y = Conv <strides = [2, 2], pads = [1, 1, 1, 1]> (w, wk, wb)"},
+        Case{"ConvGroupDilation", {{"w", "2, 4, 5, 5", 200}, {"wk", "4, 2, 2, 2", 32}},
+             "  y = Conv <group = 2, dilations = [2, 2]> (w, wk)"},
+        Case{"ConvSameUpper", {{"w", "1, 1, 4, 4", 16}, {"wk", "2, 1, 2, 3", 12}},
+             "  y = Conv <auto_pad = \"SAME_UPPER\", strides = [2, 1]> (w, wk)"},
+        Case{"Conv1d", {{"w", "2, 2, 7", 28}, {"wk", "3, 2, 3", 18}}, "  y = Conv <strides = [2], pads = [2, 0]> (w, wk)"},
+        Case{"MaxPool", {{"w", "1, 2, 5, 5", 50}},
+             "  y = MaxPool <kernel_shape = [3, 3], strides = [2, 2], pads = [1, 1, 1, 1]> (w)"},
+        Case{"AveragePoolIncludePadCeil", {{"w", "1, 2, 5, 4", 40}},
+             "  y = AveragePool <kernel_shape = [2, 3], strides = [2, 2], pads = [1, 0, 0, 1], count_include_pad = 1, "
+             "ceil_mode = 1> (w)"},
+        Case{"AveragePoolExcludePad", {{"w", "1, 1, 4, 4", 16}},
+             "  y = AveragePool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (w)"},
+        Case{"GlobalPools", {{"w", "2, 3, 2, 2", 24}},
+             "  a = GlobalAveragePool(w)\n  b = GlobalMaxPool(w)\n  y = Add(a, b)"},
+        // Eval-mode BatchNorm: the statistics (m, v) are frozen.
+        Case{"BatchNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}, {"m", "3", 3}, {"v", "3", 3, true}},
+             "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

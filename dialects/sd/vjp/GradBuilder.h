@@ -93,6 +93,7 @@ template <typename OpT, VJPRule<OpT> Rule> void attachVJP(mlir::MLIRContext *ctx
   OpT::template attachInterface<VJPModel<OpT, Rule>>(*ctx);
 }
 
+void attachConvVJPs(mlir::MLIRContext *ctx);
 void attachElementwiseVJPs(mlir::MLIRContext *ctx);
 void attachLinalgVJPs(mlir::MLIRContext *ctx);
 void attachMovementVJPs(mlir::MLIRContext *ctx);

@@ -1,5 +1,6 @@
-// Reverse-mode rules of Softmax/LogSoftmax, LayerNormalization and
-// SoftmaxCrossEntropyLoss: each backward is one fused kernel.
+// Reverse-mode rules of Softmax/LogSoftmax, LayerNormalization,
+// BatchNormalization and SoftmaxCrossEntropyLoss: each backward but
+// BatchNormalization's (a few per-channel elementwise ops) is one fused kernel.
 #include "GradBuilder.h"
 
 using namespace mlir;
@@ -42,12 +43,41 @@ LogicalResult sceVJP(SoftmaxCrossEntropyLossOp op, GradBuilder &g, ArrayRef<Valu
   return success();
 }
 
+// Inference-mode BatchNormalization, y = (x - mean) * k + bias with the
+// per-channel k = scale / sqrt(var + eps): fine-tuning with frozen running
+// statistics, as a model exported in eval mode does. The statistics get no
+// gradient (PyTorch's running buffers are not parameters), so full
+// fine-tuning leaves them frozen.
+LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                           Grads &dx) {
+  if (op.getTrainingMode().value_or(0))
+    return op.emitError("BatchNormalization with training_mode=1 is not differentiable yet; export in eval mode");
+  for (unsigned i : {3u, 4u})
+    if (need[i] && !op->getOperand(i).getDefiningOp<GlobalLoadOp>())
+      return op.emitError("BatchNormalization: gradients through computed mean/variance are not supported");
+  ArrayRef<int64_t> xs = shapeOf(op.getX());
+  SmallVector<int64_t> perChannel(xs.size() - 1, 1), axes = {0};
+  perChannel[0] = xs[1];
+  for (int64_t i = 2; i < int64_t(xs.size()); ++i) axes.push_back(i);
+  Type et = elementTypeOf(op.getX());
+  double eps = op.getEpsilon() ? double(op.getEpsilon()->convertToFloat()) : 1e-5;
+  Value rstd = g.make<ReciprocalOp>({g.make<SqrtOp>({g.add(op.getInputVar(), g.scalar(et, eps))})});
+  if (need[0]) dx[0] = g.mul(dy[0], g.reshape(g.mul(op.getScale(), rstd), perChannel));
+  if (need[1]) {
+    Value xhat = g.mul(g.sub(op.getX(), g.reshape(op.getInputMean(), perChannel)), g.reshape(rstd, perChannel));
+    dx[1] = g.reduceSum(g.mul(dy[0], xhat), axes, false);
+  }
+  if (need[2]) dx[2] = g.reduceSum(dy[0], axes, false);
+  return success();
+}
+
 } // namespace
 
 void attachNormalizationVJPs(MLIRContext *ctx) {
   attachVJP<SoftmaxOp, softmaxVJP<SoftmaxOp, SoftmaxGradOp>>(ctx);
   attachVJP<LogSoftmaxOp, softmaxVJP<LogSoftmaxOp, LogSoftmaxGradOp>>(ctx);
   attachVJP<LayerNormalizationOp, layerNormVJP>(ctx);
+  attachVJP<BatchNormalizationOp, batchNormVJP>(ctx);
   attachVJP<SoftmaxCrossEntropyLossOp, sceVJP>(ctx);
 }
 

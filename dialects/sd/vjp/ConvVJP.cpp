@@ -1,0 +1,80 @@
+// Reverse-mode rules of Conv and the max/average pools (windowed and global).
+// Conv's input gradient is a ConvTranspose with the forward's explicit
+// padding (auto_pad resolved) and, where the stride skipped trailing input,
+// an output_padding that restores the input's size; its weight gradient is a
+// ConvGradWeight built only when the weight is trainable.
+#include "GradBuilder.h"
+#include "sd/ops/window_geometry.h"
+
+using namespace mlir;
+
+namespace sd::ir {
+namespace {
+
+using Grads = SmallVectorImpl<Value>;
+
+// The listed attributes of `op` that are set, to pass on to its backward op.
+SmallVector<NamedAttribute> attrsOf(Operation *op, ArrayRef<StringRef> names) {
+  SmallVector<NamedAttribute> out;
+  for (StringRef n : names)
+    if (Attribute a = op->getAttr(n)) out.push_back(NamedAttribute(StringAttr::get(op->getContext(), n), a));
+  return out;
+}
+
+// Batch and spatial axes of an [N, C, ...] tensor: what a per-channel
+// gradient sums over.
+SmallVector<int64_t> nonChannelAxes(int64_t rank) {
+  SmallVector<int64_t> axes = {0};
+  for (int64_t i = 2; i < rank; ++i) axes.push_back(i);
+  return axes;
+}
+
+LogicalResult convVJP(ConvOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value x = op.getX(), w = op.getW();
+  ArrayRef<int64_t> xs = shapeOf(x), ws = shapeOf(w);
+  AttrMap attrs = toAttrMap(op.getOperation());
+  Dims in(xs.begin() + 2, xs.end()), kernel = attrs.getInts("kernel_shape");
+  if (kernel.empty()) kernel.assign(ws.begin() + 2, ws.end());
+  WindowGeometry geo;
+  if (Status st = resolveWindows(attrs, in, kernel, false, geo); !st.isOk())
+    return op.emitError("Conv gradient: ") << st.message();
+  SmallVector<int64_t> pads(geo.padBegin.begin(), geo.padBegin.end()), outputPadding;
+  pads.append(geo.padEnd.begin(), geo.padEnd.end());
+  for (size_t i = 0; i < in.size(); ++i) {
+    int64_t extent = (kernel[i] - 1) * geo.dilations[i] + 1;
+    outputPadding.push_back(in[i] + geo.padBegin[i] + geo.padEnd[i] - extent - (geo.out[i] - 1) * geo.strides[i]);
+  }
+  SmallVector<NamedAttribute> common = {g.attr("strides", ArrayRef<int64_t>(geo.strides)),
+                                        g.attr("dilations", ArrayRef<int64_t>(geo.dilations)),
+                                        g.attr("group", attrs.getInt("group", 1)),
+                                        g.attr("kernel_shape", ArrayRef<int64_t>(kernel)), g.attr("pads", pads)};
+  if (need[0]) {
+    SmallVector<NamedAttribute> t = common;
+    t.push_back(g.attr("output_padding", outputPadding));
+    dx[0] = g.make<ConvTransposeOp>({dy[0], w, g.none()}, t);
+  }
+  if (need[1]) dx[1] = g.make<ConvGradWeightOp>({dy[0], x}, common);
+  if (op->getNumOperands() > 2 && need[2]) dx[2] = g.reduceSum(dy[0], nonChannelAxes(int64_t(xs.size())), false);
+  return success();
+}
+
+template <typename OpT, typename GradOpT>
+LogicalResult poolVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  // Global pools carry no attributes: the gradient op's window is then the whole input.
+  dx[0] = g.make<GradOpT>({dy[0], op->getOperand(0)},
+                          attrsOf(op, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
+                                       "pads", "strides"}));
+  return success();
+}
+
+} // namespace
+
+void attachConvVJPs(MLIRContext *ctx) {
+  attachVJP<ConvOp, convVJP>(ctx);
+  attachVJP<MaxPoolOp, poolVJP<MaxPoolOp, MaxPoolGradOp>>(ctx);
+  attachVJP<GlobalMaxPoolOp, poolVJP<GlobalMaxPoolOp, MaxPoolGradOp>>(ctx);
+  attachVJP<AveragePoolOp, poolVJP<AveragePoolOp, AveragePoolGradOp>>(ctx);
+  attachVJP<GlobalAveragePoolOp, poolVJP<GlobalAveragePoolOp, AveragePoolGradOp>>(ctx);
+}
+
+} // namespace sd::ir
