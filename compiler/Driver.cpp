@@ -69,8 +69,10 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
   std::string out;
   if (auto dict = module->getAttrOfType<mlir::DictionaryAttr>("sd.peft")) {
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
+    char dropout[48] = "";
+    if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
     out += "LoRA r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
-           " on " + std::to_string(mods.size()) + " modules:\n";
+           dropout + " on " + std::to_string(mods.size()) + " modules:\n";
     for (mlir::Attribute m : mods) out += "  " + mlir::cast<mlir::StringAttr>(m).str() + "\n";
   } else {
     out += "full fine-tuning of " + std::to_string(names.size()) + " weights:\n";

@@ -18,6 +18,7 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     lora.rslora = opts.rslora;
     lora.init = opts.loraInit;
     lora.seed = opts.seed;
+    lora.dropout = opts.loraDropout;
     pm.addPass(createPeftLora(lora));
   } else if (opts.training()) {
     pm.addPass(createMarkTrainable(MarkTrainableOptions{opts.trainable}));
@@ -41,6 +42,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createCheckStatic());
   if (opts.training()) {
     pm.addPass(createAutodiff());
+    pm.addPass(createTrainingDropout());
     OptimizerOptions o;
     o.optimizer = opts.optimizer;
     o.beta1 = opts.beta1;

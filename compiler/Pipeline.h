@@ -20,6 +20,7 @@ struct PipelineOptions {
   int64_t loraR = 8;
   double loraAlpha = 8.0;
   bool rslora = false;
+  double loraDropout = 0.0;
   std::string loraInit = "default";
   int64_t seed = 0;
   std::string recipe = "sft";

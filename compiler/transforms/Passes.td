@@ -41,8 +41,11 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     as PEFT, or N(0, 1/r) with init=gaussian) and `<module>.lora_B.weight`
     [out, r] (zeros), both trainable, and computes
     y = linear(x, W, b) + scale * linear(linear(x, A), B) with
-    scale = alpha / r (alpha / sqrt(r) with rslora). Every other weight is
-    frozen. Records the configuration in `sd.peft` on the module.
+    scale = alpha / r (alpha / sqrt(r) with rslora). With dropout > 0 the
+    adapter branch reads seeded_dropout(x) (PEFT's lora_dropout), one random
+    stream per adapted layer, keyed by the `dropout_rng` state [seed, counter]
+    (sd-training-dropout keeps it in training entries only). Every other
+    weight is frozen. Records the configuration in `sd.peft` on the module.
   }];
   let options = [
     Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
@@ -51,6 +54,7 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     Option<"rslora", "rslora", "bool", "false", "scale by alpha / sqrt(r)">,
     Option<"init", "init", "std::string", "\"default\"", "default (Kaiming-uniform A) | gaussian">,
     Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
+    Option<"dropout", "dropout", "double", "0.0", "dropout probability on the adapter input (training only)">,
   ];
 }
 
@@ -114,6 +118,17 @@ def Autodiff : Pass<"sd-autodiff", "mlir::ModuleOp"> {
     depend on a trainable global and reach the loss get gradients, so frozen
     prefixes cost no backward work and frozen weights no weight-gradient GEMM.
     Each op's rule comes from its DifferentiableOpInterface model.
+  }];
+}
+
+def TrainingDropout : Pass<"sd-training-dropout", "mlir::ModuleOp"> {
+  let summary = "Keep seeded dropout in training entries (advancing its counter), drop it elsewhere";
+  let description = [{
+    accumulate entries keep their `sd.seeded_dropout` ops and store
+    dropout_rng + [0, 1] before returning, so every micro-batch draws new
+    masks and the backward pass regenerates the forward's from the same
+    [seed, counter] value. In eval_step and infer entries dropout is the
+    identity: the ops are removed.
   }];
 }
 

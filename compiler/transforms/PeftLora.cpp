@@ -3,6 +3,7 @@
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "sd/runtime/adapter.h"
+#include "sd/runtime/plan.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include <cmath>
@@ -36,6 +37,10 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     ModuleOp module = getOperation();
     if (rank < 1) {
       module.emitError() << "--lora-r must be at least 1, got " << rank;
+      return signalPassFailure();
+    }
+    if (!(dropout >= 0.0 && dropout < 1.0)) {
+      module.emitError() << "--lora-dropout must be in [0, 1), got " << dropout;
       return signalPassFailure();
     }
     if (init != "default" && init != "gaussian") {
@@ -75,8 +80,8 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
     double scale = sd::loraScale(alpha, rank, rslora);
     std::set<std::string> adapted;
-    for (LinearOp l : linears) {
-      if (failed(adapt(module, l, scale, rng))) return signalPassFailure();
+    for (auto [stream, l] : llvm::enumerate(linears)) {
+      if (failed(adapt(module, l, scale, int64_t(stream), rng))) return signalPassFailure();
       adapted.insert(l.getModule().str());
     }
     Builder b(module.getContext());
@@ -86,6 +91,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
                                    b.getNamedAttr("peft_type", b.getStringAttr("LORA")),
                                    b.getNamedAttr("r", b.getI64IntegerAttr(rank)),
                                    b.getNamedAttr("lora_alpha", b.getF64FloatAttr(alpha)),
+                                   b.getNamedAttr("lora_dropout", b.getF64FloatAttr(dropout)),
                                    b.getNamedAttr("use_rslora", b.getBoolAttr(rslora)),
                                    b.getNamedAttr("init_lora_weights", b.getStringAttr(init)),
                                    b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
@@ -102,7 +108,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     return sd::getOrCreateGlobal(module, name, type, "trainable", value);
   }
 
-  LogicalResult adapt(ModuleOp module, LinearOp l, double scale, std::mt19937_64 &rng) {
+  LogicalResult adapt(ModuleOp module, LinearOp l, double scale, int64_t stream, std::mt19937_64 &rng) {
     auto wt = cast<RankedTensorType>(l.getWeight().getType());
     bool oi = l.getLayout() == "oi";
     int64_t in = oi ? wt.getDimSize(1) : wt.getDimSize(0), out = oi ? wt.getDimSize(0) : wt.getDimSize(1);
@@ -130,7 +136,15 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       return g.make<LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr("oi")),
                                                  b.getNamedAttr("module", b.getStringAttr(name))});
     };
-    Value down = linear(l.getInput(), av, m + ".lora_A");
+    Value x = l.getInput();
+    if (dropout > 0) {
+      GlobalOp state = sd::getOrCreateGlobal(module, sd::kDropoutRngGlobal,
+                                             RankedTensorType::get({2}, b.getI64Type()), "scalar_state");
+      Value rngState = b.create<GlobalLoadOp>(l.getLoc(), state.getType(), state.getSymName());
+      x = g.make<SeededDropoutOp>({x, rngState}, {b.getNamedAttr("ratio", b.getF32FloatAttr(float(dropout))),
+                                                  g.attr("stream", stream)});
+    }
+    Value down = linear(x, av, m + ".lora_A");
     Value up = linear(down, bv, m + ".lora_B");
     Value sum = g.add(l.getOutput(), g.scale(up, scale));
     if (g.failed()) return failure();

@@ -227,6 +227,14 @@ def SD_AveragePoolGradOp : SD_Nary<"average_pool_grad", "AveragePoolGrad", (ins 
 def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad", "SoftmaxCrossEntropyLossGrad",
     (ins AnyTensor:$grad, AnyTensor:$scores, AnyTensor:$labels), (ins OptI64:$ignore_index, OptStr:$reduction)>;
 
+def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTensor:$x, AnyTensor:$rng),
+    (ins OptF32:$ratio, OptI64:$stream)> {
+  let description = [{
+    Training-time dropout: y = x * mask / (1 - ratio), the mask a pure function
+    of rng = [seed, counter], `stream` (the op site) and the element index
+    (sd/ops/counter_rng.h). Linear in x: its gradient is the same op on dy.
+  }];
+}
 def SD_AdamWOp : SD_Nary<"adamw", "AdamW",
     (ins AnyTensor:$param, AnyTensor:$grad, AnyTensor:$exp_avg, AnyTensor:$exp_avg_sq, AnyTensor:$step,
          AnyTensor:$lr, AnyTensor:$weight_decay, AnyTensor:$grad_scale),

@@ -28,6 +28,7 @@ void registerResizeKernels();
 void registerEinsumKernels();
 void registerQuantizedKernels();
 void registerOptimizerKernels();
+void registerDropoutKernels();
 
 void registerCpuKernel(const char *op, KernelFn fn) {
   OpDef d;
@@ -64,6 +65,7 @@ void registerAllOps() {
     cpu::registerEinsumKernels();
     cpu::registerQuantizedKernels();
     cpu::registerOptimizerKernels();
+    cpu::registerDropoutKernels();
     computeHalfViaF32({"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
                        "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "HardSigmoid", "HardSwish",
                        "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu",

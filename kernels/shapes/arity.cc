@@ -14,6 +14,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"LayerNormalizationGrad", {3, 3}},
       {"GatherGrad", {2, 2}},
       {"ConvGradWeight", {2, 2}},
+      {"SeededDropout", {2, 2}},
       {"MaxPoolGrad", {2, 2}},
       {"AveragePoolGrad", {2, 2}},
       {"SoftmaxCrossEntropyLossGrad", {3, 3}},

@@ -1,5 +1,5 @@
-// Shape rules of the backward contracts the autodiff pass emits and of the
-// optimizer updates. Backward outputs take the shape of the forward operand
+// Shape rules of the backward contracts the autodiff pass emits, of the
+// optimizer updates and of training-time dropout. Backward outputs take the shape of the forward operand
 // they differentiate; updates write their state operands in place.
 #include "sd/ops/window_geometry.h"
 #include "shape_util.h"
@@ -85,6 +85,18 @@ Status poolGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// SeededDropout(x, rng int64[2]) {ratio, stream} -> y shaped like x.
+Status seededDropoutShape(ShapeContext &c) {
+  const TensorInfo &rng = c.inputs[1];
+  SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype), "SeededDropout needs a float input");
+  SD_CHECK_ARG(rng.dtype == DType::I64 && (!rng.rankKnown || rng.numElements() == 2),
+               "SeededDropout: rng must be int64[2] (seed, counter)");
+  double ratio = c.attrs.getFloat("ratio", 0.0);
+  SD_CHECK_ARG(ratio >= 0.0 && ratio < 1.0, "SeededDropout: ratio ", ratio, " is outside [0, 1)");
+  c.outputs = {c.inputs[0]};
+  return Status::ok();
+}
+
 TensorInfo scalarF32() {
   TensorInfo t;
   t.dtype = DType::F32;
@@ -132,6 +144,7 @@ void registerGradientShapes() {
   registerShapeRule("ConvGradWeight", convGradWeightShape);
   registerShapeRule("MaxPoolGrad", poolGradShape);
   registerShapeRule("AveragePoolGrad", poolGradShape);
+  registerShapeRule("SeededDropout", seededDropoutShape);
   registerShapeRule("AdamW", adamwShape);
   registerShapeRule("SGD", sgdShape);
   registerShapeRule("GradScale", gradScaleShape);

@@ -37,13 +37,14 @@ StatusOr<LoraConfig> loraConfigOf(const Plan &plan) {
   if (!lora) return sdError("the plan has no LoRA adapters (compile it with --peft lora)");
   LoraConfig c;
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
-             *mods = lora->get("modules");
+             *mods = lora->get("modules"), *dropout = lora->get("lora_dropout");
   if (!r || !r->isInteger() || !alpha || alpha->type != Json::Type::Number || !mods ||
       mods->type != Json::Type::Array)
     return sdError("the plan's LoRA configuration is malformed");
   c.r = int64_t(r->num);
   c.alpha = alpha->num;
   c.rslora = rs && rs->b;
+  c.dropout = dropout && dropout->type == Json::Type::Number ? dropout->num : 0.0;
   for (const Json &m : mods->arr) c.modules.push_back(m.str);
   return c;
 }
@@ -63,10 +64,11 @@ Status saveAdapter(const std::string &dir, const Session &session, const LoraCon
   SD_RETURN_IF_ERROR(writeSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}));
   std::string targets;
   for (const std::string &m : cfg.modules) targets += (targets.empty() ? "" : ", ") + jsonQuote(m);
-  char alpha[32];
+  char alpha[32], dropout[32];
   std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
+  std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);
   std::string json = "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
-                     ",\n  \"lora_alpha\": " + alpha + ",\n  \"lora_dropout\": 0.0,\n  \"use_rslora\": " +
+                     ",\n  \"lora_alpha\": " + alpha + ",\n  \"lora_dropout\": " + dropout + ",\n  \"use_rslora\": " +
                      (cfg.rslora ? "true" : "false") + ",\n  \"target_modules\": [" + targets +
                      "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": false,\n  \"init_lora_weights\": true,\n"
                      "  \"inference_mode\": true,\n  \"modules_to_save\": null,\n  \"base_model_name_or_path\": null\n}\n";

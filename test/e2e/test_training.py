@@ -141,8 +141,9 @@ def write_safetensors(path, tensors):
         f.write(len(h).to_bytes(8, "little") + h + b"".join(blobs))
 
 
-def add_lora(model, targets, r, alpha, init):
-    """Manual LoRA as PEFT computes it: base(x) + B(A(x)) * alpha / r, base frozen."""
+def add_lora(model, targets, r, alpha, init, dropout=None):
+    """Manual LoRA as PEFT computes it: base(x) + B(A(dropout(x))) * alpha / r,
+    base frozen. dropout(x, layer) is applied to the adapter input when given."""
     import torch
     import torch.nn as nn
 
@@ -154,7 +155,8 @@ def add_lora(model, targets, r, alpha, init):
             self.lora_B = nn.Parameter(torch.tensor(b))
 
         def forward(self, x):
-            return self.base(x) + (x @ self.lora_A.t()) @ self.lora_B.t() * (alpha / r)
+            xd = dropout(x, self) if dropout else x
+            return self.base(x) + (xd @ self.lora_A.t()) @ self.lora_B.t() * (alpha / r)
 
     for p in model.parameters():
         p.requires_grad_(False)

@@ -37,7 +37,8 @@ const char *kUsage =
     "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
     "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
-    "  --lora-dropout P         only 0 for now (dropout in plans is not built yet)\n"
+    "  --lora-dropout P         dropout on each adapter's input while training (0); masks\n"
+    "                           are keyed by sdrun train --seed and saved in checkpoints\n"
     "  --seed S                 seed of the adapter initialization (0)\n"
     "  --dry-run                list what would train and the parameter count; write nothing\n"
     "  --infer-shapes INPUT=DxD shapes of the infer entry (default for training plans:\n"
@@ -144,9 +145,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
       if (v.empty() || *end || !(d >= 0 && d < 1e6)) return fail(flag + " needs a non-negative number"), 2;
-      if (flag == "--lora-dropout" && d != 0)
-        return fail("--lora-dropout other than 0 is not implemented yet (plans have no random-number state)"), 2;
-      if (flag == "--lora-alpha") a.pipeline.loraAlpha = d;
+      if (flag == "--lora-dropout" && !(d < 1)) return fail("--lora-dropout must be below 1"), 2;
+      (flag == "--lora-alpha" ? a.pipeline.loraAlpha : a.pipeline.loraDropout) = d;
     } else if (arg == "--use-rslora") {
       a.pipeline.rslora = true;
     } else if (flag == "--lora-init") {

@@ -27,7 +27,7 @@ const char *kTrainUsage =
     "  --warmup-steps N       warm-up steps (0)\n"
     "  --weight-decay X       decoupled weight decay on weights, not biases/norms (0)\n"
     "  --clip-norm X          clip the global gradient norm to X (0: off)\n"
-    "  --seed S               data shuffling seed (0)\n"
+    "  --seed S               seed of data shuffling and of dropout masks (0)\n"
     "  --no-shuffle           take the data in file order\n"
     "  --truncate             cut sequences longer than the largest bucket\n"
     "  --eval-data FILE       held-out data; --eval-every N steps (and at the end)\n"

@@ -223,6 +223,12 @@ Status runTraining(const TrainOptions &o) {
     lora = cfg.value();
   }
   if (!o.adapterIn.empty() && !o.resume) SD_RETURN_IF_ERROR(sd::loadAdapter(o.adapterIn, s, lora));
+  // Dropout masks are keyed by [seed, counter]; a resumed run restores both.
+  if (int64_t rng = s.findGlobal(sd::kDropoutRngGlobal); rng >= 0 && !o.resume) {
+    int64_t *state = s.global(size_t(rng)).as<int64_t>();
+    state[0] = int64_t(o.seed);
+    state[1] = 0;
+  }
   int64_t perStep = batch * o.gradAccum;
   int64_t total = o.steps ? o.steps : (o.epochs * int64_t(data.value().size()) + perStep - 1) / perStep;
   DataCursor cursor{&data.value(), o.shuffle, o.seed};

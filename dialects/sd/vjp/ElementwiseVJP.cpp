@@ -44,6 +44,16 @@ LogicalResult identityVJP(IdentityOp op, GradBuilder &g, ArrayRef<Value> dy, Arr
   return success();
 }
 
+// Dropout is linear in x with the mask regenerated from the same rng value.
+LogicalResult seededDropoutVJP(SeededDropoutOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                               Grads &dx) {
+  SmallVector<NamedAttribute> attrs;
+  for (StringRef n : {"ratio", "stream"})
+    if (Attribute a = op->getAttr(n)) attrs.push_back(g.builder().getNamedAttr(n, a));
+  dx[0] = g.make<SeededDropoutOp>({dy[0], op.getRng()}, attrs);
+  return success();
+}
+
 LogicalResult expVJP(ExpOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   dx[0] = g.mul(dy[0], op.getOutput());
   return success();
@@ -140,6 +150,7 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<DivOp, divVJP>(ctx);
   attachVJP<NegOp, negVJP>(ctx);
   attachVJP<IdentityOp, identityVJP>(ctx);
+  attachVJP<SeededDropoutOp, seededDropoutVJP>(ctx);
   attachVJP<ExpOp, expVJP>(ctx);
   attachVJP<LogOp, logVJP>(ctx);
   attachVJP<SqrtOp, sqrtVJP>(ctx);

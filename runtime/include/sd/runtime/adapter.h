@@ -19,6 +19,7 @@ struct LoraConfig {
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
+  double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
   std::vector<std::string> modules; // adapted sd.linear modules
 
   double scale() const { return loraScale(alpha, r, rslora); }

@@ -20,6 +20,10 @@ enum class GlobalRole : uint8_t { Frozen = 0, Trainable = 1, OptimizerState = 2,
 // Roles whose values entries may write (and checkpoints save).
 inline bool isMutableRole(GlobalRole r) { return r != GlobalRole::Frozen && r != GlobalRole::Constant; }
 const char *globalRoleName(GlobalRole r);
+// The int64[2] scalar_state global [seed, counter] keying training-time
+// randomness (sd/ops/counter_rng.h): sdrun train sets the seed, each
+// accumulate call advances the counter, checkpoints save both.
+constexpr const char *kDropoutRngGlobal = "dropout_rng";
 
 struct GlobalDesc {
   std::string name;

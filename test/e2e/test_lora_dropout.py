@@ -1,0 +1,183 @@
+#!/usr/bin/python3
+"""LoRA dropout against PyTorch. sdrun's masks come from a counter-based
+generator (kernels/include/sd/ops/counter_rng.h: SplitMix64 keyed by the run's
+seed, the micro-batch counter and the adapted layer's stream); this test
+rebuilds the same masks in NumPy and applies them in a PyTorch LoRA model, so
+per-step losses and the trained adapter must agree. Also: eval has no dropout,
+the seed changes the masks, adapter_config.json records lora_dropout, and a
+resumed run reproduces the straight one bit for bit (the counter is
+checkpointed)."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from e2e_util import sh, tool_paths
+from test_training import (ADAM_EPS, BATCH, RESULTS, SEQ, add_lora, check, make_data, read_safetensors,
+                           torch_losses, write_safetensors)
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+STEPS, P, SEED = 20, 0.1, 5
+GAMMA = 0x9E3779B97F4A7C15
+MASK64 = (1 << 64) - 1
+
+
+def mix(z):
+    """SplitMix64's output function on uint64 arrays."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def keep_mask(seed, counter, stream, n, p):
+    with np.errstate(over="ignore"):
+        k = mix(np.array([((seed ^ (stream * 0xD1B54A32D192ED03 & MASK64)) + GAMMA) & MASK64], np.uint64))
+        k = mix(np.array([((int(k[0]) ^ counter) + GAMMA) & MASK64], np.uint64))
+        states = k + (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(GAMMA)
+        bits = mix(states)
+    return (bits >> np.uint64(40)).astype(np.uint32) >= np.uint32(int(p * (1 << 24)))
+
+
+class Dropout:
+    """Counter-based dropout as sdrun applies it: streams are the adapted
+    layers in forward order, the counter advances once per micro-batch."""
+
+    def __init__(self, seed, p):
+        self.seed, self.p, self.counter, self.streams, self.active = seed, p, -1, {}, True
+
+    def next_micro_batch(self):
+        self.counter += 1
+
+    def __call__(self, x, layer):
+        import torch
+        if not self.active:
+            return x
+        stream = self.streams.setdefault(id(layer), len(self.streams))
+        keep = keep_mask(self.seed, self.counter, stream, x.numel(), self.p).reshape(tuple(x.shape))
+        return x * torch.tensor(keep, dtype=x.dtype) * (1.0 / (1.0 - self.p))
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    from export_models import Gpt, export_gpt
+    torch.set_num_threads(1)
+    tmp = tempfile.mkdtemp(prefix="sd_dropout_")
+    try:
+        torch.manual_seed(0)
+        base = Gpt(d=64, layers=2, heads=4, block=SEQ)
+        onnx_path = os.path.join(tmp, "gpt.onnx")
+        export_gpt(base, onnx_path, torch.zeros((BATCH, SEQ), dtype=torch.long), opset=17)
+        data = os.path.join(tmp, "train.jsonl")
+        rows = make_data(data, 9, seed=1)
+        targets, r, alpha = ["qkv", "fc2", "head"], 4, 8.0
+        plan = os.path.join(tmp, "lora.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(targets), "--lora-r", str(r),
+            "--lora-alpha", str(alpha), "--lora-dropout", str(P), "--shapes", f"input_ids={BATCH}x{SEQ}",
+            "--adam-epsilon", str(ADAM_EPS), "-o", plan])
+        rng = np.random.default_rng(7)
+        init, tensors = {}, {}
+        for name, mod in base.named_modules():
+            if isinstance(mod, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
+                a = (rng.standard_normal((r, mod.in_features)) * 0.2).astype(np.float32)
+                b = (rng.standard_normal((mod.out_features, r)) * 0.2).astype(np.float32)
+                init[name] = (a, b)
+                tensors[f"base_model.model.{name}.lora_A.weight"] = a
+                tensors[f"base_model.model.{name}.lora_B.weight"] = b
+        init_dir, out_dir = os.path.join(tmp, "adapter0"), os.path.join(tmp, "adapter1")
+        os.makedirs(init_dir)
+        write_safetensors(os.path.join(init_dir, "adapter_model.safetensors"), tensors)
+        json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": targets, "lora_dropout": P},
+                  open(os.path.join(init_dir, "adapter_config.json"), "w"))
+        lr, wd, clip = 2e-3, 0.1, 1.0
+
+        def train(metrics, steps, seed, extra=()):
+            sh([sdrun, "train", plan, "--data", data, "--steps", str(steps), "--no-shuffle", "--threads", "2",
+                "--lr", str(lr), "--weight-decay", str(wd), "--clip-norm", str(clip), "--seed", str(seed),
+                "--metrics", metrics, *extra])
+            lines = [json.loads(l) for l in open(metrics)]
+            return [l["loss"] for l in lines if "loss" in l], [l["eval_loss"] for l in lines if "eval_loss" in l]
+
+        ours, evals = train(os.path.join(tmp, "m.jsonl"), STEPS, SEED,
+                            ["--adapter", init_dir, "--save-adapter", out_dir, "--eval-data", data, "--eval-every",
+                             str(STEPS)])
+        drop = Dropout(SEED, P)
+        model = Gpt(d=64, layers=2, heads=4, block=SEQ)
+        model.load_state_dict(base.state_dict())
+        add_lora(model, targets, r, alpha, init, dropout=drop)
+        forward = model.forward
+
+        def counted_forward(ids):
+            drop.next_micro_batch()
+            return forward(ids)
+        model.forward = counted_forward
+        ref = torch_losses(model, rows, STEPS, 1, lr, wd, clip)
+        rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
+        check(f"LoRA dropout {P}: {STEPS} per-step losses equal PyTorch with the same masks",
+              rel < 1e-4 and len(ours) == STEPS, f"max rel diff {rel:.2e} (first {ref[0]:.4f}, last {ref[-1]:.4f})")
+
+        got = read_safetensors(os.path.join(out_dir, "adapter_model.safetensors"))
+        worst = 0.0
+        for name, p in ((n, p) for n, p in model.named_parameters() if p.requires_grad):
+            key = "base_model.model." + name.replace(".lora_A", ".lora_A.weight").replace(".lora_B", ".lora_B.weight")
+            want = p.detach().numpy()
+            worst = max(worst, float(np.max(np.abs(got[key] - want)) / (np.max(np.abs(want)) + 1e-12)))
+        cfg = json.load(open(os.path.join(out_dir, "adapter_config.json")))
+        check("LoRA dropout: trained adapter equals PyTorch's; adapter_config.json records lora_dropout",
+              worst < 1e-4 and abs(cfg["lora_dropout"] - P) < 1e-7, f"max rel diff {worst:.2e}, "
+              f"lora_dropout {cfg['lora_dropout']}")
+
+        # Eval runs without dropout: the eval loss equals PyTorch's eval of the trained model.
+        drop.active = False
+        total, count = 0.0, 0
+        with torch.no_grad():
+            for i in range(0, len(rows), BATCH):
+                batch = rows[i:i + BATCH]
+                ids = torch.zeros((len(batch), SEQ), dtype=torch.long)
+                labels = torch.full((len(batch), SEQ), -100, dtype=torch.long)
+                for k, seq in enumerate(batch):
+                    ids[k, :len(seq)] = torch.tensor(seq)
+                    labels[k, :len(seq)] = torch.tensor(seq)
+                logits = forward(ids)
+                total += float(torch.nn.functional.cross_entropy(
+                    logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100,
+                    reduction="sum"))
+                count += int((labels[:, 1:] != -100).sum())
+        want = total / count
+        got_eval = evals[-1] if evals else float("nan")
+        check("LoRA dropout: eval_loss is computed without dropout (equals PyTorch's eval)",
+              abs(got_eval - want) / want < 1e-4, f"{got_eval:.6f} vs {want:.6f}")
+
+        # Another seed draws other masks.
+        other, _ = train(os.path.join(tmp, "m2.jsonl"), 3, SEED + 1, ["--adapter", init_dir])
+        check("LoRA dropout: another --seed gives other masks (other losses)",
+              other[0] != ours[0], f"first loss {other[0]:.6f} vs {ours[0]:.6f}")
+
+        # Resume with dropout: the counter is part of the checkpoint.
+        n, ck = 5, os.path.join(tmp, "ck")
+        straight_dir, resumed_dir = os.path.join(tmp, "straight"), os.path.join(tmp, "resumed")
+        a, _ = train(os.path.join(tmp, "s.jsonl"), 2 * n, SEED, ["--save-adapter", straight_dir])
+        train(os.path.join(tmp, "r.jsonl"), n, SEED, ["--checkpoint-dir", ck])
+        b, _ = train(os.path.join(tmp, "r.jsonl"), 2 * n, SEED,
+                     ["--checkpoint-dir", ck, "--resume", "--save-adapter", resumed_dir])
+        wa = read_safetensors(os.path.join(straight_dir, "adapter_model.safetensors"))
+        wb = read_safetensors(os.path.join(resumed_dir, "adapter_model.safetensors"))
+        same_w = all(np.array_equal(wa[k], wb[k]) for k in wa)
+        check(f"LoRA dropout resume: {2 * n} steps straight == {n} + --resume {n}, bit for bit", a == b and same_w,
+              f"losses equal: {a == b}, adapter equal: {same_w}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    failed = 0
+    for name, ok, detail in RESULTS:
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+        failed += not ok
+    print(f"test_lora_dropout: {len(RESULTS) - failed}/{len(RESULTS)} passed")
+    return 1 if failed or not RESULTS else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
