@@ -72,13 +72,17 @@ ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir
 
 namespace sd {
 
-bool isScalar(mlir::Value v, double want) {
+std::optional<double> scalarValue(mlir::Value v) {
   mlir::ElementsAttr c = ir::constantValue(v);
-  if (!c || c.getNumElements() != 1) return false;
+  if (!c || c.getNumElements() != 1) return std::nullopt;
   auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(c);
-  if (!dense || !mlir::isa<mlir::FloatType>(dense.getElementType())) return false;
-  double got = (*dense.getValues<llvm::APFloat>().begin()).convertToDouble();
-  return std::abs(got - want) < 1e-5 * std::max(1.0, std::abs(want));
+  if (!dense || !mlir::isa<mlir::FloatType>(dense.getElementType())) return std::nullopt;
+  return (*dense.getValues<llvm::APFloat>().begin()).convertToDouble();
+}
+
+bool isScalar(mlir::Value v, double want) {
+  std::optional<double> got = scalarValue(v);
+  return got && std::abs(*got - want) < 1e-5 * std::max(1.0, std::abs(want));
 }
 
 mlir::Value otherOperand(mlir::Operation *op, mlir::Value v) {

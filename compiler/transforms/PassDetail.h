@@ -6,6 +6,7 @@
 #include "mlir/Pass/Pass.h"
 #include "llvm/Support/Regex.h"
 #include <memory>
+#include <optional>
 
 namespace sd {
 // Entry functions carry `sd.entry = "<name>"`.
@@ -18,9 +19,10 @@ std::string describeNode(mlir::Operation *op);
 // passes add, such as all gradients, sits together in plan order) when missing.
 sd::ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir::Type type,
                                    llvm::StringRef role, mlir::ElementsAttr init = {});
-// Pattern helpers for the fusion passes. isScalar: `v` is a one-element float
-// constant within 1e-5 of `want`. otherOperand: for a binary op with operand
+// Pattern helpers for the fusion passes. scalarValue: the value of a
+// one-element float constant. isScalar: `v` is one within 1e-5 of `want`. otherOperand: for a binary op with operand
 // `v`, the other one (null if `v` is not an operand). soleUser: the only user.
+std::optional<double> scalarValue(mlir::Value v);
 bool isScalar(mlir::Value v, double want);
 mlir::Value otherOperand(mlir::Operation *op, mlir::Value v);
 mlir::Operation *soleUser(mlir::Value v);

@@ -79,6 +79,16 @@ def FuseLayerNorm : Pass<"sd-fuse-layernorm", "mlir::ModuleOp"> {
   let summary = "Replace LayerNorm decomposed by pre-opset-17 exporters with one sd.layer_normalization";
 }
 
+def FuseAttention : Pass<"sd-fuse-attention", "mlir::ModuleOp"> {
+  let summary = "Replace decomposed scaled-dot-product attention with one sd.attention";
+  let description = [{
+    MatMul(q, kt), an optional constant scale (Mul or Div), an optional
+    Where(mask, constant, scores), Softmax over the last axis and MatMul with v,
+    each feeding only the next, become sd.attention(q, kt, v, mask)
+    {scale, mask_value}: one kernel forward, one backward.
+  }];
+}
+
 def Specialize : Pass<"sd-specialize", "mlir::ModuleOp"> {
   let summary = "Clone each entry per shape bucket with static input shapes";
   let options = [

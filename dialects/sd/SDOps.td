@@ -183,6 +183,14 @@ def SD_GlobalAveragePoolOp : SD_Unary<"global_average_pool", "GlobalAveragePool"
 def SD_GlobalMaxPoolOp : SD_Unary<"global_max_pool", "GlobalMaxPool">;
 def SD_GlobalLpPoolOp : SD_Unary<"global_lp_pool", "GlobalLpPool", (ins OptI64:$p)>;
 
+def SD_AttentionOp : SD_Nary<"attention", "Attention",
+    (ins AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask), (ins OptF32:$scale, OptF32:$mask_value)> {
+  let description = [{
+    Fused scaled-dot-product attention, recognized by sd-fuse-attention:
+    y = softmax(where(mask, mask_value, q @ kt * scale)) @ v with q [..., T, d],
+    kt (keys already transposed) [..., d, S], v [..., S, dv], mask bool.
+  }];
+}
 def SD_ResizeOp : SD_Nary<"resize", "Resize",
     (ins AnyTensor:$x, SD_OptTensor:$roi, SD_OptTensor:$scales, SD_OptTensor:$sizes),
     (ins OptI64:$antialias, OptI64s:$axes, OptStr:$coordinate_transformation_mode, OptF32:$cubic_coeff_a,
@@ -227,6 +235,11 @@ def SD_AveragePoolGradOp : SD_Nary<"average_pool_grad", "AveragePoolGrad", (ins 
 def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad", "SoftmaxCrossEntropyLossGrad",
     (ins AnyTensor:$grad, AnyTensor:$scores, AnyTensor:$labels), (ins OptI64:$ignore_index, OptStr:$reduction)>;
 
+def SD_AttentionGradOp : SD_Nary<"attention_grad", "AttentionGrad",
+    (ins AnyTensor:$grad, AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask),
+    (ins OptF32:$scale, OptF32:$mask_value), (outs AnyTensor:$q_grad, AnyTensor:$kt_grad, AnyTensor:$v_grad)> {
+  let description = "Attention's gradient; recomputes the probabilities from q and kt.";
+}
 def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTensor:$x, AnyTensor:$rng),
     (ins OptF32:$ratio, OptI64:$stream)> {
   let description = [{

@@ -29,6 +29,7 @@ void registerEinsumKernels();
 void registerQuantizedKernels();
 void registerOptimizerKernels();
 void registerDropoutKernels();
+void registerAttentionKernels();
 
 void registerCpuKernel(const char *op, KernelFn fn) {
   OpDef d;
@@ -66,6 +67,7 @@ void registerAllOps() {
     cpu::registerQuantizedKernels();
     cpu::registerOptimizerKernels();
     cpu::registerDropoutKernels();
+    cpu::registerAttentionKernels();
     computeHalfViaF32({"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
                        "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "HardSigmoid", "HardSwish",
                        "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu",

@@ -15,6 +15,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"GatherGrad", {2, 2}},
       {"ConvGradWeight", {2, 2}},
       {"SeededDropout", {2, 2}},
+      {"Attention", {3, 4}},
+      {"AttentionGrad", {4, 5}},
       {"MaxPoolGrad", {2, 2}},
       {"AveragePoolGrad", {2, 2}},
       {"SoftmaxCrossEntropyLossGrad", {3, 3}},

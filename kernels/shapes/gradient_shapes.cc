@@ -85,6 +85,23 @@ Status poolGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// AttentionGrad(dy, q, kt, v, mask) -> dq, dkt, dv; q, kt and v share their batch dims.
+Status attentionGradShape(ShapeContext &c) {
+  const TensorInfo &dy = c.inputs[0], &q = c.inputs[1], &kt = c.inputs[2], &v = c.inputs[3];
+  SD_CHECK_ARG(q.isStatic() && kt.isStatic() && v.isStatic() && dy.isStatic() && q.rank() >= 2 &&
+                   kt.rank() == q.rank() && v.rank() == q.rank(),
+               "AttentionGrad needs static q, kt, v of one rank");
+  Dims batch(q.dims.begin(), q.dims.end() - 2);
+  SD_CHECK_ARG(Dims(kt.dims.begin(), kt.dims.end() - 2) == batch && Dims(v.dims.begin(), v.dims.end() - 2) == batch,
+               "AttentionGrad: q, kt and v must have the same batch dims (no broadcasting)");
+  Dims want = batch;
+  want.push_back(q.dims[q.dims.size() - 2]);
+  want.push_back(v.dims.back());
+  if (dy.dims != want) return sdError("AttentionGrad: gradient ", formatDims(dy.dims), " is not ", formatDims(want));
+  c.outputs = {q, kt, v};
+  return Status::ok();
+}
+
 // SeededDropout(x, rng int64[2]) {ratio, stream} -> y shaped like x.
 Status seededDropoutShape(ShapeContext &c) {
   const TensorInfo &rng = c.inputs[1];
@@ -145,6 +162,7 @@ void registerGradientShapes() {
   registerShapeRule("MaxPoolGrad", poolGradShape);
   registerShapeRule("AveragePoolGrad", poolGradShape);
   registerShapeRule("SeededDropout", seededDropoutShape);
+  registerShapeRule("AttentionGrad", attentionGradShape);
   registerShapeRule("AdamW", adamwShape);
   registerShapeRule("SGD", sgdShape);
   registerShapeRule("GradScale", gradScaleShape);

@@ -1,4 +1,4 @@
-// Shape rules for MatMul, Gemm, Linear and Einsum.
+// Shape rules for MatMul, Gemm, Linear, fused attention and Einsum.
 #include "shape_util.h"
 
 namespace sd {
@@ -79,10 +79,32 @@ static Status linearShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// Attention(q [..., T, d], kt [..., d, S], v [..., S, dv], mask bool
+// broadcastable to [..., T, S]) -> [..., T, dv]: softmax(q kt * scale, masked) v.
+static Status attentionShape(ShapeContext &c) {
+  const TensorInfo &q = c.inputs[0], &kt = c.inputs[1], &v = c.inputs[2];
+  SD_CHECK_ARG(q.dtype == DType::F32 && kt.dtype == q.dtype && v.dtype == q.dtype, "Attention needs f32 q, kt, v");
+  SD_CHECK_ARG(q.rank() >= 2 && kt.rank() >= 2 && v.rank() >= 2, "Attention operands must have rank >= 2");
+  TensorInfo scores, out;
+  SD_RETURN_IF_ERROR(matmulDims(q, kt, scores));
+  SD_RETURN_IF_ERROR(matmulDims(scores, v, out));
+  if (c.hasInput(3)) {
+    const TensorInfo &mask = c.inputs[3];
+    SD_CHECK_ARG(mask.dtype == DType::Bool, "Attention mask must be bool");
+    TensorInfo joined;
+    SD_RETURN_IF_ERROR(broadcastDims({&scores, &mask}, joined));
+    if (scores.isStatic() && mask.isStatic() && joined.dims != scores.dims)
+      return sdError("Attention mask ", formatDims(mask.dims), " does not broadcast to ", formatDims(scores.dims));
+  }
+  c.outputs = {out};
+  return Status::ok();
+}
+
 void registerLinalgShapes() {
   registerShapeRule("MatMul", matmulShape);
   registerShapeRule("Gemm", gemmShape);
   registerShapeRule("Linear", linearShape);
+  registerShapeRule("Attention", attentionShape);
 }
 
 } // namespace sd

@@ -180,6 +180,17 @@ INSTANTIATE_TEST_SUITE_P(
              "  y = AveragePool <kernel_shape = [3, 3], pads = [1, 1, 1, 1]> (w)"},
         Case{"GlobalPools", {{"w", "2, 3, 2, 2", 24}},
              "  a = GlobalAveragePool(w)\n  b = GlobalMaxPool(w)\n  y = Add(a, b)"},
+        // Decomposed attention, fused by sd-fuse-attention into one kernel
+        // forward and backward (test/lit/transforms/fuse_attention.mlir).
+        Case{"AttentionMaskedScaled", {{"wq", "2, 3, 4", 24}, {"wk", "2, 4, 5", 40}, {"wv", "2, 5, 2", 20}},
+             "  s = MatMul(wq, wk)\n  c = Constant <value = float {0.5}> ()\n  t = Mul(s, c)\n"
+             "  mk = Constant <value = int64[3, 5] {0, 0, 1, 1, 1, 0, 0, 0, 1, 1, 0, 0, 0, 0, 0}> ()\n"
+             "  zero = Constant <value = int64 {1}> ()\n  m = Equal(mk, zero)\n"
+             "  fill = Constant <value = float {-1e9}> ()\n  u = Where(m, fill, t)\n"
+             "  p = Softmax <axis = -1> (u)\n  y = MatMul(p, wv)"},
+        Case{"AttentionDivScale", {{"wq", "1, 2, 4, 3", 24}, {"wk", "1, 2, 3, 4", 24}, {"wv", "1, 2, 4, 3", 24}},
+             "  s = MatMul(wq, wk)\n  c = Constant <value = float {1.7}> ()\n  t = Div(s, c)\n"
+             "  p = Softmax <axis = 3> (t)\n  y = MatMul(p, wv)"},
         // Eval-mode BatchNorm: the statistics (m, v) are frozen.
         Case{"BatchNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}, {"m", "3", 3}, {"v", "3", 3, true}},
              "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"}),

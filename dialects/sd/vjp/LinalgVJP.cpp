@@ -1,4 +1,4 @@
-// Reverse-mode rules of Linear, MatMul and Gemm. Linear's weight gradient is
+// Reverse-mode rules of Linear, MatMul, Gemm and fused attention. Linear's weight gradient is
 // one GEMM over the flattened batch, built only when the weight is trainable
 // (a frozen weight costs no weight-gradient GEMM).
 #include "GradBuilder.h"
@@ -61,12 +61,25 @@ LogicalResult gemmVJP(GemmOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
+// One fused kernel for all three gradients (the mask gets none).
+LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<NamedAttribute> attrs;
+  for (StringRef n : {"scale", "mask_value"})
+    if (Attribute a = op->getAttr(n)) attrs.push_back(g.builder().getNamedAttr(n, a));
+  Operation *grad = g.op<AttentionGradOp>({dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask()}, attrs, 3);
+  if (!grad) return failure();
+  for (unsigned i = 0; i < 3; ++i)
+    if (need[i]) dx[i] = grad->getResult(i);
+  return success();
+}
+
 } // namespace
 
 void attachLinalgVJPs(MLIRContext *ctx) {
   attachVJP<LinearOp, linearVJP>(ctx);
   attachVJP<MatMulOp, matmulVJP>(ctx);
   attachVJP<GemmOp, gemmVJP>(ctx);
+  attachVJP<AttentionOp, attentionVJP>(ctx);
 }
 
 } // namespace sd::ir

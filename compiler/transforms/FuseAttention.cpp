@@ -1,0 +1,87 @@
+// sd-fuse-attention: recognizes scaled-dot-product attention as exporters
+// decompose it,
+//   s = MatMul(q, kt) [* c | / c]  ->  [Where(mask, fill, s)]  ->  Softmax(last axis)  ->  MatMul(p, v),
+// and replaces the chain with one sd.attention, so the [..., T, S] scores
+// and probabilities never become tensors and training differentiates it with
+// one fused backward kernel. Every intermediate must have the chain as its
+// only user (a model that also returns the attention weights keeps its ops).
+#include "OpLibraryBridge.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "mlir/IR/Builders.h"
+
+namespace sd {
+#define GEN_PASS_DEF_FUSEATTENTION
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+bool isF32(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.getElementType().isF32() && t.getRank() >= 2;
+}
+
+struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
+  void runOnOperation() override {
+    SmallVector<SoftmaxOp> softmaxes;
+    getOperation().walk([&](SoftmaxOp s) { softmaxes.push_back(s); });
+    for (SoftmaxOp s : softmaxes) tryFuse(s);
+  }
+
+  void tryFuse(SoftmaxOp softmax) {
+    auto type = dyn_cast<RankedTensorType>(softmax.getInput().getType());
+    if (!type || softmax.getCoerce2d().value_or(0)) return;
+    int64_t axis = softmax.getAxis().value_or(-1);
+    if (axis != -1 && axis != type.getRank() - 1) return;
+    auto pv = dyn_cast_or_null<MatMulOp>(sd::soleUser(softmax.getResult()));
+    if (!pv || pv.getLhs() != softmax.getResult()) return;
+    SmallVector<Operation *> chain = {pv, softmax};
+
+    // Optional mask: Where(mask, fill, scores) with a constant fill.
+    Value scores = softmax.getInput(), mask;
+    std::optional<double> fill;
+    if (auto where = scores.getDefiningOp<WhereOp>(); where && where->hasOneUse()) {
+      fill = sd::scalarValue(where.getX());
+      if (!fill) return;
+      mask = where.getCondition();
+      scores = where.getY();
+      chain.push_back(where);
+    }
+    // Optional scale: a constant multiplier or divisor.
+    double scale = 1.0;
+    if (Operation *def = scores.getDefiningOp(); def && def->hasOneUse() && isa<MulOp, DivOp>(def)) {
+      Value lhs = def->getOperand(0), rhs = def->getOperand(1);
+      std::optional<double> c = sd::scalarValue(rhs);
+      if (!c && isa<MulOp>(def)) {
+        c = sd::scalarValue(lhs);
+        std::swap(lhs, rhs);
+      }
+      if (!c || *c == 0) return;
+      scale = isa<DivOp>(def) ? 1.0 / *c : *c;
+      scores = lhs;
+      chain.push_back(def);
+    }
+    auto qk = scores.getDefiningOp<MatMulOp>();
+    if (!qk || !qk->hasOneUse()) return;
+    chain.push_back(qk);
+    Value q = qk.getLhs(), kt = qk.getRhs(), v = pv.getRhs();
+    if (!isF32(q) || !isF32(kt) || !isF32(v) || !isF32(pv.getResult())) return;
+
+    OpBuilder b(pv);
+    SmallVector<Location> locs;
+    for (Operation *op : chain) locs.push_back(op->getLoc());
+    SmallVector<NamedAttribute> attrs = {b.getNamedAttr("scale", b.getF32FloatAttr(float(scale)))};
+    if (fill) attrs.push_back(b.getNamedAttr("mask_value", b.getF32FloatAttr(float(*fill))));
+    Value maskOperand = mask ? mask : b.create<NoneOp>(pv.getLoc(), b.getNoneType()).getResult();
+    auto fused = b.create<AttentionOp>(FusedLoc::get(b.getContext(), locs), pv.getResult().getType(),
+                                       ValueRange{q, kt, v, maskOperand}, attrs);
+    pv.getResult().replaceAllUsesWith(fused.getResult());
+    for (Operation *op : chain) op->erase();
+  }
+};
+
+} // namespace
