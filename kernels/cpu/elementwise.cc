@@ -101,6 +101,13 @@ SD_FLOAT_UNARY(Mish, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::l
 // 0.5 x (1 + tanh(k (x + 0.044715 x^3))).
 Status GeluGradKernel(const KernelContext &c) {
   bool tanhApprox = c.attrs.getString("approximate", "none") == "tanh";
+  if (!tanhApprox && c.inputs[0].dtype == DType::F32) {
+    const float *dy = c.inputs[0].as<float>(), *x = c.inputs[1].as<float>();
+    float *dx = c.outputs[0].as<float>();
+    parallelFor(c.pool, c.outputs[0].numElements(), 8192,
+                [&](int64_t b, int64_t e) { vgeluGrad(dy + b, x + b, dx + b, e - b); });
+    return Status::ok();
+  }
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *dy = c.inputs[0].as<T>(), *x = c.inputs[1].as<T>();

@@ -2,6 +2,8 @@
 // (log-softmax over axis 1, then NLL), with class weights, ignore_index and
 // mean/sum/none reductions as the ONNX reference defines them.
 #include "cpu_util.h"
+#include "vecmath.h"
+#include <type_traits>
 #include <cmath>
 
 namespace sd::cpu {
@@ -62,6 +64,19 @@ Status SceKernel(const KernelContext &c) {
       logp = scratch.data();
     }
     const T *px = x.as<T>();
+    if constexpr (std::is_same_v<T, float>) {
+      if (inner == 1) { // class rows contiguous: the vector exp loop, rows across threads
+        parallelFor(c.pool, n, std::max<int64_t>(1, 4096 / std::max<int64_t>(cls, 1)), [&](int64_t b, int64_t e) {
+          for (int64_t i = b; i < e; ++i) {
+            const float *row = px + i * cls;
+            float *out = logp + i * cls, mx = vmax(row, cls);
+            float shift = mx + std::log(vexpShiftSum(row, out, cls, mx));
+            for (int64_t k = 0; k < cls; ++k) out[k] = row[k] - shift;
+          }
+        });
+        return nll<T>(c, logp, x.dims);
+      }
+    }
     for (int64_t i = 0; i < n; ++i)
       for (int64_t j = 0; j < inner; ++j) {
         const T *row = px + i * cls * inner + j;
@@ -108,6 +123,14 @@ Status SceGradKernel(const KernelContext &c) {
         if (hasIgnore && k == ignore) {
           for (int64_t q = 0; q < cls; ++q) drow[q * inner] = 0;
           continue;
+        }
+        if constexpr (std::is_same_v<T, float>) {
+          if (inner == 1) { // contiguous class row: the vector exp loop
+            float mx = vmax(row, cls), scale = dl / vexpShiftSum(row, drow, cls, mx);
+            for (int64_t q = 0; q < cls; ++q) drow[q] *= scale;
+            drow[k] -= dl;
+            continue;
+          }
         }
         T mx = row[0];
         for (int64_t q = 1; q < cls; ++q) mx = std::max(mx, row[q * inner]);

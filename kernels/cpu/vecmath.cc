@@ -60,6 +60,15 @@ SD_CLONES void vgelu(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 0.5f * x[i] * (1.0f + erfApprox(x[i] * 0.70710678118654752f));
 }
 
+SD_CLONES void vgeluGrad(const float *dy, const float *x, float *dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float v = x[i];
+    float d = 0.5f * (1.0f + erfApprox(v * 0.70710678118654752f)) + v * 0.3989422804014327f * expApprox(-0.5f * v * v);
+    dx[i] = dy[i] * d;
+  }
+}
+
 SD_CLONES void vsigmoid(const float *x, float *y, int64_t n) {
 #pragma omp simd
   for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + expApprox(-x[i]));

@@ -10,6 +10,8 @@ void verf(const float *x, float *y, int64_t n);
 void vsigmoid(const float *x, float *y, int64_t n);
 // Exact (erf) GELU: 0.5 * x * (1 + erf(x / sqrt(2))).
 void vgelu(const float *x, float *y, int64_t n);
+// dx = dy * GELU'(x), exact form: Phi(x) + x * phi(x).
+void vgeluGrad(const float *dy, const float *x, float *dx, int64_t n);
 // y = exp(x - shift); returns the sum of y (softmax rows).
 float vexpShiftSum(const float *x, float *y, int64_t n, float shift);
 float vmax(const float *x, int64_t n);

@@ -2,6 +2,7 @@
 // one GEMM over the flattened batch, built only when the weight is trainable
 // (a frozen weight costs no weight-gradient GEMM).
 #include "GradBuilder.h"
+#include <cmath>
 
 using namespace mlir;
 
@@ -61,8 +62,33 @@ LogicalResult gemmVJP(GemmOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
+// Keys or values broadcast over q's batch dims (shared across heads): the
+// same math from unfused ops, whose gradients reduce over the broadcast.
+LogicalResult attentionVJPUnfused(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                                  Grads &dx) {
+  Value q = op.getQ(), kt = op.getKt(), v = op.getV(), mask = op.getMask();
+  Type et = elementTypeOf(q);
+  double scale = op.getScale() ? double(op.getScale()->convertToFloat()) : 1.0;
+  Value s = g.scale(g.make<MatMulOp>({q, kt}), scale);
+  if (!isa<NoneType>(mask.getType())) {
+    double fill = op.getMaskValue() ? double(op.getMaskValue()->convertToFloat()) : -INFINITY;
+    s = g.make<WhereOp>({mask, g.scalar(et, fill), s});
+  }
+  Value p = g.make<SoftmaxOp>({s}, {g.attr("axis", -1)});
+  if (need[2]) dx[2] = g.unbroadcast(g.make<MatMulOp>({g.swapLastTwo(p), dy[0]}), v.getType());
+  Value ds = g.make<SoftmaxGradOp>({g.make<MatMulOp>({dy[0], g.swapLastTwo(v)}), p}, {g.attr("axis", -1)});
+  if (!isa<NoneType>(mask.getType())) ds = g.make<WhereOp>({mask, g.scalar(et, 0.0), ds});
+  if (need[0]) dx[0] = g.unbroadcast(g.scale(g.make<MatMulOp>({ds, g.swapLastTwo(kt)}), scale), q.getType());
+  if (need[1]) dx[1] = g.unbroadcast(g.scale(g.make<MatMulOp>({g.swapLastTwo(q), ds}), scale), kt.getType());
+  return success();
+}
+
 // One fused kernel for all three gradients (the mask gets none).
 LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  ArrayRef<int64_t> qs = shapeOf(op.getQ()), ks = shapeOf(op.getKt()), vs = shapeOf(op.getV());
+  auto batch = [](ArrayRef<int64_t> s) { return s.drop_back(2); };
+  if (ks.size() != qs.size() || vs.size() != qs.size() || batch(ks) != batch(qs) || batch(vs) != batch(qs))
+    return attentionVJPUnfused(op, g, dy, need, dx);
   SmallVector<NamedAttribute> attrs;
   for (StringRef n : {"scale", "mask_value"})
     if (Attribute a = op->getAttr(n)) attrs.push_back(g.builder().getNamedAttr(n, a));
