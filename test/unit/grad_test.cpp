@@ -191,6 +191,9 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"AttentionDivScale", {{"wq", "1, 2, 4, 3", 24}, {"wk", "1, 2, 3, 4", 24}, {"wv", "1, 2, 4, 3", 24}},
              "  s = MatMul(wq, wk)\n  c = Constant <value = float {1.7}> ()\n  t = Div(s, c)\n"
              "  p = Softmax <axis = 3> (t)\n  y = MatMul(p, wv)"},
+        // Keys shared across the batch: fused forward, unfused gradient.
+        Case{"AttentionSharedKeys", {{"wq", "2, 3, 4", 24}, {"wk", "1, 4, 5", 20}, {"wv", "2, 5, 2", 20}},
+             "  s = MatMul(wq, wk)\n  p = Softmax <axis = -1> (s)\n  y = MatMul(p, wv)"},
         // Eval-mode BatchNorm: the statistics (m, v) are frozen.
         Case{"BatchNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}, {"m", "3", 3}, {"v", "3", 3, true}},
              "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"}),
