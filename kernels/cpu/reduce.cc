@@ -42,6 +42,22 @@ template <typename T, RK K> Status reduceT(const KernelContext &c) {
   SD_CHECK_ARG(nOut == o.numElements(), "reduction output size mismatch");
   const T *px = x.as<T>();
   T *po = o.as<T>();
+  if constexpr ((K == RK::Sum || K == RK::Mean) && std::is_floating_point_v<T>) {
+    // Leading axes reduced (a bias gradient: [rows, N] -> [N]): add whole rows
+    // into per-column accumulators instead of striding down each column.
+    bool leading = std::find(red.begin(), red.end(), false) == std::find(red.rbegin(), red.rend(), true).base();
+    if (leading && nOut > 1 && nRed > 1) {
+      parallelFor(c.pool, nOut, std::max<int64_t>(16, 16384 / nRed), [&](int64_t b, int64_t e) {
+        std::vector<double> acc(size_t(e - b), 0.0);
+        for (int64_t r = 0; r < nRed; ++r) {
+          const T *row = px + r * nOut;
+          for (int64_t j = b; j < e; ++j) acc[size_t(j - b)] += double(row[j]);
+        }
+        for (int64_t j = b; j < e; ++j) po[j] = T(K == RK::Mean ? acc[size_t(j - b)] / double(nRed) : acc[size_t(j - b)]);
+      });
+      return Status::ok();
+    }
+  }
   parallelFor(c.pool, nOut, std::max<int64_t>(1, 16384 / std::max<int64_t>(nRed, 1)),
               [&](int64_t b, int64_t e) {
     Dims ri(redDims.size());
