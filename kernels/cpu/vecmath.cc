@@ -19,6 +19,7 @@ inline float expApprox(float x) {
   x = x < -87.3365f ? -87.3365f : x;
   x = x > 88.7228f ? 88.7228f : x;
   float t = x * 1.44269504088896341f;
+  t = t == t ? t : 0.0f; // NaN: no float->int conversion of it (undefined); NaN is returned below
   float n = float(int32_t(t + (t >= 0 ? 0.5f : -0.5f)));
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -31,7 +32,7 @@ inline float expApprox(float x) {
   int32_t bits = (int32_t(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
-  return p * scale;
+  return x == x ? p * scale : x;
 }
 
 // Abramowitz & Stegun 7.1.26 refined coefficients; |error| < 2e-7.
