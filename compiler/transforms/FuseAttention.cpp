@@ -1,6 +1,7 @@
 // sd-fuse-attention: recognizes scaled-dot-product attention as exporters
 // decompose it,
-//   s = MatMul(q, kt) [* c | / c]  ->  [Where(mask, fill, s)]  ->  Softmax(last axis)  ->  MatMul(p, v),
+//   s = MatMul(q, kt) [* c | / c]  ->  [Where(mask, fill, s) | Where(keep, s, fill)]
+//     ->  Softmax(last axis)  ->  MatMul(p, v),
 // and replaces the chain with one sd.attention, so the [..., T, S] scores
 // and probabilities never become tensors and training differentiates it with
 // one fused backward kernel. Every intermediate must have the chain as its
@@ -41,14 +42,21 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     if (!pv || pv.getLhs() != softmax.getResult()) return;
     SmallVector<Operation *> chain = {pv, softmax};
 
-    // Optional mask: Where(mask, fill, scores) with a constant fill.
+    // Optional mask: Where(mask, fill, scores) with a constant fill, or
+    // Where(keep, scores, fill) (Hugging Face's orientation: masked = !keep).
     Value scores = softmax.getInput(), mask;
     std::optional<double> fill;
+    bool keepMask = false;
     if (auto where = scores.getDefiningOp<WhereOp>(); where && where->hasOneUse()) {
       fill = sd::scalarValue(where.getX());
+      scores = where.getY();
+      if (!fill) {
+        fill = sd::scalarValue(where.getY());
+        scores = where.getX();
+        keepMask = true;
+      }
       if (!fill) return;
       mask = where.getCondition();
-      scores = where.getY();
       chain.push_back(where);
     }
     // Optional scale: a constant multiplier or divisor.
@@ -77,6 +85,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     SmallVector<NamedAttribute> attrs = {b.getNamedAttr("scale", b.getF32FloatAttr(float(scale)))};
     if (fill) attrs.push_back(b.getNamedAttr("mask_value", b.getF32FloatAttr(float(*fill))));
     Value maskOperand = mask ? mask : b.create<NoneOp>(pv.getLoc(), b.getNoneType()).getResult();
+    if (keepMask) maskOperand = b.create<NotOp>(pv.getLoc(), mask.getType(), mask).getResult();
     auto fused = b.create<AttentionOp>(FusedLoc::get(b.getContext(), locs), pv.getResult().getType(),
                                        ValueRange{q, kt, v, maskOperand}, attrs);
     pv.getResult().replaceAllUsesWith(fused.getResult());

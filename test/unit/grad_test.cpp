@@ -191,6 +191,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"AttentionDivScale", {{"wq", "1, 2, 4, 3", 24}, {"wk", "1, 2, 3, 4", 24}, {"wv", "1, 2, 4, 3", 24}},
              "  s = MatMul(wq, wk)\n  c = Constant <value = float {1.7}> ()\n  t = Div(s, c)\n"
              "  p = Softmax <axis = 3> (t)\n  y = MatMul(p, wv)"},
+        // Hugging Face's orientation: Where(keep, scores, fill).
+        Case{"AttentionKeepMask", {{"wq", "2, 3, 4", 24}, {"wk", "2, 4, 3", 24}, {"wv", "2, 3, 2", 12}},
+             "  s = MatMul(wq, wk)\n  mk = Constant <value = int64[3, 3] {1, 0, 0, 1, 1, 0, 1, 1, 1}> ()\n"
+             "  one = Constant <value = int64 {1}> ()\n  keep = Equal(mk, one)\n"
+             "  fill = Constant <value = float {-3.4e38}> ()\n  u = Where(keep, s, fill)\n"
+             "  p = Softmax <axis = -1> (u)\n  y = MatMul(p, wv)"},
         // Keys shared across the batch: fused forward, unfused gradient.
         Case{"AttentionSharedKeys", {{"wq", "2, 3, 4", 24}, {"wk", "1, 4, 5", 20}, {"wv", "2, 5, 2", 20}},
              "  s = MatMul(wq, wk)\n  p = Softmax <axis = -1> (s)\n  y = MatMul(p, wv)"},

@@ -20,6 +20,21 @@ func.func @causal(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf32>, %v: tenso
 
 // -----
 
+// Hugging Face's orientation, Where(keep, scores, fill): the kernel's mask is Not(keep).
+// CHECK-LABEL: func.func @keep_mask
+//       CHECK:   %[[M:.*]] = sd.not %arg3
+//       CHECK:   sd.attention %arg0, %arg1, %arg2, %[[M]] {mask_value = -3.40282347E+38 : f32, scale = 1.000000e+00 : f32}
+func.func @keep_mask(%q: tensor<2x8x4xf32>, %kt: tensor<2x4x8xf32>, %v: tensor<2x8x4xf32>, %keep: tensor<1x8x8xi1>) -> tensor<2x8x4xf32> {
+  %s = sd.matmul %q, %kt : (tensor<2x8x4xf32>, tensor<2x4x8xf32>) -> tensor<2x8x8xf32>
+  %min = sd.constant dense<-3.40282347E+38> : tensor<f32>
+  %u = sd.where %keep, %s, %min : (tensor<1x8x8xi1>, tensor<2x8x8xf32>, tensor<f32>) -> tensor<2x8x8xf32>
+  %p = sd.softmax %u {axis = -1 : i64} : (tensor<2x8x8xf32>) -> tensor<2x8x8xf32>
+  %y = sd.matmul %p, %v : (tensor<2x8x8xf32>, tensor<2x8x4xf32>) -> tensor<2x8x4xf32>
+  return %y : tensor<2x8x4xf32>
+}
+
+// -----
+
 // No mask, the scale as a divisor: Div(s, c).
 // CHECK-LABEL: func.func @unmasked_div
 //       CHECK:   sd.attention %arg0, %arg1, %arg2, %{{.*}} {scale = 5.000000e-01 : f32}
