@@ -16,10 +16,15 @@ namespace {
 // Cephes-style expf: x = n*ln2 + r, e^r by a degree-6 polynomial, times 2^n.
 inline float expApprox(float x) {
   // Comparisons and truncating conversions (not fmin/floor) so GCC vectorizes.
-  x = x < -87.3365f ? -87.3365f : x;
-  x = x > 88.7228f ? 88.7228f : x;
+  // The clamps are written so that NaN fails them and becomes -87.3 (a NaN
+  // must not reach the float->int conversion: undefined); NaN is restored at
+  // the end with bit arithmetic, not a branch, so the loops stay vector code.
+  uint32_t inBits;
+  std::memcpy(&inBits, &x, 4);
+  uint32_t nanMask = 0u - uint32_t((inBits & 0x7fffffffu) > 0x7f800000u);
+  x = x >= -87.3365f ? x : -87.3365f;
+  x = x <= 88.7228f ? x : 88.7228f;
   float t = x * 1.44269504088896341f;
-  t = t == t ? t : 0.0f; // NaN: no float->int conversion of it (undefined); NaN is returned below
   float n = float(int32_t(t + (t >= 0 ? 0.5f : -0.5f)));
   float r = x - n * 0.693359375f + n * 2.12194440e-4f;
   float p = 1.9875691500e-4f;
@@ -32,7 +37,12 @@ inline float expApprox(float x) {
   int32_t bits = (int32_t(n) + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
-  return x == x ? p * scale : x;
+  float y = p * scale;
+  uint32_t outBits;
+  std::memcpy(&outBits, &y, 4);
+  outBits |= nanMask & 0x7fc00000u; // all-ones exponent + quiet bit: NaN in, NaN out
+  std::memcpy(&y, &outBits, 4);
+  return y;
 }
 
 // Abramowitz & Stegun 7.1.26 refined coefficients; |error| < 2e-7.
