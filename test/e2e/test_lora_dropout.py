@@ -16,8 +16,8 @@ import tempfile
 import numpy as np
 
 from e2e_util import sh, tool_paths
-from test_training import (ADAM_EPS, BATCH, RESULTS, SEQ, add_lora, check, make_data, read_safetensors,
-                           torch_losses, write_safetensors)
+from test_training import (ADAM_EPS, BATCH, RESULTS, SEQ, adapter_diff, add_lora, check, export_base, make_data,
+                           padded_batch, read_safetensors, torch_losses, write_initial_adapter)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
@@ -64,14 +64,11 @@ class Dropout:
 def main():
     sdc, sdrun = tool_paths()
     import torch
-    from export_models import Gpt, export_gpt
+    from export_models import Gpt
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="sd_dropout_")
     try:
-        torch.manual_seed(0)
-        base = Gpt(d=64, layers=2, heads=4, block=SEQ)
-        onnx_path = os.path.join(tmp, "gpt.onnx")
-        export_gpt(base, onnx_path, torch.zeros((BATCH, SEQ), dtype=torch.long), opset=17)
+        base, onnx_path = export_base(tmp)
         data = os.path.join(tmp, "train.jsonl")
         rows = make_data(data, 9, seed=1)
         targets, r, alpha = ["qkv", "fc2", "head"], 4, 8.0
@@ -79,20 +76,8 @@ def main():
         sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(targets), "--lora-r", str(r),
             "--lora-alpha", str(alpha), "--lora-dropout", str(P), "--shapes", f"input_ids={BATCH}x{SEQ}",
             "--adam-epsilon", str(ADAM_EPS), "-o", plan])
-        rng = np.random.default_rng(7)
-        init, tensors = {}, {}
-        for name, mod in base.named_modules():
-            if isinstance(mod, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
-                a = (rng.standard_normal((r, mod.in_features)) * 0.2).astype(np.float32)
-                b = (rng.standard_normal((mod.out_features, r)) * 0.2).astype(np.float32)
-                init[name] = (a, b)
-                tensors[f"base_model.model.{name}.lora_A.weight"] = a
-                tensors[f"base_model.model.{name}.lora_B.weight"] = b
         init_dir, out_dir = os.path.join(tmp, "adapter0"), os.path.join(tmp, "adapter1")
-        os.makedirs(init_dir)
-        write_safetensors(os.path.join(init_dir, "adapter_model.safetensors"), tensors)
-        json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": targets, "lora_dropout": P},
-                  open(os.path.join(init_dir, "adapter_config.json"), "w"))
+        init = write_initial_adapter(base, targets, r, alpha, init_dir, dropout=P)
         lr, wd, clip = 2e-3, 0.1, 1.0
 
         def train(metrics, steps, seed, extra=()):
@@ -120,15 +105,10 @@ def main():
         check(f"LoRA dropout {P}: {STEPS} per-step losses equal PyTorch with the same masks",
               rel < 1e-4 and len(ours) == STEPS, f"max rel diff {rel:.2e} (first {ref[0]:.4f}, last {ref[-1]:.4f})")
 
-        got = read_safetensors(os.path.join(out_dir, "adapter_model.safetensors"))
-        worst = 0.0
-        for name, p in ((n, p) for n, p in model.named_parameters() if p.requires_grad):
-            key = "base_model.model." + name.replace(".lora_A", ".lora_A.weight").replace(".lora_B", ".lora_B.weight")
-            want = p.detach().numpy()
-            worst = max(worst, float(np.max(np.abs(got[key] - want)) / (np.max(np.abs(want)) + 1e-12)))
+        worst, keys_ok, _ = adapter_diff(model, out_dir)
         cfg = json.load(open(os.path.join(out_dir, "adapter_config.json")))
         check("LoRA dropout: trained adapter equals PyTorch's; adapter_config.json records lora_dropout",
-              worst < 1e-4 and abs(cfg["lora_dropout"] - P) < 1e-7, f"max rel diff {worst:.2e}, "
+              keys_ok and worst < 1e-4 and abs(cfg["lora_dropout"] - P) < 1e-7, f"max rel diff {worst:.2e}, "
               f"lora_dropout {cfg['lora_dropout']}")
 
         # Eval runs without dropout: the eval loss equals PyTorch's eval of the trained model.
@@ -136,12 +116,7 @@ def main():
         total, count = 0.0, 0
         with torch.no_grad():
             for i in range(0, len(rows), BATCH):
-                batch = rows[i:i + BATCH]
-                ids = torch.zeros((len(batch), SEQ), dtype=torch.long)
-                labels = torch.full((len(batch), SEQ), -100, dtype=torch.long)
-                for k, seq in enumerate(batch):
-                    ids[k, :len(seq)] = torch.tensor(seq)
-                    labels[k, :len(seq)] = torch.tensor(seq)
+                ids, labels = padded_batch(rows[i:i + BATCH])
                 logits = forward(ids)
                 total += float(torch.nn.functional.cross_entropy(
                     logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100,

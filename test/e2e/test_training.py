@@ -168,6 +168,66 @@ def add_lora(model, targets, r, alpha, init, dropout=None):
     return model
 
 
+def export_base(tmp):
+    """The small GPT both training tests start from, and its ONNX export."""
+    import torch
+    from export_models import Gpt, export_gpt
+    torch.manual_seed(0)
+    base = Gpt(d=64, layers=2, heads=4, block=SEQ)
+    onnx_path = os.path.join(tmp, "gpt.onnx")
+    export_gpt(base, onnx_path, torch.zeros((BATCH, SEQ), dtype=torch.long), opset=17)
+    return base, onnx_path
+
+
+def write_initial_adapter(base, targets, r, alpha, path, dropout=0.0):
+    """A PEFT-layout adapter with random non-zero A and B on the matched
+    linears of `base`, written to folder `path`; returns {module: (A, B)}."""
+    import torch
+    rng = np.random.default_rng(7)
+    init, tensors = {}, {}
+    for name, mod in base.named_modules():
+        if isinstance(mod, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
+            a = (rng.standard_normal((r, mod.in_features)) * 0.2).astype(np.float32)
+            b = (rng.standard_normal((mod.out_features, r)) * 0.2).astype(np.float32)
+            init[name] = (a, b)
+            tensors[f"base_model.model.{name}.lora_A.weight"] = a
+            tensors[f"base_model.model.{name}.lora_B.weight"] = b
+    os.makedirs(path)
+    write_safetensors(os.path.join(path, "adapter_model.safetensors"), tensors)
+    json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": targets, "lora_dropout": dropout,
+               "bias": "none", "use_rslora": False}, open(os.path.join(path, "adapter_config.json"), "w"))
+    return init
+
+
+def adapter_diff(model, adapter_dir):
+    """(max relative difference between the saved adapter and the model's
+    trainable LoRA parameters, whether every one had its PEFT key, tensors saved)."""
+    got = read_safetensors(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    worst, keys_ok, count = 0.0, True, 0
+    for name, p in model.named_parameters():
+        if not p.requires_grad:
+            continue
+        count += 1
+        key = "base_model.model." + name.replace(".lora_A", ".lora_A.weight").replace(".lora_B", ".lora_B.weight")
+        if key not in got:
+            keys_ok = False
+            continue
+        want = p.detach().numpy()
+        worst = max(worst, float(np.max(np.abs(got[key] - want)) / (np.max(np.abs(want)) + 1e-12)))
+    return worst, keys_ok and len(got) == count, len(got)
+
+
+def padded_batch(batch):
+    """Rows as sdrun pads them: ids padded with 0, labels with -100."""
+    import torch
+    ids = torch.zeros((len(batch), SEQ), dtype=torch.long)
+    labels = torch.full((len(batch), SEQ), -100, dtype=torch.long)
+    for r, seq in enumerate(batch):
+        ids[r, :len(seq)] = torch.tensor(seq)
+        labels[r, :len(seq)] = torch.tensor(seq)
+    return ids, labels
+
+
 def torch_losses(model, rows, steps, accum, lr, wd, clip):
     import torch
     import torch.nn.functional as F
@@ -183,11 +243,7 @@ def torch_losses(model, rows, steps, accum, lr, wd, clip):
         for _ in range(accum):
             batch = [rows[(cursor + i) % len(rows)] for i in range(BATCH)]
             cursor += BATCH
-            ids = torch.zeros((BATCH, SEQ), dtype=torch.long)
-            labels = torch.full((BATCH, SEQ), -100, dtype=torch.long)
-            for r, seq in enumerate(batch):
-                ids[r, :len(seq)] = torch.tensor(seq)
-                labels[r, :len(seq)] = torch.tensor(seq)
+            ids, labels = padded_batch(batch)
             micro.append((ids, labels))
             total_tokens += int((labels[:, 1:] != -100).sum())
         for ids, labels in micro:
@@ -210,10 +266,7 @@ def main():
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="sd_train_")
     try:
-        torch.manual_seed(0)
-        base = Gpt(d=64, layers=2, heads=4, block=SEQ)
-        onnx_path = os.path.join(tmp, "gpt.onnx")
-        export_gpt(base, onnx_path, torch.zeros((BATCH, SEQ), dtype=torch.long), opset=17)
+        base, onnx_path = export_base(tmp)
         data = os.path.join(tmp, "train.jsonl")
         rows = make_data(data, 9, seed=1)
         plan = os.path.join(tmp, "full.sdp")
@@ -262,20 +315,8 @@ def main():
         sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(targets), "--lora-r", str(r),
             "--lora-alpha", str(alpha), "--shapes", f"input_ids={BATCH}x{SEQ}", "--adam-epsilon", str(ADAM_EPS),
             "-o", lplan])
-        rng = np.random.default_rng(7)
-        init, tensors = {}, {}
-        for name, mod in base.named_modules():
-            if isinstance(mod, torch.nn.Linear) and any(name == t or name.endswith("." + t) for t in targets):
-                a = (rng.standard_normal((r, mod.in_features)) * 0.2).astype(np.float32)
-                b = (rng.standard_normal((mod.out_features, r)) * 0.2).astype(np.float32)
-                init[name] = (a, b)
-                tensors[f"base_model.model.{name}.lora_A.weight"] = a
-                tensors[f"base_model.model.{name}.lora_B.weight"] = b
         init_dir, out_dir = os.path.join(tmp, "adapter0"), os.path.join(tmp, "adapter1")
-        os.makedirs(init_dir)
-        write_safetensors(os.path.join(init_dir, "adapter_model.safetensors"), tensors)
-        json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha, "target_modules": targets, "lora_dropout": 0.0,
-                   "bias": "none", "use_rslora": False}, open(os.path.join(init_dir, "adapter_config.json"), "w"))
+        init = write_initial_adapter(base, targets, r, alpha, init_dir)
         metrics = os.path.join(tmp, "lora.jsonl")
         sh([sdrun, "train", lplan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--threads", "2",
             "--lr", str(lr), "--weight-decay", str(wd), "--clip-norm", str(clip), "--adapter", init_dir,
@@ -288,20 +329,11 @@ def main():
         rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
         check(f"LoRA r={r} on {','.join(targets)} from a PEFT adapter: {STEPS} per-step losses",
               rel < 1e-4 and len(ours) == STEPS, f"max rel diff {rel:.2e} (first {ref[0]:.4f}, last {ref[-1]:.4f})")
-        got = read_safetensors(os.path.join(out_dir, "adapter_model.safetensors"))
-        state = {n: p for n, p in model.named_parameters() if p.requires_grad}
-        worst, keys_ok = 0.0, True
-        for name, p in state.items():
-            key = "base_model.model." + name.replace(".lora_A", ".lora_A.weight").replace(".lora_B", ".lora_B.weight")
-            if key not in got:
-                keys_ok = False
-                continue
-            want = p.detach().numpy()
-            worst = max(worst, float(np.max(np.abs(got[key] - want)) / (np.max(np.abs(want)) + 1e-12)))
+        worst, keys_ok, saved = adapter_diff(model, out_dir)
         cfg = json.load(open(os.path.join(out_dir, "adapter_config.json")))
         check("LoRA: saved adapter in PEFT layout matches PyTorch's adapter weights",
-              keys_ok and len(got) == len(state) and worst < 1e-4 and cfg["r"] == r and cfg["peft_type"] == "LORA",
-              f"{len(got)} tensors, max rel diff {worst:.2e}")
+              keys_ok and worst < 1e-4 and cfg["r"] == r and cfg["peft_type"] == "LORA",
+              f"{saved} tensors, max rel diff {worst:.2e}")
 
         # sdc merge folds the trained adapter into the ONNX model (untying the
         # head from the embedding); ONNX Runtime and sdrun run it and agree
@@ -349,6 +381,7 @@ def main():
         bad_dir = os.path.join(tmp, "bad_adapter")
         os.makedirs(bad_dir)
         json.dump({"peft_type": "LORA", "r": r, "lora_alpha": alpha}, open(os.path.join(bad_dir, "adapter_config.json"), "w"))
+        tensors = read_safetensors(os.path.join(init_dir, "adapter_model.safetensors"))
         wrong = dict(tensors)
         wrong["base_model.model.blocks.0.attn.qkv.lora_A.weight"] = np.zeros((r, 7), np.float32)
         write_safetensors(os.path.join(bad_dir, "adapter_model.safetensors"), wrong)
@@ -363,6 +396,10 @@ def main():
         clean_error("adapter for a module the plan does not adapt", train, ["fc1"])
         json.dump({"peft_type": "LORA", "r": 8, "lora_alpha": alpha}, open(os.path.join(bad_dir, "adapter_config.json"), "w"))
         clean_error("adapter of another rank", train, ["r=8"])
+        for bad in ("1", "1.5", "x"):
+            clean_error(f"--lora-dropout {bad}",
+                        [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "qkv", "--lora-dropout", bad,
+                         "-o", os.path.join(tmp, "never.sdp")], ["--lora-dropout"])
         clean_error("--target-modules matching nothing",
                     [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "nope", "--dry-run"],
                     ["matches no linear module"])
