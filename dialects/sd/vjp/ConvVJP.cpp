@@ -13,14 +13,6 @@ namespace {
 
 using Grads = SmallVectorImpl<Value>;
 
-// The listed attributes of `op` that are set, to pass on to its backward op.
-SmallVector<NamedAttribute> attrsOf(Operation *op, ArrayRef<StringRef> names) {
-  SmallVector<NamedAttribute> out;
-  for (StringRef n : names)
-    if (Attribute a = op->getAttr(n)) out.push_back(NamedAttribute(StringAttr::get(op->getContext(), n), a));
-  return out;
-}
-
 // Batch and spatial axes of an [N, C, ...] tensor: what a per-channel
 // gradient sums over.
 SmallVector<int64_t> nonChannelAxes(int64_t rank) {
@@ -62,8 +54,8 @@ template <typename OpT, typename GradOpT>
 LogicalResult poolVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   // Global pools carry no attributes: the gradient op's window is then the whole input.
   dx[0] = g.make<GradOpT>({dy[0], op->getOperand(0)},
-                          attrsOf(op, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
-                                       "pads", "strides"}));
+                          g.attrsOf(op, {"auto_pad", "ceil_mode", "count_include_pad", "dilations", "kernel_shape",
+                                         "pads", "strides"}));
   return success();
 }
 

@@ -47,10 +47,7 @@ LogicalResult identityVJP(IdentityOp op, GradBuilder &g, ArrayRef<Value> dy, Arr
 // Dropout is linear in x with the mask regenerated from the same rng value.
 LogicalResult seededDropoutVJP(SeededDropoutOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                                Grads &dx) {
-  SmallVector<NamedAttribute> attrs;
-  for (StringRef n : {"ratio", "stream"})
-    if (Attribute a = op->getAttr(n)) attrs.push_back(g.builder().getNamedAttr(n, a));
-  dx[0] = g.make<SeededDropoutOp>({dy[0], op.getRng()}, attrs);
+  dx[0] = g.make<SeededDropoutOp>({dy[0], op.getRng()}, g.attrsOf(op, {"ratio", "stream"}));
   return success();
 }
 

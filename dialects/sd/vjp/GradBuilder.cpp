@@ -29,6 +29,13 @@ Value GradBuilder::ints(ArrayRef<int64_t> v) {
   return b_.create<ConstantOp>(loc_, type, DenseElementsAttr::get(type, v));
 }
 
+SmallVector<NamedAttribute> GradBuilder::attrsOf(Operation *op, ArrayRef<StringRef> names) {
+  SmallVector<NamedAttribute> out;
+  for (StringRef n : names)
+    if (Attribute a = op->getAttr(n)) out.push_back(b_.getNamedAttr(n, a));
+  return out;
+}
+
 Value GradBuilder::none() { return b_.create<NoneOp>(loc_, b_.getNoneType()); }
 
 Value GradBuilder::add(Value a, Value b) { return make<AddOp>({a, b}); }

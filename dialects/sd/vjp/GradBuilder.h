@@ -36,6 +36,8 @@ public:
   mlir::NamedAttribute attr(llvm::StringRef name, llvm::ArrayRef<int64_t> v) {
     return b_.getNamedAttr(name, b_.getDenseI64ArrayAttr(v));
   }
+  // The listed attributes of `op` that are set, to pass on to its backward op.
+  llvm::SmallVector<mlir::NamedAttribute> attrsOf(mlir::Operation *op, llvm::ArrayRef<llvm::StringRef> names);
 
   // Rank-0 constant of `elementType`, and an i64 vector constant.
   mlir::Value scalar(mlir::Type elementType, double v);

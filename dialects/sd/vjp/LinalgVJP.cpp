@@ -89,9 +89,7 @@ LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, A
   auto batch = [](ArrayRef<int64_t> s) { return s.drop_back(2); };
   if (ks.size() != qs.size() || vs.size() != qs.size() || batch(ks) != batch(qs) || batch(vs) != batch(qs))
     return attentionVJPUnfused(op, g, dy, need, dx);
-  SmallVector<NamedAttribute> attrs;
-  for (StringRef n : {"scale", "mask_value"})
-    if (Attribute a = op->getAttr(n)) attrs.push_back(g.builder().getNamedAttr(n, a));
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value"});
   Operation *grad = g.op<AttentionGradOp>({dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask()}, attrs, 3);
   if (!grad) return failure();
   for (unsigned i = 0; i < 3; ++i)

@@ -21,8 +21,8 @@ LogicalResult layerNormVJP(LayerNormalizationOp op, GradBuilder &g, ArrayRef<Val
                            Grads &dx) {
   for (size_t i = 1; i < dy.size(); ++i)
     if (dy[i]) return op.emitError("LayerNormalization: gradients through Mean/InvStdDev are not supported");
-  SmallVector<NamedAttribute> attrs = {g.attr("axis", op.getAxis().value_or(-1))};
-  if (auto e = op.getEpsilonAttr()) attrs.push_back(g.builder().getNamedAttr("epsilon", e));
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"epsilon"});
+  attrs.push_back(g.attr("axis", op.getAxis().value_or(-1)));
   Operation *grad = g.op<LayerNormalizationGradOp>({dy[0], op.getX(), op.getScale()}, attrs, 3);
   if (!grad) return failure();
   for (unsigned i = 0; i < 3 && i < dx.size(); ++i)
@@ -37,8 +37,8 @@ LogicalResult sceVJP(SoftmaxCrossEntropyLossOp op, GradBuilder &g, ArrayRef<Valu
   if (dy.size() > 1 && dy[1]) return op.emitError("SoftmaxCrossEntropyLoss: gradient through log_prob is not supported");
   StringRef red = op.getReduction().value_or("mean");
   if (red == "none") return op.emitError("SoftmaxCrossEntropyLoss with reduction 'none' is not differentiable yet");
-  SmallVector<NamedAttribute> attrs = {g.builder().getNamedAttr("reduction", g.builder().getStringAttr(red))};
-  if (auto ii = op.getIgnoreIndexAttr()) attrs.push_back(g.builder().getNamedAttr("ignore_index", ii));
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"ignore_index"});
+  attrs.push_back(g.builder().getNamedAttr("reduction", g.builder().getStringAttr(red)));
   dx[0] = g.make<SoftmaxCrossEntropyLossGradOp>({dy[0], op.getScores(), op.getLabels()}, attrs);
   return success();
 }
