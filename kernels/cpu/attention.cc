@@ -15,22 +15,18 @@
 namespace sd::cpu {
 namespace {
 
-// Offset of item `item` (a flat index over `batch`) in an operand whose
-// leading dims broadcast to `batch` (numpy rules) and whose last two dims
-// hold `matrix` elements.
+// Offset of each item (a flat index over `batch`) in an operand whose leading
+// dims broadcast to `batch` and whose last two dims hold `matrix` elements.
 std::vector<int64_t> itemOffsets(const Dims &operand, const Dims &batch, int64_t matrix) {
-  size_t rank = operand.size() - 2, lead = batch.size() - std::min(batch.size(), rank);
+  Dims strides = broadcastStrides(Dims(operand.begin(), operand.end() - 2), batch);
   std::vector<int64_t> offsets(size_t(product(batch)));
   for (size_t item = 0; item < offsets.size(); ++item) {
-    int64_t rem = int64_t(item), off = 0, stride = matrix;
-    for (int64_t d = int64_t(batch.size()) - 1; d >= int64_t(lead); --d) {
-      int64_t idx = rem % batch[size_t(d)];
+    int64_t rem = int64_t(item), off = 0;
+    for (int64_t d = int64_t(batch.size()) - 1; d >= 0; --d) {
+      off += (rem % batch[size_t(d)]) * strides[size_t(d)];
       rem /= batch[size_t(d)];
-      int64_t dim = operand[size_t(d) - lead];
-      off += (dim == 1 ? 0 : idx) * stride;
-      stride *= dim;
     }
-    offsets[item] = off;
+    offsets[item] = off * matrix;
   }
   return offsets;
 }
@@ -86,10 +82,7 @@ void probabilities(const Geometry &g, size_t item, const float *q, const float *
     if (g.maskData)
       for (int64_t j = 0; j < g.S; ++j)
         if (masked(g, item, i, j)) row[j] = g.maskValue;
-    float mx = vmax(row, g.S);
-    if (!std::isfinite(mx)) mx = 0; // as the Softmax kernel: an all -inf row gives 0 / 0
-    float inv = 1.0f / vexpShiftSum(row, row, g.S, mx);
-    for (int64_t j = 0; j < g.S; ++j) row[j] *= inv;
+    vsoftmaxRow(row, row, g.S);
   }
 }
 

@@ -84,6 +84,14 @@ template <typename T> void im2col(ThreadPool *pool, const T *x, int64_t channels
       col[c * kTotal * oTotal + i] = taps[size_t(i)] < 0 ? T(0) : x[c * inTotal + taps[size_t(i)]];
 }
 
+// Work items write disjoint outputs: spread them over the pool, each run
+// single-threaded, or, with fewer items than threads, run them all here and
+// hand fn the pool to parallelize inside each item.
+template <typename F> void runWorkItems(ThreadPool *pool, int64_t items, F &&fn) {
+  if (items < (pool ? pool->size() : 1)) fn(0, items, pool);
+  else parallelFor(pool, items, 1, [&](int64_t i0, int64_t i1) { fn(i0, i1, nullptr); });
+}
+
 Status ConvKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
   int64_t group = c.attrs.getInt("group", 1);
@@ -111,7 +119,6 @@ Status ConvKernel(const KernelContext &c) {
     tileRows = std::max<int64_t>(1, rows * units / (2 * threads));
   int64_t tiles = tiled ? (rows + tileRows - 1) / tileRows : 1;
   int64_t items = units * tiles;
-  bool nested = items < threads; // too few items: parallelize inside instead
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
@@ -141,8 +148,7 @@ Status ConvKernel(const KernelContext &c) {
                         bias ? T(1) : T(0), yg + col0, oTotal);
       }
     };
-    if (nested) runItems(0, items, c.pool);
-    else parallelFor(c.pool, items, 1, [&](int64_t i0, int64_t i1) { runItems(i0, i1, nullptr); });
+    runWorkItems(c.pool, items, runItems);
     return Status::ok();
   });
 }
@@ -162,10 +168,8 @@ Status ConvTransposeKernel(const KernelContext &c) {
   fwd.out = g.in;
   std::vector<int64_t> taps(size_t(kTotal * inTotal));
   forEachWindowTap(fwd, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * inTotal + oo)] = off; });
-  // (image x group) items write disjoint outputs; with fewer items than
-  // threads the GEMM is split instead. (This is also Conv's input gradient.)
+  // (image x group) work items. (This kernel is also Conv's input gradient.)
   int64_t items = n * group;
-  bool nested = items < (c.pool ? c.pool->size() : 1);
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
@@ -187,8 +191,7 @@ Status ConvTransposeKernel(const KernelContext &c) {
         }
       }
     };
-    if (nested) runItems(0, items, c.pool);
-    else parallelFor(c.pool, items, 1, [&](int64_t i0, int64_t i1) { runItems(i0, i1, nullptr); });
+    runWorkItems(c.pool, items, runItems);
     return Status::ok();
   });
 }

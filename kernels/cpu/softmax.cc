@@ -30,16 +30,14 @@ template <int Mode> Status softmaxRowsF32(const KernelContext &c, int64_t rows, 
     for (int64_t r = b; r < e; ++r) {
       const float *x = px + r * n;
       float *y = py + r * n;
+      if (Mode == 0) {
+        vsoftmaxRow(x, y, n);
+        continue;
+      }
       float mx = vmax(x, n);
       if (!std::isfinite(mx)) mx = 0; // all -inf rows: exp gives 0s, sum 0, as libm would
-      float sum = vexpShiftSum(x, y, n, mx);
-      if (Mode == 0) {
-        float inv = 1.0f / sum;
-        for (int64_t j = 0; j < n; ++j) y[j] *= inv;
-      } else {
-        float ls = std::log(sum) + mx;
-        for (int64_t j = 0; j < n; ++j) y[j] = x[j] - ls;
-      }
+      float ls = std::log(vexpShiftSum(x, y, n, mx)) + mx;
+      for (int64_t j = 0; j < n; ++j) y[j] = x[j] - ls;
     }
   });
   return Status::ok();

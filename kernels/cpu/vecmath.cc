@@ -102,6 +102,13 @@ SD_CLONES float vmax(const float *x, int64_t n) {
   return m;
 }
 
+void vsoftmaxRow(const float *x, float *y, int64_t n) {
+  float mx = vmax(x, n);
+  if (!std::isfinite(mx)) mx = 0; // all -inf rows: exp gives 0s, sum 0, as libm would
+  float inv = 1.0f / vexpShiftSum(x, y, n, mx);
+  for (int64_t j = 0; j < n; ++j) y[j] *= inv;
+}
+
 SD_CLONES void vlayerNormRow(const float *x, const float *g, const float *b, float *y, int64_t n, float eps,
                              float &meanOut, float &rstdOut) {
   float sum = 0;
