@@ -16,8 +16,8 @@ import tempfile
 import numpy as np
 
 from e2e_util import sh, tool_paths
-from test_training import (ADAM_EPS, BATCH, RESULTS, SEQ, adapter_diff, add_lora, check, export_base, make_data,
-                           padded_batch, read_safetensors, torch_losses, write_initial_adapter)
+from test_training import (ADAM_EPS, BATCH, SEQ, adapter_diff, add_lora, check, export_base, make_data, padded_batch,
+                           read_safetensors, report, torch_losses, write_initial_adapter)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
@@ -146,12 +146,7 @@ def main():
               f"losses equal: {a == b}, adapter equal: {same_w}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    failed = 0
-    for name, ok, detail in RESULTS:
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-        failed += not ok
-    print(f"test_lora_dropout: {len(RESULTS) - failed}/{len(RESULTS)} passed")
-    return 1 if failed or not RESULTS else 0
+    return report("test_lora_dropout")
 
 
 if __name__ == "__main__":

@@ -31,6 +31,16 @@ def check(name, ok, detail):
     RESULTS.append((name, bool(ok), detail))
 
 
+def report(test):
+    """Prints every check; the exit status: 1 if any failed or none ran."""
+    failed = 0
+    for name, ok, detail in RESULTS:
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+        failed += not ok
+    print(f"{test}: {len(RESULTS) - failed}/{len(RESULTS)} passed")
+    return 1 if failed or not RESULTS else 0
+
+
 def clean_error(name, cmd, must_contain=()):
     problems, line = clean_error_problems(cmd, must_contain, timeout=120)
     check(name, not problems, "; ".join(problems) or line)
@@ -468,12 +478,7 @@ def main():
         crash_safety(sdrun, plan, data, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    failed = 0
-    for name, ok, detail in RESULTS:
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-        failed += not ok
-    print(f"test_training: {len(RESULTS) - failed}/{len(RESULTS)} passed")
-    return 1 if failed or not RESULTS else 0
+    return report("test_training")
 
 
 if __name__ == "__main__":
