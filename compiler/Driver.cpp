@@ -25,7 +25,8 @@ static std::string configJson(const CompileRequest &r) {
   return "{\"shapes\":" + list(r.pipeline.shapes) + ",\"dims\":" + list(r.pipeline.dims) +
          ",\"external_weights\":" + (r.externalWeights ? "true" : "false") +
          (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
-                                      ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer)
+                                      ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer) +
+                                      (r.pipeline.packing ? ",\"packing\":true" : "")
                                 : std::string()) +
          "}";
 }

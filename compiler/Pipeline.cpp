@@ -42,6 +42,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createPropagateShapes());
   pm.addPass(createCheckStatic());
   if (opts.training()) {
+    if (opts.packing) pm.addPass(createPackSequences());
     pm.addPass(createAutodiff());
     pm.addPass(createTrainingDropout());
     OptimizerOptions o;

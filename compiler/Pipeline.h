@@ -28,6 +28,7 @@ struct PipelineOptions {
   std::string optimizer = "adamw";
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, momentum = 0.0;
   bool nesterov = false;
+  bool packing = false; // training entries take position_ids (several sequences per row)
   bool training() const { return !peft.empty(); }
 };
 

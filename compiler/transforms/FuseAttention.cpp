@@ -84,10 +84,11 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     for (Operation *op : chain) locs.push_back(op->getLoc());
     SmallVector<NamedAttribute> attrs = {b.getNamedAttr("scale", b.getF32FloatAttr(float(scale)))};
     if (fill) attrs.push_back(b.getNamedAttr("mask_value", b.getF32FloatAttr(float(*fill))));
-    Value maskOperand = mask ? mask : b.create<NoneOp>(pv.getLoc(), b.getNoneType()).getResult();
+    Value none = b.create<NoneOp>(pv.getLoc(), b.getNoneType()).getResult();
+    Value maskOperand = mask ? mask : none;
     if (keepMask) maskOperand = b.create<NotOp>(pv.getLoc(), mask.getType(), mask).getResult();
     auto fused = b.create<AttentionOp>(FusedLoc::get(b.getContext(), locs), pv.getResult().getType(),
-                                       ValueRange{q, kt, v, maskOperand}, attrs);
+                                       ValueRange{q, kt, v, maskOperand, none}, attrs);
     pv.getResult().replaceAllUsesWith(fused.getResult());
     for (Operation *op : chain) op->erase();
   }

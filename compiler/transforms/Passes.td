@@ -118,6 +118,18 @@ def CheckStatic : Pass<"sd-check-static", "mlir::ModuleOp"> {
   let summary = "Fail, naming the node, if a dynamic dim or a shape op survives";
 }
 
+def PackSequences : Pass<"sd-pack-sequences", "mlir::ModuleOp"> {
+  let summary = "Training entries take position_ids, so several sequences share a row";
+  let description = [{
+    Each eval_step gets an int64 [batch, seq] `position_ids` input (each
+    token's position in its own sequence). It replaces the learned
+    position-embedding lookup of arange(seq) and becomes every fused
+    attention's `positions` operand, which keeps a query to the keys of its
+    own sequence. A packed row then computes what its sequences would one by
+    one. Runs after specialization, before sd-autodiff.
+  }];
+}
+
 def Autodiff : Pass<"sd-autodiff", "mlir::ModuleOp"> {
   let summary = "Reverse-mode differentiation: an accumulate entry per eval_step";
   let description = [{

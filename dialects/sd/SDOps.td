@@ -184,11 +184,16 @@ def SD_GlobalMaxPoolOp : SD_Unary<"global_max_pool", "GlobalMaxPool">;
 def SD_GlobalLpPoolOp : SD_Unary<"global_lp_pool", "GlobalLpPool", (ins OptI64:$p)>;
 
 def SD_AttentionOp : SD_Nary<"attention", "Attention",
-    (ins AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask), (ins OptF32:$scale, OptF32:$mask_value)> {
+    (ins AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask, SD_OptTensor:$positions),
+    (ins OptF32:$scale, OptF32:$mask_value)> {
   let description = [{
     Fused scaled-dot-product attention, recognized by sd-fuse-attention:
     y = softmax(where(mask, mask_value, q @ kt * scale)) @ v with q [..., T, d],
     kt (keys already transposed) [..., d, S], v [..., S, dv], mask bool.
+    `positions` (i64 [B, T], from sd-pack-sequences; q is [B, ..., T, d]) is
+    each query's position in its packed sequence: query t sees only keys
+    s >= t - positions[b, t], so sequences packed into one row never attend
+    to each other (a block-diagonal mask that is never materialized).
   }];
 }
 def SD_ResizeOp : SD_Nary<"resize", "Resize",
@@ -236,7 +241,8 @@ def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad"
     (ins AnyTensor:$grad, AnyTensor:$scores, AnyTensor:$labels), (ins OptI64:$ignore_index, OptStr:$reduction)>;
 
 def SD_AttentionGradOp : SD_Nary<"attention_grad", "AttentionGrad",
-    (ins AnyTensor:$grad, AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask),
+    (ins AnyTensor:$grad, AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask,
+         SD_OptTensor:$positions),
     (ins OptF32:$scale, OptF32:$mask_value), (outs AnyTensor:$q_grad, AnyTensor:$kt_grad, AnyTensor:$v_grad)> {
   let description = "Attention's gradient; recomputes the probabilities from q and kt.";
 }

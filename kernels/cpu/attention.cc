@@ -7,9 +7,13 @@
 // the forward, then
 //   dv = P^T dy,  dP = dy v^T,  dS = P * (dP - rowsum(dP * P)) (0 where masked),
 //   dq = scale dS kt^T,  dkt = scale q^T dS.
+// Packed sequences (optional positions [B, T]): query i of batch row b sees
+// keys j >= i - positions[b, i] only, i.e. the keys of its own sequence; the
+// excluded scores are -inf, so their probabilities and gradients are 0.
 #include "cpu_util.h"
 #include "gemm.h"
 #include "vecmath.h"
+#include <algorithm>
 #include <cmath>
 
 namespace sd::cpu {
@@ -37,6 +41,8 @@ struct Geometry {
   std::vector<int64_t> q, kt, v, mask;      // per-item offsets
   int64_t maskRowStride = 0, maskColStride = 0; // 0 where the mask broadcasts
   const bool *maskData = nullptr;
+  const int64_t *positions = nullptr; // [B, T]; item / itemsPerRow = b
+  int64_t itemsPerRow = 1;
   float scale = 1, maskValue = -INFINITY;
 };
 
@@ -67,7 +73,22 @@ Status geometryOf(const KernelContext &c, size_t first, Geometry &g) {
     g.mask = itemOffsets(m.dims, g.batch, mr * mc);
     g.maskData = m.as<bool>();
   }
+  if (c.hasInput(first + 4) && c.inputs[first + 4].data) {
+    const TensorView &pos = c.inputs[first + 4];
+    SD_CHECK_ARG(pos.dtype == DType::I64 && pos.rank() == 2 && !g.batch.empty() && pos.dims[0] == g.batch[0] &&
+                     pos.dims[1] == g.T && g.S == g.T,
+                 "Attention positions must be i64 [batch, seq] of a self-attention");
+    g.positions = pos.as<int64_t>();
+    g.itemsPerRow = g.batch[0] ? product(g.batch) / g.batch[0] : 1;
+  }
   return Status::ok();
+}
+
+// First key query i of `item` may see: the start of its packed sequence.
+int64_t keyStart(const Geometry &g, size_t item, int64_t i) {
+  if (!g.positions) return 0;
+  int64_t p = g.positions[(int64_t(item) / g.itemsPerRow) * g.T + i];
+  return i - std::clamp<int64_t>(p, 0, i);
 }
 
 bool masked(const Geometry &g, size_t item, int64_t i, int64_t j) {
@@ -82,6 +103,7 @@ void probabilities(const Geometry &g, size_t item, const float *q, const float *
     if (g.maskData)
       for (int64_t j = 0; j < g.S; ++j)
         if (masked(g, item, i, j)) row[j] = g.maskValue;
+    for (int64_t j = 0, start = keyStart(g, item, i); j < start; ++j) row[j] = -INFINITY;
     vsoftmaxRow(row, row, g.S);
   }
 }
@@ -102,7 +124,7 @@ Status AttentionKernel(const KernelContext &c) {
   return Status::ok();
 }
 
-// AttentionGrad(dy, q, kt, v, mask) -> dq, dkt, dv (q, kt, v share batch dims).
+// AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv (q, kt, v share batch dims).
 Status AttentionGradKernel(const KernelContext &c) {
   Geometry g;
   SD_RETURN_IF_ERROR(geometryOf(c, 1, g));

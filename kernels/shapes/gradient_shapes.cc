@@ -85,7 +85,7 @@ Status poolGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
-// AttentionGrad(dy, q, kt, v, mask) -> dq, dkt, dv; q, kt and v share their batch dims.
+// AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv; q, kt and v share their batch dims.
 Status attentionGradShape(ShapeContext &c) {
   const TensorInfo &dy = c.inputs[0], &q = c.inputs[1], &kt = c.inputs[2], &v = c.inputs[3];
   SD_CHECK_ARG(q.isStatic() && kt.isStatic() && v.isStatic() && dy.isStatic() && q.rank() >= 2 &&
@@ -98,6 +98,7 @@ Status attentionGradShape(ShapeContext &c) {
   want.push_back(q.dims[q.dims.size() - 2]);
   want.push_back(v.dims.back());
   if (dy.dims != want) return sdError("AttentionGrad: gradient ", formatDims(dy.dims), " is not ", formatDims(want));
+  if (c.hasInput(5)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[5]));
   c.outputs = {q, kt, v};
   return Status::ok();
 }

@@ -80,7 +80,8 @@ static Status linearShape(ShapeContext &c) {
 }
 
 // Attention(q [..., T, d], kt [..., d, S], v [..., S, dv], mask bool
-// broadcastable to [..., T, S]) -> [..., T, dv]: softmax(q kt * scale, masked) v.
+// broadcastable to [..., T, S], positions i64 [B, T]) -> [..., T, dv]:
+// softmax(q kt * scale, masked) v.
 static Status attentionShape(ShapeContext &c) {
   const TensorInfo &q = c.inputs[0], &kt = c.inputs[1], &v = c.inputs[2];
   SD_CHECK_ARG(q.dtype == DType::F32 && kt.dtype == q.dtype && v.dtype == q.dtype, "Attention needs f32 q, kt, v");
@@ -96,6 +97,7 @@ static Status attentionShape(ShapeContext &c) {
     if (scores.isStatic() && mask.isStatic() && joined.dims != scores.dims)
       return sdError("Attention mask ", formatDims(mask.dims), " does not broadcast to ", formatDims(scores.dims));
   }
+  if (c.hasInput(4)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[4]));
   c.outputs = {out};
   return Status::ok();
 }

@@ -60,4 +60,15 @@ void registerShapeRule(const char *op, ShapeFn fn) {
   registerOp(std::move(d));
 }
 
+Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions) {
+  SD_CHECK_ARG(positions.dtype == DType::I64 && positions.rank() == 2, "Attention positions must be i64 [batch, seq]");
+  SD_CHECK_ARG(q.rank() >= 3 && kt.rank() >= 2, "Attention with positions needs q [batch, ..., seq, d]");
+  if (!q.isStatic() || !kt.isStatic() || !positions.isStatic()) return Status::ok();
+  int64_t T = q.dims[q.dims.size() - 2];
+  if (positions.dims != Dims{q.dims[0], T} || kt.dims.back() != T)
+    return sdError("Attention positions ", formatDims(positions.dims), " do not fit queries ", formatDims(q.dims),
+                   " and keys ", formatDims(kt.dims), " (self-attention [batch, seq] expected)");
+  return Status::ok();
+}
+
 } // namespace sd

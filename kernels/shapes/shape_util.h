@@ -21,6 +21,9 @@ inline TensorInfo unknownRank(DType dt) {
   r.rankKnown = false;
   return r;
 }
+// Attention's optional packed-sequence positions: i64 [B, T] for q [B, ..., T, d]
+// with as many keys as queries (self-attention).
+Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions);
 void registerShapeRule(const char *op, ShapeFn fn);
 // Checks a string attribute against its allowed values (first = default).
 Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list<const char *> allowed);

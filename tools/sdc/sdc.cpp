@@ -51,6 +51,9 @@ const char *kUsage =
     "                           given to sdrun train at run time)\n"
     "  --adam-beta1 B, --adam-beta2 B, --adam-epsilon E   AdamW (0.9, 0.999, 1e-8)\n"
     "  --momentum M, --nesterov SGD momentum (0) and Nesterov\n"
+    "  --packing                training rows hold several sequences: adds a position_ids\n"
+    "                           input (positions restart per sequence; attention stays\n"
+    "                           within each); sdrun train then packs instead of padding\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -173,6 +176,8 @@ int parseArgs(int argc, char **argv, Args &a) {
         return fail(flag + " needs a non-negative number"), 2;
     } else if (arg == "--nesterov") {
       a.pipeline.nesterov = true;
+    } else if (arg == "--packing") {
+      a.pipeline.packing = true;
     } else if (arg == "--external-weights") {
       a.externalWeights = true;
     } else if (arg == "--print-ir-after-all") {
@@ -196,6 +201,8 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.pipeline.peft != "lora" && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora"), 2;
   if (a.dryRun && !a.pipeline.training()) return fail("--dry-run needs --peft"), 2;
+  if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
+    return fail("--packing needs a training plan with the sft recipe's cross-entropy (--peft, no --loss-output)"), 2;
   // Training plans: infer gets batch-1 buckets of the training shapes (generation).
   if (a.pipeline.training() && a.pipeline.inferShapes.empty())
     for (const std::string &spec : a.pipeline.shapes) {

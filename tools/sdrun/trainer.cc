@@ -29,6 +29,7 @@ struct PlanEntries {
   std::vector<Bucket> buckets; // by increasing seq
   int64_t apply = -1;
   int64_t vocab = 0;
+  bool packed = false; // training entries take position_ids (sdc compile --packing)
 };
 
 Status findEntries(const sd::Plan &plan, PlanEntries &out) {
@@ -42,8 +43,10 @@ Status findEntries(const sd::Plan &plan, PlanEntries &out) {
     }
     if (e.name != "train_step" && e.name != "accumulate" && e.name != "eval_step") continue;
     const sd::BufferDesc *labels = nullptr;
-    for (auto &[n, b] : e.inputs)
+    for (auto &[n, b] : e.inputs) {
       if (n == "labels") labels = &e.buffers[size_t(b)];
+      if (n == "position_ids") out.packed = true;
+    }
     if (!labels || labels->dims.size() != 2) return sd::sdError("entry '", e.name, "' has no [batch, seq] labels input");
     Bucket &b = byShape[{labels->dims[1], labels->dims[0]}];
     b.batch = labels->dims[0];
@@ -77,24 +80,44 @@ float scalarOut(const std::vector<HostTensor> &outs, const std::string &name) {
   return NAN;
 }
 
-// Pads examples into [batch, seq] ids (pad 0) and labels (pad -100).
-void fillBatch(const std::vector<const Example *> &rows, int64_t batch, int64_t seq, HostTensor &ids, HostTensor &labels) {
-  for (HostTensor *t : {&ids, &labels}) {
-    t->dtype = sd::DType::I64;
-    t->dims = {batch, seq};
-    t->data.assign(size_t(batch * seq) * 8, 0);
-  }
-  ids.name = "input_ids";
-  labels.name = "labels";
-  auto *pi = reinterpret_cast<int64_t *>(ids.data.data());
-  auto *pl = reinterpret_cast<int64_t *>(labels.data.data());
-  std::fill(pl, pl + batch * seq, sd::kIgnoreLabel);
-  for (size_t r = 0; r < rows.size(); ++r)
-    for (size_t j = 0; j < rows[r]->ids.size(); ++j) {
-      pi[int64_t(r) * seq + int64_t(j)] = rows[r]->ids[j];
-      pl[int64_t(r) * seq + int64_t(j)] = rows[r]->labels[j];
+// The examples of each row of a micro-batch: one per row when padding,
+// several when the plan packs (compiled with --packing).
+using Rows = std::vector<std::vector<const Example *>>;
+
+// Token inputs of `rows` as [batch, seq] tensors: ids (pad 0), labels (pad
+// -100) and position_ids (each example's own 0, 1, ...). Each packed example
+// after a row's first gets label -100 at its first token: that label would be
+// predicted from the previous example's last token (labels shift inside the
+// plan), so a packed row counts exactly the tokens its examples count alone.
+struct TokenBatch {
+  HostTensor ids, labels, positions;
+  TokenBatch(const Rows &rows, int64_t batch, int64_t seq) {
+    for (auto [t, name] : {std::pair{&ids, "input_ids"}, {&labels, "labels"}, {&positions, "position_ids"}}) {
+      t->name = name;
+      t->dtype = sd::DType::I64;
+      t->dims = {batch, seq};
+      t->data.assign(size_t(batch * seq) * 8, 0);
     }
-}
+    auto *pi = reinterpret_cast<int64_t *>(ids.data.data());
+    auto *pl = reinterpret_cast<int64_t *>(labels.data.data());
+    auto *pp = reinterpret_cast<int64_t *>(positions.data.data());
+    std::fill(pl, pl + batch * seq, sd::kIgnoreLabel);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      int64_t at = int64_t(r) * seq, end = at + seq;
+      for (const Example *e : rows[r]) {
+        for (size_t j = 0; j < e->ids.size(); ++j, ++at) {
+          pi[at] = e->ids[j];
+          pl[at] = j == 0 && at != int64_t(r) * seq ? sd::kIgnoreLabel : e->labels[j];
+          pp[at] = int64_t(j);
+        }
+      }
+      for (int64_t j = 0; at < end; ++at, ++j) pp[at] = j; // padding: a sequence of its own
+    }
+  }
+  std::map<std::string, const HostTensor *> inputs() const {
+    return {{"input_ids", &ids}, {"labels", &labels}, {"position_ids", &positions}};
+  }
+};
 
 // Runs entry `index` with inputs matched by name.
 Status runEntry(sd::Session &s, int64_t index, const std::map<std::string, const HostTensor *> &byName,
@@ -107,6 +130,24 @@ Status runEntry(sd::Session &s, int64_t index, const std::map<std::string, const
     ins.push_back(it->second);
   }
   return s.run(size_t(index), ins, outs);
+}
+
+// Up to `rows` rows of at most `seq` tokens from a stream (peek: the next
+// example or null at the end; take: consume it). Packing fills each row with
+// the next examples while they fit, in stream order (so a checkpoint's data
+// position resumes exactly); otherwise one example per row.
+template <class Peek, class Take>
+Rows packRows(int64_t rows, int64_t seq, bool pack, Peek peek, Take take) {
+  Rows out;
+  while (int64_t(out.size()) < rows && peek()) {
+    std::vector<const Example *> &row = out.emplace_back();
+    size_t used = 0;
+    do {
+      row.push_back(take());
+      used += row.back()->ids.size();
+    } while (pack && peek() && used + peek()->ids.size() <= size_t(seq));
+  }
+  return out;
 }
 
 // Walks the data in (seeded) epoch orders; position = (epoch, index).
@@ -124,23 +165,31 @@ struct DataCursor {
       for (size_t i = 0; i < order.size(); ++i) order[i] = i;
     }
   }
-  std::vector<const Example *> take(int64_t n) {
-    std::vector<const Example *> rows;
-    while (int64_t(rows.size()) < n) {
-      if (index >= int64_t(data->size())) {
-        ++epoch;
-        index = 0;
-        reorder();
-      }
-      rows.push_back(&(*data)[order[size_t(index++)]]);
+  const Example *peek() {
+    if (index >= int64_t(data->size())) {
+      ++epoch;
+      index = 0;
+      reorder();
     }
-    return rows;
+    return &(*data)[order[size_t(index)]];
+  }
+  const Example *take() {
+    const Example *e = peek();
+    ++index;
+    return e;
+  }
+  Rows next(int64_t rows, int64_t seq, bool pack) {
+    return packRows(rows, seq, pack, [&] { return peek(); }, [&] { return take(); });
   }
 };
 
-const Bucket *bucketFor(const PlanEntries &pe, const std::vector<const Example *> &rows) {
+// The smallest bucket whose rows hold every row of `rows` (packed plans:
+// always the largest, whose rows the packer filled).
+const Bucket *bucketFor(const PlanEntries &pe, const Rows &rows) {
+  if (pe.packed) return &pe.buckets.back();
   size_t longest = 0;
-  for (const Example *e : rows) longest = std::max(longest, e->ids.size());
+  for (const auto &row : rows)
+    for (const Example *e : row) longest = std::max(longest, e->ids.size());
   for (const Bucket &b : pe.buckets)
     if (b.seq >= int64_t(longest)) return &b;
   return nullptr;
@@ -167,11 +216,11 @@ sd::Status trainInputsFromData(const sd::Plan &plan, size_t entry, const std::st
   auto data = sd::loadJsonl(dataPath, sd::DatasetOptions{pe.vocab, seq, true});
   if (!data.isOk()) return data.status();
   int64_t n = batch ? std::min(batch, rowsInBucket) : rowsInBucket;
-  std::vector<const Example *> rows;
-  for (int64_t i = 0; i < n; ++i) rows.push_back(&data.value()[size_t(i) % data.value().size()]);
-  HostTensor ids, labels;
-  fillBatch(rows, rowsInBucket, seq, ids, labels);
-  std::map<std::string, HostTensor> byName = {{"input_ids", ids}, {"labels", labels}, {"lr", scalar("lr", 1e-4f)},
+  DataCursor cursor{&data.value(), false};
+  cursor.reorder();
+  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq);
+  std::map<std::string, HostTensor> byName = {{"input_ids", tb.ids}, {"labels", tb.labels},
+                                              {"position_ids", tb.positions}, {"lr", scalar("lr", 1e-4f)},
                                               {"weight_decay", scalar("weight_decay", 0)},
                                               {"max_grad_norm", scalar("max_grad_norm", 0)}};
   inputs.clear();
@@ -229,10 +278,17 @@ Status runTraining(const TrainOptions &o) {
     state[0] = int64_t(o.seed);
     state[1] = 0;
   }
-  int64_t perStep = batch * o.gradAccum;
-  int64_t total = o.steps ? o.steps : (o.epochs * int64_t(data.value().size()) + perStep - 1) / perStep;
+  int64_t seq = pe.buckets.back().seq;
   DataCursor cursor{&data.value(), o.shuffle, o.seed};
   cursor.reorder();
+  int64_t total = o.steps;
+  if (!total) { // --epochs: packing decides how many examples a step takes, so count by packing
+    DataCursor dry = cursor;
+    int64_t micro = 0;
+    auto consumed = [&] { return dry.epoch * int64_t(data.value().size()) + dry.index; };
+    while (consumed() < o.epochs * int64_t(data.value().size())) dry.next(batch, seq, pe.packed), ++micro;
+    total = (micro + o.gradAccum - 1) / o.gradAccum;
+  }
   int64_t step = 0;
   if (o.resume) {
     std::string used;
@@ -264,13 +320,12 @@ Status runTraining(const TrainOptions &o) {
 
   auto evaluate = [&](double &loss) -> Status {
     double sum = 0, tokens = 0;
-    for (size_t i = 0; i < evalData.size(); i += size_t(batch)) {
-      std::vector<const Example *> rows;
-      for (size_t j = i; j < std::min(evalData.size(), i + size_t(batch)); ++j) rows.push_back(&evalData[j]);
+    for (size_t i = 0; i < evalData.size();) {
+      Rows rows = packRows(batch, seq, pe.packed, [&] { return i < evalData.size() ? &evalData[i] : nullptr; },
+                           [&] { return &evalData[i++]; });
       const Bucket *b = bucketFor(pe, rows);
-      HostTensor ids, labels;
-      fillBatch(rows, b->batch, b->seq, ids, labels);
-      SD_RETURN_IF_ERROR(runEntry(s, b->evalStep, {{"input_ids", &ids}, {"labels", &labels}}, outs));
+      TokenBatch tb(rows, b->batch, b->seq);
+      SD_RETURN_IF_ERROR(runEntry(s, b->evalStep, tb.inputs(), outs));
       sum += scalarOut(outs, "loss_sum");
       tokens += scalarOut(outs, "tokens");
     }
@@ -286,12 +341,11 @@ Status runTraining(const TrainOptions &o) {
     lrT = scalar("lr", float(lr));
     double lossSum = 0, tokens = 0, gradNorm = NAN;
     for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
-      std::vector<const Example *> rows = cursor.take(batch);
+      Rows rows = cursor.next(batch, seq, pe.packed);
       const Bucket *b = bucketFor(pe, rows);
-      HostTensor ids, labels;
-      fillBatch(rows, b->batch, b->seq, ids, labels);
-      std::map<std::string, const HostTensor *> in = {{"input_ids", &ids}, {"labels", &labels}, {"lr", &lrT},
-                                                      {"weight_decay", &wdT}, {"max_grad_norm", &clipT}};
+      TokenBatch tb(rows, b->batch, b->seq);
+      std::map<std::string, const HostTensor *> in = tb.inputs();
+      in.insert({{"lr", &lrT}, {"weight_decay", &wdT}, {"max_grad_norm", &clipT}});
       bool fused = o.gradAccum == 1;
       SD_RETURN_IF_ERROR(runEntry(s, fused ? b->trainStep : b->accumulate, in, outs).withContext(
           "step " + std::to_string(step + 1) + ": "));

@@ -67,6 +67,8 @@ LogicalResult gemmVJP(GemmOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
 LogicalResult attentionVJPUnfused(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                                   Grads &dx) {
   Value q = op.getQ(), kt = op.getKt(), v = op.getV(), mask = op.getMask();
+  if (!isa<NoneType>(op.getPositions().getType()))
+    return op.emitError("attention over packed sequences needs queries, keys and values with the same batch dims");
   Type et = elementTypeOf(q);
   double scale = op.getScale() ? double(op.getScale()->convertToFloat()) : 1.0;
   Value s = g.scale(g.make<MatMulOp>({q, kt}), scale);
@@ -90,7 +92,8 @@ LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, A
   if (ks.size() != qs.size() || vs.size() != qs.size() || batch(ks) != batch(qs) || batch(vs) != batch(qs))
     return attentionVJPUnfused(op, g, dy, need, dx);
   SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value"});
-  Operation *grad = g.op<AttentionGradOp>({dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask()}, attrs, 3);
+  Operation *grad = g.op<AttentionGradOp>({dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask(), op.getPositions()},
+                                          attrs, 3);
   if (!grad) return failure();
   for (unsigned i = 0; i < 3; ++i)
     if (need[i]) dx[i] = grad->getResult(i);

@@ -1,0 +1,120 @@
+// sd-pack-sequences: lets training entries take several sequences per row.
+// Each specialized eval_step (accumulate and train_step are built from it
+// later) gets an int64 [batch, seq] input `position_ids`: each token's
+// position within its own sequence. It replaces the model's learned
+// position-embedding lookup (a Gather of the constant arange(seq)) and goes to
+// every fused attention as its `positions` operand, where it restricts each
+// query to the keys of its own sequence. So a packed row computes exactly what
+// its sequences would compute one by one, without a [seq, seq] mask tensor.
+// A model that already takes `position_ids` keeps that input.
+#include "PassDetail.h"
+#include "Passes.h"
+
+namespace sd {
+#define GEN_PASS_DEF_PACKSEQUENCES
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+constexpr llvm::StringLiteral kPositionIds = "position_ids";
+
+// indices is the constant 0, 1, ..., seq-1 (shape [seq] or [1, seq]).
+bool isArange(Value indices, int64_t seq) {
+  auto c = indices.getDefiningOp<ConstantOp>();
+  if (!c) return false;
+  auto t = cast<RankedTensorType>(c.getType());
+  if (!t.getElementType().isInteger(64) || t.getNumElements() != seq || t.getDimSize(t.getRank() - 1) != seq)
+    return false;
+  auto values = dyn_cast<DenseIntElementsAttr>(c.getValue());
+  if (!values) return false;
+  int64_t expect = 0;
+  for (const APInt &v : values.getValues<APInt>())
+    if (v.getSExtValue() != expect++) return false;
+  return true;
+}
+
+struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
+  void runOnOperation() override {
+    for (auto f : getOperation().getOps<func::FuncOp>())
+      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == "eval_step" && failed(pack(f)))
+        return signalPassFailure();
+  }
+
+  LogicalResult pack(func::FuncOp f) {
+    int labelsArg = -1, positionsArg = -1;
+    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+      auto name = f.getArgAttrOfType<StringAttr>(i, "sd.name");
+      if (name && name.getValue() == "labels") labelsArg = int(i);
+      if (name && name.getValue() == kPositionIds) positionsArg = int(i);
+    }
+    if (labelsArg < 0) return f.emitError("--packing needs the sft recipe's [batch, seq] labels input");
+    auto rowType = cast<RankedTensorType>(f.getArgument(unsigned(labelsArg)).getType());
+    int64_t batch = rowType.getDimSize(0), seq = rowType.getDimSize(1);
+
+    SmallVector<AttentionOp> attentions;
+    f.walk([&](AttentionOp a) { attentions.push_back(a); });
+    if (attentions.empty())
+      return f.emitError("--packing: the model has no attention that sd-fuse-attention recognized, so packed "
+                         "sequences could not be kept apart");
+    for (AttentionOp a : attentions) {
+      ArrayRef<int64_t> q = cast<RankedTensorType>(a.getQ().getType()).getShape();
+      ArrayRef<int64_t> k = cast<RankedTensorType>(a.getKt().getType()).getShape();
+      ArrayRef<int64_t> v = cast<RankedTensorType>(a.getV().getType()).getShape();
+      bool selfAttention = q.size() >= 3 && q[0] == batch && q[q.size() - 2] == seq && k.back() == seq &&
+                           k.size() == q.size() && v.size() == q.size() && k.drop_back(2) == q.drop_back(2) &&
+                           v.drop_back(2) == q.drop_back(2);
+      if (!selfAttention)
+        return a.emitError() << "--packing: " << sd::describeNode(a)
+                             << " is not a self-attention over [batch, ..., seq, d] with unbroadcast keys and values";
+    }
+
+    OpBuilder b(f.getContext());
+    auto positionsType = RankedTensorType::get({batch, seq}, b.getI64Type());
+    if (positionsArg < 0) {
+      positionsArg = int(f.getNumArguments());
+      NamedAttribute name(b.getStringAttr("sd.name"), b.getStringAttr(kPositionIds));
+      f.insertArgument(unsigned(positionsArg), positionsType, b.getDictionaryAttr({name}), f.getLoc());
+      if (failed(replacePositionLookups(f, f.getArgument(unsigned(positionsArg)), seq))) return failure();
+    } else if (f.getArgument(unsigned(positionsArg)).getType() != positionsType) {
+      return f.emitError() << "--packing: the model's position_ids input is "
+                           << f.getArgument(unsigned(positionsArg)).getType() << ", not " << positionsType;
+    }
+    for (AttentionOp a : attentions) a->setOperand(4, f.getArgument(unsigned(positionsArg)));
+    return success();
+  }
+
+  // Gather(table, arange(seq)) -> Gather(table, position_ids): [seq, C] becomes
+  // [batch, seq, C]; its users must already produce that shape by broadcasting.
+  LogicalResult replacePositionLookups(func::FuncOp f, Value positions, int64_t seq) {
+    SmallVector<GatherOp> lookups;
+    f.walk([&](GatherOp g) {
+      if (isArange(g.getRhs(), seq) && g.getAxis().value_or(0) == 0) lookups.push_back(g);
+    });
+    if (lookups.empty())
+      return f.emitError("--packing: cannot find the position-embedding lookup (a Gather of the constant "
+                         "arange(seq)); packing needs learned absolute positions or a position_ids input");
+    for (GatherOp g : lookups) {
+      auto table = cast<RankedTensorType>(g.getLhs().getType());
+      SmallVector<int64_t> shape = {cast<RankedTensorType>(positions.getType()).getDimSize(0), seq};
+      shape.append(table.getShape().begin() + 1, table.getShape().end());
+      auto type = RankedTensorType::get(shape, table.getElementType());
+      for (Operation *user : g->getUsers())
+        if (!isa<AddOp>(user) || cast<RankedTensorType>(user->getResult(0).getType()).getShape() != type.getShape())
+          return user->emitError() << "--packing: the position embedding feeds " << sd::describeNode(user)
+                                   << ", which does not add it to a " << type << " activation";
+      OpBuilder b(g);
+      auto perToken = b.create<GatherOp>(g.getLoc(), type, g.getLhs(), positions, g.getAxisAttr());
+      g.getResult().replaceAllUsesWith(perToken.getResult());
+      Operation *indices = g.getRhs().getDefiningOp();
+      g.erase();
+      if (indices->use_empty()) indices->erase();
+    }
+    return success();
+  }
+};
+
+} // namespace

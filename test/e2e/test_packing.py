@@ -1,0 +1,186 @@
+#!/usr/bin/python3
+"""Sequence packing against PyTorch. A plan compiled with `sdc compile
+--packing` takes position_ids, and `sdrun train` fills each [batch, seq] row
+with several examples (in data order, while they fit). The reference is
+PyTorch running every example on its own, unpadded: if positions restart per
+example and attention stays inside each, the per-step losses and the trained
+weights agree. Also: the eval loss equals the padded plan's, resume is bit
+for bit, and --packing refuses what it cannot pack with one-line errors."""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from e2e_util import sh, tool_paths
+from test_training import ADAM_EPS, check, clean_error, read_safetensors, report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+SEQ, BATCH, STEPS, EXAMPLES = 32, 2, 12, 30
+
+
+def make_examples(path):
+    """Short sequences (3..14 tokens); every third has a masked prompt."""
+    rng = np.random.default_rng(3)
+    rows = []
+    with open(path, "w") as f:
+        for i in range(EXAMPLES):
+            ids = rng.integers(0, 256, size=int(rng.integers(3, 15))).tolist()
+            labels = [-100 if i % 3 == 0 and j < 2 else t for j, t in enumerate(ids)]
+            rows.append((ids, labels))
+            f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+    return rows
+
+
+def packed_steps(rows, steps):
+    """The examples of each step's rows, packed as sdrun packs them: each row
+    takes the next examples in file order while they fit in SEQ tokens."""
+    cursor, out = 0, []
+    for _ in range(steps):
+        step = []
+        for _ in range(BATCH):
+            row, used = [], 0
+            while True:
+                ex = rows[cursor % len(rows)]
+                row.append(ex)
+                used += len(ex[0])
+                cursor += 1
+                if used + len(rows[cursor % len(rows)][0]) > SEQ:
+                    break
+            step.append(row)
+        out.append(step)
+    return out
+
+
+def torch_packed_losses(model, steps, lr, wd, clip):
+    """Each example alone through the model; loss = sum over the step's
+    examples / tokens counted, as the SFT recipe normalizes a micro-batch."""
+    import torch
+    import torch.nn.functional as F
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}], lr=lr,
+                            eps=ADAM_EPS)
+    losses = []
+    for step in steps:
+        opt.zero_grad()
+        examples = [ex for row in step for ex in row]
+        tokens = sum(sum(1 for t in labels[1:] if t != -100) for _, labels in examples)
+        total = 0.0
+        for ids, labels in examples:
+            logits = model(torch.tensor([ids]))
+            loss_sum = F.cross_entropy(logits[0, :-1], torch.tensor(labels[1:]), ignore_index=-100, reduction="sum")
+            (loss_sum / tokens).backward()
+            total += float(loss_sum)
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        losses.append(total / tokens)
+    return losses
+
+
+def embedding_model(path):
+    """An attention-free token model: packing cannot keep its rows apart."""
+    import onnx
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(0)
+    emb = helper.make_tensor("emb", TensorProto.FLOAT, [256, 8], rng.standard_normal(256 * 8).astype(np.float32))
+    head = helper.make_tensor("head", TensorProto.FLOAT, [8, 256], rng.standard_normal(8 * 256).astype(np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["emb", "input_ids"], ["x"]), helper.make_node("MatMul", ["x", "head"], ["logits"])],
+        "embed", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 256])], [emb, head])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    from export_models import Gpt, export_gpt
+    torch.set_num_threads(1)
+    tmp = tempfile.mkdtemp(prefix="sd_packing_")
+    try:
+        torch.manual_seed(0)
+        base = Gpt(d=64, layers=2, heads=4, block=SEQ)
+        onnx_path = os.path.join(tmp, "gpt.onnx")
+        export_gpt(base, onnx_path, torch.zeros((BATCH, SEQ), dtype=torch.long), opset=17)
+        data = os.path.join(tmp, "train.jsonl")
+        rows = make_examples(data)
+        shapes = ["--shapes", f"input_ids={BATCH}x{SEQ}", "--adam-epsilon", str(ADAM_EPS)]
+        plan, padded = os.path.join(tmp, "packed.sdp"), os.path.join(tmp, "padded.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "none", "--packing", *shapes, "-o", plan])
+        sh([sdc, "compile", onnx_path, "--peft", "none", *shapes, "-o", padded])
+        lr, wd, clip = 2e-3, 0.1, 1.0
+
+        def train(plan_path, metrics, steps, extra=()):
+            sh([sdrun, "train", plan_path, "--data", data, *(["--steps", str(steps)] if steps else []),
+                "--no-shuffle", "--threads", "2",
+                "--lr", str(lr), "--weight-decay", str(wd), "--clip-norm", str(clip), "--metrics", metrics, *extra])
+            lines = [json.loads(l) for l in open(metrics)]
+            return [l["loss"] for l in lines if "loss" in l], [l["eval_loss"] for l in lines if "eval_loss" in l]
+
+        weights = os.path.join(tmp, "w.safetensors")
+        ours, _ = train(plan, os.path.join(tmp, "m.jsonl"), STEPS, ["--save-weights", weights])
+        steps = packed_steps(rows, STEPS)
+        per_row = np.mean([len(r) for s in steps for r in s])
+        model = Gpt(d=64, layers=2, heads=4, block=SEQ)
+        model.load_state_dict(base.state_dict())
+        ref = torch_packed_losses(model, steps, lr, wd, clip)
+        rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
+        check(f"packing: {STEPS} per-step losses equal PyTorch running each example alone",
+              rel < 1e-4 and len(ours) == STEPS and per_row > 1.5,
+              f"max rel diff {rel:.2e}, {per_row:.2f} examples per row (first {ref[0]:.4f}, last {ref[-1]:.4f})")
+        got = read_safetensors(weights)
+        worst = max(float(np.max(np.abs(got[n] - p.detach().numpy())) / (np.max(np.abs(p.detach().numpy())) + 1e-12))
+                    for n, p in model.named_parameters())
+        check("packing: trained weights equal PyTorch's", worst < 1e-4 and len(got) == len(dict(model.named_parameters())),
+              f"max rel diff {worst:.2e} over {len(got)} tensors")
+
+        # Eval packs too, and must not change the loss of the same weights.
+        evals = [train(p, os.path.join(tmp, f"e{i}.jsonl"), 1, ["--lr", "0", "--eval-data", data])[1][-1]
+                 for i, p in enumerate((plan, padded))]
+        check("packing: eval loss equals the padded plan's", abs(evals[0] - evals[1]) / evals[1] < 1e-5,
+              f"packed {evals[0]:.7f}, padded {evals[1]:.7f}")
+
+        # Resume: the data position is an example index, packing is a function of it.
+        n, ck = STEPS // 2, os.path.join(tmp, "ck")
+        wa, wb = os.path.join(tmp, "a.safetensors"), os.path.join(tmp, "b.safetensors")
+        a, _ = train(plan, os.path.join(tmp, "s.jsonl"), 2 * n, ["--save-weights", wa])
+        train(plan, os.path.join(tmp, "r.jsonl"), n, ["--checkpoint-dir", ck])
+        b, _ = train(plan, os.path.join(tmp, "r.jsonl"), 2 * n, ["--checkpoint-dir", ck, "--resume", "--save-weights", wb])
+        ta, tb = read_safetensors(wa), read_safetensors(wb)
+        same = all(np.array_equal(ta[k], tb[k]) for k in ta)
+        check(f"packing resume: {2 * n} steps straight == {n} + --resume {n}, bit for bit", a == b and same,
+              f"losses equal: {a == b}, weights equal: {same}")
+
+        # --epochs counts steps by packing: one epoch takes fewer steps than padding would.
+        ep, _ = train(plan, os.path.join(tmp, "ep.jsonl"), 0, ["--epochs", "1"])
+        consumed, count = 0, 0
+        for s in packed_steps(rows, EXAMPLES):
+            if consumed >= EXAMPLES:
+                break
+            consumed += sum(len(r) for r in s)
+            count += 1
+        check("packing: --epochs 1 runs as many steps as packing one epoch takes",
+              len(ep) == count < (EXAMPLES + BATCH - 1) // BATCH,
+              f"{len(ep)} steps (padding would take {(EXAMPLES + BATCH - 1) // BATCH})")
+
+        never = os.path.join(tmp, "never.sdp")
+        embed = os.path.join(tmp, "embed.onnx")
+        embedding_model(embed)
+        clean_error("--packing on a model without attention",
+                    [sdc, "compile", embed, "--peft", "none", "--packing", "--shapes", "input_ids=2x8", "-o", never],
+                    ["--packing", "attention"])
+        clean_error("--packing without a training plan",
+                    [sdc, "compile", onnx_path, "--packing", "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", never],
+                    ["--packing", "--peft"])
+        check("refused --packing writes no plan", not os.path.exists(never), "")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("test_packing")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
