@@ -3,7 +3,8 @@
 #   1. export a small byte-level GPT (examples/export_models.py)
 #   2. pre-train it from scratch with full fine-tuning on the King James Bible
 #      (bible-kjv), merge the trained weights back into ONNX (sdc merge --weights)
-#   3. LoRA-fine-tune the pre-trained model on fortune cookies (fortune-mod),
+#   3. LoRA-fine-tune the pre-trained model on fortune cookies (fortune-mod, one
+#      example per fortune, packed several to a row: sdc compile --packing),
 #      merge the adapter into ONNX and check it with ONNX Runtime
 #   4. sample with sdrun generate before and after the LoRA fine-tuning
 # STEPS / LORA_STEPS override the step counts.
@@ -29,12 +30,12 @@ torch.manual_seed(0)
 export_gpt(Gpt(d=128, layers=4, heads=4, block=128), sys.argv[1], torch.zeros((8, 128), dtype=torch.long), 17)
 PY
 
-echo "== 2. data: the King James Bible (bible-kjv) and fortune cookies (fortune-mod), 128-byte chunks"
+echo "== 2. data: the King James Bible (bible-kjv) in 128-byte chunks, fortune cookies (fortune-mod) one per example"
 bible "Gen1:1-Rev22:21" | sed -E 's/^ *[0-9]+ //' |
   /usr/bin/python3 examples/text_to_jsonl.py --chunk 128 --eval-every 100 --eval-out "$OUT/bible_eval.jsonl" \
   > "$OUT/bible.jsonl"
 cat /usr/share/games/fortunes/fortunes /usr/share/games/fortunes/literature /usr/share/games/fortunes/riddles |
-  grep -v '^%$' | /usr/bin/python3 examples/text_to_jsonl.py --chunk 128 --eval-every 20 \
+  /usr/bin/python3 examples/text_to_jsonl.py --chunk 128 --records % --eval-every 20 \
   --eval-out "$OUT/fortune_eval.jsonl" > "$OUT/fortune.jsonl"
 wc -l "$OUT"/bible.jsonl "$OUT"/fortune.jsonl | sed 's/^/   /'
 
@@ -49,7 +50,7 @@ echo "   merged into $OUT/pretrained.onnx"
 echo "== 4. LoRA: sdc compile pretrained.onnx --peft lora --target-modules qkv,proj,fc1,fc2 --dry-run"
 LORA=(--peft lora --target-modules qkv,proj,fc1,fc2 --lora-r 16 --lora-alpha 32)
 "$SDC" compile "$OUT/pretrained.onnx" "${LORA[@]}" --dry-run | sed 's/^/   /'
-"$SDC" compile "$OUT/pretrained.onnx" "${LORA[@]}" --shapes input_ids=8x128 -o "$OUT/lora.sdp"
+"$SDC" compile "$OUT/pretrained.onnx" "${LORA[@]}" --packing --shapes input_ids=8x128 -o "$OUT/lora.sdp"
 PROMPT="The Lord said unto"
 echo "   before LoRA (greedy): $("$SDRUN" generate "$OUT/lora.sdp" --prompt "$PROMPT" --max-new-tokens 80 \
   --temperature 0 | tr '\n' ' ')"

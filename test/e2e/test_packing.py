@@ -23,35 +23,48 @@ SEQ, BATCH, STEPS, EXAMPLES = 32, 2, 12, 30
 
 
 def make_examples(path):
-    """Short sequences (3..14 tokens); every third has a masked prompt."""
+    """Short sequences (3..20 tokens); every third has a masked prompt."""
     rng = np.random.default_rng(3)
     rows = []
     with open(path, "w") as f:
         for i in range(EXAMPLES):
-            ids = rng.integers(0, 256, size=int(rng.integers(3, 15))).tolist()
+            ids = rng.integers(0, 256, size=int(rng.integers(3, 21))).tolist()
             labels = [-100 if i % 3 == 0 and j < 2 else t for j, t in enumerate(ids)]
             rows.append((ids, labels))
             f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
     return rows
 
 
+def first_fit_decreasing(examples):
+    """The rows of BATCH x SEQ that first-fit decreasing packs `examples`
+    into (longest first, ties in data order), or None if they do not fit."""
+    rows, used = [], []
+    for ex in sorted(examples, key=lambda e: -len(e[0])):
+        r = next((i for i, u in enumerate(used) if u + len(ex[0]) <= SEQ), len(rows))
+        if r == len(rows):
+            if r == BATCH:
+                return None
+            rows.append([])
+            used.append(0)
+        rows[r].append(ex)
+        used[r] += len(ex[0])
+    return rows
+
+
 def packed_steps(rows, steps):
-    """The examples of each step's rows, packed as sdrun packs them: each row
-    takes the next examples in file order while they fit in SEQ tokens."""
+    """The examples of each step's rows, as sdrun packs them: the longest run
+    of next examples (file order) that first-fit decreasing fits in the rows."""
     cursor, out = 0, []
     for _ in range(steps):
-        step = []
-        for _ in range(BATCH):
-            row, used = [], 0
-            while True:
-                ex = rows[cursor % len(rows)]
-                row.append(ex)
-                used += len(ex[0])
-                cursor += 1
-                if used + len(rows[cursor % len(rows)][0]) > SEQ:
-                    break
-            step.append(row)
-        out.append(step)
+        taken, packed = [], None
+        while True:
+            trial = first_fit_decreasing(taken + [rows[cursor % len(rows)]])
+            if trial is None:
+                break
+            taken.append(rows[cursor % len(rows)])
+            packed = trial
+            cursor += 1
+        out.append(packed)
     return out
 
 

@@ -132,20 +132,47 @@ Status runEntry(sd::Session &s, int64_t index, const std::map<std::string, const
   return s.run(size_t(index), ins, outs);
 }
 
+// First-fit decreasing: `examples` into at most `rows` rows of `seq` tokens
+// (longest first, each into the first row with room; ties keep data order).
+// False if they do not fit.
+bool firstFitDecreasing(std::vector<const Example *> examples, int64_t rows, int64_t seq, Rows &out) {
+  std::stable_sort(examples.begin(), examples.end(),
+                   [](const Example *a, const Example *b) { return a->ids.size() > b->ids.size(); });
+  out.clear();
+  std::vector<size_t> used;
+  for (const Example *e : examples) {
+    size_t r = 0;
+    while (r < out.size() && used[r] + e->ids.size() > size_t(seq)) ++r;
+    if (r == out.size()) {
+      if (int64_t(r) == rows) return false;
+      out.emplace_back();
+      used.push_back(0);
+    }
+    out[r].push_back(e);
+    used[r] += e->ids.size();
+  }
+  return true;
+}
+
 // Up to `rows` rows of at most `seq` tokens from a stream (peek: the next
-// example or null at the end; take: consume it). Packing fills each row with
-// the next examples while they fit, in stream order (so a checkpoint's data
-// position resumes exactly); otherwise one example per row.
+// example or null at the end; take: consume it). Without packing, one example
+// per row. Packing takes the longest run of next examples that first-fit
+// decreasing fits into the rows: a micro-batch is a function of where it
+// starts in the stream, so a checkpoint's data position resumes exactly.
 template <class Peek, class Take>
 Rows packRows(int64_t rows, int64_t seq, bool pack, Peek peek, Take take) {
   Rows out;
-  while (int64_t(out.size()) < rows && peek()) {
-    std::vector<const Example *> &row = out.emplace_back();
-    size_t used = 0;
-    do {
-      row.push_back(take());
-      used += row.back()->ids.size();
-    } while (pack && peek() && used + peek()->ids.size() <= size_t(seq));
+  if (!pack) {
+    while (int64_t(out.size()) < rows && peek()) out.push_back({take()});
+    return out;
+  }
+  std::vector<const Example *> taken;
+  Rows trial;
+  while (peek()) {
+    taken.push_back(peek());
+    if (!firstFitDecreasing(taken, rows, seq, trial)) break;
+    take();
+    out.swap(trial);
   }
   return out;
 }
