@@ -210,13 +210,15 @@ struct DataCursor {
   }
 };
 
-// The smallest bucket whose rows hold every row of `rows` (packed plans:
-// always the largest, whose rows the packer filled).
+// The smallest bucket whose rows hold every row of `rows` (packed rows were
+// filled to the largest bucket's length, but a short last batch may fit less).
 const Bucket *bucketFor(const PlanEntries &pe, const Rows &rows) {
-  if (pe.packed) return &pe.buckets.back();
   size_t longest = 0;
-  for (const auto &row : rows)
-    for (const Example *e : row) longest = std::max(longest, e->ids.size());
+  for (const auto &row : rows) {
+    size_t used = 0;
+    for (const Example *e : row) used += e->ids.size();
+    longest = std::max(longest, used);
+  }
   for (const Bucket &b : pe.buckets)
     if (b.seq >= int64_t(longest)) return &b;
   return nullptr;
