@@ -10,6 +10,10 @@
 // Packed sequences (optional positions [B, T]): query i of batch row b sees
 // keys j >= i - positions[b, i] only, i.e. the keys of its own sequence; the
 // excluded scores are -inf, so their probabilities and gradients are 0.
+// Work is done in blocks of query rows that share a key range: rows of one
+// packed sequence start at its first key, and under a causal mask a block of
+// rows ends at its last row's key, so neither other sequences' keys nor the
+// masked upper triangle are ever multiplied.
 #include "cpu_util.h"
 #include "gemm.h"
 #include "vecmath.h"
@@ -43,8 +47,36 @@ struct Geometry {
   const bool *maskData = nullptr;
   const int64_t *positions = nullptr; // [B, T]; item / itemsPerRow = b
   int64_t itemsPerRow = 1;
+  bool causal = false; // every item's mask hides exactly the keys after the query
   float scale = 1, maskValue = -INFINITY;
 };
+
+// A block of query rows [r0, r1) that see only keys [c0, c1).
+struct Block {
+  int64_t r0, r1, c0, c1;
+};
+// Rows per block under a causal mask: smaller skips more of the masked
+// triangle, larger makes longer GEMMs.
+constexpr int64_t kCausalRows = 32;
+
+bool masked(const Geometry &g, size_t item, int64_t i, int64_t j) {
+  return g.maskData && g.maskData[g.mask[item] + i * g.maskRowStride + j * g.maskColStride];
+}
+
+// A causal mask with a fill that underflows softmax to exactly 0, so skipping
+// the masked keys changes nothing. Checked once per distinct mask matrix.
+bool isCausal(const Geometry &g) {
+  if (g.T != g.S || !(g.maskValue <= -1e4f)) return false;
+  std::vector<int64_t> seen;
+  for (size_t item = 0; item < g.mask.size(); ++item) {
+    if (std::find(seen.begin(), seen.end(), g.mask[item]) != seen.end()) continue;
+    seen.push_back(g.mask[item]);
+    for (int64_t i = 0; i < g.T; ++i)
+      for (int64_t j = 0; j < g.S; ++j)
+        if (masked(g, item, i, j) != (j > i)) return false;
+  }
+  return true;
+}
 
 Status geometryOf(const KernelContext &c, size_t first, Geometry &g) {
   const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
@@ -72,6 +104,7 @@ Status geometryOf(const KernelContext &c, size_t first, Geometry &g) {
     g.maskRowStride = mr == 1 ? 0 : mc;
     g.mask = itemOffsets(m.dims, g.batch, mr * mc);
     g.maskData = m.as<bool>();
+    g.causal = isCausal(g);
   }
   if (c.hasInput(first + 4) && c.inputs[first + 4].data) {
     const TensorView &pos = c.inputs[first + 4];
@@ -91,20 +124,37 @@ int64_t keyStart(const Geometry &g, size_t item, int64_t i) {
   return i - std::clamp<int64_t>(p, 0, i);
 }
 
-bool masked(const Geometry &g, size_t item, int64_t i, int64_t j) {
-  return g.maskData && g.maskData[g.mask[item] + i * g.maskRowStride + j * g.maskColStride];
+
+// The item's blocks: runs of rows with one sequence start (all rows without
+// positions), cut every kCausalRows rows under a causal mask.
+void blocksOf(const Geometry &g, size_t item, std::vector<Block> &out) {
+  out.clear();
+  for (int64_t i = 0; i < g.T;) {
+    int64_t start = keyStart(g, item, i), end = i + 1;
+    while (end < g.T && keyStart(g, item, end) == start && (!g.causal || end - i < kCausalRows)) ++end;
+    out.push_back({i, end, start, g.causal ? end : g.S});
+    i = end;
+  }
 }
 
-// P = softmax(q kt * scale, masked) for one item, T x S, into p.
-void probabilities(const Geometry &g, size_t item, const float *q, const float *kt, float *p) {
-  gemm<float>(false, false, g.T, g.S, g.d, g.scale, q + g.q[item], g.d, kt + g.kt[item], g.S, 0.0f, p, g.S);
-  for (int64_t i = 0; i < g.T; ++i) {
-    float *row = p + i * g.S;
-    if (g.maskData)
-      for (int64_t j = 0; j < g.S; ++j)
-        if (masked(g, item, i, j)) row[j] = g.maskValue;
-    for (int64_t j = 0, start = keyStart(g, item, i); j < start; ++j) row[j] = -INFINITY;
-    vsoftmaxRow(row, row, g.S);
+// P = softmax(q kt * scale, masked) inside the blocks (T x S with row
+// stride S; entries outside the blocks are never read).
+void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blocks, const float *q,
+                   const float *kt, float *p) {
+  for (const Block &b : blocks) {
+    int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
+    float *pb = p + b.r0 * g.S + b.c0;
+    gemm<float>(false, false, rows, cols, g.d, g.scale, q + g.q[item] + b.r0 * g.d, g.d, kt + g.kt[item] + b.c0, g.S,
+                0.0f, pb, g.S);
+    for (int64_t i = b.r0; i < b.r1; ++i) {
+      float *row = p + i * g.S;
+      if (g.maskData && !g.causal)
+        for (int64_t j = b.c0; j < b.c1; ++j)
+          if (masked(g, item, i, j)) row[j] = g.maskValue;
+      if (g.causal)
+        for (int64_t j = i + 1; j < b.c1; ++j) row[j] = -INFINITY;
+      vsoftmaxRow(row + b.c0, row + b.c0, cols);
+    }
   }
 }
 
@@ -115,16 +165,21 @@ Status AttentionKernel(const KernelContext &c) {
   float *y = c.outputs[0].as<float>();
   parallelFor(c.pool, int64_t(g.q.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> p(size_t(g.T * g.S));
+    std::vector<Block> blocks;
     for (int64_t item = i0; item < i1; ++item) {
-      probabilities(g, size_t(item), q, kt, p.data());
-      gemm<float>(false, false, g.T, g.dv, g.S, 1.0f, p.data(), g.S, v + g.v[size_t(item)], g.dv, 0.0f,
-                  y + item * g.T * g.dv, g.dv);
+      size_t it = size_t(item);
+      blocksOf(g, it, blocks);
+      probabilities(g, it, blocks, q, kt, p.data());
+      for (const Block &b : blocks)
+        gemm<float>(false, false, b.r1 - b.r0, g.dv, b.c1 - b.c0, 1.0f, p.data() + b.r0 * g.S + b.c0, g.S,
+                    v + g.v[it] + b.c0 * g.dv, g.dv, 0.0f, y + (item * g.T + b.r0) * g.dv, g.dv);
     }
   });
   return Status::ok();
 }
 
-// AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv (q, kt, v share batch dims).
+// AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv (q, kt, v share
+// batch dims). Blocks may share keys, so key gradients accumulate.
 Status AttentionGradKernel(const KernelContext &c) {
   Geometry g;
   SD_RETURN_IF_ERROR(geometryOf(c, 1, g));
@@ -133,21 +188,35 @@ Status AttentionGradKernel(const KernelContext &c) {
   float *dq = c.outputs[0].as<float>(), *dkt = c.outputs[1].as<float>(), *dv = c.outputs[2].as<float>();
   parallelFor(c.pool, int64_t(g.q.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> p(size_t(g.T * g.S)), ds(size_t(g.T * g.S));
+    std::vector<Block> blocks;
     for (int64_t item = i0; item < i1; ++item) {
       size_t it = size_t(item);
       const float *dyi = dy + item * g.T * g.dv;
-      probabilities(g, it, q, kt, p.data());
-      gemm<float>(true, false, g.S, g.dv, g.T, 1.0f, p.data(), g.S, dyi, g.dv, 0.0f, dv + g.v[it], g.dv);
-      gemm<float>(false, true, g.T, g.S, g.dv, 1.0f, dyi, g.dv, v + g.v[it], g.dv, 0.0f, ds.data(), g.S);
-      for (int64_t i = 0; i < g.T; ++i) {
-        float *dsr = ds.data() + i * g.S;
-        const float *pr = p.data() + i * g.S;
-        double dot = 0;
-        for (int64_t j = 0; j < g.S; ++j) dot += double(dsr[j]) * double(pr[j]);
-        for (int64_t j = 0; j < g.S; ++j) dsr[j] = masked(g, it, i, j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
+      float *dqi = dq + g.q[it], *dkti = dkt + g.kt[it], *dvi = dv + g.v[it];
+      std::fill(dqi, dqi + g.T * g.d, 0.0f);
+      std::fill(dkti, dkti + g.d * g.S, 0.0f);
+      std::fill(dvi, dvi + g.S * g.dv, 0.0f);
+      blocksOf(g, it, blocks);
+      probabilities(g, it, blocks, q, kt, p.data());
+      for (const Block &b : blocks) {
+        int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
+        const float *pb = p.data() + b.r0 * g.S + b.c0, *dyb = dyi + b.r0 * g.dv;
+        float *dsb = ds.data() + b.r0 * g.S + b.c0;
+        gemm<float>(true, false, cols, g.dv, rows, 1.0f, pb, g.S, dyb, g.dv, 1.0f, dvi + b.c0 * g.dv, g.dv);
+        gemm<float>(false, true, rows, cols, g.dv, 1.0f, dyb, g.dv, v + g.v[it] + b.c0 * g.dv, g.dv, 0.0f, dsb, g.S);
+        for (int64_t i = 0; i < rows; ++i) {
+          float *dsr = dsb + i * g.S;
+          const float *pr = pb + i * g.S;
+          double dot = 0;
+          for (int64_t j = 0; j < cols; ++j) dot += double(dsr[j]) * double(pr[j]);
+          for (int64_t j = 0; j < cols; ++j)
+            dsr[j] = masked(g, it, b.r0 + i, b.c0 + j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
+        }
+        gemm<float>(false, true, rows, g.d, cols, g.scale, dsb, g.S, kt + g.kt[it] + b.c0, g.S, 0.0f,
+                    dqi + b.r0 * g.d, g.d);
+        gemm<float>(true, false, g.d, cols, rows, g.scale, q + g.q[it] + b.r0 * g.d, g.d, dsb, g.S, 1.0f, dkti + b.c0,
+                    g.S);
       }
-      gemm<float>(false, true, g.T, g.d, g.S, g.scale, ds.data(), g.S, kt + g.kt[it], g.S, 0.0f, dq + g.q[it], g.d);
-      gemm<float>(true, false, g.d, g.S, g.T, g.scale, q + g.q[it], g.d, ds.data(), g.S, 0.0f, dkt + g.kt[it], g.S);
     }
   });
   return Status::ok();

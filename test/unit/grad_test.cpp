@@ -197,6 +197,15 @@ INSTANTIATE_TEST_SUITE_P(
              "  one = Constant <value = int64 {1}> ()\n  keep = Equal(mk, one)\n"
              "  fill = Constant <value = float {-3.4e38}> ()\n  u = Where(keep, s, fill)\n"
              "  p = Softmax <axis = -1> (u)\n  y = MatMul(p, wv)"},
+        // A causal mask over 40 queries: the kernels work in blocks of 32 rows
+        // whose keys end at the block's last row (the masked triangle is skipped).
+        Case{"AttentionCausalBlocks", {{"wq", "1, 40, 2", 80}, {"wk", "1, 2, 40", 80}, {"wv", "1, 40, 2", 80}},
+             "  s = MatMul(wq, wk)\n  c = Constant <value = float {0.5}> ()\n  t = Mul(s, c)\n"
+             "  zero = Constant <value = int64 {0}> ()\n  n = Constant <value = int64 {40}> ()\n"
+             "  one = Constant <value = int64 {1}> ()\n  idx = Range(zero, n, one)\n"
+             "  ax = Constant <value = int64[1] {1}> ()\n  rows = Unsqueeze(idx, ax)\n  m = Greater(idx, rows)\n"
+             "  fill = Constant <value = float {-1e9}> ()\n  u = Where(m, fill, t)\n"
+             "  p = Softmax <axis = -1> (u)\n  y = MatMul(p, wv)"},
         // Keys shared across the batch: fused forward, unfused gradient.
         Case{"AttentionSharedKeys", {{"wq", "2, 3, 4", 24}, {"wk", "1, 4, 5", 20}, {"wv", "2, 5, 2", 20}},
              "  s = MatMul(wq, wk)\n  p = Softmax <axis = -1> (s)\n  y = MatMul(p, wv)"},
