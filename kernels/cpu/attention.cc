@@ -179,7 +179,8 @@ Status AttentionKernel(const KernelContext &c) {
 }
 
 // AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv (q, kt, v share
-// batch dims). Blocks may share keys, so key gradients accumulate.
+// batch dims). Blocks partition the query rows, so each dq row is written
+// once; blocks may share keys, so key and value gradients accumulate.
 Status AttentionGradKernel(const KernelContext &c) {
   Geometry g;
   SD_RETURN_IF_ERROR(geometryOf(c, 1, g));
@@ -193,7 +194,6 @@ Status AttentionGradKernel(const KernelContext &c) {
       size_t it = size_t(item);
       const float *dyi = dy + item * g.T * g.dv;
       float *dqi = dq + g.q[it], *dkti = dkt + g.kt[it], *dvi = dv + g.v[it];
-      std::fill(dqi, dqi + g.T * g.d, 0.0f);
       std::fill(dkti, dkti + g.d * g.S, 0.0f);
       std::fill(dvi, dvi + g.S * g.dv, 0.0f);
       blocksOf(g, it, blocks);

@@ -15,7 +15,7 @@ import tempfile
 import numpy as np
 
 from e2e_util import sh, tool_paths
-from test_training import ADAM_EPS, check, clean_error, read_safetensors, report
+from test_training import ADAM_EPS, adamw, check, clean_error, read_safetensors, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
@@ -73,10 +73,7 @@ def torch_packed_losses(model, steps, lr, wd, clip):
     examples / tokens counted, as the SFT recipe normalizes a micro-batch."""
     import torch
     import torch.nn.functional as F
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}], lr=lr,
-                            eps=ADAM_EPS)
+    opt = adamw(model, lr, wd)
     losses = []
     for step in steps:
         opt.zero_grad()

@@ -238,13 +238,20 @@ def padded_batch(batch):
     return ids, labels
 
 
+def adamw(model, lr, wd):
+    """PyTorch AdamW over the trainable parameters with sdrun's weight-decay
+    rule (rank >= 2 parameters only, as HF's Trainer) and ADAM_EPS."""
+    import torch
+    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}],
+                             lr=lr, eps=ADAM_EPS)
+
+
 def torch_losses(model, rows, steps, accum, lr, wd, clip):
     import torch
     import torch.nn.functional as F
-    decay = [p for p in model.parameters() if p.requires_grad and p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.requires_grad and p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": wd}, {"params": no_decay, "weight_decay": 0.0}], lr=lr,
-                            eps=ADAM_EPS)
+    opt = adamw(model, lr, wd)
     losses, cursor = [], 0
     for _ in range(steps):
         opt.zero_grad()
