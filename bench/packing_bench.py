@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Sequence packing: LoRA training throughput on short examples, padded
 (one example per row) against packed (sdc compile --packing), same model,
 data, batch and threads, in one run. The data is the train demo's: one

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Times sdrun against ONNX Runtime (onnxruntime-node, CPU) on the same exported
+# Times sdrun against ONNX Runtime (PyPI onnxruntime, CPU, ORT_ENABLE_ALL) on the same exported
 # models, inputs and thread count, in one run, and prints the ratios.
 #   bench/run_bench.sh [--threads N] [--iterations N]
 set -euo pipefail
@@ -8,6 +8,7 @@ cd "$(dirname "$0")/.."
 # CPUs sdrun then picks SkylakeX kernels itself (tools/common/blas_preinit.cc).
 # ONNX Runtime uses its own MLAS kernels either way.
 unset OPENBLAS_CORETYPE
+PY=${SD_PYTHON:-.venv/bin/python} # the project venv (scripts/install-deps.sh)
 BUILD_DIR=${BUILD_DIR:-build}
 THREADS=$(nproc)
 ITER=30
@@ -36,16 +37,16 @@ for c in "${CASES[@]}"; do
   IFS='|' read -r name exportArgs input shape <<<"$c"
   dir="$OUT/$name"
   mkdir -p "$dir"
-  /usr/bin/python3 examples/export_models.py --out "$dir" $exportArgs >/dev/null
+  "$PY" examples/export_models.py --out "$dir" $exportArgs >/dev/null
   model="$dir/$(echo "$exportArgs" | awk '{print $2}').onnx"
   npy="$dir/$(echo "$exportArgs" | awk '{print $2}')_${input}.npy"
   "$SDC" compile "$model" -o "$dir/plan.sdp" --shapes "$input=$shape"
   mkdir -p "$dir/in"
-  /usr/bin/python3 -c "import numpy as np, onnx; from onnx import numpy_helper as h; onnx.save_tensor(h.from_array(np.load('$npy')), '$dir/in/input_0.pb')"
+  "$PY" -c "import numpy as np, onnx; from onnx import numpy_helper as h; onnx.save_tensor(h.from_array(np.load('$npy')), '$dir/in/input_0.pb')"
   sd=$("$SDRUN" bench "$dir/plan.sdp" --input-dir "$dir/in" --iterations "$ITER" --warmup 5 --threads "$THREADS" | tail -1)
-  ort=$(node bench/ort_run.js "$model" --input "$input=$npy" --iterations "$ITER" --warmup 5 --threads "$THREADS" | tail -1)
-  sdms=$(echo "$sd" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['median_ms'])")
-  ortms=$(echo "$ort" | /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['median_ms'])")
-  ratio=$(/usr/bin/python3 -c "print(f'{$sdms/$ortms:.2f}')")
+  ort=$("$PY" bench/ort_run.py "$model" --input "$input=$npy" --iterations "$ITER" --warmup 5 --threads "$THREADS" | tail -1)
+  sdms=$(echo "$sd" | "$PY" -c "import json,sys; print(json.load(sys.stdin)['median_ms'])")
+  ortms=$(echo "$ort" | "$PY" -c "import json,sys; print(json.load(sys.stdin)['median_ms'])")
+  ratio=$("$PY" -c "print(f'{$sdms/$ortms:.2f}')")
   printf "%-12s %8s %12.3f %12.3f %8s\n" "$name" "$THREADS" "$sdms" "$ortms" "$ratio"
 done

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Times one training step of sdrun (`sdrun bench --entry train_step --data`)
 against PyTorch eager (Debian's python3-torch) on the same exported GPT-style
 model, batch, sequence length and thread count, in one run: LoRA and full
@@ -106,7 +106,7 @@ def sgemm_rate(threads):
             "print(2 * 1024 ** 3 / best / 1e9)\n")
     env = dict(os.environ, OPENBLAS_NUM_THREADS=str(threads))
     env.pop("OPENBLAS_CORETYPE", None)
-    out = subprocess.run(["/usr/bin/python3", "-c", code], capture_output=True, text=True, env=env, check=True)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True)
     return float(out.stdout.strip())
 
 
@@ -152,7 +152,7 @@ def main():
                                        str(args.threads), "--iterations", str(args.iterations), "--warmup",
                                        str(args.warmup)], env)
                 sd_ms = json.loads(out.strip().splitlines()[-1])["median_ms"]
-                out, pt_rss = measure(["/usr/bin/python3", os.path.abspath(__file__), "--torch-child", "--config", name,
+                out, pt_rss = measure([sys.executable, os.path.abspath(__file__), "--torch-child", "--config", name,
                                        "--mode", mode, "--threads", str(args.threads), "--iterations",
                                        str(args.iterations), "--warmup", str(args.warmup)], env)
                 pt_ms = json.loads(out.strip().splitlines()[-1])["median_ms"]

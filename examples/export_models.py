@@ -1,6 +1,6 @@
-#!/usr/bin/python3
-"""Exports the example models with PyTorch's ONNX exporter (Debian's
-python3-torch, 1.13), plus a sample input and PyTorch's output for each:
+#!/usr/bin/env python3
+"""Exports the example models with PyTorch's TorchScript-based ONNX exporter
+(`dynamo=False`; the project's .venv, see requirements.txt), plus a sample input and PyTorch's output for each:
 
   gpt.onnx  a GPT-style byte-level decoder (token + position embeddings,
             causal self-attention, GELU MLP, pre-LayerNorm, tied LM head),
@@ -123,7 +123,7 @@ def export_gpt(gpt, path, ids, opset):
     # LayerNorm weights become one) and folds the tied head into a transposed
     # copy, which would untie weights that training must share.
     torch.onnx.export(gpt, (ids,), path, input_names=["input_ids"], output_names=["logits"], opset_version=opset,
-                      training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                      dynamo=False, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
                       dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}})
 
 
@@ -169,7 +169,7 @@ def main():
         cnn.eval()
         img = torch.randn((args.batch, 3, args.image, args.image), generator=gen)
         torch.onnx.export(cnn, (img,), os.path.join(args.out, "cnn.onnx"), input_names=["image"],
-                          output_names=["logits"], opset_version=args.opset,
+                          output_names=["logits"], opset_version=args.opset, dynamo=False,
                           dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
         with torch.no_grad():
             np.save(os.path.join(args.out, "cnn_logits_torch.npy"), cnn(img).numpy())

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Cuts plain text into JSON Lines of byte-level training examples:
 {"text": "..."} per chunk of at most --chunk bytes, cut at whitespace.
 With --records SEP, lines equal to SEP end a record (a fortune-mod file's

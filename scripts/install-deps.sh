@@ -1,18 +1,22 @@
 #!/usr/bin/env bash
-# Installs every Debian package sdc needs to build and test. Idempotent: already
-# installed packages are skipped, and apt is only refreshed when something is missing.
+# Installs everything sdc needs to build, test, benchmark and run its demos:
+# Debian packages, and the project's Python environments with pinned packages
+# from PyPI (.venv from requirements.txt; .venv-ort-training for the ONNX
+# Runtime Training peer). Idempotent: a step whose result is already in place
+# is skipped, and each step prints one line.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 PACKAGES=(
   build-essential cmake ninja-build ccache pkg-config git
   llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools
   clang-19 libclang-rt-19-dev
-  libonnx-dev libonnx-testdata python3-onnx python3-numpy
+  libonnx-dev libonnx-testdata
   libprotobuf-dev protobuf-compiler
   libflatbuffers-dev flatbuffers-compiler
-  libopenblas-dev liblapacke-dev
+  libopenblas-dev liblapacke-dev libopenblas0-pthread
   libgtest-dev libgmock-dev
-  python3-torch libopenblas0-pthread
+  python3 python3-venv
   bible-kjv fortune-mod fortunes-min
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libcurl4-openssl-dev
 )
@@ -29,22 +33,56 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 if [ ${#missing[@]} -eq 0 ]; then
   echo "install-deps: all ${#PACKAGES[@]} Debian packages present"
 else
-  echo "install-deps: installing ${missing[*]}"
+  echo "install-deps: installing ${#missing[@]} Debian packages: ${missing[*]}"
   export DEBIAN_FRONTEND=noninteractive
   $SUDO apt-get update -qq
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# Node.js and npm: use the machine's when present (it may not be Debian's).
-if ! command -v npm >/dev/null 2>&1; then
-  $SUDO apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+# The project's Python: Debian's interpreter, a virtual environment per
+# requirements file. Pins are checked against the installed distributions'
+# metadata, so a satisfied environment costs no pip run at all.
+PIP_FLAGS=(--quiet --disable-pip-version-check --no-input --progress-bar off --only-binary=:all:)
+
+venv_ready() { # VENV REQUIREMENTS
+  [ -x "$1/bin/python" ] && "$1/bin/python" scripts/check_pins.py "$2" >/dev/null 2>&1
+}
+
+make_venv() { # VENV
+  if [ ! -x "$1/bin/python" ]; then
+    echo "install-deps: creating virtual environment $1 (/usr/bin/python3 -m venv)"
+    /usr/bin/python3 -m venv "$1"
+  fi
+}
+
+if venv_ready .venv requirements.txt; then
+  echo "install-deps: .venv matches requirements.txt ($(grep -c '==' requirements.txt) pins)"
+else
+  make_venv .venv
+  torch_pin=$(sed -n 's/^torch==//p' requirements.txt)
+  if [ "$(.venv/bin/python scripts/check_pins.py --version-of torch 2>/dev/null)" != "$torch_pin" ]; then
+    echo "install-deps: pip installing requirements.txt into .venv, with PyTorch $torch_pin" \
+         "(PyPI's CUDA build: several GB to download)"
+  else
+    echo "install-deps: pip installing requirements.txt into .venv (PyTorch $torch_pin already there)"
+  fi
+  .venv/bin/python -m pip install "${PIP_FLAGS[@]}" -r requirements.txt
+  .venv/bin/python scripts/check_pins.py requirements.txt
 fi
 
-# ONNX Runtime (CPU) from npm: the reference and the peer for benchmarks. The
-# skip flag keeps the package's install script from downloading GPU binaries.
-cd "$(dirname "$0")/../bench"
-if [ ! -d node_modules/onnxruntime-node ]; then
-  echo "install-deps: installing onnxruntime-node (npm)"
-  ONNXRUNTIME_NODE_INSTALL=skip npm ci --no-audit --no-fund --silent
+# ONNX Runtime Training ships its own `onnxruntime` package, so it lives apart;
+# a .pth file appended after its own site-packages lends it .venv's torch, onnx
+# and numpy instead of a second multi-GB download.
+ORTT=.venv-ort-training
+if venv_ready "$ORTT" requirements-ort-training.txt; then
+  echo "install-deps: $ORTT matches requirements-ort-training.txt"
+else
+  make_venv "$ORTT"
+  main_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+  "$ORTT/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
+    { read -r site; echo "$main_site" >"$site/zz_sdc_main_venv.pth"; }
+  echo "install-deps: pip installing requirements-ort-training.txt into $ORTT"
+  "$ORTT/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps -r requirements-ort-training.txt
+  "$ORTT/bin/python" scripts/check_pins.py requirements-ort-training.txt
 fi
 echo "install-deps: done"

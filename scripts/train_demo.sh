@@ -10,6 +10,7 @@
 # STEPS / LORA_STEPS override the step counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+PY=${SD_PYTHON:-.venv/bin/python} # the project venv (scripts/install-deps.sh)
 BUILD_DIR=${BUILD_DIR:-build}
 SDC="$BUILD_DIR/tools/sdc"
 SDRUN="$BUILD_DIR/tools/sdrun"
@@ -21,7 +22,7 @@ unset OPENBLAS_CORETYPE
 mkdir -p "$OUT"
 
 echo "== 1. export a byte-level GPT (d=128, 4 layers, context 128) with PyTorch"
-/usr/bin/python3 - "$OUT/gpt.onnx" <<'PY' 2>/dev/null
+"$PY" - "$OUT/gpt.onnx" <<'PY' 2>/dev/null
 import sys
 sys.path.insert(0, "examples")
 import torch
@@ -32,10 +33,10 @@ PY
 
 echo "== 2. data: the King James Bible (bible-kjv) in 128-byte chunks, fortune cookies (fortune-mod) one per example"
 bible "Gen1:1-Rev22:21" | sed -E 's/^ *[0-9]+ //' |
-  /usr/bin/python3 examples/text_to_jsonl.py --chunk 128 --eval-every 100 --eval-out "$OUT/bible_eval.jsonl" \
+  "$PY" examples/text_to_jsonl.py --chunk 128 --eval-every 100 --eval-out "$OUT/bible_eval.jsonl" \
   > "$OUT/bible.jsonl"
 cat /usr/share/games/fortunes/fortunes /usr/share/games/fortunes/literature /usr/share/games/fortunes/riddles |
-  /usr/bin/python3 examples/text_to_jsonl.py --chunk 128 --records % --eval-every 20 \
+  "$PY" examples/text_to_jsonl.py --chunk 128 --records % --eval-every 20 \
   --eval-out "$OUT/fortune_eval.jsonl" > "$OUT/fortune.jsonl"
 wc -l "$OUT"/bible.jsonl "$OUT"/fortune.jsonl | sed 's/^/   /'
 
@@ -65,11 +66,11 @@ echo "   after LoRA (sampled): $("$SDRUN" generate "$OUT/lora.sdp" --adapter "$O
 
 echo "== 5. sdc merge the adapter into ONNX; ONNX Runtime runs it"
 "$SDC" merge "$OUT/pretrained.onnx" --adapter "$OUT/adapter" -o "$OUT/fortune.onnx"
-/usr/bin/python3 -c "import numpy as np; np.save('$OUT/prompt.npy', np.frombuffer(b'$PROMPT'.ljust(128), np.uint8).astype(np.int64)[None])"
+"$PY" -c "import numpy as np; np.save('$OUT/prompt.npy', np.frombuffer(b'$PROMPT'.ljust(128), np.uint8).astype(np.int64)[None])"
 "$SDC" compile "$OUT/fortune.onnx" --shapes input_ids=1x128 -o "$OUT/fortune.sdp"
 "$SDRUN" infer "$OUT/fortune.sdp" --input "input_ids=$OUT/prompt.npy" --output-dir "$OUT/fortune.sd" --output-format npy
-node bench/ort_run.js "$OUT/fortune.onnx" --input "input_ids=$OUT/prompt.npy" --output-dir "$OUT/fortune.ort"
-/usr/bin/python3 -c "
+"$PY" bench/ort_run.py "$OUT/fortune.onnx" --input "input_ids=$OUT/prompt.npy" --output-dir "$OUT/fortune.ort"
+"$PY" -c "
 import numpy as np
 a = np.load('$OUT/fortune.sd/output_0.npy'); b = np.load('$OUT/fortune.ort/logits.npy')
 print(f'   merged model logits: max |sdrun - onnxruntime| = {np.abs(a - b).max():.2e}')"

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """ONNX backend conformance: compile and run every model in Debian's
 libonnx-testdata with sdc/sdrun and compare against the expected outputs
 (rtol 1e-3, atol 1e-5).

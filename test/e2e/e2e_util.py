@@ -3,6 +3,9 @@ how they fail on bad input."""
 import argparse
 import os
 import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
 def tool_paths():
@@ -11,6 +14,15 @@ def tool_paths():
     ap.add_argument("--build", default="build")
     args = ap.parse_args()
     return os.path.join(args.build, "tools", "sdc"), os.path.join(args.build, "tools", "sdrun")
+
+
+def ort_run(model, feeds):
+    """Runs an ONNX model with ONNX Runtime (the PyPI package, CPU, the
+    benchmarks' session settings: bench/ort_run.py); returns {output name: array}."""
+    sys.path.insert(0, os.path.join(ROOT, "bench"))
+    from ort_run import make_session
+    sess = make_session(model, threads=0, opt_level="all")
+    return dict(zip([o.name for o in sess.get_outputs()], sess.run(None, feeds)))
 
 
 def sh(cmd, **kw):

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Bad input through the command-line tools: each case must end with exit code
 1 (2 for usage errors), exactly one line on stderr naming what is wrong, no crash, no hang and no
 output file left behind."""

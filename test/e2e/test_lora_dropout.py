@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """LoRA dropout against PyTorch. sdrun's masks come from a counter-based
 generator (kernels/include/sd/ops/counter_rng.h: SplitMix64 keyed by the run's
 seed, the micro-batch counter and the adapted layer's stream); this test

@@ -1,4 +1,4 @@
-#!/usr/bin/python3
+#!/usr/bin/env python3
 """Sequence packing against PyTorch. A plan compiled with `sdc compile
 --packing` takes position_ids, and `sdrun train` fills each [batch, seq] row
 with several examples (in data order, while they fit). The reference is
