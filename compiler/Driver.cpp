@@ -39,8 +39,9 @@ static std::string peftJson(mlir::ModuleOp module) {
   std::string s = "{";
   for (mlir::NamedAttribute a : dict) {
     s += (s.size() > 1 ? "," : "") + jsonQuote(a.getName().str()) + ":";
-    if (auto i = mlir::dyn_cast<mlir::IntegerAttr>(a.getValue())) s += std::to_string(i.getInt());
-    else if (auto b = mlir::dyn_cast<mlir::BoolAttr>(a.getValue())) s += b.getValue() ? "true" : "false";
+    // BoolAttr is an i1 IntegerAttr (getInt() gives -1): test it first.
+    if (auto b = mlir::dyn_cast<mlir::BoolAttr>(a.getValue())) s += b.getValue() ? "true" : "false";
+    else if (auto i = mlir::dyn_cast<mlir::IntegerAttr>(a.getValue())) s += std::to_string(i.getInt());
     else if (auto f = mlir::dyn_cast<mlir::FloatAttr>(a.getValue())) {
       char buf[32]; // round-trip precision: sdrun compares lora_alpha with an adapter's
       std::snprintf(buf, sizeof buf, "%.17g", f.getValueAsDouble());
@@ -160,6 +161,8 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   eopts.producer = std::string("sdc ") + SD_VERSION;
   eopts.sourceSha256 = loaded.sha256;
   eopts.config = configJson(req);
+  if (auto token = (*module)->getAttrOfType<mlir::StringAttr>("sd.token_input"))
+    eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"token_input\":" + jsonQuote(token.str()) + "}";
   if (std::string peft = peftJson(*module); !peft.empty())
     eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"lora\":" + peft + "}";
   return mlir::succeeded(emitPlan(*module, eopts, error));

@@ -32,12 +32,14 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     RecipeSftOptions recipe;
     recipe.lossOutput = opts.lossOutput;
     recipe.logitsOutput = opts.logitsOutput;
+    recipe.tokenInput = opts.tokenInput;
     pm.addPass(createRecipeSft(recipe));
   }
   SpecializeOptions spec;
   spec.shapes = opts.shapes;
   spec.dims = opts.dims;
   spec.inferShapes = opts.inferShapes;
+  spec.inferBatchOne = opts.training() && opts.inferShapes.empty();
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
   pm.addPass(createCheckStatic());

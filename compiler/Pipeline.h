@@ -25,6 +25,7 @@ struct PipelineOptions {
   int64_t seed = 0;
   std::string recipe = "sft";
   std::string lossOutput, logitsOutput;
+  std::string tokenInput; // the int64 [batch, seq] input sdrun train feeds; empty: found by the recipe
   std::string optimizer = "adamw";
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, momentum = 0.0;
   bool nesterov = false;

@@ -23,6 +23,29 @@ std::string outputName(func::FuncOp f, unsigned i) {
   return names && i < names.size() ? cast<StringAttr>(names[i]).str() : "output" + std::to_string(i);
 }
 
+std::string argName(func::FuncOp f, unsigned i) {
+  auto name = f.getArgAttrOfType<StringAttr>(i, "sd.name");
+  return name ? name.str() : "input" + std::to_string(i);
+}
+
+bool isTokenShaped(Value v) {
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return t && t.getRank() == 2 && t.getElementType().isInteger(64);
+}
+
+// Indexes an embedding table: the indices of a Gather, directly or through
+// a cast or reshape (nanoGPT-style and Hugging Face exports both do this).
+bool feedsEmbedding(Value v, int depth = 0) {
+  for (OpOperand &use : v.getUses()) {
+    Operation *user = use.getOwner();
+    if (isa<GatherOp>(user) && use.getOperandNumber() == 1) return true;
+    if (depth < 3 && isa<CastOp, ReshapeOp, FlattenOp, SqueezeOp, UnsqueezeOp>(user) && user->getNumResults() == 1 &&
+        feedsEmbedding(user->getResult(0), depth + 1))
+      return true;
+  }
+  return false;
+}
+
 struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
   using RecipeSftBase::RecipeSftBase;
 
@@ -78,16 +101,15 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
     auto lt = cast<RankedTensorType>(logits.getType());
     if (lt.getRank() != 3 || ShapedType::isDynamic(lt.getDimSize(2)))
       return f.emitError() << "logits must be [batch, seq, vocab] with a static vocabulary, got " << lt;
-    int tokenArg = -1;
-    for (unsigned i = 0; i < f.getNumArguments() && tokenArg < 0; ++i) {
-      auto t = dyn_cast<RankedTensorType>(f.getArgument(i).getType());
-      if (t && t.getRank() == 2 && t.getElementType().isInteger(64)) tokenArg = int(i);
-    }
-    if (tokenArg < 0) return f.emitError("--recipe sft needs an int64 [batch, seq] token input");
-    auto tokenType = cast<RankedTensorType>(f.getArgument(unsigned(tokenArg)).getType());
+    FailureOr<unsigned> found = findTokenInput(f);
+    if (failed(found)) return failure();
+    unsigned tokenArg = *found;
+    auto tokenType = cast<RankedTensorType>(f.getArgument(tokenArg).getType());
+    // sdrun train feeds the data's token ids to this input, whatever it is called.
+    f->getParentOfType<ModuleOp>()->setAttr("sd.token_input", StringAttr::get(f.getContext(), argName(f, tokenArg)));
     SmallVector<NamedAttribute> argAttrs = {
         NamedAttribute(StringAttr::get(f.getContext(), "sd.name"), StringAttr::get(f.getContext(), "labels"))};
-    if (auto params = f.getArgAttr(unsigned(tokenArg), "sd.dim_params"))
+    if (auto params = f.getArgAttr(tokenArg, "sd.dim_params"))
       argAttrs.push_back(NamedAttribute(StringAttr::get(f.getContext(), "sd.dim_params"), params));
     unsigned labelsIndex = f.getNumArguments();
     f.insertArgument(labelsIndex, tokenType, DictionaryAttr::get(f.getContext(), argAttrs), f.getLoc());
@@ -112,6 +134,32 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
     if (lt.getElementType() != b.getF32Type())
       loss = g.make<CastOp>({loss}, {g.attr("to", int64_t(sd::DType::F32))});
     return finish(f, ret, loss, tokens, g);
+  }
+
+  // The token input the labels mirror: --token-input when given, else the
+  // only int64 [batch, seq] input, else the only one that indexes an embedding.
+  FailureOr<unsigned> findTokenInput(func::FuncOp f) {
+    SmallVector<unsigned> candidates, embedding;
+    std::string names;
+    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+      if (!tokenInput.empty()) {
+        if (argName(f, i) != tokenInput) continue;
+        if (!isTokenShaped(f.getArgument(i)))
+          return f.emitError() << "--token-input '" << tokenInput << "' must be an int64 [batch, seq] input, it is "
+                               << f.getArgument(i).getType();
+        return i;
+      }
+      if (!isTokenShaped(f.getArgument(i))) continue;
+      candidates.push_back(i);
+      names += (names.empty() ? "'" : ", '") + argName(f, i) + "'";
+      if (feedsEmbedding(f.getArgument(i))) embedding.push_back(i);
+    }
+    if (!tokenInput.empty()) return f.emitError() << "--token-input '" << tokenInput << "' is not a model input";
+    if (candidates.size() == 1) return candidates[0];
+    if (embedding.size() == 1) return embedding[0];
+    if (candidates.empty()) return f.emitError("--recipe sft needs an int64 [batch, seq] token input");
+    return f.emitError() << "cannot tell the token input among the int64 [batch, seq] inputs " << names
+                         << "; name it with --token-input NAME";
   }
 
   LogicalResult finish(func::FuncOp f, func::ReturnOp ret, Value loss, Value tokens, GradBuilder &g) {

@@ -13,6 +13,13 @@ using namespace sd::ir;
 
 namespace {
 
+// PyTorch's eval-mode exporter keeps one initializer per distinct value and
+// reads the duplicates through Identity nodes (all-zero biases, tied weights).
+Value skipIdentities(Value v) {
+  while (auto id = v.getDefiningOp<IdentityOp>()) v = id->getOperand(0);
+  return v;
+}
+
 // A 2-D weight read straight from a global, possibly through a 2-D transpose.
 struct WeightRef {
   Value weight; // the global_load result
@@ -22,11 +29,12 @@ struct WeightRef {
 
 std::optional<WeightRef> matchWeight(Value v) {
   WeightRef r;
+  v = skipIdentities(v);
   if (auto t = v.getDefiningOp<TransposeOp>()) {
     auto perm = t.getPerm();
     if (perm && (perm->size() != 2 || (*perm)[0] != 1 || (*perm)[1] != 0)) return std::nullopt;
     r.transposed = true;
-    v = t.getInput();
+    v = skipIdentities(t.getInput());
   }
   auto load = v.getDefiningOp<GlobalLoadOp>();
   auto type = dyn_cast<RankedTensorType>(v.getType());
@@ -37,6 +45,7 @@ std::optional<WeightRef> matchWeight(Value v) {
 }
 
 std::optional<Value> matchBias(Value v, int64_t n) {
+  v = skipIdentities(v);
   auto load = v.getDefiningOp<GlobalLoadOp>();
   auto type = dyn_cast<RankedTensorType>(v.getType());
   if (!load || !type || type.getRank() != 1 || type.getDimSize(0) != n) return std::nullopt;
@@ -126,12 +135,16 @@ struct FormLinearPass : sd::impl::FormLinearBase<FormLinearPass> {
         b.getStringAttr(w.transposed ? "oi" : "io"), b.getStringAttr(module));
     replaced->getResult(0).replaceAllUsesWith(linear.getResult());
     if (replaced != anchor) replaced->erase();
-    Operation *transpose = anchor->getOperand(1).getDefiningOp<TransposeOp>();
-    // Which ONNX node input reads the weight: sdc merge rewires it when it
-    // unties a shared weight to fold an adapter into this use only.
-    Operation *consumer = transpose ? transpose : anchor;
+    // Which ONNX node input reads the weight global (through any transpose or
+    // identity): sdc merge rewires it when it unties a shared weight to fold
+    // an adapter into this use only.
+    Operation *consumer = anchor, *transpose = anchor->getOperand(1).getDefiningOp<TransposeOp>();
+    int64_t input = 1;
+    for (Operation *op = anchor->getOperand(1).getDefiningOp(); op && isa<TransposeOp, IdentityOp>(op);
+         op = op->getOperand(0).getDefiningOp())
+      consumer = op, input = 0;
     linear->setAttr("sd.weight_node", b.getStringAttr(sd::nodeNameOf(consumer->getLoc())));
-    linear->setAttr("sd.weight_input", b.getI64IntegerAttr(transpose ? 0 : 1));
+    linear->setAttr("sd.weight_input", b.getI64IntegerAttr(input));
     anchor->erase();
     if (transpose && transpose->use_empty()) transpose->erase();
   }

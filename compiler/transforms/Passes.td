@@ -62,7 +62,7 @@ def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
   let summary = "Add an eval_step entry: the infer graph plus causal-LM cross-entropy";
   let description = [{
     Clones `infer` into `eval_step`, adds a `labels` input shaped like the
-    token input, and appends the SFT loss as sd ops: labels shifted left by
+    token input (recorded as the module's `sd.token_input`), and appends the SFT loss as sd ops: labels shifted left by
     one (the last position gets the ignore index -100), cross-entropy summed
     over positions whose label is not -100. Outputs `loss_sum` and `tokens`
     (the counted positions), so gradient accumulation can normalize over a
@@ -72,6 +72,8 @@ def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
   let options = [
     Option<"logitsOutput", "logits-output", "std::string", "\"\"", "logits output (default: the only float output)">,
     Option<"lossOutput", "loss-output", "std::string", "\"\"", "use this scalar model output as the loss">,
+    Option<"tokenInput", "token-input", "std::string", "\"\"",
+           "the int64 [batch, seq] token input (default: the only one, or the only one indexing an embedding)">,
   ];
 }
 
@@ -98,6 +100,8 @@ def Specialize : Pass<"sd-specialize", "mlir::ModuleOp"> {
                "NAME=N[,N...] binds an ONNX dim_param">,
     ListOption<"inferShapes", "infer-shapes", "std::string",
                "shapes for the infer entry only (training plans: the generation bucket)">,
+    Option<"inferBatchOne", "infer-batch-one", "bool", "false",
+           "without infer-shapes: infer takes the shapes with batch 1, or the batch the model fixes">,
   ];
 }
 

@@ -80,7 +80,9 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
     double scale = sd::loraScale(alpha, rank, rslora);
     std::set<std::string> adapted;
+    bool allInOut = true; // PEFT's fan_in_fan_out: every adapted PyTorch weight is [in, out]
     for (auto [stream, l] : llvm::enumerate(linears)) {
+      allInOut &= storedInOut(l);
       if (failed(adapt(module, l, scale, int64_t(stream), rng))) return signalPassFailure();
       adapted.insert(l.getModule().str());
     }
@@ -93,10 +95,20 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
                                    b.getNamedAttr("lora_alpha", b.getF64FloatAttr(alpha)),
                                    b.getNamedAttr("lora_dropout", b.getF64FloatAttr(dropout)),
                                    b.getNamedAttr("use_rslora", b.getBoolAttr(rslora)),
+                                   b.getNamedAttr("fan_in_fan_out", b.getBoolAttr(allInOut && !adapted.empty())),
                                    b.getNamedAttr("init_lora_weights", b.getStringAttr(init)),
                                    b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
                                    b.getNamedAttr("modules", b.getArrayAttr(names)),
                                }));
+  }
+
+  // Whether the source framework stores this weight [in, out] (GPT-2's
+  // Conv1D): an [in, out] weight under its own module name. An [in, out]
+  // initializer under another name (onnx::MatMul_N) is the exporter's folded
+  // transpose of an nn.Linear, which PyTorch stores [out, in].
+  static bool storedInOut(LinearOp l) {
+    auto load = l.getWeight().getDefiningOp<GlobalLoadOp>();
+    return l.getLayout() == "io" && load && load.getGlobal() == l.getModule().str() + ".weight";
   }
 
   GlobalOp adapterGlobal(ModuleOp module, const std::string &name, RankedTensorType type, std::vector<float> *init) {

@@ -51,6 +51,10 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
   struct BucketSpec {
     Bindings shapeOpts, dimOpts;
     size_t buckets = 1;
+    const char *shapesFlag = "--shapes"; // the flag the shapes came from, for errors
+    // Inputs whose dim 0 is the default batch 1 of a training plan's infer
+    // entry, not a user's choice: it yields to a batch the model fixes.
+    std::set<std::string> defaultBatch;
   };
 
   LogicalResult parseSpec(ModuleOp module, ArrayRef<std::string> shapeList, ArrayRef<std::string> dimList,
@@ -85,6 +89,14 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
         failed(parseSpec(module, inferShapes.empty() ? ArrayRef<std::string>(shapes) : ArrayRef<std::string>(inferShapes),
                          dims, inferSpec)))
       return signalPassFailure();
+    if (!inferShapes.empty()) inferSpec.shapesFlag = "--infer-shapes";
+    if (inferShapes.empty() && inferBatchOne)
+      for (auto &[name, alts] : inferSpec.shapeOpts)
+        for (std::vector<int64_t> &alt : alts)
+          if (alt.size() >= 2) {
+            alt[0] = 1;
+            inferSpec.defaultBatch.insert(name);
+          }
 
     SmallVector<func::FuncOp> entries;
     for (auto f : module.getOps<func::FuncOp>())
@@ -93,7 +105,7 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
     for (func::FuncOp f : entries) {
       BucketSpec &use = f->getAttrOfType<StringAttr>("sd.entry").getValue() == "infer" ? inferSpec : spec;
       for (size_t b = 0; b < use.buckets; ++b)
-        if (failed(specialize(f, b, use.buckets, use.shapeOpts, use.dimOpts, usedShapes, usedDims)))
+        if (failed(specialize(f, b, use, usedShapes, usedDims)))
           return signalPassFailure();
       f.erase();
     }
@@ -109,10 +121,16 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
       }
   }
 
-  LogicalResult specialize(func::FuncOp f, size_t b, size_t buckets,
-                           std::map<std::string, std::vector<std::vector<int64_t>>> &shapeOpts,
-                           std::map<std::string, std::vector<std::vector<int64_t>>> &dimOpts,
-                           std::set<std::string> &usedShapes, std::set<std::string> &usedDims) {
+  LogicalResult specialize(func::FuncOp f, size_t b, BucketSpec &use, std::set<std::string> &usedShapes,
+                           std::set<std::string> &usedDims) {
+    Bindings &shapeOpts = use.shapeOpts, &dimOpts = use.dimOpts;
+    size_t buckets = use.buckets;
+    auto isDefault = [&](const std::string &input, size_t d) { return d == 0 && use.defaultBatch.count(input); };
+    auto defaultNote = [&](const std::string &input, size_t d) {
+      return isDefault(input, d) ? std::string(" (the infer entry's default batch 1; set its shapes with --infer-shapes ") +
+                                       input + "=DxD)"
+                                 : std::string();
+    };
     OpBuilder builder(f);
     std::string entry = f->getAttrOfType<StringAttr>("sd.entry").str();
     auto clone = cast<func::FuncOp>(builder.clone(*f));
@@ -136,13 +154,15 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
         usedShapes.insert(name);
         const auto &want = it->second.size() == 1 ? it->second[0] : it->second[b];
         if (want.size() != shape.size())
-          return f.emitError() << "--shapes " << name << " has rank " << want.size() << " but the model's input '"
+          return f.emitError() << use.shapesFlag << " " << name << " has rank " << want.size() << " but the model's input '"
                                << name << "' has rank " << shape.size();
         for (size_t d = 0; d < shape.size(); ++d) {
-          if (!ShapedType::isDynamic(shape[d]) && shape[d] != want[d])
-            return f.emitError() << "--shapes " << name << " sets dim " << d << " to " << want[d]
+          if (!ShapedType::isDynamic(shape[d]) && shape[d] != want[d]) {
+            if (isDefault(name, d)) continue; // the model admits only its own batch
+            return f.emitError() << use.shapesFlag << " " << name << " sets dim " << d << " to " << want[d]
                                  << " but the model fixes it at " << shape[d];
-          shape[d] = want[d];
+          }
+          if (!isDefault(name, d) || ShapedType::isDynamic(shape[d])) shape[d] = want[d];
         }
       }
       for (size_t d = 0; d < shape.size(); ++d) {
@@ -154,10 +174,10 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
           if (it != dimOpts.end()) {
             usedDims.insert(param.str());
             int64_t v = (it->second.size() == 1 ? it->second[0] : it->second[b])[0];
-            if (!ShapedType::isDynamic(shape[d]) && shape[d] != v)
+            if (!ShapedType::isDynamic(shape[d]) && shape[d] != v && !isDefault(name, d))
               return f.emitError() << "--dim " << param << "=" << v << " contradicts input '" << name
                                    << "' dim " << d << " = " << shape[d];
-            shape[d] = v;
+            if (!isDefault(name, d) || !argType.hasRank() || argType.isDynamicDim(d)) shape[d] = v;
           }
           // A dim_param another input already fixed (labels share input_ids' batch and seq).
           if (ShapedType::isDynamic(shape[d]) && bucket.count(param.str())) shape[d] = bucket[param.str()];
@@ -165,7 +185,7 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
             auto [it2, inserted] = bucket.emplace(param.str(), shape[d]);
             if (!inserted && it2->second != shape[d])
               return f.emitError() << "dim '" << param << "' is " << it2->second << " in one input and "
-                                   << shape[d] << " in input '" << name << "'";
+                                   << shape[d] << " in input '" << name << "'" << defaultNote(name, d);
           }
         }
         if (ShapedType::isDynamic(shape[d]))

@@ -148,6 +148,10 @@ INSTANTIATE_TEST_SUITE_P(
              "  f = Flatten <axis = 0> (q)\n  y = Exp(f)"},
         Case{"SplitConcat", {W23},
              "  p1, p2 = Split <axis = 1, num_outputs = 2> (w)\n  e = Exp(p2)\n  y = Concat <axis = 1> (e, p1, p1)"},
+        // rotate_half in rotary embeddings: torch.cat((-x2, x1), dim=-1).
+        Case{"ConcatNegativeAxis", {W23},
+             "  p1, p2 = Split <axis = -1, num_outputs = 2> (w)\n  n = Neg(p2)\n  c = Concat <axis = -1> (n, p1)\n"
+             "  y = Mul(c, x)"},
         Case{"SplitUnusedPiece", {W23},
              "  sz = Constant <value = int64[2] {1, 2}> ()\n  p1, p2 = Split <axis = 1> (w, sz)\n  y = Exp(p2)"},
         Case{"Slice", {W23},

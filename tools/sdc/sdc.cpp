@@ -42,10 +42,13 @@ const char *kUsage =
     "  --seed S                 seed of the adapter initialization (0)\n"
     "  --dry-run                list what would train and the parameter count; write nothing\n"
     "  --infer-shapes INPUT=DxD shapes of the infer entry (default for training plans:\n"
-    "                           --shapes with batch 1, the bucket sdrun generate uses)\n"
+    "                           --shapes with batch 1, the bucket sdrun generate uses,\n"
+    "                           or the model's batch where the model fixes it)\n"
     "  --trainable REGEX        full fine-tuning of the weights whose name matches\n"
     "  --recipe sft             causal-LM cross-entropy on the logits (the default)\n"
     "  --logits-output NAME     the logits output, when the model has several\n"
+    "  --token-input NAME       the int64 [batch, seq] token input sdrun train feeds (default:\n"
+    "                           the only one, or the only one indexing an embedding)\n"
     "  --loss-output NAME       train on this scalar model output instead\n"
     "  --optimizer adamw|sgd    default adamw (lr, weight decay and clipping are\n"
     "                           given to sdrun train at run time)\n"
@@ -162,6 +165,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.peft = "none";
     } else if (flag == "--recipe") {
       if (!value(v) || v != "sft") return fail("--recipe takes 'sft'"), 2;
+    } else if (flag == "--token-input") {
+      if (!value(a.pipeline.tokenInput) || a.pipeline.tokenInput.empty()) return fail("--token-input needs an input name"), 2;
     } else if (flag == "--loss-output" || flag == "--logits-output") {
       if (!value(flag == "--loss-output" ? a.pipeline.lossOutput : a.pipeline.logitsOutput))
         return fail(flag + " needs an output name"), 2;
@@ -203,22 +208,8 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.dryRun && !a.pipeline.training()) return fail("--dry-run needs --peft"), 2;
   if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
     return fail("--packing needs a training plan with the sft recipe's cross-entropy (--peft, no --loss-output)"), 2;
-  // Training plans: infer gets batch-1 buckets of the training shapes (generation).
-  if (a.pipeline.training() && a.pipeline.inferShapes.empty())
-    for (const std::string &spec : a.pipeline.shapes) {
-      size_t eq = spec.rfind('=');
-      if (eq == std::string::npos) continue;
-      std::string out = spec.substr(0, eq + 1), rest = spec.substr(eq + 1), alt;
-      for (size_t start = 0; start <= rest.size();) {
-        size_t comma = rest.find(',', start);
-        alt = rest.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
-        size_t x = alt.find('x');
-        out += (out.back() == '=' ? "" : ",") + (x == std::string::npos ? alt : "1" + alt.substr(x));
-        if (comma == std::string::npos) break;
-        start = comma + 1;
-      }
-      a.pipeline.inferShapes.push_back(out);
-    }
+  if (!a.pipeline.tokenInput.empty() && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
+    return fail("--token-input needs a training plan with the sft recipe's cross-entropy (--peft, no --loss-output)"), 2;
   return 0;
 }
 

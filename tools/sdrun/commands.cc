@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "trainer.h"
+#include "sd/runtime/adapter.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/runtime/tensor_io.h"
@@ -23,9 +24,10 @@ namespace {
 
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
-    "                  [--output-format pb|npy] [--threads N]\n"
+    "                  [--output-format pb|npy] [--threads N] [--adapter DIR]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
+    "--adapter loads a LoRA adapter (HF PEFT layout) into a --peft lora plan first.\n"
     "--input-dir reads input_0.pb, input_1.pb, ... (or .npy) in graph-input order.\n"
     "Outputs go to DIR/output_0.pb, ... in graph-output order; without --output-dir\n"
     "a summary is printed.\n";
@@ -124,7 +126,8 @@ sd::Status prepare(const std::shared_ptr<sd::Plan> &plan, const std::string &pla
 int inferCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads"}, f, err)) {
+  if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--adapter"}, f,
+                  err)) {
     if (!f.help) return fail(err + " (see sdrun infer --help)");
   }
   if (f.help) return std::fputs(kInferUsage, stdout), 0;
@@ -140,6 +143,11 @@ int inferCommand(const std::vector<std::string> &args) {
   if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());
   Prepared run;
   if (auto s = prepare(plan.value(), f.plan, "infer", inputs, threads, run); !s.isOk()) return fail(s.message());
+  if (auto a = f.values.find("--adapter"); a != f.values.end()) {
+    auto cfg = sd::loraConfigOf(*plan.value());
+    if (!cfg.isOk()) return fail(f.plan + ": " + cfg.status().message());
+    if (auto s = sd::loadAdapter(a->second.back(), *run.session, cfg.value()); !s.isOk()) return fail(s.message());
+  }
   std::vector<sd::HostTensor> outputs;
   if (auto s = run.session->run(run.entry, run.ptrs, outputs); !s.isOk()) return fail(s.message());
   auto outDir = f.values.find("--output-dir");

@@ -3,6 +3,7 @@
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/checkpoint.h"
 #include "sd/runtime/dataset.h"
+#include "sd/runtime/json.h"
 #include "sd/runtime/safetensors.h"
 #include "sd/runtime/session.h"
 #include <algorithm>
@@ -30,9 +31,16 @@ struct PlanEntries {
   int64_t apply = -1;
   int64_t vocab = 0;
   bool packed = false; // training entries take position_ids (sdc compile --packing)
+  std::string tokenInput = "input_ids"; // the model's token input (plan config "token_input")
 };
 
 Status findEntries(const sd::Plan &plan, PlanEntries &out) {
+  // Plans compiled before the token input was recorded call it input_ids.
+  if (!plan.config.empty()) {
+    auto cfg = sd::parseJson(plan.config, "the plan's config");
+    if (!cfg.isOk()) return cfg.status();
+    if (const sd::Json *t = cfg.value().get("token_input"); t && t->type == sd::Json::Type::String) out.tokenInput = t->str;
+  }
   std::map<std::pair<int64_t, int64_t>, Bucket> byShape;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const sd::EntryDesc &e = plan.entries[i];
@@ -91,8 +99,8 @@ using Rows = std::vector<std::vector<const Example *>>;
 // plan), so a packed row counts exactly the tokens its examples count alone.
 struct TokenBatch {
   HostTensor ids, labels, positions;
-  TokenBatch(const Rows &rows, int64_t batch, int64_t seq) {
-    for (auto [t, name] : {std::pair{&ids, "input_ids"}, {&labels, "labels"}, {&positions, "position_ids"}}) {
+  TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput) {
+    for (auto [t, name] : {std::pair{&ids, tokenInput.c_str()}, {&labels, "labels"}, {&positions, "position_ids"}}) {
       t->name = name;
       t->dtype = sd::DType::I64;
       t->dims = {batch, seq};
@@ -115,7 +123,7 @@ struct TokenBatch {
     }
   }
   std::map<std::string, const HostTensor *> inputs() const {
-    return {{"input_ids", &ids}, {"labels", &labels}, {"position_ids", &positions}};
+    return {{ids.name, &ids}, {"labels", &labels}, {"position_ids", &positions}};
   }
 };
 
@@ -126,7 +134,10 @@ Status runEntry(sd::Session &s, int64_t index, const std::map<std::string, const
   std::vector<const HostTensor *> ins;
   for (auto &[n, b] : e.inputs) {
     auto it = byName.find(n);
-    if (it == byName.end()) return sd::sdError("entry '", e.name, "' needs input '", n, "', which sdrun train does not provide");
+    if (it == byName.end())
+      return sd::sdError("entry '", e.name, "' needs input '", n, "', which sdrun train does not provide (it feeds the token ",
+                         "input, labels and position_ids; if '", n, "' is the token input, recompile with sdc compile ",
+                         "--token-input ", n, ")");
     ins.push_back(it->second);
   }
   return s.run(size_t(index), ins, outs);
@@ -247,8 +258,8 @@ sd::Status trainInputsFromData(const sd::Plan &plan, size_t entry, const std::st
   int64_t n = batch ? std::min(batch, rowsInBucket) : rowsInBucket;
   DataCursor cursor{&data.value(), false};
   cursor.reorder();
-  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq);
-  std::map<std::string, HostTensor> byName = {{"input_ids", tb.ids}, {"labels", tb.labels},
+  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput);
+  std::map<std::string, HostTensor> byName = {{pe.tokenInput, tb.ids}, {"labels", tb.labels},
                                               {"position_ids", tb.positions}, {"lr", scalar("lr", 1e-4f)},
                                               {"weight_decay", scalar("weight_decay", 0)},
                                               {"max_grad_norm", scalar("max_grad_norm", 0)}};
@@ -353,7 +364,7 @@ Status runTraining(const TrainOptions &o) {
       Rows rows = packRows(batch, seq, pe.packed, [&] { return i < evalData.size() ? &evalData[i] : nullptr; },
                            [&] { return &evalData[i++]; });
       const Bucket *b = bucketFor(pe, rows);
-      TokenBatch tb(rows, b->batch, b->seq);
+      TokenBatch tb(rows, b->batch, b->seq, pe.tokenInput);
       SD_RETURN_IF_ERROR(runEntry(s, b->evalStep, tb.inputs(), outs));
       sum += scalarOut(outs, "loss_sum");
       tokens += scalarOut(outs, "tokens");
@@ -372,7 +383,7 @@ Status runTraining(const TrainOptions &o) {
     for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
       Rows rows = cursor.next(batch, seq, pe.packed);
       const Bucket *b = bucketFor(pe, rows);
-      TokenBatch tb(rows, b->batch, b->seq);
+      TokenBatch tb(rows, b->batch, b->seq, pe.tokenInput);
       std::map<std::string, const HostTensor *> in = tb.inputs();
       in.insert({{"lr", &lrT}, {"weight_decay", &wdT}, {"max_grad_norm", &clipT}});
       bool fused = o.gradAccum == 1;

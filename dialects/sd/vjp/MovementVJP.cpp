@@ -42,7 +42,9 @@ LogicalResult splitVJP(SplitOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<
 }
 
 LogicalResult concatVJP(ConcatOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  int64_t axis = op.getAxis() < 0 ? op.getAxis() + int64_t(shapeOf(dy[0]).size()) : op.getAxis();
+  // I64Attr's getter is unsigned: a negative axis (PyTorch's torch.cat(..., -1)) must be read as signed.
+  int64_t axis = int64_t(op.getAxis());
+  if (axis < 0) axis += int64_t(shapeOf(dy[0]).size());
   SmallVector<int64_t> sizes;
   for (Value v : op.getInputs()) sizes.push_back(shapeOf(v)[size_t(axis)]);
   Operation *split = g.op<SplitOp>({dy[0], g.ints(sizes)}, {g.attr("axis", axis)}, unsigned(sizes.size()));

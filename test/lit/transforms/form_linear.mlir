@@ -69,3 +69,23 @@ func.func @negative_scaled_gemm_unchanged(%x: tensor<2x4xf32>) -> tensor<2x3xf32
   %y = sd.gemm %x, %w, %n {alpha = 2.0 : f32} : (tensor<2x4xf32>, tensor<4x3xf32>, none) -> tensor<2x3xf32>
   return %y : tensor<2x3xf32>
 }
+
+// -----
+
+// PyTorch's eval-mode exporter reads deduplicated initializers (equal zero
+// biases, tied weights) through Identity nodes: they do not hide the linear.
+// CHECK-LABEL: func.func @identity_read_weight_and_bias
+//       CHECK:   %[[W:.*]] = sd.global_load @blocks.1.fc.weight
+//       CHECK:   %[[B:.*]] = sd.global_load @blocks.0.fc.bias
+//       CHECK:   sd.linear %{{.*}}, %[[W]], %[[B]] {layout = "io", module = "blocks.1.fc"{{.*}}}
+//   CHECK-NOT:   sd.gemm
+sd.global @blocks.1.fc.weight "frozen" : tensor<4x3xf32> = dense<1.0> : tensor<4x3xf32>
+sd.global @blocks.0.fc.bias "frozen" : tensor<3xf32> = dense<0.0> : tensor<3xf32>
+func.func @identity_read_weight_and_bias(%x: tensor<2x4xf32>) -> tensor<2x3xf32> {
+  %w = sd.global_load @blocks.1.fc.weight : tensor<4x3xf32>
+  %b = sd.global_load @blocks.0.fc.bias : tensor<3xf32>
+  %wi = sd.identity %w : (tensor<4x3xf32>) -> tensor<4x3xf32>
+  %bi = sd.identity %b : (tensor<3xf32>) -> tensor<3xf32>
+  %y = sd.gemm %x, %wi, %bi : (tensor<2x4xf32>, tensor<4x3xf32>, tensor<3xf32>) -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}

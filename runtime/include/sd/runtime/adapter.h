@@ -20,6 +20,7 @@ struct LoraConfig {
   double alpha = 0;
   bool rslora = false;
   double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
+  bool fanInFanOut = false; // the adapted weights are stored [in, out] (GPT-2's Conv1D)
   std::vector<std::string> modules; // adapted sd.linear modules
 
   double scale() const { return loraScale(alpha, r, rslora); }
@@ -32,6 +33,8 @@ std::string adapterKey(const std::string &name);
 // The LoRA configuration a plan was compiled with (from its config JSON).
 StatusOr<LoraConfig> loraConfigOf(const Plan &plan);
 // r, lora_alpha and use_rslora of DIR/adapter_config.json (modules stay empty).
+// Fields that would change the adapter's semantics beyond plain LoRA
+// (use_dora, modules_to_save, rank_pattern, ...) are an error naming the field.
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);
 Status saveAdapter(const std::string &dir, const Session &session, const LoraConfig &cfg);
 // Checks rank, alpha and modules against the plan, every shape, and that no

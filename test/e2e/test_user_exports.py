@@ -1,0 +1,114 @@
+#!/usr/bin/env python3
+"""What a new user's exports hit, each once broken:
+
+  - torch.onnx.export without dynamic_axes fixes the batch: a training plan's
+    default infer bucket (batch 1) must yield to the model's batch, and a
+    batch that truly collides names the default and --infer-shapes
+  - a nanoGPT-style export names its token input `idx`: sdc finds the token
+    input (the int64 [batch, seq] input indexing the embedding), records it in
+    the plan, and sdrun train feeds it; when two inputs qualify, the error
+    names --token-input, and the flag resolves it
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from e2e_util import ROOT, clean_error_problems, sh, tool_paths
+from test_training import check, report
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+SEQ = 16
+
+
+def data_file(path, vocab, lines=8):
+    rng = np.random.default_rng(0)
+    with open(path, "w") as f:
+        for _ in range(lines):
+            f.write(json.dumps({"input_ids": rng.integers(0, vocab, SEQ).tolist()}) + "\n")
+
+
+def two_token_inputs(path):
+    """Token ids and segment ids, both int64 [batch, seq] indexing embeddings."""
+    rng = np.random.default_rng(1)
+    tok = numpy_helper.from_array(rng.standard_normal((32, 8)).astype(np.float32), "tok_emb")
+    seg = numpy_helper.from_array(rng.standard_normal((4, 8)).astype(np.float32), "seg_emb")
+    head = numpy_helper.from_array(rng.standard_normal((8, 32)).astype(np.float32), "head.weight")
+    nodes = [helper.make_node("Gather", ["tok_emb", "ids"], ["t"]), helper.make_node("Gather", ["seg_emb", "segs"], ["s"]),
+             helper.make_node("Add", ["t", "s"], ["h"]), helper.make_node("MatMul", ["h", "head.weight"], ["logits"])]
+    ins = [helper.make_tensor_value_info(n, TensorProto.INT64, ["batch", "seq"]) for n in ("ids", "segs")]
+    out = helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 32])
+    model = helper.make_model(helper.make_graph(nodes, "g", ins, [out], [tok, seg, head]),
+                              opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(model, path)
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import export_hf
+    tmp = tempfile.mkdtemp(prefix="sd_user_")
+    try:
+        # A fixed batch of 4 and a token input called idx, as nanoGPT exports.
+        model = export_hf.build("gpt2", seed=0)
+        onnx_path = os.path.join(tmp, "fixed.onnx")
+        export_hf.export(model, onnx_path, opset=17, batch=4, seq=SEQ, token_input="idx", fixed_batch=True)
+        dims = [d.dim_value for d in onnx.load(onnx_path).graph.input[0].type.tensor_type.shape.dim]
+        check("the export fixes the batch", dims == [4, SEQ], f"idx dims {dims}")
+        plan = os.path.join(tmp, "fixed.sdp")
+        sh([sdc, "compile", onnx_path, "--recipe", "sft", "--shapes", f"idx=4x{SEQ}", "--peft", "lora",
+            "--target-modules", "c_attn", "-o", plan])
+        inspect = sh([sdrun, "inspect", plan]).splitlines()
+        at = next(i for i, l in enumerate(inspect) if l.strip().startswith("infer"))
+        check("fixed batch: compiles for training; infer takes the model's batch 4",
+              inspect[at + 1].split() == ["input", "idx:", f"i64[4x{SEQ}]"], inspect[at + 1].strip())
+        inspect = "\n".join(inspect)
+        check("the plan records the token input", '"token_input":"idx"' in inspect, "")
+        data = os.path.join(tmp, "train.jsonl")
+        data_file(data, model.config.vocab_size)
+        metrics = os.path.join(tmp, "m.jsonl")
+        sh([sdrun, "train", plan, "--data", data, "--steps", "2", "--metrics", metrics])
+        losses = [json.loads(l)["loss"] for l in open(metrics)]
+        check("sdrun train feeds the data's tokens to idx", len(losses) == 2 and all(np.isfinite(losses)), f"{losses}")
+
+        # A batch that truly collides: the error names the default and the flag.
+        out = os.path.join(tmp, "collide.sdp")
+        problems, line = clean_error_problems(
+            [sdc, "compile", onnx_path, "--shapes", f"idx=4x{SEQ}", "--peft", "none", "--infer-shapes",
+             f"idx=2x{SEQ}", "-o", out], ["--infer-shapes idx", "fixes it at 4"], [out])
+        check("an explicit --infer-shapes that contradicts the model is a clean error", not problems,
+              "; ".join(problems) or line)
+
+        # Two int64 [batch, seq] inputs both index embeddings: ambiguous.
+        two = os.path.join(tmp, "two.onnx")
+        two_token_inputs(two)
+        out = os.path.join(tmp, "two.sdp")
+        problems, line = clean_error_problems([sdc, "compile", two, "--shapes", f"ids=2x{SEQ}", "--shapes",
+                                               f"segs=2x{SEQ}", "--peft", "none", "-o", out],
+                                              ["'ids'", "'segs'", "--token-input"], [out])
+        check("two candidate token inputs: the error names both and --token-input", not problems,
+              "; ".join(problems) or line)
+        sh([sdc, "compile", two, "--shapes", f"ids=2x{SEQ}", "--shapes", f"segs=2x{SEQ}", "--peft", "none",
+            "--token-input", "ids", "-o", out])
+        check("--token-input resolves it", '"token_input":"ids"' in sh([sdrun, "inspect", out]), "")
+        small = os.path.join(tmp, "small_vocab.jsonl")
+        data_file(small, 32)
+        problems, line = clean_error_problems([sdrun, "train", out, "--data", small, "--steps", "1"],
+                                              ["'segs'", "--token-input"])
+        check("sdrun train on a plan needing an input it cannot feed: the error names it and the flag",
+              not problems, "; ".join(problems) or line)
+        problems, line = clean_error_problems([sdc, "compile", two, "--shapes", f"ids=2x{SEQ}", "--shapes",
+                                               f"segs=2x{SEQ}", "--peft", "none", "--token-input", "nope", "-o", out],
+                                              ["--token-input 'nope'"])
+        check("--token-input naming no input is a clean error", not problems, "; ".join(problems) or line)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("test_user_exports")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
