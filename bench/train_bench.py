@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Times one training step of sdrun (`sdrun bench --entry train_step --data`)
-against PyTorch eager (Debian's python3-torch) on the same exported GPT-style
+against PyTorch eager (.venv's torch) on the same exported GPT-style
 model, batch, sequence length and thread count, in one run: LoRA and full
 fine-tuning, with peak memory (max RSS of each process) and achieved GFLOP/s
 against this machine's OpenBLAS sgemm rate.
@@ -98,6 +98,22 @@ def torch_child(args):
     print(json.dumps({"median_ms": times[len(times) // 2]}))
 
 
+def export_gpt_and_batch(tmp, name, d, layers, heads, seq, batch):
+    """The GPT of a config exported to TMP/NAME.onnx (seed 0, opset 17), and
+    one batch of byte tokens as JSON Lines for sdrun bench --data."""
+    import torch
+    from export_models import Gpt, export_gpt
+    torch.manual_seed(0)
+    onnx_path = os.path.join(tmp, f"{name}.onnx")
+    export_gpt(Gpt(d=d, layers=layers, heads=heads, block=seq), onnx_path, torch.zeros((batch, seq), dtype=torch.long),
+               17)
+    data = os.path.join(tmp, f"{name}.jsonl")
+    with open(data, "w") as f:
+        for i in range(batch):
+            f.write(json.dumps({"input_ids": [(i * 7 + j * 13) % 256 for j in range(seq)]}) + "\n")
+    return onnx_path, data
+
+
 def sgemm_rate(threads):
     code = ("import numpy as np, time\n"
             "a = np.random.rand(1024, 1024).astype(np.float32); b = a.copy()\n"
@@ -123,8 +139,6 @@ def main():
     args = ap.parse_args()
     if args.torch_child:
         return torch_child(args)
-    import torch
-    from export_models import Gpt, export_gpt
     env = dict(os.environ)
     env.pop("OPENBLAS_CORETYPE", None)  # see bench/run_bench.sh
     sdc, sdrun = os.path.join(args.build, "tools", "sdc"), os.path.join(args.build, "tools", "sdrun")
@@ -134,14 +148,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="sd_train_bench_") as tmp:
         for name in args.configs.split(","):
             d, layers, heads, seq, batch = CONFIGS[name]
-            torch.manual_seed(0)
-            onnx_path = os.path.join(tmp, f"{name}.onnx")
-            export_gpt(Gpt(d=d, layers=layers, heads=heads, block=seq), onnx_path,
-                       torch.zeros((batch, seq), dtype=torch.long), 17)
-            data = os.path.join(tmp, f"{name}.jsonl")
-            with open(data, "w") as f:
-                for i in range(batch):
-                    f.write(json.dumps({"input_ids": [(i * 7 + j * 13) % 256 for j in range(seq)]}) + "\n")
+            onnx_path, data = export_gpt_and_batch(tmp, name, d, layers, heads, seq, batch)
             for mode in ("lora", "full"):
                 plan = os.path.join(tmp, f"{name}-{mode}.sdp")
                 peft = (["--peft", "lora", "--target-modules", ",".join(LORA_TARGETS), "--lora-r", str(LORA_R),

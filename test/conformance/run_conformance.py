@@ -32,6 +32,7 @@ SUITES = {
     "onnx-wheel": (None, ["node"], "expected_pass_onnx_wheel.txt", "results_onnx_wheel.txt"),
 }
 OP_OF_ERROR = re.compile(r"\((\w+), opset \d+\)")
+UNSUPPORTED_DTYPE = re.compile(r"unsupported element type (\d+)")
 UNSUPPORTED_MARKERS = ("unsupported operator", "not supported", "unsupported element type", "to unsupported type", "not supported at inference",
                        "has a kind", "operator domain", "is not a tensor")
 
@@ -203,8 +204,9 @@ def main():
     unsupported_ops = {}
     for status, msg in results.values():
         if status == "unsupported":
-            m = OP_OF_ERROR.search(msg)
-            op = m.group(1) if m else "(not an op: " + msg.split(": ")[-1][:40] + ")"
+            m, dtype = OP_OF_ERROR.search(msg), UNSUPPORTED_DTYPE.search(msg)
+            op = (m.group(1) if m else f"(inputs of {onnx.TensorProto.DataType.Name(int(dtype.group(1)))})"
+                  if dtype else "(sequence/optional inputs)" if "is not a tensor" in msg else "(other: " + msg[-40:] + ")")
             unsupported_ops[op] = unsupported_ops.get(op, 0) + 1
     print("conformance unsupported ops (tests): " +
           ", ".join(f"{op} ({n})" for op, n in sorted(unsupported_ops.items(), key=lambda kv: (-kv[1], kv[0]))))
