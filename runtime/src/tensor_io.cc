@@ -137,32 +137,23 @@ StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const 
     if (d && n > (int64_t(1) << 40) / d) return sdError(what, ": tensor too large");
     n *= d;
   }
-  size_t es = dtypeSize(t.dtype);
-  t.data.resize(size_t(n) * es);
+  // The declared shape is only a claim: check it against the values the
+  // file actually holds before allocating anything for it.
+  size_t es = dtypeSize(t.dtype), need = size_t(n) * es;
   if (haveRaw) {
-    if (raw.size() != t.data.size())
-      return sdError(what, ": raw_data holds ", raw.size(), " bytes, shape ", formatDims(t.dims), " needs ",
-                     t.data.size());
+    if (raw.size() != need)
+      return sdError(what, ": raw_data holds ", raw.size(), " bytes, shape ", formatDims(t.dims), " needs ", need);
     t.data = std::move(raw);
     return t;
   }
-  size_t count = 0;
-  switch (t.dtype) {
-  case DType::F32:
-    count = floats32.size();
-    if (count == size_t(n)) std::memcpy(t.data.data(), floats32.data(), t.data.size());
-    break;
-  case DType::F64:
-    count = doubles.size();
-    if (count == size_t(n)) std::memcpy(t.data.data(), doubles.data(), t.data.size());
-    break;
-  default:
-    count = ints.size();
-    if (count == size_t(n))
-      for (size_t i = 0; i < count; ++i) std::memcpy(t.data.data() + i * es, &ints[i], es);
-  }
+  size_t count = t.dtype == DType::F32 ? floats32.size() : t.dtype == DType::F64 ? doubles.size() : ints.size();
   if (count != size_t(n))
     return sdError(what, ": holds ", count, " values, shape ", formatDims(t.dims), " needs ", n);
+  t.data.resize(need);
+  if (t.dtype == DType::F32) std::memcpy(t.data.data(), floats32.data(), need);
+  else if (t.dtype == DType::F64) std::memcpy(t.data.data(), doubles.data(), need);
+  else
+    for (size_t i = 0; i < count; ++i) std::memcpy(t.data.data() + i * es, &ints[i], es);
   return t;
 }
 
@@ -250,7 +241,9 @@ StatusOr<HostTensor> decodeNpy(const uint8_t *b, size_t size, const std::string 
     if (f == std::string::npos) continue;
     char *end;
     long long v = std::strtoll(item.c_str() + f, &end, 10);
-    if (v < 0 || v > (1ll << 40)) return sdError(what, ": bad .npy shape '", shape, "'");
+    if (end == item.c_str() + f || item.find_first_not_of(" ", size_t(end - item.c_str())) != std::string::npos ||
+        v < 0 || v > (1ll << 40))
+      return sdError(what, ": bad .npy shape '", shape, "'");
     t.dims.push_back(v);
     if (v && n > (int64_t(1) << 40) / v) return sdError(what, ": tensor too large");
     n *= v;

@@ -179,6 +179,28 @@ def main():
     open(garbage, "wb").write(b"\xff\xff\xff\xff")
     expect_clean_error("garbage tensor file", [sdrun, "infer", plan, "--input", f"x={garbage}"], ["garbage.pb"])
 
+    # Shapes a tensor file claims but does not hold: refused before anything is
+    # allocated for them (once std::bad_alloc and SIGABRT, or 8.4 GB for a
+    # 19-byte file). Under a 4 GB address-space limit either would show.
+    def limited(cmd):
+        return ["sh", "-c", 'ulimit -v 4000000; exec "$@"', "sh"] + cmd
+    for label, proto in [("2**40 int64 dims, 16 raw bytes", TensorProto(dims=[2 ** 40], data_type=TensorProto.INT64,
+                                                                       raw_data=b"\0" * 16)),
+                         ("2**31 f32 dims, no data", TensorProto(dims=[2 ** 31], data_type=TensorProto.FLOAT)),
+                         ("2**31 f32 dims, 2 float_data", TensorProto(dims=[2 ** 31], data_type=TensorProto.FLOAT,
+                                                                     float_data=[1.0, 2.0]))]:
+        huge = os.path.join(tmp, "huge.pb")
+        open(huge, "wb").write(proto.SerializeToString())
+        expect_clean_error(f"tensor file claiming {label}",
+                           limited([sdrun, "infer", plan, "--input", f"x={huge}", "--output-dir", outdir]),
+                           ["huge.pb", "needs"], [outdir])
+    bad_npy = os.path.join(tmp, "bad_shape.npy")
+    np.save(bad_npy, np.zeros((2, 3), np.float32))
+    data = open(bad_npy, "rb").read().replace(b"(2, 3)", b"(2x,3)")
+    open(bad_npy, "wb").write(data)
+    expect_clean_error(".npy header shape (2x,3)", [sdrun, "infer", plan, "--input", f"x={bad_npy}", "--output-dir",
+                                                     outdir], ["bad_shape.npy", "shape"], [outdir])
+
     # Corrupt plans.
     pbytes = open(plan, "rb").read()
     for label, data in [("truncated plan", pbytes[: len(pbytes) - 40]),
