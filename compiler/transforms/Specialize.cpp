@@ -193,6 +193,13 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
                                << (param.empty() ? std::string("") : " ('" + param.str() + "')")
                                << " is dynamic; give --shapes " << name << "=... or --dim NAME=N";
       }
+      // Inference plans may carry empty tensors (ONNX's own tests do), but a
+      // training step over zero rows or zero positions has nothing to learn from.
+      if (entry != "infer")
+        for (size_t d = 0; d < shape.size(); ++d)
+          if (shape[d] == 0)
+            return f.emitError() << "input '" << name << "' dim " << d << " is 0 in a training bucket; give "
+                                 << use.shapesFlag << " a nonzero size";
       auto st = RankedTensorType::get(shape, argType.getElementType());
       body.getArgument(i).setType(st);
       argTypes.push_back(st);

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from e2e_util import clean_error_problems, tool_paths
+from e2e_util import ROOT, clean_error_problems, tool_paths
 
 RESULTS = []
 
@@ -200,6 +200,44 @@ def main():
     open(bad_npy, "wb").write(data)
     expect_clean_error(".npy header shape (2x,3)", [sdrun, "infer", plan, "--input", f"x={bad_npy}", "--output-dir",
                                                      outdir], ["bad_shape.npy", "shape"], [outdir])
+
+    # Zero-sized buckets: a training step over nothing is refused at compile
+    # time; generate on an inference plan with an empty sequence no longer
+    # reads logits[-256] (it was SIGSEGV).
+    gpt_dir = os.path.join(tmp, "gpt")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", gpt_dir, "--only",
+                    "gpt", "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8", "--batch", "1"],
+                   check=True, capture_output=True)
+    gpt = os.path.join(gpt_dir, "gpt.onnx")
+    out_plan = os.path.join(tmp, "zero.sdp")
+    for shape in ("0x64", "4x0"):
+        expect_clean_error(f"training plan with a zero-sized bucket {shape}",
+                           [sdc, "compile", gpt, "--peft", "lora", "--target-modules", "qkv", "--shapes",
+                            f"input_ids={shape}", "-o", out_plan], ["input_ids", "is 0 in a training bucket"],
+                           [out_plan])
+    empty_seq = os.path.join(tmp, "empty_seq.sdp")
+    r = run([sdc, "compile", gpt, "--shapes", "input_ids=1x0", "-o", empty_seq])
+    assert r and r.returncode == 0, r.stderr if r else "sdc hung"
+    expect_clean_error("generate on a plan whose only bucket is 1x0",
+                       [sdrun, "generate", empty_seq, "--prompt", "Hi", "--max-new-tokens", "2"], ["seq > 0"])
+    expect_clean_error("--adam-beta1 1.5", [sdc, "compile", gpt, "--peft", "none", "--adam-beta1", "1.5", "-o",
+                                            out_plan], ["--adam-beta1", "below 1"], [out_plan])
+    expect_clean_error("--adam-epsilon 0", [sdc, "compile", gpt, "--peft", "none", "--adam-epsilon", "0", "-o",
+                                            out_plan], ["--adam-epsilon"], [out_plan])
+    expect_clean_error("--seed above 2^63-1 (was clamped silently)",
+                       [sdrun, "train", out_plan, "--data", os.path.join(tmp, "none.jsonl"), "--seed",
+                        str(2 ** 64)], ["--seed", str(2 ** 64)])
+
+    data = os.path.join(tmp, "keep.jsonl")
+    open(data, "w").write('{"input_ids": [1, 2, 3]}\n')
+    train_plan = os.path.join(tmp, "train.sdp")
+    r = run([sdc, "compile", gpt, "--peft", "none", "--shapes", "input_ids=1x8", "-o", train_plan])
+    assert r and r.returncode == 0, r.stderr if r else "sdc hung"
+    for flag in ("--metrics", "--save-weights"):
+        expect_clean_error(f"{flag} naming the --data file", [sdrun, "train", train_plan, "--data", data, flag, data],
+                           ["keep.jsonl", "--data", "overwritten"])
+    check_kept = open(data).read() == '{"input_ids": [1, 2, 3]}\n'
+    RESULTS.append(("the --data file is left as it was", [] if check_kept else ["the data file changed"]))
 
     # Corrupt plans.
     pbytes = open(plan, "rb").read()

@@ -179,6 +179,10 @@ int parseArgs(int argc, char **argv, Args &a) {
       char *end = nullptr;
       if (!value(v) || v.empty() || (*dst = std::strtod(v.c_str(), &end), *end) || !(*dst >= 0 && *dst < 1e3))
         return fail(flag + " needs a non-negative number"), 2;
+      // A decay rate of 1 or more never forgets (Adam's bias correction divides by 1 - beta^t).
+      if ((flag == "--adam-beta1" || flag == "--adam-beta2" || flag == "--momentum") && !(*dst < 1))
+        return fail(flag + " must be below 1, got " + v), 2;
+      if (flag == "--adam-epsilon" && !(*dst > 0)) return fail("--adam-epsilon must be positive, got " + v), 2;
     } else if (arg == "--nesterov") {
       a.pipeline.nesterov = true;
     } else if (arg == "--packing") {

@@ -1,6 +1,7 @@
 // Command-line flag parsing for sdrun.
 #include "flags.h"
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
 #include <cstdlib>
 
@@ -40,8 +41,9 @@ bool intFlag(const Flags &f, const std::string &name, int64_t def, int64_t lo, i
   if (it == f.values.end()) return out = def, true;
   const std::string &s = it->second.back();
   char *end = nullptr;
+  errno = 0; // strtoll clamps out-of-range values to LLONG_MIN/MAX and says so only here
   long long v = std::strtoll(s.c_str(), &end, 10);
-  if (s.empty() || *end || v < lo || v > hi)
+  if (s.empty() || *end || errno == ERANGE || v < lo || v > hi)
     return err = name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'", false;
   return out = v, true;
 }

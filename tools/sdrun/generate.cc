@@ -55,14 +55,14 @@ int generateCommand(const std::vector<std::string> &args) {
     if (e.name != "infer" || e.inputs.size() != 1 || e.outputs.empty()) continue;
     const sd::BufferDesc &in = e.buffers[size_t(e.inputs[0].second)];
     const sd::BufferDesc &out = e.buffers[size_t(e.outputs[0].second)];
-    if (in.dtype != sd::DType::I64 || in.dims.size() != 2 || in.dims[0] != 1) continue;
+    if (in.dtype != sd::DType::I64 || in.dims.size() != 2 || in.dims[0] != 1 || in.dims[1] < 1) continue;
     if (out.dims.size() != 3 || out.dims.back() != 256 || out.dtype != sd::DType::F32)
       return fail(f.plan + ": generate supports byte-level models (256 logits per position) for now");
     buckets.push_back({i, in.dims[1]});
   }
   if (buckets.empty())
-    return fail(f.plan + ": the plan has no batch-1 infer bucket with a [1, seq] token input; compile with "
-                         "--infer-shapes input_ids=1xSEQ");
+    return fail(f.plan + ": the plan has no batch-1 infer bucket with a [1, seq] token input (seq > 0); compile "
+                         "with --shapes TOKENS=1xSEQ (training plans: --infer-shapes TOKENS=1xSEQ)");
   std::sort(buckets.begin(), buckets.end(), [](const Bucket &a, const Bucket &b) { return a.seq < b.seq; });
   sd::SessionOptions so;
   so.threads = int(threads);

@@ -6,8 +6,20 @@
 #include "trainer.h"
 #include <cmath>
 #include <cstdio>
+#include <sys/stat.h>
 
 namespace sdrun {
+namespace {
+
+// Two paths naming one existing file (hard links and symlinks included).
+bool sameFile(const std::string &a, const std::string &b) {
+  struct stat sa, sb;
+  return !a.empty() && !b.empty() && ::stat(a.c_str(), &sa) == 0 && ::stat(b.c_str(), &sb) == 0 &&
+         sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
+}
+
+} // namespace
+
 namespace {
 
 const char *kTrainUsage =
@@ -86,6 +98,11 @@ int trainCommand(const std::vector<std::string> &args) {
   if (o.resume && o.checkpointDir.empty()) return fail("--resume needs --checkpoint-dir DIR");
   if (hasFlag(f, "--checkpoint-every") && o.checkpointDir.empty()) return fail("--checkpoint-every needs --checkpoint-dir");
   if (hasFlag(f, "--eval-every") && o.evalPath.empty()) return fail("--eval-every needs --eval-data FILE");
+  // Outputs must not overwrite inputs (opening --metrics truncates it).
+  for (const std::string &out : {o.metricsPath, o.saveWeights})
+    for (auto [flag, in] : {std::pair{"--data", o.dataPath}, {"--eval-data", o.evalPath}, {"the plan", f.plan}})
+      if (!out.empty() && sameFile(out, in))
+        return fail(out + " is both an output and " + flag + ": it would be overwritten");
   sd::Status s = runTraining(o);
   if (!s.isOk()) return fail(s.message());
   return 0;
