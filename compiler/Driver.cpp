@@ -161,10 +161,12 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   eopts.producer = std::string("sdc ") + SD_VERSION;
   eopts.sourceSha256 = loaded.sha256;
   eopts.config = configJson(req);
-  if (auto token = (*module)->getAttrOfType<mlir::StringAttr>("sd.token_input"))
-    eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"token_input\":" + jsonQuote(token.str()) + "}";
-  if (std::string peft = peftJson(*module); !peft.empty())
-    eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"lora\":" + peft + "}";
+  // What the passes decided joins the request's fields in the same object.
+  auto addField = [&](const char *key, const std::string &json) {
+    eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"" + key + "\":" + json + "}";
+  };
+  if (auto token = (*module)->getAttrOfType<mlir::StringAttr>("sd.token_input")) addField("token_input", jsonQuote(token.str()));
+  if (std::string peft = peftJson(*module); !peft.empty()) addField("lora", peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));
 }
 

@@ -162,7 +162,7 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
             return f.emitError() << use.shapesFlag << " " << name << " sets dim " << d << " to " << want[d]
                                  << " but the model fixes it at " << shape[d];
           }
-          if (!isDefault(name, d) || ShapedType::isDynamic(shape[d])) shape[d] = want[d];
+          shape[d] = want[d]; // dynamic, or already equal
         }
       }
       for (size_t d = 0; d < shape.size(); ++d) {

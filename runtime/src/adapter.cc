@@ -76,7 +76,6 @@ StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
   c.r = int64_t(r->num);
   c.alpha = alpha->num;
   c.rslora = rs && rs->b;
-  if (const Json *f = doc.value().get("fan_in_fan_out")) c.fanInFanOut = f->b;
   return c;
 }
 

@@ -69,13 +69,17 @@ def sdrun_logits(sdrun, plan, adapter, ids, tmp, tag):
     return np.load(os.path.join(out, "output_0.npy"))
 
 
+def initializers(onnx_path):
+    import onnx
+    from onnx import numpy_helper
+    return {t.name: numpy_helper.to_array(t) for t in onnx.load(onnx_path).graph.initializer}
+
+
 def onnx_weight_names(onnx_path, base_model, modules):
     """The ONNX initializer holding each adapted module's weight, and whether
     it is stored as PyTorch's weight or its transpose (exporters fold
     Linear's transpose into a renamed initializer)."""
-    import onnx
-    from onnx import numpy_helper
-    inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(onnx_path).graph.initializer}
+    inits = initializers(onnx_path)
     found = {}
     for m in modules:
         w = base_model.get_submodule(m).weight.detach().numpy()
@@ -176,9 +180,7 @@ def roundtrip(arch, sdc, sdrun, tmp, rslora=False):
     modules = sorted({k[len("base_model.model."):].rsplit(".lora_", 1)[0]
                       for k in load_file(os.path.join(theirs, "adapter_model.safetensors"))})
     names = onnx_weight_names(onnx_path, base(), modules)
-    import onnx
-    from onnx import numpy_helper
-    got_inits = {t.name: numpy_helper.to_array(t) for t in onnx.load(merged_onnx).graph.initializer}
+    got_inits = initializers(merged_onnx)
     worst = 0.0
     for m in modules:
         name, transposed = names[m]

@@ -20,6 +20,12 @@ int fail(const std::string &msg) {
   return 1;
 }
 
+sd::Status loadAdapterFlag(const std::string &planPath, const std::string &dir, sd::Session &session) {
+  auto cfg = sd::loraConfigOf(session.plan());
+  if (!cfg.isOk()) return sd::sdError(planPath, ": ", cfg.status().message());
+  return sd::loadAdapter(dir, session, cfg.value());
+}
+
 namespace {
 
 const char *kInferUsage =
@@ -143,11 +149,8 @@ int inferCommand(const std::vector<std::string> &args) {
   if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());
   Prepared run;
   if (auto s = prepare(plan.value(), f.plan, "infer", inputs, threads, run); !s.isOk()) return fail(s.message());
-  if (auto a = f.values.find("--adapter"); a != f.values.end()) {
-    auto cfg = sd::loraConfigOf(*plan.value());
-    if (!cfg.isOk()) return fail(f.plan + ": " + cfg.status().message());
-    if (auto s = sd::loadAdapter(a->second.back(), *run.session, cfg.value()); !s.isOk()) return fail(s.message());
-  }
+  if (auto a = f.values.find("--adapter"); a != f.values.end())
+    if (auto s = loadAdapterFlag(f.plan, a->second.back(), *run.session); !s.isOk()) return fail(s.message());
   std::vector<sd::HostTensor> outputs;
   if (auto s = run.session->run(run.entry, run.ptrs, outputs); !s.isOk()) return fail(s.message());
   auto outDir = f.values.find("--output-dir");

@@ -1,7 +1,12 @@
 // sdrun subcommands.
 #pragma once
+#include "sd/ops/status.h"
 #include <string>
 #include <vector>
+
+namespace sd {
+class Session;
+}
 
 namespace sdrun {
 int inferCommand(const std::vector<std::string> &args);
@@ -10,4 +15,7 @@ int inspectCommand(const std::vector<std::string> &args);
 int trainCommand(const std::vector<std::string> &args);
 int generateCommand(const std::vector<std::string> &args);
 int fail(const std::string &msg);
+// --adapter DIR of infer and generate: loads the LoRA adapter into a session
+// of a --peft lora plan (errors name PLAN_PATH or the adapter's files).
+sd::Status loadAdapterFlag(const std::string &planPath, const std::string &dir, sd::Session &session);
 } // namespace sdrun

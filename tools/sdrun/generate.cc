@@ -1,7 +1,6 @@
 // sdrun generate: sampling from a byte-level model's infer entry (batch 1).
 #include "commands.h"
 #include "flags.h"
-#include "sd/runtime/adapter.h"
 #include "sd/runtime/session.h"
 #include <algorithm>
 #include <cmath>
@@ -69,11 +68,8 @@ int generateCommand(const std::vector<std::string> &args) {
   auto session = sd::Session::create(plan, so);
   if (!session.isOk()) return fail(session.status().message());
   sd::Session &s = *session.value();
-  if (hasFlag(f, "--adapter")) {
-    auto cfg = sd::loraConfigOf(*plan);
-    if (!cfg.isOk()) return fail(f.plan + ": " + cfg.status().message());
-    if (auto st = sd::loadAdapter(flagValue(f, "--adapter"), s, cfg.value()); !st.isOk()) return fail(st.message());
-  }
+  if (hasFlag(f, "--adapter"))
+    if (auto st = loadAdapterFlag(f.plan, flagValue(f, "--adapter"), s); !st.isOk()) return fail(st.message());
   std::vector<int64_t> tokens(prompt.begin(), prompt.end());
   for (int64_t &t : tokens) t = int64_t(uint8_t(t));
   if (tokens.empty()) tokens.push_back('\n');
