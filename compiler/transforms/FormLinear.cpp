@@ -52,12 +52,14 @@ std::optional<Value> matchBias(Value v, int64_t n) {
   return v;
 }
 
-// The module is the node scope when the exporter recorded one
-// ("/blocks.0/attn/qkv/MatMul" -> "blocks.0.attn.qkv"): that is the name PEFT
+// The module is the node scope when the exporter recorded one (the dynamo
+// exporter's name_scopes metadata, or the TorchScript exporter's node name
+// "/blocks.0/attn/qkv/MatMul" -> "blocks.0.attn.qkv"): that is the name PEFT
 // matches, and it stays right for a tied weight ("wte.weight" used as "head")
-// and for renamed initializers ("onnx::MatMul_123"). Otherwise the weight's
-// name without ".weight".
+// and for renamed initializers ("onnx::MatMul_123", "val_0"). Otherwise the
+// weight's name without ".weight".
 std::string moduleName(StringRef global, Operation *op) {
+  if (std::string scope = sd::moduleScopeOf(op->getLoc()); !scope.empty()) return scope;
   std::string node = sd::nodeNameOf(op->getLoc());
   if (!node.empty() && node[0] == '/') {
     StringRef scope = StringRef(node).drop_front().rsplit('/').first;

@@ -13,6 +13,15 @@ std::string nodeNameOf(mlir::Location loc) {
   return "";
 }
 
+std::string moduleScopeOf(mlir::Location loc) {
+  if (auto f = mlir::dyn_cast<mlir::FusedLoc>(loc)) {
+    if (auto s = mlir::dyn_cast_or_null<mlir::StringAttr>(f.getMetadata())) return s.str();
+    for (mlir::Location l : f.getLocations())
+      if (auto s = moduleScopeOf(l); !s.empty()) return s;
+  }
+  return "";
+}
+
 std::string describeNode(mlir::Operation *op) {
   std::string name = nodeNameOf(op->getLoc());
   std::string kind = op->getName().getStringRef().str();

@@ -13,6 +13,9 @@ namespace sd {
 inline bool isEntry(mlir::func::FuncOp f) { return f->hasAttr("sd.entry"); }
 // The ONNX node name carried by a location, or "" when there is none.
 std::string nodeNameOf(mlir::Location loc);
+// The source-framework module an imported node belongs to, when the exporter
+// recorded one in metadata (the importer's FusedLoc metadata), else "".
+std::string moduleScopeOf(mlir::Location loc);
 // "node 'x' (Op)" for diagnostics.
 std::string describeNode(mlir::Operation *op);
 // The global `name`, created after the module's last global (so state the

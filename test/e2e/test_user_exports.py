@@ -4,6 +4,8 @@
   - torch.onnx.export without dynamic_axes fixes the batch: a training plan's
     default infer bucket (batch 1) must yield to the model's batch, and a
     batch that truly collides names the default and --infer-shapes
+  - torch.onnx.export's defaults (dynamo) rename Linear weights val_N: the
+    module names come from the exporter's name_scopes metadata
   - a nanoGPT-style export names its token input `idx`: sdc finds the token
     input (the int64 [batch, seq] input indexing the embedding), records it in
     the plan, and sdrun train feeds it; when two inputs qualify, the error
@@ -105,9 +107,44 @@ def main():
                                                f"segs=2x{SEQ}", "--peft", "none", "--token-input", "nope", "-o", out],
                                               ["--token-input 'nope'"])
         check("--token-input naming no input is a clean error", not problems, "; ".join(problems) or line)
+        dynamo_default_export(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_user_exports")
+
+
+def dynamo_default_export(sdc, sdrun, tmp):
+    """torch.onnx.export with nothing but its defaults (torch 2.x: the dynamo
+    exporter, a fixed batch, the input named after forward's argument) renames
+    Linear weights val_N and keeps the module path only in node metadata: PEFT's
+    module names must still select the layers, and LoRA must train and merge."""
+    import torch
+
+    class Tiny(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.fc, self.head = torch.nn.Embedding(64, 16), torch.nn.Linear(16, 16), torch.nn.Linear(16, 64)
+
+        def forward(self, idx):
+            return self.head(torch.relu(self.fc(self.emb(idx))))
+    torch.manual_seed(0)
+    path = os.path.join(tmp, "tiny.onnx")
+    torch.onnx.export(Tiny(), (torch.zeros((4, SEQ), dtype=torch.long),), path)
+    listed = sh([sdc, "compile", path, "--peft", "lora", "--target-modules", ".*", "--shapes", f"idx=4x{SEQ}",
+                 "--dry-run"])
+    modules = [l.strip() for l in listed.splitlines()[1:] if l.startswith("  ")]
+    check("dynamo default export: modules carry PyTorch's names", modules == ["fc", "head"], f"{modules}")
+    plan, data, adapter, merged = (os.path.join(tmp, f) for f in ("tiny.sdp", "tiny.jsonl", "tiny_adapter",
+                                                                   "tiny_merged.onnx"))
+    sh([sdc, "compile", path, "--peft", "lora", "--target-modules", "fc", "--shapes", f"idx=4x{SEQ}", "-o", plan])
+    data_file(data, 64)
+    sh([sdrun, "train", plan, "--data", data, "--steps", "3", "--lr", "1e-2", "--save-adapter", adapter])
+    sh([sdc, "merge", path, "--adapter", adapter, "-o", merged])
+    before = {t.name: numpy_helper.to_array(t) for t in onnx.load(path).graph.initializer}
+    after = {t.name: numpy_helper.to_array(t) for t in onnx.load(merged).graph.initializer}
+    changed = sorted(n for n in before if not np.array_equal(before[n], after[n]))
+    check("dynamo default export: sdc merge folds the adapter into fc's weight only",
+          len(changed) == 1 and before[changed[0]].shape == (16, 16), f"changed {changed}")
 
 
 if __name__ == "__main__":

@@ -8,6 +8,7 @@
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/Verifier.h"
+#include <google/protobuf/unknown_field_set.h>
 #include <set>
 
 using namespace mlir;
@@ -223,6 +224,38 @@ LogicalResult NodeImporter::bindResults(const onnx::NodeProto &node, Operation *
 
 namespace {
 
+// The PyTorch module a node came from, as the dynamo exporter records it in
+// metadata_props: pkg.torch.onnx.name_scopes = "['', 'model', 'layers.0',
+// 'self_attn', 'q_proj', 'linear']" -> "model.layers.0.self_attn.q_proj" (the
+// last entry names the op, not a module). The TorchScript exporter puts the
+// same path in the node name instead (/model/layers.0/self_attn/q_proj/MatMul).
+// libonnx 1.12 predates NodeProto.metadata_props (field 9, ONNX 1.16), so
+// protobuf keeps it among the node's unknown fields.
+std::string torchModuleScope(const onnx::NodeProto &node) {
+  constexpr int kMetadataProps = 9;
+  const google::protobuf::UnknownFieldSet &unknown = node.unknown_fields();
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField &field = unknown.field(i);
+    onnx::StringStringEntryProto p;
+    if (field.number() != kMetadataProps || field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED ||
+        !p.ParseFromString(field.length_delimited()))
+      continue;
+    if (p.key() != "pkg.torch.onnx.name_scopes") continue;
+    std::vector<std::string> parts;
+    const std::string &v = p.value();
+    for (size_t at = 0; (at = v.find_first_of("'\"", at)) != std::string::npos;) {
+      size_t end = v.find(v[at], at + 1);
+      if (end == std::string::npos) break;
+      parts.push_back(v.substr(at + 1, end - at - 1));
+      at = end + 1;
+    }
+    std::string scope;
+    for (size_t k = 1; k + 1 < parts.size(); ++k) scope += (scope.empty() ? "" : ".") + parts[k];
+    return scope;
+  }
+  return "";
+}
+
 int64_t defaultOpset(const onnx::ModelProto &m) {
   for (const auto &o : m.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
@@ -353,6 +386,8 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     }
     if (name.empty()) name = node.op_type() + "_" + std::to_string(i);
     imp.loc = NameLoc::get(b.getStringAttr(name), FileLineColLoc::get(ctx, opts.modelPath, unsigned(i + 1), 0));
+    if (std::string scope = torchModuleScope(node); !scope.empty())
+      imp.loc = FusedLoc::get(ctx, {imp.loc}, b.getStringAttr(scope));
     imp.nodeDesc = what + ": node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(imp.opset) + ")";
     if (!node.domain().empty() && node.domain() != "ai.onnx")
       return error = imp.nodeDesc + ": operator domain '" + node.domain() + "' is not supported", nullptr;
