@@ -1,6 +1,8 @@
-// Row-major GEMM: float/double through OpenBLAS, other types by plain loops.
+// Row-major GEMM: float through our feature-dispatched kernels (sgemm.h),
+// double through the system BLAS, other types by plain loops.
 #pragma once
 #include "sd/ops/threadpool.h"
+#include "sgemm.h"
 #include <algorithm>
 #include <cblas.h>
 #include <cstdint>
@@ -14,8 +16,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a
           int64_t ldb, T beta, T *c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<T, float>) {
-    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
-                int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+    sgemm(nullptr, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
                 int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
@@ -30,12 +31,16 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a
   }
 }
 
-// The same product split into column blocks across the session's threads.
-// OpenBLAS itself runs single-threaded (see configureCpuBackend): one pool for
-// all parallelism, instead of two that preempt each other on few cores.
+// The same product split across the session's threads. The system BLAS runs
+// single-threaded (see configureCpuBackend): one pool for all parallelism,
+// instead of two that preempt each other on few cores.
 template <typename T>
 void parallelGemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a,
                   int64_t lda, const T *b, int64_t ldb, T beta, T *c, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm(pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   int threads = pool ? pool->size() : 1;
   if (threads <= 1 || m * n * k < (int64_t(1) << 18) || n < 64) {
     gemm<T>(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);

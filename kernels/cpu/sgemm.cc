@@ -1,0 +1,119 @@
+// Picks the f32 GEMM from cpuid feature flags once per process and splits
+// each product across the session's thread pool. Without AVX2+FMA (or with
+// SD_CPU_ISA=generic) products go to the system BLAS.
+#include "sgemm.h"
+#include "sd/ops/threadpool.h"
+#include "sgemm_isa.h"
+#include <algorithm>
+#include <cblas.h>
+#include <cpuid.h>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+
+namespace sd::cpu {
+namespace {
+
+using sgemm_isa::Kernels;
+
+// XCR0: which register states the OS saves on a context switch.
+uint64_t osSavedState() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; // no OSXSAVE
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+bool cpuHasAvx2Fma() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 12))) return false; // FMA
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 5))) return false;
+  return (osSavedState() & 0x6) == 0x6; // XMM and YMM
+}
+
+bool cpuHasAvx512f() {
+  unsigned a, b, c, d;
+  if (!cpuHasAvx2Fma() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 16))) return false;
+  return (osSavedState() & 0xe6) == 0xe6; // and opmask, ZMM0-15 upper halves, ZMM16-31
+}
+
+// The best kernel set this CPU runs, capped by SD_CPU_ISA (avx512, avx2,
+// generic) so benchmarks and tests can compare them on one machine.
+const Kernels *selectKernels() {
+  const char *cap = std::getenv("SD_CPU_ISA");
+  std::string_view want = cap ? cap : "avx512";
+  if (want == "avx512" && cpuHasAvx512f()) return &sgemm_isa::avx512Kernels();
+  if ((want == "avx512" || want == "avx2") && cpuHasAvx2Fma()) return &sgemm_isa::avx2Kernels();
+  return nullptr;
+}
+
+const Kernels *active() {
+  static const Kernels *k = selectKernels();
+  return k;
+}
+
+void blasSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+               const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
+              alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
+}
+
+} // namespace
+
+size_t PackedB::bytes() const { return size_t((n + panelWidth - 1) / std::max<int64_t>(panelWidth, 1) * panelWidth * k) * 4; }
+
+const char *sgemmIsa() { return active() ? active()->name : "generic"; }
+
+PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb) {
+  PackedB p;
+  p.k = k;
+  p.n = n;
+  const Kernels *ks = active();
+  p.panelWidth = ks ? ks->panelWidth : std::max<int64_t>(n, 1);
+  size_t bytes = std::max<size_t>(p.bytes(), 64);
+  p.data = {static_cast<float *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free};
+  if (!p.data) return p;
+  if (ks) {
+    ks->packPanels(tb, k, n, b, ldb, p.data.get());
+  } else { // the system BLAS reads op(B) as a plain row-major k x n matrix
+    for (int64_t i = 0; i < k; ++i)
+      for (int64_t j = 0; j < n; ++j) p.data[i * n + j] = tb ? b[j * ldb + i] : b[i * ldb + j];
+  }
+  return p;
+}
+
+void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, const PackedB *packed) {
+  if (m <= 0 || n <= 0) return;
+  const Kernels *ks = active();
+  auto rows = [&](int64_t i0, int64_t i1) { // op(A) row i sits at a + i*lda, or column i when ta
+    const float *ai = ta ? a + i0 : a + i0 * lda;
+    if (!ks) {
+      if (packed) blasSgemm(ta, false, i1 - i0, n, k, alpha, ai, lda, packed->data.get(), n, beta, c + i0 * ldc, ldc);
+      else blasSgemm(ta, tb, i1 - i0, n, k, alpha, ai, lda, b, ldb, beta, c + i0 * ldc, ldc);
+      return;
+    }
+    ks->gemm(ta, i1 - i0, n, k, alpha, ai, lda, {b, ldb, tb, packed}, 0, beta, c + i0 * ldc, ldc);
+  };
+  int threads = pool ? pool->size() : 1;
+  // Small products run on the calling thread: a hand-off costs microseconds.
+  if (threads <= 1 || double(m) * double(n) * double(k) < double(1 << 17)) {
+    rows(0, m);
+    return;
+  }
+  int64_t mr = ks ? ks->rowTile : 8, nr = ks ? ks->panelWidth : n;
+  int64_t rowTiles = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
+  if (ks && panels >= threads && panels >= rowTiles) { // split columns, whole panels per thread
+    pool->parallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
+      int64_t j0 = p0 * nr, j1 = std::min(n, p1 * nr);
+      const float *bj = tb ? b + j0 * ldb : b + j0;
+      ks->gemm(ta, m, j1 - j0, k, alpha, a, lda, {packed ? b : bj, ldb, tb, packed}, packed ? j0 : 0, beta, c + j0,
+               ldc);
+    });
+    return;
+  }
+  pool->parallelFor(rowTiles, 1, [&](int64_t t0, int64_t t1) { rows(t0 * mr, std::min(m, t1 * mr)); });
+}
+
+} // namespace sd::cpu

@@ -1,0 +1,36 @@
+// f32 GEMM chosen by CPU features (cpuid: AVX-512F, AVX2+FMA), never by CPU
+// model: BLAS libraries that pick kernels from a table of CPU models run new
+// CPUs they do not know with their SSE3 kernels (OpenBLAS 0.3.21 on a current
+// Xeon ran 4-5x slower). Row-major throughout.
+#pragma once
+#include <cstdint>
+#include <memory>
+
+namespace sd {
+class ThreadPool;
+}
+
+namespace sd::cpu {
+
+// The right operand packed once into the active kernel's panel layout: panel p
+// holds columns [p*panelWidth, (p+1)*panelWidth) as k rows of panelWidth
+// floats, zero-padded past n. Weights are packed at session creation.
+struct PackedB {
+  int64_t k = 0, n = 0, panelWidth = 0;
+  std::unique_ptr<float[], void (*)(void *)> data{nullptr, nullptr};
+  size_t bytes() const;
+};
+
+// The instruction set the f32 GEMM runs with: "avx512", "avx2" or "generic".
+const char *sgemmIsa();
+
+// Packs op(B) (k x n; tb: B is stored n x k) for sgemm with packed operand.
+PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb);
+
+// C[m,n] = alpha * op(A) op(B) + beta * C; splits across `pool` when it pays.
+// beta == 0 never reads C. `packed`, when given, replaces b/ldb/tb.
+void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
+           const PackedB *packed = nullptr);
+
+} // namespace sd::cpu

@@ -1,0 +1,29 @@
+// The f32 GEMM for CPUs with AVX2 and FMA (compiled with -mavx2 -mfma): a 6 x 16
+// register tile, 12 of the 16 ymm registers as accumulators.
+#include "sgemm_blocked.h"
+#include <immintrin.h>
+
+namespace sd::cpu::sgemm_isa {
+namespace {
+
+struct Avx2 {
+  static constexpr int W = 8;
+  using V = __m256;
+  static V zero() { return _mm256_setzero_ps(); }
+  static V load(const float *p) { return _mm256_loadu_ps(p); }
+  static __m256i mask(int n) {
+    return _mm256_cmpgt_epi32(_mm256_set1_epi32(n), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+  }
+  static V loadN(const float *p, int n) { return _mm256_maskload_ps(p, mask(n)); }
+  static void store(float *p, V v) { _mm256_storeu_ps(p, v); }
+  static void storeN(float *p, V v, int n) { _mm256_maskstore_ps(p, mask(n), v); }
+  static V set1(float x) { return _mm256_set1_ps(x); }
+  static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+};
+
+} // namespace
+
+const Kernels &avx2Kernels() { return Blocked<Avx2, 6>::kernels("avx2"); }
+
+} // namespace sd::cpu::sgemm_isa

@@ -1,0 +1,27 @@
+// The f32 GEMM for CPUs with AVX-512F (compiled with -mavx512f -mfma): a 12 x 32
+// register tile, 24 of the 32 zmm registers as accumulators.
+#include "sgemm_blocked.h"
+#include <immintrin.h>
+
+namespace sd::cpu::sgemm_isa {
+namespace {
+
+struct Avx512 {
+  static constexpr int W = 16;
+  using V = __m512;
+  static V zero() { return _mm512_setzero_ps(); }
+  static V load(const float *p) { return _mm512_loadu_ps(p); }
+  static __mmask16 mask(int n) { return __mmask16((1u << n) - 1u); }
+  static V loadN(const float *p, int n) { return _mm512_maskz_loadu_ps(mask(n), p); }
+  static void store(float *p, V v) { _mm512_storeu_ps(p, v); }
+  static void storeN(float *p, V v, int n) { _mm512_mask_storeu_ps(p, mask(n), v); }
+  static V set1(float x) { return _mm512_set1_ps(x); }
+  static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
+  static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+};
+
+} // namespace
+
+const Kernels &avx512Kernels() { return Blocked<Avx512, 12>::kernels("avx512"); }
+
+} // namespace sd::cpu::sgemm_isa

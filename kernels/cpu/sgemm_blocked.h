@@ -1,0 +1,194 @@
+// The blocked GEMM shared by every instruction-set build: GotoBLAS-style
+// cache blocking (K by KC, M by MC, N by NC), operands packed into panels so
+// the register tile streams through contiguous memory, and a register tile of
+// ROWS x (2 vectors) accumulators. Included only by the ISA translation units,
+// each compiled with its own -m flags and its own Vec traits:
+//   Vec::W, Vec::V, zero(), load(p), loadN(p, n), store(p, v), storeN(p, v, n),
+//   set1(x), fmadd(a, b, c), mul(a, b).
+#pragma once
+#include "sgemm_isa.h"
+#include <cstdlib>
+#include <cstring>
+#include <utility>
+
+namespace sd::cpu::sgemm_isa {
+
+template <class Vec, int MR> struct Blocked {
+  static constexpr int W = Vec::W, NR = 2 * W;
+  // KC x NR of B stays in L1 while a tile's row panel streams; MC x KC of A
+  // stays in L2; NC x KC of B in L3.
+  static constexpr int64_t KC = 256, MC = MR * 16, NC = 2048;
+  // Not std::min: an inline function with external linkage compiled here
+  // with -mavx512f could be the copy the linker keeps for every caller.
+  // Up to this many rows of A, a row-major B is read in place. Measured on
+  // bench/gemm (AVX-512): m=64 conv 90 vs 52 GFLOP/s, m=1 19 vs 3 in place;
+  // m=256..512 lost 15-25% in place, where B's rows are far apart.
+  static constexpr int64_t kDirectRows = 64;
+  static int64_t lo(int64_t x, int64_t y) { return x < y ? x : y; }
+
+  template <int R>
+  static void tile(int64_t kc, const float *ap, const float *bp, int64_t bs, float *c, int64_t ldc, int cols,
+                   float alpha, float beta) {
+    typename Vec::V acc0[R], acc1[R];
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec::zero();
+    for (int64_t p = 0; p < kc; ++p, ap += MR, bp += bs) {
+      typename Vec::V b0 = Vec::load(bp), b1 = Vec::load(bp + W);
+#pragma GCC unroll 16
+      for (int r = 0; r < R; ++r) {
+        typename Vec::V a = Vec::set1(ap[r]);
+        acc0[r] = Vec::fmadd(a, b0, acc0[r]);
+        acc1[r] = Vec::fmadd(a, b1, acc1[r]);
+      }
+    }
+    typename Vec::V va = Vec::set1(alpha), vb = Vec::set1(beta);
+    int n0 = lo(cols, W), n1 = cols - n0;
+#pragma GCC unroll 16
+    for (int r = 0; r < R; ++r) {
+      float *cr = c + r * ldc;
+      typename Vec::V v0 = Vec::mul(acc0[r], va), v1 = Vec::mul(acc1[r], va);
+      if (cols == NR) {
+        if (beta != 0.0f) {
+          v0 = Vec::fmadd(vb, Vec::load(cr), v0);
+          v1 = Vec::fmadd(vb, Vec::load(cr + W), v1);
+        }
+        Vec::store(cr, v0);
+        Vec::store(cr + W, v1);
+        continue;
+      }
+      if (beta != 0.0f) v0 = Vec::fmadd(vb, Vec::loadN(cr, n0), v0);
+      Vec::storeN(cr, v0, n0);
+      if (n1 > 0) {
+        if (beta != 0.0f) v1 = Vec::fmadd(vb, Vec::loadN(cr + W, n1), v1);
+        Vec::storeN(cr + W, v1, n1);
+      }
+    }
+  }
+
+  template <int... Rs>
+  static void tileRows(int rows, int64_t kc, const float *ap, const float *bp, int64_t bs, float *c, int64_t ldc,
+                       int cols, float alpha, float beta, std::integer_sequence<int, Rs...>) {
+    using Fn = void (*)(int64_t, const float *, const float *, int64_t, float *, int64_t, int, float, float);
+    static constexpr Fn fns[] = {&tile<Rs + 1>...};
+    fns[rows - 1](kc, ap, bp, bs, c, ldc, cols, alpha, beta);
+  }
+
+  // Rows [i0, i0 + rows) of op(A), columns [p0, p0 + kc): kc rows of MR floats.
+  static void packA(bool ta, const float *a, int64_t lda, int64_t i0, int rows, int64_t p0, int64_t kc,
+                    float *dst) {
+    if (ta) {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float *src = a + (p0 + p) * lda + i0;
+        float *d = dst + p * MR;
+        for (int r = 0; r < rows; ++r) d[r] = src[r];
+        for (int r = rows; r < MR; ++r) d[r] = 0.0f;
+      }
+      return;
+    }
+    for (int r = 0; r < rows; ++r) {
+      const float *src = a + (i0 + r) * lda + p0;
+      for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = src[p];
+    }
+    for (int r = rows; r < MR; ++r)
+      for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = 0.0f;
+  }
+
+  // Columns [j0, j0 + cols) of op(B), rows [p0, p0 + kc): kc rows of NR floats.
+  static void packBPanel(bool tb, const float *b, int64_t ldb, int64_t j0, int cols, int64_t p0, int64_t kc,
+                         float *dst) {
+    if (!tb) {
+      for (int64_t p = 0; p < kc; ++p) {
+        const float *src = b + (p0 + p) * ldb + j0;
+        float *d = dst + p * NR;
+        std::memcpy(d, src, size_t(cols) * sizeof(float));
+        for (int j = cols; j < NR; ++j) d[j] = 0.0f;
+      }
+      return;
+    }
+    for (int j = 0; j < cols; ++j) {
+      const float *src = b + (j0 + j) * ldb + p0;
+      for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = src[p];
+    }
+    for (int j = cols; j < NR; ++j)
+      for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = 0.0f;
+  }
+
+  static void packPanels(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb, float *dst) {
+    for (int64_t j = 0; j < n; j += NR)
+      packBPanel(tb, b, ldb, j, int(lo(NR, n - j)), 0, k, dst + (j / NR) * k * NR);
+  }
+
+  static float *threadBuffer(size_t floats, int which) {
+    struct Buffers {
+      float *p[2] = {nullptr, nullptr};
+      ~Buffers() {
+        std::free(p[0]);
+        std::free(p[1]);
+      }
+    };
+    thread_local Buffers buffers;
+    if (!buffers.p[which]) buffers.p[which] = static_cast<float *>(std::aligned_alloc(64, floats * sizeof(float)));
+    return buffers.p[which];
+  }
+
+  static void gemm(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
+                   const BOperand &b, int64_t j0, float beta, float *c, int64_t ldc) {
+    if (k == 0) { // nothing to multiply: C = beta * C
+      for (int64_t i = 0; i < m; ++i)
+        for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
+      return;
+    }
+    float *apack = threadBuffer(size_t(MC * KC), 0);
+    float *bpack = b.packed ? nullptr : threadBuffer(size_t(NC * KC), 1);
+    for (int64_t jc = 0; jc < n; jc += NC) {
+      int64_t nc = lo(NC, n - jc);
+      for (int64_t pc = 0; pc < k; pc += KC) {
+        int64_t kc = lo(KC, k - pc);
+        float betaNow = pc == 0 ? beta : 1.0f;
+        // Panel q of this block starts at bBlock + q * bPanelStride; its rows
+        // are bRowStride apart. A row-major B is read in place when few rows
+        // of A share each panel: packing it would cost as much as using it.
+        const float *bBlock;
+        int64_t bPanelStride, bRowStride = NR;
+        bool direct = !b.packed && !b.tb && m <= kDirectRows;
+        if (b.packed) {
+          bPanelStride = b.packed->k * NR;
+          bBlock = b.packed->data.get() + ((j0 + jc) / NR) * bPanelStride + pc * NR;
+        } else if (direct) {
+          bBlock = b.b + pc * b.ldb + j0 + jc;
+          bPanelStride = NR;
+          bRowStride = b.ldb;
+          if (nc % NR) // the ragged last panel would read past the row: pack it alone
+            packBPanel(false, b.b, b.ldb, j0 + jc + nc / NR * NR, int(nc % NR), pc, kc, bpack);
+        } else {
+          bPanelStride = kc * NR;
+          bBlock = bpack;
+          for (int64_t q = 0; q * NR < nc; ++q)
+            packBPanel(b.tb, b.b, b.ldb, j0 + jc + q * NR, int(lo(NR, nc - q * NR)), pc, kc,
+                       bpack + q * bPanelStride);
+        }
+        for (int64_t ic = 0; ic < m; ic += MC) {
+          int64_t mc = lo(MC, m - ic);
+          for (int64_t ir = 0; ir < mc; ir += MR)
+            packA(ta, a, lda, ic + ir, int(lo(MR, mc - ir)), pc, kc, apack + ir * kc);
+          for (int64_t jr = 0; jr < nc; jr += NR) {
+            int cols = int(lo(NR, nc - jr));
+            bool packedTail = direct && cols < NR;
+            const float *bp = packedTail ? bpack : bBlock + (jr / NR) * bPanelStride;
+            int64_t bs = packedTail ? NR : bRowStride;
+            for (int64_t ir = 0; ir < mc; ir += MR)
+              tileRows(int(lo(MR, mc - ir)), kc, apack + ir * kc, bp, bs, c + (ic + ir) * ldc + jc + jr, ldc, cols,
+                       alpha, betaNow, std::make_integer_sequence<int, MR>());
+          }
+        }
+      }
+    }
+  }
+
+  static const Kernels &kernels(const char *name) {
+    static const Kernels k{name, NR, MR, &packPanels, &gemm};
+    return k;
+  }
+};
+
+} // namespace sd::cpu::sgemm_isa
