@@ -4,10 +4,8 @@
 #   bench/run_bench.sh [--threads N] [--iterations N]
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Some environments pin OpenBLAS to its Haswell (AVX2) kernels; on AVX-512
-# CPUs sdrun then picks SkylakeX kernels itself (tools/common/blas_preinit.cc).
-# ONNX Runtime uses its own MLAS kernels either way.
-unset OPENBLAS_CORETYPE
+# sdrun's f32 GEMMs dispatch on cpuid features and ONNX Runtime uses its own
+# MLAS kernels, so OpenBLAS's CPU-model table affects neither.
 PY=${SD_PYTHON:-.venv/bin/python} # the project venv (scripts/install-deps.sh)
 BUILD_DIR=${BUILD_DIR:-build}
 THREADS=$(nproc)

@@ -15,6 +15,8 @@ PACKAGES=(
   libprotobuf-dev protobuf-compiler
   libflatbuffers-dev flatbuffers-compiler
   libopenblas-dev liblapacke-dev libopenblas0-pthread
+  # GEMM candidates timed against ours by bench/gemm/gemm_candidates.sh
+  libdnnl-dev libxsmm-dev libblis-dev libblis-pthread-dev
   libgtest-dev libgmock-dev
   python3 python3-venv
   bible-kjv fortune-mod fortunes-min

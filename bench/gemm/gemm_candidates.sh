@@ -2,7 +2,7 @@
 # Builds gemm_candidates.cc once per GEMM candidate (OpenBLAS, BLIS, libxsmm,
 # oneDNN, sdc's own kernels unpacked and with B packed) and runs each on one
 # thread: tab-separated candidate, shape, m,n,k,layout, GFLOP/s, max error.
-# Needs libdnnl-dev, libxsmm-dev, libblis-dev (scripts/install-deps.sh --bench)
+# Needs libdnnl-dev, libxsmm-dev, libblis-dev (scripts/install-deps.sh)
 # libxsmm forwards products above its small-GEMM threshold to the BLAS it is
 # linked with (OpenBLAS here). Also needs a build of sdc in ${BUILD:-build}. OPENBLAS_CORETYPE=Prescott in the
 # environment reproduces OpenBLAS on a CPU model it does not know.

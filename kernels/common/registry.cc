@@ -20,6 +20,7 @@ void registerOp(OpDef def) {
   // Shape rules and kernels register separately; merge them.
   if (def.shape) it->second.shape = def.shape;
   if (def.cpu) it->second.cpu = def.cpu;
+  if (def.prepare) it->second.prepare = def.prepare;
 }
 
 void computeHalfViaF32(std::initializer_list<const char *> ops) {

@@ -7,7 +7,7 @@
 
 namespace sd::cpu {
 
-void registerCpuKernel(const char *op, KernelFn fn);
+void registerCpuKernel(const char *op, KernelFn fn, PrepareFn prepare = nullptr);
 
 // Calls fn(T{}) with T matching dtype. Unsupported dtypes return an error.
 template <typename F> Status dispatchFloat(DType t, F &&fn) {

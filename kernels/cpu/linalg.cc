@@ -1,12 +1,68 @@
-// CPU kernels for MatMul, Gemm and Linear: float GEMMs go to OpenBLAS, other
-// types use a plain triple loop.
+// CPU kernels for MatMul, Gemm and Linear: f32 products go to the
+// feature-dispatched GEMM (sgemm.h), with a constant right operand packed once
+// when the session is created; other types use gemm.h's fallbacks.
 #include "cpu_util.h"
 #include "gemm.h"
+#include "sd/ops/cpu_info.h"
+#include "sgemm.h"
 #include <cblas.h>
+#include <string>
 #include <type_traits>
 
 namespace sd::cpu {
 namespace {
+
+// The step's product with B = inputs[1]; f32 uses B's packed copy when the
+// session prepared one (see packConstantB).
+template <typename T>
+void gemmWithB(const KernelContext &c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a,
+               int64_t lda, const T *b, int64_t ldb, T beta, T *out, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    sgemm(c.pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc, static_cast<const PackedB *>(c.prepared));
+  } else {
+    parallelGemm<T>(c.pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
+  }
+}
+
+// Weights are constants of a plan: a frozen f32 B (k x n after op) is packed
+// into the GEMM's panel layout once per session, shared by every step and
+// entry that multiplies by it the same way. Trainable weights change every
+// optimizer step and are read unpacked (bench/gemm: packing B is worth about
+// 10% on the demo GPT's shapes, less than repacking after each step costs).
+std::shared_ptr<const void> packConstantB(const PrepareContext &p, bool tb, int64_t k, int64_t n, int64_t ldb) {
+  const TensorView &b = p.kernel.inputs[1];
+  if (b.dtype != DType::F32 || !b.data || p.constantInputs.size() < 2 || !p.constantInputs[1]) return nullptr;
+  std::string key = "sgemm.packB:" + std::to_string(reinterpret_cast<uintptr_t>(b.data)) + (tb ? ":t:" : ":n:") +
+                    std::to_string(k) + "x" + std::to_string(n) + ":" + std::to_string(ldb);
+  std::shared_ptr<const void> &slot = p.shared[key];
+  if (!slot) {
+    auto packed = std::make_shared<PackedB>(packB(tb, k, n, b.as<float>(), ldb));
+    if (!packed->data) return nullptr; // out of memory: the kernel reads B unpacked
+    slot = packed;
+  }
+  return slot;
+}
+
+std::shared_ptr<const void> prepareMatMul(const PrepareContext &p) {
+  const TensorView &b = p.kernel.inputs[1];
+  // Only a B shared by the whole batch folds into one GEMM with a packed B.
+  if (b.dims.size() < 2 || product(b.dims) != b.dims[b.dims.size() - 2] * b.dims.back()) return nullptr;
+  return packConstantB(p, false, b.dims[b.dims.size() - 2], b.dims.back(), b.dims.back());
+}
+
+std::shared_ptr<const void> prepareGemm(const PrepareContext &p) {
+  const TensorView &b = p.kernel.inputs[1];
+  bool tb = p.kernel.attrs.getInt("transB", 0);
+  if (b.dims.size() != 2) return nullptr;
+  return packConstantB(p, tb, tb ? b.dims[1] : b.dims[0], tb ? b.dims[0] : b.dims[1], b.dims[1]);
+}
+
+std::shared_ptr<const void> prepareLinear(const PrepareContext &p) {
+  const TensorView &w = p.kernel.inputs[1];
+  bool oi = p.kernel.attrs.getString("layout", "io") == "oi";
+  if (w.dims.size() != 2) return nullptr;
+  return packConstantB(p, oi, oi ? w.dims[1] : w.dims[0], oi ? w.dims[0] : w.dims[1], w.dims[1]);
+}
 
 Status MatMulKernel(const KernelContext &c) {
   const TensorView &a = c.inputs[0], &b = c.inputs[1], &o = c.outputs[0];
@@ -31,7 +87,7 @@ Status MatMulKernel(const KernelContext &c) {
     // A batch whose B is shared and A is contiguous folds into one big GEMM.
     bool bShared = product(batchB) == 1;
     if (bShared && product(batchA) == nb) {
-      parallelGemm<T>(c.pool, false, false, nb * m, n, k, T(1), a.as<T>(), k, b.as<T>(), n, T(0), o.as<T>(), n);
+      gemmWithB<T>(c, false, false, nb * m, n, k, T(1), a.as<T>(), k, b.as<T>(), n, T(0), o.as<T>(), n);
       return Status::ok();
     }
     parallelFor(c.pool, nb, 1, [&](int64_t i0, int64_t i1) {
@@ -75,8 +131,8 @@ Status GemmKernel(const KernelContext &c) {
     using T = decltype(tag);
     bool hasBias = c.hasInput(2) && c.inputs[2].data && beta != 0.0;
     if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
-    parallelGemm<T>(c.pool, ta, tb, m, n, k, T(alpha), a.as<T>(), a.dims[1], b.as<T>(), b.dims[1],
-                    hasBias ? T(beta) : T(0), o.as<T>(), n);
+    gemmWithB<T>(c, ta, tb, m, n, k, T(alpha), a.as<T>(), a.dims[1], b.as<T>(), b.dims[1], hasBias ? T(beta) : T(0),
+                 o.as<T>(), n);
     return Status::ok();
   });
 }
@@ -90,8 +146,8 @@ Status LinearKernel(const KernelContext &c) {
     using T = decltype(tag);
     bool hasBias = c.hasInput(2) && c.inputs[2].data;
     if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
-    parallelGemm<T>(c.pool, false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], hasBias ? T(1) : T(0),
-                    o.as<T>(), n);
+    gemmWithB<T>(c, false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], hasBias ? T(1) : T(0), o.as<T>(),
+                 n);
     return Status::ok();
   });
 }
@@ -99,9 +155,9 @@ Status LinearKernel(const KernelContext &c) {
 } // namespace
 
 void registerLinalgKernels() {
-  registerCpuKernel("MatMul", MatMulKernel);
-  registerCpuKernel("Gemm", GemmKernel);
-  registerCpuKernel("Linear", LinearKernel);
+  registerCpuKernel("MatMul", MatMulKernel, prepareMatMul);
+  registerCpuKernel("Gemm", GemmKernel, prepareGemm);
+  registerCpuKernel("Linear", LinearKernel, prepareLinear);
 }
 
 } // namespace sd::cpu
@@ -111,4 +167,5 @@ namespace sd {
 // (parallelGemm). Two thread pools on the same cores preempt each other:
 // OpenBLAS's idle workers spin in sched_yield while ours need the cores.
 void configureCpuBackend(int) { openblas_set_num_threads(1); }
+const char *f64GemmKernel() { return openblas_get_corename(); }
 } // namespace sd

@@ -31,10 +31,11 @@ void registerOptimizerKernels();
 void registerDropoutKernels();
 void registerAttentionKernels();
 
-void registerCpuKernel(const char *op, KernelFn fn) {
+void registerCpuKernel(const char *op, KernelFn fn, PrepareFn prepare) {
   OpDef d;
   d.name = op;
   d.cpu = fn;
+  d.prepare = prepare;
   registerOp(std::move(d));
 }
 } // namespace cpu

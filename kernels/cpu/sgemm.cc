@@ -2,6 +2,7 @@
 // each product across the session's thread pool. Without AVX2+FMA (or with
 // SD_CPU_ISA=generic) products go to the system BLAS.
 #include "sgemm.h"
+#include "sd/ops/cpu_info.h"
 #include "sd/ops/threadpool.h"
 #include "sgemm_isa.h"
 #include <algorithm>
@@ -39,12 +40,14 @@ bool cpuHasAvx512f() {
 }
 
 // The best kernel set this CPU runs, capped by SD_CPU_ISA (avx512, avx2,
-// generic) so benchmarks and tests can compare them on one machine.
+// generic) so benchmarks and tests can compare them on one machine; any other
+// value is no cap.
 const Kernels *selectKernels() {
   const char *cap = std::getenv("SD_CPU_ISA");
-  std::string_view want = cap ? cap : "avx512";
-  if (want == "avx512" && cpuHasAvx512f()) return &sgemm_isa::avx512Kernels();
-  if ((want == "avx512" || want == "avx2") && cpuHasAvx2Fma()) return &sgemm_isa::avx2Kernels();
+  std::string_view want = cap ? cap : "";
+  int level = want == "generic" ? 0 : want == "avx2" ? 1 : 2;
+  if (level >= 2 && cpuHasAvx512f()) return &sgemm_isa::avx512Kernels();
+  if (level >= 1 && cpuHasAvx2Fma()) return &sgemm_isa::avx2Kernels();
   return nullptr;
 }
 
@@ -86,6 +89,7 @@ PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb) {
 void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, const PackedB *packed) {
   if (m <= 0 || n <= 0) return;
+  if (packed && (packed->k != k || packed->n != n || !packed->data)) packed = nullptr; // not this product's B
   const Kernels *ks = active();
   auto rows = [&](int64_t i0, int64_t i1) { // op(A) row i sits at a + i*lda, or column i when ta
     const float *ai = ta ? a + i0 : a + i0 * lda;
@@ -117,3 +121,5 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 }
 
 } // namespace sd::cpu
+
+const char *sd::f32GemmKernel() { return cpu::sgemmIsa(); }

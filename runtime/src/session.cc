@@ -18,6 +18,10 @@ struct Session::Impl {
     const StepDesc *desc;
     KernelContext ctx;
   };
+  // Values the kernels' prepare functions derived (packed weights), shared
+  // between steps; the steps' contexts point into them.
+  std::map<std::string, std::shared_ptr<const void>> preparedShared;
+  std::vector<std::shared_ptr<const void>> preparedSteps;
   struct PreparedEntry {
     std::vector<TensorView> views; // one per buffer
     std::vector<PreparedStep> steps;
@@ -87,6 +91,18 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       Impl::PreparedStep ps{&sd, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
+      if (sd.def->prepare) {
+        PrepareContext pc{ps.ctx, {}, im.preparedShared};
+        for (int32_t i : sd.inputs) {
+          const BufferDesc *b = i >= 0 ? &e.buffers[size_t(i)] : nullptr;
+          pc.constantInputs.push_back(b && b->kind == BufferKind::Global &&
+                                      !isMutableRole(plan->globals[size_t(b->offset)].role));
+        }
+        if (std::shared_ptr<const void> prepared = sd.def->prepare(pc)) {
+          ps.ctx.prepared = prepared.get();
+          im.preparedSteps.push_back(std::move(prepared));
+        }
+      }
       pe.steps.push_back(std::move(ps));
     }
     im.entries.push_back(std::move(pe));

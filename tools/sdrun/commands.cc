@@ -2,6 +2,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "trainer.h"
+#include "sd/ops/cpu_info.h"
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
@@ -48,7 +49,19 @@ const char *kBenchUsage =
     "bucket). --profile prints time per op before the summary.\n"
     "The last line is JSON with median_ms.\n";
 
-const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp\n\nShows entries, buckets, globals, arena size and weights.\n";
+const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
+                            "Shows entries, buckets, globals, arena size and weights.\n"
+                            "--cpu shows the CPU's model and vector features and the GEMM kernels\n"
+                            "chosen for it (SD_CPU_ISA=avx2|generic caps the f32 choice).\n";
+
+void printCpuReport() {
+  sd::CpuInfo c = sd::cpuInfo();
+  std::printf("cpu: %s\n", c.model.empty() ? "(no brand string)" : c.model.c_str());
+  std::printf("features:%s%s%s%s%s\n", c.avx2 ? " avx2" : "", c.fma ? " fma" : "", c.avx512f ? " avx512f" : "",
+              c.avx512bf16 ? " avx512_bf16" : "", c.amxTile ? " amx_tile" : "");
+  std::printf("f32 gemm: %s\n", sd::f32GemmKernel());
+  std::printf("f64 gemm: system BLAS (%s)\n", sd::f64GemmKernel());
+}
 
 bool fileExists(const std::string &p) {
   struct stat st;
@@ -248,16 +261,25 @@ int benchCommand(const std::vector<std::string> &args) {
   }
   double median = times[times.size() / 2], mean = 0;
   for (double t : times) mean += t / double(times.size());
+  std::printf("cpu: %s; f32 gemm: %s\n", sd::cpuInfo().model.c_str(), sd::f32GemmKernel());
   std::printf("entry %s: %lld iterations, median %.3f ms, mean %.3f ms, min %.3f ms\n", entryName.c_str(),
               (long long)iters, median, mean, times.front());
-  std::printf("{\"entry\":\"%s\",\"iterations\":%lld,\"threads\":%lld,\"median_ms\":%.4f,\"mean_ms\":%.4f,\"min_ms\":%.4f}\n",
-              entryName.c_str(), (long long)iters, (long long)threads, median, mean, times.front());
+  std::printf("{\"entry\":\"%s\",\"iterations\":%lld,\"threads\":%lld,\"median_ms\":%.4f,\"mean_ms\":%.4f,\"min_ms\":%.4f,"
+              "\"f32_gemm\":\"%s\"}\n",
+              entryName.c_str(), (long long)iters, (long long)threads, median, mean, times.front(), sd::f32GemmKernel());
   return 0;
 }
 
-int inspectCommand(const std::vector<std::string> &args) {
+int inspectCommand(const std::vector<std::string> &all) {
   Flags f;
   std::string err;
+  std::vector<std::string> args;
+  bool cpu = false;
+  for (auto &a : all) (a == "--cpu" ? cpu = true : (args.push_back(a), false));
+  if (cpu) {
+    printCpuReport();
+    if (args.empty()) return 0;
+  }
   if (!parseFlags(args, {}, f, err)) {
     if (!f.help) return fail(err + " (see sdrun inspect --help)");
   }

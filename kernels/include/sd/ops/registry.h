@@ -7,6 +7,8 @@
 #include "sd/ops/tensor.h"
 #include <functional>
 #include <initializer_list>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -39,19 +41,37 @@ struct KernelContext {
   std::vector<TensorView> inputs; // absent optional operand: data == nullptr
   std::vector<TensorView> outputs;
   ThreadPool *pool = nullptr;
+  // What the op's prepare function derived for this step when the session was
+  // created (e.g. a constant weight packed for the GEMM); null when it has
+  // none, as in constant folding. Kernels compute the same result either way.
+  const void *prepared = nullptr;
 
   bool hasInput(size_t i) const {
     return i < inputs.size() && inputs[i].dtype != DType::Undefined;
   }
 };
 
+// A step as a session sees it before the first run.
+struct PrepareContext {
+  const KernelContext &kernel;
+  // constantInputs[i]: operand i holds the same values for the session's
+  // whole life (frozen weights and constants, not trainable state).
+  std::vector<bool> constantInputs;
+  // Prepared values shared across steps and entries, keyed by the op, so a
+  // weight that several entries multiply by is packed once.
+  std::map<std::string, std::shared_ptr<const void>> &shared;
+};
+
 using ShapeFn = Status (*)(ShapeContext &);
 using KernelFn = Status (*)(const KernelContext &);
+// Returns the step's prepared value (kept alive by the session), or null.
+using PrepareFn = std::shared_ptr<const void> (*)(const PrepareContext &);
 
 struct OpDef {
   std::string name; // contract name, e.g. "Add"
   ShapeFn shape = nullptr;
   KernelFn cpu = nullptr;
+  PrepareFn prepare = nullptr;
   uint32_t contractVersion = 1;
   // f16/bf16 are storage types on the CPU: for ops with this flag, runKernel
   // widens half operands to f32, runs the f32 kernel and rounds results back.
