@@ -28,6 +28,7 @@ CASES=(
   "gpt-medium|--only gpt --d-model 512 --layers 4 --heads 8 --seq 256 --batch 1|input_ids|1x256"
   "cnn-32px|--only cnn --cnn-width 32 --image 32 --batch 8|image|8x3x32x32"
   "cnn-128px|--only cnn --cnn-width 64 --image 128 --batch 4|image|4x3x128x128"
+  "mobilenet-224px|--only mobilenet --cnn-width 16 --image 224 --batch 1|image|1x3x224x224"
 )
 
 printf "%-12s %8s %12s %12s %8s\n" model threads "sdrun ms" "ORT ms" "ratio"

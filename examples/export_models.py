@@ -117,6 +117,44 @@ class Cnn(nn.Module):
         return self.fc(x)
 
 
+class DepthwiseSeparable(nn.Module):
+    """MobileNet-v2-style inverted residual: 1x1 expand, 3x3 depthwise
+    (stride 1 or 2), 1x1 project; ReLU6 (Clip) and HardSwish activations,
+    residual add when the shape allows."""
+
+    def __init__(self, cin, cout, stride, expand=4):
+        super().__init__()
+        mid = cin * expand
+        self.expand = nn.Sequential(nn.Conv2d(cin, mid, 1, bias=False), nn.BatchNorm2d(mid), nn.ReLU6())
+        self.depthwise = nn.Sequential(nn.Conv2d(mid, mid, 3, stride=stride, padding=1, groups=mid, bias=False),
+                                       nn.BatchNorm2d(mid), nn.Hardswish())
+        self.project = nn.Sequential(nn.Conv2d(mid, cout, 1, bias=False), nn.BatchNorm2d(cout))
+        self.residual = stride == 1 and cin == cout
+
+    def forward(self, x):
+        y = self.project(self.depthwise(self.expand(x)))
+        return x + y if self.residual else y
+
+
+class MobileNet(nn.Module):
+    """A small MobileNet-style classifier: a strided 3x3 stem, then
+    depthwise-separable blocks at widths w, 2w, 4w with two stride-2 steps."""
+
+    def __init__(self, width=16, classes=10):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(3, width, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(width),
+                                  nn.Hardswish())
+        self.blocks = nn.Sequential(DepthwiseSeparable(width, width, 1), DepthwiseSeparable(width, 2 * width, 2),
+                                    DepthwiseSeparable(2 * width, 2 * width, 1),
+                                    DepthwiseSeparable(2 * width, 4 * width, 2),
+                                    DepthwiseSeparable(4 * width, 4 * width, 1))
+        self.fc = nn.Linear(4 * width, classes)
+
+    def forward(self, x):
+        x = self.blocks(self.stem(x))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))
+
+
 def export_gpt(gpt, path, ids, opset):
     # Training-mode export keeps every parameter its own initializer: in eval
     # mode the exporter merges initializers with equal values (all fresh
@@ -149,7 +187,7 @@ def main():
     ap.add_argument("--cnn-width", type=int, default=32)
     ap.add_argument("--image", type=int, default=32)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--only", choices=["gpt", "cnn"], default=None)
+    ap.add_argument("--only", choices=["gpt", "cnn", "mobilenet"], default=None)
     args = ap.parse_args()
     os.makedirs(args.out, exist_ok=True)
     torch.manual_seed(args.seed)
@@ -174,6 +212,17 @@ def main():
         with torch.no_grad():
             np.save(os.path.join(args.out, "cnn_logits_torch.npy"), cnn(img).numpy())
         np.save(os.path.join(args.out, "cnn_image.npy"), img.numpy())
+    if args.only == "mobilenet":  # not in the default set: the tests do not need it
+        net = MobileNet(width=args.cnn_width)
+        randomize_batch_norm(net, gen)
+        net.eval()
+        img = torch.randn((args.batch, 3, args.image, args.image), generator=gen)
+        torch.onnx.export(net, (img,), os.path.join(args.out, "mobilenet.onnx"), input_names=["image"],
+                          output_names=["logits"], opset_version=args.opset, dynamo=False,
+                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+        with torch.no_grad():
+            np.save(os.path.join(args.out, "mobilenet_logits_torch.npy"), net(img).numpy())
+        np.save(os.path.join(args.out, "mobilenet_image.npy"), img.numpy())
     print(f"exported to {args.out}")
 
 

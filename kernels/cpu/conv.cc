@@ -1,6 +1,7 @@
 // CPU kernels for Conv, ConvTranspose and Conv's weight gradient: im2col /
 // col2im around a GEMM per batch item and group. 2-D has an unrolled fast path; other ranks use the
 // generic N-d walk.
+#include "conv_depthwise.h"
 #include "cpu_util.h"
 #include "gemm.h"
 #include <algorithm>
@@ -100,6 +101,13 @@ Status ConvKernel(const KernelContext &c) {
   int64_t n = x.dims[0], cin = x.dims[1], m = w.dims[0], cg = cin / group, mg = m / group;
   int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
   SD_CHECK_ARG(y.dims[1] == m && product(spatial(y.dims)) == oTotal && w.dims[1] == cg, "Conv shapes inconsistent");
+  if (cg == 1 && g.rank() == 2)
+    return dispatchFloat(x.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
+      depthwiseConv2d<T>(c.pool, x.as<T>(), w.as<T>(), bias, y.as<T>(), n, cin, mg, g);
+      return Status::ok();
+    });
   bool direct = kTotal == 1;
   for (size_t i = 0; i < g.rank(); ++i)
     direct = direct && g.strides[i] == 1 && g.padBegin[i] == 0 && g.padEnd[i] == 0;

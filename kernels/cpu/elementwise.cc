@@ -440,11 +440,9 @@ Status ClipKernel(const KernelContext &c) {
     T lo = std::numeric_limits<T>::lowest(), hi = std::numeric_limits<T>::max();
     if (c.hasInput(1) && c.inputs[1].data) lo = c.inputs[1].as<T>()[0];
     if (c.hasInput(2) && c.inputs[2].data) hi = c.inputs[2].as<T>()[0];
-    return mapUnary<T>(c, [=](T x) {
-      if constexpr (std::is_floating_point_v<T>)
-        if (std::isnan(x)) return x;
-      return x < lo ? lo : (x > hi ? hi : x);
-    });
+    // NaN fails both comparisons and passes through; max/min in this order
+    // keeps that and vectorizes (an explicit isnan branch ran 10x slower).
+    return mapUnary<T>(c, [=](T x) { return std::min(std::max(x, lo), hi); });
   });
 }
 

@@ -255,7 +255,11 @@ TEST(Kernels, ConvMatchesNaiveAcrossTilesStridesAndGroups) {
   // The 96x96 case spans several im2col row tiles; batch 1 exercises the
   // split-inside path, batch 3 the per-image path.
   for (const Case &k : {Case{{1, 16, 96, 96}, {8, 16, 3, 3}, 1, 1, 1}, Case{{3, 4, 9, 7}, {6, 2, 3, 3}, 2, 2, 1},
-                        Case{{2, 3, 5, 5}, {4, 3, 1, 1}, 1, 1, 0}, Case{{1, 4, 40, 40}, {3, 4, 1, 1}, 1, 1, 0}}) {
+                        Case{{2, 3, 5, 5}, {4, 3, 1, 1}, 1, 1, 0}, Case{{1, 4, 40, 40}, {3, 4, 1, 1}, 1, 1, 0},
+                        // Depthwise (direct kernel): stride 1 and 2, a channel multiplier of 2,
+                        // a 5x5 window wider than a 4-pixel image.
+                        Case{{2, 8, 17, 13}, {8, 1, 3, 3}, 8, 1, 1}, Case{{1, 6, 16, 15}, {6, 1, 3, 3}, 6, 2, 1},
+                        Case{{1, 3, 9, 9}, {6, 1, 3, 3}, 3, 1, 0}, Case{{2, 4, 4, 4}, {4, 1, 5, 5}, 4, 1, 2}}) {
     Tensor x = randomF32(k.x, rng), w = randomF32(k.w, rng);
     Dims od;
     std::vector<float> ref = naiveConv(x, w, k.group, k.stride, k.pad, od);

@@ -1,0 +1,136 @@
+#include "conv_depthwise.h"
+#include <algorithm>
+
+namespace sd::cpu {
+namespace {
+
+// Output positions o in [0, out) whose input o*s + off lies in [0, in).
+void validRange(int64_t in, int64_t out, int64_t s, int64_t off, int64_t &lo, int64_t &hi) {
+  lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  hi = in - 1 - off < 0 ? 0 : (in - 1 - off) / s + 1;
+  lo = std::min(lo, out);
+  hi = std::clamp(hi, lo, out);
+}
+
+struct Plane {
+  int64_t H, W, KH, KW, OH, OW, sh, sw, dh, dw, ph, pw;
+};
+
+// Per kernel column kw, the output columns [lo, hi) whose tap is inside the
+// image; computed once per plane (two divisions per tap per row cost more
+// than the row's arithmetic).
+struct ColumnRanges {
+  int64_t lo[16], hi[16];
+  bool fits;
+  ColumnRanges(const Plane &p) : fits(p.KW <= 16) {
+    for (int64_t kw = 0; fits && kw < p.KW; ++kw) validRange(p.W, p.OW, p.sw, kw * p.dw - p.pw, lo[kw], hi[kw]);
+  }
+  void get(const Plane &p, int64_t kw, int64_t &l, int64_t &h) const {
+    if (fits) l = lo[kw], h = hi[kw];
+    else validRange(p.W, p.OW, p.sw, kw * p.dw - p.pw, l, h);
+  }
+};
+
+// Output columns [ow0, ow1) of row oh, one tap at a time with bounds: the
+// borders of a row, and whole rows of unusual geometries.
+template <typename T>
+void rowByTaps(const T *x, const T *w, T *row, const Plane &p, const ColumnRanges &cr, int64_t oh, int64_t ow0,
+               int64_t ow1) {
+  for (int64_t kh = 0; kh < p.KH; ++kh) {
+    int64_t ih = oh * p.sh - p.ph + kh * p.dh;
+    if (ih < 0 || ih >= p.H) continue;
+    const T *src = x + ih * p.W;
+    for (int64_t kw = 0; kw < p.KW; ++kw) {
+      int64_t off = kw * p.dw - p.pw, lo, hi;
+      cr.get(p, kw, lo, hi);
+      lo = std::max(lo, ow0);
+      hi = std::min(hi, ow1);
+      T wv = w[kh * p.KW + kw];
+      for (int64_t ow = lo; ow < hi; ++ow) row[ow] += wv * src[ow * p.sw + off];
+    }
+  }
+}
+
+// 3x3, dilation 1, stride S: the interior of each row (all three columns of
+// taps inside the image) accumulates its nine products in registers and
+// stores once; the taps of rows cut by the top or bottom edge are skipped
+// by zero weights.
+template <int S>
+__attribute__((target_clones("avx512f", "avx2", "default"))) void plane3x3(const float *x, const float *w, float b,
+                                                                             float *y, const Plane &p) {
+  ColumnRanges cr(p);
+  int64_t ilo = std::max(cr.lo[0], cr.lo[2]), ihi = std::max(ilo, std::min(cr.hi[0], cr.hi[2]));
+  for (int64_t oh = 0; oh < p.OH; ++oh) {
+    float *row = y + oh * p.OW;
+    const float *r[3];
+    float k[9];
+    for (int kh = 0; kh < 3; ++kh) {
+      int64_t ih = oh * p.sh - p.ph + kh;
+      bool in = ih >= 0 && ih < p.H;
+      r[kh] = x + (in ? ih : 0) * p.W - p.pw;
+      for (int kw = 0; kw < 3; ++kw) k[kh * 3 + kw] = in ? w[kh * 3 + kw] : 0.0f;
+    }
+    const float *r0 = r[0], *r1 = r[1], *r2 = r[2];
+#pragma omp simd
+    for (int64_t ow = ilo; ow < ihi; ++ow) {
+      int64_t i = ow * S;
+      row[ow] = b + k[0] * r0[i] + k[1] * r0[i + 1] + k[2] * r0[i + 2] + k[3] * r1[i] + k[4] * r1[i + 1] +
+                k[5] * r1[i + 2] + k[6] * r2[i] + k[7] * r2[i + 1] + k[8] * r2[i + 2];
+    }
+    // Border columns: the same nine taps with the input column checked.
+    auto border = [&](int64_t ow) {
+      float acc = b;
+      for (int kw = 0; kw < 3; ++kw) {
+        int64_t i = ow * S + kw, col = i - p.pw;
+        if (col < 0 || col >= p.W) continue;
+        acc += k[kw] * r0[i] + k[3 + kw] * r1[i] + k[6 + kw] * r2[i];
+      }
+      row[ow] = acc;
+    };
+    for (int64_t ow = 0; ow < ilo; ++ow) border(ow);
+    for (int64_t ow = ihi; ow < p.OW; ++ow) border(ow);
+  }
+}
+
+template <typename T> void planeGeneral(const T *x, const T *w, T b, T *y, const Plane &p) {
+  ColumnRanges cr(p);
+  for (int64_t oh = 0; oh < p.OH; ++oh) {
+    T *row = y + oh * p.OW;
+    std::fill(row, row + p.OW, b);
+    rowByTaps(x, w, row, p, cr, oh, 0, p.OW);
+  }
+}
+
+} // namespace
+
+template <typename T>
+void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T *y, int64_t n, int64_t cin,
+                     int64_t mult, const WindowGeometry &g) {
+  Plane p{g.in[0],        g.in[1],        g.kernel[0],    g.kernel[1],    g.out[0],       g.out[1],
+          g.strides[0],   g.strides[1],   g.dilations[0], g.dilations[1], g.padBegin[0], g.padBegin[1]};
+  int64_t inPlane = p.H * p.W, outPlane = p.OH * p.OW, taps = p.KH * p.KW, cout = cin * mult;
+  bool k3 = std::is_same_v<T, float> && p.KH == 3 && p.KW == 3 && p.dh == 1 && p.dw == 1 && p.sw <= 2;
+  // (image x output channel) planes are independent work items.
+  parallelFor(pool, n * cout, std::max<int64_t>(1, 4096 / std::max<int64_t>(outPlane * taps, 1)),
+              [&](int64_t p0, int64_t p1) {
+                for (int64_t i = p0; i < p1; ++i) {
+                  int64_t b = i / cout, oc = i % cout;
+                  const T *xc = x + (b * cin + oc / mult) * inPlane;
+                  const T *wc = w + oc * taps;
+                  T bv = bias ? bias[oc] : T(0);
+                  T *yc = y + i * outPlane;
+                  if constexpr (std::is_same_v<T, float>) {
+                    if (k3 && p.sw == 1) { plane3x3<1>(xc, wc, bv, yc, p); continue; }
+                    if (k3) { plane3x3<2>(xc, wc, bv, yc, p); continue; }
+                  }
+                  planeGeneral(xc, wc, bv, yc, p);
+                }
+              });
+}
+
+template void depthwiseConv2d<float>(ThreadPool *, const float *, const float *, const float *, float *, int64_t,
+                                     int64_t, int64_t, const WindowGeometry &);
+template void depthwiseConv2d<double>(ThreadPool *, const double *, const double *, const double *, double *,
+                                      int64_t, int64_t, int64_t, const WindowGeometry &);
+
+} // namespace sd::cpu
