@@ -16,8 +16,9 @@ namespace sd::cpu::sgemm_isa {
 template <class Vec, int MR> struct Blocked {
   static constexpr int W = Vec::W, NR = 2 * W;
   // KC x NR of B stays in L1 while a tile's row panel streams; MC x KC of A
-  // stays in L2; NC x KC of B in L3.
-  static constexpr int64_t KC = 256, MC = MR * 16, NC = 2048;
+  // (192 KiB) stays in L2; NC x KC of B (1 MiB) in L2 or L3. On the dev VM
+  // (bench/gemm) KC 128-256 and NC 512-2048 were within its run-to-run noise.
+  static constexpr int64_t KC = 256, MC = MR * 16, NC = 1024;
   // Not std::min: an inline function with external linkage compiled here
   // with -mavx512f could be the copy the linker keeps for every caller.
   // Up to this many rows of A, a row-major B is read in place. Measured on
@@ -73,24 +74,37 @@ template <class Vec, int MR> struct Blocked {
     fns[rows - 1](kc, ap, bp, bs, c, ldc, cols, alpha, beta);
   }
 
-  // Rows [i0, i0 + rows) of op(A), columns [p0, p0 + kc): kc rows of MR floats.
-  static void packA(bool ta, const float *a, int64_t lda, int64_t i0, int rows, int64_t p0, int64_t kc,
+  // dst[p * ds + j] = src[j * ss + p] for j < cols, p < kc, in 8 x 8 blocks
+  // so both the rows read and the rows written stay in L1.
+  static void transposeInto(const float *src, int64_t ss, int cols, int64_t kc, float *dst, int ds) {
+    for (int64_t p0 = 0; p0 < kc; p0 += 8) {
+      int64_t pe = lo(kc, p0 + 8);
+      for (int j0 = 0; j0 < cols; j0 += 8) {
+        int je = int(lo(cols, j0 + 8));
+        for (int j = j0; j < je; ++j)
+          for (int64_t p = p0; p < pe; ++p) dst[p * ds + j] = src[j * ss + p];
+      }
+    }
+  }
+
+  // Rows [i0, i0 + mc) of op(A), columns [p0, p0 + kc), as ceil(mc / MR)
+  // panels of kc rows of MR floats (the last one zero-padded).
+  static void packA(bool ta, const float *a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                     float *dst) {
-    if (ta) {
+    if (ta) { // op(A) row i is column i of A: read A's rows whole, scatter to panels
       for (int64_t p = 0; p < kc; ++p) {
         const float *src = a + (p0 + p) * lda + i0;
-        float *d = dst + p * MR;
-        for (int r = 0; r < rows; ++r) d[r] = src[r];
-        for (int r = rows; r < MR; ++r) d[r] = 0.0f;
+        for (int64_t i = 0; i < mc; ++i) dst[(i / MR) * kc * MR + p * MR + i % MR] = src[i];
       }
-      return;
+    } else {
+      for (int64_t ir = 0; ir < mc; ir += MR)
+        transposeInto(a + (i0 + ir) * lda + p0, lda, int(lo(MR, mc - ir)), kc, dst + ir * kc, MR);
     }
-    for (int r = 0; r < rows; ++r) {
-      const float *src = a + (i0 + r) * lda + p0;
-      for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = src[p];
+    if (int64_t rows = mc % MR) {
+      float *last = dst + (mc / MR) * kc * MR;
+      for (int64_t p = 0; p < kc; ++p)
+        for (int64_t r = rows; r < MR; ++r) last[p * MR + r] = 0.0f;
     }
-    for (int r = rows; r < MR; ++r)
-      for (int64_t p = 0; p < kc; ++p) dst[p * MR + r] = 0.0f;
   }
 
   // Columns [j0, j0 + cols) of op(B), rows [p0, p0 + kc): kc rows of NR floats.
@@ -105,10 +119,7 @@ template <class Vec, int MR> struct Blocked {
       }
       return;
     }
-    for (int j = 0; j < cols; ++j) {
-      const float *src = b + (j0 + j) * ldb + p0;
-      for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = src[p];
-    }
+    transposeInto(b + j0 * ldb + p0, ldb, cols, kc, dst, NR);
     for (int j = cols; j < NR; ++j)
       for (int64_t p = 0; p < kc; ++p) dst[p * NR + j] = 0.0f;
   }
@@ -169,8 +180,7 @@ template <class Vec, int MR> struct Blocked {
         }
         for (int64_t ic = 0; ic < m; ic += MC) {
           int64_t mc = lo(MC, m - ic);
-          for (int64_t ir = 0; ir < mc; ir += MR)
-            packA(ta, a, lda, ic + ir, int(lo(MR, mc - ir)), pc, kc, apack + ir * kc);
+          packA(ta, a, lda, ic, mc, pc, kc, apack);
           for (int64_t jr = 0; jr < nc; jr += NR) {
             int cols = int(lo(NR, nc - jr));
             bool packedTail = direct && cols < NR;
