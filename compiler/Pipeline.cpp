@@ -57,6 +57,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     pm.addPass(createOptimizer(o));
     pm.addPass(createPropagateShapes());
   }
+  pm.addPass(createFuseConvEpilogue());
+  pm.addPass(createPropagateShapes()); // removes the ops it replaced
 }
 
 void buildPlanPipeline(mlir::OpPassManager &pm) {

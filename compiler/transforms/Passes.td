@@ -19,6 +19,10 @@ def FuseGelu : Pass<"sd-fuse-gelu", "mlir::ModuleOp"> {
   let summary = "Replace exported x*0.5*(1+erf(x/sqrt(2))) with one sd.gelu";
 }
 
+def FuseConvEpilogue : Pass<"sd-fuse-conv-epilogue", "mlir::ModuleOp"> {
+  let summary = "In inference entries, fold a residual Add and an activation into the Conv before them";
+}
+
 def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   let summary = "Full fine-tuning: make float weight globals trainable";
   let description = [{

@@ -167,6 +167,19 @@ def SD_MeanVarianceNormalizationOp : SD_Unary<"mean_variance_normalization",
 def SD_ConvOp : SD_Nary<"conv", "Conv", (ins AnyTensor:$x, AnyTensor:$w, SD_OptTensor:$b),
     (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$pads,
          OptI64s:$strides)>;
+def SD_FusedConvOp : SD_Nary<"fused_conv", "FusedConv",
+    (ins AnyTensor:$x, AnyTensor:$w, SD_OptTensor:$b, SD_OptTensor:$residual),
+    (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$pads,
+         OptI64s:$strides, StrAttr:$activation, OptF32:$activation_alpha, OptF32:$activation_beta)> {
+  let description = [{
+    `activation(conv(x, w) + b + residual)`, formed by sd-fuse-conv-epilogue
+    in inference entries so the sum and the activation happen while the
+    convolution's output is still in cache. `activation` is "" (none),
+    "Relu", "Clip" (alpha = min, beta = max), "HardSwish", "HardSigmoid"
+    (alpha, beta) or "LeakyRelu" (alpha). No gradient: training entries keep
+    the separate ops.
+  }];
+}
 def SD_ConvTransposeOp : SD_Nary<"conv_transpose", "ConvTranspose", (ins AnyTensor:$x, AnyTensor:$w, SD_OptTensor:$b),
     (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$output_padding,
          OptI64s:$output_shape, OptI64s:$pads, OptI64s:$strides)>;

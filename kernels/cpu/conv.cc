@@ -2,6 +2,7 @@
 // col2im around a GEMM per batch item and group. 2-D has an unrolled fast path; other ranks use the
 // generic N-d walk.
 #include "conv_depthwise.h"
+#include "conv_epilogue.h"
 #include "cpu_util.h"
 #include "gemm.h"
 #include <algorithm>
@@ -101,11 +102,17 @@ Status ConvKernel(const KernelContext &c) {
   int64_t n = x.dims[0], cin = x.dims[1], m = w.dims[0], cg = cin / group, mg = m / group;
   int64_t kTotal = product(g.kernel), oTotal = product(g.out), inTotal = product(g.in);
   SD_CHECK_ARG(y.dims[1] == m && product(spatial(y.dims)) == oTotal && w.dims[1] == cg, "Conv shapes inconsistent");
+  // FusedConv's residual (operand 3) and activation; none for Conv.
+  auto epilogueOf = [&](auto tag) {
+    using T = decltype(tag);
+    const T *residual = c.hasInput(3) && c.inputs[3].data ? c.inputs[3].as<T>() : nullptr;
+    return ConvEpilogue<T>::parse(c.attrs, residual);
+  };
   if (cg == 1 && g.rank() == 2)
     return dispatchFloat(x.dtype, [&](auto tag) {
       using T = decltype(tag);
       const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
-      depthwiseConv2d<T>(c.pool, x.as<T>(), w.as<T>(), bias, y.as<T>(), n, cin, mg, g);
+      depthwiseConv2d<T>(c.pool, x.as<T>(), w.as<T>(), bias, y.as<T>(), n, cin, mg, g, epilogueOf(tag));
       return Status::ok();
     });
   bool direct = kTotal == 1;
@@ -130,6 +137,7 @@ Status ConvKernel(const KernelContext &c) {
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
+    ConvEpilogue<T> epilogue = epilogueOf(tag);
     auto runItems = [&](int64_t i0, int64_t i1, ThreadPool *inner) {
       std::vector<T> col(direct ? 0 : size_t(cg * kTotal * (tiled ? tileRows * g.out[1] : oTotal)));
       for (int64_t item = i0; item < i1; ++item) {
@@ -154,6 +162,11 @@ Status ConvKernel(const KernelContext &c) {
             std::fill(yg + j * oTotal + col0, yg + j * oTotal + col0 + cols, bias[gi * mg + j]);
         parallelGemm<T>(inner, false, false, mg, cols, cg * kTotal, T(1), wg, cg * kTotal, src, tiled ? cols : oTotal,
                         bias ? T(1) : T(0), yg + col0, oTotal);
+        if (epilogue.active())
+          for (int64_t j = 0; j < mg; ++j) {
+            int64_t at = (b * m + gi * mg + j) * oTotal + col0;
+            epilogue.apply(y.as<T>() + at, at, cols);
+          }
       }
     };
     runWorkItems(c.pool, items, runItems);
@@ -233,6 +246,7 @@ Status ConvGradWeightKernel(const KernelContext &c) {
 
 void registerConvKernels() {
   registerCpuKernel("Conv", ConvKernel);
+  registerCpuKernel("FusedConv", ConvKernel);
   registerCpuKernel("ConvTranspose", ConvTransposeKernel);
   registerCpuKernel("ConvGradWeight", ConvGradWeightKernel);
 }

@@ -105,7 +105,7 @@ template <typename T> void planeGeneral(const T *x, const T *w, T b, T *y, const
 
 template <typename T>
 void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T *y, int64_t n, int64_t cin,
-                     int64_t mult, const WindowGeometry &g) {
+                     int64_t mult, const WindowGeometry &g, const ConvEpilogue<T> &epilogue) {
   Plane p{g.in[0],        g.in[1],        g.kernel[0],    g.kernel[1],    g.out[0],       g.out[1],
           g.strides[0],   g.strides[1],   g.dilations[0], g.dilations[1], g.padBegin[0], g.padBegin[1]};
   int64_t inPlane = p.H * p.W, outPlane = p.OH * p.OW, taps = p.KH * p.KW, cout = cin * mult;
@@ -119,18 +119,22 @@ void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T 
                   const T *wc = w + oc * taps;
                   T bv = bias ? bias[oc] : T(0);
                   T *yc = y + i * outPlane;
-                  if constexpr (std::is_same_v<T, float>) {
-                    if (k3 && p.sw == 1) { plane3x3<1>(xc, wc, bv, yc, p); continue; }
-                    if (k3) { plane3x3<2>(xc, wc, bv, yc, p); continue; }
+                  if (std::is_same_v<T, float> && k3) {
+                    if constexpr (std::is_same_v<T, float>) {
+                      if (p.sw == 1) plane3x3<1>(xc, wc, bv, yc, p);
+                      else plane3x3<2>(xc, wc, bv, yc, p);
+                    }
+                  } else {
+                    planeGeneral(xc, wc, bv, yc, p);
                   }
-                  planeGeneral(xc, wc, bv, yc, p);
+                  if (epilogue.active()) epilogue.apply(yc, i * outPlane, outPlane);
                 }
               });
 }
 
 template void depthwiseConv2d<float>(ThreadPool *, const float *, const float *, const float *, float *, int64_t,
-                                     int64_t, int64_t, const WindowGeometry &);
+                                     int64_t, int64_t, const WindowGeometry &, const ConvEpilogue<float> &);
 template void depthwiseConv2d<double>(ThreadPool *, const double *, const double *, const double *, double *,
-                                      int64_t, int64_t, int64_t, const WindowGeometry &);
+                                      int64_t, int64_t, int64_t, const WindowGeometry &, const ConvEpilogue<double> &);
 
 } // namespace sd::cpu

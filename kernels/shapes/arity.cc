@@ -40,6 +40,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"MaxPool", {1, 1}},
       {"ConvTranspose", {2, 3}},
       {"Conv", {2, 3}},
+      {"FusedConv", {2, 4}},
       {"Abs", {1, 1}},
       {"Acos", {1, 1}},
       {"Acosh", {1, 1}},

@@ -34,6 +34,20 @@ Status convShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// Conv with a residual operand of the output's shape and an activation.
+Status fusedConvShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(convShape(c));
+  if (c.hasInput(3))
+    SD_CHECK_ARG(c.inputs[3].dtype == c.outputs[0].dtype && c.inputs[3].dims == c.outputs[0].dims,
+                 "FusedConv residual must have the output's type and shape");
+  static const char *kActivations[] = {"", "Relu", "Clip", "HardSwish", "HardSigmoid", "LeakyRelu"};
+  std::string act = c.attrs.getString("activation", "");
+  bool known = false;
+  for (const char *a : kActivations) known = known || act == a;
+  SD_CHECK_ARG(known, "FusedConv activation '", act, "' is not one of Relu, Clip, HardSwish, HardSigmoid, LeakyRelu");
+  return Status::ok();
+}
+
 Status convTransposeShape(ShapeContext &c) {
   const TensorInfo &x = c.inputs[0], &w = c.inputs[1];
   SD_CHECK_ARG(dtypeIsFloat(x.dtype) && w.dtype == x.dtype, "ConvTranspose needs float input and weight");
@@ -87,6 +101,7 @@ Status globalPoolShape(ShapeContext &c) {
 
 void registerConvShapes() {
   registerShapeRule("Conv", convShape);
+  registerShapeRule("FusedConv", fusedConvShape);
   registerShapeRule("ConvTranspose", convTransposeShape);
   registerShapeRule("MaxPool", poolShape);
   registerShapeRule("AveragePool", poolShape);

@@ -43,6 +43,21 @@ def main():
                 close(f"{model} opset {opset} vs ONNX Runtime", got, want)
                 close(f"{model} opset {opset} vs PyTorch", got, np.load(os.path.join(d, f"{model}_logits_torch.npy")))
 
+        # MobileNet-style depthwise-separable blocks: the direct depthwise kernel
+        # and FusedConv's epilogues (ReLU6 as Clip, HardSwish, residual Add).
+        d = os.path.join(tmp, "mobilenet")
+        sh([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", d, "--only", "mobilenet",
+            "--cnn-width", "8", "--image", "40", "--batch", "2"])
+        plan, x = os.path.join(d, "mobilenet.sdp"), os.path.join(d, "mobilenet_image.npy")
+        sh([sdc, "compile", os.path.join(d, "mobilenet.onnx"), "-o", plan, "--shapes", "image=2x3x40x40"])
+        out = os.path.join(d, "sd")
+        sh([sdrun, "infer", plan, "--input", f"image={x}", "--output-dir", out, "--output-format", "npy"])
+        got = np.load(os.path.join(out, "output_0.npy"))
+        close("mobilenet vs ONNX Runtime", got, ort_run(os.path.join(d, "mobilenet.onnx"), {"image": np.load(x)})["logits"])
+        close("mobilenet vs PyTorch", got, np.load(os.path.join(d, "mobilenet_logits_torch.npy")))
+        profile = sh([sdrun, "bench", plan, "--iterations", "1", "--warmup", "0", "--profile"])
+        RESULTS.append(("mobilenet runs its convolutions as FusedConv", "FusedConv" in profile, ""))
+
         # Two buckets in one plan, and weights in an external safetensors file.
         # seq 80 runs the attention kernels' causal blocks (32 + 32 + 16 rows).
         d = os.path.join(tmp, "opset17")

@@ -1,0 +1,70 @@
+// FusedConv's epilogue: y = activation(y + residual), applied to each piece
+// of a convolution's output right after it is computed, while in cache.
+#pragma once
+#include "sd/ops/attrs.h"
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <string>
+
+namespace sd::cpu {
+
+template <typename T> struct ConvEpilogue {
+  enum Kind { None, Relu, Clip, HardSwish, HardSigmoid, LeakyRelu } kind = None;
+  T alpha = 0, beta = 0;
+  const T *residual = nullptr; // laid out like the output
+
+  // Plain Conv has neither attribute and gets an inactive epilogue.
+  static ConvEpilogue parse(const AttrMap &attrs, const T *residual) {
+    ConvEpilogue e;
+    e.residual = residual;
+    std::string a = attrs.getString("activation", "");
+    auto f = [&](const char *name, double def) { return T(attrs.getFloat(name, def)); };
+    if (a == "Relu") e.kind = Relu;
+    else if (a == "Clip") {
+      e.kind = Clip;
+      e.alpha = f("activation_alpha", double(std::numeric_limits<T>::lowest()));
+      e.beta = f("activation_beta", double(std::numeric_limits<T>::max()));
+    } else if (a == "HardSwish") e.kind = HardSwish;
+    else if (a == "HardSigmoid") {
+      e.kind = HardSigmoid;
+      e.alpha = f("activation_alpha", 0.2);
+      e.beta = f("activation_beta", 0.5);
+    } else if (a == "LeakyRelu") {
+      e.kind = LeakyRelu;
+      e.alpha = f("activation_alpha", 0.01);
+    }
+    return e;
+  }
+
+  bool active() const { return kind != None || residual; }
+
+  // Elements [offset, offset + n) of the output at y (= output + offset).
+  void apply(T *y, int64_t offset, int64_t n) const {
+    if (residual) {
+      const T *r = residual + offset;
+      for (int64_t i = 0; i < n; ++i) y[i] += r[i];
+    }
+    // NaN passes through max/min in this operand order, as in the plain ops.
+    switch (kind) {
+    case None: break;
+    case Relu:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::max(y[i], T(0));
+      break;
+    case Clip:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(y[i], alpha), beta);
+      break;
+    case HardSwish:
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] * std::max(T(0), std::min(T(1), y[i] / T(6) + T(0.5)));
+      break;
+    case HardSigmoid:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::max(T(0), std::min(T(1), alpha * y[i] + beta));
+      break;
+    case LeakyRelu:
+      for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= T(0) ? y[i] : alpha * y[i];
+      break;
+    }
+  }
+};
+
+} // namespace sd::cpu
