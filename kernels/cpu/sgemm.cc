@@ -108,8 +108,16 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
   }
   int64_t mr = ks ? ks->rowTile : 8, nr = ks ? ks->panelWidth : n;
   int64_t rowTiles = (m + mr - 1) / mr, panels = (n + nr - 1) / nr;
+  // One contiguous share per thread: every share packs its own operands, so
+  // more (smaller) shares would pack the same A or B again.
+  auto split = [&](int64_t units, auto &&run) {
+    int64_t parts = std::min<int64_t>(threads, units);
+    pool->parallelFor(parts, 1, [&](int64_t t0, int64_t t1) {
+      for (int64_t t = t0; t < t1; ++t) run(units * t / parts, units * (t + 1) / parts);
+    });
+  };
   if (ks && panels >= threads && panels >= rowTiles) { // split columns, whole panels per thread
-    pool->parallelFor(panels, 1, [&](int64_t p0, int64_t p1) {
+    split(panels, [&](int64_t p0, int64_t p1) {
       int64_t j0 = p0 * nr, j1 = std::min(n, p1 * nr);
       const float *bj = tb ? b + j0 * ldb : b + j0;
       ks->gemm(ta, m, j1 - j0, k, alpha, a, lda, {packed ? b : bj, ldb, tb, packed}, packed ? j0 : 0, beta, c + j0,
@@ -117,7 +125,7 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     });
     return;
   }
-  pool->parallelFor(rowTiles, 1, [&](int64_t t0, int64_t t1) { rows(t0 * mr, std::min(m, t1 * mr)); });
+  split(rowTiles, [&](int64_t t0, int64_t t1) { rows(t0 * mr, std::min(m, t1 * mr)); });
 }
 
 } // namespace sd::cpu
