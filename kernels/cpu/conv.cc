@@ -5,6 +5,7 @@
 #include "conv_epilogue.h"
 #include "cpu_util.h"
 #include "gemm.h"
+#include "sgemm.h"
 #include <algorithm>
 #include "sd/ops/window_geometry.h"
 
@@ -94,6 +95,40 @@ template <typename F> void runWorkItems(ThreadPool *pool, int64_t items, F &&fn)
   else parallelFor(pool, items, 1, [&](int64_t i0, int64_t i1) { fn(i0, i1, nullptr); });
 }
 
+// A constant f32 weight, packed per group for the GEMM once per session
+// (im2col convolutions only; depthwise ones read the weight directly).
+struct PackedConvWeight {
+  std::vector<PackedA> groups;
+};
+
+std::shared_ptr<const void> prepareConv(const PrepareContext &p) {
+  const TensorView &x = p.kernel.inputs[0], &w = p.kernel.inputs[1];
+  if (w.dtype != DType::F32 || !w.data || p.constantInputs.size() < 2 || !p.constantInputs[1]) return nullptr;
+  int64_t group = p.kernel.attrs.getInt("group", 1);
+  if (w.dims.size() < 3 || x.dims.size() != w.dims.size() || group < 1 || w.dims[0] % group) return nullptr;
+  int64_t mg = w.dims[0] / group, cg = w.dims[1], kTotal = product(Dims(w.dims.begin() + 2, w.dims.end()));
+  if (cg == 1 && w.dims.size() == 4) return nullptr; // the direct depthwise kernel
+  auto packed = std::make_shared<PackedConvWeight>();
+  for (int64_t gi = 0; gi < group; ++gi) {
+    packed->groups.push_back(packA(false, mg, cg * kTotal, w.as<float>() + gi * mg * cg * kTotal, cg * kTotal));
+    if (!packed->groups.back().data) return nullptr; // out of memory: the kernel packs per call
+  }
+  return packed;
+}
+
+// The conv GEMM W_g [mg x K] x cols [K x n]; f32 with the session's packed W_g.
+template <typename T>
+void convGemm(ThreadPool *pool, const KernelContext &c, int64_t gi, int64_t mg, int64_t n, int64_t k, const T *wg,
+              const T *src, int64_t ldb, T beta, T *out, int64_t ldc) {
+  if constexpr (std::is_same_v<T, float>) {
+    const auto *packed = static_cast<const PackedConvWeight *>(c.prepared);
+    sgemm(pool, false, false, mg, n, k, 1.0f, wg, k, src, ldb, beta, out, ldc, nullptr,
+          packed ? &packed->groups[size_t(gi)] : nullptr);
+  } else {
+    parallelGemm<T>(pool, false, false, mg, n, k, T(1), wg, k, src, ldb, beta, out, ldc);
+  }
+}
+
 Status ConvKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
   int64_t group = c.attrs.getInt("group", 1);
@@ -160,8 +195,8 @@ Status ConvKernel(const KernelContext &c) {
         if (bias)
           for (int64_t j = 0; j < mg; ++j)
             std::fill(yg + j * oTotal + col0, yg + j * oTotal + col0 + cols, bias[gi * mg + j]);
-        parallelGemm<T>(inner, false, false, mg, cols, cg * kTotal, T(1), wg, cg * kTotal, src, tiled ? cols : oTotal,
-                        bias ? T(1) : T(0), yg + col0, oTotal);
+        convGemm<T>(inner, c, gi, mg, cols, cg * kTotal, wg, src, tiled ? cols : oTotal, bias ? T(1) : T(0),
+                    yg + col0, oTotal);
         if (epilogue.active())
           for (int64_t j = 0; j < mg; ++j) {
             int64_t at = (b * m + gi * mg + j) * oTotal + col0;
@@ -245,8 +280,8 @@ Status ConvGradWeightKernel(const KernelContext &c) {
 } // namespace
 
 void registerConvKernels() {
-  registerCpuKernel("Conv", ConvKernel);
-  registerCpuKernel("FusedConv", ConvKernel);
+  registerCpuKernel("Conv", ConvKernel, prepareConv);
+  registerCpuKernel("FusedConv", ConvKernel, prepareConv);
   registerCpuKernel("ConvTranspose", ConvTransposeKernel);
   registerCpuKernel("ConvGradWeight", ConvGradWeightKernel);
 }

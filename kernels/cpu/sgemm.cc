@@ -86,10 +86,36 @@ PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb) {
   return p;
 }
 
+PackedA packA(bool ta, int64_t m, int64_t k, const float *a, int64_t lda) {
+  PackedA p;
+  p.m = m;
+  p.k = k;
+  const Kernels *ks = active();
+  p.panelHeight = ks ? ks->rowTile : std::max<int64_t>(m, 1);
+  size_t bytes = std::max<size_t>(size_t((m + p.panelHeight - 1) / p.panelHeight * p.panelHeight * k) * 4, 64);
+  p.data = {static_cast<float *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free};
+  if (!p.data) return p;
+  if (ks) {
+    ks->packRowPanels(ta, m, k, a, lda, p.data.get());
+  } else { // the system BLAS reads op(A) as a plain row-major m x k matrix
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < k; ++j) p.data[i * k + j] = ta ? a[j * lda + i] : a[i * lda + j];
+  }
+  return p;
+}
+
 void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, const PackedB *packed) {
+           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, const PackedB *packed,
+           const PackedA *packedA) {
   if (m <= 0 || n <= 0) return;
   if (packed && (packed->k != k || packed->n != n || !packed->data)) packed = nullptr; // not this product's B
+  if (packedA && (packedA->k != k || packedA->m != m || !packedA->data)) packedA = nullptr;
+  if (packedA && !active()) { // the system BLAS: op(A) row-major m x k
+    a = packedA->data.get();
+    lda = k;
+    ta = false;
+    packedA = nullptr;
+  }
   const Kernels *ks = active();
   auto rows = [&](int64_t i0, int64_t i1) { // op(A) row i sits at a + i*lda, or column i when ta
     const float *ai = ta ? a + i0 : a + i0 * lda;
@@ -98,7 +124,7 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
       else blasSgemm(ta, tb, i1 - i0, n, k, alpha, ai, lda, b, ldb, beta, c + i0 * ldc, ldc);
       return;
     }
-    ks->gemm(ta, i1 - i0, n, k, alpha, ai, lda, {b, ldb, tb, packed}, 0, beta, c + i0 * ldc, ldc);
+    ks->gemm({ai, lda, ta, packedA, i0}, i1 - i0, n, k, alpha, {b, ldb, tb, packed}, 0, beta, c + i0 * ldc, ldc);
   };
   int threads = pool ? pool->size() : 1;
   // Small products run on the calling thread: a hand-off costs microseconds.
@@ -120,8 +146,8 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     split(panels, [&](int64_t p0, int64_t p1) {
       int64_t j0 = p0 * nr, j1 = std::min(n, p1 * nr);
       const float *bj = tb ? b + j0 * ldb : b + j0;
-      ks->gemm(ta, m, j1 - j0, k, alpha, a, lda, {packed ? b : bj, ldb, tb, packed}, packed ? j0 : 0, beta, c + j0,
-               ldc);
+      ks->gemm({a, lda, ta, packedA, 0}, m, j1 - j0, k, alpha, {packed ? b : bj, ldb, tb, packed}, packed ? j0 : 0,
+               beta, c + j0, ldc);
     });
     return;
   }

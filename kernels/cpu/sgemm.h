@@ -21,16 +21,29 @@ struct PackedB {
   size_t bytes() const;
 };
 
+// The left operand packed once into row panels of panelHeight rows: panel p
+// holds rows [p*panelHeight, (p+1)*panelHeight) as k columns of panelHeight
+// floats, zero-padded past m. Convolution weights are packed at session
+// creation.
+struct PackedA {
+  int64_t m = 0, k = 0, panelHeight = 0;
+  std::unique_ptr<float[], void (*)(void *)> data{nullptr, nullptr};
+};
+
 // The instruction set the f32 GEMM runs with: "avx512", "avx2" or "generic".
 const char *sgemmIsa();
 
 // Packs op(B) (k x n; tb: B is stored n x k) for sgemm with packed operand.
 PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb);
 
+// Packs op(A) (m x k; ta: A is stored k x m) for sgemm with packed operand.
+PackedA packA(bool ta, int64_t m, int64_t k, const float *a, int64_t lda);
+
 // C[m,n] = alpha * op(A) op(B) + beta * C; splits across `pool` when it pays.
-// beta == 0 never reads C. `packed`, when given, replaces b/ldb/tb.
+// beta == 0 never reads C. `packed`, when given, replaces b/ldb/tb, and
+// `packedA` replaces a/lda/ta.
 void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
-           const PackedB *packed = nullptr);
+           const PackedB *packed = nullptr, const PackedA *packedA = nullptr);
 
 } // namespace sd::cpu

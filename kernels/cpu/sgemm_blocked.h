@@ -129,6 +129,10 @@ template <class Vec, int MR> struct Blocked {
       packBPanel(tb, b, ldb, j, int(lo(NR, n - j)), 0, k, dst + (j / NR) * k * NR);
   }
 
+  static void packRowPanels(bool ta, int64_t m, int64_t k, const float *a, int64_t lda, float *dst) {
+    packA(ta, a, lda, 0, m, 0, k, dst); // one block of all rows and columns: the same panels
+  }
+
   static float *threadBuffer(size_t floats, int which) {
     struct Buffers {
       float *p[2] = {nullptr, nullptr};
@@ -142,14 +146,14 @@ template <class Vec, int MR> struct Blocked {
     return buffers.p[which];
   }
 
-  static void gemm(bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
-                   const BOperand &b, int64_t j0, float beta, float *c, int64_t ldc) {
+  static void gemm(const AOperand &a, int64_t m, int64_t n, int64_t k, float alpha, const BOperand &b, int64_t j0,
+                   float beta, float *c, int64_t ldc) {
     if (k == 0) { // nothing to multiply: C = beta * C
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];
       return;
     }
-    float *apack = threadBuffer(size_t(MC * KC), 0);
+    float *apack = a.packed ? nullptr : threadBuffer(size_t(MC * KC), 0);
     float *bpack = b.packed ? nullptr : threadBuffer(size_t(NC * KC), 1);
     for (int64_t jc = 0; jc < n; jc += NC) {
       int64_t nc = lo(NC, n - jc);
@@ -180,15 +184,24 @@ template <class Vec, int MR> struct Blocked {
         }
         for (int64_t ic = 0; ic < m; ic += MC) {
           int64_t mc = lo(MC, m - ic);
-          packA(ta, a, lda, ic, mc, pc, kc, apack);
+          const float *aBlock; // row panel q of this block at aBlock + q * aPanelStride
+          int64_t aPanelStride;
+          if (a.packed) {
+            aPanelStride = a.packed->k * MR;
+            aBlock = a.packed->data.get() + ((a.i0 + ic) / MR) * aPanelStride + pc * MR;
+          } else {
+            aPanelStride = kc * MR;
+            aBlock = apack;
+            packA(a.ta, a.a, a.lda, ic, mc, pc, kc, apack);
+          }
           for (int64_t jr = 0; jr < nc; jr += NR) {
             int cols = int(lo(NR, nc - jr));
             bool packedTail = direct && cols < NR;
             const float *bp = packedTail ? bpack : bBlock + (jr / NR) * bPanelStride;
             int64_t bs = packedTail ? NR : bRowStride;
             for (int64_t ir = 0; ir < mc; ir += MR)
-              tileRows(int(lo(MR, mc - ir)), kc, apack + ir * kc, bp, bs, c + (ic + ir) * ldc + jc + jr, ldc, cols,
-                       alpha, betaNow, std::make_integer_sequence<int, MR>());
+              tileRows(int(lo(MR, mc - ir)), kc, aBlock + (ir / MR) * aPanelStride, bp, bs, c + (ic + ir) * ldc + jc + jr,
+                       ldc, cols, alpha, betaNow, std::make_integer_sequence<int, MR>());
           }
         }
       }
@@ -196,7 +209,7 @@ template <class Vec, int MR> struct Blocked {
   }
 
   static const Kernels &kernels(const char *name) {
-    static const Kernels k{name, NR, MR, &packPanels, &gemm};
+    static const Kernels k{name, NR, MR, &packPanels, &packRowPanels, &gemm};
     return k;
   }
 };

@@ -21,7 +21,8 @@ struct Case {
   float alpha, beta;
 };
 
-void checkCase(const Case &t, ThreadPool *pool, bool packed, std::mt19937 &rng) {
+// packed: bit 0 packs B, bit 1 packs A.
+void checkCase(const Case &t, ThreadPool *pool, int packed, std::mt19937 &rng) {
   std::uniform_real_distribution<float> u(-1, 1);
   int64_t lda = (t.ta ? t.m : t.k) + 3, ldb = (t.tb ? t.k : t.n) + 5, ldc = t.n + 2;
   std::vector<float> a(size_t((t.ta ? t.k : t.m) * lda + 1)), b(size_t((t.tb ? t.n : t.k) * ldb + 1)),
@@ -32,9 +33,11 @@ void checkCase(const Case &t, ThreadPool *pool, bool packed, std::mt19937 &rng) 
   for (float &x : c) x = t.beta == 0 ? NAN : u(rng);
   std::vector<float> c0 = c;
   cpu::PackedB pb;
-  if (packed) pb = cpu::packB(t.tb, t.k, t.n, b.data(), ldb);
+  cpu::PackedA pa;
+  if (packed & 1) pb = cpu::packB(t.tb, t.k, t.n, b.data(), ldb);
+  if (packed & 2) pa = cpu::packA(t.ta, t.m, t.k, a.data(), lda);
   cpu::sgemm(pool, t.ta, t.tb, t.m, t.n, t.k, t.alpha, a.data(), lda, b.data(), ldb, t.beta, c.data(), ldc,
-             packed ? &pb : nullptr);
+             packed & 1 ? &pb : nullptr, packed & 2 ? &pa : nullptr);
   for (int64_t i = 0; i < t.m; ++i)
     for (int64_t j = 0; j < t.n; ++j) {
       double acc = 0;
@@ -63,7 +66,7 @@ TEST(Sgemm, SmallShapesEveryLayout) {
     for (int64_t n : {1, 3, 8, 16, 17, 32, 33, 70})
       for (int64_t k : {0, 1, 4, 31})
         for (int layout = 0; layout < 4; ++layout)
-          for (bool packed : {false, true})
+          for (int packed : {0, 1, 2, 3})
             checkCase({m, n, k, bool(layout & 1), bool(layout & 2), 1.0f, layout == 3 ? 0.5f : 0.0f}, nullptr,
                       packed, rng);
 }
@@ -71,16 +74,17 @@ TEST(Sgemm, SmallShapesEveryLayout) {
 TEST(Sgemm, AlphaBetaAndBlocking) {
   std::mt19937 rng(11);
   // k past one K block (256), m past one M block, n past one N block (2048).
-  checkCase({200, 90, 600, false, false, 0.5f, 1.0f}, nullptr, false, rng);
-  checkCase({37, 2100, 300, false, true, 1.0f, 0.0f}, nullptr, true, rng);
-  checkCase({37, 2100, 300, true, false, -2.0f, 0.25f}, nullptr, false, rng);
-  checkCase({3, 300, 520, true, true, 1.0f, 1.0f}, nullptr, true, rng);
+  checkCase({200, 90, 600, false, false, 0.5f, 1.0f}, nullptr, 0, rng);
+  checkCase({200, 90, 600, true, false, 0.5f, 1.0f}, nullptr, 2, rng);
+  checkCase({37, 2100, 300, false, true, 1.0f, 0.0f}, nullptr, 1, rng);
+  checkCase({37, 2100, 300, true, false, -2.0f, 0.25f}, nullptr, 0, rng);
+  checkCase({3, 300, 520, true, true, 1.0f, 1.0f}, nullptr, 3, rng);
 }
 
 TEST(Sgemm, ThreadedSplitsMatch) {
   std::mt19937 rng(13);
   ThreadPool pool(3);
-  for (bool packed : {false, true}) {
+  for (int packed : {0, 1, 2, 3}) {
     checkCase({256, 384, 128, false, false, 1.0f, 0.0f}, &pool, packed, rng); // split by columns
     checkCase({700, 40, 96, false, true, 1.0f, 1.0f}, &pool, packed, rng);    // split by rows
     checkCase({129, 130, 131, true, true, 0.5f, 0.5f}, &pool, packed, rng);
