@@ -127,8 +127,10 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     ks->gemm({ai, lda, ta, packedA, i0}, i1 - i0, n, k, alpha, {b, ldb, tb, packed}, 0, beta, c + i0 * ldc, ldc);
   };
   int threads = pool ? pool->size() : 1;
-  // Small products run on the calling thread: a hand-off costs microseconds.
-  if (threads <= 1 || double(m) * double(n) * double(k) < double(1 << 17)) {
+  // Products under ~2 MFLOP run on the calling thread: on the dev VM a
+  // hand-off cost tens of microseconds (LoRA demo step at 2 threads: 16-17 ms
+  // with the cut at 2^17, 13-15 ms at 2^20, 18-20 ms at 2^22).
+  if (threads <= 1 || double(m) * double(n) * double(k) < double(1 << 20)) {
     rows(0, m);
     return;
   }

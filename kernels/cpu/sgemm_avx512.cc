@@ -18,6 +18,7 @@ struct Avx512 {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static float sum(V v) { return _mm512_reduce_add_ps(v); }
 };
 
 } // namespace

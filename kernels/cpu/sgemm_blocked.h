@@ -4,7 +4,7 @@
 // ROWS x (2 vectors) accumulators. Included only by the ISA translation units,
 // each compiled with its own -m flags and its own Vec traits:
 //   Vec::W, Vec::V, zero(), load(p), loadN(p, n), store(p, v), storeN(p, v, n),
-//   set1(x), fmadd(a, b, c), mul(a, b).
+//   set1(x), fmadd(a, b, c), mul(a, b), sum(v).
 #pragma once
 #include "sgemm_isa.h"
 #include <cstdlib>
@@ -146,8 +146,87 @@ template <class Vec, int MR> struct Blocked {
     return buffers.p[which];
   }
 
+  // Skinny products (n <= W, as LoRA's x·A with rank 8 or 16): a register
+  // tile 2W wide would waste most of its lanes, and packing A (m x k) would
+  // cost more than the arithmetic. op(B)'s n columns are copied to a small
+  // buffer; A is read in place, vectorized along its contiguous direction.
+  template <int N> static void skinnyFixed(const AOperand &a, int64_t m, int64_t k, float alpha, const float *bk,
+                                           const float *bt, float beta, float *c, int64_t ldc) {
+    if (a.ta) { // A stored k x m: W rows of op(A) per vector, N accumulators
+      alignas(64) float tmp[N * W];
+      for (int64_t i0 = 0; i0 < m; i0 += W) {
+        int rows = int(lo(W, m - i0));
+        typename Vec::V acc[N];
+#pragma GCC unroll 16
+        for (int j = 0; j < N; ++j) acc[j] = Vec::zero();
+        for (int64_t p = 0; p < k; ++p) {
+          typename Vec::V av = rows == W ? Vec::load(a.a + p * a.lda + i0) : Vec::loadN(a.a + p * a.lda + i0, rows);
+#pragma GCC unroll 16
+          for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::set1(bk[p * N + j]), acc[j]);
+        }
+#pragma GCC unroll 16
+        for (int j = 0; j < N; ++j) Vec::store(tmp + j * W, acc[j]);
+        for (int r = 0; r < rows; ++r)
+          for (int j = 0; j < N; ++j) {
+            float *cr = c + (i0 + r) * ldc + j;
+            *cr = alpha * tmp[j * W + r] + (beta == 0.0f ? 0.0f : beta * *cr);
+          }
+      }
+      return;
+    }
+    for (int64_t i = 0; i < m; ++i) { // A row i is contiguous: N dot products along k
+      const float *ai = a.a + i * a.lda;
+      typename Vec::V acc[N];
+#pragma GCC unroll 16
+      for (int j = 0; j < N; ++j) acc[j] = Vec::zero();
+      int64_t p = 0;
+      for (; p + W <= k; p += W) {
+        typename Vec::V av = Vec::load(ai + p);
+#pragma GCC unroll 16
+        for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::load(bt + j * k + p), acc[j]);
+      }
+      if (p < k) {
+        int rest = int(k - p);
+        typename Vec::V av = Vec::loadN(ai + p, rest);
+#pragma GCC unroll 16
+        for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::loadN(bt + j * k + p, rest), acc[j]);
+      }
+      for (int j = 0; j < N; ++j) {
+        float *cij = c + i * ldc + j;
+        *cij = alpha * Vec::sum(acc[j]) + (beta == 0.0f ? 0.0f : beta * *cij);
+      }
+    }
+  }
+
+  template <int... Ns>
+  static void skinny(int n, const AOperand &a, int64_t m, int64_t k, float alpha, const float *bk, const float *bt,
+                     float beta, float *c, int64_t ldc, std::integer_sequence<int, Ns...>) {
+    using Fn = void (*)(const AOperand &, int64_t, int64_t, float, const float *, const float *, float, float *,
+                        int64_t);
+    static constexpr Fn fns[] = {&skinnyFixed<Ns + 1>...};
+    fns[n - 1](a, m, k, alpha, bk, bt, beta, c, ldc);
+  }
+
+  // op(B)[p][j0 + j] for the skinny kernels: bk as k rows of n (ta), or bt as
+  // n rows of k (A row-major).
+  static void gatherSkinnyB(const BOperand &b, int64_t j0, int64_t n, int64_t k, bool transposed, float *dst) {
+    for (int64_t p = 0; p < k; ++p)
+      for (int64_t j = 0; j < n; ++j) {
+        float v;
+        if (b.packed) v = b.packed->data[((j0 + j) / NR) * b.packed->k * NR + p * NR + (j0 + j) % NR];
+        else v = b.tb ? b.b[j * b.ldb + p] : b.b[p * b.ldb + j];
+        dst[transposed ? j * k + p : p * n + j] = v;
+      }
+  }
+
   static void gemm(const AOperand &a, int64_t m, int64_t n, int64_t k, float alpha, const BOperand &b, int64_t j0,
                    float beta, float *c, int64_t ldc) {
+    if (n <= W && k > 0 && !a.packed && size_t(n * k) <= size_t(NC * KC)) {
+      float *buf = threadBuffer(size_t(NC * KC), 1);
+      gatherSkinnyB(b, j0, n, k, !a.ta, buf);
+      skinny(int(n), a, m, k, alpha, buf, buf, beta, c, ldc, std::make_integer_sequence<int, W>());
+      return;
+    }
     if (k == 0) { // nothing to multiply: C = beta * C
       for (int64_t i = 0; i < m; ++i)
         for (int64_t j = 0; j < n; ++j) c[i * ldc + j] = beta == 0.0f ? 0.0f : beta * c[i * ldc + j];

@@ -79,6 +79,11 @@ TEST(Sgemm, AlphaBetaAndBlocking) {
   checkCase({37, 2100, 300, false, true, 1.0f, 0.0f}, nullptr, 1, rng);
   checkCase({37, 2100, 300, true, false, -2.0f, 0.25f}, nullptr, 0, rng);
   checkCase({3, 300, 520, true, true, 1.0f, 1.0f}, nullptr, 3, rng);
+  // LoRA-rank outputs (n = 8, 16) with a long k take the skinny kernels.
+  for (int layout = 0; layout < 4; ++layout) {
+    checkCase({300, 8, 700, bool(layout & 1), bool(layout & 2), 1.0f, layout == 2 ? 1.0f : 0.0f}, nullptr, 0, rng);
+    checkCase({45, 16, 129, bool(layout & 1), bool(layout & 2), 0.5f, 0.0f}, nullptr, layout == 3 ? 1 : 0, rng);
+  }
 }
 
 TEST(Sgemm, ThreadedSplitsMatch) {
