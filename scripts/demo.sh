@@ -11,7 +11,6 @@ SDC="$BUILD_DIR/tools/sdc"
 SDRUN="$BUILD_DIR/tools/sdrun"
 OUT=${DEMO_DIR:-$BUILD_DIR/demo}
 THREADS=$(nproc)
-unset OPENBLAS_CORETYPE # let sdrun pick the best OpenBLAS kernels (see docs/architecture.md)
 mkdir -p "$OUT"
 
 echo "== 1. export models with PyTorch $("$PY" -c 'import torch; print(torch.__version__)') (examples/export_models.py)"

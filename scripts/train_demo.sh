@@ -18,7 +18,6 @@ OUT=${DEMO_DIR:-$BUILD_DIR/train_demo}
 STEPS=${STEPS:-1500}
 LORA_STEPS=${LORA_STEPS:-300}
 THREADS=$(nproc)
-unset OPENBLAS_CORETYPE
 mkdir -p "$OUT"
 
 echo "== 1. export a byte-level GPT (d=128, 4 layers, context 128) with PyTorch"
