@@ -175,6 +175,20 @@ def randomize_batch_norm(model, gen):
             m.bias.data.copy_(torch.randn(m.bias.shape, generator=gen) * 0.1)
 
 
+def export_image_model(net, name, args, gen):
+    """Eval-mode export with random BatchNorm statistics; saves NAME.onnx,
+    the input image and PyTorch's logits for it."""
+    randomize_batch_norm(net, gen)
+    net.eval()
+    img = torch.randn((args.batch, 3, args.image, args.image), generator=gen)
+    torch.onnx.export(net, (img,), os.path.join(args.out, f"{name}.onnx"), input_names=["image"],
+                      output_names=["logits"], opset_version=args.opset, dynamo=False,
+                      dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
+    with torch.no_grad():
+        np.save(os.path.join(args.out, f"{name}_logits_torch.npy"), net(img).numpy())
+    np.save(os.path.join(args.out, f"{name}_image.npy"), img.numpy())
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", required=True)
@@ -202,27 +216,9 @@ def main():
         np.save(os.path.join(args.out, "gpt_input_ids.npy"), ids.numpy())
 
     if args.only in (None, "cnn"):
-        cnn = Cnn(width=args.cnn_width)
-        randomize_batch_norm(cnn, gen)
-        cnn.eval()
-        img = torch.randn((args.batch, 3, args.image, args.image), generator=gen)
-        torch.onnx.export(cnn, (img,), os.path.join(args.out, "cnn.onnx"), input_names=["image"],
-                          output_names=["logits"], opset_version=args.opset, dynamo=False,
-                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
-        with torch.no_grad():
-            np.save(os.path.join(args.out, "cnn_logits_torch.npy"), cnn(img).numpy())
-        np.save(os.path.join(args.out, "cnn_image.npy"), img.numpy())
+        export_image_model(Cnn(width=args.cnn_width), "cnn", args, gen)
     if args.only == "mobilenet":  # not in the default set: the tests do not need it
-        net = MobileNet(width=args.cnn_width)
-        randomize_batch_norm(net, gen)
-        net.eval()
-        img = torch.randn((args.batch, 3, args.image, args.image), generator=gen)
-        torch.onnx.export(net, (img,), os.path.join(args.out, "mobilenet.onnx"), input_names=["image"],
-                          output_names=["logits"], opset_version=args.opset, dynamo=False,
-                          dynamic_axes={"image": {0: "batch"}, "logits": {0: "batch"}})
-        with torch.no_grad():
-            np.save(os.path.join(args.out, "mobilenet_logits_torch.npy"), net(img).numpy())
-        np.save(os.path.join(args.out, "mobilenet_image.npy"), img.numpy())
+        export_image_model(MobileNet(width=args.cnn_width), "mobilenet", args, gen)
     print(f"exported to {args.out}")
 
 

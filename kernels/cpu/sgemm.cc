@@ -68,21 +68,29 @@ size_t PackedB::bytes() const { return size_t((n + panelWidth - 1) / std::max<in
 
 const char *sgemmIsa() { return active() ? active()->name : "generic"; }
 
+// 64-byte-aligned storage for `count` floats (at least one cache line).
+static std::unique_ptr<float[], void (*)(void *)> alignedFloats(size_t count) {
+  size_t bytes = (std::max<size_t>(count * 4, 64) + 63) / 64 * 64;
+  return {static_cast<float *>(std::aligned_alloc(64, bytes)), &std::free};
+}
+
+// op(X) (rows x cols; t: X is stored cols x rows) as a plain row-major
+// matrix: the packed form the system BLAS reads.
+static void copyOp(bool t, int64_t rows, int64_t cols, const float *x, int64_t ld, float *dst) {
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) dst[i * cols + j] = t ? x[j * ld + i] : x[i * ld + j];
+}
+
 PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb) {
   PackedB p;
   p.k = k;
   p.n = n;
   const Kernels *ks = active();
   p.panelWidth = ks ? ks->panelWidth : std::max<int64_t>(n, 1);
-  size_t bytes = std::max<size_t>(p.bytes(), 64);
-  p.data = {static_cast<float *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free};
+  p.data = alignedFloats(p.bytes() / 4);
   if (!p.data) return p;
-  if (ks) {
-    ks->packPanels(tb, k, n, b, ldb, p.data.get());
-  } else { // the system BLAS reads op(B) as a plain row-major k x n matrix
-    for (int64_t i = 0; i < k; ++i)
-      for (int64_t j = 0; j < n; ++j) p.data[i * n + j] = tb ? b[j * ldb + i] : b[i * ldb + j];
-  }
+  if (ks) ks->packPanels(tb, k, n, b, ldb, p.data.get());
+  else copyOp(tb, k, n, b, ldb, p.data.get());
   return p;
 }
 
@@ -92,15 +100,10 @@ PackedA packA(bool ta, int64_t m, int64_t k, const float *a, int64_t lda) {
   p.k = k;
   const Kernels *ks = active();
   p.panelHeight = ks ? ks->rowTile : std::max<int64_t>(m, 1);
-  size_t bytes = std::max<size_t>(size_t((m + p.panelHeight - 1) / p.panelHeight * p.panelHeight * k) * 4, 64);
-  p.data = {static_cast<float *>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)), &std::free};
+  p.data = alignedFloats(size_t((m + p.panelHeight - 1) / p.panelHeight * p.panelHeight * k));
   if (!p.data) return p;
-  if (ks) {
-    ks->packRowPanels(ta, m, k, a, lda, p.data.get());
-  } else { // the system BLAS reads op(A) as a plain row-major m x k matrix
-    for (int64_t i = 0; i < m; ++i)
-      for (int64_t j = 0; j < k; ++j) p.data[i * k + j] = ta ? a[j * lda + i] : a[i * lda + j];
-  }
+  if (ks) ks->packRowPanels(ta, m, k, a, lda, p.data.get());
+  else copyOp(ta, m, k, a, lda, p.data.get());
   return p;
 }
 
