@@ -17,8 +17,8 @@ struct Plane {
 };
 
 // Per kernel column kw, the output columns [lo, hi) whose tap is inside the
-// image; computed once per plane (two divisions per tap per row cost more
-// than the row's arithmetic).
+// image; computed once per convolution (two divisions per tap per row cost
+// more than the row's arithmetic).
 struct ColumnRanges {
   int64_t lo[16], hi[16];
   bool fits;
@@ -56,9 +56,8 @@ void rowByTaps(const T *x, const T *w, T *row, const Plane &p, const ColumnRange
 // stores once; the taps of rows cut by the top or bottom edge are skipped
 // by zero weights.
 template <int S>
-__attribute__((target_clones("avx512f", "avx2", "default"))) void plane3x3(const float *x, const float *w, float b,
-                                                                             float *y, const Plane &p) {
-  ColumnRanges cr(p);
+[[gnu::always_inline]] inline void plane3x3(const float *x, const float *w, float b, float *y, const Plane &p,
+                                            const ColumnRanges &cr) {
   int64_t ilo = std::max(cr.lo[0], cr.lo[2]), ihi = std::max(ilo, std::min(cr.hi[0], cr.hi[2]));
   for (int64_t oh = 0; oh < p.OH; ++oh) {
     float *row = y + oh * p.OW;
@@ -92,8 +91,24 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void plane3x3(const
   }
 }
 
-template <typename T> void planeGeneral(const T *x, const T *w, T b, T *y, const Plane &p) {
-  ColumnRanges cr(p);
+// One build per instruction set, picked by cpuid when first called (GCC and
+// Clang multiversioning; neither clones templates, hence the wrappers).
+__attribute__((target_clones("avx512f", "avx2", "default"))) void plane3x3Stride1(const float *x, const float *w,
+                                                                                    float b, float *y,
+                                                                                    const Plane &p,
+                                                                                    const ColumnRanges &cr) {
+  plane3x3<1>(x, w, b, y, p, cr);
+}
+
+__attribute__((target_clones("avx512f", "avx2", "default"))) void plane3x3Stride2(const float *x, const float *w,
+                                                                                    float b, float *y,
+                                                                                    const Plane &p,
+                                                                                    const ColumnRanges &cr) {
+  plane3x3<2>(x, w, b, y, p, cr);
+}
+
+template <typename T>
+void planeGeneral(const T *x, const T *w, T b, T *y, const Plane &p, const ColumnRanges &cr) {
   for (int64_t oh = 0; oh < p.OH; ++oh) {
     T *row = y + oh * p.OW;
     std::fill(row, row + p.OW, b);
@@ -110,6 +125,7 @@ void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T 
           g.strides[0],   g.strides[1],   g.dilations[0], g.dilations[1], g.padBegin[0], g.padBegin[1]};
   int64_t inPlane = p.H * p.W, outPlane = p.OH * p.OW, taps = p.KH * p.KW, cout = cin * mult;
   bool k3 = std::is_same_v<T, float> && p.KH == 3 && p.KW == 3 && p.dh == 1 && p.dw == 1 && p.sw <= 2;
+  ColumnRanges cr(p); // the same for every plane
   // (image x output channel) planes are independent work items.
   parallelFor(pool, n * cout, std::max<int64_t>(1, 4096 / std::max<int64_t>(outPlane * taps, 1)),
               [&](int64_t p0, int64_t p1) {
@@ -121,11 +137,11 @@ void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T 
                   T *yc = y + i * outPlane;
                   if (std::is_same_v<T, float> && k3) {
                     if constexpr (std::is_same_v<T, float>) {
-                      if (p.sw == 1) plane3x3<1>(xc, wc, bv, yc, p);
-                      else plane3x3<2>(xc, wc, bv, yc, p);
+                      if (p.sw == 1) plane3x3Stride1(xc, wc, bv, yc, p, cr);
+                      else plane3x3Stride2(xc, wc, bv, yc, p, cr);
                     }
                   } else {
-                    planeGeneral(xc, wc, bv, yc, p);
+                    planeGeneral(xc, wc, bv, yc, p, cr);
                   }
                   if (epilogue.active()) epilogue.apply(yc, i * outPlane, outPlane);
                 }
