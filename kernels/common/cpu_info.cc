@@ -3,6 +3,18 @@
 #include <cstring>
 
 namespace sd {
+namespace {
+
+// XCR0: which register states the OS saves on a context switch.
+uint64_t osSavedState() {
+  unsigned a, b, c, d;
+  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; // no OSXSAVE
+  unsigned lo, hi;
+  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (uint64_t(hi) << 32) | lo;
+}
+
+} // namespace
 
 CpuInfo cpuInfo() {
   CpuInfo info;
@@ -16,13 +28,17 @@ CpuInfo cpuInfo() {
   info.model = brand;
   while (!info.model.empty() && info.model.back() == ' ') info.model.pop_back();
   while (!info.model.empty() && info.model.front() == ' ') info.model.erase(0, 1);
-  if (__get_cpuid(1, &a, &b, &c, &d)) info.fma = c & (1u << 12);
+  uint64_t xcr0 = osSavedState();
+  bool ymm = (xcr0 & 0x6) == 0x6;     // XMM and YMM
+  bool zmm = (xcr0 & 0xe6) == 0xe6;   // and opmask, ZMM0-15 upper halves, ZMM16-31
+  bool tiles = (xcr0 & 0x60000) == 0x60000; // AMX tile config and data
+  if (__get_cpuid(1, &a, &b, &c, &d)) info.fma = ymm && (c & (1u << 12));
   if (__get_cpuid_count(7, 0, &a, &b, &c, &d)) {
-    info.avx2 = b & (1u << 5);
-    info.avx512f = b & (1u << 16);
-    info.amxTile = d & (1u << 24);
+    info.avx2 = ymm && (b & (1u << 5));
+    info.avx512f = zmm && (b & (1u << 16));
+    info.amxTile = tiles && (d & (1u << 24));
   }
-  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) info.avx512bf16 = a & (1u << 5);
+  if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) info.avx512bf16 = zmm && (a & (1u << 5));
   return info;
 }
 

@@ -1,5 +1,6 @@
 #include "conv_depthwise.h"
 #include <algorithm>
+#include <vector>
 
 namespace sd::cpu {
 namespace {
@@ -16,18 +17,14 @@ struct Plane {
   int64_t H, W, KH, KW, OH, OW, sh, sw, dh, dw, ph, pw;
 };
 
-// Per kernel column kw, the output columns [lo, hi) whose tap is inside the
-// image; computed once per convolution (two divisions per tap per row cost
-// more than the row's arithmetic).
+// Per kernel column kw, the output columns [lo[kw], hi[kw]) whose tap is
+// inside the image; computed once per convolution (two divisions per tap per
+// row cost more than the row's arithmetic).
 struct ColumnRanges {
-  int64_t lo[16], hi[16];
-  bool fits;
-  ColumnRanges(const Plane &p) : fits(p.KW <= 16) {
-    for (int64_t kw = 0; fits && kw < p.KW; ++kw) validRange(p.W, p.OW, p.sw, kw * p.dw - p.pw, lo[kw], hi[kw]);
-  }
-  void get(const Plane &p, int64_t kw, int64_t &l, int64_t &h) const {
-    if (fits) l = lo[kw], h = hi[kw];
-    else validRange(p.W, p.OW, p.sw, kw * p.dw - p.pw, l, h);
+  std::vector<int64_t> lo, hi;
+  explicit ColumnRanges(const Plane &p) : lo(size_t(p.KW)), hi(size_t(p.KW)) {
+    for (int64_t kw = 0; kw < p.KW; ++kw)
+      validRange(p.W, p.OW, p.sw, kw * p.dw - p.pw, lo[size_t(kw)], hi[size_t(kw)]);
   }
 };
 
@@ -41,10 +38,8 @@ void rowByTaps(const T *x, const T *w, T *row, const Plane &p, const ColumnRange
     if (ih < 0 || ih >= p.H) continue;
     const T *src = x + ih * p.W;
     for (int64_t kw = 0; kw < p.KW; ++kw) {
-      int64_t off = kw * p.dw - p.pw, lo, hi;
-      cr.get(p, kw, lo, hi);
-      lo = std::max(lo, ow0);
-      hi = std::min(hi, ow1);
+      int64_t off = kw * p.dw - p.pw;
+      int64_t lo = std::max(cr.lo[size_t(kw)], ow0), hi = std::min(cr.hi[size_t(kw)], ow1);
       T wv = w[kh * p.KW + kw];
       for (int64_t ow = lo; ow < hi; ++ow) row[ow] += wv * src[ow * p.sw + off];
     }
@@ -124,7 +119,7 @@ void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T 
   Plane p{g.in[0],        g.in[1],        g.kernel[0],    g.kernel[1],    g.out[0],       g.out[1],
           g.strides[0],   g.strides[1],   g.dilations[0], g.dilations[1], g.padBegin[0], g.padBegin[1]};
   int64_t inPlane = p.H * p.W, outPlane = p.OH * p.OW, taps = p.KH * p.KW, cout = cin * mult;
-  bool k3 = std::is_same_v<T, float> && p.KH == 3 && p.KW == 3 && p.dh == 1 && p.dw == 1 && p.sw <= 2;
+  bool k3 = p.KH == 3 && p.KW == 3 && p.dh == 1 && p.dw == 1 && p.sw <= 2;
   ColumnRanges cr(p); // the same for every plane
   // (image x output channel) planes are independent work items.
   parallelFor(pool, n * cout, std::max<int64_t>(1, 4096 / std::max<int64_t>(outPlane * taps, 1)),
@@ -135,14 +130,12 @@ void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T 
                   const T *wc = w + oc * taps;
                   T bv = bias ? bias[oc] : T(0);
                   T *yc = y + i * outPlane;
-                  if (std::is_same_v<T, float> && k3) {
-                    if constexpr (std::is_same_v<T, float>) {
-                      if (p.sw == 1) plane3x3Stride1(xc, wc, bv, yc, p, cr);
-                      else plane3x3Stride2(xc, wc, bv, yc, p, cr);
-                    }
-                  } else {
-                    planeGeneral(xc, wc, bv, yc, p, cr);
+                  bool done = false;
+                  if constexpr (std::is_same_v<T, float>) {
+                    if (k3) (p.sw == 1 ? plane3x3Stride1 : plane3x3Stride2)(xc, wc, bv, yc, p, cr);
+                    done = k3;
                   }
+                  if (!done) planeGeneral(xc, wc, bv, yc, p, cr);
                   if (epilogue.active()) epilogue.apply(yc, i * outPlane, outPlane);
                 }
               });

@@ -7,37 +7,13 @@
 #include "sgemm_isa.h"
 #include <algorithm>
 #include <cblas.h>
-#include <cpuid.h>
 #include <cstdlib>
-#include <cstring>
 #include <string_view>
 
 namespace sd::cpu {
 namespace {
 
 using sgemm_isa::Kernels;
-
-// XCR0: which register states the OS saves on a context switch.
-uint64_t osSavedState() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27))) return 0; // no OSXSAVE
-  unsigned lo, hi;
-  __asm__("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
-  return (uint64_t(hi) << 32) | lo;
-}
-
-bool cpuHasAvx2Fma() {
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 12))) return false; // FMA
-  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 5))) return false;
-  return (osSavedState() & 0x6) == 0x6; // XMM and YMM
-}
-
-bool cpuHasAvx512f() {
-  unsigned a, b, c, d;
-  if (!cpuHasAvx2Fma() || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 16))) return false;
-  return (osSavedState() & 0xe6) == 0xe6; // and opmask, ZMM0-15 upper halves, ZMM16-31
-}
 
 // The best kernel set this CPU runs, capped by SD_CPU_ISA (avx512, avx2,
 // generic) so benchmarks and tests can compare them on one machine; any other
@@ -46,8 +22,10 @@ const Kernels *selectKernels() {
   const char *cap = std::getenv("SD_CPU_ISA");
   std::string_view want = cap ? cap : "";
   int level = want == "generic" ? 0 : want == "avx2" ? 1 : 2;
-  if (level >= 2 && cpuHasAvx512f()) return &sgemm_isa::avx512Kernels();
-  if (level >= 1 && cpuHasAvx2Fma()) return &sgemm_isa::avx2Kernels();
+  CpuInfo cpu = cpuInfo();
+  bool avx2 = cpu.avx2 && cpu.fma; // both builds use FMA
+  if (level >= 2 && avx2 && cpu.avx512f) return &sgemm_isa::avx512Kernels();
+  if (level >= 1 && avx2) return &sgemm_isa::avx2Kernels();
   return nullptr;
 }
 
@@ -64,13 +42,13 @@ void blasSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, c
 
 } // namespace
 
-size_t PackedB::bytes() const { return size_t((n + panelWidth - 1) / std::max<int64_t>(panelWidth, 1) * panelWidth * k) * 4; }
-
 const char *sgemmIsa() { return active() ? active()->name : "generic"; }
 
-// 64-byte-aligned storage for `count` floats (at least one cache line).
-static std::unique_ptr<float[], void (*)(void *)> alignedFloats(size_t count) {
-  size_t bytes = (std::max<size_t>(count * 4, 64) + 63) / 64 * 64;
+// 64-byte-aligned storage for `dim` rows or columns, rounded up to whole
+// panels of `panel`, of `k` floats each (at least one cache line).
+static std::unique_ptr<float[], void (*)(void *)> panelStorage(int64_t dim, int64_t panel, int64_t k) {
+  size_t floats = size_t((dim + panel - 1) / panel * panel * k);
+  size_t bytes = (std::max<size_t>(floats * 4, 64) + 63) / 64 * 64;
   return {static_cast<float *>(std::aligned_alloc(64, bytes)), &std::free};
 }
 
@@ -87,7 +65,7 @@ PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb) {
   p.n = n;
   const Kernels *ks = active();
   p.panelWidth = ks ? ks->panelWidth : std::max<int64_t>(n, 1);
-  p.data = alignedFloats(p.bytes() / 4);
+  p.data = panelStorage(n, p.panelWidth, k);
   if (!p.data) return p;
   if (ks) ks->packPanels(tb, k, n, b, ldb, p.data.get());
   else copyOp(tb, k, n, b, ldb, p.data.get());
@@ -100,7 +78,7 @@ PackedA packA(bool ta, int64_t m, int64_t k, const float *a, int64_t lda) {
   p.k = k;
   const Kernels *ks = active();
   p.panelHeight = ks ? ks->rowTile : std::max<int64_t>(m, 1);
-  p.data = alignedFloats(size_t((m + p.panelHeight - 1) / p.panelHeight * p.panelHeight * k));
+  p.data = panelStorage(m, p.panelHeight, k);
   if (!p.data) return p;
   if (ks) ks->packRowPanels(ta, m, k, a, lda, p.data.get());
   else copyOp(ta, m, k, a, lda, p.data.get());

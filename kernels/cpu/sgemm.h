@@ -18,7 +18,6 @@ namespace sd::cpu {
 struct PackedB {
   int64_t k = 0, n = 0, panelWidth = 0;
   std::unique_ptr<float[], void (*)(void *)> data{nullptr, nullptr};
-  size_t bytes() const;
 };
 
 // The left operand packed once into row panels of panelHeight rows: panel p

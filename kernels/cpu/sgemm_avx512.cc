@@ -18,7 +18,14 @@ struct Avx512 {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
-  static float sum(V v) { return _mm512_reduce_add_ps(v); }
+  static float sum(V v) { // via memory: GCC 12's lane-extract intrinsics warn (-Wmaybe-uninitialized)
+    alignas(64) float t[16];
+    _mm512_store_ps(t, v);
+    __m128 s = _mm_add_ps(_mm_add_ps(_mm_load_ps(t), _mm_load_ps(t + 4)),
+                          _mm_add_ps(_mm_load_ps(t + 8), _mm_load_ps(t + 12)));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+  }
 };
 
 } // namespace

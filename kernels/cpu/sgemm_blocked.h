@@ -19,12 +19,12 @@ template <class Vec, int MR> struct Blocked {
   // (192 KiB) stays in L2; NC x KC of B (1 MiB) in L2 or L3. On the dev VM
   // (bench/gemm) KC 128-256 and NC 512-2048 were within its run-to-run noise.
   static constexpr int64_t KC = 256, MC = MR * 16, NC = 1024;
-  // Not std::min: an inline function with external linkage compiled here
-  // with -mavx512f could be the copy the linker keeps for every caller.
   // Up to this many rows of A, a row-major B is read in place. Measured on
   // bench/gemm (AVX-512): m=64 conv 90 vs 52 GFLOP/s, m=1 19 vs 3 in place;
   // m=256..512 lost 15-25% in place, where B's rows are far apart.
   static constexpr int64_t kDirectRows = 64;
+  // Not std::min: an inline function with external linkage compiled here
+  // with -mavx512f could be the copy the linker keeps for every caller.
   static int64_t lo(int64_t x, int64_t y) { return x < y ? x : y; }
 
   template <int R>
@@ -150,8 +150,10 @@ template <class Vec, int MR> struct Blocked {
   // tile 2W wide would waste most of its lanes, and packing A (m x k) would
   // cost more than the arithmetic. op(B)'s n columns are copied to a small
   // buffer; A is read in place, vectorized along its contiguous direction.
-  template <int N> static void skinnyFixed(const AOperand &a, int64_t m, int64_t k, float alpha, const float *bk,
-                                           const float *bt, float beta, float *c, int64_t ldc) {
+  // ob is op(B)'s N columns from gatherSkinnyB: k rows of N when A is stored
+  // transposed, else N rows of k.
+  template <int N> static void skinnyFixed(const AOperand &a, int64_t m, int64_t k, float alpha, const float *ob,
+                                           float beta, float *c, int64_t ldc) {
     if (a.ta) { // A stored k x m: W rows of op(A) per vector, N accumulators
       alignas(64) float tmp[N * W];
       for (int64_t i0 = 0; i0 < m; i0 += W) {
@@ -162,7 +164,7 @@ template <class Vec, int MR> struct Blocked {
         for (int64_t p = 0; p < k; ++p) {
           typename Vec::V av = rows == W ? Vec::load(a.a + p * a.lda + i0) : Vec::loadN(a.a + p * a.lda + i0, rows);
 #pragma GCC unroll 16
-          for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::set1(bk[p * N + j]), acc[j]);
+          for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::set1(ob[p * N + j]), acc[j]);
         }
 #pragma GCC unroll 16
         for (int j = 0; j < N; ++j) Vec::store(tmp + j * W, acc[j]);
@@ -183,13 +185,13 @@ template <class Vec, int MR> struct Blocked {
       for (; p + W <= k; p += W) {
         typename Vec::V av = Vec::load(ai + p);
 #pragma GCC unroll 16
-        for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::load(bt + j * k + p), acc[j]);
+        for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::load(ob + j * k + p), acc[j]);
       }
       if (p < k) {
         int rest = int(k - p);
         typename Vec::V av = Vec::loadN(ai + p, rest);
 #pragma GCC unroll 16
-        for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::loadN(bt + j * k + p, rest), acc[j]);
+        for (int j = 0; j < N; ++j) acc[j] = Vec::fmadd(av, Vec::loadN(ob + j * k + p, rest), acc[j]);
       }
       for (int j = 0; j < N; ++j) {
         float *cij = c + i * ldc + j;
@@ -199,16 +201,15 @@ template <class Vec, int MR> struct Blocked {
   }
 
   template <int... Ns>
-  static void skinny(int n, const AOperand &a, int64_t m, int64_t k, float alpha, const float *bk, const float *bt,
-                     float beta, float *c, int64_t ldc, std::integer_sequence<int, Ns...>) {
-    using Fn = void (*)(const AOperand &, int64_t, int64_t, float, const float *, const float *, float, float *,
-                        int64_t);
+  static void skinny(int n, const AOperand &a, int64_t m, int64_t k, float alpha, const float *ob, float beta,
+                     float *c, int64_t ldc, std::integer_sequence<int, Ns...>) {
+    using Fn = void (*)(const AOperand &, int64_t, int64_t, float, const float *, float, float *, int64_t);
     static constexpr Fn fns[] = {&skinnyFixed<Ns + 1>...};
-    fns[n - 1](a, m, k, alpha, bk, bt, beta, c, ldc);
+    fns[n - 1](a, m, k, alpha, ob, beta, c, ldc);
   }
 
-  // op(B)[p][j0 + j] for the skinny kernels: bk as k rows of n (ta), or bt as
-  // n rows of k (A row-major).
+  // op(B)[p][j0 + j] for the skinny kernels: k rows of n, or n rows of k
+  // when `transposed` (A row-major).
   static void gatherSkinnyB(const BOperand &b, int64_t j0, int64_t n, int64_t k, bool transposed, float *dst) {
     for (int64_t p = 0; p < k; ++p)
       for (int64_t j = 0; j < n; ++j) {
@@ -224,7 +225,7 @@ template <class Vec, int MR> struct Blocked {
     if (n <= W && k > 0 && !a.packed && size_t(n * k) <= size_t(NC * KC)) {
       float *buf = threadBuffer(size_t(NC * KC), 1);
       gatherSkinnyB(b, j0, n, k, !a.ta, buf);
-      skinny(int(n), a, m, k, alpha, buf, buf, beta, c, ldc, std::make_integer_sequence<int, W>());
+      skinny(int(n), a, m, k, alpha, buf, beta, c, ldc, std::make_integer_sequence<int, W>());
       return;
     }
     if (k == 0) { // nothing to multiply: C = beta * C

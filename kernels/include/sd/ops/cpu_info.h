@@ -5,6 +5,8 @@
 
 namespace sd {
 
+// A feature counts when the CPU has it and the OS saves its registers on a
+// context switch (XCR0), i.e. when code may use it.
 struct CpuInfo {
   std::string model; // the brand string, e.g. "AMD EPYC 9654 96-Core Processor"
   bool avx2 = false, fma = false, avx512f = false, avx512bf16 = false, amxTile = false;
