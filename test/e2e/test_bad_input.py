@@ -253,6 +253,13 @@ def main():
     expect_clean_error("inspect of a corrupt plan", [sdrun, "inspect", os.path.join(tmp, "corrupt.sdp")],
                        ["corrupt.sdp"])
     expect_clean_error("bench with bad iterations", [sdrun, "bench", plan, "--iterations", "zero"], ["--iterations"])
+    # inspect --cpu with a bad plan or flag: the error alone, no CPU report before it.
+    for label, cmd, needle in [("inspect --cpu of a corrupt plan", [sdrun, "inspect", "--cpu",
+                                                                      os.path.join(tmp, "corrupt.sdp")], "corrupt.sdp"),
+                               ("inspect --cpu with an unknown flag", [sdrun, "inspect", "--cpu", "--bogus"], "--bogus")]:
+        problems, _ = clean_error_problems(cmd, [needle])
+        out = subprocess.run(cmd, capture_output=True, text=True).stdout
+        RESULTS.append((label, problems + ([f"printed before the error: {out[:80]!r}"] if out else [])))
 
     failed = 0
     for name, problems in RESULTS:

@@ -276,16 +276,14 @@ int inspectCommand(const std::vector<std::string> &all) {
   std::vector<std::string> args;
   bool cpu = false;
   for (auto &a : all) (a == "--cpu" ? cpu = true : (args.push_back(a), false));
-  if (cpu) {
-    printCpuReport();
-    if (args.empty()) return 0;
-  }
+  if (cpu && args.empty()) return printCpuReport(), 0;
   if (!parseFlags(args, {}, f, err)) {
     if (!f.help) return fail(err + " (see sdrun inspect --help)");
   }
   if (f.help) return std::fputs(kInspectUsage, stdout), 0;
   auto plan = loadPlan(f.plan);
   if (!plan.isOk()) return fail(plan.status().message());
+  if (cpu) printCpuReport(); // only once the arguments are known good: no output before an error
   const sd::Plan &p = *plan.value();
   std::string sha;
   for (uint8_t b : p.sourceSha256) {
