@@ -12,7 +12,7 @@
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
-#include "sd/runtime/json.h"
+#include "sd/format/json.h"
 
 namespace sd {
 

@@ -6,8 +6,8 @@
 #include "Passes.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
-#include "sd/runtime/adapter.h"
-#include "sd/runtime/safetensors.h"
+#include "sd/format/peft.h"
+#include "sd/format/safetensors.h"
 #include <cmath>
 #include <cstring>
 #include <map>

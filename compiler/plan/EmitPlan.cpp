@@ -6,10 +6,10 @@
 #include "plan_generated.h"
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
-#include "sd/runtime/crc32c.h"
-#include "sd/runtime/json.h"
-#include "sd/runtime/safetensors.h"
-#include "sd/runtime/plan.h"
+#include "sd/format/crc32c.h"
+#include "sd/format/json.h"
+#include "sd/format/safetensors.h"
+#include "sd/format/plan_format.h"
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -32,14 +32,6 @@ struct GlobalData {
   uint64_t offset = 0;
 };
 
-GlobalRole roleOf(StringRef r) {
-  if (r == "trainable") return GlobalRole::Trainable;
-  if (r == "optimizer_state") return GlobalRole::OptimizerState;
-  if (r == "scalar_state") return GlobalRole::ScalarState;
-  if (r == "constant") return GlobalRole::Constant;
-  if (r == "gradient") return GlobalRole::Gradient;
-  return GlobalRole::Frozen;
-}
 
 
 // Streams bytes to a temp file, tracking CRC and position; renames on commit.
@@ -91,7 +83,12 @@ LogicalResult collectGlobals(ModuleOp module, std::vector<GlobalData> &out, llvm
     TensorInfo info = toTensorInfo(g.getType());
     d.dtype = info.dtype;
     d.dims = info.dims;
-    d.role = roleOf(g.getRole());
+    std::optional<GlobalRole> role = parseGlobalRole(g.getRole());
+    if (!role) {
+      error = "global '" + d.name + "' has unknown role '" + g.getRole().str() + "'";
+      return failure();
+    }
+    d.role = *role;
     d.size = size_t(product(d.dims)) * dtypeSize(d.dtype);
     if (auto init = g.getInitialValueAttr()) {
       auto res = dyn_cast<DenseResourceElementsAttr>(init);

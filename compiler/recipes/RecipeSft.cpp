@@ -1,5 +1,6 @@
 // sd-recipe-sft: the supervised fine-tuning loss, appended as sd ops to a
 // clone of the model's forward (so autodiff differentiates it like the rest).
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
@@ -53,15 +54,15 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
     ModuleOp module = getOperation();
     func::FuncOp infer;
     for (auto f : module.getOps<func::FuncOp>())
-      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == "infer") infer = f;
+      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kInfer) infer = f;
     if (!infer) {
       module.emitError("the model has no infer entry to build a training recipe on");
       return signalPassFailure();
     }
     OpBuilder b(infer);
     auto eval = cast<func::FuncOp>(b.clone(*infer));
-    eval.setName("eval_step");
-    eval->setAttr("sd.entry", b.getStringAttr("eval_step"));
+    eval.setName(sd::abi::kEvalStep);
+    eval->setAttr("sd.entry", b.getStringAttr(sd::abi::kEvalStep));
     if (failed(lossOutput.empty() ? appendCrossEntropy(eval) : useModelLoss(eval))) return signalPassFailure();
   }
 
@@ -108,7 +109,7 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
     // sdrun train feeds the data's token ids to this input, whatever it is called.
     f->getParentOfType<ModuleOp>()->setAttr("sd.token_input", StringAttr::get(f.getContext(), argName(f, tokenArg)));
     SmallVector<NamedAttribute> argAttrs = {
-        NamedAttribute(StringAttr::get(f.getContext(), "sd.name"), StringAttr::get(f.getContext(), "labels"))};
+        NamedAttribute(StringAttr::get(f.getContext(), "sd.name"), StringAttr::get(f.getContext(), sd::abi::kLabels))};
     if (auto params = f.getArgAttr(tokenArg, "sd.dim_params"))
       argAttrs.push_back(NamedAttribute(StringAttr::get(f.getContext(), "sd.dim_params"), params));
     unsigned labelsIndex = f.getNumArguments();
@@ -168,7 +169,7 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
     b.create<func::ReturnOp>(ret.getLoc(), ValueRange{loss, tokens});
     ret.erase();
     f.setType(FunctionType::get(f.getContext(), f.getArgumentTypes(), {loss.getType(), tokens.getType()}));
-    f->setAttr("sd.output_names", b.getStrArrayAttr({"loss_sum", "tokens"}));
+    f->setAttr("sd.output_names", b.getStrArrayAttr({sd::abi::kLossSum, sd::abi::kTokens}));
     return success();
   }
 };

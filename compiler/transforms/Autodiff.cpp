@@ -1,6 +1,7 @@
 // sd-autodiff: reverse-mode differentiation of each eval_step into an
 // accumulate entry that adds the loss gradient into per-parameter gradient
 // globals. Rules come from the ops' DifferentiableOpInterface models.
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
@@ -16,22 +17,21 @@ using namespace sd::ir;
 
 namespace {
 
-constexpr const char *kTokensGlobal = "tokens_seen";
 
 struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> evals;
     for (auto f : module.getOps<func::FuncOp>())
-      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == "eval_step") evals.push_back(f);
+      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kEvalStep) evals.push_back(f);
     if (evals.empty()) return;
     for (func::FuncOp eval : evals) {
       OpBuilder b(module.getContext());
       b.setInsertionPointAfter(eval);
       auto acc = cast<func::FuncOp>(b.clone(*eval));
       std::string name = eval.getName().str();
-      acc.setName("accumulate" + name.substr(std::string("eval_step").size()));
-      acc->setAttr("sd.entry", b.getStringAttr("accumulate"));
+      acc.setName(sd::abi::kAccumulate + name.substr(std::string_view(sd::abi::kEvalStep).size()));
+      acc->setAttr("sd.entry", b.getStringAttr(sd::abi::kAccumulate));
       if (failed(differentiate(module, acc))) return signalPassFailure();
     }
     // Trainable globals no gradient reaches (a registered causal mask, an
@@ -123,11 +123,11 @@ struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
     };
     for (auto &[name, g] : globalGrads) {
       GlobalOp param = globalNamed(module, name);
-      GlobalOp grad = sd::getOrCreateGlobal(module, ("grad/" + name).str(), param.getType(), "gradient");
+      GlobalOp grad = sd::getOrCreateGlobal(module, sd::abi::gradientOf(name), param.getType(), "gradient");
       if (failed(accumulateInto(grad, g))) return failure();
       withGradient.insert(name.str());
     }
-    GlobalOp seen = sd::getOrCreateGlobal(module, kTokensGlobal, tokens.getType(), "scalar_state");
+    GlobalOp seen = sd::getOrCreateGlobal(module, sd::abi::kTokensSeen, tokens.getType(), "scalar_state");
     if (seen.getType() != tokens.getType()) return f.emitError("token count must be a float scalar");
     return accumulateInto(seen, tokens);
   }

@@ -5,6 +5,7 @@
 // is in cache instead of in separate passes over the whole tensor. Training
 // entries keep the separate ops (their backward reads the intermediates).
 // Each intermediate must have the chain as its only user.
+#include "sd/format/training_abi.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
@@ -61,7 +62,7 @@ struct FuseConvEpiloguePass : sd::impl::FuseConvEpilogueBase<FuseConvEpiloguePas
     SmallVector<ConvOp> convs;
     getOperation().walk([&](func::FuncOp f) {
       auto entry = f->getAttrOfType<StringAttr>("sd.entry");
-      if (entry && entry.getValue() == "infer") f.walk([&](ConvOp c) { convs.push_back(c); });
+      if (entry && entry.getValue() == sd::abi::kInfer) f.walk([&](ConvOp c) { convs.push_back(c); });
     });
     for (ConvOp conv : convs) tryFuse(conv);
   }

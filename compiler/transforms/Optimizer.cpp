@@ -1,5 +1,6 @@
 // sd-optimizer: the apply entry (one optimizer step over the accumulated
 // gradients) and train_step = accumulate followed by apply, per bucket.
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
@@ -22,7 +23,7 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     ModuleOp module = getOperation();
     SmallVector<func::FuncOp> accs;
     for (auto f : module.getOps<func::FuncOp>())
-      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == "accumulate") accs.push_back(f);
+      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kAccumulate) accs.push_back(f);
     if (accs.empty()) return;
     if (optimizer != "adamw" && optimizer != "sgd") {
       module.emitError() << "unknown optimizer '" << optimizer << "' (adamw, sgd)";
@@ -42,12 +43,12 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     OpBuilder b(ctx);
     b.setInsertionPointToEnd(module.getBody());
     Location loc = NameLoc::get(b.getStringAttr("optimizer"));
-    auto fn = b.create<func::FuncOp>(loc, "apply",
+    auto fn = b.create<func::FuncOp>(loc, sd::abi::kApply,
                                      b.getFunctionType({scalarType, scalarType, scalarType}, {scalarType}));
-    fn->setAttr("sd.entry", b.getStringAttr("apply"));
+    fn->setAttr("sd.entry", b.getStringAttr(sd::abi::kApply));
     fn->setAttr("sd.bucket", b.getDictionaryAttr({}));
-    fn->setAttr("sd.output_names", b.getStrArrayAttr({"grad_norm"}));
-    const char *argNames[] = {"lr", "weight_decay", "max_grad_norm"};
+    fn->setAttr("sd.output_names", b.getStrArrayAttr({sd::abi::kGradNorm}));
+    const char *argNames[] = {sd::abi::kLr, sd::abi::kWeightDecay, sd::abi::kMaxGradNorm};
     Block *body = fn.addEntryBlock();
     for (unsigned i = 0; i < 3; ++i) fn.setArgAttr(i, "sd.name", b.getStringAttr(argNames[i]));
     b.setInsertionPointToStart(body);
@@ -56,12 +57,12 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(loc, gl.getType(), gl.getSymName()).getResult(); };
     auto store = [&](Value v, GlobalOp gl) { b.create<GlobalStoreOp>(loc, gl.getSymName(), v); };
 
-    GlobalOp tokensSeen = sd::getOrCreateGlobal(module, "tokens_seen", scalarType, "scalar_state");
-    GlobalOp step = sd::getOrCreateGlobal(module, "optimizer_step", scalarType, "scalar_state");
+    GlobalOp tokensSeen = sd::getOrCreateGlobal(module, sd::abi::kTokensSeen, scalarType, "scalar_state");
+    GlobalOp step = sd::getOrCreateGlobal(module, sd::abi::kOptimizerStep, scalarType, "scalar_state");
     SmallVector<GlobalOp> gradGlobals;
     SmallVector<Value> gradValues = {load(tokensSeen), maxNorm};
     for (GlobalOp p : params) {
-      gradGlobals.push_back(sd::getOrCreateGlobal(module, ("grad/" + p.getSymName()).str(), p.getType(), "gradient"));
+      gradGlobals.push_back(sd::getOrCreateGlobal(module, sd::abi::gradientOf(p.getSymName()), p.getType(), "gradient"));
       gradValues.push_back(load(gradGlobals.back()));
     }
     Operation *scale = g.op<GradScaleOp>(gradValues, {}, 2);
@@ -73,8 +74,8 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
       int64_t decay = cast<RankedTensorType>(p.getType()).getRank() >= 2;
       Value grad = gradValues[i + 2];
       if (optimizer == "adamw") {
-        GlobalOp m = sd::getOrCreateGlobal(module, ("adamw.exp_avg/" + p.getSymName()).str(), p.getType(), "optimizer_state");
-        GlobalOp v = sd::getOrCreateGlobal(module, ("adamw.exp_avg_sq/" + p.getSymName()).str(), p.getType(), "optimizer_state");
+        GlobalOp m = sd::getOrCreateGlobal(module, sd::abi::kAdamExpAvgPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
+        GlobalOp v = sd::getOrCreateGlobal(module, sd::abi::kAdamExpAvgSqPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
         Operation *u = g.op<AdamWOp>(
             {load(p), grad, load(m), load(v), newStep, lr, wd, scale->getResult(0)},
             {b.getNamedAttr("beta1", b.getF64FloatAttr(beta1)), b.getNamedAttr("beta2", b.getF64FloatAttr(beta2)),
@@ -86,7 +87,7 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
         store(u->getResult(2), v);
         store(u->getResult(3), gradGlobals[i]);
       } else {
-        GlobalOp buf = sd::getOrCreateGlobal(module, ("sgd.momentum/" + p.getSymName()).str(), p.getType(), "optimizer_state");
+        GlobalOp buf = sd::getOrCreateGlobal(module, sd::abi::kSgdMomentumPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
         Operation *u = g.op<SGDOp>({load(p), grad, load(buf), newStep, lr, wd, scale->getResult(0)},
                                    {b.getNamedAttr("momentum", b.getF64FloatAttr(momentum)),
                                     g.attr("nesterov", int64_t(nesterov)), g.attr("decay", decay)},
@@ -107,8 +108,8 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     OpBuilder b(acc);
     b.setInsertionPointAfter(acc);
     auto step = cast<func::FuncOp>(b.clone(*acc));
-    step.setName("train_step" + acc.getName().substr(std::string("accumulate").size()).str());
-    step->setAttr("sd.entry", b.getStringAttr("train_step"));
+    step.setName(sd::abi::kTrainStep + acc.getName().substr(std::string_view(sd::abi::kAccumulate).size()).str());
+    step->setAttr("sd.entry", b.getStringAttr(sd::abi::kTrainStep));
     Block &body = step.getBody().front();
     IRMapping map;
     unsigned first = step.getNumArguments();
@@ -131,7 +132,7 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     SmallVector<Type> types;
     for (Value v : results) types.push_back(v.getType());
     step.setType(FunctionType::get(step.getContext(), step.getArgumentTypes(), types));
-    step->setAttr("sd.output_names", b.getStrArrayAttr({"loss_sum", "tokens", "grad_norm"}));
+    step->setAttr("sd.output_names", b.getStrArrayAttr({sd::abi::kLossSum, sd::abi::kTokens, sd::abi::kGradNorm}));
   }
 };
 

@@ -7,6 +7,7 @@
 // query to the keys of its own sequence. So a packed row computes exactly what
 // its sequences would compute one by one, without a [seq, seq] mask tensor.
 // A model that already takes `position_ids` keeps that input.
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 
@@ -20,7 +21,6 @@ using namespace sd::ir;
 
 namespace {
 
-constexpr llvm::StringLiteral kPositionIds = "position_ids";
 
 // indices is the constant 0, 1, ..., seq-1 (shape [seq] or [1, seq]).
 bool isArange(Value indices, int64_t seq) {
@@ -40,7 +40,7 @@ bool isArange(Value indices, int64_t seq) {
 struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
   void runOnOperation() override {
     for (auto f : getOperation().getOps<func::FuncOp>())
-      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == "eval_step" && failed(pack(f)))
+      if (sd::isEntry(f) && f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kEvalStep && failed(pack(f)))
         return signalPassFailure();
   }
 
@@ -48,8 +48,8 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
     int labelsArg = -1, positionsArg = -1;
     for (unsigned i = 0; i < f.getNumArguments(); ++i) {
       auto name = f.getArgAttrOfType<StringAttr>(i, "sd.name");
-      if (name && name.getValue() == "labels") labelsArg = int(i);
-      if (name && name.getValue() == kPositionIds) positionsArg = int(i);
+      if (name && name.getValue() == sd::abi::kLabels) labelsArg = int(i);
+      if (name && name.getValue() == sd::abi::kPositionIds) positionsArg = int(i);
     }
     if (labelsArg < 0) return f.emitError("--packing needs the sft recipe's [batch, seq] labels input");
     auto rowType = cast<RankedTensorType>(f.getArgument(unsigned(labelsArg)).getType());
@@ -76,7 +76,7 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
     auto positionsType = RankedTensorType::get({batch, seq}, b.getI64Type());
     if (positionsArg < 0) {
       positionsArg = int(f.getNumArguments());
-      NamedAttribute name(b.getStringAttr("sd.name"), b.getStringAttr(kPositionIds));
+      NamedAttribute name(b.getStringAttr("sd.name"), b.getStringAttr(sd::abi::kPositionIds));
       f.insertArgument(unsigned(positionsArg), positionsType, b.getDictionaryAttr({name}), f.getLoc());
       if (failed(replacePositionLookups(f, f.getArgument(unsigned(positionsArg)), seq))) return failure();
     } else if (f.getArgument(unsigned(positionsArg)).getType() != positionsType) {

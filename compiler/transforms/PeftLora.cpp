@@ -1,9 +1,9 @@
 // sd-peft-lora: low-rank adapters on the sd.linear modules PEFT would match.
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
-#include "sd/runtime/adapter.h"
-#include "sd/runtime/plan.h"
+#include "sd/format/peft.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include <cmath>
@@ -150,7 +150,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     };
     Value x = l.getInput();
     if (dropout > 0) {
-      GlobalOp state = sd::getOrCreateGlobal(module, sd::kDropoutRngGlobal,
+      GlobalOp state = sd::getOrCreateGlobal(module, sd::abi::kDropoutRng,
                                              RankedTensorType::get({2}, b.getI64Type()), "scalar_state");
       Value rngState = b.create<GlobalLoadOp>(l.getLoc(), state.getType(), state.getSymName());
       x = g.make<SeededDropoutOp>({x, rngState}, {b.getNamedAttr("ratio", b.getF32FloatAttr(float(dropout))),

@@ -1,4 +1,5 @@
 // sd-specialize: clone each entry once per shape bucket with static inputs.
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
@@ -103,7 +104,7 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
       if (sd::isEntry(f) && !f->hasAttr("sd.bucket")) entries.push_back(f);
     std::set<std::string> usedShapes, usedDims;
     for (func::FuncOp f : entries) {
-      BucketSpec &use = f->getAttrOfType<StringAttr>("sd.entry").getValue() == "infer" ? inferSpec : spec;
+      BucketSpec &use = f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kInfer ? inferSpec : spec;
       for (size_t b = 0; b < use.buckets; ++b)
         if (failed(specialize(f, b, use, usedShapes, usedDims)))
           return signalPassFailure();
@@ -195,7 +196,7 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
       }
       // Inference plans may carry empty tensors (ONNX's own tests do), but a
       // training step over zero rows or zero positions has nothing to learn from.
-      if (entry != "infer")
+      if (entry != sd::abi::kInfer)
         for (size_t d = 0; d < shape.size(); ++d)
           if (shape[d] == 0)
             return f.emitError() << "input '" << name << "' dim " << d << " is 0 in a training bucket; give "

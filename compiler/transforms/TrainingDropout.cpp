@@ -4,10 +4,10 @@
 // micro-batch draws fresh masks and the backward pass, reading the same
 // [seed, counter] value, regenerates the forward's. In every other entry
 // (eval_step, infer) dropout is the identity and is removed.
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
-#include "sd/runtime/plan.h"
 
 namespace sd {
 #define GEN_PASS_DEF_TRAININGDROPOUT
@@ -27,7 +27,7 @@ struct TrainingDropoutPass : sd::impl::TrainingDropoutBase<TrainingDropoutPass> 
       SmallVector<SeededDropoutOp> drops;
       f.walk([&](SeededDropoutOp d) { drops.push_back(d); });
       if (drops.empty()) continue;
-      if (f->getAttrOfType<StringAttr>("sd.entry").getValue() == "accumulate") {
+      if (f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kAccumulate) {
         if (failed(advanceCounter(module, f))) return signalPassFailure();
         continue;
       }
@@ -42,8 +42,8 @@ struct TrainingDropoutPass : sd::impl::TrainingDropoutBase<TrainingDropoutPass> 
 
   // dropout_rng[1] += 1 just before the return, after every read of it.
   LogicalResult advanceCounter(ModuleOp module, func::FuncOp f) {
-    auto global = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, sd::kDropoutRngGlobal));
-    if (!global) return f.emitError("seeded_dropout without the ") << sd::kDropoutRngGlobal << " state global";
+    auto global = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, sd::abi::kDropoutRng));
+    if (!global) return f.emitError("seeded_dropout without the ") << sd::abi::kDropoutRng << " state global";
     Operation *ret = f.getBody().front().getTerminator();
     OpBuilder b(ret);
     GradBuilder g(b, f.getLoc());

@@ -2,6 +2,7 @@
 #include "SDDialect.h"
 #include "OpLibraryBridge.h"
 #include "vjp/GradBuilder.h"
+#include "sd/format/plan_format.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
@@ -29,13 +30,8 @@ Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, T
   return nullptr;
 }
 
-static bool isKnownRole(StringRef r) {
-  return r == "frozen" || r == "trainable" || r == "optimizer_state" || r == "scalar_state" || r == "constant" ||
-         r == "gradient";
-}
-
 LogicalResult GlobalOp::verify() {
-  if (!isKnownRole(getRole())) return emitOpError("unknown role '") << getRole() << "'";
+  if (!sd::parseGlobalRole(getRole())) return emitOpError("unknown role '") << getRole() << "'";
   auto type = dyn_cast<RankedTensorType>(getType());
   if (!type || !type.hasStaticShape()) return emitOpError("type must be a statically shaped tensor");
   if (!toDType(type.getElementType())) return emitOpError("element type ") << type.getElementType() << " is not supported";

@@ -1,8 +1,8 @@
 // Crash-safe training checkpoints.
 #include "sd/runtime/checkpoint.h"
-#include "sd/runtime/crc32c.h"
-#include "sd/runtime/json.h"
-#include "sd/runtime/safetensors.h"
+#include "sd/format/crc32c.h"
+#include "sd/format/json.h"
+#include "sd/format/safetensors.h"
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>

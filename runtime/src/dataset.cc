@@ -1,6 +1,6 @@
 // JSON Lines training data.
 #include "sd/runtime/dataset.h"
-#include "sd/runtime/json.h"
+#include "sd/format/json.h"
 #include <cmath>
 #include <fstream>
 #include <numeric>

@@ -2,10 +2,10 @@
 // FlatBuffer verifier, the verifier before any field is read, and structural
 // checks (indices, sizes, shape rules) before anything is decoded for use.
 #include "sd/runtime/plan.h"
-#include "sd/runtime/safetensors.h"
+#include "sd/format/safetensors.h"
 #include "plan_generated.h"
-#include "sd/runtime/crc32c.h"
-#include "sd/runtime/json.h"
+#include "sd/format/crc32c.h"
+#include "sd/format/json.h"
 #include <algorithm>
 #include <cstring>
 #include <fcntl.h>
@@ -45,18 +45,6 @@ public:
   const uint8_t *data = nullptr;
   size_t size = 0;
 };
-
-const char *globalRoleName(GlobalRole r) {
-  switch (r) {
-  case GlobalRole::Frozen: return "frozen";
-  case GlobalRole::Trainable: return "trainable";
-  case GlobalRole::OptimizerState: return "optimizer_state";
-  case GlobalRole::ScalarState: return "scalar_state";
-  case GlobalRole::Constant: return "constant";
-  case GlobalRole::Gradient: return "gradient";
-  }
-  return "unknown";
-}
 
 Plan::~Plan() = default;
 
@@ -200,8 +188,9 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
       d.name = g->name()->str();
       d.dtype = DType(g->dtype());
       SD_RETURN_IF_ERROR(checkedBytes(d.dtype, g->dims(), d.dims, d.bytes).withContext(what + ": global '" + d.name + "': "));
-      if (int(g->role()) < 0 || int(g->role()) > 5) return bad("global '", d.name, "' has unknown role");
-      d.role = GlobalRole(g->role());
+      auto role = globalRoleFromByte(uint8_t(g->role()));
+      if (!role) return bad("global '", d.name, "' has unknown role ", int(g->role()));
+      d.role = *role;
       bool zeroInit = g->data_offset() < 0 && g->data_size() == 0 && d.bytes > 0;
       if (zeroInit && !isMutableRole(d.role)) return bad("global '", d.name, "' has no data");
       if (zeroInit) {

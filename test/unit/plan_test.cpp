@@ -3,7 +3,7 @@
 // deeper checks still keep corrupt plans from crashing the runtime.
 #include "Driver.h"
 #include "plan_generated.h"
-#include "sd/runtime/crc32c.h"
+#include "sd/format/crc32c.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include <cstring>

@@ -6,7 +6,7 @@
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
-#include "sd/runtime/tensor_io.h"
+#include "sd/format/tensor_io.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // sdrun subcommands.
 #pragma once
-#include "sd/ops/status.h"
+#include "sd/format/status.h"
 #include <string>
 #include <vector>
 

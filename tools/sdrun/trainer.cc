@@ -3,8 +3,8 @@
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/checkpoint.h"
 #include "sd/runtime/dataset.h"
-#include "sd/runtime/json.h"
-#include "sd/runtime/safetensors.h"
+#include "sd/format/json.h"
+#include "sd/format/safetensors.h"
 #include "sd/runtime/session.h"
 #include <algorithm>
 #include <chrono>

@@ -1,7 +1,7 @@
 // The training loop behind `sdrun train`.
 #pragma once
 #include "sd/runtime/plan.h"
-#include "sd/runtime/tensor_io.h"
+#include "sd/format/tensor_io.h"
 #include <cstdint>
 #include <string>
 

@@ -1,5 +1,6 @@
 // Walks an ONNX graph and builds the sd module: globals for weights, one
 // `infer` entry, a handler call per node.
+#include "sd/format/training_abi.h"
 #include "OnnxImporter.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
@@ -352,8 +353,8 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     args.push_back(&in);
     argDimParams.push_back(params);
   }
-  auto fn = b.create<func::FuncOp>(fileLoc, "infer", b.getFunctionType(argTypes, {}));
-  fn->setAttr("sd.entry", b.getStringAttr("infer"));
+  auto fn = b.create<func::FuncOp>(fileLoc, sd::abi::kInfer, b.getFunctionType(argTypes, {}));
+  fn->setAttr("sd.entry", b.getStringAttr(sd::abi::kInfer));
   Block *entry = fn.addEntryBlock();
   for (auto [i, in] : llvm::enumerate(args)) {
     fn.setArgAttr(unsigned(i), "sd.name", b.getStringAttr(in->name()));

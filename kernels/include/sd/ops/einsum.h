@@ -1,7 +1,7 @@
 // Einsum equation parsing shared by the shape rule and the kernel.
 #pragma once
-#include "sd/ops/status.h"
-#include "sd/ops/tensor.h"
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
 #include <string>
 #include <vector>
 

@@ -3,8 +3,8 @@
 // folding and execution share one definition of each op's semantics.
 #pragma once
 #include "sd/ops/attrs.h"
-#include "sd/ops/status.h"
-#include "sd/ops/tensor.h"
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
 #include <functional>
 #include <initializer_list>
 #include <map>

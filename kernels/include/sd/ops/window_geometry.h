@@ -3,8 +3,8 @@
 // agree on every output size.
 #pragma once
 #include "sd/ops/attrs.h"
-#include "sd/ops/status.h"
-#include "sd/ops/tensor.h"
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
 
 namespace sd {
 

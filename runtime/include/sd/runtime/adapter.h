@@ -1,41 +1,13 @@
-// LoRA adapters in Hugging Face PEFT's layout: DIR/adapter_config.json and
-// DIR/adapter_model.safetensors with keys
-// base_model.model.<module>.lora_A.weight ([r, in]) and .lora_B.weight ([out, r]),
-// so adapters move between sdrun and PEFT both ways.
+// LoRA adapters between a session and PEFT-layout folders (sd/format/peft.h).
 #pragma once
+#include "sd/format/peft.h"
 #include "sd/runtime/session.h"
-#include <cmath>
 #include <string>
-#include <vector>
 
 namespace sd {
 
-// PEFT's scaling of B A: alpha / r, or alpha / sqrt(r) with rsLoRA.
-inline double loraScale(double alpha, int64_t r, bool rslora) {
-  return alpha / (rslora ? std::sqrt(double(r)) : double(r));
-}
-
-struct LoraConfig {
-  int64_t r = 0;
-  double alpha = 0;
-  bool rslora = false;
-  double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
-  bool fanInFanOut = false; // the adapted weights are stored [in, out] (GPT-2's Conv1D)
-  std::vector<std::string> modules; // adapted sd.linear modules
-
-  double scale() const { return loraScale(alpha, r, rslora); }
-};
-
-// Key of a LoRA tensor in adapter_model.safetensors: "base_model.model." + name
-// (name = "<module>.lora_A.weight" / "<module>.lora_B.weight").
-std::string adapterKey(const std::string &name);
-
 // The LoRA configuration a plan was compiled with (from its config JSON).
-StatusOr<LoraConfig> loraConfigOf(const Plan &plan);
-// r, lora_alpha and use_rslora of DIR/adapter_config.json (modules stay empty).
-// Fields that would change the adapter's semantics beyond plain LoRA
-// (use_dora, modules_to_save, rank_pattern, ...) are an error naming the field.
-StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);
+inline StatusOr<LoraConfig> loraConfigOf(const Plan &plan) { return loraConfigFromPlanConfig(plan.config); }
 Status saveAdapter(const std::string &dir, const Session &session, const LoraConfig &cfg);
 // Checks rank, alpha and modules against the plan, every shape, and that no
 // tensor is missing or extra, before writing anything into the session.

@@ -2,7 +2,7 @@
 // or `text` (byte-level tokens, for 256-entry vocabularies). Every problem is
 // reported as one line naming the file and line.
 #pragma once
-#include "sd/ops/status.h"
+#include "sd/format/status.h"
 #include <cstdint>
 #include <string>
 #include <vector>

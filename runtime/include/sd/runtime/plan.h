@@ -2,24 +2,15 @@
 // the FlatBuffer, every index, offset and size, and re-runs each step's shape
 // rule; after that nothing reads the FlatBuffer again.
 #pragma once
+#include "sd/format/plan_format.h"
 #include "sd/ops/registry.h"
-#include "sd/ops/status.h"
+#include "sd/format/status.h"
 #include <memory>
 #include <string>
 #include <vector>
 
 namespace sd {
 
-constexpr uint32_t kPlanSchemaMajor = 1;
-constexpr uint32_t kPlanSchemaMinor = 2; // 1.1: Entry.tensor_bytes; 1.2: Gradient role, zero-initialized state
-constexpr char kPlanFooterMagic[4] = {'S', 'D', 'P', 'F'};
-constexpr size_t kPlanFooterSize = 16; // u64 flatbuffer size, u32 crc32c, magic
-constexpr size_t kWeightAlignment = 64;
-
-enum class GlobalRole : uint8_t { Frozen = 0, Trainable = 1, OptimizerState = 2, ScalarState = 3, Constant = 4, Gradient = 5 };
-// Roles whose values entries may write (and checkpoints save).
-inline bool isMutableRole(GlobalRole r) { return r != GlobalRole::Frozen && r != GlobalRole::Constant; }
-const char *globalRoleName(GlobalRole r);
 // The int64[2] scalar_state global [seed, counter] keying training-time
 // randomness (sd/ops/counter_rng.h): sdrun train sets the seed, each
 // accumulate call advances the counter, checkpoints save both.

@@ -2,7 +2,7 @@
 // sized by the largest entry; each step's kernel is resolved at creation.
 #pragma once
 #include "sd/runtime/plan.h"
-#include "sd/runtime/tensor_io.h"
+#include "sd/format/tensor_io.h"
 #include <memory>
 
 namespace sd {

@@ -1,5 +1,5 @@
 // Recursive-descent JSON parser with a depth limit.
-#include "sd/runtime/json.h"
+#include "sd/format/json.h"
 #include <cmath>
 #include <cstdlib>
 #include <cstring>

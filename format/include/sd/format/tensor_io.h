@@ -1,8 +1,8 @@
 // Host tensors and the file formats users hand to sdrun: ONNX TensorProto
 // (.pb, decoded here without libprotobuf) and NumPy .npy.
 #pragma once
-#include "sd/ops/status.h"
-#include "sd/ops/tensor.h"
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
 #include <string>
 #include <vector>
 

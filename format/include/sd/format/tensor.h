@@ -1,6 +1,6 @@
 // Shapes and tensor views: what shape rules reason about and kernels compute on.
 #pragma once
-#include "sd/ops/dtype.h"
+#include "sd/format/dtype.h"
 #include <cstdint>
 #include <string>
 #include <vector>

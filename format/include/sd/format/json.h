@@ -1,7 +1,7 @@
 // A small JSON reader and writer helpers: safetensors headers, data lines,
 // manifests. Depth- and size-limited so hostile input gets an error, not a crash.
 #pragma once
-#include "sd/ops/status.h"
+#include "sd/format/status.h"
 #include <map>
 #include <memory>
 #include <string>

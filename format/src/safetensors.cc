@@ -1,6 +1,6 @@
 // safetensors reader and atomic writer.
-#include "sd/runtime/safetensors.h"
-#include "sd/runtime/json.h"
+#include "sd/format/safetensors.h"
+#include "sd/format/json.h"
 #include <cstring>
 
 namespace sd {

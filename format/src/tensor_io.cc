@@ -1,5 +1,5 @@
 // TensorProto wire-format codec and .npy codec, with size checks on every read.
-#include "sd/runtime/tensor_io.h"
+#include "sd/format/tensor_io.h"
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>

@@ -1,9 +1,9 @@
 // safetensors files (weights, checkpoints, adapters): an 8-byte header length,
 // a JSON header {name: {dtype, shape, data_offsets}}, then the tensor bytes.
 #pragma once
-#include "sd/ops/status.h"
-#include "sd/ops/tensor.h"
-#include "sd/runtime/tensor_io.h"
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
+#include "sd/format/tensor_io.h"
 #include <map>
 #include <string>
 #include <vector>

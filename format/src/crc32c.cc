@@ -1,5 +1,5 @@
 // CRC32C with the SSE4.2 instruction when the CPU has it, else slicing-by-1 table.
-#include "sd/runtime/crc32c.h"
+#include "sd/format/crc32c.h"
 #include <cstring>
 
 namespace sd {

@@ -1,0 +1,46 @@
+// Every name that ties a training plan to its host: the entries the compiler's
+// training passes create, their scalar inputs and outputs, and the state
+// globals. The compiler writes these names and the runtime's trainer looks
+// them up, so both include this header and neither spells them itself.
+#pragma once
+#include <string>
+#include <string_view>
+
+namespace sd::abi {
+
+// Entries (the value of a function's sd.entry attribute and the plan entry name).
+constexpr const char *kInfer = "infer";          // the model's graph
+constexpr const char *kEvalStep = "eval_step";   // inputs + labels -> loss_sum, tokens
+constexpr const char *kAccumulate = "accumulate"; // eval_step + backward into the gradient globals
+constexpr const char *kApply = "apply";          // (lr, weight_decay, max_grad_norm) -> grad_norm
+constexpr const char *kTrainStep = "train_step"; // accumulate then apply: one micro-batch, one call
+
+// Inputs the training entries add to the model's own.
+constexpr const char *kLabels = "labels";            // int64 [batch, seq]; -100 = not counted
+constexpr const char *kPositionIds = "position_ids"; // int64 [batch, seq] in packed plans
+constexpr const char *kLr = "lr";                    // f32 scalars of apply / train_step
+constexpr const char *kWeightDecay = "weight_decay";
+constexpr const char *kMaxGradNorm = "max_grad_norm";
+// The token input of models that do not name theirs otherwise (plan config "token_input").
+constexpr const char *kDefaultTokenInput = "input_ids";
+
+// Outputs.
+constexpr const char *kLossSum = "loss_sum"; // f32: summed loss over counted tokens
+constexpr const char *kTokens = "tokens";    // f32: counted tokens
+constexpr const char *kGradNorm = "grad_norm";
+
+// State globals.
+constexpr const char *kTokensSeen = "tokens_seen";       // counted tokens of the open accumulation window
+constexpr const char *kOptimizerStep = "optimizer_step"; // optimizer steps done (AdamW bias correction)
+// int64[2] [seed, counter] keying training-time randomness (sd/ops/counter_rng.h):
+// the trainer sets the seed, each accumulate call advances the counter.
+constexpr const char *kDropoutRng = "dropout_rng";
+// Per-parameter state: prefix + parameter name.
+constexpr const char *kGradPrefix = "grad/";
+constexpr const char *kAdamExpAvgPrefix = "adamw.exp_avg/";
+constexpr const char *kAdamExpAvgSqPrefix = "adamw.exp_avg_sq/";
+constexpr const char *kSgdMomentumPrefix = "sgd.momentum/";
+
+inline std::string gradientOf(std::string_view param) { return kGradPrefix + std::string(param); }
+
+} // namespace sd::abi
