@@ -13,14 +13,17 @@ Status saveAdapter(const std::string &dir, const Session &session, const LoraCon
   ::mkdir(dir.c_str(), 0755);
   struct stat st;
   if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return sdError(dir, ": cannot create adapter folder");
-  std::vector<NamedTensor> tensors;
+  std::vector<HostTensor> values;
   for (const std::string &m : cfg.modules)
     for (const char *part : {kLoraASuffix, kLoraBSuffix}) {
       int64_t g = session.findGlobal(m + part);
       if (g < 0) return sdError("the plan has no global '", m, part, "'");
-      TensorView v = session.global(size_t(g));
-      tensors.push_back({adapterKey(m + part), v.dtype, v.dims, v.data, v.byteSize()});
+      auto v = session.readGlobal(size_t(g));
+      if (!v.isOk()) return v.status();
+      values.push_back(std::move(v.value()));
     }
+  std::vector<NamedTensor> tensors;
+  for (const HostTensor &v : values) tensors.push_back({adapterKey(v.name), v.dtype, v.dims, v.data.data(), v.byteSize()});
   SD_RETURN_IF_ERROR(writeSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}));
   SD_RETURN_IF_ERROR(writeFileAtomic(dir + "/adapter_config.json", adapterConfigJson(cfg)));
   return syncDirectory(dir);
@@ -58,7 +61,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   for (auto &[key, t] : file.value().tensors)
     if (!expected.count(key))
       return sdError(wPath, ": tensor '", key, "' targets a module the plan does not adapt");
-  for (auto &[g, t] : copies) std::memcpy(session.global(size_t(g)).data, t->data, t->bytes);
+  for (auto &[g, t] : copies) SD_RETURN_IF_ERROR(session.writeGlobal(size_t(g), t->data, t->bytes));
   return Status::ok();
 }
 

@@ -152,9 +152,29 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
   return Status::ok();
 }
 
-TensorView Session::global(size_t index) const {
-  const GlobalDesc &g = plan_->globals.at(index);
-  return TensorView{impl_->globalData[index], g.dtype, g.dims};
+Status Session::readGlobal(size_t index, void *dst, size_t bytes) const {
+  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  const GlobalDesc &g = plan_->globals[index];
+  if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the buffer ", bytes);
+  if (bytes) std::memcpy(dst, impl_->globalData[index], bytes);
+  return Status::ok();
+}
+
+Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
+  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  const GlobalDesc &g = plan_->globals[index];
+  if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
+  if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the data ", bytes);
+  if (bytes) std::memcpy(impl_->globalData[index], src, bytes);
+  return Status::ok();
+}
+
+StatusOr<HostTensor> Session::readGlobal(size_t index) const {
+  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  const GlobalDesc &g = plan_->globals[index];
+  HostTensor t{g.name, g.dtype, g.dims, std::vector<uint8_t>(g.bytes)};
+  SD_RETURN_IF_ERROR(readGlobal(index, t.data.data(), t.data.size()));
+  return t;
 }
 
 int64_t Session::findEntry(const std::string &name) const {

@@ -90,15 +90,21 @@ TEST_P(GradCheck, MatchesFiniteDifferences) {
     int64_t wi = s.findGlobal(in.name), gi = s.findGlobal("grad/" + in.name);
     ASSERT_GE(wi, 0);
     ASSERT_GE(gi, 0) << "no gradient global for " << in.name;
-    float *w = s.global(size_t(wi)).as<float>();
-    const float *g = s.global(size_t(gi)).as<float>();
+    auto wt = s.readGlobal(size_t(wi)), gt = s.readGlobal(size_t(gi));
+    ASSERT_TRUE(wt.isOk() && gt.isOk());
+    float *w = reinterpret_cast<float *>(wt.value().data.data());
+    const float *g = reinterpret_cast<const float *>(gt.value().data.data());
     for (int k = 0; k < in.count; ++k) {
       const float eps = 1e-2f, saved = w[k];
-      w[k] = saved + eps;
+      auto setW = [&](float v) {
+        w[k] = v;
+        ASSERT_TRUE(s.writeGlobal(size_t(wi), w, wt.value().byteSize()).isOk());
+      };
+      setW(saved + eps);
       float up = lossOf(s, eval, x);
-      w[k] = saved - eps;
+      setW(saved - eps);
       float down = lossOf(s, eval, x);
-      w[k] = saved;
+      setW(saved);
       float numeric = (up - down) / (2 * eps);
       EXPECT_NEAR(g[k], numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << c.name << ": d loss / d " << in.name << "[" << k << "]";
       ++checked;

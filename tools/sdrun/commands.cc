@@ -1,7 +1,7 @@
 // sdrun infer / bench / inspect.
 #include "commands.h"
 #include "flags.h"
-#include "trainer.h"
+#include "sd/train/trainer.h"
 #include "sd/ops/cpu_info.h"
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/plan.h"
@@ -219,7 +219,7 @@ int benchCommand(const std::vector<std::string> &args) {
     int64_t batch;
     if (!intFlag(f, "--batch", 0, 0, 1 << 20, batch, err)) return fail(err);
     size_t index = size_t(proto - plan.value()->entries.data());
-    if (auto s = trainInputsFromData(*plan.value(), index, f.values["--data"].back(), batch, inputs); !s.isOk())
+    if (auto s = sd::train::trainInputsFromData(*plan.value(), index, f.values["--data"].back(), batch, inputs); !s.isOk())
       return fail(s.message());
   } else if (f.values.count("--input-dir")) {
     if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());

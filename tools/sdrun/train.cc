@@ -1,9 +1,11 @@
-// sdrun train: runs a training plan's entries over JSON Lines data. The loop
-// is branch-free on the plan side: the host picks a bucket, pads the batch,
-// feeds lr/weight decay/clip as inputs, and counts optimizer steps.
+// sdrun train: flags, metrics file and progress around the runtime's trainer
+// (sd/train/trainer.h), which owns the loop.
 #include "commands.h"
 #include "flags.h"
-#include "trainer.h"
+#include "sd/runtime/adapter.h"
+#include "sd/train/trainer.h"
+#include <chrono>
+#include <unistd.h>
 #include <cmath>
 #include <cstdio>
 #include <sys/stat.h>
@@ -18,9 +20,14 @@ bool sameFile(const std::string &a, const std::string &b) {
          sa.st_dev == sb.st_dev && sa.st_ino == sb.st_ino;
 }
 
-} // namespace
+std::string formatDuration(double s) {
+  char buf[32];
+  int64_t t = int64_t(s + 0.5);
+  if (t >= 3600) std::snprintf(buf, sizeof buf, "%lld:%02lld:%02lld", (long long)(t / 3600), (long long)(t / 60 % 60), (long long)(t % 60));
+  else std::snprintf(buf, sizeof buf, "%lld:%02lld", (long long)(t / 60), (long long)(t % 60));
+  return buf;
+}
 
-namespace {
 
 const char *kTrainUsage =
     "usage: sdrun train PLAN.sdp --data FILE.jsonl [options]\n"
@@ -54,6 +61,91 @@ const char *kTrainUsage =
 
 } // namespace
 
+namespace {
+
+struct TrainOutputs {
+  std::string saveWeights, adapterOut, metricsPath;
+};
+
+// The metrics file (one JSON object per step and per eval) and the progress
+// line: a bar on a TTY, ten plain lines otherwise.
+class Progress {
+public:
+  ~Progress() {
+    if (metrics_) std::fclose(metrics_);
+  }
+  sd::Status open(const std::string &path, bool append) {
+    if (path.empty()) return sd::Status::ok();
+    metrics_ = std::fopen(path.c_str(), append ? "ab" : "wb");
+    if (!metrics_) return sd::sdError(path, ": cannot write");
+    return sd::Status::ok();
+  }
+  sd::Status report(const sd::train::StepReport &r, int64_t firstStep) {
+    if (metrics_) {
+      std::fprintf(metrics_,
+                   "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"tokens\":%.0f,"
+                   "\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f}\n",
+                   (long long)r.step, (long long)r.epoch, r.loss, r.lr, r.gradNorm, r.tokens, r.tokens / r.seconds,
+                   r.elapsedSeconds);
+      std::fflush(metrics_);
+    }
+    int64_t done = r.step - firstStep, left = r.total - r.step;
+    double eta = r.elapsedSeconds / double(done) * double(left);
+    if (tty_) {
+      int width = 24, filled = int(double(r.step) / double(r.total) * width);
+      std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.0f tok/s  ETA %s   ", (long long)r.step,
+                   (long long)r.total, std::string(size_t(filled), '#').c_str(),
+                   std::string(size_t(width - filled), '.').c_str(), r.loss, r.tokens / r.seconds,
+                   formatDuration(eta).c_str());
+    } else if (r.step == r.total || r.step % std::max<int64_t>(1, r.total / 10) == 0) {
+      std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g %.0f tok/s elapsed %s\n", (long long)r.step,
+                   (long long)r.total, r.loss, r.lr, r.tokens / r.seconds, formatDuration(r.elapsedSeconds).c_str());
+    }
+    if (r.evaluated) {
+      if (metrics_) std::fprintf(metrics_, "{\"step\":%lld,\"eval_loss\":%.8g}\n", (long long)r.step, r.evalLoss), std::fflush(metrics_);
+      std::fprintf(stderr, "%sstep %lld eval loss %.4f\n", tty_ ? "\n" : "", (long long)r.step, r.evalLoss);
+    }
+    return sd::Status::ok();
+  }
+  void finish() {
+    if (tty_) std::fputc('\n', stderr);
+  }
+
+private:
+  FILE *metrics_ = nullptr;
+  bool tty_ = ::isatty(2);
+};
+
+sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig &cfg, int64_t threads,
+                       const TrainOutputs &out) {
+  auto loaded = sd::Plan::loadFile(planPath);
+  if (!loaded.isOk()) return loaded.status();
+  std::shared_ptr<const sd::Plan> plan(std::move(loaded.value()));
+  if (!out.adapterOut.empty())
+    if (auto lora = sd::loraConfigOf(*plan); !lora.isOk()) return lora.status().withContext(planPath + ": ");
+  sd::SessionOptions sopts;
+  sopts.threads = int(threads);
+  auto session = sd::Session::create(plan, sopts);
+  if (!session.isOk()) return session.status();
+  auto made = sd::train::Trainer::create(*session.value(), cfg);
+  for (const std::string &n : made.isOk() ? made.value()->notes() : std::vector<std::string>{})
+    std::fprintf(stderr, "sdrun: note: %s\n", n.c_str());
+  if (!made.isOk()) return made.status();
+  sd::train::Trainer &trainer = *made.value();
+  if (!trainer.resumedFrom().empty())
+    std::fprintf(stderr, "sdrun: resuming from %s (step %lld)\n", trainer.resumedFrom().c_str(), (long long)trainer.step());
+  Progress progress;
+  SD_RETURN_IF_ERROR(progress.open(out.metricsPath, cfg.resume));
+  int64_t firstStep = trainer.step();
+  SD_RETURN_IF_ERROR(sd::train::trainToEnd(trainer, [&](const sd::train::StepReport &r) { return progress.report(r, firstStep); }));
+  progress.finish();
+  if (!out.saveWeights.empty()) SD_RETURN_IF_ERROR(trainer.saveWeights(out.saveWeights));
+  if (!out.adapterOut.empty()) SD_RETURN_IF_ERROR(trainer.saveAdapter(out.adapterOut));
+  return sd::Status::ok();
+}
+
+} // namespace
+
 int trainCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
@@ -66,44 +158,47 @@ int trainCommand(const std::vector<std::string> &args) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
   }
   if (f.help) return std::fputs(kTrainUsage, stdout), 0;
-  TrainOptions o;
-  o.planPath = f.plan;
+  sd::train::TrainConfig o;
+  TrainOutputs out;
+  o.planName = f.plan;
   o.dataPath = flagValue(f, "--data");
   if (o.dataPath.empty()) return fail("--data FILE.jsonl is required (see sdrun train --help)");
   o.evalPath = flagValue(f, "--eval-data");
   o.checkpointDir = flagValue(f, "--checkpoint-dir");
-  o.saveWeights = flagValue(f, "--save-weights");
-  o.metricsPath = flagValue(f, "--metrics");
+  out.saveWeights = flagValue(f, "--save-weights");
+  out.metricsPath = flagValue(f, "--metrics");
   o.adapterIn = flagValue(f, "--adapter");
-  o.adapterOut = flagValue(f, "--save-adapter");
-  o.schedule = flagValue(f, "--lr-schedule", "constant");
+  out.adapterOut = flagValue(f, "--save-adapter");
+  std::string schedule = flagValue(f, "--lr-schedule", "constant");
   o.shuffle = !hasFlag(f, "--no-shuffle");
   o.truncate = hasFlag(f, "--truncate");
   o.resume = hasFlag(f, "--resume");
-  int64_t seed = 0;
+  int64_t seed = 0, threads = 0;
   if (!intFlag(f, "--steps", 0, 1, int64_t(1) << 40, o.steps, err) ||
       !intFlag(f, "--epochs", 1, 1, 1000000, o.epochs, err) || !intFlag(f, "--batch", 0, 1, 1 << 20, o.batch, err) ||
       !intFlag(f, "--grad-accum", 1, 1, 1 << 20, o.gradAccum, err) ||
-      !intFlag(f, "--warmup-steps", 0, 0, int64_t(1) << 40, o.warmupSteps, err) ||
+      !intFlag(f, "--warmup-steps", 0, 0, int64_t(1) << 40, o.schedule.warmupSteps, err) ||
       !intFlag(f, "--seed", 0, 0, INT64_MAX, seed, err) ||
       !intFlag(f, "--eval-every", 0, 0, int64_t(1) << 40, o.evalEvery, err) ||
       !intFlag(f, "--checkpoint-every", 0, 0, int64_t(1) << 40, o.checkpointEvery, err) ||
-      !intFlag(f, "--threads", 0, 0, 1024, o.threads, err) || !numberFlag(f, "--lr", 1e-4, 0, 1e3, o.lr, err) ||
+      !intFlag(f, "--threads", 0, 0, 1024, threads, err) ||
+      !numberFlag(f, "--lr", 1e-4, 0, 1e3, o.schedule.peak, err) ||
       !numberFlag(f, "--weight-decay", 0, 0, 1e3, o.weightDecay, err) ||
       !numberFlag(f, "--clip-norm", 0, 0, 1e12, o.clipNorm, err))
     return fail(err);
   o.seed = uint64_t(seed);
-  if (o.schedule != "constant" && o.schedule != "cosine")
-    return fail("--lr-schedule takes 'constant' or 'cosine', got '" + o.schedule + "'");
+  auto kind = sd::train::parseScheduleKind(schedule);
+  if (!kind.isOk()) return fail("--lr-schedule takes 'constant' or 'cosine', got '" + schedule + "'");
+  o.schedule.kind = kind.value();
   if (o.resume && o.checkpointDir.empty()) return fail("--resume needs --checkpoint-dir DIR");
   if (hasFlag(f, "--checkpoint-every") && o.checkpointDir.empty()) return fail("--checkpoint-every needs --checkpoint-dir");
   if (hasFlag(f, "--eval-every") && o.evalPath.empty()) return fail("--eval-every needs --eval-data FILE");
   // Outputs must not overwrite inputs (opening --metrics truncates it).
-  for (const std::string &out : {o.metricsPath, o.saveWeights})
+  for (const std::string &written : {out.metricsPath, out.saveWeights})
     for (auto [flag, in] : {std::pair{"--data", o.dataPath}, {"--eval-data", o.evalPath}, {"the plan", f.plan}})
-      if (!out.empty() && sameFile(out, in))
-        return fail(out + " is both an output and " + flag + ": it would be overwritten");
-  sd::Status s = runTraining(o);
+      if (!written.empty() && sameFile(written, in))
+        return fail(written + " is both an output and " + flag + ": it would be overwritten");
+  sd::Status s = runTraining(f.plan, o, threads, out);
   if (!s.isOk()) return fail(s.message());
   return 0;
 }

@@ -21,9 +21,14 @@ public:
   // back in output order. Input dtypes and shapes must match the bucket.
   Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);
 
-  // The session's value of global `index` (mutable state is its own copy, so
-  // checkpoints and adapter files read and write through this view).
-  TensorView global(size_t index) const;
+  // Global state goes in and out through copies, never through pointers into
+  // the session: on a device the values live in device memory. `bytes` must
+  // equal the global's size; only mutable roles (parameters, optimizer state,
+  // gradients, scalar state) can be written.
+  Status readGlobal(size_t index, void *dst, size_t bytes) const;
+  Status writeGlobal(size_t index, const void *src, size_t bytes);
+  // Global `index` as a host tensor (a copy).
+  StatusOr<HostTensor> readGlobal(size_t index) const;
   // Index of the entry or global called `name`, or -1.
   int64_t findEntry(const std::string &name) const;
   int64_t findGlobal(const std::string &name) const;

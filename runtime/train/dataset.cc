@@ -1,5 +1,5 @@
 // JSON Lines training data.
-#include "sd/runtime/dataset.h"
+#include "sd/train/dataset.h"
 #include "sd/format/json.h"
 #include <cmath>
 #include <fstream>

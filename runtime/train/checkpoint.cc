@@ -1,5 +1,5 @@
 // Crash-safe training checkpoints.
-#include "sd/runtime/checkpoint.h"
+#include "sd/train/checkpoint.h"
 #include "sd/format/crc32c.h"
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
@@ -55,17 +55,22 @@ Status saveCheckpoint(const std::string &dir, const Session &session, const Chec
   std::string tmp = dir + "/.tmp-" + name + "." + std::to_string(::getpid()), final = dir + "/" + name;
   removeTree(tmp);
   if (::mkdir(tmp.c_str(), 0755) != 0) return sdError(tmp, ": cannot create");
+  std::vector<HostTensor> values;
   std::vector<NamedTensor> tensors;
   std::string crcs;
   const Plan &plan = session.plan();
-  for (size_t i = 0; i < plan.globals.size(); ++i) {
-    const GlobalDesc &g = plan.globals[i];
-    if (!isMutableRole(g.role)) continue;
-    TensorView v = session.global(i);
-    tensors.push_back({g.name, g.dtype, g.dims, v.data, v.byteSize()});
-    crcs += std::string(crcs.empty() ? "" : ",") + jsonQuote(g.name) + ":" + std::to_string(crc32c(v.data, v.byteSize()));
+  Status s;
+  for (size_t i = 0; i < plan.globals.size() && s.isOk(); ++i) {
+    if (!isMutableRole(plan.globals[i].role)) continue;
+    auto v = session.readGlobal(i);
+    if (!v.isOk()) s = v.status();
+    else values.push_back(std::move(v.value()));
   }
-  Status s = writeSafetensors(tmp + "/state.safetensors", tensors);
+  for (const HostTensor &v : values) {
+    tensors.push_back({v.name, v.dtype, v.dims, v.data.data(), v.byteSize()});
+    crcs += std::string(crcs.empty() ? "" : ",") + jsonQuote(v.name) + ":" + std::to_string(crc32c(v.data.data(), v.byteSize()));
+  }
+  if (s.isOk()) s = writeSafetensors(tmp + "/state.safetensors", tensors);
   std::string manifest = "{\"format\":\"sdc-checkpoint\",\"version\":1,\"step\":" + std::to_string(meta.step) +
                          ",\"epoch\":" + std::to_string(meta.epoch) + ",\"position\":" + std::to_string(meta.position) +
                          ",\"seed\":" + jsonQuote(std::to_string(meta.seed)) + ",\"crc32c\":{" + crcs + "}}\n";
@@ -121,7 +126,7 @@ static Status restoreFrom(const std::string &path, Session &session, CheckpointM
       return sdError("tensor '", g.name, "' fails its checksum");
     restore.push_back({i, &t});
   }
-  for (auto &[i, t] : restore) std::memcpy(session.global(i).data, t->data, t->bytes);
+  for (auto &[i, t] : restore) SD_RETURN_IF_ERROR(session.writeGlobal(i, t->data, t->bytes));
   meta.step = int64_t(step->num);
   meta.epoch = int64_t(epoch->num);
   meta.position = int64_t(pos->num);

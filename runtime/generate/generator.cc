@@ -1,0 +1,81 @@
+// Windowed generation over the infer entry's batch-1 buckets, and sampling.
+#include "sd/generate/generator.h"
+#include "sd/format/training_abi.h"
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+namespace sd::generate {
+
+int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng) {
+  if (opts.temperature == 0) return int64_t(std::max_element(logits, logits + vocab) - logits);
+  std::vector<int64_t> idx(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), int64_t(0));
+  size_t keep = opts.topK > 0 ? size_t(std::min(opts.topK, vocab)) : size_t(vocab);
+  std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(),
+                    [&](int64_t a, int64_t c) { return logits[a] > logits[c]; });
+  std::vector<double> p(keep);
+  for (size_t k = 0; k < keep; ++k)
+    p[k] = std::exp((double(logits[idx[k]]) - double(logits[idx[0]])) / opts.temperature);
+  std::discrete_distribution<size_t> d(p.begin(), p.end());
+  return idx[d(rng)];
+}
+
+StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const SamplingOptions &opts) {
+  if (!(opts.temperature >= 0) || !std::isfinite(opts.temperature))
+    return sdError("temperature must be a finite number >= 0, got ", opts.temperature);
+  if (opts.topK < 0) return sdError("top-k must be >= 0, got ", opts.topK);
+  std::unique_ptr<Generator> g(new Generator(session, opts));
+  const Plan &plan = session.plan();
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const EntryDesc &e = plan.entries[i];
+    if (e.name != abi::kInfer || e.inputs.size() != 1 || e.outputs.empty()) continue;
+    const BufferDesc &in = e.buffers[size_t(e.inputs[0].second)];
+    const BufferDesc &out = e.buffers[size_t(e.outputs[0].second)];
+    if (in.dtype != DType::I64 || in.dims.size() != 2 || in.dims[0] != 1 || in.dims[1] < 1) continue;
+    if (out.dims.size() != 3 || out.dims[0] != 1 || out.dims[1] != in.dims[1] || out.dtype != DType::F32 ||
+        out.dims[2] < 1)
+      return sdError("the infer entry's first output is ", dtypeName(out.dtype), "[", formatDims(out.dims),
+                     "]; generation needs f32 logits [1, ", in.dims[1], ", vocab]");
+    if (g->vocab_ && g->vocab_ != out.dims[2]) return sdError("the infer buckets disagree on the vocabulary size");
+    g->vocab_ = out.dims[2];
+    g->tokenInput_ = e.inputs[0].first;
+    g->buckets_.push_back({i, in.dims[1]});
+  }
+  if (g->buckets_.empty())
+    return sdError("the plan has no batch-1 infer bucket with a [1, seq] token input (seq > 0); compile with --shapes ",
+                   "TOKENS=1xSEQ (training plans: --infer-shapes TOKENS=1xSEQ)");
+  std::sort(g->buckets_.begin(), g->buckets_.end(), [](const Bucket &a, const Bucket &b) { return a.seq < b.seq; });
+  return g;
+}
+
+StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
+  if (tokens.empty()) return sdError("generation needs at least one token to continue");
+  for (int64_t t : tokens)
+    if (t < 0 || t >= vocab_) return sdError("token ", t, " is outside the vocabulary [0, ", vocab_, ")");
+  const Bucket *b = &buckets_.back();
+  for (const Bucket &c : buckets_)
+    if (c.seq >= int64_t(tokens.size())) {
+      b = &c;
+      break;
+    }
+  size_t window = std::min(tokens.size(), size_t(b->seq)), start = tokens.size() - window;
+  HostTensor ids{tokenInput_, DType::I64, {1, b->seq}, std::vector<uint8_t>(size_t(b->seq) * 8, 0)};
+  std::memcpy(ids.data.data(), tokens.data() + start, window * 8);
+  SD_RETURN_IF_ERROR(session_.run(b->entry, {&ids}, outs_));
+  const float *logits = reinterpret_cast<const float *>(outs_[0].data.data()) + (window - 1) * size_t(vocab_);
+  return sampleToken(logits, vocab_, opts_, rng_);
+}
+
+Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken) {
+  for (int64_t i = 0; i < maxNew; ++i) {
+    auto t = next(tokens);
+    if (!t.isOk()) return t.status();
+    tokens.push_back(t.value());
+    if (onToken) onToken(t.value());
+  }
+  return Status::ok();
+}
+
+} // namespace sd::generate

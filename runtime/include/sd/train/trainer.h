@@ -1,0 +1,85 @@
+// The trainer: drives a training plan's entries (train_step, or accumulate +
+// apply, eval_step) over JSON Lines data on a session. The loop is branch-free
+// on the plan side: the host picks a bucket, pads or packs the micro-batch,
+// feeds lr / weight decay / clip as inputs and counts optimizer steps; eval and
+// checkpoints happen at optimizer-step boundaries. sdrun train, the C API and
+// the Python module all train through this class.
+#pragma once
+#include "sd/format/peft.h"
+#include "sd/runtime/session.h"
+#include "sd/train/batching.h"
+#include "sd/train/schedule.h"
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sd::train {
+
+struct TrainConfig {
+  std::string planName; // names the plan in errors about it (its path); may be empty
+  std::string dataPath, evalPath, checkpointDir;
+  std::string adapterIn; // start from this LoRA adapter (PEFT layout); ignored when resuming
+  LrSchedule schedule;
+  bool shuffle = true, truncate = false, resume = false;
+  int64_t steps = 0;  // optimizer steps; 0: `epochs` passes over the data
+  int64_t epochs = 1;
+  int64_t batch = 0;  // rows per micro-batch; 0: the plan's batch
+  int64_t gradAccum = 1;
+  int64_t evalEvery = 0, checkpointEvery = 0; // 0: only after the last step
+  int checkpointsKept = 2;
+  double weightDecay = 0, clipNorm = 0;
+  uint64_t seed = 0; // data order and dropout masks
+};
+
+// What one optimizer step did (and the hooks that ran after it).
+struct StepReport {
+  int64_t step = 0, total = 0, epoch = 0; // step: optimizer steps done, 1-based
+  double loss = 0, lr = 0, gradNorm = 0, tokens = 0;
+  double seconds = 0, elapsedSeconds = 0; // this step; since the trainer's first step
+  bool evaluated = false, checkpointed = false;
+  double evalLoss = 0;
+};
+
+class Trainer {
+public:
+  // Binds to `session` (which must outlive the trainer): finds the training
+  // entries and buckets, loads the data, loads the adapter or restores the
+  // newest valid checkpoint (skipped broken ones are listed in notes()).
+  static StatusOr<std::unique_ptr<Trainer>> create(Session &session, const TrainConfig &config);
+  ~Trainer();
+
+  int64_t step() const;       // optimizer steps done
+  int64_t totalSteps() const; // steps a full run takes
+  bool done() const { return step() >= totalSteps(); }
+  const std::string &resumedFrom() const; // checkpoint folder, empty when not resumed
+  const std::vector<std::string> &notes() const;
+
+  // One optimizer step, then eval and checkpoint when due. A non-finite loss
+  // is an error (nothing is saved for that step).
+  StatusOr<StepReport> runStep();
+  // Mean loss per counted token over the eval data (error without eval data).
+  StatusOr<double> evaluate();
+  Status saveCheckpoint();
+  // The trainable parameters as safetensors, keyed by global name.
+  Status saveWeights(const std::string &path) const;
+  // The LoRA adapter in PEFT's layout (error unless the plan is --peft lora).
+  Status saveAdapter(const std::string &dir) const;
+
+private:
+  struct Impl;
+  explicit Trainer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs `trainer` to its last step, calling `onStep` after each (an error
+// from it stops the run and is returned).
+Status trainToEnd(Trainer &trainer, const std::function<Status(const StepReport &)> &onStep);
+
+// Inputs for one call of a training entry (train_step, accumulate, eval_step,
+// apply) from the first `batch` examples of a JSONL file, in the entry's input
+// order (lr 1e-4, no weight decay or clipping): for benchmarks.
+Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &dataPath, int64_t batch,
+                           std::vector<HostTensor> &inputs);
+
+} // namespace sd::train

@@ -1,0 +1,79 @@
+// Data cursor, packer and token tensors of the trainer.
+#include "sd/train/batching.h"
+#include "sd/format/training_abi.h"
+#include <algorithm>
+
+namespace sd::train {
+
+bool firstFitDecreasing(std::vector<const Example *> examples, int64_t rows, int64_t seq, Rows &out) {
+  std::stable_sort(examples.begin(), examples.end(),
+                   [](const Example *a, const Example *b) { return a->ids.size() > b->ids.size(); });
+  out.clear();
+  std::vector<size_t> used;
+  for (const Example *e : examples) {
+    size_t r = 0;
+    while (r < out.size() && used[r] + e->ids.size() > size_t(seq)) ++r;
+    if (r == out.size()) {
+      if (int64_t(r) == rows) return false;
+      out.emplace_back();
+      used.push_back(0);
+    }
+    out[r].push_back(e);
+    used[r] += e->ids.size();
+  }
+  return true;
+}
+
+void DataCursor::reorder() {
+  if (shuffle) {
+    order = shuffledOrder(data->size(), seed * 0x9E3779B97F4A7C15ull + uint64_t(epoch));
+  } else {
+    order.resize(data->size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  }
+}
+
+const Example *DataCursor::peek() {
+  if (index >= int64_t(data->size())) {
+    ++epoch;
+    index = 0;
+    reorder();
+  }
+  return &(*data)[order[size_t(index)]];
+}
+
+const Example *DataCursor::take() {
+  const Example *e = peek();
+  ++index;
+  return e;
+}
+
+TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput) {
+  for (auto [t, name] : {std::pair{&ids, tokenInput.c_str()}, {&labels, abi::kLabels}, {&positions, abi::kPositionIds}}) {
+    t->name = name;
+    t->dtype = DType::I64;
+    t->dims = {batch, seq};
+    t->data.assign(size_t(batch * seq) * 8, 0);
+  }
+  auto *pi = reinterpret_cast<int64_t *>(ids.data.data());
+  auto *pl = reinterpret_cast<int64_t *>(labels.data.data());
+  auto *pp = reinterpret_cast<int64_t *>(positions.data.data());
+  std::fill(pl, pl + batch * seq, kIgnoreLabel);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    int64_t at = int64_t(r) * seq, end = at + seq;
+    for (const Example *e : rows[r]) {
+      for (size_t j = 0; j < e->ids.size(); ++j, ++at) {
+        pi[at] = e->ids[j];
+        pl[at] = j == 0 && at != int64_t(r) * seq ? kIgnoreLabel : e->labels[j];
+        pp[at] = int64_t(j);
+      }
+    }
+    for (int64_t j = 0; at < end; ++at, ++j) pp[at] = j; // padding: a sequence of its own
+  }
+}
+
+std::map<std::string, const HostTensor *> TokenBatch::inputs() const {
+  return {{ids.name, &ids}, {labels.name, &labels}, {positions.name, &positions}};
+}
+
+} // namespace sd::train

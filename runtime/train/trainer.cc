@@ -1,0 +1,333 @@
+// The training loop: buckets, micro-batches, schedule, hooks at optimizer steps.
+#include "sd/train/trainer.h"
+#include "sd/format/json.h"
+#include "sd/format/safetensors.h"
+#include "sd/format/training_abi.h"
+#include "sd/runtime/adapter.h"
+#include "sd/train/checkpoint.h"
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <map>
+
+namespace sd::train {
+namespace {
+
+// One shape bucket's entries; the token input is [batch, seq].
+struct Bucket {
+  int64_t batch = 0, seq = 0;
+  int64_t trainStep = -1, accumulate = -1, evalStep = -1;
+};
+
+struct PlanEntries {
+  std::vector<Bucket> buckets; // by increasing seq
+  int64_t apply = -1;
+  int64_t vocab = 0;
+  bool packed = false; // training entries take position_ids (sdc compile --packing)
+  std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
+};
+
+Status findEntries(const Plan &plan, PlanEntries &out) {
+  // Plans compiled before the token input was recorded call it input_ids.
+  if (!plan.config.empty()) {
+    auto cfg = parseJson(plan.config, "the plan's config");
+    if (!cfg.isOk()) return cfg.status();
+    if (const Json *t = cfg.value().get("token_input"); t && t->type == Json::Type::String) out.tokenInput = t->str;
+  }
+  std::map<std::pair<int64_t, int64_t>, Bucket> byShape;
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const EntryDesc &e = plan.entries[i];
+    if (e.name == abi::kApply) out.apply = int64_t(i);
+    if (e.name == abi::kInfer && !e.outputs.empty() && !out.vocab) {
+      const Dims &d = e.buffers[size_t(e.outputs[0].second)].dims;
+      if (!d.empty()) out.vocab = d.back();
+    }
+    if (e.name != abi::kTrainStep && e.name != abi::kAccumulate && e.name != abi::kEvalStep) continue;
+    const BufferDesc *labels = nullptr;
+    for (auto &[n, b] : e.inputs) {
+      if (n == abi::kLabels) labels = &e.buffers[size_t(b)];
+      if (n == abi::kPositionIds) out.packed = true;
+    }
+    if (!labels || labels->dims.size() != 2) return sdError("entry '", e.name, "' has no [batch, seq] labels input");
+    Bucket &b = byShape[{labels->dims[1], labels->dims[0]}];
+    b.batch = labels->dims[0];
+    b.seq = labels->dims[1];
+    (e.name == abi::kTrainStep ? b.trainStep : e.name == abi::kAccumulate ? b.accumulate : b.evalStep) = int64_t(i);
+  }
+  for (auto &[k, b] : byShape) out.buckets.push_back(b);
+  if (out.buckets.empty() || out.buckets[0].trainStep < 0)
+    return sdError("the plan has no ", abi::kTrainStep, " entry; compile it with --peft");
+  if (out.apply < 0) return sdError("the plan has no ", abi::kApply, " entry");
+  if (out.vocab <= 0) return sdError("cannot tell the vocabulary size from the plan's infer entry");
+  return Status::ok();
+}
+
+HostTensor scalar(const std::string &name, float v) {
+  HostTensor t;
+  t.name = name;
+  t.dtype = DType::F32;
+  t.data.resize(4);
+  std::memcpy(t.data.data(), &v, 4);
+  return t;
+}
+
+float scalarOut(const std::vector<HostTensor> &outs, const std::string &name) {
+  for (const HostTensor &t : outs)
+    if (t.name == name && t.data.size() == 4) {
+      float v;
+      std::memcpy(&v, t.data.data(), 4);
+      return v;
+    }
+  return NAN;
+}
+
+// Runs entry `index` with inputs matched by name.
+Status runEntry(Session &s, int64_t index, const std::map<std::string, const HostTensor *> &byName,
+                std::vector<HostTensor> &outs) {
+  const EntryDesc &e = s.plan().entries[size_t(index)];
+  std::vector<const HostTensor *> ins;
+  for (auto &[n, b] : e.inputs) {
+    auto it = byName.find(n);
+    if (it == byName.end())
+      return sdError("entry '", e.name, "' needs input '", n, "', which the trainer does not provide (it feeds the token ",
+                     "input, labels and position_ids; if '", n, "' is the token input, recompile with sdc compile ",
+                     "--token-input ", n, ")");
+    ins.push_back(it->second);
+  }
+  return s.run(size_t(index), ins, outs);
+}
+
+// The smallest bucket whose rows hold every row of `rows` (packed rows were
+// filled to the largest bucket's length, but a short last batch may fit less).
+const Bucket *bucketFor(const PlanEntries &pe, const Rows &rows) {
+  size_t longest = 0;
+  for (const auto &row : rows) {
+    size_t used = 0;
+    for (const Example *e : row) used += e->ids.size();
+    longest = std::max(longest, used);
+  }
+  for (const Bucket &b : pe.buckets)
+    if (b.seq >= int64_t(longest)) return &b;
+  return nullptr;
+}
+
+} // namespace
+
+struct Trainer::Impl {
+  Session &session;
+  TrainConfig config;
+  PlanEntries entries;
+  std::vector<Example> data, evalData;
+  DataCursor cursor;
+  int64_t batch = 0, seq = 0, step = 0, total = 0;
+  std::string resumedFrom;
+  std::vector<std::string> notes;
+  LoraConfig lora;
+  bool hasLora = false;
+  bool started = false;
+  std::chrono::steady_clock::time_point startTime;
+  std::vector<HostTensor> outs;
+
+  Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
+};
+
+Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Trainer::~Trainer() = default;
+int64_t Trainer::step() const { return impl_->step; }
+int64_t Trainer::totalSteps() const { return impl_->total; }
+const std::string &Trainer::resumedFrom() const { return impl_->resumedFrom; }
+const std::vector<std::string> &Trainer::notes() const { return impl_->notes; }
+
+StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const TrainConfig &config) {
+  auto im = std::make_unique<Impl>(session, config);
+  const TrainConfig &o = im->config;
+  const Plan &plan = session.plan();
+  PlanEntries &pe = im->entries;
+  const std::string planContext = o.planName.empty() ? "" : o.planName + ": ";
+  SD_RETURN_IF_ERROR(findEntries(plan, pe).withContext(planContext));
+  im->batch = o.batch ? o.batch : pe.buckets[0].batch;
+  if (im->batch > pe.buckets[0].batch)
+    return sdError("--batch ", im->batch, " is larger than the plan's batch ", pe.buckets[0].batch,
+                   "; compile the plan with a larger batch");
+  if (o.gradAccum < 1) return sdError("gradient accumulation must be at least 1 micro-batch, got ", o.gradAccum);
+  if (o.gradAccum > 1 && pe.buckets[0].accumulate < 0) return sdError("the plan has no ", abi::kAccumulate, " entry");
+  if (o.resume && o.checkpointDir.empty()) return sdError("resuming needs a checkpoint folder");
+  DatasetOptions dopts{pe.vocab, pe.buckets.back().seq, o.truncate};
+  auto data = loadJsonl(o.dataPath, dopts);
+  if (!data.isOk()) return data.status();
+  im->data = std::move(data.value());
+  if (!o.evalPath.empty()) {
+    auto ev = loadJsonl(o.evalPath, dopts);
+    if (!ev.isOk()) return ev.status();
+    im->evalData = std::move(ev.value());
+  }
+  auto lora = loraConfigOf(plan);
+  im->hasLora = lora.isOk();
+  if (lora.isOk()) im->lora = lora.value();
+  else if (!o.adapterIn.empty()) return lora.status().withContext(planContext);
+  if (!o.adapterIn.empty() && !o.resume) SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
+  // Dropout masks are keyed by [seed, counter]; a resumed run restores both.
+  if (int64_t rng = session.findGlobal(abi::kDropoutRng); rng >= 0 && !o.resume) {
+    int64_t state[2] = {int64_t(o.seed), 0};
+    SD_RETURN_IF_ERROR(session.writeGlobal(size_t(rng), state, sizeof state));
+  }
+  im->seq = pe.buckets.back().seq;
+  im->cursor = DataCursor{&im->data, o.shuffle, o.seed};
+  im->cursor.reorder();
+  im->total = o.steps;
+  if (!im->total) { // epochs: packing decides how many examples a step takes, so count by packing
+    DataCursor dry = im->cursor;
+    int64_t micro = 0;
+    while (dry.consumed() < o.epochs * int64_t(im->data.size())) dry.next(im->batch, im->seq, pe.packed), ++micro;
+    im->total = (micro + o.gradAccum - 1) / o.gradAccum;
+  }
+  if (o.resume) {
+    auto meta = restoreLatestCheckpoint(o.checkpointDir, session, im->resumedFrom, im->notes);
+    if (!meta.isOk()) return meta.status();
+    if (meta.value().seed != o.seed)
+      return sdError(im->resumedFrom, " was trained with --seed ", meta.value().seed, "; resume with the same seed");
+    im->step = meta.value().step;
+    im->cursor.epoch = meta.value().epoch;
+    im->cursor.index = meta.value().position;
+    im->cursor.reorder();
+  }
+  return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
+}
+
+StatusOr<double> Trainer::evaluate() {
+  Impl &im = *impl_;
+  if (im.evalData.empty()) return sdError("no eval data was given");
+  double sum = 0, tokens = 0;
+  for (size_t i = 0; i < im.evalData.size();) {
+    Rows rows = packRows(im.batch, im.seq, im.entries.packed,
+                         [&] { return i < im.evalData.size() ? &im.evalData[i] : nullptr; },
+                         [&] { return &im.evalData[i++]; });
+    const Bucket *b = bucketFor(im.entries, rows);
+    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput);
+    SD_RETURN_IF_ERROR(runEntry(im.session, b->evalStep, tb.inputs(), im.outs));
+    sum += scalarOut(im.outs, abi::kLossSum);
+    tokens += scalarOut(im.outs, abi::kTokens);
+  }
+  return sum / std::max(tokens, 1.0);
+}
+
+Status Trainer::saveCheckpoint() {
+  Impl &im = *impl_;
+  if (im.config.checkpointDir.empty()) return sdError("no checkpoint folder was given");
+  CheckpointMeta meta{im.step, im.cursor.epoch, im.cursor.index, im.config.seed};
+  return sd::saveCheckpoint(im.config.checkpointDir, im.session, meta, im.config.checkpointsKept);
+}
+
+StatusOr<StepReport> Trainer::runStep() {
+  Impl &im = *impl_;
+  const TrainConfig &o = im.config;
+  if (im.step >= im.total) return sdError("training is done (", im.total, " steps)");
+  auto t0 = std::chrono::steady_clock::now();
+  if (!im.started) im.startTime = t0, im.started = true;
+  StepReport r;
+  r.total = im.total;
+  r.lr = learningRate(o.schedule, im.step, im.total);
+  HostTensor lrT = scalar(abi::kLr, float(r.lr)), wdT = scalar(abi::kWeightDecay, float(o.weightDecay)),
+             clipT = scalar(abi::kMaxGradNorm, float(o.clipNorm));
+  double lossSum = 0;
+  r.gradNorm = NAN;
+  std::string where = "step " + std::to_string(im.step + 1) + ": ";
+  for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
+    Rows rows = im.cursor.next(im.batch, im.seq, im.entries.packed);
+    const Bucket *b = bucketFor(im.entries, rows);
+    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput);
+    std::map<std::string, const HostTensor *> in = tb.inputs();
+    in.insert({{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}});
+    bool fused = o.gradAccum == 1;
+    SD_RETURN_IF_ERROR(runEntry(im.session, fused ? b->trainStep : b->accumulate, in, im.outs).withContext(where));
+    lossSum += scalarOut(im.outs, abi::kLossSum);
+    r.tokens += scalarOut(im.outs, abi::kTokens);
+    if (fused) r.gradNorm = scalarOut(im.outs, abi::kGradNorm);
+  }
+  if (o.gradAccum > 1) {
+    SD_RETURN_IF_ERROR(runEntry(im.session, im.entries.apply,
+                                {{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}}, im.outs)
+                           .withContext(where));
+    r.gradNorm = scalarOut(im.outs, abi::kGradNorm);
+  }
+  r.loss = lossSum / std::max(r.tokens, 1.0);
+  if (!std::isfinite(r.loss))
+    return sdError("step ", im.step + 1, ": loss is ", r.loss, "; stopped",
+                   o.checkpointDir.empty() ? "" : " (the last checkpoint in " + o.checkpointDir + " is kept)");
+  ++im.step;
+  r.step = im.step;
+  r.epoch = im.cursor.epoch;
+  auto now = std::chrono::steady_clock::now();
+  r.seconds = std::chrono::duration<double>(now - t0).count();
+  r.elapsedSeconds = std::chrono::duration<double>(now - im.startTime).count();
+  bool last = im.step == im.total;
+  if (!im.evalData.empty() && ((o.evalEvery && im.step % o.evalEvery == 0) || last)) {
+    auto loss = evaluate();
+    if (!loss.isOk()) return loss.status();
+    r.evaluated = true;
+    r.evalLoss = loss.value();
+  }
+  if (!o.checkpointDir.empty() && ((o.checkpointEvery && im.step % o.checkpointEvery == 0) || last)) {
+    SD_RETURN_IF_ERROR(saveCheckpoint());
+    r.checkpointed = true;
+  }
+  return r;
+}
+
+Status Trainer::saveWeights(const std::string &path) const {
+  const Plan &plan = impl_->session.plan();
+  std::vector<HostTensor> values;
+  for (size_t i = 0; i < plan.globals.size(); ++i) {
+    if (plan.globals[i].role != GlobalRole::Trainable) continue;
+    auto v = impl_->session.readGlobal(i);
+    if (!v.isOk()) return v.status();
+    values.push_back(std::move(v.value()));
+  }
+  std::vector<NamedTensor> params;
+  for (const HostTensor &v : values) params.push_back({v.name, v.dtype, v.dims, v.data.data(), v.byteSize()});
+  return writeSafetensors(path, params);
+}
+
+Status Trainer::saveAdapter(const std::string &dir) const {
+  if (!impl_->hasLora) return loraConfigOf(impl_->session.plan()).status().withContext(impl_->config.planName.empty() ? "" : impl_->config.planName + ": ");
+  return sd::saveAdapter(dir, impl_->session, impl_->lora);
+}
+
+Status trainToEnd(Trainer &trainer, const std::function<Status(const StepReport &)> &onStep) {
+  while (!trainer.done()) {
+    auto r = trainer.runStep();
+    if (!r.isOk()) return r.status();
+    if (onStep) SD_RETURN_IF_ERROR(onStep(r.value()));
+  }
+  return Status::ok();
+}
+
+Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &dataPath, int64_t batch,
+                           std::vector<HostTensor> &inputs) {
+  PlanEntries pe;
+  SD_RETURN_IF_ERROR(findEntries(plan, pe));
+  const EntryDesc &e = plan.entries[entry];
+  int64_t seq = pe.buckets.back().seq, rowsInBucket = pe.buckets.back().batch;
+  for (auto &[n, b] : e.inputs)
+    if (n == abi::kLabels) seq = e.buffers[size_t(b)].dims[1], rowsInBucket = e.buffers[size_t(b)].dims[0];
+  auto data = loadJsonl(dataPath, DatasetOptions{pe.vocab, seq, true});
+  if (!data.isOk()) return data.status();
+  int64_t n = batch ? std::min(batch, rowsInBucket) : rowsInBucket;
+  DataCursor cursor{&data.value(), false};
+  cursor.reorder();
+  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput);
+  std::map<std::string, HostTensor> byName = {{pe.tokenInput, tb.ids}, {abi::kLabels, tb.labels},
+                                              {abi::kPositionIds, tb.positions}, {abi::kLr, scalar(abi::kLr, 1e-4f)},
+                                              {abi::kWeightDecay, scalar(abi::kWeightDecay, 0)},
+                                              {abi::kMaxGradNorm, scalar(abi::kMaxGradNorm, 0)}};
+  inputs.clear();
+  for (auto &[name, b] : e.inputs) {
+    auto it = byName.find(name);
+    if (it == byName.end()) return sdError("entry '", e.name, "' needs input '", name, "', which --data does not give");
+    inputs.push_back(it->second);
+  }
+  return Status::ok();
+}
+
+} // namespace sd::train
