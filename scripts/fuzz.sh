@@ -25,7 +25,7 @@ FUZZ_DIR=${FUZZ_DIR:-build-fuzz}
 MAIN_BUILD=${BUILD_DIR:-build}
 if [ ! -f "$FUZZ_DIR/build.ninja" ] || ! grep -q "SD_BUILD_COMPILER:BOOL=$WITH_COMPILER" "$FUZZ_DIR/CMakeCache.txt"; then
   CC=clang-19 CXX=clang++-19 cmake -G Ninja -B "$FUZZ_DIR" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-    -DSD_FUZZ=ON -DSD_BUILD_TESTS=OFF -DSD_BUILD_COMPILER=$WITH_COMPILER >/dev/null
+    -DSD_FUZZ=ON -DSD_BUILD_TESTS=OFF -DSD_BUILD_PYTHON=OFF -DSD_BUILD_COMPILER=$WITH_COMPILER >/dev/null
 fi
 targets=()
 for t in $TARGETS; do targets+=("${t}_fuzzer"); done

@@ -18,7 +18,7 @@ PACKAGES=(
   # GEMM candidates timed against ours by bench/gemm/gemm_candidates.sh
   libdnnl-dev libxsmm-dev libblis-dev libblis-pthread-dev
   libgtest-dev libgmock-dev
-  python3 python3-venv
+  python3 python3-venv python3-dev
   bible-kjv fortune-mod fortunes-min
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libcurl4-openssl-dev
 )

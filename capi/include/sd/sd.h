@@ -1,0 +1,160 @@
+/* sdc's C API: load a compiled plan, create a session on a device, run its
+ * entries, read and write its state, train, save adapters and generate.
+ * No compiler inside (plans come from `sdc compile`).
+ *
+ * Conventions:
+ *  - Handles are opaque; each has one *_free function (NULL is accepted).
+ *  - Every fallible call returns sd_status*: NULL on success, otherwise an
+ *    error object with a code and a one-line message, freed with
+ *    sd_status_free. No call aborts the process or lets a C++ exception out.
+ *  - Strings are NUL-terminated UTF-8; paths are file system paths.
+ *  - A session must outlive the trainers and generators made from it; a plan
+ *    is reference-counted by its sessions, so it may be freed first.
+ *  - Handles are not thread-safe: one thread at a time per session.
+ */
+#ifndef SD_SD_H
+#define SD_SD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define SD_API __attribute__((visibility("default")))
+#else
+#define SD_API
+#endif
+
+#define SD_API_VERSION 1
+
+typedef enum sd_status_code {
+  SD_OK = 0,
+  SD_INVALID_ARGUMENT = 1, /* a NULL handle, an unknown name, a wrong shape or dtype */
+  SD_ERROR = 2,            /* the operation failed: a bad file, a non-finite loss, ... */
+  SD_UNAVAILABLE = 3,      /* a device or feature this build or machine does not have */
+  SD_OUT_OF_MEMORY = 4
+} sd_status_code;
+
+typedef struct sd_status sd_status;
+SD_API sd_status_code sd_status_get_code(const sd_status *status); /* SD_OK for NULL */
+SD_API const char *sd_status_message(const sd_status *status);     /* "" for NULL */
+SD_API void sd_status_free(sd_status *status);
+
+SD_API int sd_api_version(void);
+SD_API const char *sd_version(void);
+
+/* Element types, numbered as ONNX's TensorProto.DataType. */
+typedef enum sd_dtype {
+  SD_F32 = 1, SD_U8 = 2, SD_I8 = 3, SD_U16 = 4, SD_I16 = 5, SD_I32 = 6, SD_I64 = 7,
+  SD_BOOL = 9, SD_F16 = 10, SD_F64 = 11, SD_U32 = 12, SD_U64 = 13, SD_BF16 = 16
+} sd_dtype;
+SD_API size_t sd_dtype_size(int32_t dtype); /* 0 for unknown types */
+
+/* A tensor the caller owns: row-major, contiguous. */
+typedef struct sd_tensor {
+  const char *name;
+  int32_t dtype; /* sd_dtype */
+  int32_t rank;
+  const int64_t *dims;
+  const void *data;
+  size_t bytes;
+} sd_tensor;
+
+/* ---- plans ---- */
+typedef struct sd_plan sd_plan;
+SD_API sd_status *sd_plan_load(const char *path, sd_plan **out);
+SD_API void sd_plan_free(sd_plan *plan);
+SD_API size_t sd_plan_entry_count(const sd_plan *plan);
+/* Name of entry `index` (entries of one name differ by their shape bucket). */
+SD_API const char *sd_plan_entry_name(const sd_plan *plan, size_t index);
+SD_API size_t sd_plan_global_count(const sd_plan *plan);
+/* Global `index`: name, dtype, rank, dims (valid while the plan lives) and role
+ * ("frozen", "trainable", "optimizer_state", "scalar_state", "constant", "gradient"). */
+SD_API sd_status *sd_plan_global_info(const sd_plan *plan, size_t index, sd_tensor *info, const char **role);
+/* The JSON configuration sdc compile recorded (PEFT settings, token input). */
+SD_API const char *sd_plan_config(const sd_plan *plan);
+
+/* ---- sessions ---- */
+typedef struct sd_session sd_session;
+typedef struct sd_session_options {
+  const char *device; /* "cpu" (NULL: "cpu") */
+  int threads;        /* 0: all hardware threads */
+} sd_session_options;
+SD_API void sd_session_options_init(sd_session_options *options);
+/* Binds every step of the plan to a kernel of the device; a plan needing a
+ * kernel the device lacks fails here, naming the op and the device. */
+SD_API sd_status *sd_session_create(const sd_plan *plan, const sd_session_options *options, sd_session **out);
+SD_API void sd_session_free(sd_session *session);
+
+/* Results of a run, owned by the list. */
+typedef struct sd_tensor_list sd_tensor_list;
+SD_API size_t sd_tensor_list_size(const sd_tensor_list *list);
+/* Tensor `index`; pointers stay valid until the list is freed. */
+SD_API sd_status *sd_tensor_list_get(const sd_tensor_list *list, size_t index, sd_tensor *out);
+SD_API void sd_tensor_list_free(sd_tensor_list *list);
+
+/* Runs entry `entry` (the bucket whose input shapes equal the inputs'),
+ * inputs matched by name. */
+SD_API sd_status *sd_session_run(sd_session *session, const char *entry, const sd_tensor *inputs, size_t n_inputs,
+                                 sd_tensor_list **outputs);
+
+/* Global state by name, copied: `bytes` must equal the global's size. Only
+ * mutable globals (trainable, optimizer and scalar state, gradients) can be written. */
+SD_API sd_status *sd_session_read_global(const sd_session *session, const char *name, void *dst, size_t bytes);
+SD_API sd_status *sd_session_write_global(sd_session *session, const char *name, const void *src, size_t bytes);
+
+/* LoRA adapters in Hugging Face PEFT's layout (plans compiled with --peft lora). */
+SD_API sd_status *sd_session_load_adapter(sd_session *session, const char *dir);
+SD_API sd_status *sd_session_save_adapter(const sd_session *session, const char *dir);
+
+/* ---- training ---- */
+typedef struct sd_train_config {
+  const char *data_path;      /* JSON Lines (required) */
+  const char *eval_path;      /* NULL: no evaluation */
+  const char *checkpoint_dir; /* NULL: no checkpoints */
+  const char *adapter_path;   /* start from this LoRA adapter; NULL: none */
+  const char *lr_schedule;    /* "constant" or "cosine" */
+  double lr, weight_decay, clip_norm;
+  int64_t steps;  /* optimizer steps; 0: `epochs` passes over the data */
+  int64_t epochs, batch, grad_accum, warmup_steps, eval_every, checkpoint_every;
+  uint64_t seed;
+  int shuffle, truncate, resume; /* booleans */
+} sd_train_config;
+/* sdrun train's defaults: lr 1e-4, constant schedule, 1 epoch, the plan's batch, shuffled. */
+SD_API void sd_train_config_init(sd_train_config *config);
+
+typedef struct sd_step_report {
+  int64_t step, total, epoch;
+  double loss, lr, grad_norm, tokens, seconds;
+  int evaluated, checkpointed;
+  double eval_loss;
+} sd_step_report;
+
+typedef struct sd_trainer sd_trainer;
+SD_API sd_status *sd_trainer_create(sd_session *session, const sd_train_config *config, sd_trainer **out);
+SD_API void sd_trainer_free(sd_trainer *trainer);
+SD_API int64_t sd_trainer_step_count(const sd_trainer *trainer);  /* optimizer steps done */
+SD_API int64_t sd_trainer_total_steps(const sd_trainer *trainer);
+/* One optimizer step, then eval and checkpoint when due. */
+SD_API sd_status *sd_trainer_step(sd_trainer *trainer, sd_step_report *report);
+SD_API sd_status *sd_trainer_evaluate(sd_trainer *trainer, double *loss);
+SD_API sd_status *sd_trainer_save_checkpoint(sd_trainer *trainer);
+SD_API sd_status *sd_trainer_save_weights(const sd_trainer *trainer, const char *path);
+
+/* ---- generation ---- */
+typedef struct sd_generator sd_generator;
+/* temperature 0: greedy; top_k 0: the whole vocabulary. */
+SD_API sd_status *sd_generator_create(sd_session *session, double temperature, int64_t top_k, uint64_t seed,
+                                      sd_generator **out);
+SD_API void sd_generator_free(sd_generator *generator);
+SD_API int64_t sd_generator_vocab_size(const sd_generator *generator);
+/* The token after tokens[0..n) (n >= 1). */
+SD_API sd_status *sd_generator_next(sd_generator *generator, const int64_t *tokens, size_t n, int64_t *next);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SD_SD_H */

@@ -1,0 +1,414 @@
+// The C API over the runtime library: handles wrap the C++ objects, every
+// call converts Status (and any exception, bad_alloc included) into an
+// sd_status, so nothing C++ crosses the boundary.
+#include "sd/sd.h"
+#include "sd/generate/generator.h"
+#include "sd/runtime/adapter.h"
+#include "sd/runtime/session.h"
+#include "sd/train/trainer.h"
+#include <cstring>
+#include <new>
+#include <string>
+
+struct sd_status {
+  sd_status_code code;
+  std::string message;
+};
+struct sd_plan {
+  std::shared_ptr<const sd::Plan> plan;
+};
+struct sd_session {
+  std::shared_ptr<const sd::Plan> plan;
+  std::unique_ptr<sd::Session> session;
+};
+struct sd_tensor_list {
+  std::vector<sd::HostTensor> tensors;
+};
+struct sd_trainer {
+  std::unique_ptr<sd::train::Trainer> trainer;
+};
+struct sd_generator {
+  std::unique_ptr<sd::generate::Generator> generator;
+};
+
+namespace {
+
+// When even the status cannot be allocated, this one is returned (and never freed).
+sd_status kOutOfMemory{SD_OUT_OF_MEMORY, "out of memory"};
+
+sd_status *makeStatus(sd_status_code code, std::string message) {
+  try {
+    return new sd_status{code, std::move(message)};
+  } catch (...) {
+    return &kOutOfMemory;
+  }
+}
+sd_status *fromStatus(const sd::Status &s, sd_status_code code = SD_ERROR) {
+  return s.isOk() ? nullptr : makeStatus(code, s.message());
+}
+sd_status *invalid(const std::string &msg) { return makeStatus(SD_INVALID_ARGUMENT, msg); }
+
+// Runs `body`, turning exceptions into statuses.
+template <class F> sd_status *guard(F &&body) {
+  try {
+    return body();
+  } catch (const std::bad_alloc &) {
+    return makeStatus(SD_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception &e) {
+    return makeStatus(SD_ERROR, std::string("internal error: ") + e.what());
+  } catch (...) {
+    return makeStatus(SD_ERROR, "internal error");
+  }
+}
+
+#define SD_REQUIRE(ptr, what)                                                                                          \
+  do {                                                                                                                 \
+    if (!(ptr)) return invalid(std::string(what) + " is NULL");                                                        \
+  } while (0)
+
+sd::StatusOr<size_t> findGlobal(const sd::Session &s, const char *name) {
+  int64_t g = s.findGlobal(name);
+  if (g < 0) return sd::sdError("the plan has no global '", name, "'");
+  return size_t(g);
+}
+
+std::string str(const char *s) { return s ? s : ""; }
+
+} // namespace
+
+extern "C" {
+
+sd_status_code sd_status_get_code(const sd_status *status) { return status ? status->code : SD_OK; }
+const char *sd_status_message(const sd_status *status) { return status ? status->message.c_str() : ""; }
+void sd_status_free(sd_status *status) {
+  if (status != &kOutOfMemory) delete status;
+}
+int sd_api_version(void) { return SD_API_VERSION; }
+const char *sd_version(void) { return SD_VERSION; }
+size_t sd_dtype_size(int32_t dtype) { return sd::dtypeIsKnown(dtype) ? sd::dtypeSize(sd::DType(dtype)) : 0; }
+
+// ---- plans ----
+
+sd_status *sd_plan_load(const char *path, sd_plan **out) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(path, "path");
+    SD_REQUIRE(out, "out");
+    *out = nullptr;
+    auto p = sd::Plan::loadFile(path);
+    if (!p.isOk()) return fromStatus(p.status());
+    *out = new sd_plan{std::shared_ptr<const sd::Plan>(std::move(p.value()))};
+    return nullptr;
+  });
+}
+void sd_plan_free(sd_plan *plan) { delete plan; }
+size_t sd_plan_entry_count(const sd_plan *plan) { return plan ? plan->plan->entries.size() : 0; }
+const char *sd_plan_entry_name(const sd_plan *plan, size_t index) {
+  return plan && index < plan->plan->entries.size() ? plan->plan->entries[index].name.c_str() : nullptr;
+}
+size_t sd_plan_global_count(const sd_plan *plan) { return plan ? plan->plan->globals.size() : 0; }
+sd_status *sd_plan_global_info(const sd_plan *plan, size_t index, sd_tensor *info, const char **role) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(plan, "plan");
+    SD_REQUIRE(info, "info");
+    if (index >= plan->plan->globals.size())
+      return invalid("global index " + std::to_string(index) + " out of range (the plan has " +
+                     std::to_string(plan->plan->globals.size()) + ")");
+    const sd::GlobalDesc &g = plan->plan->globals[index];
+    *info = sd_tensor{g.name.c_str(), int32_t(g.dtype), int32_t(g.dims.size()), g.dims.data(), g.data, g.bytes};
+    if (role) *role = sd::globalRoleName(g.role);
+    return nullptr;
+  });
+}
+const char *sd_plan_config(const sd_plan *plan) { return plan ? plan->plan->config.c_str() : ""; }
+
+// ---- sessions ----
+
+void sd_session_options_init(sd_session_options *options) {
+  if (options) *options = sd_session_options{"cpu", 0};
+}
+
+sd_status *sd_session_create(const sd_plan *plan, const sd_session_options *options, sd_session **out) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(plan, "plan");
+    SD_REQUIRE(out, "out");
+    *out = nullptr;
+    sd_session_options o;
+    sd_session_options_init(&o);
+    if (options) o = *options;
+    std::string device = o.device ? o.device : "cpu";
+    if (device != "cpu")
+      return makeStatus(SD_UNAVAILABLE, "device '" + device + "' is not available in this build (devices: cpu)");
+    if (o.threads < 0) return invalid("threads must be >= 0, got " + std::to_string(o.threads));
+    sd::SessionOptions so;
+    so.threads = o.threads;
+    auto s = sd::Session::create(plan->plan, so);
+    if (!s.isOk()) return fromStatus(s.status());
+    *out = new sd_session{plan->plan, std::move(s.value())};
+    return nullptr;
+  });
+}
+void sd_session_free(sd_session *session) { delete session; }
+
+size_t sd_tensor_list_size(const sd_tensor_list *list) { return list ? list->tensors.size() : 0; }
+sd_status *sd_tensor_list_get(const sd_tensor_list *list, size_t index, sd_tensor *out) {
+  SD_REQUIRE(list, "list");
+  SD_REQUIRE(out, "out");
+  if (index >= list->tensors.size()) return invalid("output index " + std::to_string(index) + " out of range");
+  const sd::HostTensor &t = list->tensors[index];
+  *out = sd_tensor{t.name.c_str(), int32_t(t.dtype), int32_t(t.dims.size()), t.dims.data(), t.data.data(), t.data.size()};
+  return nullptr;
+}
+void sd_tensor_list_free(sd_tensor_list *list) { delete list; }
+
+sd_status *sd_session_run(sd_session *session, const char *entry, const sd_tensor *inputs, size_t n_inputs,
+                          sd_tensor_list **outputs) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    SD_REQUIRE(entry, "entry");
+    SD_REQUIRE(outputs, "outputs");
+    if (n_inputs) SD_REQUIRE(inputs, "inputs");
+    *outputs = nullptr;
+    // Inputs by name, checked before they are copied.
+    std::vector<sd::HostTensor> given(n_inputs);
+    for (size_t i = 0; i < n_inputs; ++i) {
+      const sd_tensor &t = inputs[i];
+      if (!t.name) return invalid("input " + std::to_string(i) + " has no name");
+      if (!sd::dtypeIsKnown(t.dtype)) return invalid("input '" + str(t.name) + "' has unknown dtype " + std::to_string(t.dtype));
+      if (t.rank < 0 || (t.rank && !t.dims)) return invalid("input '" + str(t.name) + "' has no dims");
+      sd::HostTensor &h = given[i];
+      h.name = t.name;
+      h.dtype = sd::DType(t.dtype);
+      h.dims.assign(t.dims, t.dims + t.rank);
+      for (int64_t d : h.dims)
+        if (d < 0) return invalid("input '" + h.name + "' has a negative dim");
+      size_t want = size_t(sd::product(h.dims)) * sd::dtypeSize(h.dtype);
+      if (t.bytes != want)
+        return invalid("input '" + h.name + "' has " + std::to_string(t.bytes) + " bytes, its shape " +
+                       sd::formatDims(h.dims) + " needs " + std::to_string(want));
+      if (want && !t.data) return invalid("input '" + h.name + "' has no data");
+    }
+    const sd::Plan &plan = *session->plan;
+    int64_t chosen = -1;
+    std::vector<sd::Dims> firstOrder;
+    bool named = false;
+    for (size_t e = 0; e < plan.entries.size() && chosen < 0; ++e) {
+      const sd::EntryDesc &d = plan.entries[e];
+      if (d.name != entry) continue;
+      bool match = d.inputs.size() == n_inputs;
+      std::vector<sd::Dims> ordered;
+      for (auto &[name, b] : d.inputs) {
+        const sd::HostTensor *h = nullptr;
+        for (auto &g : given)
+          if (g.name == name) h = &g;
+        if (!h) {
+          if (!named) return invalid("entry '" + str(entry) + "' needs input '" + name + "'");
+          match = false;
+          break;
+        }
+        ordered.push_back(h->dims);
+        match = match && h->dims == d.buffers[size_t(b)].dims;
+      }
+      if (!named) firstOrder = ordered, named = true;
+      if (match) chosen = int64_t(e);
+    }
+    if (chosen < 0) {
+      auto sel = plan.selectEntry(entry, firstOrder); // the error that lists the buckets
+      return invalid(sel.isOk() ? "no bucket of '" + str(entry) + "' takes these inputs" : sel.status().message());
+    }
+    const sd::EntryDesc &d = plan.entries[size_t(chosen)];
+    std::vector<const sd::HostTensor *> ordered;
+    for (auto &[name, b] : d.inputs)
+      for (size_t i = 0; i < n_inputs; ++i)
+        if (given[i].name == name) {
+          given[i].data.assign(static_cast<const uint8_t *>(inputs[i].data),
+                               static_cast<const uint8_t *>(inputs[i].data) + inputs[i].bytes);
+          ordered.push_back(&given[i]);
+          break;
+        }
+    auto list = std::make_unique<sd_tensor_list>();
+    if (sd::Status s = session->session->run(size_t(chosen), ordered, list->tensors); !s.isOk()) return fromStatus(s);
+    *outputs = list.release();
+    return nullptr;
+  });
+}
+
+sd_status *sd_session_read_global(const sd_session *session, const char *name, void *dst, size_t bytes) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    SD_REQUIRE(name, "name");
+    if (bytes) SD_REQUIRE(dst, "dst");
+    auto g = findGlobal(*session->session, name);
+    if (!g.isOk()) return fromStatus(g.status(), SD_INVALID_ARGUMENT);
+    return fromStatus(session->session->readGlobal(g.value(), dst, bytes), SD_INVALID_ARGUMENT);
+  });
+}
+
+sd_status *sd_session_write_global(sd_session *session, const char *name, const void *src, size_t bytes) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    SD_REQUIRE(name, "name");
+    if (bytes) SD_REQUIRE(src, "src");
+    auto g = findGlobal(*session->session, name);
+    if (!g.isOk()) return fromStatus(g.status(), SD_INVALID_ARGUMENT);
+    return fromStatus(session->session->writeGlobal(g.value(), src, bytes), SD_INVALID_ARGUMENT);
+  });
+}
+
+sd_status *sd_session_load_adapter(sd_session *session, const char *dir) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    SD_REQUIRE(dir, "dir");
+    auto cfg = sd::loraConfigOf(*session->plan);
+    if (!cfg.isOk()) return fromStatus(cfg.status(), SD_INVALID_ARGUMENT);
+    return fromStatus(sd::loadAdapter(dir, *session->session, cfg.value()));
+  });
+}
+
+sd_status *sd_session_save_adapter(const sd_session *session, const char *dir) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    SD_REQUIRE(dir, "dir");
+    auto cfg = sd::loraConfigOf(*session->plan);
+    if (!cfg.isOk()) return fromStatus(cfg.status(), SD_INVALID_ARGUMENT);
+    return fromStatus(sd::saveAdapter(dir, *session->session, cfg.value()));
+  });
+}
+
+// ---- training ----
+
+void sd_train_config_init(sd_train_config *c) {
+  if (!c) return;
+  sd::train::TrainConfig d;
+  *c = sd_train_config{};
+  c->lr_schedule = "constant";
+  c->lr = d.schedule.peak;
+  c->weight_decay = d.weightDecay;
+  c->clip_norm = d.clipNorm;
+  c->steps = d.steps;
+  c->epochs = d.epochs;
+  c->batch = d.batch;
+  c->grad_accum = d.gradAccum;
+  c->warmup_steps = d.schedule.warmupSteps;
+  c->eval_every = d.evalEvery;
+  c->checkpoint_every = d.checkpointEvery;
+  c->seed = d.seed;
+  c->shuffle = d.shuffle;
+  c->truncate = d.truncate;
+  c->resume = d.resume;
+}
+
+sd_status *sd_trainer_create(sd_session *session, const sd_train_config *c, sd_trainer **out) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    SD_REQUIRE(c, "config");
+    SD_REQUIRE(out, "out");
+    *out = nullptr;
+    if (!c->data_path) return invalid("config.data_path is required");
+    auto kind = sd::train::parseScheduleKind(str(c->lr_schedule ? c->lr_schedule : "constant"));
+    if (!kind.isOk()) return fromStatus(kind.status(), SD_INVALID_ARGUMENT);
+    struct { const char *name; int64_t value, min; } ints[] = {
+        {"steps", c->steps, 0}, {"epochs", c->epochs, 1}, {"batch", c->batch, 0}, {"grad_accum", c->grad_accum, 1},
+        {"warmup_steps", c->warmup_steps, 0}, {"eval_every", c->eval_every, 0}, {"checkpoint_every", c->checkpoint_every, 0}};
+    for (auto &i : ints)
+      if (i.value < i.min)
+        return invalid(std::string("config.") + i.name + " must be >= " + std::to_string(i.min) + ", got " +
+                       std::to_string(i.value));
+    for (auto [name, v] : {std::pair{"lr", c->lr}, {"weight_decay", c->weight_decay}, {"clip_norm", c->clip_norm}})
+      if (!(v >= 0) || v > 1e12) return invalid(std::string("config.") + name + " must be a number >= 0");
+    sd::train::TrainConfig t;
+    t.dataPath = c->data_path;
+    t.evalPath = str(c->eval_path);
+    t.checkpointDir = str(c->checkpoint_dir);
+    t.adapterIn = str(c->adapter_path);
+    t.schedule = sd::train::LrSchedule{kind.value(), c->lr, c->warmup_steps};
+    t.weightDecay = c->weight_decay;
+    t.clipNorm = c->clip_norm;
+    t.steps = c->steps;
+    t.epochs = c->epochs;
+    t.batch = c->batch;
+    t.gradAccum = c->grad_accum;
+    t.evalEvery = c->eval_every;
+    t.checkpointEvery = c->checkpoint_every;
+    t.seed = c->seed;
+    t.shuffle = c->shuffle != 0;
+    t.truncate = c->truncate != 0;
+    t.resume = c->resume != 0;
+    auto tr = sd::train::Trainer::create(*session->session, t);
+    if (!tr.isOk()) return fromStatus(tr.status());
+    *out = new sd_trainer{std::move(tr.value())};
+    return nullptr;
+  });
+}
+void sd_trainer_free(sd_trainer *trainer) { delete trainer; }
+int64_t sd_trainer_step_count(const sd_trainer *trainer) { return trainer ? trainer->trainer->step() : 0; }
+int64_t sd_trainer_total_steps(const sd_trainer *trainer) { return trainer ? trainer->trainer->totalSteps() : 0; }
+
+sd_status *sd_trainer_step(sd_trainer *trainer, sd_step_report *report) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(trainer, "trainer");
+    auto r = trainer->trainer->runStep();
+    if (!r.isOk()) return fromStatus(r.status());
+    const sd::train::StepReport &s = r.value();
+    if (report)
+      *report = sd_step_report{s.step, s.total, s.epoch, s.loss, s.lr, s.gradNorm, s.tokens, s.seconds,
+                               s.evaluated, s.checkpointed, s.evalLoss};
+    return nullptr;
+  });
+}
+
+sd_status *sd_trainer_evaluate(sd_trainer *trainer, double *loss) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(trainer, "trainer");
+    SD_REQUIRE(loss, "loss");
+    auto l = trainer->trainer->evaluate();
+    if (!l.isOk()) return fromStatus(l.status());
+    *loss = l.value();
+    return nullptr;
+  });
+}
+
+sd_status *sd_trainer_save_checkpoint(sd_trainer *trainer) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(trainer, "trainer");
+    return fromStatus(trainer->trainer->saveCheckpoint());
+  });
+}
+
+sd_status *sd_trainer_save_weights(const sd_trainer *trainer, const char *path) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(trainer, "trainer");
+    SD_REQUIRE(path, "path");
+    return fromStatus(trainer->trainer->saveWeights(path));
+  });
+}
+
+// ---- generation ----
+
+sd_status *sd_generator_create(sd_session *session, double temperature, int64_t top_k, uint64_t seed,
+                               sd_generator **out) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    SD_REQUIRE(out, "out");
+    *out = nullptr;
+    auto g = sd::generate::Generator::create(*session->session, {temperature, top_k, seed});
+    if (!g.isOk()) return fromStatus(g.status(), SD_INVALID_ARGUMENT);
+    *out = new sd_generator{std::move(g.value())};
+    return nullptr;
+  });
+}
+void sd_generator_free(sd_generator *generator) { delete generator; }
+int64_t sd_generator_vocab_size(const sd_generator *generator) { return generator ? generator->generator->vocabSize() : 0; }
+
+sd_status *sd_generator_next(sd_generator *generator, const int64_t *tokens, size_t n, int64_t *next) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(generator, "generator");
+    SD_REQUIRE(next, "next");
+    if (n) SD_REQUIRE(tokens, "tokens");
+    auto t = generator->generator->next(std::vector<int64_t>(tokens, tokens + n));
+    if (!t.isOk()) return fromStatus(t.status(), SD_INVALID_ARGUMENT);
+    *next = t.value();
+    return nullptr;
+  });
+}
+
+} // extern "C"

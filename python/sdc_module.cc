@@ -1,0 +1,307 @@
+// The `sdc` Python module: classes over the C API (sd/sd.h). Errors from the
+// C API become sdc.Error (a RuntimeError) carrying its message; tensors go in
+// and out as NumPy arrays (inputs are read in place when C-contiguous,
+// outputs wrap the C API's result memory without a copy).
+#include "sd/sd.h"
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <map>
+#include <memory>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace py = pybind11;
+
+namespace {
+
+struct SdError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+void check(sd_status *s) {
+  if (!s) return;
+  std::string msg = sd_status_message(s);
+  sd_status_free(s);
+  throw SdError(msg);
+}
+
+py::dtype numpyDtype(int32_t t) {
+  switch (t) {
+  case SD_F32: return py::dtype("float32");
+  case SD_F64: return py::dtype("float64");
+  case SD_F16: return py::dtype("float16");
+  case SD_BF16: return py::dtype("uint16"); // NumPy has no bfloat16: the raw bits
+  case SD_I8: return py::dtype("int8");
+  case SD_U8: return py::dtype("uint8");
+  case SD_I16: return py::dtype("int16");
+  case SD_U16: return py::dtype("uint16");
+  case SD_I32: return py::dtype("int32");
+  case SD_U32: return py::dtype("uint32");
+  case SD_I64: return py::dtype("int64");
+  case SD_U64: return py::dtype("uint64");
+  case SD_BOOL: return py::dtype("bool");
+  }
+  throw SdError("tensor dtype " + std::to_string(t) + " has no NumPy equivalent");
+}
+
+int32_t sdDtype(const py::dtype &d) {
+  static const std::pair<const char *, int32_t> kTypes[] = {
+      {"float32", SD_F32}, {"float64", SD_F64}, {"float16", SD_F16}, {"int8", SD_I8},     {"uint8", SD_U8},
+      {"int16", SD_I16},   {"uint16", SD_U16},  {"int32", SD_I32},   {"uint32", SD_U32}, {"int64", SD_I64},
+      {"uint64", SD_U64},  {"bool", SD_BOOL}};
+  for (auto &[name, t] : kTypes)
+    if (d.is(py::dtype(name))) return t;
+  throw py::type_error("arrays of dtype " + py::repr(d).cast<std::string>() + " cannot be passed to a plan");
+}
+
+struct Plan {
+  sd_plan *plan = nullptr;
+  std::map<std::string, size_t> globals;
+  explicit Plan(const std::string &path) {
+    check(sd_plan_load(path.c_str(), &plan));
+    for (size_t i = 0; i < sd_plan_global_count(plan); ++i) {
+      sd_tensor info;
+      check(sd_plan_global_info(plan, i, &info, nullptr));
+      globals[info.name] = i;
+    }
+  }
+  ~Plan() { sd_plan_free(plan); }
+  sd_tensor info(const std::string &name, const char **role = nullptr) const {
+    auto it = globals.find(name);
+    if (it == globals.end()) throw py::key_error("the plan has no global '" + name + "'");
+    sd_tensor t;
+    check(sd_plan_global_info(plan, it->second, &t, role));
+    return t;
+  }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (size_t i = 0; i < sd_plan_entry_count(plan); ++i) out.push_back(sd_plan_entry_name(plan, i));
+    return out;
+  }
+  py::list globalList() const {
+    py::list out;
+    for (size_t i = 0; i < sd_plan_global_count(plan); ++i) {
+      sd_tensor t;
+      const char *role;
+      check(sd_plan_global_info(plan, i, &t, &role));
+      out.append(py::make_tuple(t.name, numpyDtype(t.dtype), std::vector<int64_t>(t.dims, t.dims + t.rank), role));
+    }
+    return out;
+  }
+};
+
+struct Session {
+  std::shared_ptr<Plan> plan;
+  sd_session *session = nullptr;
+  Session(std::shared_ptr<Plan> p, const std::string &device, int threads) : plan(std::move(p)) {
+    sd_session_options o;
+    sd_session_options_init(&o);
+    o.device = device.c_str();
+    o.threads = threads;
+    check(sd_session_create(plan->plan, &o, &session));
+  }
+  ~Session() { sd_session_free(session); }
+
+  py::dict run(const std::string &entry, const py::dict &inputs) {
+    std::vector<py::array> keep;
+    std::vector<std::string> names;
+    std::vector<std::vector<int64_t>> dims;
+    for (auto item : inputs) {
+      names.push_back(py::str(item.first));
+      keep.push_back(py::array::ensure(item.second, py::array::c_style));
+      if (!keep.back()) throw py::type_error("input '" + names.back() + "' is not an array");
+      dims.emplace_back(keep.back().shape(), keep.back().shape() + keep.back().ndim());
+    }
+    std::vector<sd_tensor> ts;
+    for (size_t i = 0; i < keep.size(); ++i)
+      ts.push_back(sd_tensor{names[i].c_str(), sdDtype(keep[i].dtype()), int32_t(dims[i].size()), dims[i].data(),
+                             keep[i].data(), size_t(keep[i].nbytes())});
+    sd_tensor_list *list = nullptr;
+    {
+      py::gil_scoped_release release;
+      check(sd_session_run(session, entry.c_str(), ts.data(), ts.size(), &list));
+    }
+    // The arrays share the list's memory; the capsule frees it with the last one.
+    py::capsule owner(list, [](void *p) { sd_tensor_list_free(static_cast<sd_tensor_list *>(p)); });
+    py::dict out;
+    for (size_t i = 0; i < sd_tensor_list_size(list); ++i) {
+      sd_tensor t;
+      check(sd_tensor_list_get(list, i, &t));
+      std::vector<py::ssize_t> shape(t.dims, t.dims + t.rank);
+      out[py::str(t.name)] = py::array(numpyDtype(t.dtype), shape, t.data, owner);
+    }
+    return out;
+  }
+
+  py::array readGlobal(const std::string &name) const {
+    sd_tensor t = plan->info(name);
+    py::array a(numpyDtype(t.dtype), std::vector<py::ssize_t>(t.dims, t.dims + t.rank));
+    check(sd_session_read_global(session, name.c_str(), a.mutable_data(), size_t(a.nbytes())));
+    return a;
+  }
+
+  void writeGlobal(const std::string &name, const py::array &value) {
+    sd_tensor t = plan->info(name);
+    py::array a = py::array::ensure(value, py::array::c_style);
+    if (!a) throw py::type_error("the value of '" + name + "' is not an array");
+    if (sdDtype(a.dtype()) != t.dtype)
+      throw py::type_error("global '" + name + "' is " + py::repr(numpyDtype(t.dtype)).cast<std::string>() + ", the array " +
+                           py::repr(a.dtype()).cast<std::string>());
+    std::vector<int64_t> want(t.dims, t.dims + t.rank), got(a.shape(), a.shape() + a.ndim());
+    if (want != got) throw py::value_error("global '" + name + "' has another shape than the array");
+    check(sd_session_write_global(session, name.c_str(), a.data(), size_t(a.nbytes())));
+  }
+};
+
+struct StepReport {
+  sd_step_report r;
+};
+
+struct Trainer {
+  std::shared_ptr<Session> session;
+  sd_trainer *trainer = nullptr;
+  ~Trainer() { sd_trainer_free(trainer); }
+};
+
+struct Generator {
+  std::shared_ptr<Session> session;
+  sd_generator *gen = nullptr;
+  ~Generator() { sd_generator_free(gen); }
+  int64_t next(const std::vector<int64_t> &tokens) {
+    int64_t t;
+    py::gil_scoped_release release;
+    check(sd_generator_next(gen, tokens.data(), tokens.size(), &t));
+    return t;
+  }
+};
+
+std::shared_ptr<Trainer> makeTrainer(std::shared_ptr<Session> session, const std::string &data, int64_t steps,
+                                     int64_t epochs, int64_t batch, int64_t gradAccum, double lr,
+                                     const std::string &lrSchedule, int64_t warmupSteps, double weightDecay,
+                                     double clipNorm, uint64_t seed, bool shuffle, bool truncate,
+                                     std::optional<std::string> evalData, int64_t evalEvery,
+                                     std::optional<std::string> checkpointDir, int64_t checkpointEvery, bool resume,
+                                     std::optional<std::string> adapter) {
+  auto t = std::make_shared<Trainer>();
+  t->session = session;
+  sd_train_config c;
+  sd_train_config_init(&c);
+  c.data_path = data.c_str();
+  c.eval_path = evalData ? evalData->c_str() : nullptr;
+  c.checkpoint_dir = checkpointDir ? checkpointDir->c_str() : nullptr;
+  c.adapter_path = adapter ? adapter->c_str() : nullptr;
+  c.lr_schedule = lrSchedule.c_str();
+  c.lr = lr;
+  c.weight_decay = weightDecay;
+  c.clip_norm = clipNorm;
+  c.steps = steps;
+  c.epochs = epochs;
+  c.batch = batch;
+  c.grad_accum = gradAccum;
+  c.warmup_steps = warmupSteps;
+  c.eval_every = evalEvery;
+  c.checkpoint_every = checkpointEvery;
+  c.seed = seed;
+  c.shuffle = shuffle;
+  c.truncate = truncate;
+  c.resume = resume;
+  check(sd_trainer_create(session->session, &c, &t->trainer));
+  return t;
+}
+
+StepReport trainerStep(Trainer &t) {
+  StepReport r;
+  py::gil_scoped_release release;
+  check(sd_trainer_step(t.trainer, &r.r));
+  return r;
+}
+
+} // namespace
+
+PYBIND11_MODULE(sdc, m) {
+  m.doc() = "sdc: run, train and sample compiled plans (.sdp) from Python, over the sd C API";
+  m.attr("__version__") = sd_version();
+  py::register_exception<SdError>(m, "Error", PyExc_RuntimeError);
+
+  py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan", "A compiled plan, loaded and verified.")
+      .def(py::init<const std::string &>(), py::arg("path"))
+      .def_property_readonly("entries", &Plan::entries, "entry names (one per shape bucket)")
+      .def_property_readonly("globals", &Plan::globalList, "(name, dtype, shape, role) of every global")
+      .def_property_readonly("config", [](const Plan &p) { return std::string(sd_plan_config(p.plan)); });
+
+  py::class_<Session, std::shared_ptr<Session>>(m, "Session", "A plan bound to a device, with its own state.")
+      .def(py::init<std::shared_ptr<Plan>, const std::string &, int>(), py::arg("plan"), py::arg("device") = "cpu",
+           py::arg("threads") = 0)
+      .def_property_readonly("plan", [](const Session &s) { return s.plan; })
+      .def("run", &Session::run, py::arg("entry"), py::arg("inputs"),
+           "Runs an entry on a dict of NumPy arrays (the bucket is chosen by their shapes); returns a dict.")
+      .def("read_global", &Session::readGlobal, py::arg("name"), "A copy of a global's value.")
+      .def("write_global", &Session::writeGlobal, py::arg("name"), py::arg("value"),
+           "Sets a mutable global (parameters, optimizer state).")
+      .def("load_adapter", [](Session &s, const std::string &dir) { check(sd_session_load_adapter(s.session, dir.c_str())); },
+           py::arg("dir"), "Loads a LoRA adapter (PEFT layout) into a --peft lora plan's session.")
+      .def("save_adapter", [](Session &s, const std::string &dir) { check(sd_session_save_adapter(s.session, dir.c_str())); },
+           py::arg("dir"), "Writes the session's LoRA adapter in PEFT's layout.");
+
+  py::class_<StepReport>(m, "StepReport", "What one optimizer step did.")
+      .def_property_readonly("step", [](const StepReport &s) { return s.r.step; })
+      .def_property_readonly("total", [](const StepReport &s) { return s.r.total; })
+      .def_property_readonly("epoch", [](const StepReport &s) { return s.r.epoch; })
+      .def_property_readonly("loss", [](const StepReport &s) { return s.r.loss; })
+      .def_property_readonly("lr", [](const StepReport &s) { return s.r.lr; })
+      .def_property_readonly("grad_norm", [](const StepReport &s) { return s.r.grad_norm; })
+      .def_property_readonly("tokens", [](const StepReport &s) { return s.r.tokens; })
+      .def_property_readonly("seconds", [](const StepReport &s) { return s.r.seconds; })
+      .def_property_readonly("eval_loss", [](const StepReport &s) -> std::optional<double> {
+        return s.r.evaluated ? std::optional<double>(s.r.eval_loss) : std::nullopt;
+      })
+      .def_property_readonly("checkpointed", [](const StepReport &s) { return bool(s.r.checkpointed); })
+      .def("__repr__", [](const StepReport &s) {
+        return "StepReport(step=" + std::to_string(s.r.step) + ", loss=" + std::to_string(s.r.loss) + ")";
+      });
+
+  py::class_<Trainer, std::shared_ptr<Trainer>>(m, "Trainer",
+                                                "sdrun train's loop on a session: iterate it for one report per step.")
+      .def(py::init(&makeTrainer), py::arg("session"), py::arg("data"), py::arg("steps") = 0, py::arg("epochs") = 1,
+           py::arg("batch") = 0, py::arg("grad_accum") = 1, py::arg("lr") = 1e-4, py::arg("lr_schedule") = "constant",
+           py::arg("warmup_steps") = 0, py::arg("weight_decay") = 0.0, py::arg("clip_norm") = 0.0, py::arg("seed") = 0,
+           py::arg("shuffle") = true, py::arg("truncate") = false, py::arg("eval_data") = std::nullopt,
+           py::arg("eval_every") = 0, py::arg("checkpoint_dir") = std::nullopt, py::arg("checkpoint_every") = 0,
+           py::arg("resume") = false, py::arg("adapter") = std::nullopt)
+      .def_property_readonly("step_count", [](const Trainer &t) { return sd_trainer_step_count(t.trainer); })
+      .def_property_readonly("total_steps", [](const Trainer &t) { return sd_trainer_total_steps(t.trainer); })
+      .def("step", &trainerStep, "One optimizer step (eval and checkpoint when due).")
+      .def("__iter__", [](std::shared_ptr<Trainer> t) { return t; })
+      .def("__next__", [](Trainer &t) {
+        if (sd_trainer_step_count(t.trainer) >= sd_trainer_total_steps(t.trainer)) throw py::stop_iteration();
+        return trainerStep(t);
+      })
+      .def("evaluate", [](Trainer &t) {
+        double loss;
+        py::gil_scoped_release release;
+        check(sd_trainer_evaluate(t.trainer, &loss));
+        return loss;
+      })
+      .def("save_checkpoint", [](Trainer &t) { check(sd_trainer_save_checkpoint(t.trainer)); })
+      .def("save_weights", [](Trainer &t, const std::string &path) { check(sd_trainer_save_weights(t.trainer, path.c_str())); },
+           py::arg("path"));
+
+  py::class_<Generator, std::shared_ptr<Generator>>(m, "Generator", "Sampling from a plan's batch-1 infer buckets.")
+      .def(py::init([](std::shared_ptr<Session> s, double temperature, int64_t topK, uint64_t seed) {
+             auto g = std::make_shared<Generator>();
+             g->session = s;
+             check(sd_generator_create(s->session, temperature, topK, seed, &g->gen));
+             return g;
+           }),
+           py::arg("session"), py::arg("temperature") = 0.8, py::arg("top_k") = 40, py::arg("seed") = 0)
+      .def_property_readonly("vocab_size", [](const Generator &g) { return sd_generator_vocab_size(g.gen); })
+      .def("next", &Generator::next, py::arg("tokens"), "The token after `tokens`.")
+      .def("generate", [](Generator &g, std::vector<int64_t> tokens, int64_t maxNew) {
+        std::vector<int64_t> out;
+        for (int64_t i = 0; i < maxNew; ++i) out.push_back(g.next(tokens)), tokens.push_back(out.back());
+        return out;
+      }, py::arg("tokens"), py::arg("max_new_tokens"), "`max_new_tokens` tokens after `tokens`.");
+}
