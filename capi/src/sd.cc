@@ -187,46 +187,28 @@ sd_status *sd_session_run(sd_session *session, const char *entry, const sd_tenso
                        sd::formatDims(h.dims) + " needs " + std::to_string(want));
       if (want && !t.data) return invalid("input '" + h.name + "' has no data");
     }
-    const sd::Plan &plan = *session->plan;
-    int64_t chosen = -1;
-    std::vector<sd::Dims> firstOrder;
-    bool named = false;
-    for (size_t e = 0; e < plan.entries.size() && chosen < 0; ++e) {
-      const sd::EntryDesc &d = plan.entries[e];
-      if (d.name != entry) continue;
-      bool match = d.inputs.size() == n_inputs;
-      std::vector<sd::Dims> ordered;
-      for (auto &[name, b] : d.inputs) {
-        const sd::HostTensor *h = nullptr;
-        for (auto &g : given)
-          if (g.name == name) h = &g;
-        if (!h) {
-          if (!named) return invalid("entry '" + str(entry) + "' needs input '" + name + "'");
-          match = false;
-          break;
-        }
-        ordered.push_back(h->dims);
-        match = match && h->dims == d.buffers[size_t(b)].dims;
-      }
-      if (!named) firstOrder = ordered, named = true;
-      if (match) chosen = int64_t(e);
-    }
-    if (chosen < 0) {
-      auto sel = plan.selectEntry(entry, firstOrder); // the error that lists the buckets
-      return invalid(sel.isOk() ? "no bucket of '" + str(entry) + "' takes these inputs" : sel.status().message());
-    }
-    const sd::EntryDesc &d = plan.entries[size_t(chosen)];
+    // Inputs in the entry's order (its buckets share the names), then the
+    // bucket by their shapes: Plan::selectEntry, whose error lists the buckets.
+    int64_t first = session->session->findEntry(entry);
+    if (first < 0) return invalid("plan has no entry '" + str(entry) + "'");
     std::vector<const sd::HostTensor *> ordered;
-    for (auto &[name, b] : d.inputs)
-      for (size_t i = 0; i < n_inputs; ++i)
-        if (given[i].name == name) {
-          given[i].data.assign(static_cast<const uint8_t *>(inputs[i].data),
-                               static_cast<const uint8_t *>(inputs[i].data) + inputs[i].bytes);
-          ordered.push_back(&given[i]);
-          break;
-        }
+    std::vector<sd::Dims> dims;
+    for (auto &[name, b] : session->plan->entries[size_t(first)].inputs) {
+      size_t i = 0;
+      while (i < n_inputs && given[i].name != name) ++i;
+      if (i == n_inputs) return invalid("entry '" + str(entry) + "' needs input '" + name + "'");
+      given[i].data.assign(static_cast<const uint8_t *>(inputs[i].data),
+                           static_cast<const uint8_t *>(inputs[i].data) + inputs[i].bytes);
+      ordered.push_back(&given[i]);
+      dims.push_back(given[i].dims);
+    }
+    if (ordered.size() != n_inputs)
+      return invalid("entry '" + str(entry) + "' takes " + std::to_string(ordered.size()) + " inputs, got " +
+                     std::to_string(n_inputs));
+    auto chosen = session->plan->selectEntry(entry, dims);
+    if (!chosen.isOk()) return fromStatus(chosen.status(), SD_INVALID_ARGUMENT);
     auto list = std::make_unique<sd_tensor_list>();
-    if (sd::Status s = session->session->run(size_t(chosen), ordered, list->tensors); !s.isOk()) return fromStatus(s);
+    if (sd::Status s = session->session->run(chosen.value(), ordered, list->tensors); !s.isOk()) return fromStatus(s);
     *outputs = list.release();
     return nullptr;
   });
