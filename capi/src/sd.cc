@@ -135,12 +135,12 @@ sd_status *sd_session_create(const sd_plan *plan, const sd_session_options *opti
     sd_session_options o;
     sd_session_options_init(&o);
     if (options) o = *options;
-    std::string device = o.device ? o.device : "cpu";
-    if (device != "cpu")
-      return makeStatus(SD_UNAVAILABLE, "device '" + device + "' is not available in this build (devices: cpu)");
     if (o.threads < 0) return invalid("threads must be >= 0, got " + std::to_string(o.threads));
+    auto device = sd::openDevice(o.device ? o.device : "cpu");
+    if (!device.isOk()) return makeStatus(SD_UNAVAILABLE, device.status().message());
     sd::SessionOptions so;
     so.threads = o.threads;
+    so.device = *device;
     auto s = sd::Session::create(plan->plan, so);
     if (!s.isOk()) return fromStatus(s.status());
     *out = new sd_session{plan->plan, std::move(s.value())};

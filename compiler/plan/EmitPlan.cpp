@@ -161,9 +161,9 @@ flatbuffers::Offset<fb::Entry> buildEntry(flatbuffers::FlatBufferBuilder &fbb, f
         auto floats = a.kind == Attr::Kind::Floats ? fbb.CreateVector(a.floats) : 0;
         fattrs.push_back(fb::CreateAttr(fbb, n, fb::AttrKind(int(a.kind)), a.i, a.f, str, ints, floats));
       }
-      const OpDef *def = findOp(s.getContract().str());
+      const OpSchema *schema = findSchema(s.getContract().str());
       std::string loc = nodeNameOf(s.getLoc());
-      steps.push_back(fb::CreateStepDirect(fbb, s.getContract().str().c_str(), def ? def->contractVersion : 1, &ins,
+      steps.push_back(fb::CreateStepDirect(fbb, s.getContract().str().c_str(), schema ? schema->contractVersion : 1, &ins,
                                            &outs, &fattrs, loc.c_str()));
     } else if (auto o = dyn_cast<OutputOp>(op)) {
       outputs.push_back(fb::CreateBindingDirect(fbb, o.getName().str().c_str(), bufIndex.lookup(o.getBuffer())));

@@ -63,8 +63,8 @@ struct PropagateShapesPass : sd::impl::PropagateShapesBase<PropagateShapesPass> 
 
   LogicalResult tryFold(Operation *op, ComputeOpInterface compute, OpShapeQuery &q) {
     StringRef contract = compute.getContractName();
-    const sd::OpDef *def = sd::findOp(contract.str());
-    if (!def || !def->cpu) return success();
+    const sd::KernelDef *def = sd::cpuKernels().find(contract.str());
+    if (!def) return success();
     bool shapeOnly = readsOnlyShapes(contract);
     for (unsigned i = 0; i < op->getNumOperands(); ++i) {
       bool absent = isa<NoneType>(op->getOperand(i).getType());

@@ -1,33 +1,81 @@
-// Op registry: a name-keyed table filled once by registerAllOps().
+// The op schema table and the kernel registries, filled once by registerAllOps().
 #include "sd/ops/registry.h"
 #include <map>
-#include <mutex>
 
 namespace sd {
 
-static std::map<std::string, OpDef, std::less<>> &table() {
-  static std::map<std::string, OpDef, std::less<>> t;
+static std::map<std::string, OpSchema, std::less<>> &schemaTable() {
+  static std::map<std::string, OpSchema, std::less<>> t;
   return t;
 }
 
-void registerOp(OpDef def) {
-  auto &t = table();
-  auto it = t.find(def.name);
-  if (it == t.end()) {
-    t.emplace(def.name, std::move(def));
-    return;
-  }
-  // Shape rules and kernels register separately; merge them.
-  if (def.shape) it->second.shape = def.shape;
-  if (def.cpu) it->second.cpu = def.cpu;
-  if (def.prepare) it->second.prepare = def.prepare;
+// Called by the shape-rule files; arity comes from the table in arity.cc.
+void registerShapeRule(const char *op, ShapeFn fn) {
+  OpSchema s;
+  s.name = op;
+  s.shape = fn;
+  opArity(op, s.minInputs, s.maxInputs);
+  schemaTable()[s.name] = std::move(s);
 }
 
-void computeHalfViaF32(std::initializer_list<const char *> ops) {
-  for (const char *op : ops) {
-    auto it = table().find(std::string_view(op));
-    if (it != table().end()) it->second.halfViaF32 = true;
-  }
+const OpSchema *findSchema(std::string_view name) {
+  registerAllOps();
+  auto &t = schemaTable();
+  auto it = t.find(name);
+  return it == t.end() ? nullptr : &it->second;
+}
+
+std::vector<const OpSchema *> allSchemas() {
+  registerAllOps();
+  std::vector<const OpSchema *> v;
+  for (auto &e : schemaTable()) v.push_back(&e.second);
+  return v;
+}
+
+TypeSet TypeSet::integers() {
+  return {DType::I8, DType::I16, DType::I32, DType::I64, DType::U8, DType::U16, DType::U32, DType::U64};
+}
+
+std::vector<DType> TypeSet::list() const {
+  std::vector<DType> v;
+  for (int32_t i = 1; i < 32; ++i)
+    if (bits_ & (1u << i)) v.push_back(DType(i));
+  return v;
+}
+
+std::string TypeSet::describe() const {
+  std::string s;
+  for (DType t : list()) s += (s.empty() ? "" : ", ") + std::string(dtypeName(t));
+  return s.empty() ? "nothing" : s;
+}
+
+void KernelRegistry::add(KernelDef def) {
+  if (def.halfViaF32) def.types = def.types | TypeSet::halves();
+  std::string op = def.op;
+  kernels_[op] = std::move(def);
+}
+
+const KernelDef *KernelRegistry::find(std::string_view op) const {
+  auto it = kernels_.find(op);
+  return it == kernels_.end() ? nullptr : &it->second;
+}
+
+std::vector<const KernelDef *> KernelRegistry::all() const {
+  std::vector<const KernelDef *> v;
+  for (auto &e : kernels_) v.push_back(&e.second);
+  return v;
+}
+
+StatusOr<const KernelDef *> KernelRegistry::bind(std::string_view op, const std::vector<DType> &inputs,
+                                                 const std::vector<DType> &outputs) const {
+  const KernelDef *k = find(op);
+  if (!k) return sdError("op '", op, "' has no kernel on device '", backend_, "'");
+  const std::vector<DType> &side = k->typeOperand < 0 ? outputs : inputs;
+  size_t i = k->typeOperand < 0 ? 0 : size_t(k->typeOperand);
+  if (i < side.size() && side[i] != DType::Undefined && !k->types.contains(side[i]))
+    return sdError("op '", op, "' on device '", backend_, "' does not compute ", dtypeName(side[i]), " (it takes ",
+                   k->types.describe(), ")");
+  return k;
 }
 
 namespace cpu {
@@ -36,14 +84,13 @@ Status castTensor(const TensorView &in, const TensorView &out);
 
 static bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
 
-Status runKernel(const OpDef &def, const KernelContext &c) {
-  if (!def.cpu) return sdError("op '", def.name, "' has no CPU kernel");
+Status runKernel(const KernelDef &def, const KernelContext &c) {
   bool half = false;
   if (def.halfViaF32) {
     for (auto &t : c.inputs) half = half || isHalf(t.dtype);
     for (auto &t : c.outputs) half = half || isHalf(t.dtype);
   }
-  if (!half) return def.cpu(c);
+  if (!half) return def.run(c);
   std::vector<std::vector<float>> store;
   store.reserve(c.inputs.size() + c.outputs.size());
   KernelContext f{c.attrs, c.inputs, c.outputs, c.pool};
@@ -56,24 +103,10 @@ Status runKernel(const OpDef &def, const KernelContext &c) {
     if (in) SD_RETURN_IF_ERROR(cpu::castTensor(t, wide));
     t = wide;
   }
-  SD_RETURN_IF_ERROR(def.cpu(f));
+  SD_RETURN_IF_ERROR(def.run(f));
   for (size_t i = 0; i < c.outputs.size(); ++i)
     if (isHalf(c.outputs[i].dtype) && c.outputs[i].data) SD_RETURN_IF_ERROR(cpu::castTensor(f.outputs[i], c.outputs[i]));
   return Status::ok();
-}
-
-const OpDef *findOp(std::string_view name) {
-  registerAllOps();
-  auto &t = table();
-  auto it = t.find(name);
-  return it == t.end() ? nullptr : &it->second;
-}
-
-std::vector<const OpDef *> allOps() {
-  registerAllOps();
-  std::vector<const OpDef *> v;
-  for (auto &e : table()) v.push_back(&e.second);
-  return v;
 }
 
 bool ShapeContext::constInts(size_t i, std::vector<int64_t> &out) const {
@@ -82,10 +115,10 @@ bool ShapeContext::constInts(size_t i, std::vector<int64_t> &out) const {
 }
 
 Status inferShapes(std::string_view op, ShapeContext &ctx) {
-  const OpDef *def = findOp(op);
-  if (!def || !def->shape) return sdError("no shape rule for op '", op, "'");
-  int lo = 0, hi = 0;
-  if (!opArity(op, lo, hi)) return sdError("op '", op, "' has no declared arity");
+  const OpSchema *s = findSchema(op);
+  if (!s || !s->shape) return sdError("no shape rule for op '", op, "'");
+  int lo = s->minInputs, hi = s->maxInputs;
+  if (hi == 0 && lo == 0) return sdError("op '", op, "' has no declared arity");
   if (int(ctx.inputs.size()) < lo || int(ctx.inputs.size()) > hi)
     return sdError("op '", op, "' takes ", lo, lo == hi ? "" : "..", lo == hi ? "" : std::to_string(hi),
                    " operands, got ", ctx.inputs.size());
@@ -97,7 +130,7 @@ Status inferShapes(std::string_view op, ShapeContext &ctx) {
   ctx.constInputs.resize(ctx.inputs.size(), nullptr);
   if (ctx.numOutputs == 0 || ctx.numOutputs > 4096) return sdError("op '", op, "' has ", ctx.numOutputs, " results");
   ctx.outputs.clear();
-  SD_RETURN_IF_ERROR(def->shape(ctx));
+  SD_RETURN_IF_ERROR(s->shape(ctx));
   // No rule may produce a negative dim or a tensor past 2^40 elements; later
   // code multiplies dims freely and allocates from them.
   for (const TensorInfo &o : ctx.outputs) {

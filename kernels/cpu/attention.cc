@@ -225,8 +225,8 @@ Status AttentionGradKernel(const KernelContext &c) {
 } // namespace
 
 void registerAttentionKernels() {
-  registerCpuKernel("Attention", AttentionKernel);
-  registerCpuKernel("AttentionGrad", AttentionGradKernel);
+  registerCpuKernel("Attention", AttentionKernel, TypeSet{DType::F32});
+  registerCpuKernel("AttentionGrad", AttentionGradKernel, TypeSet{DType::F32});
 }
 
 } // namespace sd::cpu

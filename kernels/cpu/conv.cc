@@ -280,10 +280,10 @@ Status ConvGradWeightKernel(const KernelContext &c) {
 } // namespace
 
 void registerConvKernels() {
-  registerCpuKernel("Conv", ConvKernel, prepareConv);
-  registerCpuKernel("FusedConv", ConvKernel, prepareConv);
-  registerCpuKernel("ConvTranspose", ConvTransposeKernel);
-  registerCpuKernel("ConvGradWeight", ConvGradWeightKernel);
+  registerCpuKernel("Conv", ConvKernel, TypeSet::floats(), prepareConv);
+  registerCpuKernel("FusedConv", ConvKernel, TypeSet::floats(), prepareConv);
+  registerCpuKernel("ConvTranspose", ConvTransposeKernel, TypeSet::floats());
+  registerCpuKernel("ConvGradWeight", ConvGradWeightKernel, TypeSet::floats());
 }
 
 } // namespace sd::cpu

@@ -7,7 +7,10 @@
 
 namespace sd::cpu {
 
-void registerCpuKernel(const char *op, KernelFn fn, PrepareFn prepare = nullptr);
+// Adds a CPU kernel computing element types `types` of input `typeOperand`
+// (-1: of output 0).
+void registerCpuKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare = nullptr,
+                       int typeOperand = 0);
 
 // Calls fn(T{}) with T matching dtype. Unsupported dtypes return an error.
 template <typename F> Status dispatchFloat(DType t, F &&fn) {

@@ -30,6 +30,6 @@ Status SeededDropoutKernel(const KernelContext &c) {
 
 } // namespace
 
-void registerDropoutKernels() { registerCpuKernel("SeededDropout", SeededDropoutKernel); }
+void registerDropoutKernels() { registerCpuKernel("SeededDropout", SeededDropoutKernel, TypeSet::floats()); }
 
 } // namespace sd::cpu

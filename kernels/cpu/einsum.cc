@@ -61,6 +61,6 @@ Status EinsumKernel(const KernelContext &c) {
 
 } // namespace
 
-void registerEinsumKernels() { registerCpuKernel("Einsum", EinsumKernel); }
+void registerEinsumKernels() { registerCpuKernel("Einsum", EinsumKernel, TypeSet::numeric()); }
 
 } // namespace sd::cpu

@@ -511,28 +511,44 @@ Status CastKernel(const KernelContext &c) { return castBetween(c.inputs[0], c.ou
 Status castTensor(const TensorView &in, const TensorView &out) { return castBetween(in, out); }
 
 void registerElementwiseKernels() {
-#define R(N) registerCpuKernel(#N, N##Kernel);
-  registerCpuKernel("Exp", [](const KernelContext &c) { return vectorized<vexp>(c, ExpKernel); });
-  registerCpuKernel("Erf", [](const KernelContext &c) { return vectorized<verf>(c, ErfKernel); });
-  registerCpuKernel("Sigmoid", [](const KernelContext &c) { return vectorized<vsigmoid>(c, SigmoidKernel); });
+#define R(N, TYPES) registerCpuKernel(#N, N##Kernel, TYPES);
+  const TypeSet floats = TypeSet::floats(), numeric = TypeSet::numeric();
+  registerCpuKernel("Exp", [](const KernelContext &c) { return vectorized<vexp>(c, ExpKernel); }, floats);
+  registerCpuKernel("Erf", [](const KernelContext &c) { return vectorized<verf>(c, ErfKernel); }, floats);
+  registerCpuKernel("Sigmoid", [](const KernelContext &c) { return vectorized<vsigmoid>(c, SigmoidKernel); }, floats);
   registerCpuKernel("Gelu", [](const KernelContext &c) {
     if (c.attrs.getString("approximate", "none") == "tanh") return GeluScalarKernel(c);
     return vectorized<vgelu>(c, GeluScalarKernel);
-  });
-  registerCpuKernel("GeluGrad", GeluGradKernel);
-  R(Log) R(Sqrt) R(Reciprocal) R(Sin) R(Cos) R(Tan) R(Asin) R(Acos)
-  R(Atan) R(Sinh) R(Cosh) R(Asinh) R(Acosh) R(Atanh) R(Tanh)
-  R(HardSigmoid) R(HardSwish) R(LeakyRelu) R(Elu) R(Selu) R(Celu)
-  R(ThresholdedRelu) R(Softplus) R(Softsign) R(Mish) R(Neg) R(Abs)
-  R(Sign) R(Relu) R(Floor) R(Ceil) R(Round) R(Not) R(Add) R(Sub) R(Mul) R(Div)
-  R(Mod) R(Pow) R(PRelu) R(BitShift) R(Equal) R(Less) R(LessOrEqual) R(Greater)
-  R(GreaterOrEqual) R(And) R(Or) R(Xor) R(Min) R(Max) R(Sum) R(Mean) R(Where)
-  R(Clip) R(Cast) R(Dropout)
+  }, floats);
+  registerCpuKernel("GeluGrad", GeluGradKernel, floats);
+  for (auto [name, fn] : std::initializer_list<std::pair<const char *, KernelFn>>{
+           {"Log", LogKernel}, {"Sqrt", SqrtKernel}, {"Reciprocal", ReciprocalKernel}, {"Sin", SinKernel},
+           {"Cos", CosKernel}, {"Tan", TanKernel}, {"Asin", AsinKernel}, {"Acos", AcosKernel}, {"Atan", AtanKernel},
+           {"Sinh", SinhKernel}, {"Cosh", CoshKernel}, {"Asinh", AsinhKernel}, {"Acosh", AcoshKernel},
+           {"Atanh", AtanhKernel}, {"Tanh", TanhKernel}, {"HardSigmoid", HardSigmoidKernel},
+           {"HardSwish", HardSwishKernel}, {"LeakyRelu", LeakyReluKernel}, {"Elu", EluKernel}, {"Selu", SeluKernel},
+           {"Celu", CeluKernel}, {"ThresholdedRelu", ThresholdedReluKernel}, {"Softplus", SoftplusKernel},
+           {"Softsign", SoftsignKernel}, {"Mish", MishKernel}, {"Floor", FloorKernel}, {"Ceil", CeilKernel},
+           {"Round", RoundKernel}, {"Dropout", DropoutKernel}})
+    registerCpuKernel(name, fn, floats);
+  for (auto [name, fn] : std::initializer_list<std::pair<const char *, KernelFn>>{
+           {"Neg", NegKernel}, {"Abs", AbsKernel}, {"Sign", SignKernel}, {"Relu", ReluKernel}, {"Add", AddKernel},
+           {"Sub", SubKernel}, {"Mul", MulKernel}, {"Div", DivKernel}, {"Mod", ModKernel}, {"Pow", PowKernel},
+           {"PRelu", PReluKernel}, {"Less", LessKernel}, {"LessOrEqual", LessOrEqualKernel},
+           {"Greater", GreaterKernel}, {"GreaterOrEqual", GreaterOrEqualKernel}, {"Min", MinKernel},
+           {"Max", MaxKernel}, {"Sum", SumKernel}, {"Mean", MeanKernel}, {"Clip", ClipKernel}})
+    registerCpuKernel(name, fn, numeric);
+  R(Equal, numeric | TypeSet{DType::Bool})
+  R(Not, TypeSet{DType::Bool}) R(And, TypeSet{DType::Bool}) R(Or, TypeSet{DType::Bool}) R(Xor, TypeSet{DType::Bool})
+  R(BitShift, (TypeSet{DType::U8, DType::U16, DType::U32, DType::U64}))
+  R(Cast, TypeSet::all())
+  // Where's element type is its second operand's; the first is the bool condition.
+  registerCpuKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
 #undef R
-  registerCpuKernel("Identity", copyKernel);
-  registerCpuKernel("CastLike", CastKernel);
-  registerCpuKernel("IsNaN", classifyKernel<true>);
-  registerCpuKernel("IsInf", classifyKernel<false>);
+  registerCpuKernel("Identity", copyKernel, TypeSet::all());
+  registerCpuKernel("CastLike", CastKernel, TypeSet::all());
+  registerCpuKernel("IsNaN", classifyKernel<true>, TypeSet::floats());
+  registerCpuKernel("IsInf", classifyKernel<false>, TypeSet::floats());
 }
 
 } // namespace sd::cpu

@@ -121,13 +121,13 @@ Status CumSumKernel(const KernelContext &c) {
 } // namespace
 
 void registerGeneratorKernels() {
-  registerCpuKernel("Shape", ShapeKernel);
-  registerCpuKernel("Size", SizeKernel);
-  registerCpuKernel("ConstantOfShape", ConstantOfShapeKernel);
-  registerCpuKernel("EyeLike", EyeLikeKernel);
-  registerCpuKernel("Range", RangeKernel);
-  registerCpuKernel("Trilu", TriluKernel);
-  registerCpuKernel("CumSum", CumSumKernel);
+  registerCpuKernel("Shape", ShapeKernel, TypeSet::all());
+  registerCpuKernel("Size", SizeKernel, TypeSet::all());
+  registerCpuKernel("ConstantOfShape", ConstantOfShapeKernel, TypeSet::all(), nullptr, -1);
+  registerCpuKernel("EyeLike", EyeLikeKernel, TypeSet::numeric() | TypeSet{DType::Bool}, nullptr, -1);
+  registerCpuKernel("Range", RangeKernel, TypeSet::numeric());
+  registerCpuKernel("Trilu", TriluKernel, TypeSet::all());
+  registerCpuKernel("CumSum", CumSumKernel, TypeSet::numeric());
 }
 
 } // namespace sd::cpu

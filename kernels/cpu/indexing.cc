@@ -246,14 +246,14 @@ Status TopKKernel(const KernelContext &c) {
 } // namespace
 
 void registerIndexingKernels() {
-  registerCpuKernel("Gather", GatherKernel);
-  registerCpuKernel("GatherGrad", GatherGradKernel);
-  registerCpuKernel("GatherElements", GatherElementsKernel);
-  registerCpuKernel("GatherND", GatherNDKernel);
-  registerCpuKernel("ScatterElements", ScatterElementsKernel);
-  registerCpuKernel("ScatterND", ScatterNDKernel);
-  registerCpuKernel("OneHot", OneHotKernel);
-  registerCpuKernel("TopK", TopKKernel);
+  registerCpuKernel("Gather", GatherKernel, TypeSet::all());
+  registerCpuKernel("GatherGrad", GatherGradKernel, TypeSet::floats());
+  registerCpuKernel("GatherElements", GatherElementsKernel, TypeSet::all());
+  registerCpuKernel("GatherND", GatherNDKernel, TypeSet::all());
+  registerCpuKernel("ScatterElements", ScatterElementsKernel, TypeSet::numeric() | TypeSet{DType::Bool});
+  registerCpuKernel("ScatterND", ScatterNDKernel, TypeSet::numeric() | TypeSet{DType::Bool});
+  registerCpuKernel("OneHot", OneHotKernel, TypeSet::all(), nullptr, -1);
+  registerCpuKernel("TopK", TopKKernel, TypeSet::numeric());
 }
 
 } // namespace sd::cpu

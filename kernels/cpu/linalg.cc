@@ -156,9 +156,9 @@ Status LinearKernel(const KernelContext &c) {
 } // namespace
 
 void registerLinalgKernels() {
-  registerCpuKernel("MatMul", MatMulKernel, prepareMatMul);
-  registerCpuKernel("Gemm", GemmKernel, prepareGemm);
-  registerCpuKernel("Linear", LinearKernel, prepareLinear);
+  registerCpuKernel("MatMul", MatMulKernel, TypeSet::numeric(), prepareMatMul);
+  registerCpuKernel("Gemm", GemmKernel, TypeSet::numeric(), prepareGemm);
+  registerCpuKernel("Linear", LinearKernel, TypeSet::numeric(), prepareLinear);
 }
 
 } // namespace sd::cpu

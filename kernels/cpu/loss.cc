@@ -148,9 +148,9 @@ Status SceGradKernel(const KernelContext &c) {
 } // namespace
 
 void registerLossKernels() {
-  registerCpuKernel("NegativeLogLikelihoodLoss", NllKernel);
-  registerCpuKernel("SoftmaxCrossEntropyLoss", SceKernel);
-  registerCpuKernel("SoftmaxCrossEntropyLossGrad", SceGradKernel);
+  registerCpuKernel("NegativeLogLikelihoodLoss", NllKernel, TypeSet::floats());
+  registerCpuKernel("SoftmaxCrossEntropyLoss", SceKernel, TypeSet::floats());
+  registerCpuKernel("SoftmaxCrossEntropyLossGrad", SceGradKernel, TypeSet::floats());
 }
 
 } // namespace sd::cpu

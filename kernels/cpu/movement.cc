@@ -248,16 +248,16 @@ Status SpaceToDepthKernel(const KernelContext &c) { return blockRearrange(c, fal
 } // namespace
 
 void registerMovementKernels() {
-  for (const char *op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}) registerCpuKernel(op, copyAll);
-  registerCpuKernel("Transpose", TransposeKernel);
-  registerCpuKernel("Concat", ConcatKernel);
-  registerCpuKernel("Split", SplitKernel);
-  registerCpuKernel("Slice", SliceKernel);
-  registerCpuKernel("Expand", ExpandKernel);
-  registerCpuKernel("Tile", TileKernel);
-  registerCpuKernel("Pad", PadKernel);
-  registerCpuKernel("DepthToSpace", DepthToSpaceKernel);
-  registerCpuKernel("SpaceToDepth", SpaceToDepthKernel);
+  for (const char *op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}) registerCpuKernel(op, copyAll, TypeSet::all());
+  registerCpuKernel("Transpose", TransposeKernel, TypeSet::all());
+  registerCpuKernel("Concat", ConcatKernel, TypeSet::all());
+  registerCpuKernel("Split", SplitKernel, TypeSet::all());
+  registerCpuKernel("Slice", SliceKernel, TypeSet::all());
+  registerCpuKernel("Expand", ExpandKernel, TypeSet::all());
+  registerCpuKernel("Tile", TileKernel, TypeSet::all());
+  registerCpuKernel("Pad", PadKernel, TypeSet::all());
+  registerCpuKernel("DepthToSpace", DepthToSpaceKernel, TypeSet::all());
+  registerCpuKernel("SpaceToDepth", SpaceToDepthKernel, TypeSet::all());
 }
 
 } // namespace sd::cpu

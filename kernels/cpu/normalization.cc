@@ -281,12 +281,12 @@ Status LayerNormGradKernel(const KernelContext &c) {
 } // namespace
 
 void registerNormalizationKernels() {
-  registerCpuKernel("LayerNormalization", LayerNormKernel);
-  registerCpuKernel("LayerNormalizationGrad", LayerNormGradKernel);
-  registerCpuKernel("BatchNormalization", BatchNormKernel);
-  registerCpuKernel("InstanceNormalization", InstanceNormKernel);
-  registerCpuKernel("LpNormalization", LpNormKernel);
-  registerCpuKernel("MeanVarianceNormalization", MvnKernel);
+  registerCpuKernel("LayerNormalization", LayerNormKernel, TypeSet::floats());
+  registerCpuKernel("LayerNormalizationGrad", LayerNormGradKernel, TypeSet::floats());
+  registerCpuKernel("BatchNormalization", BatchNormKernel, TypeSet::floats());
+  registerCpuKernel("InstanceNormalization", InstanceNormKernel, TypeSet::floats());
+  registerCpuKernel("LpNormalization", LpNormKernel, TypeSet::floats());
+  registerCpuKernel("MeanVarianceNormalization", MvnKernel, TypeSet::floats());
 }
 
 } // namespace sd::cpu

@@ -119,9 +119,9 @@ Status GradScaleKernel(const KernelContext &c) {
 } // namespace
 
 void registerOptimizerKernels() {
-  registerCpuKernel("AdamW", AdamWKernel);
-  registerCpuKernel("SGD", SgdKernel);
-  registerCpuKernel("GradScale", GradScaleKernel);
+  registerCpuKernel("AdamW", AdamWKernel, TypeSet{DType::F32});
+  registerCpuKernel("SGD", SgdKernel, TypeSet{DType::F32});
+  registerCpuKernel("GradScale", GradScaleKernel, TypeSet{DType::F32});
 }
 
 } // namespace sd::cpu

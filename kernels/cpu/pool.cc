@@ -190,14 +190,14 @@ template <Mode M> Status poolGradKernel(const KernelContext &c) {
 } // namespace
 
 void registerPoolKernels() {
-  registerCpuKernel("MaxPool", poolKernel<Mode::Max>);
-  registerCpuKernel("AveragePool", poolKernel<Mode::Avg>);
-  registerCpuKernel("LpPool", poolKernel<Mode::Lp>);
-  registerCpuKernel("GlobalMaxPool", globalPoolKernel<Mode::Max>);
-  registerCpuKernel("GlobalAveragePool", globalPoolKernel<Mode::Avg>);
-  registerCpuKernel("GlobalLpPool", globalPoolKernel<Mode::Lp>);
-  registerCpuKernel("MaxPoolGrad", poolGradKernel<Mode::Max>);
-  registerCpuKernel("AveragePoolGrad", poolGradKernel<Mode::Avg>);
+  registerCpuKernel("MaxPool", poolKernel<Mode::Max>, TypeSet::numeric());
+  registerCpuKernel("AveragePool", poolKernel<Mode::Avg>, TypeSet::floats());
+  registerCpuKernel("LpPool", poolKernel<Mode::Lp>, TypeSet::floats());
+  registerCpuKernel("GlobalMaxPool", globalPoolKernel<Mode::Max>, TypeSet::floats());
+  registerCpuKernel("GlobalAveragePool", globalPoolKernel<Mode::Avg>, TypeSet::floats());
+  registerCpuKernel("GlobalLpPool", globalPoolKernel<Mode::Lp>, TypeSet::floats());
+  registerCpuKernel("MaxPoolGrad", poolGradKernel<Mode::Max>, TypeSet::floats());
+  registerCpuKernel("AveragePoolGrad", poolGradKernel<Mode::Avg>, TypeSet::floats());
 }
 
 } // namespace sd::cpu

@@ -12,7 +12,7 @@ namespace {
 
 Status runOp(const char *op, const AttrMap &attrs, std::vector<TensorView> ins, TensorView out) {
   KernelContext c{attrs, std::move(ins), {out}, nullptr};
-  return runKernel(*findOp(op), c);
+  return runKernel(*cpuKernels().find(op), c);
 }
 
 template <typename T> T saturate(double v) {
@@ -168,13 +168,13 @@ Status QLinearConvKernel(const KernelContext &c) {
 } // namespace
 
 void registerQuantizedKernels() {
-  registerCpuKernel("QuantizeLinear", QuantizeKernel);
-  registerCpuKernel("DequantizeLinear", DequantizeKernel);
-  registerCpuKernel("DynamicQuantizeLinear", DynamicQuantizeKernel);
-  registerCpuKernel("MatMulInteger", MatMulIntegerKernel);
-  registerCpuKernel("QLinearMatMul", QLinearMatMulKernel);
-  registerCpuKernel("ConvInteger", ConvIntegerKernel);
-  registerCpuKernel("QLinearConv", QLinearConvKernel);
+  registerCpuKernel("QuantizeLinear", QuantizeKernel, TypeSet::floats());
+  registerCpuKernel("DequantizeLinear", DequantizeKernel, TypeSet{DType::I8, DType::U8, DType::I32});
+  registerCpuKernel("DynamicQuantizeLinear", DynamicQuantizeKernel, TypeSet{DType::F32});
+  registerCpuKernel("MatMulInteger", MatMulIntegerKernel, TypeSet{DType::I8, DType::U8});
+  registerCpuKernel("QLinearMatMul", QLinearMatMulKernel, TypeSet{DType::I8, DType::U8});
+  registerCpuKernel("ConvInteger", ConvIntegerKernel, TypeSet{DType::I8, DType::U8});
+  registerCpuKernel("QLinearConv", QLinearConvKernel, TypeSet{DType::I8, DType::U8});
 }
 
 } // namespace sd::cpu

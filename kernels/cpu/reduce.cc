@@ -155,18 +155,18 @@ template <bool IsMax> Status argKernel(const KernelContext &c) {
 } // namespace
 
 void registerReduceKernels() {
-  registerCpuKernel("ReduceSum", reduceKernel<RK::Sum>);
-  registerCpuKernel("ReduceMean", reduceKernel<RK::Mean>);
-  registerCpuKernel("ReduceMax", reduceKernel<RK::Max>);
-  registerCpuKernel("ReduceMin", reduceKernel<RK::Min>);
-  registerCpuKernel("ReduceProd", reduceKernel<RK::Prod>);
-  registerCpuKernel("ReduceL1", reduceKernel<RK::L1>);
-  registerCpuKernel("ReduceL2", reduceKernel<RK::L2>);
-  registerCpuKernel("ReduceLogSum", reduceKernel<RK::LogSum>);
-  registerCpuKernel("ReduceLogSumExp", reduceKernel<RK::LogSumExp>);
-  registerCpuKernel("ReduceSumSquare", reduceKernel<RK::SumSquare>);
-  registerCpuKernel("ArgMax", argKernel<true>);
-  registerCpuKernel("ArgMin", argKernel<false>);
+  registerCpuKernel("ReduceSum", reduceKernel<RK::Sum>, TypeSet::numeric());
+  registerCpuKernel("ReduceMean", reduceKernel<RK::Mean>, TypeSet::numeric());
+  registerCpuKernel("ReduceMax", reduceKernel<RK::Max>, TypeSet::numeric());
+  registerCpuKernel("ReduceMin", reduceKernel<RK::Min>, TypeSet::numeric());
+  registerCpuKernel("ReduceProd", reduceKernel<RK::Prod>, TypeSet::numeric());
+  registerCpuKernel("ReduceL1", reduceKernel<RK::L1>, TypeSet::numeric());
+  registerCpuKernel("ReduceL2", reduceKernel<RK::L2>, TypeSet::numeric());
+  registerCpuKernel("ReduceLogSum", reduceKernel<RK::LogSum>, TypeSet::numeric());
+  registerCpuKernel("ReduceLogSumExp", reduceKernel<RK::LogSumExp>, TypeSet::numeric());
+  registerCpuKernel("ReduceSumSquare", reduceKernel<RK::SumSquare>, TypeSet::numeric());
+  registerCpuKernel("ArgMax", argKernel<true>, TypeSet::numeric());
+  registerCpuKernel("ArgMin", argKernel<false>, TypeSet::numeric());
 }
 
 } // namespace sd::cpu

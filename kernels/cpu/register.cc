@@ -1,6 +1,7 @@
-// One place that registers every shape rule and CPU kernel, once.
+// One place that registers every op schema and CPU kernel, once.
 #include "cpu_util.h"
 #include <mutex>
+#include <set>
 
 namespace sd {
 void registerElementwiseShapes();
@@ -31,14 +32,38 @@ void registerOptimizerKernels();
 void registerDropoutKernels();
 void registerAttentionKernels();
 
-void registerCpuKernel(const char *op, KernelFn fn, PrepareFn prepare) {
-  OpDef d;
-  d.name = op;
-  d.cpu = fn;
+KernelRegistry &mutableCpuKernels() {
+  static KernelRegistry r("cpu");
+  return r;
+}
+
+// Ops whose CPU kernels compute f16/bf16 through f32 (runKernel widens them).
+static bool computesHalfViaF32(std::string_view op) {
+  static const std::set<std::string_view> ops = {
+      "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh",
+      "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu", "Celu",
+      "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu", "Neg", "Abs", "Sign", "Relu", "Floor", "Ceil",
+      "Round", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater",
+      "GreaterOrEqual", "Min", "Max", "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization"};
+  return ops.count(op) != 0;
+}
+
+void registerCpuKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare, int typeOperand) {
+  KernelDef d;
+  d.op = op;
+  d.run = fn;
   d.prepare = prepare;
-  registerOp(std::move(d));
+  d.types = types;
+  d.typeOperand = typeOperand;
+  d.halfViaF32 = computesHalfViaF32(op);
+  mutableCpuKernels().add(std::move(d));
 }
 } // namespace cpu
+
+const KernelRegistry &cpuKernels() {
+  registerAllOps();
+  return cpu::mutableCpuKernels();
+}
 
 void registerAllOps() {
   static std::once_flag once;
@@ -69,12 +94,6 @@ void registerAllOps() {
     cpu::registerOptimizerKernels();
     cpu::registerDropoutKernels();
     cpu::registerAttentionKernels();
-    computeHalfViaF32({"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos", "Atan", "Sinh",
-                       "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf", "Sigmoid", "HardSigmoid", "HardSwish",
-                       "LeakyRelu", "Elu", "Selu", "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu",
-                       "Neg", "Abs", "Sign", "Relu", "Floor", "Ceil", "Round", "Add", "Sub", "Mul", "Div", "Mod",
-                       "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Min", "Max",
-                       "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization"});
   });
 }
 

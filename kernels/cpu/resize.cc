@@ -164,6 +164,6 @@ Status ResizeKernel(const KernelContext &c) {
 
 } // namespace
 
-void registerResizeKernels() { registerCpuKernel("Resize", ResizeKernel); }
+void registerResizeKernels() { registerCpuKernel("Resize", ResizeKernel, TypeSet::floats()); }
 
 } // namespace sd::cpu

@@ -115,11 +115,11 @@ template <int Mode> Status softmaxGradKernel(const KernelContext &c) {
 } // namespace
 
 void registerSoftmaxKernels() {
-  registerCpuKernel("Softmax", softmaxKernel<0>);
-  registerCpuKernel("LogSoftmax", softmaxKernel<1>);
-  registerCpuKernel("Hardmax", softmaxKernel<2>);
-  registerCpuKernel("SoftmaxGrad", softmaxGradKernel<0>);
-  registerCpuKernel("LogSoftmaxGrad", softmaxGradKernel<1>);
+  registerCpuKernel("Softmax", softmaxKernel<0>, TypeSet::floats());
+  registerCpuKernel("LogSoftmax", softmaxKernel<1>, TypeSet::floats());
+  registerCpuKernel("Hardmax", softmaxKernel<2>, TypeSet::floats());
+  registerCpuKernel("SoftmaxGrad", softmaxGradKernel<0>, TypeSet::floats());
+  registerCpuKernel("LogSoftmaxGrad", softmaxGradKernel<1>, TypeSet::floats());
 }
 
 } // namespace sd::cpu

@@ -53,13 +53,6 @@ Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list
   return sdError(name, " '", v, "' is not one of ", list);
 }
 
-void registerShapeRule(const char *op, ShapeFn fn) {
-  OpDef d;
-  d.name = op;
-  d.shape = fn;
-  registerOp(std::move(d));
-}
-
 Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions) {
   SD_CHECK_ARG(positions.dtype == DType::I64 && positions.rank() == 2, "Attention positions must be i64 [batch, seq]");
   SD_CHECK_ARG(q.rank() >= 3 && kt.rank() >= 2, "Attention with positions needs q [batch, ..., seq, d]");

@@ -282,11 +282,13 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
         sd.location = s->location() ? s->location()->str() : "";
         std::string sctx = ctx + "step " + std::to_string(si++) + " (" + sd.op +
                            (sd.location.empty() ? "" : " at " + sd.location) + "): ";
-        sd.def = findOp(sd.op);
-        if (!sd.def || !sd.def->cpu) return sdError(sctx, "no CPU kernel implements contract '", sd.op, "'");
-        if (s->contract_version() != sd.def->contractVersion)
+        // Kernels are bound per device when a session is created; the plan
+        // only needs to name ops this runtime knows, at its contract version.
+        sd.schema = findSchema(sd.op);
+        if (!sd.schema) return sdError(sctx, "unknown contract '", sd.op, "'");
+        if (s->contract_version() != sd.schema->contractVersion)
           return sdError(sctx, "contract version ", s->contract_version(), " is not supported (runtime has ",
-                         sd.def->contractVersion, ")");
+                         sd.schema->contractVersion, ")");
         SD_RETURN_IF_ERROR(decodeAttrs(s->attrs(), sd.attrs).withContext(sctx));
         auto readIdx = [&](const flatbuffers::Vector<int32_t> *v, std::vector<int32_t> &out, bool allowAbsent) -> Status {
           if (!v) return Status::ok();

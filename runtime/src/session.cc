@@ -1,6 +1,7 @@
-// CPU session: one arena for activations, writable copies of mutable state,
-// and per-step kernel contexts prepared once so a run is a flat loop.
+// Session: one device arena for activations, device copies of mutable state,
+// and per-step kernel contexts bound and prepared once so a run is a flat loop.
 #include "sd/runtime/session.h"
+#include "sd/ops/kernel.h"
 #include "sd/ops/threadpool.h"
 #include <algorithm>
 #include <chrono>
@@ -16,6 +17,7 @@ void configureCpuBackend(int threads);
 struct Session::Impl {
   struct PreparedStep {
     const StepDesc *desc;
+    const KernelDef *kernel;
     KernelContext ctx;
   };
   // Values the kernels' prepare functions derived (packed weights), shared
@@ -26,6 +28,7 @@ struct Session::Impl {
     std::vector<TensorView> views; // one per buffer
     std::vector<PreparedStep> steps;
   };
+  std::shared_ptr<Device> device;
   std::unique_ptr<ThreadPool> pool;
   uint8_t *arena = nullptr;
   // All mutable globals in one 64-byte-aligned block, in plan order, so the
@@ -35,13 +38,19 @@ struct Session::Impl {
   std::vector<PreparedEntry> entries;
   bool profiling = false;
   std::map<std::string, Session::OpProfile> profile;
+  // Frozen globals copied to a device the host cannot address.
+  std::vector<uint8_t *> uploaded;
   ~Impl() {
-    std::free(arena);
-    std::free(state);
+    if (!device) return;
+    device->release(arena);
+    device->release(state);
+    for (uint8_t *p : uploaded) device->release(p);
   }
 };
 
 Session::~Session() = default;
+
+const Device &Session::device() const { return *impl_->device; }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
   std::unique_ptr<Session> s(new Session());
@@ -49,34 +58,65 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   s->impl_ = std::make_unique<Impl>();
   Impl &im = *s->impl_;
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  im.device = opts.device ? opts.device : cpuDevice();
+  Device &dev = *im.device;
   im.pool = std::make_unique<ThreadPool>(threads);
   configureCpuBackend(threads);
 
+  // Bind every step before allocating anything: a plan this device cannot run
+  // is refused at once, naming the step, op and device.
+  std::vector<std::vector<const KernelDef *>> kernels;
+  for (const EntryDesc &e : plan->entries) {
+    kernels.emplace_back();
+    for (size_t i = 0; i < e.steps.size(); ++i) {
+      const StepDesc &sd = e.steps[i];
+      std::vector<DType> ins, outs;
+      for (int32_t b : sd.inputs) ins.push_back(b >= 0 ? e.buffers[size_t(b)].dtype : DType::Undefined);
+      for (int32_t b : sd.outputs) outs.push_back(e.buffers[size_t(b)].dtype);
+      StatusOr<const KernelDef *> k = dev.kernels().bind(sd.op, ins, outs);
+      if (!k.isOk())
+        return k.status().withContext("entry '" + e.name + "' step " + std::to_string(i) +
+                                      (sd.location.empty() ? "" : " at " + sd.location) + ": ");
+      kernels.back().push_back(*k);
+    }
+  }
+
   uint64_t arenaSize = plan->maxArenaSize();
   if (arenaSize) {
-    im.arena = static_cast<uint8_t *>(std::aligned_alloc(64, (arenaSize + 63) / 64 * 64));
-    if (!im.arena) return sdError("cannot allocate a ", arenaSize, "-byte arena");
+    StatusOr<void *> p = dev.allocate(arenaSize);
+    if (!p.isOk()) return p.status().withContext("arena: ");
+    im.arena = static_cast<uint8_t *>(*p);
   }
   size_t stateBytes = 0;
   for (const GlobalDesc &g : plan->globals)
     if (isMutableRole(g.role)) stateBytes += (g.bytes + 63) / 64 * 64;
   if (stateBytes) {
-    im.state = static_cast<uint8_t *>(std::aligned_alloc(64, stateBytes));
-    if (!im.state) return sdError("cannot allocate ", stateBytes, " bytes of training state");
+    StatusOr<void *> p = dev.allocate(stateBytes);
+    if (!p.isOk()) return p.status().withContext("training state: ");
+    im.state = static_cast<uint8_t *>(*p);
   }
   size_t stateOffset = 0;
   for (const GlobalDesc &g : plan->globals) {
     if (!isMutableRole(g.role)) {
-      im.globalData.push_back(const_cast<uint8_t *>(g.data));
+      uint8_t *data = const_cast<uint8_t *>(g.data);
+      if (!dev.hostAddressable() && g.bytes) {
+        StatusOr<void *> p = dev.allocate(g.bytes);
+        if (!p.isOk()) return p.status().withContext("global '" + g.name + "': ");
+        im.uploaded.push_back(static_cast<uint8_t *>(*p));
+        SD_RETURN_IF_ERROR(dev.copyFromHost(*p, g.data, g.bytes));
+        data = im.uploaded.back();
+      }
+      im.globalData.push_back(data);
       continue;
     }
     uint8_t *dst = im.state + stateOffset;
-    if (g.data) std::memcpy(dst, g.data, g.bytes);
-    else std::memset(dst, 0, g.bytes);
+    if (g.data) SD_RETURN_IF_ERROR(dev.copyFromHost(dst, g.data, g.bytes));
+    else SD_RETURN_IF_ERROR(dev.zero(dst, g.bytes));
     im.globalData.push_back(dst);
     stateOffset += (g.bytes + 63) / 64 * 64;
   }
-  for (const EntryDesc &e : plan->entries) {
+  for (size_t ei = 0; ei < plan->entries.size(); ++ei) {
+    const EntryDesc &e = plan->entries[ei];
     Impl::PreparedEntry pe;
     for (const BufferDesc &b : e.buffers) {
       TensorView v{nullptr, b.dtype, b.dims};
@@ -87,18 +127,20 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       }
       pe.views.push_back(v);
     }
-    for (const StepDesc &sd : e.steps) {
-      Impl::PreparedStep ps{&sd, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
+    for (size_t si = 0; si < e.steps.size(); ++si) {
+      const StepDesc &sd = e.steps[si];
+      const KernelDef *kernel = kernels[ei][si];
+      Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
-      if (sd.def->prepare) {
+      if (kernel->prepare) {
         PrepareContext pc{ps.ctx, {}, im.preparedShared};
         for (int32_t i : sd.inputs) {
           const BufferDesc *b = i >= 0 ? &e.buffers[size_t(i)] : nullptr;
           pc.constantInputs.push_back(b && b->kind == BufferKind::Global &&
                                       !isMutableRole(plan->globals[size_t(b->offset)].role));
         }
-        if (std::shared_ptr<const void> prepared = sd.def->prepare(pc)) {
+        if (std::shared_ptr<const void> prepared = kernel->prepare(pc)) {
           ps.ctx.prepared = prepared.get();
           im.preparedSteps.push_back(std::move(prepared));
         }
@@ -125,11 +167,11 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     if (src.dims != dst.dims)
       return sdError("input '", e.inputs[i].first, "' has shape ", formatDims(src.dims), ", the plan expects ",
                      formatDims(dst.dims));
-    if (!src.data.empty()) std::memcpy(dst.data, src.data.data(), src.data.size());
+    SD_RETURN_IF_ERROR(impl_->device->copyFromHost(dst.data, src.data.data(), src.data.size()));
   }
   for (auto &ps : pe.steps) {
     auto t0 = impl_->profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    Status st = runKernel(*ps.desc->def, ps.ctx);
+    Status st = runKernel(*ps.kernel, ps.ctx);
     if (impl_->profiling) {
       OpProfile &p = impl_->profile[ps.desc->op];
       p.op = ps.desc->op;
@@ -146,7 +188,8 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     t.name = o.first;
     t.dtype = v.dtype;
     t.dims = v.dims;
-    if (v.byteSize()) t.data.assign(static_cast<uint8_t *>(v.data), static_cast<uint8_t *>(v.data) + v.byteSize());
+    t.data.resize(v.byteSize());
+    SD_RETURN_IF_ERROR(impl_->device->copyToHost(t.data.data(), v.data, v.byteSize()));
     outputs.push_back(std::move(t));
   }
   return Status::ok();
@@ -156,8 +199,7 @@ Status Session::readGlobal(size_t index, void *dst, size_t bytes) const {
   if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
   const GlobalDesc &g = plan_->globals[index];
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the buffer ", bytes);
-  if (bytes) std::memcpy(dst, impl_->globalData[index], bytes);
-  return Status::ok();
+  return impl_->device->copyToHost(dst, impl_->globalData[index], bytes);
 }
 
 Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
@@ -165,8 +207,7 @@ Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
   const GlobalDesc &g = plan_->globals[index];
   if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the data ", bytes);
-  if (bytes) std::memcpy(impl_->globalData[index], src, bytes);
-  return Status::ok();
+  return impl_->device->copyFromHost(impl_->globalData[index], src, bytes);
 }
 
 StatusOr<HostTensor> Session::readGlobal(size_t index) const {

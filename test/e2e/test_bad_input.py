@@ -252,6 +252,9 @@ def main():
                            ["corrupt.sdp"], [outdir])
     expect_clean_error("inspect of a corrupt plan", [sdrun, "inspect", os.path.join(tmp, "corrupt.sdp")],
                        ["corrupt.sdp"])
+    for cmd in ("infer", "bench"):
+        expect_clean_error(f"{cmd} on a device this build lacks", [sdrun, cmd, plan, "--device", "tpu"],
+                           ["--device", "device 'tpu' is not available", "cpu"])
     expect_clean_error("bench with bad iterations", [sdrun, "bench", plan, "--iterations", "zero"], ["--iterations"])
     # inspect --cpu with a bad plan or flag: the error alone, no CPU report before it.
     for label, cmd, needle in [("inspect --cpu of a corrupt plan", [sdrun, "inspect", "--cpu",

@@ -48,12 +48,12 @@ Tensor i64Tensor(Dims dims, std::vector<int64_t> v) {
 
 Status run(const std::string &op, const AttrMap &attrs, std::vector<Tensor *> ins, std::vector<Tensor *> outs,
            ThreadPool *pool = nullptr) {
-  const OpDef *def = findOp(op);
-  if (!def || !def->cpu) return sdError("no kernel ", op);
+  const KernelDef *def = cpuKernels().find(op);
+  if (!def) return sdError("no kernel ", op);
   KernelContext c{attrs, {}, {}, pool};
   for (Tensor *t : ins) c.inputs.push_back(t ? t->view() : TensorView{});
   for (Tensor *t : outs) c.outputs.push_back(t->view());
-  return def->cpu(c);
+  return def->run(c);
 }
 
 void expectNear(const std::vector<float> &a, const std::vector<float> &b, float tol = 1e-4f) {
@@ -287,7 +287,7 @@ TEST(Kernels, HalfStorageComputesThroughF32) {
     AttrMap none;
     KernelContext c{none, {TensorView{a.data(), dt, {2, 3}}, TensorView{b.data(), dt, {2, 3}}},
                     {TensorView{o.data(), dt, {2, 3}}}, nullptr};
-    ASSERT_TRUE(runKernel(*findOp("Add"), c).isOk());
+    ASSERT_TRUE(runKernel(*cpuKernels().find("Add"), c).isOk());
     for (int i = 0; i < 6; ++i) {
       float got = dt == DType::F16 ? halfToFloat(o[size_t(i)]) : bf16ToFloat(o[size_t(i)]);
       EXPECT_EQ(got, fa[size_t(i)] + fb[size_t(i)]) << dtypeName(dt) << " at " << i;

@@ -4,6 +4,8 @@
 #include "Driver.h"
 #include "plan_generated.h"
 #include "sd/format/crc32c.h"
+#include "sd/ops/kernel.h"
+#include "sd/runtime/device.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include <cstring>
@@ -97,6 +99,119 @@ TEST_F(PlanTest, EveryTruncationIsRefused) {
     auto plan = Plan::loadBytes(bytes_.data(), n, "truncated.sdp");
     ASSERT_FALSE(plan.isOk()) << "truncation to " << n << " bytes was accepted";
   }
+}
+
+// A device for tests: host memory the session may not address directly (so
+// every weight is uploaded and every value copied through the interface), and
+// a kernel registry derived from the CPU's.
+class TestDevice final : public Device {
+public:
+  explicit TestDevice(KernelRegistry kernels) : kernels_(std::move(kernels)) {}
+  const std::string &name() const override { return kernels_.backend(); }
+  const KernelRegistry &kernels() const override { return kernels_; }
+  bool hostAddressable() const override { return false; }
+  StatusOr<void *> allocate(size_t bytes) override {
+    ++allocations;
+    return cpuDevice()->allocate(bytes);
+  }
+  void release(void *p) override { cpuDevice()->release(p); }
+  Status copyFromHost(void *dst, const void *src, size_t n) override {
+    uploaded += n;
+    return cpuDevice()->copyFromHost(dst, src, n);
+  }
+  Status copyToHost(void *dst, const void *src, size_t n) override {
+    downloaded += n;
+    return cpuDevice()->copyToHost(dst, src, n);
+  }
+  Status zero(void *dst, size_t n) override { return cpuDevice()->zero(dst, n); }
+  Status synchronize() override { return Status::ok(); }
+  size_t allocations = 0, uploaded = 0, downloaded = 0;
+
+private:
+  KernelRegistry kernels_;
+};
+
+// The CPU kernels under another backend name, with `drop` left out and
+// `retype`'s kernel limited to f64.
+KernelRegistry derivedKernels(const std::string &name, const std::string &drop, const std::string &retype = "") {
+  KernelRegistry r(name);
+  for (const KernelDef *k : cpuKernels().all()) {
+    if (k->op == drop) continue;
+    KernelDef d = *k;
+    if (k->op == retype) {
+      d.types = TypeSet{DType::F64};
+      d.halfViaF32 = false;
+    }
+    r.add(d);
+  }
+  return r;
+}
+
+TEST_F(PlanTest, RunsOnADeviceTheHostCannotAddress) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-device", ""));
+  SessionOptions opts{1, dev};
+  auto onDevice = Session::create(p, opts);
+  ASSERT_TRUE(onDevice.isOk()) << onDevice.status().message();
+  auto onCpu = Session::create(p, SessionOptions{1});
+  ASSERT_TRUE(onCpu.isOk());
+  size_t weightBytes = 0;
+  for (const GlobalDesc &g : p->globals) weightBytes += g.bytes;
+  EXPECT_GE(dev->uploaded, weightBytes); // frozen weights went through copyFromHost
+  EXPECT_EQ(onDevice.value()->device().name(), "test-device");
+
+  auto in = inputs();
+  std::vector<HostTensor> a, b;
+  ASSERT_TRUE(onDevice.value()->run(0, {&in[0], &in[1]}, a).isOk());
+  ASSERT_TRUE(onCpu.value()->run(0, {&in[0], &in[1]}, b).isOk());
+  ASSERT_EQ(a.size(), b.size());
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_EQ(a[i].data, b[i].data) << a[i].name;
+  size_t outBytes = 0;
+  for (auto &t : a) outBytes += t.data.size();
+  EXPECT_GE(dev->downloaded, outBytes);
+}
+
+TEST_F(PlanTest, MissingKernelFailsAtSessionCreationNamingOpAndDevice) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  const EntryDesc &e = p->entries[0];
+  ASSERT_GE(e.steps.size(), 2u);
+  const std::string op = e.steps[1].op;
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", op));
+  auto s = Session::create(p, SessionOptions{1, dev});
+  ASSERT_FALSE(s.isOk());
+  const std::string &msg = s.status().message();
+  EXPECT_NE(msg.find("entry '" + e.name + "' step 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("op '" + op + "' has no kernel on device 'test-gpu'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ(dev->allocations, 0u); // refused before anything was allocated
+}
+
+TEST_F(PlanTest, ElementTypeTheKernelLacksFailsAtSessionCreation) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  const std::string op = p->entries[0].steps[0].op;
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", "", op));
+  auto s = Session::create(p, SessionOptions{1, dev});
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.status().message().find("op '" + op + "' on device 'test-gpu' does not compute f32 (it takes f64)"),
+            std::string::npos)
+      << s.status().message();
+}
+
+TEST(Devices, OpenByName) {
+  auto cpu = openDevice("cpu");
+  ASSERT_TRUE(cpu.isOk());
+  EXPECT_EQ((*cpu)->name(), "cpu");
+  auto best = openDevice("auto");
+  ASSERT_TRUE(best.isOk());
+  auto none = openDevice("tpu");
+  ASSERT_FALSE(none.isOk());
+  EXPECT_NE(none.status().message().find("device 'tpu' is not available"), std::string::npos);
 }
 
 // Without the CRC, corrupt plans reach the structural checks; whatever loads

@@ -31,7 +31,7 @@ namespace {
 
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
-    "                  [--output-format pb|npy] [--threads N] [--adapter DIR]\n"
+    "                  [--output-format pb|npy] [--threads N] [--device cpu|auto] [--adapter DIR]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads a LoRA adapter (HF PEFT layout) into a --peft lora plan first.\n"
@@ -40,7 +40,7 @@ const char *kInferUsage =
     "a summary is printed.\n";
 
 const char *kBenchUsage =
-    "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N]\n"
+    "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|auto]\n"
     "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
@@ -127,12 +127,12 @@ struct Prepared {
 };
 
 sd::Status prepare(const std::shared_ptr<sd::Plan> &plan, const std::string &planPath, const std::string &entryName,
-                   const std::vector<sd::HostTensor> &inputs, int64_t threads, Prepared &out) {
+                   const std::vector<sd::HostTensor> &inputs, const sd::SessionOptions &opts, Prepared &out) {
   std::vector<sd::Dims> dims;
   for (auto &t : inputs) dims.push_back(t.dims);
   auto entry = plan->selectEntry(entryName, dims);
   if (!entry.isOk()) return entry.status().withContext(planPath + ": ");
-  auto session = sd::Session::create(plan, sd::SessionOptions{int(threads)});
+  auto session = sd::Session::create(plan, opts);
   if (!session.isOk()) return session.status();
   out.session = std::move(session.value());
   out.entry = entry.value();
@@ -145,13 +145,13 @@ sd::Status prepare(const std::shared_ptr<sd::Plan> &plan, const std::string &pla
 int inferCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--adapter"}, f,
+  if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--device", "--adapter"}, f,
                   err)) {
     if (!f.help) return fail(err + " (see sdrun infer --help)");
   }
   if (f.help) return std::fputs(kInferUsage, stdout), 0;
-  int64_t threads;
-  if (!intFlag(f, "--threads", 0, 0, 1024, threads, err)) return fail(err);
+  sd::SessionOptions sessionOpts;
+  if (!sessionFlags(f, sessionOpts, err)) return fail(err);
   std::string format = f.values.count("--output-format") ? f.values["--output-format"].back() : "pb";
   if (format != "pb" && format != "npy") return fail("--output-format takes 'pb' or 'npy', got '" + format + "'");
   auto plan = loadPlan(f.plan);
@@ -161,7 +161,7 @@ int inferCommand(const std::vector<std::string> &args) {
   std::vector<sd::HostTensor> inputs;
   if (auto s = loadInputs(f, *proto, inputs); !s.isOk()) return fail(s.message());
   Prepared run;
-  if (auto s = prepare(plan.value(), f.plan, "infer", inputs, threads, run); !s.isOk()) return fail(s.message());
+  if (auto s = prepare(plan.value(), f.plan, "infer", inputs, sessionOpts, run); !s.isOk()) return fail(s.message());
   if (auto a = f.values.find("--adapter"); a != f.values.end())
     if (auto s = loadAdapterFlag(f.plan, a->second.back(), *run.session); !s.isOk()) return fail(s.message());
   std::vector<sd::HostTensor> outputs;
@@ -201,12 +201,13 @@ int benchCommand(const std::vector<std::string> &args) {
   std::vector<std::string> rest;
   bool profile = false;
   for (auto &a : args) (a == "--profile" ? profile = true : (rest.push_back(a), false));
-  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--entry", "--data", "--batch"}, f, err)) {
+  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch"}, f, err)) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }
   if (f.help) return std::fputs(kBenchUsage, stdout), 0;
-  int64_t threads, iters, warmup;
-  if (!intFlag(f, "--threads", 0, 0, 1024, threads, err) || !intFlag(f, "--iterations", 20, 1, 1000000, iters, err) ||
+  int64_t iters, warmup;
+  sd::SessionOptions sessionOpts;
+  if (!sessionFlags(f, sessionOpts, err) || !intFlag(f, "--iterations", 20, 1, 1000000, iters, err) ||
       !intFlag(f, "--warmup", 3, 0, 1000000, warmup, err))
     return fail(err);
   std::string entryName = f.values.count("--entry") ? f.values["--entry"].back() : "infer";
@@ -240,7 +241,7 @@ int benchCommand(const std::vector<std::string> &args) {
     }
   }
   Prepared run;
-  if (auto s = prepare(plan.value(), f.plan, entryName, inputs, threads, run); !s.isOk()) return fail(s.message());
+  if (auto s = prepare(plan.value(), f.plan, entryName, inputs, sessionOpts, run); !s.isOk()) return fail(s.message());
   std::vector<sd::HostTensor> outputs;
   std::vector<double> times;
   for (int64_t i = 0; i < warmup + iters; ++i) {
@@ -266,7 +267,7 @@ int benchCommand(const std::vector<std::string> &args) {
               (long long)iters, median, mean, times.front());
   std::printf("{\"entry\":\"%s\",\"iterations\":%lld,\"threads\":%lld,\"median_ms\":%.4f,\"mean_ms\":%.4f,\"min_ms\":%.4f,"
               "\"f32_gemm\":\"%s\"}\n",
-              entryName.c_str(), (long long)iters, (long long)threads, median, mean, times.front(), sd::f32GemmKernel());
+              entryName.c_str(), (long long)iters, (long long)sessionOpts.threads, median, mean, times.front(), sd::f32GemmKernel());
   return 0;
 }
 

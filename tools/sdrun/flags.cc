@@ -1,5 +1,6 @@
 // Command-line flag parsing for sdrun.
 #include "flags.h"
+#include "sd/runtime/session.h"
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -58,6 +59,19 @@ bool numberFlag(const Flags &f, const std::string &name, double def, double lo, 
     return err = name + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'",
            false;
   return out = v, true;
+}
+
+bool sessionFlags(const Flags &f, sd::SessionOptions &out, std::string &err) {
+  int64_t threads = 0;
+  if (!intFlag(f, "--threads", 0, 0, 1024, threads, err)) return false;
+  out.threads = int(threads);
+  auto device = sd::openDevice(flagValue(f, "--device", "cpu"));
+  if (!device.isOk()) {
+    err = "--device: " + device.status().message();
+    return false;
+  }
+  out.device = *device;
+  return true;
 }
 
 } // namespace sdrun

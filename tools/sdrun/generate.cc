@@ -10,7 +10,7 @@ namespace {
 
 const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
-    "                     [--top-k K] [--seed S] [--adapter DIR] [--threads N]\n"
+    "                     [--top-k K] [--seed S] [--adapter DIR] [--threads N] [--device cpu|auto]\n"
     "\n"
     "Continues TEXT with a byte-level (256-token) model, using the plan's infer\n"
     "entry with batch 1 (training plans get such a bucket by default). Greedy when\n"
@@ -23,15 +23,16 @@ const char *kGenerateUsage =
 int generateCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--seed", "--adapter", "--threads"}, f,
+  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--seed", "--adapter", "--threads", "--device"}, f,
                   err)) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }
   if (f.help) return std::fputs(kGenerateUsage, stdout), 0;
-  int64_t maxNew, topK, seed, threads;
+  int64_t maxNew, topK, seed;
+  sd::SessionOptions so;
   double temperature;
   if (!intFlag(f, "--max-new-tokens", 64, 1, 1 << 20, maxNew, err) || !intFlag(f, "--top-k", 40, 0, 1 << 20, topK, err) ||
-      !intFlag(f, "--seed", 0, 0, INT64_MAX, seed, err) || !intFlag(f, "--threads", 0, 0, 1024, threads, err) ||
+      !intFlag(f, "--seed", 0, 0, INT64_MAX, seed, err) || !sessionFlags(f, so, err) ||
       !numberFlag(f, "--temperature", 0.8, 0, 100, temperature, err))
     return fail(err);
   if (!hasFlag(f, "--prompt")) return fail("--prompt TEXT is required (see sdrun generate --help)");
@@ -39,8 +40,6 @@ int generateCommand(const std::vector<std::string> &args) {
   auto loaded = sd::Plan::loadFile(f.plan);
   if (!loaded.isOk()) return fail(loaded.status().message());
   std::shared_ptr<const sd::Plan> plan(std::move(loaded.value()));
-  sd::SessionOptions so;
-  so.threads = int(threads);
   auto session = sd::Session::create(plan, so);
   if (!session.isOk()) return fail(session.status().message());
   sd::Session &s = *session.value();

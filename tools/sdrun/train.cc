@@ -57,7 +57,8 @@ const char *kTrainUsage =
     "  --adapter DIR          start from a LoRA adapter (HF PEFT layout)\n"
     "  --save-adapter DIR     write the trained LoRA adapter (HF PEFT layout)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
-    "  --threads N            worker threads (default: all cores)\n";
+    "  --threads N            worker threads (default: all cores)\n"
+    "  --device cpu|auto      where the plan runs (default: cpu; auto: the best this build has)\n";
 
 } // namespace
 
@@ -116,15 +117,13 @@ private:
   bool tty_ = ::isatty(2);
 };
 
-sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig &cfg, int64_t threads,
+sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig &cfg, const sd::SessionOptions &sopts,
                        const TrainOutputs &out) {
   auto loaded = sd::Plan::loadFile(planPath);
   if (!loaded.isOk()) return loaded.status();
   std::shared_ptr<const sd::Plan> plan(std::move(loaded.value()));
   if (!out.adapterOut.empty())
     if (auto lora = sd::loraConfigOf(*plan); !lora.isOk()) return lora.status().withContext(planPath + ": ");
-  sd::SessionOptions sopts;
-  sopts.threads = int(threads);
   auto session = sd::Session::create(plan, sopts);
   if (!session.isOk()) return session.status();
   auto made = sd::train::Trainer::create(*session.value(), cfg);
@@ -152,7 +151,7 @@ int trainCommand(const std::vector<std::string> &args) {
   if (!parseFlags(args,
                   {"--data", "--steps", "--epochs", "--batch", "--grad-accum", "--lr", "--lr-schedule",
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
-                   "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads",
+                   "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
                    "--adapter", "--save-adapter"},
                   f, err, {"--no-shuffle", "--truncate", "--resume"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
@@ -173,7 +172,8 @@ int trainCommand(const std::vector<std::string> &args) {
   o.shuffle = !hasFlag(f, "--no-shuffle");
   o.truncate = hasFlag(f, "--truncate");
   o.resume = hasFlag(f, "--resume");
-  int64_t seed = 0, threads = 0;
+  int64_t seed = 0;
+  sd::SessionOptions sopts;
   if (!intFlag(f, "--steps", 0, 1, int64_t(1) << 40, o.steps, err) ||
       !intFlag(f, "--epochs", 1, 1, 1000000, o.epochs, err) || !intFlag(f, "--batch", 0, 1, 1 << 20, o.batch, err) ||
       !intFlag(f, "--grad-accum", 1, 1, 1 << 20, o.gradAccum, err) ||
@@ -181,7 +181,7 @@ int trainCommand(const std::vector<std::string> &args) {
       !intFlag(f, "--seed", 0, 0, INT64_MAX, seed, err) ||
       !intFlag(f, "--eval-every", 0, 0, int64_t(1) << 40, o.evalEvery, err) ||
       !intFlag(f, "--checkpoint-every", 0, 0, int64_t(1) << 40, o.checkpointEvery, err) ||
-      !intFlag(f, "--threads", 0, 0, 1024, threads, err) ||
+      !sessionFlags(f, sopts, err) ||
       !numberFlag(f, "--lr", 1e-4, 0, 1e3, o.schedule.peak, err) ||
       !numberFlag(f, "--weight-decay", 0, 0, 1e3, o.weightDecay, err) ||
       !numberFlag(f, "--clip-norm", 0, 0, 1e12, o.clipNorm, err))
@@ -198,7 +198,7 @@ int trainCommand(const std::vector<std::string> &args) {
     for (auto [flag, in] : {std::pair{"--data", o.dataPath}, {"--eval-data", o.evalPath}, {"the plan", f.plan}})
       if (!written.empty() && sameFile(written, in))
         return fail(written + " is both an output and " + flag + ": it would be overwritten");
-  sd::Status s = runTraining(f.plan, o, threads, out);
+  sd::Status s = runTraining(f.plan, o, sopts, out);
   if (!s.isOk()) return fail(s.message());
   return 0;
 }

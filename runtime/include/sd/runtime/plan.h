@@ -38,7 +38,7 @@ struct BufferDesc {
 
 struct StepDesc {
   std::string op;
-  const OpDef *def = nullptr;
+  const OpSchema *schema = nullptr;
   AttrMap attrs;
   std::vector<int32_t> inputs, outputs; // -1: absent optional operand
   std::string location;

@@ -1,6 +1,8 @@
-// Session: runs a plan's entries on the CPU. The arena is allocated once,
-// sized by the largest entry; each step's kernel is resolved at creation.
+// Session: runs a plan's entries on a device. The arena is allocated once,
+// sized by the largest entry; every step is bound to a kernel of the device at
+// creation, so a plan the device cannot run fails there, not mid-step.
 #pragma once
+#include "sd/runtime/device.h"
 #include "sd/runtime/plan.h"
 #include "sd/format/tensor_io.h"
 #include <memory>
@@ -8,7 +10,8 @@
 namespace sd {
 
 struct SessionOptions {
-  int threads = 0; // 0: all hardware threads
+  int threads = 0;               // 0: all hardware threads
+  std::shared_ptr<Device> device; // null: the CPU
 };
 
 class Session {
@@ -17,6 +20,7 @@ public:
                                                     const SessionOptions &opts = {});
   ~Session();
   const Plan &plan() const { return *plan_; }
+  const Device &device() const;
   // Runs entry `entry` on inputs given in the entry's input order; outputs come
   // back in output order. Input dtypes and shapes must match the bucket.
   Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);

@@ -1,0 +1,117 @@
+// Kernels, one registry per backend. A session binds each step of a plan to
+// its device's registry when it is created: a missing kernel or an element
+// type the kernel does not compute is an error there, naming the op and the
+// device, never half-way through a step.
+#pragma once
+#include "sd/ops/attrs.h"
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
+#include <initializer_list>
+#include <map>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sd {
+
+class ThreadPool;
+
+struct KernelContext {
+  const AttrMap &attrs;
+  std::vector<TensorView> inputs; // absent optional operand: data == nullptr
+  std::vector<TensorView> outputs;
+  ThreadPool *pool = nullptr;
+  // What the op's prepare function derived for this step when the session was
+  // created (e.g. a constant weight packed for the GEMM); null when it has
+  // none, as in constant folding. Kernels compute the same result either way.
+  const void *prepared = nullptr;
+
+  bool hasInput(size_t i) const {
+    return i < inputs.size() && inputs[i].dtype != DType::Undefined;
+  }
+};
+
+// A step as a session sees it before the first run.
+struct PrepareContext {
+  const KernelContext &kernel;
+  // constantInputs[i]: operand i holds the same values for the session's
+  // whole life (frozen weights and constants, not trainable state).
+  std::vector<bool> constantInputs;
+  // Prepared values shared across steps and entries, keyed by the op, so a
+  // weight that several entries multiply by is packed once.
+  std::map<std::string, std::shared_ptr<const void>> &shared;
+};
+
+using KernelFn = Status (*)(const KernelContext &);
+// Returns the step's prepared value (kept alive by the session), or null.
+using PrepareFn = std::shared_ptr<const void> (*)(const PrepareContext &);
+
+// A set of element types.
+class TypeSet {
+public:
+  TypeSet() = default;
+  TypeSet(std::initializer_list<DType> types) {
+    for (DType t : types) bits_ |= bit(t);
+  }
+  bool contains(DType t) const { return bits_ & bit(t); }
+  TypeSet operator|(TypeSet o) const { return fromBits(bits_ | o.bits_); }
+  bool empty() const { return bits_ == 0; }
+  std::vector<DType> list() const;
+  std::string describe() const; // "f32, f64"
+
+  static TypeSet floats() { return {DType::F32, DType::F64}; }
+  static TypeSet halves() { return {DType::F16, DType::BF16}; }
+  static TypeSet integers();
+  static TypeSet numeric() { return floats() | integers(); }
+  // Every fixed-size type: kernels that only move bytes.
+  static TypeSet all() { return numeric() | halves() | TypeSet{DType::Bool}; }
+
+private:
+  static uint32_t bit(DType t) { return int32_t(t) > 0 && int32_t(t) < 32 ? 1u << int32_t(t) : 0; }
+  static TypeSet fromBits(uint32_t b) {
+    TypeSet s;
+    s.bits_ = b;
+    return s;
+  }
+  uint32_t bits_ = 0;
+};
+
+struct KernelDef {
+  std::string op;
+  KernelFn run = nullptr;
+  PrepareFn prepare = nullptr;
+  // Element types the kernel computes, read off one operand: input
+  // `typeOperand`, or output 0 when it is -1 (ops whose inputs are shapes).
+  TypeSet types;
+  int typeOperand = 0;
+  // f16/bf16 are storage types on the CPU: these kernels compute them by
+  // widening to f32 and rounding the results back (runKernel does it).
+  bool halfViaF32 = false;
+};
+
+class KernelRegistry {
+public:
+  explicit KernelRegistry(std::string backend) : backend_(std::move(backend)) {}
+  const std::string &backend() const { return backend_; }
+  void add(KernelDef def);
+  const KernelDef *find(std::string_view op) const;
+  std::vector<const KernelDef *> all() const;
+  // The kernel that computes `op` on these operand types, or an error naming
+  // the op and this backend. An absent optional input has dtype Undefined.
+  StatusOr<const KernelDef *> bind(std::string_view op, const std::vector<DType> &inputs,
+                                   const std::vector<DType> &outputs) const;
+
+private:
+  std::string backend_;
+  std::map<std::string, KernelDef, std::less<>> kernels_;
+};
+
+// The CPU backend's kernels (registered by registerAllOps()).
+const KernelRegistry &cpuKernels();
+
+// Runs a kernel, widening half operands to f32 when it computes them that way.
+// Every caller (session, constant folding, the op harness) goes through it.
+Status runKernel(const KernelDef &def, const KernelContext &ctx);
+
+} // namespace sd

@@ -1,0 +1,52 @@
+// The CPU device: aligned host memory and memcpy.
+#include "sd/runtime/device.h"
+#include "sd/ops/kernel.h"
+#include <cstdlib>
+#include <cstring>
+
+namespace sd {
+namespace {
+
+class CpuDevice final : public Device {
+public:
+  const std::string &name() const override { return name_; }
+  const KernelRegistry &kernels() const override { return cpuKernels(); }
+  bool hostAddressable() const override { return true; }
+
+  StatusOr<void *> allocate(size_t bytes) override {
+    void *p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+    if (!p) return sdError("cannot allocate ", bytes, " bytes on device 'cpu'");
+    return p;
+  }
+  void release(void *ptr) override { std::free(ptr); }
+  Status copyFromHost(void *dst, const void *src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
+  Status copyToHost(void *dst, const void *src, size_t bytes) override {
+    if (bytes) std::memcpy(dst, src, bytes);
+    return Status::ok();
+  }
+  Status zero(void *dst, size_t bytes) override {
+    if (bytes) std::memset(dst, 0, bytes);
+    return Status::ok();
+  }
+  Status synchronize() override { return Status::ok(); }
+
+private:
+  std::string name_ = "cpu";
+};
+
+} // namespace
+
+std::shared_ptr<Device> cpuDevice() {
+  static std::shared_ptr<Device> cpu = std::make_shared<CpuDevice>();
+  return cpu;
+}
+
+StatusOr<std::shared_ptr<Device>> openDevice(std::string_view name) {
+  if (name == "cpu" || name == "auto") return cpuDevice();
+  return sdError("device '", name, "' is not available in this build (devices: cpu, auto)");
+}
+
+} // namespace sd
