@@ -154,7 +154,6 @@ Status ConvKernel(const KernelContext &c) {
   for (size_t i = 0; i < g.rank(); ++i)
     direct = direct && g.strides[i] == 1 && g.padBegin[i] == 0 && g.padEnd[i] == 0;
   int64_t units = n * group;
-  int threads = c.pool ? c.pool->size() : 1;
   // 2-D convs run in tiles of output rows whose im2col block stays in cache
   // (about 512 KiB) instead of materializing the whole column matrix. Work
   // items are (image x group x row tile); each thread takes whole items with
@@ -165,8 +164,11 @@ Status ConvKernel(const KernelContext &c) {
   int64_t tileRows = tiled ? std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(cg * kTotal * g.out[1], 1),
                                                  1, rows)
                            : 1;
-  if (tiled && units * ((rows + tileRows - 1) / tileRows) < 2 * threads)
-    tileRows = std::max<int64_t>(1, rows * units / (2 * threads));
+  // Small images are cut into at least kMinItems items so they spread over a
+  // pool; the cut never depends on the thread count, so neither do results.
+  constexpr int64_t kMinItems = 16;
+  if (tiled && units * ((rows + tileRows - 1) / tileRows) < kMinItems)
+    tileRows = std::max<int64_t>(1, rows * units / kMinItems);
   int64_t tiles = tiled ? (rows + tileRows - 1) / tileRows : 1;
   int64_t items = units * tiles;
   return dispatchFloat(x.dtype, [&](auto tag) {

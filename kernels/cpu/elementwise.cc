@@ -81,7 +81,7 @@ SD_PARAMS(Erf, 0, 0, 0) SD_FLOAT_UNARY(Erf, std::erf(x))
 SD_PARAMS(Sigmoid, 0, 0, 0)
 SD_FLOAT_UNARY(Sigmoid, x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)))
 SD_PARAMS(HardSigmoid, 0.2, 0.5, 0)
-SD_FLOAT_UNARY(HardSigmoid, std::max(T(0), std::min(T(1), T(alpha) * x + T(beta))))
+SD_FLOAT_UNARY(HardSigmoid, std::max(std::min(T(alpha) * x + T(beta), T(1)), T(0))) // NaN stays
 SD_PARAMS(HardSwish, 0, 0, 0)
 SD_FLOAT_UNARY(HardSwish, x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))))
 SD_PARAMS(LeakyRelu, 0.01, 0, 0) SD_FLOAT_UNARY(LeakyRelu, x >= 0 ? x : T(alpha) * x)
@@ -89,7 +89,7 @@ SD_PARAMS(Elu, 1.0, 0, 0) SD_FLOAT_UNARY(Elu, x >= 0 ? x : T(alpha) * (std::exp(
 SD_PARAMS(Selu, 1.67326319217681884765625, 0, 1.05070102214813232421875)
 SD_FLOAT_UNARY(Selu, x > 0 ? T(gamma) * x : T(gamma) * (T(alpha) * std::exp(x) - T(alpha)))
 SD_PARAMS(Celu, 1.0, 0, 0)
-SD_FLOAT_UNARY(Celu, std::max(T(0), x) + std::min(T(0), T(alpha) * (std::exp(x / T(alpha)) - T(1))))
+SD_FLOAT_UNARY(Celu, std::max(x, T(0)) + std::min(T(0), T(alpha) * (std::exp(x / T(alpha)) - T(1)))) // NaN stays
 SD_PARAMS(ThresholdedRelu, 1.0, 0, 0) SD_FLOAT_UNARY(ThresholdedRelu, x > T(alpha) ? x : T(0))
 SD_PARAMS(Softplus, 0, 0, 0)
 SD_FLOAT_UNARY(Softplus, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
@@ -171,11 +171,12 @@ Status AbsKernel(const KernelContext &c) {
 Status SignKernel(const KernelContext &c) {
   return numericUnary(c, [](auto x) {
     using T = decltype(x);
-    return T(x > T(0) ? 1 : (x < T(0) ? -1 : 0));
+    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x); // 0 and NaN map to themselves
   });
 }
 Status ReluKernel(const KernelContext &c) {
-  return numericUnary(c, [](auto x) { return x > decltype(x)(0) ? x : decltype(x)(0); });
+  // NaN fails the compare and passes through, as in NumPy and ONNX's reference.
+  return numericUnary(c, [](auto x) { return x < decltype(x)(0) ? decltype(x)(0) : x; });
 }
 Status FloorKernel(const KernelContext &c) {
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
@@ -536,8 +537,9 @@ void registerElementwiseKernels() {
            {"Sub", SubKernel}, {"Mul", MulKernel}, {"Div", DivKernel}, {"Mod", ModKernel}, {"Pow", PowKernel},
            {"PRelu", PReluKernel}, {"Less", LessKernel}, {"LessOrEqual", LessOrEqualKernel},
            {"Greater", GreaterKernel}, {"GreaterOrEqual", GreaterOrEqualKernel}, {"Min", MinKernel},
-           {"Max", MaxKernel}, {"Sum", SumKernel}, {"Mean", MeanKernel}, {"Clip", ClipKernel}})
+           {"Max", MaxKernel}, {"Sum", SumKernel}, {"Clip", ClipKernel}})
     registerCpuKernel(name, fn, numeric);
+  R(Mean, floats) // ONNX defines Mean for floating types only
   R(Equal, numeric | TypeSet{DType::Bool})
   R(Not, TypeSet{DType::Bool}) R(And, TypeSet{DType::Bool}) R(Or, TypeSet{DType::Bool}) R(Xor, TypeSet{DType::Bool})
   R(BitShift, (TypeSet{DType::U8, DType::U16, DType::U32, DType::U64}))

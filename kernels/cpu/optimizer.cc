@@ -121,7 +121,7 @@ Status GradScaleKernel(const KernelContext &c) {
 void registerOptimizerKernels() {
   registerCpuKernel("AdamW", AdamWKernel, TypeSet{DType::F32});
   registerCpuKernel("SGD", SgdKernel, TypeSet{DType::F32});
-  registerCpuKernel("GradScale", GradScaleKernel, TypeSet{DType::F32});
+  registerCpuKernel("GradScale", GradScaleKernel, TypeSet{DType::F32}, nullptr, 2);
 }
 
 } // namespace sd::cpu

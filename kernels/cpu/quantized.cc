@@ -99,6 +99,13 @@ Status DynamicQuantizeKernel(const KernelContext &c) {
   return Status::ok();
 }
 
+// The requantization multiplier a_scale * b_scale / y_scale, rounded to f32 at
+// each step as ONNX's reference and ONNX Runtime compute it: in double, a sum
+// that lands near .5 can round the other way.
+double requantScale(double aScale, double bScale, double yScale) {
+  return double(float(float(aScale) * float(bScale)) / float(yScale));
+}
+
 // (a - azp) x (b - bzp) in double; azp per row of a, bzp per column of b.
 Status integerProduct(const TensorView &a, const TensorView *azp, const TensorView &b, const TensorView *bzp,
                       const Dims &outDims, std::vector<double> &out) {
@@ -126,7 +133,8 @@ Status QLinearMatMulKernel(const KernelContext &c) {
   readDoubles(c.inputs[7], yz);
   SD_CHECK_ARG(as.size() == 1 && bs.size() == 1 && ys.size() == 1 && yz.size() == 1,
                "QLinearMatMul supports per-tensor scales");
-  for (double &v : out) v = std::nearbyint(v * as[0] * bs[0] / ys[0]) + yz[0];
+  double mult = requantScale(as[0], bs[0], ys[0]);
+  for (double &v : out) v = std::nearbyint(v * mult) + yz[0];
   return storeQuantized(out, c.outputs[0]);
 }
 
@@ -160,7 +168,7 @@ Status QLinearConvKernel(const KernelContext &c) {
   for (size_t i = 0; i < out.size(); ++i) {
     int64_t ch = (int64_t(i) / inner) % m;
     double v = out[i] + (bias.empty() ? 0.0 : bias[size_t(ch)]);
-    out[i] = std::nearbyint(v * xs[0] * ws[ws.size() == 1 ? 0 : size_t(ch)] / ys[0]) + yz[0];
+    out[i] = std::nearbyint(v * requantScale(xs[0], ws[ws.size() == 1 ? 0 : size_t(ch)], ys[0])) + yz[0];
   }
   return storeQuantized(out, c.outputs[0]);
 }

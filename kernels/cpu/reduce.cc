@@ -162,8 +162,8 @@ void registerReduceKernels() {
   registerCpuKernel("ReduceProd", reduceKernel<RK::Prod>, TypeSet::numeric());
   registerCpuKernel("ReduceL1", reduceKernel<RK::L1>, TypeSet::numeric());
   registerCpuKernel("ReduceL2", reduceKernel<RK::L2>, TypeSet::numeric());
-  registerCpuKernel("ReduceLogSum", reduceKernel<RK::LogSum>, TypeSet::numeric());
-  registerCpuKernel("ReduceLogSumExp", reduceKernel<RK::LogSumExp>, TypeSet::numeric());
+  registerCpuKernel("ReduceLogSum", reduceKernel<RK::LogSum>, TypeSet::floats());
+  registerCpuKernel("ReduceLogSumExp", reduceKernel<RK::LogSumExp>, TypeSet::floats());
   registerCpuKernel("ReduceSumSquare", reduceKernel<RK::SumSquare>, TypeSet::numeric());
   registerCpuKernel("ArgMax", argKernel<true>, TypeSet::numeric());
   registerCpuKernel("ArgMin", argKernel<false>, TypeSet::numeric());

@@ -1,0 +1,894 @@
+#!/usr/bin/env python3
+"""The op harness, in the spirit of ggml's test-backend-ops.
+
+Every kernel a backend registers is run, for every element type it claims, on
+random inputs, edge shapes (zero-sized, scalar, broadcast) and NaN/Inf, through
+the path a session takes (shape rule, KernelRegistry::bind, runKernel; see
+ops_module.cc), and compared with a reference: ONNX's reference evaluator
+(onnx.reference, plain NumPy loops) for ONNX ops, NumPy written here for sdc's
+own contracts (backward ops, optimizers, fused ops). A kernel with no case, or
+a claimed type no case ran, fails the run. Plan tensors are always dense and
+contiguous (the runtime has no strided views), so there are no
+non-contiguous cases to run.
+
+  op_harness.py [--backend cpu] [--op NAME ...] [--seed N] [-v]
+"""
+import argparse
+import math
+import os
+import sys
+import warnings
+import zlib
+
+import ml_dtypes
+import numpy as np
+import onnx
+from onnx import helper
+from onnx.reference import ReferenceEvaluator
+
+import _sdops
+
+OPSET = 18
+NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i8": np.int8,
+      "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
+      "u64": np.uint64, "bool": np.bool_}
+FLOATS = ("f32", "f64", "f16", "bf16")
+HALVES = ("f16", "bf16")
+# Relative tolerances: f32/f64 kernels reassociate sums (blocked GEMMs,
+# vectorized reductions); half results are computed in f32 and rounded once.
+RTOL = {"f64": 1e-9, "f32": 2e-4, "f16": 2e-3, "bf16": 1.6e-2}
+ATOL = {"f64": 1e-11, "f32": 2e-5, "f16": 2e-3, "bf16": 1.6e-2}
+SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.5, 0.5, 3.0]
+
+
+def onnx_type(t):
+    return helper.np_dtype_to_tensor_dtype(np.dtype(NP[t]))
+
+
+def rand(rng, shape, t, lo=-2.0, hi=2.0):
+    """Random values of type t in [lo, hi] (integers: clipped to the type)."""
+    if t in FLOATS:
+        return rng.uniform(lo, hi, shape).astype(NP[t])
+    if t == "bool":
+        return rng.integers(0, 2, shape).astype(bool)
+    info = np.iinfo(NP[t])
+    a, b = max(info.min, math.floor(lo)), min(info.max, math.ceil(hi))
+    return rng.integers(a, b + 1, shape, dtype=np.int64).astype(NP[t])
+
+
+def specials(t, shape=(len(SPECIALS),)):
+    return np.resize(np.array(SPECIALS, np.float64), shape).astype(NP[t])
+
+
+def i64(*v):
+    return np.array(v, np.int64)
+
+
+class Case:
+    """One run of an op: make(t, rng) builds the inputs for element type t."""
+
+    def __init__(self, make, attrs=None, ref="onnx", outputs=1, types=None, label="", opset=OPSET, rtol=1.0,
+                 onnx_op=None, compare=None, onnx_attrs=None, ref_via_f64=False, error=None):
+        self.make, self.attrs, self.ref, self.outputs = make, attrs or {}, ref, outputs
+        self.types, self.label, self.opset, self.rtol = types, label, opset, rtol
+        self.onnx_op, self.compare = onnx_op, compare
+        # The ONNX node's attributes where sdc's contract spells them differently.
+        self.onnx_attrs = onnx_attrs
+        # Feed the reference f64 (for types it does not implement) and cast back.
+        self.ref_via_f64 = ref_via_f64
+        # The kernel must refuse these inputs with a message containing `error`.
+        self.error = error
+
+
+def onnx_reference(op, case, inputs, ours):
+    """Runs one ONNX node in onnx.reference; half inputs go in as f32."""
+    names, feeds, infos = [], {}, []
+    for i, x in enumerate(inputs):
+        if x is None:
+            names.append("")
+            continue
+        if x.dtype in (np.float16, ml_dtypes.bfloat16):
+            x = x.astype(np.float32)
+        if case.ref_via_f64 and x.dtype.kind in "iub":
+            x = x.astype(np.float64)
+        names.append(f"in{i}")
+        feeds[f"in{i}"] = x
+        infos.append(helper.make_tensor_value_info(f"in{i}", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape))
+    outs = [f"out{i}" for i in range(case.outputs)]
+    out_infos = [helper.make_tensor_value_info(n, 0, None) for n in outs]
+    node = helper.make_node(case.onnx_op or op, names, outs, **(case.onnx_attrs or case.attrs))
+    graph = helper.make_graph([node], "g", infos, out_infos)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
+    with warnings.catch_warnings(), np.errstate(all="ignore"):
+        warnings.simplefilter("ignore")
+        got = ReferenceEvaluator(model).run(None, feeds)
+    return [np.asarray(g).astype(o.dtype) if o.dtype != g.dtype else np.asarray(g) for g, o in zip(got, ours)]
+
+
+def compare(ours, ref, t, case):
+    if ours.shape != ref.shape:
+        return f"shape {ours.shape}, reference {ref.shape}"
+    if ours.dtype.kind in "fV" or ours.dtype == ml_dtypes.bfloat16:
+        tt = t if t in FLOATS else {np.dtype(np.float32): "f32", np.dtype(np.float64): "f64"}.get(ours.dtype, "f16")
+        if ours.dtype == np.float16:
+            tt = "f16"
+        if ours.dtype == ml_dtypes.bfloat16:
+            tt = "bf16"
+        a, b = ours.astype(np.float64), ref.astype(np.float64)
+        # Infinities must match exactly, NaN where the reference has NaN.
+        bad = ~np.isclose(a, b, rtol=RTOL[tt] * case.rtol, atol=ATOL[tt] * case.rtol, equal_nan=True)
+        if bad.any():
+            i = np.flatnonzero(bad)[0]
+            return (f"{int(bad.sum())} of {a.size} elements differ, first at {np.unravel_index(i, a.shape)}: "
+                    f"{a.flat[i]!r} vs reference {b.flat[i]!r}")
+        return None
+    if not np.array_equal(ours, ref):
+        bad = ours != ref
+        i = np.flatnonzero(bad)[0]
+        return f"{int(bad.sum())} of {ours.size} elements differ, first: {ours.flat[i]!r} vs reference {ref.flat[i]!r}"
+    return None
+
+
+def run_case(backend, op, case, t, seed):
+    rng = np.random.default_rng(seed)
+    inputs = case.make(t, rng)
+    try:
+        ours = _sdops.run(backend, op, case.attrs, inputs, case.outputs)
+    except RuntimeError as e:
+        if case.error and case.error in str(e):
+            return None
+        return f"refused: {e}"
+    if case.error:
+        return f"accepted inputs it must refuse ({case.error})"
+    # Results must not depend on the thread count (runs are reproducible on any machine).
+    threaded = _sdops.run(backend, op, case.attrs, inputs, case.outputs, threads=3)
+    for k, (a, b) in enumerate(zip(ours, threaded)):
+        if a.tobytes() != b.tobytes():
+            return f"output {k} differs between 1 and 3 threads"
+    try:
+        ref = onnx_reference(op, case, inputs, ours) if case.ref == "onnx" else case.ref(inputs, case.attrs, t)
+    except Exception as e:  # a reference that cannot run this case is the harness's defect: report it
+        return f"reference failed: {type(e).__name__}: {e}"
+    if case.compare:
+        return case.compare(ours, ref, inputs, t)
+    for k, (a, b) in enumerate(zip(ours, ref)):
+        err = compare(a, np.asarray(b), t, case)
+        if err:
+            return f"output {k}: {err}"
+    return None
+
+
+# ---- cases -------------------------------------------------------------------------------------------------------
+
+def shapes_unary(lo=-2.0, hi=2.0, nan=True, **kw):
+    """Random, zero-sized, scalar, and (for floats) NaN/Inf/±0 inputs."""
+    types = kw.pop("types", None)
+    kw["types"] = types
+    cases = [Case(lambda t, r: [rand(r, (3, 5), t, lo, hi)], label="random", **kw),
+             Case(lambda t, r: [rand(r, (0, 3), t, lo, hi)], label="zero-sized", **kw),
+             Case(lambda t, r: [rand(r, (), t, lo, hi)], label="scalar", **kw),
+             Case(lambda t, r: [rand(r, (2, 1031), t, lo, hi)], label="long rows (vector tails)", **kw)]
+    if nan:
+        cases.append(Case(lambda t, r: [specials(t)], label="NaN/Inf", **floats_of(kw)))
+    return cases
+
+
+def floats_of(kw):
+    return dict(kw, types=[t for t in FLOATS if kw["types"] is None or t in kw["types"]])
+
+
+def shapes_binary(lo=-2.0, hi=2.0, rhs=None, nan=True, **kw):
+    rhs = rhs or (lambda r, shape, t: rand(r, shape, t, lo, hi))
+    types = kw.pop("types", None)
+    kw["types"] = types
+    cases = [Case(lambda t, r: [rand(r, (3, 5), t, lo, hi), rhs(r, (3, 5), t)], label="random", **kw),
+             Case(lambda t, r: [rand(r, (2, 1, 4), t, lo, hi), rhs(r, (3, 1), t)], label="broadcast", **kw),
+             Case(lambda t, r: [rand(r, (0, 4), t, lo, hi), rhs(r, (1, 4), t)], label="zero-sized", **kw),
+             Case(lambda t, r: [rand(r, (), t, lo, hi), rhs(r, (2, 3), t)], label="scalar", **kw)]
+    if nan:
+        cases.append(Case(lambda t, r: [specials(t), np.roll(specials(t), 3)], label="NaN/Inf", **floats_of(kw)))
+    return cases
+
+
+def nonzero(r, shape, t):
+    v = rand(r, shape, t, 1, 4)
+    if t in FLOATS or t.startswith("i"):
+        v = np.where(r.integers(0, 2, shape).astype(bool), v, -v).astype(v.dtype) if not t.startswith("u") else v
+    return v
+
+
+def numpy_ref(fn):
+    """A float64 NumPy reference for ops whose onnx.reference computes in f32
+    or rounds attributes to f32 (sdc's f64 kernels do neither)."""
+    def ref(ins, attrs, t):
+        with np.errstate(all="ignore"):
+            return [np.asarray(fn(*[f64(x) for x in ins], **attrs)).astype(ins[0].dtype)]
+    return ref
+
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+
+def gelu64(x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + _erf(x / math.sqrt(2)))
+
+
+CASES = {}
+for name, lo, hi in [("Exp", -3, 3), ("Log", 0.1, 4), ("Sqrt", 0, 4), ("Reciprocal", 0.5, 3), ("Sin", -3, 3),
+                     ("Cos", -3, 3), ("Tan", -1.2, 1.2), ("Asin", -0.99, 0.99), ("Acos", -0.99, 0.99),
+                     ("Atan", -3, 3), ("Sinh", -3, 3), ("Cosh", -3, 3), ("Asinh", -3, 3), ("Acosh", 1, 4),
+                     ("Atanh", -0.95, 0.95), ("Tanh", -4, 4), ("Erf", -3, 3), ("Sigmoid", -6, 6),
+                     ("HardSigmoid", -4, 4), ("HardSwish", -5, 5), ("Softplus", -5, 5), ("Softsign", -5, 5),
+                     ("Mish", -5, 5), ("Floor", -5, 5), ("Ceil", -5, 5), ("Round", -5, 5), ("Neg", -5, 5),
+                     ("Abs", -5, 5), ("Sign", -5, 5), ("Relu", -5, 5), ("IsNaN", -2, 2), ("IsInf", -2, 2)]:
+    CASES[name] = shapes_unary(lo, hi)
+CASES["Erf"] = shapes_unary(-3, 3, ref=numpy_ref(_erf))
+CASES["Softsign"] = shapes_unary(-5, 5, ref=numpy_ref(lambda x: x / (1 + np.abs(x))))
+CASES["HardSwish"] = shapes_unary(-5, 5, ref=numpy_ref(lambda x: x * np.clip(x / 6 + 0.5, 0, 1)))
+CASES["HardSigmoid"] = (shapes_unary(-4, 4, attrs={"alpha": 0.25, "beta": 0.375}) +
+                        [Case(lambda t, r: [rand(r, (3, 5), t, -4, 4)], label="default alpha 0.2, beta 0.5",
+                              ref=numpy_ref(lambda x: np.clip(0.2 * x + 0.5, 0, 1)))])
+CASES["Round"].append(Case(lambda t, r: [np.array([0.5, 1.5, 2.5, -0.5, -2.5, 2.4], NP[t])], label="halves to even",
+                           types=FLOATS))
+for name, attrs in [("LeakyRelu", {"alpha": 0.25}), ("Elu", {"alpha": 0.75}), ("Selu", {}), ("Celu", {"alpha": 1.5}),
+                    ("ThresholdedRelu", {"alpha": 0.4})]:
+    CASES[name] = shapes_unary(-3, 3, attrs=attrs)
+CASES["Gelu"] = (shapes_unary(-4, 4, ref=numpy_ref(gelu64)) +
+                 shapes_unary(-4, 4, nan=False, attrs={"approximate": "tanh"}, ref=numpy_ref(gelu64)))
+# onnx.reference's Mean writes into its first operand, which fails on broadcasts.
+CASES["Mean"] = shapes_binary(-4, 4, ref=numpy_ref(lambda *xs: sum(np.broadcast_arrays(*xs)) / len(xs)))
+for name in ["Add", "Sub", "Mul", "Min", "Max", "Sum"]:
+    CASES[name] = shapes_binary(-4, 4)
+CASES["Max"].append(Case(lambda t, r: [rand(r, (2, 3), t), rand(r, (3,), t), rand(r, (1, 1), t)], label="three"))
+CASES["Sum"].append(Case(lambda t, r: [rand(r, (2, 3), t, -3, 3)], label="one operand"))
+CASES["Div"] = shapes_binary(-4, 4, rhs=nonzero)
+CASES["Mod"] = (shapes_binary(-7, 7, rhs=nonzero, nan=False) +
+                shapes_binary(-7, 7, rhs=nonzero, types=FLOATS, attrs={"fmod": 1}))
+CASES["Pow"] = (shapes_binary(0.5, 3, rhs=lambda r, s, t: rand(r, s, t, 0, 3), types=FLOATS) +
+                shapes_binary(0, 3, rhs=lambda r, s, t: rand(r, s, t, 0, 3), nan=False))
+CASES["PRelu"] = [Case(lambda t, r: [rand(r, (2, 3, 4, 5), t, -3, 3), rand(r, (3, 1, 1), t, -2, 2)], label="per channel"),
+                  Case(lambda t, r: [rand(r, (2, 3), t, -3, 3), rand(r, (3,), t, -2, 2)], label="broadcast")]
+for name in ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"]:
+    CASES[name] = shapes_binary(-2, 2)
+for name in ["And", "Or", "Xor"]:
+    CASES[name] = shapes_binary(nan=False)
+CASES["Not"] = shapes_unary(nan=False)
+CASES["BitShift"] = [Case(lambda t, r: [rand(r, (3, 4), t, 0, 200), rand(r, (3, 4), t, 0, 7)], attrs={"direction": d},
+                          label=d) for d in ("LEFT", "RIGHT")]
+CASES["Clip"] = [
+    Case(lambda t, r: [rand(r, (3, 5), t, -5, 5), np.array(1, NP[t]), np.array(3, NP[t])], label="min and max"),
+    Case(lambda t, r: [rand(r, (3, 5), t, -5, 5), None, np.array(1, NP[t])], label="max only"),
+    Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], label="neither"),
+    Case(lambda t, r: [specials(t), np.array(-1, NP[t]), np.array(2, NP[t])], label="NaN/Inf", types=FLOATS)]
+CASES["Where"] = [Case(lambda t, r: [rand(r, (2, 1, 4), "bool"), rand(r, (3, 1), t), rand(r, (2, 3, 4), t)],
+                       label="broadcast"),
+                  Case(lambda t, r: [rand(r, (0, 4), "bool"), rand(r, (0, 4), t), rand(r, (1, 4), t)],
+                       label="zero-sized")]
+for to in ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "u8", "u64", "bool"]:
+    # Values in range of both types: out-of-range float-to-integer casts are
+    # undefined in ONNX (sdc saturates, NumPy wraps).
+    lo = 0 if to.startswith("u") or to == "bool" else -100
+    CASES.setdefault("Cast", []).append(Case(lambda t, r, lo=lo: [rand(r, (3, 4), t, lo, 100)],
+                                             attrs={"to": onnx_type(to)}, label=f"to {to}"))
+    CASES.setdefault("CastLike", []).append(Case(lambda t, r, to=to, lo=lo: [rand(r, (3, 4), t, lo, 100),
+                                                                      np.zeros((1,), NP[to])], label=f"like {to}"))
+CASES["Identity"] = shapes_unary(nan=False)
+CASES["Dropout"] = [Case(lambda t, r: [rand(r, (3, 4), t)], label="inference: identity"),
+                    Case(lambda t, r: [rand(r, (3, 4), t)], outputs=2, label="with mask")]
+
+# Data movement.
+CASES["Reshape"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t), i64(4, -1, 2)]),
+                    Case(lambda t, r: [rand(r, (0, 3), t), i64(3, 0)], attrs={"allowzero": 1}, label="zero-sized")]
+CASES["Flatten"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t)], attrs={"axis": a}, label=f"axis {a}") for a in (0, 2)]
+CASES["Squeeze"] = [Case(lambda t, r: [rand(r, (2, 1, 3, 1), t), i64(1, -1)]),
+                    Case(lambda t, r: [rand(r, (1, 3, 1), t)], label="all unit dims")]
+CASES["Unsqueeze"] = [Case(lambda t, r: [rand(r, (2, 3), t), i64(0, 3)])]
+CASES["Transpose"] = [Case(lambda t, r: [rand(r, (2, 3, 4, 5), t)], attrs={"perm": [0, 2, 3, 1]}),
+                      Case(lambda t, r: [rand(r, (3, 4), t)], label="default perm"),
+                      Case(lambda t, r: [rand(r, (0, 4), t)], label="zero-sized")]
+CASES["Concat"] = [Case(lambda t, r: [rand(r, (2, 3), t), rand(r, (2, 1), t), rand(r, (2, 0), t)], attrs={"axis": 1}),
+                   Case(lambda t, r: [rand(r, (1, 3), t), rand(r, (2, 3), t)], attrs={"axis": -2}, label="axis -2")]
+CASES["Split"] = [Case(lambda t, r: [rand(r, (2, 6), t), i64(1, 2, 3)], attrs={"axis": 1}, outputs=3),
+                  Case(lambda t, r: [rand(r, (4, 3), t)], attrs={"num_outputs": 2}, outputs=2, label="even")]
+CASES["Slice"] = [Case(lambda t, r: [rand(r, (5, 6), t), i64(1, -1), i64(4, 0), i64(0, 1), i64(1, -2)],
+                       label="negative step"),
+                  Case(lambda t, r: [rand(r, (5, 6), t), i64(2), i64(1000)], label="clamped end"),
+                  Case(lambda t, r: [rand(r, (5, 6), t), i64(3), i64(3), i64(1)], label="empty")]
+CASES["Expand"] = [Case(lambda t, r: [rand(r, (3, 1), t), i64(2, 3, 4)])]
+CASES["Tile"] = [Case(lambda t, r: [rand(r, (2, 3), t), i64(2, 3)])]
+CASES["Pad"] = [Case(lambda t, r: [rand(r, (2, 3), t), i64(1, 0, 0, 2), np.array(1, NP[t])], label="constant"),
+                Case(lambda t, r: [rand(r, (3, 4), t), i64(2, 1, 1, 2)], attrs={"mode": "reflect"}, label="reflect"),
+                Case(lambda t, r: [rand(r, (3, 4), t), i64(1, 2, 2, 1)], attrs={"mode": "edge"}, label="edge")]
+CASES["DepthToSpace"] = [Case(lambda t, r: [rand(r, (1, 8, 2, 3), t)], attrs={"blocksize": 2, "mode": m}, label=m)
+                         for m in ("DCR", "CRD")]
+CASES["SpaceToDepth"] = [Case(lambda t, r: [rand(r, (1, 2, 4, 6), t)], attrs={"blocksize": 2})]
+CASES["Trilu"] = [Case(lambda t, r: [rand(r, (2, 4, 5), t), i64(k)], attrs={"upper": u}, label=f"upper={u} k={k}")
+                  for u in (0, 1) for k in (-1, 1)]
+CASES["Shape"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t)]),
+                  Case(lambda t, r: [rand(r, (2, 3, 4), t)], attrs={"start": 1, "end": -1}, label="start/end")]
+CASES["Size"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t)]), Case(lambda t, r: [rand(r, (0, 3), t)], label="zero")]
+CASES["Gather"] = [Case(lambda t, r: [rand(r, (5, 3), t), i64(4, 0, -1, 2)], attrs={"axis": 0}),
+                   Case(lambda t, r: [rand(r, (2, 5, 3), t), np.array([[1, 4], [0, 0]], np.int64)], attrs={"axis": 1},
+                        label="axis 1, 2-D indices")]
+CASES["Gather"].append(Case(lambda t, r: [rand(r, (4, 3), t), i64(0, 4)], error="out of range",
+                           label="index out of range"))
+CASES["GatherElements"] = [Case(lambda t, r: [rand(r, (3, 4), t), r.integers(-4, 4, (3, 2))], attrs={"axis": 1})]
+CASES["GatherND"] = [Case(lambda t, r: [rand(r, (3, 4, 2), t), np.array([[0, 1], [2, 3]], np.int64)]),
+                     Case(lambda t, r: [rand(r, (2, 3, 4), t), np.array([[1], [2]], np.int64)],
+                          attrs={"batch_dims": 1}, label="batch_dims 1")]
+CASES["ScatterElements"] = [
+    Case(lambda t, r: [rand(r, (3, 4), t), np.array([[1, 0], [3, 2], [0, 0]], np.int64), rand(r, (3, 2), t)],
+         attrs={"axis": 1}),
+    Case(lambda t, r: [rand(r, (3, 4), t), np.array([[1, 1], [0, 0], [2, 2]], np.int64), rand(r, (3, 2), t)],
+         attrs={"axis": 1, "reduction": "add"}, label="add", types=[x for x in NP if x != "bool"])]
+CASES["ScatterElements"].append(Case(lambda t, r: [rand(r, (3, 4), t), np.array([[4]], np.int64), rand(r, (1, 1), t)],
+                                    attrs={"axis": 1}, error="out of range", label="index out of range"))
+CASES["ScatterND"] = [Case(lambda t, r: [rand(r, (4, 3), t), np.array([[2], [0]], np.int64), rand(r, (2, 3), t)])]
+CASES["OneHot"] = [Case(lambda t, r: [np.array([0, 2, -1, 1], np.int64), np.array(3, np.int64),
+                                      np.array([0, 1], NP[t])], attrs={"axis": -1}, ref_via_f64=True)]
+CASES["TopK"] = [Case(lambda t, r: [r.permutation(24).reshape(4, 6).astype(NP[t]), i64(3)], outputs=2,
+                      attrs={"axis": a, "largest": l}, label=f"axis {a} largest {l}") for a in (1, 0) for l in (1, 0)]
+# sdc's contract carries the value as a number and the type apart; ONNX as a one-element tensor.
+CASES["ConstantOfShape"] = [Case(lambda t, r: [i64(2, 3)], label=f"value {t}", types=[t],
+                                 attrs={"dtype": onnx_type(t), "value": 3.0},
+                                 onnx_attrs={"value": helper.make_tensor("v", onnx_type(t), [1], [3])})
+                            for t in ["f32", "f64", "f16", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
+                                      "bool"]]
+CASES["ConstantOfShape"].append(Case(lambda t, r: [i64(3)], label="default f32 zeros", types=["f32"]))
+CASES["ConstantOfShape"].append(Case(lambda t, r: [i64(0, 2)], label="zero-sized", types=["f32"]))
+# ONNX's reference cannot build a bf16 tensor attribute; check it by value.
+CASES["ConstantOfShape"].append(Case(lambda t, r: [i64(2, 2)], types=["bf16"], label="value bf16",
+                                     attrs={"dtype": onnx_type("bf16"), "value": 2.5},
+                                     ref=lambda ins, a, t: [np.full((2, 2), 2.5, ml_dtypes.bfloat16)]))
+CASES["EyeLike"] = [Case(lambda t, r: [np.zeros((3, 4), NP[t])], attrs={"k": k, "dtype": None}, label=f"k={k}")
+                    for k in (0, 1, -2)]
+CASES["Range"] = [Case(lambda t, r: [np.array(1, NP[t]), np.array(10, NP[t]), np.array(3, NP[t])]),
+                  Case(lambda t, r: [np.array(5, NP[t]), np.array(5, NP[t]), np.array(1, NP[t])], label="empty")]
+CASES["Range"].append(Case(lambda t, r: [np.array(4, NP[t]), np.array(-2, NP[t]), np.array(-2, NP[t])],
+                           label="negative delta", types=[x for x in NP if not x.startswith("u") and x != "bool"]))
+CASES["CumSum"] = [Case(lambda t, r, a=a: [rand(r, (3, 4), t, 0, 5), np.array(a, np.int64)], attrs={"exclusive": e, "reverse": v},
+                        label=f"axis {a} exclusive {e} reverse {v}") for a in (1, 0) for e in (0, 1) for v in (0, 1)]
+
+
+def fix_eyelike(cases):
+    for c in cases:
+        c.attrs.pop("dtype")
+
+
+fix_eyelike(CASES["EyeLike"])
+
+# Linear algebra.
+CASES["MatMul"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3)], label="batched"),
+                   Case(lambda t, r: [rand(r, (2, 1, 3, 4), t, -3, 3), rand(r, (3, 4, 2), t, -3, 3)],
+                        label="broadcast batch"),
+                   Case(lambda t, r: [rand(r, (4,), t, -3, 3), rand(r, (4, 3), t, -3, 3)], label="vector"),
+                   Case(lambda t, r: [rand(r, (0, 4), t), rand(r, (4, 3), t)], label="zero rows"),
+                   Case(lambda t, r: [rand(r, (3, 0), t), rand(r, (0, 2), t)], label="zero inner"),
+                   Case(lambda t, r: [rand(r, (37, 70), t), rand(r, (70, 33), t)], label="blocked sizes",
+                        types=FLOATS)]
+CASES["Gemm"] = [Case(lambda t, r: [rand(r, (4, 3), t, -3, 3), rand(r, (5, 4), t, -3, 3), rand(r, (5,), t, -3, 3)],
+                      attrs={"transA": 1, "transB": 1, "alpha": 0.5, "beta": 2.0}, label="transposed, alpha, beta",
+                      types=FLOATS),
+                 Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3), rand(r, (3, 1), t, -3, 3)],
+                      label="column bias"),
+                 Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3)], label="no bias")]
+
+
+def linear_ref(ins, attrs, t):
+    x, w = ins[0].astype(np.float64), ins[1].astype(np.float64)
+    y = x @ (w.T if attrs.get("layout", "io") == "oi" else w)
+    if len(ins) > 2 and ins[2] is not None:
+        y = y + ins[2]
+    return [y.astype(ins[0].dtype)]
+
+
+CASES["Linear"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t, -3, 3), rand(r, (5, 4), t, -3, 3), rand(r, (5,), t)],
+                        attrs={"layout": "oi"}, ref=linear_ref, label="oi with bias"),
+                   Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3)], ref=linear_ref,
+                        label="io (default)"),
+                   Case(lambda t, r: [rand(r, (0, 4), t), rand(r, (5, 4), t)], attrs={"layout": "oi"}, ref=linear_ref,
+                        label="zero rows")]
+CASES["Einsum"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t, -3, 3), rand(r, (2, 4, 5), t, -3, 3)],
+                        attrs={"equation": "bij,bjk->bik"}),
+                   Case(lambda t, r: [rand(r, (3, 4), t, -3, 3)], attrs={"equation": "ij->ji"}, label="transpose"),
+                   Case(lambda t, r: [rand(r, (3, 3), t, -3, 3)], attrs={"equation": "ii->i"}, label="diagonal"),
+                   Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4,), t, -3, 3)],
+                        attrs={"equation": "ij,j->i"}, label="matrix-vector")]
+
+# Reductions.
+for name in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSum",
+             "ReduceLogSumExp", "ReduceSumSquare"]:
+    positive = name in ("ReduceLogSum", "ReduceL2")
+    lo, hi = (0.5, 3) if positive else (-3, 3)
+    CASES[name] = [Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 3, 4), t, lo, hi), i64(0, 2)], label="axes 0,2"),
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 3, 4), t, lo, hi), i64(-1)], attrs={"keepdims": 0},
+                        label="last axis, no keepdims"),
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 3, 4), t, lo, hi)], label="all axes"),
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (3, 1000), t, lo, hi), i64(1)], label="long rows",
+                        types=FLOATS, rtol=4),
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (3, 4), t, lo, hi), np.zeros((0,), np.int64)],
+                        attrs={"noop_with_empty_axes": 1}, label="no-op"),
+                   Case(lambda t, r: [specials(t, (3, 3)), i64(1)], label="NaN/Inf", types=FLOATS)]
+    if name in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
+        CASES[name].append(Case(lambda t, r: [rand(r, (2, 0, 3), t), i64(2)], label="zero-sized, other axis"))
+CASES["ReduceProd"][3].make = lambda t, r: [rand(r, (3, 1000), t, 0.999, 1.001), i64(1)]
+for name in ["ArgMax", "ArgMin"]:
+    CASES[name] = [Case(lambda t, r: [r.permutation(24).reshape(2, 3, 4).astype(NP[t]) % 7], attrs={"axis": a,
+                        "keepdims": k, "select_last_index": s}, label=f"axis {a} keepdims {k} last {s}")
+                   for a in (1, -1) for k in (0, 1) for s in (0, 1)]
+
+# Softmax family and normalization.
+for name in ["Softmax", "LogSoftmax", "Hardmax"]:
+    CASES[name] = [Case(lambda t, r: [rand(r, (2, 3, 5), t, -5, 5)], attrs={"axis": a}, label=f"axis {a}")
+                   for a in (-1, 1)]
+    CASES[name].append(Case(lambda t, r: [rand(r, (3, 1001), t, -5, 5)], label="long rows"))
+    CASES[name].append(Case(lambda t, r: [rand(r, (0, 5), t)], label="zero rows"))
+CASES["Softmax"].append(Case(lambda t, r: [np.array([[0, -np.inf, 1], [np.nan, 0, 1]], NP[t])], label="-Inf and NaN",
+                             types=FLOATS))
+CASES["LayerNormalization"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 8), t), rand(r, (8,), t), rand(r, (8,), t)], attrs={"epsilon": 1e-5},
+         label="last axis", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 3, 4), t), rand(r, (3, 4), t)], attrs={"axis": 1}, label="axis 1, no bias",
+         rtol=5),
+    Case(lambda t, r: [rand(r, (2, 8), t), rand(r, (8,), t), rand(r, (8,), t)], outputs=3, label="statistics",
+         types=["f32", "f64"], rtol=5)]
+CASES["BatchNormalization"] = [Case(lambda t, r: [rand(r, (2, 3, 4, 2), t), rand(r, (3,), t), rand(r, (3,), t),
+                                                  rand(r, (3,), t), rand(r, (3,), t, 0.5, 2)],
+                                    attrs={"epsilon": 2.0 ** -10})]  # exact in f32, as ONNX attributes are
+CASES["InstanceNormalization"] = [Case(lambda t, r: [rand(r, (2, 3, 5), t), rand(r, (3,), t), rand(r, (3,), t)],
+                                       rtol=5)]
+# onnx.reference's L1 norm sums signed values; the norm is of absolute values.
+CASES["LpNormalization"] = [Case(lambda t, r: [rand(r, (3, 4), t)], attrs={"axis": a, "p": p}, label=f"axis {a} p {p}",
+                                 ref=numpy_ref(lambda x, axis, p: x / (np.abs(x) ** p).sum(axis, keepdims=True) **
+                                               (1 / p))) for a in (-1, 0) for p in (1, 2)]
+def mvn64(x, axes=(0, 2, 3)):
+    d = x - x.mean(tuple(axes), keepdims=True)
+    return d / (np.sqrt((d * d).mean(tuple(axes), keepdims=True)) + 1e-9)
+
+
+# onnx.reference's MVN adds an f32 epsilon to f64 values and refuses.
+CASES["MeanVarianceNormalization"] = [Case(lambda t, r: [rand(r, (2, 3, 4, 2), t)], rtol=5, ref=numpy_ref(mvn64)),
+                                      Case(lambda t, r: [rand(r, (2, 3, 4), t)], attrs={"axes": [2]}, rtol=5,
+                                           label="axes [2]", ref=numpy_ref(mvn64))]
+
+# Convolution and pooling (NCHW).
+CONV = [("plain", (1, 3, 7, 6), (4, 3, 3, 3), {"kernel_shape": [3, 3]}),
+        ("strides, pads, dilations", (2, 4, 9, 8), (6, 4, 3, 2),
+         {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 2, 1], "dilations": [1, 2]}),
+        ("groups", (1, 4, 5, 5), (6, 2, 3, 3), {"kernel_shape": [3, 3], "group": 2, "pads": [1, 1, 1, 1]}),
+        ("depthwise", (1, 4, 6, 6), (4, 1, 3, 3), {"kernel_shape": [3, 3], "group": 4, "auto_pad": "SAME_UPPER"}),
+        ("1-D", (2, 3, 10), (2, 3, 4), {"kernel_shape": [4], "strides": [3]})]
+CASES["Conv"] = [Case(lambda t, r, x=x, w=w: [rand(r, x, t), rand(r, w, t), rand(r, (w[0],), t)], attrs=a, label=l,
+                      rtol=5) for l, x, w, a in CONV]
+CASES["Conv"].append(Case(lambda t, r: [rand(r, (1, 3, 5, 5), t), rand(r, (2, 3, 1, 1), t)],
+                          attrs={"kernel_shape": [1, 1]}, label="1x1, no bias"))
+
+
+def fused_conv_ref(ins, attrs, t):
+    conv_attrs = {k: v for k, v in attrs.items() if k not in ("activation", "activation_params")}
+    y = onnx_reference("Conv", Case(None, attrs=conv_attrs), ins[:3], [ins[0]])[0].astype(np.float64)
+    if len(ins) > 3 and ins[3] is not None:
+        y = y + ins[3]
+    act = attrs.get("activation", "")
+    if act == "Relu":
+        y = np.maximum(y, 0)
+    return [y.astype(ins[0].dtype)]
+
+
+CASES["FusedConv"] = [
+    Case(lambda t, r: [rand(r, (1, 3, 6, 6), t), rand(r, (4, 3, 3, 3), t), rand(r, (4,), t)],
+         attrs={"kernel_shape": [3, 3], "activation": "Relu"}, ref=fused_conv_ref, label="bias + Relu", rtol=5),
+    Case(lambda t, r: [rand(r, (1, 3, 6, 6), t), rand(r, (4, 3, 3, 3), t), rand(r, (4,), t), rand(r, (1, 4, 4, 4), t)],
+         attrs={"kernel_shape": [3, 3], "activation": "Relu"}, ref=fused_conv_ref, label="residual + Relu", rtol=5)]
+CASES["ConvTranspose"] = [
+    Case(lambda t, r: [rand(r, (1, 3, 4, 4), t), rand(r, (3, 2, 3, 3), t), rand(r, (2,), t)],
+         attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, rtol=5),
+    Case(lambda t, r: [rand(r, (1, 4, 3, 3), t), rand(r, (4, 1, 2, 2), t)], attrs={"kernel_shape": [2, 2], "group": 2},
+         label="groups", rtol=5, ref=lambda ins, a, t: [__import__("torch").nn.functional.conv_transpose2d(
+             *[__import__("torch").tensor(f64(x)) for x in ins], groups=2).numpy().astype(ins[0].dtype)])]
+POOL = [("plain", (1, 2, 6, 7), {"kernel_shape": [3, 3]}),
+        ("strides, pads", (2, 3, 7, 6), {"kernel_shape": [3, 2], "strides": [2, 2], "pads": [1, 0, 1, 1]}),
+        ("ceil mode", (1, 2, 7, 7), {"kernel_shape": [2, 2], "strides": [2, 2], "ceil_mode": 1}),
+        ("1-D", (2, 3, 9), {"kernel_shape": [3], "strides": [2]})]
+CASES["MaxPool"] = [Case(lambda t, r, x=x: [rand(r, x, t, -9, 9)], attrs=a, label=l, ref_via_f64=True)
+                    for l, x, a in POOL]
+CASES["MaxPool"].append(Case(lambda t, r: [rand(r, (1, 2, 6, 6), t)], attrs={"kernel_shape": [2, 2], "dilations": [2, 2]},
+                             label="dilations", ref_via_f64=True))
+CASES["AveragePool"] = [Case(lambda t, r, x=x: [rand(r, x, t)], attrs=a, label=l) for l, x, a in POOL]
+CASES["AveragePool"].append(Case(lambda t, r: [rand(r, (1, 2, 5, 5), t)], label="count_include_pad",
+                                 attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1], "count_include_pad": 1}))
+CASES["LpPool"] = [Case(lambda t, r: [rand(r, (1, 2, 5, 6), t)], attrs={"kernel_shape": [2, 3], "p": p}, label=f"p {p}")
+                   for p in (1, 2, 3)]
+GLOBAL_POOL = {"GlobalMaxPool": lambda x: x.max(tuple(range(2, x.ndim)), keepdims=True),
+               "GlobalAveragePool": lambda x: x.mean(tuple(range(2, x.ndim)), keepdims=True),
+               "GlobalLpPool": lambda x, p=2: (np.abs(x) ** p).sum(tuple(range(2, x.ndim)), keepdims=True) ** (1 / p)}
+# onnx.reference has no GlobalLpPool and drops the spatial dim of 1-D GlobalMaxPool.
+for name, fn in GLOBAL_POOL.items():
+    CASES[name] = [Case(lambda t, r: [rand(r, (2, 3, 4, 5), t)], ref=numpy_ref(fn), label="2-D"),
+                   Case(lambda t, r: [rand(r, (1, 2, 7), t)], label="1-D", ref=numpy_ref(fn))]
+CASES["GlobalLpPool"].append(Case(lambda t, r: [rand(r, (1, 2, 3, 3), t)], attrs={"p": 3}, label="p 3",
+                                  ref=numpy_ref(GLOBAL_POOL["GlobalLpPool"])))
+
+# Losses (reductions as the training recipes use them).
+CASES["NegativeLogLikelihoodLoss"] = [
+    Case(lambda t, r: [rand(r, (4, 5), t, -3, 0), np.array([1, 0, 4, 2], np.int64)], attrs={"reduction": red},
+         label=red) for red in ("mean", "sum", "none")]
+CASES["NegativeLogLikelihoodLoss"].append(
+    Case(lambda t, r: [rand(r, (2, 5, 3), t, -3, 0), np.array([[1, -100, 4], [0, 2, -100]], np.int64)],
+         attrs={"ignore_index": -100}, label="ignore_index, [N, C, d]"))
+CASES["SoftmaxCrossEntropyLoss"] = [
+    Case(lambda t, r: [rand(r, (4, 5), t, -3, 3), np.array([1, 0, 4, 2], np.int64)], attrs={"reduction": red},
+         label=red, rtol=5) for red in ("mean", "sum", "none")]
+CASES["SoftmaxCrossEntropyLoss"].append(
+    Case(lambda t, r: [rand(r, (2, 5, 3), t, -3, 3), np.array([[1, -1, 4], [0, 2, -1]], np.int64)],
+         attrs={"ignore_index": -1}, label="ignore_index, [N, C, d]", rtol=5))
+
+# Quantization.
+CASES["QuantizeLinear"] = [
+    Case(lambda t, r: [rand(r, (3, 4), t, -300, 300), np.array(2.5, NP[t]), np.array(3, NP[q])], label=f"to {q}",
+         types=["f32"] if t_only else None)
+    for q, t_only in (("u8", False), ("i8", False))]
+CASES["QuantizeLinear"].append(Case(lambda t, r: [rand(r, (2, 3), t, -10, 10), np.array([0.5, 1.0, 2.0], NP[t]),
+                                                  np.array([0, 1, 2], np.uint8)], attrs={"axis": 1},
+                                    label="per axis"))
+CASES["DequantizeLinear"] = [
+    Case(lambda t, r: [rand(r, (3, 4), t, -100, 200), np.array(0.5, np.float32), np.array(3, NP[t])],
+         label="zero point", types=["i8", "u8", "i32"], opset=19),
+    Case(lambda t, r: [rand(r, (2, 3), t, -100, 100), np.array([0.5, 1.0, 2.0], np.float32)], attrs={"axis": 1},
+         label="per axis", opset=19)]
+CASES["DynamicQuantizeLinear"] = [Case(lambda t, r: [rand(r, (3, 5), t, -4, 6)], outputs=3),
+                                  Case(lambda t, r: [rand(r, (4,), t, 1, 6)], outputs=3, label="all positive")]
+CASES["MatMulInteger"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 4), t, -50, 100), rand(r, (4, 5), t, -50, 100), np.array(3, NP[t]),
+                       np.array(1, NP[t])], label="zero points"),
+    Case(lambda t, r: [rand(r, (3, 4), t, -50, 100), rand(r, (4, 2), t, -50, 100)], label="none")]
+CASES["QLinearMatMul"] = [Case(lambda t, r: [rand(r, (3, 4), t, 0, 100), np.array(0.05, np.float32),
+                                             np.array(2, NP[t]), rand(r, (4, 5), t, 0, 100),
+                                             np.array(0.02, np.float32), np.array(1, NP[t]),
+                                             np.array(0.1, np.float32), np.array(4, NP[t])])]
+CASES["ConvInteger"] = [Case(lambda t, r: [rand(r, (1, 2, 5, 5), t, 0, 50), rand(r, (3, 2, 3, 3), t, 0, 20),
+                                           np.array(2, NP[t])], attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})]
+CASES["QLinearConv"] = [Case(lambda t, r: [rand(r, (1, 2, 5, 5), t, 0, 100), np.array(0.05, np.float32),
+                                           np.array(3, NP[t]), rand(r, (3, 2, 3, 3), t, 0, 50),
+                                           np.array(0.02, np.float32), np.array(2, NP[t]),
+                                           np.array(0.2, np.float32), np.array(5, NP[t]),
+                                           np.array([10, -20, 30], np.int32)], attrs={"kernel_shape": [3, 3]})]
+
+# Resize.
+CASES["Resize"] = [
+    Case(lambda t, r: [rand(r, (1, 2, 3, 4), t), None, np.array([1, 1, 2, 1.5], np.float32)],
+         attrs={"mode": "nearest"}, label="nearest, scales"),
+    Case(lambda t, r: [rand(r, (1, 2, 3, 4), t), None, None, i64(1, 2, 5, 7)],
+         attrs={"mode": "linear"}, label="linear, sizes"),
+    Case(lambda t, r: [rand(r, (1, 1, 4, 4), t), None, np.array([1, 1, 0.5, 0.75], np.float32)],
+         attrs={"mode": "linear", "coordinate_transformation_mode": "align_corners"}, label="linear align_corners"),
+    Case(lambda t, r: [rand(r, (1, 1, 3, 3), t), None, np.array([1, 1, 2, 2], np.float32)],
+         attrs={"mode": "cubic"}, label="cubic", rtol=5)]
+
+
+# ---- sdc's own contracts: references in float64 (PyTorch autograd for the backward ops) -------------------------
+
+def torch_vjp(fn, primals, cotangent, wrt):
+    """Gradients of sum(fn(*primals) * cotangent) with respect to primals[wrt]."""
+    import torch
+    ps = [torch.tensor(np.asarray(p, np.float64), requires_grad=i in wrt) if p is not None else None
+          for i, p in enumerate(primals)]
+    y = fn(*ps)
+    (y * torch.tensor(np.asarray(cotangent, np.float64))).sum().backward()
+    return [ps[i].grad.numpy() for i in wrt]
+
+
+def as_type(arrays, like):
+    return [np.asarray(a).astype(like.dtype) for a in arrays]
+
+
+def f64(x):
+    return np.asarray(x, np.float64)
+
+
+def softmax64(x, axis):
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    return e / e.sum(axis=axis, keepdims=True)
+
+
+CASES["GeluGrad"] = [Case(lambda t, r: [rand(r, (3, 7), t), rand(r, (3, 7), t, -4, 4)], attrs={"approximate": a},
+                          label=a, ref=lambda ins, at, t: as_type(torch_vjp(
+                              lambda x: __import__("torch").nn.functional.gelu(x, approximate=at.get("approximate",
+                                                                                                      "none")),
+                              [ins[1]], ins[0], [0]), ins[0])) for a in ("none", "tanh")]
+
+
+def softmax_grad_ref(ins, attrs, t, log=False):
+    dy, y = f64(ins[0]), f64(ins[1])
+    axis = attrs.get("axis", -1)
+    dx = dy - np.exp(y) * dy.sum(axis=axis, keepdims=True) if log else y * (dy - (dy * y).sum(axis=axis,
+                                                                                            keepdims=True))
+    return [dx.astype(ins[0].dtype)]
+
+
+for name, log in (("SoftmaxGrad", False), ("LogSoftmaxGrad", True)):
+    fwd = (lambda x, a: np.log(softmax64(x, a))) if log else softmax64
+    CASES[name] = [Case(lambda t, r, fwd=fwd, a=a: [rand(r, (2, 3, 5), t), fwd(f64(rand(r, (2, 3, 5), t, -3, 3)), a)
+                                                    .astype(NP[t])], attrs={"axis": a}, label=f"axis {a}",
+                        ref=lambda ins, at, t, log=log: softmax_grad_ref(ins, at, t, log)) for a in (-1, 1)]
+
+
+def layer_norm_grad_ref(ins, attrs, t):
+    import torch
+    dy, x, scale = ins
+    axis = attrs.get("axis", -1) % x.ndim
+    shape = x.shape[axis:]
+    bias = np.zeros(shape)
+    grads = torch_vjp(lambda x, s, b: torch.nn.functional.layer_norm(x, shape, s, b, attrs.get("epsilon", 1e-5)),
+                      [x, scale, bias], dy, [0, 1, 2])
+    return [g.astype(x.dtype) for g in grads]
+
+
+CASES["LayerNormalizationGrad"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 8), t), rand(r, (2, 3, 8), t), rand(r, (8,), t)], outputs=3,
+         ref=layer_norm_grad_ref, label="last axis", rtol=10),
+    Case(lambda t, r: [rand(r, (2, 3, 4), t), rand(r, (2, 3, 4), t), rand(r, (3, 4), t)], outputs=3,
+         attrs={"axis": 1, "epsilon": 1e-3}, ref=layer_norm_grad_ref, label="axis 1", rtol=10)]
+
+
+def gather_grad_ref(ins, attrs, t):
+    dy, idx = f64(ins[0]), ins[1]
+    shape, axis = attrs["data_shape"], attrs.get("axis", 0)
+    out = np.zeros(shape)
+    idx = np.where(idx < 0, idx + shape[axis], idx)
+    moved = np.moveaxis(out, axis, 0)
+    dyv = np.moveaxis(dy.reshape(shape[:axis] + list(idx.shape) + shape[axis + 1:]), list(range(axis,
+                      axis + idx.ndim)), list(range(idx.ndim)))
+    np.add.at(moved, idx, dyv)
+    return [out.astype(ins[0].dtype)]
+
+
+CASES["GatherGrad"] = [
+    Case(lambda t, r: [rand(r, (4, 3), t), i64(4, 0, -1, 0)], attrs={"axis": 0, "data_shape": [5, 3]},
+         ref=gather_grad_ref, label="repeated indices"),
+    Case(lambda t, r: [rand(r, (2, 2, 2, 3), t), np.array([[1, 4], [1, 1]], np.int64)],
+         attrs={"axis": 1, "data_shape": [2, 5, 3]}, ref=gather_grad_ref, label="axis 1, 2-D indices")]
+
+
+def conv_grad_weight_ref(ins, attrs, t):
+    import torch
+    dy, x = ins
+    k = attrs["kernel_shape"]
+    groups = attrs.get("group", 1)
+    w = np.zeros((dy.shape[1], x.shape[1] // groups, *k))
+    pads = attrs.get("pads", [0] * (2 * len(k)))
+    conv = torch.nn.functional.conv2d if len(k) == 2 else torch.nn.functional.conv1d
+    assert pads[:len(k)] == pads[len(k):], "symmetric pads only in this reference"
+    return as_type(torch_vjp(lambda x_, w_: conv(x_, w_, None, attrs.get("strides", 1), pads[:len(k)],
+                                                 attrs.get("dilations", 1), groups), [x, w], dy, [1]), dy)
+
+
+def conv_out(x, k, s=1, p=0, d=1):
+    return (x + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+CASES["ConvGradWeight"] = [
+    Case(lambda t, r: [rand(r, (2, 4, 5, 4), t), rand(r, (2, 3, 7, 6), t)], attrs={"kernel_shape": [3, 3]},
+         ref=conv_grad_weight_ref, label="plain", rtol=5),
+    Case(lambda t, r: [rand(r, (1, 6, conv_out(8, 3, 2, 1), conv_out(7, 2, 1, 1, 2)), t), rand(r, (1, 4, 8, 7), t)],
+         attrs={"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 1, 1, 1], "dilations": [1, 2], "group": 2},
+         ref=conv_grad_weight_ref, label="strides, pads, dilations, groups", rtol=5)]
+
+
+def pool_grad_ref(ins, attrs, t, kind):
+    import torch
+    dy, x = ins
+    k, s = attrs["kernel_shape"], attrs.get("strides", attrs["kernel_shape"])
+    pads = attrs.get("pads", [0] * 4)
+    if kind == "max":
+        fn = lambda x_: torch.nn.functional.max_pool2d(x_, k, s, pads[:2])
+    else:
+        fn = lambda x_: torch.nn.functional.avg_pool2d(x_, k, s, pads[:2],
+                                                       count_include_pad=bool(attrs.get("count_include_pad", 0)))
+    return as_type(torch_vjp(fn, [x], dy, [0]), dy)
+
+
+for name, kind in (("MaxPoolGrad", "max"), ("AveragePoolGrad", "avg")):
+    CASES[name] = [Case(lambda t, r: [rand(r, (2, 3, 3, 3), t), rand(r, (2, 3, 6, 7), t)],
+                        attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, label="plain",
+                        ref=lambda ins, a, t, kind=kind: pool_grad_ref(ins, a, t, kind)),
+                   Case(lambda t, r: [rand(r, (1, 2, 4, 3), t), rand(r, (1, 2, 7, 5), t)],
+                        attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]},
+                        label="overlapping, padded", ref=lambda ins, a, t, kind=kind: pool_grad_ref(ins, a, t, kind))]
+CASES["AveragePoolGrad"].append(Case(lambda t, r: [rand(r, (1, 2, 4, 3), t), rand(r, (1, 2, 7, 5), t)],
+                                     attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1],
+                                            "count_include_pad": 1}, label="count_include_pad",
+                                     ref=lambda ins, a, t: pool_grad_ref(ins, a, t, "avg")))
+
+
+def sce_grad_ref(ins, attrs, t):
+    import torch
+    dloss, logits, labels = ins
+    red, ignore = attrs.get("reduction", "mean"), attrs.get("ignore_index", -100)
+    lab = torch.tensor(labels)
+    return as_type(torch_vjp(lambda x: torch.nn.functional.cross_entropy(x, lab, reduction=red, ignore_index=ignore),
+                             [logits], dloss, [0]), logits)
+
+
+CASES["SoftmaxCrossEntropyLossGrad"] = [
+    Case(lambda t, r: [rand(r, (), t, 0.5, 2), rand(r, (4, 5), t, -3, 3), np.array([1, 0, 4, 2], np.int64)],
+         attrs={"reduction": "mean"}, ref=sce_grad_ref, label="mean"),
+    Case(lambda t, r: [rand(r, (), t, 0.5, 2), rand(r, (2, 5, 3), t, -3, 3),
+                       np.array([[1, -1, 4], [0, 2, -1]], np.int64)],
+         attrs={"reduction": "sum", "ignore_index": -1}, ref=sce_grad_ref, label="sum, ignore_index, [N, C, d]"),
+    Case(lambda t, r: [rand(r, (), t, 0.5, 2), rand(r, (2, 5), t, -3, 3), np.array([-1, -1], np.int64)],
+         attrs={"reduction": "mean", "ignore_index": -1}, ref=sce_grad_ref, label="every label ignored")]
+
+
+def adamw_ref(ins, attrs, t):
+    p, g, m, v = (f64(x) for x in ins[:4])
+    step, lr, wd, gs = (float(x) for x in ins[4:])
+    b1, b2, eps = attrs.get("beta1", 0.9), attrs.get("beta2", 0.999), attrs.get("epsilon", 1e-8)
+    wd = wd if attrs.get("decay", 1) else 0.0
+    g = g * gs
+    p = p * (1 - lr * wd)
+    m = b1 * m + (1 - b1) * g
+    v = b2 * v + (1 - b2) * g * g
+    p = p - lr / (1 - b1 ** step) * m / (np.sqrt(v) / math.sqrt(1 - b2 ** step) + eps)
+    return [x.astype(np.float32) for x in (p, m, v, np.zeros_like(g))]
+
+
+def sgd_ref(ins, attrs, t):
+    p, g, buf = (f64(x) for x in ins[:3])
+    step, lr, wd, gs = (float(x) for x in ins[3:])
+    mu, damp, nesterov = attrs.get("momentum", 0.0), attrs.get("dampening", 0.0), attrs.get("nesterov", 0)
+    wd = wd if attrs.get("decay", 1) else 0.0
+    d = g * gs + wd * p
+    b = np.zeros_like(d)
+    if mu:
+        b = d if step <= 1 else buf * mu + d * (1 - damp)
+        d = d + mu * b if nesterov else b
+    return [x.astype(np.float32) for x in (p - lr * d, b, np.zeros_like(g))]
+
+
+def scalars(*v):
+    return [np.array(x, np.float32) for x in v]
+
+
+CASES["AdamW"] = [Case(lambda t, r, s=s: [rand(r, (3, 4), t), rand(r, (3, 4), t), rand(r, (3, 4), t, -0.1, 0.1),
+                                          rand(r, (3, 4), t, 0, 0.1)] + scalars(s, 1e-2, 0.1, 0.5), outputs=4,
+                       attrs=a, ref=adamw_ref, label=f"step {s} {a}")
+                  for s in (1, 7) for a in ({}, {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6, "decay": 0})]
+CASES["SGD"] = [Case(lambda t, r, s=s: [rand(r, (3, 4), t), rand(r, (3, 4), t), rand(r, (3, 4), t)] +
+                     scalars(s, 0.1, 0.01, 2.0), outputs=3, attrs=a, ref=sgd_ref, label=f"step {s} {a}")
+                for s in (1, 3) for a in ({}, {"momentum": 0.9}, {"momentum": 0.9, "dampening": 0.1},
+                                          {"momentum": 0.9, "nesterov": 1})]
+
+
+def grad_scale_ref(ins, attrs, t):
+    tokens, max_norm = max(1.0, float(ins[0])), float(ins[1])
+    norm = math.sqrt(sum(float((f64(g) ** 2).sum()) for g in ins[2:])) / tokens
+    coef = min(1.0, max_norm / (norm + 1e-6)) if max_norm > 0 else 1.0
+    return [np.array(coef / tokens, np.float32), np.array(norm, np.float32)]
+
+
+CASES["GradScale"] = [Case(lambda t, r, m=m: [np.array(12, np.float32), np.array(m, np.float32), rand(r, (3, 4), t),
+                                              rand(r, (70000,), t), rand(r, (5,), t)], outputs=2, ref=grad_scale_ref,
+                           label=f"max_norm {m}") for m in (0.0, 0.05, 1e6)]
+CASES["GradScale"].append(Case(lambda t, r: [np.array(0, np.float32), np.array(1, np.float32), rand(r, (3,), t)],
+                               outputs=2, ref=grad_scale_ref, label="no tokens counted"))
+
+
+def seeded_dropout_ref(ins, attrs, t):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
+    from test_lora_dropout import keep_mask
+    x, (seed, counter) = ins[0], (int(v) for v in ins[1])
+    p = attrs.get("ratio", 0.0)
+    keep = keep_mask(seed, counter, attrs.get("stream", 0), x.size, p).reshape(x.shape)
+    return [np.where(keep, f64(x) * (1.0 / (1.0 - p)), 0.0).astype(x.dtype)]
+
+
+CASES["SeededDropout"] = [Case(lambda t, r: [rand(r, (4, 33), t), i64(7, c)], attrs={"ratio": p, "stream": 3},
+                               ref=seeded_dropout_ref, label=f"ratio {p} counter {c}")
+                          for p, c in ((0.1, 0), (0.5, 12), (0.0, 1))]
+
+
+def attention_ref(ins, attrs, t):
+    q, kt, v = (f64(x) for x in ins[:3])
+    s = q @ kt * attrs.get("scale", 1.0)
+    if len(ins) > 3 and ins[3] is not None:
+        s = np.where(ins[3], attrs.get("mask_value", -np.inf), s)
+    if len(ins) > 4 and ins[4] is not None:
+        pos = ins[4]
+        T = s.shape[-1]
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        for b in range(pos.shape[0]):
+            s[b] = np.where(j < (i - pos[b][:, None]), -np.inf, s[b])
+    return [(softmax64(s, -1) @ v).astype(np.float32)]
+
+
+def attention_grad_ref(ins, attrs, t):
+    import torch
+    dy, q, kt, v = ins[:4]
+    mask = ins[4] if len(ins) > 4 else None
+
+    def fwd(q_, kt_, v_):
+        s = q_ @ kt_ * attrs.get("scale", 1.0)
+        if mask is not None:
+            s = s.masked_fill(torch.tensor(mask), attrs.get("mask_value", -math.inf))
+        return torch.softmax(s, -1) @ v_
+    return [g.astype(np.float32) for g in torch_vjp(fwd, [q, kt, v], dy, [0, 1, 2])]
+
+
+def causal(T):
+    return np.triu(np.ones((T, T), bool), 1)
+
+
+CASES["Attention"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 5, 4), t), rand(r, (2, 3, 4, 5), t), rand(r, (2, 3, 5, 6), t)],
+         attrs={"scale": 0.5}, ref=attention_ref, label="no mask"),
+    Case(lambda t, r: [rand(r, (2, 2, 9, 4), t), rand(r, (2, 2, 4, 9), t), rand(r, (2, 2, 9, 4), t), causal(9)],
+         attrs={"scale": 0.5}, ref=attention_ref, label="causal"),
+    Case(lambda t, r: [rand(r, (2, 2, 6, 4), t), rand(r, (2, 2, 4, 6), t), rand(r, (2, 2, 6, 4), t), causal(6),
+                       np.array([[0, 1, 2, 0, 1, 2], [0, 1, 0, 1, 2, 3]], np.int64)],
+         attrs={"scale": 0.5}, ref=attention_ref, label="causal, packed sequences"),
+    Case(lambda t, r: [rand(r, (1, 5, 4), t), rand(r, (1, 4, 7), t), rand(r, (1, 7, 3), t),
+                       r.integers(0, 2, (5, 7)).astype(bool) & ~np.eye(5, 7, dtype=bool)],
+         attrs={"mask_value": -1e4}, ref=attention_ref, label="arbitrary mask, finite fill")]
+CASES["AttentionGrad"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 5, 6), t), rand(r, (2, 3, 5, 4), t), rand(r, (2, 3, 4, 5), t),
+                       rand(r, (2, 3, 5, 6), t)], attrs={"scale": 0.5}, outputs=3, ref=attention_grad_ref,
+         label="no mask", rtol=5),
+    Case(lambda t, r: [rand(r, (1, 2, 9, 4), t), rand(r, (1, 2, 9, 4), t), rand(r, (1, 2, 4, 9), t),
+                       rand(r, (1, 2, 9, 4), t), causal(9)], attrs={"scale": 0.5}, outputs=3, ref=attention_grad_ref,
+         label="causal", rtol=5)]
+
+
+# ---- driver -----------------------------------------------------------------------------------------------------
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--backend", default="cpu", choices=_sdops.backends())
+    ap.add_argument("--op", action="append", help="run only these ops (repeatable)")
+    ap.add_argument("--seed", type=int, default=0, help="varies every case's random inputs (default 0)")
+    ap.add_argument("-v", "--verbose", action="store_true")
+    args = ap.parse_args()
+
+    kernels = {k["op"]: k for k in _sdops.kernels(args.backend)}
+    schemas = {s["name"] for s in _sdops.schemas()}
+    problems = []
+    if args.backend == "cpu" and set(kernels) != schemas:
+        problems.append(f"schemas without a CPU kernel: {sorted(schemas - set(kernels))}; "
+                        f"kernels without a schema: {sorted(set(kernels) - schemas)}")
+    missing = sorted(set(kernels) - set(CASES))
+    if missing:
+        problems.append(f"kernels with no harness case: {missing}")
+    stale = sorted(set(CASES) - set(kernels))
+    if stale and not args.op:
+        problems.append(f"cases for ops the {args.backend} backend does not register: {stale}")
+    runs = 0
+    for op in sorted(kernels):
+        if args.op and op not in args.op or op not in CASES:
+            continue
+        claimed = kernels[op]["types"]
+        tested = set()
+        for ci, case in enumerate(CASES[op]):
+            for t in claimed:
+                if case.types is not None and t not in case.types:
+                    continue
+                tested.add(t)
+                runs += 1
+                err = run_case(args.backend, op, case, t, seed=zlib.crc32(f"{op}/{ci}/{t}/{args.seed}".encode()))
+                where = f"{op} [{case.label or 'case ' + str(ci)}] {t}"
+                if err:
+                    problems.append(f"{where}: {err}")
+                elif args.verbose:
+                    print(f"ok  {where}")
+        untested = [t for t in claimed if t not in tested]
+        if untested:
+            problems.append(f"{op}: claims {untested}, which no case runs")
+    for p in problems:
+        print("FAIL", p)
+    print(f"op harness ({args.backend}): {len(kernels)} kernels, {runs} runs, {len(problems)} problems")
+    return 1 if problems else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,142 @@
+// _sdops: the op harness's window on the kernel registries. It runs one op on
+// one backend through the same path a session takes (schema shape rule,
+// KernelRegistry::bind, runKernel), on NumPy arrays.
+#include "sd/ops/registry.h"
+#include "sd/ops/threadpool.h"
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+#include <cstring>
+
+namespace py = pybind11;
+using namespace sd;
+
+namespace {
+
+const KernelRegistry &registryOf(const std::string &backend) {
+  if (backend == "cpu") return cpuKernels();
+  throw std::invalid_argument("no backend '" + backend + "' (backends: cpu)");
+}
+
+DType dtypeOf(const py::array &a) {
+  py::dtype d = a.dtype();
+  std::string name = py::str(d.attr("name"));
+  static const std::pair<const char *, DType> names[] = {
+      {"float32", DType::F32}, {"float64", DType::F64}, {"float16", DType::F16}, {"bfloat16", DType::BF16},
+      {"int8", DType::I8},     {"int16", DType::I16},   {"int32", DType::I32},   {"int64", DType::I64},
+      {"uint8", DType::U8},    {"uint16", DType::U16},  {"uint32", DType::U32},  {"uint64", DType::U64},
+      {"bool", DType::Bool}};
+  for (auto &[n, t] : names)
+    if (name == n) return t;
+  throw std::invalid_argument("unsupported array dtype " + name);
+}
+
+py::dtype numpyDtype(DType t) {
+  if (t == DType::BF16) return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
+  static const std::pair<DType, const char *> names[] = {
+      {DType::F32, "float32"}, {DType::F64, "float64"}, {DType::F16, "float16"}, {DType::I8, "int8"},
+      {DType::I16, "int16"},   {DType::I32, "int32"},   {DType::I64, "int64"},   {DType::U8, "uint8"},
+      {DType::U16, "uint16"},  {DType::U32, "uint32"},  {DType::U64, "uint64"},  {DType::Bool, "bool"}};
+  for (auto &[d, n] : names)
+    if (d == t) return py::dtype(n);
+  throw std::invalid_argument(std::string("no NumPy dtype for ") + dtypeName(t));
+}
+
+AttrMap attrsOf(const py::dict &d) {
+  AttrMap m;
+  for (auto [k, v] : d) {
+    std::string name = py::str(k);
+    if (py::isinstance<py::bool_>(v) || py::isinstance<py::int_>(v)) m.setInt(name, v.cast<int64_t>());
+    else if (py::isinstance<py::float_>(v)) m.setFloat(name, v.cast<double>());
+    else if (py::isinstance<py::str>(v)) m.setString(name, v.cast<std::string>());
+    else {
+      py::list l = v.cast<py::list>();
+      bool floats = false;
+      for (auto x : l) floats = floats || py::isinstance<py::float_>(x);
+      if (floats) m.setFloats(name, v.cast<std::vector<double>>());
+      else m.setInts(name, v.cast<std::vector<int64_t>>());
+    }
+  }
+  return m;
+}
+
+// Runs `op` on `inputs` (None: an absent optional operand). Every input is
+// offered to the shape rule as a constant, as the compiler does for folding.
+py::list runOp(const std::string &backend, const std::string &op, const py::dict &attrDict, const py::list &inputList,
+               size_t numOutputs, int threads) {
+  const KernelRegistry &reg = registryOf(backend);
+  AttrMap attrs = attrsOf(attrDict);
+  std::vector<py::array> keep;
+  std::vector<TensorView> views;
+  for (auto item : inputList) {
+    if (item.is_none()) {
+      views.push_back(TensorView{});
+      keep.emplace_back();
+      continue;
+    }
+    py::array a = py::array::ensure(item, py::array::c_style);
+    if (!a) throw std::invalid_argument("inputs must be arrays");
+    Dims dims(a.shape(), a.shape() + a.ndim());
+    views.push_back(TensorView{const_cast<void *>(a.data()), dtypeOf(a), dims});
+    keep.push_back(a);
+  }
+  ShapeContext sc{attrs, {}, {}};
+  for (auto &v : views) {
+    sc.inputs.push_back(v.data || v.dtype != DType::Undefined ? TensorInfo{v.dtype, v.dims} : TensorInfo{});
+    sc.constInputs.push_back(v.dtype != DType::Undefined ? &v : nullptr);
+  }
+  sc.numOutputs = numOutputs;
+  Status st = inferShapes(op, sc);
+  if (!st.isOk()) throw std::runtime_error("shape rule: " + st.message());
+  std::vector<DType> inTypes, outTypes;
+  for (auto &v : views) inTypes.push_back(v.dtype);
+  for (auto &o : sc.outputs) outTypes.push_back(o.dtype);
+  StatusOr<const KernelDef *> k = reg.bind(op, inTypes, outTypes);
+  if (!k.isOk()) throw std::runtime_error("bind: " + k.status().message());
+  std::vector<py::array> outs;
+  KernelContext kc{attrs, views, {}, nullptr};
+  for (const TensorInfo &o : sc.outputs) {
+    if (!o.isStatic()) throw std::runtime_error("shape rule left a dynamic output shape");
+    std::vector<py::ssize_t> shape(o.dims.begin(), o.dims.end());
+    py::array a(numpyDtype(o.dtype), shape);
+    // Poison, so an element the kernel forgets to write shows up.
+    std::memset(a.mutable_data(), 0x7f, size_t(a.nbytes()));
+    kc.outputs.push_back(TensorView{a.mutable_data(), o.dtype, o.dims});
+    outs.push_back(a);
+  }
+  std::unique_ptr<ThreadPool> pool;
+  if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
+  kc.pool = pool.get();
+  st = runKernel(**k, kc);
+  if (!st.isOk()) throw std::runtime_error("kernel: " + st.message());
+  py::list result;
+  for (auto &a : outs) result.append(a);
+  return result;
+}
+
+} // namespace
+
+PYBIND11_MODULE(_sdops, m) {
+  m.doc() = "The op harness's access to sdc's op schemas and kernel registries (a test module).";
+  m.def("backends", [] { return std::vector<std::string>{"cpu"}; });
+  m.def("schemas", [] {
+    py::list l;
+    for (const OpSchema *s : allSchemas())
+      l.append(py::dict(py::arg("name") = s->name, py::arg("min_inputs") = s->minInputs,
+                        py::arg("max_inputs") = s->maxInputs, py::arg("contract_version") = s->contractVersion));
+    return l;
+  });
+  m.def("kernels", [](const std::string &backend) {
+    py::list l;
+    for (const KernelDef *k : registryOf(backend).all()) {
+      std::vector<std::string> types;
+      for (DType t : k->types.list()) types.push_back(dtypeName(t));
+      l.append(py::dict(py::arg("op") = k->op, py::arg("types") = types, py::arg("type_operand") = k->typeOperand,
+                        py::arg("half_via_f32") = k->halfViaF32));
+    }
+    return l;
+  });
+  m.def("run", &runOp, py::arg("backend"), py::arg("op"), py::arg("attrs"), py::arg("inputs"),
+        py::arg("num_outputs") = 1, py::arg("threads") = 1,
+        "Runs one op; returns its outputs. Raises RuntimeError naming the stage that refused.");
+}
