@@ -522,23 +522,16 @@ void registerElementwiseKernels() {
     return vectorized<vgelu>(c, GeluScalarKernel);
   }, floats);
   registerCpuKernel("GeluGrad", GeluGradKernel, floats);
-  for (auto [name, fn] : std::initializer_list<std::pair<const char *, KernelFn>>{
-           {"Log", LogKernel}, {"Sqrt", SqrtKernel}, {"Reciprocal", ReciprocalKernel}, {"Sin", SinKernel},
-           {"Cos", CosKernel}, {"Tan", TanKernel}, {"Asin", AsinKernel}, {"Acos", AcosKernel}, {"Atan", AtanKernel},
-           {"Sinh", SinhKernel}, {"Cosh", CoshKernel}, {"Asinh", AsinhKernel}, {"Acosh", AcoshKernel},
-           {"Atanh", AtanhKernel}, {"Tanh", TanhKernel}, {"HardSigmoid", HardSigmoidKernel},
-           {"HardSwish", HardSwishKernel}, {"LeakyRelu", LeakyReluKernel}, {"Elu", EluKernel}, {"Selu", SeluKernel},
-           {"Celu", CeluKernel}, {"ThresholdedRelu", ThresholdedReluKernel}, {"Softplus", SoftplusKernel},
-           {"Softsign", SoftsignKernel}, {"Mish", MishKernel}, {"Floor", FloorKernel}, {"Ceil", CeilKernel},
-           {"Round", RoundKernel}, {"Dropout", DropoutKernel}})
-    registerCpuKernel(name, fn, floats);
-  for (auto [name, fn] : std::initializer_list<std::pair<const char *, KernelFn>>{
-           {"Neg", NegKernel}, {"Abs", AbsKernel}, {"Sign", SignKernel}, {"Relu", ReluKernel}, {"Add", AddKernel},
-           {"Sub", SubKernel}, {"Mul", MulKernel}, {"Div", DivKernel}, {"Mod", ModKernel}, {"Pow", PowKernel},
-           {"PRelu", PReluKernel}, {"Less", LessKernel}, {"LessOrEqual", LessOrEqualKernel},
-           {"Greater", GreaterKernel}, {"GreaterOrEqual", GreaterOrEqualKernel}, {"Min", MinKernel},
-           {"Max", MaxKernel}, {"Sum", SumKernel}, {"Clip", ClipKernel}})
-    registerCpuKernel(name, fn, numeric);
+  R(Log, floats) R(Sqrt, floats) R(Reciprocal, floats) R(Sin, floats) R(Cos, floats) R(Tan, floats)
+  R(Asin, floats) R(Acos, floats) R(Atan, floats) R(Sinh, floats) R(Cosh, floats) R(Asinh, floats)
+  R(Acosh, floats) R(Atanh, floats) R(Tanh, floats) R(HardSigmoid, floats) R(HardSwish, floats)
+  R(LeakyRelu, floats) R(Elu, floats) R(Selu, floats) R(Celu, floats) R(ThresholdedRelu, floats)
+  R(Softplus, floats) R(Softsign, floats) R(Mish, floats) R(Floor, floats) R(Ceil, floats) R(Round, floats)
+  R(Dropout, floats)
+  R(Neg, numeric) R(Abs, numeric) R(Sign, numeric) R(Relu, numeric) R(Add, numeric) R(Sub, numeric)
+  R(Mul, numeric) R(Div, numeric) R(Mod, numeric) R(Pow, numeric) R(PRelu, numeric) R(Less, numeric)
+  R(LessOrEqual, numeric) R(Greater, numeric) R(GreaterOrEqual, numeric) R(Min, numeric) R(Max, numeric)
+  R(Sum, numeric) R(Clip, numeric)
   R(Mean, floats) // ONNX defines Mean for floating types only
   R(Equal, numeric | TypeSet{DType::Bool})
   R(Not, TypeSet{DType::Bool}) R(And, TypeSet{DType::Bool}) R(Or, TypeSet{DType::Bool}) R(Xor, TypeSet{DType::Bool})
@@ -549,8 +542,8 @@ void registerElementwiseKernels() {
 #undef R
   registerCpuKernel("Identity", copyKernel, TypeSet::all());
   registerCpuKernel("CastLike", CastKernel, TypeSet::all());
-  registerCpuKernel("IsNaN", classifyKernel<true>, TypeSet::floats());
-  registerCpuKernel("IsInf", classifyKernel<false>, TypeSet::floats());
+  registerCpuKernel("IsNaN", classifyKernel<true>, floats);
+  registerCpuKernel("IsInf", classifyKernel<false>, floats);
 }
 
 } // namespace sd::cpu

@@ -66,12 +66,11 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
                size_t numOutputs, int threads) {
   const KernelRegistry &reg = registryOf(backend);
   AttrMap attrs = attrsOf(attrDict);
-  std::vector<py::array> keep;
+  std::vector<py::array> keep; // the arrays the views point into
   std::vector<TensorView> views;
   for (auto item : inputList) {
     if (item.is_none()) {
       views.push_back(TensorView{});
-      keep.emplace_back();
       continue;
     }
     py::array a = py::array::ensure(item, py::array::c_style);
@@ -82,7 +81,7 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
   }
   ShapeContext sc{attrs, {}, {}};
   for (auto &v : views) {
-    sc.inputs.push_back(v.data || v.dtype != DType::Undefined ? TensorInfo{v.dtype, v.dims} : TensorInfo{});
+    sc.inputs.push_back(TensorInfo{v.dtype, v.dims}); // dtype Undefined: absent
     sc.constInputs.push_back(v.dtype != DType::Undefined ? &v : nullptr);
   }
   sc.numOutputs = numOutputs;
