@@ -94,7 +94,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
   double scale = cfg.value().scale();
-  auto file = readSafetensors(req.adapterDir + "/adapter_model.safetensors");
+  auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
   if (!file.isOk()) return error = file.status().message(), false;
   std::map<std::string, LinearUse> linears;
   if (!linearModules(lm, req.model, linears, error)) return false;
@@ -130,7 +130,12 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
       for (int64_t i = 0; i < inF; ++i) {
         double d = 0;
         for (int64_t k = 0; k < rank; ++k) d += double(bm[o * rank + k]) * double(a[k * inF + i]);
-        wv[size_t(oi ? o * inF + i : i * out + o)] += float(scale * d);
+        float &merged = wv[size_t(oi ? o * inF + i : i * out + o)];
+        merged += float(scale * d);
+        if (!std::isfinite(merged))
+          return error = req.adapterDir + ": merging module '" + m + "' overflows its weight (lora_alpha " +
+                         std::to_string(cfg.value().alpha) + ", r " + std::to_string(rank) + ")",
+                 false;
       }
     if (!u.shared) {
       setFloats(*w, wv);
@@ -152,7 +157,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
 }
 
 bool mergeWeights(LoadedModel &lm, const MergeRequest &req, std::string &error) {
-  auto file = readSafetensors(req.weightsFile);
+  auto file = readSafetensors(req.weightsFile, /*requireFinite=*/true);
   if (!file.isOk()) return error = file.status().message(), false;
   for (auto &[name, t] : file.value().tensors) {
     onnx::TensorProto *w = findInitializer(lm.model, name);

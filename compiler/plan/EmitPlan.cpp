@@ -10,6 +10,7 @@
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
 #include "sd/format/plan_format.h"
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <unistd.h>
@@ -44,11 +45,17 @@ public:
       std::remove(tmp_.c_str());
     }
   }
-  bool open() { return (f_ = std::fopen(tmp_.c_str(), "wb")) != nullptr; }
+  bool open() {
+    size_t slash = path_.find_last_of('/');
+    removeStaleTemps(parentDirectory(path_), (slash == std::string::npos ? path_ : path_.substr(slash + 1)) + ".tmp.");
+    return (f_ = std::fopen(tmp_.c_str(), "wb")) != nullptr;
+  }
   bool write(const void *d, size_t n) {
     crc_ = crc32c(d, n, crc_);
     pos_ += n;
-    return n == 0 || std::fwrite(d, 1, n, f_) == n;
+    if (n == 0 || std::fwrite(d, 1, n, f_) == n) return true;
+    err_ = errno;
+    return false;
   }
   bool padTo(size_t align) {
     static const uint8_t zeros[64] = {};
@@ -57,6 +64,7 @@ public:
   }
   bool commit() {
     bool ok = std::fflush(f_) == 0 && fsync(fileno(f_)) == 0;
+    if (!ok) err_ = errno;
     ok = std::fclose(f_) == 0 && ok;
     f_ = nullptr;
     if (!ok || std::rename(tmp_.c_str(), path_.c_str()) != 0) {
@@ -66,6 +74,7 @@ public:
     return true;
   }
   uint32_t crc() const { return crc_; }
+  std::string failure() const { return err_ ? writeErrorReason(err_) : "cannot rename into place"; }
   uint64_t pos() const { return pos_; }
 
 private:
@@ -73,6 +82,7 @@ private:
   FILE *f_ = nullptr;
   uint32_t crc_ = 0;
   uint64_t pos_ = 0;
+  int err_ = 0;
 };
 
 LogicalResult collectGlobals(ModuleOp module, std::vector<GlobalData> &out, llvm::StringMap<int> &index,
@@ -265,7 +275,7 @@ LogicalResult emitPlan(ModuleOp module, const EmitOptions &opts, std::string &er
   std::memcpy(footer + 12, kPlanFooterMagic, 4);
   // The footer is not covered by the CRC it carries.
   ok = ok && w.write(footer, sizeof footer);
-  if (!ok || !w.commit()) return error = opts.outputPath + ": write failed", failure();
+  if (!ok || !w.commit()) return error = opts.outputPath + ": write failed: " + w.failure(), failure();
   return success();
 }
 

@@ -1,5 +1,6 @@
 // Recursive-descent JSON parser with a depth limit.
 #include "sd/format/json.h"
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -55,6 +56,8 @@ private:
     char *end = nullptr;
     out.num = std::strtod(tok.c_str(), &end);
     if (!end || *end) return fail("bad number '" + tok + "'");
+    // 1e999 would be inf: no config, header or data line means that.
+    if (!std::isfinite(out.num)) return fail("number '" + tok + "' is out of range");
     out.type = Json::Type::Number;
     return Status::ok();
   }
@@ -119,8 +122,13 @@ private:
       skipWs();
       if (pos_ >= s_.size() || s_[pos_] != ':') return fail("expected ':'");
       ++pos_;
-      out.obj.emplace_back(std::move(key), Json());
-      SD_RETURN_IF_ERROR(value(out.obj.back().second, depth + 1));
+      // A repeated key takes its last value at its first position, as
+      // Python's json does, so configs read the same here and in PEFT.
+      Json v;
+      SD_RETURN_IF_ERROR(value(v, depth + 1));
+      auto same = std::find_if(out.obj.begin(), out.obj.end(), [&](const auto &e) { return e.first == key; });
+      if (same != out.obj.end()) same->second = std::move(v);
+      else out.obj.emplace_back(std::move(key), std::move(v));
       skipWs();
       if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }
       if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return Status::ok(); }

@@ -58,7 +58,7 @@ Status refuseUnsupportedSemantics(const Json &doc, const std::string &path) {
 } // namespace
 
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
-  std::string path = dir + "/adapter_config.json";
+  std::string path = dir + "/" + kAdapterConfigFile;
   auto text = readWholeFile(path);
   if (!text.isOk()) return text.status();
   auto doc = parseJson(text.value(), path);

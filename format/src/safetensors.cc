@@ -1,6 +1,9 @@
 // safetensors reader and atomic writer.
 #include "sd/format/safetensors.h"
 #include "sd/format/json.h"
+#include "sd/format/dtype.h"
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace sd {
@@ -22,11 +25,6 @@ const char *safetensorsDtypeName(DType t) {
   case DType::Bool: return "BOOL";
   default: return nullptr;
   }
-}
-
-static std::string folderOf(const std::string &path) {
-  size_t s = path.find_last_of('/');
-  return s == std::string::npos ? "." : s == 0 ? "/" : path.substr(0, s);
 }
 
 Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> &tensors,
@@ -53,7 +51,7 @@ Status writeSafetensors(const std::string &path, const std::vector<NamedTensor> 
   std::vector<std::pair<const void *, size_t>> pieces = {{&hlen, 8}, {header.data(), header.size()}};
   for (const NamedTensor &t : tensors) pieces.push_back({t.data, t.bytes});
   SD_RETURN_IF_ERROR(writeFileAtomic(path, pieces));
-  return syncDirectory(folderOf(path));
+  return syncDirectory(parentDirectory(path));
 }
 
 static DType dtypeFromName(const std::string &s) {
@@ -73,6 +71,7 @@ Status parseSafetensors(const uint8_t *b, size_t size, const std::string &what,
   if (!header.isOk()) return header.status();
   if (header.value().type != Json::Type::Object) return sdError(what, ": safetensors header is not an object");
   size_t base = 8 + size_t(hlen);
+  std::vector<std::pair<uint64_t, uint64_t>> spans; // data_offsets of every tensor
   for (const auto &[name, e] : header.value().obj) {
     if (name == "__metadata__") {
       if (metadata)
@@ -101,17 +100,58 @@ Status parseSafetensors(const uint8_t *b, size_t size, const std::string &what,
                      size_t(product(t.dims)) * dtypeSize(t.dtype));
     t.data = b + base + size_t(lo);
     tensors[name] = t;
+    spans.push_back({uint64_t(lo), uint64_t(hi)});
+  }
+  // The format's rule: the data section is exactly the tensors, in any
+  // order, with no overlap, gap or trailing bytes (a file that breaks it is
+  // torn or crafted, and two tensors sharing bytes would alias).
+  std::sort(spans.begin(), spans.end());
+  uint64_t covered = 0;
+  for (auto [lo, hi] : spans) {
+    if (lo != covered)
+      return sdError(what, ": tensor data ", lo < covered ? "overlaps" : "has a gap", " at byte ", base + lo);
+    covered = hi;
+  }
+  if (base + covered != size)
+    return sdError(what, ": ", size - base - covered, " bytes after the last tensor (a torn or padded file?)");
+  return Status::ok();
+}
+
+Status checkFiniteValues(const NamedTensor &t, const std::string &what) {
+  size_t n = t.bytes / std::max<size_t>(dtypeSize(t.dtype), 1);
+  const auto *p = static_cast<const uint8_t *>(t.data);
+  for (size_t i = 0; i < n; ++i) {
+    double v;
+    switch (t.dtype) {
+    case DType::F32: { float f; std::memcpy(&f, p + 4 * i, 4); v = f; break; }
+    case DType::F64: std::memcpy(&v, p + 8 * i, 8); break;
+    case DType::F16: case DType::BF16: {
+      uint16_t h;
+      std::memcpy(&h, p + 2 * i, 2);
+      // All-ones exponent is Inf or NaN in both half formats.
+      bool f16 = t.dtype == DType::F16;
+      bool bad = f16 ? (h & 0x7c00) == 0x7c00 : (h & 0x7f80) == 0x7f80;
+      v = !bad ? 0 : (h & (f16 ? 0x3ff : 0x7f)) ? NAN : INFINITY;
+      break;
+    }
+    default: return Status::ok();
+    }
+    if (!std::isfinite(v))
+      return sdError(what, ": tensor '", t.name, "' holds ", std::isnan(v) ? "NaN" : "Inf", " (element ", i,
+                     "); refusing to load it");
   }
   return Status::ok();
 }
 
-StatusOr<SafetensorsFile> readSafetensors(const std::string &path) {
+StatusOr<SafetensorsFile> readSafetensors(const std::string &path, bool requireFinite) {
   SafetensorsFile file;
   auto bytes = readWholeFile(path);
   if (!bytes.isOk()) return bytes.status();
   file.bytes = std::move(bytes.value());
   SD_RETURN_IF_ERROR(parseSafetensors(reinterpret_cast<const uint8_t *>(file.bytes.data()), file.bytes.size(), path,
                                       file.tensors, &file.metadata));
+  if (requireFinite)
+    for (const auto &[name, t] : file.tensors) SD_RETURN_IF_ERROR(checkFiniteValues(t, path));
   return file;
 }
 

@@ -2,11 +2,7 @@
 #include "sd/format/tensor_io.h"
 #include <cstdio>
 #include <cstring>
-#include <fcntl.h>
-#include <fstream>
 #include <sstream>
-#include <sys/stat.h>
-#include <unistd.h>
 
 namespace sd {
 namespace {
@@ -270,15 +266,6 @@ std::string encodeNpy(const HostTensor &t) {
   return s;
 }
 
-StatusOr<std::string> readWholeFile(const std::string &path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return sdError(path, ": cannot open file");
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) return sdError(path, ": read error");
-  return ss.str();
-}
-
 StatusOr<HostTensor> readTensorFile(const std::string &path) {
   auto bytes = readWholeFile(path);
   if (!bytes.isOk()) return bytes.status();
@@ -287,45 +274,6 @@ StatusOr<HostTensor> readTensorFile(const std::string &path) {
   if (s.size() >= 6 && std::memcmp(p, "\x93NUMPY", 6) == 0) return decodeNpy(p, s.size(), path);
   if (s.empty()) return sdError(path, ": empty tensor file");
   return decodeTensorProto(p, s.size(), path);
-}
-
-Status writeFileAtomic(const std::string &path, const std::string &bytes) {
-  return writeFileAtomic(path, {{bytes.data(), bytes.size()}});
-}
-
-Status writeFileAtomic(const std::string &path, const std::vector<std::pair<const void *, size_t>> &pieces) {
-  std::string tmp = path + ".tmp." + std::to_string(getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  if (fd < 0) return sdError(path, ": cannot write (", std::strerror(errno), ")");
-  for (auto [data, size] : pieces) {
-    size_t off = 0;
-    while (off < size) {
-      ssize_t w = ::write(fd, static_cast<const char *>(data) + off, size - off);
-      if (w <= 0) {
-        ::close(fd);
-        ::unlink(tmp.c_str());
-        return sdError(path, ": write failed (", std::strerror(errno), ")");
-      }
-      off += size_t(w);
-    }
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    ::unlink(tmp.c_str());
-    return sdError(path, ": write failed");
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return sdError(path, ": cannot rename into place (", std::strerror(errno), ")");
-  }
-  return Status::ok();
-}
-
-Status syncDirectory(const std::string &dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return sdError(dir, ": cannot open folder to sync");
-  int rc = ::fsync(fd);
-  ::close(fd);
-  return rc == 0 ? Status::ok() : sdError(dir, ": fsync failed");
 }
 
 } // namespace sd

@@ -65,6 +65,12 @@ StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
   std::memcpy(ids.data.data(), tokens.data() + start, window * 8);
   SD_RETURN_IF_ERROR(session_.run(b->entry, {&ids}, outs_));
   const float *logits = reinterpret_cast<const float *>(outs_[0].data.data()) + (window - 1) * size_t(vocab_);
+  // NaN/Inf weights give NaN logits, and "the most likely token" of those is
+  // meaningless: say so rather than print whatever index 0 is.
+  for (int64_t v = 0; v < vocab_; ++v)
+    if (!std::isfinite(logits[v]))
+      return sdError("the model's logits are not finite (", logits[v], " for token ", v, " after ", tokens.size(),
+                     " tokens): are its weights or adapter NaN/Inf?");
   return sampleToken(logits, vocab_, opts_, rng_);
 }
 

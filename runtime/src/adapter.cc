@@ -5,14 +5,31 @@
 #include <cmath>
 #include <cstring>
 #include <set>
+#include <cerrno>
+#include <dirent.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 namespace sd {
 
-Status saveAdapter(const std::string &dir, const Session &session, const LoraConfig &cfg) {
-  ::mkdir(dir.c_str(), 0755);
-  struct stat st;
-  if (::stat(dir.c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) return sdError(dir, ": cannot create adapter folder");
+// Links the files of the old folder that are not ours (a README, a tokenizer)
+// into the staged one, so replacing the adapter keeps them.
+static void carryOverOtherFiles(const std::string &from, const std::string &to) {
+  DIR *d = ::opendir(from.c_str());
+  if (!d) return;
+  while (dirent *e = ::readdir(d)) {
+    std::string n = e->d_name;
+    if (n == "." || n == ".." || n == kAdapterWeightsFile || n == kAdapterConfigFile) continue;
+    struct stat st;
+    std::string src = from + "/" + n;
+    if (::lstat(src.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::link(src.c_str(), (to + "/" + n).c_str());
+  }
+  ::closedir(d);
+}
+
+Status saveAdapter(const std::string &dirGiven, const Session &session, const LoraConfig &cfg) {
+  std::string dir = dirGiven;
+  while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::vector<HostTensor> values;
   for (const std::string &m : cfg.modules)
     for (const char *part : {kLoraASuffix, kLoraBSuffix}) {
@@ -24,13 +41,25 @@ Status saveAdapter(const std::string &dir, const Session &session, const LoraCon
     }
   std::vector<NamedTensor> tensors;
   for (const HostTensor &v : values) tensors.push_back({adapterKey(v.name), v.dtype, v.dims, v.data.data(), v.byteSize()});
-  SD_RETURN_IF_ERROR(writeSafetensors(dir + "/adapter_model.safetensors", tensors, {{"format", "pt"}}));
-  SD_RETURN_IF_ERROR(writeFileAtomic(dir + "/adapter_config.json", adapterConfigJson(cfg)));
-  return syncDirectory(dir);
+  // Weights and config must change together (a new A/B with an old r or
+  // alpha merges into a wrong model): both are written into a staged folder
+  // that replaces the old one in one atomic step.
+  std::string parent = parentDirectory(dir), base = dir.substr(dir.find_last_of('/') + 1);
+  std::string tempBase = "." + base + ".tmp.", staged = parent + "/" + tempBase + std::to_string(::getpid());
+  removeStaleTemps(parent, tempBase);
+  removeTree(staged);
+  if (::mkdir(staged.c_str(), 0755) != 0) return sdError(dir, ": cannot create a folder beside it (", std::strerror(errno), ")");
+  Status s = writeSafetensors(staged + "/" + kAdapterWeightsFile, tensors, {{"format", "pt"}});
+  if (s.isOk()) s = writeFileAtomic(staged + "/" + kAdapterConfigFile, adapterConfigJson(cfg));
+  if (s.isOk()) carryOverOtherFiles(dir, staged);
+  if (s.isOk()) s = syncDirectory(staged);
+  if (s.isOk()) s = replaceDirectory(staged, dir);
+  if (!s.isOk()) removeTree(staged);
+  return s;
 }
 
 Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &cfg) {
-  std::string cfgPath = dir + "/adapter_config.json";
+  std::string cfgPath = dir + "/" + kAdapterConfigFile;
   auto given = readAdapterConfig(dir);
   if (!given.isOk()) return given.status();
   if (given.value().r != cfg.r)
@@ -38,8 +67,8 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
     return sdError(cfgPath, ": lora_alpha differs from the plan's ", cfg.alpha);
   if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
-  std::string wPath = dir + "/adapter_model.safetensors";
-  auto file = readSafetensors(wPath);
+  std::string wPath = dir + "/" + kAdapterWeightsFile;
+  auto file = readSafetensors(wPath, /*requireFinite=*/true);
   if (!file.isOk()) return file.status();
   std::set<std::string> expected;
   std::vector<std::pair<int64_t, const NamedTensor *>> copies;

@@ -1,5 +1,6 @@
 // JSON Lines training data.
 #include "sd/train/dataset.h"
+#include "sd/format/file_io.h"
 #include "sd/format/json.h"
 #include <cmath>
 #include <fstream>
@@ -32,6 +33,7 @@ uint64_t splitMix(uint64_t &s) {
 } // namespace
 
 StatusOr<std::vector<Example>> loadJsonl(const std::string &path, const DatasetOptions &opts) {
+  SD_RETURN_IF_ERROR(requireRegularFile(path)); // not a FIFO or /dev/zero: those never end
   std::ifstream in(path, std::ios::binary);
   if (!in) return sdError(path, ": cannot open");
   std::vector<Example> out;

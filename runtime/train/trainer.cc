@@ -1,5 +1,6 @@
 // The training loop: buckets, micro-batches, schedule, hooks at optimizer steps.
 #include "sd/train/trainer.h"
+#include "sd/format/file_io.h"
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
 #include "sd/format/training_abi.h"
@@ -10,6 +11,7 @@
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <optional>
 
 namespace sd::train {
 namespace {
@@ -123,6 +125,9 @@ struct Trainer::Impl {
   int64_t batch = 0, seq = 0, step = 0, total = 0;
   std::string resumedFrom;
   std::vector<std::string> notes;
+  std::optional<CheckpointFolder> checkpoints; // locked while the trainer lives
+  std::string runId;
+  std::map<std::string, std::string> runParams; // what the data position depends on
   LoraConfig lora;
   bool hasLora = false;
   bool started = false;
@@ -130,6 +135,7 @@ struct Trainer::Impl {
   std::vector<HostTensor> outs;
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
+  Status resume();
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -182,17 +188,45 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
     while (dry.consumed() < o.epochs * int64_t(im->data.size())) dry.next(im->batch, im->seq, pe.packed), ++micro;
     im->total = (micro + o.gradAccum - 1) / o.gradAccum;
   }
-  if (o.resume) {
-    auto meta = restoreLatestCheckpoint(o.checkpointDir, session, im->resumedFrom, im->notes);
-    if (!meta.isOk()) return meta.status();
-    if (meta.value().seed != o.seed)
-      return sdError(im->resumedFrom, " was trained with --seed ", meta.value().seed, "; resume with the same seed");
-    im->step = meta.value().step;
-    im->cursor.epoch = meta.value().epoch;
-    im->cursor.index = meta.value().position;
-    im->cursor.reorder();
+  auto fingerprint = fileFingerprint(o.dataPath);
+  if (!fingerprint.isOk()) return fingerprint.status();
+  im->runParams = {{"seed", std::to_string(o.seed)}, {"data", fingerprint.value()}, {"batch", std::to_string(im->batch)},
+                   {"grad_accum", std::to_string(o.gradAccum)}, {"shuffle", std::string(o.shuffle ? "true" : "false")},
+                   {"truncate", std::string(o.truncate ? "true" : "false")}};
+  if (!o.checkpointDir.empty()) {
+    auto folder = CheckpointFolder::open(o.checkpointDir);
+    if (!folder.isOk()) return folder.status();
+    im->checkpoints.emplace(std::move(folder.value()));
+    if (!o.resume) SD_RETURN_IF_ERROR(im->checkpoints->requireNoCheckpoints());
   }
+  im->runId = newRunId();
+  if (o.resume) SD_RETURN_IF_ERROR(im->resume());
   return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
+}
+
+Status Trainer::Impl::resume() {
+  auto restored = checkpoints->restoreLatest(session, resumedFrom, notes);
+  if (!restored.isOk()) return restored.status();
+  const CheckpointMeta &meta = restored.value();
+  for (auto &[key, value] : runParams) {
+    auto it = meta.run.find(key);
+    std::string was = it == meta.run.end() ? "(not recorded)" : it->second;
+    if (was != value)
+      return sdError(resumedFrom, " was trained with ", key, " = ", was, "; this run has ", value,
+                     ": resume with the same ", key == "data" ? "data file" : key);
+  }
+  if (meta.step > total)
+    return sdError(resumedFrom, " is at step ", meta.step, ", past this run's ", total,
+                   " steps; give the run's --steps (", meta.totalSteps, ") to finish it, or start a new run in another folder");
+  if (meta.position > int64_t(data.size()) || meta.epoch > (int64_t(1) << 40))
+    return sdError(resumedFrom, ": its data position (epoch ", meta.epoch, ", example ", meta.position,
+                   ") is outside the ", data.size(), " examples of the data");
+  runId = meta.runId;
+  step = meta.step;
+  cursor.epoch = meta.epoch;
+  cursor.index = meta.position;
+  cursor.reorder();
+  return Status::ok();
 }
 
 StatusOr<double> Trainer::evaluate() {
@@ -214,9 +248,9 @@ StatusOr<double> Trainer::evaluate() {
 
 Status Trainer::saveCheckpoint() {
   Impl &im = *impl_;
-  if (im.config.checkpointDir.empty()) return sdError("no checkpoint folder was given");
-  CheckpointMeta meta{im.step, im.cursor.epoch, im.cursor.index, im.config.seed};
-  return sd::saveCheckpoint(im.config.checkpointDir, im.session, meta, im.config.checkpointsKept);
+  if (!im.checkpoints) return sdError("no checkpoint folder was given");
+  CheckpointMeta meta{im.runId, im.step, im.total, im.cursor.epoch, im.cursor.index, im.runParams};
+  return im.checkpoints->save(im.session, meta, im.config.checkpointsKept);
 }
 
 StatusOr<StepReport> Trainer::runStep() {

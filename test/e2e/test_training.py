@@ -452,19 +452,20 @@ def main():
         check(f"resume: {2 * n} steps straight == {n} + --resume {n}, bit for bit", same,
               f"losses equal: {a == b}, weights equal: {all(np.array_equal(wa[k], wb[k]) for k in wa)}")
 
-        # A corrupt newer checkpoint (bad seed in its manifest) and a folder
-        # whose step does not fit 64 bits are skipped, not fatal.
+        # A corrupt newer checkpoint (an edited manifest: its checksum no
+        # longer matches) and a folder whose step does not fit 64 bits are
+        # skipped, not fatal.
         newest = max(int(d.split("-")[1]) for d in os.listdir(ck) if d.startswith("checkpoint-"))
         bad = os.path.join(ck, f"checkpoint-{newest + 100}")
         shutil.copytree(os.path.join(ck, f"checkpoint-{newest}"), bad)
         manifest = json.load(open(os.path.join(bad, "manifest.json")))
-        manifest["seed"] = "x3"
+        manifest["step"] = newest + 100
         json.dump(manifest, open(os.path.join(bad, "manifest.json"), "w"))
         os.makedirs(os.path.join(ck, "checkpoint-" + "9" * 30))
         r = subprocess.run([sdrun, "train", plan, "--data", data, "--steps", str(newest + 1), "--seed", "3",
                             "--checkpoint-dir", ck, "--resume"], capture_output=True, text=True)
         check("resume skips a checkpoint with a corrupt manifest and an out-of-range step folder",
-              r.returncode == 0 and "bad seed 'x3'" in r.stderr and f"from {ck}/checkpoint-{newest} " in r.stderr,
+              r.returncode == 0 and "checksum" in r.stderr and f"from {ck}/checkpoint-{newest} " in r.stderr,
               r.stderr.strip().splitlines()[0] if r.stderr.strip() else f"exit {r.returncode}")
 
         # lora_alpha survives plan -> adapter_config.json -> plan at full precision.

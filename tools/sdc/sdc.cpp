@@ -2,6 +2,8 @@
 // pass pipeline and writes a plan.
 #include "Driver.h"
 #include "Merge.h"
+#include "sd/format/file_io.h"
+#include <new>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -250,7 +252,21 @@ int mergeMain(int argc, char **argv) {
   return 0;
 }
 
+static int compileMain(int argc, char **argv);
+
 int main(int argc, char **argv) {
+  sd::ignoreFileSizeSignal();
+  // Built without exceptions (as LLVM is): an allocation that fails ends here
+  // with a message instead of an abort. A temp file it leaves behind is
+  // removed by the next write of the same output.
+  std::set_new_handler([] {
+    std::fputs("sdc: error: out of memory (is a memory limit such as ulimit -v in effect?)\n", stderr);
+    std::_Exit(1);
+  });
+  return compileMain(argc, argv);
+}
+
+static int compileMain(int argc, char **argv) {
   if (argc >= 2 && std::string(argv[1]) == "merge") return mergeMain(argc, argv);
   Args args;
   if (int rc = parseArgs(argc, argv, args)) return rc < 0 ? 0 : rc;

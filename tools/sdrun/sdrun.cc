@@ -1,5 +1,8 @@
 // sdrun: the lean runtime driver (no MLIR). Runs, times and inspects plans.
 #include "commands.h"
+#include "sd/format/file_io.h"
+#include <exception>
+#include <new>
 #include <cstdio>
 #include <cstring>
 
@@ -17,7 +20,7 @@ const char *kUsage =
     "Run `sdrun COMMAND --help` for a command's options.\n";
 }
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   if (argc < 2) {
     std::fputs(kUsage, stderr);
     return 2;
@@ -38,4 +41,17 @@ int main(int argc, char **argv) {
   if (cmd == "train") return sdrun::trainCommand(args);
   if (cmd == "generate") return sdrun::generateCommand(args);
   return sdrun::fail("unknown command '" + cmd + "' (try: sdrun --help)");
+}
+
+int main(int argc, char **argv) {
+  sd::ignoreFileSizeSignal();
+  // Out of memory (a ulimit -v, a huge input) is an error message, not an
+  // abort: the libraries return Status, but the C++ runtime may still throw.
+  try {
+    return run(argc, argv);
+  } catch (const std::bad_alloc &) {
+    return sdrun::fail("out of memory (is a memory limit such as ulimit -v in effect?)");
+  } catch (const std::exception &e) {
+    return sdrun::fail(std::string("internal error: ") + e.what());
+  }
 }

@@ -2,11 +2,15 @@
 // (sd/train/trainer.h), which owns the loop.
 #include "commands.h"
 #include "flags.h"
+#include "sd/format/file_io.h"
+#include "sd/format/json.h"
 #include "sd/runtime/adapter.h"
 #include "sd/train/trainer.h"
 #include <chrono>
 #include <unistd.h>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <cstdio>
 #include <sys/stat.h>
 
@@ -75,9 +79,28 @@ public:
   ~Progress() {
     if (metrics_) std::fclose(metrics_);
   }
-  sd::Status open(const std::string &path, bool append) {
+  // A resumed run first drops the lines of steps after its checkpoint (the
+  // killed run wrote them, and this run writes them again).
+  sd::Status open(const std::string &path, bool resumed, int64_t resumedStep) {
     if (path.empty()) return sd::Status::ok();
-    metrics_ = std::fopen(path.c_str(), append ? "ab" : "wb");
+    path_ = path;
+    if (resumed) {
+      if (auto old = sd::readWholeFile(path); old.isOk()) {
+        std::string kept;
+        size_t start = 0;
+        const std::string &t = old.value();
+        while (start < t.size()) {
+          size_t end = t.find('\n', start);
+          std::string line = t.substr(start, end == std::string::npos ? std::string::npos : end - start);
+          start = end == std::string::npos ? t.size() : end + 1;
+          auto doc = sd::parseJson(line, path);
+          const sd::Json *step = doc.isOk() ? doc.value().get("step") : nullptr;
+          if (step && step->isInteger() && int64_t(step->num) <= resumedStep) kept += line + "\n";
+        }
+        SD_RETURN_IF_ERROR(sd::writeFileAtomic(path, kept));
+      }
+    }
+    metrics_ = std::fopen(path.c_str(), resumed ? "ab" : "wb");
     if (!metrics_) return sd::sdError(path, ": cannot write");
     return sd::Status::ok();
   }
@@ -88,7 +111,7 @@ public:
                    "\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f}\n",
                    (long long)r.step, (long long)r.epoch, r.loss, r.lr, r.gradNorm, r.tokens, r.tokens / r.seconds,
                    r.elapsedSeconds);
-      std::fflush(metrics_);
+      SD_RETURN_IF_ERROR(flushMetrics());
     }
     int64_t done = r.step - firstStep, left = r.total - r.step;
     double eta = r.elapsedSeconds / double(done) * double(left);
@@ -103,7 +126,10 @@ public:
                    (long long)r.total, r.loss, r.lr, r.tokens / r.seconds, formatDuration(r.elapsedSeconds).c_str());
     }
     if (r.evaluated) {
-      if (metrics_) std::fprintf(metrics_, "{\"step\":%lld,\"eval_loss\":%.8g}\n", (long long)r.step, r.evalLoss), std::fflush(metrics_);
+      if (metrics_) {
+        std::fprintf(metrics_, "{\"step\":%lld,\"eval_loss\":%.8g}\n", (long long)r.step, r.evalLoss);
+        SD_RETURN_IF_ERROR(flushMetrics());
+      }
       std::fprintf(stderr, "%sstep %lld eval loss %.4f\n", tty_ ? "\n" : "", (long long)r.step, r.evalLoss);
     }
     return sd::Status::ok();
@@ -113,6 +139,11 @@ public:
   }
 
 private:
+  sd::Status flushMetrics() {
+    if (std::fflush(metrics_) == 0 && !std::ferror(metrics_)) return sd::Status::ok();
+    return sd::sdError(path_, ": cannot write metrics (", std::strerror(errno), ")");
+  }
+  std::string path_;
   FILE *metrics_ = nullptr;
   bool tty_ = ::isatty(2);
 };
@@ -133,8 +164,10 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
   sd::train::Trainer &trainer = *made.value();
   if (!trainer.resumedFrom().empty())
     std::fprintf(stderr, "sdrun: resuming from %s (step %lld)\n", trainer.resumedFrom().c_str(), (long long)trainer.step());
+  if (trainer.done() && !trainer.resumedFrom().empty())
+    std::fprintf(stderr, "sdrun: nothing left to train: the run finished at step %lld\n", (long long)trainer.step());
   Progress progress;
-  SD_RETURN_IF_ERROR(progress.open(out.metricsPath, cfg.resume));
+  SD_RETURN_IF_ERROR(progress.open(out.metricsPath, cfg.resume, trainer.step()));
   int64_t firstStep = trainer.step();
   SD_RETURN_IF_ERROR(sd::train::trainToEnd(trainer, [&](const sd::train::StepReport &r) { return progress.report(r, firstStep); }));
   progress.finish();
@@ -198,6 +231,11 @@ int trainCommand(const std::vector<std::string> &args) {
     for (auto [flag, in] : {std::pair{"--data", o.dataPath}, {"--eval-data", o.evalPath}, {"the plan", f.plan}})
       if (!written.empty() && sameFile(written, in))
         return fail(written + " is both an output and " + flag + ": it would be overwritten");
+  // Every output is checked before the first step: a typo must not cost a run.
+  for (auto [flag, path] : {std::pair{"--save-weights", out.saveWeights}, {"--metrics", out.metricsPath}})
+    if (sd::Status s = sd::checkOutputFile(path, flag); !s.isOk()) return fail(s.message());
+  if (sd::Status s = sd::checkOutputFolder(out.adapterOut, "--save-adapter"); !s.isOk()) return fail(s.message());
+  if (sd::Status s = sd::checkOutputFolder(o.checkpointDir, "--checkpoint-dir"); !s.isOk()) return fail(s.message());
   sd::Status s = runTraining(f.plan, o, sopts, out);
   if (!s.isOk()) return fail(s.message());
   return 0;

@@ -12,6 +12,9 @@
 namespace sd {
 
 constexpr const char *kAdapterKeyPrefix = "base_model.model.";
+// The two files of an adapter folder.
+constexpr const char *kAdapterWeightsFile = "adapter_model.safetensors";
+constexpr const char *kAdapterConfigFile = "adapter_config.json";
 constexpr const char *kLoraASuffix = ".lora_A.weight";
 constexpr const char *kLoraBSuffix = ".lora_B.weight";
 

@@ -30,9 +30,15 @@ struct SafetensorsFile {
   std::map<std::string, NamedTensor> tensors; // data points into `bytes`
   std::map<std::string, std::string> metadata;
 };
-StatusOr<SafetensorsFile> readSafetensors(const std::string &path);
+// requireFinite: every float tensor is checked by checkFiniteValues (weights
+// and adapters a user hands us; checkpoints have checksums instead).
+StatusOr<SafetensorsFile> readSafetensors(const std::string &path, bool requireFinite = false);
 // Parses a safetensors image in memory; tensors point into `data`.
 Status parseSafetensors(const uint8_t *data, size_t size, const std::string &what,
                         std::map<std::string, NamedTensor> &tensors, std::map<std::string, std::string> *metadata);
+
+// Error naming the tensor when a float tensor holds NaN or Inf: weights and
+// adapters that do cannot train or generate anything meaningful.
+Status checkFiniteValues(const NamedTensor &t, const std::string &what);
 
 } // namespace sd
