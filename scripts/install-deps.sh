@@ -14,11 +14,13 @@ PACKAGES=(
   libonnx-dev libonnx-testdata
   libprotobuf-dev protobuf-compiler
   libflatbuffers-dev flatbuffers-compiler
-  libopenblas-dev liblapacke-dev libopenblas0-pthread
+  libopenblas-dev liblapacke-dev libopenblas0-pthread libopenblas0-serial
   # GEMM candidates timed against ours by bench/gemm/gemm_candidates.sh
   libdnnl-dev libxsmm-dev libblis-dev libblis-pthread-dev
   libgtest-dev libgmock-dev
   python3 python3-venv python3-dev
+  # fault injection (test/e2e/test_fault_injection.py)
+  strace
   bible-kjv fortune-mod fortunes-min
   zlib1g-dev libzstd-dev libedit-dev libxml2-dev libcurl4-openssl-dev
 )

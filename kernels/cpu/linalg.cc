@@ -6,6 +6,8 @@
 #include "sd/ops/cpu_info.h"
 #include "sgemm.h"
 #include <cblas.h>
+#include <cstdlib>
+#include <string_view>
 #include <string>
 #include <type_traits>
 
@@ -167,6 +169,19 @@ namespace sd {
 // OpenBLAS runs single-threaded; GEMMs are split across the session's pool
 // (parallelGemm). Two thread pools on the same cores preempt each other:
 // OpenBLAS's idle workers spin in sched_yield while ours need the cores.
-void configureCpuBackend(int) { openblas_set_num_threads(1); }
+//
+// When OpenBLAS computes GEMMs (CPUs without AVX2+FMA, or SD_CPU_ISA=generic),
+// its first call mallocs a 128 MiB work buffer and, if that fails (a memory
+// limit), retries forever. So the session checks that much memory is there
+// first, and fails with an error instead of hanging.
+Status configureCpuBackend(int) {
+  openblas_set_num_threads(1);
+  if (std::string_view(cpu::sgemmIsa()) != "generic") return Status::ok();
+  constexpr size_t kOpenBlasBuffer = (size_t(128) << 20) + (64 << 10);
+  void *probe = std::malloc(kOpenBlasBuffer);
+  if (!probe) return sdError("not enough memory for the BLAS work buffer (128 MiB; is ulimit -v set?)");
+  std::free(probe);
+  return Status::ok();
+}
 const char *f64GemmKernel() { return openblas_get_corename(); }
 } // namespace sd

@@ -1,6 +1,7 @@
 // Session: one device arena for activations, device copies of mutable state,
 // and per-step kernel contexts bound and prepared once so a run is a flat loop.
 #include "sd/runtime/session.h"
+#include <system_error>
 #include "sd/ops/kernel.h"
 #include "sd/ops/threadpool.h"
 #include <algorithm>
@@ -12,7 +13,7 @@
 
 namespace sd {
 
-void configureCpuBackend(int threads);
+Status configureCpuBackend(int threads);
 
 struct Session::Impl {
   struct PreparedStep {
@@ -60,8 +61,11 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   im.device = opts.device ? opts.device : cpuDevice();
   Device &dev = *im.device;
-  im.pool = std::make_unique<ThreadPool>(threads);
-  configureCpuBackend(threads);
+  try {
+    im.pool = std::make_unique<ThreadPool>(threads);
+  } catch (const std::system_error &e) { // a thread or memory limit
+    return sdError("cannot start ", threads, " worker threads (", e.what(), "); try --threads 1");
+  }
 
   // Bind every step before allocating anything: a plan this device cannot run
   // is refused at once, naming the step, op and device.
@@ -149,6 +153,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     }
     im.entries.push_back(std::move(pe));
   }
+  SD_RETURN_IF_ERROR(configureCpuBackend(threads)); // last: it checks what memory is left
   return s;
 }
 
