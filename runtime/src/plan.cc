@@ -5,6 +5,7 @@
 #include "sd/format/safetensors.h"
 #include "plan_generated.h"
 #include "sd/format/crc32c.h"
+#include "sd/format/file_io.h"
 #include "sd/format/json.h"
 #include <algorithm>
 #include <cstring>
@@ -19,15 +20,12 @@ namespace sd {
 class MappedFile {
 public:
   static StatusOr<std::unique_ptr<MappedFile>> open(const std::string &path) {
-    int fd = ::open(path.c_str(), O_RDONLY);
-    if (fd < 0) return sdError(path, ": cannot open (", std::strerror(errno), ")");
-    struct stat st;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-      ::close(fd);
-      return sdError(path, ": not a regular file");
-    }
+    size_t size = 0;
+    auto opened = openRegularFile(path, size); // a FIFO would block in open(), /dev/zero never end
+    if (!opened.isOk()) return opened.status();
+    int fd = opened.value();
     auto m = std::unique_ptr<MappedFile>(new MappedFile());
-    m->size = size_t(st.st_size);
+    m->size = size;
     if (m->size > 0) {
       void *p = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
       if (p == MAP_FAILED) {

@@ -100,13 +100,13 @@ StatusOr<Manifest> readManifest(const std::string &folder) {
   return r;
 }
 
-// The manifest verifies and the state file has the size it records: enough
-// to count a checkpoint as good when pruning (restoring checks every byte).
-bool looksComplete(const std::string &folder, const std::string &runId) {
+// A checkpoint of run `runId` at `step` whose manifest and state file verify.
+bool verifiedCheckpoint(const std::string &folder, int64_t step, const std::string &runId) {
   auto m = readManifest(folder);
-  struct stat st;
-  return m.isOk() && m.value().meta.runId == runId && ::stat((folder + "/" + kStateFile).c_str(), &st) == 0 &&
-         uint64_t(st.st_size) == m.value().stateBytes;
+  if (!m.isOk() || m.value().meta.runId != runId || m.value().meta.step != step) return false;
+  auto state = readWholeFile(folder + "/" + kStateFile);
+  return state.isOk() && state.value().size() == m.value().stateBytes &&
+         crc32c(state.value().data(), state.value().size()) == m.value().stateCrc;
 }
 
 Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &meta) {
@@ -211,12 +211,20 @@ Status CheckpointFolder::save(const Session &session, const CheckpointMeta &meta
     removeTree(tmp);
     return s.withContext("checkpoint at step " + std::to_string(meta.step) + ": ");
   }
-  // Prune: keep the newest `keep` complete checkpoints of this run; never
-  // touch another run's folders or ones that do not verify.
+  // Prune: keep the newest `keep` verified checkpoints of this run; never
+  // touch another run's folders or ones that do not verify. (Each is read
+  // once per process: the verdict is cached by folder.)
+  verified_[final] = true; // its state was read back before the manifest was written
   std::vector<std::string> ours;
-  for (auto &[step, path] : listCheckpoints(dir_))
-    if (looksComplete(path, meta.runId)) ours.push_back(path);
-  for (size_t i = 0; i + size_t(std::max(keep, 1)) < ours.size(); ++i) removeTree(ours[i]);
+  for (auto &[step, path] : listCheckpoints(dir_)) {
+    auto known = verified_.find(path);
+    bool good = known != verified_.end() ? known->second : (verified_[path] = verifiedCheckpoint(path, step, meta.runId));
+    if (good) ours.push_back(path);
+  }
+  for (size_t i = 0; i + size_t(std::max(keep, 1)) < ours.size(); ++i) {
+    removeTree(ours[i]);
+    verified_.erase(ours[i]);
+  }
   return syncDirectory(dir_);
 }
 

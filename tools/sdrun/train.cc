@@ -141,7 +141,7 @@ public:
 private:
   sd::Status flushMetrics() {
     if (std::fflush(metrics_) == 0 && !std::ferror(metrics_)) return sd::Status::ok();
-    return sd::sdError(path_, ": cannot write metrics (", std::strerror(errno), ")");
+    return sd::sdError(path_, ": cannot write metrics: ", sd::writeErrorReason(errno));
   }
   std::string path_;
   FILE *metrics_ = nullptr;

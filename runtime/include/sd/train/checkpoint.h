@@ -47,6 +47,7 @@ public:
 private:
   std::string dir_;
   DirectoryLock lock_;
+  std::map<std::string, bool> verified_; // folder -> verified as this run's, for pruning
 };
 
 } // namespace sd
