@@ -3,18 +3,20 @@
 # runs them. Seeds are plans and models compiled from the test inputs.
 #   scripts/fuzz.sh                          all targets, 10 minutes each
 #   scripts/fuzz.sh --target plan_loader --seconds 60 --no-compiler --seed 1
+#   scripts/fuzz.sh --target readers --seconds 15 --no-compiler    the five file readers
 # (--seed makes the mutation sequence repeatable, as CTest's smoke run uses.)
 # Findings (crash-*, leak-*, timeout-*) land in build-fuzz/findings/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TARGETS="plan_loader onnx_importer"
+READERS="tensor_file safetensors adapter_config checkpoint_manifest jsonl"
+TARGETS="plan_loader onnx_importer $READERS"
 SECONDS_PER_TARGET=600
 WITH_COMPILER=ON
 SEED_ARGS=()
 while [ $# -gt 0 ]; do
   case "$1" in
     --seed) SEED_ARGS=(-seed="$2"); shift 2 ;;
-    --target) TARGETS="$2"; shift 2 ;;
+    --target) TARGETS="${2/readers/$READERS}"; shift 2 ;;
     --seconds) SECONDS_PER_TARGET="$2"; shift 2 ;;
     --no-compiler) WITH_COMPILER=OFF; shift ;;
     -h|--help) sed -n '2,9p' "$0"; exit 0 ;;
@@ -33,6 +35,11 @@ ninja -C "$FUZZ_DIR" "${targets[@]}"
 
 # Seed corpora: small plans and models from the test suite.
 mkdir -p "$FUZZ_DIR/corpus/plan_loader" "$FUZZ_DIR/corpus/onnx_importer" "$FUZZ_DIR/findings"
+for t in $READERS; do
+  mkdir -p "$FUZZ_DIR/corpus/$t"
+  cp test/fuzz/seeds/$t/* "$FUZZ_DIR/corpus/$t/"
+  cp test/fuzz/regressions/$t-* "$FUZZ_DIR/corpus/$t/" 2>/dev/null || true
+done
 if [ -x "$MAIN_BUILD/tools/sdc" ]; then
   for m in test/lit/import/*.onnxtxt; do
     "$MAIN_BUILD/tools/sdc" compile "$m" -o "$FUZZ_DIR/corpus/plan_loader/$(basename "$m" .onnxtxt).sdp" \

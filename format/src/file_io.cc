@@ -113,8 +113,11 @@ void removeStaleTemps(const std::string &dir, const std::string &base) {
   while (dirent *e = ::readdir(d)) {
     std::string n = e->d_name;
     if (n.size() <= base.size() || n.compare(0, base.size(), base) != 0) continue;
-    std::string pid = n.substr(base.size());
-    if (pid.find_first_not_of("0123456789") != std::string::npos || pid.size() > 9) continue;
+    // "<base><pid>" or "<base><pid>-<anything>"
+    std::string rest = n.substr(base.size());
+    size_t digits = rest.find_first_not_of("0123456789");
+    std::string pid = rest.substr(0, digits);
+    if (pid.empty() || pid.size() > 9 || (digits != std::string::npos && rest[digits] != '-')) continue;
     if (!processAlive(std::atol(pid.c_str()))) stale.push_back(dir + "/" + n);
   }
   ::closedir(d);

@@ -1,6 +1,6 @@
 // Recursive-descent JSON parser with a depth limit.
 #include "sd/format/json.h"
-#include <algorithm>
+#include <unordered_map>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
@@ -111,6 +111,7 @@ private:
   }
   Status object(Json &out, int depth) {
     out.type = Json::Type::Object;
+    std::unordered_map<std::string, size_t> index;
     ++pos_;
     skipWs();
     if (pos_ < s_.size() && s_[pos_] == '}') { ++pos_; return Status::ok(); }
@@ -124,10 +125,11 @@ private:
       ++pos_;
       // A repeated key takes its last value at its first position, as
       // Python's json does, so configs read the same here and in PEFT.
+      // (Indexed by a hash map, so a header with a million keys stays linear.)
       Json v;
       SD_RETURN_IF_ERROR(value(v, depth + 1));
-      auto same = std::find_if(out.obj.begin(), out.obj.end(), [&](const auto &e) { return e.first == key; });
-      if (same != out.obj.end()) same->second = std::move(v);
+      auto [at, fresh] = index.emplace(key, out.obj.size());
+      if (!fresh) out.obj[at->second].second = std::move(v);
       else out.obj.emplace_back(std::move(key), std::move(v));
       skipWs();
       if (pos_ < s_.size() && s_[pos_] == ',') { ++pos_; continue; }

@@ -61,7 +61,11 @@ StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
   std::string path = dir + "/" + kAdapterConfigFile;
   auto text = readWholeFile(path);
   if (!text.isOk()) return text.status();
-  auto doc = parseJson(text.value(), path);
+  return parseAdapterConfig(text.value(), path);
+}
+
+StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::string &path) {
+  auto doc = parseJson(text, path);
   if (!doc.isOk()) return doc.status();
   const Json *type = doc.value().get("peft_type"), *r = doc.value().get("r"), *alpha = doc.value().get("lora_alpha"),
              *rs = doc.value().get("use_rslora");

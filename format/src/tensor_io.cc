@@ -146,6 +146,7 @@ StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const 
   if (count != size_t(n))
     return sdError(what, ": holds ", count, " values, shape ", formatDims(t.dims), " needs ", n);
   t.data.resize(need);
+  if (need == 0) return t; // an empty tensor: no values to copy (and data() may be null)
   if (t.dtype == DType::F32) std::memcpy(t.data.data(), floats32.data(), need);
   else if (t.dtype == DType::F64) std::memcpy(t.data.data(), doubles.data(), need);
   else

@@ -60,10 +60,7 @@ struct Manifest {
   Json tensorCrcs;
 };
 
-StatusOr<Manifest> readManifest(const std::string &folder) {
-  auto text = readWholeFile(folder + "/" + kManifestFile);
-  if (!text.isOk()) return sdError("no readable manifest");
-  const std::string &t = text.value();
+StatusOr<Manifest> parseManifest(const std::string &t, const std::string &what) {
   size_t at = t.rfind(kSelfCrcKey);
   if (at == std::string::npos) return sdError("the manifest has no checksum (torn, or written by an older sdrun)");
   char *end = nullptr;
@@ -72,7 +69,7 @@ StatusOr<Manifest> readManifest(const std::string &folder) {
   unsigned long long want = std::strtoull(num, &end, 10);
   if (end == num || errno || want > 0xffffffffull || std::string(end) != "}\n" || crc32c(t.data(), at) != uint32_t(want))
     return sdError("the manifest fails its checksum");
-  auto doc = parseJson(t, folder + "/" + kManifestFile);
+  auto doc = parseJson(t, what);
   if (!doc.isOk()) return doc.status();
   const Json &m = doc.value();
   auto integer = [&](const char *key, int64_t &out) {
@@ -98,6 +95,12 @@ StatusOr<Manifest> readManifest(const std::string &folder) {
   r.stateCrc = uint32_t(crc->num);
   r.tensorCrcs = *crcs;
   return r;
+}
+
+StatusOr<Manifest> readManifest(const std::string &folder) {
+  auto text = readWholeFile(folder + "/" + kManifestFile);
+  if (!text.isOk()) return sdError("no readable manifest (", text.status().message(), ")");
+  return parseManifest(text.value(), folder + "/" + kManifestFile);
 }
 
 // A checkpoint of run `runId` at `step` whose manifest and state file verify.
@@ -141,6 +144,12 @@ Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &me
 }
 
 } // namespace
+
+StatusOr<CheckpointMeta> parseCheckpointManifest(const std::string &text, const std::string &what) {
+  auto m = parseManifest(text, what);
+  if (!m.isOk()) return m.status();
+  return m.value().meta;
+}
 
 std::string newRunId() {
   uint64_t v = 0;
@@ -222,7 +231,10 @@ Status CheckpointFolder::save(const Session &session, const CheckpointMeta &meta
     if (good) ours.push_back(path);
   }
   for (size_t i = 0; i + size_t(std::max(keep, 1)) < ours.size(); ++i) {
-    removeTree(ours[i]);
+    // Renamed out of the way first: a kill while deleting leaves a temp
+    // folder the next run removes, not a half-deleted checkpoint.
+    std::string doomed = dir_ + "/" + kTempPrefix + std::to_string(::getpid()) + "-pruned";
+    if (std::rename(ours[i].c_str(), doomed.c_str()) == 0) removeTree(doomed);
     verified_.erase(ours[i]);
   }
   return syncDirectory(dir_);

@@ -32,6 +32,42 @@ uint64_t splitMix(uint64_t &s) {
 
 } // namespace
 
+StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts) {
+  auto doc = parseJson(line, where);
+  if (!doc.isOk()) return doc.status();
+  const Json &j = doc.value();
+  if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
+  Example ex;
+  const Json *ids = j.get("input_ids"), *labels = j.get("labels"), *text = j.get("text");
+  if (ids) {
+    if (Status s = readIds(*ids, "input_ids", opts.vocab, false, ex.ids); !s.isOk()) return s.withContext(where + ": ");
+  } else if (text) {
+    if (text->type != Json::Type::String) return sdError(where, ": 'text' must be a string");
+    if (opts.vocab != 256)
+      return sdError(where, ": 'text' lines need a byte-level model (vocabulary 256, this plan has ", opts.vocab,
+                     "); give input_ids instead");
+    for (unsigned char c : text->str) ex.ids.push_back(int64_t(c));
+  } else {
+    return sdError(where, ": a line needs 'input_ids' or 'text'");
+  }
+  if (labels) {
+    if (Status s = readIds(*labels, "labels", opts.vocab, true, ex.labels); !s.isOk()) return s.withContext(where + ": ");
+    if (ex.labels.size() != ex.ids.size())
+      return sdError(where, ": 'labels' has ", ex.labels.size(), " entries but the sequence has ", ex.ids.size());
+  } else {
+    ex.labels = ex.ids;
+  }
+  if (ex.ids.size() < 2) return sdError(where, ": a sequence needs at least 2 tokens to train on");
+  if (int64_t(ex.ids.size()) > opts.maxLength) {
+    if (!opts.truncate)
+      return sdError(where, ": sequence of ", ex.ids.size(), " tokens is longer than the plan's largest bucket (",
+                     opts.maxLength, "); use --truncate or compile a longer bucket");
+    ex.ids.resize(size_t(opts.maxLength));
+    ex.labels.resize(size_t(opts.maxLength));
+  }
+  return ex;
+}
+
 StatusOr<std::vector<Example>> loadJsonl(const std::string &path, const DatasetOptions &opts) {
   SD_RETURN_IF_ERROR(requireRegularFile(path)); // not a FIFO or /dev/zero: those never end
   std::ifstream in(path, std::ios::binary);
@@ -41,39 +77,9 @@ StatusOr<std::vector<Example>> loadJsonl(const std::string &path, const DatasetO
   for (size_t lineNo = 1; std::getline(in, line); ++lineNo) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     std::string where = path + ":" + std::to_string(lineNo);
-    auto doc = parseJson(line, where);
-    if (!doc.isOk()) return doc.status();
-    const Json &j = doc.value();
-    if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
-    Example ex;
-    const Json *ids = j.get("input_ids"), *labels = j.get("labels"), *text = j.get("text");
-    if (ids) {
-      if (Status s = readIds(*ids, "input_ids", opts.vocab, false, ex.ids); !s.isOk()) return s.withContext(where + ": ");
-    } else if (text) {
-      if (text->type != Json::Type::String) return sdError(where, ": 'text' must be a string");
-      if (opts.vocab != 256)
-        return sdError(where, ": 'text' lines need a byte-level model (vocabulary 256, this plan has ", opts.vocab,
-                       "); give input_ids instead");
-      for (unsigned char c : text->str) ex.ids.push_back(int64_t(c));
-    } else {
-      return sdError(where, ": a line needs 'input_ids' or 'text'");
-    }
-    if (labels) {
-      if (Status s = readIds(*labels, "labels", opts.vocab, true, ex.labels); !s.isOk()) return s.withContext(where + ": ");
-      if (ex.labels.size() != ex.ids.size())
-        return sdError(where, ": 'labels' has ", ex.labels.size(), " entries but the sequence has ", ex.ids.size());
-    } else {
-      ex.labels = ex.ids;
-    }
-    if (ex.ids.size() < 2) return sdError(where, ": a sequence needs at least 2 tokens to train on");
-    if (int64_t(ex.ids.size()) > opts.maxLength) {
-      if (!opts.truncate)
-        return sdError(where, ": sequence of ", ex.ids.size(), " tokens is longer than the plan's largest bucket (",
-                       opts.maxLength, "); use --truncate or compile a longer bucket");
-      ex.ids.resize(size_t(opts.maxLength));
-      ex.labels.resize(size_t(opts.maxLength));
-    }
-    out.push_back(std::move(ex));
+    auto ex = parseDataLine(line, where, opts);
+    if (!ex.isOk()) return ex.status();
+    out.push_back(std::move(ex.value()));
   }
   if (in.bad()) return sdError(path, ": read error");
   if (out.empty()) return sdError(path, ": no examples");

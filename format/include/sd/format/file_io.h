@@ -31,8 +31,8 @@ Status syncDirectory(const std::string &dir);
 std::string parentDirectory(const std::string &path);
 // Removes a folder and the files in it (our artifacts are flat folders).
 void removeTree(const std::string &path);
-// Temp names carry the writer's pid: "<base><pid>". Removes those in `dir`
-// whose pid is no longer running.
+// Temp names carry the writer's pid: "<base><pid>" or "<base><pid>-<tag>".
+// Removes those in `dir` whose pid is no longer running.
 void removeStaleTemps(const std::string &dir, const std::string &base);
 // Puts the finished folder `staged` at `dir` in one atomic step: a rename when
 // `dir` does not exist, else an exchange of the two (renameat2) and the old

@@ -44,6 +44,7 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson);
 // Fields that would change the adapter's semantics beyond plain LoRA
 // (use_dora, modules_to_save, rank_pattern, ...) are an error naming the field.
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);
+StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::string &path);
 // The adapter_config.json text PEFT loads for `cfg`.
 std::string adapterConfigJson(const LoraConfig &cfg);
 

@@ -29,6 +29,8 @@ struct CheckpointMeta {
 };
 
 std::string newRunId();
+// Verifies a manifest's own checksum and fields (no files are read).
+StatusOr<CheckpointMeta> parseCheckpointManifest(const std::string &text, const std::string &what);
 
 class CheckpointFolder {
 public:

@@ -22,6 +22,8 @@ struct DatasetOptions {
 
 constexpr int64_t kIgnoreLabel = -100;
 
+// One data line (not blank); `where` ("FILE:LINE") prefixes errors.
+StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts);
 StatusOr<std::vector<Example>> loadJsonl(const std::string &path, const DatasetOptions &opts);
 
 // A seeded permutation of [0, n), the same on every platform (Fisher-Yates
