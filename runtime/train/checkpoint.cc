@@ -85,7 +85,7 @@ StatusOr<Manifest> parseManifest(const std::string &t, const std::string &what) 
   const Json *bytes = state ? state->get("bytes") : nullptr, *crc = state ? state->get("crc32c") : nullptr;
   if (!fmt || fmt->str != "sdc-checkpoint" || !ver || !ver->isInteger() || ver->num != kVersion || !run ||
       run->type != Json::Type::String || !cfg || cfg->type != Json::Type::Object || !crcs ||
-      crcs->type != Json::Type::Object || !bytes || !bytes->isInteger() || bytes->num < 0 || !crc || !crc->isInteger() ||
+      crcs->type != Json::Type::Object || !bytes || !bytes->isInteger() || bytes->num < 0 || !crc || !crc->isInteger() || crc->num < 0 || crc->num > 4294967295.0 ||
       !integer("step", r.meta.step) || !integer("total_steps", r.meta.totalSteps) ||
       !integer("epoch", r.meta.epoch) || !integer("position", r.meta.position) || r.meta.step > r.meta.totalSteps)
     return sdError("malformed manifest");
@@ -134,7 +134,7 @@ Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &me
       return sdError("tensor '", g.name, "' is ", dtypeName(t.dtype), "[", formatDims(t.dims), "], the plan has ",
                      dtypeName(g.dtype), "[", formatDims(g.dims), "]");
     const Json *c = m.tensorCrcs.get(g.name);
-    if (!c || !c->isInteger() || uint32_t(c->num) != crc32c(t.data, t.bytes))
+    if (!c || !c->isInteger() || c->num < 0 || c->num > 4294967295.0 || uint32_t(c->num) != crc32c(t.data, t.bytes))
       return sdError("tensor '", g.name, "' fails its checksum");
     restore.push_back({i, &t});
   }
