@@ -16,6 +16,16 @@ def tool_paths():
     return os.path.join(args.build, "tools", "sdc"), os.path.join(args.build, "tools", "sdrun")
 
 
+def export_tiny_gpt(folder):
+    """The byte-level GPT of examples/export_models.py at its smallest (one
+    layer, d_model 32, seq 8), exported into folder/gpt; returns the .onnx path."""
+    out = os.path.join(folder, "gpt")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", out, "--only", "gpt",
+                    "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8", "--batch", "1"],
+                   check=True, capture_output=True)
+    return os.path.join(out, "gpt.onnx")
+
+
 def ort_run(model, feeds):
     """Runs an ONNX model with ONNX Runtime (the PyPI package, CPU, the
     benchmarks' session settings: bench/ort_run.py); returns {output name: array}."""

@@ -12,7 +12,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from e2e_util import ROOT, clean_error_problems, tool_paths
+from e2e_util import export_tiny_gpt, ROOT, clean_error_problems, tool_paths
 
 RESULTS = []
 
@@ -204,11 +204,7 @@ def main():
     # Zero-sized buckets: a training step over nothing is refused at compile
     # time; generate on an inference plan with an empty sequence no longer
     # reads logits[-256] (it was SIGSEGV).
-    gpt_dir = os.path.join(tmp, "gpt")
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", gpt_dir, "--only",
-                    "gpt", "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8", "--batch", "1"],
-                   check=True, capture_output=True)
-    gpt = os.path.join(gpt_dir, "gpt.onnx")
+    gpt = export_tiny_gpt(tmp)
     out_plan = os.path.join(tmp, "zero.sdp")
     for shape in ("0x64", "4x0"):
         expect_clean_error(f"training plan with a zero-sized bucket {shape}",

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, tool_paths
+from e2e_util import export_tiny_gpt, ROOT, tool_paths
 
 RESULTS = []
 SYSCALLS = ["write", "fsync", "rename", "renameat2", "unlink", "rmdir", "mkdir"]
@@ -58,11 +58,7 @@ def leftovers(*folders):
 def main():
     sdc, sdrun = tool_paths()
     tmp = tempfile.mkdtemp(prefix="sd_faults_")
-    gpt_dir = os.path.join(tmp, "gpt")
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", gpt_dir, "--only",
-                    "gpt", "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8", "--batch", "1"],
-                   check=True, capture_output=True)
-    gpt = os.path.join(gpt_dir, "gpt.onnx")
+    gpt = export_tiny_gpt(tmp)
     plans = {}
     for alpha in (8, 32):
         plans[alpha] = os.path.join(tmp, f"lora{alpha}.sdp")

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, tool_paths
+from e2e_util import export_tiny_gpt, ROOT, clean_error_problems, tool_paths
 
 RESULTS = []
 
@@ -114,11 +114,7 @@ def poison_adapter(src, dst, value):
 def main():
     sdc, sdrun = tool_paths()
     tmp = tempfile.mkdtemp(prefix="sd_reliability_")
-    gpt_dir = os.path.join(tmp, "gpt")
-    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", gpt_dir, "--only",
-                    "gpt", "--d-model", "32", "--layers", "1", "--heads", "2", "--seq", "8", "--batch", "1"],
-                   check=True, capture_output=True)
-    gpt = os.path.join(gpt_dir, "gpt.onnx")
+    gpt = export_tiny_gpt(tmp)
     plan = os.path.join(tmp, "lora.sdp")
     subprocess.run([sdc, "compile", gpt, "--peft", "lora", "--target-modules", "qkv", "--lora-r", "4", "--shapes",
                     "input_ids=2x8", "--infer-shapes", "input_ids=1x8", "-o", plan], check=True)
