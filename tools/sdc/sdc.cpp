@@ -248,6 +248,8 @@ int mergeMain(int argc, char **argv) {
   if (req.output.empty()) return fail("no output given: use -o MERGED.onnx"), 2;
   if (req.adapterDir.empty() && req.weightsFile.empty()) return fail("give --adapter DIR or --weights FILE"), 2;
   std::string error;
+  // The output's folder is checked before the model is read and merged.
+  if (sd::Status st = sd::checkOutputFile(req.output, "-o"); !st.isOk()) return fail(st.message());
   if (!sd::mergeModel(req, error)) return fail(error);
   return 0;
 }
@@ -280,6 +282,9 @@ static int compileMain(int argc, char **argv) {
   req.verbose = args.verbose;
   req.dryRun = args.dryRun;
   std::string error, ir;
+  // A plan's folder is checked before compiling, which can take minutes.
+  if (!req.dryRun && !req.output.empty() && req.output != "-")
+    if (sd::Status st = sd::checkOutputFile(req.output, "-o"); !st.isOk()) return fail(st.message());
   if (!sd::compileModel(req, error, &ir)) return fail(error);
   if (!ir.empty()) std::fputs(ir.c_str(), stdout);
   return 0;
