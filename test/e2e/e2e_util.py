@@ -26,6 +26,15 @@ def export_tiny_gpt(folder):
     return os.path.join(out, "gpt.onnx")
 
 
+def leftovers(*folders):
+    """Temp files and folders (names holding ".tmp") a write left behind under folders."""
+    found = []
+    for folder in folders:
+        for root, dirs, files in os.walk(folder):
+            found += [os.path.join(root, n) for n in dirs + files if ".tmp" in n]
+    return found
+
+
 def ort_run(model, feeds):
     """Runs an ONNX model with ONNX Runtime (the PyPI package, CPU, the
     benchmarks' session settings: bench/ort_run.py); returns {output name: array}."""

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import export_tiny_gpt, ROOT, tool_paths
+from e2e_util import leftovers, export_tiny_gpt, ROOT, tool_paths
 
 RESULTS = []
 SYSCALLS = ["write", "fsync", "rename", "renameat2", "unlink", "rmdir", "mkdir"]
@@ -45,14 +45,6 @@ def read(path):
 
 def adapter_state(folder):
     return read(os.path.join(folder, "adapter_config.json")), read(os.path.join(folder, "adapter_model.safetensors"))
-
-
-def leftovers(*folders):
-    found = []
-    for folder in folders:
-        for root, dirs, files in os.walk(folder):
-            found += [os.path.join(root, n) for n in dirs + files if ".tmp" in n]
-    return found
 
 
 def main():

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from e2e_util import export_tiny_gpt, ROOT, clean_error_problems, tool_paths
+from e2e_util import leftovers, export_tiny_gpt, ROOT, clean_error_problems, tool_paths
 
 RESULTS = []
 
@@ -81,14 +81,6 @@ def edit_manifest(folder, old, new, resign):
 
 def checkpoints(folder):
     return sorted((int(n.split("-")[1]) for n in os.listdir(folder) if n.startswith("checkpoint-")))
-
-
-def leftovers(folder):
-    """Temp files and folders a write may leave behind."""
-    found = []
-    for root, dirs, files in os.walk(folder):
-        found += [os.path.join(root, n) for n in dirs + files if ".tmp" in n]
-    return found
 
 
 def read_st(path):
