@@ -93,7 +93,7 @@ Status runKernel(const KernelDef &def, const KernelContext &c) {
   if (!half) return def.run(c);
   std::vector<std::vector<float>> store;
   store.reserve(c.inputs.size() + c.outputs.size());
-  KernelContext f{c.attrs, c.inputs, c.outputs, c.pool};
+  KernelContext f{c.attrs, c.inputs, c.outputs, c.pool, c.prepared, c.stream};
   for (size_t i = 0; i < f.inputs.size() + f.outputs.size(); ++i) {
     bool in = i < f.inputs.size();
     TensorView &t = in ? f.inputs[i] : f.outputs[i - f.inputs.size()];

@@ -3,6 +3,7 @@
 // Clip, Cast.
 #include "cpu_util.h"
 #include "vecmath.h"
+#include "sd/ops/math/activations.h"
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -79,7 +80,7 @@ SD_PARAMS(Atanh, 0, 0, 0) SD_FLOAT_UNARY(Atanh, std::atanh(x))
 SD_PARAMS(Tanh, 0, 0, 0) SD_FLOAT_UNARY(Tanh, std::tanh(x))
 SD_PARAMS(Erf, 0, 0, 0) SD_FLOAT_UNARY(Erf, std::erf(x))
 SD_PARAMS(Sigmoid, 0, 0, 0)
-SD_FLOAT_UNARY(Sigmoid, x >= 0 ? T(1) / (T(1) + std::exp(-x)) : std::exp(x) / (T(1) + std::exp(x)))
+SD_FLOAT_UNARY(Sigmoid, math::sigmoid(x))
 SD_PARAMS(HardSigmoid, 0.2, 0.5, 0)
 SD_FLOAT_UNARY(HardSigmoid, std::max(std::min(T(alpha) * x + T(beta), T(1)), T(0))) // NaN stays
 SD_PARAMS(HardSwish, 0, 0, 0)
@@ -92,10 +93,10 @@ SD_PARAMS(Celu, 1.0, 0, 0)
 SD_FLOAT_UNARY(Celu, std::max(x, T(0)) + std::min(T(0), T(alpha) * (std::exp(x / T(alpha)) - T(1)))) // NaN stays
 SD_PARAMS(ThresholdedRelu, 1.0, 0, 0) SD_FLOAT_UNARY(ThresholdedRelu, x > T(alpha) ? x : T(0))
 SD_PARAMS(Softplus, 0, 0, 0)
-SD_FLOAT_UNARY(Softplus, x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x)))
+SD_FLOAT_UNARY(Softplus, math::softplus(x))
 SD_PARAMS(Softsign, 0, 0, 0) SD_FLOAT_UNARY(Softsign, x / (T(1) + std::abs(x)))
 SD_PARAMS(Mish, 0, 0, 0)
-SD_FLOAT_UNARY(Mish, x * std::tanh(x > 0 ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x))))
+SD_FLOAT_UNARY(Mish, x * std::tanh(math::softplus(x)))
 
 // d/dx GELU: exact: Phi(x) + x * phi(x); tanh form: derivative of
 // 0.5 x (1 + tanh(k (x + 0.044715 x^3))).
@@ -114,15 +115,7 @@ Status GeluGradKernel(const KernelContext &c) {
     T *dx = c.outputs[0].as<T>();
     parallelFor(c.pool, c.outputs[0].numElements(), 8192, [&](int64_t b, int64_t e) {
       for (int64_t i = b; i < e; ++i) {
-        T v = x[i], d;
-        if (tanhApprox) {
-          const T k = T(0.7978845608028654), a = T(0.044715);
-          T t = std::tanh(k * (v + a * v * v * v));
-          d = T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * k * (T(1) + T(3) * a * v * v);
-        } else {
-          d = T(0.5) * (T(1) + std::erf(v * T(0.7071067811865476))) +
-              v * T(0.3989422804014327) * std::exp(T(-0.5) * v * v);
-        }
+        T d = tanhApprox ? math::geluTanhGrad(x[i]) : math::geluErfGrad(x[i]);
         dx[i] = dy[i] * d;
       }
     });
@@ -134,14 +127,8 @@ Status GeluScalarKernel(const KernelContext &c) {
   bool tanhApprox = c.attrs.getString("approximate", "none") == "tanh";
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (tanhApprox)
-      return mapUnary<T>(c, [](T x) {
-        const T k = T(0.7978845608028654);
-        return T(0.5) * x * (T(1) + std::tanh(k * (x + T(0.044715) * x * x * x)));
-      });
-    return mapUnary<T>(c, [](T x) {
-      return T(0.5) * x * (T(1) + std::erf(x * T(0.7071067811865476)));
-    });
+    if (tanhApprox) return mapUnary<T>(c, [](T x) { return math::geluTanh(x); });
+    return mapUnary<T>(c, [](T x) { return math::geluErf(x); });
   });
 }
 

@@ -3,6 +3,7 @@
 // GradScale (token normalization and global-norm clipping as one factor).
 // Semantics follow torch.optim.AdamW / SGD and clip_grad_norm_.
 #include "cpu_util.h"
+#include "sd/ops/math/optimizer.h"
 #include <cmath>
 
 namespace sd::cpu {
@@ -35,20 +36,16 @@ Status AdamWKernel(const KernelContext &c) {
   double s[4] = {}; // step, lr, weight_decay, grad_scale
   SD_RETURN_IF_ERROR(readScalars(c, 4, 4, s));
   double step = s[0];
-  float lr = float(s[1]), wd = c.attrs.getInt("decay", 1) ? float(s[2]) : 0.0f, gscale = float(s[3]);
-  double b1 = c.attrs.getFloat("beta1", 0.9), b2 = c.attrs.getFloat("beta2", 0.999);
-  float eps = float(c.attrs.getFloat("epsilon", 1e-8));
+  double wd = c.attrs.getInt("decay", 1) ? s[2] : 0.0;
   SD_CHECK_ARG(step >= 1, "AdamW step counter must be >= 1, got ", step);
-  double bc1 = 1 - std::pow(b1, step), bc2 = 1 - std::pow(b2, step);
-  float stepSize = float(lr / bc1), bc2Sqrt = float(std::sqrt(bc2)), decay = 1.0f - lr * wd;
-  float fb1 = float(b1), fb2 = float(b2), ob1 = float(1 - b1), ob2 = float(1 - b2);
+  const math::AdamWStep st = math::adamWStep(step, float(s[1]), float(wd), c.attrs.getFloat("beta1", 0.9),
+                                             c.attrs.getFloat("beta2", 0.999),
+                                             float(c.attrs.getFloat("epsilon", 1e-8)), float(s[3]));
   parallelFor(c.pool, c.outputs[0].numElements(), 16384, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      float g = gin[i] * gscale;
-      float pi = pin[i] * decay;
-      float mi = min[i] * fb1 + g * ob1;
-      float vi = vin[i] * fb2 + g * g * ob2;
-      p[i] = pi - stepSize * (mi / (std::sqrt(vi) / bc2Sqrt + eps));
+      float pi = pin[i], mi = min[i], vi = vin[i];
+      math::adamWElement(st, gin[i], pi, mi, vi);
+      p[i] = pi;
       m[i] = mi;
       v[i] = vi;
       gout[i] = 0.0f;
@@ -64,19 +61,19 @@ Status SgdKernel(const KernelContext &c) {
   const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *bin = c.inputs[2].as<float>();
   double s[4] = {}; // step, lr, weight_decay, grad_scale
   SD_RETURN_IF_ERROR(readScalars(c, 3, 4, s));
-  bool first = s[0] <= 1.0;
-  float lr = float(s[1]), wd = c.attrs.getInt("decay", 1) ? float(s[2]) : 0.0f, gscale = float(s[3]);
-  float mu = float(c.attrs.getFloat("momentum", 0)), damp = float(c.attrs.getFloat("dampening", 0));
-  bool nesterov = c.attrs.getInt("nesterov", 0);
+  math::SgdStep st;
+  st.first = s[0] <= 1.0;
+  st.lr = float(s[1]);
+  st.weightDecay = c.attrs.getInt("decay", 1) ? float(s[2]) : 0.0f;
+  st.gradScale = float(s[3]);
+  st.momentum = float(c.attrs.getFloat("momentum", 0));
+  st.dampening = float(c.attrs.getFloat("dampening", 0));
+  st.nesterov = c.attrs.getInt("nesterov", 0) != 0;
   parallelFor(c.pool, c.outputs[0].numElements(), 16384, [&](int64_t b, int64_t e) {
     for (int64_t i = b; i < e; ++i) {
-      float d = gin[i] * gscale + wd * pin[i];
-      float bi = 0;
-      if (mu != 0) {
-        bi = first ? d : bin[i] * mu + d * (1 - damp);
-        d = nesterov ? d + mu * bi : bi;
-      }
-      p[i] = pin[i] - lr * d;
+      float pi = pin[i], bi = bin[i];
+      math::sgdElement(st, gin[i], pi, bi);
+      p[i] = pi;
       buf[i] = bi;
       gout[i] = 0.0f;
     }

@@ -1,4 +1,4 @@
-// The CPU device: aligned host memory and memcpy.
+// The CPU device (aligned host memory and memcpy) and the choice of device by name.
 #include "sd/runtime/device.h"
 #include "sd/ops/kernel.h"
 #include <cstdlib>
@@ -44,9 +44,24 @@ std::shared_ptr<Device> cpuDevice() {
   return cpu;
 }
 
+#ifndef SD_HAVE_CUDA
+StatusOr<std::shared_ptr<Device>> cudaDevice() {
+  return sdError("this build has no CUDA backend (rebuild with the CUDA toolkit installed)");
+}
+#endif
+
 StatusOr<std::shared_ptr<Device>> openDevice(std::string_view name) {
-  if (name == "cpu" || name == "auto") return cpuDevice();
-  return sdError("device '", name, "' is not available in this build (devices: cpu, auto)");
+  if (name == "cpu") return cpuDevice();
+  if (name == "cuda") {
+    StatusOr<std::shared_ptr<Device>> gpu = cudaDevice();
+    if (!gpu.isOk()) return gpu.status().withContext("device 'cuda': ");
+    return gpu;
+  }
+  if (name == "auto") {
+    StatusOr<std::shared_ptr<Device>> gpu = cudaDevice();
+    return gpu.isOk() ? gpu : StatusOr<std::shared_ptr<Device>>(cpuDevice());
+  }
+  return sdError("unknown device '", name, "' (devices: cpu, cuda, auto)");
 }
 
 } // namespace sd

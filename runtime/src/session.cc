@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <map>
 #include <cstring>
+#include <cstdio>
+#include <optional>
 #include <thread>
 
 namespace sd {
@@ -51,6 +53,26 @@ struct Session::Impl {
 
 Session::~Session() = default;
 
+static double mib(uint64_t bytes) { return double(bytes) / double(1 << 20); }
+
+// Refuses a plan whose arena, state and (on a device the host cannot address)
+// weights do not fit in what the device has free, before allocating any of it.
+static Status checkFootprint(const Plan &plan, const Device &dev) {
+  std::optional<size_t> free = dev.freeBytes();
+  if (!free) return Status::ok();
+  uint64_t arena = plan.maxArenaSize(), state = 0, weights = 0;
+  for (const GlobalDesc &g : plan.globals) {
+    if (isMutableRole(g.role)) state += (g.bytes + 63) / 64 * 64;
+    else if (!dev.hostAddressable()) weights += g.bytes;
+  }
+  uint64_t need = arena + state + weights;
+  if (need <= *free) return Status::ok();
+  char buf[256];
+  std::snprintf(buf, sizeof buf, "needs %.1f MiB (arena %.1f, training state %.1f, weights %.1f), %.1f MiB free",
+                mib(need), mib(arena), mib(state), mib(weights), mib(*free));
+  return sdError("plan does not fit on device '", dev.name(), "': it ", buf);
+}
+
 const Device &Session::device() const { return *impl_->device; }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
@@ -86,6 +108,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   }
 
   uint64_t arenaSize = plan->maxArenaSize();
+  SD_RETURN_IF_ERROR(checkFootprint(*plan, dev));
   if (arenaSize) {
     StatusOr<void *> p = dev.allocate(arenaSize);
     if (!p.isOk()) return p.status().withContext("arena: ");
@@ -135,6 +158,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       const StepDesc &sd = e.steps[si];
       const KernelDef *kernel = kernels[ei][si];
       Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
+      ps.ctx.stream = dev.stream();
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
       if (kernel->prepare) {

@@ -250,7 +250,13 @@ def main():
                        ["corrupt.sdp"])
     for cmd in ("infer", "bench"):
         expect_clean_error(f"{cmd} on a device this build lacks", [sdrun, cmd, plan, "--device", "tpu"],
-                           ["--device", "device 'tpu' is not available", "cpu"])
+                           ["--device", "unknown device 'tpu'", "cpu"])
+    # --device cuda where there is no GPU: one line saying why (no CUDA in
+    # this build, no driver or no GPU), for every command that takes it.
+    if not os.path.exists("/dev/nvidia0"):
+        for cmd in ("infer", "bench"):
+            expect_clean_error(f"{cmd} --device cuda without a GPU", [sdrun, cmd, plan, "--device", "cuda"],
+                               ["--device", "device 'cuda'"])
     expect_clean_error("bench with bad iterations", [sdrun, "bench", plan, "--iterations", "zero"], ["--iterations"])
     # inspect --cpu with a bad plan or flag: the error alone, no CPU report before it.
     for label, cmd, needle in [("inspect --cpu of a corrupt plan", [sdrun, "inspect", "--cpu",

@@ -1,8 +1,11 @@
 // _sdops: the op harness's window on the kernel registries. It runs one op on
 // one backend through the same path a session takes (schema shape rule,
-// KernelRegistry::bind, runKernel), on NumPy arrays.
+// KernelRegistry::bind, the kernel's prepare function, runKernel on the
+// device's memory and stream), on NumPy arrays.
 #include "sd/ops/registry.h"
 #include "sd/ops/threadpool.h"
+#include "sd/runtime/device.h"
+#include <map>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -13,9 +16,44 @@ using namespace sd;
 
 namespace {
 
-const KernelRegistry &registryOf(const std::string &backend) {
-  if (backend == "cpu") return cpuKernels();
-  throw std::invalid_argument("no backend '" + backend + "' (backends: cpu)");
+// The device of a backend, opened once: "cpu", or "cuda" where a GPU is usable.
+StatusOr<std::shared_ptr<Device>> openBackend(const std::string &backend) {
+  static std::map<std::string, StatusOr<std::shared_ptr<Device>>> opened;
+  auto it = opened.find(backend);
+  if (it == opened.end()) {
+    StatusOr<std::shared_ptr<Device>> d = backend == "cpu" || backend == "cuda"
+                                              ? openDevice(backend)
+                                              : StatusOr<std::shared_ptr<Device>>(sdError("no backend '", backend, "'"));
+    it = opened.emplace(backend, std::move(d)).first;
+  }
+  return it->second;
+}
+
+Device &deviceOf(const std::string &backend) {
+  StatusOr<std::shared_ptr<Device>> d = openBackend(backend);
+  if (!d.isOk()) throw std::invalid_argument(d.status().message());
+  return **d;
+}
+
+const KernelRegistry &registryOf(const std::string &backend) { return deviceOf(backend).kernels(); }
+
+// Device memory for one run, released when it ends.
+struct DeviceBuffers {
+  Device &dev;
+  std::vector<void *> ptrs;
+  ~DeviceBuffers() {
+    for (void *p : ptrs) dev.release(p);
+  }
+  void *allocate(size_t bytes) {
+    StatusOr<void *> p = dev.allocate(bytes);
+    if (!p.isOk()) throw std::runtime_error(p.status().message());
+    ptrs.push_back(*p);
+    return *p;
+  }
+};
+
+void check(const Status &st, const char *stage) {
+  if (!st.isOk()) throw std::runtime_error(std::string(stage) + ": " + st.message());
 }
 
 DType dtypeOf(const py::array &a) {
@@ -92,22 +130,45 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
   for (auto &o : sc.outputs) outTypes.push_back(o.dtype);
   StatusOr<const KernelDef *> k = reg.bind(op, inTypes, outTypes);
   if (!k.isOk()) throw std::runtime_error("bind: " + k.status().message());
+  Device &dev = deviceOf(backend);
+  DeviceBuffers buffers{dev, {}};
   std::vector<py::array> outs;
-  KernelContext kc{attrs, views, {}, nullptr};
+  std::vector<TensorView> onDevice = views;
+  for (TensorView &v : onDevice) {
+    if (v.dtype == DType::Undefined) continue;
+    const void *host = v.data;
+    v.data = buffers.allocate(v.byteSize());
+    check(dev.copyFromHost(v.data, host, v.byteSize()), "upload");
+  }
+  KernelContext kc{attrs, onDevice, {}, nullptr};
+  kc.stream = dev.stream();
   for (const TensorInfo &o : sc.outputs) {
     if (!o.isStatic()) throw std::runtime_error("shape rule left a dynamic output shape");
     std::vector<py::ssize_t> shape(o.dims.begin(), o.dims.end());
     py::array a(numpyDtype(o.dtype), shape);
     // Poison, so an element the kernel forgets to write shows up.
     std::memset(a.mutable_data(), 0x7f, size_t(a.nbytes()));
-    kc.outputs.push_back(TensorView{a.mutable_data(), o.dtype, o.dims});
+    TensorView v{a.mutable_data(), o.dtype, o.dims};
+    v.data = buffers.allocate(v.byteSize());
+    check(dev.copyFromHost(v.data, a.data(), v.byteSize()), "upload");
+    kc.outputs.push_back(v);
     outs.push_back(a);
   }
   std::unique_ptr<ThreadPool> pool;
   if (threads > 1) pool = std::make_unique<ThreadPool>(threads);
   kc.pool = pool.get();
+  // Every operand is constant here, as for a frozen weight in a session.
+  std::map<std::string, std::shared_ptr<const void>> shared;
+  std::shared_ptr<const void> prepared;
+  if ((*k)->prepare) {
+    PrepareContext pc{kc, std::vector<bool>(onDevice.size(), true), shared};
+    prepared = (*k)->prepare(pc);
+    kc.prepared = prepared.get();
+  }
   st = runKernel(**k, kc);
   if (!st.isOk()) throw std::runtime_error("kernel: " + st.message());
+  for (size_t i = 0; i < outs.size(); ++i)
+    check(dev.copyToHost(outs[i].mutable_data(), kc.outputs[i].data, kc.outputs[i].byteSize()), "download");
   py::list result;
   for (auto &a : outs) result.append(a);
   return result;
@@ -117,7 +178,17 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
 
 PYBIND11_MODULE(_sdops, m) {
   m.doc() = "The op harness's access to sdc's op schemas and kernel registries (a test module).";
-  m.def("backends", [] { return std::vector<std::string>{"cpu"}; });
+  m.def("backends", [] {
+    std::vector<std::string> b;
+    for (const char *name : {"cpu", "cuda"})
+      if (openBackend(name).isOk()) b.push_back(name);
+    return b;
+  }, "The backends usable on this machine.");
+  m.def("unavailable_reason", [](const std::string &backend) -> py::object {
+    StatusOr<std::shared_ptr<Device>> d = openBackend(backend);
+    if (d.isOk()) return py::none();
+    return py::str(d.status().message());
+  }, "Why a backend cannot be used here, or None.");
   m.def("schemas", [] {
     py::list l;
     for (const OpSchema *s : allSchemas())

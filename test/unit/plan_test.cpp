@@ -125,7 +125,9 @@ public:
   }
   Status zero(void *dst, size_t n) override { return cpuDevice()->zero(dst, n); }
   Status synchronize() override { return Status::ok(); }
+  std::optional<size_t> freeBytes() const override { return free; }
   size_t allocations = 0, uploaded = 0, downloaded = 0;
+  std::optional<size_t> free; // unset: unknown, as on the CPU
 
 private:
   KernelRegistry kernels_;
@@ -173,6 +175,25 @@ TEST_F(PlanTest, RunsOnADeviceTheHostCannotAddress) {
   EXPECT_GE(dev->downloaded, outBytes);
 }
 
+// A plan larger than the device's free memory is refused before anything is
+// allocated, saying how much it needs and how much is free.
+TEST_F(PlanTest, PlanLargerThanFreeDeviceMemoryIsRefusedUpFront) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
+  dev->free = 100;
+  auto s = Session::create(p, SessionOptions{1, dev});
+  ASSERT_FALSE(s.isOk());
+  const std::string &msg = s.status().message();
+  EXPECT_NE(msg.find("plan does not fit on device 'test-gpu': it needs "), std::string::npos) << msg;
+  EXPECT_NE(msg.find("MiB free"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ(dev->allocations, 0u);
+  dev->free = size_t(1) << 40; // enough: the same plan runs
+  EXPECT_TRUE(Session::create(p, SessionOptions{1, dev}).isOk());
+}
+
 TEST_F(PlanTest, MissingKernelFailsAtSessionCreationNamingOpAndDevice) {
   auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
   ASSERT_TRUE(plan.isOk());
@@ -211,7 +232,25 @@ TEST(Devices, OpenByName) {
   ASSERT_TRUE(best.isOk());
   auto none = openDevice("tpu");
   ASSERT_FALSE(none.isOk());
-  EXPECT_NE(none.status().message().find("device 'tpu' is not available"), std::string::npos);
+  EXPECT_NE(none.status().message().find("unknown device 'tpu' (devices: cpu, cuda, auto)"), std::string::npos);
+}
+
+// "cuda" opens GPU 0 where there is one; elsewhere (no CUDA in the build, no
+// driver, no GPU) it is one line saying why, and "auto" falls back to the CPU.
+TEST(Devices, CudaOpensOrSaysWhyNot) {
+  auto gpu = openDevice("cuda");
+  auto best = openDevice("auto");
+  ASSERT_TRUE(best.isOk());
+  if (gpu.isOk()) {
+    EXPECT_EQ((*gpu)->name(), "cuda");
+    EXPECT_FALSE((*gpu)->hostAddressable());
+    EXPECT_EQ((*best)->name(), "cuda");
+    return;
+  }
+  const std::string &msg = gpu.status().message();
+  EXPECT_EQ(msg.rfind("device 'cuda': ", 0), 0u) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  EXPECT_EQ((*best)->name(), "cpu");
 }
 
 // Without the CRC, corrupt plans reach the structural checks; whatever loads

@@ -31,7 +31,7 @@ namespace {
 
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
-    "                  [--output-format pb|npy] [--threads N] [--device cpu|auto] [--adapter DIR]\n"
+    "                  [--output-format pb|npy] [--threads N] [--device cpu|cuda|auto] [--adapter DIR]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads a LoRA adapter (HF PEFT layout) into a --peft lora plan first.\n"
@@ -40,7 +40,7 @@ const char *kInferUsage =
     "a summary is printed.\n";
 
 const char *kBenchUsage =
-    "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|auto]\n"
+    "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|cuda|auto]\n"
     "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"

@@ -1,4 +1,5 @@
 // Command-line flag parsing for sdrun.
+#include <cstdio>
 #include "flags.h"
 #include "sd/runtime/session.h"
 #include <algorithm>
@@ -65,12 +66,14 @@ bool sessionFlags(const Flags &f, sd::SessionOptions &out, std::string &err) {
   int64_t threads = 0;
   if (!intFlag(f, "--threads", 0, 0, 1024, threads, err)) return false;
   out.threads = int(threads);
-  auto device = sd::openDevice(flagValue(f, "--device", "cpu"));
+  std::string name = flagValue(f, "--device", "cpu");
+  auto device = sd::openDevice(name);
   if (!device.isOk()) {
     err = "--device: " + device.status().message();
     return false;
   }
   out.device = *device;
+  if (name == "auto") std::fprintf(stderr, "sdrun: device auto: using %s\n", out.device->describe().c_str());
   return true;
 }
 

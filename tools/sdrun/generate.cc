@@ -10,7 +10,7 @@ namespace {
 
 const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
-    "                     [--top-k K] [--seed S] [--adapter DIR] [--threads N] [--device cpu|auto]\n"
+    "                     [--top-k K] [--seed S] [--adapter DIR] [--threads N] [--device cpu|cuda|auto]\n"
     "\n"
     "Continues TEXT with a byte-level (256-token) model, using the plan's infer\n"
     "entry with batch 1 (training plans get such a bucket by default). Greedy when\n"

@@ -62,7 +62,7 @@ const char *kTrainUsage =
     "  --save-adapter DIR     write the trained LoRA adapter (HF PEFT layout)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
     "  --threads N            worker threads (default: all cores)\n"
-    "  --device cpu|auto      where the plan runs (default: cpu; auto: the best this build has)\n";
+    "  --device cpu|cuda|auto where the plan runs (default: cpu; auto: the GPU when there is one)\n";
 
 } // namespace
 

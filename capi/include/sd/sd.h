@@ -80,7 +80,7 @@ SD_API const char *sd_plan_config(const sd_plan *plan);
 /* ---- sessions ---- */
 typedef struct sd_session sd_session;
 typedef struct sd_session_options {
-  const char *device; /* "cpu" or "auto" (NULL: "cpu"); others: SD_UNAVAILABLE */
+  const char *device; /* "cpu", "cuda" or "auto" (NULL: "cpu"); no such device: SD_UNAVAILABLE */
   int threads;        /* 0: all hardware threads */
 } sd_session_options;
 SD_API void sd_session_options_init(sd_session_options *options);

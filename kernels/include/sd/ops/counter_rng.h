@@ -6,6 +6,7 @@
 // of a stream is output i of a SplitMix64 sequence whose state starts at the
 // stream's key (a fixed definition; test/e2e reproduces it in NumPy).
 #pragma once
+#include "sd/ops/math/host_device.h"
 #include <cstdint>
 
 namespace sd {
@@ -13,24 +14,24 @@ namespace sd {
 constexpr uint64_t kSplitMixGamma = 0x9E3779B97F4A7C15ull;
 
 // SplitMix64's output function of state z (the state already advanced).
-inline uint64_t splitMixOutput(uint64_t z) {
+SD_HD uint64_t splitMixOutput(uint64_t z) {
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
   z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
   return z ^ (z >> 31);
 }
 
 // The key of one stream (an op site) at one counter value (a micro-batch).
-inline uint64_t counterRngKey(uint64_t seed, uint64_t counter, uint64_t stream) {
+SD_HD uint64_t counterRngKey(uint64_t seed, uint64_t counter, uint64_t stream) {
   uint64_t k = splitMixOutput((seed ^ (stream * 0xD1B54A32D192ED03ull)) + kSplitMixGamma);
   return splitMixOutput((k ^ counter) + kSplitMixGamma);
 }
 
 // 64 random bits for element i of the stream with `key`.
-inline uint64_t counterRngBits(uint64_t key, uint64_t i) { return splitMixOutput(key + (i + 1) * kSplitMixGamma); }
+SD_HD uint64_t counterRngBits(uint64_t key, uint64_t i) { return splitMixOutput(key + (i + 1) * kSplitMixGamma); }
 
 // Dropout drops element i when its top 24 bits, read as u in [0, 1), fall below the ratio.
-inline uint32_t dropoutThreshold(double ratio) { return uint32_t(ratio * double(1u << 24)); }
-inline bool dropoutKeeps(uint64_t key, uint64_t i, uint32_t threshold) {
+SD_HD uint32_t dropoutThreshold(double ratio) { return uint32_t(ratio * double(1u << 24)); }
+SD_HD bool dropoutKeeps(uint64_t key, uint64_t i, uint32_t threshold) {
   return uint32_t(counterRngBits(key, i) >> 40) >= threshold;
 }
 

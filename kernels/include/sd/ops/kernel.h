@@ -26,6 +26,9 @@ struct KernelContext {
   // created (e.g. a constant weight packed for the GEMM); null when it has
   // none, as in constant folding. Kernels compute the same result either way.
   const void *prepared = nullptr;
+  // The device queue the kernel enqueues its work on: a cudaStream_t on the
+  // CUDA backend, null on the CPU. Tensors' data are device addresses there.
+  void *stream = nullptr;
 
   bool hasInput(size_t i) const {
     return i < inputs.size() && inputs[i].dtype != DType::Undefined;
@@ -109,6 +112,9 @@ private:
 
 // The CPU backend's kernels (registered by registerAllOps()).
 const KernelRegistry &cpuKernels();
+
+// The CUDA backend's kernels; only builds with CUDA (SD_HAVE_CUDA) define it.
+const KernelRegistry &cudaKernels();
 
 // Runs a kernel, widening half operands to f32 when it computes them that way.
 // Every caller (session, constant folding, the op harness) goes through it.

@@ -5,6 +5,7 @@
 #include "sd/format/status.h"
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -15,7 +16,9 @@ class KernelRegistry;
 class Device {
 public:
   virtual ~Device() = default;
-  virtual const std::string &name() const = 0; // "cpu"
+  virtual const std::string &name() const = 0; // "cpu", "cuda"
+  // For messages: the name plus what the device is ("cuda (GPU 0: ...)").
+  virtual std::string describe() const { return name(); }
   virtual const KernelRegistry &kernels() const = 0;
   // True when the host can read and write device addresses directly (the
   // session then points frozen weights at the mapped plan, with no copy).
@@ -29,13 +32,23 @@ public:
   virtual Status zero(void *dst, size_t bytes) = 0;
   // Waits until all work queued on the device is done.
   virtual Status synchronize() = 0;
+  // The queue kernels enqueue on (KernelContext::stream); null on the CPU.
+  virtual void *stream() { return nullptr; }
+  // Bytes the device can still allocate, where it knows (a GPU does; the CPU
+  // leaves it to the allocator and the memory limit). A session checks its
+  // whole footprint against it before allocating anything.
+  virtual std::optional<size_t> freeBytes() const { return std::nullopt; }
 };
 
 // The host CPU, running the CPU kernel registry.
 std::shared_ptr<Device> cpuDevice();
 
-// A device by name: "cpu", or "auto" (the best device this build and machine
-// have; today the CPU). Anything else is an error listing the devices there are.
+// A device by name: "cpu"; "cuda" (GPU 0; an error naming the reason when this
+// build has no CUDA or the machine no usable GPU); "auto" (the GPU when there
+// is a usable one, else the CPU). Anything else is an error listing the names.
 StatusOr<std::shared_ptr<Device>> openDevice(std::string_view name);
+
+// The CUDA device, or why there is none (no CUDA in this build, no driver, no GPU).
+StatusOr<std::shared_ptr<Device>> cudaDevice();
 
 } // namespace sd

@@ -1,0 +1,87 @@
+// What every CUDA kernel file shares: the session's stream, launch checks,
+// grid sizing, storage-type conversions and dtype dispatch. Element storage
+// is f32, f64, f16 or bf16; f16/bf16 compute in f32 (f64 in f64).
+#pragma once
+#include "sd/ops/kernel.h"
+#include <algorithm>
+#include <cstdint>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+namespace sd::cuda {
+
+inline cudaStream_t streamOf(const KernelContext &c) { return static_cast<cudaStream_t>(c.stream); }
+
+// The status of the launches the kernel just enqueued; an error names the op.
+Status launchStatus(const char *op);
+// A CUDA runtime call's status as ours.
+Status cudaCheck(cudaError_t e, const char *what);
+
+void registerKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare = nullptr, int typeOperand = 0);
+
+constexpr int kThreads = 256;
+// Blocks for a grid-stride loop over n elements (capped; the loop covers the rest).
+inline unsigned blocksFor(int64_t n) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16)));
+}
+
+// The type a storage type computes in.
+template <typename T> struct ComputeOf { using type = float; };
+template <> struct ComputeOf<double> { using type = double; };
+template <typename T> using Compute = typename ComputeOf<T>::type;
+
+template <typename T> __device__ inline Compute<T> load(T x) { return Compute<T>(x); }
+template <> __device__ inline float load(__half x) { return __half2float(x); }
+template <> __device__ inline float load(__nv_bfloat16 x) { return __bfloat162float(x); }
+template <typename T> __device__ inline T store(Compute<T> x) { return T(x); }
+template <> __device__ inline __half store(float x) { return __float2half_rn(x); }
+template <> __device__ inline __nv_bfloat16 store(float x) { return __float2bfloat16_rn(x); }
+
+inline TypeSet floatStorage() { return {DType::F32, DType::F64, DType::F16, DType::BF16}; }
+
+// Calls f(T{}) with T the storage type of `t` (floatStorage() only).
+template <typename F> Status dispatchFloatStorage(DType t, F &&f) {
+  switch (t) {
+  case DType::F32: return f(float{});
+  case DType::F64: return f(double{});
+  case DType::F16: return f(__half{});
+  case DType::BF16: return f(__nv_bfloat16{});
+  default: return sdError("the CUDA backend does not compute ", dtypeName(t), " here");
+  }
+}
+
+// A scalar operand (step, lr, ...) read on the device, whatever its numeric
+// type, so no kernel needs the host to look at device memory.
+struct DeviceScalar {
+  const void *ptr = nullptr;
+  DType dtype = DType::Undefined;
+  __device__ double get() const {
+    switch (dtype) {
+    case DType::F32: return double(*static_cast<const float *>(ptr));
+    case DType::F64: return *static_cast<const double *>(ptr);
+    case DType::I64: return double(*static_cast<const int64_t *>(ptr));
+    case DType::I32: return double(*static_cast<const int32_t *>(ptr));
+    case DType::F16: return double(__half2float(*static_cast<const __half *>(ptr)));
+    case DType::BF16: return double(__bfloat162float(*static_cast<const __nv_bfloat16 *>(ptr)));
+    default: return 0.0;
+    }
+  }
+};
+
+// Operand i as a device scalar, or an error when it is not one number of a supported type.
+StatusOr<DeviceScalar> scalarOperand(const KernelContext &c, size_t i);
+
+// Up to rank-8 shapes passed by value to kernels.
+constexpr int kMaxRank = 8;
+struct Shape8 {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+};
+
+} // namespace sd::cuda
+
+namespace sd::cuda {
+// Writes `src` broadcast (numpy rules) to `dst`'s shape: Expand, and Gemm's C.
+Status broadcastInto(const TensorView &src, const TensorView &dst, cudaStream_t stream);
+} // namespace sd::cuda

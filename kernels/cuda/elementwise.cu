@@ -1,0 +1,262 @@
+// CUDA kernels of the elementwise family: unary math and activations (the
+// shared sd::math functions), broadcasting binary arithmetic, GeluGrad, Where
+// and Cast. Grid-stride loops; f16/bf16 compute in f32.
+#include "cuda_util.cuh"
+#include "sd/ops/math/activations.h"
+#include <cmath>
+
+namespace sd::cuda {
+namespace {
+
+enum class Unary { Relu, Sigmoid, GeluErf, GeluTanh, Neg, Abs, Exp, Log, Sqrt, Tanh, Reciprocal, Erf, Softplus, Sin,
+                   Cos, Identity };
+
+template <Unary Op, typename C> __device__ inline C applyUnary(C x) {
+  if constexpr (Op == Unary::Relu) return math::relu(x);
+  else if constexpr (Op == Unary::Sigmoid) return math::sigmoid(x);
+  else if constexpr (Op == Unary::GeluErf) return math::geluErf(x);
+  else if constexpr (Op == Unary::GeluTanh) return math::geluTanh(x);
+  else if constexpr (Op == Unary::Neg) return -x;
+  else if constexpr (Op == Unary::Abs) return std::fabs(x);
+  else if constexpr (Op == Unary::Exp) return std::exp(x);
+  else if constexpr (Op == Unary::Log) return std::log(x);
+  else if constexpr (Op == Unary::Sqrt) return std::sqrt(x);
+  else if constexpr (Op == Unary::Tanh) return std::tanh(x);
+  else if constexpr (Op == Unary::Reciprocal) return C(1) / x;
+  else if constexpr (Op == Unary::Erf) return std::erf(x);
+  else if constexpr (Op == Unary::Softplus) return math::softplus(x);
+  else if constexpr (Op == Unary::Sin) return std::sin(x);
+  else if constexpr (Op == Unary::Cos) return std::cos(x);
+  else return x;
+}
+
+template <Unary Op, typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = store<T>(applyUnary<Op>(load(x[i])));
+}
+
+template <Unary Op> Status launchUnary(const KernelContext &c, const char *name) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    unaryKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), y.as<T>(), n);
+    return launchStatus(name);
+  });
+}
+
+#define SD_UNARY(NAME, OP) \
+  Status NAME##Kernel(const KernelContext &c) { return launchUnary<Unary::OP>(c, #NAME); }
+SD_UNARY(Relu, Relu) SD_UNARY(Sigmoid, Sigmoid) SD_UNARY(Neg, Neg) SD_UNARY(Abs, Abs) SD_UNARY(Exp, Exp)
+SD_UNARY(Log, Log) SD_UNARY(Sqrt, Sqrt) SD_UNARY(Tanh, Tanh) SD_UNARY(Reciprocal, Reciprocal) SD_UNARY(Erf, Erf)
+SD_UNARY(Softplus, Softplus) SD_UNARY(Sin, Sin) SD_UNARY(Cos, Cos)
+#undef SD_UNARY
+
+Status GeluKernel(const KernelContext &c) {
+  if (c.attrs.getString("approximate", "none") == "tanh") return launchUnary<Unary::GeluTanh>(c, "Gelu");
+  return launchUnary<Unary::GeluErf>(c, "Gelu");
+}
+
+// Output index -> operand offsets for numpy broadcasting (stride 0 on broadcast dims).
+struct Broadcast {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {};
+  int64_t strideA[kMaxRank] = {}, strideB[kMaxRank] = {}, strideC[kMaxRank] = {};
+  bool same = false; // every operand has the output's shape: offset = index
+};
+
+Dims stridesFor(const Dims &in, const Dims &out) {
+  Dims s(out.size(), 0);
+  int64_t acc = 1;
+  for (size_t i = in.size(); i-- > 0;) {
+    size_t o = out.size() - in.size() + i;
+    s[o] = in[i] == 1 ? 0 : acc;
+    acc *= in[i];
+  }
+  return s;
+}
+
+StatusOr<Broadcast> broadcastOf(const Dims &out, const std::vector<const Dims *> &ins) {
+  Broadcast b;
+  if (out.size() > size_t(kMaxRank)) return sdError("the CUDA backend broadcasts up to rank ", kMaxRank);
+  b.rank = int(out.size());
+  b.same = true;
+  int64_t *strides[3] = {b.strideA, b.strideB, b.strideC};
+  for (size_t k = 0; k < ins.size(); ++k) {
+    if (ins[k]->size() > out.size()) return sdError("operand ", k, " has a higher rank than the result");
+    b.same = b.same && *ins[k] == out;
+    Dims s = stridesFor(*ins[k], out);
+    for (size_t i = 0; i < out.size(); ++i) strides[k][i] = s[i];
+  }
+  for (size_t i = 0; i < out.size(); ++i) b.dims[i] = out[i];
+  return b;
+}
+
+__device__ inline void offsets(const Broadcast &b, int64_t i, int64_t &a, int64_t &bb, int64_t &cc) {
+  if (b.same) {
+    a = bb = cc = i;
+    return;
+  }
+  a = bb = cc = 0;
+  for (int d = b.rank - 1; d >= 0; --d) {
+    int64_t idx = i % b.dims[d];
+    i /= b.dims[d];
+    a += idx * b.strideA[d];
+    bb += idx * b.strideB[d];
+    cc += idx * b.strideC[d];
+  }
+}
+
+enum class Binary { Add, Sub, Mul, Div, Pow, Max, Min, GeluErfGrad, GeluTanhGrad };
+
+template <Binary Op, typename C> __device__ inline C applyBinary(C a, C b) {
+  if constexpr (Op == Binary::Add) return a + b;
+  else if constexpr (Op == Binary::Sub) return a - b;
+  else if constexpr (Op == Binary::Mul) return a * b;
+  else if constexpr (Op == Binary::Div) return a / b;
+  else if constexpr (Op == Binary::Pow) return std::pow(a, b);
+  else if constexpr (Op == Binary::Max) return (a != a || b != b) ? a + b : (a > b ? a : b); // NaN propagates
+  else if constexpr (Op == Binary::Min) return (a != a || b != b) ? a + b : (a < b ? a : b);
+  else if constexpr (Op == Binary::GeluErfGrad) return a * math::geluErfGrad(b); // a = dy, b = x
+  else return a * math::geluTanhGrad(b);
+}
+
+template <Binary Op, typename T> __global__ void binaryKernel(Broadcast bc, const T *a, const T *b, T *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t ia, ib, unused;
+    offsets(bc, i, ia, ib, unused);
+    y[i] = store<T>(applyBinary<Op>(load(a[ia]), load(b[ib])));
+  }
+}
+
+template <Binary Op> Status launchBinary(const KernelContext &c, const char *name) {
+  if (c.inputs.size() != 2) return sdError(name, " on CUDA takes exactly two operands, got ", c.inputs.size());
+  const TensorView &a = c.inputs[0], &b = c.inputs[1], &y = c.outputs[0];
+  if (a.dtype != b.dtype || a.dtype != y.dtype) return sdError(name, " operands differ in element type");
+  int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  StatusOr<Broadcast> bc = broadcastOf(y.dims, {&a.dims, &b.dims});
+  if (!bc.isOk()) return bc.status();
+  return dispatchFloatStorage(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    binaryKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(*bc, a.as<T>(), b.as<T>(), y.as<T>(), n);
+    return launchStatus(name);
+  });
+}
+
+#define SD_BINARY(NAME) \
+  Status NAME##Kernel(const KernelContext &c) { return launchBinary<Binary::NAME>(c, #NAME); }
+SD_BINARY(Add) SD_BINARY(Sub) SD_BINARY(Mul) SD_BINARY(Div) SD_BINARY(Pow) SD_BINARY(Max) SD_BINARY(Min)
+#undef SD_BINARY
+
+Status GeluGradKernel(const KernelContext &c) {
+  if (c.attrs.getString("approximate", "none") == "tanh") return launchBinary<Binary::GeluTanhGrad>(c, "GeluGrad");
+  return launchBinary<Binary::GeluErfGrad>(c, "GeluGrad");
+}
+
+template <typename T>
+__global__ void whereKernel(Broadcast bc, const bool *cond, const T *x, const T *y, T *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t ic, ix, iy;
+    offsets(bc, i, ic, ix, iy);
+    out[i] = cond[ic] ? x[ix] : y[iy];
+  }
+}
+
+// Where(cond, x, y) moves bytes, so it runs on every storage type by element size.
+Status WhereKernel(const KernelContext &c) {
+  const TensorView &cond = c.inputs[0], &x = c.inputs[1], &y = c.inputs[2], &o = c.outputs[0];
+  if (cond.dtype != DType::Bool) return sdError("Where's condition must be bool");
+  int64_t n = o.numElements();
+  if (n == 0) return Status::ok();
+  StatusOr<Broadcast> bc = broadcastOf(o.dims, {&cond.dims, &x.dims, &y.dims});
+  if (!bc.isOk()) return bc.status();
+  auto go = [&](auto tag) {
+    using T = decltype(tag);
+    whereKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(*bc, cond.as<bool>(), x.as<T>(), y.as<T>(),
+                                                                o.as<T>(), n);
+    return launchStatus("Where");
+  };
+  switch (dtypeSize(o.dtype)) {
+  case 1: return go(uint8_t{});
+  case 2: return go(uint16_t{});
+  case 4: return go(uint32_t{});
+  case 8: return go(uint64_t{});
+  default: return sdError("Where on CUDA does not move ", dtypeName(o.dtype));
+  }
+}
+
+// Cast between the float storage types and i32/i64/bool, through double.
+template <typename T> __device__ inline double toDouble(T x) { return double(load(x)); }
+template <> __device__ inline double toDouble(int64_t x) { return double(x); }
+template <> __device__ inline double toDouble(int32_t x) { return double(x); }
+template <> __device__ inline double toDouble(bool x) { return x ? 1.0 : 0.0; }
+template <typename T> __device__ inline T fromDouble(double x) { return store<T>(Compute<T>(x)); }
+// Out-of-range and NaN float-to-int casts are undefined in C++; CUDA's
+// conversions saturate (NaN to 0), which is what we document.
+template <> __device__ inline int64_t fromDouble(double x) { return __double2ll_rz(x); }
+template <> __device__ inline int32_t fromDouble(double x) { return __double2int_rz(x); }
+template <> __device__ inline bool fromDouble(double x) { return x != 0.0; }
+
+template <typename I, typename O> __global__ void castKernel(const I *x, O *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = fromDouble<O>(toDouble(x[i]));
+}
+
+template <typename F> Status dispatchCastType(DType t, F &&f) {
+  switch (t) {
+  case DType::I64: return f(int64_t{});
+  case DType::I32: return f(int32_t{});
+  case DType::Bool: return f(bool{});
+  default: return dispatchFloatStorage(t, f);
+  }
+}
+
+Status CastKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  if (x.dtype == y.dtype)
+    return cudaCheck(cudaMemcpyAsync(y.data, x.data, y.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)), "Cast");
+  return dispatchCastType(x.dtype, [&](auto in) {
+    return dispatchCastType(y.dtype, [&](auto out) {
+      using I = decltype(in);
+      using O = decltype(out);
+      castKernel<I, O><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<I>(), y.as<O>(), n);
+      return launchStatus("Cast");
+    });
+  });
+}
+
+} // namespace
+
+void registerElementwiseKernels() {
+  TypeSet f = floatStorage();
+  registerKernel("Relu", ReluKernel, f);
+  registerKernel("Sigmoid", SigmoidKernel, f);
+  registerKernel("Gelu", GeluKernel, f);
+  registerKernel("GeluGrad", GeluGradKernel, f);
+  registerKernel("Neg", NegKernel, f);
+  registerKernel("Abs", AbsKernel, f);
+  registerKernel("Exp", ExpKernel, f);
+  registerKernel("Log", LogKernel, f);
+  registerKernel("Sqrt", SqrtKernel, f);
+  registerKernel("Tanh", TanhKernel, f);
+  registerKernel("Reciprocal", ReciprocalKernel, f);
+  registerKernel("Erf", ErfKernel, f);
+  registerKernel("Softplus", SoftplusKernel, f);
+  registerKernel("Sin", SinKernel, f);
+  registerKernel("Cos", CosKernel, f);
+  registerKernel("Add", AddKernel, f);
+  registerKernel("Sub", SubKernel, f);
+  registerKernel("Mul", MulKernel, f);
+  registerKernel("Div", DivKernel, f);
+  registerKernel("Pow", PowKernel, f);
+  registerKernel("Max", MaxKernel, f);
+  registerKernel("Min", MinKernel, f);
+  registerKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
+  registerKernel("Cast", CastKernel, floatStorage() | TypeSet{DType::I64, DType::I32, DType::Bool});
+}
+
+} // namespace sd::cuda

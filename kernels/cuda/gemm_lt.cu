@@ -1,0 +1,138 @@
+// cuBLASLt plans (see gemm_lt.h). Row-major products run as the
+// column-major product of the transposes: out^T = op(B)^T * op(A)^T.
+#include "gemm_lt.h"
+
+namespace sd::cuda {
+
+// 32 MiB, the workspace NVIDIA recommends for Hopper; smaller GPUs use less.
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;
+
+LtResources::~LtResources() {
+  if (workspace) cudaFree(workspace);
+  if (handle) api->destroy(handle);
+}
+
+LtGemm::~LtGemm() {
+  if (!res) return;
+  const LtApi &lt = *res->api;
+  if (layoutA) lt.layoutDestroy(layoutA);
+  if (layoutB) lt.layoutDestroy(layoutB);
+  if (layoutC) lt.layoutDestroy(layoutC);
+  if (op) lt.descDestroy(op);
+}
+
+static std::shared_ptr<LtResources> resources(const PrepareContext &p, std::string &error) {
+  std::shared_ptr<const void> &slot = p.shared["cuda.cublaslt"];
+  if (slot) return std::const_pointer_cast<LtResources>(std::static_pointer_cast<const LtResources>(slot));
+  const LtApi *api = cublasLt(error);
+  if (!api) return nullptr;
+  auto r = std::make_shared<LtResources>();
+  r->api = api;
+  if (api->create(&r->handle) != CUBLAS_STATUS_SUCCESS) {
+    error = "cuBLASLt could not be initialized";
+    return nullptr;
+  }
+  if (cudaMalloc(&r->workspace, kWorkspaceBytes) != cudaSuccess) {
+    cudaGetLastError();
+    error = "cannot allocate cuBLASLt's 32 MiB workspace";
+    return nullptr;
+  }
+  r->workspaceBytes = kWorkspaceBytes;
+  slot = r;
+  return r;
+}
+
+static bool ltType(DType t, cudaDataType_t &data, cublasComputeType_t &compute, cudaDataType_t &scale) {
+  switch (t) {
+  // CUBLAS_COMPUTE_32F never uses TF32: f32 plans match the CPU's f32 products.
+  case DType::F32: data = CUDA_R_32F; compute = CUBLAS_COMPUTE_32F; scale = CUDA_R_32F; return true;
+  case DType::F16: data = CUDA_R_16F; compute = CUBLAS_COMPUTE_32F; scale = CUDA_R_32F; return true;
+  case DType::BF16: data = CUDA_R_16BF; compute = CUBLAS_COMPUTE_32F; scale = CUDA_R_32F; return true;
+  case DType::F64: data = CUDA_R_64F; compute = CUBLAS_COMPUTE_64F; scale = CUDA_R_64F; return true;
+  default: return false;
+  }
+}
+
+static bool setBatch(const LtApi &lt, cublasLtMatrixLayout_t l, int64_t batch, int64_t stride) {
+  if (batch <= 1) return true;
+  int32_t count = int32_t(batch);
+  return lt.layoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count) ==
+             CUBLAS_STATUS_SUCCESS &&
+         lt.layoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride) ==
+             CUBLAS_STATUS_SUCCESS;
+}
+
+std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &s) {
+  auto g = std::make_shared<LtGemm>();
+  g->shape = s;
+  g->res = resources(p, g->error);
+  if (!g->res) return g;
+  const LtApi &lt = *g->res->api;
+  cudaDataType_t data, scale;
+  cublasComputeType_t compute;
+  if (!ltType(s.dtype, data, compute, scale)) {
+    g->error = std::string("cuBLASLt plans do not take ") + dtypeName(s.dtype);
+    return g;
+  }
+  if (s.batch > INT32_MAX) {
+    g->error = "batch too large for cuBLASLt";
+    return g;
+  }
+  // Column-major: D (n x m) = X (n x k) * Y (k x m) with X from B and Y from A.
+  cublasOperation_t opX = s.transB ? CUBLAS_OP_T : CUBLAS_OP_N, opY = s.transA ? CUBLAS_OP_T : CUBLAS_OP_N;
+  bool ok = lt.descCreate(&g->op, compute, scale) == CUBLAS_STATUS_SUCCESS &&
+            lt.descSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSA, &opX, sizeof opX) ==
+                CUBLAS_STATUS_SUCCESS &&
+            lt.descSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opY, sizeof opY) ==
+                CUBLAS_STATUS_SUCCESS;
+  if (ok && s.bias) {
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    ok = lt.descSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
+             CUBLAS_STATUS_SUCCESS &&
+         lt.descSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &s.bias, sizeof s.bias) ==
+             CUBLAS_STATUS_SUCCESS;
+  }
+  auto layout = [&](cublasLtMatrixLayout_t *l, bool trans, int64_t rows, int64_t cols, int64_t ld) {
+    return lt.layoutCreate(l, data, uint64_t(trans ? cols : rows), uint64_t(trans ? rows : cols), ld) ==
+           CUBLAS_STATUS_SUCCESS;
+  };
+  ok = ok && layout(&g->layoutB, s.transB, s.n, s.k, s.ldb) && setBatch(lt, g->layoutB, s.batch, s.strideB) &&
+       layout(&g->layoutA, s.transA, s.k, s.m, s.lda) && setBatch(lt, g->layoutA, s.batch, s.strideA) &&
+       layout(&g->layoutC, false, s.n, s.m, s.ldc) && setBatch(lt, g->layoutC, s.batch, s.strideC);
+  if (!ok) {
+    g->error = "cuBLASLt refused the GEMM's descriptors";
+    return g;
+  }
+  cublasLtMatmulPreference_t pref = nullptr;
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  if (lt.preferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+    size_t ws = g->res->workspaceBytes;
+    lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    if (lt.algoGetHeuristic(g->res->handle, g->op, g->layoutB, g->layoutA, g->layoutC, g->layoutC, pref,
+                                       1, &result, &found) != CUBLAS_STATUS_SUCCESS)
+      found = 0;
+    lt.preferenceDestroy(pref);
+  }
+  if (found == 0) {
+    g->error = "cuBLASLt has no algorithm for " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
+               std::to_string(s.k) + " " + dtypeName(s.dtype);
+    return g;
+  }
+  g->algo = result.algo;
+  return g;
+}
+
+Status LtGemm::run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const {
+  if (!error.empty()) return sdError(error);
+  float af = float(alpha), bf = float(beta);
+  const void *pa = shape.dtype == DType::F64 ? static_cast<const void *>(&alpha) : &af;
+  const void *pb = shape.dtype == DType::F64 ? static_cast<const void *>(&beta) : &bf;
+  const LtApi &lt = *res->api;
+  cublasStatus_t st = lt.matmul(res->handle, op, pa, b, layoutB, a, layoutA, pb, c, layoutC, c, layoutC, &algo,
+                                     res->workspace, res->workspaceBytes, stream);
+  if (st != CUBLAS_STATUS_SUCCESS) return sdError("cublasLtMatmul failed: ", lt.statusString(st));
+  return Status::ok();
+}
+
+} // namespace sd::cuda

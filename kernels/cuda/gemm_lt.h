@@ -1,0 +1,47 @@
+// Row-major GEMMs through cuBLASLt. A plan for one (shape, type, layout,
+// epilogue) is built when the session is created: descriptors, the
+// heuristic's algorithm, pinned, and the session's one workspace, so a step
+// only calls cublasLtMatmul (nothing is allocated or chosen during a step or
+// a graph capture).
+#pragma once
+#include "cublaslt_api.h"
+#include "cuda_util.cuh"
+#include <memory>
+#include <string>
+
+namespace sd::cuda {
+
+// One handle and one workspace per session (kept in PrepareContext::shared).
+struct LtResources {
+  const LtApi *api = nullptr;
+  cublasLtHandle_t handle = nullptr;
+  void *workspace = nullptr;
+  size_t workspaceBytes = 0;
+  ~LtResources();
+};
+
+// out(m x n) = alpha * op(A)(m x k) * op(B)(k x n) + beta * out, row-major,
+// `batch` times with element strides between the batch's matrices (0: shared).
+struct GemmShape {
+  bool transA = false, transB = false;
+  int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  int64_t batch = 1, strideA = 0, strideB = 0, strideC = 0;
+  DType dtype = DType::F32;
+  const void *bias = nullptr; // a length-n vector added to every row (epilogue)
+};
+
+struct LtGemm {
+  std::shared_ptr<LtResources> res;
+  GemmShape shape;
+  cublasLtMatmulDesc_t op = nullptr;
+  cublasLtMatrixLayout_t layoutA = nullptr, layoutB = nullptr, layoutC = nullptr;
+  cublasLtMatmulAlgo_t algo{};
+  std::string error; // why no plan could be built; the step reports it
+  ~LtGemm();
+  Status run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const;
+};
+
+// The plan for `shape`, or one carrying the reason there is none.
+std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape);
+
+} // namespace sd::cuda

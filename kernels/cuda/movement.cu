@@ -1,0 +1,232 @@
+// CUDA kernels that move bytes: Identity, Transpose, Concat and Split (as 2-D
+// copies), Expand, Gather (embedding lookup) and GatherGrad (its
+// deterministic scatter-add). Kernels that only move bytes run on every type
+// by element size.
+#include "cuda_util.cuh"
+
+namespace sd::cuda {
+namespace {
+
+// Calls f(U{}) with U an unsigned type of the element's size.
+template <typename F> Status dispatchBytes(DType t, F &&f) {
+  switch (dtypeSize(t)) {
+  case 1: return f(uint8_t{});
+  case 2: return f(uint16_t{});
+  case 4: return f(uint32_t{});
+  case 8: return f(uint64_t{});
+  default: return sdError("the CUDA backend does not move ", dtypeName(t));
+  }
+}
+
+Status IdentityKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  if (x.data == y.data || y.byteSize() == 0) return Status::ok();
+  return cudaCheck(cudaMemcpyAsync(y.data, x.data, y.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)), "Identity");
+}
+
+// out[i] = in[sum idx_d * inStride_d], idx over the output's dims.
+struct Gather8 {
+  int rank = 0;
+  int64_t outDims[kMaxRank] = {}, inStrides[kMaxRank] = {};
+};
+
+template <typename U> __global__ void stridedCopyKernel(Gather8 g, const U *in, U *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rem = i, off = 0;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      off += (rem % g.outDims[d]) * g.inStrides[d];
+      rem /= g.outDims[d];
+    }
+    out[i] = in[off];
+  }
+}
+
+Status stridedCopy(const Gather8 &g, const TensorView &in, const TensorView &out, cudaStream_t s, const char *op) {
+  int64_t n = out.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchBytes(out.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    stridedCopyKernel<U><<<blocksFor(n), kThreads, 0, s>>>(g, in.as<U>(), out.as<U>(), n);
+    return launchStatus(op);
+  });
+}
+
+Status TransposeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  std::vector<int64_t> perm = c.attrs.getInts("perm");
+  if (perm.empty())
+    for (int64_t i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
+  if (int64_t(perm.size()) != x.rank()) return sdError("Transpose perm length mismatch");
+  if (x.rank() > kMaxRank) return sdError("Transpose on CUDA takes up to rank ", kMaxRank);
+  Gather8 g;
+  g.rank = int(x.rank());
+  int64_t stride = 1;
+  std::vector<int64_t> xs(size_t(x.rank()));
+  for (size_t d = xs.size(); d-- > 0;) {
+    xs[d] = stride;
+    stride *= x.dims[d];
+  }
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] < 0 || perm[i] >= x.rank()) return sdError("Transpose perm out of range");
+    g.outDims[i] = y.dims[i];
+    g.inStrides[i] = xs[size_t(perm[i])];
+  }
+  return stridedCopy(g, x, y, streamOf(c), "Transpose");
+}
+
+Status broadcastCopy(const TensorView &x, const TensorView &o, cudaStream_t s, const char *op) {
+  if (x.rank() > o.rank() || o.rank() > kMaxRank)
+    return sdError(op, " on CUDA cannot broadcast ", formatDims(x.dims), " to ", formatDims(o.dims));
+  Gather8 g;
+  g.rank = int(o.rank());
+  int64_t stride = 1;
+  for (int64_t i = x.rank() - 1; i >= 0; --i) {
+    int64_t xd = x.dims[size_t(i)], od = o.dims[size_t(o.rank() - x.rank() + i)];
+    if (xd != od && xd != 1) return sdError(op, " cannot broadcast ", formatDims(x.dims), " to ", formatDims(o.dims));
+    g.inStrides[o.rank() - x.rank() + i] = xd == 1 ? 0 : stride;
+    stride *= xd;
+  }
+  for (int64_t i = 0; i < o.rank(); ++i) g.outDims[i] = o.dims[size_t(i)];
+  return stridedCopy(g, x, o, s, op);
+}
+
+Status ExpandKernel(const KernelContext &c) { return broadcastCopy(c.inputs[0], c.outputs[0], streamOf(c), "Expand"); }
+
+// Concat (gather = true) or Split along `axis`: each part is one 2-D copy of
+// `outer` rows into (or out of) its column range of the whole.
+Status copyAlongAxis(const TensorView &whole, const std::vector<TensorView> &parts, int64_t axis, bool concat,
+                     cudaStream_t s) {
+  if (axis < 0) axis += whole.rank();
+  if (axis < 0 || axis >= whole.rank()) return sdError("axis out of range");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= whole.dims[size_t(d)];
+  for (int64_t d = axis + 1; d < whole.rank(); ++d) inner *= whole.dims[size_t(d)];
+  size_t esize = dtypeSize(whole.dtype), pitch = size_t(whole.dims[size_t(axis)] * inner) * esize, col = 0;
+  for (const TensorView &p : parts) {
+    if (!p.data) continue;
+    size_t width = size_t(p.dims[size_t(axis)] * inner) * esize;
+    if (width && outer) {
+      char *w = static_cast<char *>(whole.data) + col;
+      cudaError_t e = concat ? cudaMemcpy2DAsync(w, pitch, p.data, width, width, size_t(outer), cudaMemcpyDeviceToDevice, s)
+                             : cudaMemcpy2DAsync(p.data, width, w, pitch, width, size_t(outer), cudaMemcpyDeviceToDevice, s);
+      SD_RETURN_IF_ERROR(cudaCheck(e, concat ? "Concat" : "Split"));
+    }
+    col += width;
+  }
+  return Status::ok();
+}
+
+Status ConcatKernel(const KernelContext &c) {
+  return copyAlongAxis(c.outputs[0], c.inputs, c.attrs.getInt("axis", 0), true, streamOf(c));
+}
+Status SplitKernel(const KernelContext &c) {
+  return copyAlongAxis(c.inputs[0], c.outputs, c.attrs.getInt("axis", 0), false, streamOf(c));
+}
+
+template <typename I> __device__ inline int64_t wrapIndex(I v, int64_t dim) {
+  int64_t i = int64_t(v);
+  return i < 0 ? i + dim : i;
+}
+
+// Rows of `inner` elements; an index out of [-dim, dim) yields a zero row
+// (the CPU kernel refuses it; a GPU cannot stop mid-step to say so).
+template <typename U, typename I>
+__global__ void gatherKernel(const U *x, const I *idx, U *out, int64_t outer, int64_t dim, int64_t ni, int64_t inner) {
+  int64_t n = outer * ni * inner;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t k = i % inner, r = i / inner, j = r % ni, o = r / ni;
+    int64_t v = wrapIndex(idx[j], dim);
+    out[i] = v >= 0 && v < dim ? x[(o * dim + v) * inner + k] : U(0);
+  }
+}
+
+struct Extent {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+Extent extentOf(const Dims &d, int64_t axis) {
+  Extent e;
+  for (int64_t i = 0; i < int64_t(d.size()); ++i) {
+    if (i < axis) e.outer *= d[size_t(i)];
+    else if (i == axis) e.len = d[size_t(i)];
+    else e.inner *= d[size_t(i)];
+  }
+  return e;
+}
+
+template <typename F> Status dispatchIndex(DType t, F &&f) {
+  if (t == DType::I64) return f(int64_t{});
+  if (t == DType::I32) return f(int32_t{});
+  return sdError("indices must be i32 or i64 on CUDA, got ", dtypeName(t));
+}
+
+Status GatherKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += x.rank();
+  Extent e = extentOf(x.dims, axis);
+  int64_t ni = ind.numElements(), n = o.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    return dispatchIndex(ind.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      gatherKernel<U, I><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<U>(), ind.as<I>(), o.as<U>(), e.outer,
+                                                                      e.len, ni, e.inner);
+      return launchStatus("Gather");
+    });
+  });
+}
+
+// Each thread owns one (outer, column) and walks every index in order, so
+// repeated indices sum in the same order on every run: no atomics, replay
+// equals eager bit for bit (as the CPU kernel does it).
+template <typename T, typename I>
+__global__ void gatherGradKernel(const T *dy, const I *idx, T *out, int64_t outer, int64_t dim, int64_t ni,
+                                 int64_t inner) {
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < outer * inner;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t o = t / inner, k = t % inner;
+    for (int64_t j = 0; j < ni; ++j) {
+      int64_t v = wrapIndex(idx[j], dim);
+      if (v < 0 || v >= dim) continue;
+      T *dst = out + (o * dim + v) * inner + k;
+      *dst = store<T>(load(*dst) + load(dy[(o * ni + j) * inner + k]));
+    }
+  }
+}
+
+Status GatherGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += o.rank();
+  Extent e = extentOf(o.dims, axis);
+  SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(o.data, 0, o.byteSize(), streamOf(c)), "GatherGrad"));
+  if (e.outer * e.inner == 0) return Status::ok();
+  return dispatchFloatStorage(dy.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatchIndex(ind.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      gatherGradKernel<T, I><<<blocksFor(e.outer * e.inner), kThreads, 0, streamOf(c)>>>(
+          dy.as<T>(), ind.as<I>(), o.as<T>(), e.outer, e.len, ind.numElements(), e.inner);
+      return launchStatus("GatherGrad");
+    });
+  });
+}
+
+} // namespace
+
+Status broadcastInto(const TensorView &src, const TensorView &dst, cudaStream_t stream) {
+  return broadcastCopy(src, dst, stream, "broadcast");
+}
+
+void registerMovementKernels() {
+  registerKernel("Identity", IdentityKernel, TypeSet::all());
+  registerKernel("Transpose", TransposeKernel, TypeSet::all());
+  registerKernel("Expand", ExpandKernel, TypeSet::all());
+  registerKernel("Concat", ConcatKernel, TypeSet::all());
+  registerKernel("Split", SplitKernel, TypeSet::all());
+  registerKernel("Gather", GatherKernel, TypeSet::all());
+  registerKernel("GatherGrad", GatherGradKernel, floatStorage());
+}
+
+} // namespace sd::cuda

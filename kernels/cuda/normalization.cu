@@ -1,0 +1,201 @@
+// CUDA kernels for LayerNormalization and its backward. Row statistics in f64
+// as the CPU kernels compute them; the backward's scale and bias gradients
+// are column sums over fixed chunks of rows, added in chunk order, so they do
+// not depend on scheduling (no atomics).
+#include "block_reduce.cuh"
+#include "cuda_util.cuh"
+#include <cmath>
+#include <memory>
+
+namespace sd::cuda {
+namespace {
+
+struct RowSplit {
+  int64_t outer = 1, n = 1;
+};
+
+RowSplit splitRows(const TensorView &x, const AttrMap &attrs) {
+  int64_t axis = attrs.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  RowSplit s;
+  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? s.outer : s.n) *= x.dims[size_t(d)];
+  return s;
+}
+
+constexpr int kRowThreads = 256;
+
+// The row's mean and 1/sqrt(var + eps), two passes as on the CPU; every thread gets both.
+template <typename T> __device__ void rowStats(const T *x, int64_t n, double eps, double &mean, double &rstd) {
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += double(load(x[j]));
+  mean = blockReduce(s, SumOp(), 0.0) / double(n);
+  double v = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+    double d = double(load(x[j])) - mean;
+    v += d * d;
+  }
+  rstd = 1.0 / std::sqrt(blockReduce(v, SumOp(), 0.0) / double(n) + eps);
+}
+
+template <typename T, typename S>
+__global__ void layerNormKernel(RowSplit rs, double eps, const T *px, const T *g, const T *b, T *py, S *meanOut,
+                                S *rstdOut) {
+  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+    const T *x = px + r * rs.n;
+    T *y = py + r * rs.n;
+    double mean, rstd;
+    rowStats(x, rs.n, eps, mean, rstd);
+    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+      y[j] = store<T>(Compute<T>((double(load(x[j])) - mean) * rstd * double(load(g[j])) +
+                                 (b ? double(load(b[j])) : 0.0)));
+    if (threadIdx.x == 0) {
+      if (meanOut) meanOut[r] = store<S>(Compute<S>(mean));
+      if (rstdOut) rstdOut[r] = store<S>(Compute<S>(rstd));
+    }
+  }
+}
+
+unsigned rowBlocks(int64_t rows) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(1) << 20))); }
+
+Status LayerNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &scale = c.inputs[1];
+  RowSplit rs = splitRows(x, c.attrs);
+  bool hasBias = c.hasInput(2) && c.inputs[2].data;
+  if (scale.numElements() != rs.n || (hasBias && c.inputs[2].numElements() != rs.n))
+    return sdError("LayerNormalization on CUDA needs scale and bias covering the normalized axes");
+  if (rs.outer * rs.n == 0) return Status::ok();
+  const TensorView *mean = c.outputs.size() > 1 && c.outputs[1].data ? &c.outputs[1] : nullptr;
+  const TensorView *rstd = c.outputs.size() > 2 && c.outputs[2].data ? &c.outputs[2] : nullptr;
+  DType statType = mean ? mean->dtype : rstd ? rstd->dtype : x.dtype;
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatchFloatStorage(statType, [&](auto stag) {
+      using S = decltype(stag);
+      layerNormKernel<T, S><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(
+          rs, eps, x.as<T>(), scale.as<T>(), hasBias ? c.inputs[2].as<T>() : nullptr, c.outputs[0].as<T>(),
+          mean ? mean->as<S>() : nullptr, rstd ? rstd->as<S>() : nullptr);
+      return launchStatus("LayerNormalization");
+    });
+  });
+}
+
+constexpr int64_t kChunkRows = 256;
+
+// Per-row statistics and per-chunk column partials, allocated when the session is created.
+struct LayerNormScratch {
+  double *stats = nullptr;    // mean, rstd per row
+  double *partials = nullptr; // [chunks][2][n]: dscale, dbias
+  ~LayerNormScratch() {
+    cudaFree(stats);
+    cudaFree(partials);
+  }
+};
+
+std::shared_ptr<const void> prepareLayerNormGrad(const PrepareContext &p) {
+  RowSplit rs = splitRows(p.kernel.inputs[1], p.kernel.attrs);
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  auto s = std::make_shared<LayerNormScratch>();
+  if (cudaMalloc(&s->stats, size_t(std::max<int64_t>(1, 2 * rs.outer)) * sizeof(double)) != cudaSuccess ||
+      cudaMalloc(&s->partials, size_t(std::max<int64_t>(1, 2 * chunks * rs.n)) * sizeof(double)) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return s;
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale.
+template <typename T>
+__global__ void layerNormGradRows(RowSplit rs, double eps, const T *pdy, const T *px, const T *scale, T *pdx,
+                                  double *stats) {
+  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+    const T *x = px + r * rs.n, *dy = pdy + r * rs.n;
+    double mean, rstd;
+    rowStats(x, rs.n, eps, mean, rstd);
+    double mg = 0, mgx = 0;
+    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x) {
+      double gj = double(load(dy[j])) * double(load(scale[j]));
+      mg += gj;
+      mgx += gj * (double(load(x[j])) - mean) * rstd;
+    }
+    mg = blockReduce(mg, SumOp(), 0.0) / double(rs.n);
+    mgx = blockReduce(mgx, SumOp(), 0.0) / double(rs.n);
+    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x) {
+      double xhat = (double(load(x[j])) - mean) * rstd;
+      pdx[r * rs.n + j] = store<T>(Compute<T>(rstd * (double(load(dy[j])) * double(load(scale[j])) - mg - xhat * mgx)));
+    }
+    if (threadIdx.x == 0) {
+      stats[2 * r] = mean;
+      stats[2 * r + 1] = rstd;
+    }
+  }
+}
+
+// One thread per (chunk, column): sums dy * xhat and dy over the chunk's rows in order.
+template <typename T>
+__global__ void layerNormGradColumns(RowSplit rs, const T *pdy, const T *px, const double *stats, double *partials) {
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks * rs.n;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t chunk = t / rs.n, j = t % rs.n;
+    double ds = 0, db = 0;
+    for (int64_t r = chunk * kChunkRows; r < rs.outer && r < (chunk + 1) * kChunkRows; ++r) {
+      double dy = double(load(pdy[r * rs.n + j]));
+      ds += dy * (double(load(px[r * rs.n + j])) - stats[2 * r]) * stats[2 * r + 1];
+      db += dy;
+    }
+    partials[(chunk * 2) * rs.n + j] = ds;
+    partials[(chunk * 2 + 1) * rs.n + j] = db;
+  }
+}
+
+template <typename T>
+__global__ void layerNormGradFinish(RowSplit rs, const double *partials, T *dscale, T *dbias) {
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < rs.n; j += int64_t(gridDim.x) * blockDim.x) {
+    double s = 0, b = 0;
+    for (int64_t k = 0; k < chunks; ++k) {
+      s += partials[(k * 2) * rs.n + j];
+      b += partials[(k * 2 + 1) * rs.n + j];
+    }
+    if (dscale) dscale[j] = store<T>(Compute<T>(s));
+    if (dbias) dbias[j] = store<T>(Compute<T>(b));
+  }
+}
+
+// dy, x, scale -> dx, dscale, dbias.
+Status LayerNormGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
+  auto *scratch = static_cast<const LayerNormScratch *>(c.prepared);
+  if (!scratch) return sdError("LayerNormalizationGrad: its device scratch could not be allocated");
+  RowSplit rs = splitRows(x, c.attrs);
+  if (scale.numElements() != rs.n)
+    return sdError("LayerNormalizationGrad needs a scale covering the normalized axes");
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    T *dbias = c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
+    if (rs.outer > 0) {
+      layerNormGradRows<T><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(
+          rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+      if (chunks * rs.n > 0)
+        layerNormGradColumns<T><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(rs, dy.as<T>(), x.as<T>(),
+                                                                                       scratch->stats,
+                                                                                       scratch->partials);
+    }
+    if ((dscale || dbias) && rs.n > 0)
+      layerNormGradFinish<T><<<blocksFor(rs.n), kThreads, 0, streamOf(c)>>>(rs, scratch->partials, dscale, dbias);
+    return launchStatus("LayerNormalizationGrad");
+  });
+}
+
+} // namespace
+
+void registerNormalizationKernels() {
+  registerKernel("LayerNormalization", LayerNormKernel, floatStorage());
+  registerKernel("LayerNormalizationGrad", LayerNormGradKernel, floatStorage(), prepareLayerNormGrad, 1);
+}
+
+} // namespace sd::cuda

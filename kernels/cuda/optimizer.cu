@@ -1,0 +1,190 @@
+// CUDA kernels of the optimizer contracts: AdamW and SGD (the shared
+// sd::math element updates, in place on parameter, moments and gradient,
+// which they zero) and GradScale (global-norm clipping and token
+// normalization as one factor). Per-step scalars (step, lr, ...) are read on
+// the device, so a captured graph replays with the values of each step.
+#include "block_reduce.cuh"
+#include "cuda_util.cuh"
+#include "sd/ops/math/optimizer.h"
+#include <memory>
+#include <vector>
+
+namespace sd::cuda {
+namespace {
+
+Status requireF32(const KernelContext &c, size_t tensors, const char *op) {
+  for (size_t i = 0; i < tensors; ++i)
+    if (c.inputs[i].dtype != DType::F32)
+      return sdError(op, " updates f32 tensors only, operand ", i, " is ", dtypeName(c.inputs[i].dtype));
+  return Status::ok();
+}
+
+struct AdamWHyper {
+  double beta1, beta2, eps;
+  bool decay;
+};
+
+__global__ void adamWKernel(AdamWHyper h, DeviceScalar step, DeviceScalar lr, DeviceScalar wd, DeviceScalar gscale,
+                            const float *pin, const float *gin, const float *min, const float *vin, float *p,
+                            float *m, float *v, float *gout, int64_t n) {
+  __shared__ math::AdamWStep s;
+  if (threadIdx.x == 0)
+    s = math::adamWStep(step.get(), double(float(lr.get())), h.decay ? double(float(wd.get())) : 0.0, h.beta1,
+                        h.beta2, double(float(h.eps)), double(float(gscale.get())));
+  __syncthreads();
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float pi = pin[i], mi = min[i], vi = vin[i];
+    math::adamWElement(s, gin[i], pi, mi, vi);
+    p[i] = pi;
+    m[i] = mi;
+    v[i] = vi;
+    gout[i] = 0.0f;
+  }
+}
+
+// param, grad, m, v, step, lr, weight_decay, grad_scale -> param, m, v, grad.
+// The step counter is checked (>= 1) by the CPU kernel; here a step below 1
+// yields non-finite bias corrections, which the trainer's loss check reports.
+Status AdamWKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(requireF32(c, 4, "AdamW"));
+  DeviceScalar sc[4];
+  for (size_t i = 0; i < 4; ++i) {
+    StatusOr<DeviceScalar> s = scalarOperand(c, 4 + i);
+    if (!s.isOk()) return s.status().withContext("AdamW: ");
+    sc[i] = *s;
+  }
+  AdamWHyper h{c.attrs.getFloat("beta1", 0.9), c.attrs.getFloat("beta2", 0.999), c.attrs.getFloat("epsilon", 1e-8),
+               c.attrs.getInt("decay", 1) != 0};
+  int64_t n = c.outputs[0].numElements();
+  if (n == 0) return Status::ok();
+  adamWKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(
+      h, sc[0], sc[1], sc[2], sc[3], c.inputs[0].as<float>(), c.inputs[1].as<float>(), c.inputs[2].as<float>(),
+      c.inputs[3].as<float>(), c.outputs[0].as<float>(), c.outputs[1].as<float>(), c.outputs[2].as<float>(),
+      c.outputs[3].as<float>(), n);
+  return launchStatus("AdamW");
+}
+
+struct SgdHyper {
+  float momentum, dampening;
+  bool nesterov, decay;
+};
+
+__global__ void sgdKernel(SgdHyper h, DeviceScalar step, DeviceScalar lr, DeviceScalar wd, DeviceScalar gscale,
+                          const float *pin, const float *gin, const float *bin, float *p, float *buf, float *gout,
+                          int64_t n) {
+  math::SgdStep s;
+  s.first = step.get() <= 1.0;
+  s.lr = float(lr.get());
+  s.weightDecay = h.decay ? float(wd.get()) : 0.0f;
+  s.gradScale = float(gscale.get());
+  s.momentum = h.momentum;
+  s.dampening = h.dampening;
+  s.nesterov = h.nesterov;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float pi = pin[i], bi = bin[i];
+    math::sgdElement(s, gin[i], pi, bi);
+    p[i] = pi;
+    buf[i] = bi;
+    gout[i] = 0.0f;
+  }
+}
+
+// param, grad, momentum_buffer, step, lr, weight_decay, grad_scale -> param, buffer, grad.
+Status SgdKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
+  DeviceScalar sc[4];
+  for (size_t i = 0; i < 4; ++i) {
+    StatusOr<DeviceScalar> s = scalarOperand(c, 3 + i);
+    if (!s.isOk()) return s.status().withContext("SGD: ");
+    sc[i] = *s;
+  }
+  SgdHyper h{float(c.attrs.getFloat("momentum", 0)), float(c.attrs.getFloat("dampening", 0)),
+             c.attrs.getInt("nesterov", 0) != 0, c.attrs.getInt("decay", 1) != 0};
+  int64_t n = c.outputs[0].numElements();
+  if (n == 0) return Status::ok();
+  sgdKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(h, sc[0], sc[1], sc[2], sc[3], c.inputs[0].as<float>(),
+                                                        c.inputs[1].as<float>(), c.inputs[2].as<float>(),
+                                                        c.outputs[0].as<float>(), c.outputs[1].as<float>(),
+                                                        c.outputs[2].as<float>(), n);
+  return launchStatus("SGD");
+}
+
+// GradScale's partial sums: a fixed number of blocks per gradient, each
+// writing its own slot, so the norm is summed in the same order every run.
+struct NormScratch {
+  double *partials = nullptr;
+  std::vector<unsigned> blocks; // per gradient
+  ~NormScratch() { cudaFree(partials); }
+};
+
+constexpr int kNormThreads = 256;
+
+unsigned normBlocks(int64_t n) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kNormThreads * 16 - 1) / (kNormThreads * 16), 1024)));
+}
+
+// Allocated when the session is created, never during a (captured) step.
+std::shared_ptr<const void> prepareGradScale(const PrepareContext &p) {
+  auto s = std::make_shared<NormScratch>();
+  size_t total = 0;
+  for (size_t t = 2; t < p.kernel.inputs.size(); ++t) {
+    s->blocks.push_back(normBlocks(p.kernel.inputs[t].numElements()));
+    total += s->blocks.back();
+  }
+  if (cudaMalloc(&s->partials, std::max<size_t>(total, 1) * sizeof(double)) != cudaSuccess) return nullptr;
+  return s;
+}
+
+__global__ void sumSquaresKernel(const float *g, int64_t n, double *partials) {
+  double s = 0;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    s += double(g[i]) * double(g[i]);
+  s = blockReduce(s, SumOp(), 0.0);
+  if (threadIdx.x == 0) partials[blockIdx.x] = s;
+}
+
+// scale = 1/tokens * min(1, max_norm / (norm + 1e-6)), norm = ||grads|| / tokens.
+__global__ void gradScaleFinish(const double *partials, int64_t count, DeviceScalar tokens, DeviceScalar maxNorm,
+                                float *scale, float *normOut) {
+  double s = 0;
+  for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
+  s = blockReduce(s, SumOp(), 0.0);
+  if (threadIdx.x != 0) return;
+  double t = tokens.get(), mn = maxNorm.get();
+  t = t > 1.0 ? t : 1.0;
+  double norm = std::sqrt(s) / t;
+  double coef = mn > 0 ? (mn / (norm + 1e-6) < 1.0 ? mn / (norm + 1e-6) : 1.0) : 1.0;
+  scale[0] = float(coef / t);
+  normOut[0] = float(norm);
+}
+
+// tokens, max_norm, grads... -> scale, norm.
+Status GradScaleKernel(const KernelContext &c) {
+  auto *scratch = static_cast<const NormScratch *>(c.prepared);
+  if (!scratch) return sdError("GradScale: its device scratch could not be allocated");
+  StatusOr<DeviceScalar> tokens = scalarOperand(c, 0), maxNorm = scalarOperand(c, 1);
+  if (!tokens.isOk()) return tokens.status().withContext("GradScale: ");
+  if (!maxNorm.isOk()) return maxNorm.status().withContext("GradScale: ");
+  size_t offset = 0;
+  for (size_t t = 2; t < c.inputs.size(); ++t) {
+    const TensorView &g = c.inputs[t];
+    if (g.dtype != DType::F32) return sdError("GradScale takes f32 gradients");
+    unsigned blocks = scratch->blocks[t - 2];
+    sumSquaresKernel<<<blocks, kNormThreads, 0, streamOf(c)>>>(g.as<float>(), g.numElements(),
+                                                               scratch->partials + offset);
+    offset += blocks;
+  }
+  gradScaleFinish<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(offset), *tokens, *maxNorm,
+                                                c.outputs[0].as<float>(), c.outputs[1].as<float>());
+  return launchStatus("GradScale");
+}
+
+} // namespace
+
+void registerOptimizerKernels() {
+  registerKernel("AdamW", AdamWKernel, TypeSet{DType::F32});
+  registerKernel("SGD", SgdKernel, TypeSet{DType::F32});
+  registerKernel("GradScale", GradScaleKernel, TypeSet{DType::F32}, prepareGradScale, 2);
+}
+
+} // namespace sd::cuda

@@ -1,0 +1,67 @@
+// The CUDA backend's kernel registry, filled once, and the launch helpers.
+#include "cuda_util.cuh"
+#include "sd/ops/registry.h"
+#include <mutex>
+
+namespace sd::cuda {
+void registerElementwiseKernels();
+void registerSoftmaxKernels();
+void registerOptimizerKernels();
+void registerLinalgKernels();
+void registerMovementKernels();
+void registerNormalizationKernels();
+
+static KernelRegistry &mutableKernels() {
+  static KernelRegistry r("cuda");
+  return r;
+}
+
+void registerKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare, int typeOperand) {
+  KernelDef d;
+  d.op = op;
+  d.run = fn;
+  d.prepare = prepare;
+  d.types = types;
+  d.typeOperand = typeOperand;
+  mutableKernels().add(std::move(d));
+}
+
+Status cudaCheck(cudaError_t e, const char *what) {
+  if (e == cudaSuccess) return Status::ok();
+  return sdError(what, ": ", cudaGetErrorString(e));
+}
+
+Status launchStatus(const char *op) {
+  cudaError_t e = cudaGetLastError();
+  if (e == cudaSuccess) return Status::ok();
+  return sdError("CUDA kernel of '", op, "' failed to launch: ", cudaGetErrorString(e));
+}
+
+StatusOr<DeviceScalar> scalarOperand(const KernelContext &c, size_t i) {
+  if (!c.hasInput(i) || !c.inputs[i].data) return sdError("operand ", i, " is missing");
+  const TensorView &t = c.inputs[i];
+  if (t.numElements() != 1) return sdError("operand ", i, " must be one number, it has ", t.numElements());
+  switch (t.dtype) {
+  case DType::F32: case DType::F64: case DType::I64: case DType::I32: case DType::F16: case DType::BF16:
+    return DeviceScalar{t.data, t.dtype};
+  default: return sdError("operand ", i, " has type ", dtypeName(t.dtype), ", not a number the CUDA backend reads");
+  }
+}
+
+} // namespace sd::cuda
+
+namespace sd {
+const KernelRegistry &cudaKernels() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    registerAllOps(); // the schemas
+    cuda::registerElementwiseKernels();
+    cuda::registerSoftmaxKernels();
+    cuda::registerOptimizerKernels();
+    cuda::registerLinalgKernels();
+    cuda::registerMovementKernels();
+    cuda::registerNormalizationKernels();
+  });
+  return cuda::mutableKernels();
+}
+} // namespace sd

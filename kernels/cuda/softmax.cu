@@ -1,0 +1,112 @@
+// CUDA kernels for Softmax and LogSoftmax along one axis and their backward
+// ops: one block per row (a row strides by `inner` through memory), block
+// reductions in a fixed order, sums in f64 as the CPU kernels do.
+#include "block_reduce.cuh"
+#include "cuda_util.cuh"
+#include <cmath>
+
+namespace sd::cuda {
+namespace {
+
+struct Rows {
+  int64_t outer = 1, n = 1, inner = 1;
+  __device__ int64_t base(int64_t r) const { return (r / inner) * n * inner + r % inner; }
+};
+
+// Same split as the CPU kernels: coerce2d (opsets < 13) flattens from `axis` on.
+Rows rowsOf(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  bool coerce = c.attrs.getInt("coerce2d", 0);
+  int64_t axis = c.attrs.getInt("axis", coerce ? 1 : -1);
+  if (axis < 0) axis += x.rank();
+  Rows r;
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    int64_t v = x.dims[size_t(d)];
+    if (d < axis) r.outer *= v;
+    else if (d == axis || coerce) r.n *= v;
+    else r.inner *= v;
+  }
+  return r;
+}
+
+constexpr int kRowThreads = 256;
+
+// Mode 0: softmax, 1: log-softmax.
+template <int Mode, typename T> __global__ void softmaxKernel(Rows rows, const T *px, T *py) {
+  using C = Compute<T>;
+  for (int64_t r = blockIdx.x; r < rows.outer * rows.inner; r += gridDim.x) {
+    const T *x = px + rows.base(r);
+    T *y = py + rows.base(r);
+    C mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < rows.n; j += blockDim.x) mx = MaxOp()(mx, load(x[j * rows.inner]));
+    mx = blockReduce(mx, MaxOp(), C(-INFINITY));
+    if (!(mx > -INFINITY && mx < INFINITY) && mx == mx) mx = 0; // an all -inf row: exps are 0, as on the CPU
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < rows.n; j += blockDim.x) sum += double(std::exp(load(x[j * rows.inner]) - mx));
+    sum = blockReduce(sum, SumOp(), 0.0);
+    if (Mode == 0) {
+      C inv = C(1.0 / sum);
+      for (int64_t j = threadIdx.x; j < rows.n; j += blockDim.x)
+        y[j * rows.inner] = store<T>(std::exp(load(x[j * rows.inner]) - mx) * inv);
+    } else {
+      C ls = C(std::log(sum));
+      for (int64_t j = threadIdx.x; j < rows.n; j += blockDim.x)
+        y[j * rows.inner] = store<T>(load(x[j * rows.inner]) - mx - ls);
+    }
+  }
+}
+
+// Mode 0: dx = y * (dy - sum(dy * y)); 1: dx = dy - exp(y) * sum(dy), y the forward's output.
+template <int Mode, typename T> __global__ void softmaxGradKernel(Rows rows, const T *pdy, const T *py, T *pdx) {
+  using C = Compute<T>;
+  for (int64_t r = blockIdx.x; r < rows.outer * rows.inner; r += gridDim.x) {
+    int64_t b = rows.base(r);
+    const T *dy = pdy + b, *y = py + b;
+    T *dx = pdx + b;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < rows.n; j += blockDim.x) {
+      double g = double(load(dy[j * rows.inner]));
+      s += Mode == 0 ? g * double(load(y[j * rows.inner])) : g;
+    }
+    s = blockReduce(s, SumOp(), 0.0);
+    for (int64_t j = threadIdx.x; j < rows.n; j += blockDim.x) {
+      C g = load(dy[j * rows.inner]), yv = load(y[j * rows.inner]);
+      dx[j * rows.inner] = store<T>(Mode == 0 ? yv * (g - C(s)) : g - std::exp(yv) * C(s));
+    }
+  }
+}
+
+unsigned rowBlocks(const Rows &r) { return unsigned(std::min<int64_t>(r.outer * r.inner, int64_t(1) << 20)); }
+
+template <int Mode> Status softmax(const KernelContext &c) {
+  Rows rows = rowsOf(c);
+  if (rows.outer * rows.inner * rows.n == 0) return Status::ok();
+  return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    softmaxKernel<Mode, T><<<rowBlocks(rows), kRowThreads, 0, streamOf(c)>>>(rows, c.inputs[0].as<T>(),
+                                                                             c.outputs[0].as<T>());
+    return launchStatus(Mode == 0 ? "Softmax" : "LogSoftmax");
+  });
+}
+
+template <int Mode> Status softmaxGrad(const KernelContext &c) {
+  Rows rows = rowsOf(c);
+  if (rows.outer * rows.inner * rows.n == 0) return Status::ok();
+  return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    softmaxGradKernel<Mode, T><<<rowBlocks(rows), kRowThreads, 0, streamOf(c)>>>(
+        rows, c.inputs[0].as<T>(), c.inputs[1].as<T>(), c.outputs[0].as<T>());
+    return launchStatus(Mode == 0 ? "SoftmaxGrad" : "LogSoftmaxGrad");
+  });
+}
+
+} // namespace
+
+void registerSoftmaxKernels() {
+  registerKernel("Softmax", softmax<0>, floatStorage());
+  registerKernel("LogSoftmax", softmax<1>, floatStorage());
+  registerKernel("SoftmaxGrad", softmaxGrad<0>, floatStorage());
+  registerKernel("LogSoftmaxGrad", softmaxGrad<1>, floatStorage());
+}
+
+} // namespace sd::cuda

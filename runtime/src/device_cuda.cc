@@ -1,0 +1,115 @@
+// The CUDA device: device memory from cudaMalloc (never managed memory), one
+// non-blocking stream per device object (a session opens its own), and copies
+// queued on that stream. Kernels enqueue on the same stream, so a copy back to
+// the host is ordered after the step that produced the data.
+#include "sd/ops/kernel.h"
+#include "sd/runtime/device.h"
+#include <cstdio>
+#include <dlfcn.h>
+#include <cuda_runtime_api.h>
+
+namespace sd {
+namespace {
+
+std::string describeError(cudaError_t e) { return std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e); }
+
+class CudaDevice final : public Device {
+public:
+  CudaDevice(int ordinal, cudaStream_t stream, std::string description)
+      : ordinal_(ordinal), stream_(stream), description_(std::move(description)) {}
+  ~CudaDevice() override {
+    cudaSetDevice(ordinal_);
+    cudaStreamSynchronize(stream_);
+    cudaStreamDestroy(stream_);
+  }
+
+  const std::string &name() const override { return name_; }
+  std::string describe() const override { return description_; }
+  const KernelRegistry &kernels() const override { return cudaKernels(); }
+  bool hostAddressable() const override { return false; }
+  void *stream() override { return stream_; }
+
+  std::optional<size_t> freeBytes() const override {
+    size_t free = 0, total = 0;
+    if (cudaSetDevice(ordinal_) != cudaSuccess || cudaMemGetInfo(&free, &total) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    return free;
+  }
+
+  StatusOr<void *> allocate(size_t bytes) override {
+    void *p = nullptr;
+    cudaError_t e = cudaMalloc(&p, bytes ? bytes : 1); // cudaMalloc aligns to 256 bytes
+    if (e != cudaSuccess) {
+      cudaGetLastError(); // clear the sticky-free error so later calls are not blamed
+      std::optional<size_t> free = freeBytes();
+      char buf[96] = "";
+      if (free) std::snprintf(buf, sizeof buf, "; %.1f MiB free", double(*free) / double(1 << 20));
+      return sdError("cannot allocate ", bytes, " bytes on device 'cuda' (", describeError(e), ")", buf);
+    }
+    return p;
+  }
+  void release(void *ptr) override {
+    if (ptr) cudaFree(ptr);
+  }
+  // The host buffer may be reused as soon as these return, so they wait for
+  // the copy (pageable memory; pinned staging comes with graph replay).
+  Status copyFromHost(void *dst, const void *src, size_t bytes) override {
+    if (!bytes) return Status::ok();
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy to device", true);
+  }
+  Status copyToHost(void *dst, const void *src, size_t bytes) override {
+    if (!bytes) return Status::ok();
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy from device", true);
+  }
+  Status zero(void *dst, size_t bytes) override {
+    if (!bytes) return Status::ok();
+    return check(cudaMemsetAsync(dst, 0, bytes, stream_), "memset", false);
+  }
+  Status synchronize() override { return check(cudaSuccess, "synchronize", true); }
+
+private:
+  // A failed call, or (when `wait`) an error of any kernel queued before it,
+  // which CUDA reports only at the next synchronization.
+  Status check(cudaError_t e, const char *what, bool wait) {
+    if (e == cudaSuccess && wait) e = cudaStreamSynchronize(stream_);
+    if (e == cudaSuccess) return Status::ok();
+    return sdError("device 'cuda': ", what, " failed: ", describeError(e));
+  }
+
+  std::string name_ = "cuda";
+  int ordinal_;
+  cudaStream_t stream_;
+  std::string description_;
+};
+
+} // namespace
+
+StatusOr<std::shared_ptr<Device>> cudaDevice() {
+  int count = 0;
+  cudaError_t e = cudaGetDeviceCount(&count);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    // Without a driver at all the runtime says "insufficient driver"; say what is missing instead.
+    if (void *driver = dlopen("libcuda.so.1", RTLD_LAZY | RTLD_LOCAL)) dlclose(driver);
+    else return sdError("no usable CUDA GPU (no NVIDIA driver: libcuda.so.1 is not installed)");
+    return sdError("no usable CUDA GPU (", describeError(e), ")");
+  }
+  if (count == 0) return sdError("no usable CUDA GPU (the driver reports none)");
+  cudaDeviceProp prop{};
+  if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess)
+    return sdError("CUDA GPU 0 cannot be used (", describeError(e), ")");
+  if (prop.major < 8)
+    return sdError("CUDA GPU 0 (", prop.name, ") has compute capability ", prop.major, ".", prop.minor,
+                   "; this build needs 8.0 or newer");
+  cudaStream_t stream = nullptr;
+  if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
+    return sdError("cannot create a CUDA stream (", describeError(e), ")");
+  char desc[320];
+  std::snprintf(desc, sizeof desc, "cuda (GPU 0: %s, %.1f GiB, compute capability %d.%d)", prop.name,
+                double(prop.totalGlobalMem) / double(1ull << 30), prop.major, prop.minor);
+  return std::shared_ptr<Device>(std::make_shared<CudaDevice>(0, stream, desc));
+}
+
+} // namespace sd
