@@ -2,6 +2,7 @@
 // Expand, Tile, Pad, DepthToSpace/SpaceToDepth, and the pure copies
 // (Reshape, Squeeze, Unsqueeze, Flatten) used when they are not aliases.
 #include "cpu_util.h"
+#include "sd/ops/index_geometry.h"
 #include <algorithm>
 
 namespace sd::cpu {
@@ -79,36 +80,10 @@ Status SliceKernel(const KernelContext &c) {
   readIntegers(c.inputs[2], ends);
   if (c.hasInput(3) && c.inputs[3].data) readIntegers(c.inputs[3], axes);
   if (c.hasInput(4) && c.inputs[4].data) readIntegers(c.inputs[4], steps);
-  if (axes.empty())
-    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
-  if (steps.empty()) steps.assign(starts.size(), 1);
-  SD_CHECK_ARG(ends.size() == starts.size() && axes.size() == starts.size() && steps.size() == starts.size(),
-               "Slice parameter lengths differ");
-  Dims xs = stridesOf(x.dims), st = xs;
-  int64_t base = 0;
-  Dims expect = x.dims;
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = axes[i] < 0 ? axes[i] + x.rank() : axes[i];
-    SD_CHECK_ARG(a >= 0 && a < x.rank() && steps[i] != 0, "Slice axis or step invalid");
-    int64_t dim = x.dims[size_t(a)], s = starts[i], e = ends[i], step = steps[i];
-    if (s < 0) s += dim;
-    if (e < 0) e += dim;
-    int64_t n;
-    if (step > 0) {
-      s = std::clamp<int64_t>(s, 0, dim);
-      e = std::clamp<int64_t>(e, 0, dim);
-      n = e > s ? (e - s + step - 1) / step : 0;
-    } else {
-      s = std::clamp<int64_t>(s, -1, dim - 1);
-      e = std::clamp<int64_t>(e, -1, dim - 1);
-      n = s > e ? (s - e - step - 1) / -step : 0;
-    }
-    expect[size_t(a)] = n;
-    if (n > 0) base += s * xs[size_t(a)];
-    st[size_t(a)] = xs[size_t(a)] * step;
-  }
-  SD_CHECK_ARG(expect == o.dims, "Slice result ", formatDims(expect), " differs from planned ",
-               formatDims(o.dims));
+  SliceView view;
+  SD_RETURN_IF_ERROR(sliceView(x.dims, starts, ends, axes, steps, o.dims, view));
+  const Dims &st = view.strides;
+  int64_t base = view.base;
   if (o.numElements() == 0) return Status::ok();
   return dispatchBytes(x.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -164,17 +139,8 @@ Status PadKernel(const KernelContext &c) {
   std::vector<int64_t> pads, axes;
   readIntegers(c.inputs[1], pads);
   if (c.hasInput(3) && c.inputs[3].data) readIntegers(c.inputs[3], axes);
-  if (axes.empty())
-    for (int64_t i = 0; i < x.rank(); ++i) axes.push_back(i);
-  SD_CHECK_ARG(pads.size() == 2 * axes.size(), "Pad pads length mismatch");
-  Dims before(size_t(x.rank()), 0);
-  for (size_t i = 0; i < axes.size(); ++i) {
-    int64_t a = axes[i] < 0 ? axes[i] + x.rank() : axes[i];
-    SD_CHECK_ARG(a >= 0 && a < x.rank(), "Pad axis out of range");
-    before[size_t(a)] = pads[i];
-    SD_CHECK_ARG(o.dims[size_t(a)] == x.dims[size_t(a)] + pads[i] + pads[i + axes.size()],
-                 "Pad output dims inconsistent");
-  }
+  Dims before;
+  SD_RETURN_IF_ERROR(padBefore(x.dims, pads, axes, o.dims, before));
   if (mode != "constant")
     for (int64_t d = 0; d < x.rank(); ++d)
       SD_CHECK_ARG(x.dims[size_t(d)] > 0 || o.dims[size_t(d)] == 0, "Pad ", mode, " of an empty axis");

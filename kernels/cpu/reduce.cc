@@ -2,6 +2,7 @@
 // [outer, reduced, inner] when its axes are contiguous, else as a gather over
 // an index walk.
 #include "cpu_util.h"
+#include "sd/ops/index_geometry.h"
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -11,25 +12,16 @@ namespace {
 
 enum class RK { Sum, Mean, Max, Min, Prod, L1, L2, LogSum, LogSumExp, SumSquare };
 
-std::vector<bool> reducedAxes(const KernelContext &c, int64_t rank) {
+std::vector<bool> reducedAxesOf(const KernelContext &c, int64_t rank) {
   std::vector<int64_t> axes;
   if (c.hasInput(1) && c.inputs[1].data) readIntegers(c.inputs[1], axes);
-  std::vector<bool> r(size_t(rank), false);
-  if (axes.empty()) {
-    if (!c.attrs.getInt("noop_with_empty_axes", 0)) r.assign(size_t(rank), true);
-    return r;
-  }
-  for (int64_t a : axes) {
-    if (a < 0) a += rank;
-    if (a >= 0 && a < rank) r[size_t(a)] = true;
-  }
-  return r;
+  return reducedAxes(rank, axes, c.attrs.getInt("noop_with_empty_axes", 0) != 0);
 }
 
 template <typename T, RK K> Status reduceT(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
   int64_t rank = x.rank();
-  std::vector<bool> red = reducedAxes(c, rank);
+  std::vector<bool> red = reducedAxesOf(c, rank);
   using Acc = std::conditional_t<std::is_floating_point_v<T>, double, T>;
   // Map every output element to the input offsets it covers.
   Dims outDims, redDims, outStr, redStr;

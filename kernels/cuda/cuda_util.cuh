@@ -5,6 +5,8 @@
 #include "sd/ops/kernel.h"
 #include <algorithm>
 #include <cstdint>
+#include <string>
+#include <vector>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -84,4 +86,16 @@ struct Shape8 {
 namespace sd::cuda {
 // Writes `src` broadcast (numpy rules) to `dst`'s shape: Expand, and Gemm's C.
 Status broadcastInto(const TensorView &src, const TensorView &dst, cudaStream_t stream);
+} // namespace sd::cuda
+
+namespace sd::cuda {
+// Operand i's integers read on the host at prepare time (a constant's plan
+// copy); an absent operand gives an empty list. False when the operand is not
+// a constant, so a GPU kernel cannot see its values before the step runs.
+bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out);
+
+// What a prepare function derived, or why it could not (reported by the step).
+struct PreparedError {
+  std::string error;
+};
 } // namespace sd::cuda

@@ -1,6 +1,6 @@
 // CUDA kernels of the elementwise family: unary math and activations (the
-// shared sd::math functions), broadcasting binary arithmetic, GeluGrad, Where
-// and Cast. Grid-stride loops; f16/bf16 compute in f32.
+// shared sd::math functions), broadcasting binary arithmetic, GeluGrad,
+// comparisons, Not, Where and Cast. Grid-stride loops; f16/bf16 compute in f32.
 #include "cuda_util.cuh"
 #include "sd/ops/math/activations.h"
 #include <cmath>
@@ -187,6 +187,63 @@ Status WhereKernel(const KernelContext &c) {
   }
 }
 
+// Comparisons: numeric operands (broadcast) -> bool.
+enum class Compare { Equal, Less, Greater, LessOrEqual, GreaterOrEqual };
+
+template <typename T> __device__ inline auto comparable(T x) { return load(x); }
+template <> __device__ inline auto comparable(int64_t x) { return x; }
+template <> __device__ inline auto comparable(int32_t x) { return x; }
+template <> __device__ inline auto comparable(bool x) { return x; }
+
+template <Compare Op, typename T>
+__global__ void compareKernel(Broadcast bc, const T *a, const T *b, bool *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t ia, ib, unused;
+    offsets(bc, i, ia, ib, unused);
+    auto x = comparable(a[ia]), z = comparable(b[ib]);
+    if constexpr (Op == Compare::Equal) y[i] = x == z;
+    else if constexpr (Op == Compare::Less) y[i] = x < z;
+    else if constexpr (Op == Compare::Greater) y[i] = x > z;
+    else if constexpr (Op == Compare::LessOrEqual) y[i] = x <= z;
+    else y[i] = x >= z;
+  }
+}
+
+template <typename F> Status dispatchComparable(DType t, F &&f) {
+  switch (t) {
+  case DType::I64: return f(int64_t{});
+  case DType::I32: return f(int32_t{});
+  case DType::Bool: return f(bool{});
+  default: return dispatchFloatStorage(t, f);
+  }
+}
+
+template <Compare Op> Status compareOp(const KernelContext &c) {
+  const TensorView &a = c.inputs[0], &b = c.inputs[1], &y = c.outputs[0];
+  if (a.dtype != b.dtype) return sdError("comparison operands differ in element type");
+  int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  StatusOr<Broadcast> bc = broadcastOf(y.dims, {&a.dims, &b.dims});
+  if (!bc.isOk()) return bc.status();
+  return dispatchComparable(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    compareKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(*bc, a.as<T>(), b.as<T>(), y.as<bool>(), n);
+    return launchStatus("comparison");
+  });
+}
+
+__global__ void notKernel(const bool *x, bool *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = !x[i];
+}
+
+Status NotKernel(const KernelContext &c) {
+  int64_t n = c.outputs[0].numElements();
+  if (n == 0) return Status::ok();
+  notKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[0].as<bool>(), c.outputs[0].as<bool>(), n);
+  return launchStatus("Not");
+}
+
 // Cast between the float storage types and i32/i64/bool, through double.
 template <typename T> __device__ inline double toDouble(T x) { return double(load(x)); }
 template <> __device__ inline double toDouble(int64_t x) { return double(x); }
@@ -255,6 +312,13 @@ void registerElementwiseKernels() {
   registerKernel("Pow", PowKernel, f);
   registerKernel("Max", MaxKernel, f);
   registerKernel("Min", MinKernel, f);
+  TypeSet comparable = floatStorage() | TypeSet{DType::I64, DType::I32};
+  registerKernel("Equal", compareOp<Compare::Equal>, comparable | TypeSet{DType::Bool});
+  registerKernel("Less", compareOp<Compare::Less>, comparable);
+  registerKernel("Greater", compareOp<Compare::Greater>, comparable);
+  registerKernel("LessOrEqual", compareOp<Compare::LessOrEqual>, comparable);
+  registerKernel("GreaterOrEqual", compareOp<Compare::GreaterOrEqual>, comparable);
+  registerKernel("Not", NotKernel, TypeSet{DType::Bool});
   registerKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
   registerKernel("Cast", CastKernel, floatStorage() | TypeSet{DType::I64, DType::I32, DType::Bool});
 }

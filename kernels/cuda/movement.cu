@@ -1,8 +1,10 @@
 // CUDA kernels that move bytes: Identity, Transpose, Concat and Split (as 2-D
-// copies), Expand, Gather (embedding lookup) and GatherGrad (its
+// copies), Expand, Slice, Pad, Gather (embedding lookup) and GatherGrad (its
 // deterministic scatter-add). Kernels that only move bytes run on every type
 // by element size.
 #include "cuda_util.cuh"
+#include "sd/ops/index_geometry.h"
+#include <memory>
 
 namespace sd::cuda {
 namespace {
@@ -27,12 +29,13 @@ Status IdentityKernel(const KernelContext &c) {
 // out[i] = in[sum idx_d * inStride_d], idx over the output's dims.
 struct Gather8 {
   int rank = 0;
+  int64_t base = 0;
   int64_t outDims[kMaxRank] = {}, inStrides[kMaxRank] = {};
 };
 
 template <typename U> __global__ void stridedCopyKernel(Gather8 g, const U *in, U *out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    int64_t rem = i, off = 0;
+    int64_t rem = i, off = g.base;
     for (int d = g.rank - 1; d >= 0; --d) {
       off += (rem % g.outDims[d]) * g.inStrides[d];
       rem /= g.outDims[d];
@@ -121,6 +124,130 @@ Status ConcatKernel(const KernelContext &c) {
 }
 Status SplitKernel(const KernelContext &c) {
   return copyAlongAxis(c.inputs[0], c.outputs, c.attrs.getInt("axis", 0), false, streamOf(c));
+}
+
+// Slice: the strided view computed from the constant starts/ends/axes/steps
+// when the session is created.
+struct SlicePrepared : PreparedError {
+  Gather8 view;
+};
+
+std::shared_ptr<const void> prepareSlice(const PrepareContext &p) {
+  auto s = std::make_shared<SlicePrepared>();
+  const KernelContext &c = p.kernel;
+  std::vector<int64_t> starts, ends, axes, steps;
+  if (!hostIntegers(p, 1, starts) || !hostIntegers(p, 2, ends) || !hostIntegers(p, 3, axes) ||
+      !hostIntegers(p, 4, steps)) {
+    s->error = "Slice on CUDA needs constant starts, ends, axes and steps";
+    return s;
+  }
+  SliceView v;
+  Status st = sliceView(c.inputs[0].dims, starts, ends, axes, steps, c.outputs[0].dims, v);
+  if (!st.isOk()) s->error = st.message();
+  else if (c.outputs[0].rank() > kMaxRank) s->error = "Slice on CUDA takes up to rank 8";
+  else {
+    s->view.rank = int(c.outputs[0].rank());
+    s->view.base = v.base;
+    for (int d = 0; d < s->view.rank; ++d) {
+      s->view.outDims[d] = c.outputs[0].dims[size_t(d)];
+      s->view.inStrides[d] = v.strides[size_t(d)];
+    }
+  }
+  return s;
+}
+
+Status SliceKernel(const KernelContext &c) {
+  auto *s = static_cast<const SlicePrepared *>(c.prepared);
+  if (!s) return sdError("Slice was not prepared");
+  if (!s->error.empty()) return sdError(s->error);
+  return stridedCopy(s->view, c.inputs[0], c.outputs[0], streamOf(c), "Slice");
+}
+
+// Pad: constant, edge, wrap and reflect modes, as the CPU kernel.
+enum class PadMode { Constant, Edge, Wrap, Reflect };
+
+struct PadGeometry {
+  int rank = 0;
+  PadMode mode = PadMode::Constant;
+  int64_t outDims[kMaxRank] = {}, inDims[kMaxRank] = {}, inStrides[kMaxRank] = {}, before[kMaxRank] = {};
+};
+
+struct PadPrepared : PreparedError {
+  PadGeometry g;
+};
+
+std::shared_ptr<const void> preparePad(const PrepareContext &p) {
+  auto s = std::make_shared<PadPrepared>();
+  const KernelContext &c = p.kernel;
+  std::vector<int64_t> pads, axes;
+  if (!hostIntegers(p, 1, pads) || !hostIntegers(p, 3, axes)) {
+    s->error = "Pad on CUDA needs constant pads and axes";
+    return s;
+  }
+  Dims before;
+  Status st = padBefore(c.inputs[0].dims, pads, axes, c.outputs[0].dims, before);
+  std::string mode = c.attrs.getString("mode", "constant");
+  if (!st.isOk()) s->error = st.message();
+  else if (c.outputs[0].rank() > kMaxRank) s->error = "Pad on CUDA takes up to rank 8";
+  else if (mode != "constant" && mode != "edge" && mode != "wrap" && mode != "reflect")
+    s->error = "Pad mode '" + mode + "' is unknown";
+  if (!s->error.empty()) return s;
+  PadGeometry &g = s->g;
+  g.mode = mode == "edge" ? PadMode::Edge : mode == "wrap" ? PadMode::Wrap : mode == "reflect" ? PadMode::Reflect
+                                                                                              : PadMode::Constant;
+  g.rank = int(c.inputs[0].rank());
+  int64_t stride = 1;
+  for (int d = g.rank - 1; d >= 0; --d) {
+    g.inDims[d] = c.inputs[0].dims[size_t(d)];
+    g.outDims[d] = c.outputs[0].dims[size_t(d)];
+    g.before[d] = before[size_t(d)];
+    g.inStrides[d] = stride;
+    stride *= g.inDims[d];
+    if (g.mode != PadMode::Constant && g.inDims[d] == 0 && g.outDims[d] != 0) s->error = "Pad " + mode + " of an empty axis";
+  }
+  return s;
+}
+
+template <typename U> __global__ void padKernel(PadGeometry g, const U *in, const U *fill, U *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rem = i, off = 0;
+    bool outside = false;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      int64_t j = rem % g.outDims[d] - g.before[d], dim = g.inDims[d];
+      rem /= g.outDims[d];
+      if (j < 0 || j >= dim) {
+        if (g.mode == PadMode::Constant) {
+          outside = true;
+          continue;
+        }
+        if (g.mode == PadMode::Edge) j = j < 0 ? 0 : dim - 1;
+        else if (g.mode == PadMode::Wrap) j = ((j % dim) + dim) % dim;
+        else if (dim == 1) j = 0;
+        else {
+          int64_t period = 2 * (dim - 1);
+          j = ((j % period) + period) % period;
+          if (j >= dim) j = period - j;
+        }
+      }
+      off += j * g.inStrides[d];
+    }
+    out[i] = outside ? (fill ? *fill : U(0)) : in[off];
+  }
+}
+
+Status PadKernel(const KernelContext &c) {
+  auto *s = static_cast<const PadPrepared *>(c.prepared);
+  if (!s) return sdError("Pad was not prepared");
+  if (!s->error.empty()) return sdError(s->error);
+  int64_t n = c.outputs[0].numElements();
+  if (n == 0) return Status::ok();
+  const void *fill = c.hasInput(2) && c.inputs[2].data && c.inputs[2].numElements() > 0 ? c.inputs[2].data : nullptr;
+  return dispatchBytes(c.inputs[0].dtype, [&](auto tag) {
+    using U = decltype(tag);
+    padKernel<U><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(s->g, c.inputs[0].as<U>(), static_cast<const U *>(fill),
+                                                            c.outputs[0].as<U>(), n);
+    return launchStatus("Pad");
+  });
 }
 
 template <typename I> __device__ inline int64_t wrapIndex(I v, int64_t dim) {
@@ -226,6 +353,8 @@ void registerMovementKernels() {
   registerKernel("Concat", ConcatKernel, TypeSet::all());
   registerKernel("Split", SplitKernel, TypeSet::all());
   registerKernel("Gather", GatherKernel, TypeSet::all());
+  registerKernel("Slice", SliceKernel, TypeSet::all(), prepareSlice);
+  registerKernel("Pad", PadKernel, TypeSet::all(), preparePad);
   registerKernel("GatherGrad", GatherGradKernel, floatStorage());
 }
 

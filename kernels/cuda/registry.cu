@@ -10,6 +10,9 @@ void registerOptimizerKernels();
 void registerLinalgKernels();
 void registerMovementKernels();
 void registerNormalizationKernels();
+void registerReduceKernels();
+void registerLossKernels();
+void registerAttentionKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -48,6 +51,16 @@ StatusOr<DeviceScalar> scalarOperand(const KernelContext &c, size_t i) {
   }
 }
 
+bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out) {
+  out.clear();
+  const KernelContext &c = p.kernel;
+  if (!c.hasInput(i) || !c.inputs[i].data) return true;
+  if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
+  TensorView host = c.inputs[i];
+  host.data = const_cast<void *>(p.hostInputs[i]);
+  return readIntegers(host, out);
+}
+
 } // namespace sd::cuda
 
 namespace sd {
@@ -61,6 +74,9 @@ const KernelRegistry &cudaKernels() {
     cuda::registerLinalgKernels();
     cuda::registerMovementKernels();
     cuda::registerNormalizationKernels();
+    cuda::registerReduceKernels();
+    cuda::registerLossKernels();
+    cuda::registerAttentionKernels();
   });
   return cuda::mutableKernels();
 }

@@ -50,6 +50,14 @@ StatusOr<std::shared_ptr<Device>> cudaDevice() {
 }
 #endif
 
+const KernelRegistry *kernelRegistry(std::string_view backend) {
+  if (backend == "cpu") return &cpuKernels();
+#ifdef SD_HAVE_CUDA
+  if (backend == "cuda") return &cudaKernels();
+#endif
+  return nullptr;
+}
+
 StatusOr<std::shared_ptr<Device>> openDevice(std::string_view name) {
   if (name == "cpu") return cpuDevice();
   if (name == "cuda") {

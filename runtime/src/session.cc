@@ -53,6 +53,18 @@ struct Session::Impl {
 
 Session::~Session() = default;
 
+StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels) {
+  const StepDesc &sd = e.steps[index];
+  std::vector<DType> ins, outs;
+  for (int32_t b : sd.inputs) ins.push_back(b >= 0 ? e.buffers[size_t(b)].dtype : DType::Undefined);
+  for (int32_t b : sd.outputs) outs.push_back(e.buffers[size_t(b)].dtype);
+  StatusOr<const KernelDef *> k = kernels.bind(sd.op, ins, outs);
+  if (!k.isOk())
+    return k.status().withContext("entry '" + e.name + "' step " + std::to_string(index) +
+                                  (sd.location.empty() ? "" : " at " + sd.location) + ": ");
+  return k;
+}
+
 static double mib(uint64_t bytes) { return double(bytes) / double(1 << 20); }
 
 // Refuses a plan whose arena, state and (on a device the host cannot address)
@@ -95,14 +107,8 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   for (const EntryDesc &e : plan->entries) {
     kernels.emplace_back();
     for (size_t i = 0; i < e.steps.size(); ++i) {
-      const StepDesc &sd = e.steps[i];
-      std::vector<DType> ins, outs;
-      for (int32_t b : sd.inputs) ins.push_back(b >= 0 ? e.buffers[size_t(b)].dtype : DType::Undefined);
-      for (int32_t b : sd.outputs) outs.push_back(e.buffers[size_t(b)].dtype);
-      StatusOr<const KernelDef *> k = dev.kernels().bind(sd.op, ins, outs);
-      if (!k.isOk())
-        return k.status().withContext("entry '" + e.name + "' step " + std::to_string(i) +
-                                      (sd.location.empty() ? "" : " at " + sd.location) + ": ");
+      StatusOr<const KernelDef *> k = bindStep(e, i, dev.kernels());
+      if (!k.isOk()) return k.status();
       kernels.back().push_back(*k);
     }
   }
@@ -162,11 +168,13 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
       if (kernel->prepare) {
-        PrepareContext pc{ps.ctx, {}, im.preparedShared};
+        PrepareContext pc{ps.ctx, {}, {}, im.preparedShared};
         for (int32_t i : sd.inputs) {
           const BufferDesc *b = i >= 0 ? &e.buffers[size_t(i)] : nullptr;
-          pc.constantInputs.push_back(b && b->kind == BufferKind::Global &&
-                                      !isMutableRole(plan->globals[size_t(b->offset)].role));
+          const GlobalDesc *g = b && b->kind == BufferKind::Global ? &plan->globals[size_t(b->offset)] : nullptr;
+          bool constant = g && !isMutableRole(g->role);
+          pc.constantInputs.push_back(constant);
+          pc.hostInputs.push_back(constant ? static_cast<const void *>(g->data) : nullptr);
         }
         if (std::shared_ptr<const void> prepared = kernel->prepare(pc)) {
           ps.ctx.prepared = prepared.get();

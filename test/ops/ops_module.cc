@@ -161,7 +161,8 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
   std::map<std::string, std::shared_ptr<const void>> shared;
   std::shared_ptr<const void> prepared;
   if ((*k)->prepare) {
-    PrepareContext pc{kc, std::vector<bool>(onDevice.size(), true), shared};
+    PrepareContext pc{kc, std::vector<bool>(onDevice.size(), true), {}, shared};
+    for (const TensorView &v : views) pc.hostInputs.push_back(v.data);
     prepared = (*k)->prepare(pc);
     kc.prepared = prepared.get();
   }

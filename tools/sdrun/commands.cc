@@ -1,4 +1,5 @@
 // sdrun infer / bench / inspect.
+#include "sd/ops/kernel.h"
 #include "commands.h"
 #include "flags.h"
 #include "sd/train/trainer.h"
@@ -49,8 +50,10 @@ const char *kBenchUsage =
     "bucket). --profile prints time per op before the summary.\n"
     "The last line is JSON with median_ms.\n";
 
-const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
+const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp [--kernels cpu|cuda]\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
                             "Shows entries, buckets, globals, arena size and weights.\n"
+                            "--kernels B lists the plan's ops and whether backend B has a kernel for each\n"
+                            "(no GPU needed); it exits 1 when some step has none.\n"
                             "--cpu shows the CPU's model and vector features and the GEMM kernels\n"
                             "chosen for it (SD_CPU_ISA=avx2|generic caps the f32 choice).\n";
 
@@ -271,6 +274,28 @@ int benchCommand(const std::vector<std::string> &args) {
   return 0;
 }
 
+// Each op of the plan with its step count and whether `kernels` runs it; 1
+// when some step has no kernel (the first such step is named).
+int printKernelCoverage(const sd::Plan &p, const sd::KernelRegistry &kernels) {
+  std::map<std::string, std::pair<size_t, std::string>> ops; // op -> steps, first refusal
+  size_t missing = 0;
+  for (const sd::EntryDesc &e : p.entries)
+    for (size_t i = 0; i < e.steps.size(); ++i) {
+      auto &[count, refusal] = ops[e.steps[i].op];
+      ++count;
+      sd::StatusOr<const sd::KernelDef *> k = sd::bindStep(e, i, kernels);
+      if (k.isOk()) continue;
+      ++missing;
+      if (refusal.empty()) refusal = k.status().message();
+    }
+  std::printf("kernels on '%s':\n", kernels.backend().c_str());
+  for (auto &[op, info] : ops)
+    std::printf("  %-28s %4zu steps  %s\n", op.c_str(), info.first, info.second.empty() ? "ok" : info.second.c_str());
+  if (missing) std::printf("%zu steps cannot run on '%s'\n", missing, kernels.backend().c_str());
+  else std::printf("every step runs on '%s'\n", kernels.backend().c_str());
+  return missing ? 1 : 0;
+}
+
 int inspectCommand(const std::vector<std::string> &all) {
   Flags f;
   std::string err;
@@ -278,10 +303,15 @@ int inspectCommand(const std::vector<std::string> &all) {
   bool cpu = false;
   for (auto &a : all) (a == "--cpu" ? cpu = true : (args.push_back(a), false));
   if (cpu && args.empty()) return printCpuReport(), 0;
-  if (!parseFlags(args, {}, f, err)) {
+  if (!parseFlags(args, {"--kernels"}, f, err)) {
     if (!f.help) return fail(err + " (see sdrun inspect --help)");
   }
   if (f.help) return std::fputs(kInspectUsage, stdout), 0;
+  std::string backend = flagValue(f, "--kernels");
+  const sd::KernelRegistry *registry = nullptr;
+  if (f.values.count("--kernels") && !(registry = sd::kernelRegistry(backend)))
+    return fail("--kernels: no backend '" + backend + "' in this build (backends: cpu" +
+                (sd::kernelRegistry("cuda") ? ", cuda)" : ")"));
   auto plan = loadPlan(f.plan);
   if (!plan.isOk()) return fail(plan.status().message());
   if (cpu) printCpuReport(); // only once the arguments are known good: no output before an error
@@ -335,7 +365,7 @@ int inspectCommand(const std::vector<std::string> &all) {
     std::printf("  %s: %s[%s] %s\n", g.name.c_str(), sd::dtypeName(g.dtype), sd::formatDims(g.dims).c_str(),
                 sd::globalRoleName(g.role));
   }
-  return 0;
+  return registry ? printKernelCoverage(p, *registry) : 0;
 }
 
 } // namespace sdrun

@@ -41,6 +41,11 @@ struct PrepareContext {
   // constantInputs[i]: operand i holds the same values for the session's
   // whole life (frozen weights and constants, not trainable state).
   std::vector<bool> constantInputs;
+  // hostInputs[i]: operand i's values where the host can read them (the
+  // plan's copy of a constant), else null. On a GPU the kernel's operands are
+  // device addresses, so shape-like operands (Slice starts, Pad pads, Reduce
+  // axes) are read here, once, instead of mid-step.
+  std::vector<const void *> hostInputs;
   // Prepared values shared across steps and entries, keyed by the op, so a
   // weight that several entries multiply by is packed once.
   std::map<std::string, std::shared_ptr<const void>> &shared;

@@ -48,6 +48,10 @@ std::shared_ptr<Device> cpuDevice();
 // is a usable one, else the CPU). Anything else is an error listing the names.
 StatusOr<std::shared_ptr<Device>> openDevice(std::string_view name);
 
+// A backend's kernel registry by name ("cpu", "cuda" in builds with CUDA),
+// without opening a device (no GPU needed); null for others.
+const KernelRegistry *kernelRegistry(std::string_view backend);
+
 // The CUDA device, or why there is none (no CUDA in this build, no driver, no GPU).
 StatusOr<std::shared_ptr<Device>> cudaDevice();
 

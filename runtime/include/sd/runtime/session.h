@@ -9,6 +9,13 @@
 
 namespace sd {
 
+struct KernelDef;
+
+// The kernel of `kernels` that runs step `index` of entry `e`, or an error
+// naming the entry, step, location, op and backend. Sessions bind every step
+// through it; `sdrun inspect --kernels` reports a plan's coverage with it.
+StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels);
+
 struct SessionOptions {
   int threads = 0;               // 0: all hardware threads
   std::shared_ptr<Device> device; // null: the CPU

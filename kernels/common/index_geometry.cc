@@ -1,0 +1,77 @@
+// Shape-operand geometry shared by the CPU and CUDA kernels (index_geometry.h).
+#include "sd/ops/index_geometry.h"
+#include <algorithm>
+
+namespace sd {
+
+static Dims rowMajorStrides(const Dims &d) {
+  Dims s(d.size(), 1);
+  for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
+  return s;
+}
+
+Status sliceView(const Dims &x, const std::vector<int64_t> &starts, const std::vector<int64_t> &ends,
+                 std::vector<int64_t> axes, std::vector<int64_t> steps, const Dims &out, SliceView &view) {
+  int64_t rank = int64_t(x.size());
+  if (axes.empty())
+    for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
+  if (steps.empty()) steps.assign(starts.size(), 1);
+  if (ends.size() != starts.size() || axes.size() != starts.size() || steps.size() != starts.size())
+    return sdError("Slice parameter lengths differ");
+  Dims xs = rowMajorStrides(x), expect = x;
+  view.base = 0;
+  view.strides = xs;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank || steps[i] == 0) return sdError("Slice axis or step invalid");
+    int64_t dim = x[size_t(a)], s = starts[i], e = ends[i], step = steps[i];
+    if (s < 0) s += dim;
+    if (e < 0) e += dim;
+    int64_t n;
+    if (step > 0) {
+      s = std::clamp<int64_t>(s, 0, dim);
+      e = std::clamp<int64_t>(e, 0, dim);
+      n = e > s ? (e - s + step - 1) / step : 0;
+    } else {
+      s = std::clamp<int64_t>(s, -1, dim - 1);
+      e = std::clamp<int64_t>(e, -1, dim - 1);
+      n = s > e ? (s - e - step - 1) / -step : 0;
+    }
+    expect[size_t(a)] = n;
+    if (n > 0) view.base += s * xs[size_t(a)];
+    view.strides[size_t(a)] = xs[size_t(a)] * step;
+  }
+  if (expect != out) return sdError("Slice result ", formatDims(expect), " differs from planned ", formatDims(out));
+  return Status::ok();
+}
+
+Status padBefore(const Dims &x, const std::vector<int64_t> &pads, std::vector<int64_t> axes, const Dims &out,
+                 Dims &before) {
+  int64_t rank = int64_t(x.size());
+  if (axes.empty())
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  if (pads.size() != 2 * axes.size()) return sdError("Pad pads length mismatch");
+  before.assign(x.size(), 0);
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i];
+    if (a < 0 || a >= rank) return sdError("Pad axis out of range");
+    before[size_t(a)] = pads[i];
+    if (out[size_t(a)] != x[size_t(a)] + pads[i] + pads[i + axes.size()]) return sdError("Pad output dims inconsistent");
+  }
+  return Status::ok();
+}
+
+std::vector<bool> reducedAxes(int64_t rank, const std::vector<int64_t> &axes, bool noopWithEmptyAxes) {
+  std::vector<bool> r(size_t(rank), false);
+  if (axes.empty()) {
+    if (!noopWithEmptyAxes) r.assign(size_t(rank), true);
+    return r;
+  }
+  for (int64_t a : axes) {
+    if (a < 0) a += rank;
+    if (a >= 0 && a < rank) r[size_t(a)] = true;
+  }
+  return r;
+}
+
+} // namespace sd

@@ -1,0 +1,273 @@
+// CUDA kernels of fused scaled-dot-product attention and its gradient, the
+// GEMM + fused-masked-softmax path (f32): per (batch, head) item,
+//   P = softmax(scale q kt, mask_value where mask, -inf before the packed
+//       sequence's first key), y = P v;
+// the gradient recomputes P, then dv = P^T dy, dP = dy v^T,
+// dS = P (dP - rowsum(dP P)) (0 where masked), dq = scale dS kt^T,
+// dkt = scale q^T dS. Every product is one strided-batched cuBLASLt GEMM
+// planned when the session is created, with the [items, T, S] scratch for P
+// (and dS) allocated then too. The semantics are the CPU kernel's
+// (kernels/cpu/attention.cc); cuDNN's fused SDPA comes later for bf16/fp16.
+#include "block_reduce.cuh"
+#include "gemm_lt.h"
+#include <cmath>
+#include <memory>
+#include <vector>
+
+namespace sd::cuda {
+namespace {
+
+struct AttnGeometry {
+  int64_t items = 0, T = 0, S = 0, d = 0, dv = 0;
+  int64_t strideQ = 0, strideKt = 0, strideV = 0; // elements between items' matrices (0: shared)
+  float scale = 1, maskValue = -INFINITY;
+  const int64_t *maskOffsets = nullptr; // device, per item; null without a mask
+  int64_t maskRowStride = 0, maskColStride = 0;
+  int64_t itemsPerRow = 1; // items per positions row (batch row b = item / itemsPerRow)
+};
+
+struct AttnPrepared : PreparedError {
+  AttnGeometry g;
+  float *p = nullptr, *ds = nullptr; // [items, T, S] scratch
+  int64_t *maskOffsets = nullptr;
+  std::shared_ptr<LtGemm> scores, output, gradV, gradP, gradQ, gradKt;
+  ~AttnPrepared() {
+    cudaFree(p);
+    cudaFree(ds);
+    cudaFree(maskOffsets);
+  }
+};
+
+// Offsets of each item's matrix in an operand whose leading dims broadcast to `batch`.
+std::vector<int64_t> itemOffsets(const Dims &operand, const Dims &batch, int64_t matrix) {
+  size_t lead = operand.size() - 2;
+  Dims strides(batch.size(), 0);
+  int64_t acc = 1;
+  for (size_t i = lead; i-- > 0;) {
+    size_t o = batch.size() - lead + i;
+    strides[o] = operand[i] == 1 ? 0 : acc;
+    acc *= operand[i];
+  }
+  int64_t items = 1;
+  for (int64_t b : batch) items *= b;
+  std::vector<int64_t> offsets(static_cast<size_t>(items));
+  for (int64_t item = 0; item < items; ++item) {
+    int64_t rem = item, off = 0;
+    for (size_t d = batch.size(); d-- > 0;) {
+      off += (rem % batch[d]) * strides[d];
+      rem /= batch[d];
+    }
+    offsets[size_t(item)] = off * matrix;
+  }
+  return offsets;
+}
+
+// The one stride between consecutive items' offsets, or -1 when there is none.
+int64_t uniformStride(const std::vector<int64_t> &offsets) {
+  if (offsets.size() < 2) return 0;
+  int64_t s = offsets[1] - offsets[0];
+  for (size_t i = 0; i < offsets.size(); ++i)
+    if (offsets[i] != int64_t(i) * s) return -1;
+  return s;
+}
+
+GemmShape batched(const AttnGeometry &g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                  int64_t ldc, int64_t sa, int64_t sb, int64_t sc) {
+  GemmShape s;
+  s.transA = ta;
+  s.transB = tb;
+  s.m = m;
+  s.n = n;
+  s.k = k;
+  s.lda = lda;
+  s.ldb = ldb;
+  s.ldc = ldc;
+  s.batch = g.items;
+  s.strideA = sa;
+  s.strideB = sb;
+  s.strideC = sc;
+  return s;
+}
+
+// first: 0 for Attention (q, kt, v, mask, positions), 1 for AttentionGrad (dy first).
+std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t first) {
+  auto a = std::make_shared<AttnPrepared>();
+  const KernelContext &c = p.kernel;
+  const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
+  AttnGeometry &g = a->g;
+  size_t r = q.dims.size();
+  if (r < 2 || kt.dims.size() < 2 || v.dims.size() < 2) {
+    a->error = "Attention operands need rank >= 2";
+    return a;
+  }
+  g.T = q.dims[r - 2];
+  g.d = q.dims[r - 1];
+  g.S = kt.dims.back();
+  g.dv = v.dims.back();
+  Dims batch = first == 0 ? Dims(c.outputs[0].dims.begin(), c.outputs[0].dims.end() - 2)
+                          : Dims(q.dims.begin(), q.dims.end() - 2);
+  std::vector<int64_t> oq = itemOffsets(q.dims, batch, g.T * g.d), okt = itemOffsets(kt.dims, batch, g.d * g.S),
+                       ov = itemOffsets(v.dims, batch, g.S * g.dv);
+  g.items = int64_t(oq.size());
+  g.strideQ = uniformStride(oq);
+  g.strideKt = uniformStride(okt);
+  g.strideV = uniformStride(ov);
+  if (g.strideQ < 0 || g.strideKt < 0 || g.strideV < 0 ||
+      (first == 1 && ((g.items > 1 && (g.strideQ == 0 || g.strideKt == 0 || g.strideV == 0))))) {
+    a->error = "Attention on CUDA needs q, kt and v with one matrix per (batch, head) item";
+    return a;
+  }
+  g.scale = float(c.attrs.getFloat("scale", 1.0));
+  g.maskValue = float(c.attrs.getFloat("mask_value", -INFINITY));
+  if (c.hasInput(first + 3) && c.inputs[first + 3].data) {
+    const TensorView &m = c.inputs[first + 3];
+    int64_t mr = m.dims[m.dims.size() - 2], mc = m.dims.back();
+    g.maskColStride = mc == 1 ? 0 : 1;
+    g.maskRowStride = mr == 1 ? 0 : mc;
+    std::vector<int64_t> om = itemOffsets(m.dims, batch, mr * mc);
+    if (cudaMalloc(&a->maskOffsets, om.size() * sizeof(int64_t)) != cudaSuccess ||
+        cudaMemcpy(a->maskOffsets, om.data(), om.size() * sizeof(int64_t), cudaMemcpyHostToDevice) != cudaSuccess) {
+      cudaGetLastError();
+      a->error = "cannot allocate Attention's mask offsets";
+      return a;
+    }
+    g.maskOffsets = a->maskOffsets;
+  }
+  if (c.hasInput(first + 4) && c.inputs[first + 4].data) g.itemsPerRow = batch.empty() || !batch[0] ? 1 : g.items / batch[0];
+  size_t scratch = size_t(std::max<int64_t>(1, g.items * g.T * g.S)) * sizeof(float);
+  if (cudaMalloc(&a->p, scratch) != cudaSuccess || (first == 1 && cudaMalloc(&a->ds, scratch) != cudaSuccess)) {
+    cudaGetLastError();
+    a->error = "cannot allocate Attention's " + std::to_string(scratch >> 20) + " MiB score scratch";
+    return a;
+  }
+  int64_t ts = g.T * g.S;
+  // scores[T, S] = q[T, d] kt[d, S] (scale applied as alpha).
+  a->scores = planGemm(p, batched(g, false, false, g.T, g.S, g.d, g.d, g.S, g.S, g.strideQ, g.strideKt, ts));
+  if (first == 0) {
+    // y[T, dv] = P[T, S] v[S, dv].
+    a->output = planGemm(p, batched(g, false, false, g.T, g.dv, g.S, g.S, g.dv, g.dv, ts, g.strideV, g.T * g.dv));
+  } else {
+    // dv[S, dv] = P^T dy[T, dv]; dP[T, S] = dy v^T; dq[T, d] = dS kt^T; dkt[d, S] = q^T dS.
+    a->gradV = planGemm(p, batched(g, true, false, g.S, g.dv, g.T, g.S, g.dv, g.dv, ts, g.T * g.dv, g.strideV));
+    a->gradP = planGemm(p, batched(g, false, true, g.T, g.S, g.dv, g.dv, g.dv, g.S, g.T * g.dv, g.strideV, ts));
+    a->gradQ = planGemm(p, batched(g, false, true, g.T, g.d, g.S, g.S, g.S, g.d, ts, g.strideKt, g.strideQ));
+    a->gradKt = planGemm(p, batched(g, true, false, g.d, g.S, g.T, g.d, g.S, g.S, g.strideQ, ts, g.strideKt));
+  }
+  return a;
+}
+
+std::shared_ptr<const void> prepareForward(const PrepareContext &p) { return prepareAttention(p, 0); }
+std::shared_ptr<const void> prepareGrad(const PrepareContext &p) { return prepareAttention(p, 1); }
+
+constexpr int kRowThreads = 256;
+
+__device__ inline bool maskedAt(const AttnGeometry &g, const bool *mask, int64_t item, int64_t i, int64_t j) {
+  return mask && mask[g.maskOffsets[item] + i * g.maskRowStride + j * g.maskColStride];
+}
+
+// First key query i of `item` may see: the start of its packed sequence.
+__device__ inline int64_t keyStart(const AttnGeometry &g, const int64_t *positions, int64_t item, int64_t i) {
+  if (!positions) return 0;
+  int64_t pos = positions[(item / g.itemsPerRow) * g.T + i];
+  return i - (pos < 0 ? 0 : pos > i ? i : pos);
+}
+
+// Rows of P in place: mask, then softmax (sum in f64).
+__global__ void maskedSoftmax(AttnGeometry g, const bool *mask, const int64_t *positions, float *p) {
+  for (int64_t row = blockIdx.x; row < g.items * g.T; row += gridDim.x) {
+    int64_t item = row / g.T, i = row % g.T, start = keyStart(g, positions, item, i);
+    float *pr = p + row * g.S;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) {
+      float s = j < start ? -INFINITY : maskedAt(g, mask, item, i, j) ? g.maskValue : pr[j];
+      pr[j] = s;
+      mx = MaxOp()(mx, s);
+    }
+    mx = blockReduce(mx, MaxOp(), -INFINITY);
+    if (!(mx > -INFINITY && mx < INFINITY) && mx == mx) mx = 0;
+    double sum = 0;
+    for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) sum += double(std::exp(pr[j] - mx));
+    sum = blockReduce(sum, SumOp(), 0.0);
+    float inv = float(1.0 / sum);
+    for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) pr[j] = std::exp(pr[j] - mx) * inv;
+  }
+}
+
+// dS = P (dP - rowsum(dP P)) in place of dP, 0 where masked.
+__global__ void softmaxBackward(AttnGeometry g, const bool *mask, const float *p, float *ds) {
+  for (int64_t row = blockIdx.x; row < g.items * g.T; row += gridDim.x) {
+    int64_t item = row / g.T, i = row % g.T;
+    const float *pr = p + row * g.S;
+    float *dr = ds + row * g.S;
+    double dot = 0;
+    for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) dot += double(dr[j]) * double(pr[j]);
+    dot = blockReduce(dot, SumOp(), 0.0);
+    for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x)
+      dr[j] = maskedAt(g, mask, item, i, j) ? 0.0f : pr[j] * (dr[j] - float(dot));
+  }
+}
+
+unsigned rowBlocks(const AttnGeometry &g) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(g.items * g.T, 1 << 20))); }
+
+const AttnPrepared *preparedOf(const KernelContext &c, Status &st) {
+  auto *a = static_cast<const AttnPrepared *>(c.prepared);
+  if (!a) st = sdError("Attention was not prepared");
+  else if (!a->error.empty()) st = sdError(a->error);
+  return st.isOk() ? a : nullptr;
+}
+
+const bool *maskOf(const KernelContext &c, size_t i) {
+  return c.hasInput(i) && c.inputs[i].data ? c.inputs[i].as<bool>() : nullptr;
+}
+const int64_t *positionsOf(const KernelContext &c, size_t i) {
+  return c.hasInput(i) && c.inputs[i].data ? c.inputs[i].as<int64_t>() : nullptr;
+}
+
+// P for every item, in the prepared scratch.
+Status probabilities(const AttnPrepared &a, const KernelContext &c, size_t first) {
+  const AttnGeometry &g = a.g;
+  SD_RETURN_IF_ERROR(a.scores->run(c.inputs[first].data, c.inputs[first + 1].data, a.p, g.scale, 0.0, streamOf(c)));
+  maskedSoftmax<<<rowBlocks(g), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, first + 3), positionsOf(c, first + 4), a.p);
+  return launchStatus("Attention");
+}
+
+Status AttentionKernel(const KernelContext &c) {
+  Status st = Status::ok();
+  const AttnPrepared *a = preparedOf(c, st);
+  if (!a) return st;
+  if (a->g.items * a->g.T * a->g.dv == 0) return Status::ok();
+  if (a->g.S == 0 || a->g.d == 0) return sdError("Attention on CUDA needs keys and a head dimension");
+  SD_RETURN_IF_ERROR(probabilities(*a, c, 0));
+  return a->output->run(a->p, c.inputs[2].data, c.outputs[0].data, 1.0, 0.0, streamOf(c));
+}
+
+// dy, q, kt, v, mask?, positions? -> dq, dkt, dv.
+Status AttentionGradKernel(const KernelContext &c) {
+  Status st = Status::ok();
+  const AttnPrepared *a = preparedOf(c, st);
+  if (!a) return st;
+  const AttnGeometry &g = a->g;
+  if (g.items * g.T * g.S == 0 || g.d == 0 || g.dv == 0) {
+    for (const TensorView &o : c.outputs)
+      if (o.data) SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(o.data, 0, o.byteSize(), streamOf(c)), "AttentionGrad"));
+    return Status::ok();
+  }
+  cudaStream_t s = streamOf(c);
+  const void *dy = c.inputs[0].data, *q = c.inputs[1].data, *kt = c.inputs[2].data, *v = c.inputs[3].data;
+  SD_RETURN_IF_ERROR(probabilities(*a, c, 1));
+  SD_RETURN_IF_ERROR(a->gradV->run(a->p, dy, c.outputs[2].data, 1.0, 0.0, s));
+  SD_RETURN_IF_ERROR(a->gradP->run(dy, v, a->ds, 1.0, 0.0, s));
+  softmaxBackward<<<rowBlocks(g), kRowThreads, 0, s>>>(g, maskOf(c, 4), a->p, a->ds);
+  SD_RETURN_IF_ERROR(launchStatus("AttentionGrad"));
+  SD_RETURN_IF_ERROR(a->gradQ->run(a->ds, kt, c.outputs[0].data, g.scale, 0.0, s));
+  return a->gradKt->run(q, a->ds, c.outputs[1].data, g.scale, 0.0, s);
+}
+
+} // namespace
+
+void registerAttentionKernels() {
+  registerKernel("Attention", AttentionKernel, TypeSet{DType::F32}, prepareForward);
+  registerKernel("AttentionGrad", AttentionGradKernel, TypeSet{DType::F32}, prepareGrad);
+}
+
+} // namespace sd::cuda

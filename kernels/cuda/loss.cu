@@ -1,0 +1,205 @@
+// CUDA kernels for SoftmaxCrossEntropyLoss (log-softmax over axis 1, then
+// NLL with class weights, ignore_index and mean/sum/none) and its backward
+// for the scalar reductions. One block per (sample, position) row; the
+// scalar reductions sum per-row partials in row order (no atomics).
+// A target outside [0, classes) makes the loss NaN (the CPU kernel refuses it
+// with an error; a GPU cannot stop mid-step to say so).
+#include "block_reduce.cuh"
+#include "cuda_util.cuh"
+#include <cmath>
+#include <memory>
+
+namespace sd::cuda {
+namespace {
+
+struct LossRows {
+  int64_t n = 0, cls = 0, inner = 1;
+  __device__ int64_t rows() const { return n * inner; }
+  __device__ int64_t at(int64_t r, int64_t k) const { return ((r / inner) * cls + k) * inner + r % inner; }
+};
+
+LossRows rowsOf(const TensorView &x) {
+  LossRows r;
+  r.n = x.dims[0];
+  r.cls = x.dims[1];
+  r.inner = x.numElements() / std::max<int64_t>(r.n * r.cls, 1);
+  return r;
+}
+
+struct LossAttrs {
+  bool hasIgnore = false;
+  int64_t ignore = 0;
+};
+
+LossAttrs lossAttrs(const KernelContext &c) { return {c.attrs.has("ignore_index"), c.attrs.getInt("ignore_index", 0)}; }
+
+// Per-row loss and weight, summed in row order by the finishing kernel
+// (forward); the number of counted targets (backward).
+struct LossScratch {
+  double *values = nullptr;
+  ~LossScratch() { cudaFree(values); }
+};
+
+std::shared_ptr<const void> lossScratch(const TensorView &x) {
+  LossRows r = rowsOf(x);
+  auto s = std::make_shared<LossScratch>();
+  if (cudaMalloc(&s->values, size_t(std::max<int64_t>(1, 2 * r.n * r.inner)) * sizeof(double)) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return s;
+}
+
+std::shared_ptr<const void> prepareLoss(const PrepareContext &p) { return lossScratch(p.kernel.inputs[0]); }
+std::shared_ptr<const void> prepareLossGrad(const PrepareContext &p) { return lossScratch(p.kernel.inputs[1]); }
+
+constexpr int kRowThreads = 256;
+
+template <typename I> __device__ inline int64_t targetAt(const I *t, int64_t r) { return int64_t(t[r]); }
+
+// Row r's log-softmax shift (max + log sum exp), in every thread of the block.
+template <typename T> __device__ double rowShift(const T *x, const LossRows &rs, int64_t r) {
+  using C = Compute<T>;
+  C mx = -INFINITY;
+  for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x) mx = MaxOp()(mx, load(x[rs.at(r, k)]));
+  mx = blockReduce(mx, MaxOp(), C(-INFINITY));
+  double sum = 0;
+  for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x) sum += double(std::exp(load(x[rs.at(r, k)]) - mx));
+  sum = blockReduce(sum, SumOp(), 0.0);
+  return double(mx) + std::log(sum);
+}
+
+template <typename T, typename I>
+__global__ void sceRows(LossRows rs, LossAttrs la, const T *x, const I *target, const T *weights, T *logp,
+                        T *lossNone, double *rowValues) {
+  for (int64_t r = blockIdx.x; r < rs.rows(); r += gridDim.x) {
+    double shift = rowShift(x, rs, r);
+    if (logp)
+      for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x)
+        logp[rs.at(r, k)] = store<T>(Compute<T>(double(load(x[rs.at(r, k)])) - shift));
+    if (threadIdx.x != 0) continue;
+    int64_t k = targetAt(target, r);
+    double l = 0, w = 0;
+    if (!(la.hasIgnore && k == la.ignore)) {
+      if (k < 0 || k >= rs.cls) l = NAN;
+      else {
+        w = weights ? double(load(weights[k])) : 1.0;
+        l = -w * (double(load(x[rs.at(r, k)])) - shift);
+      }
+    }
+    if (lossNone) lossNone[r] = store<T>(Compute<T>(l));
+    else {
+      rowValues[r] = l;
+      rowValues[rs.rows() + r] = w;
+    }
+  }
+}
+
+template <typename T>
+__global__ void sceFinish(LossRows rs, bool mean, bool divideByWeights, const double *rowValues, T *loss) {
+  double l = 0, w = 0;
+  for (int64_t r = threadIdx.x; r < rs.rows(); r += blockDim.x) {
+    l += rowValues[r];
+    w += rowValues[rs.rows() + r];
+  }
+  l = blockReduce(l, SumOp(), 0.0);
+  w = blockReduce(w, SumOp(), 0.0);
+  if (threadIdx.x == 0)
+    loss[0] = store<T>(Compute<T>(!mean ? l : divideByWeights ? l / w : l / double(rs.rows())));
+}
+
+template <typename F> Status dispatchTarget(DType t, F &&f) {
+  if (t == DType::I64) return f(int64_t{});
+  if (t == DType::I32) return f(int32_t{});
+  return sdError("loss targets must be i32 or i64 on CUDA, got ", dtypeName(t));
+}
+
+// logits [n, classes, ...], target, weights? -> loss, log_prob?
+Status SceKernel(const KernelContext &c) {
+  auto *scratch = static_cast<const LossScratch *>(c.prepared);
+  if (!scratch) return sdError("SoftmaxCrossEntropyLoss: its device scratch could not be allocated");
+  const TensorView &x = c.inputs[0];
+  LossRows rs = rowsOf(x);
+  std::string red = c.attrs.getString("reduction", "mean");
+  bool none = red == "none";
+  if (!none && red != "sum" && red != "mean") return sdError("unknown reduction '", red, "'");
+  LossAttrs la = lossAttrs(c);
+  bool hasWeights = c.hasInput(2) && c.inputs[2].data;
+  int64_t rows = rs.n * rs.inner;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatchTarget(c.inputs[1].dtype, [&](auto itag) {
+      using I = decltype(itag);
+      T *logp = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+      if (rows > 0)
+        sceRows<T, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
+            rs, la, x.as<T>(), c.inputs[1].as<I>(), hasWeights ? c.inputs[2].as<T>() : nullptr, logp,
+            none ? c.outputs[0].as<T>() : nullptr, scratch->values);
+      if (!none)
+        sceFinish<T><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->values,
+                                                   c.outputs[0].as<T>());
+      return launchStatus("SoftmaxCrossEntropyLoss");
+    });
+  });
+}
+
+template <typename I> __global__ void countTargets(LossRows rs, LossAttrs la, const I *target, double *counted) {
+  double n = 0;
+  for (int64_t r = threadIdx.x; r < rs.rows(); r += blockDim.x)
+    n += la.hasIgnore && targetAt(target, r) == la.ignore ? 0.0 : 1.0;
+  n = blockReduce(n, SumOp(), 0.0);
+  if (threadIdx.x == 0) counted[0] = n;
+}
+
+// dlogits = (softmax(logits) - onehot(target)) * dloss (/ counted for mean); ignored rows 0.
+template <typename T, typename I>
+__global__ void sceGradRows(LossRows rs, LossAttrs la, bool mean, const T *dloss, const T *x, const I *target,
+                            const double *counted, T *dx) {
+  using C = Compute<T>;
+  C dl = load(dloss[0]);
+  if (mean) dl = counted[0] > 0 ? C(dl / C(counted[0])) : C(0);
+  for (int64_t r = blockIdx.x; r < rs.rows(); r += gridDim.x) {
+    int64_t k = targetAt(target, r);
+    if (la.hasIgnore && k == la.ignore) {
+      for (int64_t q = threadIdx.x; q < rs.cls; q += blockDim.x) dx[rs.at(r, q)] = store<T>(C(0));
+      continue;
+    }
+    double shift = rowShift(x, rs, r);
+    bool bad = k < 0 || k >= rs.cls;
+    for (int64_t q = threadIdx.x; q < rs.cls; q += blockDim.x) {
+      C p = C(std::exp(double(load(x[rs.at(r, q)])) - shift));
+      dx[rs.at(r, q)] = store<T>(bad ? C(NAN) : p * dl - (q == k ? dl : C(0)));
+    }
+  }
+}
+
+// dloss, logits, target -> dlogits (no class weights, as on the CPU).
+Status SceGradKernel(const KernelContext &c) {
+  auto *scratch = static_cast<const LossScratch *>(c.prepared);
+  if (!scratch) return sdError("SoftmaxCrossEntropyLossGrad: its device scratch could not be allocated");
+  const TensorView &x = c.inputs[1];
+  LossRows rs = rowsOf(x);
+  LossAttrs la = lossAttrs(c);
+  bool mean = c.attrs.getString("reduction", "mean") == "mean";
+  int64_t rows = rs.n * rs.inner;
+  if (rows == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatchTarget(c.inputs[2].dtype, [&](auto itag) {
+      using I = decltype(itag);
+      countTargets<I><<<1, 1024, 0, streamOf(c)>>>(rs, la, c.inputs[2].as<I>(), scratch->values);
+      sceGradRows<T, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
+          rs, la, mean, c.inputs[0].as<T>(), x.as<T>(), c.inputs[2].as<I>(), scratch->values, c.outputs[0].as<T>());
+      return launchStatus("SoftmaxCrossEntropyLossGrad");
+    });
+  });
+}
+
+} // namespace
+
+void registerLossKernels() {
+  registerKernel("SoftmaxCrossEntropyLoss", SceKernel, floatStorage(), prepareLoss);
+  registerKernel("SoftmaxCrossEntropyLossGrad", SceGradKernel, floatStorage(), prepareLossGrad, 1);
+}
+
+} // namespace sd::cuda

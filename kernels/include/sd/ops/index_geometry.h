@@ -1,0 +1,29 @@
+// Index geometry of the ops whose shape operands (Slice's starts, Pad's pads,
+// a Reduce's axes) decide which elements move, computed once on the host and
+// shared by the CPU and CUDA kernels.
+#pragma once
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
+#include <vector>
+
+namespace sd {
+
+// Slice as a strided view of x: output element idx reads
+// x[base + sum(idx[d] * strides[d])]. Checks the result against `out`.
+struct SliceView {
+  int64_t base = 0;
+  Dims strides;
+};
+Status sliceView(const Dims &x, const std::vector<int64_t> &starts, const std::vector<int64_t> &ends,
+                 std::vector<int64_t> axes, std::vector<int64_t> steps, const Dims &out, SliceView &view);
+
+// Pad: the padding before each dim of x (pads as ONNX lists them, over
+// `axes`, or every dim when axes is empty). Checks the result against `out`.
+Status padBefore(const Dims &x, const std::vector<int64_t> &pads, std::vector<int64_t> axes, const Dims &out,
+                 Dims &before);
+
+// Which of `rank` dims a Reduce op reduces: `axes` (negative counts from the
+// end), or all of them when axes is empty, unless noop_with_empty_axes.
+std::vector<bool> reducedAxes(int64_t rank, const std::vector<int64_t> &axes, bool noopWithEmptyAxes);
+
+} // namespace sd
