@@ -1,6 +1,7 @@
 // cuBLASLt plans (see gemm_lt.h). Row-major products run as the
 // column-major product of the transposes: out^T = op(B)^T * op(A)^T.
 #include "gemm_lt.h"
+#include <cstdio>
 
 namespace sd::cuda {
 
@@ -66,7 +67,17 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &s) {
   auto g = std::make_shared<LtGemm>();
   g->shape = s;
   g->res = resources(p, g->error);
-  if (!g->res) return g;
+  if (!g->res) {
+    std::string why;
+    if (!cublasLt(why)) { // no library at all: the built-in kernel, said once per process
+      static bool said = false;
+      if (!said) std::fprintf(stderr, "sdrun: %s; using the built-in GEMM (slower)\n", why.c_str());
+      said = true;
+      g->builtin = true;
+      g->error.clear();
+    }
+    return g;
+  }
   const LtApi &lt = *g->res->api;
   cudaDataType_t data, scale;
   cublasComputeType_t compute;
@@ -125,6 +136,7 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &s) {
 
 Status LtGemm::run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const {
   if (!error.empty()) return sdError(error);
+  if (builtin) return builtinGemm(shape, a, b, c, alpha, beta, stream);
   float af = float(alpha), bf = float(beta);
   const void *pa = shape.dtype == DType::F64 ? static_cast<const void *>(&alpha) : &af;
   const void *pb = shape.dtype == DType::F64 ? static_cast<const void *>(&beta) : &bf;

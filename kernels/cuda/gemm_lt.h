@@ -36,10 +36,17 @@ struct LtGemm {
   cublasLtMatmulDesc_t op = nullptr;
   cublasLtMatrixLayout_t layoutA = nullptr, layoutB = nullptr, layoutC = nullptr;
   cublasLtMatmulAlgo_t algo{};
+  // cuBLASLt could not be loaded: the built-in tiled GEMM runs instead (slower,
+  // same semantics), so a machine with only the NVIDIA driver still runs plans.
+  bool builtin = false;
   std::string error; // why no plan could be built; the step reports it
   ~LtGemm();
   Status run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const;
 };
+
+// The built-in GEMM (gemm_builtin.cu): the fallback when cuBLASLt is missing.
+Status builtinGemm(const GemmShape &s, const void *a, const void *b, void *c, double alpha, double beta,
+                   cudaStream_t stream);
 
 // The plan for `shape`, or one carrying the reason there is none.
 std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape);

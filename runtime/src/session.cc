@@ -209,6 +209,8 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
   for (auto &ps : pe.steps) {
     auto t0 = impl_->profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = runKernel(*ps.kernel, ps.ctx);
+    // A GPU kernel only starts when launched: wait for it, so the time is the op's.
+    if (impl_->profiling && st.isOk() && !impl_->device->hostAddressable()) st = impl_->device->synchronize();
     if (impl_->profiling) {
       OpProfile &p = impl_->profile[ps.desc->op];
       p.op = ps.desc->op;

@@ -1,0 +1,113 @@
+#!/usr/bin/env bash
+# Every GPU check and benchmark in one command, results in one folder.
+#
+#   scripts/gpu-check.sh [OUT]           on a GPU machine with this project's
+#                                        dependencies: build, run the GPU tests
+#                                        (ops_cuda, cuda_plans), then the bundle
+#                                        checks and benchmarks below
+#   scripts/gpu-check.sh --bundle DIR    on any build machine (no GPU needed):
+#                                        sdrun with its libraries, the test plans,
+#                                        data and CPU reference results, in DIR
+#   scripts/gpu-check.sh --run DIR [OUT] on a bare GPU machine (only the NVIDIA
+#                                        driver, bash and python3): run the
+#                                        bundle on the GPU against the references
+#
+# OUT (default gpu-results/) receives summary.txt (one PASS/FAIL line per
+# check), bench.txt (sdrun bench per plan and entry on the GPU), nvidia-smi.txt
+# and the logs. The exit status is 0 only when every check passed.
+set -uo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# Tolerances of the GPU runs against the CPU (f32 throughout, no TF32).
+LOGITS_RTOL=1e-4 LOGITS_ATOL=1e-5 LOSS_RTOL=1e-3 WEIGHTS_ATOL=1e-3
+
+die() { echo "gpu-check: $*" >&2; exit 2; }
+
+bundle() {
+  local dir=$1 build=${BUILD_DIR:-$ROOT/build}
+  [ -x "$build/tools/sdrun" ] && [ -x "$build/tools/sdc" ] || die "no build in $build: run scripts/build.sh first"
+  "$build/tools/sdrun" inspect --help >/dev/null || die "$build/tools/sdrun does not run"
+  rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" || die "cannot create $dir"
+  cp "$build/tools/sdrun" "$dir/bin/" && cp "$ROOT/scripts/gpu-check.sh" "$ROOT/scripts/gpu_compare.py" "$dir/" ||
+    die "cannot copy sdrun into $dir"
+  # Every shared library sdrun needs except glibc's own (the GPU machine has
+  # those); the CUDA runtime is linked in statically and cuBLASLt is optional.
+  ldd "$build/tools/sdrun" | awk '/=> \// {print $3}' | while read -r lib; do
+    case $(basename "$lib") in libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*) ;;
+      *) cp -L "$lib" "$dir/lib/" ;; esac
+  done
+  "$ROOT/.venv/bin/python" "$ROOT/scripts/gpu_bundle.py" --build "$build" --out "$dir" || die "bundle references failed"
+  echo "gpu-check: bundle in $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/gpu-check.sh --run $dir OUT"
+}
+
+run_bundle() {
+  local dir out=$2 fails=0
+  dir=$(cd "$1" && pwd) || die "no bundle at $1"
+  mkdir -p "$out" || die "cannot create $out"
+  out=$(cd "$out" && pwd)
+  export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local sdrun="$dir/bin/sdrun" cmp="python3 $dir/gpu_compare.py" summary="$out/summary.txt"
+  command -v python3 >/dev/null || die "python3 is needed for the comparisons"
+  (nvidia-smi || echo "nvidia-smi not found") > "$out/nvidia-smi.txt" 2>&1
+  check() { # name, command...
+    local name=$1; shift
+    local detail
+    if detail=$("$@" 2>&1); then echo "PASS  $name: ${detail##*$'\n'}" >> "$summary"
+    else echo "FAIL  $name: ${detail##*$'\n'}" >> "$summary"; fails=$((fails + 1)); fi
+  }
+  : > "$summary"
+  : > "$out/bench.txt"
+  local first why
+  first=$(ls "$dir"/plans/*.sdp | head -1)
+  if ! why=$("$sdrun" bench "$first" --device cuda --iterations 1 --warmup 0 2>&1); then
+    echo "FAIL  a usable GPU: ${why##*$'\n'}" | tee "$summary"
+    return 1
+  fi
+  for plan in "$dir"/plans/*.sdp; do
+    local kind ref w
+    kind=$(basename "$plan" .sdp) ref="$dir/ref/$kind" w="$out/$kind"
+    mkdir -p "$w"
+    check "$kind: kernel coverage" "$sdrun" inspect "$plan" --kernels cuda
+    check "$kind: infer on cuda" "$sdrun" infer "$plan" --device cuda --input "input_ids=$dir/tokens.npy" \
+      --output-dir "$w/infer" --output-format npy
+    check "$kind: logits match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" $LOGITS_RTOL $LOGITS_ATOL
+    for run in 1 2; do
+      check "$kind: train on cuda (run $run)" "$sdrun" train "$plan" --device cuda --data "$dir/train.jsonl" \
+        --steps 20 --lr 1e-3 --weight-decay 0.01 --clip-norm 1.0 --no-shuffle --truncate \
+        --metrics "$w/metrics$run.jsonl" --save-weights "$w/weights$run.safetensors"
+    done
+    check "$kind: losses match the CPU" $cmp losses "$w/metrics1.jsonl" "$ref/metrics.jsonl" $LOSS_RTOL
+    check "$kind: weights match the CPU" $cmp weights "$w/weights1.safetensors" "$ref/weights.safetensors" $WEIGHTS_ATOL
+    check "$kind: two GPU trainings, same losses" $cmp losses "$w/metrics2.jsonl" "$w/metrics1.jsonl" 0
+    check "$kind: two GPU trainings, same weights" $cmp same "$w/weights2.safetensors" "$w/weights1.safetensors"
+    for entry in infer train_step; do
+      { echo "== $kind $entry (cuda)"; "$sdrun" bench "$plan" --device cuda --entry "$entry" --iterations 50 \
+          --warmup 5 --profile 2>&1; echo "== $kind $entry (cpu)"; "$sdrun" bench "$plan" --device cpu \
+          --entry "$entry" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
+    done
+  done
+  cat "$summary"
+  echo "gpu-check: $(grep -c '^PASS' "$summary") passed, $fails failed; results in $out"
+  [ "$fails" -eq 0 ]
+}
+
+case ${1:-} in
+  -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  --bundle) [ $# -eq 2 ] || die "usage: gpu-check.sh --bundle DIR"; bundle "$2" ;;
+  --run) [ $# -ge 2 ] || die "usage: gpu-check.sh --run DIR [OUT]"; run_bundle "$2" "${3:-gpu-results}" ;;
+  -*) die "unknown option $1 (see --help)" ;;
+  *)
+    out=${1:-gpu-results}
+    mkdir -p "$out" || die "cannot create $out"
+    out=$(cd "$out" && pwd)
+    cd "$ROOT" || exit 2
+    ./scripts/build.sh > "$out/build.log" 2>&1 || die "build failed (see $out/build.log)"
+    (cd build && ctest --output-on-failure -R '^(ops_cuda|cuda_plans|cuda_plan_coverage|plan|shared_math)$') \
+      > "$out/ctest.log" 2>&1
+    tests=$?
+    grep -E 'tests passed|Skipped|Failed' "$out/ctest.log"
+    bundle "$out/bundle" > "$out/bundle.log" 2>&1 || die "bundle failed (see $out/bundle.log)"
+    run_bundle "$out/bundle" "$out"
+    checks=$?
+    [ $tests -eq 0 ] && [ $checks -eq 0 ]
+    ;;
+esac
