@@ -69,6 +69,35 @@ public:
   }
   Status synchronize() override { return check(cudaSuccess, "synchronize", true); }
 
+  StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {
+    // Thread-local mode: a call that would synchronize or allocate fails the
+    // capture instead of silently breaking it.
+    cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return sdError("cannot start a CUDA graph capture (", describeError(e), ")");
+    }
+    Status st = enqueue();
+    cudaGraph_t graph = nullptr;
+    e = cudaStreamEndCapture(stream_, &graph); // always ends, so the stream is usable again
+    if (!st.isOk() || e != cudaSuccess) {
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      return st.isOk() ? sdError("CUDA graph capture failed (", describeError(e), ")") : st;
+    }
+    cudaGraphExec_t exec = nullptr;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return sdError("cannot instantiate the captured CUDA graph (", describeError(e), ")");
+    }
+    return std::shared_ptr<void>(exec, [](void *g) { cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(g)); });
+  }
+  Status replay(void *graph) override {
+    return check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(graph), stream_), "graph launch", false);
+  }
+
 private:
   // A failed call, or (when `wait`) an error of any kernel queued before it,
   // which CUDA reports only at the next synchronization.

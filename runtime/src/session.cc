@@ -30,6 +30,10 @@ struct Session::Impl {
   struct PreparedEntry {
     std::vector<TensorView> views; // one per buffer
     std::vector<PreparedStep> steps;
+    // Graph replay: one eager run first (warm-up), then a capture replayed after.
+    std::shared_ptr<void> graph;
+    int eagerRuns = 0;
+    bool captureFailed = false;
   };
   std::shared_ptr<Device> device;
   std::unique_ptr<ThreadPool> pool;
@@ -40,6 +44,7 @@ struct Session::Impl {
   std::vector<uint8_t *> globalData;
   std::vector<PreparedEntry> entries;
   bool profiling = false;
+  bool graphs = true;
   std::map<std::string, Session::OpProfile> profile;
   // Frozen globals copied to a device the host cannot address.
   std::vector<uint8_t *> uploaded;
@@ -94,6 +99,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   Impl &im = *s->impl_;
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   im.device = opts.device ? opts.device : cpuDevice();
+  im.graphs = opts.graphs && !im.device->hostAddressable(); // the CPU has nothing to capture
   Device &dev = *im.device;
   try {
     im.pool = std::make_unique<ThreadPool>(threads);
@@ -189,6 +195,52 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   return s;
 }
 
+// Every step of the entry, eagerly (timed per op when profiling).
+Status Session::runEager(size_t entry) {
+  Impl &im = *impl_;
+  std::map<std::string, OpProfile> &profile = im.profile;
+  for (auto &ps : im.entries[entry].steps) {
+    auto t0 = im.profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
+    Status st = runKernel(*ps.kernel, ps.ctx);
+    // A GPU kernel only starts when launched: wait for it, so the time is the op's.
+    if (im.profiling && st.isOk() && !im.device->hostAddressable()) st = im.device->synchronize();
+    if (im.profiling) {
+      OpProfile &p = profile[ps.desc->op];
+      p.op = ps.desc->op;
+      p.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      ++p.calls;
+    }
+    if (!st.isOk())
+      return st.withContext(ps.desc->op + (ps.desc->location.empty() ? "" : " at " + ps.desc->location) + ": ");
+  }
+  return Status::ok();
+}
+
+// Warm-up -> capture -> replay: the first run is eager (it also reports any
+// kernel error with its step), the second is captured into a graph and
+// replayed, later runs only replay. A failed capture says so once and the
+// entry stays eager; profiling always runs eagerly (per-op times).
+Status Session::runSteps(size_t entry) {
+  Impl &im = *impl_;
+  Impl::PreparedEntry &pe = im.entries[entry];
+  const EntryDesc &e = plan_->entries[entry];
+  if (!im.graphs || im.profiling || pe.captureFailed || pe.eagerRuns == 0) {
+    ++pe.eagerRuns;
+    return runEager(entry);
+  }
+  if (!pe.graph) {
+    StatusOr<std::shared_ptr<void>> g = im.device->capture([&] { return runEager(entry); });
+    if (!g.isOk()) {
+      pe.captureFailed = true;
+      std::fprintf(stderr, "sd: entry '%s' runs without a CUDA graph: %s\n", e.name.c_str(),
+                   g.status().message().c_str());
+      return runEager(entry);
+    }
+    pe.graph = *g;
+  }
+  return im.device->replay(pe.graph.get());
+}
+
 Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs) {
   if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
   const EntryDesc &e = plan_->entries[entry];
@@ -206,20 +258,7 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
                      formatDims(dst.dims));
     SD_RETURN_IF_ERROR(impl_->device->copyFromHost(dst.data, src.data.data(), src.data.size()));
   }
-  for (auto &ps : pe.steps) {
-    auto t0 = impl_->profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    Status st = runKernel(*ps.kernel, ps.ctx);
-    // A GPU kernel only starts when launched: wait for it, so the time is the op's.
-    if (impl_->profiling && st.isOk() && !impl_->device->hostAddressable()) st = impl_->device->synchronize();
-    if (impl_->profiling) {
-      OpProfile &p = impl_->profile[ps.desc->op];
-      p.op = ps.desc->op;
-      p.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      ++p.calls;
-    }
-    if (!st.isOk())
-      return st.withContext(ps.desc->op + (ps.desc->location.empty() ? "" : " at " + ps.desc->location) + ": ");
-  }
+  SD_RETURN_IF_ERROR(runSteps(entry));
   outputs.clear();
   for (auto &o : e.outputs) {
     const TensorView &v = pe.views[size_t(o.second)];

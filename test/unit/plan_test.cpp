@@ -1,6 +1,7 @@
 // Plan verification: a compiled plan loads and runs; every single-byte flip and
 // every truncation is refused with an error; with the checksum disabled the
 // deeper checks still keep corrupt plans from crashing the runtime.
+#include <functional>
 #include "Driver.h"
 #include "plan_generated.h"
 #include "sd/format/crc32c.h"
@@ -8,6 +9,7 @@
 #include "sd/runtime/device.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
+#include "sd/train/trainer.h"
 #include <cstring>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -126,8 +128,21 @@ public:
   Status zero(void *dst, size_t n) override { return cpuDevice()->zero(dst, n); }
   Status synchronize() override { return Status::ok(); }
   std::optional<size_t> freeBytes() const override { return free; }
+  // Graph capture, emulated: the "graph" is the recorded work itself, run on replay.
+  StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {
+    ++captureAttempts;
+    if (!canCapture) return sdError("test device: capture refused");
+    return std::shared_ptr<void>(new std::function<Status()>(enqueue),
+                                 [](void *f) { delete static_cast<std::function<Status()> *>(f); });
+  }
+  Status replay(void *graph) override {
+    ++replays;
+    return (*static_cast<std::function<Status()> *>(graph))();
+  }
   size_t allocations = 0, uploaded = 0, downloaded = 0;
   std::optional<size_t> free; // unset: unknown, as on the CPU
+  bool canCapture = false;
+  int captureAttempts = 0, replays = 0;
 
 private:
   KernelRegistry kernels_;
@@ -173,6 +188,40 @@ TEST_F(PlanTest, RunsOnADeviceTheHostCannotAddress) {
   size_t outBytes = 0;
   for (auto &t : a) outBytes += t.data.size();
   EXPECT_GE(dev->downloaded, outBytes);
+}
+
+// Warm-up -> capture -> replay: run 1 is eager, run 2 captures and replays,
+// later runs only replay, and every run gives the CPU's results. A device
+// that cannot capture, or graphs turned off, keeps every run eager.
+TEST_F(PlanTest, EntriesRunEagerOnceThenReplayACapturedGraph) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  auto onCpu = Session::create(p, SessionOptions{1});
+  ASSERT_TRUE(onCpu.isOk());
+  auto in = inputs();
+  std::vector<HostTensor> want;
+  ASSERT_TRUE(onCpu.value()->run(0, {&in[0], &in[1]}, want).isOk());
+  struct Mode {
+    bool canCapture, graphs;
+    int attempts, replays;
+  };
+  for (Mode m : {Mode{true, true, 1, 3}, Mode{false, true, 1, 0}, Mode{true, false, 0, 0}}) {
+    auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
+    dev->canCapture = m.canCapture;
+    SessionOptions opts{1, dev};
+    opts.graphs = m.graphs;
+    auto s = Session::create(p, opts);
+    ASSERT_TRUE(s.isOk()) << s.status().message();
+    for (int run = 0; run < 4; ++run) {
+      std::vector<HostTensor> got;
+      ASSERT_TRUE(s.value()->run(0, {&in[0], &in[1]}, got).isOk());
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].data, want[i].data) << "run " << run;
+    }
+    EXPECT_EQ(dev->captureAttempts, m.attempts) << m.canCapture << m.graphs;
+    EXPECT_EQ(dev->replays, m.replays) << m.canCapture << m.graphs;
+  }
 }
 
 // A plan larger than the device's free memory is refused before anything is
@@ -302,3 +351,101 @@ TEST_F(PlanTest, WrongSchemaVersionIsRefusedByName) {
 }
 
 } // namespace
+
+namespace {
+
+// A tiny causal LM (embedding, LayerNorm, Relu, head) for the capture audit.
+const char *kLanguageModel = R"(<
+  ir_version: 8,
+  opset_import: ["" : 17]
+>
+lm (int64[2, 6] input_ids) => (float[2, 6, 8] logits)
+<float[8, 4] emb = {0.1,-0.2,0.3,0.05,-0.4,0.2,0.1,-0.1,0.25,0.3,-0.15,0.2,-0.05,0.1,0.4,-0.3,
+                    0.2,0.1,-0.2,0.35,-0.25,0.05,0.15,0.3,0.3,-0.3,0.2,-0.1,0.05,0.25,-0.35,0.1},
+ float[4] ln_s = {1.0, 0.9, 1.1, 1.0}, float[4] ln_b = {0.0, 0.1, -0.1, 0.05},
+ float[4, 8] head = {0.2,-0.1,0.05,0.3,-0.2,0.1,0.15,-0.25,0.1,0.2,-0.3,0.05,0.25,-0.15,0.1,0.2,
+                     -0.05,0.3,0.2,-0.1,0.1,0.05,-0.2,0.15,0.3,-0.25,0.1,0.2,-0.1,0.15,0.05,-0.3}>
+{
+  h = Gather <axis = 0> (emb, input_ids)
+  n = LayerNormalization <axis = -1> (h, ln_s, ln_b)
+  a = Relu(n)
+  logits = MatMul(a, head)
+}
+)";
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<HostTensor> state; // every mutable global after the run
+};
+
+TrainRun trainOn(std::shared_ptr<const Plan> plan, SessionOptions opts, const std::string &data) {
+  TrainRun r;
+  auto s = Session::create(plan, opts);
+  EXPECT_TRUE(s.isOk()) << s.status().message();
+  if (!s.isOk()) return r;
+  train::TrainConfig cfg;
+  cfg.dataPath = data;
+  cfg.steps = 8;
+  cfg.batch = 2;
+  cfg.shuffle = false;
+  cfg.weightDecay = 0.01;
+  cfg.clipNorm = 1.0;
+  cfg.schedule.peak = 0.05;
+  auto t = train::Trainer::create(*s.value(), cfg);
+  EXPECT_TRUE(t.isOk()) << t.status().message();
+  if (!t.isOk()) return r;
+  Status st = train::trainToEnd(*t.value(), [&](const train::StepReport &rep) {
+    r.losses.push_back(rep.loss);
+    return Status::ok();
+  });
+  EXPECT_TRUE(st.isOk()) << st.message();
+  for (size_t g = 0; g < plan->globals.size(); ++g)
+    if (isMutableRole(plan->globals[g].role)) r.state.push_back(*s.value()->readGlobal(g));
+  return r;
+}
+
+} // namespace
+
+// The capture audit: training plans replayed from a captured graph must give
+// the eager CPU run's losses and state bit for bit. Replay re-runs the very
+// launches recorded in step 2 with later steps' inputs, so this fails if any
+// per-step value (lr, step counter, clipping, RNG state, the batch) reached a
+// kernel other than through device memory written before launch.
+TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
+  char tmpl[] = "/tmp/sd_capture_auditXXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/lm.onnxtxt") << kLanguageModel;
+  {
+    std::ofstream data(dir + "/train.jsonl");
+    for (int i = 0; i < 12; ++i)
+      data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
+           << ((i + 4) % 8) << "]}\n";
+  }
+  for (std::string peft : {"none", "lora"}) {
+    for (std::string optimizer : {"adamw", "sgd"}) {
+      CompileRequest req;
+      req.model = dir + "/lm.onnxtxt";
+      req.output = dir + "/lm-" + peft + "-" + optimizer + ".sdp";
+      req.pipeline.peft = peft;
+      req.pipeline.optimizer = optimizer;
+      req.pipeline.momentum = optimizer == "sgd" ? 0.9 : 0.0;
+      if (peft == "lora") req.pipeline.targetModules = ".*";
+      std::string err;
+      ASSERT_TRUE(compileModel(req, err)) << peft << "/" << optimizer << ": " << err;
+      auto loaded = Plan::loadFile(req.output);
+      ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+      std::shared_ptr<const Plan> plan(std::move(loaded.value()));
+      TrainRun eager = trainOn(plan, SessionOptions{1}, dir + "/train.jsonl");
+      auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
+      dev->canCapture = true;
+      TrainRun replayed = trainOn(plan, SessionOptions{1, dev}, dir + "/train.jsonl");
+      ASSERT_EQ(eager.losses.size(), 8u) << peft << "/" << optimizer;
+      EXPECT_EQ(replayed.losses, eager.losses) << peft << "/" << optimizer;
+      ASSERT_EQ(replayed.state.size(), eager.state.size());
+      for (size_t i = 0; i < eager.state.size(); ++i)
+        EXPECT_EQ(replayed.state[i].data, eager.state[i].data) << peft << "/" << optimizer << " " << eager.state[i].name;
+      EXPECT_GT(dev->replays, 0) << "no entry was replayed from a graph";
+      EXPECT_NE(eager.losses.front(), eager.losses.back()) << "training did not move";
+    }
+  }
+}

@@ -33,6 +33,7 @@ namespace {
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
     "                  [--output-format pb|npy] [--threads N] [--device cpu|cuda|auto] [--adapter DIR]\n"
+    "                  [--no-cuda-graphs]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads a LoRA adapter (HF PEFT layout) into a --peft lora plan first.\n"
@@ -42,7 +43,7 @@ const char *kInferUsage =
 
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|cuda|auto]\n"
-    "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile]\n"
+    "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile] [--no-cuda-graphs]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
     "--input-dir is given). For training entries (--entry train_step), --data takes\n"
@@ -149,7 +150,7 @@ int inferCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--device", "--adapter"}, f,
-                  err)) {
+                  err, {"--no-cuda-graphs"})) {
     if (!f.help) return fail(err + " (see sdrun infer --help)");
   }
   if (f.help) return std::fputs(kInferUsage, stdout), 0;
@@ -204,7 +205,8 @@ int benchCommand(const std::vector<std::string> &args) {
   std::vector<std::string> rest;
   bool profile = false;
   for (auto &a : args) (a == "--profile" ? profile = true : (rest.push_back(a), false));
-  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch"}, f, err)) {
+  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch"}, f, err,
+                  {"--no-cuda-graphs"})) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }
   if (f.help) return std::fputs(kBenchUsage, stdout), 0;

@@ -73,6 +73,7 @@ bool sessionFlags(const Flags &f, sd::SessionOptions &out, std::string &err) {
     return false;
   }
   out.device = *device;
+  out.graphs = !hasFlag(f, "--no-cuda-graphs");
   if (name == "auto") std::fprintf(stderr, "sdrun: device auto: using %s\n", out.device->describe().c_str());
   return true;
 }

@@ -24,7 +24,7 @@ int generateCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--seed", "--adapter", "--threads", "--device"}, f,
-                  err)) {
+                  err, {"--no-cuda-graphs"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }
   if (f.help) return std::fputs(kGenerateUsage, stdout), 0;

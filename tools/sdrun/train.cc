@@ -62,7 +62,8 @@ const char *kTrainUsage =
     "  --save-adapter DIR     write the trained LoRA adapter (HF PEFT layout)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
     "  --threads N            worker threads (default: all cores)\n"
-    "  --device cpu|cuda|auto where the plan runs (default: cpu; auto: the GPU when there is one)\n";
+    "  --device cpu|cuda|auto where the plan runs (default: cpu; auto: the GPU when there is one)\n"
+    "  --no-cuda-graphs       run every GPU step eagerly instead of replaying a captured CUDA graph\n";
 
 } // namespace
 
@@ -186,7 +187,7 @@ int trainCommand(const std::vector<std::string> &args) {
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
                    "--adapter", "--save-adapter"},
-                  f, err, {"--no-shuffle", "--truncate", "--resume"})) {
+                  f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
   }
   if (f.help) return std::fputs(kTrainUsage, stdout), 0;

@@ -4,6 +4,7 @@
 #pragma once
 #include "sd/format/status.h"
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -38,6 +39,14 @@ public:
   // leaves it to the allocator and the memory limit). A session checks its
   // whole footprint against it before allocating anything.
   virtual std::optional<size_t> freeBytes() const { return std::nullopt; }
+
+  // Whole-entry capture (CUDA graphs): records what `enqueue` puts on the
+  // queue, without running it, into a graph that replay() runs; an error when
+  // the device cannot capture (the CPU) or the capture failed.
+  virtual StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) {
+    return sdError("device '", name(), "' does not capture graphs");
+  }
+  virtual Status replay(void *graph) { return sdError("device '", name(), "' does not replay graphs"); }
 };
 
 // The host CPU, running the CPU kernel registry.

@@ -19,6 +19,9 @@ StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const Ker
 struct SessionOptions {
   int threads = 0;               // 0: all hardware threads
   std::shared_ptr<Device> device; // null: the CPU
+  // Where the device can (CUDA): each entry runs eagerly once, is then
+  // captured into a graph and replayed after. false: every run is eager.
+  bool graphs = true;
 };
 
 class Session {
@@ -56,6 +59,8 @@ public:
 private:
   struct Impl;
   Session() = default;
+  Status runSteps(size_t entry); // eager, captured or replayed
+  Status runEager(size_t entry);
   std::shared_ptr<const Plan> plan_;
   std::unique_ptr<Impl> impl_;
 };
