@@ -45,6 +45,9 @@ struct Session::Impl {
   std::vector<PreparedEntry> entries;
   bool profiling = false;
   bool graphs = true;
+  std::chrono::steady_clock::time_point profileStart;
+  std::vector<Session::TraceEvent> trace;
+  size_t droppedTrace = 0;
   std::map<std::string, Session::OpProfile> profile;
   // Frozen globals copied to a device the host cannot address.
   std::vector<uint8_t *> uploaded;
@@ -205,10 +208,17 @@ Status Session::runEager(size_t entry) {
     // A GPU kernel only starts when launched: wait for it, so the time is the op's.
     if (im.profiling && st.isOk() && !im.device->hostAddressable()) st = im.device->synchronize();
     if (im.profiling) {
+      auto t1 = std::chrono::steady_clock::now();
       OpProfile &p = profile[ps.desc->op];
       p.op = ps.desc->op;
-      p.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      p.ms += std::chrono::duration<double, std::milli>(t1 - t0).count();
       ++p.calls;
+      if (im.trace.size() < kMaxTraceEvents)
+        im.trace.push_back({ps.desc->op, ps.desc->location, uint32_t(entry),
+                            std::chrono::duration<double, std::micro>(t0 - im.profileStart).count(),
+                            std::chrono::duration<double, std::micro>(t1 - t0).count()});
+      else
+        ++im.droppedTrace;
     }
     if (!st.isOk())
       return st.withContext(ps.desc->op + (ps.desc->location.empty() ? "" : " at " + ps.desc->location) + ": ");
@@ -311,7 +321,13 @@ int64_t Session::findGlobal(const std::string &name) const {
 void Session::setProfiling(bool on) {
   impl_->profiling = on;
   impl_->profile.clear();
+  impl_->trace.clear();
+  impl_->droppedTrace = 0;
+  impl_->profileStart = std::chrono::steady_clock::now();
 }
+
+const std::vector<Session::TraceEvent> &Session::trace() const { return impl_->trace; }
+size_t Session::droppedTraceEvents() const { return impl_->droppedTrace; }
 
 std::vector<Session::OpProfile> Session::profile() const {
   std::vector<OpProfile> v;

@@ -251,6 +251,10 @@ def main():
     for cmd in ("infer", "bench"):
         expect_clean_error(f"{cmd} on a device this build lacks", [sdrun, cmd, plan, "--device", "tpu"],
                            ["--device", "unknown device 'tpu'", "cpu"])
+    expect_clean_error("infer --profile into a missing folder",
+                       [sdrun, "infer", plan, "--profile", os.path.join(tmp, "nope", "t.json")], ["--profile", "nope"])
+    expect_clean_error("bench --profile= into a missing folder",
+                       [sdrun, "bench", plan, "--profile=" + os.path.join(tmp, "nope", "t.json")], ["--profile", "nope"])
     # --device cuda where there is no GPU: one line saying why (no CUDA in
     # this build, no driver or no GPU), for every command that takes it.
     if not os.path.exists("/dev/nvidia0"):

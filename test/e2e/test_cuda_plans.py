@@ -63,6 +63,22 @@ def coverage(sdrun, all_plans):
     return True
 
 
+def profile_trace(sdrun, plan, tmp, device):
+    """sdrun train --profile writes a Chrome trace with one event per kernel
+    run: train_step's steps times the optimizer steps."""
+    data = write_data(os.path.join(tmp, f"trace-{device}.jsonl"), rows=8)
+    trace = os.path.join(tmp, f"trace-{device}.json")
+    sh([sdrun, "train", plan, "--data", data, "--steps", "3", "--truncate", "--device", device, "--profile", trace])
+    t = json.load(open(trace))
+    kernels = [e for e in t["traceEvents"] if e.get("ph") == "X"]
+    names = {e["args"]["name"] for e in t["traceEvents"] if e.get("ph") == "M"}
+    steps = subprocess.run([sdrun, "inspect", plan], capture_output=True, text=True).stdout
+    per_step = int(steps.split("train_step [")[1].split(": ")[1].split(" steps")[0])
+    ok = len(kernels) == 3 * per_step and all(e["dur"] >= 0 for e in kernels) and "train_step" in names
+    check(f"--profile on {device}: a Chrome trace with every kernel run", ok,
+          f"{len(kernels)} events for 3 steps of {per_step} kernels, device {t['otherData']['device']}")
+
+
 def gpu_usable(sdrun, plan):
     r = subprocess.run([sdrun, "bench", plan, "--device", "cuda", "--iterations", "1", "--warmup", "0",
                         "--entry", "infer"], capture_output=True, text=True)
@@ -129,6 +145,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         all_plans = plans(sdc, tmp)
         if not args.gpu:
+            profile_trace(sdrun, all_plans[0][1], tmp, "cpu")
             if not coverage(sdrun, all_plans):
                 print("cuda_plans: skipped: this build has no CUDA backend")
                 return 77
@@ -138,6 +155,7 @@ def main():
                 print(f"cuda_plans: skipped: no usable GPU ({why})")
                 return 77
             gpu_part(sdrun, all_plans, tmp)
+            profile_trace(sdrun, all_plans[0][1], tmp, "cuda")
     failed = 0
     for name, ok, detail in RESULTS:
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")

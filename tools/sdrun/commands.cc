@@ -2,6 +2,7 @@
 #include "sd/ops/kernel.h"
 #include "commands.h"
 #include "flags.h"
+#include "trace.h"
 #include "sd/train/trainer.h"
 #include "sd/ops/cpu_info.h"
 #include "sd/runtime/adapter.h"
@@ -33,7 +34,7 @@ namespace {
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
     "                  [--output-format pb|npy] [--threads N] [--device cpu|cuda|auto] [--adapter DIR]\n"
-    "                  [--no-cuda-graphs]\n"
+    "                  [--no-cuda-graphs] [--profile TRACE.json]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads a LoRA adapter (HF PEFT layout) into a --peft lora plan first.\n"
@@ -43,12 +44,14 @@ const char *kInferUsage =
 
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|cuda|auto]\n"
-    "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile] [--no-cuda-graphs]\n"
+    "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile[=TRACE.json]]\n"
+    "                  [--no-cuda-graphs]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
     "--input-dir is given). For training entries (--entry train_step), --data takes\n"
     "the batch from JSON Lines data as sdrun train would (B rows, padded to the\n"
-    "bucket). --profile prints time per op before the summary.\n"
+    "bucket). --profile prints time per op before the summary (runs are then eager, and\n"
+    "each GPU kernel is waited for); --profile=TRACE.json also writes a Chrome trace.\n"
     "The last line is JSON with median_ms.\n";
 
 const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp [--kernels cpu|cuda]\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
@@ -149,8 +152,9 @@ sd::Status prepare(const std::shared_ptr<sd::Plan> &plan, const std::string &pla
 int inferCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--device", "--adapter"}, f,
-                  err, {"--no-cuda-graphs"})) {
+  if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--device", "--adapter",
+                         "--profile"},
+                  f, err, {"--no-cuda-graphs"})) {
     if (!f.help) return fail(err + " (see sdrun infer --help)");
   }
   if (f.help) return std::fputs(kInferUsage, stdout), 0;
@@ -158,6 +162,8 @@ int inferCommand(const std::vector<std::string> &args) {
   if (!sessionFlags(f, sessionOpts, err)) return fail(err);
   std::string format = f.values.count("--output-format") ? f.values["--output-format"].back() : "pb";
   if (format != "pb" && format != "npy") return fail("--output-format takes 'pb' or 'npy', got '" + format + "'");
+  std::string tracePath = flagValue(f, "--profile");
+  if (sd::Status s = sd::checkOutputFile(tracePath, "--profile"); !s.isOk()) return fail(s.message());
   auto plan = loadPlan(f.plan);
   if (!plan.isOk()) return fail(plan.status().message());
   const sd::EntryDesc *proto = firstEntry(*plan.value(), "infer");
@@ -169,7 +175,9 @@ int inferCommand(const std::vector<std::string> &args) {
   if (auto a = f.values.find("--adapter"); a != f.values.end())
     if (auto s = loadAdapterFlag(f.plan, a->second.back(), *run.session); !s.isOk()) return fail(s.message());
   std::vector<sd::HostTensor> outputs;
+  startTrace(*run.session, tracePath);
   if (auto s = run.session->run(run.entry, run.ptrs, outputs); !s.isOk()) return fail(s.message());
+  if (auto s = writeTrace(*run.session, tracePath); !s.isOk()) return fail(s.message());
   auto outDir = f.values.find("--output-dir");
   if (outDir == f.values.end()) {
     for (auto &o : outputs) {
@@ -204,7 +212,16 @@ int benchCommand(const std::vector<std::string> &args) {
   std::string err;
   std::vector<std::string> rest;
   bool profile = false;
-  for (auto &a : args) (a == "--profile" ? profile = true : (rest.push_back(a), false));
+  std::string tracePath; // --profile=FILE.json: the table and a Chrome trace
+  for (auto &a : args) {
+    if (a == "--profile" || a.rfind("--profile=", 0) == 0) {
+      profile = true;
+      if (a.size() > 10) tracePath = a.substr(10);
+    } else {
+      rest.push_back(a);
+    }
+  }
+  if (sd::Status s = sd::checkOutputFile(tracePath, "--profile"); !s.isOk()) return fail(s.message());
   if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch"}, f, err,
                   {"--no-cuda-graphs"})) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
@@ -257,6 +274,7 @@ int benchCommand(const std::vector<std::string> &args) {
     if (i >= warmup) times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
+  if (auto s = writeTrace(*run.session, tracePath); !s.isOk()) return fail(s.message());
   if (profile) {
     double total = 0;
     for (auto &p : run.session->profile()) total += p.ms;

@@ -2,6 +2,7 @@
 // (sd/train/trainer.h), which owns the loop.
 #include "commands.h"
 #include "flags.h"
+#include "trace.h"
 #include "sd/format/file_io.h"
 #include "sd/format/json.h"
 #include "sd/runtime/adapter.h"
@@ -61,6 +62,8 @@ const char *kTrainUsage =
     "  --adapter DIR          start from a LoRA adapter (HF PEFT layout)\n"
     "  --save-adapter DIR     write the trained LoRA adapter (HF PEFT layout)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
+    "  --profile FILE.json    a Chrome trace of every kernel run (chrome://tracing, Perfetto);\n"
+    "                         steps then run eagerly, and each GPU kernel is waited for\n"
     "  --threads N            worker threads (default: all cores)\n"
     "  --device cpu|cuda|auto where the plan runs (default: cpu; auto: the GPU when there is one)\n"
     "  --no-cuda-graphs       run every GPU step eagerly instead of replaying a captured CUDA graph\n";
@@ -70,7 +73,7 @@ const char *kTrainUsage =
 namespace {
 
 struct TrainOutputs {
-  std::string saveWeights, adapterOut, metricsPath;
+  std::string saveWeights, adapterOut, metricsPath, tracePath;
 };
 
 // The metrics file (one JSON object per step and per eval) and the progress
@@ -169,9 +172,11 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
     std::fprintf(stderr, "sdrun: nothing left to train: the run finished at step %lld\n", (long long)trainer.step());
   Progress progress;
   SD_RETURN_IF_ERROR(progress.open(out.metricsPath, cfg.resume, trainer.step()));
+  startTrace(*session.value(), out.tracePath);
   int64_t firstStep = trainer.step();
   SD_RETURN_IF_ERROR(sd::train::trainToEnd(trainer, [&](const sd::train::StepReport &r) { return progress.report(r, firstStep); }));
   progress.finish();
+  SD_RETURN_IF_ERROR(writeTrace(*session.value(), out.tracePath));
   if (!out.saveWeights.empty()) SD_RETURN_IF_ERROR(trainer.saveWeights(out.saveWeights));
   if (!out.adapterOut.empty()) SD_RETURN_IF_ERROR(trainer.saveAdapter(out.adapterOut));
   return sd::Status::ok();
@@ -186,6 +191,7 @@ int trainCommand(const std::vector<std::string> &args) {
                   {"--data", "--steps", "--epochs", "--batch", "--grad-accum", "--lr", "--lr-schedule",
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
+                   "--profile",
                    "--adapter", "--save-adapter"},
                   f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
@@ -200,6 +206,7 @@ int trainCommand(const std::vector<std::string> &args) {
   o.checkpointDir = flagValue(f, "--checkpoint-dir");
   out.saveWeights = flagValue(f, "--save-weights");
   out.metricsPath = flagValue(f, "--metrics");
+  out.tracePath = flagValue(f, "--profile");
   o.adapterIn = flagValue(f, "--adapter");
   out.adapterOut = flagValue(f, "--save-adapter");
   std::string schedule = flagValue(f, "--lr-schedule", "constant");
@@ -228,12 +235,13 @@ int trainCommand(const std::vector<std::string> &args) {
   if (hasFlag(f, "--checkpoint-every") && o.checkpointDir.empty()) return fail("--checkpoint-every needs --checkpoint-dir");
   if (hasFlag(f, "--eval-every") && o.evalPath.empty()) return fail("--eval-every needs --eval-data FILE");
   // Outputs must not overwrite inputs (opening --metrics truncates it).
-  for (const std::string &written : {out.metricsPath, out.saveWeights})
+  for (const std::string &written : {out.metricsPath, out.saveWeights, out.tracePath})
     for (auto [flag, in] : {std::pair{"--data", o.dataPath}, {"--eval-data", o.evalPath}, {"the plan", f.plan}})
       if (!written.empty() && sameFile(written, in))
         return fail(written + " is both an output and " + flag + ": it would be overwritten");
   // Every output is checked before the first step: a typo must not cost a run.
-  for (auto [flag, path] : {std::pair{"--save-weights", out.saveWeights}, {"--metrics", out.metricsPath}})
+  for (auto [flag, path] :
+       {std::pair{"--save-weights", out.saveWeights}, {"--metrics", out.metricsPath}, {"--profile", out.tracePath}})
     if (sd::Status s = sd::checkOutputFile(path, flag); !s.isOk()) return fail(s.message());
   if (sd::Status s = sd::checkOutputFolder(out.adapterOut, "--save-adapter"); !s.isOk()) return fail(s.message());
   if (sd::Status s = sd::checkOutputFolder(o.checkpointDir, "--checkpoint-dir"); !s.isOk()) return fail(s.message());

@@ -55,6 +55,16 @@ public:
   };
   void setProfiling(bool on);
   std::vector<OpProfile> profile() const;
+  // While profiling, also one event per kernel run (a timeline for Chrome's
+  // trace viewer), up to kMaxTraceEvents; later runs count as dropped.
+  struct TraceEvent {
+    std::string op, location;
+    uint32_t entry = 0;
+    double startUs = 0, durationUs = 0; // since profiling was turned on
+  };
+  static constexpr size_t kMaxTraceEvents = 1 << 21;
+  const std::vector<TraceEvent> &trace() const;
+  size_t droppedTraceEvents() const;
 
 private:
   struct Impl;
