@@ -51,6 +51,7 @@ struct Session::Impl {
   std::map<std::string, Session::OpProfile> profile;
   // Frozen globals copied to a device the host cannot address.
   std::vector<uint8_t *> uploaded;
+  uint64_t deviceBytes = 0;
   ~Impl() {
     if (!device) return;
     device->release(arena);
@@ -94,6 +95,7 @@ static Status checkFootprint(const Plan &plan, const Device &dev) {
 }
 
 const Device &Session::device() const { return *impl_->device; }
+uint64_t Session::deviceBytes() const { return impl_->deviceBytes; }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
   std::unique_ptr<Session> s(new Session());
@@ -128,6 +130,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     StatusOr<void *> p = dev.allocate(arenaSize);
     if (!p.isOk()) return p.status().withContext("arena: ");
     im.arena = static_cast<uint8_t *>(*p);
+    im.deviceBytes += arenaSize;
   }
   size_t stateBytes = 0;
   for (const GlobalDesc &g : plan->globals)
@@ -136,6 +139,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     StatusOr<void *> p = dev.allocate(stateBytes);
     if (!p.isOk()) return p.status().withContext("training state: ");
     im.state = static_cast<uint8_t *>(*p);
+    im.deviceBytes += stateBytes;
   }
   size_t stateOffset = 0;
   for (const GlobalDesc &g : plan->globals) {
@@ -145,6 +149,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
         StatusOr<void *> p = dev.allocate(g.bytes);
         if (!p.isOk()) return p.status().withContext("global '" + g.name + "': ");
         im.uploaded.push_back(static_cast<uint8_t *>(*p));
+        im.deviceBytes += g.bytes;
         SD_RETURN_IF_ERROR(dev.copyFromHost(*p, g.data, g.bytes));
         data = im.uploaded.back();
       }

@@ -288,9 +288,12 @@ int benchCommand(const std::vector<std::string> &args) {
   std::printf("cpu: %s; f32 gemm: %s\n", sd::cpuInfo().model.c_str(), sd::f32GemmKernel());
   std::printf("entry %s: %lld iterations, median %.3f ms, mean %.3f ms, min %.3f ms\n", entryName.c_str(),
               (long long)iters, median, mean, times.front());
+  const sd::Device &dev = run.session->device();
+  if (!dev.hostAddressable()) std::printf("device: %s\n", dev.describe().c_str());
   std::printf("{\"entry\":\"%s\",\"iterations\":%lld,\"threads\":%lld,\"median_ms\":%.4f,\"mean_ms\":%.4f,\"min_ms\":%.4f,"
-              "\"f32_gemm\":\"%s\"}\n",
-              entryName.c_str(), (long long)iters, (long long)sessionOpts.threads, median, mean, times.front(), sd::f32GemmKernel());
+              "\"f32_gemm\":\"%s\",\"device\":\"%s\",\"device_mib\":%.1f}\n",
+              entryName.c_str(), (long long)iters, (long long)sessionOpts.threads, median, mean, times.front(),
+              sd::f32GemmKernel(), dev.name().c_str(), double(run.session->deviceBytes()) / double(1 << 20));
   return 0;
 }
 

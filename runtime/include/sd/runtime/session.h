@@ -31,6 +31,9 @@ public:
   ~Session();
   const Plan &plan() const { return *plan_; }
   const Device &device() const;
+  // Bytes the session holds on its device: arena, training state and (on a
+  // device the host cannot address) the uploaded weights.
+  uint64_t deviceBytes() const;
   // Runs entry `entry` on inputs given in the entry's input order; outputs come
   // back in output order. Input dtypes and shapes must match the bucket.
   Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""LoRA and full fine-tuning steps of a GPT-2-style and a Llama-architecture
+model: sdrun (`sdrun bench --entry train_step`) against PyTorch eager + PEFT
+and torch.compile(mode="reduce-overhead") + PEFT, on one device, same model,
+batch and sequence, in one run. Reports ms per step, tokens/s, peak memory and
+MFU, with
+
+  FLOPs per token = 6 N (full fine-tuning) or 4 N (LoRA) + 12 L d T (attention),
+  N = weights multiplied per token (every Linear, the LM head included;
+  embedding lookups excluded), L layers, d model width, T sequence length;
+  MFU = tokens/s x FLOPs per token / the device's dense bf16 peak
+  (--peak-tflops; 989.4 for H100/H200 SXM, 312 for A100; on the CPU the
+  measured OpenBLAS sgemm rate is the reference instead).
+
+sdrun runs f32 (no TF32) until the autocast pass lands, so its MFU against a
+bf16 peak is low by construction; the table says which precision ran.
+
+  bench/gpu_train_bench.py --device cuda [--configs gpt2-small,llama-small]
+  bench/gpu_train_bench.py --device cpu --configs gpt-tiny,llama-tiny   (end to end on the CPU)
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+from train_bench import measure, sgemm_rate  # noqa: E402
+
+# arch, d, layers, heads, kv_heads, ffn, vocab, seq, batch
+CONFIGS = {
+    "gpt2-small": ("gpt", 768, 12, 12, 12, 3072, 256, 1024, 8),
+    "llama-small": ("llama", 768, 12, 12, 4, 2048, 32000, 1024, 8),
+    "gpt-tiny": ("gpt", 128, 2, 4, 4, 512, 256, 128, 4),
+    "llama-tiny": ("llama", 128, 2, 4, 2, 256, 256, 128, 4),
+}
+LORA = {"gpt": ["qkv", "proj", "fc1", "fc2"], "llama": ["q_proj", "k_proj", "v_proj", "o_proj"]}
+LORA_R, LORA_ALPHA = 8, 16
+PEAK_BF16_TFLOPS = {"H100": 989.4, "H200": 989.4, "A100": 312.0}
+
+
+def build_model(name):
+    """The PyTorch model of a config, seed 0."""
+    import torch
+    import transformers
+    arch, d, layers, heads, kv, ffn, vocab, seq, _ = CONFIGS[name]
+    torch.manual_seed(0)
+    if arch == "gpt":
+        from export_models import Gpt
+        return Gpt(vocab=vocab, d=d, layers=layers, heads=heads, block=seq)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=d, intermediate_size=ffn, num_hidden_layers=layers, num_attention_heads=heads,
+        num_key_value_heads=kv, max_position_embeddings=seq, use_cache=False, tie_word_embeddings=False,
+        attn_implementation="eager"))
+
+
+def logits_of(model, ids):
+    out = model(ids)
+    return out if not hasattr(out, "logits") else out.logits
+
+
+def linear_weights(model):
+    import torch
+    return sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+
+
+def torch_child(args):
+    import peft
+    import torch
+    import torch.nn.functional as F
+    name = args.config
+    arch, d, layers, heads, kv, ffn, vocab, seq, batch = CONFIGS[name]
+    device = torch.device(args.device)
+    torch.set_num_threads(args.threads)
+    model = build_model(name).to(device)
+    if args.mode == "lora":
+        model = peft.get_peft_model(model, peft.LoraConfig(r=LORA_R, lora_alpha=LORA_ALPHA, lora_dropout=0.0,
+                                                           target_modules=LORA[arch]))
+    params = [p for p in model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
+    ids = torch.randint(0, vocab, (batch, seq), device=device)
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        logits = logits_of(model, ids)
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
+        loss.backward()
+        opt.step()
+
+    if args.peer == "compiled":
+        model.forward = torch.compile(model.forward, mode="reduce-overhead")
+    sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
+    times = []
+    for i in range(args.warmup + args.iterations):
+        sync()
+        t0 = time.perf_counter()
+        step()
+        sync()
+        if i >= args.warmup:
+            times.append((time.perf_counter() - t0) * 1000)
+    times.sort()
+    peak = torch.cuda.max_memory_allocated() / 2 ** 20 if device.type == "cuda" else None
+    print(json.dumps({"median_ms": times[len(times) // 2], "peak_mib": peak}))
+
+
+def export(name, tmp):
+    """ONNX export of the config's model (seed 0) and one batch of JSON Lines."""
+    import torch
+    arch, d, layers, heads, kv, ffn, vocab, seq, batch = CONFIGS[name]
+    model = build_model(name).eval()
+    path = os.path.join(tmp, f"{name}.onnx")
+    if arch == "gpt":
+        from export_models import export_gpt
+        export_gpt(model, path, torch.zeros((batch, seq), dtype=torch.long), 17)
+    else:
+        import export_hf
+        export_hf.export(model, path, 17, batch, seq, fixed_batch=True)
+    data = os.path.join(tmp, f"{name}.jsonl")
+    with open(data, "w") as f:
+        for i in range(batch):
+            f.write(json.dumps({"input_ids": [(i * 7 + j * 13) % vocab for j in range(seq)]}) + "\n")
+    return path, data, linear_weights(model)
+
+
+def device_peak(args):
+    if args.peak_tflops:
+        return args.peak_tflops
+    if args.device != "cuda":
+        return None
+    import torch
+    gpu = torch.cuda.get_device_name(0)
+    for key, tflops in PEAK_BF16_TFLOPS.items():
+        if key in gpu:
+            return tflops
+    sys.exit(f"unknown GPU '{gpu}': give its dense bf16 peak with --peak-tflops")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=os.path.join(ROOT, "build"))
+    ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
+    ap.add_argument("--configs", default=None, help="default: gpt2-small,llama-small (cuda), gpt-tiny,llama-tiny (cpu)")
+    ap.add_argument("--peers", default="eager,compiled", help="PyTorch peers: eager, compiled")
+    ap.add_argument("--threads", type=int, default=os.cpu_count())
+    ap.add_argument("--iterations", type=int, default=10)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--peak-tflops", type=float, default=0.0)
+    ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
+    ap.add_argument("--config", help=argparse.SUPPRESS)
+    ap.add_argument("--mode", help=argparse.SUPPRESS)
+    ap.add_argument("--peer", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.torch_child:
+        return torch_child(args)
+    configs = (args.configs or ("gpt2-small,llama-small" if args.device == "cuda" else "gpt-tiny,llama-tiny")).split(",")
+    for c in configs:
+        if c not in CONFIGS:
+            sys.exit(f"unknown config '{c}' (configs: {', '.join(CONFIGS)})")
+    peak = device_peak(args)
+    sgemm = sgemm_rate(args.threads) if args.device == "cpu" else None
+    sdc, sdrun = os.path.join(args.build, "tools", "sdc"), os.path.join(args.build, "tools", "sdrun")
+    env = dict(os.environ)
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="sd_gpu_bench_") as tmp:
+        for name in configs:
+            arch, d, layers, heads, kv, ffn, vocab, seq, batch = CONFIGS[name]
+            onnx_path, data, n = export(name, tmp)
+            for mode in ("lora", "full"):
+                plan = os.path.join(tmp, f"{name}-{mode}.sdp")
+                peft_flags = (["--peft", "lora", "--target-modules", ",".join(LORA[arch]), "--lora-r", str(LORA_R),
+                               "--lora-alpha", str(LORA_ALPHA)] if mode == "lora" else ["--peft", "none"])
+                subprocess.run([sdc, "compile", onnx_path, "--shapes", f"input_ids={batch}x{seq}", "-o", plan]
+                               + peft_flags, check=True, capture_output=True)
+                out, rss = measure([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--device",
+                                    args.device, "--threads", str(args.threads), "--iterations",
+                                    str(args.iterations), "--warmup", str(args.warmup)], env)
+                r = json.loads(out.strip().splitlines()[-1])
+                # On the GPU: what the session holds on the device (arena, state, weights).
+                results = {"sdrun": (r["median_ms"], rss if args.device == "cpu" else r["device_mib"])}
+                for peer in args.peers.split(","):
+                    out, prss = measure([sys.executable, os.path.abspath(__file__), "--torch-child", "--config", name,
+                                         "--mode", mode, "--peer", peer, "--device", args.device, "--threads",
+                                         str(args.threads), "--iterations", str(args.iterations), "--warmup",
+                                         str(args.warmup)], env)
+                    r = json.loads(out.strip().splitlines()[-1])
+                    results[f"torch-{peer}"] = (r["median_ms"], r["peak_mib"] if args.device == "cuda" else prss)
+                flops_token = (4 if mode == "lora" else 6) * n + 12 * layers * d * seq
+                tokens = batch * seq
+                for who, (ms, mem) in results.items():
+                    tps = tokens / (ms / 1000)
+                    achieved = tps * flops_token / 1e12
+                    row = {"config": name, "mode": mode, "who": who, "ms": ms, "tokens_per_s": tps,
+                           "peak_mib": mem, "tflops": achieved,
+                           "mfu": achieved / peak if peak else None,
+                           "of_sgemm": achieved * 1e3 / sgemm if sgemm else None}
+                    rows.append(row)
+                    ref = f"MFU {100 * row['mfu']:.1f}%" if peak else f"{100 * row['of_sgemm']:.0f}% of sgemm"
+                    mem_s = f"{mem:.0f} MiB" if mem is not None else "n/a"
+                    print(f"{name:12} {mode:5} {who:15} {ms:9.1f} ms  {tps:10.0f} tok/s  peak {mem_s:>9}  "
+                          f"{achieved * 1e3:8.1f} GFLOP/s  {ref}", flush=True)
+    print(json.dumps({"device": args.device, "peak_tflops": peak, "sgemm_gflops": sgemm, "threads": args.threads,
+                      "precision": "f32", "rows": rows}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
