@@ -67,9 +67,15 @@ run_bundle() {
     kind=$(basename "$plan" .sdp) ref="$dir/ref/$kind" w="$out/$kind"
     mkdir -p "$w"
     check "$kind: kernel coverage" "$sdrun" inspect "$plan" --kernels cuda
-    check "$kind: infer on cuda" "$sdrun" infer "$plan" --device cuda --input "input_ids=$dir/tokens.npy" \
+    local input name
+    input=$(ls "$dir/inputs/$kind".*.npy | head -1) name=${input#"$dir/inputs/$kind."} name=${name%.npy}
+    check "$kind: infer on cuda" "$sdrun" infer "$plan" --device cuda --input "$name=$input" \
       --output-dir "$w/infer" --output-format npy
-    check "$kind: logits match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" $LOGITS_RTOL $LOGITS_ATOL
+    check "$kind: outputs match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" $LOGITS_RTOL $LOGITS_ATOL
+    { echo "== $kind infer (cuda)"; "$sdrun" bench "$plan" --device cuda --iterations 50 --warmup 5 --profile 2>&1
+      echo "== $kind infer (cpu)"; "$sdrun" bench "$plan" --device cpu --iterations 50 --warmup 5 2>&1; } \
+      >> "$out/bench.txt"
+    [ -f "$ref/metrics.jsonl" ] || continue # an inference-only plan
     for run in 1 2; do
       check "$kind: train on cuda (run $run)" "$sdrun" train "$plan" --device cuda --data "$dir/train.jsonl" \
         --steps 20 --lr 1e-3 --weight-decay 0.01 --clip-norm 1.0 --no-shuffle --truncate \
@@ -79,11 +85,14 @@ run_bundle() {
     check "$kind: weights match the CPU" $cmp weights "$w/weights1.safetensors" "$ref/weights.safetensors" $WEIGHTS_ATOL
     check "$kind: two GPU trainings, same losses" $cmp losses "$w/metrics2.jsonl" "$w/metrics1.jsonl" 0
     check "$kind: two GPU trainings, same weights" $cmp same "$w/weights2.safetensors" "$w/weights1.safetensors"
-    for entry in infer train_step; do
-      { echo "== $kind $entry (cuda)"; "$sdrun" bench "$plan" --device cuda --entry "$entry" --iterations 50 \
-          --warmup 5 --profile 2>&1; echo "== $kind $entry (cpu)"; "$sdrun" bench "$plan" --device cpu \
-          --entry "$entry" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
+    for graphs in "" --no-cuda-graphs; do
+      { echo "== $kind train_step (cuda $graphs)"; "$sdrun" bench "$plan" --device cuda --entry train_step \
+          --data "$dir/train.jsonl" --iterations 50 --warmup 5 $graphs 2>&1; } >> "$out/bench.txt"
     done
+    { echo "== $kind train_step per op (cuda)"; "$sdrun" bench "$plan" --device cuda --entry train_step \
+        --data "$dir/train.jsonl" --iterations 20 --warmup 2 --profile 2>&1
+      echo "== $kind train_step (cpu)"; "$sdrun" bench "$plan" --device cpu --entry train_step \
+        --data "$dir/train.jsonl" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
   done
   cat "$summary"
   echo "gpu-check: $(grep -c '^PASS' "$summary") passed, $fails failed; results in $out"

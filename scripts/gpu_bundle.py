@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""Writes the plans, data and CPU reference results that `gpu-check.sh --run`
-compares a GPU against: the tiny GPT's LoRA, full fine-tuning and packed-LoRA
-plans (the same as test/e2e/test_cuda_plans.py), their inference logits and
-their 20-step training losses and weights on the CPU.
+"""Writes the plans, inputs, data and CPU reference results that
+`gpu-check.sh --run` compares a GPU against: every plan kind of
+test/e2e/test_cuda_plans.py, its inference outputs and, for training plans,
+20 training steps' losses and weights on the CPU.
 
   gpu_bundle.py --build BUILD --out BUNDLE"""
 import argparse
@@ -26,18 +26,20 @@ def main():
     work = os.path.join(args.out, "work")
     os.makedirs(work, exist_ok=True)
     plans = cp.plans(sdc, work)
-    tokens = os.path.join(args.out, "tokens.npy")
-    np.save(tokens, (np.arange(8, dtype=np.int64) * 37 % 256).reshape(1, 8))
     data = cp.write_data(os.path.join(args.out, "train.jsonl"))
-    os.makedirs(os.path.join(args.out, "plans"), exist_ok=True)
-    for kind, plan in plans:
-        shutil.copy(plan, os.path.join(args.out, "plans", f"{kind}.sdp"))
-        ref = os.path.join(args.out, "ref", kind)
-        logits = cp.infer(sdrun, plan, "cpu", tokens, os.path.join(work, kind, "infer"))
+    for sub in ("plans", "inputs", "ref"):
+        os.makedirs(os.path.join(args.out, sub), exist_ok=True)
+    for p in plans:
+        shutil.copy(p.plan, os.path.join(args.out, "plans", f"{p.kind}.sdp"))
+        # inputs/KIND.NAME.npy: the infer entry's input NAME.
+        shutil.copy(p.input_file, os.path.join(args.out, "inputs", f"{p.kind}.{p.input_name}.npy"))
+        ref = os.path.join(args.out, "ref", p.kind)
         os.makedirs(ref, exist_ok=True)
-        np.save(ref + "-infer.npy", logits)
-        cp.train(sdrun, plan, "cpu", data, ref, kind)
-        print(f"gpu_bundle: {kind}: plan, logits, {cp.STEPS} training steps on the CPU")
+        np.save(ref + "-infer.npy", cp.infer(sdrun, p, "cpu", os.path.join(work, p.kind, "infer")))
+        if p.trains:
+            cp.train(sdrun, p.plan, "cpu", data, ref, p.kind)
+        print(f"gpu_bundle: {p.kind}: plan, infer outputs" + (f", {cp.STEPS} training steps" if p.trains else "") +
+              " on the CPU")
     shutil.rmtree(work)
 
 

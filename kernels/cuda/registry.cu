@@ -13,6 +13,8 @@ void registerNormalizationKernels();
 void registerReduceKernels();
 void registerLossKernels();
 void registerAttentionKernels();
+void registerConvKernels();
+void registerPoolKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -77,6 +79,8 @@ const KernelRegistry &cudaKernels() {
     cuda::registerReduceKernels();
     cuda::registerLossKernels();
     cuda::registerAttentionKernels();
+    cuda::registerConvKernels();
+    cuda::registerPoolKernels();
   });
   return cuda::mutableKernels();
 }

@@ -2,11 +2,12 @@
 """Plans on the CUDA backend against the CPU, one script in two parts.
 
 Coverage (any build with the CUDA backend, no GPU needed): every step of the
-tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans binds to a
-CUDA kernel (`sdrun inspect --kernels cuda`).
+tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans and of the
+CNN and MobileNet inference plans binds to a CUDA kernel (`sdrun inspect
+--kernels cuda`).
 
 On a GPU (--gpu; exit 77, skipped, where none is usable): the same plans run
-with --device cuda and are compared with --device cpu: inference logits, 20
+with --device cuda and are compared with --device cpu: inference outputs, 20
 training steps' losses and the trained weights or adapter, and two GPU runs of
 the same training must give the same bits (no atomics in any reduction).
 The GPU tolerances below were chosen without a GPU to try them on; the issue
@@ -20,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import export_tiny_gpt, sh
+from e2e_util import ROOT, export_tiny_gpt, sh
 
 RESULTS = []
 STEPS = 20
@@ -34,9 +35,18 @@ def check(name, ok, detail):
     RESULTS.append((name, bool(ok), detail))
 
 
+class PlanKind:
+    def __init__(self, kind, plan, trains, input_name, input_file):
+        self.kind, self.plan, self.trains, self.input_name, self.input_file = kind, plan, trains, input_name, input_file
+
+
 def plans(sdc, folder):
-    """(kind, plan path) for every plan kind of the tiny GPT."""
+    """Every plan kind we check: the tiny GPT's LoRA, full fine-tuning and
+    packed-LoRA training plans, and the ResNet-style CNN and MobileNet-style
+    inference plans (examples/export_models.py)."""
     onnx_path = export_tiny_gpt(folder)
+    tokens = os.path.join(folder, "tokens.npy")
+    np.save(tokens, (np.arange(8, dtype=np.int64) * 37 % 256).reshape(1, 8))
     kinds = {
         "lora": ["--peft", "lora", "--target-modules", "qkv,proj"],
         "full": ["--peft", "none"],
@@ -46,18 +56,27 @@ def plans(sdc, folder):
     for kind, flags in kinds.items():
         plan = os.path.join(folder, f"{kind}.sdp")
         sh([sdc, "compile", onnx_path, *flags, "--shapes", "input_ids=2x8", "-o", plan])
-        out.append((kind, plan))
+        out.append(PlanKind(kind, plan, True, "input_ids", tokens))
+    for cnn in ("cnn", "mobilenet"):
+        sh([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", folder, "--only", cnn,
+            "--batch", "1"])
+        image = os.path.join(folder, f"{cnn}_image.npy")
+        shape = "x".join(str(d) for d in np.load(image).shape)
+        plan = os.path.join(folder, f"{cnn}.sdp")
+        sh([sdc, "compile", os.path.join(folder, f"{cnn}.onnx"), "--shapes", f"image={shape}", "-o", plan])
+        out.append(PlanKind(cnn, plan, False, "image", image))
     return out
 
 
 def coverage(sdrun, all_plans):
-    for kind, plan in all_plans:
+    for p in all_plans:
+        kind, plan = p.kind, p.plan
         r = subprocess.run([sdrun, "inspect", plan, "--kernels", "cuda"], capture_output=True, text=True)
         if "no backend 'cuda' in this build" in r.stderr:
             return False
         missing = [l.strip() for l in r.stdout.splitlines() if l.startswith("  ") and not l.endswith(" ok")
                    and "steps" in l and ":" in l and "entry '" in l]
-        check(f"{kind} plan: every step has a CUDA kernel (inference and training entries)",
+        check(f"{kind} plan: every step has a CUDA kernel ({'inference and training entries' if p.trains else 'inference'})",
               r.returncode == 0 and "every step runs on 'cuda'" in r.stdout,
               "; ".join(missing[:3]) or r.stdout.strip().splitlines()[-1])
     return True
@@ -94,10 +113,10 @@ def write_data(path, rows=64):
     return path
 
 
-def infer(sdrun, plan, device, tokens, out):
+def infer(sdrun, p, device, out):
     os.makedirs(out, exist_ok=True)
-    sh([sdrun, "infer", plan, "--input", f"input_ids={tokens}", "--output-dir", out, "--output-format", "npy",
-        "--device", device])
+    sh([sdrun, "infer", p.plan, "--input", f"{p.input_name}={p.input_file}", "--output-dir", out, "--output-format",
+        "npy", "--device", device])
     return np.load(os.path.join(out, "output_0.npy"))
 
 
@@ -114,18 +133,19 @@ def train(sdrun, plan, device, data, folder, kind):
 
 
 def gpu_part(sdrun, all_plans, tmp):
-    tokens = os.path.join(tmp, "tokens.npy")
-    np.save(tokens, (np.arange(8, dtype=np.int64) * 37 % 256).reshape(1, 8))
     data = write_data(os.path.join(tmp, "train.jsonl"))
-    for kind, plan in all_plans:
-        cpu = infer(sdrun, plan, "cpu", tokens, os.path.join(tmp, kind, "infer-cpu"))
-        gpu = infer(sdrun, plan, "cuda", tokens, os.path.join(tmp, kind, "infer-cuda"))
+    for p in all_plans:
+        kind = p.kind
+        cpu = infer(sdrun, p, "cpu", os.path.join(tmp, kind, "infer-cpu"))
+        gpu = infer(sdrun, p, "cuda", os.path.join(tmp, kind, "infer-cuda"))
         err = float(np.max(np.abs(cpu - gpu)))
-        check(f"{kind}: infer logits on CUDA match the CPU", np.allclose(gpu, cpu, LOGITS_RTOL, LOGITS_ATOL),
+        check(f"{kind}: infer on CUDA matches the CPU", np.allclose(gpu, cpu, LOGITS_RTOL, LOGITS_ATOL),
               f"max |diff| {err:.3g}")
-        lc, wc = train(sdrun, plan, "cpu", data, os.path.join(tmp, kind, "cpu"), kind)
-        lg, wg = train(sdrun, plan, "cuda", data, os.path.join(tmp, kind, "cuda"), kind)
-        lg2, wg2 = train(sdrun, plan, "cuda", data, os.path.join(tmp, kind, "cuda2"), kind)
+        if not p.trains:
+            continue
+        lc, wc = train(sdrun, p.plan, "cpu", data, os.path.join(tmp, kind, "cpu"), kind)
+        lg, wg = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda"), kind)
+        lg2, wg2 = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda2"), kind)
         rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(lc, lg)) if lc and len(lc) == len(lg) else float("inf")
         check(f"{kind}: {STEPS} training steps' losses on CUDA match the CPU", rel <= LOSS_RTOL,
               f"{len(lg)} losses, max relative diff {rel:.3g}")
@@ -145,17 +165,17 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         all_plans = plans(sdc, tmp)
         if not args.gpu:
-            profile_trace(sdrun, all_plans[0][1], tmp, "cpu")
+            profile_trace(sdrun, all_plans[0].plan, tmp, "cpu")
             if not coverage(sdrun, all_plans):
                 print("cuda_plans: skipped: this build has no CUDA backend")
                 return 77
         else:
-            ok, why = gpu_usable(sdrun, all_plans[0][1])
+            ok, why = gpu_usable(sdrun, all_plans[0].plan)
             if not ok:
                 print(f"cuda_plans: skipped: no usable GPU ({why})")
                 return 77
             gpu_part(sdrun, all_plans, tmp)
-            profile_trace(sdrun, all_plans[0][1], tmp, "cuda")
+            profile_trace(sdrun, all_plans[0].plan, tmp, "cuda")
     failed = 0
     for name, ok, detail in RESULTS:
         print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")

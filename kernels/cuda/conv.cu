@@ -1,0 +1,132 @@
+// CUDA kernels for Conv and FusedConv (bias, then the residual add and the
+// activation of FusedConv's epilogue, as kernels/cpu/conv_epilogue.h): a
+// direct convolution, one thread per output element, accumulating in f32
+// (f64 for f64) in a fixed order. Correct for every group count (depthwise
+// included), stride, dilation and padding; cuDNN comes later for speed.
+#include "window.cuh"
+#include <cfloat>
+#include <cmath>
+#include <string>
+
+namespace sd::cuda {
+namespace {
+
+enum class Act { None, Relu, Clip, HardSwish, HardSigmoid, LeakyRelu };
+
+struct Epilogue {
+  Act act = Act::None;
+  double alpha = 0, beta = 0;
+};
+
+Epilogue epilogueOf(const AttrMap &attrs, DType t) {
+  Epilogue e;
+  std::string a = attrs.getString("activation", "");
+  double lowest = t == DType::F64 ? -DBL_MAX : -FLT_MAX, highest = t == DType::F64 ? DBL_MAX : FLT_MAX;
+  if (a == "Relu") e.act = Act::Relu;
+  else if (a == "Clip") {
+    e.act = Act::Clip;
+    e.alpha = attrs.getFloat("activation_alpha", lowest);
+    e.beta = attrs.getFloat("activation_beta", highest);
+  } else if (a == "HardSwish") e.act = Act::HardSwish;
+  else if (a == "HardSigmoid") {
+    e.act = Act::HardSigmoid;
+    e.alpha = attrs.getFloat("activation_alpha", 0.2);
+    e.beta = attrs.getFloat("activation_beta", 0.5);
+  } else if (a == "LeakyRelu") {
+    e.act = Act::LeakyRelu;
+    e.alpha = attrs.getFloat("activation_alpha", 0.01);
+  }
+  return e;
+}
+
+// The same operand order as the CPU epilogue, so NaN passes through alike.
+template <typename C> __device__ C activate(const Epilogue &e, C y) {
+  switch (e.act) {
+  case Act::None: return y;
+  case Act::Relu: return y > C(0) || y != y ? y : C(0);
+  case Act::Clip: {
+    C lo = C(e.alpha), hi = C(e.beta);
+    C v = y < lo ? lo : y; // std::max(y, lo)
+    return hi < v ? hi : v; // std::min(v, hi)
+  }
+  case Act::HardSwish: {
+    C t = y / C(6) + C(0.5);
+    t = C(1) < t ? C(1) : t;
+    return y * (t < C(0) ? C(0) : t);
+  }
+  case Act::HardSigmoid: {
+    C t = C(e.alpha) * y + C(e.beta);
+    t = C(1) < t ? C(1) : t;
+    return t < C(0) ? C(0) : t;
+  }
+  case Act::LeakyRelu: return y >= C(0) ? y : C(e.alpha) * y;
+  }
+  return y;
+}
+
+struct ConvShape {
+  int64_t n = 0, cin = 0, m = 0, group = 1, cg = 0, mg = 0;
+};
+
+template <typename T>
+__global__ void convKernel(ConvShape s, Window w, Epilogue e, const T *x, const T *wt, const T *bias,
+                           const T *residual, T *y) {
+  using C = Compute<T>;
+  int64_t total = s.n * s.m * w.outTotal;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t oo = i % w.outTotal, rest = i / w.outTotal, oc = rest % s.m, img = rest / s.m;
+    int64_t grp = oc / s.mg;
+    C acc = 0;
+    for (int64_t c = 0; c < s.cg; ++c) {
+      const T *plane = x + (img * s.cin + grp * s.cg + c) * w.inTotal;
+      const T *taps = wt + (oc * s.cg + c) * w.kernelTotal;
+      for (int64_t kk = 0; kk < w.kernelTotal; ++kk) {
+        int64_t off = w.tap(oo, kk);
+        if (off >= 0) acc += load(plane[off]) * load(taps[kk]);
+      }
+    }
+    if (bias) acc += load(bias[oc]);
+    if (residual) acc += load(residual[i]);
+    y[i] = store<T>(activate(e, acc));
+  }
+}
+
+// x, w, bias?, residual? (FusedConv) -> y.
+Status ConvKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &wt = c.inputs[1], &y = c.outputs[0];
+  WindowGeometry g;
+  Dims kernel = c.attrs.getInts("kernel_shape");
+  if (kernel.empty()) kernel.assign(wt.dims.begin() + 2, wt.dims.end());
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), kernel, false, g));
+  StatusOr<Window> w = windowOf(g);
+  if (!w.isOk()) return w.status();
+  ConvShape s;
+  s.n = x.dims[0];
+  s.cin = x.dims[1];
+  s.m = wt.dims[0];
+  s.group = c.attrs.getInt("group", 1);
+  if (s.group <= 0 || s.cin % s.group || s.m % s.group) return sdError("Conv group does not divide the channels");
+  s.cg = s.cin / s.group;
+  s.mg = s.m / s.group;
+  if (wt.dims[1] != s.cg || y.dims[1] != s.m) return sdError("Conv shapes inconsistent");
+  int64_t total = y.numElements();
+  if (total == 0) return Status::ok();
+  Epilogue e = epilogueOf(c.attrs, x.dtype);
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
+    const T *residual = c.hasInput(3) && c.inputs[3].data ? c.inputs[3].as<T>() : nullptr;
+    convKernel<T><<<blocksFor(total), kThreads, 0, streamOf(c)>>>(s, *w, e, x.as<T>(), wt.as<T>(), bias, residual,
+                                                                 y.as<T>());
+    return launchStatus("Conv");
+  });
+}
+
+} // namespace
+
+void registerConvKernels() {
+  registerKernel("Conv", ConvKernel, floatStorage());
+  registerKernel("FusedConv", ConvKernel, floatStorage());
+}
+
+} // namespace sd::cuda

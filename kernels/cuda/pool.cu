@@ -1,0 +1,94 @@
+// CUDA kernels for MaxPool (with its optional Indices), GlobalAveragePool and
+// GlobalMaxPool: one thread per output window, or one block per plane for
+// the global pools (a fixed-order block reduction, sums in f64).
+#include "block_reduce.cuh"
+#include "window.cuh"
+#include <cmath>
+
+namespace sd::cuda {
+namespace {
+
+// Max over the window's taps inside the input, with the CPU kernels' NaN
+// rules: without Indices NaN taps never win (a window of only padding gives
+// -inf); with Indices the first tap starts the comparison.
+template <typename T>
+__global__ void maxPoolKernel(Window w, int64_t planes, bool colMajor, const T *x, T *y, int64_t *indices) {
+  using C = Compute<T>;
+  int64_t total = planes * w.outTotal;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t oo = i % w.outTotal, plane = i / w.outTotal;
+    const T *src = x + plane * w.inTotal;
+    C best = -INFINITY;
+    int64_t at = -1;
+    for (int64_t kk = 0; kk < w.kernelTotal; ++kk) {
+      int64_t off = w.tap(oo, kk);
+      if (off < 0) continue;
+      C v = load(src[off]);
+      if (!indices) best = v > best ? v : best; // the CPU's 2-D path: NaN never wins
+      else if (v > best || at < 0) {           // its general path (Indices): the first tap starts
+        best = v;
+        at = off;
+      }
+    }
+    y[i] = store<T>(best);
+    if (indices) {
+      int64_t flat = at;
+      if (colMajor && at >= 0) flat = (at % w.in[1]) * w.in[0] + at / w.in[1];
+      indices[i] = plane * w.inTotal + flat;
+    }
+  }
+}
+
+Status MaxPoolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), c.attrs.getInts("kernel_shape"),
+                                    true, g));
+  StatusOr<Window> w = windowOf(g);
+  if (!w.isOk()) return w.status();
+  int64_t planes = x.dims[0] * x.dims[1], total = y.numElements();
+  if (total == 0) return Status::ok();
+  int64_t *indices = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<int64_t>() : nullptr;
+  bool colMajor = c.attrs.getInt("storage_order", 0) == 1 && w->rank == 2;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    maxPoolKernel<T><<<blocksFor(total), kThreads, 0, streamOf(c)>>>(*w, planes, colMajor, x.as<T>(), y.as<T>(),
+                                                                     indices);
+    return launchStatus("MaxPool");
+  });
+}
+
+template <bool Max, typename T> __global__ void globalPoolKernel(int64_t planes, int64_t inner, const T *x, T *y) {
+  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
+    const T *src = x + p * inner;
+    double acc = Max ? -INFINITY : 0.0;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+      double v = double(load(src[i]));
+      acc = Max ? MaxOp()(acc, v) : acc + v;
+    }
+    acc = Max ? blockReduce(acc, MaxOp(), double(-INFINITY)) : blockReduce(acc, SumOp(), 0.0);
+    if (threadIdx.x == 0) y[p] = store<T>(Compute<T>(Max ? acc : acc / double(inner > 0 ? inner : 1)));
+  }
+}
+
+template <bool Max> Status globalPool(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t planes = x.dims[0] * x.dims[1], inner = x.numElements() / std::max<int64_t>(planes, 1);
+  if (planes == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    globalPoolKernel<Max, T><<<unsigned(std::min<int64_t>(planes, 1 << 20)), kThreads, 0, streamOf(c)>>>(
+        planes, inner, x.as<T>(), c.outputs[0].as<T>());
+    return launchStatus(Max ? "GlobalMaxPool" : "GlobalAveragePool");
+  });
+}
+
+} // namespace
+
+void registerPoolKernels() {
+  registerKernel("MaxPool", MaxPoolKernel, floatStorage());
+  registerKernel("GlobalAveragePool", globalPool<false>, floatStorage());
+  registerKernel("GlobalMaxPool", globalPool<true>, floatStorage());
+}
+
+} // namespace sd::cuda
