@@ -24,6 +24,7 @@ static std::string configJson(const CompileRequest &r) {
   };
   return "{\"shapes\":" + list(r.pipeline.shapes) + ",\"dims\":" + list(r.pipeline.dims) +
          ",\"external_weights\":" + (r.externalWeights ? "true" : "false") +
+         (r.pipeline.precision != "fp32" ? ",\"precision\":" + jsonQuote(r.pipeline.precision) : std::string()) +
          (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
                                       ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer) +
                                       (r.pipeline.packing ? ",\"packing\":true" : "")

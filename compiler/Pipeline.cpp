@@ -43,6 +43,10 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
   pm.addPass(createCheckStatic());
+  if (opts.precision != "fp32") {
+    pm.addPass(createAutocast(AutocastOptions{opts.precision}));
+    pm.addPass(createPropagateShapes());
+  }
   if (opts.training()) {
     if (opts.packing) pm.addPass(createPackSequences());
     pm.addPass(createAutodiff());

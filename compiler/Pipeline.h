@@ -30,6 +30,7 @@ struct PipelineOptions {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, momentum = 0.0;
   bool nesterov = false;
   bool packing = false; // training entries take position_ids (several sequences per row)
+  std::string precision = "fp32"; // fp32 | bf16 (sd-autocast)
   bool training() const { return !peft.empty(); }
 };
 

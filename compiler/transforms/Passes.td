@@ -23,6 +23,23 @@ def FuseConvEpilogue : Pass<"sd-fuse-conv-epilogue", "mlir::ModuleOp"> {
   let summary = "In inference entries, fold a residual Add and an activation into the Conv before them";
 }
 
+def Autocast : Pass<"sd-autocast", "mlir::ModuleOp"> {
+  let summary = "Mixed precision: matrix products and attention in bf16, everything else and all state in f32";
+  let description = [{
+    PyTorch's autocast as a rewrite, before autodiff: every f32 float operand
+    of sd.linear, sd.matmul, sd.gemm and sd.attention is cast to bf16, the op
+    computes in bf16 (with f32 accumulation in the kernels), and its results
+    are cast back to f32 for the ops after it. Weights stay f32 globals (the
+    master copies the optimizer updates); norms, softmax outside attention,
+    losses and reductions stay f32. Autodiff then differentiates through the
+    casts, so weight gradients are computed in bf16 and accumulated in f32,
+    as under torch.autocast.
+  }];
+  let options = [
+    Option<"precision", "precision", "std::string", "\"bf16\"", "the compute type of the cast ops: bf16">,
+  ];
+}
+
 def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   let summary = "Full fine-tuning: make float weight globals trainable";
   let description = [{

@@ -7,7 +7,9 @@
 // dkt = scale q^T dS. Every product is one strided-batched cuBLASLt GEMM
 // planned when the session is created, with the [items, T, S] scratch for P
 // (and dS) allocated then too. The semantics are the CPU kernel's
-// (kernels/cpu/attention.cc); cuDNN's fused SDPA comes later for bf16/fp16.
+// (kernels/cpu/attention.cc). bf16/f16 operands (mixed precision) are widened
+// into f32 copies and the results narrowed, as the CPU kernel computes them;
+// cuDNN's fused SDPA comes later for speed.
 #include "block_reduce.cuh"
 #include "gemm_lt.h"
 #include <cmath>
@@ -31,10 +33,16 @@ struct AttnPrepared : PreparedError {
   float *p = nullptr, *ds = nullptr; // [items, T, S] scratch
   int64_t *maskOffsets = nullptr;
   std::shared_ptr<LtGemm> scores, output, gradV, gradP, gradQ, gradKt;
+  // bf16/f16 operands (mixed precision) run the f32 path through these
+  // copies: the float inputs widened, the outputs narrowed after.
+  DType dtype = DType::F32;
+  std::vector<float *> wideIn, wideOut;
   ~AttnPrepared() {
     cudaFree(p);
     cudaFree(ds);
     cudaFree(maskOffsets);
+    for (float *w : wideIn) cudaFree(w);
+    for (float *w : wideOut) cudaFree(w);
   }
 };
 
@@ -134,6 +142,20 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
     g.maskOffsets = a->maskOffsets;
   }
   if (c.hasInput(first + 4) && c.inputs[first + 4].data) g.itemsPerRow = batch.empty() || !batch[0] ? 1 : g.items / batch[0];
+  a->dtype = q.dtype;
+  if (a->dtype != DType::F32) {
+    size_t floats = first + 3; // q, kt, v (and dy first for the gradient)
+    for (size_t i = 0; i < floats + c.outputs.size(); ++i) {
+      const TensorView &t = i < floats ? c.inputs[i] : c.outputs[i - floats];
+      float *w = nullptr;
+      if (cudaMalloc(&w, size_t(std::max<int64_t>(1, t.numElements())) * sizeof(float)) != cudaSuccess) {
+        cudaGetLastError();
+        a->error = "cannot allocate Attention's f32 copies";
+        return a;
+      }
+      (i < floats ? a->wideIn : a->wideOut).push_back(w);
+    }
+  }
   size_t scratch = size_t(std::max<int64_t>(1, g.items * g.T * g.S)) * sizeof(float);
   if (cudaMalloc(&a->p, scratch) != cudaSuccess || (first == 1 && cudaMalloc(&a->ds, scratch) != cudaSuccess)) {
     cudaGetLastError();
@@ -223,10 +245,60 @@ const int64_t *positionsOf(const KernelContext &c, size_t i) {
   return c.hasInput(i) && c.inputs[i].data ? c.inputs[i].as<int64_t>() : nullptr;
 }
 
+template <typename T> __global__ void widenKernel(const T *x, float *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = float(load(x[i]));
+}
+template <typename T> __global__ void narrowKernel(const float *x, T *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = store<T>(Compute<T>(x[i]));
+}
+
+// The f32 operands and results the kernels work on: the tensors themselves,
+// or (mixed precision) the prepared f32 copies, the inputs widened here.
+struct F32Operands {
+  const void *in[4] = {};
+  void *out[3] = {};
+};
+
+Status widen(const AttnPrepared &a, const KernelContext &c, F32Operands &f) {
+  for (size_t i = 0; i < a.wideIn.size() || (a.wideIn.empty() && i < 4); ++i) {
+    if (a.wideIn.empty()) {
+      if (i < c.inputs.size()) f.in[i] = c.inputs[i].data;
+      continue;
+    }
+    f.in[i] = a.wideIn[i];
+    int64_t n = c.inputs[i].numElements();
+    if (n == 0) continue;
+    Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      widenKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], n);
+      return launchStatus("Attention");
+    });
+    SD_RETURN_IF_ERROR(st);
+  }
+  for (size_t i = 0; i < c.outputs.size() && i < 3; ++i) f.out[i] = a.wideOut.empty() ? c.outputs[i].data : a.wideOut[i];
+  return Status::ok();
+}
+
+Status narrow(const AttnPrepared &a, const KernelContext &c) {
+  for (size_t i = 0; i < a.wideOut.size(); ++i) {
+    int64_t n = c.outputs[i].numElements();
+    if (n == 0 || !c.outputs[i].data) continue;
+    Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
+      using T = decltype(tag);
+      narrowKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), n);
+      return launchStatus("Attention");
+    });
+    SD_RETURN_IF_ERROR(st);
+  }
+  return Status::ok();
+}
+
 // P for every item, in the prepared scratch.
-Status probabilities(const AttnPrepared &a, const KernelContext &c, size_t first) {
+Status probabilities(const AttnPrepared &a, const KernelContext &c, const F32Operands &f, size_t first) {
   const AttnGeometry &g = a.g;
-  SD_RETURN_IF_ERROR(a.scores->run(c.inputs[first].data, c.inputs[first + 1].data, a.p, g.scale, 0.0, streamOf(c)));
+  SD_RETURN_IF_ERROR(a.scores->run(f.in[first], f.in[first + 1], a.p, g.scale, 0.0, streamOf(c)));
   maskedSoftmax<<<rowBlocks(g), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, first + 3), positionsOf(c, first + 4), a.p);
   return launchStatus("Attention");
 }
@@ -237,8 +309,11 @@ Status AttentionKernel(const KernelContext &c) {
   if (!a) return st;
   if (a->g.items * a->g.T * a->g.dv == 0) return Status::ok();
   if (a->g.S == 0 || a->g.d == 0) return sdError("Attention on CUDA needs keys and a head dimension");
-  SD_RETURN_IF_ERROR(probabilities(*a, c, 0));
-  return a->output->run(a->p, c.inputs[2].data, c.outputs[0].data, 1.0, 0.0, streamOf(c));
+  F32Operands f;
+  SD_RETURN_IF_ERROR(widen(*a, c, f));
+  SD_RETURN_IF_ERROR(probabilities(*a, c, f, 0));
+  SD_RETURN_IF_ERROR(a->output->run(a->p, f.in[2], f.out[0], 1.0, 0.0, streamOf(c)));
+  return narrow(*a, c);
 }
 
 // dy, q, kt, v, mask?, positions? -> dq, dkt, dv.
@@ -253,21 +328,25 @@ Status AttentionGradKernel(const KernelContext &c) {
     return Status::ok();
   }
   cudaStream_t s = streamOf(c);
-  const void *dy = c.inputs[0].data, *q = c.inputs[1].data, *kt = c.inputs[2].data, *v = c.inputs[3].data;
-  SD_RETURN_IF_ERROR(probabilities(*a, c, 1));
-  SD_RETURN_IF_ERROR(a->gradV->run(a->p, dy, c.outputs[2].data, 1.0, 0.0, s));
+  F32Operands f;
+  SD_RETURN_IF_ERROR(widen(*a, c, f));
+  const void *dy = f.in[0], *q = f.in[1], *kt = f.in[2], *v = f.in[3];
+  SD_RETURN_IF_ERROR(probabilities(*a, c, f, 1));
+  SD_RETURN_IF_ERROR(a->gradV->run(a->p, dy, f.out[2], 1.0, 0.0, s));
   SD_RETURN_IF_ERROR(a->gradP->run(dy, v, a->ds, 1.0, 0.0, s));
   softmaxBackward<<<rowBlocks(g), kRowThreads, 0, s>>>(g, maskOf(c, 4), a->p, a->ds);
   SD_RETURN_IF_ERROR(launchStatus("AttentionGrad"));
-  SD_RETURN_IF_ERROR(a->gradQ->run(a->ds, kt, c.outputs[0].data, g.scale, 0.0, s));
-  return a->gradKt->run(q, a->ds, c.outputs[1].data, g.scale, 0.0, s);
+  SD_RETURN_IF_ERROR(a->gradQ->run(a->ds, kt, f.out[0], g.scale, 0.0, s));
+  SD_RETURN_IF_ERROR(a->gradKt->run(q, a->ds, f.out[1], g.scale, 0.0, s));
+  return narrow(*a, c);
 }
 
 } // namespace
 
 void registerAttentionKernels() {
-  registerKernel("Attention", AttentionKernel, TypeSet{DType::F32}, prepareForward);
-  registerKernel("AttentionGrad", AttentionGradKernel, TypeSet{DType::F32}, prepareGrad);
+  TypeSet t{DType::F32, DType::BF16, DType::F16};
+  registerKernel("Attention", AttentionKernel, t, prepareForward);
+  registerKernel("AttentionGrad", AttentionGradKernel, t, prepareGrad, 1);
 }
 
 } // namespace sd::cuda

@@ -84,7 +84,9 @@ static Status linearShape(ShapeContext &c) {
 // softmax(q kt * scale, masked) v.
 static Status attentionShape(ShapeContext &c) {
   const TensorInfo &q = c.inputs[0], &kt = c.inputs[1], &v = c.inputs[2];
-  SD_CHECK_ARG(q.dtype == DType::F32 && kt.dtype == q.dtype && v.dtype == q.dtype, "Attention needs f32 q, kt, v");
+  SD_CHECK_ARG((q.dtype == DType::F32 || q.dtype == DType::BF16 || q.dtype == DType::F16) && kt.dtype == q.dtype &&
+                   v.dtype == q.dtype,
+               "Attention needs q, kt, v of one float type (f32, bf16, f16)");
   SD_CHECK_ARG(q.rank() >= 2 && kt.rank() >= 2 && v.rank() >= 2, "Attention operands must have rank >= 2");
   TensorInfo scores, out;
   SD_RETURN_IF_ERROR(matmulDims(q, kt, scores));

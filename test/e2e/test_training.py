@@ -248,7 +248,10 @@ def adamw(model, lr, wd):
                              lr=lr, eps=ADAM_EPS)
 
 
-def torch_losses(model, rows, steps, accum, lr, wd, clip):
+def torch_losses(model, rows, steps, accum, lr, wd, clip, autocast=None):
+    """Per-step losses of PyTorch training on the rows as sdrun batches them;
+    autocast: a torch dtype to run the forward under torch.autocast("cpu")."""
+    import contextlib
     import torch
     import torch.nn.functional as F
     opt = adamw(model, lr, wd)
@@ -264,7 +267,8 @@ def torch_losses(model, rows, steps, accum, lr, wd, clip):
             micro.append((ids, labels))
             total_tokens += int((labels[:, 1:] != -100).sum())
         for ids, labels in micro:
-            logits = model(ids)
+            with torch.autocast("cpu", dtype=autocast) if autocast else contextlib.nullcontext():
+                logits = model(ids).float()
             loss_sum = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                                        ignore_index=-100, reduction="sum")
             (loss_sum / total_tokens).backward()

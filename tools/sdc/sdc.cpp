@@ -59,6 +59,9 @@ const char *kUsage =
     "  --packing                training rows hold several sequences: adds a position_ids\n"
     "                           input (positions restart per sequence; attention stays\n"
     "                           within each); sdrun train then packs instead of padding\n"
+    "  --precision fp32|bf16    bf16: matrix products and attention in bf16 (f32 accumulation),\n"
+    "                           everything else, master weights and optimizer state in f32,\n"
+    "                           as torch.autocast (default fp32)\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -189,6 +192,13 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.nesterov = true;
     } else if (arg == "--packing") {
       a.pipeline.packing = true;
+    } else if (arg == "--precision") {
+      if (!value(a.pipeline.precision)) return fail("--precision needs fp32 or bf16"), 2;
+      if (a.pipeline.precision == "fp16")
+        return fail("--precision fp16 needs dynamic loss scaling, which is not built yet: use bf16 (same range as fp32)"),
+               2;
+      if (a.pipeline.precision != "fp32" && a.pipeline.precision != "bf16")
+        return fail("--precision takes fp32 or bf16, got '" + a.pipeline.precision + "'"), 2;
     } else if (arg == "--external-weights") {
       a.externalWeights = true;
     } else if (arg == "--print-ir-after-all") {
