@@ -4,7 +4,7 @@
 
 namespace sd {
 
-static Dims rowMajorStrides(const Dims &d) {
+Dims rowMajorStrides(const Dims &d) {
   Dims s(d.size(), 1);
   for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];
   return s;

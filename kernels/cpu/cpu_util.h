@@ -1,5 +1,6 @@
 // Helpers shared by the CPU kernels: dtype dispatch and broadcast iteration.
 #pragma once
+#include "sd/ops/dispatch.h"
 #include "sd/ops/registry.h"
 #include "sd/ops/threadpool.h"
 #include <cstdint>
@@ -38,15 +39,7 @@ template <typename F> Status dispatchNumeric(DType t, F &&fn) {
 }
 
 // Any fixed-size element type, by width only (data movement kernels).
-template <typename F> Status dispatchBytes(DType t, F &&fn) {
-  switch (dtypeSize(t)) {
-  case 1: return fn(uint8_t{});
-  case 2: return fn(uint16_t{});
-  case 4: return fn(uint32_t{});
-  case 8: return fn(uint64_t{});
-  default: return sdError("no CPU kernel for dtype ", dtypeName(t));
-  }
-}
+template <typename F> Status dispatchBytes(DType t, F &&fn) { return dispatchByWidth(t, std::forward<F>(fn)); }
 
 // A tensor seen as [outer, len, inner] around `axis` (already non-negative).
 struct AxisExtent {

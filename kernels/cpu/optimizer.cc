@@ -106,9 +106,8 @@ Status GradScaleKernel(const KernelContext &c) {
     });
     for (double s : part) sumsq += s;
   }
-  double norm = std::sqrt(sumsq) / tokens;
-  double coef = maxNorm > 0 ? std::min(1.0, maxNorm / (norm + 1e-6)) : 1.0;
-  c.outputs[0].as<float>()[0] = float(coef / tokens);
+  double norm = 0;
+  c.outputs[0].as<float>()[0] = float(math::gradScaleFactor(sumsq, tokens, maxNorm, norm));
   c.outputs[1].as<float>()[0] = float(norm);
   return Status::ok();
 }

@@ -51,14 +51,7 @@ static bool computesHalfViaF32(std::string_view op) {
 }
 
 void registerCpuKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare, int typeOperand) {
-  KernelDef d;
-  d.op = op;
-  d.run = fn;
-  d.prepare = prepare;
-  d.types = types;
-  d.typeOperand = typeOperand;
-  d.halfViaF32 = computesHalfViaF32(op);
-  mutableCpuKernels().add(std::move(d));
+  mutableCpuKernels().add(KernelDef{op, fn, prepare, types, typeOperand, computesHalfViaF32(op)});
 }
 } // namespace cpu
 

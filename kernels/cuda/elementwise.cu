@@ -2,6 +2,7 @@
 // shared sd::math functions), broadcasting binary arithmetic, GeluGrad,
 // comparisons, Not, Where and Cast. Grid-stride loops; f16/bf16 compute in f32.
 #include "cuda_util.cuh"
+#include "sd/ops/dispatch.h"
 #include "sd/ops/math/activations.h"
 #include <cmath>
 
@@ -178,13 +179,7 @@ Status WhereKernel(const KernelContext &c) {
                                                                 o.as<T>(), n);
     return launchStatus("Where");
   };
-  switch (dtypeSize(o.dtype)) {
-  case 1: return go(uint8_t{});
-  case 2: return go(uint16_t{});
-  case 4: return go(uint32_t{});
-  case 8: return go(uint64_t{});
-  default: return sdError("Where on CUDA does not move ", dtypeName(o.dtype));
-  }
+  return dispatchByWidth(o.dtype, go);
 }
 
 // Comparisons: numeric operands (broadcast) -> bool.

@@ -3,22 +3,14 @@
 // deterministic scatter-add). Kernels that only move bytes run on every type
 // by element size.
 #include "cuda_util.cuh"
+#include "sd/ops/dispatch.h"
 #include "sd/ops/index_geometry.h"
 #include <memory>
 
 namespace sd::cuda {
 namespace {
 
-// Calls f(U{}) with U an unsigned type of the element's size.
-template <typename F> Status dispatchBytes(DType t, F &&f) {
-  switch (dtypeSize(t)) {
-  case 1: return f(uint8_t{});
-  case 2: return f(uint16_t{});
-  case 4: return f(uint32_t{});
-  case 8: return f(uint64_t{});
-  default: return sdError("the CUDA backend does not move ", dtypeName(t));
-  }
-}
+template <typename F> Status dispatchBytes(DType t, F &&f) { return dispatchByWidth(t, std::forward<F>(f)); }
 
 Status IdentityKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
@@ -63,12 +55,7 @@ Status TransposeKernel(const KernelContext &c) {
   if (x.rank() > kMaxRank) return sdError("Transpose on CUDA takes up to rank ", kMaxRank);
   Gather8 g;
   g.rank = int(x.rank());
-  int64_t stride = 1;
-  std::vector<int64_t> xs(size_t(x.rank()));
-  for (size_t d = xs.size(); d-- > 0;) {
-    xs[d] = stride;
-    stride *= x.dims[d];
-  }
+  Dims xs = rowMajorStrides(x.dims);
   for (size_t i = 0; i < perm.size(); ++i) {
     if (perm[i] < 0 || perm[i] >= x.rank()) return sdError("Transpose perm out of range");
     g.outDims[i] = y.dims[i];

@@ -150,11 +150,8 @@ __global__ void gradScaleFinish(const double *partials, int64_t count, DeviceSca
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
   s = blockReduce(s, SumOp(), 0.0);
   if (threadIdx.x != 0) return;
-  double t = tokens.get(), mn = maxNorm.get();
-  t = t > 1.0 ? t : 1.0;
-  double norm = std::sqrt(s) / t;
-  double coef = mn > 0 ? (mn / (norm + 1e-6) < 1.0 ? mn / (norm + 1e-6) : 1.0) : 1.0;
-  scale[0] = float(coef / t);
+  double norm = 0;
+  scale[0] = float(math::gradScaleFactor(s, tokens.get(), maxNorm.get(), norm));
   normOut[0] = float(norm);
 }
 

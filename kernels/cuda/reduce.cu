@@ -39,12 +39,7 @@ std::shared_ptr<const void> prepareReduce(const PrepareContext &p) {
   }
   std::vector<bool> red = reducedAxes(x.rank(), axes, p.kernel.attrs.getInt("noop_with_empty_axes", 0) != 0);
   ReduceGeometry &g = s->g;
-  int64_t stride = 1;
-  std::vector<int64_t> strides(size_t(x.rank()));
-  for (size_t d = strides.size(); d-- > 0;) {
-    strides[d] = stride;
-    stride *= x.dims[d];
-  }
+  Dims strides = rowMajorStrides(x.dims);
   for (size_t d = 0; d < strides.size(); ++d) {
     if (red[d]) {
       g.reducedDims[g.reducedRank] = x.dims[d];

@@ -21,14 +21,9 @@ static KernelRegistry &mutableKernels() {
   return r;
 }
 
+// CUDA kernels compute f16/bf16 themselves (halfViaF32 = false).
 void registerKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare, int typeOperand) {
-  KernelDef d;
-  d.op = op;
-  d.run = fn;
-  d.prepare = prepare;
-  d.types = types;
-  d.typeOperand = typeOperand;
-  mutableKernels().add(std::move(d));
+  mutableKernels().add(KernelDef{op, fn, prepare, types, typeOperand, false});
 }
 
 Status cudaCheck(cudaError_t e, const char *what) {

@@ -69,3 +69,13 @@ def clean_error_problems(cmd, must_contain=(), no_files=(), timeout=60):
     problems += [f"message lacks {m!r}: {r.stderr.strip()!r}" for m in must_contain if m not in r.stderr]
     problems += [f"left {f} behind" for f in no_files if os.path.exists(f)]
     return problems, lines[0] if lines else ""
+
+
+def report_checks(test, results):
+    """Prints every (name, ok, detail) check; the exit status: 1 if any failed or none ran."""
+    failed = 0
+    for name, ok, detail in results:
+        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
+        failed += not ok
+    print(f"{test}: {len(results) - failed}/{len(results)} passed")
+    return 1 if failed or not results else 0

@@ -21,7 +21,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, export_tiny_gpt, sh
+from e2e_util import ROOT, export_tiny_gpt, report_checks, sh
 
 RESULTS = []
 STEPS = 20
@@ -176,12 +176,7 @@ def main():
                 return 77
             gpu_part(sdrun, all_plans, tmp)
             profile_trace(sdrun, all_plans[0].plan, tmp, "cuda")
-    failed = 0
-    for name, ok, detail in RESULTS:
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-        failed += not ok
-    print(f"cuda_plans: {len(RESULTS) - failed}/{len(RESULTS)} passed")
-    return 1 if failed or not RESULTS else 0
+    return report_checks("cuda_plans", RESULTS)
 
 
 if __name__ == "__main__":

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import clean_error_problems, sh, tool_paths
+from e2e_util import clean_error_problems, report_checks, sh, tool_paths
 from test_training import BATCH, SEQ, ADAM_EPS, export_base, make_data, read_safetensors, torch_losses
 
 RESULTS = []
@@ -102,12 +102,7 @@ def main():
             check(label, not problems, "; ".join(problems) or line)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    failed = 0
-    for name, ok, detail in RESULTS:
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-        failed += not ok
-    print(f"mixed_precision: {len(RESULTS) - failed}/{len(RESULTS)} passed")
-    return 1 if failed or not RESULTS else 0
+    return report_checks("mixed_precision", RESULTS)
 
 
 if __name__ == "__main__":

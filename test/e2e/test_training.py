@@ -13,7 +13,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import clean_error_problems, ort_run, sh, tool_paths
+from e2e_util import clean_error_problems, ort_run, report_checks, sh, tool_paths
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -33,12 +33,7 @@ def check(name, ok, detail):
 
 def report(test):
     """Prints every check; the exit status: 1 if any failed or none ran."""
-    failed = 0
-    for name, ok, detail in RESULTS:
-        print(f"{'PASS' if ok else 'FAIL'}  {name}: {detail}")
-        failed += not ok
-    print(f"{test}: {len(RESULTS) - failed}/{len(RESULTS)} passed")
-    return 1 if failed or not RESULTS else 0
+    return report_checks(test, RESULTS)
 
 
 def clean_error(name, cmd, must_contain=()):

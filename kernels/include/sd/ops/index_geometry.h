@@ -8,6 +8,9 @@
 
 namespace sd {
 
+// Element strides of a dense row-major tensor of shape `dims`.
+Dims rowMajorStrides(const Dims &dims);
+
 // Slice as a strided view of x: output element idx reads
 // x[base + sum(idx[d] * strides[d])]. Checks the result against `out`.
 struct SliceView {

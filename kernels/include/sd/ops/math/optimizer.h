@@ -61,4 +61,16 @@ SD_HD void sgdElement(const SgdStep &s, float g, float &p, float &buf) {
   buf = b;
 }
 
+// GradScale's factor: the gradients hold sums over `tokens` counted tokens,
+// norm = ||grads|| / tokens from their sum of squares, and the factor is
+// 1/tokens * min(1, maxNorm / (norm + 1e-6)) (no clipping when maxNorm <= 0),
+// as clip_grad_norm_ after token normalization.
+SD_HD double gradScaleFactor(double sumSquares, double tokens, double maxNorm, double &norm) {
+  tokens = tokens > 1.0 ? tokens : 1.0;
+  norm = std::sqrt(sumSquares) / tokens;
+  double clip = maxNorm / (norm + 1e-6);
+  double coef = maxNorm > 0 && clip < 1.0 ? clip : 1.0;
+  return coef / tokens;
+}
+
 } // namespace sd::math
