@@ -292,8 +292,17 @@ Status ModKernel(const KernelContext &c) {
   });
 }
 Status PowKernel(const KernelContext &c) {
-  // Exponent may have another type than the base; compute in double.
   DType bt = c.inputs[0].dtype;
+  // x^2 (RMSNorm's variance, every exporter writes it as Pow) as one multiply:
+  // the correctly rounded square, without libm's pow per element.
+  std::vector<double> e;
+  if (c.inputs[1].numElements() == 1 && c.outputs[0].dims == c.inputs[0].dims && readDoubles(c.inputs[1], e) &&
+      e[0] == 2.0 && (bt == DType::F32 || bt == DType::F64))
+    return dispatchFloat(bt, [&](auto tag) {
+      using T = decltype(tag);
+      return mapUnary<T>(c, [](T x) { return x * x; });
+    });
+  // Exponent may have another type than the base; compute in double.
   if (c.inputs[1].dtype != bt) {
     return dispatchNumeric(bt, [&](auto tag) {
       using T = decltype(tag);

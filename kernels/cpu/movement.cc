@@ -152,6 +152,26 @@ Status PadKernel(const KernelContext &c) {
       std::memcpy(&fill, c.inputs[2].data, sizeof(T));
     const T *px = x.as<T>();
     T *po = o.as<T>();
+    // Constant padding that only grows (the backward of a Slice, the label
+    // shift): fill, then copy each input row into place.
+    bool grows = mode == "constant" && x.rank() > 0;
+    for (size_t d = 0; grows && d < before.size(); ++d)
+      grows = before[d] >= 0 && o.dims[d] >= x.dims[d] + before[d];
+    if (grows) {
+      std::fill(po, po + o.numElements(), fill);
+      int64_t rowLen = x.dims.back(), rows = rowLen ? x.numElements() / rowLen : 0;
+      Dims os = stridesOf(o.dims), row(size_t(x.rank() - 1), 0);
+      for (int64_t r = 0; r < rows; ++r) {
+        int64_t off = before.back();
+        for (size_t d = 0; d < row.size(); ++d) off += (row[d] + before[d]) * os[d];
+        std::memcpy(po + off, px + r * rowLen, size_t(rowLen) * sizeof(T));
+        for (int64_t d = int64_t(row.size()) - 1; d >= 0; --d) {
+          if (++row[size_t(d)] < x.dims[size_t(d)]) break;
+          row[size_t(d)] = 0;
+        }
+      }
+      return Status::ok();
+    }
     Dims idx(size_t(o.rank()), 0);
     for (int64_t i = 0, n = o.numElements(); i < n; ++i) {
       int64_t off = 0;
