@@ -17,7 +17,10 @@ references, and each case runs twice and must give the same bits (the CPU runs
 with 1 and 3 threads instead). A backend this machine cannot use fails, or
 with --skip-if-absent exits 77, which CTest reports as skipped.
 
-  op_harness.py [--backend cpu|cuda] [--skip-if-absent] [--op NAME ...] [--seed N] [-v]
+--bind-only checks, without a device, that the backend's registry binds every
+case's operand types (CTest ops_cuda_bind).
+
+  op_harness.py [--backend cpu|cuda] [--skip-if-absent] [--bind-only] [--op NAME ...] [--seed N] [-v]
 """
 import argparse
 import math
@@ -848,15 +851,45 @@ CASES["AttentionGrad"] = [
 
 # ---- driver -----------------------------------------------------------------------------------------------------
 
+def bind_only(backend):
+    """Every case of every kernel the backend registers, for every type it
+    claims, through the shape rule and the backend's binding, without running:
+    a registry that refuses the operand types of a case its kernel should
+    take shows here on machines without the device."""
+    problems, runs = [], 0
+    kernels = {k["op"]: k for k in _sdops.kernels(backend)}
+    for op in sorted(kernels):
+        for ci, case in enumerate(CASES.get(op, [])):
+            if case.error:
+                continue
+            for t in kernels[op]["types"]:
+                if case.types is not None and t not in case.types:
+                    continue
+                inputs = case.make(t, np.random.default_rng(zlib.crc32(f"{op}/{ci}/{t}".encode())))
+                runs += 1
+                try:
+                    _sdops.run(backend, op, case.attrs, inputs, case.outputs, bind_only=True)
+                except RuntimeError as e:
+                    problems.append(f"{op} [{case.label or 'case ' + str(ci)}] {t}: {e}")
+    for p in problems:
+        print("FAIL", p)
+    print(f"op harness ({backend}, binding only): {len(kernels)} kernels, {runs} cases bound, {len(problems)} problems")
+    return 1 if problems else 0
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--backend", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--skip-if-absent", action="store_true",
                     help="exit 77 (skipped) when the backend is not usable on this machine")
+    ap.add_argument("--bind-only", action="store_true",
+                    help="check only that the backend's kernels bind every case's operand types (no device needed)")
     ap.add_argument("--op", action="append", help="run only these ops (repeatable)")
     ap.add_argument("--seed", type=int, default=0, help="varies every case's random inputs (default 0)")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
+    if args.bind_only:
+        return bind_only(args.backend)
     reason = _sdops.unavailable_reason(args.backend)
     if reason:
         print(f"op harness ({args.backend}): skipped: {reason}")

@@ -35,7 +35,11 @@ Device &deviceOf(const std::string &backend) {
   return **d;
 }
 
-const KernelRegistry &registryOf(const std::string &backend) { return deviceOf(backend).kernels(); }
+// A backend's registry, without opening its device (listing needs no GPU).
+const KernelRegistry &registryOf(const std::string &backend) {
+  if (const KernelRegistry *r = kernelRegistry(backend)) return *r;
+  return deviceOf(backend).kernels();
+}
 
 // Device memory for one run, released when it ends.
 struct DeviceBuffers {
@@ -101,7 +105,7 @@ AttrMap attrsOf(const py::dict &d) {
 // Runs `op` on `inputs` (None: an absent optional operand). Every input is
 // offered to the shape rule as a constant, as the compiler does for folding.
 py::list runOp(const std::string &backend, const std::string &op, const py::dict &attrDict, const py::list &inputList,
-               size_t numOutputs, int threads) {
+               size_t numOutputs, int threads, bool bindOnly) {
   const KernelRegistry &reg = registryOf(backend);
   AttrMap attrs = attrsOf(attrDict);
   std::vector<py::array> keep; // the arrays the views point into
@@ -130,6 +134,7 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
   for (auto &o : sc.outputs) outTypes.push_back(o.dtype);
   StatusOr<const KernelDef *> k = reg.bind(op, inTypes, outTypes);
   if (!k.isOk()) throw std::runtime_error("bind: " + k.status().message());
+  if (bindOnly) return py::list(); // the registry accepts these operand types; nothing runs
   Device &dev = deviceOf(backend);
   DeviceBuffers buffers{dev, {}};
   std::vector<py::array> outs;
@@ -208,6 +213,7 @@ PYBIND11_MODULE(_sdops, m) {
     return l;
   });
   m.def("run", &runOp, py::arg("backend"), py::arg("op"), py::arg("attrs"), py::arg("inputs"),
-        py::arg("num_outputs") = 1, py::arg("threads") = 1,
-        "Runs one op; returns its outputs. Raises RuntimeError naming the stage that refused.");
+        py::arg("num_outputs") = 1, py::arg("threads") = 1, py::arg("bind_only") = false,
+        "Runs one op; returns its outputs. Raises RuntimeError naming the stage that refused. With bind_only,\n"
+        "stops after the shape rule and the backend's kernel binding (no device needed) and returns [].");
 }
