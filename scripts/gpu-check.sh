@@ -3,8 +3,9 @@
 #
 #   scripts/gpu-check.sh [OUT]           on a GPU machine with this project's
 #                                        dependencies: build, run the GPU tests
-#                                        (ops_cuda, cuda_plans), then the bundle
-#                                        checks and benchmarks below
+#                                        (ops_cuda, cuda_plans), the bundle
+#                                        checks and benchmarks below, and
+#                                        bench/gpu_train_bench.py (PyTorch peers)
 #   scripts/gpu-check.sh --bundle DIR    on any build machine (no GPU needed):
 #                                        sdrun with its libraries, the test plans,
 #                                        data and CPU reference results, in DIR
@@ -13,8 +14,9 @@
 #                                        bundle on the GPU against the references
 #
 # OUT (default gpu-results/) receives summary.txt (one PASS/FAIL line per
-# check), bench.txt (sdrun bench per plan and entry on the GPU), nvidia-smi.txt
-# and the logs. The exit status is 0 only when every check passed.
+# check), bench.txt (sdrun bench per plan and entry on the GPU),
+# train_bench.txt (against PyTorch), nvidia-smi.txt and the logs. The exit
+# status is 0 only when every check passed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # Tolerances of the GPU runs against the CPU (f32 throughout, no TF32).
@@ -100,7 +102,7 @@ run_bundle() {
 }
 
 case ${1:-} in
-  -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
   --bundle) [ $# -eq 2 ] || die "usage: gpu-check.sh --bundle DIR"; bundle "$2" ;;
   --run) [ $# -ge 2 ] || die "usage: gpu-check.sh --run DIR [OUT]"; run_bundle "$2" "${3:-gpu-results}" ;;
   -*) die "unknown option $1 (see --help)" ;;
@@ -117,6 +119,15 @@ case ${1:-} in
     bundle "$out/bundle" > "$out/bundle.log" 2>&1 || die "bundle failed (see $out/bundle.log)"
     run_bundle "$out/bundle" "$out"
     checks=$?
-    [ $tests -eq 0 ] && [ $checks -eq 0 ]
+    # The training benchmark against PyTorch eager and torch.compile (+ PEFT),
+    # where the project's PyTorch sees the GPU.
+    if .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+      .venv/bin/python bench/gpu_train_bench.py --device cuda > "$out/train_bench.txt" 2>&1 ||
+        echo "FAIL  bench/gpu_train_bench.py (see $out/train_bench.txt)" >> "$out/summary.txt"
+      grep -E '^(gpt|llama)' "$out/train_bench.txt"
+    else
+      echo "gpu-check: PyTorch does not see the GPU here: bench/gpu_train_bench.py skipped" | tee -a "$out/summary.txt"
+    fi
+    [ $tests -eq 0 ] && [ $checks -eq 0 ] && ! grep -q '^FAIL' "$out/summary.txt"
     ;;
 esac
