@@ -10,6 +10,7 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFormLinear());
   pm.addPass(createFuseGelu());
   pm.addPass(createFuseLayerNorm());
+  pm.addPass(createFuseRmsNorm());
   pm.addPass(createFuseAttention());
   if (opts.peft == "lora") {
     PeftLoraOptions lora;

@@ -102,6 +102,15 @@ def FuseLayerNorm : Pass<"sd-fuse-layernorm", "mlir::ModuleOp"> {
   let summary = "Replace LayerNorm decomposed by pre-opset-17 exporters with one sd.layer_normalization";
 }
 
+def FuseRmsNorm : Pass<"sd-fuse-rmsnorm", "mlir::ModuleOp"> {
+  let summary = "Replace RMSNorm as exporters decompose it with one sd.rms_normalization";
+  let description = [{
+    x * (1 / sqrt(mean(x^2) + eps)) * scale over the last axis, with x^2 as
+    Pow(x, 2) or x * x, the inverse as Div(1, s), Reciprocal(s) or x / s,
+    and the identity Casts Hugging Face's LlamaRMSNorm exports around it.
+  }];
+}
+
 def FuseAttention : Pass<"sd-fuse-attention", "mlir::ModuleOp"> {
   let summary = "Replace decomposed scaled-dot-product attention with one sd.attention";
   let description = [{

@@ -150,6 +150,13 @@ def SD_LayerNormalizationOp : SD_Nary<"layer_normalization", "LayerNormalization
     (outs AnyTensor:$y, Variadic<AnyTensor>:$stats)> {
   let description = "`stats` holds the optional Mean and InvStdDev outputs (0, 1 or 2).";
 }
+def SD_RMSNormalizationOp : SD_Nary<"rms_normalization", "RMSNormalization",
+    (ins AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon, OptI64:$stash_type)> {
+  let description = [{
+    ONNX's RMSNormalization (opset 23): y = x / sqrt(mean(x^2 over axis..end) + epsilon) * scale,
+    statistics in f32 or wider. Also what sd-fuse-rmsnorm makes of the decomposed forms exporters write.
+  }];
+}
 def SD_BatchNormalizationOp : SD_Nary<"batch_normalization", "BatchNormalization",
     (ins AnyTensor:$x, AnyTensor:$scale, AnyTensor:$bias, AnyTensor:$input_mean,
          AnyTensor:$input_var),
@@ -233,6 +240,9 @@ def SD_GeluGradOp : SD_Nary<"gelu_grad", "GeluGrad", (ins AnyTensor:$grad, AnyTe
 def SD_LayerNormalizationGradOp : SD_Nary<"layer_normalization_grad", "LayerNormalizationGrad",
     (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon),
     (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad)>;
+def SD_RMSNormalizationGradOp : SD_Nary<"rms_normalization_grad", "RMSNormalizationGrad",
+    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon),
+    (outs AnyTensor:$x_grad, AnyTensor:$scale_grad)>;
 def SD_GatherGradOp : SD_Nary<"gather_grad", "GatherGrad", (ins AnyTensor:$grad, AnyTensor:$indices),
     (ins OptI64:$axis, DenseI64ArrayAttr:$data_shape)> {
   let description = "Scatter-add of Gather's output gradient into zeros of `data_shape` (deterministic).";

@@ -1,4 +1,4 @@
-// CPU kernels for LayerNormalization, BatchNormalization (inference),
+// CPU kernels for LayerNormalization, RMSNormalization, BatchNormalization (inference),
 // InstanceNormalization, LpNormalization and MeanVarianceNormalization.
 #include "cpu_util.h"
 #include "vecmath.h"
@@ -278,11 +278,100 @@ Status LayerNormGradKernel(const KernelContext &c) {
   });
 }
 
+// RMSNormalization over rows of n elements (axis..end): y = x * rstd * scale,
+// rstd = 1/sqrt(mean(x^2) + eps), the statistic in f64 as LayerNorm's.
+Status RmsNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &scale = c.inputs[1];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t outer = 1, n = 1;
+  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? outer : n) *= x.dims[size_t(d)];
+  Dims normDims(x.dims.begin() + axis, x.dims.end());
+  Dims ss = broadcastStrides(scale.dims, normDims);
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>(), *g = scale.as<T>();
+    T *py = c.outputs[0].as<T>();
+    parallelFor(c.pool, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+      Dims idx(normDims.size());
+      for (int64_t r = b; r < e; ++r) {
+        const T *xr = px + r * n;
+        T *yr = py + r * n;
+        double ms = 0;
+        for (int64_t j = 0; j < n; ++j) ms += double(xr[j]) * double(xr[j]);
+        double rstd = 1.0 / std::sqrt(ms / double(std::max<int64_t>(n, 1)) + eps);
+        std::fill(idx.begin(), idx.end(), 0);
+        for (int64_t j = 0; j < n; ++j) {
+          int64_t so = 0;
+          for (size_t d = 0; d < idx.size(); ++d) so += idx[d] * ss[d];
+          yr[j] = T(double(xr[j]) * rstd * double(g[so]));
+          for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {
+            if (++idx[size_t(d)] < normDims[size_t(d)]) break;
+            idx[size_t(d)] = 0;
+          }
+        }
+      }
+    });
+    return Status::ok();
+  });
+}
+
+// Backward of RMSNormalization, rstd recomputed from x:
+//   dx = rstd * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * rstd;
+//   dscale = sum over rows of dy * xhat, in fixed row blocks added in order.
+Status RmsNormGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t outer = 1, n = 1;
+  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? outer : n) *= x.dims[size_t(d)];
+  SD_CHECK_ARG(scale.numElements() == n, "RMSNormalizationGrad needs a scale covering the normalized axes");
+  constexpr int64_t kBlock = 32;
+  int64_t blocks = (outer + kBlock - 1) / kBlock;
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *pdy = dy.as<T>(), *px = x.as<T>(), *g = scale.as<T>();
+    T *pdx = c.outputs[0].as<T>();
+    std::vector<double> partial(size_t(blocks * n), 0.0);
+    parallelFor(c.pool, blocks, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t blk = b0; blk < b1; ++blk) {
+        double *ds = partial.data() + blk * n;
+        for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r) {
+          const T *xr = px + r * n, *dyr = pdy + r * n;
+          double ms = 0;
+          for (int64_t j = 0; j < n; ++j) ms += double(xr[j]) * double(xr[j]);
+          double rstd = 1.0 / std::sqrt(ms / double(std::max<int64_t>(n, 1)) + eps), mgx = 0;
+          for (int64_t j = 0; j < n; ++j) {
+            double xhat = double(xr[j]) * rstd;
+            mgx += double(dyr[j]) * double(g[j]) * xhat;
+            ds[j] += double(dyr[j]) * xhat;
+          }
+          mgx /= double(std::max<int64_t>(n, 1));
+          T *dxr = pdx + r * n;
+          for (int64_t j = 0; j < n; ++j)
+            dxr[j] = T(rstd * (double(dyr[j]) * double(g[j]) - double(xr[j]) * rstd * mgx));
+        }
+      }
+    });
+    T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    for (int64_t j = 0; dscale && j < n; ++j) {
+      double s = 0;
+      for (int64_t blk = 0; blk < blocks; ++blk) s += partial[size_t(blk * n + j)];
+      dscale[j] = T(s);
+    }
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void registerNormalizationKernels() {
   registerCpuKernel("LayerNormalization", LayerNormKernel, TypeSet::floats());
   registerCpuKernel("LayerNormalizationGrad", LayerNormGradKernel, TypeSet::floats());
+  registerCpuKernel("RMSNormalization", RmsNormKernel, TypeSet::floats());
+  registerCpuKernel("RMSNormalizationGrad", RmsNormGradKernel, TypeSet::floats());
   registerCpuKernel("BatchNormalization", BatchNormKernel, TypeSet::floats());
   registerCpuKernel("InstanceNormalization", InstanceNormKernel, TypeSet::floats());
   registerCpuKernel("LpNormalization", LpNormKernel, TypeSet::floats());

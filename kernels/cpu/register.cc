@@ -45,6 +45,7 @@ static bool computesHalfViaF32(std::string_view op) {
       "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu", "Neg", "Abs", "Sign", "Relu", "Floor", "Ceil",
       "Round", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater",
       "GreaterOrEqual", "Min", "Max", "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization",
+      "RMSNormalization", "RMSNormalizationGrad",
       // Mixed precision (sd-autocast): bf16 operands, f32 accumulation, result rounded once.
       "MatMul", "Gemm", "Linear", "Attention", "AttentionGrad", "ReduceSum", "ReduceMean"};
   return ops.count(op) != 0;

@@ -1,4 +1,4 @@
-// CUDA kernels for LayerNormalization and its backward. Row statistics in f64
+// CUDA kernels for LayerNormalization and RMSNormalization and their backward. Row statistics in f64
 // as the CPU kernels compute them; the backward's scale and bias gradients
 // are column sums over fixed chunks of rows, added in chunk order, so they do
 // not depend on scheduling (no atomics).
@@ -191,11 +191,155 @@ Status LayerNormGradKernel(const KernelContext &c) {
   });
 }
 
+// RMSNormalization: y = x * rstd * scale, rstd = 1/sqrt(mean(x^2) + eps).
+template <typename T> __device__ double rowRstd(const T *x, int64_t n, double eps) {
+  double s = 0;
+  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += double(load(x[j])) * double(load(x[j]));
+  return 1.0 / std::sqrt(blockReduce(s, SumOp(), 0.0) / double(n > 0 ? n : 1) + eps);
+}
+
+// Where element j of a normalized row reads the scale, which may broadcast
+// over the normalized dims (ONNX allows it).
+struct ScaleIndex {
+  int rank = 0;
+  int64_t dims[kMaxRank] = {}, strides[kMaxRank] = {};
+  __device__ int64_t operator()(int64_t j) const {
+    int64_t off = 0;
+    for (int d = rank - 1; d >= 0; --d) {
+      off += (j % dims[d]) * strides[d];
+      j /= dims[d];
+    }
+    return off;
+  }
+};
+
+template <typename T>
+__global__ void rmsNormKernel(RowSplit rs, ScaleIndex si, double eps, const T *px, const T *g, T *py) {
+  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+    const T *x = px + r * rs.n;
+    double rstd = rowRstd(x, rs.n, eps);
+    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+      py[r * rs.n + j] = store<T>(Compute<T>(double(load(x[j])) * rstd * double(load(g[si(j)]))));
+  }
+}
+
+Status RmsNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &scale = c.inputs[1];
+  RowSplit rs = splitRows(x, c.attrs);
+  if (rs.outer * rs.n == 0) return Status::ok();
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  Dims norm(x.dims.begin() + axis, x.dims.end());
+  if (norm.size() > size_t(kMaxRank) || scale.dims.size() > norm.size())
+    return sdError("RMSNormalization on CUDA: the scale must broadcast to the normalized dims (up to rank 8)");
+  ScaleIndex si;
+  si.rank = int(norm.size());
+  int64_t stride = 1;
+  for (size_t i = scale.dims.size(); i-- > 0;) {
+    size_t d = norm.size() - scale.dims.size() + i;
+    si.strides[d] = scale.dims[i] == 1 ? 0 : stride;
+    stride *= scale.dims[i];
+  }
+  for (size_t d = 0; d < norm.size(); ++d) si.dims[d] = norm[d];
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    rmsNormKernel<T><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(rs, si, eps, x.as<T>(), scale.as<T>(),
+                                                                           c.outputs[0].as<T>());
+    return launchStatus("RMSNormalization");
+  });
+}
+
+// Per-row rstd and per-chunk dscale partials, allocated when the session is created.
+std::shared_ptr<const void> prepareRmsNormGrad(const PrepareContext &p) {
+  RowSplit rs = splitRows(p.kernel.inputs[1], p.kernel.attrs);
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  auto s = std::make_shared<LayerNormScratch>();
+  if (cudaMalloc(&s->stats, size_t(std::max<int64_t>(1, rs.outer)) * sizeof(double)) != cudaSuccess ||
+      cudaMalloc(&s->partials, size_t(std::max<int64_t>(1, chunks * rs.n)) * sizeof(double)) != cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return s;
+}
+
+// dx = rstd * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * rstd.
+template <typename T>
+__global__ void rmsNormGradRows(RowSplit rs, double eps, const T *pdy, const T *px, const T *scale, T *pdx,
+                                double *rstds) {
+  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+    const T *x = px + r * rs.n, *dy = pdy + r * rs.n;
+    double rstd = rowRstd(x, rs.n, eps), mgx = 0;
+    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+      mgx += double(load(dy[j])) * double(load(scale[j])) * double(load(x[j])) * rstd;
+    mgx = blockReduce(mgx, SumOp(), 0.0) / double(rs.n);
+    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+      pdx[r * rs.n + j] = store<T>(Compute<T>(
+          rstd * (double(load(dy[j])) * double(load(scale[j])) - double(load(x[j])) * rstd * mgx)));
+    if (threadIdx.x == 0) rstds[r] = rstd;
+  }
+}
+
+template <typename T>
+__global__ void rmsNormGradColumns(RowSplit rs, const T *pdy, const T *px, const double *rstds, double *partials) {
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks * rs.n;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    int64_t chunk = t / rs.n, j = t % rs.n;
+    double ds = 0;
+    for (int64_t r = chunk * kChunkRows; r < rs.outer && r < (chunk + 1) * kChunkRows; ++r)
+      ds += double(load(pdy[r * rs.n + j])) * double(load(px[r * rs.n + j])) * rstds[r];
+    partials[chunk * rs.n + j] = ds;
+  }
+}
+
+template <typename T> __global__ void rmsNormGradFinish(RowSplit rs, const double *partials, T *dscale) {
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  for (int64_t j = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; j < rs.n; j += int64_t(gridDim.x) * blockDim.x) {
+    double s = 0;
+    for (int64_t k = 0; k < chunks; ++k) s += partials[k * rs.n + j];
+    dscale[j] = store<T>(Compute<T>(s));
+  }
+}
+
+// dy, x, scale -> dx, dscale.
+Status RmsNormGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
+  auto *scratch = static_cast<const LayerNormScratch *>(c.prepared);
+  if (!scratch) return sdError("RMSNormalizationGrad: its device scratch could not be allocated");
+  RowSplit rs = splitRows(x, c.attrs);
+  if (scale.numElements() != rs.n) return sdError("RMSNormalizationGrad needs a scale covering the normalized axes");
+  double eps = c.attrs.getFloat("epsilon", 1e-5);
+  int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    if (rs.outer > 0) {
+      rmsNormGradRows<T><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(
+          rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+      if (chunks * rs.n > 0)
+        rmsNormGradColumns<T><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(rs, dy.as<T>(), x.as<T>(),
+                                                                                     scratch->stats,
+                                                                                     scratch->partials);
+    }
+    if (dscale && rs.n > 0) {
+      if (rs.outer > 0)
+        rmsNormGradFinish<T><<<blocksFor(rs.n), kThreads, 0, streamOf(c)>>>(rs, scratch->partials, dscale);
+      else
+        SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(dscale, 0, c.outputs[1].byteSize(), streamOf(c)),
+                                     "RMSNormalizationGrad"));
+    }
+    return launchStatus("RMSNormalizationGrad");
+  });
+}
+
 } // namespace
 
 void registerNormalizationKernels() {
   registerKernel("LayerNormalization", LayerNormKernel, floatStorage());
   registerKernel("LayerNormalizationGrad", LayerNormGradKernel, floatStorage(), prepareLayerNormGrad, 1);
+  registerKernel("RMSNormalization", RmsNormKernel, floatStorage());
+  registerKernel("RMSNormalizationGrad", RmsNormGradKernel, floatStorage(), prepareRmsNormGrad, 1);
 }
 
 } // namespace sd::cuda

@@ -27,6 +27,13 @@ Status layerNormGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// RMSNormalizationGrad(dy, x, scale) -> dx, dscale.
+Status rmsNormGradShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[1], "RMSNormalizationGrad"));
+  c.outputs = {c.inputs[1], c.inputs[2]};
+  return Status::ok();
+}
+
 // GatherGrad(dy, indices) {axis, data_shape} -> d(data): scatter-add of dy rows.
 Status gatherGradShape(ShapeContext &c) {
   std::vector<int64_t> data = c.attrs.getInts("data_shape");
@@ -157,6 +164,7 @@ Status gradScaleShape(ShapeContext &c) {
 void registerGradientShapes() {
   for (const char *op : {"SoftmaxGrad", "LogSoftmaxGrad", "GeluGrad"}) registerShapeRule(op, pointwiseGradShape);
   registerShapeRule("LayerNormalizationGrad", layerNormGradShape);
+  registerShapeRule("RMSNormalizationGrad", rmsNormGradShape);
   registerShapeRule("GatherGrad", gatherGradShape);
   registerShapeRule("SoftmaxCrossEntropyLossGrad", sceGradShape);
   registerShapeRule("ConvGradWeight", convGradWeightShape);

@@ -89,6 +89,15 @@ static Status layerNormShape(ShapeContext &c) {
   return Status::ok();
 }
 
+static Status rmsNormShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0];
+  SD_CHECK_ARG(dtypeIsFloat(x.dtype), "RMSNormalization expects a float tensor");
+  int64_t axis = c.attrs.getInt("axis", -1);
+  SD_RETURN_IF_ERROR(normalizeAxis(axis, x.rank()));
+  c.outputs = {x};
+  return Status::ok();
+}
+
 static Status batchNormShape(ShapeContext &c) {
   const TensorInfo &x = c.inputs[0];
   SD_CHECK_ARG(x.rank() >= 2, "BatchNormalization input must have rank >= 2");
@@ -114,6 +123,7 @@ void registerReduceShapes() {
   for (const char *op : {"Softmax", "LogSoftmax", "Hardmax"})
     registerShapeRule(op, softmaxShape);
   registerShapeRule("LayerNormalization", layerNormShape);
+  registerShapeRule("RMSNormalization", rmsNormShape);
   registerShapeRule("BatchNormalization", batchNormShape);
   for (const char *op : {"InstanceNormalization", "LpNormalization", "MeanVarianceNormalization"})
     registerShapeRule(op, sameFloat);

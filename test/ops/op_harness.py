@@ -442,6 +442,20 @@ CASES["LayerNormalization"] = [
          rtol=5),
     Case(lambda t, r: [rand(r, (2, 8), t), rand(r, (8,), t), rand(r, (8,), t)], outputs=3, label="statistics",
          types=["f32", "f64"], rtol=5)]
+def rms_norm_ref(ins, attrs, t):
+    x, scale = f64(ins[0]), f64(ins[1])
+    axes = tuple(range(attrs.get("axis", -1) % x.ndim, x.ndim))
+    y = x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + attrs.get("epsilon", 1e-5)) * scale
+    return [y.astype(ins[0].dtype)]
+
+
+CASES["RMSNormalization"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 8), t), rand(r, (8,), t)], attrs={"epsilon": 1e-5}, ref=rms_norm_ref,
+         label="last axis", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 3, 4), t), rand(r, (3, 4), t)], attrs={"axis": 1}, ref=rms_norm_ref,
+         label="axis 1", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 3, 4), t), rand(r, (1, 4), t)], attrs={"axis": 1}, ref=rms_norm_ref,
+         label="broadcast scale", rtol=5)]
 CASES["BatchNormalization"] = [Case(lambda t, r: [rand(r, (2, 3, 4, 2), t), rand(r, (3,), t), rand(r, (3,), t),
                                                   rand(r, (3,), t), rand(r, (3,), t, 0.5, 2)],
                                     attrs={"epsilon": 2.0 ** -10})]  # exact in f32, as ONNX attributes are
@@ -639,6 +653,23 @@ CASES["LayerNormalizationGrad"] = [
          ref=layer_norm_grad_ref, label="last axis", rtol=10),
     Case(lambda t, r: [rand(r, (2, 3, 4), t), rand(r, (2, 3, 4), t), rand(r, (3, 4), t)], outputs=3,
          attrs={"axis": 1, "epsilon": 1e-3}, ref=layer_norm_grad_ref, label="axis 1", rtol=10)]
+
+
+def rms_norm_grad_ref(ins, attrs, t):
+    import torch
+    dy, x, scale = ins
+    axes = tuple(range(attrs.get("axis", -1) % x.ndim, x.ndim))
+    eps = attrs.get("epsilon", 1e-5)
+    grads = torch_vjp(lambda x, s: x / torch.sqrt((x * x).mean(dim=axes, keepdim=True) + eps) * s, [x, scale], dy,
+                      [0, 1])
+    return [g.astype(x.dtype) for g in grads]
+
+
+CASES["RMSNormalizationGrad"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 8), t), rand(r, (2, 3, 8), t), rand(r, (8,), t)], outputs=2,
+         ref=rms_norm_grad_ref, label="last axis", rtol=10),
+    Case(lambda t, r: [rand(r, (2, 3, 4), t), rand(r, (2, 3, 4), t), rand(r, (3, 4), t)], outputs=2,
+         attrs={"axis": 1, "epsilon": 1e-3}, ref=rms_norm_grad_ref, label="axis 1", rtol=10)]
 
 
 def gather_grad_ref(ins, attrs, t):

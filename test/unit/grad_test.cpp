@@ -143,6 +143,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"LogSoftmax", {W23}, "  y = LogSoftmax <axis = 0> (w)"},
         Case{"LayerNorm", {W23, {"ws", "3", 3}, {"wb", "3", 3}},
              "  y = LayerNormalization <axis = -1, epsilon = 0.001> (w, ws, wb)"},
+        // LlamaRMSNorm's export, fused into one RMSNormalization by sd-fuse-rmsnorm.
+        Case{"RMSNormFused", {W23, {"ws", "3", 3}},
+             "  two = Constant <value = float {2.}> ()\n  eps = Constant <value = float {0.001}> ()\n"
+             "  one = Constant <value = float {1.}> ()\n  p = Pow(w, two)\n"
+             "  m = ReduceMean <axes = [-1], keepdims = 1> (p)\n  a = Add(m, eps)\n  s = Sqrt(a)\n"
+             "  r = Div(one, s)\n  n = Mul(w, r)\n  y = Mul(ws, n)"},
         Case{"Gather", {{"w", "4, 3", 12}},
              "  i = Constant <value = int64[3] {2, 0, 2}> ()\n  y = Gather <axis = 0> (w, i)"},
         Case{"GatherAxis1", {{"w", "3, 4", 12}},

@@ -292,6 +292,7 @@ const OpSpec kSpecs[] = {
     G("ArgMax", "arg_max", 1, 1), G("ArgMin", "arg_min", 1, 1),
     // Normalization.
     {"LayerNormalization", 17, "layer_normalization", 3, 3, generic},
+    {"RMSNormalization", 23, "rms_normalization", 2, 1, generic},
     {"BatchNormalization", 1, "batch_normalization", 5, 1, batchNormLegacy},
     G("InstanceNormalization", "instance_normalization", 3, 1), G("LpNormalization", "lp_normalization", 1, 1),
     G("MeanVarianceNormalization", "mean_variance_normalization", 1, 1),

@@ -30,6 +30,17 @@ LogicalResult layerNormVJP(LayerNormalizationOp op, GradBuilder &g, ArrayRef<Val
   return success();
 }
 
+LogicalResult rmsNormVJP(RMSNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                         Grads &dx) {
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"epsilon"});
+  attrs.push_back(g.attr("axis", op.getAxis().value_or(-1)));
+  Operation *grad = g.op<RMSNormalizationGradOp>({dy[0], op.getX(), op.getScale()}, attrs, 2);
+  if (!grad) return failure();
+  for (unsigned i = 0; i < 2 && i < dx.size(); ++i)
+    if (need[i]) dx[i] = grad->getResult(i);
+  return success();
+}
+
 LogicalResult sceVJP(SoftmaxCrossEntropyLossOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                      Grads &dx) {
   if (!isa<NoneType>(op.getWeights().getType()))
@@ -77,6 +88,7 @@ void attachNormalizationVJPs(MLIRContext *ctx) {
   attachVJP<SoftmaxOp, softmaxVJP<SoftmaxOp, SoftmaxGradOp>>(ctx);
   attachVJP<LogSoftmaxOp, softmaxVJP<LogSoftmaxOp, LogSoftmaxGradOp>>(ctx);
   attachVJP<LayerNormalizationOp, layerNormVJP>(ctx);
+  attachVJP<RMSNormalizationOp, rmsNormVJP>(ctx);
   attachVJP<BatchNormalizationOp, batchNormVJP>(ctx);
   attachVJP<SoftmaxCrossEntropyLossOp, sceVJP>(ctx);
 }
