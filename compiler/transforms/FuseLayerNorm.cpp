@@ -18,21 +18,8 @@ using namespace sd::ir;
 
 namespace {
 
-// A ReduceMean over the last axis only, keeping it.
-bool isLastAxisMean(ReduceMeanOp m) {
-  auto t = dyn_cast<RankedTensorType>(m.getData().getType());
-  SmallVector<int64_t> axes;
-  if (!t || !constantInts(m.getAxes(), axes) || axes.size() != 1) return false;
-  return (axes[0] == -1 || axes[0] == t.getRank() - 1) && m.getKeepdims().value_or(1) == 1;
-}
-
-// One float constant's value.
-std::optional<double> scalarValue(Value v) {
-  ElementsAttr c = constantValue(v);
-  auto dense = dyn_cast_or_null<DenseElementsAttr>(c);
-  if (!dense || dense.getNumElements() != 1 || !isa<FloatType>(dense.getElementType())) return std::nullopt;
-  return (*dense.getValues<APFloat>().begin()).convertToDouble();
-}
+using sd::isLastAxisMean;
+using sd::scalarValue;
 
 // A 1-D operand with the normalized dimension's size.
 bool isFeatureVector(Value v, int64_t n) {

@@ -38,12 +38,7 @@ Operation *userThroughCasts(Value v, Value &out) {
   return u;
 }
 
-bool isLastAxisMean(ReduceMeanOp m) {
-  auto t = dyn_cast<RankedTensorType>(m.getData().getType());
-  SmallVector<int64_t> axes;
-  if (!t || !constantInts(m.getAxes(), axes) || axes.size() != 1) return false;
-  return (axes[0] == -1 || axes[0] == t.getRank() - 1) && m.getKeepdims().value_or(1) == 1;
-}
+using sd::isLastAxisMean;
 
 struct FuseRmsNormPass : sd::impl::FuseRmsNormBase<FuseRmsNormPass> {
   void runOnOperation() override {

@@ -1,6 +1,7 @@
 // Location helpers shared by passes.
 #include "PassDetail.h"
 #include "OpLibraryBridge.h"
+#include "vjp/GradBuilder.h"
 #include <cmath>
 
 namespace sd {
@@ -87,6 +88,13 @@ std::optional<double> scalarValue(mlir::Value v) {
   auto dense = mlir::dyn_cast<mlir::DenseElementsAttr>(c);
   if (!dense || !mlir::isa<mlir::FloatType>(dense.getElementType())) return std::nullopt;
   return (*dense.getValues<llvm::APFloat>().begin()).convertToDouble();
+}
+
+bool isLastAxisMean(ir::ReduceMeanOp m) {
+  auto t = mlir::dyn_cast<mlir::RankedTensorType>(m.getData().getType());
+  llvm::SmallVector<int64_t> axes;
+  if (!t || !ir::constantInts(m.getAxes(), axes) || axes.size() != 1) return false;
+  return (axes[0] == -1 || axes[0] == t.getRank() - 1) && m.getKeepdims().value_or(1) == 1;
 }
 
 bool isScalar(mlir::Value v, double want) {

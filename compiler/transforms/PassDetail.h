@@ -29,6 +29,8 @@ std::optional<double> scalarValue(mlir::Value v);
 bool isScalar(mlir::Value v, double want);
 mlir::Value otherOperand(mlir::Operation *op, mlir::Value v);
 mlir::Operation *soleUser(mlir::Value v);
+// A ReduceMean over the last axis only, keeping it (LayerNorm's and RMSNorm's statistics).
+bool isLastAxisMean(sd::ir::ReduceMeanOp m);
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),
 // built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s
 // translated. Returns false with `error` set on a bad pattern.
