@@ -4,6 +4,30 @@
 
 namespace sd {
 
+AxisSplit softmaxSplit(const Dims &x, const AttrMap &attrs) {
+  int64_t rank = int64_t(x.size());
+  bool coerce = attrs.getInt("coerce2d", 0);
+  int64_t axis = attrs.getInt("axis", coerce ? 1 : -1);
+  if (axis < 0) axis += rank;
+  AxisSplit s;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t v = x[size_t(d)];
+    if (d < axis) s.outer *= v;
+    else if (d == axis || coerce) s.n *= v;
+    else s.inner *= v;
+  }
+  return s;
+}
+
+NormRows normRows(const Dims &x, const AttrMap &attrs) {
+  NormRows r;
+  r.axis = attrs.getInt("axis", -1);
+  r.eps = attrs.getFloat("epsilon", 1e-5);
+  if (r.axis < 0) r.axis += int64_t(x.size());
+  for (int64_t d = 0; d < int64_t(x.size()); ++d) (d < r.axis ? r.outer : r.n) *= x[size_t(d)];
+  return r;
+}
+
 Dims rowMajorStrides(const Dims &d) {
   Dims s(d.size(), 1);
   for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];

@@ -1,27 +1,17 @@
 // CPU kernels for LayerNormalization, RMSNormalization, BatchNormalization (inference),
 // InstanceNormalization, LpNormalization and MeanVarianceNormalization.
 #include "cpu_util.h"
+#include "sd/ops/index_geometry.h"
 #include "vecmath.h"
 #include <cmath>
 
 namespace sd::cpu {
 namespace {
 
-// A normalization's rows: the dims before `axis` (outer) by those from it (n).
-struct NormRows {
-  int64_t axis, outer, n;
-  double eps;
-};
-NormRows normRows(const TensorView &x, const AttrMap &attrs) {
-  NormRows r{attrs.getInt("axis", -1), 1, 1, attrs.getFloat("epsilon", 1e-5)};
-  if (r.axis < 0) r.axis += x.rank();
-  for (int64_t d = 0; d < x.rank(); ++d) (d < r.axis ? r.outer : r.n) *= x.dims[size_t(d)];
-  return r;
-}
 
 Status LayerNormKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
-  const NormRows rows = normRows(x, c.attrs);
+  const NormRows rows = normRows(x.dims, c.attrs);
   const int64_t axis = rows.axis, outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   const TensorView &scale = c.inputs[1];
@@ -232,7 +222,7 @@ Status MvnKernel(const KernelContext &c) {
 // result does not depend on the thread count.
 Status LayerNormGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
-  const NormRows rows = normRows(x, c.attrs);
+  const NormRows rows = normRows(x.dims, c.attrs);
   const int64_t outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   SD_CHECK_ARG(scale.numElements() == n, "LayerNormalizationGrad needs a scale covering the normalized axes");
@@ -290,7 +280,7 @@ Status LayerNormGradKernel(const KernelContext &c) {
 // rstd = 1/sqrt(mean(x^2) + eps), the statistic in f64 as LayerNorm's.
 Status RmsNormKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &scale = c.inputs[1];
-  const NormRows rows = normRows(x, c.attrs);
+  const NormRows rows = normRows(x.dims, c.attrs);
   const int64_t axis = rows.axis, outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   Dims normDims(x.dims.begin() + axis, x.dims.end());
@@ -328,7 +318,7 @@ Status RmsNormKernel(const KernelContext &c) {
 //   dscale = sum over rows of dy * xhat, in fixed row blocks added in order.
 Status RmsNormGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
-  const NormRows rows = normRows(x, c.attrs);
+  const NormRows rows = normRows(x.dims, c.attrs);
   const int64_t outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   SD_CHECK_ARG(scale.numElements() == n, "RMSNormalizationGrad needs a scale covering the normalized axes");

@@ -1,25 +1,18 @@
 // CPU kernels for Softmax, LogSoftmax and Hardmax along one axis.
 #include "cpu_util.h"
+#include "sd/ops/index_geometry.h"
 #include "vecmath.h"
 #include <cmath>
 
 namespace sd::cpu {
 namespace {
 
-// Splits x around `axis` into [outer, n, inner]. coerce2d (opsets < 13)
-// flattens everything from `axis` on into the reduced dimension.
+// Splits x around `axis` into [outer, n, inner] (index_geometry.h).
 void splitAxis(const KernelContext &c, int64_t &outer, int64_t &n, int64_t &inner) {
-  const TensorView &x = c.inputs[0];
-  bool coerce = c.attrs.getInt("coerce2d", 0);
-  int64_t axis = c.attrs.getInt("axis", coerce ? 1 : -1);
-  if (axis < 0) axis += x.rank();
-  outer = 1; n = 1; inner = 1;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    int64_t v = x.dims[size_t(d)];
-    if (d < axis) outer *= v;
-    else if (d == axis || coerce) n *= v;
-    else inner *= v;
-  }
+  AxisSplit s = softmaxSplit(c.inputs[0].dims, c.attrs);
+  outer = s.outer;
+  n = s.n;
+  inner = s.inner;
 }
 
 // The common case, float rows along the last axis, through the vector loops.

@@ -10,7 +10,6 @@
 namespace sd::cuda {
 namespace {
 
-template <typename F> Status dispatchBytes(DType t, F &&f) { return dispatchByWidth(t, std::forward<F>(f)); }
 
 Status IdentityKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
@@ -39,7 +38,7 @@ template <typename U> __global__ void stridedCopyKernel(Gather8 g, const U *in, 
 Status stridedCopy(const Gather8 &g, const TensorView &in, const TensorView &out, cudaStream_t s, const char *op) {
   int64_t n = out.numElements();
   if (n == 0) return Status::ok();
-  return dispatchBytes(out.dtype, [&](auto tag) {
+  return dispatchByWidth(out.dtype, [&](auto tag) {
     using U = decltype(tag);
     stridedCopyKernel<U><<<blocksFor(n), kThreads, 0, s>>>(g, in.as<U>(), out.as<U>(), n);
     return launchStatus(op);
@@ -229,7 +228,7 @@ Status PadKernel(const KernelContext &c) {
   int64_t n = c.outputs[0].numElements();
   if (n == 0) return Status::ok();
   const void *fill = c.hasInput(2) && c.inputs[2].data && c.inputs[2].numElements() > 0 ? c.inputs[2].data : nullptr;
-  return dispatchBytes(c.inputs[0].dtype, [&](auto tag) {
+  return dispatchByWidth(c.inputs[0].dtype, [&](auto tag) {
     using U = decltype(tag);
     padKernel<U><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(s->g, c.inputs[0].as<U>(), static_cast<const U *>(fill),
                                                             c.outputs[0].as<U>(), n);
@@ -280,7 +279,7 @@ Status GatherKernel(const KernelContext &c) {
   Extent e = extentOf(x.dims, axis);
   int64_t ni = ind.numElements(), n = o.numElements();
   if (n == 0) return Status::ok();
-  return dispatchBytes(x.dtype, [&](auto tag) {
+  return dispatchByWidth(x.dtype, [&](auto tag) {
     using U = decltype(tag);
     return dispatchIndex(ind.dtype, [&](auto itag) {
       using I = decltype(itag);

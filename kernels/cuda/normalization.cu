@@ -4,6 +4,7 @@
 // not depend on scheduling (no atomics).
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
+#include "sd/ops/index_geometry.h"
 #include <cmath>
 #include <memory>
 
@@ -14,11 +15,12 @@ struct RowSplit {
   int64_t outer = 1, n = 1;
 };
 
+// The CPU kernels' rows (index_geometry.h).
 RowSplit splitRows(const TensorView &x, const AttrMap &attrs) {
-  int64_t axis = attrs.getInt("axis", -1);
-  if (axis < 0) axis += x.rank();
+  NormRows r = normRows(x.dims, attrs);
   RowSplit s;
-  for (int64_t d = 0; d < x.rank(); ++d) (d < axis ? s.outer : s.n) *= x.dims[size_t(d)];
+  s.outer = r.outer;
+  s.n = r.n;
   return s;
 }
 

@@ -12,6 +12,16 @@
 namespace sd::cuda {
 namespace {
 
+// Operands [first, first + count) as device scalars (step, lr, ...), as the CPU kernels' readScalars.
+Status scalarOperands(const KernelContext &c, size_t first, size_t count, DeviceScalar *out, const char *op) {
+  for (size_t i = 0; i < count; ++i) {
+    StatusOr<DeviceScalar> s = scalarOperand(c, first + i);
+    if (!s.isOk()) return s.status().withContext(std::string(op) + ": ");
+    out[i] = *s;
+  }
+  return Status::ok();
+}
+
 Status requireF32(const KernelContext &c, size_t tensors, const char *op) {
   for (size_t i = 0; i < tensors; ++i)
     if (c.inputs[i].dtype != DType::F32)
@@ -47,12 +57,8 @@ __global__ void adamWKernel(AdamWHyper h, DeviceScalar step, DeviceScalar lr, De
 // yields non-finite bias corrections, which the trainer's loss check reports.
 Status AdamWKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(requireF32(c, 4, "AdamW"));
-  DeviceScalar sc[4];
-  for (size_t i = 0; i < 4; ++i) {
-    StatusOr<DeviceScalar> s = scalarOperand(c, 4 + i);
-    if (!s.isOk()) return s.status().withContext("AdamW: ");
-    sc[i] = *s;
-  }
+  DeviceScalar sc[4]; // step, lr, weight_decay, grad_scale
+  SD_RETURN_IF_ERROR(scalarOperands(c, 4, 4, sc, "AdamW"));
   AdamWHyper h{c.attrs.getFloat("beta1", 0.9), c.attrs.getFloat("beta2", 0.999), c.attrs.getFloat("epsilon", 1e-8),
                c.attrs.getInt("decay", 1) != 0};
   int64_t n = c.outputs[0].numElements();
@@ -92,12 +98,8 @@ __global__ void sgdKernel(SgdHyper h, DeviceScalar step, DeviceScalar lr, Device
 // param, grad, momentum_buffer, step, lr, weight_decay, grad_scale -> param, buffer, grad.
 Status SgdKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
-  DeviceScalar sc[4];
-  for (size_t i = 0; i < 4; ++i) {
-    StatusOr<DeviceScalar> s = scalarOperand(c, 3 + i);
-    if (!s.isOk()) return s.status().withContext("SGD: ");
-    sc[i] = *s;
-  }
+  DeviceScalar sc[4]; // step, lr, weight_decay, grad_scale
+  SD_RETURN_IF_ERROR(scalarOperands(c, 3, 4, sc, "SGD"));
   SgdHyper h{float(c.attrs.getFloat("momentum", 0)), float(c.attrs.getFloat("dampening", 0)),
              c.attrs.getInt("nesterov", 0) != 0, c.attrs.getInt("decay", 1) != 0};
   int64_t n = c.outputs[0].numElements();
@@ -159,9 +161,8 @@ __global__ void gradScaleFinish(const double *partials, int64_t count, DeviceSca
 Status GradScaleKernel(const KernelContext &c) {
   auto *scratch = static_cast<const NormScratch *>(c.prepared);
   if (!scratch) return sdError("GradScale: its device scratch could not be allocated");
-  StatusOr<DeviceScalar> tokens = scalarOperand(c, 0), maxNorm = scalarOperand(c, 1);
-  if (!tokens.isOk()) return tokens.status().withContext("GradScale: ");
-  if (!maxNorm.isOk()) return maxNorm.status().withContext("GradScale: ");
+  DeviceScalar sc[2]; // tokens, max_norm
+  SD_RETURN_IF_ERROR(scalarOperands(c, 0, 2, sc, "GradScale"));
   size_t offset = 0;
   for (size_t t = 2; t < c.inputs.size(); ++t) {
     const TensorView &g = c.inputs[t];
@@ -171,7 +172,7 @@ Status GradScaleKernel(const KernelContext &c) {
                                                                scratch->partials + offset);
     offset += blocks;
   }
-  gradScaleFinish<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(offset), *tokens, *maxNorm,
+  gradScaleFinish<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(offset), sc[0], sc[1],
                                                 c.outputs[0].as<float>(), c.outputs[1].as<float>());
   return launchStatus("GradScale");
 }

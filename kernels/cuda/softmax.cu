@@ -3,6 +3,7 @@
 // reductions in a fixed order, sums in f64 as the CPU kernels do.
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
+#include "sd/ops/index_geometry.h"
 #include <cmath>
 
 namespace sd::cuda {
@@ -13,19 +14,13 @@ struct Rows {
   __device__ int64_t base(int64_t r) const { return (r / inner) * n * inner + r % inner; }
 };
 
-// Same split as the CPU kernels: coerce2d (opsets < 13) flattens from `axis` on.
+// The CPU kernels' split (index_geometry.h): coerce2d flattens from `axis` on.
 Rows rowsOf(const KernelContext &c) {
-  const TensorView &x = c.inputs[0];
-  bool coerce = c.attrs.getInt("coerce2d", 0);
-  int64_t axis = c.attrs.getInt("axis", coerce ? 1 : -1);
-  if (axis < 0) axis += x.rank();
+  AxisSplit s = softmaxSplit(c.inputs[0].dims, c.attrs);
   Rows r;
-  for (int64_t d = 0; d < x.rank(); ++d) {
-    int64_t v = x.dims[size_t(d)];
-    if (d < axis) r.outer *= v;
-    else if (d == axis || coerce) r.n *= v;
-    else r.inner *= v;
-  }
+  r.outer = s.outer;
+  r.n = s.n;
+  r.inner = s.inner;
   return r;
 }
 

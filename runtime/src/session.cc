@@ -51,7 +51,6 @@ struct Session::Impl {
   std::map<std::string, Session::OpProfile> profile;
   // Frozen globals copied to a device the host cannot address.
   std::vector<uint8_t *> uploaded;
-  uint64_t deviceBytes = 0;
   ~Impl() {
     if (!device) return;
     device->release(arena);
@@ -76,26 +75,37 @@ StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const Ker
 
 static double mib(uint64_t bytes) { return double(bytes) / double(1 << 20); }
 
-// Refuses a plan whose arena, state and (on a device the host cannot address)
-// weights do not fit in what the device has free, before allocating any of it.
-static Status checkFootprint(const Plan &plan, const Device &dev) {
-  std::optional<size_t> free = dev.freeBytes();
-  if (!free) return Status::ok();
-  uint64_t arena = plan.maxArenaSize(), state = 0, weights = 0;
+// What a session holds on its device: the arena, all mutable globals in one
+// block (each 64-byte aligned), and the frozen weights when the host cannot
+// address the device (otherwise they stay in the mapped plan).
+struct Footprint {
+  uint64_t arena = 0, state = 0, weights = 0;
+  uint64_t total() const { return arena + state + weights; }
+};
+
+static Footprint footprintOf(const Plan &plan, const Device &dev) {
+  Footprint f;
+  f.arena = plan.maxArenaSize();
   for (const GlobalDesc &g : plan.globals) {
-    if (isMutableRole(g.role)) state += (g.bytes + 63) / 64 * 64;
-    else if (!dev.hostAddressable()) weights += g.bytes;
+    if (isMutableRole(g.role)) f.state += (g.bytes + 63) / 64 * 64;
+    else if (!dev.hostAddressable()) f.weights += g.bytes;
   }
-  uint64_t need = arena + state + weights;
-  if (need <= *free) return Status::ok();
+  return f;
+}
+
+// Refuses a footprint the device has no room for, before allocating any of it.
+static Status checkFootprint(const Footprint &f, const Device &dev) {
+  std::optional<size_t> free = dev.freeBytes();
+  if (!free || f.total() <= *free) return Status::ok();
   char buf[256];
   std::snprintf(buf, sizeof buf, "needs %.1f MiB (arena %.1f, training state %.1f, weights %.1f), %.1f MiB free",
-                mib(need), mib(arena), mib(state), mib(weights), mib(*free));
+                mib(f.total()), mib(f.arena), mib(f.state), mib(f.weights), mib(*free));
   return sdError("plan does not fit on device '", dev.name(), "': it ", buf);
 }
 
+
 const Device &Session::device() const { return *impl_->device; }
-uint64_t Session::deviceBytes() const { return impl_->deviceBytes; }
+uint64_t Session::deviceBytes() const { return footprintOf(*plan_, *impl_->device).total(); }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
   std::unique_ptr<Session> s(new Session());
@@ -124,22 +134,17 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     }
   }
 
-  uint64_t arenaSize = plan->maxArenaSize();
-  SD_RETURN_IF_ERROR(checkFootprint(*plan, dev));
-  if (arenaSize) {
-    StatusOr<void *> p = dev.allocate(arenaSize);
+  const Footprint footprint = footprintOf(*plan, dev);
+  SD_RETURN_IF_ERROR(checkFootprint(footprint, dev));
+  if (footprint.arena) {
+    StatusOr<void *> p = dev.allocate(footprint.arena);
     if (!p.isOk()) return p.status().withContext("arena: ");
     im.arena = static_cast<uint8_t *>(*p);
-    im.deviceBytes += arenaSize;
   }
-  size_t stateBytes = 0;
-  for (const GlobalDesc &g : plan->globals)
-    if (isMutableRole(g.role)) stateBytes += (g.bytes + 63) / 64 * 64;
-  if (stateBytes) {
-    StatusOr<void *> p = dev.allocate(stateBytes);
+  if (footprint.state) {
+    StatusOr<void *> p = dev.allocate(footprint.state);
     if (!p.isOk()) return p.status().withContext("training state: ");
     im.state = static_cast<uint8_t *>(*p);
-    im.deviceBytes += stateBytes;
   }
   size_t stateOffset = 0;
   for (const GlobalDesc &g : plan->globals) {
@@ -149,7 +154,6 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
         StatusOr<void *> p = dev.allocate(g.bytes);
         if (!p.isOk()) return p.status().withContext("global '" + g.name + "': ");
         im.uploaded.push_back(static_cast<uint8_t *>(*p));
-        im.deviceBytes += g.bytes;
         SD_RETURN_IF_ERROR(dev.copyFromHost(*p, g.data, g.bytes));
         data = im.uploaded.back();
       }

@@ -4,9 +4,25 @@
 #pragma once
 #include "sd/format/status.h"
 #include "sd/format/tensor.h"
+#include "sd/ops/attrs.h"
 #include <vector>
 
 namespace sd {
+
+// Softmax, LogSoftmax, Hardmax and their gradients: x split around `axis`
+// into [outer, n, inner]; coerce2d (opsets < 13) flattens from `axis` on into n.
+struct AxisSplit {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+AxisSplit softmaxSplit(const Dims &x, const AttrMap &attrs);
+
+// LayerNorm and RMSNorm: rows are the dims before `axis` (outer) by those
+// from it (n); epsilon as the op has it.
+struct NormRows {
+  int64_t axis = 0, outer = 1, n = 1;
+  double eps = 1e-5;
+};
+NormRows normRows(const Dims &x, const AttrMap &attrs);
 
 // Element strides of a dense row-major tensor of shape `dims`.
 Dims rowMajorStrides(const Dims &dims);
