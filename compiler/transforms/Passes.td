@@ -208,6 +208,20 @@ def Optimizer : Pass<"sd-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+def DataParallel : Pass<"sd-data-parallel", "mlir::ModuleOp"> {
+  let summary = "Sum the counted tokens and gradients over the ranks before each GradScale";
+  let description = [{
+    Inserts AllReduce steps (one per gradient bucket of about bucket-mb,
+    gradients in reverse parameter order, the token count in the first) in
+    apply and train_step, each stored back into its global so the reduction
+    runs in place. A plan run alone reduces over a world of one: nothing.
+  }];
+  let options = [
+    Option<"bucketMb", "bucket-mb", "double", "25.0",
+           "gradient bytes per AllReduce step, in MiB (0: one step per gradient)">,
+  ];
+}
+
 def Bufferize : Pass<"sd-bufferize", "mlir::ModuleOp"> {
   let summary = "Lower tensor entries to the buffer-level step IR";
   let description = [{

@@ -303,6 +303,15 @@ def SD_GradScaleOp : SD_Nary<"grad_scale", "GradScale",
   }];
 }
 
+def SD_AllReduceOp : SD_Nary<"all_reduce", "AllReduce", (ins Variadic<AnyTensor>:$tensors), (ins),
+    (outs Variadic<AnyTensor>:$reduced)> {
+  let description = [{
+    Each tensor summed over every rank of a data-parallel run (sd-data-parallel
+    inserts one per gradient bucket); the identity when the plan runs alone.
+    Once bufferized the results are the operands' memory, reduced in place.
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Quantization
 //===----------------------------------------------------------------------===//

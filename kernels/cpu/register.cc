@@ -13,6 +13,7 @@ void registerConvShapes();
 void registerResizeEinsumShapes();
 void registerQuantizedShapes();
 void registerGradientShapes();
+void registerCollectiveShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -31,6 +32,7 @@ void registerQuantizedKernels();
 void registerOptimizerKernels();
 void registerDropoutKernels();
 void registerAttentionKernels();
+void registerCollectiveKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -73,6 +75,7 @@ void registerAllOps() {
     registerResizeEinsumShapes();
     registerQuantizedShapes();
     registerGradientShapes();
+    registerCollectiveShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -90,6 +93,7 @@ void registerAllOps() {
     cpu::registerOptimizerKernels();
     cpu::registerDropoutKernels();
     cpu::registerAttentionKernels();
+    cpu::registerCollectiveKernels();
   });
 }
 

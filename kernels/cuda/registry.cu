@@ -15,6 +15,7 @@ void registerLossKernels();
 void registerAttentionKernels();
 void registerConvKernels();
 void registerPoolKernels();
+void registerCollectiveKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -76,6 +77,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerAttentionKernels();
     cuda::registerConvKernels();
     cuda::registerPoolKernels();
+    cuda::registerCollectiveKernels();
   });
   return cuda::mutableKernels();
 }

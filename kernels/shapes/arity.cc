@@ -24,6 +24,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"AdamW", {8, 8}},
       {"SGD", {7, 7}},
       {"GradScale", {2, 4096}},
+      {"AllReduce", {1, 4096}},
       {"QLinearConv", {8, 9}},
       {"ConvInteger", {2, 4}},
       {"QLinearMatMul", {8, 8}},

@@ -36,6 +36,7 @@ struct Session::Impl {
     bool captureFailed = false;
   };
   std::shared_ptr<Device> device;
+  std::shared_ptr<Communicator> comm;
   std::unique_ptr<ThreadPool> pool;
   uint8_t *arena = nullptr;
   // All mutable globals in one 64-byte-aligned block, in plan order, so the
@@ -105,6 +106,7 @@ static Status checkFootprint(const Footprint &f, const Device &dev) {
 
 
 const Device &Session::device() const { return *impl_->device; }
+Communicator *Session::communicator() const { return impl_->comm.get(); }
 uint64_t Session::deviceBytes() const { return footprintOf(*plan_, *impl_->device).total(); }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
@@ -114,6 +116,10 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   Impl &im = *s->impl_;
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   im.device = opts.device ? opts.device : cpuDevice();
+  im.comm = opts.comm;
+  if (im.comm && im.comm->size() > 1 && !im.device->hostAddressable())
+    return sdError("training on ", im.comm->size(), " ranks on device '", im.device->name(),
+                   "' needs the NCCL backend, which is not built yet; run the ranks on the CPU (--device cpu)");
   im.graphs = opts.graphs && !im.device->hostAddressable(); // the CPU has nothing to capture
   Device &dev = *im.device;
   try {
@@ -145,6 +151,9 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     StatusOr<void *> p = dev.allocate(footprint.state);
     if (!p.isOk()) return p.status().withContext("training state: ");
     im.state = static_cast<uint8_t *>(*p);
+    // Padding between globals too: a collective over a run of adjacent
+    // gradients reduces it along with them.
+    SD_RETURN_IF_ERROR(dev.zero(im.state, footprint.state));
   }
   size_t stateOffset = 0;
   for (const GlobalDesc &g : plan->globals) {
@@ -161,8 +170,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       continue;
     }
     uint8_t *dst = im.state + stateOffset;
-    if (g.data) SD_RETURN_IF_ERROR(dev.copyFromHost(dst, g.data, g.bytes));
-    else SD_RETURN_IF_ERROR(dev.zero(dst, g.bytes));
+    if (g.data) SD_RETURN_IF_ERROR(dev.copyFromHost(dst, g.data, g.bytes)); // else zero, as the whole block
     im.globalData.push_back(dst);
     stateOffset += (g.bytes + 63) / 64 * 64;
   }
@@ -183,6 +191,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       const KernelDef *kernel = kernels[ei][si];
       Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
       ps.ctx.stream = dev.stream();
+      ps.ctx.comm = im.comm.get();
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
       if (kernel->prepare) {

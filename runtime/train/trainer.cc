@@ -6,6 +6,7 @@
 #include "sd/format/training_abi.h"
 #include "sd/runtime/adapter.h"
 #include "sd/train/checkpoint.h"
+#include "sd/train/ranks.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -133,13 +134,26 @@ struct Trainer::Impl {
   bool started = false;
   std::chrono::steady_clock::time_point startTime;
   std::vector<HostTensor> outs;
+  Communicator *comm = nullptr; // null: alone
+  int rank = 0, world = 1;
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
   Status resume();
+  Status agreeOnStart();
+  // This rank's rows of a global micro-batch: rows [rank * batch, (rank + 1) * batch).
+  Rows localRows(Rows global) const {
+    Rows out;
+    for (size_t i = size_t(rank * batch); i < global.size() && i < size_t((rank + 1) * batch); ++i)
+      out.push_back(std::move(global[i]));
+    return out;
+  }
 };
 
 Trainer::Trainer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Trainer::~Trainer() = default;
+int Trainer::rank() const { return impl_->rank; }
+int Trainer::worldSize() const { return impl_->world; }
+int64_t Trainer::rowsPerRank() const { return impl_->batch; }
 int64_t Trainer::step() const { return impl_->step; }
 int64_t Trainer::totalSteps() const { return impl_->total; }
 const std::string &Trainer::resumedFrom() const { return impl_->resumedFrom; }
@@ -152,6 +166,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   PlanEntries &pe = im->entries;
   const std::string planContext = o.planName.empty() ? "" : o.planName + ": ";
   SD_RETURN_IF_ERROR(findEntries(plan, pe).withContext(planContext));
+  if ((im->comm = session.communicator())) im->rank = im->comm->rank(), im->world = im->comm->size();
   im->batch = o.batch ? o.batch : pe.buckets[0].batch;
   if (im->batch > pe.buckets[0].batch)
     return sdError("--batch ", im->batch, " is larger than the plan's batch ", pe.buckets[0].batch,
@@ -172,7 +187,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   im->hasLora = lora.isOk();
   if (lora.isOk()) im->lora = lora.value();
   else if (!o.adapterIn.empty()) return lora.status().withContext(planContext);
-  if (!o.adapterIn.empty() && !o.resume) SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
+  if (!o.adapterIn.empty() && !o.resume && im->rank == 0) SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
   // Dropout masks are keyed by [seed, counter]; a resumed run restores both.
   if (int64_t rng = session.findGlobal(abi::kDropoutRng); rng >= 0 && !o.resume) {
     int64_t state[2] = {int64_t(o.seed), 0};
@@ -185,22 +200,23 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   if (!im->total) { // epochs: packing decides how many examples a step takes, so count by packing
     DataCursor dry = im->cursor;
     int64_t micro = 0;
-    while (dry.consumed() < o.epochs * int64_t(im->data.size())) dry.next(im->batch, im->seq, pe.packed), ++micro;
+    while (dry.consumed() < o.epochs * int64_t(im->data.size())) dry.next(im->batch * im->world, im->seq, pe.packed), ++micro;
     im->total = (micro + o.gradAccum - 1) / o.gradAccum;
   }
   auto fingerprint = fileFingerprint(o.dataPath);
   if (!fingerprint.isOk()) return fingerprint.status();
-  im->runParams = {{"seed", std::to_string(o.seed)}, {"data", fingerprint.value()}, {"batch", std::to_string(im->batch)},
+  im->runParams = {{"seed", std::to_string(o.seed)}, {"data", fingerprint.value()}, {"batch", std::to_string(im->batch * im->world)},
                    {"grad_accum", std::to_string(o.gradAccum)}, {"shuffle", std::string(o.shuffle ? "true" : "false")},
                    {"truncate", std::string(o.truncate ? "true" : "false")}};
-  if (!o.checkpointDir.empty()) {
+  if (!o.checkpointDir.empty() && im->rank == 0) {
     auto folder = CheckpointFolder::open(o.checkpointDir);
     if (!folder.isOk()) return folder.status();
     im->checkpoints.emplace(std::move(folder.value()));
     if (!o.resume) SD_RETURN_IF_ERROR(im->checkpoints->requireNoCheckpoints());
   }
   im->runId = newRunId();
-  if (o.resume) SD_RETURN_IF_ERROR(im->resume());
+  if (o.resume && im->rank == 0) SD_RETURN_IF_ERROR(im->resume());
+  SD_RETURN_IF_ERROR(im->agreeOnStart());
   return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
 }
 
@@ -212,8 +228,10 @@ Status Trainer::Impl::resume() {
     auto it = meta.run.find(key);
     std::string was = it == meta.run.end() ? "(not recorded)" : it->second;
     if (was != value)
-      return sdError(resumedFrom, " was trained with ", key, " = ", was, "; this run has ", value,
-                     ": resume with the same ", key == "data" ? "data file" : key);
+      return sdError(resumedFrom, " was trained with ", key == "batch" ? "a global batch" : key, " = ", was,
+                     key == "batch" ? " rows" : "", "; this run has ", value,
+                     key == "batch" ? " (--batch x ranks): resume with the same --batch x ranks"
+                                    : ": resume with the same " + std::string(key == "data" ? "data file" : key));
   }
   if (meta.step > total)
     return sdError(resumedFrom, " is at step ", meta.step, ", past this run's ", total,
@@ -229,25 +247,45 @@ Status Trainer::Impl::resume() {
   return Status::ok();
 }
 
+// Every rank starts from rank 0's state and loop position: its adapter or
+// checkpoint, which only rank 0 read.
+Status Trainer::Impl::agreeOnStart() {
+  if (world == 1) return Status::ok();
+  SD_RETURN_IF_ERROR(broadcastState(session, comm));
+  int64_t position[3] = {step, cursor.epoch, cursor.index};
+  SD_RETURN_IF_ERROR(broadcastBytes(comm, position, sizeof position));
+  runId.resize(16, '0');
+  SD_RETURN_IF_ERROR(broadcastBytes(comm, runId.data(), runId.size()));
+  step = position[0];
+  cursor.epoch = position[1];
+  cursor.index = position[2];
+  cursor.reorder();
+  return Status::ok();
+}
+
 StatusOr<double> Trainer::evaluate() {
   Impl &im = *impl_;
   if (im.evalData.empty()) return sdError("no eval data was given");
   double sum = 0, tokens = 0;
   for (size_t i = 0; i < im.evalData.size();) {
-    Rows rows = packRows(im.batch, im.seq, im.entries.packed,
-                         [&] { return i < im.evalData.size() ? &im.evalData[i] : nullptr; },
-                         [&] { return &im.evalData[i++]; });
+    Rows rows = im.localRows(packRows(im.batch * im.world, im.seq, im.entries.packed,
+                                      [&] { return i < im.evalData.size() ? &im.evalData[i] : nullptr; },
+                                      [&] { return &im.evalData[i++]; }));
+    if (rows.empty()) continue; // the last global micro-batch may not reach this rank
     const Bucket *b = bucketFor(im.entries, rows);
     TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput);
     SD_RETURN_IF_ERROR(runEntry(im.session, b->evalStep, tb.inputs(), im.outs));
     sum += scalarOut(im.outs, abi::kLossSum);
     tokens += scalarOut(im.outs, abi::kTokens);
   }
-  return sum / std::max(tokens, 1.0);
+  double sums[2] = {sum, tokens};
+  SD_RETURN_IF_ERROR(sumOverRanks(im.comm, sums, 2).withContext("eval: "));
+  return sums[0] / std::max(sums[1], 1.0);
 }
 
 Status Trainer::saveCheckpoint() {
   Impl &im = *impl_;
+  if (im.rank != 0) return Status::ok();
   if (!im.checkpoints) return sdError("no checkpoint folder was given");
   CheckpointMeta meta{im.runId, im.step, im.total, im.cursor.epoch, im.cursor.index, im.runParams};
   return im.checkpoints->save(im.session, meta, im.config.checkpointsKept);
@@ -268,7 +306,7 @@ StatusOr<StepReport> Trainer::runStep() {
   r.gradNorm = NAN;
   std::string where = "step " + std::to_string(im.step + 1) + ": ";
   for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
-    Rows rows = im.cursor.next(im.batch, im.seq, im.entries.packed);
+    Rows rows = im.localRows(im.cursor.next(im.batch * im.world, im.seq, im.entries.packed));
     const Bucket *b = bucketFor(im.entries, rows);
     TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput);
     std::map<std::string, const HostTensor *> in = tb.inputs();
@@ -285,11 +323,15 @@ StatusOr<StepReport> Trainer::runStep() {
                            .withContext(where));
     r.gradNorm = scalarOut(im.outs, abi::kGradNorm);
   }
-  r.loss = lossSum / std::max(r.tokens, 1.0);
+  double sums[2] = {lossSum, r.tokens}; // over the ranks: the global batch's loss
+  SD_RETURN_IF_ERROR(sumOverRanks(im.comm, sums, 2).withContext(where));
+  r.tokens = sums[1];
+  r.loss = sums[0] / std::max(r.tokens, 1.0);
   if (!std::isfinite(r.loss))
     return sdError("step ", im.step + 1, ": loss is ", r.loss, "; stopped",
                    o.checkpointDir.empty() ? "" : " (the last checkpoint in " + o.checkpointDir + " is kept)");
   ++im.step;
+  if (o.verifyReplicas) SD_RETURN_IF_ERROR(checkReplicas(im.session, im.comm, im.step));
   r.step = im.step;
   r.epoch = im.cursor.epoch;
   auto now = std::chrono::steady_clock::now();
@@ -310,6 +352,7 @@ StatusOr<StepReport> Trainer::runStep() {
 }
 
 Status Trainer::saveWeights(const std::string &path) const {
+  if (impl_->rank != 0) return Status::ok();
   const Plan &plan = impl_->session.plan();
   std::vector<HostTensor> values;
   for (size_t i = 0; i < plan.globals.size(); ++i) {
@@ -324,6 +367,7 @@ Status Trainer::saveWeights(const std::string &path) const {
 }
 
 Status Trainer::saveAdapter(const std::string &dir) const {
+  if (impl_->rank != 0) return Status::ok();
   if (!impl_->hasLora) return loraConfigOf(impl_->session.plan()).status().withContext(impl_->config.planName.empty() ? "" : impl_->config.planName + ": ");
   return sd::saveAdapter(dir, impl_->session, impl_->lora);
 }

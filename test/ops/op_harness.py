@@ -815,6 +815,12 @@ CASES["GradScale"].append(Case(lambda t, r: [np.array(0, np.float32), np.array(1
                                outputs=2, ref=grad_scale_ref, label="no tokens counted"))
 
 
+# Alone (the harness has no communicator: a world of one) AllReduce is the
+# identity; test/e2e/test_ranks.py runs it across MPI ranks.
+CASES["AllReduce"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t), rand(r, (), t)], outputs=3,
+                           ref=lambda ins, attrs, t: [x.copy() for x in ins], label="three tensors, world of one")]
+
+
 def seeded_dropout_ref(ins, attrs, t):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
     from test_lora_dropout import keep_mask

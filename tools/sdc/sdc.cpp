@@ -56,6 +56,8 @@ const char *kUsage =
     "                           given to sdrun train at run time)\n"
     "  --adam-beta1 B, --adam-beta2 B, --adam-epsilon E   AdamW (0.9, 0.999, 1e-8)\n"
     "  --momentum M, --nesterov SGD momentum (0) and Nesterov\n"
+    "  --bucket-mb MB           gradients reduced across ranks per step of about MB MiB,\n"
+    "                           last layers first (25; 0: one step per gradient)\n"
     "  --packing                training rows hold several sequences: adds a position_ids\n"
     "                           input (positions restart per sequence; attention stays\n"
     "                           within each); sdrun train then packs instead of padding\n"
@@ -188,6 +190,11 @@ int parseArgs(int argc, char **argv, Args &a) {
       if ((flag == "--adam-beta1" || flag == "--adam-beta2" || flag == "--momentum") && !(*dst < 1))
         return fail(flag + " must be below 1, got " + v), 2;
       if (flag == "--adam-epsilon" && !(*dst > 0)) return fail("--adam-epsilon must be positive, got " + v), 2;
+    } else if (flag == "--bucket-mb") {
+      char *end = nullptr;
+      if (!value(v) || v.empty() || (a.pipeline.bucketMb = std::strtod(v.c_str(), &end), *end) ||
+          !(a.pipeline.bucketMb >= 0 && a.pipeline.bucketMb <= 1e6))
+        return fail("--bucket-mb needs a size in MiB from 0 to 1e6, got '" + v + "'"), 2;
     } else if (arg == "--nesterov") {
       a.pipeline.nesterov = true;
     } else if (arg == "--packing") {

@@ -1,6 +1,7 @@
 // sdrun infer / bench / inspect.
 #include "sd/ops/kernel.h"
 #include "commands.h"
+#include "sd/comm/world.h"
 #include "flags.h"
 #include "trace.h"
 #include "sd/train/trainer.h"
@@ -19,7 +20,10 @@
 namespace sdrun {
 
 int fail(const std::string &msg) {
-  std::fprintf(stderr, "sdrun: error: %s\n", msg.c_str());
+  // Under mpirun every rank's stderr lands in one stream: say whose error it is.
+  sd::LaunchInfo launch = sd::detectLaunch();
+  if (launch.size > 1) std::fprintf(stderr, "sdrun: error: rank %d: %s\n", launch.rank, msg.c_str());
+  else std::fprintf(stderr, "sdrun: error: %s\n", msg.c_str());
   return 1;
 }
 

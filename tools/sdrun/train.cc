@@ -6,6 +6,7 @@
 #include "sd/format/file_io.h"
 #include "sd/format/json.h"
 #include "sd/runtime/adapter.h"
+#include "sd/comm/world.h"
 #include "sd/train/trainer.h"
 #include <chrono>
 #include <unistd.h>
@@ -66,7 +67,15 @@ const char *kTrainUsage =
     "                         steps then run eagerly, and each GPU kernel is waited for\n"
     "  --threads N            worker threads (default: all cores)\n"
     "  --device cpu|cuda|auto where the plan runs (default: cpu; auto: the GPU when there is one)\n"
-    "  --no-cuda-graphs       run every GPU step eagerly instead of replaying a captured CUDA graph\n";
+    "  --verify-replicas      under mpirun: check after every step that all ranks hold\n"
+    "                         bitwise equal parameters (stops at the first difference)\n"
+    "  --no-cuda-graphs       run every GPU step eagerly instead of replaying a captured CUDA graph\n"
+    "\n"
+    "Data-parallel: `mpirun -np N sdrun train ...` trains on N ranks. --batch stays\n"
+    "rows per rank; each global micro-batch holds batch x N rows, split in rank order,\n"
+    "so N ranks train as one rank with --batch batch x N. Rank 0 alone prints, writes\n"
+    "metrics, checkpoints, weights and adapters; --resume works with another N as\n"
+    "long as batch x N stays the same.\n";
 
 } // namespace
 
@@ -166,6 +175,13 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
     std::fprintf(stderr, "sdrun: note: %s\n", n.c_str());
   if (!made.isOk()) return made.status();
   sd::train::Trainer &trainer = *made.value();
+  if (trainer.rank() != 0) return sd::train::trainToEnd(trainer, nullptr); // rank 0 reports and writes
+  if (sd::Communicator *comm = session.value()->communicator()) {
+    int64_t perRank = trainer.rowsPerRank();
+    std::fprintf(stderr, "sdrun: world of %d ranks over %s; global batch %lld rows = %lld per rank x %d ranks x %lld micro-batches\n",
+                 comm->size(), comm->describe().c_str(), (long long)(perRank * comm->size() * cfg.gradAccum),
+                 (long long)perRank, comm->size(), (long long)cfg.gradAccum);
+  }
   if (!trainer.resumedFrom().empty())
     std::fprintf(stderr, "sdrun: resuming from %s (step %lld)\n", trainer.resumedFrom().c_str(), (long long)trainer.step());
   if (trainer.done() && !trainer.resumedFrom().empty())
@@ -193,7 +209,7 @@ int trainCommand(const std::vector<std::string> &args) {
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
                    "--profile",
                    "--adapter", "--save-adapter"},
-                  f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs"})) {
+                  f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs", "--verify-replicas"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
   }
   if (f.help) return std::fputs(kTrainUsage, stdout), 0;
@@ -213,6 +229,7 @@ int trainCommand(const std::vector<std::string> &args) {
   o.shuffle = !hasFlag(f, "--no-shuffle");
   o.truncate = hasFlag(f, "--truncate");
   o.resume = hasFlag(f, "--resume");
+  o.verifyReplicas = hasFlag(f, "--verify-replicas");
   int64_t seed = 0;
   sd::SessionOptions sopts;
   if (!intFlag(f, "--steps", 0, 1, int64_t(1) << 40, o.steps, err) ||
@@ -245,8 +262,15 @@ int trainCommand(const std::vector<std::string> &args) {
     if (sd::Status s = sd::checkOutputFile(path, flag); !s.isOk()) return fail(s.message());
   if (sd::Status s = sd::checkOutputFolder(out.adapterOut, "--save-adapter"); !s.isOk()) return fail(s.message());
   if (sd::Status s = sd::checkOutputFolder(o.checkpointDir, "--checkpoint-dir"); !s.isOk()) return fail(s.message());
+  auto world = sd::openWorld();
+  if (!world.isOk()) return fail(world.status().message());
+  sopts.comm = world.value();
   sd::Status s = runTraining(f.plan, o, sopts, out);
-  if (!s.isOk()) return fail(s.message());
+  if (!s.isOk()) {
+    int code = fail(s.message());
+    if (sopts.comm && sopts.comm->size() > 1) sopts.comm->abort(code); // the other ranks must not wait for this one
+    return code;
+  }
   return 0;
 }
 

@@ -16,6 +16,7 @@
 namespace sd {
 
 class ThreadPool;
+class Communicator;
 
 struct KernelContext {
   const AttrMap &attrs;
@@ -29,6 +30,9 @@ struct KernelContext {
   // The device queue the kernel enqueues its work on: a cudaStream_t on the
   // CUDA backend, null on the CPU. Tensors' data are device addresses there.
   void *stream = nullptr;
+  // The ranks a training plan's collectives (AllReduce) span; null when the
+  // session runs alone, and then every collective is the identity.
+  Communicator *comm = nullptr;
 
   bool hasInput(size_t i) const {
     return i < inputs.size() && inputs[i].dtype != DType::Undefined;

@@ -5,6 +5,7 @@
 #include "sd/runtime/device.h"
 #include "sd/runtime/plan.h"
 #include "sd/format/tensor_io.h"
+#include "sd/ops/communicator.h"
 #include <memory>
 
 namespace sd {
@@ -22,6 +23,8 @@ struct SessionOptions {
   // Where the device can (CUDA): each entry runs eagerly once, is then
   // captured into a graph and replayed after. false: every run is eager.
   bool graphs = true;
+  // The world this session is one rank of (sd/comm/world.h); null: alone.
+  std::shared_ptr<Communicator> comm;
 };
 
 class Session {
@@ -31,6 +34,8 @@ public:
   ~Session();
   const Plan &plan() const { return *plan_; }
   const Device &device() const;
+  // The ranks this session trains with; null when it runs alone.
+  Communicator *communicator() const;
   // Bytes the session holds on its device: arena, training state and (on a
   // device the host cannot address) the uploaded weights.
   uint64_t deviceBytes() const;

@@ -30,6 +30,9 @@ struct TrainConfig {
   int checkpointsKept = 2;
   double weightDecay = 0, clipNorm = 0;
   uint64_t seed = 0; // data order and dropout masks
+  // Data-parallel runs: after every step, check that all ranks hold bitwise
+  // equal trainable parameters (a CRC32C per rank, compared on every rank).
+  bool verifyReplicas = false;
 };
 
 // What one optimizer step did (and the hooks that ran after it).
@@ -49,6 +52,14 @@ public:
   static StatusOr<std::unique_ptr<Trainer>> create(Session &session, const TrainConfig &config);
   ~Trainer();
 
+  // Under mpirun the trainer is one rank of a data-parallel run over the
+  // session's communicator: each global micro-batch holds batch x ranks rows,
+  // this rank trains on its `batch` of them, the losses reported are the
+  // global ones, and only rank 0 reads and writes checkpoints, weights and
+  // adapters (the others start from rank 0's state, sent to them).
+  int rank() const;
+  int worldSize() const;
+  int64_t rowsPerRank() const; // rows of one micro-batch on one rank (--batch)
   int64_t step() const;       // optimizer steps done
   int64_t totalSteps() const; // steps a full run takes
   bool done() const { return step() >= totalSteps(); }
@@ -60,10 +71,10 @@ public:
   StatusOr<StepReport> runStep();
   // Mean loss per counted token over the eval data (error without eval data).
   StatusOr<double> evaluate();
-  Status saveCheckpoint();
-  // The trainable parameters as safetensors, keyed by global name.
+  Status saveCheckpoint(); // rank 0 writes; the other ranks write nothing
+  // The trainable parameters as safetensors, keyed by global name (rank 0).
   Status saveWeights(const std::string &path) const;
-  // The LoRA adapter in PEFT's layout (error unless the plan is --peft lora).
+  // The LoRA adapter in PEFT's layout (error unless the plan is --peft lora; rank 0).
   Status saveAdapter(const std::string &dir) const;
 
 private:

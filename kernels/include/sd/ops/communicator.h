@@ -1,0 +1,66 @@
+// The collectives that a plan's communication steps (AllReduce) and the
+// trainer's cross-rank agreements call. runtime/comm implements it over MPI
+// for CPU ranks; a session without a communicator is a world of one, where
+// every collective is the identity. Kernels see only this interface, so the
+// op library links no MPI or NCCL.
+#pragma once
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
+#include <memory>
+#include <string>
+
+namespace sd {
+
+enum class ReduceOp { Sum, Max };
+
+// A collective in flight; wait() completes it and reports its error.
+class CommRequest {
+public:
+  virtual ~CommRequest() = default;
+  virtual Status wait() = 0;
+};
+
+class Communicator {
+public:
+  virtual ~Communicator() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  // The backend and its library, for the one line a launch prints ("MPI (Open MPI v4.1.4)").
+  virtual std::string describe() const = 0;
+
+  // Collectives over memory the communicator's device can reach (host memory
+  // for MPI). In place when send == recv. They return once the operation is
+  // started; the request's wait() completes it.
+  virtual StatusOr<std::unique_ptr<CommRequest>> startAllReduce(const void *send, void *recv, size_t count, DType type,
+                                                                ReduceOp op) = 0;
+  // recv (recvCount elements) gets this rank's block of the reduced send
+  // (size() * recvCount elements), blocks in rank order.
+  virtual StatusOr<std::unique_ptr<CommRequest>> startReduceScatter(const void *send, void *recv, size_t recvCount,
+                                                                    DType type, ReduceOp op) = 0;
+  // recv (size() * sendCount elements) gets every rank's send, in rank order.
+  virtual StatusOr<std::unique_ptr<CommRequest>> startAllGather(const void *send, void *recv, size_t sendCount,
+                                                                DType type) = 0;
+  virtual StatusOr<std::unique_ptr<CommRequest>> startBroadcast(void *data, size_t count, DType type, int root) = 0;
+  virtual Status barrier() = 0;
+  // Ends every rank's process with `exitCode`. For an error on one rank: the
+  // others would wait for it in their next collective forever, and a clean
+  // shutdown (MPI_Finalize) is itself collective.
+  [[noreturn]] virtual void abort(int exitCode) = 0;
+
+  // Blocking forms.
+  Status allReduce(const void *send, void *recv, size_t count, DType type, ReduceOp op) {
+    return finish(startAllReduce(send, recv, count, type, op));
+  }
+  Status reduceScatter(const void *send, void *recv, size_t recvCount, DType type, ReduceOp op) {
+    return finish(startReduceScatter(send, recv, recvCount, type, op));
+  }
+  Status allGather(const void *send, void *recv, size_t sendCount, DType type) {
+    return finish(startAllGather(send, recv, sendCount, type));
+  }
+  Status broadcast(void *data, size_t count, DType type, int root) { return finish(startBroadcast(data, count, type, root)); }
+
+private:
+  static Status finish(StatusOr<std::unique_ptr<CommRequest>> r) { return r.isOk() ? r.value()->wait() : r.status(); }
+};
+
+} // namespace sd

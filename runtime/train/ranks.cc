@@ -1,0 +1,57 @@
+// Cross-rank agreement for the trainer: start state, host-side sums, replica checks.
+#include "sd/train/ranks.h"
+#include "sd/format/crc32c.h"
+#include <algorithm>
+#include <vector>
+
+namespace sd::train {
+
+Status broadcastBytes(Communicator *comm, void *data, size_t bytes) {
+  if (!comm || comm->size() == 1) return Status::ok();
+  for (size_t done = 0; done < bytes;) {
+    size_t piece = std::min<size_t>(bytes - done, size_t(1) << 30);
+    SD_RETURN_IF_ERROR(comm->broadcast(static_cast<uint8_t *>(data) + done, piece, DType::U8, 0));
+    done += piece;
+  }
+  return Status::ok();
+}
+
+Status broadcastState(Session &session, Communicator *comm) {
+  if (!comm || comm->size() == 1) return Status::ok();
+  const Plan &plan = session.plan();
+  for (size_t i = 0; i < plan.globals.size(); ++i) {
+    if (!isMutableRole(plan.globals[i].role)) continue;
+    std::vector<uint8_t> bytes(plan.globals[i].bytes);
+    if (comm->rank() == 0) SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
+    SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size())
+                           .withContext("broadcasting '" + plan.globals[i].name + "' from rank 0: "));
+    if (comm->rank() != 0) SD_RETURN_IF_ERROR(session.writeGlobal(i, bytes.data(), bytes.size()));
+  }
+  return Status::ok();
+}
+
+Status sumOverRanks(Communicator *comm, double *values, size_t n) {
+  if (!comm || comm->size() == 1) return Status::ok();
+  return comm->allReduce(values, values, n, DType::F64, ReduceOp::Sum);
+}
+
+Status checkReplicas(const Session &session, Communicator *comm, int64_t step) {
+  if (!comm || comm->size() == 1) return Status::ok();
+  const Plan &plan = session.plan();
+  uint32_t crc = 0;
+  for (size_t i = 0; i < plan.globals.size(); ++i) {
+    if (plan.globals[i].role != GlobalRole::Trainable) continue;
+    std::vector<uint8_t> bytes(plan.globals[i].bytes);
+    SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
+    crc = crc32c(bytes.data(), bytes.size(), crc);
+  }
+  std::vector<int64_t> all(size_t(comm->size()));
+  int64_t mine = crc;
+  SD_RETURN_IF_ERROR(comm->allGather(&mine, all.data(), 1, DType::I64));
+  for (size_t r = 1; r < all.size(); ++r)
+    if (all[r] != all[0])
+      return sdError("step ", step, ": the replicas diverged: rank ", r, "'s trainable parameters differ from rank 0's");
+  return Status::ok();
+}
+
+} // namespace sd::train

@@ -1,0 +1,253 @@
+#!/usr/bin/env python3
+"""Data-parallel training over MPI ranks (mpirun, Open MPI from Debian).
+
+The same plan runs on 1, 2 and 3 ranks. On the same global batch (--batch 6
+on one rank, 3 on two, 2 on three) the per-step losses and the final weights
+agree to 1e-5 relative, and --verify-replicas checks after every step that
+the ranks' parameters are bitwise equal. That holds for LoRA and full
+fine-tuning, padded and packed rows, and gradient accumulation; the gradient
+bucket size changes nothing beyond summation order; a run checkpointed on 2
+ranks resumes on 3 with the losses 2 ranks would have had; and a rank killed
+with SIGKILL mid-run ends the whole job, non-zero, within seconds, leaving a
+checkpoint that loads."""
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from e2e_util import ROOT, report_checks, sh, tool_paths
+from test_training import read_safetensors
+
+SEQ, GLOBAL_BATCH, STEPS, EXAMPLES = 16, 6, 10, 90
+RESULTS = []
+MPIRUN = shutil.which("mpirun")
+
+
+def check(name, ok, detail):
+    RESULTS.append((name, bool(ok), detail))
+
+
+def mpirun(n):
+    """mpirun for n ranks on this one machine, as root in CI, on fewer cores
+    than ranks, without binding ranks to cores."""
+    return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n)]
+
+
+def make_data(path):
+    rng = np.random.default_rng(7)
+    with open(path, "w") as f:
+        for i in range(EXAMPLES):
+            ids = rng.integers(0, 256, size=int(rng.integers(3, SEQ + 1))).tolist()
+            labels = [-100 if i % 4 == 0 and j < 2 else t for j, t in enumerate(ids)]
+            f.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+
+
+def read_metrics(path):
+    with open(path) as f:
+        return [json.loads(l)["loss"] for l in f if '"loss"' in l]
+
+
+def relative(a, b):
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    return float(np.max(np.abs(a - b)) / max(np.max(np.abs(b)), 1e-30))
+
+
+def key_bias(name, shape):
+    """The key third of a fused qkv bias ([q; k; v], d_model each). Its exact
+    gradient is zero (softmax ignores a constant added to every key's
+    score), so what it holds is rounding noise that AdamW scales up to
+    about lr * noise / eps per step, differently for every summation order:
+    it is compared in absolute terms (1e-5), not relative to the weights."""
+    d = shape[0] // 3
+    return slice(d, 2 * d) if name.endswith("qkv.bias") else slice(0, 0)
+
+
+def weights_gap(a, b):
+    """Largest relative gap over the tensors, and the largest absolute gap on key biases."""
+    wa, wb = read_safetensors(a), read_safetensors(b)
+    if wa.keys() != wb.keys():
+        return float("inf")
+    gap = 0.0
+    for k in wa:
+        x, y = wa[k].astype(np.float64), wb[k].astype(np.float64)
+        kb = key_bias(k, x.shape)
+        if np.max(np.abs(x[kb] - y[kb]), initial=0.0) > 1e-5:
+            return float("inf")
+        x[kb] = y[kb] = 0.0
+        gap = max(gap, relative(x, y))
+    return gap
+
+
+class Runner:
+    def __init__(self, sdrun, data, tmp):
+        self.sdrun, self.data, self.tmp = sdrun, data, tmp
+        self.count = 0
+
+    def train(self, plan, ranks, extra=(), steps=STEPS, accum=1):
+        """Trains `plan` on `ranks` ranks over the global batch; returns (losses, weights file, stderr)."""
+        self.count += 1
+        metrics = os.path.join(self.tmp, f"m{self.count}.jsonl")
+        weights = os.path.join(self.tmp, f"w{self.count}.safetensors")
+        cmd = [self.sdrun, "train", plan, "--data", self.data, "--steps", str(steps), "--batch",
+               str(GLOBAL_BATCH // ranks), "--grad-accum", str(accum), "--lr", "3e-3", "--weight-decay", "0.1",
+               "--clip-norm", "1.0", "--threads", "1", "--metrics", metrics, "--save-weights", weights, *extra]
+        if ranks > 1:
+            cmd = mpirun(ranks) + cmd + ["--verify-replicas"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+        if r.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-1500:]}")
+        return read_metrics(metrics), weights, r.stderr
+
+
+def equal_runs(runner, name, plan, accum=1, ranks=(2, 3)):
+    one, w1, _ = runner.train(plan, 1, accum=accum)
+    for n in ranks:
+        losses, wn, err = runner.train(plan, n, accum=accum)
+        gap_l = relative(losses, one) if len(losses) == len(one) else float("inf")
+        gap_w = weights_gap(wn, w1)
+        check(f"{name}: {n} ranks equal 1 rank on the global batch of {GLOBAL_BATCH} rows (10 AdamW steps)",
+              gap_l <= 1e-5 and gap_w <= 1e-5,
+              f"losses {gap_l:.2e}, weights {gap_w:.2e} relative; loss {one[0]:.4f} -> {one[-1]:.4f}")
+    return one
+
+
+def kill_one_rank(runner, plan, tmp):
+    """SIGKILL rank 1 of 3 once a checkpoint exists: mpirun must end the job
+    non-zero, and the newest checkpoint must load."""
+    ck = os.path.join(tmp, "killed")
+    cmd = mpirun(3) + [runner.sdrun, "train", plan, "--data", runner.data, "--steps", "100000", "--batch", "2",
+                       "--threads", "1", "--checkpoint-dir", ck, "--checkpoint-every", "2"]
+    p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    victim = None
+    deadline = time.time() + 120
+    while time.time() < deadline and victim is None:
+        time.sleep(0.2)
+        if os.path.isdir(ck) and any(n.startswith("checkpoint-") for n in os.listdir(ck)):
+            victim = rank_pid(p.pid, 1)
+    if victim is None:
+        p.kill()
+        check("SIGKILL of one rank of three ends the job", False, "no checkpoint or no rank 1 process appeared")
+        return
+    t0 = time.time()
+    os.kill(victim, signal.SIGKILL)
+    try:
+        _, err = p.communicate(timeout=40)
+        took = time.time() - t0
+        check("SIGKILL of rank 1 of 3 mid-run: the job ends, non-zero, within 40 s",
+              p.returncode != 0, f"exit {p.returncode} after {took:.1f} s")
+    except subprocess.TimeoutExpired:
+        p.kill()
+        p.communicate()
+        check("SIGKILL of rank 1 of 3 mid-run: the job ends, non-zero, within 40 s", False, "still running after 40 s")
+    # One more step from the newest checkpoint, on one rank (same global batch).
+    newest = max(int(n.split("-")[1]) for n in os.listdir(ck) if n.startswith("checkpoint-"))
+    r = subprocess.run([runner.sdrun, "train", plan, "--data", runner.data, "--steps", str(newest + 1), "--batch", "6",
+                        "--threads", "1", "--checkpoint-dir", ck, "--resume"], capture_output=True, text=True, timeout=120)
+    check("after the kill, the newest checkpoint loads and training goes on from it (on 1 rank)",
+          r.returncode == 0 and f"resuming from {ck}/checkpoint-{newest}" in r.stderr and "skipped" not in r.stderr,
+          f"checkpoint-{newest}: exit {r.returncode} {r.stderr.strip()[-300:]}")
+
+
+def reduce_steps(sdrun, plan):
+    for line in sh([sdrun, "inspect", plan, "--kernels", "cpu"]).splitlines():
+        if line.split()[:1] == ["AllReduce"]:
+            return int(line.split()[1])
+    return 0
+
+
+def rank_pid(mpirun_pid, rank):
+    """The pid of the sdrun process mpirun started as `rank`."""
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                env = f.read().split(b"\0")
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                argv0 = f.read().split(b"\0")[0]
+        except OSError:
+            continue
+        if argv0.endswith(b"sdrun") and f"OMPI_COMM_WORLD_RANK={rank}".encode() in env:
+            return int(pid)
+    return None
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    if not MPIRUN:
+        print("test_ranks: mpirun not found (scripts/install-deps.sh installs openmpi-bin)")
+        return 1
+    tmp = tempfile.mkdtemp(prefix="sd_ranks_")
+    try:
+        out = os.path.join(tmp, "gpt")
+        sh([sys.executable, os.path.join(ROOT, "examples", "export_models.py"), "--out", out, "--only", "gpt",
+            "--d-model", "32", "--layers", "2", "--heads", "2", "--seq", str(SEQ), "--batch", "1"])
+        onnx_path = os.path.join(out, "gpt.onnx")
+        data = os.path.join(tmp, "train.jsonl")
+        make_data(data)
+        shapes = ["--shapes", f"input_ids={GLOBAL_BATCH}x{SEQ}", "--adam-epsilon", "1e-6"]
+        plans = {}
+        for name, flags in {"lora": ["--peft", "lora", "--target-modules", "qkv,proj"],
+                            "lora_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--packing"],
+                            "full": ["--peft", "none"], "full_per_tensor": ["--peft", "none", "--bucket-mb", "0"],
+                            "full_packed": ["--peft", "none", "--packing"]}.items():
+            plans[name] = os.path.join(tmp, name + ".sdp")
+            sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])
+        runner = Runner(sdrun, data, tmp)
+
+        _, _, err = runner.train(plans["lora"], 2, steps=1)
+        check("rank 0 prints the world and the global batch once",
+              err.count("sdrun: world of 2 ranks over MPI") == 1 and "global batch 6 rows = 3 per rank x 2 ranks" in err,
+              next((l for l in err.splitlines() if "world" in l), err.strip()[-200:]))
+
+        equal_runs(runner, "LoRA, padded", plans["lora"])
+        equal_runs(runner, "LoRA, packed", plans["lora_packed"])
+        full = equal_runs(runner, "full fine-tuning, padded", plans["full"])
+        equal_runs(runner, "full fine-tuning, packed", plans["full_packed"], ranks=(3,))
+        equal_runs(runner, "full fine-tuning, gradient accumulation 2", plans["full"], accum=2, ranks=(2,))
+
+        # One AllReduce step per gradient against 25 MiB buckets (one bucket here).
+        per_tensor, w_pt, _ = runner.train(plans["full_per_tensor"], 2)
+        bucketed, w_b, _ = runner.train(plans["full"], 2)
+        check("bucket size: one reduction per gradient equals bucketed reduction on 2 ranks",
+              relative(per_tensor, bucketed) <= 1e-5 and weights_gap(w_pt, w_b) <= 1e-5,
+              f"losses {relative(per_tensor, bucketed):.2e}, weights {weights_gap(w_pt, w_b):.2e}")
+        params = len(read_safetensors(w_b))
+        counts = [reduce_steps(sdrun, plans[p]) for p in ("full", "full_per_tensor")]
+        check("one AllReduce per entry with 25 MiB buckets; with --bucket-mb 0 one per gradient plus the token count",
+              counts == [2, 2 * (params + 1)], f"AllReduce steps in train_step + apply: {counts}, {params} parameters")
+
+        # Resume on another world size with the same global batch.
+        ck = os.path.join(tmp, "ck")
+        straight, _, _ = runner.train(plans["full"], 2, extra=["--checkpoint-dir", ck, "--checkpoint-every", "5"])
+        shutil.rmtree(os.path.join(ck, f"checkpoint-{STEPS}"))
+        resumed, _, err = runner.train(plans["full"], 3, extra=["--checkpoint-dir", ck, "--resume"])
+        tail = resumed[-5:]
+        check("resume: checkpointed on 2 ranks at step 5, continued on 3 ranks = 2 ranks straight (steps 6-10)",
+              len(resumed) >= 5 and relative(tail, straight[5:]) <= 1e-5,
+              f"{relative(tail, straight[5:]) if len(resumed) >= 5 else 'missing steps'}; resumed losses {len(resumed)}")
+        check("full fine-tuning on 2 ranks straight equals 1 rank", relative(straight, full) <= 1e-5,
+              f"{relative(straight, full):.2e}")
+
+        # A changed global batch cannot resume.
+        r = subprocess.run(mpirun(2) + [sdrun, "train", plans["full"], "--data", data, "--steps", str(STEPS), "--batch",
+                                        "2", "--threads", "1", "--checkpoint-dir", ck, "--resume"],
+                           capture_output=True, text=True, timeout=120)
+        check("resume with another global batch (2 x 2 rows, not 6) is refused by name", r.returncode != 0 and
+              "global batch" in r.stderr and "--batch x ranks" in r.stderr,
+              next((l for l in r.stderr.splitlines() if "error" in l), r.stderr.strip()[-200:]))
+
+        kill_one_rank(runner, plans["full"], tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report_checks("test_ranks", RESULTS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+// RUN: sd-opt %s --sd-optimizer --sd-data-parallel | FileCheck %s
+// RUN: sd-opt %s --sd-optimizer --sd-data-parallel=bucket-mb=0 | FileCheck %s --check-prefix=PER
+// RUN: sd-opt %s --sd-optimizer --sd-data-parallel --sd-bufferize | FileCheck %s --check-prefix=BUF
+
+// Before GradScale the token count and the gradients (last parameter first)
+// are summed over the ranks by one AllReduce per bucket, stored back into
+// their globals and read again by GradScale and AdamW.
+// CHECK-LABEL: func.func @train_step
+// CHECK:       %[[T:.*]] = sd.global_load @tokens_seen
+// CHECK:       %[[GW:.*]] = sd.global_load @"grad/w"
+// CHECK:       %[[GB:.*]] = sd.global_load @"grad/b"
+// CHECK:       %[[R:.*]]:3 = sd.all_reduce %[[T]], %[[GB]], %[[GW]]
+// CHECK:       sd.global_store %[[R]]#0, @tokens_seen
+// CHECK:       %[[T2:.*]] = sd.global_load @tokens_seen
+// CHECK:       sd.global_store %[[R]]#1, @"grad/b"
+// CHECK:       sd.global_store %[[R]]#2, @"grad/w"
+// CHECK:       %[[GW2:.*]] = sd.global_load @"grad/w"
+// CHECK:       sd.grad_scale %[[T2]], %{{.*}}, %[[GW2]]
+// CHECK-NOT:   sd.all_reduce
+// CHECK-LABEL: func.func @apply
+// CHECK:       sd.all_reduce
+// CHECK-NOT:   sd.all_reduce
+// CHECK:       return
+
+// --bucket-mb 0: one reduction per tensor.
+// PER-LABEL: func.func @apply
+// PER-COUNT-3: sd.all_reduce
+// PER-NOT:     sd.all_reduce
+// PER:         return
+
+// Bufferized, the reduction writes the globals themselves (no fresh buffer): in place.
+// BUF-LABEL: func.func @apply
+// BUF-NOT:   sd.buffer :
+// BUF:       sd.step "AllReduce" {} ins(%{{.*}}) outs(%{{.*}} : memref<f32>, memref<4xf32>, memref<4x4xf32>)
+module {
+  sd.global @w "trainable" : tensor<4x4xf32>
+  sd.global @b "trainable" : tensor<4xf32>
+  sd.global @"grad/w" "gradient" : tensor<4x4xf32>
+  sd.global @"grad/b" "gradient" : tensor<4xf32>
+  sd.global @tokens_seen "scalar_state" : tensor<f32>
+  func.func @accumulate(%x: tensor<2x4xf32>) -> (tensor<f32>, tensor<f32>)
+      attributes {sd.entry = "accumulate", sd.bucket = {}, sd.output_names = ["loss_sum", "tokens"]} {
+    %g = sd.global_load @"grad/w" : tensor<4x4xf32>
+    %n = sd.add %g, %g : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
+    sd.global_store %n, @"grad/w" : tensor<4x4xf32>
+    %t = sd.constant dense<1.0> : tensor<f32>
+    return %t, %t : tensor<f32>, tensor<f32>
+  }
+}
