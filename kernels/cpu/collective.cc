@@ -28,7 +28,8 @@ Status AllReduceKernel(const KernelContext &c) {
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return addr(a) < addr(b); });
   const DType type = c.outputs[0].dtype;
   const size_t elem = dtypeSize(type);
-  std::vector<std::unique_ptr<CommRequest>> inFlight;
+  // One blocking reduction per run: Open MPI's blocking all-reduce is faster
+  // than its nonblocking one (bench/RESULTS.md), and nothing else runs meanwhile.
   for (size_t k = 0; k < order.size();) {
     uintptr_t start = addr(order[k]), end = start + c.outputs[order[k]].byteSize();
     size_t next = k + 1;
@@ -41,14 +42,11 @@ Status AllReduceKernel(const KernelContext &c) {
     for (size_t done = 0, count = (end - start) / elem; done < count;) {
       size_t piece = std::min<size_t>(count - done, size_t(1) << 30);
       void *p = reinterpret_cast<uint8_t *>(start) + done * elem;
-      auto r = c.comm->startAllReduce(p, p, piece, type, ReduceOp::Sum);
-      if (!r.isOk()) return r.status().withContext("AllReduce: ");
-      inFlight.push_back(std::move(r.value()));
+      SD_RETURN_IF_ERROR(c.comm->allReduce(p, p, piece, type, ReduceOp::Sum).withContext("AllReduce: "));
       done += piece;
     }
     k = next;
   }
-  for (auto &r : inFlight) SD_RETURN_IF_ERROR(r->wait().withContext("AllReduce: "));
   return Status::ok();
 }
 

@@ -93,17 +93,37 @@ public:
     int rc = MPI_Ibcast(data, int(count), *t, root, MPI_COMM_WORLD, &r);
     return started(rc, r, "MPI_Ibcast");
   }
+  Status allReduce(const void *send, void *recv, size_t count, DType type, ReduceOp op) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    return checked(MPI_Allreduce(send == recv ? MPI_IN_PLACE : send, recv, int(count), *t, mpiOp(op), MPI_COMM_WORLD),
+                   "MPI_Allreduce");
+  }
+  Status reduceScatter(const void *send, void *recv, size_t recvCount, DType type, ReduceOp op) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    return checked(MPI_Reduce_scatter_block(send, recv, int(recvCount), *t, mpiOp(op), MPI_COMM_WORLD),
+                   "MPI_Reduce_scatter_block");
+  }
+  Status allGather(const void *send, void *recv, size_t sendCount, DType type) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    return checked(MPI_Allgather(send, int(sendCount), *t, recv, int(sendCount), *t, MPI_COMM_WORLD), "MPI_Allgather");
+  }
+  Status broadcast(void *data, size_t count, DType type, int root) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    return checked(MPI_Bcast(data, int(count), *t, root, MPI_COMM_WORLD), "MPI_Bcast");
+  }
   [[noreturn]] void abort(int exitCode) override {
     std::fflush(nullptr);
     MPI_Abort(MPI_COMM_WORLD, exitCode);
     std::_Exit(exitCode); // MPI_Abort does not return; if it did, still end this rank
   }
-  Status barrier() override {
-    int rc = MPI_Barrier(MPI_COMM_WORLD);
-    return rc == MPI_SUCCESS ? Status::ok() : mpiError("MPI_Barrier", rc);
-  }
+  Status barrier() override { return checked(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
 private:
+  static Status checked(int rc, const char *what) { return rc == MPI_SUCCESS ? Status::ok() : mpiError(what, rc); }
   static MPI_Op mpiOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
   static StatusOr<std::unique_ptr<CommRequest>> started(int rc, MPI_Request r, const char *what) {
     if (rc != MPI_SUCCESS) return mpiError(what, rc);

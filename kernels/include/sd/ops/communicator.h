@@ -47,19 +47,23 @@ public:
   // shutdown (MPI_Finalize) is itself collective.
   [[noreturn]] virtual void abort(int exitCode) = 0;
 
-  // Blocking forms.
-  Status allReduce(const void *send, void *recv, size_t count, DType type, ReduceOp op) {
+  // Blocking forms: start + wait unless the backend has faster ones (Open
+  // MPI's blocking collectives are tuned; its nonblocking ones run 2-4x
+  // slower on large messages, bench/RESULTS.md).
+  virtual Status allReduce(const void *send, void *recv, size_t count, DType type, ReduceOp op) {
     return finish(startAllReduce(send, recv, count, type, op));
   }
-  Status reduceScatter(const void *send, void *recv, size_t recvCount, DType type, ReduceOp op) {
+  virtual Status reduceScatter(const void *send, void *recv, size_t recvCount, DType type, ReduceOp op) {
     return finish(startReduceScatter(send, recv, recvCount, type, op));
   }
-  Status allGather(const void *send, void *recv, size_t sendCount, DType type) {
+  virtual Status allGather(const void *send, void *recv, size_t sendCount, DType type) {
     return finish(startAllGather(send, recv, sendCount, type));
   }
-  Status broadcast(void *data, size_t count, DType type, int root) { return finish(startBroadcast(data, count, type, root)); }
+  virtual Status broadcast(void *data, size_t count, DType type, int root) {
+    return finish(startBroadcast(data, count, type, root));
+  }
 
-private:
+protected:
   static Status finish(StatusOr<std::unique_ptr<CommRequest>> r) { return r.isOk() ? r.value()->wait() : r.status(); }
 };
 
