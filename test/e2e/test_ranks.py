@@ -3,7 +3,7 @@
 
 The same plan runs on 1, 2 and 3 ranks. On the same global batch (--batch 6
 on one rank, 3 on two, 2 on three) the per-step losses and the final weights
-agree to 1e-5 relative, and --verify-replicas checks after every step that
+agree to 1e-5 relative (weights per tensor, in norm), and --verify-replicas checks after every step that
 the ranks' parameters are bitwise equal. That holds for LoRA and full
 fine-tuning, padded and packed rows, and gradient accumulation; the gradient
 bucket size changes nothing beyond summation order; a run checkpointed on 2
@@ -69,7 +69,11 @@ def key_bias(name, shape):
 
 
 def weights_gap(a, b):
-    """Largest relative gap over the tensors, and the largest absolute gap on key biases."""
+    """The largest per-tensor gap ||a - b|| / ||b|| (key biases aside, which
+    must agree to 1e-5 absolute). Norm-wise, not element-wise: an element
+    whose gradient is near zero in some step is rounding noise there, which
+    AdamW's division by sqrt(v) + eps magnifies, so single elements may move
+    by up to about lr * noise / eps whatever the reduction order."""
     wa, wb = read_safetensors(a), read_safetensors(b)
     if wa.keys() != wb.keys():
         return float("inf")
@@ -80,7 +84,7 @@ def weights_gap(a, b):
         if np.max(np.abs(x[kb] - y[kb]), initial=0.0) > 1e-5:
             return float("inf")
         x[kb] = y[kb] = 0.0
-        gap = max(gap, relative(x, y))
+        gap = max(gap, float(np.linalg.norm(x - y) / max(np.linalg.norm(y), 1e-30)))
     return gap
 
 
