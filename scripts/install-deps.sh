@@ -19,8 +19,8 @@ PACKAGES=(
   libdnnl-dev libxsmm-dev libblis-dev libblis-pthread-dev
   libgtest-dev libgmock-dev
   python3 python3-venv python3-dev
-  # ranks: data-parallel training under mpirun (test/e2e/test_ranks.py)
-  openmpi-bin libopenmpi-dev
+  # ranks: data-parallel training under mpirun, two hosts as network namespaces (test/e2e/test_ranks.py)
+  openmpi-bin libopenmpi-dev iproute2
   # fault injection (test/e2e/test_fault_injection.py)
   strace
   bible-kjv fortune-mod fortunes-min

@@ -9,7 +9,10 @@ fine-tuning, padded and packed rows, and gradient accumulation; the gradient
 bucket size changes nothing beyond summation order; a run checkpointed on 2
 ranks resumes on 3 with the losses 2 ranks would have had; and a rank killed
 with SIGKILL mid-run ends the whole job, non-zero, within seconds, leaving a
-checkpoint that loads."""
+checkpoint that loads. Two hosts are two network namespaces joined by a veth
+pair on private test addresses, mpirun reaching the second through an rsh
+agent that enters its namespace and the ranks talking over TCP: that run
+equals the single-host one."""
 import json
 import os
 import shutil
@@ -93,7 +96,7 @@ class Runner:
         self.sdrun, self.data, self.tmp = sdrun, data, tmp
         self.count = 0
 
-    def train(self, plan, ranks, extra=(), steps=STEPS, accum=1):
+    def train(self, plan, ranks, extra=(), steps=STEPS, accum=1, launcher=None):
         """Trains `plan` on `ranks` ranks over the global batch; returns (losses, weights file, stderr)."""
         self.count += 1
         metrics = os.path.join(self.tmp, f"m{self.count}.jsonl")
@@ -102,7 +105,7 @@ class Runner:
                str(GLOBAL_BATCH // ranks), "--grad-accum", str(accum), "--lr", "3e-3", "--weight-decay", "0.1",
                "--clip-norm", "1.0", "--threads", "1", "--metrics", metrics, "--save-weights", weights, *extra]
         if ranks > 1:
-            cmd = mpirun(ranks) + cmd + ["--verify-replicas"]
+            cmd = (launcher or mpirun(ranks)) + cmd + ["--verify-replicas"]
         r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
         if r.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)} failed ({r.returncode}): {r.stderr.strip()[-1500:]}")
@@ -165,6 +168,73 @@ def reduce_steps(sdrun, plan):
     return 0
 
 
+class TwoHosts:
+    """Network namespaces A and B joined by veth on 10.213.<n>.1/.2 (made here,
+    removed on exit), and an rsh agent for mpirun that runs a command "on"
+    a host by entering its namespace."""
+
+    def __init__(self, tmp):
+        tag = f"{os.getpid() % 10000}"
+        self.ns = [f"sdrk{tag}a", f"sdrk{tag}b"]
+        net = 100 + os.getpid() % 100
+        self.addr = [f"10.213.{net}.1", f"10.213.{net}.2"]
+        self.subnet = f"10.213.{net}.0/24"
+        veth = [f"sdv{tag}a", f"sdv{tag}b"]
+        steps = [["ip", "netns", "add", self.ns[0]], ["ip", "netns", "add", self.ns[1]],
+                 ["ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1]]]
+        for i in range(2):
+            steps += [["ip", "link", "set", veth[i], "netns", self.ns[i]],
+                      ["ip", "-n", self.ns[i], "addr", "add", self.addr[i] + "/24", "dev", veth[i]],
+                      ["ip", "-n", self.ns[i], "link", "set", veth[i], "up"],
+                      ["ip", "-n", self.ns[i], "link", "set", "lo", "up"]]
+        for cmd in steps:
+            subprocess.run(cmd, check=True, capture_output=True, text=True)
+        self.agent = os.path.join(tmp, "netns_agent.sh")
+        with open(self.agent, "w") as f:
+            f.write("#!/bin/sh\n# mpirun's rsh agent: HOST COMMAND... runs COMMAND in HOST's namespace.\n"
+                    'host=$1; shift\ncase "$host" in\n'
+                    f"  {self.addr[0]}) ns={self.ns[0]} ;;\n  {self.addr[1]}) ns={self.ns[1]} ;;\n"
+                    '  *) echo "unknown host $host" >&2; exit 1 ;;\nesac\n'
+                    'exec ip netns exec "$ns" /bin/sh -c "$*"\n')
+        os.chmod(self.agent, 0o755)
+
+    def mpirun(self):
+        """mpirun started in host A, one rank per host, TCP between them."""
+        return ["ip", "netns", "exec", self.ns[0], MPIRUN, "--allow-run-as-root", "--bind-to", "none", "--host",
+                f"{self.addr[0]}:1,{self.addr[1]}:1", "-np", "2", "--mca", "plm_rsh_agent", self.agent,
+                "--mca", "btl", "tcp,self", "--mca", "btl_tcp_if_include", self.subnet,
+                "--mca", "oob_tcp_if_include", self.subnet]
+
+    def close(self):
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def two_hosts(runner, plan, tmp, single_host):
+    """The 2-rank run across two namespace hosts equals the single-host one."""
+    if os.geteuid() != 0:
+        print("SKIP  two hosts in network namespaces: needs root (ip netns)")
+        return
+    hosts = None
+    try:
+        hosts = TwoHosts(tmp)
+        where = subprocess.run(hosts.mpirun() + ["readlink", "/proc/self/ns/net"], capture_output=True, text=True,
+                               timeout=120)
+        namespaces = set(where.stdout.split())
+        check("two hosts: mpirun starts one rank in each network namespace", where.returncode == 0 and len(namespaces) == 2,
+              f"{sorted(namespaces)} {where.stderr.strip()[-300:]}")
+        losses, weights, _ = runner.train(plan, 2, launcher=hosts.mpirun())
+        gap_l, gap_w = relative(losses, single_host[0]), weights_gap(weights, single_host[1])
+        check("two hosts over TCP (veth between namespaces) equal the single-host 2-rank run",
+              gap_l <= 1e-5 and gap_w <= 1e-5, f"losses {gap_l:.2e}, weights {gap_w:.2e}")
+    except (subprocess.CalledProcessError, RuntimeError, subprocess.TimeoutExpired) as e:
+        detail = getattr(e, "stderr", None) or str(e)
+        check("two hosts in network namespaces", False, str(detail).strip()[-400:])
+    finally:
+        if hosts:
+            hosts.close()
+
+
 def rank_pid(mpirun_pid, rank):
     """The pid of the sdrun process mpirun started as `rank`."""
     for pid in os.listdir("/proc"):
@@ -219,6 +289,7 @@ def main():
         # One AllReduce step per gradient against 25 MiB buckets (one bucket here).
         per_tensor, w_pt, _ = runner.train(plans["full_per_tensor"], 2)
         bucketed, w_b, _ = runner.train(plans["full"], 2)
+        two_hosts(runner, plans["full"], tmp, (bucketed, w_b))
         check("bucket size: one reduction per gradient equals bucketed reduction on 2 ranks",
               relative(per_tensor, bucketed) <= 1e-5 and weights_gap(w_pt, w_b) <= 1e-5,
               f"losses {relative(per_tensor, bucketed):.2e}, weights {weights_gap(w_pt, w_b):.2e}")
