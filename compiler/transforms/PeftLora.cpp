@@ -151,7 +151,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     Value x = l.getInput();
     if (dropout > 0) {
       GlobalOp state = sd::getOrCreateGlobal(module, sd::abi::kDropoutRng,
-                                             RankedTensorType::get({2}, b.getI64Type()), "scalar_state");
+                                             RankedTensorType::get({sd::abi::kDropoutRngSize}, b.getI64Type()), "scalar_state");
       Value rngState = b.create<GlobalLoadOp>(l.getLoc(), state.getType(), state.getSymName());
       x = g.make<SeededDropoutOp>({x, rngState}, {b.getNamedAttr("ratio", b.getF32FloatAttr(float(dropout))),
                                                   g.attr("stream", stream)});

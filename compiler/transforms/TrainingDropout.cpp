@@ -40,7 +40,8 @@ struct TrainingDropoutPass : sd::impl::TrainingDropoutBase<TrainingDropoutPass> 
     }
   }
 
-  // dropout_rng[1] += 1 just before the return, after every read of it.
+  // dropout_rng[1] += 1 just before the return, after every read of it (the
+  // seed and the row offset stay).
   LogicalResult advanceCounter(ModuleOp module, func::FuncOp f) {
     auto global = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, sd::abi::kDropoutRng));
     if (!global) return f.emitError("seeded_dropout without the ") << sd::abi::kDropoutRng << " state global";
@@ -48,7 +49,10 @@ struct TrainingDropoutPass : sd::impl::TrainingDropoutBase<TrainingDropoutPass> 
     OpBuilder b(ret);
     GradBuilder g(b, f.getLoc());
     Value old = b.create<GlobalLoadOp>(f.getLoc(), global.getType(), global.getSymName());
-    Value next = g.add(old, g.ints({0, 1}));
+    SmallVector<int64_t> step(size_t(cast<RankedTensorType>(global.getType()).getNumElements()), 0);
+    if (step.size() < 2) return f.emitError() << sd::abi::kDropoutRng << " must hold at least [seed, counter]";
+    step[1] = 1;
+    Value next = g.add(old, g.ints(step));
     if (g.failed()) return failure();
     b.create<GlobalStoreOp>(f.getLoc(), global.getSymName(), next);
     return success();

@@ -1,6 +1,6 @@
 // CPU kernel of SeededDropout(x, rng) {ratio, stream}: training-time dropout
 // whose mask comes from the counter-based generator (sd/ops/counter_rng.h)
-// keyed by rng = [seed, counter] and the op site's stream. The op is linear
+// keyed by rng = [seed, counter, row offset, rows] and the op site's stream. The op is linear
 // in x, so its gradient is the same op applied to dy with the same rng.
 #include "cpu_util.h"
 #include "sd/ops/counter_rng.h"
@@ -10,19 +10,22 @@ namespace {
 
 Status SeededDropoutKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &rng = c.inputs[1], &y = c.outputs[0];
-  SD_CHECK_ARG(rng.dtype == DType::I64 && rng.numElements() == 2, "SeededDropout: rng must be int64[2] (seed, counter)");
+  SD_CHECK_ARG(rng.dtype == DType::I64 && (rng.numElements() == 2 || rng.numElements() == 4),
+               "SeededDropout: rng must be int64[4] (seed, counter, row offset, rows) or int64[2] (seed, counter)");
   double ratio = c.attrs.getFloat("ratio", 0.0);
   SD_CHECK_ARG(ratio >= 0.0 && ratio < 1.0, "SeededDropout: ratio ", ratio, " is outside [0, 1)");
   const int64_t *state = rng.as<int64_t>();
   uint64_t key = counterRngKey(uint64_t(state[0]), uint64_t(state[1]), uint64_t(c.attrs.getInt("stream", 0)));
   uint32_t threshold = dropoutThreshold(ratio);
+  const int64_t offset = dropoutElementOffset(state, rng.numElements(), x.numElements());
+  SD_CHECK_ARG(offset >= 0, "SeededDropout: ", x.numElements(), " elements are not ", state[3], " whole rows");
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *src = x.as<T>();
     T *dst = y.as<T>();
     T scale = T(1.0 / (1.0 - ratio));
     parallelFor(c.pool, x.numElements(), 4096, [&](int64_t i0, int64_t i1) {
-      for (int64_t i = i0; i < i1; ++i) dst[i] = dropoutKeeps(key, uint64_t(i), threshold) ? src[i] * scale : T(0);
+      for (int64_t i = i0; i < i1; ++i) dst[i] = dropoutKeeps(key, uint64_t(offset + i), threshold) ? src[i] * scale : T(0);
     });
     return Status::ok();
   });

@@ -16,6 +16,7 @@ void registerAttentionKernels();
 void registerConvKernels();
 void registerPoolKernels();
 void registerCollectiveKernels();
+void registerDropoutKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -78,6 +79,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerConvKernels();
     cuda::registerPoolKernels();
     cuda::registerCollectiveKernels();
+    cuda::registerDropoutKernels();
   });
   return cuda::mutableKernels();
 }

@@ -114,8 +114,8 @@ Status attentionGradShape(ShapeContext &c) {
 Status seededDropoutShape(ShapeContext &c) {
   const TensorInfo &rng = c.inputs[1];
   SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype), "SeededDropout needs a float input");
-  SD_CHECK_ARG(rng.dtype == DType::I64 && (!rng.rankKnown || rng.numElements() == 2),
-               "SeededDropout: rng must be int64[2] (seed, counter)");
+  SD_CHECK_ARG(rng.dtype == DType::I64 && (!rng.rankKnown || rng.numElements() == 2 || rng.numElements() == 4),
+               "SeededDropout: rng must be int64[4] (seed, counter, row offset, rows) or int64[2] (seed, counter)");
   double ratio = c.attrs.getFloat("ratio", 0.0);
   SD_CHECK_ARG(ratio >= 0.0 && ratio < 1.0, "SeededDropout: ratio ", ratio, " is outside [0, 1)");
   c.outputs = {c.inputs[0]};

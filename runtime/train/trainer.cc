@@ -136,10 +136,12 @@ struct Trainer::Impl {
   std::vector<HostTensor> outs;
   Communicator *comm = nullptr; // null: alone
   int rank = 0, world = 1;
+  int64_t dropoutRng = -1, dropoutRngSize = 0; // the dropout state global, if the plan has dropout
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
   Status resume();
   Status agreeOnStart();
+  Status setDropoutRows(int64_t bucketRows);
   // This rank's rows of a global micro-batch: rows [rank * batch, (rank + 1) * batch).
   Rows localRows(Rows global) const {
     Rows out;
@@ -189,9 +191,17 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   else if (!o.adapterIn.empty()) return lora.status().withContext(planContext);
   if (!o.adapterIn.empty() && !o.resume && im->rank == 0) SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
   // Dropout masks are keyed by [seed, counter]; a resumed run restores both.
-  if (int64_t rng = session.findGlobal(abi::kDropoutRng); rng >= 0 && !o.resume) {
-    int64_t state[2] = {int64_t(o.seed), 0};
-    SD_RETURN_IF_ERROR(session.writeGlobal(size_t(rng), state, sizeof state));
+  if (int64_t rng = session.findGlobal(abi::kDropoutRng); rng >= 0) {
+    const GlobalDesc &g = plan.globals[size_t(rng)];
+    if (g.dtype != DType::I64 || (g.bytes != 16 && g.bytes != 8 * abi::kDropoutRngSize))
+      return sdError(planContext, abi::kDropoutRng, " must be int64[", abi::kDropoutRngSize, "] or int64[2]");
+    im->dropoutRng = rng;
+    im->dropoutRngSize = int64_t(g.bytes / 8);
+    if (!o.resume) {
+      std::vector<int64_t> state(size_t(im->dropoutRngSize), 0);
+      state[0] = int64_t(o.seed);
+      SD_RETURN_IF_ERROR(session.writeGlobal(size_t(rng), state.data(), g.bytes));
+    }
   }
   im->seq = pe.buckets.back().seq;
   im->cursor = DataCursor{&im->data, o.shuffle, o.seed};
@@ -245,6 +255,17 @@ Status Trainer::Impl::resume() {
   cursor.index = meta.position;
   cursor.reorder();
   return Status::ok();
+}
+
+// Dropout masks are keyed by global row: this rank's micro-batch starts at
+// global row rank * batch, and the entry's tensors hold `bucketRows` rows.
+Status Trainer::Impl::setDropoutRows(int64_t bucketRows) {
+  if (dropoutRng < 0 || dropoutRngSize < 4) return Status::ok();
+  int64_t state[4];
+  SD_RETURN_IF_ERROR(session.readGlobal(size_t(dropoutRng), state, sizeof state));
+  state[2] = int64_t(rank) * batch;
+  state[3] = bucketRows;
+  return session.writeGlobal(size_t(dropoutRng), state, sizeof state);
 }
 
 // Every rank starts from rank 0's state and loop position: its adapter or
@@ -312,6 +333,7 @@ StatusOr<StepReport> Trainer::runStep() {
     std::map<std::string, const HostTensor *> in = tb.inputs();
     in.insert({{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}});
     bool fused = o.gradAccum == 1;
+    SD_RETURN_IF_ERROR(im.setDropoutRows(b->batch).withContext(where));
     SD_RETURN_IF_ERROR(runEntry(im.session, fused ? b->trainStep : b->accumulate, in, im.outs).withContext(where));
     lossSum += scalarOut(im.outs, abi::kLossSum);
     r.tokens += scalarOut(im.outs, abi::kTokens);

@@ -5,7 +5,8 @@ The same plan runs on 1, 2 and 3 ranks. On the same global batch (--batch 6
 on one rank, 3 on two, 2 on three) the per-step losses and the final weights
 agree to 1e-5 relative (weights per tensor, in norm), and --verify-replicas checks after every step that
 the ranks' parameters are bitwise equal. That holds for LoRA and full
-fine-tuning, padded and packed rows, and gradient accumulation; the gradient
+fine-tuning, padded and packed rows, LoRA dropout (masks keyed by the global
+row) and gradient accumulation; the gradient
 bucket size changes nothing beyond summation order; a run checkpointed on 2
 ranks resumes on 3 with the losses 2 ranks would have had; and a rank killed
 with SIGKILL mid-run ends the whole job, non-zero, within seconds, leaving a
@@ -270,7 +271,9 @@ def main():
         for name, flags in {"lora": ["--peft", "lora", "--target-modules", "qkv,proj"],
                             "lora_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--packing"],
                             "full": ["--peft", "none"], "full_per_tensor": ["--peft", "none", "--bucket-mb", "0"],
-                            "full_packed": ["--peft", "none", "--packing"]}.items():
+                            "full_packed": ["--peft", "none", "--packing"],
+                            "lora_dropout": ["--peft", "lora", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"]
+                            }.items():
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])
         runner = Runner(sdrun, data, tmp)
@@ -282,6 +285,8 @@ def main():
 
         equal_runs(runner, "LoRA, padded", plans["lora"])
         equal_runs(runner, "LoRA, packed", plans["lora_packed"])
+        # Dropout masks follow the global row: rank r's row i is global row r * batch + i.
+        equal_runs(runner, "LoRA with dropout 0.2 (masks keyed by global row)", plans["lora_dropout"])
         full = equal_runs(runner, "full fine-tuning, padded", plans["full"])
         equal_runs(runner, "full fine-tuning, packed", plans["full_packed"], ranks=(3,))
         equal_runs(runner, "full fine-tuning, gradient accumulation 2", plans["full"], accum=2, ranks=(2,))

@@ -824,15 +824,22 @@ CASES["AllReduce"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t
 def seeded_dropout_ref(ins, attrs, t):
     sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
     from test_lora_dropout import keep_mask
-    x, (seed, counter) = ins[0], (int(v) for v in ins[1])
+    x, rng = ins[0], [int(v) for v in ins[1]]
     p = attrs.get("ratio", 0.0)
-    keep = keep_mask(seed, counter, attrs.get("stream", 0), x.size, p).reshape(x.shape)
+    # [seed, counter, row offset, rows]: element i is global element offset + i.
+    offset = rng[2] * (x.size // rng[3]) if len(rng) == 4 and rng[3] > 0 else 0
+    keep = keep_mask(rng[0], rng[1], attrs.get("stream", 0), offset + x.size, p)[offset:].reshape(x.shape)
     return [np.where(keep, f64(x) * (1.0 / (1.0 - p)), 0.0).astype(x.dtype)]
 
 
 CASES["SeededDropout"] = [Case(lambda t, r: [rand(r, (4, 33), t), i64(7, c)], attrs={"ratio": p, "stream": 3},
                                ref=seeded_dropout_ref, label=f"ratio {p} counter {c}")
                           for p, c in ((0.1, 0), (0.5, 12), (0.0, 1))]
+# Rows 8..11 of a global batch (int64[4] state): the mask of those global rows.
+CASES["SeededDropout"] += [Case(lambda t, r: [rand(r, (4, 5, 6), t), i64(7, 3, 8, 4)], attrs={"ratio": 0.3, "stream": 1},
+                                ref=seeded_dropout_ref, label="rows 8-11 of the global batch"),
+                           Case(lambda t, r: [rand(r, (4, 5, 6), t), i64(7, 3, 8, 7)], attrs={"ratio": 0.3},
+                                ref=seeded_dropout_ref, error="whole rows", label="120 elements are not 7 rows")]
 
 
 def attention_ref(ins, attrs, t):

@@ -5,7 +5,7 @@
 // keeps it, its backward is the same dropout (same state value and stream)
 // on the gradient (layer a's input x needs none: A's gradient reuses the
 // forward mask's output), and the counter advances once, after every read.
-// CHECK-DAG:   sd.global @dropout_rng "scalar_state" : tensor<2xi64>
+// CHECK-DAG:   sd.global @dropout_rng "scalar_state" : tensor<4xi64>
 // CHECK-LABEL: func.func @eval_step
 // CHECK-NOT:   seeded_dropout
 // CHECK-NOT:   dropout_rng
@@ -18,7 +18,7 @@
 // CHECK:       sd.seeded_dropout %{{.*}}, %[[R1]] {ratio = 2.500000e-01 : f32, stream = 1 : i64}
 // CHECK-NOT:   sd.seeded_dropout
 // CHECK:       %[[OLD:.*]] = sd.global_load @dropout_rng
-// CHECK:       %[[ONE:.*]] = sd.constant dense<[0, 1]> : tensor<2xi64>
+// CHECK:       %[[ONE:.*]] = sd.constant dense<[0, 1, 0, 0]> : tensor<4xi64>
 // CHECK:       %[[NEXT:.*]] = sd.add %[[OLD]], %[[ONE]]
 // CHECK:       sd.global_store %[[NEXT]], @dropout_rng
 // CHECK-NEXT:  return

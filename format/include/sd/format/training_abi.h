@@ -32,9 +32,14 @@ constexpr const char *kGradNorm = "grad_norm";
 // State globals.
 constexpr const char *kTokensSeen = "tokens_seen";       // counted tokens of the open accumulation window
 constexpr const char *kOptimizerStep = "optimizer_step"; // optimizer steps done (AdamW bias correction)
-// int64[2] [seed, counter] keying training-time randomness (sd/ops/counter_rng.h):
-// the trainer sets the seed, each accumulate call advances the counter.
+// int64[4] [seed, counter, row_offset, rows] keying training-time randomness
+// (sd/ops/counter_rng.h): the trainer sets the seed, each accumulate call
+// advances the counter, and before each micro-batch the trainer says which
+// global rows it holds (the first, and the entry's batch), so that a mask
+// depends on the global row, not on which rank holds it. Plans compiled
+// before row offsets have int64[2] [seed, counter].
 constexpr const char *kDropoutRng = "dropout_rng";
+constexpr int64_t kDropoutRngSize = 4;
 // Per-parameter state: prefix + parameter name.
 constexpr const char *kGradPrefix = "grad/";
 constexpr const char *kAdamExpAvgPrefix = "adamw.exp_avg/";

@@ -1,5 +1,5 @@
 // Counter-based random bits for training-time randomness (dropout): every
-// value is a pure function of (seed, counter, stream, element index), so the
+// value is a pure function of (seed, counter, stream, global element index), so the
 // backward pass regenerates the forward's mask instead of storing it, a
 // resumed run continues the same sequence from the checkpointed counter, and
 // any device computes the same bits. The generator is SplitMix64: element i
@@ -33,6 +33,18 @@ SD_HD uint64_t counterRngBits(uint64_t key, uint64_t i) { return splitMixOutput(
 SD_HD uint32_t dropoutThreshold(double ratio) { return uint32_t(ratio * double(1u << 24)); }
 SD_HD bool dropoutKeeps(uint64_t key, uint64_t i, uint32_t threshold) {
   return uint32_t(counterRngBits(key, i) >> 40) >= threshold;
+}
+
+// Where element 0 of a batch-major tensor of `elements` values sits among the
+// global batch's: rng = [seed, counter, row_offset, rows] (rngSize 4) says the
+// tensor's `rows` rows start at global row row_offset, so element i is
+// global element offset + i, and a row draws the same mask on whichever rank
+// holds it. 0 for [seed, counter] states and before the trainer sets rows;
+// -1 when `elements` is not a whole number of rows.
+SD_HD int64_t dropoutElementOffset(const int64_t *rng, int64_t rngSize, int64_t elements) {
+  if (rngSize < 4 || rng[3] <= 0) return 0;
+  if (elements % rng[3]) return -1;
+  return rng[2] * (elements / rng[3]);
 }
 
 } // namespace sd

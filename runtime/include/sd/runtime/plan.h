@@ -11,11 +11,6 @@
 
 namespace sd {
 
-// The int64[2] scalar_state global [seed, counter] keying training-time
-// randomness (sd/ops/counter_rng.h): sdrun train sets the seed, each
-// accumulate call advances the counter, checkpoints save both.
-constexpr const char *kDropoutRngGlobal = "dropout_rng";
-
 struct GlobalDesc {
   std::string name;
   DType dtype = DType::Undefined;
