@@ -27,7 +27,8 @@ static std::string configJson(const CompileRequest &r) {
          (r.pipeline.precision != "fp32" ? ",\"precision\":" + jsonQuote(r.pipeline.precision) : std::string()) +
          (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
                                       ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer) +
-                                      (r.pipeline.packing ? ",\"packing\":true" : "")
+                                      (r.pipeline.packing ? ",\"packing\":true" : "") +
+                                      (r.pipeline.shard != "none" ? ",\"shard\":" + jsonQuote(r.pipeline.shard) : "")
                                 : std::string()) +
          "}";
 }

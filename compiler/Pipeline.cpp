@@ -60,7 +60,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     o.momentum = opts.momentum;
     o.nesterov = opts.nesterov;
     pm.addPass(createOptimizer(o));
-    pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb}));
+    pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard}));
     pm.addPass(createPropagateShapes());
   }
   pm.addPass(createFuseConvEpilogue());

@@ -7,6 +7,14 @@
 // bufferized) and read again by GradScale and the optimizer. Every rank then
 // scales by the global token count and clips by the global norm, so all
 // ranks take the same step. Alone, AllReduce is the identity.
+//
+// shard=optimizer (ZeRO-1 by parameter, as torch's ZeroRedundancyOptimizer
+// partitions): each update step is tagged with its parameter (`shard_param`);
+// the session gives every parameter an owner rank (largest first, to the
+// least loaded rank), allocates its optimizer state only there, and runs its
+// update only there (other ranks zero the gradient). Before returning, each
+// updated parameter is broadcast from its owner. Ownership is decided at run
+// time from the world size, so the plan still runs on any number of ranks.
 #include "PassDetail.h"
 #include "Passes.h"
 
@@ -33,10 +41,41 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       getOperation().emitError() << "bucket size must be at least 0 MB, got " << bucketMb;
       return signalPassFailure();
     }
+    if (shard != "none" && shard != "optimizer") {
+      getOperation().emitError() << "unknown shard mode '" << shard << "' (none, optimizer)";
+      return signalPassFailure();
+    }
     SmallVector<GradScaleOp> scales;
     getOperation().walk([&](GradScaleOp op) { scales.push_back(op); });
     for (GradScaleOp op : scales)
       if (failed(reduceBefore(op))) return signalPassFailure();
+    if (shard == "optimizer")
+      for (auto f : getOperation().getOps<func::FuncOp>())
+        if (failed(shardUpdates(f))) return signalPassFailure();
+  }
+
+  // Tags each update with its parameter and broadcasts every updated
+  // parameter from its owner just before the return.
+  LogicalResult shardUpdates(func::FuncOp f) {
+    SmallVector<GlobalLoadOp> params;
+    for (Operation &op : f.getBody().front()) {
+      if (!isa<AdamWOp, SGDOp>(op)) continue;
+      auto load = op.getOperand(0).getDefiningOp<GlobalLoadOp>();
+      if (!load) return op.emitError("optimizer update of a value that is not a parameter global: cannot shard it");
+      op.setAttr("shard_param", load.getGlobalAttr().getAttr());
+      params.push_back(load);
+    }
+    if (params.empty()) return success();
+    Operation *ret = f.getBody().front().getTerminator();
+    OpBuilder b(ret);
+    for (GlobalLoadOp p : params) {
+      Location loc = NameLoc::get(b.getStringAttr("shard_broadcast"));
+      Value now = b.create<GlobalLoadOp>(loc, p.getType(), p.getGlobal()).getResult();
+      auto send = b.create<BroadcastOp>(loc, TypeRange{p.getType()}, ValueRange{now}, IntegerAttr());
+      send->setAttr("shard_param", p.getGlobalAttr().getAttr());
+      b.create<GlobalStoreOp>(loc, p.getGlobal(), send.getResult(0));
+    }
+    return success();
   }
 
   LogicalResult reduceBefore(GradScaleOp scale) {

@@ -312,6 +312,17 @@ def SD_AllReduceOp : SD_Nary<"all_reduce", "AllReduce", (ins Variadic<AnyTensor>
   }];
 }
 
+def SD_BroadcastOp : SD_Nary<"broadcast", "Broadcast", (ins Variadic<AnyTensor>:$tensors), (ins OptI64:$root),
+    (outs Variadic<AnyTensor>:$received)> {
+  let description = [{
+    Each tensor as the root rank holds it, on every rank: after a sharded
+    optimizer step (sdc compile --shard optimizer) the rank that updated a
+    parameter sends it to the others. The root is the step's shard owner
+    (the session decides it from the plan's parameters and the world size),
+    else `root`. The identity when the plan runs alone; in place once bufferized.
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Quantization
 //===----------------------------------------------------------------------===//

@@ -1,5 +1,7 @@
-// CPU kernel of AllReduce: the data-parallel gradient reduction, through the
-// session's communicator (MPI). Alone, it is the identity.
+// CPU kernels of the collectives, through the session's communicator (MPI):
+// AllReduce (the data-parallel gradient reduction) and Broadcast (a sharded
+// optimizer's updated parameters from their owner). Alone, both are the
+// identity.
 #include "cpu_util.h"
 #include "sd/ops/communicator.h"
 #include <algorithm>
@@ -11,25 +13,23 @@ namespace {
 
 constexpr uintptr_t kBufferAlign = 64; // every plan buffer starts on, and pads to, 64 bytes
 
-// Bufferized plans give each result its operand's memory (the gradient
-// globals, reduced in place); anywhere else the result takes a copy first.
-Status AllReduceKernel(const KernelContext &c) {
-  SD_CHECK_ARG(c.outputs.size() == c.inputs.size(), "AllReduce: ", c.inputs.size(), " operands but ",
-               c.outputs.size(), " results");
+// Calls `send(pointer, count)` once per run of results adjacent in memory
+// (the gradient and parameter globals are allocated back to back): the
+// 64-byte alignment padding between two plan buffers belongs to the first,
+// so sending it too touches nothing else. Counts stay below 2^30 (MPI counts
+// are ints). Bufferized plans give each result its operand's memory; anywhere
+// else the result takes a copy first.
+template <class Send> Status forEachRun(const KernelContext &c, const char *op, Send &&send) {
+  SD_CHECK_ARG(c.outputs.size() == c.inputs.size(), op, ": ", c.inputs.size(), " operands but ", c.outputs.size(),
+               " results");
   for (size_t i = 0; i < c.inputs.size(); ++i)
     if (c.outputs[i].data != c.inputs[i].data) std::memmove(c.outputs[i].data, c.inputs[i].data, c.inputs[i].byteSize());
   if (!c.comm || c.comm->size() == 1) return Status::ok();
-  // Tensors that follow each other in memory (as the gradient globals do)
-  // go out as one message: the 64-byte alignment padding between two plan
-  // buffers belongs to the first, so reducing it too touches nothing else.
   std::vector<size_t> order(c.outputs.size());
   std::iota(order.begin(), order.end(), 0);
   auto addr = [&](size_t i) { return reinterpret_cast<uintptr_t>(c.outputs[i].data); };
   std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return addr(a) < addr(b); });
-  const DType type = c.outputs[0].dtype;
-  const size_t elem = dtypeSize(type);
-  // One blocking reduction per run: Open MPI's blocking all-reduce is faster
-  // than its nonblocking one (bench/RESULTS.md), and nothing else runs meanwhile.
+  const size_t elem = dtypeSize(c.outputs[0].dtype);
   for (size_t k = 0; k < order.size();) {
     uintptr_t start = addr(order[k]), end = start + c.outputs[order[k]].byteSize();
     size_t next = k + 1;
@@ -38,11 +38,9 @@ Status AllReduceKernel(const KernelContext &c) {
       if (addr(order[next]) != padded || start % kBufferAlign || (padded - start) % elem) break;
       end = padded + c.outputs[order[next]].byteSize();
     }
-    // MPI counts are ints: a span of more than 2^30 elements goes in pieces.
     for (size_t done = 0, count = (end - start) / elem; done < count;) {
       size_t piece = std::min<size_t>(count - done, size_t(1) << 30);
-      void *p = reinterpret_cast<uint8_t *>(start) + done * elem;
-      SD_RETURN_IF_ERROR(c.comm->allReduce(p, p, piece, type, ReduceOp::Sum).withContext("AllReduce: "));
+      SD_RETURN_IF_ERROR(send(reinterpret_cast<uint8_t *>(start) + done * elem, piece).withContext(std::string(op) + ": "));
       done += piece;
     }
     k = next;
@@ -50,10 +48,26 @@ Status AllReduceKernel(const KernelContext &c) {
   return Status::ok();
 }
 
+// One blocking call per run: Open MPI's blocking all-reduce is faster than
+// its nonblocking one (bench/RESULTS.md), and nothing else runs meanwhile.
+Status AllReduceKernel(const KernelContext &c) {
+  return forEachRun(c, "AllReduce", [&](void *p, size_t n) {
+    return c.comm->allReduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum);
+  });
+}
+
+Status BroadcastKernel(const KernelContext &c) {
+  const int root = c.shardOwner >= 0 ? c.shardOwner : int(c.attrs.getInt("root", 0));
+  if (c.comm) SD_CHECK_ARG(root < c.comm->size(), "Broadcast: root ", root, " is not a rank of ", c.comm->size());
+  return forEachRun(c, "Broadcast", [&](void *p, size_t n) { return c.comm->broadcast(p, n, c.outputs[0].dtype, root); });
+}
+
 } // namespace
 
 void registerCollectiveKernels() {
-  registerCpuKernel("AllReduce", AllReduceKernel, TypeSet{DType::F32, DType::F64, DType::I32, DType::I64});
+  const TypeSet types{DType::F32, DType::F64, DType::I32, DType::I64};
+  registerCpuKernel("AllReduce", AllReduceKernel, types);
+  registerCpuKernel("Broadcast", BroadcastKernel, types);
 }
 
 } // namespace sd::cpu

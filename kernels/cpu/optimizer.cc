@@ -3,8 +3,10 @@
 // GradScale (token normalization and global-norm clipping as one factor).
 // Semantics follow torch.optim.AdamW / SGD and clip_grad_norm_.
 #include "cpu_util.h"
+#include "sd/ops/communicator.h"
 #include "sd/ops/math/optimizer.h"
 #include <cmath>
+#include <cstring>
 
 namespace sd::cpu {
 namespace {
@@ -26,8 +28,16 @@ Status requireF32(const KernelContext &c, size_t tensors, const char *op) {
   return Status::ok();
 }
 
+// A parameter another rank updates (--shard optimizer): its optimizer state
+// lives there, and here only the gradient is zeroed for the next window.
+Status zeroGradientOnly(const KernelContext &c, size_t gradOutput) {
+  std::memset(c.outputs[gradOutput].data, 0, c.outputs[gradOutput].byteSize());
+  return Status::ok();
+}
+
 // param, grad, m, v, step, lr, weight_decay, grad_scale -> param, m, v, grad.
 Status AdamWKernel(const KernelContext &c) {
+  if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 3);
   SD_RETURN_IF_ERROR(requireF32(c, 4, "AdamW"));
   float *p = c.outputs[0].as<float>(), *m = c.outputs[1].as<float>(), *v = c.outputs[2].as<float>();
   float *gout = c.outputs[3].as<float>();
@@ -56,6 +66,7 @@ Status AdamWKernel(const KernelContext &c) {
 
 // param, grad, momentum_buffer, step, lr, weight_decay, grad_scale -> param, buffer, grad.
 Status SgdKernel(const KernelContext &c) {
+  if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 2);
   SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
   float *p = c.outputs[0].as<float>(), *buf = c.outputs[1].as<float>(), *gout = c.outputs[2].as<float>();
   const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *bin = c.inputs[2].as<float>();

@@ -1,5 +1,5 @@
-// CUDA kernel of AllReduce for a session that runs alone (a world of one):
-// the identity. Sessions refuse a CUDA device with several ranks until the
+// CUDA kernels of AllReduce and Broadcast for a session that runs alone (a
+// world of one): the identity. Sessions refuse a CUDA device with several ranks until the
 // NCCL backend exists, so no cross-rank reduction reaches this kernel.
 #include "cuda_util.cuh"
 #include "sd/ops/communicator.h"
@@ -7,20 +7,26 @@
 namespace sd::cuda {
 namespace {
 
-Status AllReduceKernel(const KernelContext &c) {
-  if (c.comm && c.comm->size() > 1) return sdError("AllReduce over ", c.comm->size(), " ranks on CUDA needs NCCL, which is not built yet");
+// AllReduce and Broadcast alike: the results take the operands' values.
+Status worldOfOne(const KernelContext &c, const char *op) {
+  if (c.comm && c.comm->size() > 1) return sdError(op, " over ", c.comm->size(), " ranks on CUDA needs NCCL, which is not built yet");
   for (size_t i = 0; i < c.inputs.size() && i < c.outputs.size(); ++i)
     if (c.outputs[i].data != c.inputs[i].data)
       SD_RETURN_IF_ERROR(cudaCheck(cudaMemcpyAsync(c.outputs[i].data, c.inputs[i].data, c.inputs[i].byteSize(),
                                                    cudaMemcpyDeviceToDevice, streamOf(c)),
-                                   "AllReduce"));
+                                   op));
   return Status::ok();
 }
+
+Status AllReduceKernel(const KernelContext &c) { return worldOfOne(c, "AllReduce"); }
+Status BroadcastKernel(const KernelContext &c) { return worldOfOne(c, "Broadcast"); }
 
 } // namespace
 
 void registerCollectiveKernels() {
-  registerKernel("AllReduce", AllReduceKernel, TypeSet{DType::F32, DType::F64, DType::I32, DType::I64});
+  const TypeSet types{DType::F32, DType::F64, DType::I32, DType::I64};
+  registerKernel("AllReduce", AllReduceKernel, types);
+  registerKernel("Broadcast", BroadcastKernel, types);
 }
 
 } // namespace sd::cuda

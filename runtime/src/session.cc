@@ -3,6 +3,7 @@
 #include "sd/runtime/session.h"
 #include <system_error>
 #include "sd/ops/kernel.h"
+#include "sd/format/training_abi.h"
 #include "sd/ops/threadpool.h"
 #include <algorithm>
 #include <chrono>
@@ -42,7 +43,8 @@ struct Session::Impl {
   // All mutable globals in one 64-byte-aligned block, in plan order, so the
   // gradients (created together by the compiler) are one contiguous range.
   uint8_t *state = nullptr;
-  std::vector<uint8_t *> globalData;
+  std::vector<uint8_t *> globalData; // null for a global another rank holds
+  std::vector<int> globalOwner;       // -1: every rank holds it
   std::vector<PreparedEntry> entries;
   bool profiling = false;
   bool graphs = true;
@@ -84,14 +86,51 @@ struct Footprint {
   uint64_t total() const { return arena + state + weights; }
 };
 
-static Footprint footprintOf(const Plan &plan, const Device &dev) {
+// `owner[i]`: the rank that alone holds global i, or -1 (every rank).
+static Footprint footprintOf(const Plan &plan, const Device &dev, const std::vector<int> &owner, int rank) {
   Footprint f;
   f.arena = plan.maxArenaSize();
-  for (const GlobalDesc &g : plan.globals) {
+  for (size_t i = 0; i < plan.globals.size(); ++i) {
+    const GlobalDesc &g = plan.globals[i];
+    if (owner[i] >= 0 && owner[i] != rank) continue;
     if (isMutableRole(g.role)) f.state += (g.bytes + 63) / 64 * 64;
     else if (!dev.hostAddressable()) f.weights += g.bytes;
   }
   return f;
+}
+
+// --shard optimizer (steps tagged `shard_param`): every trainable parameter
+// gets an owner rank, largest first to the least loaded rank (ties: the
+// lower rank, then plan order), so all ranks compute the same table from the
+// plan and the world size. Its optimizer state (adamw.exp_avg/<p>, ...) is
+// held there only.
+std::vector<int> globalHolders(const Plan &plan, int ranks, std::map<std::string, int> *paramOwnerOut) {
+  std::map<std::string, int> local;
+  std::map<std::string, int> &paramOwner = paramOwnerOut ? *paramOwnerOut : local;
+  bool sharded = false;
+  for (const EntryDesc &e : plan.entries)
+    for (const StepDesc &st : e.steps) sharded |= !st.attrs.getString("shard_param", "").empty();
+  std::vector<int> owner(plan.globals.size(), -1);
+  if (!sharded) return owner;
+  std::vector<size_t> params;
+  for (size_t i = 0; i < plan.globals.size(); ++i)
+    if (plan.globals[i].role == GlobalRole::Trainable) params.push_back(i);
+  std::stable_sort(params.begin(), params.end(),
+                   [&](size_t a, size_t b) { return plan.globals[a].bytes > plan.globals[b].bytes; });
+  std::vector<uint64_t> load(size_t(std::max(ranks, 1)), 0);
+  for (size_t p : params) {
+    size_t k = size_t(std::min_element(load.begin(), load.end()) - load.begin());
+    load[k] += plan.globals[p].bytes;
+    paramOwner[plan.globals[p].name] = int(k);
+  }
+  for (size_t i = 0; i < plan.globals.size(); ++i)
+    for (const char *prefix : {abi::kAdamExpAvgPrefix, abi::kAdamExpAvgSqPrefix, abi::kSgdMomentumPrefix}) {
+      const std::string &n = plan.globals[i].name;
+      if (n.rfind(prefix, 0) != 0) continue;
+      auto it = paramOwner.find(n.substr(std::string_view(prefix).size()));
+      if (it != paramOwner.end()) owner[i] = it->second;
+    }
+  return owner;
 }
 
 // Refuses a footprint the device has no room for, before allocating any of it.
@@ -107,7 +146,13 @@ static Status checkFootprint(const Footprint &f, const Device &dev) {
 
 const Device &Session::device() const { return *impl_->device; }
 Communicator *Session::communicator() const { return impl_->comm.get(); }
-uint64_t Session::deviceBytes() const { return footprintOf(*plan_, *impl_->device).total(); }
+uint64_t Session::deviceBytes() const {
+  return footprintOf(*plan_, *impl_->device, impl_->globalOwner, impl_->comm ? impl_->comm->rank() : 0).total();
+}
+int Session::globalOwner(size_t index) const { return index < impl_->globalOwner.size() ? impl_->globalOwner[index] : -1; }
+bool Session::holdsGlobal(size_t index) const {
+  return index < impl_->globalData.size() && (impl_->globalData[index] || !plan_->globals[index].bytes);
+}
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
   std::unique_ptr<Session> s(new Session());
@@ -140,7 +185,10 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     }
   }
 
-  const Footprint footprint = footprintOf(*plan, dev);
+  const int rank = im.comm ? im.comm->rank() : 0;
+  std::map<std::string, int> paramOwner;
+  im.globalOwner = globalHolders(*plan, im.comm ? im.comm->size() : 1, &paramOwner);
+  const Footprint footprint = footprintOf(*plan, dev, im.globalOwner, rank);
   SD_RETURN_IF_ERROR(checkFootprint(footprint, dev));
   if (footprint.arena) {
     StatusOr<void *> p = dev.allocate(footprint.arena);
@@ -156,7 +204,12 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     SD_RETURN_IF_ERROR(dev.zero(im.state, footprint.state));
   }
   size_t stateOffset = 0;
-  for (const GlobalDesc &g : plan->globals) {
+  for (size_t gi = 0; gi < plan->globals.size(); ++gi) {
+    const GlobalDesc &g = plan->globals[gi];
+    if (im.globalOwner[gi] >= 0 && im.globalOwner[gi] != rank) { // another rank's shard
+      im.globalData.push_back(nullptr);
+      continue;
+    }
     if (!isMutableRole(g.role)) {
       uint8_t *data = const_cast<uint8_t *>(g.data);
       if (!dev.hostAddressable() && g.bytes) {
@@ -192,6 +245,12 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
       ps.ctx.stream = dev.stream();
       ps.ctx.comm = im.comm.get();
+      if (std::string p = sd.attrs.getString("shard_param", ""); !p.empty()) {
+        auto it = paramOwner.find(p);
+        if (it == paramOwner.end())
+          return sdError("entry '", e.name, "' step ", si, ": shard_param '", p, "' is not a trainable parameter");
+        ps.ctx.shardOwner = it->second;
+      }
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
       if (kernel->prepare) {
@@ -305,6 +364,7 @@ Status Session::readGlobal(size_t index, void *dst, size_t bytes) const {
   if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
   const GlobalDesc &g = plan_->globals[index];
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the buffer ", bytes);
+  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (--shard optimizer)");
   return impl_->device->copyToHost(dst, impl_->globalData[index], bytes);
 }
 
@@ -313,6 +373,7 @@ Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
   const GlobalDesc &g = plan_->globals[index];
   if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the data ", bytes);
+  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (--shard optimizer)");
   return impl_->device->copyFromHost(impl_->globalData[index], src, bytes);
 }
 

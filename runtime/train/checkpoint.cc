@@ -112,7 +112,7 @@ bool verifiedCheckpoint(const std::string &folder, int64_t step, const std::stri
          crc32c(state.value().data(), state.value().size()) == m.value().stateCrc;
 }
 
-Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &meta) {
+Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &meta, GlobalValues *heldElsewhere) {
   auto manifest = readManifest(path);
   if (!manifest.isOk()) return manifest.status();
   const Manifest &m = manifest.value();
@@ -138,7 +138,14 @@ Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &me
       return sdError("tensor '", g.name, "' fails its checksum");
     restore.push_back({i, &t});
   }
-  for (auto &[i, t] : restore) SD_RETURN_IF_ERROR(session.writeGlobal(i, t->data, t->bytes));
+  for (auto &[i, t] : restore) {
+    if (session.holdsGlobal(i)) SD_RETURN_IF_ERROR(session.writeGlobal(i, t->data, t->bytes));
+    else if (heldElsewhere) {
+      const uint8_t *bytes = static_cast<const uint8_t *>(t->data);
+      (*heldElsewhere)[i].assign(bytes, bytes + t->bytes);
+    }
+    else return sdError("global '", plan.globals[i].name, "' is held by another rank and nobody takes its value");
+  }
   meta = m.meta;
   return Status::ok();
 }
@@ -185,7 +192,8 @@ Status CheckpointFolder::requireNoCheckpoints() const {
                  "; pass --resume to continue that run, or choose an empty checkpoint folder");
 }
 
-Status CheckpointFolder::save(const Session &session, const CheckpointMeta &meta, int keep) {
+Status CheckpointFolder::save(const Session &session, const CheckpointMeta &meta, int keep,
+                              const GlobalValues *heldElsewhere) {
   std::string name = kPrefix + std::to_string(meta.step);
   std::string tmp = dir_ + "/" + kTempPrefix + std::to_string(::getpid()), final = dir_ + "/" + name;
   removeTree(tmp);
@@ -197,6 +205,16 @@ Status CheckpointFolder::save(const Session &session, const CheckpointMeta &meta
   Status s;
   for (size_t i = 0; i < plan.globals.size() && s.isOk(); ++i) {
     if (!isMutableRole(plan.globals[i].role)) continue;
+    if (!session.holdsGlobal(i)) { // another rank's shard, gathered by the caller
+      auto it = heldElsewhere ? heldElsewhere->find(i) : GlobalValues::const_iterator();
+      if (!heldElsewhere || it == heldElsewhere->end()) {
+        s = sdError("global '", plan.globals[i].name, "' is held by rank ", session.globalOwner(i), " and was not gathered");
+        break;
+      }
+      const GlobalDesc &g = plan.globals[i];
+      values.push_back(HostTensor{g.name, g.dtype, g.dims, it->second});
+      continue;
+    }
     auto v = session.readGlobal(i);
     if (!v.isOk()) s = v.status();
     else values.push_back(std::move(v.value()));
@@ -241,11 +259,13 @@ Status CheckpointFolder::save(const Session &session, const CheckpointMeta &meta
 }
 
 StatusOr<CheckpointMeta> CheckpointFolder::restoreLatest(Session &session, std::string &usedPath,
-                                                         std::vector<std::string> &notes) const {
+                                                         std::vector<std::string> &notes,
+                                                         GlobalValues *heldElsewhere) const {
   auto all = listCheckpoints(dir_);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     CheckpointMeta meta;
-    Status s = restoreFrom(it->second, session, meta);
+    if (heldElsewhere) heldElsewhere->clear();
+    Status s = restoreFrom(it->second, session, meta, heldElsewhere);
     if (s.isOk() && meta.step != it->first)
       s = sdError("its manifest is for step ", meta.step, ", not ", it->first);
     if (s.isOk()) {

@@ -16,16 +16,50 @@ Status broadcastBytes(Communicator *comm, void *data, size_t bytes) {
   return Status::ok();
 }
 
-Status broadcastState(Session &session, Communicator *comm) {
+Status broadcastState(Session &session, Communicator *comm, const GlobalValues &restored) {
   if (!comm || comm->size() == 1) return Status::ok();
   const Plan &plan = session.plan();
+  uint8_t resumed = !restored.empty();
+  SD_RETURN_IF_ERROR(broadcastBytes(comm, &resumed, 1));
   for (size_t i = 0; i < plan.globals.size(); ++i) {
     if (!isMutableRole(plan.globals[i].role)) continue;
+    if (int owner = session.globalOwner(i); owner >= 0) {
+      if (owner == 0 || !resumed) continue; // rank 0 restored its own; fresh state is the plan's everywhere
+      std::vector<uint8_t> bytes(plan.globals[i].bytes);
+      if (comm->rank() == 0) {
+        auto it = restored.find(i);
+        if (it == restored.end() || it->second.size() != bytes.size())
+          return sdError("no value for '", plan.globals[i].name, "' to send to rank ", owner);
+        bytes = it->second;
+      }
+      SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size()));
+      if (comm->rank() == owner) SD_RETURN_IF_ERROR(session.writeGlobal(i, bytes.data(), bytes.size()));
+      continue;
+    }
     std::vector<uint8_t> bytes(plan.globals[i].bytes);
     if (comm->rank() == 0) SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
     SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size())
                            .withContext("broadcasting '" + plan.globals[i].name + "' from rank 0: "));
     if (comm->rank() != 0) SD_RETURN_IF_ERROR(session.writeGlobal(i, bytes.data(), bytes.size()));
+  }
+  return Status::ok();
+}
+
+Status gatherToRankZero(const Session &session, Communicator *comm, GlobalValues &out) {
+  out.clear();
+  if (!comm || comm->size() == 1) return Status::ok();
+  const Plan &plan = session.plan();
+  for (size_t i = 0; i < plan.globals.size(); ++i) {
+    int owner = session.globalOwner(i);
+    if (owner <= 0 || !isMutableRole(plan.globals[i].role)) continue;
+    std::vector<uint8_t> bytes(plan.globals[i].bytes);
+    if (comm->rank() == owner) SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
+    for (size_t done = 0; done < bytes.size();) { // from the holder; only rank 0 keeps it
+      size_t piece = std::min<size_t>(bytes.size() - done, size_t(1) << 30);
+      SD_RETURN_IF_ERROR(comm->broadcast(bytes.data() + done, piece, DType::U8, owner));
+      done += piece;
+    }
+    if (comm->rank() == 0) out[i] = std::move(bytes);
   }
   return Status::ok();
 }

@@ -125,6 +125,7 @@ struct Trainer::Impl {
   DataCursor cursor;
   int64_t batch = 0, seq = 0, step = 0, total = 0;
   std::string resumedFrom;
+  GlobalValues restoredElsewhere; // rank 0, --shard optimizer: restored state other ranks hold
   std::vector<std::string> notes;
   std::optional<CheckpointFolder> checkpoints; // locked while the trainer lives
   std::string runId;
@@ -231,7 +232,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
 }
 
 Status Trainer::Impl::resume() {
-  auto restored = checkpoints->restoreLatest(session, resumedFrom, notes);
+  auto restored = checkpoints->restoreLatest(session, resumedFrom, notes, &restoredElsewhere);
   if (!restored.isOk()) return restored.status();
   const CheckpointMeta &meta = restored.value();
   for (auto &[key, value] : runParams) {
@@ -272,7 +273,8 @@ Status Trainer::Impl::setDropoutRows(int64_t bucketRows) {
 // checkpoint, which only rank 0 read.
 Status Trainer::Impl::agreeOnStart() {
   if (world == 1) return Status::ok();
-  SD_RETURN_IF_ERROR(broadcastState(session, comm));
+  SD_RETURN_IF_ERROR(broadcastState(session, comm, restoredElsewhere));
+  restoredElsewhere.clear();
   int64_t position[3] = {step, cursor.epoch, cursor.index};
   SD_RETURN_IF_ERROR(broadcastBytes(comm, position, sizeof position));
   runId.resize(16, '0');
@@ -306,10 +308,12 @@ StatusOr<double> Trainer::evaluate() {
 
 Status Trainer::saveCheckpoint() {
   Impl &im = *impl_;
+  GlobalValues shards; // --shard optimizer: the state other ranks hold, gathered on rank 0
+  SD_RETURN_IF_ERROR(gatherToRankZero(im.session, im.comm, shards).withContext("checkpoint: "));
   if (im.rank != 0) return Status::ok();
   if (!im.checkpoints) return sdError("no checkpoint folder was given");
   CheckpointMeta meta{im.runId, im.step, im.total, im.cursor.epoch, im.cursor.index, im.runParams};
-  return im.checkpoints->save(im.session, meta, im.config.checkpointsKept);
+  return im.checkpoints->save(im.session, meta, im.config.checkpointsKept, &shards);
 }
 
 StatusOr<StepReport> Trainer::runStep() {

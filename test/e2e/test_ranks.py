@@ -113,8 +113,9 @@ class Runner:
         return read_metrics(metrics), weights, r.stderr
 
 
-def equal_runs(runner, name, plan, accum=1, ranks=(2, 3)):
-    one, w1, _ = runner.train(plan, 1, accum=accum)
+def equal_runs(runner, name, plan, accum=1, ranks=(2, 3), reference=None):
+    """`plan` on each of `ranks` ranks against `reference` (default: the same plan) on one rank."""
+    one, w1, _ = runner.train(reference or plan, 1, accum=accum)
     for n in ranks:
         losses, wn, err = runner.train(plan, n, accum=accum)
         gap_l = relative(losses, one) if len(losses) == len(one) else float("inf")
@@ -272,7 +273,9 @@ def main():
                             "lora_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--packing"],
                             "full": ["--peft", "none"], "full_per_tensor": ["--peft", "none", "--bucket-mb", "0"],
                             "full_packed": ["--peft", "none", "--packing"],
-                            "lora_dropout": ["--peft", "lora", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"]
+                            "lora_dropout": ["--peft", "lora", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"],
+                            "full_zero1": ["--peft", "none", "--shard", "optimizer"],
+                            "lora_zero1": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "optimizer"]
                             }.items():
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])
@@ -290,6 +293,19 @@ def main():
         full = equal_runs(runner, "full fine-tuning, padded", plans["full"])
         equal_runs(runner, "full fine-tuning, packed", plans["full_packed"], ranks=(3,))
         equal_runs(runner, "full fine-tuning, gradient accumulation 2", plans["full"], accum=2, ranks=(2,))
+
+        # ZeRO-1: each parameter's AdamW state and update on one rank, then broadcast.
+        equal_runs(runner, "--shard optimizer, full fine-tuning, against the unsharded plan", plans["full_zero1"],
+                   reference=plans["full"])
+        equal_runs(runner, "--shard optimizer, LoRA, against the unsharded plan", plans["lora_zero1"],
+                   reference=plans["lora"], ranks=(2,))
+        equal_runs(runner, "--shard optimizer, gradient accumulation 2", plans["full_zero1"], accum=2, ranks=(3,),
+                   reference=plans["full"])
+        state = [l for l in sh([sdrun, "inspect", plans["full_zero1"]]).splitlines() if l.startswith("training state")]
+        per_rank = [int(x) for x in state[0].split()[-7::3]] if state else []
+        total = int(state[0].split()[2]) if state else 0
+        check("sdrun inspect: --shard optimizer holds less training state per rank as ranks grow",
+              len(per_rank) == 3 and total > per_rank[0] > per_rank[1] >= per_rank[2], state[0] if state else "no line")
 
         # One AllReduce step per gradient against 25 MiB buckets (one bucket here).
         per_tensor, w_pt, _ = runner.train(plans["full_per_tensor"], 2)
@@ -314,6 +330,18 @@ def main():
               f"{relative(tail, straight[5:]) if len(resumed) >= 5 else 'missing steps'}; resumed losses {len(resumed)}")
         check("full fine-tuning on 2 ranks straight equals 1 rank", relative(straight, full) <= 1e-5,
               f"{relative(straight, full):.2e}")
+
+        # The same with the optimizer state sharded: rank 0 gathers it into the
+        # checkpoint and hands each rank its share again on another world size.
+        ckz = os.path.join(tmp, "ckz")
+        straight_z, _, _ = runner.train(plans["full_zero1"], 2, extra=["--checkpoint-dir", ckz, "--checkpoint-every", "5"])
+        shutil.rmtree(os.path.join(ckz, f"checkpoint-{STEPS}"))
+        resumed_z, _, _ = runner.train(plans["full_zero1"], 3, extra=["--checkpoint-dir", ckz, "--resume"])
+        check("--shard optimizer resume: checkpointed on 2 ranks at step 5, continued on 3 = 2 ranks straight",
+              len(resumed_z) >= 5 and relative(resumed_z[-5:], straight_z[5:]) <= 1e-5 and
+              relative(straight_z, full) <= 1e-5,
+              f"{relative(resumed_z[-5:], straight_z[5:]) if len(resumed_z) >= 5 else 'missing steps'}; "
+              f"2 ranks sharded vs 1 rank unsharded {relative(straight_z, full):.2e}")
 
         # A changed global batch cannot resume.
         r = subprocess.run(mpirun(2) + [sdrun, "train", plans["full"], "--data", data, "--steps", str(STEPS), "--batch",

@@ -815,10 +815,12 @@ CASES["GradScale"].append(Case(lambda t, r: [np.array(0, np.float32), np.array(1
                                outputs=2, ref=grad_scale_ref, label="no tokens counted"))
 
 
-# Alone (the harness has no communicator: a world of one) AllReduce is the
+# Alone (the harness has no communicator: a world of one) AllReduce and Broadcast are the
 # identity; test/e2e/test_ranks.py runs it across MPI ranks.
 CASES["AllReduce"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t), rand(r, (), t)], outputs=3,
                            ref=lambda ins, attrs, t: [x.copy() for x in ins], label="three tensors, world of one")]
+CASES["Broadcast"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t)], outputs=2, attrs={"root": 0},
+                           ref=lambda ins, attrs, t: [x.copy() for x in ins], label="two tensors, world of one")]
 
 
 def seeded_dropout_ref(ins, attrs, t):

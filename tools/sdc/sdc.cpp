@@ -58,6 +58,9 @@ const char *kUsage =
     "  --momentum M, --nesterov SGD momentum (0) and Nesterov\n"
     "  --bucket-mb MB           gradients reduced across ranks per step of about MB MiB,\n"
     "                           last layers first (25; 0: one step per gradient)\n"
+    "  --shard none|optimizer   optimizer: each parameter's AdamW/SGD state and update on one\n"
+    "                           rank (ZeRO-1), which then broadcasts it (default none);\n"
+    "                           grads and params sharding are not built yet\n"
     "  --packing                training rows hold several sequences: adds a position_ids\n"
     "                           input (positions restart per sequence; attention stays\n"
     "                           within each); sdrun train then packs instead of padding\n"
@@ -195,6 +198,12 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(v) || v.empty() || (a.pipeline.bucketMb = std::strtod(v.c_str(), &end), *end) ||
           !(a.pipeline.bucketMb >= 0 && a.pipeline.bucketMb <= 1e6))
         return fail("--bucket-mb needs a size in MiB from 0 to 1e6, got '" + v + "'"), 2;
+    } else if (flag == "--shard") {
+      if (!value(a.pipeline.shard)) return fail("--shard needs none or optimizer"), 2;
+      if (a.pipeline.shard == "grads" || a.pipeline.shard == "params")
+        return fail("--shard " + a.pipeline.shard + " is not built yet: use --shard optimizer (ZeRO-1) or none"), 2;
+      if (a.pipeline.shard != "none" && a.pipeline.shard != "optimizer")
+        return fail("--shard takes none or optimizer, got '" + a.pipeline.shard + "'"), 2;
     } else if (arg == "--nesterov") {
       a.pipeline.nesterov = true;
     } else if (arg == "--packing") {
@@ -229,6 +238,8 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.pipeline.peft != "lora" && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora"), 2;
   if (a.dryRun && !a.pipeline.training()) return fail("--dry-run needs --peft"), 2;
+  if (a.pipeline.shard != "none" && !a.pipeline.training())
+    return fail("--shard " + a.pipeline.shard + " shards training state: it needs a training plan (--peft)"), 2;
   if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
     return fail("--packing needs a training plan with the sft recipe's cross-entropy (--peft, no --loss-output)"), 2;
   if (!a.pipeline.tokenInput.empty() && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))

@@ -19,6 +19,34 @@
 
 namespace sdrun {
 
+// Training state (mutable globals) per rank of a data-parallel run: all of
+// it on every rank, except what --shard optimizer splits (optimizer state by
+// parameter); the busiest rank's share for a few world sizes.
+void printStatePerRank(const sd::Plan &p) {
+  uint64_t state = 0;
+  for (const sd::GlobalDesc &g : p.globals)
+    if (sd::isMutableRole(g.role)) state += g.bytes;
+  if (!state) return;
+  std::printf("training state: %llu bytes", (unsigned long long)state);
+  std::vector<int> one = sd::globalHolders(p, 1);
+  if (std::all_of(one.begin(), one.end(), [](int o) { return o < 0; })) {
+    std::printf(" on every rank (sdc compile --shard none)\n");
+    return;
+  }
+  std::printf("; per rank with --shard optimizer (the busiest rank):");
+  for (int ranks : {2, 4, 8}) {
+    std::vector<int> holder = sd::globalHolders(p, ranks);
+    std::vector<uint64_t> bytes(size_t(ranks), 0);
+    for (size_t i = 0; i < p.globals.size(); ++i) {
+      if (!sd::isMutableRole(p.globals[i].role)) continue;
+      for (int r = 0; r < ranks; ++r)
+        if (holder[i] < 0 || holder[i] == r) bytes[size_t(r)] += p.globals[i].bytes;
+    }
+    std::printf(" %d ranks %llu", ranks, (unsigned long long)*std::max_element(bytes.begin(), bytes.end()));
+  }
+  std::printf("\n");
+}
+
 int fail(const std::string &msg) {
   // Under mpirun every rank's stderr lands in one stream: say whose error it is.
   sd::LaunchInfo launch = sd::detectLaunch();
@@ -358,6 +386,7 @@ int inspectCommand(const std::vector<std::string> &all) {
   std::printf("weights: %llu bytes in %zu globals%s\n", (unsigned long long)wbytes, p.globals.size(),
               p.externalWeights.empty() ? " (in the plan)" : (" (external: " + p.externalWeights + ")").c_str());
   std::printf("arena: %llu bytes (largest entry)\n", (unsigned long long)p.maxArenaSize());
+  printStatePerRank(p);
   std::printf("entries:\n");
   for (auto &e : p.entries) {
     std::printf("  %s", e.name.c_str());

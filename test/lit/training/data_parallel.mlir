@@ -1,6 +1,7 @@
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel | FileCheck %s
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel=bucket-mb=0 | FileCheck %s --check-prefix=PER
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel --sd-bufferize | FileCheck %s --check-prefix=BUF
+// RUN: sd-opt %s --sd-optimizer --sd-data-parallel=shard=optimizer | FileCheck %s --check-prefix=ZERO
 
 // Before GradScale the token count and the gradients (last parameter first)
 // are summed over the ranks by one AllReduce per bucket, stored back into
@@ -32,6 +33,19 @@
 // BUF-LABEL: func.func @apply
 // BUF-NOT:   sd.buffer :
 // BUF:       sd.step "AllReduce" {} ins(%{{.*}}) outs(%{{.*}} : memref<f32>, memref<4xf32>, memref<4x4xf32>)
+// --shard optimizer: every update names its parameter (the session runs it on
+// the parameter's owner rank only) and each updated parameter is broadcast
+// from its owner before the entry returns.
+// ZERO-LABEL: func.func @apply
+// ZERO:       sd.adamw {{.*}} shard_param = "w"
+// ZERO:       sd.adamw {{.*}} shard_param = "b"
+// ZERO:       %[[W:.*]] = sd.global_load @w
+// ZERO:       %[[BW:.*]] = sd.broadcast %[[W]] {shard_param = "w"}
+// ZERO:       sd.global_store %[[BW]], @w
+// ZERO:       %[[B:.*]] = sd.global_load @b
+// ZERO:       %[[BB:.*]] = sd.broadcast %[[B]] {shard_param = "b"}
+// ZERO:       sd.global_store %[[BB]], @b
+// ZERO:       return
 module {
   sd.global @w "trainable" : tensor<4x4xf32>
   sd.global @b "trainable" : tensor<4xf32>

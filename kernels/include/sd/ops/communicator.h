@@ -6,6 +6,7 @@
 #pragma once
 #include "sd/format/status.h"
 #include "sd/format/tensor.h"
+#include "sd/ops/kernel.h"
 #include <memory>
 #include <string>
 
@@ -66,5 +67,11 @@ public:
 protected:
   static Status finish(StatusOr<std::unique_ptr<CommRequest>> r) { return r.isOk() ? r.value()->wait() : r.status(); }
 };
+
+// True when another rank owns this step's parameter (--shard optimizer): the
+// update happens there, and this rank only zeroes its copy of the gradient.
+inline bool ownedByAnotherRank(const KernelContext &c) {
+  return c.shardOwner >= 0 && c.comm && c.shardOwner != c.comm->rank();
+}
 
 } // namespace sd

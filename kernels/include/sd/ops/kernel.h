@@ -33,6 +33,9 @@ struct KernelContext {
   // The ranks a training plan's collectives (AllReduce) span; null when the
   // session runs alone, and then every collective is the identity.
   Communicator *comm = nullptr;
+  // Plans compiled with --shard optimizer: the rank that updates this step's
+  // parameter (and alone holds its optimizer state); -1 for every other step.
+  int shardOwner = -1;
 
   bool hasInput(size_t i) const {
     return i < inputs.size() && inputs[i].dtype != DType::Undefined;

@@ -6,7 +6,9 @@
 #include "sd/runtime/plan.h"
 #include "sd/format/tensor_io.h"
 #include "sd/ops/communicator.h"
+#include <map>
 #include <memory>
+#include <vector>
 
 namespace sd {
 
@@ -16,6 +18,12 @@ struct KernelDef;
 // naming the entry, step, location, op and backend. Sessions bind every step
 // through it; `sdrun inspect --kernels` reports a plan's coverage with it.
 StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels);
+
+// Which rank holds each global when the plan runs on `ranks` ranks: -1 for
+// every rank; for plans compiled with --shard optimizer, each trainable
+// parameter's optimizer state is held by its owner (largest parameter first,
+// to the least loaded rank). `paramOwner` (optional) gets each parameter's owner.
+std::vector<int> globalHolders(const Plan &plan, int ranks, std::map<std::string, int> *paramOwner = nullptr);
 
 struct SessionOptions {
   int threads = 0;               // 0: all hardware threads
@@ -51,6 +59,12 @@ public:
   Status writeGlobal(size_t index, const void *src, size_t bytes);
   // Global `index` as a host tensor (a copy).
   StatusOr<HostTensor> readGlobal(size_t index) const;
+  // Plans compiled with --shard optimizer: the rank that holds global
+  // `index` (a parameter's optimizer state lives on the rank that updates the
+  // parameter), or -1 when every rank holds it. Reading or writing a global
+  // this rank does not hold is an error.
+  int globalOwner(size_t index) const;
+  bool holdsGlobal(size_t index) const;
   // Index of the entry or global called `name`, or -1.
   int64_t findEntry(const std::string &name) const;
   int64_t findGlobal(const std::string &name) const;

@@ -28,6 +28,10 @@ struct CheckpointMeta {
   std::map<std::string, std::string> run;
 };
 
+// Values of globals this rank does not hold (--shard optimizer), by global
+// index: gathered before a save, handed out after a restore.
+using GlobalValues = std::map<size_t, std::vector<uint8_t>>;
+
 std::string newRunId();
 // Verifies a manifest's own checksum and fields (no files are read).
 StatusOr<CheckpointMeta> parseCheckpointManifest(const std::string &text, const std::string &what);
@@ -39,11 +43,14 @@ public:
   static StatusOr<CheckpointFolder> open(const std::string &dir);
   // For a run that starts fresh: error if DIR holds any checkpoint.
   Status requireNoCheckpoints() const;
-  Status save(const Session &session, const CheckpointMeta &meta, int keep);
+  // Every mutable global, from the session or (those it does not hold) from `heldElsewhere`.
+  Status save(const Session &session, const CheckpointMeta &meta, int keep, const GlobalValues *heldElsewhere = nullptr);
   // Restores the newest checkpoint that verifies; skipped broken ones are
   // named in `notes`. Error if none is valid. Nothing is written to the
   // session unless every check passed.
-  StatusOr<CheckpointMeta> restoreLatest(Session &session, std::string &usedPath, std::vector<std::string> &notes) const;
+  // Values of globals the session does not hold go to `heldElsewhere` (an error when it is null).
+  StatusOr<CheckpointMeta> restoreLatest(Session &session, std::string &usedPath, std::vector<std::string> &notes,
+                                         GlobalValues *heldElsewhere = nullptr) const;
   const std::string &path() const { return dir_; }
 
 private:

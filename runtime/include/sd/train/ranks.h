@@ -6,14 +6,20 @@
 #pragma once
 #include "sd/ops/communicator.h"
 #include "sd/runtime/session.h"
+#include "sd/train/checkpoint.h"
 #include <cstdint>
 #include <string>
 
 namespace sd::train {
 
 // Every mutable global (parameters, optimizer state, gradients, counters)
-// from rank 0 to the others.
-Status broadcastState(Session &session, Communicator *comm);
+// from rank 0 to the others. A global one rank holds alone (--shard
+// optimizer) goes from rank 0 to that rank, when rank 0 has its value in
+// `restored` (a checkpoint it read); otherwise its holder keeps its own.
+Status broadcastState(Session &session, Communicator *comm, const GlobalValues &restored);
+// The globals rank 0 does not hold, from their holders to rank 0 (for a
+// checkpoint): every rank calls it; rank 0 gets them in `out`.
+Status gatherToRankZero(const Session &session, Communicator *comm, GlobalValues &out);
 // Bytes from rank 0 to the others (in pieces: MPI counts are ints).
 Status broadcastBytes(Communicator *comm, void *data, size_t bytes);
 // values[i] summed over the ranks, in place.
