@@ -96,11 +96,12 @@ struct Plan {
 struct Session {
   std::shared_ptr<Plan> plan;
   sd_session *session = nullptr;
-  Session(std::shared_ptr<Plan> p, const std::string &device, int threads) : plan(std::move(p)) {
+  Session(std::shared_ptr<Plan> p, const std::string &device, int threads, bool joinWorld) : plan(std::move(p)) {
     sd_session_options o;
     sd_session_options_init(&o);
     o.device = device.c_str();
     o.threads = threads;
+    o.join_world = joinWorld;
     check(sd_session_create(plan->plan, &o, &session));
   }
   ~Session() { sd_session_free(session); }
@@ -226,6 +227,28 @@ PYBIND11_MODULE(sdc, m) {
   m.attr("__version__") = sd_version();
   py::register_exception<SdError>(m, "Error", PyExc_RuntimeError);
 
+  m.def(
+      "join_world",
+      []() {
+        int rank = 0, size = 1;
+        check(sd_world_join(&rank, &size));
+        // As `python -m mpi4py` does: an uncaught exception on one rank ends
+        // the whole job instead of leaving the others waiting in a collective.
+        if (size > 1) {
+          py::module_ sys = py::module_::import("sys");
+          py::object previous = sys.attr("excepthook");
+          sys.attr("excepthook") = py::cpp_function([previous](py::object type, py::object value, py::object tb) {
+            previous(type, value, tb);
+            sd_world_abort(1);
+          });
+        }
+        return py::make_tuple(rank, size);
+      },
+      "Joins the world mpirun started this process in (once); returns (rank, size), (0, 1) when alone. "
+      "Sessions made with join_world=True then train data-parallel; an uncaught exception aborts every rank.");
+  m.def("abort_world", [](int code) { sd_world_abort(code); }, py::arg("exit_code") = 1,
+        "Ends every rank's process (after an error on this one).");
+
   py::class_<Plan, std::shared_ptr<Plan>>(m, "Plan", "A compiled plan, loaded and verified.")
       .def(py::init<const std::string &>(), py::arg("path"))
       .def_property_readonly("entries", &Plan::entries, "entry names (one per shape bucket)")
@@ -233,8 +256,9 @@ PYBIND11_MODULE(sdc, m) {
       .def_property_readonly("config", [](const Plan &p) { return std::string(sd_plan_config(p.plan)); });
 
   py::class_<Session, std::shared_ptr<Session>>(m, "Session", "A plan bound to a device, with its own state.")
-      .def(py::init<std::shared_ptr<Plan>, const std::string &, int>(), py::arg("plan"), py::arg("device") = "cpu",
-           py::arg("threads") = 0)
+      .def(py::init<std::shared_ptr<Plan>, const std::string &, int, bool>(), py::arg("plan"), py::arg("device") = "cpu",
+           py::arg("threads") = 0, py::arg("join_world") = false,
+           "join_world=True: train as one rank of the world sdc.join_world() joined (under mpirun).")
       .def_property_readonly("plan", [](const Session &s) { return s.plan; })
       .def("run", &Session::run, py::arg("entry"), py::arg("inputs"),
            "Runs an entry on a dict of NumPy arrays (the bucket is chosen by their shapes); returns a dict.")

@@ -2,11 +2,15 @@
 // call converts Status (and any exception, bad_alloc included) into an
 // sd_status, so nothing C++ crosses the boundary.
 #include "sd/sd.h"
+#include "sd/comm/world.h"
 #include "sd/generate/generator.h"
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/session.h"
 #include "sd/train/trainer.h"
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 #include <string>
 
@@ -123,8 +127,40 @@ const char *sd_plan_config(const sd_plan *plan) { return plan ? plan->plan->conf
 
 // ---- sessions ----
 
+// The process's world (null: alone), joined once; it lives until exit, when
+// MPI is finalized (every rank reaches exit; a failing rank calls sd_world_abort).
+static std::mutex worldMutex;
+static std::shared_ptr<sd::Communicator> world;
+static bool worldJoined = false;
+
+sd_status *sd_world_join(int *rank, int *size) {
+  return guard([&]() -> sd_status * {
+    std::lock_guard<std::mutex> lock(worldMutex);
+    if (!worldJoined) {
+      auto w = sd::openWorld();
+      if (!w.isOk()) return makeStatus(SD_UNAVAILABLE, w.status().message());
+      world = w.value();
+      worldJoined = true;
+    }
+    if (rank) *rank = world ? world->rank() : 0;
+    if (size) *size = world ? world->size() : 1;
+    return nullptr;
+  });
+}
+
+void sd_world_abort(int exit_code) {
+  std::shared_ptr<sd::Communicator> w;
+  {
+    std::lock_guard<std::mutex> lock(worldMutex);
+    w = world;
+  }
+  std::fflush(nullptr);
+  if (w && w->size() > 1) w->abort(exit_code);
+  std::_Exit(exit_code);
+}
+
 void sd_session_options_init(sd_session_options *options) {
-  if (options) *options = sd_session_options{"cpu", 0};
+  if (options) *options = sd_session_options{"cpu", 0, 0};
 }
 
 sd_status *sd_session_create(const sd_plan *plan, const sd_session_options *options, sd_session **out) {
@@ -141,6 +177,11 @@ sd_status *sd_session_create(const sd_plan *plan, const sd_session_options *opti
     sd::SessionOptions so;
     so.threads = o.threads;
     so.device = *device;
+    if (o.join_world) {
+      std::lock_guard<std::mutex> lock(worldMutex);
+      if (!worldJoined) return makeStatus(SD_INVALID_ARGUMENT, "join_world: call sd_world_join first");
+      so.comm = world;
+    }
     auto s = sd::Session::create(plan->plan, so);
     if (!s.isOk()) return fromStatus(s.status());
     *out = new sd_session{plan->plan, std::move(s.value())};
@@ -252,6 +293,8 @@ sd_status *sd_session_save_adapter(const sd_session *session, const char *dir) {
     SD_REQUIRE(dir, "dir");
     auto cfg = sd::loraConfigOf(*session->plan);
     if (!cfg.isOk()) return fromStatus(cfg.status(), SD_INVALID_ARGUMENT);
+    // One writer per world: the replicas hold the same adapter.
+    if (sd::Communicator *c = session->session->communicator(); c && c->rank() != 0) return nullptr;
     return fromStatus(sd::saveAdapter(dir, *session->session, cfg.value()));
   });
 }

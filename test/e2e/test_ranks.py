@@ -237,6 +237,50 @@ def two_hosts(runner, plan, tmp, single_host):
             hosts.close()
 
 
+PY_TRAIN = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+import sdc
+rank, size = sdc.join_world()
+session = sdc.Session(sdc.Plan(sys.argv[2]), threads=1, join_world=True)
+trainer = sdc.Trainer(session, sys.argv[3], steps=int(sys.argv[4]), batch=int(sys.argv[5]), lr=3e-3,
+                      weight_decay=0.1, clip_norm=1.0)
+losses = [r.loss for r in trainer]
+if rank == 0:
+    with open(sys.argv[6], "w") as f:
+        json.dump({"size": size, "losses": losses}, f)
+if len(sys.argv) > 7 and rank == 1:
+    raise RuntimeError("rank 1 fails on purpose")
+"""
+
+
+def python_ranks(runner, plan, tmp, sdrun_losses):
+    """The Python module under mpirun trains as sdrun does, and an uncaught
+    exception on one rank ends the job instead of hanging it."""
+    script = os.path.join(tmp, "train_ranks.py")
+    with open(script, "w") as f:
+        f.write(PY_TRAIN)
+    module_dir = os.path.join(os.path.dirname(os.path.dirname(runner.sdrun)), "python")
+    out = os.path.join(tmp, "py_losses.json")
+    args = [sys.executable, script, module_dir, plan, runner.data, str(STEPS), str(GLOBAL_BATCH // 2), out]
+    r = subprocess.run(mpirun(2) + args, capture_output=True, text=True, timeout=300)
+    got = json.load(open(out)) if r.returncode == 0 and os.path.exists(out) else {}
+    # sdrun's metrics file prints 8 significant digits.
+    gap = relative(got["losses"], sdrun_losses) if len(got.get("losses", [])) == len(sdrun_losses) else float("inf")
+    check("Python module under mpirun (sdc.join_world, Session(join_world=True), Trainer) = sdrun on 2 ranks",
+          got.get("size") == 2 and gap <= 1e-7,
+          f"size {got.get('size')}, losses {gap:.1e} relative to sdrun's printed 8 digits"
+          f" {r.stderr.strip()[-300:] if r.returncode else ''}")
+    t0 = time.time()
+    try:
+        r = subprocess.run(mpirun(2) + args + ["fail"], capture_output=True, text=True, timeout=120)
+        check("Python: an uncaught exception on rank 1 ends the job, non-zero, with its traceback",
+              r.returncode != 0 and "rank 1 fails on purpose" in r.stderr,
+              f"exit {r.returncode} after {time.time() - t0:.1f} s")
+    except subprocess.TimeoutExpired:
+        check("Python: an uncaught exception on rank 1 ends the job, non-zero, with its traceback", False, "hung")
+
+
 def rank_pid(mpirun_pid, rank):
     """The pid of the sdrun process mpirun started as `rank`."""
     for pid in os.listdir("/proc"):
@@ -342,6 +386,8 @@ def main():
               relative(straight_z, full) <= 1e-5,
               f"{relative(resumed_z[-5:], straight_z[5:]) if len(resumed_z) >= 5 else 'missing steps'}; "
               f"2 ranks sharded vs 1 rank unsharded {relative(straight_z, full):.2e}")
+
+        python_ranks(runner, plans["full"], tmp, bucketed)
 
         # A changed global batch cannot resume.
         r = subprocess.run(mpirun(2) + [sdrun, "train", plans["full"], "--data", data, "--steps", str(STEPS), "--batch",

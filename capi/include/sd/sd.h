@@ -28,7 +28,7 @@ extern "C" {
 #define SD_API
 #endif
 
-#define SD_API_VERSION 1
+#define SD_API_VERSION 2
 
 typedef enum sd_status_code {
   SD_OK = 0,
@@ -77,11 +77,23 @@ SD_API sd_status *sd_plan_global_info(const sd_plan *plan, size_t index, sd_tens
 /* The JSON configuration sdc compile recorded (PEFT settings, token input). */
 SD_API const char *sd_plan_config(const sd_plan *plan);
 
+/* ---- ranks (docs/ranks.md) ---- */
+/* Joins the world the launcher started this process in (mpirun: MPI), once
+ * per process; later calls return the same place. rank and size (either may
+ * be NULL) get this process's place: 0 of 1 when launched alone. A session
+ * created with join_world = 1 then trains as one rank of it. */
+SD_API sd_status *sd_world_join(int *rank, int *size);
+/* Ends every rank's process with exit_code (MPI_Abort): for an error on one
+ * rank, which the others would otherwise wait for in their next collective.
+ * Alone, or before sd_world_join, it is exit(exit_code). Does not return. */
+SD_API void sd_world_abort(int exit_code);
+
 /* ---- sessions ---- */
 typedef struct sd_session sd_session;
 typedef struct sd_session_options {
   const char *device; /* "cpu", "cuda" or "auto" (NULL: "cpu"); no such device: SD_UNAVAILABLE */
   int threads;        /* 0: all hardware threads */
+  int join_world;     /* 1: one rank of the world sd_world_join joined (data-parallel training); 0: alone */
 } sd_session_options;
 SD_API void sd_session_options_init(sd_session_options *options);
 /* Binds every step of the plan to a kernel of the device; a plan needing a
@@ -108,7 +120,7 @@ SD_API sd_status *sd_session_write_global(sd_session *session, const char *name,
 
 /* LoRA adapters in Hugging Face PEFT's layout (plans compiled with --peft lora). */
 SD_API sd_status *sd_session_load_adapter(sd_session *session, const char *dir);
-SD_API sd_status *sd_session_save_adapter(const sd_session *session, const char *dir);
+SD_API sd_status *sd_session_save_adapter(const sd_session *session, const char *dir); /* in a world: rank 0 writes */
 
 /* ---- training ---- */
 typedef struct sd_train_config {
