@@ -15,6 +15,7 @@
 // update only there (other ranks zero the gradient). Before returning, each
 // updated parameter is broadcast from its owner. Ownership is decided at run
 // time from the world size, so the plan still runs on any number of ranks.
+#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 
@@ -41,17 +42,44 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       getOperation().emitError() << "bucket size must be at least 0 MB, got " << bucketMb;
       return signalPassFailure();
     }
-    if (shard != "none" && shard != "optimizer") {
-      getOperation().emitError() << "unknown shard mode '" << shard << "' (none, optimizer)";
+    if (shard != "none" && shard != "optimizer" && shard != "grads") {
+      getOperation().emitError() << "unknown shard mode '" << shard << "' (none, optimizer, grads)";
       return signalPassFailure();
     }
+    if (shard == "grads")
+      for (auto f : getOperation().getOps<func::FuncOp>())
+        if (failed(reduceGradientsToOwners(f))) return signalPassFailure();
     SmallVector<GradScaleOp> scales;
     getOperation().walk([&](GradScaleOp op) { scales.push_back(op); });
     for (GradScaleOp op : scales)
       if (failed(reduceBefore(op))) return signalPassFailure();
-    if (shard == "optimizer")
+    if (shard != "none")
       for (auto f : getOperation().getOps<func::FuncOp>())
         if (failed(shardUpdates(f))) return signalPassFailure();
+  }
+
+  // shard=grads: grad/<p> = grad/<p> + delta becomes grad/<p> + ReduceToOwner(delta):
+  // each micro-batch's gradient is summed into the rank that keeps grad/<p>
+  // (the session skips the accumulation elsewhere, where grad/<p> is not held).
+  LogicalResult reduceGradientsToOwners(func::FuncOp f) {
+    SmallVector<GlobalStoreOp> stores;
+    f.walk([&](GlobalStoreOp s) {
+      if (s.getGlobal().starts_with(sd::abi::kGradPrefix)) stores.push_back(s);
+    });
+    for (GlobalStoreOp s : stores) {
+      auto add = s.getValue().getDefiningOp<AddOp>();
+      auto old = add ? add.getOperand(0).getDefiningOp<GlobalLoadOp>() : GlobalLoadOp();
+      if (!old || old.getGlobal() != s.getGlobal())
+        continue; // not an accumulation (the optimizer's zeroed gradient)
+      OpBuilder b(add);
+      Value delta = add.getOperand(1);
+      auto reduce = b.create<ReduceToOwnerOp>(NameLoc::get(b.getStringAttr("grad_to_owner")), TypeRange{delta.getType()},
+                                              ValueRange{delta});
+      reduce->setAttr("shard_param",
+                      b.getStringAttr(s.getGlobal().drop_front(std::string_view(sd::abi::kGradPrefix).size())));
+      add->setOperand(1, reduce.getResult(0));
+    }
+    return success();
   }
 
   // Tags each update with its parameter and broadcasts every updated
@@ -88,8 +116,11 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       return success();
     };
     if (failed(addLoad(scale.getTokens()))) return failure();
-    for (Value g : llvm::reverse(scale.getGrads()))
-      if (failed(addLoad(g))) return failure();
+    if (shard == "grads") // the gradients went to their owners micro-batch by micro-batch
+      scale->setAttr("sharded_grads", OpBuilder(scale).getI64IntegerAttr(1));
+    else
+      for (Value g : llvm::reverse(scale.getGrads()))
+        if (failed(addLoad(g))) return failure();
 
     const int64_t bucketBytes = int64_t(bucketMb * 1024 * 1024);
     SmallVector<SmallVector<GlobalLoadOp>> buckets;

@@ -220,7 +220,7 @@ def DataParallel : Pass<"sd-data-parallel", "mlir::ModuleOp"> {
     Option<"bucketMb", "bucket-mb", "double", "25.0",
            "gradient bytes per AllReduce step, in MiB (0: one step per gradient)">,
     Option<"shard", "shard", "std::string", "\"none\"",
-           "none | optimizer (ZeRO-1: each parameter's update and optimizer state on one rank)">,
+           "none | optimizer (ZeRO-1: each parameter's update and optimizer state on one rank) | grads (ZeRO-2: its gradient too)">,
   ];
 }
 

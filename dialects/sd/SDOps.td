@@ -323,6 +323,16 @@ def SD_BroadcastOp : SD_Nary<"broadcast", "Broadcast", (ins Variadic<AnyTensor>:
   }];
 }
 
+def SD_ReduceToOwnerOp : SD_Nary<"reduce_to_owner", "ReduceToOwner", (ins Variadic<AnyTensor>:$tensors), (ins),
+    (outs Variadic<AnyTensor>:$reduced)> {
+  let description = [{
+    Each tensor summed over the ranks into the step's shard owner (sdc compile
+    --shard grads: a micro-batch's gradient goes to the rank that accumulates
+    and updates that parameter); on other ranks the result is unspecified.
+    The identity when the plan runs alone; in place once bufferized.
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Quantization
 //===----------------------------------------------------------------------===//

@@ -1,7 +1,8 @@
 // CPU kernels of the collectives, through the session's communicator (MPI):
-// AllReduce (the data-parallel gradient reduction) and Broadcast (a sharded
-// optimizer's updated parameters from their owner). Alone, both are the
-// identity.
+// AllReduce (the data-parallel gradient reduction), Broadcast (a sharded
+// optimizer's updated parameters from their owner) and ReduceToOwner (a
+// micro-batch's gradient to the rank that holds it, --shard grads). Alone,
+// all are the identity.
 #include "cpu_util.h"
 #include "sd/ops/communicator.h"
 #include <algorithm>
@@ -62,12 +63,21 @@ Status BroadcastKernel(const KernelContext &c) {
   return forEachRun(c, "Broadcast", [&](void *p, size_t n) { return c.comm->broadcast(p, n, c.outputs[0].dtype, root); });
 }
 
+Status ReduceToOwnerKernel(const KernelContext &c) {
+  SD_CHECK_ARG(!c.comm || (c.shardOwner >= 0 && c.shardOwner < c.comm->size()),
+               "ReduceToOwner: the step has no owner rank (shard_param)");
+  return forEachRun(c, "ReduceToOwner", [&](void *p, size_t n) {
+    return c.comm->reduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.shardOwner);
+  });
+}
+
 } // namespace
 
 void registerCollectiveKernels() {
   const TypeSet types{DType::F32, DType::F64, DType::I32, DType::I64};
   registerCpuKernel("AllReduce", AllReduceKernel, types);
   registerCpuKernel("Broadcast", BroadcastKernel, types);
+  registerCpuKernel("ReduceToOwner", ReduceToOwnerKernel, types);
 }
 
 } // namespace sd::cpu

@@ -31,7 +31,8 @@ Status requireF32(const KernelContext &c, size_t tensors, const char *op) {
 // A parameter another rank updates (--shard optimizer): its optimizer state
 // lives there, and here only the gradient is zeroed for the next window.
 Status zeroGradientOnly(const KernelContext &c, size_t gradOutput) {
-  std::memset(c.outputs[gradOutput].data, 0, c.outputs[gradOutput].byteSize());
+  // With --shard grads the gradient lives on the owner too: nothing here.
+  if (c.outputs[gradOutput].data) std::memset(c.outputs[gradOutput].data, 0, c.outputs[gradOutput].byteSize());
   return Status::ok();
 }
 
@@ -104,6 +105,7 @@ Status GradScaleKernel(const KernelContext &c) {
   constexpr int64_t kChunk = 1 << 16;
   for (size_t t = 2; t < c.inputs.size(); ++t) {
     const TensorView &g = c.inputs[t];
+    if (!g.data && g.numElements()) continue; // --shard grads: another rank holds it and adds its part below
     SD_CHECK_ARG(g.dtype == DType::F32, "GradScale takes f32 gradients");
     const float *pg = g.as<float>();
     int64_t n = g.numElements(), chunks = (n + kChunk - 1) / kChunk;
@@ -117,6 +119,9 @@ Status GradScaleKernel(const KernelContext &c) {
     });
     for (double s : part) sumsq += s;
   }
+  // --shard grads: each rank summed the squares of the gradients it holds.
+  if (c.attrs.getInt("sharded_grads", 0) && c.comm && c.comm->size() > 1)
+    SD_RETURN_IF_ERROR(c.comm->allReduce(&sumsq, &sumsq, 1, DType::F64, ReduceOp::Sum).withContext("GradScale: "));
   double norm = 0;
   c.outputs[0].as<float>()[0] = float(math::gradScaleFactor(sumsq, tokens, maxNorm, norm));
   c.outputs[1].as<float>()[0] = float(norm);

@@ -1,4 +1,4 @@
-// CUDA kernels of AllReduce and Broadcast for a session that runs alone (a
+// CUDA kernels of AllReduce, Broadcast and ReduceToOwner for a session that runs alone (a
 // world of one): the identity. Sessions refuse a CUDA device with several ranks until the
 // NCCL backend exists, so no cross-rank reduction reaches this kernel.
 #include "cuda_util.cuh"
@@ -20,6 +20,7 @@ Status worldOfOne(const KernelContext &c, const char *op) {
 
 Status AllReduceKernel(const KernelContext &c) { return worldOfOne(c, "AllReduce"); }
 Status BroadcastKernel(const KernelContext &c) { return worldOfOne(c, "Broadcast"); }
+Status ReduceToOwnerKernel(const KernelContext &c) { return worldOfOne(c, "ReduceToOwner"); }
 
 } // namespace
 
@@ -27,6 +28,7 @@ void registerCollectiveKernels() {
   const TypeSet types{DType::F32, DType::F64, DType::I32, DType::I64};
   registerKernel("AllReduce", AllReduceKernel, types);
   registerKernel("Broadcast", BroadcastKernel, types);
+  registerKernel("ReduceToOwner", ReduceToOwnerKernel, types);
 }
 
 } // namespace sd::cuda

@@ -26,6 +26,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"GradScale", {2, 4096}},
       {"AllReduce", {1, 4096}},
       {"Broadcast", {1, 4096}},
+      {"ReduceToOwner", {1, 4096}},
       {"QLinearConv", {8, 9}},
       {"ConvInteger", {2, 4}},
       {"QLinearMatMul", {8, 8}},

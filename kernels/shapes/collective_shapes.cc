@@ -18,13 +18,14 @@ template <const char *Op> Status collectiveShape(ShapeContext &c) {
   return Status::ok();
 }
 
-constexpr char kAllReduce[] = "AllReduce", kBroadcast[] = "Broadcast";
+constexpr char kAllReduce[] = "AllReduce", kBroadcast[] = "Broadcast", kReduceToOwner[] = "ReduceToOwner";
 
 } // namespace
 
 void registerCollectiveShapes() {
   registerShapeRule(kAllReduce, collectiveShape<kAllReduce>);
   registerShapeRule(kBroadcast, collectiveShape<kBroadcast>);
+  registerShapeRule(kReduceToOwner, collectiveShape<kReduceToOwner>);
 }
 
 } // namespace sd

@@ -120,9 +120,27 @@ public:
     MPI_Abort(MPI_COMM_WORLD, exitCode);
     std::_Exit(exitCode); // MPI_Abort does not return; if it did, still end this rank
   }
+  StatusOr<std::unique_ptr<CommRequest>> startReduce(const void *send, void *recv, size_t count, DType type, ReduceOp op,
+                                                     int root) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    MPI_Request r;
+    int rc = MPI_Ireduce(inPlace(send, recv, root), recv, int(count), *t, mpiOp(op), root, MPI_COMM_WORLD, &r);
+    return started(rc, r, "MPI_Ireduce");
+  }
+  Status reduce(const void *send, void *recv, size_t count, DType type, ReduceOp op, int root) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    return checked(MPI_Reduce(inPlace(send, recv, root), recv, int(count), *t, mpiOp(op), root, MPI_COMM_WORLD),
+                   "MPI_Reduce");
+  }
   Status barrier() override { return checked(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
 private:
+  // MPI_IN_PLACE is only for the root of a reduction; elsewhere send is read.
+  const void *inPlace(const void *send, void *recv, int root) const {
+    return send == recv && rank_ == root ? MPI_IN_PLACE : send;
+  }
   static Status checked(int rc, const char *what) { return rc == MPI_SUCCESS ? Status::ok() : mpiError(what, rc); }
   static MPI_Op mpiOp(ReduceOp op) { return op == ReduceOp::Max ? MPI_MAX : MPI_SUM; }
   static StatusOr<std::unique_ptr<CommRequest>> started(int rc, MPI_Request r, const char *what) {

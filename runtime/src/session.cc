@@ -3,6 +3,7 @@
 #include "sd/runtime/session.h"
 #include <system_error>
 #include "sd/ops/kernel.h"
+#include "sd/format/json.h"
 #include "sd/format/training_abi.h"
 #include "sd/ops/threadpool.h"
 #include <algorithm>
@@ -23,6 +24,9 @@ struct Session::Impl {
     const StepDesc *desc;
     const KernelDef *kernel;
     KernelContext ctx;
+    // Every output is a global another rank holds (--shard grads: the
+    // accumulation into a gradient this rank does not keep): not run here.
+    bool elsewhere = false;
   };
   // Values the kernels' prepare functions derived (packed weights), shared
   // between steps; the steps' contexts point into them.
@@ -99,19 +103,25 @@ static Footprint footprintOf(const Plan &plan, const Device &dev, const std::vec
   return f;
 }
 
-// --shard optimizer (steps tagged `shard_param`): every trainable parameter
-// gets an owner rank, largest first to the least loaded rank (ties: the
-// lower rank, then plan order), so all ranks compute the same table from the
-// plan and the world size. Its optimizer state (adamw.exp_avg/<p>, ...) is
-// held there only.
+// The plan's shard mode (sdc compile --shard, recorded in its config).
+std::string shardMode(const Plan &plan) {
+  if (plan.config.empty()) return "none";
+  auto cfg = parseJson(plan.config, "the plan's config");
+  const Json *s = cfg.isOk() ? cfg.value().get("shard") : nullptr;
+  return s && s->type == Json::Type::String ? s->str : "none";
+}
+
+// --shard optimizer|grads: every trainable parameter gets an owner rank,
+// largest first to the least loaded rank (ties: the lower rank, then plan
+// order), so all ranks compute the same table from the plan and the world
+// size. Its optimizer state (adamw.exp_avg/<p>, ...), and with grads its
+// gradient (grad/<p>) too, is held there only.
 std::vector<int> globalHolders(const Plan &plan, int ranks, std::map<std::string, int> *paramOwnerOut) {
   std::map<std::string, int> local;
   std::map<std::string, int> &paramOwner = paramOwnerOut ? *paramOwnerOut : local;
-  bool sharded = false;
-  for (const EntryDesc &e : plan.entries)
-    for (const StepDesc &st : e.steps) sharded |= !st.attrs.getString("shard_param", "").empty();
+  const std::string mode = shardMode(plan);
   std::vector<int> owner(plan.globals.size(), -1);
-  if (!sharded) return owner;
+  if (mode != "optimizer" && mode != "grads") return owner;
   std::vector<size_t> params;
   for (size_t i = 0; i < plan.globals.size(); ++i)
     if (plan.globals[i].role == GlobalRole::Trainable) params.push_back(i);
@@ -123,8 +133,10 @@ std::vector<int> globalHolders(const Plan &plan, int ranks, std::map<std::string
     load[k] += plan.globals[p].bytes;
     paramOwner[plan.globals[p].name] = int(k);
   }
+  std::vector<const char *> prefixes = {abi::kAdamExpAvgPrefix, abi::kAdamExpAvgSqPrefix, abi::kSgdMomentumPrefix};
+  if (mode == "grads") prefixes.push_back(abi::kGradPrefix);
   for (size_t i = 0; i < plan.globals.size(); ++i)
-    for (const char *prefix : {abi::kAdamExpAvgPrefix, abi::kAdamExpAvgSqPrefix, abi::kSgdMomentumPrefix}) {
+    for (const char *prefix : prefixes) {
       const std::string &n = plan.globals[i].name;
       if (n.rfind(prefix, 0) != 0) continue;
       auto it = paramOwner.find(n.substr(std::string_view(prefix).size()));
@@ -251,6 +263,11 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
           return sdError("entry '", e.name, "' step ", si, ": shard_param '", p, "' is not a trainable parameter");
         ps.ctx.shardOwner = it->second;
       }
+      ps.elsewhere = !sd.outputs.empty();
+      for (int32_t o : sd.outputs) {
+        const BufferDesc &b = e.buffers[size_t(o)];
+        ps.elsewhere &= b.kind == BufferKind::Global && !im.globalData[size_t(b.offset)] && b.bytes > 0;
+      }
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
       if (kernel->prepare) {
@@ -280,6 +297,7 @@ Status Session::runEager(size_t entry) {
   Impl &im = *impl_;
   std::map<std::string, OpProfile> &profile = im.profile;
   for (auto &ps : im.entries[entry].steps) {
+    if (ps.elsewhere) continue;
     auto t0 = im.profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     Status st = runKernel(*ps.kernel, ps.ctx);
     // A GPU kernel only starts when launched: wait for it, so the time is the op's.

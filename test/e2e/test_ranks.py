@@ -319,7 +319,10 @@ def main():
                             "full_packed": ["--peft", "none", "--packing"],
                             "lora_dropout": ["--peft", "lora", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"],
                             "full_zero1": ["--peft", "none", "--shard", "optimizer"],
-                            "lora_zero1": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "optimizer"]
+                            "lora_zero1": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "optimizer"],
+                            "full_zero2": ["--peft", "none", "--shard", "grads"],
+                            "lora_zero2_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "grads",
+                                                  "--packing"]
                             }.items():
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])
@@ -345,11 +348,23 @@ def main():
                    reference=plans["lora"], ranks=(2,))
         equal_runs(runner, "--shard optimizer, gradient accumulation 2", plans["full_zero1"], accum=2, ranks=(3,),
                    reference=plans["full"])
-        state = [l for l in sh([sdrun, "inspect", plans["full_zero1"]]).splitlines() if l.startswith("training state")]
-        per_rank = [int(x) for x in state[0].split()[-7::3]] if state else []
-        total = int(state[0].split()[2]) if state else 0
-        check("sdrun inspect: --shard optimizer holds less training state per rank as ranks grow",
-              len(per_rank) == 3 and total > per_rank[0] > per_rank[1] >= per_rank[2], state[0] if state else "no line")
+        # ZeRO-2: each micro-batch's gradient goes to its owner, which alone keeps it.
+        equal_runs(runner, "--shard grads, full fine-tuning, against the unsharded plan", plans["full_zero2"],
+                   reference=plans["full"])
+        equal_runs(runner, "--shard grads, gradient accumulation 2", plans["full_zero2"], accum=2, ranks=(2,),
+                   reference=plans["full"])
+        equal_runs(runner, "--shard grads, LoRA, packed, against the unsharded plan", plans["lora_zero2_packed"],
+                   reference=plans["lora_packed"], ranks=(3,))
+        per_mode = {}
+        for mode in ("full_zero1", "full_zero2"):
+            state = [l for l in sh([sdrun, "inspect", plans[mode]]).splitlines() if l.startswith("training state")]
+            per_mode[mode] = [int(x) for x in state[0].split()[-7::3]] if state else []
+            total = int(state[0].split()[2]) if state else 0
+            per_rank = per_mode[mode]
+            check(f"sdrun inspect: {mode} holds less training state per rank as ranks grow",
+                  len(per_rank) == 3 and total > per_rank[0] > per_rank[1] >= per_rank[2], state[0] if state else "no line")
+        check("--shard grads holds less per rank than --shard optimizer",
+              all(g < o for g, o in zip(per_mode["full_zero2"], per_mode["full_zero1"])), f"{per_mode}")
 
         # One AllReduce step per gradient against 25 MiB buckets (one bucket here).
         per_tensor, w_pt, _ = runner.train(plans["full_per_tensor"], 2)
@@ -388,6 +403,15 @@ def main():
               f"2 ranks sharded vs 1 rank unsharded {relative(straight_z, full):.2e}")
 
         python_ranks(runner, plans["full"], tmp, bucketed)
+
+        ckg = os.path.join(tmp, "ckg")
+        straight_g, _, _ = runner.train(plans["full_zero2"], 3, extra=["--checkpoint-dir", ckg, "--checkpoint-every", "5"],
+                                        accum=1)
+        shutil.rmtree(os.path.join(ckg, f"checkpoint-{STEPS}"))
+        resumed_g, _, _ = runner.train(plans["full_zero2"], 2, extra=["--checkpoint-dir", ckg, "--resume"])
+        check("--shard grads resume: checkpointed on 3 ranks at step 5, continued on 2 = 3 ranks straight",
+              len(resumed_g) >= 5 and relative(resumed_g[-5:], straight_g[5:]) <= 1e-5,
+              f"{relative(resumed_g[-5:], straight_g[5:]) if len(resumed_g) >= 5 else 'missing steps'}")
 
         # A changed global batch cannot resume.
         r = subprocess.run(mpirun(2) + [sdrun, "train", plans["full"], "--data", data, "--steps", str(STEPS), "--batch",

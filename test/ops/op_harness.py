@@ -819,6 +819,8 @@ CASES["GradScale"].append(Case(lambda t, r: [np.array(0, np.float32), np.array(1
 # identity; test/e2e/test_ranks.py runs it across MPI ranks.
 CASES["AllReduce"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t), rand(r, (), t)], outputs=3,
                            ref=lambda ins, attrs, t: [x.copy() for x in ins], label="three tensors, world of one")]
+CASES["ReduceToOwner"] = [Case(lambda t, r: [rand(r, (5, 3), t)], ref=lambda ins, attrs, t: [ins[0].copy()],
+                               label="world of one")]
 CASES["Broadcast"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t)], outputs=2, attrs={"root": 0},
                            ref=lambda ins, attrs, t: [x.copy() for x in ins], label="two tensors, world of one")]
 

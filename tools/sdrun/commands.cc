@@ -20,8 +20,9 @@
 namespace sdrun {
 
 // Training state (mutable globals) per rank of a data-parallel run: all of
-// it on every rank, except what --shard optimizer splits (optimizer state by
-// parameter); the busiest rank's share for a few world sizes.
+// it on every rank, except what --shard splits (optimizer state, and with
+// grads the gradients, by parameter); the busiest rank's share for a few
+// world sizes.
 void printStatePerRank(const sd::Plan &p) {
   uint64_t state = 0;
   for (const sd::GlobalDesc &g : p.globals)
@@ -33,7 +34,7 @@ void printStatePerRank(const sd::Plan &p) {
     std::printf(" on every rank (sdc compile --shard none)\n");
     return;
   }
-  std::printf("; per rank with --shard optimizer (the busiest rank):");
+  std::printf("; per rank with --shard %s (the busiest rank):", sd::shardMode(p).c_str());
   for (int ranks : {2, 4, 8}) {
     std::vector<int> holder = sd::globalHolders(p, ranks);
     std::vector<uint64_t> bytes(size_t(ranks), 0);

@@ -2,6 +2,7 @@
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel=bucket-mb=0 | FileCheck %s --check-prefix=PER
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel --sd-bufferize | FileCheck %s --check-prefix=BUF
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel=shard=optimizer | FileCheck %s --check-prefix=ZERO
+// RUN: sd-opt %s --sd-optimizer --sd-data-parallel=shard=grads | FileCheck %s --check-prefix=GRADS
 
 // Before GradScale the token count and the gradients (last parameter first)
 // are summed over the ranks by one AllReduce per bucket, stored back into
@@ -46,6 +47,17 @@
 // ZERO:       %[[BB:.*]] = sd.broadcast %[[B]] {shard_param = "b"}
 // ZERO:       sd.global_store %[[BB]], @b
 // ZERO:       return
+// --shard grads: each accumulation adds the gradient reduced to its owner;
+// apply reduces only the token count and GradScale sums the ranks' partial norms.
+// GRADS-LABEL: func.func @accumulate
+// GRADS:       %[[OLD:.*]] = sd.global_load @"grad/w"
+// GRADS:       %[[R:.*]] = sd.reduce_to_owner %{{.*}} {shard_param = "w"}
+// GRADS:       %[[N:.*]] = sd.add %[[OLD]], %[[R]]
+// GRADS:       sd.global_store %[[N]], @"grad/w"
+// GRADS-LABEL: func.func @apply
+// GRADS:       %[[T:.*]] = sd.all_reduce %{{[^,]*}} :
+// GRADS:       sd.grad_scale {{.*}} {sharded_grads = 1 : i64}
+// GRADS:       sd.adamw {{.*}} shard_param = "w"
 module {
   sd.global @w "trainable" : tensor<4x4xf32>
   sd.global @b "trainable" : tensor<4xf32>

@@ -42,6 +42,9 @@ public:
   virtual StatusOr<std::unique_ptr<CommRequest>> startAllGather(const void *send, void *recv, size_t sendCount,
                                                                 DType type) = 0;
   virtual StatusOr<std::unique_ptr<CommRequest>> startBroadcast(void *data, size_t count, DType type, int root) = 0;
+  // The sum (or max) over the ranks into `root`'s recv; other ranks' recv is untouched.
+  virtual StatusOr<std::unique_ptr<CommRequest>> startReduce(const void *send, void *recv, size_t count, DType type,
+                                                             ReduceOp op, int root) = 0;
   virtual Status barrier() = 0;
   // Ends every rank's process with `exitCode`. For an error on one rank: the
   // others would wait for it in their next collective forever, and a clean
@@ -62,6 +65,9 @@ public:
   }
   virtual Status broadcast(void *data, size_t count, DType type, int root) {
     return finish(startBroadcast(data, count, type, root));
+  }
+  virtual Status reduce(const void *send, void *recv, size_t count, DType type, ReduceOp op, int root) {
+    return finish(startReduce(send, recv, count, type, op, root));
   }
 
 protected:

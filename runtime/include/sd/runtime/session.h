@@ -19,10 +19,12 @@ struct KernelDef;
 // through it; `sdrun inspect --kernels` reports a plan's coverage with it.
 StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels);
 
+// The plan's sdc compile --shard mode: "none", "optimizer" or "grads".
+std::string shardMode(const Plan &plan);
 // Which rank holds each global when the plan runs on `ranks` ranks: -1 for
 // every rank; for plans compiled with --shard optimizer, each trainable
 // parameter's optimizer state is held by its owner (largest parameter first,
-// to the least loaded rank). `paramOwner` (optional) gets each parameter's owner.
+// to the least loaded rank), and with --shard grads its gradient too. `paramOwner` (optional) gets each parameter's owner.
 std::vector<int> globalHolders(const Plan &plan, int ranks, std::map<std::string, int> *paramOwner = nullptr);
 
 struct SessionOptions {
