@@ -74,10 +74,9 @@ Status ReduceToOwnerKernel(const KernelContext &c) {
 } // namespace
 
 void registerCollectiveKernels() {
-  const TypeSet types{DType::F32, DType::F64, DType::I32, DType::I64};
-  registerCpuKernel("AllReduce", AllReduceKernel, types);
-  registerCpuKernel("Broadcast", BroadcastKernel, types);
-  registerCpuKernel("ReduceToOwner", ReduceToOwnerKernel, types);
+  registerCpuKernel("AllReduce", AllReduceKernel, collectiveTypes());
+  registerCpuKernel("Broadcast", BroadcastKernel, collectiveTypes());
+  registerCpuKernel("ReduceToOwner", ReduceToOwnerKernel, collectiveTypes());
 }
 
 } // namespace sd::cpu

@@ -25,10 +25,9 @@ Status ReduceToOwnerKernel(const KernelContext &c) { return worldOfOne(c, "Reduc
 } // namespace
 
 void registerCollectiveKernels() {
-  const TypeSet types{DType::F32, DType::F64, DType::I32, DType::I64};
-  registerKernel("AllReduce", AllReduceKernel, types);
-  registerKernel("Broadcast", BroadcastKernel, types);
-  registerKernel("ReduceToOwner", ReduceToOwnerKernel, types);
+  for (auto [op, fn] : {std::pair{"AllReduce", &AllReduceKernel}, {"Broadcast", &BroadcastKernel},
+                        {"ReduceToOwner", &ReduceToOwnerKernel}})
+    registerKernel(op, fn, collectiveTypes());
 }
 
 } // namespace sd::cuda

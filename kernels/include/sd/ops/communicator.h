@@ -14,6 +14,10 @@ namespace sd {
 
 enum class ReduceOp { Sum, Max };
 
+// What the collective ops (AllReduce, Broadcast, ReduceToOwner) carry, on
+// every backend: the element types MPI and NCCL both reduce.
+inline TypeSet collectiveTypes() { return TypeSet{DType::F32, DType::F64, DType::I32, DType::I64}; }
+
 // A collective in flight; wait() completes it and reports its error.
 class CommRequest {
 public:
