@@ -18,6 +18,7 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a
   if constexpr (std::is_same_v<T, float>) {
     sgemm(nullptr, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   } else if constexpr (std::is_same_v<T, double>) {
+    std::lock_guard<std::mutex> lock(systemBlasLock());
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
                 int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
   } else {

@@ -39,11 +39,21 @@ const Kernels *active() {
 
 void blasSgemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a, int64_t lda,
                const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  std::lock_guard<std::mutex> lock(systemBlasLock());
   cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n), int(k),
               alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
 }
 
 } // namespace
+
+// Debian's serial OpenBLAS (the one we link, see kernels/CMakeLists.txt) is
+// built without USE_LOCKING: two threads in it at once share its buffers and
+// can get wrong results (measured: 3 of 300 three-thread f64 Conv runs of the
+// op harness differed from the one-thread run). Its calls go one at a time.
+std::mutex &systemBlasLock() {
+  static std::mutex m;
+  return m;
+}
 
 const char *sgemmIsa() { return active() ? active()->name : "generic"; }
 

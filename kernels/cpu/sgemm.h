@@ -5,6 +5,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <mutex>
 
 namespace sd {
 class ThreadPool;
@@ -31,6 +32,8 @@ struct PackedA {
 
 // The instruction set the f32 GEMM runs with: "avx512", "avx2" or "generic".
 const char *sgemmIsa();
+// Held around every call into the system BLAS, which is not thread-safe.
+std::mutex &systemBlasLock();
 
 // Packs op(B) (k x n; tb: B is stored n x k) for sgemm with packed operand.
 PackedB packB(bool tb, int64_t k, int64_t n, const float *b, int64_t ldb);
