@@ -6,7 +6,9 @@
 2. bucketed gradient reduction (sdc compile default, 25 MiB buckets) against
    one reduction per gradient (--bucket-mb 0), 2 ranks, full fine-tuning;
 3. scaling: 2 ranks x 1 thread against 1 rank x 2 threads on the same global
-   batch.
+   batch;
+4. the same step with optimizer state (--shard optimizer) and gradients
+   (--shard grads) sharded over the 2 ranks.
 
 Step times are the median over the steps after the first two, from the
 metrics file's elapsed_s. Prints Markdown tables for bench/RESULTS.md.
@@ -83,6 +85,7 @@ def main():
         half = a.global_batch // 2
         plans = {}
         for name, batch, extra in [("bucketed", half, []), ("per_tensor", half, ["--bucket-mb", "0"]),
+                                   ("zero1", half, ["--shard", "optimizer"]), ("zero2", half, ["--shard", "grads"]),
                                    ("one_rank", a.global_batch, [])]:
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", os.path.join(gpt, "gpt.onnx"), "--peft", "none", "--shapes",
@@ -92,12 +95,15 @@ def main():
               f"{a.global_batch} (~{grads:.0f} MiB of gradients), median ms per step\n")
         b = train(sdrun, plans["bucketed"], data, 2, 1, half, a.steps, tmp, "b")
         p = train(sdrun, plans["per_tensor"], data, 2, 1, half, a.steps, tmp, "p")
+        z1 = train(sdrun, plans["zero1"], data, 2, 1, half, a.steps, tmp, "z1")
+        z2 = train(sdrun, plans["zero2"], data, 2, 1, half, a.steps, tmp, "z2")
         one2 = train(sdrun, plans["one_rank"], data, 1, 2, a.global_batch, a.steps, tmp, "o2")
         one1 = train(sdrun, plans["one_rank"], data, 1, 1, a.global_batch, a.steps, tmp, "o1")
         print("| run | ms per step | tokens/s |")
         print("|---|---:|---:|")
         tok = a.global_batch * a.seq
         for label, ms in [("2 ranks x 1 thread, 25 MiB buckets", b), ("2 ranks x 1 thread, one reduction per gradient", p),
+                          ("2 ranks x 1 thread, --shard optimizer", z1), ("2 ranks x 1 thread, --shard grads", z2),
                           ("1 rank x 2 threads", one2), ("1 rank x 1 thread", one1)]:
             print(f"| {label} | {ms:.1f} | {tok / ms * 1e3:.0f} |")
     finally:
