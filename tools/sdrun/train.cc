@@ -178,9 +178,12 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
   if (trainer.rank() != 0) return sd::train::trainToEnd(trainer, nullptr); // rank 0 reports and writes
   if (sd::Communicator *comm = session.value()->communicator()) {
     int64_t perRank = trainer.rowsPerRank();
-    std::fprintf(stderr, "sdrun: world of %d ranks over %s; global batch %lld rows = %lld per rank x %d ranks x %lld micro-batches\n",
+    std::fprintf(stderr,
+                 "sdrun: world of %d ranks over %s; global batch %lld rows = %lld per rank x %d ranks x %lld "
+                 "micro-batches; rank 0 holds %.1f MiB of arena and training state (--shard %s)\n",
                  comm->size(), comm->describe().c_str(), (long long)(perRank * comm->size() * cfg.gradAccum),
-                 (long long)perRank, comm->size(), (long long)cfg.gradAccum);
+                 (long long)perRank, comm->size(), (long long)cfg.gradAccum,
+                 double(session.value()->deviceBytes()) / double(1 << 20), sd::shardMode(*plan).c_str());
   }
   if (!trainer.resumedFrom().empty())
     std::fprintf(stderr, "sdrun: resuming from %s (step %lld)\n", trainer.resumedFrom().c_str(), (long long)trainer.step());
