@@ -30,7 +30,7 @@ struct PipelineOptions {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, momentum = 0.0;
   bool nesterov = false;
   double bucketMb = 25.0; // gradient bytes per cross-rank reduction step (sd-data-parallel)
-  std::string shard = "none"; // none | optimizer (sd-data-parallel)
+  std::string shard = "none"; // none | optimizer | grads (sd-data-parallel)
   bool packing = false; // training entries take position_ids (several sequences per row)
   std::string precision = "fp32"; // fp32 | bf16 (sd-autocast)
   bool training() const { return !peft.empty(); }

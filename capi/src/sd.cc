@@ -179,7 +179,7 @@ sd_status *sd_session_create(const sd_plan *plan, const sd_session_options *opti
     so.device = *device;
     if (o.join_world) {
       std::lock_guard<std::mutex> lock(worldMutex);
-      if (!worldJoined) return makeStatus(SD_INVALID_ARGUMENT, "join_world: call sd_world_join first");
+      if (!worldJoined) return makeStatus(SD_INVALID_ARGUMENT, "join_world: join the world first (sd_world_join; Python: sdc.join_world())");
       so.comm = world;
     }
     auto s = sd::Session::create(plan->plan, so);

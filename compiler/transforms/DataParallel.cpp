@@ -15,6 +15,9 @@
 // update only there (other ranks zero the gradient). Before returning, each
 // updated parameter is broadcast from its owner. Ownership is decided at run
 // time from the world size, so the plan still runs on any number of ranks.
+// shard=grads (ZeRO-2 by parameter) also sends each micro-batch's gradient to
+// its owner (ReduceToOwner), which alone keeps the gradient; GradScale then
+// sums the ranks' partial squared norms.
 #include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"

@@ -7,7 +7,7 @@
 namespace sd::cuda {
 namespace {
 
-// AllReduce and Broadcast alike: the results take the operands' values.
+// Every collective alike: the results take the operands' values.
 Status worldOfOne(const KernelContext &c, const char *op) {
   if (c.comm && c.comm->size() > 1) return sdError(op, " over ", c.comm->size(), " ranks on CUDA needs NCCL, which is not built yet");
   for (size_t i = 0; i < c.inputs.size() && i < c.outputs.size(); ++i)

@@ -12,7 +12,9 @@ template <typename T>
 __global__ void dropoutKernel(const T *x, T *y, int64_t n, const int64_t *rng, int64_t rngSize, uint64_t stream,
                               uint32_t threshold, float scale) {
   const uint64_t key = counterRngKey(uint64_t(rng[0]), uint64_t(rng[1]), stream);
-  // A size the rows do not divide (offset -1) was refused on the host when the rows were set; be safe anyway.
+  // A tensor that is not whole rows (offset -1; every dropout site is a
+  // batch-major activation) cannot be refused mid-step here, as the CPU
+  // kernel refuses it: its mask then falls back to the rank-local index.
   const int64_t offset = max(dropoutElementOffset(rng, rngSize, n), int64_t(0));
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = dropoutKeeps(key, uint64_t(offset + i), threshold) ? store<T>(load(x[i]) * scale) : store<T>(0.0f);

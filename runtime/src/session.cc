@@ -382,7 +382,7 @@ Status Session::readGlobal(size_t index, void *dst, size_t bytes) const {
   if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
   const GlobalDesc &g = plan_->globals[index];
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the buffer ", bytes);
-  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (--shard optimizer)");
+  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (sdc compile --shard)");
   return impl_->device->copyToHost(dst, impl_->globalData[index], bytes);
 }
 
@@ -391,7 +391,7 @@ Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
   const GlobalDesc &g = plan_->globals[index];
   if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the data ", bytes);
-  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (--shard optimizer)");
+  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (sdc compile --shard)");
   return impl_->device->copyFromHost(impl_->globalData[index], src, bytes);
 }
 

@@ -6,11 +6,11 @@
 
 namespace sd::train {
 
-Status broadcastBytes(Communicator *comm, void *data, size_t bytes) {
+Status broadcastBytes(Communicator *comm, void *data, size_t bytes, int root) {
   if (!comm || comm->size() == 1) return Status::ok();
   for (size_t done = 0; done < bytes;) {
     size_t piece = std::min<size_t>(bytes - done, size_t(1) << 30);
-    SD_RETURN_IF_ERROR(comm->broadcast(static_cast<uint8_t *>(data) + done, piece, DType::U8, 0));
+    SD_RETURN_IF_ERROR(comm->broadcast(static_cast<uint8_t *>(data) + done, piece, DType::U8, root));
     done += piece;
   }
   return Status::ok();
@@ -54,11 +54,7 @@ Status gatherToRankZero(const Session &session, Communicator *comm, GlobalValues
     if (owner <= 0 || !isMutableRole(plan.globals[i].role)) continue;
     std::vector<uint8_t> bytes(plan.globals[i].bytes);
     if (comm->rank() == owner) SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
-    for (size_t done = 0; done < bytes.size();) { // from the holder; only rank 0 keeps it
-      size_t piece = std::min<size_t>(bytes.size() - done, size_t(1) << 30);
-      SD_RETURN_IF_ERROR(comm->broadcast(bytes.data() + done, piece, DType::U8, owner));
-      done += piece;
-    }
+    SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size(), owner)); // only rank 0 keeps it
     if (comm->rank() == 0) out[i] = std::move(bytes);
   }
   return Status::ok();

@@ -138,6 +138,7 @@ struct Trainer::Impl {
   Communicator *comm = nullptr; // null: alone
   int rank = 0, world = 1;
   int64_t dropoutRng = -1, dropoutRngSize = 0; // the dropout state global, if the plan has dropout
+  int64_t dropoutRows[2] = {-1, -1};            // [row offset, rows] last written into it
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
   Status resume();
@@ -191,7 +192,9 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   if (lora.isOk()) im->lora = lora.value();
   else if (!o.adapterIn.empty()) return lora.status().withContext(planContext);
   if (!o.adapterIn.empty() && !o.resume && im->rank == 0) SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
-  // Dropout masks are keyed by [seed, counter]; a resumed run restores both.
+  // Dropout masks are keyed by [seed, counter, row offset, rows]; a fresh run
+  // sets the seed, a resumed run restores seed and counter, and the rows are
+  // set before each micro-batch (setDropoutRows).
   if (int64_t rng = session.findGlobal(abi::kDropoutRng); rng >= 0) {
     const GlobalDesc &g = plan.globals[size_t(rng)];
     if (g.dtype != DType::I64 || (g.bytes != 16 && g.bytes != 8 * abi::kDropoutRngSize))
@@ -260,13 +263,20 @@ Status Trainer::Impl::resume() {
 
 // Dropout masks are keyed by global row: this rank's micro-batch starts at
 // global row rank * batch, and the entry's tensors hold `bucketRows` rows.
+// Only the trainer writes them (the plan advances the counter), so they are
+// rewritten, with a device round trip, only when the bucket changes.
 Status Trainer::Impl::setDropoutRows(int64_t bucketRows) {
   if (dropoutRng < 0 || dropoutRngSize < 4) return Status::ok();
+  const int64_t offset = int64_t(rank) * batch;
+  if (dropoutRows[0] == offset && dropoutRows[1] == bucketRows) return Status::ok();
   int64_t state[4];
   SD_RETURN_IF_ERROR(session.readGlobal(size_t(dropoutRng), state, sizeof state));
-  state[2] = int64_t(rank) * batch;
+  state[2] = offset;
   state[3] = bucketRows;
-  return session.writeGlobal(size_t(dropoutRng), state, sizeof state);
+  SD_RETURN_IF_ERROR(session.writeGlobal(size_t(dropoutRng), state, sizeof state));
+  dropoutRows[0] = offset;
+  dropoutRows[1] = bucketRows;
+  return Status::ok();
 }
 
 // Every rank starts from rank 0's state and loop position: its adapter or

@@ -220,6 +220,16 @@ def main():
                                             out_plan], ["--adam-beta1", "below 1"], [out_plan])
     expect_clean_error("--adam-epsilon 0", [sdc, "compile", gpt, "--peft", "none", "--adam-epsilon", "0", "-o",
                                             out_plan], ["--adam-epsilon"], [out_plan])
+    # Ranks (docs/ranks.md): compile flags, and a launch this build cannot serve.
+    for label, flags, needles in [("--bucket-mb -1", ["--peft", "none", "--bucket-mb", "-1"], ["--bucket-mb", "-1"]),
+                                  ("--shard params", ["--peft", "none", "--shard", "params"], ["params", "not built yet"]),
+                                  ("--shard frob", ["--peft", "none", "--shard", "frob"], ["--shard takes", "frob"]),
+                                  ("--shard without a training plan", ["--shard", "optimizer"],
+                                   ["--shard optimizer", "training plan"])]:
+        expect_clean_error(label, [sdc, "compile", gpt, *flags, "-o", out_plan], needles, [out_plan])
+    expect_clean_error("torchrun-style launch (RANK, WORLD_SIZE) of CPU ranks",
+                       ["env", "RANK=1", "WORLD_SIZE=2", sdrun, "train", out_plan, "--data", os.path.join(tmp, "x.jsonl")],
+                       ["rank 1", "NCCL", "mpirun -np 2"])
     expect_clean_error("--seed above 2^63-1 (was clamped silently)",
                        [sdrun, "train", out_plan, "--data", os.path.join(tmp, "none.jsonl"), "--seed",
                         str(2 ** 64)], ["--seed", str(2 ** 64)])

@@ -271,6 +271,12 @@ def python_ranks(runner, plan, tmp, sdrun_losses):
           got.get("size") == 2 and gap <= 1e-7,
           f"size {got.get('size')}, losses {gap:.1e} relative to sdrun's printed 8 digits"
           f" {r.stderr.strip()[-300:] if r.returncode else ''}")
+    code = (f"import sys; sys.path.insert(0, {module_dir!r}); import sdc\n"
+            f"try:\n    sdc.Session(sdc.Plan({plan!r}), join_world=True)\n"
+            "except sdc.Error as e:\n    print(e)\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    check("Python: Session(join_world=True) before sdc.join_world() is refused by name",
+          r.returncode == 0 and "sdc.join_world()" in r.stdout, (r.stdout + r.stderr).strip()[-200:])
     t0 = time.time()
     try:
         r = subprocess.run(mpirun(2) + args + ["fail"], capture_output=True, text=True, timeout=120)

@@ -61,7 +61,7 @@ public:
   Status writeGlobal(size_t index, const void *src, size_t bytes);
   // Global `index` as a host tensor (a copy).
   StatusOr<HostTensor> readGlobal(size_t index) const;
-  // Plans compiled with --shard optimizer: the rank that holds global
+  // Plans compiled with --shard optimizer|grads: the rank that holds global
   // `index` (a parameter's optimizer state lives on the rank that updates the
   // parameter), or -1 when every rank holds it. Reading or writing a global
   // this rank does not hold is an error.

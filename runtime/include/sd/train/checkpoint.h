@@ -28,7 +28,7 @@ struct CheckpointMeta {
   std::map<std::string, std::string> run;
 };
 
-// Values of globals this rank does not hold (--shard optimizer), by global
+// Values of globals this rank does not hold (sdc compile --shard), by global
 // index: gathered before a save, handed out after a restore.
 using GlobalValues = std::map<size_t, std::vector<uint8_t>>;
 

@@ -20,8 +20,8 @@ Status broadcastState(Session &session, Communicator *comm, const GlobalValues &
 // The globals rank 0 does not hold, from their holders to rank 0 (for a
 // checkpoint): every rank calls it; rank 0 gets them in `out`.
 Status gatherToRankZero(const Session &session, Communicator *comm, GlobalValues &out);
-// Bytes from rank 0 to the others (in pieces: MPI counts are ints).
-Status broadcastBytes(Communicator *comm, void *data, size_t bytes);
+// Bytes from `root` to the others (in pieces: MPI counts are ints).
+Status broadcastBytes(Communicator *comm, void *data, size_t bytes, int root = 0);
 // values[i] summed over the ranks, in place.
 Status sumOverRanks(Communicator *comm, double *values, size_t n);
 // Error naming the first rank whose trainable parameters differ from rank 0's
