@@ -2,6 +2,7 @@
 #include "Driver.h"
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include "EmitPlan.h"
 #include "OnnxFrontend.h"
 #include "OnnxImporter.h"
@@ -52,8 +53,11 @@ static std::string peftJson(mlir::ModuleOp module) {
     else if (auto str = mlir::dyn_cast<mlir::StringAttr>(a.getValue())) s += jsonQuote(str.str());
     else if (auto arr = mlir::dyn_cast<mlir::ArrayAttr>(a.getValue())) {
       s += "[";
-      for (size_t k = 0; k < arr.size(); ++k)
-        s += (k ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(arr[k]).str());
+      for (size_t k = 0; k < arr.size(); ++k) {
+        s += k ? "," : "";
+        if (auto i = mlir::dyn_cast<mlir::IntegerAttr>(arr[k])) s += std::to_string(i.getInt());
+        else s += jsonQuote(mlir::cast<mlir::StringAttr>(arr[k]).str());
+      }
       s += "]";
     }
   }
@@ -66,12 +70,36 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
   std::vector<std::string> names;
   for (auto g : module.getOps<ir::GlobalOp>()) {
     auto t = mlir::cast<mlir::RankedTensorType>(g.getType());
-    if (!mlir::isa<mlir::FloatType>(t.getElementType()) || g.getRole() == "constant") continue;
+    // Weights only: a dry run that reached the training entries also holds
+    // gradients and optimizer state.
+    if (!mlir::isa<mlir::FloatType>(t.getElementType()) || (g.getRole() != "trainable" && g.getRole() != "frozen"))
+      continue;
     total += t.getNumElements();
     if (g.getRole() == "trainable") trainable += t.getNumElements(), names.push_back(g.getSymName().str());
   }
   std::string out;
-  if (auto dict = module->getAttrOfType<mlir::DictionaryAttr>("sd.peft")) {
+  auto dict = module->getAttrOfType<mlir::DictionaryAttr>("sd.peft");
+  auto type = dict ? dict.getAs<mlir::StringAttr>("peft_type") : mlir::StringAttr();
+  if (type && type.getValue() == "OSF") {
+    auto mods = dict.getAs<mlir::ArrayAttr>("modules"), ranks = dict.getAs<mlir::ArrayAttr>("ranks");
+    auto strategies = dict.getAs<mlir::ArrayAttr>("strategies");
+    char head[96];
+    std::snprintf(head, sizeof head, "OSFT preserved ratio %g on %zu modules (k frozen, r trainable):\n",
+                  req.pipeline.osftRatio, size_t(mods.size()));
+    out += head;
+    std::map<std::string, int64_t> counts;
+    for (auto g : module.getOps<ir::GlobalOp>())
+      counts[g.getSymName().str()] = mlir::cast<mlir::RankedTensorType>(g.getType()).getNumElements();
+    for (size_t i = 0; i < mods.size(); ++i) {
+      std::string m = mlir::cast<mlir::StringAttr>(mods[i]).str();
+      int64_t k = mlir::cast<mlir::IntegerAttr>(ranks[i]).getInt(), r = counts[m + ".osf_svd_params.S_low"];
+      int64_t params = counts[m + ".osf_svd_params.U_low"] + r + counts[m + ".osf_svd_params.V_low"];
+      std::string strategy = strategies ? mlir::cast<mlir::StringAttr>(strategies[i]).str()
+                                        : "decided from --shapes";
+      out += "  " + m + "  k=" + std::to_string(k) + " r=" + std::to_string(r) + " trainable=" +
+             std::to_string(params) + " strategy=" + strategy + "\n";
+    }
+  } else if (dict) {
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
     char dropout[48] = "";
     if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
@@ -134,7 +162,10 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   }
   mlir::PassManager pm(&ctx);
   if (req.dryRun) {
-    buildPeftPipeline(pm, req.pipeline);
+    // OSFT's strategy depends on the tokens per step: with --shapes the dry
+    // run goes as far as the shapes (and the training entries) to show it.
+    if (req.pipeline.peft == "osft" && !req.pipeline.shapes.empty()) buildTensorPipeline(pm, req.pipeline);
+    else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {
       error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
       return false;
@@ -168,7 +199,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"" + key + "\":" + json + "}";
   };
   if (auto token = (*module)->getAttrOfType<mlir::StringAttr>("sd.token_input")) addField("token_input", jsonQuote(token.str()));
-  if (std::string peft = peftJson(*module); !peft.empty()) addField("lora", peft);
+  if (std::string peft = peftJson(*module); !peft.empty()) addField(peft.find("\"OSF\"") != std::string::npos ? "osf" : "lora", peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));
 }
 

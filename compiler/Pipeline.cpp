@@ -22,6 +22,12 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     lora.seed = opts.seed;
     lora.dropout = opts.loraDropout;
     pm.addPass(createPeftLora(lora));
+  } else if (opts.peft == "osft") {
+    PeftOsftOptions osft;
+    osft.targetModules = opts.targetModules;
+    osft.ratio = opts.osftRatio;
+    osft.rankPattern = opts.osftRankPattern;
+    pm.addPass(createPeftOsft(osft));
   } else if (opts.training()) {
     pm.addPass(createMarkTrainable(MarkTrainableOptions{opts.trainable}));
   }
@@ -44,6 +50,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
   pm.addPass(createCheckStatic());
+  if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));
   if (opts.precision != "fp32") {
     pm.addPass(createAutocast(AutocastOptions{opts.precision}));
     pm.addPass(createPropagateShapes());
@@ -61,6 +68,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     o.nesterov = opts.nesterov;
     pm.addPass(createOptimizer(o));
     pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard}));
+    pm.addPass(createOsftProject());
     pm.addPass(createPropagateShapes());
   }
   pm.addPass(createFuseConvEpilogue());

@@ -14,7 +14,7 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).
-  std::string peft;              // "none" (full fine-tuning) | "lora"
+  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft"
   std::string trainable = ".*";  // --peft none: regex over weight names
   std::string targetModules;     // --peft lora
   int64_t loraR = 8;
@@ -22,6 +22,9 @@ struct PipelineOptions {
   bool rslora = false;
   double loraDropout = 0.0;
   std::string loraInit = "default";
+  double osftRatio = 0.5;         // --peft osft: preserved fraction of min(out, in)
+  std::string osftRankPattern;    // NAME=K|R,...
+  std::string osftStrategy = "auto"; // auto | factored | dense
   int64_t seed = 0;
   std::string recipe = "sft";
   std::string lossOutput, logitsOutput;

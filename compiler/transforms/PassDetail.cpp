@@ -3,6 +3,8 @@
 #include "OpLibraryBridge.h"
 #include "vjp/GradBuilder.h"
 #include <cmath>
+#include <set>
+#include "llvm/ADT/StringExtras.h"
 
 namespace sd {
 
@@ -110,5 +112,52 @@ mlir::Value otherOperand(mlir::Operation *op, mlir::Value v) {
 }
 
 mlir::Operation *soleUser(mlir::Value v) { return v.hasOneUse() ? *v.getUsers().begin() : nullptr; }
+
+// Whether `v` reaches an entry's return through shape-only ops (the logits
+// of an output head, maybe reshaped).
+static bool returnedByEntry(mlir::Value v) {
+  for (mlir::Operation *u : v.getUsers()) {
+    if (llvm::isa<mlir::func::ReturnOp>(u)) return true;
+    if (llvm::isa<ir::ReshapeOp, ir::TransposeOp, ir::FlattenOp, ir::SqueezeOp, ir::UnsqueezeOp>(u) &&
+        returnedByEntry(u->getResult(0)))
+      return true;
+  }
+  return false;
+}
+
+mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string &spec, llvm::StringRef flag,
+                                        llvm::SmallVectorImpl<ir::LinearOp> &out) {
+  llvm::StringRef text(spec);
+  bool allLinear = text.trim() == "all-linear";
+  bool isRegex = !allLinear && text.find_first_of("*+?[](){}|^$\\") != llvm::StringRef::npos;
+  std::unique_ptr<llvm::Regex> re;
+  std::vector<std::string> list;
+  if (isRegex) {
+    std::string err;
+    if (!fullMatchRegex(spec, re, err)) return module.emitError() << flag << " " << err;
+  } else if (!allLinear) {
+    llvm::SmallVector<llvm::StringRef> parts;
+    text.split(parts, ',', -1, false);
+    for (llvm::StringRef p : parts)
+      if (!p.trim().empty()) list.push_back(p.trim().str());
+  }
+  std::set<std::string> all;
+  module.walk([&](ir::LinearOp l) {
+    llvm::StringRef m = l.getModule();
+    all.insert(m.str());
+    bool hit = false;
+    if (allLinear) hit = !returnedByEntry(l.getOutput());
+    else if (re) hit = re->match(m);
+    else
+      for (const std::string &t : list) hit = hit || m == t || m.ends_with("." + t);
+    if (hit) out.push_back(l);
+  });
+  if (!allLinear && !re && list.empty())
+    return module.emitError() << flag << " needs module names (modules: " << llvm::join(all, ", ") << ")";
+  if (out.empty())
+    return module.emitError() << flag << " '" << spec << "' matches no linear module (modules: " << llvm::join(all, ", ")
+                              << ")";
+  return mlir::success();
+}
 
 } // namespace sd

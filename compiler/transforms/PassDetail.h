@@ -35,4 +35,11 @@ bool isLastAxisMean(sd::ir::ReduceMeanOp m);
 // built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s
 // translated. Returns false with `error` set on a bad pattern.
 bool fullMatchRegex(const std::string &pattern, std::unique_ptr<llvm::Regex> &out, std::string &error);
+// The sd.linear layers PEFT's target_modules selects: a comma list matches a
+// module named as an entry or ending with "." + entry; a pattern with regex
+// characters must match the whole name; "all-linear" takes every linear
+// layer but the output head (a layer whose result an entry returns), as PEFT
+// does. `flag` names the option in errors ("--target-modules").
+mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string &spec, llvm::StringRef flag,
+                                        llvm::SmallVectorImpl<sd::ir::LinearOp> &out);
 } // namespace sd

@@ -52,6 +52,35 @@ def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftOsft : Pass<"sd-peft-osft", "mlir::ModuleOp"> {
+  let summary = "OSFT: split the matched sd.linear weights by SVD into frozen high and trainable low factors";
+  let description = [{
+    Matches modules as sd-peft-lora does (plus "all-linear"). Each weight W
+    [out, in] is split at compile time, W = U diag(S) V by LAPACK in f64:
+    the top k triplets (k = floor(ratio * min(out, in)), or a rank-pattern
+    override) become frozen globals `<module>.osf_{U,S,V}_high`, the rest
+    trainable `<module>.osf_svd_params.{U,S,V}_low` (PEFT's OSF names), and
+    the layer becomes sd.osft_linear. Every other weight is frozen. Records
+    the configuration and a CRC32C of the split base weights in `sd.peft`.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, a regex, or all-linear">,
+    Option<"ratio", "preserved-ratio", "double", "0.5", "preserved (frozen) fraction of min(out, in)">,
+    Option<"rankPattern", "rank-pattern", "std::string", "\"\"", "NAME=K|R,...: per-module preserved rank or ratio">,
+  ];
+}
+
+def OsftStrategy : Pass<"sd-osft-strategy", "mlir::ModuleOp"> {
+  let summary = "OSFT: factored layer or W rebuilt once per step, whichever costs fewer multiply-adds";
+  let options = [
+    Option<"strategy", "strategy", "std::string", "\"auto\"", "auto | factored | dense">,
+  ];
+}
+
+def OsftProject : Pass<"sd-osft-project", "mlir::ModuleOp"> {
+  let summary = "OSFT: project low-factor gradients and updated factors out of the frozen high subspaces";
+}
+
 def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
   let summary = "LoRA: add trainable low-rank adapters to the matched sd.linear modules";
   let description = [{

@@ -22,17 +22,6 @@ namespace {
 struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
   using PeftLoraBase::PeftLoraBase;
 
-  bool isRegex() const { return StringRef(targetModules).find_first_of("*+?[](){}|^$\\") != StringRef::npos; }
-
-  // PEFT: a list entry matches the full name or a suffix at a dot boundary;
-  // a regex must match the full name.
-  bool matches(StringRef module, llvm::Regex *re, ArrayRef<std::string> list) const {
-    if (re) return re->match(module);
-    for (const std::string &t : list)
-      if (module == t || module.ends_with("." + t)) return true;
-    return false;
-  }
-
   void runOnOperation() override {
     ModuleOp module = getOperation();
     if (rank < 1) {
@@ -47,34 +36,8 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       module.emitError() << "--lora-init takes 'default' or 'gaussian', got '" << init << "'";
       return signalPassFailure();
     }
-    std::unique_ptr<llvm::Regex> re;
-    std::vector<std::string> list;
-    if (isRegex()) {
-      std::string err;
-      if (!sd::fullMatchRegex(targetModules, re, err)) {
-        module.emitError() << "--target-modules " << err;
-        return signalPassFailure();
-      }
-    } else {
-      SmallVector<StringRef> parts;
-      StringRef(targetModules).split(parts, ',', -1, false);
-      for (StringRef p : parts) list.push_back(p.trim().str());
-    }
     SmallVector<LinearOp> linears;
-    std::set<std::string> all;
-    module.walk([&](LinearOp l) {
-      all.insert(l.getModule().str());
-      if (matches(l.getModule(), re.get(), list)) linears.push_back(l);
-    });
-    if (list.empty() && !re) {
-      module.emitError() << "--peft lora needs --target-modules (modules: " << llvm::join(all, ", ") << ")";
-      return signalPassFailure();
-    }
-    if (linears.empty()) {
-      module.emitError() << "--target-modules '" << targetModules << "' matches no linear module (modules: "
-                         << llvm::join(all, ", ") << ")";
-      return signalPassFailure();
-    }
+    if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
     for (GlobalOp g : module.getOps<GlobalOp>())
       if (g.getRole() == "trainable") g.setRole("frozen");
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};

@@ -23,6 +23,7 @@ void SDDialect::initialize() {
   attachLinalgVJPs(getContext());
   attachMovementVJPs(getContext());
   attachNormalizationVJPs(getContext());
+  attachOsftVJPs(getContext());
 }
 
 Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {

@@ -125,6 +125,50 @@ def SD_LinearOp : SD_Nary<"linear", "Linear",
   }];
 }
 
+// Orthogonal subspace fine-tuning (sd-peft-osft): W = U_high diag(S_high) V_high
+// + U_low diag(S_low) V_low, U [out, k], S [k], V [k, in]; the high part frozen.
+def SD_OsftLinearOp : SD_Nary<"osft_linear", "OsftLinear",
+    (ins AnyTensor:$input, AnyTensor:$u_high, AnyTensor:$s_high, AnyTensor:$v_high, AnyTensor:$u_low,
+         AnyTensor:$s_low, AnyTensor:$v_low, SD_OptTensor:$bias),
+    (ins StrAttr:$module)> {
+  let description = [{
+    y = ((x V_high^T) diag(S_high)) U_high^T + ((x V_low^T) diag(S_low)) U_low^T + bias
+    over the flattened rows of x, the low path accumulated into the same
+    output; W itself is never formed.
+  }];
+}
+def SD_OsftLinearGradOp : SD_Nary<"osft_linear_grad", "OsftLinearGrad",
+    (ins AnyTensor:$grad, AnyTensor:$input, AnyTensor:$u_high, AnyTensor:$s_high, AnyTensor:$v_high,
+         AnyTensor:$u_low, AnyTensor:$s_low, AnyTensor:$v_low),
+    (ins OptI64:$input_grad),
+    (outs AnyTensor:$x_grad, AnyTensor:$u_low_grad, AnyTensor:$s_low_grad, AnyTensor:$v_low_grad)> {
+  let description = "OsftLinear's gradients in factored form; x_grad is left unwritten when input_grad is 0.";
+}
+def SD_OsftComposeOp : SD_Nary<"osft_compose", "OsftCompose",
+    (ins AnyTensor:$u_high, AnyTensor:$s_high, AnyTensor:$v_high, AnyTensor:$u_low, AnyTensor:$s_low,
+         AnyTensor:$v_low), (ins)> {
+  let description = "W [out, in] rebuilt from its factors (the dense strategy: one GEMM per step on W).";
+}
+def SD_OsftComposeGradOp : SD_Nary<"osft_compose_grad", "OsftComposeGrad",
+    (ins AnyTensor:$grad, AnyTensor:$u_low, AnyTensor:$s_low, AnyTensor:$v_low), (ins),
+    (outs AnyTensor:$u_low_grad, AnyTensor:$s_low_grad, AnyTensor:$v_low_grad)>;
+def SD_OsftCoefficientsOp : SD_Nary<"osft_coefficients", "OsftCoefficients",
+    (ins Variadic<AnyTensor>:$operands), (ins DenseI64ArrayAttr:$sides)> {
+  let description = [{
+    The projection coefficients of every pair (x, high) in one flat buffer,
+    pair i at the sum of the earlier pairs' sizes: side 0 (U) high^T x
+    [k, r]; side 1 (V) x high^T [r, k]. One buffer, so that ranks holding
+    shards complete them with one collective.
+  }];
+}
+def SD_OsftDeflateOp : SD_Nary<"osft_deflate", "OsftDeflate",
+    (ins AnyTensor:$x, AnyTensor:$high, AnyTensor:$coefficients), (ins I64Attr:$side, I64Attr:$offset)> {
+  let description = [{
+    x with its component in the high subspace removed, from the coefficients
+    at `offset`: side 0: x - high C; side 1: x - C high. In place once bufferized.
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Softmax, reductions, normalization
 //===----------------------------------------------------------------------===//

@@ -4,10 +4,16 @@
 #include "sd/format/json.h"
 #include "sd/format/tensor_io.h"
 #include <cstdio>
+#include <cstring>
 
 namespace sd {
 
 std::string adapterKey(const std::string &name) { return kAdapterKeyPrefix + name; }
+
+std::vector<std::string> LoraConfig::tensorNames(const std::string &module) const {
+  if (isOsf()) return {module + kOsfSuffixes[0], module + kOsfSuffixes[1], module + kOsfSuffixes[2]};
+  return {module + kLoraASuffix, module + kLoraBSuffix};
+}
 
 namespace {
 
@@ -55,6 +61,28 @@ Status refuseUnsupportedSemantics(const Json &doc, const std::string &path) {
   return Status::ok();
 }
 
+// PEFT's OSFConfig: effective_rank (a ratio or a rank; null: half), the
+// rank_pattern overrides and target_modules all only decide the shapes,
+// which loading checks tensor by tensor. Fields that would make the adapter
+// mean more than its three factors per module are refused.
+StatusOr<LoraConfig> parseOsfConfig(const Json &doc, const std::string &path) {
+  if (const Json *save = doc.get("modules_to_save"); save && save->type == Json::Type::Array && !save->arr.empty())
+    return sdError(path, ": 'modules_to_save' is set: fully trained extra modules are not supported yet");
+  if (const Json *init = doc.get("init_weights"); init && init->type == Json::Type::Bool && !init->b)
+    return sdError(path, ": 'init_weights' is false: the adapter's initial low factors are random, not the base ",
+                   "weights' split, so the base model plus this adapter is not what PEFT computes");
+  LoraConfig c;
+  c.peftType = "OSF";
+  const Json *rank = doc.get("effective_rank");
+  if (rank && rank->type == Json::Type::Number) {
+    if (!(rank->num > 0)) return sdError(path, ": effective_rank must be positive");
+    c.effectiveRank = rank->num;
+  } else if (rank && rank->type != Json::Type::Null) {
+    return sdError(path, ": effective_rank must be a number");
+  }
+  return c;
+}
+
 } // namespace
 
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
@@ -69,7 +97,8 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   if (!doc.isOk()) return doc.status();
   const Json *type = doc.value().get("peft_type"), *r = doc.value().get("r"), *alpha = doc.value().get("lora_alpha"),
              *rs = doc.value().get("use_rslora");
-  if (!type || type->str != "LORA") return sdError(path, ": not a LoRA adapter (peft_type must be LORA)");
+  if (type && type->str == "OSF") return parseOsfConfig(doc.value(), path);
+  if (!type || type->str != "LORA") return sdError(path, ": not a LoRA or OSF adapter (peft_type must be LORA or OSF)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -83,9 +112,24 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
 StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   auto doc = parseJson(configJson, "plan config");
   if (!doc.isOk()) return doc.status();
-  const Json *lora = doc.value().get("lora");
-  if (!lora) return sdError("the plan has no LoRA adapters (compile it with --peft lora)");
   LoraConfig c;
+  if (const Json *osf = doc.value().get("osf")) {
+    const Json *mods = osf->get("modules"), *ranks = osf->get("ranks"), *rank = osf->get("effective_rank"),
+               *crc = osf->get("base_weights_crc32c");
+    if (!mods || mods->type != Json::Type::Array || !ranks || ranks->type != Json::Type::Array ||
+        ranks->arr.size() != mods->arr.size() || !rank || rank->type != Json::Type::Number)
+      return sdError("the plan's OSF configuration is malformed");
+    c.peftType = "OSF";
+    c.effectiveRank = rank->num;
+    for (size_t i = 0; i < mods->arr.size(); ++i) {
+      c.modules.push_back(mods->arr[i].str);
+      c.ranks.push_back(int64_t(ranks->arr[i].num));
+    }
+    if (crc && crc->type == Json::Type::String) c.baseChecksum = crc->str;
+    return c;
+  }
+  const Json *lora = doc.value().get("lora");
+  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora or --peft osft)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out");
@@ -101,9 +145,31 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   return c;
 }
 
+// OSF: the plan's ratio as effective_rank (PEFT floors ratio * min(out, in)
+// as sdc does) and every module's actual rank as an anchored rank_pattern
+// entry, so PEFT splits each weight exactly as the plan did.
+static std::string osfConfigJson(const LoraConfig &cfg, const std::string &targets) {
+  char rank[32];
+  std::snprintf(rank, sizeof rank, "%.17g", cfg.effectiveRank);
+  std::string pattern;
+  for (size_t i = 0; i < cfg.modules.size() && i < cfg.ranks.size(); ++i) {
+    std::string escaped;
+    for (char ch : cfg.modules[i]) {
+      if (std::strchr(".^$*+?()[]{}|\\", ch)) escaped += '\\';
+      escaped += ch;
+    }
+    pattern += (pattern.empty() ? "" : ", ") + jsonQuote("(^|\\.)" + escaped + "$") + ": " + std::to_string(cfg.ranks[i]);
+  }
+  return "{\n  \"peft_type\": \"OSF\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"effective_rank\": " + std::string(rank) +
+         ",\n  \"target_modules\": [" + targets + "],\n  \"rank_pattern\": {" + pattern +
+         "},\n  \"init_weights\": true,\n  \"modules_to_save\": null,\n  \"target_svd_config\": null,\n"
+         "  \"inference_mode\": true,\n  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
+}
+
 std::string adapterConfigJson(const LoraConfig &cfg) {
   std::string targets;
   for (const std::string &m : cfg.modules) targets += (targets.empty() ? "" : ", ") + jsonQuote(m);
+  if (cfg.isOsf()) return osfConfigJson(cfg, targets);
   char alpha[32], dropout[32];
   std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
   std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);

@@ -14,6 +14,7 @@ void registerResizeEinsumShapes();
 void registerQuantizedShapes();
 void registerGradientShapes();
 void registerCollectiveShapes();
+void registerOsftShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -33,6 +34,7 @@ void registerOptimizerKernels();
 void registerDropoutKernels();
 void registerAttentionKernels();
 void registerCollectiveKernels();
+void registerOsftKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -76,6 +78,7 @@ void registerAllOps() {
     registerQuantizedShapes();
     registerGradientShapes();
     registerCollectiveShapes();
+    registerOsftShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -94,6 +97,7 @@ void registerAllOps() {
     cpu::registerDropoutKernels();
     cpu::registerAttentionKernels();
     cpu::registerCollectiveKernels();
+    cpu::registerOsftKernels();
   });
 }
 

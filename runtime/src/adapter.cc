@@ -1,9 +1,10 @@
-// LoRA adapters between a session's globals and PEFT-layout files.
+// LoRA and OSF adapters between a session's globals and PEFT-layout files.
 #include "sd/runtime/adapter.h"
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <set>
 #include <cerrno>
 #include <dirent.h>
@@ -32,9 +33,9 @@ Status saveAdapter(const std::string &dirGiven, const Session &session, const Lo
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::vector<HostTensor> values;
   for (const std::string &m : cfg.modules)
-    for (const char *part : {kLoraASuffix, kLoraBSuffix}) {
-      int64_t g = session.findGlobal(m + part);
-      if (g < 0) return sdError("the plan has no global '", m, part, "'");
+    for (const std::string &name : cfg.tensorNames(m)) {
+      int64_t g = session.findGlobal(name);
+      if (g < 0) return sdError("the plan has no global '", name, "'");
       auto v = session.readGlobal(size_t(g));
       if (!v.isOk()) return v.status();
       values.push_back(std::move(v.value()));
@@ -49,7 +50,9 @@ Status saveAdapter(const std::string &dirGiven, const Session &session, const Lo
   removeStaleTemps(parent, tempBase);
   removeTree(staged);
   if (::mkdir(staged.c_str(), 0755) != 0) return sdError(dir, ": cannot create a folder beside it (", std::strerror(errno), ")");
-  Status s = writeSafetensors(staged + "/" + kAdapterWeightsFile, tensors, {{"format", "pt"}});
+  std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  if (cfg.isOsf() && !cfg.baseChecksum.empty()) metadata[kOsfBaseChecksumKey] = cfg.baseChecksum;
+  Status s = writeSafetensors(staged + "/" + kAdapterWeightsFile, tensors, metadata);
   if (s.isOk()) s = writeFileAtomic(staged + "/" + kAdapterConfigFile, adapterConfigJson(cfg));
   if (s.isOk()) carryOverOtherFiles(dir, staged);
   if (s.isOk()) s = syncDirectory(staged);
@@ -62,25 +65,39 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   std::string cfgPath = dir + "/" + kAdapterConfigFile;
   auto given = readAdapterConfig(dir);
   if (!given.isOk()) return given.status();
-  if (given.value().r != cfg.r)
-    return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
-  if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
-    return sdError(cfgPath, ": lora_alpha differs from the plan's ", cfg.alpha);
-  if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
+  if (given.value().isOsf() != cfg.isOsf())
+    return sdError(cfgPath, ": a ", given.value().isOsf() ? "OSF" : "LoRA", " adapter, the plan trains ",
+                   cfg.isOsf() ? "OSF (--peft osft)" : "LoRA (--peft lora)");
+  if (!cfg.isOsf()) {
+    if (given.value().r != cfg.r)
+      return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
+    if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
+      return sdError(cfgPath, ": lora_alpha differs from the plan's ", cfg.alpha);
+    if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
+  }
   std::string wPath = dir + "/" + kAdapterWeightsFile;
   auto file = readSafetensors(wPath, /*requireFinite=*/true);
   if (!file.isOk()) return file.status();
+  // OSF low factors only mean something next to the high part of the same
+  // base weights: an adapter split from other weights is refused (PEFT's own
+  // adapters carry no checksum, and then only the shapes are checked).
+  if (cfg.isOsf()) {
+    auto it = file.value().metadata.find(kOsfBaseChecksumKey);
+    if (it != file.value().metadata.end() && !cfg.baseChecksum.empty() && it->second != cfg.baseChecksum)
+      return sdError(wPath, ": the adapter was split from different base weights (CRC32C ", it->second,
+                     ") than this plan's (", cfg.baseChecksum, "); compile the plan from the adapter's base model");
+  }
   std::set<std::string> expected;
   std::vector<std::pair<int64_t, const NamedTensor *>> copies;
   for (const std::string &m : cfg.modules)
-    for (const char *part : {kLoraASuffix, kLoraBSuffix}) {
-      std::string key = adapterKey(m + part);
+    for (const std::string &name : cfg.tensorNames(m)) {
+      std::string key = adapterKey(name);
       expected.insert(key);
       auto it = file.value().tensors.find(key);
       if (it == file.value().tensors.end())
         return sdError(wPath, ": no tensor for module '", m, "' (", key, "); the plan adapts it");
-      int64_t g = session.findGlobal(m + part);
-      if (g < 0) return sdError("the plan has no global '", m, part, "'");
+      int64_t g = session.findGlobal(name);
+      if (g < 0) return sdError("the plan has no global '", name, "'");
       const GlobalDesc &gd = session.plan().globals[size_t(g)];
       if (it->second.dtype != gd.dtype || it->second.dims != gd.dims)
         return sdError(wPath, ": '", key, "' is ", dtypeName(it->second.dtype), "[", formatDims(it->second.dims),

@@ -33,9 +33,19 @@ const char *kUsage =
     "training (adds train_step, accumulate, apply and eval_step entries):\n"
     "  --peft none              full fine-tuning of every float weight (or --trainable)\n"
     "  --peft lora              LoRA adapters on --target-modules (other weights frozen)\n"
+    "  --peft osft              orthogonal subspace fine-tuning on --target-modules: each\n"
+    "                           weight split by SVD, the top singular directions frozen,\n"
+    "                           the rest trained and kept orthogonal to them (PEFT's OSF)\n"
     "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
-    "                           itself or a suffix after a dot, as in PEFT), or a regex\n"
-    "                           that must match the whole name\n"
+    "                           itself or a suffix after a dot, as in PEFT), a regex\n"
+    "                           that must match the whole name, or all-linear (every\n"
+    "                           linear layer but the output head)\n"
+    "  --osft-preserved-ratio R fraction of min(out, in) kept frozen, in (0, 1) (0.5;\n"
+    "                           PEFT's effective_rank)\n"
+    "  --osft-rank-pattern NAME=K|R,...  per-module preserved rank K or ratio R (NAME a\n"
+    "                           regex searched in the module name; the first match wins)\n"
+    "  --osft-strategy auto|factored|dense  factored layer, or W rebuilt once per step\n"
+    "                           and one GEMM; auto picks the cheaper per module (auto)\n"
     "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
     "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
@@ -147,8 +157,20 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.emit) || (a.emit != "mlir" && a.emit != "plan" && a.emit != "import"))
         return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
     } else if (flag == "--peft") {
-      if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora"))
-        return fail("--peft takes 'none' or 'lora'"), 2;
+      if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft"))
+        return fail("--peft takes 'none', 'lora' or 'osft'"), 2;
+    } else if (flag == "--osft-preserved-ratio") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      if (v.empty() || *end || !(d > 0 && d < 1)) return fail("--osft-preserved-ratio must be a number in (0, 1)"), 2;
+      a.pipeline.osftRatio = d;
+    } else if (flag == "--osft-rank-pattern") {
+      if (!value(a.pipeline.osftRankPattern) || a.pipeline.osftRankPattern.empty())
+        return fail("--osft-rank-pattern needs NAME=K|R[,NAME=K|R...]"), 2;
+    } else if (flag == "--osft-strategy") {
+      std::string &st = a.pipeline.osftStrategy;
+      if (!value(st) || (st != "auto" && st != "factored" && st != "dense"))
+        return fail("--osft-strategy takes 'auto', 'factored' or 'dense'"), 2;
     } else if (flag == "--target-modules") {
       if (!value(a.pipeline.targetModules) || a.pipeline.targetModules.empty())
         return fail("--target-modules needs module names or a regex"), 2;
@@ -236,8 +258,10 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.emit == "plan" && a.output.empty() && !a.dryRun) return fail("no output given: use -o PLAN.sdp"), 2;
   if (a.pipeline.peft == "lora" && a.pipeline.targetModules.empty())
     return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
-  if (a.pipeline.peft != "lora" && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora"), 2;
+  if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
+    return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
+  if (a.pipeline.peft != "lora" && a.pipeline.peft != "osft" && !a.pipeline.targetModules.empty())
+    return fail("--target-modules needs --peft lora or --peft osft"), 2;
   if (a.dryRun && !a.pipeline.training()) return fail("--dry-run needs --peft"), 2;
   if (a.pipeline.shard != "none" && !a.pipeline.training())
     return fail("--shard " + a.pipeline.shard + " shards training state: it needs a training plan (--peft)"), 2;

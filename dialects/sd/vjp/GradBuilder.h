@@ -100,5 +100,6 @@ void attachElementwiseVJPs(mlir::MLIRContext *ctx);
 void attachLinalgVJPs(mlir::MLIRContext *ctx);
 void attachMovementVJPs(mlir::MLIRContext *ctx);
 void attachNormalizationVJPs(mlir::MLIRContext *ctx);
+void attachOsftVJPs(mlir::MLIRContext *ctx);
 
 } // namespace sd::ir

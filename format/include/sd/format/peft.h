@@ -1,7 +1,9 @@
-// LoRA adapters in Hugging Face PEFT's layout: DIR/adapter_config.json and
-// DIR/adapter_model.safetensors with keys
-// base_model.model.<module>.lora_A.weight ([r, in]) and .lora_B.weight ([out, r]),
-// so adapters move between sdc and PEFT both ways. The compiler (sdc merge,
+// Adapters in Hugging Face PEFT's layout: DIR/adapter_config.json and
+// DIR/adapter_model.safetensors, so adapters move between sdc and PEFT both
+// ways. LoRA: keys base_model.model.<module>.lora_A.weight ([r, in]) and
+// .lora_B.weight ([out, r]). OSF (orthogonal subspace fine-tuning): keys
+// base_model.model.<module>.osf_svd_params.{U_low,S_low,V_low}; PEFT rebuilds
+// the frozen high part from the base weights when it loads one. The compiler (sdc merge,
 // --peft lora) and the runtime (sdrun train/generate) share these.
 #pragma once
 #include "sd/format/status.h"
@@ -17,6 +19,10 @@ constexpr const char *kAdapterWeightsFile = "adapter_model.safetensors";
 constexpr const char *kAdapterConfigFile = "adapter_config.json";
 constexpr const char *kLoraASuffix = ".lora_A.weight";
 constexpr const char *kLoraBSuffix = ".lora_B.weight";
+constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
+// adapter_model.safetensors metadata: CRC32C of the base weights an OSF
+// adapter was split from (the config keeps only fields PEFT knows).
+constexpr const char *kOsfBaseChecksumKey = "sdc.osf_base_weights_crc32c";
 
 // PEFT's scaling of B A: alpha / r, or alpha / sqrt(r) with rsLoRA.
 inline double loraScale(double alpha, int64_t r, bool rslora) {
@@ -24,25 +30,36 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
+  std::string peftType = "LORA"; // "LORA" or "OSF"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
   double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
   bool fanInFanOut = false; // the adapted weights are stored [in, out] (GPT-2's Conv1D)
   std::vector<std::string> modules; // adapted sd.linear modules
+  // OSF: PEFT's effective_rank (a ratio), the preserved rank of each module,
+  // and the CRC32C of the base weights the plan split ("" when unknown).
+  double effectiveRank = 0;
+  std::vector<int64_t> ranks;
+  std::string baseChecksum;
 
+  bool isOsf() const { return peftType == "OSF"; }
   double scale() const { return loraScale(alpha, r, rslora); }
+  // The names (sdc globals; PEFT keys without "base_model.model.") of one
+  // module's adapter tensors.
+  std::vector<std::string> tensorNames(const std::string &module) const;
 };
 
 // Key of a LoRA tensor in adapter_model.safetensors: "base_model.model." + name
 // (name = "<module>.lora_A.weight" / "<module>.lora_B.weight").
 std::string adapterKey(const std::string &name);
 
-// The LoRA configuration recorded in a plan's config JSON ("lora" object).
+// The adapter configuration recorded in a plan's config JSON ("lora" or "osf").
 StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson);
-// r, lora_alpha and use_rslora of DIR/adapter_config.json (modules stay empty).
-// Fields that would change the adapter's semantics beyond plain LoRA
-// (use_dora, modules_to_save, rank_pattern, ...) are an error naming the field.
+// DIR/adapter_config.json: LoRA's r, lora_alpha and use_rslora, or OSF's
+// effective_rank (modules stay empty). Fields that would change the
+// adapter's semantics beyond what sdc computes (use_dora, modules_to_save,
+// rank_pattern, ...) are an error naming the field.
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);
 StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::string &path);
 // The adapter_config.json text PEFT loads for `cfg`.
