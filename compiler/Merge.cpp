@@ -2,6 +2,7 @@
 #include "Merge.h"
 #include "OnnxFrontend.h"
 #include "OnnxImporter.h"
+#include "OsftSplit.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/MLIRContext.h"
@@ -90,6 +91,86 @@ onnx::NodeProto *findNode(onnx::ModelProto &m, const std::string &name) {
   return nullptr;
 }
 
+// Writes a module's merged weight: in place, or, for a tied weight (embedding
+// and head), as this use's own copy.
+bool storeMerged(LoadedModel &lm, const MergeRequest &req, const std::string &m, const LinearUse &u,
+                 onnx::TensorProto &w, const std::vector<float> &wv, std::string &error) {
+  if (!u.shared) {
+    setFloats(w, wv);
+    return true;
+  }
+  onnx::NodeProto *node = findNode(lm.model, u.node);
+  if (!node || u.input >= node->input_size() || node->input(int(u.input)) != u.weight)
+    return error = req.model + ": cannot find the node that reads '" + u.weight + "' for module '" + m + "'", false;
+  std::string name = m + ".weight";
+  while (findInitializer(lm.model, name)) name += "_merged";
+  onnx::TensorProto *copy = lm.model.mutable_graph()->add_initializer();
+  *copy = w;
+  copy->set_name(name);
+  setFloats(*copy, wv);
+  node->set_input(int(u.input), name);
+  return true;
+}
+
+// An OSF adapter: each module's W becomes W - (its low part) + the adapter's
+// U_low diag(S_low) V_low, the low part from the same SVD split sdc compile
+// makes (the high part stays W's own, as PEFT's merge keeps it).
+bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const SafetensorsFile &file,
+                     std::map<std::string, LinearUse> &linears, std::string &error) {
+  const std::string prefix = adapterKey("");
+  std::map<std::string, std::map<std::string, const NamedTensor *>> modules;
+  for (auto &[key, t] : file.tensors) {
+    size_t at = key.rfind(".osf_svd_params.");
+    std::string part = at == std::string::npos ? "" : key.substr(at + 16);
+    if (!StringRef(key).starts_with(prefix) || (part != "U_low" && part != "S_low" && part != "V_low"))
+      return error = req.adapterDir + ": tensor '" + key + "' is not an OSF factor in PEFT's layout", false;
+    modules[key.substr(prefix.size(), at - prefix.size())][part] = &t;
+  }
+  for (auto &[m, parts] : modules) {
+    auto it = linears.find(m);
+    if (it == linears.end()) return error = req.adapterDir + ": module '" + m + "' is not a linear layer of " + req.model, false;
+    if (parts.size() != 3) return error = req.adapterDir + ": module '" + m + "' lacks one of U_low, S_low, V_low", false;
+    const LinearUse &u = it->second;
+    onnx::TensorProto *w = findInitializer(lm.model, u.weight);
+    std::vector<float> wv;
+    if (!w || !floatsOf(*w, wv) || w->dims_size() != 2)
+      return error = req.model + ": weight '" + u.weight + "' of module '" + m + "' is not a 2-D f32 initializer", false;
+    bool oi = u.layout == "oi";
+    int64_t out = oi ? w->dims(0) : w->dims(1), inF = oi ? w->dims(1) : w->dims(0), minDim = std::min(out, inF);
+    const NamedTensor &U = *parts["U_low"], &S = *parts["S_low"], &V = *parts["V_low"];
+    int64_t r = S.dims.size() == 1 ? S.dims[0] : -1;
+    if (U.dtype != DType::F32 || S.dtype != DType::F32 || V.dtype != DType::F32 || r < 1 || r >= minDim ||
+        U.dims != Dims{out, r} || V.dims != Dims{r, inF})
+      return error = req.adapterDir + ": module '" + m + "' needs f32 U_low [" + std::to_string(out) + "x r], S_low [r], V_low [r x " +
+                     std::to_string(inF) + "] with 1 <= r < " + std::to_string(minDim) + ", got " + formatDims(U.dims) +
+                     ", " + formatDims(S.dims) + ", " + formatDims(V.dims),
+             false;
+    std::vector<double> wd(size_t(out * inF));
+    auto at = [&](int64_t o, int64_t i) { return size_t(oi ? o * inF + i : i * out + o); };
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < inF; ++i) wd[size_t(o * inF + i)] = wv[at(o, i)];
+    SvdFactors f;
+    std::string why;
+    if (!svdSplit(wd, out, inF, f, why)) return error = req.model + ": module '" + m + "': " + why, false;
+    const float *ul = static_cast<const float *>(U.data), *sl = static_cast<const float *>(S.data),
+                *vl = static_cast<const float *>(V.data);
+    int64_t k = minDim - r;
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < inF; ++i) {
+        double d = 0;
+        for (int64_t j = 0; j < r; ++j)
+          d += double(ul[o * r + j]) * double(sl[j]) * double(vl[j * inF + i]) -
+               f.u[size_t(o * minDim + k + j)] * f.s[size_t(k + j)] * f.v[size_t((k + j) * inF + i)];
+        float &merged = wv[at(o, i)];
+        merged = float(double(merged) + d);
+        if (!std::isfinite(merged))
+          return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
+      }
+    if (!storeMerged(lm, req, m, u, *w, wv, error)) return false;
+  }
+  return true;
+}
+
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
@@ -98,6 +179,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   if (!file.isOk()) return error = file.status().message(), false;
   std::map<std::string, LinearUse> linears;
   if (!linearModules(lm, req.model, linears, error)) return false;
+  if (cfg.value().isOsf()) return mergeOsfAdapter(lm, req, file.value(), linears, error);
   const std::string prefix = adapterKey(""), aSuffix = ".lora_A.weight", bSuffix = ".lora_B.weight";
   std::map<std::string, std::pair<const NamedTensor *, const NamedTensor *>> modules;
   for (auto &[key, t] : file.value().tensors) {
@@ -137,21 +219,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
                          std::to_string(cfg.value().alpha) + ", r " + std::to_string(rank) + ")",
                  false;
       }
-    if (!u.shared) {
-      setFloats(*w, wv);
-      continue;
-    }
-    // A tied weight (embedding and head): give this use its own merged copy.
-    onnx::NodeProto *node = findNode(lm.model, u.node);
-    if (!node || u.input >= node->input_size() || node->input(int(u.input)) != u.weight)
-      return error = req.model + ": cannot find the node that reads '" + u.weight + "' for module '" + m + "'", false;
-    std::string name = m + ".weight";
-    while (findInitializer(lm.model, name)) name += "_merged";
-    onnx::TensorProto *copy = lm.model.mutable_graph()->add_initializer();
-    *copy = *findInitializer(lm.model, u.weight);
-    copy->set_name(name);
-    setFloats(*copy, wv);
-    node->set_input(int(u.input), name);
+    if (!storeMerged(lm, req, m, u, *w, wv, error)) return false;
   }
   return true;
 }

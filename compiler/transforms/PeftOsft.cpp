@@ -177,7 +177,7 @@ struct PeftOsftPass : sd::impl::PeftOsftBase<PeftOsftPass> {
       auto gl = cast<GlobalOp>(SymbolTable::lookupSymbolIn(module, m + part));
       operands.push_back(b.create<GlobalLoadOp>(l.getLoc(), gl.getType(), gl.getSymName()));
     }
-    if (l.getBias() && !isa<NoneType>(l.getBias().getType())) operands.push_back(l.getBias());
+    operands.push_back(l.getBias()); // sd.none when the layer has no bias
     GradBuilder gb(b, l.getLoc());
     Value y = gb.make<OsftLinearOp>(operands, {b.getNamedAttr("module", b.getStringAttr(m))});
     if (!y) return l.emitError() << "OSFT on module '" << m << "': the factorized layer does not fit its operands";

@@ -328,7 +328,9 @@ def main():
                             "lora_zero1": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "optimizer"],
                             "full_zero2": ["--peft", "none", "--shard", "grads"],
                             "lora_zero2_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "grads",
-                                                  "--packing"]
+                                                  "--packing"],
+                            "osft": ["--peft", "osft", "--target-modules", "qkv,proj"],
+                            "osft_zero1": ["--peft", "osft", "--target-modules", "qkv,proj", "--shard", "optimizer"],
                             }.items():
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])
@@ -346,6 +348,11 @@ def main():
         full = equal_runs(runner, "full fine-tuning, padded", plans["full"])
         equal_runs(runner, "full fine-tuning, packed", plans["full_packed"], ranks=(3,))
         equal_runs(runner, "full fine-tuning, gradient accumulation 2", plans["full"], accum=2, ranks=(2,))
+
+        # OSFT: the gradient projection after the reduction, the re-projection after the (broadcast) update.
+        equal_runs(runner, "OSFT, padded", plans["osft"], ranks=(2, 3))
+        equal_runs(runner, "--shard optimizer, OSFT, against the unsharded plan", plans["osft_zero1"],
+                   reference=plans["osft"], ranks=(2,))
 
         # ZeRO-1: each parameter's AdamW state and update on one rank, then broadcast.
         equal_runs(runner, "--shard optimizer, full fine-tuning, against the unsharded plan", plans["full_zero1"],
