@@ -8,7 +8,8 @@
 // element-wise rescaling moves an update out of the subspace. Both run in
 // factored form: one sd.osft_coefficients step computes every target's
 // coefficients into one buffer (what ranks holding shards would complete
-// with one collective), then one sd.osft_deflate per factor, in place.
+// with one collective), then one sd.osft_deflate step removes them from
+// every factor, in place.
 #include "PassDetail.h"
 #include "Passes.h"
 #include "sd/format/training_abi.h"
@@ -71,8 +72,7 @@ struct OsftProjectPass : sd::impl::OsftProjectBase<OsftProjectPass> {
     Location loc = NameLoc::get(b.getStringAttr("osft_project"));
     GradBuilder g(b, loc);
     SmallVector<Value> operands, values, highs;
-    SmallVector<int64_t> sides, offsets;
-    int64_t offset = 0;
+    SmallVector<int64_t> sides;
     for (auto [name, t] : llvm::zip(names, of)) {
       GlobalOp x = global(module, name), h = global(module, t->high);
       if (!x || !h) return failure();
@@ -80,18 +80,14 @@ struct OsftProjectPass : sd::impl::OsftProjectBase<OsftProjectPass> {
       highs.push_back(b.create<GlobalLoadOp>(loc, h.getType(), h.getSymName()));
       operands.append({values.back(), highs.back()});
       sides.push_back(t->side);
-      offsets.push_back(offset);
-      ArrayRef<int64_t> xs = shapeOf(values.back()), hs = shapeOf(highs.back());
-      offset += t->side == 0 ? hs[1] * xs[1] : xs[0] * hs[0];
     }
     Value coefficients = g.make<OsftCoefficientsOp>(operands, {g.attr("sides", ArrayRef<int64_t>(sides))});
-    SmallVector<Value> reloaded;
-    for (size_t i = 0; i < names.size(); ++i) {
-      Value d = g.make<OsftDeflateOp>({values[i], highs[i], coefficients},
-                                      {g.attr("side", sides[i]), g.attr("offset", offsets[i])});
-      if (!d) return failure();
-      b.create<GlobalStoreOp>(loc, names[i], d);
-    }
+    SmallVector<Value> reloaded, deflateOperands = {coefficients};
+    deflateOperands.append(operands);
+    Operation *deflate =
+        g.op<OsftDeflateOp>(deflateOperands, {g.attr("sides", ArrayRef<int64_t>(sides))}, unsigned(names.size()));
+    if (!deflate) return failure();
+    for (size_t i = 0; i < names.size(); ++i) b.create<GlobalStoreOp>(loc, names[i], deflate->getResult(i));
     for (size_t i = 0; reload && i < names.size(); ++i)
       reloaded.push_back(b.create<GlobalLoadOp>(loc, values[i].getType(), names[i]));
     if (g.failed()) return failure();

@@ -162,10 +162,11 @@ def SD_OsftCoefficientsOp : SD_Nary<"osft_coefficients", "OsftCoefficients",
   }];
 }
 def SD_OsftDeflateOp : SD_Nary<"osft_deflate", "OsftDeflate",
-    (ins AnyTensor:$x, AnyTensor:$high, AnyTensor:$coefficients), (ins I64Attr:$side, I64Attr:$offset)> {
+    (ins Variadic<AnyTensor>:$operands), (ins DenseI64ArrayAttr:$sides), (outs Variadic<AnyTensor>:$deflated)> {
   let description = [{
-    x with its component in the high subspace removed, from the coefficients
-    at `offset`: side 0: x - high C; side 1: x - C high. In place once bufferized.
+    Operands: the coefficients of sd.osft_coefficients, then the same (x,
+    high) pairs. Each x with its component in the high subspace removed:
+    side 0: x - high C; side 1: x - C high. In place once bufferized.
   }];
 }
 

@@ -7,6 +7,7 @@
 #include "cpu_util.h"
 #include "gemm.h"
 #include <cstring>
+#include <functional>
 #include <vector>
 
 namespace sd::cpu {
@@ -127,38 +128,65 @@ Status OsftComposeGradKernel(const KernelContext &c) {
   return Status::ok();
 }
 
-// (x, high) pairs -> their coefficients, one after another.
-Status OsftCoefficientsKernel(const KernelContext &c) {
-  std::vector<int64_t> sides = c.attrs.getInts("sides");
-  float *out = c.outputs[0].as<float>();
-  for (size_t p = 0; p < sides.size(); ++p) {
-    const TensorView &x = c.inputs[2 * p], &h = c.inputs[2 * p + 1];
-    if (sides[p] == 0) { // high^T x: [k, r]
-      int64_t n = x.dims[0], r = x.dims[1], k = h.dims[1];
-      mm(c, true, false, k, r, n, 1.0f, h.as<float>(), k, x.as<float>(), r, 0.0f, out, r);
-      out += k * r;
-    } else { // x high^T: [r, k]
-      int64_t r = x.dims[0], m = x.dims[1], k = h.dims[0];
-      mm(c, false, true, r, k, m, 1.0f, x.as<float>(), m, h.as<float>(), m, 0.0f, out, k);
-      out += r * k;
-    }
+// Runs pair(p, pool) for every (x, high) pair. The products are small (rank
+// x rank over one dimension of W), so with several pairs the threads take
+// whole pairs rather than splitting each product.
+void forEachPair(const KernelContext &c, size_t pairs, const std::function<void(size_t, ThreadPool *)> &pair) {
+  if (!c.pool || c.pool->size() <= 1 || pairs < size_t(2 * c.pool->size())) {
+    for (size_t p = 0; p < pairs; ++p) pair(p, c.pool);
+    return;
   }
+  c.pool->parallelFor(int64_t(pairs), 1, [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e; ++p) pair(size_t(p), nullptr);
+  });
+}
+
+// Where each pair's coefficients start in the shared buffer.
+std::vector<int64_t> coefficientOffsets(const KernelContext &c, size_t first, const std::vector<int64_t> &sides) {
+  std::vector<int64_t> offsets(sides.size() + 1, 0);
+  for (size_t p = 0; p < sides.size(); ++p) {
+    const TensorView &x = c.inputs[first + 2 * p], &h = c.inputs[first + 2 * p + 1];
+    offsets[p + 1] = offsets[p] + (sides[p] == 0 ? h.dims[1] * x.dims[1] : x.dims[0] * h.dims[0]);
+  }
+  return offsets;
+}
+
+// (x, high) pairs -> their coefficients, one after another: side 0 high^T x
+// [k, r], side 1 x high^T [r, k].
+Status OsftCoefficientsKernel(const KernelContext &c) {
+  std::vector<int64_t> sides = c.attrs.getInts("sides"), offsets = coefficientOffsets(c, 0, sides);
+  float *out = c.outputs[0].as<float>();
+  forEachPair(c, sides.size(), [&](size_t p, ThreadPool *pool) {
+    const TensorView &x = c.inputs[2 * p], &h = c.inputs[2 * p + 1];
+    KernelContext one{c.attrs, {}, {}, pool};
+    if (sides[p] == 0) {
+      int64_t n = x.dims[0], r = x.dims[1], k = h.dims[1];
+      mm(one, true, false, k, r, n, 1.0f, h.as<float>(), k, x.as<float>(), r, 0.0f, out + offsets[p], r);
+    } else {
+      int64_t r = x.dims[0], m = x.dims[1], k = h.dims[0];
+      mm(one, false, true, r, k, m, 1.0f, x.as<float>(), m, h.as<float>(), m, 0.0f, out + offsets[p], k);
+    }
+  });
   return Status::ok();
 }
 
-// x, high, coefficients -> x - high C (side 0) or x - C high (side 1).
+// coefficients, (x, high) pairs -> each x - high C (side 0) or x - C high (side 1).
 Status OsftDeflateKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0], &h = c.inputs[1], &y = c.outputs[0];
-  const float *coef = c.inputs[2].as<float>() + c.attrs.getInt("offset", 0);
-  if (y.data != x.data) std::memcpy(y.data, x.data, x.byteSize());
-  int64_t rows = x.dims[0], cols = x.dims[1];
-  if (c.attrs.getInt("side", 0) == 0) {
-    int64_t k = h.dims[1];
-    mm(c, false, false, rows, cols, k, -1.0f, h.as<float>(), k, coef, cols, 1.0f, y.as<float>(), cols);
-  } else {
-    int64_t k = h.dims[0];
-    mm(c, false, false, rows, cols, k, -1.0f, coef, k, h.as<float>(), cols, 1.0f, y.as<float>(), cols);
-  }
+  std::vector<int64_t> sides = c.attrs.getInts("sides"), offsets = coefficientOffsets(c, 1, sides);
+  const float *coef = c.inputs[0].as<float>();
+  forEachPair(c, sides.size(), [&](size_t p, ThreadPool *pool) {
+    const TensorView &x = c.inputs[1 + 2 * p], &h = c.inputs[2 + 2 * p], &y = c.outputs[p];
+    KernelContext one{c.attrs, {}, {}, pool};
+    if (y.data != x.data) std::memcpy(y.data, x.data, x.byteSize());
+    int64_t rows = x.dims[0], cols = x.dims[1];
+    if (sides[p] == 0) {
+      int64_t k = h.dims[1];
+      mm(one, false, false, rows, cols, k, -1.0f, h.as<float>(), k, coef + offsets[p], cols, 1.0f, y.as<float>(), cols);
+    } else {
+      int64_t k = h.dims[0];
+      mm(one, false, false, rows, cols, k, -1.0f, coef + offsets[p], k, h.as<float>(), cols, 1.0f, y.as<float>(), cols);
+    }
+  });
   return Status::ok();
 }
 

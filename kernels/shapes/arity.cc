@@ -26,7 +26,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"OsftCompose", {6, 6}},
       {"OsftComposeGrad", {4, 4}},
       {"OsftCoefficients", {2, 4096}},
-      {"OsftDeflate", {3, 3}},
+      {"OsftDeflate", {3, 4097}},
       {"AdamW", {8, 8}},
       {"SGD", {7, 7}},
       {"GradScale", {2, 4096}},

@@ -98,49 +98,51 @@ Status osftComposeGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
-// OsftCoefficients(x0, high0, x1, high1, ...) {sides} -> f32 [sum of k_i r_i].
-Status osftCoefficientsShape(ShapeContext &c) {
+// The (x, high) pairs from operand `first` on, one side each: checks them and
+// returns the coefficient count, sum of k_i r_i.
+StatusOr<int64_t> coefficientCount(const ShapeContext &c, size_t first, const char *op) {
   std::vector<int64_t> sides = c.attrs.getInts("sides");
-  SD_CHECK_ARG(c.inputs.size() % 2 == 0 && sides.size() * 2 == c.inputs.size(),
-               "OsftCoefficients takes (x, high) pairs and one side per pair: ", c.inputs.size(), " operands, ",
+  SD_CHECK_ARG(c.inputs.size() >= first && (c.inputs.size() - first) % 2 == 0 &&
+                   sides.size() * 2 == c.inputs.size() - first && !sides.empty(),
+               op, " takes (x, high) pairs and one side per pair: ", c.inputs.size() - first, " operands, ",
                sides.size(), " sides");
   int64_t total = 0;
   for (size_t p = 0; p < sides.size(); ++p) {
-    const TensorInfo &x = c.inputs[2 * p], &h = c.inputs[2 * p + 1];
-    SD_CHECK_ARG(sides[p] == 0 || sides[p] == 1, "OsftCoefficients side must be 0 (U) or 1 (V), got ", sides[p]);
-    SD_CHECK_ARG(x.dtype == DType::F32 && h.dtype == DType::F32, "OsftCoefficients takes f32 tensors");
-    SD_CHECK_ARG(x.rankKnown && h.rankKnown && x.isStatic() && h.isStatic() && x.rank() == 2 && h.rank() == 2,
-                 "OsftCoefficients pair ", p, " must be static 2-D tensors");
+    const TensorInfo &x = c.inputs[first + 2 * p], &h = c.inputs[first + 2 * p + 1];
+    SD_CHECK_ARG(sides[p] == 0 || sides[p] == 1, op, " side must be 0 (U) or 1 (V), got ", sides[p]);
+    SD_CHECK_ARG(x.dtype == DType::F32 && h.dtype == DType::F32, op, " takes f32 tensors");
+    SD_CHECK_ARG(x.rankKnown && h.rankKnown && x.isStatic() && h.isStatic() && x.rank() == 2 && h.rank() == 2, op,
+                 " pair ", p, " must be static 2-D tensors");
     bool u = sides[p] == 0;
-    SD_CHECK_ARG(u ? x.dims[0] == h.dims[0] : x.dims[1] == h.dims[1], "OsftCoefficients pair ", p, ": ",
-                 formatDims(x.dims), " and subspace ", formatDims(h.dims), " do not share the ",
-                 u ? "row" : "column", " dimension");
+    SD_CHECK_ARG(u ? x.dims[0] == h.dims[0] : x.dims[1] == h.dims[1], op, " pair ", p, ": ", formatDims(x.dims),
+                 " and subspace ", formatDims(h.dims), " do not share the ", u ? "row" : "column", " dimension");
     total += (u ? h.dims[1] * x.dims[1] : x.dims[0] * h.dims[0]);
   }
+  return total;
+}
+
+// OsftCoefficients(x0, high0, x1, high1, ...) {sides} -> f32 [sum of k_i r_i].
+Status osftCoefficientsShape(ShapeContext &c) {
+  auto total = coefficientCount(c, 0, "OsftCoefficients");
+  if (!total.isOk()) return total.status();
   TensorInfo out;
   out.dtype = DType::F32;
-  out.dims = {total};
+  out.dims = {total.value()};
   c.outputs = {out};
   return Status::ok();
 }
 
-// OsftDeflate(x, high, coefficients) {side, offset} -> x.
+// OsftDeflate(coefficients, x0, high0, ...) {sides} -> x0, x1, ...
 Status osftDeflateShape(ShapeContext &c) {
-  const TensorInfo &x = c.inputs[0], &h = c.inputs[1], &coef = c.inputs[2];
-  int64_t side = c.attrs.getInt("side", -1), offset = c.attrs.getInt("offset", -1);
-  SD_CHECK_ARG(side == 0 || side == 1, "OsftDeflate side must be 0 (U) or 1 (V), got ", side);
-  SD_CHECK_ARG(x.dtype == DType::F32 && h.dtype == DType::F32 && coef.dtype == DType::F32,
-               "OsftDeflate takes f32 tensors");
-  SD_CHECK_ARG(x.rankKnown && h.rankKnown && coef.rankKnown && x.isStatic() && h.isStatic() && coef.isStatic() &&
-                   x.rank() == 2 && h.rank() == 2 && coef.rank() == 1,
-               "OsftDeflate takes static 2-D x and subspace and 1-D coefficients");
-  bool u = side == 0;
-  SD_CHECK_ARG(u ? x.dims[0] == h.dims[0] : x.dims[1] == h.dims[1], "OsftDeflate: ", formatDims(x.dims),
-               " and subspace ", formatDims(h.dims), " do not share the ", u ? "row" : "column", " dimension");
-  int64_t need = u ? h.dims[1] * x.dims[1] : x.dims[0] * h.dims[0];
-  SD_CHECK_ARG(offset >= 0 && offset + need <= coef.dims[0], "OsftDeflate coefficients [", offset, ", ",
-               offset + need, ") fall outside the buffer of ", coef.dims[0]);
-  c.outputs = {x};
+  SD_CHECK_ARG(!c.inputs.empty(), "OsftDeflate takes the coefficients and (x, high) pairs");
+  auto total = coefficientCount(c, 1, "OsftDeflate");
+  if (!total.isOk()) return total.status();
+  const TensorInfo &coef = c.inputs[0];
+  SD_CHECK_ARG(coef.dtype == DType::F32 && coef.rankKnown && coef.rank() == 1 && coef.dims[0] == total.value(),
+               "OsftDeflate coefficients must be f32 [", total.value(), "], got ", formatDims(coef.dims));
+  SD_CHECK_ARG(c.numOutputs * 2 + 1 == c.inputs.size(), "OsftDeflate has one result per pair");
+  c.outputs.clear();
+  for (size_t p = 1; p < c.inputs.size(); p += 2) c.outputs.push_back(c.inputs[p]);
   return Status::ok();
 }
 

@@ -244,7 +244,7 @@ def bad_inputs(sdc_bin, sdrun, onnx_path, plan, ours, theirs, tmp):
     export_hf.export(export_hf.build("llama", seed=2), other, opset=17, batch=BATCH, seq=SEQ)
     other_plan = os.path.join(tmp, "other.sdp")
     sh([sdc_bin, "compile", other, "--peft", "osft", "--target-modules", ",".join(TARGETS), "--shapes",
-        f"input_ids={BATCH}x{SEQ}", "-o", other_plan])
+        f"input_ids={BATCH}x{SEQ}", "--infer-shapes", f"input_ids={BATCH}x{SEQ}", "-o", other_plan])
     cmd = infer(ours)
     cmd[2] = other_plan
     clean_error("bad input: an adapter split from other base weights is refused (checksum)", cmd,

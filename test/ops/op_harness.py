@@ -815,6 +815,83 @@ CASES["GradScale"].append(Case(lambda t, r: [np.array(0, np.float32), np.array(1
                                outputs=2, ref=grad_scale_ref, label="no tokens counted"))
 
 
+# OSFT (sd-peft-osft): U [out, k], S [k], V [k, in] for the frozen high and the trainable low half.
+def osft_factors(r, t, out=6, inp=8, k=2, low=3):
+    return [rand(r, (out, k), t), rand(r, (k,), t), rand(r, (k, inp), t), rand(r, (out, low), t), rand(r, (low,), t),
+            rand(r, (low, inp), t)]
+
+
+def osft_forward(x, uh, sh, vh, ul, sl, vl, bias=None):
+    y = ((x @ vh.T) * sh) @ uh.T + ((x @ vl.T) * sl) @ ul.T
+    return y if bias is None else y + bias
+
+
+CASES["OsftLinear"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 8), t)] + osft_factors(r, t) + [rand(r, (6,), t)], label="3-D input, bias",
+         ref=lambda ins, attrs, t: [osft_forward(*[f64(a) for a in ins]).astype(ins[0].dtype)]),
+    Case(lambda t, r: [rand(r, (5, 8), t)] + osft_factors(r, t) + [None], label="no bias",
+         ref=lambda ins, attrs, t: [osft_forward(*[f64(a) for a in ins[:7]]).astype(ins[0].dtype)]),
+    Case(lambda t, r: [rand(r, (0, 8), t)] + osft_factors(r, t) + [None], label="no rows",
+         ref=lambda ins, attrs, t: [np.zeros((0, 6), ins[0].dtype)])]
+
+
+def osft_linear_grad_ref(ins, attrs, t):
+    dy, x, *factors = ins
+    grads = torch_vjp(lambda x, *f: osft_forward(x, *f), [x] + factors, dy, [0, 4, 5, 6])
+    return [g.astype(x.dtype) for g in grads]
+
+
+CASES["OsftLinearGrad"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 6), t), rand(r, (2, 3, 8), t)] + osft_factors(r, t), outputs=4,
+         ref=osft_linear_grad_ref, label="3-D input", rtol=10),
+    Case(lambda t, r: [rand(r, (4, 9), t), rand(r, (4, 5), t)] + osft_factors(r, t, out=9, inp=5, k=3, low=2),
+         outputs=4, ref=osft_linear_grad_ref, label="wide output", rtol=10)]
+
+
+def osft_compose(uh, sh, vh, ul, sl, vl):
+    return (uh * sh) @ vh + (ul * sl) @ vl
+
+
+CASES["OsftCompose"] = [Case(lambda t, r: osft_factors(r, t), label="6x8 from ranks 2 and 3",
+                             ref=lambda ins, attrs, t: [osft_compose(*[f64(a) for a in ins]).astype(ins[0].dtype)])]
+CASES["OsftComposeGrad"] = [
+    Case(lambda t, r: [rand(r, (6, 8), t)] + osft_factors(r, t)[3:], outputs=3, rtol=10, label="rank 3",
+         ref=lambda ins, attrs, t: [g.astype(ins[0].dtype) for g in torch_vjp(
+             lambda ul, sl, vl: (ul * sl) @ vl, ins[1:], ins[0], [0, 1, 2])])]
+
+
+def osft_coefficients_ref(ins, attrs, t):
+    out = []
+    for (x, h), side in zip(zip(ins[0::2], ins[1::2]), attrs["sides"]):
+        out.append((f64(h).T @ f64(x) if side == 0 else f64(x) @ f64(h).T).ravel())
+    return [np.concatenate(out).astype(ins[0].dtype)]
+
+
+def osft_deflate_ref(ins, attrs, t):
+    c, out, off = f64(ins[0]), [], 0
+    for (x, h), side in zip(zip(ins[1::2], ins[2::2]), attrs["sides"]):
+        x, h = f64(x), f64(h)
+        if side == 0:
+            n = h.shape[1] * x.shape[1]
+            out.append(x - h @ c[off:off + n].reshape(h.shape[1], x.shape[1]))
+        else:
+            n = x.shape[0] * h.shape[0]
+            out.append(x - c[off:off + n].reshape(x.shape[0], h.shape[0]) @ h)
+        off += n
+    return [o.astype(ins[0].dtype) for o in out]
+
+
+CASES["OsftCoefficients"] = [
+    Case(lambda t, r: [rand(r, (7, 3), t), rand(r, (7, 2), t), rand(r, (3, 9), t), rand(r, (4, 9), t)],
+         attrs={"sides": [0, 1]}, ref=osft_coefficients_ref, label="a U pair and a V pair")]
+CASES["OsftDeflate"] = [
+    Case(lambda t, r: [rand(r, (18,), t), rand(r, (7, 3), t), rand(r, (7, 2), t), rand(r, (3, 9), t),
+                       rand(r, (4, 9), t)], attrs={"sides": [0, 1]}, outputs=2, ref=osft_deflate_ref,
+         label="a U pair and a V pair"),
+    Case(lambda t, r: [rand(r, (12,), t), rand(r, (3, 9), t), rand(r, (4, 9), t)], attrs={"sides": [1]},
+         ref=osft_deflate_ref, label="one V pair")]
+
+
 # Alone (the harness has no communicator: a world of one) AllReduce and Broadcast are the
 # identity; test/e2e/test_ranks.py runs it across MPI ranks.
 CASES["AllReduce"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t), rand(r, (), t)], outputs=3,
