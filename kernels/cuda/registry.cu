@@ -17,6 +17,7 @@ void registerConvKernels();
 void registerPoolKernels();
 void registerCollectiveKernels();
 void registerDropoutKernels();
+void registerOsftKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -80,6 +81,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerPoolKernels();
     cuda::registerCollectiveKernels();
     cuda::registerDropoutKernels();
+    cuda::registerOsftKernels();
   });
   return cuda::mutableKernels();
 }

@@ -41,8 +41,8 @@ class PlanKind:
 
 
 def plans(sdc, folder):
-    """Every plan kind we check: the tiny GPT's LoRA, full fine-tuning and
-    packed-LoRA training plans, and the ResNet-style CNN and MobileNet-style
+    """Every plan kind we check: the tiny GPT's LoRA, full fine-tuning,
+    packed-LoRA and OSFT (factored and dense) training plans, and the ResNet-style CNN and MobileNet-style
     inference plans (examples/export_models.py)."""
     onnx_path = export_tiny_gpt(folder)
     tokens = os.path.join(folder, "tokens.npy")
@@ -51,6 +51,8 @@ def plans(sdc, folder):
         "lora": ["--peft", "lora", "--target-modules", "qkv,proj"],
         "full": ["--peft", "none"],
         "packed-lora": ["--peft", "lora", "--target-modules", "qkv,proj", "--packing"],
+        "osft": ["--peft", "osft", "--target-modules", "qkv,proj", "--osft-strategy", "factored"],
+        "osft-dense": ["--peft", "osft", "--target-modules", "qkv,proj", "--osft-strategy", "dense"],
     }
     out = []
     for kind, flags in kinds.items():
