@@ -91,6 +91,31 @@ onnx::NodeProto *findNode(onnx::ModelProto &m, const std::string &name) {
   return nullptr;
 }
 
+// A linear module's 2-D f32 weight: its use, its initializer and values, and
+// W's [out, in] (layout "oi" stores it so; "io" transposed).
+struct ModuleWeight {
+  const LinearUse *use = nullptr;
+  onnx::TensorProto *tensor = nullptr;
+  std::vector<float> values;
+  int64_t out = 0, in = 0;
+  bool oi = false;
+};
+
+bool moduleWeight(LoadedModel &lm, const MergeRequest &req, const std::map<std::string, LinearUse> &linears,
+                  const std::string &m, ModuleWeight &mw, std::string &error) {
+  auto it = linears.find(m);
+  if (it == linears.end()) return error = req.adapterDir + ": module '" + m + "' is not a linear layer of " + req.model, false;
+  mw.use = &it->second;
+  mw.tensor = findInitializer(lm.model, mw.use->weight);
+  if (!mw.tensor || !floatsOf(*mw.tensor, mw.values) || mw.tensor->dims_size() != 2)
+    return error = req.model + ": weight '" + mw.use->weight + "' of module '" + m + "' is not a 2-D f32 initializer",
+           false;
+  mw.oi = mw.use->layout == "oi";
+  mw.out = mw.tensor->dims(mw.oi ? 0 : 1);
+  mw.in = mw.tensor->dims(mw.oi ? 1 : 0);
+  return true;
+}
+
 // Writes a module's merged weight: in place, or, for a tied weight (embedding
 // and head), as this use's own copy.
 bool storeMerged(LoadedModel &lm, const MergeRequest &req, const std::string &m, const LinearUse &u,
@@ -127,16 +152,12 @@ bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const Safetensors
     modules[key.substr(prefix.size(), at - prefix.size())][part] = &t;
   }
   for (auto &[m, parts] : modules) {
-    auto it = linears.find(m);
-    if (it == linears.end()) return error = req.adapterDir + ": module '" + m + "' is not a linear layer of " + req.model, false;
+    ModuleWeight mw;
+    if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
     if (parts.size() != 3) return error = req.adapterDir + ": module '" + m + "' lacks one of U_low, S_low, V_low", false;
-    const LinearUse &u = it->second;
-    onnx::TensorProto *w = findInitializer(lm.model, u.weight);
-    std::vector<float> wv;
-    if (!w || !floatsOf(*w, wv) || w->dims_size() != 2)
-      return error = req.model + ": weight '" + u.weight + "' of module '" + m + "' is not a 2-D f32 initializer", false;
-    bool oi = u.layout == "oi";
-    int64_t out = oi ? w->dims(0) : w->dims(1), inF = oi ? w->dims(1) : w->dims(0), minDim = std::min(out, inF);
+    std::vector<float> &wv = mw.values;
+    bool oi = mw.oi;
+    int64_t out = mw.out, inF = mw.in, minDim = std::min(out, inF);
     const NamedTensor &U = *parts["U_low"], &S = *parts["S_low"], &V = *parts["V_low"];
     int64_t r = S.dims.size() == 1 ? S.dims[0] : -1;
     if (U.dtype != DType::F32 || S.dtype != DType::F32 || V.dtype != DType::F32 || r < 1 || r >= minDim ||
@@ -166,7 +187,7 @@ bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const Safetensors
         if (!std::isfinite(merged))
           return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
       }
-    if (!storeMerged(lm, req, m, u, *w, wv, error)) return false;
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, wv, error)) return false;
   }
   return true;
 }
@@ -190,16 +211,12 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
     (isA ? modules[m].first : modules[m].second) = &t;
   }
   for (auto &[m, ab] : modules) {
-    auto it = linears.find(m);
-    if (it == linears.end()) return error = req.adapterDir + ": module '" + m + "' is not a linear layer of " + req.model, false;
+    ModuleWeight mw;
+    if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
     if (!ab.first || !ab.second) return error = req.adapterDir + ": module '" + m + "' lacks lora_A or lora_B", false;
-    const LinearUse &u = it->second;
-    onnx::TensorProto *w = findInitializer(lm.model, u.weight);
-    std::vector<float> wv;
-    if (!w || !floatsOf(*w, wv) || w->dims_size() != 2)
-      return error = req.model + ": weight '" + u.weight + "' of module '" + m + "' is not a 2-D f32 initializer", false;
-    bool oi = u.layout == "oi";
-    int64_t out = oi ? w->dims(0) : w->dims(1), inF = oi ? w->dims(1) : w->dims(0);
+    std::vector<float> &wv = mw.values;
+    bool oi = mw.oi;
+    int64_t out = mw.out, inF = mw.in;
     const NamedTensor &A = *ab.first, &B = *ab.second;
     int64_t rank = cfg.value().r;
     if (A.dtype != DType::F32 || B.dtype != DType::F32 || A.dims != Dims{rank, inF} || B.dims != Dims{out, rank})
@@ -219,7 +236,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
                          std::to_string(cfg.value().alpha) + ", r " + std::to_string(rank) + ")",
                  false;
       }
-    if (!storeMerged(lm, req, m, u, *w, wv, error)) return false;
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, wv, error)) return false;
   }
   return true;
 }

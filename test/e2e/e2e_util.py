@@ -79,3 +79,18 @@ def report_checks(test, results):
         failed += not ok
     print(f"{test}: {len(results) - failed}/{len(results)} passed")
     return 1 if failed or not results else 0
+
+
+def train_peft_model(model, rng, vocab, steps, batch, seq, lr=1e-2):
+    """`steps` PyTorch AdamW steps of a PEFT model on random token rows (the
+    labels are the inputs), then eval mode; returns the model."""
+    import torch
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr)
+    model.train()
+    for _ in range(steps):
+        ids = torch.tensor(rng.integers(0, vocab, (batch, seq)))
+        loss = model(input_ids=ids, labels=ids).loss
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval()

@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, ort_run, sh, tool_paths
+from e2e_util import ROOT, ort_run, sh, tool_paths, train_peft_model
 from test_training import check, clean_error, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -190,17 +190,8 @@ def check_peft(sdc_bin, sdrun, plan, onnx_path, hf_dir, data, ids, tmp):
     check("sdc->PEFT: PEFT's OSF logits equal sdrun infer --adapter's (1e-4)", err <= 1e-4, f"relative err {err:.1e}")
 
     torch.manual_seed(5)
-    pm2 = get_peft_model(base(), OSFConfig(target_modules=TARGETS, effective_rank=RATIO))
-    opt = torch.optim.AdamW([p for p in pm2.parameters() if p.requires_grad], lr=1e-2)
-    pm2.train()
-    rng = np.random.default_rng(9)
-    for _ in range(3):
-        batch = torch.tensor(rng.integers(0, 256, (BATCH, SEQ)))
-        loss = pm2(input_ids=batch, labels=batch).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    pm2.eval()
+    pm2 = train_peft_model(get_peft_model(base(), OSFConfig(target_modules=TARGETS, effective_rank=RATIO)),
+                           np.random.default_rng(9), 256, 3, BATCH, SEQ)
     theirs = os.path.join(tmp, "peft_adapter")
     pm2.save_pretrained(theirs)
     with torch.no_grad():

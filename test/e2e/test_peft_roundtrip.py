@@ -26,7 +26,7 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, ort_run, sh, tool_paths
+from e2e_util import ROOT, clean_error_problems, ort_run, sh, tool_paths, train_peft_model
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -144,16 +144,7 @@ def roundtrip(arch, sdc, sdrun, tmp, rslora=False):
     torch.manual_seed(7)
     cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=targets, lora_dropout=0.0, task_type="CAUSAL_LM",
                      fan_in_fan_out=arch == "gpt2", use_rslora=rslora)
-    pm2 = get_peft_model(base(), cfg)
-    opt = torch.optim.AdamW([p for p in pm2.parameters() if p.requires_grad], lr=1e-2)
-    pm2.train()
-    for step in range(STEPS):
-        batch = torch.tensor(rng.integers(0, vocab, (BATCH, SEQ)))
-        loss = pm2(input_ids=batch, labels=batch).loss
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    pm2.eval()
+    pm2 = train_peft_model(get_peft_model(base(), cfg), rng, vocab, STEPS, BATCH, SEQ)
     theirs = os.path.join(d, "peft_adapter")
     pm2.save_pretrained(theirs)
     with torch.no_grad():
