@@ -94,3 +94,22 @@ def train_peft_model(model, rng, vocab, steps, batch, seq, lr=1e-2):
         loss.backward()
         opt.step()
     return model.eval()
+
+
+def write_token_rows(path, rng, vocab, lines, seq):
+    """A JSONL training file of `lines` random token rows of length `seq`."""
+    import json
+    with open(path, "w") as f:
+        for _ in range(lines):
+            f.write(json.dumps({"input_ids": rng.integers(0, vocab, seq).tolist()}) + "\n")
+
+
+def sdrun_logits(sdrun, plan, adapter, ids, tmp, tag):
+    """`sdrun infer PLAN --adapter ADAPTER` on token ids: its first output."""
+    import numpy as np
+    x = os.path.join(tmp, f"{tag}_ids.npy")
+    np.save(x, ids)
+    out = os.path.join(tmp, f"{tag}_out")
+    sh([sdrun, "infer", plan, "--adapter", adapter, "--input", f"input_ids={x}", "--output-dir", out,
+        "--output-format", "npy"])
+    return np.load(os.path.join(out, "output_0.npy"))

@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, ort_run, sh, tool_paths, train_peft_model
+from e2e_util import ROOT, ort_run, sdrun_logits, sh, tool_paths, train_peft_model, write_token_rows
 from test_training import check, clean_error, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -42,12 +42,6 @@ SUFFIXES = ("osf_U_high", "osf_S_high", "osf_V_high", "osf_svd_params.U_low", "o
 def rel_err(got, want):
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
-
-
-def write_data(path, rng, vocab, lines):
-    with open(path, "w") as f:
-        for _ in range(lines):
-            f.write(json.dumps({"input_ids": rng.integers(0, vocab, SEQ).tolist()}) + "\n")
 
 
 def rows(path):
@@ -162,15 +156,6 @@ def check_against_torch(plan, data, base, split):
     return ours
 
 
-def sdrun_logits(sdrun, plan, adapter, ids, tmp, tag):
-    x = os.path.join(tmp, f"{tag}_ids.npy")
-    np.save(x, ids)
-    out = os.path.join(tmp, f"{tag}_out")
-    sh([sdrun, "infer", plan, "--adapter", adapter, "--input", f"input_ids={x}", "--output-dir", out,
-        "--output-format", "npy"])
-    return np.load(os.path.join(out, "output_0.npy"))
-
-
 def check_peft(sdc_bin, sdrun, plan, onnx_path, hf_dir, data, ids, tmp):
     import torch
     from peft import OSFConfig, PeftModel, get_peft_model
@@ -261,7 +246,7 @@ def main():
         export_hf.export(model, onnx_path, opset=17, batch=BATCH, seq=SEQ)
         rng = np.random.default_rng(3)
         data = os.path.join(tmp, "train.jsonl")
-        write_data(data, rng, 256, 100)
+        write_token_rows(data, rng, 256, 100, SEQ)
         ids = rng.integers(0, 256, (BATCH, SEQ)).astype(np.int64)
         plan = os.path.join(tmp, "osft.sdp")
         flags = ["--peft", "osft", "--target-modules", ",".join(TARGETS), "--osft-preserved-ratio", str(RATIO),

@@ -26,7 +26,8 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, ort_run, sh, tool_paths, train_peft_model
+from e2e_util import (ROOT, clean_error_problems, ort_run, sdrun_logits, sh, tool_paths, train_peft_model,
+                      write_token_rows)
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -49,24 +50,9 @@ def peft_warnings(caught):
     return bad
 
 
-def write_data(path, rng, vocab, lines):
-    with open(path, "w") as f:
-        for _ in range(lines):
-            f.write(json.dumps({"input_ids": rng.integers(0, vocab, SEQ).tolist()}) + "\n")
-
-
 def first_batch(path):
     with open(path) as f:
         return np.array([json.loads(next(f))["input_ids"] for _ in range(BATCH)], dtype=np.int64)
-
-
-def sdrun_logits(sdrun, plan, adapter, ids, tmp, tag):
-    x = os.path.join(tmp, f"{tag}_ids.npy")
-    np.save(x, ids)
-    out = os.path.join(tmp, f"{tag}_out")
-    sh([sdrun, "infer", plan, "--adapter", adapter, "--input", f"input_ids={x}", "--output-dir", out,
-        "--output-format", "npy"])
-    return np.load(os.path.join(out, "output_0.npy"))
 
 
 def initializers(onnx_path):
@@ -107,7 +93,7 @@ def roundtrip(arch, sdc, sdrun, tmp, rslora=False):
     vocab = model.config.vocab_size
     rng = np.random.default_rng(3)
     data = os.path.join(d, "train.jsonl")
-    write_data(data, rng, vocab, 16)
+    write_token_rows(data, rng, vocab, 16, SEQ)
     ids = rng.integers(0, vocab, (BATCH, SEQ)).astype(np.int64)
     targets = TARGETS[arch]
     plan = os.path.join(d, "lora.sdp")
