@@ -156,6 +156,37 @@ def check_against_torch(plan, data, base, split):
     return ours
 
 
+def check_targets(sdc_bin, sdrun, onnx_path, hf_dir, data, ids, tmp):
+    """all-linear takes every linear layer but the head; a rank pattern sets
+    one module's preserved rank, and PEFT splits that module the same way."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+    shapes = ["--shapes", f"input_ids={BATCH}x{SEQ}", "--infer-shapes", f"input_ids={BATCH}x{SEQ}"]
+    dry = sh([sdc_bin, "compile", onnx_path, "--peft", "osft", "--target-modules", "all-linear", "--dry-run"] + shapes)
+    listed = [l.split()[0] for l in dry.splitlines() if " k=" in l]
+    linear = [n for n, m in AutoModelForCausalLM.from_pretrained(hf_dir).named_modules()
+              if isinstance(m, torch.nn.Linear) and n != "lm_head"]
+    check("all-linear: every linear layer but the output head is targeted", sorted(listed) == sorted(linear),
+          f"{len(listed)} modules listed, {len(linear)} linear layers besides lm_head")
+    plan = os.path.join(tmp, "pattern.sdp")
+    flags = ["--peft", "osft", "--target-modules", "q_proj,down_proj", "--osft-rank-pattern", r"layers\.1\.mlp=40"]
+    dry = sh([sdc_bin, "compile", onnx_path] + flags + shapes + ["--dry-run"])
+    ranks = {l.split()[0]: int(l.split("k=")[1].split()[0]) for l in dry.splitlines() if " k=" in l}
+    want = {"model.layers.0.self_attn.q_proj": 32, "model.layers.1.self_attn.q_proj": 32,
+            "model.layers.0.mlp.down_proj": 32, "model.layers.1.mlp.down_proj": 40}
+    check("rank pattern: the matching module keeps k=40, the others the ratio's k=32", ranks == want, str(ranks))
+    sh([sdc_bin, "compile", onnx_path] + flags + shapes + ["-o", plan])
+    adapter = os.path.join(tmp, "pattern_adapter")
+    sh([sdrun, "train", plan, "--data", data, "--steps", "2", "--lr", "1e-2", "--save-adapter", adapter])
+    pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(hf_dir).eval(), adapter).eval()
+    with torch.no_grad():
+        want_logits = pm(torch.tensor(ids)).logits.numpy()
+    err = rel_err(sdrun_logits(sdrun, plan, adapter, ids, tmp, "pattern"), want_logits)
+    check("rank pattern: PEFT loads the adapter with the same per-module ranks and gives sdrun's logits (1e-4)",
+          err <= 1e-4, f"relative err {err:.1e}")
+
+
 def check_peft(sdc_bin, sdrun, plan, onnx_path, hf_dir, data, ids, tmp):
     import torch
     from peft import OSFConfig, PeftModel, get_peft_model
@@ -267,6 +298,7 @@ def main():
         check("dry run: lists each module's k, trainable count and strategy",
               dry.count("k=") == len(mods) and dry.count("strategy=factored") + dry.count("strategy=dense") == len(mods),
               dry.strip().splitlines()[0])
+        check_targets(sdc_bin, sdrun, onnx_path, hf_dir, data, ids, tmp)
         ours, theirs = check_peft(sdc_bin, sdrun, plan, onnx_path, hf_dir, data, ids, tmp)
         bad_inputs(sdc_bin, sdrun, onnx_path, plan, ours, theirs, tmp)
     finally:
