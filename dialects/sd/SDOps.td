@@ -72,11 +72,13 @@ foreach op = [["exp", "Exp"], ["log", "Log"], ["sqrt", "Sqrt"],
               ["mish", "Mish"], ["hard_swish", "HardSwish"], ["neg", "Neg"],
               ["abs", "Abs"], ["sign", "Sign"], ["relu", "Relu"],
               ["floor", "Floor"], ["ceil", "Ceil"], ["round", "Round"],
-              ["identity", "Identity"], ["not", "Not"], ["is_nan", "IsNaN"]] in
+              ["identity", "Identity"], ["not", "Not"], ["is_nan", "IsNaN"],
+              ["bitwise_not", "BitwiseNot"]] in
   def SD_ # op[1] # Op : SD_Unary<op[0], op[1]>;
 
 def SD_HardSigmoidOp : SD_Unary<"hard_sigmoid", "HardSigmoid", (ins OptF32:$alpha, OptF32:$beta)>;
 def SD_LeakyReluOp : SD_Unary<"leaky_relu", "LeakyRelu", (ins OptF32:$alpha)>;
+def SD_SwishOp : SD_Unary<"swish", "Swish", (ins OptF32:$alpha)>;
 def SD_EluOp : SD_Unary<"elu", "Elu", (ins OptF32:$alpha)>;
 def SD_SeluOp : SD_Unary<"selu", "Selu", (ins OptF32:$alpha, OptF32:$gamma)>;
 def SD_CeluOp : SD_Unary<"celu", "Celu", (ins OptF32:$alpha)>;
@@ -90,7 +92,8 @@ foreach op = [["add", "Add"], ["sub", "Sub"], ["mul", "Mul"], ["div", "Div"],
               ["pow", "Pow"], ["and", "And"], ["or", "Or"], ["xor", "Xor"],
               ["equal", "Equal"], ["less", "Less"],
               ["less_or_equal", "LessOrEqual"], ["greater", "Greater"],
-              ["greater_or_equal", "GreaterOrEqual"], ["prelu", "PRelu"]] in
+              ["greater_or_equal", "GreaterOrEqual"], ["prelu", "PRelu"],
+              ["bitwise_and", "BitwiseAnd"], ["bitwise_or", "BitwiseOr"], ["bitwise_xor", "BitwiseXor"]] in
   def SD_ # op[1] # Op : SD_Binary<op[0], op[1]>;
 
 def SD_ModOp : SD_Binary<"mod", "Mod", (ins OptI64:$fmod)>;
@@ -456,6 +459,7 @@ def SD_TopKOp : SD_Nary<"top_k", "TopK", (ins AnyTensor:$x, AnyTensor:$k),
     (ins OptI64:$axis, OptI64:$largest, OptI64:$sorted), (outs AnyTensor:$values, Optional<AnyTensor>:$indices)>;
 def SD_TriluOp : SD_Nary<"trilu", "Trilu", (ins AnyTensor:$input, SD_OptTensor:$k), (ins OptI64:$upper)>;
 def SD_CumSumOp : SD_Binary<"cum_sum", "CumSum", (ins OptI64:$exclusive, OptI64:$reverse)>;
+def SD_CumProdOp : SD_Binary<"cum_prod", "CumProd", (ins OptI64:$exclusive, OptI64:$reverse)>;
 
 //===----------------------------------------------------------------------===//
 // Step IR: buffers and kernel invocations after bufferization

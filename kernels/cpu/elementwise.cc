@@ -97,6 +97,7 @@ SD_FLOAT_UNARY(Softplus, math::softplus(x))
 SD_PARAMS(Softsign, 0, 0, 0) SD_FLOAT_UNARY(Softsign, x / (T(1) + std::abs(x)))
 SD_PARAMS(Mish, 0, 0, 0)
 SD_FLOAT_UNARY(Mish, x * std::tanh(math::softplus(x)))
+SD_PARAMS(Swish, 1.0, 0, 0) SD_FLOAT_UNARY(Swish, x * math::sigmoid(T(alpha) * x))
 
 // d/dx GELU: exact: Phi(x) + x * phi(x); tanh form: derivative of
 // 0.5 x (1 + tanh(k (x + 0.044715 x^3))).
@@ -327,16 +328,45 @@ Status PowKernel(const KernelContext &c) {
 Status PReluKernel(const KernelContext &c) {
   return arithmetic(c, [](auto x, auto s) { return x < decltype(x)(0) ? x * s : x; });
 }
+// ONNX BitShift (opset 28 adds signed types): a right shift of a signed value
+// is arithmetic; a left shift drops the bits past the sign bit; a shift that
+// is negative or at least the width gives what sign extension alone gives
+// (-1 for a negative value shifted right, else 0).
 Status BitShiftKernel(const KernelContext &c) {
   bool left = c.attrs.getString("direction", "LEFT") == "LEFT";
   return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    if constexpr (std::is_unsigned_v<T>)
+    if constexpr (std::is_integral_v<T>) {
+      using U = std::make_unsigned_t<T>;
       return binaryBroadcast<T, T>(c, [left](T x, T y) {
-        if (y >= T(sizeof(T) * 8)) return T(0);
-        return T(left ? x << y : x >> y);
+        constexpr int64_t bits = int64_t(sizeof(T) * 8);
+        if (int64_t(y) < 0 || int64_t(y) >= bits || (std::is_unsigned_v<T> && uint64_t(y) >= uint64_t(bits)))
+          return T(!left && x < T(0) ? T(-1) : T(0));
+        if (left) return T(U(x) << unsigned(y));
+        return T(x < T(0) ? T(~(U(~U(x)) >> unsigned(y))) : T(U(x) >> unsigned(y)));
       });
-    else return sdError("BitShift needs unsigned integers");
+    } else {
+      return sdError("BitShift needs integers");
+    }
+  });
+}
+
+// BitwiseAnd/Or/Xor/Not on the integers' bits.
+template <typename Op> Status bitwise(const KernelContext &c, Op op) {
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) return binaryBroadcast<T, T>(c, [op](T x, T y) { return T(op(x, y)); });
+    else return sdError("bitwise ops need integers");
+  });
+}
+Status BitwiseAndKernel(const KernelContext &c) { return bitwise(c, [](auto x, auto y) { return x & y; }); }
+Status BitwiseOrKernel(const KernelContext &c) { return bitwise(c, [](auto x, auto y) { return x | y; }); }
+Status BitwiseXorKernel(const KernelContext &c) { return bitwise(c, [](auto x, auto y) { return x ^ y; }); }
+Status BitwiseNotKernel(const KernelContext &c) {
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    if constexpr (std::is_integral_v<T>) return mapUnary<T>(c, [](T x) { return T(~x); });
+    else return sdError("BitwiseNot needs integers");
   });
 }
 
@@ -522,7 +552,7 @@ void registerElementwiseKernels() {
   R(Asin, floats) R(Acos, floats) R(Atan, floats) R(Sinh, floats) R(Cosh, floats) R(Asinh, floats)
   R(Acosh, floats) R(Atanh, floats) R(Tanh, floats) R(HardSigmoid, floats) R(HardSwish, floats)
   R(LeakyRelu, floats) R(Elu, floats) R(Selu, floats) R(Celu, floats) R(ThresholdedRelu, floats)
-  R(Softplus, floats) R(Softsign, floats) R(Mish, floats) R(Floor, floats) R(Ceil, floats) R(Round, floats)
+  R(Softplus, floats) R(Softsign, floats) R(Mish, floats) R(Swish, floats) R(Floor, floats) R(Ceil, floats) R(Round, floats)
   R(Dropout, floats)
   R(Neg, numeric) R(Abs, numeric) R(Sign, numeric) R(Relu, numeric) R(Add, numeric) R(Sub, numeric)
   R(Mul, numeric) R(Div, numeric) R(Mod, numeric) R(Pow, numeric) R(PRelu, numeric) R(Less, numeric)
@@ -531,7 +561,8 @@ void registerElementwiseKernels() {
   R(Mean, floats) // ONNX defines Mean for floating types only
   R(Equal, numeric | TypeSet{DType::Bool})
   R(Not, TypeSet{DType::Bool}) R(And, TypeSet{DType::Bool}) R(Or, TypeSet{DType::Bool}) R(Xor, TypeSet{DType::Bool})
-  R(BitShift, (TypeSet{DType::U8, DType::U16, DType::U32, DType::U64}))
+  R(BitShift, TypeSet::integers()) R(BitwiseAnd, TypeSet::integers()) R(BitwiseOr, TypeSet::integers())
+  R(BitwiseXor, TypeSet::integers()) R(BitwiseNot, TypeSet::integers())
   R(Cast, TypeSet::all())
   // Where's element type is its second operand's; the first is the bool condition.
   registerCpuKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);

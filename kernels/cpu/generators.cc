@@ -1,5 +1,5 @@
 // CPU kernels that generate or scan values: Shape, Size, ConstantOfShape,
-// EyeLike, Range, Trilu, CumSum.
+// EyeLike, Range, Trilu, CumSum, CumProd.
 #include "cpu_util.h"
 #include <algorithm>
 
@@ -92,13 +92,15 @@ Status TriluKernel(const KernelContext &c) {
   });
 }
 
-Status CumSumKernel(const KernelContext &c) {
+// CumSum and CumProd: the running sum or product along `axis` (exclusive:
+// of the elements before; reverse: from the end).
+template <bool Product> Status cumulative(const KernelContext &c, const char *op) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
   std::vector<int64_t> av;
-  SD_CHECK_ARG(readIntegers(c.inputs[1], av) && av.size() == 1, "CumSum axis must be a scalar");
+  SD_CHECK_ARG(readIntegers(c.inputs[1], av) && av.size() == 1, op, " axis must be a scalar");
   int64_t axis = av[0];
   if (axis < 0) axis += x.rank();
-  SD_CHECK_ARG(axis >= 0 && axis < x.rank(), "CumSum axis out of range");
+  SD_CHECK_ARG(axis >= 0 && axis < x.rank(), op, " axis out of range");
   bool excl = c.attrs.getInt("exclusive", 0), rev = c.attrs.getInt("reverse", 0);
   AxisExtent ext = extentAround(x.dims, axis);
   int64_t outer = ext.outer, n = ext.len, inner = ext.inner;
@@ -106,17 +108,21 @@ Status CumSumKernel(const KernelContext &c) {
     using T = decltype(tag);
     for (int64_t a = 0; a < outer; ++a)
       for (int64_t i = 0; i < inner; ++i) {
-        T acc = T(0);
+        T acc = T(Product ? 1 : 0);
         for (int64_t jj = 0; jj < n; ++jj) {
           int64_t j = rev ? n - 1 - jj : jj, off = (a * n + j) * inner + i;
           T v = x.as<T>()[off];
-          if (excl) { o.as<T>()[off] = acc; acc = T(acc + v); }
-          else { acc = T(acc + v); o.as<T>()[off] = acc; }
+          if (excl) o.as<T>()[off] = acc;
+          acc = Product ? T(acc * v) : T(acc + v);
+          if (!excl) o.as<T>()[off] = acc;
         }
       }
     return Status::ok();
   });
 }
+
+Status CumSumKernel(const KernelContext &c) { return cumulative<false>(c, "CumSum"); }
+Status CumProdKernel(const KernelContext &c) { return cumulative<true>(c, "CumProd"); }
 
 } // namespace
 
@@ -128,6 +134,7 @@ void registerGeneratorKernels() {
   registerCpuKernel("Range", RangeKernel, TypeSet::numeric());
   registerCpuKernel("Trilu", TriluKernel, TypeSet::all());
   registerCpuKernel("CumSum", CumSumKernel, TypeSet::numeric());
+  registerCpuKernel("CumProd", CumProdKernel, TypeSet::numeric());
 }
 
 } // namespace sd::cpu

@@ -59,6 +59,20 @@ static Status sameTypeBroadcast(ShapeContext &c) {
 static Status powBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Undefined); }
 static Status compareBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Bool); }
 static Status bitShiftBroadcast(ShapeContext &c) { return broadcastTo(c, DType::Undefined); }
+// Bitwise ops: integer operands only (ONNX's T is the signed and unsigned ints).
+static Status integerUnary(ShapeContext &c) {
+  SD_CHECK_ARG(c.hasInput(0), "missing input");
+  SD_CHECK_ARG(dtypeIsInteger(c.inputs[0].dtype), "expects an integer tensor, got ", dtypeName(c.inputs[0].dtype));
+  c.outputs = {c.inputs[0]};
+  return Status::ok();
+}
+
+static Status integerBroadcast(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs.size() == 2 && dtypeIsInteger(c.inputs[0].dtype), "expects integer tensors, got ",
+               dtypeName(c.inputs[0].dtype));
+  return sameTypeBroadcast(c);
+}
+
 static Status bitShiftShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(checkChoice(c.attrs, "direction", {"LEFT", "RIGHT"}));
   return bitShiftBroadcast(c);
@@ -106,11 +120,12 @@ void registerElementwiseShapes() {
        {"Neg", "Abs", "Sign", "Identity", "Relu", "Floor", "Ceil", "Round",
         "Clip", "Not"})
     registerShapeRule(op, sameShape);
+  registerShapeRule("BitwiseNot", integerUnary);
   for (const char *op :
        {"Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos", "Tan", "Asin", "Acos",
         "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Tanh", "Erf",
         "Sigmoid", "HardSigmoid", "HardSwish", "LeakyRelu", "Elu", "Selu",
-        "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish"})
+        "Celu", "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Swish"})
     registerShapeRule(op, floatUnary);
   registerShapeRule("IsNaN", boolResult);
   registerShapeRule("IsInf", boolResult);
@@ -119,6 +134,7 @@ void registerElementwiseShapes() {
     registerShapeRule(op, sameTypeBroadcast);
   registerShapeRule("Pow", powBroadcast);
   registerShapeRule("BitShift", bitShiftShape);
+  for (const char *op : {"BitwiseAnd", "BitwiseOr", "BitwiseXor"}) registerShapeRule(op, integerBroadcast);
   registerShapeRule("Gelu", geluShape);
   for (const char *op : {"Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"})
     registerShapeRule(op, compareBroadcast);

@@ -554,6 +554,7 @@ void registerMovementShapes() {
   registerShapeRule("TopK", topKShape);
   registerShapeRule("Trilu", triluShape);
   registerShapeRule("CumSum", cumSumShape);
+  registerShapeRule("CumProd", cumSumShape);
 }
 
 } // namespace sd

@@ -270,8 +270,42 @@ for name in ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"]:
 for name in ["And", "Or", "Xor"]:
     CASES[name] = shapes_binary(nan=False)
 CASES["Not"] = shapes_unary(nan=False)
+UNSIGNED = ("u8", "u16", "u32", "u64")
+SIGNED = ("i8", "i16", "i32", "i64")
+
+
+def bit_shift_ref(ins, attrs, t):
+    """ONNX BitShift: signed right shifts are arithmetic; a shift that is
+    negative or at least the width gives sign extension alone."""
+    x, y = np.broadcast_arrays(*ins)
+    bits = x.dtype.itemsize * 8
+    out = np.zeros(x.shape, x.dtype)
+    for idx in np.ndindex(x.shape):
+        v, s = int(x[idx]), int(y[idx])
+        if s < 0 or s >= bits:
+            out[idx] = -1 if attrs["direction"] == "RIGHT" and v < 0 else 0
+        elif attrs["direction"] == "RIGHT":
+            out[idx] = v >> s
+        else:
+            wrapped = (v << s) & ((1 << bits) - 1)
+            out[idx] = np.array(wrapped, np.uint64).astype(x.dtype) if x.dtype.kind == "i" else wrapped
+    return [out]
+
+
 CASES["BitShift"] = [Case(lambda t, r: [rand(r, (3, 4), t, 0, 200), rand(r, (3, 4), t, 0, 7)], attrs={"direction": d},
-                          label=d) for d in ("LEFT", "RIGHT")]
+                          label=d, types=UNSIGNED) for d in ("LEFT", "RIGHT")]
+CASES["BitShift"] += [Case(lambda t, r: [rand(r, (3, 4), t, -100, 100), rand(r, (3, 4), t, -2, 70)],
+                           attrs={"direction": d}, ref=bit_shift_ref, label=f"signed {d}, out-of-range shifts",
+                           types=SIGNED) for d in ("LEFT", "RIGHT")]
+for name, fn in [("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or), ("BitwiseXor", np.bitwise_xor)]:
+    CASES[name] = [Case(lambda t, r: [rand(r, (2, 3, 4), t, -100, 100), rand(r, (3, 1), t, -100, 100)],
+                        ref=lambda ins, attrs, t, fn=fn: [fn(ins[0], ins[1])], label="broadcast",
+                        types=UNSIGNED + SIGNED)]
+CASES["BitwiseNot"] = [Case(lambda t, r: [rand(r, (3, 4), t, -100, 100)], ref=lambda ins, attrs, t: [np.invert(ins[0])],
+                            types=UNSIGNED + SIGNED)]
+CASES["Swish"] = (shapes_unary(-5, 5, ref=numpy_ref(lambda x: x / (1 + np.exp(-x)))) +
+                  [Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], attrs={"alpha": 0.5}, label="alpha 0.5",
+                        ref=lambda ins, attrs, t: [(f64(ins[0]) / (1 + np.exp(-0.5 * f64(ins[0])))).astype(ins[0].dtype)])])
 CASES["Clip"] = [
     Case(lambda t, r: [rand(r, (3, 5), t, -5, 5), np.array(1, NP[t]), np.array(3, NP[t])], label="min and max"),
     Case(lambda t, r: [rand(r, (3, 5), t, -5, 5), None, np.array(1, NP[t])], label="max only"),
@@ -365,6 +399,21 @@ CASES["Range"].append(Case(lambda t, r: [np.array(4, NP[t]), np.array(-2, NP[t])
                            label="negative delta", types=[x for x in NP if not x.startswith("u") and x != "bool"]))
 CASES["CumSum"] = [Case(lambda t, r, a=a: [rand(r, (3, 4), t, 0, 5), np.array(a, np.int64)], attrs={"exclusive": e, "reverse": v},
                         label=f"axis {a} exclusive {e} reverse {v}") for a in (1, 0) for e in (0, 1) for v in (0, 1)]
+
+
+def cum_prod_ref(ins, attrs, t):
+    x, axis = ins[0], int(ins[1])
+    y = np.flip(x, axis) if attrs.get("reverse") else x
+    if attrs.get("exclusive"):
+        ones = np.ones_like(np.take(y, [0], axis))
+        y = np.concatenate([ones, np.take(y, range(y.shape[axis] - 1), axis)], axis)
+    out = np.cumprod(y, axis=axis, dtype=x.dtype)
+    return [np.flip(out, axis) if attrs.get("reverse") else out]
+
+
+CASES["CumProd"] = [Case(lambda t, r, a=a: [rand(r, (3, 4), t, 0, 3), np.array(a, np.int64)],
+                         attrs={"exclusive": e, "reverse": v}, ref=cum_prod_ref,
+                         label=f"axis {a} exclusive {e} reverse {v}") for a in (1, -2) for e in (0, 1) for v in (0, 1)]
 
 
 # Linear algebra.

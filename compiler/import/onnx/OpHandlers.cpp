@@ -256,13 +256,14 @@ const OpSpec kSpecs[] = {
     G("Softplus", "softplus", 1, 1), G("Mish", "mish", 1, 1), G("HardSwish", "hard_swish", 1, 1),
     G("Neg", "neg", 1, 1), G("Abs", "abs", 1, 1), G("Sign", "sign", 1, 1), G("Relu", "relu", 1, 1),
     G("Floor", "floor", 1, 1), G("Ceil", "ceil", 1, 1), G("Round", "round", 1, 1), G("Identity", "identity", 1, 1),
-    G("Not", "not", 1, 1), G("IsNaN", "is_nan", 1, 1), G("IsInf", "is_inf", 1, 1),
+    G("Not", "not", 1, 1), G("BitwiseNot", "bitwise_not", 1, 1), G("Swish", "swish", 1, 1), G("IsNaN", "is_nan", 1, 1), G("IsInf", "is_inf", 1, 1),
     G("HardSigmoid", "hard_sigmoid", 1, 1), G("LeakyRelu", "leaky_relu", 1, 1), G("Elu", "elu", 1, 1),
     G("Selu", "selu", 1, 1), G("Celu", "celu", 1, 1), G("ThresholdedRelu", "thresholded_relu", 1, 1),
     G("Gelu", "gelu", 1, 1), G("Cast", "cast", 1, 1), G("CastLike", "cast_like", 2, 1),
     // Binary and variadic.
     G("Add", "add", 2, 1), G("Sub", "sub", 2, 1), G("Mul", "mul", 2, 1), G("Div", "div", 2, 1),
     G("Pow", "pow", 2, 1), G("And", "and", 2, 1), G("Or", "or", 2, 1), G("Xor", "xor", 2, 1),
+    G("BitwiseAnd", "bitwise_and", 2, 1), G("BitwiseOr", "bitwise_or", 2, 1), G("BitwiseXor", "bitwise_xor", 2, 1),
     G("Equal", "equal", 2, 1), G("Less", "less", 2, 1), G("LessOrEqual", "less_or_equal", 2, 1),
     G("Greater", "greater", 2, 1), G("GreaterOrEqual", "greater_or_equal", 2, 1), {"PRelu", 1, "prelu", 2, 1, preluLegacy}, {"PRelu", 7, "prelu", 2, 1, generic},
     G("Mod", "mod", 2, 1), G("BitShift", "bit_shift", 2, 1), G("Min", "min", -1, 1), G("Max", "max", -1, 1),
@@ -327,7 +328,7 @@ const OpSpec kSpecs[] = {
     {"Pad", 2, "pad", 4, 1, padV2}, {"Pad", 11, "pad", 4, 1, generic},
     G("DepthToSpace", "depth_to_space", 1, 1), G("SpaceToDepth", "space_to_depth", 1, 1),
     {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
-    G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1),
+    G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1), G("CumProd", "cum_prod", 2, 1),
     {"Constant", 1, "constant", 0, 1, constantOp},
 };
 #undef G
