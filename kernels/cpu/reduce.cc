@@ -64,10 +64,10 @@ template <typename T, RK K> Status reduceT(const KernelContext &c) {
       else if constexpr (K == RK::Min) acc = Acc(std::numeric_limits<T>::max());
       else if constexpr (K == RK::Prod) acc = Acc(1);
       else acc = Acc(0);
-      if constexpr (K == RK::Max || K == RK::Min)
-        if (nRed == 0 && std::is_floating_point_v<T>)
-          acc = Acc(K == RK::Max ? -std::numeric_limits<double>::infinity()
-                                 : std::numeric_limits<double>::infinity());
+      // Floats start from -inf/+inf, not the largest finite value: a max over
+      // values that are all -inf (a fully masked attention row) is -inf.
+      if constexpr ((K == RK::Max || K == RK::Min) && std::is_floating_point_v<T>)
+        acc = Acc(K == RK::Max ? -std::numeric_limits<double>::infinity() : std::numeric_limits<double>::infinity());
       Acc mx = Acc(0);
       if constexpr (K == RK::LogSumExp) {
         mx = Acc(-std::numeric_limits<double>::infinity());

@@ -471,6 +471,10 @@ for name in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", 
     if name in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
         CASES[name].append(Case(lambda t, r: [rand(r, (2, 0, 3), t), i64(2)], label="zero-sized, other axis"))
 CASES["ReduceProd"][3].make = lambda t, r: [rand(r, (3, 1000), t, 0.999, 1.001), i64(1)]
+# A row of -inf (a fully masked attention row) has max -inf, not the lowest finite value.
+for name, fill in [("ReduceMax", -np.inf), ("ReduceMin", np.inf)]:
+    CASES[name].append(Case(lambda t, r, fill=fill: [np.array([[fill, fill], [1.0, fill]], NP[t]), i64(1)],
+                            label="rows of infinities", types=FLOATS))
 for name in ["ArgMax", "ArgMin"]:
     CASES[name] = [Case(lambda t, r: [r.permutation(24).reshape(2, 3, 4).astype(NP[t]) % 7], attrs={"axis": a,
                         "keepdims": k, "select_last_index": s}, label=f"axis {a} keepdims {k} last {s}")

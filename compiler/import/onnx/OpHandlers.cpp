@@ -1,6 +1,7 @@
 // ONNX op handlers, keyed by (op type, since_version). Most ops map 1:1 to an
 // sd op (generic handler); older opsets that carried operands as attributes are
 // upgraded to the newest form here, so everything downstream sees one form.
+#include "AttentionHandler.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
 #include <map>
@@ -328,6 +329,7 @@ const OpSpec kSpecs[] = {
     {"Pad", 2, "pad", 4, 1, padV2}, {"Pad", 11, "pad", 4, 1, generic},
     G("DepthToSpace", "depth_to_space", 1, 1), G("SpaceToDepth", "space_to_depth", 1, 1),
     {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
+    {"Attention", 23, "attention", -1, -1, importAttention},
     G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1), G("CumProd", "cum_prod", 2, 1),
     {"Constant", 1, "constant", 0, 1, constantOp},
 };

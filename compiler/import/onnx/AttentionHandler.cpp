@@ -1,0 +1,173 @@
+// ONNX Attention (opset 23+) imported as sd ops, following ONNX's reference
+// (onnx/reference/ops/op_attention.py) step by step:
+//   3-D inputs split into heads; past key/value concatenated (present_*);
+//   grouped-query heads repeated; scores = (Q sqrt(scale)) (K sqrt(scale))^T;
+//   softcap; bias = attn_mask (bool -> 0/-inf, padded to the keys) and the
+//   offset-aligned causal frontier; softmax (in softmax_precision); rows whose
+//   bias masks every key give zeros; Y = P V, merged back to 3-D.
+// Not yet: nonpad_kv_seqlen (external caches) and sliding windows; they are
+// refused by name.
+#include "AttentionHandler.h"
+#include <cmath>
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace sd {
+namespace {
+
+const onnx::AttributeProto *attrOf(const onnx::NodeProto &n, const char *name) {
+  for (const auto &a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+// Builds sd ops by mnemonic, remembering the first failure.
+struct OpMaker {
+  NodeImporter &imp;
+  bool ok = true;
+
+  // `contract`: the op library's name (its shape rule), e.g. "MatMul" for sd.matmul.
+  Value op(const char *contract, const char *mnemonic, ArrayRef<Value> operands, ArrayRef<NamedAttribute> attrs = {}) {
+    if (!ok) return Value();
+    for (Value v : operands)
+      if (!v) return ok = false, Value();
+    OpSpec spec{contract, 1, mnemonic, int(operands.size()), 1, nullptr};
+    auto built = imp.buildOp(spec, operands, attrs, 1);
+    if (failed(built)) return ok = false, Value();
+    return (*built)->getResult(0);
+  }
+  NamedAttribute i64(const char *name, int64_t v) { return imp.builder.getNamedAttr(name, imp.builder.getI64IntegerAttr(v)); }
+  Value reshape(Value v, ArrayRef<int64_t> shape) { return op("Reshape", "reshape", {v, imp.constI64(shape)}); }
+  Value transpose(Value v, ArrayRef<int64_t> perm) {
+    return op("Transpose", "transpose", {v}, {imp.builder.getNamedAttr("perm", imp.builder.getDenseI64ArrayAttr(perm))});
+  }
+  Value scalar(double v, Type et) { return imp.constScalarLike(v, et); }
+};
+
+// ONNX's TensorProto code of a float element type (Cast's `to`).
+int64_t onnxFloatType(Type t) {
+  if (t.isF16()) return 10;
+  if (t.isBF16()) return 16;
+  if (t.isF64()) return 11;
+  return 1;
+}
+
+ArrayRef<int64_t> dimsOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
+
+} // namespace
+
+LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  auto input = [&](int i) -> FailureOr<Value> {
+    if (i >= n.input_size() || n.input(i).empty()) return Value();
+    return imp.lookup(n.input(i));
+  };
+  FailureOr<Value> q = input(0), k = input(1), v = input(2), mask = input(3), pastK = input(4), pastV = input(5),
+                   nonpad = input(6);
+  if (failed(q) || failed(k) || failed(v) || failed(mask) || failed(pastK) || failed(pastV) || failed(nonpad))
+    return failure();
+  if (*nonpad) return imp.fail("nonpad_kv_seqlen (an external KV cache) is not supported yet");
+  for (const char *w : {"left_window_size", "right_window_size"})
+    if (const auto *a = attrOf(n, w); a && a->i() != -1) return imp.fail(std::string(w) + " is not supported yet");
+  if (bool(*pastK) != bool(*pastV)) return imp.fail("past_key and past_value go together");
+  for (Value x : {*q, *k, *v})
+    if (!cast<RankedTensorType>(x.getType()).hasStaticShape())
+      return imp.fail("Attention needs static query, key and value shapes");
+  Type et = cast<RankedTensorType>(q->getType()).getElementType();
+  OpMaker m{imp};
+  int64_t rank = int64_t(dimsOf(*q).size());
+  if (rank != 3 && rank != 4) return imp.fail("Attention takes 3-D or 4-D query, key and value");
+  const auto *qHeadsAttr = attrOf(n, "q_num_heads"), *kvHeadsAttr = attrOf(n, "kv_num_heads");
+  Value Q = *q, K = *k, V = *v;
+  if (rank == 3) {
+    if (!qHeadsAttr || !kvHeadsAttr) return imp.fail("3-D Attention needs q_num_heads and kv_num_heads");
+    int64_t hq = qHeadsAttr->i(), hkv = kvHeadsAttr->i();
+    if (hq < 1 || hkv < 1) return imp.fail("q_num_heads and kv_num_heads must be positive");
+    auto split = [&](Value x, int64_t heads) {
+      ArrayRef<int64_t> d = dimsOf(x);
+      if (d[2] % heads) return m.ok = false, Value();
+      return m.transpose(m.reshape(x, {d[0], d[1], heads, d[2] / heads}), {0, 2, 1, 3});
+    };
+    Q = split(Q, hq), K = split(K, hkv), V = split(V, hkv);
+    if (!m.ok) return imp.fail("the hidden sizes do not divide by the head counts");
+  }
+  if (*pastK) {
+    K = m.op("Concat", "concat", {*pastK, K}, {m.i64("axis", 2)});
+    V = m.op("Concat", "concat", {*pastV, V}, {m.i64("axis", 2)});
+  }
+  if (!m.ok) return imp.fail("past key/value do not fit the new keys/values");
+  Value presentK = K, presentV = V;
+  ArrayRef<int64_t> qd = dimsOf(Q), kd = dimsOf(K);
+  int64_t hq = qd[1], hkv = kd[1], sq = qd[2], skv = kd[2];
+  double scale = 1.0 / std::sqrt(double(qd[3]));
+  if (const auto *a = attrOf(n, "scale")) scale = a->f();
+  if (hq != hkv) { // grouped-query: kv head h / (hq / hkv) serves query head h
+    if (hq % hkv) return imp.fail("q_num_heads must be a multiple of kv_num_heads");
+    auto repeat = [&](Value x) {
+      ArrayRef<int64_t> d = dimsOf(x);
+      Value u = m.op("Unsqueeze", "unsqueeze", {x, imp.constI64({2})});
+      Value e = m.op("Expand", "expand", {u, imp.constI64({d[0], d[1], hq / hkv, d[2], d[3]})});
+      return m.reshape(e, {d[0], hq, d[2], d[3]});
+    };
+    K = repeat(K), V = repeat(V);
+  }
+  Value s = m.scalar(std::sqrt(scale), et);
+  Value scores = m.op("MatMul", "matmul", {m.op("Mul", "mul", {Q, s}), m.transpose(m.op("Mul", "mul", {K, s}), {0, 1, 3, 2})});
+  double softcap = 0;
+  if (const auto *a = attrOf(n, "softcap")) softcap = a->f();
+  if (softcap > 0) {
+    Value c = m.scalar(softcap, et);
+    scores = m.op("Mul", "mul", {m.op("Tanh", "tanh", {m.op("Div", "div", {scores, c})}), c});
+  }
+  // The bias: the mask (padded to the keys), then the causal frontier.
+  Value zero = m.scalar(0.0, et), negInf = m.scalar(-INFINITY, et), bias;
+  if (*mask) {
+    Value mk = *mask;
+    auto mt = cast<RankedTensorType>(mk.getType());
+    bool isBool = mt.getElementType().isInteger(1);
+    if (!mt.hasStaticShape() || mt.getRank() < 1) return imp.fail("attn_mask needs a static shape");
+    if (int64_t pad = skv - mt.getShape().back(); pad > 0) {
+      SmallVector<int64_t> pads(size_t(2 * mt.getRank()), 0);
+      pads[size_t(2 * mt.getRank() - 1)] = pad;
+      Value fill = isBool ? imp.constScalarLike(0, mt.getElementType()) : negInf;
+      mk = m.op("Pad", "pad", {mk, imp.constI64(pads), fill, imp.none()}, {imp.builder.getNamedAttr("mode", imp.builder.getStringAttr("constant"))});
+    }
+    bias = isBool ? m.op("Where", "where", {mk, zero, negInf}) : mk;
+  }
+  if (const auto *a = attrOf(n, "is_causal"); a && a->i()) {
+    int64_t offset = *pastK ? dimsOf(*pastK)[2] : 0;
+    auto allowedType = RankedTensorType::get({sq, skv}, imp.builder.getI1Type());
+    SmallVector<bool> allowed;
+    for (int64_t i = 0; i < sq; ++i)
+      for (int64_t j = 0; j < skv; ++j) allowed.push_back(j <= i + offset);
+    Value frontier = imp.builder.create<ConstantOp>(imp.loc, allowedType, DenseElementsAttr::get(allowedType, allowed));
+    Value causal = m.op("Where", "where", {frontier, zero, negInf});
+    bias = bias ? m.op("Add", "add", {bias, causal}) : causal;
+  }
+  Value withBias = bias ? m.op("Add", "add", {scores, bias}) : scores;
+  int64_t mode = 0;
+  if (const auto *a = attrOf(n, "qk_matmul_output_mode")) mode = a->i();
+  if (mode < 0 || mode > 3) return imp.fail("qk_matmul_output_mode must be 0, 1, 2 or 3");
+  Value logits = withBias;
+  if (const auto *a = attrOf(n, "softmax_precision"))
+    logits = m.op("Cast", "cast", {logits}, {m.i64("to", a->i())});
+  Value probs = m.op("Softmax", "softmax", {logits}, {m.i64("axis", -1)});
+  if (logits != withBias) probs = m.op("Cast", "cast", {probs}, {m.i64("to", onnxFloatType(et))});
+  if (bias) { // rows whose bias masks every key attend nothing: zeros, not NaN
+    Value rowMax = m.op("ReduceMax", "reduce_max", {bias, imp.constI64({-1})}, {m.i64("keepdims", 1)});
+    probs = m.op("Where", "where", {m.op("Equal", "equal", {rowMax, negInf}), zero, probs});
+  }
+  Value y = m.op("MatMul", "matmul", {probs, V});
+  if (rank == 3) {
+    ArrayRef<int64_t> yd = dimsOf(y);
+    y = m.reshape(m.transpose(y, {0, 2, 1, 3}), {yd[0], yd[2], yd[1] * yd[3]});
+  }
+  if (!m.ok) return failure();
+  Value outs[4] = {y, presentK, presentV, mode == 3 ? probs : mode == 2 ? withBias : scores};
+  for (int i = 0; i < n.output_size() && i < 4; ++i)
+    if (!n.output(i).empty()) imp.values[n.output(i)] = outs[i];
+  if (n.output_size() > 4) return imp.fail("Attention has at most 4 outputs");
+  return success();
+}
+
+} // namespace sd
