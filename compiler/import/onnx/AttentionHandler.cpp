@@ -8,6 +8,7 @@
 // Not yet: nonpad_kv_seqlen (external caches) and sliding windows; they are
 // refused by name.
 #include "AttentionHandler.h"
+#include "OpMaker.h"
 #include <cmath>
 
 using namespace mlir;
@@ -15,45 +16,6 @@ using namespace sd::ir;
 
 namespace sd {
 namespace {
-
-const onnx::AttributeProto *attrOf(const onnx::NodeProto &n, const char *name) {
-  for (const auto &a : n.attribute())
-    if (a.name() == name) return &a;
-  return nullptr;
-}
-
-// Builds sd ops by mnemonic, remembering the first failure.
-struct OpMaker {
-  NodeImporter &imp;
-  bool ok = true;
-
-  // `contract`: the op library's name (its shape rule), e.g. "MatMul" for sd.matmul.
-  Value op(const char *contract, const char *mnemonic, ArrayRef<Value> operands, ArrayRef<NamedAttribute> attrs = {}) {
-    if (!ok) return Value();
-    for (Value v : operands)
-      if (!v) return ok = false, Value();
-    OpSpec spec{contract, 1, mnemonic, int(operands.size()), 1, nullptr};
-    auto built = imp.buildOp(spec, operands, attrs, 1);
-    if (failed(built)) return ok = false, Value();
-    return (*built)->getResult(0);
-  }
-  NamedAttribute i64(const char *name, int64_t v) { return imp.builder.getNamedAttr(name, imp.builder.getI64IntegerAttr(v)); }
-  Value reshape(Value v, ArrayRef<int64_t> shape) { return op("Reshape", "reshape", {v, imp.constI64(shape)}); }
-  Value transpose(Value v, ArrayRef<int64_t> perm) {
-    return op("Transpose", "transpose", {v}, {imp.builder.getNamedAttr("perm", imp.builder.getDenseI64ArrayAttr(perm))});
-  }
-  Value scalar(double v, Type et) { return imp.constScalarLike(v, et); }
-};
-
-// ONNX's TensorProto code of a float element type (Cast's `to`).
-int64_t onnxFloatType(Type t) {
-  if (t.isF16()) return 10;
-  if (t.isBF16()) return 16;
-  if (t.isF64()) return 11;
-  return 1;
-}
-
-ArrayRef<int64_t> dimsOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
 
 } // namespace
 

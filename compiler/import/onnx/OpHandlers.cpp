@@ -2,6 +2,7 @@
 // sd op (generic handler); older opsets that carried operands as attributes are
 // upgraded to the newest form here, so everything downstream sees one form.
 #include "AttentionHandler.h"
+#include "RotaryHandler.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
 #include <map>
@@ -330,6 +331,7 @@ const OpSpec kSpecs[] = {
     G("DepthToSpace", "depth_to_space", 1, 1), G("SpaceToDepth", "space_to_depth", 1, 1),
     {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
     {"Attention", 23, "attention", -1, -1, importAttention},
+    {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
     G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1), G("CumProd", "cum_prod", 2, 1),
     {"Constant", 1, "constant", 0, 1, constantOp},
 };

@@ -1,0 +1,48 @@
+// Helpers for importer handlers that decompose one ONNX node into several
+// sd ops (Attention, RotaryEmbedding).
+#pragma once
+#include "ImporterContext.h"
+#include "SDDialect.h"
+
+namespace sd {
+
+inline const onnx::AttributeProto *attrOf(const onnx::NodeProto &n, const char *name) {
+  for (const auto &a : n.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+inline llvm::ArrayRef<int64_t> dimsOf(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getShape(); }
+
+// ONNX's TensorProto code of a float element type (Cast's `to`).
+inline int64_t onnxFloatType(mlir::Type t) {
+  if (t.isF16()) return 10;
+  if (t.isBF16()) return 16;
+  if (t.isF64()) return 11;
+  return 1;
+}
+
+// Builds sd ops by mnemonic, remembering the first failure.
+struct OpMaker {
+  NodeImporter &imp;
+  bool ok = true;
+
+  // `contract`: the op library's name (its shape rule), e.g. "MatMul" for sd.matmul.
+  mlir::Value op(const char *contract, const char *mnemonic, llvm::ArrayRef<mlir::Value> operands, llvm::ArrayRef<mlir::NamedAttribute> attrs = {}) {
+    if (!ok) return mlir::Value();
+    for (mlir::Value v : operands)
+      if (!v) return ok = false, mlir::Value();
+    OpSpec spec{contract, 1, mnemonic, int(operands.size()), 1, nullptr};
+    auto built = imp.buildOp(spec, operands, attrs, 1);
+    if (mlir::failed(built)) return ok = false, mlir::Value();
+    return (*built)->getResult(0);
+  }
+  mlir::NamedAttribute i64(const char *name, int64_t v) { return imp.builder.getNamedAttr(name, imp.builder.getI64IntegerAttr(v)); }
+  mlir::Value reshape(mlir::Value v, llvm::ArrayRef<int64_t> shape) { return op("Reshape", "reshape", {v, imp.constI64(shape)}); }
+  mlir::Value transpose(mlir::Value v, llvm::ArrayRef<int64_t> perm) {
+    return op("Transpose", "transpose", {v}, {imp.builder.getNamedAttr("perm", imp.builder.getDenseI64ArrayAttr(perm))});
+  }
+  mlir::Value scalar(double v, mlir::Type et) { return imp.constScalarLike(v, et); }
+};
+
+} // namespace sd
