@@ -86,6 +86,7 @@ def SD_ThresholdedReluOp : SD_Unary<"thresholded_relu", "ThresholdedRelu", (ins 
 def SD_GeluOp : SD_Unary<"gelu", "Gelu", (ins OptStr:$approximate)>;
 def SD_IsInfOp : SD_Unary<"is_inf", "IsInf", (ins OptI64:$detect_negative, OptI64:$detect_positive)>;
 def SD_CastOp : SD_Unary<"cast", "Cast", (ins I64Attr:$to, OptI64:$saturate)>;
+def SD_BitCastOp : SD_Unary<"bit_cast", "BitCast", (ins I64Attr:$to)>;
 def SD_CastLikeOp : SD_Binary<"cast_like", "CastLike", (ins OptI64:$saturate)>;
 
 foreach op = [["add", "Add"], ["sub", "Sub"], ["mul", "Mul"], ["div", "Div"],

@@ -568,6 +568,7 @@ void registerElementwiseKernels() {
   registerCpuKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
 #undef R
   registerCpuKernel("Identity", copyKernel, TypeSet::all());
+  registerCpuKernel("BitCast", copyKernel, TypeSet::all()); // the bytes unchanged; the shape rule checks the widths
   registerCpuKernel("CastLike", CastKernel, TypeSet::all());
   registerCpuKernel("IsNaN", classifyKernel<true>, floats);
   registerCpuKernel("IsInf", classifyKernel<false>, floats);

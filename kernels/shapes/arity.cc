@@ -70,6 +70,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"BitwiseNot", {1, 1}},
       {"Swish", {1, 1}},
       {"Cast", {1, 1}},
+      {"BitCast", {1, 1}},
       {"CastLike", {2, 2}},
       {"Ceil", {1, 1}},
       {"Celu", {1, 1}},

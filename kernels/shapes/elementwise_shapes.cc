@@ -97,6 +97,16 @@ static Status castShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// BitCast: the same bits read as `to`, which must be as wide.
+static Status bitCastShape(ShapeContext &c) {
+  int64_t to = c.attrs.getInt("to", 0);
+  SD_CHECK_ARG(dtypeIsKnown(int32_t(to)), "BitCast to unsupported type ", to);
+  SD_CHECK_ARG(dtypeSize(DType(to)) == dtypeSize(c.inputs[0].dtype), "BitCast from ", dtypeName(c.inputs[0].dtype),
+               " to ", dtypeName(DType(to)), ": the widths differ");
+  c.outputs = {sameAs(c.inputs[0], DType(to))};
+  return Status::ok();
+}
+
 static Status castLikeShape(ShapeContext &c) {
   SD_CHECK_ARG(c.inputs.size() == 2, "CastLike takes 2 operands");
   c.outputs = {sameAs(c.inputs[0], c.inputs[1].dtype)};
@@ -140,6 +150,7 @@ void registerElementwiseShapes() {
     registerShapeRule(op, compareBroadcast);
   registerShapeRule("Where", whereShape);
   registerShapeRule("Cast", castShape);
+  registerShapeRule("BitCast", bitCastShape);
   registerShapeRule("CastLike", castLikeShape);
 }
 

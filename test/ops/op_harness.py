@@ -270,6 +270,15 @@ for name in ["Equal", "Less", "LessOrEqual", "Greater", "GreaterOrEqual"]:
 for name in ["And", "Or", "Xor"]:
     CASES[name] = shapes_binary(nan=False)
 CASES["Not"] = shapes_unary(nan=False)
+SAME_WIDTH = {"f32": "i32", "i32": "f32", "u32": "i32", "f64": "i64", "i64": "f64", "u64": "i64", "f16": "u16",
+              "bf16": "i16", "i16": "u16", "u16": "i16", "i8": "u8", "u8": "i8", "bool": "u8"}
+def bit_cast_case(t):
+    return Case(lambda t_, r: [rand(r, (3, 4), t, -100 if t not in ("u8", "u16", "u32", "u64", "bool") else 0, 100)],
+                attrs={"to": onnx_type(SAME_WIDTH[t])}, types=[t], label=f"{t} -> {SAME_WIDTH[t]}",
+                ref=lambda ins, attrs, t_: [ins[0].view(NP[SAME_WIDTH[t]])])
+
+
+CASES["BitCast"] = [bit_cast_case(t) for t in SAME_WIDTH]
 UNSIGNED = ("u8", "u16", "u32", "u64")
 SIGNED = ("i8", "i16", "i32", "i64")
 
