@@ -79,6 +79,7 @@ foreach op = [["exp", "Exp"], ["log", "Log"], ["sqrt", "Sqrt"],
 def SD_HardSigmoidOp : SD_Unary<"hard_sigmoid", "HardSigmoid", (ins OptF32:$alpha, OptF32:$beta)>;
 def SD_LeakyReluOp : SD_Unary<"leaky_relu", "LeakyRelu", (ins OptF32:$alpha)>;
 def SD_SwishOp : SD_Unary<"swish", "Swish", (ins OptF32:$alpha)>;
+def SD_ShrinkOp : SD_Unary<"shrink", "Shrink", (ins OptF32:$bias, OptF32:$lambd)>;
 def SD_EluOp : SD_Unary<"elu", "Elu", (ins OptF32:$alpha)>;
 def SD_SeluOp : SD_Unary<"selu", "Selu", (ins OptF32:$alpha, OptF32:$gamma)>;
 def SD_CeluOp : SD_Unary<"celu", "Celu", (ins OptF32:$alpha)>;

@@ -351,6 +351,18 @@ Status BitShiftKernel(const KernelContext &c) {
   });
 }
 
+// Shrink: x + bias below -lambd, x - bias above lambd, else 0 (any numeric type).
+Status ShrinkKernel(const KernelContext &c) {
+  double bias = c.attrs.getFloat("bias", 0.0), lambd = c.attrs.getFloat("lambd", 0.5);
+  return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return mapUnary<T>(c, [=](T x) {
+      double v = double(x);
+      return v < -lambd ? T(v + bias) : v > lambd ? T(v - bias) : T(0);
+    });
+  });
+}
+
 // BitwiseAnd/Or/Xor/Not on the integers' bits.
 template <typename Op> Status bitwise(const KernelContext &c, Op op) {
   return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
@@ -562,7 +574,7 @@ void registerElementwiseKernels() {
   R(Equal, numeric | TypeSet{DType::Bool})
   R(Not, TypeSet{DType::Bool}) R(And, TypeSet{DType::Bool}) R(Or, TypeSet{DType::Bool}) R(Xor, TypeSet{DType::Bool})
   R(BitShift, TypeSet::integers()) R(BitwiseAnd, TypeSet::integers()) R(BitwiseOr, TypeSet::integers())
-  R(BitwiseXor, TypeSet::integers()) R(BitwiseNot, TypeSet::integers())
+  R(BitwiseXor, TypeSet::integers()) R(BitwiseNot, TypeSet::integers()) R(Shrink, numeric)
   R(Cast, TypeSet::all())
   // Where's element type is its second operand's; the first is the bool condition.
   registerCpuKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);

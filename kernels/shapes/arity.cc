@@ -69,6 +69,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"BitwiseXor", {2, 2}},
       {"BitwiseNot", {1, 1}},
       {"Swish", {1, 1}},
+      {"Shrink", {1, 1}},
       {"Cast", {1, 1}},
       {"BitCast", {1, 1}},
       {"CastLike", {2, 2}},

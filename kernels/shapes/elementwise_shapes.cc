@@ -128,7 +128,7 @@ void registerElementwiseShapes() {
   registerShapeRule("Dropout", dropoutShape);
   for (const char *op :
        {"Neg", "Abs", "Sign", "Identity", "Relu", "Floor", "Ceil", "Round",
-        "Clip", "Not"})
+        "Clip", "Not", "Shrink"})
     registerShapeRule(op, sameShape);
   registerShapeRule("BitwiseNot", integerUnary);
   for (const char *op :

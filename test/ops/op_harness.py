@@ -272,6 +272,16 @@ for name in ["And", "Or", "Xor"]:
 CASES["Not"] = shapes_unary(nan=False)
 SAME_WIDTH = {"f32": "i32", "i32": "f32", "u32": "i32", "f64": "i64", "i64": "f64", "u64": "i64", "f16": "u16",
               "bf16": "i16", "i16": "u16", "u16": "i16", "i8": "u8", "u8": "i8", "bool": "u8"}
+def shrink_ref(ins, attrs, t):
+    x, bias, lambd = f64(ins[0]), attrs.get("bias", 0.0), attrs.get("lambd", 0.5)
+    return [np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)).astype(ins[0].dtype)]
+
+
+CASES["Shrink"] = [Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], ref=shrink_ref, label="defaults"),
+                   Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], attrs={"bias": 1.5, "lambd": 1.5}, ref=shrink_ref,
+                        label="soft", types=FLOATS)]
+
+
 def bit_cast_case(t):
     return Case(lambda t_, r: [rand(r, (3, 4), t, -100 if t not in ("u8", "u16", "u32", "u64", "bool") else 0, 100)],
                 attrs={"to": onnx_type(SAME_WIDTH[t])}, types=[t], label=f"{t} -> {SAME_WIDTH[t]}",

@@ -3,10 +3,10 @@
 //   3-D inputs split into heads; past key/value concatenated (present_*);
 //   grouped-query heads repeated; scores = (Q sqrt(scale)) (K sqrt(scale))^T;
 //   softcap; bias = attn_mask (bool -> 0/-inf, padded to the keys) and the
-//   offset-aligned causal frontier; softmax (in softmax_precision); rows whose
+//   offset-aligned causal frontier and sliding window; softmax (in softmax_precision); rows whose
 //   bias masks every key give zeros; Y = P V, merged back to 3-D.
-// Not yet: nonpad_kv_seqlen (external caches) and sliding windows; they are
-// refused by name.
+// Sliding windows (opset 25) are one more band of the bias. Not yet:
+// nonpad_kv_seqlen (external caches), refused by name.
 #include "AttentionHandler.h"
 #include "OpMaker.h"
 #include <cmath>
@@ -29,8 +29,10 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
   if (failed(q) || failed(k) || failed(v) || failed(mask) || failed(pastK) || failed(pastV) || failed(nonpad))
     return failure();
   if (*nonpad) return imp.fail("nonpad_kv_seqlen (an external KV cache) is not supported yet");
-  for (const char *w : {"left_window_size", "right_window_size"})
-    if (const auto *a = attrOf(n, w); a && a->i() != -1) return imp.fail(std::string(w) + " is not supported yet");
+  int64_t window[2] = {-1, -1}; // left, right; -1: unbounded
+  for (int side = 0; side < 2; ++side)
+    if (const auto *a = attrOf(n, side ? "right_window_size" : "left_window_size")) window[side] = a->i();
+  if (window[0] < -1 || window[1] < -1) return imp.fail("window sizes must be -1 or nonnegative");
   if (bool(*pastK) != bool(*pastV)) return imp.fail("past_key and past_value go together");
   for (Value x : {*q, *k, *v})
     if (!cast<RankedTensorType>(x.getType()).hasStaticShape())
@@ -96,16 +98,22 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
     }
     bias = isBool ? m.op("Where", "where", {mk, zero, negInf}) : mk;
   }
-  if (const auto *a = attrOf(n, "is_causal"); a && a->i()) {
-    int64_t offset = *pastK ? dimsOf(*pastK)[2] : 0;
+  // Query i sits at absolute position i + offset (offset: the past keys).
+  int64_t offset = *pastK ? dimsOf(*pastK)[2] : 0;
+  auto addBand = [&](auto allowedAt) { // bias += 0 where allowed, -inf elsewhere
     auto allowedType = RankedTensorType::get({sq, skv}, imp.builder.getI1Type());
     SmallVector<bool> allowed;
     for (int64_t i = 0; i < sq; ++i)
-      for (int64_t j = 0; j < skv; ++j) allowed.push_back(j <= i + offset);
-    Value frontier = imp.builder.create<ConstantOp>(imp.loc, allowedType, DenseElementsAttr::get(allowedType, allowed));
-    Value causal = m.op("Where", "where", {frontier, zero, negInf});
-    bias = bias ? m.op("Add", "add", {bias, causal}) : causal;
-  }
+      for (int64_t j = 0; j < skv; ++j) allowed.push_back(allowedAt(i + offset, j));
+    Value band = imp.builder.create<ConstantOp>(imp.loc, allowedType, DenseElementsAttr::get(allowedType, allowed));
+    Value b = m.op("Where", "where", {band, zero, negInf});
+    bias = bias ? m.op("Add", "add", {bias, b}) : b;
+  };
+  if (const auto *a = attrOf(n, "is_causal"); a && a->i()) addBand([](int64_t p, int64_t j) { return j <= p; });
+  if (window[0] >= 0 || window[1] >= 0)
+    addBand([&](int64_t p, int64_t j) {
+      return (window[0] < 0 || p - j <= window[0]) && (window[1] < 0 || j - p <= window[1]);
+    });
   Value withBias = bias ? m.op("Add", "add", {scores, bias}) : scores;
   int64_t mode = 0;
   if (const auto *a = attrOf(n, "qk_matmul_output_mode")) mode = a->i();

@@ -258,7 +258,7 @@ const OpSpec kSpecs[] = {
     G("Softplus", "softplus", 1, 1), G("Mish", "mish", 1, 1), G("HardSwish", "hard_swish", 1, 1),
     G("Neg", "neg", 1, 1), G("Abs", "abs", 1, 1), G("Sign", "sign", 1, 1), G("Relu", "relu", 1, 1),
     G("Floor", "floor", 1, 1), G("Ceil", "ceil", 1, 1), G("Round", "round", 1, 1), G("Identity", "identity", 1, 1),
-    G("Not", "not", 1, 1), G("BitCast", "bit_cast", 1, 1), G("BitwiseNot", "bitwise_not", 1, 1), G("Swish", "swish", 1, 1), G("IsNaN", "is_nan", 1, 1), G("IsInf", "is_inf", 1, 1),
+    G("Not", "not", 1, 1), G("BitCast", "bit_cast", 1, 1), G("BitwiseNot", "bitwise_not", 1, 1), G("Swish", "swish", 1, 1), G("Shrink", "shrink", 1, 1), G("IsNaN", "is_nan", 1, 1), G("IsInf", "is_inf", 1, 1),
     G("HardSigmoid", "hard_sigmoid", 1, 1), G("LeakyRelu", "leaky_relu", 1, 1), G("Elu", "elu", 1, 1),
     G("Selu", "selu", 1, 1), G("Celu", "celu", 1, 1), G("ThresholdedRelu", "thresholded_relu", 1, 1),
     G("Gelu", "gelu", 1, 1), G("Cast", "cast", 1, 1), G("CastLike", "cast_like", 2, 1),
