@@ -5,8 +5,9 @@
 //   softcap; bias = attn_mask (bool -> 0/-inf, padded to the keys) and the
 //   offset-aligned causal frontier and sliding window; softmax (in softmax_precision); rows whose
 //   bias masks every key give zeros; Y = P V, merged back to 3-D.
-// Sliding windows (opset 25) are one more band of the bias. Not yet:
-// nonpad_kv_seqlen (external caches), refused by name.
+// Sliding windows (opset 25) are one more band of the bias; an external
+// cache (nonpad_kv_seqlen) gives per-batch offsets and a padding band,
+// computed at run time.
 #include "AttentionHandler.h"
 #include "OpMaker.h"
 #include <cmath>
@@ -28,7 +29,7 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
                    nonpad = input(6);
   if (failed(q) || failed(k) || failed(v) || failed(mask) || failed(pastK) || failed(pastV) || failed(nonpad))
     return failure();
-  if (*nonpad) return imp.fail("nonpad_kv_seqlen (an external KV cache) is not supported yet");
+  if (*nonpad && *pastK) return imp.fail("nonpad_kv_seqlen cannot be combined with past_key/past_value");
   int64_t window[2] = {-1, -1}; // left, right; -1: unbounded
   for (int side = 0; side < 2; ++side)
     if (const auto *a = attrOf(n, side ? "right_window_size" : "left_window_size")) window[side] = a->i();
@@ -98,22 +99,50 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
     }
     bias = isBool ? m.op("Where", "where", {mk, zero, negInf}) : mk;
   }
-  // Query i sits at absolute position i + offset (offset: the past keys).
-  int64_t offset = *pastK ? dimsOf(*pastK)[2] : 0;
-  auto addBand = [&](auto allowedAt) { // bias += 0 where allowed, -inf elsewhere
-    auto allowedType = RankedTensorType::get({sq, skv}, imp.builder.getI1Type());
-    SmallVector<bool> allowed;
-    for (int64_t i = 0; i < sq; ++i)
-      for (int64_t j = 0; j < skv; ++j) allowed.push_back(allowedAt(i + offset, j));
-    Value band = imp.builder.create<ConstantOp>(imp.loc, allowedType, DenseElementsAttr::get(allowedType, allowed));
-    Value b = m.op("Where", "where", {band, zero, negInf});
+  // Query i sits at absolute position p = i + offset: offset is the past
+  // keys' count, or per batch nonpad_kv_seqlen[b] - q_len with an external
+  // cache. Without nonpad_kv_seqlen the bands are constants.
+  auto addBias = [&](Value allowed) { // bias += 0 where allowed, -inf elsewhere
+    Value b = m.op("Where", "where", {allowed, zero, negInf});
     bias = bias ? m.op("Add", "add", {bias, b}) : b;
   };
-  if (const auto *a = attrOf(n, "is_causal"); a && a->i()) addBand([](int64_t p, int64_t j) { return j <= p; });
-  if (window[0] >= 0 || window[1] >= 0)
-    addBand([&](int64_t p, int64_t j) {
-      return (window[0] < 0 || p - j <= window[0]) && (window[1] < 0 || j - p <= window[1]);
-    });
+  bool causal = false;
+  if (const auto *a = attrOf(n, "is_causal")) causal = a->i() != 0;
+  bool windowed = window[0] >= 0 || window[1] >= 0;
+  auto allowedAt = [&](int64_t p, int64_t j, bool causalBand) {
+    if (causalBand) return j <= p;
+    return (window[0] < 0 || p - j <= window[0]) && (window[1] < 0 || j - p <= window[1]);
+  };
+  if (!*nonpad) {
+    int64_t offset = *pastK ? dimsOf(*pastK)[2] : 0;
+    for (bool causalBand : {true, false}) {
+      if (causalBand ? !causal : !windowed) continue;
+      auto allowedType = RankedTensorType::get({sq, skv}, imp.builder.getI1Type());
+      SmallVector<bool> allowed;
+      for (int64_t i = 0; i < sq; ++i)
+        for (int64_t j = 0; j < skv; ++j) allowed.push_back(allowedAt(i + offset, j, causalBand));
+      addBias(imp.builder.create<ConstantOp>(imp.loc, allowedType, DenseElementsAttr::get(allowedType, allowed)));
+    }
+  } else {
+    SmallVector<int64_t> is, js;
+    for (int64_t i = 0; i < sq; ++i) is.push_back(i);
+    for (int64_t j = 0; j < skv; ++j) js.push_back(j);
+    Value j = m.reshape(imp.constI64(js), {1, 1, 1, skv});
+    Value valid = m.reshape(m.op("Cast", "cast", {*nonpad}, {m.i64("to", 7)}), {-1, 1, 1, 1}); // [B, 1, 1, 1]
+    Value p = m.op("Add", "add", {m.reshape(imp.constI64(is), {1, 1, sq, 1}),
+                                  m.op("Sub", "sub", {valid, imp.constI64({sq}, /*scalar=*/true)})}); // [B, 1, q, 1]
+    if (causal) addBias(m.op("LessOrEqual", "less_or_equal", {j, p}));
+    if (windowed) {
+      Value diff = m.op("Sub", "sub", {p, j}), allowed;
+      if (window[0] >= 0) allowed = m.op("LessOrEqual", "less_or_equal", {diff, imp.constI64({window[0]}, true)});
+      if (window[1] >= 0) {
+        Value right = m.op("LessOrEqual", "less_or_equal", {m.op("Neg", "neg", {diff}), imp.constI64({window[1]}, true)});
+        allowed = allowed ? m.op("And", "and", {allowed, right}) : right;
+      }
+      addBias(allowed);
+    }
+    addBias(m.op("Less", "less", {j, valid})); // keys past each batch's valid count
+  }
   Value withBias = bias ? m.op("Add", "add", {scores, bias}) : scores;
   int64_t mode = 0;
   if (const auto *a = attrOf(n, "qk_matmul_output_mode")) mode = a->i();
