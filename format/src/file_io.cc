@@ -185,15 +185,23 @@ Status syncDirectory(const std::string &dir) {
 }
 
 Status replaceDirectory(const std::string &staged, const std::string &dir) {
-  struct stat st;
-  if (::lstat(dir.c_str(), &st) != 0) {
-    if (::rename(staged.c_str(), dir.c_str()) != 0)
+  // Another writer can create or replace `dir` between the check and the
+  // rename (two trainings saving one adapter folder): a rename that finds the
+  // folder there swaps instead, a swap that finds it gone moves instead.
+  for (int attempt = 0;; ++attempt) {
+    struct stat st;
+    if (::lstat(dir.c_str(), &st) != 0) {
+      if (::rename(staged.c_str(), dir.c_str()) == 0) break;
+      if ((errno == EEXIST || errno == ENOTEMPTY) && attempt < 8) continue;
       return sdError(dir, ": cannot move the new folder into place (", std::strerror(errno), ")");
-  } else {
+    }
     if (!S_ISDIR(st.st_mode)) return sdError(dir, ": exists and is not a folder");
-    if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) != 0)
-      return sdError(dir, ": cannot swap the new folder into place (", std::strerror(errno), ")");
-    removeTree(staged); // now the old folder
+    if (::renameat2(AT_FDCWD, staged.c_str(), AT_FDCWD, dir.c_str(), RENAME_EXCHANGE) == 0) {
+      removeTree(staged); // now the old folder
+      break;
+    }
+    if (errno == ENOENT && attempt < 8) continue;
+    return sdError(dir, ": cannot swap the new folder into place (", std::strerror(errno), ")");
   }
   return syncDirectory(parentDirectory(dir));
 }
