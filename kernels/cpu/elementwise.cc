@@ -340,7 +340,7 @@ Status BitShiftKernel(const KernelContext &c) {
       using U = std::make_unsigned_t<T>;
       return binaryBroadcast<T, T>(c, [left](T x, T y) {
         constexpr int64_t bits = int64_t(sizeof(T) * 8);
-        if (int64_t(y) < 0 || int64_t(y) >= bits || (std::is_unsigned_v<T> && uint64_t(y) >= uint64_t(bits)))
+        if (int64_t(y) < 0 || int64_t(y) >= bits) // a u64 shift past 2^63 reads as negative: out of range too
           return T(!left && x < T(0) ? T(-1) : T(0));
         if (left) return T(U(x) << unsigned(y));
         return T(x < T(0) ? T(~(U(~U(x)) >> unsigned(y))) : T(U(x) >> unsigned(y)));

@@ -21,10 +21,7 @@ namespace {
 } // namespace
 
 LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
-  auto input = [&](int i) -> FailureOr<Value> {
-    if (i >= n.input_size() || n.input(i).empty()) return Value();
-    return imp.lookup(n.input(i));
-  };
+  auto input = [&](int i) { return optionalInput(imp, n, i); };
   FailureOr<Value> q = input(0), k = input(1), v = input(2), mask = input(3), pastK = input(4), pastV = input(5),
                    nonpad = input(6);
   if (failed(q) || failed(k) || failed(v) || failed(mask) || failed(pastK) || failed(pastV) || failed(nonpad))

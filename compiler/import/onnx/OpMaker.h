@@ -12,6 +12,12 @@ inline const onnx::AttributeProto *attrOf(const onnx::NodeProto &n, const char *
   return nullptr;
 }
 
+// Input i of the node, or a null Value when it is absent (past the end or named "").
+inline mlir::FailureOr<mlir::Value> optionalInput(NodeImporter &imp, const onnx::NodeProto &n, int i) {
+  if (i >= n.input_size() || n.input(i).empty()) return mlir::Value();
+  return imp.lookup(n.input(i));
+}
+
 inline llvm::ArrayRef<int64_t> dimsOf(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getShape(); }
 
 // ONNX's TensorProto code of a float element type (Cast's `to`).

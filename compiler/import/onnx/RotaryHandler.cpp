@@ -12,10 +12,7 @@ using namespace sd::ir;
 namespace sd {
 
 LogicalResult importRotaryEmbedding(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
-  auto input = [&](int i) -> FailureOr<Value> {
-    if (i >= n.input_size() || n.input(i).empty()) return Value();
-    return imp.lookup(n.input(i));
-  };
+  auto input = [&](int i) { return optionalInput(imp, n, i); };
   FailureOr<Value> x = input(0), cosCache = input(1), sinCache = input(2), positions = input(3);
   if (failed(x) || failed(cosCache) || failed(sinCache) || failed(positions)) return failure();
   if (!*x || !*cosCache || !*sinCache) return imp.fail("RotaryEmbedding needs input, cos_cache and sin_cache");
