@@ -78,6 +78,11 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     if (g.getRole() == "trainable") trainable += t.getNumElements(), names.push_back(g.getSymName().str());
   }
   std::string out;
+  if (auto notes = module->getAttrOfType<mlir::ArrayAttr>("sd.control_flow")) {
+    out += "control flow:\n";
+    for (mlir::Attribute n : notes) out += "  " + mlir::cast<mlir::StringAttr>(n).str() + "\n";
+  }
+  if (!req.pipeline.training()) return out.empty() ? "no training and no control flow to report\n" : out;
   auto dict = module->getAttrOfType<mlir::DictionaryAttr>("sd.peft");
   auto type = dict ? dict.getAs<mlir::StringAttr>("peft_type") : mlir::StringAttr();
   if (type && type.getValue() == "OSF") {
@@ -137,6 +142,8 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
 
   ImportOptions iopts;
   iopts.modelPath = req.model;
+  iopts.maxTrip = req.maxTrip;
+  iopts.maxUnroll = req.maxUnroll;
   for (const std::string &spec : req.pipeline.shapes) { // "x=2x3[,4x3]": rank of the first value
     size_t eq = spec.rfind('=');
     if (eq == std::string::npos) continue;
@@ -199,6 +206,14 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"" + key + "\":" + json + "}";
   };
   if (auto token = (*module)->getAttrOfType<mlir::StringAttr>("sd.token_input")) addField("token_input", jsonQuote(token.str()));
+  if (auto notes = (*module)->getAttrOfType<mlir::ArrayAttr>("sd.control_flow")) {
+    // The import's decisions, and how many run-time selects specialization left.
+    int64_t selects = 0;
+    module->walk([&](ir::IfSelectOp) { ++selects; });
+    std::string list = "[";
+    for (auto [i, n] : llvm::enumerate(notes)) list += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
+    addField("control_flow", "{\"decisions\":" + list + "],\"run_time_selects\":" + std::to_string(selects) + "}");
+  }
   if (std::string peft = peftJson(*module); !peft.empty()) addField(peft.find("\"OSF\"") != std::string::npos ? "osf" : "lora", peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));
 }

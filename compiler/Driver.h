@@ -17,6 +17,8 @@ struct CompileRequest {
   bool externalWeights = false;
   bool verbose = false;
   bool dryRun = false; // report what would train (irOut), write nothing
+  int64_t maxTrip = 0;    // bound of run-time-stopped Loops (0: refuse them)
+  int64_t maxUnroll = 4096;
 };
 
 // Returns true on success; `error` holds one line on failure. IR for

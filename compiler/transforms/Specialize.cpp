@@ -1,5 +1,6 @@
 // sd-specialize: clone each entry once per shape bucket with static inputs.
 #include "sd/format/training_abi.h"
+#include "KernelFold.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
@@ -211,6 +212,11 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
     DictionaryAttr dict = builder.getDictionaryAttr(named);
     clone->setAttr("sd.bucket", dict);
     clone->setAttr("sd.entry", builder.getStringAttr(entry));
+    // An If select whose condition these shapes decide drops a branch that may
+    // not fit them: fold it now, before the verifier sees that branch.
+    bool selects = false;
+    clone.walk([&](sd::ir::IfSelectOp) { selects = true; });
+    if (selects) return sd::propagateShapes(clone, sd::kImportFoldBytes);
     return success();
   }
 };

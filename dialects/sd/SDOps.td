@@ -106,6 +106,14 @@ foreach op = [["min", "Min"], ["max", "Max"], ["mean", "Mean"], ["sum", "Sum"]] 
 
 def SD_WhereOp : SD_Nary<"where", "Where",
     (ins AnyTensor:$condition, AnyTensor:$x, AnyTensor:$y)>;
+// ONNX If whose condition is run-time data: both branches were computed, this
+// picks one (folded away once the condition is a constant).
+def SD_IfSelectOp : SD_Nary<"if_select", "IfSelect",
+    (ins AnyTensor:$condition, AnyTensor:$then_value, AnyTensor:$else_value)>;
+// An unrolled ONNX Loop bounded by --max-trip: passes `value` through, and
+// fails the run when `overflow` is true (the loop wanted more iterations).
+def SD_LoopGuardOp : SD_Nary<"loop_guard", "LoopGuard",
+    (ins AnyTensor:$value, AnyTensor:$overflow), (ins StrAttr:$message)>;
 def SD_ClipOp : SD_Nary<"clip", "Clip",
     (ins AnyTensor:$input, SD_OptTensor:$min, SD_OptTensor:$max)>;
 def SD_DropoutOp : SD_Nary<"dropout", "Dropout",

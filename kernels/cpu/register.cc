@@ -15,6 +15,7 @@ void registerQuantizedShapes();
 void registerGradientShapes();
 void registerCollectiveShapes();
 void registerOsftShapes();
+void registerControlShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -35,6 +36,7 @@ void registerDropoutKernels();
 void registerAttentionKernels();
 void registerCollectiveKernels();
 void registerOsftKernels();
+void registerControlKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -81,6 +83,7 @@ void registerAllOps() {
     registerGradientShapes();
     registerCollectiveShapes();
     registerOsftShapes();
+    registerControlShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -100,6 +103,7 @@ void registerAllOps() {
     cpu::registerAttentionKernels();
     cpu::registerCollectiveKernels();
     cpu::registerOsftKernels();
+    cpu::registerControlKernels();
   });
 }
 

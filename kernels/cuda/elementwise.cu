@@ -315,6 +315,9 @@ void registerElementwiseKernels() {
   registerKernel("GreaterOrEqual", compareOp<Compare::GreaterOrEqual>, comparable);
   registerKernel("Not", NotKernel, TypeSet{DType::Bool});
   registerKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
+  // A run-time If (shapes/control_shapes.cc) is a Where with a one-element
+  // condition; reading the condition on the host would break graph capture.
+  registerKernel("IfSelect", WhereKernel, TypeSet::all(), nullptr, 1);
   registerKernel("Cast", CastKernel, floatStorage() | TypeSet{DType::I64, DType::I32, DType::Bool});
 }
 

@@ -176,6 +176,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"Trilu", {1, 2}},
       {"Unsqueeze", {2, 2}},
       {"Where", {3, 3}},
+      {"IfSelect", {3, 3}},
+      {"LoopGuard", {2, 2}},
       {"Xor", {2, 2}},
   };
   auto it = table.find(op);

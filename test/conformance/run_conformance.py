@@ -96,7 +96,8 @@ def run_test(args, test_dir):
             return "fail", "sdc timed out"
         # Inputs that determine shapes (a Reshape target, Slice starts, ...) must be
         # known ahead of time: retry with the integer inputs bound as constants.
-        if r.returncode > 0 and binds and ("dynamic shape" in r.stderr or "must be a constant" in r.stderr):
+        if r.returncode > 0 and binds and ("dynamic shape" in r.stderr or "must be a constant" in r.stderr
+                                                or "static shape" in r.stderr or "--bind" in r.stderr):
             bound = {b.split("=", 1)[0] for b in binds[1::2]}
             kept = [x for pair in zip(shapes[0::2], shapes[1::2]) if pair[1].split("=", 1)[0] not in bound
                     for x in pair]

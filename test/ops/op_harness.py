@@ -325,6 +325,15 @@ CASES["BitwiseNot"] = [Case(lambda t, r: [rand(r, (3, 4), t, -100, 100)], ref=la
 CASES["Swish"] = (shapes_unary(-5, 5, ref=numpy_ref(lambda x: x / (1 + np.exp(-x)))) +
                   [Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], attrs={"alpha": 0.5}, label="alpha 0.5",
                         ref=lambda ins, attrs, t: [(f64(ins[0]) / (1 + np.exp(-0.5 * f64(ins[0])))).astype(ins[0].dtype)])])
+# The ops unrolled control flow leaves (compiler/import/onnx/ControlFlowHandler.cpp).
+CASES["IfSelect"] = [Case(lambda t, r, c=c: [np.array(c), rand(r, (2, 3), t), rand(r, (2, 3), t)],
+                          ref=lambda ins, attrs, t: [ins[1] if ins[0] else ins[2]], label=f"condition {c}")
+                     for c in (True, False)]
+CASES["LoopGuard"] = [
+    Case(lambda t, r: [rand(r, (2, 3), t), np.array(False)], attrs={"message": "loop ran past --max-trip 4"},
+         ref=lambda ins, attrs, t: [ins[0]], label="within the bound"),
+    Case(lambda t, r: [rand(r, (2, 3), t), np.array([True])], attrs={"message": "loop ran past --max-trip 4"},
+         error="loop ran past --max-trip 4", label="past the bound")]
 CASES["Clip"] = [
     Case(lambda t, r: [rand(r, (3, 5), t, -5, 5), np.array(1, NP[t]), np.array(3, NP[t])], label="min and max"),
     Case(lambda t, r: [rand(r, (3, 5), t, -5, 5), None, np.array(1, NP[t])], label="max only"),

@@ -26,6 +26,9 @@ const char *kUsage =
     "  --bind INPUT=FILE.pb     fix a graph input to a constant tensor (inputs that\n"
     "                           determine shapes, e.g. a Reshape target)\n"
     "  --external-weights       write weights to PLAN.safetensors next to the plan\n"
+    "  --max-trip N             bound of an ONNX Loop whose trip count or stop is run-time\n"
+    "                           data: it unrolls N times and the run fails if it needs more\n"
+    "  --max-unroll N           most iterations a Loop or Scan may unroll to (4096)\n"
     "  --emit mlir|plan|import  mlir: print the final IR instead of writing a plan;\n"
     "                           import: print the sd IR straight after import\n"
     "  --print-ir-after-all     print the IR after every pass (to stderr)\n"
@@ -52,7 +55,8 @@ const char *kUsage =
     "  --lora-dropout P         dropout on each adapter's input while training (0); masks\n"
     "                           are keyed by sdrun train --seed and saved in checkpoints\n"
     "  --seed S                 seed of the adapter initialization (0)\n"
-    "  --dry-run                list what would train and the parameter count; write nothing\n"
+    "  --dry-run                list what would train, the parameter count and the control\n"
+    "                           flow decisions (If folded or selected, loops unrolled); write nothing\n"
     "  --infer-shapes INPUT=DxD shapes of the infer entry (default for training plans:\n"
     "                           --shapes with batch 1, the bucket sdrun generate uses,\n"
     "                           or the model's batch where the model fixes it)\n"
@@ -114,6 +118,7 @@ struct Args {
   std::vector<std::pair<std::string, std::string>> binds;
   sd::PipelineOptions pipeline;
   bool externalWeights = false, verbose = false, dryRun = false;
+  int64_t maxTrip = 0, maxUnroll = 4096;
 };
 
 int parseArgs(int argc, char **argv, Args &a) {
@@ -191,6 +196,11 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--lora-init") {
       if (!value(a.pipeline.loraInit) || (a.pipeline.loraInit != "default" && a.pipeline.loraInit != "gaussian"))
         return fail("--lora-init takes 'default' or 'gaussian'"), 2;
+    } else if (flag == "--max-trip" || flag == "--max-unroll") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      if (v.empty() || *end || n < 1 || n > (1 << 20)) return fail(flag + " needs an integer from 1 to 1048576"), 2;
+      (flag == "--max-trip" ? a.maxTrip : a.maxUnroll) = n;
     } else if (arg == "--dry-run") {
       a.dryRun = true;
     } else if (flag == "--trainable") {
@@ -262,7 +272,6 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
   if (a.pipeline.peft != "lora" && a.pipeline.peft != "osft" && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora or --peft osft"), 2;
-  if (a.dryRun && !a.pipeline.training()) return fail("--dry-run needs --peft"), 2;
   if (a.pipeline.shard != "none" && !a.pipeline.training())
     return fail("--shard " + a.pipeline.shard + " shards training state: it needs a training plan (--peft)"), 2;
   if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
@@ -334,6 +343,8 @@ static int compileMain(int argc, char **argv) {
   req.externalWeights = args.externalWeights;
   req.verbose = args.verbose;
   req.dryRun = args.dryRun;
+  req.maxTrip = args.maxTrip;
+  req.maxUnroll = args.maxUnroll;
   std::string error, ir;
   // A plan's folder is checked before compiling, which can take minutes.
   if (!req.dryRun && !req.output.empty() && req.output != "-")

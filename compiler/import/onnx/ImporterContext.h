@@ -6,10 +6,12 @@
 #include "onnx/onnx_pb.h"
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace sd {
 
 class NodeImporter;
+struct ImportOptions;
 
 struct OpSpec;
 using OpHandler = mlir::LogicalResult (*)(NodeImporter &, const onnx::NodeProto &, const OpSpec &);
@@ -38,7 +40,14 @@ public:
   std::unordered_map<std::string, mlir::Value> values;
   std::unordered_map<std::string, const onnx::TensorProto *> lazyGlobals; // created on first use
   mlir::Location loc = mlir::UnknownLoc::get(builder.getContext());
-  std::string nodeDesc; // "node 'x' (Op, opset N)"
+  std::string nodeDesc; // "<scope>: node 'x' (Op, opset N)"
+  std::string nodeName; // "x"
+  // What error messages start with: the model path, or inside a subgraph the
+  // node owning it and the attribute ("model.onnx: node 'If_0' (If, opset 11) then_branch").
+  std::string scope;
+  const ImportOptions *options = nullptr;
+  // What the control-flow handlers decided, one line per node (shown by --dry-run).
+  std::vector<std::string> controlFlowNotes;
   int64_t opset = 0;
 
   mlir::LogicalResult fail(const std::string &msg) {
@@ -60,6 +69,17 @@ public:
   mlir::LogicalResult bindResults(const onnx::NodeProto &node, mlir::Operation *op);
   mlir::FailureOr<llvm::SmallVector<mlir::Value>> operandsOf(const onnx::NodeProto &node, const OpSpec &spec);
 };
+
+// Imports a graph's nodes at the builder's insertion point.
+mlir::LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g);
+// Imports subgraph `g` (an If branch, a Loop or Scan body) inline, its inputs
+// bound to `inputs`; returns its outputs. Names it defines do not leak out;
+// outer-scope names are visible inside. `what` names it in errors ("then_branch").
+mlir::FailureOr<llvm::SmallVector<mlir::Value>> importSubgraph(NodeImporter &imp, const onnx::GraphProto &g,
+                                                              const std::string &what, llvm::ArrayRef<mlir::Value> inputs);
+// The value of `v` when the importer can compute it now: constants, and ops
+// over constants or static shapes, folded in place (KernelFold.h).
+mlir::DenseElementsAttr evaluateAtImport(NodeImporter &imp, mlir::Value v);
 
 // Tensor bytes of an ONNX TensorProto as an MLIR ElementsAttr; false + error on bad data.
 mlir::FailureOr<mlir::ElementsAttr> tensorToElements(mlir::Builder &b, const onnx::TensorProto &t, bool asResource,

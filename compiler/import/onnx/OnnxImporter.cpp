@@ -4,12 +4,14 @@
 #include "OnnxImporter.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
+#include "KernelFold.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 #include "mlir/IR/BuiltinDialect.h"
 #include "mlir/IR/Verifier.h"
 #include <google/protobuf/unknown_field_set.h>
+#include "llvm/ADT/ScopeExit.h"
 #include <set>
 
 using namespace mlir;
@@ -296,7 +298,91 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const Impo
   return Type(RankedTensorType::get(dims, et));
 }
 
+// Shape arithmetic over constants (Shape, Gather, Concat, ...) folds as it is
+// imported, so the shape rules of later nodes, and If conditions and Loop trip
+// counts, see the values. sd-propagate-shapes would fold the same later.
+void foldOutputs(NodeImporter &imp, const onnx::NodeProto &node) {
+  ScopedDiagnosticHandler quiet(imp.builder.getContext(), [](Diagnostic &) { return success(); });
+  for (const std::string &name : node.output()) {
+    auto it = imp.values.find(name);
+    if (name.empty() || it == imp.values.end()) continue;
+    Operation *op = it->second.getDefiningOp();
+    if (!op || !isa<ComputeOpInterface>(op)) continue;
+    SmallVector<Value> made;
+    if (failed(foldWithKernels(op, kImportFoldBytes, &made)) || made.empty()) continue;
+    for (const std::string &out : node.output())
+      if (auto o = imp.values.find(out); o != imp.values.end() && o->second.getDefiningOp() == op)
+        o->second = made[cast<OpResult>(o->second).getResultNumber()];
+  }
+}
+
 } // namespace
+
+LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g) {
+  MLIRContext *ctx = imp.builder.getContext();
+  OpBuilder &b = imp.builder;
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &node = g.node(i);
+    std::string name = node.name();
+    if (name.empty() && node.output_size() > 0) {
+      // PyTorch names outputs "<node name>_output_<k>"; recover the node name.
+      llvm::StringRef out = node.output(0);
+      size_t at = out.rfind("_output_");
+      if (at != llvm::StringRef::npos && out.starts_with("/")) name = out.substr(0, at).str();
+    }
+    if (name.empty()) name = node.op_type() + "_" + std::to_string(i);
+    imp.loc = NameLoc::get(b.getStringAttr(name), FileLineColLoc::get(ctx, imp.modelPath, unsigned(i + 1), 0));
+    if (std::string scope = torchModuleScope(node); !scope.empty())
+      imp.loc = FusedLoc::get(ctx, {imp.loc}, b.getStringAttr(scope));
+    imp.nodeName = name;
+    imp.nodeDesc = imp.scope + ": node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(imp.opset) + ")";
+    if (!node.domain().empty() && node.domain() != "ai.onnx")
+      return imp.fail("operator domain '" + node.domain() + "' is not supported");
+    const OpSpec *spec = findOpSpec(node.op_type(), imp.opset);
+    if (!spec)
+      return imp.fail("unsupported operator " + node.op_type() + (isKnownOpType(node.op_type()) ? " at this opset" : ""));
+    // Handlers may read input 0 directly; a node without inputs stops here.
+    if (spec->numOperands != 0 && (node.input_size() == 0 || node.input(0).empty()))
+      return imp.fail("node has no first input");
+    if (failed(spec->handler(imp, node, *spec))) {
+      if (imp.error.empty()) (void)imp.fail("import failed");
+      return failure();
+    }
+    foldOutputs(imp, node);
+  }
+  return success();
+}
+
+FailureOr<SmallVector<Value>> importSubgraph(NodeImporter &imp, const onnx::GraphProto &g, const std::string &what,
+                                             ArrayRef<Value> inputs) {
+  if (g.input_size() != int(inputs.size()))
+    return imp.fail(what + " takes " + std::to_string(g.input_size()) + " inputs, the node gives " +
+                    std::to_string(inputs.size())), failure();
+  // Names bound inside stay inside: both branches of an If may reuse a name.
+  auto outerValues = imp.values;
+  std::string outerScope = imp.scope, outerDesc = imp.nodeDesc, outerName = imp.nodeName;
+  Location outerLoc = imp.loc;
+  auto restore = llvm::make_scope_exit([&] {
+    imp.values = std::move(outerValues);
+    imp.scope = outerScope, imp.nodeDesc = outerDesc, imp.nodeName = outerName, imp.loc = outerLoc;
+  });
+  for (auto [i, in] : llvm::enumerate(g.input())) imp.values[in.name()] = inputs[i];
+  for (const onnx::TensorProto &t : g.initializer()) {
+    std::string err;
+    auto value = tensorToElements(imp.builder, t, /*asResource=*/false, err);
+    if (failed(value)) return imp.fail(what + ": " + err), failure();
+    imp.values[t.name()] = imp.builder.create<ConstantOp>(imp.loc, value->getType(), *value);
+  }
+  imp.scope = outerDesc + " " + what;
+  if (failed(importNodes(imp, g))) return failure();
+  SmallVector<Value> outs;
+  for (const auto &out : g.output()) {
+    auto v = imp.lookup(out.name());
+    if (failed(v)) return failure();
+    outs.push_back(*v);
+  }
+  return outs;
+}
 
 OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &model, const ImportOptions &opts,
                                       std::string &error) {
@@ -376,35 +462,13 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
                                                  value->getType(), *value);
   }
 
-  for (int i = 0; i < g.node_size(); ++i) {
-    const onnx::NodeProto &node = g.node(i);
-    std::string name = node.name();
-    if (name.empty() && node.output_size() > 0) {
-      // PyTorch names outputs "<node name>_output_<k>"; recover the node name.
-      llvm::StringRef out = node.output(0);
-      size_t at = out.rfind("_output_");
-      if (at != llvm::StringRef::npos && out.starts_with("/")) name = out.substr(0, at).str();
-    }
-    if (name.empty()) name = node.op_type() + "_" + std::to_string(i);
-    imp.loc = NameLoc::get(b.getStringAttr(name), FileLineColLoc::get(ctx, opts.modelPath, unsigned(i + 1), 0));
-    if (std::string scope = torchModuleScope(node); !scope.empty())
-      imp.loc = FusedLoc::get(ctx, {imp.loc}, b.getStringAttr(scope));
-    imp.nodeDesc = what + ": node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(imp.opset) + ")";
-    if (!node.domain().empty() && node.domain() != "ai.onnx")
-      return error = imp.nodeDesc + ": operator domain '" + node.domain() + "' is not supported", nullptr;
-    const OpSpec *spec = findOpSpec(node.op_type(), imp.opset);
-    if (!spec) {
-      error = imp.nodeDesc + ": unsupported operator " + node.op_type() +
-              (isKnownOpType(node.op_type()) ? " at this opset" : "");
-      return nullptr;
-    }
-    // Handlers may read input 0 directly; a node without inputs stops here.
-    if (spec->numOperands != 0 && (node.input_size() == 0 || node.input(0).empty()))
-      return error = imp.nodeDesc + ": node has no first input", nullptr;
-    if (failed(spec->handler(imp, node, *spec))) {
-      error = imp.error.empty() ? imp.nodeDesc + ": import failed" : imp.error;
-      return nullptr;
-    }
+  imp.scope = what;
+  imp.options = &opts;
+  if (failed(importNodes(imp, g))) return error = imp.error.empty() ? what + ": import failed" : imp.error, nullptr;
+  if (!imp.controlFlowNotes.empty()) {
+    SmallVector<Attribute> notes;
+    for (const std::string &n : imp.controlFlowNotes) notes.push_back(b.getStringAttr(n));
+    (*module)->setAttr("sd.control_flow", b.getArrayAttr(notes));
   }
 
   SmallVector<Value> results;

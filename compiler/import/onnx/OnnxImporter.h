@@ -23,6 +23,11 @@ struct ImportOptions {
   std::map<std::string, const onnx::TensorProto *> bindings;
   // Ranks from --shapes, for graph inputs the model gives no shape.
   std::map<std::string, int64_t> inputRanks;
+  // Upper bound on the iterations of a Loop whose trip count or condition is
+  // run-time data (sdc --max-trip); 0: such loops are refused.
+  int64_t maxTrip = 0;
+  // Loops and Scans of more iterations than this are refused (they unroll).
+  int64_t maxUnroll = 4096;
 };
 
 mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext *ctx, const onnx::ModelProto &model,

@@ -2,6 +2,7 @@
 // sd op (generic handler); older opsets that carried operands as attributes are
 // upgraded to the newest form here, so everything downstream sees one form.
 #include "AttentionHandler.h"
+#include "ControlFlowHandler.h"
 #include "RotaryHandler.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
@@ -334,6 +335,10 @@ const OpSpec kSpecs[] = {
     {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
     G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1), G("CumProd", "cum_prod", 2, 1),
     {"Constant", 1, "constant", 0, 1, constantOp},
+    // Control flow, made static at import (ControlFlowHandler.cpp). Loop's M and
+    // Scan-8's sequence_lens may be absent: no first-input check (0 operands).
+    {"If", 1, "if_select", -1, -1, importIf}, {"Loop", 1, "loop_guard", 0, -1, importLoop},
+    {"Scan", 8, "gather", 0, -1, importScan},
 };
 #undef G
 

@@ -123,6 +123,20 @@ LogicalResult whereVJP(WhereOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<
   return success();
 }
 
+// A run-time If: the gradient flows to the branch that was taken.
+LogicalResult ifSelectVJP(IfSelectOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value zero = g.scalar(elementTypeOf(dy[0]), 0.0);
+  Value cond = op.getCondition();
+  if (need[1]) dx[1] = g.unbroadcast(g.make<WhereOp>({cond, dy[0], zero}), op.getThenValue().getType());
+  if (need[2]) dx[2] = g.unbroadcast(g.make<WhereOp>({cond, zero, dy[0]}), op.getElseValue().getType());
+  return success();
+}
+
+LogicalResult loopGuardVJP(LoopGuardOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = dy[0];
+  return success();
+}
+
 // Float-to-float casts pass the gradient back in the source type.
 LogicalResult castVJP(CastOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   Type src = elementTypeOf(op.getInput());
@@ -159,6 +173,8 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<GeluOp, geluVJP>(ctx);
   attachVJP<PowOp, powVJP>(ctx);
   attachVJP<WhereOp, whereVJP>(ctx);
+  attachVJP<IfSelectOp, ifSelectVJP>(ctx);
+  attachVJP<LoopGuardOp, loopGuardVJP>(ctx);
   attachVJP<CastOp, castVJP>(ctx);
   attachVJP<SumOp, sumVJP>(ctx);
 }

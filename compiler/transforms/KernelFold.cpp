@@ -1,0 +1,82 @@
+#include "KernelFold.h"
+#include "OpLibraryBridge.h"
+#include "PassDetail.h"
+#include "mlir/IR/Builders.h"
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace sd {
+
+// Ops whose result depends only on operand shapes, not values.
+static bool readsOnlyShapes(StringRef contract) { return contract == "Shape" || contract == "Size"; }
+
+LogicalResult foldWithKernels(Operation *op, int64_t maxBytes, SmallVectorImpl<Value> *replacements) {
+  auto compute = dyn_cast<ComputeOpInterface>(op);
+  if (!compute) return success();
+  StringRef contract = compute.getContractName();
+  bool shapeOnly = readsOnlyShapes(contract);
+  // Cheap test first: building the query copies every constant operand.
+  for (auto [i, v] : llvm::enumerate(op->getOperands())) {
+    if (contract == "IfSelect" && i > 0) break;
+    if (isa<NoneType>(v.getType())) continue;
+    bool known = shapeOnly ? cast<ShapedType>(v.getType()).hasStaticShape() : bool(v.getDefiningOp<ConstantOp>());
+    if (!known) return success();
+  }
+  OpShapeQuery q = buildShapeQuery(op);
+  if (contract == "IfSelect") {
+    const TensorView *cond = q.ctx->constInputs[0];
+    if (!cond) return success();
+    Value taken = op->getOperand(*cond->as<uint8_t>() ? 1 : 2);
+    if (taken.getType() != op->getResult(0).getType()) return success(); // rank refinement pending
+    op->getResult(0).replaceAllUsesWith(taken);
+    if (replacements) replacements->push_back(taken);
+    return success();
+  }
+  const KernelDef *def = cpuKernels().find(contract.str());
+  if (!def) return success();
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    if (isa<NoneType>(op->getOperand(i).getType())) continue;
+    if (shapeOnly ? !q.ctx->inputs[i].isStatic() : q.ctx->constInputs[i] == nullptr) return success();
+  }
+  Status s = inferShapes(contract.str(), *q.ctx);
+  if (!s.isOk()) return op->emitError() << describeNode(op) << ": " << s.message();
+  int64_t bytes = 0; // element counts are bounded by 2^40 (inferShapes)
+  for (auto &o : q.ctx->outputs) {
+    if (!o.isStatic()) return success();
+    bytes += o.numElements() * int64_t(dtypeSize(o.dtype));
+    if (bytes > maxBytes) return success();
+  }
+  std::vector<std::vector<uint8_t>> results(op->getNumResults());
+  KernelContext kc{q.attrs, {}, {}, nullptr};
+  for (unsigned i = 0; i < op->getNumOperands(); ++i) {
+    if (const TensorView *v = q.ctx->constInputs[i]) kc.inputs.push_back(*v);
+    else if (isa<NoneType>(op->getOperand(i).getType())) kc.inputs.push_back(TensorView{});
+    else kc.inputs.push_back(TensorView{nullptr, q.ctx->inputs[i].dtype, q.ctx->inputs[i].dims});
+  }
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    const TensorInfo &o = q.ctx->outputs[i];
+    results[i].assign(size_t(o.numElements()) * dtypeSize(o.dtype) + 1, 0);
+    kc.outputs.push_back(TensorView{results[i].data(), o.dtype, o.dims});
+  }
+  s = runKernel(*def, kc);
+  if (!s.isOk()) return op->emitError() << describeNode(op) << ": " << s.message();
+  OpBuilder b(op);
+  SmallVector<Value> made;
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    results[i].pop_back();
+    auto type = cast<ShapedType>(op->getResult(i).getType());
+    if (!type.hasStaticShape()) type = RankedTensorType::get(q.ctx->outputs[i].dims, type.getElementType());
+    DenseElementsAttr value = bytesToElements(type, results[i]);
+    if (!value) return success();
+    made.push_back(b.create<ConstantOp>(op->getLoc(), type, value));
+  }
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
+    if (made[i].getType() != op->getResult(i).getType()) continue; // the importer's typed uses stay
+    op->getResult(i).replaceAllUsesWith(made[i]);
+  }
+  if (replacements) replacements->append(made.begin(), made.end());
+  return success();
+}
+
+} // namespace sd
