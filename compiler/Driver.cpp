@@ -150,6 +150,22 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     std::string first = spec.substr(eq + 1, spec.find(',', eq) - eq - 1);
     iopts.inputRanks[spec.substr(0, eq)] =
         first == "scalar" ? 0 : int64_t(std::count(first.begin(), first.end(), 'x') + 1);
+    // An inference plan of one bucket: the shapes are the model's from the start.
+    if (req.pipeline.training() || !req.pipeline.inferShapes.empty() || spec.find(',', eq) != std::string::npos ||
+        first == "scalar")
+      continue;
+    std::vector<int64_t> dims;
+    llvm::SmallVector<llvm::StringRef> parts;
+    llvm::StringRef(first).split(parts, 'x');
+    for (llvm::StringRef part : parts) {
+      int64_t d;
+      if (part.getAsInteger(10, d) || d < 0) {
+        dims.clear();
+        break;
+      }
+      dims.push_back(d);
+    }
+    if (!dims.empty()) iopts.inputShapes[spec.substr(0, eq)] = dims;
   }
   std::vector<onnx::TensorProto> bound(req.binds.size());
   for (size_t i = 0; i < req.binds.size(); ++i) {

@@ -287,12 +287,17 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const Impo
     return Type(RankedTensorType::get(SmallVector<int64_t>(size_t(rank->second), ShapedType::kDynamic), et));
   }
   SmallVector<int64_t> dims;
+  auto known = opts.inputShapes.find(vi.name());
+  if (known != opts.inputShapes.end() && known->second.size() != size_t(tt.shape().dim_size()))
+    known = opts.inputShapes.end(); // sd-specialize names the rank mismatch
   for (const auto &d : tt.shape().dim()) {
     if (d.has_dim_value() && d.dim_value() > (int64_t(1) << 40)) {
       error = "input '" + vi.name() + "' has dim " + std::to_string(d.dim_value()) + ", more than 2^40";
       return failure();
     }
-    dims.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : ShapedType::kDynamic);
+    int64_t dim = d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : ShapedType::kDynamic;
+    if (dim == ShapedType::kDynamic && known != opts.inputShapes.end()) dim = known->second[dims.size()];
+    dims.push_back(dim);
     dimParams.push_back(b.getStringAttr(d.has_dim_param() ? d.dim_param() : ""));
   }
   return Type(RankedTensorType::get(dims, et));

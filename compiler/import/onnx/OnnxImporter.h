@@ -5,6 +5,7 @@
 #include "mlir/IR/OwningOpRef.h"
 #include <map>
 #include <string>
+#include <vector>
 
 namespace onnx {
 class ModelProto;
@@ -23,6 +24,9 @@ struct ImportOptions {
   std::map<std::string, const onnx::TensorProto *> bindings;
   // Ranks from --shapes, for graph inputs the model gives no shape.
   std::map<std::string, int64_t> inputRanks;
+  // Static shapes of graph inputs known before import (an inference plan's one
+  // --shapes bucket): If conditions and loop counts on shapes fold at import.
+  std::map<std::string, std::vector<int64_t>> inputShapes;
   // Upper bound on the iterations of a Loop whose trip count or condition is
   // run-time data (sdc --max-trip); 0: such loops are refused.
   int64_t maxTrip = 0;

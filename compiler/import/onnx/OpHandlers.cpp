@@ -3,6 +3,7 @@
 // upgraded to the newest form here, so everything downstream sees one form.
 #include "AttentionHandler.h"
 #include "ControlFlowHandler.h"
+#include "RecurrentHandler.h"
 #include "RotaryHandler.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
@@ -339,6 +340,9 @@ const OpSpec kSpecs[] = {
     // Scan-8's sequence_lens may be absent: no first-input check (0 operands).
     {"If", 1, "if_select", -1, -1, importIf}, {"Loop", 1, "loop_guard", 0, -1, importLoop},
     {"Scan", 8, "gather", 0, -1, importScan},
+    // Recurrent nets: one input GEMM per direction, the recurrence unrolled (RecurrentHandler.cpp).
+    {"RNN", 7, "matmul", -1, -1, importRecurrent}, {"GRU", 7, "matmul", -1, -1, importRecurrent},
+    {"LSTM", 7, "matmul", -1, -1, importRecurrent},
 };
 #undef G
 
