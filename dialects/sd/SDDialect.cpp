@@ -24,6 +24,7 @@ void SDDialect::initialize() {
   attachMovementVJPs(getContext());
   attachNormalizationVJPs(getContext());
   attachOsftVJPs(getContext());
+  attachRecurrentVJPs(getContext());
 }
 
 Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {

@@ -295,6 +295,24 @@ def SD_LogSoftmaxGradOp : SD_Nary<"log_softmax_grad", "LogSoftmaxGrad", (ins Any
 }
 def SD_GeluGradOp : SD_Nary<"gelu_grad", "GeluGrad", (ins AnyTensor:$grad, AnyTensor:$input),
     (ins OptStr:$approximate)>;
+// One direction of an ONNX RNN/GRU/LSTM over the whole sequence, after the
+// input projection (xw = X·Wᵀ + biases, a MatMul in the graph). `saved` keeps
+// what the backward needs per step (gate inputs, previous states).
+// activations: comma list, one per function of the cell, with one resolved
+// alpha and beta each.
+defvar SD_RecurrenceAttrs = (ins StrAttr:$cell, OptI64:$reverse, OptF32:$clip, OptI64:$input_forget,
+    OptI64:$linear_before_reset, StrAttr:$activations, DenseF32ArrayAttr:$activation_alpha,
+    DenseF32ArrayAttr:$activation_beta);
+def SD_RecurrenceOp : SD_Nary<"recurrence", "Recurrence",
+    (ins AnyTensor:$xw, AnyTensor:$r, SD_OptTensor:$initial_h, SD_OptTensor:$initial_c,
+         SD_OptTensor:$peepholes, SD_OptTensor:$reset_bias, SD_OptTensor:$sequence_lens),
+    SD_RecurrenceAttrs, (outs AnyTensor:$y, AnyTensor:$y_h, AnyTensor:$y_c, AnyTensor:$saved)>;
+def SD_RecurrenceGradOp : SD_Nary<"recurrence_grad", "RecurrenceGrad",
+    (ins AnyTensor:$grad, AnyTensor:$saved, AnyTensor:$r, SD_OptTensor:$grad_h, SD_OptTensor:$grad_c,
+         SD_OptTensor:$peepholes, SD_OptTensor:$sequence_lens),
+    SD_RecurrenceAttrs,
+    (outs AnyTensor:$xw_grad, AnyTensor:$r_grad, AnyTensor:$initial_h_grad, AnyTensor:$initial_c_grad,
+          AnyTensor:$peepholes_grad, AnyTensor:$reset_bias_grad)>;
 def SD_LayerNormalizationGradOp : SD_Nary<"layer_normalization_grad", "LayerNormalizationGrad",
     (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon),
     (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad)>;

@@ -16,6 +16,7 @@ void registerGradientShapes();
 void registerCollectiveShapes();
 void registerOsftShapes();
 void registerControlShapes();
+void registerRecurrentShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -37,6 +38,7 @@ void registerAttentionKernels();
 void registerCollectiveKernels();
 void registerOsftKernels();
 void registerControlKernels();
+void registerRecurrentKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -84,6 +86,7 @@ void registerAllOps() {
     registerCollectiveShapes();
     registerOsftShapes();
     registerControlShapes();
+    registerRecurrentShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -104,6 +107,7 @@ void registerAllOps() {
     cpu::registerCollectiveKernels();
     cpu::registerOsftKernels();
     cpu::registerControlKernels();
+    cpu::registerRecurrentKernels();
   });
 }
 

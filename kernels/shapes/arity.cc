@@ -177,6 +177,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"Unsqueeze", {2, 2}},
       {"Where", {3, 3}},
       {"IfSelect", {3, 3}},
+      {"Recurrence", {2, 7}},
+      {"RecurrenceGrad", {3, 7}},
       {"LoopGuard", {2, 2}},
       {"Xor", {2, 2}},
   };

@@ -897,6 +897,138 @@ CASES["GradScale"].append(Case(lambda t, r: [np.array(0, np.float32), np.array(1
 
 
 # OSFT (sd-peft-osft): U [out, k], S [k], V [k, in] for the frozen high and the trainable low half.
+# Recurrence: one direction of an ONNX RNN/GRU/LSTM after its input projection
+# (compiler/import/onnx/RecurrentHandler.cpp), against the ONNX equations in
+# PyTorch f64; RecurrenceGrad against autograd through the same reference.
+RNN_ACTS = {"Sigmoid": lambda x, a, b: x.sigmoid(), "Tanh": lambda x, a, b: x.tanh(),
+            "Relu": lambda x, a, b: x.relu(), "Affine": lambda x, a, b: a * x + b,
+            "LeakyRelu": lambda x, a, b: x.clamp(min=0) + a * x.clamp(max=0),
+            "ThresholdedRelu": lambda x, a, b: x * (x > a), "ScaledTanh": lambda x, a, b: a * (b * x).tanh(),
+            "HardSigmoid": lambda x, a, b: (a * x + b).clamp(0, 1), "Softsign": lambda x, a, b: x / (1 + x.abs()),
+            "Elu": lambda x, a, b: x.clamp(min=0) + a * (x.clamp(max=0).exp() - 1),
+            "Softplus": lambda x, a, b: (1 + x.exp()).log()}
+
+
+def recurrence_ref(xw, r, h0, c0, p, rbh, lens, attrs):
+    import torch
+    S, B, _ = xw.shape
+    H = r.shape[1]
+    names = attrs["activations"].split(",")
+    fns = [lambda x, n=n, a=a, b=b: RNN_ACTS[n](x, a, b)
+           for n, a, b in zip(names, attrs["activation_alpha"], attrs["activation_beta"])]
+    clip = attrs.get("clip", 0.0)
+    gate = lambda k, x: fns[k](x.clamp(-clip, clip) if clip > 0 else x)
+    h = h0 if h0 is not None else torch.zeros(B, H, dtype=xw.dtype)
+    c = c0 if c0 is not None else torch.zeros(B, H, dtype=xw.dtype)
+    ys = [None] * S
+    for t in (reversed(range(S)) if attrs.get("reverse") else range(S)):
+        cn = c
+        if attrs["cell"] == "LSTM":
+            g = xw[t] + h @ r.T
+            i_, o_, f_, c_ = g[:, :H], g[:, H:2 * H], g[:, 2 * H:3 * H], g[:, 3 * H:]
+            if p is not None:
+                i_, f_ = i_ + p[:H] * c, f_ + p[2 * H:] * c
+            i = gate(0, i_)
+            f = 1 - i if attrs.get("input_forget") else gate(0, f_)
+            cn = f * c + i * gate(1, c_)
+            if p is not None:
+                o_ = o_ + p[H:2 * H] * cn
+            hn = gate(0, o_) * fns[2](cn)
+        elif attrs["cell"] == "GRU":
+            zr = xw[t, :, :2 * H] + h @ r[:2 * H].T
+            z, rr = gate(0, zr[:, :H]), gate(0, zr[:, H:])
+            if attrs.get("linear_before_reset"):
+                hh = h @ r[2 * H:].T + (rbh if rbh is not None else 0)
+                pre = xw[t, :, 2 * H:] + rr * hh
+            else:
+                pre = xw[t, :, 2 * H:] + (rr * h) @ r[2 * H:].T
+            cand = gate(1, pre)
+            hn = (1 - z) * cand + z * h
+        else:
+            hn = gate(0, xw[t] + h @ r.T)
+        if lens is not None:
+            live = torch.tensor(t < np.asarray(lens))[:, None]
+            ys[t], h, c = torch.where(live, hn, torch.zeros_like(hn)), torch.where(live, hn, h), torch.where(live, cn, c)
+        else:
+            ys[t], h, c = hn, hn, cn
+    if attrs["cell"] != "LSTM":
+        c = torch.zeros(B, H, dtype=xw.dtype)
+    return torch.stack(ys), h, c
+
+
+RNN_SETUPS = [  # label, attrs, S, B, H, with (h0, c0, peepholes, reset bias, lens)
+    ("LSTM: peepholes, clip, sequence_lens, reverse, initial states",
+     {"cell": "LSTM", "activations": "Sigmoid,Tanh,Tanh", "activation_alpha": [0.0] * 3,
+      "activation_beta": [0.0] * 3, "clip": 1.5, "reverse": 1}, 5, 3, 4, (True, True, True, False, True)),
+    ("LSTM: input_forget, HardSigmoid/ScaledTanh",
+     {"cell": "LSTM", "activations": "HardSigmoid,ScaledTanh,Softsign", "activation_alpha": [0.2, 1.5, 0.0],
+      "activation_beta": [0.5, 0.7, 0.0], "input_forget": 1}, 4, 2, 3, (False, False, False, False, False)),
+    ("GRU: reset after the product, sequence_lens",
+     {"cell": "GRU", "activations": "Sigmoid,Tanh", "activation_alpha": [0.0] * 2, "activation_beta": [0.0] * 2},
+     5, 3, 4, (True, False, False, False, True)),
+    ("GRU: linear_before_reset with its bias, reverse",
+     {"cell": "GRU", "activations": "Sigmoid,Tanh", "activation_alpha": [0.0] * 2, "activation_beta": [0.0] * 2,
+      "linear_before_reset": 1, "reverse": 1}, 4, 2, 5, (True, False, False, True, False)),
+    ("RNN: LeakyRelu, clip",
+     {"cell": "RNN", "activations": "LeakyRelu", "activation_alpha": [0.1], "activation_beta": [0.0], "clip": 2.0},
+     4, 2, 3, (True, False, False, False, False))]
+
+
+def rnn_inputs(t, r, attrs, S, B, H, which):
+    gates = {"LSTM": 4, "GRU": 3, "RNN": 1}[attrs["cell"]]
+    h0, c0, peep, rbh, lens = which
+    return [rand(r, (S, B, gates * H), t), rand(r, (gates * H, H), t, -0.5, 0.5),
+            rand(r, (B, H), t) if h0 else None, rand(r, (B, H), t) if c0 else None,
+            rand(r, (3 * H,), t, -0.5, 0.5) if peep else None, rand(r, (H,), t) if rbh else None,
+            np.array([S, 1, 3][:B], np.int32) if lens else None]
+
+
+def recurrence_forward_ref(ins, attrs, t):
+    import torch
+    args = [torch.tensor(f64(x)) if x is not None and x.dtype != np.int32 else x for x in ins]
+    return [o.numpy().astype(ins[0].dtype) for o in recurrence_ref(*args, attrs)]
+
+
+def recurrence_grad_case(label, attrs, S, B, H, which):
+    fwd = {}
+
+    def make(t, r):
+        ins = rnn_inputs(t, r, attrs, S, B, H, which)
+        saved = _sdops.run("cpu", "Recurrence", attrs, ins, 4)[3]
+        cot = [rand(r, (S, B, H), t), rand(r, (B, H), t), rand(r, (B, H), t) if attrs["cell"] == "LSTM" else None]
+        fwd["ins"], fwd["cot"] = ins, cot
+        return [cot[0], saved, ins[1], cot[1], cot[2], ins[4], ins[6]]
+
+    def ref(ins, a, t):
+        import torch
+        x = fwd["ins"]
+        H_ = x[1].shape[1]
+        wrt = [0, 1, 2, 3, 4, 5]
+        # An absent initial state is zeros, and the kernel still gives its gradient.
+        x = list(x)
+        for i in (2, 3):
+            if x[i] is None:
+                x[i] = np.zeros((B, H_), x[0].dtype)
+        ps = [torch.tensor(f64(v), requires_grad=True) if v is not None and i in wrt else v
+              for i, v in enumerate(x)]
+        outs = recurrence_ref(*ps, attrs)
+        total = sum((o * torch.tensor(f64(cv))).sum() for o, cv in zip(outs, fwd["cot"]) if cv is not None)
+        total.backward()
+        shapes = [x[0].shape, x[1].shape, (B, H_), (B, H_), (3 * H_,), (H_,)]
+        return [(ps[i].grad.numpy() if ps[i] is not None and ps[i].grad is not None else np.zeros(shapes[i]))
+                .astype(x[0].dtype) for i in range(6)]
+    return Case(make, attrs=attrs, outputs=6, ref=ref, label=label, types=["f32"], rtol=10)
+
+
+CASES["Recurrence"] = [
+    Case(lambda t, r, a=a, S=S, B=B, H=H, w=w: rnn_inputs(t, r, a, S, B, H, w), attrs=a, outputs=4, label=label,
+         types=["f32"], ref=recurrence_forward_ref, rtol=10,
+         compare=lambda ours, ref, ins, t: next((f"output {k}: {e}" for k in range(3)
+                                                 if (e := compare(ours[k], ref[k], t, Case(None, rtol=10)))), None))
+    for label, a, S, B, H, w in RNN_SETUPS]
+CASES["RecurrenceGrad"] = [recurrence_grad_case(*s) for s in RNN_SETUPS]
+
+
 def osft_factors(r, t, out=6, inp=8, k=2, low=3):
     return [rand(r, (out, k), t), rand(r, (k,), t), rand(r, (k, inp), t), rand(r, (out, low), t), rand(r, (low,), t),
             rand(r, (low, inp), t)]

@@ -1,18 +1,20 @@
-// ONNX RNN, GRU and LSTM, imported as sd ops: the input projection is one
-// MatMul over the whole sequence per direction, the recurrence unrolls over
-// the (static) sequence length with a MatMul and the gate arithmetic per step.
-// Every piece has a VJP, so recurrent models train (full fine-tuning, or LoRA
-// on their linear layers) through the normal autodiff pass.
+// ONNX RNN, GRU and LSTM, imported as sd ops: per direction, the input
+// projection is one MatMul over the whole sequence (plus the biases), and the
+// recurrence one sd.recurrence, a fused CPU kernel that runs every step (a
+// GEMM with Rᵀ and the gate arithmetic) and keeps what its backward needs. Its
+// VJP is one sd.recurrence_grad, so recurrent models train (full fine-tuning,
+// or LoRA on their linear layers) through the normal autodiff pass.
 //
 // Gate order and equations follow the ONNX operator definitions: LSTM iofc
 // with peepholes (i, o, f) and input_forget, GRU zrh with linear_before_reset,
-// clip applied to every activation's input, per-direction activations with
-// activation_alpha/beta consumed in order by the functions that take them (as
-// ONNX Runtime does), sequence_lens masking (steps past a row's length keep
-// its state and emit zeros), layout 0 and 1.
+// clip on the gates' inputs, per-direction activations with activation_alpha
+// and _beta consumed in order by the functions that take them (as ONNX Runtime
+// does), sequence_lens (steps past a row's length keep its state and emit
+// zeros), layout 0 and 1.
 #include "RecurrentHandler.h"
 #include "OnnxImporter.h"
 #include "OpMaker.h"
+#include "sd/ops/recurrent_layout.h"
 
 using namespace mlir;
 using namespace sd::ir;
@@ -20,12 +22,7 @@ using namespace sd::ir;
 namespace sd {
 namespace {
 
-enum class Cell { RNN, GRU, LSTM };
-
-struct Activation {
-  std::string name;
-  float alpha = 0, beta = 0;
-};
+using recurrent::Cell;
 
 bool takesAlpha(const std::string &f) {
   return f == "Affine" || f == "LeakyRelu" || f == "ThresholdedRelu" || f == "ScaledTanh" || f == "HardSigmoid" ||
@@ -51,7 +48,6 @@ struct Recurrence {
   bool inputForget = false, linearBeforeReset = false;
   Type et;
 
-  Value scalar(double v) { return m.scalar(v, et); }
   Value index(int64_t i) { return imp.constI64({i}, /*scalar=*/true); }
   Value take(Value x, int64_t axis, int64_t i) { return m.op("Gather", "gather", {x, index(i)}, {m.i64("axis", axis)}); }
   // Columns [from, from + count) of a 2-D value; rows [from, from + count) when axis 0.
@@ -59,60 +55,8 @@ struct Recurrence {
     return m.op("Slice", "slice", {x, imp.constI64({from}), imp.constI64({from + count}), imp.constI64({axis}), imp.none()});
   }
   Value add(Value a, Value b) { return m.op("Add", "add", {a, b}); }
-  Value sub(Value a, Value b) { return m.op("Sub", "sub", {a, b}); }
-  Value mul(Value a, Value b) { return m.op("Mul", "mul", {a, b}); }
   Value matmul(Value a, Value b) { return m.op("MatMul", "matmul", {a, b}); }
   Value transpose2d(Value x) { return m.transpose(x, {1, 0}); }
-
-  Value apply(const Activation &f, Value x) {
-    if (clip > 0) x = m.op("Clip", "clip", {x, scalar(-clip), scalar(clip)});
-    auto f32 = [&](const char *n, float v) { return imp.builder.getNamedAttr(n, imp.builder.getF32FloatAttr(v)); };
-    const std::string &n = f.name;
-    if (n == "Sigmoid") return m.op("Sigmoid", "sigmoid", {x});
-    if (n == "Tanh") return m.op("Tanh", "tanh", {x});
-    if (n == "Relu") return m.op("Relu", "relu", {x});
-    if (n == "Softsign") return m.op("Softsign", "softsign", {x});
-    if (n == "Softplus") return m.op("Softplus", "softplus", {x});
-    if (n == "Affine") return add(mul(x, scalar(f.alpha)), scalar(f.beta));
-    if (n == "ScaledTanh") return mul(m.op("Tanh", "tanh", {mul(x, scalar(f.beta))}), scalar(f.alpha));
-    if (n == "LeakyRelu") return m.op("LeakyRelu", "leaky_relu", {x}, {f32("alpha", f.alpha)});
-    if (n == "ThresholdedRelu") return m.op("ThresholdedRelu", "thresholded_relu", {x}, {f32("alpha", f.alpha)});
-    if (n == "Elu") return m.op("Elu", "elu", {x}, {f32("alpha", f.alpha)});
-    if (n == "HardSigmoid") return m.op("HardSigmoid", "hard_sigmoid", {x}, {f32("alpha", f.alpha), f32("beta", f.beta)});
-    m.ok = false;
-    (void)imp.fail("activation '" + n + "' is not an ONNX RNN activation");
-    return Value();
-  }
-
-  // One step of one direction: the new hidden (and cell) state.
-  void step(Value xt, Value rT, Value rhT, Value rbh, Value peep, ArrayRef<Activation> fns, Value &h, Value &c) {
-    int64_t H = hidden;
-    if (cell == Cell::RNN) {
-      h = apply(fns[0], add(xt, matmul(h, rT)));
-      return;
-    }
-    if (cell == Cell::LSTM) {
-      Value g = add(xt, matmul(h, rT));
-      Value i = cols(g, 0, H), o = cols(g, H, H), f = cols(g, 2 * H, H), cc = cols(g, 3 * H, H);
-      if (peep) {
-        i = add(i, mul(cols(peep, 0, H, 0), c));
-        f = add(f, mul(cols(peep, 2 * H, H, 0), c));
-      }
-      i = apply(fns[0], i);
-      f = inputForget ? sub(scalar(1.0), i) : apply(fns[0], f);
-      c = add(mul(f, c), mul(i, apply(fns[1], cc)));
-      if (peep) o = add(o, mul(cols(peep, H, H, 0), c));
-      h = mul(apply(fns[0], o), apply(fns[2], c));
-      return;
-    }
-    // GRU: rT holds the z and r columns, rhT the h ones.
-    Value zr = add(cols(xt, 0, 2 * H), matmul(h, rT));
-    Value z = apply(fns[0], cols(zr, 0, H)), r = apply(fns[0], cols(zr, H, H));
-    Value xh = cols(xt, 2 * H, H);
-    Value hh = linearBeforeReset ? mul(r, rbh ? add(matmul(h, rhT), rbh) : matmul(h, rhT)) : matmul(mul(r, h), rhT);
-    Value candidate = apply(fns[1], add(xh, hh));
-    h = add(candidate, mul(z, sub(h, candidate))); // (1 - z) * candidate + z * h
-  }
 };
 
 } // namespace
@@ -160,12 +104,7 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
   Value seqMajor = layout ? m.transpose(*x, {1, 0, 2}) : *x;
   if (!m.ok) return failure();
   auto sx = cast<RankedTensorType>(seqMajor.getType());
-  int64_t seq = sx.getDimSize(0), batch = sx.getDimSize(1);
-  if (ShapedType::isDynamic(seq) || ShapedType::isDynamic(batch))
-    return imp.fail("the sequence length and batch size must be static to unroll the recurrence; give --shapes");
-  if (seq > imp.options->maxUnroll)
-    return imp.fail("runs " + std::to_string(seq) + " steps; recurrences unroll, up to --max-unroll " +
-                    std::to_string(imp.options->maxUnroll));
+  int64_t seq = sx.getDimSize(0);
   auto stateMajor = [&](Value s) { return s && layout ? m.transpose(s, {1, 0, 2}) : s; };
   h0 = stateMajor(h0), c0 = stateMajor(c0);
 
@@ -185,13 +124,19 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
   std::vector<float> alphas, betas;
   if (const onnx::AttributeProto *a = attrOf(n, "activation_alpha")) alphas.assign(a->floats().begin(), a->floats().end());
   if (const onnx::AttributeProto *a = attrOf(n, "activation_beta")) betas.assign(a->floats().begin(), a->floats().end());
-  std::vector<Activation> fns;
+  // Per direction: "f,g,h" and one resolved alpha and beta per function.
+  std::vector<std::string> activationNames(static_cast<size_t>(dirs));
+  std::vector<SmallVector<float>> activationAlpha(static_cast<size_t>(dirs)),
+      activationBeta(static_cast<size_t>(dirs));
   size_t ai = 0, bi = 0;
-  for (const std::string &f : names) {
-    Activation act{f, defaultAlpha(f), defaultBeta(f)};
-    if (takesAlpha(f) && ai < alphas.size()) act.alpha = alphas[ai++];
-    if (takesBeta(f) && bi < betas.size()) act.beta = betas[bi++];
-    fns.push_back(act);
+  for (auto [k, f] : llvm::enumerate(names)) {
+    float alpha = defaultAlpha(f), beta = defaultBeta(f);
+    if (takesAlpha(f) && ai < alphas.size()) alpha = alphas[ai++];
+    if (takesBeta(f) && bi < betas.size()) beta = betas[bi++];
+    size_t d = k / perDir;
+    activationNames[d] += (activationNames[d].empty() ? "" : ",") + f;
+    activationAlpha[d].push_back(alpha);
+    activationBeta[d].push_back(beta);
   }
 
   // sequence_lens: a constant that covers every row needs no masking.
@@ -219,44 +164,25 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
       }
       xw = rec.add(xw, rec.add(wb, rb));
     }
-    Value rT, rhT;
-    if (cell == Cell::GRU) {
-      rT = rec.transpose2d(rec.cols(rd, 0, 2 * H, 0));
-      rhT = rec.transpose2d(rec.cols(rd, 2 * H, H, 0));
-    } else {
-      rT = rec.transpose2d(rd);
-    }
-    Value pd = peep ? rec.take(peep, 0, d) : Value();
-    auto zeros = [&] {
-      auto type = RankedTensorType::get({batch, H}, rec.et);
-      return imp.builder.create<ConstantOp>(imp.loc, type, DenseElementsAttr::get(type, imp.builder.getZeroAttr(rec.et)))
-          .getResult();
-    };
-    Value h = h0 ? rec.take(h0, 0, d) : zeros();
-    Value c = cell == Cell::LSTM ? (c0 ? rec.take(c0, 0, d) : zeros()) : Value();
-    ArrayRef<Activation> dirFns(fns.data() + d * perDir, perDir);
-    SmallVector<Value> steps;
-    steps.resize(size_t(seq));
-    for (int64_t k = 0; k < seq && m.ok; ++k) {
-      int64_t t = reverse ? seq - 1 - k : k;
-      Value hPrev = h, cPrev = c;
-      rec.step(rec.take(xw, 0, t), rT, rhT, rbh, pd, dirFns, h, c);
-      if (!m.ok) return failure();
-      steps[size_t(t)] = h;
-      if (masked) {
-        Value live = m.op("Unsqueeze", "unsqueeze",
-                          {m.op("Less", "less", {imp.constScalarLike(double(t), lensType), lens}), imp.constI64({1})});
-        steps[size_t(t)] = m.op("Where", "where", {live, h, rec.scalar(0)});
-        h = m.op("Where", "where", {live, h, hPrev});
-        if (c) c = m.op("Where", "where", {live, c, cPrev});
-      }
-    }
+    SmallVector<Value> operands = {xw, rd, h0 ? rec.take(h0, 0, d) : imp.none(),
+                                   c0 ? rec.take(c0, 0, d) : imp.none(), peep ? rec.take(peep, 0, d) : imp.none(),
+                                   rbh ? rbh : imp.none(), masked ? lens : imp.none()};
+    SmallVector<NamedAttribute> attrs = {
+        imp.builder.getNamedAttr("cell", imp.builder.getStringAttr(n.op_type())),
+        imp.builder.getNamedAttr("activations", imp.builder.getStringAttr(activationNames[size_t(d)])),
+        imp.builder.getNamedAttr("activation_alpha", imp.builder.getDenseF32ArrayAttr(activationAlpha[size_t(d)])),
+        imp.builder.getNamedAttr("activation_beta", imp.builder.getDenseF32ArrayAttr(activationBeta[size_t(d)]))};
+    if (reverse) attrs.push_back(m.i64("reverse", 1));
+    if (rec.clip > 0) attrs.push_back(imp.builder.getNamedAttr("clip", imp.builder.getF32FloatAttr(rec.clip)));
+    if (rec.inputForget) attrs.push_back(m.i64("input_forget", 1));
+    if (rec.linearBeforeReset) attrs.push_back(m.i64("linear_before_reset", 1));
     if (!m.ok) return failure();
-    SmallVector<Value> lifted;
-    for (Value s : steps) lifted.push_back(m.op("Unsqueeze", "unsqueeze", {s, imp.constI64({0, 1})}));
-    ys.push_back(lifted.size() == 1 ? lifted[0] : m.op("Concat", "concat", lifted, {m.i64("axis", 0)}));
-    hs2.push_back(m.op("Unsqueeze", "unsqueeze", {h, imp.constI64({0})}));
-    if (c) cs.push_back(m.op("Unsqueeze", "unsqueeze", {c, imp.constI64({0})}));
+    OpSpec spec{"Recurrence", 1, "recurrence", 7, 4, nullptr};
+    auto op = imp.buildOp(spec, operands, attrs, 4);
+    if (failed(op)) return failure();
+    ys.push_back(m.op("Unsqueeze", "unsqueeze", {(*op)->getResult(0), imp.constI64({1})}));
+    hs2.push_back(m.op("Unsqueeze", "unsqueeze", {(*op)->getResult(1), imp.constI64({0})}));
+    if (cell == Cell::LSTM) cs.push_back(m.op("Unsqueeze", "unsqueeze", {(*op)->getResult(2), imp.constI64({0})}));
   }
   auto join = [&](ArrayRef<Value> parts, int64_t axis) {
     return parts.size() == 1 ? parts[0] : m.op("Concat", "concat", parts, {m.i64("axis", axis)});
@@ -268,8 +194,8 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
     if (yc) yc = m.transpose(yc, {1, 0, 2});
   }
   if (!m.ok) return failure();
-  imp.controlFlowNotes.push_back(n.op_type() + " '" + imp.nodeName + "': " + std::to_string(seq) + " steps x " +
-                                 std::to_string(dirs) + " direction(s) unrolled, one input GEMM per direction" +
+  imp.controlFlowNotes.push_back(n.op_type() + " '" + imp.nodeName + "': " + std::to_string(dirs) +
+                                 " direction(s), each one input GEMM and one fused recurrence" +
                                  (masked ? ", rows masked by sequence_lens" : ""));
   Value outs[3] = {y, yh, yc};
   for (int i = 0; i < n.output_size() && i < 3; ++i)

@@ -101,5 +101,6 @@ void attachLinalgVJPs(mlir::MLIRContext *ctx);
 void attachMovementVJPs(mlir::MLIRContext *ctx);
 void attachNormalizationVJPs(mlir::MLIRContext *ctx);
 void attachOsftVJPs(mlir::MLIRContext *ctx);
+void attachRecurrentVJPs(mlir::MLIRContext *ctx);
 
 } // namespace sd::ir
