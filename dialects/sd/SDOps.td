@@ -106,6 +106,12 @@ foreach op = [["min", "Min"], ["max", "Max"], ["mean", "Mean"], ["sum", "Sum"]] 
 
 def SD_WhereOp : SD_Nary<"where", "Where",
     (ins AnyTensor:$condition, AnyTensor:$x, AnyTensor:$y)>;
+// Selections whose result size depends on operand values (shapes/selection.h):
+// compiled only where those values are known (constants, --bind).
+def SD_NonZeroOp : SD_Unary<"non_zero", "NonZero">;
+def SD_CompressOp : SD_Nary<"compress", "Compress", (ins AnyTensor:$input, AnyTensor:$condition), (ins OptI64:$axis)>;
+def SD_UniqueOp : SD_Nary<"unique", "Unique", (ins AnyTensor:$input), (ins OptI64:$axis, OptI64:$sorted),
+    (outs AnyTensor:$y, AnyTensor:$indices, AnyTensor:$inverse_indices, AnyTensor:$counts)>;
 // ONNX If whose condition is run-time data: both branches were computed, this
 // picks one (folded away once the condition is a constant).
 def SD_IfSelectOp : SD_Nary<"if_select", "IfSelect",

@@ -17,6 +17,7 @@ void registerCollectiveShapes();
 void registerOsftShapes();
 void registerControlShapes();
 void registerRecurrentShapes();
+void registerSelectionShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -39,6 +40,7 @@ void registerCollectiveKernels();
 void registerOsftKernels();
 void registerControlKernels();
 void registerRecurrentKernels();
+void registerSelectionKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -87,6 +89,7 @@ void registerAllOps() {
     registerOsftShapes();
     registerControlShapes();
     registerRecurrentShapes();
+    registerSelectionShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -108,6 +111,7 @@ void registerAllOps() {
     cpu::registerOsftKernels();
     cpu::registerControlKernels();
     cpu::registerRecurrentKernels();
+    cpu::registerSelectionKernels();
   });
 }
 

@@ -325,6 +325,21 @@ CASES["BitwiseNot"] = [Case(lambda t, r: [rand(r, (3, 4), t, -100, 100)], ref=la
 CASES["Swish"] = (shapes_unary(-5, 5, ref=numpy_ref(lambda x: x / (1 + np.exp(-x)))) +
                   [Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], attrs={"alpha": 0.5}, label="alpha 0.5",
                         ref=lambda ins, attrs, t: [(f64(ins[0]) / (1 + np.exp(-0.5 * f64(ins[0])))).astype(ins[0].dtype)])])
+# Data-dependent selections: sized from the operand values (constants in a plan).
+CASES["NonZero"] = [Case(lambda t, r: [rand(r, (3, 4), t, -1, 1).round()], label="zeros among values"),
+                    Case(lambda t, r: [rand(r, (2, 3, 2), "bool")], label="bool 3-D", types=["bool"])]
+CASES["Compress"] = [
+    Case(lambda t, r: [rand(r, (3, 4), t), np.array([1, 0, 1], bool)], attrs={"axis": 0}, label="rows"),
+    Case(lambda t, r: [rand(r, (3, 4), t), np.array([0, 1, 1, 0], bool)], attrs={"axis": -1},
+         label="columns, negative axis"),
+    Case(lambda t, r: [rand(r, (2, 3), t), np.array([1, 0, 0, 1], bool)], label="flattened, condition shorter")]
+CASES["Unique"] = [
+    Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], outputs=4, label="sorted, flattened"),
+    Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], attrs={"sorted": 0}, outputs=4,
+         label="in order of first occurrence"),
+    Case(lambda t, r: [np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], NP[t])], attrs={"axis": 0}, outputs=4,
+         label="unique rows")]
+
 # The ops unrolled control flow leaves (compiler/import/onnx/ControlFlowHandler.cpp).
 CASES["IfSelect"] = [Case(lambda t, r, c=c: [np.array(c), rand(r, (2, 3), t), rand(r, (2, 3), t)],
                           ref=lambda ins, attrs, t: [ins[1] if ins[0] else ins[2]], label=f"condition {c}")

@@ -248,6 +248,16 @@ LogicalResult constantOfShape(NodeImporter &imp, const onnx::NodeProto &n, const
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
+// Ops whose every result exists in sd (Unique), however many the node names.
+LogicalResult allResults(NodeImporter &imp, const onnx::NodeProto &node, const OpSpec &spec) {
+  auto operands = imp.operandsOf(node, spec);
+  if (failed(operands)) return failure();
+  auto attrs = imp.convertAttributes(node);
+  if (failed(attrs)) return failure();
+  auto op = imp.buildOp(spec, *operands, *attrs, unsigned(spec.numResults));
+  return failed(op) ? failure() : imp.bindResults(node, *op);
+}
+
 // The table. Generic ops register at version 1; upgrades where semantics moved.
 #define G(type, mn, nops, nres) {type, 1, mn, nops, nres, generic}
 const OpSpec kSpecs[] = {
@@ -334,6 +344,7 @@ const OpSpec kSpecs[] = {
     {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
     {"Attention", 23, "attention", -1, -1, importAttention},
     {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
+    G("NonZero", "non_zero", 1, 1), G("Compress", "compress", 2, 1), {"Unique", 1, "unique", 1, 4, allResults},
     G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1), G("CumProd", "cum_prod", 2, 1),
     {"Constant", 1, "constant", 0, 1, constantOp},
     // Control flow, made static at import (ControlFlowHandler.cpp). Loop's M and

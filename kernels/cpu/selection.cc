@@ -1,0 +1,82 @@
+// CPU kernels of NonZero, Compress and Unique (shapes/selection.h). Each
+// recomputes its selection from the operands and refuses to write when it
+// does not fit the buffer the plan sized at compile time.
+#include "../shapes/selection.h"
+#include "cpu_util.h"
+#include <cstring>
+
+namespace sd::cpu {
+namespace {
+
+Status fits(int64_t got, int64_t planned, const char *op) {
+  if (got != planned) return sdError(op, " selects ", got, " elements here; the plan was compiled for ", planned);
+  return Status::ok();
+}
+
+// Copies slices `index[k]` of x along `axis` (flattened elements when !hasAxis) into y, in order.
+void copySlices(const TensorView &x, const TensorView &y, bool hasAxis, int64_t axis, const std::vector<int64_t> &index) {
+  size_t es = dtypeSize(x.dtype);
+  int64_t extent = x.numElements(), inner = 1, outer = 1;
+  if (hasAxis) {
+    extent = x.dims[size_t(axis)];
+    for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
+    for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
+  }
+  const uint8_t *src = x.as<uint8_t>();
+  uint8_t *dst = y.as<uint8_t>();
+  int64_t n = int64_t(index.size());
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t k = 0; k < n; ++k)
+      std::memcpy(dst + size_t((o * n + k) * inner) * es, src + size_t((o * extent + index[size_t(k)]) * inner) * es,
+                  size_t(inner) * es);
+}
+
+Status NonZeroKernel(const KernelContext &c) {
+  std::vector<int64_t> flat;
+  SD_RETURN_IF_ERROR(selection::nonzero(c.inputs[0], flat));
+  const TensorView &y = c.outputs[0];
+  SD_RETURN_IF_ERROR(fits(int64_t(flat.size()), y.dims[1], "NonZero"));
+  Dims strides = stridesOf(c.inputs[0].dims);
+  int64_t n = int64_t(flat.size());
+  for (size_t d = 0; d < strides.size(); ++d)
+    for (int64_t k = 0; k < n; ++k) y.as<int64_t>()[int64_t(d) * n + k] = (flat[size_t(k)] / strides[d]) % c.inputs[0].dims[d];
+  return Status::ok();
+}
+
+Status CompressKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  bool hasAxis = c.attrs.has("axis");
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += x.rank();
+  std::vector<int64_t> kept;
+  SD_RETURN_IF_ERROR(selection::compressed(c.inputs[1], hasAxis ? x.dims[size_t(axis)] : x.numElements(), kept));
+  SD_RETURN_IF_ERROR(fits(int64_t(kept.size()), hasAxis ? c.outputs[0].dims[size_t(axis)] : c.outputs[0].numElements(),
+                          "Compress"));
+  copySlices(x, c.outputs[0], hasAxis, axis, kept);
+  return Status::ok();
+}
+
+Status UniqueKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  bool hasAxis = c.attrs.has("axis");
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += x.rank();
+  selection::Unique u;
+  SD_RETURN_IF_ERROR(selection::unique(x, hasAxis, axis, c.attrs.getInt("sorted", 1) != 0, u));
+  SD_RETURN_IF_ERROR(fits(int64_t(u.first.size()), c.outputs[0].dims[hasAxis ? size_t(axis) : 0], "Unique"));
+  copySlices(x, c.outputs[0], hasAxis, axis, u.first);
+  const std::vector<int64_t> *rest[] = {&u.first, &u.inverse, &u.counts};
+  for (size_t k = 1; k < c.outputs.size() && k < 4; ++k)
+    if (c.outputs[k].data) std::memcpy(c.outputs[k].data, rest[k - 1]->data(), rest[k - 1]->size() * sizeof(int64_t));
+  return Status::ok();
+}
+
+} // namespace
+
+void registerSelectionKernels() {
+  registerCpuKernel("NonZero", NonZeroKernel, TypeSet::all());
+  registerCpuKernel("Compress", CompressKernel, TypeSet::all());
+  registerCpuKernel("Unique", UniqueKernel, TypeSet::all());
+}
+
+} // namespace sd::cpu

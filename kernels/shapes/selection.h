@@ -1,0 +1,27 @@
+// Data-dependent selections (NonZero, Compress, Unique): how many elements they
+// keep depends on operand values, so a plan can hold them only where those
+// values are known at compile time (constants, --bind): the shape rules count
+// with the same functions the kernels select with.
+#pragma once
+#include "sd/format/status.h"
+#include "sd/format/tensor.h"
+#include <vector>
+
+namespace sd::selection {
+
+// Flat indices of the nonzero elements of `x`, in row-major order.
+Status nonzero(const TensorView &x, std::vector<int64_t> &flat);
+
+// Positions along the selected axis that Compress keeps: i < min(len(cond), extent) with cond[i].
+Status compressed(const TensorView &condition, int64_t extent, std::vector<int64_t> &kept);
+
+// Unique slices of `x` along `axis` (flattened elements when !hasAxis), as np.unique
+// with return_index/inverse/counts: `first` holds the first occurrence of each
+// output slice (sorted ascending when `sorted`, else in order of first
+// occurrence), `inverse` maps every input slice to its output slice.
+struct Unique {
+  std::vector<int64_t> first, inverse, counts;
+};
+Status unique(const TensorView &x, bool hasAxis, int64_t axis, bool sorted, Unique &out);
+
+} // namespace sd::selection
