@@ -45,9 +45,9 @@ Status NonZeroKernel(const KernelContext &c) {
 
 Status CompressKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
-  bool hasAxis = c.attrs.has("axis");
-  int64_t axis = c.attrs.getInt("axis", 0);
-  if (axis < 0) axis += x.rank();
+  bool hasAxis;
+  int64_t axis;
+  SD_RETURN_IF_ERROR(selection::optionalAxis(c.attrs, x.rank(), hasAxis, axis));
   std::vector<int64_t> kept;
   SD_RETURN_IF_ERROR(selection::compressed(c.inputs[1], hasAxis ? x.dims[size_t(axis)] : x.numElements(), kept));
   SD_RETURN_IF_ERROR(fits(int64_t(kept.size()), hasAxis ? c.outputs[0].dims[size_t(axis)] : c.outputs[0].numElements(),
@@ -58,9 +58,9 @@ Status CompressKernel(const KernelContext &c) {
 
 Status UniqueKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
-  bool hasAxis = c.attrs.has("axis");
-  int64_t axis = c.attrs.getInt("axis", 0);
-  if (axis < 0) axis += x.rank();
+  bool hasAxis;
+  int64_t axis;
+  SD_RETURN_IF_ERROR(selection::optionalAxis(c.attrs, x.rank(), hasAxis, axis));
   selection::Unique u;
   SD_RETURN_IF_ERROR(selection::unique(x, hasAxis, axis, c.attrs.getInt("sorted", 1) != 0, u));
   SD_RETURN_IF_ERROR(fits(int64_t(u.first.size()), c.outputs[0].dims[hasAxis ? size_t(axis) : 0], "Unique"));

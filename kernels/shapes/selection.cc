@@ -23,6 +23,15 @@ Status readValues(const TensorView &x, std::vector<long double> &out) {
 
 } // namespace
 
+Status optionalAxis(const AttrMap &attrs, int64_t rank, bool &hasAxis, int64_t &axis) {
+  hasAxis = attrs.has("axis");
+  axis = attrs.getInt("axis", 0);
+  if (!hasAxis) return Status::ok();
+  SD_CHECK_ARG(axis >= -rank && axis < rank, "axis ", axis, " is out of range for rank ", rank);
+  if (axis < 0) axis += rank;
+  return Status::ok();
+}
+
 Status nonzero(const TensorView &x, std::vector<int64_t> &flat) {
   std::vector<long double> v;
   SD_RETURN_IF_ERROR(readValues(x, v));

@@ -4,10 +4,15 @@
 // with the same functions the kernels select with.
 #pragma once
 #include "sd/format/status.h"
+#include "sd/ops/attrs.h"
 #include "sd/format/tensor.h"
 #include <vector>
 
 namespace sd::selection {
+
+// The optional `axis` attribute of Compress and Unique, made non-negative;
+// hasAxis false: they work on the flattened elements.
+Status optionalAxis(const AttrMap &attrs, int64_t rank, bool &hasAxis, int64_t &axis);
 
 // Flat indices of the nonzero elements of `x`, in row-major order.
 Status nonzero(const TensorView &x, std::vector<int64_t> &flat);

@@ -23,9 +23,9 @@ Status nonZeroShape(ShapeContext &c) {
 Status compressShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(needsValues(c, 1, "Compress", "condition"));
   const TensorInfo &x = c.inputs[0];
-  bool hasAxis = c.attrs.has("axis");
-  int64_t axis = c.attrs.getInt("axis", 0);
-  if (hasAxis) SD_RETURN_IF_ERROR(normalizeAxis(axis, x.rank()));
+  bool hasAxis;
+  int64_t axis;
+  SD_RETURN_IF_ERROR(selection::optionalAxis(c.attrs, x.rank(), hasAxis, axis));
   int64_t extent = hasAxis ? x.dims[size_t(axis)] : x.numElements();
   SD_CHECK_ARG(extent >= 0, "Compress needs a static input shape");
   std::vector<int64_t> kept;
@@ -39,9 +39,9 @@ Status compressShape(ShapeContext &c) {
 Status uniqueShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(needsValues(c, 0, "Unique", "input"));
   const TensorInfo &x = c.inputs[0];
-  bool hasAxis = c.attrs.has("axis");
-  int64_t axis = c.attrs.getInt("axis", 0);
-  if (hasAxis) SD_RETURN_IF_ERROR(normalizeAxis(axis, x.rank()));
+  bool hasAxis;
+  int64_t axis;
+  SD_RETURN_IF_ERROR(selection::optionalAxis(c.attrs, x.rank(), hasAxis, axis));
   selection::Unique u;
   SD_RETURN_IF_ERROR(selection::unique(*c.constInput(0), hasAxis, axis, c.attrs.getInt("sorted", 1) != 0, u));
   int64_t n = int64_t(u.first.size());
