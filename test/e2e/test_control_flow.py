@@ -178,19 +178,24 @@ class Tagger:
 def recurrent_inference(sdc, sdrun, tmp):
     import torch
     for kind in ("GRU", "LSTM"):
-        torch.manual_seed(0)
-        model = Tagger.make(kind)
-        feats = torch.randn(3, 30, 20)
-        path = os.path.join(tmp, f"{kind}.onnx")
-        torch.onnx.export(model, (feats,), path, dynamo=False, opset_version=17, input_names=["feats"],
-                          output_names=["logits"])
-        plan = os.path.join(tmp, f"{kind}.sdp")
-        sh([sdc, "compile", path, "--shapes", "feats=3x30x20", "-o", plan])
-        with torch.no_grad():
-            want = model(feats).numpy()
-        err = max_err(run_plan(sdrun, plan, {"feats": feats.numpy()}, tmp, kind), [want])
-        check(f"{kind} tagger (2 layers, bidirectional, batch_first) exported by PyTorch: logits equal PyTorch (1e-5)",
-              err <= 1e-5, f"max abs err {err:.1e}")
+        for dynamo in (False, True):
+            torch.manual_seed(0)
+            model = Tagger.make(kind)
+            feats = torch.randn(3, 30, 20)
+            path = os.path.join(tmp, f"{kind}_{dynamo}.onnx")
+            exporter = "dynamo (its default opset)" if dynamo else "TorchScript, opset 17"
+            if dynamo:
+                torch.onnx.export(model, (feats,), path, dynamo=True, input_names=["feats"], output_names=["logits"])
+            else:
+                torch.onnx.export(model, (feats,), path, dynamo=False, opset_version=17, input_names=["feats"],
+                                  output_names=["logits"])
+            plan = os.path.join(tmp, f"{kind}.sdp")
+            sh([sdc, "compile", path, "--shapes", "feats=3x30x20", "-o", plan])
+            with torch.no_grad():
+                want = model(feats).numpy()
+            err = max_err(run_plan(sdrun, plan, {"feats": feats.numpy()}, tmp, kind), [want])
+            check(f"{kind} tagger (2 layers, bidirectional, batch_first), {exporter} export: logits equal PyTorch "
+                  "(1e-5)", err <= 1e-5, f"max abs err {err:.1e}")
 
 
 def recurrent_training(sdc, sdrun, tmp):
