@@ -106,6 +106,21 @@ foreach op = [["min", "Min"], ["max", "Max"], ["mean", "Mean"], ["sum", "Sum"]] 
 
 def SD_WhereOp : SD_Nary<"where", "Where",
     (ins AnyTensor:$condition, AnyTensor:$x, AnyTensor:$y)>;
+// Spectral ops (speech front ends): DFT (axis resolved by the importer), STFT,
+// the window generators and the mel filter bank.
+def SD_DFTOp : SD_Nary<"dft", "DFT", (ins AnyTensor:$input, SD_OptTensor:$dft_length, SD_OptTensor:$axis_value),
+    (ins OptI64:$axis, OptI64:$inverse, OptI64:$onesided)>;
+def SD_STFTOp : SD_Nary<"stft", "STFT",
+    (ins AnyTensor:$signal, AnyTensor:$frame_step, SD_OptTensor:$window, SD_OptTensor:$frame_length),
+    (ins OptI64:$onesided)>;
+class SD_WindowOp<string mnemonic, string contract>
+    : SD_Nary<mnemonic, contract, (ins AnyTensor:$size), (ins OptI64:$periodic, OptI64:$output_datatype)>;
+def SD_HannWindowOp : SD_WindowOp<"hann_window", "HannWindow">;
+def SD_HammingWindowOp : SD_WindowOp<"hamming_window", "HammingWindow">;
+def SD_BlackmanWindowOp : SD_WindowOp<"blackman_window", "BlackmanWindow">;
+def SD_MelWeightMatrixOp : SD_Nary<"mel_weight_matrix", "MelWeightMatrix",
+    (ins AnyTensor:$num_mel_bins, AnyTensor:$dft_length, AnyTensor:$sample_rate, AnyTensor:$lower_edge_hertz,
+         AnyTensor:$upper_edge_hertz), (ins OptI64:$output_datatype)>;
 // Selections whose result size depends on operand values (shapes/selection.h):
 // compiled only where those values are known (constants, --bind).
 def SD_NonZeroOp : SD_Unary<"non_zero", "NonZero">;

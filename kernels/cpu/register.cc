@@ -18,6 +18,7 @@ void registerOsftShapes();
 void registerControlShapes();
 void registerRecurrentShapes();
 void registerSelectionShapes();
+void registerSpectralShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -41,6 +42,7 @@ void registerOsftKernels();
 void registerControlKernels();
 void registerRecurrentKernels();
 void registerSelectionKernels();
+void registerSpectralKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -90,6 +92,7 @@ void registerAllOps() {
     registerControlShapes();
     registerRecurrentShapes();
     registerSelectionShapes();
+    registerSpectralShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -112,6 +115,7 @@ void registerAllOps() {
     cpu::registerControlKernels();
     cpu::registerRecurrentKernels();
     cpu::registerSelectionKernels();
+    cpu::registerSpectralKernels();
   });
 }
 

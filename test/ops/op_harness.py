@@ -325,6 +325,35 @@ CASES["BitwiseNot"] = [Case(lambda t, r: [rand(r, (3, 4), t, -100, 100)], ref=la
 CASES["Swish"] = (shapes_unary(-5, 5, ref=numpy_ref(lambda x: x / (1 + np.exp(-x)))) +
                   [Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], attrs={"alpha": 0.5}, label="alpha 0.5",
                         ref=lambda ins, attrs, t: [(f64(ins[0]) / (1 + np.exp(-0.5 * f64(ins[0])))).astype(ins[0].dtype)])])
+# Spectral ops (speech front ends), against onnx.reference.
+ONNX_FLOAT_CODE = {"f32": 1, "f64": 11}
+CASES["DFT"] = [
+    Case(lambda t, r: [rand(r, (2, 8, 1), t), None, np.array(1, np.int64)], attrs={"axis": 1}, onnx_attrs={"inverse": 0},
+         label="real, full spectrum", types=["f32", "f64"], rtol=10, opset=20),
+    Case(lambda t, r: [rand(r, (2, 6, 2), t), np.array(8, np.int64), np.array(-2, np.int64)],
+         attrs={"axis": -2, "inverse": 1}, onnx_attrs={"inverse": 1}, label="complex inverse, padded to 8",
+         types=["f32", "f64"], rtol=10, opset=20),
+    Case(lambda t, r: [rand(r, (3, 7, 1), t), None, np.array(1, np.int64)], attrs={"axis": 1, "onesided": 1},
+         onnx_attrs={"onesided": 1}, label="real, one-sided", types=["f32", "f64"], rtol=10, opset=20),
+    Case(lambda t, r: [rand(r, (2, 5, 2), t), None, np.array(1, np.int64)],
+         attrs={"axis": 1, "inverse": 1, "onesided": 1}, onnx_attrs={"inverse": 1, "onesided": 1},
+         label="inverse one-sided (irfft)", types=["f32", "f64"], rtol=10, opset=20)]
+CASES["STFT"] = [
+    Case(lambda t, r: [rand(r, (2, 40, 1), t), np.array(8, np.int64),
+                       (0.5 - 0.5 * np.cos(2 * np.pi * np.arange(16) / 16)).astype(NP[t]), np.array(16, np.int64)],
+         attrs={"onesided": 1}, label="Hann window, hop 8", types=["f32", "f64"], rtol=10),
+    Case(lambda t, r: [rand(r, (1, 20, 2), t), np.array(5, np.int64), None, np.array(8, np.int64)],
+         attrs={"onesided": 0}, label="complex signal, no window", types=["f32", "f64"], rtol=10)]
+for name in ("HannWindow", "HammingWindow", "BlackmanWindow"):
+    CASES[name] = [Case(lambda t, r: [np.array(10, np.int64)], attrs={"periodic": p, "output_datatype": ONNX_FLOAT_CODE[t]},
+                        label=f"size 10, {'periodic' if p else 'symmetric'}", types=[t])
+                   for p in (1, 0) for t in ("f32", "f64")]
+CASES["MelWeightMatrix"] = [
+    Case(lambda t, r: [np.array(8, np.int64), np.array(64, np.int64), np.array(16000, np.int64),
+                       np.array(0.0, np.float32), np.array(8000.0, np.float32)],
+         attrs={"output_datatype": ONNX_FLOAT_CODE[t]}, label="8 mel bins of a 64-point DFT", types=[t])
+    for t in ("f32", "f64")]
+
 # Data-dependent selections: sized from the operand values (constants in a plan).
 CASES["NonZero"] = [Case(lambda t, r: [rand(r, (3, 4), t, -1, 1).round()], label="zeros among values"),
                     Case(lambda t, r: [rand(r, (2, 3, 2), "bool")], label="bool 3-D", types=["bool"])]

@@ -258,6 +258,19 @@ LogicalResult allResults(NodeImporter &imp, const onnx::NodeProto &node, const O
   return failed(op) ? failure() : imp.bindResults(node, *op);
 }
 
+// DFT's axis: an attribute (default 1) before opset 20, an optional input
+// (default -2) since; sd carries the default as the attribute either way.
+LogicalResult dftOp(NodeImporter &imp, const onnx::NodeProto &node, const OpSpec &spec) {
+  auto operands = imp.operandsOf(node, spec);
+  if (failed(operands)) return failure();
+  auto attrs = imp.convertAttributes(node);
+  if (failed(attrs)) return failure();
+  if (!llvm::any_of(*attrs, [](NamedAttribute a) { return a.getName() == "axis"; }))
+    attrs->push_back(imp.builder.getNamedAttr("axis", imp.builder.getI64IntegerAttr(spec.sinceVersion >= 20 ? -2 : 1)));
+  auto op = imp.buildOp(spec, *operands, *attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(node, *op);
+}
+
 // The table. Generic ops register at version 1; upgrades where semantics moved.
 #define G(type, mn, nops, nres) {type, 1, mn, nops, nres, generic}
 const OpSpec kSpecs[] = {
@@ -344,6 +357,10 @@ const OpSpec kSpecs[] = {
     {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
     {"Attention", 23, "attention", -1, -1, importAttention},
     {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
+    {"DFT", 17, "dft", 3, 1, dftOp}, {"DFT", 20, "dft", 3, 1, dftOp}, {"STFT", 17, "stft", 4, 1, generic},
+    {"HannWindow", 17, "hann_window", 1, 1, generic}, {"HammingWindow", 17, "hamming_window", 1, 1, generic},
+    {"BlackmanWindow", 17, "blackman_window", 1, 1, generic},
+    {"MelWeightMatrix", 17, "mel_weight_matrix", 5, 1, generic},
     G("NonZero", "non_zero", 1, 1), G("Compress", "compress", 2, 1), {"Unique", 1, "unique", 1, 4, allResults},
     G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1), G("CumProd", "cum_prod", 2, 1),
     {"Constant", 1, "constant", 0, 1, constantOp},
