@@ -106,6 +106,9 @@ foreach op = [["min", "Min"], ["max", "Max"], ["mean", "Mean"], ["sum", "Sum"]] 
 
 def SD_WhereOp : SD_Nary<"where", "Where",
     (ins AnyTensor:$condition, AnyTensor:$x, AnyTensor:$y)>;
+// Sampling X at normalized grid positions (spatial transformers, optical flow).
+def SD_GridSampleOp : SD_Binary<"grid_sample", "GridSample",
+    (ins OptI64:$align_corners, OptStr:$mode, OptStr:$padding_mode)>;
 // Spectral ops (speech front ends): DFT (axis resolved by the importer), STFT,
 // the window generators and the mel filter bank.
 def SD_DFTOp : SD_Nary<"dft", "DFT", (ins AnyTensor:$input, SD_OptTensor:$dft_length, SD_OptTensor:$axis_value),

@@ -19,6 +19,7 @@ void registerControlShapes();
 void registerRecurrentShapes();
 void registerSelectionShapes();
 void registerSpectralShapes();
+void registerGridSampleShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -43,6 +44,7 @@ void registerControlKernels();
 void registerRecurrentKernels();
 void registerSelectionKernels();
 void registerSpectralKernels();
+void registerGridSampleKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -93,6 +95,7 @@ void registerAllOps() {
     registerRecurrentShapes();
     registerSelectionShapes();
     registerSpectralShapes();
+    registerGridSampleShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -116,6 +119,7 @@ void registerAllOps() {
     cpu::registerRecurrentKernels();
     cpu::registerSelectionKernels();
     cpu::registerSpectralKernels();
+    cpu::registerGridSampleKernels();
   });
 }
 

@@ -325,6 +325,17 @@ CASES["BitwiseNot"] = [Case(lambda t, r: [rand(r, (3, 4), t, -100, 100)], ref=la
 CASES["Swish"] = (shapes_unary(-5, 5, ref=numpy_ref(lambda x: x / (1 + np.exp(-x)))) +
                   [Case(lambda t, r: [rand(r, (3, 5), t, -5, 5)], attrs={"alpha": 0.5}, label="alpha 0.5",
                         ref=lambda ins, attrs, t: [(f64(ins[0]) / (1 + np.exp(-0.5 * f64(ins[0])))).astype(ins[0].dtype)])])
+# f32 only: onnx.reference computes the sample positions in float32.
+CASES["GridSample"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 4, 5), t), rand(r, (2, 3, 6, 2), t, -1.2, 1.2)],
+         attrs={"mode": m, "padding_mode": p, "align_corners": a}, label=f"2-D {m}, {p}, align_corners {a}",
+         types=["f32"], rtol=10, opset=20)
+    for m, p, a in (("linear", "zeros", 0), ("cubic", "reflection", 1), ("nearest", "border", 0),
+                    ("cubic", "zeros", 0), ("linear", "reflection", 0))] + [
+    Case(lambda t, r: [rand(r, (1, 2, 3, 4, 5), t), rand(r, (1, 2, 3, 2, 3), t, -1.1, 1.1)],
+         attrs={"mode": "linear", "padding_mode": "border", "align_corners": 1}, label="3-D linear, border",
+         types=["f32"], rtol=10, opset=20)]
+
 # Spectral ops (speech front ends), against onnx.reference.
 ONNX_FLOAT_CODE = {"f32": 1, "f64": 11}
 CASES["DFT"] = [

@@ -357,6 +357,7 @@ const OpSpec kSpecs[] = {
     {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
     {"Attention", 23, "attention", -1, -1, importAttention},
     {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
+    {"GridSample", 16, "grid_sample", 2, 1, generic},
     {"DFT", 17, "dft", 3, 1, dftOp}, {"DFT", 20, "dft", 3, 1, dftOp}, {"STFT", 17, "stft", 4, 1, generic},
     {"HannWindow", 17, "hann_window", 1, 1, generic}, {"HammingWindow", 17, "hamming_window", 1, 1, generic},
     {"BlackmanWindow", 17, "blackman_window", 1, 1, generic},
