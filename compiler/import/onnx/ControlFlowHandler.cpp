@@ -173,6 +173,10 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
     DenseElementsAttr c = evaluateAtImport(imp, trip);
     if (c && c.getNumElements() == 1) {
       int64_t knownM = (*c.value_begin<APInt>()).getSExtValue();
+      if (knownM > opts.maxUnroll && !opts.maxTrip)
+        return imp.fail("runs up to " + std::to_string(knownM) + " iterations, more than the " +
+                        std::to_string(opts.maxUnroll) + " a loop may unroll to; if its condition stops it sooner, " +
+                        maxTripHint);
       if (knownM <= opts.maxUnroll) tripKnown = true, limit = std::max<int64_t>(0, knownM);
       trip = Value();
     } else if (!opts.maxTrip) {

@@ -39,11 +39,12 @@ float defaultAlpha(const std::string &f) {
 }
 float defaultBeta(const std::string &f) { return f == "HardSigmoid" ? 0.5f : f == "ScaledTanh" ? 1.0f : 0.0f; }
 
-struct Recurrence {
+// The handler's building blocks, and the attributes every direction shares.
+struct RecurrentImport {
   NodeImporter &imp;
   OpMaker m;
   Cell cell;
-  int64_t hidden = 0, gates = 1;
+  int64_t gates = 1;
   float clip = 0;
   bool inputForget = false, linearBeforeReset = false;
   Type et;
@@ -63,8 +64,8 @@ struct Recurrence {
 
 LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
   Cell cell = n.op_type() == "LSTM" ? Cell::LSTM : n.op_type() == "GRU" ? Cell::GRU : Cell::RNN;
-  Recurrence rec{imp, OpMaker{imp}, cell};
-  rec.gates = cell == Cell::LSTM ? 4 : cell == Cell::GRU ? 3 : 1;
+  RecurrentImport rec{imp, OpMaker{imp}, cell};
+  rec.gates = recurrent::gates(cell);
   auto x = imp.lookup(n.input(0));
   if (failed(x)) return failure();
   SmallVector<Value> in;
@@ -94,7 +95,6 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
   if (!xt || xt.getRank() != 3 || !wt || wt.getRank() != 3 || !wt.hasStaticShape())
     return imp.fail("X must be 3-D and W a 3-D tensor of known shape");
   int64_t H = hs ? hs->i() : wt.getDimSize(1) / rec.gates;
-  rec.hidden = H;
   rec.et = xt.getElementType();
   if (H <= 0 || wt.getDimSize(0) != dirs || wt.getDimSize(1) != rec.gates * H)
     return imp.fail("W is " + std::to_string(wt.getDimSize(0)) + "x" + std::to_string(wt.getDimSize(1)) + "x... but " +
@@ -109,7 +109,7 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
   h0 = stateMajor(h0), c0 = stateMajor(c0);
 
   // Activations: per direction, the cell's count of them.
-  size_t perDir = cell == Cell::LSTM ? 3 : cell == Cell::GRU ? 2 : 1;
+  size_t perDir = size_t(recurrent::activationCount(cell));
   std::vector<std::string> names;
   if (const onnx::AttributeProto *a = attrOf(n, "activations")) names.assign(a->strings().begin(), a->strings().end());
   if (names.empty())
