@@ -11,36 +11,52 @@ namespace sd {
 // Ops whose result depends only on operand shapes, not values.
 static bool readsOnlyShapes(StringRef contract) { return contract == "Shape" || contract == "Size"; }
 
-LogicalResult foldWithKernels(Operation *op, int64_t maxBytes, SmallVectorImpl<Value> *replacements) {
+static LogicalResult foldQuery(Operation *op, const KernelDef &def, bool shapeOnly, OpShapeQuery &q,
+                               int64_t maxBytes, SmallVectorImpl<Value> *replacements);
+
+Value takenBranch(Operation *ifSelect) {
+  auto cond = dyn_cast_or_null<DenseElementsAttr>(constantValue(ifSelect->getOperand(0)));
+  if (!cond || cond.getNumElements() != 1) return Value();
+  return ifSelect->getOperand(*cond.value_begin<bool>() ? 1 : 2);
+}
+
+LogicalResult foldWithKernels(Operation *op, int64_t maxBytes, SmallVectorImpl<Value> *replacements,
+                              OpShapeQuery *inferred) {
   auto compute = dyn_cast<ComputeOpInterface>(op);
   if (!compute) return success();
   StringRef contract = compute.getContractName();
-  bool shapeOnly = readsOnlyShapes(contract);
-  // Cheap test first: building the query copies every constant operand.
-  for (auto [i, v] : llvm::enumerate(op->getOperands())) {
-    if (contract == "IfSelect" && i > 0) break;
-    if (isa<NoneType>(v.getType())) continue;
-    bool known = shapeOnly ? cast<ShapedType>(v.getType()).hasStaticShape() : bool(v.getDefiningOp<ConstantOp>());
-    if (!known) return success();
-  }
-  OpShapeQuery q = buildShapeQuery(op);
   if (contract == "IfSelect") {
-    const TensorView *cond = q.ctx->constInputs[0];
-    if (!cond) return success();
-    Value taken = op->getOperand(*cond->as<uint8_t>() ? 1 : 2);
-    if (taken.getType() != op->getResult(0).getType()) return success(); // rank refinement pending
+    Value taken = takenBranch(op);
+    // A result type still to be refined keeps the select until it is.
+    if (!taken || taken.getType() != op->getResult(0).getType()) return success();
     op->getResult(0).replaceAllUsesWith(taken);
     if (replacements) replacements->push_back(taken);
     return success();
   }
+  bool shapeOnly = readsOnlyShapes(contract);
+  // Cheap test first: building the query copies every constant operand.
+  for (Value v : op->getOperands()) {
+    if (isa<NoneType>(v.getType())) continue;
+    bool known = shapeOnly ? cast<ShapedType>(v.getType()).hasStaticShape() : bool(v.getDefiningOp<ConstantOp>());
+    if (!known) return success();
+  }
   const KernelDef *def = cpuKernels().find(contract.str());
   if (!def) return success();
+  if (inferred) return foldQuery(op, *def, shapeOnly, *inferred, maxBytes, replacements);
+  // Built in place: its ShapeContext refers to its own attributes.
+  OpShapeQuery q = buildShapeQuery(op);
+  Status s = inferShapes(contract.str(), *q.ctx);
+  if (!s.isOk()) return op->emitError() << describeNode(op) << ": " << s.message();
+  return foldQuery(op, *def, shapeOnly, q, maxBytes, replacements);
+}
+
+// The kernel run of foldWithKernels, on a query whose shape rule has run.
+static LogicalResult foldQuery(Operation *op, const KernelDef &def, bool shapeOnly, OpShapeQuery &q,
+                               int64_t maxBytes, SmallVectorImpl<Value> *replacements) {
   for (unsigned i = 0; i < op->getNumOperands(); ++i) {
     if (isa<NoneType>(op->getOperand(i).getType())) continue;
     if (shapeOnly ? !q.ctx->inputs[i].isStatic() : q.ctx->constInputs[i] == nullptr) return success();
   }
-  Status s = inferShapes(contract.str(), *q.ctx);
-  if (!s.isOk()) return op->emitError() << describeNode(op) << ": " << s.message();
   int64_t bytes = 0; // element counts are bounded by 2^40 (inferShapes)
   for (auto &o : q.ctx->outputs) {
     if (!o.isStatic()) return success();
@@ -59,7 +75,7 @@ LogicalResult foldWithKernels(Operation *op, int64_t maxBytes, SmallVectorImpl<V
     results[i].assign(size_t(o.numElements()) * dtypeSize(o.dtype) + 1, 0);
     kc.outputs.push_back(TensorView{results[i].data(), o.dtype, o.dims});
   }
-  s = runKernel(*def, kc);
+  Status s = runKernel(def, kc);
   if (!s.isOk()) return op->emitError() << describeNode(op) << ": " << s.message();
   OpBuilder b(op);
   SmallVector<Value> made;

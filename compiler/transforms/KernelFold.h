@@ -8,6 +8,9 @@
 #include "llvm/ADT/SmallVector.h"
 
 namespace sd {
+namespace ir {
+struct OpShapeQuery;
+}
 
 // The most result bytes one fold may create during import (as sd-propagate-shapes' default).
 constexpr int64_t kImportFoldBytes = int64_t(1) << 20;
@@ -16,9 +19,14 @@ constexpr int64_t kImportFoldBytes = int64_t(1) << 20;
 // known (for Shape/Size: its operand's shape), or, for an IfSelect with a
 // known condition, with the taken branch. `replacements` gets the new values
 // (empty when nothing folded). Fails only when the kernel itself fails, after
-// emitting the error at the op.
+// emitting the error at the op. `inferred`: the op's query with its shape rule
+// already run (sd-propagate-shapes has one), so it is not built and run twice.
 mlir::LogicalResult foldWithKernels(mlir::Operation *op, int64_t maxBytes,
-                                    llvm::SmallVectorImpl<mlir::Value> *replacements = nullptr);
+                                    llvm::SmallVectorImpl<mlir::Value> *replacements = nullptr,
+                                    ir::OpShapeQuery *inferred = nullptr);
+
+// The operand an IfSelect passes on when its condition is a constant; null otherwise.
+mlir::Value takenBranch(mlir::Operation *ifSelect);
 
 // sd-propagate-shapes on one function: result types from the shape rules,
 // all-constant ops folded, dead ops erased. sd-specialize calls it too when

@@ -20,12 +20,9 @@ namespace {
 // The operands whose shapes decide `op`'s: for an IfSelect with a known
 // condition, not the branch it drops.
 SmallVector<Value> operandsThatMatter(Operation *op) {
-  auto select = dyn_cast<IfSelectOp>(op);
-  if (!select) return SmallVector<Value>(op->getOperands());
-  auto cond = dyn_cast_or_null<DenseElementsAttr>(constantValue(select.getCondition()));
-  if (!cond) return SmallVector<Value>(op->getOperands());
-  bool taken = *cond.value_begin<bool>();
-  return {select.getCondition(), taken ? select.getThenValue() : select.getElseValue()};
+  Value taken = isa<IfSelectOp>(op) ? sd::takenBranch(op) : Value();
+  if (!taken) return SmallVector<Value>(op->getOperands());
+  return {op->getOperand(0), taken};
 }
 
 struct PropagateShapesPass : sd::impl::PropagateShapesBase<PropagateShapesPass> {
@@ -68,7 +65,7 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
       if (!t) return op->emitError() << sd::describeNode(op) << ": result type is unsupported";
       op->getResult(i).setType(t);
     }
-    if (failed(sd::foldWithKernels(op, maxFoldBytes))) return failure();
+    if (failed(sd::foldWithKernels(op, maxFoldBytes, nullptr, &q))) return failure();
   }
   // Keep the function signature in step with the refined return values.
   Operation *ret = f.getBody().front().getTerminator();

@@ -10,51 +10,20 @@
 //   state when the loop has stopped (sd.if_select), and sd.loop_guard fails
 //   the run if the loop still wanted to go on.
 #include "ControlFlowHandler.h"
-#include "KernelFold.h"
 #include "OnnxImporter.h"
+#include "OpLibraryBridge.h"
 #include "OpMaker.h"
-#include "mlir/IR/Diagnostics.h"
-#include "llvm/ADT/DenseSet.h"
 
 using namespace mlir;
 using namespace sd::ir;
 
 namespace sd {
 
-DenseElementsAttr evaluateAtImport(NodeImporter &imp, Value v) {
-  // A kernel that fails here (an integer division by zero in dead code) just
-  // leaves the value unknown; the plan reports it if it runs.
-  ScopedDiagnosticHandler quiet(imp.builder.getContext(), [](Diagnostic &) { return success(); });
-  llvm::DenseSet<Operation *> tried;
-  std::function<Value(Value)> eval = [&](Value v) -> Value {
-    if (v.getDefiningOp<ConstantOp>()) return v;
-    Operation *op = v.getDefiningOp();
-    auto compute = dyn_cast_or_null<ComputeOpInterface>(op);
-    if (!compute || !tried.insert(op).second) return {};
-    StringRef contract = compute.getContractName();
-    bool shapeOnly = contract == "Shape" || contract == "Size";
-    for (unsigned i = 0; i < op->getNumOperands() && !shapeOnly; ++i) {
-      Value operand = op->getOperand(i);
-      if (isa<NoneType>(operand.getType())) continue;
-      if (!eval(operand)) {
-        if (contract != "IfSelect" || i == 0) return {};
-        continue; // a select needs only its condition and the taken branch
-      }
-    }
-    SmallVector<Value> made;
-    if (failed(foldWithKernels(op, kImportFoldBytes, &made)) || made.empty()) return {};
-    // Names bound to the folded results now mean the constants.
-    for (auto &[name, value] : imp.values)
-      if (value.getDefiningOp() == op) value = made[cast<OpResult>(value).getResultNumber()];
-    Value result = made[contract == "IfSelect" ? 0 : cast<OpResult>(v).getResultNumber()];
-    return eval(result);
-  };
-  Value c = eval(v);
-  if (!c) return {};
-  return dyn_cast<DenseElementsAttr>(c.getDefiningOp<ConstantOp>().getValue());
-}
-
 namespace {
+
+// A value the importer can compute is a constant by the time a handler sees
+// it: importNodes folds each node whose operands are known (foldOutputs).
+DenseElementsAttr knownValue(Value v) { return dyn_cast_or_null<DenseElementsAttr>(constantValue(v)); }
 
 const onnx::GraphProto *graphAttr(const onnx::NodeProto &n, const char *name) {
   const onnx::AttributeProto *a = attrOf(n, name);
@@ -89,7 +58,7 @@ LogicalResult bindOutputs(NodeImporter &imp, const onnx::NodeProto &n, ArrayRef<
 
 // One bool: true when every element of a known condition is (ONNX conditions hold one).
 std::optional<bool> knownBool(NodeImporter &imp, Value v) {
-  DenseElementsAttr c = evaluateAtImport(imp, v);
+  DenseElementsAttr c = knownValue(v);
   if (!c || c.getNumElements() != 1 || !c.getElementType().isInteger(1)) return std::nullopt;
   return *c.value_begin<bool>();
 }
@@ -170,7 +139,7 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
   bool tripKnown = false;
   int64_t limit = opts.maxTrip ? opts.maxTrip : opts.maxUnroll;
   if (trip) {
-    DenseElementsAttr c = evaluateAtImport(imp, trip);
+    DenseElementsAttr c = knownValue(trip);
     if (c && c.getNumElements() == 1) {
       int64_t knownM = (*c.value_begin<APInt>()).getSExtValue();
       if (knownM > opts.maxUnroll && !opts.maxTrip)
@@ -197,14 +166,17 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
   if (!condStatic) live = condValue;
   if (live && !bounded) return imp.fail(std::string("loop condition is run-time data; ") + maxTripHint);
   bool stopped = condStatic && !*condStatic;
+  // Whether iteration i runs, as run-time data (null: statically yes): the
+  // loop is live and, for a run-time M under --max-trip, i < M.
+  auto runsIteration = [&](Value live, int64_t i) -> Value {
+    if (!trip) return live;
+    Value below = m.op("Less", "less", {constOf(imp, i64, i, 0), trip});
+    return live ? m.op("And", "and", {live, below}) : below;
+  };
   SmallVector<SmallVector<Value>> scans(numScans);
   int64_t iterations = 0;
   for (; iterations < limit && !stopped; ++iterations) {
-    Value keep = live;
-    if (trip) { // a run-time M below --max-trip stops the loop too
-      Value below = m.op("Less", "less", {constOf(imp, i64, iterations, 0), trip});
-      keep = keep ? m.op("And", "and", {keep, below}) : below;
-    }
+    Value keep = runsIteration(live, iterations);
     SmallVector<Value> inputs = {constOf(imp, i64, iterations, declaredRank(*body, 0)),
                                  condValue ? condValue : constOf(imp, i1, 1, declaredRank(*body, 1))};
     inputs.append(carried.begin(), carried.end());
@@ -234,11 +206,7 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
       return imp.fail(opts.maxTrip ? "runs more than " + bound + " iterations"
                                    : "runs more than " + std::to_string(opts.maxUnroll) +
                                          " iterations, or stops on run-time data; " + maxTripHint);
-    Value more = live;
-    if (trip) {
-      Value below = m.op("Less", "less", {constOf(imp, i64, iterations, 0), trip});
-      more = more ? m.op("And", "and", {more, below}) : below;
-    }
+    Value more = runsIteration(live, iterations);
     std::string message = imp.scope + ": Loop '" + name + "' needs more than " + bound +
                            " iterations; recompile with a larger --max-trip";
     for (Value &v : carried)
@@ -301,14 +269,14 @@ LogicalResult importScan(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
       if (axis < 0 || axis >= type.getRank()) return bail("scan_input_axes[" + std::to_string(j) + "] is out of range");
       int64_t len = type.getDimSize(axis);
       if (ShapedType::isDynamic(len))
-        return imp.fail("scan input " + std::to_string(j) + " has a run-time sequence length; give --shapes"), failure();
+        return bail("scan input " + std::to_string(j) + " has a run-time sequence length; give --shapes");
       if (length >= 0 && len != length) return bail("scan inputs differ in sequence length");
       length = len;
       axes.push_back(axis);
     }
     if (length > imp.options->maxUnroll)
-      return imp.fail("scans " + std::to_string(length) + " steps; scans unroll, up to " +
-                      std::to_string(imp.options->maxUnroll)), failure();
+      return bail("scans " + std::to_string(length) + " steps; scans unroll, up to " +
+                  std::to_string(imp.options->maxUnroll));
     scannedSteps = length;
     if (length == 0 && numScanOut) return bail("scans 0 steps, so its scan outputs would be empty");
     SmallVector<SmallVector<Value>> outs;
@@ -339,13 +307,15 @@ LogicalResult importScan(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
     results = *r;
   } else {
     for (int64_t &a : inAxes) a = 0; // Scan-8 scans axis 1 of the batched value: axis 0 of a row
-    if (auto lens = optionalInput(imp, n, 0); failed(lens) || (*lens && !evaluateAtImport(imp, *lens)))
-      return imp.fail("sequence_lens is run-time data; --bind it");
+    auto lens = optionalInput(imp, n, 0);
+    if (failed(lens)) return failure();
+    DenseElementsAttr lensValue = *lens ? knownValue(*lens) : DenseElementsAttr();
+    if (*lens && !lensValue) return imp.fail("sequence_lens is run-time data; --bind it");
     auto xt = cast<RankedTensorType>(scanIns[0].getType());
     int64_t batch = xt.getDimSize(0);
     if (ShapedType::isDynamic(batch)) return imp.fail("the batch size is run-time data; give --shapes");
-    if (auto lens = optionalInput(imp, n, 0); *lens)
-      for (APInt len : evaluateAtImport(imp, *lens).getValues<APInt>())
+    if (lensValue)
+      for (APInt len : lensValue.getValues<APInt>())
         if (len.getSExtValue() != xt.getDimSize(1)) return imp.fail("sequence_lens shorter than the sequence are not supported");
     SmallVector<SmallVector<Value>> perRow;
     for (int64_t b = 0; b < batch; ++b) {

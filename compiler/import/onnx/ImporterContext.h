@@ -77,9 +77,6 @@ mlir::LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g);
 // outer-scope names are visible inside. `what` names it in errors ("then_branch").
 mlir::FailureOr<llvm::SmallVector<mlir::Value>> importSubgraph(NodeImporter &imp, const onnx::GraphProto &g,
                                                               const std::string &what, llvm::ArrayRef<mlir::Value> inputs);
-// The value of `v` when the importer can compute it now: constants, and ops
-// over constants or static shapes, folded in place (KernelFold.h).
-mlir::DenseElementsAttr evaluateAtImport(NodeImporter &imp, mlir::Value v);
 
 // Tensor bytes of an ONNX TensorProto as an MLIR ElementsAttr; false + error on bad data.
 mlir::FailureOr<mlir::ElementsAttr> tensorToElements(mlir::Builder &b, const onnx::TensorProto &t, bool asResource,

@@ -13,6 +13,7 @@
 // zeros), layout 0 and 1.
 #include "RecurrentHandler.h"
 #include "OnnxImporter.h"
+#include "OpLibraryBridge.h"
 #include "OpMaker.h"
 #include "sd/ops/recurrent_layout.h"
 
@@ -142,7 +143,7 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
   // sequence_lens: a constant that covers every row needs no masking.
   bool masked = bool(lens);
   if (lens)
-    if (DenseElementsAttr c = evaluateAtImport(imp, lens))
+    if (auto c = dyn_cast_or_null<DenseElementsAttr>(constantValue(lens))) // folded at import
       masked = llvm::any_of(c.getValues<APInt>(), [&](const APInt &v) { return v.getSExtValue() != seq; });
   Type lensType = lens ? cast<ShapedType>(lens.getType()).getElementType() : Type();
 
