@@ -144,28 +144,14 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   iopts.modelPath = req.model;
   iopts.maxTrip = req.maxTrip;
   iopts.maxUnroll = req.maxUnroll;
-  for (const std::string &spec : req.pipeline.shapes) { // "x=2x3[,4x3]": rank of the first value
-    size_t eq = spec.rfind('=');
-    if (eq == std::string::npos) continue;
-    std::string first = spec.substr(eq + 1, spec.find(',', eq) - eq - 1);
-    iopts.inputRanks[spec.substr(0, eq)] =
-        first == "scalar" ? 0 : int64_t(std::count(first.begin(), first.end(), 'x') + 1);
+  for (const std::string &spec : req.pipeline.shapes) {
+    std::string name, err;
+    std::vector<std::vector<int64_t>> buckets;
+    if (failed(parseBinding(spec, /*isShape=*/true, name, buckets, err))) return error = req.model + ": " + err, false;
+    iopts.inputRanks[name] = int64_t(buckets[0].size());
     // An inference plan of one bucket: the shapes are the model's from the start.
-    if (req.pipeline.training() || !req.pipeline.inferShapes.empty() || spec.find(',', eq) != std::string::npos ||
-        first == "scalar")
-      continue;
-    std::vector<int64_t> dims;
-    llvm::SmallVector<llvm::StringRef> parts;
-    llvm::StringRef(first).split(parts, 'x');
-    for (llvm::StringRef part : parts) {
-      int64_t d;
-      if (part.getAsInteger(10, d) || d < 0) {
-        dims.clear();
-        break;
-      }
-      dims.push_back(d);
-    }
-    if (!dims.empty()) iopts.inputShapes[spec.substr(0, eq)] = dims;
+    if (!req.pipeline.training() && req.pipeline.inferShapes.empty() && buckets.size() == 1 && !buckets[0].empty())
+      iopts.inputShapes[name] = buckets[0];
   }
   std::vector<onnx::TensorProto> bound(req.binds.size());
   for (size_t i = 0; i < req.binds.size(); ++i) {

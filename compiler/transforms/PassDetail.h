@@ -18,6 +18,12 @@ std::string nodeNameOf(mlir::Location loc);
 std::string moduleScopeOf(mlir::Location loc);
 // "node 'x' (Op)" for diagnostics.
 std::string describeNode(mlir::Operation *op);
+
+// --shapes/--dim values: "x=2x128,4x128" -> ("x", [[2,128],[4,128]]) ("scalar":
+// []); dims "seq=128,256" -> ("seq", [[128],[256]]). Shared by sd-specialize
+// and the driver, which hands the importer what it can use early.
+mlir::LogicalResult parseBinding(llvm::StringRef text, bool isShape, std::string &name,
+                                 std::vector<std::vector<int64_t>> &values, std::string &err);
 // The global `name`, created after the module's last global (so state the
 // passes add, such as all gradients, sits together in plan order) when missing.
 sd::ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir::Type type,

@@ -15,10 +15,8 @@ namespace sd {
 
 using namespace mlir;
 
-namespace {
-
 // "x=2x128,4x128" -> ("x", [[2,128],[4,128]]); dims "seq=128,256" -> ("seq", [[128],[256]]).
-LogicalResult parseBinding(StringRef text, bool isShape, std::string &name,
+LogicalResult sd::parseBinding(StringRef text, bool isShape, std::string &name,
                            std::vector<std::vector<int64_t>> &values, std::string &err) {
   auto [n, rest] = text.rsplit('=');
   if (n.empty() || rest.empty() || !text.contains('=')) {
@@ -46,6 +44,8 @@ LogicalResult parseBinding(StringRef text, bool isShape, std::string &name,
   return success();
 }
 
+namespace {
+
 struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
   using SpecializeBase::SpecializeBase;
 
@@ -65,7 +65,7 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
       for (const std::string &o : opts) {
         std::string name, err;
         std::vector<std::vector<int64_t>> vals;
-        if (failed(parseBinding(o, isShape, name, vals, err))) return module.emitError(err);
+        if (failed(sd::parseBinding(o, isShape, name, vals, err))) return module.emitError(err);
         auto &dst = into[name];
         dst.insert(dst.end(), vals.begin(), vals.end());
       }

@@ -57,4 +57,17 @@ void parallelGemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int6
   });
 }
 
+// f32 parallelGemm where k may be 0 (an empty sum): C is then left as it is,
+// or zeroed when beta is 0, instead of reaching the GEMM kernels.
+inline void sgemmOnPool(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
+                        const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    if (beta == 0.0f)
+      for (int64_t i = 0; i < m; ++i) std::fill_n(c + i * ldc, n, 0.0f);
+    return;
+  }
+  parallelGemm<float>(pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
 } // namespace sd::cpu

@@ -16,12 +16,7 @@ namespace {
 // Row-major GEMM on the session's threads: C[m,n] = alpha op(A) op(B) + beta C.
 void mm(const KernelContext &c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
         int64_t lda, const float *b, int64_t ldb, float beta, float *out, int64_t ldc) {
-  if (k == 0) {
-    if (beta == 0.0f)
-      for (int64_t i = 0; i < m; ++i) std::memset(out + i * ldc, 0, size_t(n) * sizeof(float));
-    return;
-  }
-  parallelGemm<float>(c.pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
+  sgemmOnPool(c.pool, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, out, ldc);
 }
 
 void scaleColumns(float *a, int64_t rows, int64_t cols, const float *s) {

@@ -153,13 +153,7 @@ Status setup(const KernelContext &c, int64_t seq, int64_t batch, size_t lensInpu
 
 void mm(const KernelContext &c, bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
         const float *b, int64_t ldb, float beta, float *out, int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    if (beta == 0.0f)
-      for (int64_t i = 0; i < m; ++i) std::memset(out + i * ldc, 0, size_t(n) * sizeof(float));
-    return;
-  }
-  parallelGemm<float>(c.pool, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, out, ldc);
+  sgemmOnPool(c.pool, ta, tb, m, n, k, 1.0f, a, lda, b, ldb, beta, out, ldc);
 }
 
 const float *optional(const KernelContext &c, size_t i) {

@@ -16,12 +16,7 @@ Status fits(int64_t got, int64_t planned, const char *op) {
 // Copies slices `index[k]` of x along `axis` (flattened elements when !hasAxis) into y, in order.
 void copySlices(const TensorView &x, const TensorView &y, bool hasAxis, int64_t axis, const std::vector<int64_t> &index) {
   size_t es = dtypeSize(x.dtype);
-  int64_t extent = x.numElements(), inner = 1, outer = 1;
-  if (hasAxis) {
-    extent = x.dims[size_t(axis)];
-    for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
-    for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  }
+  auto [outer, extent, inner] = selection::slicesOf(x.dims, hasAxis, axis);
   const uint8_t *src = x.as<uint8_t>();
   uint8_t *dst = y.as<uint8_t>();
   int64_t n = int64_t(index.size());

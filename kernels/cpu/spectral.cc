@@ -41,9 +41,9 @@ template <typename T> Status dft(const KernelContext &c) {
   const TensorView *axis = c.hasInput(2) && c.inputs[2].data ? &c.inputs[2] : nullptr;
   TensorInfo info{x.dtype, x.dims};
   SD_RETURN_IF_ERROR(spectral::planDft(info, c.attrs, len, axis, p));
-  int64_t n = x.dims[size_t(p.axis)], ch = x.dims.back(), outer = 1, inner = 1;
-  for (int64_t d = 0; d < p.axis; ++d) outer *= x.dims[size_t(d)];
-  for (int64_t d = p.axis + 1; d + 1 < x.rank(); ++d) inner *= x.dims[size_t(d)];
+  int64_t ch = x.dims.back();
+  // The signal dims (all but the trailing real/imaginary one) around the axis.
+  auto [outer, n, inner] = extentAround(Dims(x.dims.begin(), x.dims.end() - 1), p.axis);
   const T *in = x.as<T>();
   T *out = c.outputs[0].as<T>();
   int64_t L = p.length, bins = p.outBins, oc = p.outChannels;

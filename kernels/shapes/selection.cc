@@ -54,12 +54,7 @@ Status compressed(const TensorView &condition, int64_t extent, std::vector<int64
 Status unique(const TensorView &x, bool hasAxis, int64_t axis, bool sorted, Unique &out) {
   std::vector<long double> v;
   SD_RETURN_IF_ERROR(readValues(x, v));
-  int64_t slices = int64_t(v.size()), inner = 1, outer = 1;
-  if (hasAxis) {
-    slices = x.dims[size_t(axis)];
-    for (int64_t d = axis + 1; d < x.rank(); ++d) inner *= x.dims[size_t(d)];
-    for (int64_t d = 0; d < axis; ++d) outer *= x.dims[size_t(d)];
-  }
+  auto [outer, slices, inner] = slicesOf(x.dims, hasAxis, axis);
   // Slice s: outer blocks o, inner positions i -> v[(o * slices + s) * inner + i].
   auto less = [&](int64_t a, int64_t b) {
     for (int64_t o = 0; o < outer; ++o)

@@ -5,6 +5,7 @@
 #pragma once
 #include "sd/format/status.h"
 #include "sd/ops/attrs.h"
+#include "../cpu/cpu_util.h"
 #include "sd/format/tensor.h"
 #include <vector>
 
@@ -13,6 +14,12 @@ namespace sd::selection {
 // The optional `axis` attribute of Compress and Unique, made non-negative;
 // hasAxis false: they work on the flattened elements.
 Status optionalAxis(const AttrMap &attrs, int64_t rank, bool &hasAxis, int64_t &axis);
+
+// x as [outer, slices, inner] around `axis`, or its flattened elements as
+// [1, elements, 1] when !hasAxis: the slices Compress and Unique select.
+inline cpu::AxisExtent slicesOf(const Dims &dims, bool hasAxis, int64_t axis) {
+  return hasAxis ? cpu::extentAround(dims, axis) : cpu::AxisExtent{1, product(dims), 1};
+}
 
 // Flat indices of the nonzero elements of `x`, in row-major order.
 Status nonzero(const TensorView &x, std::vector<int64_t> &flat);

@@ -12,6 +12,7 @@
 #include "mlir/IR/Verifier.h"
 #include <google/protobuf/unknown_field_set.h>
 #include "llvm/ADT/ScopeExit.h"
+#include <optional>
 #include <set>
 
 using namespace mlir;
@@ -363,12 +364,27 @@ FailureOr<SmallVector<Value>> importSubgraph(NodeImporter &imp, const onnx::Grap
   if (g.input_size() != int(inputs.size()))
     return imp.fail(what + " takes " + std::to_string(g.input_size()) + " inputs, the node gives " +
                     std::to_string(inputs.size())), failure();
-  // Names bound inside stay inside: both branches of an If may reuse a name.
-  auto outerValues = imp.values;
+  // Names bound inside stay inside: both branches of an If may reuse a name,
+  // and each unrolled loop iteration binds the body's names again. Only the
+  // names g binds are saved and put back (not the whole map: loops unroll
+  // thousands of times in models with thousands of names).
+  std::vector<std::pair<std::string, std::optional<Value>>> bound;
+  auto scoped = [&](const std::string &name) {
+    auto it = imp.values.find(name);
+    bound.push_back({name, it == imp.values.end() ? std::nullopt : std::optional<Value>(it->second)});
+  };
+  for (const auto &in : g.input()) scoped(in.name());
+  for (const onnx::TensorProto &t : g.initializer()) scoped(t.name());
+  for (const onnx::NodeProto &node : g.node())
+    for (const std::string &out : node.output())
+      if (!out.empty()) scoped(out);
   std::string outerScope = imp.scope, outerDesc = imp.nodeDesc, outerName = imp.nodeName;
   Location outerLoc = imp.loc;
   auto restore = llvm::make_scope_exit([&] {
-    imp.values = std::move(outerValues);
+    for (auto &[name, outer] : llvm::reverse(bound)) {
+      if (outer) imp.values[name] = *outer;
+      else imp.values.erase(name);
+    }
     imp.scope = outerScope, imp.nodeDesc = outerDesc, imp.nodeName = outerName, imp.loc = outerLoc;
   });
   for (auto [i, in] : llvm::enumerate(g.input())) imp.values[in.name()] = inputs[i];

@@ -64,7 +64,7 @@ struct RecurrentImport {
 } // namespace
 
 LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
-  Cell cell = n.op_type() == "LSTM" ? Cell::LSTM : n.op_type() == "GRU" ? Cell::GRU : Cell::RNN;
+  Cell cell = recurrent::cellOf(n.op_type());
   RecurrentImport rec{imp, OpMaker{imp}, cell};
   rec.gates = recurrent::gates(cell);
   auto x = imp.lookup(n.input(0));
@@ -145,7 +145,6 @@ LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const
   if (lens)
     if (auto c = dyn_cast_or_null<DenseElementsAttr>(constantValue(lens))) // folded at import
       masked = llvm::any_of(c.getValues<APInt>(), [&](const APInt &v) { return v.getSExtValue() != seq; });
-  Type lensType = lens ? cast<ShapedType>(lens.getType()).getElementType() : Type();
 
   SmallVector<Value> ys, hs2, cs;
   for (int64_t d = 0; d < dirs; ++d) {
