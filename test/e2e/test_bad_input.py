@@ -225,7 +225,10 @@ def main():
                                   ("--shard params", ["--peft", "none", "--shard", "params"], ["params", "not built yet"]),
                                   ("--shard frob", ["--peft", "none", "--shard", "frob"], ["--shard takes", "frob"]),
                                   ("--shard without a training plan", ["--shard", "optimizer"],
-                                   ["--shard optimizer", "training plan"])]:
+                                   ["--shard optimizer", "training plan"]),
+                                  # Loop bounds (docs/control_flow.md).
+                                  ("--max-trip 0", ["--max-trip", "0"], ["--max-trip", "integer from 1"]),
+                                  ("--max-unroll x", ["--max-unroll", "x"], ["--max-unroll", "integer from 1"])]:
         expect_clean_error(label, [sdc, "compile", gpt, *flags, "-o", out_plan], needles, [out_plan])
     expect_clean_error("torchrun-style launch (RANK, WORLD_SIZE) of CPU ranks",
                        ["env", "RANK=1", "WORLD_SIZE=2", sdrun, "train", out_plan, "--data", os.path.join(tmp, "x.jsonl")],
