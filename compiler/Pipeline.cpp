@@ -49,6 +49,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   spec.inferBatchOne = opts.training() && opts.inferShapes.empty();
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
+  pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));
   if (opts.precision != "fp32") {

@@ -35,7 +35,10 @@ void BufferLiveness::compute(func::FuncOp f) {
     for (Value v : s.getInputs()) touch(v, int64_t(i), false);
     for (Value v : s.getOutputs()) touch(v, int64_t(i), true);
   }
-  f.walk([&](ir::OutputOp o) { touch(o.getBuffer(), std::max<int64_t>(numSteps, 1), false); });
+  f.walk([&](ir::OutputOp o) {
+    touch(o.getBuffer(), std::max<int64_t>(numSteps, 1), false);
+    if (o.getExtent()) touch(o.getExtent(), std::max<int64_t>(numSteps, 1), false);
+  });
   // A buffer nothing touches (an unused input) still needs a slot.
   f.walk([&](ir::BufferOp b) { ranges.try_emplace(b, LiveRange{0, 0}); });
 }

@@ -5,6 +5,7 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/DenseSet.h"
 
 namespace sd {
 #define GEN_PASS_DEF_BUFFERIZE
@@ -130,9 +131,26 @@ struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
                          ValueRange{dst});
       } else if (auto ret = dyn_cast<func::ReturnOp>(op)) {
         auto names = f->getAttrOfType<ArrayAttr>("sd.output_names");
+        // sd-bounded-extents: [result, count result, axis] per counted output;
+        // the count results are not outputs of their own.
+        llvm::DenseMap<unsigned, std::pair<unsigned, int64_t>> counted;
+        llvm::DenseSet<unsigned> counts;
+        if (auto extents = f->getAttrOfType<ArrayAttr>("sd.output_extents"))
+          for (Attribute a : extents) {
+            ArrayRef<int64_t> e = cast<DenseI64ArrayAttr>(a).asArrayRef();
+            counted[unsigned(e[0])] = {unsigned(e[1]), e[2]};
+            counts.insert(unsigned(e[1]));
+          }
         for (auto [i, v] : llvm::enumerate(ret.getOperands())) {
+          if (counts.contains(unsigned(i))) continue;
           std::string name = names && i < names.size() ? cast<StringAttr>(names[i]).str() : "output" + std::to_string(i);
-          b.create<OutputOp>(loc, name, map.lookup(v));
+          auto it = counted.find(unsigned(i));
+          if (it == counted.end()) {
+            b.create<OutputOp>(loc, name, map.lookup(v), Value(), IntegerAttr());
+            continue;
+          }
+          b.create<OutputOp>(loc, name, map.lookup(v), map.lookup(ret.getOperand(it->second.first)),
+                             b.getI64IntegerAttr(it->second.second));
         }
       } else {
         return op.emitError() << sd::describeNode(&op) << ": cannot bufferize this op";

@@ -176,7 +176,9 @@ flatbuffers::Offset<fb::Entry> buildEntry(flatbuffers::FlatBufferBuilder &fbb, f
       steps.push_back(fb::CreateStepDirect(fbb, s.getContract().str().c_str(), schema ? schema->contractVersion : 1, &ins,
                                            &outs, &fattrs, loc.c_str()));
     } else if (auto o = dyn_cast<OutputOp>(op)) {
-      outputs.push_back(fb::CreateBindingDirect(fbb, o.getName().str().c_str(), bufIndex.lookup(o.getBuffer())));
+      int32_t extent = o.getExtent() ? bufIndex.lookup(o.getExtent()) : -1;
+      outputs.push_back(fb::CreateBindingDirect(fbb, o.getName().str().c_str(), bufIndex.lookup(o.getBuffer()), extent,
+                                                int32_t(o.getExtentAxis().value_or(0))));
     }
   });
   if (!ok) return 0;

@@ -3,7 +3,6 @@
 #include "BufferLiveness.h"
 #include "PassDetail.h"
 #include "Passes.h"
-#include "llvm/ADT/StringSet.h"
 
 namespace sd {
 #define GEN_PASS_DEF_INPLACEREUSE
@@ -14,16 +13,6 @@ using namespace mlir;
 
 namespace {
 
-// Kernels that read element i before writing element i and nothing else.
-bool isElementwise(StringRef c) {
-  static const llvm::StringSet<> ops = {
-      "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos",
-      "Tanh", "Erf", "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
-      "HardSwish", "Softplus", "Softsign", "Mish", "Floor", "Ceil", "Round", "Sign", "Clip", "Where",
-      "Max", "Min", "Sum", "Mean", "ThresholdedRelu", "PRelu"};
-  return ops.contains(c);
-}
-
 struct InPlaceReusePass : sd::impl::InPlaceReuseBase<InPlaceReusePass> {
   void runOnOperation() override {
     for (auto f : getOperation().getOps<func::FuncOp>()) {
@@ -31,7 +20,7 @@ struct InPlaceReusePass : sd::impl::InPlaceReuseBase<InPlaceReusePass> {
       sd::BufferLiveness live;
       live.compute(f);
       for (auto [i, step] : llvm::enumerate(live.steps)) {
-        if (!isElementwise(step.getContract()) || step.getOutputs().size() != 1) continue;
+        if (!sd::isElementwiseContract(step.getContract()) || step.getOutputs().size() != 1) continue;
         Value out = step.getOutputs()[0];
         auto outBuf = out.getDefiningOp<sd::ir::BufferOp>();
         if (!outBuf || outBuf.getInput()) continue;

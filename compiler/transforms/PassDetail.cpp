@@ -5,6 +5,7 @@
 #include <cmath>
 #include <set>
 #include "llvm/ADT/StringExtras.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace sd {
 
@@ -23,6 +24,16 @@ std::string moduleScopeOf(mlir::Location loc) {
       if (auto s = moduleScopeOf(l); !s.empty()) return s;
   }
   return "";
+}
+
+bool isElementwiseContract(llvm::StringRef c) {
+  static const llvm::StringSet<> ops = {
+      "Add", "Sub", "Mul", "Div", "Pow", "Neg", "Abs", "Exp", "Log", "Sqrt", "Reciprocal", "Sin", "Cos",
+      "Tanh", "Erf", "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
+      "HardSwish", "Softplus", "Softsign", "Mish", "Floor", "Ceil", "Round", "Sign", "Clip", "Where",
+      "Max", "Min", "Sum", "Mean", "ThresholdedRelu", "PRelu", "Cast", "Not", "And", "Or", "Xor", "Equal",
+      "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Mod", "IsNaN", "IsInf", "BitShift"};
+  return ops.contains(c);
 }
 
 std::string describeNode(mlir::Operation *op) {

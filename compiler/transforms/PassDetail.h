@@ -18,6 +18,10 @@ std::string nodeNameOf(mlir::Location loc);
 std::string moduleScopeOf(mlir::Location loc);
 // "node 'x' (Op)" for diagnostics.
 std::string describeNode(mlir::Operation *op);
+// Kernels whose element i of the result reads only element i of each
+// (broadcast) operand: sd-inplace-reuse may write over an operand of the same
+// type, sd-bounded-extents passes a counted dim through.
+bool isElementwiseContract(llvm::StringRef contract);
 
 // --shapes/--dim values: "x=2x128,4x128" -> ("x", [[2,128],[4,128]]) ("scalar":
 // []); dims "seq=128,256" -> ("seq", [[128],[256]]). Shared by sd-specialize

@@ -177,6 +177,17 @@ def PropagateShapes : Pass<"sd-propagate-shapes", "mlir::ModuleOp"> {
   ];
 }
 
+def BoundedExtents : Pass<"sd-bounded-extents", "mlir::ModuleOp"> {
+  let summary = "Follow the run-time counts of selections (NonMaxSuppression) to the outputs, or refuse";
+  let description = [{
+    A selection's result is sized for the most it can select and comes with a
+    count of the real slices. Consumers that work slice by slice along the
+    counted dim pass the count on; any other consumer is refused, naming both
+    nodes. Entry results that carry a count return it as an extra result and
+    are listed in `sd.output_extents` as [result, count result, axis].
+  }];
+}
+
 def CheckStatic : Pass<"sd-check-static", "mlir::ModuleOp"> {
   let summary = "Fail, naming the node, if a dynamic dim or a shape op survives";
 }

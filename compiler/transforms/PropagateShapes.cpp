@@ -1,5 +1,6 @@
 // sd-propagate-shapes: refine result types with the shared shape rules and
 // fold all-constant ops by running the CPU kernels (KernelFold.h).
+#include "CountedExtents.h"
 #include "KernelFold.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
@@ -46,6 +47,7 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
   // if the branch is still used once the selects have folded.
   bool deferErrors = llvm::any_of(ops, [](Operation *op) { return isa<IfSelectOp>(op); });
   llvm::MapVector<Operation *, std::string> broken;
+  sd::CountedValues counted;
   for (Operation *op : ops) {
     auto compute = dyn_cast<ComputeOpInterface>(op);
     if (!compute) continue;
@@ -65,6 +67,8 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
       if (!t) return op->emitError() << sd::describeNode(op) << ": result type is unsupported";
       op->getResult(i).setType(t);
     }
+    counted.visit(op);
+    if (counted.readsCounted(op)) continue; // a Shape of it would read the bound
     if (failed(sd::foldWithKernels(op, maxFoldBytes, nullptr, &q))) return failure();
   }
   // Keep the function signature in step with the refined return values.

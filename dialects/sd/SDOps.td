@@ -130,6 +130,13 @@ def SD_NonZeroOp : SD_Unary<"non_zero", "NonZero">;
 def SD_CompressOp : SD_Nary<"compress", "Compress", (ins AnyTensor:$input, AnyTensor:$condition), (ins OptI64:$axis)>;
 def SD_UniqueOp : SD_Nary<"unique", "Unique", (ins AnyTensor:$input), (ins OptI64:$axis, OptI64:$sorted),
     (outs AnyTensor:$y, AnyTensor:$indices, AnyTensor:$inverse_indices, AnyTensor:$counts)>;
+// A selection sized for the most it can keep, with a scalar count of the rows
+// it filled (kernels/shapes/nms_shapes.cc); sd-bounded-extents follows the
+// count to the entry's outputs.
+def SD_NonMaxSuppressionOp : SD_Nary<"non_max_suppression", "NonMaxSuppression",
+    (ins AnyTensor:$boxes, AnyTensor:$scores, SD_OptTensor:$max_output_boxes_per_class,
+         SD_OptTensor:$iou_threshold, SD_OptTensor:$score_threshold),
+    (ins OptI64:$center_point_box), (outs AnyTensor:$selected_indices, AnyTensor:$count)>;
 // ONNX If whose condition is run-time data: both branches were computed, this
 // picks one (folded away once the condition is a constant).
 def SD_IfSelectOp : SD_Nary<"if_select", "IfSelect",
@@ -552,8 +559,14 @@ def SD_StepOp : SD_Op<"step", [AttrSizedOperandSegments]> {
 
 def SD_OutputOp : SD_Op<"output"> {
   let summary = "binds an entry output name to a buffer";
-  let arguments = (ins StrAttr:$name, AnyStaticShapeMemRef:$buffer);
-  let assemblyFormat = "$name `,` $buffer attr-dict `:` type($buffer)";
+  let description = [{
+    With `extent`, the buffer is sized for the most its producer can select
+    and the one-element int64 `extent` counts the real slices along
+    `extent_axis` (sd-bounded-extents); the runtime returns only those.
+  }];
+  let arguments = (ins StrAttr:$name, AnyStaticShapeMemRef:$buffer, Optional<AnyStaticShapeMemRef>:$extent,
+                       OptI64:$extent_axis);
+  let assemblyFormat = "$name `,` $buffer (`counted` `by` $extent^ `:` type($extent))? attr-dict `:` type($buffer)";
 }
 
 #endif // SD_OPS_TD

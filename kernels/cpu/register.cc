@@ -20,6 +20,7 @@ void registerRecurrentShapes();
 void registerSelectionShapes();
 void registerSpectralShapes();
 void registerGridSampleShapes();
+void registerNonMaxSuppressionShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -45,6 +46,7 @@ void registerRecurrentKernels();
 void registerSelectionKernels();
 void registerSpectralKernels();
 void registerGridSampleKernels();
+void registerNonMaxSuppressionKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -96,6 +98,7 @@ void registerAllOps() {
     registerSelectionShapes();
     registerSpectralShapes();
     registerGridSampleShapes();
+    registerNonMaxSuppressionShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -120,6 +123,7 @@ void registerAllOps() {
     cpu::registerSelectionKernels();
     cpu::registerSpectralKernels();
     cpu::registerGridSampleKernels();
+    cpu::registerNonMaxSuppressionKernels();
   });
 }
 

@@ -187,6 +187,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"MelWeightMatrix", {5, 5}},
       {"Compress", {2, 2}},
       {"Unique", {1, 1}},
+      {"NonMaxSuppression", {2, 5}},
       {"Recurrence", {2, 7}},
       {"RecurrenceGrad", {3, 7}},
       {"LoopGuard", {2, 2}},

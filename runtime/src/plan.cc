@@ -265,6 +265,18 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
       if (isInput && ed.buffers[size_t(idx)].kind != BufferKind::Arena)
         return sdError(ctx, "input '", bnd->name()->str(), "' must live in the arena");
       (isInput ? ed.inputs : ed.outputs).emplace_back(bnd->name()->str(), idx);
+      if (isInput) return Status::ok();
+      EntryDesc::Extent ext{bnd->extent_buffer(), bnd->extent_axis()};
+      if (ext.buffer != -1) {
+        if (ext.buffer < 0 || ext.buffer >= nbuf)
+          return sdError(ctx, "output '", bnd->name()->str(), "' counts its extent in buffer ", ext.buffer);
+        const BufferDesc &count = ed.buffers[size_t(ext.buffer)];
+        if (count.dtype != DType::I64 || product(count.dims) != 1)
+          return sdError(ctx, "output '", bnd->name()->str(), "' counts its extent in a buffer that is not one int64");
+        if (ext.axis < 0 || size_t(ext.axis) >= ed.buffers[size_t(idx)].dims.size())
+          return sdError(ctx, "output '", bnd->name()->str(), "' has extent axis ", ext.axis, " out of range");
+      }
+      ed.outputExtents.push_back(ext);
       return Status::ok();
     };
     if (e->inputs())

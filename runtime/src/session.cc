@@ -365,16 +365,35 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
   }
   SD_RETURN_IF_ERROR(runSteps(entry));
   outputs.clear();
-  for (auto &o : e.outputs) {
-    const TensorView &v = pe.views[size_t(o.second)];
+  for (size_t i = 0; i < e.outputs.size(); ++i) {
+    const TensorView &v = pe.views[size_t(e.outputs[i].second)];
     HostTensor t;
-    t.name = o.first;
+    t.name = e.outputs[i].first;
     t.dtype = v.dtype;
     t.dims = v.dims;
     t.data.resize(v.byteSize());
     SD_RETURN_IF_ERROR(impl_->device->copyToHost(t.data.data(), v.data, v.byteSize()));
+    if (i < e.outputExtents.size() && e.outputExtents[i].buffer >= 0)
+      SD_RETURN_IF_ERROR(keepCountedPrefix(pe.views[size_t(e.outputExtents[i].buffer)], e.outputExtents[i].axis, t));
     outputs.push_back(std::move(t));
   }
+  return Status::ok();
+}
+
+// An output sized for the most its op can select (NonMaxSuppression) holds
+// `count` real slices along `axis`: the caller gets those, never the padding.
+Status Session::keepCountedPrefix(const TensorView &countView, int32_t axis, HostTensor &t) const {
+  int64_t count = 0;
+  SD_RETURN_IF_ERROR(impl_->device->copyToHost(&count, countView.data, sizeof count));
+  int64_t bound = t.dims[size_t(axis)];
+  if (count < 0 || count > bound)
+    return sdError("output '", t.name, "' counts ", count, " rows along dim ", axis, ", outside its bound ", bound);
+  int64_t outer = product(Dims(t.dims.begin(), t.dims.begin() + axis)), extent = bound;
+  int64_t inner = product(Dims(t.dims.begin() + axis + 1, t.dims.end())) * int64_t(dtypeSize(t.dtype));
+  for (int64_t o = 1; o < outer; ++o) // o = 0 is already in place
+    std::memmove(t.data.data() + o * count * inner, t.data.data() + o * extent * inner, size_t(count * inner));
+  t.dims[size_t(axis)] = count;
+  t.data.resize(size_t(outer * count * inner));
   return Status::ok();
 }
 

@@ -380,6 +380,36 @@ CASES["Unique"] = [
     Case(lambda t, r: [np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], NP[t])], attrs={"axis": 0}, outputs=4,
          label="unique rows")]
 
+# NonMaxSuppression fills a prefix of its bounded result and counts it (the
+# second output); the reference returns the prefix alone.
+def nms_inputs(r, max_out, thresholds=True):
+    corners = r.uniform(0, 1, (2, 9, 4)).astype(np.float32)
+    ins = [corners, r.uniform(0, 1, (2, 3, 9)).astype(np.float32), np.array([max_out], np.int64)]
+    return ins + [np.array([0.3], np.float32)] + ([np.array([0.25], np.float32)] if thresholds else [])
+
+
+def nms_reference(inputs, attrs, t):
+    # onnx.reference's op has the one ONNX output: build that node by hand.
+    case = Case(None, attrs=attrs)
+    return onnx_reference("NonMaxSuppression", case, inputs, [np.zeros(0, np.int64)])
+
+
+def nms_compare(ours, ref, inputs, t):
+    count = int(ours[1])
+    rest = ours[0][count:]
+    if rest.any():
+        return "the rows past the count are not zero"
+    return compare(ours[0][:count], np.asarray(ref[0]), t, Case(None))
+
+
+CASES["NonMaxSuppression"] = [
+    Case(lambda t, r: nms_inputs(r, 4), outputs=2, types=["f32"], ref=nms_reference, compare=nms_compare, label="corners, thresholds"),
+    Case(lambda t, r: nms_inputs(r, 9), attrs={"center_point_box": 1}, outputs=2, types=["f32"],
+         ref=nms_reference, compare=nms_compare, label="center-point boxes"),
+    Case(lambda t, r: nms_inputs(r, 2, thresholds=False), outputs=2, types=["f32"], ref=nms_reference, compare=nms_compare,
+         label="no score threshold"),
+    Case(lambda t, r: nms_inputs(r, 0), outputs=2, types=["f32"], ref=nms_reference, compare=nms_compare, label="max 0 selects nothing")]
+
 # The ops unrolled control flow leaves (compiler/import/onnx/ControlFlowHandler.cpp).
 CASES["IfSelect"] = [Case(lambda t, r, c=c: [np.array(c), rand(r, (2, 3), t), rand(r, (2, 3), t)],
                           ref=lambda ins, attrs, t: [ins[1] if ins[0] else ins[2]], label=f"condition {c}")

@@ -407,9 +407,12 @@ int inspectCommand(const std::vector<std::string> &all) {
       auto &b = e.buffers[size_t(in.second)];
       std::printf("    input  %s: %s[%s]\n", in.first.c_str(), sd::dtypeName(b.dtype), sd::formatDims(b.dims).c_str());
     }
-    for (auto &out : e.outputs) {
-      auto &b = e.buffers[size_t(out.second)];
-      std::printf("    output %s: %s[%s]\n", out.first.c_str(), sd::dtypeName(b.dtype), sd::formatDims(b.dims).c_str());
+    for (size_t i = 0; i < e.outputs.size(); ++i) {
+      auto &b = e.buffers[size_t(e.outputs[i].second)];
+      std::printf("    output %s: %s[%s]", e.outputs[i].first.c_str(), sd::dtypeName(b.dtype), sd::formatDims(b.dims).c_str());
+      if (e.outputExtents[i].buffer >= 0)
+        std::printf(" (at most; dim %d holds the run-time count of what was selected)", e.outputExtents[i].axis);
+      std::printf("\n");
     }
   }
   std::printf("globals:\n");

@@ -6,6 +6,7 @@
 #include "onnx/onnx_pb.h"
 #include <string>
 #include <unordered_map>
+#include <unordered_set>
 #include <vector>
 
 namespace sd {
@@ -48,6 +49,9 @@ public:
   const ImportOptions *options = nullptr;
   // What the control-flow handlers decided, one line per node (shown by --dry-run).
   std::vector<std::string> controlFlowNotes;
+  // Values whose shape is only a bound (CountedExtents.h): their Shape and
+  // Size must not fold.
+  std::unordered_set<std::string> countedNames;
   int64_t opset = 0;
 
   mlir::LogicalResult fail(const std::string &msg) {

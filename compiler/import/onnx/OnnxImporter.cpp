@@ -4,6 +4,7 @@
 #include "OnnxImporter.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
+#include "CountedExtents.h"
 #include "KernelFold.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
@@ -308,6 +309,14 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const Impo
 // imported, so the shape rules of later nodes, and If conditions and Loop trip
 // counts, see the values. sd-propagate-shapes would fold the same later.
 void foldOutputs(NodeImporter &imp, const onnx::NodeProto &node) {
+  bool counted = llvm::any_of(node.input(), [&](const std::string &in) { return imp.countedNames.count(in) != 0; });
+  for (const std::string &name : node.output())
+    if (auto it = imp.values.find(name); it != imp.values.end() && it->second.getDefiningOp())
+      counted = counted || countedResultOf(it->second.getDefiningOp()).has_value();
+  if (counted) {
+    imp.countedNames.insert(node.output().begin(), node.output().end());
+    return;
+  }
   ScopedDiagnosticHandler quiet(imp.builder.getContext(), [](Diagnostic &) { return success(); });
   for (const std::string &name : node.output()) {
     auto it = imp.values.find(name);

@@ -47,6 +47,13 @@ struct EntryDesc {
   std::vector<BufferDesc> buffers;
   std::vector<StepDesc> steps;
   std::vector<std::pair<std::string, int32_t>> inputs, outputs;
+  // One per output: where its buffer is only partly filled, the one-element
+  // int64 buffer counting the real slices along `axis` (buffer -1: none).
+  struct Extent {
+    int32_t buffer = -1;
+    int32_t axis = 0;
+  };
+  std::vector<Extent> outputExtents;
 };
 
 struct PlanLoadOptions {

@@ -95,6 +95,7 @@ private:
   Session() = default;
   Status runSteps(size_t entry); // eager, captured or replayed
   Status runEager(size_t entry);
+  Status keepCountedPrefix(const TensorView &count, int32_t axis, HostTensor &t) const;
   std::shared_ptr<const Plan> plan_;
   std::unique_ptr<Impl> impl_;
 };

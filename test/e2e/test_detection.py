@@ -1,0 +1,151 @@
+#!/usr/bin/env python3
+"""A detector with NonMaxSuppression post-processing, exported by PyTorch:
+how many boxes survive is only known at run time.
+
+  match      sdrun and the Python module return exactly the boxes, scores and
+             classes ONNX Runtime returns, for inputs that keep none, a few
+             and the most NMS can keep (the plan holds the bound, the runtime
+             returns the counted rows)
+  inspect    `sdrun inspect` says which outputs are bounded
+  refused    a consumer that would read the padding (a sum over the
+             detections, the number of detections as a Shape) is refused at
+             compile time with one line naming it and the NMS node, no plan
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+
+from e2e_util import ROOT, clean_error_problems, ort_run, report_checks, sh, tool_paths
+
+RESULTS = []
+CLASSES, MAX_PER_CLASS = 3, 5
+
+
+def check(name, ok, detail=""):
+    RESULTS.append((name, bool(ok), detail))
+
+
+def detector_classes():
+    import torch
+    import torch.nn as nn
+
+    class NMS(torch.autograd.Function):
+        """NonMaxSuppression as torchvision exports it (a custom symbolic)."""
+
+        @staticmethod
+        def forward(ctx, boxes, scores, max_out, iou, score_threshold):
+            return torch.zeros((min(max_out, boxes.shape[1]), 3), dtype=torch.int64)
+
+        @staticmethod
+        def symbolic(g, boxes, scores, max_out, iou, score_threshold):
+            const = lambda v, t: g.op("Constant", value_t=torch.tensor([v], dtype=t))
+            return g.op("NonMaxSuppression", boxes, scores, const(max_out, torch.int64), const(iou, torch.float32),
+                        const(score_threshold, torch.float32))
+
+    class Detector(nn.Module):
+        """A one-level anchor-free head: per cell, 4 box offsets and per-class
+        scores; NMS per class; then the kept boxes, scores and classes."""
+
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(),
+                                      nn.Conv2d(8, 8, 3, stride=2, padding=1), nn.ReLU())
+            self.head = nn.Conv2d(8, 4 + CLASSES, 1)
+
+        def candidates(self, image):
+            f = self.head(self.stem(image))
+            h, w = f.shape[2], f.shape[3]
+            f = f.flatten(2).transpose(1, 2)  # [1, cells, 4 + classes]
+            ys = (torch.arange(h).float() + 0.5).repeat_interleave(w) / h
+            xs = (torch.arange(w).float() + 0.5).repeat(h) / w
+            d = torch.sigmoid(f[..., :4]) * 0.3
+            boxes = torch.stack([ys - d[..., 0], xs - d[..., 1], ys + d[..., 2], xs + d[..., 3]], -1)
+            return boxes, torch.sigmoid(f[..., 4:]).transpose(1, 2)
+
+        def forward(self, image):
+            boxes, scores = self.candidates(image)
+            sel = NMS.apply(boxes, scores, MAX_PER_CLASS, 0.4, 0.55)
+            cls, idx = sel[:, 1], sel[:, 2]
+            kept = boxes[0].index_select(0, idx)
+            kept_scores = scores.reshape(-1).index_select(0, cls * scores.shape[2] + idx)
+            return kept, kept_scores, cls
+
+    class SumOfScores(Detector):
+        def forward(self, image):
+            return super().forward(image)[1].sum()
+
+    class ScaledByCount(Detector):
+        def forward(self, image):
+            kept, kept_scores, _ = super().forward(image)
+            return kept * kept_scores.shape[0]
+
+    return Detector, SumOfScores, ScaledByCount
+
+
+def export(cls, path):
+    import torch
+    torch.manual_seed(0)
+    torch.onnx.export(cls().eval(), (torch.zeros(1, 3, 16, 16),), path, input_names=["image"],
+                      output_names=["boxes", "scores", "classes"][:1 if cls.__name__ != "Detector" else 3],
+                      opset_version=17, dynamo=False)
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    sys.path.insert(0, os.path.join(os.path.dirname(sdc), "..", "python"))
+    import torch
+    torch.set_num_threads(1)
+    Detector, SumOfScores, ScaledByCount = detector_classes()
+    tmp = tempfile.mkdtemp(prefix="sd_detection_")
+    try:
+        model, plan = os.path.join(tmp, "det.onnx"), os.path.join(tmp, "det.sdp")
+        export(Detector, model)
+        sh([sdc, "compile", model, "-o", plan])
+        bound = CLASSES * MAX_PER_CLASS
+        shown = sh([sdrun, "inspect", plan])
+        check("sdrun inspect: the outputs are bounded by classes x max_output_boxes_per_class and counted at run time",
+              f"f32[{bound}x4] (at most; dim 0 holds the run-time count" in shown, shown[shown.find("output"):][:200])
+        import sdc as sdc_py
+        session = sdc_py.Session(sdc_py.Plan(plan), threads=1)
+        rng = np.random.default_rng(0)
+        # Blank, faint (nothing above the score threshold), ordinary and strong inputs.
+        images = [np.zeros((1, 3, 16, 16), np.float32)] + [
+            (rng.standard_normal((1, 3, 16, 16)) * s).astype(np.float32) for s in (0.01, 0.5, 1.0, 3.0, 6.0)]
+        counts, worst, shapes_ok, py_ok = [], 0.0, True, True
+        for k, image in enumerate(images):
+            want = list(ort_run(model, {"image": image}).values())
+            path = os.path.join(tmp, f"image{k}.npy")
+            np.save(path, image)
+            out = os.path.join(tmp, f"out{k}")
+            sh([sdrun, "infer", plan, "--input", f"image={path}", "--output-dir", out, "--output-format", "npy"])
+            got = [np.load(os.path.join(out, f"output_{i}.npy")) for i in range(3)]
+            from_py = list(session.run("infer", {"image": image}).values())
+            counts.append(want[2].shape[0])
+            shapes_ok &= all(g.shape == w.shape and g.dtype == w.dtype for g, w in zip(got, want))
+            py_ok &= all(p.shape == g.shape and np.array_equal(p, g) for p, g in zip(from_py, got))
+            if shapes_ok:
+                worst = max([worst] + [float(np.max(np.abs(g.astype(np.float64) - w), initial=0))
+                                       for g, w in zip(got, want)])
+        check(f"detections equal ONNX Runtime's for {len(images)} inputs (shapes exact, values 1e-5), from none to "
+              f"the bound ({bound})", shapes_ok and worst <= 1e-5 and min(counts) == 0 and max(counts) == bound
+              and len(set(counts)) >= 3, f"detections per input {counts}, max |diff| {worst:.2e}")
+        check("the Python module returns the same counted outputs as sdrun infer", py_ok, "")
+        for cls, what, needle in [(SumOfScores, "a sum over the detections", "ReduceSum"),
+                                  (ScaledByCount, "the number of detections read as a Shape", "Shape")]:
+            bad, bad_plan = os.path.join(tmp, f"{cls.__name__}.onnx"), os.path.join(tmp, f"{cls.__name__}.sdp")
+            export(cls, bad)
+            problems, line = clean_error_problems([sdc, "compile", bad, "-o", bad_plan],
+                                                  [needle, "cannot honour the run-time count", "NonMaxSuppression"],
+                                                  [bad_plan])
+            check(f"{what} is refused at compile time: one line naming it and the NMS node, no plan",
+                  not problems, "; ".join(problems) or line)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report_checks("test_detection", RESULTS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
