@@ -79,9 +79,9 @@ struct BoundedExtentsPass : sd::impl::BoundedExtentsBase<BoundedExtentsPass> {
       for (Value r : op.getResults())
         if (auto t = dyn_cast<ShapedType>(r.getType()); t && !t.hasStaticShape()) return success();
     for (Operation &op : body) {
-      if (auto c = sd::countedResultOf(&op)) {
+      if (auto c = sd::countedResultsOf(&op)) {
         if (failed(refuseCountedOperands(&op))) return failure();
-        extents[op.getResult(c->result)] = Extent{op.getResult(c->count), c->axis, &op};
+        for (auto [result, axis] : c->results) extents[op.getResult(result)] = Extent{op.getResult(c->count), axis, &op};
         continue;
       }
       if (isa<func::ReturnOp>(op)) return recordOutputs(f, cast<func::ReturnOp>(op));

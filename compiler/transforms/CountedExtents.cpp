@@ -5,8 +5,18 @@ using namespace mlir;
 
 namespace sd {
 
-std::optional<CountedResult> countedResultOf(Operation *op) {
-  if (isa<ir::NonMaxSuppressionOp>(op)) return CountedResult{0, 1, 0};
+// Compress's and Unique's optional axis, made non-negative; 0 (the flattened
+// elements) when absent.
+static int64_t selectionAxis(Operation *op, std::optional<int64_t> axis) {
+  int64_t rank = cast<ShapedType>(op->getOperand(0).getType()).getRank();
+  return !axis ? 0 : *axis < 0 ? *axis + rank : *axis;
+}
+
+std::optional<CountedResults> countedResultsOf(Operation *op) {
+  if (isa<ir::NonMaxSuppressionOp>(op)) return CountedResults{1, {{0, 0}}};
+  if (isa<ir::NonZeroOp>(op)) return CountedResults{1, {{0, 1}}};
+  if (auto c = dyn_cast<ir::CompressOp>(op)) return CountedResults{1, {{0, selectionAxis(op, c.getAxis())}}};
+  if (auto u = dyn_cast<ir::UniqueOp>(op)) return CountedResults{4, {{0, selectionAxis(op, u.getAxis())}, {1, 0}, {3, 0}}};
   return std::nullopt;
 }
 
@@ -16,7 +26,8 @@ bool CountedValues::readsCounted(Operation *op) const {
 }
 
 void CountedValues::visit(Operation *op) {
-  if (auto c = countedResultOf(op)) values.insert(op->getResult(c->result));
+  if (auto c = countedResultsOf(op))
+    for (auto [result, axis] : c->results) values.insert(op->getResult(result));
   else if (readsCounted(op)) values.insert(op->result_begin(), op->result_end());
 }
 

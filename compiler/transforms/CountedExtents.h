@@ -1,21 +1,24 @@
 // Ops that fill only a prefix of a result sized for the most they can select,
-// and count what they filled (NonMaxSuppression). The static shape of such a
+// and count what they filled (NonMaxSuppression, and NonZero, Compress and
+// Unique on run-time values). The static shape of such a
 // result, and of everything computed from it, is a bound, not an extent:
 // folding must not turn its Shape or Size into a constant, and
 // sd-bounded-extents checks that every consumer honours the count.
 #pragma once
 #include "mlir/IR/Operation.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SmallVector.h"
 #include <optional>
 
 namespace sd {
 
-struct CountedResult {
-  unsigned result; // the bounded result
-  unsigned count;  // its one-element int64 count
-  int64_t axis;    // the dim the count applies to
+// The results of such an op that are filled only in part, each with the dim
+// the count applies to, and the result holding the count (one int64).
+struct CountedResults {
+  unsigned count;
+  llvm::SmallVector<std::pair<unsigned, int64_t>, 3> results; // (result, axis)
 };
-std::optional<CountedResult> countedResultOf(mlir::Operation *op);
+std::optional<CountedResults> countedResultsOf(mlir::Operation *op);
 
 // The counted values among ops visited in order (import or a pass's walk):
 // counted results and every result of an op that reads one.

@@ -3,6 +3,7 @@
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "mlir/IR/Builders.h"
+#include <cstring>
 
 using namespace mlir;
 using namespace sd::ir;
@@ -25,7 +26,6 @@ LogicalResult foldWithKernels(Operation *op, int64_t maxBytes, SmallVectorImpl<V
                               OpShapeQuery *inferred) {
   auto compute = dyn_cast<ComputeOpInterface>(op);
   if (!compute) return success();
-  if (countedResultOf(op)) return success(); // its result shape is a bound
   StringRef contract = compute.getContractName();
   if (contract == "IfSelect") {
     Value taken = takenBranch(op);
@@ -81,16 +81,30 @@ static LogicalResult foldQuery(Operation *op, const KernelDef &def, bool shapeOn
   if (!s.isOk()) return op->emitError() << describeNode(op) << ": " << s.message();
   OpBuilder b(op);
   SmallVector<Value> made;
+  std::vector<Dims> dims;
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
     results[i].pop_back();
+    dims.push_back(q.ctx->outputs[i].dims);
+  }
+  // A selection folds to what it selected, not to the bound it was sized for.
+  std::optional<CountedResults> counted = countedResultsOf(op);
+  if (counted) {
+    int64_t n = 0;
+    std::memcpy(&n, results[counted->count].data(), sizeof n);
+    for (auto [r, axis] : counted->results)
+      if (!keepPrefixAlong(results[r], dims[r], dtypeSize(q.ctx->outputs[r].dtype), size_t(axis), n))
+        return success();
+  }
+  for (unsigned i = 0; i < op->getNumResults(); ++i) {
     auto type = cast<ShapedType>(op->getResult(i).getType());
-    if (!type.hasStaticShape()) type = RankedTensorType::get(q.ctx->outputs[i].dims, type.getElementType());
+    if (!type.hasStaticShape() || counted) type = RankedTensorType::get(dims[i], type.getElementType());
     DenseElementsAttr value = bytesToElements(type, results[i]);
     if (!value) return success();
     made.push_back(b.create<ConstantOp>(op->getLoc(), type, value));
   }
   for (unsigned i = 0; i < op->getNumResults(); ++i) {
-    if (made[i].getType() != op->getResult(i).getType()) continue; // the importer's typed uses stay
+    // The importer's typed uses stay; a trimmed selection's users are refined after it.
+    if (made[i].getType() != op->getResult(i).getType() && !counted) continue;
     op->getResult(i).replaceAllUsesWith(made[i]);
   }
   if (replacements) replacements->append(made.begin(), made.end());

@@ -67,9 +67,12 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
       if (!t) return op->emitError() << sd::describeNode(op) << ": result type is unsupported";
       op->getResult(i).setType(t);
     }
-    counted.visit(op);
-    if (counted.readsCounted(op)) continue; // a Shape of it would read the bound
+    if (counted.readsCounted(op)) { // a Shape of it would read the bound
+      counted.visit(op);
+      continue;
+    }
     if (failed(sd::foldWithKernels(op, maxFoldBytes, nullptr, &q))) return failure();
+    if (!op->use_empty()) counted.visit(op); // a selection that did not fold
   }
   // Keep the function signature in step with the refined return values.
   Operation *ret = f.getBody().front().getTerminator();

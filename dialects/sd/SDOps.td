@@ -125,11 +125,15 @@ def SD_MelWeightMatrixOp : SD_Nary<"mel_weight_matrix", "MelWeightMatrix",
     (ins AnyTensor:$num_mel_bins, AnyTensor:$dft_length, AnyTensor:$sample_rate, AnyTensor:$lower_edge_hertz,
          AnyTensor:$upper_edge_hertz), (ins OptI64:$output_datatype)>;
 // Selections whose result size depends on operand values (shapes/selection.h):
-// compiled only where those values are known (constants, --bind).
-def SD_NonZeroOp : SD_Unary<"non_zero", "NonZero">;
-def SD_CompressOp : SD_Nary<"compress", "Compress", (ins AnyTensor:$input, AnyTensor:$condition), (ins OptI64:$axis)>;
+// exact where those values are known (constants, --bind), else sized for the
+// most they can select; `count` says how many slices are real
+// (CountedExtents.h, sd-bounded-extents).
+def SD_NonZeroOp : SD_Nary<"non_zero", "NonZero", (ins AnyTensor:$input), (ins),
+    (outs AnyTensor:$output, AnyTensor:$count)>;
+def SD_CompressOp : SD_Nary<"compress", "Compress", (ins AnyTensor:$input, AnyTensor:$condition), (ins OptI64:$axis),
+    (outs AnyTensor:$output, AnyTensor:$count)>;
 def SD_UniqueOp : SD_Nary<"unique", "Unique", (ins AnyTensor:$input), (ins OptI64:$axis, OptI64:$sorted),
-    (outs AnyTensor:$y, AnyTensor:$indices, AnyTensor:$inverse_indices, AnyTensor:$counts)>;
+    (outs AnyTensor:$y, AnyTensor:$indices, AnyTensor:$inverse_indices, AnyTensor:$counts, AnyTensor:$count)>;
 // A selection sized for the most it can keep, with a scalar count of the rows
 // it filled (kernels/shapes/nms_shapes.cc); sd-bounded-extents follows the
 // count to the entry's outputs.

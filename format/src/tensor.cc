@@ -1,5 +1,6 @@
 // Shape helpers and integer/float readers of tensor views.
 #include "sd/format/tensor.h"
+#include <cstring>
 
 namespace sd {
 
@@ -29,6 +30,18 @@ Dims stridesOf(const Dims &d) {
   Dims s(d.size(), 1);
   for (int64_t i = int64_t(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * d[i + 1];
   return s;
+}
+
+bool keepPrefixAlong(std::vector<uint8_t> &bytes, Dims &dims, size_t elementSize, size_t axis, int64_t count) {
+  int64_t bound = dims[axis];
+  if (count < 0 || count > bound) return false;
+  int64_t outer = product(Dims(dims.begin(), dims.begin() + int64_t(axis)));
+  int64_t inner = product(Dims(dims.begin() + int64_t(axis) + 1, dims.end())) * int64_t(elementSize);
+  for (int64_t o = 1; o < outer; ++o) // o = 0 is already in place
+    std::memmove(bytes.data() + o * count * inner, bytes.data() + o * bound * inner, size_t(count * inner));
+  dims[axis] = count;
+  bytes.resize(size_t(outer * count * inner));
+  return true;
 }
 
 template <typename T> static void readAs(const TensorView &t, std::vector<int64_t> &out) {

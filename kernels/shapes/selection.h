@@ -1,7 +1,8 @@
 // Data-dependent selections (NonZero, Compress, Unique): how many elements they
-// keep depends on operand values, so a plan can hold them only where those
-// values are known at compile time (constants, --bind): the shape rules count
-// with the same functions the kernels select with.
+// keep depends on operand values. Where those are known at compile time
+// (constants, --bind) the shape rules count with the same functions the
+// kernels select with; otherwise the results are sized for the most the op can
+// select and a count result says how much of them is real.
 #pragma once
 #include "sd/format/status.h"
 #include "sd/ops/attrs.h"

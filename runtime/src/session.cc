@@ -386,14 +386,8 @@ Status Session::keepCountedPrefix(const TensorView &countView, int32_t axis, Hos
   int64_t count = 0;
   SD_RETURN_IF_ERROR(impl_->device->copyToHost(&count, countView.data, sizeof count));
   int64_t bound = t.dims[size_t(axis)];
-  if (count < 0 || count > bound)
-    return sdError("output '", t.name, "' counts ", count, " rows along dim ", axis, ", outside its bound ", bound);
-  int64_t outer = product(Dims(t.dims.begin(), t.dims.begin() + axis)), extent = bound;
-  int64_t inner = product(Dims(t.dims.begin() + axis + 1, t.dims.end())) * int64_t(dtypeSize(t.dtype));
-  for (int64_t o = 1; o < outer; ++o) // o = 0 is already in place
-    std::memmove(t.data.data() + o * count * inner, t.data.data() + o * extent * inner, size_t(count * inner));
-  t.dims[size_t(axis)] = count;
-  t.data.resize(size_t(outer * count * inner));
+  if (!keepPrefixAlong(t.data, t.dims, dtypeSize(t.dtype), size_t(axis), count))
+    return sdError("output '", t.name, "' counts ", count, " slices along dim ", axis, ", outside its bound ", bound);
   return Status::ok();
 }
 

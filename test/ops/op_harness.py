@@ -366,49 +366,61 @@ CASES["MelWeightMatrix"] = [
     for t in ("f32", "f64")]
 
 # Data-dependent selections: sized from the operand values (constants in a plan).
-CASES["NonZero"] = [Case(lambda t, r: [rand(r, (3, 4), t, -1, 1).round()], label="zeros among values"),
-                    Case(lambda t, r: [rand(r, (2, 3, 2), "bool")], label="bool 3-D", types=["bool"])]
-CASES["Compress"] = [
-    Case(lambda t, r: [rand(r, (3, 4), t), np.array([1, 0, 1], bool)], attrs={"axis": 0}, label="rows"),
-    Case(lambda t, r: [rand(r, (3, 4), t), np.array([0, 1, 1, 0], bool)], attrs={"axis": -1},
-         label="columns, negative axis"),
-    Case(lambda t, r: [rand(r, (2, 3), t), np.array([1, 0, 0, 1], bool)], label="flattened, condition shorter")]
-CASES["Unique"] = [
-    Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], outputs=4, label="sorted, flattened"),
-    Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], attrs={"sorted": 0}, outputs=4,
-         label="in order of first occurrence"),
-    Case(lambda t, r: [np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], NP[t])], attrs={"axis": 0}, outputs=4,
-         label="unique rows")]
-
-# NonMaxSuppression fills a prefix of its bounded result and counts it (the
-# second output); the reference returns the prefix alone.
+# Selections (NonZero, Compress, Unique, NonMaxSuppression) fill a prefix of
+# results sized for the most they can keep and count it in a last result.
 def nms_inputs(r, max_out, thresholds=True):
     corners = r.uniform(0, 1, (2, 9, 4)).astype(np.float32)
     ins = [corners, r.uniform(0, 1, (2, 3, 9)).astype(np.float32), np.array([max_out], np.int64)]
     return ins + [np.array([0.3], np.float32)] + ([np.array([0.25], np.float32)] if thresholds else [])
 
 
-def nms_reference(inputs, attrs, t):
-    # onnx.reference's op has the one ONNX output: build that node by hand.
-    case = Case(None, attrs=attrs)
-    return onnx_reference("NonMaxSuppression", case, inputs, [np.zeros(0, np.int64)])
+def counted(op, cases, axes):
+    """The selections' sd form adds a last result counting the slices it
+    filled along `axes` (one per ONNX output; None: not counted): the
+    reference runs the ONNX node with its own outputs, and ours are compared
+    on the counted prefix, the rest being zero."""
+    def reference(inputs, attrs, t):
+        return onnx_reference(op, Case(None, attrs=attrs, outputs=len(axes)), inputs, [np.zeros(0)] * len(axes))
+
+    def compare_prefix(ours, ref, inputs, t):
+        count = int(ours[-1])
+        for k, (a, b, axis) in enumerate(zip(ours, ref, axes)):
+            b = np.asarray(b).astype(a.dtype)
+            if axis is not None:
+                if np.take(a, range(count, a.shape[axis]), axis=axis).any():
+                    return f"output {k}: the slices past the count are not zero"
+                a = np.take(a, range(count), axis=axis)
+            err = compare(a, b, t, Case(None))
+            if err:
+                return f"output {k}: {err}"
+        return None
+
+    for c in cases:
+        c.outputs, c.ref, c.compare = len(axes) + 1, reference, compare_prefix
+    return cases
 
 
-def nms_compare(ours, ref, inputs, t):
-    count = int(ours[1])
-    rest = ours[0][count:]
-    if rest.any():
-        return "the rows past the count are not zero"
-    return compare(ours[0][:count], np.asarray(ref[0]), t, Case(None))
+CASES["NonZero"] = counted("NonZero", [
+    Case(lambda t, r: [rand(r, (3, 4), t, -1, 1).round()], label="zeros among values"),
+    Case(lambda t, r: [rand(r, (2, 3, 2), "bool")], label="bool 3-D", types=["bool"])], [1])
+CASES["Compress"] = (
+    counted("Compress", [Case(lambda t, r: [rand(r, (3, 4), t), np.array([1, 0, 1], bool)], attrs={"axis": 0},
+                              label="rows")], [0])
+    + counted("Compress", [Case(lambda t, r: [rand(r, (3, 4), t), np.array([0, 1, 1, 0], bool)], attrs={"axis": -1},
+                                label="columns, negative axis")], [1])
+    + counted("Compress", [Case(lambda t, r: [rand(r, (2, 3), t), np.array([1, 0, 0, 1], bool)],
+                                label="flattened, condition shorter")], [0]))
+CASES["Unique"] = counted("Unique", [
+    Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], label="sorted, flattened"),
+    Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], attrs={"sorted": 0}, label="in order of first occurrence"),
+    Case(lambda t, r: [np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], NP[t])], attrs={"axis": 0}, label="unique rows")],
+    [0, 0, None, 0])
 
-
-CASES["NonMaxSuppression"] = [
-    Case(lambda t, r: nms_inputs(r, 4), outputs=2, types=["f32"], ref=nms_reference, compare=nms_compare, label="corners, thresholds"),
-    Case(lambda t, r: nms_inputs(r, 9), attrs={"center_point_box": 1}, outputs=2, types=["f32"],
-         ref=nms_reference, compare=nms_compare, label="center-point boxes"),
-    Case(lambda t, r: nms_inputs(r, 2, thresholds=False), outputs=2, types=["f32"], ref=nms_reference, compare=nms_compare,
-         label="no score threshold"),
-    Case(lambda t, r: nms_inputs(r, 0), outputs=2, types=["f32"], ref=nms_reference, compare=nms_compare, label="max 0 selects nothing")]
+CASES["NonMaxSuppression"] = counted("NonMaxSuppression", [
+    Case(lambda t, r: nms_inputs(r, 4), types=["f32"], label="corners, thresholds"),
+    Case(lambda t, r: nms_inputs(r, 9), attrs={"center_point_box": 1}, types=["f32"], label="center-point boxes"),
+    Case(lambda t, r: nms_inputs(r, 2, thresholds=False), types=["f32"], label="no score threshold"),
+    Case(lambda t, r: nms_inputs(r, 0), types=["f32"], label="max 0 selects nothing")], [0])
 
 # The ops unrolled control flow leaves (compiler/import/onnx/ControlFlowHandler.cpp).
 CASES["IfSelect"] = [Case(lambda t, r, c=c: [np.array(c), rand(r, (2, 3), t), rand(r, (2, 3), t)],

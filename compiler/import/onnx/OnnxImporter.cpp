@@ -305,18 +305,25 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const Impo
   return Type(RankedTensorType::get(dims, et));
 }
 
+void foldNodeResults(NodeImporter &imp, const onnx::NodeProto &node);
+
 // Shape arithmetic over constants (Shape, Gather, Concat, ...) folds as it is
 // imported, so the shape rules of later nodes, and If conditions and Loop trip
 // counts, see the values. sd-propagate-shapes would fold the same later.
 void foldOutputs(NodeImporter &imp, const onnx::NodeProto &node) {
-  bool counted = llvm::any_of(node.input(), [&](const std::string &in) { return imp.countedNames.count(in) != 0; });
-  for (const std::string &name : node.output())
-    if (auto it = imp.values.find(name); it != imp.values.end() && it->second.getDefiningOp())
-      counted = counted || countedResultOf(it->second.getDefiningOp()).has_value();
-  if (counted) {
+  if (llvm::any_of(node.input(), [&](const std::string &in) { return imp.countedNames.count(in) != 0; })) {
     imp.countedNames.insert(node.output().begin(), node.output().end());
     return;
   }
+  foldNodeResults(imp, node);
+  // A selection on values only known at run time (a bound and a count).
+  for (const std::string &name : node.output())
+    if (auto it = imp.values.find(name); it != imp.values.end() && it->second.getDefiningOp() &&
+                                         countedResultsOf(it->second.getDefiningOp()))
+      imp.countedNames.insert(name);
+}
+
+void foldNodeResults(NodeImporter &imp, const onnx::NodeProto &node) {
   ScopedDiagnosticHandler quiet(imp.builder.getContext(), [](Diagnostic &) { return success(); });
   for (const std::string &name : node.output()) {
     auto it = imp.values.find(name);

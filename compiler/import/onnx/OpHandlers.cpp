@@ -248,7 +248,8 @@ LogicalResult constantOfShape(NodeImporter &imp, const onnx::NodeProto &n, const
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
-// Ops whose every result exists in sd (Unique), however many the node names.
+// Ops whose sd form has every result, however many the node names: Unique,
+// and the selections whose extra last result counts what they selected.
 LogicalResult allResults(NodeImporter &imp, const onnx::NodeProto &node, const OpSpec &spec) {
   auto operands = imp.operandsOf(node, spec);
   if (failed(operands)) return failure();
@@ -362,7 +363,8 @@ const OpSpec kSpecs[] = {
     {"HannWindow", 17, "hann_window", 1, 1, generic}, {"HammingWindow", 17, "hamming_window", 1, 1, generic},
     {"BlackmanWindow", 17, "blackman_window", 1, 1, generic},
     {"MelWeightMatrix", 17, "mel_weight_matrix", 5, 1, generic},
-    G("NonZero", "non_zero", 1, 1), G("Compress", "compress", 2, 1), {"Unique", 1, "unique", 1, 4, allResults}, {"NonMaxSuppression", 10, "non_max_suppression", 5, 2, allResults},
+    {"NonZero", 1, "non_zero", 1, 2, allResults}, {"Compress", 1, "compress", 2, 2, allResults},
+    {"Unique", 1, "unique", 1, 5, allResults}, {"NonMaxSuppression", 10, "non_max_suppression", 5, 2, allResults},
     G("Trilu", "trilu", 2, 1), G("CumSum", "cum_sum", 2, 1), G("CumProd", "cum_prod", 2, 1),
     {"Constant", 1, "constant", 0, 1, constantOp},
     // Control flow, made static at import (ControlFlowHandler.cpp). Loop's M and

@@ -37,6 +37,11 @@ struct TensorView {
   int64_t rank() const { return int64_t(dims.size()); }
 };
 
+// Keeps the first `count` slices along `axis` of a row-major tensor's bytes
+// (an output sized for the most its op can select, sd-bounded-extents): dims
+// and bytes shrink in place. False when count is outside [0, dims[axis]].
+bool keepPrefixAlong(std::vector<uint8_t> &bytes, Dims &dims, size_t elementSize, size_t axis, int64_t count);
+
 // Reads an integer tensor (i32/i64/...) into int64 values; false on other dtypes.
 bool readIntegers(const TensorView &t, std::vector<int64_t> &out);
 bool readDoubles(const TensorView &t, std::vector<double> &out);

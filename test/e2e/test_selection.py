@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""A detector with NonMaxSuppression post-processing, exported by PyTorch:
-how many boxes survive is only known at run time.
+"""Selections whose size is only known at run time, in models exported by
+PyTorch: a detector with NonMaxSuppression post-processing, and masked
+selection (torch.nonzero, boolean-mask indexing).
 
   match      sdrun and the Python module return exactly the boxes, scores and
              classes ONNX Runtime returns, for inputs that keep none, a few
@@ -10,6 +11,8 @@ how many boxes survive is only known at run time.
   refused    a consumer that would read the padding (a sum over the
              detections, the number of detections as a Shape) is refused at
              compile time with one line naming it and the NMS node, no plan
+  masked     rows picked by torch.nonzero(scores > t) and by x[scores > t]
+             (NonZero + Gather / GatherND) equal ONNX Runtime's, however many
 """
 import os
 import shutil
@@ -142,9 +145,42 @@ def main():
                                                   [bad_plan])
             check(f"{what} is refused at compile time: one line naming it and the NMS node, no plan",
                   not problems, "; ".join(problems) or line)
+        masked_selection(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return report_checks("test_detection", RESULTS)
+    return report_checks("test_selection", RESULTS)
+
+
+def masked_selection(sdc, sdrun, tmp):
+    import torch
+    import torch.nn as nn
+
+    class Masked(nn.Module):
+        def forward(self, x, scores):
+            rows = torch.nonzero(scores > 0.5)[:, 0]
+            return x.index_select(0, rows) * 2, x[scores > 0.2]
+
+    model, plan = os.path.join(tmp, "masked.onnx"), os.path.join(tmp, "masked.sdp")
+    torch.onnx.export(Masked(), (torch.randn(6, 4), torch.rand(6)), model, input_names=["x", "scores"],
+                      output_names=["doubled", "picked"], opset_version=17, dynamo=False)
+    sh([sdc, "compile", model, "-o", plan])
+    rng = np.random.default_rng(1)
+    equal, counts = True, []
+    for k, scale in enumerate((0.0, 0.4, 1.0, 2.0, 0.7)):
+        x = rng.standard_normal((6, 4)).astype(np.float32)
+        scores = np.clip(rng.random(6) * scale, 0, 1).astype(np.float32)
+        want = list(ort_run(model, {"x": x, "scores": scores}).values())
+        feeds = []
+        for name, value in (("x", x), ("scores", scores)):
+            np.save(os.path.join(tmp, f"m{k}_{name}.npy"), value)
+            feeds += ["--input", f"{name}=" + os.path.join(tmp, f"m{k}_{name}.npy")]
+        out = os.path.join(tmp, f"m{k}")
+        sh([sdrun, "infer", plan] + feeds + ["--output-dir", out, "--output-format", "npy"])
+        got = [np.load(os.path.join(out, f"output_{i}.npy")) for i in range(2)]
+        counts.append([w.shape[0] for w in want])
+        equal &= all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
+    check("torch.nonzero and boolean-mask indexing on run-time scores: the rows equal ONNX Runtime's, from none to "
+          "all", equal and [0, 0] in counts and any(c[1] == 6 for c in counts), f"rows per input {counts}")
 
 
 if __name__ == "__main__":
