@@ -1,5 +1,6 @@
 // sd-pack-arena: best-fit offsets over live ranges; buffers that are live at
 // the same step never overlap.
+#include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
@@ -15,12 +16,7 @@ namespace {
 
 constexpr int64_t kAlign = 64;
 
-int64_t byteSize(sd::ir::BufferOp b) {
-  auto t = cast<MemRefType>(b.getType());
-  int64_t bits = t.getElementType().getIntOrFloatBitWidth();
-  int64_t elemBytes = bits == 1 ? 1 : bits / 8;
-  return t.getNumElements() * elemBytes;
-}
+int64_t byteSize(sd::ir::BufferOp b) { return sd::ir::storageBytes(cast<MemRefType>(b.getType())); }
 
 struct Placed {
   int64_t offset, size, first, last;

@@ -19,6 +19,7 @@
 // its owner (ReduceToOwner), which alone keeps the gradient; GradScale then
 // sums the ranks' partial squared norms.
 #include "sd/format/training_abi.h"
+#include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
 
@@ -32,10 +33,7 @@ using namespace sd::ir;
 
 namespace {
 
-int64_t byteSize(Value v) {
-  auto t = cast<RankedTensorType>(v.getType());
-  return t.getNumElements() * std::max<int64_t>(1, t.getElementTypeBitWidth() / 8);
-}
+int64_t byteSize(Value v) { return sd::ir::storageBytes(cast<RankedTensorType>(v.getType())); }
 
 struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
   using DataParallelBase::DataParallelBase;

@@ -14,10 +14,16 @@ std::optional<DType> toDType(Type t) {
   if (t.isF64()) return DType::F64;
   if (t.isF16()) return DType::F16;
   if (t.isBF16()) return DType::BF16;
+  if (t.isFloat8E4M3FN()) return DType::F8E4M3FN;
+  if (t.isFloat8E4M3FNUZ()) return DType::F8E4M3FNUZ;
+  if (t.isFloat8E5M2()) return DType::F8E5M2;
+  if (t.isFloat8E5M2FNUZ()) return DType::F8E5M2FNUZ;
   if (auto it = dyn_cast<IntegerType>(t)) {
     bool u = it.isUnsigned();
     switch (it.getWidth()) {
     case 1: return DType::Bool;
+    case 2: return u ? DType::U2 : DType::I2;
+    case 4: return u ? DType::U4 : DType::I4;
     case 8: return u ? DType::U8 : DType::I8;
     case 16: return u ? DType::U16 : DType::I16;
     case 32: return u ? DType::U32 : DType::I32;
@@ -43,8 +49,21 @@ Type toMlirType(MLIRContext *ctx, DType dt) {
   case DType::U16: return b.getIntegerType(16, false);
   case DType::U32: return b.getIntegerType(32, false);
   case DType::U64: return b.getIntegerType(64, false);
+  case DType::F8E4M3FN: return b.getFloat8E4M3FNType();
+  case DType::F8E4M3FNUZ: return b.getFloat8E4M3FNUZType();
+  case DType::F8E5M2: return b.getFloat8E5M2Type();
+  case DType::F8E5M2FNUZ: return b.getFloat8E5M2FNUZType();
+  case DType::I4: return b.getIntegerType(4);
+  case DType::U4: return b.getIntegerType(4, false);
+  case DType::I2: return b.getIntegerType(2);
+  case DType::U2: return b.getIntegerType(2, false);
   default: return {};
   }
+}
+
+int64_t storageBytes(ShapedType type) {
+  std::optional<DType> dt = toDType(type.getElementType());
+  return type.getNumElements() * int64_t(dt ? dtypeSize(*dt) : 0);
 }
 
 TensorInfo toTensorInfo(Type type) {

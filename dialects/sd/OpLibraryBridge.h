@@ -14,6 +14,9 @@ namespace sd::ir {
 std::optional<DType> toDType(mlir::Type elementType);
 mlir::Type toMlirType(mlir::MLIRContext *ctx, DType dt);
 TensorInfo toTensorInfo(mlir::Type type); // NoneType → dtype Undefined
+// Bytes a static tensor or buffer of `type` takes in a plan: the op library's
+// element size (one byte for bool and the 4- and 2-bit integers).
+int64_t storageBytes(mlir::ShapedType type);
 mlir::Type toTensorType(mlir::MLIRContext *ctx, const TensorInfo &info);
 // The op's inherent attributes as the kernels see them.
 AttrMap toAttrMap(mlir::Operation *op);

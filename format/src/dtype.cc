@@ -1,12 +1,17 @@
 // DType helpers: sizes, names, IEEE half and bfloat16 conversion.
 #include "sd/format/dtype.h"
+#include <algorithm>
+#include <array>
 #include <cmath>
+#include <limits>
 
 namespace sd {
 size_t dtypeSize(DType t) {
   switch (t) {
   case DType::F32: case DType::I32: case DType::U32: return 4;
   case DType::U8: case DType::I8: case DType::Bool: return 1;
+  case DType::F8E4M3FN: case DType::F8E4M3FNUZ: case DType::F8E5M2: case DType::F8E5M2FNUZ:
+  case DType::U4: case DType::I4: case DType::U2: case DType::I2: return 1;
   case DType::U16: case DType::I16: case DType::F16: case DType::BF16: return 2;
   case DType::I64: case DType::F64: case DType::U64: return 8;
   default: return 0;
@@ -29,6 +34,14 @@ const char *dtypeName(DType t) {
   case DType::U32: return "u32";
   case DType::U64: return "u64";
   case DType::BF16: return "bf16";
+  case DType::F8E4M3FN: return "f8e4m3fn";
+  case DType::F8E4M3FNUZ: return "f8e4m3fnuz";
+  case DType::F8E5M2: return "f8e5m2";
+  case DType::F8E5M2FNUZ: return "f8e5m2fnuz";
+  case DType::U4: return "u4";
+  case DType::I4: return "i4";
+  case DType::U2: return "u2";
+  case DType::I2: return "i2";
   default: return "undefined";
   }
 }
@@ -96,6 +109,139 @@ uint16_t floatToBf16(float f) {
   if ((u & 0x7fffffff) > 0x7f800000) return uint16_t((u >> 16) | 0x40);
   u += 0x7fff + ((u >> 16) & 1); // round to nearest even
   return uint16_t(u >> 16);
+}
+
+} // namespace sd
+
+namespace sd {
+
+bool dtypeIsFloat8(DType t) {
+  return t == DType::F8E4M3FN || t == DType::F8E4M3FNUZ || t == DType::F8E5M2 || t == DType::F8E5M2FNUZ;
+}
+bool dtypeIsNarrow(DType t) {
+  return dtypeIsFloat8(t) || t == DType::U4 || t == DType::I4 || t == DType::U2 || t == DType::I2;
+}
+
+namespace {
+
+struct Float8Format {
+  int mantissaBits, bias;
+  bool fnuz;   // no infinity, no -0; 0x80 is the NaN
+  bool hasInf; // E5M2: exponent all ones is inf (mantissa 0) or NaN
+};
+
+Float8Format formatOf(DType t) {
+  switch (t) {
+  case DType::F8E4M3FN: return {3, 7, false, false};
+  case DType::F8E4M3FNUZ: return {3, 8, true, false};
+  case DType::F8E5M2: return {2, 15, false, true};
+  default: return {2, 16, true, false}; // F8E5M2FNUZ
+  }
+}
+
+float decode(uint8_t code, const Float8Format &f) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  int expBits = 7 - f.mantissaBits, e = (code >> f.mantissaBits) & ((1 << expBits) - 1);
+  int m = code & ((1 << f.mantissaBits) - 1);
+  bool negative = code & 0x80;
+  if (f.fnuz && code == 0x80) return nan;
+  if (f.hasInf && e == (1 << expBits) - 1) return m ? nan : (negative ? -1.f : 1.f) * std::numeric_limits<float>::infinity();
+  if (!f.fnuz && !f.hasInf && (code & 0x7f) == 0x7f) return nan; // E4M3FN: S.1111.111
+  float v = e == 0 ? std::ldexp(float(m), 1 - f.bias - f.mantissaBits)
+                   : std::ldexp(1.f + float(m) / float(1 << f.mantissaBits), e - f.bias);
+  return negative ? -v : v;
+}
+
+// Every code's value, and the positive finite ones in increasing order (codes
+// 0x00 up to the largest finite one are monotonic in value).
+struct Float8Table {
+  std::array<float, 256> value{};
+  uint8_t maxFinite = 0;
+};
+
+const Float8Table &tableOf(DType t) {
+  static const auto build = [](DType dt) {
+    Float8Table table;
+    Float8Format f = formatOf(dt);
+    for (int c = 0; c < 256; ++c) table.value[size_t(c)] = decode(uint8_t(c), f);
+    for (int c = 0; c < 128; ++c)
+      if (std::isfinite(table.value[size_t(c)])) table.maxFinite = uint8_t(c);
+    return table;
+  };
+  static const Float8Table e4m3fn = build(DType::F8E4M3FN), e4m3fnuz = build(DType::F8E4M3FNUZ),
+                           e5m2 = build(DType::F8E5M2), e5m2fnuz = build(DType::F8E5M2FNUZ);
+  switch (t) {
+  case DType::F8E4M3FN: return e4m3fn;
+  case DType::F8E4M3FNUZ: return e4m3fnuz;
+  case DType::F8E5M2: return e5m2;
+  default: return e5m2fnuz;
+  }
+}
+
+} // namespace
+
+float float8ToFloat(uint8_t code, DType t) { return tableOf(t).value[code]; }
+
+uint8_t floatToFloat8(float x, DType t, bool saturate) {
+  const Float8Table &table = tableOf(t);
+  Float8Format f = formatOf(t);
+  uint8_t nanCode = f.fnuz ? 0x80 : 0x7f, sign = std::signbit(x) ? 0x80 : 0;
+  if (std::isnan(x)) return nanCode;
+  float a = std::fabs(x), max = table.value[table.maxFinite];
+  uint8_t overflow = saturate ? table.maxFinite : f.hasInf ? uint8_t(table.maxFinite + 1) : nanCode;
+  if (std::isinf(a)) return (overflow == nanCode && f.fnuz) ? nanCode : uint8_t(sign | overflow);
+  // The value one step past the largest finite one, were the format wider:
+  // halfway to it is where rounding starts to overflow.
+  float next = max + (max - table.value[table.maxFinite - 1]);
+  float mid = (max + next) / 2;
+  uint8_t code;
+  if (a > mid || (a == mid && (table.maxFinite & 1))) {
+    code = overflow;
+    if (code == nanCode) return nanCode;
+  } else if (a >= max) {
+    code = table.maxFinite;
+  } else {
+    const float *v = table.value.data();
+    const float *hi = std::lower_bound(v, v + table.maxFinite + 1, a); // first value >= a
+    code = uint8_t(hi - v);
+    if (*hi != a && code > 0) {
+      float up = *hi - a, down = a - v[code - 1];
+      if (down < up || (down == up && ((code - 1) & 1) == 0)) --code;
+    }
+  }
+  if (f.fnuz && code == 0) return 0; // no negative zero
+  return uint8_t(sign | code);
+}
+
+int64_t wrapNarrowInteger(int64_t v, DType t) {
+  int bits = (t == DType::I4 || t == DType::U4) ? 4 : 2;
+  int64_t mask = (int64_t(1) << bits) - 1, u = v & mask;
+  if (t == DType::I4 || t == DType::I2) return u >= (int64_t(1) << (bits - 1)) ? u - (mask + 1) : u;
+  return u;
+}
+
+static int packedBits(DType t) {
+  return (t == DType::I4 || t == DType::U4) ? 4 : (t == DType::I2 || t == DType::U2) ? 2 : 8;
+}
+
+size_t packedSize(DType t, int64_t n) {
+  int bits = packedBits(t);
+  return bits == 8 ? size_t(n) * dtypeSize(t) : size_t((n * bits + 7) / 8);
+}
+
+void unpackNarrow(DType t, const uint8_t *packed, int64_t n, uint8_t *out) {
+  int bits = packedBits(t), perByte = 8 / bits;
+  for (int64_t i = 0; i < n; ++i) {
+    int64_t v = (packed[i / perByte] >> ((i % perByte) * bits)) & ((1 << bits) - 1);
+    out[i] = uint8_t(int8_t(wrapNarrowInteger(v, t)));
+  }
+}
+
+void packNarrow(DType t, const uint8_t *elems, int64_t n, uint8_t *out) {
+  int bits = packedBits(t), perByte = 8 / bits;
+  std::fill(out, out + packedSize(t, n), uint8_t(0));
+  for (int64_t i = 0; i < n; ++i)
+    out[i / perByte] |= uint8_t((elems[i] & ((1 << bits) - 1)) << ((i % perByte) * bits));
 }
 
 } // namespace sd

@@ -54,8 +54,8 @@ bool readIntegers(const TensorView &t, std::vector<int64_t> &out) {
   case DType::I64: readAs<int64_t>(t, out); return true;
   case DType::I32: readAs<int32_t>(t, out); return true;
   case DType::I16: readAs<int16_t>(t, out); return true;
-  case DType::I8: readAs<int8_t>(t, out); return true;
-  case DType::U8: readAs<uint8_t>(t, out); return true;
+  case DType::I8: case DType::I4: case DType::I2: readAs<int8_t>(t, out); return true;
+  case DType::U8: case DType::U4: case DType::U2: readAs<uint8_t>(t, out); return true;
   case DType::U16: readAs<uint16_t>(t, out); return true;
   case DType::U32: readAs<uint32_t>(t, out); return true;
   case DType::U64: readAs<uint64_t>(t, out); return true;
@@ -71,6 +71,9 @@ bool readDoubles(const TensorView &t, std::vector<double> &out) {
   case DType::F64: for (int64_t i = 0; i < n; ++i) out[i] = t.as<double>()[i]; return true;
   case DType::F16: for (int64_t i = 0; i < n; ++i) out[i] = halfToFloat(t.as<uint16_t>()[i]); return true;
   case DType::BF16: for (int64_t i = 0; i < n; ++i) out[i] = bf16ToFloat(t.as<uint16_t>()[i]); return true;
+  case DType::F8E4M3FN: case DType::F8E4M3FNUZ: case DType::F8E5M2: case DType::F8E5M2FNUZ:
+    for (int64_t i = 0; i < n; ++i) out[i] = float8ToFloat(t.as<uint8_t>()[i], t.dtype);
+    return true;
   default: {
     std::vector<int64_t> iv;
     if (!readIntegers(t, iv)) return false;

@@ -135,11 +135,22 @@ StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const 
   }
   // The declared shape is only a claim: check it against the values the
   // file actually holds before allocating anything for it.
-  size_t es = dtypeSize(t.dtype), need = size_t(n) * es;
+  size_t es = dtypeSize(t.dtype), need = size_t(n) * es, packed = packedSize(t.dtype, n);
   if (haveRaw) {
-    if (raw.size() != need)
-      return sdError(what, ": raw_data holds ", raw.size(), " bytes, shape ", formatDims(t.dims), " needs ", need);
-    t.data = std::move(raw);
+    if (raw.size() != packed)
+      return sdError(what, ": raw_data holds ", raw.size(), " bytes, shape ", formatDims(t.dims), " needs ", packed);
+    if (packed == need) {
+      t.data = std::move(raw);
+    } else { // 4- and 2-bit integers: one byte each in memory
+      t.data.resize(need);
+      unpackNarrow(t.dtype, raw.data(), n, t.data.data());
+    }
+    return t;
+  }
+  if (packed != need && ints.size() == packed) { // int32_data holding the packed bytes
+    std::vector<uint8_t> bytes(ints.begin(), ints.end());
+    t.data.resize(need);
+    if (n) unpackNarrow(t.dtype, bytes.data(), n, t.data.data());
     return t;
   }
   size_t count = t.dtype == DType::F32 ? floats32.size() : t.dtype == DType::F64 ? doubles.size() : ints.size();
@@ -167,9 +178,17 @@ std::string encodeTensorProto(const HostTensor &t) {
     putVarint(s, t.name.size());
     s += t.name;
   }
+  int64_t n = product(t.dims);
+  std::vector<uint8_t> packed;
+  const std::vector<uint8_t> *raw = &t.data;
+  if (packedSize(t.dtype, n) != t.data.size() && t.data.size() == size_t(n)) { // ONNX packs 4- and 2-bit integers
+    packed.resize(packedSize(t.dtype, n));
+    packNarrow(t.dtype, t.data.data(), n, packed.data());
+    raw = &packed;
+  }
   putVarint(s, (9 << 3) | 2);
-  putVarint(s, t.data.size());
-  s.append(reinterpret_cast<const char *>(t.data.data()), t.data.size());
+  putVarint(s, raw->size());
+  s.append(reinterpret_cast<const char *>(raw->data()), raw->size());
   return s;
 }
 
@@ -187,6 +206,8 @@ static const char *npyDescr(DType t) {
   case DType::I64: return "<i8";
   case DType::U64: return "<u8";
   case DType::Bool: return "|b1";
+  case DType::I4: case DType::I2: return "|i1"; // one sign-extended byte each
+  case DType::U4: case DType::U2: return "|u1";
   default: return nullptr;
   }
 }

@@ -502,13 +502,42 @@ template <typename TI, typename TO> void convert(const void *in, void *out, int6
   }
 }
 
-Status castBetween(const TensorView &in, const TensorView &out) {
+Status castBetween(const TensorView &in, const TensorView &out, bool saturate = true);
+
+// Float8 goes through f32, 4- and 2-bit integers (one extended byte each)
+// through i8/u8 on the way in and i64, wrapped, on the way out.
+Status castNarrow(const TensorView &in, const TensorView &out, bool saturate) {
+  int64_t n = in.numElements();
+  DType from = in.dtype, to = out.dtype;
+  if (dtypeIsFloat8(from)) {
+    std::vector<float> tmp(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) tmp[size_t(i)] = float8ToFloat(in.as<uint8_t>()[i], from);
+    return castBetween(TensorView{tmp.data(), DType::F32, in.dims}, out, saturate);
+  }
+  if (dtypeIsNarrow(from)) {
+    bool isSigned = from == DType::I4 || from == DType::I2;
+    return castBetween(TensorView{in.data, isSigned ? DType::I8 : DType::U8, in.dims}, out, saturate);
+  }
+  if (dtypeIsFloat8(to)) {
+    std::vector<float> tmp(static_cast<size_t>(n));
+    SD_RETURN_IF_ERROR(castBetween(in, TensorView{tmp.data(), DType::F32, in.dims}, saturate));
+    for (int64_t i = 0; i < n; ++i) out.as<uint8_t>()[i] = floatToFloat8(tmp[size_t(i)], to, saturate);
+    return Status::ok();
+  }
+  std::vector<int64_t> tmp(static_cast<size_t>(n));
+  SD_RETURN_IF_ERROR(castBetween(in, TensorView{tmp.data(), DType::I64, in.dims}, saturate));
+  for (int64_t i = 0; i < n; ++i) out.as<int8_t>()[i] = int8_t(wrapNarrowInteger(tmp[size_t(i)], to));
+  return Status::ok();
+}
+
+Status castBetween(const TensorView &in, const TensorView &out, bool saturate) {
   int64_t n = in.numElements();
   DType from = in.dtype, to = out.dtype;
   if (from == to) {
     std::memcpy(out.data, in.data, in.byteSize());
     return Status::ok();
   }
+  if (dtypeIsNarrow(from) || dtypeIsNarrow(to)) return castNarrow(in, out, saturate);
   // Half types go through f32.
   if (from == DType::F16 || from == DType::BF16) {
     std::vector<float> tmp(static_cast<size_t>(n));
@@ -543,7 +572,9 @@ Status castBetween(const TensorView &in, const TensorView &out) {
   });
 }
 
-Status CastKernel(const KernelContext &c) { return castBetween(c.inputs[0], c.outputs[0]); }
+Status CastKernel(const KernelContext &c) {
+  return castBetween(c.inputs[0], c.outputs[0], c.attrs.getInt("saturate", 1) != 0);
+}
 
 } // namespace
 
@@ -575,13 +606,13 @@ void registerElementwiseKernels() {
   R(Not, TypeSet{DType::Bool}) R(And, TypeSet{DType::Bool}) R(Or, TypeSet{DType::Bool}) R(Xor, TypeSet{DType::Bool})
   R(BitShift, TypeSet::integers()) R(BitwiseAnd, TypeSet::integers()) R(BitwiseOr, TypeSet::integers())
   R(BitwiseXor, TypeSet::integers()) R(BitwiseNot, TypeSet::integers()) R(Shrink, numeric)
-  R(Cast, TypeSet::all())
+  R(Cast, TypeSet::all() | TypeSet::narrow())
   // Where's element type is its second operand's; the first is the bool condition.
   registerCpuKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
 #undef R
   registerCpuKernel("Identity", copyKernel, TypeSet::all());
   registerCpuKernel("BitCast", copyKernel, TypeSet::all()); // the bytes unchanged; the shape rule checks the widths
-  registerCpuKernel("CastLike", CastKernel, TypeSet::all());
+  registerCpuKernel("CastLike", CastKernel, TypeSet::all() | TypeSet::narrow());
   registerCpuKernel("IsNaN", classifyKernel<true>, floats);
   registerCpuKernel("IsInf", classifyKernel<false>, floats);
 }

@@ -21,9 +21,20 @@ template <typename T> T saturate(double v) {
   return T(v < lo ? lo : (v > hi ? hi : v));
 }
 
+// 4- and 2-bit integers saturate to their own range (one byte each in memory).
+int8_t saturateNarrow(double v, DType t) {
+  bool isSigned = t == DType::I4 || t == DType::I2;
+  int bits = (t == DType::I4 || t == DType::U4) ? 4 : 2;
+  double lo = isSigned ? -double(1 << (bits - 1)) : 0, hi = isSigned ? double((1 << (bits - 1)) - 1) : double((1 << bits) - 1);
+  return int8_t(std::clamp(std::nearbyint(v), lo, hi));
+}
+
 Status storeQuantized(const std::vector<double> &v, const TensorView &out) {
   for (size_t i = 0; i < v.size(); ++i) {
-    if (out.dtype == DType::U8) out.as<uint8_t>()[i] = saturate<uint8_t>(v[i]);
+    if (dtypeIsNarrow(out.dtype)) out.as<int8_t>()[i] = saturateNarrow(v[i], out.dtype);
+    else if (out.dtype == DType::U8) out.as<uint8_t>()[i] = saturate<uint8_t>(v[i]);
+    else if (out.dtype == DType::I16) out.as<int16_t>()[i] = saturate<int16_t>(v[i]);
+    else if (out.dtype == DType::U16) out.as<uint16_t>()[i] = saturate<uint16_t>(v[i]);
     else if (out.dtype == DType::I8) out.as<int8_t>()[i] = saturate<int8_t>(v[i]);
     else if (out.dtype == DType::I32) out.as<int32_t>()[i] = saturate<int32_t>(v[i]);
     else return sdError("unsupported quantized type ", dtypeName(out.dtype));
@@ -61,6 +72,13 @@ Status QuantizeKernel(const KernelContext &c) {
   std::vector<double> zp(v.size(), 0.0);
   if (c.hasInput(2) && c.inputs[2].data) zp = broadcastAlong(x, c.inputs[2], axis);
   bool f32 = x.dtype == DType::F32; // divide in the input's precision, as the reference does
+  if (dtypeIsFloat8(y.dtype)) { // no rounding to integers: the float8 cast rounds
+    bool saturateOut = c.attrs.getInt("saturate", 1) != 0;
+    for (size_t i = 0; i < v.size(); ++i)
+      y.as<uint8_t>()[i] = floatToFloat8(float((f32 ? double(float(v[i]) / float(scale[i])) : v[i] / scale[i]) + zp[i]),
+                                         y.dtype, saturateOut);
+    return Status::ok();
+  }
   for (size_t i = 0; i < v.size(); ++i)
     v[i] = (f32 ? double(std::nearbyint(float(v[i]) / float(scale[i]))) : std::nearbyint(v[i] / scale[i])) + zp[i];
   return storeQuantized(v, y);
@@ -71,6 +89,13 @@ Status DequantizeKernel(const KernelContext &c) {
   int64_t axis = c.attrs.getInt("axis", 1);
   std::vector<double> scale = broadcastAlong(x, c.inputs[1], axis);
   std::vector<double> v = centered(x, c.hasInput(2) ? &c.inputs[2] : nullptr, axis);
+  if (y.dtype == DType::F16 || y.dtype == DType::BF16) { // storage types: round once from f32
+    for (size_t i = 0; i < v.size(); ++i) {
+      float f = float(v[i] * scale[i]);
+      y.as<uint16_t>()[i] = y.dtype == DType::F16 ? floatToHalf(f) : floatToBf16(f);
+    }
+    return Status::ok();
+  }
   return dispatchFloat(y.dtype, [&](auto tag) {
     using T = decltype(tag);
     for (size_t i = 0; i < v.size(); ++i) y.as<T>()[i] = T(v[i] * scale[i]);
@@ -177,7 +202,7 @@ Status QLinearConvKernel(const KernelContext &c) {
 
 void registerQuantizedKernels() {
   registerCpuKernel("QuantizeLinear", QuantizeKernel, TypeSet::floats());
-  registerCpuKernel("DequantizeLinear", DequantizeKernel, TypeSet{DType::I8, DType::U8, DType::I32});
+  registerCpuKernel("DequantizeLinear", DequantizeKernel, TypeSet{DType::I8, DType::U8, DType::I16, DType::U16, DType::I32} | TypeSet::narrow());
   registerCpuKernel("DynamicQuantizeLinear", DynamicQuantizeKernel, TypeSet{DType::F32});
   registerCpuKernel("MatMulInteger", MatMulIntegerKernel, TypeSet{DType::I8, DType::U8});
   registerCpuKernel("QLinearMatMul", QLinearMatMulKernel, TypeSet{DType::I8, DType::U8});

@@ -7,17 +7,24 @@ Status matmulDims(const TensorInfo &a, const TensorInfo &b, TensorInfo &out);
 namespace {
 
 bool isInt8(DType t) { return t == DType::U8 || t == DType::I8; }
+// What QuantizeLinear writes and DequantizeLinear reads: 8- and 16-bit
+// integers, and the float8 and 4-/2-bit storage types.
+bool isQuantized(DType t) { return isInt8(t) || t == DType::I16 || t == DType::U16 || dtypeIsNarrow(t); }
 
 Status quantizeShape(ShapeContext &c) {
   SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype) || c.inputs[0].dtype == DType::I32, "QuantizeLinear input must be float");
-  DType out = c.hasInput(2) ? c.inputs[2].dtype : DType::U8;
-  SD_CHECK_ARG(isInt8(out), "QuantizeLinear supports uint8 and int8 outputs");
+  // The zero point's type, else output_dtype (opset 21), else uint8.
+  DType out = c.hasInput(2) ? c.inputs[2].dtype : DType(c.attrs.getInt("output_dtype", int64_t(DType::U8)));
+  if (out == DType::Undefined) out = DType::U8;
+  SD_CHECK_ARG(isQuantized(out), "QuantizeLinear supports 8- and 16-bit integer, float8 and 4-/2-bit integer outputs, not ",
+               dtypeName(out));
   c.outputs = {sameAs(c.inputs[0], out)};
   return Status::ok();
 }
 
 Status dequantizeShape(ShapeContext &c) {
-  SD_CHECK_ARG(isInt8(c.inputs[0].dtype) || c.inputs[0].dtype == DType::I32, "DequantizeLinear input must be int8/uint8/int32");
+  SD_CHECK_ARG(isQuantized(c.inputs[0].dtype) || c.inputs[0].dtype == DType::I32,
+               "DequantizeLinear input must be an 8-, 16- or 32-bit integer, float8 or a 4-/2-bit integer");
   c.outputs = {sameAs(c.inputs[0], c.inputs[1].dtype)};
   return Status::ok();
 }

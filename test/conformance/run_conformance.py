@@ -55,6 +55,11 @@ def compare(expected, actual):
         return f"dtype {actual.dtype} != expected {expected.dtype}"
     if expected.shape != actual.shape:
         return f"shape {actual.shape} != expected {expected.shape}"
+    if expected.dtype.kind == "V" and expected.dtype.itemsize <= 2:  # ml_dtypes floats (bf16, f8): values, NaN = NaN
+        expected, actual = expected.astype(np.float32), actual.astype(np.float32)
+        if not np.array_equal(actual, expected, equal_nan=True):
+            return "values differ"
+        return None
     if expected.dtype.kind in "fc":
         if not np.allclose(actual, expected, rtol=1e-3, atol=1e-5, equal_nan=True):
             err = np.nanmax(np.abs(actual.astype(np.float64) - expected.astype(np.float64)))

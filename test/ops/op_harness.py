@@ -24,6 +24,7 @@ case's operand types (CTest ops_cuda_bind).
 """
 import argparse
 import math
+import re
 import os
 import sys
 import warnings
@@ -40,8 +41,13 @@ import _sdops
 OPSET = 18
 NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes.bfloat16, "i8": np.int8,
       "i16": np.int16, "i32": np.int32, "i64": np.int64, "u8": np.uint8, "u16": np.uint16, "u32": np.uint32,
-      "u64": np.uint64, "bool": np.bool_}
+      "u64": np.uint64, "bool": np.bool_,
+      # Narrow storage types (sdc holds one byte per element, as ml_dtypes does).
+      "f8e4m3fn": ml_dtypes.float8_e4m3fn, "f8e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "f8e5m2": ml_dtypes.float8_e5m2,
+      "f8e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "i4": ml_dtypes.int4, "u4": ml_dtypes.uint4, "i2": ml_dtypes.int2,
+      "u2": ml_dtypes.uint2}
 FLOATS = ("f32", "f64", "f16", "bf16")
+NARROW_TYPE = re.compile(r"f8|[iu][42]$")
 HALVES = ("f16", "bf16")
 FLOAT_NAME = {np.dtype(NP[t]): t for t in FLOATS}
 # Relative tolerances: f32/f64 kernels reassociate sums (blocked GEMMs,
@@ -57,11 +63,11 @@ def onnx_type(t):
 
 def rand(rng, shape, t, lo=-2.0, hi=2.0):
     """Random values of type t in [lo, hi] (integers: clipped to the type)."""
-    if t in FLOATS:
+    if t in FLOATS or t.startswith("f8"):
         return rng.uniform(lo, hi, shape).astype(NP[t])
     if t == "bool":
         return rng.integers(0, 2, shape).astype(bool)
-    info = np.iinfo(NP[t])
+    info = ml_dtypes.iinfo(NP[t])
     a, b = max(info.min, math.floor(lo)), min(info.max, math.ceil(hi))
     return rng.integers(a, b + 1, shape, dtype=np.int64).astype(NP[t])
 
@@ -440,14 +446,21 @@ CASES["Where"] = [Case(lambda t, r: [rand(r, (2, 1, 4), "bool"), rand(r, (3, 1),
                        label="broadcast"),
                   Case(lambda t, r: [rand(r, (0, 4), "bool"), rand(r, (0, 4), t), rand(r, (1, 4), t)],
                        label="zero-sized")]
-for to in ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "u8", "u64", "bool"]:
+for to in ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "u8", "u64", "bool", "f8e4m3fn", "f8e5m2fnuz", "i4",
+           "u2"]:
     # Values in range of both types: out-of-range float-to-integer casts are
     # undefined in ONNX (sdc saturates, NumPy wraps).
     lo = 0 if to.startswith("u") or to == "bool" else -100
-    CASES.setdefault("Cast", []).append(Case(lambda t, r, lo=lo: [rand(r, (3, 4), t, lo, 100)],
-                                             attrs={"to": onnx_type(to)}, label=f"to {to}"))
-    CASES.setdefault("CastLike", []).append(Case(lambda t, r, to=to, lo=lo: [rand(r, (3, 4), t, lo, 100),
-                                                                      np.zeros((1,), NP[to])], label=f"like {to}"))
+    hi = 100
+    if to in ("i4", "u2"):
+        lo, hi = int(ml_dtypes.iinfo(NP[to]).min), int(ml_dtypes.iinfo(NP[to]).max)
+    # onnx.reference casts between two narrow types through neither: those pairs are left to test_narrow_types.
+    wide = None if to in ("f32", "f64") else [t for t in NP if not NARROW_TYPE.match(t)] if NARROW_TYPE.match(to) else None
+    CASES.setdefault("Cast", []).append(Case(lambda t, r, lo=lo, hi=hi: [rand(r, (3, 4), t, lo, hi)],
+                                             attrs={"to": onnx_type(to)}, label=f"to {to}", types=wide))
+    CASES.setdefault("CastLike", []).append(Case(lambda t, r, to=to, lo=lo, hi=hi: [rand(r, (3, 4), t, lo, hi),
+                                                                             np.zeros((1,), NP[to])], label=f"like {to}",
+                                                 types=wide))
 CASES["Identity"] = shapes_unary(nan=False)
 CASES["Dropout"] = [Case(lambda t, r: [rand(r, (3, 4), t)], label="inference: identity"),
                     Case(lambda t, r: [rand(r, (3, 4), t)], outputs=2, label="with mask")]

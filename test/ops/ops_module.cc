@@ -67,7 +67,11 @@ DType dtypeOf(const py::array &a) {
       {"float32", DType::F32}, {"float64", DType::F64}, {"float16", DType::F16}, {"bfloat16", DType::BF16},
       {"int8", DType::I8},     {"int16", DType::I16},   {"int32", DType::I32},   {"int64", DType::I64},
       {"uint8", DType::U8},    {"uint16", DType::U16},  {"uint32", DType::U32},  {"uint64", DType::U64},
-      {"bool", DType::Bool}};
+      {"bool", DType::Bool},
+      // ml_dtypes' narrow types: one byte per element, as sdc holds them.
+      {"float8_e4m3fn", DType::F8E4M3FN}, {"float8_e4m3fnuz", DType::F8E4M3FNUZ}, {"float8_e5m2", DType::F8E5M2},
+      {"float8_e5m2fnuz", DType::F8E5M2FNUZ}, {"int4", DType::I4}, {"uint4", DType::U4}, {"int2", DType::I2},
+      {"uint2", DType::U2}};
   for (auto &[n, t] : names)
     if (name == n) return t;
   throw std::invalid_argument("unsupported array dtype " + name);
@@ -75,6 +79,12 @@ DType dtypeOf(const py::array &a) {
 
 py::dtype numpyDtype(DType t) {
   if (t == DType::BF16) return py::dtype::from_args(py::module_::import("ml_dtypes").attr("bfloat16"));
+  static const std::pair<DType, const char *> narrow[] = {
+      {DType::F8E4M3FN, "float8_e4m3fn"}, {DType::F8E4M3FNUZ, "float8_e4m3fnuz"}, {DType::F8E5M2, "float8_e5m2"},
+      {DType::F8E5M2FNUZ, "float8_e5m2fnuz"}, {DType::I4, "int4"}, {DType::U4, "uint4"}, {DType::I2, "int2"},
+      {DType::U2, "uint2"}};
+  for (auto &[d, n] : narrow)
+    if (d == t) return py::dtype::from_args(py::module_::import("ml_dtypes").attr(n));
   static const std::pair<DType, const char *> names[] = {
       {DType::F32, "float32"}, {DType::F64, "float64"}, {DType::F16, "float16"}, {DType::I8, "int8"},
       {DType::I16, "int16"},   {DType::I32, "int32"},   {DType::I64, "int64"},   {DType::U8, "uint8"},
@@ -102,6 +112,20 @@ AttrMap attrsOf(const py::dict &d) {
   return m;
 }
 
+// ml_dtypes keeps a 4- or 2-bit integer in the low bits of its byte; sdc
+// keeps it sign-extended (so a byte reads as the value): convert both ways.
+bool isSignedNarrow(DType t) { return t == DType::I4 || t == DType::I2; }
+void signExtend(py::array &a, DType t) {
+  int shift = t == DType::I4 ? 4 : 6;
+  auto *p = static_cast<uint8_t *>(a.mutable_data());
+  for (py::ssize_t i = 0; i < a.size(); ++i) p[i] = uint8_t(int8_t(uint8_t(p[i] << shift)) >> shift);
+}
+void keepLowBits(py::array &a, DType t) {
+  uint8_t mask = t == DType::I4 ? 0x0f : 0x03;
+  auto *p = static_cast<uint8_t *>(a.mutable_data());
+  for (py::ssize_t i = 0; i < a.size(); ++i) p[i] &= mask;
+}
+
 // Runs `op` on `inputs` (None: an absent optional operand). Every input is
 // offered to the shape rule as a constant, as the compiler does for folding.
 py::list runOp(const std::string &backend, const std::string &op, const py::dict &attrDict, const py::list &inputList,
@@ -118,6 +142,10 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
     py::array a = py::array::ensure(item, py::array::c_style);
     if (!a) throw std::invalid_argument("inputs must be arrays");
     Dims dims(a.shape(), a.shape() + a.ndim());
+    if (isSignedNarrow(dtypeOf(a))) {
+      a = py::array(a.attr("copy")());
+      signExtend(a, dtypeOf(a));
+    }
     views.push_back(TensorView{const_cast<void *>(a.data()), dtypeOf(a), dims});
     keep.push_back(a);
   }
@@ -175,6 +203,8 @@ py::list runOp(const std::string &backend, const std::string &op, const py::dict
   if (!st.isOk()) throw std::runtime_error("kernel: " + st.message());
   for (size_t i = 0; i < outs.size(); ++i)
     check(dev.copyToHost(outs[i].mutable_data(), kc.outputs[i].data, kc.outputs[i].byteSize()), "download");
+  for (size_t i = 0; i < outs.size(); ++i)
+    if (isSignedNarrow(kc.outputs[i].dtype)) keepLowBits(outs[i], kc.outputs[i].dtype);
   py::list result;
   for (auto &a : outs) result.append(a);
   return result;

@@ -51,10 +51,15 @@ FailureOr<ElementsAttr> tensorToElements(Builder &b, const onnx::TensorProto &t,
   int64_t n = type->getNumElements();
   std::vector<uint8_t> bytes(size_t(n) * es);
   if (t.has_raw_data()) {
-    if (t.raw_data().size() != bytes.size()) {
+    size_t packed = packedSize(dt, n); // 4- and 2-bit integers come packed; sdc holds a byte each
+    if (t.raw_data().size() != packed) {
       error = "tensor '" + t.name() + "' raw_data holds " + std::to_string(t.raw_data().size()) + " bytes, needs " +
-              std::to_string(bytes.size());
+              std::to_string(packed);
       return failure();
+    }
+    if (packed != bytes.size()) {
+      unpackNarrow(dt, reinterpret_cast<const uint8_t *>(t.raw_data().data()), n, bytes.data());
+      return cast<ElementsAttr>(bytesToElements(*type, bytes));
     }
     if (asResource) {
       // Reference the proto's bytes in place: no copy of large weights.

@@ -22,6 +22,14 @@ enum class DType : int32_t {
   U32 = 12,
   U64 = 13,
   BF16 = 16,
+  F8E4M3FN = 17,
+  F8E4M3FNUZ = 18,
+  F8E5M2 = 19,
+  F8E5M2FNUZ = 20,
+  U4 = 21,
+  I4 = 22,
+  U2 = 25,
+  I2 = 26,
 };
 
 size_t dtypeSize(DType t); // 0 for unsupported types
@@ -40,5 +48,25 @@ inline float bf16ToFloat(uint16_t b) {
   return f;
 }
 uint16_t floatToBf16(float f);
+
+// Narrow storage types: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ) and 4- and
+// 2-bit integers. In memory each element is one byte (integers sign- or
+// zero-extended), so kernels index them like u8/i8; only ONNX files pack the
+// integers, two or four to a byte, low bits first. Only Cast/CastLike and the
+// byte-moving ops (reshape, transpose, gather, concat, ...) take them.
+bool dtypeIsNarrow(DType t);
+bool dtypeIsFloat8(DType t);
+float float8ToFloat(uint8_t code, DType t);
+// Round to nearest even. Out of range (and infinities): the largest finite
+// value when `saturate`, else infinity (E5M2) or NaN (the others, which have
+// no infinity), as ONNX's Cast specifies.
+uint8_t floatToFloat8(float x, DType t, bool saturate);
+// An integer wrapped into a 4- or 2-bit type (two's complement for signed), as
+// ONNX's Cast does.
+int64_t wrapNarrowInteger(int64_t v, DType t);
+// ONNX's packing of the 4- and 2-bit integers; other types are one byte each.
+size_t packedSize(DType t, int64_t n);
+void unpackNarrow(DType t, const uint8_t *packed, int64_t n, uint8_t *out);
+void packNarrow(DType t, const uint8_t *elems, int64_t n, uint8_t *out);
 
 } // namespace sd

@@ -81,6 +81,11 @@ public:
   static TypeSet numeric() { return floats() | integers(); }
   // Every fixed-size type: kernels that only move bytes.
   static TypeSet all() { return numeric() | halves() | TypeSet{DType::Bool}; }
+  // Float8 and 4-/2-bit integers (dtype.h): storage only, taken by Cast.
+  static TypeSet narrow() {
+    return {DType::F8E4M3FN, DType::F8E4M3FNUZ, DType::F8E5M2, DType::F8E5M2FNUZ,
+            DType::U4,       DType::I4,         DType::U2,     DType::I2};
+  }
 
 private:
   static uint32_t bit(DType t) { return int32_t(t) > 0 && int32_t(t) < 32 ? 1u << int32_t(t) : 0; }
