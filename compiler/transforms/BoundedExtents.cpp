@@ -32,17 +32,11 @@ struct Extent {
 
 ArrayRef<int64_t> shapeOf(Value v) { return cast<ShapedType>(v.getType()).getShape(); }
 
-int64_t product(ArrayRef<int64_t> dims) {
-  int64_t p = 1;
-  for (int64_t d : dims) p *= d;
-  return p;
-}
-
 // Where `axis` of `from` lands in `to` when one only regroups the other's
 // elements (Reshape, Squeeze, Unsqueeze, Flatten): the counted dim must stay a
 // dim of its own with the same slices before it; -1 when it does not.
 int64_t regroupedAxis(ArrayRef<int64_t> from, ArrayRef<int64_t> to, int64_t axis) {
-  int64_t before = product(from.take_front(size_t(axis)));
+  int64_t before = ShapedType::getNumElements(from.take_front(size_t(axis)));
   int64_t p = 1;
   for (size_t d = 0; d < to.size(); ++d) {
     if (p == before && to[d] == from[size_t(axis)]) return int64_t(d);
@@ -200,7 +194,6 @@ struct BoundedExtentsPass : sd::impl::BoundedExtentsBase<BoundedExtentsPass> {
   }
 
   LogicalResult followSlice(SliceOp s, const Extent &e) {
-    if (!extents.count(s.getOperand(0)) || s->getNumOperands() > 5) return refuse("it slices by counted values");
     for (unsigned i = 1; i < s->getNumOperands(); ++i)
       if (extents.count(s->getOperand(i))) return refuse("it slices by counted values");
     ArrayRef<int64_t> in = shapeOf(s.getOperand(0)), out = shapeOf(s.getResult());

@@ -26,7 +26,6 @@ class CountedValues {
 public:
   void visit(mlir::Operation *op);
   bool readsCounted(mlir::Operation *op) const;
-  bool empty() const { return values.empty(); }
 
 private:
   llvm::DenseSet<mlir::Value> values;

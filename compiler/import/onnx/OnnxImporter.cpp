@@ -310,7 +310,20 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const Impo
   return Type(RankedTensorType::get(dims, et));
 }
 
-void foldNodeResults(NodeImporter &imp, const onnx::NodeProto &node);
+void foldNodeResults(NodeImporter &imp, const onnx::NodeProto &node) {
+  ScopedDiagnosticHandler quiet(imp.builder.getContext(), [](Diagnostic &) { return success(); });
+  for (const std::string &name : node.output()) {
+    auto it = imp.values.find(name);
+    if (name.empty() || it == imp.values.end()) continue;
+    Operation *op = it->second.getDefiningOp();
+    if (!op || !isa<ComputeOpInterface>(op)) continue;
+    SmallVector<Value> made;
+    if (failed(foldWithKernels(op, kImportFoldBytes, &made)) || made.empty()) continue;
+    for (const std::string &out : node.output())
+      if (auto o = imp.values.find(out); o != imp.values.end() && o->second.getDefiningOp() == op)
+        o->second = made[cast<OpResult>(o->second).getResultNumber()];
+  }
+}
 
 // Shape arithmetic over constants (Shape, Gather, Concat, ...) folds as it is
 // imported, so the shape rules of later nodes, and If conditions and Loop trip
@@ -326,21 +339,6 @@ void foldOutputs(NodeImporter &imp, const onnx::NodeProto &node) {
     if (auto it = imp.values.find(name); it != imp.values.end() && it->second.getDefiningOp() &&
                                          countedResultsOf(it->second.getDefiningOp()))
       imp.countedNames.insert(name);
-}
-
-void foldNodeResults(NodeImporter &imp, const onnx::NodeProto &node) {
-  ScopedDiagnosticHandler quiet(imp.builder.getContext(), [](Diagnostic &) { return success(); });
-  for (const std::string &name : node.output()) {
-    auto it = imp.values.find(name);
-    if (name.empty() || it == imp.values.end()) continue;
-    Operation *op = it->second.getDefiningOp();
-    if (!op || !isa<ComputeOpInterface>(op)) continue;
-    SmallVector<Value> made;
-    if (failed(foldWithKernels(op, kImportFoldBytes, &made)) || made.empty()) continue;
-    for (const std::string &out : node.output())
-      if (auto o = imp.values.find(out); o != imp.values.end() && o->second.getDefiningOp() == op)
-        o->second = made[cast<OpResult>(o->second).getResultNumber()];
-  }
 }
 
 } // namespace
