@@ -350,6 +350,40 @@ TEST_F(PlanTest, WrongSchemaVersionIsRefusedByName) {
   EXPECT_NE(loaded.status().message().find(want), std::string::npos) << loaded.status().message();
 }
 
+// A corrupt counted-output binding (NonZero's result, counted along dim 1):
+// a count buffer that is not one int64, out of range, or an axis past the
+// output's rank is refused by name when the plan loads.
+TEST(CountedOutputs, CorruptExtentBindingsAreRefused) {
+  char tmpl[] = "/tmp/sd_counted_testXXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/m.onnxtxt") << R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[3] x) => (int64[1, 3] y) { y = NonZero (x) })";
+  CompileRequest req;
+  req.model = dir + "/m.onnxtxt";
+  req.output = dir + "/m.sdp";
+  std::string err;
+  ASSERT_TRUE(compileModel(req, err)) << err;
+  std::ifstream f(req.output, std::ios::binary);
+  std::vector<uint8_t> good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto loaded = Plan::loadBytes(good.data(), good.size(), "good.sdp");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  ASSERT_EQ(loaded.value()->entries[0].outputExtents.size(), 1u);
+  EXPECT_EQ(loaded.value()->entries[0].outputExtents[0].axis, 1);
+  auto corrupt = [&](auto mutate, const std::string &want) {
+    std::vector<uint8_t> b = good;
+    auto *binding = fb::GetMutablePlan(b.data())->mutable_entries()->GetMutableObject(0)->mutable_outputs()->GetMutableObject(0);
+    ASSERT_TRUE(mutate(binding));
+    uint32_t crc = crc32c(b.data(), b.size() - kPlanFooterSize);
+    std::memcpy(b.data() + b.size() - kPlanFooterSize + 8, &crc, 4);
+    auto bad = Plan::loadBytes(b.data(), b.size(), "bad.sdp");
+    ASSERT_FALSE(bad.isOk()) << want;
+    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+  };
+  corrupt([](fb::Binding *bd) { return bd->mutate_extent_buffer(bd->buffer()); }, "not one int64");
+  corrupt([](fb::Binding *bd) { return bd->mutate_extent_buffer(1 << 20); }, "counts its extent in buffer");
+  corrupt([](fb::Binding *bd) { return bd->mutate_extent_axis(2); }, "extent axis 2 out of range");
+}
+
 } // namespace
 
 namespace {
