@@ -25,7 +25,8 @@ struct InPlaceReusePass : sd::impl::InPlaceReuseBase<InPlaceReusePass> {
         auto outBuf = out.getDefiningOp<sd::ir::BufferOp>();
         if (!outBuf || outBuf.getInput()) continue;
         // Variadic Sum/Mean/Max/Min fold their operands into the output one by
-        // one, so only the first operand may share the output's memory.
+        // one, so only the first operand may share the output's memory. With
+        // two operands either may: the kernels fold the shared one first.
         auto inputs = step.getInputs();
         if (inputs.size() > 2) inputs = inputs.take_front(1);
         for (Value in : inputs) {

@@ -109,6 +109,34 @@ def SD_WhereOp : SD_Nary<"where", "Where",
 // Sampling X at normalized grid positions (spatial transformers, optical flow).
 def SD_GridSampleOp : SD_Binary<"grid_sample", "GridSample",
     (ins OptI64:$align_corners, OptStr:$mode, OptStr:$padding_mode)>;
+def SD_AffineGridOp : SD_Binary<"affine_grid", "AffineGrid", (ins OptI64:$align_corners)>;
+// Ops of recent opsets and vision models (kernels/cpu: linear_attention.cc,
+// roi_align.cc, deform_conv.cc, col2im.cc, tfidf.cc and the family files).
+def SD_LinearAttentionOp : SD_Nary<"linear_attention", "LinearAttention",
+    (ins AnyTensor:$query, AnyTensor:$key, AnyTensor:$value, SD_OptTensor:$past_state, SD_OptTensor:$decay,
+         SD_OptTensor:$beta),
+    (ins OptI64:$chunk_size, OptI64:$kv_num_heads, OptI64:$q_num_heads, OptF32:$scale, OptStr:$update_rule),
+    (outs AnyTensor:$output, AnyTensor:$present_state)>;
+def SD_TensorScatterOp : SD_Nary<"tensor_scatter", "TensorScatter",
+    (ins AnyTensor:$past_cache, AnyTensor:$update, SD_OptTensor:$write_indices), (ins OptI64:$axis, OptStr:$mode)>;
+def SD_DetOp : SD_Unary<"det", "Det">;
+def SD_LRNOp : SD_Unary<"lrn", "LRN", (ins OptF32:$alpha, OptF32:$beta, OptF32:$bias, I64Attr:$size)>;
+def SD_MaxUnpoolOp : SD_Nary<"max_unpool", "MaxUnpool",
+    (ins AnyTensor:$x, AnyTensor:$indices, SD_OptTensor:$output_shape),
+    (ins I64ArrayAttrKernel:$kernel_shape, OptI64s:$pads, OptI64s:$strides)>;
+def SD_Col2ImOp : SD_Nary<"col2im", "Col2Im", (ins AnyTensor:$input, AnyTensor:$image_shape, AnyTensor:$block_shape),
+    (ins OptI64s:$dilations, OptI64s:$pads, OptI64s:$strides)>;
+def SD_DeformConvOp : SD_Nary<"deform_conv", "DeformConv",
+    (ins AnyTensor:$x, AnyTensor:$w, AnyTensor:$offset, SD_OptTensor:$b, SD_OptTensor:$mask),
+    (ins OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64:$offset_group, OptI64s:$pads,
+         OptI64s:$strides)>;
+def SD_RoiAlignOp : SD_Nary<"roi_align", "RoiAlign", (ins AnyTensor:$x, AnyTensor:$rois, AnyTensor:$batch_indices),
+    (ins OptStr:$coordinate_transformation_mode, OptStr:$mode, OptI64:$output_height, OptI64:$output_width,
+         OptI64:$sampling_ratio, OptF32:$spatial_scale)>;
+def SD_CenterCropPadOp : SD_Binary<"center_crop_pad", "CenterCropPad", (ins OptI64s:$axes)>;
+def SD_TfIdfVectorizerOp : SD_Unary<"tfidf_vectorizer", "TfIdfVectorizer",
+    (ins I64Attr:$max_gram_length, OptI64:$max_skip_count, I64Attr:$min_gram_length, StrAttr:$mode,
+         OptI64s:$ngram_counts, OptI64s:$ngram_indexes, OptI64s:$pool_int64s, OptionalAttr<DenseF32ArrayAttr>:$weights)>;
 // Spectral ops (speech front ends): DFT (axis resolved by the importer), STFT,
 // the window generators and the mel filter bank.
 def SD_DFTOp : SD_Nary<"dft", "DFT", (ins AnyTensor:$input, SD_OptTensor:$dft_length, SD_OptTensor:$axis_value),
@@ -517,7 +545,7 @@ def SD_PadOp : SD_Nary<"pad", "Pad",
     (ins AnyTensor:$data, AnyTensor:$pads, SD_OptTensor:$constant_value, SD_OptTensor:$axes),
     (ins OptStr:$mode)>;
 def SD_DepthToSpaceOp : SD_Unary<"depth_to_space", "DepthToSpace", (ins I64Attr:$blocksize, OptStr:$mode)>;
-def SD_SpaceToDepthOp : SD_Unary<"space_to_depth", "SpaceToDepth", (ins I64Attr:$blocksize)>;
+def SD_SpaceToDepthOp : SD_Unary<"space_to_depth", "SpaceToDepth", (ins I64Attr:$blocksize, OptStr:$mode)>;
 def SD_TopKOp : SD_Nary<"top_k", "TopK", (ins AnyTensor:$x, AnyTensor:$k),
     (ins OptI64:$axis, OptI64:$largest, OptI64:$sorted), (outs AnyTensor:$values, Optional<AnyTensor>:$indices)>;
 def SD_TriluOp : SD_Nary<"trilu", "Trilu", (ins AnyTensor:$input, SD_OptTensor:$k), (ins OptI64:$upper)>;

@@ -406,7 +406,9 @@ Status XorKernel(const KernelContext &c) {
   return binaryBroadcast<uint8_t, uint8_t>(c, [](uint8_t x, uint8_t y) { return uint8_t(!x != !y); });
 }
 
-// Variadic Min/Max/Sum/Mean: fold pairwise into the output.
+// Variadic Min/Max/Sum/Mean: fold pairwise into the output. The output may
+// share its buffer with any operand (sd-inplace-reuse); that operand is folded
+// first, before the output is written, which the ops' commutativity allows.
 template <typename Op> Status variadic(const KernelContext &c, Op op, bool mean) {
   return dispatchNumeric(c.outputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -414,8 +416,11 @@ template <typename Op> Status variadic(const KernelContext &c, Op op, bool mean)
     T *po = o.as<T>();
     int64_t n = o.numElements();
     bool first = true;
-    for (const TensorView &in : c.inputs) {
-      if (!in.data) continue;
+    std::vector<const TensorView *> order;
+    for (const TensorView &in : c.inputs)
+      if (in.data) order.insert(in.data == o.data ? order.begin() : order.end(), &in);
+    for (const TensorView *inp : order) {
+      const TensorView &in = *inp;
       Dims st = broadcastStrides(in.dims, o.dims);
       Dims idx(o.dims.size(), 0);
       const T *pi = in.as<T>();

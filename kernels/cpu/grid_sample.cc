@@ -1,4 +1,4 @@
-// CPU kernel of GridSample over any number of spatial dims, following
+// CPU kernels of AffineGrid and of GridSample over any number of spatial dims, following
 // onnx/reference (itself PyTorch's GridSampler): the interpolation is the
 // tensor product of per-dim taps (2 linear, 4 cubic with Keys' a = -0.75, 1
 // nearest with round-half-even), each tap's index padded per dim (zeros,
@@ -132,6 +132,50 @@ Status GridSampleKernel(const KernelContext &c) {
 
 } // namespace
 
-void registerGridSampleKernels() { registerCpuKernel("GridSample", GridSampleKernel, {DType::F32}); }
+namespace {
+
+// AffineGrid: the sampling grid GridSample takes, theta [N, k, k+1] applied to
+// the normalized homogeneous coordinates (x, y[, z], 1) of each output pixel.
+template <typename T> Status affineGrid(const KernelContext &c) {
+  const TensorView &theta = c.inputs[0], &o = c.outputs[0];
+  bool align = c.attrs.getInt("align_corners", 0) != 0;
+  int64_t k = o.dims.back(), n = o.dims[0];
+  Dims spatial(o.dims.begin() + 1, o.dims.end() - 1); // [H, W] or [D, H, W]
+  int64_t points = product(spatial);
+  auto coord = [&](int64_t i, int64_t size) {
+    if (align) return size > 1 ? -1.0 + 2.0 * double(i) / double(size - 1) : -1.0;
+    return -1.0 + (2.0 * double(i) + 1.0) / double(size);
+  };
+  const T *pt = theta.as<T>();
+  T *po = o.as<T>();
+  std::vector<double> homo(size_t(k + 1));
+  for (int64_t b = 0; b < n; ++b)
+    for (int64_t p = 0; p < points; ++p) {
+      // Coordinate j of the homogeneous vector runs along spatial dim k-1-j (x is the last dim).
+      for (int64_t j = 0, rem = p; j < k; ++j) {
+        int64_t size = spatial[size_t(k - 1 - j)];
+        homo[size_t(j)] = coord(rem % size, size);
+        rem /= size;
+      }
+      homo[size_t(k)] = 1.0;
+      for (int64_t r = 0; r < k; ++r) {
+        double acc = 0;
+        for (int64_t j = 0; j <= k; ++j) acc += double(pt[(b * k + r) * (k + 1) + j]) * homo[size_t(j)];
+        po[(b * points + p) * k + r] = T(acc);
+      }
+    }
+  return Status::ok();
+}
+
+Status AffineGridKernel(const KernelContext &c) {
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) { return affineGrid<decltype(tag)>(c); });
+}
+
+} // namespace
+
+void registerGridSampleKernels() {
+  registerCpuKernel("GridSample", GridSampleKernel, {DType::F32});
+  registerCpuKernel("AffineGrid", AffineGridKernel, TypeSet::floats());
+}
 
 } // namespace sd::cpu

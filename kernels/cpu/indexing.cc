@@ -1,5 +1,6 @@
 // CPU kernels for index-driven ops: Gather, GatherElements, GatherND,
-// ScatterElements, ScatterND, OneHot, TopK. Every index is bounds-checked.
+// ScatterElements, ScatterND, TensorScatter, OneHot, TopK. Every index is
+// bounds-checked.
 #include "cpu_util.h"
 #include <algorithm>
 #include <numeric>
@@ -131,6 +132,37 @@ template <typename T> void combine(T &dst, T v, const std::string &red) {
   else dst = v;
 }
 
+// TensorScatter (opset 24): a KV-cache write. update's rows along `axis` go to
+// the cache at write_indices[b] + s (modulo the cache length when circular);
+// a linear write past the end is an error, never an overrun.
+Status TensorScatterKernel(const KernelContext &c) {
+  const TensorView &cache = c.inputs[0], &update = c.inputs[1], &o = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", -2);
+  if (axis < 0) axis += cache.rank();
+  bool circular = c.attrs.getString("mode", "linear") == "circular";
+  AxisExtent ce = extentAround(cache.dims, axis), ue = extentAround(update.dims, axis);
+  int64_t batch = cache.dims[0], perBatch = ce.outer / std::max<int64_t>(batch, 1);
+  std::vector<int64_t> starts(size_t(batch), 0);
+  if (c.hasInput(2) && c.inputs[2].data)
+    SD_CHECK_ARG(readIntegers(c.inputs[2], starts) && int64_t(starts.size()) == batch,
+                 "TensorScatter write_indices must hold one integer per batch row");
+  size_t row = size_t(ce.inner) * dtypeSize(cache.dtype);
+  std::memcpy(o.data, cache.data, size_t(cache.numElements()) * dtypeSize(cache.dtype));
+  char *po = o.as<char>();
+  const char *pu = update.as<char>();
+  for (int64_t p = 0; p < ce.outer; ++p) {
+    int64_t b = p / perBatch;
+    for (int64_t s = 0; s < ue.len; ++s) {
+      int64_t at = starts[size_t(b)] + s;
+      if (circular) at = ((at % ce.len) + ce.len) % ce.len;
+      SD_CHECK_ARG(at >= 0 && at < ce.len, "TensorScatter writes position ", at, " of a cache of ", ce.len,
+                   " (write_indices[", b, "] = ", starts[size_t(b)], ")");
+      std::memcpy(po + size_t(p * ce.len + at) * row, pu + size_t(p * ue.len + s) * row, row);
+    }
+  }
+  return Status::ok();
+}
+
 Status ScatterElementsKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &ind = c.inputs[1], &upd = c.inputs[2], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", 0);
@@ -252,6 +284,7 @@ void registerIndexingKernels() {
   registerCpuKernel("GatherND", GatherNDKernel, TypeSet::all());
   registerCpuKernel("ScatterElements", ScatterElementsKernel, TypeSet::numeric() | TypeSet{DType::Bool});
   registerCpuKernel("ScatterND", ScatterNDKernel, TypeSet::numeric() | TypeSet{DType::Bool});
+  registerCpuKernel("TensorScatter", TensorScatterKernel, TypeSet::all());
   registerCpuKernel("OneHot", OneHotKernel, TypeSet::all(), nullptr, -1);
   registerCpuKernel("TopK", TopKKernel, TypeSet::numeric());
 }

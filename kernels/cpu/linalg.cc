@@ -1,4 +1,4 @@
-// CPU kernels for MatMul, Gemm and Linear: f32 products go to the
+// CPU kernels for MatMul, Gemm, Linear and Det: f32 products go to the
 // feature-dispatched GEMM (sgemm.h), with a constant right operand packed once
 // when the session is created; other types use gemm.h's fallbacks.
 #include "cpu_util.h"
@@ -10,6 +10,8 @@
 #include <string_view>
 #include <string>
 #include <type_traits>
+#include <vector>
+#include <cmath>
 
 namespace sd::cpu {
 namespace {
@@ -140,6 +142,39 @@ Status GemmKernel(const KernelContext &c) {
   });
 }
 
+// Det of [..., M, M] by LU with partial pivoting, in double.
+Status DetKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t m = x.dims.back(), batch = c.outputs[0].numElements();
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<double> a(size_t(m * m));
+    for (int64_t b = 0; b < batch; ++b) {
+      const T *src = x.as<T>() + b * m * m;
+      for (int64_t i = 0; i < m * m; ++i) a[size_t(i)] = double(src[i]);
+      double det = 1;
+      for (int64_t col = 0; col < m && det != 0; ++col) {
+        int64_t pivot = col;
+        for (int64_t r = col + 1; r < m; ++r)
+          if (std::abs(a[size_t(r * m + col)]) > std::abs(a[size_t(pivot * m + col)])) pivot = r;
+        if (a[size_t(pivot * m + col)] == 0) { det = 0; break; }
+        if (pivot != col) {
+          for (int64_t j = 0; j < m; ++j) std::swap(a[size_t(pivot * m + j)], a[size_t(col * m + j)]);
+          det = -det;
+        }
+        double d = a[size_t(col * m + col)];
+        det *= d;
+        for (int64_t r = col + 1; r < m; ++r) {
+          double f = a[size_t(r * m + col)] / d;
+          for (int64_t j = col; j < m; ++j) a[size_t(r * m + j)] -= f * a[size_t(col * m + j)];
+        }
+      }
+      c.outputs[0].as<T>()[b] = T(det);
+    }
+    return Status::ok();
+  });
+}
+
 Status LinearKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &o = c.outputs[0];
   bool oi = c.attrs.getString("layout", "io") == "oi";
@@ -161,6 +196,7 @@ void registerLinalgKernels() {
   registerCpuKernel("MatMul", MatMulKernel, TypeSet::numeric(), prepareMatMul);
   registerCpuKernel("Gemm", GemmKernel, TypeSet::numeric(), prepareGemm);
   registerCpuKernel("Linear", LinearKernel, TypeSet::numeric(), prepareLinear);
+  registerCpuKernel("Det", DetKernel, TypeSet::floats());
 }
 
 } // namespace sd::cpu

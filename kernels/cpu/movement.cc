@@ -1,5 +1,5 @@
 // CPU kernels for layout and data movement: Transpose, Concat, Split, Slice,
-// Expand, Tile, Pad, DepthToSpace/SpaceToDepth, and the pure copies
+// Expand, Tile, Pad, CenterCropPad, DepthToSpace/SpaceToDepth, and the pure copies
 // (Reshape, Squeeze, Unsqueeze, Flatten) used when they are not aliases.
 #include "cpu_util.h"
 #include "sd/ops/index_geometry.h"
@@ -133,6 +133,38 @@ Status TileKernel(const KernelContext &c) {
   });
 }
 
+// CenterCropPad: each listed axis cropped or zero-padded about its center
+// (the extra element, when the change is odd, at the end), as onnx/reference.
+Status CenterCropPadKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  size_t rank = x.dims.size();
+  Dims shift(rank); // source index = output index + shift
+  for (size_t d = 0; d < rank; ++d)
+    shift[d] = x.dims[d] >= o.dims[d] ? (x.dims[d] - o.dims[d]) / 2 : -((o.dims[d] - x.dims[d]) / 2);
+  Dims inStr = stridesOf(x.dims);
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>();
+    T *po = o.as<T>();
+    Dims idx(rank, 0);
+    for (int64_t i = 0, n = o.numElements(); i < n; ++i) {
+      int64_t off = 0;
+      bool inside = true;
+      for (size_t d = 0; d < rank && inside; ++d) {
+        int64_t s = idx[d] + shift[d];
+        inside = s >= 0 && s < x.dims[d];
+        off += s * inStr[d];
+      }
+      po[i] = inside ? px[off] : T{};
+      for (int64_t d = int64_t(rank) - 1; d >= 0; --d) {
+        if (++idx[size_t(d)] < o.dims[size_t(d)]) break;
+        idx[size_t(d)] = 0;
+      }
+    }
+    return Status::ok();
+  });
+}
+
 Status PadKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
   std::string mode = c.attrs.getString("mode", "constant");
@@ -216,7 +248,7 @@ Status blockRearrange(const KernelContext &c, bool toSpace) {
     else { src = {n, b, b, oc, h, w}; perm = {0, 3, 4, 1, 5, 2}; }
   } else {
     src = {n, ch, h / b, b, w / b, b};
-    perm = {0, 3, 5, 1, 2, 4};
+    perm = crd ? Dims{0, 1, 3, 5, 2, 4} : Dims{0, 3, 5, 1, 2, 4};
   }
   SD_CHECK_ARG(product(src) == x.numElements() && o.numElements() == x.numElements(),
                "block rearrangement size mismatch");
@@ -242,6 +274,7 @@ void registerMovementKernels() {
   registerCpuKernel("Expand", ExpandKernel, TypeSet::all());
   registerCpuKernel("Tile", TileKernel, TypeSet::all());
   registerCpuKernel("Pad", PadKernel, TypeSet::all());
+  registerCpuKernel("CenterCropPad", CenterCropPadKernel, TypeSet::all());
   registerCpuKernel("DepthToSpace", DepthToSpaceKernel, TypeSet::all());
   registerCpuKernel("SpaceToDepth", SpaceToDepthKernel, TypeSet::all());
 }

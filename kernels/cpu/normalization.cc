@@ -1,5 +1,5 @@
 // CPU kernels for LayerNormalization, RMSNormalization, BatchNormalization (inference),
-// InstanceNormalization, LpNormalization and MeanVarianceNormalization.
+// InstanceNormalization, LpNormalization, MeanVarianceNormalization and LRN.
 #include "cpu_util.h"
 #include "sd/ops/index_geometry.h"
 #include "vecmath.h"
@@ -137,6 +137,36 @@ Status InstanceNormKernel(const KernelContext &c) {
       double a = double(sc[r % ch]) / std::sqrt(var + eps);
       for (int64_t j = 0; j < spatial; ++j) yr[j] = T((double(xr[j]) - mean) * a + double(bi[r % ch]));
     }
+    return Status::ok();
+  });
+}
+
+// LRN: x / (bias + alpha/size * sum of squares over the channel window
+// [c - floor((size-1)/2), c + ceil((size-1)/2)]) ^ beta.
+Status LrnKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  double alpha = c.attrs.getFloat("alpha", 1e-4), beta = c.attrs.getFloat("beta", 0.75),
+         bias = c.attrs.getFloat("bias", 1.0);
+  int64_t size = c.attrs.getInt("size", 0);
+  int64_t n = x.dims[0], ch = x.dims[1], spatial = x.numElements() / std::max<int64_t>(n * ch, 1);
+  int64_t before = (size - 1) / 2, after = size - 1 - before;
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>();
+    T *py = c.outputs[0].as<T>();
+    parallelFor(c.pool, n * ch, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t r = lo; r < hi; ++r) {
+        int64_t b = r / ch, k = r % ch, first = std::max<int64_t>(0, k - before), last = std::min(ch - 1, k + after);
+        for (int64_t j = 0; j < spatial; ++j) {
+          double sq = 0;
+          for (int64_t q = first; q <= last; ++q) {
+            double v = double(px[(b * ch + q) * spatial + j]);
+            sq += v * v;
+          }
+          py[r * spatial + j] = T(double(px[r * spatial + j]) / std::pow(bias + alpha / double(size) * sq, beta));
+        }
+      }
+    });
     return Status::ok();
   });
 }
@@ -369,6 +399,7 @@ void registerNormalizationKernels() {
   registerCpuKernel("BatchNormalization", BatchNormKernel, TypeSet::floats());
   registerCpuKernel("InstanceNormalization", InstanceNormKernel, TypeSet::floats());
   registerCpuKernel("LpNormalization", LpNormKernel, TypeSet::floats());
+  registerCpuKernel("LRN", LrnKernel, TypeSet::floats());
   registerCpuKernel("MeanVarianceNormalization", MvnKernel, TypeSet::floats());
 }
 

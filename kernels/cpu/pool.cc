@@ -1,5 +1,6 @@
 // CPU kernels for MaxPool (with indices), AveragePool, LpPool, the global
-// pools and the max/average pool gradients, over any number of spatial dims.
+// pools, the max/average pool gradients and MaxUnpool, over any number of
+// spatial dims.
 #include "cpu_util.h"
 #include "sd/ops/window_geometry.h"
 #include <cmath>
@@ -187,9 +188,46 @@ template <Mode M> Status poolGradKernel(const KernelContext &c) {
   });
 }
 
+// MaxUnpool: each X value goes where MaxPool found it. Indices are flat over
+// the unpooled shape the attributes imply, [N, C, (in-1)*stride - pads + k];
+// output_shape may only pad that shape at the end of each dim.
+Status MaxUnpoolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  Dims kernel = c.attrs.getInts("kernel_shape"), strides = c.attrs.getInts("strides"), pads = c.attrs.getInts("pads");
+  size_t k = kernel.size();
+  Dims inferred = {x.dims[0], x.dims[1]};
+  for (size_t d = 0; d < k; ++d)
+    inferred.push_back((x.dims[d + 2] - 1) * (strides.empty() ? 1 : strides[d]) -
+                       (pads.empty() ? 0 : pads[d] + pads[d + k]) + kernel[d]);
+  for (size_t d = 0; d < inferred.size(); ++d)
+    SD_CHECK_ARG(inferred[d] <= o.dims[d], "MaxUnpool output_shape ", formatDims(o.dims),
+                 " is smaller than the unpooled shape ", formatDims(inferred));
+  std::vector<int64_t> idx;
+  SD_CHECK_ARG(readIntegers(c.inputs[1], idx) && int64_t(idx.size()) == x.numElements(),
+               "MaxUnpool indices must be integers shaped like X");
+  int64_t total = product(inferred);
+  Dims outStr = stridesOf(o.dims);
+  return dispatchBytes(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    T *po = o.as<T>();
+    std::fill(po, po + o.numElements(), T{});
+    for (size_t e = 0; e < idx.size(); ++e) {
+      int64_t flat = idx[e], off = 0;
+      SD_CHECK_ARG(flat >= 0 && flat < total, "MaxUnpool index ", flat, " out of range [0, ", total, ")");
+      for (int64_t d = int64_t(inferred.size()) - 1; d >= 0; --d) {
+        off += (flat % inferred[size_t(d)]) * outStr[size_t(d)];
+        flat /= inferred[size_t(d)];
+      }
+      po[off] = x.as<T>()[e];
+    }
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void registerPoolKernels() {
+  registerCpuKernel("MaxUnpool", MaxUnpoolKernel, TypeSet::all());
   registerCpuKernel("MaxPool", poolKernel<Mode::Max>, TypeSet::numeric());
   registerCpuKernel("AveragePool", poolKernel<Mode::Avg>, TypeSet::floats());
   registerCpuKernel("LpPool", poolKernel<Mode::Lp>, TypeSet::floats());

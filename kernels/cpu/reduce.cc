@@ -111,6 +111,16 @@ template <typename T, RK K> Status reduceT(const KernelContext &c) {
 }
 
 template <RK K> Status reduceKernel(const KernelContext &c) {
+  if constexpr (K == RK::Max || K == RK::Min) {
+    if (c.inputs[0].dtype == DType::Bool) {
+      // Bools reduce as bytes; an empty Min starts from 255 and means true.
+      Status s = reduceT<uint8_t, K>(c);
+      if (!s.isOk()) return s;
+      uint8_t *po = c.outputs[0].as<uint8_t>();
+      for (int64_t i = 0, n = c.outputs[0].numElements(); i < n; ++i) po[i] = po[i] != 0;
+      return Status::ok();
+    }
+  }
   return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     return reduceT<T, K>(c);
@@ -149,8 +159,8 @@ template <bool IsMax> Status argKernel(const KernelContext &c) {
 void registerReduceKernels() {
   registerCpuKernel("ReduceSum", reduceKernel<RK::Sum>, TypeSet::numeric());
   registerCpuKernel("ReduceMean", reduceKernel<RK::Mean>, TypeSet::numeric());
-  registerCpuKernel("ReduceMax", reduceKernel<RK::Max>, TypeSet::numeric());
-  registerCpuKernel("ReduceMin", reduceKernel<RK::Min>, TypeSet::numeric());
+  registerCpuKernel("ReduceMax", reduceKernel<RK::Max>, TypeSet::numeric() | TypeSet{DType::Bool});
+  registerCpuKernel("ReduceMin", reduceKernel<RK::Min>, TypeSet::numeric() | TypeSet{DType::Bool});
   registerCpuKernel("ReduceProd", reduceKernel<RK::Prod>, TypeSet::numeric());
   registerCpuKernel("ReduceL1", reduceKernel<RK::L1>, TypeSet::numeric());
   registerCpuKernel("ReduceL2", reduceKernel<RK::L2>, TypeSet::numeric());

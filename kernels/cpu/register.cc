@@ -21,6 +21,9 @@ void registerSelectionShapes();
 void registerSpectralShapes();
 void registerGridSampleShapes();
 void registerNonMaxSuppressionShapes();
+void registerLinearAttentionShapes();
+void registerRoiAlignShapes();
+void registerTfIdfShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -47,6 +50,11 @@ void registerSelectionKernels();
 void registerSpectralKernels();
 void registerGridSampleKernels();
 void registerNonMaxSuppressionKernels();
+void registerLinearAttentionKernels();
+void registerRoiAlignKernels();
+void registerTfIdfKernels();
+void registerCol2ImKernels();
+void registerDeformConvKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -65,7 +73,11 @@ static bool computesHalfViaF32(std::string_view op) {
       // Mixed precision (sd-autocast): bf16 operands, f32 accumulation, result rounded once.
       "MatMul", "Gemm", "Linear", "Attention", "AttentionGrad", "ReduceSum", "ReduceMean",
       // Exact in f32 (a max of rounded values rounds back to itself): ONNX Attention's masked-row test.
-      "ReduceMax", "ReduceMin"};
+      "ReduceMax", "ReduceMin",
+      // Exact in f32: a classification, and integers/ranges a half can hold.
+      "IsNaN", "IsInf", "Range",
+      // Rounded once from f32 results, as ONNX's reference computes them.
+      "Swish", "Einsum", "Conv", "ConvTranspose", "LinearAttention"};
   return ops.count(op) != 0;
 }
 
@@ -99,6 +111,9 @@ void registerAllOps() {
     registerSpectralShapes();
     registerGridSampleShapes();
     registerNonMaxSuppressionShapes();
+    registerLinearAttentionShapes();
+    registerRoiAlignShapes();
+    registerTfIdfShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -124,6 +139,11 @@ void registerAllOps() {
     cpu::registerSpectralKernels();
     cpu::registerGridSampleKernels();
     cpu::registerNonMaxSuppressionKernels();
+    cpu::registerLinearAttentionKernels();
+    cpu::registerRoiAlignKernels();
+    cpu::registerTfIdfKernels();
+    cpu::registerCol2ImKernels();
+    cpu::registerDeformConvKernels();
   });
 }
 

@@ -118,8 +118,15 @@ static Status dropoutShape(ShapeContext &c) {
   std::vector<int64_t> training;
   if (c.hasInput(2) && !c.constInts(2, training))
     return sdError("Dropout training_mode must be a constant (bind it with --bind)");
-  if (!training.empty() && training[0])
-    return sdError("Dropout with training_mode=true is not supported at inference");
+  if (!training.empty() && training[0]) {
+    // Training mode with ratio 0 keeps every element (the identity, all-true
+    // mask); any other ratio draws a random mask, which an inference plan does not.
+    std::vector<double> ratio;
+    const TensorView *r = c.hasInput(1) ? c.constInput(1) : nullptr;
+    if (!r || !readDoubles(*r, ratio) || ratio.size() != 1 || ratio[0] != 0.0)
+      return sdError("Dropout with training_mode=true and a ratio other than a constant 0 is not supported at inference "
+                     "(it draws a random mask)");
+  }
   c.outputs = {c.inputs[0], sameAs(c.inputs[0], DType::Bool)};
   return Status::ok();
 }

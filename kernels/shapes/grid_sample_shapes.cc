@@ -1,5 +1,5 @@
-// Shape rule of GridSample (opsets 16 and 20): X [N, C, D1..Dk] sampled at
-// grid [N, H1..Hk, k] gives [N, C, H1..Hk].
+// Shape rules of GridSample (opsets 16 and 20): X [N, C, D1..Dk] sampled at
+// grid [N, H1..Hk, k] gives [N, C, H1..Hk]; and of AffineGrid, which makes grids.
 #include "shape_util.h"
 
 namespace sd {
@@ -24,6 +24,35 @@ static Status gridSampleShape(ShapeContext &c) {
   return Status::ok();
 }
 
-void registerGridSampleShapes() { registerShapeRule("GridSample", gridSampleShape); }
+// AffineGrid: theta [N, 2, 3] with size (N, C, H, W) gives [N, H, W, 2];
+// theta [N, 3, 4] with size (N, C, D, H, W) gives [N, D, H, W, 3].
+static Status affineGridShape(ShapeContext &c) {
+  const TensorInfo &theta = c.inputs[0];
+  SD_CHECK_ARG(dtypeIsFloat(theta.dtype) && theta.rank() == 3, "AffineGrid theta must be a float [N, 2, 3] or "
+               "[N, 3, 4]");
+  std::vector<int64_t> size;
+  if (!c.constInts(1, size)) {
+    c.outputs = {unknownRank(theta.dtype)};
+    return Status::ok();
+  }
+  SD_CHECK_ARG(size.size() == 4 || size.size() == 5, "AffineGrid size must be (N, C, H, W) or (N, C, D, H, W)");
+  int64_t k = int64_t(size.size()) - 2;
+  SD_CHECK_ARG((theta.dims[1] < 0 || theta.dims[1] == k) && (theta.dims[2] < 0 || theta.dims[2] == k + 1) &&
+               (theta.dims[0] < 0 || theta.dims[0] == size[0]), "AffineGrid theta ", formatDims(theta.dims),
+               " does not fit size ", formatDims(size));
+  TensorInfo out{theta.dtype, {size[0]}};
+  for (size_t d = 2; d < size.size(); ++d) {
+    SD_CHECK_ARG(size[d] > 0, "AffineGrid sizes must be positive");
+    out.dims.push_back(size[d]);
+  }
+  out.dims.push_back(k);
+  c.outputs = {out};
+  return Status::ok();
+}
+
+void registerGridSampleShapes() {
+  registerShapeRule("GridSample", gridSampleShape);
+  registerShapeRule("AffineGrid", affineGridShape);
+}
 
 } // namespace sd

@@ -1,4 +1,4 @@
-// Shape rules for MatMul, Gemm, Linear, fused attention and Einsum.
+// Shape rules for MatMul, Gemm, Linear, Det and fused attention.
 #include "shape_util.h"
 
 namespace sd {
@@ -104,7 +104,19 @@ static Status attentionShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// Det: [..., M, M] -> [...].
+static Status detShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0];
+  SD_CHECK_ARG(dtypeIsFloat(x.dtype), "Det takes a float tensor");
+  SD_CHECK_ARG(x.rank() >= 2, "Det takes [..., M, M], got rank ", x.rank());
+  int64_t a = x.dims[size_t(x.rank() - 2)], b = x.dims.back();
+  SD_CHECK_ARG(a < 0 || b < 0 || a == b, "Det takes square matrices, got ", formatDims(x.dims));
+  c.outputs = {TensorInfo{x.dtype, Dims(x.dims.begin(), x.dims.end() - 2)}};
+  return Status::ok();
+}
+
 void registerLinalgShapes() {
+  registerShapeRule("Det", detShape);
   registerShapeRule("MatMul", matmulShape);
   registerShapeRule("Gemm", gemmShape);
   registerShapeRule("Linear", linearShape);

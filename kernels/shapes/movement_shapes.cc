@@ -483,6 +483,7 @@ Status depthToSpaceShape(ShapeContext &c) {
 
 Status spaceToDepthShape(ShapeContext &c) {
   const TensorInfo &x = c.inputs[0];
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "mode", {"DCR", "CRD"}));
   SD_CHECK_ARG(x.rank() == 4, "SpaceToDepth input must be 4-D");
   int64_t b = c.attrs.getInt("blocksize", 0);
   SD_CHECK_ARG(b > 0, "blocksize must be positive");
@@ -493,6 +494,53 @@ Status spaceToDepthShape(ShapeContext &c) {
     if (x.dims[size_t(d)] >= 0) out.dims[size_t(d)] = x.dims[size_t(d)] / b;
   }
   c.outputs = {out};
+  return Status::ok();
+}
+
+// CenterCropPad: the listed axes (all by default) take the constant shape operand.
+Status centerCropPadShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0];
+  std::vector<int64_t> shape;
+  if (!c.constInts(1, shape)) {
+    c.outputs = {sameAs(x, x.dtype)};
+    c.outputs[0].dims.assign(x.dims.size(), kUnknownDim);
+    return Status::ok();
+  }
+  std::vector<int64_t> axes = c.attrs.getInts("axes");
+  if (axes.empty())
+    for (int64_t d = 0; d < x.rank(); ++d) axes.push_back(d);
+  SD_CHECK_ARG(shape.size() == axes.size(), "CenterCropPad shape has ", shape.size(), " entries for ", axes.size(),
+               " axes");
+  TensorInfo out = x;
+  for (size_t i = 0; i < axes.size(); ++i) {
+    int64_t a = axes[i];
+    SD_RETURN_IF_ERROR(normalizeAxis(a, x.rank()));
+    SD_CHECK_ARG(shape[i] >= 0, "CenterCropPad shape must be nonnegative");
+    out.dims[size_t(a)] = shape[i];
+  }
+  c.outputs = {out};
+  return Status::ok();
+}
+
+// TensorScatter: the cache's shape; update matches it but along `axis`.
+Status tensorScatterShape(ShapeContext &c) {
+  const TensorInfo &cache = c.inputs[0], &update = c.inputs[1];
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "mode", {"linear", "circular"}));
+  int64_t axis = c.attrs.getInt("axis", -2);
+  SD_RETURN_IF_ERROR(normalizeAxis(axis, cache.rank()));
+  SD_CHECK_ARG(axis >= 1, "TensorScatter axis must come after the batch dim");
+  SD_CHECK_ARG(update.dtype == cache.dtype && update.rank() == cache.rank(), "TensorScatter update must have the "
+               "cache's type and rank");
+  for (int64_t d = 0; d < cache.rank(); ++d) {
+    int64_t a = cache.dims[size_t(d)], b = update.dims[size_t(d)];
+    if (a < 0 || b < 0) continue;
+    SD_CHECK_ARG(d == axis ? b <= a : a == b, "TensorScatter update ", formatDims(update.dims),
+                 " does not fit cache ", formatDims(cache.dims), " along axis ", axis);
+  }
+  if (c.hasInput(2))
+    SD_CHECK_ARG(dtypeIsInteger(c.inputs[2].dtype) && c.inputs[2].rank() == 1, "TensorScatter write_indices must "
+                 "be a 1-D integer tensor");
+  c.outputs = {cache};
   return Status::ok();
 }
 
@@ -552,6 +600,8 @@ void registerMovementShapes() {
   registerShapeRule("DepthToSpace", depthToSpaceShape);
   registerShapeRule("SpaceToDepth", spaceToDepthShape);
   registerShapeRule("TopK", topKShape);
+  registerShapeRule("CenterCropPad", centerCropPadShape);
+  registerShapeRule("TensorScatter", tensorScatterShape);
   registerShapeRule("Trilu", triluShape);
   registerShapeRule("CumSum", cumSumShape);
   registerShapeRule("CumProd", cumSumShape);

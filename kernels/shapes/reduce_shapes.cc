@@ -43,7 +43,13 @@ static Status reduceShape(ShapeContext &c) {
   TensorInfo out;
   out.dtype = x.dtype;
   if (!known) {
+    // Without keepdims the rank still follows from how many axes there are
+    // (ONNX axes are distinct); only which dims remain is unknown.
+    const TensorInfo &axes = c.inputs[1];
+    int64_t count = axes.rankKnown && axes.rank() == 1 ? axes.dims[0] : kUnknownDim;
+    if (count == 0 && !c.attrs.getInt("noop_with_empty_axes", 0)) count = x.rank();
     if (keep) out.dims.assign(x.dims.size(), kUnknownDim);
+    else if (count >= 0 && count <= x.rank()) out.dims.assign(size_t(x.rank() - count), kUnknownDim);
     else out.rankKnown = false;
     c.outputs = {out};
     return Status::ok();
@@ -113,7 +119,18 @@ static Status sameFloat(ShapeContext &c) {
   return Status::ok();
 }
 
+// LRN: [N, C, D1..Dk] unchanged; size is the channel window.
+static Status lrnShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0];
+  SD_CHECK_ARG(dtypeIsFloat(x.dtype), "LRN takes a float tensor");
+  SD_CHECK_ARG(x.rank() >= 3, "LRN takes [N, C, D1, ...], got rank ", x.rank());
+  SD_CHECK_ARG(c.attrs.getInt("size", 0) >= 1, "LRN needs a positive size");
+  c.outputs = {x};
+  return Status::ok();
+}
+
 void registerReduceShapes() {
+  registerShapeRule("LRN", lrnShape);
   for (const char *op : {"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd",
                          "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp",
                          "ReduceSumSquare"})

@@ -23,6 +23,7 @@ case's operand types (CTest ops_cuda_bind).
   op_harness.py [--backend cpu|cuda] [--skip-if-absent] [--bind-only] [--op NAME ...] [--seed N] [-v]
 """
 import argparse
+import copy
 import math
 import re
 import os
@@ -342,6 +343,88 @@ CASES["GridSample"] = [
          attrs={"mode": "linear", "padding_mode": "border", "align_corners": 1}, label="3-D linear, border",
          types=["f32"], rtol=10, opset=20)]
 
+CASES["AffineGrid"] = [
+    Case(lambda t, r: [rand(r, (2, 2, 3), t), i64(2, 3, 4, 5)], attrs={"align_corners": a}, label=f"2-D align {a}",
+         opset=20) for a in (0, 1)] + [
+    Case(lambda t, r: [rand(r, (1, 3, 4), t), i64(1, 2, 3, 2, 4)], attrs={"align_corners": 1}, label="3-D",
+         opset=20)]
+
+# Ops of recent opsets and vision models, against onnx.reference.
+def linear_attention_inputs(r, t, rule, hq=4, hkv=2, dk=3, dv=2, past=True, per_dim_decay=False, beta_last=None):
+    b, steps = 2, 3
+    ins = [rand(r, (b, steps, hq * dk), t, -1, 1), rand(r, (b, steps, hkv * dk), t, -1, 1),
+           rand(r, (b, steps, hkv * dv), t, -1, 1), rand(r, (b, hkv, dk, dv), t, -1, 1) if past else None]
+    ins.append(rand(r, (b, steps, hkv * dk if per_dim_decay else hkv), t, -1, 0) if "gated" in rule else None)
+    ins.append(rand(r, (b, steps, beta_last or hkv), t, 0, 1) if "delta" in rule else None)
+    while ins[-1] is None:
+        ins.pop()
+    return ins
+
+
+CASES["LinearAttention"] = [
+    Case(lambda t, r, rule=rule, kw=kw: linear_attention_inputs(r, t, rule, **kw), outputs=2, opset=27, rtol=5,
+         attrs={"update_rule": rule, "q_num_heads": 4, "kv_num_heads": 2, **extra}, label=f"{rule} {label}")
+    for rule, kw, extra, label in (
+        ("linear", {}, {}, "GQA with past"), ("gated", {"per_dim_decay": True}, {"scale": 0.5}, "per-key decay"),
+        ("delta", {"past": False}, {}, "no past"), ("gated_delta", {"beta_last": 1}, {}, "scalar beta"))]
+CASES["TensorScatter"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 5, 2), t), rand(r, (2, 3, 2, 2), t), i64(1, 3)], attrs={}, opset=24,
+         label="linear"),
+    Case(lambda t, r: [rand(r, (2, 4, 3), t), rand(r, (2, 3, 3), t), i64(3, 0)], attrs={"mode": "circular", "axis": 1},
+         opset=24, label="circular"),
+    Case(lambda t, r: [rand(r, (2, 4, 3), t), rand(r, (2, 3, 3), t), i64(2, 0)], attrs={"axis": 1}, opset=24,
+         types=["f32"], error="writes position", label="past the end")]
+CASES["Det"] = [Case(lambda t, r: [rand(r, (3, 3), t)], label="2-D"),
+                Case(lambda t, r: [rand(r, (2, 4, 4), t)], label="batched"),
+                Case(lambda t, r: [np.array([[1, 2], [2, 4]], NP[t])], label="singular")]
+# onnx.reference's LRN walks the window for the first N channels only; N = C here.
+CASES["LRN"] = [Case(lambda t, r: [rand(r, (3, 3, 2, 4), t)], attrs={"alpha": 2e-4, "beta": 0.75, "bias": 1.5, "size": s},
+                     label=f"size {s}", opset=13) for s in (2, 3)]
+CASES["MaxUnpool"] = [
+    Case(lambda t, r: [np.array([[[[5, 6], [7, 8]]]], NP[t]), np.array([[[[5, 7], [13, 15]]]], np.int64)],
+         attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, label="inferred shape"),
+    Case(lambda t, r: [np.array([[[[5, 6], [7, 8]]]], NP[t]), np.array([[[[5, 7], [13, 15]]]], np.int64),
+                       i64(1, 1, 5, 5)], attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, label="output_shape"),
+    Case(lambda t, r: [np.array([[[[5, 6], [7, 8]]]], NP[t]), np.array([[[[5, 7], [13, 16]]]], np.int64)],
+         attrs={"kernel_shape": [2, 2], "strides": [2, 2]}, types=["f32"], error="out of range", label="bad index")]
+CASES["Col2Im"] = [
+    Case(lambda t, r: [rand(r, (1, 5, 5), t), i64(5, 5), i64(1, 5)], label="5x5 image, 1x5 blocks"),
+    Case(lambda t, r: [rand(r, (2, 8, 4), t), i64(3, 3), i64(2, 2)],
+         attrs={"pads": [1, 0, 0, 1], "strides": [2, 1], "dilations": [1, 2]}, label="pads, strides, dilations"),
+    Case(lambda t, r: [rand(r, (1, 8, 8), t), i64(3, 3, 3), i64(2, 2, 2)], label="3-D image")]
+CASES["RoiAlign"] = [
+    Case(lambda t, r: [rand(r, (2, 2, 6, 7), t), np.array([[0.5, 1, 4, 5], [1.5, 0, 6.5, 3.2], [0, 0, 9, 9]], NP[t]),
+                       i64(1, 0, 1)], attrs={"output_height": 3, "output_width": 2, "spatial_scale": 0.9,
+                                             "mode": m, "coordinate_transformation_mode": ctm, "sampling_ratio": sr},
+         opset=16, label=f"{m} {ctm} ratio {sr}", rtol=5)
+    for m, ctm, sr in (("avg", "half_pixel", 2), ("max", "output_half_pixel", 0), ("avg", "output_half_pixel", 0))]
+CASES["DeformConv"] = [
+    Case(lambda t, r: [rand(r, (1, 2, 4, 5), t), rand(r, (4, 1, 2, 2), t), rand(r, (1, 16, 3, 4), t, -1.5, 1.5),
+                       rand(r, (4,), t), rand(r, (1, 8, 3, 4), t, 0, 1)],
+         attrs={"group": 2, "offset_group": 2}, opset=19, label="groups, bias, mask", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 1, 5, 5), t), rand(r, (2, 1, 3, 3), t), rand(r, (2, 18, 3, 3), t, -1, 1)],
+         attrs={"pads": [1, 1, 1, 1], "strides": [2, 2]}, opset=19, label="pads, strides", rtol=5)]
+CASES["CenterCropPad"] = [
+    Case(lambda t, r: [rand(r, (5, 6, 3), t), i64(3, 9)], attrs={"axes": [0, 1]}, label="crop and pad"),
+    Case(lambda t, r: [rand(r, (4, 5), t), i64(7, 2)], label="all axes")]
+CASES["TfIdfVectorizer"] = [
+    Case(lambda t, r: [np.array([[1, 1, 3, 3, 3, 7], [8, 6, 7, 5, 6, 8]], NP[t])], label=f"{mode} skip {skip}",
+         attrs={"mode": mode, "min_gram_length": lo, "max_gram_length": 2, "max_skip_count": skip,
+                "ngram_counts": [0, 4], "ngram_indexes": [0, 1, 2, 3, 4, 5, 6], "pool_int64s": [2, 3, 5, 4, 5, 6, 7, 8, 6, 7],
+                **({"weights": [0.5, 1, 2, 1.5, 1, 3, 0.25]} if mode != "TF" else {})})
+    for mode, lo, skip in (("TF", 1, 0), ("TF", 2, 5), ("IDF", 1, 3), ("TFIDF", 1, 5))]
+
+# onnx.reference computes these in f32 whatever the input type: sdc's f64
+# results are held to f32's tolerance there (RTOL f32 / f64 = 2e5).
+for op in ("AffineGrid", "LinearAttention", "RoiAlign", "DeformConv"):
+    CASES[op] = [c for c in CASES[op] if c.types is None or c.types != ["f64"]]
+    for c in list(CASES[op]):
+        if c.error is None:
+            f64_case = copy.copy(c)
+            f64_case.types, f64_case.rtol, f64_case.label = ["f64"], 2e5, c.label + " (f64 vs the f32 reference)"
+            c.types = [t for t in (c.types or FLOATS) if t != "f64"]
+            CASES[op].append(f64_case)
+
 # Spectral ops (speech front ends), against onnx.reference.
 ONNX_FLOAT_CODE = {"f32": 1, "f64": 11}
 CASES["DFT"] = [
@@ -490,7 +573,8 @@ CASES["Pad"] = [Case(lambda t, r: [rand(r, (2, 3), t), i64(1, 0, 0, 2), np.array
                 Case(lambda t, r: [rand(r, (3, 4), t), i64(1, 2, 2, 1)], attrs={"mode": "edge"}, label="edge")]
 CASES["DepthToSpace"] = [Case(lambda t, r: [rand(r, (1, 8, 2, 3), t)], attrs={"blocksize": 2, "mode": m}, label=m)
                          for m in ("DCR", "CRD")]
-CASES["SpaceToDepth"] = [Case(lambda t, r: [rand(r, (1, 2, 4, 6), t)], attrs={"blocksize": 2})]
+CASES["SpaceToDepth"] = [Case(lambda t, r: [rand(r, (1, 2, 4, 6), t)], attrs={"blocksize": 2, "mode": m}, label=m, opset=28)
+                         for m in ("DCR", "CRD")]
 CASES["Trilu"] = [Case(lambda t, r: [rand(r, (2, 4, 5), t), i64(k)], attrs={"upper": u}, label=f"upper={u} k={k}")
                   for u in (0, 1) for k in (-1, 1)]
 CASES["Shape"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t)]),

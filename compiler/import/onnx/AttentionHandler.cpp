@@ -1,4 +1,4 @@
-// ONNX Attention (opset 23+) imported as sd ops, following ONNX's reference
+// ONNX Attention (opset 23+) and FlexAttention (ai.onnx.preview) imported as sd ops, following ONNX's reference
 // (onnx/reference/ops/op_attention.py) step by step:
 //   3-D inputs split into heads; past key/value concatenated (present_*);
 //   grouped-query heads repeated; scores = (Q sqrt(scale)) (K sqrt(scale))^T;
@@ -17,6 +17,16 @@ using namespace sd::ir;
 
 namespace sd {
 namespace {
+
+// Grouped-query attention: kv head h / (hq / hkv) serves query head h, so
+// [B, hkv, S, E] becomes [B, hq, S, E] with each head repeated in place.
+Value repeatHeads(NodeImporter &imp, OpMaker &m, Value x, int64_t hq) {
+  ArrayRef<int64_t> d = dimsOf(x);
+  if (d[1] == hq) return x;
+  Value u = m.op("Unsqueeze", "unsqueeze", {x, imp.constI64({2})});
+  Value e = m.op("Expand", "expand", {u, imp.constI64({d[0], d[1], hq / d[1], d[2], d[3]})});
+  return m.reshape(e, {d[0], hq, d[2], d[3]});
+}
 
 } // namespace
 
@@ -63,16 +73,8 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
   int64_t hq = qd[1], hkv = kd[1], sq = qd[2], skv = kd[2];
   double scale = 1.0 / std::sqrt(double(qd[3]));
   if (const auto *a = attrOf(n, "scale")) scale = a->f();
-  if (hq != hkv) { // grouped-query: kv head h / (hq / hkv) serves query head h
-    if (hq % hkv) return imp.fail("q_num_heads must be a multiple of kv_num_heads");
-    auto repeat = [&](Value x) {
-      ArrayRef<int64_t> d = dimsOf(x);
-      Value u = m.op("Unsqueeze", "unsqueeze", {x, imp.constI64({2})});
-      Value e = m.op("Expand", "expand", {u, imp.constI64({d[0], d[1], hq / hkv, d[2], d[3]})});
-      return m.reshape(e, {d[0], hq, d[2], d[3]});
-    };
-    K = repeat(K), V = repeat(V);
-  }
+  if (hq % hkv) return imp.fail("q_num_heads must be a multiple of kv_num_heads");
+  K = repeatHeads(imp, m, K, hq), V = repeatHeads(imp, m, V, hq);
   Value s = m.scalar(std::sqrt(scale), et);
   Value scores = m.op("MatMul", "matmul", {m.op("Mul", "mul", {Q, s}), m.transpose(m.op("Mul", "mul", {K, s}), {0, 1, 3, 2})});
   double softcap = 0;
@@ -163,6 +165,58 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
   for (int i = 0; i < n.output_size() && i < 4; ++i)
     if (!n.output(i).empty()) imp.values[n.output(i)] = outs[i];
   if (n.output_size() > 4) return imp.fail("Attention has at most 4 outputs");
+  return success();
+}
+
+// FlexAttention (ai.onnx.preview, opset 1), after onnx/reference: scores
+// (Q sqrt(scale)) (K sqrt(scale))^T in the softmax precision (f32 for halves),
+// through the score_mod graph, softmax, the prob_mod graph, then P V in that
+// precision, cast to V's type. The mod graphs are imported inline.
+LogicalResult importFlexAttention(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (n.domain() != "ai.onnx.preview") return imp.fail("FlexAttention is an ai.onnx.preview op");
+  if (failed(onlyAttrs(imp, n, {"scale", "score_mod", "prob_mod", "softmax_precision"}))) return failure();
+  FailureOr<Value> q = optionalInput(imp, n, 0), k = optionalInput(imp, n, 1), v = optionalInput(imp, n, 2);
+  if (failed(q) || failed(k) || failed(v)) return failure();
+  if (!*q || !*k || !*v) return imp.fail("FlexAttention needs Q, K and V");
+  for (Value x : {*q, *k, *v})
+    if (!cast<RankedTensorType>(x.getType()).hasStaticShape() || dimsOf(x).size() != 4)
+      return imp.fail("FlexAttention needs static 4-D Q, K and V");
+  ArrayRef<int64_t> qd = dimsOf(*q), kd = dimsOf(*k);
+  if (kd[1] < 1 || qd[1] % kd[1] || dimsOf(*v)[1] != kd[1])
+    return imp.fail("Q's heads must be a multiple of K's and V's");
+  Type et = cast<RankedTensorType>(q->getType()).getElementType();
+  double scale = 1.0 / std::sqrt(double(qd[3]));
+  if (const auto *a = attrOf(n, "scale")) scale = a->f();
+  int64_t precision = et.isF16() || et.isBF16() ? 1 : onnxFloatType(et);
+  if (const auto *a = attrOf(n, "softmax_precision")) precision = a->i();
+  if (precision != 1 && precision != 10 && precision != 11 && precision != 16)
+    return imp.fail("softmax_precision must be a float type (1, 10, 11 or 16)");
+  OpMaker m{imp};
+  Value K = repeatHeads(imp, m, *k, qd[1]), V = repeatHeads(imp, m, *v, qd[1]);
+  Value s = m.scalar(std::sqrt(float(scale)), et);
+  Value scores = m.op("MatMul", "matmul", {m.op("Mul", "mul", {*q, s}), m.transpose(m.op("Mul", "mul", {K, s}), {0, 1, 3, 2})});
+  auto toPrecision = [&](Value x) {
+    return onnxFloatType(cast<RankedTensorType>(x.getType()).getElementType()) == precision
+               ? x : m.op("Cast", "cast", {x}, {m.i64("to", precision)});
+  };
+  auto applyMod = [&](const char *name, Value x) -> FailureOr<Value> {
+    const auto *g = attrOf(n, name);
+    if (!g) return x;
+    if (g->type() != onnx::AttributeProto::GRAPH) return imp.fail(std::string(name) + " must be a graph"), failure();
+    if (!m.ok) return failure();
+    auto outs = importSubgraph(imp, g->g(), name, {x});
+    if (failed(outs)) return failure();
+    if (outs->size() != 1) return imp.fail(std::string(name) + " must have one output"), failure();
+    return toPrecision((*outs)[0]);
+  };
+  FailureOr<Value> modded = applyMod("score_mod", toPrecision(scores));
+  if (failed(modded)) return failure();
+  FailureOr<Value> probs = applyMod("prob_mod", m.op("Softmax", "softmax", {*modded}, {m.i64("axis", -1)}));
+  if (failed(probs)) return failure();
+  Value y = m.op("MatMul", "matmul", {*probs, toPrecision(V)});
+  y = m.op("Cast", "cast", {y}, {m.i64("to", onnxFloatType(et))});
+  if (!m.ok) return imp.fail("Q, K and V do not fit: [B, H, L, E], [B, Hkv, S, E], [B, Hkv, S, Ev]");
+  if (n.output_size() > 0 && !n.output(0).empty()) imp.values[n.output(0)] = y;
   return success();
 }
 

@@ -4,4 +4,6 @@
 
 namespace sd {
 mlir::LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &spec);
+// FlexAttention of the ai.onnx.preview domain, its score/prob mod graphs inline.
+mlir::LogicalResult importFlexAttention(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &spec);
 } // namespace sd

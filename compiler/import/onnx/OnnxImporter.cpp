@@ -361,7 +361,9 @@ LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g) {
       imp.loc = FusedLoc::get(ctx, {imp.loc}, b.getStringAttr(scope));
     imp.nodeName = name;
     imp.nodeDesc = imp.scope + ": node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(imp.opset) + ")";
-    if (!node.domain().empty() && node.domain() != "ai.onnx")
+    // Of the preview domain, FlexAttention is imported (its handler checks the domain).
+    bool preview = node.domain() == "ai.onnx.preview" && node.op_type() == "FlexAttention";
+    if (!node.domain().empty() && node.domain() != "ai.onnx" && !preview)
       return imp.fail("operator domain '" + node.domain() + "' is not supported");
     const OpSpec *spec = findOpSpec(node.op_type(), imp.opset);
     if (!spec)

@@ -3,6 +3,7 @@
 // upgraded to the newest form here, so everything downstream sees one form.
 #include "AttentionHandler.h"
 #include "ControlFlowHandler.h"
+#include "FunctionOpsHandler.h"
 #include "RecurrentHandler.h"
 #include "RotaryHandler.h"
 #include "ImporterContext.h"
@@ -172,14 +173,42 @@ LogicalResult resizeV10(NodeImporter &imp, const onnx::NodeProto &n, const OpSpe
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
+// Upsample (opset 9, deprecated at 10) is Resize-10: X and scales, asymmetric, floor.
+LogicalResult upsampleV9(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  OpSpec resize = s;
+  resize.opType = "Resize";
+  return resizeV10(imp, n, resize);
+}
+
+// RoiAlign before opset 16 had no coordinate_transformation_mode and behaved
+// as output_half_pixel (16's default is half_pixel).
+LogicalResult roiAlignV10(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto operands = imp.operandsOf(n, s);
+  auto attrs = imp.convertAttributes(n);
+  if (failed(operands) || failed(attrs)) return failure();
+  attrs->push_back(imp.builder.getNamedAttr("coordinate_transformation_mode",
+                                            imp.builder.getStringAttr("output_half_pixel")));
+  auto op = imp.buildOp(s, *operands, *attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+// Scatter (opsets 9-10) was renamed ScatterElements at 11, semantics unchanged.
+LogicalResult scatterV9(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  OpSpec renamed = s;
+  renamed.opType = "ScatterElements";
+  return generic(imp, n, renamed);
+}
+
 LogicalResult batchNormLegacy(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
   if (const auto *sp = findAttr(n, "spatial"); sp && sp->i() == 0)
     return imp.fail("BatchNormalization with spatial=0 is not supported");
+  const auto *training = findAttr(n, "training_mode");
+  if (training && training->i()) return importBatchNormTraining(imp, n, s);
   for (int i = 1; i < n.output_size(); ++i)
-    if (!n.output(i).empty()) return imp.fail("training outputs of BatchNormalization are not supported");
+    if (!n.output(i).empty()) return imp.fail("BatchNormalization's running statistics come only with training_mode=1");
   auto operands = imp.operandsOf(n, s);
   if (failed(operands)) return failure();
-  auto attrs = imp.convertAttributes(n, {"spatial", "is_test", "consumed_inputs"});
+  auto attrs = imp.convertAttributes(n, {"spatial", "is_test", "consumed_inputs", "training_mode"});
   if (failed(attrs)) return failure();
   auto op = imp.buildOp(s, *operands, *attrs, 1);
   return failed(op) ? failure() : imp.bindResults(n, *op);
@@ -323,6 +352,8 @@ const OpSpec kSpecs[] = {
     {"LayerNormalization", 17, "layer_normalization", 3, 3, generic},
     {"RMSNormalization", 23, "rms_normalization", 2, 1, generic},
     {"BatchNormalization", 1, "batch_normalization", 5, 1, batchNormLegacy},
+    {"GroupNormalization", 18, "instance_normalization", 3, 1, importGroupNormalization},
+    {"GroupNormalization", 21, "instance_normalization", 3, 1, importGroupNormalization},
     G("InstanceNormalization", "instance_normalization", 3, 1), G("LpNormalization", "lp_normalization", 1, 1),
     G("MeanVarianceNormalization", "mean_variance_normalization", 1, 1),
     // Convolution and pooling.
@@ -347,6 +378,7 @@ const OpSpec kSpecs[] = {
     {"Slice", 1, "slice", 5, 1, sliceV1}, {"Slice", 10, "slice", 5, 1, generic},
     G("Gather", "gather", 2, 1), G("GatherElements", "gather_elements", 2, 1), G("GatherND", "gather_nd", 2, 1),
     G("ScatterElements", "scatter_elements", 3, 1), G("ScatterND", "scatter_nd", 3, 1),
+    {"Scatter", 9, "scatter_elements", 3, 1, scatterV9}, {"Upsample", 9, "resize", 4, 1, upsampleV9},
     G("Expand", "expand", 2, 1),
     {"Squeeze", 1, "squeeze", 2, 1, axesAttrToOperand}, {"Squeeze", 13, "squeeze", 2, 1, generic},
     {"Unsqueeze", 1, "unsqueeze", 2, 1, axesAttrToOperand}, {"Unsqueeze", 13, "unsqueeze", 2, 1, generic},
@@ -357,8 +389,18 @@ const OpSpec kSpecs[] = {
     G("DepthToSpace", "depth_to_space", 1, 1), G("SpaceToDepth", "space_to_depth", 1, 1),
     {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
     {"Attention", 23, "attention", -1, -1, importAttention},
+    {"FlexAttention", 1, "matmul", -1, 1, importFlexAttention}, // ai.onnx.preview (OnnxImporter.cpp)
     {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
     {"GridSample", 16, "grid_sample", 2, 1, generic},
+    {"CausalConvWithState", 27, "conv", -1, -1, importCausalConvWithState},
+    {"LinearAttention", 27, "linear_attention", 6, 2, allResults},
+    {"TensorScatter", 24, "tensor_scatter", 3, 1, generic},
+    {"AffineGrid", 20, "affine_grid", 2, 1, generic}, {"CenterCropPad", 18, "center_crop_pad", 2, 1, generic},
+    {"Col2Im", 18, "col2im", 3, 1, generic}, {"DeformConv", 19, "deform_conv", 5, 1, generic},
+    {"RoiAlign", 10, "roi_align", 3, 1, roiAlignV10}, {"RoiAlign", 16, "roi_align", 3, 1, generic},
+    {"MaxUnpool", 9, "max_unpool", 3, 1, generic}, G("Det", "det", 1, 1), G("LRN", "lrn", 1, 1),
+    {"TfIdfVectorizer", 9, "tfidf_vectorizer", 1, 1, generic},
+    {"SwiGLU", 28, "swish", -1, 1, importSwiGlu},
     {"DFT", 17, "dft", 3, 1, dftOp}, {"DFT", 20, "dft", 3, 1, dftOp}, {"STFT", 17, "stft", 4, 1, generic},
     {"HannWindow", 17, "hann_window", 1, 1, generic}, {"HammingWindow", 17, "hamming_window", 1, 1, generic},
     {"BlackmanWindow", 17, "blackman_window", 1, 1, generic},

@@ -3,6 +3,8 @@
 #pragma once
 #include "ImporterContext.h"
 #include "SDDialect.h"
+#include <algorithm>
+#include <initializer_list>
 
 namespace sd {
 
@@ -10,6 +12,16 @@ inline const onnx::AttributeProto *attrOf(const onnx::NodeProto &n, const char *
   for (const auto &a : n.attribute())
     if (a.name() == name) return &a;
   return nullptr;
+}
+
+// Fails naming the first attribute of `n` that is not in `known`: a handler
+// that reads attributes itself must not silently drop one it does not know.
+inline mlir::LogicalResult onlyAttrs(NodeImporter &imp, const onnx::NodeProto &n,
+                                     std::initializer_list<const char *> known) {
+  for (const auto &a : n.attribute())
+    if (std::none_of(known.begin(), known.end(), [&](const char *k) { return a.name() == k; }))
+      return imp.fail("attribute '" + a.name() + "' is not supported");
+  return mlir::success();
 }
 
 // Input i of the node, or a null Value when it is absent (past the end or named "").
