@@ -16,6 +16,11 @@ std::optional<CountedResults> countedResultsOf(Operation *op) {
   if (isa<ir::NonMaxSuppressionOp>(op)) return CountedResults{1, {{0, 0}}};
   if (isa<ir::NonZeroOp>(op)) return CountedResults{1, {{0, 1}}};
   if (auto c = dyn_cast<ir::CompressOp>(op)) return CountedResults{1, {{0, selectionAxis(op, c.getAxis())}}};
+  if (auto t = dyn_cast<ir::TopKBoundedOp>(op)) {
+    int64_t axis = t.getAxis().value_or(-1), rank = cast<ShapedType>(op->getOperand(0).getType()).getRank();
+    if (axis < 0) axis += rank;
+    return CountedResults{2, {{0, axis}, {1, axis}}};
+  }
   if (auto u = dyn_cast<ir::UniqueOp>(op)) return CountedResults{4, {{0, selectionAxis(op, u.getAxis())}, {1, 0}, {3, 0}}};
   return std::nullopt;
 }

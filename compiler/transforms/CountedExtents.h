@@ -1,6 +1,6 @@
 // Ops that fill only a prefix of a result sized for the most they can select,
-// and count what they filled (NonMaxSuppression, and NonZero, Compress and
-// Unique on run-time values). The static shape of such a
+// and count what they filled (NonMaxSuppression, and NonZero, Compress,
+// Unique and TopK on run-time values). The static shape of such a
 // result, and of everything computed from it, is a bound, not an extent:
 // folding must not turn its Shape or Size into a constant, and
 // sd-bounded-extents checks that every consumer honours the count.

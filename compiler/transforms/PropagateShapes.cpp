@@ -26,6 +26,24 @@ SmallVector<Value> operandsThatMatter(Operation *op) {
   return {op->getOperand(0), taken};
 }
 
+// A TopKBounded whose k is now known (specialization folded the shape
+// arithmetic it came from) becomes a TopK, so nothing downstream sees a bound.
+Operation *topKWithKnownK(TopKBoundedOp op) {
+  auto k = dyn_cast_or_null<DenseElementsAttr>(constantValue(op.getK()));
+  if (!k || k.getNumElements() != 1 || !isa<IntegerType>(k.getElementType())) return op;
+  OpBuilder b(op);
+  auto topK = b.create<TopKOp>(op.getLoc(), TypeRange{op.getValues().getType(), op.getIndices().getType()},
+                               op->getOperands(), op->getAttrs());
+  auto countType = RankedTensorType::get({}, b.getI64Type());
+  int64_t kv = (*k.value_begin<APInt>()).getSExtValue();
+  Value count = b.create<ConstantOp>(op.getLoc(), countType, DenseElementsAttr::get(countType, kv));
+  op.getValues().replaceAllUsesWith(topK.getValues());
+  op.getIndices().replaceAllUsesWith(topK.getIndices());
+  op.getCount().replaceAllUsesWith(count);
+  op->erase();
+  return topK;
+}
+
 struct PropagateShapesPass : sd::impl::PropagateShapesBase<PropagateShapesPass> {
   using PropagateShapesBase::PropagateShapesBase;
 
@@ -49,6 +67,7 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
   llvm::MapVector<Operation *, std::string> broken;
   sd::CountedValues counted;
   for (Operation *op : ops) {
+    if (auto t = dyn_cast<TopKBoundedOp>(op)) op = topKWithKnownK(t);
     auto compute = dyn_cast<ComputeOpInterface>(op);
     if (!compute) continue;
     if (llvm::any_of(operandsThatMatter(op), [&](Value v) { return broken.count(v.getDefiningOp()); })) {

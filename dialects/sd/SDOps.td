@@ -133,6 +133,8 @@ def SD_DeformConvOp : SD_Nary<"deform_conv", "DeformConv",
 def SD_RoiAlignOp : SD_Nary<"roi_align", "RoiAlign", (ins AnyTensor:$x, AnyTensor:$rois, AnyTensor:$batch_indices),
     (ins OptStr:$coordinate_transformation_mode, OptStr:$mode, OptI64:$output_height, OptI64:$output_width,
          OptI64:$sampling_ratio, OptF32:$spatial_scale)>;
+def SD_ReverseSequenceOp : SD_Binary<"reverse_sequence", "ReverseSequence",
+    (ins OptI64:$batch_axis, OptI64:$time_axis)>;
 def SD_CenterCropPadOp : SD_Binary<"center_crop_pad", "CenterCropPad", (ins OptI64s:$axes)>;
 def SD_TfIdfVectorizerOp : SD_Unary<"tfidf_vectorizer", "TfIdfVectorizer",
     (ins I64Attr:$max_gram_length, OptI64:$max_skip_count, I64Attr:$min_gram_length, StrAttr:$mode,
@@ -548,6 +550,12 @@ def SD_DepthToSpaceOp : SD_Unary<"depth_to_space", "DepthToSpace", (ins I64Attr:
 def SD_SpaceToDepthOp : SD_Unary<"space_to_depth", "SpaceToDepth", (ins I64Attr:$blocksize, OptStr:$mode)>;
 def SD_TopKOp : SD_Nary<"top_k", "TopK", (ins AnyTensor:$x, AnyTensor:$k),
     (ins OptI64:$axis, OptI64:$largest, OptI64:$sorted), (outs AnyTensor:$values, Optional<AnyTensor>:$indices)>;
+// TopK whose k is only known at run time: values and indices sized for the
+// whole axis, filled up to k (zeros after), and k itself as the count
+// (CountedExtents.h). sd-propagate-shapes makes it a TopK once k is known.
+def SD_TopKBoundedOp : SD_Nary<"top_k_bounded", "TopKBounded", (ins AnyTensor:$x, AnyTensor:$k),
+    (ins OptI64:$axis, OptI64:$largest, OptI64:$sorted),
+    (outs AnyTensor:$values, AnyTensor:$indices, AnyTensor:$count)>;
 def SD_TriluOp : SD_Nary<"trilu", "Trilu", (ins AnyTensor:$input, SD_OptTensor:$k), (ins OptI64:$upper)>;
 def SD_CumSumOp : SD_Binary<"cum_sum", "CumSum", (ins OptI64:$exclusive, OptI64:$reverse)>;
 def SD_CumProdOp : SD_Binary<"cum_prod", "CumProd", (ins OptI64:$exclusive, OptI64:$reverse)>;

@@ -244,14 +244,17 @@ Status OneHotKernel(const KernelContext &c) {
   });
 }
 
-Status TopKKernel(const KernelContext &c) {
+// The k best along the axis into values/indices `width` wide along it (k
+// for TopK; the whole axis for TopKBounded, zeros after the first k).
+Status topK(const KernelContext &c, int64_t k) {
   const TensorView &x = c.inputs[0], &vals = c.outputs[0];
   int64_t *inds = c.outputs.size() > 1 ? c.outputs[1].as<int64_t>() : nullptr;
   int64_t axis = c.attrs.getInt("axis", -1);
   if (axis < 0) axis += x.rank();
   bool largest = c.attrs.getInt("largest", 1);
-  int64_t n = x.dims[size_t(axis)], k = vals.dims[size_t(axis)];
-  SD_CHECK_ARG(k <= n, "TopK k exceeds axis size");
+  int64_t n = x.dims[size_t(axis)], width = vals.dims[size_t(axis)];
+  SD_CHECK_ARG(k >= 0 && k <= n, "TopK k=", k, " is outside [0, ", n, "], the axis size");
+  SD_CHECK_ARG(k <= width, "TopK k=", k, " exceeds its result's bound ", width);
   AxisExtent ext = extentAround(x.dims, axis);
   int64_t outer = ext.outer, inner = ext.inner;
   return dispatchNumeric(x.dtype, [&](auto tag) {
@@ -266,13 +269,26 @@ Status TopKKernel(const KernelContext &c) {
         std::stable_sort(order.begin(), order.end(), [&](int64_t p, int64_t q) {
           return largest ? at(p) > at(q) : at(p) < at(q);
         });
-        for (int64_t j = 0; j < k; ++j) {
-          vals.as<T>()[(a * k + j) * inner + i] = at(order[size_t(j)]);
-          if (inds) inds[(a * k + j) * inner + i] = order[size_t(j)];
+        for (int64_t j = 0; j < width; ++j) {
+          vals.as<T>()[(a * width + j) * inner + i] = j < k ? at(order[size_t(j)]) : T(0);
+          if (inds) inds[(a * width + j) * inner + i] = j < k ? order[size_t(j)] : 0;
         }
       }
     return Status::ok();
   });
+}
+
+Status TopKKernel(const KernelContext &c) {
+  int64_t axis = c.attrs.getInt("axis", -1);
+  return topK(c, c.outputs[0].dims[size_t(axis < 0 ? axis + c.outputs[0].rank() : axis)]);
+}
+
+Status TopKBoundedKernel(const KernelContext &c) {
+  std::vector<int64_t> k;
+  SD_CHECK_ARG(readIntegers(c.inputs[1], k) && k.size() == 1, "TopK k must be one integer");
+  SD_RETURN_IF_ERROR(topK(c, k[0]));
+  *c.outputs[2].as<int64_t>() = k[0];
+  return Status::ok();
 }
 
 } // namespace
@@ -287,6 +303,7 @@ void registerIndexingKernels() {
   registerCpuKernel("TensorScatter", TensorScatterKernel, TypeSet::all());
   registerCpuKernel("OneHot", OneHotKernel, TypeSet::all(), nullptr, -1);
   registerCpuKernel("TopK", TopKKernel, TypeSet::numeric());
+  registerCpuKernel("TopKBounded", TopKBoundedKernel, TypeSet::numeric());
 }
 
 } // namespace sd::cpu

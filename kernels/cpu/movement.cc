@@ -1,5 +1,6 @@
 // CPU kernels for layout and data movement: Transpose, Concat, Split, Slice,
-// Expand, Tile, Pad, CenterCropPad, DepthToSpace/SpaceToDepth, and the pure copies
+// Expand, Tile, Pad, CenterCropPad, ReverseSequence, DepthToSpace/SpaceToDepth,
+// and the pure copies
 // (Reshape, Squeeze, Unsqueeze, Flatten) used when they are not aliases.
 #include "cpu_util.h"
 #include "sd/ops/index_geometry.h"
@@ -165,6 +166,34 @@ Status CenterCropPadKernel(const KernelContext &c) {
   });
 }
 
+// ReverseSequence: per batch entry b, the first sequence_lens[b] steps along
+// time_axis reversed, the rest copied.
+Status ReverseSequenceKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &o = c.outputs[0];
+  int64_t batchAxis = c.attrs.getInt("batch_axis", 1), timeAxis = c.attrs.getInt("time_axis", 0);
+  std::vector<int64_t> lens;
+  SD_CHECK_ARG(readIntegers(c.inputs[1], lens) && int64_t(lens.size()) == x.dims[size_t(batchAxis)],
+               "ReverseSequence sequence_lens must hold one integer per batch entry");
+  int64_t steps = x.dims[size_t(timeAxis)];
+  for (int64_t len : lens)
+    SD_CHECK_ARG(len >= 0 && len <= steps, "ReverseSequence length ", len, " is outside [0, ", steps, "]");
+  Dims str = stridesOf(x.dims);
+  size_t width = dtypeSize(x.dtype);
+  const char *px = x.as<char>();
+  char *po = o.as<char>();
+  Dims idx(x.dims.size(), 0);
+  for (int64_t i = 0, n = x.numElements(); i < n; ++i) {
+    int64_t t = idx[size_t(timeAxis)], len = lens[size_t(idx[size_t(batchAxis)])];
+    int64_t src = i + (t < len ? (len - 1 - 2 * t) * str[size_t(timeAxis)] : 0);
+    std::memcpy(po + size_t(i) * width, px + size_t(src) * width, width);
+    for (int64_t d = int64_t(idx.size()) - 1; d >= 0; --d) {
+      if (++idx[size_t(d)] < x.dims[size_t(d)]) break;
+      idx[size_t(d)] = 0;
+    }
+  }
+  return Status::ok();
+}
+
 Status PadKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
   std::string mode = c.attrs.getString("mode", "constant");
@@ -275,6 +304,7 @@ void registerMovementKernels() {
   registerCpuKernel("Tile", TileKernel, TypeSet::all());
   registerCpuKernel("Pad", PadKernel, TypeSet::all());
   registerCpuKernel("CenterCropPad", CenterCropPadKernel, TypeSet::all());
+  registerCpuKernel("ReverseSequence", ReverseSequenceKernel, TypeSet::all());
   registerCpuKernel("DepthToSpace", DepthToSpaceKernel, TypeSet::all());
   registerCpuKernel("SpaceToDepth", SpaceToDepthKernel, TypeSet::all());
 }

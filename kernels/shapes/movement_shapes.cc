@@ -522,6 +522,20 @@ Status centerCropPadShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// ReverseSequence: the input's shape; batch_axis and time_axis are 0 and 1.
+Status reverseSequenceShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0], &lens = c.inputs[1];
+  int64_t batch = c.attrs.getInt("batch_axis", 1), time = c.attrs.getInt("time_axis", 0);
+  SD_CHECK_ARG(x.rank() >= 2, "ReverseSequence takes a tensor of rank >= 2");
+  SD_CHECK_ARG((batch == 0 && time == 1) || (batch == 1 && time == 0), "ReverseSequence batch_axis and time_axis "
+               "must be 0 and 1 (either way round)");
+  SD_CHECK_ARG(dtypeIsInteger(lens.dtype) && lens.rank() == 1 &&
+               (lens.dims[0] < 0 || x.dims[size_t(batch)] < 0 || lens.dims[0] == x.dims[size_t(batch)]),
+               "ReverseSequence sequence_lens must be 1-D integers, one per batch entry");
+  c.outputs = {x};
+  return Status::ok();
+}
+
 // TensorScatter: the cache's shape; update matches it but along `axis`.
 Status tensorScatterShape(ShapeContext &c) {
   const TensorInfo &cache = c.inputs[0], &update = c.inputs[1];
@@ -558,6 +572,16 @@ Status topKShape(ShapeContext &c) {
     out.dims[size_t(axis)] = kUnknownDim;
   }
   c.outputs = {out, sameAs(out, DType::I64)};
+  return Status::ok();
+}
+
+// TopK with a run-time k: the whole axis as the bound, and the count (k).
+Status topKBoundedShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0], &k = c.inputs[1];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  SD_RETURN_IF_ERROR(normalizeAxis(axis, x.rank()));
+  SD_CHECK_ARG(dtypeIsInteger(k.dtype) && k.numElements() == 1, "TopK k must be one integer");
+  c.outputs = {x, sameAs(x, DType::I64), TensorInfo{DType::I64, {}}};
   return Status::ok();
 }
 
@@ -600,8 +624,10 @@ void registerMovementShapes() {
   registerShapeRule("DepthToSpace", depthToSpaceShape);
   registerShapeRule("SpaceToDepth", spaceToDepthShape);
   registerShapeRule("TopK", topKShape);
+  registerShapeRule("TopKBounded", topKBoundedShape);
   registerShapeRule("CenterCropPad", centerCropPadShape);
   registerShapeRule("TensorScatter", tensorScatterShape);
+  registerShapeRule("ReverseSequence", reverseSequenceShape);
   registerShapeRule("Trilu", triluShape);
   registerShapeRule("CumSum", cumSumShape);
   registerShapeRule("CumProd", cumSumShape);

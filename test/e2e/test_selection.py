@@ -13,6 +13,8 @@ selection (torch.nonzero, boolean-mask indexing).
              compile time with one line naming it and the NMS node, no plan
   masked     rows picked by torch.nonzero(scores > t) and by x[scores > t]
              (NonZero + Gather / GatherND) equal ONNX Runtime's, however many
+  topk       torch.topk with k counted from the data (TopK with a run-time k)
+             equals ONNX Runtime, from k = 0 to the whole axis
 """
 import os
 import shutil
@@ -146,6 +148,7 @@ def main():
             check(f"{what} is refused at compile time: one line naming it and the NMS node, no plan",
                   not problems, "; ".join(problems) or line)
         masked_selection(sdc, sdrun, tmp)
+        top_k_by_count(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report_checks("test_selection", RESULTS)
@@ -181,6 +184,34 @@ def masked_selection(sdc, sdrun, tmp):
         equal &= all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
     check("torch.nonzero and boolean-mask indexing on run-time scores: the rows equal ONNX Runtime's, from none to "
           "all", equal and [0, 0] in counts and any(c[1] == 6 for c in counts), f"rows per input {counts}")
+
+
+def top_k_by_count(sdc, sdrun, tmp):
+    import torch
+    import torch.nn as nn
+
+    class TopByCount(nn.Module):
+        def forward(self, scores):
+            v, i = torch.topk(scores, (scores > 0.5).sum())
+            return v * 2, i
+
+    model, plan = os.path.join(tmp, "topk.onnx"), os.path.join(tmp, "topk.sdp")
+    torch.onnx.export(TopByCount(), (torch.rand(8),), model, input_names=["scores"], output_names=["v", "i"],
+                      opset_version=17, dynamo=False)
+    sh([sdc, "compile", model, "-o", plan])
+    rng = np.random.default_rng(2)
+    equal, counts = True, []
+    for k, scale in enumerate((0.0, 0.8, 1.5, 9.0)):
+        scores = (rng.random(8) * scale).astype(np.float32)
+        want = list(ort_run(model, {"scores": scores}).values())
+        path, out = os.path.join(tmp, f"t{k}.npy"), os.path.join(tmp, f"t{k}")
+        np.save(path, scores)
+        sh([sdrun, "infer", plan, "--input", f"scores={path}", "--output-dir", out, "--output-format", "npy"])
+        got = [np.load(os.path.join(out, f"output_{i}.npy")) for i in range(2)]
+        counts.append(want[0].shape[0])
+        equal &= all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
+    check("torch.topk with k counted from the data (a run-time k): values and indices equal ONNX Runtime's",
+          equal and 0 in counts and 8 in counts, f"k per input {counts}")
 
 
 if __name__ == "__main__":

@@ -407,6 +407,11 @@ CASES["DeformConv"] = [
 CASES["CenterCropPad"] = [
     Case(lambda t, r: [rand(r, (5, 6, 3), t), i64(3, 9)], attrs={"axes": [0, 1]}, label="crop and pad"),
     Case(lambda t, r: [rand(r, (4, 5), t), i64(7, 2)], label="all axes")]
+CASES["ReverseSequence"] = [
+    Case(lambda t, r: [rand(r, (4, 3, 2), t), i64(4, 1, 3)], attrs={"batch_axis": 1, "time_axis": 0}, label="time major"),
+    Case(lambda t, r: [rand(r, (3, 4), t), i64(0, 4, 2)], attrs={"batch_axis": 0, "time_axis": 1}, label="batch major"),
+    Case(lambda t, r: [rand(r, (3, 4), t), i64(0, 5, 2)], attrs={"batch_axis": 0, "time_axis": 1}, types=["f32"],
+         error="outside [0, 4]", label="length past the steps")]
 CASES["TfIdfVectorizer"] = [
     Case(lambda t, r: [np.array([[1, 1, 3, 3, 3, 7], [8, 6, 7, 5, 6, 8]], NP[t])], label=f"{mode} skip {skip}",
          attrs={"mode": mode, "min_gram_length": lo, "max_gram_length": 2, "max_skip_count": skip,
@@ -504,6 +509,16 @@ CASES["Unique"] = counted("Unique", [
     Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], attrs={"sorted": 0}, label="in order of first occurrence"),
     Case(lambda t, r: [np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], NP[t])], attrs={"axis": 0}, label="unique rows")],
     [0, 0, None, 0])
+
+# TopK whose k is only known at run time: values and indices span the axis, k counts.
+CASES["TopKBounded"] = (
+    counted("TopK", [Case(lambda t, r: [r.permutation(24).reshape(4, 6).astype(NP[t]), i64(k)],
+                          attrs={"axis": 1, "largest": l}, label=f"k={k} of 6, largest {l}")
+                     for k, l in ((3, 1), (6, 0), (0, 1))], [1, 1])
+    + counted("TopK", [Case(lambda t, r: [r.permutation(24).reshape(4, 6).astype(NP[t]), i64(2)],
+                            attrs={"axis": 0}, label="k=2 along axis 0")], [0, 0]))
+CASES["TopKBounded"].append(Case(lambda t, r: [rand(r, (2, 6), t), i64(7)], attrs={"axis": 1}, outputs=3, types=["f32"],
+                                 error="outside [0, 6]", label="k past the axis"))
 
 CASES["NonMaxSuppression"] = counted("NonMaxSuppression", [
     Case(lambda t, r: nms_inputs(r, 4), types=["f32"], label="corners, thresholds"),

@@ -288,6 +288,17 @@ LogicalResult allResults(NodeImporter &imp, const onnx::NodeProto &node, const O
   return failed(op) ? failure() : imp.bindResults(node, *op);
 }
 
+// TopK's k as an input (opset 10+): a k known now (a constant, or shape
+// arithmetic the importer folded) gives TopK; one known only at run time gives
+// TopKBounded, sized for the whole axis, with k as its count.
+LogicalResult topKV10(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto operands = imp.operandsOf(n, s);
+  if (failed(operands)) return failure();
+  if (constantValue((*operands)[1])) return generic(imp, n, s);
+  OpSpec bounded{"TopKBounded", s.sinceVersion, "top_k_bounded", 2, 3, nullptr};
+  return allResults(imp, n, bounded);
+}
+
 // DFT's axis: an attribute (default 1) before opset 20, an optional input
 // (default -2) since; sd carries the default as the attribute either way.
 LogicalResult dftOp(NodeImporter &imp, const onnx::NodeProto &node, const OpSpec &spec) {
@@ -387,7 +398,7 @@ const OpSpec kSpecs[] = {
     G("OneHot", "one_hot", 3, 1), G("Range", "range", 3, 1), {"Tile", 6, "tile", 2, 1, generic},
     {"Pad", 2, "pad", 4, 1, padV2}, {"Pad", 11, "pad", 4, 1, generic},
     G("DepthToSpace", "depth_to_space", 1, 1), G("SpaceToDepth", "space_to_depth", 1, 1),
-    {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, generic},
+    {"TopK", 1, "top_k", 2, 2, topKAttrToOperand}, {"TopK", 10, "top_k", 2, 2, topKV10},
     {"Attention", 23, "attention", -1, -1, importAttention},
     {"FlexAttention", 1, "matmul", -1, 1, importFlexAttention}, // ai.onnx.preview (OnnxImporter.cpp)
     {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
@@ -398,7 +409,8 @@ const OpSpec kSpecs[] = {
     {"AffineGrid", 20, "affine_grid", 2, 1, generic}, {"CenterCropPad", 18, "center_crop_pad", 2, 1, generic},
     {"Col2Im", 18, "col2im", 3, 1, generic}, {"DeformConv", 19, "deform_conv", 5, 1, generic},
     {"RoiAlign", 10, "roi_align", 3, 1, roiAlignV10}, {"RoiAlign", 16, "roi_align", 3, 1, generic},
-    {"MaxUnpool", 9, "max_unpool", 3, 1, generic}, G("Det", "det", 1, 1), G("LRN", "lrn", 1, 1),
+    {"MaxUnpool", 9, "max_unpool", 3, 1, generic}, G("Det", "det", 1, 1),
+    {"ReverseSequence", 10, "reverse_sequence", 2, 1, generic}, G("LRN", "lrn", 1, 1),
     {"TfIdfVectorizer", 9, "tfidf_vectorizer", 1, 1, generic},
     {"SwiGLU", 28, "swish", -1, 1, importSwiGlu},
     {"DFT", 17, "dft", 3, 1, dftOp}, {"DFT", 20, "dft", 3, 1, dftOp}, {"STFT", 17, "stft", 4, 1, generic},
