@@ -1,7 +1,8 @@
 // sd-bounded-extents: follows each counted result (CountedExtents.h) to the
 // entry's outputs. A consumer that works slice by slice along the counted dim
 // (elementwise ops, gathers by counted indices, reshapes and transposes that
-// keep the dim, slices and concats along other dims) passes the count on; one
+// keep the dim, slices and concats along other dims) passes the count on (a
+// prefix slice [:k] of the dim as min(count, k)); one
 // that would mix the padding into real values (a reduction, a gather along
 // the counted dim, a Shape of it) is refused, naming both nodes. Counted entry
 // results get their count as an extra, unnamed result and an
@@ -207,8 +208,31 @@ struct BoundedExtentsPass : sd::impl::BoundedExtentsBase<BoundedExtentsPass> {
       reversed = e.axis < int64_t(steps->size()) && (*steps)[size_t(e.axis)] < 0;
     if ((!steps && !isa<NoneType>(s->getOperand(4).getType())) || (!axes && !isa<NoneType>(s->getOperand(3).getType())))
       return refuse("its axes or steps are not constants");
-    if (in[size_t(e.axis)] != out[size_t(e.axis)] || reversed) return refuse("it slices the counted dim");
+    if (reversed) return refuse("it reverses the counted dim");
+    if (in[size_t(e.axis)] != out[size_t(e.axis)]) return followPrefix(s, e, axes, steps);
     extents[s.getResult()] = e;
+    return success();
+  }
+
+  // A prefix of the counted dim ([:k]: start 0, step 1, a constant end k)
+  // keeps min(count, k) rows: that becomes the count of the result.
+  LogicalResult followPrefix(SliceOp s, const Extent &e, const std::optional<std::vector<int64_t>> &axes,
+                             const std::optional<std::vector<int64_t>> &steps) {
+    std::optional<std::vector<int64_t>> starts = constInts(s->getOperand(1)), ends = constInts(s->getOperand(2));
+    int64_t rank = int64_t(shapeOf(s.getOperand(0)).size());
+    if (!starts || !ends) return refuse("it slices the counted dim by values that are not constants");
+    size_t k = 0;
+    while (k < starts->size() && (axes ? normalizedAxis((*axes)[k], rank) : int64_t(k)) != e.axis) ++k;
+    if (k >= starts->size() || k >= ends->size() || (*starts)[k] != 0 || (*ends)[k] < 0 ||
+        (steps && k < steps->size() && (*steps)[k] != 1))
+      return refuse("it slices the counted dim other than as a prefix [:k] (start 0, step 1, end k >= 0)");
+    OpBuilder b(s->getContext());
+    b.setInsertionPointAfter(s);
+    auto scalar = RankedTensorType::get({}, b.getI64Type());
+    int64_t kept = shapeOf(s.getResult())[size_t(e.axis)];
+    Value limit = b.create<ConstantOp>(s.getLoc(), scalar, DenseElementsAttr::get(scalar, kept));
+    Value count = b.create<MinOp>(s.getLoc(), scalar, ValueRange{e.count, limit});
+    extents[s.getResult()] = Extent{count, e.axis, e.source};
     return success();
   }
 

@@ -479,9 +479,11 @@ def SD_ReduceToOwnerOp : SD_Nary<"reduce_to_owner", "ReduceToOwner", (ins Variad
 //===----------------------------------------------------------------------===//
 
 def SD_QuantizeLinearOp : SD_Nary<"quantize_linear", "QuantizeLinear",
-    (ins AnyTensor:$x, AnyTensor:$y_scale, SD_OptTensor:$y_zero_point), (ins OptI64:$axis, OptI64:$saturate)>;
+    (ins AnyTensor:$x, AnyTensor:$y_scale, SD_OptTensor:$y_zero_point),
+    (ins OptI64:$axis, OptI64:$block_size, OptI64:$output_dtype, OptI64:$saturate)>;
 def SD_DequantizeLinearOp : SD_Nary<"dequantize_linear", "DequantizeLinear",
-    (ins AnyTensor:$x, AnyTensor:$x_scale, SD_OptTensor:$x_zero_point), (ins OptI64:$axis)>;
+    (ins AnyTensor:$x, AnyTensor:$x_scale, SD_OptTensor:$x_zero_point),
+    (ins OptI64:$axis, OptI64:$block_size, OptI64:$output_dtype)>;
 def SD_DynamicQuantizeLinearOp : SD_Nary<"dynamic_quantize_linear", "DynamicQuantizeLinear", (ins AnyTensor:$x),
     (ins), (outs AnyTensor:$y, AnyTensor:$y_scale, AnyTensor:$y_zero_point)>;
 def SD_MatMulIntegerOp : SD_Nary<"matmul_integer", "MatMulInteger",

@@ -42,35 +42,41 @@ Status storeQuantized(const std::vector<double> &v, const TensorView &out) {
   return Status::ok();
 }
 
-// Per-element values of a per-tensor or per-axis parameter (scale, zero point).
-std::vector<double> broadcastAlong(const TensorView &t, const TensorView &s, int64_t axis) {
+// Per-element values of a per-tensor, per-axis or blocked (block > 0: the
+// parameter has t's shape with `axis` in blocks) parameter (scale, zero point).
+std::vector<double> broadcastAlong(const TensorView &t, const TensorView &s, int64_t axis, int64_t block = 0) {
   std::vector<double> sv, out(size_t(t.numElements()));
   readDoubles(s, sv);
-  if (sv.size() == 1) return std::vector<double>(out.size(), sv[0]);
+  if (sv.size() == 1 && block == 0) return std::vector<double>(out.size(), sv[0]);
   if (axis < 0) axis += t.rank();
   AxisExtent e = extentAround(t.dims, axis);
-  for (size_t i = 0; i < out.size(); ++i) out[i] = sv[size_t((int64_t(i) / e.inner) % e.len)];
+  int64_t blocks = block > 0 ? (e.len + block - 1) / block : 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    int64_t at = (int64_t(i) / e.inner) % e.len;
+    if (block == 0) out[i] = sv[size_t(at)];
+    else out[i] = sv[size_t(((int64_t(i) / (e.inner * e.len)) * blocks + at / block) * e.inner + int64_t(i) % e.inner)];
+  }
   return out;
 }
 
 // Values of `t` minus a zero point broadcast along `axis` (per-tensor when the
 // zero point has one element), as doubles.
-std::vector<double> centered(const TensorView &t, const TensorView *zp, int64_t axis) {
+std::vector<double> centered(const TensorView &t, const TensorView *zp, int64_t axis, int64_t block = 0) {
   std::vector<double> v;
   readDoubles(t, v);
   if (!zp || !zp->data) return v;
-  std::vector<double> z = broadcastAlong(t, *zp, axis);
+  std::vector<double> z = broadcastAlong(t, *zp, axis, block);
   for (size_t i = 0; i < v.size(); ++i) v[i] -= z[i];
   return v;
 }
 
 Status QuantizeKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  int64_t axis = c.attrs.getInt("axis", 1);
-  std::vector<double> v, scale = broadcastAlong(x, c.inputs[1], axis);
+  int64_t axis = c.attrs.getInt("axis", 1), block = c.attrs.getInt("block_size", 0);
+  std::vector<double> v, scale = broadcastAlong(x, c.inputs[1], axis, block);
   readDoubles(x, v);
   std::vector<double> zp(v.size(), 0.0);
-  if (c.hasInput(2) && c.inputs[2].data) zp = broadcastAlong(x, c.inputs[2], axis);
+  if (c.hasInput(2) && c.inputs[2].data) zp = broadcastAlong(x, c.inputs[2], axis, block);
   bool f32 = x.dtype == DType::F32; // divide in the input's precision, as the reference does
   if (dtypeIsFloat8(y.dtype)) { // no rounding to integers: the float8 cast rounds
     bool saturateOut = c.attrs.getInt("saturate", 1) != 0;
@@ -86,9 +92,9 @@ Status QuantizeKernel(const KernelContext &c) {
 
 Status DequantizeKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  int64_t axis = c.attrs.getInt("axis", 1);
-  std::vector<double> scale = broadcastAlong(x, c.inputs[1], axis);
-  std::vector<double> v = centered(x, c.hasInput(2) ? &c.inputs[2] : nullptr, axis);
+  int64_t axis = c.attrs.getInt("axis", 1), block = c.attrs.getInt("block_size", 0);
+  std::vector<double> scale = broadcastAlong(x, c.inputs[1], axis, block);
+  std::vector<double> v = centered(x, c.hasInput(2) ? &c.inputs[2] : nullptr, axis, block);
   if (y.dtype == DType::F16 || y.dtype == DType::BF16) { // storage types: round once from f32
     for (size_t i = 0; i < v.size(); ++i) {
       float f = float(v[i] * scale[i]);

@@ -11,7 +11,29 @@ bool isInt8(DType t) { return t == DType::U8 || t == DType::I8; }
 // integers, and the float8 and 4-/2-bit storage types.
 bool isQuantized(DType t) { return isInt8(t) || t == DType::I16 || t == DType::U16 || dtypeIsNarrow(t); }
 
+// The scale (and zero point) of x: one value, one per slice along `axis`, or
+// with block_size > 0 (opset 21) x's shape with that dim split into blocks.
+Status checkQuantParam(const ShapeContext &c, size_t i, const char *what) {
+  if (!c.hasInput(i)) return Status::ok();
+  const TensorInfo &x = c.inputs[0], &p = c.inputs[i];
+  int64_t block = c.attrs.getInt("block_size", 0), axis = c.attrs.getInt("axis", 1);
+  if (block == 0) return Status::ok();
+  SD_CHECK_ARG(block > 0, "block_size must be positive");
+  SD_RETURN_IF_ERROR(normalizeAxis(axis, x.rank()));
+  SD_CHECK_ARG(p.rank() == x.rank(), "blocked ", what, " must have the input's rank ", x.rank());
+  for (int64_t d = 0; d < x.rank(); ++d) {
+    int64_t want = x.dims[size_t(d)] < 0 ? kUnknownDim
+                   : d == axis ? (x.dims[size_t(d)] + block - 1) / block : x.dims[size_t(d)];
+    SD_CHECK_ARG(want < 0 || p.dims[size_t(d)] < 0 || p.dims[size_t(d)] == want, "blocked ", what, " ",
+                 formatDims(p.dims), " does not fit input ", formatDims(x.dims), " with block_size ", block,
+                 " along axis ", axis);
+  }
+  return Status::ok();
+}
+
 Status quantizeShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(checkQuantParam(c, 1, "scale"));
+  SD_RETURN_IF_ERROR(checkQuantParam(c, 2, "zero point"));
   SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype) || c.inputs[0].dtype == DType::I32, "QuantizeLinear input must be float");
   // The zero point's type, else output_dtype (opset 21), else uint8.
   DType out = c.hasInput(2) ? c.inputs[2].dtype : DType(c.attrs.getInt("output_dtype", int64_t(DType::U8)));
@@ -23,9 +45,15 @@ Status quantizeShape(ShapeContext &c) {
 }
 
 Status dequantizeShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(checkQuantParam(c, 1, "scale"));
+  SD_RETURN_IF_ERROR(checkQuantParam(c, 2, "zero point"));
   SD_CHECK_ARG(isQuantized(c.inputs[0].dtype) || c.inputs[0].dtype == DType::I32,
                "DequantizeLinear input must be an 8-, 16- or 32-bit integer, float8 or a 4-/2-bit integer");
-  c.outputs = {sameAs(c.inputs[0], c.inputs[1].dtype)};
+  // The scale's type, unless output_dtype (opset 23) names another float.
+  DType out = DType(c.attrs.getInt("output_dtype", 0));
+  if (out == DType::Undefined) out = c.inputs[1].dtype;
+  SD_CHECK_ARG(dtypeIsFloat(out), "DequantizeLinear output_dtype must be a float type, not ", dtypeName(out));
+  c.outputs = {sameAs(c.inputs[0], out)};
   return Status::ok();
 }
 

@@ -15,6 +15,8 @@ selection (torch.nonzero, boolean-mask indexing).
              (NonZero + Gather / GatherND) equal ONNX Runtime's, however many
   topk       torch.topk with k counted from the data (TopK with a run-time k)
              equals ONNX Runtime, from k = 0 to the whole axis
+  prefix     the first 3 of the selected values (x[x > 0][:3]) keep
+             min(count, 3) rows, as ONNX Runtime, for 0 to 6 selected
 """
 import os
 import shutil
@@ -149,6 +151,7 @@ def main():
                   not problems, "; ".join(problems) or line)
         masked_selection(sdc, sdrun, tmp)
         top_k_by_count(sdc, sdrun, tmp)
+        prefix_of_selection(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report_checks("test_selection", RESULTS)
@@ -212,6 +215,32 @@ def top_k_by_count(sdc, sdrun, tmp):
         equal &= all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
     check("torch.topk with k counted from the data (a run-time k): values and indices equal ONNX Runtime's",
           equal and 0 in counts and 8 in counts, f"k per input {counts}")
+
+
+def prefix_of_selection(sdc, sdrun, tmp):
+    import torch
+
+    class FirstThreePositive(torch.nn.Module):
+        def forward(self, x):
+            return x[x > 0][:3]
+
+    model, plan = os.path.join(tmp, "prefix.onnx"), os.path.join(tmp, "prefix.sdp")
+    torch.onnx.export(FirstThreePositive(), (torch.randn(6),), model, input_names=["x"], output_names=["y"],
+                      opset_version=17, dynamo=False)
+    sh([sdc, "compile", model, "-o", plan])
+    equal, counts = True, []
+    for k in range(7):  # k positive values among 6
+        x = np.array([1.5, -2.0, 0.25, -0.5, 3.0, 2.0], np.float32)
+        x = np.where(np.arange(6) < k, np.abs(x) + 0.1, -np.abs(x) - 0.1).astype(np.float32)
+        want = list(ort_run(model, {"x": x}).values())[0]
+        path, out = os.path.join(tmp, f"p{k}.npy"), os.path.join(tmp, f"p{k}")
+        np.save(path, x)
+        sh([sdrun, "infer", plan, "--input", f"x={path}", "--output-dir", out, "--output-format", "npy"])
+        got = np.load(os.path.join(out, "output_0.npy"))
+        counts.append(want.shape[0])
+        equal &= got.shape == want.shape and np.array_equal(got, want)
+    check("a prefix [:3] of a boolean-mask selection keeps min(count, 3) values, as ONNX Runtime",
+          equal and counts == [0, 1, 2, 3, 3, 3, 3], f"values per input {counts}")
 
 
 if __name__ == "__main__":

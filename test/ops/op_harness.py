@@ -850,6 +850,14 @@ CASES["DequantizeLinear"] = [
          label="zero point", types=["i8", "u8", "i32"], opset=19),
     Case(lambda t, r: [rand(r, (2, 3), t, -100, 100), np.array([0.5, 1.0, 2.0], np.float32)], attrs={"axis": 1},
          label="per axis", opset=19)]
+# Blocked (opset 21): the scale and zero point have x's shape with `axis` in blocks of block_size.
+CASES["QuantizeLinear"].append(Case(lambda t, r: [rand(r, (2, 5, 3), t, -10, 10), rand(r, (2, 3, 3), t, 0.5, 2),
+                                                  rand(r, (2, 3, 3), "i8", -3, 3)],
+                                    attrs={"axis": 1, "block_size": 2}, types=["f32"], opset=21, label="blocked"))
+CASES["DequantizeLinear"].append(Case(lambda t, r: [rand(r, (4, 6), t, -100, 100), rand(r, (4, 2), "f32", 0.1, 2),
+                                                    rand(r, (4, 2), t, -5, 5)],
+                                      attrs={"axis": 1, "block_size": 3}, types=["i8", "u8"], opset=21,
+                                      label="blocked"))
 CASES["DynamicQuantizeLinear"] = [Case(lambda t, r: [rand(r, (3, 5), t, -4, 6)], outputs=3),
                                   Case(lambda t, r: [rand(r, (4,), t, 1, 6)], outputs=3, label="all positive")]
 CASES["MatMulInteger"] = [

@@ -73,3 +73,39 @@ func.func @merging_reshape_is_refused(%boxes: tensor<1x4x4xf32>, %scores: tensor
   %flat = sd.reshape %sel, %shape : (tensor<4x3xi64>, tensor<1xi64>) -> tensor<12xi64>
   return %flat : tensor<12xi64>
 }
+
+// -----
+
+// A prefix [:2] of the counted dim keeps min(count, 2) rows: the output's
+// count is that minimum.
+// CHECK-LABEL: func.func @prefix_of_detections
+//       CHECK:   %[[SEL:.*]], %[[COUNT:.*]] = sd.non_max_suppression
+//       CHECK:   %[[FIRST:.*]] = sd.slice %[[SEL]]
+//       CHECK:   %[[TWO:.*]] = sd.constant dense<2> : tensor<i64>
+//       CHECK:   %[[MIN:.*]] = sd.min %[[COUNT]], %[[TWO]]
+//       CHECK:   return %[[FIRST]], %[[MIN]] : tensor<2x3xi64>, tensor<i64>
+func.func @prefix_of_detections(%boxes: tensor<1x4x4xf32>, %scores: tensor<1x1x4xf32>) -> tensor<2x3xi64>
+    attributes {sd.entry = "infer", sd.output_names = ["first"]} {
+  %max = sd.constant dense<4> : tensor<1xi64>
+  %none = sd.none
+  %sel, %count = sd.non_max_suppression %boxes, %scores, %max, %none, %none : (tensor<1x4x4xf32>, tensor<1x1x4xf32>, tensor<1xi64>, none, none) -> (tensor<4x3xi64>, tensor<i64>)
+  %start = sd.constant dense<0> : tensor<1xi64>
+  %end = sd.constant dense<2> : tensor<1xi64>
+  %first = sd.slice %sel, %start, %end, %none, %none : (tensor<4x3xi64>, tensor<1xi64>, tensor<1xi64>, none, none) -> tensor<2x3xi64>
+  return %first : tensor<2x3xi64>
+}
+
+// -----
+
+// Any other slice of the counted dim ([1:3] here) may keep padding: refused.
+func.func @offset_slice_is_refused(%boxes: tensor<1x4x4xf32>, %scores: tensor<1x1x4xf32>) -> tensor<2x3xi64>
+    attributes {sd.entry = "infer"} {
+  %max = sd.constant dense<4> : tensor<1xi64>
+  %none = sd.none
+  %sel, %count = sd.non_max_suppression %boxes, %scores, %max, %none, %none : (tensor<1x4x4xf32>, tensor<1x1x4xf32>, tensor<1xi64>, none, none) -> (tensor<4x3xi64>, tensor<i64>)
+  %start = sd.constant dense<1> : tensor<1xi64>
+  %end = sd.constant dense<3> : tensor<1xi64>
+  // expected-error @+1 {{it slices the counted dim other than as a prefix [:k]}}
+  %mid = sd.slice %sel, %start, %end, %none, %none : (tensor<4x3xi64>, tensor<1xi64>, tensor<1xi64>, none, none) -> tensor<2x3xi64>
+  return %mid : tensor<2x3xi64>
+}
