@@ -40,7 +40,7 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
   Value castTo(OpBuilder &b, Location loc, Value v, Type element, sd::DType to) {
     auto t = cast<RankedTensorType>(v.getType());
     return b.create<CastOp>(loc, RankedTensorType::get(t.getShape(), element), v,
-                            b.getI64IntegerAttr(int64_t(to)), IntegerAttr());
+                            b.getI64IntegerAttr(int64_t(to)), IntegerAttr(), StringAttr());
   }
 
   void castAround(Operation *op) {

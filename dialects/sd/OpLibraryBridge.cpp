@@ -18,6 +18,8 @@ std::optional<DType> toDType(Type t) {
   if (t.isFloat8E4M3FNUZ()) return DType::F8E4M3FNUZ;
   if (t.isFloat8E5M2()) return DType::F8E5M2;
   if (t.isFloat8E5M2FNUZ()) return DType::F8E5M2FNUZ;
+  if (isa<Float4E2M1Type>(t)) return DType::F4E2M1;
+  if (isa<Float8E8M0Type>(t)) return DType::F8E8M0;
   if (auto it = dyn_cast<IntegerType>(t)) {
     bool u = it.isUnsigned();
     switch (it.getWidth()) {
@@ -57,6 +59,8 @@ Type toMlirType(MLIRContext *ctx, DType dt) {
   case DType::U4: return b.getIntegerType(4, false);
   case DType::I2: return b.getIntegerType(2);
   case DType::U2: return b.getIntegerType(2, false);
+  case DType::F4E2M1: return Float4E2M1Type::get(ctx);
+  case DType::F8E8M0: return Float8E8M0Type::get(ctx);
   default: return {};
   }
 }
@@ -158,6 +162,8 @@ bool elementsToBytes(ElementsAttr attr, std::vector<uint8_t> &out) {
 }
 
 DenseElementsAttr bytesToElements(ShapedType type, const std::vector<uint8_t> &bytes) {
+  // sd's own element types (float4, E8M0) have no dense attribute form.
+  if (!type.getElementType().isIntOrFloat()) return {};
   if (type.getElementType().isInteger(1)) {
     SmallVector<bool> bits(bytes.begin(), bytes.end());
     return DenseElementsAttr::get(type, bits);

@@ -4,6 +4,7 @@
 
 include "mlir/IR/OpBase.td"
 include "mlir/IR/AttrTypeBase.td"
+include "mlir/IR/BuiltinTypeInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 
 def SD_Dialect : Dialect {
@@ -17,7 +18,19 @@ def SD_Dialect : Dialect {
   }];
   let usePropertiesForAttributes = 0;
   let hasConstantMaterializer = 1;
+  let useDefaultTypePrinterParser = 1;
 }
+
+// Element types ONNX has and MLIR 19's builtins lack: storage only, one byte
+// per element in memory (sd/format/dtype.h), converted by Cast and the
+// quantization ops.
+class SD_StorageType<string name, string typeMnemonic, string what>
+    : TypeDef<SD_Dialect, name, [MemRefElementTypeInterface]> {
+  let mnemonic = typeMnemonic;
+  let summary = what;
+}
+def SD_Float4E2M1Type : SD_StorageType<"Float4E2M1", "f4e2m1", "ONNX FLOAT4E2M1 (sign, 2 exponent, 1 mantissa bit)">;
+def SD_Float8E8M0Type : SD_StorageType<"Float8E8M0", "f8e8m0", "ONNX FLOAT8E8M0 (a power-of-two scale)">;
 
 // Compute ops: the op library (kernels/) defines their shape rule and
 // kernels; the interface connects an op to its contract and verifies result

@@ -6,14 +6,21 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 using namespace sd::ir;
 
 #include "SDDialect.cpp.inc"
 #include "SDInterfaces.cpp.inc"
+#define GET_TYPEDEF_CLASSES
+#include "SDTypes.cpp.inc"
 
 void SDDialect::initialize() {
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "SDTypes.cpp.inc"
+      >();
   addOperations<
 #define GET_OP_LIST
 #include "SDOps.cpp.inc"

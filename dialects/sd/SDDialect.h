@@ -18,5 +18,8 @@ mlir::LogicalResult verifyAgainstShapeRule(mlir::Operation *op);
 #include "SDDialect.h.inc"
 #include "SDInterfaces.h.inc"
 
+#define GET_TYPEDEF_CLASSES
+#include "SDTypes.h.inc"
+
 #define GET_OP_CLASSES
 #include "SDOps.h.inc"

@@ -86,9 +86,9 @@ def SD_CeluOp : SD_Unary<"celu", "Celu", (ins OptF32:$alpha)>;
 def SD_ThresholdedReluOp : SD_Unary<"thresholded_relu", "ThresholdedRelu", (ins OptF32:$alpha)>;
 def SD_GeluOp : SD_Unary<"gelu", "Gelu", (ins OptStr:$approximate)>;
 def SD_IsInfOp : SD_Unary<"is_inf", "IsInf", (ins OptI64:$detect_negative, OptI64:$detect_positive)>;
-def SD_CastOp : SD_Unary<"cast", "Cast", (ins I64Attr:$to, OptI64:$saturate)>;
+def SD_CastOp : SD_Unary<"cast", "Cast", (ins I64Attr:$to, OptI64:$saturate, OptStr:$round_mode)>;
 def SD_BitCastOp : SD_Unary<"bit_cast", "BitCast", (ins I64Attr:$to)>;
-def SD_CastLikeOp : SD_Binary<"cast_like", "CastLike", (ins OptI64:$saturate)>;
+def SD_CastLikeOp : SD_Binary<"cast_like", "CastLike", (ins OptStr:$round_mode, OptI64:$saturate)>;
 
 foreach op = [["add", "Add"], ["sub", "Sub"], ["mul", "Mul"], ["div", "Div"],
               ["pow", "Pow"], ["and", "And"], ["or", "Or"], ["xor", "Xor"],

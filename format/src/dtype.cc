@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 namespace sd {
@@ -11,7 +12,7 @@ size_t dtypeSize(DType t) {
   case DType::F32: case DType::I32: case DType::U32: return 4;
   case DType::U8: case DType::I8: case DType::Bool: return 1;
   case DType::F8E4M3FN: case DType::F8E4M3FNUZ: case DType::F8E5M2: case DType::F8E5M2FNUZ:
-  case DType::U4: case DType::I4: case DType::U2: case DType::I2: return 1;
+  case DType::U4: case DType::I4: case DType::U2: case DType::I2: case DType::F4E2M1: case DType::F8E8M0: return 1;
   case DType::U16: case DType::I16: case DType::F16: case DType::BF16: return 2;
   case DType::I64: case DType::F64: case DType::U64: return 8;
   default: return 0;
@@ -42,6 +43,8 @@ const char *dtypeName(DType t) {
   case DType::I4: return "i4";
   case DType::U2: return "u2";
   case DType::I2: return "i2";
+  case DType::F4E2M1: return "f4e2m1";
+  case DType::F8E8M0: return "f8e8m0";
   default: return "undefined";
   }
 }
@@ -118,8 +121,9 @@ namespace sd {
 bool dtypeIsFloat8(DType t) {
   return t == DType::F8E4M3FN || t == DType::F8E4M3FNUZ || t == DType::F8E5M2 || t == DType::F8E5M2FNUZ;
 }
+bool dtypeIsNarrowFloat(DType t) { return dtypeIsFloat8(t) || t == DType::F4E2M1 || t == DType::F8E8M0; }
 bool dtypeIsNarrow(DType t) {
-  return dtypeIsFloat8(t) || t == DType::U4 || t == DType::I4 || t == DType::U2 || t == DType::I2;
+  return dtypeIsNarrowFloat(t) || t == DType::U4 || t == DType::I4 || t == DType::U2 || t == DType::I2;
 }
 
 namespace {
@@ -178,11 +182,53 @@ const Float8Table &tableOf(DType t) {
   }
 }
 
+// Float4 E2M1: sign, 2 exponent bits (bias 1), 1 mantissa bit; no inf or NaN.
+constexpr float kFloat4Values[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
+
+uint8_t floatToFloat4(float x) {
+  // No NaN in float4: ml_dtypes (ONNX's reference) gives a zero of the
+  // opposite sign, -0 for a positive NaN.
+  if (std::isnan(x)) return std::signbit(x) ? 0x0 : 0x8;
+  uint8_t sign = std::signbit(x) ? 0x8 : 0;
+  float a = std::fabs(x);
+  uint8_t code = 7;
+  for (uint8_t c = 0; c < 7; ++c) {
+    float mid = (kFloat4Values[c] + kFloat4Values[c + 1]) / 2;
+    if (a < mid || (a == mid && (c & 1) == 0)) { code = c; break; }
+  }
+  return uint8_t(sign | code);
+}
+
+// E8M0: 2^(code - 127), code 255 the NaN; the sign is dropped.
+uint8_t floatToE8M0(float x, bool saturate, PowerOfTwoRounding rounding) {
+  if (!std::isfinite(x)) return 0xff;
+  uint32_t bits;
+  float a = std::fabs(x);
+  std::memcpy(&bits, &a, 4);
+  uint32_t exp = bits >> 23, man = bits & 0x7fffff;
+  if (exp == 0) { // zero and subnormals lie between code 0 (2^-127) and code 1 (2^-126)
+    const float lo = std::ldexp(1.0f, -127);
+    bool up = rounding == PowerOfTwoRounding::Up ? a > lo : rounding == PowerOfTwoRounding::Nearest && a >= 1.5f * lo;
+    return up ? 1 : 0;
+  }
+  uint32_t code = exp;
+  if (rounding == PowerOfTwoRounding::Up && man != 0) ++code;
+  if (rounding == PowerOfTwoRounding::Nearest && man >= 0x400000) ++code;
+  if (code >= 0xff) return saturate ? 0xfe : 0xff;
+  return uint8_t(code);
+}
+
 } // namespace
 
-float float8ToFloat(uint8_t code, DType t) { return tableOf(t).value[code]; }
+float float8ToFloat(uint8_t code, DType t) {
+  if (t == DType::F4E2M1) return (code & 0x8 ? -1.0f : 1.0f) * kFloat4Values[code & 0x7];
+  if (t == DType::F8E8M0) return code == 0xff ? std::numeric_limits<float>::quiet_NaN() : std::ldexp(1.0f, int(code) - 127);
+  return tableOf(t).value[code];
+}
 
-uint8_t floatToFloat8(float x, DType t, bool saturate) {
+uint8_t floatToFloat8(float x, DType t, bool saturate, PowerOfTwoRounding e8m0) {
+  if (t == DType::F4E2M1) return floatToFloat4(x);
+  if (t == DType::F8E8M0) return floatToE8M0(x, saturate, e8m0);
   const Float8Table &table = tableOf(t);
   Float8Format f = formatOf(t);
   uint8_t nanCode = f.fnuz ? 0x80 : 0x7f, sign = std::signbit(x) ? 0x80 : 0;
@@ -221,7 +267,7 @@ int64_t wrapNarrowInteger(int64_t v, DType t) {
 }
 
 static int packedBits(DType t) {
-  return (t == DType::I4 || t == DType::U4) ? 4 : (t == DType::I2 || t == DType::U2) ? 2 : 8;
+  return (t == DType::I4 || t == DType::U4 || t == DType::F4E2M1) ? 4 : (t == DType::I2 || t == DType::U2) ? 2 : 8;
 }
 
 size_t packedSize(DType t, int64_t n) {
@@ -233,7 +279,7 @@ void unpackNarrow(DType t, const uint8_t *packed, int64_t n, uint8_t *out) {
   int bits = packedBits(t), perByte = 8 / bits;
   for (int64_t i = 0; i < n; ++i) {
     int64_t v = (packed[i / perByte] >> ((i % perByte) * bits)) & ((1 << bits) - 1);
-    out[i] = uint8_t(int8_t(wrapNarrowInteger(v, t)));
+    out[i] = t == DType::F4E2M1 ? uint8_t(v) : uint8_t(int8_t(wrapNarrowInteger(v, t)));
   }
 }
 

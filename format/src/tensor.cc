@@ -72,6 +72,7 @@ bool readDoubles(const TensorView &t, std::vector<double> &out) {
   case DType::F16: for (int64_t i = 0; i < n; ++i) out[i] = halfToFloat(t.as<uint16_t>()[i]); return true;
   case DType::BF16: for (int64_t i = 0; i < n; ++i) out[i] = bf16ToFloat(t.as<uint16_t>()[i]); return true;
   case DType::F8E4M3FN: case DType::F8E4M3FNUZ: case DType::F8E5M2: case DType::F8E5M2FNUZ:
+  case DType::F4E2M1: case DType::F8E8M0:
     for (int64_t i = 0; i < n; ++i) out[i] = float8ToFloat(t.as<uint8_t>()[i], t.dtype);
     return true;
   default: {

@@ -507,14 +507,15 @@ template <typename TI, typename TO> void convert(const void *in, void *out, int6
   }
 }
 
-Status castBetween(const TensorView &in, const TensorView &out, bool saturate = true);
+Status castBetween(const TensorView &in, const TensorView &out, bool saturate = true,
+                   PowerOfTwoRounding e8m0 = PowerOfTwoRounding::Up);
 
-// Float8 goes through f32, 4- and 2-bit integers (one extended byte each)
+// Narrow floats go through f32, 4- and 2-bit integers (one extended byte each)
 // through i8/u8 on the way in and i64, wrapped, on the way out.
-Status castNarrow(const TensorView &in, const TensorView &out, bool saturate) {
+Status castNarrow(const TensorView &in, const TensorView &out, bool saturate, PowerOfTwoRounding e8m0) {
   int64_t n = in.numElements();
   DType from = in.dtype, to = out.dtype;
-  if (dtypeIsFloat8(from)) {
+  if (dtypeIsNarrowFloat(from)) {
     std::vector<float> tmp(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) tmp[size_t(i)] = float8ToFloat(in.as<uint8_t>()[i], from);
     return castBetween(TensorView{tmp.data(), DType::F32, in.dims}, out, saturate);
@@ -523,10 +524,10 @@ Status castNarrow(const TensorView &in, const TensorView &out, bool saturate) {
     bool isSigned = from == DType::I4 || from == DType::I2;
     return castBetween(TensorView{in.data, isSigned ? DType::I8 : DType::U8, in.dims}, out, saturate);
   }
-  if (dtypeIsFloat8(to)) {
+  if (dtypeIsNarrowFloat(to)) {
     std::vector<float> tmp(static_cast<size_t>(n));
     SD_RETURN_IF_ERROR(castBetween(in, TensorView{tmp.data(), DType::F32, in.dims}, saturate));
-    for (int64_t i = 0; i < n; ++i) out.as<uint8_t>()[i] = floatToFloat8(tmp[size_t(i)], to, saturate);
+    for (int64_t i = 0; i < n; ++i) out.as<uint8_t>()[i] = floatToFloat8(tmp[size_t(i)], to, saturate, e8m0);
     return Status::ok();
   }
   std::vector<int64_t> tmp(static_cast<size_t>(n));
@@ -535,14 +536,14 @@ Status castNarrow(const TensorView &in, const TensorView &out, bool saturate) {
   return Status::ok();
 }
 
-Status castBetween(const TensorView &in, const TensorView &out, bool saturate) {
+Status castBetween(const TensorView &in, const TensorView &out, bool saturate, PowerOfTwoRounding e8m0) {
   int64_t n = in.numElements();
   DType from = in.dtype, to = out.dtype;
   if (from == to) {
     std::memcpy(out.data, in.data, in.byteSize());
     return Status::ok();
   }
-  if (dtypeIsNarrow(from) || dtypeIsNarrow(to)) return castNarrow(in, out, saturate);
+  if (dtypeIsNarrow(from) || dtypeIsNarrow(to)) return castNarrow(in, out, saturate, e8m0);
   // Half types go through f32.
   if (from == DType::F16 || from == DType::BF16) {
     std::vector<float> tmp(static_cast<size_t>(n));
@@ -578,7 +579,10 @@ Status castBetween(const TensorView &in, const TensorView &out, bool saturate) {
 }
 
 Status CastKernel(const KernelContext &c) {
-  return castBetween(c.inputs[0], c.outputs[0], c.attrs.getInt("saturate", 1) != 0);
+  std::string mode = c.attrs.getString("round_mode", "up"); // E8M0 targets only (opset 25)
+  PowerOfTwoRounding e8m0 = mode == "down" ? PowerOfTwoRounding::Down
+                            : mode == "nearest" ? PowerOfTwoRounding::Nearest : PowerOfTwoRounding::Up;
+  return castBetween(c.inputs[0], c.outputs[0], c.attrs.getInt("saturate", 1) != 0, e8m0);
 }
 
 } // namespace

@@ -78,7 +78,7 @@ Status QuantizeKernel(const KernelContext &c) {
   std::vector<double> zp(v.size(), 0.0);
   if (c.hasInput(2) && c.inputs[2].data) zp = broadcastAlong(x, c.inputs[2], axis, block);
   bool f32 = x.dtype == DType::F32; // divide in the input's precision, as the reference does
-  if (dtypeIsFloat8(y.dtype)) { // no rounding to integers: the float8 cast rounds
+  if (dtypeIsNarrowFloat(y.dtype)) { // no rounding to integers: the narrow float cast rounds
     bool saturateOut = c.attrs.getInt("saturate", 1) != 0;
     for (size_t i = 0; i < v.size(); ++i)
       y.as<uint8_t>()[i] = floatToFloat8(float((f32 ? double(float(v[i]) / float(scale[i])) : v[i] / scale[i]) + zp[i]),

@@ -93,6 +93,7 @@ static Status whereShape(ShapeContext &c) {
 static Status castShape(ShapeContext &c) {
   int64_t to = c.attrs.getInt("to", 0);
   SD_CHECK_ARG(dtypeIsKnown(int32_t(to)), "Cast to unsupported type ", to);
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "round_mode", {"up", "down", "nearest"}));
   c.outputs = {sameAs(c.inputs[0], DType(to))};
   return Status::ok();
 }

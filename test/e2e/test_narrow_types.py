@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Float8 and 4-/2-bit integers through Cast, against ml_dtypes (what ONNX's
-reference uses), exhaustively where the types are small:
+"""Float8, float4 and 4-/2-bit integers through Cast, against ml_dtypes (what
+ONNX's reference uses), exhaustively where the types are small:
 
   float8     every f16 value (NaN, infinities, subnormals, ties included) cast
              f16 -> f8 -> f32, with saturate=1 and 0, for E4M3FN, E4M3FNUZ,
-             E5M2 and E5M2FNUZ: equal to ml_dtypes' round-to-nearest-even
+             E5M2 and E5M2FNUZ, and f16 -> f4 -> f32 for FLOAT4E2M1 (which
+             always saturates): equal to ml_dtypes' round-to-nearest-even
              (clipped to the finite range first when saturating), NaN for NaN
   integers   every integer in [-40, 40] cast i32 -> int4/uint4/int2/uint2 ->
              i32: wrapped as ml_dtypes wraps, and the packed .pb files
@@ -25,7 +26,8 @@ from e2e_util import report_checks, sh, tool_paths
 
 RESULTS = []
 FLOAT8 = {TensorProto.FLOAT8E4M3FN: ml_dtypes.float8_e4m3fn, TensorProto.FLOAT8E4M3FNUZ: ml_dtypes.float8_e4m3fnuz,
-          TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2, TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz}
+          TensorProto.FLOAT8E5M2: ml_dtypes.float8_e5m2, TensorProto.FLOAT8E5M2FNUZ: ml_dtypes.float8_e5m2fnuz,
+          TensorProto.FLOAT4E2M1: ml_dtypes.float4_e2m1fn}
 INTS = {TensorProto.INT4: ml_dtypes.int4, TensorProto.UINT4: ml_dtypes.uint4, TensorProto.INT2: ml_dtypes.int2,
         TensorProto.UINT2: ml_dtypes.uint2}
 
@@ -36,7 +38,7 @@ def cast_chain(path, in_type, mid_type, out_type, n, saturate=None):
     nodes = [helper.make_node("Cast", ["x"], ["y"], to=mid_type, **extra), helper.make_node("Cast", ["y"], ["z"], to=out_type)]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", in_type, [n])],
                           [helper.make_tensor_value_info("y", mid_type, [n]), helper.make_tensor_value_info("z", out_type, [n])])
-    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), path)
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)]), path)
 
 
 def run(sdc, sdrun, model, x, tmp, tag):
@@ -68,8 +70,9 @@ def main():
                 cast_chain(model, TensorProto.FLOAT16, onnx_type, TensorProto.FLOAT, halves.size, saturate)
                 narrow, wide = run(sdc, sdrun, model, halves, tmp, f"{name}_{saturate}")
                 x = halves.astype(np.float32)
+                saturating = saturate or onnx_type == TensorProto.FLOAT4E2M1  # float4 has no inf or NaN
                 with np.errstate(all="ignore"):  # the NaNs and infinities among the f16 values
-                    want = (np.clip(x, float(info.min), float(info.max)) if saturate else x).astype(ml)
+                    want = (np.clip(x, float(info.min), float(info.max)) if saturating else x).astype(ml)
                 same_bits = (narrow.view(np.uint8) == want.view(np.uint8)) | (np.isnan(want.astype(np.float32))
                                                                                & np.isnan(narrow.astype(np.float32)))
                 same_wide = np.array_equal(wide, want.astype(np.float32), equal_nan=True)

@@ -46,9 +46,9 @@ NP = {"f32": np.float32, "f64": np.float64, "f16": np.float16, "bf16": ml_dtypes
       # Narrow storage types (sdc holds one byte per element, as ml_dtypes does).
       "f8e4m3fn": ml_dtypes.float8_e4m3fn, "f8e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "f8e5m2": ml_dtypes.float8_e5m2,
       "f8e5m2fnuz": ml_dtypes.float8_e5m2fnuz, "i4": ml_dtypes.int4, "u4": ml_dtypes.uint4, "i2": ml_dtypes.int2,
-      "u2": ml_dtypes.uint2}
+      "u2": ml_dtypes.uint2, "f4e2m1": ml_dtypes.float4_e2m1fn, "f8e8m0": ml_dtypes.float8_e8m0fnu}
 FLOATS = ("f32", "f64", "f16", "bf16")
-NARROW_TYPE = re.compile(r"f8|[iu][42]$")
+NARROW_TYPE = re.compile(r"f8|f4|[iu][42]$")
 HALVES = ("f16", "bf16")
 FLOAT_NAME = {np.dtype(NP[t]): t for t in FLOATS}
 # Relative tolerances: f32/f64 kernels reassociate sums (blocked GEMMs,
@@ -64,7 +64,10 @@ def onnx_type(t):
 
 def rand(rng, shape, t, lo=-2.0, hi=2.0):
     """Random values of type t in [lo, hi] (integers: clipped to the type)."""
-    if t in FLOATS or t.startswith("f8"):
+    if t == "f8e8m0":  # powers of two only (no sign, no zero): stay within [lo, hi] once rounded
+        top = max(int(math.floor(math.log2(hi))) if hi > 0 else -8, -8)
+        return np.ldexp(1.0, rng.integers(-8, top + 1, shape)).astype(NP[t])
+    if t in FLOATS or t.startswith("f8") or t.startswith("f4"):
         return rng.uniform(lo, hi, shape).astype(NP[t])
     if t == "bool":
         return rng.integers(0, 2, shape).astype(bool)
@@ -545,7 +548,7 @@ CASES["Where"] = [Case(lambda t, r: [rand(r, (2, 1, 4), "bool"), rand(r, (3, 1),
                   Case(lambda t, r: [rand(r, (0, 4), "bool"), rand(r, (0, 4), t), rand(r, (1, 4), t)],
                        label="zero-sized")]
 for to in ["f32", "f64", "f16", "bf16", "i8", "i32", "i64", "u8", "u64", "bool", "f8e4m3fn", "f8e5m2fnuz", "i4",
-           "u2"]:
+           "u2", "f4e2m1", "f8e8m0"]:
     # Values in range of both types: out-of-range float-to-integer casts are
     # undefined in ONNX (sdc saturates, NumPy wraps).
     lo = 0 if to.startswith("u") or to == "bool" else -100

@@ -71,7 +71,7 @@ DType dtypeOf(const py::array &a) {
       // ml_dtypes' narrow types: one byte per element, as sdc holds them.
       {"float8_e4m3fn", DType::F8E4M3FN}, {"float8_e4m3fnuz", DType::F8E4M3FNUZ}, {"float8_e5m2", DType::F8E5M2},
       {"float8_e5m2fnuz", DType::F8E5M2FNUZ}, {"int4", DType::I4}, {"uint4", DType::U4}, {"int2", DType::I2},
-      {"uint2", DType::U2}};
+      {"uint2", DType::U2}, {"float4_e2m1fn", DType::F4E2M1}, {"float8_e8m0fnu", DType::F8E8M0}};
   for (auto &[n, t] : names)
     if (name == n) return t;
   throw std::invalid_argument("unsupported array dtype " + name);
@@ -82,7 +82,7 @@ py::dtype numpyDtype(DType t) {
   static const std::pair<DType, const char *> narrow[] = {
       {DType::F8E4M3FN, "float8_e4m3fn"}, {DType::F8E4M3FNUZ, "float8_e4m3fnuz"}, {DType::F8E5M2, "float8_e5m2"},
       {DType::F8E5M2FNUZ, "float8_e5m2fnuz"}, {DType::I4, "int4"}, {DType::U4, "uint4"}, {DType::I2, "int2"},
-      {DType::U2, "uint2"}};
+      {DType::U2, "uint2"}, {DType::F4E2M1, "float4_e2m1fn"}, {DType::F8E8M0, "float8_e8m0fnu"}};
   for (auto &[d, n] : narrow)
     if (d == t) return py::dtype::from_args(py::module_::import("ml_dtypes").attr(n));
   static const std::pair<DType, const char *> names[] = {

@@ -26,6 +26,12 @@ FailureOr<RankedTensorType> tensorTypeOf(Builder &b, const onnx::TensorProto &t,
     error = "tensor '" + t.name() + "' has unsupported data type " + std::to_string(t.data_type());
     return failure();
   }
+  Type et = toMlirType(b.getContext(), DType(t.data_type()));
+  if (!et.isIntOrFloat()) {
+    error = "tensor '" + t.name() + "' is a constant of type " + dtypeName(DType(t.data_type())) +
+            ", which sdc takes only as a graph input or a computed value";
+    return failure();
+  }
   SmallVector<int64_t> dims;
   int64_t n = 1;
   for (int64_t d : t.dims()) {
@@ -40,7 +46,7 @@ FailureOr<RankedTensorType> tensorTypeOf(Builder &b, const onnx::TensorProto &t,
     n *= std::max<int64_t>(d, 1);
     dims.push_back(d);
   }
-  return RankedTensorType::get(dims, toMlirType(b.getContext(), DType(t.data_type())));
+  return RankedTensorType::get(dims, et);
 }
 
 FailureOr<ElementsAttr> tensorToElements(Builder &b, const onnx::TensorProto &t, bool asResource, std::string &error) {

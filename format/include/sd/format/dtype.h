@@ -28,6 +28,8 @@ enum class DType : int32_t {
   F8E5M2FNUZ = 20,
   U4 = 21,
   I4 = 22,
+  F4E2M1 = 23,
+  F8E8M0 = 24,
   U2 = 25,
   I2 = 26,
 };
@@ -49,18 +51,25 @@ inline float bf16ToFloat(uint16_t b) {
 }
 uint16_t floatToBf16(float f);
 
-// Narrow storage types: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ) and 4- and
-// 2-bit integers. In memory each element is one byte (integers sign- or
-// zero-extended), so kernels index them like u8/i8; only ONNX files pack the
-// integers, two or four to a byte, low bits first. Only Cast/CastLike and the
-// byte-moving ops (reshape, transpose, gather, concat, ...) take them.
+// Narrow storage types: float8 (E4M3FN, E4M3FNUZ, E5M2, E5M2FNUZ), E8M0 (a
+// power-of-two scale), float4 E2M1 and 4- and 2-bit integers. In memory each
+// element is one byte (integers sign- or zero-extended, float4 its 4-bit
+// code), so kernels index them like u8/i8; only ONNX files pack the 4- and
+// 2-bit types, two or four to a byte, low bits first. Only Cast/CastLike, the
+// quantization ops and the byte-moving ops (reshape, transpose, gather,
+// concat, ...) take them.
 bool dtypeIsNarrow(DType t);
-bool dtypeIsFloat8(DType t);
-float float8ToFloat(uint8_t code, DType t);
+bool dtypeIsFloat8(DType t);      // the four float8 types with a mantissa
+bool dtypeIsNarrowFloat(DType t); // those, E8M0 and float4 E2M1
+float float8ToFloat(uint8_t code, DType t); // any narrow float
+// E8M0 has no mantissa: a value between two powers of two rounds up (ONNX's
+// default), down, or to the nearer (ties up).
+enum class PowerOfTwoRounding { Up, Down, Nearest };
 // Round to nearest even. Out of range (and infinities): the largest finite
 // value when `saturate`, else infinity (E5M2) or NaN (the others, which have
-// no infinity), as ONNX's Cast specifies.
-uint8_t floatToFloat8(float x, DType t, bool saturate);
+// no infinity), as ONNX's Cast specifies. Float4 always saturates and takes
+// NaN to a zero of the opposite sign (as ml_dtypes); E8M0 takes |x|, NaN and infinity to its NaN.
+uint8_t floatToFloat8(float x, DType t, bool saturate, PowerOfTwoRounding e8m0 = PowerOfTwoRounding::Up);
 // An integer wrapped into a 4- or 2-bit type (two's complement for signed), as
 // ONNX's Cast does.
 int64_t wrapNarrowInteger(int64_t v, DType t);

@@ -81,10 +81,10 @@ public:
   static TypeSet numeric() { return floats() | integers(); }
   // Every fixed-size type: kernels that only move bytes.
   static TypeSet all() { return numeric() | halves() | TypeSet{DType::Bool}; }
-  // Float8 and 4-/2-bit integers (dtype.h): storage only, taken by Cast.
+  // Narrow floats and 4-/2-bit integers (dtype.h): storage only, taken by Cast.
   static TypeSet narrow() {
-    return {DType::F8E4M3FN, DType::F8E4M3FNUZ, DType::F8E5M2, DType::F8E5M2FNUZ,
-            DType::U4,       DType::I4,         DType::U2,     DType::I2};
+    return {DType::F8E4M3FN, DType::F8E4M3FNUZ, DType::F8E5M2, DType::F8E5M2FNUZ, DType::F8E8M0,
+            DType::F4E2M1,   DType::U4,         DType::I4,     DType::U2,         DType::I2};
   }
 
 private:
