@@ -1,8 +1,11 @@
-// CPU kernel for Resize: nearest, (multi)linear and cubic interpolation with
-// every ONNX coordinate transformation mode. Each axis is resolved to taps
-// (input index, weight) once; the output is a separable weighted sum.
+// CPU kernel for Resize: nearest, (multi)linear and cubic interpolation (also
+// antialiased) with every ONNX coordinate transformation mode. Each axis is
+// resolved to taps (input index, weight) once; the output is a separable
+// weighted sum.
 #include "cpu_util.h"
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace sd::cpu {
 namespace {
@@ -33,6 +36,41 @@ double originalCoordinate(const std::string &mode, double x, double scale, int64
   return x / scale; // asymmetric
 }
 
+// Antialiased linear/cubic (onnx/reference): when downsampling, the filter is
+// stretched by 1/scale, so each output reads a window of n inputs; the
+// weights are normalized, and the window is placed as the reference places
+// it (ties toward the smaller index), edge-clamped.
+void antialiasTaps(const AttrMap &a, double x, int64_t in, double scale, int64_t o, AxisTaps &t) {
+  bool cubic = a.getString("mode", "nearest") == "cubic";
+  double A = a.getFloat("cubic_coeff_a", -0.75), s = std::min(scale, 1.0);
+  double ratio = x == std::floor(x) ? 1.0 : x - std::floor(x);
+  int64_t start = cubic ? int64_t(std::floor(-2 / s)) + 1 : int64_t(std::floor(-1 / s)) + 1;
+  int n = int(2 - 2 * start);
+  std::vector<double> c(static_cast<size_t>(n));
+  double sum = 0;
+  for (int k = 0; k < n; ++k) {
+    double u = std::fabs(s * (double(start + k) - ratio));
+    if (cubic) c[size_t(k)] = u <= 1 ? ((A + 2) * u - (A + 3)) * u * u + 1 : u < 2 ? ((A * u - 5 * A) * u + 8 * A) * u - 4 * A : 0;
+    else c[size_t(k)] = std::max(0.0, 1 - u);
+    sum += c[size_t(k)];
+  }
+  int64_t pad = (n + 1) / 2;
+  double xp = x + double(pad), p = std::floor(xp), frac = xp - p;
+  int64_t offset = n % 2 == 0 ? (frac == 0 ? -(n / 2) : -(n / 2) + 1) : (frac <= 0.5 ? -((n - 1) / 2) : -((n - 1) / 2) + 1);
+  int64_t first = int64_t(p) + offset - pad;
+  bool exclude = a.getInt("exclude_outside", 0);
+  double kept = 0;
+  for (int k = 0; k < n; ++k) {
+    c[size_t(k)] /= sum;
+    if (exclude && (first + k < 0 || first + k >= in)) c[size_t(k)] = 0;
+    kept += c[size_t(k)];
+  }
+  for (int k = 0; k < n; ++k) {
+    t.index[size_t(o * n + k)] = std::min<int64_t>(std::max<int64_t>(first + k, 0), in - 1);
+    t.weight[size_t(o * n + k)] = exclude && kept != 0 ? c[size_t(k)] / kept : c[size_t(k)];
+  }
+}
+
 Status axisTaps(const AttrMap &a, int64_t in, int64_t out, double scale, bool scaleGiven, double roiStart,
                 double roiEnd, AxisTaps &t) {
   std::string mode = a.getString("mode", "nearest");
@@ -41,6 +79,12 @@ Status axisTaps(const AttrMap &a, int64_t in, int64_t out, double scale, bool sc
   double cubicA = a.getFloat("cubic_coeff_a", -0.75);
   bool exclude = a.getInt("exclude_outside", 0);
   t.taps = mode == "nearest" ? 1 : mode == "linear" ? 2 : 4;
+  bool antialias = a.getInt("antialias", 0) && mode != "nearest";
+  if (antialias) { // the window widens with 1/scale when downsampling
+    double s = std::min(scale, 1.0);
+    int64_t start = mode == "cubic" ? int64_t(std::floor(-2 / s)) + 1 : int64_t(std::floor(-1 / s)) + 1;
+    t.taps = int(2 - 2 * start);
+  }
   t.index.assign(size_t(out * t.taps), 0);
   t.weight.assign(size_t(out * t.taps), 0.0);
   t.outside.assign(size_t(out), 0);
@@ -50,6 +94,10 @@ Status axisTaps(const AttrMap &a, int64_t in, int64_t out, double scale, bool sc
                    ? originalCoordinate(coord, double(o), scale, in, double(out), roiStart, roiEnd)
                    : originalCoordinate(coord, double(o), scale, in, length, roiStart, roiEnd);
     if (coord == "tf_crop_and_resize" && (x < 0 || x > double(in - 1))) t.outside[size_t(o)] = 1;
+    if (antialias) {
+      antialiasTaps(a, x, in, scale, o, t);
+      continue;
+    }
     int64_t *idx = &t.index[size_t(o * t.taps)];
     double *w = &t.weight[size_t(o * t.taps)];
     auto clampIdx = [&](int64_t i) { return std::min<int64_t>(std::max<int64_t>(i, 0), in - 1); };

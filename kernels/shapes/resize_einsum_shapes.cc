@@ -9,8 +9,8 @@ namespace {
 // Resize(X, roi, scales, sizes). Output dims need scales or sizes as constants.
 Status resizeShape(ShapeContext &c) {
   const TensorInfo &x = c.inputs[0];
-  if (c.attrs.getInt("antialias", 0)) return sdError("Resize antialias is not supported");
   std::string mode = c.attrs.getString("mode", "nearest");
+  SD_CHECK_ARG(!c.attrs.getInt("antialias", 0) || mode != "nearest", "Resize antialias needs mode linear or cubic");
   SD_CHECK_ARG(mode == "nearest" || mode == "linear" || mode == "cubic", "Resize mode '", mode, "' is not supported");
   SD_RETURN_IF_ERROR(checkChoice(c.attrs, "coordinate_transformation_mode",
                                  {"half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",

@@ -888,7 +888,15 @@ CASES["Resize"] = [
     Case(lambda t, r: [rand(r, (1, 1, 4, 4), t), None, np.array([1, 1, 0.5, 0.75], np.float32)],
          attrs={"mode": "linear", "coordinate_transformation_mode": "align_corners"}, label="linear align_corners"),
     Case(lambda t, r: [rand(r, (1, 1, 3, 3), t), None, np.array([1, 1, 2, 2], np.float32)],
-         attrs={"mode": "cubic"}, label="cubic", rtol=5)]
+         attrs={"mode": "cubic"}, label="cubic", rtol=5)] + [
+    Case(lambda t, r, sc=sc: [rand(r, (1, 2, 9, 7), t), None, np.array([1, 1, sc, 0.45], np.float32)],
+         attrs={"mode": m, "antialias": 1, "exclude_outside": ex}, label=f"{m} antialias x{sc}, exclude {ex}{note}",
+         rtol=rtol, opset=19, types=types)
+    # onnx.reference evaluates the antialiased cubic filter in f32 (a float32
+    # scale times the taps): sdc's f64 result is held to f32's tolerance there.
+    for m, sc, ex, types, rtol, note in (
+        ("linear", 0.6, 0, None, 5, ""), ("linear", 1.5, 0, None, 5, ""), ("linear", 0.5, 1, None, 5, ""),
+        ("cubic", 0.35, 1, ["f32", "f16", "bf16"], 5, ""), ("cubic", 0.35, 1, ["f64"], 2e5, " (f64 vs the f32 reference)"))]
 
 
 # ---- sdc's own contracts: references in float64 (PyTorch autograd for the backward ops) -------------------------
