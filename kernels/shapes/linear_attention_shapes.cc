@@ -28,13 +28,13 @@ static Status linearAttentionShape(ShapeContext &c) {
   bool hasPast = c.hasInput(3), hasDecay = c.hasInput(4), hasBeta = c.hasInput(5);
   SD_CHECK_ARG(hasDecay == gating, "update_rule '", rule, hasDecay ? "' forbids" : "' requires", " decay");
   SD_CHECK_ARG(hasBeta == delta, "update_rule '", rule, hasBeta ? "' forbids" : "' requires", " beta");
-  DType stateType = q.dtype;
   if (hasPast) {
     const TensorInfo &p = c.inputs[3];
     SD_CHECK_ARG(p.rank() == 4 && fits(p.dims[0], b) && fits(p.dims[1], hkv) && fits(p.dims[2], dk) &&
                  fits(p.dims[3], dv), "past_state must be [", b, ", ", hkv, ", ", dk, ", ", dv, "], got ",
                  formatDims(p.dims));
-    stateType = p.dtype;
+    SD_CHECK_ARG(p.dtype == q.dtype, "past_state must have the query's type (", dtypeName(q.dtype), "), got ",
+                 dtypeName(p.dtype));
   }
   if (hasDecay) {
     const TensorInfo &d = c.inputs[4];
@@ -48,7 +48,7 @@ static Status linearAttentionShape(ShapeContext &c) {
                  "beta must be [B, T, kv_num_heads] or [B, T, 1], got ", formatDims(be.dims));
     SD_CHECK_ARG(be.dtype == q.dtype, "beta must have the query's type");
   }
-  c.outputs = {TensorInfo{q.dtype, {b, t, hq * dv}}, TensorInfo{stateType, {b, hkv, dk, dv}}};
+  c.outputs = {TensorInfo{q.dtype, {b, t, hq * dv}}, TensorInfo{q.dtype, {b, hkv, dk, dv}}};
   return Status::ok();
 }
 
