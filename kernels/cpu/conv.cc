@@ -1,7 +1,9 @@
-// CPU kernels for Conv, ConvTranspose and Conv's weight gradient: im2col /
-// col2im around a GEMM per batch item and group. 2-D has an unrolled fast path; other ranks use the
-// generic N-d walk.
+// CPU kernels for Conv, ConvTranspose and Conv's weight gradient. f32 2-D
+// convolutions are implicit GEMMs (conv_implicit.cc) and depthwise ones direct
+// (conv_depthwise.cc); the rest is im2col / col2im around a GEMM per batch
+// item and group, with an unrolled 2-D im2col and a generic N-d walk.
 #include "conv_depthwise.h"
+#include "conv_implicit.h"
 #include "conv_epilogue.h"
 #include "cpu_util.h"
 #include "gemm.h"
@@ -150,6 +152,13 @@ Status ConvKernel(const KernelContext &c) {
       depthwiseConv2d<T>(c.pool, x.as<T>(), w.as<T>(), bias, y.as<T>(), n, cin, mg, g, epilogueOf(tag));
       return Status::ok();
     });
+  if (x.dtype == DType::F32 && implicitConvApplies(g)) {
+    const auto *packed = static_cast<const PackedConvWeight *>(c.prepared);
+    const float *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<float>() : nullptr;
+    implicitConv2d(c.pool, x.as<float>(), w.as<float>(), packed ? &packed->groups : nullptr, bias, y.as<float>(), n,
+                   cin, m, group, g, epilogueOf(0.0f));
+    return Status::ok();
+  }
   bool direct = kTotal == 1;
   for (size_t i = 0; i < g.rank(); ++i)
     direct = direct && g.strides[i] == 1 && g.padBegin[i] == 0 && g.padEnd[i] == 0;

@@ -12,6 +12,7 @@
 #include <cblas.h>
 #include <cstdlib>
 #include <string_view>
+#include <vector>
 
 namespace sd::cpu {
 namespace {
@@ -115,10 +116,12 @@ private:
 #endif
 };
 
-void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
-           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, const PackedB *packed,
-           const PackedA *packedA) {
+// The GEMM behind sgemm and sgemmIndirectB: op(B) is raw, packed or
+// indirect (bop.rowOffsets).
+static void gemmImpl(ThreadPool *pool, bool ta, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                     int64_t lda, const PackedA *packedA, sgemm_isa::BOperand bop, float beta, float *c, int64_t ldc) {
   if (m <= 0 || n <= 0) return;
+  const PackedB *&packed = bop.packed;
   if (packed && (packed->k != k || packed->n != n || !packed->data)) packed = nullptr; // not this product's B
   if (packedA && (packedA->k != k || packedA->m != m || !packedA->data)) packedA = nullptr;
   if (packedA && !active()) { // the system BLAS: op(A) row-major m x k
@@ -128,15 +131,21 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
     packedA = nullptr;
   }
   const Kernels *ks = active();
+  std::vector<float> gathered; // an indirect B as the row-major k x n the system BLAS reads
+  if (!ks && bop.rowOffsets) {
+    gathered.resize(static_cast<size_t>(k * n));
+    for (int64_t p = 0; p < k; ++p) std::copy_n(bop.b + bop.rowOffsets[p], n, gathered.data() + p * n);
+    bop = {gathered.data(), n, false, nullptr, nullptr};
+  }
   auto rows = [&](int64_t i0, int64_t i1) { // op(A) row i sits at a + i*lda, or column i when ta
     const float *ai = ta ? a + i0 : a + i0 * lda;
     if (!ks) {
       if (packed) blasSgemm(ta, false, i1 - i0, n, k, alpha, ai, lda, packed->data.get(), n, beta, c + i0 * ldc, ldc);
-      else blasSgemm(ta, tb, i1 - i0, n, k, alpha, ai, lda, b, ldb, beta, c + i0 * ldc, ldc);
+      else blasSgemm(ta, bop.tb, i1 - i0, n, k, alpha, ai, lda, bop.b, bop.ldb, beta, c + i0 * ldc, ldc);
       return;
     }
     FlushDenormals flush;
-    ks->gemm({ai, lda, ta, packedA, i0}, i1 - i0, n, k, alpha, {b, ldb, tb, packed}, 0, beta, c + i0 * ldc, ldc);
+    ks->gemm({ai, lda, ta, packedA, i0}, i1 - i0, n, k, alpha, bop, 0, beta, c + i0 * ldc, ldc);
   };
   int threads = pool ? pool->size() : 1;
   // Products under ~2 MFLOP run on the calling thread: on the dev VM a
@@ -159,14 +168,26 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
   if (ks && panels >= threads && panels >= rowTiles) { // split columns, whole panels per thread
     split(panels, [&](int64_t p0, int64_t p1) {
       int64_t j0 = p0 * nr, j1 = std::min(n, p1 * nr);
-      const float *bj = tb ? b + j0 * ldb : b + j0;
+      sgemm_isa::BOperand share = bop; // a packed B is addressed by j0, a raw one by pointer
+      if (!packed) share.b = bop.tb ? bop.b + j0 * bop.ldb : bop.b + j0;
       FlushDenormals flush;
-      ks->gemm({a, lda, ta, packedA, 0}, m, j1 - j0, k, alpha, {packed ? b : bj, ldb, tb, packed}, packed ? j0 : 0,
-               beta, c + j0, ldc);
+      ks->gemm({a, lda, ta, packedA, 0}, m, j1 - j0, k, alpha, share, packed ? j0 : 0, beta, c + j0, ldc);
     });
     return;
   }
   split(rowTiles, [&](int64_t t0, int64_t t1) { rows(t0 * mr, std::min(m, t1 * mr)); });
+}
+
+void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+           int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc, const PackedB *packed,
+           const PackedA *packedA) {
+  gemmImpl(pool, ta, m, n, k, alpha, a, lda, packedA, {b, ldb, tb, packed, nullptr}, beta, c, ldc);
+}
+
+void sgemmIndirectB(ThreadPool *pool, bool ta, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const float *b, const int64_t *rowOffsets, float beta, float *c, int64_t ldc,
+                    const PackedA *packedA) {
+  gemmImpl(pool, ta, m, n, k, 1.0f, a, lda, packedA, {b, 0, false, nullptr, rowOffsets}, beta, c, ldc);
 }
 
 } // namespace sd::cpu

@@ -48,4 +48,12 @@ void sgemm(ThreadPool *pool, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
            int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc,
            const PackedB *packed = nullptr, const PackedA *packedA = nullptr);
 
+// C[m,n] = op(A) B + beta * C where B is indirect: row p of B is the n floats
+// at b + rowOffsets[p]. An implicit-GEMM convolution's B rows are its input
+// shifted by each kernel tap, so no im2col copy is made. `packedA`, when
+// given, replaces a/lda/ta.
+void sgemmIndirectB(ThreadPool *pool, bool ta, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                    const float *b, const int64_t *rowOffsets, float beta, float *c, int64_t ldc,
+                    const PackedA *packedA = nullptr);
+
 } // namespace sd::cpu

@@ -27,14 +27,16 @@ template <class Vec, int MR> struct Blocked {
   // with -mavx512f could be the copy the linker keeps for every caller.
   static int64_t lo(int64_t x, int64_t y) { return x < y ? x : y; }
 
-  template <int R>
-  static void tile(int64_t kc, const float *ap, const float *bp, int64_t bs, float *c, int64_t ldc, int cols,
-                   float alpha, float beta) {
+  // B's row p is at bp + p * bs, or at bp + offs[p] when Indirect.
+  template <int R, bool Indirect>
+  static void tile(int64_t kc, const float *ap, const float *bp, int64_t bs, const int64_t *offs, float *c,
+                   int64_t ldc, int cols, float alpha, float beta) {
     typename Vec::V acc0[R], acc1[R];
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec::zero();
-    for (int64_t p = 0; p < kc; ++p, ap += MR, bp += bs) {
-      typename Vec::V b0 = Vec::load(bp), b1 = Vec::load(bp + W);
+    for (int64_t p = 0; p < kc; ++p, ap += MR) {
+      const float *row = Indirect ? bp + offs[p] : bp + p * bs;
+      typename Vec::V b0 = Vec::load(row), b1 = Vec::load(row + W);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         typename Vec::V a = Vec::set1(ap[r]);
@@ -67,11 +69,12 @@ template <class Vec, int MR> struct Blocked {
   }
 
   template <int... Rs>
-  static void tileRows(int rows, int64_t kc, const float *ap, const float *bp, int64_t bs, float *c, int64_t ldc,
-                       int cols, float alpha, float beta, std::integer_sequence<int, Rs...>) {
-    using Fn = void (*)(int64_t, const float *, const float *, int64_t, float *, int64_t, int, float, float);
-    static constexpr Fn fns[] = {&tile<Rs + 1>...};
-    fns[rows - 1](kc, ap, bp, bs, c, ldc, cols, alpha, beta);
+  static void tileRows(int rows, int64_t kc, const float *ap, const float *bp, int64_t bs, const int64_t *offs,
+                       float *c, int64_t ldc, int cols, float alpha, float beta, std::integer_sequence<int, Rs...>) {
+    using Fn = void (*)(int64_t, const float *, const float *, int64_t, const int64_t *, float *, int64_t, int, float,
+                        float);
+    static constexpr Fn fns[] = {&tile<Rs + 1, false>...}, indirect[] = {&tile<Rs + 1, true>...};
+    (offs ? indirect : fns)[rows - 1](kc, ap, bp, bs, offs, c, ldc, cols, alpha, beta);
   }
 
   // dst[p * ds + j] = src[j * ss + p] for j < cols, p < kc, in 8 x 8 blocks
@@ -107,12 +110,13 @@ template <class Vec, int MR> struct Blocked {
     }
   }
 
-  // Columns [j0, j0 + cols) of op(B), rows [p0, p0 + kc): kc rows of NR floats.
+  // Columns [j0, j0 + cols) of op(B), rows [p0, p0 + kc): kc rows of NR
+  // floats. With rowOffsets, row p of op(B) is at b + rowOffsets[p].
   static void packBPanel(bool tb, const float *b, int64_t ldb, int64_t j0, int cols, int64_t p0, int64_t kc,
-                         float *dst) {
+                         float *dst, const int64_t *rowOffsets = nullptr) {
     if (!tb) {
       for (int64_t p = 0; p < kc; ++p) {
-        const float *src = b + (p0 + p) * ldb + j0;
+        const float *src = b + (rowOffsets ? rowOffsets[p0 + p] : (p0 + p) * ldb) + j0;
         float *d = dst + p * NR;
         std::memcpy(d, src, size_t(cols) * sizeof(float));
         for (int j = cols; j < NR; ++j) d[j] = 0.0f;
@@ -215,6 +219,7 @@ template <class Vec, int MR> struct Blocked {
       for (int64_t j = 0; j < n; ++j) {
         float v;
         if (b.packed) v = b.packed->data[((j0 + j) / NR) * b.packed->k * NR + p * NR + (j0 + j) % NR];
+        else if (b.rowOffsets) v = b.b[b.rowOffsets[p] + j];
         else v = b.tb ? b.b[j * b.ldb + p] : b.b[p * b.ldb + j];
         dst[transposed ? j * k + p : p * n + j] = v;
       }
@@ -245,22 +250,27 @@ template <class Vec, int MR> struct Blocked {
         // of A share each panel: packing it would cost as much as using it.
         const float *bBlock;
         int64_t bPanelStride, bRowStride = NR;
-        bool direct = !b.packed && !b.tb && m <= kDirectRows;
+        const int64_t *offs = nullptr; // an indirect B read in place
+        // An indirect B (a convolution's shifted input rows) is always read in
+        // place: its rows lie near each other, and packing them per call cost
+        // 50% more on the CNN of bench/ (AVX-512, 1 thread).
+        bool direct = !b.packed && !b.tb && (b.rowOffsets || m <= kDirectRows);
         if (b.packed) {
           bPanelStride = b.packed->k * NR;
           bBlock = b.packed->data.get() + ((j0 + jc) / NR) * bPanelStride + pc * NR;
         } else if (direct) {
-          bBlock = b.b + pc * b.ldb + j0 + jc;
+          bBlock = b.b + (b.rowOffsets ? 0 : pc * b.ldb) + j0 + jc;
+          offs = b.rowOffsets ? b.rowOffsets + pc : nullptr;
           bPanelStride = NR;
           bRowStride = b.ldb;
           if (nc % NR) // the ragged last panel would read past the row: pack it alone
-            packBPanel(false, b.b, b.ldb, j0 + jc + nc / NR * NR, int(nc % NR), pc, kc, bpack);
+            packBPanel(false, b.b, b.ldb, j0 + jc + nc / NR * NR, int(nc % NR), pc, kc, bpack, b.rowOffsets);
         } else {
           bPanelStride = kc * NR;
           bBlock = bpack;
           for (int64_t q = 0; q * NR < nc; ++q)
             packBPanel(b.tb, b.b, b.ldb, j0 + jc + q * NR, int(lo(NR, nc - q * NR)), pc, kc,
-                       bpack + q * bPanelStride);
+                       bpack + q * bPanelStride, b.rowOffsets);
         }
         for (int64_t ic = 0; ic < m; ic += MC) {
           int64_t mc = lo(MC, m - ic);
@@ -280,8 +290,8 @@ template <class Vec, int MR> struct Blocked {
             const float *bp = packedTail ? bpack : bBlock + (jr / NR) * bPanelStride;
             int64_t bs = packedTail ? NR : bRowStride;
             for (int64_t ir = 0; ir < mc; ir += MR)
-              tileRows(int(lo(MR, mc - ir)), kc, aBlock + (ir / MR) * aPanelStride, bp, bs, c + (ic + ir) * ldc + jc + jr,
-                       ldc, cols, alpha, betaNow, std::make_integer_sequence<int, MR>());
+              tileRows(int(lo(MR, mc - ir)), kc, aBlock + (ir / MR) * aPanelStride, bp, bs, packedTail ? nullptr : offs,
+                       c + (ic + ir) * ldc + jc + jr, ldc, cols, alpha, betaNow, std::make_integer_sequence<int, MR>());
           }
         }
       }

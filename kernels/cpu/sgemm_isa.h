@@ -5,12 +5,15 @@
 
 namespace sd::cpu::sgemm_isa {
 
-// The right operand: raw (b, ldb, tb) or packed into this ISA's panels.
+// The right operand: raw (b, ldb, tb), packed into this ISA's panels, or
+// indirect: row p of op(B) starts at b + rowOffsets[p] (tb false, ldb unused),
+// as the shifted input rows of an implicit-GEMM convolution.
 struct BOperand {
   const float *b = nullptr;
   int64_t ldb = 0;
   bool tb = false;
   const PackedB *packed = nullptr;
+  const int64_t *rowOffsets = nullptr;
 };
 
 // The left operand: raw (a, lda, ta) or packed into this ISA's row panels,

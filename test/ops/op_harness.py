@@ -774,7 +774,15 @@ CONV = [("plain", (1, 3, 7, 6), (4, 3, 3, 3), {"kernel_shape": [3, 3]}),
          {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [1, 0, 2, 1], "dilations": [1, 2]}),
         ("groups", (1, 4, 5, 5), (6, 2, 3, 3), {"kernel_shape": [3, 3], "group": 2, "pads": [1, 1, 1, 1]}),
         ("depthwise", (1, 4, 6, 6), (4, 1, 3, 3), {"kernel_shape": [3, 3], "group": 4, "auto_pad": "SAME_UPPER"}),
-        ("1-D", (2, 3, 10), (2, 3, 4), {"kernel_shape": [4], "strides": [3]})]
+        ("1-D", (2, 3, 10), (2, 3, 4), {"kernel_shape": [4], "strides": [3]}),
+        # f32 2-D convs are implicit GEMMs (conv_implicit.cc): strided ones
+        # over phase planes, deep ones over several K blocks and row tiles.
+        ("stride 2x3, dilation 3x2, uneven pads", (2, 20, 23, 19), (26, 20, 3, 3),
+         {"kernel_shape": [3, 3], "strides": [2, 3], "pads": [2, 1, 0, 3], "dilations": [3, 2]}),
+        ("k past one GEMM block, row tiles", (3, 40, 30, 11), (30, 40, 3, 3),
+         {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}),
+        ("1x1 stride 2", (2, 8, 9, 9), (5, 8, 1, 1), {"kernel_shape": [1, 1], "strides": [2, 2]}),
+        ("1x1 in place, groups", (2, 16, 7, 9), (20, 8, 1, 1), {"kernel_shape": [1, 1], "group": 2})]
 CASES["Conv"] = [Case(lambda t, r, x=x, w=w: [rand(r, x, t), rand(r, w, t), rand(r, (w[0],), t)], attrs=a, label=l,
                       rtol=5) for l, x, w, a in CONV]
 CASES["Conv"].append(Case(lambda t, r: [rand(r, (1, 3, 5, 5), t), rand(r, (2, 3, 1, 1), t)],
@@ -782,17 +790,46 @@ CASES["Conv"].append(Case(lambda t, r: [rand(r, (1, 3, 5, 5), t), rand(r, (2, 3,
 
 
 def fused_conv_ref(ins, attrs, t):
-    conv_attrs = {k: v for k, v in attrs.items() if k not in ("activation", "activation_params")}
+    conv_attrs = {k: v for k, v in attrs.items() if not k.startswith("activation")}
     y = onnx_reference("Conv", Case(None, attrs=conv_attrs), ins[:3], [ins[0]])[0].astype(np.float64)
     if len(ins) > 3 and ins[3] is not None:
         y = y + ins[3]
     act = attrs.get("activation", "")
+    alpha, beta = attrs.get("activation_alpha"), attrs.get("activation_beta")
     if act == "Relu":
         y = np.maximum(y, 0)
+    elif act == "Clip":
+        y = np.minimum(np.maximum(y, alpha), beta)
+    elif act == "HardSwish":
+        y = y * np.clip(y / 6 + 0.5, 0, 1)
+    elif act == "HardSigmoid":
+        y = np.clip(alpha * y + beta, 0, 1)
+    elif act == "LeakyRelu":
+        y = np.where(y >= 0, y, alpha * y)
     return [y.astype(ins[0].dtype)]
 
 
+# Every epilogue activation, on a depthwise, a pointwise (written in place)
+# and a 3x3 conv (copied out of the GEMM's grid), with bias and residual.
+FUSED_ACTS = [("Clip", {"activation_alpha": -0.5, "activation_beta": 0.7}), ("HardSwish", {}),
+              ("HardSigmoid", {"activation_alpha": 0.3, "activation_beta": 0.4}),
+              ("LeakyRelu", {"activation_alpha": 0.1})]
+FUSED_SHAPES = [("depthwise", (1, 5, 7, 6), (5, 1, 3, 3), {"kernel_shape": [3, 3], "group": 5, "pads": [1, 1, 1, 1]}),
+                ("1x1", (2, 6, 5, 4), (7, 6, 1, 1), {"kernel_shape": [1, 1]}),
+                ("3x3 stride 2", (1, 6, 9, 9), (7, 6, 3, 3), {"kernel_shape": [3, 3], "strides": [2, 2],
+                                                              "pads": [1, 1, 1, 1]})]
+
+
+def conv_out_shape(x, w, a):
+    p, s = a.get("pads", [0, 0, 0, 0]), a.get("strides", [1, 1])
+    return (x[0], w[0]) + tuple((x[2 + i] + p[i] + p[2 + i] - w[2 + i]) // s[i] + 1 for i in range(2))
+
+
 CASES["FusedConv"] = [
+    Case(lambda t, r, x=x, w=w, a=a: [rand(r, x, t), rand(r, w, t), rand(r, (w[0],), t),
+                                      rand(r, conv_out_shape(x, w, a), t)],
+         attrs=dict(a, activation=act, **aa), ref=fused_conv_ref, label=f"{sl}, bias + residual + {act}", rtol=5)
+    for sl, x, w, a in FUSED_SHAPES for act, aa in FUSED_ACTS] + [
     Case(lambda t, r: [rand(r, (1, 3, 6, 6), t), rand(r, (4, 3, 3, 3), t), rand(r, (4,), t)],
          attrs={"kernel_shape": [3, 3], "activation": "Relu"}, ref=fused_conv_ref, label="bias + Relu", rtol=5),
     Case(lambda t, r: [rand(r, (1, 3, 6, 6), t), rand(r, (4, 3, 3, 3), t), rand(r, (4,), t), rand(r, (1, 4, 4, 4), t)],
