@@ -58,6 +58,8 @@ void implicitConv2d(ThreadPool *pool, const float *x, const float *w, const std:
   // not depend on it (nor on the thread count).
   int64_t planes = int64_t(phases.size()) * cg;
   int64_t tileRows = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(planes * Wq, 1) - reachH, 1, OH);
+  if (Wq != OW) // and the grid the GEMM writes (copied out after) within 512 KiB
+    tileRows = std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(mg * Wq, 1), 1, tileRows);
   int64_t units = n * group, threads = pool ? pool->size() : 1, minRows = std::min<int64_t>(OH, (128 + Wq - 1) / Wq);
   if (units * ((OH + tileRows - 1) / tileRows) < 4 * threads)
     tileRows = std::clamp<int64_t>(OH * units / (4 * threads), minRows, tileRows);
