@@ -89,6 +89,30 @@ def main():
     expect_clean_error("unsupported op", [sdc, "compile", unsupported, "-o", out],
                        ["Bernoulli", "the_node", "opset 15"], [out])
 
+    # Handlers that read their own attributes refuse one they do not know
+    # (input_forget is LSTM's, not RNN's), naming it, instead of ignoring it.
+    rnn = os.path.join(tmp, "rnn_attr.onnx")
+    w = numpy_helper.from_array(np.ones((1, 4, 3), np.float32), "W")
+    rr = numpy_helper.from_array(np.ones((1, 4, 4), np.float32), "R")
+    g = helper.make_graph([helper.make_node("RNN", ["x", "W", "R"], ["", "h"], name="the_rnn", hidden_size=4,
+                                            input_forget=1)], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 2, 3])],
+                          [helper.make_tensor_value_info("h", TensorProto.FLOAT, None)], [w, rr])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]), rnn)
+    expect_clean_error("attribute the op's handler does not know", [sdc, "compile", rnn, "-o", out],
+                       ["the_rnn", "input_forget", "not supported"], [out])
+
+    # A float4 constant (MXFP4 weights) is refused by name; float4 values
+    # computed in the graph (Cast) are supported.
+    fp4 = os.path.join(tmp, "fp4_weight.onnx")
+    t4 = helper.make_tensor("w4", TensorProto.FLOAT4E2M1, [2, 3], [0.5, 1.0, 1.5, 2.0, 3.0, 4.0])
+    g = helper.make_graph([helper.make_node("Cast", ["w4"], ["w"], to=TensorProto.FLOAT),
+                           helper.make_node("Add", ["x", "w"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])], [t4])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 23)]), fp4)
+    expect_clean_error("float4 initializer", [sdc, "compile", fp4, "-o", out], ["w4", "f4e2m1", "constant"], [out])
+
     # An input without a shape (found by the importer fuzzer): needs --shapes.
     noshape = os.path.join(tmp, "noshape.onnx")
     xin = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)

@@ -31,6 +31,9 @@ Value repeatHeads(NodeImporter &imp, OpMaker &m, Value x, int64_t hq) {
 } // namespace
 
 LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"is_causal", "kv_num_heads", "left_window_size", "q_num_heads",
+                                "qk_matmul_output_mode", "right_window_size", "scale", "softcap", "softmax_precision"})))
+    return failure();
   auto input = [&](int i) { return optionalInput(imp, n, i); };
   FailureOr<Value> q = input(0), k = input(1), v = input(2), mask = input(3), pastK = input(4), pastV = input(5),
                    nonpad = input(6);
@@ -43,7 +46,7 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
   if (window[0] < -1 || window[1] < -1) return imp.fail("window sizes must be -1 or nonnegative");
   if (bool(*pastK) != bool(*pastV)) return imp.fail("past_key and past_value go together");
   for (Value x : {*q, *k, *v})
-    if (!cast<RankedTensorType>(x.getType()).hasStaticShape())
+    if (!isStatic(x))
       return imp.fail("Attention needs static query, key and value shapes");
   Type et = cast<RankedTensorType>(q->getType()).getElementType();
   OpMaker m{imp};
@@ -162,8 +165,7 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
   }
   if (!m.ok) return failure();
   Value outs[4] = {y, presentK, presentV, mode == 3 ? probs : mode == 2 ? withBias : scores};
-  for (int i = 0; i < n.output_size() && i < 4; ++i)
-    if (!n.output(i).empty()) imp.values[n.output(i)] = outs[i];
+  for (int i = 0; i < 4; ++i) bindOutput(imp, n, i, outs[i]);
   if (n.output_size() > 4) return imp.fail("Attention has at most 4 outputs");
   return success();
 }
@@ -202,11 +204,11 @@ LogicalResult importFlexAttention(NodeImporter &imp, const onnx::NodeProto &n, c
   auto applyMod = [&](const char *name, Value x) -> FailureOr<Value> {
     const auto *g = attrOf(n, name);
     if (!g) return x;
-    if (g->type() != onnx::AttributeProto::GRAPH) return imp.fail(std::string(name) + " must be a graph"), failure();
+    if (g->type() != onnx::AttributeProto::GRAPH) return imp.fail(std::string(name) + " must be a graph");
     if (!m.ok) return failure();
     auto outs = importSubgraph(imp, g->g(), name, {x});
     if (failed(outs)) return failure();
-    if (outs->size() != 1) return imp.fail(std::string(name) + " must have one output"), failure();
+    if (outs->size() != 1) return imp.fail(std::string(name) + " must have one output");
     return toPrecision((*outs)[0]);
   };
   FailureOr<Value> modded = applyMod("score_mod", toPrecision(scores));
@@ -216,7 +218,7 @@ LogicalResult importFlexAttention(NodeImporter &imp, const onnx::NodeProto &n, c
   Value y = m.op("MatMul", "matmul", {*probs, toPrecision(V)});
   y = m.op("Cast", "cast", {y}, {m.i64("to", onnxFloatType(et))});
   if (!m.ok) return imp.fail("Q, K and V do not fit: [B, H, L, E], [B, Hkv, S, E], [B, Hkv, S, Ev]");
-  if (n.output_size() > 0 && !n.output(0).empty()) imp.values[n.output(0)] = y;
+  bindOutput(imp, n, 0, y);
   return success();
 }
 

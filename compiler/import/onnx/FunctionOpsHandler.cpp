@@ -18,13 +18,6 @@ using namespace sd::ir;
 
 namespace sd {
 
-static bool isStatic(Value v) { return cast<RankedTensorType>(v.getType()).hasStaticShape(); }
-static Type elementOf(Value v) { return cast<RankedTensorType>(v.getType()).getElementType(); }
-
-static void bindOutput(NodeImporter &imp, const onnx::NodeProto &n, int i, Value v) {
-  if (i < n.output_size() && !n.output(i).empty()) imp.values[n.output(i)] = v;
-}
-
 LogicalResult importCausalConvWithState(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
   if (failed(onlyAttrs(imp, n, {"activation"}))) return failure();
   FailureOr<Value> x = optionalInput(imp, n, 0), w = optionalInput(imp, n, 1), bias = optionalInput(imp, n, 2),

@@ -31,6 +31,13 @@ inline mlir::FailureOr<mlir::Value> optionalInput(NodeImporter &imp, const onnx:
 }
 
 inline llvm::ArrayRef<int64_t> dimsOf(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getShape(); }
+inline bool isStatic(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).hasStaticShape(); }
+inline mlir::Type elementOf(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType(); }
+
+// Output i of the node names v, when the node has that output and names it.
+inline void bindOutput(NodeImporter &imp, const onnx::NodeProto &n, int i, mlir::Value v) {
+  if (i < n.output_size() && !n.output(i).empty()) imp.values[n.output(i)] = v;
+}
 
 // ONNX's TensorProto code of a float element type (Cast's `to`).
 inline int64_t onnxFloatType(mlir::Type t) {

@@ -65,6 +65,12 @@ struct RecurrentImport {
 
 LogicalResult importRecurrent(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
   Cell cell = recurrent::cellOf(n.op_type());
+  // The attributes every cell has, plus LSTM's input_forget and GRU's
+  // linear_before_reset (an LSTM with linear_before_reset is refused).
+  const char *own = cell == Cell::LSTM ? "input_forget" : cell == Cell::GRU ? "linear_before_reset" : "hidden_size";
+  if (failed(onlyAttrs(imp, n, {"activation_alpha", "activation_beta", "activations", "clip", "direction",
+                                "hidden_size", "layout", own})))
+    return failure();
   RecurrentImport rec{imp, OpMaker{imp}, cell};
   rec.gates = recurrent::gates(cell);
   auto x = imp.lookup(n.input(0));

@@ -12,11 +12,12 @@ using namespace sd::ir;
 namespace sd {
 
 LogicalResult importRotaryEmbedding(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"interleaved", "num_heads", "rotary_embedding_dim"}))) return failure();
   auto input = [&](int i) { return optionalInput(imp, n, i); };
   FailureOr<Value> x = input(0), cosCache = input(1), sinCache = input(2), positions = input(3);
   if (failed(x) || failed(cosCache) || failed(sinCache) || failed(positions)) return failure();
   if (!*x || !*cosCache || !*sinCache) return imp.fail("RotaryEmbedding needs input, cos_cache and sin_cache");
-  if (!cast<RankedTensorType>(x->getType()).hasStaticShape())
+  if (!isStatic(*x))
     return imp.fail("RotaryEmbedding needs a static input shape");
   OpMaker m{imp};
   ArrayRef<int64_t> xd = dimsOf(*x);
@@ -62,7 +63,7 @@ LogicalResult importRotaryEmbedding(NodeImporter &imp, const onnx::NodeProto &n,
   Value out = rot < head ? m.op("Concat", "concat", {rotated, slice(h, rot, head, 1)}, {m.i64("axis", -1)}) : rotated;
   out = xd.size() == 4 ? m.transpose(out, {0, 2, 1, 3}) : m.reshape(out, xd);
   if (!m.ok) return imp.fail("the cos/sin caches do not fit the input and rotary_embedding_dim");
-  if (n.output_size() > 0 && !n.output(0).empty()) imp.values[n.output(0)] = out;
+  bindOutput(imp, n, 0, out);
   return success();
 }
 
