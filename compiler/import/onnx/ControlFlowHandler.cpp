@@ -76,6 +76,7 @@ Value stack(OpMaker &m, ArrayRef<Value> parts, int64_t axis) {
 } // namespace
 
 LogicalResult importIf(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"then_branch", "else_branch"}))) return failure();
   const onnx::GraphProto *thenG = graphAttr(n, "then_branch"), *elseG = graphAttr(n, "else_branch");
   if (!thenG || !elseG) return imp.fail("needs then_branch and else_branch graphs");
   auto cond = imp.lookup(n.input(0));
@@ -112,6 +113,7 @@ LogicalResult importIf(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec
 }
 
 LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"body"}))) return failure();
   const onnx::GraphProto *body = graphAttr(n, "body");
   if (!body) return imp.fail("needs a body graph");
   auto tripInput = optionalInput(imp, n, 0), condInput = optionalInput(imp, n, 1);
@@ -229,6 +231,9 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
 // Scan-8 has a leading batch axis on everything and an optional
 // sequence_lens; each batch row is scanned on its own.
 LogicalResult importScan(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"body", "num_scan_inputs", "directions", "scan_input_axes", "scan_input_directions",
+                                "scan_output_axes", "scan_output_directions"})))
+    return failure();
   const onnx::GraphProto *body = graphAttr(n, "body");
   const onnx::AttributeProto *numScanAttr = attrOf(n, "num_scan_inputs");
   if (!body || !numScanAttr) return imp.fail("needs a body graph and num_scan_inputs");
