@@ -49,6 +49,11 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   spec.inferBatchOne = opts.training() && opts.inferShapes.empty();
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
+  // Again, for attention masks that only became constants with the shapes
+  // (an exporter's causal mask built from the sequence length, in plans whose
+  // shapes are specialized after import); before autodiff and packing, which
+  // rely on the fused op.
+  pm.addPass(createFuseAttention());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

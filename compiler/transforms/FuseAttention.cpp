@@ -1,7 +1,7 @@
 // sd-fuse-attention: recognizes scaled-dot-product attention as exporters
 // decompose it,
-//   s = MatMul(q, kt) [* c | / c]  ->  [Where(mask, fill, s) | Where(keep, s, fill)]
-//     ->  Softmax(last axis)  ->  MatMul(p, v),
+//   s = MatMul(q, kt) [* c | / c]  ->  [Where(mask, fill, s) | Where(keep, s, fill) | Add(s, M)]
+//     ->  Softmax(last axis)  [-> casts to the same type]  ->  MatMul(p, v),
 // and replaces the chain with one sd.attention, so the [..., T, S] scores
 // and probabilities never become tensors and training differentiates it with
 // one fused backward kernel. Every intermediate must have the chain as its
@@ -26,6 +26,37 @@ bool isF32(Value v) {
   return t && t.getElementType().isF32() && t.getRank() >= 2;
 }
 
+// An additive mask M that is a constant of zeros and one fill value at or
+// below -1e30 (transformers' causal mask: the f32 minimum above the
+// diagonal) as the bool mask M == fill: s + fill rounds to fill for any
+// score below 1e31 in magnitude, so softmax sees the same values either way.
+// M must not broadcast the scores to a larger shape.
+struct BoolMask {
+  RankedTensorType type;
+  SmallVector<bool> masked;
+  double fill;
+};
+
+std::optional<BoolMask> additiveMaskAsBool(Value m, AddOp add) {
+  auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(m));
+  auto mt = dyn_cast<RankedTensorType>(m.getType());
+  if (!dense || !mt || !mt.getElementType().isF32() || mt.getRank() < 2 ||
+      add.getResult().getType() != sd::otherOperand(add, m).getType())
+    return std::nullopt;
+  std::optional<float> fill;
+  SmallVector<bool> masked;
+  for (float x : dense.template getValues<float>()) {
+    bool isFill = x <= -1e30f;
+    if (!isFill && x != 0.0f) return std::nullopt;
+    if (isFill && fill && *fill != x) return std::nullopt;
+    if (isFill) fill = x;
+    masked.push_back(isFill);
+  }
+  if (!fill) fill = -INFINITY; // nothing masked: an all-false mask
+  return BoolMask{RankedTensorType::get(mt.getShape(), IntegerType::get(m.getContext(), 1)), std::move(masked),
+                  double(*fill)};
+}
+
 struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
   void runOnOperation() override {
     SmallVector<SoftmaxOp> softmaxes;
@@ -38,14 +69,19 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     if (!type || softmax.getCoerce2d().value_or(0)) return;
     int64_t axis = softmax.getAxis().value_or(-1);
     if (axis != -1 && axis != type.getRank() - 1) return;
-    auto pv = dyn_cast_or_null<MatMulOp>(sd::soleUser(softmax.getResult()));
-    if (!pv || pv.getLhs() != softmax.getResult()) return;
-    SmallVector<Operation *> chain = {pv, softmax};
+    Value probs; // the softmax, maybe through casts to its own type (transformers' eager attention)
+    auto pv = dyn_cast_or_null<MatMulOp>(sd::soleUserThroughCasts(softmax.getResult(), probs));
+    if (!pv || pv.getLhs() != probs) return;
+    SmallVector<Operation *> chain = {pv};
+    for (Value p = probs; p != softmax.getResult(); p = p.getDefiningOp()->getOperand(0))
+      chain.push_back(p.getDefiningOp());
+    chain.push_back(softmax);
 
     // Optional mask: Where(mask, fill, scores) with a constant fill, or
     // Where(keep, scores, fill) (Hugging Face's orientation: masked = !keep).
     Value scores = softmax.getInput(), mask;
     std::optional<double> fill;
+    std::optional<BoolMask> additive; // built as a constant once the whole chain matched
     bool keepMask = false;
     if (auto where = scores.getDefiningOp<WhereOp>(); where && where->hasOneUse()) {
       fill = sd::scalarValue(where.getX());
@@ -58,6 +94,18 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
       if (!fill) return;
       mask = where.getCondition();
       chain.push_back(where);
+    } else if (auto add = scores.getDefiningOp<AddOp>(); add && add->hasOneUse()) {
+      Value s = add.getLhs(), m = add.getRhs();
+      additive = additiveMaskAsBool(m, add);
+      if (!additive) {
+        std::swap(s, m);
+        additive = additiveMaskAsBool(m, add);
+      }
+      if (additive) {
+        scores = s;
+        fill = additive->fill;
+        chain.push_back(add);
+      }
     }
     // Optional scale: a constant multiplier or divisor.
     double scale = 1.0;
@@ -85,6 +133,10 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     SmallVector<NamedAttribute> attrs = {b.getNamedAttr("scale", b.getF32FloatAttr(float(scale)))};
     if (fill) attrs.push_back(b.getNamedAttr("mask_value", b.getF32FloatAttr(float(*fill))));
     Value none = b.create<NoneOp>(pv.getLoc(), b.getNoneType()).getResult();
+    if (additive)
+      mask = b.create<ConstantOp>(pv.getLoc(), additive->type,
+                                  DenseElementsAttr::get(additive->type, ArrayRef<bool>(additive->masked)))
+                 .getResult();
     Value maskOperand = mask ? mask : none;
     if (keepMask) maskOperand = b.create<NotOp>(pv.getLoc(), mask.getType(), mask).getResult();
     auto fused = b.create<AttentionOp>(FusedLoc::get(b.getContext(), locs), pv.getResult().getType(),

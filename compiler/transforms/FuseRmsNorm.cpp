@@ -26,18 +26,6 @@ Value throughIdentityCasts(Value v) {
   return v;
 }
 
-// The only user of v, looking through identity casts; `out` is the value that user consumes.
-Operation *userThroughCasts(Value v, Value &out) {
-  out = v;
-  Operation *u = sd::soleUser(v);
-  while (auto c = dyn_cast_or_null<CastOp>(u)) {
-    if (c.getOutput().getType() != out.getType()) return nullptr;
-    out = c.getOutput();
-    u = sd::soleUser(out);
-  }
-  return u;
-}
-
 using sd::isLastAxisMean;
 
 struct FuseRmsNormPass : sd::impl::FuseRmsNormBase<FuseRmsNormPass> {
@@ -75,7 +63,7 @@ struct FuseRmsNormPass : sd::impl::FuseRmsNormBase<FuseRmsNormPass> {
     if (!normed) return;
     // (cast) * scale, scale a vector over the last axis
     Value consumed;
-    auto scaleMul = dyn_cast_or_null<MulOp>(userThroughCasts(normed->getResult(0), consumed));
+    auto scaleMul = dyn_cast_or_null<MulOp>(sd::soleUserThroughCasts(normed->getResult(0), consumed));
     Value scale = scaleMul ? sd::otherOperand(scaleMul, consumed) : Value();
     auto xt = dyn_cast<RankedTensorType>(x.getType());
     auto st = scale ? dyn_cast<RankedTensorType>(scale.getType()) : RankedTensorType();

@@ -124,6 +124,17 @@ mlir::Value otherOperand(mlir::Operation *op, mlir::Value v) {
 
 mlir::Operation *soleUser(mlir::Value v) { return v.hasOneUse() ? *v.getUsers().begin() : nullptr; }
 
+mlir::Operation *soleUserThroughCasts(mlir::Value v, mlir::Value &out) {
+  out = v;
+  mlir::Operation *u = soleUser(v);
+  while (auto c = llvm::dyn_cast_or_null<ir::CastOp>(u)) {
+    if (c.getOutput().getType() != out.getType()) return nullptr;
+    out = c.getOutput();
+    u = soleUser(out);
+  }
+  return u;
+}
+
 // Whether `v` reaches an entry's return through shape-only ops (the logits
 // of an output head, maybe reshaped).
 static bool returnedByEntry(mlir::Value v) {

@@ -39,6 +39,10 @@ std::optional<double> scalarValue(mlir::Value v);
 bool isScalar(mlir::Value v, double want);
 mlir::Value otherOperand(mlir::Operation *op, mlir::Value v);
 mlir::Operation *soleUser(mlir::Value v);
+// The only user of v, looking through casts to the same type (exporters
+// leave them around softmax and normalizations); `out` is the value that
+// user consumes.
+mlir::Operation *soleUserThroughCasts(mlir::Value v, mlir::Value &out);
 // A ReduceMean over the last axis only, keeping it (LayerNorm's and RMSNorm's statistics).
 bool isLastAxisMean(sd::ir::ReduceMeanOp m);
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),

@@ -86,6 +86,15 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
       if (!t) return op->emitError() << sd::describeNode(op) << ": result type is unsupported";
       op->getResult(i).setType(t);
     }
+    // A Cast to its own type (exporters leave them around softmax and
+    // normalizations) is its input: no copy step, nothing to differentiate.
+    if (auto cast = dyn_cast<CastOp>(op); cast && cast.getOutput().getType() == cast.getInput().getType() &&
+                                          llvm::none_of(op->getUsers(), [](Operation *u) {
+                                            return isa<func::ReturnOp>(u); // outputs keep their own buffer
+                                          })) {
+      cast.getOutput().replaceAllUsesWith(cast.getInput());
+      continue;
+    }
     if (counted.readsCounted(op)) { // a Shape of it would read the bound
       counted.visit(op);
       continue;

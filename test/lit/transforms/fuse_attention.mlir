@@ -71,3 +71,43 @@ func.func @other_axis(%q: tensor<8x4xf32>, %kt: tensor<4x8xf32>, %v: tensor<8x4x
   %y = sd.matmul %p, %v : (tensor<8x8xf32>, tensor<8x4xf32>) -> tensor<8x4xf32>
   return %y : tensor<8x4xf32>
 }
+
+// -----
+
+// transformers' eager attention: Mul(scale), Add of a constant causal mask
+// (0 on and below the diagonal, the f32 minimum above), Softmax, two casts
+// to the same type, MatMul. The additive mask becomes the bool mask M == fill.
+// CHECK-LABEL: func.func @additive_causal_mask
+//       CHECK:   %[[M:.*]] = sd.constant dense<{{\[\[}}[false, true, true], [false, false, true], [false, false, false]]]> : tensor<1x3x3xi1>
+//       CHECK:   sd.attention %arg0, %arg1, %arg2, %[[M]], %{{.*}} {mask_value = -3.40282347E+38 : f32, scale = 1.250000e-01 : f32}
+//   CHECK-NOT:   sd.cast
+//   CHECK-NOT:   sd.softmax
+func.func @additive_causal_mask(%q: tensor<2x3x4xf32>, %kt: tensor<2x4x3xf32>, %v: tensor<2x3x4xf32>) -> tensor<2x3x4xf32> {
+  %s = sd.matmul %q, %kt : (tensor<2x3x4xf32>, tensor<2x4x3xf32>) -> tensor<2x3x3xf32>
+  %c = sd.constant dense<0.125> : tensor<f32>
+  %t = sd.mul %s, %c : (tensor<2x3x3xf32>, tensor<f32>) -> tensor<2x3x3xf32>
+  %m = sd.constant dense<[[[0.0, -3.40282347E+38, -3.40282347E+38], [0.0, 0.0, -3.40282347E+38], [0.0, 0.0, 0.0]]]> : tensor<1x3x3xf32>
+  %u = sd.add %t, %m : (tensor<2x3x3xf32>, tensor<1x3x3xf32>) -> tensor<2x3x3xf32>
+  %p = sd.softmax %u {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %p1 = sd.cast %p {to = 1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %p2 = sd.cast %p1 {to = 1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %y = sd.matmul %p2, %v : (tensor<2x3x3xf32>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>
+  return %y : tensor<2x3x4xf32>
+}
+
+// -----
+
+// An additive bias that is not a mask (ALiBi-style slopes) stays an Add:
+// nothing is fused.
+// CHECK-LABEL: func.func @additive_bias_kept
+//   CHECK-NOT:   sd.attention
+//       CHECK:   sd.add
+//       CHECK:   sd.softmax
+func.func @additive_bias_kept(%q: tensor<2x3x4xf32>, %kt: tensor<2x4x3xf32>, %v: tensor<2x3x4xf32>) -> tensor<2x3x4xf32> {
+  %s = sd.matmul %q, %kt : (tensor<2x3x4xf32>, tensor<2x4x3xf32>) -> tensor<2x3x3xf32>
+  %m = sd.constant dense<[[[0.0, -1.0, -2.0], [0.0, 0.0, -1.0], [0.0, 0.0, 0.0]]]> : tensor<1x3x3xf32>
+  %u = sd.add %s, %m : (tensor<2x3x3xf32>, tensor<1x3x3xf32>) -> tensor<2x3x3xf32>
+  %p = sd.softmax %u {axis = -1 : i64} : (tensor<2x3x3xf32>) -> tensor<2x3x3xf32>
+  %y = sd.matmul %p, %v : (tensor<2x3x3xf32>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>
+  return %y : tensor<2x3x4xf32>
+}

@@ -27,3 +27,19 @@ func.func @refines_dynamic_results(%a: tensor<2x3xf32>, %b: tensor<3x5xf32>) -> 
   %r = sd.relu %c : (tensor<?x?xf32>) -> tensor<?x?xf32>
   return %r : tensor<?x?xf32>
 }
+
+// A Cast to its own type is its input (no copy step, nothing to
+// differentiate), unless it is what the function returns.
+// CHECK-LABEL: func.func @identity_cast
+//       CHECK:   %[[R:.*]] = sd.relu %arg0
+//   CHECK-NOT:   sd.cast %[[R]]
+//       CHECK:   %[[N:.*]] = sd.neg %[[R]]
+//       CHECK:   %[[C:.*]] = sd.cast %[[N]] {to = 1 : i64}
+//       CHECK:   return %[[C]]
+func.func @identity_cast(%x: tensor<4xf32>) -> tensor<4xf32> {
+  %r = sd.relu %x : (tensor<4xf32>) -> tensor<4xf32>
+  %c = sd.cast %r {to = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  %n = sd.neg %c : (tensor<4xf32>) -> tensor<4xf32>
+  %o = sd.cast %n {to = 1 : i64} : (tensor<4xf32>) -> tensor<4xf32>
+  return %o : tensor<4xf32>
+}
