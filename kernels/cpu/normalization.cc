@@ -315,6 +315,14 @@ Status RmsNormKernel(const KernelContext &c) {
   const double eps = rows.eps;
   Dims normDims(x.dims.begin() + axis, x.dims.end());
   Dims ss = broadcastStrides(scale.dims, normDims);
+  if (x.dtype == DType::F32 && scale.dtype == DType::F32 && scale.numElements() == n) { // the transformer case
+    const float *px = x.as<float>(), *g = scale.as<float>();
+    float *py = c.outputs[0].as<float>();
+    parallelFor(c.pool, outer, std::max<int64_t>(1, 8192 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) vrmsNormRow(px + r * n, g, py + r * n, n, float(eps));
+    });
+    return Status::ok();
+  }
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>(), *g = scale.as<T>();
@@ -362,6 +370,13 @@ Status RmsNormGradKernel(const KernelContext &c) {
     parallelFor(c.pool, blocks, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t blk = b0; blk < b1; ++blk) {
         double *ds = partial.data() + blk * n;
+        if constexpr (std::is_same_v<T, float>) { // f32 rows with the row loops vectorized
+          if (scale.dtype == DType::F32) {
+            for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r)
+              vrmsNormGradRow(px + r * n, pdy + r * n, g, pdx + r * n, ds, n, float(eps));
+            continue;
+          }
+        }
         for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r) {
           const T *xr = px + r * n, *dyr = pdy + r * n;
           double ms = 0;

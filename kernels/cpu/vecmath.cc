@@ -129,4 +129,31 @@ SD_CLONES void vlayerNormRow(const float *x, const float *g, const float *b, flo
   rstdOut = rstd;
 }
 
+SD_CLONES float vrmsNormRow(const float *x, const float *g, float *y, int64_t n, float eps) {
+  float ss = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  float rstd = 1.0f / std::sqrt(ss / float(n) + eps);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] = x[i] * rstd * g[i];
+  return rstd;
+}
+
+SD_CLONES void vrmsNormGradRow(const float *x, const float *dy, const float *g, float *dx, double *dscale, int64_t n,
+                               float eps) {
+  float ss = 0, mgx = 0;
+#pragma omp simd reduction(+ : ss)
+  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
+  float rstd = 1.0f / std::sqrt(ss / float(n) + eps);
+#pragma omp simd reduction(+ : mgx)
+  for (int64_t i = 0; i < n; ++i) mgx += dy[i] * g[i] * (x[i] * rstd);
+  mgx /= float(n);
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    float xhat = x[i] * rstd;
+    dx[i] = rstd * (dy[i] * g[i] - xhat * mgx);
+    if (dscale) dscale[i] += double(dy[i] * xhat);
+  }
+}
+
 } // namespace sd::cpu

@@ -21,4 +21,10 @@ void vsoftmaxRow(const float *x, float *y, int64_t n);
 // y = (x - mean) * rstd * g + b over one row; returns mean and rstd.
 void vlayerNormRow(const float *x, const float *g, const float *b, float *y, int64_t n, float eps, float &mean,
                    float &rstd);
+// y = x * rstd * g over one row, rstd = 1 / sqrt(mean(x^2) + eps); returns rstd.
+float vrmsNormRow(const float *x, const float *g, float *y, int64_t n, float eps);
+// RMSNorm's backward over one row: dx = rstd * (dy * g - xhat * mean(dy * g * xhat)),
+// xhat = x * rstd; adds dy * xhat to dscale (one block's partial sums, f64).
+void vrmsNormGradRow(const float *x, const float *dy, const float *g, float *dx, double *dscale, int64_t n,
+                     float eps);
 } // namespace sd::cpu
