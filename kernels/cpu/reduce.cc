@@ -35,17 +35,33 @@ template <typename T, RK K> Status reduceT(const KernelContext &c) {
   const T *px = x.as<T>();
   T *po = o.as<T>();
   if constexpr ((K == RK::Sum || K == RK::Mean) && std::is_floating_point_v<T>) {
-    // Leading axes reduced (a bias gradient: [rows, N] -> [N]): add whole rows
-    // into per-column accumulators instead of striding down each column.
-    bool leading = std::find(red.begin(), red.end(), false) == std::find(red.rbegin(), red.rend(), true).base();
-    if (leading && nOut > 1 && nRed > 1) {
-      parallelFor(c.pool, nOut, std::max<int64_t>(16, 16384 / nRed), [&](int64_t b, int64_t e) {
-        std::vector<double> acc(size_t(e - b), 0.0);
-        for (int64_t r = 0; r < nRed; ++r) {
-          const T *row = px + r * nOut;
-          for (int64_t j = b; j < e; ++j) acc[size_t(j - b)] += double(row[j]);
+    // One contiguous run of reduced axes, x viewed as [outer, nRed, inner]:
+    // add whole rows of `inner` into per-column accumulators instead of
+    // striding down each column (a bias gradient [rows, N] -> [N]; the
+    // backward of GQA's repeated KV heads, [B, Hkv, rep, T, d] -> [B, Hkv, T, d]).
+    // Each output still adds its inputs in the order the generic walk does.
+    int64_t first = std::find(red.begin(), red.end(), true) - red.begin();
+    int64_t last = red.rend() - std::find(red.rbegin(), red.rend(), true); // one past the last reduced axis
+    bool run = first < last && std::all_of(red.begin() + first, red.begin() + last, [](bool r) { return r; });
+    if (run && nOut > 1 && nRed > 1) {
+      int64_t inner = 1;
+      for (int64_t d = last; d < rank; ++d) inner *= x.dims[size_t(d)];
+      int64_t outer = nOut / inner;
+      int64_t chunk = std::max<int64_t>(16, 16384 / nRed); // columns per work item
+      int64_t chunksPerRow = (inner + chunk - 1) / chunk;
+      parallelFor(c.pool, outer * chunksPerRow, 1, [&](int64_t b, int64_t e) {
+        std::vector<double> acc(size_t(std::min(chunk, inner)));
+        for (int64_t item = b; item < e; ++item) {
+          int64_t o = item / chunksPerRow, j0 = item % chunksPerRow * chunk, j1 = std::min(inner, j0 + chunk);
+          std::fill(acc.begin(), acc.end(), 0.0);
+          const T *slab = px + o * nRed * inner;
+          for (int64_t r = 0; r < nRed; ++r) {
+            const T *row = slab + r * inner;
+            for (int64_t j = j0; j < j1; ++j) acc[size_t(j - j0)] += double(row[j]);
+          }
+          for (int64_t j = j0; j < j1; ++j)
+            po[o * inner + j] = T(K == RK::Mean ? acc[size_t(j - j0)] / double(nRed) : acc[size_t(j - j0)]);
         }
-        for (int64_t j = b; j < e; ++j) po[j] = T(K == RK::Mean ? acc[size_t(j - b)] / double(nRed) : acc[size_t(j - b)]);
       });
       return Status::ok();
     }

@@ -707,7 +707,12 @@ for name in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", 
                         types=FLOATS, rtol=4),
                    Case(lambda t, r, lo=lo, hi=hi: [rand(r, (3, 4), t, lo, hi), np.zeros((0,), np.int64)],
                         attrs={"noop_with_empty_axes": 1}, label="no-op"),
-                   Case(lambda t, r: [specials(t, (3, 3)), i64(1)], label="NaN/Inf", types=FLOATS)]
+                   Case(lambda t, r: [specials(t, (3, 3)), i64(1)], label="NaN/Inf", types=FLOATS),
+                   # A middle run of axes (GQA's repeated KV heads in backward), and
+                   # rows wider than one work item's columns.
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 3, 4, 5), t, lo, hi), i64(1, 2)], label="middle axes"),
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 3, 6000), t, lo, hi), i64(1)], types=FLOATS,
+                        label="middle axis, wide rows")]
     if name in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
         CASES[name].append(Case(lambda t, r: [rand(r, (2, 0, 3), t), i64(2)], label="zero-sized, other axis"))
 CASES["ReduceProd"][3].make = lambda t, r: [rand(r, (3, 1000), t, 0.999, 1.001), i64(1)]
