@@ -3,6 +3,10 @@
 #include "sgemm_blocked.h"
 #include <immintrin.h>
 
+// GCC 12's AVX-512 shuffle intrinsics pass _mm512_undefined_ps() as the
+// masked-off source and then warn that it may be used uninitialized.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 namespace sd::cpu::sgemm_isa {
 namespace {
 
@@ -18,6 +22,30 @@ struct Avx512 {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  // r[i][j] <- r[j][i], 16 x 16: pairs of rows interleaved, then 2-, 4- and
+  // 8-float blocks exchanged between ever farther rows.
+  static void transpose(V (&r)[16]) {
+    V t[16];
+    for (int i = 0; i < 16; i += 2) {
+      t[i] = _mm512_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm512_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 16; i += 4) {
+      r[i] = _mm512_shuffle_ps(t[i], t[i + 2], 0x44);
+      r[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], 0xEE);
+      r[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      r[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 16; i += 8)
+      for (int k = 0; k < 4; ++k) {
+        t[i + k] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0x88);
+        t[i + k + 4] = _mm512_shuffle_f32x4(r[i + k], r[i + k + 4], 0xDD);
+      }
+    for (int k = 0; k < 8; ++k) {
+      r[k] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0x88);
+      r[k + 8] = _mm512_shuffle_f32x4(t[k], t[k + 8], 0xDD);
+    }
+  }
   static float sum(V v) { // via memory: GCC 12's lane-extract intrinsics warn (-Wmaybe-uninitialized)
     alignas(64) float t[16];
     _mm512_store_ps(t, v);

@@ -4,7 +4,7 @@
 // ROWS x (2 vectors) accumulators. Included only by the ISA translation units,
 // each compiled with its own -m flags and its own Vec traits:
 //   Vec::W, Vec::V, zero(), load(p), loadN(p, n), store(p, v), storeN(p, v, n),
-//   set1(x), fmadd(a, b, c), mul(a, b), sum(v).
+//   set1(x), fmadd(a, b, c), mul(a, b), sum(v), transpose(V (&rows)[W]).
 #pragma once
 #include "sgemm_isa.h"
 #include <cstdlib>
@@ -77,15 +77,26 @@ template <class Vec, int MR> struct Blocked {
     (offs ? indirect : fns)[rows - 1](kc, ap, bp, bs, offs, c, ldc, cols, alpha, beta);
   }
 
-  // dst[p * ds + j] = src[j * ss + p] for j < cols, p < kc, in 8 x 8 blocks
-  // so both the rows read and the rows written stay in L1.
+  // dst[p * ds + j] = src[j * ss + p] for j < cols, p < kc: W x W tiles
+  // transposed in registers (Vec::transpose), the ragged edges through
+  // masked loads and stores. (Element by element, this was a fifth of a
+  // small Llama's training step: every activation packed as A goes through it.)
   static void transposeInto(const float *src, int64_t ss, int cols, int64_t kc, float *dst, int ds) {
-    for (int64_t p0 = 0; p0 < kc; p0 += 8) {
-      int64_t pe = lo(kc, p0 + 8);
-      for (int j0 = 0; j0 < cols; j0 += 8) {
-        int je = int(lo(cols, j0 + 8));
-        for (int j = j0; j < je; ++j)
-          for (int64_t p = p0; p < pe; ++p) dst[p * ds + j] = src[j * ss + p];
+    for (int j0 = 0; j0 < cols; j0 += W) {
+      int rows = int(lo(W, cols - j0));
+      for (int64_t p0 = 0; p0 < kc; p0 += W) {
+        int n = int(lo(W, kc - p0));
+        typename Vec::V r[W];
+#pragma GCC unroll 16
+        for (int j = 0; j < W; ++j)
+          r[j] = j >= rows ? Vec::zero() : n == W ? Vec::load(src + (j0 + j) * ss + p0)
+                                                  : Vec::loadN(src + (j0 + j) * ss + p0, n);
+        Vec::transpose(r);
+        for (int p = 0; p < n; ++p) {
+          float *d = dst + (p0 + p) * ds + j0;
+          if (rows == W) Vec::store(d, r[p]);
+          else Vec::storeN(d, r[p], rows);
+        }
       }
     }
   }
@@ -94,10 +105,11 @@ template <class Vec, int MR> struct Blocked {
   // panels of kc rows of MR floats (the last one zero-padded).
   static void packA(bool ta, const float *a, int64_t lda, int64_t i0, int64_t mc, int64_t p0, int64_t kc,
                     float *dst) {
-    if (ta) { // op(A) row i is column i of A: read A's rows whole, scatter to panels
+    if (ta) { // op(A) row i is column i of A: each of A's rows gives every panel MR floats in a run
       for (int64_t p = 0; p < kc; ++p) {
         const float *src = a + (p0 + p) * lda + i0;
-        for (int64_t i = 0; i < mc; ++i) dst[(i / MR) * kc * MR + p * MR + i % MR] = src[i];
+        for (int64_t ir = 0; ir < mc; ir += MR)
+          std::memcpy(dst + ir * kc + p * MR, src + ir, size_t(lo(MR, mc - ir)) * sizeof(float));
       }
     } else {
       for (int64_t ir = 0; ir < mc; ir += MR)
