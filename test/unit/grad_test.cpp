@@ -137,6 +137,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"LinearOi", {{"w", "4, 3", 12}, {"wb", "4", 4}},
              "  t = Transpose <perm = [1, 0]> (w)\n  h = MatMul(x, t)\n  y = Add(h, wb)"},
         Case{"LinearIoInputGrad", {W34, {"w2", "2, 3", 6}}, "  a = Mul(x, w2)\n  y = MatMul(a, w)"},
+        // A batched A times a 2-D B: both gradients as GEMMs over the flattened batch.
+        Case{"MatMulSharedRhs", {W34, {"w2", "2, 3", 6}},
+             "  a = Mul(x, w2)\n  s = Constant <value = int64[3] {2, 2, 3}> ()\n  e = Expand(a, s)\n"
+             "  y = MatMul(e, w)"},
         Case{"GemmTrans", {{"w", "4, 3", 12}, {"wa", "3, 2", 6}, {"wc", "4", 4}},
              "  y = Gemm <alpha = 0.5, beta = 2.0, transA = 1, transB = 1> (wa, w, wc)"},
         Case{"Softmax", {W23}, "  y = Softmax <axis = -1> (w)"},
