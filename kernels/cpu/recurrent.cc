@@ -362,11 +362,15 @@ Status RecurrenceGradKernel(const KernelContext &c) {
         mm(c, true, false, H, H, B, dhh.data(), H, rh.data(), H, 1.0f, drH, H);
       }
     }
-    mm(c, true, false, recurrentRows, H, B, dg, GH, hp, K, 1.0f, dr, H);
     mmPacked(c, B, H, recurrentRows, dg, GH, rPacked, 1.0f, dhn.data(), H);
     dh.swap(dhn);
     if (s.cell == Cell::LSTM) dc.swap(dcn);
   }
+  // dR over the whole sequence as one GEMM: every step's gate gradients (kept
+  // in dxw) times the previous hidden states the forward saved, k = S * B. Per
+  // step it was a rank-B update reading and writing all of dR (the LSTM LM's
+  // backward: 64 passes over a 1 MiB dR).
+  mm(c, true, false, recurrentRows, H, S * B, dxw, GH, saved + GH, K, 1.0f, dr, H);
   std::copy(dh.begin(), dh.end(), dh0);
   std::copy(dc.begin(), dc.end(), dc0);
   return Status::ok();
