@@ -151,9 +151,11 @@ void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blo
       if (g.maskData && !g.causal)
         for (int64_t j = b.c0; j < b.c1; ++j)
           if (masked(g, item, i, j)) row[j] = g.maskValue;
-      if (g.causal)
-        for (int64_t j = i + 1; j < b.c1; ++j) row[j] = -INFINITY;
-      vsoftmaxRow(row + b.c0, row + b.c0, cols);
+      // Under a causal mask the keys after the query get probability 0
+      // exactly (their exp underflows): the softmax runs over the rest only.
+      int64_t end = g.causal ? std::min(b.c1, i + 1) : b.c1;
+      vsoftmaxRow(row + b.c0, row + b.c0, end - b.c0);
+      std::fill(row + end, row + b.c1, 0.0f);
     }
   }
 }
@@ -207,10 +209,17 @@ Status AttentionGradKernel(const KernelContext &c) {
         for (int64_t i = 0; i < rows; ++i) {
           float *dsr = dsb + i * g.S;
           const float *pr = pb + i * g.S;
+          // Causal: the keys after the query have P = 0 and no gradient.
+          int64_t end = g.causal ? std::min(cols, b.r0 + i + 1 - b.c0) : cols;
           double dot = 0;
-          for (int64_t j = 0; j < cols; ++j) dot += double(dsr[j]) * double(pr[j]);
-          for (int64_t j = 0; j < cols; ++j)
-            dsr[j] = masked(g, it, b.r0 + i, b.c0 + j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
+          for (int64_t j = 0; j < end; ++j) dot += double(dsr[j]) * double(pr[j]);
+          if (g.causal) {
+            for (int64_t j = 0; j < end; ++j) dsr[j] = pr[j] * (dsr[j] - float(dot));
+            std::fill(dsr + end, dsr + cols, 0.0f);
+          } else {
+            for (int64_t j = 0; j < cols; ++j)
+              dsr[j] = masked(g, it, b.r0 + i, b.c0 + j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
+          }
         }
         gemm<float>(false, true, rows, g.d, cols, g.scale, dsb, g.S, kt + g.kt[it] + b.c0, g.S, 0.0f,
                     dqi + b.r0 * g.d, g.d);
