@@ -38,6 +38,9 @@ void implicitConv2d(ThreadPool *pool, const float *x, const float *w, const std:
   int64_t sh = g.strides[0], sw = g.strides[1], padTop = g.padBegin[0], padLeft = g.padBegin[1];
   int64_t OH = g.out[0], OW = g.out[1], cg = cin / group, mg = m / group, k = cg * KH * KW;
   int64_t reachH = (KH - 1) * dh / sh, reachW = (KW - 1) * dw / sw, Wq = OW + reachW;
+  // A grid as wide as the output (1-wide kernels) is the output's own layout:
+  // the GEMM writes there and nothing is copied.
+  bool direct = Wq == OW;
   // Stride 1 without padding reads the input where it is: no copy at all.
   bool inPlace = sh == 1 && sw == 1 && !padTop && !padLeft && !g.padEnd[0] && !g.padEnd[1];
   // The phases some tap reads, numbered in order of first use.
@@ -58,7 +61,7 @@ void implicitConv2d(ThreadPool *pool, const float *x, const float *w, const std:
   // not depend on it (nor on the thread count).
   int64_t planes = int64_t(phases.size()) * cg;
   int64_t tileRows = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(planes * Wq, 1) - reachH, 1, OH);
-  if (Wq != OW) // and the grid the GEMM writes (copied out after) within 512 KiB
+  if (!direct) // and the grid the GEMM writes (copied out after) within 512 KiB
     tileRows = std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(mg * Wq, 1), 1, tileRows);
   int64_t units = n * group, threads = pool ? pool->size() : 1, minRows = std::min<int64_t>(OH, (128 + Wq - 1) / Wq);
   if (units * ((OH + tileRows - 1) / tileRows) < 4 * threads)
@@ -76,7 +79,7 @@ void implicitConv2d(ThreadPool *pool, const float *x, const float *w, const std:
   auto runItems = [&](int64_t i0, int64_t i1, ThreadPool *inner) {
     thread_local std::vector<float> inputTile, gridTile;
     float *xp = inPlace ? nullptr : scratch(inputTile, static_cast<size_t>(planes * planeStride));
-    float *grid = Wq == OW ? nullptr : scratch(gridTile, static_cast<size_t>(mg * tileRows * Wq));
+    float *grid = direct ? nullptr : scratch(gridTile, static_cast<size_t>(mg * tileRows * Wq));
     for (int64_t item = i0; item < i1; ++item) {
       int64_t t = item % tiles, gi = (item / tiles) % group, b = item / tiles / group;
       int64_t oh0 = t * tileRows, rows = std::min(OH, oh0 + tileRows) - oh0;
@@ -109,9 +112,6 @@ void implicitConv2d(ThreadPool *pool, const float *x, const float *w, const std:
       int64_t cols = (rows - 1) * Wq + OW; // the last grid row stops at the last real output
       const PackedA *packed = packedGroups && !packedGroups->empty() ? &(*packedGroups)[size_t(gi)] : nullptr;
       int64_t at0 = (b * m + gi * mg) * OH * OW + oh0 * OW; // output channel gi * mg, row oh0
-      // A grid as wide as the output (1-wide kernels) is the output's own
-      // layout: the GEMM writes there and nothing is copied.
-      bool direct = Wq == OW;
       sgemmIndirectB(inner, false, mg, cols, k, w + gi * mg * k, k, src, offsets.data(), 0.0f,
                      direct ? y + at0 : grid, direct ? OH * OW : cols, packed);
       for (int64_t j = 0; j < mg; ++j) {

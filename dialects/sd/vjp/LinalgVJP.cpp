@@ -11,13 +11,14 @@ namespace {
 
 using Grads = SmallVectorImpl<Value>;
 
-LogicalResult linearVJP(LinearOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  Value x = op.getInput(), w = op.getWeight();
-  bool oi = op.getLayout() == "oi";
+// y[..., n] = x[..., k] op(W) with a 2-D W (oi: W is [n, k]; io: [k, n]):
+// both gradients as single GEMMs over the flattened batch. Returns dy as
+// [m, n]. Shared by Linear and by MatMul with a 2-D right operand.
+Value flatLinearGrads(GradBuilder &g, Value x, Value w, bool oi, Value dy, ArrayRef<bool> need, Grads &dx) {
   ArrayRef<int64_t> xs = shapeOf(x), ws = shapeOf(w);
   int64_t k = xs.back(), n = oi ? ws[0] : ws[1], m = 1;
   for (size_t i = 0; i + 1 < xs.size(); ++i) m *= xs[i];
-  Value dy2 = g.reshape(dy[0], {m, n});
+  Value dy2 = g.reshape(dy, {m, n});
   if (need[0]) {
     // oi: dy[M,N] x W[N,K]; io: dy[M,N] x W[K,N]^T.
     Value d = g.make<GemmOp>({dy2, w, g.none()}, {g.attr("transB", int64_t(!oi))});
@@ -29,6 +30,11 @@ LogicalResult linearVJP(LinearOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
     dx[1] = oi ? g.make<GemmOp>({dy2, x2, g.none()}, {g.attr("transA", 1)})
                : g.make<GemmOp>({x2, dy2, g.none()}, {g.attr("transA", 1)});
   }
+  return dy2;
+}
+
+LogicalResult linearVJP(LinearOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value dy2 = flatLinearGrads(g, op.getInput(), op.getWeight(), op.getLayout() == "oi", dy[0], need, dx);
   if (op->getNumOperands() > 2 && need[2]) dx[2] = g.reduceSum(dy2, {0}, false);
   return success();
 }
@@ -42,13 +48,9 @@ LogicalResult matmulVJP(MatMulOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
   // gradients are single GEMMs over the flattened batch, not batched products
   // of a few rows each and a sum of per-batch dB over the batch (on an LSTM
   // language model that sum read a [64, 128, 1024] intermediate).
-  ArrayRef<int64_t> as = shapeOf(a), bs = shapeOf(b);
-  auto at = cast<RankedTensorType>(a.getType()), ot = cast<RankedTensorType>(dy[0].getType());
-  if (bs.size() == 2 && as.size() > 2 && at.hasStaticShape() && ot.hasStaticShape()) {
-    int64_t k = as.back(), n = bs[1], m = at.getNumElements() / std::max<int64_t>(k, 1);
-    Value dy2 = g.reshape(dy[0], {m, n});
-    if (need[0]) dx[0] = g.reshape(g.make<GemmOp>({dy2, b, g.none()}, {g.attr("transB", int64_t(1))}), as);
-    if (need[1]) dx[1] = g.make<GemmOp>({g.reshape(a, {m, k}), dy2, g.none()}, {g.attr("transA", int64_t(1))});
+  if (shapeOf(b).size() == 2 && shapeOf(a).size() > 2 && cast<RankedTensorType>(a.getType()).hasStaticShape() &&
+      cast<RankedTensorType>(dy[0].getType()).hasStaticShape()) {
+    flatLinearGrads(g, a, b, /*oi=*/false, dy[0], need, dx);
     return success();
   }
   if (need[0]) dx[0] = g.unbroadcast(g.make<MatMulOp>({dy[0], g.swapLastTwo(b)}), a.getType());
