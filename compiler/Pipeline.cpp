@@ -52,8 +52,10 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   // Again, for attention masks that only became constants with the shapes
   // (an exporter's causal mask built from the sequence length, in plans whose
   // shapes are specialized after import); before autodiff and packing, which
-  // rely on the fused op.
+  // rely on the fused op. Rotary embeddings too: their cos/sin take their
+  // [.., S, D] form only with the shapes.
   pm.addPass(createFuseAttention());
+  pm.addPass(createFuseRotary());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

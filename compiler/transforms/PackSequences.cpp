@@ -2,8 +2,9 @@
 // Each specialized eval_step (accumulate and train_step are built from it
 // later) gets an int64 [batch, seq] input `position_ids`: each token's
 // position within its own sequence. It replaces the model's learned
-// position-embedding lookup (a Gather of the constant arange(seq)) and goes to
-// every fused attention as its `positions` operand, where it restricts each
+// position-embedding lookup (a Gather of the constant arange(seq)), indexes
+// the rotary embeddings' constant cos/sin tables, and goes to every fused
+// attention as its `positions` operand, where it restricts each
 // query to the keys of its own sequence. So a packed row computes exactly what
 // its sequences would compute one by one, without a [seq, seq] mask tensor.
 // A model that already takes `position_ids` keeps that input.
@@ -78,7 +79,14 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
       positionsArg = int(f.getNumArguments());
       NamedAttribute name(b.getStringAttr("sd.name"), b.getStringAttr(sd::abi::kPositionIds));
       f.insertArgument(unsigned(positionsArg), positionsType, b.getDictionaryAttr({name}), f.getLoc());
-      if (failed(replacePositionLookups(f, f.getArgument(unsigned(positionsArg)), seq))) return failure();
+      Value positions = f.getArgument(unsigned(positionsArg));
+      int found = 0;
+      if (failed(replacePositionLookups(f, positions, seq, found)) || failed(indexRotaryTables(f, positions, seq, found)))
+        return failure();
+      if (!found)
+        return f.emitError("--packing: cannot find the position-embedding lookup (a Gather of the constant "
+                           "arange(seq)) or a rotary embedding that sd-fuse-rotary recognized; packing needs "
+                           "learned absolute positions, rotary positions or a position_ids input");
     } else if (f.getArgument(unsigned(positionsArg)).getType() != positionsType) {
       return f.emitError() << "--packing: the model's position_ids input is "
                            << f.getArgument(unsigned(positionsArg)).getType() << ", not " << positionsType;
@@ -89,14 +97,12 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
 
   // Gather(table, arange(seq)) -> Gather(table, position_ids): [seq, C] becomes
   // [batch, seq, C]; its users must already produce that shape by broadcasting.
-  LogicalResult replacePositionLookups(func::FuncOp f, Value positions, int64_t seq) {
+  LogicalResult replacePositionLookups(func::FuncOp f, Value positions, int64_t seq, int &found) {
     SmallVector<GatherOp> lookups;
     f.walk([&](GatherOp g) {
       if (isArange(g.getRhs(), seq) && g.getAxis().value_or(0) == 0) lookups.push_back(g);
     });
-    if (lookups.empty())
-      return f.emitError("--packing: cannot find the position-embedding lookup (a Gather of the constant "
-                         "arange(seq)); packing needs learned absolute positions or a position_ids input");
+    found += int(lookups.size());
     for (GatherOp g : lookups) {
       auto table = cast<RankedTensorType>(g.getLhs().getType());
       SmallVector<int64_t> shape = {cast<RankedTensorType>(positions.getType()).getDimSize(0), seq};
@@ -112,6 +118,37 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
       Operation *indices = g.getRhs().getDefiningOp();
       g.erase();
       if (indices->use_empty()) indices->erase();
+    }
+    return success();
+  }
+
+  // A rotary embedding whose cos/sin are the constant angles of positions
+  // 0..seq-1 ([1, seq, W], what the exporter folded from arange(seq)) reads
+  // them as a table instead, row position_ids[b, t] for token t of row b.
+  LogicalResult indexRotaryTables(func::FuncOp f, Value positions, int64_t seq, int &found) {
+    SmallVector<RotaryOp> rotaries;
+    f.walk([&](RotaryOp r) {
+      if (isa<NoneType>(r.getPositions().getType())) rotaries.push_back(r);
+    });
+    for (RotaryOp r : rotaries) {
+      SmallVector<Value, 2> tables;
+      for (Value angles : {r.getCos(), r.getSin()}) {
+        auto c = angles.getDefiningOp<ConstantOp>();
+        auto dense = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : DenseElementsAttr();
+        auto type = cast<RankedTensorType>(angles.getType());
+        if (!dense || type.getDimSize(0) != 1 || type.getDimSize(1) != seq)
+          return r.emitError() << "--packing: the rotary embedding " << sd::describeNode(r)
+                               << " takes angles computed in the graph, not a constant table of positions "
+                                  "0.."
+                               << seq - 1 << "; export the model with a position_ids input";
+        OpBuilder b(r);
+        auto table = RankedTensorType::get({seq, type.getDimSize(2)}, type.getElementType());
+        tables.push_back(b.create<ConstantOp>(c.getLoc(), table, dense.reshape(table)).getResult());
+      }
+      r->setOperand(1, tables[0]);
+      r->setOperand(2, tables[1]);
+      r->setOperand(3, positions);
+      ++found;
     }
     return success();
   }

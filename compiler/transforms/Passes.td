@@ -150,6 +150,16 @@ def FuseAttention : Pass<"sd-fuse-attention", "mlir::ModuleOp"> {
   }];
 }
 
+def FuseRotary : Pass<"sd-fuse-rotary", "mlir::ModuleOp"> {
+  let summary = "Replace the decomposed rotary position embedding with one sd.rotary";
+  let description = [{
+    x * cos + rotate_half(x) * sin, rotate_half(x) = Concat(-x[..., D/2:],
+    x[..., :D/2]) as Hugging Face's apply_rotary_pos_emb exports it, with cos
+    and sin broadcasting over every axis of x [B, ..., S, D] but B, S and D,
+    becomes sd.rotary(x, cos, sin): one kernel forward, one backward.
+  }];
+}
+
 def Specialize : Pass<"sd-specialize", "mlir::ModuleOp"> {
   let summary = "Clone each entry per shape bucket with static input shapes";
   let options = [

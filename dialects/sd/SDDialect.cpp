@@ -32,6 +32,7 @@ void SDDialect::initialize() {
   attachNormalizationVJPs(getContext());
   attachOsftVJPs(getContext());
   attachRecurrentVJPs(getContext());
+  attachRotaryVJPs(getContext());
 }
 
 Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {

@@ -339,6 +339,19 @@ def SD_AttentionOp : SD_Nary<"attention", "Attention",
     to each other (a block-diagonal mask that is never materialized).
   }];
 }
+def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
+    (ins AnyTensor:$x, AnyTensor:$cos, AnyTensor:$sin, SD_OptTensor:$positions),
+    (ins OptI64:$interleaved, OptI64:$transposed)> {
+  let description = [{
+    Rotary position embedding over the last axis of x [B, ..., S, D], as
+    sd-fuse-rotary recognizes it: y = x * cos + rot(x) * sin, where rot(x) is
+    [-x2, x1] on the halves (rotate-half) or (-x[2i+1], x[2i]) on pairs
+    (interleaved = 1). cos and sin are [Bc, S, W] (Bc 1 or B) or, with
+    positions (i64 [B, S]), tables [P, W] whose rows the positions pick. W is
+    D (a value per feature) or D/2 (one per rotated pair). transposed = 1
+    applies the transpose, y = x * cos + rot^T(x * sin): the gradient.
+  }];
+}
 def SD_ResizeOp : SD_Nary<"resize", "Resize",
     (ins AnyTensor:$x, SD_OptTensor:$roi, SD_OptTensor:$scales, SD_OptTensor:$sizes),
     (ins OptI64:$antialias, OptI64s:$axes, OptStr:$coordinate_transformation_mode, OptF32:$cubic_coeff_a,

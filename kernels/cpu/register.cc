@@ -24,6 +24,7 @@ void registerNonMaxSuppressionShapes();
 void registerLinearAttentionShapes();
 void registerRoiAlignShapes();
 void registerTfIdfShapes();
+void registerRotaryShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -55,6 +56,7 @@ void registerRoiAlignKernels();
 void registerTfIdfKernels();
 void registerCol2ImKernels();
 void registerDeformConvKernels();
+void registerRotaryKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -69,7 +71,7 @@ static bool computesHalfViaF32(std::string_view op) {
       "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu", "Neg", "Abs", "Sign", "Relu", "Floor", "Ceil",
       "Round", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater",
       "GreaterOrEqual", "Min", "Max", "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization",
-      "RMSNormalization", "RMSNormalizationGrad",
+      "RMSNormalization", "RMSNormalizationGrad", "Rotary",
       // Mixed precision (sd-autocast): bf16 operands, f32 accumulation, result rounded once.
       "MatMul", "Gemm", "Linear", "Attention", "AttentionGrad", "ReduceSum", "ReduceMean",
       // Exact in f32 (a max of rounded values rounds back to itself): ONNX Attention's masked-row test.
@@ -114,6 +116,7 @@ void registerAllOps() {
     registerLinearAttentionShapes();
     registerRoiAlignShapes();
     registerTfIdfShapes();
+    registerRotaryShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -144,6 +147,7 @@ void registerAllOps() {
     cpu::registerTfIdfKernels();
     cpu::registerCol2ImKernels();
     cpu::registerDeformConvKernels();
+    cpu::registerRotaryKernels();
   });
 }
 

@@ -18,6 +18,7 @@ void registerPoolKernels();
 void registerCollectiveKernels();
 void registerDropoutKernels();
 void registerOsftKernels();
+void registerRotaryKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -82,6 +83,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerCollectiveKernels();
     cuda::registerDropoutKernels();
     cuda::registerOsftKernels();
+    cuda::registerRotaryKernels();
   });
   return cuda::mutableKernels();
 }

@@ -174,6 +174,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"TopK", {2, 2}},
       {"TopKBounded", {2, 2}},
       {"LinearAttention", {3, 6}},
+      {"Rotary", {3, 4}},
       {"TensorScatter", {2, 3}},
       {"ReverseSequence", {2, 2}},
       {"Det", {1, 1}},

@@ -1023,6 +1023,55 @@ CASES["RMSNormalizationGrad"] = [
          attrs={"axis": 1, "epsilon": 1e-3}, ref=rms_norm_grad_ref, label="axis 1", rtol=10)]
 
 
+def rotary_ref(ins, attrs, t):
+    """sd.rotary: each pair (p, q) of the last axis rotated by its position's
+    angle; `transposed` rotates the other way (the gradient)."""
+    x, cos, sin = f64(ins[0]), f64(ins[1]), f64(ins[2])
+    pos = ins[3] if len(ins) > 3 else None
+    d, w = x.shape[-1], cos.shape[-1]
+    if pos is not None:
+        cos, sin = cos[pos], sin[pos]  # [B, S, W]
+    if w * 2 == d:  # one angle per pair: spread it to both features of the pair
+        spread = (lambda a: np.repeat(a, 2, axis=-1)) if attrs.get("interleaved") else \
+            (lambda a: np.concatenate([a, a], axis=-1))
+        cos, sin = spread(cos), spread(sin)
+    cos = cos.reshape(cos.shape[:1] + (1,) * (x.ndim - 3) + cos.shape[1:])
+    sin = sin.reshape(cos.shape)
+
+    def rot(v):  # forward's rot(x): [-x2, x1] (halves) or (-x[2i+1], x[2i]) (pairs)
+        if attrs.get("interleaved"):
+            out = np.empty_like(v)
+            out[..., 0::2], out[..., 1::2] = -v[..., 1::2], v[..., 0::2]
+            return out
+        return np.concatenate([-v[..., d // 2:], v[..., :d // 2]], axis=-1)
+
+    if attrs.get("transposed"):  # x * cos + rot^T(x * sin), rot^T = -rot
+        y = x * cos - rot(x * sin)
+    else:
+        y = x * cos + rot(x) * sin
+    return [y.astype(ins[0].dtype)]
+
+
+def rotary_angles(r, t, rows, w):
+    angles = r.uniform(-3.0, 3.0, (rows, w))
+    return np.cos(angles).astype(NP[t]), np.sin(angles).astype(NP[t])
+
+
+CASES["Rotary"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 5, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, t, 5, 8)]],
+         ref=rotary_ref, label="rotate-half, one table for the batch"),
+    Case(lambda t, r: [rand(r, (2, 3, 5, 8), t), *[a.reshape(2, 5, 4) for a in rotary_angles(r, t, 10, 4)]],
+         attrs={"interleaved": 1}, ref=rotary_ref, label="interleaved, half width, per batch item"),
+    Case(lambda t, r: [rand(r, (2, 3, 4, 6), t), *rotary_angles(r, t, 7, 6),
+                       np.array([[0, 1, 2, 0], [3, 4, 5, 6]], np.int64)],
+         attrs={"transposed": 1}, ref=rotary_ref, label="positions, transposed"),
+    Case(lambda t, r: [rand(r, (2, 5, 6), t), *rotary_angles(r, t, 4, 3),
+                       np.array([[0, 1, 2, 3, 0], [1, 0, 1, 2, 3]], np.int64)],
+         attrs={"interleaved": 1, "transposed": 1}, ref=rotary_ref, label="3-D, positions, interleaved"),
+    Case(lambda t, r: [rand(r, (1, 2, 3, 4), t), *rotary_angles(r, t, 3, 4), np.array([[0, 3, 1]], np.int64)],
+         ref=rotary_ref, label="position past the table", error="outside the cos/sin table")]
+
+
 def gather_grad_ref(ins, attrs, t):
     dy, idx = f64(ins[0]), ins[1]
     shape, axis = attrs["data_shape"], attrs.get("axis", 0)

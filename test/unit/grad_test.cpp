@@ -153,6 +153,17 @@ INSTANTIATE_TEST_SUITE_P(
              "  one = Constant <value = float {1.}> ()\n  p = Pow(w, two)\n"
              "  m = ReduceMean <axes = [-1], keepdims = 1> (p)\n  a = Add(m, eps)\n  s = Sqrt(a)\n"
              "  r = Div(one, s)\n  n = Mul(w, r)\n  y = Mul(ws, n)"},
+        // Hugging Face's apply_rotary_pos_emb, fused into one Rotary by
+        // sd-fuse-rotary; its gradient is the transposed rotation. k breaks
+        // the loss's invariance under rotations.
+        Case{"RotaryFused", {{"w", "1, 2, 3, 4", 24}, {"k", "1, 2, 3, 4", 24}},
+             "  cs = Constant <value = float[1, 1, 3, 4] {1., 0.9, 1., 0.9, 0.5, 0.2, 0.5, 0.2, -0.4, 0.7, -0.4, 0.7}> ()\n"
+             "  sn = Constant <value = float[1, 1, 3, 4] {0., 0.4, 0., 0.4, 0.8, 0.9, 0.8, 0.9, 0.9, -0.7, 0.9, -0.7}> ()\n"
+             "  ax = Constant <value = int64[1] {3}> ()\n  z = Constant <value = int64[1] {0}> ()\n"
+             "  h = Constant <value = int64[1] {2}> ()\n  e = Constant <value = int64[1] {4}> ()\n"
+             "  lo = Slice(w, z, h, ax)\n  hi = Slice(w, h, e, ax)\n  n = Neg(hi)\n"
+             "  rh = Concat <axis = -1> (n, lo)\n  a = Mul(w, cs)\n  b = Mul(rh, sn)\n  r = Add(a, b)\n"
+             "  y = Mul(r, k)"},
         Case{"Gather", {{"w", "4, 3", 12}},
              "  i = Constant <value = int64[3] {2, 0, 2}> ()\n  y = Gather <axis = 0> (w, i)"},
         Case{"GatherAxis1", {{"w", "3, 4", 12}},

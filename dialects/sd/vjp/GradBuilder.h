@@ -102,5 +102,6 @@ void attachMovementVJPs(mlir::MLIRContext *ctx);
 void attachNormalizationVJPs(mlir::MLIRContext *ctx);
 void attachOsftVJPs(mlir::MLIRContext *ctx);
 void attachRecurrentVJPs(mlir::MLIRContext *ctx);
+void attachRotaryVJPs(mlir::MLIRContext *ctx);
 
 } // namespace sd::ir

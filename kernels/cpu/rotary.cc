@@ -1,0 +1,81 @@
+// CPU kernel of Rotary, the fused rotary position embedding (see SDOps.td):
+// each row of D features is rotated pairwise by the angles of its position,
+// whose cos and sin come from the row's [Bc, S, W] slice or, with positions,
+// from the table row its position names. Gradient = the same rotation
+// transposed (attribute `transposed`), so one kernel serves both directions.
+#include "cpu_util.h"
+
+namespace sd::cpu {
+namespace {
+
+// The pairs (p, q) rotated together and where their cos/sin sit in a row of
+// width w: rotate-half pairs feature j with j + D/2, interleaved pairs 2i
+// with 2i + 1; a half-width row holds one angle per pair.
+struct PairLayout {
+  int64_t d, half;
+  bool interleaved, halfWidth;
+  int64_t p(int64_t i) const { return interleaved ? 2 * i : i; }
+  int64_t q(int64_t i) const { return interleaved ? 2 * i + 1 : i + half; }
+  int64_t cp(int64_t i) const { return halfWidth ? i : p(i); }
+  int64_t cq(int64_t i) const { return halfWidth ? i : q(i); }
+};
+
+template <typename T>
+void rotateRow(const T *x, const T *c, const T *s, T *y, const PairLayout &l, bool transposed) {
+  for (int64_t i = 0; i < l.half; ++i) {
+    const int64_t p = l.p(i), q = l.q(i), cp = l.cp(i), cq = l.cq(i);
+    const T xp = x[p], xq = x[q];
+    if (!transposed) {
+      y[p] = xp * c[cp] - xq * s[cp];
+      y[q] = xq * c[cq] + xp * s[cq];
+    } else {
+      y[p] = xp * c[cp] + xq * s[cq];
+      y[q] = xq * c[cq] - xp * s[cp];
+    }
+  }
+}
+
+Status RotaryKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &cosT = c.inputs[1], &sinT = c.inputs[2];
+  const bool hasPositions = c.hasInput(3) && c.inputs[3].data;
+  const int64_t rank = int64_t(x.dims.size());
+  if (rank < 3) return sdError("Rotary takes an input [B, ..., S, D]");
+  const int64_t d = x.dims[size_t(rank - 1)], seq = x.dims[size_t(rank - 2)], batch = x.dims[0];
+  const int64_t w = cosT.dims.back();
+  PairLayout l{d, d / 2, c.attrs.getInt("interleaved", 0) != 0, 2 * w == d};
+  const bool transposed = c.attrs.getInt("transposed", 0) != 0;
+  const int64_t rows = d ? x.numElements() / d : 0;
+  const int64_t perBatch = batch ? rows / batch : 0; // rows of one batch item: [..., S]
+  const int64_t tableRows = cosT.dims[0];
+  const int64_t *pos = hasPositions ? c.inputs[3].as<int64_t>() : nullptr;
+  if (pos) {
+    for (int64_t i = 0; i < batch * seq; ++i)
+      if (pos[i] < 0 || pos[i] >= tableRows)
+        return sdError("Rotary: position ", pos[i], " (row ", i / seq, ", token ", i % seq,
+                       ") is outside the cos/sin table of ", tableRows, " positions");
+  }
+  // Row r of x is batch item b = r / perBatch at sequence index r % seq.
+  auto angleRow = [&](int64_t r) -> int64_t {
+    const int64_t b = r / perBatch, t = r % seq;
+    if (pos) return pos[b * seq + t];
+    return (tableRows == 1 ? 0 : b) * seq + t;
+  };
+  return dispatchFloat(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.as<T>(), *pc = cosT.as<T>(), *ps = sinT.as<T>();
+    T *py = c.outputs[0].as<T>();
+    parallelFor(c.pool, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(d, 1)), [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t a = angleRow(r);
+        rotateRow(px + r * d, pc + a * w, ps + a * w, py + r * d, l, transposed);
+      }
+    });
+    return Status::ok();
+  });
+}
+
+} // namespace
+
+void registerRotaryKernels() { registerCpuKernel("Rotary", RotaryKernel, TypeSet::floats()); }
+
+} // namespace sd::cpu

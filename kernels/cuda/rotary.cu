@@ -1,0 +1,73 @@
+// CUDA kernel of Rotary (see SDOps.td and kernels/cpu/rotary.cc, whose pair
+// layout it follows): one thread per rotated pair. The host cannot look at
+// device positions without a sync, so a position outside the table gives a
+// NaN row, which the loss then shows, instead of a read out of bounds.
+#include "cuda_util.cuh"
+#include <cmath>
+
+namespace sd::cuda {
+namespace {
+
+struct RotaryGeometry {
+  int64_t pairs, d, half, w, seq, perBatch, tableRows;
+  bool interleaved, halfWidth, transposed;
+};
+
+template <typename T>
+__global__ void rotaryKernel(const T *x, const T *cosT, const T *sinT, const int64_t *pos, T *y, RotaryGeometry g) {
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < g.pairs; k += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = k / g.half, i = k % g.half;
+    const int64_t b = r / g.perBatch, t = r % g.seq;
+    const int64_t angle = pos ? pos[b * g.seq + t] : (g.tableRows == 1 ? 0 : b) * g.seq + t;
+    const int64_t p = g.interleaved ? 2 * i : i, q = g.interleaved ? 2 * i + 1 : i + g.half;
+    T *yr = y + r * g.d;
+    if (angle < 0 || angle >= g.tableRows) {
+      yr[p] = store<T>(Compute<T>(NAN));
+      yr[q] = store<T>(Compute<T>(NAN));
+      continue;
+    }
+    const int64_t cp = g.halfWidth ? i : p, cq = g.halfWidth ? i : q;
+    const T *xr = x + r * g.d, *c = cosT + angle * g.w, *s = sinT + angle * g.w;
+    const Compute<T> xp = load(xr[p]), xq = load(xr[q]);
+    if (!g.transposed) {
+      yr[p] = store<T>(xp * load(c[cp]) - xq * load(s[cp]));
+      yr[q] = store<T>(xq * load(c[cq]) + xp * load(s[cq]));
+    } else {
+      yr[p] = store<T>(xp * load(c[cp]) + xq * load(s[cq]));
+      yr[q] = store<T>(xq * load(c[cq]) - xp * load(s[cp]));
+    }
+  }
+}
+
+Status RotaryKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &cosT = c.inputs[1], &sinT = c.inputs[2];
+  const bool hasPositions = c.hasInput(3) && c.inputs[3].data;
+  const int64_t rank = x.rank();
+  if (rank < 3 || cosT.dims.empty()) return sdError("Rotary takes an input [B, ..., S, D]");
+  RotaryGeometry g{};
+  g.d = x.dims[size_t(rank - 1)];
+  g.seq = x.dims[size_t(rank - 2)];
+  g.half = g.d / 2;
+  g.w = cosT.dims.back();
+  g.tableRows = cosT.dims[0];
+  g.interleaved = c.attrs.getInt("interleaved", 0) != 0;
+  g.transposed = c.attrs.getInt("transposed", 0) != 0;
+  g.halfWidth = 2 * g.w == g.d;
+  const int64_t rows = g.d ? x.numElements() / g.d : 0;
+  g.pairs = rows * g.half;
+  g.perBatch = x.dims[0] ? rows / x.dims[0] : 0;
+  if (g.pairs == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    rotaryKernel<T><<<blocksFor(g.pairs), kThreads, 0, streamOf(c)>>>(
+        x.as<T>(), cosT.as<T>(), sinT.as<T>(), hasPositions ? c.inputs[3].as<int64_t>() : nullptr,
+        c.outputs[0].as<T>(), g);
+    return launchStatus("Rotary");
+  });
+}
+
+} // namespace
+
+void registerRotaryKernels() { registerKernel("Rotary", RotaryKernel, floatStorage()); }
+
+} // namespace sd::cuda

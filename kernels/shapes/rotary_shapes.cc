@@ -1,0 +1,39 @@
+// Shape rule of Rotary (sd-fuse-rotary's rotary position embedding):
+// x [B, ..., S, D]; cos and sin [Bc, S, W] (Bc 1 or B), or tables [P, W]
+// indexed by positions i64 [B, S]; W is D or D/2. The result is x's shape.
+#include "shape_util.h"
+
+namespace sd {
+
+static Status rotaryShape(ShapeContext &c) {
+  const TensorInfo &x = c.inputs[0], &cosT = c.inputs[1], &sinT = c.inputs[2];
+  SD_CHECK_ARG(dtypeIsFloat(x.dtype), "Rotary expects a float input");
+  SD_CHECK_ARG(cosT.dtype == x.dtype && sinT.dtype == x.dtype, "Rotary's cos and sin must have the input's type (",
+               dtypeName(x.dtype), ")");
+  SD_CHECK_ARG(x.rank() >= 3, "Rotary takes an input [B, ..., S, D], got ", formatDims(x.dims));
+  SD_CHECK_ARG(cosT.dims == sinT.dims, "Rotary's cos and sin differ in shape: ", formatDims(cosT.dims), " and ",
+               formatDims(sinT.dims));
+  int64_t b = x.dims[0], s = x.dims[size_t(x.rank() - 2)], d = x.dims[size_t(x.rank() - 1)];
+  SD_CHECK_ARG(d < 0 || d % 2 == 0, "Rotary rotates pairs: the last dim must be even, got ", d);
+  int64_t w = cosT.dims.empty() ? -1 : cosT.dims.back();
+  SD_CHECK_ARG(w < 0 || d < 0 || w == d || 2 * w == d, "Rotary's cos and sin must be ", d, " or ", d / 2,
+               " wide, got ", formatDims(cosT.dims));
+  if (c.hasInput(3)) {
+    const TensorInfo &p = c.inputs[3];
+    SD_CHECK_ARG(p.dtype == DType::I64 && p.rank() == 2 && (p.dims[0] < 0 || b < 0 || p.dims[0] == b) &&
+                     (p.dims[1] < 0 || s < 0 || p.dims[1] == s),
+                 "Rotary's positions must be int64 [", b, ", ", s, "], got ", formatDims(p.dims));
+    SD_CHECK_ARG(cosT.rank() == 2, "Rotary with positions takes cos and sin tables [P, W], got ",
+                 formatDims(cosT.dims));
+  } else {
+    SD_CHECK_ARG(cosT.rank() == 3 && (cosT.dims[0] == 1 || cosT.dims[0] == b || cosT.dims[0] < 0 || b < 0) &&
+                     (cosT.dims[1] < 0 || s < 0 || cosT.dims[1] == s),
+                 "Rotary takes cos and sin [1 or ", b, ", ", s, ", W], got ", formatDims(cosT.dims));
+  }
+  c.outputs = {TensorInfo{x.dtype, x.dims}};
+  return Status::ok();
+}
+
+void registerRotaryShapes() { registerShapeRule("Rotary", rotaryShape); }
+
+} // namespace sd
