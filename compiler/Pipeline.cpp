@@ -9,6 +9,7 @@ void registerSdPasses() { registerSDPasses(); }
 void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFormLinear());
   pm.addPass(createFuseGelu());
+  pm.addPass(createFuseSwiglu());
   pm.addPass(createFuseLayerNorm());
   pm.addPass(createFuseRmsNorm());
   pm.addPass(createFuseAttention());

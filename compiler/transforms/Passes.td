@@ -150,6 +150,15 @@ def FuseAttention : Pass<"sd-fuse-attention", "mlir::ModuleOp"> {
   }];
 }
 
+def FuseSwiglu : Pass<"sd-fuse-swiglu", "mlir::ModuleOp"> {
+  let summary = "Replace silu(gate) * up with one sd.swiglu";
+  let description = [{
+    Mul(silu(gate), up), silu written as gate * Sigmoid(gate) or Swish with
+    alpha 1, each intermediate used only there, and gate and up of one type,
+    becomes sd.swiglu(gate, up): one kernel forward, one backward.
+  }];
+}
+
 def FuseRotary : Pass<"sd-fuse-rotary", "mlir::ModuleOp"> {
   let summary = "Replace the decomposed rotary position embedding with one sd.rotary";
   let description = [{

@@ -79,6 +79,12 @@ foreach op = [["exp", "Exp"], ["log", "Log"], ["sqrt", "Sqrt"],
 def SD_HardSigmoidOp : SD_Unary<"hard_sigmoid", "HardSigmoid", (ins OptF32:$alpha, OptF32:$beta)>;
 def SD_LeakyReluOp : SD_Unary<"leaky_relu", "LeakyRelu", (ins OptF32:$alpha)>;
 def SD_SwishOp : SD_Unary<"swish", "Swish", (ins OptF32:$alpha)>;
+def SD_SwiGLUOp : SD_Nary<"swiglu", "SwiGLU", (ins AnyTensor:$gate, AnyTensor:$up)> {
+  let description = [{
+    y = silu(gate) * up = gate * sigmoid(gate) * up, gate and up of one shape:
+    the gated MLP of Llama-class models, as sd-fuse-swiglu recognizes it.
+  }];
+}
 def SD_ShrinkOp : SD_Unary<"shrink", "Shrink", (ins OptF32:$bias, OptF32:$lambd)>;
 def SD_EluOp : SD_Unary<"elu", "Elu", (ins OptF32:$alpha)>;
 def SD_SeluOp : SD_Unary<"selu", "Selu", (ins OptF32:$alpha, OptF32:$gamma)>;
@@ -373,6 +379,10 @@ def SD_LogSoftmaxGradOp : SD_Nary<"log_softmax_grad", "LogSoftmaxGrad", (ins Any
 }
 def SD_GeluGradOp : SD_Nary<"gelu_grad", "GeluGrad", (ins AnyTensor:$grad, AnyTensor:$input),
     (ins OptStr:$approximate)>;
+def SD_SwiGLUGradOp : SD_Nary<"swiglu_grad", "SwiGLUGrad", (ins AnyTensor:$grad, AnyTensor:$gate, AnyTensor:$up),
+    (ins), (outs AnyTensor:$gate_grad, AnyTensor:$up_grad)> {
+  let description = "SwiGLU's gradient: d up = dy * silu(gate), d gate = dy * up * silu'(gate).";
+}
 // One direction of an ONNX RNN/GRU/LSTM over the whole sequence, after the
 // input projection (xw = X·Wᵀ + biases, a MatMul in the graph). `saved` keeps
 // what the backward needs per step (gate inputs, previous states).

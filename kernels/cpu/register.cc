@@ -25,6 +25,7 @@ void registerLinearAttentionShapes();
 void registerRoiAlignShapes();
 void registerTfIdfShapes();
 void registerRotaryShapes();
+void registerSwiGLUShapes();
 namespace cpu {
 void registerElementwiseKernels();
 void registerLinalgKernels();
@@ -57,6 +58,7 @@ void registerTfIdfKernels();
 void registerCol2ImKernels();
 void registerDeformConvKernels();
 void registerRotaryKernels();
+void registerSwiGLUKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -71,7 +73,7 @@ static bool computesHalfViaF32(std::string_view op) {
       "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu", "Neg", "Abs", "Sign", "Relu", "Floor", "Ceil",
       "Round", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater",
       "GreaterOrEqual", "Min", "Max", "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization",
-      "RMSNormalization", "RMSNormalizationGrad", "Rotary",
+      "RMSNormalization", "RMSNormalizationGrad", "Rotary", "SwiGLU", "SwiGLUGrad",
       // Mixed precision (sd-autocast): bf16 operands, f32 accumulation, result rounded once.
       "MatMul", "Gemm", "Linear", "Attention", "AttentionGrad", "ReduceSum", "ReduceMean",
       // Exact in f32 (a max of rounded values rounds back to itself): ONNX Attention's masked-row test.
@@ -117,6 +119,7 @@ void registerAllOps() {
     registerRoiAlignShapes();
     registerTfIdfShapes();
     registerRotaryShapes();
+    registerSwiGLUShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
     cpu::registerReduceKernels();
@@ -148,6 +151,7 @@ void registerAllOps() {
     cpu::registerCol2ImKernels();
     cpu::registerDeformConvKernels();
     cpu::registerRotaryKernels();
+    cpu::registerSwiGLUKernels();
   });
 }
 

@@ -85,6 +85,24 @@ SD_CLONES void vsigmoid(const float *x, float *y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) y[i] = 1.0f / (1.0f + expApprox(-x[i]));
 }
 
+SD_CLONES void vswiglu(const float *x, const float *up, float *y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float s = 1.0f / (1.0f + expApprox(-x[i]));
+    y[i] = x[i] * s * up[i];
+  }
+}
+
+// silu'(x) = s + x * s * (1 - s), s = sigmoid(x).
+SD_CLONES void vswigluGrad(const float *dy, const float *x, const float *up, float *dx, float *dup, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i], s = 1.0f / (1.0f + expApprox(-v)), g = dy[i];
+    dup[i] = g * v * s;
+    dx[i] = g * up[i] * (s + v * s * (1.0f - s));
+  }
+}
+
 SD_CLONES float vexpShiftSum(const float *x, float *y, int64_t n, float shift) {
   float sum = 0;
 #pragma omp simd reduction(+ : sum)

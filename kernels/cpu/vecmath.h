@@ -12,6 +12,9 @@ void vsigmoid(const float *x, float *y, int64_t n);
 void vgelu(const float *x, float *y, int64_t n);
 // dx = dy * GELU'(x), exact form: Phi(x) + x * phi(x).
 void vgeluGrad(const float *dy, const float *x, float *dx, int64_t n);
+// SwiGLU: y = x * sigmoid(x) * up; its gradient dx = dy * up * silu'(x), dup = dy * silu(x).
+void vswiglu(const float *x, const float *up, float *y, int64_t n);
+void vswigluGrad(const float *dy, const float *x, const float *up, float *dx, float *dup, int64_t n);
 // y = exp(x - shift); returns the sum of y (softmax rows).
 float vexpShiftSum(const float *x, float *y, int64_t n, float shift);
 float vmax(const float *x, int64_t n);

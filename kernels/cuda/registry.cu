@@ -19,6 +19,7 @@ void registerCollectiveKernels();
 void registerDropoutKernels();
 void registerOsftKernels();
 void registerRotaryKernels();
+void registerSwiGLUKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -84,6 +85,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerDropoutKernels();
     cuda::registerOsftKernels();
     cuda::registerRotaryKernels();
+    cuda::registerSwiGLUKernels();
   });
   return cuda::mutableKernels();
 }

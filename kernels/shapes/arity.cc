@@ -175,6 +175,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"TopKBounded", {2, 2}},
       {"LinearAttention", {3, 6}},
       {"Rotary", {3, 4}},
+      {"SwiGLU", {2, 2}},
+      {"SwiGLUGrad", {3, 3}},
       {"TensorScatter", {2, 3}},
       {"ReverseSequence", {2, 2}},
       {"Det", {1, 1}},

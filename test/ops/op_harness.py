@@ -1023,6 +1023,36 @@ CASES["RMSNormalizationGrad"] = [
          attrs={"axis": 1, "epsilon": 1e-3}, ref=rms_norm_grad_ref, label="axis 1", rtol=10)]
 
 
+def sigmoid64(x):
+    with np.errstate(over="ignore"):
+        return 1.0 / (1.0 + np.exp(-x))
+
+
+def swiglu_ref(ins, attrs, t):
+    g, u = f64(ins[0]), f64(ins[1])
+    with np.errstate(invalid="ignore", over="ignore"):  # silu(-inf) = -inf * 0 = NaN, as the kernel gives
+        return [(g * sigmoid64(g) * u).astype(ins[0].dtype)]
+
+
+def swiglu_grad_ref(ins, attrs, t):
+    dy, g, u = f64(ins[0]), f64(ins[1]), f64(ins[2])
+    s = sigmoid64(g)
+    return [(dy * u * (s + g * s * (1 - s))).astype(ins[0].dtype), (dy * g * s).astype(ins[0].dtype)]
+
+
+CASES["SwiGLU"] = [
+    Case(lambda t, r: [rand(r, (3, 5, 7), t, -8, 8), rand(r, (3, 5, 7), t)], ref=swiglu_ref, label="3-D"),
+    Case(lambda t, r: [rand(r, (40000,), t, -30, 30), rand(r, (40000,), t)], ref=swiglu_ref,
+         label="long, saturated gates (several threads' chunks)"),
+    Case(lambda t, r: [np.array(SPECIALS, NP[t]), np.ones(len(SPECIALS), NP[t])], ref=swiglu_ref,
+         label="NaN and infinities", types=["f32", "f64"])]
+CASES["SwiGLUGrad"] = [
+    Case(lambda t, r: [rand(r, (3, 5, 7), t), rand(r, (3, 5, 7), t, -8, 8), rand(r, (3, 5, 7), t)], outputs=2,
+         ref=swiglu_grad_ref, label="3-D"),
+    Case(lambda t, r: [rand(r, (40000,), t), rand(r, (40000,), t, -30, 30), rand(r, (40000,), t)], outputs=2,
+         ref=swiglu_grad_ref, label="long, saturated gates")]
+
+
 def rotary_ref(ins, attrs, t):
     """sd.rotary: each pair (p, q) of the last axis rotated by its position's
     angle; `transposed` rotates the other way (the gradient)."""

@@ -164,6 +164,9 @@ INSTANTIATE_TEST_SUITE_P(
              "  lo = Slice(w, z, h, ax)\n  hi = Slice(w, h, e, ax)\n  n = Neg(hi)\n"
              "  rh = Concat <axis = -1> (n, lo)\n  a = Mul(w, cs)\n  b = Mul(rh, sn)\n  r = Add(a, b)\n"
              "  y = Mul(r, k)"},
+        // LlamaMLP's silu(gate) * up, fused into one SwiGLU by sd-fuse-swiglu.
+        Case{"SwiGLUFused", {W23, {"wu", "2, 3", 6}},
+             "  g = Mul(w, x)\n  s = Sigmoid(g)\n  a = Mul(g, s)\n  y = Mul(a, wu)"},
         Case{"Gather", {{"w", "4, 3", 12}},
              "  i = Constant <value = int64[3] {2, 0, 2}> ()\n  y = Gather <axis = 0> (w, i)"},
         Case{"GatherAxis1", {{"w", "3, 4", 12}},

@@ -105,6 +105,15 @@ LogicalResult geluVJP(GeluOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
+// One fused kernel for both gradients.
+LogicalResult swigluVJP(SwiGLUOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Operation *grad = g.op<SwiGLUGradOp>({dy[0], op.getGate(), op.getUp()}, {}, 2);
+  if (!grad) return failure();
+  for (unsigned i = 0; i < 2; ++i)
+    if (need[i]) dx[i] = grad->getResult(i);
+  return success();
+}
+
 // x ** c for a constant exponent: c * x ** (c - 1).
 LogicalResult powVJP(PowOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   if (need[1]) return op.emitError("Pow: the gradient with respect to the exponent is not implemented");
@@ -171,6 +180,7 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<ErfOp, erfVJP>(ctx);
   attachVJP<ReluOp, reluVJP>(ctx);
   attachVJP<GeluOp, geluVJP>(ctx);
+  attachVJP<SwiGLUOp, swigluVJP>(ctx);
   attachVJP<PowOp, powVJP>(ctx);
   attachVJP<WhereOp, whereVJP>(ctx);
   attachVJP<IfSelectOp, ifSelectVJP>(ctx);
