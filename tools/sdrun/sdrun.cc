@@ -16,6 +16,7 @@ const char *kUsage =
     "  generate continue a prompt with a byte-level model (greedy or sampled)\n"
     "  bench    time an entry in-process; the last line is JSON with median_ms\n"
     "  inspect  show entries, buckets, globals, arena size and weights\n"
+    "  tokenize text lines to token ids (or back) with a Hugging Face tokenizer.json\n"
     "\n"
     "Run `sdrun COMMAND --help` for a command's options.\n";
 }
@@ -40,6 +41,7 @@ static int run(int argc, char **argv) {
   if (cmd == "inspect") return sdrun::inspectCommand(args);
   if (cmd == "train") return sdrun::trainCommand(args);
   if (cmd == "generate") return sdrun::generateCommand(args);
+  if (cmd == "tokenize") return sdrun::tokenizeCommand(args);
   return sdrun::fail("unknown command '" + cmd + "' (try: sdrun --help)");
 }
 

@@ -1,0 +1,45 @@
+// Hugging Face tokenizers in C++: reads a tokenizer.json and encodes text to
+// the ids the `tokenizers` library gives, and decodes them back. Supported so
+// far: BPE models (merges as strings or pairs, byte_fallback, ignore_merges,
+// unk), the ByteLevel pre-tokenizer with GPT-2's split pattern, added and
+// special tokens (lstrip, rstrip, single_word), the TemplateProcessing,
+// BertProcessing, RobertaProcessing and ByteLevel post-processors, and the
+// ByteLevel decoder. Anything else in the file is an error that names it.
+#pragma once
+#include "sd/format/status.h"
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace sd {
+
+struct EncodeOptions {
+  bool addSpecialTokens = true; // the post-processor's BOS/EOS/CLS/SEP
+  // Special tokens written in the text are plain text unless this is set, so
+  // user text cannot forge control tokens (the library's
+  // split_special_tokens=True); non-special added tokens always match.
+  bool parseSpecial = false;
+};
+
+class Tokenizer {
+public:
+  // `path` is a tokenizer.json or a directory holding one.
+  static StatusOr<std::unique_ptr<Tokenizer>> load(const std::string &path);
+  ~Tokenizer();
+
+  std::vector<int32_t> encode(std::string_view text, const EncodeOptions &options = {}) const;
+  // An id outside the vocabulary is an error naming it.
+  StatusOr<std::string> decode(const std::vector<int32_t> &ids, bool skipSpecialTokens = false) const;
+  int32_t vocabSize() const;
+  // The id of a token (vocabulary or added), or -1.
+  int32_t tokenId(const std::string &token) const;
+
+private:
+  struct Impl;
+  explicit Tokenizer(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace sd

@@ -1,0 +1,129 @@
+// BPE: vocabulary and merge ranks from tokenizer.json, word merging with a
+// per-word cache (natural text repeats its words).
+#include "bpe.h"
+#include "unicode.h"
+#include <cstdio>
+#include <limits>
+
+namespace sd::tok {
+
+Status Bpe::load(const Json &model, const std::string &what) {
+  const Json *vocab = model.get("vocab");
+  if (!vocab || vocab->type != Json::Type::Object) return sdError(what, ": the BPE model has no vocab object");
+  for (const auto &[token, id] : vocab->obj) {
+    if (!id.isInteger() || id.num < 0 || id.num > 1e8) return sdError(what, ": vocab entry '", token, "' has a bad id");
+    int32_t i = int32_t(id.num);
+    if (size_t(i) >= idToToken.size()) idToToken.resize(size_t(i) + 1);
+    idToToken[size_t(i)] = token;
+    tokenToId[token] = i;
+  }
+  auto flag = [&](const char *key) {
+    const Json *v = model.get(key);
+    return v && v->type == Json::Type::Bool && v->b;
+  };
+  byteFallback_ = flag("byte_fallback");
+  fuseUnk_ = flag("fuse_unk");
+  ignoreMerges_ = flag("ignore_merges");
+  for (const char *key : {"continuing_subword_prefix", "end_of_word_suffix"})
+    if (const Json *v = model.get(key); v && v->type == Json::Type::String && !v->str.empty())
+      return sdError(what, ": BPE ", key, " is not supported yet");
+  if (const Json *d = model.get("dropout"); d && d->type == Json::Type::Number && d->num > 0)
+    return sdError(what, ": BPE dropout is a training-time setting; export the tokenizer without it");
+  if (const Json *u = model.get("unk_token"); u && u->type == Json::Type::String) {
+    auto it = tokenToId.find(u->str);
+    if (it == tokenToId.end()) return sdError(what, ": unk_token '", u->str, "' is not in the vocab");
+    unk_ = it->second;
+  }
+  const Json *merges = model.get("merges");
+  if (!merges || merges->type != Json::Type::Array) return sdError(what, ": the BPE model has no merges list");
+  for (size_t r = 0; r < merges->arr.size(); ++r) {
+    const Json &m = merges->arr[r];
+    std::string a, b;
+    if (m.type == Json::Type::String) {
+      size_t space = m.str.find(' ');
+      if (space == std::string::npos) return sdError(what, ": merge ", r, " ('", m.str, "') is not 'a b'");
+      a = m.str.substr(0, space);
+      b = m.str.substr(space + 1);
+    } else if (m.type == Json::Type::Array && m.arr.size() == 2 && m.arr[0].type == Json::Type::String &&
+               m.arr[1].type == Json::Type::String) {
+      a = m.arr[0].str;
+      b = m.arr[1].str;
+    } else {
+      return sdError(what, ": merge ", r, " is neither 'a b' nor a pair of strings");
+    }
+    auto ia = tokenToId.find(a), ib = tokenToId.find(b), im = tokenToId.find(a + b);
+    if (ia == tokenToId.end() || ib == tokenToId.end() || im == tokenToId.end())
+      return sdError(what, ": merge ", r, " ('", a, "', '", b, "') uses tokens missing from the vocab");
+    merges_.emplace(pairKey(ia->second, ib->second), Merge{int32_t(r), im->second});
+  }
+  return Status::ok();
+}
+
+// One symbol per character; a character missing from the vocabulary becomes
+// its <0xXX> byte tokens (byte_fallback) or the unk token (runs fused with
+// fuse_unk), or is dropped when the model has neither, as the library does.
+void Bpe::symbolsOf(std::string_view word, std::vector<int32_t> &symbols) const {
+  for (size_t i = 0; i < word.size();) {
+    size_t start = i;
+    nextCodePoint(word, i);
+    std::string ch(word.substr(start, i - start));
+    auto it = tokenToId.find(ch);
+    if (it != tokenToId.end()) {
+      symbols.push_back(it->second);
+      continue;
+    }
+    if (byteFallback_) {
+      std::vector<int32_t> bytes;
+      for (char c : ch) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", unsigned(uint8_t(c)));
+        auto b = tokenToId.find(name);
+        if (b == tokenToId.end()) break;
+        bytes.push_back(b->second);
+      }
+      if (bytes.size() == ch.size()) {
+        symbols.insert(symbols.end(), bytes.begin(), bytes.end());
+        continue;
+      }
+    }
+    if (unk_ >= 0 && !(fuseUnk_ && !symbols.empty() && symbols.back() == unk_)) symbols.push_back(unk_);
+  }
+}
+
+void Bpe::encodeWord(std::string_view word, std::vector<int32_t> &out) const {
+  if (ignoreMerges_) {
+    auto whole = tokenToId.find(std::string(word));
+    if (whole != tokenToId.end()) {
+      out.push_back(whole->second);
+      return;
+    }
+  }
+  std::string key(word);
+  {
+    std::lock_guard<std::mutex> lock(cacheMutex_);
+    auto hit = cache_.find(key);
+    if (hit != cache_.end()) {
+      out.insert(out.end(), hit->second.begin(), hit->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> symbols;
+  symbolsOf(word, symbols);
+  // Merge the lowest-ranked adjacent pair (the leftmost of equals) until none is left.
+  for (;;) {
+    int32_t best = std::numeric_limits<int32_t>::max(), bestId = -1;
+    size_t at = 0;
+    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
+      auto m = merges_.find(pairKey(symbols[k], symbols[k + 1]));
+      if (m != merges_.end() && m->second.rank < best) best = m->second.rank, bestId = m->second.id, at = k;
+    }
+    if (bestId < 0) break;
+    symbols[at] = bestId;
+    symbols.erase(symbols.begin() + long(at) + 1);
+  }
+  out.insert(out.end(), symbols.begin(), symbols.end());
+  std::lock_guard<std::mutex> lock(cacheMutex_);
+  if (cache_.size() < 200000) cache_.emplace(std::move(key), std::move(symbols));
+}
+
+} // namespace sd::tok

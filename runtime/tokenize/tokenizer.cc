@@ -1,0 +1,279 @@
+// tokenizer.json: the pipeline the tokenizers library runs (added tokens ->
+// pre-tokenizer -> model -> post-processor; decoder back), for the parts
+// listed in sd/tokenize/tokenizer.h. Unsupported parts are load errors.
+#include "sd/tokenize/tokenizer.h"
+#include "bpe.h"
+#include "byte_level.h"
+#include "sd/format/file_io.h"
+#include "unicode.h"
+#include <bitset>
+#include <map>
+#include <sys/stat.h>
+
+namespace sd {
+namespace {
+
+struct AddedToken {
+  std::string content;
+  int32_t id = -1;
+  bool special = false, lstrip = false, rstrip = false, singleWord = false;
+};
+
+std::string typeOf(const Json *j) {
+  const Json *t = j ? j->get("type") : nullptr;
+  return t && t->type == Json::Type::String ? t->str : "";
+}
+
+bool boolField(const Json &j, const char *key, bool def) {
+  const Json *v = j.get(key);
+  return v && v->type == Json::Type::Bool ? v->b : def;
+}
+
+bool isWordChar(char32_t cp) { return cp == '_' || tok::isLetter(cp) || tok::isNumber(cp); }
+
+// The code point that ends just before byte i (valid UTF-8), or 0 at the start.
+char32_t codePointBefore(std::string_view s, size_t i) {
+  if (i == 0) return 0;
+  size_t k = i - 1;
+  while (k > 0 && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+  return tok::nextCodePoint(s, k);
+}
+
+} // namespace
+
+struct Tokenizer::Impl {
+  tok::Bpe bpe;
+  bool byteLevel = false, addPrefixSpace = false, useRegex = true, byteLevelDecoder = false;
+  std::vector<AddedToken> added;
+  std::map<int32_t, size_t> addedById;
+  std::bitset<256> firstBytes; // the bytes an added token starts with
+  std::vector<int32_t> prefix, suffix; // the post-processor's tokens around one sequence
+
+  Status loadPreTokenizer(const Json *p, const std::string &what);
+  Status loadPostProcessor(const Json *p, const std::string &what);
+  void encodeSegment(std::string_view text, std::vector<int32_t> &out) const;
+  // The added token matching at byte i of `text`, longest first, or null.
+  const AddedToken *addedAt(std::string_view text, size_t i, bool parseSpecial) const;
+};
+
+Status Tokenizer::Impl::loadPreTokenizer(const Json *p, const std::string &what) {
+  if (!p || p->type == Json::Type::Null) return Status::ok();
+  std::string type = typeOf(p);
+  if (type == "Sequence") {
+    const Json *list = p->get("pretokenizers");
+    if (!list || list->type != Json::Type::Array) return sdError(what, ": a Sequence pre_tokenizer without pretokenizers");
+    for (const Json &q : list->arr) SD_RETURN_IF_ERROR(loadPreTokenizer(&q, what));
+    return Status::ok();
+  }
+  if (type != "ByteLevel") return sdError(what, ": pre_tokenizer type '", type, "' is not supported yet (ByteLevel)");
+  if (byteLevel) return sdError(what, ": two ByteLevel pre-tokenizers");
+  byteLevel = true;
+  addPrefixSpace = boolField(*p, "add_prefix_space", true);
+  useRegex = boolField(*p, "use_regex", true);
+  return Status::ok();
+}
+
+// TemplateProcessing's single-sequence template, Bert/RobertaProcessing's
+// [CLS] A [SEP], ByteLevel (offsets only: no tokens), and Sequences of these.
+Status Tokenizer::Impl::loadPostProcessor(const Json *p, const std::string &what) {
+  if (!p || p->type == Json::Type::Null) return Status::ok();
+  std::string type = typeOf(p);
+  if (type == "ByteLevel") return Status::ok();
+  if (type == "Sequence") {
+    const Json *list = p->get("processors");
+    if (!list || list->type != Json::Type::Array) return sdError(what, ": a Sequence post_processor without processors");
+    for (const Json &q : list->arr) SD_RETURN_IF_ERROR(loadPostProcessor(&q, what));
+    return Status::ok();
+  }
+  if (type == "BertProcessing" || type == "RobertaProcessing") {
+    auto idOf = [&](const char *key, int32_t &id) -> Status {
+      const Json *v = p->get(key);
+      if (!v || v->type != Json::Type::Array || v->arr.size() != 2 || !v->arr[1].isInteger())
+        return sdError(what, ": ", type, " needs ", key, " as [token, id]");
+      id = int32_t(v->arr[1].num);
+      return Status::ok();
+    };
+    int32_t cls, sep;
+    SD_RETURN_IF_ERROR(idOf("cls", cls));
+    SD_RETURN_IF_ERROR(idOf("sep", sep));
+    prefix = {cls};
+    suffix = {sep};
+    return Status::ok();
+  }
+  if (type != "TemplateProcessing")
+    return sdError(what, ": post_processor type '", type, "' is not supported yet");
+  const Json *single = p->get("single"), *specials = p->get("special_tokens");
+  if (!single || single->type != Json::Type::Array) return sdError(what, ": TemplateProcessing without a single template");
+  bool afterSequence = false;
+  for (const Json &piece : single->arr) {
+    if (piece.get("Sequence")) {
+      afterSequence = true;
+      continue;
+    }
+    const Json *special = piece.get("SpecialToken");
+    const Json *name = special ? special->get("id") : nullptr;
+    const Json *entry = name && specials ? specials->get(name->str) : nullptr;
+    const Json *ids = entry ? entry->get("ids") : nullptr;
+    if (!ids || ids->type != Json::Type::Array)
+      return sdError(what, ": TemplateProcessing names a special token missing from special_tokens");
+    for (const Json &id : ids->arr) {
+      if (!id.isInteger()) return sdError(what, ": TemplateProcessing special token ids must be integers");
+      (afterSequence ? suffix : prefix).push_back(int32_t(id.num));
+    }
+  }
+  return Status::ok();
+}
+
+const AddedToken *Tokenizer::Impl::addedAt(std::string_view text, size_t i, bool parseSpecial) const {
+  const AddedToken *best = nullptr;
+  for (const AddedToken &a : added) {
+    if ((a.special && !parseSpecial) || a.content.empty() || text.compare(i, a.content.size(), a.content) != 0) continue;
+    if (best && best->content.size() >= a.content.size()) continue;
+    if (a.singleWord) {
+      size_t end = i + a.content.size(), k = end;
+      if (isWordChar(codePointBefore(text, i)) || (end < text.size() && isWordChar(tok::nextCodePoint(text, k))))
+        continue;
+    }
+    best = &a;
+  }
+  return best;
+}
+
+void Tokenizer::Impl::encodeSegment(std::string_view text, std::vector<int32_t> &out) const {
+  if (text.empty()) return;
+  if (!byteLevel) { // no pre-tokenizer: the segment is one word
+    bpe.encodeWord(text, out);
+    return;
+  }
+  std::string spaced;
+  if (addPrefixSpace && text[0] != ' ') {
+    spaced = " " + std::string(text);
+    text = spaced;
+  }
+  if (!useRegex) {
+    bpe.encodeWord(tok::toByteLevel(text), out);
+    return;
+  }
+  for (std::string_view piece : tok::splitGpt2(text)) bpe.encodeWord(tok::toByteLevel(piece), out);
+}
+
+Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Tokenizer::~Tokenizer() = default;
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
+  std::string file = path;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) file = path + "/tokenizer.json";
+  auto text = readWholeFile(file);
+  if (!text.isOk()) return text.status();
+  auto parsed = parseJson(text.value(), file);
+  if (!parsed.isOk()) return parsed.status();
+  const Json &root = parsed.value();
+  auto impl = std::make_unique<Impl>();
+  const Json *model = root.get("model");
+  if (!model || model->type != Json::Type::Object) return sdError(file, ": no model object");
+  std::string type = typeOf(model);
+  if (type.empty() && model->get("merges")) type = "BPE";
+  if (type != "BPE") return sdError(file, ": model type '", type, "' is not supported yet (BPE)");
+  SD_RETURN_IF_ERROR(impl->bpe.load(*model, file));
+  if (const Json *n = root.get("normalizer"); n && n->type != Json::Type::Null)
+    return sdError(file, ": normalizer type '", typeOf(n), "' is not supported yet");
+  SD_RETURN_IF_ERROR(impl->loadPreTokenizer(root.get("pre_tokenizer"), file));
+  SD_RETURN_IF_ERROR(impl->loadPostProcessor(root.get("post_processor"), file));
+  if (const Json *d = root.get("decoder"); d && d->type != Json::Type::Null) {
+    if (typeOf(d) != "ByteLevel") return sdError(file, ": decoder type '", typeOf(d), "' is not supported yet (ByteLevel)");
+    impl->byteLevelDecoder = true;
+  }
+  if (const Json *list = root.get("added_tokens"); list && list->type == Json::Type::Array) {
+    for (const Json &a : list->arr) {
+      const Json *id = a.get("id"), *content = a.get("content");
+      if (!id || !id->isInteger() || id->num < 0 || !content || content->type != Json::Type::String)
+        return sdError(file, ": an added token without an id and content");
+      AddedToken t{content->str, int32_t(id->num), boolField(a, "special", false), boolField(a, "lstrip", false),
+                   boolField(a, "rstrip", false), boolField(a, "single_word", false)};
+      impl->addedById[t.id] = impl->added.size();
+      if (!t.content.empty()) impl->firstBytes.set(uint8_t(t.content[0]));
+      impl->added.push_back(std::move(t));
+    }
+  }
+  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+}
+
+std::vector<int32_t> Tokenizer::encode(std::string_view raw, const EncodeOptions &options) const {
+  const Impl &m = *impl_;
+  std::string text = tok::toValidUtf8(raw);
+  std::string_view s = text;
+  std::vector<int32_t> ids(m.prefix.begin(), m.prefix.end());
+  if (!options.addSpecialTokens) ids.clear();
+  // Split around added tokens (leftmost, longest); lstrip/rstrip take the
+  // whitespace beside a token into it.
+  size_t segment = 0;
+  for (size_t i = 0; i < s.size();) {
+    const AddedToken *a = m.firstBytes[uint8_t(s[i])] ? m.addedAt(s, i, options.parseSpecial) : nullptr;
+    if (!a) {
+      ++i;
+      continue;
+    }
+    size_t start = i, end = i + a->content.size();
+    while (a->lstrip && start > segment) {
+      size_t k = start - 1;
+      while (k > segment && (uint8_t(s[k]) & 0xC0) == 0x80) --k;
+      size_t probe = k;
+      if (!tok::isWhitespace(tok::nextCodePoint(s, probe))) break;
+      start = k;
+    }
+    if (a->rstrip)
+      for (size_t k = end; k < s.size();) {
+        size_t next = k;
+        if (!tok::isWhitespace(tok::nextCodePoint(s, next))) break;
+        end = k = next;
+      }
+    m.encodeSegment(s.substr(segment, start - segment), ids);
+    ids.push_back(a->id);
+    segment = i = end;
+  }
+  m.encodeSegment(s.substr(segment), ids);
+  if (options.addSpecialTokens) ids.insert(ids.end(), m.suffix.begin(), m.suffix.end());
+  return ids;
+}
+
+StatusOr<std::string> Tokenizer::decode(const std::vector<int32_t> &ids, bool skipSpecialTokens) const {
+  const Impl &m = *impl_;
+  std::string bytes;
+  bool first = true;
+  for (int32_t id : ids) {
+    auto added = m.addedById.find(id);
+    const std::string *token = nullptr;
+    if (added != m.addedById.end()) {
+      if (skipSpecialTokens && m.added[added->second].special) continue;
+      token = &m.added[added->second].content;
+    } else if (id >= 0 && size_t(id) < m.bpe.idToToken.size() && !m.bpe.idToToken[size_t(id)].empty()) {
+      token = &m.bpe.idToToken[size_t(id)];
+    } else {
+      return sdError("token id ", id, " is not in the tokenizer's vocabulary");
+    }
+    if (m.byteLevelDecoder) {
+      if (!tok::fromByteLevel(*token, bytes)) bytes += *token;
+    } else { // no decoder: the library joins tokens with spaces
+      if (!first) bytes += ' ';
+      bytes += *token;
+    }
+    first = false;
+  }
+  return tok::toValidUtf8(bytes);
+}
+
+int32_t Tokenizer::vocabSize() const {
+  int32_t n = int32_t(impl_->bpe.idToToken.size());
+  for (const AddedToken &a : impl_->added) n = std::max(n, a.id + 1);
+  return n;
+}
+
+int32_t Tokenizer::tokenId(const std::string &token) const {
+  for (const AddedToken &a : impl_->added)
+    if (a.content == token) return a.id;
+  auto it = impl_->bpe.tokenToId.find(token);
+  return it == impl_->bpe.tokenToId.end() ? -1 : it->second;
+}
+
+} // namespace sd

@@ -1,0 +1,152 @@
+#!/usr/bin/env python3
+"""sdrun tokenize against the `tokenizers` library, line by line, on a large
+mixed corpus: the KJV, the fortunes, a Unicode sample (CJK, emoji and ZWJ
+sequences, combining marks, right-to-left scripts, other digits, odd
+whitespace) and invalid UTF-8 (which both sides read as Python's
+errors="replace" does). Tokenizers of GPT-2's family (BPE with the ByteLevel
+pre-tokenizer and decoder) are trained here with the library:
+
+  - gpt2-style: no prefix space, an <|endoftext|> special token, merges saved
+    as pairs (the library's current format);
+  - bos-style: add_prefix_space, merges as "a b" strings, a TemplateProcessing
+    BOS, a non-special added token with lstrip/rstrip and one with single_word.
+
+Checks: identical ids on every line (special tokens in the text both as plain
+text, our default, and parsed with --parse-special, the library's default);
+decode(encode(x)) == x where ByteLevel guarantees it; --decode equals the
+library's decode; and a tokenizer file of an unknown model type, a bad id and
+a malformed line are clear one-line errors."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from e2e_util import clean_error_problems, tool_paths
+from test_training import check, report
+
+UNICODE_SAMPLE = [
+    "日本語のテキストと漢字、そして中文句子。", "한국어 문장입니다.", "Emoji: 😀👍🏽 👨‍👩‍👧‍👦 🇫🇷 ❤️",
+    "Combining: e\u0301 a\u0308 n\u0303 Z\u0351\u0337a\u0352", "العربية والفارسية ۱۲۳ ١٢٣", "עברית",
+    "हिन्दी देवनागरी १२३", "Full-width ＡＢＣ１２３ and ｶﾀｶﾅ", "Math: ∑ x² ≤ ½ ⅓ Ⅻ ⑤", "tabs\tand\u00a0nbsp\u3000ideographic",
+    "  leading and trailing spaces   ", "don't we'll they've I'm she'd it's YOU'RE", "x" * 300, "",
+    "<|endoftext|> between <|endoftext|>texts", "word<|endoftext|>word", "  <sep>  spaced <sep>", "a<sep>b",
+    "the @user and @user@ and user@ mail",
+]
+INVALID_UTF8 = [b"bad \xff byte", b"\xc3\x28 broken pair", b"truncated \xe2\x82", b"\xed\xa0\x80 surrogate",
+                b"\xf4\x90\x80\x80 too high", b"overlong \xc0\xaf", b"mixed \xe6\x97\xa5\xff\xe6\x9c\xac"]
+
+
+def corpus_lines(tmp):
+    """(bytes lines, text lines): every line as sdrun reads it and as Python decodes it."""
+    kjv = subprocess.run(["bible", "Gen1:1-Rev22:21"], capture_output=True, check=True).stdout
+    raw = kjv.split(b"\n")
+    fortunes = "/usr/share/games/fortunes"
+    for name in sorted(os.listdir(fortunes)):
+        path = os.path.join(fortunes, name)
+        if os.path.isfile(path) and not name.endswith(".dat") and not name.endswith(".u8"):
+            with open(path, "rb") as f:
+                raw += f.read().split(b"\n")
+    raw += [s.encode() for s in UNICODE_SAMPLE] + INVALID_UTF8
+    return raw, [r.decode("utf-8", errors="replace") for r in raw]
+
+
+def train(texts, prefix_space, path, pairs, extra):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers, AddedToken
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+    tok.decoder = decoders.ByteLevel()
+    specials = ["<|endoftext|>"] + (["<s>"] if extra else [])
+    trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=specials, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(texts, trainer)
+    if extra:
+        tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+        tok.add_tokens([AddedToken("<sep>", lstrip=True, rstrip=True), AddedToken("user", single_word=True)])
+    tok.save(path)
+    if not pairs:  # the older format: merges as "a b" strings
+        with open(path) as f:
+            data = json.load(f)
+        data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in data["model"]["merges"]]
+        with open(path, "w") as f:
+            json.dump(data, f, ensure_ascii=False)
+    return Tokenizer.from_file(path)
+
+
+def run_tokenize(sdrun, path, data, *flags):
+    r = subprocess.run([sdrun, "tokenize", "--tokenizer", path, *flags], input=data, capture_output=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"sdrun tokenize failed: {r.stderr.decode(errors='replace')[-500:]}")
+    return r.stdout.decode("utf-8").split("\n")[:-1]
+
+
+def compare(name, lib, sdrun, path, raw, texts):
+    stdin = b"\n".join(raw) + b"\n"
+    ours = [json.loads(l) for l in run_tokenize(sdrun, path, stdin)]
+    lib.encode_special_tokens = True  # our default: special tokens in text are plain text
+    want = [e.ids for e in lib.encode_batch(texts)]
+    bad = [i for i, (a, b) in enumerate(zip(ours, want)) if a != b]
+    check(f"{name}: ids equal the tokenizers library's on every line (special tokens as text)",
+          len(ours) == len(want) and not bad,
+          f"{len(want)} lines, {sum(map(len, want))} tokens, {len(bad)} differ"
+          + (f"; first: line {bad[0]} {texts[bad[0]][:60]!r}: ours {ours[bad[0]][:12]} vs {want[bad[0]][:12]}" if bad else ""))
+    lib.encode_special_tokens = False
+    marked = [i for i, t in enumerate(texts) if "<|endoftext|>" in t or "<s>" in t]
+    ours_special = [json.loads(l) for l in run_tokenize(sdrun, path, b"\n".join(raw[i] for i in marked) + b"\n",
+                                                        "--parse-special")]
+    want_special = [lib.encode(texts[i]).ids for i in marked]
+    check(f"{name}: with --parse-special, special tokens in the text match as the library's default does",
+          ours_special == want_special and len(marked) >= 2, f"{len(marked)} lines with special tokens")
+    # Round trip: ByteLevel keeps every byte, so decode(encode(x)) == x (no prefix space, no BOS).
+    plain = [json.loads(l) for l in run_tokenize(sdrun, path, stdin, "--no-special-tokens")]
+    decoded = run_tokenize(sdrun, path, ("\n".join(json.dumps(ids) for ids in plain) + "\n").encode(), "--decode")
+    lib_decoded = [lib.decode(ids, skip_special_tokens=False) for ids in plain]
+    check(f"{name}: --decode equals the library's decode", decoded == lib_decoded,
+          f"{sum(a != b for a, b in zip(decoded, lib_decoded))} of {len(decoded)} lines differ")
+    return decoded
+
+
+def main():
+    _, sdrun = tool_paths()
+    tmp = tempfile.mkdtemp(prefix="sd_tokenizer_")
+    try:
+        raw, texts = corpus_lines(tmp)
+        train_texts = texts[::3]
+        gpt2 = os.path.join(tmp, "gpt2.json")
+        lib = train(train_texts, False, gpt2, True, False)
+        decoded = compare("gpt2-style BPE", lib, sdrun, gpt2, raw, texts)
+        lossless = sum(d == t for d, t in zip(decoded, texts))
+        check("gpt2-style BPE: decode(encode(x)) == x on every line (invalid UTF-8 as replaced)",
+              lossless == len(texts), f"{lossless} of {len(texts)} lines")
+        bos = os.path.join(tmp, "bos.json")
+        lib = train(train_texts, True, bos, False, True)
+        compare("bos-style BPE (prefix space, BOS template, lstrip/rstrip/single_word added tokens, string merges)",
+                lib, sdrun, bos, raw, texts)
+
+        with open(gpt2) as f:
+            data = json.load(f)
+        data["model"]["type"] = "Unigram"
+        unknown = os.path.join(tmp, "unknown.json")
+        with open(unknown, "w") as f:
+            json.dump(data, f)
+        for what, cmd, stdin, words in [
+                ("a tokenizer of an unknown model type", [sdrun, "tokenize", "--tokenizer", unknown], b"x\n",
+                 ["Unigram", "unknown.json"]),
+                ("a missing tokenizer", [sdrun, "tokenize", "--tokenizer", os.path.join(tmp, "none")], b"x\n",
+                 ["none"]),
+                ("an id outside the vocabulary", [sdrun, "tokenize", "--tokenizer", gpt2, "--decode"], b"[1, 99999]\n",
+                 ["99999", "line 1"]),
+                ("a line that is not a list of ids", [sdrun, "tokenize", "--tokenizer", gpt2, "--decode"], b"[1, \"a\"]\n",
+                 ["line 1"])]:
+            r = subprocess.run(cmd, input=stdin, capture_output=True, timeout=60)
+            err = r.stderr.decode(errors="replace").strip()
+            ok = r.returncode == 1 and len(err.splitlines()) == 1 and all(w in err for w in words) and not r.stdout
+            check(f"bad input: {what}", ok, err)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("test_tokenizer")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
