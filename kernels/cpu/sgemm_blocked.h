@@ -237,10 +237,35 @@ template <class Vec, int MR> struct Blocked {
       }
   }
 
+  // C = alpha op(A) op(B) + beta C one element at a time, for when the
+  // packing buffers cannot be allocated (an address-space limit): slow, but
+  // a kernel has no way to report the failure mid-step, and must not crash.
+  static void unbuffered(const AOperand &a, int64_t m, int64_t n, int64_t k, float alpha, const BOperand &b,
+                         int64_t j0, float beta, float *c, int64_t ldc) {
+    auto aAt = [&](int64_t i, int64_t p) {
+      if (a.packed) return a.packed->data.get()[((a.i0 + i) / MR) * a.packed->k * MR + p * MR + (a.i0 + i) % MR];
+      return a.ta ? a.a[p * a.lda + i] : a.a[i * a.lda + p];
+    };
+    auto bAt = [&](int64_t p, int64_t j) {
+      const int64_t col = j0 + j;
+      if (b.packed) return b.packed->data.get()[(col / NR) * b.packed->k * NR + p * NR + col % NR];
+      if (b.rowOffsets) return b.b[b.rowOffsets[p] + col];
+      return b.tb ? b.b[col * b.ldb + p] : b.b[p * b.ldb + col];
+    };
+    for (int64_t i = 0; i < m; ++i)
+      for (int64_t j = 0; j < n; ++j) {
+        float sum = 0;
+        for (int64_t p = 0; p < k; ++p) sum += aAt(i, p) * bAt(p, j);
+        float &out = c[i * ldc + j];
+        out = alpha * sum + (beta == 0.0f ? 0.0f : beta * out);
+      }
+  }
+
   static void gemm(const AOperand &a, int64_t m, int64_t n, int64_t k, float alpha, const BOperand &b, int64_t j0,
                    float beta, float *c, int64_t ldc) {
     if (n <= W && k > 0 && !a.packed && size_t(n * k) <= size_t(NC * KC)) {
       float *buf = threadBuffer(size_t(NC * KC), 1);
+      if (!buf) return unbuffered(a, m, n, k, alpha, b, j0, beta, c, ldc);
       gatherSkinnyB(b, j0, n, k, !a.ta, buf);
       skinny(int(n), a, m, k, alpha, buf, beta, c, ldc, std::make_integer_sequence<int, W>());
       return;
@@ -252,6 +277,7 @@ template <class Vec, int MR> struct Blocked {
     }
     float *apack = a.packed ? nullptr : threadBuffer(size_t(MC * KC), 0);
     float *bpack = b.packed ? nullptr : threadBuffer(size_t(NC * KC), 1);
+    if ((!a.packed && !apack) || (!b.packed && !bpack)) return unbuffered(a, m, n, k, alpha, b, j0, beta, c, ldc);
     for (int64_t jc = 0; jc < n; jc += NC) {
       int64_t nc = lo(NC, n - jc);
       for (int64_t pc = 0; pc < k; pc += KC) {
