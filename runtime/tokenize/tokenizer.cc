@@ -4,6 +4,7 @@
 #include "sd/tokenize/tokenizer.h"
 #include "bpe.h"
 #include "byte_level.h"
+#include "split_patterns.h"
 #include "sd/format/file_io.h"
 #include "unicode.h"
 #include <bitset>
@@ -43,7 +44,9 @@ char32_t codePointBefore(std::string_view s, size_t i) {
 
 struct Tokenizer::Impl {
   tok::Bpe bpe;
-  bool byteLevel = false, addPrefixSpace = false, useRegex = true, byteLevelDecoder = false;
+  enum class Split { None, Gpt2, Llama3 } split = Split::None;
+  int maxDigits = 3; // Llama3: digits per piece (Qwen2's pattern: 1)
+  bool byteLevel = false, addPrefixSpace = false, byteLevelDecoder = false;
   std::vector<AddedToken> added;
   std::map<int32_t, size_t> addedById;
   std::bitset<256> firstBytes; // the bytes an added token starts with
@@ -65,11 +68,31 @@ Status Tokenizer::Impl::loadPreTokenizer(const Json *p, const std::string &what)
     for (const Json &q : list->arr) SD_RETURN_IF_ERROR(loadPreTokenizer(&q, what));
     return Status::ok();
   }
-  if (type != "ByteLevel") return sdError(what, ": pre_tokenizer type '", type, "' is not supported yet (ByteLevel)");
+  if (type == "Split") {
+    const Json *pattern = p->get("pattern"), *behavior = p->get("behavior");
+    const Json *regex = pattern ? pattern->get("Regex") : nullptr;
+    std::string text = regex && regex->type == Json::Type::String ? regex->str : "";
+    const std::string llama3 = "(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\r\\n\\p{L}\\p{N}]?\\p{L}+|\\p{N}{1,3}| "
+                               "?[^\\s\\p{L}\\p{N}]+[\\r\\n]*|\\s*[\\r\\n]+|\\s+(?!\\S)|\\s+";
+    std::string qwen2 = llama3;
+    qwen2.replace(qwen2.find("{1,3}"), 5, "");
+    if ((text != llama3 && text != qwen2) || !behavior || behavior->str != "Isolated" || boolField(*p, "invert", false))
+      return sdError(what, ": Split pre-tokenizer '", text.substr(0, 80),
+                     "' is not supported yet (the Llama-3 and Qwen2 patterns, Isolated)");
+    if (split != Split::None || byteLevel) return sdError(what, ": a Split after another split or ByteLevel");
+    split = Split::Llama3;
+    maxDigits = text == llama3 ? 3 : 1;
+    return Status::ok();
+  }
+  if (type != "ByteLevel")
+    return sdError(what, ": pre_tokenizer type '", type, "' is not supported yet (ByteLevel, Split)");
   if (byteLevel) return sdError(what, ": two ByteLevel pre-tokenizers");
   byteLevel = true;
   addPrefixSpace = boolField(*p, "add_prefix_space", true);
-  useRegex = boolField(*p, "use_regex", true);
+  if (boolField(*p, "use_regex", true)) {
+    if (split != Split::None) return sdError(what, ": ByteLevel with use_regex after a Split");
+    split = Split::Gpt2;
+  }
   return Status::ok();
 }
 
@@ -141,20 +164,21 @@ const AddedToken *Tokenizer::Impl::addedAt(std::string_view text, size_t i, bool
 
 void Tokenizer::Impl::encodeSegment(std::string_view text, std::vector<int32_t> &out) const {
   if (text.empty()) return;
-  if (!byteLevel) { // no pre-tokenizer: the segment is one word
-    bpe.encodeWord(text, out);
-    return;
-  }
   std::string spaced;
-  if (addPrefixSpace && text[0] != ' ') {
+  if (byteLevel && addPrefixSpace && text[0] != ' ') {
     spaced = " " + std::string(text);
     text = spaced;
   }
-  if (!useRegex) {
-    bpe.encodeWord(tok::toByteLevel(text), out);
+  auto word = [&](std::string_view piece) { bpe.encodeWord(byteLevel ? tok::toByteLevel(piece) : std::string(piece), out); };
+  switch (split) {
+  case Split::None: return word(text);
+  case Split::Gpt2:
+    for (std::string_view piece : tok::splitGpt2(text)) word(piece);
+    return;
+  case Split::Llama3:
+    for (std::string_view piece : tok::splitLlama3(text, maxDigits)) word(piece);
     return;
   }
-  for (std::string_view piece : tok::splitGpt2(text)) bpe.encodeWord(tok::toByteLevel(piece), out);
 }
 
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

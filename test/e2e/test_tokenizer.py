@@ -9,7 +9,10 @@ pre-tokenizer and decoder) are trained here with the library:
   - gpt2-style: no prefix space, an <|endoftext|> special token, merges saved
     as pairs (the library's current format);
   - bos-style: add_prefix_space, merges as "a b" strings, a TemplateProcessing
-    BOS, a non-special added token with lstrip/rstrip and one with single_word.
+    BOS, a non-special added token with lstrip/rstrip and one with single_word;
+  - llama3-style and qwen2-style: their Split patterns (case-insensitive
+    contractions, up to 3 digits or 1 per piece) before a regex-free
+    ByteLevel, ignore_merges, and a BOS template for llama3.
 
 Checks: identical ids on every line (special tokens in the text both as plain
 text, our default, and parsed with --parse-special, the library's default);
@@ -32,7 +35,8 @@ UNICODE_SAMPLE = [
     "हिन्दी देवनागरी १२३", "Full-width ＡＢＣ１２３ and ｶﾀｶﾅ", "Math: ∑ x² ≤ ½ ⅓ Ⅻ ⑤", "tabs\tand\u00a0nbsp\u3000ideographic",
     "  leading and trailing spaces   ", "don't we'll they've I'm she'd it's YOU'RE", "x" * 300, "",
     "<|endoftext|> between <|endoftext|>texts", "word<|endoftext|>word", "  <sep>  spaced <sep>", "a<sep>b",
-    "the @user and @user@ and user@ mail",
+    "the @user and @user@ and user@ mail", "IT'S WE'LL THEY'VE itſs 12345678 x1y22z333 ¹²³ !!!\r\r  tail",
+    "\t\tindented\r\rcarriage returns \r", "a\u2003\u2003b \u00a0 c", "Ünïcödé ÀÉÎÕÜ ß ſ ǅ",
 ]
 INVALID_UTF8 = [b"bad \xff byte", b"\xc3\x28 broken pair", b"truncated \xe2\x82", b"\xed\xa0\x80 surrogate",
                 b"\xf4\x90\x80\x80 too high", b"overlong \xc0\xaf", b"mixed \xe6\x97\xa5\xff\xe6\x9c\xac"]
@@ -52,10 +56,21 @@ def corpus_lines(tmp):
     return raw, [r.decode("utf-8", errors="replace") for r in raw]
 
 
-def train(texts, prefix_space, path, pairs, extra):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers, AddedToken
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
+LLAMA3_PATTERN = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
+                  r"\s*[\r\n]+|\s+(?!\S)|\s+")
+
+
+def train(texts, prefix_space, path, pairs, extra, split=None):
+    """split: None (GPT-2's ByteLevel pattern), "llama3" or "qwen2" (a Split
+    with that family's pattern before ByteLevel, and ignore_merges)."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors, trainers, AddedToken
+    tok = Tokenizer(models.BPE(ignore_merges=split is not None))
+    if split:
+        pattern = LLAMA3_PATTERN if split == "llama3" else LLAMA3_PATTERN.replace(r"\p{N}{1,3}", r"\p{N}")
+        tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Split(Regex(pattern), "isolated"),
+                                                     pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
+    else:
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=prefix_space)
     tok.decoder = decoders.ByteLevel()
     specials = ["<|endoftext|>"] + (["<s>"] if extra else [])
     trainer = trainers.BpeTrainer(vocab_size=3000, special_tokens=specials, show_progress=False,
@@ -123,6 +138,11 @@ def main():
         lib = train(train_texts, True, bos, False, True)
         compare("bos-style BPE (prefix space, BOS template, lstrip/rstrip/single_word added tokens, string merges)",
                 lib, sdrun, bos, raw, texts)
+        for family in ("llama3", "qwen2"):
+            path = os.path.join(tmp, f"{family}.json")
+            lib = train(train_texts, False, path, True, family == "llama3", split=family)
+            compare(f"{family}-style BPE (its Split pattern, ignore_merges{', BOS' if family == 'llama3' else ''})",
+                    lib, sdrun, path, raw, texts)
 
         with open(gpt2) as f:
             data = json.load(f)
