@@ -4,6 +4,7 @@
 #include "unicode.h"
 #include <cstdio>
 #include <limits>
+#include <queue>
 
 namespace sd::tok {
 
@@ -90,6 +91,49 @@ void Bpe::symbolsOf(std::string_view word, std::vector<int32_t> &symbols) const 
   }
 }
 
+// Merges the lowest-ranked adjacent pair (the leftmost of equals) until none
+// is left: a heap of candidate pairs over a linked list of symbols, so a long
+// word (a whole line, for tokenizers without a pre-tokenizer) costs n log n.
+void Bpe::mergeAll(std::vector<int32_t> &symbols) const {
+  const int64_t n = int64_t(symbols.size());
+  if (n < 2) return;
+  std::vector<int64_t> prev(static_cast<size_t>(n)), next(static_cast<size_t>(n));
+  for (int64_t k = 0; k < n; ++k) prev[size_t(k)] = k - 1, next[size_t(k)] = k + 1 < n ? k + 1 : -1;
+  struct Candidate {
+    int32_t rank;
+    int64_t left;
+    int32_t leftId, rightId;
+    bool operator>(const Candidate &o) const { return rank != o.rank ? rank > o.rank : left > o.left; }
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>> heap;
+  auto consider = [&](int64_t left) {
+    if (left < 0 || next[size_t(left)] < 0) return;
+    const int32_t a = symbols[size_t(left)], b = symbols[size_t(next[size_t(left)])];
+    auto m = merges_.find(pairKey(a, b));
+    if (m != merges_.end()) heap.push({m->second.rank, left, a, b});
+  };
+  for (int64_t k = 0; k + 1 < n; ++k) consider(k);
+  std::vector<bool> dead(size_t(n), false);
+  while (!heap.empty()) {
+    Candidate c = heap.top();
+    heap.pop();
+    const int64_t right = next[size_t(c.left)];
+    // Stale: a symbol of the pair was merged away or changed since.
+    if (dead[size_t(c.left)] || right < 0 || symbols[size_t(c.left)] != c.leftId || symbols[size_t(right)] != c.rightId)
+      continue;
+    symbols[size_t(c.left)] = merges_.at(pairKey(c.leftId, c.rightId)).id;
+    dead[size_t(right)] = true;
+    next[size_t(c.left)] = next[size_t(right)];
+    if (next[size_t(right)] >= 0) prev[size_t(next[size_t(right)])] = c.left;
+    consider(prev[size_t(c.left)]);
+    consider(c.left);
+  }
+  size_t kept = 0;
+  for (int64_t k = 0; k < n; ++k)
+    if (!dead[size_t(k)]) symbols[kept++] = symbols[size_t(k)];
+  symbols.resize(kept);
+}
+
 void Bpe::encodeWord(std::string_view word, std::vector<int32_t> &out) const {
   if (ignoreMerges_) {
     auto whole = tokenToId.find(std::string(word));
@@ -109,18 +153,7 @@ void Bpe::encodeWord(std::string_view word, std::vector<int32_t> &out) const {
   }
   std::vector<int32_t> symbols;
   symbolsOf(word, symbols);
-  // Merge the lowest-ranked adjacent pair (the leftmost of equals) until none is left.
-  for (;;) {
-    int32_t best = std::numeric_limits<int32_t>::max(), bestId = -1;
-    size_t at = 0;
-    for (size_t k = 0; k + 1 < symbols.size(); ++k) {
-      auto m = merges_.find(pairKey(symbols[k], symbols[k + 1]));
-      if (m != merges_.end() && m->second.rank < best) best = m->second.rank, bestId = m->second.id, at = k;
-    }
-    if (bestId < 0) break;
-    symbols[at] = bestId;
-    symbols.erase(symbols.begin() + long(at) + 1);
-  }
+  mergeAll(symbols);
   out.insert(out.end(), symbols.begin(), symbols.end());
   std::lock_guard<std::mutex> lock(cacheMutex_);
   if (cache_.size() < 200000) cache_.emplace(std::move(key), std::move(symbols));

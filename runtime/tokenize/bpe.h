@@ -25,6 +25,7 @@ private:
   };
   static uint64_t pairKey(int32_t a, int32_t b) { return (uint64_t(uint32_t(a)) << 32) | uint32_t(b); }
   void symbolsOf(std::string_view word, std::vector<int32_t> &symbols) const;
+  void mergeAll(std::vector<int32_t> &symbols) const;
 
   std::unordered_map<uint64_t, Merge> merges_;
   int32_t unk_ = -1;

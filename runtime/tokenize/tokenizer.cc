@@ -4,6 +4,7 @@
 #include "sd/tokenize/tokenizer.h"
 #include "bert.h"
 #include "bpe.h"
+#include "decoders.h"
 #include "byte_level.h"
 #include "split_patterns.h"
 #include "sd/format/file_io.h"
@@ -44,56 +45,75 @@ char32_t codePointBefore(std::string_view s, size_t i) {
   return tok::nextCodePoint(s, k);
 }
 
-// The WordPiece decoder's text for one token: a continuation loses its
-// prefix, any other token but the first gets a space before it, then the
-// library's clean-up of spaces before punctuation and contractions.
-std::string wordPieceDecoded(const std::string &token, bool first, const std::string &prefix, bool cleanup) {
-  std::string t = token;
-  if (!first) t = t.compare(0, prefix.size(), prefix) == 0 ? t.substr(prefix.size()) : " " + t;
-  if (!cleanup) return t;
-  static const std::pair<const char *, const char *> rules[] = {
-      {" .", "."}, {" ?", "?"}, {" !", "!"}, {" ,", ","}, {" ' ", "'"}, {" n't", "n't"}, {" 'm", "'m"},
-      {" do not", " don't"}, {" 's", "'s"}, {" 've", "'ve"}, {" 're", "'re"}};
-  for (const auto &[from, to] : rules) {
-    std::string out;
-    const size_t n = std::strlen(from);
-    for (size_t i = 0;;) {
-      size_t at = t.find(from, i);
-      if (at == std::string::npos) {
-        out.append(t, i, std::string::npos);
-        break;
-      }
-      out.append(t, i, at - i);
-      out += to;
-      i = at + n;
-    }
-    t = std::move(out);
-  }
-  return t;
-}
-
 } // namespace
 
 struct Tokenizer::Impl {
   std::unique_ptr<tok::VocabModel> model;
-  std::optional<tok::BertNormalizerOptions> bert; // the BertNormalizer, when the file has one
-  enum class Split { None, Gpt2, Llama3, Bert } split = Split::None;
-  enum class Decoder { Join, ByteLevel, WordPiece } decoder = Decoder::Join;
-  std::string wordPiecePrefix = "##";
-  bool wordPieceCleanup = true;
+  // Normalizers in file order: BertNormalizer, Prepend (a, when the text is
+  // not empty), Replace (a by b, a literal pattern).
+  struct Normalizer {
+    enum class Kind { Bert, Prepend, Replace } kind;
+    tok::BertNormalizerOptions bert;
+    std::string a, b;
+  };
+  std::vector<Normalizer> normalizers;
+  enum class Split { None, Gpt2, Llama3, Bert, Metaspace } split = Split::None;
   int maxDigits = 3; // Llama3: digits per piece (Qwen2's pattern: 1)
+  // Metaspace: spaces become `replacement`, one is prepended ("always": to
+  // every segment, "first": to the one at the start of the text), and with
+  // metaspaceSplit each replacement starts a new word.
+  std::string replacement;
+  enum class Prepend { Always, First, Never } prependScheme = Prepend::Always;
+  bool metaspaceSplit = true;
+  tok::DecoderChain decoder;
   bool byteLevel = false, addPrefixSpace = false;
   std::vector<AddedToken> added;
   std::map<int32_t, size_t> addedById;
   std::bitset<256> firstBytes; // the bytes an added token starts with
   std::vector<int32_t> prefix, suffix; // the post-processor's tokens around one sequence
 
+  Status loadNormalizer(const Json *n, const std::string &what);
   Status loadPreTokenizer(const Json *p, const std::string &what);
   Status loadPostProcessor(const Json *p, const std::string &what);
-  void encodeSegment(std::string_view text, std::vector<int32_t> &out) const;
+  // `atStart`: the segment begins the text (Metaspace's "first" scheme).
+  void encodeSegment(std::string_view text, bool atStart, std::vector<int32_t> &out) const;
   // The added token matching at byte i of `text`, longest first, or null.
   const AddedToken *addedAt(std::string_view text, size_t i, bool parseSpecial) const;
 };
+
+Status Tokenizer::Impl::loadNormalizer(const Json *n, const std::string &what) {
+  if (!n || n->type == Json::Type::Null) return Status::ok();
+  const std::string type = typeOf(n);
+  auto str = [&](const Json *v) { return v && v->type == Json::Type::String ? v->str : std::string(); };
+  if (type == "Sequence") {
+    const Json *list = n->get("normalizers");
+    if (!list || list->type != Json::Type::Array) return sdError(what, ": a Sequence normalizer without normalizers");
+    for (const Json &q : list->arr) SD_RETURN_IF_ERROR(loadNormalizer(&q, what));
+    return Status::ok();
+  }
+  if (type == "BertNormalizer") {
+    Normalizer b{Normalizer::Kind::Bert, {}, "", ""};
+    b.bert.cleanText = boolField(*n, "clean_text", true);
+    b.bert.chineseChars = boolField(*n, "handle_chinese_chars", true);
+    b.bert.lowercase = boolField(*n, "lowercase", true);
+    b.bert.stripAccents = boolField(*n, "strip_accents", b.bert.lowercase); // null: as lowercase
+    normalizers.push_back(b);
+    return Status::ok();
+  }
+  if (type == "Prepend") {
+    normalizers.push_back({Normalizer::Kind::Prepend, {}, str(n->get("prepend")), ""});
+    return Status::ok();
+  }
+  if (type == "Replace") {
+    const Json *pattern = n->get("pattern");
+    const Json *literal = pattern ? pattern->get("String") : nullptr;
+    if (!literal || literal->type != Json::Type::String || literal->str.empty())
+      return sdError(what, ": a Replace normalizer with a regex pattern is not supported yet");
+    normalizers.push_back({Normalizer::Kind::Replace, {}, literal->str, str(n->get("content"))});
+    return Status::ok();
+  }
+  return sdError(what, ": normalizer type '", type, "' is not supported yet (BertNormalizer, Prepend, Replace)");
+}
 
 Status Tokenizer::Impl::loadPreTokenizer(const Json *p, const std::string &what) {
   if (!p || p->type == Json::Type::Null) return Status::ok();
@@ -102,6 +122,19 @@ Status Tokenizer::Impl::loadPreTokenizer(const Json *p, const std::string &what)
     const Json *list = p->get("pretokenizers");
     if (!list || list->type != Json::Type::Array) return sdError(what, ": a Sequence pre_tokenizer without pretokenizers");
     for (const Json &q : list->arr) SD_RETURN_IF_ERROR(loadPreTokenizer(&q, what));
+    return Status::ok();
+  }
+  if (type == "Metaspace") {
+    if (split != Split::None || byteLevel) return sdError(what, ": Metaspace after another split");
+    split = Split::Metaspace;
+    const Json *r = p->get("replacement"), *scheme = p->get("prepend_scheme");
+    replacement = r && r->type == Json::Type::String ? r->str : "\xE2\x96\x81";
+    std::string sch = scheme && scheme->type == Json::Type::String ? scheme->str
+                                                                   : (boolField(*p, "add_prefix_space", true) ? "always" : "never");
+    if (sch != "always" && sch != "first" && sch != "never")
+      return sdError(what, ": Metaspace prepend_scheme '", sch, "' is not always, first or never");
+    prependScheme = sch == "always" ? Prepend::Always : sch == "first" ? Prepend::First : Prepend::Never;
+    metaspaceSplit = boolField(*p, "split", true);
     return Status::ok();
   }
   if (type == "BertPreTokenizer") {
@@ -126,7 +159,8 @@ Status Tokenizer::Impl::loadPreTokenizer(const Json *p, const std::string &what)
     return Status::ok();
   }
   if (type != "ByteLevel")
-    return sdError(what, ": pre_tokenizer type '", type, "' is not supported yet (ByteLevel, Split)");
+    return sdError(what, ": pre_tokenizer type '", type,
+                   "' is not supported yet (ByteLevel, Split, Metaspace, BertPreTokenizer)");
   if (byteLevel) return sdError(what, ": two ByteLevel pre-tokenizers");
   byteLevel = true;
   addPrefixSpace = boolField(*p, "add_prefix_space", true);
@@ -203,20 +237,26 @@ const AddedToken *Tokenizer::Impl::addedAt(std::string_view text, size_t i, bool
   return best;
 }
 
-void Tokenizer::Impl::encodeSegment(std::string_view text, std::vector<int32_t> &out) const {
-  if (text.empty()) return;
-  std::string normalized, spaced;
-  if (bert) {
-    normalized = tok::bertNormalize(text, *bert);
-    text = normalized;
+void Tokenizer::Impl::encodeSegment(std::string_view raw, bool atStart, std::vector<int32_t> &out) const {
+  if (raw.empty()) return;
+  std::string text(raw);
+  for (const Normalizer &n : normalizers) {
+    switch (n.kind) {
+    case Normalizer::Kind::Bert: text = tok::bertNormalize(text, n.bert); break;
+    case Normalizer::Kind::Prepend:
+      if (!text.empty()) text = n.a + text;
+      break;
+    case Normalizer::Kind::Replace: text = tok::replaceAll(text, n.a, n.b); break;
+    }
   }
-  if (byteLevel && addPrefixSpace && !text.empty() && text[0] != ' ') {
-    spaced = " " + std::string(text);
-    text = spaced;
-  }
-  auto word = [&](std::string_view piece) { model->encodeWord(byteLevel ? tok::toByteLevel(piece) : std::string(piece), out); };
+  if (byteLevel && addPrefixSpace && !text.empty() && text[0] != ' ') text = " " + text;
+  auto word = [&](std::string_view piece) {
+    model->encodeWord(byteLevel ? tok::toByteLevel(piece) : std::string(piece), out);
+  };
   switch (split) {
-  case Split::None: return word(text);
+  case Split::None:
+    if (!text.empty()) word(text);
+    return;
   case Split::Gpt2:
     for (std::string_view piece : tok::splitGpt2(text)) word(piece);
     return;
@@ -226,6 +266,20 @@ void Tokenizer::Impl::encodeSegment(std::string_view text, std::vector<int32_t> 
   case Split::Bert:
     for (std::string_view piece : tok::bertSplit(text)) word(piece);
     return;
+  case Split::Metaspace: {
+    text = tok::replaceAll(text, " ", replacement);
+    bool prepend = prependScheme == Prepend::Always || (prependScheme == Prepend::First && atStart);
+    if (prepend && text.compare(0, replacement.size(), replacement) != 0) text = replacement + text;
+    if (!metaspaceSplit) return word(text);
+    // Each replacement character starts a word (the library's MergedWithNext).
+    size_t start = 0;
+    for (size_t at = text.find(replacement, 1); at != std::string::npos; at = text.find(replacement, at + 1)) {
+      if (at > start) word(std::string_view(text).substr(start, at - start));
+      start = at;
+    }
+    if (start < text.size()) word(std::string_view(text).substr(start));
+    return;
+  }
   }
 }
 
@@ -257,29 +311,10 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
   } else {
     return sdError(file, ": model type '", type, "' is not supported yet (BPE, WordPiece)");
   }
-  if (const Json *n = root.get("normalizer"); n && n->type != Json::Type::Null) {
-    if (typeOf(n) != "BertNormalizer")
-      return sdError(file, ": normalizer type '", typeOf(n), "' is not supported yet (BertNormalizer)");
-    tok::BertNormalizerOptions o;
-    o.cleanText = boolField(*n, "clean_text", true);
-    o.chineseChars = boolField(*n, "handle_chinese_chars", true);
-    o.lowercase = boolField(*n, "lowercase", true);
-    o.stripAccents = boolField(*n, "strip_accents", o.lowercase); // null: as lowercase
-    impl->bert = o;
-  }
+  SD_RETURN_IF_ERROR(impl->loadNormalizer(root.get("normalizer"), file));
   SD_RETURN_IF_ERROR(impl->loadPreTokenizer(root.get("pre_tokenizer"), file));
   SD_RETURN_IF_ERROR(impl->loadPostProcessor(root.get("post_processor"), file));
-  if (const Json *d = root.get("decoder"); d && d->type != Json::Type::Null) {
-    if (typeOf(d) == "ByteLevel") {
-      impl->decoder = Impl::Decoder::ByteLevel;
-    } else if (typeOf(d) == "WordPiece") {
-      impl->decoder = Impl::Decoder::WordPiece;
-      if (const Json *p = d->get("prefix"); p && p->type == Json::Type::String) impl->wordPiecePrefix = p->str;
-      impl->wordPieceCleanup = boolField(*d, "cleanup", true);
-    } else {
-      return sdError(file, ": decoder type '", typeOf(d), "' is not supported yet (ByteLevel, WordPiece)");
-    }
-  }
+  SD_RETURN_IF_ERROR(impl->decoder.load(root.get("decoder"), file));
   if (const Json *list = root.get("added_tokens"); list && list->type == Json::Type::Array) {
     for (const Json &a : list->arr) {
       const Json *id = a.get("id"), *content = a.get("content");
@@ -324,43 +359,30 @@ std::vector<int32_t> Tokenizer::encode(std::string_view raw, const EncodeOptions
         if (!tok::isWhitespace(tok::nextCodePoint(s, next))) break;
         end = k = next;
       }
-    m.encodeSegment(s.substr(segment, start - segment), ids);
+    m.encodeSegment(s.substr(segment, start - segment), segment == 0, ids);
     ids.push_back(a->id);
     segment = i = end;
   }
-  m.encodeSegment(s.substr(segment), ids);
+  m.encodeSegment(s.substr(segment), segment == 0, ids);
   if (options.addSpecialTokens) ids.insert(ids.end(), m.suffix.begin(), m.suffix.end());
   return ids;
 }
 
 StatusOr<std::string> Tokenizer::decode(const std::vector<int32_t> &ids, bool skipSpecialTokens) const {
   const Impl &m = *impl_;
-  std::string bytes;
-  bool first = true;
+  std::vector<std::string> tokens;
+  tokens.reserve(ids.size());
   for (int32_t id : ids) {
     auto added = m.addedById.find(id);
-    const std::string *token = nullptr;
     if (added != m.addedById.end()) {
-      if (skipSpecialTokens && m.added[added->second].special) continue;
-      token = &m.added[added->second].content;
+      if (!(skipSpecialTokens && m.added[added->second].special)) tokens.push_back(m.added[added->second].content);
     } else if (id >= 0 && size_t(id) < m.model->idToToken.size() && !m.model->idToToken[size_t(id)].empty()) {
-      token = &m.model->idToToken[size_t(id)];
+      tokens.push_back(m.model->idToToken[size_t(id)]);
     } else {
       return sdError("token id ", id, " is not in the tokenizer's vocabulary");
     }
-    switch (m.decoder) {
-    case Impl::Decoder::ByteLevel:
-      if (!tok::fromByteLevel(*token, bytes)) bytes += *token;
-      break;
-    case Impl::Decoder::WordPiece: bytes += wordPieceDecoded(*token, first, m.wordPiecePrefix, m.wordPieceCleanup); break;
-    case Impl::Decoder::Join: // no decoder: the library joins tokens with spaces
-      if (!first) bytes += ' ';
-      bytes += *token;
-      break;
-    }
-    first = false;
   }
-  return tok::toValidUtf8(bytes);
+  return m.decoder.decode(std::move(tokens));
 }
 
 int32_t Tokenizer::vocabSize() const {

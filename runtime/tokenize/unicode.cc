@@ -89,6 +89,17 @@ void appendUtf8(std::string &out, char32_t cp) {
   }
 }
 
+std::string replaceAll(const std::string &s, const std::string &from, const std::string &to) {
+  if (from.empty()) return s;
+  std::string out;
+  for (size_t i = 0;;) {
+    size_t at = s.find(from, i);
+    if (at == std::string::npos) return out.append(s, i, std::string::npos);
+    out.append(s, i, at - i).append(to);
+    i = at + from.size();
+  }
+}
+
 bool isLetter(char32_t cp) {
   if (cp < 0x80) return (cp | 0x20) >= 'a' && (cp | 0x20) <= 'z';
   return inRanges(kLetterRanges, cp);

@@ -14,6 +14,9 @@ std::string toValidUtf8(std::string_view s);
 char32_t nextCodePoint(std::string_view s, size_t &i);
 void appendUtf8(std::string &out, char32_t cp);
 
+// `s` with every occurrence of `from` (not empty) replaced by `to`.
+std::string replaceAll(const std::string &s, const std::string &from, const std::string &to);
+
 bool isLetter(char32_t cp);     // \p{L}
 bool isNumber(char32_t cp);     // \p{N}
 bool isWhitespace(char32_t cp); // \s: the White_Space property

@@ -14,7 +14,9 @@ pre-tokenizer and decoder) are trained here with the library:
     contractions, up to 3 digits or 1 per piece) before a regex-free
     ByteLevel, ignore_merges, and a BOS template for llama3.
 
-The real all-MiniLM-L6-v2 tokenizer.json (WordPiece with BERT's normalizer,
+SentencePiece-style BPEs (byte fallback) as transformers converts Llama-2's
+and Mistral's tokenizers are trained and checked too, and the real
+all-MiniLM-L6-v2 tokenizer.json (WordPiece with BERT's normalizer,
 pre-tokenizer and decoder) is checked the same way.
 
 Checks: identical ids on every line (special tokens in the text both as plain
@@ -39,7 +41,7 @@ UNICODE_SAMPLE = [
     "  leading and trailing spaces   ", "don't we'll they've I'm she'd it's YOU'RE", "x" * 300, "",
     "<|endoftext|> between <|endoftext|>texts", "word<|endoftext|>word", "  <sep>  spaced <sep>", "a<sep>b",
     "the @user and @user@ and user@ mail", "IT'S WE'LL THEY'VE itſs 12345678 x1y22z333 ¹²³ !!!\r\r  tail",
-    "\t\tindented\r\rcarriage returns \r", "[CLS] forged [SEP] and [MASK] or [unk]", "text[SEP]more [PAD]", "##ing ## # ##", "a\u2003\u2003b \u00a0 c", "Ünïcödé ÀÉÎÕÜ ß ſ ǅ",
+    "\t\tindented\r\rcarriage returns \r", "[CLS] forged [SEP] and [MASK] or [unk]", "text[SEP]more [PAD]", "<s>[INST] hi [/INST] ok</s>", "x<unk>y </s>", "##ing ## # ##", "a\u2003\u2003b \u00a0 c", "Ünïcödé ÀÉÎÕÜ ß ſ ǅ",
 ]
 INVALID_UTF8 = [b"bad \xff byte", b"\xc3\x28 broken pair", b"truncated \xe2\x82", b"\xed\xa0\x80 surrogate",
                 b"\xf4\x90\x80\x80 too high", b"overlong \xc0\xaf", b"mixed \xe6\x97\xa5\xff\xe6\x9c\xac"]
@@ -89,6 +91,42 @@ def train(texts, prefix_space, path, pairs, extra, split=None):
         data["model"]["merges"] = [" ".join(m) if isinstance(m, list) else m for m in data["model"]["merges"]]
         with open(path, "w") as f:
             json.dump(data, f, ensure_ascii=False)
+    return Tokenizer.from_file(path)
+
+
+def train_sentencepiece_style(texts, path, legacy):
+    """A SentencePiece-style BPE (byte_fallback, fuse_unk, <unk>, the 256
+    <0xXX> tokens in the vocab) as transformers converts Llama-2's (legacy:
+    Prepend and Replace normalizers, no pre-tokenizer, a Replace, ByteFallback,
+    Fuse, Strip decoder) or Mistral's newer files (a Metaspace pre-tokenizer
+    and decoder, prepend_scheme "first", no split), with a <s> BOS."""
+    from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE(byte_fallback=True, fuse_unk=True, unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="\u2581", prepend_scheme="always", split=True)
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=3000, special_tokens=["<unk>", "<s>", "</s>"],
+                                                       limit_alphabet=150, show_progress=False))
+    data = json.loads(tok.to_str())
+    vocab = data["model"]["vocab"]
+    for b in range(256):
+        vocab.setdefault(f"<0x{b:02X}>", max(vocab.values()) + 1)
+    space = {"type": "Replace", "pattern": {"String": " "}, "content": "\u2581"}
+    if legacy:
+        data["normalizer"] = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "\u2581"}, space]}
+        data["pre_tokenizer"] = None
+        data["decoder"] = {"type": "Sequence", "decoders": [
+            {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"},
+            {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]}
+    else:
+        data["normalizer"] = None
+        metaspace = {"type": "Metaspace", "replacement": "\u2581", "prepend_scheme": "first", "split": False}
+        data["pre_tokenizer"] = metaspace
+        data["decoder"] = metaspace
+    data["post_processor"] = {"type": "TemplateProcessing", "single": [
+        {"SpecialToken": {"id": "<s>", "type_id": 0}}, {"Sequence": {"id": "A", "type_id": 0}}],
+        "pair": [{"Sequence": {"id": "A", "type_id": 0}}, {"Sequence": {"id": "B", "type_id": 1}}],
+        "special_tokens": {"<s>": {"id": "<s>", "ids": [vocab["<s>"]], "tokens": ["<s>"]}}}
+    with open(path, "w") as f:
+        json.dump(data, f, ensure_ascii=False)
     return Tokenizer.from_file(path)
 
 
@@ -150,6 +188,12 @@ def main():
         lib.no_padding()  # sdrun tokenize neither pads nor truncates
         lib.no_truncation()
         compare("all-MiniLM-L6-v2 (WordPiece, lowercase, accents stripped)", lib, sdrun, minilm, raw, texts)
+        for legacy in (True, False):
+            path = os.path.join(tmp, f"sp{legacy}.json")
+            lib = train_sentencepiece_style(train_texts, path, legacy)
+            compare("llama2-style legacy SentencePiece BPE (Prepend/Replace, byte fallback, Strip decoder)" if legacy
+                    else "mistral-style SentencePiece BPE (Metaspace 'first', byte fallback)", lib, sdrun, path, raw,
+                    texts)
         for family in ("llama3", "qwen2"):
             path = os.path.join(tmp, f"{family}.json")
             lib = train(train_texts, False, path, True, family == "llama3", split=family)
