@@ -71,6 +71,7 @@ struct Tokenizer::Impl {
   std::map<int32_t, size_t> addedById;
   std::bitset<256> firstBytes; // the bytes an added token starts with
   std::vector<int32_t> prefix, suffix; // the post-processor's tokens around one sequence
+  int32_t eos = -1;
 
   Status loadNormalizer(const Json *n, const std::string &what);
   Status loadPreTokenizer(const Json *p, const std::string &what);
@@ -327,7 +328,25 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
       impl->added.push_back(std::move(t));
     }
   }
-  return std::unique_ptr<Tokenizer>(new Tokenizer(std::move(impl)));
+  std::unique_ptr<Tokenizer> tokenizer(new Tokenizer(std::move(impl)));
+  // tokenizer_config.json (optional) names the special tokens: eos_token as a
+  // string or as {"content": ...}.
+  std::string config = parentDirectory(file) + "/tokenizer_config.json";
+  if (::stat(config.c_str(), &st) == 0) {
+    auto ctext = readWholeFile(config);
+    if (!ctext.isOk()) return ctext.status();
+    auto cjson = parseJson(ctext.value(), config);
+    if (!cjson.isOk()) return cjson.status();
+    if (const Json *eos = cjson.value().get("eos_token")) {
+      const Json *content = eos->type == Json::Type::Object ? eos->get("content") : eos;
+      if (content && content->type == Json::Type::String) {
+        tokenizer->impl_->eos = tokenizer->tokenId(content->str);
+        if (tokenizer->impl_->eos < 0)
+          return sdError(config, ": eos_token '", content->str, "' is not a token of ", file);
+      }
+    }
+  }
+  return tokenizer;
 }
 
 std::vector<int32_t> Tokenizer::encode(std::string_view raw, const EncodeOptions &options) const {
@@ -384,6 +403,8 @@ StatusOr<std::string> Tokenizer::decode(const std::vector<int32_t> &ids, bool sk
   }
   return m.decoder.decode(std::move(tokens));
 }
+
+int32_t Tokenizer::eosId() const { return impl_->eos; }
 
 int32_t Tokenizer::vocabSize() const {
   int32_t n = int32_t(impl_->model->idToToken.size());

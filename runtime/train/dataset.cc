@@ -2,6 +2,7 @@
 #include "sd/train/dataset.h"
 #include "sd/format/file_io.h"
 #include "sd/format/json.h"
+#include "sd/tokenize/tokenizer.h"
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -23,6 +24,39 @@ Status readIds(const Json &v, const char *key, int64_t vocab, bool isLabel, std:
   return Status::ok();
 }
 
+// ids (and labels) of `text`, or of `prompt` + `completion` with the prompt's
+// labels -100: the tokenizer's BOS (its post-processor) before, its EOS after
+// (TRL's SFT does the same), or the bytes when there is no tokenizer.
+Status tokenizeText(const std::string &first, const std::string *completion, const DatasetOptions &opts, Example &ex) {
+  auto append = [&](const std::string &s, bool specials, bool trained) -> Status {
+    std::vector<int64_t> ids;
+    if (opts.tokenizer) {
+      EncodeOptions eo;
+      eo.addSpecialTokens = specials;
+      for (int32_t id : opts.tokenizer->encode(s, eo)) ids.push_back(id);
+    } else {
+      for (unsigned char c : s) ids.push_back(int64_t(c));
+    }
+    for (int64_t id : ids)
+      if (id >= opts.vocab)
+        return sdError("token ", id, " of the tokenizer is outside the plan's vocabulary [0, ", opts.vocab,
+                       "): the tokenizer does not belong to this model");
+    ex.ids.insert(ex.ids.end(), ids.begin(), ids.end());
+    ex.labels.insert(ex.labels.end(), ids.size(), kIgnoreLabel);
+    if (trained) std::copy(ids.begin(), ids.end(), ex.labels.end() - long(ids.size()));
+    return Status::ok();
+  };
+  SD_RETURN_IF_ERROR(append(first, true, completion == nullptr));
+  if (completion) SD_RETURN_IF_ERROR(append(*completion, false, true));
+  const int32_t eos = opts.tokenizer ? opts.tokenizer->eosId() : -1;
+  if (eos >= 0 && (ex.ids.empty() || ex.ids.back() != eos)) {
+    if (eos >= opts.vocab) return sdError("the tokenizer's EOS ", eos, " is outside the plan's vocabulary");
+    ex.ids.push_back(eos);
+    ex.labels.push_back(eos);
+  }
+  return Status::ok();
+}
+
 uint64_t splitMix(uint64_t &s) {
   uint64_t z = (s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -39,22 +73,33 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
   Example ex;
   const Json *ids = j.get("input_ids"), *labels = j.get("labels"), *text = j.get("text");
+  const Json *prompt = j.get("prompt"), *completion = j.get("completion");
   if (ids) {
     if (Status s = readIds(*ids, "input_ids", opts.vocab, false, ex.ids); !s.isOk()) return s.withContext(where + ": ");
-  } else if (text) {
-    if (text->type != Json::Type::String) return sdError(where, ": 'text' must be a string");
-    if (opts.vocab != 256)
-      return sdError(where, ": 'text' lines need a byte-level model (vocabulary 256, this plan has ", opts.vocab,
-                     "); give input_ids instead");
-    for (unsigned char c : text->str) ex.ids.push_back(int64_t(c));
+  } else if (text || prompt || completion) {
+    if (text && (prompt || completion)) return sdError(where, ": a line has 'text' or 'prompt'/'completion', not both");
+    if (!text && !(prompt && completion)) return sdError(where, ": 'prompt' and 'completion' come together");
+    for (const Json *field : {text, prompt, completion})
+      if (field && field->type != Json::Type::String)
+        return sdError(where, ": '", field == text ? "text" : field == prompt ? "prompt" : "completion",
+                       "' must be a string");
+    if (!opts.tokenizer && opts.vocab != 256)
+      return sdError(where, ": text needs --tokenizer DIR or a byte-level model (vocabulary 256, this plan has ",
+                     opts.vocab, "); or give input_ids");
+    SD_RETURN_IF_ERROR(tokenizeText(text ? text->str : prompt->str, text ? nullptr : &completion->str, opts, ex)
+                           .withContext(where + ": "));
+    if (labels) return sdError(where, ": 'labels' go with 'input_ids', not with text");
+  } else if (j.get("messages")) {
+    return sdError(where, ": 'messages' lines need a chat template, which sdrun cannot render yet; give 'text' or "
+                          "'prompt'/'completion'");
   } else {
-    return sdError(where, ": a line needs 'input_ids' or 'text'");
+    return sdError(where, ": a line needs 'input_ids', 'text' or 'prompt' and 'completion'");
   }
   if (labels) {
     if (Status s = readIds(*labels, "labels", opts.vocab, true, ex.labels); !s.isOk()) return s.withContext(where + ": ");
     if (ex.labels.size() != ex.ids.size())
       return sdError(where, ": 'labels' has ", ex.labels.size(), " entries but the sequence has ", ex.ids.size());
-  } else {
+  } else if (ex.labels.empty()) {
     ex.labels = ex.ids;
   }
   if (ex.ids.size() < 2) return sdError(where, ": a sequence needs at least 2 tokens to train on");

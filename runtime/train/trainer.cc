@@ -5,6 +5,7 @@
 #include "sd/format/safetensors.h"
 #include "sd/format/training_abi.h"
 #include "sd/runtime/adapter.h"
+#include "sd/tokenize/tokenizer.h"
 #include "sd/train/checkpoint.h"
 #include "sd/train/ranks.h"
 #include <algorithm>
@@ -118,6 +119,7 @@ const Bucket *bucketFor(const PlanEntries &pe, const Rows &rows) {
 } // namespace
 
 struct Trainer::Impl {
+  std::unique_ptr<Tokenizer> tokenizer; // --tokenizer: text lines are tokenized with it
   Session &session;
   TrainConfig config;
   PlanEntries entries;
@@ -179,6 +181,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   if (o.gradAccum > 1 && pe.buckets[0].accumulate < 0) return sdError("the plan has no ", abi::kAccumulate, " entry");
   if (o.resume && o.checkpointDir.empty()) return sdError("resuming needs a checkpoint folder");
   DatasetOptions dopts{pe.vocab, pe.buckets.back().seq, o.truncate};
+  if (!o.tokenizerPath.empty()) {
+    auto tok = Tokenizer::load(o.tokenizerPath);
+    if (!tok.isOk()) return tok.status().withContext("--tokenizer: ");
+    im->tokenizer = std::move(tok.value());
+    dopts.tokenizer = im->tokenizer.get();
+  }
   auto data = loadJsonl(o.dataPath, dopts);
   if (!data.isOk()) return data.status();
   im->data = std::move(data.value());

@@ -164,8 +164,85 @@ def compare(name, lib, sdrun, path, raw, texts):
     return decoded
 
 
+def small_tokenizer(texts, folder):
+    """A 256-token SentencePiece-style BPE (fits the tiny Llama's vocabulary)
+    with a <s> BOS template and tokenizer_config.json naming </s> as EOS."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.Metaspace()
+    tok.decoder = decoders.Metaspace()
+    tok.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=256, special_tokens=["<unk>", "<s>", "</s>"],
+                                                       limit_alphabet=80, show_progress=False))
+    tok.post_processor = processors.TemplateProcessing(single="<s> $A", special_tokens=[("<s>", tok.token_to_id("<s>"))])
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "</s>", "bos_token": {"content": "<s>", "special": True}}, f)
+    return tok
+
+
+def training_with_tokenizer(sdc, sdrun, tmp, texts):
+    """sdrun train --tokenizer on text and prompt/completion lines equals
+    training on the ids the library gives (BOS, EOS after, the prompt's labels
+    -100), loss for loss; and text lines it cannot train on are clear errors."""
+    import numpy as np
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "examples"))
+    from export_hf import build, export
+    folder = os.path.join(tmp, "small_tok")
+    lib = small_tokenizer(texts[:20000], folder)
+    bos, eos = lib.token_to_id("<s>"), lib.token_to_id("</s>")
+    onnx_path, plan = os.path.join(tmp, "llama.onnx"), os.path.join(tmp, "llama.sdp")
+    export(build("llama", 0), onnx_path, 17, 2, 16)
+    subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj,v_proj", "--shapes",
+                    "input_ids=2x48", "-o", plan], check=True, capture_output=True)
+    lines = [t for t in texts[2:400] if 20 < len(t) < 120][:24]
+    text_data, id_data = os.path.join(tmp, "text.jsonl"), os.path.join(tmp, "ids.jsonl")
+    with open(text_data, "w") as ft, open(id_data, "w") as fi:
+        for i, line in enumerate(lines):
+            if i % 2:
+                ft.write(json.dumps({"text": line}) + "\n")
+                ids = lib.encode(line).ids + [eos]
+                labels = ids
+            else:
+                prompt, completion = line[:12], line[12:]
+                ft.write(json.dumps({"prompt": prompt, "completion": completion}) + "\n")
+                p = lib.encode(prompt).ids
+                c = lib.encode(completion, add_special_tokens=False).ids + [eos]
+                ids, labels = p + c, [-100] * len(p) + c
+            assert ids[0] == bos
+            fi.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+
+    def losses(data, *extra):
+        metrics = os.path.join(tmp, "m.jsonl")
+        r = subprocess.run([sdrun, "train", plan, "--data", data, "--steps", "4", "--no-shuffle", "--lr", "1e-3",
+                            "--threads", "1", "--metrics", metrics, *extra], capture_output=True, text=True)
+        if r.returncode:
+            raise RuntimeError(r.stderr[-400:])
+        return [json.loads(l)["loss"] for l in open(metrics) if "loss" in json.loads(l)]
+
+    ours, want = losses(text_data, "--tokenizer", folder), losses(id_data)
+    check("sdrun train --tokenizer: text and prompt/completion lines train exactly as the library's ids with BOS, "
+          "EOS and the prompt masked", ours == want and len(ours) == 4 and np.isfinite(ours).all(),
+          f"losses {ours} vs {want}")
+    bad_lines = [("a 'messages' line (no chat templates yet)", {"messages": [{"role": "user", "content": "hi"}]},
+                  folder, ["messages", "bad.jsonl:1"]),
+                 ("a prompt without its completion", {"prompt": "hi"}, folder, ["completion", "bad.jsonl:1"]),
+                 ("a tokenizer larger than the model's vocabulary", {"text": "In the beginning"},
+                  os.path.join(tmp, "gpt2.json"), ["vocabulary", "bad.jsonl:1"])]
+    for what, line, tok_path, words in bad_lines:
+        bad = os.path.join(tmp, "bad.jsonl")
+        with open(bad, "w") as f:
+            f.write(json.dumps(line) + "\n")
+        r = subprocess.run([sdrun, "train", plan, "--data", bad, "--tokenizer", tok_path, "--steps", "1"],
+                           capture_output=True, text=True, timeout=120)
+        err = r.stderr.strip()
+        check(f"bad data: {what}", r.returncode == 1 and len(err.splitlines()) == 1 and all(w in err for w in words),
+              err)
+
+
 def main():
-    _, sdrun = tool_paths()
+    sdc, sdrun = tool_paths()
     tmp = tempfile.mkdtemp(prefix="sd_tokenizer_")
     try:
         raw, texts = corpus_lines(tmp)
@@ -200,6 +277,7 @@ def main():
             compare(f"{family}-style BPE (its Split pattern, ignore_merges{', BOS' if family == 'llama3' else ''})",
                     lib, sdrun, path, raw, texts)
 
+        training_with_tokenizer(sdc, sdrun, tmp, texts)
         with open(gpt2) as f:
             data = json.load(f)
         data["model"]["type"] = "Unigram"

@@ -40,7 +40,10 @@ const char *kTrainUsage =
     "\n"
     "Trains with the plan's train_step (or accumulate + apply) entries. Data lines\n"
     "hold {\"input_ids\": [...], \"labels\": [...]} (labels optional, -100 = not\n"
-    "trained on) or {\"text\": \"...\"} for byte-level (256-token) models.\n"
+    "trained on), {\"text\": \"...\"}, or {\"prompt\": \"...\", \"completion\": \"...\"}\n"
+    "(loss on the completion only). Text is tokenized with --tokenizer (BOS from its\n"
+    "post-processor, EOS from its tokenizer_config.json), or taken as bytes by\n"
+    "byte-level (256-token) models.\n"
     "\n"
     "options:\n"
     "  --steps N              optimizer steps (default: --epochs worth)\n"
@@ -61,6 +64,7 @@ const char *kTrainUsage =
     "  --resume               continue from the newest valid checkpoint in DIR\n"
     "  --save-weights FILE    write the trained parameters (safetensors) at the end\n"
     "  --adapter DIR          start from a LoRA adapter (HF PEFT layout)\n"
+    "  --tokenizer DIR        a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json)\n"
     "  --save-adapter DIR     write the trained LoRA adapter (HF PEFT layout)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
     "  --profile FILE.json    a Chrome trace of every kernel run (chrome://tracing, Perfetto);\n"
@@ -211,7 +215,7 @@ int trainCommand(const std::vector<std::string> &args) {
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
                    "--profile",
-                   "--adapter", "--save-adapter"},
+                   "--adapter", "--save-adapter", "--tokenizer"},
                   f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs", "--verify-replicas"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
   }
@@ -227,6 +231,7 @@ int trainCommand(const std::vector<std::string> &args) {
   out.metricsPath = flagValue(f, "--metrics");
   out.tracePath = flagValue(f, "--profile");
   o.adapterIn = flagValue(f, "--adapter");
+  o.tokenizerPath = flagValue(f, "--tokenizer");
   out.adapterOut = flagValue(f, "--save-adapter");
   std::string schedule = flagValue(f, "--lr-schedule", "constant");
   o.shuffle = !hasFlag(f, "--no-shuffle");

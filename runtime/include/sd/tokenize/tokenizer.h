@@ -35,6 +35,9 @@ public:
   // An id outside the vocabulary is an error naming it.
   StatusOr<std::string> decode(const std::vector<int32_t> &ids, bool skipSpecialTokens = false) const;
   int32_t vocabSize() const;
+  // The end-of-sequence token named by tokenizer_config.json beside the
+  // tokenizer.json (eos_token), or -1 when there is none.
+  int32_t eosId() const;
   // The id of a token (vocabulary or added), or -1.
   int32_t tokenId(const std::string &token) const;
 

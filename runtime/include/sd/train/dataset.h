@@ -1,6 +1,8 @@
-// Training data: JSON Lines with token ids (`input_ids`, optional `labels`)
-// or `text` (byte-level tokens, for 256-entry vocabularies). Every problem is
-// reported as one line naming the file and line.
+// Training data: JSON Lines with token ids (`input_ids`, optional `labels`),
+// `text`, or `prompt` and `completion` (loss on the completion only). Text is
+// tokenized with a Hugging Face tokenizer when one is given, else taken as
+// bytes (for 256-entry vocabularies). Every problem is reported as one line
+// naming the file and line.
 #pragma once
 #include "sd/format/status.h"
 #include <cstdint>
@@ -8,6 +10,7 @@
 #include <vector>
 
 namespace sd {
+class Tokenizer;
 
 struct Example {
   std::vector<int64_t> ids;
@@ -18,6 +21,9 @@ struct DatasetOptions {
   int64_t vocab = 0;     // token ids must be below this
   int64_t maxLength = 0; // longest sequence the plan's buckets take
   bool truncate = false; // cut longer sequences instead of refusing them
+  // Tokenizes text lines (the post-processor's BOS, then the tokenizer's EOS
+  // after the text or completion); null: bytes.
+  const Tokenizer *tokenizer = nullptr;
 };
 
 constexpr int64_t kIgnoreLabel = -100;

@@ -20,6 +20,7 @@ struct TrainConfig {
   std::string planName; // names the plan in errors about it (its path); may be empty
   std::string dataPath, evalPath, checkpointDir;
   std::string adapterIn; // start from this LoRA adapter (PEFT layout); ignored when resuming
+  std::string tokenizerPath; // a Hugging Face tokenizer (dir or tokenizer.json) for text lines
   LrSchedule schedule;
   bool shuffle = true, truncate = false, resume = false;
   int64_t steps = 0;  // optimizer steps; 0: `epochs` passes over the data
