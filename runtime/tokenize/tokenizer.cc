@@ -72,6 +72,9 @@ struct Tokenizer::Impl {
   std::bitset<256> firstBytes; // the bytes an added token starts with
   std::vector<int32_t> prefix, suffix; // the post-processor's tokens around one sequence
   int32_t eos = -1;
+  std::map<std::string, std::string> templateStrings; // bos_token, eos_token, ... for chat templates
+  std::unique_ptr<ChatTemplate> chat;
+  Status chatStatus = sdError("no chat_template in tokenizer_config.json beside the tokenizer");
 
   Status loadNormalizer(const Json *n, const std::string &what);
   Status loadPreTokenizer(const Json *p, const std::string &what);
@@ -337,13 +340,29 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
     if (!ctext.isOk()) return ctext.status();
     auto cjson = parseJson(ctext.value(), config);
     if (!cjson.isOk()) return cjson.status();
-    if (const Json *eos = cjson.value().get("eos_token")) {
-      const Json *content = eos->type == Json::Type::Object ? eos->get("content") : eos;
-      if (content && content->type == Json::Type::String) {
-        tokenizer->impl_->eos = tokenizer->tokenId(content->str);
-        if (tokenizer->impl_->eos < 0)
-          return sdError(config, ": eos_token '", content->str, "' is not a token of ", file);
+    Impl &m = *tokenizer->impl_;
+    for (const char *key : {"bos_token", "eos_token", "unk_token", "pad_token"})
+      if (const Json *t = cjson.value().get(key)) {
+        const Json *content = t->type == Json::Type::Object ? t->get("content") : t;
+        if (content && content->type == Json::Type::String) m.templateStrings[key] = content->str;
       }
+    if (m.templateStrings.count("eos_token")) {
+      m.eos = tokenizer->tokenId(m.templateStrings["eos_token"]);
+      if (m.eos < 0) return sdError(config, ": eos_token '", m.templateStrings["eos_token"], "' is not a token of ", file);
+    }
+    const Json *chat = cjson.value().get("chat_template");
+    std::string source;
+    if (chat && chat->type == Json::Type::String) source = chat->str;
+    if (chat && chat->type == Json::Type::Array)
+      for (const Json &named : chat->arr)
+        if (const Json *n = named.get("name"); n && n->str == "default" && named.get("template"))
+          source = named.get("template")->str;
+    if (!source.empty()) {
+      auto parsed = ChatTemplate::parse(source);
+      if (parsed.isOk()) m.chat = std::move(parsed.value()), m.chatStatus = Status::ok();
+      else m.chatStatus = parsed.status().withContext(config + ": ");
+    } else if (chat) {
+      m.chatStatus = sdError(config, ": chat_template is neither a string nor a list with a 'default' template");
     }
   }
   return tokenizer;
@@ -405,6 +424,17 @@ StatusOr<std::string> Tokenizer::decode(const std::vector<int32_t> &ids, bool sk
 }
 
 int32_t Tokenizer::eosId() const { return impl_->eos; }
+
+StatusOr<const ChatTemplate *> Tokenizer::chatTemplate() const {
+  if (!impl_->chatStatus.isOk()) return impl_->chatStatus;
+  return static_cast<const ChatTemplate *>(impl_->chat.get());
+}
+
+StatusOr<std::string> Tokenizer::renderChat(const std::vector<ChatMessage> &messages, bool addGenerationPrompt) const {
+  auto chat = chatTemplate();
+  if (!chat.isOk()) return chat.status();
+  return chat.value()->render(messages, addGenerationPrompt, impl_->templateStrings);
+}
 
 int32_t Tokenizer::vocabSize() const {
   int32_t n = int32_t(impl_->model->idToToken.size());

@@ -23,7 +23,28 @@ const char *kTokenizeUsage =
     "  --no-special-tokens    leave out the post-processor's BOS/EOS/CLS/SEP\n"
     "  --parse-special        match special tokens written in the text (by default\n"
     "                         they are plain text, so input cannot forge them)\n"
-    "  --skip-special-tokens  --decode: drop special tokens from the text\n";
+    "  --skip-special-tokens  --decode: drop special tokens from the text\n"
+    "  --chat                 read {\"messages\": [...], \"add_generation_prompt\": bool} lines and\n"
+    "                         print each conversation rendered with the chat template of\n"
+    "                         tokenizer_config.json, as a JSON string\n";
+
+int renderChats(const sd::Tokenizer &tok) {
+  std::string line;
+  for (int64_t n = 1; std::getline(std::cin, line); ++n) {
+    const std::string where = "stdin line " + std::to_string(n);
+    auto json = sd::parseJson(line, where);
+    if (!json.isOk()) return fail(json.status().message());
+    const sd::Json *messages = json.value().get("messages"), *gen = json.value().get("add_generation_prompt");
+    std::vector<sd::ChatMessage> chat;
+    if (!messages) return fail(where + ": no 'messages'");
+    if (auto st = sd::chatMessagesFromJson(*messages, chat); !st.isOk()) return fail(where + ": " + st.message());
+    auto text = tok.renderChat(chat, gen && gen->type == sd::Json::Type::Bool && gen->b);
+    if (!text.isOk()) return fail(where + ": " + text.status().message());
+    std::string out = sd::jsonQuote(text.value()) + "\n";
+    std::fwrite(out.data(), 1, out.size(), stdout);
+  }
+  return 0;
+}
 
 int decodeLines(const sd::Tokenizer &tok, bool skipSpecial) {
   std::string line, text;
@@ -52,7 +73,7 @@ int tokenizeCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   bool parsed = parseFlags(args, {"--tokenizer"}, f, err,
-                           {"--decode", "--no-special-tokens", "--parse-special", "--skip-special-tokens"});
+                           {"--decode", "--no-special-tokens", "--parse-special", "--skip-special-tokens", "--chat"});
   if (f.help) return std::fputs(kTokenizeUsage, stdout), 0;
   // The tokenizer may be given as --tokenizer or as the one positional argument.
   if (!parsed && !(f.plan.empty() && hasFlag(f, "--tokenizer"))) return fail(err + " (see sdrun tokenize --help)");
@@ -63,6 +84,7 @@ int tokenizeCommand(const std::vector<std::string> &args) {
   const sd::Tokenizer &tok = *loaded.value();
   std::ios::sync_with_stdio(false);
   if (hasFlag(f, "--decode")) return decodeLines(tok, hasFlag(f, "--skip-special-tokens"));
+  if (hasFlag(f, "--chat")) return renderChats(tok);
   sd::EncodeOptions options;
   options.addSpecialTokens = !hasFlag(f, "--no-special-tokens");
   options.parseSpecial = hasFlag(f, "--parse-special");

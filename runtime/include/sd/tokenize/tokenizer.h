@@ -9,6 +9,7 @@
 // ByteLevel decoder. Anything else in the file is an error that names it.
 #pragma once
 #include "sd/format/status.h"
+#include "sd/tokenize/chat_template.h"
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -38,6 +39,12 @@ public:
   // The end-of-sequence token named by tokenizer_config.json beside the
   // tokenizer.json (eos_token), or -1 when there is none.
   int32_t eosId() const;
+  // tokenizer_config.json's chat_template ("default" of several), or an
+  // error saying why there is none or what in it cannot be rendered.
+  StatusOr<const ChatTemplate *> chatTemplate() const;
+  // The conversation rendered with the chat template (with tokenizer_config's
+  // bos_token and eos_token as variables).
+  StatusOr<std::string> renderChat(const std::vector<ChatMessage> &messages, bool addGenerationPrompt) const;
   // The id of a token (vocabulary or added), or -1.
   int32_t tokenId(const std::string &token) const;
 

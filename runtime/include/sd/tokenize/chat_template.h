@@ -1,0 +1,41 @@
+// Chat templates: the Jinja subset that the chat templates of current model
+// families use, rendered as transformers' apply_chat_template renders them
+// (jinja2 with trim_blocks and lstrip_blocks): text, {{ }}, {% if/elif/else %},
+// {% for %} (with loop.*, an if filter and else), {% set %} (namespace()
+// attributes too), {% generation %}, whitespace control, the usual
+// operators, filters, tests and string/dict methods, and raise_exception().
+// A construct outside the subset is a parse error naming it and its line.
+#pragma once
+#include "sd/format/json.h"
+#include "sd/format/status.h"
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sd {
+
+struct ChatMessage {
+  std::string role, content;
+};
+
+// A data line's "messages": [{"role": ..., "content": ...}, ...], roles
+// system, user, assistant or tool; anything else is an error naming it.
+Status chatMessagesFromJson(const Json &messages, std::vector<ChatMessage> &out);
+
+class ChatTemplate {
+public:
+  static StatusOr<std::unique_ptr<ChatTemplate>> parse(const std::string &source);
+  ~ChatTemplate();
+  // `strings`: further string variables (bos_token, eos_token, ...).
+  StatusOr<std::string> render(const std::vector<ChatMessage> &messages, bool addGenerationPrompt,
+                               const std::map<std::string, std::string> &strings) const;
+
+  struct Node;
+
+private:
+  ChatTemplate();
+  std::vector<std::unique_ptr<Node>> body_;
+};
+
+} // namespace sd
