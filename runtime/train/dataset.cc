@@ -57,6 +57,51 @@ Status tokenizeText(const std::string &first, const std::string *completion, con
   return Status::ok();
 }
 
+// A conversation rendered with the tokenizer's chat template, the loss on the
+// assistant turns only. Turn k's text is what rendering messages[0..k]
+// adds to messages[0..k) with the generation prompt; each piece is tokenized
+// on its own (as apply_chat_template tokenizes: no added BOS, the template's
+// special tokens matched), so no token straddles a trained and an untrained span.
+Status tokenizeChat(const Json &messages, const DatasetOptions &opts, Example &ex) {
+  std::vector<ChatMessage> chat;
+  SD_RETURN_IF_ERROR(chatMessagesFromJson(messages, chat));
+  const Tokenizer &tok = *opts.tokenizer;
+  auto full = tok.renderChat(chat, false);
+  if (!full.isOk()) return full.status();
+  EncodeOptions eo;
+  eo.addSpecialTokens = false;
+  eo.parseSpecial = true;
+  auto emit = [&](const std::string &text, bool trained) -> Status {
+    for (int32_t id : tok.encode(text, eo)) {
+      if (id >= opts.vocab)
+        return sdError("token ", id, " of the tokenizer is outside the plan's vocabulary [0, ", opts.vocab,
+                       "): the tokenizer does not belong to this model");
+      ex.ids.push_back(id);
+      ex.labels.push_back(trained ? id : kIgnoreLabel);
+    }
+    return Status::ok();
+  };
+  size_t pos = 0;
+  bool anyAssistant = false;
+  for (size_t k = 0; k < chat.size(); ++k) {
+    if (chat[k].role != "assistant") continue;
+    anyAssistant = true;
+    std::vector<ChatMessage> before(chat.begin(), chat.begin() + long(k)), upTo(chat.begin(), chat.begin() + long(k) + 1);
+    auto prefix = tok.renderChat(before, true), whole = tok.renderChat(upTo, false);
+    if (!prefix.isOk()) return prefix.status();
+    if (!whole.isOk()) return whole.status();
+    const std::string &p = prefix.value(), &w = whole.value();
+    if (p.size() < pos || w.compare(0, p.size(), p) != 0 || full.value().compare(0, w.size(), w) != 0)
+      return sdError("the chat template does not render messages[", k, "] as an addition to the turns before it, so "
+                     "the assistant's tokens cannot be told apart");
+    SD_RETURN_IF_ERROR(emit(full.value().substr(pos, p.size() - pos), false));
+    SD_RETURN_IF_ERROR(emit(w.substr(p.size()), true));
+    pos = w.size();
+  }
+  if (!anyAssistant) return sdError("the conversation has no assistant turn to train on");
+  return emit(full.value().substr(pos), false);
+}
+
 uint64_t splitMix(uint64_t &s) {
   uint64_t z = (s += 0x9E3779B97F4A7C15ull);
   z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
@@ -89,9 +134,10 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
     SD_RETURN_IF_ERROR(tokenizeText(text ? text->str : prompt->str, text ? nullptr : &completion->str, opts, ex)
                            .withContext(where + ": "));
     if (labels) return sdError(where, ": 'labels' go with 'input_ids', not with text");
-  } else if (j.get("messages")) {
-    return sdError(where, ": 'messages' lines need a chat template, which sdrun cannot render yet; give 'text' or "
-                          "'prompt'/'completion'");
+  } else if (const Json *messages = j.get("messages")) {
+    if (!opts.tokenizer) return sdError(where, ": 'messages' lines need --tokenizer DIR with a chat template");
+    if (labels) return sdError(where, ": 'labels' go with 'input_ids', not with messages");
+    SD_RETURN_IF_ERROR(tokenizeChat(*messages, opts, ex).withContext(where + ": "));
   } else {
     return sdError(where, ": a line needs 'input_ids', 'text' or 'prompt' and 'completion'");
   }

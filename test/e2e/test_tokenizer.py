@@ -177,8 +177,39 @@ def small_tokenizer(texts, folder):
     os.makedirs(folder, exist_ok=True)
     tok.save(os.path.join(folder, "tokenizer.json"))
     with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
-        json.dump({"eos_token": "</s>", "bos_token": {"content": "<s>", "special": True}}, f)
+        json.dump({"eos_token": "</s>", "bos_token": {"content": "<s>", "special": True}, "chat_template": MISTRAL}, f)
     return tok
+
+
+def chat_reference(lib, conversation):
+    """ids and labels of a conversation by the rule sdrun documents: turn k's
+    text is what rendering the turns up to k adds to rendering those before it
+    (with the generation prompt), each piece tokenized on its own as
+    apply_chat_template tokenizes (no added BOS, special tokens matched)."""
+    from transformers.utils.chat_template_utils import render_jinja_template
+
+    def render(turns, generation):
+        out, _ = render_jinja_template(conversations=[turns], chat_template=MISTRAL, add_generation_prompt=generation,
+                                       bos_token="<s>", eos_token="</s>")
+        return out[0]
+    ids, labels, pos = [], [], 0
+    full = render(conversation, False)
+
+    def emit(text, trained):
+        piece = lib.encode(text, add_special_tokens=False).ids
+        ids.extend(piece)
+        labels.extend(piece if trained else [-100] * len(piece))
+    for k, m in enumerate(conversation):
+        if m["role"] == "assistant":
+            prefix, whole = render(conversation[:k], True), render(conversation[:k + 1], False)
+            emit(full[pos:len(prefix)], False)
+            emit(whole[len(prefix):], True)
+            pos = len(whole)
+    emit(full[pos:], False)
+    return ids, labels
+
+
+from chat_templates import MISTRAL  # noqa: E402
 
 
 def training_with_tokenizer(sdc, sdrun, tmp, texts):
@@ -195,7 +226,7 @@ def training_with_tokenizer(sdc, sdrun, tmp, texts):
     onnx_path, plan = os.path.join(tmp, "llama.onnx"), os.path.join(tmp, "llama.sdp")
     export(build("llama", 0), onnx_path, 17, 2, 16)
     subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj,v_proj", "--shapes",
-                    "input_ids=2x48", "-o", plan], check=True, capture_output=True)
+                    "input_ids=2x96", "-o", plan], check=True, capture_output=True)
     lines = [t for t in texts[2:400] if 20 < len(t) < 120][:24]
     text_data, id_data = os.path.join(tmp, "text.jsonl"), os.path.join(tmp, "ids.jsonl")
     with open(text_data, "w") as ft, open(id_data, "w") as fi:
@@ -225,8 +256,25 @@ def training_with_tokenizer(sdc, sdrun, tmp, texts):
     check("sdrun train --tokenizer: text and prompt/completion lines train exactly as the library's ids with BOS, "
           "EOS and the prompt masked", ours == want and len(ours) == 4 and np.isfinite(ours).all(),
           f"losses {ours} vs {want}")
-    bad_lines = [("a 'messages' line (no chat templates yet)", {"messages": [{"role": "user", "content": "hi"}]},
-                  folder, ["messages", "bad.jsonl:1"]),
+    chat_data, chat_ids = os.path.join(tmp, "chat.jsonl"), os.path.join(tmp, "chat_ids.jsonl")
+    with open(chat_data, "w") as fc, open(chat_ids, "w") as fi:
+        for i in range(0, 20, 2):
+            conversation = [{"role": "user", "content": lines[i][:30]}, {"role": "assistant", "content": lines[i + 1][:30]}]
+            if i % 4 == 0:
+                conversation += [{"role": "user", "content": "Say more."}, {"role": "assistant", "content": "Amen."}]
+            fc.write(json.dumps({"messages": conversation}) + "\n")
+            ids, labels = chat_reference(lib, conversation)
+            fi.write(json.dumps({"input_ids": ids, "labels": labels}) + "\n")
+    ours, want = losses(chat_data, "--tokenizer", folder), losses(chat_ids)
+    check("sdrun train --tokenizer: 'messages' lines (Mistral's chat template) train exactly as the rendered turns "
+          "tokenized by the library, loss on the assistant turns only", ours == want and len(ours) == 4,
+          f"losses {ours} vs {want}")
+    bad_lines = [("a conversation without an assistant turn", {"messages": [{"role": "user", "content": "hi"}]},
+                  folder, ["assistant", "bad.jsonl:1"]),
+                 ("a chat message with an unknown role", {"messages": [{"role": "narrator", "content": "hi"}]},
+                  folder, ["narrator", "bad.jsonl:1"]),
+                 ("roles the chat template refuses", {"messages": [{"role": "assistant", "content": "hi"}]},
+                  folder, ["alternate", "bad.jsonl:1"]),
                  ("a prompt without its completion", {"prompt": "hi"}, folder, ["completion", "bad.jsonl:1"]),
                  ("a tokenizer larger than the model's vocabulary", {"text": "In the beginning"},
                   os.path.join(tmp, "gpt2.json"), ["vocabulary", "bad.jsonl:1"])]

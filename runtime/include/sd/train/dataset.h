@@ -1,5 +1,7 @@
 // Training data: JSON Lines with token ids (`input_ids`, optional `labels`),
-// `text`, or `prompt` and `completion` (loss on the completion only). Text is
+// `text`, `prompt` and `completion` (loss on the completion only), or
+// `messages` rendered with the tokenizer's chat template (loss on the
+// assistant turns only). Text is
 // tokenized with a Hugging Face tokenizer when one is given, else taken as
 // bytes (for 256-entry vocabularies). Every problem is reported as one line
 // naming the file and line.
