@@ -256,6 +256,26 @@ def training_with_tokenizer(sdc, sdrun, tmp, texts):
     check("sdrun train --tokenizer: text and prompt/completion lines train exactly as the library's ids with BOS, "
           "EOS and the prompt masked", ours == want and len(ours) == 4 and np.isfinite(ours).all(),
           f"losses {ours} vs {want}")
+    # Greedy generation through the tokenizer equals transformers' generate on the same weights (the
+    # adapter starts at zero).
+    import torch
+    model = build("llama", 0)
+    prompt = "And God said, Let there be"
+    prompt_ids = lib.encode(prompt).ids
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([prompt_ids]), max_new_tokens=10, do_sample=False,
+                             eos_token_id=eos, pad_token_id=eos)[0].tolist()
+    base = lib.decode(prompt_ids, skip_special_tokens=True)
+    want_text = prompt + lib.decode(out, skip_special_tokens=True)[len(base):] + "\n"
+    r = subprocess.run([sdrun, "generate", plan, "--tokenizer", folder, "--prompt", prompt, "--max-new-tokens", "10",
+                        "--temperature", "0", "--threads", "1"], capture_output=True, text=True, timeout=120)
+    check("sdrun generate --tokenizer: greedy text equals transformers' generate on the same weights",
+          r.returncode == 0 and r.stdout == want_text, f"{r.stdout!r} vs {want_text!r} {r.stderr.strip()[-200:]}")
+    r = subprocess.run([sdrun, "generate", plan, "--tokenizer", folder, "--prompt", " ".join(lines * 3)],
+                       capture_output=True, text=True, timeout=120)
+    err = r.stderr.strip()
+    check("bad input: a prompt longer than the context", r.returncode == 1 and len(err.splitlines()) == 1 and
+          "context" in err and not r.stdout, err)
     chat_data, chat_ids = os.path.join(tmp, "chat.jsonl"), os.path.join(tmp, "chat_ids.jsonl")
     with open(chat_data, "w") as fc, open(chat_ids, "w") as fi:
         for i in range(0, 20, 2):

@@ -3,28 +3,89 @@
 #include "commands.h"
 #include "flags.h"
 #include "sd/generate/generator.h"
+#include "sd/tokenize/tokenizer.h"
 #include <cstdio>
 
 namespace sdrun {
 namespace {
 
 const char *kGenerateUsage =
-    "usage: sdrun generate PLAN.sdp --prompt TEXT [--max-new-tokens N] [--temperature T]\n"
-    "                     [--top-k K] [--seed S] [--adapter DIR] [--threads N] [--device cpu|cuda|auto]\n"
+    "usage: sdrun generate PLAN.sdp --prompt TEXT [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
+    "                     [--temperature T] [--top-k K] [--seed S] [--adapter DIR] [--threads N]\n"
+    "                     [--device cpu|cuda|auto]\n"
     "\n"
-    "Continues TEXT with a byte-level (256-token) model, using the plan's infer\n"
-    "entry with batch 1 (training plans get such a bucket by default). Greedy when\n"
+    "Continues TEXT, using the plan's infer entry with batch 1 (training plans get\n"
+    "such a bucket by default). Text is tokenized with --tokenizer (a Hugging Face\n"
+    "tokenizer.json; generation stops at its EOS), else taken as bytes by a\n"
+    "byte-level (256-token) model. --chat sends TEXT as a user turn rendered with\n"
+    "the tokenizer's chat template and prints only the reply. Greedy when\n"
     "--temperature is 0 (the default is 0.8 with --top-k 40). There is no KV cache\n"
     "yet: every new token re-runs the whole window (the last `seq` tokens), so the\n"
     "cost per token grows with the bucket length.\n";
+
+// Prompt ids from the tokenizer, then one token at a time until --max-new-tokens
+// or the tokenizer's EOS. The text printed is what decoding everything so far
+// adds to decoding the prompt (as transformers' TextStreamer prints), held
+// back while it ends in an incomplete character.
+int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const std::string &prompt, int64_t maxNew) {
+  auto loaded = sd::Tokenizer::load(flagValue(f, "--tokenizer"));
+  if (!loaded.isOk()) return fail("--tokenizer: " + loaded.status().message());
+  const sd::Tokenizer &tok = *loaded.value();
+  sd::EncodeOptions eo;
+  std::string text = prompt;
+  const bool chat = hasFlag(f, "--chat");
+  if (chat) {
+    auto rendered = tok.renderChat({{"user", prompt}}, true);
+    if (!rendered.isOk()) return fail("--chat: " + rendered.status().message());
+    text = rendered.value();
+    eo.addSpecialTokens = false; // the template writes them, as apply_chat_template does
+    eo.parseSpecial = true;
+  }
+  std::vector<int64_t> tokens;
+  for (int32_t id : tok.encode(text, eo)) {
+    if (id >= gen.vocabSize())
+      return fail("--tokenizer: token " + std::to_string(id) + " is outside the model's " +
+                  std::to_string(gen.vocabSize()) + " logits: the tokenizer does not belong to this model");
+    tokens.push_back(id);
+  }
+  if (tokens.empty()) return fail("--prompt gives no tokens");
+  if (int64_t(tokens.size()) >= gen.maxWindow())
+    return fail("the prompt is " + std::to_string(tokens.size()) + " tokens, the plan's context is " +
+                std::to_string(gen.maxWindow()));
+  auto decodeFrom = [&](size_t start) {
+    std::vector<int32_t> ids(tokens.begin() + long(start), tokens.end());
+    auto d = tok.decode(ids, true);
+    return d.isOk() ? d.value() : std::string();
+  };
+  const size_t promptEnd = tokens.size();
+  const size_t start = chat ? promptEnd : 0;
+  if (!chat) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
+  std::string base = chat ? std::string() : decodeFrom(0), printed = base;
+  for (int64_t k = 0; k < maxNew; ++k) {
+    auto next = gen.next(tokens);
+    if (!next.isOk()) return fail(next.status().message());
+    if (next.value() == tok.eosId()) break;
+    tokens.push_back(next.value());
+    std::string now = decodeFrom(start);
+    const bool partial = now.size() >= 3 && now.compare(now.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+    if (!partial && now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
+      std::fwrite(now.data() + printed.size(), 1, now.size() - printed.size(), stdout);
+      std::fflush(stdout);
+      printed = now;
+    }
+  }
+  std::fputc('\n', stdout);
+  return 0;
+}
 
 } // namespace
 
 int generateCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--seed", "--adapter", "--threads", "--device"}, f,
-                  err, {"--no-cuda-graphs"})) {
+  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--seed", "--adapter", "--threads", "--device",
+                         "--tokenizer"}, f,
+                  err, {"--no-cuda-graphs", "--chat"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }
   if (f.help) return std::fputs(kGenerateUsage, stdout), 0;
@@ -51,8 +112,11 @@ int generateCommand(const std::vector<std::string> &args) {
   sampling.seed = uint64_t(seed);
   auto gen = sd::generate::Generator::create(s, sampling);
   if (!gen.isOk()) return fail(f.plan + ": " + gen.status().message());
+  if (hasFlag(f, "--tokenizer")) return generateWithTokenizer(f, *gen.value(), prompt, maxNew);
+  if (hasFlag(f, "--chat")) return fail("--chat needs --tokenizer DIR (its chat template)");
   if (gen.value()->vocabSize() != 256)
-    return fail(f.plan + ": generate supports byte-level models (256 logits per position) for now");
+    return fail(f.plan + ": the model has " + std::to_string(gen.value()->vocabSize()) +
+                " logits per position, not 256 bytes: give --tokenizer DIR");
   std::vector<int64_t> tokens(prompt.begin(), prompt.end());
   for (int64_t &t : tokens) t = int64_t(uint8_t(t));
   if (tokens.empty()) tokens.push_back('\n');
