@@ -13,19 +13,13 @@ on the KJV) and the same text (the whole KJV, one encode per line), in one run.
 """
 import argparse
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 
-
-def cpu_model():
-    with open("/proc/cpuinfo") as f:
-        for line in f:
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    return platform.processor()
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import cpu_model  # noqa: E402
 
 
 def main():

@@ -9,15 +9,7 @@
 namespace sd::tok {
 
 Status Bpe::load(const Json &model, const std::string &what) {
-  const Json *vocab = model.get("vocab");
-  if (!vocab || vocab->type != Json::Type::Object) return sdError(what, ": the BPE model has no vocab object");
-  for (const auto &[token, id] : vocab->obj) {
-    if (!id.isInteger() || id.num < 0 || id.num > 1e8) return sdError(what, ": vocab entry '", token, "' has a bad id");
-    int32_t i = int32_t(id.num);
-    if (size_t(i) >= idToToken.size()) idToToken.resize(size_t(i) + 1);
-    idToToken[size_t(i)] = token;
-    tokenToId[token] = i;
-  }
+  SD_RETURN_IF_ERROR(loadVocab(model, what));
   auto flag = [&](const char *key) {
     const Json *v = model.get(key);
     return v && v->type == Json::Type::Bool && v->b;

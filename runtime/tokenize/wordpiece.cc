@@ -5,15 +5,7 @@
 namespace sd::tok {
 
 Status WordPiece::load(const Json &model, const std::string &what) {
-  const Json *vocab = model.get("vocab");
-  if (!vocab || vocab->type != Json::Type::Object) return sdError(what, ": the WordPiece model has no vocab object");
-  for (const auto &[token, id] : vocab->obj) {
-    if (!id.isInteger() || id.num < 0 || id.num > 1e8) return sdError(what, ": vocab entry '", token, "' has a bad id");
-    int32_t i = int32_t(id.num);
-    if (size_t(i) >= idToToken.size()) idToToken.resize(size_t(i) + 1);
-    idToToken[size_t(i)] = token;
-    tokenToId[token] = i;
-  }
+  SD_RETURN_IF_ERROR(loadVocab(model, what));
   if (const Json *p = model.get("continuing_subword_prefix"); p && p->type == Json::Type::String) prefix_ = p->str;
   if (const Json *m = model.get("max_input_chars_per_word"); m && m->isInteger()) maxChars_ = int64_t(m->num);
   const Json *unk = model.get("unk_token");
