@@ -286,7 +286,17 @@ private:
     return e;
   }
 
+  // Nesting is bounded, so a hostile template is an error, not a stack overflow.
+  struct Depth {
+    ExprParser &p;
+    explicit Depth(ExprParser &parser) : p(parser) {
+      if (++p.depth_ > 100) p.fail("expressions nested more than 100 deep");
+    }
+    ~Depth() { --p.depth_; }
+  };
+
   ExprPtr conditional() {
+    Depth guard(*this);
     ExprPtr value = orExpr();
     if (!acceptName("if")) return value;
     auto e = make(Expr::K::Cond);
@@ -306,6 +316,7 @@ private:
     return e;
   }
   ExprPtr notExpr() {
+    Depth guard(*this);
     if (!acceptName("not")) return compare();
     auto e = make(Expr::K::Unary, "not");
     e->args.push_back(notExpr());
@@ -364,6 +375,7 @@ private:
     }
   }
   ExprPtr unary() {
+    Depth guard(*this);
     if (acceptOp("-")) {
       auto e = make(Expr::K::Unary, "-");
       e->args.push_back(unary());
@@ -491,6 +503,7 @@ private:
   std::vector<Token> toks_;
   size_t pos_ = 0;
   int line_;
+  int depth_ = 0;
 };
 
 } // namespace
@@ -555,8 +568,9 @@ std::vector<Segment> segment(const std::string &src) {
     size_t close = src.find(closer, open + 2);
     if (close == std::string::npos) throw Failure{"line " + std::to_string(line) + ": unclosed tag"};
     std::string inner = src.substr(open + 2, close - open - 2);
-    const bool leftDash = !inner.empty() && inner[0] == '-', rightDash = !inner.empty() && inner.back() == '-';
-    const bool leftPlus = !inner.empty() && inner[0] == '+';
+    const bool leftDash = !inner.empty() && inner[0] == '-', leftPlus = !inner.empty() && inner[0] == '+';
+    // "{{-}}": one dash is the left one; the right needs a character of its own.
+    const bool rightDash = inner.size() > size_t(leftDash || leftPlus) && inner.back() == '-';
     if (leftDash) {
       size_t k = text.find_last_not_of(" \t\r\n");
       text = k == std::string::npos ? "" : text.substr(0, k + 1);
@@ -586,6 +600,11 @@ public:
 
   // Parses until one of `enders` (a statement keyword) or the end; returns which ended it.
   std::string parseBody(Body &body, const std::vector<std::string> &enders) {
+    if (++depth_ > 100) throw Failure{"blocks nested more than 100 deep"};
+    struct Leave {
+      int &d;
+      ~Leave() { --d; }
+    } leave{depth_};
     while (pos_ < segs_.size()) {
       const Segment &s = segs_[pos_];
       if (s.k == Segment::K::Text) {
@@ -685,6 +704,7 @@ private:
 
   std::vector<Segment> segs_;
   size_t pos_ = 0;
+  int depth_ = 0;
 };
 
 // ---- evaluation -----------------------------------------------------------
@@ -967,6 +987,7 @@ private:
       }
       if (callee.name == "range") {
         int64_t a = args.size() > 1 ? args[0].i : 0, b = args.size() > 1 ? args[1].i : args.empty() ? 0 : args[0].i;
+        if (b - a > 100000) fail("range() of more than 100000 numbers");
         List l;
         for (int64_t k = a; k < b; ++k) l.push_back(Value::integer(k));
         return Value::list(std::move(l));
