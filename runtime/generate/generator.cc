@@ -8,7 +8,21 @@
 
 namespace sd::generate {
 
-int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng) {
+int64_t sampleToken(const float *raw, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
+                    const std::vector<int64_t> &context) {
+  std::vector<float> penalized;
+  const float *logits = raw;
+  if (opts.repetitionPenalty != 1.0 && !context.empty()) {
+    penalized.assign(raw, raw + vocab);
+    std::vector<bool> seen(size_t(vocab), false);
+    for (int64_t t : context)
+      if (t >= 0 && t < vocab && !seen[size_t(t)]) {
+        seen[size_t(t)] = true;
+        float &l = penalized[size_t(t)];
+        l = l < 0 ? float(l * opts.repetitionPenalty) : float(l / opts.repetitionPenalty);
+      }
+    logits = penalized.data();
+  }
   if (opts.temperature == 0) return int64_t(std::max_element(logits, logits + vocab) - logits);
   std::vector<int64_t> idx(static_cast<size_t>(vocab));
   std::iota(idx.begin(), idx.end(), int64_t(0));
@@ -16,8 +30,18 @@ int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &o
   std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(),
                     [&](int64_t a, int64_t c) { return logits[a] > logits[c]; });
   std::vector<double> p(keep);
-  for (size_t k = 0; k < keep; ++k)
-    p[k] = std::exp((double(logits[idx[k]]) - double(logits[idx[0]])) / opts.temperature);
+  double total = 0;
+  for (size_t k = 0; k < keep; ++k) total += p[k] = std::exp((double(logits[idx[k]]) - double(logits[idx[0]])) / opts.temperature);
+  if (opts.topP < 1.0) { // drop the low tail whose probability is at most 1 - top_p (the top token always stays)
+    double tail = 0;
+    size_t kept = keep;
+    for (size_t k = keep; k-- > 1;) {
+      tail += p[k] / total;
+      if (tail > 1.0 - opts.topP) break;
+      kept = k;
+    }
+    p.resize(kept);
+  }
   std::discrete_distribution<size_t> d(p.begin(), p.end());
   return idx[d(rng)];
 }
@@ -26,6 +50,9 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const S
   if (!(opts.temperature >= 0) || !std::isfinite(opts.temperature))
     return sdError("temperature must be a finite number >= 0, got ", opts.temperature);
   if (opts.topK < 0) return sdError("top-k must be >= 0, got ", opts.topK);
+  if (!(opts.topP > 0 && opts.topP <= 1)) return sdError("top-p must be in (0, 1], got ", opts.topP);
+  if (!(opts.repetitionPenalty > 0) || !std::isfinite(opts.repetitionPenalty))
+    return sdError("the repetition penalty must be a finite number > 0, got ", opts.repetitionPenalty);
   std::unique_ptr<Generator> g(new Generator(session, opts));
   const Plan &plan = session.plan();
   for (size_t i = 0; i < plan.entries.size(); ++i) {
@@ -71,7 +98,7 @@ StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
     if (!std::isfinite(logits[v]))
       return sdError("the model's logits are not finite (", logits[v], " for token ", v, " after ", tokens.size(),
                      " tokens): are its weights or adapter NaN/Inf?");
-  return sampleToken(logits, vocab_, opts_, rng_);
+  return sampleToken(logits, vocab_, opts_, rng_, tokens);
 }
 
 Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken) {

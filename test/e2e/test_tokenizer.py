@@ -271,6 +271,28 @@ def training_with_tokenizer(sdc, sdrun, tmp, texts):
                         "--temperature", "0", "--threads", "1"], capture_output=True, text=True, timeout=120)
     check("sdrun generate --tokenizer: greedy text equals transformers' generate on the same weights",
           r.returncode == 0 and r.stdout == want_text, f"{r.stdout!r} vs {want_text!r} {r.stderr.strip()[-200:]}")
+
+    def generate(*flags):
+        g = subprocess.run([sdrun, "generate", plan, "--tokenizer", folder, "--prompt", prompt, "--max-new-tokens", "10",
+                            "--threads", "1", *flags], capture_output=True, text=True, timeout=120)
+        return g.stdout if g.returncode == 0 else g.stderr
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([prompt_ids]), max_new_tokens=10, do_sample=False,
+                             repetition_penalty=0.3, eos_token_id=eos, pad_token_id=eos)[0].tolist()
+    want_penalized = prompt + lib.decode(out, skip_special_tokens=True)[len(base):] + "\n"
+    got = generate("--temperature", "0", "--repetition-penalty", "0.3")
+    check("sdrun generate --repetition-penalty 0.3 (favouring seen tokens): greedy text equals transformers' "
+          "generate(repetition_penalty=0.3)",
+          got == want_penalized and want_penalized != want_text, f"{got!r} vs {want_penalized!r}")
+    continuation = want_text[len(prompt):-1]
+    stop = continuation[3:5]
+    cut = prompt + continuation[:continuation.index(stop) + len(stop)] + "\n"
+    got = generate("--temperature", "0", "--stop", stop)
+    check("sdrun generate --stop: the output ends right after the first stop text generated", got == cut,
+          f"--stop {stop!r}: {got!r} vs {cut!r}")
+    got = generate("--temperature", "1.5", "--top-p", "0.001", "--seed", "7")
+    check("sdrun generate --top-p 0.001: sampling keeps only the likeliest token, so it is greedy", got == want_text,
+          f"{got!r} vs {want_text!r}")
     r = subprocess.run([sdrun, "generate", plan, "--tokenizer", folder, "--prompt", " ".join(lines * 3)],
                        capture_output=True, text=True, timeout=120)
     err = r.stderr.strip()

@@ -11,7 +11,8 @@ namespace {
 
 const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
-    "                     [--temperature T] [--top-k K] [--seed S] [--adapter DIR] [--threads N]\n"
+    "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
+    "                     [--stop TEXT]... [--seed S] [--adapter DIR] [--threads N]\n"
     "                     [--device cpu|cuda|auto]\n"
     "\n"
     "Continues TEXT, using the plan's infer entry with batch 1 (training plans get\n"
@@ -19,9 +20,32 @@ const char *kGenerateUsage =
     "tokenizer.json; generation stops at its EOS), else taken as bytes by a\n"
     "byte-level (256-token) model. --chat sends TEXT as a user turn rendered with\n"
     "the tokenizer's chat template and prints only the reply. Greedy when\n"
-    "--temperature is 0 (the default is 0.8 with --top-k 40). There is no KV cache\n"
+    "--temperature is 0 (the default is 0.8 with --top-k 40); --top-p keeps the\n"
+    "fewest likeliest tokens holding that probability, --repetition-penalty divides\n"
+    "the logits of tokens already seen (as transformers' generate does), and\n"
+    "generation stops after any --stop text. There is no KV cache\n"
     "yet: every new token re-runs the whole window (the last `seq` tokens), so the\n"
     "cost per token grows with the bucket length.\n";
+
+std::vector<std::string> stopTexts(const Flags &f) {
+  auto it = f.values.find("--stop");
+  std::vector<std::string> out;
+  if (it != f.values.end())
+    for (const std::string &s : it->second)
+      if (!s.empty()) out.push_back(s);
+  return out;
+}
+
+// Whether a stop text ends at or after byte `from` of `text` (it may have
+// begun before); `end` is where the first such one ends.
+bool stopAt(const std::string &text, size_t from, const std::vector<std::string> &stops, size_t &end) {
+  end = std::string::npos;
+  for (const std::string &s : stops) {
+    size_t at = text.find(s, from >= s.size() ? from - s.size() + 1 : 0);
+    if (at != std::string::npos) end = std::min(end, at + s.size());
+  }
+  return end != std::string::npos;
+}
 
 // Prompt ids from the tokenizer, then one token at a time until --max-new-tokens
 // or the tokenizer's EOS. The text printed is what decoding everything so far
@@ -61,18 +85,24 @@ int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const st
   const size_t start = chat ? promptEnd : 0;
   if (!chat) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
   std::string base = chat ? std::string() : decodeFrom(0), printed = base;
+  const std::vector<std::string> stops = stopTexts(f);
   for (int64_t k = 0; k < maxNew; ++k) {
     auto next = gen.next(tokens);
     if (!next.isOk()) return fail(next.status().message());
     if (next.value() == tok.eosId()) break;
     tokens.push_back(next.value());
     std::string now = decodeFrom(start);
+    size_t end;
+    // A stop text in what was generated ends the output there (the stop text included).
+    const bool stop = now.size() > base.size() && stopAt(now, std::max(base.size(), printed.size()), stops, end);
+    if (stop) now.resize(std::max(end, printed.size()));
     const bool partial = now.size() >= 3 && now.compare(now.size() - 3, 3, "\xEF\xBF\xBD") == 0;
-    if (!partial && now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
+    if ((stop || !partial) && now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
       std::fwrite(now.data() + printed.size(), 1, now.size() - printed.size(), stdout);
       std::fflush(stdout);
       printed = now;
     }
+    if (stop) break;
   }
   std::fputc('\n', stdout);
   return 0;
@@ -83,7 +113,8 @@ int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const st
 int generateCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--seed", "--adapter", "--threads", "--device",
+  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop",
+                         "--seed", "--adapter", "--threads", "--device",
                          "--tokenizer"}, f,
                   err, {"--no-cuda-graphs", "--chat"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
@@ -91,10 +122,13 @@ int generateCommand(const std::vector<std::string> &args) {
   if (f.help) return std::fputs(kGenerateUsage, stdout), 0;
   int64_t maxNew, topK, seed;
   sd::SessionOptions so;
+  sd::generate::SamplingOptions sampling;
   double temperature;
   if (!intFlag(f, "--max-new-tokens", 64, 1, 1 << 20, maxNew, err) || !intFlag(f, "--top-k", 40, 0, 1 << 20, topK, err) ||
       !intFlag(f, "--seed", 0, 0, INT64_MAX, seed, err) || !sessionFlags(f, so, err) ||
-      !numberFlag(f, "--temperature", 0.8, 0, 100, temperature, err))
+      !numberFlag(f, "--temperature", 0.8, 0, 100, temperature, err) ||
+      !numberFlag(f, "--top-p", 1.0, 1e-9, 1.0, sampling.topP, err) ||
+      !numberFlag(f, "--repetition-penalty", 1.0, 1e-3, 1e3, sampling.repetitionPenalty, err))
     return fail(err);
   if (!hasFlag(f, "--prompt")) return fail("--prompt TEXT is required (see sdrun generate --help)");
   std::string prompt = flagValue(f, "--prompt");
@@ -106,7 +140,6 @@ int generateCommand(const std::vector<std::string> &args) {
   sd::Session &s = *session.value();
   if (hasFlag(f, "--adapter"))
     if (auto st = loadAdapterFlag(f.plan, flagValue(f, "--adapter"), s); !st.isOk()) return fail(st.message());
-  sd::generate::SamplingOptions sampling;
   sampling.temperature = temperature;
   sampling.topK = topK;
   sampling.seed = uint64_t(seed);
@@ -121,11 +154,18 @@ int generateCommand(const std::vector<std::string> &args) {
   for (int64_t &t : tokens) t = int64_t(uint8_t(t));
   if (tokens.empty()) tokens.push_back('\n');
   std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  sd::Status st = gen.value()->generate(tokens, maxNew, [](int64_t t) {
-    std::fputc(int(t), stdout);
+  const std::vector<std::string> stops = stopTexts(f);
+  std::string generated;
+  for (int64_t k = 0; k < maxNew; ++k) {
+    auto next = gen.value()->next(tokens);
+    if (!next.isOk()) return fail(next.status().message());
+    tokens.push_back(next.value());
+    generated += char(next.value());
+    std::fputc(int(next.value()), stdout);
     std::fflush(stdout);
-  });
-  if (!st.isOk()) return fail(st.message());
+    size_t end;
+    if (stopAt(generated, generated.size() - 1, stops, end)) break;
+  }
   std::fputc('\n', stdout);
   return 0;
 }

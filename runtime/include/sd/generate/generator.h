@@ -16,12 +16,17 @@ namespace sd::generate {
 struct SamplingOptions {
   double temperature = 0.8; // 0: greedy
   int64_t topK = 40;        // 0: the whole vocabulary
+  double topP = 1.0;        // nucleus: the fewest top tokens holding this much probability (1: all)
+  double repetitionPenalty = 1.0; // > 1 discourages tokens already in the context (transformers' rule)
   uint64_t seed = 0;
 };
 
-// One token from one row of logits. Greedy at temperature 0; otherwise a draw
-// from softmax(logits / temperature) over the top-k.
-int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng);
+// One token from one row of logits, as transformers' generate picks it: the
+// repetition penalty on the logits of tokens in `context` (divided when
+// positive, multiplied when negative), then greedy at temperature 0, or a draw
+// from softmax(logits / temperature) over the top-k, cut to the top-p nucleus.
+int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
+                    const std::vector<int64_t> &context = {});
 
 class Generator {
 public:
