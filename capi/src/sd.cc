@@ -415,7 +415,11 @@ sd_status *sd_generator_create(sd_session *session, double temperature, int64_t 
     SD_REQUIRE(session, "session");
     SD_REQUIRE(out, "out");
     *out = nullptr;
-    auto g = sd::generate::Generator::create(*session->session, {temperature, top_k, seed});
+    sd::generate::SamplingOptions opts;
+    opts.temperature = temperature;
+    opts.topK = top_k;
+    opts.seed = seed;
+    auto g = sd::generate::Generator::create(*session->session, opts);
     if (!g.isOk()) return fromStatus(g.status(), SD_INVALID_ARGUMENT);
     *out = new sd_generator{std::move(g.value())};
     return nullptr;

@@ -1,6 +1,7 @@
 // Token generation from a plan's infer entry: the batch-1 buckets [1, seq] ->
 // logits [1, seq, vocab], a window of the last `seq` tokens (no KV cache yet:
-// every token re-runs the window), and sampling (greedy, temperature, top-k).
+// every token re-runs the window), and sampling (greedy, temperature, top-k,
+// top-p, repetition penalty).
 // The vocabulary is the plan's, read from the logits; text <-> tokens is the
 // caller's business (sdrun's --prompt is byte-level).
 #pragma once
@@ -16,9 +17,9 @@ namespace sd::generate {
 struct SamplingOptions {
   double temperature = 0.8; // 0: greedy
   int64_t topK = 40;        // 0: the whole vocabulary
+  uint64_t seed = 0;
   double topP = 1.0;        // nucleus: the fewest top tokens holding this much probability (1: all)
   double repetitionPenalty = 1.0; // > 1 discourages tokens already in the context (transformers' rule)
-  uint64_t seed = 0;
 };
 
 // One token from one row of logits, as transformers' generate picks it: the
