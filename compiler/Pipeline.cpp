@@ -43,6 +43,14 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     recipe.tokenInput = opts.tokenInput;
     pm.addPass(createRecipeSft(recipe));
   }
+  KvEntriesOptions kv;
+  kv.maxLength = opts.kvCache;
+  kv.batch = opts.kvBatch;
+  kv.chunk = opts.prefillChunk > 0 ? opts.prefillChunk : std::min<int64_t>(64, opts.kvCache);
+  kv.tokenInput = opts.tokenInput;
+  kv.logitsOutput = opts.logitsOutput;
+  kv.keepInfer = opts.training() || !opts.shapes.empty() || !opts.inferShapes.empty();
+  if (opts.kvCache > 0) pm.addPass(createKvEntries(kv));
   SpecializeOptions spec;
   spec.shapes = opts.shapes;
   spec.dims = opts.dims;
@@ -57,6 +65,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   // [.., S, D] form only with the shapes.
   pm.addPass(createFuseAttention());
   pm.addPass(createFuseRotary());
+  if (opts.kvCache > 0) pm.addPass(createKvCache());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

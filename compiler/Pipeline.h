@@ -36,6 +36,11 @@ struct PipelineOptions {
   std::string shard = "none"; // none | optimizer | grads (sd-data-parallel)
   bool packing = false; // training entries take position_ids (several sequences per row)
   std::string precision = "fp32"; // fp32 | bf16 (sd-autocast)
+  // Generation entries (sd-kv-entries, sd-kv-cache): prefill and decode with
+  // key/value caches of kvCache positions per row (0: none).
+  int64_t kvCache = 0;
+  int64_t kvBatch = 0; // 0: the batch the model fixes, else 1
+  int64_t prefillChunk = 0; // 0: min(64, kvCache)
   bool training() const { return !peft.empty(); }
 };
 

@@ -7,7 +7,7 @@ checkpoint PEFT loads as its base model:
   DIR/hf/           save_pretrained: config.json + model.safetensors
   DIR/model.onnx    input_ids [batch, seq] -> logits [batch, seq, vocab]
 
-Usage: export_hf.py --arch gpt2|llama --out DIR [--seed 0] [--opset 17]
+Usage: export_hf.py --arch gpt2|llama|qwen2|mistral --out DIR [--seed 0] [--opset 17]
                     [--fixed-batch B --seq S] [--token-input NAME]
 """
 import argparse
@@ -26,6 +26,16 @@ ARCHS = {
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=128, use_cache=False, tie_word_embeddings=False,
         bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
+    # q/k/v projections with biases.
+    "qwen2": lambda: transformers.Qwen2ForCausalLM(transformers.Qwen2Config(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, use_cache=False, tie_word_embeddings=False,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
+    # A sliding window longer than any sequence here: the mask is the causal one.
+    "mistral": lambda: transformers.MistralForCausalLM(transformers.MistralConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=1, max_position_embeddings=128, sliding_window=4096, use_cache=False,
+        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
 }
 
 

@@ -313,7 +313,7 @@ PYBIND11_MODULE(sdc, m) {
       .def("save_weights", [](Trainer &t, const std::string &path) { check(sd_trainer_save_weights(t.trainer, path.c_str())); },
            py::arg("path"));
 
-  py::class_<Generator, std::shared_ptr<Generator>>(m, "Generator", "Sampling from a plan's batch-1 infer buckets.")
+  py::class_<Generator, std::shared_ptr<Generator>>(m, "Generator", "Sampling from a plan: through its key/value cache (--kv-cache plans) or its batch-1 infer window.")
       .def(py::init([](std::shared_ptr<Session> s, double temperature, int64_t topK, uint64_t seed) {
              auto g = std::make_shared<Generator>();
              g->session = s;

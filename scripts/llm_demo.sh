@@ -7,10 +7,11 @@
 #   3. pre-training on the KJV, one verse per example, packed several to a row
 #      (sdc compile --packing; sdrun train --tokenizer)
 #   4. LoRA on chat conversations ("What does Proverbs 3:5 say?" -> the verse),
-#      loss on the assistant turns only, and sdrun generate --chat before and after
-#   5. sdc merge of the adapter; ONNX Runtime runs the merged model
-# STEPS / LORA_STEPS override the step counts. Generation re-runs the window for
-# every token (no KV cache yet).
+#      loss on the assistant turns only, and sdrun generate --chat before and
+#      after, decoding through the plan's KV cache (sdc compile --kv-cache)
+#   5. sdc merge of the adapter; the merged model generates the same reply
+#      through its own cached plan, and ONNX Runtime runs it
+# STEPS / LORA_STEPS override the step counts.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${SD_PYTHON:-.venv/bin/python}
@@ -44,8 +45,8 @@ echo "== 3. pre-train: sdc compile --peft none --packing, sdrun train --tokenize
 echo "== 4. LoRA on chat data (q/k/v/o, gate/up/down projections), loss on assistant turns"
 LORA=(--peft lora --target-modules q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj --lora-r 16 --lora-alpha 32)
 "$SDC" compile "$OUT/pretrained.onnx" "${LORA[@]}" --dry-run | sed 's/^/   /' | head -4
-"$SDC" compile "$OUT/pretrained.onnx" "${LORA[@]}" --shapes input_ids=8x64 --infer-shapes input_ids=1x128 \
-  -o "$OUT/lora.sdp"
+"$SDC" compile "$OUT/pretrained.onnx" "${LORA[@]}" --shapes input_ids=8x64 --kv-cache 256 --prefill-chunk 64 \
+  -o "$OUT/lora.sdp"   # training entries plus prefill/decode with a 256-token KV cache
 QUESTION="What does Proverbs 3:5 say?"
 echo "   user: $QUESTION"
 echo "   before LoRA: $("$SDRUN" generate "$OUT/lora.sdp" --tokenizer "$OUT/tokenizer" --chat --prompt "$QUESTION" \
@@ -57,8 +58,11 @@ echo "   after LoRA:  $("$SDRUN" generate "$OUT/lora.sdp" --adapter "$OUT/adapte
   --chat --prompt "$QUESTION" --max-new-tokens 40 --temperature 0 --threads "$THREADS" | tr '\n' ' ')"
 echo "   (the KJV: Trust in the LORD with all thine heart; and lean not unto thine own understanding.)"
 
-echo "== 5. sdc merge the adapter into ONNX; ONNX Runtime runs it"
+echo "== 5. sdc merge the adapter into ONNX; the merged model generates, and ONNX Runtime runs it"
 "$SDC" merge "$OUT/pretrained.onnx" --adapter "$OUT/adapter" -o "$OUT/chat.onnx"
+"$SDC" compile "$OUT/chat.onnx" --kv-cache 256 -o "$OUT/chat.sdp"
+echo "   merged:      $("$SDRUN" generate "$OUT/chat.sdp" --tokenizer "$OUT/tokenizer" --chat --prompt "$QUESTION" \
+  --max-new-tokens 40 --temperature 0 --threads "$THREADS" | tr '\n' ' ')"
 "$PY" - "$OUT" <<'PY'
 import sys
 import numpy as np

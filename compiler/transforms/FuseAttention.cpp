@@ -57,6 +57,40 @@ std::optional<BoolMask> additiveMaskAsBool(Value m, AddOp add) {
                   double(*fill)};
 }
 
+// Where(IsNaN(p), 0, p) over the softmax's output p, p's only two users.
+WhereOp nanGuardOf(Value probs) {
+  IsNaNOp isNan;
+  WhereOp where;
+  for (Operation *u : probs.getUsers()) {
+    if (auto n = dyn_cast<IsNaNOp>(u); n && !isNan) isNan = n;
+    else if (auto w = dyn_cast<WhereOp>(u); w && !where) where = w;
+    else return {};
+  }
+  if (!isNan || !where || !isNan->hasOneUse() || where.getCondition() != isNan.getResult() ||
+      where.getY() != probs || !sd::isScalar(where.getX(), 0.0) || where.getResult().getType() != probs.getType())
+    return {};
+  return where;
+}
+
+// A constant bool tensor with no true element.
+bool isAllFalse(Value v) {
+  auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(v));
+  if (!dense || !dense.getElementType().isInteger(1)) return false;
+  for (bool b : dense.getValues<bool>())
+    if (b) return false;
+  return true;
+}
+
+// Some row of a [..., T, S] mask hides all S keys.
+bool hasFullyMaskedRow(ArrayRef<bool> masked, ArrayRef<int64_t> shape) {
+  int64_t keys = shape.empty() ? 1 : shape.back();
+  for (size_t row = 0; keys > 0 && row * size_t(keys) < masked.size(); ++row)
+    if (std::all_of(masked.begin() + long(row * size_t(keys)), masked.begin() + long((row + 1) * size_t(keys)),
+                    [](bool m) { return m; }))
+      return true;
+  return false;
+}
+
 struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
   void runOnOperation() override {
     SmallVector<SoftmaxOp> softmaxes;
@@ -70,9 +104,31 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     int64_t axis = softmax.getAxis().value_or(-1);
     if (axis != -1 && axis != type.getRank() - 1) return;
     Value probs; // the softmax, maybe through casts to its own type (transformers' eager attention)
-    auto pv = dyn_cast_or_null<MatMulOp>(sd::soleUserThroughCasts(softmax.getResult(), probs));
-    if (!pv || pv.getLhs() != probs) return;
+    Operation *user = sd::soleUserThroughCasts(softmax.getResult(), probs);
+    // Where(IsNaN(p), 0, p): the guard SDPA exports put after the softmax for
+    // rows whose keys are all masked. It fuses only when the mask is known to
+    // leave every row a key (below).
+    WhereOp nanGuard;
+    if (!user) {
+      probs = softmax.getResult();
+      nanGuard = nanGuardOf(probs);
+      if (!nanGuard) return;
+      user = sd::soleUser(nanGuard.getResult());
+    }
+    // Where(false, 0, p), a row guard whose condition folded to all false
+    // (ONNX Attention's masked-row handling, imported, when no row is masked).
+    WhereOp noGuard;
+    if (auto w = dyn_cast_or_null<WhereOp>(user); w && !nanGuard && w.getY() == probs && isAllFalse(w.getCondition()) &&
+                                                 w.getResult().getType() == probs.getType()) {
+      noGuard = w;
+      user = sd::soleUser(w.getResult());
+    }
+    Value guarded = nanGuard ? nanGuard.getResult() : noGuard ? noGuard.getResult() : probs;
+    auto pv = dyn_cast_or_null<MatMulOp>(user);
+    if (!pv || pv.getLhs() != guarded) return;
     SmallVector<Operation *> chain = {pv};
+    if (noGuard) chain.push_back(noGuard);
+    if (nanGuard) chain.push_back(nanGuard), chain.push_back(nanGuard.getCondition().getDefiningOp());
     for (Value p = probs; p != softmax.getResult(); p = p.getDefiningOp()->getOperand(0))
       chain.push_back(p.getDefiningOp());
     chain.push_back(softmax);
@@ -125,7 +181,48 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     if (!qk || !qk->hasOneUse()) return;
     chain.push_back(qk);
     Value q = qk.getLhs(), kt = qk.getRhs(), v = pv.getRhs();
+    // The scale split as sqrt(scale) on q and on kt (PyTorch's SDPA as
+    // exported: q * sqrt(s) @ (k^T * sqrt(s))), or on k before its
+    // transpose (ONNX Attention as imported: Transpose(k * sqrt(s))).
+    // Users are erased before what they use: the chain lists consumers first.
+    auto scalarFactor = [&](Value v, Value &rest) -> MulOp {
+      auto mul = v.getDefiningOp<MulOp>();
+      if (!mul || !mul->hasOneUse()) return {};
+      std::optional<double> c = sd::scalarValue(mul.getRhs());
+      rest = mul.getLhs();
+      if (!c) c = sd::scalarValue(mul.getLhs()), rest = mul.getRhs();
+      if (!c || *c == 0 || rest.getType() != v.getType()) return {};
+      scale *= *c;
+      return mul;
+    };
+    Value rest;
+    TransposeOp scaledTranspose; // Transpose(k * c): k^T is rebuilt unscaled once the chain matched
+    if (MulOp mul = scalarFactor(q, rest)) q = rest, chain.push_back(mul);
+    if (MulOp mul = scalarFactor(kt, rest)) {
+      kt = rest, chain.push_back(mul);
+    } else if (auto t = kt.getDefiningOp<TransposeOp>(); t && t->hasOneUse()) {
+      if (MulOp inner = scalarFactor(t.getInput(), rest)) {
+        scaledTranspose = t;
+        chain.push_back(t);
+        chain.push_back(inner);
+      }
+    }
+    // The NaN guard changes nothing when no row of the mask hides every key
+    // (without a mask, no row is hidden).
+    if (nanGuard && additive && hasFullyMaskedRow(additive->masked, additive->type.getShape())) return;
+    if (nanGuard && mask) {
+      auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(mask));
+      if (!dense || keepMask) return;
+      SmallVector<bool> bits(dense.getValues<bool>().begin(), dense.getValues<bool>().end());
+      if (hasFullyMaskedRow(bits, cast<RankedTensorType>(mask.getType()).getShape())) return;
+    }
     if (!isF32(q) || !isF32(kt) || !isF32(v) || !isF32(pv.getResult())) return;
+    if (scaledTranspose) {
+      OpBuilder tb(scaledTranspose);
+      kt = tb.create<TransposeOp>(scaledTranspose.getLoc(), scaledTranspose.getResult().getType(), rest,
+                                  scaledTranspose.getPermAttr())
+               .getResult();
+    }
 
     OpBuilder b(pv);
     SmallVector<Location> locs;

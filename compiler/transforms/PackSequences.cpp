@@ -10,6 +10,7 @@
 // A model that already takes `position_ids` keeps that input.
 #include "sd/format/training_abi.h"
 #include "PassDetail.h"
+#include "PositionLookups.h"
 #include "Passes.h"
 
 namespace sd {
@@ -21,22 +22,6 @@ using namespace mlir;
 using namespace sd::ir;
 
 namespace {
-
-
-// indices is the constant 0, 1, ..., seq-1 (shape [seq] or [1, seq]).
-bool isArange(Value indices, int64_t seq) {
-  auto c = indices.getDefiningOp<ConstantOp>();
-  if (!c) return false;
-  auto t = cast<RankedTensorType>(c.getType());
-  if (!t.getElementType().isInteger(64) || t.getNumElements() != seq || t.getDimSize(t.getRank() - 1) != seq)
-    return false;
-  auto values = dyn_cast<DenseIntElementsAttr>(c.getValue());
-  if (!values) return false;
-  int64_t expect = 0;
-  for (const APInt &v : values.getValues<APInt>())
-    if (v.getSExtValue() != expect++) return false;
-  return true;
-}
 
 struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
   void runOnOperation() override {
@@ -81,7 +66,7 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
       f.insertArgument(unsigned(positionsArg), positionsType, b.getDictionaryAttr({name}), f.getLoc());
       Value positions = f.getArgument(unsigned(positionsArg));
       int found = 0;
-      if (failed(replacePositionLookups(f, positions, seq, found)) || failed(indexRotaryTables(f, positions, seq, found)))
+      if (failed(sd::replacePositionLookups(f, positions, seq, "--packing", found)) || failed(indexRotaryTables(f, positions, seq, found)))
         return failure();
       if (!found)
         return f.emitError("--packing: cannot find the position-embedding lookup (a Gather of the constant "
@@ -92,33 +77,6 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
                            << f.getArgument(unsigned(positionsArg)).getType() << ", not " << positionsType;
     }
     for (AttentionOp a : attentions) a->setOperand(4, f.getArgument(unsigned(positionsArg)));
-    return success();
-  }
-
-  // Gather(table, arange(seq)) -> Gather(table, position_ids): [seq, C] becomes
-  // [batch, seq, C]; its users must already produce that shape by broadcasting.
-  LogicalResult replacePositionLookups(func::FuncOp f, Value positions, int64_t seq, int &found) {
-    SmallVector<GatherOp> lookups;
-    f.walk([&](GatherOp g) {
-      if (isArange(g.getRhs(), seq) && g.getAxis().value_or(0) == 0) lookups.push_back(g);
-    });
-    found += int(lookups.size());
-    for (GatherOp g : lookups) {
-      auto table = cast<RankedTensorType>(g.getLhs().getType());
-      SmallVector<int64_t> shape = {cast<RankedTensorType>(positions.getType()).getDimSize(0), seq};
-      shape.append(table.getShape().begin() + 1, table.getShape().end());
-      auto type = RankedTensorType::get(shape, table.getElementType());
-      for (Operation *user : g->getUsers())
-        if (!isa<AddOp>(user) || cast<RankedTensorType>(user->getResult(0).getType()).getShape() != type.getShape())
-          return user->emitError() << "--packing: the position embedding feeds " << sd::describeNode(user)
-                                   << ", which does not add it to a " << type << " activation";
-      OpBuilder b(g);
-      auto perToken = b.create<GatherOp>(g.getLoc(), type, g.getLhs(), positions, g.getAxisAttr());
-      g.getResult().replaceAllUsesWith(perToken.getResult());
-      Operation *indices = g.getRhs().getDefiningOp();
-      g.erase();
-      if (indices->use_empty()) indices->erase();
-    }
     return success();
   }
 
@@ -133,8 +91,7 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
     for (RotaryOp r : rotaries) {
       SmallVector<Value, 2> tables;
       for (Value angles : {r.getCos(), r.getSin()}) {
-        auto c = angles.getDefiningOp<ConstantOp>();
-        auto dense = c ? dyn_cast<DenseElementsAttr>(c.getValue()) : DenseElementsAttr();
+        DenseElementsAttr dense = sd::foldPositionFree(angles);
         auto type = cast<RankedTensorType>(angles.getType());
         if (!dense || type.getDimSize(0) != 1 || type.getDimSize(1) != seq)
           return r.emitError() << "--packing: the rotary embedding " << sd::describeNode(r)
@@ -143,7 +100,7 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
                                << seq - 1 << "; export the model with a position_ids input";
         OpBuilder b(r);
         auto table = RankedTensorType::get({seq, type.getDimSize(2)}, type.getElementType());
-        tables.push_back(b.create<ConstantOp>(c.getLoc(), table, dense.reshape(table)).getResult());
+        tables.push_back(b.create<ConstantOp>(r.getLoc(), table, dense.reshape(table)).getResult());
       }
       r->setOperand(1, tables[0]);
       r->setOperand(2, tables[1]);

@@ -211,6 +211,38 @@ def CheckStatic : Pass<"sd-check-static", "mlir::ModuleOp"> {
   let summary = "Fail, naming the node, if a dynamic dim or a shape op survives";
 }
 
+def KvEntries : Pass<"sd-kv-entries", "mlir::ModuleOp"> {
+  let summary = "--kv-cache: prefill and decode entries cloned from the model's forward";
+  let description = [{
+    Clones the infer entry into prefill [batch, chunk], decode [batch, 1] and
+    a kv_probe [1, max-length] (for sd-kv-cache's position tables), marked
+    sd.kv_shape for sd-specialize, each returning only the logits. An
+    attention_mask input becomes ones; other inputs but the tokens and
+    position_ids are refused. Runs before sd-specialize.
+  }];
+  let options = [
+    Option<"maxLength", "max-length", "int64_t", "0", "cache positions per row (0: no generation entries)">,
+    Option<"batch", "batch", "int64_t", "0", "rows generated together (0: the model's fixed batch, else 1)">,
+    Option<"chunk", "chunk", "int64_t", "1", "prompt tokens per prefill call">,
+    Option<"tokenInput", "token-input", "std::string", "\"\"", "the token input (empty: found)">,
+    Option<"logitsOutput", "logits-output", "std::string", "\"\"", "the logits output (empty: found)">,
+    Option<"keepInfer", "keep-infer", "bool", "true", "keep the infer entry (false: a generation-only plan)">,
+  ];
+}
+
+def KvCache : Pass<"sd-kv-cache", "mlir::ModuleOp"> {
+  let summary = "Prefill/decode entries attend through key/value caches in plan state";
+  let description = [{
+    In the specialized prefill and decode entries, every fused causal
+    self-attention becomes sd.cached_attention over kv_cache globals
+    [batch, kv_heads, max_length, d], shared by both entries (grouped-query
+    heads are cached once: the repeat-kv expansion is looked through). The
+    entries take an int64 [batch, seq] position_ids input, which indexes the
+    learned position embedding and the rotary cos/sin tables (read from the
+    kv_probe entry, then erased). Runs after sd-fuse-rotary.
+  }];
+}
+
 def PackSequences : Pass<"sd-pack-sequences", "mlir::ModuleOp"> {
   let summary = "Training entries take position_ids, so several sequences share a row";
   let description = [{

@@ -105,6 +105,19 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
       if (sd::isEntry(f) && !f->hasAttr("sd.bucket")) entries.push_back(f);
     std::set<std::string> usedShapes, usedDims;
     for (func::FuncOp f : entries) {
+      if (auto kv = f->getAttrOfType<DenseI64ArrayAttr>("sd.kv_shape")) { // sd-kv-entries' generation entries
+        BucketSpec gen;
+        gen.shapesFlag = "--kv-batch/--prefill-chunk/--kv-cache";
+        std::vector<int64_t> shape(kv.asArrayRef().begin(), kv.asArrayRef().end());
+        gen.shapeOpts[f->getAttrOfType<StringAttr>("sd.kv_token_input").str()] = {shape};
+        for (unsigned i = 0; i < f.getNumArguments(); ++i)
+          if (auto name = f.getArgAttrOfType<StringAttr>(i, "sd.name"); name && name.getValue() == sd::abi::kPositionIds)
+            gen.shapeOpts[sd::abi::kPositionIds] = {shape};
+        std::set<std::string> ignored;
+        if (failed(specialize(f, 0, gen, ignored, ignored))) return signalPassFailure();
+        f.erase();
+        continue;
+      }
       BucketSpec &use = f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kInfer ? inferSpec : spec;
       for (size_t b = 0; b < use.buckets; ++b)
         if (failed(specialize(f, b, use, usedShapes, usedDims)))

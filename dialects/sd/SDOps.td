@@ -345,6 +345,20 @@ def SD_AttentionOp : SD_Nary<"attention", "Attention",
     to each other (a block-diagonal mask that is never materialized).
   }];
 }
+def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
+    (ins AnyTensor:$q, AnyTensor:$k, AnyTensor:$v, AnyTensor:$k_cache, AnyTensor:$v_cache, AnyTensor:$positions),
+    (ins OptF32:$scale), (outs AnyTensor:$output, AnyTensor:$k_cache_out, AnyTensor:$v_cache_out)> {
+  let description = [{
+    Causal self-attention through a key/value cache, made by sd-kv-cache for
+    the prefill and decode entries: q [B, H, T, d], this step's keys k and
+    values v [B, Hkv, T, d|dv] (H a multiple of Hkv: grouped-query heads share
+    a cache head), caches [B, Hkv, L, d|dv] (L the plan's maximum length) and
+    positions i64 [B, T] in [0, L). Token t of row b is first written to cache
+    slot positions[b, t]; then its query attends to slots 0..positions[b, t]
+    of its row. The cache outputs are the updated caches (stored in place into
+    the plan's kv_cache globals, so a decode step keeps stable addresses).
+  }];
+}
 def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
     (ins AnyTensor:$x, AnyTensor:$cos, AnyTensor:$sin, SD_OptTensor:$positions),
     (ins OptI64:$interleaved, OptI64:$transposed)> {

@@ -44,7 +44,7 @@ void ThreadPool::workerLoop() {
       lock.unlock();
       (*job)(b, e);
       lock.lock();
-      if (++finished_ == chunks_) done_.notify_all();
+      if (finished_.fetch_add(1) + 1 == chunks_) done_.notify_all();
     }
   }
 }
@@ -72,9 +72,18 @@ void ThreadPool::parallelFor(int64_t n, int64_t grain,
     lock.unlock();
     fn(b, e);
     lock.lock();
-    ++finished_;
+    finished_.fetch_add(1);
   }
-  done_.wait(lock, [&] { return finished_ == chunks_; });
+  // The workers' last chunks usually end within microseconds: poll before
+  // sleeping, as the workers do, so that a decode step's many small products
+  // do not each pay a futex wake.
+  if (finished_.load() != chunks_) {
+    lock.unlock();
+    for (int i = 0; i < kSpinIterations && finished_.load(std::memory_order_acquire) != chunks_; ++i)
+      __builtin_ia32_pause();
+    lock.lock();
+    done_.wait(lock, [&] { return finished_.load() == chunks_; });
+  }
   job_ = nullptr;
 }
 

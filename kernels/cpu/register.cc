@@ -25,6 +25,7 @@ void registerLinearAttentionShapes();
 void registerRoiAlignShapes();
 void registerTfIdfShapes();
 void registerRotaryShapes();
+void registerCachedAttentionShapes();
 void registerSwiGLUShapes();
 namespace cpu {
 void registerElementwiseKernels();
@@ -58,6 +59,7 @@ void registerTfIdfKernels();
 void registerCol2ImKernels();
 void registerDeformConvKernels();
 void registerRotaryKernels();
+void registerCachedAttentionKernels();
 void registerSwiGLUKernels();
 
 KernelRegistry &mutableCpuKernels() {
@@ -119,6 +121,7 @@ void registerAllOps() {
     registerRoiAlignShapes();
     registerTfIdfShapes();
     registerRotaryShapes();
+    registerCachedAttentionShapes();
     registerSwiGLUShapes();
     cpu::registerElementwiseKernels();
     cpu::registerLinalgKernels();
@@ -151,6 +154,7 @@ void registerAllOps() {
     cpu::registerCol2ImKernels();
     cpu::registerDeformConvKernels();
     cpu::registerRotaryKernels();
+    cpu::registerCachedAttentionKernels();
     cpu::registerSwiGLUKernels();
   });
 }

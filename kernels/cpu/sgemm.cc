@@ -151,7 +151,10 @@ static void gemmImpl(ThreadPool *pool, bool ta, int64_t m, int64_t n, int64_t k,
   // Products under ~2 MFLOP run on the calling thread: on the dev VM a
   // hand-off cost tens of microseconds (LoRA demo step at 2 threads: 16-17 ms
   // with the cut at 2^17, 13-15 ms at 2^20, 18-20 ms at 2^22).
-  if (threads <= 1 || double(m) * double(n) * double(k) < double(1 << 20)) {
+  // A few rows against a large B (a decode step's matrix-vector products)
+  // stream B from memory: splitting B's columns pays once B is about 128 KiB.
+  const bool streamsB = m <= 4 && double(n) * double(k) >= double(1 << 15);
+  if (threads <= 1 || (double(m) * double(n) * double(k) < double(1 << 20) && !streamsB)) {
     rows(0, m);
     return;
   }

@@ -19,6 +19,7 @@ void registerCollectiveKernels();
 void registerDropoutKernels();
 void registerOsftKernels();
 void registerRotaryKernels();
+void registerCachedAttentionKernels();
 void registerSwiGLUKernels();
 
 static KernelRegistry &mutableKernels() {
@@ -85,6 +86,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerDropoutKernels();
     cuda::registerOsftKernels();
     cuda::registerRotaryKernels();
+    cuda::registerCachedAttentionKernels();
     cuda::registerSwiGLUKernels();
   });
   return cuda::mutableKernels();

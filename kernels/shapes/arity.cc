@@ -175,6 +175,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"TopKBounded", {2, 2}},
       {"LinearAttention", {3, 6}},
       {"Rotary", {3, 4}},
+      {"CachedAttention", {6, 6}},
       {"SwiGLU", {2, 2}},
       {"SwiGLUGrad", {3, 3}},
       {"TensorScatter", {2, 3}},

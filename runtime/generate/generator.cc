@@ -1,4 +1,5 @@
-// Windowed generation over the infer entry's batch-1 buckets, and sampling.
+// Generation through the prefill/decode entries' key/value caches, or over
+// the infer entry's batch-1 windows; and sampling.
 #include "sd/generate/generator.h"
 #include "sd/format/training_abi.h"
 #include <algorithm>
@@ -55,6 +56,55 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const S
     return sdError("the repetition penalty must be a finite number > 0, got ", opts.repetitionPenalty);
   std::unique_ptr<Generator> g(new Generator(session, opts));
   const Plan &plan = session.plan();
+  bool hasCache = std::any_of(plan.entries.begin(), plan.entries.end(),
+                              [](const EntryDesc &e) { return e.name == abi::kPrefill || e.name == abi::kDecode; });
+  SD_RETURN_IF_ERROR(hasCache ? g->bindCache() : g->bindWindows());
+  return g;
+}
+
+// prefill and decode: (tokens, position_ids) int64 [batch, seq] -> logits
+// f32 [batch, seq, vocab]; the cache length is the kv_cache globals' dim 2.
+Status Generator::bindCache() {
+  const Plan &plan = session_.plan();
+  for (size_t i = 0; i < plan.entries.size(); ++i) {
+    const EntryDesc &e = plan.entries[i];
+    if (e.name != abi::kPrefill && e.name != abi::kDecode) continue;
+    if (e.inputs.size() != 2 || e.outputs.size() != 1)
+      return sdError("the ", e.name, " entry takes ", e.inputs.size(), " inputs and gives ", e.outputs.size(),
+                     " outputs; generation needs (tokens, position_ids) -> logits");
+    CachedEntry c;
+    c.entry = i;
+    c.tokensFirst = e.inputs[1].first == abi::kPositionIds;
+    const BufferDesc &tokens = e.buffers[size_t(e.inputs[c.tokensFirst ? 0 : 1].second)];
+    const BufferDesc &positions = e.buffers[size_t(e.inputs[c.tokensFirst ? 1 : 0].second)];
+    const BufferDesc &logits = e.buffers[size_t(e.outputs[0].second)];
+    if (tokens.dtype != DType::I64 || tokens.dims.size() != 2 || positions.dims != tokens.dims ||
+        positions.dtype != DType::I64)
+      return sdError("the ", e.name, " entry's inputs are not int64 [batch, seq] tokens and position_ids");
+    if (logits.dtype != DType::F32 || logits.dims.size() != 3 || logits.dims[0] != tokens.dims[0] ||
+        logits.dims[1] != tokens.dims[1] || logits.dims[2] < 1)
+      return sdError("the ", e.name, " entry's output is ", dtypeName(logits.dtype), "[", formatDims(logits.dims),
+                     "]; generation needs f32 logits [batch, seq, vocab]");
+    if (vocab_ && vocab_ != logits.dims[2]) return sdError("the prefill and decode entries disagree on the vocabulary");
+    if (tokenInput_.empty()) batch_ = tokens.dims[0];
+    if (batch_ != tokens.dims[0]) return sdError("the prefill and decode entries disagree on the batch");
+    vocab_ = logits.dims[2];
+    tokenInput_ = e.inputs[c.tokensFirst ? 0 : 1].first;
+    c.seq = tokens.dims[1];
+    (e.name == abi::kPrefill ? prefill_ : decode_) = c;
+  }
+  if (prefill_.entry == SIZE_MAX || decode_.entry == SIZE_MAX)
+    return sdError("the plan has a ", prefill_.entry == SIZE_MAX ? abi::kDecode : abi::kPrefill, " entry but no ",
+                   prefill_.entry == SIZE_MAX ? abi::kPrefill : abi::kDecode, " entry");
+  for (const GlobalDesc &gl : plan.globals)
+    if (gl.role == GlobalRole::KvCache && gl.dims.size() == 4) cacheLength_ = gl.dims[2];
+  if (!cacheLength_) return sdError("the plan's prefill and decode entries have no kv_cache state");
+  cachedTokens_.assign(size_t(batch_), {});
+  return Status::ok();
+}
+
+Status Generator::bindWindows() {
+  const Plan &plan = session_.plan();
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const EntryDesc &e = plan.entries[i];
     if (e.name != abi::kInfer || e.inputs.size() != 1 || e.outputs.empty()) continue;
@@ -65,40 +115,138 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const S
         out.dims[2] < 1)
       return sdError("the infer entry's first output is ", dtypeName(out.dtype), "[", formatDims(out.dims),
                      "]; generation needs f32 logits [1, ", in.dims[1], ", vocab]");
-    if (g->vocab_ && g->vocab_ != out.dims[2]) return sdError("the infer buckets disagree on the vocabulary size");
-    g->vocab_ = out.dims[2];
-    g->tokenInput_ = e.inputs[0].first;
-    g->buckets_.push_back({i, in.dims[1]});
+    if (vocab_ && vocab_ != out.dims[2]) return sdError("the infer buckets disagree on the vocabulary size");
+    vocab_ = out.dims[2];
+    tokenInput_ = e.inputs[0].first;
+    windows_.push_back({i, in.dims[1]});
   }
-  if (g->buckets_.empty())
-    return sdError("the plan has no batch-1 infer bucket with a [1, seq] token input (seq > 0); compile with --shapes ",
-                   "TOKENS=1xSEQ (training plans: --infer-shapes TOKENS=1xSEQ)");
-  std::sort(g->buckets_.begin(), g->buckets_.end(), [](const Bucket &a, const Bucket &b) { return a.seq < b.seq; });
-  return g;
+  if (windows_.empty())
+    return sdError("the plan has no batch-1 infer bucket with a [1, seq] token input (seq > 0) and no prefill/decode "
+                   "entries; compile with --kv-cache MAX_LENGTH, or --shapes TOKENS=1xSEQ (training plans: "
+                   "--infer-shapes TOKENS=1xSEQ)");
+  std::sort(windows_.begin(), windows_.end(), [](const Window &a, const Window &b) { return a.seq < b.seq; });
+  return Status::ok();
+}
+
+// NaN/Inf weights give NaN logits, and "the most likely token" of those is
+// meaningless: say so rather than print whatever index 0 is.
+StatusOr<int64_t> Generator::sampleChecked(const float *logits, const std::vector<int64_t> &context) {
+  for (int64_t v = 0; v < vocab_; ++v)
+    if (!std::isfinite(logits[v]))
+      return sdError("the model's logits are not finite (", logits[v], " for token ", v, " after ", context.size(),
+                     " tokens): are its weights or adapter NaN/Inf?");
+  return sampleToken(logits, vocab_, opts_, rng_, context);
+}
+
+Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits) {
+  const size_t batch = size_t(batch_);
+  std::vector<int64_t> start(batch), pending(batch, 0);
+  for (size_t b = 0; b < batch; ++b) {
+    const std::vector<int64_t> &cached = cachedTokens_[b];
+    if (b >= rows.size() || rows[b].empty()) {
+      start[b] = int64_t(cached.size());
+      continue;
+    }
+    const std::vector<int64_t> &row = rows[b];
+    size_t same = 0;
+    while (same < cached.size() && same < row.size() && cached[same] == row[same]) ++same;
+    if (same == row.size()) --same; // nothing new: its last token runs again for its logits
+    start[b] = int64_t(same);
+    pending[b] = int64_t(row.size() - same);
+  }
+  logits.assign(batch * size_t(vocab_), 0.0f);
+  while (*std::max_element(pending.begin(), pending.end()) > 0) {
+    const int64_t most = *std::max_element(pending.begin(), pending.end());
+    const CachedEntry &e = most == 1 ? decode_ : prefill_;
+    const int64_t seq = e.seq;
+    HostTensor ids{tokenInput_, DType::I64, {batch_, seq}, std::vector<uint8_t>(batch * size_t(seq) * 8, 0)};
+    HostTensor pos{abi::kPositionIds, DType::I64, {batch_, seq}, std::vector<uint8_t>(batch * size_t(seq) * 8, 0)};
+    auto *pid = reinterpret_cast<int64_t *>(ids.data.data()), *ppos = reinterpret_cast<int64_t *>(pos.data.data());
+    std::vector<int64_t> fed(batch);
+    for (size_t b = 0; b < batch; ++b) {
+      const int64_t n = std::min(pending[b], seq);
+      fed[b] = n;
+      for (int64_t t = 0; t < n; ++t) {
+        pid[b * size_t(seq) + size_t(t)] = rows[b][size_t(start[b] + t)];
+        ppos[b * size_t(seq) + size_t(t)] = start[b] + t;
+      }
+      // Padding writes its key and value into the row's next free slot, which
+      // the row's next real token overwrites before anything reads it.
+      int64_t slot = start[b] + n;
+      if (n < seq && slot >= cacheLength_) {
+        if (n > 0)
+          return sdError("row ", b, " fills the key/value cache (", cacheLength_,
+                         " positions) while other rows still feed their prompts; compile with a longer --kv-cache");
+        slot = cacheLength_ - 1; // an idle full row: its last slot is no longer trusted
+      }
+      for (int64_t t = n; t < seq; ++t) ppos[b * size_t(seq) + size_t(t)] = slot;
+      std::vector<int64_t> &cached = cachedTokens_[b];
+      if (n > 0) cached.assign(rows[b].begin(), rows[b].begin() + long(start[b] + n));
+      if (n < seq && int64_t(cached.size()) > slot) cached.resize(size_t(slot));
+    }
+    const HostTensor *first = e.tokensFirst ? &ids : &pos, *second = e.tokensFirst ? &pos : &ids;
+    SD_RETURN_IF_ERROR(session_.run(e.entry, {first, second}, outs_));
+    const float *out = reinterpret_cast<const float *>(outs_[0].data.data());
+    for (size_t b = 0; b < batch; ++b) {
+      if (fed[b] > 0 && fed[b] == pending[b])
+        std::memcpy(logits.data() + b * size_t(vocab_), out + (b * size_t(seq) + size_t(fed[b] - 1)) * size_t(vocab_),
+                    size_t(vocab_) * sizeof(float));
+      start[b] += fed[b];
+      pending[b] -= fed[b];
+    }
+  }
+  return Status::ok();
+}
+
+StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vector<int64_t>> &rows) {
+  if (int64_t(rows.size()) > batch_)
+    return sdError(rows.size(), " rows, but the plan generates ", batch_, " at a time (sdc compile --kv-batch)");
+  std::vector<int64_t> out(rows.size(), -1);
+  if (!cached()) {
+    if (rows.size() != 1) return sdError("generating several rows together needs a plan compiled with --kv-cache");
+    auto t = next(rows[0]);
+    if (!t.isOk()) return t.status();
+    out[0] = t.value();
+    return out;
+  }
+  for (size_t b = 0; b < rows.size(); ++b) {
+    for (int64_t t : rows[b])
+      if (t < 0 || t >= vocab_) return sdError("row ", b, ": token ", t, " is outside the vocabulary [0, ", vocab_, ")");
+    if (int64_t(rows[b].size()) > cacheLength_)
+      return sdError("row ", b, " is ", rows[b].size(), " tokens, longer than the plan's key/value cache of ",
+                     cacheLength_, " positions (sdc compile --kv-cache)");
+  }
+  std::vector<float> logits;
+  SD_RETURN_IF_ERROR(runCached(rows, logits));
+  for (size_t b = 0; b < rows.size(); ++b) {
+    if (rows[b].empty()) continue;
+    auto t = sampleChecked(logits.data() + b * size_t(vocab_), rows[b]);
+    if (!t.isOk()) return t.status();
+    out[b] = t.value();
+  }
+  return out;
 }
 
 StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
   if (tokens.empty()) return sdError("generation needs at least one token to continue");
+  if (cached()) {
+    auto r = nextBatch({tokens});
+    if (!r.isOk()) return r.status();
+    return r.value()[0];
+  }
   for (int64_t t : tokens)
     if (t < 0 || t >= vocab_) return sdError("token ", t, " is outside the vocabulary [0, ", vocab_, ")");
-  const Bucket *b = &buckets_.back();
-  for (const Bucket &c : buckets_)
+  const Window *w = &windows_.back();
+  for (const Window &c : windows_)
     if (c.seq >= int64_t(tokens.size())) {
-      b = &c;
+      w = &c;
       break;
     }
-  size_t window = std::min(tokens.size(), size_t(b->seq)), start = tokens.size() - window;
-  HostTensor ids{tokenInput_, DType::I64, {1, b->seq}, std::vector<uint8_t>(size_t(b->seq) * 8, 0)};
+  size_t window = std::min(tokens.size(), size_t(w->seq)), start = tokens.size() - window;
+  HostTensor ids{tokenInput_, DType::I64, {1, w->seq}, std::vector<uint8_t>(size_t(w->seq) * 8, 0)};
   std::memcpy(ids.data.data(), tokens.data() + start, window * 8);
-  SD_RETURN_IF_ERROR(session_.run(b->entry, {&ids}, outs_));
-  const float *logits = reinterpret_cast<const float *>(outs_[0].data.data()) + (window - 1) * size_t(vocab_);
-  // NaN/Inf weights give NaN logits, and "the most likely token" of those is
-  // meaningless: say so rather than print whatever index 0 is.
-  for (int64_t v = 0; v < vocab_; ++v)
-    if (!std::isfinite(logits[v]))
-      return sdError("the model's logits are not finite (", logits[v], " for token ", v, " after ", tokens.size(),
-                     " tokens): are its weights or adapter NaN/Inf?");
-  return sampleToken(logits, vocab_, opts_, rng_, tokens);
+  SD_RETURN_IF_ERROR(session_.run(w->entry, {&ids}, outs_));
+  return sampleChecked(reinterpret_cast<const float *>(outs_[0].data.data()) + (window - 1) * size_t(vocab_), tokens);
 }
 
 Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken) {

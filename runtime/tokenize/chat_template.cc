@@ -155,6 +155,8 @@ std::string toJson(const Value &v) {
 
 bool isNumber(const Value &v) { return v.t == Value::T::Int || v.t == Value::T::Float || v.t == Value::T::Bool; }
 double numberOf(const Value &v) { return v.t == Value::T::Float ? v.f : v.t == Value::T::Bool ? double(v.b) : double(v.i); }
+// An integer or bool's exact value.
+int64_t intOf(const Value &v) { return v.t == Value::T::Bool ? int64_t(v.b) : v.i; }
 
 bool equal(const Value &a, const Value &b) {
   if (isNumber(a) && isNumber(b)) return numberOf(a) == numberOf(b);
@@ -951,7 +953,13 @@ private:
       for (size_t k = 0; k < r.size(); ++k) r[k] = char(k ? std::tolower(uint8_t(r[k])) : std::toupper(uint8_t(r[k])));
       return Value::str(r);
     }
-    if (name == "int") return Value::integer(isNumber(v) ? int64_t(numberOf(v)) : std::strtoll(toText(v).c_str(), nullptr, 10));
+    if (name == "int") {
+      if (!isNumber(v)) return Value::integer(std::strtoll(toText(v).c_str(), nullptr, 10));
+      if (v.t != Value::T::Float) return Value::integer(intOf(v));
+      // Only floats inside int64's range convert (NaN and infinities do not).
+      if (!(v.f > -9.2233720368547758e18 && v.f < 9.2233720368547758e18)) fail("int: " + repr(v) + " is out of range");
+      return Value::integer(int64_t(v.f));
+    }
     fail("filter '" + name + "' is not supported");
   }
 
@@ -1015,12 +1023,16 @@ private:
     const bool ints = a.t != Value::T::Float && b.t != Value::T::Float;
     double x = numberOf(a), y = numberOf(b);
     if (op == "/") return Value::real(x / y);
-    if (ints) {
-      int64_t p = int64_t(x), q = int64_t(y);
+    if (ints) { // exact in int64, as far as it reaches (Python's ints are unbounded: past that, an error)
+      const int64_t p = intOf(a), q = intOf(b);
       if ((op == "//" || op == "%") && q == 0) fail("division by zero");
-      if (op == "+") return Value::integer(p + q);
-      if (op == "-") return Value::integer(p - q);
-      if (op == "*") return Value::integer(p * q);
+      int64_t r = 0;
+      bool overflow = op == "+"   ? __builtin_add_overflow(p, q, &r)
+                      : op == "-" ? __builtin_sub_overflow(p, q, &r)
+                      : op == "*" ? __builtin_mul_overflow(p, q, &r)
+                                  : (p == INT64_MIN && q == -1);
+      if (overflow) fail("integer overflow in '" + op + "'");
+      if (op == "+" || op == "-" || op == "*") return Value::integer(r);
       int64_t div = p / q - ((p % q != 0) && ((p < 0) != (q < 0)));
       return Value::integer(op == "//" ? div : p - div * q);
     }
@@ -1063,7 +1075,10 @@ private:
     case Expr::K::Unary: {
       Value v = eval(*e.args[0]);
       if (e.name == "not") return Value::boolean(!v.truthy());
-      if (v.t == Value::T::Int) return Value::integer(-v.i);
+      if (v.t == Value::T::Int) {
+        if (v.i == INT64_MIN) fail("integer overflow in '-'");
+        return Value::integer(-v.i);
+      }
       if (v.t == Value::T::Float) return Value::real(-v.f);
       fail("cannot negate " + repr(v));
     }

@@ -126,7 +126,7 @@ Status restoreFrom(const std::string &path, Session &session, CheckpointMeta &me
   std::vector<std::pair<size_t, const NamedTensor *>> restore;
   for (size_t i = 0; i < plan.globals.size(); ++i) {
     const GlobalDesc &g = plan.globals[i];
-    if (!isMutableRole(g.role)) continue;
+    if (!isTrainingStateRole(g.role)) continue;
     auto it = file.value().tensors.find(g.name);
     if (it == file.value().tensors.end()) return sdError("it has no tensor '", g.name, "' (was it made by another plan?)");
     const NamedTensor &t = it->second;
@@ -204,7 +204,7 @@ Status CheckpointFolder::save(const Session &session, const CheckpointMeta &meta
   const Plan &plan = session.plan();
   Status s;
   for (size_t i = 0; i < plan.globals.size() && s.isOk(); ++i) {
-    if (!isMutableRole(plan.globals[i].role)) continue;
+    if (!isTrainingStateRole(plan.globals[i].role)) continue;
     if (!session.holdsGlobal(i)) { // another rank's shard, gathered by the caller
       auto it = heldElsewhere ? heldElsewhere->find(i) : GlobalValues::const_iterator();
       if (!heldElsewhere || it == heldElsewhere->end()) {

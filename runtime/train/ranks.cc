@@ -22,7 +22,7 @@ Status broadcastState(Session &session, Communicator *comm, const GlobalValues &
   uint8_t resumed = !restored.empty();
   SD_RETURN_IF_ERROR(broadcastBytes(comm, &resumed, 1));
   for (size_t i = 0; i < plan.globals.size(); ++i) {
-    if (!isMutableRole(plan.globals[i].role)) continue;
+    if (!isTrainingStateRole(plan.globals[i].role)) continue;
     if (int owner = session.globalOwner(i); owner >= 0) {
       if (owner == 0 || !resumed) continue; // rank 0 restored its own; fresh state is the plan's everywhere
       std::vector<uint8_t> bytes(plan.globals[i].bytes);
@@ -51,7 +51,7 @@ Status gatherToRankZero(const Session &session, Communicator *comm, GlobalValues
   const Plan &plan = session.plan();
   for (size_t i = 0; i < plan.globals.size(); ++i) {
     int owner = session.globalOwner(i);
-    if (owner <= 0 || !isMutableRole(plan.globals[i].role)) continue;
+    if (owner <= 0 || !isTrainingStateRole(plan.globals[i].role)) continue;
     std::vector<uint8_t> bytes(plan.globals[i].bytes);
     if (comm->rank() == owner) SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
     SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size(), owner)); // only rank 0 keeps it

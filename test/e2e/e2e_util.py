@@ -105,11 +105,40 @@ def write_token_rows(path, rng, vocab, lines, seq):
 
 
 def sdrun_logits(sdrun, plan, adapter, ids, tmp, tag):
-    """`sdrun infer PLAN --adapter ADAPTER` on token ids: its first output."""
+    """`sdrun infer PLAN [--adapter ADAPTER]` on token ids: its first output."""
     import numpy as np
     x = os.path.join(tmp, f"{tag}_ids.npy")
     np.save(x, ids)
     out = os.path.join(tmp, f"{tag}_out")
-    sh([sdrun, "infer", plan, "--adapter", adapter, "--input", f"input_ids={x}", "--output-dir", out,
-        "--output-format", "npy"])
+    sh([sdrun, "infer", plan, *(["--adapter", adapter] if adapter else []), "--input", f"input_ids={x}",
+        "--output-dir", out, "--output-format", "npy"])
     return np.load(os.path.join(out, "output_0.npy"))
+
+
+def embedding_model(path):
+    """An attention-free token model (Gather, MatMul): neither packing nor a KV cache has
+    attention to work on."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+    rng = np.random.default_rng(0)
+    emb = helper.make_tensor("emb", TensorProto.FLOAT, [256, 8], rng.standard_normal(256 * 8).astype(np.float32))
+    head = helper.make_tensor("head", TensorProto.FLOAT, [8, 256], rng.standard_normal(8 * 256).astype(np.float32))
+    graph = helper.make_graph(
+        [helper.make_node("Gather", ["emb", "input_ids"], ["x"]), helper.make_node("MatMul", ["x", "head"], ["logits"])],
+        "embed", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
+        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 256])], [emb, head])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def rel_err(got, want):
+    """Largest absolute difference relative to the largest reference magnitude."""
+    import numpy as np
+    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
+
+
+def norm_rel_err(got, want):
+    """Relative difference in the Frobenius norm, in float64."""
+    import numpy as np
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))

@@ -29,7 +29,7 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, ort_run, sdrun_logits, sh, tool_paths, train_peft_model, write_token_rows
+from e2e_util import ROOT, norm_rel_err, ort_run, sdrun_logits, sh, tool_paths, train_peft_model, write_token_rows
 from test_training import check, clean_error, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -38,10 +38,6 @@ TARGETS = ["q_proj", "v_proj", "down_proj"]
 SUFFIXES = ("osf_U_high", "osf_S_high", "osf_V_high", "osf_svd_params.U_low", "osf_svd_params.S_low",
             "osf_svd_params.V_low")
 
-
-def rel_err(got, want):
-    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
-    return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
 
 
 def rows(path):
@@ -74,7 +70,7 @@ def check_split(plan, base):
     for m, (uh, sh_, vh, ul, sl, vl) in factors(session, mods).items():
         w = base.get_submodule(m).weight.detach().double().numpy()
         rebuilt = (uh * sh_) @ vh + (ul * sl) @ vl
-        worst = max(worst, rel_err(rebuilt, w))
+        worst = max(worst, norm_rel_err(rebuilt, w))
         ortho = max(ortho, np.abs(uh.T @ ul).max(), np.abs(vl @ vh.T).max())
     check(f"split: U S V rebuilds all {len(mods)} targeted weights to fp32 precision", worst <= 2e-6,
           f"worst relative err {worst:.2e}")
@@ -150,7 +146,7 @@ def check_against_torch(plan, data, base, split):
     check(f"PyTorch: {steps} steps give the reference OSFT's losses (1e-4)", loss_err <= 1e-4,
           f"worst relative err {loss_err:.1e}; last loss {ours[-1]:.5f} vs {want_losses[-1]:.5f}")
     got = factors(session, split)
-    worst = max(rel_err(got[m][3 + i], want[m][i]) for m in split for i in range(3))
+    worst = max(norm_rel_err(got[m][3 + i], want[m][i]) for m in split for i in range(3))
     check(f"PyTorch: after {steps} steps the low factors equal the reference's (1e-4)", worst <= 1e-4,
           f"worst relative err {worst:.1e}")
     return ours
@@ -182,7 +178,7 @@ def check_targets(sdc_bin, sdrun, onnx_path, hf_dir, data, ids, tmp):
     pm = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(hf_dir).eval(), adapter).eval()
     with torch.no_grad():
         want_logits = pm(torch.tensor(ids)).logits.numpy()
-    err = rel_err(sdrun_logits(sdrun, plan, adapter, ids, tmp, "pattern"), want_logits)
+    err = norm_rel_err(sdrun_logits(sdrun, plan, adapter, ids, tmp, "pattern"), want_logits)
     check("rank pattern: PEFT loads the adapter with the same per-module ranks and gives sdrun's logits (1e-4)",
           err <= 1e-4, f"relative err {err:.1e}")
 
@@ -202,7 +198,7 @@ def check_peft(sdc_bin, sdrun, plan, onnx_path, hf_dir, data, ids, tmp):
     check("sdc->PEFT: PeftModel.from_pretrained loads the OSF adapter without warnings", not noise, "; ".join(noise))
     with torch.no_grad():
         want = pm(torch.tensor(ids)).logits.numpy()
-    err = rel_err(sdrun_logits(sdrun, plan, ours, ids, tmp, "ours"), want)
+    err = norm_rel_err(sdrun_logits(sdrun, plan, ours, ids, tmp, "ours"), want)
     check("sdc->PEFT: PEFT's OSF logits equal sdrun infer --adapter's (1e-4)", err <= 1e-4, f"relative err {err:.1e}")
 
     torch.manual_seed(5)
@@ -212,12 +208,12 @@ def check_peft(sdc_bin, sdrun, plan, onnx_path, hf_dir, data, ids, tmp):
     pm2.save_pretrained(theirs)
     with torch.no_grad():
         want = pm2(torch.tensor(ids)).logits.numpy()
-    err = rel_err(sdrun_logits(sdrun, plan, theirs, ids, tmp, "theirs"), want)
+    err = norm_rel_err(sdrun_logits(sdrun, plan, theirs, ids, tmp, "theirs"), want)
     check("PEFT->sdc: sdrun infer --adapter gives PEFT's OSF logits (1e-4)", err <= 1e-4, f"relative err {err:.1e}")
 
     merged_onnx = os.path.join(tmp, "merged.onnx")
     sh([sdc_bin, "merge", onnx_path, "--adapter", theirs, "-o", merged_onnx])
-    err = rel_err(ort_run(merged_onnx, {"input_ids": ids})["logits"], want)
+    err = norm_rel_err(ort_run(merged_onnx, {"input_ids": ids})["logits"], want)
     check("merge: ONNX Runtime on sdc merge's model gives PEFT's OSF logits (1e-4)", err <= 1e-4,
           f"relative err {err:.1e}")
     return ours, theirs

@@ -16,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import sh, tool_paths
+from e2e_util import embedding_model, sh, tool_paths
 from test_training import ADAM_EPS, adamw, check, clean_error, read_safetensors, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -91,20 +91,6 @@ def torch_packed_losses(model, steps, lr, wd, clip):
         opt.step()
         losses.append(total / tokens)
     return losses
-
-
-def embedding_model(path):
-    """An attention-free token model: packing cannot keep its rows apart."""
-    import onnx
-    from onnx import TensorProto, helper
-    rng = np.random.default_rng(0)
-    emb = helper.make_tensor("emb", TensorProto.FLOAT, [256, 8], rng.standard_normal(256 * 8).astype(np.float32))
-    head = helper.make_tensor("head", TensorProto.FLOAT, [8, 256], rng.standard_normal(8 * 256).astype(np.float32))
-    graph = helper.make_graph(
-        [helper.make_node("Gather", ["emb", "input_ids"], ["x"]), helper.make_node("MatMul", ["x", "head"], ["logits"])],
-        "embed", [helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["batch", "seq"])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", "seq", 256])], [emb, head])
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
 def main():

@@ -26,17 +26,13 @@ import warnings
 
 import numpy as np
 
-from e2e_util import (ROOT, clean_error_problems, ort_run, sdrun_logits, sh, tool_paths, train_peft_model,
+from e2e_util import (ROOT, clean_error_problems, ort_run, rel_err, sdrun_logits, sh, tool_paths, train_peft_model,
                       write_token_rows)
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 BATCH, SEQ, R, ALPHA, STEPS = 2, 16, 4, 8, 3
 TARGETS = {"gpt2": ["c_attn", "c_proj"], "llama": ["q_proj", "v_proj", "down_proj"]}
-
-
-def rel_err(got, want):
-    return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
 def peft_warnings(caught):

@@ -1102,6 +1102,53 @@ CASES["Rotary"] = [
          ref=rotary_ref, label="position past the table", error="outside the cos/sin table")]
 
 
+def cached_attention_ref(ins, attrs, t):
+    """sd.cached_attention: each token's key and value go to its row's cache slot
+    positions[b, t] first; then its query attends to slots 0..positions[b, t],
+    query head h reading kv head h // (H / Hkv)."""
+    q, k, v, kc, vc = (f64(x) for x in ins[:5])
+    pos = ins[5]
+    kc, vc = kc.copy(), vc.copy()
+    b_, h_, t_, _ = q.shape
+    group = h_ // k.shape[1]
+    for b in range(b_):
+        for i in range(t_):
+            kc[b, :, pos[b, i]] = k[b, :, i]
+            vc[b, :, pos[b, i]] = v[b, :, i]
+    y = np.zeros(q.shape[:3] + (v.shape[3],))
+    for b in range(b_):
+        for h in range(h_):
+            for i in range(t_):
+                p = pos[b, i]
+                s = kc[b, h // group, :p + 1] @ q[b, h, i] * attrs["scale"]
+                w = np.exp(s - s.max())
+                y[b, h, i] = (w / w.sum()) @ vc[b, h // group, :p + 1]
+    return [a.astype(np.float32) for a in (y, kc, vc)]
+
+
+def cached_attention_inputs(r, t, pos, heads=4, kv_heads=2, d=6, dv=5, length=9, fill=True):
+    b, steps = pos.shape
+    caches = [rand(r, (b, kv_heads, length, w), t) if fill else np.zeros((b, kv_heads, length, w), NP[t])
+              for w in (d, dv)]
+    return [rand(r, (b, heads, steps, d), t), rand(r, (b, kv_heads, steps, d), t), rand(r, (b, kv_heads, steps, dv), t),
+            *caches, pos]
+
+
+CASES["CachedAttention"] = [
+    Case(lambda t, r: cached_attention_inputs(r, t, np.array([[0, 1, 2, 3], [0, 1, 2, 3]], np.int64), fill=False),
+         attrs={"scale": 0.4}, ref=cached_attention_ref, outputs=3, types=["f32"],
+         label="prefill from an empty cache, grouped heads"),
+    Case(lambda t, r: cached_attention_inputs(r, t, np.array([[5], [8]], np.int64), heads=2, kv_heads=2),
+         attrs={"scale": 0.4}, ref=cached_attention_ref, outputs=3, types=["f32"],
+         label="decode at per-row positions, the last slot included"),
+    Case(lambda t, r: cached_attention_inputs(r, t, np.array([[3, 4, 5], [1, 2, 6]], np.int64), heads=3, kv_heads=1),
+         attrs={"scale": 1.0}, ref=cached_attention_ref, outputs=3, types=["f32"],
+         label="a chunk continuing a filled cache, each row at its own positions"),
+    Case(lambda t, r: cached_attention_inputs(r, t, np.array([[2], [9]], np.int64)), attrs={"scale": 0.4},
+         ref=cached_attention_ref, outputs=3, types=["f32"], label="position past the cache",
+         error="outside the key/value cache")]
+
+
 def gather_grad_ref(ins, attrs, t):
     dy, idx = f64(ins[0]), ins[1]
     shape, axis = attrs["data_shape"], attrs.get("axis", 0)

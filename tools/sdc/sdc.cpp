@@ -82,6 +82,14 @@ const char *kUsage =
     "  --precision fp32|bf16    bf16: matrix products and attention in bf16 (f32 accumulation),\n"
     "                           everything else, master weights and optimizer state in f32,\n"
     "                           as torch.autocast (default fp32)\n"
+    "  --kv-cache MAX_LENGTH    generation entries with key/value caches of MAX_LENGTH\n"
+    "                           positions per row in plan state: prefill (a chunk of prompt\n"
+    "                           tokens per row) and decode (one token per row), both taking\n"
+    "                           position_ids; sdrun generate then decodes through the cache\n"
+    "  --kv-batch B             rows generated together (default: the batch a model exported\n"
+    "                           with fixed shapes has, else 1)\n"
+    "  --prefill-chunk P        prompt tokens per prefill call (min(64, MAX_LENGTH)); longer\n"
+    "                           prompts take several calls\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -185,6 +193,11 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (v.empty() || *end || n < (flag == "--seed" ? 0 : 1) || n > (1 << 20))
         return fail(flag + " needs a " + (flag == "--seed" ? "non-negative" : "positive") + " integer"), 2;
       (flag == "--seed" ? a.pipeline.seed : a.pipeline.loraR) = n;
+    } else if (flag == "--kv-cache" || flag == "--kv-batch" || flag == "--prefill-chunk") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      if (v.empty() || *end || n < 1 || n > (1 << 24)) return fail(flag + " needs a positive integer"), 2;
+      (flag == "--kv-cache" ? a.pipeline.kvCache : flag == "--kv-batch" ? a.pipeline.kvBatch : a.pipeline.prefillChunk) = n;
     } else if (flag == "--lora-alpha" || flag == "--lora-dropout") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
@@ -263,7 +276,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     }
   }
   if (a.model.empty()) return fail("no model given (see sdc compile --help)"), 2;
-  if (!a.pipeline.training() && (!a.pipeline.lossOutput.empty() || !a.pipeline.logitsOutput.empty()))
+  if (!a.pipeline.training() && a.pipeline.kvCache == 0 &&
+      (!a.pipeline.lossOutput.empty() || !a.pipeline.logitsOutput.empty()))
     return fail("--loss-output/--logits-output need a training plan: add --peft none"), 2;
   if (a.emit == "plan" && a.output.empty() && !a.dryRun) return fail("no output given: use -o PLAN.sdp"), 2;
   if (a.pipeline.peft == "lora" && a.pipeline.targetModules.empty())
@@ -276,7 +290,14 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--shard " + a.pipeline.shard + " shards training state: it needs a training plan (--peft)"), 2;
   if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
     return fail("--packing needs a training plan with the sft recipe's cross-entropy (--peft, no --loss-output)"), 2;
-  if (!a.pipeline.tokenInput.empty() && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
+  bool kvFlags = a.pipeline.kvBatch != 0 || a.pipeline.prefillChunk != 0;
+  if (kvFlags && a.pipeline.kvCache == 0) return fail("--kv-batch and --prefill-chunk need --kv-cache MAX_LENGTH"), 2;
+  if (a.pipeline.prefillChunk > a.pipeline.kvCache && a.pipeline.kvCache > 0)
+    return fail("--prefill-chunk " + std::to_string(a.pipeline.prefillChunk) + " is longer than the cache (--kv-cache " +
+                std::to_string(a.pipeline.kvCache) + ")"),
+           2;
+  if (!a.pipeline.tokenInput.empty() && a.pipeline.kvCache == 0 &&
+      (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
     return fail("--token-input needs a training plan with the sft recipe's cross-entropy (--peft, no --loss-output)"), 2;
   return 0;
 }

@@ -26,7 +26,7 @@ namespace sdrun {
 void printStatePerRank(const sd::Plan &p) {
   uint64_t state = 0;
   for (const sd::GlobalDesc &g : p.globals)
-    if (sd::isMutableRole(g.role)) state += g.bytes;
+    if (sd::isTrainingStateRole(g.role)) state += g.bytes;
   if (!state) return;
   std::printf("training state: %llu bytes", (unsigned long long)state);
   std::vector<int> one = sd::globalHolders(p, 1);
@@ -39,7 +39,7 @@ void printStatePerRank(const sd::Plan &p) {
     std::vector<int> holder = sd::globalHolders(p, ranks);
     std::vector<uint64_t> bytes(size_t(ranks), 0);
     for (size_t i = 0; i < p.globals.size(); ++i) {
-      if (!sd::isMutableRole(p.globals[i].role)) continue;
+      if (!sd::isTrainingStateRole(p.globals[i].role)) continue;
       for (int r = 0; r < ranks; ++r)
         if (holder[i] < 0 || holder[i] == r) bytes[size_t(r)] += p.globals[i].bytes;
     }

@@ -4,28 +4,32 @@
 #include "flags.h"
 #include "sd/generate/generator.h"
 #include "sd/tokenize/tokenizer.h"
+#include <algorithm>
 #include <cstdio>
+#include <functional>
 
 namespace sdrun {
 namespace {
 
 const char *kGenerateUsage =
-    "usage: sdrun generate PLAN.sdp --prompt TEXT [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
+    "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
     "                     [--stop TEXT]... [--seed S] [--adapter DIR] [--threads N]\n"
     "                     [--device cpu|cuda|auto]\n"
     "\n"
-    "Continues TEXT, using the plan's infer entry with batch 1 (training plans get\n"
-    "such a bucket by default). Text is tokenized with --tokenizer (a Hugging Face\n"
+    "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
+    "cache (the prompt in prefill chunks, then one decode step per token) and\n"
+    "continue several --prompt flags together, --kv-batch rows at a time, each row\n"
+    "at its own length; other plans re-run the infer entry's batch-1 window (the\n"
+    "last `seq` tokens) for every token. One prompt streams its text; several print\n"
+    "theirs in order, a line each, when done. Text is tokenized with --tokenizer (a Hugging Face\n"
     "tokenizer.json; generation stops at its EOS), else taken as bytes by a\n"
     "byte-level (256-token) model. --chat sends TEXT as a user turn rendered with\n"
     "the tokenizer's chat template and prints only the reply. Greedy when\n"
     "--temperature is 0 (the default is 0.8 with --top-k 40); --top-p keeps the\n"
     "fewest likeliest tokens holding that probability, --repetition-penalty divides\n"
     "the logits of tokens already seen (as transformers' generate does), and\n"
-    "generation stops after any --stop text. There is no KV cache\n"
-    "yet: every new token re-runs the whole window (the last `seq` tokens), so the\n"
-    "cost per token grows with the bucket length.\n";
+    "generation stops after any --stop text.\n";
 
 std::vector<std::string> stopTexts(const Flags &f) {
   auto it = f.values.find("--stop");
@@ -47,65 +51,135 @@ bool stopAt(const std::string &text, size_t from, const std::vector<std::string>
   return end != std::string::npos;
 }
 
-// Prompt ids from the tokenizer, then one token at a time until --max-new-tokens
-// or the tokenizer's EOS. The text printed is what decoding everything so far
-// adds to decoding the prompt (as transformers' TextStreamer prints), held
-// back while it ends in an incomplete character.
-int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const std::string &prompt, int64_t maxNew) {
+// One prompt being continued. The text shown is what decoding
+// tokens[start:] adds to decoding the prompt's part of it (as transformers'
+// TextStreamer prints), held back while it ends in an incomplete character.
+struct Row {
+  std::vector<int64_t> tokens;
+  size_t start = 0;             // first token of the shown text (the reply's, with --chat)
+  std::string base, printed;    // decoded prompt part; decoded text shown so far
+  std::string shown;            // what this row has shown (prompt included unless --chat)
+  bool done = false;
+};
+
+struct TextCodec {
+  std::function<std::string(const std::vector<int64_t> &)> decode;
+  int64_t eos = -1;
+};
+
+// The new token's text for `r`; true when the row is done (a stop text ended it).
+bool appendToken(Row &r, int64_t token, const TextCodec &codec, const std::vector<std::string> &stops) {
+  r.tokens.push_back(token);
+  std::string now = codec.decode(std::vector<int64_t>(r.tokens.begin() + long(r.start), r.tokens.end()));
+  size_t end;
+  // A stop text in what was generated ends the output there (the stop text included).
+  const bool stop = now.size() > r.base.size() && stopAt(now, std::max(r.base.size(), r.printed.size()), stops, end);
+  if (stop) now.resize(std::max(end, r.printed.size()));
+  const bool partial = now.size() >= 3 && now.compare(now.size() - 3, 3, "\xEF\xBF\xBD") == 0;
+  if ((stop || !partial) && now.size() > r.printed.size() && now.compare(0, r.printed.size(), r.printed) == 0) {
+    r.shown.append(now, r.printed.size(), std::string::npos);
+    r.printed = now;
+  }
+  return stop;
+}
+
+// Continues every row by up to maxNew tokens, batchSize() rows at a time. One
+// row streams its text as it comes; several print theirs in order at the end.
+int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t maxNew, const TextCodec &codec,
+                 const std::vector<std::string> &stops) {
+  const bool stream = rows.size() == 1;
+  auto flushRow = [](Row &r) {
+    std::fwrite(r.shown.data(), 1, r.shown.size(), stdout);
+    std::fflush(stdout);
+    r.shown.clear();
+  };
+  bool contextFull = false;
+  for (size_t first = 0; first < rows.size(); first += size_t(gen.batchSize())) {
+    const size_t last = std::min(rows.size(), first + size_t(gen.batchSize()));
+    if (stream) flushRow(rows[first]);
+    for (int64_t k = 0; k < maxNew; ++k) {
+      std::vector<std::vector<int64_t>> batch;
+      for (size_t i = first; i < last; ++i) batch.push_back(rows[i].done ? std::vector<int64_t>() : rows[i].tokens);
+      if (std::all_of(batch.begin(), batch.end(), [](const auto &b) { return b.empty(); })) break;
+      auto next = gen.nextBatch(batch);
+      if (!next.isOk()) return fail(next.status().message());
+      for (size_t i = first; i < last; ++i) {
+        Row &r = rows[i];
+        const int64_t t = next.value()[i - first];
+        if (r.done) continue;
+        if (t == codec.eos) {
+          r.done = true;
+          continue;
+        }
+        r.done = appendToken(r, t, codec, stops);
+        // A cache holds maxContext() positions: the token just sampled cannot be fed again.
+        if (gen.cached() && int64_t(r.tokens.size()) >= gen.maxContext() && !r.done) {
+          r.done = true;
+          contextFull = contextFull || k + 1 < maxNew;
+        }
+        if (stream) flushRow(r);
+      }
+    }
+  }
+  for (Row &r : rows) {
+    if (!stream) flushRow(r);
+    std::fputc('\n', stdout);
+  }
+  if (contextFull)
+    std::fprintf(stderr, "sdrun: note: generation stopped at the plan's context of %lld tokens (sdc compile "
+                         "--kv-cache)\n", (long long)gen.maxContext());
+  return 0;
+}
+
+// Whether generation can start from these prompt tokens (the error printed when not).
+bool checkPrompt(const sd::generate::Generator &gen, const std::vector<int64_t> &tokens) {
+  if (tokens.empty()) return fail("--prompt gives no tokens"), false;
+  if (gen.cached() ? int64_t(tokens.size()) > gen.maxContext() : int64_t(tokens.size()) >= gen.maxContext())
+    return fail("the prompt is " + std::to_string(tokens.size()) + " tokens, the plan's context is " +
+                std::to_string(gen.maxContext())),
+           false;
+  return true;
+}
+
+// Prompt ids from the tokenizer (with --chat, rendered as a user turn by its
+// chat template), generation until --max-new-tokens or the tokenizer's EOS.
+int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const std::vector<std::string> &prompts,
+                          int64_t maxNew) {
   auto loaded = sd::Tokenizer::load(flagValue(f, "--tokenizer"));
   if (!loaded.isOk()) return fail("--tokenizer: " + loaded.status().message());
   const sd::Tokenizer &tok = *loaded.value();
-  sd::EncodeOptions eo;
-  std::string text = prompt;
-  const bool chat = hasFlag(f, "--chat");
-  if (chat) {
-    auto rendered = tok.renderChat({{"user", prompt}}, true);
-    if (!rendered.isOk()) return fail("--chat: " + rendered.status().message());
-    text = rendered.value();
-    eo.addSpecialTokens = false; // the template writes them, as apply_chat_template does
-    eo.parseSpecial = true;
-  }
-  std::vector<int64_t> tokens;
-  for (int32_t id : tok.encode(text, eo)) {
-    if (id >= gen.vocabSize())
-      return fail("--tokenizer: token " + std::to_string(id) + " is outside the model's " +
-                  std::to_string(gen.vocabSize()) + " logits: the tokenizer does not belong to this model");
-    tokens.push_back(id);
-  }
-  if (tokens.empty()) return fail("--prompt gives no tokens");
-  if (int64_t(tokens.size()) >= gen.maxWindow())
-    return fail("the prompt is " + std::to_string(tokens.size()) + " tokens, the plan's context is " +
-                std::to_string(gen.maxWindow()));
-  auto decodeFrom = [&](size_t start) {
-    std::vector<int32_t> ids(tokens.begin() + long(start), tokens.end());
-    auto d = tok.decode(ids, true);
+  TextCodec codec;
+  codec.eos = tok.eosId();
+  codec.decode = [&](const std::vector<int64_t> &ids) {
+    auto d = tok.decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
     return d.isOk() ? d.value() : std::string();
   };
-  const size_t promptEnd = tokens.size();
-  const size_t start = chat ? promptEnd : 0;
-  if (!chat) std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  std::string base = chat ? std::string() : decodeFrom(0), printed = base;
-  const std::vector<std::string> stops = stopTexts(f);
-  for (int64_t k = 0; k < maxNew; ++k) {
-    auto next = gen.next(tokens);
-    if (!next.isOk()) return fail(next.status().message());
-    if (next.value() == tok.eosId()) break;
-    tokens.push_back(next.value());
-    std::string now = decodeFrom(start);
-    size_t end;
-    // A stop text in what was generated ends the output there (the stop text included).
-    const bool stop = now.size() > base.size() && stopAt(now, std::max(base.size(), printed.size()), stops, end);
-    if (stop) now.resize(std::max(end, printed.size()));
-    const bool partial = now.size() >= 3 && now.compare(now.size() - 3, 3, "\xEF\xBF\xBD") == 0;
-    if ((stop || !partial) && now.size() > printed.size() && now.compare(0, printed.size(), printed) == 0) {
-      std::fwrite(now.data() + printed.size(), 1, now.size() - printed.size(), stdout);
-      std::fflush(stdout);
-      printed = now;
+  const bool chat = hasFlag(f, "--chat");
+  std::vector<Row> rows;
+  for (const std::string &prompt : prompts) {
+    sd::EncodeOptions eo;
+    std::string text = prompt;
+    if (chat) {
+      auto rendered = tok.renderChat({{"user", prompt}}, true);
+      if (!rendered.isOk()) return fail("--chat: " + rendered.status().message());
+      text = rendered.value();
+      eo.addSpecialTokens = false; // the template writes them, as apply_chat_template does
+      eo.parseSpecial = true;
     }
-    if (stop) break;
+    Row r;
+    for (int32_t id : tok.encode(text, eo)) {
+      if (id >= gen.vocabSize())
+        return fail("--tokenizer: token " + std::to_string(id) + " is outside the model's " +
+                    std::to_string(gen.vocabSize()) + " logits: the tokenizer does not belong to this model");
+      r.tokens.push_back(id);
+    }
+    if (!checkPrompt(gen, r.tokens)) return 1;
+    r.start = chat ? r.tokens.size() : 0;
+    r.base = r.printed = chat ? std::string() : codec.decode(r.tokens);
+    if (!chat) r.shown = prompt;
+    rows.push_back(std::move(r));
   }
-  std::fputc('\n', stdout);
-  return 0;
+  return generateRows(gen, rows, maxNew, codec, stopTexts(f));
 }
 
 } // namespace
@@ -131,7 +205,7 @@ int generateCommand(const std::vector<std::string> &args) {
       !numberFlag(f, "--repetition-penalty", 1.0, 1e-3, 1e3, sampling.repetitionPenalty, err))
     return fail(err);
   if (!hasFlag(f, "--prompt")) return fail("--prompt TEXT is required (see sdrun generate --help)");
-  std::string prompt = flagValue(f, "--prompt");
+  const std::vector<std::string> prompts = f.values.at("--prompt");
   auto loaded = sd::Plan::loadFile(f.plan);
   if (!loaded.isOk()) return fail(loaded.status().message());
   std::shared_ptr<const sd::Plan> plan(std::move(loaded.value()));
@@ -145,29 +219,24 @@ int generateCommand(const std::vector<std::string> &args) {
   sampling.seed = uint64_t(seed);
   auto gen = sd::generate::Generator::create(s, sampling);
   if (!gen.isOk()) return fail(f.plan + ": " + gen.status().message());
-  if (hasFlag(f, "--tokenizer")) return generateWithTokenizer(f, *gen.value(), prompt, maxNew);
+  if (hasFlag(f, "--tokenizer")) return generateWithTokenizer(f, *gen.value(), prompts, maxNew);
   if (hasFlag(f, "--chat")) return fail("--chat needs --tokenizer DIR (its chat template)");
   if (gen.value()->vocabSize() != 256)
     return fail(f.plan + ": the model has " + std::to_string(gen.value()->vocabSize()) +
                 " logits per position, not 256 bytes: give --tokenizer DIR");
-  std::vector<int64_t> tokens(prompt.begin(), prompt.end());
-  for (int64_t &t : tokens) t = int64_t(uint8_t(t));
-  if (tokens.empty()) tokens.push_back('\n');
-  std::fwrite(prompt.data(), 1, prompt.size(), stdout);
-  const std::vector<std::string> stops = stopTexts(f);
-  std::string generated;
-  for (int64_t k = 0; k < maxNew; ++k) {
-    auto next = gen.value()->next(tokens);
-    if (!next.isOk()) return fail(next.status().message());
-    tokens.push_back(next.value());
-    generated += char(next.value());
-    std::fputc(int(next.value()), stdout);
-    std::fflush(stdout);
-    size_t end;
-    if (stopAt(generated, generated.size() - 1, stops, end)) break;
+  TextCodec codec;
+  codec.decode = [](const std::vector<int64_t> &ids) { return std::string(ids.begin(), ids.end()); };
+  std::vector<Row> rows;
+  for (const std::string &prompt : prompts) {
+    Row r;
+    for (char c : prompt) r.tokens.push_back(int64_t(uint8_t(c)));
+    if (r.tokens.empty()) r.tokens.push_back('\n');
+    if (!checkPrompt(*gen.value(), r.tokens)) return 1;
+    r.base = r.printed = codec.decode(r.tokens);
+    r.shown = prompt;
+    rows.push_back(std::move(r));
   }
-  std::fputc('\n', stdout);
-  return 0;
+  return generateRows(*gen.value(), rows, maxNew, codec, stopTexts(f));
 }
 
 } // namespace sdrun

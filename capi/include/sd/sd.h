@@ -163,7 +163,9 @@ SD_API sd_status *sd_generator_create(sd_session *session, double temperature, i
                                       sd_generator **out);
 SD_API void sd_generator_free(sd_generator *generator);
 SD_API int64_t sd_generator_vocab_size(const sd_generator *generator);
-/* The token after tokens[0..n) (n >= 1). */
+/* The token after tokens[0..n) (n >= 1). With a plan compiled with --kv-cache
+ * the generator keeps row 0's cache: a call that extends the previous call's
+ * tokens runs only the new ones (one decode step per added token). */
 SD_API sd_status *sd_generator_next(sd_generator *generator, const int64_t *tokens, size_t n, int64_t *next);
 
 #ifdef __cplusplus

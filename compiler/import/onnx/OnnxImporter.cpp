@@ -2,6 +2,7 @@
 // `infer` entry, a handler call per node.
 #include "sd/format/training_abi.h"
 #include "OnnxImporter.h"
+#include "ContribHandler.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
 #include "CountedExtents.h"
@@ -242,8 +243,9 @@ namespace {
 
 // The PyTorch module a node came from, as the dynamo exporter records it in
 // metadata_props: pkg.torch.onnx.name_scopes = "['', 'model', 'layers.0',
-// 'self_attn', 'q_proj', 'linear']" -> "model.layers.0.self_attn.q_proj" (the
-// last entry names the op, not a module). The TorchScript exporter puts the
+// 'self_attn', 'q_proj', 'linear']" (or each entry the full path so far:
+// 'model.layers.0', 'model.layers.0.self_attn', ...) ->
+// "model.layers.0.self_attn.q_proj" (the last entry names the op, not a module). The TorchScript exporter puts the
 // same path in the node name instead (/model/layers.0/self_attn/q_proj/MatMul).
 // libonnx 1.12 predates NodeProto.metadata_props (field 9, ONNX 1.16), so
 // protobuf keeps it among the node's unknown fields.
@@ -265,8 +267,15 @@ std::string torchModuleScope(const onnx::NodeProto &node) {
       parts.push_back(v.substr(at + 1, end - at - 1));
       at = end + 1;
     }
+    // Newer exporters write each scope's full path ('model', 'model.layers.0',
+    // ...); older ones the path's next part ('model', 'layers.0', ...).
     std::string scope;
-    for (size_t k = 1; k + 1 < parts.size(); ++k) scope += (scope.empty() ? "" : ".") + parts[k];
+    for (size_t k = 1; k + 1 < parts.size(); ++k) {
+      const std::string &part = parts[k];
+      bool full = !scope.empty() && part.size() > scope.size() && part.compare(0, scope.size(), scope) == 0 &&
+                  part[scope.size()] == '.';
+      scope = full ? part : scope + (scope.empty() ? "" : ".") + part;
+    }
     return scope;
   }
   return "";
@@ -369,6 +378,17 @@ LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g) {
     imp.nodeDesc = imp.scope + ": node '" + name + "' (" + node.op_type() + ", opset " + std::to_string(imp.opset) + ")";
     // Of the preview domain, FlexAttention is imported (its handler checks the domain).
     bool preview = node.domain() == "ai.onnx.preview" && node.op_type() == "FlexAttention";
+    if (node.domain() == "com.microsoft") { // onnxruntime's contrib ops (ContribHandler.cpp)
+      OpHandler contrib = findContribHandler(node.op_type());
+      if (!contrib)
+        return imp.fail("contrib operator " + node.op_type() + " (domain com.microsoft) is not supported");
+      if (failed(contrib(imp, node, OpSpec{"", 1, "", -1, -1, contrib}))) {
+        if (imp.error.empty()) (void)imp.fail("import failed");
+        return failure();
+      }
+      foldOutputs(imp, node);
+      continue;
+    }
     if (!node.domain().empty() && node.domain() != "ai.onnx" && !preview)
       return imp.fail("operator domain '" + node.domain() + "' is not supported");
     const OpSpec *spec = findOpSpec(node.op_type(), imp.opset);

@@ -6,6 +6,7 @@
 #include "FunctionOpsHandler.h"
 #include "RecurrentHandler.h"
 #include "RotaryHandler.h"
+#include "ContribHandler.h"
 #include "ImporterContext.h"
 #include "OpLibraryBridge.h"
 #include <map>
@@ -402,6 +403,8 @@ const OpSpec kSpecs[] = {
     {"Attention", 23, "attention", -1, -1, importAttention},
     {"FlexAttention", 1, "matmul", -1, 1, importFlexAttention}, // ai.onnx.preview (OnnxImporter.cpp)
     {"RotaryEmbedding", 23, "rotary_embedding", -1, 1, importRotaryEmbedding},
+    // onnxruntime registers this contrib op in the default domain (ContribHandler.cpp).
+    {"SimplifiedLayerNormalization", 1, "rms_normalization", -1, 1, importSimplifiedLayerNorm},
     {"GridSample", 16, "grid_sample", 2, 1, generic},
     {"CausalConvWithState", 27, "conv", -1, -1, importCausalConvWithState},
     {"LinearAttention", 27, "linear_attention", 6, 2, allResults},

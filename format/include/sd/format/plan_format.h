@@ -11,18 +11,29 @@ namespace sd {
 
 constexpr uint32_t kPlanSchemaMajor = 1;
 // 1.1: Entry.tensor_bytes; 1.2: Gradient role, zero-initialized state;
-// 1.3: counted output extents (Binding.extent_buffer/extent_axis).
-constexpr uint32_t kPlanSchemaMinor = 3;
+// 1.3: counted output extents (Binding.extent_buffer/extent_axis); 1.4: KvCache role.
+constexpr uint32_t kPlanSchemaMinor = 4;
 constexpr char kPlanFooterMagic[4] = {'S', 'D', 'P', 'F'};
 constexpr size_t kPlanFooterSize = 16; // u64 flatbuffer size, u32 crc32c, magic
 constexpr size_t kWeightAlignment = 64;
 
 // Numbered as schema/plan.fbs's GlobalRole (plan_format.cc checks it).
-enum class GlobalRole : uint8_t { Frozen = 0, Trainable = 1, OptimizerState = 2, ScalarState = 3, Constant = 4, Gradient = 5 };
-constexpr int kGlobalRoleCount = 6;
+enum class GlobalRole : uint8_t {
+  Frozen = 0,
+  Trainable = 1,
+  OptimizerState = 2,
+  ScalarState = 3,
+  Constant = 4,
+  Gradient = 5,
+  KvCache = 6, // generation state: written by prefill/decode, never checkpointed or synced across ranks
+};
+constexpr int kGlobalRoleCount = 7;
 
-// Roles whose values entries may write (and checkpoints save).
+// Roles whose values entries may write.
 inline bool isMutableRole(GlobalRole r) { return r != GlobalRole::Frozen && r != GlobalRole::Constant; }
+// Mutable roles that are training state: checkpoints save them and ranks keep
+// them in step. A KV cache is neither: it belongs to one generation.
+inline bool isTrainingStateRole(GlobalRole r) { return isMutableRole(r) && r != GlobalRole::KvCache; }
 // The role's name in the sd dialect and in `sdrun inspect`: "frozen", "trainable", ...
 const char *globalRoleName(GlobalRole r);
 // The role called `name`; nullopt for anything else (an unknown role is an error, never frozen).

@@ -14,6 +14,13 @@ constexpr const char *kEvalStep = "eval_step";   // inputs + labels -> loss_sum,
 constexpr const char *kAccumulate = "accumulate"; // eval_step + backward into the gradient globals
 constexpr const char *kApply = "apply";          // (lr, weight_decay, max_grad_norm) -> grad_norm
 constexpr const char *kTrainStep = "train_step"; // accumulate then apply: one micro-batch, one call
+// Generation with a key/value cache (sdc --kv-cache): tokens + position_ids ->
+// logits, the caches in kv_cache globals. prefill takes a chunk of prompt
+// tokens per row, decode one token per row.
+constexpr const char *kPrefill = "prefill";
+constexpr const char *kDecode = "decode";
+constexpr const char *kKvProbe = "kv_probe"; // compile-time only: the position tables at the maximum length
+constexpr const char *kKvCachePrefix = "kv_cache/"; // + layer + "/key" or "/value"
 
 // Inputs the training entries add to the model's own.
 constexpr const char *kLabels = "labels";            // int64 [batch, seq]; -100 = not counted

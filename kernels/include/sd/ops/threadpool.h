@@ -27,7 +27,9 @@ private:
   std::mutex mu_;
   std::condition_variable wake_, done_;
   const std::function<void(int64_t, int64_t)> *job_ = nullptr;
-  int64_t jobN_ = 0, jobChunk_ = 0, nextChunk_ = 0, chunks_ = 0, finished_ = 0;
+  int64_t jobN_ = 0, jobChunk_ = 0, nextChunk_ = 0, chunks_ = 0;
+  // Chunks done: written under mu_, read without it while the caller spins.
+  std::atomic<int64_t> finished_{0};
   // Bumped under mu_ for each job; read without the lock while workers spin.
   std::atomic<uint64_t> generation_{0};
   std::atomic<int> sleeping_{0};

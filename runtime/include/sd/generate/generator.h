@@ -1,9 +1,16 @@
-// Token generation from a plan's infer entry: the batch-1 buckets [1, seq] ->
-// logits [1, seq, vocab], a window of the last `seq` tokens (no KV cache yet:
-// every token re-runs the window), and sampling (greedy, temperature, top-k,
-// top-p, repetition penalty).
-// The vocabulary is the plan's, read from the logits; text <-> tokens is the
-// caller's business (sdrun's --prompt is byte-level).
+// Token generation from a plan. Two ways, chosen by what the plan holds:
+//  - Cached (sdc compile --kv-cache): the prefill and decode entries keep
+//    each row's keys and values in the plan's kv_cache state, so a new token
+//    costs one decode step. Rows are generated together (the plan's
+//    --kv-batch); each row remembers which tokens its cache holds, so a call
+//    that extends a row feeds only the new tokens (a prompt in prefill
+//    chunks), and one that changes a row's earlier tokens recomputes from the
+//    first difference.
+//  - Windowed (older plans): the infer entry's batch-1 buckets [1, seq] ->
+//    logits [1, seq, vocab] re-run the last `seq` tokens for every token.
+// Sampling follows transformers' generate (greedy, temperature, top-k, top-p,
+// repetition penalty). The vocabulary is the plan's, read from the logits;
+// text <-> tokens is the caller's business.
 #pragma once
 #include "sd/runtime/session.h"
 #include <cstdint>
@@ -32,29 +39,50 @@ int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &o
 class Generator {
 public:
   // Binds to `session` (which must outlive the generator). An error names what
-  // the plan lacks: a batch-1 infer bucket with an int64 [1, seq] token input
-  // and f32 [1, seq, vocab] logits.
+  // the plan lacks: prefill/decode entries, or a batch-1 infer bucket with an
+  // int64 [1, seq] token input and f32 [1, seq, vocab] logits.
   static StatusOr<std::unique_ptr<Generator>> create(Session &session, const SamplingOptions &opts);
   int64_t vocabSize() const { return vocab_; }
-  int64_t maxWindow() const { return buckets_.back().seq; }
+  // The longest context: the cache length, or the largest window.
+  int64_t maxContext() const { return cacheLength_ ? cacheLength_ : windows_.back().seq; }
+  // Rows generated together (1 without a cache).
+  int64_t batchSize() const { return batch_; }
+  bool cached() const { return cacheLength_ > 0; }
 
   // The token after `tokens` (at least one), sampled with the generator's RNG.
   StatusOr<int64_t> next(const std::vector<int64_t> &tokens);
+  // The token after each row (at most batchSize() rows); an empty row is idle
+  // and gets -1. Needs a cache unless there is a single row.
+  StatusOr<std::vector<int64_t>> nextBatch(const std::vector<std::vector<int64_t>> &rows);
   // Appends `maxNew` tokens to `tokens`, calling onToken after each.
   Status generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken = {});
 
 private:
-  struct Bucket {
+  struct Window {
     size_t entry;
     int64_t seq;
   };
+  struct CachedEntry {
+    size_t entry = SIZE_MAX;
+    int64_t seq = 0;
+    bool tokensFirst = true; // input order: tokens, position_ids
+  };
   Generator(Session &s, const SamplingOptions &o) : session_(s), opts_(o), rng_(o.seed) {}
+  Status bindCache();
+  Status bindWindows();
+  // Feeds each row's tokens the cache lacks; fills `logits` [rows, vocab] with
+  // the logits after each active row's last token.
+  Status runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits);
+  StatusOr<int64_t> sampleChecked(const float *logits, const std::vector<int64_t> &context);
+
   Session &session_;
   SamplingOptions opts_;
   std::mt19937_64 rng_;
-  std::vector<Bucket> buckets_; // by increasing seq
+  int64_t vocab_ = 0, batch_ = 1, cacheLength_ = 0;
+  std::vector<Window> windows_; // by increasing seq
   std::string tokenInput_;
-  int64_t vocab_ = 0;
+  CachedEntry prefill_, decode_;
+  std::vector<std::vector<int64_t>> cachedTokens_; // per row: the tokens whose keys and values the cache holds
   std::vector<HostTensor> outs_;
 };
 

@@ -1,0 +1,34 @@
+// Naming and finding an entry function's inputs and outputs, shared by the
+// passes that build entries from the model's forward (sd-recipe-sft,
+// sd-kv-entries).
+#pragma once
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
+#include <string>
+
+namespace sd {
+// The entry function whose sd.entry is `entry` (the first), or null.
+mlir::func::FuncOp findEntry(mlir::ModuleOp module, llvm::StringRef entry);
+// The input's sd.name, else "inputN"; the output's sd.output_names entry, else "outputN".
+std::string argName(mlir::func::FuncOp f, unsigned i);
+std::string outputName(mlir::func::FuncOp f, unsigned i);
+// An int64 [batch, seq] value.
+bool isTokenShaped(mlir::Value v);
+// The token input: `named` when given, else the only int64 [batch, seq]
+// input, else the only one that indexes an embedding (Hugging Face's
+// attention_mask, position_ids and token_type_ids never count). `who` starts errors
+// ("--recipe sft").
+mlir::FailureOr<unsigned> findTokenInput(mlir::func::FuncOp f, llvm::StringRef named, llvm::StringRef who);
+// The logits output: `named` when given, else the only float [batch, seq,
+// vocab] output. `who` starts errors ("--kv-cache").
+mlir::FailureOr<unsigned> findLogitsOutput(mlir::func::FuncOp f, llvm::StringRef named, llvm::StringRef who);
+// Binds the inputs Hugging Face exports carry besides the tokens to what a
+// step without them means: attention_mask all ones (no padding: packing and
+// the KV cache's positions say which keys a token sees), a with-past
+// export's past_key_values.N.key/value empty (the step computes its keys and
+// values alone), and position_ids 0..seq-1 unless `keepPositions` (then it
+// stays an input). Any other input is an error naming `flag` when
+// `refuseOthers`, else left alone. The bound inputs are erased from `f`.
+mlir::LogicalResult bindAuxiliaryInputs(mlir::func::FuncOp f, unsigned tokenArg, bool keepPositions,
+                                        llvm::StringRef flag, bool refuseOthers = true);
+} // namespace sd

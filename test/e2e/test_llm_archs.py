@@ -1,0 +1,207 @@
+#!/usr/bin/env python3
+"""Decoder architectures users fine-tune, as the exporters they use write
+them, against PyTorch, ONNX Runtime and PEFT. For tiny Llama (grouped-query
+attention), Qwen2 (q/k/v biases), Mistral (one KV head) and GPT-2 (learned
+positions, Conv1D), each exported by torch.onnx.export in TorchScript mode
+(opset 17) and in dynamo mode (its default opset), and by Optimum's exporter
+(opset 18, text-generation-with-past: past_key_values inputs, present outputs),
+and (decoders but GPT-2) by onnxruntime-genai's model builder (com.microsoft
+GroupQueryAttention with rotary, SkipSimplifiedLayerNormalization,
+SimplifiedLayerNormalization; fused qkv_proj, so decoding only):
+
+  logits  sdrun infer equals PyTorch and ONNX Runtime on the same file (1e-4)
+  LoRA    20 steps on every linear layer PEFT targets, starting from a
+          randomly initialized PEFT adapter (`sdrun train --adapter`): losses
+          and the saved adapter equal PyTorch+PEFT's AdamW run (1e-4)
+  decode  a --kv-cache plan's greedy text equals transformers' generate (the
+          with-past export's own cache inputs bound empty: the plan's cache
+          takes over)
+
+Optimum's attention_mask, position_ids and past_key_values inputs are bound
+(ones, 0..seq-1, empty) in the training entries, since the data gives tokens.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from e2e_util import ROOT, norm_rel_err, ort_run, rel_err, sdrun_logits, sh, tool_paths, write_token_rows
+from test_training import check, report
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+BATCH, SEQ, STEPS, R, ALPHA = 2, 16, 20, 4, 8
+# AdamW at PyTorch's default epsilon. (At lr 5e-3 these random-weight models
+# train chaotically: elements whose gradient is near zero take full-size
+# steps of either sign, and 20 steps amplify float noise in either
+# implementation to 1e-3..1e-1 apart; the gradients themselves agree to 1e-5.)
+LR, EPS = 1e-3, 1e-8
+TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+           "gpt2": ["c_attn", "c_proj", "c_fc"]}
+TARGETS["qwen2"] = TARGETS["mistral"] = TARGETS["llama"]
+PROMPTS = ["In the beginning God created", "And"]
+OPTIMUM_PYTHON = os.path.join(ROOT, ".venv-optimum", "bin", "python")
+
+
+def export(model, path, route, d):
+    import torch
+    if route == "torchscript":
+        import export_hf
+        export_hf.export(model, path, 17, BATCH, SEQ)
+    elif route == "dynamo":
+        forward = type(model).forward
+        model.forward = lambda ids: forward(model, input_ids=ids, use_cache=False).logits
+        ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ))
+        dims = ({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=128)},)
+        try:
+            torch.onnx.export(model, (ids,), path, dynamo=True, input_names=["input_ids"], output_names=["logits"],
+                              dynamic_shapes=dims)
+        finally:
+            del model.forward
+    else:  # converters of a saved transformers folder, each writing a folder of its own
+        hf, out = os.path.join(d, "hf"), os.path.join(d, route)
+        model.save_pretrained(hf)
+        if route == "optimum":  # its own environment: optimum-onnx pins transformers 4.57
+            subprocess.run([OPTIMUM_PYTHON, "-m", "optimum.exporters.onnx", "--model", hf, "--task",
+                            "text-generation-with-past", out], check=True, capture_output=True)
+        else:  # onnxruntime-genai's model builder: contrib ops, weights in model.onnx.data beside the model
+            byte_tokenizer(hf)
+            subprocess.run([sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", hf, "-i", hf, "-o", out,
+                            "-p", "fp32", "-e", "cpu"], check=True, capture_output=True)
+        for name in os.listdir(out):  # the model and its external data (model.onnx.data, model.onnx_data)
+            if name.startswith("model.onnx"):
+                shutil.move(os.path.join(out, name), path if name == "model.onnx" else os.path.join(d, name))
+
+
+def byte_tokenizer(folder):
+    """A 256-token tokenizer (one per byte), which the genai builder copies."""
+    import transformers
+    from tokenizers import Tokenizer, models
+    tok = Tokenizer(models.WordLevel({f"<{i}>": i for i in range(256)}, unk_token="<0>"))
+    transformers.PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="<0>").save_pretrained(folder)
+
+
+def peft_training(model, rows, targets, fan_in_fan_out, init_dir):
+    """PEFT's LoRA with random A and B (init_lora_weights=False), saved before
+    training; then STEPS AdamW steps on the rows as sdrun batches them."""
+    import torch
+    import torch.nn.functional as F
+    from peft import LoraConfig, get_peft_model
+    torch.manual_seed(11)
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=targets, lora_dropout=0.0, init_lora_weights=False,
+                     fan_in_fan_out=fan_in_fan_out, task_type="CAUSAL_LM")
+    pm = get_peft_model(model, cfg)
+    pm.save_pretrained(init_dir)
+    params = [p for p in pm.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=LR, eps=EPS, weight_decay=0.0)
+    losses = []  # in eval mode: the plan has no dropout (LoRA dropout 0, and GPT-2's own dropouts off)
+    for step in range(STEPS):
+        batch = torch.tensor([rows[(step * BATCH + i) % len(rows)] for i in range(BATCH)])
+        logits = pm(input_ids=batch).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return pm.eval(), losses
+
+
+def greedy(model, prompt, new):
+    import torch
+    with torch.no_grad():
+        out = model.generate(input_ids=torch.tensor([list(prompt.encode())]), max_new_tokens=new, do_sample=False,
+                             pad_token_id=0, eos_token_id=None)[0].tolist()
+    return bytes(out)
+
+
+def check_decode(name, model, onnx_path, sdc, sdrun, d):
+    kv = os.path.join(d, "kv.sdp")
+    sh([sdc, "compile", onnx_path, "--kv-cache", "48", "--prefill-chunk", "8", "-o", kv])
+    cmd = [sdrun, "generate", kv, "--temperature", "0", "--max-new-tokens", "12", "--threads", "2"]
+    for p in PROMPTS:
+        cmd += ["--prompt", p]
+    r = subprocess.run(cmd, capture_output=True, timeout=300)
+    expect = b"".join(greedy(model, p, 12) + b"\n" for p in PROMPTS)
+    check(f"{name} decode: greedy through the KV cache equals transformers' generate", r.stdout == expect,
+          f"{r.stdout!r} vs {expect!r} {r.stderr.decode()[-200:]}")
+
+
+def check_arch(arch, route, sdc, sdrun, tmp):
+    import torch
+    from safetensors.numpy import load_file
+    import export_hf
+    d = os.path.join(tmp, f"{arch}_{route}")
+    os.makedirs(d)
+    name = f"{arch} ({route})"
+    model = export_hf.build(arch, 0)
+    onnx_path = os.path.join(d, "model.onnx")
+    export(model, onnx_path, route, d)
+    if route == "genai":  # q/k/v fused into one qkv_proj: PEFT's names do not apply, so decoding only
+        check_decode(name, model, onnx_path, sdc, sdrun, d)
+        return
+    rng = np.random.default_rng(5)
+    ids = rng.integers(0, 256, (BATCH, SEQ)).astype(np.int64)
+    if route != "optimum":  # a with-past export's inference plan takes every past input; LoRA's covers it below
+        plan = os.path.join(d, "infer.sdp")
+        sh([sdc, "compile", onnx_path, "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
+        got = sdrun_logits(sdrun, plan, None, ids, d, "base")
+        with torch.no_grad():
+            want = model(torch.tensor(ids)).logits.numpy()
+        ort = ort_run(onnx_path, {"input_ids": ids})["logits"]
+        check(f"{name} logits: sdrun equals PyTorch and ONNX Runtime (1e-4)",
+              rel_err(got, want) <= 1e-4 and rel_err(got, ort) <= 1e-4,
+              f"relative err {rel_err(got, want):.1e} vs PyTorch, {rel_err(got, ort):.1e} vs ONNX Runtime")
+
+    check_decode(name, model, onnx_path, sdc, sdrun, d)
+
+    data = os.path.join(d, "train.jsonl")
+    write_token_rows(data, rng, 256, 2 * STEPS, SEQ)
+    rows = [json.loads(l)["input_ids"] for l in open(data)]
+    lora = os.path.join(d, "lora.sdp")
+    targets = TARGETS[arch]
+    sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(targets), "--lora-r", str(R),
+        "--lora-alpha", str(ALPHA), "--adam-epsilon", str(EPS), "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", lora])
+    init, trained, metrics = (os.path.join(d, n) for n in ("init_adapter", "trained_adapter", "metrics.jsonl"))
+    pm, want_losses = peft_training(export_hf.build(arch, 0), rows, targets, arch == "gpt2", init)
+    sh([sdrun, "train", lora, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
+        "--lr-schedule", "constant", "--threads", "2", "--adapter", init, "--metrics", metrics,
+        "--save-adapter", trained])
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want_losses)) if len(losses) == STEPS else float("inf")
+    theirs = {k.replace(".default", ""): v.detach().numpy() for k, v in pm.state_dict().items() if "lora_" in k}
+    ours = load_file(os.path.join(trained, "adapter_model.safetensors"))
+    # Per tensor, relative in the Frobenius norm: AdamW divides each element's
+    # gradient by its own running RMS, so an element whose gradient is near
+    # zero moves by float noise in either implementation.
+    errs = {k: norm_rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
+    worst = max(errs, key=errs.get) if errs else "none"
+    weight_err = errs.get(worst, float("inf"))
+    check(f"{name} LoRA on {len(targets)} module kinds: {STEPS} steps from PEFT's random adapter give PEFT's losses "
+          f"and adapter weights (1e-4)",
+          loss_err <= 1e-4 and weight_err <= 1e-4 and set(ours) == set(theirs),
+          f"losses {losses[:3]} vs PEFT {want_losses[:3]}, worst loss err {loss_err:.1e}, worst weight err {weight_err:.1e} ({worst}), "
+          f"{len(ours)} tensors ({len(theirs)} in PEFT)")
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    torch.set_num_threads(2)
+    tmp = tempfile.mkdtemp(prefix="sd_archs_")
+    try:
+        for arch in ("llama", "qwen2", "mistral", "gpt2"):
+            for route in ("torchscript", "dynamo", "optimum") + (("genai",) if arch != "gpt2" else ()):
+                try:
+                    check_arch(arch, route, sdc, sdrun, tmp)
+                except Exception as e:  # one failing route must not hide the others
+                    check(f"{arch} ({route}) runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("llm_archs")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
