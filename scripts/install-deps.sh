@@ -48,7 +48,14 @@ fi
 # The project's Python: Debian's interpreter, a virtual environment per
 # requirements file. Pins are checked against the installed distributions'
 # metadata, so a satisfied environment costs no pip run at all.
-PIP_FLAGS=(--quiet --disable-pip-version-check --no-input --progress-bar off --only-binary=:all:)
+# --no-cache-dir: pip's wheel cache would hold a second copy of the several-GB
+# PyTorch download; a CI machine ran out of disk with it (ENOSPC in pip).
+PIP_FLAGS=(--quiet --disable-pip-version-check --no-input --progress-bar off --only-binary=:all: --no-cache-dir)
+
+# Free space where the environments go, in GiB, so an ENOSPC from pip can be
+# read against what the install needs (.venv took 6.2 GiB, the side
+# environments 1 GiB more, on 2026-11-24).
+free_gib() { df -Pk . | awk 'NR==2 { printf "%d", $4 / 1048576 }'; }
 
 venv_ready() { # VENV REQUIREMENTS
   [ -x "$1/bin/python" ] && "$1/bin/python" scripts/check_pins.py "$2" >/dev/null 2>&1
@@ -68,7 +75,7 @@ else
   torch_pin=$(sed -n 's/^torch==//p' requirements.txt)
   if [ "$(.venv/bin/python scripts/check_pins.py --version-of torch 2>/dev/null)" != "$torch_pin" ]; then
     echo "install-deps: pip installing requirements.txt into .venv, with PyTorch $torch_pin" \
-         "(PyPI's CUDA build: several GB to download)"
+         "(PyPI's CUDA build: several GB to download; $(free_gib) GiB free here)"
   else
     echo "install-deps: pip installing requirements.txt into .venv (PyTorch $torch_pin already there)"
   fi
@@ -84,19 +91,24 @@ else
   .venv/bin/python scripts/check_pins.py requirements-models.txt
 fi
 
-# ONNX Runtime Training ships its own `onnxruntime` package, so it lives apart;
-# a .pth file appended after its own site-packages lends it .venv's torch, onnx
-# and numpy instead of a second multi-GB download.
-ORTT=.venv-ort-training
-if venv_ready "$ORTT" requirements-ort-training.txt; then
-  echo "install-deps: $ORTT matches requirements-ort-training.txt"
-else
-  make_venv "$ORTT"
+# Tools whose pins conflict with .venv's live apart, each in its own
+# environment; a .pth file appended after its own site-packages lends it
+# .venv's torch, onnx and numpy instead of a second multi-GB download.
+side_venv() { # VENV REQUIREMENTS
+  if venv_ready "$1" "$2"; then
+    echo "install-deps: $1 matches $2"
+    return
+  fi
+  make_venv "$1"
   main_site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-  "$ORTT/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
+  "$1/bin/python" -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])' |
     { read -r site; echo "$main_site" >"$site/zz_sdc_main_venv.pth"; }
-  echo "install-deps: pip installing requirements-ort-training.txt into $ORTT"
-  "$ORTT/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps -r requirements-ort-training.txt
-  "$ORTT/bin/python" scripts/check_pins.py requirements-ort-training.txt
-fi
+  echo "install-deps: pip installing $2 into $1"
+  "$1/bin/python" -m pip install "${PIP_FLAGS[@]}" --no-deps -r "$2"
+  "$1/bin/python" scripts/check_pins.py "$2"
+}
+# ONNX Runtime Training ships its own `onnxruntime` package.
+side_venv .venv-ort-training requirements-ort-training.txt
+# Optimum's exporter pins an older transformers.
+side_venv .venv-optimum requirements-optimum.txt
 echo "install-deps: done"
