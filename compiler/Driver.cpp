@@ -216,6 +216,11 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     for (auto [i, n] : llvm::enumerate(notes)) list += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
     addField("control_flow", "{\"decisions\":" + list + "],\"run_time_selects\":" + std::to_string(selects) + "}");
   }
+  if (auto cls = (*module)->getAttrOfType<mlir::DictionaryAttr>("sd.classify")) {
+    auto num = [&](const char *k) { return std::to_string(mlir::cast<mlir::IntegerAttr>(cls.get(k)).getInt()); };
+    addField("classify", std::string("{\"num_labels\":") + num("num_labels") + ",\"vocab\":" + num("vocab") +
+                             ",\"pooling\":" + jsonQuote(mlir::cast<mlir::StringAttr>(cls.get("pooling")).str()) + "}");
+  }
   if (std::string peft = peftJson(*module); !peft.empty()) addField(peft.find("\"OSF\"") != std::string::npos ? "osf" : "lora", peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));
 }

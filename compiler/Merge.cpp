@@ -195,6 +195,11 @@ bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const Safetensors
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
+  if (!cfg.value().modulesToSave.empty())
+    return error = req.adapterDir + ": the adapter trains '" + cfg.value().modulesToSave[0] +
+                   "' in full (modules_to_save, a classification head the model does not have); sdc merge folds "
+                   "LoRA and OSF weights into the model's own layers only",
+           false;
   double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
   if (!file.isOk()) return error = file.status().message(), false;

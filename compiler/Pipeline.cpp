@@ -36,7 +36,15 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
 
 void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   buildPeftPipeline(pm, opts);
-  if (opts.training()) {
+  if (opts.training() && opts.recipe == "classify") {
+    RecipeClassifyOptions recipe;
+    recipe.numLabels = opts.numLabels;
+    recipe.pooling = opts.pooling;
+    recipe.featuresOutput = opts.featuresOutput;
+    recipe.tokenInput = opts.tokenInput;
+    recipe.seed = opts.seed;
+    pm.addPass(createRecipeClassify(recipe));
+  } else if (opts.training()) {
     RecipeSftOptions recipe;
     recipe.lossOutput = opts.lossOutput;
     recipe.logitsOutput = opts.logitsOutput;

@@ -26,7 +26,9 @@ struct PipelineOptions {
   std::string osftRankPattern;    // NAME=K|R,...
   std::string osftStrategy = "auto"; // auto | factored | dense
   int64_t seed = 0;
-  std::string recipe = "sft";
+  std::string recipe = "sft"; // sft | classify
+  int64_t numLabels = 0;      // --recipe classify
+  std::string pooling = "mean", featuresOutput;
   std::string lossOutput, logitsOutput;
   std::string tokenInput; // the int64 [batch, seq] input sdrun train feeds; empty: found by the recipe
   std::string optimizer = "adamw";

@@ -4,6 +4,7 @@
 #include "EntryInputs.h"
 #include "PassDetail.h"
 #include "Passes.h"
+#include "RecipeLoss.h"
 #include "vjp/GradBuilder.h"
 #include "mlir/IR/IRMapping.h"
 #include <limits>
@@ -18,7 +19,7 @@ using namespace sd::ir;
 
 namespace {
 
-constexpr int64_t kIgnoreIndex = -100;
+using sd::kIgnoreIndex;
 
 struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
   using RecipeSftBase::RecipeSftBase;
@@ -59,7 +60,9 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
       OpBuilder b(ret);
       GradBuilder g(b, ret.getLoc());
       if (t.getRank() != 0) loss = g.reshape(loss, {});
-      return finish(f, ret, loss, g.scalar(b.getF32Type(), 1.0), g);
+      Value one = g.scalar(b.getF32Type(), 1.0);
+      if (g.failed()) return failure();
+      return sd::finishLossEntry(f, loss, one);
     }
     return f.emitError() << "--loss-output '" << lossOutput << "' is not an output of the model";
   }
@@ -78,13 +81,7 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
     auto tokenType = cast<RankedTensorType>(f.getArgument(tokenArg).getType());
     // sdrun train feeds the data's token ids to this input, whatever it is called.
     f->getParentOfType<ModuleOp>()->setAttr("sd.token_input", StringAttr::get(f.getContext(), sd::argName(f, tokenArg)));
-    SmallVector<NamedAttribute> argAttrs = {
-        NamedAttribute(StringAttr::get(f.getContext(), "sd.name"), StringAttr::get(f.getContext(), sd::abi::kLabels))};
-    if (auto params = f.getArgAttr(tokenArg, "sd.dim_params"))
-      argAttrs.push_back(NamedAttribute(StringAttr::get(f.getContext(), "sd.dim_params"), params));
-    unsigned labelsIndex = f.getNumArguments();
-    f.insertArgument(labelsIndex, tokenType, DictionaryAttr::get(f.getContext(), argAttrs), f.getLoc());
-    Value labels = f.getArgument(labelsIndex);
+    Value labels = sd::addLabelsInput(f, tokenArg, tokenType.getRank(), sd::abi::kLabels);
 
     OpBuilder b(ret);
     GradBuilder g(b, NameLoc::get(b.getStringAttr("sft_loss")));
@@ -95,26 +92,9 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
     Value padded = g.make<PadOp>({shifted, g.ints({0, 0, 0, 1}), ignore, g.none()});
     Value flatLabels = g.reshape(padded, {-1});
     Value scores = g.reshape(logits, {-1, lt.getDimSize(2)});
-    Value loss = g.make<SoftmaxCrossEntropyLossOp>(
-        {scores, flatLabels, g.none()},
-        {b.getNamedAttr("reduction", b.getStringAttr("sum")), g.attr("ignore_index", kIgnoreIndex)});
-    Value counted = g.make<NotOp>({g.make<EqualOp>({flatLabels, ignore})});
-    Value tokens = g.make<ReduceSumOp>({g.make<CastOp>({counted}, {g.attr("to", int64_t(sd::DType::F32))}), g.none()},
-                                       {g.attr("keepdims", 0)});
-    if (g.failed()) return failure();
-    if (lt.getElementType() != b.getF32Type())
-      loss = g.make<CastOp>({loss}, {g.attr("to", int64_t(sd::DType::F32))});
-    return finish(f, ret, loss, tokens, g);
-  }
-
-  LogicalResult finish(func::FuncOp f, func::ReturnOp ret, Value loss, Value tokens, GradBuilder &g) {
-    if (g.failed()) return failure();
-    OpBuilder b(ret);
-    b.create<func::ReturnOp>(ret.getLoc(), ValueRange{loss, tokens});
-    ret.erase();
-    f.setType(FunctionType::get(f.getContext(), f.getArgumentTypes(), {loss.getType(), tokens.getType()}));
-    f->setAttr("sd.output_names", b.getStrArrayAttr({sd::abi::kLossSum, sd::abi::kTokens}));
-    return success();
+    sd::SummedLoss loss = sd::summedCrossEntropy(g, scores, flatLabels);
+    if (g.failed() || !loss.loss) return failure();
+    return sd::finishLossEntry(f, loss.loss, loss.count);
   }
 };
 

@@ -112,7 +112,7 @@ static int64_t pastHeadSize(Value past) {
 }
 
 LogicalResult sd::bindAuxiliaryInputs(func::FuncOp f, unsigned tokenArg, bool keepPositions, StringRef flag,
-                                      bool refuseOthers) {
+                                      bool refuseOthers, bool keepMask) {
   Value tokens = f.getArgument(tokenArg);
   llvm::BitVector drop(f.getNumArguments());
   for (unsigned i = 0; i < f.getNumArguments(); ++i) {
@@ -140,12 +140,15 @@ LogicalResult sd::bindAuxiliaryInputs(func::FuncOp f, unsigned tokenArg, bool ke
                              << "' is not known; give it with --dim NAME=SIZE";
       Value rows = g.make<ShapeOp>({tokens}, {g.attr("start", 0), g.attr("end", 1)});
       bound = fill(g.make<ConcatOp>({rows, g.ints({type.getDimSize(1), 0, head})}, {g.attr("axis", 0)}), 0.0);
-    } else if (name == "attention_mask" && type && type.getRank() == 2 && sd::ir::toDType(type.getElementType())) {
+    } else if (name == sd::abi::kAttentionMask && type && type.getRank() == 2 && sd::ir::toDType(type.getElementType())) {
+      if (keepMask) continue;
       bound = fill(g.make<ShapeOp>({tokens}), 1.0);
+    } else if (name == "token_type_ids" && type && type.getRank() == 2 && sd::ir::toDType(type.getElementType())) {
+      bound = fill(g.make<ShapeOp>({tokens}), 0.0);
     } else if (refuseOthers) {
       return f.emitError() << flag << ": the model's input '" << name << "' (" << arg.getType()
                            << ") cannot be bound; export the model with only the token input (and optionally "
-                              "attention_mask, position_ids, past_key_values.N.key/value)";
+                              "attention_mask, position_ids, token_type_ids, past_key_values.N.key/value)";
     } else {
       continue;
     }

@@ -27,8 +27,9 @@ mlir::FailureOr<unsigned> findLogitsOutput(mlir::func::FuncOp f, llvm::StringRef
 // the KV cache's positions say which keys a token sees), a with-past
 // export's past_key_values.N.key/value empty (the step computes its keys and
 // values alone), and position_ids 0..seq-1 unless `keepPositions` (then it
-// stays an input). Any other input is an error naming `flag` when
+// stays an input), token_type_ids zeros (one segment). attention_mask stays
+// an input when `keepMask` (rows padded to a bucket's length). Any other input is an error naming `flag` when
 // `refuseOthers`, else left alone. The bound inputs are erased from `f`.
 mlir::LogicalResult bindAuxiliaryInputs(mlir::func::FuncOp f, unsigned tokenArg, bool keepPositions,
-                                        llvm::StringRef flag, bool refuseOthers = true);
+                                        llvm::StringRef flag, bool refuseOthers = true, bool keepMask = false);
 } // namespace sd

@@ -127,6 +127,28 @@ def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
   ];
 }
 
+def RecipeClassify : Pass<"sd-recipe-classify", "mlir::ModuleOp"> {
+  let summary = "Add a classification head and an eval_step entry with cross-entropy over one label per row";
+  let description = [{
+    Appends a trainable linear head (`classifier.weight` [num-labels, hidden],
+    `classifier.bias`; nn.Linear's initialization, seeded) to the model's
+    features: a float [batch, hidden] output, or a [batch, seq, hidden] one
+    pooled by the mean over `attention_mask` (or the first token). `infer`
+    then returns the class logits. Clones it into `eval_step` with a
+    `labels` input [batch] (-100: a padding row) and the summed
+    cross-entropy, outputs `loss_sum` and `tokens` (the counted rows).
+    `attention_mask` stays an input; `token_type_ids` and `position_ids`
+    take their defaults.
+  }];
+  let options = [
+    Option<"numLabels", "num-labels", "int64_t", "0", "number of classes">,
+    Option<"pooling", "pooling", "std::string", "\"mean\"", "mean | cls, for [batch, seq, hidden] features">,
+    Option<"featuresOutput", "features-output", "std::string", "\"\"", "the features output (default: the only one)">,
+    Option<"tokenInput", "token-input", "std::string", "\"\"", "the int64 [batch, seq] token input">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the head's initialization">,
+  ];
+}
+
 def FuseLayerNorm : Pass<"sd-fuse-layernorm", "mlir::ModuleOp"> {
   let summary = "Replace LayerNorm decomposed by pre-opset-17 exporters with one sd.layer_normalization";
 }

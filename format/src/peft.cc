@@ -15,7 +15,28 @@ std::vector<std::string> LoraConfig::tensorNames(const std::string &module) cons
   return {module + kLoraASuffix, module + kLoraBSuffix};
 }
 
+std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string &m : modulesToSave)
+    for (const char *suffix : {".weight", ".bias"}) out.push_back({m, m + suffix});
+  for (const std::string &m : modules)
+    for (const std::string &name : tensorNames(m)) out.push_back({m, name});
+  return out;
+}
+
 namespace {
+
+// modules_to_save: null or a list of module names.
+Status readModulesToSave(const Json &doc, const std::string &path, std::vector<std::string> &out) {
+  const Json *save = doc.get("modules_to_save");
+  if (!save || save->type == Json::Type::Null) return Status::ok();
+  if (save->type != Json::Type::Array) return sdError(path, ": 'modules_to_save' must be a list of module names");
+  for (const Json &m : save->arr) {
+    if (m.type != Json::Type::String) return sdError(path, ": 'modules_to_save' must be a list of module names");
+    out.push_back(m.str);
+  }
+  return Status::ok();
+}
 
 // Fields of PEFT's LoraConfig that change what the adapter computes in ways
 // sdc does not implement: loading such an adapter must fail, not silently give
@@ -37,7 +58,6 @@ Status refuseUnsupportedSemantics(const Json &doc, const std::string &path) {
       {"use_dora", "DoRA (weight-decomposed LoRA) is not supported yet"},
       {"lora_bias", "LoRA bias terms (lora_bias) are not supported yet"},
       {"use_qalora", "QALoRA is not supported yet"},
-      {"modules_to_save", "fully trained extra modules (modules_to_save) are not supported yet"},
       {"rank_pattern", "per-module ranks (rank_pattern) are not supported yet"},
       {"alpha_pattern", "per-module alphas (alpha_pattern) are not supported yet"},
       {"layer_replication", "layer replication is not supported"},
@@ -66,13 +86,12 @@ Status refuseUnsupportedSemantics(const Json &doc, const std::string &path) {
 // which loading checks tensor by tensor. Fields that would make the adapter
 // mean more than its three factors per module are refused.
 StatusOr<LoraConfig> parseOsfConfig(const Json &doc, const std::string &path) {
-  if (const Json *save = doc.get("modules_to_save"); save && save->type == Json::Type::Array && !save->arr.empty())
-    return sdError(path, ": 'modules_to_save' is set: fully trained extra modules are not supported yet");
   if (const Json *init = doc.get("init_weights"); init && init->type == Json::Type::Bool && !init->b)
     return sdError(path, ": 'init_weights' is false: the adapter's initial low factors are random, not the base ",
                    "weights' split, so the base model plus this adapter is not what PEFT computes");
   LoraConfig c;
   c.peftType = "OSF";
+  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
   const Json *rank = doc.get("effective_rank");
   if (rank && rank->type == Json::Type::Number) {
     if (!(rank->num > 0)) return sdError(path, ": effective_rank must be positive");
@@ -106,6 +125,7 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   c.r = int64_t(r->num);
   c.alpha = alpha->num;
   c.rslora = rs && rs->b;
+  SD_RETURN_IF_ERROR(readModulesToSave(doc.value(), path, c.modulesToSave));
   return c;
 }
 
@@ -113,6 +133,7 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   auto doc = parseJson(configJson, "plan config");
   if (!doc.isOk()) return doc.status();
   LoraConfig c;
+  if (doc.value().get("classify")) c.modulesToSave = {"classifier"};
   if (const Json *osf = doc.value().get("osf")) {
     const Json *mods = osf->get("modules"), *ranks = osf->get("ranks"), *rank = osf->get("effective_rank"),
                *crc = osf->get("base_weights_crc32c");
@@ -166,10 +187,23 @@ static std::string osfConfigJson(const LoraConfig &cfg, const std::string &targe
          "  \"inference_mode\": true,\n  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
 }
 
+// A classification adapter: PEFT's SEQ_CLS task with its head in modules_to_save.
+static std::string withModulesToSave(std::string json, const LoraConfig &cfg) {
+  if (cfg.modulesToSave.empty()) return json;
+  std::string list;
+  for (const std::string &m : cfg.modulesToSave) list += (list.empty() ? "" : ", ") + jsonQuote(m);
+  auto swap = [&](const std::string &from, const std::string &to) {
+    if (size_t at = json.find(from); at != std::string::npos) json.replace(at, from.size(), to);
+  };
+  swap("\"modules_to_save\": null", "\"modules_to_save\": [" + list + "]");
+  swap("\"task_type\": \"CAUSAL_LM\"", "\"task_type\": \"SEQ_CLS\"");
+  return json;
+}
+
 std::string adapterConfigJson(const LoraConfig &cfg) {
   std::string targets;
   for (const std::string &m : cfg.modules) targets += (targets.empty() ? "" : ", ") + jsonQuote(m);
-  if (cfg.isOsf()) return osfConfigJson(cfg, targets);
+  if (cfg.isOsf()) return withModulesToSave(osfConfigJson(cfg, targets), cfg);
   char alpha[32], dropout[32];
   std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
   std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);
@@ -183,7 +217,7 @@ std::string adapterConfigJson(const LoraConfig &cfg) {
                      ",\n  \"init_lora_weights\": true,\n  \"rank_pattern\": {},\n  \"alpha_pattern\": {},\n"
                      "  \"layers_to_transform\": null,\n  \"layers_pattern\": null,\n  \"inference_mode\": true,\n"
                      "  \"modules_to_save\": null,\n  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
-  return json;
+  return withModulesToSave(json, cfg);
 }
 
 } // namespace sd

@@ -32,14 +32,13 @@ Status saveAdapter(const std::string &dirGiven, const Session &session, const Lo
   std::string dir = dirGiven;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::vector<HostTensor> values;
-  for (const std::string &m : cfg.modules)
-    for (const std::string &name : cfg.tensorNames(m)) {
-      int64_t g = session.findGlobal(name);
-      if (g < 0) return sdError("the plan has no global '", name, "'");
-      auto v = session.readGlobal(size_t(g));
-      if (!v.isOk()) return v.status();
-      values.push_back(std::move(v.value()));
-    }
+  for (auto &[module, name] : cfg.tensors()) {
+    int64_t g = session.findGlobal(name);
+    if (g < 0) return sdError("the plan has no global '", name, "'");
+    auto v = session.readGlobal(size_t(g));
+    if (!v.isOk()) return v.status();
+    values.push_back(std::move(v.value()));
+  }
   std::vector<NamedTensor> tensors;
   for (const HostTensor &v : values) tensors.push_back({adapterKey(v.name), v.dtype, v.dims, v.data.data(), v.byteSize()});
   // Weights and config must change together (a new A/B with an old r or
@@ -75,6 +74,15 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
       return sdError(cfgPath, ": lora_alpha differs from the plan's ", cfg.alpha);
     if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
   }
+  std::set<std::string> saved(given.value().modulesToSave.begin(), given.value().modulesToSave.end()),
+      planSaved(cfg.modulesToSave.begin(), cfg.modulesToSave.end());
+  for (const std::string &m : saved)
+    if (!planSaved.count(m))
+      return sdError(cfgPath, ": 'modules_to_save' lists '", m, "', which this plan does not train");
+  for (const std::string &m : planSaved)
+    if (!saved.count(m))
+      return sdError(cfgPath, ": the plan trains '", m, "' in full (its classification head), but the adapter's ",
+                     "'modules_to_save' does not list it");
   std::string wPath = dir + "/" + kAdapterWeightsFile;
   auto file = readSafetensors(wPath, /*requireFinite=*/true);
   if (!file.isOk()) return file.status();
@@ -89,21 +97,20 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   }
   std::set<std::string> expected;
   std::vector<std::pair<int64_t, const NamedTensor *>> copies;
-  for (const std::string &m : cfg.modules)
-    for (const std::string &name : cfg.tensorNames(m)) {
-      std::string key = adapterKey(name);
-      expected.insert(key);
-      auto it = file.value().tensors.find(key);
-      if (it == file.value().tensors.end())
-        return sdError(wPath, ": no tensor for module '", m, "' (", key, "); the plan adapts it");
-      int64_t g = session.findGlobal(name);
-      if (g < 0) return sdError("the plan has no global '", name, "'");
-      const GlobalDesc &gd = session.plan().globals[size_t(g)];
-      if (it->second.dtype != gd.dtype || it->second.dims != gd.dims)
-        return sdError(wPath, ": '", key, "' is ", dtypeName(it->second.dtype), "[", formatDims(it->second.dims),
-                       "], the plan needs ", dtypeName(gd.dtype), "[", formatDims(gd.dims), "]");
-      copies.push_back({g, &it->second});
-    }
+  for (auto &[m, name] : cfg.tensors()) {
+    std::string key = adapterKey(name);
+    expected.insert(key);
+    auto it = file.value().tensors.find(key);
+    if (it == file.value().tensors.end())
+      return sdError(wPath, ": no tensor for module '", m, "' (", key, "); the plan adapts it");
+    int64_t g = session.findGlobal(name);
+    if (g < 0) return sdError("the plan has no global '", name, "'");
+    const GlobalDesc &gd = session.plan().globals[size_t(g)];
+    if (it->second.dtype != gd.dtype || it->second.dims != gd.dims)
+      return sdError(wPath, ": '", key, "' is ", dtypeName(it->second.dtype), "[", formatDims(it->second.dims),
+                     "], the plan needs ", dtypeName(gd.dtype), "[", formatDims(gd.dims), "]");
+    copies.push_back({g, &it->second});
+  }
   for (auto &[key, t] : file.value().tensors)
     if (!expected.count(key))
       return sdError(wPath, ": tensor '", key, "' targets a module the plan does not adapt");

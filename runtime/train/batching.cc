@@ -48,32 +48,41 @@ const Example *DataCursor::take() {
   return e;
 }
 
-TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput) {
-  for (auto [t, name] : {std::pair{&ids, tokenInput.c_str()}, {&labels, abi::kLabels}, {&positions, abi::kPositionIds}}) {
+TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput, bool classify) {
+  for (auto [t, name] : {std::pair{&ids, tokenInput.c_str()}, {&labels, abi::kLabels}, {&positions, abi::kPositionIds},
+                         {&mask, abi::kAttentionMask}}) {
     t->name = name;
     t->dtype = DType::I64;
     t->dims = {batch, seq};
     t->data.assign(size_t(batch * seq) * 8, 0);
   }
+  if (classify) {
+    labels.dims = {batch};
+    labels.data.resize(size_t(batch) * 8);
+  }
   auto *pi = reinterpret_cast<int64_t *>(ids.data.data());
   auto *pl = reinterpret_cast<int64_t *>(labels.data.data());
   auto *pp = reinterpret_cast<int64_t *>(positions.data.data());
-  std::fill(pl, pl + batch * seq, kIgnoreLabel);
+  auto *pm = reinterpret_cast<int64_t *>(mask.data.data());
+  std::fill(pl, pl + (classify ? batch : batch * seq), kIgnoreLabel);
   for (size_t r = 0; r < rows.size(); ++r) {
     int64_t at = int64_t(r) * seq, end = at + seq;
     for (const Example *e : rows[r]) {
+      if (classify) pl[r] = e->label;
       for (size_t j = 0; j < e->ids.size(); ++j, ++at) {
         pi[at] = e->ids[j];
-        pl[at] = j == 0 && at != int64_t(r) * seq ? kIgnoreLabel : e->labels[j];
+        pm[at] = 1;
+        if (!classify) pl[at] = j == 0 && at != int64_t(r) * seq ? kIgnoreLabel : e->labels[j];
         pp[at] = int64_t(j);
       }
     }
     for (int64_t j = 0; at < end; ++at, ++j) pp[at] = j; // padding: a sequence of its own
   }
+  for (int64_t r = int64_t(rows.size()); r < batch; ++r) pm[r * seq] = 1;
 }
 
 std::map<std::string, const HostTensor *> TokenBatch::inputs() const {
-  return {{ids.name, &ids}, {labels.name, &labels}, {positions.name, &positions}};
+  return {{ids.name, &ids}, {labels.name, &labels}, {positions.name, &positions}, {mask.name, &mask}};
 }
 
 } // namespace sd::train

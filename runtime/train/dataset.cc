@@ -27,20 +27,27 @@ Status readIds(const Json &v, const char *key, int64_t vocab, bool isLabel, std:
 // ids (and labels) of `text`, or of `prompt` + `completion` with the prompt's
 // labels -100: the tokenizer's BOS (its post-processor) before, its EOS after
 // (TRL's SFT does the same), or the bytes when there is no tokenizer.
+// `s` as token ids: the tokenizer's (with the post-processor's specials when
+// `specials`), else its bytes.
+Status encodeText(const std::string &s, bool specials, const DatasetOptions &opts, std::vector<int64_t> &ids) {
+  if (opts.tokenizer) {
+    EncodeOptions eo;
+    eo.addSpecialTokens = specials;
+    for (int32_t id : opts.tokenizer->encode(s, eo)) ids.push_back(id);
+  } else {
+    for (unsigned char c : s) ids.push_back(int64_t(c));
+  }
+  for (int64_t id : ids)
+    if (id >= opts.vocab)
+      return sdError("token ", id, " of the tokenizer is outside the plan's vocabulary [0, ", opts.vocab,
+                     "): the tokenizer does not belong to this model");
+  return Status::ok();
+}
+
 Status tokenizeText(const std::string &first, const std::string *completion, const DatasetOptions &opts, Example &ex) {
   auto append = [&](const std::string &s, bool specials, bool trained) -> Status {
     std::vector<int64_t> ids;
-    if (opts.tokenizer) {
-      EncodeOptions eo;
-      eo.addSpecialTokens = specials;
-      for (int32_t id : opts.tokenizer->encode(s, eo)) ids.push_back(id);
-    } else {
-      for (unsigned char c : s) ids.push_back(int64_t(c));
-    }
-    for (int64_t id : ids)
-      if (id >= opts.vocab)
-        return sdError("token ", id, " of the tokenizer is outside the plan's vocabulary [0, ", opts.vocab,
-                       "): the tokenizer does not belong to this model");
+    SD_RETURN_IF_ERROR(encodeText(s, specials, opts, ids));
     ex.ids.insert(ex.ids.end(), ids.begin(), ids.end());
     ex.labels.insert(ex.labels.end(), ids.size(), kIgnoreLabel);
     if (trained) std::copy(ids.begin(), ids.end(), ex.labels.end() - long(ids.size()));
@@ -109,6 +116,44 @@ uint64_t splitMix(uint64_t &s) {
   return z ^ (z >> 31);
 }
 
+Status fitLength(Example &ex, const std::string &where, const DatasetOptions &opts) {
+  if (int64_t(ex.ids.size()) <= opts.maxLength) return Status::ok();
+  if (!opts.truncate)
+    return sdError(where, ": sequence of ", ex.ids.size(), " tokens is longer than the plan's largest bucket (",
+                   opts.maxLength, "); use --truncate or compile a longer bucket");
+  ex.ids.resize(size_t(opts.maxLength));
+  if (!ex.labels.empty()) ex.labels.resize(size_t(opts.maxLength));
+  return Status::ok();
+}
+
+// A classification line: "text" or "input_ids", and the class "label".
+StatusOr<Example> parseClassifyLine(const Json &j, const std::string &where, const DatasetOptions &opts) {
+  for (const char *other : {"prompt", "completion", "messages", "labels"})
+    if (j.get(other))
+      return sdError(where, ": '", other, "' is not a field of classification data: a line has 'text' (or 'input_ids') ",
+                     "and 'label'");
+  const Json *label = j.get("label"), *text = j.get("text"), *ids = j.get("input_ids");
+  if (!label) return sdError(where, ": a classification line needs 'label', an integer class in [0, ", opts.numLabels, ")");
+  if (!label->isInteger()) return sdError(where, ": 'label' must be an integer class in [0, ", opts.numLabels, ")");
+  if (label->num < 0 || label->num >= double(opts.numLabels))
+    return sdError(where, ": 'label' = ", int64_t(label->num), " is outside the plan's classes [0, ", opts.numLabels, ")");
+  if (!text == !ids) return sdError(where, ": a classification line needs 'text' or 'input_ids' (one of them)");
+  Example ex;
+  ex.label = int64_t(label->num);
+  if (ids) {
+    SD_RETURN_IF_ERROR(readIds(*ids, "input_ids", opts.vocab, false, ex.ids).withContext(where + ": "));
+  } else {
+    if (text->type != Json::Type::String) return sdError(where, ": 'text' must be a string");
+    if (!opts.tokenizer && opts.vocab != 256)
+      return sdError(where, ": text needs --tokenizer DIR or a byte-level model (vocabulary 256, this plan has ",
+                     opts.vocab, "); or give input_ids");
+    SD_RETURN_IF_ERROR(encodeText(text->str, true, opts, ex.ids).withContext(where + ": "));
+  }
+  if (ex.ids.empty()) return sdError(where, ": the example has no tokens");
+  SD_RETURN_IF_ERROR(fitLength(ex, where, opts));
+  return ex;
+}
+
 } // namespace
 
 StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts) {
@@ -116,6 +161,10 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   if (!doc.isOk()) return doc.status();
   const Json &j = doc.value();
   if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
+  if (opts.numLabels > 0) return parseClassifyLine(j, where, opts);
+  if (j.get("label"))
+    return sdError(where, ": 'label' is for classification plans (sdc compile --recipe classify); this plan trains a "
+                   "language model");
   Example ex;
   const Json *ids = j.get("input_ids"), *labels = j.get("labels"), *text = j.get("text");
   const Json *prompt = j.get("prompt"), *completion = j.get("completion");
@@ -149,13 +198,7 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
     ex.labels = ex.ids;
   }
   if (ex.ids.size() < 2) return sdError(where, ": a sequence needs at least 2 tokens to train on");
-  if (int64_t(ex.ids.size()) > opts.maxLength) {
-    if (!opts.truncate)
-      return sdError(where, ": sequence of ", ex.ids.size(), " tokens is longer than the plan's largest bucket (",
-                     opts.maxLength, "); use --truncate or compile a longer bucket");
-    ex.ids.resize(size_t(opts.maxLength));
-    ex.labels.resize(size_t(opts.maxLength));
-  }
+  SD_RETURN_IF_ERROR(fitLength(ex, where, opts));
   return ex;
 }
 

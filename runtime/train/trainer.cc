@@ -29,6 +29,7 @@ struct PlanEntries {
   int64_t apply = -1;
   int64_t vocab = 0;
   bool packed = false; // training entries take position_ids (sdc compile --packing)
+  int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
   std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
 };
 
@@ -38,6 +39,13 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
     auto cfg = parseJson(plan.config, "the plan's config");
     if (!cfg.isOk()) return cfg.status();
     if (const Json *t = cfg.value().get("token_input"); t && t->type == Json::Type::String) out.tokenInput = t->str;
+    if (const Json *c = cfg.value().get("classify")) {
+      const Json *n = c->get("num_labels"), *v = c->get("vocab");
+      if (!n || !n->isInteger() || n->num < 2 || !v || !v->isInteger() || v->num < 1)
+        return sdError("the plan's classification configuration is malformed");
+      out.numLabels = int64_t(n->num);
+      out.vocab = int64_t(v->num); // infer's output is the classes, not the vocabulary
+    }
   }
   std::map<std::pair<int64_t, int64_t>, Bucket> byShape;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
@@ -48,10 +56,16 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
       if (!d.empty()) out.vocab = d.back();
     }
     if (e.name != abi::kTrainStep && e.name != abi::kAccumulate && e.name != abi::kEvalStep) continue;
-    const BufferDesc *labels = nullptr;
+    const BufferDesc *labels = nullptr, *tokens = nullptr;
     for (auto &[n, b] : e.inputs) {
       if (n == abi::kLabels) labels = &e.buffers[size_t(b)];
+      if (n == out.tokenInput) tokens = &e.buffers[size_t(b)];
       if (n == abi::kPositionIds) out.packed = true;
+    }
+    if (out.numLabels) {
+      if (!labels || labels->dims.size() != 1 || !tokens || tokens->dims.size() != 2 || tokens->dims[0] != labels->dims[0])
+        return sdError("entry '", e.name, "' has no [batch] labels and [batch, seq] '", out.tokenInput, "' inputs");
+      labels = tokens; // the bucket's shape
     }
     if (!labels || labels->dims.size() != 2) return sdError("entry '", e.name, "' has no [batch, seq] labels input");
     Bucket &b = byShape[{labels->dims[1], labels->dims[0]}];
@@ -95,7 +109,7 @@ Status runEntry(Session &s, int64_t index, const std::map<std::string, const Hos
     auto it = byName.find(n);
     if (it == byName.end())
       return sdError("entry '", e.name, "' needs input '", n, "', which the trainer does not provide (it feeds the token ",
-                     "input, labels and position_ids; if '", n, "' is the token input, recompile with sdc compile ",
+                     "input, labels, position_ids and attention_mask; if '", n, "' is the token input, recompile with sdc compile ",
                      "--token-input ", n, ")");
     ins.push_back(it->second);
   }
@@ -160,6 +174,7 @@ Trainer::~Trainer() = default;
 int Trainer::rank() const { return impl_->rank; }
 int Trainer::worldSize() const { return impl_->world; }
 int64_t Trainer::rowsPerRank() const { return impl_->batch; }
+bool Trainer::classifies() const { return impl_->entries.numLabels > 0; }
 int64_t Trainer::step() const { return impl_->step; }
 int64_t Trainer::totalSteps() const { return impl_->total; }
 const std::string &Trainer::resumedFrom() const { return impl_->resumedFrom; }
@@ -181,6 +196,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   if (o.gradAccum > 1 && pe.buckets[0].accumulate < 0) return sdError("the plan has no ", abi::kAccumulate, " entry");
   if (o.resume && o.checkpointDir.empty()) return sdError("resuming needs a checkpoint folder");
   DatasetOptions dopts{pe.vocab, pe.buckets.back().seq, o.truncate};
+  dopts.numLabels = pe.numLabels;
   if (!o.tokenizerPath.empty()) {
     auto tok = Tokenizer::load(o.tokenizerPath);
     if (!tok.isOk()) return tok.status().withContext("--tokenizer: ");
@@ -314,7 +330,7 @@ StatusOr<double> Trainer::evaluate() {
                                       [&] { return &im.evalData[i++]; }));
     if (rows.empty()) continue; // the last global micro-batch may not reach this rank
     const Bucket *b = bucketFor(im.entries, rows);
-    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput);
+    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput, im.entries.numLabels > 0);
     SD_RETURN_IF_ERROR(runEntry(im.session, b->evalStep, tb.inputs(), im.outs));
     sum += scalarOut(im.outs, abi::kLossSum);
     tokens += scalarOut(im.outs, abi::kTokens);
@@ -351,7 +367,7 @@ StatusOr<StepReport> Trainer::runStep() {
   for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
     Rows rows = im.localRows(im.cursor.next(im.batch * im.world, im.seq, im.entries.packed));
     const Bucket *b = bucketFor(im.entries, rows);
-    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput);
+    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput, im.entries.numLabels > 0);
     std::map<std::string, const HostTensor *> in = tb.inputs();
     in.insert({{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}});
     bool fused = o.gradAccum == 1;
@@ -432,14 +448,18 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
   const EntryDesc &e = plan.entries[entry];
   int64_t seq = pe.buckets.back().seq, rowsInBucket = pe.buckets.back().batch;
   for (auto &[n, b] : e.inputs)
-    if (n == abi::kLabels) seq = e.buffers[size_t(b)].dims[1], rowsInBucket = e.buffers[size_t(b)].dims[0];
-  auto data = loadJsonl(dataPath, DatasetOptions{pe.vocab, seq, true});
+    if (n == pe.tokenInput && e.buffers[size_t(b)].dims.size() == 2)
+      seq = e.buffers[size_t(b)].dims[1], rowsInBucket = e.buffers[size_t(b)].dims[0];
+  DatasetOptions dopts{pe.vocab, seq, true};
+  dopts.numLabels = pe.numLabels;
+  auto data = loadJsonl(dataPath, dopts);
   if (!data.isOk()) return data.status();
   int64_t n = batch ? std::min(batch, rowsInBucket) : rowsInBucket;
   DataCursor cursor{&data.value(), false};
   cursor.reorder();
-  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput);
+  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput, pe.numLabels > 0);
   std::map<std::string, HostTensor> byName = {{pe.tokenInput, tb.ids}, {abi::kLabels, tb.labels},
+                                              {abi::kAttentionMask, tb.mask},
                                               {abi::kPositionIds, tb.positions}, {abi::kLr, scalar(abi::kLr, 1e-4f)},
                                               {abi::kWeightDecay, scalar(abi::kWeightDecay, 0)},
                                               {abi::kMaxGradNorm, scalar(abi::kMaxGradNorm, 0)}};

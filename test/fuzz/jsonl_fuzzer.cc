@@ -1,5 +1,6 @@
 // libFuzzer target: bytes as one line of JSONL training data for a byte-level
-// plan (vocabulary 256, buckets up to 64 tokens).
+// plan (vocabulary 256, buckets up to 64 tokens), as a language model's data
+// and as a 3-class classifier's.
 #include "sd/train/dataset.h"
 #include <cstdlib>
 
@@ -7,12 +8,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string line(reinterpret_cast<const char *>(data), size);
   for (bool truncate : {false, true}) {
     auto ex = sd::parseDataLine(line, "fuzz:1", sd::DatasetOptions{256, 64, truncate});
-    if (!ex.isOk()) continue;
-    const sd::Example &e = ex.value();
-    if (e.ids.size() < 2 || e.ids.size() > 64 || e.labels.size() != e.ids.size()) std::abort();
-    for (size_t i = 0; i < e.ids.size(); ++i)
-      if (e.ids[i] < 0 || e.ids[i] >= 256 || (e.labels[i] != sd::kIgnoreLabel && (e.labels[i] < 0 || e.labels[i] >= 256)))
-        std::abort();
+    if (ex.isOk()) {
+      const sd::Example &e = ex.value();
+      if (e.ids.size() < 2 || e.ids.size() > 64 || e.labels.size() != e.ids.size()) std::abort();
+      for (size_t i = 0; i < e.ids.size(); ++i)
+        if (e.ids[i] < 0 || e.ids[i] >= 256 ||
+            (e.labels[i] != sd::kIgnoreLabel && (e.labels[i] < 0 || e.labels[i] >= 256)))
+          std::abort();
+    }
+    sd::DatasetOptions classify{256, 64, truncate};
+    classify.numLabels = 3;
+    auto cls = sd::parseDataLine(line, "fuzz:1", classify);
+    if (!cls.isOk()) continue;
+    const sd::Example &c = cls.value();
+    if (c.ids.empty() || c.ids.size() > 64 || !c.labels.empty() || c.label < 0 || c.label >= 3) std::abort();
+    for (int64_t id : c.ids)
+      if (id < 0 || id >= 256) std::abort();
   }
   return 0;
 }

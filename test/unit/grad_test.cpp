@@ -128,6 +128,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Reciprocal", {Wpos}, "  y = Reciprocal(w)"}, Case{"Tanh", {W23}, "  y = Tanh(w)"},
         Case{"Sigmoid", {W23}, "  y = Sigmoid(w)"}, Case{"Erf", {W23}, "  y = Erf(w)"},
         Case{"Relu", {W23}, "  y = Relu(w)"}, Case{"GeluExact", {W23}, "  y = Gelu(w)"},
+        // Both bounds cut some of w (F.normalize's clamp of the norm is a Clip).
+        Case{"Clip", {W23}, "  lo = Constant <value = float {-0.3}> ()\n  hi = Constant <value = float {0.4}> ()\n"
+                            "  y = Clip(w, lo, hi)"},
+        Case{"ClipMinOnly", {W23}, "  lo = Constant <value = float {0.1}> ()\n  y = Clip(w, lo)"},
+        // F.normalize's norm.
+        Case{"ReduceL2", {W23}, "  a = Constant <value = int64[1] {1}> ()\n  n = ReduceL2 <keepdims = 1> (w, a)\n"
+                                "  y = Div(w, n)"},
         Case{"GeluTanh", {W23}, "  y = Gelu <approximate = \"tanh\"> (w)"},
         Case{"PowConst", {Wpos}, "  c = Constant <value = float {2.5}> ()\n  y = Pow(w, c)"},
         Case{"Where", {W23}, "  z = Constant <value = float {0.}> ()\n  m = Greater(x, z)\n  y = Where(m, w, x)"},

@@ -61,7 +61,15 @@ const char *kUsage =
     "                           --shapes with batch 1, the bucket sdrun generate uses,\n"
     "                           or the model's batch where the model fixes it)\n"
     "  --trainable REGEX        full fine-tuning of the weights whose name matches\n"
-    "  --recipe sft             causal-LM cross-entropy on the logits (the default)\n"
+    "  --recipe sft|classify    sft: causal-LM cross-entropy on the logits (the default);\n"
+    "                           classify: a new linear head (classifier, trained in full) on\n"
+    "                           the model's features, cross-entropy against one label per\n"
+    "                           row; data lines {\"text\": ..., \"label\": K}\n"
+    "  --num-labels N           classes of --recipe classify\n"
+    "  --pooling mean|cls       classify on [batch, seq, hidden] features: the mean over\n"
+    "                           attention_mask's tokens (sentence-transformers) or the first\n"
+    "                           token (mean)\n"
+    "  --features-output NAME   classify: the features output, when the model has several\n"
     "  --logits-output NAME     the logits output, when the model has several\n"
     "  --token-input NAME       the int64 [batch, seq] token input sdrun train feeds (default:\n"
     "                           the only one, or the only one indexing an embedding)\n"
@@ -220,7 +228,19 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.pipeline.trainable)) return fail("--trainable needs a regex"), 2;
       a.pipeline.peft = "none";
     } else if (flag == "--recipe") {
-      if (!value(v) || v != "sft") return fail("--recipe takes 'sft'"), 2;
+      if (!value(a.pipeline.recipe) || (a.pipeline.recipe != "sft" && a.pipeline.recipe != "classify"))
+        return fail("--recipe takes 'sft' or 'classify'"), 2;
+    } else if (flag == "--num-labels") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      if (v.empty() || *end || n < 2 || n > (1 << 20)) return fail("--num-labels needs an integer from 2 to 1048576"), 2;
+      a.pipeline.numLabels = n;
+    } else if (flag == "--pooling") {
+      if (!value(a.pipeline.pooling) || (a.pipeline.pooling != "mean" && a.pipeline.pooling != "cls"))
+        return fail("--pooling takes 'mean' or 'cls'"), 2;
+    } else if (flag == "--features-output") {
+      if (!value(a.pipeline.featuresOutput) || a.pipeline.featuresOutput.empty())
+        return fail("--features-output needs an output name"), 2;
     } else if (flag == "--token-input") {
       if (!value(a.pipeline.tokenInput) || a.pipeline.tokenInput.empty()) return fail("--token-input needs an input name"), 2;
     } else if (flag == "--loss-output" || flag == "--logits-output") {
@@ -290,6 +310,16 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--shard " + a.pipeline.shard + " shards training state: it needs a training plan (--peft)"), 2;
   if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))
     return fail("--packing needs a training plan with the sft recipe's cross-entropy (--peft, no --loss-output)"), 2;
+  bool classify = a.pipeline.recipe == "classify";
+  if (classify && !a.pipeline.training()) return fail("--recipe classify needs a training plan: add --peft"), 2;
+  if (classify && a.pipeline.numLabels == 0) return fail("--recipe classify needs --num-labels N"), 2;
+  if (!classify && (a.pipeline.numLabels || !a.pipeline.featuresOutput.empty() || a.pipeline.pooling != "mean"))
+    return fail("--num-labels, --pooling and --features-output need --recipe classify"), 2;
+  if (classify && (a.pipeline.packing || a.pipeline.kvCache || !a.pipeline.lossOutput.empty() ||
+                   !a.pipeline.logitsOutput.empty()))
+    return fail("--recipe classify takes no --packing, --kv-cache, --loss-output or --logits-output (they are for "
+                "the sft recipe)"),
+           2;
   bool kvFlags = a.pipeline.kvBatch != 0 || a.pipeline.prefillChunk != 0;
   if (kvFlags && a.pipeline.kvCache == 0) return fail("--kv-batch and --prefill-chunk need --kv-cache MAX_LENGTH"), 2;
   if (a.pipeline.prefillChunk > a.pipeline.kvCache && a.pipeline.kvCache > 0)

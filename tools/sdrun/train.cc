@@ -94,6 +94,7 @@ struct TrainOutputs {
 // line: a bar on a TTY, ten plain lines otherwise.
 class Progress {
 public:
+  explicit Progress(const char *rateUnit) : unit_(rateUnit) {}
   ~Progress() {
     if (metrics_) std::fclose(metrics_);
   }
@@ -135,13 +136,13 @@ public:
     double eta = r.elapsedSeconds / double(done) * double(left);
     if (tty_) {
       int width = 24, filled = int(double(r.step) / double(r.total) * width);
-      std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.0f tok/s  ETA %s   ", (long long)r.step,
+      std::fprintf(stderr, "\rstep %lld/%lld [%s%s] loss %.4f  %.0f %s  ETA %s   ", (long long)r.step,
                    (long long)r.total, std::string(size_t(filled), '#').c_str(),
-                   std::string(size_t(width - filled), '.').c_str(), r.loss, r.tokens / r.seconds,
+                   std::string(size_t(width - filled), '.').c_str(), r.loss, r.tokens / r.seconds, unit_,
                    formatDuration(eta).c_str());
     } else if (r.step == r.total || r.step % std::max<int64_t>(1, r.total / 10) == 0) {
-      std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g %.0f tok/s elapsed %s\n", (long long)r.step,
-                   (long long)r.total, r.loss, r.lr, r.tokens / r.seconds, formatDuration(r.elapsedSeconds).c_str());
+      std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g %.0f %s elapsed %s\n", (long long)r.step,
+                   (long long)r.total, r.loss, r.lr, r.tokens / r.seconds, unit_, formatDuration(r.elapsedSeconds).c_str());
     }
     if (r.evaluated) {
       if (metrics_) {
@@ -164,6 +165,7 @@ private:
   std::string path_;
   FILE *metrics_ = nullptr;
   bool tty_ = ::isatty(2);
+  const char *unit_; // what the rate counts: tokens, or a classifier's examples
 };
 
 sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig &cfg, const sd::SessionOptions &sopts,
@@ -194,7 +196,7 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
     std::fprintf(stderr, "sdrun: resuming from %s (step %lld)\n", trainer.resumedFrom().c_str(), (long long)trainer.step());
   if (trainer.done() && !trainer.resumedFrom().empty())
     std::fprintf(stderr, "sdrun: nothing left to train: the run finished at step %lld\n", (long long)trainer.step());
-  Progress progress;
+  Progress progress(trainer.classifies() ? "examples/s" : "tok/s");
   SD_RETURN_IF_ERROR(progress.open(out.metricsPath, cfg.resume, trainer.step()));
   startTrace(*session.value(), out.tracePath);
   int64_t firstStep = trainer.step();

@@ -98,6 +98,21 @@ LogicalResult reluVJP(ReluOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
+// PyTorch's clamp backward: the gradient passes where min <= x <= max (both
+// bounds inclusive), and is zero where x was clipped. No gradient reaches the
+// bounds themselves (constants in the models that use Clip).
+LogicalResult clipVJP(ClipOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if ((op->getNumOperands() > 1 && need[1]) || (op->getNumOperands() > 2 && need[2]))
+    return op.emitError("Clip: the gradient with respect to min or max is not implemented");
+  Value x = op.getInput(), zero = g.scalar(elementTypeOf(dy[0]), 0.0), d = dy[0];
+  if (op.getMin() && !isa<NoneType>(op.getMin().getType()))
+    d = g.make<WhereOp>({g.make<GreaterOrEqualOp>({x, op.getMin()}), d, zero});
+  if (op.getMax() && !isa<NoneType>(op.getMax().getType()))
+    d = g.make<WhereOp>({g.make<LessOrEqualOp>({x, op.getMax()}), d, zero});
+  dx[0] = d;
+  return success();
+}
+
 LogicalResult geluVJP(GeluOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<NamedAttribute> attrs;
   if (auto a = op.getApproximateAttr()) attrs.push_back(g.builder().getNamedAttr("approximate", a));
@@ -179,6 +194,7 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<SigmoidOp, sigmoidVJP>(ctx);
   attachVJP<ErfOp, erfVJP>(ctx);
   attachVJP<ReluOp, reluVJP>(ctx);
+  attachVJP<ClipOp, clipVJP>(ctx);
   attachVJP<GeluOp, geluVJP>(ctx);
   attachVJP<SwiGLUOp, swigluVJP>(ctx);
   attachVJP<PowOp, powVJP>(ctx);

@@ -127,6 +127,24 @@ LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<boo
   return success();
 }
 
+// y = sqrt(sum x^2): dx = dy * x / y, and 0 where a group's norm is 0 (its x
+// are all 0 then, so x / 1 gives it; PyTorch's vector_norm backward agrees).
+LogicalResult reduceL2VJP(ReduceL2Op op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  if (noop) {
+    dx[0] = dy[0];
+    return success();
+  }
+  Type et = elementTypeOf(op.getData());
+  Value norm = g.broadcastTo(op->getResult(0), op.getData().getType(), axes);
+  Value zero = g.scalar(et, 0.0);
+  Value safe = g.make<WhereOp>({g.make<EqualOp>({norm, zero}), g.scalar(et, 1.0), norm});
+  dx[0] = g.mul(g.broadcastTo(dy[0], op.getData().getType(), axes), g.div(op.getData(), safe));
+  return success();
+}
+
 } // namespace
 
 void attachMovementVJPs(MLIRContext *ctx) {
@@ -142,6 +160,7 @@ void attachMovementVJPs(MLIRContext *ctx) {
   attachVJP<GatherOp, gatherVJP>(ctx);
   attachVJP<ReduceSumOp, reduceVJP<ReduceSumOp, false>>(ctx);
   attachVJP<ReduceMeanOp, reduceVJP<ReduceMeanOp, true>>(ctx);
+  attachVJP<ReduceL2Op, reduceL2VJP>(ctx);
 }
 
 } // namespace sd::ir

@@ -9,6 +9,7 @@
 #include "sd/format/status.h"
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace sd {
@@ -42,12 +43,19 @@ struct LoraConfig {
   double effectiveRank = 0;
   std::vector<int64_t> ranks;
   std::string baseChecksum;
+  // PEFT's modules_to_save: modules trained in full beside the adapters (the
+  // classification head of sdc --recipe classify), stored as
+  // base_model.model.<module>.weight and .bias.
+  std::vector<std::string> modulesToSave;
 
   bool isOsf() const { return peftType == "OSF"; }
   double scale() const { return loraScale(alpha, r, rslora); }
   // The names (sdc globals; PEFT keys without "base_model.model.") of one
   // module's adapter tensors.
   std::vector<std::string> tensorNames(const std::string &module) const;
+  // Every tensor of the adapter, as (module, tensor name): the
+  // modules_to_save' weight and bias, then each module's tensorNames.
+  std::vector<std::pair<std::string, std::string>> tensors() const;
 };
 
 // Key of a LoRA tensor in adapter_model.safetensors: "base_model.model." + name
@@ -58,8 +66,9 @@ std::string adapterKey(const std::string &name);
 StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson);
 // DIR/adapter_config.json: LoRA's r, lora_alpha and use_rslora, or OSF's
 // effective_rank (modules stay empty). Fields that would change the
-// adapter's semantics beyond what sdc computes (use_dora, modules_to_save,
-// rank_pattern, ...) are an error naming the field.
+// adapter's semantics beyond what sdc computes (use_dora, rank_pattern, ...)
+// are an error naming the field; modules_to_save is read (loading checks it
+// against the plan's).
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);
 StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::string &path);
 // The adapter_config.json text PEFT loads for `cfg`.

@@ -23,7 +23,8 @@ constexpr const char *kKvProbe = "kv_probe"; // compile-time only: the position 
 constexpr const char *kKvCachePrefix = "kv_cache/"; // + layer + "/key" or "/value"
 
 // Inputs the training entries add to the model's own.
-constexpr const char *kLabels = "labels";            // int64 [batch, seq]; -100 = not counted
+constexpr const char *kLabels = "labels"; // int64 [batch, seq] (sft) or [batch] (classify); -100 = not counted
+constexpr const char *kAttentionMask = "attention_mask"; // int64 [batch, seq], 1 = a token, 0 = padding (classify)
 constexpr const char *kPositionIds = "position_ids"; // int64 [batch, seq] in packed plans
 constexpr const char *kLr = "lr";                    // f32 scalars of apply / train_step
 constexpr const char *kWeightDecay = "weight_decay";
@@ -35,6 +36,11 @@ constexpr const char *kDefaultTokenInput = "input_ids";
 constexpr const char *kLossSum = "loss_sum"; // f32: summed loss over counted tokens
 constexpr const char *kTokens = "tokens";    // f32: counted tokens
 constexpr const char *kGradNorm = "grad_norm";
+
+// The classification head sd-recipe-classify adds (PEFT's modules_to_save).
+constexpr const char *kClassifierModule = "classifier";
+constexpr const char *kClassifierWeight = "classifier.weight"; // f32 [num_labels, hidden]
+constexpr const char *kClassifierBias = "classifier.bias";     // f32 [num_labels]
 
 // State globals.
 constexpr const char *kTokensSeen = "tokens_seen";       // counted tokens of the open accumulation window

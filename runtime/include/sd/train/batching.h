@@ -65,9 +65,13 @@ struct DataCursor {
 // after a row's first gets label -100 at its first token: that label would be
 // predicted from the previous example's last token (labels shift inside the
 // plan), so a packed row counts exactly the tokens its examples count alone.
+//
+// Classification rows hold one example each: labels are [batch], the rows'
+// classes (-100 for padding rows), and attention_mask marks each row's
+// tokens (a padding row keeps one, so no row is masked whole).
 struct TokenBatch {
-  HostTensor ids, labels, positions;
-  TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput);
+  HostTensor ids, labels, positions, mask;
+  TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput, bool classify = false);
   std::map<std::string, const HostTensor *> inputs() const;
 };
 

@@ -1,7 +1,8 @@
 // Training data: JSON Lines with token ids (`input_ids`, optional `labels`),
 // `text`, `prompt` and `completion` (loss on the completion only), or
 // `messages` rendered with the tokenizer's chat template (loss on the
-// assistant turns only). Text is
+// assistant turns only); for classification plans, `text` or `input_ids`
+// with an integer class `label`. Text is
 // tokenized with a Hugging Face tokenizer when one is given, else taken as
 // bytes (for 256-entry vocabularies). Every problem is reported as one line
 // naming the file and line.
@@ -14,9 +15,12 @@
 namespace sd {
 class Tokenizer;
 
+constexpr int64_t kIgnoreLabel = -100;
+
 struct Example {
   std::vector<int64_t> ids;
-  std::vector<int64_t> labels; // same length as ids; -100 = not trained on
+  std::vector<int64_t> labels; // same length as ids; -100 = not trained on (empty for classification)
+  int64_t label = kIgnoreLabel; // the class of a classification example
 };
 
 struct DatasetOptions {
@@ -26,9 +30,10 @@ struct DatasetOptions {
   // Tokenizes text lines (the post-processor's BOS, then the tokenizer's EOS
   // after the text or completion); null: bytes.
   const Tokenizer *tokenizer = nullptr;
+  // Classification plans (sdc --recipe classify): each line is one example
+  // with "label" in [0, numLabels); text gets the post-processor's specials only.
+  int64_t numLabels = 0;
 };
-
-constexpr int64_t kIgnoreLabel = -100;
 
 // One data line (not blank); `where` ("FILE:LINE") prefixes errors.
 StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts);

@@ -61,6 +61,7 @@ public:
   int rank() const;
   int worldSize() const;
   int64_t rowsPerRank() const; // rows of one micro-batch on one rank (--batch)
+  bool classifies() const;     // a classification plan: a step counts examples, not tokens
   int64_t step() const;       // optimizer steps done
   int64_t totalSteps() const; // steps a full run takes
   bool done() const { return step() >= totalSteps(); }
