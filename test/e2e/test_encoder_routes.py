@@ -73,10 +73,18 @@ def export(model, path, route, d):
     ids = torch.randint(0, 256, (BATCH, SEQ))
     mask = torch.ones_like(ids)
     if route == "torchscript":
-        torch.onnx.export(model, (ids, mask), path, input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"], opset_version=17, dynamo=False,
-                          dynamic_axes={n: {0: "batch", 1: "seq"} for n in
-                                        ("input_ids", "attention_mask", "last_hidden_state")})
+        # The tracer passes inputs positionally and transformers' output
+        # capturing adds use_cache: an instance forward takes the two inputs
+        # (module names, hence PEFT's, stay the model's own).
+        forward = type(model).forward
+        model.forward = lambda i, m: forward(model, input_ids=i, attention_mask=m).last_hidden_state
+        try:
+            torch.onnx.export(model, (ids, mask), path, input_names=["input_ids", "attention_mask"],
+                              output_names=["last_hidden_state"], opset_version=17, dynamo=False,
+                              dynamic_axes={n: {0: "batch", 1: "seq"} for n in
+                                            ("input_ids", "attention_mask", "last_hidden_state")})
+        finally:
+            del model.forward
     elif route == "dynamo":
         batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=64)
         torch.onnx.export(model, (ids, mask), path, dynamo=True, input_names=["input_ids", "attention_mask"],
