@@ -136,6 +136,30 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
       }
   }
 
+  // "A + B + 3" from integers and dims set by --dim or by inputs already
+  // specialized; dynamic when a term is not known.
+  static int64_t sumOfDims(StringRef expr, size_t b, BucketSpec &use, const std::map<std::string, int64_t> &bucket,
+                           std::set<std::string> &usedDims) {
+    SmallVector<StringRef> terms;
+    expr.split(terms, '+');
+    int64_t total = 0;
+    for (StringRef t : terms) {
+      t = t.trim();
+      int64_t v;
+      if (!t.getAsInteger(10, v)) {
+        total += v;
+      } else if (auto it = use.dimOpts.find(t.str()); it != use.dimOpts.end()) {
+        usedDims.insert(t.str());
+        total += (it->second.size() == 1 ? it->second[0] : it->second[b])[0];
+      } else if (auto known = bucket.find(t.str()); known != bucket.end()) {
+        total += known->second;
+      } else {
+        return ShapedType::kDynamic;
+      }
+    }
+    return total;
+  }
+
   LogicalResult specialize(func::FuncOp f, size_t b, BucketSpec &use, std::set<std::string> &usedShapes,
                            std::set<std::string> &usedDims) {
     Bindings &shapeOpts = use.shapeOpts, &dimOpts = use.dimOpts;
@@ -196,6 +220,8 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
           }
           // A dim_param another input already fixed (labels share input_ids' batch and seq).
           if (ShapedType::isDynamic(shape[d]) && bucket.count(param.str())) shape[d] = bucket[param.str()];
+          // An exporter's sum of dims (Optimum's attention_mask: "past_sequence_length + sequence_length").
+          if (ShapedType::isDynamic(shape[d]) && param.contains('+')) shape[d] = sumOfDims(param, b, use, bucket, usedDims);
           if (!ShapedType::isDynamic(shape[d])) {
             auto [it2, inserted] = bucket.emplace(param.str(), shape[d]);
             if (!inserted && it2->second != shape[d])

@@ -105,13 +105,17 @@ def write_token_rows(path, rng, vocab, lines, seq):
 
 
 def sdrun_logits(sdrun, plan, adapter, ids, tmp, tag):
-    """`sdrun infer PLAN [--adapter ADAPTER]` on token ids: its first output."""
+    """`sdrun infer PLAN [--adapter ADAPTER]` on token ids (or a dict of
+    named inputs): its first output."""
     import numpy as np
-    x = os.path.join(tmp, f"{tag}_ids.npy")
-    np.save(x, ids)
+    inputs = []
+    for name, value in (ids if isinstance(ids, dict) else {"input_ids": ids}).items():
+        x = os.path.join(tmp, f"{tag}_{name}.npy")
+        np.save(x, value)
+        inputs += ["--input", f"{name}={x}"]
     out = os.path.join(tmp, f"{tag}_out")
-    sh([sdrun, "infer", plan, *(["--adapter", adapter] if adapter else []), "--input", f"input_ids={x}",
-        "--output-dir", out, "--output-format", "npy"])
+    sh([sdrun, "infer", plan, *(["--adapter", adapter] if adapter else []), *inputs, "--output-dir", out,
+        "--output-format", "npy"])
     return np.load(os.path.join(out, "output_0.npy"))
 
 

@@ -129,6 +129,33 @@ def check_decode(name, model, onnx_path, sdc, sdrun, d):
           f"{r.stdout!r} vs {expect!r} {r.stderr.decode()[-200:]}")
 
 
+def with_past_inputs(onnx_path, ids, config):
+    """The inputs of a whole-sequence step with nothing cached yet, for any
+    export route: the tokens, and where the model takes them a mask of ones,
+    positions 0..seq-1 and empty past keys/values (Optimum's and
+    onnxruntime-genai's with-past exports); and the --dim flags that size
+    what the tokens do not (the past length 0, genai's total length and head
+    size)."""
+    import onnx
+    feeds, dims = {"input_ids": ids}, {}
+    head = config.hidden_size // config.num_attention_heads
+    for i in onnx.load(onnx_path, load_external_data=False).graph.input:
+        shape = i.type.tensor_type.shape.dim
+        if i.name == "attention_mask":
+            feeds[i.name] = np.ones_like(ids)
+            if shape[1].dim_param and "+" not in shape[1].dim_param:
+                dims[shape[1].dim_param] = ids.shape[1]
+        elif i.name == "position_ids":
+            feeds[i.name] = np.tile(np.arange(ids.shape[1]), (ids.shape[0], 1))
+        elif i.name.startswith("past_key_values."):
+            feeds[i.name] = np.zeros((ids.shape[0], shape[1].dim_value, 0, head), np.float32)
+            dims[shape[2].dim_param] = 0
+            if shape[3].dim_param:
+                dims[shape[3].dim_param] = head
+    dims.pop("sequence_length", None)  # the tokens' own axis: --shapes sizes it
+    return feeds, [flag for k, v in dims.items() for flag in ("--dim", f"{k}={v}")]
+
+
 def check_arch(arch, route, sdc, sdrun, tmp):
     import torch
     from safetensors.numpy import load_file
@@ -139,23 +166,22 @@ def check_arch(arch, route, sdc, sdrun, tmp):
     model = export_hf.build(arch, 0)
     onnx_path = os.path.join(d, "model.onnx")
     export(model, onnx_path, route, d)
-    if route == "genai":  # q/k/v fused into one qkv_proj: PEFT's names do not apply, so decoding only
-        check_decode(name, model, onnx_path, sdc, sdrun, d)
-        return
     rng = np.random.default_rng(5)
     ids = rng.integers(0, 256, (BATCH, SEQ)).astype(np.int64)
-    if route != "optimum":  # a with-past export's inference plan takes every past input; LoRA's covers it below
-        plan = os.path.join(d, "infer.sdp")
-        sh([sdc, "compile", onnx_path, "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
-        got = sdrun_logits(sdrun, plan, None, ids, d, "base")
-        with torch.no_grad():
-            want = model(torch.tensor(ids)).logits.numpy()
-        ort = ort_run(onnx_path, {"input_ids": ids})["logits"]
-        check(f"{name} logits: sdrun equals PyTorch and ONNX Runtime (1e-4)",
-              rel_err(got, want) <= 1e-4 and rel_err(got, ort) <= 1e-4,
-              f"relative err {rel_err(got, want):.1e} vs PyTorch, {rel_err(got, ort):.1e} vs ONNX Runtime")
+    plan = os.path.join(d, "infer.sdp")
+    feeds, dims = with_past_inputs(onnx_path, ids, model.config)
+    sh([sdc, "compile", onnx_path, "--shapes", f"input_ids={BATCH}x{SEQ}", *dims, "-o", plan])
+    got = sdrun_logits(sdrun, plan, None, feeds, d, "base")
+    with torch.no_grad():
+        want = model(torch.tensor(ids)).logits.numpy()
+    ort = ort_run(onnx_path, feeds)["logits"]
+    check(f"{name} logits: sdrun equals PyTorch and ONNX Runtime (1e-4)",
+          rel_err(got, want) <= 1e-4 and rel_err(got, ort) <= 1e-4,
+          f"relative err {rel_err(got, want):.1e} vs PyTorch, {rel_err(got, ort):.1e} vs ONNX Runtime")
 
     check_decode(name, model, onnx_path, sdc, sdrun, d)
+    if route == "genai":  # q/k/v fused into one qkv_proj: PEFT's names do not apply, so no LoRA check
+        return
 
     data = os.path.join(d, "train.jsonl")
     write_token_rows(data, rng, 256, 2 * STEPS, SEQ)
