@@ -74,6 +74,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFuseAttention());
   pm.addPass(createFuseRotary());
   if (opts.kvCache > 0) pm.addPass(createKvCache());
+  pm.addPass(createFuseProjections());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

@@ -70,6 +70,9 @@ int main() {
       {"d512 qkv fwd", 256, 1536, 512, false, false},      {"d512 fc2 fwd", 256, 512, 2048, false, false},
       {"d512 fc1 dW", 512, 2048, 256, true, false},        {"d512 decode qkv", 1, 1536, 512, false, false},
       {"conv3x3 64ch 32px", 64, 1024, 576, false, false}, {"square 1024", 1024, 1024, 1024, false, false},
+      // bench/decode_bench.py's Llama (hidden 256, MLP 688, vocab 1024): one decode token.
+      {"llama decode q", 1, 256, 256, false, false},       {"llama decode gate", 1, 688, 256, false, false},
+      {"llama decode down", 1, 256, 688, false, false},    {"llama decode head", 1, 1024, 256, false, false},
   };
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);

@@ -149,6 +149,17 @@ def RecipeClassify : Pass<"sd-recipe-classify", "mlir::ModuleOp"> {
   ];
 }
 
+def FuseProjections : Pass<"sd-fuse-projections", "mlir::ModuleOp"> {
+  let summary = "Join linear layers on one input with frozen weights (q/k/v, gate/up) into one linear and a Split";
+  let description = [{
+    The weights (and biases) are concatenated along the output axis at
+    compile time into one frozen global. A weight joins only when all of its
+    uses, across entries, are groups with the same members, so the fused
+    copy replaces the originals instead of adding to them. Runs before
+    autodiff: the backward differentiates the fused linear and the Split.
+  }];
+}
+
 def FuseLayerNorm : Pass<"sd-fuse-layernorm", "mlir::ModuleOp"> {
   let summary = "Replace LayerNorm decomposed by pre-opset-17 exporters with one sd.layer_normalization";
 }
