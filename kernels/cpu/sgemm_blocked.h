@@ -4,7 +4,7 @@
 // ROWS x (2 vectors) accumulators. Included only by the ISA translation units,
 // each compiled with its own -m flags and its own Vec traits:
 //   Vec::W, Vec::V, zero(), load(p), loadN(p, n), store(p, v), storeN(p, v, n),
-//   set1(x), fmadd(a, b, c), mul(a, b), add(a, b), sum(v), transpose(V (&rows)[W]).
+//   set1(x), fmadd(a, b, c), mul(a, b), sum(v), transpose(V (&rows)[W]).
 #pragma once
 #include "sgemm_isa.h"
 #include <cstdlib>
@@ -28,56 +28,28 @@ template <class Vec, int MR> struct Blocked {
   static int64_t lo(int64_t x, int64_t y) { return x < y ? x : y; }
 
   // B's row p is at bp + p * bs, or at bp + offs[p] when Indirect.
-  // With one or two rows (a decode step's matrix-vector products) the 2R
-  // accumulators would each wait on the previous FMA (4 cycles): U = 4/R
-  // interleaved sets of them, summed at the end, keep the loads streaming
-  // (bench/gemm, AVX-512, m=1: 32 -> ? GFLOP/s).
   template <int R, bool Indirect>
   static void tile(int64_t kc, const float *ap, const float *bp, int64_t bs, const int64_t *offs, float *c,
                    int64_t ldc, int cols, float alpha, float beta) {
-    constexpr int U = R == 1 ? 4 : R == 2 ? 2 : 1;
-    typename Vec::V acc0[U][R], acc1[U][R];
+    typename Vec::V acc0[R], acc1[R];
 #pragma GCC unroll 16
-    for (int u = 0; u < U; ++u)
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) acc0[u][r] = acc1[u][r] = Vec::zero();
-    int64_t p = 0;
-    for (; p + U <= kc; p += U, ap += U * MR) {
-#pragma GCC unroll 4
-      for (int u = 0; u < U; ++u) {
-        const float *row = Indirect ? bp + offs[p + u] : bp + (p + u) * bs;
-        typename Vec::V b0 = Vec::load(row), b1 = Vec::load(row + W);
-#pragma GCC unroll 16
-        for (int r = 0; r < R; ++r) {
-          typename Vec::V a = Vec::set1(ap[u * MR + r]);
-          acc0[u][r] = Vec::fmadd(a, b0, acc0[u][r]);
-          acc1[u][r] = Vec::fmadd(a, b1, acc1[u][r]);
-        }
-      }
-    }
-    for (; p < kc; ++p, ap += MR) {
+    for (int r = 0; r < R; ++r) acc0[r] = acc1[r] = Vec::zero();
+    for (int64_t p = 0; p < kc; ++p, ap += MR) {
       const float *row = Indirect ? bp + offs[p] : bp + p * bs;
       typename Vec::V b0 = Vec::load(row), b1 = Vec::load(row + W);
 #pragma GCC unroll 16
       for (int r = 0; r < R; ++r) {
         typename Vec::V a = Vec::set1(ap[r]);
-        acc0[0][r] = Vec::fmadd(a, b0, acc0[0][r]);
-        acc1[0][r] = Vec::fmadd(a, b1, acc1[0][r]);
+        acc0[r] = Vec::fmadd(a, b0, acc0[r]);
+        acc1[r] = Vec::fmadd(a, b1, acc1[r]);
       }
     }
-#pragma GCC unroll 4
-    for (int u = 1; u < U; ++u)
-#pragma GCC unroll 16
-      for (int r = 0; r < R; ++r) {
-        acc0[0][r] = Vec::add(acc0[0][r], acc0[u][r]);
-        acc1[0][r] = Vec::add(acc1[0][r], acc1[u][r]);
-      }
     typename Vec::V va = Vec::set1(alpha), vb = Vec::set1(beta);
     int n0 = lo(cols, W), n1 = cols - n0;
 #pragma GCC unroll 16
     for (int r = 0; r < R; ++r) {
       float *cr = c + r * ldc;
-      typename Vec::V v0 = Vec::mul(acc0[0][r], va), v1 = Vec::mul(acc1[0][r], va);
+      typename Vec::V v0 = Vec::mul(acc0[r], va), v1 = Vec::mul(acc1[r], va);
       if (cols == NR) {
         if (beta != 0.0f) {
           v0 = Vec::fmadd(vb, Vec::load(cr), v0);
