@@ -20,6 +20,7 @@ struct Avx2 {
   static V set1(float x) { return _mm256_set1_ps(x); }
   static V fmadd(V a, V b, V c) { return _mm256_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm256_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm256_add_ps(a, b); }
   // r[i][j] <- r[j][i], 8 x 8.
   static void transpose(V (&r)[8]) {
     V t[8], u[8];

@@ -22,6 +22,7 @@ struct Avx512 {
   static V set1(float x) { return _mm512_set1_ps(x); }
   static V fmadd(V a, V b, V c) { return _mm512_fmadd_ps(a, b, c); }
   static V mul(V a, V b) { return _mm512_mul_ps(a, b); }
+  static V add(V a, V b) { return _mm512_add_ps(a, b); }
   // r[i][j] <- r[j][i], 16 x 16: pairs of rows interleaved, then 2-, 4- and
   // 8-float blocks exchanged between ever farther rows.
   static void transpose(V (&r)[16]) {

@@ -4,7 +4,7 @@
 // ROWS x (2 vectors) accumulators. Included only by the ISA translation units,
 // each compiled with its own -m flags and its own Vec traits:
 //   Vec::W, Vec::V, zero(), load(p), loadN(p, n), store(p, v), storeN(p, v, n),
-//   set1(x), fmadd(a, b, c), mul(a, b), sum(v), transpose(V (&rows)[W]).
+//   set1(x), fmadd(a, b, c), mul(a, b), add(a, b), sum(v), transpose(V (&rows)[W]).
 #pragma once
 #include "sgemm_isa.h"
 #include <cstdlib>
@@ -261,8 +261,49 @@ template <class Vec, int MR> struct Blocked {
       }
   }
 
+  // One row of A against a packed B (a decode step's matrix-vector
+  // products): A is read in place and each panel streams once over all of k,
+  // with no A panel, no K blocking and four interleaved accumulator pairs.
+  static void gemvPacked(const float *a, int64_t n, int64_t k, float alpha, const PackedB &pb, int64_t j0, float beta,
+                         float *c) {
+    typename Vec::V va = Vec::set1(alpha), vb = Vec::set1(beta);
+    for (int64_t jr = 0; jr < n; jr += NR) {
+      const float *bp = pb.data.get() + ((j0 + jr) / NR) * pb.k * NR;
+      typename Vec::V acc0[4], acc1[4];
+#pragma GCC unroll 4
+      for (int u = 0; u < 4; ++u) acc0[u] = acc1[u] = Vec::zero();
+      int64_t p = 0;
+      for (; p + 4 <= k; p += 4, bp += 4 * NR) {
+#pragma GCC unroll 4
+        for (int u = 0; u < 4; ++u) {
+          typename Vec::V x = Vec::set1(a[p + u]);
+          acc0[u] = Vec::fmadd(x, Vec::load(bp + u * NR), acc0[u]);
+          acc1[u] = Vec::fmadd(x, Vec::load(bp + u * NR + W), acc1[u]);
+        }
+      }
+      for (; p < k; ++p, bp += NR) {
+        typename Vec::V x = Vec::set1(a[p]);
+        acc0[0] = Vec::fmadd(x, Vec::load(bp), acc0[0]);
+        acc1[0] = Vec::fmadd(x, Vec::load(bp + W), acc1[0]);
+      }
+      typename Vec::V s0 = Vec::add(Vec::add(acc0[0], acc0[1]), Vec::add(acc0[2], acc0[3]));
+      typename Vec::V s1 = Vec::add(Vec::add(acc1[0], acc1[1]), Vec::add(acc1[2], acc1[3]));
+      s0 = Vec::mul(s0, va), s1 = Vec::mul(s1, va);
+      int cols = int(lo(NR, n - jr)), n0 = lo(cols, W), n1 = cols - n0;
+      float *cr = c + jr;
+      if (beta != 0.0f) s0 = Vec::fmadd(vb, Vec::loadN(cr, n0), s0);
+      Vec::storeN(cr, s0, n0);
+      if (n1 > 0) {
+        if (beta != 0.0f) s1 = Vec::fmadd(vb, Vec::loadN(cr + W, n1), s1);
+        Vec::storeN(cr + W, s1, n1);
+      }
+    }
+  }
+
   static void gemm(const AOperand &a, int64_t m, int64_t n, int64_t k, float alpha, const BOperand &b, int64_t j0,
                    float beta, float *c, int64_t ldc) {
+    if (m == 1 && k > 0 && b.packed && !a.packed && (!a.ta || a.lda == 1)) // op(A)'s one row is contiguous
+      return gemvPacked(a.a, n, k, alpha, *b.packed, j0, beta, c);
     if (n <= W && k > 0 && !a.packed && size_t(n * k) <= size_t(NC * KC)) {
       float *buf = threadBuffer(size_t(NC * KC), 1);
       if (!buf) return unbuffered(a, m, n, k, alpha, b, j0, beta, c, ldc);

@@ -79,6 +79,11 @@ TEST(Sgemm, AlphaBetaAndBlocking) {
   checkCase({37, 2100, 300, false, true, 1.0f, 0.0f}, nullptr, 1, rng);
   checkCase({37, 2100, 300, true, false, -2.0f, 0.25f}, nullptr, 0, rng);
   checkCase({3, 300, 520, true, true, 1.0f, 1.0f}, nullptr, 3, rng);
+  // One row against a packed B (a decode step's product) takes the GEMV path:
+  // k past a K block, a ragged last panel, alpha and beta, A stored transposed.
+  checkCase({1, 300, 600, false, false, 0.5f, 1.0f}, nullptr, 1, rng);
+  checkCase({1, 70, 300, true, false, 1.0f, 0.0f}, nullptr, 1, rng);
+  checkCase({1, 33, 7, false, true, -1.0f, 0.5f}, nullptr, 1, rng);
   // LoRA-rank outputs (n = 8, 16) with a long k take the skinny kernels.
   for (int layout = 0; layout < 4; ++layout) {
     checkCase({300, 8, 700, bool(layout & 1), bool(layout & 2), 1.0f, layout == 2 ? 1.0f : 0.0f}, nullptr, 0, rng);
@@ -93,6 +98,7 @@ TEST(Sgemm, ThreadedSplitsMatch) {
     checkCase({256, 384, 128, false, false, 1.0f, 0.0f}, &pool, packed, rng); // split by columns
     checkCase({700, 40, 96, false, true, 1.0f, 1.0f}, &pool, packed, rng);    // split by rows
     checkCase({129, 130, 131, true, true, 0.5f, 0.5f}, &pool, packed, rng);
+    checkCase({1, 1536, 512, false, false, 1.0f, 0.0f}, &pool, packed, rng); // B's panels split across threads
   }
 }
 
