@@ -265,6 +265,7 @@ def training_with_tokenizer(sdc, sdrun, tmp, texts):
     with torch.no_grad():
         out = model.generate(input_ids=torch.tensor([prompt_ids]), max_new_tokens=10, do_sample=False,
                              eos_token_id=eos, pad_token_id=eos)[0].tolist()
+    out_greedy = out
     base = lib.decode(prompt_ids, skip_special_tokens=True)
     want_text = prompt + lib.decode(out, skip_special_tokens=True)[len(base):] + "\n"
     r = subprocess.run([sdrun, "generate", plan, "--tokenizer", folder, "--prompt", prompt, "--max-new-tokens", "10",
@@ -290,6 +291,28 @@ def training_with_tokenizer(sdc, sdrun, tmp, texts):
     got = generate("--temperature", "0", "--stop", stop)
     check("sdrun generate --stop: the output ends right after the first stop text generated", got == cut,
           f"--stop {stop!r}: {got!r} vs {cut!r}")
+    # Stop tokens: --stop-token, and generation_config.json's eos_token_id list beside the tokenizer (what
+    # transformers' generate stops at). The row ends before the stop token.
+    new_ids = out_greedy[len(prompt_ids):]
+    at = next(i for i in range(1, len(new_ids)) if new_ids[i] not in new_ids[:i])
+    stopped = prompt + lib.decode(out_greedy[:len(prompt_ids) + at], skip_special_tokens=True)[len(base):] + "\n"
+    got = generate("--temperature", "0", "--stop-token", str(new_ids[at]))
+    check("sdrun generate --stop-token ID: the output ends before the first such token",
+          got == stopped and stopped != want_text,
+          f"--stop-token {new_ids[at]}: {got!r} vs {stopped!r}")
+    with_config = os.path.join(tmp, "tokenizer_with_generation_config")
+    shutil.copytree(folder, with_config)
+    with open(os.path.join(with_config, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": [eos, new_ids[at]]}, f)
+    g = subprocess.run([sdrun, "generate", plan, "--tokenizer", with_config, "--prompt", prompt, "--max-new-tokens",
+                        "10", "--threads", "1", "--temperature", "0"], capture_output=True, text=True, timeout=120)
+    check("sdrun generate stops at every eos_token_id of the generation_config.json beside the tokenizer",
+          g.stdout == stopped, f"{g.stdout!r} vs {stopped!r} {g.stderr.strip()[-200:]}")
+    g = subprocess.run([sdrun, "generate", plan, "--tokenizer", folder, "--prompt", prompt, "--stop-token", "99999999"],
+                       capture_output=True, text=True, timeout=120)
+    err = g.stderr.strip()
+    check("bad input: a --stop-token outside the vocabulary", g.returncode == 1 and len(err.splitlines()) == 1 and
+          "--stop-token" in err and not g.stdout, err)
     got = generate("--temperature", "1.5", "--top-p", "0.001", "--seed", "7")
     check("sdrun generate --top-p 0.001: sampling keeps only the likeliest token, so it is greedy", got == want_text,
           f"{got!r} vs {want_text!r}")

@@ -4,7 +4,11 @@
 #include "flags.h"
 #include "sd/generate/generator.h"
 #include "sd/tokenize/tokenizer.h"
+#include "sd/format/file_io.h"
+#include "sd/format/json.h"
 #include <algorithm>
+#include <set>
+#include <unistd.h>
 #include <cstdio>
 #include <functional>
 
@@ -14,7 +18,7 @@ namespace {
 const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
-    "                     [--stop TEXT]... [--seed S] [--adapter DIR] [--threads N]\n"
+    "                     [--stop TEXT]... [--stop-token ID]... [--seed S] [--adapter DIR] [--threads N]\n"
     "                     [--device cpu|cuda|auto]\n"
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
@@ -23,13 +27,14 @@ const char *kGenerateUsage =
     "at its own length; other plans re-run the infer entry's batch-1 window (the\n"
     "last `seq` tokens) for every token. One prompt streams its text; several print\n"
     "theirs in order, a line each, when done. Text is tokenized with --tokenizer (a Hugging Face\n"
-    "tokenizer.json; generation stops at its EOS), else taken as bytes by a\n"
+    "tokenizer.json; generation stops at its EOS, and at the eos_token_id of a\n"
+    "generation_config.json beside it, as transformers' generate does), else taken as bytes by a\n"
     "byte-level (256-token) model. --chat sends TEXT as a user turn rendered with\n"
     "the tokenizer's chat template and prints only the reply. Greedy when\n"
     "--temperature is 0 (the default is 0.8 with --top-k 40); --top-p keeps the\n"
     "fewest likeliest tokens holding that probability, --repetition-penalty divides\n"
     "the logits of tokens already seen (as transformers' generate does), and\n"
-    "generation stops after any --stop text.\n";
+    "generation stops after any --stop text, and before any --stop-token id.\n";
 
 std::vector<std::string> stopTexts(const Flags &f) {
   auto it = f.values.find("--stop");
@@ -64,8 +69,45 @@ struct Row {
 
 struct TextCodec {
   std::function<std::string(const std::vector<int64_t> &)> decode;
-  int64_t eos = -1;
+  std::set<int64_t> stopIds; // EOS ids and --stop-token: the row ends, the token unprinted
 };
+
+// --stop-token ids, each in [0, vocab).
+bool stopTokens(const Flags &f, int64_t vocab, std::set<int64_t> &out) {
+  auto it = f.values.find("--stop-token");
+  if (it == f.values.end()) return true;
+  for (const std::string &s : it->second) {
+    char *end = nullptr;
+    long long id = std::strtoll(s.c_str(), &end, 10);
+    if (s.empty() || *end || id < 0 || id >= vocab)
+      return fail("--stop-token '" + s + "' is not a token id in [0, " + std::to_string(vocab) + ")"), false;
+    out.insert(id);
+  }
+  return true;
+}
+
+// generation_config.json's eos_token_id (one id or a list: Llama 3 stops at
+// <|eot_id|> and <|end_of_text|>) from the tokenizer's folder, when there.
+bool generationConfigEos(const std::string &dir, std::set<int64_t> &out) {
+  std::string path = dir + "/generation_config.json";
+  if (::access(path.c_str(), F_OK) != 0) return true;
+  auto text = sd::readWholeFile(path);
+  if (!text.isOk()) return fail(text.status().message()), false;
+  auto doc = sd::parseJson(text.value(), path);
+  if (!doc.isOk()) return fail(doc.status().message()), false;
+  const sd::Json *eos = doc.value().get("eos_token_id");
+  if (!eos || eos->type == sd::Json::Type::Null) return true;
+  std::vector<const sd::Json *> ids;
+  if (eos->type == sd::Json::Type::Array)
+    for (const sd::Json &e : eos->arr) ids.push_back(&e);
+  else
+    ids.push_back(eos);
+  for (const sd::Json *e : ids) {
+    if (!e->isInteger() || e->num < 0) return fail(path + ": eos_token_id must be a token id or a list of them"), false;
+    out.insert(int64_t(e->num));
+  }
+  return true;
+}
 
 // The new token's text for `r`; true when the row is done (a stop text ended it).
 bool appendToken(Row &r, int64_t token, const TextCodec &codec, const std::vector<std::string> &stops) {
@@ -107,7 +149,7 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
         Row &r = rows[i];
         const int64_t t = next.value()[i - first];
         if (r.done) continue;
-        if (t == codec.eos) {
+        if (codec.stopIds.count(t)) {
           r.done = true;
           continue;
         }
@@ -149,7 +191,10 @@ int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const st
   if (!loaded.isOk()) return fail("--tokenizer: " + loaded.status().message());
   const sd::Tokenizer &tok = *loaded.value();
   TextCodec codec;
-  codec.eos = tok.eosId();
+  if (tok.eosId() >= 0) codec.stopIds.insert(tok.eosId());
+  if (!generationConfigEos(flagValue(f, "--tokenizer"), codec.stopIds) ||
+      !stopTokens(f, gen.vocabSize(), codec.stopIds))
+    return 1;
   codec.decode = [&](const std::vector<int64_t> &ids) {
     auto d = tok.decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
     return d.isOk() ? d.value() : std::string();
@@ -187,7 +232,7 @@ int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const st
 int generateCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop",
+  if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
                          "--seed", "--adapter", "--threads", "--device",
                          "--tokenizer"}, f,
                   err, {"--no-cuda-graphs", "--chat"})) {
@@ -225,6 +270,7 @@ int generateCommand(const std::vector<std::string> &args) {
     return fail(f.plan + ": the model has " + std::to_string(gen.value()->vocabSize()) +
                 " logits per position, not 256 bytes: give --tokenizer DIR");
   TextCodec codec;
+  if (!stopTokens(f, 256, codec.stopIds)) return 1;
   codec.decode = [](const std::vector<int64_t> &ids) { return std::string(ids.begin(), ids.end()); };
   std::vector<Row> rows;
   for (const std::string &prompt : prompts) {
