@@ -146,3 +146,21 @@ def norm_rel_err(got, want):
     import numpy as np
     got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
     return float(np.linalg.norm(got - want) / max(np.linalg.norm(want), 1e-30))
+
+
+def peft_match(pm, adapter_dir, losses, want, steps):
+    """How far an `sdrun train --save-adapter` run is from PEFT's own run of
+    `steps` steps: (worst relative loss error, worst per-tensor error and its
+    key, a problem string or ""). Tensors (LoRA factors and modules_to_save)
+    pair by PEFT's saved keys; each is compared relative in the Frobenius norm,
+    since AdamW moves an element whose gradient is near zero by float noise in
+    either implementation."""
+    from safetensors.numpy import load_file
+    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == steps else float("inf")
+    theirs = {k.replace(".default", "").replace(".modules_to_save", ""): v.detach().numpy()
+              for k, v in pm.state_dict().items() if "lora_" in k or "modules_to_save" in k}
+    ours = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))
+    errs = {k: norm_rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
+    worst = max(errs, key=errs.get) if errs else "none"
+    problem = "" if set(ours) == set(theirs) else f"{len(ours)} tensors, PEFT has {len(theirs)}"
+    return loss_err, errs.get(worst, float("inf")), worst, problem
