@@ -36,6 +36,20 @@ ARCHS = {
         vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=1, max_position_embeddings=128, sliding_window=4096, use_cache=False,
         tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
+    # Phi-2's decoder: partial rotary (a quarter of each 64-wide head: onnxruntime's GroupQueryAttention wants
+    # the rotated half-width a multiple of 8), LayerNorm, a GELU MLP (fc1, fc2), attention and MLP in parallel
+    # off one norm, q/k/v and dense with biases.
+    "phi": lambda: transformers.PhiForCausalLM(transformers.PhiConfig(
+        vocab_size=256, hidden_size=128, intermediate_size=128, num_hidden_layers=2, num_attention_heads=2,
+        num_key_value_heads=2, max_position_embeddings=128, partial_rotary_factor=0.25, use_cache=False,
+        tie_word_embeddings=False, bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
+    # Phi-3 (mini, 4k: no long-context rotary scaling): q/k/v in one qkv_proj and gate/up in one gate_up_proj
+    # (split in the graph), RMSNorm, full rotary.
+    "phi3": lambda: transformers.Phi3ForCausalLM(transformers.Phi3Config(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, original_max_position_embeddings=128, use_cache=False,
+        tie_word_embeddings=False,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
 }
 
 

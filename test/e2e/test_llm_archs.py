@@ -1,15 +1,20 @@
 #!/usr/bin/env python3
 """Decoder architectures users fine-tune, as the exporters they use write
 them, against PyTorch, ONNX Runtime and PEFT. For tiny Llama (grouped-query
-attention), Qwen2 (q/k/v biases), Mistral (one KV head) and GPT-2 (learned
-positions, Conv1D), each exported by torch.onnx.export in TorchScript mode
-(opset 17) and in dynamo mode (its default opset), and by Optimum's exporter
-(opset 18, text-generation-with-past: past_key_values inputs, present outputs),
-and (decoders but GPT-2) by onnxruntime-genai's model builder (com.microsoft
-GroupQueryAttention with rotary, SkipSimplifiedLayerNormalization,
-SimplifiedLayerNormalization; fused qkv_proj, so decoding only):
+attention), Qwen2 (q/k/v biases), Mistral (one KV head), GPT-2 (learned
+positions, Conv1D), Phi-2 (partial rotary, LayerNorm, parallel attention and
+MLP) and Phi-3 (fused qkv_proj and gate_up_proj), each exported by
+torch.onnx.export in TorchScript mode (opset 17) and in dynamo mode (its
+default opset), and by Optimum's exporter (opset 18,
+text-generation-with-past: past_key_values inputs, present outputs), and (but
+GPT-2 and Phi-3) by onnxruntime-genai's model builder (com.microsoft
+GroupQueryAttention with rotary, Skip(Simplified)LayerNormalization,
+SimplifiedLayerNormalization; fused qkv_proj, so no LoRA check):
 
-  logits  sdrun infer equals PyTorch and ONNX Runtime on the same file (1e-4)
+  logits  sdrun infer (a whole-sequence step: a with-past file's past inputs
+          empty) equals PyTorch and ONNX Runtime on the same file (1e-4);
+          only ONNX Runtime where the file is not PyTorch's model (Phi-2 from
+          Optimum and genai: EXPORT_DIFFERS)
   LoRA    20 steps on every linear layer PEFT targets, starting from a
           randomly initialized PEFT adapter (`sdrun train --adapter`): losses
           and the saved adapter equal PyTorch+PEFT's AdamW run (1e-4)
@@ -42,6 +47,17 @@ LR, EPS = 1e-3, 1e-8
 TARGETS = {"llama": ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
            "gpt2": ["c_attn", "c_proj", "c_fc"]}
 TARGETS["qwen2"] = TARGETS["mistral"] = TARGETS["llama"]
+TARGETS["phi"] = ["q_proj", "k_proj", "v_proj", "dense", "fc1", "fc2"]
+TARGETS["phi3"] = ["qkv_proj", "o_proj", "gate_up_proj", "down_proj"]
+# Routes whose file is not transformers 5.23's model: ONNX Runtime on the same
+# file differs from PyTorch by 2.4e-3 (genai) and 4.2e-3 (Optimum, which runs
+# transformers 4.57) relative on Phi-2. There sdrun is checked against ONNX
+# Runtime on that file, and LoRA (whose reference is PEFT on PyTorch) is left out.
+EXPORT_DIFFERS = {("phi", "optimum"), ("phi", "genai")}
+# onnxruntime-genai's model builder does not build these (GPT-2), or builds a
+# graph whose ONNX Runtime logits are 0.64 relative from PyTorch's (Phi-3 at
+# this size).
+NO_GENAI = {"gpt2", "phi3"}
 PROMPTS = ["In the beginning God created", "And"]
 OPTIMUM_PYTHON = os.path.join(ROOT, ".venv-optimum", "bin", "python")
 
@@ -174,12 +190,14 @@ def check_arch(arch, route, sdc, sdrun, tmp):
     with torch.no_grad():
         want = model(torch.tensor(ids)).logits.numpy()
     ort = ort_run(onnx_path, feeds)["logits"]
-    check(f"{name} logits: sdrun equals PyTorch and ONNX Runtime (1e-4)",
-          rel_err(got, want) <= 1e-4 and rel_err(got, ort) <= 1e-4,
+    differs = (arch, route) in EXPORT_DIFFERS
+    check(f"{name} logits: sdrun equals " + ("ONNX Runtime on the same file (the file is not PyTorch's model)"
+                                           if differs else "PyTorch and ONNX Runtime") + " (1e-4)",
+          (differs or rel_err(got, want) <= 1e-4) and rel_err(got, ort) <= 1e-4,
           f"relative err {rel_err(got, want):.1e} vs PyTorch, {rel_err(got, ort):.1e} vs ONNX Runtime")
 
     check_decode(name, model, onnx_path, sdc, sdrun, d)
-    if route == "genai":  # q/k/v fused into one qkv_proj: PEFT's names do not apply, so no LoRA check
+    if route == "genai" or differs:  # genai fuses q/k/v into one qkv_proj: PEFT's names do not apply
         return
 
     data = os.path.join(d, "train.jsonl")
@@ -208,8 +226,8 @@ def main():
     torch.set_num_threads(2)
     tmp = tempfile.mkdtemp(prefix="sd_archs_")
     try:
-        for arch in ("llama", "qwen2", "mistral", "gpt2"):
-            for route in ("torchscript", "dynamo", "optimum") + (("genai",) if arch != "gpt2" else ()):
+        for arch in ("llama", "qwen2", "mistral", "gpt2", "phi", "phi3"):
+            for route in ("torchscript", "dynamo", "optimum") + (() if arch in NO_GENAI else ("genai",)):
                 try:
                     check_arch(arch, route, sdc, sdrun, tmp)
                 except Exception as e:  # one failing route must not hide the others

@@ -2,7 +2,8 @@
 // (docs/ContribOperators.md) and its CPU kernels:
 //  - SimplifiedLayerNormalization: RMSNorm over the last axis;
 //  - SkipSimplifiedLayerNormalization: RMSNorm(input + skip [+ bias]), whose
-//    fourth output is that sum (the residual stream);
+//    fourth output is that sum (the residual stream); SkipLayerNormalization
+//    the same with LayerNorm (gamma, beta);
 //  - GroupQueryAttention: a packed or split q/k/v projection split into
 //    heads, rotary embeddings from cos/sin caches at each token's position
 //    (seqlens_k[b] + 1 - seq + i, so a prompt after `past` keys continues
@@ -14,6 +15,7 @@
 #include "ContribHandler.h"
 #include "OpMaker.h"
 #include <cmath>
+#include <functional>
 #include <map>
 
 using namespace mlir;
@@ -49,21 +51,41 @@ Value rmsNorm(NodeImporter &imp, OpMaker &m, const onnx::NodeProto &n, Value x, 
               {m.i64("axis", -1), f32Attr(imp, "epsilon", floatAttr(n, "epsilon", 1e-5))});
 }
 
-LogicalResult importSkipSimplifiedLayerNorm(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
-  if (failed(onlyAttrs(imp, n, {"epsilon"})) || failed(noStatisticsOutputs(imp, n, {1, 2}))) return failure();
-  auto input = [&](int i) { return optionalInput(imp, n, i); };
-  FailureOr<Value> x = input(0), skip = input(1), gamma = input(2), beta = input(3), bias = input(4);
-  if (failed(x) || failed(skip) || failed(gamma) || failed(beta) || failed(bias)) return failure();
-  if (!*x || !*skip || !*gamma) return imp.fail("SkipSimplifiedLayerNormalization needs input, skip and gamma");
-  if (*beta) return imp.fail("a beta input is not supported (SkipSimplifiedLayerNormalization has none)");
+// input + skip [+ bias], normalized by `norm`; the sum is output 3 (the residual stream).
+LogicalResult importSkipNorm(NodeImporter &imp, const onnx::NodeProto &n, int biasInput,
+                             const std::function<Value(OpMaker &, Value)> &norm) {
+  FailureOr<Value> x = optionalInput(imp, n, 0), skip = optionalInput(imp, n, 1), bias = optionalInput(imp, n, biasInput);
+  if (failed(x) || failed(skip) || failed(bias)) return failure();
+  if (!*x || !*skip) return imp.fail(n.op_type() + " needs input and skip");
   OpMaker m{imp};
   Value sum = m.op("Add", "add", {*x, *skip});
   if (*bias) sum = m.op("Add", "add", {sum, *bias});
-  Value y = rmsNorm(imp, m, n, sum, *gamma);
-  if (!m.ok) return imp.fail("input, skip, bias and gamma do not fit together");
+  Value y = m.ok ? norm(m, sum) : Value();
+  if (!m.ok || !y) return imp.fail("input, skip, bias and the normalization's weights do not fit together");
   bindOutput(imp, n, 0, y);
   bindOutput(imp, n, 3, sum);
   return success();
+}
+
+// Inputs: input, skip, gamma, bias (no beta).
+LogicalResult importSkipSimplifiedLayerNorm(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"epsilon"})) || failed(noStatisticsOutputs(imp, n, {1, 2}))) return failure();
+  FailureOr<Value> gamma = optionalInput(imp, n, 2);
+  if (failed(gamma)) return failure();
+  if (!*gamma) return imp.fail("SkipSimplifiedLayerNormalization needs gamma");
+  return importSkipNorm(imp, n, 3, [&](OpMaker &m, Value sum) { return rmsNorm(imp, m, n, sum, *gamma); });
+}
+
+// Inputs: input, skip, gamma, beta, bias: LayerNorm over the last axis (Phi-2's builds).
+LogicalResult importSkipLayerNorm(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"epsilon"})) || failed(noStatisticsOutputs(imp, n, {1, 2}))) return failure();
+  FailureOr<Value> gamma = optionalInput(imp, n, 2), beta = optionalInput(imp, n, 3);
+  if (failed(gamma) || failed(beta)) return failure();
+  if (!*gamma) return imp.fail("SkipLayerNormalization needs gamma");
+  return importSkipNorm(imp, n, 4, [&](OpMaker &m, Value sum) {
+    return m.op("LayerNormalization", "layer_normalization", {sum, *gamma, *beta ? *beta : imp.none()},
+                {m.i64("axis", -1), f32Attr(imp, "epsilon", floatAttr(n, "epsilon", 1e-5))});
+  });
 }
 
 LogicalResult importGroupQueryAttention(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
@@ -114,13 +136,25 @@ LogicalResult importGroupQueryAttention(NodeImporter &imp, const onnx::NodeProto
                                          m.op("Unsqueeze", "unsqueeze", {steps, imp.constI64({0})})}); // [B, S]
   if (intAttr(n, "do_rotary", 0)) {
     if (!*cosCache || !*sinCache) return imp.fail("do_rotary needs cos_cache and sin_cache");
+    // The caches' width says how many features rotate: all of each head, or
+    // its first 2 * width (partial rotary, as Phi-2's 40%), the rest passed on.
     ArrayRef<int64_t> cd = dimsOf(*cosCache);
-    if (cd.size() != 2 || cd[1] * 2 != d) return imp.fail("cos_cache must be [positions, head_size / 2] (partial rotary is not supported)");
+    if (cd.size() != 2 || cd[1] < 1 || cd[1] * 2 > d)
+      return imp.fail("cos_cache must be [positions, rotary_dim / 2] with rotary_dim at most the head size");
+    const int64_t rot = cd[1] * 2;
     SmallVector<NamedAttribute> attrs;
     if (intAttr(n, "rotary_interleaved", 0)) attrs.push_back(m.i64("interleaved", 1));
     Value at = *positionIds ? *positionIds : positions;
-    Q = m.op("Rotary", "rotary", {Q, *cosCache, *sinCache, at}, attrs);
-    K = m.op("Rotary", "rotary", {K, *cosCache, *sinCache, at}, attrs);
+    auto rotate = [&](Value x) {
+      auto feature = [&](int64_t start, int64_t end) {
+        return m.op("Slice", "slice", {x, imp.constI64({start}), imp.constI64({end}), imp.constI64({3}), imp.constI64({1})});
+      };
+      Value part = rot < d ? feature(0, rot) : x;
+      Value out = m.op("Rotary", "rotary", {part, *cosCache, *sinCache, at}, attrs);
+      return rot < d ? m.op("Concat", "concat", {out, feature(rot, d)}, {m.i64("axis", -1)}) : out;
+    };
+    Q = rotate(Q);
+    K = rotate(K);
   }
   if (*pastK) { // read as [B, kv_heads, past, d]: the model may leave d unnamed (onnxruntime-genai's kv_cache_dim)
     K = m.op("Concat", "concat", {m.reshape(*pastK, {0, kvHeads, -1, d}), K}, {m.i64("axis", 2)});
@@ -175,6 +209,7 @@ OpHandler findContribHandler(const std::string &opType) {
   static const std::map<std::string, OpHandler> handlers = {
       {"GroupQueryAttention", importGroupQueryAttention},
       {"SkipSimplifiedLayerNormalization", importSkipSimplifiedLayerNorm},
+      {"SkipLayerNormalization", importSkipLayerNorm},
       {"SimplifiedLayerNormalization", importSimplifiedLayerNorm},
   };
   auto it = handlers.find(opType);
