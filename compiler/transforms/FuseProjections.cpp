@@ -24,14 +24,18 @@ using namespace sd::ir;
 
 namespace {
 
-// A frozen f32 2-D (weight) or 1-D (bias) global with its data at hand.
+ArrayRef<float> floatsOf(GlobalOp g);
+
+// A frozen f32 2-D (weight) or 1-D (bias) global with its data at hand (not
+// a splat: those stay as they are).
 GlobalOp frozenGlobal(ModuleOp module, Value v, int64_t rank) {
   auto load = v.getDefiningOp<GlobalLoadOp>();
   if (!load) return {};
   auto g = module.lookupSymbol<GlobalOp>(load.getGlobal());
   auto t = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
   if (!g || (g.getRole() != "frozen" && g.getRole() != "constant") || !t || t.getRank() != rank ||
-      !t.getElementType().isF32() || !t.hasStaticShape() || !g.getInitialValue())
+      !t.getElementType().isF32() || !t.hasStaticShape() || !g.getInitialValue() ||
+      int64_t(floatsOf(g).size()) != t.getNumElements())
     return {};
   return g;
 }
