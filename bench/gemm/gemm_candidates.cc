@@ -73,6 +73,9 @@ int main() {
       // bench/decode_bench.py's Llama (hidden 256, MLP 688, vocab 1024): one decode token.
       {"llama decode q", 1, 256, 256, false, false},       {"llama decode gate", 1, 688, 256, false, false},
       {"llama decode down", 1, 256, 688, false, false},    {"llama decode head", 1, 1024, 256, false, false},
+      // Its 64-token prefill chunk, q/k/v and gate/up fused (sd-fuse-projections).
+      {"llama prefill qkv", 64, 512, 256, false, false},   {"llama prefill gate+up", 64, 1376, 256, false, false},
+      {"llama prefill down", 64, 256, 688, false, false},
   };
   std::mt19937 rng(1);
   std::uniform_real_distribution<float> u(-1, 1);
