@@ -122,7 +122,7 @@ def peft_training(rows, init_dir, pooling="sentence", steps=STEPS):
         opt.zero_grad()
         loss.backward()
         opt.step()
-        losses.append(float(loss))
+        losses.append(loss.item())
     return pm.eval(), losses
 
 
@@ -177,6 +177,8 @@ def bad_input(sdc, sdrun, onnx_path, plan, init, tmp, tokenizer):
     clean("bad input: an adapter without the plan's head (modules_to_save) is refused",
           [sdrun, "train", plan, "--data", data, "--tokenizer", tokenizer, "--steps", "1", "--adapter", headless],
           ["modules_to_save", "classifier"])
+    clean("bad input: sdrun generate on a classification plan says to use sdrun infer",
+          [sdrun, "generate", plan, "--prompt", "hello"], ["classification", "sdrun infer"])
     merged = os.path.join(tmp, "merged.onnx")
     clean("bad input: sdc merge of a classification adapter says the model has no head",
           [sdc, "merge", onnx_path, "--adapter", init, "-o", merged], ["modules_to_save"], [merged])

@@ -254,6 +254,10 @@ int generateCommand(const std::vector<std::string> &args) {
   auto loaded = sd::Plan::loadFile(f.plan);
   if (!loaded.isOk()) return fail(loaded.status().message());
   std::shared_ptr<const sd::Plan> plan(std::move(loaded.value()));
+  if (auto cfg = sd::parseJson(plan->config.empty() ? "{}" : plan->config, "the plan's config");
+      cfg.isOk() && cfg.value().get("classify"))
+    return fail(f.plan + ": a classification plan (sdc compile --recipe classify): its infer entry gives class "
+                "logits, not next-token logits; run it with sdrun infer");
   auto session = sd::Session::create(plan, so);
   if (!session.isOk()) return fail(session.status().message());
   sd::Session &s = *session.value();
