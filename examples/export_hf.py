@@ -50,6 +50,12 @@ ARCHS = {
         num_key_value_heads=2, max_position_embeddings=128, original_max_position_embeddings=128, use_cache=False,
         tie_word_embeddings=False,
         bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
+    # Cohere (Command R): rotary on interleaved pairs (x[..., ::2], x[..., 1::2]) written out in the graph,
+    # LayerNorm without bias, parallel attention and MLP, scaled logits.
+    "cohere": lambda: transformers.CohereForCausalLM(transformers.CohereConfig(
+        vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=128, use_cache=False, tie_word_embeddings=True,
+        bos_token_id=0, eos_token_id=0, pad_token_id=0, attn_implementation="eager")),
 }
 
 

@@ -132,6 +132,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Clip", {W23}, "  lo = Constant <value = float {-0.3}> ()\n  hi = Constant <value = float {0.4}> ()\n"
                             "  y = Clip(w, lo, hi)"},
         Case{"ClipMinOnly", {W23}, "  lo = Constant <value = float {0.1}> ()\n  y = Clip(w, lo)"},
+        // Every second element (an interleaved rotary's x[..., 1::2]), and every third from 0.
+        Case{"SliceStep2", {{"w", "2, 6", 12}},
+             "  st = Constant <value = int64[1] {1}> ()\n  en = Constant <value = int64[1] {6}> ()\n"
+             "  ax = Constant <value = int64[1] {1}> ()\n  sp = Constant <value = int64[1] {2}> ()\n"
+             "  s = Slice(w, st, en, ax, sp)\n  y = Mul(s, x)"},
+        Case{"SliceStep3", {{"w", "2, 8", 16}},
+             "  st = Constant <value = int64[1] {0}> ()\n  en = Constant <value = int64[1] {9}> ()\n"
+             "  ax = Constant <value = int64[1] {1}> ()\n  sp = Constant <value = int64[1] {3}> ()\n"
+             "  s = Slice(w, st, en, ax, sp)\n  y = Mul(s, x)"},
         // F.normalize's norm.
         Case{"ReduceL2", {W23}, "  a = Constant <value = int64[1] {1}> ()\n  n = ReduceL2 <keepdims = 1> (w, a)\n"
                                 "  y = Div(w, n)"},

@@ -69,15 +69,31 @@ LogicalResult sliceVJP(SliceOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<
     for (size_t i = 0; i < starts.size(); ++i) axes.push_back(int64_t(i));
   SmallVector<int64_t> pads(size_t(2 * rank), 0);
   ArrayRef<int64_t> ys = shapeOf(op.getResult());
+  Value d = dy[0];
   for (size_t i = 0; i < axes.size(); ++i) {
-    if (!steps.empty() && steps[i] != 1) return op.emitError("Slice with steps other than 1 is not differentiable yet");
-    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i], dim = xs[size_t(a)];
+    const int64_t k = steps.empty() ? 1 : steps[i];
+    if (k < 1) return op.emitError("Slice with negative steps is not differentiable yet");
+    int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i], dim = xs[size_t(a)], n = ys[size_t(a)];
     int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
     s = std::clamp<int64_t>(s, 0, dim);
+    int64_t kept = n;
+    if (k > 1 && n > 0) {
+      // Every k-th element (x[s::k], as an interleaved rotary's x[..., ::2]):
+      // k - 1 zeros after each gradient element along the axis, cut to what
+      // fits after s.
+      SmallVector<int64_t> shape(shapeOf(d));
+      SmallVector<int64_t> spread(size_t(2 * (rank + 1)), 0);
+      spread[size_t(a + 1 + rank + 1)] = k - 1;
+      d = g.make<PadOp>({g.make<UnsqueezeOp>({d, g.ints({a + 1})}), g.ints(spread), g.none(), g.none()});
+      shape[size_t(a)] = n * k;
+      d = g.reshape(d, shape);
+      kept = std::min(n * k, dim - s);
+      if (kept < n * k) d = g.make<SliceOp>({d, g.ints({0}), g.ints({kept}), g.ints({a}), g.none()});
+    }
     pads[size_t(a)] = s;
-    pads[size_t(a + rank)] = dim - s - ys[size_t(a)];
+    pads[size_t(a + rank)] = dim - s - kept;
   }
-  dx[0] = g.make<PadOp>({dy[0], g.ints(pads), g.none(), g.none()});
+  dx[0] = g.make<PadOp>({d, g.ints(pads), g.none(), g.none()});
   return success();
 }
 
