@@ -5,11 +5,11 @@
 // encoder's pooling, as sentence-transformers' users fine-tune it.
 #include "sd/format/training_abi.h"
 #include "EntryInputs.h"
+#include "GlobalData.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "RecipeLoss.h"
 #include "vjp/GradBuilder.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include <cmath>
 #include <random>
 
@@ -78,12 +78,10 @@ struct RecipeClassifyPass : sd::impl::RecipeClassifyBase<RecipeClassifyPass> {
   // The rows of the embedding table the token input indexes: the token ids
   // the data may hold.
   static FailureOr<int64_t> embeddingRows(func::FuncOp f, unsigned token) {
-    for (Operation *user : f.getArgument(token).getUsers())
-      if (auto gather = dyn_cast<GatherOp>(user))
-        if (gather->getOperand(1) == f.getArgument(token)) {
-          auto t = dyn_cast<RankedTensorType>(gather->getOperand(0).getType());
-          if (t && t.getRank() == 2 && !t.isDynamicDim(0)) return t.getDimSize(0);
-        }
+    if (Operation *gather = sd::embeddingLookupOf(f.getArgument(token))) {
+      auto t = dyn_cast<RankedTensorType>(gather->getOperand(0).getType());
+      if (t && t.getRank() == 2 && !t.isDynamicDim(0)) return t.getDimSize(0);
+    }
     return f.emitError() << kWho << ": cannot find the embedding table that '" << sd::argName(f, token)
                          << "' indexes, so token ids cannot be checked against a vocabulary";
   }
@@ -132,12 +130,6 @@ struct RecipeClassifyPass : sd::impl::RecipeClassifyBase<RecipeClassifyPass> {
     return g.div(sum, count);
   }
 
-  GlobalOp headGlobal(ModuleOp module, StringRef name, ArrayRef<int64_t> shape, std::vector<float> &init) {
-    auto type = RankedTensorType::get(shape, Float32Type::get(module.getContext()));
-    auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(init));
-    return sd::getOrCreateGlobal(module, name, type, "trainable", DenseResourceElementsAttr::get(type, name, std::move(blob)));
-  }
-
   // infer's outputs become the head's logits [batch, num_labels].
   LogicalResult appendHead(ModuleOp module, func::FuncOp f) {
     FailureOr<unsigned> index = featuresIndex(f);
@@ -155,8 +147,8 @@ struct RecipeClassifyPass : sd::impl::RecipeClassifyBase<RecipeClassifyPass> {
     std::vector<float> w(static_cast<size_t>(numLabels * hidden)), bias(static_cast<size_t>(numLabels));
     for (float &v : w) v = float(d(rng));
     for (float &v : bias) v = float(d(rng));
-    GlobalOp gw = headGlobal(module, sd::abi::kClassifierWeight, {numLabels, hidden}, w);
-    GlobalOp gb = headGlobal(module, sd::abi::kClassifierBias, {numLabels}, bias);
+    GlobalOp gw = sd::createFloatGlobal(module, sd::abi::kClassifierWeight, {numLabels, hidden}, "trainable", &w);
+    GlobalOp gb = sd::createFloatGlobal(module, sd::abi::kClassifierBias, {numLabels}, "trainable", &bias);
     OpBuilder b(ret);
     GradBuilder g(b, NameLoc::get(b.getStringAttr(sd::abi::kClassifierModule)));
     Value pooled = t.getRank() == 3 ? pool(g, f, features) : features;
@@ -165,10 +157,7 @@ struct RecipeClassifyPass : sd::impl::RecipeClassifyBase<RecipeClassifyPass> {
                                     {b.getNamedAttr("layout", b.getStringAttr("oi")),
                                      b.getNamedAttr("module", b.getStringAttr(sd::abi::kClassifierModule))});
     if (g.failed()) return f.emitError() << kWho << ": cannot build the head on the features " << t;
-    b.create<func::ReturnOp>(ret.getLoc(), ValueRange{logits});
-    ret.erase();
-    f.setType(FunctionType::get(f.getContext(), f.getArgumentTypes(), {logits.getType()}));
-    f->setAttr("sd.output_names", b.getStrArrayAttr({"logits"}));
+    sd::setEntryOutputs(f, {logits}, {"logits"});
     return success();
   }
 };

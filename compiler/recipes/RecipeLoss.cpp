@@ -1,5 +1,6 @@
 // Shared pieces of the training recipes' loss entries.
 #include "RecipeLoss.h"
+#include "EntryInputs.h"
 #include "sd/format/training_abi.h"
 #include "sd/format/dtype.h"
 #include "vjp/GradBuilder.h"
@@ -25,12 +26,7 @@ SummedLoss summedCrossEntropy(GradBuilder &g, Value scores, Value labels) {
 }
 
 LogicalResult finishLossEntry(func::FuncOp f, Value loss, Value count) {
-  auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
-  OpBuilder b(ret);
-  b.create<func::ReturnOp>(ret.getLoc(), ValueRange{loss, count});
-  ret.erase();
-  f.setType(FunctionType::get(f.getContext(), f.getArgumentTypes(), {loss.getType(), count.getType()}));
-  f->setAttr("sd.output_names", b.getStrArrayAttr({sd::abi::kLossSum, sd::abi::kTokens}));
+  setEntryOutputs(f, {loss, count}, {sd::abi::kLossSum, sd::abi::kTokens});
   return success();
 }
 

@@ -20,6 +20,15 @@ std::string sd::outputName(func::FuncOp f, unsigned i) {
   return names && i < names.size() ? cast<StringAttr>(names[i]).str() : "output" + std::to_string(i);
 }
 
+void sd::setEntryOutputs(func::FuncOp f, ValueRange values, ArrayRef<StringRef> names) {
+  auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
+  OpBuilder b(ret);
+  b.create<func::ReturnOp>(ret.getLoc(), values);
+  ret.erase();
+  f.setType(FunctionType::get(f.getContext(), f.getArgumentTypes(), values.getTypes()));
+  f->setAttr("sd.output_names", b.getStrArrayAttr(names));
+}
+
 std::string sd::argName(func::FuncOp f, unsigned i) {
   auto name = f.getArgAttrOfType<StringAttr>(i, "sd.name");
   return name ? name.str() : "input" + std::to_string(i);
@@ -52,15 +61,14 @@ bool sd::isTokenShaped(Value v) {
 
 // Indexes an embedding table: the indices of a Gather, directly or through
 // a cast or reshape (nanoGPT-style and Hugging Face exports both do this).
-static bool feedsEmbedding(Value v, int depth = 0) {
+Operation *sd::embeddingLookupOf(Value v, int depth) {
   for (OpOperand &use : v.getUses()) {
     Operation *user = use.getOwner();
-    if (isa<GatherOp>(user) && use.getOperandNumber() == 1) return true;
-    if (depth < 3 && isa<CastOp, ReshapeOp, FlattenOp, SqueezeOp, UnsqueezeOp>(user) && user->getNumResults() == 1 &&
-        feedsEmbedding(user->getResult(0), depth + 1))
-      return true;
+    if (isa<GatherOp>(user) && use.getOperandNumber() == 1) return user;
+    if (depth < 3 && isa<CastOp, ReshapeOp, FlattenOp, SqueezeOp, UnsqueezeOp>(user) && user->getNumResults() == 1)
+      if (Operation *gather = embeddingLookupOf(user->getResult(0), depth + 1)) return gather;
   }
-  return false;
+  return nullptr;
 }
 
 FailureOr<unsigned> sd::findTokenInput(func::FuncOp f, StringRef named, StringRef who) {
@@ -81,7 +89,7 @@ FailureOr<unsigned> sd::findTokenInput(func::FuncOp f, StringRef named, StringRe
     if (name == "attention_mask" || name == "position_ids" || name == "token_type_ids") continue;
     candidates.push_back(i);
     names += (names.empty() ? "'" : ", '") + argName(f, i) + "'";
-    if (feedsEmbedding(f.getArgument(i))) embedding.push_back(i);
+    if (embeddingLookupOf(f.getArgument(i))) embedding.push_back(i);
   }
   if (!named.empty()) return f.emitError() << "--token-input '" << named << "' is not a model input";
   if (candidates.size() == 1) return candidates[0];

@@ -12,6 +12,12 @@ mlir::func::FuncOp findEntry(mlir::ModuleOp module, llvm::StringRef entry);
 // The input's sd.name, else "inputN"; the output's sd.output_names entry, else "outputN".
 std::string argName(mlir::func::FuncOp f, unsigned i);
 std::string outputName(mlir::func::FuncOp f, unsigned i);
+// Makes `values` f's outputs, named `names` (sd.output_names), in place of its own.
+void setEntryOutputs(mlir::func::FuncOp f, mlir::ValueRange values, llvm::ArrayRef<llvm::StringRef> names);
+// The Gather whose indices are `v`, directly or through a cast or reshape
+// (nanoGPT-style and Hugging Face exports both do this): the embedding lookup
+// a token input feeds. Null when there is none.
+mlir::Operation *embeddingLookupOf(mlir::Value v, int depth = 0);
 // An int64 [batch, seq] value.
 bool isTokenShaped(mlir::Value v);
 // The token input: `named` when given, else the only int64 [batch, seq]

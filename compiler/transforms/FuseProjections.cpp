@@ -6,10 +6,10 @@
 // hand-offs per layer, and training's dX becomes one GEMM. A weight joins
 // only when every use of it, in every entry, is such a group with the same
 // members: the concatenated copy replaces it, never doubles it.
+#include "GlobalData.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include <array>
 #include <map>
 #include <set>
@@ -24,36 +24,18 @@ using namespace sd::ir;
 
 namespace {
 
-ArrayRef<float> floatsOf(GlobalOp g);
-
 // A frozen f32 2-D (weight) or 1-D (bias) global with its data at hand (not
 // a splat: those stay as they are).
-GlobalOp frozenGlobal(ModuleOp module, Value v, int64_t rank) {
+GlobalOp frozenGlobal(const SymbolTable &globals, Value v, int64_t rank) {
   auto load = v.getDefiningOp<GlobalLoadOp>();
   if (!load) return {};
-  auto g = module.lookupSymbol<GlobalOp>(load.getGlobal());
+  auto g = globals.lookup<GlobalOp>(load.getGlobal());
   auto t = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
   if (!g || (g.getRole() != "frozen" && g.getRole() != "constant") || !t || t.getRank() != rank ||
       !t.getElementType().isF32() || !t.hasStaticShape() || !g.getInitialValue() ||
-      int64_t(floatsOf(g).size()) != t.getNumElements())
+      int64_t(sd::floatsOf(g).size()) != t.getNumElements())
     return {};
   return g;
-}
-
-// The floats of a global's initial value (dense or dense_resource), or empty.
-ArrayRef<float> floatsOf(GlobalOp g) {
-  Attribute v = *g.getInitialValue();
-  if (auto r = dyn_cast<DenseResourceElementsAttr>(v)) {
-    if (AsmResourceBlob *blob = r.getRawHandle().getBlob()) {
-      ArrayRef<char> raw = blob->getData();
-      return ArrayRef<float>(reinterpret_cast<const float *>(raw.data()), raw.size() / sizeof(float));
-    }
-    return {};
-  }
-  auto d = dyn_cast<DenseElementsAttr>(v);
-  if (!d || d.isSplat()) return {};
-  ArrayRef<char> raw = d.getRawData();
-  return ArrayRef<float>(reinterpret_cast<const float *>(raw.data()), raw.size() / sizeof(float));
 }
 
 struct Group {
@@ -62,11 +44,11 @@ struct Group {
 };
 
 // What makes two groups the same fusion: layout, then weight and bias globals in order.
-std::string signatureOf(ModuleOp module, ArrayRef<LinearOp> members) {
+std::string signatureOf(const SymbolTable &globals, ArrayRef<LinearOp> members) {
   std::string s = LinearOp(members.front()).getLayout().str();
   for (LinearOp l : members) {
-    s += "|" + frozenGlobal(module, l.getWeight(), 2).getSymName().str();
-    if (GlobalOp b = frozenGlobal(module, l.getBias(), 1)) s += "+" + b.getSymName().str();
+    s += "|" + frozenGlobal(globals, l.getWeight(), 2).getSymName().str();
+    if (GlobalOp b = frozenGlobal(globals, l.getBias(), 1)) s += "+" + b.getSymName().str();
   }
   return s;
 }
@@ -74,17 +56,18 @@ std::string signatureOf(ModuleOp module, ArrayRef<LinearOp> members) {
 struct FuseProjectionsPass : sd::impl::FuseProjectionsBase<FuseProjectionsPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    SymbolTable globals(module); // the original globals; the fused ones are added behind its back
     std::vector<Group> groups;
-    for (func::FuncOp f : module.getOps<func::FuncOp>()) collect(module, f, groups);
+    for (func::FuncOp f : module.getOps<func::FuncOp>()) collect(globals, f, groups);
     // Every use of each candidate global, and the signatures it appears in.
     std::map<std::string, int64_t> uses, groupedUses;
     std::map<std::string, std::set<std::string>> signatures;
     module.walk([&](GlobalLoadOp load) {
-      for (Operation *user : load->getUsers()) (void)user, ++uses[load.getGlobal().str()];
+      uses[load.getGlobal().str()] += std::distance(load->use_begin(), load->use_end());
     });
     std::vector<std::string> sigs;
     for (Group &g : groups) {
-      sigs.push_back(signatureOf(module, g.members));
+      sigs.push_back(signatureOf(globals, g.members));
       for (LinearOp l : g.members)
         for (Value v : std::array<Value, 2>{l.getWeight(), l.getBias()})
           if (auto load = v.getDefiningOp<GlobalLoadOp>()) {
@@ -92,8 +75,7 @@ struct FuseProjectionsPass : sd::impl::FuseProjectionsBase<FuseProjectionsPass> 
             signatures[load.getGlobal().str()].insert(sigs.back());
           }
     }
-    std::map<std::string, GlobalOp> fused; // signature -> concatenated global(s), made once
-    std::map<std::string, GlobalOp> fusedBias;
+    std::map<std::string, std::pair<GlobalOp, GlobalOp>> fused; // signature -> concatenated weight and bias, made once
     for (size_t i = 0; i < groups.size(); ++i) {
       bool ok = true;
       for (LinearOp l : groups[i].members)
@@ -103,9 +85,10 @@ struct FuseProjectionsPass : sd::impl::FuseProjectionsBase<FuseProjectionsPass> 
             ok &= uses[name] == groupedUses[name] && signatures[name].size() == 1;
           }
       if (!ok) continue;
-      if (!fused.count(sigs[i]) && failed(concatenate(module, groups[i].members, fused[sigs[i]], fusedBias[sigs[i]])))
-        return signalPassFailure();
-      if (failed(rewrite(groups[i].members, fused[sigs[i]], fusedBias[sigs[i]]))) return signalPassFailure();
+      bool made = fused.count(sigs[i]);
+      auto &[weight, bias] = fused[sigs[i]];
+      if (!made && failed(concatenate(module, globals, groups[i].members, weight, bias))) return signalPassFailure();
+      if (failed(rewrite(groups[i].members, weight, bias))) return signalPassFailure();
     }
     // The members' globals are unused now.
     for (GlobalOp g : llvm::make_early_inc_range(module.getOps<GlobalOp>()))
@@ -114,11 +97,11 @@ struct FuseProjectionsPass : sd::impl::FuseProjectionsBase<FuseProjectionsPass> 
 
   // Groups of two or more linears on one input, each with a frozen weight
   // and either all without bias or all with a frozen one.
-  static void collect(ModuleOp module, func::FuncOp f, std::vector<Group> &out) {
+  static void collect(const SymbolTable &globals, func::FuncOp f, std::vector<Group> &out) {
     llvm::MapVector<Value, SmallVector<LinearOp>> byInput;
     f.walk([&](LinearOp l) {
       bool hasBias = !isa<NoneType>(l.getBias().getType());
-      if (frozenGlobal(module, l.getWeight(), 2) && (!hasBias || frozenGlobal(module, l.getBias(), 1)))
+      if (frozenGlobal(globals, l.getWeight(), 2) && (!hasBias || frozenGlobal(globals, l.getBias(), 1)))
         byInput[l.getInput()].push_back(l);
     });
     for (auto &[input, linears] : byInput) {
@@ -134,22 +117,23 @@ struct FuseProjectionsPass : sd::impl::FuseProjectionsBase<FuseProjectionsPass> 
 
   // The members' weights side by side along the output axis ([in, sum out]
   // for "io", [sum out, in] for "oi"), and their biases.
-  static LogicalResult concatenate(ModuleOp module, ArrayRef<LinearOp> members, GlobalOp &weight, GlobalOp &bias) {
+  static LogicalResult concatenate(ModuleOp module, const SymbolTable &globals, ArrayRef<LinearOp> members,
+                                   GlobalOp &weight, GlobalOp &bias) {
     bool io = LinearOp(members.front()).getLayout() == "io";
     std::vector<ArrayRef<float>> parts, biasParts;
     std::vector<int64_t> outs;
     int64_t in = -1, total = 0;
     std::string name = "fused:";
     for (LinearOp l : members) {
-      GlobalOp g = frozenGlobal(module, l.getWeight(), 2);
+      GlobalOp g = frozenGlobal(globals, l.getWeight(), 2);
       auto t = cast<RankedTensorType>(g.getType());
       int64_t rows = t.getDimSize(0), cols = t.getDimSize(1), out = io ? cols : rows;
       if (in >= 0 && in != (io ? rows : cols)) return l.emitError("fused projections disagree on the input size");
       in = io ? rows : cols;
-      parts.push_back(floatsOf(g));
+      parts.push_back(sd::floatsOf(g));
       if (int64_t(parts.back().size()) != rows * cols) return l.emitError("cannot read the weights of ") << g.getSymName();
-      if (GlobalOp b = frozenGlobal(module, l.getBias(), 1)) {
-        biasParts.push_back(floatsOf(b));
+      if (GlobalOp b = frozenGlobal(globals, l.getBias(), 1)) {
+        biasParts.push_back(sd::floatsOf(b));
         if (int64_t(biasParts.back().size()) != out) return l.emitError("cannot read the bias of ") << l.getModule();
       }
       outs.push_back(out);
@@ -165,17 +149,12 @@ struct FuseProjectionsPass : sd::impl::FuseProjectionsBase<FuseProjectionsPass> 
     } else {
       for (ArrayRef<float> p : parts) data.insert(data.end(), p.begin(), p.end());
     }
-    auto f32 = Float32Type::get(module.getContext());
-    auto make = [&](const std::string &n, ArrayRef<int64_t> shape, const std::vector<float> &values) {
-      auto type = RankedTensorType::get(shape, f32);
-      auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(values));
-      return sd::getOrCreateGlobal(module, n, type, "frozen", DenseResourceElementsAttr::get(type, n, std::move(blob)));
-    };
-    weight = make(name + ".weight", io ? ArrayRef<int64_t>{in, total} : ArrayRef<int64_t>{total, in}, data);
+    weight = sd::createFloatGlobal(module, name + ".weight",
+                                   io ? ArrayRef<int64_t>{in, total} : ArrayRef<int64_t>{total, in}, "frozen", &data);
     if (!biasParts.empty()) {
       std::vector<float> b;
       for (ArrayRef<float> p : biasParts) b.insert(b.end(), p.begin(), p.end());
-      bias = make(name + ".bias", {total}, b);
+      bias = sd::createFloatGlobal(module, name + ".bias", {total}, "frozen", &b);
     }
     return success();
   }

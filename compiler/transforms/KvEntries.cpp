@@ -102,12 +102,7 @@ struct KvEntriesPass : sd::impl::KvEntriesBase<KvEntriesPass> {
     if (failed(logits)) return failure();
     auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
     std::string name = sd::outputName(f, *logits);
-    Value out = ret.getOperand(*logits);
-    OpBuilder b(ret);
-    b.create<func::ReturnOp>(ret.getLoc(), ValueRange{out});
-    ret.erase();
-    f.setType(FunctionType::get(f.getContext(), f.getArgumentTypes(), {out.getType()}));
-    f->setAttr("sd.output_names", b.getStrArrayAttr({name}));
+    sd::setEntryOutputs(f, {ret.getOperand(*logits)}, {name});
     return success();
   }
 };

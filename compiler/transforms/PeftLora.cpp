@@ -1,10 +1,10 @@
 // sd-peft-lora: low-rank adapters on the sd.linear modules PEFT would match.
 #include "sd/format/training_abi.h"
+#include "GlobalData.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "sd/format/peft.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include <cmath>
 #include <random>
@@ -74,15 +74,6 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     return l.getLayout() == "io" && load && load.getGlobal() == l.getModule().str() + ".weight";
   }
 
-  GlobalOp adapterGlobal(ModuleOp module, const std::string &name, RankedTensorType type, std::vector<float> *init) {
-    ElementsAttr value;
-    if (init) {
-      auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(*init));
-      value = DenseResourceElementsAttr::get(type, name, std::move(blob));
-    }
-    return sd::getOrCreateGlobal(module, name, type, "trainable", value);
-  }
-
   LogicalResult adapt(ModuleOp module, LinearOp l, double scale, int64_t stream, std::mt19937_64 &rng) {
     auto wt = cast<RankedTensorType>(l.getWeight().getType());
     bool oi = l.getLayout() == "oi";
@@ -100,8 +91,8 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     }
     Type f32 = Float32Type::get(module.getContext());
     if (wt.getElementType() != f32) return l.emitError("LoRA on non-f32 weights is not supported yet");
-    GlobalOp ga = adapterGlobal(module, m + ".lora_A.weight", RankedTensorType::get({rank, in}, f32), &a);
-    GlobalOp gb = adapterGlobal(module, m + ".lora_B.weight", RankedTensorType::get({out, rank}, f32), nullptr);
+    GlobalOp ga = sd::createFloatGlobal(module, m + ".lora_A.weight", {rank, in}, "trainable", &a);
+    GlobalOp gb = sd::createFloatGlobal(module, m + ".lora_B.weight", {out, rank}, "trainable", nullptr);
     OpBuilder b(l);
     b.setInsertionPointAfter(l);
     GradBuilder g(b, l.getLoc());

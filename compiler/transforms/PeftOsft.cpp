@@ -5,10 +5,10 @@
 // dense W leaves the plan when nothing else reads it.
 #include "sd/format/crc32c.h"
 #include "OsftSplit.h"
+#include "GlobalData.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
-#include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include <cmath>
 #include <cstring>
@@ -104,12 +104,10 @@ struct PeftOsftPass : sd::impl::PeftOsftBase<PeftOsftPass> {
 
   // W [out, in] in f64 from the weight global's initial value.
   LogicalResult denseWeight(LinearOp l, GlobalOp g, bool oi, int64_t out, int64_t in, std::vector<double> &w) {
-    auto res = dyn_cast_or_null<DenseResourceElementsAttr>(g.getInitialValueAttr());
-    AsmResourceBlob *blob = res ? res.getRawHandle().getBlob() : nullptr;
     std::vector<float> f(size_t(out * in));
-    if (blob && blob->getData().size() == f.size() * sizeof(float)) {
-      std::memcpy(f.data(), blob->getData().data(), blob->getData().size());
-    } else if (auto dense = dyn_cast_or_null<DenseElementsAttr>(g.getInitialValueAttr())) {
+    if (ArrayRef<float> stored = sd::floatsOf(g); stored.size() == f.size()) {
+      std::copy(stored.begin(), stored.end(), f.begin());
+    } else if (auto dense = dyn_cast_or_null<DenseElementsAttr>(g.getInitialValueAttr())) { // a splat, or not f32
       size_t i = 0;
       for (APFloat v : dense.getValues<APFloat>()) f[i++] = v.convertToFloat();
     } else {
@@ -120,13 +118,6 @@ struct PeftOsftPass : sd::impl::PeftOsftBase<PeftOsftPass> {
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < in; ++i) w[size_t(o * in + i)] = f[size_t(oi ? o * in + i : i * out + o)];
     return success();
-  }
-
-  GlobalOp factorGlobal(ModuleOp module, const std::string &name, ArrayRef<int64_t> dims, const std::vector<float> &v,
-                        StringRef role) {
-    auto type = RankedTensorType::get(dims, Float32Type::get(module.getContext()));
-    auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(v));
-    return sd::getOrCreateGlobal(module, name, type, role, DenseResourceElementsAttr::get(type, name, std::move(blob)));
   }
 
   LogicalResult adapt(ModuleOp module, LinearOp l, const std::vector<RankRule> &rules, int64_t &k, uint32_t &crc,
@@ -162,13 +153,13 @@ struct PeftOsftPass : sd::impl::PeftOsftBase<PeftOsftPass> {
       std::vector<float> u, s, v;
       int64_t r = minDim - k;
       sd::factorSlice(f, 0, k, u, s, v);
-      factorGlobal(module, uHigh, {out, k}, u, "frozen");
-      factorGlobal(module, m + ".osf_S_high", {k}, s, "frozen");
-      factorGlobal(module, m + ".osf_V_high", {k, in}, v, "frozen");
+      sd::createFloatGlobal(module, uHigh, {out, k}, "frozen", &u);
+      sd::createFloatGlobal(module, m + ".osf_S_high", {k}, "frozen", &s);
+      sd::createFloatGlobal(module, m + ".osf_V_high", {k, in}, "frozen", &v);
       sd::factorSlice(f, k, r, u, s, v);
-      factorGlobal(module, uLow, {out, r}, u, "trainable");
-      factorGlobal(module, m + ".osf_svd_params.S_low", {r}, s, "trainable");
-      factorGlobal(module, m + ".osf_svd_params.V_low", {r, in}, v, "trainable");
+      sd::createFloatGlobal(module, uLow, {out, r}, "trainable", &u);
+      sd::createFloatGlobal(module, m + ".osf_svd_params.S_low", {r}, "trainable", &s);
+      sd::createFloatGlobal(module, m + ".osf_svd_params.V_low", {r, in}, "trainable", &v);
     }
     OpBuilder b(l);
     SmallVector<Value> operands = {l.getInput()};

@@ -24,30 +24,38 @@ Status readIds(const Json &v, const char *key, int64_t vocab, bool isLabel, std:
   return Status::ok();
 }
 
-// ids (and labels) of `text`, or of `prompt` + `completion` with the prompt's
-// labels -100: the tokenizer's BOS (its post-processor) before, its EOS after
-// (TRL's SFT does the same), or the bytes when there is no tokenizer.
-// `s` as token ids: the tokenizer's (with the post-processor's specials when
-// `specials`), else its bytes.
-Status encodeText(const std::string &s, bool specials, const DatasetOptions &opts, std::vector<int64_t> &ids) {
+// `s` as token ids appended to `ids`: the tokenizer's (as `eo` says), else
+// its bytes, which only a byte-level (256-token) plan takes.
+Status encodeText(const std::string &s, const EncodeOptions &eo, const DatasetOptions &opts, std::vector<int64_t> &ids) {
+  if (!opts.tokenizer && opts.vocab != 256)
+    return sdError("text needs --tokenizer DIR or a byte-level model (vocabulary 256, this plan has ", opts.vocab,
+                   "); or give input_ids");
+  size_t first = ids.size();
   if (opts.tokenizer) {
-    EncodeOptions eo;
-    eo.addSpecialTokens = specials;
     for (int32_t id : opts.tokenizer->encode(s, eo)) ids.push_back(id);
   } else {
     for (unsigned char c : s) ids.push_back(int64_t(c));
   }
-  for (int64_t id : ids)
-    if (id >= opts.vocab)
-      return sdError("token ", id, " of the tokenizer is outside the plan's vocabulary [0, ", opts.vocab,
+  for (size_t i = first; i < ids.size(); ++i)
+    if (ids[i] >= opts.vocab)
+      return sdError("token ", ids[i], " of the tokenizer is outside the plan's vocabulary [0, ", opts.vocab,
                      "): the tokenizer does not belong to this model");
   return Status::ok();
 }
 
+EncodeOptions withSpecials(bool specials) {
+  EncodeOptions eo;
+  eo.addSpecialTokens = specials;
+  return eo;
+}
+
+// ids (and labels) of `text`, or of `prompt` + `completion` with the prompt's
+// labels -100: the tokenizer's BOS (its post-processor) before, its EOS after
+// (TRL's SFT does the same), or the bytes when there is no tokenizer.
 Status tokenizeText(const std::string &first, const std::string *completion, const DatasetOptions &opts, Example &ex) {
   auto append = [&](const std::string &s, bool specials, bool trained) -> Status {
     std::vector<int64_t> ids;
-    SD_RETURN_IF_ERROR(encodeText(s, specials, opts, ids));
+    SD_RETURN_IF_ERROR(encodeText(s, withSpecials(specials), opts, ids));
     ex.ids.insert(ex.ids.end(), ids.begin(), ids.end());
     ex.labels.insert(ex.labels.end(), ids.size(), kIgnoreLabel);
     if (trained) std::copy(ids.begin(), ids.end(), ex.labels.end() - long(ids.size()));
@@ -79,13 +87,9 @@ Status tokenizeChat(const Json &messages, const DatasetOptions &opts, Example &e
   eo.addSpecialTokens = false;
   eo.parseSpecial = true;
   auto emit = [&](const std::string &text, bool trained) -> Status {
-    for (int32_t id : tok.encode(text, eo)) {
-      if (id >= opts.vocab)
-        return sdError("token ", id, " of the tokenizer is outside the plan's vocabulary [0, ", opts.vocab,
-                       "): the tokenizer does not belong to this model");
-      ex.ids.push_back(id);
-      ex.labels.push_back(trained ? id : kIgnoreLabel);
-    }
+    size_t first = ex.ids.size();
+    SD_RETURN_IF_ERROR(encodeText(text, eo, opts, ex.ids));
+    for (size_t i = first; i < ex.ids.size(); ++i) ex.labels.push_back(trained ? ex.ids[i] : kIgnoreLabel);
     return Status::ok();
   };
   size_t pos = 0;
@@ -144,10 +148,7 @@ StatusOr<Example> parseClassifyLine(const Json &j, const std::string &where, con
     SD_RETURN_IF_ERROR(readIds(*ids, "input_ids", opts.vocab, false, ex.ids).withContext(where + ": "));
   } else {
     if (text->type != Json::Type::String) return sdError(where, ": 'text' must be a string");
-    if (!opts.tokenizer && opts.vocab != 256)
-      return sdError(where, ": text needs --tokenizer DIR or a byte-level model (vocabulary 256, this plan has ",
-                     opts.vocab, "); or give input_ids");
-    SD_RETURN_IF_ERROR(encodeText(text->str, true, opts, ex.ids).withContext(where + ": "));
+    SD_RETURN_IF_ERROR(encodeText(text->str, withSpecials(true), opts, ex.ids).withContext(where + ": "));
   }
   if (ex.ids.empty()) return sdError(where, ": the example has no tokens");
   SD_RETURN_IF_ERROR(fitLength(ex, where, opts));
@@ -177,9 +178,6 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
       if (field && field->type != Json::Type::String)
         return sdError(where, ": '", field == text ? "text" : field == prompt ? "prompt" : "completion",
                        "' must be a string");
-    if (!opts.tokenizer && opts.vocab != 256)
-      return sdError(where, ": text needs --tokenizer DIR or a byte-level model (vocabulary 256, this plan has ",
-                     opts.vocab, "); or give input_ids");
     SD_RETURN_IF_ERROR(tokenizeText(text ? text->str : prompt->str, text ? nullptr : &completion->str, opts, ex)
                            .withContext(where + ": "));
     if (labels) return sdError(where, ": 'labels' go with 'input_ids', not with text");

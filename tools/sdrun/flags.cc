@@ -38,16 +38,31 @@ bool parseFlags(const std::vector<std::string> &args, const std::vector<std::str
   return true;
 }
 
-bool intFlag(const Flags &f, const std::string &name, int64_t def, int64_t lo, int64_t hi, int64_t &out, std::string &err) {
-  auto it = f.values.find(name);
-  if (it == f.values.end()) return out = def, true;
-  const std::string &s = it->second.back();
+static bool parseInt(const std::string &name, const std::string &s, int64_t lo, int64_t hi, int64_t &out,
+                     std::string &err) {
   char *end = nullptr;
   errno = 0; // strtoll clamps out-of-range values to LLONG_MIN/MAX and says so only here
   long long v = std::strtoll(s.c_str(), &end, 10);
   if (s.empty() || *end || errno == ERANGE || v < lo || v > hi)
     return err = name + " must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + s + "'", false;
   return out = v, true;
+}
+
+bool intFlag(const Flags &f, const std::string &name, int64_t def, int64_t lo, int64_t hi, int64_t &out, std::string &err) {
+  auto it = f.values.find(name);
+  if (it == f.values.end()) return out = def, true;
+  return parseInt(name, it->second.back(), lo, hi, out, err);
+}
+
+bool intFlags(const Flags &f, const std::string &name, int64_t lo, int64_t hi, std::vector<int64_t> &out, std::string &err) {
+  auto it = f.values.find(name);
+  if (it == f.values.end()) return true;
+  for (const std::string &s : it->second) {
+    int64_t v;
+    if (!parseInt(name, s, lo, hi, v, err)) return false;
+    out.push_back(v);
+  }
+  return true;
 }
 
 bool numberFlag(const Flags &f, const std::string &name, double def, double lo, double hi, double &out, std::string &err) {

@@ -23,6 +23,8 @@ bool parseFlags(const std::vector<std::string> &args, const std::vector<std::str
                 const std::vector<std::string> &switches = {});
 // Integer flag in [lo, hi], `def` when absent.
 bool intFlag(const Flags &f, const std::string &name, int64_t def, int64_t lo, int64_t hi, int64_t &out, std::string &err);
+// Every value of a repeatable integer flag, each in [lo, hi], appended to `out`.
+bool intFlags(const Flags &f, const std::string &name, int64_t lo, int64_t hi, std::vector<int64_t> &out, std::string &err);
 // Finite number flag in [lo, hi], `def` when absent.
 bool numberFlag(const Flags &f, const std::string &name, double def, double lo, double hi, double &out, std::string &err);
 // --threads N, --device cpu|cuda|auto and --no-cuda-graphs into session options.

@@ -74,15 +74,10 @@ struct TextCodec {
 
 // --stop-token ids, each in [0, vocab).
 bool stopTokens(const Flags &f, int64_t vocab, std::set<int64_t> &out) {
-  auto it = f.values.find("--stop-token");
-  if (it == f.values.end()) return true;
-  for (const std::string &s : it->second) {
-    char *end = nullptr;
-    long long id = std::strtoll(s.c_str(), &end, 10);
-    if (s.empty() || *end || id < 0 || id >= vocab)
-      return fail("--stop-token '" + s + "' is not a token id in [0, " + std::to_string(vocab) + ")"), false;
-    out.insert(id);
-  }
+  std::vector<int64_t> ids;
+  std::string err;
+  if (!intFlags(f, "--stop-token", 0, vocab - 1, ids, err)) return fail(err), false;
+  out.insert(ids.begin(), ids.end());
   return true;
 }
 

@@ -1,0 +1,18 @@
+// f32 data in and out of sd.global ops: passes that create weights at compile
+// time (LoRA and OSF factors, a classification head, concatenated
+// projections) and passes that read a weight's values.
+#pragma once
+#include "SDDialect.h"
+#include "mlir/IR/BuiltinOps.h"
+#include <vector>
+
+namespace sd {
+// The global `name` (made by getOrCreateGlobal) of f32 `shape` and `role`,
+// holding `values` as a dense resource blob; no initial value when `values`
+// is null (a zero-initialized state such as LoRA's B).
+sd::ir::GlobalOp createFloatGlobal(mlir::ModuleOp module, llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
+                                   llvm::StringRef role, const std::vector<float> *values);
+// The floats of a global's initial value (dense or dense_resource, not a
+// splat), or empty when it has none to read.
+llvm::ArrayRef<float> floatsOf(sd::ir::GlobalOp g);
+} // namespace sd
