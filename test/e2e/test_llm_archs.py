@@ -5,15 +5,18 @@ attention), Qwen2 (q/k/v biases), Mistral (one KV head), GPT-2 (learned
 positions, Conv1D), Phi-2 (partial rotary, LayerNorm, parallel attention and
 MLP), Phi-3 (fused qkv_proj and gate_up_proj) and Cohere (rotary on
 interleaved pairs written out with strided slices), each exported by
-torch.onnx.export in TorchScript mode (opset 17) and in dynamo mode (its
-default opset), and by Optimum's exporter (opset 18,
+torch.onnx.export in TorchScript mode (opset 17), in dynamo mode (its
+default opset), in dynamo mode at opset 23 with SDPA attention (ONNX's own
+Attention, RotaryEmbedding and RMSNormalization ops; dynamic batch and
+sequence, so the KV cache applies too), and by Optimum's exporter (opset 18,
 text-generation-with-past: past_key_values inputs, present outputs), and (but
 GPT-2 and Phi-3) by onnxruntime-genai's model builder (com.microsoft
 GroupQueryAttention with rotary, Skip(Simplified)LayerNormalization,
 SimplifiedLayerNormalization; fused qkv_proj, so no LoRA check):
 
   logits  sdrun infer (a whole-sequence step: a with-past file's past inputs
-          empty) equals PyTorch and ONNX Runtime on the same file (1e-4);
+          empty) equals PyTorch and ONNX Runtime on the same file (1e-4;
+          only PyTorch at opset 23, whose file ONNX Runtime 1.32 refuses);
           only ONNX Runtime where the file is not PyTorch's model (Phi-2 from
           Optimum and genai, Cohere from Optimum: EXPORT_DIFFERS)
   LoRA    20 steps on every linear layer PEFT targets, starting from a
@@ -64,6 +67,11 @@ NO_GENAI = {"gpt2", "phi3", "cohere"}
 # Cohere's TorchScript export fails in ONNX Runtime too (a Mul broadcasting 8
 # by 16: the tracer baked the kv-head count into q's reshape).
 NO_TORCHSCRIPT = {"cohere"}
+# What PyTorch's opset-23 export of SDPA models writes as ONNX ops besides
+# Attention: GPT-2 has learned positions and LayerNorm, Phi-2 LayerNorm,
+# Cohere rotary on interleaved pairs written out with strided slices.
+OPSET23_OPS = {"gpt2": ("Attention",), "phi": ("Attention", "RotaryEmbedding"),
+               "cohere": ("Attention", "RMSNormalization")}
 PROMPTS = ["In the beginning God created", "And"]
 OPTIMUM_PYTHON = os.path.join(ROOT, ".venv-optimum", "bin", "python")
 
@@ -73,16 +81,21 @@ def export(model, path, route, d):
     if route == "torchscript":
         import export_hf
         export_hf.export(model, path, 17, BATCH, SEQ)
-    elif route == "dynamo":
+    elif route in ("dynamo", "onnx23"):
         forward = type(model).forward
         model.forward = lambda ids: forward(model, input_ids=ids, use_cache=False).logits
         ids = torch.randint(0, model.config.vocab_size, (BATCH, SEQ))
         dims = ({0: torch.export.Dim("batch"), 1: torch.export.Dim("seq", max=128)},)
+        opset = {}
+        if route == "onnx23":  # SDPA exports as ONNX's own Attention (and RMSNormalization, RotaryEmbedding)
+            model.set_attn_implementation("sdpa")
+            opset = {"opset_version": 23}
         try:
             torch.onnx.export(model, (ids,), path, dynamo=True, input_names=["input_ids"], output_names=["logits"],
-                              dynamic_shapes=dims)
+                              dynamic_shapes=dims, **opset)
         finally:
             del model.forward
+            model.set_attn_implementation("eager")
     else:  # converters of a saved transformers folder, each writing a folder of its own
         hf, out = os.path.join(d, "hf"), os.path.join(d, route)
         model.save_pretrained(hf)
@@ -195,12 +208,21 @@ def check_arch(arch, route, sdc, sdrun, tmp):
     got = sdrun_logits(sdrun, plan, None, feeds, d, "base")
     with torch.no_grad():
         want = model(torch.tensor(ids)).logits.numpy()
-    ort = ort_run(onnx_path, feeds)["logits"]
     differs = (arch, route) in EXPORT_DIFFERS
-    check(f"{name} logits: sdrun equals " + ("ONNX Runtime on the same file (the file is not PyTorch's model)"
-                                           if differs else "PyTorch and ONNX Runtime") + " (1e-4)",
-          (differs or rel_err(got, want) <= 1e-4) and rel_err(got, ort) <= 1e-4,
-          f"relative err {rel_err(got, want):.1e} vs PyTorch, {rel_err(got, ort):.1e} vs ONNX Runtime")
+    if route == "onnx23":
+        import onnx
+        ops = [n.op_type for n in onnx.load(onnx_path, load_external_data=False).graph.node]
+        want_ops = OPSET23_OPS.get(arch, ("Attention", "RMSNormalization", "RotaryEmbedding"))
+        check(f"{name}: the export holds ONNX's {', '.join(want_ops)} ops", all(o in ops for o in want_ops),
+              ", ".join(f"{ops.count(o)} {o}" for o in want_ops))  # ONNX Runtime's RotaryEmbedding refuses the exporter's [1, seq, W] cos/sin caches
+        check(f"{name} logits: sdrun equals PyTorch (1e-4; ONNX Runtime cannot run this file)",
+              rel_err(got, want) <= 1e-4, f"relative err {rel_err(got, want):.1e} vs PyTorch")
+    else:
+        ort = ort_run(onnx_path, feeds)["logits"]
+        check(f"{name} logits: sdrun equals " + ("ONNX Runtime on the same file (the file is not PyTorch's model)"
+                                               if differs else "PyTorch and ONNX Runtime") + " (1e-4)",
+              (differs or rel_err(got, want) <= 1e-4) and rel_err(got, ort) <= 1e-4,
+              f"relative err {rel_err(got, want):.1e} vs PyTorch, {rel_err(got, ort):.1e} vs ONNX Runtime")
 
     check_decode(name, model, onnx_path, sdc, sdrun, d)
     if route == "genai" or differs:  # genai fuses q/k/v into one qkv_proj: PEFT's names do not apply
@@ -233,7 +255,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="sd_archs_")
     try:
         for arch in ("llama", "qwen2", "mistral", "gpt2", "phi", "phi3", "cohere"):
-            for route in ((() if arch in NO_TORCHSCRIPT else ("torchscript",)) + ("dynamo", "optimum") +
+            for route in ((() if arch in NO_TORCHSCRIPT else ("torchscript",)) + ("dynamo", "onnx23", "optimum") +
                           (() if arch in NO_GENAI else ("genai",))):
                 try:
                     check_arch(arch, route, sdc, sdrun, tmp)

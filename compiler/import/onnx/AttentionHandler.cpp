@@ -19,13 +19,13 @@ namespace sd {
 namespace {
 
 // Grouped-query attention: kv head h / (hq / hkv) serves query head h, so
-// [B, hkv, S, E] becomes [B, hq, S, E] with each head repeated in place.
-Value repeatHeads(NodeImporter &imp, OpMaker &m, Value x, int64_t hq) {
-  ArrayRef<int64_t> d = dimsOf(x);
-  if (d[1] == hq) return x;
+// [B, hkv, S, E] becomes [B, hq, S, E] with each head repeated in place. The
+// Expand broadcasts, so batch and sequence may be dynamic.
+Value repeatHeads(NodeImporter &imp, OpMaker &m, Value x, int64_t hkv, int64_t hq, int64_t e) {
+  if (hkv == hq) return x;
   Value u = m.op("Unsqueeze", "unsqueeze", {x, imp.constI64({2})});
-  Value e = m.op("Expand", "expand", {u, imp.constI64({d[0], d[1], hq / d[1], d[2], d[3]})});
-  return m.reshape(e, {d[0], hq, d[2], d[3]});
+  Value expanded = m.op("Expand", "expand", {u, imp.constI64({1, 1, hq / hkv, 1, 1})});
+  return m.reshape(expanded, {0, hq, -1, e});
 }
 
 } // namespace
@@ -45,39 +45,48 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
     if (const auto *a = attrOf(n, side ? "right_window_size" : "left_window_size")) window[side] = a->i();
   if (window[0] < -1 || window[1] < -1) return imp.fail("window sizes must be -1 or nonnegative");
   if (bool(*pastK) != bool(*pastV)) return imp.fail("past_key and past_value go together");
-  for (Value x : {*q, *k, *v})
-    if (!isStatic(x))
-      return imp.fail("Attention needs static query, key and value shapes");
   Type et = cast<RankedTensorType>(q->getType()).getElementType();
   OpMaker m{imp};
   int64_t rank = int64_t(dimsOf(*q).size());
   if (rank != 3 && rank != 4) return imp.fail("Attention takes 3-D or 4-D query, key and value");
-  const auto *qHeadsAttr = attrOf(n, "q_num_heads"), *kvHeadsAttr = attrOf(n, "kv_num_heads");
+  // Batch and sequence lengths may be dynamic (a generation export, specialized
+  // later); the head counts and sizes, which the graph below is built from,
+  // must be known, from shapes or the exporter's value_info.
+  SmallVector<int64_t> qh = dimsHinted(imp, n.input(0), *q), kh = dimsHinted(imp, n.input(1), *k),
+                       vh = dimsHinted(imp, n.input(2), *v);
+  for (ArrayRef<int64_t> d : {ArrayRef<int64_t>(qh), ArrayRef<int64_t>(kh), ArrayRef<int64_t>(vh)})
+    if (int64_t(d.size()) != rank || ShapedType::isDynamic(d.back()) || (rank == 4 && ShapedType::isDynamic(d[1])))
+      return imp.fail("Attention needs query, key and value of one rank with static head counts and sizes");
   Value Q = *q, K = *k, V = *v;
+  int64_t hq, hkv, e, ev, sq, skv; // heads, head sizes, query and key lengths
   if (rank == 3) {
+    const auto *qHeadsAttr = attrOf(n, "q_num_heads"), *kvHeadsAttr = attrOf(n, "kv_num_heads");
     if (!qHeadsAttr || !kvHeadsAttr) return imp.fail("3-D Attention needs q_num_heads and kv_num_heads");
-    int64_t hq = qHeadsAttr->i(), hkv = kvHeadsAttr->i();
+    hq = qHeadsAttr->i(), hkv = kvHeadsAttr->i();
     if (hq < 1 || hkv < 1) return imp.fail("q_num_heads and kv_num_heads must be positive");
-    auto split = [&](Value x, int64_t heads) {
-      ArrayRef<int64_t> d = dimsOf(x);
-      if (d[2] % heads) return m.ok = false, Value();
-      return m.transpose(m.reshape(x, {d[0], d[1], heads, d[2] / heads}), {0, 2, 1, 3});
+    if (qh[2] % hq || kh[2] % hkv || vh[2] % hkv) return imp.fail("the hidden sizes do not divide by the head counts");
+    e = qh[2] / hq, ev = vh[2] / hkv, sq = qh[1], skv = kh[1];
+    auto split = [&](Value x, int64_t heads, int64_t size) {
+      return m.transpose(m.reshape(x, {0, 0, heads, size}), {0, 2, 1, 3});
     };
-    Q = split(Q, hq), K = split(K, hkv), V = split(V, hkv);
-    if (!m.ok) return imp.fail("the hidden sizes do not divide by the head counts");
+    Q = split(Q, hq, e), K = split(K, hkv, e), V = split(V, hkv, ev);
+  } else {
+    hq = qh[1], hkv = kh[1], e = qh[3], ev = vh[3], sq = qh[2], skv = kh[2];
+    if (vh[1] != hkv) return imp.fail("key and value must have the same number of heads");
   }
+  int64_t pastLength = 0;
   if (*pastK) {
+    pastLength = dimsHinted(imp, n.input(4), *pastK)[2];
+    skv = ShapedType::isDynamic(pastLength) || ShapedType::isDynamic(skv) ? ShapedType::kDynamic : pastLength + skv;
     K = m.op("Concat", "concat", {*pastK, K}, {m.i64("axis", 2)});
     V = m.op("Concat", "concat", {*pastV, V}, {m.i64("axis", 2)});
   }
   if (!m.ok) return imp.fail("past key/value do not fit the new keys/values");
   Value presentK = K, presentV = V;
-  ArrayRef<int64_t> qd = dimsOf(Q), kd = dimsOf(K);
-  int64_t hq = qd[1], hkv = kd[1], sq = qd[2], skv = kd[2];
-  double scale = 1.0 / std::sqrt(double(qd[3]));
+  double scale = 1.0 / std::sqrt(double(e));
   if (const auto *a = attrOf(n, "scale")) scale = a->f();
   if (hq % hkv) return imp.fail("q_num_heads must be a multiple of kv_num_heads");
-  K = repeatHeads(imp, m, K, hq), V = repeatHeads(imp, m, V, hq);
+  K = repeatHeads(imp, m, K, hkv, hq, e), V = repeatHeads(imp, m, V, hkv, hq, ev);
   Value s = m.scalar(std::sqrt(scale), et);
   Value scores = m.op("MatMul", "matmul", {m.op("Mul", "mul", {Q, s}), m.transpose(m.op("Mul", "mul", {K, s}), {0, 1, 3, 2})});
   double softcap = 0;
@@ -92,8 +101,14 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
     Value mk = *mask;
     auto mt = cast<RankedTensorType>(mk.getType());
     bool isBool = mt.getElementType().isInteger(1);
-    if (!mt.hasStaticShape() || mt.getRank() < 1) return imp.fail("attn_mask needs a static shape");
-    if (int64_t pad = skv - mt.getShape().back(); pad > 0) {
+    if (mt.getRank() < 1) return imp.fail("attn_mask needs at least one dim");
+    int64_t maskKeys = mt.getShape().back();
+    // A mask shorter than the keys is padded; with either length dynamic the
+    // two are taken to be equal, and specialization's broadcast check refuses
+    // them if they are not (a length of 1 would broadcast instead, so it is refused).
+    if (ShapedType::isDynamic(skv) != ShapedType::isDynamic(maskKeys) && (maskKeys == 1 || skv == 1))
+      return imp.fail("attn_mask's key length and the keys' must both be static when either is 1");
+    if (int64_t pad = skv - maskKeys; !ShapedType::isDynamic(skv) && !ShapedType::isDynamic(maskKeys) && pad > 0) {
       SmallVector<int64_t> pads(size_t(2 * mt.getRank()), 0);
       pads[size_t(2 * mt.getRank() - 1)] = pad;
       Value fill = isBool ? imp.constScalarLike(0, mt.getElementType()) : negInf;
@@ -115,8 +130,10 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
     if (causalBand) return j <= p;
     return (window[0] < 0 || p - j <= window[0]) && (window[1] < 0 || j - p <= window[1]);
   };
+  if ((causal || windowed || *nonpad) && (ShapedType::isDynamic(sq) || ShapedType::isDynamic(skv)))
+    return imp.fail("Attention with is_causal, a window or nonpad_kv_seqlen needs static sequence lengths; give --shapes");
   if (!*nonpad) {
-    int64_t offset = *pastK ? dimsOf(*pastK)[2] : 0;
+    int64_t offset = pastLength;
     for (bool causalBand : {true, false}) {
       if (causalBand ? !causal : !windowed) continue;
       auto allowedType = RankedTensorType::get({sq, skv}, imp.builder.getI1Type());
@@ -159,10 +176,7 @@ LogicalResult importAttention(NodeImporter &imp, const onnx::NodeProto &n, const
     probs = m.op("Where", "where", {m.op("Equal", "equal", {rowMax, negInf}), zero, probs});
   }
   Value y = m.op("MatMul", "matmul", {probs, V});
-  if (rank == 3) {
-    ArrayRef<int64_t> yd = dimsOf(y);
-    y = m.reshape(m.transpose(y, {0, 2, 1, 3}), {yd[0], yd[2], yd[1] * yd[3]});
-  }
+  if (rank == 3) y = m.reshape(m.transpose(y, {0, 2, 1, 3}), {0, 0, hq * ev});
   if (!m.ok) return failure();
   Value outs[4] = {y, presentK, presentV, mode == 3 ? probs : mode == 2 ? withBias : scores};
   for (int i = 0; i < 4; ++i) bindOutput(imp, n, i, outs[i]);
@@ -194,7 +208,7 @@ LogicalResult importFlexAttention(NodeImporter &imp, const onnx::NodeProto &n, c
   if (precision != 1 && precision != 10 && precision != 11 && precision != 16)
     return imp.fail("softmax_precision must be a float type (1, 10, 11 or 16)");
   OpMaker m{imp};
-  Value K = repeatHeads(imp, m, *k, qd[1]), V = repeatHeads(imp, m, *v, qd[1]);
+  Value K = repeatHeads(imp, m, *k, kd[1], qd[1], kd[3]), V = repeatHeads(imp, m, *v, kd[1], qd[1], dimsOf(*v)[3]);
   Value s = m.scalar(std::sqrt(float(scale)), et);
   Value scores = m.op("MatMul", "matmul", {m.op("Mul", "mul", {*q, s}), m.transpose(m.op("Mul", "mul", {K, s}), {0, 1, 3, 2})});
   auto toPrecision = [&](Value x) {

@@ -53,6 +53,10 @@ public:
   // Size must not fold.
   std::unordered_set<std::string> countedNames;
   int64_t opset = 0;
+  // The exporter's value_info dims per ONNX name (-1 where it names none): hints
+  // for the handlers that decompose a node and need a head count that shape
+  // inference left dynamic (dimsHinted in OpMaker.h).
+  std::unordered_map<std::string, std::vector<int64_t>> declaredDims;
 
   mlir::LogicalResult fail(const std::string &msg) {
     if (error.empty()) error = nodeDesc + ": " + msg;

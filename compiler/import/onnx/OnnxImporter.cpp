@@ -361,6 +361,13 @@ void foldOutputs(NodeImporter &imp, const onnx::NodeProto &node) {
 LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g) {
   MLIRContext *ctx = imp.builder.getContext();
   OpBuilder &b = imp.builder;
+  for (const auto &vi : g.value_info()) {
+    if (!vi.type().has_tensor_type() || !vi.type().tensor_type().has_shape()) continue;
+    std::vector<int64_t> &dims = imp.declaredDims[vi.name()];
+    dims.clear();
+    for (const auto &d : vi.type().tensor_type().shape().dim())
+      dims.push_back(d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : -1);
+  }
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto &node = g.node(i);
     std::string name = node.name();

@@ -34,6 +34,19 @@ inline llvm::ArrayRef<int64_t> dimsOf(mlir::Value v) { return mlir::cast<mlir::R
 inline bool isStatic(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).hasStaticShape(); }
 inline mlir::Type elementOf(mlir::Value v) { return mlir::cast<mlir::RankedTensorType>(v.getType()).getElementType(); }
 
+// v's dims, where shape inference left one dynamic filled in from the
+// exporter's value_info for `name` (a dynamo export's head count behind a
+// computed Reshape). Only a hint: when specialization knows the shapes, the
+// shape rules check every op built from it, so a wrong declaration fails there.
+inline llvm::SmallVector<int64_t> dimsHinted(NodeImporter &imp, const std::string &name, mlir::Value v) {
+  llvm::SmallVector<int64_t> dims(dimsOf(v));
+  auto it = imp.declaredDims.find(name);
+  if (it == imp.declaredDims.end() || it->second.size() != dims.size()) return dims;
+  for (size_t i = 0; i < dims.size(); ++i)
+    if (mlir::ShapedType::isDynamic(dims[i]) && it->second[i] > 0) dims[i] = it->second[i];
+  return dims;
+}
+
 // Output i of the node names v, when the node has that output and names it.
 inline void bindOutput(NodeImporter &imp, const onnx::NodeProto &n, int i, mlir::Value v) {
   if (i < n.output_size() && !n.output(i).empty()) imp.values[n.output(i)] = v;

@@ -17,21 +17,22 @@ LogicalResult importRotaryEmbedding(NodeImporter &imp, const onnx::NodeProto &n,
   FailureOr<Value> x = input(0), cosCache = input(1), sinCache = input(2), positions = input(3);
   if (failed(x) || failed(cosCache) || failed(sinCache) || failed(positions)) return failure();
   if (!*x || !*cosCache || !*sinCache) return imp.fail("RotaryEmbedding needs input, cos_cache and sin_cache");
-  if (!isStatic(*x))
-    return imp.fail("RotaryEmbedding needs a static input shape");
   OpMaker m{imp};
-  ArrayRef<int64_t> xd = dimsOf(*x);
+  SmallVector<int64_t> xd = dimsHinted(imp, n.input(0), *x);
+  if (xd.size() != 3 && xd.size() != 4) return imp.fail("RotaryEmbedding takes a 3-D or 4-D input");
+  // Batch and sequence may be dynamic (a generation export): the reshapes copy
+  // them (0). The features must be known, from shapes or the exporter's value_info.
+  if (ShapedType::isDynamic(xd.back())) return imp.fail("RotaryEmbedding needs a static feature size");
   Value h = *x; // as [B, H, S, D], the layout sd.rotary rotates
+  int64_t head = xd.back();
   if (xd.size() == 3) {
     const auto *heads = attrOf(n, "num_heads");
     if (!heads || heads->i() < 1 || xd[2] % heads->i())
       return imp.fail("3-D RotaryEmbedding needs num_heads dividing the hidden size");
-    h = m.transpose(m.reshape(h, {xd[0], xd[1], heads->i(), xd[2] / heads->i()}), {0, 2, 1, 3});
-  } else if (xd.size() != 4) {
-    return imp.fail("RotaryEmbedding takes a 3-D or 4-D input");
+    head = xd[2] / heads->i();
+    h = m.transpose(m.reshape(h, {0, 0, heads->i(), head}), {0, 2, 1, 3});
   }
-  ArrayRef<int64_t> hd = dimsOf(h);
-  int64_t head = hd[3], rot = head;
+  int64_t rot = head;
   if (const auto *a = attrOf(n, "rotary_embedding_dim"); a && a->i() > 0) rot = a->i();
   if (rot > head || rot % 2) return imp.fail("rotary_embedding_dim must be even and at most the head size");
   SmallVector<NamedAttribute> attrs;
@@ -44,7 +45,7 @@ LogicalResult importRotaryEmbedding(NodeImporter &imp, const onnx::NodeProto &n,
   Value part = rot < head ? slice(h, 0, rot) : h;
   Value out = m.op("Rotary", "rotary", {part, *cosCache, *sinCache, *positions ? *positions : imp.none()}, attrs);
   if (rot < head) out = m.op("Concat", "concat", {out, slice(h, rot, head)}, {m.i64("axis", -1)});
-  if (xd.size() == 3) out = m.reshape(m.transpose(out, {0, 2, 1, 3}), xd);
+  if (xd.size() == 3) out = m.reshape(m.transpose(out, {0, 2, 1, 3}), {0, 0, xd[2]});
   if (!m.ok) return imp.fail("the cos/sin caches do not fit the input and rotary_embedding_dim");
   bindOutput(imp, n, 0, out);
   return success();
