@@ -206,6 +206,11 @@ def check_arch(arch, route, sdc, sdrun, tmp):
     feeds, dims = with_past_inputs(onnx_path, ids, model.config)
     sh([sdc, "compile", onnx_path, "--shapes", f"input_ids={BATCH}x{SEQ}", *dims, "-o", plan])
     got = sdrun_logits(sdrun, plan, None, feeds, d, "base")
+    if arch != "gpt2":  # every exporter's rotary form (rotate-half, interleaved, the ops) is one fused step
+        kernels = subprocess.run([sdrun, "inspect", plan, "--kernels", "cpu"], capture_output=True, text=True).stdout
+        rotary = [l.split()[1] for l in kernels.splitlines() if l.split()[:1] == ["Rotary"]]
+        check(f"{name}: the rotary embeddings are fused (one Rotary step each for q and k)",
+              rotary == [str(2 * model.config.num_hidden_layers)], f"Rotary steps: {rotary}")
     with torch.no_grad():
         want = model(torch.tensor(ids)).logits.numpy()
     differs = (arch, route) in EXPORT_DIFFERS

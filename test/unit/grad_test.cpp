@@ -180,6 +180,19 @@ INSTANTIATE_TEST_SUITE_P(
              "  lo = Slice(w, z, h, ax)\n  hi = Slice(w, h, e, ax)\n  n = Neg(hi)\n"
              "  rh = Concat <axis = -1> (n, lo)\n  a = Mul(w, cs)\n  b = Mul(rh, sn)\n  r = Add(a, b)\n"
              "  y = Mul(r, k)"},
+        // Cohere's interleaved rotation, stack([-w[..., 1::2], w[..., ::2]], -1).flatten(-2),
+        // fused into one interleaved Rotary; the angles differ within each pair
+        // here, which the fused kernel must follow as the graph does.
+        Case{"RotaryInterleavedFused", {{"w", "1, 2, 3, 4", 24}, {"k", "1, 2, 3, 4", 24}},
+             "  cs = Constant <value = float[1, 1, 3, 4] {1., 0.9, 0.3, 0.6, 0.5, 0.2, 0.1, 0.7, -0.4, 0.7, 0.8, -0.2}> ()\n"
+             "  sn = Constant <value = float[1, 1, 3, 4] {0., 0.4, 0.2, 0.9, 0.8, 0.9, -0.3, 0.5, 0.9, -0.7, 0.6, 0.4}> ()\n"
+             "  ax = Constant <value = int64[1] {3}> ()\n  z = Constant <value = int64[1] {0}> ()\n"
+             "  o = Constant <value = int64[1] {1}> ()\n  t = Constant <value = int64[1] {2}> ()\n"
+             "  e = Constant <value = int64[1] {9223372036854775807}> ()\n  l = Constant <value = int64[1] {-1}> ()\n"
+             "  shp = Constant <value = int64[4] {1, 2, 3, 4}> ()\n"
+             "  ev = Slice(w, z, e, ax, t)\n  od = Slice(w, o, e, ax, t)\n  n = Neg(od)\n"
+             "  un = Unsqueeze(n, l)\n  ue = Unsqueeze(ev, l)\n  st = Concat <axis = -1> (un, ue)\n"
+             "  rh = Reshape(st, shp)\n  a = Mul(w, cs)\n  b = Mul(rh, sn)\n  r = Add(a, b)\n  y = Mul(r, k)"},
         // LlamaMLP's silu(gate) * up, fused into one SwiGLU by sd-fuse-swiglu.
         Case{"SwiGLUFused", {W23, {"wu", "2, 3", 6}},
              "  g = Mul(w, x)\n  s = Sigmoid(g)\n  a = Mul(g, s)\n  y = Mul(a, wu)"},

@@ -23,10 +23,11 @@ const char *kGenerateUsage =
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
     "cache (the prompt in prefill chunks, then one decode step per token) and\n"
-    "continue several --prompt flags together, --kv-batch rows at a time, each row\n"
-    "at its own length; other plans re-run the infer entry's batch-1 window (the\n"
-    "last `seq` tokens) for every token. One prompt streams its text; several print\n"
-    "theirs in order, a line each, when done. Text is tokenized with --tokenizer (a Hugging Face\n"
+    "continue several --prompt flags together (sdc compile --kv-batch rows at a\n"
+    "time), each row at its own length; other plans re-run the infer entry's\n"
+    "batch-1 window (the last `seq` tokens) for every token. Rows print in order,\n"
+    "a line each: the first unfinished one streams its text, the others show\n"
+    "theirs when it ends. Text is tokenized with --tokenizer (a Hugging Face\n"
     "tokenizer.json; generation stops at its EOS, and at the eos_token_id of a\n"
     "generation_config.json beside it, as transformers' generate does), else taken as bytes by a\n"
     "byte-level (256-token) model. --chat sends TEXT as a user turn rendered with\n"
@@ -120,20 +121,29 @@ bool appendToken(Row &r, int64_t token, const TextCodec &codec, const std::vecto
   return stop;
 }
 
-// Continues every row by up to maxNew tokens, batchSize() rows at a time. One
-// row streams its text as it comes; several print theirs in order at the end.
+// Continues every row by up to maxNew tokens, batchSize() rows at a time.
+// Rows print in order, a line each. The first unfinished row streams its text
+// as it comes; the rows after it keep theirs until it ends, then show what they
+// have and stream on in turn. So the output is the same whether watched live or
+// read at the end, and one prompt streams token by token.
 int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t maxNew, const TextCodec &codec,
                  const std::vector<std::string> &stops) {
-  const bool stream = rows.size() == 1;
-  auto flushRow = [](Row &r) {
-    std::fwrite(r.shown.data(), 1, r.shown.size(), stdout);
+  size_t head = 0; // the row being shown
+  auto show = [&] {
+    while (head < rows.size()) {
+      Row &r = rows[head];
+      std::fwrite(r.shown.data(), 1, r.shown.size(), stdout);
+      r.shown.clear();
+      if (!r.done) break;
+      std::fputc('\n', stdout);
+      ++head;
+    }
     std::fflush(stdout);
-    r.shown.clear();
   };
   bool contextFull = false;
   for (size_t first = 0; first < rows.size(); first += size_t(gen.batchSize())) {
     const size_t last = std::min(rows.size(), first + size_t(gen.batchSize()));
-    if (stream) flushRow(rows[first]);
+    show(); // the prompt, when it is shown
     for (int64_t k = 0; k < maxNew; ++k) {
       std::vector<std::vector<int64_t>> batch;
       for (size_t i = first; i < last; ++i) batch.push_back(rows[i].done ? std::vector<int64_t>() : rows[i].tokens);
@@ -154,13 +164,11 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
           r.done = true;
           contextFull = contextFull || k + 1 < maxNew;
         }
-        if (stream) flushRow(r);
       }
+      show();
     }
-  }
-  for (Row &r : rows) {
-    if (!stream) flushRow(r);
-    std::fputc('\n', stdout);
+    for (size_t i = first; i < last; ++i) rows[i].done = true; // --max-new-tokens reached
+    show();
   }
   if (contextFull)
     std::fprintf(stderr, "sdrun: note: generation stopped at the plan's context of %lld tokens (sdc compile "
