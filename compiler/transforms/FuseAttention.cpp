@@ -10,6 +10,7 @@
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
+#include <cmath>
 
 namespace sd {
 #define GEN_PASS_DEF_FUSEATTENTION
@@ -81,6 +82,26 @@ bool isAllFalse(Value v) {
   return true;
 }
 
+// Add(s, Where(c, 0, fill)) or Add(s, Where(c, fill, 0)), in either operand
+// order, with fill at or below -1e30 (s + fill rounds to fill, as for a
+// constant additive mask) and a mask that does not broadcast the scores:
+// returns the Where, sets `s` to the scores, `fill`, and `keep` when c marks
+// the keys kept. Null when `add` is not that.
+WhereOp selectedAdditiveMask(AddOp add, Value &s, std::optional<double> &fill, bool &keep) {
+  for (int i = 0; i < 2; ++i) {
+    auto w = add->getOperand(unsigned(1 - i)).getDefiningOp<WhereOp>();
+    if (!w || add->getOperand(unsigned(i)).getType() != add.getResult().getType()) continue;
+    std::optional<double> x = sd::scalarValue(w.getX()), y = sd::scalarValue(w.getY());
+    if (!x || !y) continue;
+    if (*x == 0 && *y <= -1e30) keep = true, fill = y;
+    else if (*y == 0 && *x <= -1e30) keep = false, fill = x;
+    else continue;
+    s = add->getOperand(unsigned(i));
+    return w;
+  }
+  return {};
+}
+
 // Some row of a [..., T, S] mask hides all S keys.
 bool hasFullyMaskedRow(ArrayRef<bool> masked, ArrayRef<int64_t> shape) {
   int64_t keys = shape.empty() ? 1 : shape.back();
@@ -106,8 +127,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     Value probs; // the softmax, maybe through casts to its own type (transformers' eager attention)
     Operation *user = sd::soleUserThroughCasts(softmax.getResult(), probs);
     // Where(IsNaN(p), 0, p): the guard SDPA exports put after the softmax for
-    // rows whose keys are all masked. It fuses only when the mask is known to
-    // leave every row a key (below).
+    // rows whose keys are all masked (zero_masked_rows, below).
     WhereOp nanGuard;
     if (!user) {
       probs = softmax.getResult();
@@ -161,6 +181,13 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
         scores = s;
         fill = additive->fill;
         chain.push_back(add);
+      } else if (WhereOp selected = selectedAdditiveMask(add, s, fill, keepMask)) {
+        // Add(s, Where(c, 0, fill)): a mask known only at run time (Optimum's,
+        // from attention_mask), as Where(c, s, fill) would select it.
+        scores = s;
+        mask = selected.getCondition();
+        chain.push_back(add);
+        if (selected->hasOneUse()) chain.push_back(selected);
       }
     }
     // Optional scale: a constant multiplier or divisor.
@@ -207,15 +234,17 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
         chain.push_back(inner);
       }
     }
-    // The NaN guard changes nothing when no row of the mask hides every key
-    // (without a mask, no row is hidden).
-    if (nanGuard && additive && hasFullyMaskedRow(additive->masked, additive->type.getShape())) return;
-    if (nanGuard && mask) {
-      auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(mask));
-      if (!dense || keepMask) return;
-      SmallVector<bool> bits(dense.getValues<bool>().begin(), dense.getValues<bool>().end());
-      if (hasFullyMaskedRow(bits, cast<RankedTensorType>(mask.getType()).getShape())) return;
-    }
+    // The NaN guard: only a row whose keys are all masked at -inf is NaN after
+    // the softmax (a finite fill leaves it uniform, and no mask hides no row),
+    // and the guard makes it 0, as the kernel does with zero_masked_rows. It
+    // is set unless a constant mask shows that no row is hidden.
+    bool zeroRows = nanGuard && fill && std::isinf(*fill) && *fill < 0;
+    if (zeroRows && additive && !hasFullyMaskedRow(additive->masked, additive->type.getShape())) zeroRows = false;
+    if (zeroRows && mask && !keepMask)
+      if (auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(mask))) {
+        SmallVector<bool> bits(dense.getValues<bool>().begin(), dense.getValues<bool>().end());
+        zeroRows = hasFullyMaskedRow(bits, cast<RankedTensorType>(mask.getType()).getShape());
+      }
     if (!isF32(q) || !isF32(kt) || !isF32(v) || !isF32(pv.getResult())) return;
     if (scaledTranspose) {
       OpBuilder tb(scaledTranspose);
@@ -229,6 +258,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     for (Operation *op : chain) locs.push_back(op->getLoc());
     SmallVector<NamedAttribute> attrs = {b.getNamedAttr("scale", b.getF32FloatAttr(float(scale)))};
     if (fill) attrs.push_back(b.getNamedAttr("mask_value", b.getF32FloatAttr(float(*fill))));
+    if (zeroRows) attrs.push_back(b.getNamedAttr("zero_masked_rows", b.getI64IntegerAttr(1)));
     Value none = b.create<NoneOp>(pv.getLoc(), b.getNoneType()).getResult();
     if (additive)
       mask = b.create<ConstantOp>(pv.getLoc(), additive->type,

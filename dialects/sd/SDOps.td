@@ -334,7 +334,7 @@ def SD_GlobalLpPoolOp : SD_Unary<"global_lp_pool", "GlobalLpPool", (ins OptI64:$
 
 def SD_AttentionOp : SD_Nary<"attention", "Attention",
     (ins AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask, SD_OptTensor:$positions),
-    (ins OptF32:$scale, OptF32:$mask_value)> {
+    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows)> {
   let description = [{
     Fused scaled-dot-product attention, recognized by sd-fuse-attention:
     y = softmax(where(mask, mask_value, q @ kt * scale)) @ v with q [..., T, d],
@@ -343,6 +343,10 @@ def SD_AttentionOp : SD_Nary<"attention", "Attention",
     each query's position in its packed sequence: query t sees only keys
     s >= t - positions[b, t], so sequences packed into one row never attend
     to each other (a block-diagonal mask that is never materialized).
+    `zero_masked_rows` = 1: a query whose keys are all masked (at -inf) gets
+    zero probabilities, and so a zero output and zero gradients, where the
+    softmax alone would give NaN (the Where(IsNaN(p), 0, p) guard SDPA exports
+    put after it, fused).
   }];
 }
 def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
@@ -444,7 +448,7 @@ def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad"
 def SD_AttentionGradOp : SD_Nary<"attention_grad", "AttentionGrad",
     (ins AnyTensor:$grad, AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask,
          SD_OptTensor:$positions),
-    (ins OptF32:$scale, OptF32:$mask_value), (outs AnyTensor:$q_grad, AnyTensor:$kt_grad, AnyTensor:$v_grad)> {
+    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows), (outs AnyTensor:$q_grad, AnyTensor:$kt_grad, AnyTensor:$v_grad)> {
   let description = "Attention's gradient; recomputes the probabilities from q and kt.";
 }
 def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTensor:$x, AnyTensor:$rng),

@@ -49,6 +49,7 @@ struct Geometry {
   int64_t itemsPerRow = 1;
   bool causal = false; // every item's mask hides exactly the keys after the query
   float scale = 1, maskValue = -INFINITY;
+  bool zeroMaskedRows = false; // a row with every key at -inf: probabilities 0, not NaN
 };
 
 // A block of query rows [r0, r1) that see only keys [c0, c1).
@@ -95,6 +96,7 @@ Status geometryOf(const KernelContext &c, size_t first, Geometry &g) {
   g.v = itemOffsets(v.dims, g.batch, g.S * g.dv);
   g.scale = float(c.attrs.getFloat("scale", 1.0));
   g.maskValue = float(c.attrs.getFloat("mask_value", -INFINITY));
+  g.zeroMaskedRows = c.attrs.getInt("zero_masked_rows", 0) != 0;
   if (c.hasInput(first + 3) && c.inputs[first + 3].data) {
     const TensorView &m = c.inputs[first + 3];
     SD_CHECK_ARG(m.dtype == DType::Bool && m.rank() >= 2, "Attention mask must be bool of rank >= 2");
@@ -154,6 +156,10 @@ void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blo
       // Under a causal mask the keys after the query get probability 0
       // exactly (their exp underflows): the softmax runs over the rest only.
       int64_t end = g.causal ? std::min(b.c1, i + 1) : b.c1;
+      if (g.zeroMaskedRows && std::all_of(row + b.c0, row + end, [](float s) { return s == -INFINITY; })) {
+        std::fill(row + b.c0, row + b.c1, 0.0f);
+        continue;
+      }
       vsoftmaxRow(row + b.c0, row + b.c0, end - b.c0);
       std::fill(row + end, row + b.c1, 0.0f);
     }

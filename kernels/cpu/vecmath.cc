@@ -22,6 +22,10 @@ inline float expApprox(float x) {
   uint32_t inBits;
   std::memcpy(&inBits, &x, 4);
   uint32_t nanMask = 0u - uint32_t((inBits & 0x7fffffffu) > 0x7f800000u);
+  // Below the smallest normal result, 0 (flushing denormals): exp(-inf) must
+  // be exactly 0, or a softmax row of -inf becomes uniform instead of NaN and
+  // masked keys keep a sliver of probability.
+  uint32_t keepMask = 0u - uint32_t(!(x < -87.3365f));
   x = x >= -87.3365f ? x : -87.3365f;
   x = x <= 88.7228f ? x : 88.7228f;
   float t = x * 1.44269504088896341f;
@@ -40,6 +44,7 @@ inline float expApprox(float x) {
   float y = p * scale;
   uint32_t outBits;
   std::memcpy(&outBits, &y, 4);
+  outBits &= keepMask;
   outBits |= nanMask & 0x7fc00000u; // all-ones exponent + quiet bit: NaN in, NaN out
   std::memcpy(&y, &outBits, 4);
   return y;

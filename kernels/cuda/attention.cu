@@ -23,6 +23,7 @@ struct AttnGeometry {
   int64_t items = 0, T = 0, S = 0, d = 0, dv = 0;
   int64_t strideQ = 0, strideKt = 0, strideV = 0; // elements between items' matrices (0: shared)
   float scale = 1, maskValue = -INFINITY;
+  bool zeroMaskedRows = false; // a row with every key at -inf: probabilities 0, not NaN
   const int64_t *maskOffsets = nullptr; // device, per item; null without a mask
   int64_t maskRowStride = 0, maskColStride = 0;
   int64_t itemsPerRow = 1; // items per positions row (batch row b = item / itemsPerRow)
@@ -127,6 +128,7 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
   }
   g.scale = float(c.attrs.getFloat("scale", 1.0));
   g.maskValue = float(c.attrs.getFloat("mask_value", -INFINITY));
+  g.zeroMaskedRows = c.attrs.getInt("zero_masked_rows", 0) != 0;
   if (c.hasInput(first + 3) && c.inputs[first + 3].data) {
     const TensorView &m = c.inputs[first + 3];
     int64_t mr = m.dims[m.dims.size() - 2], mc = m.dims.back();
@@ -206,6 +208,10 @@ __global__ void maskedSoftmax(AttnGeometry g, const bool *mask, const int64_t *p
       mx = MaxOp()(mx, s);
     }
     mx = blockReduce(mx, MaxOp(), -INFINITY);
+    if (g.zeroMaskedRows && mx == -INFINITY) {
+      for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) pr[j] = 0.0f;
+      continue;
+    }
     if (!(mx > -INFINITY && mx < INFINITY) && mx == mx) mx = 0;
     double sum = 0;
     for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) sum += double(std::exp(pr[j] - mx));

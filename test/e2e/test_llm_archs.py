@@ -26,6 +26,10 @@ SimplifiedLayerNormalization; fused qkv_proj, so no LoRA check):
           with-past export's own cache inputs bound empty: the plan's cache
           takes over)
 
+On Optimum's files the logits are also checked with a left-padded
+attention_mask against ONNX Runtime, with the attention fused over that
+run-time mask (queries that see no key give zeros, as the exported guard does).
+
 Optimum's attention_mask, position_ids and past_key_values inputs are bound
 (ones, 0..seq-1, empty) in the training entries, since the data gives tokens.
 """
@@ -229,6 +233,17 @@ def check_arch(arch, route, sdc, sdrun, tmp):
               (differs or rel_err(got, want) <= 1e-4) and rel_err(got, ort) <= 1e-4,
               f"relative err {rel_err(got, want):.1e} vs PyTorch, {rel_err(got, ort):.1e} vs ONNX Runtime")
 
+    if route == "optimum":  # a real padding mask: row 1 left-padded, so its first queries see no key at all
+        padded = dict(feeds, attention_mask=np.ones_like(ids))
+        padded["attention_mask"][1, :5] = 0
+        got = sdrun_logits(sdrun, plan, None, padded, d, "padded")
+        ort = ort_run(onnx_path, padded)["logits"]
+        kernels = subprocess.run([sdrun, "inspect", plan, "--kernels", "cpu"], capture_output=True, text=True).stdout
+        fused = [l.split()[1] for l in kernels.splitlines() if l.split()[:1] == ["Attention"]]
+        check(f"{name} with a left-padded attention_mask: attention fused over the run-time mask, logits equal ONNX "
+              f"Runtime's (1e-4, the padding's fully masked queries included)",
+              fused == [str(model.config.num_hidden_layers)] and rel_err(got, ort) <= 1e-4,
+              f"Attention steps {fused}, relative err {rel_err(got, ort):.1e}")
     check_decode(name, model, onnx_path, sdc, sdrun, d)
     if route == "genai" or differs:  # genai fuses q/k/v into one qkv_proj: PEFT's names do not apply
         return

@@ -1543,13 +1543,22 @@ def attention_ref(ins, attrs, t):
         i, j = np.arange(T)[:, None], np.arange(T)[None, :]
         for b in range(pos.shape[0]):
             s[b] = np.where(j < (i - pos[b][:, None]), -np.inf, s[b])
-    return [(softmax64(s, -1) @ v).astype(np.float32)]
+    y = softmax64(s, -1) @ v
+    if attrs.get("zero_masked_rows"):  # a query with every key masked: 0, not NaN
+        y = np.where(np.isneginf(s).all(-1, keepdims=True), 0.0, y)
+    return [y.astype(np.float32)]
 
 
 def attention_grad_ref(ins, attrs, t):
     import torch
     dy, q, kt, v = ins[:4]
     mask = ins[4] if len(ins) > 4 else None
+    if attrs.get("zero_masked_rows") and mask is not None:
+        # Rows with every key masked give 0 and pass no gradient: the same as
+        # leaving them unmasked with no incoming gradient.
+        full = np.broadcast_to(mask.all(-1, keepdims=True), dy.shape[:-1] + (1,))
+        dy = np.where(full, 0, dy).astype(dy.dtype)
+        mask = mask & ~mask.all(-1, keepdims=True)
 
     def fwd(q_, kt_, v_):
         s = q_ @ kt_ * attrs.get("scale", 1.0)
@@ -1563,6 +1572,16 @@ def causal(T):
     return np.triu(np.ones((T, T), bool), 1)
 
 
+def padded_rows():
+    """[2, 1, 4, 6] masks (true = hidden): batch 0 hides keys 4-5, batch 1
+    hides every key of queries 2 and 3 (padding queries) and key 0."""
+    m = np.zeros((2, 1, 4, 6), bool)
+    m[0, :, :, 4:] = True
+    m[1, :, :, 0] = True
+    m[1, :, 2:, :] = True
+    return m
+
+
 CASES["Attention"] = [
     Case(lambda t, r: [rand(r, (2, 3, 5, 4), t), rand(r, (2, 3, 4, 5), t), rand(r, (2, 3, 5, 6), t)],
          attrs={"scale": 0.5}, ref=attention_ref, label="no mask"),
@@ -1573,14 +1592,19 @@ CASES["Attention"] = [
          attrs={"scale": 0.5}, ref=attention_ref, label="causal, packed sequences"),
     Case(lambda t, r: [rand(r, (1, 5, 4), t), rand(r, (1, 4, 7), t), rand(r, (1, 7, 3), t),
                        r.integers(0, 2, (5, 7)).astype(bool) & ~np.eye(5, 7, dtype=bool)],
-         attrs={"mask_value": -1e4}, ref=attention_ref, label="arbitrary mask, finite fill")]
+         attrs={"mask_value": -1e4}, ref=attention_ref, label="arbitrary mask, finite fill"),
+    Case(lambda t, r: [rand(r, (2, 1, 4, 4), t), rand(r, (2, 1, 4, 6), t), rand(r, (2, 1, 6, 3), t), padded_rows()],
+         attrs={"zero_masked_rows": 1}, ref=attention_ref, label="padding hides every key of some rows: zeros")]
 CASES["AttentionGrad"] = [
     Case(lambda t, r: [rand(r, (2, 3, 5, 6), t), rand(r, (2, 3, 5, 4), t), rand(r, (2, 3, 4, 5), t),
                        rand(r, (2, 3, 5, 6), t)], attrs={"scale": 0.5}, outputs=3, ref=attention_grad_ref,
          label="no mask", rtol=5),
     Case(lambda t, r: [rand(r, (1, 2, 9, 4), t), rand(r, (1, 2, 9, 4), t), rand(r, (1, 2, 4, 9), t),
                        rand(r, (1, 2, 9, 4), t), causal(9)], attrs={"scale": 0.5}, outputs=3, ref=attention_grad_ref,
-         label="causal", rtol=5)]
+         label="causal", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 1, 4, 3), t), rand(r, (2, 1, 4, 4), t), rand(r, (2, 1, 4, 6), t),
+                       rand(r, (2, 1, 6, 3), t), padded_rows()], attrs={"zero_masked_rows": 1}, outputs=3,
+         ref=attention_grad_ref, label="padding hides every key of some rows: no gradient from them", rtol=5)]
 
 
 # ---- driver -----------------------------------------------------------------------------------------------------

@@ -92,6 +92,8 @@ LogicalResult attentionVJPUnfused(AttentionOp op, GradBuilder &g, ArrayRef<Value
     s = g.make<WhereOp>({mask, g.scalar(et, fill), s});
   }
   Value p = g.make<SoftmaxOp>({s}, {g.attr("axis", -1)});
+  if (op.getZeroMaskedRows().value_or(0)) // rows with every key masked: 0, not NaN
+    p = g.make<WhereOp>({g.make<IsNaNOp>({p}), g.scalar(et, 0.0), p});
   if (need[2]) dx[2] = g.unbroadcast(g.make<MatMulOp>({g.swapLastTwo(p), dy[0]}), v.getType());
   Value ds = g.make<SoftmaxGradOp>({g.make<MatMulOp>({dy[0], g.swapLastTwo(v)}), p}, {g.attr("axis", -1)});
   if (!isa<NoneType>(mask.getType())) ds = g.make<WhereOp>({mask, g.scalar(et, 0.0), ds});
@@ -106,7 +108,7 @@ LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, A
   auto batch = [](ArrayRef<int64_t> s) { return s.drop_back(2); };
   if (ks.size() != qs.size() || vs.size() != qs.size() || batch(ks) != batch(qs) || batch(vs) != batch(qs))
     return attentionVJPUnfused(op, g, dy, need, dx);
-  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value"});
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value", "zero_masked_rows"});
   Operation *grad = g.op<AttentionGradOp>({dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask(), op.getPositions()},
                                           attrs, 3);
   if (!grad) return failure();

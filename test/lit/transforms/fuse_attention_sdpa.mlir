@@ -27,11 +27,10 @@ func.func @sdpa(%q: tensor<1x2x2x4xf32>, %kt: tensor<1x2x4x2xf32>, %v: tensor<1x
 // -----
 
 // A row whose keys are all masked: the guard turns its NaNs into zeros,
-// which the fused kernel would not do, so nothing fuses.
+// which the fused kernel does with zero_masked_rows.
 // CHECK-LABEL: func.func @all_masked_row
-//       CHECK:   sd.softmax
-//       CHECK:   sd.is_nan
-//   CHECK-NOT:   sd.attention
+//       CHECK:   sd.attention {{.*}} {mask_value = 0xFF800000 : f32, scale = 1.000000e+00 : f32, zero_masked_rows = 1 : i64}
+//   CHECK-NOT:   sd.is_nan
 func.func @all_masked_row(%q: tensor<1x2x2x4xf32>, %kt: tensor<1x2x4x2xf32>, %v: tensor<1x2x2x4xf32>) -> tensor<1x2x2x4xf32> {
   %scores = sd.matmul %q, %kt : (tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>) -> tensor<1x2x2x2xf32>
   %mask = sd.constant dense<[[[[0xFF800000, 0xFF800000], [0.0, 0.0]]]]> : tensor<1x1x2x2xf32>
@@ -65,6 +64,27 @@ func.func @onnx_attention(%q: tensor<1x2x2x4xf32>, %k: tensor<1x2x2x4xf32>, %v: 
   %none = sd.constant dense<false> : tensor<1x1x2x1xi1>
   %zero = sd.constant dense<0.0> : tensor<f32>
   %guarded = sd.where %none, %zero, %p : (tensor<1x1x2x1xi1>, tensor<f32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+  %y = sd.matmul %guarded, %v : (tensor<1x2x2x2xf32>, tensor<1x2x2x4xf32>) -> tensor<1x2x2x4xf32>
+  return %y : tensor<1x2x2x4xf32>
+}
+
+// -----
+
+// A mask known only at run time (Optimum's, from the attention_mask input:
+// padding may hide every key of a row), selected with Where(keep, s, -inf)
+// and guarded: fused with zero_masked_rows, the mask negated once.
+// CHECK-LABEL: func.func @runtime_mask
+//       CHECK:   %[[M:.*]] = sd.not %arg3
+//       CHECK:   sd.attention %arg0, %arg1, %arg2, %[[M]], %{{.*}} {mask_value = 0xFF800000 : f32, scale = 1.000000e+00 : f32, zero_masked_rows = 1 : i64}
+//   CHECK-NOT:   sd.is_nan
+func.func @runtime_mask(%q: tensor<1x2x2x4xf32>, %kt: tensor<1x2x4x2xf32>, %v: tensor<1x2x2x4xf32>, %keep: tensor<1x1x2x2xi1>) -> tensor<1x2x2x4xf32> {
+  %scores = sd.matmul %q, %kt : (tensor<1x2x2x4xf32>, tensor<1x2x4x2xf32>) -> tensor<1x2x2x2xf32>
+  %fill = sd.constant dense<0xFF800000> : tensor<f32>
+  %masked = sd.where %keep, %scores, %fill : (tensor<1x1x2x2xi1>, tensor<1x2x2x2xf32>, tensor<f32>) -> tensor<1x2x2x2xf32>
+  %p = sd.softmax %masked {axis = -1 : i64} : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
+  %nan = sd.is_nan %p : (tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xi1>
+  %zero = sd.constant dense<0.0> : tensor<1xf32>
+  %guarded = sd.where %nan, %zero, %p : (tensor<1x2x2x2xi1>, tensor<1xf32>, tensor<1x2x2x2xf32>) -> tensor<1x2x2x2xf32>
   %y = sd.matmul %guarded, %v : (tensor<1x2x2x2xf32>, tensor<1x2x2x4xf32>) -> tensor<1x2x2x4xf32>
   return %y : tensor<1x2x2x4xf32>
 }
