@@ -9,6 +9,7 @@
 #include "gemm.h"
 #include "sgemm.h"
 #include <algorithm>
+#include <memory>
 #include "sd/ops/window_geometry.h"
 
 namespace sd::cpu {
@@ -233,29 +234,53 @@ Status ConvTransposeKernel(const KernelContext &c) {
   WindowGeometry fwd = g;
   fwd.in = g.out;
   fwd.out = g.in;
-  std::vector<int64_t> taps(size_t(kTotal * inTotal));
-  forEachWindowTap(fwd, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * inTotal + oo)] = off; });
+  // 2-D windows that tile the output exactly (stride = kernel, dilation 1, no
+  // padding: the 2x2 stride-2 upsampling of segmentation and detection heads)
+  // write each output once, row by row: no tap table, fill or accumulation.
+  bool shuffle = g.rank() == 2;
+  for (size_t d = 0; d < g.rank() && shuffle; ++d)
+    shuffle = g.strides[d] == g.kernel[d] && g.dilations[d] == 1 && g.padBegin[d] == 0 && g.padEnd[d] == 0 &&
+              g.out[d] == g.in[d] * g.kernel[d];
+  std::vector<int64_t> taps(shuffle ? 0 : size_t(kTotal * inTotal));
+  if (!shuffle)
+    forEachWindowTap(fwd, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * inTotal + oo)] = off; });
   // (image x group) work items. (This kernel is also Conv's input gradient.)
   int64_t items = n * group;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
     auto runItems = [&](int64_t i0, int64_t i1, ThreadPool *inner) {
-      std::vector<T> col(size_t(mg * kTotal * inTotal));
+      std::unique_ptr<T[]> col(new T[size_t(mg * kTotal * inTotal)]); // the GEMM writes all of it
       for (int64_t item = i0; item < i1; ++item) {
         int64_t b = item / group, gi = item % group;
         const T *xg = x.as<T>() + (b * cin + gi * cg) * inTotal;
         T *yg = y.as<T>() + (b * m + gi * mg) * outTotal;
         // col[mg*K, in] = W_g^T [mg*K, cg] x X_g [cg, in]
         parallelGemm<T>(inner, true, false, mg * kTotal, inTotal, cg, T(1), w.as<T>() + gi * cg * mg * kTotal,
-                        mg * kTotal, xg, inTotal, T(0), col.data(), inTotal);
-        for (int64_t j = 0; j < mg; ++j) {
-          T *dst = yg + j * outTotal;
-          std::fill(dst, dst + outTotal, bias ? bias[gi * mg + j] : T(0));
-          const T *cj = col.data() + j * kTotal * inTotal;
-          for (int64_t i = 0; i < kTotal * inTotal; ++i)
-            if (taps[size_t(i)] >= 0) dst[taps[size_t(i)]] += cj[i];
-        }
+                        mg * kTotal, xg, inTotal, T(0), col.get(), inTotal);
+        // Output channels scatter independently.
+        parallelFor(inner, mg, 1, [&](int64_t j0, int64_t j1) {
+          for (int64_t j = j0; j < j1; ++j) {
+            T *dst = yg + j * outTotal;
+            const T bj = bias ? bias[gi * mg + j] : T(0);
+            const T *cj = col.get() + j * kTotal * inTotal;
+            if (shuffle) { // output (ih * KH + kh, iw * KW + kw) = tap (kh, kw) of input (ih, iw)
+              const int64_t kh = g.kernel[0], kw = g.kernel[1], ih = g.in[0], iw = g.in[1];
+              for (int64_t r = 0; r < ih; ++r)
+                for (int64_t a = 0; a < kh; ++a) {
+                  T *row = dst + (r * kh + a) * g.out[1];
+                  for (int64_t e = 0; e < kw; ++e) {
+                    const T *src = cj + (a * kw + e) * inTotal + r * iw;
+                    for (int64_t q = 0; q < iw; ++q) row[q * kw + e] = src[q] + bj;
+                  }
+                }
+              continue;
+            }
+            std::fill(dst, dst + outTotal, bj);
+            for (int64_t i = 0; i < kTotal * inTotal; ++i)
+              if (taps[size_t(i)] >= 0) dst[taps[size_t(i)]] += cj[i];
+          }
+        });
       }
     };
     runWorkItems(c.pool, items, runItems);

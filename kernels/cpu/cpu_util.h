@@ -60,10 +60,26 @@ Dims broadcastStrides(const Dims &in, const Dims &out);
 
 // Iterates the output of an N-ary broadcast in row-major order, calling
 // fn(outOffset, inOffsets[], innerCount, innerStrides[]) for each run of the
-// innermost dimension. Parallel over outer rows.
+// innermost dimension. Parallel over outer rows. Adjacent dims that every
+// input walks alike (contiguously, or broadcast across both) are merged
+// first, so a per-channel scale over an [N, C, H, W] image runs rows of H*W.
 template <size_t N, typename F>
-void forEachBroadcastRow(ThreadPool *pool, const Dims &out,
-                         const Dims (&inStrides)[N], F &&fn) {
+void forEachBroadcastRow(ThreadPool *pool, const Dims &outDims,
+                         const Dims (&strides)[N], F &&fn) {
+  Dims out;
+  Dims inStrides[N];
+  for (size_t d = 0; d < outDims.size(); ++d) {
+    bool merge = !out.empty();
+    for (size_t k = 0; k < N && merge; ++k)
+      merge = inStrides[k].back() == strides[k][d] * outDims[d];
+    if (merge) {
+      out.back() *= outDims[d];
+      for (size_t k = 0; k < N; ++k) inStrides[k].back() = strides[k][d];
+    } else {
+      out.push_back(outDims[d]);
+      for (size_t k = 0; k < N; ++k) inStrides[k].push_back(strides[k][d]);
+    }
+  }
   int64_t rank = int64_t(out.size());
   int64_t inner = rank ? out[size_t(rank - 1)] : 1;
   int64_t rows = inner ? product(out) / inner : 0;

@@ -247,7 +247,19 @@ Status binaryBroadcast(const KernelContext &c, Op op) {
                          [&](int64_t oOff, const int64_t *in, int64_t cnt, const int64_t *st) {
                            const T *x = pa + in[0], *y = pb + in[1];
                            TO *z = po + oOff;
-                           for (int64_t i = 0; i < cnt; ++i) z[i] = op(x[i * st[0]], y[i * st[1]]);
+                           // The common rows (a per-channel scale or bias over an image row,
+                           // rows of equal shape) with constant strides, so they vectorize.
+                           if (st[0] == 1 && st[1] == 0) {
+                             const T yv = *y;
+                             for (int64_t i = 0; i < cnt; ++i) z[i] = op(x[i], yv);
+                           } else if (st[0] == 0 && st[1] == 1) {
+                             const T xv = *x;
+                             for (int64_t i = 0; i < cnt; ++i) z[i] = op(xv, y[i]);
+                           } else if (st[0] == 1 && st[1] == 1) {
+                             for (int64_t i = 0; i < cnt; ++i) z[i] = op(x[i], y[i]);
+                           } else {
+                             for (int64_t i = 0; i < cnt; ++i) z[i] = op(x[i * st[0]], y[i * st[1]]);
+                           }
                          });
   return Status::ok();
 }

@@ -124,18 +124,25 @@ template <Mode M> Status globalPoolKernel(const KernelContext &c) {
   double p = double(c.attrs.getInt("p", 2));
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      const T *src = x.as<T>() + pl * inner;
-      double acc = M == Mode::Max ? -std::numeric_limits<double>::infinity() : 0.0;
-      for (int64_t i = 0; i < inner; ++i) {
-        if (M == Mode::Max) acc = std::max(acc, double(src[i]));
-        else if (M == Mode::Avg) acc += double(src[i]);
-        else acc += std::pow(std::abs(double(src[i])), p);
+    // Planes in parallel (each one's sum does not depend on the threads).
+    parallelFor(c.pool, planes, std::max<int64_t>(1, 16384 / std::max<int64_t>(inner, 1)), [&](int64_t p0, int64_t p1) {
+      for (int64_t pl = p0; pl < p1; ++pl) {
+        const T *src = x.as<T>() + pl * inner;
+        double acc = M == Mode::Max ? -std::numeric_limits<double>::infinity() : 0.0;
+        if constexpr (M == Mode::Avg) { // in vector lanes: squeeze-and-excitation pools every block's map
+#pragma omp simd reduction(+ : acc)
+          for (int64_t i = 0; i < inner; ++i) acc += double(src[i]);
+        } else {
+          for (int64_t i = 0; i < inner; ++i) {
+            if (M == Mode::Max) acc = std::max(acc, double(src[i]));
+            else acc += std::pow(std::abs(double(src[i])), p);
+          }
+        }
+        if (M == Mode::Avg) acc /= double(std::max<int64_t>(inner, 1));
+        if (M == Mode::Lp) acc = std::pow(acc, 1.0 / p);
+        c.outputs[0].as<T>()[pl] = T(acc);
       }
-      if (M == Mode::Avg) acc /= double(std::max<int64_t>(inner, 1));
-      if (M == Mode::Lp) acc = std::pow(acc, 1.0 / p);
-      c.outputs[0].as<T>()[pl] = T(acc);
-    }
+    });
     return Status::ok();
   });
 }

@@ -5,6 +5,7 @@
 #include "cpu_util.h"
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 namespace sd::cpu {
@@ -166,46 +167,76 @@ Status ResizeKernel(const KernelContext &c) {
   }
   double extrapolation = c.attrs.getFloat("extrapolation_value", 0.0);
   Dims xs = stridesOf(x.dims);
+  if (r == 0) { // a scalar resizes to itself
+    std::memcpy(c.outputs[0].data, x.data, x.byteSize());
+    return Status::ok();
+  }
+  // Row by row over the last axis, rows in parallel: each row's leading-axis
+  // tap combinations are resolved once, and the last axis is a contiguous
+  // loop. Sums run in the order of the per-element definition (leading taps
+  // outer, last-axis taps inner), so the result does not depend on the threads.
+  const int64_t last = r - 1, width = y.dims[size_t(last)], n = y.numElements();
+  const int64_t rows = width ? n / width : 0;
+  const AxisTaps &tl = taps[size_t(last)];
+  bool nearest = true; // every tap one input at weight 1: a gather
+  for (const AxisTaps &t : taps) nearest = nearest && t.taps == 1;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>();
     T *py = y.as<T>();
-    Dims o(static_cast<size_t>(r));
-    std::vector<int> k(static_cast<size_t>(r));
-    for (int64_t i = 0, n = y.numElements(); i < n; ++i) {
-      int64_t rem = i;
-      bool outside = false;
-      for (int64_t d = r - 1; d >= 0; --d) {
-        o[size_t(d)] = rem % y.dims[size_t(d)];
-        rem /= y.dims[size_t(d)];
-        outside = outside || taps[size_t(d)].outside[size_t(o[size_t(d)])];
-      }
-      if (outside) {
-        py[i] = T(extrapolation);
-        continue;
-      }
-      // Sum over the product of per-axis taps.
-      double acc = 0;
-      std::fill(k.begin(), k.end(), 0);
-      for (;;) {
-        double w = 1;
-        int64_t off = 0;
-        for (int64_t d = 0; d < r; ++d) {
-          const AxisTaps &t = taps[size_t(d)];
-          size_t at = size_t(o[size_t(d)] * t.taps + k[size_t(d)]);
-          w *= t.weight[at];
-          off += t.index[at] * xs[size_t(d)];
+    const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, width * tl.taps));
+    parallelFor(c.pool, rows, grain, [&](int64_t r0, int64_t r1) {
+      Dims o(static_cast<size_t>(last));
+      std::vector<int> k(static_cast<size_t>(last));
+      std::vector<double> acc(static_cast<size_t>(width));
+      for (int64_t row = r0; row < r1; ++row) {
+        T *out = py + row * width;
+        bool outside = false;
+        for (int64_t d = last - 1, rem = row; d >= 0; --d) {
+          o[size_t(d)] = rem % y.dims[size_t(d)];
+          rem /= y.dims[size_t(d)];
+          outside = outside || taps[size_t(d)].outside[size_t(o[size_t(d)])];
         }
-        if (w != 0) acc += w * double(px[off]);
-        int64_t d = r - 1;
-        for (; d >= 0; --d) {
-          if (++k[size_t(d)] < taps[size_t(d)].taps) break;
-          k[size_t(d)] = 0;
+        if (outside) {
+          std::fill(out, out + width, T(extrapolation));
+          continue;
         }
-        if (d < 0) break;
+        std::fill(k.begin(), k.end(), 0);
+        std::fill(acc.begin(), acc.end(), 0.0);
+        for (;;) {
+          double wl = 1;
+          int64_t off = 0;
+          for (int64_t d = 0; d < last; ++d) {
+            const AxisTaps &t = taps[size_t(d)];
+            size_t at = size_t(o[size_t(d)] * t.taps + k[size_t(d)]);
+            wl *= t.weight[at];
+            off += t.index[at] * xs[size_t(d)];
+          }
+          const T *in = px + off;
+          const int64_t step = xs[size_t(last)];
+          if (nearest) {
+            for (int64_t j = 0; j < width; ++j)
+              out[j] = tl.outside[size_t(j)] ? T(extrapolation) : in[tl.index[size_t(j)] * step];
+            break;
+          }
+          for (int64_t j = 0; j < width; ++j)
+            for (int kk = 0; kk < tl.taps; ++kk) {
+              size_t at = size_t(j * tl.taps + kk);
+              double w = wl * tl.weight[at];
+              if (w != 0) acc[size_t(j)] += w * double(in[tl.index[at] * step]);
+            }
+          int64_t d = last - 1;
+          for (; d >= 0; --d) {
+            if (++k[size_t(d)] < taps[size_t(d)].taps) break;
+            k[size_t(d)] = 0;
+          }
+          if (d < 0) break;
+        }
+        if (!nearest)
+          for (int64_t j = 0; j < width; ++j)
+            out[j] = tl.outside[size_t(j)] ? T(extrapolation) : T(acc[size_t(j)]);
       }
-      py[i] = T(acc);
-    }
+    });
     return Status::ok();
   });
 }

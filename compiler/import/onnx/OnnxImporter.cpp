@@ -320,7 +320,10 @@ FailureOr<Type> valueType(Builder &b, const onnx::ValueInfoProto &vi, const Impo
     int64_t dim = d.has_dim_value() && d.dim_value() >= 0 ? d.dim_value() : ShapedType::kDynamic;
     if (dim == ShapedType::kDynamic && known != opts.inputShapes.end()) dim = known->second[dims.size()];
     dims.push_back(dim);
-    dimParams.push_back(b.getStringAttr(d.has_dim_param() ? d.dim_param() : ""));
+    // "?" is how paddle2onnx and others write an unknown dim, not one name
+    // every such dim shares (ONNX Runtime sizes them independently too).
+    bool named = d.has_dim_param() && d.dim_param() != "?";
+    dimParams.push_back(b.getStringAttr(named ? d.dim_param() : ""));
   }
   return Type(RankedTensorType::get(dims, et));
 }
