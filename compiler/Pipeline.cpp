@@ -98,8 +98,10 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     pm.addPass(createOsftProject());
     pm.addPass(createPropagateShapes());
   }
+  pm.addPass(createFoldConvAffine());
+  pm.addPass(createFuseHardSwish());
   pm.addPass(createFuseConvEpilogue());
-  pm.addPass(createPropagateShapes()); // removes the ops it replaced
+  pm.addPass(createPropagateShapes()); // removes the ops they replaced
 }
 
 void buildPlanPipeline(mlir::OpPassManager &pm) {

@@ -19,6 +19,14 @@ def FuseGelu : Pass<"sd-fuse-gelu", "mlir::ModuleOp"> {
   let summary = "Replace exported x*0.5*(1+erf(x/sqrt(2))) with one sd.gelu";
 }
 
+def FoldConvAffine : Pass<"sd-fold-conv-affine", "mlir::ModuleOp"> {
+  let summary = "In inference entries, fold a per-channel constant multiply and add after a Conv into its weights";
+}
+
+def FuseHardSwish : Pass<"sd-fuse-hardswish", "mlir::ModuleOp"> {
+  let summary = "In inference entries, replace x * Clip(x + 3, 0, 6) / 6 with one HardSwish";
+}
+
 def FuseConvEpilogue : Pass<"sd-fuse-conv-epilogue", "mlir::ModuleOp"> {
   let summary = "In inference entries, fold a residual Add and an activation into the Conv before them";
 }
