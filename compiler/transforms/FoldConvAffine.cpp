@@ -1,7 +1,8 @@
 // sd-fold-conv-affine: in inference entries, Conv(x, W, B) followed by a
 // multiply and/or an add by constants with one value per output channel (or
-// one for all) becomes Conv(x, W * a, B * a + b), the new weights made at
-// compile time. PP-LCNet (PaddleOCR's backbones) puts such a "learnable
+// one for all), or by a BatchNormalization with its statistics (the same
+// affine: a = scale / sqrt(var + eps), b = bias - mean * a), becomes
+// Conv(x, W * a, B * a + b), the new weights made at compile time. PP-LCNet (PaddleOCR's backbones) puts such a "learnable
 // affine" after every convolution; folded, the convolution's own epilogue
 // can then take the activation that follows (sd-fuse-conv-epilogue). The
 // result differs from the unfolded graph by rounding only.
@@ -12,6 +13,7 @@
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/SymbolTable.h"
+#include <cmath>
 
 namespace sd {
 #define GEN_PASS_DEF_FOLDCONVAFFINE
@@ -65,6 +67,7 @@ struct FoldConvAffinePass : sd::impl::FoldConvAffineBase<FoldConvAffinePass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    folded = 0;
     SymbolTable globals(module);
     SmallVector<ConvOp> convs;
     module.walk([&](func::FuncOp f) {
@@ -81,13 +84,34 @@ struct FoldConvAffinePass : sd::impl::FoldConvAffineBase<FoldConvAffinePass> {
     const int64_t channels = type.getDimSize(1), rank = type.getRank();
     std::optional<std::vector<float>> scale, shift;
     Operation *last = conv;
-    if (auto mul = dyn_cast_or_null<MulOp>(soleUser(conv.getResult())); mul && mul.getResult().getType() == type) {
-      scale = perChannel(globals, otherOperand(mul, conv.getResult()), channels, rank);
-      if (scale) last = mul;
+    if (auto bn = dyn_cast_or_null<BatchNormalizationOp>(soleUser(conv.getResult()));
+        bn && bn.getTrainingMode().value_or(0) == 0 && bn.getResult().getType() == type &&
+        bn.getX() == conv.getResult()) {
+      // Batch normalization with its statistics: y = (x - mean) * scale / sqrt(var + eps) + bias, per channel.
+      auto read = [&](Value v) { return perChannel(globals, v, channels, 2); }; // [C]
+      auto g = read(bn.getScale()), bb = read(bn.getBias()), mean = read(bn.getInputMean()),
+           var = read(bn.getInputVar());
+      if (g && bb && mean && var) {
+        const double eps = bn.getEpsilon() ? double(bn.getEpsilon()->convertToFloat()) : 1e-5;
+        scale.emplace(size_t(channels));
+        shift.emplace(size_t(channels));
+        for (size_t c = 0; c < size_t(channels); ++c) {
+          const double a = double((*g)[c]) / std::sqrt(double((*var)[c]) + eps);
+          (*scale)[c] = float(a);
+          (*shift)[c] = float(double((*bb)[c]) - double((*mean)[c]) * a);
+        }
+        last = bn;
+      }
     }
-    if (auto add = dyn_cast_or_null<AddOp>(soleUser(last->getResult(0))); add && add.getResult().getType() == type) {
-      shift = perChannel(globals, otherOperand(add, last->getResult(0)), channels, rank);
-      if (shift) last = add;
+    if (last == conv.getOperation()) {
+      if (auto mul = dyn_cast_or_null<MulOp>(soleUser(conv.getResult())); mul && mul.getResult().getType() == type) {
+        scale = perChannel(globals, otherOperand(mul, conv.getResult()), channels, rank);
+        if (scale) last = mul;
+      }
+      if (auto add = dyn_cast_or_null<AddOp>(soleUser(last->getResult(0))); add && add.getResult().getType() == type) {
+        shift = perChannel(globals, otherOperand(add, last->getResult(0)), channels, rank);
+        if (shift) last = add;
+      }
     }
     if (last == conv.getOperation()) return;
     std::optional<std::vector<float>> w = knownFloats(globals, conv.getW()), b;
@@ -112,8 +136,7 @@ struct FoldConvAffinePass : sd::impl::FoldConvAffineBase<FoldConvAffinePass> {
     conv->setOperand(2, builder.create<GlobalLoadOp>(conv.getLoc(), bg.getType(), bg.getSymName()));
     // Erased now, so the convolution's sole user is what follows (sd-fuse-conv-epilogue).
     SmallVector<Operation *> dead = {last};
-    if (last->getOperand(0).getDefiningOp() != conv && last->getOperand(1).getDefiningOp() != conv)
-      dead.push_back(soleUser(conv.getResult()));
+    if (!llvm::is_contained(last->getOperands(), conv.getResult())) dead.push_back(soleUser(conv.getResult()));
     last->getResult(0).replaceAllUsesWith(conv.getResult());
     for (Operation *op : dead) op->erase();
   }

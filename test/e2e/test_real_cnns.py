@@ -9,7 +9,8 @@ PaddleOCR does:
   fused   the compiler folded PP-LCNet's per-convolution affine into the
           weights and the HardSwish written as x * Clip(x + 3, 0, 6) / 6 into
           the convolutions' epilogues: no Clip or Div step is left in the
-          detector's plan, and most of its convolutions are FusedConv
+          detector's plan, and most of its convolutions are FusedConv; the
+          classifier's BatchNormalizations fold into its convolutions too
   dims    the '?' dims paddle2onnx writes are independent unknowns (the
           classifier's height and width differ)
 """
@@ -59,6 +60,10 @@ def main():
             want = list(ort_run(os.path.join(models, name), {"x": x}).values())[0]
             check(f"{stem}: sdrun equals ONNX Runtime (1e-4)", rel_err(got, want) <= 1e-4,
                   f"relative err {rel_err(got, want):.1e}, output max {float(np.abs(want).max()):.3g}")
+            if "cls" in stem:
+                kernels = sh([sdrun, "inspect", plan, "--kernels", "cpu"])
+                check(f"{stem}: every BatchNormalization folded into its convolution",
+                      "BatchNormalization" not in kernels and "HardSwish" not in kernels, kernels[-600:])
             if "det" in stem:
                 kernels = sh([sdrun, "inspect", plan, "--kernels", "cpu"])
                 steps = {l.split()[0]: int(l.split()[1]) for l in kernels.splitlines()

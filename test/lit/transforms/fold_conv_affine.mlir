@@ -43,6 +43,28 @@ func.func @channel_shift(%x: tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32> attribu
 
 // -----
 
+// BatchNormalization with its statistics after a bias-free Conv:
+// a = scale / sqrt(var + eps) = [2, 4] / 2 = [1, 2], b = bias - mean * a =
+// [0, 1] - [0.5, 1] * [1, 2] = [-0.5, -1]; W [1, 3] becomes [1, 6].
+// CHECK-LABEL: func.func @batch_norm
+//       CHECK:   sd.conv %arg0, %{{.*}}, %{{.*}} :
+//   CHECK-NOT:   sd.batch_normalization
+// CHECK: conv_affine.0.weight: "0x040000000000803F0000C040"
+// CHECK: conv_affine.0.bias: "0x04000000000000BF000080BF"
+func.func @batch_norm(%x: tensor<1x1x4x4xf32>) -> tensor<1x2x4x4xf32> attributes {sd.entry = "infer"} {
+  %n = sd.none
+  %w = sd.constant dense<[[[[1.0]]], [[[3.0]]]]> : tensor<2x1x1x1xf32>
+  %scale = sd.constant dense<[2.0, 4.0]> : tensor<2xf32>
+  %bias = sd.constant dense<[0.0, 1.0]> : tensor<2xf32>
+  %mean = sd.constant dense<[0.5, 1.0]> : tensor<2xf32>
+  %var = sd.constant dense<[3.0, 3.0]> : tensor<2xf32>
+  %c = sd.conv %x, %w, %n : (tensor<1x1x4x4xf32>, tensor<2x1x1x1xf32>, none) -> tensor<1x2x4x4xf32>
+  %y = sd.batch_normalization %c, %scale, %bias, %mean, %var {epsilon = 1.0 : f32} : (tensor<1x2x4x4xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>, tensor<2xf32>) -> tensor<1x2x4x4xf32>
+  return %y : tensor<1x2x4x4xf32>
+}
+
+// -----
+
 // Not foldable: a scale that varies over the image ([1, 1, 4, 4]), an input
 // that is not a constant, and a training entry. Each keeps its multiply.
 // CHECK-LABEL: func.func @spatial_scale
