@@ -145,6 +145,13 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"ReduceL2", {W23}, "  a = Constant <value = int64[1] {1}> ()\n  n = ReduceL2 <keepdims = 1> (w, a)\n"
                                 "  y = Div(w, n)"},
         Case{"GeluTanh", {W23}, "  y = Gelu <approximate = \"tanh\"> (w)"},
+        // GPT-2's gelu_new written out, fused by sd-fuse-gelu into the tanh Gelu.
+        Case{"GeluTanhFused", {W23},
+             "  three = Constant <value = float {3.}> ()\n  k = Constant <value = float {0.044715}> ()\n"
+             "  c = Constant <value = float {0.7978845608}> ()\n  one = Constant <value = float {1.}> ()\n"
+             "  half = Constant <value = float {0.5}> ()\n  h = Mul(half, w)\n  p = Pow(w, three)\n"
+             "  kp = Mul(k, p)\n  s = Add(w, kp)\n  cs = Mul(c, s)\n  t = Tanh(cs)\n  a = Add(one, t)\n"
+             "  y = Mul(h, a)"},
         Case{"PowConst", {Wpos}, "  c = Constant <value = float {2.5}> ()\n  y = Pow(w, c)"},
         Case{"Where", {W23}, "  z = Constant <value = float {0.}> ()\n  m = Greater(x, z)\n  y = Where(m, w, x)"},
         Case{"Sum", {W23, {"w2", "3", 3}}, "  y = Sum(w, w2, x)"},

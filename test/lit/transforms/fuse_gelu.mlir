@@ -70,3 +70,51 @@ func.func @negative_shared_erf_unchanged(%x: tensor<4xf32>) -> (tensor<4xf32>, t
   %y = sd.mul %m, %half : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
   return %y, %e : tensor<4xf32>, tensor<4xf32>
 }
+
+// -----
+
+// GPT-2's gelu_new as the exporters write it: 0.5 * x * (1 + tanh(sqrt(2/pi) *
+// (x + 0.044715 * x^3))): one sd.gelu with the tanh approximation.
+// CHECK-LABEL: func.func @gpt2_gelu_new
+//       CHECK:   %[[G:.*]] = sd.gelu %arg0 {approximate = "tanh"}
+//   CHECK-NOT:   sd.tanh
+//   CHECK-NOT:   sd.pow
+//       CHECK:   return %[[G]]
+func.func @gpt2_gelu_new(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %three = sd.constant dense<3.0> : tensor<f32>
+  %k = sd.constant dense<0.044715> : tensor<f32>
+  %c = sd.constant dense<0.797884583> : tensor<f32>
+  %one = sd.constant dense<1.0> : tensor<f32>
+  %half = sd.constant dense<0.5> : tensor<f32>
+  %h = sd.mul %half, %x : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %p = sd.pow %x, %three : (tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
+  %kp = sd.mul %k, %p : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %s = sd.add %x, %kp : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %cs = sd.mul %c, %s : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %t = sd.tanh %cs : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %a = sd.add %one, %t : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %y = sd.mul %h, %a : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
+// A different cubic coefficient is another function: nothing fuses.
+// CHECK-LABEL: func.func @not_gelu_new
+//   CHECK-NOT:   sd.gelu
+func.func @not_gelu_new(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %three = sd.constant dense<3.0> : tensor<f32>
+  %k = sd.constant dense<0.1> : tensor<f32>
+  %c = sd.constant dense<0.797884583> : tensor<f32>
+  %one = sd.constant dense<1.0> : tensor<f32>
+  %half = sd.constant dense<0.5> : tensor<f32>
+  %h = sd.mul %half, %x : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %p = sd.pow %x, %three : (tensor<2x8xf32>, tensor<f32>) -> tensor<2x8xf32>
+  %kp = sd.mul %k, %p : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %s = sd.add %x, %kp : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %cs = sd.mul %c, %s : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %t = sd.tanh %cs : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %a = sd.add %one, %t : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %y = sd.mul %h, %a : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
