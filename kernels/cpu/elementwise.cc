@@ -608,7 +608,7 @@ void registerElementwiseKernels() {
   registerCpuKernel("Erf", [](const KernelContext &c) { return vectorized<verf>(c, ErfKernel); }, floats);
   registerCpuKernel("Sigmoid", [](const KernelContext &c) { return vectorized<vsigmoid>(c, SigmoidKernel); }, floats);
   registerCpuKernel("Gelu", [](const KernelContext &c) {
-    if (c.attrs.getString("approximate", "none") == "tanh") return GeluScalarKernel(c);
+    if (c.attrs.getString("approximate", "none") == "tanh") return vectorized<vgeluTanh>(c, GeluScalarKernel);
     return vectorized<vgelu>(c, GeluScalarKernel);
   }, floats);
   registerCpuKernel("GeluGrad", GeluGradKernel, floats);

@@ -10,6 +10,7 @@ void verf(const float *x, float *y, int64_t n);
 void vsigmoid(const float *x, float *y, int64_t n);
 // Exact (erf) GELU: 0.5 * x * (1 + erf(x / sqrt(2))).
 void vgelu(const float *x, float *y, int64_t n);
+void vgeluTanh(const float *x, float *y, int64_t n);
 // dx = dy * GELU'(x), exact form: Phi(x) + x * phi(x).
 void vgeluGrad(const float *dy, const float *x, float *dx, int64_t n);
 // SwiGLU: y = x * sigmoid(x) * up; its gradient dx = dy * up * silu'(x), dup = dy * silu(x).
