@@ -9,6 +9,7 @@
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
+#include "vjp/GradBuilder.h"
 #include "mlir/IR/Builders.h"
 #include <cmath>
 
@@ -102,6 +103,24 @@ WhereOp selectedAdditiveMask(AddOp add, Value &s, std::optional<double> &fill, b
   return {};
 }
 
+// M of ReduceMax(M, last axis, keepdims) == -inf (either operand order): the
+// test for rows whose keys are all masked; null when `cond` is not that.
+Value maskedRowBias(Value cond) {
+  auto eq = cond.getDefiningOp<EqualOp>();
+  if (!eq) return {};
+  for (int i = 0; i < 2; ++i) {
+    auto rm = eq->getOperand(unsigned(i)).getDefiningOp<ReduceMaxOp>();
+    std::optional<double> inf = sd::scalarValue(eq->getOperand(unsigned(1 - i)));
+    if (!rm || !inf || !std::isinf(*inf) || *inf > 0 || rm.getKeepdims().value_or(1) != 1) continue;
+    SmallVector<int64_t> axes;
+    int64_t rank = cast<RankedTensorType>(rm.getData().getType()).getRank();
+    if (!sd::ir::constantInts(rm.getAxes(), axes) || axes.size() != 1 || (axes[0] != -1 && axes[0] != rank - 1))
+      continue;
+    return rm.getData();
+  }
+  return {};
+}
+
 // Some row of a [..., T, S] mask hides all S keys.
 bool hasFullyMaskedRow(ArrayRef<bool> masked, ArrayRef<int64_t> shape) {
   int64_t keys = shape.empty() ? 1 : shape.back();
@@ -143,11 +162,24 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
       noGuard = w;
       user = sd::soleUser(w.getResult());
     }
-    Value guarded = nanGuard ? nanGuard.getResult() : noGuard ? noGuard.getResult() : probs;
+    // Where(ReduceMax(M, last axis) == -inf, 0, p): that guard as ONNX
+    // Attention imports it for a mask known only at run time. M must be the
+    // additive mask matched below (checked there); zero_masked_rows then.
+    WhereOp rowGuard;
+    Value rowGuardBias;
+    if (auto w = dyn_cast_or_null<WhereOp>(user); w && !nanGuard && !noGuard && w.getY() == probs &&
+                                                 sd::isScalar(w.getX(), 0.0) && w.getResult().getType() == probs.getType())
+      rowGuardBias = maskedRowBias(w.getCondition());
+    if (rowGuardBias) {
+      rowGuard = dyn_cast<WhereOp>(user);
+      user = sd::soleUser(rowGuard.getResult());
+    }
+    Value guarded = nanGuard ? nanGuard.getResult() : noGuard ? noGuard.getResult() : rowGuard ? rowGuard.getResult() : probs;
     auto pv = dyn_cast_or_null<MatMulOp>(user);
     if (!pv || pv.getLhs() != guarded) return;
     SmallVector<Operation *> chain = {pv};
     if (noGuard) chain.push_back(noGuard);
+    if (rowGuard) chain.push_back(rowGuard);
     if (nanGuard) chain.push_back(nanGuard), chain.push_back(nanGuard.getCondition().getDefiningOp());
     for (Value p = probs; p != softmax.getResult(); p = p.getDefiningOp()->getOperand(0))
       chain.push_back(p.getDefiningOp());
@@ -167,7 +199,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
         scores = where.getX();
         keepMask = true;
       }
-      if (!fill) return;
+      if (!fill || rowGuardBias) return; // a row guard tests the added bias, which this form has none of
       mask = where.getCondition();
       chain.push_back(where);
     } else if (auto add = scores.getDefiningOp<AddOp>(); add && add->hasOneUse()) {
@@ -188,8 +220,11 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
         mask = selected.getCondition();
         chain.push_back(add);
         if (selected->hasOneUse()) chain.push_back(selected);
+        else if (rowGuardBias != selected.getResult()) return; // its other user is not the row guard
       }
+      if (rowGuardBias && rowGuardBias != sd::otherOperand(add, scores)) return;
     }
+    if (rowGuardBias && !(fill && std::isinf(*fill) && *fill < 0 && (mask || additive))) return;
     // Optional scale: a constant multiplier or divisor.
     double scale = 1.0;
     if (Operation *def = scores.getDefiningOp(); def && def->hasOneUse() && isa<MulOp, DivOp>(def)) {
@@ -238,7 +273,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     // the softmax (a finite fill leaves it uniform, and no mask hides no row),
     // and the guard makes it 0, as the kernel does with zero_masked_rows. It
     // is set unless a constant mask shows that no row is hidden.
-    bool zeroRows = nanGuard && fill && std::isinf(*fill) && *fill < 0;
+    bool zeroRows = (nanGuard || rowGuard) && fill && std::isinf(*fill) && *fill < 0;
     if (zeroRows && additive && !hasFullyMaskedRow(additive->masked, additive->type.getShape())) zeroRows = false;
     if (zeroRows && mask && !keepMask)
       if (auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(mask))) {
