@@ -6,7 +6,6 @@
 // affine" after every convolution; folded, the convolution's own epilogue
 // can then take the activation that follows (sd-fuse-conv-epilogue). The
 // result differs from the unfolded graph by rounding only.
-#include "sd/format/training_abi.h"
 #include "GlobalData.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
@@ -69,11 +68,7 @@ struct FoldConvAffinePass : sd::impl::FoldConvAffineBase<FoldConvAffinePass> {
     ModuleOp module = getOperation();
     folded = 0;
     SymbolTable globals(module);
-    SmallVector<ConvOp> convs;
-    module.walk([&](func::FuncOp f) {
-      auto entry = f->getAttrOfType<StringAttr>("sd.entry");
-      if (entry && entry.getValue() == sd::abi::kInfer) f.walk([&](ConvOp c) { convs.push_back(c); });
-    });
+    SmallVector<ConvOp> convs = sd::opsOfInferenceEntries<ConvOp>(module);
     for (ConvOp conv : convs) tryFold(module, globals, conv);
   }
 

@@ -5,7 +5,6 @@
 // is in cache instead of in separate passes over the whole tensor. Training
 // entries keep the separate ops (their backward reads the intermediates).
 // Each intermediate must have the chain as its only user.
-#include "sd/format/training_abi.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
@@ -59,11 +58,7 @@ std::optional<Activation> activationOf(Operation *op) {
 
 struct FuseConvEpiloguePass : sd::impl::FuseConvEpilogueBase<FuseConvEpiloguePass> {
   void runOnOperation() override {
-    SmallVector<ConvOp> convs;
-    getOperation().walk([&](func::FuncOp f) {
-      auto entry = f->getAttrOfType<StringAttr>("sd.entry");
-      if (entry && entry.getValue() == sd::abi::kInfer) f.walk([&](ConvOp c) { convs.push_back(c); });
-    });
+    SmallVector<ConvOp> convs = sd::opsOfInferenceEntries<ConvOp>(getOperation());
     for (ConvOp conv : convs) tryFuse(conv);
   }
 

@@ -4,7 +4,6 @@
 // it with one sd.hard_swish: one pass over the tensor instead of four, and a
 // form sd-fuse-conv-epilogue then folds into the convolution before it.
 // Training entries keep the separate ops (HardSwish has no gradient rule).
-#include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
@@ -36,11 +35,7 @@ Value sixthOf(Operation *op) {
 
 struct FuseHardSwishPass : sd::impl::FuseHardSwishBase<FuseHardSwishPass> {
   void runOnOperation() override {
-    SmallVector<ClipOp> clips;
-    getOperation().walk([&](func::FuncOp f) {
-      auto entry = f->getAttrOfType<StringAttr>("sd.entry");
-      if (entry && entry.getValue() == sd::abi::kInfer) f.walk([&](ClipOp c) { clips.push_back(c); });
-    });
+    SmallVector<ClipOp> clips = sd::opsOfInferenceEntries<ClipOp>(getOperation());
     for (ClipOp clip : clips) tryFuse(clip);
   }
 

@@ -1,6 +1,7 @@
 // Shared helpers for pass implementations.
 #pragma once
 #include "SDDialect.h"
+#include "sd/format/training_abi.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Pass/Pass.h"
@@ -11,6 +12,17 @@
 namespace sd {
 // Entry functions carry `sd.entry = "<name>"`.
 inline bool isEntry(mlir::func::FuncOp f) { return f->hasAttr("sd.entry"); }
+// The OpT ops of the module's inference entries (`sd.entry = "infer"`), in
+// order: what the inference-only rewrites (conv epilogues, folded affines)
+// may change, training entries keeping the ops their backward reads.
+template <typename OpT> llvm::SmallVector<OpT> opsOfInferenceEntries(mlir::ModuleOp module) {
+  llvm::SmallVector<OpT> ops;
+  module.walk([&](mlir::func::FuncOp f) {
+    auto entry = f->getAttrOfType<mlir::StringAttr>("sd.entry");
+    if (entry && entry.getValue() == sd::abi::kInfer) f.walk([&](OpT op) { ops.push_back(op); });
+  });
+  return ops;
+}
 // The ONNX node name carried by a location, or "" when there is none.
 std::string nodeNameOf(mlir::Location loc);
 // The source-framework module an imported node belongs to, when the exporter
