@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A BERT-class encoder (a tiny transformers BertModel, seeded random weights)
 as each exporter users take writes it: torch.onnx.export in TorchScript mode
-(opset 17) and in dynamo mode (its default opset), and Optimum's
+(opset 17), in dynamo mode (its default opset) and in dynamo mode at opset 23
+with SDPA (ONNX's own Attention op, the padding mask given at run time), and Optimum's
 feature-extraction export (opset 18, with token_type_ids), against PyTorch,
 ONNX Runtime and PEFT:
 
@@ -85,11 +86,18 @@ def export(model, path, route, d):
                                             ("input_ids", "attention_mask", "last_hidden_state")})
         finally:
             del model.forward
-    elif route == "dynamo":
+    elif route in ("dynamo", "onnx23"):
         batch, seq = torch.export.Dim("batch"), torch.export.Dim("seq", max=64)
-        torch.onnx.export(model, (ids, mask), path, dynamo=True, input_names=["input_ids", "attention_mask"],
-                          output_names=["last_hidden_state"],
-                          dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}))
+        opset = {}
+        if route == "onnx23":  # SDPA exports as ONNX's own Attention op
+            model.set_attn_implementation("sdpa")
+            opset = {"opset_version": 23}
+        try:
+            torch.onnx.export(model, (ids, mask), path, dynamo=True, input_names=["input_ids", "attention_mask"],
+                              output_names=["last_hidden_state"],
+                              dynamic_shapes=({0: batch, 1: seq}, {0: batch, 1: seq}), **opset)
+        finally:
+            model.set_attn_implementation("eager")
     else:  # optimum-onnx in its own environment (it pins transformers 4.57)
         hf, out = os.path.join(d, "hf"), os.path.join(d, "optimum")
         model.save_pretrained(hf)
@@ -176,7 +184,7 @@ def main():
     ids, mask, _ = padded(rows[:BATCH])
     tmp = tempfile.mkdtemp(prefix="sd_encoders_")
     try:
-        for route in ("torchscript", "dynamo", "optimum"):
+        for route in ("torchscript", "dynamo", "onnx23", "optimum"):
             try:
                 d = os.path.join(tmp, route)
                 os.makedirs(d)
@@ -186,6 +194,11 @@ def main():
                 feeds = {"input_ids": ids, "attention_mask": mask}
                 if route == "optimum":
                     feeds["token_type_ids"] = np.zeros_like(ids)
+                if route == "onnx23":
+                    import onnx
+                    ops = [n.op_type for n in onnx.load(onnx_path, load_external_data=False).graph.node]
+                    check("BertModel (onnx23): the export holds ONNX's Attention op", "Attention" in ops,
+                          f"{ops.count('Attention')} Attention")
                 check_hidden(route, encoder, onnx_path, sdc, sdrun, d, feeds)
                 check_lora(route, encoder, onnx_path, sdc, sdrun, d, rows)
             except Exception as e:  # one failing route must not hide the others
