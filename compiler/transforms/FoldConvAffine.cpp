@@ -33,7 +33,7 @@ std::optional<std::vector<float>> knownFloats(const SymbolTable &globals, Value 
   if (!type || !type.hasStaticShape() || !type.getElementType().isF32()) return std::nullopt;
   if (auto load = v.getDefiningOp<GlobalLoadOp>()) {
     auto g = globals.lookup<GlobalOp>(load.getGlobal());
-    if (!g || (g.getRole() != "frozen" && g.getRole() != "constant") || !g.getInitialValue()) return std::nullopt;
+    if (!g || !sd::hasFrozenValue(g)) return std::nullopt;
     ArrayRef<float> data = sd::floatsOf(g);
     if (int64_t(data.size()) != type.getNumElements()) return std::nullopt;
     return std::vector<float>(data.begin(), data.end());

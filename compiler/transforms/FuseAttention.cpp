@@ -169,11 +169,10 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     Value rowGuardBias;
     if (auto w = dyn_cast_or_null<WhereOp>(user); w && !nanGuard && !noGuard && w.getY() == probs &&
                                                  sd::isScalar(w.getX(), 0.0) && w.getResult().getType() == probs.getType())
-      rowGuardBias = maskedRowBias(w.getCondition());
-    if (rowGuardBias) {
-      rowGuard = dyn_cast<WhereOp>(user);
-      user = sd::soleUser(rowGuard.getResult());
-    }
+      if ((rowGuardBias = maskedRowBias(w.getCondition()))) {
+        rowGuard = w;
+        user = sd::soleUser(w.getResult());
+      }
     Value guarded = nanGuard ? nanGuard.getResult() : noGuard ? noGuard.getResult() : rowGuard ? rowGuard.getResult() : probs;
     auto pv = dyn_cast_or_null<MatMulOp>(user);
     if (!pv || pv.getLhs() != guarded) return;
@@ -224,7 +223,8 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
       }
       if (rowGuardBias && rowGuardBias != sd::otherOperand(add, scores)) return;
     }
-    if (rowGuardBias && !(fill && std::isinf(*fill) && *fill < 0 && (mask || additive))) return;
+    const bool negInfFill = fill && std::isinf(*fill) && *fill < 0;
+    if (rowGuardBias && !(negInfFill && (mask || additive))) return;
     // Optional scale: a constant multiplier or divisor.
     double scale = 1.0;
     if (Operation *def = scores.getDefiningOp(); def && def->hasOneUse() && isa<MulOp, DivOp>(def)) {
@@ -273,7 +273,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     // the softmax (a finite fill leaves it uniform, and no mask hides no row),
     // and the guard makes it 0, as the kernel does with zero_masked_rows. It
     // is set unless a constant mask shows that no row is hidden.
-    bool zeroRows = (nanGuard || rowGuard) && fill && std::isinf(*fill) && *fill < 0;
+    bool zeroRows = (nanGuard || rowGuard) && negInfFill;
     if (zeroRows && additive && !hasFullyMaskedRow(additive->masked, additive->type.getShape())) zeroRows = false;
     if (zeroRows && mask && !keepMask)
       if (auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(mask))) {

@@ -31,9 +31,8 @@ GlobalOp frozenGlobal(const SymbolTable &globals, Value v, int64_t rank) {
   if (!load) return {};
   auto g = globals.lookup<GlobalOp>(load.getGlobal());
   auto t = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
-  if (!g || (g.getRole() != "frozen" && g.getRole() != "constant") || !t || t.getRank() != rank ||
-      !t.getElementType().isF32() || !t.hasStaticShape() || !g.getInitialValue() ||
-      int64_t(sd::floatsOf(g).size()) != t.getNumElements())
+  if (!g || !sd::hasFrozenValue(g) || !t || t.getRank() != rank || !t.getElementType().isF32() ||
+      !t.hasStaticShape() || int64_t(sd::floatsOf(g).size()) != t.getNumElements())
     return {};
   return g;
 }

@@ -16,6 +16,10 @@ sd::ir::GlobalOp sd::createFloatGlobal(ModuleOp module, StringRef name, ArrayRef
   return getOrCreateGlobal(module, name, type, role, init);
 }
 
+bool sd::hasFrozenValue(sd::ir::GlobalOp g) {
+  return (g.getRole() == "frozen" || g.getRole() == "constant") && g.getInitialValue();
+}
+
 ArrayRef<float> sd::floatsOf(sd::ir::GlobalOp g) {
   if (!g.getInitialValue()) return {};
   Attribute v = *g.getInitialValue();

@@ -12,6 +12,9 @@ namespace sd {
 // is null (a zero-initialized state such as LoRA's B).
 sd::ir::GlobalOp createFloatGlobal(mlir::ModuleOp module, llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
                                    llvm::StringRef role, const std::vector<float> *values);
+// Whether the compiler may read and fold `g`'s value: a frozen weight or a
+// constant, with an initial value (trainable and state globals change at run time).
+bool hasFrozenValue(sd::ir::GlobalOp g);
 // The floats of a global's initial value (dense or dense_resource, not a
 // splat), or empty when it has none to read.
 llvm::ArrayRef<float> floatsOf(sd::ir::GlobalOp g);

@@ -1,5 +1,6 @@
 // Position-input rewrites shared by sd-pack-sequences and sd-kv-cache.
 #include "PositionLookups.h"
+#include "GlobalData.h"
 #include "KernelFold.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
@@ -64,7 +65,7 @@ mlir::DenseElementsAttr sd::foldPositionFree(Value v) {
     if (auto load = dyn_cast<GlobalLoadOp>(def)) {
       auto g = SymbolTable::lookupNearestSymbolFrom<GlobalOp>(def, load.getGlobalAttr());
       auto type = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
-      if (!g || (g.getRole() != "frozen" && g.getRole() != "constant") || !g.getInitialValueAttr() || !type ||
+      if (!g || !sd::hasFrozenValue(g) || !type ||
           type.getNumElements() * int64_t(type.getElementTypeBitWidth() / 8) > kMaxWeightBytes)
         return {};
       continue;
