@@ -135,6 +135,16 @@ def embedding_model(path):
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
 
 
+def plan_steps(sdrun, plan):
+    """{op: number of steps} over a plan's entries, as `sdrun inspect --kernels cpu` lists them."""
+    steps = {}
+    for line in sh([sdrun, "inspect", plan, "--kernels", "cpu"]).splitlines():
+        fields = line.split()
+        if len(fields) >= 3 and fields[2] == "steps":
+            steps[fields[0]] = int(fields[1])
+    return steps
+
+
 def rel_err(got, want):
     """Largest absolute difference relative to the largest reference magnitude."""
     import numpy as np

@@ -25,7 +25,7 @@ import time
 
 import numpy as np
 
-from e2e_util import ROOT, report_checks, sh, tool_paths
+from e2e_util import ROOT, plan_steps, report_checks, sh, tool_paths
 from test_training import read_safetensors
 
 SEQ, GLOBAL_BATCH, STEPS, EXAMPLES = 16, 6, 10, 90
@@ -161,13 +161,6 @@ def kill_one_rank(runner, plan, tmp):
     check("after the kill, the newest checkpoint loads and training goes on from it (on 1 rank)",
           r.returncode == 0 and f"resuming from {ck}/checkpoint-{newest}" in r.stderr and "skipped" not in r.stderr,
           f"checkpoint-{newest}: exit {r.returncode} {r.stderr.strip()[-300:]}")
-
-
-def reduce_steps(sdrun, plan):
-    for line in sh([sdrun, "inspect", plan, "--kernels", "cpu"]).splitlines():
-        if line.split()[:1] == ["AllReduce"]:
-            return int(line.split()[1])
-    return 0
 
 
 class TwoHosts:
@@ -387,7 +380,7 @@ def main():
               relative(per_tensor, bucketed) <= 1e-5 and weights_gap(w_pt, w_b) <= 1e-5,
               f"losses {relative(per_tensor, bucketed):.2e}, weights {weights_gap(w_pt, w_b):.2e}")
         params = len(read_safetensors(w_b))
-        counts = [reduce_steps(sdrun, plans[p]) for p in ("full", "full_per_tensor")]
+        counts = [plan_steps(sdrun, plans[p]).get("AllReduce", 0) for p in ("full", "full_per_tensor")]
         check("one AllReduce per entry with 25 MiB buckets; with --bucket-mb 0 one per gradient plus the token count",
               counts == [2, 2 * (params + 1)], f"AllReduce steps in train_step + apply: {counts}, {params} parameters")
 
