@@ -14,6 +14,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "llvm/Support/raw_ostream.h"
 #include "sd/format/json.h"
+#include "sd/format/row_shard.h"
 
 namespace sd {
 
@@ -208,6 +209,11 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"" + key + "\":" + json + "}";
   };
   if (auto token = (*module)->getAttrOfType<mlir::StringAttr>("sd.token_input")) addField("token_input", jsonQuote(token.str()));
+  if (auto rows = (*module)->getAttrOfType<mlir::ArrayAttr>("sd.row_sharded")) {
+    std::string list = "[";
+    for (auto [i, n] : llvm::enumerate(rows)) list += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
+    addField(abi::kRowShardedConfigKey, list + "]");
+  }
   if (auto notes = (*module)->getAttrOfType<mlir::ArrayAttr>("sd.control_flow")) {
     // The import's decisions, and how many run-time selects specialization left.
     int64_t selects = 0;

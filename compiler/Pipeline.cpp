@@ -95,6 +95,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     o.nesterov = opts.nesterov;
     pm.addPass(createOptimizer(o));
     pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard}));
+    if (opts.shard == "params") pm.addPass(createShardParams());
     pm.addPass(createOsftProject());
     pm.addPass(createPropagateShapes());
   }

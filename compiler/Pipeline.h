@@ -35,7 +35,7 @@ struct PipelineOptions {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, momentum = 0.0;
   bool nesterov = false;
   double bucketMb = 25.0; // gradient bytes per cross-rank reduction step (sd-data-parallel)
-  std::string shard = "none"; // none | optimizer | grads (sd-data-parallel)
+  std::string shard = "none"; // none | optimizer | grads | params (sd-data-parallel, sd-shard-params)
   bool packing = false; // training entries take position_ids (several sequences per row)
   std::string precision = "fp32"; // fp32 | bf16 (sd-autocast)
   // Generation entries (sd-kv-entries, sd-kv-cache): prefill and decode with

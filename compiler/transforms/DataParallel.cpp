@@ -17,7 +17,8 @@
 // time from the world size, so the plan still runs on any number of ranks.
 // shard=grads (ZeRO-2 by parameter) also sends each micro-batch's gradient to
 // its owner (ReduceToOwner), which alone keeps the gradient; GradScale then
-// sums the ranks' partial squared norms.
+// sums the ranks' partial squared norms. shard=params (rows of every weight)
+// reduces gradients the same way, by rows; sd-shard-params builds the rest.
 #include "sd/format/training_abi.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
@@ -43,8 +44,8 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       getOperation().emitError() << "bucket size must be at least 0 MB, got " << bucketMb;
       return signalPassFailure();
     }
-    if (shard != "none" && shard != "optimizer" && shard != "grads") {
-      getOperation().emitError() << "unknown shard mode '" << shard << "' (none, optimizer, grads)";
+    if (shard != "none" && shard != "optimizer" && shard != "grads" && shard != "params") {
+      getOperation().emitError() << "unknown shard mode '" << shard << "' (none, optimizer, grads, params)";
       return signalPassFailure();
     }
     if (shard == "grads")
@@ -54,7 +55,7 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     getOperation().walk([&](GradScaleOp op) { scales.push_back(op); });
     for (GradScaleOp op : scales)
       if (failed(reduceBefore(op))) return signalPassFailure();
-    if (shard != "none")
+    if (shard == "optimizer" || shard == "grads")
       for (auto f : getOperation().getOps<func::FuncOp>())
         if (failed(shardUpdates(f))) return signalPassFailure();
   }
@@ -117,7 +118,9 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       return success();
     };
     if (failed(addLoad(scale.getTokens()))) return failure();
-    if (shard == "grads") // the gradients went to their owners micro-batch by micro-batch
+    // The gradients went to their owners (grads) or their rows' ranks
+    // (params, sd-shard-params) micro-batch by micro-batch.
+    if (shard == "grads" || shard == "params")
       scale->setAttr("sharded_grads", OpBuilder(scale).getI64IntegerAttr(1));
     else
       for (Value g : llvm::reverse(scale.getGrads()))

@@ -39,6 +39,10 @@ struct OsftProjectPass : sd::impl::OsftProjectBase<OsftProjectPass> {
     auto dict = module->getAttrOfType<DictionaryAttr>("sd.peft");
     auto type = dict ? dict.getAs<StringAttr>("peft_type") : StringAttr();
     if (!type || type.getValue() != "OSF") return;
+    if (module->hasAttr("sd.row_sharded")) {
+      module.emitError("OSFT with --shard params is not built yet (use --shard none or optimizer)");
+      return signalPassFailure();
+    }
     std::vector<Constrained> targets;
     for (Attribute a : dict.getAs<ArrayAttr>("modules")) {
       std::string m = cast<StringAttr>(a).str();

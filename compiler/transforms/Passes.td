@@ -352,8 +352,23 @@ def DataParallel : Pass<"sd-data-parallel", "mlir::ModuleOp"> {
     Option<"bucketMb", "bucket-mb", "double", "25.0",
            "gradient bytes per AllReduce step, in MiB (0: one step per gradient)">,
     Option<"shard", "shard", "std::string", "\"none\"",
-           "none | optimizer (ZeRO-1: each parameter's update and optimizer state on one rank) | grads (ZeRO-2: its gradient too)">,
+           "none | optimizer (ZeRO-1: each parameter's update and optimizer state on one rank) | grads (ZeRO-2: its gradient too) | params (rows of every weight; sd-shard-params)">,
   ];
+}
+
+def ShardParams : Pass<"sd-shard-params", "mlir::ModuleOp"> {
+  let summary = "Shard weights by rows over the ranks (FSDP2's Shard(0)): gather before each use, reduce-scatter gradients";
+  let description = [{
+    sdc compile --shard params. Every float weight (trainable, or frozen with
+    at least two rows), and the gradient and optimizer state of each trainable
+    one, is held as rows split over the ranks (sd::rowBlock). Each op that
+    reads such a weight gets it whole from an AllGatherRows step just before
+    it, so the arena frees the copy after that op (the backward gathers again,
+    as FSDP does). Each micro-batch's gradient goes into the rows this rank
+    keeps by a ReduceScatterRows step; the optimizer updates and GradScale
+    work on those rows alone. The list of sharded globals is recorded in the
+    module attribute sd.row_sharded (the plan config's row_sharded).
+  }];
 }
 
 def Bufferize : Pass<"sd-bufferize", "mlir::ModuleOp"> {

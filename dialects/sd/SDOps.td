@@ -515,6 +515,27 @@ def SD_ReduceToOwnerOp : SD_Nary<"reduce_to_owner", "ReduceToOwner", (ins Variad
   }];
 }
 
+def SD_AllGatherRowsOp : SD_Nary<"all_gather_rows", "AllGatherRows", (ins AnyTensor:$shard), (ins),
+    (outs AnyTensor:$full)> {
+  let description = [{
+    The whole of a row-sharded global (sdc compile --shard params): each rank
+    holds the rows sd::rowBlock gives it, and every rank gets all of them,
+    just before a step reads the tensor (the arena frees it after). The
+    operand's type is the whole tensor's; at run time it holds this rank's
+    rows only. A copy when the plan runs alone.
+  }];
+}
+
+def SD_ReduceScatterRowsOp : SD_Nary<"reduce_scatter_rows", "ReduceScatterRows",
+    (ins AnyTensor:$acc, AnyTensor:$delta), (ins), (outs AnyTensor:$sum)> {
+  let description = [{
+    acc + this rank's rows of delta summed over the ranks (sdc compile
+    --shard params: a micro-batch's gradient accumulated into the rows of
+    grad/<p> this rank keeps). acc and the result hold this rank's rows, delta
+    the whole tensor; in place once bufferized. acc + delta when alone.
+  }];
+}
+
 //===----------------------------------------------------------------------===//
 // Quantization
 //===----------------------------------------------------------------------===//

@@ -1,9 +1,12 @@
 // CPU kernels of the collectives, through the session's communicator (MPI):
 // AllReduce (the data-parallel gradient reduction), Broadcast (a sharded
 // optimizer's updated parameters from their owner) and ReduceToOwner (a
-// micro-batch's gradient to the rank that holds it, --shard grads). Alone,
-// all are the identity.
+// micro-batch's gradient to the rank that holds it, --shard grads), and the
+// row-sharded pair of --shard params: AllGatherRows (a sharded global whole
+// before a step reads it) and ReduceScatterRows (a gradient's rows into the
+// rank that keeps them). Alone, all are the identity (or acc + delta).
 #include "cpu_util.h"
+#include "sd/format/row_shard.h"
 #include "sd/ops/communicator.h"
 #include <algorithm>
 #include <cstring>
@@ -71,12 +74,61 @@ Status ReduceToOwnerKernel(const KernelContext &c) {
   });
 }
 
+// Elements of each rank's rows of a tensor of `dims` (sd::rowBlock).
+std::vector<size_t> rowCounts(const Dims &dims, int ranks) {
+  const int64_t rowElems = product(Dims(dims.begin() + 1, dims.end()));
+  std::vector<size_t> counts;
+  for (int r = 0; r < ranks; ++r) counts.push_back(size_t(rowBlock(dims[0], r, ranks).count * rowElems));
+  return counts;
+}
+
+int ranksOf(const KernelContext &c) { return c.comm ? c.comm->size() : 1; }
+
+// The shard holds this rank's rows of the output's dims.
+Status AllGatherRowsKernel(const KernelContext &c) {
+  const TensorView &shard = c.inputs[0], &full = c.outputs[0];
+  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
+  std::vector<size_t> counts = rowCounts(full.dims, ranks);
+  SD_CHECK_ARG(shard.numElements() == int64_t(counts[size_t(rank)]), "AllGatherRows: this rank holds ",
+               shard.numElements(), " elements of ", formatDims(full.dims), ", its rows have ", counts[size_t(rank)]);
+  if (ranks == 1) {
+    if (full.data != shard.data) std::memcpy(full.data, shard.data, shard.byteSize());
+    return Status::ok();
+  }
+  return c.comm->allGatherV(shard.data, full.data, counts, full.dtype).withContext("AllGatherRows: ");
+}
+
+// out (this rank's rows) = acc (the same rows) + those rows of delta summed over the ranks.
+Status ReduceScatterRowsKernel(const KernelContext &c) {
+  const TensorView &acc = c.inputs[0], &delta = c.inputs[1], &out = c.outputs[0];
+  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
+  std::vector<size_t> counts = rowCounts(delta.dims, ranks);
+  const size_t n = counts[size_t(rank)];
+  SD_CHECK_ARG(acc.numElements() == int64_t(n) && out.numElements() == int64_t(n), "ReduceScatterRows: this rank holds ",
+               acc.numElements(), " elements of ", formatDims(delta.dims), ", its rows have ", n);
+  const float *d = delta.as<float>();
+  // Scratch for the summed rows: a thread's own, grown once (steps run one at a time).
+  thread_local std::vector<float> summed;
+  if (ranks > 1) {
+    summed.resize(n);
+    SD_RETURN_IF_ERROR(
+        c.comm->reduceScatterV(d, summed.data(), counts, DType::F32, ReduceOp::Sum).withContext("ReduceScatterRows: "));
+    d = summed.data();
+  }
+  const float *a = acc.as<float>();
+  float *o = out.as<float>();
+  for (size_t i = 0; i < n; ++i) o[i] = a[i] + d[i];
+  return Status::ok();
+}
+
 } // namespace
 
 void registerCollectiveKernels() {
   registerCpuKernel("AllReduce", AllReduceKernel, collectiveTypes());
   registerCpuKernel("Broadcast", BroadcastKernel, collectiveTypes());
   registerCpuKernel("ReduceToOwner", ReduceToOwnerKernel, collectiveTypes());
+  registerCpuKernel("AllGatherRows", AllGatherRowsKernel, collectiveTypes());
+  registerCpuKernel("ReduceScatterRows", ReduceScatterRowsKernel, TypeSet{DType::F32});
 }
 
 } // namespace sd::cpu

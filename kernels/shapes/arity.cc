@@ -33,6 +33,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"AllReduce", {1, 4096}},
       {"Broadcast", {1, 4096}},
       {"ReduceToOwner", {1, 4096}},
+      {"AllGatherRows", {1, 1}},
+      {"ReduceScatterRows", {2, 2}},
       {"QLinearConv", {8, 9}},
       {"ConvInteger", {2, 4}},
       {"QLinearMatMul", {8, 8}},

@@ -20,12 +20,35 @@ template <const char *Op> Status collectiveShape(ShapeContext &c) {
 
 constexpr char kAllReduce[] = "AllReduce", kBroadcast[] = "Broadcast", kReduceToOwner[] = "ReduceToOwner";
 
+// AllGatherRows(shard) -> the whole tensor; the IR types both as the whole
+// (only the run-time buffers differ), so the shape is the operand's.
+Status allGatherRowsShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs.size() == 1 && c.numOutputs == 1, "AllGatherRows takes one tensor and gives one");
+  SD_CHECK_ARG(!c.inputs[0].dims.empty(), "AllGatherRows gathers rows: a 0-d tensor has none");
+  c.outputs = c.inputs;
+  return Status::ok();
+}
+
+// ReduceScatterRows(acc, delta) -> acc's shape; delta is the whole tensor acc is rows of.
+Status reduceScatterRowsShape(ShapeContext &c) {
+  SD_CHECK_ARG(c.inputs.size() == 2 && c.numOutputs == 1, "ReduceScatterRows takes (acc, delta) and gives one tensor");
+  const TensorInfo &acc = c.inputs[0], &delta = c.inputs[1];
+  SD_CHECK_ARG(acc.dtype == delta.dtype && acc.dims == delta.dims, "ReduceScatterRows: acc ", dtypeName(acc.dtype), "[",
+               formatDims(acc.dims), "] and delta ", dtypeName(delta.dtype), "[", formatDims(delta.dims),
+               "] differ");
+  SD_CHECK_ARG(!acc.dims.empty(), "ReduceScatterRows scatters rows: a 0-d tensor has none");
+  c.outputs = {acc};
+  return Status::ok();
+}
+
 } // namespace
 
 void registerCollectiveShapes() {
   registerShapeRule(kAllReduce, collectiveShape<kAllReduce>);
   registerShapeRule(kBroadcast, collectiveShape<kBroadcast>);
   registerShapeRule(kReduceToOwner, collectiveShape<kReduceToOwner>);
+  registerShapeRule("AllGatherRows", allGatherRowsShape);
+  registerShapeRule("ReduceScatterRows", reduceScatterRowsShape);
 }
 
 } // namespace sd

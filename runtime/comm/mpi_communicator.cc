@@ -6,7 +6,10 @@
 #include <mpi.h>
 #include <cstdio>
 #include <cstdlib>
+#include <cstdint>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 namespace sd {
 namespace {
@@ -105,6 +108,24 @@ public:
     return checked(MPI_Reduce_scatter_block(send, recv, int(recvCount), *t, mpiOp(op), MPI_COMM_WORLD),
                    "MPI_Reduce_scatter_block");
   }
+  Status allGatherV(const void *send, void *recv, const std::vector<size_t> &counts, DType type) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    auto layout = blocks(counts);
+    if (!layout.isOk()) return layout.status();
+    auto &[n, at] = layout.value();
+    return checked(MPI_Allgatherv(send, n[size_t(rank_)], *t, recv, n.data(), at.data(), *t, MPI_COMM_WORLD),
+                   "MPI_Allgatherv");
+  }
+  Status reduceScatterV(const void *send, void *recv, const std::vector<size_t> &counts, DType type,
+                        ReduceOp op) override {
+    auto t = mpiType(type);
+    if (!t.isOk()) return t.status();
+    auto layout = blocks(counts);
+    if (!layout.isOk()) return layout.status();
+    return checked(MPI_Reduce_scatter(send, recv, layout.value().first.data(), *t, mpiOp(op), MPI_COMM_WORLD),
+                   "MPI_Reduce_scatter");
+  }
   Status allGather(const void *send, void *recv, size_t sendCount, DType type) override {
     auto t = mpiType(type);
     if (!t.isOk()) return t.status();
@@ -137,6 +158,17 @@ public:
   Status barrier() override { return checked(MPI_Barrier(MPI_COMM_WORLD), "MPI_Barrier"); }
 
 private:
+  // Per-rank counts and displacements as MPI's ints (one per rank, under 2^31 in all).
+  StatusOr<std::pair<std::vector<int>, std::vector<int>>> blocks(const std::vector<size_t> &counts) const {
+    if (counts.size() != size_t(size_)) return sdError("uneven collective: ", counts.size(), " counts for ", size_, " ranks");
+    std::vector<int> n, at;
+    size_t total = 0;
+    for (size_t c : counts) {
+      if (total + c > size_t(INT32_MAX)) return sdError("uneven collective over 2^31 elements is not supported by MPI counts");
+      n.push_back(int(c)), at.push_back(int(total)), total += c;
+    }
+    return std::pair{n, at};
+  }
   // MPI_IN_PLACE is only for the root of a reduction; elsewhere send is read.
   const void *inPlace(const void *send, void *recv, int root) const {
     return send == recv && rank_ == root ? MPI_IN_PLACE : send;

@@ -28,13 +28,21 @@ static void carryOverOtherFiles(const std::string &from, const std::string &to) 
   ::closedir(d);
 }
 
-Status saveAdapter(const std::string &dirGiven, const Session &session, const LoraConfig &cfg) {
+Status saveAdapter(const std::string &dirGiven, const Session &session, const LoraConfig &cfg,
+                   const std::map<size_t, std::vector<uint8_t>> *gathered) {
   std::string dir = dirGiven;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::vector<HostTensor> values;
   for (auto &[module, name] : cfg.tensors()) {
     int64_t g = session.findGlobal(name);
     if (g < 0) return sdError("the plan has no global '", name, "'");
+    if (gathered && !session.holdsGlobal(size_t(g))) {
+      auto it = gathered->find(size_t(g));
+      if (it == gathered->end()) return sdError("global '", name, "' is not held whole on this rank and was not gathered");
+      const GlobalDesc &d = session.plan().globals[size_t(g)];
+      values.push_back(HostTensor{d.name, d.dtype, d.dims, it->second});
+      continue;
+    }
     auto v = session.readGlobal(size_t(g));
     if (!v.isOk()) return v.status();
     values.push_back(std::move(v.value()));

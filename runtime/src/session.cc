@@ -49,6 +49,8 @@ struct Session::Impl {
   uint8_t *state = nullptr;
   std::vector<uint8_t *> globalData; // null for a global another rank holds
   std::vector<int> globalOwner;       // -1: every rank holds it
+  std::vector<bool> rowSharded;       // --shard params: held as rows (globalData points at this rank's)
+  std::vector<RowBlock> rows;         // this rank's rows of each row-sharded global
   std::vector<PreparedEntry> entries;
   bool profiling = false;
   bool graphs = true;
@@ -90,15 +92,27 @@ struct Footprint {
   uint64_t total() const { return arena + state + weights; }
 };
 
-// `owner[i]`: the rank that alone holds global i, or -1 (every rank).
-static Footprint footprintOf(const Plan &plan, const Device &dev, const std::vector<int> &owner, int rank) {
+static uint64_t rowBytes(const GlobalDesc &g) { return g.dims.empty() || g.dims[0] <= 0 ? 0 : g.bytes / uint64_t(g.dims[0]); }
+
+uint64_t globalBytesOnRank(const Plan &plan, size_t index, int rank, int ranks, const std::vector<int> &owner,
+                           const std::vector<bool> &rowSharded) {
+  const GlobalDesc &g = plan.globals[index];
+  if (owner[index] >= 0 && owner[index] != rank) return 0;
+  if (index < rowSharded.size() && rowSharded[index])
+    return rowBytes(g) * uint64_t(rowBlock(g.dims.empty() ? 0 : g.dims[0], rank, ranks).count);
+  return g.bytes;
+}
+
+// `owner[i]`: the rank that alone holds global i, or -1 (every rank);
+// `rowSharded[i]`: global i is split by rows.
+static Footprint footprintOf(const Plan &plan, const Device &dev, const std::vector<int> &owner,
+                             const std::vector<bool> &rowSharded, int rank, int ranks) {
   Footprint f;
   f.arena = plan.maxArenaSize();
   for (size_t i = 0; i < plan.globals.size(); ++i) {
-    const GlobalDesc &g = plan.globals[i];
-    if (owner[i] >= 0 && owner[i] != rank) continue;
-    if (isMutableRole(g.role)) f.state += (g.bytes + 63) / 64 * 64;
-    else if (!dev.hostAddressable()) f.weights += g.bytes;
+    const uint64_t bytes = globalBytesOnRank(plan, i, rank, ranks, owner, rowSharded);
+    if (isMutableRole(plan.globals[i].role)) f.state += (bytes + 63) / 64 * 64;
+    else if (!dev.hostAddressable()) f.weights += bytes;
   }
   return f;
 }
@@ -109,6 +123,26 @@ std::string shardMode(const Plan &plan) {
   auto cfg = parseJson(plan.config, "the plan's config");
   const Json *s = cfg.isOk() ? cfg.value().get("shard") : nullptr;
   return s && s->type == Json::Type::String ? s->str : "none";
+}
+
+StatusOr<std::vector<bool>> rowShardedGlobals(const Plan &plan) {
+  std::vector<bool> rows(plan.globals.size(), false);
+  if (plan.config.empty()) return rows;
+  auto cfg = parseJson(plan.config, "the plan's config");
+  const Json *list = cfg.isOk() ? cfg.value().get(abi::kRowShardedConfigKey) : nullptr;
+  if (!list) return rows;
+  if (list->type != Json::Type::Array) return sdError("the plan's config: ", abi::kRowShardedConfigKey, " is not a list");
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < plan.globals.size(); ++i) index[plan.globals[i].name] = i;
+  for (const Json &n : list->arr) {
+    auto it = n.type == Json::Type::String ? index.find(n.str) : index.end();
+    if (it == index.end())
+      return sdError("the plan's config: ", abi::kRowShardedConfigKey, " names '", n.str, "', which is not a global");
+    if (plan.globals[it->second].dims.empty())
+      return sdError("the plan's config: ", abi::kRowShardedConfigKey, " names scalar '", n.str, "', which has no rows");
+    rows[it->second] = true;
+  }
+  return rows;
 }
 
 // --shard optimizer|grads: every trainable parameter gets an owner rank,
@@ -159,11 +193,21 @@ static Status checkFootprint(const Footprint &f, const Device &dev) {
 const Device &Session::device() const { return *impl_->device; }
 Communicator *Session::communicator() const { return impl_->comm.get(); }
 uint64_t Session::deviceBytes() const {
-  return footprintOf(*plan_, *impl_->device, impl_->globalOwner, impl_->comm ? impl_->comm->rank() : 0).total();
+  return footprintOf(*plan_, *impl_->device, impl_->globalOwner, impl_->rowSharded, impl_->comm ? impl_->comm->rank() : 0,
+                     impl_->comm ? impl_->comm->size() : 1)
+      .total();
 }
 int Session::globalOwner(size_t index) const { return index < impl_->globalOwner.size() ? impl_->globalOwner[index] : -1; }
 bool Session::holdsGlobal(size_t index) const {
-  return index < impl_->globalData.size() && (impl_->globalData[index] || !plan_->globals[index].bytes);
+  if (index >= impl_->globalData.size()) return false;
+  if (rowSharded(index)) return impl_->rows[index].count == plan_->globals[index].dims[0];
+  return impl_->globalData[index] || !plan_->globals[index].bytes;
+}
+bool Session::rowSharded(size_t index) const { return index < impl_->rowSharded.size() && impl_->rowSharded[index]; }
+RowBlock Session::globalRows(size_t index) const {
+  if (rowSharded(index)) return impl_->rows[index];
+  const Dims &d = plan_->globals[index].dims;
+  return {0, d.empty() ? 1 : d[0]};
 }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
@@ -197,10 +241,15 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     }
   }
 
-  const int rank = im.comm ? im.comm->rank() : 0;
+  const int rank = im.comm ? im.comm->rank() : 0, ranks = im.comm ? im.comm->size() : 1;
   std::map<std::string, int> paramOwner;
-  im.globalOwner = globalHolders(*plan, im.comm ? im.comm->size() : 1, &paramOwner);
-  const Footprint footprint = footprintOf(*plan, dev, im.globalOwner, rank);
+  im.globalOwner = globalHolders(*plan, ranks, &paramOwner);
+  StatusOr<std::vector<bool>> rowSharded = rowShardedGlobals(*plan);
+  if (!rowSharded.isOk()) return rowSharded.status();
+  im.rowSharded = std::move(rowSharded.value());
+  for (size_t gi = 0; gi < plan->globals.size(); ++gi)
+    im.rows.push_back(im.rowSharded[gi] ? rowBlock(plan->globals[gi].dims[0], rank, ranks) : RowBlock{});
+  const Footprint footprint = footprintOf(*plan, dev, im.globalOwner, im.rowSharded, rank, ranks);
   SD_RETURN_IF_ERROR(checkFootprint(footprint, dev));
   if (footprint.arena) {
     StatusOr<void *> p = dev.allocate(footprint.arena);
@@ -222,22 +271,25 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       im.globalData.push_back(nullptr);
       continue;
     }
+    // A row-sharded global keeps this rank's rows of the plan's value.
+    const uint64_t first = im.rowSharded[gi] ? rowBytes(g) * uint64_t(im.rows[gi].begin) : 0;
+    const uint64_t bytes = globalBytesOnRank(*plan, gi, rank, ranks, im.globalOwner, im.rowSharded);
     if (!isMutableRole(g.role)) {
-      uint8_t *data = const_cast<uint8_t *>(g.data);
-      if (!dev.hostAddressable() && g.bytes) {
-        StatusOr<void *> p = dev.allocate(g.bytes);
+      uint8_t *data = g.data ? const_cast<uint8_t *>(g.data) + first : nullptr;
+      if (!dev.hostAddressable() && bytes) {
+        StatusOr<void *> p = dev.allocate(bytes);
         if (!p.isOk()) return p.status().withContext("global '" + g.name + "': ");
         im.uploaded.push_back(static_cast<uint8_t *>(*p));
-        SD_RETURN_IF_ERROR(dev.copyFromHost(*p, g.data, g.bytes));
+        SD_RETURN_IF_ERROR(dev.copyFromHost(*p, g.data + first, bytes));
         data = im.uploaded.back();
       }
       im.globalData.push_back(data);
       continue;
     }
     uint8_t *dst = im.state + stateOffset;
-    if (g.data) SD_RETURN_IF_ERROR(dev.copyFromHost(dst, g.data, g.bytes)); // else zero, as the whole block
+    if (g.data && bytes) SD_RETURN_IF_ERROR(dev.copyFromHost(dst, g.data + first, bytes)); // else zero, as the whole block
     im.globalData.push_back(dst);
-    stateOffset += (g.bytes + 63) / 64 * 64;
+    stateOffset += (bytes + 63) / 64 * 64;
   }
   for (size_t ei = 0; ei < plan->entries.size(); ++ei) {
     const EntryDesc &e = plan->entries[ei];
@@ -246,8 +298,25 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       TensorView v{nullptr, b.dtype, b.dims};
       switch (b.kind) {
       case BufferKind::Arena: v.data = im.arena + b.offset; break;
-      case BufferKind::Global: v.data = im.globalData[size_t(b.offset)]; break;
-      case BufferKind::Alias: v.data = pe.views[size_t(b.offset)].data; break;
+      case BufferKind::Global: {
+        const size_t gi = size_t(b.offset);
+        v.data = im.globalData[gi];
+        if (im.rowSharded[gi]) { // the steps that read it see this rank's rows
+          if (b.dims != plan->globals[gi].dims)
+            return sdError("entry '", e.name, "': row-sharded global '", plan->globals[gi].name, "' is viewed as [",
+                           formatDims(b.dims), "], not its own shape");
+          v.dims[0] = im.rows[gi].count;
+        }
+        break;
+      }
+      case BufferKind::Alias: {
+        const BufferDesc &target = e.buffers[size_t(b.offset)];
+        if (target.kind == BufferKind::Global && im.rowSharded[size_t(target.offset)])
+          return sdError("entry '", e.name, "': an alias of row-sharded global '", plan->globals[size_t(target.offset)].name,
+                         "' (only shard-aware steps may read its rows)");
+        v.data = pe.views[size_t(b.offset)].data;
+        break;
+      }
       }
       pe.views.push_back(v);
     }
@@ -275,7 +344,8 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
         for (int32_t i : sd.inputs) {
           const BufferDesc *b = i >= 0 ? &e.buffers[size_t(i)] : nullptr;
           const GlobalDesc *g = b && b->kind == BufferKind::Global ? &plan->globals[size_t(b->offset)] : nullptr;
-          bool constant = g && !isMutableRole(g->role);
+          // A row-sharded weight is not its plan value here (rows only).
+          bool constant = g && !isMutableRole(g->role) && !im.rowSharded[size_t(b->offset)];
           pc.constantInputs.push_back(constant);
           pc.hostInputs.push_back(constant ? static_cast<const void *>(g->data) : nullptr);
         }
@@ -391,12 +461,31 @@ Status Session::keepCountedPrefix(const TensorView &countView, int32_t axis, Hos
   return Status::ok();
 }
 
+static Status notHeld(const Session &s, size_t index) {
+  const GlobalDesc &g = s.plan().globals[index];
+  if (s.rowSharded(index))
+    return sdError("global '", g.name, "' is split by rows over the ranks (sdc compile --shard params); this rank holds rows ",
+                   s.globalRows(index).begin, "..", s.globalRows(index).begin + s.globalRows(index).count, " of ",
+                   g.dims[0]);
+  return sdError("global '", g.name, "' is held by rank ", s.globalOwner(index), " (sdc compile --shard)");
+}
+
 Status Session::readGlobal(size_t index, void *dst, size_t bytes) const {
   if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
   const GlobalDesc &g = plan_->globals[index];
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the buffer ", bytes);
-  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (sdc compile --shard)");
+  if (!holdsGlobal(index)) return notHeld(*this, index);
   return impl_->device->copyToHost(dst, impl_->globalData[index], bytes);
+}
+
+Status Session::readGlobalRows(size_t index, std::vector<uint8_t> &rows) const {
+  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  if (!rowSharded(index)) {
+    rows.resize(plan_->globals[index].bytes);
+    return readGlobal(index, rows.data(), rows.size());
+  }
+  rows.resize(rowBytes(plan_->globals[index]) * uint64_t(impl_->rows[index].count));
+  return rows.empty() ? Status::ok() : impl_->device->copyToHost(rows.data(), impl_->globalData[index], rows.size());
 }
 
 Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
@@ -404,7 +493,13 @@ Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
   const GlobalDesc &g = plan_->globals[index];
   if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the data ", bytes);
-  if (!holdsGlobal(index)) return sdError("global '", g.name, "' is held by rank ", globalOwner(index), " (sdc compile --shard)");
+  if (rowSharded(index)) { // the whole value in, this rank's rows kept
+    const uint64_t row = rowBytes(g), keep = row * uint64_t(impl_->rows[index].count);
+    if (!keep) return Status::ok();
+    return impl_->device->copyFromHost(impl_->globalData[index],
+                                       static_cast<const uint8_t *>(src) + row * uint64_t(impl_->rows[index].begin), keep);
+  }
+  if (!holdsGlobal(index)) return notHeld(*this, index);
   return impl_->device->copyFromHost(impl_->globalData[index], src, bytes);
 }
 

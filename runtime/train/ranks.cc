@@ -23,6 +23,22 @@ Status broadcastState(Session &session, Communicator *comm, const GlobalValues &
   SD_RETURN_IF_ERROR(broadcastBytes(comm, &resumed, 1));
   for (size_t i = 0; i < plan.globals.size(); ++i) {
     if (!isTrainingStateRole(plan.globals[i].role)) continue;
+    if (session.rowSharded(i)) {
+      // Fresh state (the plan's, or an adapter every rank read) is in place;
+      // a checkpoint only rank 0 read goes out whole, each rank keeping its rows.
+      if (!resumed) continue;
+      std::vector<uint8_t> bytes(plan.globals[i].bytes);
+      if (comm->rank() == 0) {
+        auto it = restored.find(i);
+        if (it == restored.end() || it->second.size() != bytes.size())
+          return sdError("no value for row-sharded '", plan.globals[i].name, "' to send");
+        bytes = it->second;
+      }
+      SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size())
+                             .withContext("broadcasting '" + plan.globals[i].name + "' from rank 0: "));
+      SD_RETURN_IF_ERROR(session.writeGlobal(i, bytes.data(), bytes.size()));
+      continue;
+    }
     if (int owner = session.globalOwner(i); owner >= 0) {
       if (owner == 0 || !resumed) continue; // rank 0 restored its own; fresh state is the plan's everywhere
       std::vector<uint8_t> bytes(plan.globals[i].bytes);
@@ -50,8 +66,24 @@ Status gatherToRankZero(const Session &session, Communicator *comm, GlobalValues
   if (!comm || comm->size() == 1) return Status::ok();
   const Plan &plan = session.plan();
   for (size_t i = 0; i < plan.globals.size(); ++i) {
+    if (!isTrainingStateRole(plan.globals[i].role)) continue;
+    if (session.rowSharded(i)) { // every rank's rows, rank by rank, into the whole value
+      const GlobalDesc &g = plan.globals[i];
+      std::vector<uint8_t> bytes(g.bytes), mine;
+      SD_RETURN_IF_ERROR(session.readGlobalRows(i, mine));
+      const uint64_t row = g.dims[0] ? g.bytes / uint64_t(g.dims[0]) : 0;
+      for (int r = 0; r < comm->size(); ++r) {
+        RowBlock b = rowBlock(g.dims[0], r, comm->size());
+        uint8_t *at = bytes.data() + row * uint64_t(b.begin);
+        if (r == comm->rank() && !mine.empty()) std::copy(mine.begin(), mine.end(), at);
+        SD_RETURN_IF_ERROR(broadcastBytes(comm, at, row * uint64_t(b.count), r)
+                               .withContext("gathering '" + g.name + "' rows from rank " + std::to_string(r) + ": "));
+      }
+      if (comm->rank() == 0) out[i] = std::move(bytes);
+      continue;
+    }
     int owner = session.globalOwner(i);
-    if (owner <= 0 || !isTrainingStateRole(plan.globals[i].role)) continue;
+    if (owner <= 0) continue;
     std::vector<uint8_t> bytes(plan.globals[i].bytes);
     if (comm->rank() == owner) SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
     SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size(), owner)); // only rank 0 keeps it
@@ -70,7 +102,7 @@ Status checkReplicas(const Session &session, Communicator *comm, int64_t step) {
   const Plan &plan = session.plan();
   uint32_t crc = 0;
   for (size_t i = 0; i < plan.globals.size(); ++i) {
-    if (plan.globals[i].role != GlobalRole::Trainable) continue;
+    if (plan.globals[i].role != GlobalRole::Trainable || session.rowSharded(i)) continue; // rows differ by design
     std::vector<uint8_t> bytes(plan.globals[i].bytes);
     SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
     crc = crc32c(bytes.data(), bytes.size(), crc);

@@ -215,7 +215,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   im->hasLora = lora.isOk();
   if (lora.isOk()) im->lora = lora.value();
   else if (!o.adapterIn.empty()) return lora.status().withContext(planContext);
-  if (!o.adapterIn.empty() && !o.resume && im->rank == 0) SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
+  // Rank 0 reads the adapter and the others take it from there, except where
+  // weights are split by rows (--shard params): there each rank keeps its rows of what it reads.
+  if (!o.adapterIn.empty() && !o.resume && (im->rank == 0 || shardMode(session.plan()) == "params"))
+    SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
   // Dropout masks are keyed by [seed, counter, row offset, rows]; a fresh run
   // sets the seed, a resumed run restores seed and counter, and the rows are
   // set before each micro-batch (setDropoutRows).
@@ -412,11 +415,18 @@ StatusOr<StepReport> Trainer::runStep() {
 }
 
 Status Trainer::saveWeights(const std::string &path) const {
+  GlobalValues gathered; // --shard params: the weights split by rows, whole on rank 0
+  SD_RETURN_IF_ERROR(gatherToRankZero(impl_->session, impl_->comm, gathered).withContext("saving weights: "));
   if (impl_->rank != 0) return Status::ok();
   const Plan &plan = impl_->session.plan();
   std::vector<HostTensor> values;
   for (size_t i = 0; i < plan.globals.size(); ++i) {
     if (plan.globals[i].role != GlobalRole::Trainable) continue;
+    if (auto it = gathered.find(i); it != gathered.end() && impl_->session.rowSharded(i)) {
+      const GlobalDesc &g = plan.globals[i];
+      values.push_back(HostTensor{g.name, g.dtype, g.dims, it->second});
+      continue;
+    }
     auto v = impl_->session.readGlobal(i);
     if (!v.isOk()) return v.status();
     values.push_back(std::move(v.value()));
@@ -427,9 +437,11 @@ Status Trainer::saveWeights(const std::string &path) const {
 }
 
 Status Trainer::saveAdapter(const std::string &dir) const {
+  GlobalValues gathered; // --shard params: the adapter's tensors split by rows, whole on rank 0
+  SD_RETURN_IF_ERROR(gatherToRankZero(impl_->session, impl_->comm, gathered).withContext("saving the adapter: "));
   if (impl_->rank != 0) return Status::ok();
   if (!impl_->hasLora) return loraConfigOf(impl_->session.plan()).status().withContext(impl_->config.planName.empty() ? "" : impl_->config.planName + ": ");
-  return sd::saveAdapter(dir, impl_->session, impl_->lora);
+  return sd::saveAdapter(dir, impl_->session, impl_->lora, &gathered);
 }
 
 Status trainToEnd(Trainer &trainer, const std::function<Status(const StepReport &)> &onStep) {

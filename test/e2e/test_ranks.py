@@ -324,6 +324,9 @@ def main():
                                                   "--packing"],
                             "osft": ["--peft", "osft", "--target-modules", "qkv,proj"],
                             "osft_zero1": ["--peft", "osft", "--target-modules", "qkv,proj", "--shard", "optimizer"],
+                            "full_fsdp": ["--peft", "none", "--shard", "params"],
+                            "lora_fsdp_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "params",
+                                                 "--packing"],
                             }.items():
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])
@@ -361,16 +364,34 @@ def main():
                    reference=plans["full"])
         equal_runs(runner, "--shard grads, LoRA, packed, against the unsharded plan", plans["lora_zero2_packed"],
                    reference=plans["lora_packed"], ranks=(3,))
+        # FSDP: every weight split by rows, gathered before each op that reads it,
+        # gradients reduce-scattered into the rows each rank keeps.
+        equal_runs(runner, "--shard params, full fine-tuning, against the unsharded plan", plans["full_fsdp"],
+                   reference=plans["full"])
+        equal_runs(runner, "--shard params, LoRA (frozen weights sharded too), packed, against the unsharded plan",
+                   plans["lora_fsdp_packed"], reference=plans["lora_packed"], ranks=(2, 3))
+        equal_runs(runner, "--shard params, gradient accumulation 2", plans["full_fsdp"], accum=2, ranks=(3,),
+                   reference=plans["full"])
+        steps = plan_steps(sdrun, plans["full_fsdp"])
+        check("--shard params: gathers and scatters are plan steps, and no gradient is all-reduced whole",
+              steps.get("AllGatherRows", 0) > 0 and steps.get("ReduceScatterRows", 0) > 0 and
+              steps.get("AllReduce", 0) == 2, f"{ {k: v for k, v in steps.items() if 'All' in k or 'Scatter' in k} }")
         per_mode = {}
-        for mode in ("full_zero1", "full_zero2"):
+        for mode in ("full_zero1", "full_zero2", "full_fsdp"):
             state = [l for l in sh([sdrun, "inspect", plans[mode]]).splitlines() if l.startswith("training state")]
             per_mode[mode] = [int(x) for x in state[0].split()[-7::3]] if state else []
             total = int(state[0].split()[2]) if state else 0
             per_rank = per_mode[mode]
             check(f"sdrun inspect: {mode} holds less training state per rank as ranks grow",
                   len(per_rank) == 3 and total > per_rank[0] > per_rank[1] >= per_rank[2], state[0] if state else "no line")
-        check("--shard grads holds less per rank than --shard optimizer",
-              all(g < o for g, o in zip(per_mode["full_zero2"], per_mode["full_zero1"])), f"{per_mode}")
+        check("--shard grads holds less per rank than --shard optimizer, and params less than grads",
+              all(g < o for g, o in zip(per_mode["full_zero2"], per_mode["full_zero1"])) and
+              all(p < g for p, g in zip(per_mode["full_fsdp"], per_mode["full_zero2"])), f"{per_mode}")
+        frozen = [l for l in sh([sdrun, "inspect", plans["lora_fsdp_packed"]]).splitlines() if l.startswith("frozen weights")]
+        sizes = [int(x) for x in frozen[0].split()[-7::3]] if frozen else []
+        check("sdrun inspect: --shard params splits the frozen weights of a LoRA plan by rank too",
+              len(sizes) == 3 and int(frozen[0].split()[2].rstrip(";")) > sizes[0] > sizes[1] > sizes[2],
+              frozen[0] if frozen else "no line")
 
         # One AllReduce step per gradient against 25 MiB buckets (one bucket here).
         per_tensor, w_pt, _ = runner.train(plans["full_per_tensor"], 2)
@@ -407,6 +428,17 @@ def main():
               relative(straight_z, full) <= 1e-5,
               f"{relative(resumed_z[-5:], straight_z[5:]) if len(resumed_z) >= 5 else 'missing steps'}; "
               f"2 ranks sharded vs 1 rank unsharded {relative(straight_z, full):.2e}")
+
+        # FSDP: each rank's rows gathered into rank 0's checkpoint, split again on another world size.
+        ckp = os.path.join(tmp, "ckp")
+        straight_p, _, _ = runner.train(plans["full_fsdp"], 2, extra=["--checkpoint-dir", ckp, "--checkpoint-every", "5"])
+        shutil.rmtree(os.path.join(ckp, f"checkpoint-{STEPS}"))
+        resumed_p, _, _ = runner.train(plans["full_fsdp"], 3, extra=["--checkpoint-dir", ckp, "--resume"])
+        check("--shard params resume: checkpointed on 2 ranks at step 5, continued on 3 = 2 ranks straight",
+              len(resumed_p) >= 5 and relative(resumed_p[-5:], straight_p[5:]) <= 1e-5 and
+              relative(straight_p, full) <= 1e-5,
+              f"{relative(resumed_p[-5:], straight_p[5:]) if len(resumed_p) >= 5 else 'missing steps'}; "
+              f"2 ranks sharded vs 1 rank unsharded {relative(straight_p, full):.2e}")
 
         python_ranks(runner, plans["full"], tmp, bucketed)
 

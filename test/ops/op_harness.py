@@ -1509,6 +1509,13 @@ CASES["ReduceToOwner"] = [Case(lambda t, r: [rand(r, (5, 3), t)], ref=lambda ins
                                label="world of one")]
 CASES["Broadcast"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t)], outputs=2, attrs={"root": 0},
                            ref=lambda ins, attrs, t: [x.copy() for x in ins], label="two tensors, world of one")]
+# --shard params alone: one rank holds every row, so a gather copies and a scatter adds.
+CASES["AllGatherRows"] = [Case(lambda t, r: [rand(r, (5, 3), t)], ref=lambda ins, attrs, t: [ins[0].copy()],
+                               label="world of one"),
+                          Case(lambda t, r: [rand(r, (0, 3), t)], ref=lambda ins, attrs, t: [ins[0].copy()],
+                               label="no rows")]
+CASES["ReduceScatterRows"] = [Case(lambda t, r: [rand(r, (5, 3), t), rand(r, (5, 3), t)],
+                                   ref=lambda ins, attrs, t: [ins[0] + ins[1]], label="world of one")]
 
 
 def seeded_dropout_ref(ins, attrs, t):

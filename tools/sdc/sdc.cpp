@@ -80,10 +80,12 @@ const char *kUsage =
     "  --momentum M, --nesterov SGD momentum (0) and Nesterov\n"
     "  --bucket-mb MB           gradients reduced across ranks per step of about MB MiB,\n"
     "                           last layers first (25; 0: one step per gradient)\n"
-    "  --shard none|optimizer|grads  optimizer: each parameter's AdamW/SGD state and update\n"
-    "                           on one rank (ZeRO-1), which then broadcasts it; grads: its\n"
-    "                           gradient too, reduced to that rank each micro-batch (ZeRO-2)\n"
-    "                           (default none; params sharding is not built yet)\n"
+    "  --shard none|optimizer|grads|params  optimizer: each parameter's AdamW/SGD state and\n"
+    "                           update on one rank (ZeRO-1), which then broadcasts it; grads:\n"
+    "                           its gradient too, reduced to that rank each micro-batch (ZeRO-2);\n"
+    "                           params: every weight, gradient and optimizer state split by\n"
+    "                           rows over the ranks, weights gathered just before each op that\n"
+    "                           reads them (FSDP) (default none)\n"
     "  --packing                training rows hold several sequences: adds a position_ids\n"
     "                           input (positions restart per sequence; attention stays\n"
     "                           within each); sdrun train then packs instead of padding\n"
@@ -265,11 +267,10 @@ int parseArgs(int argc, char **argv, Args &a) {
           !(a.pipeline.bucketMb >= 0 && a.pipeline.bucketMb <= 1e6))
         return fail("--bucket-mb needs a size in MiB from 0 to 1e6, got '" + v + "'"), 2;
     } else if (flag == "--shard") {
-      if (!value(a.pipeline.shard)) return fail("--shard needs none, optimizer or grads"), 2;
-      if (a.pipeline.shard == "params")
-        return fail("--shard params is not built yet: use --shard grads (ZeRO-2), optimizer (ZeRO-1) or none"), 2;
-      if (a.pipeline.shard != "none" && a.pipeline.shard != "optimizer" && a.pipeline.shard != "grads")
-        return fail("--shard takes none, optimizer or grads, got '" + a.pipeline.shard + "'"), 2;
+      if (!value(a.pipeline.shard)) return fail("--shard needs none, optimizer, grads or params"), 2;
+      if (a.pipeline.shard != "none" && a.pipeline.shard != "optimizer" && a.pipeline.shard != "grads" &&
+          a.pipeline.shard != "params")
+        return fail("--shard takes none, optimizer, grads or params, got '" + a.pipeline.shard + "'"), 2;
     } else if (arg == "--nesterov") {
       a.pipeline.nesterov = true;
     } else if (arg == "--packing") {

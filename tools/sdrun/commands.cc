@@ -21,30 +21,37 @@ namespace sdrun {
 
 // Training state (mutable globals) per rank of a data-parallel run: all of
 // it on every rank, except what --shard splits (optimizer state, and with
-// grads the gradients, by parameter); the busiest rank's share for a few
-// world sizes.
+// grads the gradients, by parameter; with params every weight, gradient and
+// moment by rows); the busiest rank's share for a few world sizes.
 void printStatePerRank(const sd::Plan &p) {
-  uint64_t state = 0;
-  for (const sd::GlobalDesc &g : p.globals)
-    if (sd::isTrainingStateRole(g.role)) state += g.bytes;
+  auto rows = sd::rowShardedGlobals(p);
+  std::vector<bool> rowSharded = rows.isOk() ? rows.value() : std::vector<bool>(p.globals.size(), false);
+  auto busiest = [&](int ranks, bool state) {
+    std::vector<int> holder = sd::globalHolders(p, ranks);
+    uint64_t most = 0;
+    for (int r = 0; r < ranks; ++r) {
+      uint64_t bytes = 0;
+      for (size_t i = 0; i < p.globals.size(); ++i)
+        if (state ? sd::isTrainingStateRole(p.globals[i].role) : p.globals[i].role == sd::GlobalRole::Frozen)
+          bytes += sd::globalBytesOnRank(p, i, r, ranks, holder, rowSharded);
+      most = std::max(most, bytes);
+    }
+    return most;
+  };
+  const uint64_t state = busiest(1, true);
   if (!state) return;
   std::printf("training state: %llu bytes", (unsigned long long)state);
-  std::vector<int> one = sd::globalHolders(p, 1);
-  if (std::all_of(one.begin(), one.end(), [](int o) { return o < 0; })) {
+  if (sd::shardMode(p) == "none") {
     std::printf(" on every rank (sdc compile --shard none)\n");
     return;
   }
   std::printf("; per rank with --shard %s (the busiest rank):", sd::shardMode(p).c_str());
-  for (int ranks : {2, 4, 8}) {
-    std::vector<int> holder = sd::globalHolders(p, ranks);
-    std::vector<uint64_t> bytes(size_t(ranks), 0);
-    for (size_t i = 0; i < p.globals.size(); ++i) {
-      if (!sd::isTrainingStateRole(p.globals[i].role)) continue;
-      for (int r = 0; r < ranks; ++r)
-        if (holder[i] < 0 || holder[i] == r) bytes[size_t(r)] += p.globals[i].bytes;
-    }
-    std::printf(" %d ranks %llu", ranks, (unsigned long long)*std::max_element(bytes.begin(), bytes.end()));
-  }
+  for (int ranks : {2, 4, 8}) std::printf(" %d ranks %llu", ranks, (unsigned long long)busiest(ranks, true));
+  std::printf("\n");
+  if (std::find(rowSharded.begin(), rowSharded.end(), true) == rowSharded.end()) return;
+  std::printf("frozen weights: %llu bytes; per rank with --shard params (the busiest rank):",
+              (unsigned long long)busiest(1, false));
+  for (int ranks : {2, 4, 8}) std::printf(" %d ranks %llu", ranks, (unsigned long long)busiest(ranks, false));
   std::printf("\n");
 }
 

@@ -182,7 +182,12 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
     std::fprintf(stderr, "sdrun: note: %s\n", n.c_str());
   if (!made.isOk()) return made.status();
   sd::train::Trainer &trainer = *made.value();
-  if (trainer.rank() != 0) return sd::train::trainToEnd(trainer, nullptr); // rank 0 reports and writes
+  if (trainer.rank() != 0) { // rank 0 reports and writes; the others take part in gathering what it saves
+    SD_RETURN_IF_ERROR(sd::train::trainToEnd(trainer, nullptr));
+    if (!out.saveWeights.empty()) SD_RETURN_IF_ERROR(trainer.saveWeights(out.saveWeights));
+    if (!out.adapterOut.empty()) SD_RETURN_IF_ERROR(trainer.saveAdapter(out.adapterOut));
+    return sd::Status::ok();
+  }
   if (sd::Communicator *comm = session.value()->communicator()) {
     int64_t perRank = trainer.rowsPerRank();
     std::fprintf(stderr,

@@ -9,6 +9,7 @@
 #include "sd/ops/kernel.h"
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sd {
 
@@ -49,6 +50,14 @@ public:
   // The sum (or max) over the ranks into `root`'s recv; other ranks' recv is untouched.
   virtual StatusOr<std::unique_ptr<CommRequest>> startReduce(const void *send, void *recv, size_t count, DType type,
                                                              ReduceOp op, int root) = 0;
+  // Uneven blocks (row-sharded tensors, --shard params): rank r's block has
+  // counts[r] elements, the blocks back to back in rank order. allGatherV:
+  // send (counts[rank()] elements) to every rank's recv (all blocks).
+  // reduceScatterV: recv (counts[rank()] elements) gets its block of send
+  // (all blocks) summed over the ranks. Blocking: they run inside a step.
+  virtual Status allGatherV(const void *send, void *recv, const std::vector<size_t> &counts, DType type) = 0;
+  virtual Status reduceScatterV(const void *send, void *recv, const std::vector<size_t> &counts, DType type,
+                                ReduceOp op) = 0;
   virtual Status barrier() = 0;
   // Ends every rank's process with `exitCode`. For an error on one rank: the
   // others would wait for it in their next collective forever, and a clean

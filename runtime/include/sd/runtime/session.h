@@ -4,6 +4,7 @@
 #pragma once
 #include "sd/runtime/device.h"
 #include "sd/runtime/plan.h"
+#include "sd/format/row_shard.h"
 #include "sd/format/tensor_io.h"
 #include "sd/ops/communicator.h"
 #include <map>
@@ -19,8 +20,16 @@ struct KernelDef;
 // through it; `sdrun inspect --kernels` reports a plan's coverage with it.
 StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels);
 
-// The plan's sdc compile --shard mode: "none", "optimizer" or "grads".
+// The plan's sdc compile --shard mode: "none", "optimizer", "grads" or "params".
 std::string shardMode(const Plan &plan);
+// --shard params: which globals are held as rows split over the ranks
+// (sd::rowBlock), as the plan config's row_sharded lists them; an unknown
+// name is an error.
+StatusOr<std::vector<bool>> rowShardedGlobals(const Plan &plan);
+// Bytes of global `index` that rank `rank` of `ranks` keeps: all of it, none
+// (another rank's shard), or its rows.
+uint64_t globalBytesOnRank(const Plan &plan, size_t index, int rank, int ranks, const std::vector<int> &owner,
+                           const std::vector<bool> &rowSharded);
 // Which rank holds each global when the plan runs on `ranks` ranks: -1 for
 // every rank; for plans compiled with --shard optimizer, each trainable
 // parameter's optimizer state is held by its owner (largest parameter first,
@@ -66,7 +75,16 @@ public:
   // parameter), or -1 when every rank holds it. Reading or writing a global
   // this rank does not hold is an error.
   int globalOwner(size_t index) const;
+  // True when this rank holds the whole of global `index` (not another
+  // rank's, nor split by rows over several).
   bool holdsGlobal(size_t index) const;
+  // --shard params: whether global `index` is split by rows over the ranks,
+  // the rows this rank keeps, and their bytes. writeGlobal of such a global
+  // takes the whole value and keeps this rank's rows; reading the whole value
+  // needs every rank (sd::train::gatherToRankZero).
+  bool rowSharded(size_t index) const;
+  RowBlock globalRows(size_t index) const;
+  Status readGlobalRows(size_t index, std::vector<uint8_t> &rows) const;
   // Index of the entry or global called `name`, or -1.
   int64_t findEntry(const std::string &name) const;
   int64_t findGlobal(const std::string &name) const;
