@@ -96,7 +96,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     pm.addPass(createOptimizer(o));
     pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard}));
     if (opts.shard == "params") pm.addPass(createShardParams());
-    pm.addPass(createOsftProject());
+    pm.addPass(createOsftProject(OsftProjectOptions{opts.osftVRule}));
     pm.addPass(createPropagateShapes());
   }
   pm.addPass(createFoldConvAffine());

@@ -25,6 +25,7 @@ struct PipelineOptions {
   double osftRatio = 0.5;         // --peft osft: preserved fraction of min(out, in)
   std::string osftRankPattern;    // NAME=K|R,...
   std::string osftStrategy = "auto"; // auto | factored | dense
+  std::string osftVRule = "gather";  // gather | allreduce (known wrong; tests only): sd-osft-project under --shard params
   int64_t seed = 0;
   std::string recipe = "sft"; // sft | classify
   int64_t numLabels = 0;      // --recipe classify

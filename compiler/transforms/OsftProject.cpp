@@ -10,10 +10,20 @@
 // coefficients into one buffer (what ranks holding shards would complete
 // with one collective), then one sd.osft_deflate step removes them from
 // every factor, in place.
+//
+// Under --shard params the factors hold rows split over the ranks. The U
+// side contracts over the rows (U_high^T dU_low): each rank's product is a
+// partial sum. The V side contracts over columns (dV_low V_high^T): each rank
+// computes its rows of dV_low against all of V_high, gathered first, and
+// places them at their rows of the block. One AllReduce of the whole buffer
+// then completes both. Summing per-rank products of local rows of V_high
+// instead would be wrong (v-rule=allreduce keeps that rule for the test
+// that must catch it).
 #include "PassDetail.h"
 #include "Passes.h"
 #include "sd/format/training_abi.h"
 #include "vjp/GradBuilder.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace sd {
 #define GEN_PASS_DEF_OSFTPROJECT
@@ -39,8 +49,10 @@ struct OsftProjectPass : sd::impl::OsftProjectBase<OsftProjectPass> {
     auto dict = module->getAttrOfType<DictionaryAttr>("sd.peft");
     auto type = dict ? dict.getAs<StringAttr>("peft_type") : StringAttr();
     if (!type || type.getValue() != "OSF") return;
-    if (module->hasAttr("sd.row_sharded")) {
-      module.emitError("OSFT with --shard params is not built yet (use --shard none or optimizer)");
+    if (auto rows = module->getAttrOfType<ArrayAttr>("sd.row_sharded"))
+      for (Attribute n : rows) rowSharded.insert(cast<StringAttr>(n).getValue());
+    if (vRule != "gather" && vRule != "allreduce") {
+      module.emitError() << "v-rule is gather or allreduce, got '" << vRule << "'";
       return signalPassFailure();
     }
     std::vector<Constrained> targets;
@@ -53,9 +65,9 @@ struct OsftProjectPass : sd::impl::OsftProjectBase<OsftProjectPass> {
       SmallVector<GradScaleOp> scales;
       f.walk([&](GradScaleOp op) { scales.push_back(op); });
       for (GradScaleOp scale : scales) {
-        if (scale->hasAttr("sharded_grads")) {
+        if (scale->hasAttr("sharded_grads") && rowSharded.empty()) { // --shard grads
           scale.emitError("OSFT with --shard grads is not supported yet: the projection needs each whole gradient "
-                          "on every rank (use --shard none or optimizer)");
+                          "on every rank (use --shard none, optimizer or params)");
           return signalPassFailure();
         }
         if (failed(projectGradients(module, scale, targets))) return signalPassFailure();
@@ -64,6 +76,8 @@ struct OsftProjectPass : sd::impl::OsftProjectBase<OsftProjectPass> {
       }
     }
   }
+
+  llvm::StringSet<> rowSharded; // --shard params (sd-shard-params)
 
   GlobalOp global(ModuleOp module, StringRef name) {
     return dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, name));
@@ -75,21 +89,41 @@ struct OsftProjectPass : sd::impl::OsftProjectBase<OsftProjectPass> {
                                         ArrayRef<const Constrained *> of, bool reload) {
     Location loc = NameLoc::get(b.getStringAttr("osft_project"));
     GradBuilder g(b, loc);
-    SmallVector<Value> operands, values, highs;
-    SmallVector<int64_t> sides;
+    SmallVector<Value> operands, values;
+    SmallVector<int64_t> sides, xRows, highRows;
+    bool sharded = false;
     for (auto [name, t] : llvm::zip(names, of)) {
       GlobalOp x = global(module, name), h = global(module, t->high);
       if (!x || !h) return failure();
+      if (rowSharded.contains(name) != rowSharded.contains(t->high))
+        return emitError(loc) << "'" << name << "' and '" << t->high << "' must be row-sharded alike";
+      sharded |= rowSharded.contains(name);
       values.push_back(b.create<GlobalLoadOp>(loc, x.getType(), x.getSymName()));
-      highs.push_back(b.create<GlobalLoadOp>(loc, h.getType(), h.getSymName()));
-      operands.append({values.back(), highs.back()});
+      Value high = b.create<GlobalLoadOp>(loc, h.getType(), h.getSymName());
+      // Rows sharded: U_high shares the rows of U_low and dU_low (the
+      // contraction runs over them; an all-reduce completes it), but a V
+      // pair contracts over columns, so each rank needs every row of V_high.
+      // v-rule=allreduce keeps the local rows instead, the known-wrong rule
+      // (sdc --osft-v-rule, test only): the products of one rank's rows of
+      // x with another rank's rows of V_high are then never formed.
+      if (rowSharded.contains(t->high) && t->side == 1 && vRule == "gather")
+        high = b.create<AllGatherRowsOp>(loc, TypeRange{high.getType()}, ValueRange{high}).getResult();
+      operands.append({values.back(), high});
       sides.push_back(t->side);
+      xRows.push_back(cast<RankedTensorType>(x.getType()).getDimSize(0));
+      highRows.push_back(cast<RankedTensorType>(h.getType()).getDimSize(0));
     }
-    Value coefficients = g.make<OsftCoefficientsOp>(operands, {g.attr("sides", ArrayRef<int64_t>(sides))});
+    SmallVector<NamedAttribute> attrs = {g.attr("sides", ArrayRef<int64_t>(sides))};
+    if (sharded)
+      attrs.append({g.attr("row_sharded", int64_t(1)), g.attr("x_rows", ArrayRef<int64_t>(xRows)),
+                    g.attr("high_rows", ArrayRef<int64_t>(highRows))});
+    Value coefficients = g.make<OsftCoefficientsOp>(operands, attrs);
+    // Every target's coefficients complete in one collective.
+    if (sharded && coefficients)
+      coefficients = b.create<AllReduceOp>(loc, TypeRange{coefficients.getType()}, ValueRange{coefficients}).getResult(0);
     SmallVector<Value> reloaded, deflateOperands = {coefficients};
     deflateOperands.append(operands);
-    Operation *deflate =
-        g.op<OsftDeflateOp>(deflateOperands, {g.attr("sides", ArrayRef<int64_t>(sides))}, unsigned(names.size()));
+    Operation *deflate = g.op<OsftDeflateOp>(deflateOperands, attrs, unsigned(names.size()));
     if (!deflate) return failure();
     for (size_t i = 0; i < names.size(); ++i) b.create<GlobalStoreOp>(loc, names[i], deflate->getResult(i));
     for (size_t i = 0; reload && i < names.size(); ++i)

@@ -87,6 +87,10 @@ def OsftStrategy : Pass<"sd-osft-strategy", "mlir::ModuleOp"> {
 
 def OsftProject : Pass<"sd-osft-project", "mlir::ModuleOp"> {
   let summary = "OSFT: project low-factor gradients and updated factors out of the frozen high subspaces";
+  let options = [
+    Option<"vRule", "v-rule", "std::string", "\"gather\"",
+           "under --shard params: gather V_high for the V-side coefficients (right), or allreduce per-rank products of its local rows (known wrong; tests only)">,
+  ];
 }
 
 def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {

@@ -6,6 +6,8 @@
 // in x in matrix.
 #include "cpu_util.h"
 #include "gemm.h"
+#include "sd/format/row_shard.h"
+#include "sd/ops/communicator.h"
 #include <cstring>
 #include <functional>
 #include <vector>
@@ -136,30 +138,64 @@ void forEachPair(const KernelContext &c, size_t pairs, const std::function<void(
   });
 }
 
-// Where each pair's coefficients start in the shared buffer.
-std::vector<int64_t> coefficientOffsets(const KernelContext &c, size_t first, const std::vector<int64_t> &sides) {
-  std::vector<int64_t> offsets(sides.size() + 1, 0);
-  for (size_t p = 0; p < sides.size(); ++p) {
-    const TensorView &x = c.inputs[first + 2 * p], &h = c.inputs[first + 2 * p + 1];
-    offsets[p + 1] = offsets[p] + (sides[p] == 0 ? h.dims[1] * x.dims[1] : x.dims[0] * h.dims[0]);
+// How the shared coefficient buffer is laid out: where each pair starts, and
+// for a V pair its block [r, k] of the whole factors. Under --shard params
+// (row_sharded) x holds this rank's rows only, and a V pair's high may too:
+// the layout follows the whole tensors (attributes x_rows, high_rows), the
+// same on every rank, so that one all-reduce of the buffer completes it.
+struct PairLayout {
+  std::vector<int64_t> sides, offsets, xRows, highRows;
+  int rank = 0, ranks = 1;
+  // This rank's rows of pair p's x (all of them when not sharded).
+  RowBlock rows(size_t p) const { return rowBlock(xRows[p], rank, ranks); }
+};
+
+StatusOr<PairLayout> pairLayout(const KernelContext &c, size_t first) {
+  PairLayout l;
+  l.sides = c.attrs.getInts("sides");
+  const size_t pairs = l.sides.size();
+  if (c.attrs.getInt("row_sharded", 0)) {
+    l.xRows = c.attrs.getInts("x_rows"), l.highRows = c.attrs.getInts("high_rows");
+    SD_CHECK_ARG(l.xRows.size() == pairs && l.highRows.size() == pairs, "row_sharded needs x_rows and high_rows per pair");
+    if (c.comm) l.rank = c.comm->rank(), l.ranks = c.comm->size();
+  } else {
+    for (size_t p = 0; p < pairs; ++p) {
+      l.xRows.push_back(c.inputs[first + 2 * p].dims[0]);
+      l.highRows.push_back(c.inputs[first + 2 * p + 1].dims[0]);
+    }
   }
-  return offsets;
+  l.offsets.assign(pairs + 1, 0);
+  for (size_t p = 0; p < pairs; ++p) {
+    const TensorView &x = c.inputs[first + 2 * p], &h = c.inputs[first + 2 * p + 1];
+    SD_CHECK_ARG(x.dims[0] == l.rows(p).count, "OSFT projection: pair ", p, " holds ", x.dims[0], " rows of x, this rank's are ",
+                 l.rows(p).count);
+    l.offsets[p + 1] = l.offsets[p] + (l.sides[p] == 0 ? h.dims[1] * x.dims[1] : l.xRows[p] * l.highRows[p]);
+  }
+  return l;
 }
 
 // (x, high) pairs -> their coefficients, one after another: side 0 high^T x
-// [k, r], side 1 x high^T [r, k].
+// [k, r], side 1 x high^T [r, k]. Sharded, a U pair's product over this
+// rank's rows is a partial sum, and a V pair's rows are this rank's rows of
+// x, placed at their rows of the block with zeros elsewhere: the sum over the
+// ranks (one AllReduce step after this one) is the whole buffer.
 Status OsftCoefficientsKernel(const KernelContext &c) {
-  std::vector<int64_t> sides = c.attrs.getInts("sides"), offsets = coefficientOffsets(c, 0, sides);
+  auto layout = pairLayout(c, 0);
+  if (!layout.isOk()) return layout.status();
+  const PairLayout &l = layout.value();
   float *out = c.outputs[0].as<float>();
-  forEachPair(c, sides.size(), [&](size_t p, ThreadPool *pool) {
+  if (l.ranks > 1) std::memset(out, 0, c.outputs[0].byteSize());
+  forEachPair(c, l.sides.size(), [&](size_t p, ThreadPool *pool) {
     const TensorView &x = c.inputs[2 * p], &h = c.inputs[2 * p + 1];
     KernelContext one{c.attrs, {}, {}, pool};
-    if (sides[p] == 0) {
+    if (x.dims[0] == 0) return; // no rows here: zeros
+    if (l.sides[p] == 0) {
       int64_t n = x.dims[0], r = x.dims[1], k = h.dims[1];
-      mm(one, true, false, k, r, n, 1.0f, h.as<float>(), k, x.as<float>(), r, 0.0f, out + offsets[p], r);
+      mm(one, true, false, k, r, n, 1.0f, h.as<float>(), k, x.as<float>(), r, 0.0f, out + l.offsets[p], r);
     } else {
       int64_t r = x.dims[0], m = x.dims[1], k = h.dims[0];
-      mm(one, false, true, r, k, m, 1.0f, x.as<float>(), m, h.as<float>(), m, 0.0f, out + offsets[p], k);
+      mm(one, false, true, r, k, m, 1.0f, x.as<float>(), m, h.as<float>(), m, 0.0f,
+         out + l.offsets[p] + l.rows(p).begin * l.highRows[p], l.highRows[p]);
     }
   });
   return Status::ok();
@@ -167,19 +203,23 @@ Status OsftCoefficientsKernel(const KernelContext &c) {
 
 // coefficients, (x, high) pairs -> each x - high C (side 0) or x - C high (side 1).
 Status OsftDeflateKernel(const KernelContext &c) {
-  std::vector<int64_t> sides = c.attrs.getInts("sides"), offsets = coefficientOffsets(c, 1, sides);
+  auto layout = pairLayout(c, 1);
+  if (!layout.isOk()) return layout.status();
+  const PairLayout &l = layout.value();
   const float *coef = c.inputs[0].as<float>();
-  forEachPair(c, sides.size(), [&](size_t p, ThreadPool *pool) {
+  forEachPair(c, l.sides.size(), [&](size_t p, ThreadPool *pool) {
     const TensorView &x = c.inputs[1 + 2 * p], &h = c.inputs[2 + 2 * p], &y = c.outputs[p];
     KernelContext one{c.attrs, {}, {}, pool};
     if (y.data != x.data) std::memcpy(y.data, x.data, x.byteSize());
     int64_t rows = x.dims[0], cols = x.dims[1];
-    if (sides[p] == 0) {
+    if (rows == 0) return;
+    if (l.sides[p] == 0) {
       int64_t k = h.dims[1];
-      mm(one, false, false, rows, cols, k, -1.0f, h.as<float>(), k, coef + offsets[p], cols, 1.0f, y.as<float>(), cols);
+      mm(one, false, false, rows, cols, k, -1.0f, h.as<float>(), k, coef + l.offsets[p], cols, 1.0f, y.as<float>(), cols);
     } else {
       int64_t k = h.dims[0];
-      mm(one, false, false, rows, cols, k, -1.0f, coef + offsets[p], k, h.as<float>(), cols, 1.0f, y.as<float>(), cols);
+      mm(one, false, false, rows, cols, k, -1.0f, coef + l.offsets[p] + l.rows(p).begin * l.highRows[p], l.highRows[p],
+         h.as<float>(), cols, 1.0f, y.as<float>(), cols);
     }
   });
   return Status::ok();

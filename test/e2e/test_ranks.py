@@ -126,6 +126,42 @@ def equal_runs(runner, name, plan, accum=1, ranks=(2, 3), reference=None):
     return one
 
 
+OSFT_K11 = ["--osft-preserved-ratio", "0.35"]
+
+
+def v_side_gap(runner, plan, weights):
+    """The largest ||V_low V_high^T|| / ||V_low|| over the plan's OSFT modules,
+    V_low from a weights file, V_high (frozen) read from the plan."""
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(runner.sdrun)), "python"))
+    import sdc
+    session = sdc.Session(sdc.Plan(plan), threads=1)
+    low = read_safetensors(weights)
+    worst = 0.0
+    for m in json.loads(sdc.Plan(plan).config)["osf"]["modules"]:
+        vh = session.read_global(f"{m}.osf_V_high").astype(np.float64)
+        vl = low[f"{m}.osf_svd_params.V_low"].astype(np.float64)
+        worst = max(worst, float(np.linalg.norm(vl @ vh.T) / np.linalg.norm(vl)))
+    return worst
+
+
+def osft_sharded(runner, plans):
+    """OSFT with every factor split by rows: the U side's coefficients are
+    partial sums over rows (all-reduced), the V side's need all of V_high
+    (gathered). The rule that all-reduces per-rank products of V_high's local
+    rows (--osft-v-rule allreduce) must fail the same comparison."""
+    equal_runs(runner, "--shard params, OSFT (k = 11 of 32, not a multiple of 2 or 3), against the unsharded plan",
+               plans["osft_fsdp"], reference=plans["osft_k11"])
+    _, w_one, _ = runner.train(plans["osft_k11"], 1)
+    _, w_right, _ = runner.train(plans["osft_fsdp"], 3)
+    _, w_wrong, _ = runner.train(plans["osft_fsdp_wrong"], 3)
+    right, wrong = v_side_gap(runner, plans["osft_k11"], w_right), v_side_gap(runner, plans["osft_k11"], w_wrong)
+    check("--shard params, OSFT on 3 ranks: V_low stays orthogonal to V_high (<= 1e-5 relative)", right <= 1e-5,
+          f"||V_low V_high^T|| / ||V_low|| {right:.1e}")
+    check("the all-reduce rule for the V side (--osft-v-rule allreduce) fails: weights differ from 1 rank and V_low "
+          "leaves the subspace", weights_gap(w_wrong, w_one) > 1e-3 and wrong > 1e-3,
+          f"weights {weights_gap(w_wrong, w_one):.2e} relative, ||V_low V_high^T|| / ||V_low|| {wrong:.1e}")
+
+
 def kill_one_rank(runner, plan, tmp):
     """SIGKILL rank 1 of 3 once a checkpoint exists: mpirun must end the job
     non-zero, and the newest checkpoint must load."""
@@ -325,6 +361,11 @@ def main():
                             "osft": ["--peft", "osft", "--target-modules", "qkv,proj"],
                             "osft_zero1": ["--peft", "osft", "--target-modules", "qkv,proj", "--shard", "optimizer"],
                             "full_fsdp": ["--peft", "none", "--shard", "params"],
+                            # k = floor(0.35 * 32) = 11 preserved directions: not a multiple of 2 or 3.
+                            "osft_k11": ["--peft", "osft", "--target-modules", "qkv,proj", *OSFT_K11],
+                            "osft_fsdp": ["--peft", "osft", "--target-modules", "qkv,proj", *OSFT_K11, "--shard", "params"],
+                            "osft_fsdp_wrong": ["--peft", "osft", "--target-modules", "qkv,proj", *OSFT_K11, "--shard",
+                                                "params", "--osft-v-rule", "allreduce"],
                             "lora_fsdp_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "params",
                                                  "--packing"],
                             }.items():
@@ -372,6 +413,7 @@ def main():
                    plans["lora_fsdp_packed"], reference=plans["lora_packed"], ranks=(2, 3))
         equal_runs(runner, "--shard params, gradient accumulation 2", plans["full_fsdp"], accum=2, ranks=(3,),
                    reference=plans["full"])
+        osft_sharded(runner, plans)
         steps = plan_steps(sdrun, plans["full_fsdp"])
         check("--shard params: gathers and scatters are plan steps, and no gradient is all-reduced whole",
               steps.get("AllGatherRows", 0) > 0 and steps.get("ReduceScatterRows", 0) > 0 and

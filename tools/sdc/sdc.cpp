@@ -49,6 +49,9 @@ const char *kUsage =
     "                           regex searched in the module name; the first match wins)\n"
     "  --osft-strategy auto|factored|dense  factored layer, or W rebuilt once per step\n"
     "                           and one GEMM; auto picks the cheaper per module (auto)\n"
+    "  --osft-v-rule gather|allreduce  under --shard params, how the V side's coefficients\n"
+    "                           are completed: gather V_high (gather, right) or all-reduce\n"
+    "                           per-rank products (allreduce: known wrong, for tests only)\n"
     "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
     "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
@@ -190,6 +193,9 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--osft-rank-pattern") {
       if (!value(a.pipeline.osftRankPattern) || a.pipeline.osftRankPattern.empty())
         return fail("--osft-rank-pattern needs NAME=K|R[,NAME=K|R...]"), 2;
+    } else if (flag == "--osft-v-rule") {
+      std::string &r = a.pipeline.osftVRule;
+      if (!value(r) || (r != "gather" && r != "allreduce")) return fail("--osft-v-rule takes 'gather' or 'allreduce'"), 2;
     } else if (flag == "--osft-strategy") {
       std::string &st = a.pipeline.osftStrategy;
       if (!value(st) || (st != "auto" && st != "factored" && st != "dense"))

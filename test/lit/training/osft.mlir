@@ -1,5 +1,18 @@
 // RUN: sd-opt %s --split-input-file --verify-diagnostics --sd-peft-osft="target-modules=fc preserved-ratio=0.5" --sd-osft-strategy="strategy=factored" --sd-autodiff --sd-optimizer --sd-osft-project | FileCheck %s
 // RUN: sd-opt %s --split-input-file --verify-diagnostics --sd-peft-osft="target-modules=fc preserved-ratio=0.5" --sd-osft-strategy="strategy=dense" | FileCheck %s --check-prefix=DENSE
+// RUN: sd-opt %s --split-input-file --verify-diagnostics --sd-peft-osft="target-modules=fc preserved-ratio=0.5" --sd-osft-strategy="strategy=factored" --sd-autodiff --sd-optimizer --sd-data-parallel=shard=params --sd-shard-params --sd-osft-project | FileCheck %s --check-prefix=SHARD
+
+// --shard params: U_high shares U_low's rows (its products are partial sums),
+// but the V side needs every row of V_high, gathered first; one all-reduce
+// completes every coefficient, laid out by the whole factors' rows.
+// SHARD-LABEL: func.func @train_step
+// SHARD:       sd.all_reduce %{{.*}} : (tensor<f32>) -> tensor<f32>
+// SHARD:       %[[UH:.*]] = sd.global_load @fc.osf_U_high
+// SHARD:       %[[VH:.*]] = sd.global_load @fc.osf_V_high
+// SHARD-NEXT:  %[[VHALL:.*]] = sd.all_gather_rows %[[VH]]
+// SHARD-NEXT:  %[[C:.*]] = sd.osft_coefficients %{{.*}}, %[[UH]], %{{.*}}, %[[VHALL]] {high_rows = array<i64: 6, 2>, row_sharded = 1 : i64, sides = array<i64: 0, 1>, x_rows = array<i64: 6, 2>}
+// SHARD-NEXT:  %[[R:.*]] = sd.all_reduce %[[C]] : (tensor<8xf32>) -> tensor<8xf32>
+// SHARD-NEXT:  sd.osft_deflate %[[R]], %{{.*}}, %[[UH]], %{{.*}}, %[[VHALL]] {high_rows
 
 // The [6, 4] weight splits into rank-2 halves: the high factors frozen, the
 // low ones trainable under PEFT's OSF names; the dense weight leaves the
