@@ -7,8 +7,9 @@
    one reduction per gradient (--bucket-mb 0), 2 ranks, full fine-tuning;
 3. scaling: 2 ranks x 1 thread against 1 rank x 2 threads on the same global
    batch;
-4. the same step with optimizer state (--shard optimizer) and gradients
-   (--shard grads) sharded over the 2 ranks.
+4. the same step with optimizer state (--shard optimizer), gradients
+   (--shard grads) and the weights themselves (--shard params, FSDP: every
+   weight gathered before each op that reads it) sharded over the 2 ranks.
 
 Step times are the median over the steps after the first two, from the
 metrics file's elapsed_s. Prints Markdown tables for bench/RESULTS.md.
@@ -86,6 +87,7 @@ def main():
         plans = {}
         for name, batch, extra in [("bucketed", half, []), ("per_tensor", half, ["--bucket-mb", "0"]),
                                    ("zero1", half, ["--shard", "optimizer"]), ("zero2", half, ["--shard", "grads"]),
+                                   ("fsdp", half, ["--shard", "params"]),
                                    ("one_rank", a.global_batch, [])]:
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", os.path.join(gpt, "gpt.onnx"), "--peft", "none", "--shapes",
@@ -97,6 +99,7 @@ def main():
         p = train(sdrun, plans["per_tensor"], data, 2, 1, half, a.steps, tmp, "p")
         z1 = train(sdrun, plans["zero1"], data, 2, 1, half, a.steps, tmp, "z1")
         z2 = train(sdrun, plans["zero2"], data, 2, 1, half, a.steps, tmp, "z2")
+        z3 = train(sdrun, plans["fsdp"], data, 2, 1, half, a.steps, tmp, "z3")
         one2 = train(sdrun, plans["one_rank"], data, 1, 2, a.global_batch, a.steps, tmp, "o2")
         one1 = train(sdrun, plans["one_rank"], data, 1, 1, a.global_batch, a.steps, tmp, "o1")
         print("| run | ms per step | tokens/s |")
@@ -104,6 +107,7 @@ def main():
         tok = a.global_batch * a.seq
         for label, ms in [("2 ranks x 1 thread, 25 MiB buckets", b), ("2 ranks x 1 thread, one reduction per gradient", p),
                           ("2 ranks x 1 thread, --shard optimizer", z1), ("2 ranks x 1 thread, --shard grads", z2),
+                          ("2 ranks x 1 thread, --shard params", z3),
                           ("1 rank x 2 threads", one2), ("1 rank x 1 thread", one1)]:
             print(f"| {label} | {ms:.1f} | {tok / ms * 1e3:.0f} |")
     finally:
