@@ -162,6 +162,19 @@ def osft_sharded(runner, plans):
           f"weights {weights_gap(w_wrong, w_one):.2e} relative, ||V_low V_high^T|| / ||V_low|| {wrong:.1e}")
 
 
+def resume_elsewhere(runner, mode, plan, ck, before, after, one_rank=None):
+    """Checkpointed on `before` ranks at step 5, continued on `after`: the same
+    losses as `before` ranks straight (and, given, as one unsharded rank)."""
+    straight, _, _ = runner.train(plan, before, extra=["--checkpoint-dir", ck, "--checkpoint-every", "5"])
+    shutil.rmtree(os.path.join(ck, f"checkpoint-{STEPS}"))
+    resumed, _, _ = runner.train(plan, after, extra=["--checkpoint-dir", ck, "--resume"])
+    gap = relative(resumed[-5:], straight[5:]) if len(resumed) >= 5 else float("inf")
+    alone = relative(straight, one_rank) if one_rank is not None else 0.0
+    check(f"{mode} resume: checkpointed on {before} ranks at step 5, continued on {after} = {before} ranks straight",
+          gap <= 1e-5 and alone <= 1e-5,
+          f"{gap:.2e}" + (f"; {before} ranks sharded vs 1 rank unsharded {alone:.2e}" if one_rank is not None else ""))
+
+
 def kill_one_rank(runner, plan, tmp):
     """SIGKILL rank 1 of 3 once a checkpoint exists: mpirun must end the job
     non-zero, and the newest checkpoint must load."""
@@ -459,39 +472,15 @@ def main():
         check("full fine-tuning on 2 ranks straight equals 1 rank", relative(straight, full) <= 1e-5,
               f"{relative(straight, full):.2e}")
 
-        # The same with the optimizer state sharded: rank 0 gathers it into the
-        # checkpoint and hands each rank its share again on another world size.
-        ckz = os.path.join(tmp, "ckz")
-        straight_z, _, _ = runner.train(plans["full_zero1"], 2, extra=["--checkpoint-dir", ckz, "--checkpoint-every", "5"])
-        shutil.rmtree(os.path.join(ckz, f"checkpoint-{STEPS}"))
-        resumed_z, _, _ = runner.train(plans["full_zero1"], 3, extra=["--checkpoint-dir", ckz, "--resume"])
-        check("--shard optimizer resume: checkpointed on 2 ranks at step 5, continued on 3 = 2 ranks straight",
-              len(resumed_z) >= 5 and relative(resumed_z[-5:], straight_z[5:]) <= 1e-5 and
-              relative(straight_z, full) <= 1e-5,
-              f"{relative(resumed_z[-5:], straight_z[5:]) if len(resumed_z) >= 5 else 'missing steps'}; "
-              f"2 ranks sharded vs 1 rank unsharded {relative(straight_z, full):.2e}")
-
-        # FSDP: each rank's rows gathered into rank 0's checkpoint, split again on another world size.
-        ckp = os.path.join(tmp, "ckp")
-        straight_p, _, _ = runner.train(plans["full_fsdp"], 2, extra=["--checkpoint-dir", ckp, "--checkpoint-every", "5"])
-        shutil.rmtree(os.path.join(ckp, f"checkpoint-{STEPS}"))
-        resumed_p, _, _ = runner.train(plans["full_fsdp"], 3, extra=["--checkpoint-dir", ckp, "--resume"])
-        check("--shard params resume: checkpointed on 2 ranks at step 5, continued on 3 = 2 ranks straight",
-              len(resumed_p) >= 5 and relative(resumed_p[-5:], straight_p[5:]) <= 1e-5 and
-              relative(straight_p, full) <= 1e-5,
-              f"{relative(resumed_p[-5:], straight_p[5:]) if len(resumed_p) >= 5 else 'missing steps'}; "
-              f"2 ranks sharded vs 1 rank unsharded {relative(straight_p, full):.2e}")
+        # Sharded state: rank 0 gathers it into the checkpoint (optimizer state
+        # from its owners, rows of every weight with params) and each rank takes
+        # its share again on another world size.
+        resume_elsewhere(runner, "--shard optimizer", plans["full_zero1"], os.path.join(tmp, "ckz"), 2, 3, full)
+        resume_elsewhere(runner, "--shard params", plans["full_fsdp"], os.path.join(tmp, "ckp"), 2, 3, full)
 
         python_ranks(runner, plans["full"], tmp, bucketed)
 
-        ckg = os.path.join(tmp, "ckg")
-        straight_g, _, _ = runner.train(plans["full_zero2"], 3, extra=["--checkpoint-dir", ckg, "--checkpoint-every", "5"],
-                                        accum=1)
-        shutil.rmtree(os.path.join(ckg, f"checkpoint-{STEPS}"))
-        resumed_g, _, _ = runner.train(plans["full_zero2"], 2, extra=["--checkpoint-dir", ckg, "--resume"])
-        check("--shard grads resume: checkpointed on 3 ranks at step 5, continued on 2 = 3 ranks straight",
-              len(resumed_g) >= 5 and relative(resumed_g[-5:], straight_g[5:]) <= 1e-5,
-              f"{relative(resumed_g[-5:], straight_g[5:]) if len(resumed_g) >= 5 else 'missing steps'}")
+        resume_elsewhere(runner, "--shard grads", plans["full_zero2"], os.path.join(tmp, "ckg"), 3, 2)
 
         # A changed global batch cannot resume.
         r = subprocess.run(mpirun(2) + [sdrun, "train", plans["full"], "--data", data, "--steps", str(STEPS), "--batch",
