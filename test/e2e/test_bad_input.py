@@ -246,8 +246,9 @@ def main():
                                             out_plan], ["--adam-epsilon"], [out_plan])
     # Ranks (docs/ranks.md): compile flags, and a launch this build cannot serve.
     for label, flags, needles in [("--bucket-mb -1", ["--peft", "none", "--bucket-mb", "-1"], ["--bucket-mb", "-1"]),
-                                  ("--shard params", ["--peft", "none", "--shard", "params"], ["params", "not built yet"]),
-                                  ("--shard frob", ["--peft", "none", "--shard", "frob"], ["--shard takes", "frob"]),
+                                  ("--shard params without a training plan", ["--shard", "params"],
+                                   ["--shard params", "training plan"]),
+                                  ("--shard frob", ["--peft", "none", "--shard", "frob"], ["--shard takes", "frob", "params"]),
                                   ("--shard without a training plan", ["--shard", "optimizer"],
                                    ["--shard optimizer", "training plan"]),
                                   # Loop bounds (docs/control_flow.md).
