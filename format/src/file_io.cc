@@ -93,7 +93,19 @@ static std::string baseName(const std::string &path) {
   return s == std::string::npos ? path : path.substr(s + 1);
 }
 
-static bool processAlive(long pid) { return pid > 0 && (::kill(pid_t(pid), 0) == 0 || errno == EPERM); }
+// A zombie (killed, not yet reaped by its parent: an mpirun rank just after
+// the job ended) counts as dead: its temp files are nobody's.
+static bool processAlive(long pid) {
+  if (pid <= 0 || (::kill(pid_t(pid), 0) != 0 && errno != EPERM)) return false;
+  std::string stat;
+  if (FILE *f = std::fopen(("/proc/" + std::to_string(pid) + "/stat").c_str(), "r")) {
+    char buf[512];
+    stat.assign(buf, std::fread(buf, 1, sizeof buf, f));
+    std::fclose(f);
+  }
+  size_t close = stat.rfind(')'); // "pid (comm) S ...": comm may hold spaces and parentheses
+  return close == std::string::npos || close + 2 >= stat.size() || (stat[close + 2] != 'Z' && stat[close + 2] != 'X');
+}
 
 void removeTree(const std::string &path) {
   if (DIR *d = ::opendir(path.c_str())) {

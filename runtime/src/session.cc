@@ -503,6 +503,16 @@ Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
   return impl_->device->copyFromHost(impl_->globalData[index], src, bytes);
 }
 
+Status Session::writeGlobalRows(size_t index, const void *rows, size_t bytes) {
+  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  if (!rowSharded(index)) return writeGlobal(index, rows, bytes);
+  const GlobalDesc &g = plan_->globals[index];
+  if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
+  const uint64_t keep = rowBytes(g) * uint64_t(impl_->rows[index].count);
+  if (bytes != keep) return sdError("global '", g.name, "': this rank keeps ", keep, " bytes of rows, the data has ", bytes);
+  return keep ? impl_->device->copyFromHost(impl_->globalData[index], rows, keep) : Status::ok();
+}
+
 StatusOr<HostTensor> Session::readGlobal(size_t index) const {
   if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
   const GlobalDesc &g = plan_->globals[index];

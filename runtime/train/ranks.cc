@@ -16,42 +16,11 @@ Status broadcastBytes(Communicator *comm, void *data, size_t bytes, int root) {
   return Status::ok();
 }
 
-Status broadcastState(Session &session, Communicator *comm, const GlobalValues &restored) {
+Status broadcastState(Session &session, Communicator *comm) {
   if (!comm || comm->size() == 1) return Status::ok();
   const Plan &plan = session.plan();
-  uint8_t resumed = !restored.empty();
-  SD_RETURN_IF_ERROR(broadcastBytes(comm, &resumed, 1));
   for (size_t i = 0; i < plan.globals.size(); ++i) {
-    if (!isTrainingStateRole(plan.globals[i].role)) continue;
-    if (session.rowSharded(i)) {
-      // Fresh state (the plan's, or an adapter every rank read) is in place;
-      // a checkpoint only rank 0 read goes out whole, each rank keeping its rows.
-      if (!resumed) continue;
-      std::vector<uint8_t> bytes(plan.globals[i].bytes);
-      if (comm->rank() == 0) {
-        auto it = restored.find(i);
-        if (it == restored.end() || it->second.size() != bytes.size())
-          return sdError("no value for row-sharded '", plan.globals[i].name, "' to send");
-        bytes = it->second;
-      }
-      SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size())
-                             .withContext("broadcasting '" + plan.globals[i].name + "' from rank 0: "));
-      SD_RETURN_IF_ERROR(session.writeGlobal(i, bytes.data(), bytes.size()));
-      continue;
-    }
-    if (int owner = session.globalOwner(i); owner >= 0) {
-      if (owner == 0 || !resumed) continue; // rank 0 restored its own; fresh state is the plan's everywhere
-      std::vector<uint8_t> bytes(plan.globals[i].bytes);
-      if (comm->rank() == 0) {
-        auto it = restored.find(i);
-        if (it == restored.end() || it->second.size() != bytes.size())
-          return sdError("no value for '", plan.globals[i].name, "' to send to rank ", owner);
-        bytes = it->second;
-      }
-      SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size()));
-      if (comm->rank() == owner) SD_RETURN_IF_ERROR(session.writeGlobal(i, bytes.data(), bytes.size()));
-      continue;
-    }
+    if (!isTrainingStateRole(plan.globals[i].role) || session.rowSharded(i) || session.globalOwner(i) >= 0) continue;
     std::vector<uint8_t> bytes(plan.globals[i].bytes);
     if (comm->rank() == 0) SD_RETURN_IF_ERROR(session.readGlobal(i, bytes.data(), bytes.size()));
     SD_RETURN_IF_ERROR(broadcastBytes(comm, bytes.data(), bytes.size())
@@ -59,6 +28,29 @@ Status broadcastState(Session &session, Communicator *comm, const GlobalValues &
     if (comm->rank() != 0) SD_RETURN_IF_ERROR(session.writeGlobal(i, bytes.data(), bytes.size()));
   }
   return Status::ok();
+}
+
+Status broadcastString(Communicator *comm, std::string &s, int root) {
+  if (!comm || comm->size() == 1) return Status::ok();
+  int64_t size = int64_t(s.size());
+  SD_RETURN_IF_ERROR(broadcastBytes(comm, &size, sizeof size, root));
+  s.resize(size_t(size));
+  return broadcastBytes(comm, s.data(), s.size(), root);
+}
+
+StatusOr<std::vector<std::string>> allGatherStrings(Communicator *comm, const std::string &mine) {
+  if (!comm || comm->size() == 1) return std::vector<std::string>{mine};
+  std::vector<int64_t> sizes(size_t(comm->size()));
+  int64_t size = int64_t(mine.size());
+  SD_RETURN_IF_ERROR(comm->allGather(&size, sizes.data(), 1, DType::I64));
+  std::vector<size_t> counts(sizes.begin(), sizes.end());
+  std::string all;
+  for (size_t c : counts) all.resize(all.size() + c);
+  SD_RETURN_IF_ERROR(comm->allGatherV(mine.data(), all.data(), counts, DType::U8));
+  std::vector<std::string> out;
+  size_t at = 0;
+  for (size_t c : counts) out.push_back(all.substr(at, c)), at += c;
+  return out;
 }
 
 Status gatherToRankZero(const Session &session, Communicator *comm, GlobalValues &out) {

@@ -141,9 +141,8 @@ struct Trainer::Impl {
   DataCursor cursor;
   int64_t batch = 0, seq = 0, step = 0, total = 0;
   std::string resumedFrom;
-  GlobalValues restoredElsewhere; // rank 0, --shard optimizer: restored state other ranks hold
   std::vector<std::string> notes;
-  std::optional<CheckpointFolder> checkpoints; // locked while the trainer lives
+  std::optional<CheckpointFolder> checkpoints; // locked by rank 0 while the trainer lives
   std::string runId;
   std::map<std::string, std::string> runParams; // what the data position depends on
   LoraConfig lora;
@@ -249,20 +248,20 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   im->runParams = {{"seed", std::to_string(o.seed)}, {"data", fingerprint.value()}, {"batch", std::to_string(im->batch * im->world)},
                    {"grad_accum", std::to_string(o.gradAccum)}, {"shuffle", std::string(o.shuffle ? "true" : "false")},
                    {"truncate", std::string(o.truncate ? "true" : "false")}};
-  if (!o.checkpointDir.empty() && im->rank == 0) {
-    auto folder = CheckpointFolder::open(o.checkpointDir);
+  if (!o.checkpointDir.empty()) {
+    auto folder = CheckpointFolder::open(o.checkpointDir, im->comm);
     if (!folder.isOk()) return folder.status();
     im->checkpoints.emplace(std::move(folder.value()));
-    if (!o.resume) SD_RETURN_IF_ERROR(im->checkpoints->requireNoCheckpoints());
+    if (!o.resume && im->rank == 0) SD_RETURN_IF_ERROR(im->checkpoints->requireNoCheckpoints());
   }
   im->runId = newRunId();
-  if (o.resume && im->rank == 0) SD_RETURN_IF_ERROR(im->resume());
+  if (o.resume) SD_RETURN_IF_ERROR(im->resume()); // every rank reads its share
   SD_RETURN_IF_ERROR(im->agreeOnStart());
   return std::unique_ptr<Trainer>(new Trainer(std::move(im)));
 }
 
 Status Trainer::Impl::resume() {
-  auto restored = checkpoints->restoreLatest(session, resumedFrom, notes, &restoredElsewhere);
+  auto restored = checkpoints->restoreLatest(session, resumedFrom, notes);
   if (!restored.isOk()) return restored.status();
   const CheckpointMeta &meta = restored.value();
   for (auto &[key, value] : runParams) {
@@ -306,12 +305,11 @@ Status Trainer::Impl::setDropoutRows(int64_t bucketRows) {
   return Status::ok();
 }
 
-// Every rank starts from rank 0's state and loop position: its adapter or
-// checkpoint, which only rank 0 read.
+// Every rank starts from rank 0's state and loop position: a fresh run from
+// the adapter rank 0 read (a resumed one has read its share of the checkpoint).
 Status Trainer::Impl::agreeOnStart() {
   if (world == 1) return Status::ok();
-  SD_RETURN_IF_ERROR(broadcastState(session, comm, restoredElsewhere));
-  restoredElsewhere.clear();
+  if (!config.resume) SD_RETURN_IF_ERROR(broadcastState(session, comm));
   int64_t position[3] = {step, cursor.epoch, cursor.index};
   SD_RETURN_IF_ERROR(broadcastBytes(comm, position, sizeof position));
   runId.resize(16, '0');
@@ -345,12 +343,9 @@ StatusOr<double> Trainer::evaluate() {
 
 Status Trainer::saveCheckpoint() {
   Impl &im = *impl_;
-  GlobalValues shards; // --shard optimizer: the state other ranks hold, gathered on rank 0
-  SD_RETURN_IF_ERROR(gatherToRankZero(im.session, im.comm, shards).withContext("checkpoint: "));
-  if (im.rank != 0) return Status::ok();
   if (!im.checkpoints) return sdError("no checkpoint folder was given");
   CheckpointMeta meta{im.runId, im.step, im.total, im.cursor.epoch, im.cursor.index, im.runParams};
-  return im.checkpoints->save(im.session, meta, im.config.checkpointsKept, &shards);
+  return im.checkpoints->save(im.session, meta, im.config.checkpointsKept); // every rank writes its share
 }
 
 StatusOr<StepReport> Trainer::runStep() {

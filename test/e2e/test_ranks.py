@@ -8,9 +8,11 @@ the ranks' parameters are bitwise equal. That holds for LoRA and full
 fine-tuning, padded and packed rows, LoRA dropout (masks keyed by the global
 row) and gradient accumulation; the gradient
 bucket size changes nothing beyond summation order; a run checkpointed on 2
-ranks resumes on 3 with the losses 2 ranks would have had; and a rank killed
-with SIGKILL mid-run ends the whole job, non-zero, within seconds, leaving a
-checkpoint that loads. Two hosts are two network namespaces joined by a veth
+ranks resumes on 3 with the losses 2 ranks would have had; sharded
+checkpoints hold one file per rank whose pieces make up every weight, skip a
+torn rank file on resume and survive a rank killed while writing; and a rank
+killed with SIGKILL mid-run ends the whole job, non-zero, within seconds,
+leaving a checkpoint that loads. Two hosts are two network namespaces joined by a veth
 pair on private test addresses, mpirun reaching the second through an rsh
 agent that enters its namespace and the ranks talking over TCP: that run
 equals the single-host one."""
@@ -173,6 +175,81 @@ def resume_elsewhere(runner, mode, plan, ck, before, after, one_rank=None):
     check(f"{mode} resume: checkpointed on {before} ranks at step 5, continued on {after} = {before} ranks straight",
           gap <= 1e-5 and alone <= 1e-5,
           f"{gap:.2e}" + (f"; {before} ranks sharded vs 1 rank unsharded {alone:.2e}" if one_rank is not None else ""))
+
+
+def sharded_checkpoints(runner, plan, tmp):
+    """--shard params on 3 ranks: each rank writes its own state file, the
+    manifest (written last) lists every tensor's pieces; a torn rank file
+    sends the resume to the older checkpoint, read on 2 ranks; a rank killed
+    while a checkpoint is written leaves the older one committed and loadable."""
+    ck = os.path.join(tmp, "ck_sharded")
+    straight, weights, _ = runner.train(plan, 3, extra=["--checkpoint-dir", ck, "--checkpoint-every", "5"])
+    folder = os.path.join(ck, f"checkpoint-{STEPS}")
+    files = sorted(n for n in os.listdir(folder) if n.endswith(".safetensors"))
+    manifest = json.load(open(os.path.join(folder, "manifest.json")))
+    expected = [f"state-rank{r}-of-3.safetensors" for r in range(3)]
+    check("sharded checkpoint: one state file per rank, and a manifest with world_size 3 listing each file",
+          files == expected and manifest["world_size"] == 3 and sorted(manifest["files"]) == expected and
+          [manifest["files"][f]["rank"] for f in expected] == [0, 1, 2], f"{files}, world_size {manifest.get('world_size')}")
+    # Every trainable weight, put together from its pieces by first row, is
+    # the whole weight --save-weights gathered at the same step, bit for bit.
+    shards = {f: read_safetensors(os.path.join(folder, f)) for f in files}
+    whole = read_safetensors(weights)
+    split, mismatched = 0, []
+    for name, value in whole.items():
+        pieces = sorted(manifest["tensors"][name], key=lambda p: p["first_row"])
+        split += len(pieces) == 3
+        joined = np.concatenate([shards[p["file"]][name] for p in pieces])
+        if joined.shape != value.shape or not np.array_equal(joined, value):
+            mismatched.append(name)
+    sizes = [os.path.getsize(os.path.join(folder, f)) for f in files]
+    check("sharded checkpoint: each weight's pieces, joined by first row, equal the gathered weight bit for bit; "
+          "every weight is in 3 pieces and no rank's file holds more than half the state",
+          not mismatched and split == len(whole) and max(sizes) < 0.5 * sum(sizes),
+          f"mismatched {mismatched[:3]}, {split} of {len(whole)} in 3 pieces, file bytes {sizes}")
+
+    # The newest checkpoint with a torn rank-2 file, and a newer folder
+    # without its manifest (a commit that never happened): the resume, on 2
+    # ranks, skips both by name and reshards 3 ranks' step-5 checkpoint.
+    state = os.path.join(folder, expected[2])
+    raw = bytearray(open(state, "rb").read())
+    raw[-3] ^= 0x40
+    open(state, "wb").write(bytes(raw))
+    uncommitted = os.path.join(ck, f"checkpoint-{STEPS + 2}")
+    shutil.copytree(os.path.join(ck, "checkpoint-5"), uncommitted)
+    os.remove(os.path.join(uncommitted, "manifest.json"))
+    resumed, _, err = runner.train(plan, 2, extra=["--checkpoint-dir", ck, "--resume"])
+    skipped = [l for l in err.splitlines() if "skipped" in l]
+    check("a folder without its manifest and a checkpoint with a torn rank file are skipped by name; 3 ranks' "
+          "step-5 checkpoint resumes on 2 ranks with 3 ranks' losses",
+          any(f"checkpoint-{STEPS + 2} skipped: rank 0: no readable manifest" in l for l in skipped) and
+          any(f"checkpoint-{STEPS} skipped: rank 1: {expected[2]} fails its checksum" in l for l in skipped) and
+          len(resumed) >= 5 and relative(resumed[-5:], straight[5:]) <= 1e-5,
+          f"{relative(resumed[-5:], straight[5:]) if len(resumed) >= 5 else 'missing steps'}; " + " | ".join(skipped)[:600])
+
+    # Rank 1 killed (strace fault injection) at its second checkpoint file's
+    # rename: the job ends non-zero, no checkpoint-10 is committed, and the
+    # step-5 checkpoint finishes the run as if nothing happened.
+    if not shutil.which("strace"):
+        check("a rank killed mid-checkpoint", False, "strace not found (scripts/install-deps.sh installs it)")
+        return
+    ck2 = os.path.join(tmp, "ck_killed")
+    cmd = [runner.sdrun, "train", plan, "--data", runner.data, "--steps", str(STEPS), "--batch", "2", "--lr", "3e-3",
+           "--weight-decay", "0.1", "--clip-norm", "1.0", "--threads", "1", "--checkpoint-dir", ck2,
+           "--checkpoint-every", "5"]
+    wrapped = ("if [ \"$OMPI_COMM_WORLD_RANK\" = 1 ]; then exec strace -f -qq -o /dev/null "
+               "-e trace=rename -e inject=rename:signal=KILL:when=2 \"$@\"; else exec \"$@\"; fi")
+    r = subprocess.run(mpirun(3) + ["sh", "-c", wrapped, "sh"] + cmd, capture_output=True, text=True, timeout=300)
+    left = sorted(os.listdir(ck2)) if os.path.isdir(ck2) else []
+    check("rank 1 killed while checkpoint-10 is written: the job ends non-zero, checkpoint-5 is the newest committed",
+          r.returncode != 0 and "checkpoint-5" in left and f"checkpoint-{STEPS}" not in left,
+          f"exit {r.returncode}, folder {left}")
+    resumed, _, err = runner.train(plan, 3, extra=["--checkpoint-dir", ck2, "--resume"])
+    left = sorted(os.listdir(ck2))
+    check("... and --resume from it on 3 ranks ends with the losses of the run never killed, no temp folder left",
+          "resuming from " + os.path.join(ck2, "checkpoint-5") in err and len(resumed) >= 5 and
+          relative(resumed[-5:], straight[5:]) <= 1e-5 and not any(n.startswith(".tmp") for n in left),
+          f"{relative(resumed[-5:], straight[5:]) if len(resumed) >= 5 else 'missing steps'}, folder {left}")
 
 
 def kill_one_rank(runner, plan, tmp):
@@ -477,6 +554,7 @@ def main():
         # its share again on another world size.
         resume_elsewhere(runner, "--shard optimizer", plans["full_zero1"], os.path.join(tmp, "ckz"), 2, 3, full)
         resume_elsewhere(runner, "--shard params", plans["full_fsdp"], os.path.join(tmp, "ckp"), 2, 3, full)
+        sharded_checkpoints(runner, plans["full_fsdp"], tmp)
 
         python_ranks(runner, plans["full"], tmp, bucketed)
 

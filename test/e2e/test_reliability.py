@@ -154,6 +154,23 @@ def main():
           r and r.returncode == 0 and checkpoints(d2) == [25, 30, 99, 100] and "checkpoint-99 skipped" in r.stderr,
           f"exit {r.returncode if r else 'hung'}, {checkpoints(d2)}")
 
+    # A checkpoint in the format before sharded checkpoints (version 2: one
+    # state file, a CRC32C per tensor) still resumes.
+    d_v2 = os.path.join(tmp, "ck_v2")
+    shutil.copytree(d, d_v2)
+    path = os.path.join(d_v2, "checkpoint-20", "manifest.json")
+    m = json.loads(open(path).read())
+    m["version"] = 2
+    m["files"] = {"state.safetensors": {k: v for k, v in m["files"]["state.safetensors"].items() if k != "rank"}}
+    m["tensors_crc32c"] = {name: pieces[0]["crc32c"] for name, pieces in m.pop("tensors").items()}
+    del m["world_size"], m["manifest_crc32c"]
+    body = json.dumps(m, separators=(",", ":"))[:-1]
+    open(path, "w").write(body + SELF_KEY + str(crc32c(body.encode())) + "}\n")
+    r = run(train + ["--steps", "21", "--checkpoint-dir", d_v2, "--resume"])
+    check("a version-2 checkpoint (one state file, before sharded checkpoints) resumes",
+          r and r.returncode == 0 and "checkpoint-20 (step 20)" in r.stderr and "skipped" not in r.stderr,
+          r.stderr.strip()[-300:] if r else "hung")
+
     # --- Defect 3: the manifest has a checksum; re-signed nonsense is refused.
     for label, old, new, resign, needle in [
             ("a bit flip in the step", '"step":20', '"step":28', False, "fails its checksum"),

@@ -118,7 +118,8 @@ def read_safetensors(path):
         if k == "__metadata__":
             continue
         a, b = v["data_offsets"]
-        out[k] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype={"F32": np.float32}[v["dtype"]]).reshape(v["shape"])
+        out[k] = np.frombuffer(raw[8 + n + a:8 + n + b], dtype={"F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+                                                          "U8": np.uint8}[v["dtype"]]).reshape(v["shape"])
     return out
 
 

@@ -85,6 +85,9 @@ public:
   bool rowSharded(size_t index) const;
   RowBlock globalRows(size_t index) const;
   Status readGlobalRows(size_t index, std::vector<uint8_t> &rows) const;
+  // This rank's rows only (a sharded checkpoint's piece); for a global not
+  // split by rows, the whole value as writeGlobal takes it.
+  Status writeGlobalRows(size_t index, const void *rows, size_t bytes);
   // Index of the entry or global called `name`, or -1.
   int64_t findEntry(const std::string &name) const;
   int64_t findGlobal(const std::string &name) const;

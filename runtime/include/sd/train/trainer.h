@@ -56,8 +56,9 @@ public:
   // Under mpirun the trainer is one rank of a data-parallel run over the
   // session's communicator: each global micro-batch holds batch x ranks rows,
   // this rank trains on its `batch` of them, the losses reported are the
-  // global ones, and only rank 0 reads and writes checkpoints, weights and
-  // adapters (the others start from rank 0's state, sent to them).
+  // global ones. Every rank writes and reads its own share of a checkpoint;
+  // only rank 0 reads an adapter (the others start from rank 0's state, sent
+  // to them) and writes weights and adapters.
   int rank() const;
   int worldSize() const;
   int64_t rowsPerRank() const; // rows of one micro-batch on one rank (--batch)
@@ -73,7 +74,7 @@ public:
   StatusOr<StepReport> runStep();
   // Mean loss per counted token over the eval data (error without eval data).
   StatusOr<double> evaluate();
-  Status saveCheckpoint(); // rank 0 writes; the other ranks write nothing
+  Status saveCheckpoint(); // every rank writes its share; rank 0 commits the manifest
   // The trainable parameters as safetensors, keyed by global name (rank 0).
   Status saveWeights(const std::string &path) const;
   // The LoRA adapter in PEFT's layout (error unless the plan is --peft lora; rank 0).
