@@ -7,48 +7,24 @@
 // rank that keeps them). Alone, all are the identity (or acc + delta).
 #include "cpu_util.h"
 #include "sd/format/row_shard.h"
+#include "sd/ops/collective_layout.h"
 #include "sd/ops/communicator.h"
-#include <algorithm>
 #include <cstring>
-#include <numeric>
 
 namespace sd::cpu {
 namespace {
 
-constexpr uintptr_t kBufferAlign = 64; // every plan buffer starts on, and pads to, 64 bytes
-
 // Calls `send(pointer, count)` once per run of results adjacent in memory
-// (the gradient and parameter globals are allocated back to back): the
-// 64-byte alignment padding between two plan buffers belongs to the first,
-// so sending it too touches nothing else. Counts stay below 2^30 (MPI counts
-// are ints). Bufferized plans give each result its operand's memory; anywhere
-// else the result takes a copy first.
+// (sd::contiguousRuns). Bufferized plans give each result its operand's
+// memory; anywhere else the result takes a copy first.
 template <class Send> Status forEachRun(const KernelContext &c, const char *op, Send &&send) {
   SD_CHECK_ARG(c.outputs.size() == c.inputs.size(), op, ": ", c.inputs.size(), " operands but ", c.outputs.size(),
                " results");
   for (size_t i = 0; i < c.inputs.size(); ++i)
     if (c.outputs[i].data != c.inputs[i].data) std::memmove(c.outputs[i].data, c.inputs[i].data, c.inputs[i].byteSize());
   if (!c.comm || c.comm->size() == 1) return Status::ok();
-  std::vector<size_t> order(c.outputs.size());
-  std::iota(order.begin(), order.end(), 0);
-  auto addr = [&](size_t i) { return reinterpret_cast<uintptr_t>(c.outputs[i].data); };
-  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return addr(a) < addr(b); });
-  const size_t elem = dtypeSize(c.outputs[0].dtype);
-  for (size_t k = 0; k < order.size();) {
-    uintptr_t start = addr(order[k]), end = start + c.outputs[order[k]].byteSize();
-    size_t next = k + 1;
-    for (; next < order.size(); ++next) {
-      uintptr_t padded = (end + kBufferAlign - 1) / kBufferAlign * kBufferAlign;
-      if (addr(order[next]) != padded || start % kBufferAlign || (padded - start) % elem) break;
-      end = padded + c.outputs[order[next]].byteSize();
-    }
-    for (size_t done = 0, count = (end - start) / elem; done < count;) {
-      size_t piece = std::min<size_t>(count - done, size_t(1) << 30);
-      SD_RETURN_IF_ERROR(send(reinterpret_cast<uint8_t *>(start) + done * elem, piece).withContext(std::string(op) + ": "));
-      done += piece;
-    }
-    k = next;
-  }
+  for (const MemoryRun &run : contiguousRuns(c.outputs))
+    SD_RETURN_IF_ERROR(send(run.start, run.count).withContext(std::string(op) + ": "));
   return Status::ok();
 }
 
@@ -72,14 +48,6 @@ Status ReduceToOwnerKernel(const KernelContext &c) {
   return forEachRun(c, "ReduceToOwner", [&](void *p, size_t n) {
     return c.comm->reduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.shardOwner);
   });
-}
-
-// Elements of each rank's rows of a tensor of `dims` (sd::rowBlock).
-std::vector<size_t> rowCounts(const Dims &dims, int ranks) {
-  const int64_t rowElems = product(Dims(dims.begin() + 1, dims.end()));
-  std::vector<size_t> counts;
-  for (int r = 0; r < ranks; ++r) counts.push_back(size_t(rowBlock(dims[0], r, ranks).count * rowElems));
-  return counts;
 }
 
 int ranksOf(const KernelContext &c) { return c.comm ? c.comm->size() : 1; }
