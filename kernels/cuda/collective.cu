@@ -1,41 +1,113 @@
-// CUDA kernels of AllReduce, Broadcast, ReduceToOwner, AllGatherRows and ReduceScatterRows
-// for a session that runs alone (a world of one): the identity, and acc + delta. Sessions refuse a CUDA device with several ranks until the
-// NCCL backend exists, so no cross-rank reduction reaches this kernel.
+// CUDA kernels of AllReduce, Broadcast, ReduceToOwner, AllGatherRows and
+// ReduceScatterRows. With an NCCL communicator (Communicator::onStreams) they
+// enqueue NCCL collectives on the session's stream, so a captured training
+// step holds them; a world of one without one is the identity (and
+// acc + delta). Several ranks without NCCL are refused.
 #include "cuda_util.cuh"
+#include "sd/ops/collective_layout.h"
 #include "sd/ops/communicator.h"
 
 namespace sd::cuda {
 namespace {
 
-// Every collective alike: the results take the operands' values.
-Status worldOfOne(const KernelContext &c, const char *op) {
-  if (c.comm && c.comm->size() > 1) return sdError(op, " over ", c.comm->size(), " ranks on CUDA needs NCCL, which is not built yet");
-  for (size_t i = 0; i < c.inputs.size() && i < c.outputs.size(); ++i)
+// The communicator's device collectives; null for a world of one without NCCL.
+StatusOr<StreamCollectives *> streamCollectives(const KernelContext &c, const char *op) {
+  StreamCollectives *s = c.comm ? c.comm->onStreams() : nullptr;
+  if (!s && c.comm && c.comm->size() > 1)
+    return sdError(op, " over ", c.comm->size(), " ranks on CUDA needs the NCCL backend (", c.comm->describe(),
+                   " works on host memory)");
+  return s;
+}
+
+// Results take their operands' values, then `send(pointer, count)` runs once
+// per run of results adjacent in memory.
+template <class Send> Status forEachRun(const KernelContext &c, const char *op, Send &&send) {
+  SD_CHECK_ARG(c.outputs.size() == c.inputs.size(), op, ": ", c.inputs.size(), " operands but ", c.outputs.size(),
+               " results");
+  for (size_t i = 0; i < c.inputs.size(); ++i)
     if (c.outputs[i].data != c.inputs[i].data)
       SD_RETURN_IF_ERROR(cudaCheck(cudaMemcpyAsync(c.outputs[i].data, c.inputs[i].data, c.inputs[i].byteSize(),
                                                    cudaMemcpyDeviceToDevice, streamOf(c)),
                                    op));
+  auto s = streamCollectives(c, op);
+  if (!s.isOk()) return s.status();
+  if (!s.value()) return Status::ok();
+  for (const MemoryRun &run : contiguousRuns(c.outputs))
+    SD_RETURN_IF_ERROR(send(s.value(), run.start, run.count).withContext(std::string(op) + ": "));
   return Status::ok();
 }
 
-Status AllReduceKernel(const KernelContext &c) { return worldOfOne(c, "AllReduce"); }
-Status BroadcastKernel(const KernelContext &c) { return worldOfOne(c, "Broadcast"); }
-Status ReduceToOwnerKernel(const KernelContext &c) { return worldOfOne(c, "ReduceToOwner"); }
+Status AllReduceKernel(const KernelContext &c) {
+  return forEachRun(c, "AllReduce", [&](StreamCollectives *s, void *p, size_t n) {
+    return s->allReduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.stream);
+  });
+}
 
-Status AllGatherRowsKernel(const KernelContext &c) { return worldOfOne(c, "AllGatherRows"); }
+Status BroadcastKernel(const KernelContext &c) {
+  const int root = c.shardOwner >= 0 ? c.shardOwner : int(c.attrs.getInt("root", 0));
+  if (c.comm) SD_CHECK_ARG(root < c.comm->size(), "Broadcast: root ", root, " is not a rank of ", c.comm->size());
+  return forEachRun(c, "Broadcast", [&](StreamCollectives *s, void *p, size_t n) {
+    return s->broadcast(p, n, c.outputs[0].dtype, root, c.stream);
+  });
+}
+
+Status ReduceToOwnerKernel(const KernelContext &c) {
+  SD_CHECK_ARG(!c.comm || (c.shardOwner >= 0 && c.shardOwner < c.comm->size()),
+               "ReduceToOwner: the step has no owner rank (shard_param)");
+  return forEachRun(c, "ReduceToOwner", [&](StreamCollectives *s, void *p, size_t n) {
+    return s->reduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.shardOwner, c.stream);
+  });
+}
+
+int ranksOf(const KernelContext &c) { return c.comm ? c.comm->size() : 1; }
+
+// The shard holds this rank's rows of the output's dims.
+Status AllGatherRowsKernel(const KernelContext &c) {
+  const TensorView &shard = c.inputs[0], &full = c.outputs[0];
+  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
+  std::vector<size_t> counts = rowCounts(full.dims, ranks);
+  SD_CHECK_ARG(shard.numElements() == int64_t(counts[size_t(rank)]), "AllGatherRows: this rank holds ",
+               shard.numElements(), " elements of ", formatDims(full.dims), ", its rows have ", counts[size_t(rank)]);
+  auto s = streamCollectives(c, "AllGatherRows");
+  if (!s.isOk()) return s.status();
+  if (s.value()) return s.value()->allGatherV(shard.data, full.data, counts, full.dtype, c.stream).withContext("AllGatherRows: ");
+  if (full.data == shard.data) return Status::ok();
+  return cudaCheck(cudaMemcpyAsync(full.data, shard.data, shard.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)),
+                   "AllGatherRows");
+}
 
 __global__ void addRows(const float *acc, const float *delta, float *out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     out[i] = acc[i] + delta[i];
 }
 
+// out (this rank's rows) = acc (the same rows) + those rows of delta summed over the ranks.
 Status ReduceScatterRowsKernel(const KernelContext &c) {
-  if (c.comm && c.comm->size() > 1)
-    return sdError("ReduceScatterRows over ", c.comm->size(), " ranks on CUDA needs NCCL, which is not built yet");
-  const int64_t n = c.outputs[0].numElements();
-  if (n) addRows<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[0].as<float>(), c.inputs[1].as<float>(),
-                                                        c.outputs[0].as<float>(), n);
-  return launchStatus("ReduceScatterRows");
+  const TensorView &acc = c.inputs[0], &delta = c.inputs[1], &out = c.outputs[0];
+  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
+  std::vector<size_t> counts = rowCounts(delta.dims, ranks);
+  const int64_t n = int64_t(counts[size_t(rank)]);
+  SD_CHECK_ARG(acc.numElements() == n && out.numElements() == n, "ReduceScatterRows: this rank holds ",
+               acc.numElements(), " elements of ", formatDims(delta.dims), ", its rows have ", n);
+  auto s = streamCollectives(c, "ReduceScatterRows");
+  if (!s.isOk()) return s.status();
+  const float *d = delta.as<float>();
+  float *summed = nullptr;
+  if (s.value() && n) {
+    // Stream-ordered scratch: capturable, and freed after the add on the same stream.
+    SD_RETURN_IF_ERROR(cudaCheck(cudaMallocAsync(reinterpret_cast<void **>(&summed), size_t(n) * sizeof(float), streamOf(c)),
+                                 "ReduceScatterRows scratch"));
+    Status r = s.value()->reduceScatterV(d, summed, counts, DType::F32, ReduceOp::Sum, c.stream);
+    if (!r.isOk()) {
+      cudaFreeAsync(summed, streamOf(c));
+      return r.withContext("ReduceScatterRows: ");
+    }
+    d = summed;
+  }
+  if (n) addRows<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(acc.as<float>(), d, out.as<float>(), n);
+  Status launched = launchStatus("ReduceScatterRows");
+  if (summed) SD_RETURN_IF_ERROR(cudaCheck(cudaFreeAsync(summed, streamOf(c)), "ReduceScatterRows scratch"));
+  return launched;
 }
 
 } // namespace

@@ -5,7 +5,6 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <netdb.h>
@@ -160,14 +159,6 @@ StatusOr<std::string> join(const Rendezvous &r, Clock::time_point deadline) {
   return result;
 }
 
-int envInt(const char *name, int fallback) {
-  const char *v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char *end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  return *end == '\0' && x >= 0 && x < (1 << 24) ? int(x) : -1;
-}
-
 } // namespace
 
 StatusOr<std::string> shareFromRankZero(const Rendezvous &r, const std::string &payload) {
@@ -177,20 +168,6 @@ StatusOr<std::string> shareFromRankZero(const Rendezvous &r, const std::string &
   const auto deadline = Clock::now() + std::chrono::milliseconds(int64_t(r.timeoutSeconds * 1000));
   if (r.size == 1) return payload;
   return r.rank == 0 ? serve(r, payload, deadline) : join(r, deadline);
-}
-
-StatusOr<Rendezvous> rendezvousFromEnvironment(double timeoutSeconds) {
-  Rendezvous r;
-  r.rank = envInt("RANK", 0);
-  r.size = envInt("WORLD_SIZE", 1);
-  r.port = envInt("MASTER_PORT", 29500);
-  const char *host = std::getenv("MASTER_ADDR");
-  r.host = host && *host ? host : "127.0.0.1";
-  r.timeoutSeconds = timeoutSeconds;
-  if (r.rank < 0 || r.size < 1 || r.rank >= r.size)
-    return sdError("RANK and WORLD_SIZE must be integers with 0 <= RANK < WORLD_SIZE");
-  if (r.port <= 0 || r.port > 65535) return sdError("MASTER_PORT must be a TCP port (1-65535)");
-  return r;
 }
 
 } // namespace sd

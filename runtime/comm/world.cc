@@ -1,5 +1,6 @@
 // Launch detection and the MPI plugin's loader.
 #include "sd/comm/world.h"
+#include "sd/comm/rendezvous.h"
 #include <cstdlib>
 #include <dlfcn.h>
 #include <string>
@@ -21,28 +22,37 @@ std::string directoryOf(const std::string &path) {
   return slash == std::string::npos ? "." : path.substr(0, slash);
 }
 
-// Where the plugin may be: beside the binary or library that holds this code
-// (sdrun, libsd.so, the Python module), in its ../lib, or where the build put it.
-std::vector<std::string> pluginCandidates() {
+// Where plugin `file` may be: beside the binary or library that holds this
+// code (sdrun, libsd.so, the Python module), in its ../lib, or where the build put it.
+std::vector<std::string> pluginCandidates(const char *file, const char *envOverride, const char *buildPath) {
   std::vector<std::string> out;
-  if (const char *env = std::getenv("SD_COMM_MPI_PLUGIN"); env && *env) out.push_back(env);
+  if (const char *env = std::getenv(envOverride); env && *env) out.push_back(env);
   Dl_info info{};
   if (dladdr(reinterpret_cast<void *>(&detectLaunch), &info) && info.dli_fname) {
     std::string dir = directoryOf(info.dli_fname);
-    out.push_back(dir + "/libsdcomm_mpi.so");
-    out.push_back(dir + "/../lib/libsdcomm_mpi.so");
+    out.push_back(dir + "/" + file);
+    out.push_back(dir + "/../lib/" + file);
   }
-#ifdef SD_COMM_MPI_PLUGIN_BUILD_PATH
-  out.push_back(SD_COMM_MPI_PLUGIN_BUILD_PATH);
-#endif
+  if (buildPath) out.push_back(buildPath);
   return out;
 }
+
+#ifdef SD_COMM_MPI_PLUGIN_BUILD_PATH
+constexpr const char *kMpiBuildPath = SD_COMM_MPI_PLUGIN_BUILD_PATH;
+#else
+constexpr const char *kMpiBuildPath = nullptr;
+#endif
+#ifdef SD_COMM_NCCL_PLUGIN_BUILD_PATH
+constexpr const char *kNcclBuildPath = SD_COMM_NCCL_PLUGIN_BUILD_PATH;
+#else
+constexpr const char *kNcclBuildPath = nullptr;
+#endif
 
 using OpenFn = Communicator *(*)(char *, size_t);
 
 StatusOr<std::shared_ptr<Communicator>> openMpi() {
   std::string tried;
-  for (const std::string &path : pluginCandidates()) {
+  for (const std::string &path : pluginCandidates("libsdcomm_mpi.so", "SD_COMM_MPI_PLUGIN", kMpiBuildPath)) {
     // RTLD_GLOBAL: Open MPI's own components, which it dlopens, resolve
     // symbols of libmpi that the plugin brought in.
     void *lib = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
@@ -62,6 +72,54 @@ StatusOr<std::shared_ptr<Communicator>> openMpi() {
                  "openmpi-bin); tried:", tried);
 }
 
+using NcclIdFn = int (*)(char *, size_t, char *, size_t);
+using NcclOpenFn = Communicator *(*)(const char *, size_t, int, int, int, double, char *, size_t);
+
+// The NCCL world: rank 0's unique id to every rank (over MPI under mpirun,
+// else over the TCP rendezvous), then one communicator per process.
+StatusOr<std::shared_ptr<Communicator>> openNccl(const LaunchInfo &l, const WorldOptions &o) {
+  void *lib = nullptr;
+  std::string tried;
+  for (const std::string &path : pluginCandidates("libsdcomm_nccl.so", "SD_COMM_NCCL_PLUGIN", kNcclBuildPath)) {
+    if ((lib = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL))) break;
+    const char *why = dlerror();
+    tried += "\n  " + path + ": " + (why ? why : "not loadable");
+  }
+  if (!lib) return sdError("ranks on CUDA devices need sdc's NCCL plugin, which could not be loaded; tried:", tried);
+  auto uniqueId = reinterpret_cast<NcclIdFn>(dlsym(lib, "sd_comm_nccl_unique_id"));
+  auto open = reinterpret_cast<NcclOpenFn>(dlsym(lib, "sd_comm_nccl_open"));
+  if (!uniqueId || !open) return sdError("libsdcomm_nccl.so is not sdc's NCCL plugin");
+  char error[512] = "";
+  std::string id(129, '\0'); // the id, then one byte: rank 0 got it
+  if (l.rank == 0) {
+    int n = uniqueId(id.data(), 128, error, sizeof error);
+    id[128] = n == 128;
+  }
+  if (l.launcher == "mpirun") {
+    auto mpi = openMpi();
+    if (!mpi.isOk()) return mpi.status();
+    static std::shared_ptr<Communicator> bootstrap; // MPI cannot be re-initialized: it stays up
+    bootstrap = mpi.value();
+    SD_RETURN_IF_ERROR(bootstrap->broadcast(id.data(), id.size(), DType::U8, 0).withContext("NCCL bootstrap over MPI: "));
+  } else {
+    Rendezvous r;
+    const char *host = std::getenv("MASTER_ADDR");
+    r.host = host && *host ? host : "127.0.0.1";
+    r.port = envInt("MASTER_PORT", 29500);
+    r.rank = l.rank;
+    r.size = l.size;
+    r.timeoutSeconds = o.commTimeoutSeconds;
+    auto shared = shareFromRankZero(r, id);
+    if (!shared.isOk()) return shared.status();
+    id = shared.value();
+  }
+  if (id.size() != 129 || !id[128])
+    return sdError("NCCL bootstrap: rank 0 could not make an NCCL id", l.rank == 0 ? std::string(" (") + error + ")" : "");
+  Communicator *comm = open(id.data(), 128, l.rank, l.size, l.localRank, o.commTimeoutSeconds, error, sizeof error);
+  if (!comm) return sdError("NCCL: ", error);
+  return std::shared_ptr<Communicator>(comm);
+}
+
 } // namespace
 
 LaunchInfo detectLaunch() {
@@ -70,25 +128,29 @@ LaunchInfo detectLaunch() {
     l.launcher = "mpirun";
     l.rank = envInt("OMPI_COMM_WORLD_RANK", 0);
     l.size = envInt("OMPI_COMM_WORLD_SIZE", 1);
+    l.localRank = envInt("OMPI_COMM_WORLD_LOCAL_RANK", l.rank);
   } else if (std::getenv("PMI_SIZE") || std::getenv("PMIX_RANK")) {
     l.launcher = "mpirun";
     l.rank = envInt("PMI_RANK", envInt("PMIX_RANK", 0));
     l.size = envInt("PMI_SIZE", 1);
+    l.localRank = envInt("MPI_LOCALRANKID", envInt("SLURM_LOCALID", l.rank));
   } else if (std::getenv("WORLD_SIZE") && std::getenv("RANK")) {
     l.launcher = "torchrun";
     l.rank = envInt("RANK", 0);
     l.size = envInt("WORLD_SIZE", 1);
+    l.localRank = envInt("LOCAL_RANK", l.rank);
   }
   return l;
 }
 
-StatusOr<std::shared_ptr<Communicator>> openWorld() {
+StatusOr<std::shared_ptr<Communicator>> openWorld(const WorldOptions &o) {
   LaunchInfo l = detectLaunch();
   if (l.launcher.empty()) return std::shared_ptr<Communicator>();
+  if (o.cudaDevices) return openNccl(l, o);
   if (l.launcher == "torchrun") {
     if (l.size <= 1) return std::shared_ptr<Communicator>();
     return sdError("launched with RANK/WORLD_SIZE (torchrun style, world of ", l.size,
-                   "): that launch needs the NCCL backend, which is not built yet; launch CPU ranks with mpirun -np ",
+                   "): that launch is for ranks on GPUs (--device cuda, over NCCL); launch CPU ranks with mpirun -np ",
                    l.size);
   }
   return openMpi();

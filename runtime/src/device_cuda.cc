@@ -2,6 +2,7 @@
 // non-blocking stream per device object (a session opens its own), and copies
 // queued on that stream. Kernels enqueue on the same stream, so a copy back to
 // the host is ordered after the step that produced the data.
+#include "sd/comm/world.h"
 #include "sd/ops/kernel.h"
 #include "sd/runtime/device.h"
 #include <cstdio>
@@ -126,19 +127,22 @@ StatusOr<std::shared_ptr<Device>> cudaDevice() {
     return sdError("no usable CUDA GPU (", describeError(e), ")");
   }
   if (count == 0) return sdError("no usable CUDA GPU (the driver reports none)");
+  // One GPU per process: a rank takes the GPU of its rank on this machine
+  // (the NCCL plugin picks the same one).
+  const int ordinal = detectLaunch().localRank % count;
   cudaDeviceProp prop{};
-  if ((e = cudaSetDevice(0)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, 0)) != cudaSuccess)
-    return sdError("CUDA GPU 0 cannot be used (", describeError(e), ")");
+  if ((e = cudaSetDevice(ordinal)) != cudaSuccess || (e = cudaGetDeviceProperties(&prop, ordinal)) != cudaSuccess)
+    return sdError("CUDA GPU ", ordinal, " cannot be used (", describeError(e), ")");
   if (prop.major < 8)
-    return sdError("CUDA GPU 0 (", prop.name, ") has compute capability ", prop.major, ".", prop.minor,
+    return sdError("CUDA GPU ", ordinal, " (", prop.name, ") has compute capability ", prop.major, ".", prop.minor,
                    "; this build needs 8.0 or newer");
   cudaStream_t stream = nullptr;
   if ((e = cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking)) != cudaSuccess)
     return sdError("cannot create a CUDA stream (", describeError(e), ")");
   char desc[320];
-  std::snprintf(desc, sizeof desc, "cuda (GPU 0: %s, %.1f GiB, compute capability %d.%d)", prop.name,
+  std::snprintf(desc, sizeof desc, "cuda (GPU %d: %s, %.1f GiB, compute capability %d.%d)", ordinal, prop.name,
                 double(prop.totalGlobalMem) / double(1ull << 30), prop.major, prop.minor);
-  return std::shared_ptr<Device>(std::make_shared<CudaDevice>(0, stream, desc));
+  return std::shared_ptr<Device>(std::make_shared<CudaDevice>(ordinal, stream, desc));
 }
 
 } // namespace sd

@@ -218,9 +218,11 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
   int threads = opts.threads > 0 ? opts.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   im.device = opts.device ? opts.device : cpuDevice();
   im.comm = opts.comm;
-  if (im.comm && im.comm->size() > 1 && !im.device->hostAddressable())
-    return sdError("training on ", im.comm->size(), " ranks on device '", im.device->name(),
-                   "' needs the NCCL backend, which is not built yet; run the ranks on the CPU (--device cpu)");
+  if (im.comm && im.comm->size() > 1 && !im.device->hostAddressable() && !im.comm->onStreams())
+    return sdError("training on ", im.comm->size(), " ranks on device '", im.device->name(), "' needs the NCCL backend (",
+                   im.comm->describe(), " works on host memory); open the world for CUDA devices, or run the ranks on the CPU (--device cpu)");
+  if (im.comm && im.comm->onStreams() && im.device->hostAddressable())
+    return sdError(im.comm->describe(), " works on device memory; the session's device '", im.device->name(), "' is host memory");
   im.graphs = opts.graphs && !im.device->hostAddressable(); // the CPU has nothing to capture
   Device &dev = *im.device;
   try {

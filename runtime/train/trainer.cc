@@ -130,6 +130,23 @@ const Bucket *bucketFor(const PlanEntries &pe, const Rows &rows) {
   return nullptr;
 }
 
+// Names the running step to the communicator (its watchdog's message and
+// timeout, on NCCL) until end() or the end of the scope.
+class PhaseNote {
+public:
+  PhaseNote(Communicator *comm, const std::string &phase) : comm_(comm) {
+    if (comm_) comm_->notePhase(phase);
+  }
+  ~PhaseNote() { end(); }
+  void end() {
+    if (comm_) comm_->notePhase("");
+    comm_ = nullptr;
+  }
+
+private:
+  Communicator *comm_;
+};
+
 } // namespace
 
 struct Trainer::Impl {
@@ -362,6 +379,7 @@ StatusOr<StepReport> Trainer::runStep() {
   double lossSum = 0;
   r.gradNorm = NAN;
   std::string where = "step " + std::to_string(im.step + 1) + ": ";
+  PhaseNote phase(im.comm, "step " + std::to_string(im.step + 1));
   for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
     Rows rows = im.localRows(im.cursor.next(im.batch * im.world, im.seq, im.entries.packed));
     const Bucket *b = bucketFor(im.entries, rows);
@@ -383,6 +401,7 @@ StatusOr<StepReport> Trainer::runStep() {
   }
   double sums[2] = {lossSum, r.tokens}; // over the ranks: the global batch's loss
   SD_RETURN_IF_ERROR(sumOverRanks(im.comm, sums, 2).withContext(where));
+  phase.end(); // eval and checkpoints may take longer than one step
   r.tokens = sums[1];
   r.loss = sums[0] / std::max(r.tokens, 1.0);
   if (!std::isfinite(r.loss))

@@ -113,3 +113,38 @@ TEST(Rendezvous, BadArgumentsAreErrors) {
 }
 
 } // namespace
+
+#include "sd/comm/world.h"
+#include <cstdlib>
+
+namespace {
+
+// The NCCL world of one, torchrun-style: the plugin loads, rank 0 makes an
+// id, and the communicator opens on a GPU, or, without one, the error says so.
+TEST(NcclWorld, OpensOnAGpuOrSaysWhyNot) {
+  ::setenv("RANK", "0", 1);
+  ::setenv("WORLD_SIZE", "1", 1);
+  ::setenv("MASTER_PORT", std::to_string(freePort()).c_str(), 1);
+  sd::WorldOptions o;
+  o.cudaDevices = true;
+  o.commTimeoutSeconds = 10;
+  auto w = sd::openWorld(o);
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  if (w.isOk()) {
+    ASSERT_TRUE(w.value());
+    EXPECT_EQ(w.value()->size(), 1);
+    EXPECT_NE(w.value()->onStreams(), nullptr);
+    EXPECT_NE(w.value()->describe().find("NCCL"), std::string::npos);
+    return;
+  }
+  const std::string m = w.status().message();
+#ifdef SD_TEST_NCCL_PLUGIN_BUILT
+  // Built with NCCL: without a GPU the plugin loads and reports the missing GPU.
+  EXPECT_TRUE(m.find("no CUDA GPU") != std::string::npos || m.find("ncclGetUniqueId") != std::string::npos) << m;
+#else
+  EXPECT_NE(m.find("NCCL plugin"), std::string::npos) << m;
+#endif
+}
+
+} // namespace

@@ -75,12 +75,16 @@ const char *kTrainUsage =
     "  --verify-replicas      under mpirun: check after every step that all ranks hold\n"
     "                         bitwise equal parameters (stops at the first difference)\n"
     "  --no-cuda-graphs       run every GPU step eagerly instead of replaying a captured CUDA graph\n"
+    "  --comm-timeout SECONDS ranks on GPUs (NCCL): how long the start waits for every rank, and\n"
+    "                         how long one step may run before its collectives are aborted (300)\n"
     "\n"
     "Data-parallel: `mpirun -np N sdrun train ...` trains on N ranks. --batch stays\n"
     "rows per rank; each global micro-batch holds batch x N rows, split in rank order,\n"
     "so N ranks train as one rank with --batch batch x N. Rank 0 alone prints, writes\n"
     "metrics, checkpoints, weights and adapters; --resume works with another N as\n"
-    "long as batch x N stays the same.\n";
+    "long as batch x N stays the same. With --device cuda the ranks talk over NCCL, one GPU\n"
+    "per process, launched by mpirun or torchrun-style (RANK, WORLD_SIZE, LOCAL_RANK,\n"
+    "MASTER_ADDR, MASTER_PORT).\n";
 
 } // namespace
 
@@ -222,7 +226,7 @@ int trainCommand(const std::vector<std::string> &args) {
                   {"--data", "--steps", "--epochs", "--batch", "--grad-accum", "--lr", "--lr-schedule",
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
-                   "--profile",
+                   "--profile", "--comm-timeout",
                    "--adapter", "--save-adapter", "--tokenizer"},
                   f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs", "--verify-replicas"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
@@ -248,6 +252,7 @@ int trainCommand(const std::vector<std::string> &args) {
   o.verifyReplicas = hasFlag(f, "--verify-replicas");
   int64_t seed = 0;
   sd::SessionOptions sopts;
+  sd::WorldOptions worldOpts;
   if (!intFlag(f, "--steps", 0, 1, int64_t(1) << 40, o.steps, err) ||
       !intFlag(f, "--epochs", 1, 1, 1000000, o.epochs, err) || !intFlag(f, "--batch", 0, 1, 1 << 20, o.batch, err) ||
       !intFlag(f, "--grad-accum", 1, 1, 1 << 20, o.gradAccum, err) ||
@@ -258,7 +263,8 @@ int trainCommand(const std::vector<std::string> &args) {
       !sessionFlags(f, sopts, err) ||
       !numberFlag(f, "--lr", 1e-4, 0, 1e3, o.schedule.peak, err) ||
       !numberFlag(f, "--weight-decay", 0, 0, 1e3, o.weightDecay, err) ||
-      !numberFlag(f, "--clip-norm", 0, 0, 1e12, o.clipNorm, err))
+      !numberFlag(f, "--clip-norm", 0, 0, 1e12, o.clipNorm, err) ||
+      !numberFlag(f, "--comm-timeout", 300, 1, 1e6, worldOpts.commTimeoutSeconds, err))
     return fail(err);
   o.seed = uint64_t(seed);
   auto kind = sd::train::parseScheduleKind(schedule);
@@ -278,7 +284,8 @@ int trainCommand(const std::vector<std::string> &args) {
     if (sd::Status s = sd::checkOutputFile(path, flag); !s.isOk()) return fail(s.message());
   if (sd::Status s = sd::checkOutputFolder(out.adapterOut, "--save-adapter"); !s.isOk()) return fail(s.message());
   if (sd::Status s = sd::checkOutputFolder(o.checkpointDir, "--checkpoint-dir"); !s.isOk()) return fail(s.message());
-  auto world = sd::openWorld();
+  worldOpts.cudaDevices = !sopts.device->hostAddressable();
+  auto world = sd::openWorld(worldOpts);
   if (!world.isOk()) return fail(world.status().message());
   sopts.comm = world.value();
   sd::Status s = runTraining(f.plan, o, sopts, out);

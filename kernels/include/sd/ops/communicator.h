@@ -26,6 +26,20 @@ public:
   virtual Status wait() = 0;
 };
 
+// Collectives on device memory, enqueued on a device stream (a cudaStream_t)
+// and so capturable into a CUDA graph: the NCCL backend. Counts and layouts
+// as Communicator's; they return once the work is enqueued.
+class StreamCollectives {
+public:
+  virtual ~StreamCollectives() = default;
+  virtual Status allReduce(const void *send, void *recv, size_t count, DType type, ReduceOp op, void *stream) = 0;
+  virtual Status broadcast(void *data, size_t count, DType type, int root, void *stream) = 0;
+  virtual Status reduce(const void *send, void *recv, size_t count, DType type, ReduceOp op, int root, void *stream) = 0;
+  virtual Status allGatherV(const void *send, void *recv, const std::vector<size_t> &counts, DType type, void *stream) = 0;
+  virtual Status reduceScatterV(const void *send, void *recv, const std::vector<size_t> &counts, DType type, ReduceOp op,
+                                void *stream) = 0;
+};
+
 class Communicator {
 public:
   virtual ~Communicator() = default;
@@ -63,6 +77,12 @@ public:
   // others would wait for it in their next collective forever, and a clean
   // shutdown (MPI_Finalize) is itself collective.
   [[noreturn]] virtual void abort(int exitCode) = 0;
+  // The device collectives of a backend that has them (NCCL); null for
+  // host-memory backends (MPI). A device session with several ranks needs them.
+  virtual StreamCollectives *onStreams() { return nullptr; }
+  // What this rank is doing ("step 12"; empty: between steps), for the
+  // message of a collective that fails or hangs.
+  virtual void notePhase(const std::string &phase) {}
 
   // Blocking forms: start + wait unless the backend has faster ones (Open
   // MPI's blocking collectives are tuned; its nonblocking ones run 2-4x

@@ -20,7 +20,4 @@ struct Rendezvous {
 // missing or the rank that sent something else, and never waits past the timeout.
 StatusOr<std::string> shareFromRankZero(const Rendezvous &r, const std::string &payload);
 
-// MASTER_ADDR/MASTER_PORT (and RANK/WORLD_SIZE) from the environment.
-StatusOr<Rendezvous> rendezvousFromEnvironment(double timeoutSeconds);
-
 } // namespace sd
