@@ -6,6 +6,8 @@
 #include "sd/ops/kernel.h"
 #include "sd/runtime/device.h"
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <dlfcn.h>
 #include <cuda_runtime_api.h>
 
@@ -85,6 +87,13 @@ public:
       if (graph) cudaGraphDestroy(graph);
       cudaGetLastError();
       return st.isOk() ? sdError("CUDA graph capture failed (", describeError(e), ")") : st;
+    }
+    // SD_CUDA_GRAPH_DOT=PREFIX: each captured graph as PREFIX<n>.dot, to see
+    // what a replay runs (the NCCL test looks for the all-reduce in it).
+    if (const char *prefix = std::getenv("SD_CUDA_GRAPH_DOT"); prefix && *prefix) {
+      static int captured = 0;
+      cudaGraphDebugDotPrint(graph, (std::string(prefix) + std::to_string(captured++) + ".dot").c_str(),
+                             cudaGraphDebugDotFlagsVerbose);
     }
     cudaGraphExec_t exec = nullptr;
     e = cudaGraphInstantiate(&exec, graph, 0);

@@ -258,6 +258,8 @@ def main():
     expect_clean_error("torchrun-style launch (RANK, WORLD_SIZE) of CPU ranks",
                        ["env", "RANK=1", "WORLD_SIZE=2", sdrun, "train", out_plan, "--data", os.path.join(tmp, "x.jsonl")],
                        ["rank 1", "NCCL", "mpirun -np 2"])
+    expect_clean_error("--comm-timeout 0", [sdrun, "train", out_plan, "--data", os.path.join(tmp, "x.jsonl"),
+                                            "--comm-timeout", "0"], ["--comm-timeout"])
     expect_clean_error("--seed above 2^63-1 (was clamped silently)",
                        [sdrun, "train", out_plan, "--data", os.path.join(tmp, "none.jsonl"), "--seed",
                         str(2 ** 64)], ["--seed", str(2 ** 64)])

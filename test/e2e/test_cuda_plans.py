@@ -15,6 +15,7 @@ note says so until a GPU run has confirmed them."""
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -122,14 +123,14 @@ def infer(sdrun, p, device, out):
     return np.load(os.path.join(out, "output_0.npy"))
 
 
-def train(sdrun, plan, device, data, folder, kind):
+def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None):
     os.makedirs(folder, exist_ok=True)
     metrics = os.path.join(folder, "metrics.jsonl")
-    cmd = [sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.01",
+    cmd = [*launcher, sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.01",
            "--clip-norm", "1.0", "--no-shuffle", "--truncate", "--metrics", metrics, "--device", device]
     weights = os.path.join(folder, "weights.safetensors")
     cmd += ["--save-weights", weights]
-    sh(cmd)
+    subprocess.run(cmd, check=True, capture_output=True, env=env)
     from safetensors.numpy import load_file
     return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l], load_file(weights)
 
@@ -156,6 +157,31 @@ def gpu_part(sdrun, all_plans, tmp):
         same = lg == lg2 and all(np.array_equal(wg[k], wg2[k]) for k in wg)
         check(f"{kind}: two CUDA trainings give the same bits", same, "losses and weights identical" if same else
               "differ")
+        nccl_one_rank(sdrun, p.plan, data, tmp, kind, lc)
+
+
+def nccl_one_rank(sdrun, plan, data, tmp, kind, cpu_losses):
+    """The NCCL path with one rank (mpirun -np 1, --device cuda): the losses
+    equal the CPU's, and the captured training step holds the all-reduce."""
+    mpirun = shutil.which("mpirun")
+    if not mpirun:
+        check(f"{kind}: NCCL with one rank", False, "mpirun not found (scripts/install-deps.sh installs openmpi-bin)")
+        return
+    folder = os.path.join(tmp, kind, "nccl")
+    env = dict(os.environ, SD_CUDA_GRAPH_DOT=os.path.join(folder, "graph"))
+    try:
+        losses, _ = train(sdrun, plan, "cuda", data, folder, kind,
+                          [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1"], env)
+    except subprocess.CalledProcessError as e:
+        check(f"{kind}: NCCL with one rank trains", False, (e.stderr or b"").decode()[-400:])
+        return
+    rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(cpu_losses, losses)) \
+        if len(losses) == len(cpu_losses) else float("inf")
+    check(f"{kind}: NCCL with one rank (mpirun -np 1, --device cuda): losses match the CPU", rel <= LOSS_RTOL,
+          f"max relative diff {rel:.3g}")
+    dots = [open(os.path.join(folder, n)).read() for n in os.listdir(folder) if n.endswith(".dot")]
+    check(f"{kind}: NCCL with one rank: a captured CUDA graph holds the NCCL all-reduce",
+          any("AllReduce" in d and "nccl" in d.lower() for d in dots), f"{len(dots)} graphs captured")
 
 
 def main():
