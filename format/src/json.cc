@@ -46,12 +46,27 @@ private:
     return number(out);
   }
   Status number(Json &out) {
+    // JSON's grammar, strictly: -?(0|[1-9][0-9]*)(.[0-9]+)?([eE][+-]?[0-9]+)?
     size_t start = pos_;
+    auto digits = [&] {
+      size_t from = pos_;
+      while (pos_ < s_.size() && isdigit((unsigned char)s_[pos_])) ++pos_;
+      return pos_ - from;
+    };
     if (pos_ < s_.size() && s_[pos_] == '-') ++pos_;
-    while (pos_ < s_.size() && (isdigit((unsigned char)s_[pos_]) || s_[pos_] == '.' || s_[pos_] == 'e' ||
-                                s_[pos_] == 'E' || s_[pos_] == '+' || s_[pos_] == '-'))
+    const size_t intStart = pos_;
+    const size_t intDigits = digits();
+    if (!intDigits) return fail(start == pos_ ? "unexpected character" : "bad number");
+    if (intDigits > 1 && s_[intStart] == '0') return fail("bad number (a leading zero)");
+    if (pos_ < s_.size() && s_[pos_] == '.') {
       ++pos_;
-    if (start == pos_ || (pos_ == start + 1 && s_[start] == '-')) return fail("unexpected character");
+      if (!digits()) return fail("bad number (no digit after '.')");
+    }
+    if (pos_ < s_.size() && (s_[pos_] == 'e' || s_[pos_] == 'E')) {
+      ++pos_;
+      if (pos_ < s_.size() && (s_[pos_] == '+' || s_[pos_] == '-')) ++pos_;
+      if (!digits()) return fail("bad number (no exponent digits)");
+    }
     std::string tok = s_.substr(start, pos_ - start);
     char *end = nullptr;
     out.num = std::strtod(tok.c_str(), &end);
@@ -60,6 +75,12 @@ private:
     if (!std::isfinite(out.num)) return fail("number '" + tok + "' is out of range");
     out.type = Json::Type::Number;
     return Status::ok();
+  }
+  bool hex4(size_t at) const {
+    if (at + 4 > s_.size()) return false;
+    for (size_t i = at; i < at + 4; ++i)
+      if (!isxdigit((unsigned char)s_[i])) return false;
+    return true;
   }
   Status string(std::string &out) {
     ++pos_;
@@ -77,10 +98,10 @@ private:
       case 'b': out += '\b'; break;
       case 'f': out += '\f'; break;
       case 'u': {
-        if (pos_ + 4 > s_.size()) return fail("bad \\u escape");
+        if (!hex4(pos_)) return fail("bad \\u escape (four hex digits)");
         unsigned cp = unsigned(std::strtoul(s_.substr(pos_, 4).c_str(), nullptr, 16));
         pos_ += 4;
-        if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(pos_, 2, "\\u") == 0 && pos_ + 6 <= s_.size()) {
+        if (cp >= 0xD800 && cp <= 0xDBFF && s_.compare(pos_, 2, "\\u") == 0 && hex4(pos_ + 2)) {
           unsigned lo = unsigned(std::strtoul(s_.substr(pos_ + 2, 4).c_str(), nullptr, 16));
           if (lo >= 0xDC00 && lo <= 0xDFFF) { cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00); pos_ += 6; }
         }
@@ -90,7 +111,8 @@ private:
         else { out += char(0xF0 | (cp >> 18)); out += char(0x80 | ((cp >> 12) & 0x3F)); out += char(0x80 | ((cp >> 6) & 0x3F)); out += char(0x80 | (cp & 0x3F)); }
         break;
       }
-      default: out += e;
+      case '"': case '\\': case '/': out += e; break;
+      default: return fail(std::string("bad escape '\\") + e + "'");
       }
     }
     return fail("unterminated string");

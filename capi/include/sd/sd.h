@@ -153,9 +153,9 @@ SD_API int64_t sd_trainer_total_steps(const sd_trainer *trainer);
 /* One optimizer step, then eval and checkpoint when due. */
 SD_API sd_status *sd_trainer_step(sd_trainer *trainer, sd_step_report *report);
 SD_API sd_status *sd_trainer_evaluate(sd_trainer *trainer, double *loss);
-/* In a world of several ranks every rank calls these (the state that ranks
-   hold apart, sharded optimizer state or weight rows, is gathered first);
-   rank 0 writes. */
+/* In a world of several ranks every rank calls these. A checkpoint: each
+   rank writes the state it holds, rank 0 commits the set. Weights: the state
+   ranks hold apart (weight rows) is gathered first, and rank 0 writes. */
 SD_API sd_status *sd_trainer_save_checkpoint(sd_trainer *trainer);
 SD_API sd_status *sd_trainer_save_weights(const sd_trainer *trainer, const char *path);
 

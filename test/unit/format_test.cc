@@ -1,0 +1,178 @@
+// The format library's readers and writers on their own: JSON, CRC32C,
+// safetensors, .npy and TensorProto. Round trips, the values other tools
+// write, and malformed bytes refused with an error (never a crash).
+#include "sd/format/crc32c.h"
+#include "sd/format/json.h"
+#include "sd/format/safetensors.h"
+#include "sd/format/tensor_io.h"
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+namespace {
+
+using namespace sd;
+
+TEST(Json, ParsesEveryTypeAndKeepsKeyOrder) {
+  auto j = parseJson(R"({"b": [1, -2.5e3, true, null], "a": {"s": "x\u00e9\n"}, "n": 9007199254740991})", "t");
+  ASSERT_TRUE(j.isOk()) << j.status().message();
+  const Json &v = j.value();
+  ASSERT_EQ(v.obj.size(), 3u);
+  EXPECT_EQ(v.obj[0].first, "b");
+  EXPECT_EQ(v.obj[1].first, "a");
+  const Json *b = v.get("b");
+  ASSERT_TRUE(b && b->type == Json::Type::Array && b->arr.size() == 4);
+  EXPECT_TRUE(b->arr[0].isInteger());
+  EXPECT_EQ(b->arr[1].num, -2500.0);
+  EXPECT_FALSE(b->arr[1].isInteger() && b->arr[1].num != -2500.0);
+  EXPECT_TRUE(b->arr[2].b);
+  EXPECT_EQ(b->arr[3].type, Json::Type::Null);
+  EXPECT_EQ(v.get("a")->get("s")->str, "x\xc3\xa9\n");
+  EXPECT_EQ(v.get("n")->num, 9007199254740991.0);
+  EXPECT_EQ(v.get("missing"), nullptr);
+}
+
+TEST(Json, QuoteRoundTrips) {
+  const std::string s = std::string("tab\t quote\" back\\ ctl\x01 ") + "\xe2\x82\xac";
+  auto j = parseJson(jsonQuote(s), "q");
+  ASSERT_TRUE(j.isOk()) << j.status().message();
+  EXPECT_EQ(j.value().str, s);
+}
+
+TEST(Json, MalformedInputIsAnErrorNamingTheSource) {
+  for (const char *bad : {"", "{", "[1,]", "{\"a\" 1}", "\"\\uZZZZ\"", "01", "1.", "-", "1e+", "1e999999",
+                          "{\"a\":1}}", "nul", "\"unterminated", "\"\\x41\"", ".5"}) {
+    auto j = parseJson(bad, "bad.json");
+    EXPECT_FALSE(j.isOk()) << bad;
+    if (!j.isOk()) EXPECT_NE(j.status().message().find("bad.json"), std::string::npos) << j.status().message();
+  }
+  std::string deep(100000, '[');
+  EXPECT_FALSE(parseJson(deep, "deep").isOk()); // depth-limited, not a stack overflow
+}
+
+TEST(Crc32c, KnownValuesAndChaining) {
+  EXPECT_EQ(crc32c("", 0), 0u);
+  EXPECT_EQ(crc32c("123456789", 9), 0xE3069283u); // the CRC-32C check value
+  const std::string a = "hello ", b = "world";
+  EXPECT_EQ(crc32c(b.data(), b.size(), crc32c(a.data(), a.size())), crc32c("hello world", 11));
+}
+
+std::string tempPath(const char *name) {
+  return std::string("/tmp/sd_format_test_") + std::to_string(::getpid()) + "_" + name;
+}
+
+TEST(Safetensors, RoundTripWithMetadata) {
+  std::vector<float> w = {1.5f, -2.f, 0.f, 3.25f, 7.f, -0.5f};
+  std::vector<int64_t> step = {42};
+  std::vector<NamedTensor> tensors = {{"layer.weight", DType::F32, {2, 3}, w.data(), w.size() * 4},
+                                      {"step", DType::I64, {}, step.data(), 8}};
+  const std::string path = tempPath("rt.safetensors");
+  ASSERT_TRUE(writeSafetensors(path, tensors, {{"format", "pt"}}).isOk());
+  auto f = readSafetensors(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(f.isOk()) << f.status().message();
+  const auto &t = f.value().tensors;
+  ASSERT_EQ(t.size(), 2u);
+  const NamedTensor &lw = t.at("layer.weight");
+  EXPECT_EQ(lw.dtype, DType::F32);
+  EXPECT_EQ(lw.dims, (Dims{2, 3}));
+  EXPECT_EQ(std::memcmp(lw.data, w.data(), 24), 0);
+  EXPECT_EQ(t.at("step").dims, Dims{});
+  EXPECT_EQ(*static_cast<const int64_t *>(t.at("step").data), 42);
+  EXPECT_EQ(f.value().metadata.at("format"), "pt");
+}
+
+// The bytes safetensors' own writer makes: an 8-byte header length, a JSON
+// header with dtype, shape and data_offsets, then the data.
+std::string image(const std::string &header, const std::string &data) {
+  uint64_t n = header.size();
+  return std::string(reinterpret_cast<const char *>(&n), 8) + header + data;
+}
+
+TEST(Safetensors, ReadsWhatOtherWritersWrite) {
+  float v[2] = {1.f, 2.f};
+  std::string bytes = image(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},"__metadata__":{"k":"v"}})",
+                            std::string(reinterpret_cast<const char *>(v), 8));
+  std::map<std::string, NamedTensor> t;
+  std::map<std::string, std::string> meta;
+  ASSERT_TRUE(parseSafetensors(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), "x", t, &meta).isOk());
+  EXPECT_EQ(static_cast<const float *>(t.at("x").data)[1], 2.f);
+  EXPECT_EQ(meta.at("k"), "v");
+}
+
+TEST(Safetensors, MalformedImagesAreRefused) {
+  const std::string eight(8, '\0');
+  for (const std::string &bad :
+       {std::string("short"), image("{", ""), image(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[0,16]}})", eight),
+        image(R"({"x":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", eight),
+        image(R"({"x":{"dtype":"Q9","shape":[2],"data_offsets":[0,8]}})", eight),
+        image(R"({"x":{"dtype":"F32","shape":[-2],"data_offsets":[0,8]}})", eight),
+        image(R"({"x":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", eight),
+        std::string("\xff\xff\xff\xff\xff\xff\xff\x7f", 8) + "{}"}) {
+    std::map<std::string, NamedTensor> t;
+    EXPECT_FALSE(parseSafetensors(reinterpret_cast<const uint8_t *>(bad.data()), bad.size(), "bad", t, nullptr).isOk())
+        << bad.substr(8);
+  }
+}
+
+TEST(Safetensors, NonFiniteWeightsAreRefusedWhenAsked) {
+  float v[2] = {1.f, NAN};
+  NamedTensor t{"w", DType::F32, {2}, v, 8};
+  Status s = checkFiniteValues(t, "adapter");
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("'w'"), std::string::npos) << s.message();
+}
+
+HostTensor sample() {
+  HostTensor t{"x", DType::F32, {2, 2}, {}};
+  float v[4] = {1.f, -2.f, 3.5f, 0.f};
+  t.data.assign(reinterpret_cast<uint8_t *>(v), reinterpret_cast<uint8_t *>(v) + 16);
+  return t;
+}
+
+TEST(TensorFiles, NpyAndTensorProtoRoundTrip) {
+  const HostTensor t = sample();
+  for (bool npy : {true, false}) {
+    const std::string bytes = npy ? encodeNpy(t) : encodeTensorProto(t);
+    auto back = npy ? decodeNpy(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), "t")
+                    : decodeTensorProto(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), "t");
+    ASSERT_TRUE(back.isOk()) << back.status().message();
+    EXPECT_EQ(back.value().dtype, DType::F32);
+    EXPECT_EQ(back.value().dims, (Dims{2, 2}));
+    EXPECT_EQ(back.value().data, t.data);
+  }
+}
+
+TEST(TensorFiles, NpyAsNumpyWritesIt) {
+  // np.save(f, np.array([[1, 2]], dtype='<i8')): version 1.0, a padded header.
+  std::string header = "{'descr': '<i8', 'fortran_order': False, 'shape': (1, 2), }";
+  header.append((10 + header.size() + 1 + 63) / 64 * 64 - 10 - header.size() - 1, ' ');
+  header += '\n';
+  uint16_t hl = uint16_t(header.size());
+  int64_t v[2] = {1, 2};
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8) + std::string(reinterpret_cast<const char *>(&hl), 2) + header +
+                      std::string(reinterpret_cast<const char *>(v), 16);
+  auto t = decodeNpy(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size(), "np");
+  ASSERT_TRUE(t.isOk()) << t.status().message();
+  EXPECT_EQ(t.value().dtype, DType::I64);
+  EXPECT_EQ(t.value().dims, (Dims{1, 2}));
+  EXPECT_EQ(reinterpret_cast<const int64_t *>(t.value().data.data())[1], 2);
+}
+
+TEST(TensorFiles, MalformedBytesAreRefused) {
+  const std::string good = encodeNpy(sample());
+  std::string truncated = good.substr(0, good.size() - 3), wrongMagic = good;
+  wrongMagic[1] = 'X';
+  for (const std::string &bad : {truncated, wrongMagic, std::string("\x93NUMPY")}) {
+    EXPECT_FALSE(decodeNpy(reinterpret_cast<const uint8_t *>(bad.data()), bad.size(), "bad").isOk());
+  }
+  const std::string proto = encodeTensorProto(sample());
+  for (size_t cut : {size_t(1), proto.size() / 2, proto.size() - 1}) {
+    auto t = decodeTensorProto(reinterpret_cast<const uint8_t *>(proto.data()), cut, "bad");
+    EXPECT_FALSE(t.isOk()) << "cut at " << cut;
+  }
+}
+
+} // namespace
