@@ -70,6 +70,10 @@ public:
     if (!bytes) return Status::ok();
     return check(cudaMemsetAsync(dst, 0, bytes, stream_), "memset", false);
   }
+  Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
+    if (!bytes || dst == src) return Status::ok();
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "device copy", false);
+  }
   Status synchronize() override { return check(cudaSuccess, "synchronize", true); }
 
   StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {

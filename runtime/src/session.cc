@@ -452,6 +452,40 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
   return Status::ok();
 }
 
+Status Session::runOnDevice(size_t entry, const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs) {
+  if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
+  const EntryDesc &e = plan_->entries[entry];
+  Impl::PreparedEntry &pe = impl_->entries[entry];
+  if (inputs.size() != e.inputs.size() || outputs.size() != e.outputs.size())
+    return sdError("entry '", e.name, "' takes ", e.inputs.size(), " inputs and gives ", e.outputs.size(),
+                   " outputs, got ", inputs.size(), " and ", outputs.size());
+  for (const auto &x : e.outputExtents)
+    if (x.buffer >= 0)
+      return sdError("entry '", e.name, "' has outputs counted at run time; run it with Session::run, which trims them");
+  auto check = [&](const TensorView &given, const TensorView &want, const std::string &what) -> Status {
+    if (given.dtype != want.dtype || given.dims != want.dims)
+      return sdError(what, " is ", dtypeName(given.dtype), "[", formatDims(given.dims), "], the plan has ",
+                     dtypeName(want.dtype), "[", formatDims(want.dims), "]");
+    if (!given.data && given.byteSize()) return sdError(what, " has no memory");
+    return Status::ok();
+  };
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView &dst = pe.views[size_t(e.inputs[i].second)];
+    SD_RETURN_IF_ERROR(check(inputs[i], dst, "input '" + e.inputs[i].first + "'"));
+    SD_RETURN_IF_ERROR(impl_->device->copyOnDevice(dst.data, inputs[i].data, dst.byteSize()));
+  }
+  for (size_t i = 0; i < outputs.size(); ++i)
+    SD_RETURN_IF_ERROR(check(outputs[i], pe.views[size_t(e.outputs[i].second)], "output '" + e.outputs[i].first + "'"));
+  SD_RETURN_IF_ERROR(runSteps(entry));
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    const TensorView &v = pe.views[size_t(e.outputs[i].second)];
+    SD_RETURN_IF_ERROR(impl_->device->copyOnDevice(outputs[i].data, v.data, v.byteSize()));
+  }
+  return Status::ok();
+}
+
+Status Session::synchronize() { return impl_->device->synchronize(); }
+
 // An output sized for the most its op can select (NonMaxSuppression) holds
 // `count` real slices along `axis`: the caller gets those, never the padding.
 Status Session::keepCountedPrefix(const TensorView &countView, int32_t axis, HostTensor &t) const {

@@ -10,6 +10,7 @@
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/train/trainer.h"
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <gtest/gtest.h>
@@ -126,6 +127,10 @@ public:
     return cpuDevice()->copyToHost(dst, src, n);
   }
   Status zero(void *dst, size_t n) override { return cpuDevice()->zero(dst, n); }
+  Status copyOnDevice(void *dst, const void *src, size_t n) override {
+    onDevice += n;
+    return cpuDevice()->copyOnDevice(dst, src, n);
+  }
   Status synchronize() override { return Status::ok(); }
   std::optional<size_t> freeBytes() const override { return free; }
   // Graph capture, emulated: the "graph" is the recorded work itself, run on replay.
@@ -139,7 +144,7 @@ public:
     ++replays;
     return (*static_cast<std::function<Status()> *>(graph))();
   }
-  size_t allocations = 0, uploaded = 0, downloaded = 0;
+  size_t allocations = 0, uploaded = 0, downloaded = 0, onDevice = 0;
   std::optional<size_t> free; // unset: unknown, as on the CPU
   bool canCapture = false;
   int captureAttempts = 0, replays = 0;
@@ -188,6 +193,57 @@ TEST_F(PlanTest, RunsOnADeviceTheHostCannotAddress) {
   size_t outBytes = 0;
   for (auto &t : a) outBytes += t.data.size();
   EXPECT_GE(dev->downloaded, outBytes);
+}
+
+// Inputs and outputs already in device memory: the run copies them on the
+// device only (nothing through the host), and gives the CPU's results.
+TEST_F(PlanTest, RunsOnInputsAndOutputsAlreadyOnTheDevice) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-device", ""));
+  auto session = Session::create(p, SessionOptions{1, dev});
+  ASSERT_TRUE(session.isOk()) << session.status().message();
+  auto onCpu = Session::create(p, SessionOptions{1});
+  ASSERT_TRUE(onCpu.isOk());
+  auto in = inputs();
+  std::vector<HostTensor> want;
+  ASSERT_TRUE(onCpu.value()->run(0, {&in[0], &in[1]}, want).isOk());
+
+  std::vector<TensorView> devIn, devOut;
+  std::vector<void *> owned;
+  auto deviceTensor = [&](DType t, const Dims &dims) {
+    TensorView v{nullptr, t, dims};
+    auto mem = dev->allocate(std::max<size_t>(v.byteSize(), 1));
+    EXPECT_TRUE(mem.isOk());
+    v.data = mem.value();
+    owned.push_back(v.data);
+    return v;
+  };
+  for (auto &t : in) {
+    devIn.push_back(deviceTensor(t.dtype, t.dims));
+    ASSERT_TRUE(dev->copyFromHost(devIn.back().data, t.data.data(), t.data.size()).isOk());
+  }
+  for (auto &t : want) devOut.push_back(deviceTensor(t.dtype, t.dims));
+  const size_t up = dev->uploaded, down = dev->downloaded;
+  ASSERT_TRUE(session.value()->runOnDevice(0, devIn, devOut).isOk());
+  ASSERT_TRUE(session.value()->synchronize().isOk());
+  EXPECT_EQ(dev->uploaded, up);     // nothing went through the host
+  EXPECT_EQ(dev->downloaded, down);
+  EXPECT_GT(dev->onDevice, 0u);
+  for (size_t i = 0; i < want.size(); ++i) {
+    std::vector<uint8_t> got(want[i].data.size());
+    ASSERT_TRUE(dev->copyToHost(got.data(), devOut[i].data, got.size()).isOk());
+    EXPECT_EQ(got, want[i].data) << want[i].name;
+  }
+  // A wrong shape is an error naming the tensor, before anything runs.
+  std::vector<TensorView> wrong = devOut;
+  wrong[0].dims = {3, 3};
+  Status s = session.value()->runOnDevice(0, devIn, wrong);
+  ASSERT_FALSE(s.isOk());
+  EXPECT_NE(s.message().find("output '"), std::string::npos) << s.message();
+  EXPECT_NE(s.message().find("the plan has f32[2x3]"), std::string::npos) << s.message();
+  for (void *m : owned) dev->release(m);
 }
 
 // Warm-up -> capture -> replay: run 1 is eager, run 2 captures and replays,
@@ -308,7 +364,7 @@ TEST(Devices, CudaOpensOrSaysWhyNot) {
 TEST_F(PlanTest, CorruptionPastTheChecksumNeverCrashes) {
   PlanLoadOptions noCrc;
   noCrc.verifyChecksum = false;
-  size_t loaded = 0;
+  size_t loaded = 0, ran = 0;
   for (size_t i = 0; i < bytes_.size(); ++i) {
     for (uint8_t mask : {uint8_t(0xff), uint8_t(0x01), uint8_t(0x80)}) {
       std::vector<uint8_t> b = bytes_;
@@ -328,11 +384,60 @@ TEST_F(PlanTest, CorruptionPastTheChecksumNeverCrashes) {
         std::vector<const HostTensor *> ptrs;
         for (auto &t : in) ptrs.push_back(&t);
         std::vector<HostTensor> out;
-        (void)session.value()->run(e, ptrs, out);
+        Status st = session.value()->run(e, ptrs, out);
+        if (!st.isOk()) { // a one-line error, as for any bad input
+          EXPECT_EQ(st.message().find('\n'), std::string::npos) << st.message();
+          continue;
+        }
+        // A run that succeeds returns what the loaded plan declares: every
+        // output, with its element type and size.
+        const EntryDesc &entry = p->entries[e];
+        ASSERT_EQ(out.size(), entry.outputs.size()) << "flip at byte " << i;
+        for (size_t k = 0; k < out.size(); ++k) {
+          const BufferDesc &bd = entry.buffers[size_t(entry.outputs[k].second)];
+          EXPECT_EQ(out[k].dtype, bd.dtype) << "flip at byte " << i;
+          EXPECT_EQ(out[k].data.size(), size_t(bd.bytes)) << "flip at byte " << i;
+        }
+        ++ran;
       }
     }
   }
   EXPECT_GT(loaded, 0u); // some flips (weights, padding) load fine without the CRC
+  EXPECT_GT(ran, 0u);
+}
+
+// Past the checksum, a flipped bit in a weight shows in exactly the outputs
+// that read it: row 4 of the Gather table, element 0 (17.0), loses its
+// lowest mantissa bit; the MatMul path and the other rows are unchanged.
+TEST_F(PlanTest, AFlippedWeightBitShowsInExactlyTheResultsThatReadIt) {
+  float table[20];
+  for (int i = 0; i < 20; ++i) table[i] = float(i + 1);
+  auto at = std::search(bytes_.begin(), bytes_.end(), reinterpret_cast<uint8_t *>(table),
+                        reinterpret_cast<uint8_t *>(table) + sizeof table);
+  ASSERT_NE(at, bytes_.end()) << "the table's bytes are not in the plan";
+  std::vector<uint8_t> b = bytes_;
+  b[size_t(at - bytes_.begin()) + 16 * 4] ^= 0x01; // element 16 (17.0), lowest mantissa bit
+  PlanLoadOptions noCrc;
+  noCrc.verifyChecksum = false;
+  auto plan = Plan::loadBytes(b.data(), b.size(), "flipped.sdp", noCrc);
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  auto session = Session::create(std::shared_ptr<Plan>(std::move(plan.value())), SessionOptions{1});
+  ASSERT_TRUE(session.isOk());
+  auto in = inputs();
+  std::vector<HostTensor> out;
+  ASSERT_TRUE(session.value()->run(0, {&in[0], &in[1]}, out).isOk());
+  const float *e = reinterpret_cast<const float *>(out[1].data.data());
+  float flipped = 17.f;
+  uint32_t bits;
+  std::memcpy(&bits, &flipped, 4);
+  bits ^= 1;
+  std::memcpy(&flipped, &bits, 4);
+  EXPECT_EQ(e[0], flipped);
+  EXPECT_EQ(e[1], 18.f);
+  EXPECT_EQ(e[4], 5.f);
+  const float *y = reinterpret_cast<const float *>(out[0].data.data());
+  double z = std::exp(0.5) + std::exp(0.25) + std::exp(0.125);
+  EXPECT_NEAR(y[0], std::exp(0.5) / z, 1e-6);
 }
 
 TEST_F(PlanTest, WrongSchemaVersionIsRefusedByName) {

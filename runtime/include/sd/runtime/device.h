@@ -31,6 +31,9 @@ public:
   virtual Status copyFromHost(void *dst, const void *src, size_t bytes) = 0;
   virtual Status copyToHost(void *dst, const void *src, size_t bytes) = 0;
   virtual Status zero(void *dst, size_t bytes) = 0;
+  // Device memory to device memory, ordered with the device's other work.
+  // The default goes through the host; devices override it with a direct copy.
+  virtual Status copyOnDevice(void *dst, const void *src, size_t bytes);
   // Waits until all work queued on the device is done.
   virtual Status synchronize() = 0;
   // The queue kernels enqueue on (KernelContext::stream); null on the CPU.

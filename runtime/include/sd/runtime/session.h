@@ -61,6 +61,15 @@ public:
   // Runs entry `entry` on inputs given in the entry's input order; outputs come
   // back in output order. Input dtypes and shapes must match the bucket.
   Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);
+  // The same with inputs and outputs already in the device's memory (from
+  // device().allocate, or another session's buffers on the same device): no
+  // host copies. Every tensor's dtype and dims must be the entry's, outputs
+  // in the entry's output order. Entries whose outputs are counted at run
+  // time (NonMaxSuppression, NonZero) need run(), which trims them. The
+  // output copies are queued in order with the session's work: read them
+  // elsewhere after synchronize().
+  Status runOnDevice(size_t entry, const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs);
+  Status synchronize();
 
   // Global state goes in and out through copies, never through pointers into
   // the session: on a device the values live in device memory. `bytes` must
