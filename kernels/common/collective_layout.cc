@@ -1,6 +1,7 @@
 // Message layout of the collective kernels (sd/ops/collective_layout.h).
 #include "sd/ops/collective_layout.h"
 #include "sd/format/row_shard.h"
+#include "sd/ops/communicator.h"
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
@@ -40,6 +41,31 @@ std::vector<size_t> rowCounts(const Dims &dims, int ranks) {
   std::vector<size_t> counts;
   for (int r = 0; r < ranks; ++r) counts.push_back(size_t(rowBlock(dims[0], r, ranks).count * rowElems));
   return counts;
+}
+
+StatusOr<std::vector<size_t>> gatherRowCounts(const KernelContext &c) {
+  const TensorView &shard = c.inputs[0], &full = c.outputs[0];
+  const int ranks = c.comm ? c.comm->size() : 1, rank = c.comm ? c.comm->rank() : 0;
+  std::vector<size_t> counts = rowCounts(full.dims, ranks);
+  SD_CHECK_ARG(shard.numElements() == int64_t(counts[size_t(rank)]), "AllGatherRows: this rank holds ",
+               shard.numElements(), " elements of ", formatDims(full.dims), ", its rows have ", counts[size_t(rank)]);
+  return counts;
+}
+
+StatusOr<std::vector<size_t>> scatterRowCounts(const KernelContext &c) {
+  const TensorView &acc = c.inputs[0], &delta = c.inputs[1], &out = c.outputs[0];
+  const int ranks = c.comm ? c.comm->size() : 1, rank = c.comm ? c.comm->rank() : 0;
+  std::vector<size_t> counts = rowCounts(delta.dims, ranks);
+  const int64_t n = int64_t(counts[size_t(rank)]);
+  SD_CHECK_ARG(acc.numElements() == n && out.numElements() == n, "ReduceScatterRows: this rank holds ",
+               acc.numElements(), " elements of ", formatDims(delta.dims), ", its rows have ", n);
+  return counts;
+}
+
+Status checkOwner(const KernelContext &c) {
+  SD_CHECK_ARG(!c.comm || (c.shardOwner >= 0 && c.shardOwner < c.comm->size()),
+               "ReduceToOwner: the step has no owner rank (shard_param)");
+  return Status::ok();
 }
 
 } // namespace sd

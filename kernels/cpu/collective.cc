@@ -43,8 +43,7 @@ Status BroadcastKernel(const KernelContext &c) {
 }
 
 Status ReduceToOwnerKernel(const KernelContext &c) {
-  SD_CHECK_ARG(!c.comm || (c.shardOwner >= 0 && c.shardOwner < c.comm->size()),
-               "ReduceToOwner: the step has no owner rank (shard_param)");
+  SD_RETURN_IF_ERROR(checkOwner(c));
   return forEachRun(c, "ReduceToOwner", [&](void *p, size_t n) {
     return c.comm->reduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.shardOwner);
   });
@@ -55,32 +54,29 @@ int ranksOf(const KernelContext &c) { return c.comm ? c.comm->size() : 1; }
 // The shard holds this rank's rows of the output's dims.
 Status AllGatherRowsKernel(const KernelContext &c) {
   const TensorView &shard = c.inputs[0], &full = c.outputs[0];
-  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
-  std::vector<size_t> counts = rowCounts(full.dims, ranks);
-  SD_CHECK_ARG(shard.numElements() == int64_t(counts[size_t(rank)]), "AllGatherRows: this rank holds ",
-               shard.numElements(), " elements of ", formatDims(full.dims), ", its rows have ", counts[size_t(rank)]);
-  if (ranks == 1) {
+  auto counts = gatherRowCounts(c);
+  if (!counts.isOk()) return counts.status();
+  if (ranksOf(c) == 1) {
     if (full.data != shard.data) std::memcpy(full.data, shard.data, shard.byteSize());
     return Status::ok();
   }
-  return c.comm->allGatherV(shard.data, full.data, counts, full.dtype).withContext("AllGatherRows: ");
+  return c.comm->allGatherV(shard.data, full.data, counts.value(), full.dtype).withContext("AllGatherRows: ");
 }
 
 // out (this rank's rows) = acc (the same rows) + those rows of delta summed over the ranks.
 Status ReduceScatterRowsKernel(const KernelContext &c) {
   const TensorView &acc = c.inputs[0], &delta = c.inputs[1], &out = c.outputs[0];
-  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
-  std::vector<size_t> counts = rowCounts(delta.dims, ranks);
-  const size_t n = counts[size_t(rank)];
-  SD_CHECK_ARG(acc.numElements() == int64_t(n) && out.numElements() == int64_t(n), "ReduceScatterRows: this rank holds ",
-               acc.numElements(), " elements of ", formatDims(delta.dims), ", its rows have ", n);
+  auto counts = scatterRowCounts(c);
+  if (!counts.isOk()) return counts.status();
+  const int ranks = ranksOf(c);
+  const size_t n = size_t(out.numElements());
   const float *d = delta.as<float>();
   // Scratch for the summed rows: a thread's own, grown once (steps run one at a time).
   thread_local std::vector<float> summed;
   if (ranks > 1) {
     summed.resize(n);
     SD_RETURN_IF_ERROR(
-        c.comm->reduceScatterV(d, summed.data(), counts, DType::F32, ReduceOp::Sum).withContext("ReduceScatterRows: "));
+        c.comm->reduceScatterV(d, summed.data(), counts.value(), DType::F32, ReduceOp::Sum).withContext("ReduceScatterRows: "));
     d = summed.data();
   }
   const float *a = acc.as<float>();

@@ -52,25 +52,21 @@ Status BroadcastKernel(const KernelContext &c) {
 }
 
 Status ReduceToOwnerKernel(const KernelContext &c) {
-  SD_CHECK_ARG(!c.comm || (c.shardOwner >= 0 && c.shardOwner < c.comm->size()),
-               "ReduceToOwner: the step has no owner rank (shard_param)");
+  SD_RETURN_IF_ERROR(checkOwner(c));
   return forEachRun(c, "ReduceToOwner", [&](StreamCollectives *s, void *p, size_t n) {
     return s->reduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.shardOwner, c.stream);
   });
 }
 
-int ranksOf(const KernelContext &c) { return c.comm ? c.comm->size() : 1; }
-
 // The shard holds this rank's rows of the output's dims.
 Status AllGatherRowsKernel(const KernelContext &c) {
   const TensorView &shard = c.inputs[0], &full = c.outputs[0];
-  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
-  std::vector<size_t> counts = rowCounts(full.dims, ranks);
-  SD_CHECK_ARG(shard.numElements() == int64_t(counts[size_t(rank)]), "AllGatherRows: this rank holds ",
-               shard.numElements(), " elements of ", formatDims(full.dims), ", its rows have ", counts[size_t(rank)]);
+  auto counts = gatherRowCounts(c);
+  if (!counts.isOk()) return counts.status();
   auto s = streamCollectives(c, "AllGatherRows");
   if (!s.isOk()) return s.status();
-  if (s.value()) return s.value()->allGatherV(shard.data, full.data, counts, full.dtype, c.stream).withContext("AllGatherRows: ");
+  if (s.value())
+    return s.value()->allGatherV(shard.data, full.data, counts.value(), full.dtype, c.stream).withContext("AllGatherRows: ");
   if (full.data == shard.data) return Status::ok();
   return cudaCheck(cudaMemcpyAsync(full.data, shard.data, shard.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)),
                    "AllGatherRows");
@@ -84,11 +80,9 @@ __global__ void addRows(const float *acc, const float *delta, float *out, int64_
 // out (this rank's rows) = acc (the same rows) + those rows of delta summed over the ranks.
 Status ReduceScatterRowsKernel(const KernelContext &c) {
   const TensorView &acc = c.inputs[0], &delta = c.inputs[1], &out = c.outputs[0];
-  const int ranks = ranksOf(c), rank = c.comm ? c.comm->rank() : 0;
-  std::vector<size_t> counts = rowCounts(delta.dims, ranks);
-  const int64_t n = int64_t(counts[size_t(rank)]);
-  SD_CHECK_ARG(acc.numElements() == n && out.numElements() == n, "ReduceScatterRows: this rank holds ",
-               acc.numElements(), " elements of ", formatDims(delta.dims), ", its rows have ", n);
+  auto counts = scatterRowCounts(c);
+  if (!counts.isOk()) return counts.status();
+  const int64_t n = out.numElements();
   auto s = streamCollectives(c, "ReduceScatterRows");
   if (!s.isOk()) return s.status();
   const float *d = delta.as<float>();
@@ -97,7 +91,7 @@ Status ReduceScatterRowsKernel(const KernelContext &c) {
     // Stream-ordered scratch: capturable, and freed after the add on the same stream.
     SD_RETURN_IF_ERROR(cudaCheck(cudaMallocAsync(reinterpret_cast<void **>(&summed), size_t(n) * sizeof(float), streamOf(c)),
                                  "ReduceScatterRows scratch"));
-    Status r = s.value()->reduceScatterV(d, summed, counts, DType::F32, ReduceOp::Sum, c.stream);
+    Status r = s.value()->reduceScatterV(d, summed, counts.value(), DType::F32, ReduceOp::Sum, c.stream);
     if (!r.isOk()) {
       cudaFreeAsync(summed, streamOf(c));
       return r.withContext("ReduceScatterRows: ");

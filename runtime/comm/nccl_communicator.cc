@@ -116,33 +116,17 @@ public:
   // NCCL has no v-variants: one broadcast (gather) or reduce (scatter) per
   // rank's block, in one group so they run as one operation.
   Status allGatherV(const void *send, void *recv, const std::vector<size_t> &counts, DType type, void *stream) override {
-    auto t = enqueueing("AllGatherRows", type);
-    if (!t.isOk()) return t.status();
-    const size_t elem = dtypeSize(type);
-    SD_RETURN_IF_ERROR(ncclStatus(ncclGroupStart(), "ncclGroupStart"));
-    Status s;
-    size_t at = 0;
-    for (int r = 0; r < size_ && s.isOk(); at += counts[size_t(r)], ++r)
-      s = ncclStatus(ncclBroadcast(r == rank_ ? send : nullptr, static_cast<uint8_t *>(recv) + at * elem,
-                                   counts[size_t(r)], t.value(), r, comm_, cudaStream_t(stream)),
-                     "ncclBroadcast");
-    Status end = ncclStatus(ncclGroupEnd(), "ncclGroupEnd");
-    return s.isOk() ? end : s;
+    return perRankBlock("AllGatherRows", "ncclBroadcast", counts, type, [&](int r, size_t offset, ncclDataType_t t) {
+      return ncclBroadcast(r == rank_ ? send : nullptr, static_cast<uint8_t *>(recv) + offset, counts[size_t(r)], t, r,
+                           comm_, cudaStream_t(stream));
+    });
   }
   Status reduceScatterV(const void *send, void *recv, const std::vector<size_t> &counts, DType type, ReduceOp op,
                         void *stream) override {
-    auto t = enqueueing("ReduceScatterRows", type);
-    if (!t.isOk()) return t.status();
-    const size_t elem = dtypeSize(type);
-    SD_RETURN_IF_ERROR(ncclStatus(ncclGroupStart(), "ncclGroupStart"));
-    Status s;
-    size_t at = 0;
-    for (int r = 0; r < size_ && s.isOk(); at += counts[size_t(r)], ++r)
-      s = ncclStatus(ncclReduce(static_cast<const uint8_t *>(send) + at * elem, r == rank_ ? recv : nullptr,
-                                counts[size_t(r)], t.value(), ncclOp(op), r, comm_, cudaStream_t(stream)),
-                     "ncclReduce");
-    Status end = ncclStatus(ncclGroupEnd(), "ncclGroupEnd");
-    return s.isOk() ? end : s;
+    return perRankBlock("ReduceScatterRows", "ncclReduce", counts, type, [&](int r, size_t offset, ncclDataType_t t) {
+      return ncclReduce(static_cast<const uint8_t *>(send) + offset, r == rank_ ? recv : nullptr, counts[size_t(r)], t,
+                        ncclOp(op), r, comm_, cudaStream_t(stream));
+    });
   }
 
   // --- Host collectives: staged through device memory on our own stream.
@@ -202,6 +186,20 @@ public:
   }
 
 private:
+  // `call(rank, byte offset of its block, type)` for every rank, as one NCCL group.
+  template <class Call>
+  Status perRankBlock(const char *collective, const char *what, const std::vector<size_t> &counts, DType type, Call &&call) {
+    auto t = enqueueing(collective, type);
+    if (!t.isOk()) return t.status();
+    SD_RETURN_IF_ERROR(ncclStatus(ncclGroupStart(), "ncclGroupStart"));
+    Status s;
+    size_t at = 0;
+    for (int r = 0; r < size_ && s.isOk(); at += counts[size_t(r)] * dtypeSize(type), ++r)
+      s = ncclStatus(call(r, at, t.value()), what);
+    Status end = ncclStatus(ncclGroupEnd(), "ncclGroupEnd");
+    return s.isOk() ? end : s;
+  }
+
   StatusOr<ncclDataType_t> enqueueing(const char *collective, DType type) {
     std::lock_guard<std::mutex> g(mu_);
     last_ = collective;

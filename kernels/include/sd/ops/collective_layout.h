@@ -24,4 +24,13 @@ std::vector<MemoryRun> contiguousRuns(const std::vector<TensorView> &tensors);
 // Elements of each rank's rows of a tensor of `dims` (sd::rowBlock).
 std::vector<size_t> rowCounts(const Dims &dims, int ranks);
 
+// The kernels' checks, one per op, the same on every backend. Each returns
+// the row counts of the step's whole tensor after checking that this rank's
+// operands hold its rows: AllGatherRows (shard -> whole), ReduceScatterRows
+// (acc and out: this rank's rows of delta).
+StatusOr<std::vector<size_t>> gatherRowCounts(const KernelContext &c);
+StatusOr<std::vector<size_t>> scatterRowCounts(const KernelContext &c);
+// ReduceToOwner: the step names an owner rank of the world.
+Status checkOwner(const KernelContext &c);
+
 } // namespace sd
