@@ -79,7 +79,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));
   if (opts.precision != "fp32") {
-    pm.addPass(createAutocast(AutocastOptions{opts.precision}));
+    pm.addPass(createAutocast(AutocastOptions{opts.precision, opts.lossScaleInit, opts.lossScaleWindow}));
     pm.addPass(createPropagateShapes());
   }
   if (opts.training()) {

@@ -38,7 +38,9 @@ struct PipelineOptions {
   double bucketMb = 25.0; // gradient bytes per cross-rank reduction step (sd-data-parallel)
   std::string shard = "none"; // none | optimizer | grads | params (sd-data-parallel, sd-shard-params)
   bool packing = false; // training entries take position_ids (several sequences per row)
-  std::string precision = "fp32"; // fp32 | bf16 (sd-autocast)
+  std::string precision = "fp32"; // fp32 | bf16 | fp16 (sd-autocast)
+  double lossScaleInit = 65536.0;  // fp16: the dynamic loss scale's first value
+  int64_t lossScaleWindow = 2000;  // fp16: clean steps before the scale doubles (GradScaler's growth_interval)
   // Generation entries (sd-kv-entries, sd-kv-cache): prefill and decode with
   // key/value caches of kvCache positions per row (0: none).
   int64_t kvCache = 0;

@@ -283,6 +283,11 @@ PYBIND11_MODULE(sdc, m) {
         return s.r.evaluated ? std::optional<double>(s.r.eval_loss) : std::nullopt;
       })
       .def_property_readonly("checkpointed", [](const StepReport &s) { return bool(s.r.checkpointed); })
+      .def_property_readonly("skipped", [](const StepReport &s) { return bool(s.r.skipped); },
+                             "fp16 plans: the gradient held an Inf or NaN, so the update was not taken")
+      .def_property_readonly("loss_scale", [](const StepReport &s) -> std::optional<double> {
+        return s.r.loss_scale > 0 ? std::optional<double>(s.r.loss_scale) : std::nullopt;
+      }, "fp16 plans: the dynamic loss scale after this step; None without loss scaling")
       .def("__repr__", [](const StepReport &s) {
         return "StepReport(step=" + std::to_string(s.r.step) + ", loss=" + std::to_string(s.r.loss) + ")";
       });

@@ -376,7 +376,7 @@ sd_status *sd_trainer_step(sd_trainer *trainer, sd_step_report *report) {
     const sd::train::StepReport &s = r.value();
     if (report)
       *report = sd_step_report{s.step, s.total, s.epoch, s.loss, s.lr, s.gradNorm, s.tokens, s.seconds,
-                               s.evaluated, s.checkpointed, s.evalLoss};
+                               s.evaluated, s.checkpointed, s.evalLoss, s.skipped, s.lossScale};
     return nullptr;
   });
 }

@@ -1,11 +1,13 @@
-// sd-autocast: runs the matrix products and attention in bf16 between casts
-// (see Passes.td). The ops are edited in place: operands get a cast to bf16
-// in front, results change type and get a cast back to f32 behind, so every
-// other op still sees f32 and the plan's state stays f32.
+// sd-autocast: runs the matrix products and attention in bf16 or fp16
+// between casts (see Passes.td). The ops are edited in place: operands get a
+// cast in front, results change type and get a cast back to f32 behind, so
+// every other op still sees f32 and the plan's state stays f32. fp16 also
+// marks the module for dynamic loss scaling (sd-autodiff, sd-optimizer).
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
+#include <cmath>
 
 namespace sd {
 #define GEN_PASS_DEF_AUTOCAST
@@ -26,9 +28,21 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
   using AutocastBase::AutocastBase;
 
   void runOnOperation() override {
-    if (precision != "bf16") {
-      getOperation().emitError("sd-autocast: precision '") << precision << "' is not supported (bf16 is)";
+    if (precision != "bf16" && precision != "fp16") {
+      getOperation().emitError("sd-autocast: precision '") << precision << "' is not supported (bf16, fp16)";
       return signalPassFailure();
+    }
+    if (precision == "fp16") {
+      if (!(lossScaleInit > 0) || !std::isfinite(lossScaleInit)) {
+        getOperation().emitError("sd-autocast: the loss scale must be a positive number, got ") << lossScaleInit;
+        return signalPassFailure();
+      }
+      if (lossScaleWindow < 1) {
+        getOperation().emitError("sd-autocast: the loss scale window must be at least 1 step, got ") << lossScaleWindow;
+        return signalPassFailure();
+      }
+      getOperation()->setAttr("sd.loss_scale_init", FloatAttr::get(Float64Type::get(&getContext()), lossScaleInit));
+      getOperation()->setAttr("sd.loss_scale_window", IntegerAttr::get(IntegerType::get(&getContext(), 64), lossScaleWindow));
     }
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
@@ -45,11 +59,13 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
 
   void castAround(Operation *op) {
     OpBuilder b(op);
-    Type bf16 = b.getBF16Type(), f32 = b.getF32Type();
+    const bool fp16 = precision == "fp16";
+    Type half = fp16 ? Type(b.getF16Type()) : Type(b.getBF16Type()), f32 = b.getF32Type();
+    const sd::DType halfType = fp16 ? sd::DType::F16 : sd::DType::BF16;
     bool changed = false;
     for (OpOperand &operand : op->getOpOperands())
       if (isF32Tensor(operand.get().getType())) {
-        operand.set(castTo(b, op->getLoc(), operand.get(), bf16, sd::DType::BF16));
+        operand.set(castTo(b, op->getLoc(), operand.get(), half, halfType));
         changed = true;
       }
     if (!changed) return;
@@ -57,7 +73,7 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
     for (OpResult r : op->getResults()) {
       if (!isF32Tensor(r.getType())) continue;
       auto t = cast<RankedTensorType>(r.getType());
-      r.setType(RankedTensorType::get(t.getShape(), bf16));
+      r.setType(RankedTensorType::get(t.getShape(), half));
       Value back = castTo(b, op->getLoc(), r, f32, sd::DType::F32);
       r.replaceAllUsesExcept(back, back.getDefiningOp());
     }

@@ -78,6 +78,15 @@ struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
     GradBuilder seed(b, f.getLoc());
     DenseMap<Value, Value> grads;
     grads[loss] = seed.scalar(cast<ShapedType>(loss.getType()).getElementType(), 1.0);
+    // fp16 (sd-autocast): the backward starts from the loss scale, so small
+    // gradients stay above fp16's smallest values; sd-optimizer unscales.
+    if (auto init = module->getAttrOfType<FloatAttr>("sd.loss_scale_init")) {
+      auto scalarType = RankedTensorType::get({}, b.getF32Type());
+      auto value = DenseElementsAttr::get(scalarType, float(init.getValueAsDouble()));
+      GlobalOp scale = sd::getOrCreateGlobal(module, sd::abi::kLossScale, scalarType, "scalar_state", value);
+      if (loss.getType() != scalarType) return f.emitError("fp16 loss scaling needs an f32 scalar loss");
+      grads[loss] = b.create<GlobalLoadOp>(f.getLoc(), scalarType, scale.getSymName());
+    }
     llvm::MapVector<StringRef, Value> globalGrads;
     for (Operation *op : llvm::reverse(ops)) {
       SmallVector<Value> dys;

@@ -117,7 +117,12 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       loads.push_back(load);
       return success();
     };
-    if (failed(addLoad(scale.getTokens()))) return failure();
+    // fp16 (sd-optimizer): the tokens enter GradScale times the loss scale;
+    // the count is what is summed, so the reductions go before that product.
+    Operation *before = scale;
+    Value tokens = scale.getTokens();
+    if (auto scaled = tokens.getDefiningOp<MulOp>()) before = scaled, tokens = scaled->getOperand(0);
+    if (failed(addLoad(tokens))) return failure();
     // The gradients went to their owners (grads) or their rows' ranks
     // (params, sd-shard-params) micro-batch by micro-batch.
     if (shard == "grads" || shard == "params")
@@ -138,7 +143,7 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       filled += byteSize(load.getResult());
     }
 
-    OpBuilder b(scale);
+    OpBuilder b(before);
     for (auto [k, bucket] : llvm::enumerate(buckets)) {
       Location loc = NameLoc::get(b.getStringAttr("grad_bucket_" + std::to_string(k)));
       SmallVector<Value> values;

@@ -1,5 +1,13 @@
 // sd-optimizer: the apply entry (one optimizer step over the accumulated
 // gradients) and train_step = accumulate followed by apply, per bucket.
+//
+// fp16 (a `loss_scale` global, made by sd-autodiff): the gradients hold
+// scale x the true ones, so GradScale divides by tokens x scale (unscaled
+// before clipping, as GradScaler.unscale_ then clip_grad_norm_). An Inf or
+// NaN gradient makes the global norm non-finite; then the step is skipped:
+// parameters, moments and the step counter keep their bits (the updates are
+// computed and not taken), the gradients are zeroed, and the scale halves.
+// After sd.loss_scale_window clean steps (sd-autocast) it doubles.
 #include "sd/format/training_abi.h"
 #include "PassDetail.h"
 #include "Passes.h"
@@ -65,10 +73,17 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
       gradGlobals.push_back(sd::getOrCreateGlobal(module, sd::abi::gradientOf(p.getSymName()), p.getType(), "gradient"));
       gradValues.push_back(load(gradGlobals.back()));
     }
+    auto lossScale = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, sd::abi::kLossScale));
+    if (lossScale) gradValues[0] = g.mul(gradValues[0], load(lossScale)); // unscale with the token count
     Operation *scale = g.op<GradScaleOp>(gradValues, {}, 2);
-    Value newStep = g.add(load(step), g.scalar(b.getF32Type(), 1.0));
+    Value oldStep = load(step);
+    Value newStep = g.add(oldStep, g.scalar(b.getF32Type(), 1.0));
     if (!scale || g.failed()) return fn.erase(), func::FuncOp();
-    store(newStep, step);
+    // fp16: `skip` is true when the norm is Inf or NaN (norm - norm is NaN exactly then).
+    Value skip = lossScale ? g.make<IsNaNOp>({g.sub(scale->getResult(1), scale->getResult(1))}) : Value();
+    auto kept = [&](Value old, Value updated) { return skip ? g.make<WhereOp>({skip, old, updated}) : updated; };
+    store(kept(oldStep, newStep), step);
+    if (lossScale && failed(updateLossScale(module, g, skip, lossScale, load, store))) return fn.erase(), func::FuncOp();
     for (auto [i, p] : llvm::enumerate(params)) {
       // Weights decay; biases and norm parameters (rank 1) do not, as in HF's Trainer.
       int64_t decay = cast<RankedTensorType>(p.getType()).getRank() >= 2;
@@ -82,9 +97,9 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
              b.getNamedAttr("epsilon", b.getF64FloatAttr(epsilon)), g.attr("decay", decay)},
             4);
         if (!u) return fn.erase(), func::FuncOp();
-        store(u->getResult(0), p);
-        store(u->getResult(1), m);
-        store(u->getResult(2), v);
+        store(kept(load(p), u->getResult(0)), p);
+        store(kept(load(m), u->getResult(1)), m);
+        store(kept(load(v), u->getResult(2)), v);
         store(u->getResult(3), gradGlobals[i]);
       } else {
         GlobalOp buf = sd::getOrCreateGlobal(module, sd::abi::kSgdMomentumPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
@@ -93,14 +108,34 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
                                     g.attr("nesterov", int64_t(nesterov)), g.attr("decay", decay)},
                                    3);
         if (!u) return fn.erase(), func::FuncOp();
-        store(u->getResult(0), p);
-        store(u->getResult(1), buf);
+        store(kept(load(p), u->getResult(0)), p);
+        store(kept(load(buf), u->getResult(1)), buf);
         store(u->getResult(2), gradGlobals[i]);
       }
     }
     store(g.scalar(b.getF32Type(), 0.0), tokensSeen);
+    if (g.failed()) return fn.erase(), func::FuncOp();
     b.create<func::ReturnOp>(loc, ValueRange{scale->getResult(1)});
     return fn;
+  }
+
+  // GradScaler's update: on a skipped step scale x0.5 and the tracker back to
+  // 0; otherwise tracker + 1, and at the growth interval scale x2 and 0.
+  template <class Load, class Store>
+  LogicalResult updateLossScale(ModuleOp module, GradBuilder &g, Value skip, GlobalOp lossScale, Load &&load,
+                                Store &&store) {
+    auto scalarType = RankedTensorType::get({}, Float32Type::get(module.getContext()));
+    auto window = module->getAttrOfType<IntegerAttr>("sd.loss_scale_window");
+    if (!window) return module.emitError("a loss_scale global without sd.loss_scale_window (made by sd-autocast)");
+    GlobalOp tracker = sd::getOrCreateGlobal(module, sd::abi::kLossScaleGrowth, scalarType, "scalar_state");
+    Type f32 = scalarType.getElementType();
+    Value scale = load(lossScale), zero = g.scalar(f32, 0.0);
+    Value counted = g.make<WhereOp>({skip, zero, g.add(load(tracker), g.scalar(f32, 1.0))});
+    Value grow = g.make<EqualOp>({counted, g.scalar(f32, double(window.getInt()))});
+    Value grown = g.make<WhereOp>({grow, g.scale(scale, 2.0), scale});
+    store(g.make<WhereOp>({skip, g.scale(scale, 0.5), grown}), lossScale);
+    store(g.make<WhereOp>({grow, zero, counted}), tracker);
+    return failure(g.failed());
   }
 
   // train_step(inputs..., lr, weight_decay, max_grad_norm) = accumulate; apply.

@@ -44,7 +44,11 @@ def Autocast : Pass<"sd-autocast", "mlir::ModuleOp"> {
     as under torch.autocast.
   }];
   let options = [
-    Option<"precision", "precision", "std::string", "\"bf16\"", "the compute type of the cast ops: bf16">,
+    Option<"precision", "precision", "std::string", "\"bf16\"", "the compute type of the cast ops: bf16 | fp16">,
+    Option<"lossScaleInit", "loss-scale-init", "double", "65536.0",
+           "fp16: the dynamic loss scale's first value (sd.loss_scale_init for sd-autodiff and sd-optimizer)">,
+    Option<"lossScaleWindow", "loss-scale-window", "int64_t", "2000",
+           "fp16: clean optimizer steps after which the loss scale doubles (sd.loss_scale_window)">,
   ];
 }
 
@@ -309,7 +313,9 @@ def Autodiff : Pass<"sd-autodiff", "mlir::ModuleOp"> {
     token count added into `tokens_seen`. Activity analysis: only values that
     depend on a trainable global and reach the loss get gradients, so frozen
     prefixes cost no backward work and frozen weights no weight-gradient GEMM.
-    Each op's rule comes from its DifferentiableOpInterface model.
+    Each op's rule comes from its DifferentiableOpInterface model. A module
+    that sd-autocast marked for fp16 (sd.loss_scale_init) gets the
+    `loss_scale` state global, and the backward is seeded with its value.
   }];
 }
 

@@ -1,6 +1,6 @@
 // CUDA kernels of the elementwise family: unary math and activations (the
 // shared sd::math functions), broadcasting binary arithmetic, GeluGrad,
-// comparisons, Not, Where and Cast. Grid-stride loops; f16/bf16 compute in f32.
+// comparisons, Not, IsNaN, Where and Cast. Grid-stride loops; f16/bf16 compute in f32.
 #include "cuda_util.cuh"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/math/activations.h"
@@ -239,6 +239,26 @@ Status NotKernel(const KernelContext &c) {
   return launchStatus("Not");
 }
 
+// IsNaN: fp16 training's skip test reads it (sd-optimizer: norm - norm is NaN
+// exactly when the gradient norm is Inf or NaN).
+template <typename T> __global__ void isNaNKernel(const T *x, bool *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    auto v = load(x[i]);
+    y[i] = isnan(v);
+  }
+}
+
+Status IsNaNKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t n = c.outputs[0].numElements();
+  if (n == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    isNaNKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), c.outputs[0].as<bool>(), n);
+    return launchStatus("IsNaN");
+  });
+}
+
 // Cast between the float storage types and i32/i64/bool, through double.
 template <typename T> __device__ inline double toDouble(T x) { return double(load(x)); }
 template <> __device__ inline double toDouble(int64_t x) { return double(x); }
@@ -314,6 +334,7 @@ void registerElementwiseKernels() {
   registerKernel("LessOrEqual", compareOp<Compare::LessOrEqual>, comparable);
   registerKernel("GreaterOrEqual", compareOp<Compare::GreaterOrEqual>, comparable);
   registerKernel("Not", NotKernel, TypeSet{DType::Bool});
+  registerKernel("IsNaN", IsNaNKernel, f);
   registerKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
   // A run-time If (shapes/control_shapes.cc) is a Where with a one-element
   // condition; reading the condition on the host would break graph capture.

@@ -171,6 +171,7 @@ struct Trainer::Impl {
   int rank = 0, world = 1;
   int64_t dropoutRng = -1, dropoutRngSize = 0; // the dropout state global, if the plan has dropout
   int64_t dropoutRows[2] = {-1, -1};            // [row offset, rows] last written into it
+  int64_t lossScale = -1;                       // fp16 plans: the dynamic loss scale's global
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
   Status resume();
@@ -238,6 +239,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   // Dropout masks are keyed by [seed, counter, row offset, rows]; a fresh run
   // sets the seed, a resumed run restores seed and counter, and the rows are
   // set before each micro-batch (setDropoutRows).
+  if (int64_t scale = session.findGlobal(abi::kLossScale); scale >= 0) {
+    const GlobalDesc &g = plan.globals[size_t(scale)];
+    if (g.dtype != DType::F32 || g.bytes != 4) return sdError(planContext, abi::kLossScale, " must be an f32 scalar");
+    im->lossScale = scale;
+  }
   if (int64_t rng = session.findGlobal(abi::kDropoutRng); rng >= 0) {
     const GlobalDesc &g = plan.globals[size_t(rng)];
     if (g.dtype != DType::I64 || (g.bytes != 16 && g.bytes != 8 * abi::kDropoutRngSize))
@@ -404,6 +410,14 @@ StatusOr<StepReport> Trainer::runStep() {
   phase.end(); // eval and checkpoints may take longer than one step
   r.tokens = sums[1];
   r.loss = sums[0] / std::max(r.tokens, 1.0);
+  // fp16: the plan skipped the update exactly when the gradient norm (global
+  // over the ranks) is Inf or NaN, and moved the loss scale.
+  if (im.lossScale >= 0) {
+    float scale = 0;
+    SD_RETURN_IF_ERROR(im.session.readGlobal(size_t(im.lossScale), &scale, sizeof scale).withContext(where));
+    r.skipped = !std::isfinite(r.gradNorm);
+    r.lossScale = scale;
+  }
   if (!std::isfinite(r.loss))
     return sdError("step ", im.step + 1, ": loss is ", r.loss, "; stopped",
                    o.checkpointDir.empty() ? "" : " (the last checkpoint in " + o.checkpointDir + " is kept)");

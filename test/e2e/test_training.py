@@ -244,9 +244,12 @@ def adamw(model, lr, wd):
                              lr=lr, eps=ADAM_EPS)
 
 
-def torch_losses(model, rows, steps, accum, lr, wd, clip, autocast=None):
+def torch_losses(model, rows, steps, accum, lr, wd, clip, autocast=None, scaler=None, scales=None):
     """Per-step losses of PyTorch training on the rows as sdrun batches them;
-    autocast: a torch dtype to run the forward under torch.autocast("cpu")."""
+    autocast: a torch dtype to run the forward under torch.autocast("cpu").
+    scaler: a torch.amp.GradScaler that scales the summed loss, as sdc's fp16
+    plans do (the token count divides after unscale_); (skipped, scale after
+    the step) is appended to `scales` per step."""
     import contextlib
     import torch
     import torch.nn.functional as F
@@ -267,11 +270,25 @@ def torch_losses(model, rows, steps, accum, lr, wd, clip, autocast=None):
                 logits = model(ids).float()
             loss_sum = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1),
                                        ignore_index=-100, reduction="sum")
-            (loss_sum / total_tokens).backward()
+            if scaler:
+                scaler.scale(loss_sum).backward()
+            else:
+                (loss_sum / total_tokens).backward()
             total_sum += float(loss_sum)
+        if scaler:
+            scaler.unscale_(opt)
+            for p in model.parameters():
+                if p.grad is not None:
+                    p.grad /= total_tokens
         if clip > 0:
             torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
-        opt.step()
+        if scaler:
+            before = scaler.get_scale()
+            scaler.step(opt)
+            scaler.update()
+            scales.append((scaler.get_scale() < before, scaler.get_scale()))  # a skipped step halves the scale
+        else:
+            opt.step()
         losses.append(total_sum / total_tokens)
     return losses
 

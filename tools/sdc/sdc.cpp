@@ -92,9 +92,13 @@ const char *kUsage =
     "  --packing                training rows hold several sequences: adds a position_ids\n"
     "                           input (positions restart per sequence; attention stays\n"
     "                           within each); sdrun train then packs instead of padding\n"
-    "  --precision fp32|bf16    bf16: matrix products and attention in bf16 (f32 accumulation),\n"
-    "                           everything else, master weights and optimizer state in f32,\n"
-    "                           as torch.autocast (default fp32)\n"
+    "  --precision fp32|bf16|fp16  bf16/fp16: matrix products and attention in that type (f32\n"
+    "                           accumulation), everything else, master weights and optimizer\n"
+    "                           state in f32, as torch.autocast (default fp32); fp16 training\n"
+    "                           adds dynamic loss scaling as torch.amp.GradScaler\n"
+    "  --loss-scale-init S      fp16: the loss scale's first value (65536); it multiplies the\n"
+    "                           summed loss (sdc divides by the token count after unscaling)\n"
+    "  --loss-scale-window N    fp16: clean optimizer steps before the scale doubles (2000)\n"
     "  --kv-cache MAX_LENGTH    generation entries with key/value caches of MAX_LENGTH\n"
     "                           positions per row in plan state: prefill (a chunk of prompt\n"
     "                           tokens per row) and decode (one token per row), both taking\n"
@@ -157,6 +161,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
+  bool lossScaleGiven = false;
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
@@ -282,12 +287,22 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (arg == "--packing") {
       a.pipeline.packing = true;
     } else if (arg == "--precision") {
-      if (!value(a.pipeline.precision)) return fail("--precision needs fp32 or bf16"), 2;
-      if (a.pipeline.precision == "fp16")
-        return fail("--precision fp16 needs dynamic loss scaling, which is not built yet: use bf16 (same range as fp32)"),
-               2;
-      if (a.pipeline.precision != "fp32" && a.pipeline.precision != "bf16")
-        return fail("--precision takes fp32 or bf16, got '" + a.pipeline.precision + "'"), 2;
+      if (!value(a.pipeline.precision)) return fail("--precision needs fp32, bf16 or fp16"), 2;
+      if (a.pipeline.precision != "fp32" && a.pipeline.precision != "bf16" && a.pipeline.precision != "fp16")
+        return fail("--precision takes fp32, bf16 or fp16, got '" + a.pipeline.precision + "'"), 2;
+    } else if (flag == "--loss-scale-init") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      if (v.empty() || *end || !(d > 0 && d <= 1e30)) return fail("--loss-scale-init needs a positive number"), 2;
+      a.pipeline.lossScaleInit = d;
+      lossScaleGiven = true;
+    } else if (flag == "--loss-scale-window") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0; // the f32 step tracker counts exactly to 2^24
+      if (v.empty() || *end || n < 1 || n > (1ll << 24))
+        return fail("--loss-scale-window needs a whole number of steps from 1 to 16777216"), 2;
+      a.pipeline.lossScaleWindow = n;
+      lossScaleGiven = true;
     } else if (arg == "--external-weights") {
       a.externalWeights = true;
     } else if (arg == "--print-ir-after-all") {
@@ -313,6 +328,11 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
   if (a.pipeline.peft != "lora" && a.pipeline.peft != "osft" && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora or --peft osft"), 2;
+  if (lossScaleGiven && a.pipeline.precision != "fp16")
+    return fail("--loss-scale-init and --loss-scale-window are for --precision fp16 (bf16 and fp32 need no loss scaling)"), 2;
+  if (a.pipeline.precision == "fp16" && a.pipeline.shard != "none")
+    return fail("--precision fp16 with --shard " + a.pipeline.shard +
+                " is not built yet (a skipped step would read state other ranks hold); use --shard none or bf16"), 2;
   if (a.pipeline.shard != "none" && !a.pipeline.training())
     return fail("--shard " + a.pipeline.shard + " shards training state: it needs a training plan (--peft)"), 2;
   if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))

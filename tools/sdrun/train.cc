@@ -129,11 +129,17 @@ public:
   }
   sd::Status report(const sd::train::StepReport &r, int64_t firstStep) {
     if (metrics_) {
+      // JSON has no Inf or NaN: a non-finite norm (an fp16 step skipped) is null.
+      char norm[32] = "null", scaling[64] = "";
+      if (std::isfinite(r.gradNorm)) std::snprintf(norm, sizeof norm, "%.8g", r.gradNorm);
+      if (r.lossScale > 0)
+        std::snprintf(scaling, sizeof scaling, ",\"loss_scale\":%.8g,\"skipped\":%s", r.lossScale,
+                      r.skipped ? "true" : "false");
       std::fprintf(metrics_,
-                   "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%.8g,\"tokens\":%.0f,"
-                   "\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f}\n",
-                   (long long)r.step, (long long)r.epoch, r.loss, r.lr, r.gradNorm, r.tokens, r.tokens / r.seconds,
-                   r.elapsedSeconds);
+                   "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%s,\"tokens\":%.0f,"
+                   "\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f%s}\n",
+                   (long long)r.step, (long long)r.epoch, r.loss, r.lr, norm, r.tokens, r.tokens / r.seconds,
+                   r.elapsedSeconds, scaling);
       SD_RETURN_IF_ERROR(flushMetrics());
     }
     int64_t done = r.step - firstStep, left = r.total - r.step;
@@ -148,6 +154,8 @@ public:
       std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g %.0f %s elapsed %s\n", (long long)r.step,
                    (long long)r.total, r.loss, r.lr, r.tokens / r.seconds, unit_, formatDuration(r.elapsedSeconds).c_str());
     }
+    skipped_ += r.skipped;
+    lossScale_ = r.lossScale;
     if (r.evaluated) {
       if (metrics_) {
         std::fprintf(metrics_, "{\"step\":%lld,\"eval_loss\":%.8g}\n", (long long)r.step, r.evalLoss);
@@ -159,6 +167,9 @@ public:
   }
   void finish() {
     if (tty_) std::fputc('\n', stderr);
+    if (lossScale_ > 0)
+      std::fprintf(stderr, "fp16: %lld step(s) skipped for an Inf/NaN gradient; loss scale now %g\n",
+                   (long long)skipped_, lossScale_);
   }
 
 private:
@@ -167,6 +178,8 @@ private:
     return sd::sdError(path_, ": cannot write metrics: ", sd::writeErrorReason(errno));
   }
   std::string path_;
+  int64_t skipped_ = 0;   // fp16 steps not taken (an Inf/NaN gradient)
+  double lossScale_ = 0;  // fp16: the loss scale after the last step
   FILE *metrics_ = nullptr;
   bool tty_ = ::isatty(2);
   const char *unit_; // what the rate counts: tokens, or a classifier's examples

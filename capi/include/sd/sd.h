@@ -143,6 +143,10 @@ typedef struct sd_step_report {
   double loss, lr, grad_norm, tokens, seconds;
   int evaluated, checkpointed;
   double eval_loss;
+  /* fp16 plans: skipped (an Inf/NaN gradient: no update, the scale halved)
+     and the loss scale after the step; loss_scale 0: no loss scaling. */
+  int skipped;
+  double loss_scale;
 } sd_step_report;
 
 typedef struct sd_trainer sd_trainer;

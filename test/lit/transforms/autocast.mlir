@@ -1,4 +1,13 @@
 // RUN: sd-opt %s --sd-autocast | FileCheck %s
+// RUN: sd-opt %s "--sd-autocast=precision=fp16 loss-scale-window=7" | FileCheck %s --check-prefix=FP16
+
+// fp16: f16 casts (to = 10), and the module carries the loss scale's first
+// value and growth window for sd-autodiff and sd-optimizer.
+// FP16:       module attributes {sd.loss_scale_init = 6.553600e+04 : f64, sd.loss_scale_window = 7 : i64}
+// FP16-LABEL: func.func @linear
+// FP16:       sd.cast %arg0 {to = 10 : i64} : (tensor<2x4xf32>) -> tensor<2x4xf16>
+// FP16:       sd.linear {{.*}} -> tensor<2x3xf16>
+// FP16:       sd.cast %{{.*}} {to = 1 : i64} : (tensor<2x3xf16>) -> tensor<2x3xf32>
 
 // A linear layer: its f32 operands are cast to bf16 (to = 16), it computes in
 // bf16, and its result is cast back to f32 (to = 1) for the op after it.

@@ -45,6 +45,12 @@ constexpr const char *kClassifierBias = "classifier.bias";     // f32 [num_label
 // State globals.
 constexpr const char *kTokensSeen = "tokens_seen";       // counted tokens of the open accumulation window
 constexpr const char *kOptimizerStep = "optimizer_step"; // optimizer steps done (AdamW bias correction)
+// fp16 training (sdc compile --precision fp16): the dynamic loss scale the
+// backward is seeded with, and the optimizer steps since it last changed, as
+// PyTorch's GradScaler keeps them (x2 after a window of clean
+// steps, x0.5 and the step skipped on an Inf/NaN gradient).
+constexpr const char *kLossScale = "loss_scale";
+constexpr const char *kLossScaleGrowth = "loss_scale_growth_tracker";
 // int64[4] [seed, counter, row_offset, rows] keying training-time randomness
 // (sd/ops/counter_rng.h): the trainer sets the seed, each accumulate call
 // advances the counter, and before each micro-batch the trainer says which

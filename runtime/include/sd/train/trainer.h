@@ -43,6 +43,11 @@ struct StepReport {
   double seconds = 0, elapsedSeconds = 0; // this step; since the trainer's first step
   bool evaluated = false, checkpointed = false;
   double evalLoss = 0;
+  // fp16 plans (dynamic loss scaling): `skipped` when the gradient held an
+  // Inf or NaN, so parameters and optimizer state kept their values and the
+  // scale halved; lossScale is the scale after this step (0: no loss scaling).
+  bool skipped = false;
+  double lossScale = 0;
 };
 
 class Trainer {
