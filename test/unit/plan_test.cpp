@@ -560,13 +560,23 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
       data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
            << ((i + 4) % 8) << "]}\n";
   }
-  for (std::string peft : {"none", "lora"}) {
-    for (std::string optimizer : {"adamw", "sgd"}) {
+  // fp16 adds the loss scale and the skip flag: per-step values that must
+  // live in device memory too (a first scale of 2^20 makes the first steps skip).
+  struct Variant {
+    std::string peft, optimizer, precision;
+  };
+  for (const Variant &variant : {Variant{"none", "adamw", "fp32"}, Variant{"none", "sgd", "fp32"},
+                                 Variant{"lora", "adamw", "fp32"}, Variant{"lora", "sgd", "fp32"},
+                                 Variant{"none", "adamw", "fp16"}}) {
+    const std::string &peft = variant.peft, &optimizer = variant.optimizer;
+    {
       CompileRequest req;
       req.model = dir + "/lm.onnxtxt";
-      req.output = dir + "/lm-" + peft + "-" + optimizer + ".sdp";
+      req.output = dir + "/lm-" + peft + "-" + optimizer + "-" + variant.precision + ".sdp";
       req.pipeline.peft = peft;
       req.pipeline.optimizer = optimizer;
+      req.pipeline.precision = variant.precision;
+      req.pipeline.lossScaleInit = 1048576.0;
       req.pipeline.momentum = optimizer == "sgd" ? 0.9 : 0.0;
       if (peft == "lora") req.pipeline.targetModules = ".*";
       std::string err;
@@ -584,6 +594,15 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
       for (size_t i = 0; i < eager.state.size(); ++i)
         EXPECT_EQ(replayed.state[i].data, eager.state[i].data) << peft << "/" << optimizer << " " << eager.state[i].name;
       EXPECT_GT(dev->replays, 0) << "no entry was replayed from a graph";
+      bool sawScale = false;
+      for (const HostTensor &t : eager.state)
+        if (t.name == "loss_scale") {
+          float scale = 0;
+          std::memcpy(&scale, t.data.data(), sizeof scale);
+          EXPECT_LT(scale, 1048576.0f) << "fp16: no step was skipped, the audit misses the skip path";
+          sawScale = true;
+        }
+      EXPECT_EQ(sawScale, variant.precision == "fp16");
       EXPECT_NE(eager.losses.front(), eager.losses.back()) << "training did not move";
     }
   }
