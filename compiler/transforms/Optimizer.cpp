@@ -82,6 +82,8 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     // fp16: `skip` is true when the norm is Inf or NaN (norm - norm is NaN exactly then).
     Value skip = lossScale ? g.make<IsNaNOp>({g.sub(scale->getResult(1), scale->getResult(1))}) : Value();
     auto kept = [&](Value old, Value updated) { return skip ? g.make<WhereOp>({skip, old, updated}) : updated; };
+    // An update op's result `r` replaces its state operand `o`: kept or not.
+    auto keptState = [&](Operation *u, unsigned r, unsigned o) { return kept(u->getOperand(o), u->getResult(r)); };
     store(kept(oldStep, newStep), step);
     if (lossScale && failed(updateLossScale(module, g, skip, lossScale, load, store))) return fn.erase(), func::FuncOp();
     for (auto [i, p] : llvm::enumerate(params)) {
@@ -97,9 +99,9 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
              b.getNamedAttr("epsilon", b.getF64FloatAttr(epsilon)), g.attr("decay", decay)},
             4);
         if (!u) return fn.erase(), func::FuncOp();
-        store(kept(load(p), u->getResult(0)), p);
-        store(kept(load(m), u->getResult(1)), m);
-        store(kept(load(v), u->getResult(2)), v);
+        store(keptState(u, 0, 0), p);
+        store(keptState(u, 1, 2), m);
+        store(keptState(u, 2, 3), v);
         store(u->getResult(3), gradGlobals[i]);
       } else {
         GlobalOp buf = sd::getOrCreateGlobal(module, sd::abi::kSgdMomentumPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
@@ -108,8 +110,8 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
                                     g.attr("nesterov", int64_t(nesterov)), g.attr("decay", decay)},
                                    3);
         if (!u) return fn.erase(), func::FuncOp();
-        store(kept(load(p), u->getResult(0)), p);
-        store(kept(load(buf), u->getResult(1)), buf);
+        store(keptState(u, 0, 0), p);
+        store(keptState(u, 1, 2), buf);
         store(u->getResult(2), gradGlobals[i]);
       }
     }

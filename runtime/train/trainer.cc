@@ -236,14 +236,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   // weights are split by rows (--shard params): there each rank keeps its rows of what it reads.
   if (!o.adapterIn.empty() && !o.resume && (im->rank == 0 || shardMode(session.plan()) == "params"))
     SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
-  // Dropout masks are keyed by [seed, counter, row offset, rows]; a fresh run
-  // sets the seed, a resumed run restores seed and counter, and the rows are
-  // set before each micro-batch (setDropoutRows).
+  // fp16 plans: the loss scale, reported after each step.
   if (int64_t scale = session.findGlobal(abi::kLossScale); scale >= 0) {
     const GlobalDesc &g = plan.globals[size_t(scale)];
     if (g.dtype != DType::F32 || g.bytes != 4) return sdError(planContext, abi::kLossScale, " must be an f32 scalar");
     im->lossScale = scale;
   }
+  // Dropout masks are keyed by [seed, counter, row offset, rows]; a fresh run
+  // sets the seed, a resumed run restores seed and counter, and the rows are
+  // set before each micro-batch (setDropoutRows).
   if (int64_t rng = session.findGlobal(abi::kDropoutRng); rng >= 0) {
     const GlobalDesc &g = plan.globals[size_t(rng)];
     if (g.dtype != DType::I64 || (g.bytes != 16 && g.bytes != 8 * abi::kDropoutRngSize))

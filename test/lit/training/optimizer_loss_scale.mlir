@@ -21,12 +21,14 @@
 // CHECK:       sd.constant dense<5.000000e-01>
 // CHECK:       sd.global_store %{{.*}}, @loss_scale :
 // CHECK:       sd.global_store %{{.*}}, @loss_scale_growth_tracker
-// CHECK:       %[[P:.*]], %[[M:.*]], %[[V:.*]], %[[G:.*]] = sd.adamw
-// CHECK:       %[[W0:.*]] = sd.global_load @w
+// CHECK:       %[[W0:.*]] = sd.global_load @w :
+// CHECK:       %[[M0:.*]] = sd.global_load @"adamw.exp_avg/w"
+// CHECK:       %[[V0:.*]] = sd.global_load @"adamw.exp_avg_sq/w"
+// CHECK:       %[[P:.*]], %[[M:.*]], %[[V:.*]], %[[G:.*]] = sd.adamw %[[W0]], %{{.*}}, %[[M0]], %[[V0]],
 // CHECK:       %[[W:.*]] = sd.where %[[SKIP]], %[[W0]], %[[P]]
 // CHECK:       sd.global_store %[[W]], @w
-// CHECK:       sd.where %[[SKIP]], %{{.*}}, %[[M]]
-// CHECK:       sd.where %[[SKIP]], %{{.*}}, %[[V]]
+// CHECK:       sd.where %[[SKIP]], %[[M0]], %[[M]]
+// CHECK:       sd.where %[[SKIP]], %[[V0]], %[[V]]
 // CHECK:       sd.global_store %[[G]], @"grad/w"
 module attributes {sd.loss_scale_init = 6.553600e+04 : f64, sd.loss_scale_window = 3 : i64} {
   sd.global @loss_scale "scalar_state" : tensor<f32> = dense<6.553600e+04> : tensor<f32>
