@@ -145,6 +145,8 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   iopts.modelPath = req.model;
   iopts.maxTrip = req.maxTrip;
   iopts.maxUnroll = req.maxUnroll;
+  iopts.maxSelect = req.maxSelect;
+  iopts.training = req.pipeline.training();
   for (const std::string &spec : req.pipeline.shapes) {
     std::string name, err;
     std::vector<std::vector<int64_t>> buckets;

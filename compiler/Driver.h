@@ -18,7 +18,8 @@ struct CompileRequest {
   bool verbose = false;
   bool dryRun = false; // report what would train (irOut), write nothing
   int64_t maxTrip = 0;    // bound of run-time-stopped Loops (0: refuse them)
-  int64_t maxUnroll = 4096;
+  int64_t maxUnroll = 64;
+  int64_t maxSelect = 65536; // run-time Ifs: select up to this branch cost, else an If step
 };
 
 // Returns true on success; `error` holds one line on failure. IR for

@@ -1,5 +1,6 @@
 // Buffer live ranges over the step order. Entry inputs are live from step 0,
-// outputs until the end.
+// outputs until the end. A loop body's inputs stay live to the end too: its
+// loop step writes the outer-scope values once and runs the body many times.
 #include "BufferLiveness.h"
 
 using namespace mlir;
@@ -28,8 +29,9 @@ void BufferLiveness::compute(func::FuncOp f) {
       it->second.last = std::max(it->second.last, at);
     }
   };
+  const int64_t inputsUntil = f->hasAttr("sd.body") ? std::max<int64_t>(numSteps, 1) : 0;
   f.walk([&](ir::BufferOp b) {
-    if (b.getInput()) ranges[b] = LiveRange{0, 0};
+    if (b.getInput()) ranges[b] = LiveRange{0, inputsUntil};
   });
   for (auto [i, s] : llvm::enumerate(steps)) {
     for (Value v : s.getInputs()) touch(v, int64_t(i), false);

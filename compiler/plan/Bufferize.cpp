@@ -2,6 +2,7 @@
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
+#include "llvm/ADT/StringSet.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/IRMapping.h"
 #include "mlir/IR/SymbolTable.h"
@@ -28,11 +29,25 @@ bool isAlias(Operation *op) { return isa<ReshapeOp, SqueezeOp, UnsqueezeOp, Flat
 struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    dropUnusedLoopBodies(module);
     SmallVector<func::FuncOp> entries;
     for (auto f : module.getOps<func::FuncOp>())
       if (sd::isEntry(f)) entries.push_back(f);
     for (func::FuncOp f : entries)
       if (failed(bufferize(module, f))) return signalPassFailure();
+  }
+
+  // A Loop or If step whose results nothing used was erased with its uses;
+  // its bodies (and the bodies only they ran) would be dead entries.
+  static void dropUnusedLoopBodies(ModuleOp module) {
+    for (bool changed = true; changed;) {
+      changed = false;
+      llvm::StringSet<> used;
+      module.walk([&](LoopOp loop) { used.insert(loop.getBody()); });
+      module.walk([&](IfOp step) { used.insert(step.getThenBody()), used.insert(step.getElseBody()); });
+      for (auto f : llvm::make_early_inc_range(module.getOps<func::FuncOp>()))
+        if (f->hasAttr("sd.body") && !used.contains(f.getName())) f.erase(), changed = true;
+    }
   }
 
   // Constants become constant-role globals, shared across entries.

@@ -196,7 +196,8 @@ flatbuffers::Offset<fb::Entry> buildEntry(flatbuffers::FlatBufferBuilder &fbb, f
   if (auto a = f->getAttrOfType<IntegerAttr>("sd.arena_bytes")) arena = uint64_t(a.getInt());
   if (auto t = f->getAttrOfType<IntegerAttr>("sd.tensor_bytes")) tensors = uint64_t(t.getInt());
   std::string entryName = f->getAttrOfType<StringAttr>("sd.entry").str();
-  return fb::CreateEntryDirect(fbb, entryName.c_str(), &bucket, arena, &buffers, &steps, &inputs, &outputs, tensors);
+  return fb::CreateEntryDirect(fbb, entryName.c_str(), &bucket, arena, &buffers, &steps, &inputs, &outputs, tensors,
+                               f->hasAttr("sd.body"));
 }
 
 std::string baseName(const std::string &p) {

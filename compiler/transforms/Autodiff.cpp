@@ -106,7 +106,8 @@ struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
       auto rule = dyn_cast<DifferentiableOpInterface>(op);
       if (!rule)
         return op->emitError() << sd::describeNode(op)
-                               << " is not differentiable, and it lies between a trainable parameter and the loss";
+                               << " is not differentiable, and it lies between a trainable parameter and the loss"
+                               << (isa<LoopOp>(op) ? " (a loop step: raise --max-unroll to unroll the loop)" : "");
       SmallVector<bool> needed;
       for (Value v : op->getOperands()) needed.push_back(active(v));
       if (llvm::none_of(needed, [](bool n) { return n; })) continue;

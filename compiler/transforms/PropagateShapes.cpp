@@ -69,7 +69,8 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
   for (Operation *op : ops) {
     if (auto t = dyn_cast<TopKBoundedOp>(op)) op = topKWithKnownK(t);
     auto compute = dyn_cast<ComputeOpInterface>(op);
-    if (!compute) continue;
+    // A Loop or If step's types are its bodies', fixed when they were outlined.
+    if (!compute || isa<LoopOp, IfOp>(op)) continue;
     if (llvm::any_of(operandsThatMatter(op), [&](Value v) { return broken.count(v.getDefiningOp()); })) {
       broken[op] = "";
       continue;

@@ -185,6 +185,23 @@ def SD_IfSelectOp : SD_Nary<"if_select", "IfSelect",
 // fails the run when `overflow` is true (the loop wanted more iterations).
 def SD_LoopGuardOp : SD_Nary<"loop_guard", "LoopGuard",
     (ins AnyTensor:$value, AnyTensor:$overflow), (ins StrAttr:$message)>;
+// An ONNX Loop too long to unroll: the loop-body function `body` (its own
+// plan entry) runs once per iteration, at most max_trips times, while the
+// iteration number is below M and the condition holds. Operands: M, cond,
+// the first `carried` loop-carried values, then the outer-scope values the
+// body reads. Results: the final carried values, then the scan outputs
+// (max_trips slices stacked). `message` is the error when the loop still
+// wants to go on after max_trips iterations.
+def SD_LoopOp : SD_Nary<"loop", "Loop", (ins Variadic<AnyTensor>:$loop_inputs),
+    (ins StrAttr:$body, I64Attr:$max_trips, I64Attr:$carried, StrAttr:$message),
+    (outs Variadic<AnyTensor>:$loop_results)>;
+// An ONNX If on run-time data whose branches cost more than computing both
+// is worth (sdc --max-select): only the taken branch's body function (each
+// its own plan entry) runs. Operands: the condition, the `then_inputs`
+// outer-scope values then_body reads, then those else_body reads.
+def SD_IfOp : SD_Nary<"if", "If", (ins Variadic<AnyTensor>:$if_inputs),
+    (ins StrAttr:$then_body, StrAttr:$else_body, I64Attr:$then_inputs),
+    (outs Variadic<AnyTensor>:$if_results)>;
 def SD_ClipOp : SD_Nary<"clip", "Clip",
     (ins AnyTensor:$input, SD_OptTensor:$min, SD_OptTensor:$max)>;
 def SD_DropoutOp : SD_Nary<"dropout", "Dropout",

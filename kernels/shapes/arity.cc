@@ -196,6 +196,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"Unsqueeze", {2, 2}},
       {"Where", {3, 3}},
       {"IfSelect", {3, 3}},
+      {"Loop", {2, 4096}},
+      {"If", {1, 4096}},
       {"NonZero", {1, 1}},
       {"DFT", {1, 3}},
       {"GridSample", {2, 2}},

@@ -1,6 +1,6 @@
-// Shape rules of the ops that unrolled ONNX control flow leaves in a plan:
-// IfSelect (an If whose condition is run-time data) and LoopGuard (a Loop
-// bounded by --max-trip).
+// Shape rules of the ops ONNX control flow leaves in a plan: IfSelect (an If
+// whose condition is run-time data), LoopGuard (an unrolled Loop bounded by
+// --max-trip) and Loop (a loop step over a body entry).
 #include "shape_util.h"
 
 namespace sd {
@@ -47,7 +47,45 @@ static Status loopGuardShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// Loop(M, cond, carried..., invariants...) -> (carried..., scans...). The
+// carried values keep their types; a scan output's slice type is the body
+// entry's, which only the plan (Plan::parse) and the importer see: it is left
+// unknown here, and the compiler never re-derives a Loop's result types.
+static Status loopShape(ShapeContext &c) {
+  const int64_t carried = c.attrs.getInt("carried", -1), trips = c.attrs.getInt("max_trips", -1);
+  SD_CHECK_ARG(carried >= 0 && size_t(carried) + 2 <= c.inputs.size(), "Loop carries ", carried, " values but has ",
+               c.inputs.size(), " operands");
+  SD_CHECK_ARG(size_t(carried) <= c.numOutputs, "Loop carries ", carried, " values but has ", c.numOutputs, " results");
+  SD_CHECK_ARG(trips >= 0, "Loop needs max_trips >= 0, got ", trips);
+  SD_CHECK_ARG(!c.attrs.getString("body", "").empty(), "Loop needs a body entry");
+  SD_CHECK_ARG(c.inputs[0].dtype == DType::I64 && (!c.inputs[0].isStatic() || c.inputs[0].numElements() == 1),
+               "Loop trip count must be one int64");
+  SD_RETURN_IF_ERROR(singleBool(c.inputs[1], "Loop condition"));
+  c.outputs.assign(c.inputs.begin() + 2, c.inputs.begin() + 2 + carried);
+  TensorInfo unknown;
+  unknown.rankKnown = false;
+  c.outputs.resize(c.numOutputs, unknown);
+  return Status::ok();
+}
+
+// If(cond, then inputs..., else inputs...) -> the taken body's outputs, typed
+// by the body entries (checked by Plan::parse against both), so unknown here.
+static Status ifShape(ShapeContext &c) {
+  const int64_t thenInputs = c.attrs.getInt("then_inputs", -1);
+  SD_CHECK_ARG(thenInputs >= 0 && size_t(thenInputs) + 1 <= c.inputs.size(), "If passes ", thenInputs,
+               " values to its then body but has ", c.inputs.size(), " operands");
+  SD_CHECK_ARG(!c.attrs.getString("then_body", "").empty() && !c.attrs.getString("else_body", "").empty(),
+               "If needs a then body and an else body entry");
+  SD_RETURN_IF_ERROR(singleBool(c.inputs[0], "If condition"));
+  TensorInfo unknown;
+  unknown.rankKnown = false;
+  c.outputs.assign(c.numOutputs, unknown);
+  return Status::ok();
+}
+
 void registerControlShapes() {
+  registerShapeRule("If", ifShape);
+  registerShapeRule("Loop", loopShape);
   registerShapeRule("IfSelect", ifSelectShape);
   registerShapeRule("LoopGuard", loopGuardShape);
 }

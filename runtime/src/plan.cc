@@ -11,6 +11,7 @@
 #include <cstring>
 #include <fcntl.h>
 #include <limits>
+#include <map>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -225,6 +226,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
       for (const fb::BucketDim *b : *e->bucket()) ed.bucket.emplace_back(b->name()->str(), b->value());
     ed.arenaSize = e->arena_size();
     ed.tensorBytes = e->tensor_bytes();
+    ed.isBody = e->body();
     if (ed.arenaSize > (uint64_t(1) << 44)) return sdError(ctx, "arena size ", ed.arenaSize, " is implausible");
     int nbuf = e->buffers() ? int(e->buffers()->size()) : 0;
     for (int i = 0; i < nbuf; ++i) {
@@ -336,6 +338,9 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
         for (size_t k = 0; k < sd.outputs.size(); ++k) {
           const BufferDesc &b = ed.buffers[size_t(sd.outputs[k])];
           const TensorInfo &ti = sc.outputs[k];
+          // A Loop's scan outputs and an If's results are typed by their
+          // bodies (checkBodySteps).
+          if ((sd.op == "Loop" || sd.op == "If") && ti.dtype == DType::Undefined && !ti.rankKnown) continue;
           bool dimsOk = ti.rankKnown ? ti.rank() == int64_t(b.dims.size()) : true;
           for (size_t d = 0; dimsOk && ti.rankKnown && d < b.dims.size(); ++d)
             dimsOk = ti.dims[d] < 0 || ti.dims[d] == b.dims[d];
@@ -355,14 +360,153 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
     }
     entries.push_back(std::move(ed));
   }
+  uint64_t shared = 0, end = 0;
+  for (const EntryDesc &e : entries)
+    if (!e.isBody) shared = std::max(shared, e.arenaSize);
+  end = shared;
+  for (EntryDesc &e : entries)
+    if (e.isBody) e.arenaBase = end, end += (e.arenaSize + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;
+  arenaBytes_ = end;
+  return checkBodySteps(what);
+}
+
+// The call graph of Loop and If steps has no cycle: entries that run no body
+// are settled first, then those whose bodies are all settled (Kahn's order),
+// until none is left. Names that match no body are reported later.
+Status Plan::checkNoBodyRunsItself(const std::string &what, const std::map<std::string, size_t> &bodyIndex) const {
+  std::vector<std::vector<size_t>> callees(entries.size());
+  for (size_t ei = 0; ei < entries.size(); ++ei)
+    for (const StepDesc &st : entries[ei].steps) {
+      if (st.op != "Loop" && st.op != "If") continue;
+      for (const char *attr : {"body", "then_body", "else_body"})
+        if (auto it = bodyIndex.find(st.attrs.getString(attr, "")); it != bodyIndex.end())
+          callees[ei].push_back(it->second);
+    }
+  std::vector<size_t> pending(entries.size());
+  std::vector<std::vector<size_t>> callers(entries.size());
+  for (size_t ei = 0; ei < entries.size(); ++ei)
+    for (size_t c : callees[ei]) callers[c].push_back(ei), ++pending[ei];
+  std::vector<size_t> ready;
+  for (size_t ei = 0; ei < entries.size(); ++ei)
+    if (!pending[ei]) ready.push_back(ei);
+  size_t settled = 0;
+  while (!ready.empty()) {
+    size_t x = ready.back();
+    ready.pop_back();
+    ++settled;
+    for (size_t c : callers[x])
+      if (--pending[c] == 0) ready.push_back(c);
+  }
+  if (settled != entries.size()) {
+    // From any unsettled entry, unsettled callees lead into a cycle: the
+    // first one seen twice lies on it.
+    size_t x = 0;
+    while (!pending[x]) ++x;
+    std::vector<bool> seen(entries.size());
+    while (!seen[x]) {
+      seen[x] = true;
+      x = *std::find_if(callees[x].begin(), callees[x].end(), [&](size_t c) { return pending[c] > 0; });
+    }
+    return sdError(what, ": body entry '", entries[x].name, "' runs itself (through a Loop or If step)");
+  }
   return Status::ok();
 }
 
-uint64_t Plan::maxArenaSize() const {
-  uint64_t m = 0;
-  for (auto &e : entries) m = std::max(m, e.arenaSize);
-  return m;
+// Each Loop and If step against the body entries it names: they exist, are
+// marked as bodies and match the step's types. A Loop body takes (iteration,
+// cond, the step's carried and outer-scope operands) and gives (cond, the
+// carried values, one slice of each scan output); an If's two bodies take
+// their shares of its operands and each give all its results. No body may
+// run itself, directly or through others: it has one region of the arena.
+Status Plan::checkBodySteps(const std::string &what) {
+  std::map<std::string, size_t> bodyIndex;
+  for (size_t i = 0; i < entries.size(); ++i)
+    if (entries[i].isBody && !bodyIndex.emplace(entries[i].name, i).second)
+      return sdError(what, ": body entry '", entries[i].name, "' is defined twice");
+  auto buffer = [](const EntryDesc &x, int32_t b) -> const BufferDesc * {
+    return b >= 0 && size_t(b) < x.buffers.size() ? &x.buffers[size_t(b)] : nullptr;
+  };
+  auto same = [](const BufferDesc *a, DType dtype, const Dims &dims) { return a && a->dtype == dtype && a->dims == dims; };
+  auto one = [&](const BufferDesc *a, DType dtype) { return a && a->dtype == dtype && product(a->dims) == 1; };
+  SD_RETURN_IF_ERROR(checkNoBodyRunsItself(what, bodyIndex));
+  for (size_t ei = 0; ei < entries.size(); ++ei) {
+    const EntryDesc &e = entries[ei];
+    for (size_t si = 0; si < e.steps.size(); ++si) {
+      const StepDesc &st = e.steps[si];
+      if (st.op != "Loop" && st.op != "If") continue;
+      std::string ctx = what + ": entry '" + e.name + "' step " + std::to_string(si) + " (" + st.op +
+                        (st.location.empty() ? "" : " at " + st.location) + "): ";
+      Status missing;
+      auto body = [&](const char *attr) -> const EntryDesc * {
+        std::string name = st.attrs.getString(attr, "");
+        auto it = bodyIndex.find(name);
+        if (it == bodyIndex.end()) return missing = sdError(ctx, "names no body entry '", name, "'"), nullptr;
+        return &entries[it->second];
+      };
+      if (st.op == "If") {
+        const EntryDesc *then = body("then_body"), *other = then ? body("else_body") : nullptr;
+        if (!other) return missing;
+        const int64_t thenInputs = st.attrs.getInt("then_inputs", -1);
+        if (thenInputs != int64_t(then->inputs.size()) ||
+            st.inputs.size() != 1 + then->inputs.size() + other->inputs.size())
+          return sdError(ctx, "has ", st.inputs.size(), " operands, its bodies take ", then->inputs.size(), " and ",
+                         other->inputs.size(), " inputs after the condition");
+        if (!one(buffer(e, st.inputs[0]), DType::Bool)) return sdError(ctx, "its condition must be one bool");
+        for (size_t k = 1; k < st.inputs.size(); ++k) {
+          const EntryDesc &b = k <= then->inputs.size() ? *then : *other;
+          const auto &input = b.inputs[k <= then->inputs.size() ? k - 1 : k - 1 - then->inputs.size()];
+          const BufferDesc *in = buffer(e, st.inputs[k]);
+          if (!in || !same(buffer(b, input.second), in->dtype, in->dims))
+            return sdError(ctx, "operand ", k, " does not match input '", input.first, "' of its body '", b.name, "'");
+        }
+        for (const EntryDesc *b : {then, other}) {
+          if (b->outputs.size() != st.outputs.size())
+            return sdError(ctx, "has ", st.outputs.size(), " results, its body '", b->name, "' gives ", b->outputs.size());
+          for (size_t k = 0; k < st.outputs.size(); ++k) {
+            const BufferDesc *out = buffer(e, st.outputs[k]), *got = buffer(*b, b->outputs[k].second);
+            if (!out || !got || !same(out, got->dtype, got->dims))
+              return sdError(ctx, "result ", k, " does not match output '", b->outputs[k].first, "' of its body '",
+                             b->name, "'");
+          }
+        }
+        continue;
+      }
+      const EntryDesc *loopBody = body("body");
+      if (!loopBody) return missing;
+      const EntryDesc &b = *loopBody;
+      const size_t carried = size_t(st.attrs.getInt("carried", 0));
+      const int64_t trips = st.attrs.getInt("max_trips", 0);
+      if (b.inputs.size() != st.inputs.size() || b.outputs.size() != 1 + st.outputs.size() || st.inputs.size() < 2 ||
+          carried > st.outputs.size() || 2 + carried > st.inputs.size())
+        return sdError(ctx, "has ", st.inputs.size(), " operands and ", st.outputs.size(), " results; its body takes ",
+                       b.inputs.size(), " inputs and gives ", b.outputs.size(), " outputs");
+      if (!one(buffer(e, st.inputs[0]), DType::I64) || !one(buffer(e, st.inputs[1]), DType::Bool) ||
+          !one(buffer(b, b.inputs[0].second), DType::I64) || !one(buffer(b, b.inputs[1].second), DType::Bool) ||
+          !one(buffer(b, b.outputs[0].second), DType::Bool))
+        return sdError(ctx, "its trip count, iteration number and conditions must each be one int64 or one bool");
+      for (size_t k = 2; k < st.inputs.size(); ++k) {
+        const BufferDesc *in = buffer(e, st.inputs[k]);
+        if (!in || !same(buffer(b, b.inputs[k].second), in->dtype, in->dims))
+          return sdError(ctx, "operand ", k, " does not match its body's input '", b.inputs[k].first, "'");
+      }
+      for (size_t k = 0; k < st.outputs.size(); ++k) {
+        const BufferDesc *out = buffer(e, st.outputs[k]), *slice = buffer(b, b.outputs[1 + k].second);
+        if (!out || !slice) return sdError(ctx, "result ", k, " has no buffer");
+        Dims want = slice->dims;
+        if (k >= carried) want.insert(want.begin(), trips);
+        else if (!same(buffer(e, st.inputs[2 + k]), out->dtype, out->dims))
+          return sdError(ctx, "carried value ", k, " changes type");
+        if (!same(out, slice->dtype, want))
+          return sdError(ctx, "result ", k, " is ", dtypeName(out->dtype), "[", formatDims(out->dims), "], its body gives ",
+                         dtypeName(slice->dtype), "[", formatDims(slice->dims), "]",
+                         k >= carried ? " per iteration" : "");
+      }
+    }
+  }
+  return Status::ok();
 }
+
+uint64_t Plan::maxArenaSize() const { return arenaBytes_; }
 
 StatusOr<size_t> Plan::selectEntry(const std::string &name, const std::vector<Dims> &inputDims) const {
   std::string buckets;

@@ -27,6 +27,9 @@ struct Session::Impl {
     // Every output is a global another rank holds (--shard grads: the
     // accumulation into a gradient this rank does not keep): not run here.
     bool elsewhere = false;
+    // A Loop step: the entry it runs once per iteration; an If step: its then
+    // and else entries (-1: a kernel step).
+    int64_t bodies[2] = {-1, -1};
   };
   // Values the kernels' prepare functions derived (packed weights), shared
   // between steps; the steps' contexts point into them.
@@ -39,6 +42,8 @@ struct Session::Impl {
     std::shared_ptr<void> graph;
     int eagerRuns = 0;
     bool captureFailed = false;
+    // Loop and If steps decide on the host what runs: never captured.
+    bool hostControlled = false;
   };
   std::shared_ptr<Device> device;
   std::shared_ptr<Communicator> comm;
@@ -70,8 +75,15 @@ struct Session::Impl {
 
 Session::~Session() = default;
 
+const KernelDef *bodyStepKernel(const std::string &op) {
+  static const KernelDef loop{"Loop", nullptr, nullptr, TypeSet::all(), 0, false};
+  static const KernelDef branch{"If", nullptr, nullptr, TypeSet::all(), 0, false};
+  return op == "Loop" ? &loop : op == "If" ? &branch : nullptr;
+}
+
 StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels) {
   const StepDesc &sd = e.steps[index];
+  if (const KernelDef *k = bodyStepKernel(sd.op)) return k;
   std::vector<DType> ins, outs;
   for (int32_t b : sd.inputs) ins.push_back(b >= 0 ? e.buffers[size_t(b)].dtype : DType::Undefined);
   for (int32_t b : sd.outputs) outs.push_back(e.buffers[size_t(b)].dtype);
@@ -299,7 +311,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     for (const BufferDesc &b : e.buffers) {
       TensorView v{nullptr, b.dtype, b.dims};
       switch (b.kind) {
-      case BufferKind::Arena: v.data = im.arena + b.offset; break;
+      case BufferKind::Arena: v.data = im.arena + e.arenaBase + b.offset; break;
       case BufferKind::Global: {
         const size_t gi = size_t(b.offset);
         v.data = im.globalData[gi];
@@ -333,6 +345,15 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
         if (it == paramOwner.end())
           return sdError("entry '", e.name, "' step ", si, ": shard_param '", p, "' is not a trainable parameter");
         ps.ctx.shardOwner = it->second;
+      }
+      if (kernel == bodyStepKernel(sd.op)) { // Plan::parse checked that the bodies exist
+        const bool loop = sd.op == "Loop";
+        for (int k = 0; k < (loop ? 1 : 2); ++k) {
+          const std::string body = sd.attrs.getString(loop ? "body" : k ? "else_body" : "then_body", "");
+          for (size_t bi = 0; bi < plan->entries.size() && ps.bodies[k] < 0; ++bi)
+            if (plan->entries[bi].isBody && plan->entries[bi].name == body) ps.bodies[k] = int64_t(bi);
+        }
+        pe.hostControlled = true;
       }
       ps.elsewhere = !sd.outputs.empty();
       for (int32_t o : sd.outputs) {
@@ -371,7 +392,9 @@ Status Session::runEager(size_t entry) {
   for (auto &ps : im.entries[entry].steps) {
     if (ps.elsewhere) continue;
     auto t0 = im.profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    Status st = runKernel(*ps.kernel, ps.ctx);
+    Status st = ps.bodies[0] < 0           ? runKernel(*ps.kernel, ps.ctx)
+                : ps.desc->op == "Loop" ? runLoop(ps.ctx, size_t(ps.bodies[0]))
+                                        : runIf(ps.ctx, size_t(ps.bodies[0]), size_t(ps.bodies[1]));
     // A GPU kernel only starts when launched: wait for it, so the time is the op's.
     if (im.profiling && st.isOk() && !im.device->hostAddressable()) st = im.device->synchronize();
     if (im.profiling) {
@@ -393,6 +416,78 @@ Status Session::runEager(size_t entry) {
   return Status::ok();
 }
 
+// A Loop step: the body entry once per iteration while the iteration number
+// is below min(M, max_trips) and the condition holds. Its results hold the
+// carried values from the start (the initial ones) and take the body's after
+// each iteration; the outer-scope operands are copied into the body once, as
+// its inputs stay live for its whole run (the compiler's liveness).
+Status Session::runLoop(const KernelContext &c, size_t bodyIndex) {
+  Impl &im = *impl_;
+  Device &dev = *im.device;
+  const EntryDesc &body = plan_->entries[bodyIndex];
+  const std::vector<TensorView> &views = im.entries[bodyIndex].views;
+  auto in = [&](size_t k) { return views[size_t(body.inputs[k].second)]; };
+  auto out = [&](size_t k) { return views[size_t(body.outputs[k].second)]; };
+  auto copy = [&](void *dst, const void *src, size_t bytes) {
+    return dst == src || !bytes ? Status::ok() : dev.copyOnDevice(dst, src, bytes);
+  };
+  const size_t carried = size_t(c.attrs.getInt("carried", 0));
+  const int64_t maxTrips = c.attrs.getInt("max_trips", 0);
+  int64_t trips = 0;
+  uint8_t cond = 0;
+  SD_RETURN_IF_ERROR(dev.copyToHost(&trips, c.inputs[0].data, sizeof trips));
+  SD_RETURN_IF_ERROR(dev.copyToHost(&cond, c.inputs[1].data, 1));
+  for (size_t k = 0; k < carried; ++k)
+    SD_RETURN_IF_ERROR(copy(c.outputs[k].data, c.inputs[2 + k].data, c.outputs[k].byteSize()));
+  for (size_t k = 2 + carried; k < c.inputs.size(); ++k)
+    SD_RETURN_IF_ERROR(copy(in(k).data, c.inputs[k].data, in(k).byteSize()));
+  const int64_t limit = std::clamp<int64_t>(trips, 0, maxTrips);
+  int64_t i = 0;
+  for (; i < limit && cond; ++i) {
+    const uint8_t yes = 1;
+    SD_RETURN_IF_ERROR(dev.copyFromHost(in(0).data, &i, sizeof i));
+    SD_RETURN_IF_ERROR(dev.copyFromHost(in(1).data, &yes, 1));
+    for (size_t k = 0; k < carried; ++k) SD_RETURN_IF_ERROR(copy(in(2 + k).data, c.outputs[k].data, in(2 + k).byteSize()));
+    SD_RETURN_IF_ERROR(runEager(bodyIndex).withContext("iteration " + std::to_string(i) + ": "));
+    SD_RETURN_IF_ERROR(dev.copyToHost(&cond, out(0).data, 1));
+    for (size_t k = 0; k < carried; ++k) SD_RETURN_IF_ERROR(copy(c.outputs[k].data, out(1 + k).data, c.outputs[k].byteSize()));
+    for (size_t k = carried; k < c.outputs.size(); ++k) {
+      const TensorView slice = out(1 + k);
+      SD_RETURN_IF_ERROR(copy(static_cast<uint8_t *>(c.outputs[k].data) + size_t(i) * slice.byteSize(), slice.data,
+                              slice.byteSize()));
+    }
+  }
+  if (cond && i == maxTrips && trips > maxTrips) return sdError(c.attrs.getString("message", "the loop needs more iterations"));
+  if (i < maxTrips && c.outputs.size() > carried)
+    return sdError("the loop stopped after ", i, " of ", maxTrips, " iterations; its scan outputs need every one");
+  return Status::ok();
+}
+
+// An If step: the condition is read on the host, then the taken body entry
+// runs with its share of the operands copied in, and its outputs are copied
+// to the step's results.
+Status Session::runIf(const KernelContext &c, size_t thenIndex, size_t elseIndex) {
+  Impl &im = *impl_;
+  Device &dev = *im.device;
+  uint8_t cond = 0;
+  SD_RETURN_IF_ERROR(dev.copyToHost(&cond, c.inputs[0].data, 1));
+  const size_t body = cond ? thenIndex : elseIndex;
+  const size_t first = cond ? 1 : 1 + size_t(c.attrs.getInt("then_inputs", 0));
+  const EntryDesc &e = plan_->entries[body];
+  const std::vector<TensorView> &views = im.entries[body].views;
+  auto copy = [&](void *dst, const void *src, size_t bytes) {
+    return dst == src || !bytes ? Status::ok() : dev.copyOnDevice(dst, src, bytes);
+  };
+  for (size_t k = 0; k < e.inputs.size(); ++k) {
+    const TensorView &in = views[size_t(e.inputs[k].second)];
+    SD_RETURN_IF_ERROR(copy(in.data, c.inputs[first + k].data, in.byteSize()));
+  }
+  SD_RETURN_IF_ERROR(runEager(body).withContext(cond ? "then branch: " : "else branch: "));
+  for (size_t k = 0; k < c.outputs.size(); ++k)
+    SD_RETURN_IF_ERROR(copy(c.outputs[k].data, views[size_t(e.outputs[k].second)].data, c.outputs[k].byteSize()));
+  return Status::ok();
+}
+
 // Warm-up -> capture -> replay: the first run is eager (it also reports any
 // kernel error with its step), the second is captured into a graph and
 // replayed, later runs only replay. A failed capture says so once and the
@@ -401,7 +496,7 @@ Status Session::runSteps(size_t entry) {
   Impl &im = *impl_;
   Impl::PreparedEntry &pe = im.entries[entry];
   const EntryDesc &e = plan_->entries[entry];
-  if (!im.graphs || im.profiling || pe.captureFailed || pe.eagerRuns == 0) {
+  if (!im.graphs || im.profiling || pe.captureFailed || pe.hostControlled || pe.eagerRuns == 0) {
     ++pe.eagerRuns;
     return runEager(entry);
   }

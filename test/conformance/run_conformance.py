@@ -76,7 +76,33 @@ def compare(expected, actual):
     return None
 
 
+LOOP_STEP_REFUSAL = "a loop step keeps one static type (raise --max-unroll to unroll it instead)"
+# Control-flow tests run a second time with the other lowering, and pass only
+# if both do: Loop and Scan as loop steps (not unrolled), If as If steps (not
+# selected; an If that cannot be a step still selects).
+SECOND_RUNS = [(r"^test_(loop|scan)", ["--max-unroll", "0"], "loop step"),
+               (r"^test_if", ["--max-select", "0"], "If step")]
+
+
 def run_test(args, test_dir):
+    """Compiles and runs one node test, control flow both ways (SECOND_RUNS)."""
+    verdict = run_once(args, test_dir, [])
+    for pattern, extra, what in SECOND_RUNS:
+        if verdict[0] != "pass" or not re.search(pattern, os.path.basename(test_dir)):
+            continue
+        again = run_once(args, test_dir, extra)
+        # A body whose carried shape varies per iteration (a Slice by the
+        # iteration number) cannot be a loop step: refused at compile time,
+        # naming --max-unroll, which is what sdc promises for it.
+        if again[0] != "pass" and LOOP_STEP_REFUSAL in again[1]:
+            return "pass", "; ".join(filter(None, [verdict[1], "loop step refused: " + again[1]]))
+        if again[0] != "pass":
+            return "fail", f"as {'an' if what[0] == 'I' else 'a'} {what} ({' '.join(extra)}): " + again[1]
+        return "pass", "; ".join(filter(None, [verdict[1], f"also as {'an' if what[0] == 'I' else 'a'} {what}"]))
+    return verdict
+
+
+def run_once(args, test_dir, extra):
     model = os.path.join(test_dir, "model.onnx")
     data_sets = sorted(d for d in os.listdir(test_dir) if d.startswith("test_data_set"))
     if not data_sets:
@@ -102,8 +128,8 @@ def run_test(args, test_dir):
     with tempfile.TemporaryDirectory() as tmp:
         plan = os.path.join(tmp, "plan.sdp")
         try:
-            r = subprocess.run([args.sdc, "compile", model, "-o", plan] + shapes, capture_output=True, text=True,
-                               timeout=120)
+            r = subprocess.run([args.sdc, "compile", model, "-o", plan] + shapes + extra, capture_output=True,
+                               text=True, timeout=120)
         except subprocess.TimeoutExpired:
             return "fail", "sdc timed out"
         # Inputs that determine shapes (a Reshape target, Slice starts, ...) must be
@@ -113,7 +139,7 @@ def run_test(args, test_dir):
             bound = {b.split("=", 1)[0] for b in binds[1::2]}
             kept = [x for pair in zip(shapes[0::2], shapes[1::2]) if pair[1].split("=", 1)[0] not in bound
                     for x in pair]
-            r = subprocess.run([args.sdc, "compile", model, "-o", plan] + kept + binds, capture_output=True,
+            r = subprocess.run([args.sdc, "compile", model, "-o", plan] + kept + binds + extra, capture_output=True,
                                text=True, timeout=120)
         else:
             bound = set()
@@ -263,6 +289,14 @@ def main():
             op = (m.group(1) if m else f"(inputs of {onnx.TensorProto.DataType.Name(int(dtype.group(1)))})"
                   if dtype else "(sequence/optional inputs)" if "is not a tensor" in msg else "(other: " + msg[-40:] + ")")
             unsupported_ops[op] = unsupported_ops.get(op, 0) + 1
+    steps = sorted(f"{c}/{n}" for (c, n), (s, m) in results.items() if s == "pass" and "also as a loop step" in m)
+    ifs = sorted(f"{c}/{n}" for (c, n), (s, m) in results.items() if s == "pass" and "also as an If step" in m)
+    if ifs:
+        print(f"conformance If steps: {len(ifs)} If tests also pass with --max-select 0")
+    refused = sorted(f"{c}/{n}" for (c, n), (s, m) in results.items() if s == "pass" and "loop step refused" in m)
+    if steps or refused:
+        print(f"conformance loop steps: {len(steps)} Loop/Scan tests also pass with --max-unroll 0"
+              + (f"; refused as loop steps (a carried shape varies per iteration): {', '.join(refused)}" if refused else ""))
     print("conformance unsupported ops (tests): " +
           ", ".join(f"{op} ({n})" for op, n in sorted(unsupported_ops.items(), key=lambda kv: (-kv[1], kv[0]))))
     write_scope(args, results)

@@ -253,7 +253,8 @@ def main():
                                    ["--shard optimizer", "training plan"]),
                                   # Loop bounds (docs/control_flow.md).
                                   ("--max-trip 0", ["--max-trip", "0"], ["--max-trip", "integer from 1"]),
-                                  ("--max-unroll x", ["--max-unroll", "x"], ["--max-unroll", "integer from 1"])]:
+                                  ("--max-unroll x", ["--max-unroll", "x"], ["--max-unroll", "integer from 0"]),
+                                  ("--max-select -1", ["--max-select", "-1"], ["--max-select", "integer from 0"])]:
         expect_clean_error(label, [sdc, "compile", gpt, *flags, "-o", out_plan], needles, [out_plan])
     expect_clean_error("torchrun-style launch (RANK, WORLD_SIZE) of CPU ranks",
                        ["env", "RANK=1", "WORLD_SIZE=2", sdrun, "train", out_plan, "--data", os.path.join(tmp, "x.jsonl")],

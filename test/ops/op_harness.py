@@ -1661,7 +1661,9 @@ def main():
         return 77 if args.skip_if_absent else 1
 
     kernels = {k["op"]: k for k in _sdops.kernels(args.backend)}
-    schemas = {s["name"] for s in _sdops.schemas()}
+    # Loop and If steps run other entries of their plan, so the session runs
+    # them, not a kernel (test_control_flow checks them against ONNX Runtime).
+    schemas = {s["name"] for s in _sdops.schemas()} - {"Loop", "If"}
     problems = []
     if args.backend == "cpu" and set(kernels) != schemas:
         problems.append(f"schemas without a CPU kernel: {sorted(schemas - set(kernels))}; "

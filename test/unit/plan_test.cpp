@@ -489,6 +489,179 @@ g (float[3] x) => (int64[1, 3] y) { y = NonZero (x) })";
   corrupt([](fb::Binding *bd) { return bd->mutate_extent_axis(2); }, "extent axis 2 out of range");
 }
 
+// A Loop past --max-unroll: one Loop step over a body entry. It runs, and a
+// plan whose step and body disagree is refused at load, naming the step.
+TEST(LoopSteps, RunAndCorruptOnesAreRefused) {
+  char tmpl[] = "/tmp/sd_loop_testXXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/m.onnxtxt") << R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2] x, float[2] w) => (float[2] y, float[3, 2] steps)
+{
+  m = Constant <value = int64 {3}> ()
+  t = Constant <value = bool {1}> ()
+  y, steps = Loop (m, t, x) <body = b (int64 i, bool c, float[2] acc) => (bool go, float[2] next, float[2] seen) {
+    f = Cast <to = 1> (i)
+    scaled = Mul (acc, f)
+    next = Add (scaled, w)
+    seen = Identity (next)
+    go = Identity (c)
+  }>
+})";
+  CompileRequest req;
+  req.model = dir + "/m.onnxtxt";
+  req.output = dir + "/m.sdp";
+  req.maxUnroll = 1;
+  std::string err;
+  ASSERT_TRUE(compileModel(req, err)) << err;
+  std::ifstream f(req.output, std::ios::binary);
+  std::vector<uint8_t> good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto loaded = Plan::loadBytes(good.data(), good.size(), "good.sdp");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  std::shared_ptr<Plan> plan(std::move(loaded.value()));
+  ASSERT_EQ(plan->entries.size(), 2u);
+  ASSERT_TRUE(plan->entries[1].isBody);
+  auto session = Session::create(plan, SessionOptions{1});
+  ASSERT_TRUE(session.isOk()) << session.status().message();
+  HostTensor x{"x", DType::F32, {2}, std::vector<uint8_t>(8)}, w{"w", DType::F32, {2}, std::vector<uint8_t>(8)};
+  const float xv[2] = {7, 9}, wv[2] = {1, -1};
+  std::memcpy(x.data.data(), xv, 8);
+  std::memcpy(w.data.data(), wv, 8);
+  std::vector<HostTensor> out;
+  ASSERT_TRUE(session.value()->run(0, {&x, &w}, out).isOk());
+  // acc = acc * i + w: w, 2w, 5w (x only reaches iteration 0, times 0).
+  const float *y = reinterpret_cast<const float *>(out[0].data.data());
+  const float *steps = reinterpret_cast<const float *>(out[1].data.data());
+  EXPECT_EQ(y[0], 5.f);
+  EXPECT_EQ(y[1], -5.f);
+  const float want[6] = {1, -1, 2, -2, 5, -5};
+  for (int k = 0; k < 6; ++k) EXPECT_EQ(steps[k], want[k]) << k;
+
+  auto corrupt = [&](const std::function<bool(fb::Plan *)> &mutate, const std::string &want) {
+    std::vector<uint8_t> b = good;
+    ASSERT_TRUE(mutate(fb::GetMutablePlan(b.data())));
+    uint32_t crc = crc32c(b.data(), b.size() - kPlanFooterSize);
+    std::memcpy(b.data() + b.size() - kPlanFooterSize + 8, &crc, 4);
+    auto bad = Plan::loadBytes(b.data(), b.size(), "bad.sdp");
+    ASSERT_FALSE(bad.isOk()) << want;
+    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+  };
+  auto loopAttr = [](fb::Plan *p, const char *name) -> fb::Attr * {
+    auto *steps = p->mutable_entries()->GetMutableObject(0)->mutable_steps();
+    for (flatbuffers::uoffset_t i = 0; i < steps->size(); ++i) {
+      fb::Step *s = steps->GetMutableObject(i);
+      if (s->op()->str() != "Loop") continue;
+      for (flatbuffers::uoffset_t k = 0; k < s->attrs()->size(); ++k)
+        if (s->attrs()->Get(k)->name()->str() == name) return s->mutable_attrs()->GetMutableObject(k);
+    }
+    return nullptr;
+  };
+  corrupt([](fb::Plan *p) { return p->mutable_entries()->GetMutableObject(1)->mutate_body(false); },
+          "names no body entry 'loop_body_0'");
+  corrupt([&](fb::Plan *p) { return loopAttr(p, "max_trips")->mutate_i(4); }, "result 1 is f32[3x2], its body gives f32[2] per iteration");
+  corrupt([&](fb::Plan *p) { return loopAttr(p, "carried")->mutate_i(2); }, "Loop");
+  corrupt([](fb::Plan *p) {
+    auto *body = p->mutable_entries()->GetMutableObject(1);
+    return body->mutable_inputs()->GetMutableObject(2)->mutate_buffer(body->inputs()->Get(0)->buffer());
+  }, "operand 2 does not match its body's input 'carried_0'");
+}
+
+// Ifs on run-time data above --max-select: If steps over two body entries,
+// here nested (the then branch holds another If). Each way runs the taken
+// branch only; a plan whose step and bodies disagree, or whose body runs
+// itself, is refused at load.
+TEST(IfSteps, RunNestedAndCorruptOnesAreRefused) {
+  char tmpl[] = "/tmp/sd_if_testXXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/m.onnxtxt") << R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[2] x, float p, float q) => (float[2] y)
+{
+  zero = Constant <value = float {0}> ()
+  a = Greater (p, zero)
+  b = Greater (q, zero)
+  y = If (a) <then_branch = t () => (float[2] ty) {
+      ty = If (b) <then_branch = tt () => (float[2] u) { u = Add (x, x) },
+                   else_branch = te () => (float[2] v) { v = Mul (x, x) }>
+    }, else_branch = e () => (float[2] ey) { ey = Neg (x) }>
+})";
+  CompileRequest req;
+  req.model = dir + "/m.onnxtxt";
+  req.output = dir + "/m.sdp";
+  req.maxSelect = 0;
+  std::string err;
+  ASSERT_TRUE(compileModel(req, err)) << err;
+  std::ifstream f(req.output, std::ios::binary);
+  std::vector<uint8_t> good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  auto loaded = Plan::loadBytes(good.data(), good.size(), "good.sdp");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  std::shared_ptr<Plan> plan(std::move(loaded.value()));
+  ASSERT_EQ(plan->entries.size(), 5u); // infer and two pairs of branches
+  auto session = Session::create(plan, SessionOptions{1});
+  ASSERT_TRUE(session.isOk()) << session.status().message();
+  auto scalar = [](const char *name, float v) {
+    HostTensor t{name, DType::F32, {}, std::vector<uint8_t>(4)};
+    std::memcpy(t.data.data(), &v, 4);
+    return t;
+  };
+  HostTensor x{"x", DType::F32, {2}, std::vector<uint8_t>(8)};
+  const float xv[2] = {3, -2};
+  std::memcpy(x.data.data(), xv, 8);
+  const float want[3][2] = {{6, -4}, {9, 4}, {-3, 2}}; // x + x, x * x, -x
+  const float pq[3][2] = {{1, 1}, {1, -1}, {-1, 1}};
+  for (int c = 0; c < 3; ++c) {
+    HostTensor p = scalar("p", pq[c][0]), q = scalar("q", pq[c][1]);
+    std::vector<HostTensor> out;
+    ASSERT_TRUE(session.value()->run(0, {&x, &p, &q}, out).isOk());
+    const float *y = reinterpret_cast<const float *>(out[0].data.data());
+    EXPECT_EQ(y[0], want[c][0]) << c;
+    EXPECT_EQ(y[1], want[c][1]) << c;
+  }
+
+  auto corrupt = [&](const std::function<bool(fb::Plan *)> &mutate, const std::string &want) {
+    std::vector<uint8_t> b = good;
+    ASSERT_TRUE(mutate(fb::GetMutablePlan(b.data())));
+    uint32_t crc = crc32c(b.data(), b.size() - kPlanFooterSize);
+    std::memcpy(b.data() + b.size() - kPlanFooterSize + 8, &crc, 4);
+    auto bad = Plan::loadBytes(b.data(), b.size(), "bad.sdp");
+    ASSERT_FALSE(bad.isOk()) << want;
+    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+  };
+  // The If step of entry `e` and its attribute `name`.
+  auto ifAttr = [](fb::Plan *p, flatbuffers::uoffset_t e, const char *name) -> fb::Attr * {
+    auto *steps = p->mutable_entries()->GetMutableObject(e)->mutable_steps();
+    for (flatbuffers::uoffset_t i = 0; i < steps->size(); ++i) {
+      fb::Step *s = steps->GetMutableObject(i);
+      if (s->op()->str() != "If") continue;
+      for (flatbuffers::uoffset_t k = 0; k < s->attrs()->size(); ++k)
+        if (s->attrs()->Get(k)->name()->str() == name) return s->mutable_attrs()->GetMutableObject(k);
+    }
+    return nullptr;
+  };
+  corrupt([&](fb::Plan *p) { return ifAttr(p, 0, "then_inputs")->mutate_i(0); }, "its bodies take");
+  corrupt([](fb::Plan *p) { return p->mutable_entries()->GetMutableObject(1)->mutate_body(false); },
+          "names no body entry");
+  corrupt([&](fb::Plan *p) { // the If's result: f32[3] instead of f32[2]
+    auto *infer = p->mutable_entries()->GetMutableObject(0);
+    for (flatbuffers::uoffset_t i = 0; i < infer->steps()->size(); ++i)
+      if (infer->steps()->Get(i)->op()->str() == "If") {
+        infer->mutable_buffers()->GetMutableObject(infer->steps()->Get(i)->outputs()->Get(0))->mutable_dims()->Mutate(0, 3);
+        return true;
+      }
+    return false;
+  }, "result 0 does not match output 'out_0'");
+  // The nested If's body names its own entry: a body that runs itself.
+  corrupt([&](fb::Plan *p) {
+    for (flatbuffers::uoffset_t e = 1; e < p->entries()->size(); ++e) {
+      fb::Attr *then = ifAttr(p, e, "then_body");
+      const flatbuffers::String *self = p->entries()->Get(e)->name();
+      if (!then || then->s()->size() != self->size()) continue;
+      auto *s = then->mutable_s();
+      for (flatbuffers::uoffset_t k = 0; k < self->size(); ++k) s->Mutate(k, char(self->Get(k)));
+      return true;
+    }
+    return false;
+  }, "runs itself");
+}
+
 } // namespace
 
 namespace {

@@ -5,6 +5,7 @@
 #include "sd/format/file_io.h"
 #include <new>
 #include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -27,8 +28,13 @@ const char *kUsage =
     "                           determine shapes, e.g. a Reshape target)\n"
     "  --external-weights       write weights to PLAN.safetensors next to the plan\n"
     "  --max-trip N             bound of an ONNX Loop whose trip count or stop is run-time\n"
-    "                           data: it unrolls N times and the run fails if it needs more\n"
-    "  --max-unroll N           most iterations a Loop or Scan may unroll to (4096)\n"
+    "                           data: it runs at most N times and the run fails if it needs more\n"
+    "  --max-unroll N           a Loop or Scan of at most N iterations unrolls; a longer one\n"
+    "                           runs as a loop step over its body (64; 0: never unroll)\n"
+    "  --max-select N           an If on run-time data computes both branches and selects\n"
+    "                           while the cheaper one costs at most N (multiply-adds, or\n"
+    "                           result elements); above it an inference plan runs only the\n"
+    "                           taken branch, as an If step (65536; 0: whenever it can)\n"
     "  --emit mlir|plan|import  mlir: print the final IR instead of writing a plan;\n"
     "                           import: print the sd IR straight after import\n"
     "  --print-ir-after-all     print the IR after every pass (to stderr)\n"
@@ -143,7 +149,7 @@ struct Args {
   std::vector<std::pair<std::string, std::string>> binds;
   sd::PipelineOptions pipeline;
   bool externalWeights = false, verbose = false, dryRun = false;
-  int64_t maxTrip = 0, maxUnroll = 4096;
+  int64_t maxTrip = 0, maxUnroll = 64, maxSelect = 65536;
 };
 
 int parseArgs(int argc, char **argv, Args &a) {
@@ -230,10 +236,19 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--lora-init") {
       if (!value(a.pipeline.loraInit) || (a.pipeline.loraInit != "default" && a.pipeline.loraInit != "gaussian"))
         return fail("--lora-init takes 'default' or 'gaussian'"), 2;
+    } else if (flag == "--max-select") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      if (v.empty() || *end || n < 0 || n > (1LL << 62))
+        return fail("--max-select needs an integer from 0 to " + std::to_string(1LL << 62)), 2;
+      a.maxSelect = n;
     } else if (flag == "--max-trip" || flag == "--max-unroll") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
-      if (v.empty() || *end || n < 1 || n > (1 << 20)) return fail(flag + " needs an integer from 1 to 1048576"), 2;
+      // A bound only counts iterations; an unrolled copy costs compile time and plan size.
+      const long long lo = flag == "--max-trip" ? 1 : 0, hi = flag == "--max-trip" ? INT32_MAX : (1 << 20);
+      if (v.empty() || *end || n < lo || n > hi)
+        return fail(flag + " needs an integer from " + std::to_string(lo) + " to " + std::to_string(hi)), 2;
       (flag == "--max-trip" ? a.maxTrip : a.maxUnroll) = n;
     } else if (arg == "--dry-run") {
       a.dryRun = true;
@@ -423,6 +438,7 @@ static int compileMain(int argc, char **argv) {
   req.dryRun = args.dryRun;
   req.maxTrip = args.maxTrip;
   req.maxUnroll = args.maxUnroll;
+  req.maxSelect = args.maxSelect;
   std::string error, ir;
   // A plan's folder is checked before compiling, which can take minutes.
   if (!req.dryRun && !req.output.empty() && req.output != "-")

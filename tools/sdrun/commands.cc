@@ -393,7 +393,9 @@ int inspectCommand(const std::vector<std::string> &all) {
   for (auto &g : p.globals) wbytes += g.bytes;
   std::printf("weights: %llu bytes in %zu globals%s\n", (unsigned long long)wbytes, p.globals.size(),
               p.externalWeights.empty() ? " (in the plan)" : (" (external: " + p.externalWeights + ")").c_str());
-  std::printf("arena: %llu bytes (largest entry)\n", (unsigned long long)p.maxArenaSize());
+  const bool bodies = std::any_of(p.entries.begin(), p.entries.end(), [](const sd::EntryDesc &e) { return e.isBody; });
+  std::printf("arena: %llu bytes (largest entry%s)\n", (unsigned long long)p.maxArenaSize(),
+              bodies ? ", plus each Loop or If body's own" : "");
   printStatePerRank(p);
   std::printf("entries:\n");
   for (auto &e : p.entries) {
@@ -404,6 +406,7 @@ int inspectCommand(const std::vector<std::string> &all) {
         std::printf("%s%s=%lld", i ? ", " : "", e.bucket[i].first.c_str(), (long long)e.bucket[i].second);
       std::printf("]");
     }
+    if (e.isBody) std::printf(" (body of a Loop or If step)");
     std::printf(": %zu steps, arena %llu bytes", e.steps.size(), (unsigned long long)e.arenaSize);
     if (e.tensorBytes)
       std::printf(" for %llu bytes of tensors (%.0f%% shared)", (unsigned long long)e.tensorBytes,

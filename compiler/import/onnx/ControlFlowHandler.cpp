@@ -1,15 +1,20 @@
 // ONNX control flow made static at import, because a plan replays a fixed list
-// of steps with no host-side decisions:
+// of steps with as few host-side decisions as possible:
 // - If: a condition the importer can compute (constants, --bind, static
 //   shapes) compiles only the taken branch. Otherwise both branches are
 //   computed and sd.if_select picks one; sd-propagate-shapes folds it when
 //   specialization makes the condition a constant. Branches have no side
-//   effects in ONNX, so the only cost of selecting is computing both.
+//   effects in ONNX, so the only cost of selecting is computing both; when
+//   that costs too much (--max-select), an inference plan gets an If step
+//   that runs only the taken branch (BranchStep.h).
 // - Loop and Scan unroll: one inline copy of the body per iteration. A Loop
 //   whose stop is run-time data runs up to --max-trip copies, each keeping its
 //   state when the loop has stopped (sd.if_select), and sd.loop_guard fails
-//   the run if the loop still wanted to go on.
+//   the run if the loop still wanted to go on. Longer loops become a loop
+//   step over an outlined body (LoopStep.h).
 #include "ControlFlowHandler.h"
+#include "BranchStep.h"
+#include "LoopStep.h"
 #include "OnnxImporter.h"
 #include "OpLibraryBridge.h"
 #include "OpMaker.h"
@@ -96,20 +101,104 @@ LogicalResult importIf(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec
                  "depends on to compile only the taken one";
     return failure();
   };
+  // Each branch's ops, as imported inline (an If step moves them).
+  OpBuilder &b = imp.builder;
+  Block *block = b.getInsertionBlock();
+  auto lastOp = [&]() -> Operation * {
+    return b.getInsertionPoint() == block->begin() ? nullptr : &*std::prev(b.getInsertionPoint());
+  };
+  auto opsAfter = [&](Operation *mark) {
+    SmallVector<Operation *> ops;
+    for (auto it = mark ? std::next(Block::iterator(mark)) : block->begin(); it != b.getInsertionPoint(); ++it)
+      ops.push_back(&*it);
+    return ops;
+  };
+  BranchStepSpec branches;
+  branches.condition = *cond;
+  Operation *mark = lastOp();
   auto thenOuts = importSubgraph(imp, *thenG, "then_branch", {});
   if (failed(thenOuts)) return hint();
+  branches.thenOps = opsAfter(mark);
+  mark = lastOp();
   auto elseOuts = importSubgraph(imp, *elseG, "else_branch", {});
   if (failed(elseOuts)) return hint();
+  branches.elseOps = opsAfter(mark);
   if (thenOuts->size() != elseOuts->size())
     return imp.fail("then_branch gives " + std::to_string(thenOuts->size()) + " outputs, else_branch " +
                     std::to_string(elseOuts->size()));
+  branches.thenOuts = *thenOuts;
+  branches.elseOuts = *elseOuts;
+
+  // The rule: a branch step when the plan is for inference and the cheaper
+  // branch costs more than --max-select (the other costs at least as much, so
+  // selecting would at least double the work); otherwise select.
+  const int64_t maxSelect = imp.options->maxSelect;
+  std::optional<int64_t> thenCost = estimatedCost(branches.thenOps), elseCost = estimatedCost(branches.elseOps);
+  std::string why;
+  if (imp.options->training)
+    why = "a training plan selects (a branch step has no gradient)";
+  else if (!thenCost || !elseCost)
+    why = "shapes not static at import";
+  else if (std::min(*thenCost, *elseCost) <= maxSelect)
+    why = "the cheaper branch costs " + std::to_string(std::min(*thenCost, *elseCost)) + ", at most --max-select " +
+          std::to_string(maxSelect);
+  else if (IfOp step = emitBranchStep(imp, branches)) {
+    imp.controlFlowNotes.push_back("If '" + name + "': condition is run-time data: an If step runs entry '" +
+                                   step.getThenBody().str() + "' or '" + step.getElseBody().str() +
+                                   "' (branches cost " + std::to_string(*thenCost) + " and " +
+                                   std::to_string(*elseCost) + ", more than --max-select " +
+                                   std::to_string(maxSelect) + ")");
+    return bindOutputs(imp, n, SmallVector<Value>(step->getResults()));
+  } else
+    why = "its branches cannot be steps (outputs or outer values of run-time shape, or of different types)";
   OpMaker m{imp};
   SmallVector<Value> selected;
   for (auto [t, e] : llvm::zip(*thenOuts, *elseOuts)) selected.push_back(m.op("IfSelect", "if_select", {*cond, t, e}));
   if (!m.ok) return failure();
   imp.controlFlowNotes.push_back("If '" + name + "': condition is run-time data: both branches computed, then " +
-                                 std::to_string(selected.size()) + " output(s) selected");
+                                 std::to_string(selected.size()) + " output(s) selected (" + why + ")");
   return bindOutputs(imp, n, selected);
+}
+
+// A Loop of more than --max-unroll iterations: one loop step over its body.
+// `trip` is M when it is run-time data (else null), `limit` the most
+// iterations the plan allows (M, or --max-trip).
+LogicalResult importLoopStep(NodeImporter &imp, const onnx::NodeProto &n, const onnx::GraphProto &body, Value trip,
+                             Value cond, ArrayRef<Value> carried, int64_t limit, bool tripKnown) {
+  const ImportOptions &opts = *imp.options;
+  std::string name = imp.nodeName;
+  LoopStepSpec spec;
+  spec.trip = trip;
+  spec.condition = cond;
+  spec.carried.assign(carried.begin(), carried.end());
+  spec.maxTrips = limit;
+  spec.iterationRank = declaredRank(body, 0);
+  spec.conditionRank = declaredRank(body, 1);
+  spec.overflowMessage = imp.scope + ": Loop '" + name + "' needs more than --max-trip " + std::to_string(limit) +
+                         " iterations; recompile with a larger --max-trip";
+  auto importBody = [&](ArrayRef<Value> args) { return importSubgraph(imp, body, "body", args); };
+  spec.importBody = importBody; // a function_ref: the lambda must outlive it
+  auto made = emitLoopStep(imp, spec);
+  if (failed(made)) return failure();
+  // Scan outputs stack every iteration: the loop must run all of them.
+  LoopOp loop = *made;
+  size_t numScans = loop.getNumResults() - carried.size();
+  bool stopsEarly = !tripKnown || (cond && !knownBool(imp, cond));
+  if (!stopsEarly) {
+    auto bodyFn = loop->getParentOfType<ModuleOp>().lookupSymbol<func::FuncOp>(loop.getBody());
+    Value next = bodyFn.getBody().front().getTerminator()->getOperand(0);
+    std::optional<bool> c = knownBool(imp, next);
+    stopsEarly = !c || !*c;
+  }
+  if (stopsEarly && numScans)
+    return imp.fail("has scan outputs and stops at run time, so their length is run-time data; give a "
+                    "trip count the importer can compute");
+  imp.controlFlowNotes.push_back("Loop '" + name + "': loop step over entry '" + loop.getBody().str() + "', up to " +
+                                 std::to_string(limit) + " iteration(s)" +
+                                 (stopsEarly ? ", stopping on run-time data" : "") +
+                                 (tripKnown ? "" : ", guarded at --max-trip " + std::to_string(opts.maxTrip)) +
+                                 " (more than --max-unroll " + std::to_string(opts.maxUnroll) + ")");
+  return bindOutputs(imp, n, SmallVector<Value>(loop.getResults()));
 }
 
 LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
@@ -135,29 +224,29 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
   auto maxTripHint = "give --max-trip N, or --bind the inputs it depends on";
 
   // The trip count: a known M, else --max-trip. PyTorch's while loops give
-  // M = INT64_MAX and stop on the condition: a known M past what unrolls is
+  // M = INT64_MAX and stop on the condition: a known M of 2^31 or more is
   // treated as no bound.
   Value trip = *tripInput;
   bool tripKnown = false;
-  int64_t limit = opts.maxTrip ? opts.maxTrip : opts.maxUnroll;
+  int64_t limit = opts.maxTrip, knownM = -1;
   if (trip) {
     DenseElementsAttr c = knownValue(trip);
     if (c && c.getNumElements() == 1) {
-      int64_t knownM = (*c.value_begin<APInt>()).getSExtValue();
-      if (knownM > opts.maxUnroll && !opts.maxTrip)
-        return imp.fail("runs up to " + std::to_string(knownM) + " iterations, more than the " +
-                        std::to_string(opts.maxUnroll) + " a loop may unroll to; if its condition stops it sooner, " +
-                        maxTripHint);
-      if (knownM <= opts.maxUnroll) tripKnown = true, limit = std::max<int64_t>(0, knownM);
-      trip = Value();
+      knownM = std::max<int64_t>(0, (*c.value_begin<APInt>()).getSExtValue());
     } else if (!opts.maxTrip) {
       return imp.fail(std::string("trip count M is run-time data; ") + maxTripHint);
     }
   }
+  constexpr int64_t kUnboundedTrips = int64_t(1) << 31;
+  if (knownM >= 0 && knownM < kUnboundedTrips && (knownM <= opts.maxUnroll || knownM <= opts.maxTrip || !opts.maxTrip)) {
+    tripKnown = true, limit = knownM, trip = Value();
+  } else if (knownM >= 0 && !opts.maxTrip) {
+    return imp.fail("runs up to " + std::to_string(knownM) + " iterations; if its condition stops it sooner, " +
+                    maxTripHint);
+  }
   bool bounded = tripKnown || opts.maxTrip > 0;
-  if (limit > opts.maxUnroll)
-    return imp.fail("--max-trip " + std::to_string(limit) + " is more than the " + std::to_string(opts.maxUnroll) +
-                    " iterations a loop may unroll to (--max-unroll)");
+  if (bounded && limit > opts.maxUnroll) return importLoopStep(imp, n, *body, trip, *condInput, carried, limit, tripKnown);
+  if (knownM >= 0) trip = Value(); // past --max-trip: the guard stops the loop first
 
   OpMaker m{imp};
   Type i64 = imp.builder.getI64Type(), i1 = imp.builder.getI1Type();
@@ -260,6 +349,56 @@ LogicalResult importScan(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
     return m.op("Gather", "gather", {x, imp.constI64({index}, /*scalar=*/true)}, {m.i64("axis", axis)});
   };
   int64_t scannedSteps = 0;
+  bool loopStep = false;
+  // A scan longer than --max-unroll: a loop step whose body takes slice t of
+  // each scan input (Gather by the iteration number, counted from the end for
+  // a reverse direction); the step stacks the output slices along a new first
+  // axis, which is then reversed or moved where the node wants it.
+  auto scanStep = [&](ArrayRef<Value> st, ArrayRef<Value> xs, ArrayRef<int64_t> axes,
+                      int64_t length) -> FailureOr<SmallVector<Value>> {
+    LoopStepSpec spec;
+    spec.carried.assign(st.begin(), st.end());
+    spec.maxTrips = length;
+    spec.overflowMessage = "Scan '" + imp.nodeName + "' ran past its length"; // M is the length: never happens
+    auto importBody = [&](ArrayRef<Value> args) -> FailureOr<SmallVector<Value>> {
+      SmallVector<Value> inputs(args.begin() + 2, args.end());
+      for (auto [j, x] : llvm::enumerate(xs)) {
+        Value t = args[0];
+        if (inDirs[j]) t = m.op("Sub", "sub", {imp.constI64({length - 1}, /*scalar=*/true), t});
+        inputs.push_back(m.op("Gather", "gather", {x, t}, {m.i64("axis", axes[j])}));
+      }
+      if (!m.ok) return failure();
+      auto res = importSubgraph(imp, *body, "body", inputs);
+      if (failed(res)) return failure();
+      SmallVector<Value> outs = {constOf(imp, imp.builder.getI1Type(), 1, 0)};
+      outs.append(res->begin(), res->end());
+      return outs;
+    };
+    spec.importBody = importBody; // a function_ref: the lambda must outlive it
+    FailureOr<LoopOp> loop = emitLoopStep(imp, spec);
+    if (failed(loop)) return failure();
+    SmallVector<Value> results(loop->getResults());
+    for (int64_t k = 0; k < numScanOut; ++k) {
+      Value &y = results[size_t(numState + k)];
+      int64_t rank = cast<RankedTensorType>(y.getType()).getRank();
+      if (outDirs[size_t(k)]) {
+        SmallVector<int64_t> backwards;
+        for (int64_t t = length - 1; t >= 0; --t) backwards.push_back(t);
+        y = m.op("Gather", "gather", {y, imp.constI64(backwards)}, {m.i64("axis", 0)});
+      }
+      int64_t axis = outAxes[size_t(k)] < 0 ? outAxes[size_t(k)] + rank : outAxes[size_t(k)];
+      if (axis < 0 || axis >= rank) return (void)imp.fail("scan_output_axes[" + std::to_string(k) + "] is out of range"), failure();
+      if (axis) {
+        SmallVector<int64_t> perm;
+        for (int64_t d = 1; d <= axis; ++d) perm.push_back(d);
+        perm.push_back(0);
+        for (int64_t d = axis + 1; d < rank; ++d) perm.push_back(d);
+        y = m.transpose(y, perm);
+      }
+    }
+    if (!m.ok) return failure();
+    return results;
+  };
   // One scan over unbatched values; returns the final states, then the scan outputs.
   auto scanOnce = [&](SmallVector<Value> st, ArrayRef<Value> xs, const std::string &what) -> FailureOr<SmallVector<Value>> {
     auto bail = [&](const std::string &message) -> FailureOr<SmallVector<Value>> {
@@ -279,11 +418,13 @@ LogicalResult importScan(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
       length = len;
       axes.push_back(axis);
     }
-    if (length > imp.options->maxUnroll)
-      return bail("scans " + std::to_string(length) + " steps; scans unroll, up to " +
-                  std::to_string(imp.options->maxUnroll));
     scannedSteps = length;
     if (length == 0 && numScanOut) return bail("scans 0 steps, so its scan outputs would be empty");
+    if (length > imp.options->maxUnroll) {
+      FailureOr<SmallVector<Value>> r = scanStep(st, xs, axes, length);
+      if (succeeded(r)) loopStep = true;
+      return r;
+    }
     SmallVector<SmallVector<Value>> outs;
     outs.resize(size_t(numScanOut));
     for (int64_t t = 0; t < length; ++t) {
@@ -338,8 +479,10 @@ LogicalResult importScan(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
     }
   }
   if (!m.ok) return failure();
-  imp.controlFlowNotes.push_back("Scan '" + name + "': unrolled " + std::to_string(scannedSteps) + " step(s)" +
-                                 (batched ? " per batch row" : ""));
+  imp.controlFlowNotes.push_back("Scan '" + name + "': " + (loopStep ? "loop step over " : "unrolled ") +
+                                 std::to_string(scannedSteps) + " step(s)" + (batched ? " per batch row" : "") +
+                                 (loopStep ? " (more than --max-unroll " + std::to_string(imp.options->maxUnroll) + ")"
+                                           : ""));
   return bindOutputs(imp, n, results);
 }
 

@@ -30,8 +30,15 @@ struct ImportOptions {
   // Upper bound on the iterations of a Loop whose trip count or condition is
   // run-time data (sdc --max-trip); 0: such loops are refused.
   int64_t maxTrip = 0;
-  // Loops and Scans of more iterations than this are refused (they unroll).
-  int64_t maxUnroll = 4096;
+  // Loops and Scans of at most this many iterations unroll; longer ones
+  // become a loop step over an outlined body (LoopStep.h).
+  int64_t maxUnroll = 64;
+  // An If on run-time data computes both branches and selects while the
+  // cheaper branch costs at most this much (sdc --max-select; BranchStep.h);
+  // above it, an inference plan runs only the taken branch, as an If step.
+  int64_t maxSelect = 65536;
+  // A training plan: Ifs always select (a branch step is not differentiable).
+  bool training = false;
 };
 
 mlir::OwningOpRef<mlir::ModuleOp> importOnnxModel(mlir::MLIRContext *ctx, const onnx::ModelProto &model,

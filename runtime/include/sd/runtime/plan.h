@@ -54,6 +54,10 @@ struct EntryDesc {
     int32_t axis = 0;
   };
   std::vector<Extent> outputExtents;
+  // The body of a Loop or If step (schema 1.5): run by that step, never on its own.
+  bool isBody = false;
+  // Where its buffers start in the session's arena (arenaOffset below).
+  uint64_t arenaBase = 0;
 };
 
 struct PlanLoadOptions {
@@ -80,6 +84,9 @@ public:
   std::vector<GlobalDesc> globals;
   std::vector<EntryDesc> entries;
 
+  // The session's arena: one region the entries share (they run one at a
+  // time), as large as the largest entry's, then one region per loop body,
+  // whose steps run while the entry that loops over it holds its buffers.
   uint64_t maxArenaSize() const;
   // Index of the entry called `name` whose input shapes equal `dims`, or an error
   // that lists the buckets.
@@ -88,11 +95,14 @@ public:
 private:
   Plan() = default;
   Status parse(const std::string &what, const std::string &dir, const PlanLoadOptions &opts);
+  Status checkBodySteps(const std::string &what);
+  Status checkNoBodyRunsItself(const std::string &what, const std::map<std::string, size_t> &bodyIndex) const;
   std::unique_ptr<MappedFile> file_, external_;
   std::vector<uint8_t> owned_;
   std::vector<std::vector<uint64_t>> alignedCopies_; // misaligned external tensors
   const uint8_t *bytes_ = nullptr;
   size_t size_ = 0;
+  uint64_t arenaBytes_ = 0;
 };
 
 } // namespace sd

@@ -14,11 +14,15 @@
 namespace sd {
 
 struct KernelDef;
+struct KernelContext;
 
 // The kernel of `kernels` that runs step `index` of entry `e`, or an error
 // naming the entry, step, location, op and backend. Sessions bind every step
 // through it; `sdrun inspect --kernels` reports a plan's coverage with it.
 StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels);
+// What bindStep gives a Loop or If step on every device (null for other
+// ops): the session runs it (it runs other entries of the plan), not a kernel.
+const KernelDef *bodyStepKernel(const std::string &op);
 
 // The plan's sdc compile --shard mode: "none", "optimizer", "grads" or "params".
 std::string shardMode(const Plan &plan);
@@ -125,6 +129,8 @@ private:
   Session() = default;
   Status runSteps(size_t entry); // eager, captured or replayed
   Status runEager(size_t entry);
+  Status runLoop(const KernelContext &loop, size_t bodyIndex);
+  Status runIf(const KernelContext &step, size_t thenIndex, size_t elseIndex);
   Status keepCountedPrefix(const TensorView &count, int32_t axis, HostTensor &t) const;
   std::shared_ptr<const Plan> plan_;
   std::unique_ptr<Impl> impl_;
