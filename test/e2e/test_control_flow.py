@@ -247,6 +247,28 @@ def dry_run_notes(sdc, path, extra):
     return r.stdout + r.stderr
 
 
+def export_while(tmp, name, scale, shift):
+    """A PyTorch while loop, x = x * scale + shift until x.sum() reaches
+    limit, exported as an ONNX Loop with a run-time stop. Returns its path
+    and the loop as a PyTorch function of (x, limit)."""
+    import torch
+
+    @torch.jit.script
+    def affine_while(x, limit, scale: float, shift: float):
+        while bool(x.sum() < limit):
+            x = x * scale + shift
+        return x
+
+    class M(torch.nn.Module):
+        def forward(self, x, limit):
+            return affine_while(x, limit, scale, shift)
+
+    path = os.path.join(tmp, f"{name}.onnx")
+    torch.onnx.export(M(), (torch.ones(4), torch.tensor(10.0)), path, dynamo=False, opset_version=17,
+                      input_names=["x", "limit"], output_names=["y"])
+    return path, lambda x, limit: affine_while(x, limit, scale, shift)
+
+
 def loop_steps(sdc, sdrun, tmp):
     from onnx import TensorProto as T, helper as h
     rng = np.random.default_rng(3)
@@ -334,20 +356,7 @@ def loop_steps(sdc, sdrun, tmp):
     # A PyTorch while loop that runs thousands of iterations: unrolling that
     # many is out of the question, a loop step stops on the condition.
     import torch
-
-    @torch.jit.script
-    def creep(x, limit):
-        while bool(x.sum() < limit):
-            x = x * 1.001 + 0.001
-        return x
-
-    class Creep(torch.nn.Module):
-        def forward(self, x, limit):
-            return creep(x, limit)
-
-    path = os.path.join(tmp, "creep.onnx")
-    torch.onnx.export(Creep(), (torch.ones(4), torch.tensor(10.0)), path, dynamo=False, opset_version=17,
-                      input_names=["x", "limit"], output_names=["y"])
+    path, creep = export_while(tmp, "creep", 1.001, 0.001)
     plan = os.path.join(tmp, "creep.sdp")
     sh([sdc, "compile", path, "--shapes", "x=4", "--shapes", "limit=scalar", "--max-trip", "100000", "-o", plan])
     x = np.full(4, 0.5, np.float32)
@@ -370,20 +379,7 @@ def loop_steps(sdc, sdrun, tmp):
 
 def scripted_while(sdc, sdrun, tmp):
     import torch
-
-    @torch.jit.script
-    def grow(x, limit):
-        while bool(x.sum() < limit):
-            x = x * 1.5 + 0.25
-        return x
-
-    class M(torch.nn.Module):
-        def forward(self, x, limit):
-            return grow(x, limit)
-
-    path = os.path.join(tmp, "while.onnx")
-    torch.onnx.export(M(), (torch.ones(4), torch.tensor(10.0)), path, dynamo=False, opset_version=17,
-                      input_names=["x", "limit"], output_names=["y"])
+    path, grow = export_while(tmp, "while", 1.5, 0.25)
     plan = os.path.join(tmp, "while.sdp")
     sh([sdc, "compile", path, "--shapes", "x=4", "--shapes", "limit=scalar", "--max-trip", "8", "-o", plan])
     x = np.full(4, 0.5, np.float32)
@@ -447,11 +443,33 @@ def recurrent_inference(sdc, sdrun, tmp):
                   "(1e-5)", err <= 1e-5, f"max abs err {err:.1e}")
 
 
+TRAIN_LR, TRAIN_WD, TRAIN_CLIP = 3e-3, 0.01, 1.0
+
+
+def losses_vs_torch(sdc, sdrun, tmp, model, tag, data, rows, compile_flags=()):
+    """Exports `model` (a language model over input_ids), trains it STEPS steps
+    with sdrun and with PyTorch (same AdamW) and returns (ours, PyTorch's,
+    max relative difference)."""
+    import torch
+    path = os.path.join(tmp, f"{tag}.onnx")
+    torch.onnx.export(model, (torch.zeros(BATCH, SEQ, dtype=torch.long),), path, dynamo=False, opset_version=17,
+                      input_names=["input_ids"], output_names=["logits"])
+    plan = os.path.join(tmp, f"{tag}.sdp")
+    sh([sdc, "compile", path, "--peft", "none", "--shapes", f"input_ids={BATCH}x{SEQ}", "--adam-epsilon",
+        str(ADAM_EPS), "-o", plan, *compile_flags])
+    metrics = os.path.join(tmp, f"{tag}_m.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--threads", "2", "--lr",
+        str(TRAIN_LR), "--weight-decay", str(TRAIN_WD), "--clip-norm", str(TRAIN_CLIP), "--metrics", metrics])
+    ours = [json.loads(l)["loss"] for l in open(metrics)]
+    ref = torch_losses(model, rows, STEPS, 1, TRAIN_LR, TRAIN_WD, TRAIN_CLIP)
+    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref)) if len(ours) == len(ref) else float("inf")
+    return ours, ref, rel
+
+
 def recurrent_training(sdc, sdrun, tmp):
     import torch
     data = os.path.join(tmp, "train.jsonl")
     rows = make_data(data, 9, seed=1)
-    lr, wd, clip = 3e-3, 0.01, 1.0
     for kind in ("GRU", "LSTM"):
         class Lm(torch.nn.Module):
             def __init__(self):
@@ -463,19 +481,7 @@ def recurrent_training(sdc, sdrun, tmp):
             def forward(self, ids):
                 return self.head(self.rnn(self.emb(ids))[0])
         torch.manual_seed(2)
-        model = Lm()
-        path = os.path.join(tmp, f"{kind}_lm.onnx")
-        torch.onnx.export(model, (torch.zeros(BATCH, SEQ, dtype=torch.long),), path, dynamo=False, opset_version=17,
-                          input_names=["input_ids"], output_names=["logits"])
-        plan = os.path.join(tmp, f"{kind}_lm.sdp")
-        sh([sdc, "compile", path, "--peft", "none", "--shapes", f"input_ids={BATCH}x{SEQ}", "--adam-epsilon",
-            str(ADAM_EPS), "-o", plan])
-        metrics = os.path.join(tmp, f"{kind}_m.jsonl")
-        sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--threads", "2", "--lr",
-            str(lr), "--weight-decay", str(wd), "--clip-norm", str(clip), "--metrics", metrics])
-        ours = [json.loads(l)["loss"] for l in open(metrics)]
-        ref = torch_losses(model, rows, STEPS, 1, lr, wd, clip)
-        rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
+        ours, ref, rel = losses_vs_torch(sdc, sdrun, tmp, Lm(), f"{kind}_lm", data, rows)
         check(f"{kind} language model, full fine-tuning: {STEPS} per-step losses equal PyTorch's nn.{kind} (1e-4)",
               rel < 1e-4 and len(ours) == STEPS, f"max rel diff {rel:.2e} (first {ref[0]:.4f}, last {ref[-1]:.4f})")
 
@@ -514,22 +520,10 @@ def control_flow_training(sdc, sdrun, tmp):
 
     data = os.path.join(tmp, "cf_train.jsonl")
     rows = make_data(data, 9, seed=4)
-    lr, wd, clip = 3e-3, 0.01, 1.0
     torch.manual_seed(5)
-    model = Lm()
-    path = os.path.join(tmp, "cf_lm.onnx")
-    torch.onnx.export(model, (torch.zeros(BATCH, SEQ, dtype=torch.long),), path, dynamo=False, opset_version=17,
-                      input_names=["input_ids"], output_names=["logits"])
-    plan = os.path.join(tmp, "cf_lm.sdp")
-    flags = ["--peft", "none", "--shapes", f"input_ids={BATCH}x{SEQ}", "--adam-epsilon", str(ADAM_EPS)]
-    notes = dry_run_notes(sdc, path, flags + ["--max-select", "0"])
-    sh([sdc, "compile", path, "-o", plan, "--max-select", "0"] + flags)
-    metrics = os.path.join(tmp, "cf_m.jsonl")
-    sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--threads", "2", "--lr", str(lr),
-        "--weight-decay", str(wd), "--clip-norm", str(clip), "--metrics", metrics])
-    ours = [json.loads(l)["loss"] for l in open(metrics)]
-    ref = torch_losses(model, rows, STEPS, 1, lr, wd, clip)
-    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, ref))
+    ours, ref, rel = losses_vs_torch(sdc, sdrun, tmp, Lm(), "cf_lm", data, rows, ["--max-select", "0"])
+    notes = dry_run_notes(sdc, os.path.join(tmp, "cf_lm.onnx"), ["--peft", "none", "--shapes",
+                                                                 f"input_ids={BATCH}x{SEQ}", "--max-select", "0"])
     check(f"training through a loop step on the ids and a selected If on activations: {STEPS} per-step losses "
           "equal PyTorch (1e-4)", rel < 1e-4 and len(ours) == STEPS and "loop step over entry" in notes and
           "a training plan selects" in notes, f"max rel diff {rel:.2e}; {notes.strip()[:300]}")

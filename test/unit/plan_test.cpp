@@ -455,34 +455,65 @@ TEST_F(PlanTest, WrongSchemaVersionIsRefusedByName) {
   EXPECT_NE(loaded.status().message().find(want), std::string::npos) << loaded.status().message();
 }
 
+// `model` (ONNX text) compiled in a fresh temporary folder, `configure`
+// setting flags; empty (and the test failed) when it does not compile.
+std::vector<uint8_t> compileText(const std::string &model, const std::function<void(CompileRequest &)> &configure = {}) {
+  char tmpl[] = "/tmp/sd_plan_testXXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/m.onnxtxt") << model;
+  CompileRequest req;
+  req.model = dir + "/m.onnxtxt";
+  req.output = dir + "/m.sdp";
+  if (configure) configure(req);
+  std::string err;
+  if (!compileModel(req, err)) {
+    ADD_FAILURE() << err;
+    return {};
+  }
+  std::ifstream f(req.output, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+// `good` changed by `mutate` (then given a fresh checksum) must fail to load
+// with a message that contains `want`.
+void expectRefused(const std::vector<uint8_t> &good, const std::function<bool(fb::Plan *)> &mutate,
+                   const std::string &want) {
+  std::vector<uint8_t> b = good;
+  ASSERT_TRUE(mutate(fb::GetMutablePlan(b.data()))) << want;
+  uint32_t crc = crc32c(b.data(), b.size() - kPlanFooterSize);
+  std::memcpy(b.data() + b.size() - kPlanFooterSize + 8, &crc, 4);
+  auto bad = Plan::loadBytes(b.data(), b.size(), "bad.sdp");
+  ASSERT_FALSE(bad.isOk()) << want;
+  EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+}
+
+// Attribute `name` of the first `op` step of entry `entry` (null: none).
+fb::Attr *stepAttr(fb::Plan *p, flatbuffers::uoffset_t entry, const char *op, const char *name) {
+  auto *steps = p->mutable_entries()->GetMutableObject(entry)->mutable_steps();
+  for (flatbuffers::uoffset_t i = 0; i < steps->size(); ++i) {
+    fb::Step *s = steps->GetMutableObject(i);
+    if (s->op()->str() != op) continue;
+    for (flatbuffers::uoffset_t k = 0; k < s->attrs()->size(); ++k)
+      if (s->attrs()->Get(k)->name()->str() == name) return s->mutable_attrs()->GetMutableObject(k);
+  }
+  return nullptr;
+}
+
 // A corrupt counted-output binding (NonZero's result, counted along dim 1):
 // a count buffer that is not one int64, out of range, or an axis past the
 // output's rank is refused by name when the plan loads.
 TEST(CountedOutputs, CorruptExtentBindingsAreRefused) {
-  char tmpl[] = "/tmp/sd_counted_testXXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::ofstream(dir + "/m.onnxtxt") << R"(<ir_version: 8, opset_import: ["" : 13]>
-g (float[3] x) => (int64[1, 3] y) { y = NonZero (x) })";
-  CompileRequest req;
-  req.model = dir + "/m.onnxtxt";
-  req.output = dir + "/m.sdp";
-  std::string err;
-  ASSERT_TRUE(compileModel(req, err)) << err;
-  std::ifstream f(req.output, std::ios::binary);
-  std::vector<uint8_t> good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> good = compileText(R"(<ir_version: 8, opset_import: ["" : 13]>
+g (float[3] x) => (int64[1, 3] y) { y = NonZero (x) })");
+  ASSERT_FALSE(good.empty());
   auto loaded = Plan::loadBytes(good.data(), good.size(), "good.sdp");
   ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
   ASSERT_EQ(loaded.value()->entries[0].outputExtents.size(), 1u);
   EXPECT_EQ(loaded.value()->entries[0].outputExtents[0].axis, 1);
-  auto corrupt = [&](auto mutate, const std::string &want) {
-    std::vector<uint8_t> b = good;
-    auto *binding = fb::GetMutablePlan(b.data())->mutable_entries()->GetMutableObject(0)->mutable_outputs()->GetMutableObject(0);
-    ASSERT_TRUE(mutate(binding));
-    uint32_t crc = crc32c(b.data(), b.size() - kPlanFooterSize);
-    std::memcpy(b.data() + b.size() - kPlanFooterSize + 8, &crc, 4);
-    auto bad = Plan::loadBytes(b.data(), b.size(), "bad.sdp");
-    ASSERT_FALSE(bad.isOk()) << want;
-    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+  auto corrupt = [&](const std::function<bool(fb::Binding *)> &mutate, const std::string &want) {
+    expectRefused(good, [&](fb::Plan *p) {
+      return mutate(p->mutable_entries()->GetMutableObject(0)->mutable_outputs()->GetMutableObject(0));
+    }, want);
   };
   corrupt([](fb::Binding *bd) { return bd->mutate_extent_buffer(bd->buffer()); }, "not one int64");
   corrupt([](fb::Binding *bd) { return bd->mutate_extent_buffer(1 << 20); }, "counts its extent in buffer");
@@ -492,9 +523,7 @@ g (float[3] x) => (int64[1, 3] y) { y = NonZero (x) })";
 // A Loop past --max-unroll: one Loop step over a body entry. It runs, and a
 // plan whose step and body disagree is refused at load, naming the step.
 TEST(LoopSteps, RunAndCorruptOnesAreRefused) {
-  char tmpl[] = "/tmp/sd_loop_testXXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::ofstream(dir + "/m.onnxtxt") << R"(<ir_version: 8, opset_import: ["" : 17]>
+  std::vector<uint8_t> good = compileText(R"(<ir_version: 8, opset_import: ["" : 17]>
 g (float[2] x, float[2] w) => (float[2] y, float[3, 2] steps)
 {
   m = Constant <value = int64 {3}> ()
@@ -506,15 +535,8 @@ g (float[2] x, float[2] w) => (float[2] y, float[3, 2] steps)
     seen = Identity (next)
     go = Identity (c)
   }>
-})";
-  CompileRequest req;
-  req.model = dir + "/m.onnxtxt";
-  req.output = dir + "/m.sdp";
-  req.maxUnroll = 1;
-  std::string err;
-  ASSERT_TRUE(compileModel(req, err)) << err;
-  std::ifstream f(req.output, std::ios::binary);
-  std::vector<uint8_t> good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+})", [](CompileRequest &req) { req.maxUnroll = 1; });
+  ASSERT_FALSE(good.empty());
   auto loaded = Plan::loadBytes(good.data(), good.size(), "good.sdp");
   ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
   std::shared_ptr<Plan> plan(std::move(loaded.value()));
@@ -537,24 +559,9 @@ g (float[2] x, float[2] w) => (float[2] y, float[3, 2] steps)
   for (int k = 0; k < 6; ++k) EXPECT_EQ(steps[k], want[k]) << k;
 
   auto corrupt = [&](const std::function<bool(fb::Plan *)> &mutate, const std::string &want) {
-    std::vector<uint8_t> b = good;
-    ASSERT_TRUE(mutate(fb::GetMutablePlan(b.data())));
-    uint32_t crc = crc32c(b.data(), b.size() - kPlanFooterSize);
-    std::memcpy(b.data() + b.size() - kPlanFooterSize + 8, &crc, 4);
-    auto bad = Plan::loadBytes(b.data(), b.size(), "bad.sdp");
-    ASSERT_FALSE(bad.isOk()) << want;
-    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+    expectRefused(good, mutate, want);
   };
-  auto loopAttr = [](fb::Plan *p, const char *name) -> fb::Attr * {
-    auto *steps = p->mutable_entries()->GetMutableObject(0)->mutable_steps();
-    for (flatbuffers::uoffset_t i = 0; i < steps->size(); ++i) {
-      fb::Step *s = steps->GetMutableObject(i);
-      if (s->op()->str() != "Loop") continue;
-      for (flatbuffers::uoffset_t k = 0; k < s->attrs()->size(); ++k)
-        if (s->attrs()->Get(k)->name()->str() == name) return s->mutable_attrs()->GetMutableObject(k);
-    }
-    return nullptr;
-  };
+  auto loopAttr = [](fb::Plan *p, const char *name) { return stepAttr(p, 0, "Loop", name); };
   corrupt([](fb::Plan *p) { return p->mutable_entries()->GetMutableObject(1)->mutate_body(false); },
           "names no body entry 'loop_body_0'");
   corrupt([&](fb::Plan *p) { return loopAttr(p, "max_trips")->mutate_i(4); }, "result 1 is f32[3x2], its body gives f32[2] per iteration");
@@ -570,9 +577,7 @@ g (float[2] x, float[2] w) => (float[2] y, float[3, 2] steps)
 // branch only; a plan whose step and bodies disagree, or whose body runs
 // itself, is refused at load.
 TEST(IfSteps, RunNestedAndCorruptOnesAreRefused) {
-  char tmpl[] = "/tmp/sd_if_testXXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::ofstream(dir + "/m.onnxtxt") << R"(<ir_version: 8, opset_import: ["" : 17]>
+  std::vector<uint8_t> good = compileText(R"(<ir_version: 8, opset_import: ["" : 17]>
 g (float[2] x, float p, float q) => (float[2] y)
 {
   zero = Constant <value = float {0}> ()
@@ -582,15 +587,8 @@ g (float[2] x, float p, float q) => (float[2] y)
       ty = If (b) <then_branch = tt () => (float[2] u) { u = Add (x, x) },
                    else_branch = te () => (float[2] v) { v = Mul (x, x) }>
     }, else_branch = e () => (float[2] ey) { ey = Neg (x) }>
-})";
-  CompileRequest req;
-  req.model = dir + "/m.onnxtxt";
-  req.output = dir + "/m.sdp";
-  req.maxSelect = 0;
-  std::string err;
-  ASSERT_TRUE(compileModel(req, err)) << err;
-  std::ifstream f(req.output, std::ios::binary);
-  std::vector<uint8_t> good((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+})", [](CompileRequest &req) { req.maxSelect = 0; });
+  ASSERT_FALSE(good.empty());
   auto loaded = Plan::loadBytes(good.data(), good.size(), "good.sdp");
   ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
   std::shared_ptr<Plan> plan(std::move(loaded.value()));
@@ -617,25 +615,9 @@ g (float[2] x, float p, float q) => (float[2] y)
   }
 
   auto corrupt = [&](const std::function<bool(fb::Plan *)> &mutate, const std::string &want) {
-    std::vector<uint8_t> b = good;
-    ASSERT_TRUE(mutate(fb::GetMutablePlan(b.data())));
-    uint32_t crc = crc32c(b.data(), b.size() - kPlanFooterSize);
-    std::memcpy(b.data() + b.size() - kPlanFooterSize + 8, &crc, 4);
-    auto bad = Plan::loadBytes(b.data(), b.size(), "bad.sdp");
-    ASSERT_FALSE(bad.isOk()) << want;
-    EXPECT_NE(bad.status().message().find(want), std::string::npos) << bad.status().message();
+    expectRefused(good, mutate, want);
   };
-  // The If step of entry `e` and its attribute `name`.
-  auto ifAttr = [](fb::Plan *p, flatbuffers::uoffset_t e, const char *name) -> fb::Attr * {
-    auto *steps = p->mutable_entries()->GetMutableObject(e)->mutable_steps();
-    for (flatbuffers::uoffset_t i = 0; i < steps->size(); ++i) {
-      fb::Step *s = steps->GetMutableObject(i);
-      if (s->op()->str() != "If") continue;
-      for (flatbuffers::uoffset_t k = 0; k < s->attrs()->size(); ++k)
-        if (s->attrs()->Get(k)->name()->str() == name) return s->mutable_attrs()->GetMutableObject(k);
-    }
-    return nullptr;
-  };
+  auto ifAttr = [](fb::Plan *p, flatbuffers::uoffset_t e, const char *name) { return stepAttr(p, e, "If", name); };
   corrupt([&](fb::Plan *p) { return ifAttr(p, 0, "then_inputs")->mutate_i(0); }, "its bodies take");
   corrupt([](fb::Plan *p) { return p->mutable_entries()->GetMutableObject(1)->mutate_body(false); },
           "names no body entry");
