@@ -516,6 +516,7 @@ Status Session::runSteps(size_t entry) {
 Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs) {
   if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
   const EntryDesc &e = plan_->entries[entry];
+  if (e.isBody) return sdError("entry '", e.name, "' is the body of a Loop or If step and runs only from that step");
   Impl::PreparedEntry &pe = impl_->entries[entry];
   if (inputs.size() != e.inputs.size())
     return sdError("entry '", e.name, "' takes ", e.inputs.size(), " inputs, got ", inputs.size());
@@ -550,6 +551,7 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
 Status Session::runOnDevice(size_t entry, const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs) {
   if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
   const EntryDesc &e = plan_->entries[entry];
+  if (e.isBody) return sdError("entry '", e.name, "' is the body of a Loop or If step and runs only from that step");
   Impl::PreparedEntry &pe = impl_->entries[entry];
   if (inputs.size() != e.inputs.size() || outputs.size() != e.outputs.size())
     return sdError("entry '", e.name, "' takes ", e.inputs.size(), " inputs and gives ", e.outputs.size(),

@@ -613,6 +613,9 @@ g (float[2] x, float p, float q) => (float[2] y)
     EXPECT_EQ(y[0], want[c][0]) << c;
     EXPECT_EQ(y[1], want[c][1]) << c;
   }
+  std::vector<HostTensor> none;
+  Status body = session.value()->run(1, {}, none);
+  EXPECT_NE(body.message().find("runs only from that step"), std::string::npos) << body.message();
 
   auto corrupt = [&](const std::function<bool(fb::Plan *)> &mutate, const std::string &want) {
     expectRefused(good, mutate, want);
