@@ -607,6 +607,7 @@ void registerElementwiseKernels() {
   registerCpuKernel("Exp", [](const KernelContext &c) { return vectorized<vexp>(c, ExpKernel); }, floats);
   registerCpuKernel("Erf", [](const KernelContext &c) { return vectorized<verf>(c, ErfKernel); }, floats);
   registerCpuKernel("Sigmoid", [](const KernelContext &c) { return vectorized<vsigmoid>(c, SigmoidKernel); }, floats);
+  registerCpuKernel("Tanh", [](const KernelContext &c) { return vectorized<vtanh>(c, TanhKernel); }, floats);
   registerCpuKernel("Gelu", [](const KernelContext &c) {
     if (c.attrs.getString("approximate", "none") == "tanh") return vectorized<vgeluTanh>(c, GeluScalarKernel);
     return vectorized<vgelu>(c, GeluScalarKernel);
@@ -614,7 +615,7 @@ void registerElementwiseKernels() {
   registerCpuKernel("GeluGrad", GeluGradKernel, floats);
   R(Log, floats) R(Sqrt, floats) R(Reciprocal, floats) R(Sin, floats) R(Cos, floats) R(Tan, floats)
   R(Asin, floats) R(Acos, floats) R(Atan, floats) R(Sinh, floats) R(Cosh, floats) R(Asinh, floats)
-  R(Acosh, floats) R(Atanh, floats) R(Tanh, floats) R(HardSigmoid, floats) R(HardSwish, floats)
+  R(Acosh, floats) R(Atanh, floats) R(HardSigmoid, floats) R(HardSwish, floats)
   R(LeakyRelu, floats) R(Elu, floats) R(Selu, floats) R(Celu, floats) R(ThresholdedRelu, floats)
   R(Softplus, floats) R(Softsign, floats) R(Mish, floats) R(Swish, floats) R(Floor, floats) R(Ceil, floats) R(Round, floats)
   R(Dropout, floats)

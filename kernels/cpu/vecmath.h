@@ -1,4 +1,4 @@
-// Vectorized float32 transcendental loops (exp, erf, sigmoid), compiled for
+// Vectorized float32 transcendental loops (exp, erf, sigmoid, tanh, ...), compiled for
 // AVX-512, AVX2 and baseline x86-64 with runtime dispatch. Accuracy: exp
 // within 2 ulp, erf within 2e-7 absolute.
 #pragma once
@@ -8,6 +8,8 @@ namespace sd::cpu {
 void vexp(const float *x, float *y, int64_t n);
 void verf(const float *x, float *y, int64_t n);
 void vsigmoid(const float *x, float *y, int64_t n);
+// tanh within 2 ulp (NaN in, NaN out; +-inf to +-1, -0 to -0).
+void vtanh(const float *x, float *y, int64_t n);
 // Exact (erf) GELU: 0.5 * x * (1 + erf(x / sqrt(2))).
 void vgelu(const float *x, float *y, int64_t n);
 void vgeluTanh(const float *x, float *y, int64_t n);
