@@ -30,7 +30,9 @@ FailureOr<LoopOp> emitLoopStep(NodeImporter &imp, const LoopStepSpec &spec) {
   for (auto [i, v] : llvm::enumerate(spec.carried))
     if (!isStatic(v))
       return imp.fail("loop-carried value " + std::to_string(i) + " has a run-time shape (" + typeText(v.getType()) +
-                      "); a loop step needs static shapes: give --shapes"),
+                      ") at import; a loop step needs static shapes: give one --shapes bucket (several leave "
+                      "dims open until specialization), or --max-unroll " + std::to_string(spec.maxTrips) +
+                      " to unroll it"),
              failure();
 
   std::string name = freshBodyName(module, "loop_body_");
