@@ -2,6 +2,7 @@
 // broadcast arithmetic, comparisons and logic, variadic reductions, Where,
 // Clip, Cast.
 #include "cpu_util.h"
+#include "half_convert.h"
 #include "vecmath.h"
 #include "sd/ops/math/activations.h"
 #include <algorithm>
@@ -556,20 +557,19 @@ Status castBetween(const TensorView &in, const TensorView &out, bool saturate, P
     return Status::ok();
   }
   if (dtypeIsNarrow(from) || dtypeIsNarrow(to)) return castNarrow(in, out, saturate, e8m0);
-  // Half types go through f32.
+  // Half types go through f32: straight into (or out of) an f32 side, else
+  // through a temporary.
   if (from == DType::F16 || from == DType::BF16) {
-    std::vector<float> tmp(static_cast<size_t>(n));
-    const uint16_t *h = in.as<uint16_t>();
-    for (int64_t i = 0; i < n; ++i) tmp[i] = from == DType::F16 ? halfToFloat(h[i]) : bf16ToFloat(h[i]);
-    TensorView t{tmp.data(), DType::F32, in.dims};
-    return castBetween(t, out);
+    std::vector<float> tmp(to == DType::F32 ? 0 : static_cast<size_t>(n));
+    float *wide = to == DType::F32 ? out.as<float>() : tmp.data();
+    (from == DType::F16 ? widenF16 : widenBf16)(in.as<uint16_t>(), wide, n);
+    return to == DType::F32 ? Status::ok() : castBetween(TensorView{wide, DType::F32, in.dims}, out);
   }
   if (to == DType::F16 || to == DType::BF16) {
-    std::vector<float> tmp(static_cast<size_t>(n));
-    TensorView t{tmp.data(), DType::F32, in.dims};
-    SD_RETURN_IF_ERROR(castBetween(in, t));
-    uint16_t *h = out.as<uint16_t>();
-    for (int64_t i = 0; i < n; ++i) h[i] = to == DType::F16 ? floatToHalf(tmp[i]) : floatToBf16(tmp[i]);
+    std::vector<float> tmp(from == DType::F32 ? 0 : static_cast<size_t>(n));
+    const float *wide = from == DType::F32 ? in.as<float>() : tmp.data();
+    if (from != DType::F32) SD_RETURN_IF_ERROR(castBetween(in, TensorView{tmp.data(), DType::F32, in.dims}));
+    (to == DType::F16 ? narrowF16 : narrowBf16)(wide, out.as<uint16_t>(), n);
     return Status::ok();
   }
   if (to == DType::Bool) {
