@@ -17,7 +17,6 @@ each in its own process at the same threads; times are medians.
 
   bench/control_flow_bench.py [--build build] [--threads 2] [--iterations 20]
 """
-import argparse
 import json
 import os
 import subprocess
@@ -27,7 +26,7 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from peers import cpu_model, one_line, run_child, table, timed, versions  # noqa: E402
+from peers import bench_cli, cpu_model, one_line, run_child, table, timed, versions  # noqa: E402
 
 HIDDEN, ROWS, WIDTH = 128, 64, 256
 
@@ -91,19 +90,10 @@ def sdrun_row(a, sdc, sdrun, model, flags, feeds_dir, tmp, tag):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--peer", help=argparse.SUPPRESS)
-    ap.add_argument("--model", help=argparse.SUPPRESS)
-    ap.add_argument("--feeds", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a, sdc, sdrun, me = bench_cli(__doc__, __file__, ("peer", "model", "feeds"))
     if a.peer:
         return ort_child(a)
     import numpy as np
-    sdc, sdrun = os.path.join(a.build, "tools", "sdc"), os.path.join(a.build, "tools", "sdrun")
-    me = [sys.executable, os.path.abspath(__file__), "--threads", str(a.threads), "--iterations", str(a.iterations)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         cases = [(f"Loop, {t} iterations", f"loop{t}", lambda p, t=t: loop_model(p, t),

@@ -38,6 +38,23 @@ TRAIN = {"demo": (128, 2, 4, 128, 4)}  # d_model, layers, heads, seq, batch
 LORA_TARGETS, LORA_R, LORA_ALPHA, VOCAB = ["qkv", "proj", "fc1", "fc2"], 8, 16.0, 256
 
 
+
+def bench_cli(doc, script, hidden=("peer",)):
+    """The command line the per-issue benches share: --build, --threads,
+    --iterations and, hidden, the flags a peer child takes. Returns the
+    arguments, the paths of sdc and sdrun, and the command that re-runs
+    `script` as a peer child with the same threads and iterations."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default="build")
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--iterations", type=int, default=20)
+    for flag in hidden:
+        ap.add_argument("--" + flag, help=argparse.SUPPRESS)
+    a = ap.parse_args()
+    sdc, sdrun = os.path.join(a.build, "tools", "sdc"), os.path.join(a.build, "tools", "sdrun")
+    me = [sys.executable, os.path.abspath(script), "--threads", str(a.threads), "--iterations", str(a.iterations)]
+    return a, sdc, sdrun, me
+
 def timed(fn, iterations, warmup):
     """Median ms of fn, timed as ort_run.py times ONNX Runtime."""
     from ort_run import time_runs

@@ -9,7 +9,6 @@ kernels where it has them.
 
   bench/precision_bench.py [--build build] [--threads 2] [--iterations 20]
 """
-import argparse
 import json
 import os
 import subprocess
@@ -20,31 +19,18 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from peers import cpu_model, one_line, run_child, table, versions  # noqa: E402
-from train_bench import LORA_R, LORA_TARGETS, export_gpt_and_batch  # noqa: E402
+from peers import bench_cli, cpu_model, one_line, run_child, table, versions  # noqa: E402
+from train_bench import LORA_R, LORA_TARGETS, export_gpt_and_batch, torch_gpt  # noqa: E402
 
 D, LAYERS, HEADS, SEQ, BATCH = 128, 2, 4, 128, 4
 
 
 def torch_child(a):
     import time
-    import numpy as np
     import torch
     import torch.nn.functional as F
-    from export_models import Gpt
     torch.set_num_threads(a.threads)
-    torch.manual_seed(0)
-    model = Gpt(d=D, layers=LAYERS, heads=HEADS, block=SEQ)
-    if a.mode == "lora":
-        sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
-        from test_training import add_lora
-        rng = np.random.default_rng(0)
-        init = {}
-        for name, mod in model.named_modules():
-            if isinstance(mod, torch.nn.Linear) and any(name.endswith("." + t) for t in LORA_TARGETS):
-                init[name] = ((rng.standard_normal((LORA_R, mod.in_features)) * 0.02).astype(np.float32),
-                              np.zeros((mod.out_features, LORA_R), np.float32))
-        add_lora(model, LORA_TARGETS, LORA_R, 16.0, init)
+    model = torch_gpt(D, LAYERS, HEADS, SEQ, a.mode)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4, weight_decay=0.0)
     ids = torch.randint(0, 256, (BATCH, SEQ))
     times = []
@@ -63,17 +49,9 @@ def torch_child(a):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--peer", help=argparse.SUPPRESS)
-    ap.add_argument("--mode", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a, sdc, sdrun, me = bench_cli(__doc__, __file__, ("peer", "mode"))
     if a.peer:
         return torch_child(a)
-    sdc, sdrun = os.path.join(a.build, "tools", "sdc"), os.path.join(a.build, "tools", "sdrun")
-    me = [sys.executable, os.path.abspath(__file__), "--threads", str(a.threads), "--iterations", str(a.iterations)]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         onnx_path, data = export_gpt_and_batch(tmp, "gpt", D, LAYERS, HEADS, SEQ, BATCH)

@@ -16,7 +16,6 @@ take the cores from the others). Times are medians of --iterations.
 
   bench/recurrent_bench.py [--build build] [--threads 2] [--iterations 20]
 """
-import argparse
 import json
 import os
 import subprocess
@@ -25,7 +24,7 @@ import tempfile
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from peers import cpu_model, one_line, run_child, table, timed, versions  # noqa: E402
+from peers import bench_cli, cpu_model, one_line, run_child, table, timed, versions  # noqa: E402
 
 FEATS, HIDDEN, CLASSES, BATCH, FRAMES = 80, 128, 32, 4, 100
 VOCAB, EMB, LM_HIDDEN, SEQ = 256, 128, 256, 64
@@ -96,19 +95,10 @@ def child(a):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--build", default="build")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--iterations", type=int, default=20)
-    ap.add_argument("--peer", help=argparse.SUPPRESS)
-    ap.add_argument("--kind", help=argparse.SUPPRESS)
-    ap.add_argument("--model", help=argparse.SUPPRESS)
-    a = ap.parse_args()
+    a, sdc, sdrun, me = bench_cli(__doc__, __file__, ("peer", "kind", "model"))
     if a.peer:
         return child(a)
     import torch
-    sdc, sdrun = os.path.join(a.build, "tools", "sdc"), os.path.join(a.build, "tools", "sdrun")
-    me = [sys.executable, os.path.abspath(__file__), "--threads", str(a.threads), "--iterations", str(a.iterations)]
     infer_rows, train_rows = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for kind in ("LSTM", "GRU"):

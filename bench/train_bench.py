@@ -62,16 +62,15 @@ def step_flops(d, layers, seq, batch, vocab, lora):
     return fwd * (2 if lora else 3)
 
 
-def torch_child(args):
+def torch_gpt(d, layers, heads, seq, mode):
+    """The bench GPT in PyTorch (seed 0), with LoRA adapters on LORA_TARGETS
+    when mode is "lora" (A seeded, B zero, as sdc initializes them)."""
     import numpy as np
     import torch
-    import torch.nn.functional as F
     from export_models import Gpt
-    torch.set_num_threads(args.threads)
-    d, layers, heads, seq, batch = CONFIGS[args.config]
     torch.manual_seed(0)
     model = Gpt(d=d, layers=layers, heads=heads, block=seq)
-    if args.mode == "lora":
+    if mode == "lora":
         sys.path.insert(0, os.path.join(ROOT, "test", "e2e"))
         from test_training import add_lora
         rng = np.random.default_rng(0)
@@ -81,6 +80,15 @@ def torch_child(args):
                 init[name] = ((rng.standard_normal((LORA_R, mod.in_features)) * 0.02).astype(np.float32),
                               np.zeros((mod.out_features, LORA_R), np.float32))
         add_lora(model, LORA_TARGETS, LORA_R, 16.0, init)
+    return model
+
+
+def torch_child(args):
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(args.threads)
+    d, layers, heads, seq, batch = CONFIGS[args.config]
+    model = torch_gpt(d, layers, heads, seq, args.mode)
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
     ids = torch.randint(0, 256, (batch, seq))

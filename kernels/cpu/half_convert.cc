@@ -2,13 +2,8 @@
 // unit test checks every f16 and bf16 value, and floats across every
 // exponent, against the scalar conversions.
 #include "half_convert.h"
+#include "simd_clones.h"
 #include <cstring>
-
-#if defined(__x86_64__) && !defined(__clang__)
-#define SD_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define SD_CLONES
-#endif
 
 namespace sd::cpu {
 namespace {

@@ -1,14 +1,9 @@
-// Branch-free float32 exp/erf/sigmoid written so GCC vectorizes them; each
+// Branch-free float32 exp/erf/sigmoid/tanh written so GCC vectorizes them; each
 // loop is cloned per ISA and picked at load time (target_clones).
 #include "vecmath.h"
+#include "simd_clones.h"
 #include <cmath>
 #include <cstring>
-
-#if defined(__x86_64__) && !defined(__clang__)
-#define SD_CLONES __attribute__((target_clones("avx512f", "avx2,fma", "default")))
-#else
-#define SD_CLONES
-#endif
 
 namespace sd::cpu {
 namespace {
