@@ -1,12 +1,20 @@
 // sd-autocast: runs the matrix products and attention in bf16 or fp16
 // between casts (see Passes.td). The ops are edited in place: operands get a
 // cast in front, results change type and get a cast back to f32 behind, so
-// every other op still sees f32 and the plan's state stays f32. fp16 also
-// marks the module for dynamic loss scaling (sd-autodiff, sd-optimizer).
+// every other op still sees f32 and the plan's state stays f32. A frozen
+// weight is cast once, here: its half copy becomes a frozen global of its own
+// (the f32 one goes when nothing else reads it), instead of a Cast step at
+// every use in every run. fp16 also marks the module for dynamic loss scaling
+// (sd-autodiff, sd-optimizer).
+#include "GlobalData.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
+#include "sd/format/dtype.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include "mlir/IR/SymbolTable.h"
+#include "llvm/ADT/SetVector.h"
 #include <cmath>
 
 namespace sd {
@@ -49,6 +57,43 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
       if (isa<LinearOp, MatMulOp, GemmOp, AttentionOp>(op)) ops.push_back(op);
     });
     for (Operation *op : ops) castAround(op);
+    // The f32 loads the half copies replaced, and the weights nothing reads now.
+    ModuleOp module = getOperation();
+    for (Operation *load : replacedLoads)
+      if (load->use_empty()) load->erase();
+    SmallVector<GlobalLoadOp> dead; // loads of those weights nothing read even before
+    module.walk([&](GlobalLoadOp load) {
+      if (load->use_empty() && castWeights.contains(load.getGlobal())) dead.push_back(load);
+    });
+    for (GlobalLoadOp load : dead) load.erase();
+    for (StringRef name : castWeights)
+      if (auto g = SymbolTable::lookupSymbolIn(module, name); g && SymbolTable::symbolKnownUseEmpty(g, module))
+        g->erase();
+  }
+
+  // The half copy of a frozen f32 weight's load, or null for anything else.
+  // Rounded as the Cast kernel rounds (sd/format/dtype.h's conversions).
+  Value frozenHalf(OpBuilder &b, Location loc, Value v, Type element, sd::DType to) {
+    auto load = v.getDefiningOp<GlobalLoadOp>();
+    if (!load) return {};
+    ModuleOp module = getOperation();
+    auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal()));
+    auto t = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
+    if (!g || g.getRole() != "frozen" || !t || !t.getElementType().isF32() || !t.hasStaticShape()) return {};
+    ArrayRef<float> data = sd::floatsOf(g);
+    if (int64_t(data.size()) != t.getNumElements()) return {};
+    std::string name = (g.getSymName() + (to == sd::DType::F16 ? ".f16" : ".bf16")).str();
+    auto type = RankedTensorType::get(t.getShape(), element);
+    if (!SymbolTable::lookupSymbolIn(module, name)) {
+      std::vector<uint16_t> bits(data.size());
+      for (size_t i = 0; i < data.size(); ++i)
+        bits[i] = to == sd::DType::F16 ? sd::floatToHalf(data[i]) : sd::floatToBf16(data[i]);
+      auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<uint16_t>(bits));
+      sd::getOrCreateGlobal(module, name, type, "frozen", DenseResourceElementsAttr::get(type, name, std::move(blob)));
+    }
+    replacedLoads.insert(load);
+    castWeights.insert(g.getSymName());
+    return b.create<GlobalLoadOp>(loc, type, name);
   }
 
   Value castTo(OpBuilder &b, Location loc, Value v, Type element, sd::DType to) {
@@ -56,6 +101,9 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
     return b.create<CastOp>(loc, RankedTensorType::get(t.getShape(), element), v,
                             b.getI64IntegerAttr(int64_t(to)), IntegerAttr(), StringAttr());
   }
+
+  llvm::SetVector<Operation *> replacedLoads;
+  llvm::SetVector<StringRef> castWeights;
 
   void castAround(Operation *op) {
     OpBuilder b(op);
@@ -65,7 +113,8 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
     bool changed = false;
     for (OpOperand &operand : op->getOpOperands())
       if (isF32Tensor(operand.get().getType())) {
-        operand.set(castTo(b, op->getLoc(), operand.get(), half, halfType));
+        Value weight = frozenHalf(b, op->getLoc(), operand.get(), half, halfType);
+        operand.set(weight ? weight : castTo(b, op->getLoc(), operand.get(), half, halfType));
         changed = true;
       }
     if (!changed) return;
