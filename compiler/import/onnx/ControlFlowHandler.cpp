@@ -136,7 +136,7 @@ LogicalResult importIf(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec
   std::optional<int64_t> thenCost = estimatedCost(branches.thenOps), elseCost = estimatedCost(branches.elseOps);
   std::string why;
   if (imp.options->training)
-    why = "a training plan selects (a branch step has no gradient)";
+    why = "a training plan selects: a branch step has no gradient";
   else if (!thenCost || !elseCost)
     why = "shapes not static at import";
   else if (std::min(*thenCost, *elseCost) <= maxSelect)
