@@ -29,7 +29,7 @@ bool isAlias(Operation *op) { return isa<ReshapeOp, SqueezeOp, UnsqueezeOp, Flat
 struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    dropUnusedLoopBodies(module);
+    dropUnusedBodies(module);
     SmallVector<func::FuncOp> entries;
     for (auto f : module.getOps<func::FuncOp>())
       if (sd::isEntry(f)) entries.push_back(f);
@@ -39,7 +39,7 @@ struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
 
   // A Loop or If step whose results nothing used was erased with its uses;
   // its bodies (and the bodies only they ran) would be dead entries.
-  static void dropUnusedLoopBodies(ModuleOp module) {
+  static void dropUnusedBodies(ModuleOp module) {
     for (bool changed = true; changed;) {
       changed = false;
       llvm::StringSet<> used;

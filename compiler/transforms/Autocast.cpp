@@ -57,11 +57,10 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
       if (isa<LinearOp, MatMulOp, GemmOp, AttentionOp>(op)) ops.push_back(op);
     });
     for (Operation *op : ops) castAround(op);
-    // The f32 loads the half copies replaced, and the weights nothing reads now.
+    // The f32 loads nothing reads now (the half copies replaced them, or they
+    // were dead already), then the weights nothing loads.
     ModuleOp module = getOperation();
-    for (Operation *load : replacedLoads)
-      if (load->use_empty()) load->erase();
-    SmallVector<GlobalLoadOp> dead; // loads of those weights nothing read even before
+    SmallVector<GlobalLoadOp> dead;
     module.walk([&](GlobalLoadOp load) {
       if (load->use_empty() && castWeights.contains(load.getGlobal())) dead.push_back(load);
     });
@@ -91,7 +90,6 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
       auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<uint16_t>(bits));
       sd::getOrCreateGlobal(module, name, type, "frozen", DenseResourceElementsAttr::get(type, name, std::move(blob)));
     }
-    replacedLoads.insert(load);
     castWeights.insert(g.getSymName());
     return b.create<GlobalLoadOp>(loc, type, name);
   }
@@ -102,7 +100,6 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
                             b.getI64IntegerAttr(int64_t(to)), IntegerAttr(), StringAttr());
   }
 
-  llvm::SetVector<Operation *> replacedLoads;
   llvm::SetVector<StringRef> castWeights;
 
   void castAround(Operation *op) {

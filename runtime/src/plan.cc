@@ -372,16 +372,11 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
 
 // The call graph of Loop and If steps has no cycle: entries that run no body
 // are settled first, then those whose bodies are all settled (Kahn's order),
-// until none is left. Names that match no body are reported later.
-Status Plan::checkNoBodyRunsItself(const std::string &what, const std::map<std::string, size_t> &bodyIndex) const {
+// until none is left.
+Status Plan::checkNoBodyRunsItself(const std::string &what) const {
   std::vector<std::vector<size_t>> callees(entries.size());
   for (size_t ei = 0; ei < entries.size(); ++ei)
-    for (const StepDesc &st : entries[ei].steps) {
-      if (st.op != "Loop" && st.op != "If") continue;
-      for (const char *attr : {"body", "then_body", "else_body"})
-        if (auto it = bodyIndex.find(st.attrs.getString(attr, "")); it != bodyIndex.end())
-          callees[ei].push_back(it->second);
-    }
+    for (const StepDesc &st : entries[ei].steps) callees[ei].insert(callees[ei].end(), st.bodies.begin(), st.bodies.end());
   std::vector<size_t> pending(entries.size());
   std::vector<std::vector<size_t>> callers(entries.size());
   for (size_t ei = 0; ei < entries.size(); ++ei)
@@ -412,40 +407,48 @@ Status Plan::checkNoBodyRunsItself(const std::string &what, const std::map<std::
   return Status::ok();
 }
 
-// Each Loop and If step against the body entries it names: they exist, are
-// marked as bodies and match the step's types. A Loop body takes (iteration,
-// cond, the step's carried and outer-scope operands) and gives (cond, the
-// carried values, one slice of each scan output); an If's two bodies take
-// their shares of its operands and each give all its results. No body may
-// run itself, directly or through others: it has one region of the arena.
+// Each Loop and If step against the body entries it names: they exist and
+// are marked as bodies (their indices go into StepDesc::bodies), no body runs
+// itself, directly or through others (it has one region of the arena), and
+// the bodies match the step's types. A Loop body takes (iteration, cond, the
+// step's carried and outer-scope operands) and gives (cond, the carried
+// values, one slice of each scan output); an If's two bodies take their
+// shares of its operands and each give all its results.
 Status Plan::checkBodySteps(const std::string &what) {
   std::map<std::string, size_t> bodyIndex;
   for (size_t i = 0; i < entries.size(); ++i)
     if (entries[i].isBody && !bodyIndex.emplace(entries[i].name, i).second)
       return sdError(what, ": body entry '", entries[i].name, "' is defined twice");
+  auto stepContext = [&](const EntryDesc &e, size_t si) {
+    const StepDesc &st = e.steps[si];
+    return what + ": entry '" + e.name + "' step " + std::to_string(si) + " (" + st.op +
+           (st.location.empty() ? "" : " at " + st.location) + "): ";
+  };
+  for (EntryDesc &e : entries)
+    for (size_t si = 0; si < e.steps.size(); ++si) {
+      StepDesc &st = e.steps[si];
+      if (st.op != "Loop" && st.op != "If") continue;
+      for (const char *attr : st.op == "Loop" ? std::vector<const char *>{"body"}
+                                              : std::vector<const char *>{"then_body", "else_body"}) {
+        auto it = bodyIndex.find(st.attrs.getString(attr, ""));
+        if (it == bodyIndex.end())
+          return sdError(stepContext(e, si), "names no body entry '", st.attrs.getString(attr, ""), "'");
+        st.bodies.push_back(it->second);
+      }
+    }
+  SD_RETURN_IF_ERROR(checkNoBodyRunsItself(what));
   auto buffer = [](const EntryDesc &x, int32_t b) -> const BufferDesc * {
     return b >= 0 && size_t(b) < x.buffers.size() ? &x.buffers[size_t(b)] : nullptr;
   };
   auto same = [](const BufferDesc *a, DType dtype, const Dims &dims) { return a && a->dtype == dtype && a->dims == dims; };
   auto one = [&](const BufferDesc *a, DType dtype) { return a && a->dtype == dtype && product(a->dims) == 1; };
-  SD_RETURN_IF_ERROR(checkNoBodyRunsItself(what, bodyIndex));
-  for (size_t ei = 0; ei < entries.size(); ++ei) {
-    const EntryDesc &e = entries[ei];
+  for (const EntryDesc &e : entries) {
     for (size_t si = 0; si < e.steps.size(); ++si) {
       const StepDesc &st = e.steps[si];
-      if (st.op != "Loop" && st.op != "If") continue;
-      std::string ctx = what + ": entry '" + e.name + "' step " + std::to_string(si) + " (" + st.op +
-                        (st.location.empty() ? "" : " at " + st.location) + "): ";
-      Status missing;
-      auto body = [&](const char *attr) -> const EntryDesc * {
-        std::string name = st.attrs.getString(attr, "");
-        auto it = bodyIndex.find(name);
-        if (it == bodyIndex.end()) return missing = sdError(ctx, "names no body entry '", name, "'"), nullptr;
-        return &entries[it->second];
-      };
+      if (st.bodies.empty()) continue;
+      const std::string ctx = stepContext(e, si);
       if (st.op == "If") {
-        const EntryDesc *then = body("then_body"), *other = then ? body("else_body") : nullptr;
-        if (!other) return missing;
+        const EntryDesc *then = &entries[st.bodies[0]], *other = &entries[st.bodies[1]];
         const int64_t thenInputs = st.attrs.getInt("then_inputs", -1);
         if (thenInputs != int64_t(then->inputs.size()) ||
             st.inputs.size() != 1 + then->inputs.size() + other->inputs.size())
@@ -471,9 +474,7 @@ Status Plan::checkBodySteps(const std::string &what) {
         }
         continue;
       }
-      const EntryDesc *loopBody = body("body");
-      if (!loopBody) return missing;
-      const EntryDesc &b = *loopBody;
+      const EntryDesc &b = entries[st.bodies[0]];
       const size_t carried = size_t(st.attrs.getInt("carried", 0));
       const int64_t trips = st.attrs.getInt("max_trips", 0);
       if (b.inputs.size() != st.inputs.size() || b.outputs.size() != 1 + st.outputs.size() || st.inputs.size() < 2 ||

@@ -27,9 +27,6 @@ struct Session::Impl {
     // Every output is a global another rank holds (--shard grads: the
     // accumulation into a gradient this rank does not keep): not run here.
     bool elsewhere = false;
-    // A Loop step: the entry it runs once per iteration; an If step: its then
-    // and else entries (-1: a kernel step).
-    int64_t bodies[2] = {-1, -1};
   };
   // Values the kernels' prepare functions derived (packed weights), shared
   // between steps; the steps' contexts point into them.
@@ -346,15 +343,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
           return sdError("entry '", e.name, "' step ", si, ": shard_param '", p, "' is not a trainable parameter");
         ps.ctx.shardOwner = it->second;
       }
-      if (kernel == bodyStepKernel(sd.op)) { // Plan::parse checked that the bodies exist
-        const bool loop = sd.op == "Loop";
-        for (int k = 0; k < (loop ? 1 : 2); ++k) {
-          const std::string body = sd.attrs.getString(loop ? "body" : k ? "else_body" : "then_body", "");
-          for (size_t bi = 0; bi < plan->entries.size() && ps.bodies[k] < 0; ++bi)
-            if (plan->entries[bi].isBody && plan->entries[bi].name == body) ps.bodies[k] = int64_t(bi);
-        }
-        pe.hostControlled = true;
-      }
+      pe.hostControlled |= !sd.bodies.empty();
       ps.elsewhere = !sd.outputs.empty();
       for (int32_t o : sd.outputs) {
         const BufferDesc &b = e.buffers[size_t(o)];
@@ -392,9 +381,10 @@ Status Session::runEager(size_t entry) {
   for (auto &ps : im.entries[entry].steps) {
     if (ps.elsewhere) continue;
     auto t0 = im.profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
-    Status st = ps.bodies[0] < 0           ? runKernel(*ps.kernel, ps.ctx)
-                : ps.desc->op == "Loop" ? runLoop(ps.ctx, size_t(ps.bodies[0]))
-                                        : runIf(ps.ctx, size_t(ps.bodies[0]), size_t(ps.bodies[1]));
+    const std::vector<size_t> &bodies = ps.desc->bodies; // resolved by Plan::parse
+    Status st = bodies.empty()             ? runKernel(*ps.kernel, ps.ctx)
+                : ps.desc->op == "Loop" ? runLoop(ps.ctx, bodies[0])
+                                        : runIf(ps.ctx, bodies[0], bodies[1]);
     // A GPU kernel only starts when launched: wait for it, so the time is the op's.
     if (im.profiling && st.isOk() && !im.device->hostAddressable()) st = im.device->synchronize();
     if (im.profiling) {
@@ -416,6 +406,12 @@ Status Session::runEager(size_t entry) {
   return Status::ok();
 }
 
+// A device-to-device copy between a step's buffers and its body's, skipped
+// where they are the same memory (a body that passes a value through).
+static Status copyBetween(Device &dev, void *dst, const void *src, size_t bytes) {
+  return dst == src || !bytes ? Status::ok() : dev.copyOnDevice(dst, src, bytes);
+}
+
 // A Loop step: the body entry once per iteration while the iteration number
 // is below min(M, max_trips) and the condition holds. Its results hold the
 // carried values from the start (the initial ones) and take the body's after
@@ -428,9 +424,6 @@ Status Session::runLoop(const KernelContext &c, size_t bodyIndex) {
   const std::vector<TensorView> &views = im.entries[bodyIndex].views;
   auto in = [&](size_t k) { return views[size_t(body.inputs[k].second)]; };
   auto out = [&](size_t k) { return views[size_t(body.outputs[k].second)]; };
-  auto copy = [&](void *dst, const void *src, size_t bytes) {
-    return dst == src || !bytes ? Status::ok() : dev.copyOnDevice(dst, src, bytes);
-  };
   const size_t carried = size_t(c.attrs.getInt("carried", 0));
   const int64_t maxTrips = c.attrs.getInt("max_trips", 0);
   int64_t trips = 0;
@@ -438,22 +431,22 @@ Status Session::runLoop(const KernelContext &c, size_t bodyIndex) {
   SD_RETURN_IF_ERROR(dev.copyToHost(&trips, c.inputs[0].data, sizeof trips));
   SD_RETURN_IF_ERROR(dev.copyToHost(&cond, c.inputs[1].data, 1));
   for (size_t k = 0; k < carried; ++k)
-    SD_RETURN_IF_ERROR(copy(c.outputs[k].data, c.inputs[2 + k].data, c.outputs[k].byteSize()));
+    SD_RETURN_IF_ERROR(copyBetween(dev, c.outputs[k].data, c.inputs[2 + k].data, c.outputs[k].byteSize()));
   for (size_t k = 2 + carried; k < c.inputs.size(); ++k)
-    SD_RETURN_IF_ERROR(copy(in(k).data, c.inputs[k].data, in(k).byteSize()));
+    SD_RETURN_IF_ERROR(copyBetween(dev, in(k).data, c.inputs[k].data, in(k).byteSize()));
   const int64_t limit = std::clamp<int64_t>(trips, 0, maxTrips);
   int64_t i = 0;
   for (; i < limit && cond; ++i) {
     const uint8_t yes = 1;
     SD_RETURN_IF_ERROR(dev.copyFromHost(in(0).data, &i, sizeof i));
     SD_RETURN_IF_ERROR(dev.copyFromHost(in(1).data, &yes, 1));
-    for (size_t k = 0; k < carried; ++k) SD_RETURN_IF_ERROR(copy(in(2 + k).data, c.outputs[k].data, in(2 + k).byteSize()));
+    for (size_t k = 0; k < carried; ++k) SD_RETURN_IF_ERROR(copyBetween(dev, in(2 + k).data, c.outputs[k].data, in(2 + k).byteSize()));
     SD_RETURN_IF_ERROR(runEager(bodyIndex).withContext("iteration " + std::to_string(i) + ": "));
     SD_RETURN_IF_ERROR(dev.copyToHost(&cond, out(0).data, 1));
-    for (size_t k = 0; k < carried; ++k) SD_RETURN_IF_ERROR(copy(c.outputs[k].data, out(1 + k).data, c.outputs[k].byteSize()));
+    for (size_t k = 0; k < carried; ++k) SD_RETURN_IF_ERROR(copyBetween(dev, c.outputs[k].data, out(1 + k).data, c.outputs[k].byteSize()));
     for (size_t k = carried; k < c.outputs.size(); ++k) {
       const TensorView slice = out(1 + k);
-      SD_RETURN_IF_ERROR(copy(static_cast<uint8_t *>(c.outputs[k].data) + size_t(i) * slice.byteSize(), slice.data,
+      SD_RETURN_IF_ERROR(copyBetween(dev, static_cast<uint8_t *>(c.outputs[k].data) + size_t(i) * slice.byteSize(), slice.data,
                               slice.byteSize()));
     }
   }
@@ -475,16 +468,13 @@ Status Session::runIf(const KernelContext &c, size_t thenIndex, size_t elseIndex
   const size_t first = cond ? 1 : 1 + size_t(c.attrs.getInt("then_inputs", 0));
   const EntryDesc &e = plan_->entries[body];
   const std::vector<TensorView> &views = im.entries[body].views;
-  auto copy = [&](void *dst, const void *src, size_t bytes) {
-    return dst == src || !bytes ? Status::ok() : dev.copyOnDevice(dst, src, bytes);
-  };
   for (size_t k = 0; k < e.inputs.size(); ++k) {
     const TensorView &in = views[size_t(e.inputs[k].second)];
-    SD_RETURN_IF_ERROR(copy(in.data, c.inputs[first + k].data, in.byteSize()));
+    SD_RETURN_IF_ERROR(copyBetween(dev, in.data, c.inputs[first + k].data, in.byteSize()));
   }
   SD_RETURN_IF_ERROR(runEager(body).withContext(cond ? "then branch: " : "else branch: "));
   for (size_t k = 0; k < c.outputs.size(); ++k)
-    SD_RETURN_IF_ERROR(copy(c.outputs[k].data, views[size_t(e.outputs[k].second)].data, c.outputs[k].byteSize()));
+    SD_RETURN_IF_ERROR(copyBetween(dev, c.outputs[k].data, views[size_t(e.outputs[k].second)].data, c.outputs[k].byteSize()));
   return Status::ok();
 }
 

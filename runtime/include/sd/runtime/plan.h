@@ -37,6 +37,9 @@ struct StepDesc {
   AttrMap attrs;
   std::vector<int32_t> inputs, outputs; // -1: absent optional operand
   std::string location;
+  // A Loop step: the index of its body entry; an If step: its then and else
+  // entries (resolved and checked when the plan loads). Empty otherwise.
+  std::vector<size_t> bodies;
 };
 
 struct EntryDesc {
@@ -96,7 +99,7 @@ private:
   Plan() = default;
   Status parse(const std::string &what, const std::string &dir, const PlanLoadOptions &opts);
   Status checkBodySteps(const std::string &what);
-  Status checkNoBodyRunsItself(const std::string &what, const std::map<std::string, size_t> &bodyIndex) const;
+  Status checkNoBodyRunsItself(const std::string &what) const;
   std::unique_ptr<MappedFile> file_, external_;
   std::vector<uint8_t> owned_;
   std::vector<std::vector<uint64_t>> alignedCopies_; // misaligned external tensors
