@@ -4,7 +4,8 @@ GPT (d 128, 2 layers, 4 heads, 128 tokens, batch 4) compiled with
 --precision fp32, bf16 and fp16 (`sdrun bench --entry train_step`), against
 PyTorch eager in f32 and under torch.autocast("cpu", bfloat16), same model,
 batch and threads, in one run. On the CPU the half types are storage types:
-sdc's kernels widen them to f32 (vectorized conversions), PyTorch runs bf16
+sdc's kernels compute them through f32 (frozen weights widened once when the
+session is created, activations converted per step), PyTorch runs bf16
 kernels where it has them.
 
   bench/precision_bench.py [--build build] [--threads 2] [--iterations 20]

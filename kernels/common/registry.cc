@@ -1,6 +1,10 @@
 // The op schema table and the kernel registries, filled once by registerAllOps().
 #include "sd/ops/registry.h"
+#include "sd/ops/threadpool.h"
+#include <algorithm>
+#include <atomic>
 #include <map>
+#include <memory>
 
 namespace sd {
 
@@ -84,29 +88,58 @@ Status castTensor(const TensorView &in, const TensorView &out);
 
 static bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
 
-Status runKernel(const KernelDef &def, const KernelContext &c) {
-  bool half = false;
-  if (def.halfViaF32) {
-    for (auto &t : c.inputs) half = half || isHalf(t.dtype);
-    for (auto &t : c.outputs) half = half || isHalf(t.dtype);
-  }
-  if (!half) return def.run(c);
-  std::vector<std::vector<float>> store;
-  store.reserve(c.inputs.size() + c.outputs.size());
-  KernelContext f{c.attrs, c.inputs, c.outputs, c.pool, c.prepared, c.stream};
-  for (size_t i = 0; i < f.inputs.size() + f.outputs.size(); ++i) {
-    bool in = i < f.inputs.size();
-    TensorView &t = in ? f.inputs[i] : f.outputs[i - f.inputs.size()];
-    if (!isHalf(t.dtype) || !t.data) continue;
-    store.emplace_back(static_cast<size_t>(t.numElements()));
-    TensorView wide{store.back().data(), DType::F32, t.dims};
-    if (in) SD_RETURN_IF_ERROR(cpu::castTensor(t, wide));
-    t = wide;
-  }
-  SD_RETURN_IF_ERROR(def.run(f));
-  for (size_t i = 0; i < c.outputs.size(); ++i)
-    if (isHalf(c.outputs[i].dtype) && c.outputs[i].data) SD_RETURN_IF_ERROR(cpu::castTensor(f.outputs[i], c.outputs[i]));
+bool widensHalves(const KernelDef &def, const KernelContext &c) {
+  if (!def.halfViaF32) return false;
+  for (auto &t : c.inputs)
+    if (isHalf(t.dtype)) return true;
+  for (auto &t : c.outputs)
+    if (isHalf(t.dtype)) return true;
+  return false;
+}
+
+Status convertHalf(ThreadPool *pool, const TensorView &from, const TensorView &to) {
+  const int64_t n = from.numElements();
+  if (n != to.numElements()) return sdError("converting ", n, " elements into ", to.numElements());
+  // Chunks of 16K elements: a conversion streams memory, so threads only pay
+  // off on tensors of some size (a thread's start costs about a chunk's time).
+  constexpr int64_t kChunk = int64_t(1) << 14;
+  const size_t fromSize = dtypeSize(from.dtype), toSize = dtypeSize(to.dtype);
+  std::atomic<bool> failed{false};
+  parallelFor(pool, (n + kChunk - 1) / kChunk, 1, [&](int64_t c0, int64_t c1) {
+    const int64_t i0 = c0 * kChunk, len = std::min(n, c1 * kChunk) - i0;
+    TensorView f{static_cast<uint8_t *>(from.data) + size_t(i0) * fromSize, from.dtype, {len}};
+    TensorView t{static_cast<uint8_t *>(to.data) + size_t(i0) * toSize, to.dtype, {len}};
+    if (!cpu::castTensor(f, t).isOk()) failed = true;
+  });
+  return failed ? sdError("cannot convert ", dtypeName(from.dtype), " to ", dtypeName(to.dtype)) : Status::ok();
+}
+
+Status runWidened(const KernelDef &def, const KernelContext &narrow, const HalfOperands &h) {
+  for (size_t i : h.widenInputs) SD_RETURN_IF_ERROR(convertHalf(narrow.pool, narrow.inputs[i], h.wide.inputs[i]));
+  SD_RETURN_IF_ERROR(def.run(h.wide));
+  for (size_t o : h.roundOutputs) SD_RETURN_IF_ERROR(convertHalf(narrow.pool, h.wide.outputs[o], narrow.outputs[o]));
   return Status::ok();
+}
+
+Status runKernel(const KernelDef &def, const KernelContext &c) {
+  if (!widensHalves(def, c)) return def.run(c);
+  HalfOperands h{c, {}, {}};
+  std::vector<std::unique_ptr<float[]>> store; // uninitialized: every element is written before it is read
+  auto standIn = [&](TensorView &t) {
+    store.emplace_back(new float[size_t(t.numElements())]);
+    t = TensorView{store.back().get(), DType::F32, t.dims};
+  };
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (isHalf(c.inputs[i].dtype) && c.inputs[i].data) {
+      standIn(h.wide.inputs[i]);
+      h.widenInputs.push_back(i);
+    }
+  for (size_t o = 0; o < c.outputs.size(); ++o)
+    if (isHalf(c.outputs[o].dtype) && c.outputs[o].data) {
+      standIn(h.wide.outputs[o]);
+      h.roundOutputs.push_back(o);
+    }
+  return runWidened(def, c, h);
 }
 
 bool ShapeContext::constInts(size_t i, std::vector<int64_t> &out) const {

@@ -590,7 +590,14 @@ Status castBetween(const TensorView &in, const TensorView &out, bool saturate, P
   });
 }
 
+static bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
+
 Status CastKernel(const KernelContext &c) {
+  const TensorView &in = c.inputs[0], &out = c.outputs[0];
+  // Mixed precision's casts (sd-autocast) are between f32 and a half type:
+  // those split across the pool.
+  if ((isHalf(in.dtype) && out.dtype == DType::F32) || (in.dtype == DType::F32 && isHalf(out.dtype)))
+    return convertHalf(c.pool, in, out);
   std::string mode = c.attrs.getString("round_mode", "up"); // E8M0 targets only (opset 25)
   PowerOfTwoRounding e8m0 = mode == "down" ? PowerOfTwoRounding::Down
                             : mode == "nearest" ? PowerOfTwoRounding::Nearest : PowerOfTwoRounding::Up;

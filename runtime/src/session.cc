@@ -19,6 +19,13 @@ namespace sd {
 
 Status configureCpuBackend(int threads);
 
+// A stand-in in the scratch block: operand (inputs first, then outputs) of
+// step `step` of entry `entry` starts `offset` floats in.
+struct ScratchSlot {
+  size_t entry, step, operand;
+  int64_t offset;
+};
+
 struct Session::Impl {
   struct PreparedStep {
     const StepDesc *desc;
@@ -27,11 +34,22 @@ struct Session::Impl {
     // Every output is a global another rank holds (--shard grads: the
     // accumulation into a gradient this rank does not keep): not run here.
     bool elsewhere = false;
+    // A CPU kernel that computes this step's f16/bf16 operands in f32: their
+    // stand-ins, laid out once (see layOutHalves).
+    std::optional<HalfOperands> half;
   };
   // Values the kernels' prepare functions derived (packed weights), shared
   // between steps; the steps' contexts point into them.
   std::map<std::string, std::shared_ptr<const void>> preparedShared;
   std::vector<std::shared_ptr<const void>> preparedSteps;
+  // The f32 stand-ins of half operands (HalfOperands): a constant one widened
+  // once, keyed by its address, so a weight several steps read is widened
+  // once; the others share one scratch block, as steps run one at a time.
+  std::map<const void *, std::unique_ptr<float[]>> widenedConstants;
+  std::unique_ptr<float[]> halfScratch;
+  uint64_t halfBytes = 0;
+  StatusOr<int64_t> layOutHalves(PreparedStep &ps, const std::vector<bool> &constant, size_t entry, size_t step,
+                                 std::vector<ScratchSlot> &slots);
   struct PreparedEntry {
     std::vector<TensorView> views; // one per buffer
     std::vector<PreparedStep> steps;
@@ -204,7 +222,7 @@ Communicator *Session::communicator() const { return impl_->comm.get(); }
 uint64_t Session::deviceBytes() const {
   return footprintOf(*plan_, *impl_->device, impl_->globalOwner, impl_->rowSharded, impl_->comm ? impl_->comm->rank() : 0,
                      impl_->comm ? impl_->comm->size() : 1)
-      .total();
+      .total() + impl_->halfBytes;
 }
 int Session::globalOwner(size_t index) const { return index < impl_->globalOwner.size() ? impl_->globalOwner[index] : -1; }
 bool Session::holdsGlobal(size_t index) const {
@@ -217,6 +235,47 @@ RowBlock Session::globalRows(size_t index) const {
   if (rowSharded(index)) return impl_->rows[index];
   const Dims &d = plan_->globals[index].dims;
   return {0, d.empty() ? 1 : d[0]};
+}
+
+// Gives each f16/bf16 operand of `ps` an f32 stand-in: a constant input is
+// widened now (once per weight, shared by every step that reads it), the other
+// operands get slots in the scratch block (recorded in `slots`, as step `step`
+// of entry `entry`; pointed at once it is allocated). Returns the floats this
+// step's slots take.
+StatusOr<int64_t> Session::Impl::layOutHalves(PreparedStep &ps, const std::vector<bool> &constant, size_t entry,
+                                              size_t step, std::vector<ScratchSlot> &slots) {
+  ps.half.emplace(HalfOperands{ps.ctx, {}, {}});
+  HalfOperands &h = *ps.half;
+  int64_t floats = 0;
+  auto slot = [&](TensorView &t, size_t operand) {
+    slots.push_back({entry, step, operand, floats});
+    t = TensorView{nullptr, DType::F32, t.dims};
+    floats += (t.numElements() + 15) / 16 * 16; // 64-byte aligned
+  };
+  for (size_t i = 0; i < h.wide.inputs.size(); ++i) {
+    TensorView &t = h.wide.inputs[i];
+    if ((t.dtype != DType::F16 && t.dtype != DType::BF16) || !t.data) continue;
+    if (!constant[i]) {
+      slot(t, i);
+      h.widenInputs.push_back(i);
+      continue;
+    }
+    std::unique_ptr<float[]> &wide = widenedConstants[t.data];
+    if (!wide) {
+      wide.reset(new (std::nothrow) float[size_t(t.numElements())]);
+      if (!wide) return sdError("out of memory widening a ", dtypeName(t.dtype), " weight of ", t.numElements(), " elements");
+      SD_RETURN_IF_ERROR(convertHalf(pool.get(), t, TensorView{wide.get(), DType::F32, t.dims}));
+      halfBytes += uint64_t(t.numElements()) * 4;
+    }
+    t = TensorView{wide.get(), DType::F32, t.dims};
+  }
+  for (size_t o = 0; o < h.wide.outputs.size(); ++o) {
+    TensorView &t = h.wide.outputs[o];
+    if ((t.dtype != DType::F16 && t.dtype != DType::BF16) || !t.data) continue;
+    slot(t, h.wide.inputs.size() + o);
+    h.roundOutputs.push_back(o);
+  }
+  return floats;
 }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
@@ -302,6 +361,8 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     im.globalData.push_back(dst);
     stateOffset += (bytes + 63) / 64 * 64;
   }
+  int64_t scratchFloats = 0; // the most any one step's half operands need
+  std::vector<ScratchSlot> scratchSlots;
   for (size_t ei = 0; ei < plan->entries.size(); ++ei) {
     const EntryDesc &e = plan->entries[ei];
     Impl::PreparedEntry pe;
@@ -334,7 +395,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     for (size_t si = 0; si < e.steps.size(); ++si) {
       const StepDesc &sd = e.steps[si];
       const KernelDef *kernel = kernels[ei][si];
-      Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}};
+      Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}, false, std::nullopt};
       ps.ctx.stream = dev.stream();
       ps.ctx.comm = im.comm.get();
       if (std::string p = sd.attrs.getString("shard_param", ""); !p.empty()) {
@@ -351,24 +412,42 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       }
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
+      std::vector<bool> constant;
+      for (int32_t i : sd.inputs) {
+        const BufferDesc *b = i >= 0 ? &e.buffers[size_t(i)] : nullptr;
+        const GlobalDesc *g = b && b->kind == BufferKind::Global ? &plan->globals[size_t(b->offset)] : nullptr;
+        // A row-sharded weight is not its plan value here (rows only).
+        constant.push_back(g && !isMutableRole(g->role) && !im.rowSharded[size_t(b->offset)]);
+      }
+      if (dev.hostAddressable() && widensHalves(*kernel, ps.ctx)) {
+        StatusOr<int64_t> scratch = im.layOutHalves(ps, constant, ei, si, scratchSlots);
+        if (!scratch.isOk()) return scratch.status().withContext("entry '" + e.name + "' step " + std::to_string(si) + ": ");
+        scratchFloats = std::max(scratchFloats, *scratch);
+      }
+      KernelContext &seen = ps.half ? ps.half->wide : ps.ctx; // what the kernel runs with
       if (kernel->prepare) {
-        PrepareContext pc{ps.ctx, {}, {}, im.preparedShared};
-        for (int32_t i : sd.inputs) {
-          const BufferDesc *b = i >= 0 ? &e.buffers[size_t(i)] : nullptr;
-          const GlobalDesc *g = b && b->kind == BufferKind::Global ? &plan->globals[size_t(b->offset)] : nullptr;
-          // A row-sharded weight is not its plan value here (rows only).
-          bool constant = g && !isMutableRole(g->role) && !im.rowSharded[size_t(b->offset)];
-          pc.constantInputs.push_back(constant);
-          pc.hostInputs.push_back(constant ? static_cast<const void *>(g->data) : nullptr);
-        }
+        PrepareContext pc{seen, constant, {}, im.preparedShared};
+        for (size_t i = 0; i < constant.size(); ++i)
+          pc.hostInputs.push_back(constant[i] ? static_cast<const void *>(seen.inputs[i].data) : nullptr);
         if (std::shared_ptr<const void> prepared = kernel->prepare(pc)) {
-          ps.ctx.prepared = prepared.get();
+          ps.ctx.prepared = seen.prepared = prepared.get();
           im.preparedSteps.push_back(std::move(prepared));
         }
       }
       pe.steps.push_back(std::move(ps));
     }
     im.entries.push_back(std::move(pe));
+  }
+  if (scratchFloats > 0) { // now that the steps stopped moving, point their stand-ins into it
+    im.halfScratch.reset(new (std::nothrow) float[size_t(scratchFloats)]);
+    if (!im.halfScratch)
+      return sdError("out of memory for ", scratchFloats * 4, " bytes of f32 stand-ins for half operands");
+    im.halfBytes += uint64_t(scratchFloats) * 4;
+    for (auto &[entry, step, operand, offset] : scratchSlots) {
+      HalfOperands &h = *im.entries[entry].steps[step].half;
+      TensorView &t = operand < h.wide.inputs.size() ? h.wide.inputs[operand] : h.wide.outputs[operand - h.wide.inputs.size()];
+      t.data = im.halfScratch.get() + offset;
+    }
   }
   SD_RETURN_IF_ERROR(configureCpuBackend(threads)); // last: it checks what memory is left
   return s;
@@ -382,7 +461,7 @@ Status Session::runEager(size_t entry) {
     if (ps.elsewhere) continue;
     auto t0 = im.profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const std::vector<size_t> &bodies = ps.desc->bodies; // resolved by Plan::parse
-    Status st = bodies.empty()             ? runKernel(*ps.kernel, ps.ctx)
+    Status st = bodies.empty()             ? ps.half ? runWidened(*ps.kernel, ps.ctx, *ps.half) : runKernel(*ps.kernel, ps.ctx)
                 : ps.desc->op == "Loop" ? runLoop(ps.ctx, bodies[0])
                                         : runIf(ps.ctx, bodies[0], bodies[1]);
     // A GPU kernel only starts when launched: wait for it, so the time is the op's.

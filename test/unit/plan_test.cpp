@@ -765,3 +765,71 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
     }
   }
 }
+
+// A bf16 plan on the CPU: the kernels compute in f32, so the session widens
+// each half operand into an f32 stand-in it laid out when it was created — a
+// frozen weight once (shared by both products that read it), activations
+// through one scratch block. Results equal products of the bf16-rounded
+// operands to bf16's rounding, and stay the same run after run and whatever
+// the thread count.
+TEST(HalfOperands, WidenedOnceWhenTheSessionIsCreated) {
+  constexpr int kRows = 4, kDim = 64;
+  std::string w;
+  for (int i = 0; i < kDim * kDim; ++i) w += (i ? ", " : "") + std::to_string(((i * 37) % 101 - 50) / 64.0);
+  std::vector<uint8_t> bytes = compileText("<ir_version: 8, opset_import: [\"\" : 17]>\n"
+                                           "g (float[4, 64] x) => (float[4, 64] y, float[4, 64] z) <float[64, 64] w = {" +
+                                               w + "}> {\n  y = MatMul (x, w)\n  z = MatMul (y, w)\n}",
+                                           [](CompileRequest &req) { req.pipeline.precision = "bf16"; });
+  ASSERT_FALSE(bytes.empty());
+  auto loaded = Plan::loadBytes(bytes.data(), bytes.size(), "bf16.sdp");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  std::shared_ptr<Plan> plan(std::move(loaded.value()));
+  const GlobalDesc *weight = nullptr;
+  for (const GlobalDesc &g : plan->globals)
+    if (g.dtype == DType::BF16) weight = &g;
+  ASSERT_NE(weight, nullptr) << "the frozen weight was not folded into a bf16 global";
+
+  HostTensor x{"x", DType::F32, {kRows, kDim}, std::vector<uint8_t>(kRows * kDim * 4)};
+  float *xv = reinterpret_cast<float *>(x.data.data());
+  for (int i = 0; i < kRows * kDim; ++i) xv[i] = float((i * 13) % 29 - 14) / 7.0f;
+  auto runWith = [&](int threads, std::vector<HostTensor> &out, uint64_t &bytesHeld) {
+    auto session = Session::create(plan, SessionOptions{threads});
+    ASSERT_TRUE(session.isOk()) << session.status().message();
+    for (int rep = 0; rep < 2; ++rep) {
+      std::vector<HostTensor> again;
+      ASSERT_TRUE(session.value()->run(0, {&x}, rep ? again : out).isOk());
+      if (rep) EXPECT_EQ(again[0].data, out[0].data) << "a second run differs";
+      if (rep) EXPECT_EQ(again[1].data, out[1].data) << "a second run differs";
+    }
+    bytesHeld = session.value()->deviceBytes();
+  };
+  std::vector<HostTensor> one, two;
+  uint64_t bytesOne = 0, bytesTwo = 0;
+  runWith(1, one, bytesOne);
+  runWith(2, two, bytesTwo);
+  ASSERT_EQ(one.size(), 2u);
+  EXPECT_EQ(one[0].data, two[0].data);
+  EXPECT_EQ(one[1].data, two[1].data);
+  // The weight's f32 copy is held once although two steps read it.
+  EXPECT_GE(bytesOne, uint64_t(kDim * kDim * 4));
+  EXPECT_LT(bytesOne, plan->maxArenaSize() + uint64_t(2 * kDim * kDim * 4));
+
+  const uint16_t *wb = reinterpret_cast<const uint16_t *>(weight->data);
+  auto round = [](float v) { return bf16ToFloat(floatToBf16(v)); };
+  auto check = [&](const float *a, const HostTensor &got, const char *what) {
+    const float *g = reinterpret_cast<const float *>(got.data.data());
+    for (int r = 0; r < kRows; ++r)
+      for (int c = 0; c < kDim; ++c) {
+        double ref = 0, mag = 0;
+        for (int k = 0; k < kDim; ++k) {
+          double p = double(round(a[r * kDim + k])) * double(bf16ToFloat(wb[k * kDim + c]));
+          ref += p;
+          mag += std::abs(p);
+        }
+        // One bf16 rounding of the result, plus f32 accumulation.
+        EXPECT_NEAR(g[r * kDim + c], ref, std::abs(ref) / 256 + mag * 1e-6) << what << " [" << r << "," << c << "]";
+      }
+  };
+  check(xv, one[0], "y");
+  check(reinterpret_cast<const float *>(one[0].data.data()), one[1], "z");
+}

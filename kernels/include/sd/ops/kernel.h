@@ -134,7 +134,32 @@ const KernelRegistry &cpuKernels();
 const KernelRegistry &cudaKernels();
 
 // Runs a kernel, widening half operands to f32 when it computes them that way.
-// Every caller (session, constant folding, the op harness) goes through it.
+// Callers without a session (constant folding, the op harness) go through it;
+// a session lays the widening out once instead (HalfOperands).
 Status runKernel(const KernelDef &def, const KernelContext &ctx);
+
+// The f32 stand-ins of a halfViaF32 kernel's f16/bf16 operands. `wide` is the
+// context the kernel runs with: before each run the inputs in widenInputs are
+// converted into their stand-ins, after it the outputs in roundOutputs are
+// rounded back into the step's. A session lays the stand-ins out when it is
+// created (a constant operand widened there and then, once, so its prepare
+// function sees f32 and can pack it; the others in one scratch block), so a
+// run allocates nothing; runKernel lays them out per call.
+struct HalfOperands {
+  KernelContext wide;
+  std::vector<size_t> widenInputs, roundOutputs;
+};
+
+// True when `def` computes this step's half operands through f32 stand-ins.
+bool widensHalves(const KernelDef &def, const KernelContext &ctx);
+
+// Runs `def` on `narrow`'s operands through `h`'s stand-ins; the conversions
+// split across narrow.pool.
+Status runWidened(const KernelDef &def, const KernelContext &narrow, const HalfOperands &h);
+
+// Converts between an f16/bf16 tensor and an f32 one of the same size (either
+// way), split across `pool`; exact when widening, round to nearest even when
+// narrowing.
+Status convertHalf(ThreadPool *pool, const TensorView &from, const TensorView &to);
 
 } // namespace sd

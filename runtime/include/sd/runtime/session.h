@@ -59,8 +59,9 @@ public:
   const Device &device() const;
   // The ranks this session trains with; null when it runs alone.
   Communicator *communicator() const;
-  // Bytes the session holds on its device: arena, training state and (on a
-  // device the host cannot address) the uploaded weights.
+  // Bytes the session holds on its device: arena, training state, (on a
+  // device the host cannot address) the uploaded weights, and (on the CPU)
+  // the f32 stand-ins of half operands (kernel.h, HalfOperands).
   uint64_t deviceBytes() const;
   // Runs entry `entry` on inputs given in the entry's input order; outputs come
   // back in output order. Input dtypes and shapes must match the bucket.
