@@ -45,6 +45,7 @@ std::shared_ptr<const void> packConstantB(const PrepareContext &p, bool tb, int6
     if (!packed->data) return nullptr; // out of memory: the kernel reads B unpacked
     slot = packed;
   }
+  if (p.superseded) (*p.superseded)[1] = true; // every product by it reads the packed copy
   return slot;
 }
 

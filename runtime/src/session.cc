@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <map>
+#include <set>
 #include <cstring>
 #include <cstdio>
 #include <optional>
@@ -45,11 +46,16 @@ struct Session::Impl {
   // The f32 stand-ins of half operands (HalfOperands): a constant one widened
   // once, keyed by its address, so a weight several steps read is widened
   // once; the others share one scratch block, as steps run one at a time.
-  std::map<const void *, std::unique_ptr<float[]>> widenedConstants;
+  struct Widened {
+    std::unique_ptr<float[]> data;
+    uint64_t bytes = 0;
+  };
+  std::map<const void *, Widened> widenedConstants; // by the half weight's address
   std::unique_ptr<float[]> halfScratch;
   uint64_t halfBytes = 0;
   StatusOr<int64_t> layOutHalves(PreparedStep &ps, const std::vector<bool> &constant, size_t entry, size_t step,
                                  std::vector<ScratchSlot> &slots);
+  void releaseUnreadWidenings();
   struct PreparedEntry {
     std::vector<TensorView> views; // one per buffer
     std::vector<PreparedStep> steps;
@@ -260,14 +266,15 @@ StatusOr<int64_t> Session::Impl::layOutHalves(PreparedStep &ps, const std::vecto
       h.widenInputs.push_back(i);
       continue;
     }
-    std::unique_ptr<float[]> &wide = widenedConstants[t.data];
-    if (!wide) {
-      wide.reset(new (std::nothrow) float[size_t(t.numElements())]);
-      if (!wide) return sdError("out of memory widening a ", dtypeName(t.dtype), " weight of ", t.numElements(), " elements");
-      SD_RETURN_IF_ERROR(convertHalf(pool.get(), t, TensorView{wide.get(), DType::F32, t.dims}));
-      halfBytes += uint64_t(t.numElements()) * 4;
+    Widened &wide = widenedConstants[t.data];
+    if (!wide.data) {
+      wide.data.reset(new (std::nothrow) float[size_t(t.numElements())]);
+      if (!wide.data) return sdError("out of memory widening a ", dtypeName(t.dtype), " weight of ", t.numElements(), " elements");
+      SD_RETURN_IF_ERROR(convertHalf(pool.get(), t, TensorView{wide.data.get(), DType::F32, t.dims}));
+      wide.bytes = uint64_t(t.numElements()) * 4;
+      halfBytes += wide.bytes;
     }
-    t = TensorView{wide.get(), DType::F32, t.dims};
+    t = TensorView{wide.data.get(), DType::F32, t.dims};
   }
   for (size_t o = 0; o < h.wide.outputs.size(); ++o) {
     TensorView &t = h.wide.outputs[o];
@@ -276,6 +283,24 @@ StatusOr<int64_t> Session::Impl::layOutHalves(PreparedStep &ps, const std::vecto
     h.roundOutputs.push_back(o);
   }
   return floats;
+}
+
+// Releases the widened weights no step reads any more: each step that read
+// one holds a packed copy instead (PrepareContext::superseded).
+void Session::Impl::releaseUnreadWidenings() {
+  std::set<const void *> read;
+  for (const PreparedEntry &pe : entries)
+    for (const PreparedStep &ps : pe.steps)
+      if (ps.half)
+        for (const TensorView &t : ps.half->wide.inputs) read.insert(t.data);
+  for (auto it = widenedConstants.begin(); it != widenedConstants.end();) {
+    if (read.count(it->second.data.get())) {
+      ++it;
+      continue;
+    }
+    halfBytes -= it->second.bytes;
+    it = widenedConstants.erase(it);
+  }
 }
 
 StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> plan, const SessionOptions &opts) {
@@ -426,18 +451,25 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       }
       KernelContext &seen = ps.half ? ps.half->wide : ps.ctx; // what the kernel runs with
       if (kernel->prepare) {
-        PrepareContext pc{seen, constant, {}, im.preparedShared};
+        std::vector<bool> superseded(constant.size(), false);
+        PrepareContext pc{seen, constant, {}, im.preparedShared, &superseded};
         for (size_t i = 0; i < constant.size(); ++i)
           pc.hostInputs.push_back(constant[i] ? static_cast<const void *>(seen.inputs[i].data) : nullptr);
         if (std::shared_ptr<const void> prepared = kernel->prepare(pc)) {
           ps.ctx.prepared = seen.prepared = prepared.get();
           im.preparedSteps.push_back(std::move(prepared));
+          // A widened weight the prepared value stands in for is not read:
+          // once no step reads it, it is released (below).
+          if (ps.half)
+            for (size_t i = 0; i < superseded.size(); ++i)
+              if (superseded[i] && constant[i] && ps.ctx.inputs[i].dtype != seen.inputs[i].dtype) seen.inputs[i].data = nullptr;
         }
       }
       pe.steps.push_back(std::move(ps));
     }
     im.entries.push_back(std::move(pe));
   }
+  im.releaseUnreadWidenings();
   if (scratchFloats > 0) { // now that the steps stopped moving, point their stand-ins into it
     im.halfScratch.reset(new (std::nothrow) float[size_t(scratchFloats)]);
     if (!im.halfScratch)

@@ -56,6 +56,11 @@ struct PrepareContext {
   // Prepared values shared across steps and entries, keyed by the op, so a
   // weight that several entries multiply by is packed once.
   std::map<std::string, std::shared_ptr<const void>> &shared;
+  // Set by a prepare function for each constant operand its prepared value
+  // stands in for (a weight packed for the GEMM): the kernel never reads that
+  // operand's data again, so a copy made only for it (a widened half weight)
+  // can be released. Null when the caller keeps every operand anyway.
+  std::vector<bool> *superseded = nullptr;
 };
 
 using KernelFn = Status (*)(const KernelContext &);
