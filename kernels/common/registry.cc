@@ -86,15 +86,29 @@ namespace cpu {
 Status castTensor(const TensorView &in, const TensorView &out);
 }
 
-static bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
-
 bool widensHalves(const KernelDef &def, const KernelContext &c) {
   if (!def.halfViaF32) return false;
   for (auto &t : c.inputs)
-    if (isHalf(t.dtype)) return true;
+    if (dtypeIsHalf(t.dtype)) return true;
   for (auto &t : c.outputs)
-    if (isHalf(t.dtype)) return true;
+    if (dtypeIsHalf(t.dtype)) return true;
   return false;
+}
+
+HalfOperands halfOperandsOf(const KernelContext &c) {
+  HalfOperands h{c, {}, {}};
+  auto standIn = [](TensorView &t) { t = TensorView{nullptr, DType::F32, t.dims}; };
+  for (size_t i = 0; i < c.inputs.size(); ++i)
+    if (dtypeIsHalf(c.inputs[i].dtype) && c.inputs[i].data) {
+      standIn(h.wide.inputs[i]);
+      h.widenInputs.push_back(i);
+    }
+  for (size_t o = 0; o < c.outputs.size(); ++o)
+    if (dtypeIsHalf(c.outputs[o].dtype) && c.outputs[o].data) {
+      standIn(h.wide.outputs[o]);
+      h.roundOutputs.push_back(o);
+    }
+  return h;
 }
 
 Status convertHalf(ThreadPool *pool, const TensorView &from, const TensorView &to) {
@@ -123,22 +137,14 @@ Status runWidened(const KernelDef &def, const KernelContext &narrow, const HalfO
 
 Status runKernel(const KernelDef &def, const KernelContext &c) {
   if (!widensHalves(def, c)) return def.run(c);
-  HalfOperands h{c, {}, {}};
+  HalfOperands h = halfOperandsOf(c);
   std::vector<std::unique_ptr<float[]>> store; // uninitialized: every element is written before it is read
-  auto standIn = [&](TensorView &t) {
+  auto allocate = [&](TensorView &t) {
     store.emplace_back(new float[size_t(t.numElements())]);
-    t = TensorView{store.back().get(), DType::F32, t.dims};
+    t.data = store.back().get();
   };
-  for (size_t i = 0; i < c.inputs.size(); ++i)
-    if (isHalf(c.inputs[i].dtype) && c.inputs[i].data) {
-      standIn(h.wide.inputs[i]);
-      h.widenInputs.push_back(i);
-    }
-  for (size_t o = 0; o < c.outputs.size(); ++o)
-    if (isHalf(c.outputs[o].dtype) && c.outputs[o].data) {
-      standIn(h.wide.outputs[o]);
-      h.roundOutputs.push_back(o);
-    }
+  for (size_t i : h.widenInputs) allocate(h.wide.inputs[i]);
+  for (size_t o : h.roundOutputs) allocate(h.wide.outputs[o]);
   return runWidened(def, c, h);
 }
 

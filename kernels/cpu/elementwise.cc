@@ -559,13 +559,13 @@ Status castBetween(const TensorView &in, const TensorView &out, bool saturate, P
   if (dtypeIsNarrow(from) || dtypeIsNarrow(to)) return castNarrow(in, out, saturate, e8m0);
   // Half types go through f32: straight into (or out of) an f32 side, else
   // through a temporary.
-  if (from == DType::F16 || from == DType::BF16) {
+  if (dtypeIsHalf(from)) {
     std::vector<float> tmp(to == DType::F32 ? 0 : static_cast<size_t>(n));
     float *wide = to == DType::F32 ? out.as<float>() : tmp.data();
     (from == DType::F16 ? widenF16 : widenBf16)(in.as<uint16_t>(), wide, n);
     return to == DType::F32 ? Status::ok() : castBetween(TensorView{wide, DType::F32, in.dims}, out);
   }
-  if (to == DType::F16 || to == DType::BF16) {
+  if (dtypeIsHalf(to)) {
     std::vector<float> tmp(from == DType::F32 ? 0 : static_cast<size_t>(n));
     const float *wide = from == DType::F32 ? in.as<float>() : tmp.data();
     if (from != DType::F32) SD_RETURN_IF_ERROR(castBetween(in, TensorView{tmp.data(), DType::F32, in.dims}));
@@ -590,13 +590,11 @@ Status castBetween(const TensorView &in, const TensorView &out, bool saturate, P
   });
 }
 
-static bool isHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
-
 Status CastKernel(const KernelContext &c) {
   const TensorView &in = c.inputs[0], &out = c.outputs[0];
   // Mixed precision's casts (sd-autocast) are between f32 and a half type:
   // those split across the pool.
-  if ((isHalf(in.dtype) && out.dtype == DType::F32) || (in.dtype == DType::F32 && isHalf(out.dtype)))
+  if ((dtypeIsHalf(in.dtype) && out.dtype == DType::F32) || (in.dtype == DType::F32 && dtypeIsHalf(out.dtype)))
     return convertHalf(c.pool, in, out);
   std::string mode = c.attrs.getString("round_mode", "up"); // E8M0 targets only (opset 25)
   PowerOfTwoRounding e8m0 = mode == "down" ? PowerOfTwoRounding::Down

@@ -30,7 +30,7 @@ Status ConstantOfShapeKernel(const KernelContext &c) {
     std::memset(o.data, v != 0, o.byteSize());
     return Status::ok();
   }
-  if (o.dtype == DType::F16 || o.dtype == DType::BF16) {
+  if (dtypeIsHalf(o.dtype)) {
     uint16_t h = o.dtype == DType::F16 ? floatToHalf(float(v)) : floatToBf16(float(v));
     std::fill(o.as<uint16_t>(), o.as<uint16_t>() + o.numElements(), h);
     return Status::ok();

@@ -95,7 +95,7 @@ Status DequantizeKernel(const KernelContext &c) {
   int64_t axis = c.attrs.getInt("axis", 1), block = c.attrs.getInt("block_size", 0);
   std::vector<double> scale = broadcastAlong(x, c.inputs[1], axis, block);
   std::vector<double> v = centered(x, c.hasInput(2) ? &c.inputs[2] : nullptr, axis, block);
-  if (y.dtype == DType::F16 || y.dtype == DType::BF16) { // storage types: round once from f32
+  if (dtypeIsHalf(y.dtype)) { // storage types: round once from f32
     for (size_t i = 0; i < v.size(); ++i) {
       float f = float(v[i] * scale[i]);
       y.as<uint16_t>()[i] = y.dtype == DType::F16 ? floatToHalf(f) : floatToBf16(f);

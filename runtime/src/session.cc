@@ -20,13 +20,6 @@ namespace sd {
 
 Status configureCpuBackend(int threads);
 
-// A stand-in in the scratch block: operand (inputs first, then outputs) of
-// step `step` of entry `entry` starts `offset` floats in.
-struct ScratchSlot {
-  size_t entry, step, operand;
-  int64_t offset;
-};
-
 struct Session::Impl {
   struct PreparedStep {
     const StepDesc *desc;
@@ -53,8 +46,7 @@ struct Session::Impl {
   std::map<const void *, Widened> widenedConstants; // by the half weight's address
   std::unique_ptr<float[]> halfScratch;
   uint64_t halfBytes = 0;
-  StatusOr<int64_t> layOutHalves(PreparedStep &ps, const std::vector<bool> &constant, size_t entry, size_t step,
-                                 std::vector<ScratchSlot> &slots);
+  StatusOr<int64_t> layOutHalves(PreparedStep &ps, const std::vector<bool> &constant);
   void releaseUnreadWidenings();
   struct PreparedEntry {
     std::vector<TensorView> views; // one per buffer
@@ -243,29 +235,33 @@ RowBlock Session::globalRows(size_t index) const {
   return {0, d.empty() ? 1 : d[0]};
 }
 
-// Gives each f16/bf16 operand of `ps` an f32 stand-in: a constant input is
-// widened now (once per weight, shared by every step that reads it), the other
-// operands get slots in the scratch block (recorded in `slots`, as step `step`
-// of entry `entry`; pointed at once it is allocated). Returns the floats this
-// step's slots take.
-StatusOr<int64_t> Session::Impl::layOutHalves(PreparedStep &ps, const std::vector<bool> &constant, size_t entry,
-                                              size_t step, std::vector<ScratchSlot> &slots) {
-  ps.half.emplace(HalfOperands{ps.ctx, {}, {}});
-  HalfOperands &h = *ps.half;
+// Points the stand-ins of `h` that are converted at every run into the
+// scratch block at `scratch`, one after another, each 64-byte aligned (with
+// scratch null, only counts). Returns the floats they take.
+static int64_t placeInScratch(HalfOperands &h, float *scratch) {
   int64_t floats = 0;
-  auto slot = [&](TensorView &t, size_t operand) {
-    slots.push_back({entry, step, operand, floats});
-    t = TensorView{nullptr, DType::F32, t.dims};
-    floats += (t.numElements() + 15) / 16 * 16; // 64-byte aligned
+  auto place = [&](TensorView &t) {
+    if (scratch) t.data = scratch + floats;
+    floats += (t.numElements() + 15) / 16 * 16;
   };
-  for (size_t i = 0; i < h.wide.inputs.size(); ++i) {
-    TensorView &t = h.wide.inputs[i];
-    if ((t.dtype != DType::F16 && t.dtype != DType::BF16) || !t.data) continue;
+  for (size_t i : h.widenInputs) place(h.wide.inputs[i]);
+  for (size_t o : h.roundOutputs) place(h.wide.outputs[o]);
+  return floats;
+}
+
+// Gives each f16/bf16 operand of `ps` an f32 stand-in: a constant input is
+// widened now (once per weight, shared by every step that reads it); the
+// others go into the scratch block (placeInScratch, once it is allocated).
+// Returns the floats they take there.
+StatusOr<int64_t> Session::Impl::layOutHalves(PreparedStep &ps, const std::vector<bool> &constant) {
+  HalfOperands &h = ps.half.emplace(halfOperandsOf(ps.ctx));
+  std::vector<size_t> converted; // at every run: the inputs that are not constants
+  for (size_t i : h.widenInputs) {
     if (!constant[i]) {
-      slot(t, i);
-      h.widenInputs.push_back(i);
+      converted.push_back(i);
       continue;
     }
+    const TensorView &t = ps.ctx.inputs[i];
     Widened &wide = widenedConstants[t.data];
     if (!wide.data) {
       wide.data.reset(new (std::nothrow) float[size_t(t.numElements())]);
@@ -274,15 +270,10 @@ StatusOr<int64_t> Session::Impl::layOutHalves(PreparedStep &ps, const std::vecto
       wide.bytes = uint64_t(t.numElements()) * 4;
       halfBytes += wide.bytes;
     }
-    t = TensorView{wide.data.get(), DType::F32, t.dims};
+    h.wide.inputs[i].data = wide.data.get();
   }
-  for (size_t o = 0; o < h.wide.outputs.size(); ++o) {
-    TensorView &t = h.wide.outputs[o];
-    if ((t.dtype != DType::F16 && t.dtype != DType::BF16) || !t.data) continue;
-    slot(t, h.wide.inputs.size() + o);
-    h.roundOutputs.push_back(o);
-  }
-  return floats;
+  h.widenInputs = std::move(converted);
+  return placeInScratch(h, nullptr);
 }
 
 // Releases the widened weights no step reads any more: each step that read
@@ -387,7 +378,6 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     stateOffset += (bytes + 63) / 64 * 64;
   }
   int64_t scratchFloats = 0; // the most any one step's half operands need
-  std::vector<ScratchSlot> scratchSlots;
   for (size_t ei = 0; ei < plan->entries.size(); ++ei) {
     const EntryDesc &e = plan->entries[ei];
     Impl::PreparedEntry pe;
@@ -445,7 +435,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
         constant.push_back(g && !isMutableRole(g->role) && !im.rowSharded[size_t(b->offset)]);
       }
       if (dev.hostAddressable() && widensHalves(*kernel, ps.ctx)) {
-        StatusOr<int64_t> scratch = im.layOutHalves(ps, constant, ei, si, scratchSlots);
+        StatusOr<int64_t> scratch = im.layOutHalves(ps, constant);
         if (!scratch.isOk()) return scratch.status().withContext("entry '" + e.name + "' step " + std::to_string(si) + ": ");
         scratchFloats = std::max(scratchFloats, *scratch);
       }
@@ -470,16 +460,14 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     im.entries.push_back(std::move(pe));
   }
   im.releaseUnreadWidenings();
-  if (scratchFloats > 0) { // now that the steps stopped moving, point their stand-ins into it
+  if (scratchFloats > 0) { // now that every step's need is known
     im.halfScratch.reset(new (std::nothrow) float[size_t(scratchFloats)]);
     if (!im.halfScratch)
       return sdError("out of memory for ", scratchFloats * 4, " bytes of f32 stand-ins for half operands");
     im.halfBytes += uint64_t(scratchFloats) * 4;
-    for (auto &[entry, step, operand, offset] : scratchSlots) {
-      HalfOperands &h = *im.entries[entry].steps[step].half;
-      TensorView &t = operand < h.wide.inputs.size() ? h.wide.inputs[operand] : h.wide.outputs[operand - h.wide.inputs.size()];
-      t.data = im.halfScratch.get() + offset;
-    }
+    for (Impl::PreparedEntry &pe : im.entries)
+      for (Impl::PreparedStep &ps : pe.steps)
+        if (ps.half) placeInScratch(*ps.half, im.halfScratch.get());
   }
   SD_RETURN_IF_ERROR(configureCpuBackend(threads)); // last: it checks what memory is left
   return s;

@@ -37,6 +37,8 @@ enum class DType : int32_t {
 size_t dtypeSize(DType t); // 0 for unsupported types
 const char *dtypeName(DType t);
 bool dtypeIsFloat(DType t);   // f16, bf16, f32, f64
+// f16 and bf16: storage types on the CPU, computed through f32.
+inline bool dtypeIsHalf(DType t) { return t == DType::F16 || t == DType::BF16; }
 bool dtypeIsInteger(DType t); // signed and unsigned, not bool
 bool dtypeIsKnown(int32_t raw);
 

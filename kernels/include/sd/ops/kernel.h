@@ -158,6 +158,11 @@ struct HalfOperands {
 // True when `def` computes this step's half operands through f32 stand-ins.
 bool widensHalves(const KernelDef &def, const KernelContext &ctx);
 
+// The stand-ins `ctx` needs: an f32 view (data still null, for the caller to
+// place) for each f16/bf16 operand that has data, listed in widenInputs and
+// roundOutputs.
+HalfOperands halfOperandsOf(const KernelContext &ctx);
+
 // Runs `def` on `narrow`'s operands through `h`'s stand-ins; the conversions
 // split across narrow.pool.
 Status runWidened(const KernelDef &def, const KernelContext &narrow, const HalfOperands &h);
