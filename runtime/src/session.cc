@@ -1,6 +1,7 @@
 // Session: one device arena for activations, device copies of mutable state,
 // and per-step kernel contexts bound and prepared once so a run is a flat loop.
 #include "sd/runtime/session.h"
+#include "host_fallback.h"
 #include <system_error>
 #include "sd/ops/kernel.h"
 #include "sd/format/json.h"
@@ -31,6 +32,9 @@ struct Session::Impl {
     // A CPU kernel that computes this step's f16/bf16 operands in f32: their
     // stand-ins, laid out once (see layOutHalves).
     std::optional<HalfOperands> half;
+    // No kernel on the session's device: the CPU kernel runs on host copies
+    // of the operands (host_fallback.h); ctx points at those copies.
+    std::unique_ptr<HostCopies> onHost;
   };
   // Values the kernels' prepare functions derived (packed weights), shared
   // between steps; the steps' contexts point into them.
@@ -55,7 +59,8 @@ struct Session::Impl {
     std::shared_ptr<void> graph;
     int eagerRuns = 0;
     bool captureFailed = false;
-    // Loop and If steps decide on the host what runs: never captured.
+    // Loop and If steps decide on the host what runs, and a step that falls
+    // back to the CPU waits for the device: never captured.
     bool hostControlled = false;
   };
   std::shared_ptr<Device> device;
@@ -70,6 +75,7 @@ struct Session::Impl {
   std::vector<bool> rowSharded;       // --shard params: held as rows (globalData points at this rank's)
   std::vector<RowBlock> rows;         // this rank's rows of each row-sharded global
   std::vector<PreparedEntry> entries;
+  std::map<std::string, size_t> stepsOnHost; // op -> steps that fall back to the CPU
   bool profiling = false;
   bool graphs = true;
   std::chrono::steady_clock::time_point profileStart;
@@ -317,13 +323,24 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
 
   // Bind every step before allocating anything: a plan this device cannot run
   // is refused at once, naming the step, op and device.
+  // A step the device has no kernel for runs the CPU's (on a device the
+  // host cannot address, where the options allow it).
   std::vector<std::vector<const KernelDef *>> kernels;
+  std::vector<std::vector<bool>> onHost;
   for (const EntryDesc &e : plan->entries) {
     kernels.emplace_back();
+    onHost.emplace_back();
     for (size_t i = 0; i < e.steps.size(); ++i) {
       StatusOr<const KernelDef *> k = bindStep(e, i, dev.kernels());
+      const bool fallback = !k.isOk() && !dev.hostAddressable() && opts.cpuFallback;
+      if (fallback) {
+        StatusOr<const KernelDef *> cpu = bindStep(e, i, cpuKernels());
+        if (cpu.isOk()) k = cpu;
+      }
       if (!k.isOk()) return k.status();
       kernels.back().push_back(*k);
+      onHost.back().push_back(fallback);
+      if (fallback) ++im.stepsOnHost[e.steps[i].op];
     }
   }
 
@@ -410,7 +427,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     for (size_t si = 0; si < e.steps.size(); ++si) {
       const StepDesc &sd = e.steps[si];
       const KernelDef *kernel = kernels[ei][si];
-      Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}, false, std::nullopt};
+      Impl::PreparedStep ps{&sd, kernel, KernelContext{sd.attrs, {}, {}, im.pool.get()}, false, std::nullopt, nullptr};
       ps.ctx.stream = dev.stream();
       ps.ctx.comm = im.comm.get();
       if (std::string p = sd.attrs.getString("shard_param", ""); !p.empty()) {
@@ -428,11 +445,19 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       for (int32_t i : sd.inputs) ps.ctx.inputs.push_back(i >= 0 ? pe.views[size_t(i)] : TensorView{});
       for (int32_t o : sd.outputs) ps.ctx.outputs.push_back(pe.views[size_t(o)]);
       std::vector<bool> constant;
+      std::vector<const void *> planValue; // a constant's value in host memory (the plan's copy)
       for (int32_t i : sd.inputs) {
         const BufferDesc *b = i >= 0 ? &e.buffers[size_t(i)] : nullptr;
         const GlobalDesc *g = b && b->kind == BufferKind::Global ? &plan->globals[size_t(b->offset)] : nullptr;
         // A row-sharded weight is not its plan value here (rows only).
         constant.push_back(g && !isMutableRole(g->role) && !im.rowSharded[size_t(b->offset)]);
+        planValue.push_back(constant.back() ? g->data : nullptr);
+      }
+      if (onHost[ei][si]) {
+        StatusOr<std::unique_ptr<HostCopies>> copies = stageOnHost(ps.ctx, planValue);
+        if (!copies.isOk()) return copies.status().withContext("entry '" + e.name + "' step " + std::to_string(si) + ": ");
+        ps.onHost = std::move(*copies);
+        pe.hostControlled = true;
       }
       if (dev.hostAddressable() && widensHalves(*kernel, ps.ctx)) {
         StatusOr<int64_t> scratch = im.layOutHalves(ps, constant);
@@ -443,8 +468,11 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       if (kernel->prepare) {
         std::vector<bool> superseded(constant.size(), false);
         PrepareContext pc{seen, constant, {}, im.preparedShared, &superseded};
+        // On the host the kernel's own operand (a widened copy, say); on a
+        // GPU its operands are device addresses, so the plan's copy.
+        const bool hostOperands = dev.hostAddressable() || ps.onHost;
         for (size_t i = 0; i < constant.size(); ++i)
-          pc.hostInputs.push_back(constant[i] ? static_cast<const void *>(seen.inputs[i].data) : nullptr);
+          pc.hostInputs.push_back(!constant[i] ? nullptr : hostOperands ? static_cast<const void *>(seen.inputs[i].data) : planValue[i]);
         if (std::shared_ptr<const void> prepared = kernel->prepare(pc)) {
           ps.ctx.prepared = seen.prepared = prepared.get();
           im.preparedSteps.push_back(std::move(prepared));
@@ -469,6 +497,17 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       for (Impl::PreparedStep &ps : pe.steps)
         if (ps.half) placeInScratch(*ps.half, im.halfScratch.get());
   }
+  if (!im.stepsOnHost.empty()) {
+    std::string ops;
+    size_t steps = 0;
+    for (auto &[op, n] : im.stepsOnHost) {
+      ops += (ops.empty() ? "" : ", ") + op + (n > 1 ? " x" + std::to_string(n) : "");
+      steps += n;
+    }
+    std::fprintf(stderr, "sd: %zu step%s with no kernel on '%s' run%s on the CPU, with copies each way (%s); "
+                 "their entries run without a CUDA graph\n", steps, steps == 1 ? "" : "s", dev.name().c_str(),
+                 steps == 1 ? "s" : "", ops.c_str());
+  }
   SD_RETURN_IF_ERROR(configureCpuBackend(threads)); // last: it checks what memory is left
   return s;
 }
@@ -481,7 +520,9 @@ Status Session::runEager(size_t entry) {
     if (ps.elsewhere) continue;
     auto t0 = im.profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const std::vector<size_t> &bodies = ps.desc->bodies; // resolved by Plan::parse
-    Status st = bodies.empty()             ? ps.half ? runWidened(*ps.kernel, ps.ctx, *ps.half) : runKernel(*ps.kernel, ps.ctx)
+    Status st = bodies.empty() ? ps.onHost ? runOnHost(*im.device, *ps.kernel, ps.ctx, *ps.onHost)
+                               : ps.half   ? runWidened(*ps.kernel, ps.ctx, *ps.half)
+                                           : runKernel(*ps.kernel, ps.ctx)
                 : ps.desc->op == "Loop" ? runLoop(ps.ctx, bodies[0])
                                         : runIf(ps.ctx, bodies[0], bodies[1]);
     // A GPU kernel only starts when launched: wait for it, so the time is the op's.
@@ -671,6 +712,8 @@ Status Session::runOnDevice(size_t entry, const std::vector<TensorView> &inputs,
 }
 
 Status Session::synchronize() { return impl_->device->synchronize(); }
+
+const std::map<std::string, size_t> &Session::stepsOnHost() const { return impl_->stepsOnHost; }
 
 // An output sized for the most its op can select (NonMaxSuppression) holds
 // `count` real slices along `axis`: the caller gets those, never the padding.

@@ -307,7 +307,9 @@ TEST_F(PlanTest, MissingKernelFailsAtSessionCreationNamingOpAndDevice) {
   ASSERT_GE(e.steps.size(), 2u);
   const std::string op = e.steps[1].op;
   auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", op));
-  auto s = Session::create(p, SessionOptions{1, dev});
+  SessionOptions opts{1, dev};
+  opts.cpuFallback = false; // else the step runs the CPU's kernel (below)
+  auto s = Session::create(p, opts);
   ASSERT_FALSE(s.isOk());
   const std::string &msg = s.status().message();
   EXPECT_NE(msg.find("entry '" + e.name + "' step 1"), std::string::npos) << msg;
@@ -322,11 +324,45 @@ TEST_F(PlanTest, ElementTypeTheKernelLacksFailsAtSessionCreation) {
   std::shared_ptr<Plan> p(std::move(plan.value()));
   const std::string op = p->entries[0].steps[0].op;
   auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", "", op));
-  auto s = Session::create(p, SessionOptions{1, dev});
+  SessionOptions opts{1, dev};
+  opts.cpuFallback = false;
+  auto s = Session::create(p, opts);
   ASSERT_FALSE(s.isOk());
   EXPECT_NE(s.status().message().find("op '" + op + "' on device 'test-gpu' does not compute f32 (it takes f64)"),
             std::string::npos)
       << s.status().message();
+}
+
+// A step whose op the device has no kernel for (or not for its types) runs
+// the CPU's kernel on host copies of its operands: the CPU's results, the
+// copies go through the device interface, and its entry is never captured.
+TEST_F(PlanTest, StepsWithoutADeviceKernelRunTheCpusOnHostCopies) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  auto onCpu = Session::create(p, SessionOptions{1});
+  ASSERT_TRUE(onCpu.isOk());
+  EXPECT_TRUE(onCpu.value()->stepsOnHost().empty());
+  auto in = inputs();
+  std::vector<HostTensor> want;
+  ASSERT_TRUE(onCpu.value()->run(0, {&in[0], &in[1]}, want).isOk());
+  const std::string dropped = p->entries[0].steps[1].op, retyped = p->entries[0].steps[0].op;
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", dropped, retyped));
+  dev->canCapture = true;
+  auto s = Session::create(p, SessionOptions{1, dev});
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  EXPECT_EQ(s.value()->stepsOnHost(), (std::map<std::string, size_t>{{dropped, 1}, {retyped, 1}}));
+  for (int run = 0; run < 3; ++run) {
+    const size_t down = dev->downloaded;
+    std::vector<HostTensor> got;
+    ASSERT_TRUE(s.value()->run(0, {&in[0], &in[1]}, got).isOk());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].data, want[i].data) << "run " << run;
+    size_t outBytes = 0;
+    for (auto &t : got) outBytes += t.data.size();
+    EXPECT_GT(dev->downloaded - down, outBytes) << "the fallback steps' operands came through copyToHost";
+  }
+  EXPECT_EQ(dev->captureAttempts, 0);
 }
 
 TEST(Devices, OpenByName) {
@@ -764,6 +800,41 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
       EXPECT_NE(eager.losses.front(), eager.losses.back()) << "training did not move";
     }
   }
+}
+
+// A training step whose optimizer update (in place: the parameter and its
+// moments are operands and results at once) and embedding gather fall back
+// to the CPU trains to the CPU's losses and state, bit for bit.
+TEST(CpuFallback, TrainingStepsMatchTheCpuBitForBit) {
+  char tmpl[] = "/tmp/sd_cpu_fallbackXXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  std::ofstream(dir + "/lm.onnxtxt") << kLanguageModel;
+  {
+    std::ofstream data(dir + "/train.jsonl");
+    for (int i = 0; i < 12; ++i)
+      data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
+           << ((i + 4) % 8) << "]}\n";
+  }
+  CompileRequest req;
+  req.model = dir + "/lm.onnxtxt";
+  req.output = dir + "/lm.sdp";
+  req.pipeline.peft = "none";
+  std::string err;
+  ASSERT_TRUE(compileModel(req, err)) << err;
+  auto loaded = Plan::loadFile(req.output);
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  std::shared_ptr<const Plan> plan(std::move(loaded.value()));
+  TrainRun eager = trainOn(plan, SessionOptions{1}, dir + "/train.jsonl");
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", "AdamW", "Gather"));
+  dev->canCapture = true;
+  TrainRun fellBack = trainOn(plan, SessionOptions{1, dev}, dir + "/train.jsonl");
+  ASSERT_EQ(eager.losses.size(), 8u);
+  EXPECT_EQ(fellBack.losses, eager.losses);
+  ASSERT_EQ(fellBack.state.size(), eager.state.size());
+  for (size_t i = 0; i < eager.state.size(); ++i)
+    EXPECT_EQ(fellBack.state[i].data, eager.state[i].data) << eager.state[i].name;
+  EXPECT_NE(eager.losses.front(), eager.losses.back()) << "training did not move";
+  EXPECT_EQ(dev->captureAttempts, 0);
 }
 
 // A bf16 plan on the CPU: the kernels compute in f32, so the session widens

@@ -337,25 +337,42 @@ int benchCommand(const std::vector<std::string> &args) {
   return 0;
 }
 
-// Each op of the plan with its step count and whether `kernels` runs it; 1
-// when some step has no kernel (the first such step is named).
+// Each op of the plan with its step count and whether `kernels` runs it (on
+// another backend than the CPU, a step it has no kernel for runs the CPU's
+// kernel on host copies: Session's cpuFallback); 1 when some step runs
+// nowhere (the first such step is named).
 int printKernelCoverage(const sd::Plan &p, const sd::KernelRegistry &kernels) {
-  std::map<std::string, std::pair<size_t, std::string>> ops; // op -> steps, first refusal
-  size_t missing = 0;
+  struct OpCoverage {
+    size_t steps = 0, onCpu = 0;
+    std::string refusal; // the first step no backend runs
+  };
+  std::map<std::string, OpCoverage> ops;
+  const bool canFallBack = kernels.backend() != "cpu";
+  size_t missing = 0, onCpu = 0;
   for (const sd::EntryDesc &e : p.entries)
     for (size_t i = 0; i < e.steps.size(); ++i) {
-      auto &[count, refusal] = ops[e.steps[i].op];
-      ++count;
+      OpCoverage &op = ops[e.steps[i].op];
+      ++op.steps;
       sd::StatusOr<const sd::KernelDef *> k = sd::bindStep(e, i, kernels);
       if (k.isOk()) continue;
+      if (canFallBack && sd::bindStep(e, i, sd::cpuKernels()).isOk()) {
+        ++op.onCpu, ++onCpu;
+        continue;
+      }
       ++missing;
-      if (refusal.empty()) refusal = k.status().message();
+      if (op.refusal.empty()) op.refusal = k.status().message();
     }
   std::printf("kernels on '%s':\n", kernels.backend().c_str());
-  for (auto &[op, info] : ops)
-    std::printf("  %-28s %4zu steps  %s\n", op.c_str(), info.first, info.second.empty() ? "ok" : info.second.c_str());
+  for (auto &[name, op] : ops) {
+    std::string how = !op.refusal.empty() ? op.refusal
+                      : op.onCpu          ? "on the CPU (no '" + kernels.backend() + "' kernel)"
+                                          : "ok";
+    std::printf("  %-28s %4zu steps  %s\n", name.c_str(), op.steps, how.c_str());
+  }
+  if (onCpu)
+    std::printf("%zu steps run on the CPU, with copies each way, and their entries without a CUDA graph\n", onCpu);
   if (missing) std::printf("%zu steps cannot run on '%s'\n", missing, kernels.backend().c_str());
-  else std::printf("every step runs on '%s'\n", kernels.backend().c_str());
+  else if (!onCpu) std::printf("every step runs on '%s'\n", kernels.backend().c_str());
   return missing ? 1 : 0;
 }
 

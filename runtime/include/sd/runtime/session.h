@@ -48,6 +48,10 @@ struct SessionOptions {
   bool graphs = true;
   // The world this session is one rank of (sd/comm/world.h); null: alone.
   std::shared_ptr<Communicator> comm;
+  // On a device the host cannot address (a GPU): a step whose op has no
+  // kernel there runs the CPU's on host copies of its operands (its entry is
+  // then never captured). false: such a plan is refused, naming the step.
+  bool cpuFallback = true;
 };
 
 class Session {
@@ -75,6 +79,9 @@ public:
   // elsewhere after synchronize().
   Status runOnDevice(size_t entry, const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs);
   Status synchronize();
+  // Steps that run on the CPU because the device has no kernel for them, by
+  // op (SessionOptions::cpuFallback); empty on the CPU.
+  const std::map<std::string, size_t> &stepsOnHost() const;
 
   // Global state goes in and out through copies, never through pointers into
   // the session: on a device the values live in device memory. `bytes` must
