@@ -8,6 +8,7 @@
 #include "gemm.h"
 #include "sgemm.h"
 #include "vecmath.h"
+#include "sd/ops/math/recurrent_cell.h"
 #include "sd/ops/recurrent_layout.h"
 #include <cmath>
 #include <cstring>
@@ -18,56 +19,8 @@ namespace {
 
 using namespace recurrent;
 
-enum class Fn { Sigmoid, Tanh, Relu, Affine, LeakyRelu, ThresholdedRelu, ScaledTanh, HardSigmoid, Elu, Softsign, Softplus };
-
-struct Activation {
-  Fn fn;
-  float alpha, beta;
-
-  float operator()(float x) const {
-    switch (fn) {
-    case Fn::Sigmoid: return 1.0f / (1.0f + std::exp(-x));
-    case Fn::Tanh: return std::tanh(x);
-    case Fn::Relu: return x > 0 ? x : 0.0f;
-    case Fn::Affine: return alpha * x + beta;
-    case Fn::LeakyRelu: return x >= 0 ? x : alpha * x;
-    case Fn::ThresholdedRelu: return x > alpha ? x : 0.0f;
-    case Fn::ScaledTanh: return alpha * std::tanh(beta * x);
-    case Fn::HardSigmoid: return std::fmax(0.0f, std::fmin(1.0f, alpha * x + beta));
-    case Fn::Elu: return x >= 0 ? x : alpha * (std::exp(x) - 1.0f);
-    case Fn::Softsign: return x / (1.0f + std::fabs(x));
-    case Fn::Softplus: return x > 20.0f ? x : std::log1p(std::exp(x));
-    }
-    return x;
-  }
-  // d/dx at the input x.
-  float slope(float x) const {
-    switch (fn) {
-    case Fn::Sigmoid: { float s = (*this)(x); return s * (1.0f - s); }
-    case Fn::Tanh: { float t = std::tanh(x); return 1.0f - t * t; }
-    case Fn::Relu: return x > 0 ? 1.0f : 0.0f;
-    case Fn::Affine: return alpha;
-    case Fn::LeakyRelu: return x >= 0 ? 1.0f : alpha;
-    case Fn::ThresholdedRelu: return x > alpha ? 1.0f : 0.0f;
-    case Fn::ScaledTanh: { float t = std::tanh(beta * x); return alpha * beta * (1.0f - t * t); }
-    case Fn::HardSigmoid: { float v = alpha * x + beta; return v > 0 && v < 1 ? alpha : 0.0f; }
-    case Fn::Elu: return x >= 0 ? 1.0f : alpha * std::exp(x);
-    case Fn::Softsign: { float d = 1.0f + std::fabs(x); return 1.0f / (d * d); }
-    case Fn::Softplus: return 1.0f / (1.0f + std::exp(-x));
-    }
-    return 1.0f;
-  }
-};
-
-bool parseFn(const std::string &name, Fn &fn) {
-  static const std::pair<const char *, Fn> names[] = {
-      {"Sigmoid", Fn::Sigmoid}, {"Tanh", Fn::Tanh}, {"Relu", Fn::Relu}, {"Affine", Fn::Affine},
-      {"LeakyRelu", Fn::LeakyRelu}, {"ThresholdedRelu", Fn::ThresholdedRelu}, {"ScaledTanh", Fn::ScaledTanh},
-      {"HardSigmoid", Fn::HardSigmoid}, {"Elu", Fn::Elu}, {"Softsign", Fn::Softsign}, {"Softplus", Fn::Softplus}};
-  for (auto &[n, f] : names)
-    if (name == n) return fn = f, true;
-  return false;
-}
+using Activation = math::GateActivation;
+using math::GateFn;
 
 // Attributes and sizes shared by both directions of the computation.
 struct Setup {
@@ -92,8 +45,8 @@ void activate(const Activation &f, const float *x, float *y, float *slope, int64
   } else if (y != x) {
     std::memcpy(y, x, size_t(n) * sizeof(float));
   }
-  if (f.fn == Fn::Sigmoid || f.fn == Fn::Tanh) {
-    bool tanh = f.fn == Fn::Tanh;
+  if (f.fn == GateFn::Sigmoid || f.fn == GateFn::Tanh) {
+    bool tanh = f.fn == GateFn::Tanh;
     if (tanh)
       for (int64_t j = 0; j < n; ++j) in[j] *= 2.0f;
     vsigmoid(in, y, n);
@@ -137,9 +90,9 @@ Status setup(const KernelContext &c, int64_t seq, int64_t batch, size_t lensInpu
   size_t at = 0;
   for (size_t k = 0; k < alpha.size(); ++k) {
     size_t end = acts.find(',', at);
-    Activation a{Fn::Tanh, float(alpha[k]), float(k < beta.size() ? beta[k] : 0.0)};
+    Activation a{GateFn::Tanh, float(alpha[k]), float(k < beta.size() ? beta[k] : 0.0)};
     std::string name = acts.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    if (!parseFn(name, a.fn)) return sdError("Recurrence: unknown activation '", name, "'");
+    if (!math::parseGateFn(name, a.fn)) return sdError("Recurrence: unknown activation '", name, "'");
     s.fns.push_back(a);
     at = end == std::string::npos ? acts.size() : end + 1;
   }
@@ -296,22 +249,15 @@ Status RecurrenceGradKernel(const KernelContext &c) {
         activate(s.fns[2], cn, v4.data(), s4.data(), H, 0.0f);            // h(c)
         float *dcb = dc.data() + b * H, *dcnb = dcn.data() + b * H;
         for (int64_t j = 0; j < H; ++j) {
-          float dht = dhb[j] + dyb[j];
-          float i = v0[size_t(j)], o = v1[size_t(j)], cc = v3[size_t(j)];
-          float f = s.inputForget ? 1.0f - i : v2[size_t(j)];
-          float dct = dcb[j] + dht * o * s4[size_t(j)];
-          float doPre = dht * v4[size_t(j)] * s1[size_t(j)];
-          if (peep) dct += doPre * peep[H + j], dp[H + j] += doPre * cn[j];
-          float di = dct * cc, df = dct * cp[j], dcp = dct * f, dfPre = 0.0f;
-          if (s.inputForget) di -= df;
-          else dfPre = df * s2[size_t(j)];
-          float diPre = di * s0[size_t(j)], dcPre = dct * i * s3[size_t(j)];
-          if (peep) {
-            dcp += diPre * peep[j] + dfPre * peep[2 * H + j];
-            dp[j] += diPre * cp[j], dp[2 * H + j] += dfPre * cp[j];
-          }
-          g[j] = diPre, g[H + j] = doPre, g[2 * H + j] = dfPre, g[3 * H + j] = dcPre;
-          dcnb[j] = dcp;
+          const float i = v0[size_t(j)], f = s.inputForget ? 1.0f - i : v2[size_t(j)];
+          const math::LstmUnitGrad u = math::lstmUnitGrad(
+              dhb[j] + dyb[j], dcb[j], i, s0[size_t(j)], v1[size_t(j)], s1[size_t(j)], f,
+              s.inputForget ? 0.0f : s2[size_t(j)], v3[size_t(j)], s3[size_t(j)], v4[size_t(j)], s4[size_t(j)], cp[j],
+              cn[j], s.inputForget, peep != nullptr, peep ? peep[j] : 0.0f, peep ? peep[H + j] : 0.0f,
+              peep ? peep[2 * H + j] : 0.0f);
+          if (peep) dp[j] += u.dpi, dp[H + j] += u.dpo, dp[2 * H + j] += u.dpf;
+          g[j] = u.di, g[H + j] = u.dout, g[2 * H + j] = u.df, g[3 * H + j] = u.dcand;
+          dcnb[j] = u.dcPrev;
           dhnb[j] = 0.0f;
         }
       } else if (s.cell == Cell::GRU) {
@@ -319,18 +265,17 @@ Status RecurrenceGradKernel(const KernelContext &c) {
         activate(s.fns[0], a + H, v1.data(), s1.data(), H, s.clip);       // r
         activate(s.fns[1], a + 2 * H, v2.data(), s2.data(), H, s.clip);   // candidate
         for (int64_t j = 0; j < H; ++j) {
-          float dht = dhb[j] + dyb[j], z = v0[size_t(j)], rr = v1[size_t(j)];
-          float dhPre = dht * (1.0f - z) * s2[size_t(j)];
-          g[j] = dht * (hp[j] - v2[size_t(j)]) * s0[size_t(j)];
-          g[2 * H + j] = dhPre;
-          dhnb[j] = dht * z;
-          if (s.linearBeforeReset) {
-            g[H + j] = dhPre * ex[j] * s1[size_t(j)];
-            dhh[size_t(b * H + j)] = dhPre * rr;
-            drbh[j] += dhPre * rr;
+          const math::GruUnitGrad u = math::gruUnitGrad(dhb[j] + dyb[j], v0[size_t(j)], s0[size_t(j)], v1[size_t(j)],
+                                                        s1[size_t(j)], v2[size_t(j)], s2[size_t(j)], hp[j], ex[j],
+                                                        s.linearBeforeReset);
+          g[j] = u.dz, g[2 * H + j] = u.dcand;
+          dhnb[j] = u.dhPrev;
+          dhh[size_t(b * H + j)] = u.dhh;
+          if (s.linearBeforeReset) { // dr is known; the candidate's bias gets dhh
+            g[H + j] = u.dr;
+            drbh[j] += u.dhh;
           } else { // dr needs dhh·Rh, after this loop
-            dhh[size_t(b * H + j)] = dhPre;
-            rh[size_t(b * H + j)] = rr * hp[j];
+            rh[size_t(b * H + j)] = v1[size_t(j)] * hp[j];
           }
         }
       } else {

@@ -63,8 +63,19 @@ static bool setBatch(const LtApi &lt, cublasLtMatrixLayout_t l, int64_t batch, i
              CUBLAS_STATUS_SUCCESS;
 }
 
-std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &s) {
+uint32_t alignmentOf(int64_t elements, DType dtype) {
+  uint64_t bytes = uint64_t(elements) * dtypeSize(dtype);
+  uint32_t a = 64;
+  while (a > 1 && bytes % a) a /= 2;
+  return a;
+}
+
+std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape) {
   auto g = std::make_shared<LtGemm>();
+  GemmShape s = shape;
+  if (s.batch > 1) // each matrix of a strided batch starts at its stride's alignment
+    for (int64_t stride : {s.strideA, s.strideB, s.strideC})
+      if (stride) s.alignBytes = std::min(s.alignBytes, alignmentOf(stride, s.dtype));
   g->shape = s;
   g->res = resources(p, g->error);
   if (!g->res) {
@@ -120,6 +131,10 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &s) {
   if (lt.preferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
     size_t ws = g->res->workspaceBytes;
     lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    for (cublasLtMatmulPreferenceAttributes_t a :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      lt.preferenceSetAttribute(pref, a, &s.alignBytes, sizeof s.alignBytes);
     if (lt.algoGetHeuristic(g->res->handle, g->op, g->layoutB, g->layoutA, g->layoutC, g->layoutC, pref,
                                        1, &result, &found) != CUBLAS_STATUS_SUCCESS)
       found = 0;
@@ -136,7 +151,10 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &s) {
 
 Status LtGemm::run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const {
   if (!error.empty()) return sdError(error);
-  if (builtin) return builtinGemm(shape, a, b, c, alpha, beta, stream);
+  // A pointer less aligned than the algorithm was chosen for: the built-in
+  // GEMM (same result semantics) rather than a failed or faulting call.
+  auto misaligned = [&](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % shape.alignBytes != 0; };
+  if (builtin || misaligned(a) || misaligned(b) || misaligned(c)) return builtinGemm(shape, a, b, c, alpha, beta, stream);
   float af = float(alpha), bf = float(beta);
   const void *pa = shape.dtype == DType::F64 ? static_cast<const void *>(&alpha) : &af;
   const void *pb = shape.dtype == DType::F64 ? static_cast<const void *>(&beta) : &bf;

@@ -28,7 +28,16 @@ struct GemmShape {
   int64_t batch = 1, strideA = 0, strideB = 0, strideC = 0;
   DType dtype = DType::F32;
   const void *bias = nullptr; // a length-n vector added to every row (epilogue)
+  // The alignment (bytes, a power of two) every pointer the plan runs on
+  // keeps: the algorithm is chosen for it (cuBLASLt assumes 256 otherwise).
+  // Session buffers start at 64-byte arena offsets; callers that run on
+  // offsets into them say less (alignmentOf).
+  uint32_t alignBytes = 64;
 };
+
+// The largest power of two, at most 64, that divides `elements` elements of
+// `dtype` in bytes: the alignment an offset of that many elements keeps.
+uint32_t alignmentOf(int64_t elements, DType dtype);
 
 struct LtGemm {
   std::shared_ptr<LtResources> res;

@@ -60,7 +60,11 @@ GemmShape matMulShape(const KernelContext &c, const MatMulSplit &s) {
   g.ldb = s.n;
   g.ldc = s.n;
   g.dtype = c.inputs[0].dtype;
-  if (!s.strided) return g; // one matrix per call
+  if (!s.strided) { // one matrix per call, each at its offset
+    g.alignBytes = std::min({alignmentOf(s.m * s.k, g.dtype), alignmentOf(s.k * s.n, g.dtype),
+                             alignmentOf(s.m * s.n, g.dtype)});
+    return g;
+  }
   bool aWhole = s.countA == s.count, bWhole = s.countB == s.count;
   if (aWhole && !bWhole) { // B shared, A contiguous: one tall GEMM
     g.m = s.m * s.count;

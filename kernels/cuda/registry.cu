@@ -21,6 +21,7 @@ void registerOsftKernels();
 void registerRotaryKernels();
 void registerCachedAttentionKernels();
 void registerSwiGLUKernels();
+void registerRecurrentKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -88,6 +89,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerRotaryKernels();
     cuda::registerCachedAttentionKernels();
     cuda::registerSwiGLUKernels();
+    cuda::registerRecurrentKernels();
   });
   return cuda::mutableKernels();
 }

@@ -2,9 +2,11 @@
 """Plans on the CUDA backend against the CPU, one script in two parts.
 
 Coverage (any build with the CUDA backend, no GPU needed): every step of the
-tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans and of the
-CNN and MobileNet inference plans binds to a CUDA kernel (`sdrun inspect
---kernels cuda`).
+tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of the
+CNN and MobileNet inference plans and of GRU/LSTM inference and training
+plans binds to a CUDA kernel (`sdrun inspect --kernels cuda`); a detector's
+NonMaxSuppression and its integer index arithmetic run on the CPU (the
+session's fallback), and inspect says so.
 
 On a GPU (--gpu; exit 77, skipped, where none is usable): the same plans run
 with --device cuda and are compared with --device cpu: inference outputs, 20
@@ -43,10 +45,12 @@ def check(name, ok, detail):
 
 
 class PlanKind:
-    def __init__(self, kind, plan, trains, input_name, input_file, tolerances=None):
+    def __init__(self, kind, plan, trains, input_name, input_file, tolerances=None, on_cpu=(), token_data=False):
         self.kind, self.plan, self.trains, self.input_name, self.input_file = kind, plan, trains, input_name, input_file
         self.tol = tolerances or dict(logits_rtol=LOGITS_RTOL, logits_atol=LOGITS_ATOL, loss_rtol=LOSS_RTOL,
                                       weights_atol=WEIGHTS_ATOL)
+        self.on_cpu = set(on_cpu)     # ops expected to fall back to the CPU kernels
+        self.token_data = token_data  # trains on input_ids rows (no tokenizer in the plan)
 
 
 def plans(sdc, folder):
@@ -79,7 +83,68 @@ def plans(sdc, folder):
         plan = os.path.join(folder, f"{cnn}.sdp")
         sh([sdc, "compile", os.path.join(folder, f"{cnn}.onnx"), "--shapes", f"image={shape}", "-o", plan])
         out.append(PlanKind(cnn, plan, False, "image", image))
+    return out + recurrent_plans(sdc, folder) + [detector_plan(sdc, folder)]
+
+
+def recurrent_plans(sdc, folder):
+    """GRU and LSTM: a 2-layer bidirectional frame tagger (inference) and a
+    one-layer language model over input_ids (full fine-tuning), as PyTorch
+    exports them (TorchScript, opset 17)."""
+    import torch
+    out = []
+    for cell in ("GRU", "LSTM"):
+        torch.manual_seed(0)
+
+        class Tagger(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.rnn = getattr(torch.nn, cell)(20, 24, num_layers=2, bidirectional=True, batch_first=True)
+                self.head = torch.nn.Linear(48, 5)
+
+            def forward(self, feats):
+                return self.head(self.rnn(feats)[0])
+
+        class Lm(torch.nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.emb = torch.nn.Embedding(256, 32)
+                self.rnn = getattr(torch.nn, cell)(32, 48, batch_first=True)
+                self.head = torch.nn.Linear(48, 256)
+
+            def forward(self, ids):
+                return self.head(self.rnn(self.emb(ids))[0])
+
+        feats = os.path.join(folder, f"{cell}_feats.npy")
+        np.save(feats, np.random.default_rng(3).standard_normal((3, 30, 20)).astype(np.float32))
+        tagger = os.path.join(folder, f"{cell}_tagger.onnx")
+        torch.onnx.export(Tagger().eval(), (torch.zeros(3, 30, 20),), tagger, dynamo=False, opset_version=17,
+                          input_names=["feats"], output_names=["logits"])
+        plan = os.path.join(folder, f"{cell}_tagger.sdp")
+        sh([sdc, "compile", tagger, "--shapes", "feats=3x30x20", "-o", plan])
+        out.append(PlanKind(f"{cell.lower()}-tagger", plan, False, "feats", feats))
+        lm = os.path.join(folder, f"{cell}_lm.onnx")
+        torch.onnx.export(Lm(), (torch.zeros(2, 8, dtype=torch.long),), lm, dynamo=False, opset_version=17,
+                          input_names=["input_ids"], output_names=["logits"])
+        plan = os.path.join(folder, f"{cell}_lm.sdp")
+        sh([sdc, "compile", lm, "--peft", "none", "--shapes", "input_ids=2x8", "-o", plan])
+        ids = os.path.join(folder, f"{cell}_ids.npy")
+        np.save(ids, (np.arange(16, dtype=np.int64) * 29 % 256).reshape(2, 8))
+        out.append(PlanKind(f"{cell.lower()}-lm", plan, True, "input_ids", ids, token_data=True))
     return out
+
+
+def detector_plan(sdc, folder):
+    """test_selection's detector: convolutions, then NonMaxSuppression and
+    index arithmetic on its i64 results, which have no CUDA kernels."""
+    import test_selection
+    detector = next(c for c in test_selection.detector_classes() if c.__name__ == "Detector")
+    path = os.path.join(folder, "detector.onnx")
+    test_selection.export(detector, path)
+    image = os.path.join(folder, "detector_image.npy")
+    np.save(image, np.random.default_rng(5).standard_normal((1, 3, 16, 16)).astype(np.float32))
+    plan = os.path.join(folder, "detector.sdp")
+    sh([sdc, "compile", path, "--shapes", "image=1x3x16x16", "-o", plan])
+    return PlanKind("detector", plan, False, "image", image, on_cpu={"NonMaxSuppression", "Add", "Mul"})
 
 
 def coverage(sdrun, all_plans):
@@ -90,9 +155,16 @@ def coverage(sdrun, all_plans):
             return False
         missing = [l.strip() for l in r.stdout.splitlines() if l.startswith("  ") and not l.endswith(" ok")
                    and "steps" in l and ":" in l and "entry '" in l]
-        check(f"{kind} plan: every step has a CUDA kernel ({'inference and training entries' if p.trains else 'inference'})",
-              r.returncode == 0 and "every step runs on 'cuda'" in r.stdout,
-              "; ".join(missing[:3]) or r.stdout.strip().splitlines()[-1])
+        on_cpu = {l.split()[0] for l in r.stdout.splitlines() if l.startswith("  ") and "on the CPU (no 'cuda'" in l}
+        entries = 'inference and training entries' if p.trains else 'inference'
+        if p.on_cpu:
+            check(f"{kind} plan: every step runs on CUDA but {', '.join(sorted(p.on_cpu))}, which inspect lists as "
+                  f"running on the CPU ({entries})", r.returncode == 0 and on_cpu == p.on_cpu,
+                  f"on the CPU: {sorted(on_cpu)}; " + ("; ".join(missing[:3]) or r.stdout.strip().splitlines()[-1]))
+        else:
+            check(f"{kind} plan: every step has a CUDA kernel ({entries})",
+                  r.returncode == 0 and "every step runs on 'cuda'" in r.stdout,
+                  "; ".join(missing[:3]) or r.stdout.strip().splitlines()[-1])
     return True
 
 
@@ -146,8 +218,17 @@ def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None):
     return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l], load_file(weights)
 
 
+def write_token_data(path, rows=64):
+    rng = np.random.default_rng(11)
+    with open(path, "w") as f:
+        for _ in range(rows):
+            f.write(json.dumps({"input_ids": rng.integers(0, 256, 8).tolist()}) + "\n")
+    return path
+
+
 def gpu_part(sdrun, all_plans, tmp):
-    data = write_data(os.path.join(tmp, "train.jsonl"))
+    text_data = write_data(os.path.join(tmp, "train.jsonl"))
+    token_data = write_token_data(os.path.join(tmp, "tokens.jsonl"))
     for p in all_plans:
         kind = p.kind
         cpu = infer(sdrun, p, "cpu", os.path.join(tmp, kind, "infer-cpu"))
@@ -157,6 +238,7 @@ def gpu_part(sdrun, all_plans, tmp):
               f"max |diff| {err:.3g}")
         if not p.trains:
             continue
+        data = token_data if p.token_data else text_data
         lc, wc = train(sdrun, p.plan, "cpu", data, os.path.join(tmp, kind, "cpu"), kind)
         lg, wg = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda"), kind)
         lg2, wg2 = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda2"), kind)
