@@ -4,6 +4,8 @@
 #include "sd/ops/counter_rng.h"
 #include "sd/ops/math/activations.h"
 #include "sd/ops/math/optimizer.h"
+#include "sd/ops/math/recurrent_cell.h"
+#include <functional>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <limits>
@@ -125,6 +127,102 @@ TEST(SharedMath, CounterRngIsAPureFunctionAndDropsTheRatio) {
   for (int i = 0; i < n; ++i) kept += dropoutKeeps(key, uint64_t(i), threshold);
   EXPECT_NEAR(double(kept) / n, 0.75, 0.005);
   EXPECT_EQ(dropoutThreshold(0.0), 0u);
+}
+
+
+// The RNN gate activations (the CUDA Recurrence kernel computes every gate
+// with them; the CPU's vectorizes Sigmoid and Tanh itself): their slopes
+// against central differences, away from each function's kinks.
+TEST(SharedMath, GateActivationSlopesMatchFiniteDifferences) {
+  const GateActivation fns[] = {
+      {GateFn::Sigmoid, 0, 0},       {GateFn::Tanh, 0, 0},          {GateFn::Relu, 0, 0},
+      {GateFn::Affine, 0.5f, 0.1f},  {GateFn::LeakyRelu, 0.1f, 0},  {GateFn::ThresholdedRelu, 0.7f, 0},
+      {GateFn::ScaledTanh, 0.7f, 1.3f}, {GateFn::HardSigmoid, 0.2f, 0.45f}, {GateFn::Elu, 0.9f, 0},
+      {GateFn::Softsign, 0, 0},      {GateFn::Softplus, 0, 0}};
+  for (const GateActivation &f : fns)
+    for (float x : {-3.5f, -1.0f, -0.25f, 0.3f, 1.0f, 2.5f}) {
+      const float h = 1e-2f, numeric = (f(x + h) - f(x - h)) / (2 * h);
+      EXPECT_NEAR(f.slope(x), numeric, 2e-3f * std::max(1.0f, std::fabs(numeric))) << int(f.fn) << " at " << x;
+    }
+  GateFn parsed;
+  EXPECT_TRUE(parseGateFn("HardSigmoid", parsed));
+  EXPECT_EQ(parsed, GateFn::HardSigmoid);
+  EXPECT_FALSE(parseGateFn("Swish", parsed));
+  EXPECT_EQ(clipGate(5.0f, 2.0f), 2.0f);
+  EXPECT_EQ(clipGate(5.0f, 0.0f), 5.0f); // clip 0: none
+  EXPECT_EQ(clippedSlope(0.3f, -5.0f, 2.0f), 0.0f);
+}
+
+// d(loss)/d(each argument) of `f` at `at`, by central differences in double.
+std::vector<double> numericGradient(const std::function<double(const std::vector<double> &)> &f, std::vector<double> at) {
+  std::vector<double> g;
+  for (size_t k = 0; k < at.size(); ++k) {
+    const double h = 1e-6, keep = at[k];
+    at[k] = keep + h;
+    const double up = f(at);
+    at[k] = keep - h;
+    const double down = f(at);
+    at[k] = keep;
+    g.push_back((up - down) / (2 * h));
+  }
+  return g;
+}
+
+double sig(double x) { return 1 / (1 + std::exp(-x)); }
+
+// An LSTM unit's backward against the derivatives of its forward (ONNX's
+// equations with the default activations): the loss wh·h_t + wc·c_t, so
+// dht = wh and the gradient reaching the new cell state is wc.
+TEST(SharedMath, LstmUnitGradientMatchesItsForward) {
+  const double wh = 0.7, wc = -0.4;
+  for (bool peep : {false, true})
+    for (bool inputForget : {false, true}) {
+      // ai, ao, af, ac (pre-activations before peepholes), cp, pi, po, pf
+      const std::vector<double> at = {0.3, -0.6, 0.9, -0.2, 0.8, peep ? 0.5 : 0, peep ? -0.3 : 0, peep ? 0.25 : 0};
+      auto forward = [&](const std::vector<double> &v) {
+        const double cp = v[4], i = sig(v[0] + v[5] * cp);
+        const double f = inputForget ? 1 - i : sig(v[2] + v[7] * cp), cn = f * cp + i * std::tanh(v[3]);
+        const double o = sig(v[1] + v[6] * cn);
+        return wh * o * std::tanh(cn) + wc * cn;
+      };
+      const double cp = at[4], ai = at[0] + at[5] * cp, af = at[2] + at[7] * cp, i = sig(ai);
+      const double f = inputForget ? 1 - i : sig(af), cc = std::tanh(at[3]), cn = f * cp + i * cc;
+      const double ao = at[1] + at[6] * cn, o = sig(ao), hc = std::tanh(cn);
+      const LstmUnitGrad u = lstmUnitGrad(float(wh), float(wc), float(i), float(i * (1 - i)), float(o),
+                                          float(o * (1 - o)), float(f), float(sig(af) * (1 - sig(af))), float(cc),
+                                          float(1 - cc * cc), float(hc), float(1 - hc * hc), float(cp), float(cn),
+                                          inputForget, peep, float(at[5]), float(at[6]), float(at[7]));
+      const std::vector<double> want = numericGradient(forward, at);
+      const float got[] = {u.di, u.dout, inputForget ? 0.0f : u.df, u.dcand, u.dcPrev, u.dpi, u.dpo, u.dpf};
+      for (size_t k = 0; k < want.size(); ++k) {
+        if (inputForget && k == 2) continue; // f's own input is unused
+        if (!peep && k >= 5) continue;
+        EXPECT_NEAR(got[k], want[k], 1e-5) << "peep " << peep << " input_forget " << inputForget << " argument " << k;
+      }
+    }
+}
+
+// A GRU unit's backward against its forward: h_t = (1 - z) c + z h_prev with
+// c = tanh(xc + r·ex) (linear_before_reset: ex is h·Rhᵀ + Rbh) or
+// c = tanh(xc + hh) (hh = (r·h)·Rhᵀ, whose r-gradient needs the GEMM).
+TEST(SharedMath, GruUnitGradientMatchesItsForward) {
+  const double wh = 0.9;
+  for (bool lbr : {false, true}) {
+    const std::vector<double> at = {0.4, -0.7, 0.2, 0.6, -0.5}; // az, ar, xc, ex (or hh), hp
+    auto forward = [&](const std::vector<double> &v) {
+      const double z = sig(v[0]), r = sig(v[1]), c = std::tanh(v[2] + (lbr ? r * v[3] : v[3]));
+      return wh * ((1 - z) * c + z * v[4]);
+    };
+    const double z = sig(at[0]), r = sig(at[1]), c = std::tanh(at[2] + (lbr ? r * at[3] : at[3]));
+    const GruUnitGrad u = gruUnitGrad(float(wh), float(z), float(z * (1 - z)), float(r), float(r * (1 - r)), float(c),
+                                      float(1 - c * c), float(at[4]), float(at[3]), lbr);
+    const std::vector<double> want = numericGradient(forward, at);
+    EXPECT_NEAR(u.dz, want[0], 1e-5) << lbr;
+    if (lbr) EXPECT_NEAR(u.dr, want[1], 1e-5);
+    EXPECT_NEAR(u.dcand, want[2], 1e-5) << lbr;
+    EXPECT_NEAR(u.dhh, want[3], 1e-5) << lbr;
+    EXPECT_NEAR(u.dhPrev, want[4], 1e-5) << lbr;
+  }
 }
 
 } // namespace
