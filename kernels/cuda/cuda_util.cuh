@@ -31,6 +31,8 @@ inline unsigned blocksFor(int64_t n) {
 // The type a storage type computes in.
 template <typename T> struct ComputeOf { using type = float; };
 template <> struct ComputeOf<double> { using type = double; };
+template <> struct ComputeOf<int64_t> { using type = int64_t; }; // integer arithmetic stays exact
+template <> struct ComputeOf<int32_t> { using type = int32_t; };
 template <typename T> using Compute = typename ComputeOf<T>::type;
 
 template <typename T> __device__ inline Compute<T> load(T x) { return Compute<T>(x); }

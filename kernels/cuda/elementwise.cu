@@ -115,7 +115,10 @@ template <Binary Op, typename C> __device__ inline C applyBinary(C a, C b) {
   if constexpr (Op == Binary::Add) return a + b;
   else if constexpr (Op == Binary::Sub) return a - b;
   else if constexpr (Op == Binary::Mul) return a * b;
-  else if constexpr (Op == Binary::Div) return a / b;
+  else if constexpr (Op == Binary::Div) {
+    if constexpr (std::is_integral_v<C>) return b == 0 ? C(0) : C(a / b); // undefined in ONNX: 0, as on the CPU
+    else return a / b;
+  }
   else if constexpr (Op == Binary::Pow) return std::pow(a, b);
   else if constexpr (Op == Binary::Max) return (a != a || b != b) ? a + b : (a > b ? a : b); // NaN propagates
   else if constexpr (Op == Binary::Min) return (a != a || b != b) ? a + b : (a < b ? a : b);
@@ -139,11 +142,19 @@ template <Binary Op> Status launchBinary(const KernelContext &c, const char *nam
   if (n == 0) return Status::ok();
   StatusOr<Broadcast> bc = broadcastOf(y.dims, {&a.dims, &b.dims});
   if (!bc.isOk()) return bc.status();
-  return dispatchFloatStorage(a.dtype, [&](auto tag) {
+  auto launch = [&](auto tag) {
     using T = decltype(tag);
     binaryKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(*bc, a.as<T>(), b.as<T>(), y.as<T>(), n);
     return launchStatus(name);
-  });
+  };
+  // Integer arithmetic: shape and index computations (a detector's box indices).
+  constexpr bool integers = Op == Binary::Add || Op == Binary::Sub || Op == Binary::Mul || Op == Binary::Div ||
+                            Op == Binary::Max || Op == Binary::Min;
+  if constexpr (integers) {
+    if (a.dtype == DType::I64) return launch(int64_t{});
+    if (a.dtype == DType::I32) return launch(int32_t{});
+  }
+  return dispatchFloatStorage(a.dtype, launch);
 }
 
 #define SD_BINARY(NAME) \
@@ -320,13 +331,14 @@ void registerElementwiseKernels() {
   registerKernel("Softplus", SoftplusKernel, f);
   registerKernel("Sin", SinKernel, f);
   registerKernel("Cos", CosKernel, f);
-  registerKernel("Add", AddKernel, f);
-  registerKernel("Sub", SubKernel, f);
-  registerKernel("Mul", MulKernel, f);
-  registerKernel("Div", DivKernel, f);
+  TypeSet arithmetic = f | TypeSet{DType::I64, DType::I32};
+  registerKernel("Add", AddKernel, arithmetic);
+  registerKernel("Sub", SubKernel, arithmetic);
+  registerKernel("Mul", MulKernel, arithmetic);
+  registerKernel("Div", DivKernel, arithmetic);
   registerKernel("Pow", PowKernel, f);
-  registerKernel("Max", MaxKernel, f);
-  registerKernel("Min", MinKernel, f);
+  registerKernel("Max", MaxKernel, arithmetic);
+  registerKernel("Min", MinKernel, arithmetic);
   TypeSet comparable = floatStorage() | TypeSet{DType::I64, DType::I32};
   registerKernel("Equal", compareOp<Compare::Equal>, comparable | TypeSet{DType::Bool});
   registerKernel("Less", compareOp<Compare::Less>, comparable);
