@@ -13,6 +13,9 @@
 #                                        driver, bash and python3): run the
 #                                        bundle on the GPU against the references
 #
+# SD_GPU_CHECK_DEVICE=cpu runs --run's checks on the CPU instead (a dry run
+# of this script: CTest gpu_check_dry_run).
+#
 # OUT (default gpu-results/) receives summary.txt (one PASS/FAIL line per
 # check), bench.txt (sdrun bench per plan and entry on the GPU),
 # train_bench.txt (against PyTorch), nvidia-smi.txt and the logs. The exit
@@ -48,6 +51,9 @@ run_bundle() {
   out=$(cd "$out" && pwd)
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   local sdrun="$dir/bin/sdrun" cmp="python3 $dir/gpu_compare.py" summary="$out/summary.txt"
+  # SD_GPU_CHECK_DEVICE=cpu: a dry run of the whole script on the CPU (CTest
+  # gpu_check_dry_run), so the one command a GPU session gets is known to work.
+  local device=${SD_GPU_CHECK_DEVICE:-cuda}
   command -v python3 >/dev/null || die "python3 is needed for the comparisons"
   (nvidia-smi || echo "nvidia-smi not found") > "$out/nvidia-smi.txt" 2>&1
   check() { # name, command...
@@ -60,7 +66,7 @@ run_bundle() {
   : > "$out/bench.txt"
   local first why
   first=$(ls "$dir"/plans/*.sdp | head -1)
-  if ! why=$("$sdrun" bench "$first" --device cuda --iterations 1 --warmup 0 2>&1); then
+  if ! why=$("$sdrun" bench "$first" --device "$device" --iterations 1 --warmup 0 2>&1); then
     echo "FAIL  a usable GPU: ${why##*$'\n'}" | tee "$summary"
     return 1
   fi
@@ -71,15 +77,15 @@ run_bundle() {
     check "$kind: kernel coverage" "$sdrun" inspect "$plan" --kernels cuda
     local input name
     input=$(ls "$dir/inputs/$kind".*.npy | head -1) name=${input#"$dir/inputs/$kind."} name=${name%.npy}
-    check "$kind: infer on cuda" "$sdrun" infer "$plan" --device cuda --input "$name=$input" \
+    check "$kind: infer on $device" "$sdrun" infer "$plan" --device "$device" --input "$name=$input" \
       --output-dir "$w/infer" --output-format npy
     check "$kind: outputs match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" $LOGITS_RTOL $LOGITS_ATOL
-    { echo "== $kind infer (cuda)"; "$sdrun" bench "$plan" --device cuda --iterations 50 --warmup 5 --profile 2>&1
+    { echo "== $kind infer ($device)"; "$sdrun" bench "$plan" --device "$device" --iterations 50 --warmup 5 --profile 2>&1
       echo "== $kind infer (cpu)"; "$sdrun" bench "$plan" --device cpu --iterations 50 --warmup 5 2>&1; } \
       >> "$out/bench.txt"
     [ -f "$ref/metrics.jsonl" ] || continue # an inference-only plan
     for run in 1 2; do
-      check "$kind: train on cuda (run $run)" "$sdrun" train "$plan" --device cuda --data "$dir/train.jsonl" \
+      check "$kind: train on $device (run $run)" "$sdrun" train "$plan" --device "$device" --data "$dir/train.jsonl" \
         --steps 20 --lr 1e-3 --weight-decay 0.01 --clip-norm 1.0 --no-shuffle --truncate \
         --metrics "$w/metrics$run.jsonl" --save-weights "$w/weights$run.safetensors"
     done
@@ -88,10 +94,10 @@ run_bundle() {
     check "$kind: two GPU trainings, same losses" $cmp losses "$w/metrics2.jsonl" "$w/metrics1.jsonl" 0
     check "$kind: two GPU trainings, same weights" $cmp same "$w/weights2.safetensors" "$w/weights1.safetensors"
     for graphs in "" --no-cuda-graphs; do
-      { echo "== $kind train_step (cuda $graphs)"; "$sdrun" bench "$plan" --device cuda --entry train_step \
+      { echo "== $kind train_step ($device $graphs)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
           --data "$dir/train.jsonl" --iterations 50 --warmup 5 $graphs 2>&1; } >> "$out/bench.txt"
     done
-    { echo "== $kind train_step per op (cuda)"; "$sdrun" bench "$plan" --device cuda --entry train_step \
+    { echo "== $kind train_step per op ($device)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
         --data "$dir/train.jsonl" --iterations 20 --warmup 2 --profile 2>&1
       echo "== $kind train_step (cpu)"; "$sdrun" bench "$plan" --device cpu --entry train_step \
         --data "$dir/train.jsonl" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"

@@ -45,12 +45,11 @@ def check(name, ok, detail):
 
 
 class PlanKind:
-    def __init__(self, kind, plan, trains, input_name, input_file, tolerances=None, on_cpu=(), token_data=False):
+    def __init__(self, kind, plan, trains, input_name, input_file, tolerances=None, on_cpu=()):
         self.kind, self.plan, self.trains, self.input_name, self.input_file = kind, plan, trains, input_name, input_file
         self.tol = tolerances or dict(logits_rtol=LOGITS_RTOL, logits_atol=LOGITS_ATOL, loss_rtol=LOSS_RTOL,
                                       weights_atol=WEIGHTS_ATOL)
-        self.on_cpu = set(on_cpu)     # ops expected to fall back to the CPU kernels
-        self.token_data = token_data  # trains on input_ids rows (no tokenizer in the plan)
+        self.on_cpu = set(on_cpu)  # ops expected to fall back to the CPU kernels
 
 
 def plans(sdc, folder):
@@ -129,7 +128,7 @@ def recurrent_plans(sdc, folder):
         sh([sdc, "compile", lm, "--peft", "none", "--shapes", "input_ids=2x8", "-o", plan])
         ids = os.path.join(folder, f"{cell}_ids.npy")
         np.save(ids, (np.arange(16, dtype=np.int64) * 29 % 256).reshape(2, 8))
-        out.append(PlanKind(f"{cell.lower()}-lm", plan, True, "input_ids", ids, token_data=True))
+        out.append(PlanKind(f"{cell.lower()}-lm", plan, True, "input_ids", ids))
     return out
 
 
@@ -218,17 +217,8 @@ def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None):
     return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l], load_file(weights)
 
 
-def write_token_data(path, rows=64):
-    rng = np.random.default_rng(11)
-    with open(path, "w") as f:
-        for _ in range(rows):
-            f.write(json.dumps({"input_ids": rng.integers(0, 256, 8).tolist()}) + "\n")
-    return path
-
-
 def gpu_part(sdrun, all_plans, tmp):
-    text_data = write_data(os.path.join(tmp, "train.jsonl"))
-    token_data = write_token_data(os.path.join(tmp, "tokens.jsonl"))
+    data = write_data(os.path.join(tmp, "train.jsonl"))
     for p in all_plans:
         kind = p.kind
         cpu = infer(sdrun, p, "cpu", os.path.join(tmp, kind, "infer-cpu"))
@@ -238,7 +228,6 @@ def gpu_part(sdrun, all_plans, tmp):
               f"max |diff| {err:.3g}")
         if not p.trains:
             continue
-        data = token_data if p.token_data else text_data
         lc, wc = train(sdrun, p.plan, "cpu", data, os.path.join(tmp, kind, "cpu"), kind)
         lg, wg = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda"), kind)
         lg2, wg2 = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda2"), kind)
