@@ -55,13 +55,18 @@ struct Session::Impl {
   struct PreparedEntry {
     std::vector<TensorView> views; // one per buffer
     std::vector<PreparedStep> steps;
-    // Graph replay: one eager run first (warm-up), then a capture replayed after.
-    std::shared_ptr<void> graph;
-    int eagerRuns = 0;
-    bool captureFailed = false;
-    // Loop and If steps decide on the host what runs, and a step that falls
-    // back to the CPU waits for the device: never captured.
-    bool hostControlled = false;
+    // Graph replay, per segment: the entry's steps split at each step the
+    // host must run itself (a Loop or If step decides on the host what runs;
+    // a step falling back to the CPU waits for the device). Each run of
+    // other steps runs eagerly once (warm-up), is then captured and replayed.
+    struct Segment {
+      size_t begin = 0, end = 0; // steps [begin, end)
+      bool onHost = false;       // one step the host runs, never captured
+      std::shared_ptr<void> graph;
+      int eagerRuns = 0;
+      bool captureFailed = false;
+    };
+    std::vector<Segment> segments;
   };
   std::shared_ptr<Device> device;
   std::shared_ptr<Communicator> comm;
@@ -436,7 +441,6 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
           return sdError("entry '", e.name, "' step ", si, ": shard_param '", p, "' is not a trainable parameter");
         ps.ctx.shardOwner = it->second;
       }
-      pe.hostControlled |= !sd.bodies.empty();
       ps.elsewhere = !sd.outputs.empty();
       for (int32_t o : sd.outputs) {
         const BufferDesc &b = e.buffers[size_t(o)];
@@ -457,7 +461,6 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
         StatusOr<std::unique_ptr<HostCopies>> copies = stageOnHost(ps.ctx, planValue);
         if (!copies.isOk()) return copies.status().withContext("entry '" + e.name + "' step " + std::to_string(si) + ": ");
         ps.onHost = std::move(*copies);
-        pe.hostControlled = true;
       }
       if (dev.hostAddressable() && widensHalves(*kernel, ps.ctx)) {
         StatusOr<int64_t> scratch = im.layOutHalves(ps, constant);
@@ -483,6 +486,9 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
               if (superseded[i] && constant[i] && ps.ctx.inputs[i].dtype != seen.inputs[i].dtype) seen.inputs[i].data = nullptr;
         }
       }
+      const bool hostStep = ps.onHost || !sd.bodies.empty();
+      if (hostStep || pe.segments.empty() || pe.segments.back().onHost) pe.segments.push_back({si, si, hostStep});
+      pe.segments.back().end = si + 1;
       pe.steps.push_back(std::move(ps));
     }
     im.entries.push_back(std::move(pe));
@@ -505,7 +511,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       steps += n;
     }
     std::fprintf(stderr, "sd: %zu step%s with no kernel on '%s' run%s on the CPU, with copies each way (%s); "
-                 "their entries run without a CUDA graph\n", steps, steps == 1 ? "" : "s", dev.name().c_str(),
+                 "the rest of their entries is captured around them\n", steps, steps == 1 ? "" : "s", dev.name().c_str(),
                  steps == 1 ? "s" : "", ops.c_str());
   }
   SD_RETURN_IF_ERROR(configureCpuBackend(threads)); // last: it checks what memory is left
@@ -513,10 +519,14 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
 }
 
 // Every step of the entry, eagerly (timed per op when profiling).
-Status Session::runEager(size_t entry) {
+Status Session::runEager(size_t entry) { return runEager(entry, 0, impl_->entries[entry].steps.size()); }
+
+// Steps [begin, end) of the entry, eagerly.
+Status Session::runEager(size_t entry, size_t begin, size_t end) {
   Impl &im = *impl_;
   std::map<std::string, OpProfile> &profile = im.profile;
-  for (auto &ps : im.entries[entry].steps) {
+  for (size_t si = begin; si < end; ++si) {
+    Impl::PreparedStep &ps = im.entries[entry].steps[si];
     if (ps.elsewhere) continue;
     auto t0 = im.profiling ? std::chrono::steady_clock::now() : std::chrono::steady_clock::time_point();
     const std::vector<size_t> &bodies = ps.desc->bodies; // resolved by Plan::parse
@@ -618,29 +628,41 @@ Status Session::runIf(const KernelContext &c, size_t thenIndex, size_t elseIndex
   return Status::ok();
 }
 
-// Warm-up -> capture -> replay: the first run is eager (it also reports any
-// kernel error with its step), the second is captured into a graph and
-// replayed, later runs only replay. A failed capture says so once and the
-// entry stays eager; profiling always runs eagerly (per-op times).
+// Warm-up -> capture -> replay, per segment (an entry with no step the host
+// runs is one segment): the first run is eager (it also reports any kernel
+// error with its step), the second is captured into a graph and replayed,
+// later runs only replay; the host's steps run between the graphs. A failed
+// capture says so once and its segment stays eager; profiling always runs
+// eagerly (per-op times).
 Status Session::runSteps(size_t entry) {
   Impl &im = *impl_;
   Impl::PreparedEntry &pe = im.entries[entry];
   const EntryDesc &e = plan_->entries[entry];
-  if (!im.graphs || im.profiling || pe.captureFailed || pe.hostControlled || pe.eagerRuns == 0) {
-    ++pe.eagerRuns;
-    return runEager(entry);
-  }
-  if (!pe.graph) {
-    StatusOr<std::shared_ptr<void>> g = im.device->capture([&] { return runEager(entry); });
-    if (!g.isOk()) {
-      pe.captureFailed = true;
-      std::fprintf(stderr, "sd: entry '%s' runs without a CUDA graph: %s\n", e.name.c_str(),
-                   g.status().message().c_str());
-      return runEager(entry);
+  if (!im.graphs || im.profiling) return runEager(entry);
+  for (Impl::PreparedEntry::Segment &seg : pe.segments) {
+    if (seg.onHost || seg.captureFailed || seg.eagerRuns == 0) {
+      ++seg.eagerRuns;
+      SD_RETURN_IF_ERROR(runEager(entry, seg.begin, seg.end));
+      continue;
     }
-    pe.graph = *g;
+    if (!seg.graph) {
+      StatusOr<std::shared_ptr<void>> g = im.device->capture([&, b = seg.begin, end = seg.end] {
+        return runEager(entry, b, end);
+      });
+      if (!g.isOk()) {
+        seg.captureFailed = true;
+        const std::string steps = pe.segments.size() == 1 ? "" : " (steps " + std::to_string(seg.begin) + "-" +
+                                                                     std::to_string(seg.end - 1) + ")";
+        std::fprintf(stderr, "sd: entry '%s'%s runs without a CUDA graph: %s\n", e.name.c_str(), steps.c_str(),
+                     g.status().message().c_str());
+        SD_RETURN_IF_ERROR(runEager(entry, seg.begin, seg.end));
+        continue;
+      }
+      seg.graph = *g;
+    }
+    SD_RETURN_IF_ERROR(im.device->replay(seg.graph.get()));
   }
-  return im.device->replay(pe.graph.get());
+  return Status::ok();
 }
 
 Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs) {

@@ -370,7 +370,7 @@ int printKernelCoverage(const sd::Plan &p, const sd::KernelRegistry &kernels) {
     std::printf("  %-28s %4zu steps  %s\n", name.c_str(), op.steps, how.c_str());
   }
   if (onCpu)
-    std::printf("%zu steps run on the CPU, with copies each way, and their entries without a CUDA graph\n", onCpu);
+    std::printf("%zu steps run on the CPU, with copies each way (CUDA graphs capture the steps between them)\n", onCpu);
   if (missing) std::printf("%zu steps cannot run on '%s'\n", missing, kernels.backend().c_str());
   else if (!onCpu) std::printf("every step runs on '%s'\n", kernels.backend().c_str());
   return missing ? 1 : 0;

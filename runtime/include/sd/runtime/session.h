@@ -49,8 +49,9 @@ struct SessionOptions {
   // The world this session is one rank of (sd/comm/world.h); null: alone.
   std::shared_ptr<Communicator> comm;
   // On a device the host cannot address (a GPU): a step whose op has no
-  // kernel there runs the CPU's on host copies of its operands (its entry is
-  // then never captured). false: such a plan is refused, naming the step.
+  // kernel there runs the CPU's on host copies of its operands (between the
+  // captured graphs of the steps around it). false: such a plan is refused,
+  // naming the step.
   bool cpuFallback = true;
 };
 
@@ -137,6 +138,7 @@ private:
   Session() = default;
   Status runSteps(size_t entry); // eager, captured or replayed
   Status runEager(size_t entry);
+  Status runEager(size_t entry, size_t begin, size_t end);
   Status runLoop(const KernelContext &loop, size_t bodyIndex);
   Status runIf(const KernelContext &step, size_t thenIndex, size_t elseIndex);
   Status keepCountedPrefix(const TensorView &count, int32_t axis, HostTensor &t) const;
