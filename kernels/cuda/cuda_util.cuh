@@ -95,6 +95,8 @@ namespace sd::cuda {
 // copy); an absent operand gives an empty list. False when the operand is not
 // a constant, so a GPU kernel cannot see its values before the step runs.
 bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out);
+// The same for an operand's numbers as doubles (Resize's roi and scales).
+bool hostDoubles(const PrepareContext &p, size_t i, std::vector<double> &out);
 
 // What a prepare function derived, or why it could not (reported by the step).
 struct PreparedError {

@@ -1,4 +1,5 @@
-// CUDA kernels for LayerNormalization and RMSNormalization and their backward. Row statistics in f64
+// CUDA kernels for LayerNormalization and RMSNormalization and their backward, and
+// BatchNormalization (inference). Row statistics in f64
 // as the CPU kernels compute them; the backward's scale and bias gradients
 // are column sums over fixed chunks of rows, added in chunk order, so they do
 // not depend on scheduling (no atomics).
@@ -335,9 +336,43 @@ Status RmsNormGradKernel(const KernelContext &c) {
   });
 }
 
+// BatchNormalization (inference): per channel y = x * a + s with
+// a = scale / sqrt(var + eps), s = bias - mean * a, in f64 as the CPU kernel.
+template <typename T>
+__global__ void batchNormKernel(int64_t n, int64_t channels, int64_t spatial, double eps, const T *x, const T *scale,
+                                const T *bias, const T *mean, const T *var, T *y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = (i / spatial) % channels;
+    const double a = double(load(scale[k])) / sqrt(double(load(var[k])) + eps);
+    const double s = double(load(bias[k])) - double(load(mean[k])) * a;
+    y[i] = store<T>(Compute<T>(double(load(x[i])) * a + s));
+  }
+}
+
+// x [N, C, ...], scale, bias, mean, var [C] -> y.
+Status BatchNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  const int64_t channels = x.rank() > 1 ? x.dims[1] : 1, n = x.numElements();
+  const int64_t spatial = n / std::max<int64_t>(x.dims.empty() ? 1 : x.dims[0] * channels, 1);
+  for (size_t i = 1; i <= 4; ++i)
+    if (!c.hasInput(i) || c.inputs[i].numElements() != channels)
+      return sdError("BatchNormalization parameter ", i, " must have ", channels, " elements");
+  if (n == 0) return Status::ok();
+  const double eps = c.attrs.getFloat("epsilon", 1e-5);
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    batchNormKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(n, channels, std::max<int64_t>(spatial, 1), eps,
+                                                                     x.as<T>(), c.inputs[1].as<T>(), c.inputs[2].as<T>(),
+                                                                     c.inputs[3].as<T>(), c.inputs[4].as<T>(),
+                                                                     c.outputs[0].as<T>());
+    return launchStatus("BatchNormalization");
+  });
+}
+
 } // namespace
 
 void registerNormalizationKernels() {
+  registerKernel("BatchNormalization", BatchNormKernel, floatStorage());
   registerKernel("LayerNormalization", LayerNormKernel, floatStorage());
   registerKernel("LayerNormalizationGrad", LayerNormGradKernel, floatStorage(), prepareLayerNormGrad, 1);
   registerKernel("RMSNormalization", RmsNormKernel, floatStorage());

@@ -1,5 +1,5 @@
-// CUDA kernels for MaxPool (with its optional Indices), GlobalAveragePool and
-// GlobalMaxPool: one thread per output window, or one block per plane for
+// CUDA kernels for MaxPool (with its optional Indices), AveragePool,
+// GlobalAveragePool and GlobalMaxPool: one thread per output window, or one block per plane for
 // the global pools (a fixed-order block reduction, sums in f64).
 #include "block_reduce.cuh"
 #include "window.cuh"
@@ -58,6 +58,55 @@ Status MaxPoolKernel(const KernelContext &c) {
   });
 }
 
+// Average over the window's taps inside the input (f64 sums, taps in order),
+// divided by their count, or with count_include_pad by the taps inside the
+// padded input (kernels/cpu/pool.cc's padCountOf).
+template <typename T>
+__global__ void avgPoolKernel(Window w, int64_t planes, bool includePad, const T *x, T *y) {
+  int64_t total = planes * w.outTotal;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t oo = i % w.outTotal, plane = i / w.outTotal;
+    const T *src = x + plane * w.inTotal;
+    double acc = 0;
+    int64_t count = 0;
+    for (int64_t kk = 0; kk < w.kernelTotal; ++kk) {
+      int64_t off = w.tap(oo, kk);
+      if (off < 0) continue;
+      acc += double(load(src[off]));
+      ++count;
+    }
+    if (includePad) {
+      count = 1;
+      for (int d = w.rank - 1; d >= 0; --d) {
+        int64_t o = oo % w.out[d];
+        oo /= w.out[d];
+        int64_t start = o * w.strides[d] - w.padBegin[d];
+        int64_t end = start + (w.kernel[d] - 1) * w.dilations[d] + 1;
+        end = end < w.in[d] + w.padEnd[d] ? end : w.in[d] + w.padEnd[d];
+        count *= (end - start + w.dilations[d] - 1) / w.dilations[d];
+      }
+    }
+    y[i] = store<T>(Compute<T>(acc / double(count > 1 ? count : 1)));
+  }
+}
+
+Status AveragePoolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), c.attrs.getInts("kernel_shape"),
+                                    true, g));
+  StatusOr<Window> w = windowOf(g);
+  if (!w.isOk()) return w.status();
+  int64_t planes = x.dims[0] * x.dims[1], total = y.numElements();
+  if (total == 0) return Status::ok();
+  bool includePad = c.attrs.getInt("count_include_pad", 0) != 0;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    avgPoolKernel<T><<<blocksFor(total), kThreads, 0, streamOf(c)>>>(*w, planes, includePad, x.as<T>(), y.as<T>());
+    return launchStatus("AveragePool");
+  });
+}
+
 template <bool Max, typename T> __global__ void globalPoolKernel(int64_t planes, int64_t inner, const T *x, T *y) {
   for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
     const T *src = x + p * inner;
@@ -87,6 +136,7 @@ template <bool Max> Status globalPool(const KernelContext &c) {
 
 void registerPoolKernels() {
   registerKernel("MaxPool", MaxPoolKernel, floatStorage());
+  registerKernel("AveragePool", AveragePoolKernel, floatStorage());
   registerKernel("GlobalAveragePool", globalPool<false>, floatStorage());
   registerKernel("GlobalMaxPool", globalPool<true>, floatStorage());
 }

@@ -22,6 +22,7 @@ void registerRotaryKernels();
 void registerCachedAttentionKernels();
 void registerSwiGLUKernels();
 void registerRecurrentKernels();
+void registerResizeKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -65,6 +66,16 @@ bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out) 
   return readIntegers(host, out);
 }
 
+bool hostDoubles(const PrepareContext &p, size_t i, std::vector<double> &out) {
+  out.clear();
+  const KernelContext &c = p.kernel;
+  if (!c.hasInput(i) || !c.inputs[i].data) return true;
+  if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
+  TensorView host = c.inputs[i];
+  host.data = const_cast<void *>(p.hostInputs[i]);
+  return readDoubles(host, out);
+}
+
 } // namespace sd::cuda
 
 namespace sd {
@@ -90,6 +101,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerCachedAttentionKernels();
     cuda::registerSwiGLUKernels();
     cuda::registerRecurrentKernels();
+    cuda::registerResizeKernels();
   });
   return cuda::mutableKernels();
 }

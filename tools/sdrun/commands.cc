@@ -365,7 +365,8 @@ int printKernelCoverage(const sd::Plan &p, const sd::KernelRegistry &kernels) {
   std::printf("kernels on '%s':\n", kernels.backend().c_str());
   for (auto &[name, op] : ops) {
     std::string how = !op.refusal.empty() ? op.refusal
-                      : op.onCpu          ? "on the CPU (no '" + kernels.backend() + "' kernel)"
+                      : op.onCpu ? (op.onCpu == op.steps ? "" : std::to_string(op.onCpu) + " ") + "on the CPU (no '" +
+                                       kernels.backend() + "' kernel)"
                                           : "ok";
     std::printf("  %-28s %4zu steps  %s\n", name.c_str(), op.steps, how.c_str());
   }

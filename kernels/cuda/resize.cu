@@ -1,0 +1,158 @@
+// CUDA kernel of Resize: every axis's taps (input index and weight per output
+// position, sd/ops/resize_taps.h, the CPU kernel's own) resolved when the
+// session is created, from the roi and scales constants, and uploaded; then
+// one thread per output element sums its taps in f64 in the CPU kernel's
+// order (leading axes' taps outer, the last axis's inner, zero weights
+// skipped), so results match it to rounding.
+#include "cuda_util.cuh"
+#include "sd/ops/resize_taps.h"
+
+namespace sd::cuda {
+namespace {
+
+struct ResizeGeometry {
+  int rank = 0;
+  int64_t out[kMaxRank] = {}, inStride[kMaxRank] = {};
+  int taps[kMaxRank] = {};
+  int64_t first[kMaxRank] = {}; // axis d's taps start at [first[d]] of index/weight; its outside flags at outFirst[d]
+  int64_t outFirst[kMaxRank] = {};
+  bool nearest = true;
+  double extrapolation = 0;
+};
+
+struct ResizePrepared : PreparedError {
+  ResizeGeometry g;
+  int64_t *index = nullptr;
+  double *weight = nullptr;
+  uint8_t *outside = nullptr;
+  ~ResizePrepared() {
+    cudaFree(index);
+    cudaFree(weight);
+    cudaFree(outside);
+  }
+};
+
+template <typename T>
+__global__ void resizeKernel(ResizeGeometry g, int64_t n, const int64_t *index, const double *weight,
+                             const uint8_t *outside, const T *x, T *y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t o[kMaxRank];
+    bool out = false;
+    int64_t rem = i;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      o[d] = rem % g.out[d];
+      rem /= g.out[d];
+      out = out || outside[g.outFirst[d] + o[d]];
+    }
+    if (out) {
+      y[i] = store<T>(Compute<T>(g.extrapolation));
+      continue;
+    }
+    if (g.nearest) {
+      int64_t off = 0;
+      for (int d = 0; d < g.rank; ++d) off += index[g.first[d] + o[d]] * g.inStride[d];
+      y[i] = x[off];
+      continue;
+    }
+    // The leading axes' tap combinations (odometer, last leading axis fastest),
+    // each times the last axis's taps.
+    const int last = g.rank - 1;
+    int k[kMaxRank] = {};
+    double acc = 0;
+    for (;;) {
+      double wl = 1;
+      int64_t off = 0;
+      for (int d = 0; d < last; ++d) {
+        const int64_t at = g.first[d] + o[d] * g.taps[d] + k[d];
+        wl *= weight[at];
+        off += index[at] * g.inStride[d];
+      }
+      for (int kk = 0; kk < g.taps[last]; ++kk) {
+        const int64_t at = g.first[last] + o[last] * g.taps[last] + kk;
+        const double w = wl * weight[at];
+        if (w != 0) acc += w * double(load(x[off + index[at] * g.inStride[last]]));
+      }
+      int d = last - 1;
+      for (; d >= 0; --d) {
+        if (++k[d] < g.taps[d]) break;
+        k[d] = 0;
+      }
+      if (d < 0) break;
+    }
+    y[i] = store<T>(Compute<T>(acc));
+  }
+}
+
+template <typename V> bool upload(const std::vector<V> &host, V *&device) {
+  if (cudaMalloc(&device, std::max<size_t>(host.size(), 1) * sizeof(V)) != cudaSuccess) return false;
+  return host.empty() || cudaMemcpy(device, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice) == cudaSuccess;
+}
+
+std::shared_ptr<const void> prepareResize(const PrepareContext &p) {
+  auto r = std::make_shared<ResizePrepared>();
+  const KernelContext &c = p.kernel;
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  if (x.rank() > kMaxRank || x.rank() == 0) {
+    r->error = "Resize on CUDA takes ranks 1 to 8";
+    return r;
+  }
+  std::vector<double> roi, scales;
+  if (!hostDoubles(p, 1, roi) || !hostDoubles(p, 2, scales)) {
+    r->error = "Resize on CUDA needs its roi and scales known when the session is created (constants)";
+    return r;
+  }
+  std::vector<ResizeAxisTaps> taps;
+  if (Status s = resizeTaps(c.attrs, x.dims, y.dims, roi, scales, taps); !s.isOk()) {
+    r->error = s.message();
+    return r;
+  }
+  ResizeGeometry &g = r->g;
+  g.rank = int(x.rank());
+  g.extrapolation = c.attrs.getFloat("extrapolation_value", 0.0);
+  std::vector<int64_t> index;
+  std::vector<double> weight;
+  std::vector<uint8_t> outside;
+  int64_t stride = 1;
+  for (int d = g.rank - 1; d >= 0; --d) {
+    g.inStride[d] = stride;
+    stride *= x.dims[size_t(d)];
+  }
+  for (int d = 0; d < g.rank; ++d) {
+    const ResizeAxisTaps &t = taps[size_t(d)];
+    g.out[d] = y.dims[size_t(d)];
+    g.taps[d] = t.taps;
+    g.first[d] = int64_t(index.size());
+    g.outFirst[d] = int64_t(outside.size());
+    g.nearest = g.nearest && t.taps == 1;
+    index.insert(index.end(), t.index.begin(), t.index.end());
+    weight.insert(weight.end(), t.weight.begin(), t.weight.end());
+    outside.insert(outside.end(), t.outside.begin(), t.outside.end());
+  }
+  if (!upload(index, r->index) || !upload(weight, r->weight) || !upload(outside, r->outside)) {
+    cudaGetLastError();
+    r->error = "Resize: its taps could not be put on the device";
+  }
+  return r;
+}
+
+// x, roi?, scales?, sizes? -> y (the sizes are y's shape).
+Status ResizeKernel(const KernelContext &c) {
+  auto *r = static_cast<const ResizePrepared *>(c.prepared);
+  if (!r) return sdError("Resize has no prepared taps");
+  if (!r->error.empty()) return sdError(r->error);
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  const int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    resizeKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(r->g, n, r->index, r->weight, r->outside, x.as<T>(),
+                                                                y.as<T>());
+    return launchStatus("Resize");
+  });
+}
+
+} // namespace
+
+void registerResizeKernels() { registerKernel("Resize", ResizeKernel, floatStorage(), prepareResize); }
+
+} // namespace sd::cuda
