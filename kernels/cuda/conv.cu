@@ -1,6 +1,6 @@
 // CUDA kernels for Conv and FusedConv (bias, then the residual add and the
-// activation of FusedConv's epilogue, as kernels/cpu/conv_epilogue.h): a
-// direct convolution, one thread per output element, accumulating in f32
+// activation of FusedConv's epilogue, as kernels/cpu/conv_epilogue.h), and
+// ConvTranspose: a direct convolution, one thread per output element, accumulating in f32
 // (f64 for f64) in a fixed order. Correct for every group count (depthwise
 // included), stride, dilation and padding; cuDNN comes later for speed.
 #include "window.cuh"
@@ -122,11 +122,86 @@ Status ConvKernel(const KernelContext &c) {
   });
 }
 
+// ConvTranspose as a gather: output position oo of the transposed conv is
+// the forward conv's input position, and `w` its forward geometry (w.in: the
+// output, w.out: the input). Tap kk reaches oo from input position
+// (oo + pad - kk * dilation) / stride where that divides and is in range.
+__device__ int64_t transposedSource(const Window &w, int64_t oo, int64_t kk) {
+  int64_t off = 0, stride = 1;
+  for (int d = w.rank - 1; d >= 0; --d) {
+    const int64_t o = oo % w.in[d], k = kk % w.kernel[d];
+    oo /= w.in[d];
+    kk /= w.kernel[d];
+    const int64_t t = o + w.padBegin[d] - k * w.dilations[d];
+    if (t < 0 || t % w.strides[d]) return -1;
+    const int64_t i = t / w.strides[d];
+    if (i >= w.out[d]) return -1;
+    off += i * stride;
+    stride *= w.out[d];
+  }
+  return off;
+}
+
+// One thread per output element: the bias, then every (tap, input channel)
+// that reaches it. Weights are [C_in, C_out / group, kernel...].
+template <typename T>
+__global__ void convTransposeKernel(ConvShape s, Window w, const T *x, const T *wt, const T *bias, T *y) {
+  using C = Compute<T>;
+  const int64_t total = s.n * s.m * w.inTotal;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t oo = i % w.inTotal, rest = i / w.inTotal, oc = rest % s.m, img = rest / s.m;
+    const int64_t grp = oc / s.mg, j = oc % s.mg;
+    C acc = bias ? load(bias[oc]) : C(0);
+    for (int64_t kk = 0; kk < w.kernelTotal; ++kk) {
+      const int64_t src = transposedSource(w, oo, kk);
+      if (src < 0) continue;
+      for (int64_t c = 0; c < s.cg; ++c) {
+        const int64_t ic = grp * s.cg + c;
+        acc += load(x[(img * s.cin + ic) * w.outTotal + src]) * load(wt[(ic * s.mg + j) * w.kernelTotal + kk]);
+      }
+    }
+    y[i] = store<T>(acc);
+  }
+}
+
+// x, w, bias? -> y.
+Status ConvTransposeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &wt = c.inputs[1], &y = c.outputs[0];
+  Dims kernel = c.attrs.getInts("kernel_shape");
+  if (kernel.empty()) kernel.assign(wt.dims.begin() + 2, wt.dims.end());
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveTransposedWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), kernel, g));
+  WindowGeometry fwd = g; // the forward conv whose input gradient this is
+  fwd.in = g.out;
+  fwd.out = g.in;
+  StatusOr<Window> w = windowOf(fwd);
+  if (!w.isOk()) return w.status();
+  ConvShape s;
+  s.n = x.dims[0];
+  s.cin = x.dims[1];
+  s.group = c.attrs.getInt("group", 1);
+  if (s.group <= 0 || s.cin % s.group) return sdError("ConvTranspose group does not divide the channels");
+  s.cg = s.cin / s.group;
+  s.mg = wt.dims[1];
+  s.m = s.mg * s.group;
+  if (wt.dims[0] != s.cin || y.dims[1] != s.m) return sdError("ConvTranspose shapes inconsistent");
+  const int64_t total = y.numElements();
+  if (total == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *bias = c.hasInput(2) && c.inputs[2].data ? c.inputs[2].as<T>() : nullptr;
+    convTransposeKernel<T><<<blocksFor(total), kThreads, 0, streamOf(c)>>>(s, *w, x.as<T>(), wt.as<T>(), bias,
+                                                                          y.as<T>());
+    return launchStatus("ConvTranspose");
+  });
+}
+
 } // namespace
 
 void registerConvKernels() {
   registerKernel("Conv", ConvKernel, floatStorage());
   registerKernel("FusedConv", ConvKernel, floatStorage());
+  registerKernel("ConvTranspose", ConvTransposeKernel, floatStorage());
 }
 
 } // namespace sd::cuda

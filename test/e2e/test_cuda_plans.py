@@ -4,9 +4,9 @@
 Coverage (any build with the CUDA backend, no GPU needed): every step of the
 tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of the
 CNN and MobileNet inference plans and of GRU/LSTM inference and training
-plans binds to a CUDA kernel (`sdrun inspect --kernels cuda`); a detector's
-NonMaxSuppression runs on the CPU (the session's fallback), and inspect says
-so.
+plans and of PaddleOCR's PP-OCRv4 detector and recognizer binds to a CUDA
+kernel (`sdrun inspect --kernels cuda`); a detector's NonMaxSuppression runs
+on the CPU (the session's fallback), and inspect says so.
 
 On a GPU (--gpu; exit 77, skipped, where none is usable): the same plans run
 with --device cuda and are compared with --device cpu: inference outputs, 20
@@ -82,7 +82,28 @@ def plans(sdc, folder):
         plan = os.path.join(folder, f"{cnn}.sdp")
         sh([sdc, "compile", os.path.join(folder, f"{cnn}.onnx"), "--shapes", f"image={shape}", "-o", plan])
         out.append(PlanKind(cnn, plan, False, "image", image))
-    return out + recurrent_plans(sdc, folder) + [detector_plan(sdc, folder)]
+    return out + recurrent_plans(sdc, folder) + [detector_plan(sdc, folder)] + ocr_plans(sdc, folder)
+
+
+def ocr_plans(sdc, folder):
+    """PaddleOCR's PP-OCRv4 text detector (ConvTranspose, Resize, a
+    BatchNormalization) and recognizer (AveragePool) from the
+    rapidocr-onnxruntime wheel (requirements-models.txt), when installed."""
+    import importlib.util
+    spec = importlib.util.find_spec("rapidocr_onnxruntime")
+    if spec is None or spec.origin is None:
+        check("PP-OCRv4 plans: the rapidocr-onnxruntime wheel is installed (requirements-models.txt)", False, "not found")
+        return []
+    models = os.path.join(os.path.dirname(spec.origin), "models")
+    out = []
+    for kind, name, shape in (("ocr-det", "ch_PP-OCRv4_det_infer.onnx", (1, 3, 320, 320)),
+                              ("ocr-rec", "ch_PP-OCRv4_rec_infer.onnx", (1, 3, 48, 320))):
+        image = os.path.join(folder, f"{kind}.npy")
+        np.save(image, np.random.default_rng(9).uniform(-1, 1, shape).astype(np.float32))
+        plan = os.path.join(folder, f"{kind}.sdp")
+        sh([sdc, "compile", os.path.join(models, name), "--shapes", "x=" + "x".join(map(str, shape)), "-o", plan])
+        out.append(PlanKind(kind, plan, False, "x", image))
+    return out
 
 
 def recurrent_plans(sdc, folder):
