@@ -8,10 +8,22 @@
 // planned when the session is created, with the [items, T, S] scratch for P
 // (and dS) allocated then too. The semantics are the CPU kernel's
 // (kernels/cpu/attention.cc). bf16/f16 operands (mixed precision) are widened
-// into f32 copies and the results narrowed, as the CPU kernel computes them;
-// cuDNN's fused SDPA comes later for speed.
+// into f32 copies and the results narrowed, as the CPU kernel computes them.
+//
+// bf16/f16 attention without packed sequences, whose mask (if any) is the
+// same for every item, runs cuDNN's fused SDPA instead (the causal mask when
+// its constant is causal, any other as an additive bias filled each run) (cudnn_sdpa.h: flash attention,
+// P never materialized; the backward recomputes the forward's output and
+// row statistics, then runs cuDNN's deterministic backward). K reaches
+// cuDNN as [S, d] rows, transposed from the op's kt. SD_CUDNN_SDPA=0 keeps
+// the GEMM path (to compare the two); SD_CUDNN_SDPA=log says per step which
+// path it took and why.
 #include "block_reduce.cuh"
+#include "cudnn_sdpa.h"
 #include "gemm_lt.h"
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <cmath>
 #include <memory>
 #include <vector>
@@ -38,7 +50,17 @@ struct AttnPrepared : PreparedError {
   // copies: the float inputs widened, the outputs narrowed after.
   DType dtype = DType::F32;
   std::vector<float *> wideIn, wideOut;
+  // cuDNN's SDPA, when it takes the step: K as rows (and for the gradient
+  // the recomputed output, its row statistics and dK as rows).
+  std::shared_ptr<CudnnSdpa> sdpa;
+  void *k = nullptr, *o = nullptr, *dk = nullptr, *bias = nullptr;
+  float *stats = nullptr;
   ~AttnPrepared() {
+    cudaFree(bias);
+    cudaFree(k);
+    cudaFree(o);
+    cudaFree(dk);
+    cudaFree(stats);
     cudaFree(p);
     cudaFree(ds);
     cudaFree(maskOffsets);
@@ -98,6 +120,102 @@ GemmShape batched(const AttnGeometry &g, bool ta, bool tb, int64_t m, int64_t n,
   return s;
 }
 
+// The mask operand is the causal one (key j hidden from query i iff j > i,
+// the same for every item), read from its constant at prepare time.
+bool causalMask(const PrepareContext &p, size_t i, const AttnGeometry &g) {
+  const KernelContext &c = p.kernel;
+  if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
+  const TensorView &m = c.inputs[i];
+  if (m.dtype != DType::Bool || m.dims.size() < 2 || m.dims[m.dims.size() - 2] != g.T || m.dims.back() != g.S)
+    return false;
+  if (m.numElements() != g.T * g.S) return false; // a mask per item is a padding mask
+  if (!(g.maskValue <= -1e4f)) return false;       // a fill softmax does not turn into exactly 0
+  const bool *host = static_cast<const bool *>(p.hostInputs[i]);
+  for (int64_t r = 0; r < g.T; ++r)
+    for (int64_t j = 0; j < g.S; ++j)
+      if (host[r * g.S + j] != (j > r)) return false;
+  return true;
+}
+
+// Plans cuDNN's SDPA for the step when it can take it (why not, under
+// SD_CUDNN_SDPA=log); true when it did, with its scratch allocated.
+bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
+  const KernelContext &c = p.kernel;
+  const AttnGeometry &g = a.g;
+  const char *env = std::getenv("SD_CUDNN_SDPA");
+  const bool log = env && std::strcmp(env, "log") == 0;
+  std::string why;
+  const bool hasMask = c.hasInput(first + 3) && c.inputs[first + 3].data;
+  const bool causal = hasMask && causalMask(p, first + 3, g);
+  // Another mask enters as a bias when every item shares it; a row with no
+  // visible key (zero_masked_rows: zeros) keeps the GEMM path's rule.
+  const bool bias = hasMask && !causal && c.inputs[first + 3].numElements() == g.T * g.S && !g.zeroMaskedRows;
+  SdpaShape shape{g.items, g.T, g.S, g.d, g.dv, g.scale, causal, bias, a.dtype};
+  std::shared_ptr<CudnnSdpa> plan;
+  if (env && std::strcmp(env, "0") == 0) why = "SD_CUDNN_SDPA=0";
+  else if (a.dtype != DType::BF16 && a.dtype != DType::F16) why = "f32 (cuDNN's SDPA takes bf16 and f16)";
+  else if (c.hasInput(first + 4) && c.inputs[first + 4].data) why = "packed sequences";
+  else if (hasMask && !causal && !bias) why = "a mask per item, or rows that see no key";
+  else if (g.items > 1 && (g.strideQ != g.T * g.d || g.strideKt != g.d * g.S || g.strideV != g.S * g.dv))
+    why = "operands shared between items";
+  else plan = planCudnnSdpa(shape, first == 1, streamOf(c), p.shared, why);
+  const size_t elem = dtypeSize(a.dtype);
+  auto alloc = [&](void **ptr, int64_t elements, size_t size) {
+    return cudaMalloc(ptr, size_t(std::max<int64_t>(1, elements)) * size) == cudaSuccess;
+  };
+  if (plan && (!alloc(&a.k, g.items * g.S * g.d, elem) || (bias && !alloc(&a.bias, g.T * g.S, elem)) ||
+               (first == 1 && (!alloc(&a.o, g.items * g.T * g.dv, elem) || !alloc(&a.dk, g.items * g.S * g.d, elem) ||
+                               !alloc(reinterpret_cast<void **>(&a.stats), g.items * g.T, sizeof(float)))))) {
+    cudaGetLastError();
+    why = "cannot allocate its scratch", plan = nullptr;
+  }
+  if (log)
+    std::fprintf(stderr, "sd: %s %lldx%lldx%lld (d %lld): %s\n", first ? "AttentionGrad" : "Attention",
+                 (long long)g.items, (long long)g.T, (long long)g.S, (long long)g.d,
+                 plan ? (causal ? "cuDNN SDPA, causal" : bias ? "cuDNN SDPA, mask as bias" : "cuDNN SDPA")
+                      : ("GEMM path: " + why).c_str());
+  a.sdpa = plan;
+  return plan != nullptr;
+}
+
+// [items, rows, cols] -> [items, cols, rows].
+template <typename T> __global__ void transposeItems(const T *x, T *y, int64_t items, int64_t rows, int64_t cols) {
+  const int64_t n = items * rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t col = i % cols, rest = i / cols, row = rest % rows, item = rest / rows;
+    y[(item * cols + col) * rows + row] = x[i];
+  }
+}
+
+// The mask as cuDNN's additive bias: the fill where masked, else 0.
+template <typename T> __global__ void maskBias(const bool *mask, float fill, T *bias, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    bias[i] = store<T>(mask[i] ? fill : 0.0f);
+}
+
+// The bias for this run's mask (a run-time value: written before cuDNN reads it).
+Status fillBias(const AttnPrepared &a, const KernelContext &c, size_t maskInput) {
+  if (!a.bias) return Status::ok();
+  const int64_t n = a.g.T * a.g.S;
+  return dispatchFloatStorage(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    maskBias<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[maskInput].as<bool>(), a.g.maskValue,
+                                                          static_cast<T *>(a.bias), n);
+    return launchStatus("Attention");
+  });
+}
+
+Status transpose(DType t, const void *x, void *y, int64_t items, int64_t rows, int64_t cols, cudaStream_t s) {
+  const int64_t n = items * rows * cols;
+  if (n == 0) return Status::ok();
+  return dispatchFloatStorage(t, [&](auto tag) {
+    using T = decltype(tag);
+    transposeItems<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y), items, rows,
+                                                        cols);
+    return launchStatus("Attention");
+  });
+}
+
 // first: 0 for Attention (q, kt, v, mask, positions), 1 for AttentionGrad (dy first).
 std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t first) {
   auto a = std::make_shared<AttnPrepared>();
@@ -145,6 +263,7 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
   }
   if (c.hasInput(first + 4) && c.inputs[first + 4].data) g.itemsPerRow = batch.empty() || !batch[0] ? 1 : g.items / batch[0];
   a->dtype = q.dtype;
+  if (useCudnn(p, first, *a)) return a;
   if (a->dtype != DType::F32) {
     size_t floats = first + 3; // q, kt, v (and dy first for the gradient)
     for (size_t i = 0; i < floats + c.outputs.size(); ++i) {
@@ -181,6 +300,7 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
 }
 
 std::shared_ptr<const void> prepareForward(const PrepareContext &p) { return prepareAttention(p, 0); }
+
 std::shared_ptr<const void> prepareGrad(const PrepareContext &p) { return prepareAttention(p, 1); }
 
 constexpr int kRowThreads = 256;
@@ -315,6 +435,13 @@ Status AttentionKernel(const KernelContext &c) {
   if (!a) return st;
   if (a->g.items * a->g.T * a->g.dv == 0) return Status::ok();
   if (a->g.S == 0 || a->g.d == 0) return sdError("Attention on CUDA needs keys and a head dimension");
+  if (a->sdpa) {
+    const AttnGeometry &g = a->g;
+    SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[1].data, a->k, g.items, g.d, g.S, streamOf(c)));
+    SD_RETURN_IF_ERROR(fillBias(*a, c, 3));
+    return a->sdpa->forward(c.inputs[0].data, a->k, c.inputs[2].data, a->bias, c.outputs[0].data, nullptr,
+                            streamOf(c));
+  }
   F32Operands f;
   SD_RETURN_IF_ERROR(widen(*a, c, f));
   SD_RETURN_IF_ERROR(probabilities(*a, c, f, 0));
@@ -334,6 +461,15 @@ Status AttentionGradKernel(const KernelContext &c) {
     return Status::ok();
   }
   cudaStream_t s = streamOf(c);
+  if (a->sdpa) { // recompute the forward's output and statistics, then cuDNN's backward
+    const void *q = c.inputs[1].data, *v = c.inputs[3].data;
+    SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[2].data, a->k, g.items, g.d, g.S, s));
+    SD_RETURN_IF_ERROR(fillBias(*a, c, 4));
+    SD_RETURN_IF_ERROR(a->sdpa->forward(q, a->k, v, a->bias, a->o, a->stats, s));
+    SD_RETURN_IF_ERROR(a->sdpa->backward(q, a->k, v, a->bias, a->o, c.inputs[0].data, a->stats, c.outputs[0].data,
+                                         a->dk, c.outputs[2].data, s));
+    return transpose(a->dtype, a->dk, c.outputs[1].data, g.items, g.S, g.d, s);
+  }
   F32Operands f;
   SD_RETURN_IF_ERROR(widen(*a, c, f));
   const void *dy = f.in[0], *q = f.in[1], *kt = f.in[2], *v = f.in[3];

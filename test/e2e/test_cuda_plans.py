@@ -261,6 +261,27 @@ def gpu_part(sdrun, all_plans, tmp):
         check(f"{kind}: two CUDA trainings give the same bits", same, "losses and weights identical" if same else
               "differ")
         nccl_one_rank(sdrun, p.plan, data, tmp, kind, lc, p.tol["loss_rtol"])
+        if kind.endswith(("bf16", "fp16")):
+            cudnn_sdpa(sdrun, p, data, tmp, lg)
+
+
+def cudnn_sdpa(sdrun, p, data, tmp, losses):
+    """bf16/fp16 attention runs cuDNN's fused SDPA (SD_CUDNN_SDPA=log names the
+    path of every Attention step), and its 20 losses equal the GEMM path's
+    (SD_CUDNN_SDPA=0) within the half-precision tolerance."""
+    kind = p.kind
+    folder = os.path.join(tmp, kind, "sdpa-log")
+    env = dict(os.environ, SD_CUDNN_SDPA="log")
+    r = subprocess.run([sdrun, "bench", p.plan, "--device", "cuda", "--entry", "train_step", "--data", data,
+                        "--iterations", "1", "--warmup", "0"], capture_output=True, text=True, env=env)
+    paths = [l for l in r.stderr.splitlines() if l.startswith("sd: Attention")]
+    check(f"{kind}: Attention and AttentionGrad run cuDNN's SDPA", paths and all("cuDNN SDPA" in l for l in paths),
+          "; ".join(paths[:2]) or r.stderr.strip()[-300:])
+    gemm, _ = train(sdrun, p.plan, "cuda", data, folder, kind, env=dict(os.environ, SD_CUDNN_SDPA="0"))
+    rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(gemm, losses)) if gemm and len(gemm) == len(losses) \
+        else float("inf")
+    check(f"{kind}: cuDNN SDPA's {STEPS} losses equal the GEMM path's", rel <= p.tol["loss_rtol"],
+          f"max relative diff {rel:.3g}")
 
 
 def nccl_one_rank(sdrun, plan, data, tmp, kind, cpu_losses, loss_rtol):

@@ -1,0 +1,49 @@
+// Fused attention through cuDNN's SDPA graphs (cudnn-frontend, header-only,
+// from PyPI's nvidia-cudnn-frontend wheel), for the Attention and
+// AttentionGrad kernels' common case: bf16/f16, no mask or a causal one, no
+// packed sequences. (A mask other than the causal one enters as an additive
+// bias, 0 or the fill, shared by every item.) cuDNN is loaded at run time (libcudnn.so.9): where it is
+// missing, or refuses a shape, the plan carries the reason and the kernels
+// run their GEMM + fused-masked-softmax path instead. This header keeps the
+// frontend (and its JSON library) out of every other translation unit.
+#pragma once
+#include "sd/ops/kernel.h"
+#include <map>
+#include <memory>
+#include <string>
+#include <cuda_runtime_api.h>
+
+namespace sd::cuda {
+
+// items (batch x heads) independent attentions, each q [T, d], k [S, d]
+// (rows: keys), v [S, dv], y [T, dv], stored item after item.
+struct SdpaShape {
+  int64_t items = 0, T = 0, S = 0, d = 0, dv = 0;
+  float scale = 1;
+  bool causal = false; // key j visible to query i iff j <= i
+  bool bias = false;   // an additive [T, S] bias, the same for every item (a mask's 0 or fill)
+  DType dtype = DType::BF16;
+};
+
+class CudnnSdpa {
+public:
+  virtual ~CudnnSdpa() = default;
+  // y = softmax(scale q kᵀ) v; with `stats` (f32 [items, T]) also each row's
+  // log-sum-exp, which backward() needs.
+  virtual Status forward(const void *q, const void *k, const void *v, const void *bias, void *y, float *stats,
+                         cudaStream_t stream) const = 0;
+  // dq, dk, dv from the forward's y and stats and dy (deterministic: no atomics).
+  virtual Status backward(const void *q, const void *k, const void *v, const void *bias, const void *y,
+                          const void *dy, const float *stats, void *dq, void *dk, void *dv,
+                          cudaStream_t stream) const = 0;
+};
+
+// The cuDNN graphs for `shape`: the forward (with stats when `training`) and,
+// when `training`, the backward; built and their workspace allocated now,
+// when the session is created. Null with `why` set when cuDNN cannot run it.
+// `shared` holds the session's one cuDNN handle.
+std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &shape, bool training, cudaStream_t stream,
+                                         std::map<std::string, std::shared_ptr<const void>> &shared,
+                                         std::string &why);
+
+} // namespace sd::cuda
