@@ -85,17 +85,10 @@ Status setup(const KernelContext &c, int64_t seq, int64_t batch, size_t lensInpu
   s.inputForget = c.attrs.getInt("input_forget", 0) != 0;
   s.linearBeforeReset = c.attrs.getInt("linear_before_reset", 0) != 0;
   s.clip = float(c.attrs.getFloat("clip", 0.0));
-  std::vector<double> alpha = c.attrs.getFloats("activation_alpha"), beta = c.attrs.getFloats("activation_beta");
-  std::string acts = c.attrs.getString("activations", "");
-  size_t at = 0;
-  for (size_t k = 0; k < alpha.size(); ++k) {
-    size_t end = acts.find(',', at);
-    Activation a{GateFn::Tanh, float(alpha[k]), float(k < beta.size() ? beta[k] : 0.0)};
-    std::string name = acts.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    if (!math::parseGateFn(name, a.fn)) return sdError("Recurrence: unknown activation '", name, "'");
-    s.fns.push_back(a);
-    at = end == std::string::npos ? acts.size() : end + 1;
-  }
+  std::string bad;
+  if (!math::gateActivationsOf(c.attrs.getString("activations", ""), c.attrs.getFloats("activation_alpha"),
+                               c.attrs.getFloats("activation_beta"), s.fns, bad))
+    return sdError("Recurrence: unknown activation '", bad, "'");
   if (c.hasInput(lensInput) && c.inputs[lensInput].data) {
     if (!readIntegers(c.inputs[lensInput], s.lens)) return sdError("Recurrence: sequence_lens must be integers");
     for (int64_t v : s.lens)

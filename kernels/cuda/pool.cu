@@ -39,12 +39,18 @@ __global__ void maxPoolKernel(Window w, int64_t planes, bool colMajor, const T *
   }
 }
 
-Status MaxPoolKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+// A pool's window over x [N, C, spatial...] (ceil_mode allowed).
+StatusOr<Window> poolWindow(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
   WindowGeometry g;
   SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), c.attrs.getInts("kernel_shape"),
                                     true, g));
-  StatusOr<Window> w = windowOf(g);
+  return windowOf(g);
+}
+
+Status MaxPoolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  StatusOr<Window> w = poolWindow(c);
   if (!w.isOk()) return w.status();
   int64_t planes = x.dims[0] * x.dims[1], total = y.numElements();
   if (total == 0) return Status::ok();
@@ -92,10 +98,7 @@ __global__ void avgPoolKernel(Window w, int64_t planes, bool includePad, const T
 
 Status AveragePoolKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  WindowGeometry g;
-  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), c.attrs.getInts("kernel_shape"),
-                                    true, g));
-  StatusOr<Window> w = windowOf(g);
+  StatusOr<Window> w = poolWindow(c);
   if (!w.isOk()) return w.status();
   int64_t planes = x.dims[0] * x.dims[1], total = y.numElements();
   if (total == 0) return Status::ok();

@@ -48,19 +48,15 @@ Status readCfg(const KernelContext &c, int64_t seq, int64_t batch, int64_t hidde
   g.inputForget = c.attrs.getInt("input_forget", 0) != 0;
   g.linearBeforeReset = c.attrs.getInt("linear_before_reset", 0) != 0;
   g.clip = float(c.attrs.getFloat("clip", 0.0));
-  std::vector<double> alpha = c.attrs.getFloats("activation_alpha"), beta = c.attrs.getFloats("activation_beta");
-  std::string acts = c.attrs.getString("activations", "");
-  GateActivation *fns[3] = {&g.f0, &g.f1, &g.f2};
-  size_t at = 0;
-  for (size_t k = 0; k < alpha.size() && k < 3; ++k) {
-    size_t end = acts.find(',', at);
-    std::string name = acts.substr(at, end == std::string::npos ? std::string::npos : end - at);
-    *fns[k] = GateActivation{math::GateFn::Tanh, float(alpha[k]), float(k < beta.size() ? beta[k] : 0.0)};
-    if (!math::parseGateFn(name, fns[k]->fn)) return sdError("Recurrence: unknown activation '", name, "'");
-    at = end == std::string::npos ? acts.size() : end + 1;
-  }
-  if (size_t(activationCount(g.cell)) > alpha.size())
-    return sdError("Recurrence: ", activationCount(g.cell), " activations needed, ", alpha.size(), " given");
+  std::vector<GateActivation> fns;
+  std::string bad;
+  if (!math::gateActivationsOf(c.attrs.getString("activations", ""), c.attrs.getFloats("activation_alpha"),
+                               c.attrs.getFloats("activation_beta"), fns, bad))
+    return sdError("Recurrence: unknown activation '", bad, "'");
+  if (fns.size() < size_t(activationCount(g.cell)))
+    return sdError("Recurrence: ", activationCount(g.cell), " activations needed, ", fns.size(), " given");
+  GateActivation *slots[3] = {&g.f0, &g.f1, &g.f2};
+  for (size_t k = 0; k < fns.size() && k < 3; ++k) *slots[k] = fns[k];
   return Status::ok();
 }
 
@@ -170,7 +166,11 @@ GemmShape gemm(const Cfg &g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
   return s;
 }
 
-std::shared_ptr<RecurrencePlan> allocatePlan(const Cfg &g, int buffers) {
+// The step's configuration (R is operand `rOperand`) and `buffers` B x H
+// scratch buffers; null when either cannot be had.
+std::shared_ptr<RecurrencePlan> allocatePlan(const KernelContext &c, size_t rOperand, int buffers) {
+  Cfg g;
+  if (!readCfg(c, c.inputs[0].dims[0], c.inputs[0].dims[1], c.inputs[rOperand].dims[1], g).isOk()) return nullptr;
   auto p = std::make_shared<RecurrencePlan>();
   p->cfg = g;
   const size_t bytes = size_t(std::max<int64_t>(1, buffers * g.B * g.H)) * sizeof(float);
@@ -182,11 +182,9 @@ std::shared_ptr<RecurrencePlan> allocatePlan(const Cfg &g, int buffers) {
 }
 
 std::shared_ptr<const void> prepareForward(const PrepareContext &pc) {
-  const KernelContext &c = pc.kernel;
-  Cfg g;
-  if (!readCfg(c, c.inputs[0].dims[0], c.inputs[0].dims[1], c.inputs[1].dims[1], g).isOk()) return nullptr;
-  auto p = allocatePlan(g, 3);
+  auto p = allocatePlan(pc.kernel, 1, 3);
   if (!p) return nullptr;
+  const Cfg &g = p->cfg;
   const int64_t B = g.B, H = g.H;
   p->hR = planGemm(pc, gemm(g, false, true, B, g.recRows, H, H, H, g.K));
   if (g.cell == Cell::GRU) p->hRh = planGemm(pc, gemm(g, false, true, B, H, H, H, H, g.K));
@@ -341,11 +339,9 @@ __global__ void columnSums(Cfg g, const float *dxw, const float *saved, float *d
 }
 
 std::shared_ptr<const void> prepareGrad(const PrepareContext &pc) {
-  const KernelContext &c = pc.kernel;
-  Cfg g;
-  if (!readCfg(c, c.inputs[0].dims[0], c.inputs[0].dims[1], c.inputs[2].dims[1], g).isOk()) return nullptr;
-  auto p = allocatePlan(g, 7);
+  auto p = allocatePlan(pc.kernel, 2, 7);
   if (!p) return nullptr;
+  const Cfg &g = p->cfg;
   const int64_t B = g.B, H = g.H;
   p->dgR = planGemm(pc, gemm(g, false, false, B, H, g.recRows, g.GH, H, H));
   p->dR = planGemm(pc, gemm(g, true, false, g.recRows, H, g.S * B, g.GH, g.K, H));

@@ -56,24 +56,24 @@ StatusOr<DeviceScalar> scalarOperand(const KernelContext &c, size_t i) {
   }
 }
 
-bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out) {
+// Operand i read through its host copy with `read` (an absent operand: empty).
+template <typename V, typename Read>
+bool hostValues(const PrepareContext &p, size_t i, std::vector<V> &out, Read read) {
   out.clear();
   const KernelContext &c = p.kernel;
   if (!c.hasInput(i) || !c.inputs[i].data) return true;
   if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
   TensorView host = c.inputs[i];
   host.data = const_cast<void *>(p.hostInputs[i]);
-  return readIntegers(host, out);
+  return read(host, out);
+}
+
+bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out) {
+  return hostValues(p, i, out, [](const TensorView &t, std::vector<int64_t> &v) { return readIntegers(t, v); });
 }
 
 bool hostDoubles(const PrepareContext &p, size_t i, std::vector<double> &out) {
-  out.clear();
-  const KernelContext &c = p.kernel;
-  if (!c.hasInput(i) || !c.inputs[i].data) return true;
-  if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
-  TensorView host = c.inputs[i];
-  host.data = const_cast<void *>(p.hostInputs[i]);
-  return readDoubles(host, out);
+  return hostValues(p, i, out, [](const TensorView &t, std::vector<double> &v) { return readDoubles(t, v); });
 }
 
 } // namespace sd::cuda

@@ -755,6 +755,15 @@ lm (int64[2, 6] input_ids) => (float[2, 6, 8] logits)
 }
 )";
 
+// kLanguageModel as dir/lm.onnxtxt and 12 rows of token ids as dir/train.jsonl.
+void writeLanguageModel(const std::string &dir) {
+  std::ofstream(dir + "/lm.onnxtxt") << kLanguageModel;
+  std::ofstream data(dir + "/train.jsonl");
+  for (int i = 0; i < 12; ++i)
+    data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
+         << ((i + 4) % 8) << "]}\n";
+}
+
 struct TrainRun {
   std::vector<double> losses;
   std::vector<HostTensor> state; // every mutable global after the run
@@ -796,13 +805,7 @@ TrainRun trainOn(std::shared_ptr<const Plan> plan, SessionOptions opts, const st
 TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
   char tmpl[] = "/tmp/sd_capture_auditXXXXXX";
   std::string dir = mkdtemp(tmpl);
-  std::ofstream(dir + "/lm.onnxtxt") << kLanguageModel;
-  {
-    std::ofstream data(dir + "/train.jsonl");
-    for (int i = 0; i < 12; ++i)
-      data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
-           << ((i + 4) % 8) << "]}\n";
-  }
+  writeLanguageModel(dir);
   // fp16 adds the loss scale and the skip flag: per-step values that must
   // live in device memory too (a first scale of 2^20 makes the first steps skip).
   struct Variant {
@@ -858,13 +861,7 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
 TEST(CpuFallback, TrainingStepsMatchTheCpuBitForBit) {
   char tmpl[] = "/tmp/sd_cpu_fallbackXXXXXX";
   std::string dir = mkdtemp(tmpl);
-  std::ofstream(dir + "/lm.onnxtxt") << kLanguageModel;
-  {
-    std::ofstream data(dir + "/train.jsonl");
-    for (int i = 0; i < 12; ++i)
-      data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
-           << ((i + 4) % 8) << "]}\n";
-  }
+  writeLanguageModel(dir);
   CompileRequest req;
   req.model = dir + "/lm.onnxtxt";
   req.output = dir + "/lm.sdp";

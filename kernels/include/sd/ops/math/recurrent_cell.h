@@ -6,6 +6,7 @@
 #include "sd/ops/math/host_device.h"
 #include <cmath>
 #include <string>
+#include <vector>
 
 namespace sd::math {
 
@@ -63,6 +64,24 @@ inline bool parseGateFn(const std::string &name, GateFn &fn) {
   for (auto &[n, f] : names)
     if (name == n) return fn = f, true;
   return false;
+}
+
+// The cell's activations from the op's attributes: `names` comma-separated,
+// each with its activation_alpha and activation_beta entry. False with `bad`
+// naming the first unknown function.
+inline bool gateActivationsOf(const std::string &names, const std::vector<double> &alpha,
+                              const std::vector<double> &beta, std::vector<GateActivation> &out, std::string &bad) {
+  out.clear();
+  size_t at = 0;
+  for (size_t k = 0; k < alpha.size(); ++k) {
+    size_t end = names.find(',', at);
+    GateActivation a{GateFn::Tanh, float(alpha[k]), float(k < beta.size() ? beta[k] : 0.0)};
+    std::string name = names.substr(at, end == std::string::npos ? std::string::npos : end - at);
+    if (!parseGateFn(name, a.fn)) return bad = name, false;
+    out.push_back(a);
+    at = end == std::string::npos ? names.size() : end + 1;
+  }
+  return true;
 }
 
 // A gate's input clipped to [-clip, clip] (clip > 0), as ONNX Runtime clips.
