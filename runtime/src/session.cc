@@ -646,7 +646,8 @@ Status Session::runSteps(size_t entry) {
       continue;
     }
     if (!seg.graph) {
-      StatusOr<std::shared_ptr<void>> g = im.device->capture([&, b = seg.begin, end = seg.end] {
+      // By value: a device may keep the recorded work past this call.
+      StatusOr<std::shared_ptr<void>> g = im.device->capture([this, entry, b = seg.begin, end = seg.end] {
         return runEager(entry, b, end);
       });
       if (!g.isOk()) {
