@@ -74,18 +74,20 @@ namespace {
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
     "                  [--output-format pb|npy] [--threads N] [--device cpu|cuda|auto] [--adapter DIR]\n"
-    "                  [--no-cuda-graphs] [--profile TRACE.json]\n"
+    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--profile TRACE.json]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads a LoRA adapter (HF PEFT layout) into a --peft lora plan first.\n"
     "--input-dir reads input_0.pb, input_1.pb, ... (or .npy) in graph-input order.\n"
+    "On a GPU a step with no CUDA kernel runs the CPU's (with copies each way);\n"
+    "--no-cpu-fallback refuses such a plan instead, naming the step.\n"
     "Outputs go to DIR/output_0.pb, ... in graph-output order; without --output-dir\n"
     "a summary is printed.\n";
 
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|cuda|auto]\n"
     "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile[=TRACE.json]]\n"
-    "                  [--no-cuda-graphs]\n"
+    "                  [--no-cuda-graphs] [--no-cpu-fallback]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
     "--input-dir is given). For training entries (--entry train_step), --data takes\n"
@@ -194,7 +196,7 @@ int inferCommand(const std::vector<std::string> &args) {
   std::string err;
   if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--device", "--adapter",
                          "--profile"},
-                  f, err, {"--no-cuda-graphs"})) {
+                  f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun infer --help)");
   }
   if (f.help) return std::fputs(kInferUsage, stdout), 0;
@@ -263,7 +265,7 @@ int benchCommand(const std::vector<std::string> &args) {
   }
   if (sd::Status s = sd::checkOutputFile(tracePath, "--profile"); !s.isOk()) return fail(s.message());
   if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch"}, f, err,
-                  {"--no-cuda-graphs"})) {
+                  {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }
   if (f.help) return std::fputs(kBenchUsage, stdout), 0;

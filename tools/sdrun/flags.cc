@@ -89,6 +89,7 @@ bool sessionFlags(const Flags &f, sd::SessionOptions &out, std::string &err) {
   }
   out.device = *device;
   out.graphs = !hasFlag(f, "--no-cuda-graphs");
+  out.cpuFallback = !hasFlag(f, "--no-cpu-fallback");
   if (name == "auto") std::fprintf(stderr, "sdrun: device auto: using %s\n", out.device->describe().c_str());
   return true;
 }
