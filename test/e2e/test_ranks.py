@@ -164,6 +164,32 @@ def osft_sharded(runner, plans):
           f"weights {weights_gap(w_wrong, w_one):.2e} relative, ||V_low V_high^T|| / ||V_low|| {wrong:.1e}")
 
 
+def fp16_sharded(runner, plans):
+    """fp16 with dynamic loss scaling and sharded optimizer state or
+    gradients: every rank takes the same skip decision (from the global
+    gradient norm) and the same loss scale, so a sharded run equals the
+    unsharded plan on the same ranks, skipped steps included. (Against one
+    rank fp16 can differ at the edge of its range: each rank's partial
+    gradient overflows, or not, on its own rows.)"""
+    def train(plan, n):  # the last run's metrics records (skipped, loss_scale) and weights
+        _, weights, _ = runner.train(plan, n, steps=14)
+        with open(os.path.join(runner.tmp, f"m{runner.count}.jsonl")) as f:
+            return [json.loads(l) for l in f if '"loss"' in l], weights
+
+    for n in (2, 3):
+        ref, wref = train(plans["fp16_none"], n)
+        for mode in ("optimizer", "grads"):
+            got, w = train(plans[f"fp16_{mode}"], n)
+            same = [(r["skipped"], r["loss_scale"]) for r in got] == [(r["skipped"], r["loss_scale"]) for r in ref]
+            skipped = sum(1 for r in ref if r["skipped"])
+            gap_l = relative([r["loss"] for r in got], [r["loss"] for r in ref]) if len(got) == len(ref) else 1.0
+            gap_w = weights_gap(w, wref)
+            check(f"fp16 with --shard {mode} on {n} ranks equals the unsharded fp16 plan (14 steps, {skipped} skipped): "
+                  "the same skips and loss scales, losses and weights to 1e-5",
+                  same and 0 < skipped < len(ref) and gap_l <= 1e-5 and gap_w <= 1e-5,
+                  f"losses {gap_l:.2e}, weights {gap_w:.2e} relative; scales {[r['loss_scale'] for r in got]}")
+
+
 def resume_elsewhere(runner, mode, plan, ck, before, after, one_rank=None):
     """Checkpointed on `before` ranks at step 5, continued on `after`: the same
     losses as `before` ranks straight (and, given, as one unsharded rank)."""
@@ -458,6 +484,11 @@ def main():
                                                 "params", "--osft-v-rule", "allreduce"],
                             "lora_fsdp_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "params",
                                                  "--packing"],
+                            # fp16 from a loss scale of 2^20 with a growth window of 3: the first steps
+                            # overflow and are skipped, then the scale grows and halves again.
+                            **{f"fp16_{m}": ["--peft", "none", "--precision", "fp16", "--loss-scale-init", "1048576",
+                                             "--loss-scale-window", "3", "--shard", m]
+                               for m in ("none", "optimizer", "grads")},
                             }.items():
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])
@@ -504,6 +535,7 @@ def main():
         equal_runs(runner, "--shard params, gradient accumulation 2", plans["full_fsdp"], accum=2, ranks=(3,),
                    reference=plans["full"])
         osft_sharded(runner, plans)
+        fp16_sharded(runner, plans)
         steps = plan_steps(sdrun, plans["full_fsdp"])
         check("--shard params: gathers and scatters are plan steps, and no gradient is all-reduced whole",
               steps.get("AllGatherRows", 0) > 0 and steps.get("ReduceScatterRows", 0) > 0 and
