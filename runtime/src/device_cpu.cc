@@ -1,6 +1,7 @@
 // The CPU device (aligned host memory and memcpy) and the choice of device by name.
 #include "sd/runtime/device.h"
 #include "sd/ops/kernel.h"
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <vector>
@@ -50,6 +51,14 @@ Status Device::copyOnDevice(void *dst, const void *src, size_t bytes) {
   SD_RETURN_IF_ERROR(copyToHost(bounce.data(), src, bytes));
   return copyFromHost(dst, bounce.data(), bytes);
 }
+
+StatusOr<void *> Device::allocateStaging(size_t bytes) {
+  void *p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
+  if (!p) return sdError("cannot allocate ", bytes, " bytes of staging memory");
+  return p;
+}
+
+void Device::releaseStaging(void *ptr) { std::free(ptr); }
 
 std::shared_ptr<Device> cpuDevice() {
   static std::shared_ptr<Device> cpu = std::make_shared<CpuDevice>();

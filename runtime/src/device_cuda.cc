@@ -76,6 +76,29 @@ public:
   }
   Status synchronize() override { return check(cudaSuccess, "synchronize", true); }
 
+  StatusOr<void *> allocateStaging(size_t bytes) override {
+    void *p = nullptr;
+    cudaError_t e = cudaHostAlloc(&p, bytes ? bytes : 1, cudaHostAllocDefault);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return sdError("cannot allocate ", bytes, " bytes of page-locked staging memory (", describeError(e), ")");
+    }
+    return p;
+  }
+  void releaseStaging(void *ptr) override {
+    if (ptr) cudaFreeHost(ptr);
+  }
+  // Page-locked memory: the copies are queued on the session's stream and
+  // return at once (ordered with the kernels; synchronize() waits).
+  Status copyFromStaging(void *dst, const void *src, size_t bytes) override {
+    if (!bytes) return Status::ok();
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy to device", false);
+  }
+  Status copyToStaging(void *dst, const void *src, size_t bytes) override {
+    if (!bytes) return Status::ok();
+    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy from device", false);
+  }
+
   StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {
     // Thread-local mode: a call that would synchronize or allocate fails the
     // capture instead of silently breaking it.

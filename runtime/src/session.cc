@@ -67,6 +67,10 @@ struct Session::Impl {
       bool captureFailed = false;
     };
     std::vector<Segment> segments;
+    // A device the host cannot address: the entry's inputs and outputs pass
+    // through one staging block (page-locked on a GPU, allocated at the
+    // first run), so a run queues its copies and waits once.
+    uint8_t *staging = nullptr;
   };
   std::shared_ptr<Device> device;
   std::shared_ptr<Communicator> comm;
@@ -91,6 +95,7 @@ struct Session::Impl {
   std::vector<uint8_t *> uploaded;
   ~Impl() {
     if (!device) return;
+    for (PreparedEntry &pe : entries) device->releaseStaging(pe.staging);
     device->release(arena);
     device->release(state);
     for (uint8_t *p : uploaded) device->release(p);
@@ -666,11 +671,26 @@ Status Session::runSteps(size_t entry) {
   return Status::ok();
 }
 
+// Where each input and then each output of the entry sits in its staging
+// block (64-byte aligned), and the block's size.
+static std::vector<size_t> stagingLayout(const EntryDesc &e, const std::vector<TensorView> &views, size_t &bytes) {
+  std::vector<size_t> at;
+  bytes = 0;
+  auto place = [&](int32_t buffer) {
+    at.push_back(bytes);
+    bytes += (views[size_t(buffer)].byteSize() + 63) / 64 * 64;
+  };
+  for (const auto &in : e.inputs) place(in.second);
+  for (const auto &out : e.outputs) place(out.second);
+  return at;
+}
+
 Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs) {
   if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
   const EntryDesc &e = plan_->entries[entry];
   if (e.isBody) return sdError("entry '", e.name, "' is the body of a Loop or If step and runs only from that step");
   Impl::PreparedEntry &pe = impl_->entries[entry];
+  Device &dev = *impl_->device;
   if (inputs.size() != e.inputs.size())
     return sdError("entry '", e.name, "' takes ", e.inputs.size(), " inputs, got ", inputs.size());
   for (size_t i = 0; i < inputs.size(); ++i) {
@@ -682,9 +702,36 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     if (src.dims != dst.dims)
       return sdError("input '", e.inputs[i].first, "' has shape ", formatDims(src.dims), ", the plan expects ",
                      formatDims(dst.dims));
-    SD_RETURN_IF_ERROR(impl_->device->copyFromHost(dst.data, src.data.data(), src.data.size()));
+  }
+  // On a device the host cannot address, inputs and outputs go through the
+  // staging block: the copies are queued with the steps and the run waits
+  // once, at the end (per copy, pageable memory would wait every time).
+  const bool staged = !dev.hostAddressable();
+  size_t stagingBytes = 0;
+  const std::vector<size_t> at = staged ? stagingLayout(e, pe.views, stagingBytes) : std::vector<size_t>();
+  if (staged && !pe.staging) {
+    StatusOr<void *> p = dev.allocateStaging(stagingBytes);
+    if (!p.isOk()) return p.status().withContext("entry '" + e.name + "': ");
+    pe.staging = static_cast<uint8_t *>(*p);
+  }
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    const TensorView &dst = pe.views[size_t(e.inputs[i].second)];
+    const HostTensor &src = *inputs[i];
+    if (!staged) {
+      SD_RETURN_IF_ERROR(dev.copyFromHost(dst.data, src.data.data(), src.data.size()));
+      continue;
+    }
+    if (!src.data.empty()) std::memcpy(pe.staging + at[i], src.data.data(), src.data.size());
+    SD_RETURN_IF_ERROR(dev.copyFromStaging(dst.data, pe.staging + at[i], src.data.size()));
   }
   SD_RETURN_IF_ERROR(runSteps(entry));
+  if (staged) {
+    for (size_t i = 0; i < e.outputs.size(); ++i) {
+      const TensorView &v = pe.views[size_t(e.outputs[i].second)];
+      SD_RETURN_IF_ERROR(dev.copyToStaging(pe.staging + at[inputs.size() + i], v.data, v.byteSize()));
+    }
+    SD_RETURN_IF_ERROR(dev.synchronize());
+  }
   outputs.clear();
   for (size_t i = 0; i < e.outputs.size(); ++i) {
     const TensorView &v = pe.views[size_t(e.outputs[i].second)];
@@ -693,7 +740,8 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
     t.dtype = v.dtype;
     t.dims = v.dims;
     t.data.resize(v.byteSize());
-    SD_RETURN_IF_ERROR(impl_->device->copyToHost(t.data.data(), v.data, v.byteSize()));
+    if (!staged) SD_RETURN_IF_ERROR(dev.copyToHost(t.data.data(), v.data, v.byteSize()));
+    else if (!t.data.empty()) std::memcpy(t.data.data(), pe.staging + at[inputs.size() + i], t.data.size());
     if (i < e.outputExtents.size() && e.outputExtents[i].buffer >= 0)
       SD_RETURN_IF_ERROR(keepCountedPrefix(pe.views[size_t(e.outputExtents[i].buffer)], e.outputExtents[i].axis, t));
     outputs.push_back(std::move(t));

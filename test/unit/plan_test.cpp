@@ -119,11 +119,24 @@ public:
   }
   void release(void *p) override { cpuDevice()->release(p); }
   Status copyFromHost(void *dst, const void *src, size_t n) override {
-    uploaded += n;
+    uploaded += n, ++waitingCopies;
     return cpuDevice()->copyFromHost(dst, src, n);
   }
   Status copyToHost(void *dst, const void *src, size_t n) override {
-    downloaded += n;
+    downloaded += n, ++waitingCopies;
+    return cpuDevice()->copyToHost(dst, src, n);
+  }
+  // Staging copies are queued on a GPU; here they count apart.
+  StatusOr<void *> allocateStaging(size_t bytes) override {
+    ++stagingAllocations;
+    return Device::allocateStaging(bytes);
+  }
+  Status copyFromStaging(void *dst, const void *src, size_t n) override {
+    uploaded += n, ++queuedCopies;
+    return cpuDevice()->copyFromHost(dst, src, n);
+  }
+  Status copyToStaging(void *dst, const void *src, size_t n) override {
+    downloaded += n, ++queuedCopies;
     return cpuDevice()->copyToHost(dst, src, n);
   }
   Status zero(void *dst, size_t n) override { return cpuDevice()->zero(dst, n); }
@@ -131,7 +144,10 @@ public:
     onDevice += n;
     return cpuDevice()->copyOnDevice(dst, src, n);
   }
-  Status synchronize() override { return Status::ok(); }
+  Status synchronize() override {
+    ++syncs;
+    return Status::ok();
+  }
   std::optional<size_t> freeBytes() const override { return free; }
   // Graph capture, emulated: the "graph" is the recorded work itself, run on replay.
   StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {
@@ -145,6 +161,7 @@ public:
     return (*static_cast<std::function<Status()> *>(graph))();
   }
   size_t allocations = 0, uploaded = 0, downloaded = 0, onDevice = 0;
+  size_t waitingCopies = 0, queuedCopies = 0, syncs = 0, stagingAllocations = 0;
   std::optional<size_t> free; // unset: unknown, as on the CPU
   bool canCapture = false;
   int captureAttempts = 0, replays = 0;
@@ -193,6 +210,34 @@ TEST_F(PlanTest, RunsOnADeviceTheHostCannotAddress) {
   size_t outBytes = 0;
   for (auto &t : a) outBytes += t.data.size();
   EXPECT_GE(dev->downloaded, outBytes);
+}
+
+// On a device the host cannot address, a run's inputs and outputs pass
+// through one staging block per entry (allocated at its first run): every
+// copy is queued, and the run waits once, at its end.
+TEST_F(PlanTest, RunsQueueTheirCopiesThroughStagingAndWaitOnce) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-device", ""));
+  auto s = Session::create(p, SessionOptions{1, dev});
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  auto onCpu = Session::create(p, SessionOptions{1});
+  ASSERT_TRUE(onCpu.isOk());
+  auto in = inputs();
+  std::vector<HostTensor> want;
+  ASSERT_TRUE(onCpu.value()->run(0, {&in[0], &in[1]}, want).isOk());
+  const size_t waiting = dev->waitingCopies, syncs = dev->syncs;
+  for (int run = 0; run < 3; ++run) {
+    std::vector<HostTensor> got;
+    ASSERT_TRUE(s.value()->run(0, {&in[0], &in[1]}, got).isOk());
+    ASSERT_EQ(got.size(), want.size());
+    for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].data, want[i].data) << "run " << run;
+  }
+  EXPECT_EQ(dev->stagingAllocations, 1u);
+  EXPECT_EQ(dev->waitingCopies, waiting); // nothing copied through pageable memory
+  EXPECT_EQ(dev->queuedCopies, 3 * (in.size() + want.size()));
+  EXPECT_EQ(dev->syncs - syncs, 3u);     // one wait per run
 }
 
 // Inputs and outputs already in device memory: the run copies them on the

@@ -36,6 +36,16 @@ public:
   virtual Status copyOnDevice(void *dst, const void *src, size_t bytes);
   // Waits until all work queued on the device is done.
   virtual Status synchronize() = 0;
+
+  // Staging memory for a session's inputs and outputs: page-locked on a GPU,
+  // so copies between it and the device are queued without waiting. The
+  // defaults are plain host memory and the waiting copies.
+  virtual StatusOr<void *> allocateStaging(size_t bytes);
+  virtual void releaseStaging(void *ptr);
+  // Queued copies between staging memory and the device: they may return
+  // before the copy is done; synchronize() waits for them.
+  virtual Status copyFromStaging(void *dst, const void *src, size_t bytes) { return copyFromHost(dst, src, bytes); }
+  virtual Status copyToStaging(void *dst, const void *src, size_t bytes) { return copyToHost(dst, src, bytes); }
   // The queue kernels enqueue on (KernelContext::stream); null on the CPU.
   virtual void *stream() { return nullptr; }
   // Bytes the device can still allocate, where it knows (a GPU does; the CPU
