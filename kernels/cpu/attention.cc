@@ -15,6 +15,7 @@
 // rows ends at its last row's key, so neither other sequences' keys nor the
 // masked upper triangle are ever multiplied.
 #include "cpu_util.h"
+#include "sd/ops/attention_mask.h"
 #include "gemm.h"
 #include "vecmath.h"
 #include <algorithm>
@@ -67,14 +68,12 @@ bool masked(const Geometry &g, size_t item, int64_t i, int64_t j) {
 // A causal mask with a fill that underflows softmax to exactly 0, so skipping
 // the masked keys changes nothing. Checked once per distinct mask matrix.
 bool isCausal(const Geometry &g) {
-  if (g.T != g.S || !(g.maskValue <= -1e4f)) return false;
+  if (g.T != g.S || !(g.maskValue <= kFillThatZeroes)) return false;
   std::vector<int64_t> seen;
   for (size_t item = 0; item < g.mask.size(); ++item) {
     if (std::find(seen.begin(), seen.end(), g.mask[item]) != seen.end()) continue;
     seen.push_back(g.mask[item]);
-    for (int64_t i = 0; i < g.T; ++i)
-      for (int64_t j = 0; j < g.S; ++j)
-        if (masked(g, item, i, j) != (j > i)) return false;
+    if (!hidesLaterKeys(g.maskData + g.mask[item], g.maskRowStride, g.maskColStride, g.T, g.S)) return false;
   }
   return true;
 }

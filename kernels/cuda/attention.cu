@@ -11,16 +11,17 @@
 // into f32 copies and the results narrowed, as the CPU kernel computes them.
 //
 // bf16/f16 attention without packed sequences, whose mask (if any) is the
-// same for every item, runs cuDNN's fused SDPA instead (the causal mask when
-// its constant is causal, any other as an additive bias filled each run) (cudnn_sdpa.h: flash attention,
-// P never materialized; the backward recomputes the forward's output and
-// row statistics, then runs cuDNN's deterministic backward). K reaches
-// cuDNN as [S, d] rows, transposed from the op's kt. SD_CUDNN_SDPA=0 keeps
-// the GEMM path (to compare the two); SD_CUDNN_SDPA=log says per step which
-// path it took and why.
+// same for every item, runs cuDNN's fused SDPA instead (cudnn_sdpa.h: flash
+// attention, P never materialized): a constant causal mask as cuDNN's causal
+// band, any other as an additive bias filled each run. The backward
+// recomputes the forward's output and row statistics, then runs cuDNN's
+// deterministic backward. K reaches cuDNN as [S, d] rows, permuted from the
+// op's kt. SD_CUDNN_SDPA=0 keeps the GEMM path (to compare the two);
+// SD_CUDNN_SDPA=log says per step which path it took and why.
 #include "block_reduce.cuh"
 #include "cudnn_sdpa.h"
 #include "gemm_lt.h"
+#include "sd/ops/attention_mask.h"
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -129,12 +130,7 @@ bool causalMask(const PrepareContext &p, size_t i, const AttnGeometry &g) {
   if (m.dtype != DType::Bool || m.dims.size() < 2 || m.dims[m.dims.size() - 2] != g.T || m.dims.back() != g.S)
     return false;
   if (m.numElements() != g.T * g.S) return false; // a mask per item is a padding mask
-  if (!(g.maskValue <= -1e4f)) return false;       // a fill softmax does not turn into exactly 0
-  const bool *host = static_cast<const bool *>(p.hostInputs[i]);
-  for (int64_t r = 0; r < g.T; ++r)
-    for (int64_t j = 0; j < g.S; ++j)
-      if (host[r * g.S + j] != (j > r)) return false;
-  return true;
+  return g.maskValue <= kFillThatZeroes && hidesLaterKeys(static_cast<const bool *>(p.hostInputs[i]), g.S, 1, g.T, g.S);
 }
 
 // Plans cuDNN's SDPA for the step when it can take it (why not, under
@@ -178,15 +174,6 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   return plan != nullptr;
 }
 
-// [items, rows, cols] -> [items, cols, rows].
-template <typename T> __global__ void transposeItems(const T *x, T *y, int64_t items, int64_t rows, int64_t cols) {
-  const int64_t n = items * rows * cols;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t col = i % cols, rest = i / cols, row = rest % rows, item = rest / rows;
-    y[(item * cols + col) * rows + row] = x[i];
-  }
-}
-
 // The mask as cuDNN's additive bias: the fill where masked, else 0.
 template <typename T> __global__ void maskBias(const bool *mask, float fill, T *bias, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -205,15 +192,10 @@ Status fillBias(const AttnPrepared &a, const KernelContext &c, size_t maskInput)
   });
 }
 
+// [items, rows, cols] -> [items, cols, rows].
 Status transpose(DType t, const void *x, void *y, int64_t items, int64_t rows, int64_t cols, cudaStream_t s) {
-  const int64_t n = items * rows * cols;
-  if (n == 0) return Status::ok();
-  return dispatchFloatStorage(t, [&](auto tag) {
-    using T = decltype(tag);
-    transposeItems<T><<<blocksFor(n), kThreads, 0, s>>>(static_cast<const T *>(x), static_cast<T *>(y), items, rows,
-                                                        cols);
-    return launchStatus("Attention");
-  });
+  return permute(TensorView{const_cast<void *>(x), t, {items, rows, cols}}, TensorView{y, t, {items, cols, rows}},
+                 {0, 2, 1}, s, "Attention");
 }
 
 // first: 0 for Attention (q, kt, v, mask, positions), 1 for AttentionGrad (dy first).
@@ -253,8 +235,7 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
     g.maskColStride = mc == 1 ? 0 : 1;
     g.maskRowStride = mr == 1 ? 0 : mc;
     std::vector<int64_t> om = itemOffsets(m.dims, batch, mr * mc);
-    if (cudaMalloc(&a->maskOffsets, om.size() * sizeof(int64_t)) != cudaSuccess ||
-        cudaMemcpy(a->maskOffsets, om.data(), om.size() * sizeof(int64_t), cudaMemcpyHostToDevice) != cudaSuccess) {
+    if (!uploadVector(om, a->maskOffsets)) {
       cudaGetLastError();
       a->error = "cannot allocate Attention's mask offsets";
       return a;
@@ -300,7 +281,6 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
 }
 
 std::shared_ptr<const void> prepareForward(const PrepareContext &p) { return prepareAttention(p, 0); }
-
 std::shared_ptr<const void> prepareGrad(const PrepareContext &p) { return prepareAttention(p, 1); }
 
 constexpr int kRowThreads = 256;

@@ -88,6 +88,10 @@ struct Shape8 {
 namespace sd::cuda {
 // Writes `src` broadcast (numpy rules) to `dst`'s shape: Expand, and Gemm's C.
 Status broadcastInto(const TensorView &src, const TensorView &dst, cudaStream_t stream);
+// y = x with its dims permuted (y's dim i is x's dim perm[i]): Transpose, and
+// Attention's K between the op's [d, S] and cuDNN's [S, d] layouts.
+Status permute(const TensorView &x, const TensorView &y, const std::vector<int64_t> &perm, cudaStream_t s,
+               const char *op);
 } // namespace sd::cuda
 
 namespace sd::cuda {
@@ -97,6 +101,14 @@ namespace sd::cuda {
 bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out);
 // The same for an operand's numbers as doubles (Resize's roi and scales).
 bool hostDoubles(const PrepareContext &p, size_t i, std::vector<double> &out);
+
+// A host vector copied into fresh device memory (room for one element when
+// empty) when the session is created; false when it cannot be (the CUDA error
+// is left for the caller to clear).
+template <typename V> bool uploadVector(const std::vector<V> &host, V *&device) {
+  if (cudaMalloc(&device, std::max<size_t>(host.size(), 1) * sizeof(V)) != cudaSuccess) return false;
+  return host.empty() || cudaMemcpy(device, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice) == cudaSuccess;
+}
 
 // What a prepare function derived, or why it could not (reported by the step).
 struct PreparedError {

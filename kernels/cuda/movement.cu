@@ -46,21 +46,11 @@ Status stridedCopy(const Gather8 &g, const TensorView &in, const TensorView &out
 }
 
 Status TransposeKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  const TensorView &x = c.inputs[0];
   std::vector<int64_t> perm = c.attrs.getInts("perm");
   if (perm.empty())
     for (int64_t i = x.rank() - 1; i >= 0; --i) perm.push_back(i);
-  if (int64_t(perm.size()) != x.rank()) return sdError("Transpose perm length mismatch");
-  if (x.rank() > kMaxRank) return sdError("Transpose on CUDA takes up to rank ", kMaxRank);
-  Gather8 g;
-  g.rank = int(x.rank());
-  Dims xs = rowMajorStrides(x.dims);
-  for (size_t i = 0; i < perm.size(); ++i) {
-    if (perm[i] < 0 || perm[i] >= x.rank()) return sdError("Transpose perm out of range");
-    g.outDims[i] = y.dims[i];
-    g.inStrides[i] = xs[size_t(perm[i])];
-  }
-  return stridedCopy(g, x, y, streamOf(c), "Transpose");
+  return permute(x, c.outputs[0], perm, streamOf(c), "Transpose");
 }
 
 Status broadcastCopy(const TensorView &x, const TensorView &o, cudaStream_t s, const char *op) {
@@ -327,6 +317,21 @@ Status GatherGradKernel(const KernelContext &c) {
 }
 
 } // namespace
+
+Status permute(const TensorView &x, const TensorView &y, const std::vector<int64_t> &perm, cudaStream_t s,
+               const char *op) {
+  if (int64_t(perm.size()) != x.rank()) return sdError(op, ": perm length mismatch");
+  if (x.rank() > kMaxRank) return sdError(op, " on CUDA takes up to rank ", kMaxRank);
+  Gather8 g;
+  g.rank = int(x.rank());
+  Dims xs = rowMajorStrides(x.dims);
+  for (size_t i = 0; i < perm.size(); ++i) {
+    if (perm[i] < 0 || perm[i] >= x.rank()) return sdError(op, ": perm out of range");
+    g.outDims[i] = y.dims[i];
+    g.inStrides[i] = xs[size_t(perm[i])];
+  }
+  return stridedCopy(g, x, y, s, op);
+}
 
 Status broadcastInto(const TensorView &src, const TensorView &dst, cudaStream_t stream) {
   return broadcastCopy(src, dst, stream, "broadcast");

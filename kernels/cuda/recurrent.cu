@@ -146,7 +146,7 @@ __global__ void stepGates(Cfg g, int64_t t, float *saved, const float *peep, con
 }
 
 // Every GEMM of both directions is planned when the session is created.
-struct RecurrencePlan {
+struct RecurrencePlan : PreparedError {
   Cfg cfg;
   float *scratch = nullptr; // B x H floats each: forward h, cell, rh; backward dh, dc, dhn, dcn, dhh, rh, drh
   std::shared_ptr<LtGemm> hR, hRh;                         // forward
@@ -167,23 +167,32 @@ GemmShape gemm(const Cfg &g, bool ta, bool tb, int64_t m, int64_t n, int64_t k, 
 }
 
 // The step's configuration (R is operand `rOperand`) and `buffers` B x H
-// scratch buffers; null when either cannot be had.
+// scratch buffers, or (error) why either cannot be had.
 std::shared_ptr<RecurrencePlan> allocatePlan(const KernelContext &c, size_t rOperand, int buffers) {
-  Cfg g;
-  if (!readCfg(c, c.inputs[0].dims[0], c.inputs[0].dims[1], c.inputs[rOperand].dims[1], g).isOk()) return nullptr;
   auto p = std::make_shared<RecurrencePlan>();
-  p->cfg = g;
+  Cfg &g = p->cfg;
+  if (Status st = readCfg(c, c.inputs[0].dims[0], c.inputs[0].dims[1], c.inputs[rOperand].dims[1], g); !st.isOk())
+    return p->error = st.message(), p;
   const size_t bytes = size_t(std::max<int64_t>(1, buffers * g.B * g.H)) * sizeof(float);
   if (cudaMalloc(&p->scratch, bytes) != cudaSuccess) {
     cudaGetLastError();
-    return nullptr;
+    p->error = "cannot allocate its " + std::to_string(bytes) + " bytes of device scratch";
   }
   return p;
 }
 
+// The plan a run uses and its configuration with this run's sequence_lens.
+Status runPlan(const KernelContext &c, const char *op, const RecurrencePlan *&plan, Cfg &g) {
+  plan = static_cast<const RecurrencePlan *>(c.prepared);
+  if (!plan) return sdError(op, " was not prepared");
+  if (!plan->error.empty()) return sdError(op, ": ", plan->error);
+  g = plan->cfg;
+  return readLens(c, 6, g);
+}
+
 std::shared_ptr<const void> prepareForward(const PrepareContext &pc) {
   auto p = allocatePlan(pc.kernel, 1, 3);
-  if (!p) return nullptr;
+  if (!p->error.empty()) return p;
   const Cfg &g = p->cfg;
   const int64_t B = g.B, H = g.H;
   p->hR = planGemm(pc, gemm(g, false, true, B, g.recRows, H, H, H, g.K));
@@ -210,10 +219,9 @@ const float *optionalInput(const KernelContext &c, size_t i) {
 // xw [S, B, G·H], R [G·H, H], h0?, c0?, peepholes?, Rbh?, sequence_lens? ->
 // y [S, B, H], y_h [B, H], y_c [B, H], saved [S, B, K]
 Status RecurrenceKernel(const KernelContext &c) {
-  auto *plan = static_cast<const RecurrencePlan *>(c.prepared);
-  if (!plan) return sdError("Recurrence: its plan (device scratch, GEMMs) could not be made");
-  Cfg g = plan->cfg;
-  SD_RETURN_IF_ERROR(readLens(c, 6, g));
+  const RecurrencePlan *plan = nullptr;
+  Cfg g;
+  SD_RETURN_IF_ERROR(runPlan(c, "Recurrence", plan, g));
   const cudaStream_t s = streamOf(c);
   const int64_t B = g.B, H = g.H, n = B * H;
   float *h = plan->buffer(0), *cell = plan->buffer(1), *rh = plan->buffer(2);
@@ -340,7 +348,7 @@ __global__ void columnSums(Cfg g, const float *dxw, const float *saved, float *d
 
 std::shared_ptr<const void> prepareGrad(const PrepareContext &pc) {
   auto p = allocatePlan(pc.kernel, 2, 7);
-  if (!p) return nullptr;
+  if (!p->error.empty()) return p;
   const Cfg &g = p->cfg;
   const int64_t B = g.B, H = g.H;
   p->dgR = planGemm(pc, gemm(g, false, false, B, H, g.recRows, g.GH, H, H));
@@ -356,10 +364,9 @@ std::shared_ptr<const void> prepareGrad(const PrepareContext &pc) {
 // dy [S, B, H], saved, R, dy_h?, dy_c?, peepholes?, sequence_lens? ->
 // dxw [S, B, G·H], dR [G·H, H], dh0, dc0, dpeepholes [3H], dRbh [H]
 Status RecurrenceGradKernel(const KernelContext &c) {
-  auto *plan = static_cast<const RecurrencePlan *>(c.prepared);
-  if (!plan) return sdError("RecurrenceGrad: its plan (device scratch, GEMMs) could not be made");
-  Cfg g = plan->cfg;
-  SD_RETURN_IF_ERROR(readLens(c, 6, g));
+  const RecurrencePlan *plan = nullptr;
+  Cfg g;
+  SD_RETURN_IF_ERROR(runPlan(c, "RecurrenceGrad", plan, g));
   const cudaStream_t s = streamOf(c);
   const int64_t B = g.B, H = g.H, n = B * H;
   const float *dy = c.inputs[0].as<float>(), *saved = c.inputs[1].as<float>(), *r = c.inputs[2].as<float>();

@@ -83,11 +83,6 @@ __global__ void resizeKernel(ResizeGeometry g, int64_t n, const int64_t *index, 
   }
 }
 
-template <typename V> bool upload(const std::vector<V> &host, V *&device) {
-  if (cudaMalloc(&device, std::max<size_t>(host.size(), 1) * sizeof(V)) != cudaSuccess) return false;
-  return host.empty() || cudaMemcpy(device, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice) == cudaSuccess;
-}
-
 std::shared_ptr<const void> prepareResize(const PrepareContext &p) {
   auto r = std::make_shared<ResizePrepared>();
   const KernelContext &c = p.kernel;
@@ -128,7 +123,7 @@ std::shared_ptr<const void> prepareResize(const PrepareContext &p) {
     weight.insert(weight.end(), t.weight.begin(), t.weight.end());
     outside.insert(outside.end(), t.outside.begin(), t.outside.end());
   }
-  if (!upload(index, r->index) || !upload(weight, r->weight) || !upload(outside, r->outside)) {
+  if (!uploadVector(index, r->index) || !uploadVector(weight, r->weight) || !uploadVector(outside, r->outside)) {
     cudaGetLastError();
     r->error = "Resize: its taps could not be put on the device";
   }

@@ -57,22 +57,19 @@ public:
     if (ptr) cudaFree(ptr);
   }
   // The host buffer may be reused as soon as these return, so they wait for
-  // the copy (pageable memory; pinned staging comes with graph replay).
+  // the copy (pageable memory; a session's runs use the staging copies below).
   Status copyFromHost(void *dst, const void *src, size_t bytes) override {
-    if (!bytes) return Status::ok();
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy to device", true);
+    return copy(dst, src, bytes, cudaMemcpyHostToDevice, true);
   }
   Status copyToHost(void *dst, const void *src, size_t bytes) override {
-    if (!bytes) return Status::ok();
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy from device", true);
+    return copy(dst, src, bytes, cudaMemcpyDeviceToHost, true);
   }
   Status zero(void *dst, size_t bytes) override {
     if (!bytes) return Status::ok();
     return check(cudaMemsetAsync(dst, 0, bytes, stream_), "memset", false);
   }
   Status copyOnDevice(void *dst, const void *src, size_t bytes) override {
-    if (!bytes || dst == src) return Status::ok();
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream_), "device copy", false);
+    return dst == src ? Status::ok() : copy(dst, src, bytes, cudaMemcpyDeviceToDevice, false);
   }
   Status synchronize() override { return check(cudaSuccess, "synchronize", true); }
 
@@ -91,12 +88,10 @@ public:
   // Page-locked memory: the copies are queued on the session's stream and
   // return at once (ordered with the kernels; synchronize() waits).
   Status copyFromStaging(void *dst, const void *src, size_t bytes) override {
-    if (!bytes) return Status::ok();
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_), "copy to device", false);
+    return copy(dst, src, bytes, cudaMemcpyHostToDevice, false);
   }
   Status copyToStaging(void *dst, const void *src, size_t bytes) override {
-    if (!bytes) return Status::ok();
-    return check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream_), "copy from device", false);
+    return copy(dst, src, bytes, cudaMemcpyDeviceToHost, false);
   }
 
   StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {
@@ -136,6 +131,14 @@ public:
   }
 
 private:
+  // A copy queued on the session's stream; with `wait`, done when it returns.
+  Status copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, bool wait) {
+    if (!bytes) return Status::ok();
+    const char *what = kind == cudaMemcpyHostToDevice   ? "copy to device"
+                       : kind == cudaMemcpyDeviceToHost ? "copy from device"
+                                                        : "device copy";
+    return check(cudaMemcpyAsync(dst, src, bytes, kind, stream_), what, wait);
+  }
   // A failed call, or (when `wait`) an error of any kernel queued before it,
   // which CUDA reports only at the next synchronization.
   Status check(cudaError_t e, const char *what, bool wait) {

@@ -69,8 +69,10 @@ struct Session::Impl {
     std::vector<Segment> segments;
     // A device the host cannot address: the entry's inputs and outputs pass
     // through one staging block (page-locked on a GPU, allocated at the
-    // first run), so a run queues its copies and waits once.
+    // first run), so a run queues its copies and waits once. stagedAt: each
+    // input's and then each output's offset in it.
     uint8_t *staging = nullptr;
+    std::vector<size_t> stagedAt;
   };
   std::shared_ptr<Device> device;
   std::shared_ptr<Communicator> comm;
@@ -121,6 +123,17 @@ StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const Ker
     return k.status().withContext("entry '" + e.name + "' step " + std::to_string(index) +
                                   (sd.location.empty() ? "" : " at " + sd.location) + ": ");
   return k;
+}
+
+StatusOr<const KernelDef *> bindStepOrCpu(const EntryDesc &e, size_t index, const KernelRegistry &kernels,
+                                          bool cpuFallback, bool &onCpu) {
+  onCpu = false;
+  StatusOr<const KernelDef *> k = bindStep(e, index, kernels);
+  if (k.isOk() || !cpuFallback) return k;
+  StatusOr<const KernelDef *> cpu = bindStep(e, index, cpuKernels());
+  if (!cpu.isOk()) return k;
+  onCpu = true;
+  return cpu;
 }
 
 static double mib(uint64_t bytes) { return double(bytes) / double(1 << 20); }
@@ -341,12 +354,9 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     kernels.emplace_back();
     onHost.emplace_back();
     for (size_t i = 0; i < e.steps.size(); ++i) {
-      StatusOr<const KernelDef *> k = bindStep(e, i, dev.kernels());
-      const bool fallback = !k.isOk() && !dev.hostAddressable() && opts.cpuFallback;
-      if (fallback) {
-        StatusOr<const KernelDef *> cpu = bindStep(e, i, cpuKernels());
-        if (cpu.isOk()) k = cpu;
-      }
+      bool fallback = false;
+      StatusOr<const KernelDef *> k =
+          bindStepOrCpu(e, i, dev.kernels(), !dev.hostAddressable() && opts.cpuFallback, fallback);
       if (!k.isOk()) return k.status();
       kernels.back().push_back(*k);
       onHost.back().push_back(fallback);
@@ -707,13 +717,14 @@ Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs,
   // staging block: the copies are queued with the steps and the run waits
   // once, at the end (per copy, pageable memory would wait every time).
   const bool staged = !dev.hostAddressable();
-  size_t stagingBytes = 0;
-  const std::vector<size_t> at = staged ? stagingLayout(e, pe.views, stagingBytes) : std::vector<size_t>();
-  if (staged && !pe.staging) {
+  if (staged && !pe.staging) { // the entry's first run: lay the block out once
+    size_t stagingBytes = 0;
+    pe.stagedAt = stagingLayout(e, pe.views, stagingBytes);
     StatusOr<void *> p = dev.allocateStaging(stagingBytes);
     if (!p.isOk()) return p.status().withContext("entry '" + e.name + "': ");
     pe.staging = static_cast<uint8_t *>(*p);
   }
+  const std::vector<size_t> &at = pe.stagedAt;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const TensorView &dst = pe.views[size_t(e.inputs[i].second)];
     const HostTensor &src = *inputs[i];

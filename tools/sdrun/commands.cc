@@ -355,10 +355,10 @@ int printKernelCoverage(const sd::Plan &p, const sd::KernelRegistry &kernels) {
     for (size_t i = 0; i < e.steps.size(); ++i) {
       OpCoverage &op = ops[e.steps[i].op];
       ++op.steps;
-      sd::StatusOr<const sd::KernelDef *> k = sd::bindStep(e, i, kernels);
-      if (k.isOk()) continue;
-      if (canFallBack && sd::bindStep(e, i, sd::cpuKernels()).isOk()) {
-        ++op.onCpu, ++onCpu;
+      bool fallback = false;
+      sd::StatusOr<const sd::KernelDef *> k = sd::bindStepOrCpu(e, i, kernels, canFallBack, fallback);
+      if (k.isOk()) {
+        if (fallback) ++op.onCpu, ++onCpu;
         continue;
       }
       ++missing;

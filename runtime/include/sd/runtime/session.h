@@ -20,6 +20,11 @@ struct KernelContext;
 // naming the entry, step, location, op and backend. Sessions bind every step
 // through it; `sdrun inspect --kernels` reports a plan's coverage with it.
 StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels);
+// bindStep on `kernels`, else, when `cpuFallback`, on the CPU's (`onCpu` then
+// true): how a session on a GPU binds (SessionOptions::cpuFallback) and what
+// `sdrun inspect --kernels` reports. An error is `kernels`' refusal.
+StatusOr<const KernelDef *> bindStepOrCpu(const EntryDesc &e, size_t index, const KernelRegistry &kernels,
+                                          bool cpuFallback, bool &onCpu);
 // What bindStep gives a Loop or If step on every device (null for other
 // ops): the session runs it (it runs other entries of the plan), not a kernel.
 const KernelDef *bodyStepKernel(const std::string &op);
