@@ -5,8 +5,9 @@
 // scale x the true ones, so GradScale divides by tokens x scale (unscaled
 // before clipping, as GradScaler.unscale_ then clip_grad_norm_). An Inf or
 // NaN gradient makes the global norm non-finite; then the step is skipped:
-// parameters, moments and the step counter keep their bits (the updates are
-// computed and not taken), the gradients are zeroed, and the scale halves.
+// parameters, moments and the step counter keep their bits (the found-Inf
+// flag is the updates' `skip` operand, so they write nothing but the zeroed
+// gradients; a select keeps the step counter), and the scale halves.
 // After sd.loss_scale_window clean steps (sd-autocast) it doubles.
 #include "sd/format/training_abi.h"
 #include "PassDetail.h"
@@ -81,10 +82,8 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     if (!scale || g.failed()) return fn.erase(), func::FuncOp();
     // fp16: `skip` is true when the norm is Inf or NaN (norm - norm is NaN exactly then).
     Value skip = lossScale ? g.make<IsNaNOp>({g.sub(scale->getResult(1), scale->getResult(1))}) : Value();
-    auto kept = [&](Value old, Value updated) { return skip ? g.make<WhereOp>({skip, old, updated}) : updated; };
-    // An update op's result `r` replaces its state operand `o`: kept or not.
-    auto keptState = [&](Operation *u, unsigned r, unsigned o) { return kept(u->getOperand(o), u->getResult(r)); };
-    store(kept(oldStep, newStep), step);
+    store(skip ? g.make<WhereOp>({skip, oldStep, newStep}) : newStep, step);
+    Value skipOperand = skip ? skip : g.none();
     if (lossScale && failed(updateLossScale(module, g, skip, lossScale, load, store))) return fn.erase(), func::FuncOp();
     for (auto [i, p] : llvm::enumerate(params)) {
       // Weights decay; biases and norm parameters (rank 1) do not, as in HF's Trainer.
@@ -94,24 +93,24 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
         GlobalOp m = sd::getOrCreateGlobal(module, sd::abi::kAdamExpAvgPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
         GlobalOp v = sd::getOrCreateGlobal(module, sd::abi::kAdamExpAvgSqPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
         Operation *u = g.op<AdamWOp>(
-            {load(p), grad, load(m), load(v), newStep, lr, wd, scale->getResult(0)},
+            {load(p), grad, load(m), load(v), newStep, lr, wd, scale->getResult(0), skipOperand},
             {b.getNamedAttr("beta1", b.getF64FloatAttr(beta1)), b.getNamedAttr("beta2", b.getF64FloatAttr(beta2)),
              b.getNamedAttr("epsilon", b.getF64FloatAttr(epsilon)), g.attr("decay", decay)},
             4);
         if (!u) return fn.erase(), func::FuncOp();
-        store(keptState(u, 0, 0), p);
-        store(keptState(u, 1, 2), m);
-        store(keptState(u, 2, 3), v);
+        store(u->getResult(0), p);
+        store(u->getResult(1), m);
+        store(u->getResult(2), v);
         store(u->getResult(3), gradGlobals[i]);
       } else {
         GlobalOp buf = sd::getOrCreateGlobal(module, sd::abi::kSgdMomentumPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
-        Operation *u = g.op<SGDOp>({load(p), grad, load(buf), newStep, lr, wd, scale->getResult(0)},
+        Operation *u = g.op<SGDOp>({load(p), grad, load(buf), newStep, lr, wd, scale->getResult(0), skipOperand},
                                    {b.getNamedAttr("momentum", b.getF64FloatAttr(momentum)),
                                     g.attr("nesterov", int64_t(nesterov)), g.attr("decay", decay)},
                                    3);
         if (!u) return fn.erase(), func::FuncOp();
-        store(keptState(u, 0, 0), p);
-        store(keptState(u, 1, 2), buf);
+        store(u->getResult(0), p);
+        store(u->getResult(1), buf);
         store(u->getResult(2), gradGlobals[i]);
       }
     }

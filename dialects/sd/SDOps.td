@@ -478,21 +478,26 @@ def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTens
 }
 def SD_AdamWOp : SD_Nary<"adamw", "AdamW",
     (ins AnyTensor:$param, AnyTensor:$grad, AnyTensor:$exp_avg, AnyTensor:$exp_avg_sq, AnyTensor:$step,
-         AnyTensor:$lr, AnyTensor:$weight_decay, AnyTensor:$grad_scale),
+         AnyTensor:$lr, AnyTensor:$weight_decay, AnyTensor:$grad_scale, SD_OptTensor:$skip),
     (ins OptF64:$beta1, OptF64:$beta2, OptF64:$epsilon, OptI64:$decay),
     (outs AnyTensor:$new_param, AnyTensor:$new_exp_avg, AnyTensor:$new_exp_avg_sq, AnyTensor:$zeroed_grad)> {
   let description = [{
     torch.optim.AdamW on grad * grad_scale: decoupled weight decay (when
     `decay` is 1), bias correction from `step` (the optimizer step, from 1).
     Returns the updated parameter and moments and a zeroed gradient, all
-    written in place once bufferized.
+    written in place once bufferized. When `skip` (fp16's found-Inf flag, a
+    scalar) is nonzero, parameter and moments are returned unchanged, bit for
+    bit, and only the gradient is zeroed: no whole-tensor select, and a
+    row-sharded parameter (--shard params) skips on its own rows.
   }];
 }
 def SD_SGDOp : SD_Nary<"sgd", "SGD",
     (ins AnyTensor:$param, AnyTensor:$grad, AnyTensor:$momentum_buffer, AnyTensor:$step, AnyTensor:$lr,
-         AnyTensor:$weight_decay, AnyTensor:$grad_scale),
+         AnyTensor:$weight_decay, AnyTensor:$grad_scale, SD_OptTensor:$skip),
     (ins OptF64:$momentum, OptF64:$dampening, OptI64:$nesterov, OptI64:$decay),
-    (outs AnyTensor:$new_param, AnyTensor:$new_momentum_buffer, AnyTensor:$zeroed_grad)>;
+    (outs AnyTensor:$new_param, AnyTensor:$new_momentum_buffer, AnyTensor:$zeroed_grad)> {
+  let description = "torch.optim.SGD on grad * grad_scale; `skip` as AdamW's.";
+}
 def SD_GradScaleOp : SD_Nary<"grad_scale", "GradScale",
     (ins AnyTensor:$tokens, AnyTensor:$max_norm, Variadic<AnyTensor>:$grads), (ins),
     (outs AnyTensor:$scale, AnyTensor:$norm)> {

@@ -36,6 +36,24 @@ Status zeroGradientOnly(const KernelContext &c, size_t gradOutput) {
   return Status::ok();
 }
 
+// fp16's found-Inf flag (the optional operand `skipIndex`) is set: the
+// update's state outputs keep their inputs' bits (nothing to write when they
+// are the same buffers, as once bufferized) and the gradient is zeroed.
+// False when the step updates.
+StatusOr<bool> skippedStep(const KernelContext &c, size_t skipIndex, const std::vector<std::pair<size_t, size_t>> &kept,
+                           size_t gradOutput) {
+  if (c.inputs.size() <= skipIndex || !c.inputs[skipIndex].data) return false;
+  std::vector<double> flag;
+  if (!readDoubles(c.inputs[skipIndex], flag) || flag.size() != 1)
+    return sdError("operand ", skipIndex, " (skip) must be one value");
+  if (flag[0] == 0) return false;
+  for (auto [in, out] : kept)
+    if (c.outputs[out].data != c.inputs[in].data)
+      std::memcpy(c.outputs[out].data, c.inputs[in].data, c.outputs[out].byteSize());
+  std::memset(c.outputs[gradOutput].data, 0, c.outputs[gradOutput].byteSize());
+  return true;
+}
+
 // The element loops, built per instruction set (GCC target_clones; this file
 // is compiled with -fno-math-errno so sqrt vectorizes, and -ffp-contract=off
 // so no build fuses a multiply-add the others round twice). Scalar and vector
@@ -72,10 +90,12 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double sumOfSquares
   return s;
 }
 
-// param, grad, m, v, step, lr, weight_decay, grad_scale -> param, m, v, grad.
+// param, grad, m, v, step, lr, weight_decay, grad_scale[, skip] -> param, m, v, grad.
 Status AdamWKernel(const KernelContext &c) {
   if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 3);
   SD_RETURN_IF_ERROR(requireF32(c, 4, "AdamW"));
+  StatusOr<bool> skipped = skippedStep(c, 8, {{0, 0}, {2, 1}, {3, 2}}, 3);
+  if (!skipped.isOk() || *skipped) return skipped.status().withContext("AdamW: ");
   float *p = c.outputs[0].as<float>(), *m = c.outputs[1].as<float>(), *v = c.outputs[2].as<float>();
   float *gout = c.outputs[3].as<float>();
   const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *min = c.inputs[2].as<float>(),
@@ -94,10 +114,12 @@ Status AdamWKernel(const KernelContext &c) {
   return Status::ok();
 }
 
-// param, grad, momentum_buffer, step, lr, weight_decay, grad_scale -> param, buffer, grad.
+// param, grad, momentum_buffer, step, lr, weight_decay, grad_scale[, skip] -> param, buffer, grad.
 Status SgdKernel(const KernelContext &c) {
   if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 2);
   SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
+  StatusOr<bool> skipped = skippedStep(c, 7, {{0, 0}, {2, 1}}, 2);
+  if (!skipped.isOk() || *skipped) return skipped.status().withContext("SGD: ");
   float *p = c.outputs[0].as<float>(), *buf = c.outputs[1].as<float>(), *gout = c.outputs[2].as<float>();
   const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *bin = c.inputs[2].as<float>();
   double s[4] = {}; // step, lr, weight_decay, grad_scale

@@ -68,6 +68,7 @@ struct DeviceScalar {
     case DType::I32: return double(*static_cast<const int32_t *>(ptr));
     case DType::F16: return double(__half2float(*static_cast<const __half *>(ptr)));
     case DType::BF16: return double(__bfloat162float(*static_cast<const __nv_bfloat16 *>(ptr)));
+    case DType::Bool: return *static_cast<const uint8_t *>(ptr) ? 1.0 : 0.0;
     default: return 0.0;
     }
   }

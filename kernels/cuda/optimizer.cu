@@ -5,6 +5,7 @@
 // the device, so a captured graph replays with the values of each step.
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
+#include "sd/ops/communicator.h"
 #include "sd/ops/math/optimizer.h"
 #include <memory>
 #include <vector>
@@ -29,14 +30,44 @@ Status requireF32(const KernelContext &c, size_t tensors, const char *op) {
   return Status::ok();
 }
 
+// A parameter another rank updates (--shard optimizer): its state lives
+// there; here only the gradient is zeroed (with --shard grads not even that).
+Status zeroGradientOnly(const KernelContext &c, size_t gradOutput, const char *op) {
+  const TensorView &g = c.outputs[gradOutput];
+  if (!g.data || g.byteSize() == 0) return Status::ok();
+  return cudaMemsetAsync(g.data, 0, g.byteSize(), streamOf(c)) == cudaSuccess ? Status::ok() : launchStatus(op);
+}
+
+// fp16's found-Inf flag, operand `i` when present: read on the device, so a
+// captured step skips or not with each replay's value. No flag: never skips.
+StatusOr<DeviceScalar> skipOperand(const KernelContext &c, size_t i, const char *op) {
+  if (c.inputs.size() <= i || !c.inputs[i].data) return DeviceScalar{};
+  StatusOr<DeviceScalar> s = scalarOperand(c, i);
+  if (!s.isOk()) return s.status().withContext(std::string(op) + " skip: ");
+  return s;
+}
+
+// A skipped step keeps the state's bits; outputs that are not the inputs'
+// buffers (not in place) get copies.
+__device__ bool skipping(const DeviceScalar &skip) { return skip.ptr && skip.get() != 0.0; }
+
 struct AdamWHyper {
   double beta1, beta2, eps;
   bool decay;
 };
 
 __global__ void adamWKernel(AdamWHyper h, DeviceScalar step, DeviceScalar lr, DeviceScalar wd, DeviceScalar gscale,
-                            const float *pin, const float *gin, const float *min, const float *vin, float *p,
-                            float *m, float *v, float *gout, int64_t n) {
+                            DeviceScalar skip, const float *pin, const float *gin, const float *min,
+                            const float *vin, float *p, float *m, float *v, float *gout, int64_t n) {
+  if (skipping(skip)) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+      if (p != pin) p[i] = pin[i];
+      if (m != min) m[i] = min[i];
+      if (v != vin) v[i] = vin[i];
+      gout[i] = 0.0f;
+    }
+    return;
+  }
   __shared__ math::AdamWStep s;
   if (threadIdx.x == 0)
     s = math::adamWStep(step.get(), double(float(lr.get())), h.decay ? double(float(wd.get())) : 0.0, h.beta1,
@@ -52,19 +83,22 @@ __global__ void adamWKernel(AdamWHyper h, DeviceScalar step, DeviceScalar lr, De
   }
 }
 
-// param, grad, m, v, step, lr, weight_decay, grad_scale -> param, m, v, grad.
+// param, grad, m, v, step, lr, weight_decay, grad_scale[, skip] -> param, m, v, grad.
 // The step counter is checked (>= 1) by the CPU kernel; here a step below 1
 // yields non-finite bias corrections, which the trainer's loss check reports.
 Status AdamWKernel(const KernelContext &c) {
+  if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 3, "AdamW");
   SD_RETURN_IF_ERROR(requireF32(c, 4, "AdamW"));
   DeviceScalar sc[4]; // step, lr, weight_decay, grad_scale
   SD_RETURN_IF_ERROR(scalarOperands(c, 4, 4, sc, "AdamW"));
+  StatusOr<DeviceScalar> skip = skipOperand(c, 8, "AdamW");
+  if (!skip.isOk()) return skip.status();
   AdamWHyper h{c.attrs.getFloat("beta1", 0.9), c.attrs.getFloat("beta2", 0.999), c.attrs.getFloat("epsilon", 1e-8),
                c.attrs.getInt("decay", 1) != 0};
   int64_t n = c.outputs[0].numElements();
   if (n == 0) return Status::ok();
   adamWKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(
-      h, sc[0], sc[1], sc[2], sc[3], c.inputs[0].as<float>(), c.inputs[1].as<float>(), c.inputs[2].as<float>(),
+      h, sc[0], sc[1], sc[2], sc[3], *skip, c.inputs[0].as<float>(), c.inputs[1].as<float>(), c.inputs[2].as<float>(),
       c.inputs[3].as<float>(), c.outputs[0].as<float>(), c.outputs[1].as<float>(), c.outputs[2].as<float>(),
       c.outputs[3].as<float>(), n);
   return launchStatus("AdamW");
@@ -76,8 +110,16 @@ struct SgdHyper {
 };
 
 __global__ void sgdKernel(SgdHyper h, DeviceScalar step, DeviceScalar lr, DeviceScalar wd, DeviceScalar gscale,
-                          const float *pin, const float *gin, const float *bin, float *p, float *buf, float *gout,
-                          int64_t n) {
+                          DeviceScalar skip, const float *pin, const float *gin, const float *bin, float *p,
+                          float *buf, float *gout, int64_t n) {
+  if (skipping(skip)) {
+    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+      if (p != pin) p[i] = pin[i];
+      if (buf != bin) buf[i] = bin[i];
+      gout[i] = 0.0f;
+    }
+    return;
+  }
   math::SgdStep s;
   s.first = step.get() <= 1.0;
   s.lr = float(lr.get());
@@ -95,16 +137,19 @@ __global__ void sgdKernel(SgdHyper h, DeviceScalar step, DeviceScalar lr, Device
   }
 }
 
-// param, grad, momentum_buffer, step, lr, weight_decay, grad_scale -> param, buffer, grad.
+// param, grad, momentum_buffer, step, lr, weight_decay, grad_scale[, skip] -> param, buffer, grad.
 Status SgdKernel(const KernelContext &c) {
+  if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 2, "SGD");
   SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
   DeviceScalar sc[4]; // step, lr, weight_decay, grad_scale
   SD_RETURN_IF_ERROR(scalarOperands(c, 3, 4, sc, "SGD"));
+  StatusOr<DeviceScalar> skip = skipOperand(c, 7, "SGD");
+  if (!skip.isOk()) return skip.status();
   SgdHyper h{float(c.attrs.getFloat("momentum", 0)), float(c.attrs.getFloat("dampening", 0)),
              c.attrs.getInt("nesterov", 0) != 0, c.attrs.getInt("decay", 1) != 0};
   int64_t n = c.outputs[0].numElements();
   if (n == 0) return Status::ok();
-  sgdKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(h, sc[0], sc[1], sc[2], sc[3], c.inputs[0].as<float>(),
+  sgdKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(h, sc[0], sc[1], sc[2], sc[3], *skip, c.inputs[0].as<float>(),
                                                         c.inputs[1].as<float>(), c.inputs[2].as<float>(),
                                                         c.outputs[0].as<float>(), c.outputs[1].as<float>(),
                                                         c.outputs[2].as<float>(), n);

@@ -51,6 +51,7 @@ StatusOr<DeviceScalar> scalarOperand(const KernelContext &c, size_t i) {
   if (t.numElements() != 1) return sdError("operand ", i, " must be one number, it has ", t.numElements());
   switch (t.dtype) {
   case DType::F32: case DType::F64: case DType::I64: case DType::I32: case DType::F16: case DType::BF16:
+  case DType::Bool:
     return DeviceScalar{t.data, t.dtype};
   default: return sdError("operand ", i, " has type ", dtypeName(t.dtype), ", not a number the CUDA backend reads");
   }

@@ -135,18 +135,18 @@ Status requireScalars(const ShapeContext &c, size_t from, size_t to, const char 
   return Status::ok();
 }
 
-// AdamW(param, grad, m, v, step, lr, weight_decay, grad_scale) -> param, m, v, grad (zeroed).
+// AdamW(param, grad, m, v, step, lr, weight_decay, grad_scale[, skip]) -> param, m, v, grad (zeroed).
 Status adamwShape(ShapeContext &c) {
   for (size_t i = 1; i < 4; ++i) SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[i], "AdamW"));
-  SD_RETURN_IF_ERROR(requireScalars(c, 4, 8, "AdamW"));
+  SD_RETURN_IF_ERROR(requireScalars(c, 4, c.inputs.size(), "AdamW"));
   c.outputs = {c.inputs[0], c.inputs[2], c.inputs[3], c.inputs[1]};
   return Status::ok();
 }
 
-// SGD(param, grad, momentum_buffer, step, lr, weight_decay, grad_scale) -> param, buffer, grad (zeroed).
+// SGD(param, grad, momentum_buffer, step, lr, weight_decay, grad_scale[, skip]) -> param, buffer, grad (zeroed).
 Status sgdShape(ShapeContext &c) {
   for (size_t i = 1; i < 3; ++i) SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[i], "SGD"));
-  SD_RETURN_IF_ERROR(requireScalars(c, 3, 7, "SGD"));
+  SD_RETURN_IF_ERROR(requireScalars(c, 3, c.inputs.size(), "SGD"));
   c.outputs = {c.inputs[0], c.inputs[2], c.inputs[1]};
   return Status::ok();
 }

@@ -114,9 +114,7 @@ def main():
                ("a loss scale that is not positive is refused", ["--precision", "fp16", "--loss-scale-init", "-1"],
                 "positive"),
                ("a loss-scale window of 0 is refused", ["--precision", "fp16", "--loss-scale-window", "0"],
-                "whole number of steps"),
-               ("fp16 with row-sharded weights is refused (not built)",
-                ["--precision", "fp16", "--peft", "none", "--shard", "params"], "not built yet")]
+                "whole number of steps")]
         for label, flags, needle in bad:
             problems, line = clean_error_problems([sdc, "compile", onnx_path] + flags + ["-o", os.path.join(tmp, "x.sdp")],
                                                   [needle], [os.path.join(tmp, "x.sdp")])

@@ -165,9 +165,10 @@ def osft_sharded(runner, plans):
 
 
 def fp16_sharded(runner, plans):
-    """fp16 with dynamic loss scaling and sharded optimizer state or
-    gradients: every rank takes the same skip decision (from the global
-    gradient norm) and the same loss scale, so a sharded run equals the
+    """fp16 with dynamic loss scaling and sharded optimizer state, gradients
+    or weights (rows): every rank takes the same skip decision (from the global
+    gradient norm; the updates skip on their own rows) and the same loss
+    scale, so a sharded run equals the
     unsharded plan on the same ranks, skipped steps included. (Against one
     rank fp16 can differ at the edge of its range: each rank's partial
     gradient overflows, or not, on its own rows.)"""
@@ -178,7 +179,7 @@ def fp16_sharded(runner, plans):
 
     for n in (2, 3):
         ref, wref = train(plans["fp16_none"], n)
-        for mode in ("optimizer", "grads"):
+        for mode in ("optimizer", "grads", "params"):
             got, w = train(plans[f"fp16_{mode}"], n)
             same = [(r["skipped"], r["loss_scale"]) for r in got] == [(r["skipped"], r["loss_scale"]) for r in ref]
             skipped = sum(1 for r in ref if r["skipped"])
@@ -488,7 +489,7 @@ def main():
                             # overflow and are skipped, then the scale grows and halves again.
                             **{f"fp16_{m}": ["--peft", "none", "--precision", "fp16", "--loss-scale-init", "1048576",
                                              "--loss-scale-window", "3", "--shard", m]
-                               for m in ("none", "optimizer", "grads")},
+                               for m in ("none", "optimizer", "grads", "params")},
                             }.items():
             plans[name] = os.path.join(tmp, name + ".sdp")
             sh([sdc, "compile", onnx_path, *flags, *shapes, "-o", plans[name]])

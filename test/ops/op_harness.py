@@ -1238,9 +1238,19 @@ CASES["SoftmaxCrossEntropyLossGrad"] = [
          attrs={"reduction": "mean", "ignore_index": -1}, ref=sce_grad_ref, label="every label ignored")]
 
 
+def skipped_update(ins, skip, state, grad):
+    """fp16's found-Inf flag (operand `skip`) given and set: the state
+    operands come back unchanged and the gradient zeroed; None otherwise."""
+    if len(ins) <= skip or not bool(ins[skip]):
+        return None
+    return [np.array(ins[i], np.float32) for i in state] + [np.zeros_like(np.array(ins[grad], np.float32))]
+
+
 def adamw_ref(ins, attrs, t):
+    if (kept := skipped_update(ins, 8, [0, 2, 3], 1)) is not None:
+        return kept
     p, g, m, v = (f64(x) for x in ins[:4])
-    step, lr, wd, gs = (float(x) for x in ins[4:])
+    step, lr, wd, gs = (float(x) for x in ins[4:8])
     b1, b2, eps = attrs.get("beta1", 0.9), attrs.get("beta2", 0.999), attrs.get("epsilon", 1e-8)
     wd = wd if attrs.get("decay", 1) else 0.0
     g = g * gs
@@ -1252,8 +1262,10 @@ def adamw_ref(ins, attrs, t):
 
 
 def sgd_ref(ins, attrs, t):
+    if (kept := skipped_update(ins, 7, [0, 2], 1)) is not None:
+        return kept
     p, g, buf = (f64(x) for x in ins[:3])
-    step, lr, wd, gs = (float(x) for x in ins[3:])
+    step, lr, wd, gs = (float(x) for x in ins[3:7])
     mu, damp, nesterov = attrs.get("momentum", 0.0), attrs.get("dampening", 0.0), attrs.get("nesterov", 0)
     wd = wd if attrs.get("decay", 1) else 0.0
     d = g * gs + wd * p
@@ -1276,6 +1288,26 @@ CASES["SGD"] = [Case(lambda t, r, s=s: [rand(r, (3, 4), t), rand(r, (3, 4), t), 
                      scalars(s, 0.1, 0.01, 2.0), outputs=3, attrs=a, ref=sgd_ref, label=f"step {s} {a}")
                 for s in (1, 3) for a in ({}, {"momentum": 0.9}, {"momentum": 0.9, "dampening": 0.1},
                                           {"momentum": 0.9, "nesterov": 1})]
+
+
+def with_inf_gradient(tensors):
+    g = np.array(tensors[1])
+    g.flat[[0, 5]] = [np.inf, np.nan]
+    return [tensors[0], g] + list(tensors[2:])
+
+
+# fp16's skip operand: set, the state keeps its bits whatever the gradient
+# holds (here Inf and NaN); clear, the update is the usual one.
+CASES["AdamW"] += [Case(lambda t, r, k=k: (with_inf_gradient if k else list)(
+                            [rand(r, (3, 4), t), rand(r, (3, 4), t), rand(r, (3, 4), t, -0.1, 0.1),
+                             rand(r, (3, 4), t, 0, 0.1)]) + scalars(3, 1e-2, 0.1, 0.5) + [np.array(k, np.bool_)],
+                        outputs=4, ref=adamw_ref, label=f"skip {k}")
+                   for k in (True, False)]
+CASES["SGD"] += [Case(lambda t, r, k=k: (with_inf_gradient if k else list)(
+                          [rand(r, (3, 4), t), rand(r, (3, 4), t), rand(r, (3, 4), t)]) +
+                      scalars(3, 0.1, 0.01, 2.0) + [np.array(k, np.bool_)],
+                      outputs=3, attrs={"momentum": 0.9}, ref=sgd_ref, label=f"skip {k}")
+                 for k in (True, False)]
 
 
 def grad_scale_ref(ins, attrs, t):

@@ -345,9 +345,6 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--target-modules needs --peft lora or --peft osft"), 2;
   if (lossScaleGiven && a.pipeline.precision != "fp16")
     return fail("--loss-scale-init and --loss-scale-window are for --precision fp16 (bf16 and fp32 need no loss scaling)"), 2;
-  if (a.pipeline.precision == "fp16" && a.pipeline.shard == "params")
-    return fail("--precision fp16 with --shard params is not built yet (a skipped step keeps each weight's rows "
-                "through a whole-tensor select); use --shard optimizer or grads, or bf16"), 2;
   if (a.pipeline.shard != "none" && !a.pipeline.training())
     return fail("--shard " + a.pipeline.shard + " shards training state: it needs a training plan (--peft)"), 2;
   if (a.pipeline.packing && (!a.pipeline.training() || !a.pipeline.lossOutput.empty()))

@@ -2,7 +2,8 @@
 
 // fp16 (a loss_scale global, sd-autocast's window attribute): GradScale
 // divides by tokens x scale; a non-finite norm (norm - norm is NaN) keeps the
-// step counter, parameters and moments (Where old, new), the gradient is
+// step counter (Where old, new) and is AdamW's skip operand, which keeps
+// parameters and moments (no select on whole tensors); the gradient is
 // zeroed either way; the scale halves on a skip and doubles when the growth
 // tracker reaches the window (3).
 // CHECK-DAG:   sd.global @loss_scale_growth_tracker "scalar_state" : tensor<f32>
@@ -24,12 +25,12 @@
 // CHECK:       %[[W0:.*]] = sd.global_load @w :
 // CHECK:       %[[M0:.*]] = sd.global_load @"adamw.exp_avg/w"
 // CHECK:       %[[V0:.*]] = sd.global_load @"adamw.exp_avg_sq/w"
-// CHECK:       %[[P:.*]], %[[M:.*]], %[[V:.*]], %[[G:.*]] = sd.adamw %[[W0]], %{{.*}}, %[[M0]], %[[V0]],
-// CHECK:       %[[W:.*]] = sd.where %[[SKIP]], %[[W0]], %[[P]]
-// CHECK:       sd.global_store %[[W]], @w
-// CHECK:       sd.where %[[SKIP]], %[[M0]], %[[M]]
-// CHECK:       sd.where %[[SKIP]], %[[V0]], %[[V]]
-// CHECK:       sd.global_store %[[G]], @"grad/w"
+// CHECK:       %[[P:.*]], %[[M:.*]], %[[V:.*]], %[[G:.*]] = sd.adamw %[[W0]], %{{.*}}, %[[M0]], %[[V0]], %{{.*}}, %{{.*}}, %{{.*}}, %[[S]], %[[SKIP]]
+// CHECK-NEXT:  sd.global_store %[[P]], @w
+// CHECK-NEXT:  sd.global_store %[[M]], @"adamw.exp_avg/w"
+// CHECK-NEXT:  sd.global_store %[[V]], @"adamw.exp_avg_sq/w"
+// CHECK-NEXT:  sd.global_store %[[G]], @"grad/w"
+// CHECK-NOT:   sd.where
 module attributes {sd.loss_scale_init = 6.553600e+04 : f64, sd.loss_scale_window = 3 : i64} {
   sd.global @loss_scale "scalar_state" : tensor<f32> = dense<6.553600e+04> : tensor<f32>
   sd.global @w "trainable" : tensor<4x4xf32>
