@@ -94,6 +94,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     o.momentum = opts.momentum;
     o.nesterov = opts.nesterov;
     pm.addPass(createOptimizer(o));
+    pm.addPass(createAccumulateWhereProduced());
     pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard}));
     if (opts.shard == "params") pm.addPass(createShardParams());
     pm.addPass(createOsftProject(OsftProjectOptions{opts.osftVRule}));

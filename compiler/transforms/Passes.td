@@ -350,6 +350,16 @@ def Optimizer : Pass<"sd-optimizer", "mlir::ModuleOp"> {
   ];
 }
 
+def AccumulateWhereProduced : Pass<"sd-accumulate-where-produced", "mlir::ModuleOp"> {
+  let summary = "Add each gradient into its accumulator right after the backward computes it";
+  let description = [{
+    In accumulate and train_step, each grad/<p> = grad/<p> + delta moves up
+    to just after delta's producer: the delta's buffer is freed there, not
+    held to the end of the backward, and each gradient is final where it is
+    produced, in the backward's order (what sd-data-parallel buckets by).
+  }];
+}
+
 def DataParallel : Pass<"sd-data-parallel", "mlir::ModuleOp"> {
   let summary = "Sum the counted tokens and gradients over the ranks before each GradScale";
   let description = [{
