@@ -5,6 +5,9 @@
    (build/bench/sd_allreduce_bench under mpirun -np 2);
 2. bucketed gradient reduction (sdc compile default, 25 MiB buckets) against
    one reduction per gradient (--bucket-mb 0), 2 ranks, full fine-tuning;
+   and 1 MiB buckets each reduced while the rest of the backward runs (the
+   default overlap) against the same buckets reduced after the backward
+   (--no-overlap-reduction);
 3. scaling: 2 ranks x 1 thread against 1 rank x 2 threads on the same global
    batch;
 4. the same step with optimizer state (--shard optimizer), gradients
@@ -86,6 +89,8 @@ def main():
         half = a.global_batch // 2
         plans = {}
         for name, batch, extra in [("bucketed", half, []), ("per_tensor", half, ["--bucket-mb", "0"]),
+                                   ("overlap_1mb", half, ["--bucket-mb", "1"]),
+                                   ("after_1mb", half, ["--bucket-mb", "1", "--no-overlap-reduction"]),
                                    ("zero1", half, ["--shard", "optimizer"]), ("zero2", half, ["--shard", "grads"]),
                                    ("fsdp", half, ["--shard", "params"]),
                                    ("one_rank", a.global_batch, [])]:
@@ -97,6 +102,8 @@ def main():
               f"{a.global_batch} (~{grads:.0f} MiB of gradients), median ms per step\n")
         b = train(sdrun, plans["bucketed"], data, 2, 1, half, a.steps, tmp, "b")
         p = train(sdrun, plans["per_tensor"], data, 2, 1, half, a.steps, tmp, "p")
+        ov = train(sdrun, plans["overlap_1mb"], data, 2, 1, half, a.steps, tmp, "ov")
+        af = train(sdrun, plans["after_1mb"], data, 2, 1, half, a.steps, tmp, "af")
         z1 = train(sdrun, plans["zero1"], data, 2, 1, half, a.steps, tmp, "z1")
         z2 = train(sdrun, plans["zero2"], data, 2, 1, half, a.steps, tmp, "z2")
         z3 = train(sdrun, plans["fsdp"], data, 2, 1, half, a.steps, tmp, "z3")
@@ -106,6 +113,8 @@ def main():
         print("|---|---:|---:|")
         tok = a.global_batch * a.seq
         for label, ms in [("2 ranks x 1 thread, 25 MiB buckets", b), ("2 ranks x 1 thread, one reduction per gradient", p),
+                          ("2 ranks x 1 thread, 1 MiB buckets reduced during the backward", ov),
+                          ("2 ranks x 1 thread, 1 MiB buckets reduced after the backward", af),
                           ("2 ranks x 1 thread, --shard optimizer", z1), ("2 ranks x 1 thread, --shard grads", z2),
                           ("2 ranks x 1 thread, --shard params", z3),
                           ("1 rank x 2 threads", one2), ("1 rank x 1 thread", one1)]:

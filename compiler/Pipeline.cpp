@@ -95,7 +95,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     o.nesterov = opts.nesterov;
     pm.addPass(createOptimizer(o));
     pm.addPass(createAccumulateWhereProduced());
-    pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard}));
+    pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard, opts.overlapReduction}));
     if (opts.shard == "params") pm.addPass(createShardParams());
     pm.addPass(createOsftProject(OsftProjectOptions{opts.osftVRule}));
     pm.addPass(createPropagateShapes());

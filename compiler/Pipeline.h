@@ -36,6 +36,7 @@ struct PipelineOptions {
   double beta1 = 0.9, beta2 = 0.999, epsilon = 1e-8, momentum = 0.0;
   bool nesterov = false;
   double bucketMb = 25.0; // gradient bytes per cross-rank reduction step (sd-data-parallel)
+  bool overlapReduction = true; // train_step reduces each bucket while the backward goes on
   std::string shard = "none"; // none | optimizer | grads | params (sd-data-parallel, sd-shard-params)
   bool packing = false; // training entries take position_ids (several sequences per row)
   std::string precision = "fp32"; // fp32 | bf16 | fp16 (sd-autocast)

@@ -8,6 +8,15 @@
 // scales by the global token count and clips by the global norm, so all
 // ranks take the same step. Alone, AllReduce is the identity.
 //
+// Overlap (train_step, shard none or optimizer): the gradients are bucketed
+// in the order the backward finishes them (sd-accumulate-where-produced put
+// each accumulation there), and each bucket's AllReduce is placed right after
+// its last gradient is final, marked `async`: the step starts the reduction
+// and returns, the rest of the backward runs meanwhile, and one
+// WaitCollectives step before GradScale completes them all (DDP's overlap,
+// decided at compile time instead of by autograd hooks). The gradient
+// globals are laid out in that order too, so a bucket is one message.
+//
 // shard=optimizer (ZeRO-1 by parameter, as torch's ZeroRedundancyOptimizer
 // partitions): each update step is tagged with its parameter (`shard_param`);
 // the session gives every parameter an owner rank (largest first, to the
@@ -23,6 +32,7 @@
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace sd {
 #define GEN_PASS_DEF_DATAPARALLEL
@@ -51,6 +61,8 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     if (shard == "grads")
       for (auto f : getOperation().getOps<func::FuncOp>())
         if (failed(reduceGradientsToOwners(f))) return signalPassFailure();
+    readyOrder = gradientReadyOrder();
+    if (overlap && shard != "grads" && shard != "params") layOutInReadyOrder();
     SmallVector<GradScaleOp> scales;
     getOperation().walk([&](GradScaleOp op) { scales.push_back(op); });
     for (GradScaleOp op : scales)
@@ -108,6 +120,126 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     return success();
   }
 
+  // Each gradient's position in the order the backward finishes them: the
+  // order of their accumulations in train_step, before its GradScale
+  // (sd-accumulate-where-produced). Gradients the backward never stores come
+  // after, last parameter first.
+  llvm::StringMap<unsigned> readyOrder;
+
+  llvm::StringMap<unsigned> gradientReadyOrder() {
+    llvm::StringMap<unsigned> order;
+    for (auto f : getOperation().getOps<func::FuncOp>()) {
+      auto entry = f->getAttrOfType<StringAttr>("sd.entry");
+      if (!entry || entry.getValue() != sd::abi::kTrainStep) continue;
+      for (Operation &op : f.getBody().front()) {
+        if (isa<GradScaleOp>(op)) break;
+        if (auto s = dyn_cast<GlobalStoreOp>(op); s && s.getGlobal().starts_with(sd::abi::kGradPrefix))
+          order.try_emplace(s.getGlobal(), order.size());
+      }
+      break; // every bucket's train_step has the same backward
+    }
+    return order;
+  }
+  unsigned readyPosition(StringRef grad) const {
+    auto it = readyOrder.find(grad);
+    return it == readyOrder.end() ? ~0u : it->second;
+  }
+
+  // The gradient globals in ready order, so that a bucket of consecutive
+  // gradients is one run of memory (one message).
+  void layOutInReadyOrder() {
+    SmallVector<std::pair<unsigned, GlobalOp>> grads;
+    for (GlobalOp g : getOperation().getOps<GlobalOp>())
+      if (auto it = readyOrder.find(g.getSymName()); it != readyOrder.end()) grads.push_back({it->second, g});
+    if (grads.size() < 2) return;
+    llvm::sort(grads, [](auto &a, auto &b) { return a.first < b.first; });
+    Operation *after = grads.front().second;
+    for (auto &[k, g] : llvm::drop_begin(grads)) {
+      g->moveAfter(after);
+      after = g;
+    }
+  }
+
+  // The gradients of GradScale's operands in buckets of about bucket-mb, one
+  // element type per bucket, in the given order.
+  SmallVector<SmallVector<GlobalLoadOp>> bucketsOf(ArrayRef<GlobalLoadOp> loads) {
+    const int64_t bucketBytes = int64_t(bucketMb * 1024 * 1024);
+    SmallVector<SmallVector<GlobalLoadOp>> buckets;
+    int64_t filled = 0;
+    for (GlobalLoadOp load : loads) {
+      Type elem = cast<RankedTensorType>(load.getType()).getElementType();
+      bool fresh = buckets.empty() || filled >= bucketBytes ||
+                   cast<RankedTensorType>(buckets.back().front().getType()).getElementType() != elem;
+      if (fresh) buckets.emplace_back(), filled = 0;
+      buckets.back().push_back(load);
+      filled += byteSize(load.getResult());
+    }
+    return buckets;
+  }
+
+  // Stores `reduced` into the globals `loads` read, at b's insertion point.
+  static void storeBack(OpBuilder &b, Location loc, ArrayRef<GlobalLoadOp> loads, ValueRange reduced) {
+    for (auto [l, r] : llvm::zip(loads, reduced)) b.create<GlobalStoreOp>(loc, GlobalLoadOp(l).getGlobal(), r);
+  }
+
+  // The last store to a gradient global in `f`'s block before `limit`.
+  static GlobalStoreOp finalStore(func::FuncOp f, StringRef global, Operation *limit) {
+    GlobalStoreOp last;
+    for (Operation &op : f.getBody().front()) {
+      if (&op == limit) break;
+      if (auto s = dyn_cast<GlobalStoreOp>(op); s && s.getGlobal() == global) last = s;
+    }
+    return last;
+  }
+
+  // train_step: each bucket's AllReduce (async) right after its last
+  // gradient's final store, and one WaitCollectives before `before`. The
+  // gradients it reduces are removed from `grads`; the rest (none when every
+  // gradient has a store in the entry) stay for the blocking reduction.
+  void reduceWhileBackwardRuns(func::FuncOp f, Operation *before, SmallVectorImpl<GlobalLoadOp> &grads) {
+    SmallVector<std::pair<GlobalStoreOp, GlobalLoadOp>> ready;
+    SmallVector<GlobalLoadOp> rest;
+    for (GlobalLoadOp l : grads) {
+      GlobalStoreOp s = finalStore(f, l.getGlobal(), before);
+      if (s) ready.push_back({s, l});
+      else rest.push_back(l);
+    }
+    if (ready.empty()) return;
+    llvm::sort(ready, [](auto &a, auto &b) { return a.first->isBeforeInBlock(b.first); });
+    SmallVector<GlobalLoadOp> inOrder;
+    llvm::DenseMap<Operation *, GlobalStoreOp> storeOf;
+    for (auto &[s, l] : ready) inOrder.push_back(l), storeOf[l] = s;
+    SmallVector<GlobalLoadOp> reduced;
+    for (auto [k, bucket] : llvm::enumerate(bucketsOf(inOrder))) {
+      OpBuilder b(f.getContext());
+      b.setInsertionPointAfter(storeOf[bucket.back()]);
+      Location loc = NameLoc::get(b.getStringAttr("grad_bucket_ready_" + std::to_string(k)));
+      SmallVector<Value> values;
+      SmallVector<Type> types;
+      for (GlobalLoadOp l : bucket)
+        values.push_back(b.create<GlobalLoadOp>(loc, l.getType(), l.getGlobal()).getResult()), types.push_back(l.getType());
+      auto reduce = b.create<AllReduceOp>(loc, types, values);
+      reduce->setAttr("async", b.getI64IntegerAttr(1));
+      storeBack(b, loc, bucket, reduce.getResults());
+      reduced.append(bucket.begin(), bucket.end());
+    }
+    // Every bucket complete before anything reads the gradients again.
+    OpBuilder b(before);
+    Location loc = NameLoc::get(b.getStringAttr("grad_buckets_done"));
+    SmallVector<Value> values;
+    SmallVector<Type> types;
+    for (GlobalLoadOp l : reduced)
+      values.push_back(b.create<GlobalLoadOp>(loc, l.getType(), l.getGlobal()).getResult()), types.push_back(l.getType());
+    auto wait = b.create<WaitCollectivesOp>(loc, types, values);
+    storeBack(b, loc, reduced, wait.getResults());
+    for (GlobalLoadOp l : reduced) {
+      Value fresh = b.create<GlobalLoadOp>(loc, l.getType(), l.getGlobal()).getResult();
+      l.getResult().replaceAllUsesWith(fresh);
+      l.erase();
+    }
+    grads.assign(rest.begin(), rest.end());
+  }
+
   LogicalResult reduceBefore(GradScaleOp scale) {
     // The tokens first, then the gradients last to first.
     SmallVector<GlobalLoadOp> loads;
@@ -125,26 +257,27 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     if (failed(addLoad(tokens))) return failure();
     // The gradients went to their owners (grads) or their rows' ranks
     // (params, sd-shard-params) micro-batch by micro-batch.
-    if (shard == "grads" || shard == "params")
+    if (shard == "grads" || shard == "params") {
       scale->setAttr("sharded_grads", OpBuilder(scale).getI64IntegerAttr(1));
-    else
-      for (Value g : llvm::reverse(scale.getGrads()))
-        if (failed(addLoad(g))) return failure();
-
-    const int64_t bucketBytes = int64_t(bucketMb * 1024 * 1024);
-    SmallVector<SmallVector<GlobalLoadOp>> buckets;
-    int64_t filled = 0;
-    for (GlobalLoadOp load : loads) {
-      Type elem = cast<RankedTensorType>(load.getType()).getElementType();
-      bool fresh = buckets.empty() || filled >= bucketBytes ||
-                   cast<RankedTensorType>(buckets.back().front().getType()).getElementType() != elem;
-      if (fresh) buckets.emplace_back(), filled = 0;
-      buckets.back().push_back(load);
-      filled += byteSize(load.getResult());
+    } else {
+      // Ready order (the backward's); without a train_step, last parameter first.
+      SmallVector<GlobalLoadOp> grads;
+      for (Value g : llvm::reverse(scale.getGrads())) {
+        auto load = g.getDefiningOp<GlobalLoadOp>();
+        if (!load) return scale.emitError("GradScale operand is not a global's value: cannot reduce it across ranks");
+        grads.push_back(load);
+      }
+      llvm::stable_sort(grads, [&](GlobalLoadOp a, GlobalLoadOp b) {
+        return readyPosition(a.getGlobal()) < readyPosition(b.getGlobal());
+      });
+      auto f = scale->getParentOfType<func::FuncOp>();
+      auto entry = f->getAttrOfType<StringAttr>("sd.entry");
+      if (overlap && entry && entry.getValue() == sd::abi::kTrainStep) reduceWhileBackwardRuns(f, before, grads);
+      loads.append(grads.begin(), grads.end());
     }
 
     OpBuilder b(before);
-    for (auto [k, bucket] : llvm::enumerate(buckets)) {
+    for (auto [k, bucket] : llvm::enumerate(bucketsOf(loads))) {
       Location loc = NameLoc::get(b.getStringAttr("grad_bucket_" + std::to_string(k)));
       SmallVector<Value> values;
       SmallVector<Type> types;

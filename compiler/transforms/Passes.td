@@ -364,15 +364,19 @@ def DataParallel : Pass<"sd-data-parallel", "mlir::ModuleOp"> {
   let summary = "Sum the counted tokens and gradients over the ranks before each GradScale";
   let description = [{
     Inserts AllReduce steps (one per gradient bucket of about bucket-mb,
-    gradients in reverse parameter order, the token count in the first) in
-    apply and train_step, each stored back into its global so the reduction
-    runs in place. A plan run alone reduces over a world of one: nothing.
+    gradients in the order the backward finishes them, the token count in the
+    first) in apply and train_step, each stored back into its global so the
+    reduction runs in place. In train_step (overlap) each bucket's reduction
+    starts where its last gradient is final and one WaitCollectives precedes
+    GradScale. A plan run alone reduces over a world of one: nothing.
   }];
   let options = [
     Option<"bucketMb", "bucket-mb", "double", "25.0",
            "gradient bytes per AllReduce step, in MiB (0: one step per gradient)">,
     Option<"shard", "shard", "std::string", "\"none\"",
            "none | optimizer (ZeRO-1: each parameter's update and optimizer state on one rank) | grads (ZeRO-2: its gradient too) | params (rows of every weight; sd-shard-params)">,
+    Option<"overlap", "overlap", "bool", "true",
+           "in train_step, start each bucket's reduction where its last gradient is final (async) and wait before GradScale">,
   ];
 }
 

@@ -513,6 +513,19 @@ def SD_AllReduceOp : SD_Nary<"all_reduce", "AllReduce", (ins Variadic<AnyTensor>
     Each tensor summed over every rank of a data-parallel run (sd-data-parallel
     inserts one per gradient bucket); the identity when the plan runs alone.
     Once bufferized the results are the operands' memory, reduced in place.
+    With `async` = 1 the step only starts the reduction; a later
+    WaitCollectives step completes it.
+  }];
+}
+
+def SD_WaitCollectivesOp : SD_Nary<"wait_collectives", "WaitCollectives", (ins Variadic<AnyTensor>:$tensors), (ins),
+    (outs Variadic<AnyTensor>:$done)> {
+  let description = [{
+    Completes every collective an earlier step started and left running (an
+    AllReduce marked `async`: sd-data-parallel's overlap of a bucket's
+    reduction with the rest of the backward). The operands are the tensors
+    those reductions write, returned as they are once complete, in place once
+    bufferized: everything that reads them comes after this step.
   }];
 }
 

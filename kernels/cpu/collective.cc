@@ -30,10 +30,24 @@ template <class Send> Status forEachRun(const KernelContext &c, const char *op, 
 
 // One blocking call per run: Open MPI's blocking all-reduce is faster than
 // its nonblocking one (bench/RESULTS.md), and nothing else runs meanwhile.
+// `async` (a bucket reduced while the backward goes on): each run is started
+// and left to the communicator; a later WaitCollectives step completes it.
 Status AllReduceKernel(const KernelContext &c) {
-  return forEachRun(c, "AllReduce", [&](void *p, size_t n) {
-    return c.comm->allReduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum);
+  const bool async = c.attrs.getInt("async", 0) != 0;
+  return forEachRun(c, "AllReduce", [&](void *p, size_t n) -> Status {
+    if (!async) return c.comm->allReduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum);
+    StatusOr<std::unique_ptr<CommRequest>> r = c.comm->startAllReduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum);
+    if (!r.isOk()) return r.status();
+    c.comm->defer(std::move(r.value()));
+    return Status::ok();
   });
+}
+
+// Completes the collectives earlier steps started (async AllReduce); the
+// results are the operands, complete.
+Status WaitCollectivesKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(forEachRun(c, "WaitCollectives", [](void *, size_t) { return Status::ok(); }));
+  return c.comm ? c.comm->waitDeferred().withContext("WaitCollectives: ") : Status::ok();
 }
 
 Status BroadcastKernel(const KernelContext &c) {
@@ -89,6 +103,7 @@ Status ReduceScatterRowsKernel(const KernelContext &c) {
 
 void registerCollectiveKernels() {
   registerCpuKernel("AllReduce", AllReduceKernel, collectiveTypes());
+  registerCpuKernel("WaitCollectives", WaitCollectivesKernel, collectiveTypes());
   registerCpuKernel("Broadcast", BroadcastKernel, collectiveTypes());
   registerCpuKernel("ReduceToOwner", ReduceToOwnerKernel, collectiveTypes());
   registerCpuKernel("AllGatherRows", AllGatherRowsKernel, collectiveTypes());

@@ -1,5 +1,5 @@
-// CUDA kernels of AllReduce, Broadcast, ReduceToOwner, AllGatherRows and
-// ReduceScatterRows. With an NCCL communicator (Communicator::onStreams) they
+// CUDA kernels of AllReduce, WaitCollectives, Broadcast, ReduceToOwner,
+// AllGatherRows and ReduceScatterRows. With an NCCL communicator (Communicator::onStreams) they
 // enqueue NCCL collectives on the session's stream, so a captured training
 // step holds them; a world of one without one is the identity (and
 // acc + delta). Several ranks without NCCL are refused.
@@ -10,18 +10,22 @@
 namespace sd::cuda {
 namespace {
 
-// The communicator's device collectives; null for a world of one without NCCL.
-StatusOr<StreamCollectives *> streamCollectives(const KernelContext &c, const char *op) {
+// The communicator's device collectives; null for a world of one without
+// NCCL. Unless `beside`, the session's stream first waits for the
+// all-reduces running beside it: collectives on one communicator complete in
+// the order they were issued, on every rank.
+StatusOr<StreamCollectives *> streamCollectives(const KernelContext &c, const char *op, bool beside = false) {
   StreamCollectives *s = c.comm ? c.comm->onStreams() : nullptr;
   if (!s && c.comm && c.comm->size() > 1)
     return sdError(op, " over ", c.comm->size(), " ranks on CUDA needs the NCCL backend (", c.comm->describe(),
                    " works on host memory)");
+  if (s && !beside) SD_RETURN_IF_ERROR(s->join(c.stream).withContext(std::string(op) + ": "));
   return s;
 }
 
 // Results take their operands' values, then `send(pointer, count)` runs once
 // per run of results adjacent in memory.
-template <class Send> Status forEachRun(const KernelContext &c, const char *op, Send &&send) {
+template <class Send> Status forEachRun(const KernelContext &c, const char *op, Send &&send, bool beside = false) {
   SD_CHECK_ARG(c.outputs.size() == c.inputs.size(), op, ": ", c.inputs.size(), " operands but ", c.outputs.size(),
                " results");
   for (size_t i = 0; i < c.inputs.size(); ++i)
@@ -29,7 +33,7 @@ template <class Send> Status forEachRun(const KernelContext &c, const char *op, 
       SD_RETURN_IF_ERROR(cudaCheck(cudaMemcpyAsync(c.outputs[i].data, c.inputs[i].data, c.inputs[i].byteSize(),
                                                    cudaMemcpyDeviceToDevice, streamOf(c)),
                                    op));
-  auto s = streamCollectives(c, op);
+  auto s = streamCollectives(c, op, beside);
   if (!s.isOk()) return s.status();
   if (!s.value()) return Status::ok();
   for (const MemoryRun &run : contiguousRuns(c.outputs))
@@ -37,10 +41,22 @@ template <class Send> Status forEachRun(const KernelContext &c, const char *op, 
   return Status::ok();
 }
 
+// `async` (a bucket reduced while the backward goes on): on NCCL's own
+// stream, beside the session's; WaitCollectives joins it back.
 Status AllReduceKernel(const KernelContext &c) {
-  return forEachRun(c, "AllReduce", [&](StreamCollectives *s, void *p, size_t n) {
-    return s->allReduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.stream);
-  });
+  const bool async = c.attrs.getInt("async", 0) != 0;
+  return forEachRun(
+      c, "AllReduce",
+      [&](StreamCollectives *s, void *p, size_t n) {
+        return async ? s->allReduceBeside(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.stream)
+                     : s->allReduce(p, p, n, c.outputs[0].dtype, ReduceOp::Sum, c.stream);
+      },
+      async);
+}
+
+// The session's stream waits for the all-reduces started beside it.
+Status WaitCollectivesKernel(const KernelContext &c) {
+  return forEachRun(c, "WaitCollectives", [](StreamCollectives *, void *, size_t) { return Status::ok(); });
 }
 
 Status BroadcastKernel(const KernelContext &c) {
@@ -107,8 +123,9 @@ Status ReduceScatterRowsKernel(const KernelContext &c) {
 } // namespace
 
 void registerCollectiveKernels() {
-  for (auto [op, fn] : {std::pair{"AllReduce", &AllReduceKernel}, {"Broadcast", &BroadcastKernel},
-                        {"ReduceToOwner", &ReduceToOwnerKernel}, {"AllGatherRows", &AllGatherRowsKernel}})
+  for (auto [op, fn] : {std::pair{"AllReduce", &AllReduceKernel}, {"WaitCollectives", &WaitCollectivesKernel},
+                        {"Broadcast", &BroadcastKernel}, {"ReduceToOwner", &ReduceToOwnerKernel},
+                        {"AllGatherRows", &AllGatherRowsKernel}})
     registerKernel(op, fn, collectiveTypes());
   registerKernel("ReduceScatterRows", &ReduceScatterRowsKernel, TypeSet{DType::F32});
 }

@@ -31,6 +31,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"SGD", {7, 8}},
       {"GradScale", {2, 4096}},
       {"AllReduce", {1, 4096}},
+      {"WaitCollectives", {1, 4096}},
       {"Broadcast", {1, 4096}},
       {"ReduceToOwner", {1, 4096}},
       {"AllGatherRows", {1, 1}},

@@ -4,9 +4,11 @@
 namespace sd {
 namespace {
 
-// AllReduce(x...) -> x... (each tensor summed over every rank) and
-// Broadcast(x...) -> x... (each tensor as the root holds it). One dtype per
-// step, so that a run of adjacent tensors goes out as one message.
+// AllReduce(x...) -> x... (each tensor summed over every rank),
+// Broadcast(x...) -> x... (each tensor as the root holds it) and
+// WaitCollectives(x...) -> x... (once the reductions started on them are
+// complete). One dtype per step, so that a run of adjacent tensors goes out
+// as one message.
 template <const char *Op> Status collectiveShape(ShapeContext &c) {
   SD_CHECK_ARG(!c.inputs.empty(), Op, " takes at least one tensor");
   SD_CHECK_ARG(c.numOutputs == c.inputs.size(), Op, " has one result per operand: ", c.inputs.size(), " operands, ",
@@ -18,7 +20,8 @@ template <const char *Op> Status collectiveShape(ShapeContext &c) {
   return Status::ok();
 }
 
-constexpr char kAllReduce[] = "AllReduce", kBroadcast[] = "Broadcast", kReduceToOwner[] = "ReduceToOwner";
+constexpr char kAllReduce[] = "AllReduce", kBroadcast[] = "Broadcast", kReduceToOwner[] = "ReduceToOwner",
+               kWaitCollectives[] = "WaitCollectives";
 
 // AllGatherRows(shard) -> the whole tensor; the IR types both as the whole
 // (only the run-time buffers differ), so the shape is the operand's.
@@ -47,6 +50,7 @@ void registerCollectiveShapes() {
   registerShapeRule(kAllReduce, collectiveShape<kAllReduce>);
   registerShapeRule(kBroadcast, collectiveShape<kBroadcast>);
   registerShapeRule(kReduceToOwner, collectiveShape<kReduceToOwner>);
+  registerShapeRule(kWaitCollectives, collectiveShape<kWaitCollectives>);
   registerShapeRule("AllGatherRows", allGatherRowsShape);
   registerShapeRule("ReduceScatterRows", reduceScatterRowsShape);
 }

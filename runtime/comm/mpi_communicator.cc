@@ -42,6 +42,11 @@ public:
     int rc = MPI_Wait(&request_, MPI_STATUS_IGNORE);
     return rc == MPI_SUCCESS ? Status::ok() : mpiError(what_, rc);
   }
+  // A completed request becomes MPI_REQUEST_NULL; its error, if any, is wait()'s to report.
+  void test() override {
+    int done = 0;
+    if (request_ != MPI_REQUEST_NULL) MPI_Test(&request_, &done, MPI_STATUS_IGNORE);
+  }
 
 private:
   MPI_Request request_;

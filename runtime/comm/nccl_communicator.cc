@@ -3,7 +3,11 @@
 // process, the communicator made before any graph capture.
 //
 // Device collectives (StreamCollectives) are enqueued on the session's
-// stream, so a captured training step holds them. Host collectives (the
+// stream, so a captured training step holds them. An all-reduce "beside"
+// the session's stream (a gradient bucket reduced while the backward goes
+// on) runs on the communicator's side stream, forked from and later joined
+// back into the session's stream through events: a capture holds the fork
+// and the join as graph edges. Host collectives (the
 // trainer's agreements: start state, loss sums, checkpoint entries) go
 // through a device staging buffer on the communicator's own stream.
 //
@@ -75,6 +79,9 @@ public:
     }
     wake_.notify_all();
     watchdog_.join();
+    if (forked_) cudaEventDestroy(forked_);
+    if (reduced_) cudaEventDestroy(reduced_);
+    if (side_) cudaStreamDestroy(side_);
     if (staging_) cudaFree(staging_);
     if (hostStream_) cudaStreamDestroy(hostStream_);
     ncclCommDestroy(comm_);
@@ -91,6 +98,14 @@ public:
     return "NCCL " + version_ + " (GPU " + std::to_string(device_) + " of this rank)";
   }
   StreamCollectives *onStreams() override { return this; }
+
+  // Created with the communicator, before any capture (CUDA forbids
+  // creating them inside one); false when CUDA refuses, said at open.
+  Status makeSideStream() {
+    SD_RETURN_IF_ERROR(cudaStatus(cudaStreamCreateWithFlags(&side_, cudaStreamNonBlocking), "side stream"));
+    SD_RETURN_IF_ERROR(cudaStatus(cudaEventCreateWithFlags(&forked_, cudaEventDisableTiming), "fork event"));
+    return cudaStatus(cudaEventCreateWithFlags(&reduced_, cudaEventDisableTiming), "join event");
+  }
   void notePhase(const std::string &phase) override {
     std::lock_guard<std::mutex> g(mu_);
     phase_ = phase;
@@ -102,6 +117,25 @@ public:
     auto t = enqueueing("AllReduce", type);
     if (!t.isOk()) return t.status();
     return ncclStatus(ncclAllReduce(send, recv, count, t.value(), ncclOp(op), comm_, cudaStream_t(stream)), "ncclAllReduce");
+  }
+  // The side stream waits for `stream`'s work so far (the gradients are
+  // final), then reduces; re-recording one event per fork is enough, as a
+  // wait takes the event's latest record.
+  Status allReduceBeside(const void *send, void *recv, size_t count, DType type, ReduceOp op, void *stream) override {
+    auto t = enqueueing("AllReduce", type);
+    if (!t.isOk()) return t.status();
+    SD_RETURN_IF_ERROR(cudaStatus(cudaEventRecord(forked_, cudaStream_t(stream)), "fork to the side stream"));
+    SD_RETURN_IF_ERROR(cudaStatus(cudaStreamWaitEvent(side_, forked_, 0), "fork to the side stream"));
+    SD_RETURN_IF_ERROR(ncclStatus(ncclAllReduce(send, recv, count, t.value(), ncclOp(op), comm_, side_), "ncclAllReduce"));
+    besideOpen_ = true;
+    return Status::ok();
+  }
+  // The side stream runs in order, so one event after its last reduction covers them all.
+  Status join(void *stream) override {
+    if (!besideOpen_) return Status::ok();
+    besideOpen_ = false;
+    SD_RETURN_IF_ERROR(cudaStatus(cudaEventRecord(reduced_, side_), "join from the side stream"));
+    return cudaStatus(cudaStreamWaitEvent(cudaStream_t(stream), reduced_, 0), "join from the side stream");
   }
   Status broadcast(void *data, size_t count, DType type, int root, void *stream) override {
     auto t = enqueueing("Broadcast", type);
@@ -273,6 +307,9 @@ private:
   std::thread watchdog_;
   std::mutex hostMu_; // the staging buffer
   cudaStream_t hostStream_ = nullptr;
+  cudaStream_t side_ = nullptr;                        // all-reduces beside the session's stream
+  cudaEvent_t forked_ = nullptr, reduced_ = nullptr;  // fork into it, join back from it
+  bool besideOpen_ = false;                            // reductions on side_ not yet joined
   void *staging_ = nullptr;
   size_t stagingBytes_ = 0;
 };
@@ -309,5 +346,10 @@ sd_comm_nccl_open(const char *id, size_t idBytes, int rank, int size, int localR
   ncclComm_t comm = nullptr;
   if (ncclResult_t r = ncclCommInitRank(&comm, size, uid, rank); r != ncclSuccess)
     return sd::copyError(std::string("ncclCommInitRank: ") + ncclGetErrorString(r), err, errn), nullptr;
-  return new sd::NcclCommunicator(comm, rank, size, device, timeoutSeconds);
+  auto *c = new sd::NcclCommunicator(comm, rank, size, device, timeoutSeconds);
+  if (sd::Status s = c->makeSideStream(); !s.isOk()) {
+    delete c;
+    return sd::copyError(s.message(), err, errn), nullptr;
+  }
+  return c;
 }

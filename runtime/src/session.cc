@@ -567,7 +567,12 @@ Status Session::runEager(size_t entry, size_t begin, size_t end) {
     }
     if (!st.isOk())
       return st.withContext(ps.desc->op + (ps.desc->location.empty() ? "" : " at " + ps.desc->location) + ": ");
+    // Reductions a step started (async AllReduce) advance between steps.
+    if (im.comm && im.comm->hasDeferred()) im.comm->advanceDeferred();
   }
+  // A segment is captured whole: what runs beside the stream joins it first.
+  if (StreamCollectives *sc = im.comm ? im.comm->onStreams() : nullptr)
+    SD_RETURN_IF_ERROR(sc->join(im.device->stream()).withContext("joining the collectives beside the stream: "));
   return Status::ok();
 }
 

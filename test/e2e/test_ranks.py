@@ -164,6 +164,32 @@ def osft_sharded(runner, plans):
           f"weights {weights_gap(w_wrong, w_one):.2e} relative, ||V_low V_high^T|| / ||V_low|| {wrong:.1e}")
 
 
+def overlapped_buckets(runner, sdrun, plans, one_rank):
+    """Small buckets (64 KiB), each reduced while the rest of the backward
+    runs (async AllReduce steps, one WaitCollectives before GradScale),
+    against the same buckets reduced after the backward: the same sums, so
+    bitwise equal weights on 2 ranks; equal to 1 rank on 2 and 3."""
+    steps = plan_steps(sdrun, plans["full_small_buckets"])
+    plain = plan_steps(sdrun, plans["full_small_buckets_after"])
+    check("64 KiB buckets: train_step starts several bucket reductions during the backward and waits once "
+          "(the token count in a step of its own); --no-overlap-reduction has no wait",
+          steps.get("AllReduce", 0) >= 6 and steps.get("WaitCollectives", 0) == 1 and
+          plain.get("WaitCollectives", 0) == 0 and steps.get("AllReduce", 0) == plain.get("AllReduce", 0) + 1,
+          f"overlapped {steps.get('AllReduce')} AllReduce + {steps.get('WaitCollectives')} WaitCollectives; "
+          f"after the backward {plain.get('AllReduce')} + {plain.get('WaitCollectives', 0)}")
+    for n in (2, 3):
+        during, w_during, _ = runner.train(plans["full_small_buckets"], n)
+        after, w_after, _ = runner.train(plans["full_small_buckets_after"], n)
+        same = read_safetensors(w_during), read_safetensors(w_after)
+        bitwise = all(np.array_equal(same[0][k], same[1][k]) for k in same[1]) and len(same[0]) == len(same[1])
+        check(f"buckets reduced during the backward on {n} ranks = after it" + (" bit for bit" if n == 2 else
+                                                                              " (to 1e-5)") + ", = 1 rank",
+              (bitwise if n == 2 else weights_gap(w_during, w_after) <= 1e-5 and relative(during, after) <= 1e-5)
+              and relative(during, one_rank) <= 1e-5,
+              f"weights {weights_gap(w_during, w_after):.2e}, losses {relative(during, after):.2e} apart; "
+              f"against 1 rank {relative(during, one_rank):.2e}")
+
+
 def fp16_sharded(runner, plans):
     """fp16 with dynamic loss scaling and sharded optimizer state, gradients
     or weights (rows): every rank takes the same skip decision (from the global
@@ -468,6 +494,9 @@ def main():
         for name, flags in {"lora": ["--peft", "lora", "--target-modules", "qkv,proj"],
                             "lora_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--packing"],
                             "full": ["--peft", "none"], "full_per_tensor": ["--peft", "none", "--bucket-mb", "0"],
+                            "full_small_buckets": ["--peft", "none", "--bucket-mb", "0.0625"],
+                            "full_small_buckets_after": ["--peft", "none", "--bucket-mb", "0.0625",
+                                                         "--no-overlap-reduction"],
                             "full_packed": ["--peft", "none", "--packing"],
                             "lora_dropout": ["--peft", "lora", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"],
                             "full_zero1": ["--peft", "none", "--shard", "optimizer"],
@@ -567,8 +596,10 @@ def main():
               f"losses {relative(per_tensor, bucketed):.2e}, weights {weights_gap(w_pt, w_b):.2e}")
         params = len(read_safetensors(w_b))
         counts = [plan_steps(sdrun, plans[p]).get("AllReduce", 0) for p in ("full", "full_per_tensor")]
-        check("one AllReduce per entry with 25 MiB buckets; with --bucket-mb 0 one per gradient plus the token count",
-              counts == [2, 2 * (params + 1)], f"AllReduce steps in train_step + apply: {counts}, {params} parameters")
+        check("25 MiB buckets: one AllReduce for the gradients and one for the token count in train_step, one in "
+              "apply; with --bucket-mb 0 one per gradient plus the token count in each",
+              counts == [3, 2 * (params + 1)], f"AllReduce steps in train_step + apply: {counts}, {params} parameters")
+        overlapped_buckets(runner, sdrun, plans, full)
 
         # Resume on another world size with the same global batch.
         ck = os.path.join(tmp, "ck")

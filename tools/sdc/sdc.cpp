@@ -88,7 +88,10 @@ const char *kUsage =
     "  --adam-beta1 B, --adam-beta2 B, --adam-epsilon E   AdamW (0.9, 0.999, 1e-8)\n"
     "  --momentum M, --nesterov SGD momentum (0) and Nesterov\n"
     "  --bucket-mb MB           gradients reduced across ranks per step of about MB MiB,\n"
-    "                           last layers first (25; 0: one step per gradient)\n"
+    "                           last layers first (25; 0: one step per gradient); each\n"
+    "                           bucket's reduction starts as soon as the backward has\n"
+    "                           finished its gradients and runs while the backward goes on\n"
+    "  --no-overlap-reduction   reduce every bucket after the backward instead (blocking)\n"
     "  --shard none|optimizer|grads|params  optimizer: each parameter's AdamW/SGD state and\n"
     "                           update on one rank (ZeRO-1), which then broadcasts it; grads:\n"
     "                           its gradient too, reduced to that rank each micro-batch (ZeRO-2);\n"
@@ -292,6 +295,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(v) || v.empty() || (a.pipeline.bucketMb = std::strtod(v.c_str(), &end), *end) ||
           !(a.pipeline.bucketMb >= 0 && a.pipeline.bucketMb <= 1e6))
         return fail("--bucket-mb needs a size in MiB from 0 to 1e6, got '" + v + "'"), 2;
+    } else if (arg == "--no-overlap-reduction") {
+      a.pipeline.overlapReduction = false;
     } else if (flag == "--shard") {
       if (!value(a.pipeline.shard)) return fail("--shard needs none, optimizer, grads or params"), 2;
       if (a.pipeline.shard != "none" && a.pipeline.shard != "optimizer" && a.pipeline.shard != "grads" &&

@@ -1,25 +1,50 @@
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel | FileCheck %s
+// RUN: sd-opt %s --sd-optimizer --sd-data-parallel=overlap=false | FileCheck %s --check-prefix=BLOCK
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel=bucket-mb=0 | FileCheck %s --check-prefix=PER
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel --sd-bufferize | FileCheck %s --check-prefix=BUF
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel=shard=optimizer | FileCheck %s --check-prefix=ZERO
 // RUN: sd-opt %s --sd-optimizer --sd-data-parallel=shard=grads | FileCheck %s --check-prefix=GRADS
 
-// Before GradScale the token count and the gradients (last parameter first)
-// are summed over the ranks by one AllReduce per bucket, stored back into
-// their globals and read again by GradScale and AdamW.
+// train_step: grad/w is final once the backward stores it, so its bucket's
+// AllReduce starts right there (async) and one WaitCollectives completes it
+// before GradScale; grad/b, which this backward never stores, and the token
+// count are reduced before GradScale, blocking. GradScale and AdamW read the
+// gradients again after the wait.
 // CHECK-LABEL: func.func @train_step
+// CHECK:       sd.global_store %{{.*}}, @"grad/w"
+// CHECK-NEXT:  %[[GW:.*]] = sd.global_load @"grad/w"
+// CHECK-NEXT:  %[[RW:.*]] = sd.all_reduce %[[GW]] {async = 1 : i64}
+// CHECK-NEXT:  sd.global_store %[[RW]], @"grad/w"
 // CHECK:       %[[T:.*]] = sd.global_load @tokens_seen
-// CHECK:       %[[GW:.*]] = sd.global_load @"grad/w"
 // CHECK:       %[[GB:.*]] = sd.global_load @"grad/b"
-// CHECK:       %[[R:.*]]:3 = sd.all_reduce %[[T]], %[[GB]], %[[GW]]
-// CHECK:       sd.global_store %[[R]]#0, @tokens_seen
-// CHECK:       %[[T2:.*]] = sd.global_load @tokens_seen
-// CHECK:       sd.global_store %[[R]]#1, @"grad/b"
-// CHECK:       sd.global_store %[[R]]#2, @"grad/w"
-// CHECK:       %[[GW2:.*]] = sd.global_load @"grad/w"
-// CHECK:       sd.grad_scale %[[T2]], %{{.*}}, %[[GW2]]
+// CHECK:       %[[W0:.*]] = sd.global_load @"grad/w"
+// CHECK-NEXT:  %[[W:.*]] = sd.wait_collectives %[[W0]]
+// CHECK-NEXT:  sd.global_store %[[W]], @"grad/w"
+// CHECK-NEXT:  %[[GW2:.*]] = sd.global_load @"grad/w"
+// CHECK-NEXT:  %[[R:.*]]:2 = sd.all_reduce %[[T]], %[[GB]] :
+// CHECK:       sd.grad_scale %{{.*}}, %{{.*}}, %[[GW2]]
 // CHECK-NOT:   sd.all_reduce
+// CHECK:       sd.adamw %{{.*}}, %[[GW2]],
 // CHECK-LABEL: func.func @apply
+
+// Without overlap: before GradScale the token count and the gradients (in
+// the order the backward finishes them, then the others last parameter
+// first) are summed over the ranks by one AllReduce per bucket, stored back
+// into their globals and read again by GradScale and AdamW.
+// BLOCK-LABEL: func.func @train_step
+// BLOCK:       %[[T:.*]] = sd.global_load @tokens_seen
+// BLOCK:       %[[GW:.*]] = sd.global_load @"grad/w"
+// BLOCK:       %[[GB:.*]] = sd.global_load @"grad/b"
+// BLOCK:       %[[R:.*]]:3 = sd.all_reduce %[[T]], %[[GW]], %[[GB]]
+// BLOCK:       sd.global_store %[[R]]#0, @tokens_seen
+// BLOCK:       %[[T2:.*]] = sd.global_load @tokens_seen
+// BLOCK:       sd.global_store %[[R]]#1, @"grad/w"
+// BLOCK:       %[[GW2:.*]] = sd.global_load @"grad/w"
+// BLOCK:       sd.global_store %[[R]]#2, @"grad/b"
+// BLOCK:       sd.grad_scale %[[T2]], %{{.*}}, %[[GW2]]
+// BLOCK-NOT:   sd.all_reduce
+// BLOCK-NOT:   sd.wait_collectives
+// BLOCK-LABEL: func.func @apply
 // CHECK:       sd.all_reduce
 // CHECK-NOT:   sd.all_reduce
 // CHECK:       return
@@ -31,9 +56,12 @@
 // PER:         return
 
 // Bufferized, the reduction writes the globals themselves (no fresh buffer): in place.
+// BUF-LABEL: func.func @train_step
+// BUF:       sd.step "AllReduce" {async = 1 : i64} ins(%[[A:.*]] : memref<4x4xf32>) outs(%[[B:.*]] : memref<4x4xf32>)
+// BUF:       sd.step "WaitCollectives" {} ins(%{{.*}} : memref<4x4xf32>) outs(%{{.*}} : memref<4x4xf32>)
 // BUF-LABEL: func.func @apply
 // BUF-NOT:   sd.buffer :
-// BUF:       sd.step "AllReduce" {} ins(%{{.*}}) outs(%{{.*}} : memref<f32>, memref<4xf32>, memref<4x4xf32>)
+// BUF:       sd.step "AllReduce" {} ins(%{{.*}}) outs(%{{.*}} : memref<f32>, memref<4x4xf32>, memref<4xf32>)
 // --shard optimizer: every update names its parameter (the session runs it on
 // the parameter's owner rank only) and each updated parameter is broadcast
 // from its owner before the entry returns.

@@ -24,6 +24,9 @@ class CommRequest {
 public:
   virtual ~CommRequest() = default;
   virtual Status wait() = 0;
+  // Lets it advance without waiting (MPI's nonblocking collectives progress
+  // only inside MPI calls).
+  virtual void test() {}
 };
 
 // Collectives on device memory, enqueued on a device stream (a cudaStream_t)
@@ -33,6 +36,11 @@ class StreamCollectives {
 public:
   virtual ~StreamCollectives() = default;
   virtual Status allReduce(const void *send, void *recv, size_t count, DType type, ReduceOp op, void *stream) = 0;
+  // An all-reduce that runs beside `stream` (on the backend's own stream,
+  // after the work enqueued on `stream` so far) while later work on `stream`
+  // goes on; join() makes `stream` wait for every such one. Both capturable.
+  virtual Status allReduceBeside(const void *send, void *recv, size_t count, DType type, ReduceOp op, void *stream) = 0;
+  virtual Status join(void *stream) = 0;
   virtual Status broadcast(void *data, size_t count, DType type, int root, void *stream) = 0;
   virtual Status reduce(const void *send, void *recv, size_t count, DType type, ReduceOp op, int root, void *stream) = 0;
   virtual Status allGatherV(const void *send, void *recv, const std::vector<size_t> &counts, DType type, void *stream) = 0;
@@ -84,6 +92,24 @@ public:
   // message of a collective that fails or hangs.
   virtual void notePhase(const std::string &phase) {}
 
+  // Collectives a step started and a later step completes (an AllReduce
+  // marked async, then WaitCollectives): held here in between. Steps run one
+  // at a time, so one list per communicator.
+  void defer(std::unique_ptr<CommRequest> r) { deferred_.push_back(std::move(r)); }
+  bool hasDeferred() const { return !deferred_.empty(); }
+  // Called between steps while any is deferred.
+  void advanceDeferred() {
+    for (auto &r : deferred_) r->test();
+  }
+  // Completes them all, in the order they started; the first error wins.
+  Status waitDeferred() {
+    Status first;
+    for (auto &r : deferred_)
+      if (Status s = r->wait(); first.isOk()) first = s;
+    deferred_.clear();
+    return first;
+  }
+
   // Blocking forms: start + wait unless the backend has faster ones (Open
   // MPI's blocking collectives are tuned; its nonblocking ones run 2-4x
   // slower on large messages, bench/RESULTS.md).
@@ -105,6 +131,9 @@ public:
 
 protected:
   static Status finish(StatusOr<std::unique_ptr<CommRequest>> r) { return r.isOk() ? r.value()->wait() : r.status(); }
+
+private:
+  std::vector<std::unique_ptr<CommRequest>> deferred_;
 };
 
 // True when another rank owns this step's parameter (--shard optimizer): the
