@@ -26,7 +26,6 @@ struct Bucket {
 
 struct PlanEntries {
   std::vector<Bucket> buckets; // by increasing seq
-  int64_t apply = -1;
   int64_t vocab = 0;
   bool packed = false; // training entries take position_ids (sdc compile --packing)
   int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
@@ -50,7 +49,6 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
   std::map<std::pair<int64_t, int64_t>, Bucket> byShape;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const EntryDesc &e = plan.entries[i];
-    if (e.name == abi::kApply) out.apply = int64_t(i);
     if (e.name == abi::kInfer && !e.outputs.empty() && !out.vocab) {
       const Dims &d = e.buffers[size_t(e.outputs[0].second)].dims;
       if (!d.empty()) out.vocab = d.back();
@@ -76,7 +74,6 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
   for (auto &[k, b] : byShape) out.buckets.push_back(b);
   if (out.buckets.empty() || out.buckets[0].trainStep < 0)
     return sdError("the plan has no ", abi::kTrainStep, " entry; compile it with --peft");
-  if (out.apply < 0) return sdError("the plan has no ", abi::kApply, " entry");
   if (out.vocab <= 0) return sdError("cannot tell the vocabulary size from the plan's infer entry");
   return Status::ok();
 }
@@ -393,18 +390,15 @@ StatusOr<StepReport> Trainer::runStep() {
     TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput, im.entries.numLabels > 0);
     std::map<std::string, const HostTensor *> in = tb.inputs();
     in.insert({{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}});
-    bool fused = o.gradAccum == 1;
+    // The last micro-batch runs train_step (accumulate, then the optimizer
+    // step on the window's sums): its gradient buckets are reduced across
+    // ranks while its backward runs, as DDP's no_sync windows end.
+    bool fused = micro == o.gradAccum - 1;
     SD_RETURN_IF_ERROR(im.setDropoutRows(b->batch).withContext(where));
     SD_RETURN_IF_ERROR(runEntry(im.session, fused ? b->trainStep : b->accumulate, in, im.outs).withContext(where));
     lossSum += scalarOut(im.outs, abi::kLossSum);
     r.tokens += scalarOut(im.outs, abi::kTokens);
     if (fused) r.gradNorm = scalarOut(im.outs, abi::kGradNorm);
-  }
-  if (o.gradAccum > 1) {
-    SD_RETURN_IF_ERROR(runEntry(im.session, im.entries.apply,
-                                {{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}}, im.outs)
-                           .withContext(where));
-    r.gradNorm = scalarOut(im.outs, abi::kGradNorm);
   }
   double sums[2] = {lossSum, r.tokens}; // over the ranks: the global batch's loss
   SD_RETURN_IF_ERROR(sumOverRanks(im.comm, sums, 2).withContext(where));
