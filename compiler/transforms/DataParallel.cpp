@@ -219,10 +219,16 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       for (GlobalLoadOp l : bucket)
         values.push_back(b.create<GlobalLoadOp>(loc, l.getType(), l.getGlobal()).getResult()), types.push_back(l.getType());
       auto reduce = b.create<AllReduceOp>(loc, types, values);
-      reduce->setAttr("async", b.getI64IntegerAttr(1));
       storeBack(b, loc, bucket, reduce.getResults());
+      // Async only with work left to overlap: a nonblocking reduction waited
+      // for at once is the slow path (bench/RESULTS.md); the last bucket,
+      // final only at the backward's end, usually stays blocking.
+      if (!workBetween(reduce, before)) continue;
+      reduce->setAttr("async", b.getI64IntegerAttr(1));
       reduced.append(bucket.begin(), bucket.end());
     }
+    grads.assign(rest.begin(), rest.end());
+    if (reduced.empty()) return;
     // Every bucket complete before anything reads the gradients again.
     OpBuilder b(before);
     Location loc = NameLoc::get(b.getStringAttr("grad_buckets_done"));
@@ -237,7 +243,18 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       l.getResult().replaceAllUsesWith(fresh);
       l.erase();
     }
-    grads.assign(rest.begin(), rest.end());
+  }
+
+  // True when an op that computes a tensor (not a global's load or store, a
+  // constant, another reduction or scalar bookkeeping such as the token
+  // count's sum) lies between `from` and `to`.
+  static bool workBetween(Operation *from, Operation *to) {
+    for (Operation *op = from->getNextNode(); op && op != to; op = op->getNextNode()) {
+      if (isa<GlobalLoadOp, GlobalStoreOp, AllReduceOp, ConstantOp, NoneOp>(op)) continue;
+      for (Type t : op->getResultTypes())
+        if (auto r = dyn_cast<RankedTensorType>(t); r && r.hasStaticShape() && r.getNumElements() > 1) return true;
+    }
+    return false;
   }
 
   LogicalResult reduceBefore(GradScaleOp scale) {

@@ -97,6 +97,8 @@ module {
     %g = sd.global_load @"grad/w" : tensor<4x4xf32>
     %n = sd.add %g, %g : (tensor<4x4xf32>, tensor<4x4xf32>) -> tensor<4x4xf32>
     sd.global_store %n, @"grad/w" : tensor<4x4xf32>
+    // Work after grad/w is final, for its reduction to overlap.
+    %rest = sd.mul %x, %x : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
     %t = sd.constant dense<1.0> : tensor<f32>
     return %t, %t : tensor<f32>, tensor<f32>
   }
