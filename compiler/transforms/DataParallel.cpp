@@ -177,9 +177,19 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     return buckets;
   }
 
-  // Stores `reduced` into the globals `loads` read, at b's insertion point.
-  static void storeBack(OpBuilder &b, Location loc, ArrayRef<GlobalLoadOp> loads, ValueRange reduced) {
-    for (auto [l, r] : llvm::zip(loads, reduced)) b.create<GlobalStoreOp>(loc, GlobalLoadOp(l).getGlobal(), r);
+  // An OpT (a collective, in place once bufferized) over fresh loads of the
+  // globals `loads` read, its results stored back into them, at b's
+  // insertion point.
+  template <class OpT> static OpT overGlobals(OpBuilder &b, Location loc, ArrayRef<GlobalLoadOp> loads) {
+    SmallVector<Value> values;
+    SmallVector<Type> types;
+    for (GlobalLoadOp l : loads) {
+      values.push_back(b.create<GlobalLoadOp>(loc, l.getType(), GlobalLoadOp(l).getGlobal()).getResult());
+      types.push_back(l.getType());
+    }
+    auto op = b.create<OpT>(loc, types, values);
+    for (auto [l, r] : llvm::zip(loads, op.getResults())) b.create<GlobalStoreOp>(loc, GlobalLoadOp(l).getGlobal(), r);
+    return op;
   }
 
   // The last store to a gradient global in `f`'s block before `limit`.
@@ -214,12 +224,7 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       OpBuilder b(f.getContext());
       b.setInsertionPointAfter(storeOf[bucket.back()]);
       Location loc = NameLoc::get(b.getStringAttr("grad_bucket_ready_" + std::to_string(k)));
-      SmallVector<Value> values;
-      SmallVector<Type> types;
-      for (GlobalLoadOp l : bucket)
-        values.push_back(b.create<GlobalLoadOp>(loc, l.getType(), l.getGlobal()).getResult()), types.push_back(l.getType());
-      auto reduce = b.create<AllReduceOp>(loc, types, values);
-      storeBack(b, loc, bucket, reduce.getResults());
+      auto reduce = overGlobals<AllReduceOp>(b, loc, bucket);
       // Async only with work left to overlap: a nonblocking reduction waited
       // for at once is the slow path (bench/RESULTS.md); the last bucket,
       // final only at the backward's end, usually stays blocking.
@@ -232,12 +237,7 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     // Every bucket complete before anything reads the gradients again.
     OpBuilder b(before);
     Location loc = NameLoc::get(b.getStringAttr("grad_buckets_done"));
-    SmallVector<Value> values;
-    SmallVector<Type> types;
-    for (GlobalLoadOp l : reduced)
-      values.push_back(b.create<GlobalLoadOp>(loc, l.getType(), l.getGlobal()).getResult()), types.push_back(l.getType());
-    auto wait = b.create<WaitCollectivesOp>(loc, types, values);
-    storeBack(b, loc, reduced, wait.getResults());
+    overGlobals<WaitCollectivesOp>(b, loc, reduced);
     for (GlobalLoadOp l : reduced) {
       Value fresh = b.create<GlobalLoadOp>(loc, l.getType(), l.getGlobal()).getResult();
       l.getResult().replaceAllUsesWith(fresh);

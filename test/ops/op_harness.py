@@ -1536,7 +1536,11 @@ CASES["OsftDeflate"] = [
 # Alone (the harness has no communicator: a world of one) AllReduce and Broadcast are the
 # identity; test/e2e/test_ranks.py runs it across MPI ranks.
 CASES["AllReduce"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t), rand(r, (), t)], outputs=3,
-                           ref=lambda ins, attrs, t: [x.copy() for x in ins], label="three tensors, world of one")]
+                           ref=lambda ins, attrs, t: [x.copy() for x in ins], label="three tensors, world of one"),
+                      Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t)], outputs=2, attrs={"async": 1},
+                           ref=lambda ins, attrs, t: [x.copy() for x in ins], label="async, world of one")]
+CASES["WaitCollectives"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t)], outputs=2,
+                                 ref=lambda ins, attrs, t: [x.copy() for x in ins], label="nothing pending, world of one")]
 CASES["ReduceToOwner"] = [Case(lambda t, r: [rand(r, (5, 3), t)], ref=lambda ins, attrs, t: [ins[0].copy()],
                                label="world of one")]
 CASES["Broadcast"] = [Case(lambda t, r: [rand(r, (3, 4), t), rand(r, (70001,), t)], outputs=2, attrs={"root": 0},
