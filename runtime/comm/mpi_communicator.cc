@@ -65,7 +65,10 @@ public:
     v = v.substr(0, v.find_first_of(",\n")); // "Open MPI v4.1.4"
     describe_ = "MPI (" + v + ")";
   }
-  ~MpiCommunicator() override { MPI_Finalize(); }
+  ~MpiCommunicator() override {
+    (void)waitDeferred(); // requests left by a failed entry: MPI must still be up to complete them
+    MPI_Finalize();
+  }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string describe() const override { return describe_; }
