@@ -171,6 +171,12 @@ def overlapped_buckets(runner, sdrun, plans, one_rank):
     bitwise equal weights on 2 ranks; equal to 1 rank on 2 and 3."""
     steps = plan_steps(sdrun, plans["full_small_buckets"])
     plain = plan_steps(sdrun, plans["full_small_buckets_after"])
+    said = [[l for l in sh([sdrun, "inspect", plans[p]]).splitlines() if l.startswith("gradient reduction")]
+            for p in ("full_small_buckets", "full_small_buckets_after")]
+    counts = [[int(w) for w in l[0].replace(",", " ").split() if w.isdigit()] if l else [] for l in said]
+    check("sdrun inspect says how many gradient buckets start during the backward (all but the last) and, with "
+          "--no-overlap-reduction, none", len(counts[0]) == 2 and counts[0][1] == counts[0][0] - 1 >= 1 and
+          counts[1] == [counts[0][0], 0], f"{said}")
     check("64 KiB buckets: train_step starts several bucket reductions during the backward and waits once "
           "(the token count in a step of its own); --no-overlap-reduction has no wait",
           steps.get("AllReduce", 0) >= 6 and steps.get("WaitCollectives", 0) == 1 and

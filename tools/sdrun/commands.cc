@@ -55,6 +55,28 @@ void printStatePerRank(const sd::Plan &p) {
   std::printf("\n");
 }
 
+// How the first train_step reduces its gradients across ranks: the number
+// of AllReduce steps over gradients, and how many of them start while the
+// backward still runs (async; sdc compile --bucket-mb,
+// --no-overlap-reduction). Nothing for plans without a reduction.
+void printGradientReduction(const sd::Plan &p) {
+  for (const sd::EntryDesc &e : p.entries) {
+    if (e.name != "train_step") continue;
+    size_t buckets = 0, during = 0;
+    for (const sd::StepDesc &s : e.steps) {
+      // Gradient buckets, not the token count's own reduction (one number).
+      bool tensors = std::any_of(s.inputs.begin(), s.inputs.end(), [&](int32_t i) {
+        return i >= 0 && sd::product(e.buffers[size_t(i)].dims) > 1;
+      });
+      if (s.op == "AllReduce" && tensors) ++buckets, during += s.attrs.getInt("async", 0) != 0;
+    }
+    if (!buckets) return;
+    std::printf("gradient reduction (train_step): %zu bucket%s, %zu started during the backward\n", buckets,
+                buckets == 1 ? "" : "s", during);
+    return;
+  }
+}
+
 int fail(const std::string &msg) {
   // Under mpirun every rank's stderr lands in one stream: say whose error it is.
   sd::LaunchInfo launch = sd::detectLaunch();
@@ -417,6 +439,7 @@ int inspectCommand(const std::vector<std::string> &all) {
   std::printf("arena: %llu bytes (largest entry%s)\n", (unsigned long long)p.maxArenaSize(),
               bodies ? ", plus each Loop or If body's own" : "");
   printStatePerRank(p);
+  printGradientReduction(p);
   std::printf("entries:\n");
   for (auto &e : p.entries) {
     std::printf("  %s", e.name.c_str());
