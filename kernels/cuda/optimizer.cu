@@ -159,8 +159,9 @@ Status SgdKernel(const KernelContext &c) {
 // GradScale's partial sums: a fixed number of blocks per gradient, each
 // writing its own slot, so the norm is summed in the same order every run.
 struct NormScratch {
-  double *partials = nullptr;
+  double *partials = nullptr; // then, after them, the sum of squares
   std::vector<unsigned> blocks; // per gradient
+  size_t count = 0;             // partial sums
   ~NormScratch() { cudaFree(partials); }
 };
 
@@ -178,7 +179,8 @@ std::shared_ptr<const void> prepareGradScale(const PrepareContext &p) {
     s->blocks.push_back(normBlocks(p.kernel.inputs[t].numElements()));
     total += s->blocks.back();
   }
-  if (cudaMalloc(&s->partials, std::max<size_t>(total, 1) * sizeof(double)) != cudaSuccess) return nullptr;
+  s->count = total;
+  if (cudaMalloc(&s->partials, (total + 1) * sizeof(double)) != cudaSuccess) return nullptr;
   return s;
 }
 
@@ -190,15 +192,19 @@ __global__ void sumSquaresKernel(const float *g, int64_t n, double *partials) {
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
-// scale = 1/tokens * min(1, max_norm / (norm + 1e-6)), norm = ||grads|| / tokens.
-__global__ void gradScaleFinish(const double *partials, int64_t count, DeviceScalar tokens, DeviceScalar maxNorm,
-                                float *scale, float *normOut) {
+// The sum of squares, in a fixed order: `sum` = the partials' total.
+__global__ void sumPartials(const double *partials, int64_t count, double *sum) {
   double s = 0;
   for (int64_t i = threadIdx.x; i < count; i += blockDim.x) s += partials[i];
   s = blockReduce(s, SumOp(), 0.0);
-  if (threadIdx.x != 0) return;
+  if (threadIdx.x == 0) sum[0] = s;
+}
+
+// scale = 1/tokens * min(1, max_norm / (norm + 1e-6)), norm = ||grads|| / tokens.
+__global__ void gradScaleFinish(const double *sum, DeviceScalar tokens, DeviceScalar maxNorm, float *scale,
+                                float *normOut) {
   double norm = 0;
-  scale[0] = float(math::gradScaleFactor(s, tokens.get(), maxNorm.get(), norm));
+  scale[0] = float(math::gradScaleFactor(sum[0], tokens.get(), maxNorm.get(), norm));
   normOut[0] = float(norm);
 }
 
@@ -213,12 +219,29 @@ Status GradScaleKernel(const KernelContext &c) {
     const TensorView &g = c.inputs[t];
     if (g.dtype != DType::F32) return sdError("GradScale takes f32 gradients");
     unsigned blocks = scratch->blocks[t - 2];
+    if (!g.data && g.numElements()) { // --shard grads: another rank holds it and adds its part
+      SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(scratch->partials + offset, 0, blocks * sizeof(double), streamOf(c)),
+                                   "GradScale"));
+      offset += blocks;
+      continue;
+    }
     sumSquaresKernel<<<blocks, kNormThreads, 0, streamOf(c)>>>(g.as<float>(), g.numElements(),
                                                                scratch->partials + offset);
     offset += blocks;
   }
-  gradScaleFinish<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(offset), sc[0], sc[1],
-                                                c.outputs[0].as<float>(), c.outputs[1].as<float>());
+  double *sum = scratch->partials + scratch->count;
+  sumPartials<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(offset), sum);
+  SD_RETURN_IF_ERROR(launchStatus("GradScale"));
+  // --shard grads|params: each rank summed the squares of the gradients (or
+  // rows) it holds; the norm is the ranks' total, so every rank clips and
+  // skips alike (the CPU kernel's allReduce, here on the stream).
+  if (c.attrs.getInt("sharded_grads", 0) && c.comm && c.comm->size() > 1) {
+    StreamCollectives *sc2 = c.comm->onStreams();
+    if (!sc2) return sdError("GradScale over ", c.comm->size(), " ranks on CUDA needs the NCCL backend");
+    SD_RETURN_IF_ERROR(sc2->join(c.stream).withContext("GradScale: "));
+    SD_RETURN_IF_ERROR(sc2->allReduce(sum, sum, 1, DType::F64, ReduceOp::Sum, c.stream).withContext("GradScale: "));
+  }
+  gradScaleFinish<<<1, 1, 0, streamOf(c)>>>(sum, sc[0], sc[1], c.outputs[0].as<float>(), c.outputs[1].as<float>());
   return launchStatus("GradScale");
 }
 

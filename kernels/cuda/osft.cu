@@ -5,6 +5,7 @@
 // small element-wise parts (diag(S) scaling, dS's column dots, the bias) are
 // kernels here.
 #include "gemm_lt.h"
+#include "sd/ops/communicator.h"
 #include <memory>
 #include <vector>
 
@@ -270,7 +271,19 @@ std::shared_ptr<const void> prepareOsftCoefficients(const PrepareContext &p) {
   return a;
 }
 
+// --shard params splits OSFT's factors by rows over the ranks; the CPU
+// kernels lay out each rank's partial products in the whole tensors' layout
+// (kernels/cpu/osft.cc). Not built here: refused by name rather than summed
+// in a layout that differs by rank. One rank holds every row: nothing differs.
+Status requireWholeRows(const KernelContext &c, const char *op) {
+  if (c.attrs.getInt("row_sharded", 0) && c.comm && c.comm->size() > 1)
+    return sdError(op, ": OSFT with --shard params over ", c.comm->size(),
+                   " ranks is not built for CUDA (the CPU backend has it); compile with --shard none, optimizer or grads");
+  return Status::ok();
+}
+
 Status OsftCoefficientsKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(requireWholeRows(c, "OsftCoefficients"));
   Status st;
   const OsftPrepared *a = preparedOf(c, "OsftCoefficients", st);
   if (!a) return st;
@@ -299,6 +312,7 @@ std::shared_ptr<const void> prepareOsftDeflate(const PrepareContext &p) {
 }
 
 Status OsftDeflateKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(requireWholeRows(c, "OsftDeflate"));
   Status st;
   const OsftPrepared *a = preparedOf(c, "OsftDeflate", st);
   if (!a) return st;
