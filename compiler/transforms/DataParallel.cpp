@@ -15,7 +15,8 @@
 // and returns, the rest of the backward runs meanwhile, and one
 // WaitCollectives step before GradScale completes them all (DDP's overlap,
 // decided at compile time instead of by autograd hooks). The gradient
-// globals are laid out in that order too, so a bucket is one message.
+// globals are laid out in that (bucket) order, with or without overlap, so a
+// bucket is one message.
 //
 // shard=optimizer (ZeRO-1 by parameter, as torch's ZeroRedundancyOptimizer
 // partitions): each update step is tagged with its parameter (`shard_param`);
@@ -62,7 +63,8 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
       for (auto f : getOperation().getOps<func::FuncOp>())
         if (failed(reduceGradientsToOwners(f))) return signalPassFailure();
     readyOrder = gradientReadyOrder();
-    if (overlap && shard != "grads" && shard != "params") layOutInReadyOrder();
+    // Buckets follow the ready order wherever gradients are all-reduced.
+    if (shard != "grads" && shard != "params") layOutInReadyOrder();
     SmallVector<GradScaleOp> scales;
     getOperation().walk([&](GradScaleOp op) { scales.push_back(op); });
     for (GradScaleOp op : scales)
@@ -192,12 +194,12 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     return op;
   }
 
-  // The last store to a gradient global in `f`'s block before `limit`.
-  static GlobalStoreOp finalStore(func::FuncOp f, StringRef global, Operation *limit) {
-    GlobalStoreOp last;
+  // The last store to each global in `f`'s block before `limit`.
+  static llvm::StringMap<GlobalStoreOp> finalStores(func::FuncOp f, Operation *limit) {
+    llvm::StringMap<GlobalStoreOp> last;
     for (Operation &op : f.getBody().front()) {
       if (&op == limit) break;
-      if (auto s = dyn_cast<GlobalStoreOp>(op); s && s.getGlobal() == global) last = s;
+      if (auto s = dyn_cast<GlobalStoreOp>(op)) last[s.getGlobal()] = s;
     }
     return last;
   }
@@ -209,9 +211,9 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
   void reduceWhileBackwardRuns(func::FuncOp f, Operation *before, SmallVectorImpl<GlobalLoadOp> &grads) {
     SmallVector<std::pair<GlobalStoreOp, GlobalLoadOp>> ready;
     SmallVector<GlobalLoadOp> rest;
+    llvm::StringMap<GlobalStoreOp> stores = finalStores(f, before);
     for (GlobalLoadOp l : grads) {
-      GlobalStoreOp s = finalStore(f, l.getGlobal(), before);
-      if (s) ready.push_back({s, l});
+      if (GlobalStoreOp s = stores.lookup(l.getGlobal())) ready.push_back({s, l});
       else rest.push_back(l);
     }
     if (ready.empty()) return;
@@ -258,12 +260,12 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
   }
 
   LogicalResult reduceBefore(GradScaleOp scale) {
-    // The tokens first, then the gradients last to first.
-    SmallVector<GlobalLoadOp> loads;
-    auto addLoad = [&](Value v) -> LogicalResult {
+    // The tokens first, then the gradients in ready order.
+    SmallVector<GlobalLoadOp> loads, grads;
+    auto addLoad = [&](Value v, SmallVectorImpl<GlobalLoadOp> &to) -> LogicalResult {
       auto load = v.getDefiningOp<GlobalLoadOp>();
       if (!load) return scale.emitError("GradScale operand is not a global's value: cannot reduce it across ranks");
-      loads.push_back(load);
+      to.push_back(load);
       return success();
     };
     // fp16 (sd-optimizer): the tokens enter GradScale times the loss scale;
@@ -271,19 +273,15 @@ struct DataParallelPass : sd::impl::DataParallelBase<DataParallelPass> {
     Operation *before = scale;
     Value tokens = scale.getTokens();
     if (auto scaled = tokens.getDefiningOp<MulOp>()) before = scaled, tokens = scaled->getOperand(0);
-    if (failed(addLoad(tokens))) return failure();
+    if (failed(addLoad(tokens, loads))) return failure();
     // The gradients went to their owners (grads) or their rows' ranks
     // (params, sd-shard-params) micro-batch by micro-batch.
     if (shard == "grads" || shard == "params") {
       scale->setAttr("sharded_grads", OpBuilder(scale).getI64IntegerAttr(1));
     } else {
       // Ready order (the backward's); without a train_step, last parameter first.
-      SmallVector<GlobalLoadOp> grads;
-      for (Value g : llvm::reverse(scale.getGrads())) {
-        auto load = g.getDefiningOp<GlobalLoadOp>();
-        if (!load) return scale.emitError("GradScale operand is not a global's value: cannot reduce it across ranks");
-        grads.push_back(load);
-      }
+      for (Value g : llvm::reverse(scale.getGrads()))
+        if (failed(addLoad(g, grads))) return failure();
       llvm::stable_sort(grads, [&](GlobalLoadOp a, GlobalLoadOp b) {
         return readyPosition(a.getGlobal()) < readyPosition(b.getGlobal());
       });

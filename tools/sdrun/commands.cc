@@ -10,6 +10,7 @@
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/format/tensor_io.h"
+#include "sd/format/training_abi.h"
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -61,7 +62,7 @@ void printStatePerRank(const sd::Plan &p) {
 // --no-overlap-reduction). Nothing for plans without a reduction.
 void printGradientReduction(const sd::Plan &p) {
   for (const sd::EntryDesc &e : p.entries) {
-    if (e.name != "train_step") continue;
+    if (e.name != sd::abi::kTrainStep) continue;
     size_t buckets = 0, during = 0;
     for (const sd::StepDesc &s : e.steps) {
       // Gradient buckets, not the token count's own reduction (one number).
