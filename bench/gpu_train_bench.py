@@ -17,10 +17,17 @@ bf16 peak is low by construction; the table says which precision ran.
 
   bench/gpu_train_bench.py --device cuda [--configs gpt2-small,llama-small]
   bench/gpu_train_bench.py --device cpu --configs gpt-tiny,llama-tiny   (end to end on the CPU)
+
+A GPU machine without sdc (scripts/gpu-check.sh's bare machine) takes plans
+compiled elsewhere: --write-plans DIR compiles them with external weights and
+keeps each weights file's header only (the weights of GPT-2-small are 500 MB);
+--plans DIR --sdrun PATH fills the weights in with random values there (a
+step's speed does not depend on them) and runs the same benchmark.
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -126,6 +133,74 @@ def export(name, tmp):
     return path, data, linear_weights(model)
 
 
+def compile_plans(sdc, name, tmp, out_dir, external):
+    """The LoRA and full fine-tuning plans of a config and its data; with
+    `external`, each plan's weights go to PLAN.safetensors beside it."""
+    arch = CONFIGS[name][0]
+    batch, seq = CONFIGS[name][8], CONFIGS[name][7]
+    onnx_path, data, n = export(name, tmp)
+    plans = {}
+    for mode in ("lora", "full"):
+        plan = os.path.join(out_dir, f"{name}-{mode}.sdp")
+        peft_flags = (["--peft", "lora", "--target-modules", ",".join(LORA[arch]), "--lora-r", str(LORA_R),
+                       "--lora-alpha", str(LORA_ALPHA)] if mode == "lora" else ["--peft", "none"])
+        subprocess.run([sdc, "compile", onnx_path, "--shapes", f"input_ids={batch}x{seq}", "-o", plan] + peft_flags
+                       + (["--external-weights"] if external else []), check=True, capture_output=True)
+        plans[mode] = plan
+    return plans, data, n
+
+
+# Tensors up to this size travel with a plan written by --write-plans; larger
+# ones are made again, at random, where it runs.
+SMALL_TENSOR_BYTES = 1 << 16
+
+
+def write_plans(args, configs):
+    """Plans, data and a manifest for a machine without sdc: each plan's
+    external weights file shrinks to its small tensors plus the header of the
+    large ones (PLAN.large.json)."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    os.makedirs(args.write_plans, exist_ok=True)
+    sdc = os.path.join(args.build, "tools", "sdc")
+    manifest = {}
+    with tempfile.TemporaryDirectory(prefix="sd_gpu_bench_") as tmp:
+        for name in configs:
+            plans, data, n = compile_plans(sdc, name, tmp, args.write_plans, external=True)
+            shutil.copy(data, os.path.join(args.write_plans, f"{name}.jsonl"))
+            manifest[name] = {"linear_weights": n}
+            for plan in plans.values():
+                weights = os.path.splitext(plan)[0] + ".safetensors"
+                tensors = load_file(weights)
+                large = {k: [str(v.dtype), list(v.shape)] for k, v in tensors.items() if v.nbytes > SMALL_TENSOR_BYTES}
+                save_file({k: np.ascontiguousarray(v) for k, v in tensors.items() if k not in large},
+                          os.path.splitext(plan)[0] + ".small.safetensors")
+                with open(os.path.splitext(plan)[0] + ".large.json", "w") as f:
+                    json.dump(large, f)
+                os.remove(weights)
+    with open(os.path.join(args.write_plans, "manifest.json"), "w") as f:
+        json.dump(manifest, f)
+    print(f"gpu_train_bench: plans of {', '.join(configs)} in {args.write_plans}")
+    return 0
+
+
+def restore_weights(plan):
+    """PLAN.safetensors from PLAN.small.safetensors and PLAN.large.json: the
+    large tensors drawn from N(0, 0.02) (one-dimensional ones: 1 for
+    weights, 0 for biases), as a model's initialization would."""
+    import numpy as np
+    from safetensors.numpy import load_file, save_file
+    base = os.path.splitext(plan)[0]
+    tensors = load_file(base + ".small.safetensors")
+    rng = np.random.default_rng(0)
+    for name, (dtype, shape) in json.load(open(base + ".large.json")).items():
+        if len(shape) == 1:
+            tensors[name] = np.full(shape, 1.0 if name.endswith("weight") else 0.0, dtype)
+        else:
+            tensors[name] = (rng.standard_normal(shape, np.float32) * 0.02).astype(dtype)
+    save_file(tensors, base + ".safetensors")
+
+
 def device_peak(args):
     if args.peak_tflops:
         return args.peak_tflops
@@ -149,6 +224,9 @@ def main():
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--peak-tflops", type=float, default=0.0)
+    ap.add_argument("--write-plans", metavar="DIR", help="compile the configs' plans into DIR for --plans, and stop")
+    ap.add_argument("--plans", metavar="DIR", help="take the plans from DIR (written by --write-plans), not sdc")
+    ap.add_argument("--sdrun", help="the sdrun to run (default: BUILD/tools/sdrun)")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
@@ -160,21 +238,27 @@ def main():
     for c in configs:
         if c not in CONFIGS:
             sys.exit(f"unknown config '{c}' (configs: {', '.join(CONFIGS)})")
+    if args.write_plans:
+        return write_plans(args, configs)
     peak = device_peak(args)
     sgemm = sgemm_rate(args.threads) if args.device == "cpu" else None
-    sdc, sdrun = os.path.join(args.build, "tools", "sdc"), os.path.join(args.build, "tools", "sdrun")
+    sdc = os.path.join(args.build, "tools", "sdc")
+    sdrun = args.sdrun or os.path.join(args.build, "tools", "sdrun")
     env = dict(os.environ)
     rows = []
     with tempfile.TemporaryDirectory(prefix="sd_gpu_bench_") as tmp:
         for name in configs:
             arch, d, layers, heads, kv, ffn, vocab, seq, batch = CONFIGS[name]
-            onnx_path, data, n = export(name, tmp)
+            if args.plans:
+                n = json.load(open(os.path.join(args.plans, "manifest.json")))[name]["linear_weights"]
+                data = os.path.join(args.plans, f"{name}.jsonl")
+                plans = {mode: os.path.join(args.plans, f"{name}-{mode}.sdp") for mode in ("lora", "full")}
+                for plan in plans.values():
+                    restore_weights(plan)
+            else:
+                plans, data, n = compile_plans(sdc, name, tmp, tmp, external=False)
             for mode in ("lora", "full"):
-                plan = os.path.join(tmp, f"{name}-{mode}.sdp")
-                peft_flags = (["--peft", "lora", "--target-modules", ",".join(LORA[arch]), "--lora-r", str(LORA_R),
-                               "--lora-alpha", str(LORA_ALPHA)] if mode == "lora" else ["--peft", "none"])
-                subprocess.run([sdc, "compile", onnx_path, "--shapes", f"input_ids={batch}x{seq}", "-o", plan]
-                               + peft_flags, check=True, capture_output=True)
+                plan = plans[mode]
                 out, rss = measure([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--device",
                                     args.device, "--threads", str(args.threads), "--iterations",
                                     str(args.iterations), "--warmup", str(args.warmup)], env)

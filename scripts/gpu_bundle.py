@@ -35,6 +35,9 @@ def main():
         shutil.copy(p.input_file, os.path.join(args.out, "inputs", f"{p.kind}.{p.input_name}.npy"))
         ref = os.path.join(args.out, "ref", p.kind)
         os.makedirs(ref, exist_ok=True)
+        # The plan's GPU-vs-CPU tolerances (half precision gets wider ones).
+        with open(os.path.join(ref, "tolerances"), "w") as f:
+            f.write(" ".join(str(p.tol[k]) for k in ("logits_rtol", "logits_atol", "loss_rtol", "weights_atol")) + "\n")
         np.save(ref + "-infer.npy", cp.infer(sdrun, p, "cpu", os.path.join(work, p.kind, "infer")))
         if p.trains:
             cp.train(sdrun, p.plan, "cpu", data, ref, p.kind)

@@ -79,6 +79,10 @@ StatusOr<const KernelDef *> KernelRegistry::bind(std::string_view op, const std:
   if (i < side.size() && side[i] != DType::Undefined && !k->types.contains(side[i]))
     return sdError("op '", op, "' on device '", backend_, "' does not compute ", dtypeName(side[i]), " (it takes ",
                    k->types.describe(), ")");
+  if (!k->resultTypes.empty() && !outputs.empty() && outputs[0] != DType::Undefined &&
+      !k->resultTypes.contains(outputs[0]))
+    return sdError("op '", op, "' on device '", backend_, "' does not produce ", dtypeName(outputs[0]),
+                   " (it produces ", k->resultTypes.describe(), ")");
   return k;
 }
 

@@ -88,7 +88,7 @@ static bool computesHalfViaF32(std::string_view op) {
 }
 
 void registerCpuKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare, int typeOperand) {
-  mutableCpuKernels().add(KernelDef{op, fn, prepare, types, typeOperand, computesHalfViaF32(op)});
+  mutableCpuKernels().add(KernelDef{op, fn, prepare, types, typeOperand, computesHalfViaF32(op), {}});
 }
 } // namespace cpu
 

@@ -20,7 +20,10 @@ Status launchStatus(const char *op);
 // A CUDA runtime call's status as ours.
 Status cudaCheck(cudaError_t e, const char *what);
 
-void registerKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare = nullptr, int typeOperand = 0);
+// resultTypes: the element types result 0 may take, where the kernel does not
+// produce every type (Cast); empty: any.
+void registerKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare = nullptr, int typeOperand = 0,
+                    TypeSet resultTypes = {});
 
 constexpr int kThreads = 256;
 // Blocks for a grid-stride loop over n elements (capped; the loop covers the rest).

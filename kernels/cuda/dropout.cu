@@ -10,14 +10,14 @@ namespace {
 
 template <typename T>
 __global__ void dropoutKernel(const T *x, T *y, int64_t n, const int64_t *rng, int64_t rngSize, uint64_t stream,
-                              uint32_t threshold, float scale) {
+                              uint32_t threshold, double scale) {
   const uint64_t key = counterRngKey(uint64_t(rng[0]), uint64_t(rng[1]), stream);
   // A tensor that is not whole rows (offset -1; every dropout site is a
   // batch-major activation) cannot be refused mid-step here, as the CPU
   // kernel refuses it: its mask then falls back to the rank-local index.
   const int64_t offset = max(dropoutElementOffset(rng, rngSize, n), int64_t(0));
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = dropoutKeeps(key, uint64_t(offset + i), threshold) ? store<T>(load(x[i]) * scale) : store<T>(0.0f);
+    y[i] = dropoutKeeps(key, uint64_t(offset + i), threshold) ? store<T>(load(x[i]) * Compute<T>(scale)) : store<T>(0.0f);
 }
 
 Status SeededDropoutKernel(const KernelContext &c) {
@@ -32,7 +32,7 @@ Status SeededDropoutKernel(const KernelContext &c) {
     using T = decltype(tag);
     dropoutKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(
         x.as<T>(), y.as<T>(), n, rng.as<int64_t>(), rng.numElements(), uint64_t(c.attrs.getInt("stream", 0)),
-        dropoutThreshold(ratio), float(1.0 / (1.0 - ratio)));
+        dropoutThreshold(ratio), 1.0 / (1.0 - ratio)); // rounded to T's compute type, as on the CPU
     return launchStatus("SeededDropout");
   });
 }

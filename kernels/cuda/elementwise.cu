@@ -5,6 +5,8 @@
 #include "sd/ops/dispatch.h"
 #include "sd/ops/math/activations.h"
 #include <cmath>
+#include <cuda/std/limits>
+#include <type_traits>
 
 namespace sd::cuda {
 namespace {
@@ -134,9 +136,9 @@ template <Binary Op, typename T> __global__ void binaryKernel(Broadcast bc, cons
   }
 }
 
-template <Binary Op> Status launchBinary(const KernelContext &c, const char *name) {
-  if (c.inputs.size() != 2) return sdError(name, " on CUDA takes exactly two operands, got ", c.inputs.size());
-  const TensorView &a = c.inputs[0], &b = c.inputs[1], &y = c.outputs[0];
+template <Binary Op>
+Status launchBinary(const TensorView &a, const TensorView &b, const TensorView &y, cudaStream_t stream,
+                    const char *name) {
   if (a.dtype != b.dtype || a.dtype != y.dtype) return sdError(name, " operands differ in element type");
   int64_t n = y.numElements();
   if (n == 0) return Status::ok();
@@ -144,7 +146,7 @@ template <Binary Op> Status launchBinary(const KernelContext &c, const char *nam
   if (!bc.isOk()) return bc.status();
   auto launch = [&](auto tag) {
     using T = decltype(tag);
-    binaryKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(*bc, a.as<T>(), b.as<T>(), y.as<T>(), n);
+    binaryKernel<Op, T><<<blocksFor(n), kThreads, 0, stream>>>(*bc, a.as<T>(), b.as<T>(), y.as<T>(), n);
     return launchStatus(name);
   };
   // Integer arithmetic: shape and index computations (a detector's box indices).
@@ -157,10 +159,38 @@ template <Binary Op> Status launchBinary(const KernelContext &c, const char *nam
   return dispatchFloatStorage(a.dtype, launch);
 }
 
+template <Binary Op> Status launchBinary(const KernelContext &c, const char *name) {
+  if (c.inputs.size() != 2) return sdError(name, " on CUDA takes exactly two operands, got ", c.inputs.size());
+  return launchBinary<Op>(c.inputs[0], c.inputs[1], c.outputs[0], streamOf(c), name);
+}
+
+// ONNX's Max and Min take one or more operands: folded pairwise into y
+// (y = op(x0, x1), then y = op(y, xk)). An operand whose memory y reuses
+// (a result stored in place) goes first, before y is written.
+template <Binary Op> Status launchFold(const KernelContext &c, const char *name) {
+  const TensorView &y = c.outputs[0];
+  if (c.inputs.empty()) return sdError(name, " takes at least one operand");
+  std::vector<const TensorView *> xs;
+  for (const TensorView &x : c.inputs) {
+    if (x.data == y.data) xs.insert(xs.begin(), &x);
+    else xs.push_back(&x);
+  }
+  if (xs.size() == 1) {
+    if (xs[0]->dtype != y.dtype || xs[0]->dims != y.dims) return sdError(name, " of one operand must keep its type and shape");
+    if (xs[0]->data == y.data || y.numElements() == 0) return Status::ok();
+    return cudaCheck(cudaMemcpyAsync(y.data, xs[0]->data, y.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)), name);
+  }
+  SD_RETURN_IF_ERROR(launchBinary<Op>(*xs[0], *xs[1], y, streamOf(c), name));
+  for (size_t k = 2; k < xs.size(); ++k) SD_RETURN_IF_ERROR(launchBinary<Op>(y, *xs[k], y, streamOf(c), name));
+  return Status::ok();
+}
+
 #define SD_BINARY(NAME) \
   Status NAME##Kernel(const KernelContext &c) { return launchBinary<Binary::NAME>(c, #NAME); }
-SD_BINARY(Add) SD_BINARY(Sub) SD_BINARY(Mul) SD_BINARY(Div) SD_BINARY(Pow) SD_BINARY(Max) SD_BINARY(Min)
+SD_BINARY(Add) SD_BINARY(Sub) SD_BINARY(Mul) SD_BINARY(Div) SD_BINARY(Pow)
 #undef SD_BINARY
+Status MaxKernel(const KernelContext &c) { return launchFold<Binary::Max>(c, "Max"); }
+Status MinKernel(const KernelContext &c) { return launchFold<Binary::Min>(c, "Min"); }
 
 Status GeluGradKernel(const KernelContext &c) {
   if (c.attrs.getString("approximate", "none") == "tanh") return launchBinary<Binary::GeluTanhGrad>(c, "GeluGrad");
@@ -270,27 +300,53 @@ Status IsNaNKernel(const KernelContext &c) {
   });
 }
 
-// Cast between the float storage types and i32/i64/bool, through double.
-template <typename T> __device__ inline double toDouble(T x) { return double(load(x)); }
-template <> __device__ inline double toDouble(int64_t x) { return double(x); }
-template <> __device__ inline double toDouble(int32_t x) { return double(x); }
-template <> __device__ inline double toDouble(bool x) { return x ? 1.0 : 0.0; }
-template <typename T> __device__ inline T fromDouble(double x) { return store<T>(Compute<T>(x)); }
-// Out-of-range and NaN float-to-int casts are undefined in C++; CUDA's
-// conversions saturate (NaN to 0), which is what we document.
-template <> __device__ inline int64_t fromDouble(double x) { return __double2ll_rz(x); }
-template <> __device__ inline int32_t fromDouble(double x) { return __double2int_rz(x); }
-template <> __device__ inline bool fromDouble(double x) { return x != 0.0; }
+// Cast between the float storage types, the 8- to 64-bit integers and bool,
+// with the CPU kernel's rules (kernels/cpu/elementwise.cc): float to integer
+// truncates and saturates (NaN gives 0), integer to integer wraps, anything
+// to bool is "not zero"; floats convert through double.
+template <typename T> constexpr bool kFloatStorage =
+    std::is_same_v<T, float> || std::is_same_v<T, double> || std::is_same_v<T, __half> ||
+    std::is_same_v<T, __nv_bfloat16>;
+
+template <typename I, typename O> __device__ inline O castOne(I x) {
+  if constexpr (std::is_same_v<O, bool>) {
+    if constexpr (kFloatStorage<I>) return load(x) != Compute<I>(0);
+    else return x != I(0);
+  } else if constexpr (kFloatStorage<I> && std::is_integral_v<O>) {
+    const double v = double(load(x));
+    if (v != v) return O(0);
+    if (v <= double(::cuda::std::numeric_limits<O>::lowest())) return ::cuda::std::numeric_limits<O>::lowest();
+    if (v >= double(::cuda::std::numeric_limits<O>::max())) return ::cuda::std::numeric_limits<O>::max();
+    return O(v);
+  } else if constexpr (std::is_integral_v<I> && std::is_integral_v<O>) {
+    return O(x);
+  } else if constexpr (std::is_integral_v<I>) {
+    return store<O>(Compute<O>(x));
+  } else {
+    return store<O>(Compute<O>(double(load(x))));
+  }
+}
 
 template <typename I, typename O> __global__ void castKernel(const I *x, O *y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = fromDouble<O>(toDouble(x[i]));
+    y[i] = castOne<I, O>(x[i]);
+}
+
+TypeSet castTypes() {
+  return floatStorage() | TypeSet{DType::I64, DType::I32, DType::I16, DType::I8, DType::U64, DType::U32, DType::U16,
+                                  DType::U8, DType::Bool};
 }
 
 template <typename F> Status dispatchCastType(DType t, F &&f) {
   switch (t) {
   case DType::I64: return f(int64_t{});
   case DType::I32: return f(int32_t{});
+  case DType::I16: return f(int16_t{});
+  case DType::I8: return f(int8_t{});
+  case DType::U64: return f(uint64_t{});
+  case DType::U32: return f(uint32_t{});
+  case DType::U16: return f(uint16_t{});
+  case DType::U8: return f(uint8_t{});
   case DType::Bool: return f(bool{});
   default: return dispatchFloatStorage(t, f);
   }
@@ -351,7 +407,8 @@ void registerElementwiseKernels() {
   // A run-time If (shapes/control_shapes.cc) is a Where with a one-element
   // condition; reading the condition on the host would break graph capture.
   registerKernel("IfSelect", WhereKernel, TypeSet::all(), nullptr, 1);
-  registerKernel("Cast", CastKernel, floatStorage() | TypeSet{DType::I64, DType::I32, DType::Bool});
+  // Narrow storage types (f8, f4, 4- and 2-bit integers) bind to the CPU's Cast.
+  registerKernel("Cast", CastKernel, castTypes(), nullptr, 0, castTypes());
 }
 
 } // namespace sd::cuda

@@ -30,8 +30,9 @@ static KernelRegistry &mutableKernels() {
 }
 
 // CUDA kernels compute f16/bf16 themselves (halfViaF32 = false).
-void registerKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare, int typeOperand) {
-  mutableKernels().add(KernelDef{op, fn, prepare, types, typeOperand, false});
+void registerKernel(const char *op, KernelFn fn, TypeSet types, PrepareFn prepare, int typeOperand,
+                    TypeSet resultTypes) {
+  mutableKernels().add(KernelDef{op, fn, prepare, types, typeOperand, false, resultTypes});
 }
 
 Status cudaCheck(cudaError_t e, const char *what) {

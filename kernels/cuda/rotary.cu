@@ -8,8 +8,10 @@
 namespace sd::cuda {
 namespace {
 
+// tableRows: rows of W angles in the table ([P, W] with positions, [Bc, S, W]
+// without); tables: Bc (1: one table shared by the batch).
 struct RotaryGeometry {
-  int64_t pairs, d, half, w, seq, perBatch, tableRows;
+  int64_t pairs, d, half, w, seq, perBatch, tableRows, tables;
   bool interleaved, halfWidth, transposed;
 };
 
@@ -18,7 +20,7 @@ __global__ void rotaryKernel(const T *x, const T *cosT, const T *sinT, const int
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < g.pairs; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = k / g.half, i = k % g.half;
     const int64_t b = r / g.perBatch, t = r % g.seq;
-    const int64_t angle = pos ? pos[b * g.seq + t] : (g.tableRows == 1 ? 0 : b) * g.seq + t;
+    const int64_t angle = pos ? pos[b * g.seq + t] : (g.tables == 1 ? 0 : b) * g.seq + t;
     const int64_t p = g.interleaved ? 2 * i : i, q = g.interleaved ? 2 * i + 1 : i + g.half;
     T *yr = y + r * g.d;
     if (angle < 0 || angle >= g.tableRows) {
@@ -49,7 +51,8 @@ Status RotaryKernel(const KernelContext &c) {
   g.seq = x.dims[size_t(rank - 2)];
   g.half = g.d / 2;
   g.w = cosT.dims.back();
-  g.tableRows = cosT.dims[0];
+  g.tables = cosT.dims[0];
+  g.tableRows = g.w ? cosT.numElements() / g.w : 0;
   g.interleaved = c.attrs.getInt("interleaved", 0) != 0;
   g.transposed = c.attrs.getInt("transposed", 0) != 0;
   g.halfWidth = 2 * g.w == g.d;

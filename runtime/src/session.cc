@@ -107,8 +107,8 @@ struct Session::Impl {
 Session::~Session() = default;
 
 const KernelDef *bodyStepKernel(const std::string &op) {
-  static const KernelDef loop{"Loop", nullptr, nullptr, TypeSet::all(), 0, false};
-  static const KernelDef branch{"If", nullptr, nullptr, TypeSet::all(), 0, false};
+  static const KernelDef loop{"Loop", nullptr, nullptr, TypeSet::all(), 0, false, {}};
+  static const KernelDef branch{"If", nullptr, nullptr, TypeSet::all(), 0, false, {}};
   return op == "Loop" ? &loop : op == "If" ? &branch : nullptr;
 }
 

@@ -37,7 +37,11 @@ WEIGHTS_ATOL = 1e-3
 # as test_mixed_precision's PyTorch comparison allows; fp16's loss scaling may
 # also skip a step on one device and not the other when a gradient is at the
 # edge of fp16's range.
-HALF_TOLERANCES = dict(logits_rtol=2e-2, logits_atol=2e-2, loss_rtol=1e-2, weights_atol=1e-2)
+# Weights: AdamW moves a weight by about lr per step whatever its gradient's
+# size, so where a rounding flips a small gradient's sign the two devices part
+# by up to 2 lr per step: 2 x 1e-3 x 20 steps (the first H200 run: bf16 0.018,
+# fp16 0.012; f32 4.6e-4).
+HALF_TOLERANCES = dict(logits_rtol=2e-2, logits_atol=2e-2, loss_rtol=1e-2, weights_atol=2 * 1e-3 * STEPS)
 
 
 def check(name, ok, detail):
@@ -231,16 +235,17 @@ def infer(sdrun, p, device, out):
     return np.load(os.path.join(out, "output_0.npy"))
 
 
-def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None):
+def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None, want_stderr=False):
     os.makedirs(folder, exist_ok=True)
     metrics = os.path.join(folder, "metrics.jsonl")
     cmd = [*launcher, sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.01",
            "--clip-norm", "1.0", "--no-shuffle", "--truncate", "--metrics", metrics, "--device", device]
     weights = os.path.join(folder, "weights.safetensors")
     cmd += ["--save-weights", weights]
-    subprocess.run(cmd, check=True, capture_output=True, env=env)
+    r = subprocess.run(cmd, check=True, capture_output=True, env=env)
     from safetensors.numpy import load_file
-    return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l], load_file(weights)
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    return (losses, load_file(weights), r.stderr.decode()) if want_stderr else (losses, load_file(weights))
 
 
 def gpu_part(sdrun, all_plans, tmp):
@@ -291,7 +296,10 @@ def cudnn_sdpa(sdrun, p, data, tmp, losses):
 
 def nccl_one_rank(sdrun, plan, data, tmp, kind, cpu_losses, loss_rtol):
     """The NCCL path with one rank (mpirun -np 1, --device cuda): the losses
-    equal the CPU's, and the captured training step holds the all-reduce."""
+    equal the CPU's, and the training step with its ncclAllReduce calls is
+    captured into a CUDA graph (no segment falls back to eager). NCCL does no
+    work for an in-place all-reduce over one rank, so the graph holds no NCCL
+    kernel to look for (seen on an H200)."""
     mpirun = shutil.which("mpirun")
     if not mpirun:
         check(f"{kind}: NCCL with one rank", False, "mpirun not found (scripts/install-deps.sh installs openmpi-bin)")
@@ -299,8 +307,8 @@ def nccl_one_rank(sdrun, plan, data, tmp, kind, cpu_losses, loss_rtol):
     folder = os.path.join(tmp, kind, "nccl")
     env = dict(os.environ, SD_CUDA_GRAPH_DOT=os.path.join(folder, "graph"))
     try:
-        losses, _ = train(sdrun, plan, "cuda", data, folder, kind,
-                          [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1"], env)
+        losses, _, stderr = train(sdrun, plan, "cuda", data, folder, kind,
+                                  [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1"], env, want_stderr=True)
     except subprocess.CalledProcessError as e:
         check(f"{kind}: NCCL with one rank trains", False, (e.stderr or b"").decode()[-400:])
         return
@@ -308,9 +316,10 @@ def nccl_one_rank(sdrun, plan, data, tmp, kind, cpu_losses, loss_rtol):
         if len(losses) == len(cpu_losses) else float("inf")
     check(f"{kind}: NCCL with one rank (mpirun -np 1, --device cuda): losses match the CPU", rel <= loss_rtol,
           f"max relative diff {rel:.3g}")
-    dots = [open(os.path.join(folder, n)).read() for n in os.listdir(folder) if n.endswith(".dot")]
-    check(f"{kind}: NCCL with one rank: a captured CUDA graph holds the NCCL all-reduce",
-          any("AllReduce" in d and "nccl" in d.lower() for d in dots), f"{len(dots)} graphs captured")
+    dots = [n for n in os.listdir(folder) if n.endswith(".dot")]
+    eager = [l for l in stderr.splitlines() if "runs without a CUDA graph" in l]
+    check(f"{kind}: NCCL with one rank: the training step is captured into a CUDA graph", dots and not eager,
+          f"{len(dots)} graphs captured" + (f"; {eager[0]}" if eager else ""))
 
 
 def main():

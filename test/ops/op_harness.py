@@ -122,7 +122,7 @@ def onnx_reference(op, case, inputs, ours):
     with warnings.catch_warnings(), np.errstate(all="ignore"):
         warnings.simplefilter("ignore")
         got = ReferenceEvaluator(model).run(None, feeds)
-    return [np.asarray(g).astype(o.dtype) if o.dtype != g.dtype else np.asarray(g) for g, o in zip(got, ours)]
+    return cast_like(got, ours) if ours is not None else [np.asarray(g) for g in got]
 
 
 def compare(ours, ref, t, case):
@@ -151,15 +151,51 @@ def compare(ours, ref, t, case):
 # range) that only the CPU kernels can report; the GPU kernels' fallback
 # (a zero row, a NaN loss) is documented in their files.
 GPU_ACCEPTED = []
+# Cases whose result type the backend's kernel declares it does not produce
+# (CUDA's Cast to the narrow types): a session runs those steps on the CPU.
+LEFT_TO_CPU = set()
 
 
-def run_case(backend, op, case, t, seed):
-    rng = np.random.default_rng(seed)
-    inputs = case.make(t, rng)
+def left_to_cpu(backend, op, error):
+    if backend != "cpu" and "does not produce" in str(error):
+        LEFT_TO_CPU.add(f"{op} to {str(error).split('does not produce ')[1].split()[0]}")
+        return True
+    return False
+
+
+# Saved references (--references FILE): the reference outputs of every case,
+# written where the references run (--write-references, which needs
+# onnx.reference and PyTorch but no GPU) and replayed on a machine that has
+# the GPU but not those (scripts/gpu-check.sh --run). Keyed op/case/type; the
+# inputs are made again from the case's seed and must hash as they did.
+SAVED = {}
+
+
+def digest(inputs):
+    return zlib.crc32(b"".join(np.ascontiguousarray(x).tobytes() + str(x.dtype).encode() for x in inputs
+                               if x is not None))
+
+
+def cast_like(got, ours):
+    return [np.asarray(g).astype(o.dtype) if o is not None and o.dtype != np.asarray(g).dtype else np.asarray(g)
+            for g, o in zip(got, ours)]
+
+
+def reference(op, case, inputs, ours, t):
+    if case.ref == "onnx":
+        return onnx_reference(op, case, inputs, ours)
+    return case.ref(inputs, case.attrs, t)
+
+
+def run_case(backend, op, case, t, seed, key=None):
+    saved = SAVED.get(key)
+    inputs = case.make(t, np.random.default_rng(seed))
+    if saved and digest(inputs) != saved["digest"]:
+        return "inputs differ from those of the saved references (another NumPy or ml_dtypes?)"
     try:
         ours = _sdops.run(backend, op, case.attrs, inputs, case.outputs)
     except RuntimeError as e:
-        if case.error and case.error in str(e):
+        if case.error and case.error in str(e) or left_to_cpu(backend, op, e):
             return None
         return f"refused: {e}"
     if case.error:
@@ -173,7 +209,8 @@ def run_case(backend, op, case, t, seed):
         if a.tobytes() != b.tobytes():
             return f"output {k} differs between 1 and 3 threads"
     try:
-        ref = onnx_reference(op, case, inputs, ours) if case.ref == "onnx" else case.ref(inputs, case.attrs, t)
+        ref = reference(op, case, inputs, ours, t) if not saved else \
+            cast_like(saved["ref"], ours) if case.ref == "onnx" else saved["ref"]
     except Exception as e:  # a reference that cannot run this case is the harness's defect: report it
         return f"reference failed: {type(e).__name__}: {e}"
     if case.compare:
@@ -1671,11 +1708,40 @@ def bind_only(backend):
                 try:
                     _sdops.run(backend, op, case.attrs, inputs, case.outputs, bind_only=True)
                 except RuntimeError as e:
-                    problems.append(f"{op} [{case.label or 'case ' + str(ci)}] {t}: {e}")
+                    if not left_to_cpu(backend, op, e):
+                        problems.append(f"{op} [{case.label or 'case ' + str(ci)}] {t}: {e}")
+    if LEFT_TO_CPU:
+        print(f"op harness ({backend}): results left to the CPU's kernel: {', '.join(sorted(LEFT_TO_CPU))}")
     for p in problems:
         print("FAIL", p)
     print(f"op harness ({backend}, binding only): {len(kernels)} kernels, {runs} cases bound, {len(problems)} problems")
     return 1 if problems else 0
+
+
+def write_references(backend, path):
+    """Every case the backend's kernels would run, with its inputs and the
+    reference outputs, into one pickle file (no device needed)."""
+    import pickle
+    saved, runs = {}, 0
+    for op, kernel in sorted({k["op"]: k for k in _sdops.kernels(backend)}.items()):
+        for ci, case in enumerate(CASES.get(op, [])):
+            if case.error:
+                continue
+            for t in kernel["types"]:
+                if case.types is not None and t not in case.types:
+                    continue
+                inputs = case.make(t, np.random.default_rng(zlib.crc32(f"{op}/{ci}/{t}/0".encode())))
+                try:
+                    ref = reference(op, case, inputs, None, t)
+                except Exception as e:
+                    print(f"FAIL {op} [{case.label or 'case ' + str(ci)}] {t}: reference failed: {e}")
+                    return 1
+                saved[f"{op}/{ci}/{t}"] = {"digest": digest(inputs), "ref": [np.asarray(r) for r in ref]}
+                runs += 1
+    with open(path, "wb") as f:
+        pickle.dump(saved, f, protocol=4)
+    print(f"op harness ({backend}): references of {runs} cases written to {path}")
+    return 0
 
 
 def main():
@@ -1687,10 +1753,20 @@ def main():
                     help="check only that the backend's kernels bind every case's operand types (no device needed)")
     ap.add_argument("--op", action="append", help="run only these ops (repeatable)")
     ap.add_argument("--seed", type=int, default=0, help="varies every case's random inputs (default 0)")
+    ap.add_argument("--write-references", metavar="FILE",
+                    help="write every case's inputs and reference outputs for --backend to FILE (no device needed)")
+    ap.add_argument("--references", metavar="FILE",
+                    help="take inputs and reference outputs from FILE (written by --write-references) where it has them")
     ap.add_argument("-v", "--verbose", action="store_true")
     args = ap.parse_args()
     if args.bind_only:
         return bind_only(args.backend)
+    if args.write_references:
+        return write_references(args.backend, args.write_references)
+    if args.references:
+        import pickle
+        with open(args.references, "rb") as f:
+            SAVED.update(pickle.load(f))
     reason = _sdops.unavailable_reason(args.backend)
     if reason:
         print(f"op harness ({args.backend}): skipped: {reason}")
@@ -1724,7 +1800,8 @@ def main():
                     continue
                 tested.add(t)
                 runs += 1
-                err = run_case(args.backend, op, case, t, seed=zlib.crc32(f"{op}/{ci}/{t}/{args.seed}".encode()))
+                err = run_case(args.backend, op, case, t, seed=zlib.crc32(f"{op}/{ci}/{t}/{args.seed}".encode()),
+                               key=f"{op}/{ci}/{t}" if args.seed == 0 else None)
                 where = f"{op} [{case.label or 'case ' + str(ci)}] {t}"
                 if err:
                     problems.append(f"{where}: {err}")
@@ -1733,6 +1810,8 @@ def main():
         untested = [t for t in claimed if t not in tested]
         if untested:
             problems.append(f"{op}: claims {untested}, which no case runs")
+    if LEFT_TO_CPU:
+        print(f"op harness ({args.backend}): results left to the CPU's kernel: {', '.join(sorted(LEFT_TO_CPU))}")
     if GPU_ACCEPTED:
         print(f"op harness ({args.backend}): data-dependent refusals left to the CPU: {sorted(set(GPU_ACCEPTED))}")
     for p in problems:

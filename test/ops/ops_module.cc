@@ -237,8 +237,10 @@ PYBIND11_MODULE(_sdops, m) {
     for (const KernelDef *k : registryOf(backend).all()) {
       std::vector<std::string> types;
       for (DType t : k->types.list()) types.push_back(dtypeName(t));
+      std::vector<std::string> results;
+      for (DType t : k->resultTypes.list()) results.push_back(dtypeName(t));
       l.append(py::dict(py::arg("op") = k->op, py::arg("types") = types, py::arg("type_operand") = k->typeOperand,
-                        py::arg("half_via_f32") = k->halfViaF32));
+                        py::arg("half_via_f32") = k->halfViaF32, py::arg("result_types") = results));
     }
     return l;
   });

@@ -113,6 +113,9 @@ struct KernelDef {
   // f16/bf16 are storage types on the CPU: these kernels compute them by
   // widening to f32 and rounding the results back (runKernel does it).
   bool halfViaF32 = false;
+  // The element types result 0 may take, for a kernel that does not produce
+  // every type its operands could ask for (CUDA's Cast); empty: any.
+  TypeSet resultTypes;
 };
 
 class KernelRegistry {
