@@ -64,22 +64,22 @@ struct MinOp {
   template <typename T> __device__ T operator()(T a, T b) const { return a < b || a != a ? a : b; }
 };
 
-// Where output o's reduced elements start, and where the r-th of them sits.
-__device__ inline int64_t keptOffset(const ReduceGeometry &g, int64_t o) {
-  int64_t base = 0;
-  for (int d = g.keptRank - 1; d >= 0; --d) {
-    base += (o % g.keptDims[d]) * g.keptStrides[d];
-    o /= g.keptDims[d];
-  }
-  return base;
-}
-__device__ inline int64_t reducedOffset(const ReduceGeometry &g, int64_t r) {
+// The memory offset of the i-th element (row-major) of a strided index space:
+// where output o's reduced elements start (kept dims), and where the r-th of
+// them sits from there (reduced dims).
+__device__ inline int64_t offsetOf(const int64_t *dims, const int64_t *strides, int rank, int64_t i) {
   int64_t off = 0;
-  for (int d = g.reducedRank - 1; d >= 0; --d) {
-    off += (r % g.reducedDims[d]) * g.reducedStrides[d];
-    r /= g.reducedDims[d];
+  for (int d = rank - 1; d >= 0; --d) {
+    off += (i % dims[d]) * strides[d];
+    i /= dims[d];
   }
   return off;
+}
+__device__ inline int64_t keptOffset(const ReduceGeometry &g, int64_t o) {
+  return offsetOf(g.keptDims, g.keptStrides, g.keptRank, o);
+}
+__device__ inline int64_t reducedOffset(const ReduceGeometry &g, int64_t r) {
+  return offsetOf(g.reducedDims, g.reducedStrides, g.reducedRank, r);
 }
 
 template <Reduce K, typename A> __device__ inline A fold(A acc, A v) {
