@@ -14,7 +14,11 @@
 #                                        bundle on the GPU against the references
 #
 # SD_GPU_CHECK_DEVICE=cpu runs --run's checks on the CPU instead (a dry run
-# of this script: CTest gpu_check_dry_run). SD_GPU_CHECK_PLANS="full lora"
+# of this script: CTest gpu_check_dry_run). The bundle also holds a copy of
+# the Python the op harness's module was built for (python/run), and the
+# training benchmark's plans (SD_BUNDLE_BENCH_CONFIGS, default
+# gpt2-small,llama-small); --run runs compute-sanitizer and the benchmark
+# against PyTorch where the GPU machine has them. SD_GPU_CHECK_PLANS="full lora"
 # runs only those plan kinds, in that order; SD_GPU_CHECK_TIMEOUT (300) stops
 # any one check after that many seconds; SD_BUNDLE_PYTHON is the Python that
 # runs the op harness (the one _sdops was built for, with NumPy, ml_dtypes
@@ -30,6 +34,31 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 LOGITS_RTOL=1e-4 LOGITS_ATOL=1e-5 LOSS_RTOL=1e-3 WEIGHTS_ATOL=1e-3
 
 die() { echo "gpu-check: $*" >&2; exit 2; }
+
+# A copy of the .venv's interpreter (its binary, standard library and
+# NumPy, ml_dtypes, onnx, protobuf), run through DIR/run.
+portable_python() {
+  local dir=$1 py site ver
+  py=$(readlink -f "$ROOT/.venv/bin/python") || return 1
+  ver=$("$py" -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")') || return 1
+  site=$("$ROOT/.venv/bin/python" -c 'import numpy, os; print(os.path.dirname(os.path.dirname(numpy.__file__)))')
+  mkdir -p "$dir/bin" "$dir/lib/site-packages" && cp "$py" "$dir/bin/python" || return 1
+  ldd "$py" | awk '/libpython/ {print $3}' | xargs -r cp -L -t "$dir/lib/"
+  cp -r "/usr/lib/python$ver" "$dir/lib/" || return 1
+  (cd "$dir/lib/python$ver" && rm -rf test idlelib tkinter turtledemo ensurepip lib2to3 pydoc_data config-* \
+    site-packages dist-packages)
+  for pkg in numpy numpy.libs ml_dtypes onnx google typing_extensions.py; do
+    [ -e "$site/$pkg" ] && cp -r "$site/$pkg" "$dir/lib/site-packages/"
+  done
+  rm -rf "$dir/lib/site-packages/onnx/backend/test/data" "$dir"/lib/site-packages/numpy/*/tests
+  find "$dir" -name __pycache__ -prune -exec rm -rf {} +
+  cat > "$dir/run" <<'PY'
+#!/bin/sh
+here=$(cd "$(dirname "$0")" && pwd)
+PYTHONHOME=$here PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$here/lib/site-packages" LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/python" "$@"
+PY
+  chmod +x "$dir/run" && "$dir/run" -c 'import numpy, ml_dtypes, onnx'
+}
 
 bundle() {
   local dir=$1 build=${BUILD_DIR:-$ROOT/build}
@@ -54,6 +83,16 @@ bundle() {
     die "cannot copy the op harness into $dir"
   PYTHONPATH="$build/python" "$ROOT/.venv/bin/python" "$ROOT/test/ops/op_harness.py" --backend cuda \
     --write-references "$dir/ops/references.pkl" || die "op harness references failed"
+  # The Python _sdops was built for, with the op harness's three packages, so
+  # a GPU machine with another python3 (or none) runs the harness too.
+  portable_python "$dir/python" || die "cannot copy a Python into $dir"
+  # The training benchmark's plans (weights: small tensors and the large ones'
+  # headers; the GPU machine draws the large ones) and its scripts.
+  mkdir -p "$dir/bench" "$dir/examples" && cp "$ROOT/bench/gpu_train_bench.py" "$ROOT/bench/train_bench.py" \
+    "$dir/bench/" && cp "$ROOT/examples/export_models.py" "$dir/examples/" || die "cannot copy the benchmark"
+  "$ROOT/.venv/bin/python" "$ROOT/bench/gpu_train_bench.py" --build "$build" \
+    --configs "${SD_BUNDLE_BENCH_CONFIGS:-gpt2-small,llama-small}" --write-plans "$dir/bench/plans" \
+    > "$dir/bench/write-plans.log" 2>&1 || die "benchmark plans failed (see $dir/bench/write-plans.log)"
   echo "gpu-check: bundle in $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/gpu-check.sh --run $dir OUT"
 }
 
@@ -95,8 +134,11 @@ run_bundle() {
     return 1
   fi
   if [ -f "$dir/ops/references.pkl" ]; then
+    local harness_python=${SD_BUNDLE_PYTHON:-python3}
+    [ -z "${SD_BUNDLE_PYTHON:-}" ] && [ -x "$dir/python/run" ] && harness_python=$dir/python/run
     check "op harness: every $device kernel against the references" env PYTHONPATH="$dir/ops" \
-      "${SD_BUNDLE_PYTHON:-python3}" "$dir/ops/op_harness.py" --backend "$device" --references "$dir/ops/references.pkl"
+      "$harness_python" "$dir/ops/op_harness.py" --backend "$device" --references "$dir/ops/references.pkl" \
+      --saved-only
   fi
   local traced="" plans=()
   # SD_GPU_CHECK_PLANS="full lora ...": only these plan kinds, in this order.
@@ -178,6 +220,34 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       echo "== $kind train_step (cpu)"; "$sdrun" bench "$plan" --device cpu --entry train_step \
         --data "$dir/train.jsonl" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
   done
+  # compute-sanitizer (where the machine has it): memcheck over two eager
+  # training steps of every training plan, racecheck over one.
+  if [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
+    local tool kind raced=""
+    for plan in "${plans[@]}"; do
+      kind=$(basename "$plan" .sdp)
+      [ -f "$dir/ref/$kind/metrics.jsonl" ] || continue
+      for tool in memcheck ${raced:-racecheck}; do
+        check "$kind: compute-sanitizer $tool, 2 eager steps" compute-sanitizer --tool "$tool" --error-exitcode 3 \
+          "$sdrun" train "$plan" --device cuda --data "$dir/train.jsonl" --steps 2 --truncate --no-cuda-graphs
+      done
+      raced=" "
+    done
+  fi
+  # The training benchmark against PyTorch, where this machine's python3 has it.
+  # SD_BENCH_PYTHON (python3) runs it; SD_GPU_BENCH_PEERS picks the PyTorch peers.
+  local bench_python=${SD_BENCH_PYTHON:-python3}
+  if [ -f "$dir/bench/plans/manifest.json" ] && "$bench_python" -c 'import torch, peft, transformers' 2>/dev/null; then
+    local configs
+    configs=$(python3 -c 'import json, sys; print(",".join(json.load(open(sys.argv[1]))))' "$dir/bench/plans/manifest.json")
+    check "training benchmark against PyTorch ($configs)" bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' \
+      "$out/train_bench.txt" timeout "${SD_GPU_BENCH_TIMEOUT:-900}" "$bench_python" "$dir/bench/gpu_train_bench.py" \
+      --device "$device" --configs "$configs" --plans "$dir/bench/plans" --sdrun "$sdrun" --iterations 10 --warmup 3 \
+      --peers "${SD_GPU_BENCH_PEERS:-eager,compiled}"
+  else
+    echo "gpu-check: no PyTorch with PEFT and transformers in $bench_python here: the training benchmark did not run" |
+      tee -a "$out/checks.log"
+  fi
   cat "$summary"
   echo "gpu-check: $(grep -c '^PASS' "$summary") passed, $fails failed; results in $out"
   [ "$fails" -eq 0 ]
@@ -199,17 +269,9 @@ case ${1:-} in
     tests=$?
     grep -E 'tests passed|Skipped|Failed' "$out/ctest.log"
     bundle "$out/bundle" > "$out/bundle.log" 2>&1 || die "bundle failed (see $out/bundle.log)"
-    run_bundle "$out/bundle" "$out"
+    # The bundle's checks, the training benchmark with the project's PyTorch.
+    SD_BENCH_PYTHON=${SD_BENCH_PYTHON:-$ROOT/.venv/bin/python} run_bundle "$out/bundle" "$out"
     checks=$?
-    # The training benchmark against PyTorch eager and torch.compile (+ PEFT),
-    # where the project's PyTorch sees the GPU.
-    if .venv/bin/python -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
-      .venv/bin/python bench/gpu_train_bench.py --device cuda > "$out/train_bench.txt" 2>&1 ||
-        echo "FAIL  bench/gpu_train_bench.py (see $out/train_bench.txt)" >> "$out/summary.txt"
-      grep -E '^(gpt|llama)' "$out/train_bench.txt"
-    else
-      echo "gpu-check: PyTorch does not see the GPU here: bench/gpu_train_bench.py skipped" | tee -a "$out/summary.txt"
-    fi
-    [ $tests -eq 0 ] && [ $checks -eq 0 ] && ! grep -q '^FAIL' "$out/summary.txt"
+    [ $tests -eq 0 ] && [ $checks -eq 0 ]
     ;;
 esac
