@@ -21,8 +21,8 @@
 # against PyTorch where the GPU machine has them. SD_GPU_CHECK_PLANS="full lora"
 # runs only those plan kinds, in that order; SD_GPU_CHECK_TIMEOUT (300) stops
 # any one check after that many seconds; SD_BUNDLE_PYTHON is the Python that
-# runs the op harness (the one _sdops was built for, with NumPy, ml_dtypes
-# and onnx; default python3).
+# runs the op harness (the one _sdops was built for, with NumPy and
+# ml_dtypes; default: the bundle's copy).
 #
 # OUT (default gpu-results/) receives summary.txt (one PASS/FAIL line per
 # check), bench.txt (sdrun bench per plan and entry on the GPU),
@@ -35,8 +35,9 @@ LOGITS_RTOL=1e-4 LOGITS_ATOL=1e-5 LOSS_RTOL=1e-3 WEIGHTS_ATOL=1e-3
 
 die() { echo "gpu-check: $*" >&2; exit 2; }
 
-# A copy of the .venv's interpreter (its binary, standard library and
-# NumPy, ml_dtypes, onnx, protobuf), run through DIR/run.
+# A copy of the .venv's interpreter (its binary, standard library, NumPy and
+# ml_dtypes: what the op harness needs to replay saved references), run
+# through DIR/run.
 portable_python() {
   local dir=$1 py site ver
   py=$(readlink -f "$ROOT/.venv/bin/python") || return 1
@@ -47,17 +48,17 @@ portable_python() {
   cp -r "/usr/lib/python$ver" "$dir/lib/" || return 1
   (cd "$dir/lib/python$ver" && rm -rf test idlelib tkinter turtledemo ensurepip lib2to3 pydoc_data config-* \
     site-packages dist-packages)
-  for pkg in numpy numpy.libs ml_dtypes onnx google typing_extensions.py; do
+  for pkg in numpy numpy.libs ml_dtypes; do
     [ -e "$site/$pkg" ] && cp -r "$site/$pkg" "$dir/lib/site-packages/"
   done
-  rm -rf "$dir/lib/site-packages/onnx/backend/test/data" "$dir"/lib/site-packages/numpy/*/tests
+  rm -rf "$dir"/lib/site-packages/numpy/*/tests
   find "$dir" -name __pycache__ -prune -exec rm -rf {} +
   cat > "$dir/run" <<'PY'
 #!/bin/sh
 here=$(cd "$(dirname "$0")" && pwd)
 PYTHONHOME=$here PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$here/lib/site-packages" LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/python" "$@"
 PY
-  chmod +x "$dir/run" && "$dir/run" -c 'import numpy, ml_dtypes, onnx'
+  chmod +x "$dir/run" && "$dir/run" -c 'import numpy, ml_dtypes'
 }
 
 bundle() {
@@ -77,8 +78,8 @@ bundle() {
   [ -f "$build/lib/libsdcomm_nccl.so" ] && cp "$build/lib/libsdcomm_nccl.so" "$dir/lib/"
   "$ROOT/.venv/bin/python" "$ROOT/scripts/gpu_bundle.py" --build "$build" --out "$dir" || die "bundle references failed"
   # The op harness with its cases' inputs and reference outputs computed here
-  # (onnx.reference, PyTorch), so the GPU machine needs only NumPy, ml_dtypes,
-  # onnx and the Python that _sdops was built for (SD_BUNDLE_PYTHON there).
+  # (onnx.reference, PyTorch), so the GPU machine needs only NumPy, ml_dtypes
+  # and the Python that _sdops was built for (the bundle's python/run, below).
   mkdir -p "$dir/ops" && cp "$ROOT/test/ops/op_harness.py" "$build"/python/_sdops.*.so "$dir/ops/" ||
     die "cannot copy the op harness into $dir"
   PYTHONPATH="$build/python" "$ROOT/.venv/bin/python" "$ROOT/test/ops/op_harness.py" --backend cuda \

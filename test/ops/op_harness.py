@@ -33,9 +33,6 @@ import zlib
 
 import ml_dtypes
 import numpy as np
-import onnx
-from onnx import helper
-from onnx.reference import ReferenceEvaluator
 
 import _sdops
 
@@ -58,8 +55,15 @@ ATOL = {"f64": 1e-11, "f32": 2e-5, "f16": 2e-3, "bf16": 1.6e-2}
 SPECIALS = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1.0, -1.5, 0.5, 3.0]
 
 
+# ONNX's TensorProto.DataType numbers. onnx is imported only to compute
+# references, so a machine replaying saved ones (--references) needs no onnx.
+ONNX_TYPE = {"f32": 1, "u8": 2, "i8": 3, "u16": 4, "i16": 5, "i32": 6, "i64": 7, "bool": 9, "f16": 10, "f64": 11,
+             "u32": 12, "u64": 13, "bf16": 16, "f8e4m3fn": 17, "f8e4m3fnuz": 18, "f8e5m2": 19, "f8e5m2fnuz": 20,
+             "u4": 21, "i4": 22, "f4e2m1": 23, "f8e8m0": 24, "u2": 25, "i2": 26}
+
+
 def onnx_type(t):
-    return helper.np_dtype_to_tensor_dtype(np.dtype(NP[t]))
+    return ONNX_TYPE[t]
 
 
 def rand(rng, shape, t, lo=-2.0, hi=2.0):
@@ -92,7 +96,8 @@ class Case:
         self.make, self.attrs, self.ref, self.outputs = make, attrs or {}, ref, outputs
         self.types, self.label, self.opset, self.rtol = types, label, opset, rtol
         self.onnx_op, self.compare = onnx_op, compare
-        # The ONNX node's attributes where sdc's contract spells them differently.
+        # The ONNX node's attributes where sdc's contract spells them differently
+        # (or a function returning them, when building them needs onnx).
         self.onnx_attrs = onnx_attrs
         # Feed the reference f64 (for types it does not implement) and cast back.
         self.ref_via_f64 = ref_via_f64
@@ -102,6 +107,8 @@ class Case:
 
 def onnx_reference(op, case, inputs, ours):
     """Runs one ONNX node in onnx.reference; half inputs go in as f32."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
     names, feeds, infos = [], {}, []
     for i, x in enumerate(inputs):
         if x is None:
@@ -116,7 +123,8 @@ def onnx_reference(op, case, inputs, ours):
         infos.append(helper.make_tensor_value_info(f"in{i}", helper.np_dtype_to_tensor_dtype(x.dtype), x.shape))
     outs = [f"out{i}" for i in range(case.outputs)]
     out_infos = [helper.make_tensor_value_info(n, 0, None) for n in outs]
-    node = helper.make_node(case.onnx_op or op, names, outs, **(case.onnx_attrs or case.attrs))
+    onnx_attrs = case.onnx_attrs() if callable(case.onnx_attrs) else case.onnx_attrs
+    node = helper.make_node(case.onnx_op or op, names, outs, **(onnx_attrs or case.attrs))
     graph = helper.make_graph([node], "g", infos, out_infos)
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", case.opset)])
     with warnings.catch_warnings(), np.errstate(all="ignore"):
@@ -659,7 +667,8 @@ CASES["TopK"] = [Case(lambda t, r: [r.permutation(24).reshape(4, 6).astype(NP[t]
 # sdc's contract carries the value as a number and the type apart; ONNX as a one-element tensor.
 CASES["ConstantOfShape"] = [Case(lambda t, r: [i64(2, 3)], label=f"value {t}", types=[t],
                                  attrs={"dtype": onnx_type(t), "value": 3.0},
-                                 onnx_attrs={"value": helper.make_tensor("v", onnx_type(t), [1], [3])})
+                                 onnx_attrs=lambda t=t: {"value": __import__("onnx").helper.make_tensor(
+                                     "v", onnx_type(t), [1], [3])})
                             for t in ["f32", "f64", "f16", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64",
                                       "bool"]]
 CASES["ConstantOfShape"].append(Case(lambda t, r: [i64(3)], label="default f32 zeros", types=["f32"]))
