@@ -136,8 +136,7 @@ def export(name, tmp):
 def compile_plans(sdc, name, tmp, out_dir, external):
     """The LoRA and full fine-tuning plans of a config and its data; with
     `external`, each plan's weights go to PLAN.safetensors beside it."""
-    arch = CONFIGS[name][0]
-    batch, seq = CONFIGS[name][8], CONFIGS[name][7]
+    arch, *_, seq, batch = CONFIGS[name]
     onnx_path, data, n = export(name, tmp)
     plans = {}
     for mode in ("lora", "full"):

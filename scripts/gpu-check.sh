@@ -84,7 +84,7 @@ bundle() {
     die "cannot copy the op harness into $dir"
   PYTHONPATH="$build/python" "$ROOT/.venv/bin/python" "$ROOT/test/ops/op_harness.py" --backend cuda \
     --write-references "$dir/ops/references.pkl" || die "op harness references failed"
-  # The Python _sdops was built for, with the op harness's three packages, so
+  # The Python _sdops was built for, with the op harness's two packages, so
   # a GPU machine with another python3 (or none) runs the harness too.
   portable_python "$dir/python" || die "cannot copy a Python into $dir"
   # The training benchmark's plans (weights: small tensors and the large ones'
@@ -125,6 +125,8 @@ run_bundle() {
   # in-place all-reduce over one rank, so a graph holds no NCCL kernel to look for.
   local nccl_graph='n=$(ls "$1"*.dot 2>/dev/null | wc -l); echo "$n graphs captured"; [ "$n" -gt 0 ] &&
     ! grep "runs without a CUDA graph" "$2"'
+  # A command whose output also goes to a file (LOG, then the command).
+  local tee_to='set -o pipefail; "$@" 2>&1 | tee "$0"'
   : > "$summary"
   : > "$out/checks.log"
   : > "$out/bench.txt"
@@ -191,9 +193,9 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
     fi
     if [ "$device" = cuda ]; then
       # NCCL with one rank (torchrun-style launch): the CPU's losses, and the
-      # captured training step holds the all-reduce.
+      # training step with its all-reduce calls captured into a graph.
       mkdir -p "$w/nccl"
-      check "$kind: NCCL with one rank trains" bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' "$w/nccl/log" env WORLD_SIZE=1 RANK=0 \
+      check "$kind: NCCL with one rank trains" bash -c "$tee_to" "$w/nccl/log" env WORLD_SIZE=1 RANK=0 \
         LOCAL_RANK=0 MASTER_ADDR=127.0.0.1 MASTER_PORT=$((29500 + RANDOM % 1000)) SD_CUDA_GRAPH_DOT="$w/nccl/graph" \
         "$sdrun" "${train[@]}" --device cuda --metrics "$w/nccl/metrics.jsonl"
       check "$kind: NCCL with one rank, losses match the CPU" $cmp losses "$w/nccl/metrics.jsonl" \
@@ -224,15 +226,15 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   # compute-sanitizer (where the machine has it): memcheck over two eager
   # training steps of every training plan, racecheck over one.
   if [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
-    local tool kind raced=""
+    local tool kind tools="memcheck racecheck"
     for plan in "${plans[@]}"; do
       kind=$(basename "$plan" .sdp)
       [ -f "$dir/ref/$kind/metrics.jsonl" ] || continue
-      for tool in memcheck ${raced:-racecheck}; do
+      for tool in $tools; do
         check "$kind: compute-sanitizer $tool, 2 eager steps" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$sdrun" train "$plan" --device cuda --data "$dir/train.jsonl" --steps 2 --truncate --no-cuda-graphs
       done
-      raced=" "
+      tools=memcheck # racecheck on the first training plan only
     done
   fi
   # The training benchmark against PyTorch, where this machine's python3 has it.
@@ -241,7 +243,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   if [ -f "$dir/bench/plans/manifest.json" ] && "$bench_python" -c 'import torch, peft, transformers' 2>/dev/null; then
     local configs
     configs=$(python3 -c 'import json, sys; print(",".join(json.load(open(sys.argv[1]))))' "$dir/bench/plans/manifest.json")
-    check "training benchmark against PyTorch ($configs)" bash -c 'set -o pipefail; "$@" 2>&1 | tee "$0"' \
+    check "training benchmark against PyTorch ($configs)" bash -c "$tee_to" \
       "$out/train_bench.txt" timeout "${SD_GPU_BENCH_TIMEOUT:-900}" "$bench_python" "$dir/bench/gpu_train_bench.py" \
       --device "$device" --configs "$configs" --plans "$dir/bench/plans" --sdrun "$sdrun" --iterations 10 --warmup 3 \
       --peers "${SD_GPU_BENCH_PEERS:-eager,compiled}"

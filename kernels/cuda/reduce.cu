@@ -131,12 +131,13 @@ template <Reduce K> Status reduceOp(const KernelContext &c) {
   if (!s->error.empty()) return sdError(s->error);
   int64_t outputs = c.outputs[0].numElements();
   if (outputs == 0) return Status::ok();
-  unsigned blocks = unsigned(std::min<int64_t>(outputs, int64_t(1) << 20));
+  const bool few = s->g.reducedCount <= kFewReduced;
+  const unsigned blocks = few ? blocksFor(outputs) : unsigned(std::min<int64_t>(outputs, int64_t(1) << 20));
   return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (s->g.reducedCount <= kFewReduced)
-      reduceFewKernel<K, T, double><<<blocksFor(outputs), kThreads, 0, streamOf(c)>>>(s->g, c.inputs[0].as<T>(),
-                                                                                      c.outputs[0].as<T>(), outputs);
+    if (few)
+      reduceFewKernel<K, T, double><<<blocks, kThreads, 0, streamOf(c)>>>(s->g, c.inputs[0].as<T>(),
+                                                                          c.outputs[0].as<T>(), outputs);
     else
       reduceKernel<K, T, double><<<blocks, kThreads, 0, streamOf(c)>>>(s->g, c.inputs[0].as<T>(),
                                                                         c.outputs[0].as<T>(), outputs);

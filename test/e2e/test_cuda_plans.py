@@ -235,7 +235,8 @@ def infer(sdrun, p, device, out):
     return np.load(os.path.join(out, "output_0.npy"))
 
 
-def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None, want_stderr=False):
+def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None):
+    """20 training steps: their losses, the trained weights and the run's stderr."""
     os.makedirs(folder, exist_ok=True)
     metrics = os.path.join(folder, "metrics.jsonl")
     cmd = [*launcher, sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--lr", "1e-3", "--weight-decay", "0.01",
@@ -245,7 +246,7 @@ def train(sdrun, plan, device, data, folder, kind, launcher=(), env=None, want_s
     r = subprocess.run(cmd, check=True, capture_output=True, env=env)
     from safetensors.numpy import load_file
     losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
-    return (losses, load_file(weights), r.stderr.decode()) if want_stderr else (losses, load_file(weights))
+    return losses, load_file(weights), r.stderr.decode()
 
 
 def gpu_part(sdrun, all_plans, tmp):
@@ -259,9 +260,9 @@ def gpu_part(sdrun, all_plans, tmp):
               f"max |diff| {err:.3g}")
         if not p.trains:
             continue
-        lc, wc = train(sdrun, p.plan, "cpu", data, os.path.join(tmp, kind, "cpu"), kind)
-        lg, wg = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda"), kind)
-        lg2, wg2 = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda2"), kind)
+        lc, wc, _ = train(sdrun, p.plan, "cpu", data, os.path.join(tmp, kind, "cpu"), kind)
+        lg, wg, _ = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda"), kind)
+        lg2, wg2, _ = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda2"), kind)
         rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(lc, lg)) if lc and len(lc) == len(lg) else float("inf")
         check(f"{kind}: {STEPS} training steps' losses on CUDA match the CPU", rel <= p.tol["loss_rtol"],
               f"{len(lg)} losses, max relative diff {rel:.3g}")
@@ -287,7 +288,7 @@ def cudnn_sdpa(sdrun, p, data, tmp, losses):
     paths = [l for l in r.stderr.splitlines() if l.startswith("sd: Attention")]
     check(f"{kind}: Attention and AttentionGrad run cuDNN's SDPA", paths and all("cuDNN SDPA" in l for l in paths),
           "; ".join(paths[:2]) or r.stderr.strip()[-300:])
-    gemm, _ = train(sdrun, p.plan, "cuda", data, folder, kind, env=dict(os.environ, SD_CUDNN_SDPA="0"))
+    gemm, _, _ = train(sdrun, p.plan, "cuda", data, folder, kind, env=dict(os.environ, SD_CUDNN_SDPA="0"))
     rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(gemm, losses)) if gemm and len(gemm) == len(losses) \
         else float("inf")
     check(f"{kind}: cuDNN SDPA's {STEPS} losses equal the GEMM path's", rel <= p.tol["loss_rtol"],
@@ -308,7 +309,7 @@ def nccl_one_rank(sdrun, plan, data, tmp, kind, cpu_losses, loss_rtol):
     env = dict(os.environ, SD_CUDA_GRAPH_DOT=os.path.join(folder, "graph"))
     try:
         losses, _, stderr = train(sdrun, plan, "cuda", data, folder, kind,
-                                  [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1"], env, want_stderr=True)
+                                  [mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "1"], env)
     except subprocess.CalledProcessError as e:
         check(f"{kind}: NCCL with one rank trains", False, (e.stderr or b"").decode()[-400:])
         return

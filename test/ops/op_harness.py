@@ -179,6 +179,25 @@ def left_to_cpu(backend, op, error):
 SAVED = {}
 
 
+def case_key(op, ci, t):
+    """Case ci of op with element type t: the key of its saved reference and its seed's stem."""
+    return f"{op}/{ci}/{t}"
+
+
+def case_seed(op, ci, t, seed):
+    return zlib.crc32(f"{case_key(op, ci, t)}/{seed}".encode())
+
+
+def claimed_cases(kernels):
+    """(op, ci, case, t) for every case of every kernel and every type it
+    claims that the case runs, refusal cases included."""
+    for op in sorted(kernels):
+        for ci, case in enumerate(CASES.get(op, [])):
+            for t in kernels[op]["types"]:
+                if case.types is None or t in case.types:
+                    yield op, ci, case, t
+
+
 def digest(inputs):
     return zlib.crc32(b"".join(np.ascontiguousarray(x).tobytes() + str(x.dtype).encode() for x in inputs
                                if x is not None))
@@ -1705,20 +1724,16 @@ def bind_only(backend):
     take shows here on machines without the device."""
     problems, runs = [], 0
     kernels = {k["op"]: k for k in _sdops.kernels(backend)}
-    for op in sorted(kernels):
-        for ci, case in enumerate(CASES.get(op, [])):
-            if case.error:
-                continue
-            for t in kernels[op]["types"]:
-                if case.types is not None and t not in case.types:
-                    continue
-                inputs = case.make(t, np.random.default_rng(zlib.crc32(f"{op}/{ci}/{t}".encode())))
-                runs += 1
-                try:
-                    _sdops.run(backend, op, case.attrs, inputs, case.outputs, bind_only=True)
-                except RuntimeError as e:
-                    if not left_to_cpu(backend, op, e):
-                        problems.append(f"{op} [{case.label or 'case ' + str(ci)}] {t}: {e}")
+    for op, ci, case, t in claimed_cases(kernels):
+        if case.error:
+            continue
+        inputs = case.make(t, np.random.default_rng(zlib.crc32(case_key(op, ci, t).encode())))
+        runs += 1
+        try:
+            _sdops.run(backend, op, case.attrs, inputs, case.outputs, bind_only=True)
+        except RuntimeError as e:
+            if not left_to_cpu(backend, op, e):
+                problems.append(f"{op} [{case.label or 'case ' + str(ci)}] {t}: {e}")
     if LEFT_TO_CPU:
         print(f"op harness ({backend}): results left to the CPU's kernel: {', '.join(sorted(LEFT_TO_CPU))}")
     for p in problems:
@@ -1728,25 +1743,21 @@ def bind_only(backend):
 
 
 def write_references(backend, path):
-    """Every case the backend's kernels would run, with its inputs and the
-    reference outputs, into one pickle file (no device needed)."""
+    """Every case the backend's kernels would run (seed 0): its inputs' digest
+    and its reference outputs, into one pickle file (no device needed)."""
     import pickle
     saved, runs = {}, 0
-    for op, kernel in sorted({k["op"]: k for k in _sdops.kernels(backend)}.items()):
-        for ci, case in enumerate(CASES.get(op, [])):
-            if case.error:
-                continue
-            for t in kernel["types"]:
-                if case.types is not None and t not in case.types:
-                    continue
-                inputs = case.make(t, np.random.default_rng(zlib.crc32(f"{op}/{ci}/{t}/0".encode())))
-                try:
-                    ref = reference(op, case, inputs, None, t)
-                except Exception as e:
-                    print(f"FAIL {op} [{case.label or 'case ' + str(ci)}] {t}: reference failed: {e}")
-                    return 1
-                saved[f"{op}/{ci}/{t}"] = {"digest": digest(inputs), "ref": [np.asarray(r) for r in ref]}
-                runs += 1
+    for op, ci, case, t in claimed_cases({k["op"]: k for k in _sdops.kernels(backend)}):
+        if case.error:
+            continue
+        inputs = case.make(t, np.random.default_rng(case_seed(op, ci, t, 0)))
+        try:
+            ref = reference(op, case, inputs, None, t)
+        except Exception as e:
+            print(f"FAIL {op} [{case.label or 'case ' + str(ci)}] {t}: reference failed: {e}")
+            return 1
+        saved[case_key(op, ci, t)] = {"digest": digest(inputs), "ref": [np.asarray(r) for r in ref]}
+        runs += 1
     with open(path, "wb") as f:
         pickle.dump(saved, f, protocol=4)
     print(f"op harness ({backend}): references of {runs} cases written to {path}")
@@ -1763,9 +1774,9 @@ def main():
     ap.add_argument("--op", action="append", help="run only these ops (repeatable)")
     ap.add_argument("--seed", type=int, default=0, help="varies every case's random inputs (default 0)")
     ap.add_argument("--write-references", metavar="FILE",
-                    help="write every case's inputs and reference outputs for --backend to FILE (no device needed)")
+                    help="write every --backend case's inputs' digest and reference outputs to FILE (no device needed)")
     ap.add_argument("--references", metavar="FILE",
-                    help="take inputs and reference outputs from FILE (written by --write-references) where it has them")
+                    help="take reference outputs from FILE (written by --write-references) where it has them")
     ap.add_argument("--saved-only", action="store_true",
                     help="with --references: run only the cases FILE has (the backend they were written for)")
     ap.add_argument("-v", "--verbose", action="store_true")
@@ -1809,12 +1820,12 @@ def main():
             for t in claimed:
                 if case.types is not None and t not in case.types:
                     continue
-                if args.saved_only and f"{op}/{ci}/{t}" not in SAVED:
+                if args.saved_only and case_key(op, ci, t) not in SAVED:
                     continue
                 tested.add(t)
                 runs += 1
-                err = run_case(args.backend, op, case, t, seed=zlib.crc32(f"{op}/{ci}/{t}/{args.seed}".encode()),
-                               key=f"{op}/{ci}/{t}" if args.seed == 0 else None)
+                err = run_case(args.backend, op, case, t, seed=case_seed(op, ci, t, args.seed),
+                               key=case_key(op, ci, t) if args.seed == 0 else None)
                 where = f"{op} [{case.label or 'case ' + str(ci)}] {t}"
                 if err:
                     problems.append(f"{where}: {err}")
