@@ -94,6 +94,21 @@ public:
     return copy(dst, src, bytes, cudaMemcpyDeviceToHost, false);
   }
 
+  StatusOr<std::shared_ptr<void>> fence() override {
+    cudaEvent_t event = nullptr;
+    cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    if (e == cudaSuccess && (e = cudaEventRecord(event, stream_)) != cudaSuccess) cudaEventDestroy(event);
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      return sdError("device 'cuda': cannot record an event (", describeError(e), ")");
+    }
+    return std::shared_ptr<void>(event, [](void *ev) { cudaEventDestroy(static_cast<cudaEvent_t>(ev)); });
+  }
+  // An error of any kernel queued before the fence shows here, as at a synchronize().
+  Status waitFor(void *fence) override {
+    return fence ? check(cudaEventSynchronize(static_cast<cudaEvent_t>(fence)), "wait for a run", false) : Status::ok();
+  }
+
   StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {
     // Thread-local mode: a call that would synchronize or allocate fails the
     // capture instead of silently breaking it.

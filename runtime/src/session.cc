@@ -1,6 +1,6 @@
 // Session: one device arena for activations, device copies of mutable state,
 // and per-step kernel contexts bound and prepared once so a run is a flat loop.
-#include "sd/runtime/session.h"
+#include "session_impl.h"
 #include "host_fallback.h"
 #include <system_error>
 #include "sd/ops/kernel.h"
@@ -21,88 +21,6 @@ namespace sd {
 
 Status configureCpuBackend(int threads);
 
-struct Session::Impl {
-  struct PreparedStep {
-    const StepDesc *desc;
-    const KernelDef *kernel;
-    KernelContext ctx;
-    // Every output is a global another rank holds (--shard grads: the
-    // accumulation into a gradient this rank does not keep): not run here.
-    bool elsewhere = false;
-    // A CPU kernel that computes this step's f16/bf16 operands in f32: their
-    // stand-ins, laid out once (see layOutHalves).
-    std::optional<HalfOperands> half;
-    // No kernel on the session's device: the CPU kernel runs on host copies
-    // of the operands (host_fallback.h); ctx points at those copies.
-    std::unique_ptr<HostCopies> onHost;
-  };
-  // Values the kernels' prepare functions derived (packed weights), shared
-  // between steps; the steps' contexts point into them.
-  std::map<std::string, std::shared_ptr<const void>> preparedShared;
-  std::vector<std::shared_ptr<const void>> preparedSteps;
-  // The f32 stand-ins of half operands (HalfOperands): a constant one widened
-  // once, keyed by its address, so a weight several steps read is widened
-  // once; the others share one scratch block, as steps run one at a time.
-  struct Widened {
-    std::unique_ptr<float[]> data;
-    uint64_t bytes = 0;
-  };
-  std::map<const void *, Widened> widenedConstants; // by the half weight's address
-  std::unique_ptr<float[]> halfScratch;
-  uint64_t halfBytes = 0;
-  StatusOr<int64_t> layOutHalves(PreparedStep &ps, const std::vector<bool> &constant);
-  void releaseUnreadWidenings();
-  struct PreparedEntry {
-    std::vector<TensorView> views; // one per buffer
-    std::vector<PreparedStep> steps;
-    // Graph replay, per segment: the entry's steps split at each step the
-    // host must run itself (a Loop or If step decides on the host what runs;
-    // a step falling back to the CPU waits for the device). Each run of
-    // other steps runs eagerly once (warm-up), is then captured and replayed.
-    struct Segment {
-      size_t begin = 0, end = 0; // steps [begin, end)
-      bool onHost = false;       // one step the host runs, never captured
-      std::shared_ptr<void> graph;
-      int eagerRuns = 0;
-      bool captureFailed = false;
-    };
-    std::vector<Segment> segments;
-    // A device the host cannot address: the entry's inputs and outputs pass
-    // through one staging block (page-locked on a GPU, allocated at the
-    // first run), so a run queues its copies and waits once. stagedAt: each
-    // input's and then each output's offset in it.
-    uint8_t *staging = nullptr;
-    std::vector<size_t> stagedAt;
-  };
-  std::shared_ptr<Device> device;
-  std::shared_ptr<Communicator> comm;
-  std::unique_ptr<ThreadPool> pool;
-  uint8_t *arena = nullptr;
-  // All mutable globals in one 64-byte-aligned block, in plan order, so the
-  // gradients (created together by the compiler) are one contiguous range.
-  uint8_t *state = nullptr;
-  std::vector<uint8_t *> globalData; // null for a global another rank holds
-  std::vector<int> globalOwner;       // -1: every rank holds it
-  std::vector<bool> rowSharded;       // --shard params: held as rows (globalData points at this rank's)
-  std::vector<RowBlock> rows;         // this rank's rows of each row-sharded global
-  std::vector<PreparedEntry> entries;
-  std::map<std::string, size_t> stepsOnHost; // op -> steps that fall back to the CPU
-  bool profiling = false;
-  bool graphs = true;
-  std::chrono::steady_clock::time_point profileStart;
-  std::vector<Session::TraceEvent> trace;
-  size_t droppedTrace = 0;
-  std::map<std::string, Session::OpProfile> profile;
-  // Frozen globals copied to a device the host cannot address.
-  std::vector<uint8_t *> uploaded;
-  ~Impl() {
-    if (!device) return;
-    for (PreparedEntry &pe : entries) device->releaseStaging(pe.staging);
-    device->release(arena);
-    device->release(state);
-    for (uint8_t *p : uploaded) device->release(p);
-  }
-};
 
 Session::~Session() = default;
 
@@ -686,85 +604,6 @@ Status Session::runSteps(size_t entry) {
   return Status::ok();
 }
 
-// Where each input and then each output of the entry sits in its staging
-// block (64-byte aligned), and the block's size.
-static std::vector<size_t> stagingLayout(const EntryDesc &e, const std::vector<TensorView> &views, size_t &bytes) {
-  std::vector<size_t> at;
-  bytes = 0;
-  auto place = [&](int32_t buffer) {
-    at.push_back(bytes);
-    bytes += (views[size_t(buffer)].byteSize() + 63) / 64 * 64;
-  };
-  for (const auto &in : e.inputs) place(in.second);
-  for (const auto &out : e.outputs) place(out.second);
-  return at;
-}
-
-Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs) {
-  if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
-  const EntryDesc &e = plan_->entries[entry];
-  if (e.isBody) return sdError("entry '", e.name, "' is the body of a Loop or If step and runs only from that step");
-  Impl::PreparedEntry &pe = impl_->entries[entry];
-  Device &dev = *impl_->device;
-  if (inputs.size() != e.inputs.size())
-    return sdError("entry '", e.name, "' takes ", e.inputs.size(), " inputs, got ", inputs.size());
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorView &dst = pe.views[size_t(e.inputs[i].second)];
-    const HostTensor &src = *inputs[i];
-    if (src.dtype != dst.dtype)
-      return sdError("input '", e.inputs[i].first, "' has dtype ", dtypeName(src.dtype), ", the plan expects ",
-                     dtypeName(dst.dtype));
-    if (src.dims != dst.dims)
-      return sdError("input '", e.inputs[i].first, "' has shape ", formatDims(src.dims), ", the plan expects ",
-                     formatDims(dst.dims));
-  }
-  // On a device the host cannot address, inputs and outputs go through the
-  // staging block: the copies are queued with the steps and the run waits
-  // once, at the end (per copy, pageable memory would wait every time).
-  const bool staged = !dev.hostAddressable();
-  if (staged && !pe.staging) { // the entry's first run: lay the block out once
-    size_t stagingBytes = 0;
-    pe.stagedAt = stagingLayout(e, pe.views, stagingBytes);
-    StatusOr<void *> p = dev.allocateStaging(stagingBytes);
-    if (!p.isOk()) return p.status().withContext("entry '" + e.name + "': ");
-    pe.staging = static_cast<uint8_t *>(*p);
-  }
-  const std::vector<size_t> &at = pe.stagedAt;
-  for (size_t i = 0; i < inputs.size(); ++i) {
-    const TensorView &dst = pe.views[size_t(e.inputs[i].second)];
-    const HostTensor &src = *inputs[i];
-    if (!staged) {
-      SD_RETURN_IF_ERROR(dev.copyFromHost(dst.data, src.data.data(), src.data.size()));
-      continue;
-    }
-    if (!src.data.empty()) std::memcpy(pe.staging + at[i], src.data.data(), src.data.size());
-    SD_RETURN_IF_ERROR(dev.copyFromStaging(dst.data, pe.staging + at[i], src.data.size()));
-  }
-  SD_RETURN_IF_ERROR(runSteps(entry));
-  if (staged) {
-    for (size_t i = 0; i < e.outputs.size(); ++i) {
-      const TensorView &v = pe.views[size_t(e.outputs[i].second)];
-      SD_RETURN_IF_ERROR(dev.copyToStaging(pe.staging + at[inputs.size() + i], v.data, v.byteSize()));
-    }
-    SD_RETURN_IF_ERROR(dev.synchronize());
-  }
-  outputs.clear();
-  for (size_t i = 0; i < e.outputs.size(); ++i) {
-    const TensorView &v = pe.views[size_t(e.outputs[i].second)];
-    HostTensor t;
-    t.name = e.outputs[i].first;
-    t.dtype = v.dtype;
-    t.dims = v.dims;
-    t.data.resize(v.byteSize());
-    if (!staged) SD_RETURN_IF_ERROR(dev.copyToHost(t.data.data(), v.data, v.byteSize()));
-    else if (!t.data.empty()) std::memcpy(t.data.data(), pe.staging + at[inputs.size() + i], t.data.size());
-    if (i < e.outputExtents.size() && e.outputExtents[i].buffer >= 0)
-      SD_RETURN_IF_ERROR(keepCountedPrefix(pe.views[size_t(e.outputExtents[i].buffer)], e.outputExtents[i].axis, t));
-    outputs.push_back(std::move(t));
-  }
-  return Status::ok();
-}
-
 Status Session::runOnDevice(size_t entry, const std::vector<TensorView> &inputs, const std::vector<TensorView> &outputs) {
   if (entry >= plan_->entries.size()) return sdError("entry index ", entry, " out of range");
   const EntryDesc &e = plan_->entries[entry];
@@ -801,17 +640,6 @@ Status Session::runOnDevice(size_t entry, const std::vector<TensorView> &inputs,
 Status Session::synchronize() { return impl_->device->synchronize(); }
 
 const std::map<std::string, size_t> &Session::stepsOnHost() const { return impl_->stepsOnHost; }
-
-// An output sized for the most its op can select (NonMaxSuppression) holds
-// `count` real slices along `axis`: the caller gets those, never the padding.
-Status Session::keepCountedPrefix(const TensorView &countView, int32_t axis, HostTensor &t) const {
-  int64_t count = 0;
-  SD_RETURN_IF_ERROR(impl_->device->copyToHost(&count, countView.data, sizeof count));
-  int64_t bound = t.dims[size_t(axis)];
-  if (!keepPrefixAlong(t.data, t.dims, dtypeSize(t.dtype), size_t(axis), count))
-    return sdError("output '", t.name, "' counts ", count, " slices along dim ", axis, ", outside its bound ", bound);
-  return Status::ok();
-}
 
 static Status notHeld(const Session &s, size_t index) {
   const GlobalDesc &g = s.plan().globals[index];

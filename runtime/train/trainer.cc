@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <optional>
 
@@ -97,9 +98,9 @@ float scalarOut(const std::vector<HostTensor> &outs, const std::string &name) {
   return NAN;
 }
 
-// Runs entry `index` with inputs matched by name.
-Status runEntry(Session &s, int64_t index, const std::map<std::string, const HostTensor *> &byName,
-                std::vector<HostTensor> &outs) {
+// The inputs of entry `index` matched by name, in its input order.
+StatusOr<std::vector<const HostTensor *>> entryInputs(const Session &s, int64_t index,
+                                                      const std::map<std::string, const HostTensor *> &byName) {
   const EntryDesc &e = s.plan().entries[size_t(index)];
   std::vector<const HostTensor *> ins;
   for (auto &[n, b] : e.inputs) {
@@ -110,7 +111,13 @@ Status runEntry(Session &s, int64_t index, const std::map<std::string, const Hos
                      "--token-input ", n, ")");
     ins.push_back(it->second);
   }
-  return s.run(size_t(index), ins, outs);
+  return ins;
+}
+
+Status runEntry(Session &s, int64_t index, const std::map<std::string, const HostTensor *> &byName,
+                std::vector<HostTensor> &outs) {
+  auto ins = entryInputs(s, index, byName);
+  return ins.isOk() ? s.run(size_t(index), ins.value(), outs) : ins.status();
 }
 
 // The smallest bucket whose rows hold every row of `rows` (packed rows were
@@ -169,8 +176,26 @@ struct Trainer::Impl {
   int64_t dropoutRng = -1, dropoutRngSize = 0; // the dropout state global, if the plan has dropout
   int64_t dropoutRows[2] = {-1, -1};            // [row offset, rows] last written into it
   int64_t lossScale = -1;                       // fp16 plans: the dynamic loss scale's global
+  // Steps launched and not yet reported, oldest first: their micro-batches'
+  // runs wait on the session (Session::launch), one per micro-batch.
+  struct LaunchedStep {
+    int64_t number = 0, epoch = 0; // epoch: the data cursor's after the step's micro-batches
+    double lr = 0;
+    std::chrono::steady_clock::time_point launched;
+  };
+  std::deque<LaunchedStep> launched;
+  std::chrono::steady_clock::time_point lastReport; // when runStep last returned a report
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
+  Status launchStep();
+  Status collectStep(StepReport &r);
+  bool runsAhead() const;
+  bool hookAfter(int64_t stepNumber) const;
+  Status discardLaunched(Status why);
+  Status requireNothingLaunched(const char *what) const {
+    if (launched.empty()) return Status::ok();
+    return sdError("cannot ", what, " while step ", launched.back().number, " runs ahead; call runStep() first");
+  }
   Status resume();
   Status agreeOnStart();
   Status setDropoutRows(int64_t bucketRows);
@@ -344,6 +369,7 @@ Status Trainer::Impl::agreeOnStart() {
 
 StatusOr<double> Trainer::evaluate() {
   Impl &im = *impl_;
+  SD_RETURN_IF_ERROR(im.requireNothingLaunched("evaluate"));
   if (im.evalData.empty()) return sdError("no eval data was given");
   double sum = 0, tokens = 0;
   for (size_t i = 0; i < im.evalData.size();) {
@@ -364,64 +390,124 @@ StatusOr<double> Trainer::evaluate() {
 
 Status Trainer::saveCheckpoint() {
   Impl &im = *impl_;
+  SD_RETURN_IF_ERROR(im.requireNothingLaunched("save a checkpoint"));
   if (!im.checkpoints) return sdError("no checkpoint folder was given");
   CheckpointMeta meta{im.runId, im.step, im.total, im.cursor.epoch, im.cursor.index, im.runParams};
   return im.checkpoints->save(im.session, meta, im.config.checkpointsKept); // every rank writes its share
+}
+
+bool Trainer::Impl::runsAhead() const {
+  if (config.runAhead == TrainConfig::RunAhead::Never) return false;
+  const bool async = !session.device().hostAddressable();
+  if (world > 1 && async) return false;
+  return config.runAhead == TrainConfig::RunAhead::Always || async;
+}
+
+// Whether something after step `stepNumber` needs the state right after it.
+bool Trainer::Impl::hookAfter(int64_t n) const {
+  const TrainConfig &o = config;
+  return n >= total || o.verifyReplicas || (!evalData.empty() && o.evalEvery && n % o.evalEvery == 0) ||
+         (!o.checkpointDir.empty() && o.checkpointEvery && n % o.checkpointEvery == 0);
+}
+
+// Queues the micro-batches of the step after the last launched one.
+Status Trainer::Impl::launchStep() {
+  const TrainConfig &o = config;
+  LaunchedStep ls;
+  ls.number = step + int64_t(launched.size()) + 1;
+  ls.lr = learningRate(o.schedule, ls.number - 1, total);
+  ls.launched = std::chrono::steady_clock::now();
+  HostTensor lrT = scalar(abi::kLr, float(ls.lr)), wdT = scalar(abi::kWeightDecay, float(o.weightDecay)),
+             clipT = scalar(abi::kMaxGradNorm, float(o.clipNorm));
+  const std::string where = "step " + std::to_string(ls.number) + ": ";
+  for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
+    Rows rows = localRows(cursor.next(batch * world, seq, entries.packed));
+    const Bucket *b = bucketFor(entries, rows);
+    TokenBatch tb(rows, b->batch, b->seq, entries.tokenInput, entries.numLabels > 0);
+    std::map<std::string, const HostTensor *> in = tb.inputs();
+    in.insert({{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}});
+    // The last micro-batch runs train_step (accumulate, then the optimizer
+    // step on the window's sums): its gradient buckets are reduced across
+    // ranks while its backward runs, as DDP's no_sync windows end. fp16: the
+    // loss scale comes back with it, as the step left it.
+    const bool fused = micro == o.gradAccum - 1;
+    const int64_t entry = fused ? b->trainStep : b->accumulate;
+    SD_RETURN_IF_ERROR(setDropoutRows(b->batch).withContext(where));
+    auto ins = entryInputs(session, entry, in);
+    if (!ins.isOk()) return ins.status().withContext(where);
+    std::vector<size_t> alsoRead;
+    if (fused && lossScale >= 0) alsoRead.push_back(size_t(lossScale));
+    SD_RETURN_IF_ERROR(session.launch(size_t(entry), ins.value(), alsoRead).withContext(where));
+  }
+  ls.epoch = cursor.epoch;
+  launched.push_back(ls);
+  return Status::ok();
+}
+
+// Waits for the oldest launched step and sums its micro-batches' results.
+Status Trainer::Impl::collectStep(StepReport &r) {
+  const LaunchedStep ls = launched.front();
+  launched.pop_front();
+  const std::string where = "step " + std::to_string(ls.number) + ": ";
+  r.total = total;
+  r.lr = ls.lr;
+  r.epoch = ls.epoch;
+  r.gradNorm = NAN;
+  double lossSum = 0;
+  for (int64_t micro = 0; micro < config.gradAccum; ++micro) {
+    SD_RETURN_IF_ERROR(session.collect(outs).withContext(where));
+    lossSum += scalarOut(outs, abi::kLossSum);
+    r.tokens += scalarOut(outs, abi::kTokens);
+  }
+  r.gradNorm = scalarOut(outs, abi::kGradNorm); // the last micro-batch is the optimizer step
+  double sums[2] = {lossSum, r.tokens};          // over the ranks: the global batch's loss
+  SD_RETURN_IF_ERROR(sumOverRanks(comm, sums, 2).withContext(where));
+  r.tokens = sums[1];
+  r.loss = sums[0] / std::max(r.tokens, 1.0);
+  // fp16: the plan skipped the update exactly when the gradient norm (global
+  // over the ranks) is Inf or NaN, and moved the loss scale.
+  if (lossScale >= 0) {
+    r.skipped = !std::isfinite(r.gradNorm);
+    r.lossScale = scalarOut(outs, abi::kLossScale);
+  }
+  return Status::ok();
+}
+
+// A failed step leaves nothing queued behind it: what was launched is
+// waited for and dropped, so the session can run other entries.
+Status Trainer::Impl::discardLaunched(Status why) {
+  std::vector<HostTensor> dropped;
+  while (session.launchedRuns()) (void)session.collect(dropped);
+  launched.clear();
+  return why;
 }
 
 StatusOr<StepReport> Trainer::runStep() {
   Impl &im = *impl_;
   const TrainConfig &o = im.config;
   if (im.step >= im.total) return sdError("training is done (", im.total, " steps)");
-  auto t0 = std::chrono::steady_clock::now();
-  if (!im.started) im.startTime = t0, im.started = true;
+  const int64_t number = im.step + 1;
+  PhaseNote phase(im.comm, "step " + std::to_string(number));
+  if (im.launched.empty())
+    if (Status st = im.launchStep(); !st.isOk()) return im.discardLaunched(st);
+  if (!im.started) im.startTime = im.launched.front().launched, im.started = true;
+  // Run ahead: the next step is queued before this one is waited for.
+  if (im.launched.size() == 1 && im.runsAhead() && !im.hookAfter(number))
+    if (Status st = im.launchStep(); !st.isOk()) return im.discardLaunched(st);
   StepReport r;
-  r.total = im.total;
-  r.lr = learningRate(o.schedule, im.step, im.total);
-  HostTensor lrT = scalar(abi::kLr, float(r.lr)), wdT = scalar(abi::kWeightDecay, float(o.weightDecay)),
-             clipT = scalar(abi::kMaxGradNorm, float(o.clipNorm));
-  double lossSum = 0;
-  r.gradNorm = NAN;
-  std::string where = "step " + std::to_string(im.step + 1) + ": ";
-  PhaseNote phase(im.comm, "step " + std::to_string(im.step + 1));
-  for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
-    Rows rows = im.localRows(im.cursor.next(im.batch * im.world, im.seq, im.entries.packed));
-    const Bucket *b = bucketFor(im.entries, rows);
-    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput, im.entries.numLabels > 0);
-    std::map<std::string, const HostTensor *> in = tb.inputs();
-    in.insert({{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}});
-    // The last micro-batch runs train_step (accumulate, then the optimizer
-    // step on the window's sums): its gradient buckets are reduced across
-    // ranks while its backward runs, as DDP's no_sync windows end.
-    bool fused = micro == o.gradAccum - 1;
-    SD_RETURN_IF_ERROR(im.setDropoutRows(b->batch).withContext(where));
-    SD_RETURN_IF_ERROR(runEntry(im.session, fused ? b->trainStep : b->accumulate, in, im.outs).withContext(where));
-    lossSum += scalarOut(im.outs, abi::kLossSum);
-    r.tokens += scalarOut(im.outs, abi::kTokens);
-    if (fused) r.gradNorm = scalarOut(im.outs, abi::kGradNorm);
-  }
-  double sums[2] = {lossSum, r.tokens}; // over the ranks: the global batch's loss
-  SD_RETURN_IF_ERROR(sumOverRanks(im.comm, sums, 2).withContext(where));
+  const auto launchedAt = im.launched.front().launched;
+  if (Status st = im.collectStep(r); !st.isOk()) return im.discardLaunched(st);
   phase.end(); // eval and checkpoints may take longer than one step
-  r.tokens = sums[1];
-  r.loss = sums[0] / std::max(r.tokens, 1.0);
-  // fp16: the plan skipped the update exactly when the gradient norm (global
-  // over the ranks) is Inf or NaN, and moved the loss scale.
-  if (im.lossScale >= 0) {
-    float scale = 0;
-    SD_RETURN_IF_ERROR(im.session.readGlobal(size_t(im.lossScale), &scale, sizeof scale).withContext(where));
-    r.skipped = !std::isfinite(r.gradNorm);
-    r.lossScale = scale;
-  }
   if (!std::isfinite(r.loss))
-    return sdError("step ", im.step + 1, ": loss is ", r.loss, "; stopped",
-                   o.checkpointDir.empty() ? "" : " (the last checkpoint in " + o.checkpointDir + " is kept)");
+    return im.discardLaunched(sdError("step ", number, ": loss is ", r.loss, "; stopped",
+                                      o.checkpointDir.empty() ? "" : " (the last checkpoint in " + o.checkpointDir + " is kept)"));
   ++im.step;
   if (o.verifyReplicas) SD_RETURN_IF_ERROR(checkReplicas(im.session, im.comm, im.step));
   r.step = im.step;
-  r.epoch = im.cursor.epoch;
+  // A step that ran ahead started while the one before was reported: its
+  // time runs from that report (a GPU runs one step at a time).
   auto now = std::chrono::steady_clock::now();
-  r.seconds = std::chrono::duration<double>(now - t0).count();
+  r.seconds = std::chrono::duration<double>(now - std::max(launchedAt, im.lastReport)).count();
   r.elapsedSeconds = std::chrono::duration<double>(now - im.startTime).count();
   bool last = im.step == im.total;
   if (!im.evalData.empty() && ((o.evalEvery && im.step % o.evalEvery == 0) || last)) {
@@ -434,10 +520,12 @@ StatusOr<StepReport> Trainer::runStep() {
     SD_RETURN_IF_ERROR(saveCheckpoint());
     r.checkpointed = true;
   }
+  im.lastReport = std::chrono::steady_clock::now();
   return r;
 }
 
 Status Trainer::saveWeights(const std::string &path) const {
+  SD_RETURN_IF_ERROR(impl_->requireNothingLaunched("save weights"));
   GlobalValues gathered; // --shard params: the weights split by rows, whole on rank 0
   SD_RETURN_IF_ERROR(gatherToRankZero(impl_->session, impl_->comm, gathered).withContext("saving weights: "));
   if (impl_->rank != 0) return Status::ok();
@@ -460,6 +548,7 @@ Status Trainer::saveWeights(const std::string &path) const {
 }
 
 Status Trainer::saveAdapter(const std::string &dir) const {
+  SD_RETURN_IF_ERROR(impl_->requireNothingLaunched("save the adapter"));
   GlobalValues gathered; // --shard params: the adapter's tensors split by rows, whole on rank 0
   SD_RETURN_IF_ERROR(gatherToRankZero(impl_->session, impl_->comm, gathered).withContext("saving the adapter: "));
   if (impl_->rank != 0) return Status::ok();

@@ -10,6 +10,7 @@
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/train/trainer.h"
+#include "test_device.h"
 #include <algorithm>
 #include <cstring>
 #include <fstream>
@@ -104,88 +105,6 @@ TEST_F(PlanTest, EveryTruncationIsRefused) {
   }
 }
 
-// A device for tests: host memory the session may not address directly (so
-// every weight is uploaded and every value copied through the interface), and
-// a kernel registry derived from the CPU's.
-class TestDevice final : public Device {
-public:
-  explicit TestDevice(KernelRegistry kernels) : kernels_(std::move(kernels)) {}
-  const std::string &name() const override { return kernels_.backend(); }
-  const KernelRegistry &kernels() const override { return kernels_; }
-  bool hostAddressable() const override { return false; }
-  StatusOr<void *> allocate(size_t bytes) override {
-    ++allocations;
-    return cpuDevice()->allocate(bytes);
-  }
-  void release(void *p) override { cpuDevice()->release(p); }
-  Status copyFromHost(void *dst, const void *src, size_t n) override {
-    uploaded += n, ++waitingCopies;
-    return cpuDevice()->copyFromHost(dst, src, n);
-  }
-  Status copyToHost(void *dst, const void *src, size_t n) override {
-    downloaded += n, ++waitingCopies;
-    return cpuDevice()->copyToHost(dst, src, n);
-  }
-  // Staging copies are queued on a GPU; here they count apart.
-  StatusOr<void *> allocateStaging(size_t bytes) override {
-    ++stagingAllocations;
-    return Device::allocateStaging(bytes);
-  }
-  Status copyFromStaging(void *dst, const void *src, size_t n) override {
-    uploaded += n, ++queuedCopies;
-    return cpuDevice()->copyFromHost(dst, src, n);
-  }
-  Status copyToStaging(void *dst, const void *src, size_t n) override {
-    downloaded += n, ++queuedCopies;
-    return cpuDevice()->copyToHost(dst, src, n);
-  }
-  Status zero(void *dst, size_t n) override { return cpuDevice()->zero(dst, n); }
-  Status copyOnDevice(void *dst, const void *src, size_t n) override {
-    onDevice += n;
-    return cpuDevice()->copyOnDevice(dst, src, n);
-  }
-  Status synchronize() override {
-    ++syncs;
-    return Status::ok();
-  }
-  std::optional<size_t> freeBytes() const override { return free; }
-  // Graph capture, emulated: the "graph" is the recorded work itself, run on replay.
-  StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {
-    ++captureAttempts;
-    if (!canCapture) return sdError("test device: capture refused");
-    return std::shared_ptr<void>(new std::function<Status()>(enqueue),
-                                 [](void *f) { delete static_cast<std::function<Status()> *>(f); });
-  }
-  Status replay(void *graph) override {
-    ++replays;
-    return (*static_cast<std::function<Status()> *>(graph))();
-  }
-  size_t allocations = 0, uploaded = 0, downloaded = 0, onDevice = 0;
-  size_t waitingCopies = 0, queuedCopies = 0, syncs = 0, stagingAllocations = 0;
-  std::optional<size_t> free; // unset: unknown, as on the CPU
-  bool canCapture = false;
-  int captureAttempts = 0, replays = 0;
-
-private:
-  KernelRegistry kernels_;
-};
-
-// The CPU kernels under another backend name, with `drop` left out and
-// `retype`'s kernel limited to f64.
-KernelRegistry derivedKernels(const std::string &name, const std::string &drop, const std::string &retype = "") {
-  KernelRegistry r(name);
-  for (const KernelDef *k : cpuKernels().all()) {
-    if (k->op == drop) continue;
-    KernelDef d = *k;
-    if (k->op == retype) {
-      d.types = TypeSet{DType::F64};
-      d.halfViaF32 = false;
-    }
-    r.add(d);
-  }
-  return r;
-}
-
 TEST_F(PlanTest, RunsOnADeviceTheHostCannotAddress) {
   auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
   ASSERT_TRUE(plan.isOk()) << plan.status().message();
@@ -213,7 +132,7 @@ TEST_F(PlanTest, RunsOnADeviceTheHostCannotAddress) {
 }
 
 // On a device the host cannot address, a run's inputs and outputs pass
-// through one staging block per entry (allocated at its first run): every
+// through a staging block (allocated at the first run, reused after): every
 // copy is queued, and the run waits once, at its end.
 TEST_F(PlanTest, RunsQueueTheirCopiesThroughStagingAndWaitOnce) {
   auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
@@ -227,7 +146,7 @@ TEST_F(PlanTest, RunsQueueTheirCopiesThroughStagingAndWaitOnce) {
   auto in = inputs();
   std::vector<HostTensor> want;
   ASSERT_TRUE(onCpu.value()->run(0, {&in[0], &in[1]}, want).isOk());
-  const size_t waiting = dev->waitingCopies, syncs = dev->syncs;
+  const size_t waiting = dev->waitingCopies, syncs = dev->syncs, waits = dev->waits;
   for (int run = 0; run < 3; ++run) {
     std::vector<HostTensor> got;
     ASSERT_TRUE(s.value()->run(0, {&in[0], &in[1]}, got).isOk());
@@ -237,7 +156,8 @@ TEST_F(PlanTest, RunsQueueTheirCopiesThroughStagingAndWaitOnce) {
   EXPECT_EQ(dev->stagingAllocations, 1u);
   EXPECT_EQ(dev->waitingCopies, waiting); // nothing copied through pageable memory
   EXPECT_EQ(dev->queuedCopies, 3 * (in.size() + want.size()));
-  EXPECT_EQ(dev->syncs - syncs, 3u);     // one wait per run
+  EXPECT_EQ(dev->waits - waits, 3u);     // one wait per run
+  EXPECT_EQ(dev->syncs, syncs);
 }
 
 // Inputs and outputs already in device memory: the run copies them on the
@@ -779,68 +699,6 @@ g (float[2] x, float p, float q) => (float[2] y)
 
 } // namespace
 
-namespace {
-
-// A tiny causal LM (embedding, LayerNorm, Relu, head) for the capture audit.
-const char *kLanguageModel = R"(<
-  ir_version: 8,
-  opset_import: ["" : 17]
->
-lm (int64[2, 6] input_ids) => (float[2, 6, 8] logits)
-<float[8, 4] emb = {0.1,-0.2,0.3,0.05,-0.4,0.2,0.1,-0.1,0.25,0.3,-0.15,0.2,-0.05,0.1,0.4,-0.3,
-                    0.2,0.1,-0.2,0.35,-0.25,0.05,0.15,0.3,0.3,-0.3,0.2,-0.1,0.05,0.25,-0.35,0.1},
- float[4] ln_s = {1.0, 0.9, 1.1, 1.0}, float[4] ln_b = {0.0, 0.1, -0.1, 0.05},
- float[4, 8] head = {0.2,-0.1,0.05,0.3,-0.2,0.1,0.15,-0.25,0.1,0.2,-0.3,0.05,0.25,-0.15,0.1,0.2,
-                     -0.05,0.3,0.2,-0.1,0.1,0.05,-0.2,0.15,0.3,-0.25,0.1,0.2,-0.1,0.15,0.05,-0.3}>
-{
-  h = Gather <axis = 0> (emb, input_ids)
-  n = LayerNormalization <axis = -1> (h, ln_s, ln_b)
-  a = Relu(n)
-  logits = MatMul(a, head)
-}
-)";
-
-// kLanguageModel as dir/lm.onnxtxt and 12 rows of token ids as dir/train.jsonl.
-void writeLanguageModel(const std::string &dir) {
-  std::ofstream(dir + "/lm.onnxtxt") << kLanguageModel;
-  std::ofstream data(dir + "/train.jsonl");
-  for (int i = 0; i < 12; ++i)
-    data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
-         << ((i + 4) % 8) << "]}\n";
-}
-
-struct TrainRun {
-  std::vector<double> losses;
-  std::vector<HostTensor> state; // every mutable global after the run
-};
-
-TrainRun trainOn(std::shared_ptr<const Plan> plan, SessionOptions opts, const std::string &data) {
-  TrainRun r;
-  auto s = Session::create(plan, opts);
-  EXPECT_TRUE(s.isOk()) << s.status().message();
-  if (!s.isOk()) return r;
-  train::TrainConfig cfg;
-  cfg.dataPath = data;
-  cfg.steps = 8;
-  cfg.batch = 2;
-  cfg.shuffle = false;
-  cfg.weightDecay = 0.01;
-  cfg.clipNorm = 1.0;
-  cfg.schedule.peak = 0.05;
-  auto t = train::Trainer::create(*s.value(), cfg);
-  EXPECT_TRUE(t.isOk()) << t.status().message();
-  if (!t.isOk()) return r;
-  Status st = train::trainToEnd(*t.value(), [&](const train::StepReport &rep) {
-    r.losses.push_back(rep.loss);
-    return Status::ok();
-  });
-  EXPECT_TRUE(st.isOk()) << st.message();
-  for (size_t g = 0; g < plan->globals.size(); ++g)
-    if (isMutableRole(plan->globals[g].role)) r.state.push_back(*s.value()->readGlobal(g));
-  return r;
-}
-
-} // namespace
 
 // The capture audit: training plans replayed from a captured graph must give
 // the eager CPU run's losses and state bit for bit. Replay re-runs the very

@@ -75,6 +75,8 @@ const char *kTrainUsage =
     "  --verify-replicas      under mpirun: check after every step that all ranks hold\n"
     "                         bitwise equal parameters (stops at the first difference)\n"
     "  --no-cuda-graphs       run every GPU step eagerly instead of replaying a captured CUDA graph\n"
+    "  --sync-steps           on a GPU, wait for each step before queuing the next (default: the\n"
+    "                         next step is queued first, and losses are read one step behind)\n"
     "  --no-cpu-fallback      refuse a plan with a step the GPU has no kernel for (default: it runs the CPU's)\n"
     "  --comm-timeout SECONDS ranks on GPUs (NCCL): how long the start waits for every rank, and\n"
     "                         how long one step may run before its collectives are aborted (300)\n"
@@ -242,7 +244,8 @@ int trainCommand(const std::vector<std::string> &args) {
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
                    "--profile", "--comm-timeout",
                    "--adapter", "--save-adapter", "--tokenizer"},
-                  f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs", "--no-cpu-fallback", "--verify-replicas"})) {
+                  f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs", "--no-cpu-fallback", "--verify-replicas",
+                      "--sync-steps"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");
   }
   if (f.help) return std::fputs(kTrainUsage, stdout), 0;
@@ -264,6 +267,7 @@ int trainCommand(const std::vector<std::string> &args) {
   o.truncate = hasFlag(f, "--truncate");
   o.resume = hasFlag(f, "--resume");
   o.verifyReplicas = hasFlag(f, "--verify-replicas");
+  o.runAhead = hasFlag(f, "--sync-steps") ? sd::train::TrainConfig::RunAhead::Never : sd::train::TrainConfig::RunAhead::WhenAsync;
   int64_t seed = 0;
   sd::SessionOptions sopts;
   sd::WorldOptions worldOpts;

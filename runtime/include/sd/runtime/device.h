@@ -46,6 +46,11 @@ public:
   // before the copy is done; synchronize() waits for them.
   virtual Status copyFromStaging(void *dst, const void *src, size_t bytes) { return copyFromHost(dst, src, bytes); }
   virtual Status copyToStaging(void *dst, const void *src, size_t bytes) { return copyToHost(dst, src, bytes); }
+  // A mark after the work queued so far, and a wait until the device has
+  // passed it, so the host can wait for one run while later ones stay queued.
+  // Devices whose work is done when queued (the CPU) give null and wait for nothing.
+  virtual StatusOr<std::shared_ptr<void>> fence() { return std::shared_ptr<void>(); }
+  virtual Status waitFor(void *fence) { return fence ? synchronize() : Status::ok(); }
   // The queue kernels enqueue on (KernelContext::stream); null on the CPU.
   virtual void *stream() { return nullptr; }
   // Bytes the device can still allocate, where it knows (a GPU does; the CPU

@@ -75,7 +75,19 @@ public:
   uint64_t deviceBytes() const;
   // Runs entry `entry` on inputs given in the entry's input order; outputs come
   // back in output order. Input dtypes and shapes must match the bucket.
+  // Refused while launched runs wait to be collected.
   Status run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs);
+  // run() in two halves, so the host can prepare the next run while the
+  // device works: launch() checks and copies the inputs, queues the entry
+  // and the copies of its outputs and of the globals in `alsoRead` (their
+  // values right after this run), and returns; collect() waits for the
+  // oldest launched run and gives its outputs, then those globals. On a GPU
+  // launch() returns before the run is done; on the CPU, after (a later run
+  // cannot change what collect() gives). Anything else (readGlobal,
+  // writeGlobal, runOnDevice) acts after every launched run.
+  Status launch(size_t entry, const std::vector<const HostTensor *> &inputs, const std::vector<size_t> &alsoRead = {});
+  Status collect(std::vector<HostTensor> &outputs);
+  size_t launchedRuns() const; // launched and not yet collected
   // The same with inputs and outputs already in the device's memory (from
   // device().allocate, or another session's buffers on the same device): no
   // host copies. Every tensor's dtype and dims must be the entry's, outputs
@@ -146,7 +158,6 @@ private:
   Status runEager(size_t entry, size_t begin, size_t end);
   Status runLoop(const KernelContext &loop, size_t bodyIndex);
   Status runIf(const KernelContext &step, size_t thenIndex, size_t elseIndex);
-  Status keepCountedPrefix(const TensorView &count, int32_t axis, HostTensor &t) const;
   std::shared_ptr<const Plan> plan_;
   std::unique_ptr<Impl> impl_;
 };

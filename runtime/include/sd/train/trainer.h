@@ -34,6 +34,16 @@ struct TrainConfig {
   // Data-parallel runs: after every step, check that all ranks hold bitwise
   // equal trainable parameters (a CRC32C per rank, compared on every rank).
   bool verifyReplicas = false;
+  // Whether runStep() queues the next step before it waits for this one, so
+  // the device never waits for the host between steps and a step's loss is
+  // read one step behind. Never past a step whose eval, checkpoint or replica
+  // check needs the state right after it, nor past the last; on several GPUs
+  // never (the host's loss sum would race the next step's collectives).
+  // WhenAsync: where the device runs apart from the host (a GPU). Always also
+  // on the CPU, where it changes nothing but the order of work (for tests).
+  // While a step runs ahead, evaluate() and the save calls are refused.
+  enum class RunAhead { Never, WhenAsync, Always };
+  RunAhead runAhead = RunAhead::Never;
 };
 
 // What one optimizer step did (and the hooks that ran after it).
