@@ -264,6 +264,12 @@ def main():
                 r = json.loads(out.strip().splitlines()[-1])
                 # On the GPU: what the session holds on the device (arena, state, weights).
                 results = {"sdrun": (r["median_ms"], rss if args.device == "cpu" else r["device_mib"])}
+                # On the GPU: steps queued one ahead, as sdrun train runs them, and
+                # the share of time the GPU waited for the host (CUDA events).
+                if r.get("pipelined_ms", -1) > 0:
+                    results["sdrun-pipelined"] = (r["pipelined_ms"], results["sdrun"][1])
+                    print(f"{name:12} {mode:5} sdrun GPU idle: {r['device_idle_pct']:.1f}% waiting for each step, "
+                          f"{r['pipelined_device_idle_pct']:.1f}% pipelined", flush=True)
                 for peer in args.peers.split(","):
                     out, prss = measure([sys.executable, os.path.abspath(__file__), "--torch-child", "--config", name,
                                          "--mode", mode, "--peer", peer, "--device", args.device, "--threads",

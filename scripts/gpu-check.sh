@@ -177,6 +177,16 @@ run_bundle() {
     check "$kind: weights match the CPU" $cmp weights "$w/weights1.safetensors" "$ref/weights.safetensors" "$weights_atol"
     check "$kind: two GPU trainings, same losses" $cmp losses "$w/metrics2.jsonl" "$w/metrics1.jsonl" 0
     check "$kind: two GPU trainings, same weights" $cmp same "$w/weights2.safetensors" "$w/weights1.safetensors"
+    # Losses read one step behind (the default) against waiting for each
+    # step, and graph replay against eager launches: the same bits.
+    check "$kind: train with --sync-steps" "$sdrun" "${train[@]}" --device "$device" --sync-steps \
+      --metrics "$w/metrics-sync.jsonl" --save-weights "$w/weights-sync.safetensors"
+    check "$kind: run ahead = --sync-steps, losses" $cmp losses "$w/metrics-sync.jsonl" "$w/metrics1.jsonl" 0
+    check "$kind: run ahead = --sync-steps, weights" $cmp same "$w/weights-sync.safetensors" "$w/weights1.safetensors"
+    check "$kind: train eagerly (--no-cuda-graphs)" "$sdrun" "${train[@]}" --device "$device" --no-cuda-graphs \
+      --metrics "$w/metrics-eager.jsonl" --save-weights "$w/weights-eager.safetensors"
+    check "$kind: graph replay = eager, losses" $cmp losses "$w/metrics-eager.jsonl" "$w/metrics1.jsonl" 0
+    check "$kind: graph replay = eager, weights" $cmp same "$w/weights-eager.safetensors" "$w/weights1.safetensors"
     if [ -z "$traced" ]; then # --profile: one trace event per kernel run (3 steps of train_step's kernels)
       traced=$kind
       check "$kind: --profile writes every kernel run" "$sdrun" train "$plan" --device "$device" --data \

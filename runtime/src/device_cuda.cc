@@ -96,7 +96,7 @@ public:
 
   StatusOr<std::shared_ptr<void>> fence() override {
     cudaEvent_t event = nullptr;
-    cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming);
+    cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDefault); // timed: elapsedMs
     if (e == cudaSuccess && (e = cudaEventRecord(event, stream_)) != cudaSuccess) cudaEventDestroy(event);
     if (e != cudaSuccess) {
       cudaGetLastError();
@@ -107,6 +107,15 @@ public:
   // An error of any kernel queued before the fence shows here, as at a synchronize().
   Status waitFor(void *fence) override {
     return fence ? check(cudaEventSynchronize(static_cast<cudaEvent_t>(fence)), "wait for a run", false) : Status::ok();
+  }
+
+  std::optional<double> elapsedMs(void *from, void *to) const override {
+    float ms = 0;
+    if (!from || !to || cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(from), static_cast<cudaEvent_t>(to)) != cudaSuccess) {
+      cudaGetLastError();
+      return std::nullopt;
+    }
+    return double(ms);
   }
 
   StatusOr<std::shared_ptr<void>> capture(const std::function<Status()> &enqueue) override {

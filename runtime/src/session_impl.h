@@ -99,11 +99,16 @@ struct Session::Impl {
     size_t entry = 0;
     StagingBlock block;              // staged devices: where the outputs arrive
     std::vector<size_t> alsoRead;    // globals copied after the run
+    std::shared_ptr<void> started;   // before its input copies (timing)
     std::shared_ptr<void> fence;     // passed when the run's copies are done
     std::vector<HostTensor> outputs; // host-addressable devices: read at launch
   };
   std::deque<QueuedRun> queued;
   std::vector<StagingBlock> spareStaging; // blocks no queued run holds
+  // Session::deviceTime: the first timed run's start fence since the reset.
+  std::shared_ptr<void> timedFrom;
+  Session::DeviceTime timed;
+  bool timesRuns = true; // until the device says it does not
   StatusOr<StagingBlock> takeStaging(size_t bytes);
   ~Impl() {
     if (!device) return;

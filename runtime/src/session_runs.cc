@@ -98,6 +98,11 @@ Status Session::launch(size_t entry, const std::vector<const HostTensor *> &inpu
     StatusOr<Impl::StagingBlock> block = im.takeStaging(pe.stagedBytes + globalBytes);
     if (!block.isOk()) return block.status().withContext("entry '" + e.name + "': ");
     run.block = *block;
+    if (im.timesRuns) {
+      StatusOr<std::shared_ptr<void>> started = dev.fence();
+      if (!started.isOk()) return started.status();
+      run.started = *started;
+    }
   }
   // On failure the block goes back once the device is done with it.
   auto fail = [&](Status st) {
@@ -178,6 +183,18 @@ Status Session::collect(std::vector<HostTensor> &outputs) {
     ~Spare() { im.spareStaging.push_back(block); }
   } spare{im, run.block};
   SD_RETURN_IF_ERROR(im.device->waitFor(run.fence.get()));
+  if (im.timesRuns && run.started) {
+    std::optional<double> busy = im.device->elapsedMs(run.started.get(), run.fence.get());
+    if (!im.timedFrom) im.timedFrom = run.started;
+    std::optional<double> span = im.device->elapsedMs(im.timedFrom.get(), run.fence.get());
+    if (busy && span) {
+      im.timed.busyMs += *busy;
+      im.timed.spanMs = *span;
+      ++im.timed.runs;
+    } else {
+      im.timesRuns = false; // fences without times: stop asking
+    }
+  }
   const EntryDesc &e = plan_->entries[run.entry];
   const Impl::PreparedEntry &pe = im.entries[run.entry];
   const std::vector<size_t> &at = pe.stagedAt;
@@ -205,6 +222,16 @@ Status Session::collect(std::vector<HostTensor> &outputs) {
 }
 
 size_t Session::launchedRuns() const { return impl_->queued.size(); }
+
+std::optional<Session::DeviceTime> Session::deviceTime() const {
+  if (!impl_->timesRuns || impl_->timed.runs == 0) return std::nullopt;
+  return impl_->timed;
+}
+
+void Session::resetDeviceTime() {
+  impl_->timed = DeviceTime{};
+  impl_->timedFrom.reset();
+}
 
 Status Session::run(size_t entry, const std::vector<const HostTensor *> &inputs, std::vector<HostTensor> &outputs) {
   if (!impl_->queued.empty())

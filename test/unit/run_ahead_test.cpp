@@ -147,6 +147,46 @@ TEST(SessionLaunch, GlobalsReadWithARunAreItsValues) {
   EXPECT_FALSE(session.launch(size_t(entry), in, {plan->globals.size()}).isOk());
 }
 
+// A timed device's runs add up to the busy time; gaps between them (the
+// device waiting for the host) are the span's rest. Untimed devices say nothing.
+TEST(SessionLaunch, DeviceTimeSplitsBusyFromWaiting) {
+  std::string dir = tempDir("sd_launch_time");
+  auto plan = compileFile(dir, kAffine, "affine");
+  ASSERT_TRUE(plan);
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
+  dev->timed = true;
+  auto s = Session::create(plan, SessionOptions{1, dev});
+  ASSERT_TRUE(s.isOk());
+  Session &session = *s.value();
+  HostTensor a = filled(0);
+  std::vector<HostTensor> out;
+  EXPECT_FALSE(session.deviceTime().has_value()) << "no run collected yet";
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(session.run(0, {&a}, out).isOk());
+    dev->idleMs += 5; // the host takes 5 ms before the next run
+  }
+  auto t = session.deviceTime();
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->runs, 3);
+  EXPECT_EQ(t->busyMs, 6.0);  // one input and one output copy per run, 1 ms each
+  EXPECT_EQ(t->spanMs, 16.0); // and two 5 ms waits between the three runs
+  session.resetDeviceTime();
+  EXPECT_FALSE(session.deviceTime().has_value());
+  ASSERT_TRUE(session.launch(0, {&a}).isOk());
+  ASSERT_TRUE(session.launch(0, {&a}).isOk()); // queued behind: no wait between
+  ASSERT_TRUE(session.collect(out).isOk());
+  ASSERT_TRUE(session.collect(out).isOk());
+  t = session.deviceTime();
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->busyMs, 4.0);
+  EXPECT_EQ(t->spanMs, 4.0);
+  auto untimed = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
+  auto u = Session::create(plan, SessionOptions{1, untimed});
+  ASSERT_TRUE(u.isOk());
+  ASSERT_TRUE(u.value()->run(0, {&a}, out).isOk());
+  EXPECT_FALSE(u.value()->deviceTime().has_value());
+}
+
 bool sameReport(const train::StepReport &a, const train::StepReport &b) {
   auto same = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
   return a.step == b.step && a.total == b.total && a.epoch == b.epoch && same(a.loss, b.loss) && a.lr == b.lr &&

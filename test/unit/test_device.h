@@ -58,14 +58,27 @@ public:
     pendingReads.push_back({dst, std::vector<uint8_t>(from, from + n)});
     return Status::ok();
   }
+  // A fence remembers the reads queued before it and, on a timed device,
+  // the emulated clock (one ms per queued copy, plus what a test adds).
+  struct Fence {
+    size_t reads;
+    double ms;
+  };
   StatusOr<std::shared_ptr<void>> fence() override {
-    return std::shared_ptr<void>(new size_t(landedReads + pendingReads.size()), [](void *p) { delete static_cast<size_t *>(p); });
+    return std::shared_ptr<void>(new Fence{landedReads + pendingReads.size(), double(queuedCopies) + idleMs},
+                                 [](void *p) { delete static_cast<Fence *>(p); });
   }
   Status waitFor(void *fence) override {
     ++waits;
-    if (fence) land(*static_cast<size_t *>(fence));
+    if (fence) land(static_cast<Fence *>(fence)->reads);
     return Status::ok();
   }
+  std::optional<double> elapsedMs(void *from, void *to) const override {
+    if (!timed) return std::nullopt;
+    return static_cast<Fence *>(to)->ms - static_cast<Fence *>(from)->ms;
+  }
+  bool timed = false;
+  double idleMs = 0; // time the emulated device waited for the host
   Status zero(void *dst, size_t n) override { return cpuDevice()->zero(dst, n); }
   Status copyOnDevice(void *dst, const void *src, size_t n) override {
     onDevice += n;

@@ -12,6 +12,7 @@
 #include "sd/format/tensor_io.h"
 #include "sd/format/training_abi.h"
 #include <algorithm>
+#include <optional>
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -117,7 +118,10 @@ const char *kBenchUsage =
     "the batch from JSON Lines data as sdrun train would (B rows, padded to the\n"
     "bucket). --profile prints time per op before the summary (runs are then eager, and\n"
     "each GPU kernel is waited for); --profile=TRACE.json also writes a Chrome trace.\n"
-    "The last line is JSON with median_ms.\n";
+    "On a GPU it also times the runs pipelined (each launched before the one ahead\n"
+    "is waited for, as sdrun train runs steps) and prints how much of the time the\n"
+    "GPU waited for the host, both ways (from CUDA events around each run).\n"
+    "The last line is JSON with median_ms (and pipelined_ms, device_idle_pct).\n";
 
 const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp [--kernels cpu|cuda]\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
                             "Shows entries, buckets, globals, arena size and weights.\n"
@@ -333,12 +337,30 @@ int benchCommand(const std::vector<std::string> &args) {
   std::vector<double> times;
   for (int64_t i = 0; i < warmup + iters; ++i) {
     if (profile && i == warmup) run.session->setProfiling(true);
+    if (i == warmup) run.session->resetDeviceTime();
     auto t0 = std::chrono::steady_clock::now();
     if (auto s = run.session->run(run.entry, run.ptrs, outputs); !s.isOk()) return fail(s.message());
     double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (i >= warmup) times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
+  const std::optional<sd::Session::DeviceTime> waited = run.session->deviceTime();
+  // On a GPU, also as sdrun train runs steps: each run launched before the
+  // one ahead of it is waited for, so the device always has the next queued.
+  double pipelinedMs = -1;
+  std::optional<sd::Session::DeviceTime> queued;
+  if (!run.session->device().hostAddressable() && !profile) {
+    run.session->resetDeviceTime();
+    auto t0 = std::chrono::steady_clock::now();
+    for (int64_t i = 0; i < iters; ++i) {
+      if (auto s = run.session->launch(run.entry, run.ptrs); !s.isOk()) return fail(s.message());
+      if (i > 0)
+        if (auto s = run.session->collect(outputs); !s.isOk()) return fail(s.message());
+    }
+    if (auto s = run.session->collect(outputs); !s.isOk()) return fail(s.message());
+    pipelinedMs = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count() / double(iters);
+    queued = run.session->deviceTime();
+  }
   if (auto s = writeTrace(*run.session, tracePath); !s.isOk()) return fail(s.message());
   if (profile) {
     double total = 0;
@@ -355,10 +377,23 @@ int benchCommand(const std::vector<std::string> &args) {
               (long long)iters, median, mean, times.front());
   const sd::Device &dev = run.session->device();
   if (!dev.hostAddressable()) std::printf("device: %s\n", dev.describe().c_str());
+  // The device's idle share: the time it waited for the host between runs.
+  auto idlePct = [](const std::optional<sd::Session::DeviceTime> &t) {
+    return t && t->spanMs > 0 ? 100.0 * (t->spanMs - t->busyMs) / t->spanMs : -1.0;
+  };
+  if (waited)
+    std::printf("device idle, each run waited for: %.1f%% of the span (%.3f ms per run)\n", idlePct(waited),
+                (waited->spanMs - waited->busyMs) / double(waited->runs));
+  if (pipelinedMs >= 0) std::printf("pipelined (the next run queued before waiting): %.3f ms per iteration\n", pipelinedMs);
+  if (queued)
+    std::printf("device idle, pipelined: %.1f%% of the span (%.3f ms per run)\n", idlePct(queued),
+                (queued->spanMs - queued->busyMs) / double(queued->runs));
   std::printf("{\"entry\":\"%s\",\"iterations\":%lld,\"threads\":%lld,\"median_ms\":%.4f,\"mean_ms\":%.4f,\"min_ms\":%.4f,"
-              "\"f32_gemm\":\"%s\",\"device\":\"%s\",\"device_mib\":%.1f}\n",
+              "\"f32_gemm\":\"%s\",\"device\":\"%s\",\"device_mib\":%.1f,\"pipelined_ms\":%.4f,"
+              "\"device_idle_pct\":%.2f,\"pipelined_device_idle_pct\":%.2f}\n",
               entryName.c_str(), (long long)iters, (long long)sessionOpts.threads, median, mean, times.front(),
-              sd::f32GemmKernel(), dev.name().c_str(), double(run.session->deviceBytes()) / double(1 << 20));
+              sd::f32GemmKernel(), dev.name().c_str(), double(run.session->deviceBytes()) / double(1 << 20), pipelinedMs,
+              idlePct(waited), idlePct(queued));
   return 0;
 }
 

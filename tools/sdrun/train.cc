@@ -225,8 +225,17 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
   SD_RETURN_IF_ERROR(progress.open(out.metricsPath, cfg.resume, trainer.step()));
   startTrace(*session.value(), out.tracePath);
   int64_t firstStep = trainer.step();
-  SD_RETURN_IF_ERROR(sd::train::trainToEnd(trainer, [&](const sd::train::StepReport &r) { return progress.report(r, firstStep); }));
+  sd::Session &sess = *session.value();
+  SD_RETURN_IF_ERROR(sd::train::trainToEnd(trainer, [&](const sd::train::StepReport &r) {
+    if (r.step == firstStep + 2) sess.resetDeviceTime(); // past the eager warm-up and the graph capture
+    return progress.report(r, firstStep);
+  }));
   progress.finish();
+  // On a GPU: how much of the steps' time it waited for the host (packing
+  // batches, launching, and eval and checkpoints where they ran).
+  if (auto t = sess.deviceTime(); t && t->spanMs > 0)
+    std::fprintf(stderr, "sdrun: from step %lld on, the GPU was busy %.1f%% of the time (waited %.3f ms per run for the host)\n",
+                 (long long)(firstStep + 3), 100.0 * t->busyMs / t->spanMs, (t->spanMs - t->busyMs) / double(t->runs));
   SD_RETURN_IF_ERROR(writeTrace(*session.value(), out.tracePath));
   if (!out.saveWeights.empty()) SD_RETURN_IF_ERROR(trainer.saveWeights(out.saveWeights));
   if (!out.adapterOut.empty()) SD_RETURN_IF_ERROR(trainer.saveAdapter(out.adapterOut));

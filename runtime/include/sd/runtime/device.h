@@ -51,6 +51,9 @@ public:
   // Devices whose work is done when queued (the CPU) give null and wait for nothing.
   virtual StatusOr<std::shared_ptr<void>> fence() { return std::shared_ptr<void>(); }
   virtual Status waitFor(void *fence) { return fence ? synchronize() : Status::ok(); }
+  // Milliseconds of device time between two passed fences, where the device
+  // times them (a GPU); nullopt otherwise.
+  virtual std::optional<double> elapsedMs(void *from, void *to) const { return std::nullopt; }
   // The queue kernels enqueue on (KernelContext::stream); null on the CPU.
   virtual void *stream() { return nullptr; }
   // Bytes the device can still allocate, where it knows (a GPU does; the CPU

@@ -88,6 +88,17 @@ public:
   Status launch(size_t entry, const std::vector<const HostTensor *> &inputs, const std::vector<size_t> &alsoRead = {});
   Status collect(std::vector<HostTensor> &outputs);
   size_t launchedRuns() const; // launched and not yet collected
+  // On a device that times its work (a GPU), over the runs collected since
+  // the last reset: the device time each took (its first input copy to its
+  // last output copy), summed, and the time from the first one's start to
+  // the last one's end. span - busy is time the device waited for the host
+  // (between runs, or work outside them). nullopt on other devices.
+  struct DeviceTime {
+    double busyMs = 0, spanMs = 0;
+    int64_t runs = 0;
+  };
+  std::optional<DeviceTime> deviceTime() const;
+  void resetDeviceTime();
   // The same with inputs and outputs already in the device's memory (from
   // device().allocate, or another session's buffers on the same device): no
   // host copies. Every tensor's dtype and dims must be the entry's, outputs
