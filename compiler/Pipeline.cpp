@@ -103,6 +103,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFoldConvAffine());
   pm.addPass(createFuseHardSwish());
   pm.addPass(createFuseConvEpilogue());
+  if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
+  if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());
   pm.addPass(createPropagateShapes()); // removes the ops they replaced
 }
 

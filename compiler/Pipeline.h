@@ -39,6 +39,9 @@ struct PipelineOptions {
   bool overlapReduction = true; // train_step reduces each bucket while the backward goes on
   std::string shard = "none"; // none | optimizer | grads | params (sd-data-parallel, sd-shard-params)
   bool packing = false; // training entries take position_ids (several sequences per row)
+  // Fusions that only change how a plan computes, not what (sdc --no-fuse turns them off, to compare).
+  bool gemmEpilogues = true;      // sd-fuse-gemm-epilogues
+  bool elementwiseFusion = true;  // sd-fuse-elementwise
   std::string precision = "fp32"; // fp32 | bf16 | fp16 (sd-autocast)
   double lossScaleInit = 65536.0;  // fp16: the dynamic loss scale's first value
   int64_t lossScaleWindow = 2000;  // fp16: clean steps before the scale doubles (GradScaler's growth_interval)

@@ -32,7 +32,7 @@ bool isElementwiseContract(llvm::StringRef c) {
       "Tanh", "Erf", "Sigmoid", "Relu", "LeakyRelu", "Elu", "Selu", "Celu", "Gelu", "HardSigmoid",
       "HardSwish", "Softplus", "Softsign", "Mish", "Floor", "Ceil", "Round", "Sign", "Clip", "Where",
       "Max", "Min", "Sum", "Mean", "ThresholdedRelu", "PRelu", "Cast", "Not", "And", "Or", "Xor", "Equal",
-      "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Mod", "IsNaN", "IsInf", "BitShift"};
+      "Less", "LessOrEqual", "Greater", "GreaterOrEqual", "Mod", "IsNaN", "IsInf", "BitShift", "FusedElementwise"};
   return ops.contains(c);
 }
 

@@ -31,6 +31,14 @@ def FuseConvEpilogue : Pass<"sd-fuse-conv-epilogue", "mlir::ModuleOp"> {
   let summary = "In inference entries, fold a residual Add and an activation into the Conv before them";
 }
 
+def FuseGemmEpilogues : Pass<"sd-fuse-gemm-epilogues", "mlir::ModuleOp"> {
+  let summary = "Fold a GELU into the Linear before it, and GeluGrad with its bias gradient into the Gemm before it";
+}
+
+def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {
+  let summary = "Fuse chains of f32 Add, Sub, Mul, Div and Neg into one sd.fused_elementwise step";
+}
+
 def Autocast : Pass<"sd-autocast", "mlir::ModuleOp"> {
   let summary = "Mixed precision: matrix products and attention in bf16, everything else and all state in f32";
   let description = [{

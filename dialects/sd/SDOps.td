@@ -226,6 +226,43 @@ def SD_LinearOp : SD_Nary<"linear", "Linear",
   }];
 }
 
+// GEMM epilogues (sd-fuse-gemm-epilogues): a GELU after a Linear, and the
+// GELU gradient (with its bias gradient) after the GEMM that produces the
+// gradient it scales, computed as one step (cuBLASLt applies them while the
+// product's tiles are in registers).
+def SD_LinearGeluOp : SD_Nary<"linear_gelu", "LinearGelu",
+    (ins AnyTensor:$input, AnyTensor:$weight, SD_OptTensor:$bias),
+    (ins StrAttr:$layout, StrAttr:$module, OptStr:$approximate),
+    (outs AnyTensor:$output, Optional<AnyTensor>:$pre)> {
+  let description = [{
+    output = gelu(input x weight + bias) as Linear and Gelu compute them; `pre`
+    (training: GeluGrad reads it) is the product before the GELU, f32
+    intermediate rounded once to each result's type.
+  }];
+}
+def SD_GemmDGeluOp : SD_Nary<"gemm_dgelu", "GemmDGelu",
+    (ins AnyTensor:$a, AnyTensor:$b, AnyTensor:$pre),
+    (ins OptI64:$transA, OptI64:$transB, OptStr:$approximate),
+    (outs AnyTensor:$grad, Optional<AnyTensor>:$bias_grad)> {
+  let description = [{
+    grad = GeluGrad(op(a) x op(b), pre) over 2-D operands (pre [m, n]), and
+    bias_grad = grad summed over its rows (ReduceSum over axis 0): the
+    backward of Linear + GELU, fused into the GEMM of the next layer's input
+    gradient.
+  }];
+}
+
+// sd-fuse-elementwise: a chain of exact f32 arithmetic in one pass.
+def SD_FusedElementwiseOp : SD_Nary<"fused_elementwise", "FusedElementwise",
+    (ins Variadic<AnyTensor>:$inputs), (ins DenseI64ArrayAttr:$program)> {
+  let description = [{
+    `program` is (opcode, lhs, rhs) triples over the operands and the results
+    before it (sd/ops/fused_elementwise.h: 0 Add, 1 Sub, 2 Mul, 3 Div, 4 Neg);
+    the last result is the output. Every operand has the output's shape or
+    one element.
+  }];
+}
+
 // Orthogonal subspace fine-tuning (sd-peft-osft): W = U_high diag(S_high) V_high
 // + U_low diag(S_low) V_low, U [out, k], S [k], V [k, in]; the high part frozen.
 def SD_OsftLinearOp : SD_Nary<"osft_linear", "OsftLinear",

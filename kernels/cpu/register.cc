@@ -61,6 +61,8 @@ void registerDeformConvKernels();
 void registerRotaryKernels();
 void registerCachedAttentionKernels();
 void registerSwiGLUKernels();
+void registerGemmEpilogueKernels();
+void registerFusedElementwiseKernels();
 
 KernelRegistry &mutableCpuKernels() {
   static KernelRegistry r("cpu");
@@ -77,7 +79,7 @@ static bool computesHalfViaF32(std::string_view op) {
       "GreaterOrEqual", "Min", "Max", "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization",
       "RMSNormalization", "RMSNormalizationGrad", "Rotary", "SwiGLU", "SwiGLUGrad",
       // Mixed precision (sd-autocast): bf16 operands, f32 accumulation, result rounded once.
-      "MatMul", "Gemm", "Linear", "Attention", "AttentionGrad", "ReduceSum", "ReduceMean",
+      "MatMul", "Gemm", "Linear", "LinearGelu", "GemmDGelu", "Attention", "AttentionGrad", "ReduceSum", "ReduceMean",
       // Exact in f32 (a max of rounded values rounds back to itself): ONNX Attention's masked-row test.
       "ReduceMax", "ReduceMin",
       // Exact in f32: a classification, and integers/ranges a half can hold.
@@ -156,6 +158,8 @@ void registerAllOps() {
     cpu::registerRotaryKernels();
     cpu::registerCachedAttentionKernels();
     cpu::registerSwiGLUKernels();
+    cpu::registerGemmEpilogueKernels();
+    cpu::registerFusedElementwiseKernels();
   });
 }
 

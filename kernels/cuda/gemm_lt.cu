@@ -107,12 +107,25 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape
                 CUBLAS_STATUS_SUCCESS &&
             lt.descSetAttribute(g->op, CUBLASLT_MATMUL_DESC_TRANSB, &opY, sizeof opY) ==
                 CUBLAS_STATUS_SUCCESS;
-  if (ok && s.bias) {
+  if (ok && (s.bias || s.epilogue != GemmShape::Epilogue::None)) {
+    auto set = [&](cublasLtMatmulDescAttributes_t attr, const void *value, size_t bytes) {
+      return lt.descSetAttribute(g->op, attr, value, bytes) == CUBLAS_STATUS_SUCCESS;
+    };
     cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
-    ok = lt.descSetAttribute(g->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ==
-             CUBLAS_STATUS_SUCCESS &&
-         lt.descSetAttribute(g->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &s.bias, sizeof s.bias) ==
-             CUBLAS_STATUS_SUCCESS;
+    if (s.epilogue == GemmShape::Epilogue::Gelu)
+      epi = s.aux ? (s.bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX)
+                  : (s.bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU);
+    else if (s.epilogue == GemmShape::Epilogue::DGelu)
+      epi = s.biasGrad ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
+    ok = set(CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi);
+    // The bias in, or (DGELU_BGRAD) the bias gradient out, through the same pointer.
+    const void *biasPointer = s.epilogue == GemmShape::Epilogue::DGelu ? s.biasGrad : s.bias;
+    if (ok && biasPointer) ok = set(CUBLASLT_MATMUL_DESC_BIAS_POINTER, &biasPointer, sizeof biasPointer);
+    if (ok && s.aux) {
+      int64_t ld = s.ldc;
+      ok = set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, &s.aux, sizeof s.aux) &&
+           set(CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, &ld, sizeof ld);
+    }
   }
   auto layout = [&](cublasLtMatrixLayout_t *l, bool trans, int64_t rows, int64_t cols, int64_t ld) {
     return lt.layoutCreate(l, data, uint64_t(trans ? cols : rows), uint64_t(trans ? rows : cols), ld) ==
@@ -149,12 +162,20 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape
   return g;
 }
 
+bool LtGemm::runsOnLt(const void *a, const void *b, const void *c) const {
+  auto aligned = [&](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % shape.alignBytes == 0; };
+  return error.empty() && !builtin && aligned(a) && aligned(b) && aligned(c);
+}
+
 Status LtGemm::run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const {
   if (!error.empty()) return sdError(error);
   // A pointer less aligned than the algorithm was chosen for: the built-in
-  // GEMM (same result semantics) rather than a failed or faulting call.
-  auto misaligned = [&](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % shape.alignBytes != 0; };
-  if (builtin || misaligned(a) || misaligned(b) || misaligned(c)) return builtinGemm(shape, a, b, c, alpha, beta, stream);
+  // GEMM (same result semantics) rather than a failed or faulting call. It
+  // has no GELU epilogues: their callers check runsOnLt first.
+  if (!runsOnLt(a, b, c)) {
+    if (shape.epilogue != GemmShape::Epilogue::None) return sdError("a GELU epilogue GEMM cannot run on the built-in GEMM");
+    return builtinGemm(shape, a, b, c, alpha, beta, stream);
+  }
   float af = float(alpha), bf = float(beta);
   const void *pa = shape.dtype == DType::F64 ? static_cast<const void *>(&alpha) : &af;
   const void *pb = shape.dtype == DType::F64 ? static_cast<const void *>(&beta) : &bf;

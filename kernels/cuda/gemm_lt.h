@@ -28,6 +28,14 @@ struct GemmShape {
   int64_t batch = 1, strideA = 0, strideB = 0, strideC = 0;
   DType dtype = DType::F32;
   const void *bias = nullptr; // a length-n vector added to every row (epilogue)
+  // An epilogue past the bias (gemm_epilogue.cu; cuBLASLt's GELU is the tanh
+  // form). Gelu: out = gelu(product + bias), the GELU's input kept in `aux`
+  // when it is set. DGelu: out = product * gelu'(aux), and, when `biasGrad`
+  // is set, out's sums over rows (length n) there.
+  enum class Epilogue { None, Gelu, DGelu };
+  Epilogue epilogue = Epilogue::None;
+  const void *aux = nullptr; // [m, n] row-major, leading dimension ldc (a multiple of 8)
+  void *biasGrad = nullptr;
   // The alignment (bytes, a power of two) every pointer the plan runs on
   // keeps: the algorithm is chosen for it (cuBLASLt assumes 256 otherwise).
   // Session buffers start at 64-byte arena offsets; callers that run on
@@ -50,8 +58,15 @@ struct LtGemm {
   bool builtin = false;
   std::string error; // why no plan could be built; the step reports it
   ~LtGemm();
+  // False where run() would take the built-in GEMM (no cuBLASLt, or pointers
+  // less aligned than the plan's), which has no epilogue but the bias.
+  bool runsOnLt(const void *a, const void *b, const void *c) const;
   Status run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const;
 };
+
+// The row-major GEMM shapes of Gemm's and Linear's operands (linalg.cu).
+GemmShape gemmShapeOf(const KernelContext &c);
+GemmShape linearShapeOf(const KernelContext &c);
 
 // The built-in GEMM (gemm_builtin.cu): the fallback when cuBLASLt is missing.
 Status builtinGemm(const GemmShape &s, const void *a, const void *b, void *c, double alpha, double beta,

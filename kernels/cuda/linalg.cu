@@ -106,7 +106,9 @@ Status MatMulKernel(const KernelContext &c) {
   return Status::ok();
 }
 
-GemmShape gemmShape(const KernelContext &c) {
+} // namespace
+
+GemmShape gemmShapeOf(const KernelContext &c) {
   const TensorView &a = c.inputs[0], &b = c.inputs[1], &o = c.outputs[0];
   GemmShape g;
   g.transA = c.attrs.getInt("transA", 0) != 0;
@@ -121,7 +123,9 @@ GemmShape gemmShape(const KernelContext &c) {
   return g;
 }
 
-std::shared_ptr<const void> prepareGemm(const PrepareContext &p) { return planGemm(p, gemmShape(p.kernel)); }
+namespace {
+
+std::shared_ptr<const void> prepareGemm(const PrepareContext &p) { return planGemm(p, gemmShapeOf(p.kernel)); }
 
 Status GemmKernel(const KernelContext &c) {
   auto *g = static_cast<const LtGemm *>(c.prepared);
@@ -137,7 +141,9 @@ Status GemmKernel(const KernelContext &c) {
   return g->run(c.inputs[0].data, c.inputs[1].data, c.outputs[0].data, alpha, hasC ? beta : 0.0, streamOf(c));
 }
 
-GemmShape linearShape(const KernelContext &c) {
+} // namespace
+
+GemmShape linearShapeOf(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &o = c.outputs[0];
   GemmShape g;
   g.transB = c.attrs.getString("layout", "io") == "oi";
@@ -153,7 +159,9 @@ GemmShape linearShape(const KernelContext &c) {
   return g;
 }
 
-std::shared_ptr<const void> prepareLinear(const PrepareContext &p) { return planGemm(p, linearShape(p.kernel)); }
+namespace {
+
+std::shared_ptr<const void> prepareLinear(const PrepareContext &p) { return planGemm(p, linearShapeOf(p.kernel)); }
 
 Status LinearKernel(const KernelContext &c) {
   auto *g = static_cast<const LtGemm *>(c.prepared);

@@ -21,6 +21,8 @@ void registerOsftKernels();
 void registerRotaryKernels();
 void registerCachedAttentionKernels();
 void registerSwiGLUKernels();
+void registerGemmEpilogueKernels();
+void registerFusedElementwiseKernels();
 void registerRecurrentKernels();
 void registerResizeKernels();
 
@@ -102,6 +104,8 @@ const KernelRegistry &cudaKernels() {
     cuda::registerRotaryKernels();
     cuda::registerCachedAttentionKernels();
     cuda::registerSwiGLUKernels();
+    cuda::registerGemmEpilogueKernels();
+    cuda::registerFusedElementwiseKernels();
     cuda::registerRecurrentKernels();
     cuda::registerResizeKernels();
   });

@@ -1,6 +1,7 @@
 // Shape rules of the elementwise family: unary math, binary broadcast ops,
 // comparisons and logic, variadic Min/Max/Mean/Sum, Where, Clip, Cast.
 #include "shape_util.h"
+#include "sd/ops/fused_elementwise.h"
 
 namespace sd {
 
@@ -132,7 +133,25 @@ static Status dropoutShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// FusedElementwise(operands...) {program}: f32, every operand the result's
+// shape or a single element.
+static Status fusedElementwiseShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(checkFusedProgram(c.attrs.getInts("program"), int64_t(c.inputs.size())));
+  const TensorInfo *full = &c.inputs[0];
+  for (const TensorInfo &in : c.inputs) {
+    SD_CHECK_ARG(in.dtype == DType::F32, "FusedElementwise takes f32 operands, got ", dtypeName(in.dtype));
+    SD_CHECK_ARG(in.rankKnown && in.isStatic(), "FusedElementwise takes static shapes");
+    if (product(in.dims) != 1) full = &in;
+  }
+  for (const TensorInfo &in : c.inputs)
+    SD_CHECK_ARG(product(in.dims) == 1 || in.dims == full->dims, "FusedElementwise operand ", formatDims(in.dims),
+                 " is neither ", formatDims(full->dims), " nor one element");
+  c.outputs = {*full};
+  return Status::ok();
+}
+
 void registerElementwiseShapes() {
+  registerShapeRule("FusedElementwise", fusedElementwiseShape);
   registerShapeRule("Dropout", dropoutShape);
   for (const char *op :
        {"Neg", "Abs", "Sign", "Identity", "Relu", "Floor", "Ceil", "Round",

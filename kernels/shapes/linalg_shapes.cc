@@ -79,6 +79,29 @@ static Status linearShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// LinearGelu(x, w, bias) -> gelu(Linear), and Linear itself (the GELU's input).
+static Status linearGeluShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(linearShape(c));
+  c.outputs.push_back(c.outputs[0]);
+  return Status::ok();
+}
+
+// GemmDGelu(a, b, pre) -> GeluGrad(Gemm(a, b), pre) [m, n], its row sums [n].
+static Status gemmDGeluShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(gemmShape(c)); // the product; a third operand is no bias here
+  const TensorInfo &pre = c.inputs[2];
+  TensorInfo grad = c.outputs[0];
+  SD_CHECK_ARG(pre.dtype == grad.dtype, "GemmDGelu: pre has element type ", dtypeName(pre.dtype), ", the product ",
+               dtypeName(grad.dtype));
+  if (pre.rankKnown && grad.isStatic() && pre.isStatic() && pre.dims != grad.dims)
+    return sdError("GemmDGelu: pre ", formatDims(pre.dims), " does not match the product ", formatDims(grad.dims));
+  TensorInfo bias;
+  bias.dtype = grad.dtype;
+  bias.dims = {grad.dims[1]};
+  c.outputs = {grad, bias};
+  return Status::ok();
+}
+
 // Attention(q [..., T, d], kt [..., d, S], v [..., S, dv], mask bool
 // broadcastable to [..., T, S], positions i64 [B, T]) -> [..., T, dv]:
 // softmax(q kt * scale, masked) v.
@@ -120,6 +143,8 @@ void registerLinalgShapes() {
   registerShapeRule("MatMul", matmulShape);
   registerShapeRule("Gemm", gemmShape);
   registerShapeRule("Linear", linearShape);
+  registerShapeRule("LinearGelu", linearGeluShape);
+  registerShapeRule("GemmDGelu", gemmDGeluShape);
   registerShapeRule("Attention", attentionShape);
 }
 

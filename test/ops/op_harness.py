@@ -1038,6 +1038,95 @@ CASES["GeluGrad"] = [Case(lambda t, r: [rand(r, (3, 7), t), rand(r, (3, 7), t, -
                               [ins[1]], ins[0], [0]), ins[0])) for a in ("none", "tanh")]
 
 
+# GEMM epilogues (sd-fuse-gemm-epilogues). GELU and its derivative in f64.
+GELU_K = np.sqrt(2 / np.pi)
+
+
+def gelu64(x, approximate):
+    if approximate == "tanh":
+        return 0.5 * x * (1 + np.tanh(GELU_K * (x + 0.044715 * x ** 3)))
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / np.sqrt(2)))
+
+
+def gelu_grad64(x, approximate):
+    if approximate == "tanh":
+        t = np.tanh(GELU_K * (x + 0.044715 * x ** 3))
+        return 0.5 * (1 + t) + 0.5 * x * (1 - t * t) * GELU_K * (1 + 3 * 0.044715 * x * x)
+    return 0.5 * (1 + np.vectorize(math.erf)(x / np.sqrt(2))) + x * np.exp(-0.5 * x * x) / np.sqrt(2 * np.pi)
+
+
+def linear_gelu_ref(ins, attrs, t, keep_pre):
+    pre = f64(linear_ref([f64(x) if x is not None else None for x in ins], attrs, t)[0])
+    out = [gelu64(pre, attrs.get("approximate", "none"))] + ([pre] if keep_pre else [])
+    return [o.astype(ins[0].dtype) for o in out]
+
+
+def gemm_dgelu_ref(ins, attrs, t, bias_grad):
+    a, b, pre = f64(ins[0]), f64(ins[1]), f64(ins[2])
+    a = a.T if attrs.get("transA", 0) else a
+    b = b.T if attrs.get("transB", 0) else b
+    grad = (a @ b) * gelu_grad64(pre, attrs.get("approximate", "none"))
+    out = [grad] + ([grad.sum(axis=0)] if bias_grad else [])
+    return [o.astype(ins[0].dtype) for o in out]
+
+
+# Shapes with n a multiple of 8 take cuBLASLt's epilogue for the tanh form; the
+# erf form and other n run the parts (GEMM, then the GELU kernels).
+CASES["LinearGelu"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 4), t, -2, 2), rand(r, (16, 4), t, -1, 1), rand(r, (16,), t)],
+         attrs={"layout": "oi", "approximate": "tanh"}, outputs=2,
+         ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, True), label="tanh, bias, keeps the product"),
+    Case(lambda t, r: [rand(r, (5, 4), t, -2, 2), rand(r, (4, 8), t, -1, 1)], attrs={"approximate": "tanh"},
+         ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, False), label="tanh, no bias, inference"),
+    Case(lambda t, r: [rand(r, (6, 4), t, -2, 2), rand(r, (8, 4), t, -1, 1), rand(r, (8,), t)],
+         attrs={"layout": "oi"}, outputs=2, ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, True),
+         label="erf (the parts)"),
+    Case(lambda t, r: [rand(r, (3, 4), t, -2, 2), rand(r, (5, 4), t, -1, 1), rand(r, (5,), t)],
+         attrs={"layout": "oi", "approximate": "tanh"}, outputs=2,
+         ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, True), label="n = 5 (the parts)")]
+CASES["GemmDGelu"] = [
+    Case(lambda t, r: [rand(r, (6, 5), t, -1, 1), rand(r, (16, 5), t, -1, 1), rand(r, (6, 16), t, -3, 3)],
+         attrs={"transB": 1, "approximate": "tanh"}, outputs=2,
+         ref=lambda ins, at, t: gemm_dgelu_ref(ins, at, t, True), label="tanh, bias gradient"),
+    Case(lambda t, r: [rand(r, (5, 6), t, -1, 1), rand(r, (5, 8), t, -1, 1), rand(r, (6, 8), t, -3, 3)],
+         attrs={"transA": 1, "approximate": "tanh"}, ref=lambda ins, at, t: gemm_dgelu_ref(ins, at, t, False),
+         label="tanh, transA, no bias gradient"),
+    Case(lambda t, r: [rand(r, (6, 5), t, -1, 1), rand(r, (8, 5), t, -1, 1), rand(r, (6, 8), t, -3, 3)],
+         attrs={"transB": 1}, outputs=2, ref=lambda ins, at, t: gemm_dgelu_ref(ins, at, t, True),
+         label="erf (the parts)"),
+    Case(lambda t, r: [rand(r, (4, 5), t, -1, 1), rand(r, (5, 7), t, -1, 1), rand(r, (4, 7), t, -3, 3)],
+         attrs={"approximate": "tanh"}, outputs=2, ref=lambda ins, at, t: gemm_dgelu_ref(ins, at, t, True),
+         label="n = 7 (the parts)")]
+
+
+def fused_elementwise_ref(ins, attrs, t):
+    """The program run in f32, one IEEE operation at a time (as the fused kernels must)."""
+    values = [np.asarray(x, np.float32) for x in ins]
+    p = attrs["program"]
+    ops = {0: np.add, 1: np.subtract, 2: np.multiply, 3: np.divide}
+    for i in range(0, len(p), 3):
+        a, b = values[p[i + 1]], values[p[i + 2]]
+        with np.errstate(all="ignore"):
+            values.append(np.negative(a) if p[i] == 4 else ops[p[i]](a, b).astype(np.float32))
+    return [np.broadcast_to(values[-1], max((np.shape(x) for x in ins), key=np.size)).astype(np.float32)]
+
+
+# Exact arithmetic: compared bit for bit (rtol 0), NaN and Inf included.
+CASES["FusedElementwise"] = [
+    Case(lambda t, r: [rand(r, (3, 5), t, -2, 2), np.array(0.25, np.float32), rand(r, (3, 5), t, -2, 2)],
+         attrs={"program": [2, 0, 1, 0, 2, 3]}, ref=fused_elementwise_ref, rtol=0, label="scale and add (LoRA)"),
+    Case(lambda t, r: [rand(r, (2, 3, 4), t, 0.5, 2), rand(r, (2, 3, 4), t, -2, 2)],
+         attrs={"program": [0, 0, 1, 2, 2, 2, 4, 3, 3, 3, 4, 0, 1, 5, 1]}, ref=fused_elementwise_ref, rtol=0,
+         label="add, square, negate, divide, subtract"),
+    Case(lambda t, r: [np.array([1.0, -0.0, np.inf, np.nan, 3.0], np.float32), np.array([0.0, 0.0, 1.0, 2.0, -np.inf],
+                                                                                         np.float32)],
+         attrs={"program": [3, 0, 1, 2, 2, 0]}, ref=fused_elementwise_ref, rtol=0, label="NaN, Inf, signed zero"),
+    Case(lambda t, r: [np.array(2.0, np.float32), np.array(3.0, np.float32)], attrs={"program": [2, 0, 1, 0, 2, 0]},
+         ref=fused_elementwise_ref, rtol=0, label="scalars only"),
+    Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [0, 0, 7]}, error="reads value 7", label="bad program"),
+    Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [9, 0, 0]}, error="opcode 9", label="bad opcode")]
+
+
 def softmax_grad_ref(ins, attrs, t, log=False):
     dy, y = f64(ins[0]), f64(ins[1])
     axis = attrs.get("axis", -1)

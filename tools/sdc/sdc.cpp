@@ -3,6 +3,7 @@
 #include "Driver.h"
 #include "Merge.h"
 #include "sd/format/file_io.h"
+#include <algorithm>
 #include <new>
 #include <cstdio>
 #include <cstdint>
@@ -116,6 +117,10 @@ const char *kUsage =
     "                           with fixed shapes has, else 1)\n"
     "  --prefill-chunk P        prompt tokens per prefill call (min(64, MAX_LENGTH)); longer\n"
     "                           prompts take several calls\n"
+    "  --no-fuse LIST           leave these fusions out (to compare; the plan computes the same):\n"
+    "                           gemm-epilogues (a GELU and its gradient folded into the matrix\n"
+    "                           products around them), elementwise (chains of +, -, *, / in one\n"
+    "                           step), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -306,6 +311,17 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.nesterov = true;
     } else if (arg == "--packing") {
       a.pipeline.packing = true;
+    } else if (flag == "--no-fuse") {
+      if (!value(v)) return fail("--no-fuse needs a list: gemm-epilogues, elementwise or all"), 2;
+      for (size_t at = 0; at <= v.size();) {
+        size_t comma = std::min(v.find(',', at), v.size());
+        std::string item = v.substr(at, comma - at);
+        at = comma + 1;
+        if (item != "gemm-epilogues" && item != "elementwise" && item != "all")
+          return fail("--no-fuse takes gemm-epilogues, elementwise or all, got '" + item + "'"), 2;
+        if (item != "elementwise") a.pipeline.gemmEpilogues = false;
+        if (item != "gemm-epilogues") a.pipeline.elementwiseFusion = false;
+      }
     } else if (arg == "--precision") {
       if (!value(a.pipeline.precision)) return fail("--precision needs fp32, bf16 or fp16"), 2;
       if (a.pipeline.precision != "fp32" && a.pipeline.precision != "bf16" && a.pipeline.precision != "fp16")

@@ -1,0 +1,40 @@
+// FusedElementwise (sd-fuse-elementwise): a chain of exact f32 arithmetic
+// (+, -, *, /, negation) computed in one pass over its operands. The chain is
+// a program of (opcode, lhs, rhs) triples over a value list: values
+// 0..inputs-1 are the operands, each instruction appends its result, the last
+// value is the output. IEEE rounds each of these operations exactly, so the
+// fused chain gives the unfused steps' bits on every backend (the CUDA
+// kernel uses the non-contracting intrinsics: no fused multiply-add).
+#pragma once
+#include "sd/format/status.h"
+#include "sd/ops/math/host_device.h"
+#include <cstdint>
+#include <vector>
+
+namespace sd {
+
+enum class ElementwiseOpcode : int64_t { Add = 0, Sub = 1, Mul = 2, Div = 3, Neg = 4 };
+
+constexpr int kMaxFusedInputs = 8;
+constexpr int kMaxFusedInstructions = 16;
+constexpr int kMaxFusedValues = kMaxFusedInputs + kMaxFusedInstructions;
+
+// A program checked against its operand count: every opcode known, every
+// operand index naming a value computed before it (a corrupt plan's program
+// is refused, never run).
+inline Status checkFusedProgram(const std::vector<int64_t> &program, int64_t inputs) {
+  if (inputs < 1 || inputs > kMaxFusedInputs)
+    return sdError("FusedElementwise takes 1 to ", kMaxFusedInputs, " operands, got ", inputs);
+  if (program.empty() || program.size() % 3 || int64_t(program.size() / 3) > kMaxFusedInstructions)
+    return sdError("FusedElementwise program must be 1 to ", kMaxFusedInstructions, " (opcode, lhs, rhs) triples");
+  for (size_t i = 0; i < program.size(); i += 3) {
+    const int64_t op = program[i], values = inputs + int64_t(i / 3);
+    if (op < 0 || op > int64_t(ElementwiseOpcode::Neg)) return sdError("FusedElementwise opcode ", op, " is unknown");
+    for (int64_t operand : {program[i + 1], program[i + 2]})
+      if (operand < 0 || operand >= values)
+        return sdError("FusedElementwise instruction ", i / 3, " reads value ", operand, " of ", values);
+  }
+  return Status::ok();
+}
+
+} // namespace sd

@@ -1,0 +1,45 @@
+// RUN: sd-opt %s --split-input-file --sd-fuse-elementwise --sd-propagate-shapes | FileCheck %s
+
+// A LoRA branch's scaling and sum: one step, operands in first-use order.
+// CHECK-LABEL: func.func @scale_and_add
+//       CHECK:   %[[F:.*]] = sd.fused_elementwise %arg0, %arg1, %arg2 {program = array<i64: 2, 0, 1, 0, 2, 3>} : (tensor<2x3xf32>, tensor<f32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+//   CHECK-NOT:   sd.mul
+//   CHECK-NOT:   sd.add
+//       CHECK:   return %[[F]]
+func.func @scale_and_add(%lora: tensor<2x3xf32>, %s: tensor<f32>, %base: tensor<2x3xf32>) -> tensor<2x3xf32>
+    attributes {sd.entry = "infer"} {
+  %m = sd.mul %lora, %s : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %y = sd.add %base, %m : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  return %y : tensor<2x3xf32>
+}
+
+// -----
+
+// A longer chain with an operand used twice and a negation.
+// CHECK-LABEL: func.func @chain
+//       CHECK:   sd.fused_elementwise %arg0, %arg1 {program = array<i64: 0, 0, 1, 2, 2, 2, 4, 3, 3, 3, 4, 0>}
+//   CHECK-NOT:   sd.sub
+func.func @chain(%a: tensor<4xf32>, %b: tensor<4xf32>) -> tensor<4xf32> attributes {sd.entry = "infer"} {
+  %s = sd.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %q = sd.mul %s, %s : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %n = sd.neg %q : (tensor<4xf32>) -> tensor<4xf32>
+  %d = sd.div %n, %a : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %d : tensor<4xf32>
+}
+
+// -----
+
+// An intermediate read outside the chain, a broadcast that is not a single
+// element, and f64 stay as they are.
+// CHECK-LABEL: func.func @not_fused
+//   CHECK-NOT:   sd.fused_elementwise
+func.func @not_fused(%a: tensor<4xf32>, %b: tensor<4xf32>, %r: tensor<2x4xf32>, %x: tensor<4xf64>)
+    -> (tensor<4xf32>, tensor<4xf32>, tensor<2x4xf32>, tensor<4xf64>) attributes {sd.entry = "infer"} {
+  %s = sd.add %a, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %m = sd.mul %s, %b : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %row = sd.add %r, %a : (tensor<2x4xf32>, tensor<4xf32>) -> tensor<2x4xf32>
+  %row2 = sd.mul %row, %r : (tensor<2x4xf32>, tensor<2x4xf32>) -> tensor<2x4xf32>
+  %d = sd.add %x, %x : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+  %d2 = sd.mul %d, %x : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
+  return %m, %s, %row2, %d2 : tensor<4xf32>, tensor<4xf32>, tensor<2x4xf32>, tensor<4xf64>
+}
