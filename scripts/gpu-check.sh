@@ -26,7 +26,8 @@
 #
 # OUT (default gpu-results/) receives summary.txt (one PASS/FAIL line per
 # check), bench.txt (sdrun bench per plan and entry on the GPU),
-# train_bench.txt (against PyTorch), nvidia-smi.txt and the logs. The exit
+# train_bench.txt (against PyTorch), gemm-PLAN.txt (the benchmark plans'
+# GEMMs against raw cuBLASLt's best algorithm), nvidia-smi.txt and the logs. The exit
 # status is 0 only when every check passed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -68,6 +69,8 @@ bundle() {
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" || die "cannot create $dir"
   cp "$build/tools/sdrun" "$dir/bin/" && cp "$ROOT/scripts/gpu-check.sh" "$ROOT/scripts/gpu_compare.py" "$dir/" ||
     die "cannot copy sdrun into $dir"
+  # The GEMM comparison against raw cuBLASLt (builds with CUDA).
+  [ -x "$build/bench/sd_gpu_gemm_bench" ] && cp "$build/bench/sd_gpu_gemm_bench" "$dir/bin/"
   # Every shared library sdrun needs except glibc's own (the GPU machine has
   # those); the CUDA runtime is linked in statically and cuBLASLt is optional.
   ldd "$build/tools/sdrun" | awk '/=> \// {print $3}' | while read -r lib; do
@@ -260,6 +263,21 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   else
     echo "gpu-check: no PyTorch with PEFT and transformers in $bench_python here: the training benchmark did not run" |
       tee -a "$out/checks.log"
+  fi
+  # Our GEMMs against raw cuBLASLt's best algorithm on the benchmark's shapes
+  # (the plans' weights are drawn by the training benchmark above).
+  if [ "$device" = cuda ] && [ -x "$dir/bin/sd_gpu_gemm_bench" ]; then
+    local gplan
+    for gplan in "$dir"/bench/plans/*.sdp; do
+      [ -f "$gplan" ] || continue
+      if [ ! -f "${gplan%.sdp}.safetensors" ]; then
+        echo "gpu-check: $(basename "$gplan") has no weights (the training benchmark draws them): no GEMM comparison" |
+          tee -a "$out/checks.log"
+        continue
+      fi
+      check "$(basename "$gplan" .sdp): GEMMs against raw cuBLASLt" bash -c "$tee_to" \
+        "$out/gemm-$(basename "$gplan" .sdp).txt" "$dir/bin/sd_gpu_gemm_bench" "$gplan" --entry train_step
+    done
   fi
   cat "$summary"
   echo "gpu-check: $(grep -c '^PASS' "$summary") passed, $fails failed; results in $out"
