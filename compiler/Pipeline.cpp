@@ -103,6 +103,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFoldConvAffine());
   pm.addPass(createFuseHardSwish());
   pm.addPass(createFuseConvEpilogue());
+  pm.addPass(createFoldCastRoundTrips());
   if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
   if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());
   pm.addPass(createPropagateShapes()); // removes the ops they replaced

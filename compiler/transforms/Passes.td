@@ -35,6 +35,10 @@ def FuseGemmEpilogues : Pass<"sd-fuse-gemm-epilogues", "mlir::ModuleOp"> {
   let summary = "Fold a GELU into the Linear before it, and GeluGrad with its bias gradient into the Gemm before it";
 }
 
+def FoldCastRoundTrips : Pass<"sd-fold-cast-round-trips", "mlir::ModuleOp"> {
+  let summary = "A half value widened exactly and narrowed back is the half value itself";
+}
+
 def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {
   let summary = "Fuse chains of f32 Add, Sub, Mul, Div and Neg into one sd.fused_elementwise step";
 }
