@@ -708,7 +708,6 @@ g (float[2] x, float p, float q) => (float[2] y)
 TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
   char tmpl[] = "/tmp/sd_capture_auditXXXXXX";
   std::string dir = mkdtemp(tmpl);
-  writeLanguageModel(dir);
   // fp16 adds the loss scale and the skip flag: per-step values that must
   // live in device memory too (a first scale of 2^20 makes the first steps skip).
   struct Variant {
@@ -719,20 +718,16 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
                                  Variant{"none", "adamw", "fp16"}}) {
     const std::string &peft = variant.peft, &optimizer = variant.optimizer;
     {
-      CompileRequest req;
-      req.model = dir + "/lm.onnxtxt";
-      req.output = dir + "/lm-" + peft + "-" + optimizer + "-" + variant.precision + ".sdp";
-      req.pipeline.peft = peft;
-      req.pipeline.optimizer = optimizer;
-      req.pipeline.precision = variant.precision;
-      req.pipeline.lossScaleInit = 1048576.0;
-      req.pipeline.momentum = optimizer == "sgd" ? 0.9 : 0.0;
-      if (peft == "lora") req.pipeline.targetModules = ".*";
-      std::string err;
-      ASSERT_TRUE(compileModel(req, err)) << peft << "/" << optimizer << ": " << err;
-      auto loaded = Plan::loadFile(req.output);
-      ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
-      std::shared_ptr<const Plan> plan(std::move(loaded.value()));
+      std::shared_ptr<const Plan> plan =
+          compileLanguageModel(dir, "lm-" + peft + "-" + optimizer + "-" + variant.precision, [&](CompileRequest &req) {
+            req.pipeline.peft = peft;
+            req.pipeline.optimizer = optimizer;
+            req.pipeline.precision = variant.precision;
+            req.pipeline.lossScaleInit = 1048576.0;
+            req.pipeline.momentum = optimizer == "sgd" ? 0.9 : 0.0;
+            if (peft == "lora") req.pipeline.targetModules = ".*";
+          });
+      ASSERT_TRUE(plan) << peft << "/" << optimizer;
       TrainRun eager = trainOn(plan, SessionOptions{1}, dir + "/train.jsonl");
       auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
       dev->canCapture = true;
@@ -764,16 +759,8 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
 TEST(CpuFallback, TrainingStepsMatchTheCpuBitForBit) {
   char tmpl[] = "/tmp/sd_cpu_fallbackXXXXXX";
   std::string dir = mkdtemp(tmpl);
-  writeLanguageModel(dir);
-  CompileRequest req;
-  req.model = dir + "/lm.onnxtxt";
-  req.output = dir + "/lm.sdp";
-  req.pipeline.peft = "none";
-  std::string err;
-  ASSERT_TRUE(compileModel(req, err)) << err;
-  auto loaded = Plan::loadFile(req.output);
-  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
-  std::shared_ptr<const Plan> plan(std::move(loaded.value()));
+  std::shared_ptr<const Plan> plan = compileLanguageModel(dir);
+  ASSERT_TRUE(plan);
   TrainRun eager = trainOn(plan, SessionOptions{1}, dir + "/train.jsonl");
   auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", "AdamW", "Gather"));
   dev->canCapture = true;

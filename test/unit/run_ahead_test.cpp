@@ -23,20 +23,6 @@ g (float[2, 3] x) => (float[2, 3] y)
 }
 )";
 
-std::shared_ptr<const Plan> compileFile(const std::string &dir, const std::string &text, const std::string &name,
-                                        const std::function<void(CompileRequest &)> &configure = nullptr) {
-  std::ofstream(dir + "/" + name + ".onnxtxt") << text;
-  CompileRequest req;
-  req.model = dir + "/" + name + ".onnxtxt";
-  req.output = dir + "/" + name + ".sdp";
-  if (configure) configure(req);
-  std::string err;
-  EXPECT_TRUE(compileModel(req, err)) << err;
-  auto loaded = Plan::loadFile(req.output);
-  EXPECT_TRUE(loaded.isOk()) << loaded.status().message();
-  return loaded.isOk() ? std::shared_ptr<const Plan>(std::move(loaded.value())) : nullptr;
-}
-
 HostTensor filled(float start) {
   HostTensor x{"x", DType::F32, {2, 3}, std::vector<uint8_t>(24)};
   float *v = reinterpret_cast<float *>(x.data.data());
@@ -53,7 +39,7 @@ std::string tempDir(const char *name) {
 // launch order, and only after waiting for them.
 TEST(SessionLaunch, CollectGivesEachRunItsOwnOutputsInOrder) {
   std::string dir = tempDir("sd_launch");
-  auto plan = compileFile(dir, kAffine, "affine");
+  auto plan = compilePlanText(dir, kAffine, "affine");
   ASSERT_TRUE(plan);
   auto cpu = Session::create(plan, SessionOptions{1});
   ASSERT_TRUE(cpu.isOk());
@@ -98,17 +84,7 @@ TEST(SessionLaunch, CollectGivesEachRunItsOwnOutputsInOrder) {
 // run (launched before the first is collected) changes it again.
 TEST(SessionLaunch, GlobalsReadWithARunAreItsValues) {
   std::string dir = tempDir("sd_launch_state");
-  writeLanguageModel(dir);
-  std::shared_ptr<const Plan> plan = [&] {
-    CompileRequest req;
-    req.model = dir + "/lm.onnxtxt";
-    req.output = dir + "/lm.sdp";
-    req.pipeline.peft = "none";
-    std::string err;
-    EXPECT_TRUE(compileModel(req, err)) << err;
-    auto loaded = Plan::loadFile(req.output);
-    return loaded.isOk() ? std::shared_ptr<const Plan>(std::move(loaded.value())) : nullptr;
-  }();
+  std::shared_ptr<const Plan> plan = compileLanguageModel(dir);
   ASSERT_TRUE(plan);
   std::vector<HostTensor> inputs;
   const int64_t entry = [&] {
@@ -151,7 +127,7 @@ TEST(SessionLaunch, GlobalsReadWithARunAreItsValues) {
 // device waiting for the host) are the span's rest. Untimed devices say nothing.
 TEST(SessionLaunch, DeviceTimeSplitsBusyFromWaiting) {
   std::string dir = tempDir("sd_launch_time");
-  auto plan = compileFile(dir, kAffine, "affine");
+  auto plan = compilePlanText(dir, kAffine, "affine");
   ASSERT_TRUE(plan);
   auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
   dev->timed = true;
@@ -202,7 +178,6 @@ bool sameReport(const train::StepReport &a, const train::StepReport &b) {
 // loss scale read with its step; accumulation, several runs per step.
 TEST(RunAhead, ReportsAndStateMatchTheSynchronousTrainer) {
   std::string dir = tempDir("sd_run_ahead");
-  writeLanguageModel(dir);
   const std::string data = dir + "/train.jsonl";
   struct Variant {
     std::string precision;
@@ -210,17 +185,11 @@ TEST(RunAhead, ReportsAndStateMatchTheSynchronousTrainer) {
   };
   for (const Variant &v : {Variant{"fp32", 1}, Variant{"fp16", 1}, Variant{"fp32", 2}}) {
     const std::string name = "lm-" + v.precision + "-" + std::to_string(v.accumulate);
-    CompileRequest req;
-    req.model = dir + "/lm.onnxtxt";
-    req.output = dir + "/" + name + ".sdp";
-    req.pipeline.peft = "none";
-    req.pipeline.precision = v.precision;
-    req.pipeline.lossScaleInit = 1048576.0; // the first fp16 steps skip
-    std::string err;
-    ASSERT_TRUE(compileModel(req, err)) << err;
-    auto loaded = Plan::loadFile(req.output);
-    ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
-    std::shared_ptr<const Plan> plan(std::move(loaded.value()));
+    std::shared_ptr<const Plan> plan = compileLanguageModel(dir, name, [&](CompileRequest &req) {
+      req.pipeline.precision = v.precision;
+      req.pipeline.lossScaleInit = 1048576.0; // the first fp16 steps skip
+    });
+    ASSERT_TRUE(plan) << name;
     int run = 0;
     auto with = [&](train::TrainConfig::RunAhead mode) {
       return [&, mode](train::TrainConfig &c) {
@@ -270,16 +239,8 @@ TEST(RunAhead, ReportsAndStateMatchTheSynchronousTrainer) {
 // step is refused, not answered with the next step's state.
 TEST(RunAhead, SavingWhileAStepRunsAheadIsRefused) {
   std::string dir = tempDir("sd_run_ahead_save");
-  writeLanguageModel(dir);
-  CompileRequest req;
-  req.model = dir + "/lm.onnxtxt";
-  req.output = dir + "/lm.sdp";
-  req.pipeline.peft = "none";
-  std::string err;
-  ASSERT_TRUE(compileModel(req, err)) << err;
-  auto loaded = Plan::loadFile(req.output);
-  ASSERT_TRUE(loaded.isOk());
-  std::shared_ptr<const Plan> plan(std::move(loaded.value()));
+  std::shared_ptr<const Plan> plan = compileLanguageModel(dir);
+  ASSERT_TRUE(plan);
   auto s = Session::create(plan, SessionOptions{1});
   ASSERT_TRUE(s.isOk());
   train::TrainConfig cfg;

@@ -2,6 +2,7 @@
 // cannot address (its kernels the CPU's), and a tiny language model trained
 // for a few steps.
 #pragma once
+#include "Driver.h"
 #include "sd/ops/kernel.h"
 #include "sd/runtime/device.h"
 #include "sd/runtime/plan.h"
@@ -162,6 +163,34 @@ inline void writeLanguageModel(const std::string &dir) {
   for (int i = 0; i < 12; ++i)
     data << "{\"input_ids\": [" << (i % 8) << ", " << ((i * 3 + 1) % 8) << ", " << ((i * 5 + 2) % 8) << ", "
          << ((i + 4) % 8) << "]}\n";
+}
+
+// ONNX text `text` compiled as dir/NAME.sdp (`configure` sets the options);
+// null (with a test failure) when it does not compile or load.
+inline std::shared_ptr<const Plan> compilePlanText(const std::string &dir, const std::string &text,
+                                                   const std::string &name,
+                                                   const std::function<void(CompileRequest &)> &configure = nullptr) {
+  std::ofstream(dir + "/" + name + ".onnxtxt") << text;
+  CompileRequest req;
+  req.model = dir + "/" + name + ".onnxtxt";
+  req.output = dir + "/" + name + ".sdp";
+  if (configure) configure(req);
+  std::string err;
+  EXPECT_TRUE(compileModel(req, err)) << err;
+  auto loaded = Plan::loadFile(req.output);
+  EXPECT_TRUE(loaded.isOk()) << loaded.status().message();
+  return loaded.isOk() ? std::shared_ptr<const Plan>(std::move(loaded.value())) : nullptr;
+}
+
+// kLanguageModel and its data (writeLanguageModel) compiled for training as
+// dir/NAME.sdp: full fine-tuning unless `configure` says otherwise.
+inline std::shared_ptr<const Plan> compileLanguageModel(const std::string &dir, const std::string &name = "lm",
+                                                        const std::function<void(CompileRequest &)> &configure = nullptr) {
+  writeLanguageModel(dir);
+  return compilePlanText(dir, kLanguageModel, name, [&](CompileRequest &req) {
+    req.pipeline.peft = "none";
+    if (configure) configure(req);
+  });
 }
 
 struct TrainRun {
