@@ -254,7 +254,10 @@ def main():
                                   # Loop bounds (docs/control_flow.md).
                                   ("--max-trip 0", ["--max-trip", "0"], ["--max-trip", "integer from 1"]),
                                   ("--max-unroll x", ["--max-unroll", "x"], ["--max-unroll", "integer from 0"]),
-                                  ("--max-select -1", ["--max-select", "-1"], ["--max-select", "integer from 0"])]:
+                                  ("--max-select -1", ["--max-select", "-1"], ["--max-select", "integer from 0"]),
+                                  # Fusions (docs/cuda.md).
+                                  ("--no-fuse frob", ["--no-fuse", "elementwise,frob"],
+                                   ["--no-fuse takes", "frob", "gemm-epilogues"])]:
         expect_clean_error(label, [sdc, "compile", gpt, *flags, "-o", out_plan], needles, [out_plan])
     expect_clean_error("torchrun-style launch (RANK, WORLD_SIZE) of CPU ranks",
                        ["env", "RANK=1", "WORLD_SIZE=2", sdrun, "train", out_plan, "--data", os.path.join(tmp, "x.jsonl")],

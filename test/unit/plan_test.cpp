@@ -528,6 +528,48 @@ g (float[3] x) => (int64[1, 3] y) { y = NonZero (x) })");
 
 // A Loop past --max-unroll: one Loop step over a body entry. It runs, and a
 // plan whose step and body disagree is refused at load, naming the step.
+// A fused elementwise chain runs to the unfused chain's bits, and a corrupt
+// program (an operand index past the values computed so far, an unknown
+// opcode) is refused by name when the plan loads, never run.
+TEST(FusedElementwise, RunsAndCorruptProgramsAreRefused) {
+  std::vector<uint8_t> good = compileText(R"(<ir_version: 8, opset_import: ["" : 17]>
+g (float[3] x, float[3] y) => (float[3] z) {
+  s = Add (x, y)
+  p = Mul (s, x)
+  z = Sub (p, y)
+})");
+  ASSERT_FALSE(good.empty());
+  auto loaded = Plan::loadBytes(good.data(), good.size(), "good.sdp");
+  ASSERT_TRUE(loaded.isOk()) << loaded.status().message();
+  std::shared_ptr<Plan> plan(std::move(loaded.value()));
+  ASSERT_EQ(plan->entries[0].steps.size(), 1u);
+  EXPECT_EQ(plan->entries[0].steps[0].op, "FusedElementwise");
+  auto session = Session::create(plan, SessionOptions{1});
+  ASSERT_TRUE(session.isOk()) << session.status().message();
+  HostTensor x{"x", DType::F32, {3}, std::vector<uint8_t>(12)}, y{"y", DType::F32, {3}, std::vector<uint8_t>(12)};
+  const float xv[3] = {0.1f, -2.5f, 3e38f}, yv[3] = {0.2f, 1.25f, 3e38f};
+  std::memcpy(x.data.data(), xv, 12);
+  std::memcpy(y.data.data(), yv, 12);
+  std::vector<HostTensor> out;
+  ASSERT_TRUE(session.value()->run(0, {&x, &y}, out).isOk());
+  const float *z = reinterpret_cast<const float *>(out[0].data.data());
+  for (int i = 0; i < 3; ++i) {
+    volatile float sum = xv[i] + yv[i], product = sum * xv[i]; // one rounding per step, as unfused
+    EXPECT_EQ(z[i], product - yv[i]) << i;
+  }
+  auto program = [](fb::Plan *p) { return stepAttr(p, 0, "FusedElementwise", "program"); };
+  auto setProgram = [&](flatbuffers::uoffset_t at, int64_t value) {
+    return [=](fb::Plan *p) {
+      fb::Attr *a = program(p);
+      if (!a || !a->ints() || a->ints()->size() <= at) return false;
+      a->mutable_ints()->Mutate(at, value);
+      return true;
+    };
+  };
+  expectRefused(good, setProgram(1, 7), "reads value 7");
+  expectRefused(good, setProgram(0, 9), "opcode 9");
+}
+
 TEST(LoopSteps, RunAndCorruptOnesAreRefused) {
   std::vector<uint8_t> good = compileText(R"(<ir_version: 8, opset_import: ["" : 17]>
 g (float[2] x, float[2] w) => (float[2] y, float[3, 2] steps)
