@@ -69,8 +69,6 @@ bundle() {
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" || die "cannot create $dir"
   cp "$build/tools/sdrun" "$dir/bin/" && cp "$ROOT/scripts/gpu-check.sh" "$ROOT/scripts/gpu_compare.py" "$dir/" ||
     die "cannot copy sdrun into $dir"
-  # The GEMM comparison against raw cuBLASLt (builds with CUDA).
-  [ -x "$build/bench/sd_gpu_gemm_bench" ] && cp "$build/bench/sd_gpu_gemm_bench" "$dir/bin/"
   # Every shared library sdrun needs except glibc's own (the GPU machine has
   # those); the CUDA runtime is linked in statically and cuBLASLt is optional.
   ldd "$build/tools/sdrun" | awk '/=> \// {print $3}' | while read -r lib; do
@@ -266,7 +264,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   fi
   # Our GEMMs against raw cuBLASLt's best algorithm on the benchmark's shapes
   # (the plans' weights are drawn by the training benchmark above).
-  if [ "$device" = cuda ] && [ -x "$dir/bin/sd_gpu_gemm_bench" ]; then
+  if [ "$device" = cuda ]; then
     local gplan
     for gplan in "$dir"/bench/plans/*.sdp; do
       [ -f "$gplan" ] || continue
@@ -276,7 +274,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
         continue
       fi
       check "$(basename "$gplan" .sdp): GEMMs against raw cuBLASLt" bash -c "$tee_to" \
-        "$out/gemm-$(basename "$gplan" .sdp).txt" "$dir/bin/sd_gpu_gemm_bench" "$gplan" --entry train_step
+        "$out/gemm-$(basename "$gplan" .sdp).txt" "$sdrun" bench "$gplan" --entry train_step --gemms
     done
   fi
   cat "$summary"

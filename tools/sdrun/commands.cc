@@ -6,6 +6,9 @@
 #include "trace.h"
 #include "sd/train/trainer.h"
 #include "sd/ops/cpu_info.h"
+#if SD_HAVE_CUDA
+#include "sd/ops/cuda_gemm_compare.h"
+#endif
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
@@ -111,13 +114,15 @@ const char *kInferUsage =
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|cuda|auto]\n"
     "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile[=TRACE.json]]\n"
-    "                  [--no-cuda-graphs] [--no-cpu-fallback]\n"
+    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--gemms]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
     "--input-dir is given). For training entries (--entry train_step), --data takes\n"
     "the batch from JSON Lines data as sdrun train would (B rows, padded to the\n"
     "bucket). --profile prints time per op before the summary (runs are then eager, and\n"
     "each GPU kernel is waited for); --profile=TRACE.json also writes a Chrome trace.\n"
+    "--gemms (CUDA builds, on a GPU) times each distinct GEMM of the entry instead:\n"
+    "our cuBLASLt plan against every algorithm cuBLASLt's heuristic offers for it.\n"
     "On a GPU it also times the runs pipelined (each launched before the one ahead\n"
     "is waited for, as sdrun train runs steps) and prints how much of the time the\n"
     "GPU waited for the host, both ways (from CUDA events around each run).\n"
@@ -276,6 +281,58 @@ int inferCommand(const std::vector<std::string> &args) {
   return 0;
 }
 
+// sdrun bench --gemms: the entry's GEMMs against raw cuBLASLt's best
+// algorithm on the same shapes (sd/ops/cuda_gemm_compare.h).
+int benchGemms(Flags &f) {
+  std::string err;
+  int64_t iters;
+  if (!intFlag(f, "--iterations", 20, 1, 100000, iters, err)) return fail(err);
+  std::string entryName = f.values.count("--entry") ? f.values["--entry"].back() : "infer";
+  auto plan = loadPlan(f.plan);
+  if (!plan.isOk()) return fail(plan.status().message());
+  const sd::EntryDesc *entry = firstEntry(*plan.value(), entryName);
+  if (!entry) return fail(f.plan + ": plan has no '" + entryName + "' entry");
+#if SD_HAVE_CUDA
+  std::vector<sd::cuda::GemmStep> steps;
+  for (const sd::StepDesc &step : entry->steps) {
+    sd::cuda::GemmStep g{step.op, &step.attrs, {}, {}};
+    for (int32_t b : step.inputs)
+      g.inputs.push_back(b < 0 ? sd::TensorView{} : sd::TensorView{nullptr, entry->buffers[size_t(b)].dtype,
+                                                                   entry->buffers[size_t(b)].dims});
+    for (int32_t b : step.outputs)
+      g.outputs.push_back(sd::TensorView{nullptr, entry->buffers[size_t(b)].dtype, entry->buffers[size_t(b)].dims});
+    steps.push_back(std::move(g));
+  }
+  std::string device;
+  auto timed = sd::cuda::compareGemmsWithCublasLt(steps, int(iters), 16, device);
+  if (!timed.isOk()) return fail("--gemms: " + timed.status().message());
+  if (timed.value().empty()) return fail(f.plan + ": entry '" + entryName + "' runs no GEMM step");
+  std::printf("device: %s; entry %s; median of %lld runs per algorithm (CUDA events)\n", device.c_str(),
+              entryName.c_str(), (long long)iters);
+  std::printf("%-10s %7s %7s %7s %5s %5s %5s %10s %10s %6s %5s\n", "op", "m", "n", "k", "trans", "type", "steps",
+              "ours ms", "best ms", "ratio", "algos");
+  double ours = 0, best = 0;
+  std::string rows;
+  for (const sd::cuda::GemmTiming &t : timed.value()) {
+    std::printf("%-10s %7lld %7lld %7lld %2s%-3s %5s %5d %10.4f %10.4f %6.3f %5d\n", t.op.c_str(), (long long)t.m,
+                (long long)t.n, (long long)t.k, t.transA ? "T" : "N", t.transB ? "T" : "N", sd::dtypeName(t.dtype),
+                t.steps, t.oursMs, t.bestMs, t.bestMs > 0 ? t.oursMs / t.bestMs : -1.0, t.algorithms);
+    if (t.oursMs > 0 && t.bestMs > 0) ours += t.oursMs * t.steps, best += t.bestMs * t.steps;
+    char row[200];
+    std::snprintf(row, sizeof row, "%s{\"m\":%lld,\"n\":%lld,\"k\":%lld,\"steps\":%d,\"ours_ms\":%.5f,\"best_ms\":%.5f}",
+                  rows.empty() ? "" : ",", (long long)t.m, (long long)t.n, (long long)t.k, t.steps, t.oursMs, t.bestMs);
+    rows += row;
+  }
+  std::printf("per run of %s: our GEMMs %.3f ms, raw cuBLASLt's best %.3f ms (%+.1f%%)\n", entryName.c_str(), ours, best,
+              best > 0 ? 100.0 * (ours / best - 1) : 0.0);
+  std::printf("{\"device\":\"%s\",\"entry\":\"%s\",\"gemm_ours_ms\":%.4f,\"gemm_best_ms\":%.4f,\"shapes\":[%s]}\n",
+              device.c_str(), entryName.c_str(), ours, best, rows.c_str());
+  return 0;
+#else
+  return fail("--gemms compares GEMMs on a GPU; this build of sdrun has no CUDA");
+#endif
+}
+
 int benchCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
@@ -292,10 +349,11 @@ int benchCommand(const std::vector<std::string> &args) {
   }
   if (sd::Status s = sd::checkOutputFile(tracePath, "--profile"); !s.isOk()) return fail(s.message());
   if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch"}, f, err,
-                  {"--no-cuda-graphs", "--no-cpu-fallback"})) {
+                  {"--no-cuda-graphs", "--no-cpu-fallback", "--gemms"})) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }
   if (f.help) return std::fputs(kBenchUsage, stdout), 0;
+  if (hasFlag(f, "--gemms")) return benchGemms(f);
   int64_t iters, warmup;
   sd::SessionOptions sessionOpts;
   if (!sessionFlags(f, sessionOpts, err) || !intFlag(f, "--iterations", 20, 1, 1000000, iters, err) ||
