@@ -137,11 +137,13 @@ static Status dropoutShape(ShapeContext &c) {
 // shape or a single element.
 static Status fusedElementwiseShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(checkFusedProgram(c.attrs.getInts("program"), int64_t(c.inputs.size())));
+  // The result's shape: an operand's with more than one element, or (all
+  // single elements, as broadcasting ranks them) the highest-ranked one's.
   const TensorInfo *full = &c.inputs[0];
   for (const TensorInfo &in : c.inputs) {
     SD_CHECK_ARG(in.dtype == DType::F32, "FusedElementwise takes f32 operands, got ", dtypeName(in.dtype));
     SD_CHECK_ARG(in.rankKnown && in.isStatic(), "FusedElementwise takes static shapes");
-    if (product(in.dims) != 1) full = &in;
+    if (product(in.dims) != 1 || (product(full->dims) == 1 && in.rank() > full->rank())) full = &in;
   }
   for (const TensorInfo &in : c.inputs)
     SD_CHECK_ARG(product(in.dims) == 1 || in.dims == full->dims, "FusedElementwise operand ", formatDims(in.dims),

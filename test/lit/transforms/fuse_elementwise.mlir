@@ -43,3 +43,26 @@ func.func @not_fused(%a: tensor<4xf32>, %b: tensor<4xf32>, %r: tensor<2x4xf32>, 
   %d2 = sd.mul %d, %x : (tensor<4xf64>, tensor<4xf64>) -> tensor<4xf64>
   return %m, %s, %row2, %d2 : tensor<4xf32>, tensor<4xf32>, tensor<2x4xf32>, tensor<4xf64>
 }
+
+// -----
+
+// Single elements of several ranks broadcast to the highest rank.
+// CHECK-LABEL: func.func @single_elements
+//       CHECK:   sd.fused_elementwise %arg0, %arg1, %arg2 {program = array<i64: 0, 0, 1, 2, 3, 2>} : (tensor<1x1xf32>, tensor<f32>, tensor<1x1xf32>) -> tensor<1x1xf32>
+func.func @single_elements(%a: tensor<1x1xf32>, %b: tensor<f32>, %c: tensor<1x1xf32>) -> tensor<1x1xf32>
+    attributes {sd.entry = "infer"} {
+  %s = sd.add %a, %b : (tensor<1x1xf32>, tensor<f32>) -> tensor<1x1xf32>
+  %m = sd.mul %s, %c : (tensor<1x1xf32>, tensor<1x1xf32>) -> tensor<1x1xf32>
+  return %m : tensor<1x1xf32>
+}
+
+// -----
+
+// Single elements only, the highest rank second: the result takes its shape.
+// CHECK-LABEL: func.func @scalar_first
+//       CHECK:   sd.fused_elementwise %arg0, %arg1 {program = array<i64: 0, 0, 1, 2, 2, 0>} : (tensor<f32>, tensor<1x1xf32>) -> tensor<1x1xf32>
+func.func @scalar_first(%a: tensor<f32>, %b: tensor<1x1xf32>) -> tensor<1x1xf32> attributes {sd.entry = "infer"} {
+  %s = sd.add %a, %b : (tensor<f32>, tensor<1x1xf32>) -> tensor<1x1xf32>
+  %m = sd.mul %s, %a : (tensor<1x1xf32>, tensor<f32>) -> tensor<1x1xf32>
+  return %m : tensor<1x1xf32>
+}
