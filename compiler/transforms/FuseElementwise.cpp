@@ -3,9 +3,12 @@
 // the chain reads its operands and writes its result once instead of making
 // a round trip through memory per step (a LoRA branch's scaling and sum,
 // residual sums, gradient accumulation). Every operand must have the
-// result's shape or be a single element. These operations round exactly, so
-// the fused step computes the unfused steps' bits (sd/ops/fused_elementwise.h).
-// Runs last among the model-level passes, on every entry.
+// result's shape or be a single element. In autocast plans the chain also
+// takes in the Casts around it: a bf16/f16 value widened to f32 becomes a
+// half operand (widening is exact), and a Cast of the result to bf16/f16
+// becomes the step's result type (rounded as Cast rounds). These operations
+// round exactly, so the fused step computes the unfused steps' bits
+// (sd/ops/fused_elementwise.h). Runs last among the model-level passes.
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
@@ -31,13 +34,24 @@ std::optional<sd::ElementwiseOpcode> opcodeOf(Operation *op) {
   return std::nullopt;
 }
 
-bool isF32Static(Value v) {
+RankedTensorType staticTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
-  return t && t.hasStaticShape() && t.getElementType().isF32();
+  return t && t.hasStaticShape() ? t : RankedTensorType();
 }
 
-// An op the fused step can compute: its operands are the result's shape or one element.
-bool fusable(Operation *op) {
+bool isF32Static(Value v) {
+  RankedTensorType t = staticTensor(v);
+  return t && t.getElementType().isF32();
+}
+
+bool isHalfStatic(Value v) {
+  RankedTensorType t = staticTensor(v);
+  return t && (t.getElementType().isBF16() || t.getElementType().isF16());
+}
+
+// An arithmetic op the fused step computes: f32, its operands the result's
+// shape or one element.
+bool isArithmetic(Operation *op) {
   if (!opcodeOf(op) || op->getNumResults() != 1 || !isF32Static(op->getResult(0))) return false;
   auto type = cast<RankedTensorType>(op->getResult(0).getType());
   for (Value v : op->getOperands()) {
@@ -48,11 +62,22 @@ bool fusable(Operation *op) {
   return true;
 }
 
+// A Cast from bf16/f16 to f32 (an operand loaded as half), or from f32 to
+// bf16/f16 (the result stored as half).
+bool isWidening(Operation *op) {
+  auto c = dyn_cast<CastOp>(op);
+  return c && isHalfStatic(c.getInput()) && isF32Static(c.getResult());
+}
+bool isNarrowing(Operation *op) {
+  auto c = dyn_cast<CastOp>(op);
+  return c && isF32Static(c.getInput()) && isHalfStatic(c.getResult());
+}
+
 struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> {
   void runOnOperation() override {
     SmallVector<Operation *> roots;
     getOperation().walk([&](Operation *op) {
-      if (fusable(op)) roots.push_back(op);
+      if (isArithmetic(op) || isNarrowing(op)) roots.push_back(op);
     });
     DenseSet<Operation *> absorbed;
     for (Operation *root : llvm::reverse(roots))
@@ -65,35 +90,44 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     auto shape = cast<RankedTensorType>(root->getResult(0).getType()).getShape();
     llvm::SetVector<Operation *> chain;
     chain.insert(root);
+    auto onlyChainReads = [&](Value v) { return llvm::all_of(v.getUsers(), [&](Operation *u) { return chain.contains(u); }); };
+    auto joins = [&](Operation *def, Value v) {
+      return def && !chain.contains(def) && !absorbed.contains(def) && def->getBlock() == root->getBlock() &&
+             cast<RankedTensorType>(v.getType()).getShape() == shape && onlyChainReads(v);
+    };
     for (size_t i = 0; i < chain.size() && chain.size() < size_t(sd::kMaxFusedInstructions); ++i) {
+      if (isWidening(chain[i])) continue; // its operand is the half value itself
       for (Value v : chain[i]->getOperands()) {
         Operation *def = v.getDefiningOp();
-        if (!def || chain.contains(def) || absorbed.contains(def) || def->getBlock() != root->getBlock() ||
-            !fusable(def) || cast<RankedTensorType>(v.getType()).getShape() != shape)
-          continue;
-        if (!llvm::all_of(v.getUsers(), [&](Operation *u) { return chain.contains(u); })) continue;
-        if (chain.size() < size_t(sd::kMaxFusedInstructions)) chain.insert(def);
+        // A narrowing root takes an arithmetic op; an arithmetic op takes
+        // arithmetic ops and widening casts.
+        bool fits = isNarrowing(chain[i]) ? def && isArithmetic(def) : def && (isArithmetic(def) || isWidening(def));
+        if (fits && joins(def, v) && chain.size() < size_t(sd::kMaxFusedInstructions)) chain.insert(def);
       }
     }
-    if (chain.size() < 2) return;
+    int64_t arithmetic = llvm::count_if(chain, [](Operation *op) { return opcodeOf(op).has_value(); });
+    if (chain.size() < 2 || arithmetic == 0) return;
     SmallVector<Operation *> steps(chain.begin(), chain.end());
     llvm::sort(steps, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-    // Operands from outside the chain, in first-use order, then the program.
+    // Operands from outside the chain in first-use order (a widening cast's
+    // half operand stands for its f32 result), then the program.
     llvm::SetVector<Value> inputs;
-    DenseMap<Operation *, int64_t> resultIndex;
     for (Operation *op : steps)
-      for (Value v : op->getOperands())
-        if (!chain.contains(v.getDefiningOp())) inputs.insert(v);
+      if (opcodeOf(op) || isWidening(op))
+        for (Value v : op->getOperands())
+          if (!chain.contains(v.getDefiningOp())) inputs.insert(v);
     if (inputs.size() > size_t(sd::kMaxFusedInputs)) return;
+    DenseMap<Value, int64_t> valueIndex;
+    for (auto [i, v] : llvm::enumerate(inputs)) valueIndex[v] = int64_t(i);
     SmallVector<int64_t> program;
     for (Operation *op : steps) {
-      auto index = [&](Value v) -> int64_t {
-        if (Operation *def = v.getDefiningOp(); def && chain.contains(def)) return resultIndex[def];
-        return int64_t(llvm::find(inputs, v) - inputs.begin());
-      };
-      int64_t lhs = index(op->getOperand(0)), rhs = op->getNumOperands() > 1 ? index(op->getOperand(1)) : lhs;
-      program.append({int64_t(*opcodeOf(op)), lhs, rhs});
-      resultIndex[op] = int64_t(inputs.size()) + int64_t(program.size() / 3) - 1;
+      if (isWidening(op)) {
+        valueIndex[op->getResult(0)] = valueIndex[op->getOperand(0)];
+      } else if (auto code = opcodeOf(op)) {
+        int64_t lhs = valueIndex[op->getOperand(0)], rhs = op->getNumOperands() > 1 ? valueIndex[op->getOperand(1)] : lhs;
+        program.append({int64_t(*code), lhs, rhs});
+        valueIndex[op->getResult(0)] = int64_t(inputs.size()) + int64_t(program.size() / 3) - 1;
+      }
     }
     OpBuilder b(root);
     SmallVector<Location> locs;
@@ -101,6 +135,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     OperationState st(FusedLoc::get(b.getContext(), locs), FusedElementwiseOp::getOperationName());
     st.addOperands(inputs.getArrayRef());
     st.addAttribute("program", b.getDenseI64ArrayAttr(program));
+    if (isNarrowing(root)) st.addAttribute("to", root->getAttr("to"));
     st.addTypes(root->getResult(0).getType());
     Operation *fused = b.create(st);
     root->getResult(0).replaceAllUsesWith(fused->getResult(0));

@@ -252,14 +252,16 @@ def SD_GemmDGeluOp : SD_Nary<"gemm_dgelu", "GemmDGelu",
   }];
 }
 
-// sd-fuse-elementwise: a chain of exact f32 arithmetic in one pass.
+// sd-fuse-elementwise: a chain of exact f32 arithmetic in one pass, with
+// the half Casts around it.
 def SD_FusedElementwiseOp : SD_Nary<"fused_elementwise", "FusedElementwise",
-    (ins Variadic<AnyTensor>:$inputs), (ins DenseI64ArrayAttr:$program)> {
+    (ins Variadic<AnyTensor>:$inputs), (ins DenseI64ArrayAttr:$program, OptI64:$to)> {
   let description = [{
     `program` is (opcode, lhs, rhs) triples over the operands and the results
     before it (sd/ops/fused_elementwise.h: 0 Add, 1 Sub, 2 Mul, 3 Div, 4 Neg);
     the last result is the output. Every operand has the output's shape or
-    one element.
+    one element; operands are f32, bf16 or f16 (widened exactly), the output
+    f32 or the type `to` names (an ONNX type code: 16 bf16, 10 f16).
   }];
 }
 

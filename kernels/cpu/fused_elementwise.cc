@@ -2,8 +2,10 @@
 // a range of elements in cache-sized chunks and runs the program over a chunk
 // one instruction at a time (each a plain vectorizable loop), so the chain's
 // intermediates never leave the cache. The same IEEE operations in the same
-// order as the unfused kernels: the same bits.
+// order as the unfused kernels, and half operands and results converted with
+// the Cast kernel's own functions (half_convert.h): the same bits.
 #include "cpu_util.h"
+#include "half_convert.h"
 #include "sd/ops/fused_elementwise.h"
 #include "sd/ops/kernel.h"
 #include <algorithm>
@@ -23,35 +25,64 @@ void apply(ElementwiseOpcode op, const float *a, const float *b, float *out, int
   }
 }
 
+// n elements of a half tensor from `at` widened into f32 (exact).
+void widen(const TensorView &t, int64_t at, float *out, int64_t n) {
+  const uint16_t *src = t.as<uint16_t>() + at;
+  if (t.dtype == DType::BF16) widenBf16(src, out, n);
+  else widenF16(src, out, n);
+}
+
 Status FusedElementwiseKernel(const KernelContext &c) {
   const std::vector<int64_t> program = c.attrs.getInts("program");
   const int64_t inputs = int64_t(c.inputs.size()), steps = int64_t(program.size() / 3);
   SD_RETURN_IF_ERROR(checkFusedProgram(program, inputs));
-  const int64_t n = c.outputs[0].numElements();
-  for (const TensorView &in : c.inputs)
+  const TensorView &result = c.outputs[0];
+  const int64_t n = result.numElements();
+  auto storage = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
+  SD_CHECK_ARG(storage(result.dtype), "FusedElementwise gives f32, bf16 or f16, not ", dtypeName(result.dtype));
+  for (const TensorView &in : c.inputs) {
+    SD_CHECK_ARG(storage(in.dtype), "FusedElementwise takes f32, bf16 or f16 operands, not ", dtypeName(in.dtype));
     SD_CHECK_ARG(in.numElements() == n || in.numElements() == 1, "FusedElementwise operand has ", in.numElements(),
                  " elements, the result ", n);
-  float *out = c.outputs[0].as<float>();
+  }
   parallelFor(c.pool, n, 8192, [&](int64_t begin, int64_t end) {
-    // A scalar operand repeated over a chunk; intermediate results.
-    float scalars[kMaxFusedInputs][kChunk], values[kMaxFusedInstructions][kChunk];
-    for (int64_t i = 0; i < inputs; ++i)
-      if (c.inputs[size_t(i)].numElements() == 1 && n != 1) std::fill_n(scalars[i], kChunk, c.inputs[size_t(i)].as<float>()[0]);
+    // Operands as f32 (a single element repeated, a half chunk widened),
+    // intermediate results, and the last one before a half result's rounding.
+    float operands[kMaxFusedInputs][kChunk], values[kMaxFusedInstructions][kChunk], last[kChunk];
+    for (int64_t i = 0; i < inputs; ++i) {
+      const TensorView &in = c.inputs[size_t(i)];
+      if (in.numElements() == 1 && n != 1) {
+        float one = 0;
+        if (in.dtype == DType::F32) one = in.as<float>()[0];
+        else widen(in, 0, &one, 1);
+        std::fill_n(operands[i], kChunk, one);
+      }
+    }
     for (int64_t at = begin; at < end; at += kChunk) {
       const int64_t len = std::min(kChunk, end - at);
       const float *value[kMaxFusedValues];
       for (int64_t i = 0; i < inputs; ++i) {
         const TensorView &in = c.inputs[size_t(i)];
-        value[i] = in.numElements() == n ? in.as<float>() + at : scalars[i];
+        if (in.numElements() != n) { // a single element, repeated above
+          value[i] = operands[i];
+        } else if (in.dtype == DType::F32) {
+          value[i] = in.as<float>() + at;
+        } else {
+          widen(in, at, operands[i], len);
+          value[i] = operands[i];
+        }
       }
       for (int64_t s = 0; s < steps; ++s) {
-        // The last instruction writes the result in place of the chunk (an
+        // An f32 result's last instruction writes in place of the chunk (an
         // operand the result reuses is read element by element before).
-        float *dst = s == steps - 1 ? out + at : values[s];
+        const bool final = s == steps - 1;
+        float *dst = !final ? values[s] : result.dtype == DType::F32 ? result.as<float>() + at : last;
         apply(ElementwiseOpcode(program[size_t(3 * s)]), value[program[size_t(3 * s + 1)]],
               value[program[size_t(3 * s + 2)]], dst, len);
         value[inputs + s] = dst;
       }
+      if (result.dtype == DType::BF16) narrowBf16(last, result.as<uint16_t>() + at, len);
+      else if (result.dtype == DType::F16) narrowF16(last, result.as<uint16_t>() + at, len);
     }
   });
   return Status::ok();
@@ -60,7 +91,8 @@ Status FusedElementwiseKernel(const KernelContext &c) {
 } // namespace
 
 void registerFusedElementwiseKernels() {
-  registerCpuKernel("FusedElementwise", FusedElementwiseKernel, TypeSet{DType::F32});
+  // Operands of several types: the kernel checks each (the binding reads operand 0's).
+  registerCpuKernel("FusedElementwise", FusedElementwiseKernel, TypeSet{DType::F32, DType::BF16, DType::F16});
 }
 
 } // namespace sd::cpu

@@ -2,19 +2,45 @@
 // element runs the program on values held in registers. The non-contracting
 // intrinsics (__fadd_rn, __fmul_rn, ...) round every operation on its own, as
 // the unfused kernels do: nvcc would otherwise fuse a*b+c into one FMA and
-// give other bits.
+// give other bits. Half operands are widened and a half result rounded as
+// the Cast kernel does (__bfloat162float, __float2bfloat16_rn, ...).
 #include "cuda_util.cuh"
 #include "sd/ops/fused_elementwise.h"
 
 namespace sd::cuda {
 namespace {
 
+enum class Storage : int8_t { F32, BF16, F16 };
+
 struct Program {
   int inputs = 0, steps = 0;
   int8_t op[kMaxFusedInstructions], lhs[kMaxFusedInstructions], rhs[kMaxFusedInstructions];
-  const float *in[kMaxFusedInputs];
+  const void *in[kMaxFusedInputs];
+  Storage type[kMaxFusedInputs];
   bool scalar[kMaxFusedInputs];
+  Storage result = Storage::F32;
 };
+
+__device__ inline float loadAs(Storage t, const void *p, int64_t i) {
+  if (t == Storage::BF16) return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
+  if (t == Storage::F16) return __half2float(static_cast<const __half *>(p)[i]);
+  return static_cast<const float *>(p)[i];
+}
+
+__device__ inline void storeAs(Storage t, void *p, int64_t i, float v) {
+  if (t == Storage::BF16) static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
+  else if (t == Storage::F16) static_cast<__half *>(p)[i] = __float2half_rn(v);
+  else static_cast<float *>(p)[i] = v;
+}
+
+bool storageOf(DType d, Storage &t) {
+  switch (d) {
+  case DType::F32: t = Storage::F32; return true;
+  case DType::BF16: t = Storage::BF16; return true;
+  case DType::F16: t = Storage::F16; return true;
+  default: return false;
+  }
+}
 
 __device__ inline float apply(int op, float a, float b) {
   switch (ElementwiseOpcode(op)) {
@@ -26,14 +52,14 @@ __device__ inline float apply(int op, float a, float b) {
   }
 }
 
-__global__ void fusedKernel(Program p, float *out, int64_t n) {
+__global__ void fusedKernel(Program p, void *out, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     float v[kMaxFusedValues];
 #pragma unroll
     for (int k = 0; k < kMaxFusedInputs; ++k)
-      if (k < p.inputs) v[k] = p.in[k][p.scalar[k] ? 0 : i];
+      if (k < p.inputs) v[k] = loadAs(p.type[k], p.in[k], p.scalar[k] ? 0 : i);
     for (int s = 0; s < p.steps; ++s) v[p.inputs + s] = apply(p.op[s], v[p.lhs[s]], v[p.rhs[s]]);
-    out[i] = v[p.inputs + p.steps - 1];
+    storeAs(p.result, out, i, v[p.inputs + p.steps - 1]);
   }
 }
 
@@ -45,11 +71,15 @@ Status FusedElementwiseKernel(const KernelContext &c) {
   Program p;
   p.inputs = int(c.inputs.size());
   p.steps = int(program.size() / 3);
+  if (!storageOf(c.outputs[0].dtype, p.result))
+    return sdError("FusedElementwise gives f32, bf16 or f16, not ", dtypeName(c.outputs[0].dtype));
   for (int k = 0; k < p.inputs; ++k) {
     const TensorView &in = c.inputs[size_t(k)];
     if (in.numElements() != n && in.numElements() != 1)
       return sdError("FusedElementwise operand has ", in.numElements(), " elements, the result ", n);
-    p.in[k] = in.as<float>();
+    if (!storageOf(in.dtype, p.type[k]))
+      return sdError("FusedElementwise takes f32, bf16 or f16 operands, not ", dtypeName(in.dtype));
+    p.in[k] = in.data;
     p.scalar[k] = in.numElements() != n;
   }
   for (int s = 0; s < p.steps; ++s) {
@@ -57,12 +87,15 @@ Status FusedElementwiseKernel(const KernelContext &c) {
     p.lhs[s] = int8_t(program[size_t(3 * s + 1)]);
     p.rhs[s] = int8_t(program[size_t(3 * s + 2)]);
   }
-  fusedKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].as<float>(), n);
+  fusedKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, n);
   return launchStatus("FusedElementwise");
 }
 
 } // namespace
 
-void registerFusedElementwiseKernels() { registerKernel("FusedElementwise", FusedElementwiseKernel, TypeSet{DType::F32}); }
+// Operands of several types: the kernel checks each (the binding reads operand 0's).
+void registerFusedElementwiseKernels() {
+  registerKernel("FusedElementwise", FusedElementwiseKernel, TypeSet{DType::F32, DType::BF16, DType::F16});
+}
 
 } // namespace sd::cuda

@@ -4,11 +4,13 @@
 LinearGelu forward and GemmDGelu backward, the GELU's gradient and its bias
 gradient folded into the next layer's input-gradient GEMM) and elementwise
 chains (sd-fuse-elementwise: a LoRA branch's scaling and sum, gradient sums,
-in one FusedElementwise step). On the CPU the fused kernels compute the same
+in one FusedElementwise step; in a bf16 plan with the half casts around
+them). On the CPU the fused kernels compute the same
 operations in the same order as the unfused plan (`sdc compile --no-fuse
 all`), so full fine-tuning (GemmDGelu with the bias gradient) and LoRA on the
-attention (the MLP frozen: GemmDGelu without it) train to the same losses and
-weights bit for bit, and inference gives the same logits."""
+attention (the MLP frozen: GemmDGelu without it), in f32 and bf16, train to
+the same losses and weights bit for bit, and inference gives the same
+logits."""
 import json
 import os
 import sys
@@ -35,22 +37,30 @@ def main():
         with open(data, "w") as f:
             for _ in range(24):
                 f.write(json.dumps({"input_ids": rng.integers(0, 256, size=int(rng.integers(4, 9))).tolist()}) + "\n")
-        for peft in ("none", "lora"):
+        for peft, precision in (("none", "fp32"), ("lora", "fp32"), ("lora", "bf16")):
             runs = {}
             for fused in (True, False):
-                tag = f"{peft}-{'fused' if fused else 'plain'}"
+                tag = f"{peft}-{precision}-{'fused' if fused else 'plain'}"
                 plan = os.path.join(tmp, tag + ".sdp")
-                sh([sdc, "compile", model, "--peft", peft, "--shapes", "input_ids=4x8", "-o", plan] +
+                sh([sdc, "compile", model, "--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision,
+                    "-o", plan] +
                    (["--target-modules", "qkv,proj"] if peft == "lora" else []) + ([] if fused else ["--no-fuse", "all"]))
                 steps = plan_steps(sdrun, plan)
-                fused_ops = ("LinearGelu", "GemmDGelu", "FusedElementwise")
-                if fused:
+                # An autocast plan's GELU runs in f32 on a cast of the half product: not an epilogue (yet).
+                fused_ops = ("FusedElementwise",) if precision == "bf16" else ("LinearGelu", "GemmDGelu",
+                                                                                 "FusedElementwise")
+                if fused and precision == "bf16":
+                    check(steps.get("FusedElementwise", 0) >= 20,
+                          f"bf16 {peft}: chains with their half casts fused ({steps.get('FusedElementwise', 0)} steps, "
+                          f"{steps.get('Cast', 0)} Cast steps left)")
+                elif fused:
                     check(all(steps.get(op, 0) > 0 for op in fused_ops) and "Gelu" not in steps and
                           "GeluGrad" not in steps,
-                          f"{peft}: the fused plan runs {', '.join(fused_ops)}, no Gelu or GeluGrad step ({steps})")
+                          f"{precision} {peft}: the fused plan runs {', '.join(fused_ops)}, no Gelu or GeluGrad step "
+                          f"({steps})")
                 else:
                     check(not any(op in steps for op in fused_ops) and steps.get("Gelu", 0) > 0,
-                          f"{peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
+                          f"{precision} {peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
                 metrics, weights = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".safetensors")
                 sh([sdrun, "train", plan, "--data", data, "--steps", "8", "--lr", "1e-2", "--no-shuffle", "--truncate",
                     "--metrics", metrics, "--save-weights", weights])
@@ -59,9 +69,9 @@ def main():
                 with open(weights, "rb") as f:
                     runs[fused] = (losses, f.read())
             check(len(runs[True][0]) == 8 and runs[True][0] == runs[False][0],
-                  f"{peft}: 8 losses equal with and without the fusions ({runs[True][0][-1]:.6f})")
-            check(runs[True][1] == runs[False][1], f"{peft}: trained weights equal bit for bit")
-            check(runs[True][0][0] != runs[True][0][-1], f"{peft}: training moved the loss")
+                  f"{precision} {peft}: 8 losses equal with and without the fusions ({runs[True][0][-1]:.6f})")
+            check(runs[True][1] == runs[False][1], f"{precision} {peft}: trained weights equal bit for bit")
+            check(runs[True][0][0] != runs[True][0][-1], f"{precision} {peft}: training moved the loss")
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")
         np.save(ids, rng.integers(0, 256, size=(1, 8)).astype(np.int64))

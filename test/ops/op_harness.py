@@ -1108,7 +1108,9 @@ def fused_elementwise_ref(ins, attrs, t):
         a, b = values[p[i + 1]], values[p[i + 2]]
         with np.errstate(all="ignore"):
             values.append(np.negative(a) if p[i] == 4 else ops[p[i]](a, b).astype(np.float32))
-    return [np.broadcast_to(values[-1], max((np.shape(x) for x in ins), key=np.size)).astype(np.float32)]
+    out = np.broadcast_to(values[-1], max((np.shape(x) for x in ins), key=np.size)).astype(np.float32)
+    to = {16: ml_dtypes.bfloat16, 10: np.float16}.get(attrs.get("to", 1), np.float32)
+    return [out.astype(to)]  # a half result rounded to nearest even, as Cast rounds
 
 
 # Exact arithmetic: compared bit for bit (rtol 0), NaN and Inf included.
@@ -1123,6 +1125,13 @@ CASES["FusedElementwise"] = [
          attrs={"program": [3, 0, 1, 2, 2, 0]}, ref=fused_elementwise_ref, rtol=0, label="NaN, Inf, signed zero"),
     Case(lambda t, r: [np.array(2.0, np.float32), np.array(3.0, np.float32)], attrs={"program": [2, 0, 1, 0, 2, 0]},
          ref=fused_elementwise_ref, rtol=0, label="scalars only"),
+    # Autocast chains: half operands and a half result (the casts around the chain).
+    Case(lambda t, r: [rand(r, (3, 5), t, -2, 2), np.array(0.25, np.float32), rand(r, (3, 5), "f32", -2, 2)],
+         attrs={"program": [2, 0, 1, 0, 2, 3], "to": 16}, ref=fused_elementwise_ref, rtol=0, types=["bf16"],
+         label="bf16 in, bf16 out"),
+    Case(lambda t, r: [rand(r, (2, 7), t, -2, 2), rand(r, (2, 7), t, -2, 2)],
+         attrs={"program": [0, 0, 1, 3, 2, 0], "to": 10}, ref=fused_elementwise_ref, rtol=0, types=["f16"],
+         label="f16 in, f16 out"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [0, 0, 7]}, error="reads value 7", label="bad program"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [9, 0, 0]}, error="opcode 9", label="bad opcode")]
 

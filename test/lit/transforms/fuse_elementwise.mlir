@@ -66,3 +66,37 @@ func.func @scalar_first(%a: tensor<f32>, %b: tensor<1x1xf32>) -> tensor<1x1xf32>
   %m = sd.mul %s, %a : (tensor<1x1xf32>, tensor<f32>) -> tensor<1x1xf32>
   return %m : tensor<1x1xf32>
 }
+
+// -----
+
+// Autocast: the half products' casts to f32 become half operands, the cast of
+// the sum back to bf16 the step's result type.
+// CHECK-LABEL: func.func @autocast
+//       CHECK:   %[[F:.*]] = sd.fused_elementwise %arg0, %arg2, %arg1 {program = array<i64: 2, 0, 2, 0, 1, 3>, to = 16 : i64} : (tensor<2x3xbf16>, tensor<2x3xbf16>, tensor<f32>) -> tensor<2x3xbf16>
+//   CHECK-NOT:   sd.cast
+//       CHECK:   return %[[F]]
+func.func @autocast(%lora: tensor<2x3xbf16>, %s: tensor<f32>, %base: tensor<2x3xbf16>) -> tensor<2x3xbf16>
+    attributes {sd.entry = "infer"} {
+  %l = sd.cast %lora {to = 1 : i64} : (tensor<2x3xbf16>) -> tensor<2x3xf32>
+  %b = sd.cast %base {to = 1 : i64} : (tensor<2x3xbf16>) -> tensor<2x3xf32>
+  %m = sd.mul %l, %s : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %y = sd.add %b, %m : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %h = sd.cast %y {to = 16 : i64} : (tensor<2x3xf32>) -> tensor<2x3xbf16>
+  return %h : tensor<2x3xbf16>
+}
+
+// -----
+
+// A cast alone, or a widened value something else reads too, is not fused into.
+// CHECK-LABEL: func.func @casts_kept
+//       CHECK:   %[[W:.*]] = sd.cast %arg0 {to = 1 : i64}
+//       CHECK:   sd.add %[[W]], %arg1
+//       CHECK:   sd.cast %arg1 {to = 16 : i64}
+//   CHECK-NOT:   sd.fused_elementwise
+func.func @casts_kept(%x: tensor<4xbf16>, %y: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>)
+    attributes {sd.entry = "infer"} {
+  %w = sd.cast %x {to = 1 : i64} : (tensor<4xbf16>) -> tensor<4xf32>
+  %a = sd.add %w, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %n = sd.cast %y {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+  return %a, %w, %n : tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
+}

@@ -5,6 +5,10 @@
 // value is the output. IEEE rounds each of these operations exactly, so the
 // fused chain gives the unfused steps' bits on every backend (the CUDA
 // kernel uses the non-contracting intrinsics: no fused multiply-add).
+// Operands may be bf16 or f16 (the Cast to f32 an autocast plan puts after a
+// half product, absorbed: widening is exact), and the result (attribute `to`,
+// an ONNX type code; f32 when absent) may be narrowed to one (the Cast before
+// the next half product, absorbed: rounded to nearest even, as Cast rounds).
 #pragma once
 #include "sd/format/status.h"
 #include "sd/ops/math/host_device.h"
