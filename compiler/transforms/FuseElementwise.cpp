@@ -1,14 +1,17 @@
-// sd-fuse-elementwise: a chain of f32 Add, Sub, Mul, Div and Neg steps whose
-// intermediates have no other reader becomes one sd.fused_elementwise, so
-// the chain reads its operands and writes its result once instead of making
-// a round trip through memory per step (a LoRA branch's scaling and sum,
-// residual sums, gradient accumulation). Every operand must have the
+// sd-fuse-elementwise: a chain of f32 elementwise steps (Add, Sub, Mul, Div,
+// Neg, Relu, Sigmoid, Tanh, Exp, Gelu, GeluGrad) whose intermediates have no
+// other reader becomes one sd.fused_elementwise, so the chain reads its
+// operands and writes its result once instead of making a round trip through
+// memory per step (a LoRA branch's scaling and sum, residual sums, a GELU
+// after a LoRA-adapted Linear, gradient accumulation). Every operand must have the
 // result's shape or be a single element. In autocast plans the chain also
 // takes in the Casts around it: a bf16/f16 value widened to f32 becomes a
 // half operand (widening is exact), and a Cast of the result to bf16/f16
-// becomes the step's result type (rounded as Cast rounds). These operations
-// round exactly, so the fused step computes the unfused steps' bits
-// (sd/ops/fused_elementwise.h). Runs last among the model-level passes.
+// becomes the step's result type (rounded as Cast rounds). Each backend runs
+// every op with its unfused kernel's function, so the fused step computes the
+// unfused steps' bits (sd/ops/fused_elementwise.h). Runs last among the
+// model-level passes, after sd-fuse-gemm-epilogues has taken the GELUs a
+// GEMM can apply.
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
@@ -26,11 +29,22 @@ using namespace sd::ir;
 namespace {
 
 std::optional<sd::ElementwiseOpcode> opcodeOf(Operation *op) {
-  if (isa<AddOp>(op)) return sd::ElementwiseOpcode::Add;
-  if (isa<SubOp>(op)) return sd::ElementwiseOpcode::Sub;
-  if (isa<MulOp>(op)) return sd::ElementwiseOpcode::Mul;
-  if (isa<DivOp>(op)) return sd::ElementwiseOpcode::Div;
-  if (isa<NegOp>(op)) return sd::ElementwiseOpcode::Neg;
+  using Op = sd::ElementwiseOpcode;
+  auto tanhForm = [&] {
+    auto a = op->getAttrOfType<StringAttr>("approximate");
+    return a && a.getValue() == "tanh";
+  };
+  if (isa<AddOp>(op)) return Op::Add;
+  if (isa<SubOp>(op)) return Op::Sub;
+  if (isa<MulOp>(op)) return Op::Mul;
+  if (isa<DivOp>(op)) return Op::Div;
+  if (isa<NegOp>(op)) return Op::Neg;
+  if (isa<ReluOp>(op)) return Op::Relu;
+  if (isa<SigmoidOp>(op)) return Op::Sigmoid;
+  if (isa<TanhOp>(op)) return Op::Tanh;
+  if (isa<ExpOp>(op)) return Op::Exp;
+  if (isa<GeluOp>(op)) return tanhForm() ? Op::GeluTanh : Op::GeluErf;
+  if (isa<GeluGradOp>(op)) return tanhForm() ? Op::GeluTanhGrad : Op::GeluErfGrad;
   return std::nullopt;
 }
 

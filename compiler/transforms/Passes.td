@@ -40,7 +40,7 @@ def FoldCastRoundTrips : Pass<"sd-fold-cast-round-trips", "mlir::ModuleOp"> {
 }
 
 def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {
-  let summary = "Fuse chains of f32 Add, Sub, Mul, Div and Neg into one sd.fused_elementwise step";
+  let summary = "Fuse chains of f32 elementwise steps (arithmetic, activations, GeluGrad) and the half casts around them into one sd.fused_elementwise step";
 }
 
 def Autocast : Pass<"sd-autocast", "mlir::ModuleOp"> {

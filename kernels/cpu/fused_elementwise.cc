@@ -1,11 +1,13 @@
 // FusedElementwise on the CPU (sd/ops/fused_elementwise.h): each thread takes
 // a range of elements in cache-sized chunks and runs the program over a chunk
-// one instruction at a time (each a plain vectorizable loop), so the chain's
-// intermediates never leave the cache. The same IEEE operations in the same
-// order as the unfused kernels, and half operands and results converted with
-// the Cast kernel's own functions (half_convert.h): the same bits.
+// one instruction at a time (each a vectorizable loop), so the chain's
+// intermediates never leave the cache. The same functions in the same order
+// as the unfused kernels, and half operands and results converted with the
+// Cast kernel's own functions (half_convert.h): the same bits.
 #include "cpu_util.h"
 #include "half_convert.h"
+#include "sd/ops/math/activations.h"
+#include "vecmath.h"
 #include "sd/ops/fused_elementwise.h"
 #include "sd/ops/kernel.h"
 #include <algorithm>
@@ -15,6 +17,9 @@ namespace {
 
 constexpr int64_t kChunk = 512;
 
+// One instruction over a chunk, with the function the op's own kernel uses
+// on f32 (elementwise.cc: the vectorized activations, Relu's compare,
+// GeluGrad's tanh form elementwise).
 void apply(ElementwiseOpcode op, const float *a, const float *b, float *out, int64_t n) {
   switch (op) {
   case ElementwiseOpcode::Add: for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i]; break;
@@ -22,6 +27,16 @@ void apply(ElementwiseOpcode op, const float *a, const float *b, float *out, int
   case ElementwiseOpcode::Mul: for (int64_t i = 0; i < n; ++i) out[i] = a[i] * b[i]; break;
   case ElementwiseOpcode::Div: for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i]; break;
   case ElementwiseOpcode::Neg: for (int64_t i = 0; i < n; ++i) out[i] = -a[i]; break;
+  case ElementwiseOpcode::Relu: for (int64_t i = 0; i < n; ++i) out[i] = a[i] < 0.f ? 0.f : a[i]; break;
+  case ElementwiseOpcode::Sigmoid: vsigmoid(a, out, n); break;
+  case ElementwiseOpcode::Tanh: vtanh(a, out, n); break;
+  case ElementwiseOpcode::Exp: vexp(a, out, n); break;
+  case ElementwiseOpcode::GeluErf: vgelu(a, out, n); break;
+  case ElementwiseOpcode::GeluTanh: vgeluTanh(a, out, n); break;
+  case ElementwiseOpcode::GeluErfGrad: vgeluGrad(a, b, out, n); break;
+  case ElementwiseOpcode::GeluTanhGrad:
+    for (int64_t i = 0; i < n; ++i) out[i] = a[i] * math::geluTanhGrad(b[i]);
+    break;
   }
 }
 

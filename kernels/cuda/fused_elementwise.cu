@@ -6,6 +6,8 @@
 // the Cast kernel does (__bfloat162float, __float2bfloat16_rn, ...).
 #include "cuda_util.cuh"
 #include "sd/ops/fused_elementwise.h"
+#include "sd/ops/math/activations.h"
+#include <cmath>
 
 namespace sd::cuda {
 namespace {
@@ -42,12 +44,21 @@ bool storageOf(DType d, Storage &t) {
   }
 }
 
+// One instruction, with the function the op's own kernel uses (elementwise.cu).
 __device__ inline float apply(int op, float a, float b) {
   switch (ElementwiseOpcode(op)) {
   case ElementwiseOpcode::Add: return __fadd_rn(a, b);
   case ElementwiseOpcode::Sub: return __fsub_rn(a, b);
   case ElementwiseOpcode::Mul: return __fmul_rn(a, b);
   case ElementwiseOpcode::Div: return __fdiv_rn(a, b);
+  case ElementwiseOpcode::Relu: return math::relu(a);
+  case ElementwiseOpcode::Sigmoid: return math::sigmoid(a);
+  case ElementwiseOpcode::Tanh: return std::tanh(a);
+  case ElementwiseOpcode::Exp: return std::exp(a);
+  case ElementwiseOpcode::GeluErf: return math::geluErf(a);
+  case ElementwiseOpcode::GeluTanh: return math::geluTanh(a);
+  case ElementwiseOpcode::GeluErfGrad: return __fmul_rn(a, math::geluErfGrad(b));
+  case ElementwiseOpcode::GeluTanhGrad: return __fmul_rn(a, math::geluTanhGrad(b));
   default: return -a;
   }
 }

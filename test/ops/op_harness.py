@@ -1103,17 +1103,21 @@ def fused_elementwise_ref(ins, attrs, t):
     """The program run in f32, one IEEE operation at a time (as the fused kernels must)."""
     values = [np.asarray(x, np.float32) for x in ins]
     p = attrs["program"]
-    ops = {0: np.add, 1: np.subtract, 2: np.multiply, 3: np.divide}
+    ops = {0: np.add, 1: np.subtract, 2: np.multiply, 3: np.divide, 4: lambda a, b: np.negative(a),
+           5: lambda a, b: np.where(a < 0, np.float32(0), a), 6: lambda a, b: 1 / (1 + np.exp(-f64(a))),
+           7: lambda a, b: np.tanh(f64(a)), 8: lambda a, b: np.exp(f64(a)),
+           9: lambda a, b: gelu64(f64(a), "none"), 10: lambda a, b: gelu64(f64(a), "tanh"),
+           11: lambda a, b: f64(a) * gelu_grad64(f64(b), "none"), 12: lambda a, b: f64(a) * gelu_grad64(f64(b), "tanh")}
     for i in range(0, len(p), 3):
         a, b = values[p[i + 1]], values[p[i + 2]]
         with np.errstate(all="ignore"):
-            values.append(np.negative(a) if p[i] == 4 else ops[p[i]](a, b).astype(np.float32))
+            values.append(np.asarray(ops[p[i]](a, b)).astype(np.float32))
     out = np.broadcast_to(values[-1], max((np.shape(x) for x in ins), key=np.size)).astype(np.float32)
     to = {16: ml_dtypes.bfloat16, 10: np.float16}.get(attrs.get("to", 1), np.float32)
     return [out.astype(to)]  # a half result rounded to nearest even, as Cast rounds
 
 
-# Exact arithmetic: compared bit for bit (rtol 0), NaN and Inf included.
+# Arithmetic is exact: compared bit for bit (rtol 0), NaN and Inf included.
 CASES["FusedElementwise"] = [
     Case(lambda t, r: [rand(r, (3, 5), t, -2, 2), np.array(0.25, np.float32), rand(r, (3, 5), t, -2, 2)],
          attrs={"program": [2, 0, 1, 0, 2, 3]}, ref=fused_elementwise_ref, rtol=0, label="scale and add (LoRA)"),
@@ -1132,8 +1136,15 @@ CASES["FusedElementwise"] = [
     Case(lambda t, r: [rand(r, (2, 7), t, -2, 2), rand(r, (2, 7), t, -2, 2)],
          attrs={"program": [0, 0, 1, 3, 2, 0], "to": 10}, ref=fused_elementwise_ref, rtol=0, types=["f16"],
          label="f16 in, f16 out"),
+    # Activations (approximations of the reference's f64 math: a tolerance).
+    Case(lambda t, r: [rand(r, (3, 6), t, -3, 3), rand(r, (3, 6), t, -3, 3)],
+         attrs={"program": [0, 0, 1, 10, 2, 2, 9, 0, 0, 0, 3, 4, 5, 5, 5, 6, 1, 1, 2, 6, 7]},
+         ref=fused_elementwise_ref, label="add, gelu tanh and erf, relu, sigmoid, multiply"),
+    Case(lambda t, r: [rand(r, (2, 9), t, -2, 2), rand(r, (2, 9), t, -3, 3)],
+         attrs={"program": [11, 0, 1, 12, 0, 1, 7, 2, 2, 8, 3, 3, 0, 4, 5]}, ref=fused_elementwise_ref,
+         label="gelu gradients, tanh, exp"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [0, 0, 7]}, error="reads value 7", label="bad program"),
-    Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [9, 0, 0]}, error="opcode 9", label="bad opcode")]
+    Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [13, 0, 0]}, error="opcode 13", label="bad opcode")]
 
 
 def softmax_grad_ref(ins, attrs, t, log=False):
