@@ -12,10 +12,12 @@ MFU, with
   (--peak-tflops; 989.4 for H100/H200 SXM, 312 for A100; on the CPU the
   measured OpenBLAS sgemm rate is the reference instead).
 
-sdrun runs f32 (no TF32) until the autocast pass lands, so its MFU against a
-bf16 peak is low by construction; the table says which precision ran.
+Each config runs in every precision of --precisions: fp32 (no TF32 on either
+side) and bf16 (sdc compile --precision bf16 against torch.autocast(bfloat16),
+both with f32 master weights and optimizer state). The GPT configs use GPT-2's
+tanh GELU (gelu_new), as GPT-2 does.
 
-  bench/gpu_train_bench.py --device cuda [--configs gpt2-small,llama-small]
+  bench/gpu_train_bench.py --device cuda [--configs gpt2-small,llama-small] [--precisions fp32,bf16]
   bench/gpu_train_bench.py --device cpu --configs gpt-tiny,llama-tiny   (end to end on the CPU)
 
 A GPU machine without sdc (scripts/gpu-check.sh's bare machine) takes plans
@@ -58,7 +60,7 @@ def build_model(name):
     torch.manual_seed(0)
     if arch == "gpt":
         from export_models import Gpt
-        return Gpt(vocab=vocab, d=d, layers=layers, heads=heads, block=seq)
+        return Gpt(vocab=vocab, d=d, layers=layers, heads=heads, block=seq, gelu="tanh")
     return transformers.LlamaForCausalLM(transformers.LlamaConfig(
         vocab_size=vocab, hidden_size=d, intermediate_size=ffn, num_hidden_layers=layers, num_attention_heads=heads,
         num_key_value_heads=kv, max_position_embeddings=seq, use_cache=False, tie_word_embeddings=False,
@@ -91,10 +93,14 @@ def torch_child(args):
     opt = torch.optim.AdamW(params, lr=1e-4, weight_decay=0.0)
     ids = torch.randint(0, vocab, (batch, seq), device=device)
 
+    autocast = (torch.autocast(device.type, dtype=torch.bfloat16) if args.precision == "bf16" else
+                __import__("contextlib").nullcontext())
+
     def step():
         opt.zero_grad(set_to_none=True)
-        logits = logits_of(model, ids)
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab), ids[:, 1:].reshape(-1))
+        with autocast:
+            logits = logits_of(model, ids)
+            loss = F.cross_entropy(logits[:, :-1].reshape(-1, vocab).float(), ids[:, 1:].reshape(-1))
         loss.backward()
         opt.step()
 
@@ -133,19 +139,28 @@ def export(name, tmp):
     return path, data, linear_weights(model)
 
 
-def compile_plans(sdc, name, tmp, out_dir, external):
-    """The LoRA and full fine-tuning plans of a config and its data; with
-    `external`, each plan's weights go to PLAN.safetensors beside it."""
+MODES = ("lora", "full")
+
+
+def plan_path(folder, name, mode, precision):
+    return os.path.join(folder, f"{name}-{mode}-{precision}.sdp")
+
+
+def compile_plans(sdc, name, tmp, out_dir, external, precisions):
+    """The LoRA and full fine-tuning plans of a config in each precision, and
+    its data; with `external`, each plan's weights go to PLAN.safetensors beside it."""
     arch, *_, seq, batch = CONFIGS[name]
     onnx_path, data, n = export(name, tmp)
     plans = {}
-    for mode in ("lora", "full"):
-        plan = os.path.join(out_dir, f"{name}-{mode}.sdp")
-        peft_flags = (["--peft", "lora", "--target-modules", ",".join(LORA[arch]), "--lora-r", str(LORA_R),
-                       "--lora-alpha", str(LORA_ALPHA)] if mode == "lora" else ["--peft", "none"])
-        subprocess.run([sdc, "compile", onnx_path, "--shapes", f"input_ids={batch}x{seq}", "-o", plan] + peft_flags
-                       + (["--external-weights"] if external else []), check=True, capture_output=True)
-        plans[mode] = plan
+    for mode in MODES:
+        for precision in precisions:
+            plan = plan_path(out_dir, name, mode, precision)
+            peft_flags = (["--peft", "lora", "--target-modules", ",".join(LORA[arch]), "--lora-r", str(LORA_R),
+                           "--lora-alpha", str(LORA_ALPHA)] if mode == "lora" else ["--peft", "none"])
+            subprocess.run([sdc, "compile", onnx_path, "--shapes", f"input_ids={batch}x{seq}", "--precision", precision,
+                            "-o", plan] + peft_flags + (["--external-weights"] if external else []),
+                           check=True, capture_output=True)
+            plans[(mode, precision)] = plan
     return plans, data, n
 
 
@@ -154,29 +169,51 @@ def compile_plans(sdc, name, tmp, out_dir, external):
 SMALL_TENSOR_BYTES = 1 << 16
 
 
-def write_plans(args, configs):
+def read_safetensors_raw(path):
+    """{name: (dtype tag, shape, bytes)} of a safetensors file, read without a
+    library (the GPU machine's Python may lack one that knows bf16)."""
+    import struct
+    with open(path, "rb") as f:
+        blob = f.read()
+    (size,) = struct.unpack("<Q", blob[:8])
+    header = json.loads(blob[8:8 + size])
+    header.pop("__metadata__", None)
+    body = blob[8 + size:]
+    return {k: (v["dtype"], v["shape"], body[v["data_offsets"][0]:v["data_offsets"][1]]) for k, v in header.items()}
+
+
+def write_safetensors_raw(path, tensors):
+    import struct
+    header, offset = {}, 0
+    for name, (dtype, shape, data) in tensors.items():
+        header[name] = {"dtype": dtype, "shape": shape, "data_offsets": [offset, offset + len(data)]}
+        offset += len(data)
+    text = json.dumps(header).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + b"".join(t[2] for t in tensors.values()))
+
+
+def write_plans(args, configs, precisions):
     """Plans, data and a manifest for a machine without sdc: each plan's
     external weights file shrinks to its small tensors plus the header of the
     large ones (PLAN.large.json)."""
-    import numpy as np
-    from safetensors.numpy import load_file, save_file
     os.makedirs(args.write_plans, exist_ok=True)
     sdc = os.path.join(args.build, "tools", "sdc")
     manifest = {}
     with tempfile.TemporaryDirectory(prefix="sd_gpu_bench_") as tmp:
         for name in configs:
-            plans, data, n = compile_plans(sdc, name, tmp, args.write_plans, external=True)
+            plans, data, n = compile_plans(sdc, name, tmp, args.write_plans, external=True, precisions=precisions)
             shutil.copy(data, os.path.join(args.write_plans, f"{name}.jsonl"))
-            manifest[name] = {"linear_weights": n}
+            manifest[name] = {"linear_weights": n, "precisions": precisions}
             for plan in plans.values():
-                weights = os.path.splitext(plan)[0] + ".safetensors"
-                tensors = load_file(weights)
-                large = {k: [str(v.dtype), list(v.shape)] for k, v in tensors.items() if v.nbytes > SMALL_TENSOR_BYTES}
-                save_file({k: np.ascontiguousarray(v) for k, v in tensors.items() if k not in large},
-                          os.path.splitext(plan)[0] + ".small.safetensors")
-                with open(os.path.splitext(plan)[0] + ".large.json", "w") as f:
-                    json.dump(large, f)
-                os.remove(weights)
+                base = os.path.splitext(plan)[0]
+                tensors = read_safetensors_raw(base + ".safetensors")
+                write_safetensors_raw(base + ".small.safetensors",
+                                      {k: v for k, v in tensors.items() if len(v[2]) <= SMALL_TENSOR_BYTES})
+                with open(base + ".large.json", "w") as f:
+                    json.dump({k: [v[0], v[1]] for k, v in tensors.items() if len(v[2]) > SMALL_TENSOR_BYTES}, f)
+                os.remove(base + ".safetensors")
     with open(os.path.join(args.write_plans, "manifest.json"), "w") as f:
         json.dump(manifest, f)
     print(f"gpu_train_bench: plans of {', '.join(configs)} in {args.write_plans}")
@@ -186,18 +223,26 @@ def write_plans(args, configs):
 def restore_weights(plan):
     """PLAN.safetensors from PLAN.small.safetensors and PLAN.large.json: the
     large tensors drawn from N(0, 0.02) (one-dimensional ones: 1 for
-    weights, 0 for biases), as a model's initialization would."""
+    weights, 0 for biases), as a model's initialization would; F32, or BF16
+    (an autocast plan's frozen half copies) rounded to nearest even."""
     import numpy as np
-    from safetensors.numpy import load_file, save_file
     base = os.path.splitext(plan)[0]
-    tensors = load_file(base + ".small.safetensors")
+    tensors = read_safetensors_raw(base + ".small.safetensors")
     rng = np.random.default_rng(0)
     for name, (dtype, shape) in json.load(open(base + ".large.json")).items():
         if len(shape) == 1:
-            tensors[name] = np.full(shape, 1.0 if name.endswith("weight") else 0.0, dtype)
+            values = np.full(shape, 1.0 if name.endswith("weight") else 0.0, np.float32)
         else:
-            tensors[name] = (rng.standard_normal(shape, np.float32) * 0.02).astype(dtype)
-    save_file(tensors, base + ".safetensors")
+            values = (rng.standard_normal(shape, np.float32) * np.float32(0.02)).astype(np.float32)
+        if dtype == "BF16":
+            bits = values.view(np.uint32)
+            data = ((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16).astype(np.uint16).tobytes()
+        elif dtype == "F32":
+            data = values.tobytes()
+        else:
+            sys.exit(f"{plan}: cannot draw {dtype} weights ({name})")
+        tensors[name] = (dtype, shape, data)
+    write_safetensors_raw(base + ".safetensors", tensors)
 
 
 def device_peak(args):
@@ -219,6 +264,8 @@ def main():
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cuda")
     ap.add_argument("--configs", default=None, help="default: gpt2-small,llama-small (cuda), gpt-tiny,llama-tiny (cpu)")
     ap.add_argument("--peers", default="eager,compiled", help="PyTorch peers: eager, compiled")
+    ap.add_argument("--precisions", default=None, help="fp32, bf16 (default: both on cuda, fp32 on cpu)")
+    ap.add_argument("--precision", default="fp32", help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=os.cpu_count())
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
@@ -237,8 +284,12 @@ def main():
     for c in configs:
         if c not in CONFIGS:
             sys.exit(f"unknown config '{c}' (configs: {', '.join(CONFIGS)})")
+    precisions = (args.precisions or ("fp32,bf16" if args.device == "cuda" else "fp32")).split(",")
+    for p in precisions:
+        if p not in ("fp32", "bf16"):
+            sys.exit(f"unknown precision '{p}' (fp32, bf16)")
     if args.write_plans:
-        return write_plans(args, configs)
+        return write_plans(args, configs, precisions)
     peak = device_peak(args)
     sgemm = sgemm_rate(args.threads) if args.device == "cpu" else None
     sdc = os.path.join(args.build, "tools", "sdc")
@@ -249,15 +300,19 @@ def main():
         for name in configs:
             arch, d, layers, heads, kv, ffn, vocab, seq, batch = CONFIGS[name]
             if args.plans:
-                n = json.load(open(os.path.join(args.plans, "manifest.json")))[name]["linear_weights"]
+                entry = json.load(open(os.path.join(args.plans, "manifest.json")))[name]
+                n = entry["linear_weights"]
+                missing = [p for p in precisions if p not in entry.get("precisions", ["fp32"])]
+                if missing:
+                    sys.exit(f"the plans in {args.plans} have no {', '.join(missing)} plans of {name}")
                 data = os.path.join(args.plans, f"{name}.jsonl")
-                plans = {mode: os.path.join(args.plans, f"{name}-{mode}.sdp") for mode in ("lora", "full")}
+                plans = {(mode, p): plan_path(args.plans, name, mode, p) for mode in MODES for p in precisions}
                 for plan in plans.values():
                     restore_weights(plan)
             else:
-                plans, data, n = compile_plans(sdc, name, tmp, tmp, external=False)
-            for mode in ("lora", "full"):
-                plan = plans[mode]
+                plans, data, n = compile_plans(sdc, name, tmp, tmp, external=False, precisions=precisions)
+            for mode, precision in [(m, p) for p in precisions for m in MODES]:
+                plan = plans[(mode, precision)]
                 out, rss = measure([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--device",
                                     args.device, "--threads", str(args.threads), "--iterations",
                                     str(args.iterations), "--warmup", str(args.warmup)], env)
@@ -268,13 +323,13 @@ def main():
                 # the share of time the GPU waited for the host (CUDA events).
                 if r.get("pipelined_ms", -1) > 0:
                     results["sdrun-pipelined"] = (r["pipelined_ms"], results["sdrun"][1])
-                    print(f"{name:12} {mode:5} sdrun GPU idle: {r['device_idle_pct']:.1f}% waiting for each step, "
+                    print(f"{name:12} {mode:5} {precision:4} sdrun GPU idle: {r['device_idle_pct']:.1f}% waiting for each step, "
                           f"{r['pipelined_device_idle_pct']:.1f}% pipelined", flush=True)
                 for peer in args.peers.split(","):
                     out, prss = measure([sys.executable, os.path.abspath(__file__), "--torch-child", "--config", name,
                                          "--mode", mode, "--peer", peer, "--device", args.device, "--threads",
                                          str(args.threads), "--iterations", str(args.iterations), "--warmup",
-                                         str(args.warmup)], env)
+                                         str(args.warmup), "--precision", precision], env)
                     r = json.loads(out.strip().splitlines()[-1])
                     results[f"torch-{peer}"] = (r["median_ms"], r["peak_mib"] if args.device == "cuda" else prss)
                 flops_token = (4 if mode == "lora" else 6) * n + 12 * layers * d * seq
@@ -282,17 +337,18 @@ def main():
                 for who, (ms, mem) in results.items():
                     tps = tokens / (ms / 1000)
                     achieved = tps * flops_token / 1e12
-                    row = {"config": name, "mode": mode, "who": who, "ms": ms, "tokens_per_s": tps,
+                    row = {"config": name, "mode": mode, "precision": precision, "who": who, "ms": ms,
+                           "tokens_per_s": tps,
                            "peak_mib": mem, "tflops": achieved,
                            "mfu": achieved / peak if peak else None,
                            "of_sgemm": achieved * 1e3 / sgemm if sgemm else None}
                     rows.append(row)
                     ref = f"MFU {100 * row['mfu']:.1f}%" if peak else f"{100 * row['of_sgemm']:.0f}% of sgemm"
                     mem_s = f"{mem:.0f} MiB" if mem is not None else "n/a"
-                    print(f"{name:12} {mode:5} {who:15} {ms:9.1f} ms  {tps:10.0f} tok/s  peak {mem_s:>9}  "
+                    print(f"{name:12} {mode:5} {precision:4} {who:15} {ms:9.1f} ms  {tps:10.0f} tok/s  peak {mem_s:>9}  "
                           f"{achieved * 1e3:8.1f} GFLOP/s  {ref}", flush=True)
     print(json.dumps({"device": args.device, "peak_tflops": peak, "sgemm_gflops": sgemm, "threads": args.threads,
-                      "precision": "f32", "rows": rows}))
+                      "precisions": precisions, "rows": rows}))
     return 0
 
 

@@ -44,22 +44,23 @@ class CausalSelfAttention(nn.Module):
 
 
 class Mlp(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, gelu="none"):
         super().__init__()
         self.fc1 = nn.Linear(d, 4 * d)
         self.fc2 = nn.Linear(4 * d, d)
+        self.gelu = gelu  # "none": the exact GELU; "tanh": GPT-2's gelu_new
 
     def forward(self, x):
-        return self.fc2(F.gelu(self.fc1(x)))
+        return self.fc2(F.gelu(self.fc1(x), approximate=self.gelu))
 
 
 class Block(nn.Module):
-    def __init__(self, d, heads, block):
+    def __init__(self, d, heads, block, gelu="none"):
         super().__init__()
         self.ln1 = nn.LayerNorm(d)
         self.attn = CausalSelfAttention(d, heads, block)
         self.ln2 = nn.LayerNorm(d)
-        self.mlp = Mlp(d)
+        self.mlp = Mlp(d, gelu)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -67,11 +68,11 @@ class Block(nn.Module):
 
 
 class Gpt(nn.Module):
-    def __init__(self, vocab=256, d=128, layers=2, heads=4, block=256):
+    def __init__(self, vocab=256, d=128, layers=2, heads=4, block=256, gelu="none"):
         super().__init__()
         self.wte = nn.Embedding(vocab, d)
         self.wpe = nn.Embedding(block, d)
-        self.blocks = nn.ModuleList([Block(d, heads, block) for _ in range(layers)])
+        self.blocks = nn.ModuleList([Block(d, heads, block, gelu) for _ in range(layers)])
         self.ln_f = nn.LayerNorm(d)
         self.head = nn.Linear(d, vocab, bias=False)
         self.head.weight = self.wte.weight  # tied

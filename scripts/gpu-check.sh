@@ -17,8 +17,9 @@
 # of this script: CTest gpu_check_dry_run). The bundle also holds a copy of
 # the Python the op harness's module was built for (python/run), and the
 # training benchmark's plans (SD_BUNDLE_BENCH_CONFIGS, default
-# gpt2-small,llama-small); --run runs compute-sanitizer and the benchmark
-# against PyTorch where the GPU machine has them. SD_GPU_CHECK_PLANS="full lora"
+# gpt2-small,llama-small; SD_BENCH_PRECISIONS, default fp32,bf16, on both
+# sides); --run runs compute-sanitizer and the benchmark against PyTorch
+# where the GPU machine has them. SD_GPU_CHECK_PLANS="full lora"
 # runs only those plan kinds, in that order; SD_GPU_CHECK_TIMEOUT (300) stops
 # any one check after that many seconds; SD_BUNDLE_PYTHON is the Python that
 # runs the op harness (the one _sdops was built for, with NumPy and
@@ -93,7 +94,8 @@ bundle() {
   mkdir -p "$dir/bench" "$dir/examples" && cp "$ROOT/bench/gpu_train_bench.py" "$ROOT/bench/train_bench.py" \
     "$dir/bench/" && cp "$ROOT/examples/export_models.py" "$dir/examples/" || die "cannot copy the benchmark"
   "$ROOT/.venv/bin/python" "$ROOT/bench/gpu_train_bench.py" --build "$build" \
-    --configs "${SD_BUNDLE_BENCH_CONFIGS:-gpt2-small,llama-small}" --write-plans "$dir/bench/plans" \
+    --configs "${SD_BUNDLE_BENCH_CONFIGS:-gpt2-small,llama-small}" --precisions "${SD_BENCH_PRECISIONS:-fp32,bf16}" \
+    --write-plans "$dir/bench/plans" \
     > "$dir/bench/write-plans.log" 2>&1 || die "benchmark plans failed (see $dir/bench/write-plans.log)"
   echo "gpu-check: bundle in $dir ($(du -sh "$dir" | cut -f1)); on the GPU machine: $dir/gpu-check.sh --run $dir OUT"
 }
@@ -257,7 +259,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
     check "training benchmark against PyTorch ($configs)" bash -c "$tee_to" \
       "$out/train_bench.txt" timeout "${SD_GPU_BENCH_TIMEOUT:-900}" "$bench_python" "$dir/bench/gpu_train_bench.py" \
       --device "$device" --configs "$configs" --plans "$dir/bench/plans" --sdrun "$sdrun" --iterations 10 --warmup 3 \
-      --peers "${SD_GPU_BENCH_PEERS:-eager,compiled}"
+      --peers "${SD_GPU_BENCH_PEERS:-eager,compiled}" --precisions "${SD_BENCH_PRECISIONS:-fp32,bf16}"
   else
     echo "gpu-check: no PyTorch with PEFT and transformers in $bench_python here: the training benchmark did not run" |
       tee -a "$out/checks.log"

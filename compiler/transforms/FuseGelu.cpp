@@ -1,7 +1,8 @@
 // sd-fuse-gelu: recognizes the GELU that exporters decompose, exact,
 // x * 0.5 * (1 + erf(x / sqrt(2))), or with the tanh approximation,
 // x * 0.5 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x^3))) (GPT-2's gelu_new,
-// Phi-2's), and replaces it with one sd.gelu, so it runs as one kernel (and,
+// Phi-2's, PyTorch's approximate="tanh"; x^3 as a Pow or as x * x * x), and
+// replaces it with one sd.gelu, so it runs as one kernel (and,
 // for training, one backward).
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
@@ -23,7 +24,24 @@ using sd::isScalar;
 using sd::otherOperand;
 using sd::soleUser;
 
-// The x of s = x + 0.044715 * Pow(x, 3) (any operand order); null otherwise.
+// Whether `c` is x cubed: Pow(x, 3) (HF's gelu_new), or x * (x * x) in any
+// association and order (PyTorch's own tanh GELU as its exporter writes it).
+bool isCube(Value c, Value x) {
+  Operation *op = c.getDefiningOp();
+  if (!op || !op->hasOneUse()) return false;
+  if (auto pow = dyn_cast<PowOp>(op)) return pow.getLhs() == x && isScalar(pow.getRhs(), 3.0);
+  auto mul = dyn_cast<MulOp>(op);
+  if (!mul) return false;
+  for (int i = 0; i < 2; ++i) {
+    auto square = mul->getOperand(unsigned(1 - i)).getDefiningOp<MulOp>();
+    if (mul->getOperand(unsigned(i)) == x && square && square->hasOneUse() && square.getLhs() == x &&
+        square.getRhs() == x)
+      return true;
+  }
+  return false;
+}
+
+// The x of s = x + 0.044715 * x^3 (any operand order); null otherwise.
 Value cubicArgument(Value s) {
   auto add = s.getDefiningOp<AddOp>();
   if (!add || !add->hasOneUse()) return {};
@@ -31,12 +49,8 @@ Value cubicArgument(Value s) {
     Value x = add->getOperand(unsigned(i));
     auto mul = add->getOperand(unsigned(1 - i)).getDefiningOp<MulOp>();
     if (!mul || !mul->hasOneUse()) continue;
-    for (int j = 0; j < 2; ++j) {
-      auto pow = mul->getOperand(unsigned(j)).getDefiningOp<PowOp>();
-      if (pow && pow->hasOneUse() && pow.getLhs() == x && isScalar(pow.getRhs(), 3.0) &&
-          isScalar(mul->getOperand(unsigned(1 - j)), 0.044715))
-        return x;
-    }
+    for (int j = 0; j < 2; ++j)
+      if (isCube(mul->getOperand(unsigned(j)), x) && isScalar(mul->getOperand(unsigned(1 - j)), 0.044715)) return x;
   }
   return {};
 }

@@ -99,6 +99,31 @@ func.func @gpt2_gelu_new(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
 
 // -----
 
+// PyTorch's own F.gelu(approximate="tanh") as its exporter writes it: the
+// cube as x * (x * x), the halving last.
+// CHECK-LABEL: func.func @torch_gelu_tanh
+//       CHECK:   %[[G:.*]] = sd.gelu %arg0 {approximate = "tanh"}
+//   CHECK-NOT:   sd.tanh
+//       CHECK:   return %[[G]]
+func.func @torch_gelu_tanh(%x: tensor<2x8xf32>) -> tensor<2x8xf32> {
+  %k = sd.constant dense<0.044715> : tensor<f32>
+  %c = sd.constant dense<0.797884583> : tensor<f32>
+  %one = sd.constant dense<1.0> : tensor<f32>
+  %half = sd.constant dense<0.5> : tensor<f32>
+  %sq = sd.mul %x, %x : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %cube = sd.mul %x, %sq : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %kp = sd.mul %k, %cube : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %s = sd.add %x, %kp : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %cs = sd.mul %c, %s : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %t = sd.tanh %cs : (tensor<2x8xf32>) -> tensor<2x8xf32>
+  %a = sd.add %one, %t : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %xa = sd.mul %x, %a : (tensor<2x8xf32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  %y = sd.mul %half, %xa : (tensor<f32>, tensor<2x8xf32>) -> tensor<2x8xf32>
+  return %y : tensor<2x8xf32>
+}
+
+// -----
+
 // A different cubic coefficient is another function: nothing fuses.
 // CHECK-LABEL: func.func @not_gelu_new
 //   CHECK-NOT:   sd.gelu
