@@ -117,10 +117,10 @@ const char *kUsage =
     "                           with fixed shapes has, else 1)\n"
     "  --prefill-chunk P        prompt tokens per prefill call (min(64, MAX_LENGTH)); longer\n"
     "                           prompts take several calls\n"
-    "  --no-fuse LIST           leave these fusions out (to compare; the plan computes the same):\n"
-    "                           gemm-epilogues (a GELU and its gradient folded into the matrix\n"
-    "                           products around them), elementwise (chains of +, -, *, / in one\n"
-    "                           step), all\n"
+    "  --no-fuse LIST           leave these fusions out, to compare (on the CPU the plan computes\n"
+    "                           the same bits either way): gemm-epilogues (a GELU and its gradient\n"
+    "                           folded into the matrix products around them), elementwise (chains\n"
+    "                           of arithmetic, activations and half casts in one step), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
