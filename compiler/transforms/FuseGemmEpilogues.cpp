@@ -79,10 +79,8 @@ struct FuseGemmEpiloguesPass : sd::impl::FuseGemmEpiloguesBase<FuseGemmEpilogues
   // Gemm's shape -> ReduceSum over rows.
   void fuseBackward(GeluGradOp gg) {
     Value dy = gg.getGrad();
-    Operation *reshapeIn = nullptr;
     if (auto r = dy.getDefiningOp<ReshapeOp>()) {
       if (!r->hasOneUse()) return;
-      reshapeIn = r;
       dy = r.getLhs();
     }
     auto gemm = dy.getDefiningOp<GemmOp>();
@@ -92,21 +90,21 @@ struct FuseGemmEpiloguesPass : sd::impl::FuseGemmEpiloguesBase<FuseGemmEpilogues
         cast<ShapedType>(gemm.getResult().getType()).getElementType() != elementTypeOf(gg.getResult()))
       return;
     ArrayRef<int64_t> flat = shapeOf(gemm.getResult());
-    // The bias gradient: the row sums of the 2-D gradient.
+    // The 2-D gradient: GeluGrad's result when it has the Gemm's shape, and
+    // its reshapes to that shape; the bias gradient, a ReduceSum of it over rows.
+    SmallVector<Value> flatGrads;
+    if (shapeOf(gg.getResult()) == flat) flatGrads.push_back(gg.getResult());
+    for (Operation *user : gg.getResult().getUsers())
+      if (auto r = dyn_cast<ReshapeOp>(user); r && shapeOf(r.getResult()) == flat) flatGrads.push_back(r.getResult());
     ReduceSumOp biasSum;
-    ReshapeOp reshapeOut;
-    for (Operation *user : gg.getResult().getUsers()) {
-      Value flatGrad = gg.getResult();
-      if (auto r = dyn_cast<ReshapeOp>(user); r && shapeOf(r.getResult()) == flat) flatGrad = r.getResult(), reshapeOut = r;
-      else if (shapeOf(gg.getResult()) != flat) continue;
-      for (Operation *u : flatGrad.getUsers()) {
+    for (Value v : flatGrads)
+      for (Operation *u : v.getUsers()) {
         auto sum = dyn_cast<ReduceSumOp>(u);
         SmallVector<int64_t> axes;
         if (sum && !biasSum && constantInts(sum.getAxes(), axes) && axes.size() == 1 && axes[0] == 0 &&
-            sum->getAttrOfType<IntegerAttr>("keepdims") && sum->getAttrOfType<IntegerAttr>("keepdims").getInt() == 0)
+            sum.getKeepdims().value_or(1) == 0)
           biasSum = sum;
       }
-    }
     OpBuilder b(gg);
     GradBuilder g(b, FusedLoc::get(b.getContext(), {gemm.getLoc(), gg.getLoc()}));
     Value pre = g.reshape(gg.getInput(), flat);
@@ -115,13 +113,13 @@ struct FuseGemmEpiloguesPass : sd::impl::FuseGemmEpiloguesBase<FuseGemmEpilogues
     Operation *fused = g.op<GemmDGeluOp>({gemm.getA(), gemm.getB(), pre}, attrs, biasSum ? 2 : 1);
     if (g.failed() || !fused) return;
     Value grad = fused->getResult(0);
-    if (reshapeOut) reshapeOut.getResult().replaceAllUsesWith(grad);
     Value shaped = g.reshape(grad, shapeOf(gg.getResult()));
     if (g.failed()) return;
+    for (Value v : flatGrads)
+      if (v != gg.getResult()) v.replaceAllUsesWith(grad);
     gg.getResult().replaceAllUsesWith(shaped);
     if (biasSum) biasSum.getResult().replaceAllUsesWith(fused->getResult(1));
     // The replaced ops are dead now; sd-propagate-shapes removes them.
-    (void)reshapeIn;
   }
 };
 

@@ -53,10 +53,9 @@ Status FusedElementwiseKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(checkFusedProgram(program, inputs));
   const TensorView &result = c.outputs[0];
   const int64_t n = result.numElements();
-  auto storage = [](DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; };
-  SD_CHECK_ARG(storage(result.dtype), "FusedElementwise gives f32, bf16 or f16, not ", dtypeName(result.dtype));
+  SD_CHECK_ARG(isFusedStorage(result.dtype), "FusedElementwise gives f32, bf16 or f16, not ", dtypeName(result.dtype));
   for (const TensorView &in : c.inputs) {
-    SD_CHECK_ARG(storage(in.dtype), "FusedElementwise takes f32, bf16 or f16 operands, not ", dtypeName(in.dtype));
+    SD_CHECK_ARG(isFusedStorage(in.dtype), "FusedElementwise takes f32, bf16 or f16 operands, not ", dtypeName(in.dtype));
     SD_CHECK_ARG(in.numElements() == n || in.numElements() == 1, "FusedElementwise operand has ", in.numElements(),
                  " elements, the result ", n);
   }

@@ -98,32 +98,8 @@ StatusOr<std::vector<GemmTiming>> compareGemmsWithCublasLt(const std::vector<Gem
     void *c = ctx.outputs[0].data;
     t.oursMs = medianMs(stream, iterations, [&] { return ours->run(a, b, c, 1.0, 0.0, stream).isOk(); });
     // Raw cuBLASLt: the same descriptors, every algorithm its heuristic lists.
-    const LtApi &lt = *ours->res->api;
-    std::vector<cublasLtMatmulHeuristicResult_t> found(static_cast<size_t>(std::max(algorithms, 1)));
-    int offered = 0;
-    cublasLtMatmulPreference_t pref = nullptr;
-    if (lt.preferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
-      size_t ws = ours->res->workspaceBytes;
-      lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-      if (lt.algoGetHeuristic(ours->res->handle, ours->op, ours->layoutB, ours->layoutA, ours->layoutC, ours->layoutC,
-                              pref, int(found.size()), found.data(), &offered) != CUBLAS_STATUS_SUCCESS)
-        offered = 0;
-      lt.preferenceDestroy(pref);
-    }
-    // alpha 1, beta 0 in the compute type's scalar type (f64 products: double).
-    const float one = 1, zero = 0;
-    const double oneD = 1, zeroD = 0;
-    const bool f64 = shape.dtype == DType::F64;
-    const void *alpha = f64 ? static_cast<const void *>(&oneD) : &one;
-    const void *beta = f64 ? static_cast<const void *>(&zeroD) : &zero;
-    for (int i = 0; i < offered; ++i) {
-      const cublasLtMatmulHeuristicResult_t &r = found[size_t(i)];
-      if (r.state != CUBLAS_STATUS_SUCCESS) continue;
-      double ms = medianMs(stream, iterations, [&] {
-        return lt.matmul(ours->res->handle, ours->op, alpha, b, ours->layoutB, a, ours->layoutA, beta, c, ours->layoutC,
-                         c, ours->layoutC, &r.algo, ours->res->workspace, ours->res->workspaceBytes,
-                         stream) == CUBLAS_STATUS_SUCCESS;
-      });
+    for (const cublasLtMatmulAlgo_t &algo : ours->offered(algorithms)) {
+      double ms = medianMs(stream, iterations, [&] { return ours->runWith(algo, a, b, c, 1.0, 0.0, stream).isOk(); });
       ++t.algorithms;
       if (ms > 0 && (t.bestMs < 0 || ms < t.bestMs)) t.bestMs = ms;
     }

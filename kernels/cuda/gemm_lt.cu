@@ -2,6 +2,7 @@
 // column-major product of the transposes: out^T = op(B)^T * op(A)^T.
 #include "gemm_lt.h"
 #include <cstdio>
+#include <vector>
 
 namespace sd::cuda {
 
@@ -138,28 +139,37 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape
     g->error = "cuBLASLt refused the GEMM's descriptors";
     return g;
   }
-  cublasLtMatmulPreference_t pref = nullptr;
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  if (lt.preferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
-    size_t ws = g->res->workspaceBytes;
-    lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
-    for (cublasLtMatmulPreferenceAttributes_t a :
-         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-      lt.preferenceSetAttribute(pref, a, &s.alignBytes, sizeof s.alignBytes);
-    if (lt.algoGetHeuristic(g->res->handle, g->op, g->layoutB, g->layoutA, g->layoutC, g->layoutC, pref,
-                                       1, &result, &found) != CUBLAS_STATUS_SUCCESS)
-      found = 0;
-    lt.preferenceDestroy(pref);
-  }
-  if (found == 0) {
+  std::vector<cublasLtMatmulAlgo_t> offered = g->offered(1);
+  if (offered.empty()) {
     g->error = "cuBLASLt has no algorithm for " + std::to_string(s.m) + "x" + std::to_string(s.n) + "x" +
                std::to_string(s.k) + " " + dtypeName(s.dtype);
     return g;
   }
-  g->algo = result.algo;
+  g->algo = offered[0];
   return g;
+}
+
+std::vector<cublasLtMatmulAlgo_t> LtGemm::offered(int count) const {
+  const LtApi &lt = *res->api;
+  std::vector<cublasLtMatmulHeuristicResult_t> results(size_t(std::max(count, 1)));
+  int found = 0;
+  cublasLtMatmulPreference_t pref = nullptr;
+  if (lt.preferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS) {
+    size_t ws = res->workspaceBytes;
+    lt.preferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    for (cublasLtMatmulPreferenceAttributes_t a :
+         {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+          CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+      lt.preferenceSetAttribute(pref, a, &shape.alignBytes, sizeof shape.alignBytes);
+    if (lt.algoGetHeuristic(res->handle, op, layoutB, layoutA, layoutC, layoutC, pref, int(results.size()),
+                            results.data(), &found) != CUBLAS_STATUS_SUCCESS)
+      found = 0;
+    lt.preferenceDestroy(pref);
+  }
+  std::vector<cublasLtMatmulAlgo_t> algos;
+  for (int i = 0; i < found; ++i)
+    if (results[size_t(i)].state == CUBLAS_STATUS_SUCCESS) algos.push_back(results[size_t(i)].algo);
+  return algos;
 }
 
 bool LtGemm::runsOnLt(const void *a, const void *b, const void *c) const {
@@ -176,12 +186,17 @@ Status LtGemm::run(const void *a, const void *b, void *c, double alpha, double b
     if (shape.epilogue != GemmShape::Epilogue::None) return sdError("a GELU epilogue GEMM cannot run on the built-in GEMM");
     return builtinGemm(shape, a, b, c, alpha, beta, stream);
   }
+  return runWith(algo, a, b, c, alpha, beta, stream);
+}
+
+Status LtGemm::runWith(const cublasLtMatmulAlgo_t &with, const void *a, const void *b, void *c, double alpha,
+                       double beta, cudaStream_t stream) const {
   float af = float(alpha), bf = float(beta);
   const void *pa = shape.dtype == DType::F64 ? static_cast<const void *>(&alpha) : &af;
   const void *pb = shape.dtype == DType::F64 ? static_cast<const void *>(&beta) : &bf;
   const LtApi &lt = *res->api;
-  cublasStatus_t st = lt.matmul(res->handle, op, pa, b, layoutB, a, layoutA, pb, c, layoutC, c, layoutC, &algo,
-                                     res->workspace, res->workspaceBytes, stream);
+  cublasStatus_t st = lt.matmul(res->handle, op, pa, b, layoutB, a, layoutA, pb, c, layoutC, c, layoutC, &with,
+                                res->workspace, res->workspaceBytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return sdError("cublasLtMatmul failed: ", lt.statusString(st));
   return Status::ok();
 }

@@ -8,6 +8,7 @@
 #include "cuda_util.cuh"
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace sd::cuda {
 
@@ -62,6 +63,12 @@ struct LtGemm {
   // less aligned than the plan's), which has no epilogue but the bias.
   bool runsOnLt(const void *a, const void *b, const void *c) const;
   Status run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const;
+  // Up to `count` algorithms cuBLASLt's heuristic offers for these
+  // descriptors, its choice first; and one run with a given one (no checks:
+  // sdrun bench --gemms times them all).
+  std::vector<cublasLtMatmulAlgo_t> offered(int count) const;
+  Status runWith(const cublasLtMatmulAlgo_t &with, const void *a, const void *b, void *c, double alpha, double beta,
+                 cudaStream_t stream) const;
 };
 
 // The row-major GEMM shapes of Gemm's and Linear's operands (linalg.cu).

@@ -135,17 +135,15 @@ static Status dropoutShape(ShapeContext &c) {
 
 // FusedElementwise(operands...) {program, to}: f32/bf16/f16 operands, every
 // one the result's shape or a single element; the result f32 or `to`.
-static bool fusedStorage(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
-
 static Status fusedElementwiseShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(checkFusedProgram(c.attrs.getInts("program"), int64_t(c.inputs.size())));
   const DType to = DType(c.attrs.getInt("to", int64_t(DType::F32)));
-  SD_CHECK_ARG(fusedStorage(to), "FusedElementwise gives f32, bf16 or f16, not ", dtypeName(to));
+  SD_CHECK_ARG(isFusedStorage(to), "FusedElementwise gives f32, bf16 or f16, not ", dtypeName(to));
   // The result's shape: an operand's with more than one element, or (all
   // single elements, as broadcasting ranks them) the highest-ranked one's.
   const TensorInfo *full = &c.inputs[0];
   for (const TensorInfo &in : c.inputs) {
-    SD_CHECK_ARG(fusedStorage(in.dtype), "FusedElementwise takes f32, bf16 or f16 operands, got ", dtypeName(in.dtype));
+    SD_CHECK_ARG(isFusedStorage(in.dtype), "FusedElementwise takes f32, bf16 or f16 operands, got ", dtypeName(in.dtype));
     SD_CHECK_ARG(in.rankKnown && in.isStatic(), "FusedElementwise takes static shapes");
     if (product(in.dims) != 1 || (product(full->dims) == 1 && in.rank() > full->rank())) full = &in;
   }

@@ -191,6 +191,13 @@ struct Trainer::Impl {
   Status collectStep(StepReport &r);
   bool runsAhead() const;
   bool hookAfter(int64_t stepNumber) const;
+  // Whether eval / a checkpoint runs after step `n` (every N steps and after the last).
+  bool evalAfter(int64_t n) const {
+    return !evalData.empty() && ((config.evalEvery && n % config.evalEvery == 0) || n == total);
+  }
+  bool checkpointAfter(int64_t n) const {
+    return !config.checkpointDir.empty() && ((config.checkpointEvery && n % config.checkpointEvery == 0) || n == total);
+  }
   Status discardLaunched(Status why);
   Status requireNothingLaunched(const char *what) const {
     if (launched.empty()) return Status::ok();
@@ -405,9 +412,7 @@ bool Trainer::Impl::runsAhead() const {
 
 // Whether something after step `stepNumber` needs the state right after it.
 bool Trainer::Impl::hookAfter(int64_t n) const {
-  const TrainConfig &o = config;
-  return n >= total || o.verifyReplicas || (!evalData.empty() && o.evalEvery && n % o.evalEvery == 0) ||
-         (!o.checkpointDir.empty() && o.checkpointEvery && n % o.checkpointEvery == 0);
+  return n >= total || config.verifyReplicas || evalAfter(n) || checkpointAfter(n);
 }
 
 // Queues the micro-batches of the step after the last launched one.
@@ -452,7 +457,6 @@ Status Trainer::Impl::collectStep(StepReport &r) {
   r.total = total;
   r.lr = ls.lr;
   r.epoch = ls.epoch;
-  r.gradNorm = NAN;
   double lossSum = 0;
   for (int64_t micro = 0; micro < config.gradAccum; ++micro) {
     SD_RETURN_IF_ERROR(session.collect(outs).withContext(where));
@@ -509,14 +513,13 @@ StatusOr<StepReport> Trainer::runStep() {
   auto now = std::chrono::steady_clock::now();
   r.seconds = std::chrono::duration<double>(now - std::max(launchedAt, im.lastReport)).count();
   r.elapsedSeconds = std::chrono::duration<double>(now - im.startTime).count();
-  bool last = im.step == im.total;
-  if (!im.evalData.empty() && ((o.evalEvery && im.step % o.evalEvery == 0) || last)) {
+  if (im.evalAfter(im.step)) {
     auto loss = evaluate();
     if (!loss.isOk()) return loss.status();
     r.evaluated = true;
     r.evalLoss = loss.value();
   }
-  if (!o.checkpointDir.empty() && ((o.checkpointEvery && im.step % o.checkpointEvery == 0) || last)) {
+  if (im.checkpointAfter(im.step)) {
     SD_RETURN_IF_ERROR(saveCheckpoint());
     r.checkpointed = true;
   }

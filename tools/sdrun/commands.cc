@@ -439,13 +439,12 @@ int benchCommand(const std::vector<std::string> &args) {
   auto idlePct = [](const std::optional<sd::Session::DeviceTime> &t) {
     return t && t->spanMs > 0 ? 100.0 * (t->spanMs - t->busyMs) / t->spanMs : -1.0;
   };
-  if (waited)
-    std::printf("device idle, each run waited for: %.1f%% of the span (%.3f ms per run)\n", idlePct(waited),
-                (waited->spanMs - waited->busyMs) / double(waited->runs));
+  auto printIdle = [&](const char *how, const std::optional<sd::Session::DeviceTime> &t) {
+    if (t) std::printf("device idle, %s: %.1f%% of the span (%.3f ms per run)\n", how, idlePct(t), t->idleMsPerRun());
+  };
+  printIdle("each run waited for", waited);
   if (pipelinedMs >= 0) std::printf("pipelined (the next run queued before waiting): %.3f ms per iteration\n", pipelinedMs);
-  if (queued)
-    std::printf("device idle, pipelined: %.1f%% of the span (%.3f ms per run)\n", idlePct(queued),
-                (queued->spanMs - queued->busyMs) / double(queued->runs));
+  printIdle("pipelined", queued);
   std::printf("{\"entry\":\"%s\",\"iterations\":%lld,\"threads\":%lld,\"median_ms\":%.4f,\"mean_ms\":%.4f,\"min_ms\":%.4f,"
               "\"f32_gemm\":\"%s\",\"device\":\"%s\",\"device_mib\":%.1f,\"pipelined_ms\":%.4f,"
               "\"device_idle_pct\":%.2f,\"pipelined_device_idle_pct\":%.2f}\n",

@@ -235,7 +235,7 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
   // batches, launching, and eval and checkpoints where they ran).
   if (auto t = sess.deviceTime(); t && t->spanMs > 0)
     std::fprintf(stderr, "sdrun: from step %lld on, the GPU was busy %.1f%% of the time (waited %.3f ms per run for the host)\n",
-                 (long long)(firstStep + 3), 100.0 * t->busyMs / t->spanMs, (t->spanMs - t->busyMs) / double(t->runs));
+                 (long long)(firstStep + 3), 100.0 * t->busyMs / t->spanMs, t->idleMsPerRun());
   SD_RETURN_IF_ERROR(writeTrace(*session.value(), out.tracePath));
   if (!out.saveWeights.empty()) SD_RETURN_IF_ERROR(trainer.saveWeights(out.saveWeights));
   if (!out.adapterOut.empty()) SD_RETURN_IF_ERROR(trainer.saveAdapter(out.adapterOut));

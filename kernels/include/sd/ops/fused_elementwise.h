@@ -12,6 +12,7 @@
 // an ONNX type code; f32 when absent) may be narrowed to one (the Cast before
 // the next half product, absorbed: rounded to nearest even, as Cast rounds).
 #pragma once
+#include "sd/format/dtype.h"
 #include "sd/format/status.h"
 #include "sd/ops/math/host_device.h"
 #include <cstdint>
@@ -25,6 +26,9 @@ enum class ElementwiseOpcode : int64_t {
   GeluErfGrad = 11, GeluTanhGrad = 12
 };
 constexpr int64_t kLastElementwiseOpcode = int64_t(ElementwiseOpcode::GeluTanhGrad);
+
+// The element types of the operands and the result: f32 and the two halves.
+inline bool isFusedStorage(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 
 constexpr int kMaxFusedInputs = 8;
 constexpr int kMaxFusedInstructions = 16;

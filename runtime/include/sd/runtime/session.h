@@ -96,6 +96,7 @@ public:
   struct DeviceTime {
     double busyMs = 0, spanMs = 0;
     int64_t runs = 0;
+    double idleMsPerRun() const { return runs ? (spanMs - busyMs) / double(runs) : 0; }
   };
   std::optional<DeviceTime> deviceTime() const;
   void resetDeviceTime();
