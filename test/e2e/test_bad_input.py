@@ -305,6 +305,8 @@ def main():
         for cmd in ("infer", "bench"):
             expect_clean_error(f"{cmd} --device cuda without a GPU", [sdrun, cmd, plan, "--device", "cuda"],
                                ["--device", "device 'cuda'"])
+        # The GEMM comparison needs a GPU (and a build with CUDA).
+        expect_clean_error("bench --gemms without a GPU", [sdrun, "bench", plan, "--gemms"], ["--gemms"])
     expect_clean_error("bench with bad iterations", [sdrun, "bench", plan, "--iterations", "zero"], ["--iterations"])
     # inspect --cpu with a bad plan or flag: the error alone, no CPU report before it.
     for label, cmd, needle in [("inspect --cpu of a corrupt plan", [sdrun, "inspect", "--cpu",
