@@ -165,8 +165,18 @@ def compile_plans(sdc, name, tmp, out_dir, external, precisions):
 
 
 # Tensors up to this size travel with a plan written by --write-plans; larger
-# ones are made again, at random, where it runs.
+# weights are made again, at random, where it runs.
 SMALL_TENSOR_BYTES = 1 << 16
+
+
+def drawn_where_run(name, dtype, data):
+    """Whether a tensor may be drawn at random on the GPU machine: a large
+    float weight. Constants travel as they are: sdc's (rotary tables, a
+    causal mask), and buffers that compress (a model's own causal mask):
+    a random mask or table would change what the step computes."""
+    import zlib
+    return (len(data) > SMALL_TENSOR_BYTES and dtype in ("F32", "BF16", "F16") and not name.startswith("__constant")
+            and len(zlib.compress(data[:1 << 20], 1)) > len(data[:1 << 20]) // 2)
 
 
 def read_safetensors_raw(path):
@@ -196,8 +206,8 @@ def write_safetensors_raw(path, tensors):
 
 def write_plans(args, configs, precisions):
     """Plans, data and a manifest for a machine without sdc: each plan's
-    external weights file shrinks to its small tensors plus the header of the
-    large ones (PLAN.large.json)."""
+    external weights file shrinks to its small tensors and constants plus the
+    header of the large weights (PLAN.large.json)."""
     os.makedirs(args.write_plans, exist_ok=True)
     sdc = os.path.join(args.build, "tools", "sdc")
     manifest = {}
@@ -209,10 +219,11 @@ def write_plans(args, configs, precisions):
             for plan in plans.values():
                 base = os.path.splitext(plan)[0]
                 tensors = read_safetensors_raw(base + ".safetensors")
+                drawn = {k for k, v in tensors.items() if drawn_where_run(k, v[0], v[2])}
                 write_safetensors_raw(base + ".small.safetensors",
-                                      {k: v for k, v in tensors.items() if len(v[2]) <= SMALL_TENSOR_BYTES})
+                                      {k: v for k, v in tensors.items() if k not in drawn})
                 with open(base + ".large.json", "w") as f:
-                    json.dump({k: [v[0], v[1]] for k, v in tensors.items() if len(v[2]) > SMALL_TENSOR_BYTES}, f)
+                    json.dump({k: [v[0], v[1]] for k, v in tensors.items() if k in drawn}, f)
                 os.remove(base + ".safetensors")
     with open(os.path.join(args.write_plans, "manifest.json"), "w") as f:
         json.dump(manifest, f)

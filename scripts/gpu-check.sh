@@ -20,7 +20,9 @@
 # gpt2-small,llama-small; SD_BENCH_PRECISIONS, default fp32,bf16, on both
 # sides); --run runs compute-sanitizer and the benchmark against PyTorch
 # where the GPU machine has them. SD_GPU_CHECK_PLANS="full lora"
-# runs only those plan kinds, in that order; SD_GPU_CHECK_TIMEOUT (300) stops
+# runs only those plan kinds, in that order; SD_GPU_CHECK_PARTS (default
+# "ops plans sanitizer bench gemms") runs only those parts of --run, so the
+# checks can be split over several shorter GPU sessions; SD_GPU_CHECK_TIMEOUT (300) stops
 # any one check after that many seconds; SD_BUNDLE_PYTHON is the Python that
 # runs the op harness (the one _sdops was built for, with NumPy and
 # ml_dtypes; default: the bundle's copy).
@@ -133,13 +135,14 @@ run_bundle() {
   : > "$summary"
   : > "$out/checks.log"
   : > "$out/bench.txt"
-  local first why
+  local first why parts=" ${SD_GPU_CHECK_PARTS:-ops plans sanitizer bench gemms} "
+  part() { [[ $parts == *" $1 "* ]]; }
   first=$(ls "$dir"/plans/*.sdp | head -1)
   if ! why=$("$sdrun" bench "$first" --device "$device" --iterations 1 --warmup 0 2>&1); then
     echo "FAIL  a usable GPU: ${why##*$'\n'}" | tee "$summary"
     return 1
   fi
-  if [ -f "$dir/ops/references.pkl" ]; then
+  if part ops && [ -f "$dir/ops/references.pkl" ]; then
     local harness_python=${SD_BUNDLE_PYTHON:-python3}
     [ -z "${SD_BUNDLE_PYTHON:-}" ] && [ -x "$dir/python/run" ] && harness_python=$dir/python/run
     check "op harness: every $device kernel against the references" env PYTHONPATH="$dir/ops" \
@@ -151,6 +154,7 @@ run_bundle() {
   if [ -n "${SD_GPU_CHECK_PLANS:-}" ]; then
     local k; for k in $SD_GPU_CHECK_PLANS; do plans+=("$dir/plans/$k.sdp"); done
   else plans=("$dir"/plans/*.sdp); fi
+  part plans || plans=()
   for plan in "${plans[@]}"; do
     local kind ref w logits_rtol logits_atol loss_rtol weights_atol
     kind=$(basename "$plan" .sdp) ref="$dir/ref/$kind" w="$out/$kind"
@@ -238,7 +242,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   done
   # compute-sanitizer (where the machine has it): memcheck over two eager
   # training steps of every training plan, racecheck over one.
-  if [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
+  if part sanitizer && [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
     local tool kind tools="memcheck racecheck"
     for plan in "${plans[@]}"; do
       kind=$(basename "$plan" .sdp)
@@ -253,7 +257,8 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   # The training benchmark against PyTorch, where this machine's python3 has it.
   # SD_BENCH_PYTHON (python3) runs it; SD_GPU_BENCH_PEERS picks the PyTorch peers.
   local bench_python=${SD_BENCH_PYTHON:-python3}
-  if [ -f "$dir/bench/plans/manifest.json" ] && "$bench_python" -c 'import torch, peft, transformers' 2>/dev/null; then
+  if ! part bench; then :
+  elif [ -f "$dir/bench/plans/manifest.json" ] && "$bench_python" -c 'import torch, peft, transformers' 2>/dev/null; then
     local configs
     configs=$(python3 -c 'import json, sys; print(",".join(json.load(open(sys.argv[1]))))' "$dir/bench/plans/manifest.json")
     check "training benchmark against PyTorch ($configs)" bash -c "$tee_to" \
@@ -266,7 +271,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   fi
   # Our GEMMs against raw cuBLASLt's best algorithm on the benchmark's shapes
   # (the plans' weights are drawn by the training benchmark above).
-  if [ "$device" = cuda ]; then
+  if part gemms && [ "$device" = cuda ]; then
     local gplan
     for gplan in "$dir"/bench/plans/*.sdp; do
       [ -f "$gplan" ] || continue

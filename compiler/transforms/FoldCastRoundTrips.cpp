@@ -5,7 +5,10 @@
 // them: a half product is cast back to f32 after its op (autocast's rule),
 // and to half again before the next product reads it (a LoRA branch, the
 // backward's gradients), one memory pass each. NaNs keep their payload
-// instead of the narrowing's canonical one. Runs after autodiff, every entry.
+// instead of the narrowing's canonical one. Repeated casts of one value to
+// one type in one block become the first (autocast casts a LoRA-targeted
+// input once for the base product and once for lora_A). Runs after
+// autodiff, every entry.
 #include "PassDetail.h"
 #include "Passes.h"
 
@@ -37,6 +40,22 @@ struct FoldCastRoundTripsPass : sd::impl::FoldCastRoundTripsBase<FoldCastRoundTr
       if (!x || !w || !widensExactly(x.getElementType(), w.getElementType())) continue;
       narrowing.getResult().replaceAllUsesWith(widening.getInput());
       // The casts nothing reads now go with sd-propagate-shapes.
+    }
+    mergeRepeatedCasts();
+  }
+
+  void mergeRepeatedCasts() {
+    // Ops of a block are walked in order, so the first cast seen comes before its repeats.
+    DenseMap<std::tuple<Value, Type, Block *, Attribute>, CastOp> first;
+    SmallVector<std::pair<CastOp, CastOp>> repeats;
+    getOperation().walk([&](CastOp c) {
+      auto key = std::make_tuple(c.getInput(), c.getResult().getType(), c->getBlock(), Attribute(c->getAttrDictionary()));
+      auto [it, inserted] = first.try_emplace(key, c);
+      if (!inserted) repeats.push_back({c, it->second});
+    });
+    for (auto [repeat, kept] : repeats) {
+      repeat.getResult().replaceAllUsesWith(kept.getResult());
+      repeat->erase();
     }
   }
 };

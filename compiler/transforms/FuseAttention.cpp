@@ -177,6 +177,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     auto pv = dyn_cast_or_null<MatMulOp>(user);
     if (!pv || pv.getLhs() != guarded) return;
     SmallVector<Operation *> chain = {pv};
+    SmallVector<Operation *> shared; // chain ops other users still read: erased when the last one is gone
     if (noGuard) chain.push_back(noGuard);
     if (rowGuard) chain.push_back(rowGuard);
     if (nanGuard) chain.push_back(nanGuard), chain.push_back(nanGuard.getCondition().getDefiningOp());
@@ -214,12 +215,14 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
         chain.push_back(add);
       } else if (WhereOp selected = selectedAdditiveMask(add, s, fill, keepMask)) {
         // Add(s, Where(c, 0, fill)): a mask known only at run time (Optimum's,
-        // from attention_mask), as Where(c, s, fill) would select it.
+        // from attention_mask), as Where(c, s, fill) would select it. A Where
+        // that other layers' Adds share (transformers builds the mask once
+        // per model) stays for them and goes once the last one is fused.
         scores = s;
         mask = selected.getCondition();
         chain.push_back(add);
         if (selected->hasOneUse()) chain.push_back(selected);
-        else if (rowGuardBias != selected.getResult()) return; // its other user is not the row guard
+        else shared.push_back(selected);
       }
       if (rowGuardBias && rowGuardBias != sd::otherOperand(add, scores)) return;
     }
@@ -288,6 +291,18 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
                .getResult();
     }
 
+    // A mask expanded over the batch (transformers: [B, 1, T, S] from
+    // [1, 1, T, S]) is taken unexpanded; the kernel broadcasts it, and a
+    // mask every item shares can run cuDNN's fused attention.
+    if (auto expand = mask ? mask.getDefiningOp<ExpandOp>() : ExpandOp{}) {
+      auto small = dyn_cast<RankedTensorType>(expand.getLhs().getType());
+      auto full = dyn_cast<RankedTensorType>(mask.getType());
+      if (small && full && small.hasStaticShape() && small.getRank() == full.getRank()) {
+        mask = expand.getLhs();
+        shared.push_back(expand);
+      }
+    }
+
     OpBuilder b(pv);
     SmallVector<Location> locs;
     for (Operation *op : chain) locs.push_back(op->getLoc());
@@ -305,6 +320,8 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
                                        ValueRange{q, kt, v, maskOperand, none}, attrs);
     pv.getResult().replaceAllUsesWith(fused.getResult());
     for (Operation *op : chain) op->erase();
+    for (Operation *op : shared)
+      if (op->use_empty()) op->erase();
   }
 };
 

@@ -36,7 +36,7 @@ def FuseGemmEpilogues : Pass<"sd-fuse-gemm-epilogues", "mlir::ModuleOp"> {
 }
 
 def FoldCastRoundTrips : Pass<"sd-fold-cast-round-trips", "mlir::ModuleOp"> {
-  let summary = "A half value widened exactly and narrowed back is the half value itself";
+  let summary = "A half value widened exactly and narrowed back is the half value itself; repeated casts of one value become one";
 }
 
 def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {

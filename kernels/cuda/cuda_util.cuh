@@ -31,6 +31,18 @@ inline unsigned blocksFor(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16)));
 }
 
+// Streaming kernels move kPack consecutive elements per thread as one vector
+// load and store (16 bytes for f32): one element per thread leaves too few
+// bytes in flight to reach HBM's bandwidth.
+constexpr int kPack = 4;
+template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
+  T v[N];
+};
+// Whether p may be read as Pack<T, kPack>s.
+template <typename T> inline bool packAligned(const void *p) {
+  return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kPack) == 0;
+}
+
 // The type a storage type computes in.
 template <typename T> struct ComputeOf { using type = float; };
 template <> struct ComputeOf<double> { using type = double; };

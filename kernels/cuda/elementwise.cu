@@ -322,14 +322,30 @@ template <typename I, typename O> __device__ inline O castOne(I x) {
     return O(x);
   } else if constexpr (std::is_integral_v<I>) {
     return store<O>(Compute<O>(x));
-  } else {
+  } else if constexpr (std::is_same_v<I, double> || std::is_same_v<O, double>) {
     return store<O>(Compute<O>(double(load(x))));
+  } else {
+    return store<O>(load(x)); // between f32 and the halves: widening to double first changes nothing
   }
 }
 
 template <typename I, typename O> __global__ void castKernel(const I *x, O *y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     y[i] = castOne<I, O>(x[i]);
+}
+
+// kPack elements per thread (both pointers aligned for it); the first
+// threads also cast the n % kPack elements after the last pack.
+template <typename I, typename O> __global__ void castPackedKernel(const I *x, O *y, int64_t n) {
+  const int64_t packs = n / kPack, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t p = first; p < packs; p += int64_t(gridDim.x) * blockDim.x) {
+    const Pack<I, kPack> a = reinterpret_cast<const Pack<I, kPack> *>(x)[p];
+    Pack<O, kPack> b;
+#pragma unroll
+    for (int k = 0; k < kPack; ++k) b.v[k] = castOne<I, O>(a.v[k]);
+    reinterpret_cast<Pack<O, kPack> *>(y)[p] = b;
+  }
+  if (first < n - packs * kPack) y[packs * kPack + first] = castOne<I, O>(x[packs * kPack + first]);
 }
 
 TypeSet castTypes() {
@@ -362,7 +378,11 @@ Status CastKernel(const KernelContext &c) {
     return dispatchCastType(y.dtype, [&](auto out) {
       using I = decltype(in);
       using O = decltype(out);
-      castKernel<I, O><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<I>(), y.as<O>(), n);
+      if (packAligned<I>(x.data) && packAligned<O>(y.data))
+        castPackedKernel<I, O><<<blocksFor(std::max<int64_t>(n / kPack, 1)), kThreads, 0, streamOf(c)>>>(
+            x.as<I>(), y.as<O>(), n);
+      else
+        castKernel<I, O><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<I>(), y.as<O>(), n);
       return launchStatus("Cast");
     });
   });

@@ -1,5 +1,5 @@
-// FusedElementwise on CUDA (sd/ops/fused_elementwise.h): one thread per
-// element runs the program on values held in registers. The non-contracting
+// FusedElementwise on CUDA (sd/ops/fused_elementwise.h): each thread runs
+// the program on kPack consecutive elements, loaded and stored as vectors. The non-contracting
 // intrinsics (__fadd_rn, __fmul_rn, ...) round every operation on its own, as
 // the unfused kernels do: nvcc would otherwise fuse a*b+c into one FMA and
 // give other bits. Half operands are widened and a half result rounded as
@@ -23,17 +23,44 @@ struct Program {
   Storage result = Storage::F32;
 };
 
-__device__ inline float loadAs(Storage t, const void *p, int64_t i) {
-  if (t == Storage::BF16) return __bfloat162float(static_cast<const __nv_bfloat16 *>(p)[i]);
-  if (t == Storage::F16) return __half2float(static_cast<const __half *>(p)[i]);
-  return static_cast<const float *>(p)[i];
+// V consecutive elements from element i (a multiple of V; the pointer is
+// aligned for V elements when V > 1) of an operand or the result.
+template <int V> __device__ inline void loadAs(Storage t, const void *p, int64_t i, float (&v)[V]) {
+  if (t == Storage::BF16) {
+    const auto a = static_cast<const Pack<__nv_bfloat16, V> *>(p)[i / V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = __bfloat162float(a.v[k]);
+  } else if (t == Storage::F16) {
+    const auto a = static_cast<const Pack<__half, V> *>(p)[i / V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = __half2float(a.v[k]);
+  } else {
+    const auto a = static_cast<const Pack<float, V> *>(p)[i / V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) v[k] = a.v[k];
+  }
 }
 
-__device__ inline void storeAs(Storage t, void *p, int64_t i, float v) {
-  if (t == Storage::BF16) static_cast<__nv_bfloat16 *>(p)[i] = __float2bfloat16_rn(v);
-  else if (t == Storage::F16) static_cast<__half *>(p)[i] = __float2half_rn(v);
-  else static_cast<float *>(p)[i] = v;
+template <int V> __device__ inline void storeAs(Storage t, void *p, int64_t i, const float (&v)[V]) {
+  if (t == Storage::BF16) {
+    Pack<__nv_bfloat16, V> a;
+#pragma unroll
+    for (int k = 0; k < V; ++k) a.v[k] = __float2bfloat16_rn(v[k]);
+    static_cast<Pack<__nv_bfloat16, V> *>(p)[i / V] = a;
+  } else if (t == Storage::F16) {
+    Pack<__half, V> a;
+#pragma unroll
+    for (int k = 0; k < V; ++k) a.v[k] = __float2half_rn(v[k]);
+    static_cast<Pack<__half, V> *>(p)[i / V] = a;
+  } else {
+    Pack<float, V> a;
+#pragma unroll
+    for (int k = 0; k < V; ++k) a.v[k] = v[k];
+    static_cast<Pack<float, V> *>(p)[i / V] = a;
+  }
 }
+
+inline size_t storageBytes(Storage t) { return t == Storage::F32 ? 4 : 2; }
 
 bool storageOf(DType d, Storage &t) {
   switch (d) {
@@ -63,14 +90,33 @@ __device__ inline float apply(int op, float a, float b) {
   }
 }
 
-__global__ void fusedKernel(Program p, void *out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float v[kMaxFusedValues];
+// Elements [first, first + groups * V), V per thread: the program is decoded
+// once for V elements, and V = kPack loads and stores them as vectors.
+template <int V> __global__ void fusedKernel(Program p, void *out, int64_t first, int64_t groups) {
+  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = first + g * V;
+    float v[kMaxFusedValues][V];
 #pragma unroll
-    for (int k = 0; k < kMaxFusedInputs; ++k)
-      if (k < p.inputs) v[k] = loadAs(p.type[k], p.in[k], p.scalar[k] ? 0 : i);
-    for (int s = 0; s < p.steps; ++s) v[p.inputs + s] = apply(p.op[s], v[p.lhs[s]], v[p.rhs[s]]);
-    storeAs(p.result, out, i, v[p.inputs + p.steps - 1]);
+    for (int k = 0; k < kMaxFusedInputs; ++k) {
+      if (k >= p.inputs) continue;
+      if (p.scalar[k]) {
+        float one[1];
+        loadAs<1>(p.type[k], p.in[k], 0, one);
+#pragma unroll
+        for (int j = 0; j < V; ++j) v[k][j] = one[0];
+      } else {
+        loadAs<V>(p.type[k], p.in[k], i, v[k]);
+      }
+    }
+    for (int s = 0; s < p.steps; ++s) {
+      const int op = p.op[s];
+      const float(&a)[V] = v[p.lhs[s]];
+      const float(&b)[V] = v[p.rhs[s]];
+      float(&r)[V] = v[p.inputs + s];
+#pragma unroll
+      for (int j = 0; j < V; ++j) r[j] = apply(op, a[j], b[j]);
+    }
+    storeAs<V>(p.result, out, i, v[p.inputs + p.steps - 1]);
   }
 }
 
@@ -98,7 +144,16 @@ Status FusedElementwiseKernel(const KernelContext &c) {
     p.lhs[s] = int8_t(program[size_t(3 * s + 1)]);
     p.rhs[s] = int8_t(program[size_t(3 * s + 2)]);
   }
-  fusedKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, n);
+  // Packs where every full-size operand and the result are aligned for them,
+  // then the elements after the last pack one per thread.
+  bool packed = reinterpret_cast<uintptr_t>(c.outputs[0].data) % (storageBytes(p.result) * kPack) == 0;
+  for (int k = 0; k < p.inputs; ++k)
+    packed = packed && (p.scalar[k] || reinterpret_cast<uintptr_t>(p.in[k]) % (storageBytes(p.type[k]) * kPack) == 0);
+  const int64_t packs = packed ? n / kPack : 0;
+  if (packs > 0) fusedKernel<kPack><<<blocksFor(packs), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, 0, packs);
+  if (n > packs * kPack)
+    fusedKernel<1><<<blocksFor(n - packs * kPack), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, packs * kPack,
+                                                                                n - packs * kPack);
   return launchStatus("FusedElementwise");
 }
 

@@ -35,13 +35,44 @@ template <typename U> __global__ void stridedCopyKernel(Gather8 g, const U *in, 
   }
 }
 
+// The same copy in units of `factor` elements, when the innermost output
+// dimension reads contiguous input and every offset is a whole number of
+// units (a transpose that keeps the last axis, a slice of whole rows): one
+// wide load and store, and one index decode, per unit.
+bool widen(Gather8 &g, int64_t factor) {
+  const int last = g.rank - 1;
+  if (last < 0 || g.inStrides[last] != 1 || g.outDims[last] % factor || g.base % factor) return false;
+  for (int d = 0; d < last; ++d)
+    if (g.outDims[d] != 1 && g.inStrides[d] % factor) return false;
+  g.outDims[last] /= factor;
+  g.base /= factor;
+  for (int d = 0; d < last; ++d) g.inStrides[d] = g.outDims[d] == 1 ? 0 : g.inStrides[d] / factor;
+  return true;
+}
+
+template <typename U> Status launchStridedCopy(const Gather8 &g, const void *in, void *out, int64_t n, cudaStream_t s,
+                                              const char *op) {
+  stridedCopyKernel<U><<<blocksFor(n), kThreads, 0, s>>>(g, static_cast<const U *>(in), static_cast<U *>(out), n);
+  return launchStatus(op);
+}
+
 Status stridedCopy(const Gather8 &g, const TensorView &in, const TensorView &out, cudaStream_t s, const char *op) {
   int64_t n = out.numElements();
   if (n == 0) return Status::ok();
+  const int64_t width = int64_t(dtypeSize(out.dtype));
+  for (int64_t unit : {16, 8, 4}) {
+    Gather8 w = g;
+    if (width <= 0 || unit <= width || unit % width || reinterpret_cast<uintptr_t>(in.data) % unit ||
+        reinterpret_cast<uintptr_t>(out.data) % unit || !widen(w, unit / width))
+      continue;
+    const int64_t units = n / (unit / width);
+    if (unit == 16) return launchStridedCopy<uint4>(w, in.data, out.data, units, s, op);
+    if (unit == 8) return launchStridedCopy<uint2>(w, in.data, out.data, units, s, op);
+    return launchStridedCopy<uint32_t>(w, in.data, out.data, units, s, op);
+  }
   return dispatchByWidth(out.dtype, [&](auto tag) {
     using U = decltype(tag);
-    stridedCopyKernel<U><<<blocksFor(n), kThreads, 0, s>>>(g, in.as<U>(), out.as<U>(), n);
-    return launchStatus(op);
+    return launchStridedCopy<U>(g, in.data, out.data, n, s, op);
   });
 }
 

@@ -26,39 +26,70 @@ RowSplit splitRows(const TensorView &x, const AttrMap &attrs) {
 }
 
 constexpr int kRowThreads = 256;
+// Rows up to this wide are normalized by one warp each: no block-wide
+// barrier between a row's sums, and 8 rows per block (a block per 768-wide
+// row left the GPU waiting on its four barriers).
+constexpr int64_t kWarpRowMax = 4096;
+
+// The threads that normalize one row: a warp or the whole block. Sums are
+// fixed shuffle trees (the xor butterfly gives every lane the same bits).
+template <bool Warp> struct RowTeam {
+  __device__ static int rank() { return Warp ? int(threadIdx.x & 31) : int(threadIdx.x); }
+  __device__ static int size() { return Warp ? 32 : int(blockDim.x); }
+  __device__ static int64_t first() {
+    return Warp ? blockIdx.x * int64_t(blockDim.x >> 5) + (threadIdx.x >> 5) : int64_t(blockIdx.x);
+  }
+  __device__ static int64_t stride() { return Warp ? int64_t(gridDim.x) * (blockDim.x >> 5) : int64_t(gridDim.x); }
+  __device__ static double sum(double v) {
+    if constexpr (Warp) {
+      for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+      return v;
+    } else {
+      return blockReduce(v, SumOp(), 0.0);
+    }
+  }
+};
+
+unsigned rowBlocks(int64_t rows) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(1) << 20))); }
+
+// Calls launch(team, blocks): a warp per row where rows are narrow enough, else a block per row.
+template <typename F> void launchRows(const RowSplit &rs, F &&launch) {
+  constexpr int64_t rowsPerBlock = kRowThreads / 32;
+  if (rs.n <= kWarpRowMax) launch(RowTeam<true>{}, rowBlocks((rs.outer + rowsPerBlock - 1) / rowsPerBlock));
+  else launch(RowTeam<false>{}, rowBlocks(rs.outer));
+}
 
 // The row's mean and 1/sqrt(var + eps), two passes as on the CPU; every thread gets both.
-template <typename T> __device__ void rowStats(const T *x, int64_t n, double eps, double &mean, double &rstd) {
+template <typename Team, typename T>
+__device__ void rowStats(const T *x, int64_t n, double eps, double &mean, double &rstd) {
   double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += double(load(x[j]));
-  mean = blockReduce(s, SumOp(), 0.0) / double(n);
+  for (int64_t j = Team::rank(); j < n; j += Team::size()) s += double(load(x[j]));
+  mean = Team::sum(s) / double(n);
   double v = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) {
+  for (int64_t j = Team::rank(); j < n; j += Team::size()) {
     double d = double(load(x[j])) - mean;
     v += d * d;
   }
-  rstd = 1.0 / std::sqrt(blockReduce(v, SumOp(), 0.0) / double(n) + eps);
+  rstd = 1.0 / std::sqrt(Team::sum(v) / double(n) + eps);
 }
 
-template <typename T, typename S>
+template <typename Team, typename T, typename S>
 __global__ void layerNormKernel(RowSplit rs, double eps, const T *px, const T *g, const T *b, T *py, S *meanOut,
                                 S *rstdOut) {
-  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+  for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
     T *y = py + r * rs.n;
     double mean, rstd;
-    rowStats(x, rs.n, eps, mean, rstd);
-    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+    rowStats<Team>(x, rs.n, eps, mean, rstd);
+    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
       y[j] = store<T>(Compute<T>((double(load(x[j])) - mean) * rstd * double(load(g[j])) +
                                  (b ? double(load(b[j])) : 0.0)));
-    if (threadIdx.x == 0) {
+    if (Team::rank() == 0) {
       if (meanOut) meanOut[r] = store<S>(Compute<S>(mean));
       if (rstdOut) rstdOut[r] = store<S>(Compute<S>(rstd));
     }
   }
 }
-
-unsigned rowBlocks(int64_t rows) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(1) << 20))); }
 
 Status LayerNormKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &scale = c.inputs[1];
@@ -75,15 +106,19 @@ Status LayerNormKernel(const KernelContext &c) {
     using T = decltype(tag);
     return dispatchFloatStorage(statType, [&](auto stag) {
       using S = decltype(stag);
-      layerNormKernel<T, S><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(
-          rs, eps, x.as<T>(), scale.as<T>(), hasBias ? c.inputs[2].as<T>() : nullptr, c.outputs[0].as<T>(),
-          mean ? mean->as<S>() : nullptr, rstd ? rstd->as<S>() : nullptr);
+      launchRows(rs, [&](auto team, unsigned blocks) {
+        layerNormKernel<decltype(team), T, S><<<blocks, kRowThreads, 0, streamOf(c)>>>(
+            rs, eps, x.as<T>(), scale.as<T>(), hasBias ? c.inputs[2].as<T>() : nullptr, c.outputs[0].as<T>(),
+            mean ? mean->as<S>() : nullptr, rstd ? rstd->as<S>() : nullptr);
+      });
       return launchStatus("LayerNormalization");
     });
   });
 }
 
-constexpr int64_t kChunkRows = 256;
+// Rows per column partial of the scale and bias gradients: 64 gives 128
+// chunks of a 8192-row step, enough threads to fill the GPU.
+constexpr int64_t kChunkRows = 64;
 
 // Per-row statistics and per-chunk column partials, allocated when the session is created.
 struct LayerNormScratch {
@@ -108,26 +143,26 @@ std::shared_ptr<const void> prepareLayerNormGrad(const PrepareContext &p) {
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale.
-template <typename T>
+template <typename Team, typename T>
 __global__ void layerNormGradRows(RowSplit rs, double eps, const T *pdy, const T *px, const T *scale, T *pdx,
                                   double *stats) {
-  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+  for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n, *dy = pdy + r * rs.n;
     double mean, rstd;
-    rowStats(x, rs.n, eps, mean, rstd);
+    rowStats<Team>(x, rs.n, eps, mean, rstd);
     double mg = 0, mgx = 0;
-    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x) {
+    for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
       double gj = double(load(dy[j])) * double(load(scale[j]));
       mg += gj;
       mgx += gj * (double(load(x[j])) - mean) * rstd;
     }
-    mg = blockReduce(mg, SumOp(), 0.0) / double(rs.n);
-    mgx = blockReduce(mgx, SumOp(), 0.0) / double(rs.n);
-    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x) {
+    mg = Team::sum(mg) / double(rs.n);
+    mgx = Team::sum(mgx) / double(rs.n);
+    for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
       double xhat = (double(load(x[j])) - mean) * rstd;
       pdx[r * rs.n + j] = store<T>(Compute<T>(rstd * (double(load(dy[j])) * double(load(scale[j])) - mg - xhat * mgx)));
     }
-    if (threadIdx.x == 0) {
+    if (Team::rank() == 0) {
       stats[2 * r] = mean;
       stats[2 * r + 1] = rstd;
     }
@@ -181,8 +216,10 @@ Status LayerNormGradKernel(const KernelContext &c) {
     T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
     T *dbias = c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
     if (rs.outer > 0) {
-      layerNormGradRows<T><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(
-          rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+      launchRows(rs, [&](auto team, unsigned blocks) {
+        layerNormGradRows<decltype(team), T><<<blocks, kRowThreads, 0, streamOf(c)>>>(
+            rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+      });
       if (chunks * rs.n > 0)
         layerNormGradColumns<T><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(rs, dy.as<T>(), x.as<T>(),
                                                                                        scratch->stats,
@@ -195,10 +232,10 @@ Status LayerNormGradKernel(const KernelContext &c) {
 }
 
 // RMSNormalization: y = x * rstd * scale, rstd = 1/sqrt(mean(x^2) + eps).
-template <typename T> __device__ double rowRstd(const T *x, int64_t n, double eps) {
+template <typename Team, typename T> __device__ double rowRstd(const T *x, int64_t n, double eps) {
   double s = 0;
-  for (int64_t j = threadIdx.x; j < n; j += blockDim.x) s += double(load(x[j])) * double(load(x[j]));
-  return 1.0 / std::sqrt(blockReduce(s, SumOp(), 0.0) / double(n > 0 ? n : 1) + eps);
+  for (int64_t j = Team::rank(); j < n; j += Team::size()) s += double(load(x[j])) * double(load(x[j]));
+  return 1.0 / std::sqrt(Team::sum(s) / double(n > 0 ? n : 1) + eps);
 }
 
 // Where element j of a normalized row reads the scale, which may broadcast
@@ -216,12 +253,12 @@ struct ScaleIndex {
   }
 };
 
-template <typename T>
+template <typename Team, typename T>
 __global__ void rmsNormKernel(RowSplit rs, ScaleIndex si, double eps, const T *px, const T *g, T *py) {
-  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+  for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
-    double rstd = rowRstd(x, rs.n, eps);
-    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+    double rstd = rowRstd<Team>(x, rs.n, eps);
+    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
       py[r * rs.n + j] = store<T>(Compute<T>(double(load(x[j])) * rstd * double(load(g[si(j)]))));
   }
 }
@@ -247,8 +284,10 @@ Status RmsNormKernel(const KernelContext &c) {
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   return dispatchFloatStorage(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    rmsNormKernel<T><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(rs, si, eps, x.as<T>(), scale.as<T>(),
-                                                                           c.outputs[0].as<T>());
+    launchRows(rs, [&](auto team, unsigned blocks) {
+      rmsNormKernel<decltype(team), T><<<blocks, kRowThreads, 0, streamOf(c)>>>(rs, si, eps, x.as<T>(),
+                                                                                 scale.as<T>(), c.outputs[0].as<T>());
+    });
     return launchStatus("RMSNormalization");
   });
 }
@@ -267,19 +306,19 @@ std::shared_ptr<const void> prepareRmsNormGrad(const PrepareContext &p) {
 }
 
 // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * rstd.
-template <typename T>
+template <typename Team, typename T>
 __global__ void rmsNormGradRows(RowSplit rs, double eps, const T *pdy, const T *px, const T *scale, T *pdx,
                                 double *rstds) {
-  for (int64_t r = blockIdx.x; r < rs.outer; r += gridDim.x) {
+  for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n, *dy = pdy + r * rs.n;
-    double rstd = rowRstd(x, rs.n, eps), mgx = 0;
-    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+    double rstd = rowRstd<Team>(x, rs.n, eps), mgx = 0;
+    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
       mgx += double(load(dy[j])) * double(load(scale[j])) * double(load(x[j])) * rstd;
-    mgx = blockReduce(mgx, SumOp(), 0.0) / double(rs.n);
-    for (int64_t j = threadIdx.x; j < rs.n; j += blockDim.x)
+    mgx = Team::sum(mgx) / double(rs.n);
+    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
       pdx[r * rs.n + j] = store<T>(Compute<T>(
           rstd * (double(load(dy[j])) * double(load(scale[j])) - double(load(x[j])) * rstd * mgx)));
-    if (threadIdx.x == 0) rstds[r] = rstd;
+    if (Team::rank() == 0) rstds[r] = rstd;
   }
 }
 
@@ -318,8 +357,10 @@ Status RmsNormGradKernel(const KernelContext &c) {
     using T = decltype(tag);
     T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
     if (rs.outer > 0) {
-      rmsNormGradRows<T><<<rowBlocks(rs.outer), kRowThreads, 0, streamOf(c)>>>(
-          rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+      launchRows(rs, [&](auto team, unsigned blocks) {
+        rmsNormGradRows<decltype(team), T><<<blocks, kRowThreads, 0, streamOf(c)>>>(
+            rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+      });
       if (chunks * rs.n > 0)
         rmsNormGradColumns<T><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(rs, dy.as<T>(), x.as<T>(),
                                                                                      scratch->stats,

@@ -27,3 +27,18 @@ func.func @not_exact(%x: tensor<4xf32>, %y: tensor<4xbf16>) -> (tensor<4xf32>, t
   %b = sd.cast %h {to = 16 : i64} : (tensor<4xf16>) -> tensor<4xbf16>
   return %w, %b : tensor<4xf32>, tensor<4xbf16>
 }
+
+// -----
+
+// One f32 value cast to bf16 twice (autocast's base product and lora_A): one cast.
+// CHECK-LABEL: func.func @repeated
+//       CHECK:   %[[C:.*]] = sd.cast %arg0 {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+//   CHECK-NOT:   sd.cast %arg0 {to = 16 : i64}
+//       CHECK:   %[[H:.*]] = sd.cast %arg0 {to = 10 : i64}
+//       CHECK:   return %[[C]], %[[C]], %[[H]]
+func.func @repeated(%x: tensor<4xf32>) -> (tensor<4xbf16>, tensor<4xbf16>, tensor<4xf16>) attributes {sd.entry = "infer"} {
+  %a = sd.cast %x {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+  %b = sd.cast %x {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+  %h = sd.cast %x {to = 10 : i64} : (tensor<4xf32>) -> tensor<4xf16>
+  return %a, %b, %h : tensor<4xbf16>, tensor<4xbf16>, tensor<4xf16>
+}

@@ -111,3 +111,37 @@ func.func @additive_bias_kept(%q: tensor<2x3x4xf32>, %kt: tensor<2x4x3xf32>, %v:
   %y = sd.matmul %p, %v : (tensor<2x3x3xf32>, tensor<2x3x4xf32>) -> tensor<2x3x4xf32>
   return %y : tensor<2x3x4xf32>
 }
+
+// -----
+
+// transformers' Llama: one mask for every layer, Where(keep, 0, min) over a
+// keep mask expanded over the batch, added to each layer's scores. Both
+// layers fuse; each takes the unexpanded keep mask (negated), and the shared
+// Where and Expand go once the last layer is fused.
+// CHECK-LABEL: func.func @shared_expanded_mask
+//       CHECK:   %[[M1:.*]] = sd.not %arg3 : (tensor<1x1x8x8xi1>)
+//       CHECK:   %[[A1:.*]] = sd.attention %arg0, %arg1, %arg2, %[[M1]], %{{.*}} {mask_value = -3.40282347E+38 : f32, scale = 2.500000e-01 : f32}
+//       CHECK:   %[[M2:.*]] = sd.not %arg3 : (tensor<1x1x8x8xi1>)
+//       CHECK:   sd.attention %[[A1]], %arg1, %arg2, %[[M2]], %{{.*}} {mask_value = -3.40282347E+38 : f32, scale = 2.500000e-01 : f32}
+//   CHECK-NOT:   sd.where
+//   CHECK-NOT:   sd.expand
+//   CHECK-NOT:   sd.softmax
+func.func @shared_expanded_mask(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf32>, %v: tensor<2x4x8x16xf32>, %keep: tensor<1x1x8x8xi1>) -> tensor<2x4x8x16xf32> {
+  %shape = sd.constant dense<[2, 1, 8, 8]> : tensor<4xi64>
+  %wide = sd.expand %keep, %shape : (tensor<1x1x8x8xi1>, tensor<4xi64>) -> tensor<2x1x8x8xi1>
+  %zero = sd.constant dense<0.0> : tensor<f32>
+  %min = sd.constant dense<-3.40282347E+38> : tensor<f32>
+  %bias = sd.where %wide, %zero, %min : (tensor<2x1x8x8xi1>, tensor<f32>, tensor<f32>) -> tensor<2x1x8x8xf32>
+  %c = sd.constant dense<0.25> : tensor<f32>
+  %s1 = sd.matmul %q, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %t1 = sd.mul %s1, %c : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %u1 = sd.add %t1, %bias : (tensor<2x4x8x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p1 = sd.softmax %u1 {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %y1 = sd.matmul %p1, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  %s2 = sd.matmul %y1, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %t2 = sd.mul %s2, %c : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %u2 = sd.add %t2, %bias : (tensor<2x4x8x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p2 = sd.softmax %u2 {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %y2 = sd.matmul %p2, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  return %y2 : tensor<2x4x8x16xf32>
+}
