@@ -120,6 +120,71 @@ template <int V> __global__ void fusedKernel(Program p, void *out, int64_t first
   }
 }
 
+// The programs sd-fuse-elementwise makes of transformer training steps
+// (GPT-2 and Llama, LoRA and full, f32 and bf16: all but 0.1% of their fused
+// bytes), compiled with the program known: the values stay in registers and
+// no instruction is decoded per element. The interpreter above (each value
+// a round trip through local memory) runs any other program.
+template <int Inputs, int... Code> __global__ void fusedStaticKernel(Program p, void *out, int64_t groups) {
+  constexpr int code[] = {Code...};
+  constexpr int steps = int(sizeof...(Code)) / 3;
+  for (int64_t g = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; g < groups; g += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = g * kPack;
+    float v[Inputs + steps][kPack];
+#pragma unroll
+    for (int k = 0; k < Inputs; ++k) {
+      if (p.scalar[k]) {
+        float one[1];
+        loadAs<1>(p.type[k], p.in[k], 0, one);
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) v[k][j] = one[0];
+      } else {
+        loadAs<kPack>(p.type[k], p.in[k], i, v[k]);
+      }
+    }
+#pragma unroll
+    for (int s = 0; s < steps; ++s)
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) v[Inputs + s][j] = apply(code[3 * s], v[code[3 * s + 1]][j], v[code[3 * s + 2]][j]);
+    storeAs<kPack>(p.result, out, i, v[Inputs + steps - 1]);
+  }
+}
+
+struct StaticProgram {
+  int inputs;
+  std::vector<int64_t> code;
+  void (*kernel)(Program, void *, int64_t);
+};
+
+#define SD_STATIC_PROGRAM(INPUTS, ...) StaticProgram{INPUTS, {__VA_ARGS__}, fusedStaticKernel<INPUTS, __VA_ARGS__>}
+const std::vector<StaticProgram> &staticPrograms() {
+  static const std::vector<StaticProgram> programs = {
+      SD_STATIC_PROGRAM(3, 2, 0, 1, 0, 2, 3),                // scale and add (LoRA's branch into the base product)
+      SD_STATIC_PROGRAM(3, 0, 0, 1, 12, 3, 2),               // add, then tanh GELU's gradient
+      SD_STATIC_PROGRAM(2, 0, 1, 0),                         // add (operand first)
+      SD_STATIC_PROGRAM(2, 0, 0, 1),                         // add
+      SD_STATIC_PROGRAM(2, 2, 0, 1),                         // multiply
+      SD_STATIC_PROGRAM(3, 2, 1, 2, 0, 0, 3),                // base + LoRA * scale
+      SD_STATIC_PROGRAM(4, 2, 0, 1, 0, 2, 4, 0, 3, 5),       // scale, add, add (residual)
+      SD_STATIC_PROGRAM(4, 2, 1, 2, 0, 0, 4, 0, 3, 5),       // base + LoRA * scale + residual
+      SD_STATIC_PROGRAM(1, 10, 0, 0),                        // tanh GELU
+      SD_STATIC_PROGRAM(1, 9, 0, 0),                         // GELU
+      SD_STATIC_PROGRAM(2, 12, 0, 1),                        // tanh GELU's gradient
+      SD_STATIC_PROGRAM(2, 11, 0, 1),                        // GELU's gradient
+      SD_STATIC_PROGRAM(4, 0, 0, 1, 0, 4, 2, 0, 5, 3),       // sum of four
+      SD_STATIC_PROGRAM(3, 0, 0, 1, 0, 3, 2),                // sum of three
+      SD_STATIC_PROGRAM(3, 0, 0, 1, 0, 2, 3),                // sum of three
+  };
+  return programs;
+}
+#undef SD_STATIC_PROGRAM
+
+const StaticProgram *staticProgramFor(int inputs, const std::vector<int64_t> &code) {
+  for (const StaticProgram &s : staticPrograms())
+    if (s.inputs == inputs && s.code == code) return &s;
+  return nullptr;
+}
+
 Status FusedElementwiseKernel(const KernelContext &c) {
   const std::vector<int64_t> program = c.attrs.getInts("program");
   SD_RETURN_IF_ERROR(checkFusedProgram(program, int64_t(c.inputs.size())));
@@ -150,7 +215,12 @@ Status FusedElementwiseKernel(const KernelContext &c) {
   for (int k = 0; k < p.inputs; ++k)
     packed = packed && (p.scalar[k] || reinterpret_cast<uintptr_t>(p.in[k]) % (storageBytes(p.type[k]) * kPack) == 0);
   const int64_t packs = packed ? n / kPack : 0;
-  if (packs > 0) fusedKernel<kPack><<<blocksFor(packs), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, 0, packs);
+  if (packs > 0) {
+    if (const StaticProgram *compiled = staticProgramFor(p.inputs, program))
+      compiled->kernel<<<blocksFor(packs), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, packs);
+    else
+      fusedKernel<kPack><<<blocksFor(packs), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, 0, packs);
+  }
   if (n > packs * kPack)
     fusedKernel<1><<<blocksFor(n - packs * kPack), kThreads, 0, streamOf(c)>>>(p, c.outputs[0].data, packs * kPack,
                                                                                 n - packs * kPack);

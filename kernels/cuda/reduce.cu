@@ -1,9 +1,12 @@
 // CUDA kernels of the Reduce family (Sum, Mean, Max, Min, SumSquare): one
 // block per output element, the block's threads striding over the reduced
 // elements, a fixed-order block reduction (f64 accumulation for floats), so
-// results do not depend on scheduling; or, for a few reduced elements per
-// output, one thread per output summing them in order. Axes are read when the session is
-// created (sd/ops/index_geometry.h, as the CPU kernels read them).
+// results do not depend on scheduling; for a few reduced elements per
+// output, one thread per output summing them in order; for leading axes
+// reduced over trailing ones kept (a bias gradient's sum over rows), column
+// sums over fixed chunks of rows, then the chunks in order. Axes are read
+// when the session is created (sd/ops/index_geometry.h, as the CPU kernels
+// read them).
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
 #include "sd/ops/index_geometry.h"
@@ -15,6 +18,9 @@ namespace {
 
 enum class Reduce { Sum, Mean, Max, Min, SumSquare };
 
+// At most this many reduced elements per output: one thread per output (below).
+constexpr int64_t kFewReduced = 64;
+
 struct ReduceGeometry {
   int keptRank = 0, reducedRank = 0;
   int64_t keptDims[kMaxRank] = {}, keptStrides[kMaxRank] = {};
@@ -22,8 +28,17 @@ struct ReduceGeometry {
   int64_t reducedCount = 1;
 };
 
+// Rows per chunk of a column reduction: a 8192-row gradient gives 128
+// chunks, threads enough to fill the GPU with coalesced row reads.
+constexpr int64_t kColumnChunkRows = 64;
+
 struct ReducePrepared : PreparedError {
   ReduceGeometry g;
+  // Leading axes reduced, trailing ones kept: x is [rows, columns] and the
+  // column path sums it through `partials` ([chunks][columns], f64).
+  int64_t rows = 0, columns = 0;
+  double *partials = nullptr;
+  ~ReducePrepared() { cudaFree(partials); }
 };
 
 std::shared_ptr<const void> prepareReduce(const PrepareContext &p) {
@@ -49,6 +64,20 @@ std::shared_ptr<const void> prepareReduce(const PrepareContext &p) {
     } else {
       g.keptDims[g.keptRank] = x.dims[d];
       g.keptStrides[g.keptRank++] = strides[d];
+    }
+  }
+  // The column path: every reduced axis before every kept one, many rows, a row wide enough to coalesce.
+  bool leading = true;
+  for (size_t d = 1; d < red.size(); ++d) leading = leading && !(red[d] && !red[d - 1]);
+  const int64_t columns = x.numElements() / std::max<int64_t>(g.reducedCount, 1);
+  if (leading && g.keptRank > 0 && g.reducedRank > 0 && g.reducedCount > kFewReduced && columns >= 32) {
+    const int64_t chunks = (g.reducedCount + kColumnChunkRows - 1) / kColumnChunkRows;
+    if (cudaMalloc(&s->partials, size_t(chunks * columns) * sizeof(double)) != cudaSuccess) {
+      cudaGetLastError();
+      s->partials = nullptr; // the block kernel instead
+    } else {
+      s->rows = g.reducedCount;
+      s->columns = columns;
     }
   }
   return s;
@@ -113,7 +142,6 @@ __global__ void reduceKernel(ReduceGeometry g, const T *x, T *y, int64_t outputs
 // attention's K/V repeat sums 3 heads into 1 over 8x4x1024x64 outputs): one
 // thread per output, in order. The block kernel would keep 256 threads per
 // output for 3 elements of work (40% of a Llama-small LoRA step on an H200).
-constexpr int64_t kFewReduced = 64;
 
 template <Reduce K, typename T, typename A>
 __global__ void reduceFewKernel(ReduceGeometry g, const T *x, T *y, int64_t outputs) {
@@ -122,6 +150,38 @@ __global__ void reduceFewKernel(ReduceGeometry g, const T *x, T *y, int64_t outp
     A acc = identityOf<K, A>();
     for (int64_t r = 0; r < g.reducedCount; ++r) acc = fold<K>(acc, A(load(x[base + reducedOffset(g, r)])));
     y[o] = store<T>(Compute<T>(finish<K>(acc, g.reducedCount)));
+  }
+}
+
+// Column sums of x [rows, columns] over each chunk of rows, in row order,
+// one thread per (chunk, column): neighbouring threads read neighbouring columns.
+template <Reduce K, typename T, typename A>
+__global__ void reduceColumnChunksKernel(const T *x, int64_t rows, int64_t columns, double *partials) {
+  const int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks * columns;
+       t += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t chunk = t / columns, column = t % columns;
+    A acc = identityOf<K, A>();
+    for (int64_t r = chunk * kColumnChunkRows; r < rows && r < (chunk + 1) * kColumnChunkRows; ++r)
+      acc = fold<K>(acc, A(load(x[r * columns + column])));
+    partials[t] = double(acc);
+  }
+}
+
+// Each column's chunk partials combined in chunk order.
+template <Reduce K, typename T, typename A>
+__global__ void reduceColumnFinishKernel(const double *partials, int64_t rows, int64_t columns, T *y) {
+  const int64_t chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+  for (int64_t column = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; column < columns;
+       column += int64_t(gridDim.x) * blockDim.x) {
+    A acc = identityOf<K, A>();
+    for (int64_t k = 0; k < chunks; ++k) {
+      const A part = A(partials[k * columns + column]);
+      if constexpr (K == Reduce::Max) acc = MaxOp()(acc, part);
+      else if constexpr (K == Reduce::Min) acc = MinOp()(acc, part);
+      else acc = acc + part; // SumSquare's chunks hold sums of squares already
+    }
+    y[column] = store<T>(Compute<T>(finish<K>(acc, rows)));
   }
 }
 
@@ -135,7 +195,13 @@ template <Reduce K> Status reduceOp(const KernelContext &c) {
   const unsigned blocks = few ? blocksFor(outputs) : unsigned(std::min<int64_t>(outputs, int64_t(1) << 20));
   return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (few)
+    if (s->partials && s->columns == outputs) {
+      const int64_t chunks = (s->rows + kColumnChunkRows - 1) / kColumnChunkRows;
+      reduceColumnChunksKernel<K, T, double><<<blocksFor(chunks * s->columns), kThreads, 0, streamOf(c)>>>(
+          c.inputs[0].as<T>(), s->rows, s->columns, s->partials);
+      reduceColumnFinishKernel<K, T, double><<<blocksFor(s->columns), kThreads, 0, streamOf(c)>>>(
+          s->partials, s->rows, s->columns, c.outputs[0].as<T>());
+    } else if (few)
       reduceFewKernel<K, T, double><<<blocks, kThreads, 0, streamOf(c)>>>(s->g, c.inputs[0].as<T>(),
                                                                           c.outputs[0].as<T>(), outputs);
     else

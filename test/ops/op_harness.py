@@ -777,7 +777,13 @@ for name in ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", 
                    # rows wider than one work item's columns.
                    Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 3, 4, 5), t, lo, hi), i64(1, 2)], label="middle axes"),
                    Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 3, 6000), t, lo, hi), i64(1)], types=FLOATS,
-                        label="middle axis, wide rows")]
+                        label="middle axis, wide rows"),
+                   # Leading axes over trailing ones (a bias gradient's sum over
+                   # rows: CUDA's column path, chunks of 64 rows and a partial one).
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (2, 150, 40), t, lo, hi), i64(0, 1)], types=FLOATS,
+                        rtol=4, label="leading axes, 300 rows of 40"),
+                   Case(lambda t, r, lo=lo, hi=hi: [rand(r, (130, 33), t, lo, hi), i64(0)], attrs={"keepdims": 0},
+                        types=FLOATS, rtol=4, label="rows, no keepdims")]
     if name in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1"):
         CASES[name].append(Case(lambda t, r: [rand(r, (2, 0, 3), t), i64(2)], label="zero-sized, other axis"))
 CASES["ReduceProd"][3].make = lambda t, r: [rand(r, (3, 1000), t, 0.999, 1.001), i64(1)]
@@ -1143,6 +1149,16 @@ CASES["FusedElementwise"] = [
     Case(lambda t, r: [rand(r, (2, 9), t, -2, 2), rand(r, (2, 9), t, -3, 3)],
          attrs={"program": [11, 0, 1, 12, 0, 1, 7, 2, 2, 8, 3, 3, 0, 4, 5]}, ref=fused_elementwise_ref,
          label="gelu gradients, tanh, exp"),
+    # Programs the CUDA kernel has compiled in (transformer steps'), on 37
+    # elements: 9 vector packs and one left over, which the interpreter runs.
+    Case(lambda t, r: [rand(r, (37,), t, -2, 2), rand(r, (37,), t, -2, 2), rand(r, (37,), t, -3, 3)],
+         attrs={"program": [0, 0, 1, 12, 3, 2]}, ref=fused_elementwise_ref, label="add, tanh GELU gradient (compiled in)"),
+    Case(lambda t, r: [rand(r, (37,), t, -2, 2), rand(r, (37,), t, -2, 2), np.array(2.0, np.float32),
+                       rand(r, (37,), "f32", -2, 2)],
+         attrs={"program": [2, 1, 2, 0, 0, 4, 0, 3, 5]}, ref=fused_elementwise_ref, rtol=0,
+         label="base + LoRA * scale + residual (compiled in)"),
+    Case(lambda t, r: [rand(r, (37,), t, -3, 3)], attrs={"program": [10, 0, 0], "to": 16}, ref=fused_elementwise_ref,
+         types=["bf16"], label="tanh GELU to bf16 (compiled in)"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [0, 0, 7]}, error="reads value 7", label="bad program"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [13, 0, 0]}, error="opcode 13", label="bad opcode")]
 
