@@ -104,6 +104,10 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFuseHardSwish());
   pm.addPass(createFuseConvEpilogue());
   pm.addPass(createFoldCastRoundTrips());
+  if (opts.castMotion) {
+    pm.addPass(createMoveCasts());
+    pm.addPass(createFoldCastRoundTrips()); // the round trips moved casts meet
+  }
   if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
   if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());
   pm.addPass(createPropagateShapes()); // removes the ops they replaced

@@ -39,6 +39,10 @@ def FoldCastRoundTrips : Pass<"sd-fold-cast-round-trips", "mlir::ModuleOp"> {
   let summary = "A half value widened exactly and narrowed back is the half value itself; repeated casts of one value become one";
 }
 
+def MoveCasts : Pass<"sd-move-casts", "mlir::ModuleOp"> {
+  let summary = "Half casts moved across data-moving ops (Transpose, Reshape, Split, Concat, ...), so those move half elements";
+}
+
 def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {
   let summary = "Fuse chains of f32 elementwise steps (arithmetic, activations, GeluGrad) and the half casts around them into one sd.fused_elementwise step";
 }
