@@ -90,6 +90,18 @@ __device__ inline float apply(int op, float a, float b) {
   }
 }
 
+// Operand k's V elements from element i; a single-element operand broadcast.
+template <int V> __device__ inline void loadOperand(const Program &p, int k, int64_t i, float (&v)[V]) {
+  if (p.scalar[k]) {
+    float one[1];
+    loadAs<1>(p.type[k], p.in[k], 0, one);
+#pragma unroll
+    for (int j = 0; j < V; ++j) v[j] = one[0];
+  } else {
+    loadAs<V>(p.type[k], p.in[k], i, v);
+  }
+}
+
 // Elements [first, first + groups * V), V per thread: the program is decoded
 // once for V elements, and V = kPack loads and stores them as vectors.
 template <int V> __global__ void fusedKernel(Program p, void *out, int64_t first, int64_t groups) {
@@ -97,17 +109,8 @@ template <int V> __global__ void fusedKernel(Program p, void *out, int64_t first
     const int64_t i = first + g * V;
     float v[kMaxFusedValues][V];
 #pragma unroll
-    for (int k = 0; k < kMaxFusedInputs; ++k) {
-      if (k >= p.inputs) continue;
-      if (p.scalar[k]) {
-        float one[1];
-        loadAs<1>(p.type[k], p.in[k], 0, one);
-#pragma unroll
-        for (int j = 0; j < V; ++j) v[k][j] = one[0];
-      } else {
-        loadAs<V>(p.type[k], p.in[k], i, v[k]);
-      }
-    }
+    for (int k = 0; k < kMaxFusedInputs; ++k)
+      if (k < p.inputs) loadOperand<V>(p, k, i, v[k]);
     for (int s = 0; s < p.steps; ++s) {
       const int op = p.op[s];
       const float(&a)[V] = v[p.lhs[s]];
@@ -132,16 +135,7 @@ template <int Inputs, int... Code> __global__ void fusedStaticKernel(Program p, 
     const int64_t i = g * kPack;
     float v[Inputs + steps][kPack];
 #pragma unroll
-    for (int k = 0; k < Inputs; ++k) {
-      if (p.scalar[k]) {
-        float one[1];
-        loadAs<1>(p.type[k], p.in[k], 0, one);
-#pragma unroll
-        for (int j = 0; j < kPack; ++j) v[k][j] = one[0];
-      } else {
-        loadAs<kPack>(p.type[k], p.in[k], i, v[k]);
-      }
-    }
+    for (int k = 0; k < Inputs; ++k) loadOperand<kPack>(p, k, i, v[k]);
 #pragma unroll
     for (int s = 0; s < steps; ++s)
 #pragma unroll
