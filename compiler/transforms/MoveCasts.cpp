@@ -55,6 +55,11 @@ Type elementOf(Value v) {
 
 bool isHalf(Type t) { return t && (t.isBF16() || t.isF16()); }
 
+// Whether every result has a ranked type (one a cast's element type can be put in).
+bool rankedResults(Operation *op) {
+  return llvm::all_of(op->getResultTypes(), [](Type t) { return isa<RankedTensorType>(t); });
+}
+
 // `move` rebuilt on `operands` (its moved ones replaced), results of element type `element`.
 Operation *rebuild(OpBuilder &b, Operation *move, ArrayRef<unsigned> moved, ArrayRef<Value> operands, Type element) {
   Operation *copy = b.clone(*move);
@@ -67,7 +72,7 @@ Operation *rebuild(OpBuilder &b, Operation *move, ArrayRef<unsigned> moved, Arra
 // Not across a Slice: narrowing all of x to keep a part of it is more work.
 bool hoistNarrowing(Operation *move) {
   SmallVector<unsigned> moved = movedOperands(move);
-  if (moved.empty() || isa<SliceOp>(move)) return false;
+  if (moved.empty() || isa<SliceOp>(move) || !rankedResults(move)) return false;
   for (unsigned i : moved)
     if (!elementOf(move->getOperand(i)) || !elementOf(move->getOperand(i)).isF32()) return false;
   Type half;
@@ -107,7 +112,7 @@ bool hoistNarrowing(Operation *move) {
 // is more work than widening h.
 bool sinkWidening(Operation *move) {
   SmallVector<unsigned> moved = movedOperands(move);
-  if (moved.empty() || isa<ExpandOp>(move)) return false;
+  if (moved.empty() || isa<ExpandOp>(move) || !rankedResults(move)) return false;
   for (OpResult r : move->getResults())
     if (!elementOf(r) || !elementOf(r).isF32()) return false;
   Type half;
