@@ -2,7 +2,8 @@
 """Plans on the CUDA backend against the CPU, one script in two parts.
 
 Coverage (any build with the CUDA backend, no GPU needed): every step of the
-tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of the
+tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of a tiny
+Llama's LoRA plans (f32 and bf16), of the
 CNN and MobileNet inference plans and of GRU/LSTM inference and training
 plans and of PaddleOCR's PP-OCRv4 detector and recognizer binds to a CUDA
 kernel (`sdrun inspect --kernels cuda`); a detector's NonMaxSuppression runs
@@ -60,8 +61,9 @@ def plans(sdc, folder):
     """Every plan kind we check: the tiny GPT's LoRA, full fine-tuning (f32,
     bf16 and fp16 with loss scaling, and f32 with gradient buckets reduced
     during the backward), packed-LoRA and OSFT (factored and
-    dense) training plans, and the ResNet-style CNN and MobileNet-style
-    inference plans (examples/export_models.py)."""
+    dense) training plans, a tiny Llama's LoRA plans (f32, bf16), and the
+    ResNet-style CNN and MobileNet-style inference plans
+    (examples/export_models.py), the GRU/LSTM plans, a detector and PP-OCRv4."""
     onnx_path = export_tiny_gpt(folder)
     tokens = os.path.join(folder, "tokens.npy")
     np.save(tokens, (np.arange(8, dtype=np.int64) * 37 % 256).reshape(1, 8))
@@ -91,7 +93,32 @@ def plans(sdc, folder):
         plan = os.path.join(folder, f"{cnn}.sdp")
         sh([sdc, "compile", os.path.join(folder, f"{cnn}.onnx"), "--shapes", f"image={shape}", "-o", plan])
         out.append(PlanKind(cnn, plan, False, "image", image))
-    return out + recurrent_plans(sdc, folder) + [detector_plan(sdc, folder)] + ocr_plans(sdc, folder)
+    return out + llama_plans(sdc, folder, tokens) + recurrent_plans(sdc, folder) + [detector_plan(sdc, folder)] + \
+        ocr_plans(sdc, folder)
+
+
+def llama_plans(sdc, folder, tokens):
+    """A tiny Llama from transformers (seeded; grouped-query attention, RMSNorm,
+    rotary, SwiGLU; the attention mask one Where shared by every layer),
+    LoRA on q/k/v/o in f32 and bf16."""
+    import torch
+    import transformers
+    sys.path.insert(0, os.path.join(ROOT, "examples"))
+    import export_hf
+    torch.manual_seed(0)
+    model = transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=256, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=64, use_cache=False, tie_word_embeddings=False,
+        attn_implementation="eager")).eval()
+    onnx_path = os.path.join(folder, "llama.onnx")
+    export_hf.export(model, onnx_path, 17, 2, 8)
+    out = []
+    for kind, flags in (("llama-lora", []), ("llama-lora-bf16", ["--precision", "bf16"])):
+        plan = os.path.join(folder, f"{kind}.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj,k_proj,v_proj,o_proj", *flags,
+            "--shapes", "input_ids=2x8", "-o", plan])
+        out.append(PlanKind(kind, plan, True, "input_ids", tokens, HALF_TOLERANCES if flags else None))
+    return out
 
 
 def ocr_plans(sdc, folder):
