@@ -1,24 +1,57 @@
 // CUDA kernels of SwiGLU, y = silu(gate) * up, and its gradient (see
-// kernels/cpu/swiglu.cc): one thread per element, grid-stride.
+// kernels/cpu/swiglu.cc): grid-stride, kPack elements per thread as vectors.
 #include "cuda_util.cuh"
 
 namespace sd::cuda {
 namespace {
 
-template <typename T> __global__ void swigluKernel(const T *gate, const T *up, T *y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const Compute<T> g = load(gate[i]), s = Compute<T>(1) / (Compute<T>(1) + exp(-g));
-    y[i] = store<T>(g * s * load(up[i]));
-  }
+template <typename T> __device__ inline T swigluOne(T gate, T up) {
+  const Compute<T> g = load(gate), s = Compute<T>(1) / (Compute<T>(1) + exp(-g));
+  return store<T>(g * s * load(up));
 }
 
-template <typename T>
-__global__ void swigluGradKernel(const T *dy, const T *gate, const T *up, T *dgate, T *dup, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const Compute<T> g = load(gate[i]), d = load(dy[i]), s = Compute<T>(1) / (Compute<T>(1) + exp(-g));
-    dup[i] = store<T>(d * g * s);
-    dgate[i] = store<T>(d * load(up[i]) * (s + g * s * (Compute<T>(1) - s)));
+template <typename T> __device__ inline void swigluGradOne(T dy, T gate, T up, T &dgate, T &dup) {
+  const Compute<T> g = load(gate), d = load(dy), s = Compute<T>(1) / (Compute<T>(1) + exp(-g));
+  dup = store<T>(d * g * s);
+  dgate = store<T>(d * load(up) * (s + g * s * (Compute<T>(1) - s)));
+}
+
+// V consecutive elements per thread, loaded and stored as one vector (V =
+// kPack where every pointer is aligned for it; the first threads also take
+// the n % V elements after the last pack).
+template <int V, typename T> __global__ void swigluKernel(const T *gate, const T *up, T *y, int64_t n) {
+  using P = Pack<T, V>;
+  const int64_t packs = n / V, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t p = first; p < packs; p += int64_t(gridDim.x) * blockDim.x) {
+    const P g = reinterpret_cast<const P *>(gate)[p], u = reinterpret_cast<const P *>(up)[p];
+    P out;
+#pragma unroll
+    for (int k = 0; k < V; ++k) out.v[k] = swigluOne(g.v[k], u.v[k]);
+    reinterpret_cast<P *>(y)[p] = out;
   }
+  if (const int64_t i = packs * V + first; first < n - packs * V) y[i] = swigluOne(gate[i], up[i]);
+}
+
+template <int V, typename T>
+__global__ void swigluGradKernel(const T *dy, const T *gate, const T *up, T *dgate, T *dup, int64_t n) {
+  using P = Pack<T, V>;
+  const int64_t packs = n / V, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t p = first; p < packs; p += int64_t(gridDim.x) * blockDim.x) {
+    const P d = reinterpret_cast<const P *>(dy)[p], g = reinterpret_cast<const P *>(gate)[p],
+            u = reinterpret_cast<const P *>(up)[p];
+    P dg, du;
+#pragma unroll
+    for (int k = 0; k < V; ++k) swigluGradOne(d.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
+    reinterpret_cast<P *>(dgate)[p] = dg;
+    reinterpret_cast<P *>(dup)[p] = du;
+  }
+  if (const int64_t i = packs * V + first; first < n - packs * V) swigluGradOne(dy[i], gate[i], up[i], dgate[i], dup[i]);
+}
+
+template <typename T> bool allPackAligned(std::initializer_list<const void *> pointers) {
+  for (const void *p : pointers)
+    if (!packAligned<T>(p)) return false;
+  return true;
 }
 
 Status SwiGLUKernel(const KernelContext &c) {
@@ -28,7 +61,12 @@ Status SwiGLUKernel(const KernelContext &c) {
   if (n == 0) return Status::ok();
   return dispatchFloatStorage(gate.dtype, [&](auto tag) {
     using T = decltype(tag);
-    swigluKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(gate.as<T>(), up.as<T>(), c.outputs[0].as<T>(), n);
+    const T *g = gate.as<T>(), *u = up.as<T>();
+    T *y = c.outputs[0].as<T>();
+    if (allPackAligned<T>({g, u, y}))
+      swigluKernel<kPack, T><<<blocksFor(std::max<int64_t>(n / kPack, 1)), kThreads, 0, streamOf(c)>>>(g, u, y, n);
+    else
+      swigluKernel<1, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(g, u, y, n);
     return launchStatus("SwiGLU");
   });
 }
@@ -40,8 +78,13 @@ Status SwiGLUGradKernel(const KernelContext &c) {
   if (n == 0) return Status::ok();
   return dispatchFloatStorage(gate.dtype, [&](auto tag) {
     using T = decltype(tag);
-    swigluGradKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(dy.as<T>(), gate.as<T>(), up.as<T>(),
-                                                                     c.outputs[0].as<T>(), c.outputs[1].as<T>(), n);
+    const T *d = dy.as<T>(), *g = gate.as<T>(), *u = up.as<T>();
+    T *dg = c.outputs[0].as<T>(), *du = c.outputs[1].as<T>();
+    if (allPackAligned<T>({d, g, u, dg, du}))
+      swigluGradKernel<kPack, T><<<blocksFor(std::max<int64_t>(n / kPack, 1)), kThreads, 0, streamOf(c)>>>(
+          d, g, u, dg, du, n);
+    else
+      swigluGradKernel<1, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(d, g, u, dg, du, n);
     return launchStatus("SwiGLUGrad");
   });
 }
