@@ -21,7 +21,7 @@
 # sides); --run runs compute-sanitizer and the benchmark against PyTorch
 # where the GPU machine has them. SD_GPU_CHECK_PLANS="full lora"
 # runs only those plan kinds, in that order; SD_GPU_CHECK_PARTS (default
-# "ops plans sanitizer bench gemms") runs only those parts of --run, so the
+# "ops plans sanitizer bench gemms profiles") runs only those parts of --run, so the
 # checks can be split over several shorter GPU sessions; SD_GPU_CHECK_TIMEOUT (300) stops
 # any one check after that many seconds; SD_BUNDLE_PYTHON is the Python that
 # runs the op harness (the one _sdops was built for, with NumPy and
@@ -30,7 +30,8 @@
 # OUT (default gpu-results/) receives summary.txt (one PASS/FAIL line per
 # check), bench.txt (sdrun bench per plan and entry on the GPU),
 # train_bench.txt (against PyTorch), gemm-PLAN.txt (the benchmark plans'
-# GEMMs against raw cuBLASLt's best algorithm), nvidia-smi.txt and the logs. The exit
+# GEMMs against raw cuBLASLt's best algorithm), profile-PLAN.txt (their
+# training step per op), nvidia-smi.txt and the logs. The exit
 # status is 0 only when every check passed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -135,7 +136,7 @@ run_bundle() {
   : > "$summary"
   : > "$out/checks.log"
   : > "$out/bench.txt"
-  local first why parts=" ${SD_GPU_CHECK_PARTS:-ops plans sanitizer bench gemms} "
+  local first why parts=" ${SD_GPU_CHECK_PARTS:-ops plans sanitizer bench gemms profiles} "
   part() { [[ $parts == *" $1 "* ]]; }
   first=$(ls "$dir"/plans/*.sdp | head -1)
   if ! why=$("$sdrun" bench "$first" --device "$device" --iterations 1 --warmup 0 2>&1); then
@@ -269,19 +270,28 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
     echo "gpu-check: no PyTorch with PEFT and transformers in $bench_python here: the training benchmark did not run" |
       tee -a "$out/checks.log"
   fi
-  # Our GEMMs against raw cuBLASLt's best algorithm on the benchmark's shapes
-  # (the plans' weights are drawn by the training benchmark above).
-  if part gemms && [ "$device" = cuda ]; then
-    local gplan
+  # On the benchmark plans (their weights drawn by the training benchmark
+  # above): our GEMMs against raw cuBLASLt's best algorithm on their shapes,
+  # and where a training step's time goes, per op (eager launches).
+  if { part gemms && [ "$device" = cuda ]; } || part profiles; then
+    local gplan name
     for gplan in "$dir"/bench/plans/*.sdp; do
       [ -f "$gplan" ] || continue
+      name=$(basename "$gplan" .sdp)
       if [ ! -f "${gplan%.sdp}.safetensors" ]; then
-        echo "gpu-check: $(basename "$gplan") has no weights (the training benchmark draws them): no GEMM comparison" |
+        echo "gpu-check: $name has no weights (the training benchmark draws them): no GEMM comparison or profile" |
           tee -a "$out/checks.log"
         continue
       fi
-      check "$(basename "$gplan" .sdp): GEMMs against raw cuBLASLt" bash -c "$tee_to" \
-        "$out/gemm-$(basename "$gplan" .sdp).txt" "$sdrun" bench "$gplan" --entry train_step --gemms
+      if part gemms && [ "$device" = cuda ]; then
+        check "$name: GEMMs against raw cuBLASLt" bash -c "$tee_to" "$out/gemm-$name.txt" \
+          "$sdrun" bench "$gplan" --entry train_step --gemms
+      fi
+      if part profiles; then
+        check "$name: train_step per op" bash -c "$tee_to" "$out/profile-$name.txt" "$sdrun" bench "$gplan" \
+          --device "$device" --entry train_step --data "$dir/bench/plans/${name%-*-*}.jsonl" --iterations 3 \
+          --warmup 1 --profile
+      fi
     done
   fi
   cat "$summary"
