@@ -177,7 +177,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     auto pv = dyn_cast_or_null<MatMulOp>(user);
     if (!pv || pv.getLhs() != guarded) return;
     SmallVector<Operation *> chain = {pv};
-    SmallVector<Operation *> shared; // chain ops other users still read: erased when the last one is gone
+    SmallVector<Operation *> shared; // matched ops other layers may read too (a shared mask): erased once unread
     if (noGuard) chain.push_back(noGuard);
     if (rowGuard) chain.push_back(rowGuard);
     if (nanGuard) chain.push_back(nanGuard), chain.push_back(nanGuard.getCondition().getDefiningOp());
@@ -221,8 +221,7 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
         scores = s;
         mask = selected.getCondition();
         chain.push_back(add);
-        if (selected->hasOneUse()) chain.push_back(selected);
-        else shared.push_back(selected);
+        shared.push_back(selected);
       }
       if (rowGuardBias && rowGuardBias != sd::otherOperand(add, scores)) return;
     }

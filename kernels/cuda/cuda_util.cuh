@@ -5,6 +5,7 @@
 #include "sd/ops/kernel.h"
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 #include <cuda_bf16.h>
@@ -42,6 +43,22 @@ template <typename T, int N> struct alignas(sizeof(T) * N) Pack {
 template <typename T> inline bool packAligned(const void *p) {
   return reinterpret_cast<uintptr_t>(p) % (sizeof(T) * kPack) == 0;
 }
+template <typename T> bool allPackAligned(std::initializer_list<const void *> pointers) {
+  for (const void *p : pointers)
+    if (!packAligned<T>(p)) return false;
+  return true;
+}
+
+// Grid-stride over n elements in packs of V: pack(p) for each whole pack the
+// thread takes, then one(i) for the element after the last pack that is its
+// own (threads 0 .. n % V - 1). V = 1: one element per thread, no remainder.
+template <int V, typename PackFn, typename OneFn> __device__ inline void forEachPack(int64_t n, PackFn pack, OneFn one) {
+  const int64_t packs = n / V, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  for (int64_t p = first; p < packs; p += int64_t(gridDim.x) * blockDim.x) pack(p);
+  if (first < n - packs * V) one(packs * V + first);
+}
+// Blocks for forEachPack<V> over n elements.
+template <int V> unsigned packBlocks(int64_t n) { return blocksFor(std::max<int64_t>(n / V, 1)); }
 
 // The type a storage type computes in.
 template <typename T> struct ComputeOf { using type = float; };

@@ -329,23 +329,21 @@ template <typename I, typename O> __device__ inline O castOne(I x) {
   }
 }
 
-template <typename I, typename O> __global__ void castKernel(const I *x, O *y, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = castOne<I, O>(x[i]);
-}
-
-// kPack elements per thread (both pointers aligned for it); the first
-// threads also cast the n % kPack elements after the last pack.
-template <typename I, typename O> __global__ void castPackedKernel(const I *x, O *y, int64_t n) {
-  const int64_t packs = n / kPack, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  for (int64_t p = first; p < packs; p += int64_t(gridDim.x) * blockDim.x) {
-    const Pack<I, kPack> a = reinterpret_cast<const Pack<I, kPack> *>(x)[p];
-    Pack<O, kPack> b;
+// V elements per thread as one vector (V = kPack where both pointers are
+// aligned for it, else 1).
+template <int V, typename I, typename O> __global__ void castKernel(const I *x, O *y, int64_t n) {
+  using PI = Pack<I, V>;
+  using PO = Pack<O, V>;
+  forEachPack<V>(
+      n,
+      [&](int64_t p) {
+        const PI a = reinterpret_cast<const PI *>(x)[p];
+        PO b;
 #pragma unroll
-    for (int k = 0; k < kPack; ++k) b.v[k] = castOne<I, O>(a.v[k]);
-    reinterpret_cast<Pack<O, kPack> *>(y)[p] = b;
-  }
-  if (first < n - packs * kPack) y[packs * kPack + first] = castOne<I, O>(x[packs * kPack + first]);
+        for (int k = 0; k < V; ++k) b.v[k] = castOne<I, O>(a.v[k]);
+        reinterpret_cast<PO *>(y)[p] = b;
+      },
+      [&](int64_t i) { y[i] = castOne<I, O>(x[i]); });
 }
 
 TypeSet castTypes() {
@@ -379,10 +377,9 @@ Status CastKernel(const KernelContext &c) {
       using I = decltype(in);
       using O = decltype(out);
       if (packAligned<I>(x.data) && packAligned<O>(y.data))
-        castPackedKernel<I, O><<<blocksFor(std::max<int64_t>(n / kPack, 1)), kThreads, 0, streamOf(c)>>>(
-            x.as<I>(), y.as<O>(), n);
+        castKernel<kPack, I, O><<<packBlocks<kPack>(n), kThreads, 0, streamOf(c)>>>(x.as<I>(), y.as<O>(), n);
       else
-        castKernel<I, O><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<I>(), y.as<O>(), n);
+        castKernel<1, I, O><<<packBlocks<1>(n), kThreads, 0, streamOf(c)>>>(x.as<I>(), y.as<O>(), n);
       return launchStatus("Cast");
     });
   });

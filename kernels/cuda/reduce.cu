@@ -34,9 +34,9 @@ constexpr int64_t kColumnChunkRows = 64;
 
 struct ReducePrepared : PreparedError {
   ReduceGeometry g;
-  // Leading axes reduced, trailing ones kept: x is [rows, columns] and the
-  // column path sums it through `partials` ([chunks][columns], f64).
-  int64_t rows = 0, columns = 0;
+  // Set when leading axes are reduced over trailing ones kept: x is
+  // [g.reducedCount rows, outputs columns], summed through these
+  // [chunks][columns] f64 partials (the column path).
   double *partials = nullptr;
   ~ReducePrepared() { cudaFree(partials); }
 };
@@ -75,9 +75,6 @@ std::shared_ptr<const void> prepareReduce(const PrepareContext &p) {
     if (cudaMalloc(&s->partials, size_t(chunks * columns) * sizeof(double)) != cudaSuccess) {
       cudaGetLastError();
       s->partials = nullptr; // the block kernel instead
-    } else {
-      s->rows = g.reducedCount;
-      s->columns = columns;
     }
   }
   return s;
@@ -195,12 +192,12 @@ template <Reduce K> Status reduceOp(const KernelContext &c) {
   const unsigned blocks = few ? blocksFor(outputs) : unsigned(std::min<int64_t>(outputs, int64_t(1) << 20));
   return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    if (s->partials && s->columns == outputs) {
-      const int64_t chunks = (s->rows + kColumnChunkRows - 1) / kColumnChunkRows;
-      reduceColumnChunksKernel<K, T, double><<<blocksFor(chunks * s->columns), kThreads, 0, streamOf(c)>>>(
-          c.inputs[0].as<T>(), s->rows, s->columns, s->partials);
-      reduceColumnFinishKernel<K, T, double><<<blocksFor(s->columns), kThreads, 0, streamOf(c)>>>(
-          s->partials, s->rows, s->columns, c.outputs[0].as<T>());
+    if (s->partials) {
+      const int64_t rows = s->g.reducedCount, chunks = (rows + kColumnChunkRows - 1) / kColumnChunkRows;
+      reduceColumnChunksKernel<K, T, double><<<blocksFor(chunks * outputs), kThreads, 0, streamOf(c)>>>(
+          c.inputs[0].as<T>(), rows, outputs, s->partials);
+      reduceColumnFinishKernel<K, T, double><<<blocksFor(outputs), kThreads, 0, streamOf(c)>>>(
+          s->partials, rows, outputs, c.outputs[0].as<T>());
     } else if (few)
       reduceFewKernel<K, T, double><<<blocks, kThreads, 0, streamOf(c)>>>(s->g, c.inputs[0].as<T>(),
                                                                           c.outputs[0].as<T>(), outputs);

@@ -16,42 +16,37 @@ template <typename T> __device__ inline void swigluGradOne(T dy, T gate, T up, T
   dgate = store<T>(d * load(up) * (s + g * s * (Compute<T>(1) - s)));
 }
 
-// V consecutive elements per thread, loaded and stored as one vector (V =
-// kPack where every pointer is aligned for it; the first threads also take
-// the n % V elements after the last pack).
+// V elements per thread as one vector (V = kPack where every pointer is
+// aligned for it, else 1).
 template <int V, typename T> __global__ void swigluKernel(const T *gate, const T *up, T *y, int64_t n) {
   using P = Pack<T, V>;
-  const int64_t packs = n / V, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  for (int64_t p = first; p < packs; p += int64_t(gridDim.x) * blockDim.x) {
-    const P g = reinterpret_cast<const P *>(gate)[p], u = reinterpret_cast<const P *>(up)[p];
-    P out;
+  forEachPack<V>(
+      n,
+      [&](int64_t p) {
+        const P g = reinterpret_cast<const P *>(gate)[p], u = reinterpret_cast<const P *>(up)[p];
+        P out;
 #pragma unroll
-    for (int k = 0; k < V; ++k) out.v[k] = swigluOne(g.v[k], u.v[k]);
-    reinterpret_cast<P *>(y)[p] = out;
-  }
-  if (const int64_t i = packs * V + first; first < n - packs * V) y[i] = swigluOne(gate[i], up[i]);
+        for (int k = 0; k < V; ++k) out.v[k] = swigluOne(g.v[k], u.v[k]);
+        reinterpret_cast<P *>(y)[p] = out;
+      },
+      [&](int64_t i) { y[i] = swigluOne(gate[i], up[i]); });
 }
 
 template <int V, typename T>
 __global__ void swigluGradKernel(const T *dy, const T *gate, const T *up, T *dgate, T *dup, int64_t n) {
   using P = Pack<T, V>;
-  const int64_t packs = n / V, first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  for (int64_t p = first; p < packs; p += int64_t(gridDim.x) * blockDim.x) {
-    const P d = reinterpret_cast<const P *>(dy)[p], g = reinterpret_cast<const P *>(gate)[p],
-            u = reinterpret_cast<const P *>(up)[p];
-    P dg, du;
+  forEachPack<V>(
+      n,
+      [&](int64_t p) {
+        const P d = reinterpret_cast<const P *>(dy)[p], g = reinterpret_cast<const P *>(gate)[p],
+                u = reinterpret_cast<const P *>(up)[p];
+        P dg, du;
 #pragma unroll
-    for (int k = 0; k < V; ++k) swigluGradOne(d.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
-    reinterpret_cast<P *>(dgate)[p] = dg;
-    reinterpret_cast<P *>(dup)[p] = du;
-  }
-  if (const int64_t i = packs * V + first; first < n - packs * V) swigluGradOne(dy[i], gate[i], up[i], dgate[i], dup[i]);
-}
-
-template <typename T> bool allPackAligned(std::initializer_list<const void *> pointers) {
-  for (const void *p : pointers)
-    if (!packAligned<T>(p)) return false;
-  return true;
+        for (int k = 0; k < V; ++k) swigluGradOne(d.v[k], g.v[k], u.v[k], dg.v[k], du.v[k]);
+        reinterpret_cast<P *>(dgate)[p] = dg;
+        reinterpret_cast<P *>(dup)[p] = du;
+      },
+      [&](int64_t i) { swigluGradOne(dy[i], gate[i], up[i], dgate[i], dup[i]); });
 }
 
 Status SwiGLUKernel(const KernelContext &c) {
@@ -64,9 +59,9 @@ Status SwiGLUKernel(const KernelContext &c) {
     const T *g = gate.as<T>(), *u = up.as<T>();
     T *y = c.outputs[0].as<T>();
     if (allPackAligned<T>({g, u, y}))
-      swigluKernel<kPack, T><<<blocksFor(std::max<int64_t>(n / kPack, 1)), kThreads, 0, streamOf(c)>>>(g, u, y, n);
+      swigluKernel<kPack, T><<<packBlocks<kPack>(n), kThreads, 0, streamOf(c)>>>(g, u, y, n);
     else
-      swigluKernel<1, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(g, u, y, n);
+      swigluKernel<1, T><<<packBlocks<1>(n), kThreads, 0, streamOf(c)>>>(g, u, y, n);
     return launchStatus("SwiGLU");
   });
 }
@@ -81,10 +76,9 @@ Status SwiGLUGradKernel(const KernelContext &c) {
     const T *d = dy.as<T>(), *g = gate.as<T>(), *u = up.as<T>();
     T *dg = c.outputs[0].as<T>(), *du = c.outputs[1].as<T>();
     if (allPackAligned<T>({d, g, u, dg, du}))
-      swigluGradKernel<kPack, T><<<blocksFor(std::max<int64_t>(n / kPack, 1)), kThreads, 0, streamOf(c)>>>(
-          d, g, u, dg, du, n);
+      swigluGradKernel<kPack, T><<<packBlocks<kPack>(n), kThreads, 0, streamOf(c)>>>(d, g, u, dg, du, n);
     else
-      swigluGradKernel<1, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(d, g, u, dg, du, n);
+      swigluGradKernel<1, T><<<packBlocks<1>(n), kThreads, 0, streamOf(c)>>>(d, g, u, dg, du, n);
     return launchStatus("SwiGLUGrad");
   });
 }
