@@ -200,8 +200,10 @@ def write_safetensors_raw(path, tensors):
         offset += len(data)
     text = json.dumps(header).encode()
     text += b" " * (-len(text) % 8)
-    with open(path, "wb") as f:
+    # Written beside and renamed over: a killed run leaves no half-written file.
+    with open(path + ".tmp", "wb") as f:
         f.write(struct.pack("<Q", len(text)) + text + b"".join(t[2] for t in tensors.values()))
+    os.replace(path + ".tmp", path)
 
 
 def write_plans(args, configs, precisions):
