@@ -174,9 +174,11 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   }
   mlir::PassManager pm(&ctx);
   if (req.dryRun) {
-    // OSFT's strategy depends on the tokens per step: with --shapes the dry
-    // run goes as far as the shapes (and the training entries) to show it.
-    if (req.pipeline.peft == "osft" && !req.pipeline.shapes.empty()) buildTensorPipeline(pm, req.pipeline);
+    // With --shapes the dry run goes as far as the training entries: OSFT's
+    // strategy depends on the tokens per step, and full fine-tuning leaves
+    // frozen the weights no gradient reaches (rotary tables, masks).
+    if (req.pipeline.training() && req.pipeline.peft != "lora" && !req.pipeline.shapes.empty())
+      buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {
       error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);

@@ -66,6 +66,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   spec.inferBatchOne = opts.training() && opts.inferShapes.empty();
   pm.addPass(createSpecialize(spec));
   pm.addPass(createPropagateShapes());
+  pm.addPass(createFoldFrozenMasks());
   // Again, for attention masks that only became constants with the shapes
   // (an exporter's causal mask built from the sequence length, in plans whose
   // shapes are specialized after import); before autodiff and packing, which
@@ -107,6 +108,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   if (opts.castMotion) {
     pm.addPass(createMoveCasts());
     pm.addPass(createFoldCastRoundTrips()); // the round trips moved casts meet
+    pm.addPass(createHalfElementwise());
   }
   if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
   if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());

@@ -6,12 +6,14 @@
 // and probabilities never become tensors and training differentiates it with
 // one fused backward kernel. Every intermediate must have the chain as its
 // only user (a model that also returns the attention weights keeps its ops).
+#include "GlobalData.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "mlir/IR/Builders.h"
 #include <cmath>
+#include <cstring>
 
 namespace sd {
 #define GEN_PASS_DEF_FUSEATTENTION
@@ -28,9 +30,9 @@ bool isF32(Value v) {
   return t && t.getElementType().isF32() && t.getRank() >= 2;
 }
 
-// An additive mask M that is a constant of zeros and one fill value at or
-// below -1e30 (transformers' causal mask: the f32 minimum above the
-// diagonal) as the bool mask M == fill: s + fill rounds to fill for any
+// An additive mask M that is a constant (or a frozen weight) of zeros and one
+// fill value at or below -1e30 (transformers' causal mask: the f32 minimum
+// above the diagonal) as the bool mask M == fill: s + fill rounds to fill for any
 // score below 1e31 in magnitude, so softmax sees the same values either way.
 // M must not broadcast the scores to a larger shape.
 struct BoolMask {
@@ -39,15 +41,47 @@ struct BoolMask {
   double fill;
 };
 
+// The f32 values of a constant, or of a frozen weight read whole (an
+// exporter that stores the causal mask as an initializer: torch.onnx's
+// dynamo exporter folds transformers' mask into one).
+std::optional<std::vector<float>> knownFloats(Value m) {
+  ElementsAttr value = sd::ir::constantValue(m);
+  if (auto load = m.getDefiningOp<GlobalLoadOp>(); !value && load) {
+    auto module = load->getParentOfType<ModuleOp>();
+    auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal()));
+    if (g && sd::hasFrozenValue(g)) value = dyn_cast<ElementsAttr>(*g.getInitialValue());
+  }
+  std::vector<uint8_t> bytes;
+  auto t = value ? dyn_cast<RankedTensorType>(value.getType()) : RankedTensorType();
+  if (!t || !t.getElementType().isF32() || !sd::ir::elementsToBytes(value, bytes)) return std::nullopt;
+  std::vector<float> floats(bytes.size() / sizeof(float));
+  std::memcpy(floats.data(), bytes.data(), floats.size() * sizeof(float));
+  return floats;
+}
+
+// The mask's shape with leading axes dropped to 1 where every slice along
+// them is the same [T, S] matrix (a causal mask the exporter repeated per
+// batch item): the kernel broadcasts it, and cuDNN takes a shared mask.
+SmallVector<int64_t> sharedMaskShape(ArrayRef<int64_t> shape, SmallVectorImpl<bool> &masked) {
+  const size_t plane = size_t(shape[shape.size() - 2] * shape.back());
+  for (size_t at = plane; at < masked.size(); at += plane)
+    if (!std::equal(masked.begin(), masked.begin() + long(plane), masked.begin() + long(at)))
+      return SmallVector<int64_t>(shape);
+  masked.resize(plane);
+  SmallVector<int64_t> one(shape.size(), 1);
+  one[shape.size() - 2] = shape[shape.size() - 2], one.back() = shape.back();
+  return one;
+}
+
 std::optional<BoolMask> additiveMaskAsBool(Value m, AddOp add) {
-  auto dense = dyn_cast_or_null<DenseElementsAttr>(sd::ir::constantValue(m));
   auto mt = dyn_cast<RankedTensorType>(m.getType());
-  if (!dense || !mt || !mt.getElementType().isF32() || mt.getRank() < 2 ||
-      add.getResult().getType() != sd::otherOperand(add, m).getType())
+  if (!mt || !mt.hasStaticShape() || mt.getRank() < 2 || add.getResult().getType() != sd::otherOperand(add, m).getType())
     return std::nullopt;
+  std::optional<std::vector<float>> values = knownFloats(m);
+  if (!values) return std::nullopt;
   std::optional<float> fill;
   SmallVector<bool> masked;
-  for (float x : dense.template getValues<float>()) {
+  for (float x : *values) {
     bool isFill = x <= -1e30f;
     if (!isFill && x != 0.0f) return std::nullopt;
     if (isFill && fill && *fill != x) return std::nullopt;
@@ -55,8 +89,8 @@ std::optional<BoolMask> additiveMaskAsBool(Value m, AddOp add) {
     masked.push_back(isFill);
   }
   if (!fill) fill = -INFINITY; // nothing masked: an all-false mask
-  return BoolMask{RankedTensorType::get(mt.getShape(), IntegerType::get(m.getContext(), 1)), std::move(masked),
-                  double(*fill)};
+  SmallVector<int64_t> shape = sharedMaskShape(mt.getShape(), masked);
+  return BoolMask{RankedTensorType::get(shape, IntegerType::get(m.getContext(), 1)), std::move(masked), double(*fill)};
 }
 
 // Where(IsNaN(p), 0, p) over the softmax's output p, p's only two users.

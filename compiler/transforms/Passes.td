@@ -39,8 +39,16 @@ def FoldCastRoundTrips : Pass<"sd-fold-cast-round-trips", "mlir::ModuleOp"> {
   let summary = "A half value widened exactly and narrowed back is the half value itself; repeated casts of one value become one";
 }
 
+def FoldFrozenMasks : Pass<"sd-fold-frozen-masks", "mlir::ModuleOp"> {
+  let summary = "A bool tensor computed only from constants and frozen weights (a causal mask registered as a buffer) becomes a constant";
+}
+
 def MoveCasts : Pass<"sd-move-casts", "mlir::ModuleOp"> {
   let summary = "Half casts moved across data-moving ops (Transpose, Reshape, Split, Concat, ...), so those move half elements";
+}
+
+def HalfElementwise : Pass<"sd-half-elementwise", "mlir::ModuleOp"> {
+  let summary = "SwiGLU and its gradient between widening and narrowing half casts run on the half values (the same bits, no casts)";
 }
 
 def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {
@@ -72,8 +80,10 @@ def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   let summary = "Full fine-tuning: make float weight globals trainable";
   let description = [{
     Every frozen floating-point global whose name fully matches `pattern`
-    becomes trainable. Globals no gradient reaches are made frozen again by
-    sd-autodiff (e.g. a causal mask registered as a buffer).
+    becomes trainable, unless its values only ever become bools (a causal
+    mask registered as a buffer), so no gradient can reach it. Globals the
+    loss does not depend on are made frozen again by sd-autodiff (an unused
+    embedding, rotary tables).
   }];
   let options = [
     Option<"pattern", "pattern", "std::string", "\".*\"", "regex a global's full name must match">,

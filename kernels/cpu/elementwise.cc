@@ -562,14 +562,14 @@ Status castBetween(const TensorView &in, const TensorView &out, bool saturate, P
   if (dtypeIsHalf(from)) {
     std::vector<float> tmp(to == DType::F32 ? 0 : static_cast<size_t>(n));
     float *wide = to == DType::F32 ? out.as<float>() : tmp.data();
-    (from == DType::F16 ? widenF16 : widenBf16)(in.as<uint16_t>(), wide, n);
+    widenHalf(from, in.as<uint16_t>(), wide, n);
     return to == DType::F32 ? Status::ok() : castBetween(TensorView{wide, DType::F32, in.dims}, out);
   }
   if (dtypeIsHalf(to)) {
     std::vector<float> tmp(from == DType::F32 ? 0 : static_cast<size_t>(n));
     const float *wide = from == DType::F32 ? in.as<float>() : tmp.data();
     if (from != DType::F32) SD_RETURN_IF_ERROR(castBetween(in, TensorView{tmp.data(), DType::F32, in.dims}));
-    (to == DType::F16 ? narrowF16 : narrowBf16)(wide, out.as<uint16_t>(), n);
+    narrowHalf(to, wide, out.as<uint16_t>(), n);
     return Status::ok();
   }
   if (to == DType::Bool) {

@@ -41,11 +41,7 @@ void apply(ElementwiseOpcode op, const float *a, const float *b, float *out, int
 }
 
 // n elements of a half tensor from `at` widened into f32 (exact).
-void widen(const TensorView &t, int64_t at, float *out, int64_t n) {
-  const uint16_t *src = t.as<uint16_t>() + at;
-  if (t.dtype == DType::BF16) widenBf16(src, out, n);
-  else widenF16(src, out, n);
-}
+void widen(const TensorView &t, int64_t at, float *out, int64_t n) { widenHalf(t.dtype, t.as<uint16_t>() + at, out, n); }
 
 Status FusedElementwiseKernel(const KernelContext &c) {
   const std::vector<int64_t> program = c.attrs.getInts("program");
@@ -95,8 +91,7 @@ Status FusedElementwiseKernel(const KernelContext &c) {
               value[program[size_t(3 * s + 2)]], dst, len);
         value[inputs + s] = dst;
       }
-      if (result.dtype == DType::BF16) narrowBf16(last, result.as<uint16_t>() + at, len);
-      else if (result.dtype == DType::F16) narrowF16(last, result.as<uint16_t>() + at, len);
+      if (result.dtype != DType::F32) narrowHalf(result.dtype, last, result.as<uint16_t>() + at, len);
     }
   });
   return Status::ok();

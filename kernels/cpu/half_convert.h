@@ -3,6 +3,7 @@
 // dtype.h: round to nearest even, subnormals kept, a NaN stays a NaN (f16
 // narrowing gives the quiet NaN 0x7e00 with the sign; bf16 keeps the payload).
 #pragma once
+#include "sd/format/dtype.h"
 #include <cstdint>
 
 namespace sd::cpu {
@@ -10,4 +11,11 @@ void widenF16(const uint16_t *in, float *out, int64_t n);
 void narrowF16(const float *in, uint16_t *out, int64_t n);
 void widenBf16(const uint16_t *in, float *out, int64_t n);
 void narrowBf16(const float *in, uint16_t *out, int64_t n);
+// The same for a half type `t` (f16 or bf16) known at run time.
+inline void widenHalf(DType t, const uint16_t *in, float *out, int64_t n) {
+  (t == DType::F16 ? widenF16 : widenBf16)(in, out, n);
+}
+inline void narrowHalf(DType t, const float *in, uint16_t *out, int64_t n) {
+  (t == DType::F16 ? narrowF16 : narrowBf16)(in, out, n);
+}
 } // namespace sd::cpu

@@ -2,13 +2,37 @@
 // MLP of Llama-class models in one pass over memory each way, instead of
 // Sigmoid, two Muls and a backward of five more elementwise steps.
 #include "cpu_util.h"
+#include "half_convert.h"
 #include "vecmath.h"
+#include <algorithm>
 #include <cmath>
 
 namespace sd::cpu {
 namespace {
 
 constexpr int64_t kGrain = 16384; // elements per parallel chunk
+constexpr int64_t kHalfChunk = 1024; // half elements widened at a time
+
+// bf16/f16 operands computed as the f32 kernel computes them: each chunk
+// widened exactly, the f32 math, the results rounded as the Cast kernel
+// rounds. So a half SwiGLU equals Cast(SwiGLU(Cast(x))) bit for bit, which
+// lets sd-half-elementwise drop those casts. `math(ins, outs, n)` on f32.
+template <size_t In, size_t Out, typename F> Status halfChunks(const KernelContext &c, F &&math) {
+  const DType t = c.inputs[0].dtype;
+  parallelFor(c.pool, c.inputs[0].numElements(), kGrain, [&](int64_t b, int64_t e) {
+    float wideIn[In][kHalfChunk], wideOut[Out][kHalfChunk];
+    for (int64_t at = b; at < e; at += kHalfChunk) {
+      const int64_t n = std::min(kHalfChunk, e - at);
+      const float *ins[In];
+      float *outs[Out];
+      for (size_t i = 0; i < In; ++i) widenHalf(t, c.inputs[i].as<uint16_t>() + at, wideIn[i], n), ins[i] = wideIn[i];
+      for (size_t o = 0; o < Out; ++o) outs[o] = wideOut[o];
+      math(ins, outs, n);
+      for (size_t o = 0; o < Out; ++o) narrowHalf(t, wideOut[o], c.outputs[o].as<uint16_t>() + at, n);
+    }
+  });
+  return Status::ok();
+}
 
 Status checkSameShape(const KernelContext &c, size_t first, size_t count, const char *op) {
   for (size_t i = first + 1; i < first + count; ++i)
@@ -20,6 +44,8 @@ Status SwiGLUKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(checkSameShape(c, 0, 2, "SwiGLU"));
   const TensorView &gate = c.inputs[0], &up = c.inputs[1];
   const int64_t n = gate.numElements();
+  if (dtypeIsHalf(gate.dtype))
+    return halfChunks<2, 1>(c, [](const float **in, float **out, int64_t k) { vswiglu(in[0], in[1], out[0], k); });
   if (gate.dtype == DType::F32) {
     const float *g = gate.as<float>(), *u = up.as<float>();
     float *y = c.outputs[0].as<float>();
@@ -41,6 +67,9 @@ Status SwiGLUGradKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(checkSameShape(c, 0, 3, "SwiGLUGrad"));
   const TensorView &dy = c.inputs[0], &gate = c.inputs[1], &up = c.inputs[2];
   const int64_t n = gate.numElements();
+  if (dtypeIsHalf(gate.dtype))
+    return halfChunks<3, 2>(
+        c, [](const float **in, float **out, int64_t k) { vswigluGrad(in[0], in[1], in[2], out[0], out[1], k); });
   if (gate.dtype == DType::F32) {
     const float *d = dy.as<float>(), *g = gate.as<float>(), *u = up.as<float>();
     float *dg = c.outputs[0].as<float>(), *du = c.outputs[1].as<float>();
@@ -65,8 +94,8 @@ Status SwiGLUGradKernel(const KernelContext &c) {
 } // namespace
 
 void registerSwiGLUKernels() {
-  registerCpuKernel("SwiGLU", SwiGLUKernel, TypeSet::floats());
-  registerCpuKernel("SwiGLUGrad", SwiGLUGradKernel, TypeSet::floats());
+  registerCpuKernel("SwiGLU", SwiGLUKernel, TypeSet::floats() | TypeSet::halves());
+  registerCpuKernel("SwiGLUGrad", SwiGLUGradKernel, TypeSet::floats() | TypeSet::halves());
 }
 
 } // namespace sd::cpu

@@ -5,7 +5,9 @@ LinearGelu forward and GemmDGelu backward, the GELU's gradient and its bias
 gradient folded into the next layer's input-gradient GEMM) and elementwise
 chains (sd-fuse-elementwise: a LoRA branch's scaling and sum, gradient sums,
 in one FusedElementwise step; in a bf16 plan with the half casts around
-them). On the CPU the fused kernels compute the same
+them) and a half SwiGLU (sd-half-elementwise: a bf16 Llama's SwiGLU and its
+gradient run on the bf16 values the casts around them widened and rounded).
+On the CPU the fused kernels compute the same
 operations in the same order as the unfused plan (`sdc compile --no-fuse
 all`), so full fine-tuning (GemmDGelu with the bias gradient) and LoRA on the
 attention (the MLP frozen: GemmDGelu without it), in f32 and bf16, train to
@@ -13,12 +15,27 @@ the same losses and weights bit for bit, and inference gives the same
 logits."""
 import json
 import os
+import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
-from e2e_util import export_tiny_gpt, plan_steps, sh, tool_paths
+from e2e_util import ROOT, export_tiny_gpt, plan_steps, sh, tool_paths
+
+
+def export_tiny_llama(folder):
+    """examples/export_hf.py's tiny Llama (SwiGLU MLP), exported into folder/llama."""
+    out = os.path.join(folder, "llama")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_hf.py"), "--arch", "llama", "--out", out],
+                   check=True, capture_output=True)
+    return os.path.join(out, "model.onnx")
+
+
+def half_swiglu_steps(sdc, model, flags):
+    """The SwiGLU and SwiGLUGrad steps of the compiled plan whose operands are bf16."""
+    ir = sh([sdc, "compile", model, "--emit", "mlir", *flags])
+    return sum(1 for line in ir.splitlines() if 'sd.step "SwiGLU' in line and "xf32>" not in line)
 
 
 def main():
@@ -37,19 +54,26 @@ def main():
         with open(data, "w") as f:
             for _ in range(24):
                 f.write(json.dumps({"input_ids": rng.integers(0, 256, size=int(rng.integers(4, 9))).tolist()}) + "\n")
-        for peft, precision in (("none", "fp32"), ("lora", "fp32"), ("lora", "bf16")):
+        llama = export_tiny_llama(tmp)
+        for peft, precision, arch in (("none", "fp32", "gpt"), ("lora", "fp32", "gpt"), ("lora", "bf16", "gpt"),
+                                      ("none", "bf16", "llama")):
             runs = {}
             for fused in (True, False):
-                tag = f"{peft}-{precision}-{'fused' if fused else 'plain'}"
+                tag = f"{arch}-{peft}-{precision}-{'fused' if fused else 'plain'}"
                 plan = os.path.join(tmp, tag + ".sdp")
-                sh([sdc, "compile", model, "--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision,
-                    "-o", plan] +
-                   (["--target-modules", "qkv,proj"] if peft == "lora" else []) + ([] if fused else ["--no-fuse", "all"]))
+                flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision] + \
+                    (["--target-modules", "qkv,proj"] if peft == "lora" else []) + ([] if fused else ["--no-fuse", "all"])
+                sh([sdc, "compile", llama if arch == "llama" else model, "-o", plan] + flags)
                 steps = plan_steps(sdrun, plan)
                 # An autocast plan's GELU runs in f32 on a cast of the half product: not an epilogue (yet).
                 fused_ops = ("FusedElementwise",) if precision == "bf16" else ("LinearGelu", "GemmDGelu",
                                                                                  "FusedElementwise")
-                if fused and precision == "bf16":
+                if arch == "llama":
+                    halves = half_swiglu_steps(sdc, llama, flags)
+                    check(halves >= 4 if fused else halves == 0,
+                          f"bf16 Llama: {halves} SwiGLU/SwiGLUGrad steps on bf16 values" +
+                          (" (each layer's in train_step and accumulate)" if fused else " with --no-fuse all"))
+                elif fused and precision == "bf16":
                     check(steps.get("FusedElementwise", 0) >= 20,
                           f"bf16 {peft}: chains with their half casts fused ({steps.get('FusedElementwise', 0)} steps, "
                           f"{steps.get('Cast', 0)} Cast steps left)")
@@ -68,10 +92,11 @@ def main():
                     losses = [json.loads(line)["loss"] for line in f if '"loss"' in line]
                 with open(weights, "rb") as f:
                     runs[fused] = (losses, f.read())
+            name = f"{precision} {peft}" + (" Llama" if arch == "llama" else "")
             check(len(runs[True][0]) == 8 and runs[True][0] == runs[False][0],
-                  f"{precision} {peft}: 8 losses equal with and without the fusions ({runs[True][0][-1]:.6f})")
-            check(runs[True][1] == runs[False][1], f"{precision} {peft}: trained weights equal bit for bit")
-            check(runs[True][0][0] != runs[True][0][-1], f"{precision} {peft}: training moved the loss")
+                  f"{name}: 8 losses equal with and without the fusions ({runs[True][0][-1]:.6f})")
+            check(runs[True][1] == runs[False][1], f"{name}: trained weights equal bit for bit")
+            check(runs[True][0][0] != runs[True][0][-1], f"{name}: training moved the loss")
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")
         np.save(ids, rng.integers(0, 256, size=(1, 8)).astype(np.int64))

@@ -214,6 +214,8 @@ def check_arch(arch, route, sdc, sdrun, tmp):
     if arch != "gpt2":  # every exporter's rotary form (rotate-half, interleaved, the ops) is one fused step
         check(f"{name}: the rotary embeddings are fused (one Rotary step each for q and k)",
               steps.get("Rotary") == 2 * model.config.num_hidden_layers, f"Rotary steps: {steps.get('Rotary')}")
+    check(f"{name}: the attention is fused (one Attention step per layer)",
+          steps.get("Attention") == model.config.num_hidden_layers, f"Attention steps: {steps.get('Attention')}")
     with torch.no_grad():
         want = model(torch.tensor(ids)).logits.numpy()
     differs = (arch, route) in EXPORT_DIFFERS

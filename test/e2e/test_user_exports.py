@@ -6,6 +6,11 @@
     batch that truly collides names the default and --infer-shapes
   - torch.onnx.export's defaults (dynamo) rename Linear weights val_N: the
     module names come from the exporter's name_scopes metadata
+  - torch.onnx.export's defaults on a transformers Llama fold the causal mask
+    (repeated per batch item) and the rotary cos/sin tables into weights:
+    full fine-tuning still fuses the attention over one shared causal mask,
+    trains only the model's parameters (the tables and the mask stay frozen),
+    and its logits equal PyTorch's
   - a nanoGPT-style export names its token input `idx`: sdc finds the token
     input (the int64 [batch, seq] input indexing the embedding), records it in
     the plan, and sdrun train feeds it; when two inputs qualify, the error
@@ -108,6 +113,7 @@ def main():
                                               ["--token-input 'nope'"])
         check("--token-input naming no input is a clean error", not problems, "; ".join(problems) or line)
         dynamo_default_export(sdc, sdrun, tmp)
+        dynamo_default_llama_full(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_user_exports")
@@ -145,6 +151,51 @@ def dynamo_default_export(sdc, sdrun, tmp):
     changed = sorted(n for n in before if not np.array_equal(before[n], after[n]))
     check("dynamo default export: sdc merge folds the adapter into fc's weight only",
           len(changed) == 1 and before[changed[0]].shape == (16, 16), f"changed {changed}")
+
+
+def dynamo_default_llama_full(sdc, sdrun, tmp):
+    """Full fine-tuning (--peft none) of a Llama exported with torch.onnx.export's defaults."""
+    import torch
+    import transformers
+    from e2e_util import plan_steps, rel_err, sdrun_logits
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                      num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=SEQ,
+                                      use_cache=False, attn_implementation="eager")
+    model = transformers.LlamaForCausalLM(config).eval()
+    ids = np.random.default_rng(3).integers(0, 64, (2, SEQ)).astype(np.int64)
+    path, plan, data = (os.path.join(tmp, f) for f in ("llama_dyn.onnx", "llama_full.sdp", "llama.jsonl"))
+    torch.onnx.export(model, (torch.tensor(ids),), path)
+    shapes = ["--shapes", f"input_ids=2x{SEQ}"]
+    listed = sh([sdc, "compile", path, "--peft", "none", *shapes, "--dry-run"])
+    # The exporter merges initializers of equal values (the all-ones RMSNorm
+    # weights become one): what trains is the model's distinct parameters.
+    distinct = []
+    for p in model.parameters():
+        if not any(q.shape == p.shape and torch.equal(q, p) for q in distinct):
+            distinct.append(p.detach())
+    want = sum(p.numel() for p in distinct)
+    trainable = int(listed.split("trainable parameters: ")[1].split()[0])
+    check("dynamo default Llama, full fine-tuning: exactly the model's parameters train (not its rotary tables "
+          "or causal mask)", trainable == want, f"{trainable} trainable, the model has {want}")
+    sh([sdc, "compile", path, "--peft", "none", *shapes, "-o", plan])
+    steps = plan_steps(sdrun, plan)
+    layers = config.num_hidden_layers
+    check("dynamo default Llama, full fine-tuning: attention and rotary fused in every entry, the backward too",
+          not steps.get("Softmax") and steps.get("AttentionGrad", 0) >= layers and steps.get("Rotary", 0) >= 2 * layers,
+          f"{steps.get('Attention')} Attention, {steps.get('AttentionGrad')} AttentionGrad, "
+          f"{steps.get('Rotary')} Rotary steps")
+    got = sdrun_logits(sdrun, plan, None, ids, tmp, "llama_full")
+    with torch.no_grad():
+        want_logits = model(torch.tensor(ids)).logits.numpy()
+    check("dynamo default Llama, full fine-tuning plan: logits equal PyTorch's (1e-4)",
+          rel_err(got, want_logits) <= 1e-4, f"relative err {rel_err(got, want_logits):.1e}")
+    data_file(data, 64, lines=2)
+    metrics = os.path.join(tmp, "llama_metrics.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics])
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    check("dynamo default Llama, full fine-tuning: 6 steps on one batch bring its loss down every step",
+          len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
 
 
 if __name__ == "__main__":

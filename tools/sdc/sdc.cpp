@@ -121,7 +121,8 @@ const char *kUsage =
     "                           the same bits either way): gemm-epilogues (a GELU and its gradient\n"
     "                           folded into the matrix products around them), elementwise (chains\n"
     "                           of arithmetic, activations and half casts in one step), casts\n"
-    "                           (half casts moved across transposes, splits and concats), all\n"
+    "                           (half casts moved across transposes, splits and concats; SwiGLU\n"
+    "                           between casts run on the half values), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 

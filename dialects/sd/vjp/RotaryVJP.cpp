@@ -9,8 +9,11 @@ namespace {
 
 using Grads = SmallVectorImpl<Value>;
 
+// cos and sin are tables (buffers of the source model, never its parameters):
+// they get no gradient, so full fine-tuning, which marks every float weight
+// trainable, leaves a table the exporter stored as a weight frozen
+// (sd-autodiff re-freezes weights no gradient reached), as PyTorch would.
 LogicalResult rotaryVJP(RotaryOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  if (need[1] || need[2]) return op.emitError("Rotary: the cos/sin angles are not differentiable");
   if (!need[0]) return success();
   SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"interleaved"});
   attrs.push_back(g.attr("transposed", op.getTransposed().value_or(0) ? int64_t(0) : int64_t(1)));

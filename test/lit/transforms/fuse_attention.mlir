@@ -145,3 +145,42 @@ func.func @shared_expanded_mask(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf
   %y2 = sd.matmul %p2, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
   return %y2 : tensor<2x4x8x16xf32>
 }
+
+// -----
+
+// torch.onnx's dynamo exporter folds transformers' causal mask into a weight,
+// repeated per batch item ([2, 1, T, S]): its value is read from the frozen
+// weight, and the two equal items become one [1, 1, T, S] mask every item shares.
+// CHECK-LABEL: func.func @frozen_additive_mask_per_item
+//       CHECK:   %[[M:.*]] = sd.constant dense<{{\[\[\[}}[false, true], [false, false]]]]> : tensor<1x1x2x2xi1>
+//       CHECK:   sd.attention %arg0, %arg1, %arg2, %[[M]], %{{.*}} {mask_value = -3.40282347E+38 : f32, scale = 1.000000e+00 : f32}
+//   CHECK-NOT:   sd.add
+module {
+  sd.global @where "frozen" : tensor<2x1x2x2xf32> = dense<[[[[0.0, -3.40282347E+38], [0.0, 0.0]]], [[[0.0, -3.40282347E+38], [0.0, 0.0]]]]> : tensor<2x1x2x2xf32>
+  func.func @frozen_additive_mask_per_item(%q: tensor<2x3x2x4xf32>, %kt: tensor<2x3x4x2xf32>, %v: tensor<2x3x2x4xf32>) -> tensor<2x3x2x4xf32> {
+    %s = sd.matmul %q, %kt : (tensor<2x3x2x4xf32>, tensor<2x3x4x2xf32>) -> tensor<2x3x2x2xf32>
+    %m = sd.global_load @where : tensor<2x1x2x2xf32>
+    %u = sd.add %s, %m : (tensor<2x3x2x2xf32>, tensor<2x1x2x2xf32>) -> tensor<2x3x2x2xf32>
+    %p = sd.softmax %u {axis = -1 : i64} : (tensor<2x3x2x2xf32>) -> tensor<2x3x2x2xf32>
+    %y = sd.matmul %p, %v : (tensor<2x3x2x2xf32>, tensor<2x3x2x4xf32>) -> tensor<2x3x2x4xf32>
+    return %y : tensor<2x3x2x4xf32>
+  }
+}
+
+// -----
+
+// The same mask in a trainable weight is data the step changes: not read.
+// CHECK-LABEL: func.func @trainable_additive_mask_kept
+//       CHECK:   sd.add
+//   CHECK-NOT:   sd.attention
+module {
+  sd.global @where "trainable" : tensor<1x1x2x2xf32> = dense<[[[[0.0, -3.40282347E+38], [0.0, 0.0]]]]> : tensor<1x1x2x2xf32>
+  func.func @trainable_additive_mask_kept(%q: tensor<2x3x2x4xf32>, %kt: tensor<2x3x4x2xf32>, %v: tensor<2x3x2x4xf32>) -> tensor<2x3x2x4xf32> {
+    %s = sd.matmul %q, %kt : (tensor<2x3x2x4xf32>, tensor<2x3x4x2xf32>) -> tensor<2x3x2x2xf32>
+    %m = sd.global_load @where : tensor<1x1x2x2xf32>
+    %u = sd.add %s, %m : (tensor<2x3x2x2xf32>, tensor<1x1x2x2xf32>) -> tensor<2x3x2x2xf32>
+    %p = sd.softmax %u {axis = -1 : i64} : (tensor<2x3x2x2xf32>) -> tensor<2x3x2x2xf32>
+    %y = sd.matmul %p, %v : (tensor<2x3x2x2xf32>, tensor<2x3x2x4xf32>) -> tensor<2x3x2x4xf32>
+    return %y : tensor<2x3x2x4xf32>
+  }
+}

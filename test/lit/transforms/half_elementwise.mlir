@@ -1,0 +1,51 @@
+// RUN: sd-opt %s --split-input-file --sd-half-elementwise | FileCheck %s
+
+// A bf16 Llama's gated MLP after autocast: SwiGLU on widened bf16 values,
+// its result only narrowed back for the next product. It runs on the bf16
+// values (its kernels compute in f32 and round as Cast does: the same bits).
+// CHECK-LABEL: func.func @swiglu
+//   CHECK-NOT:   sd.cast
+//       CHECK:   %[[Y:.*]] = sd.swiglu %arg0, %arg1 : (tensor<4x8xbf16>, tensor<4x8xbf16>) -> tensor<4x8xbf16>
+//       CHECK:   return %[[Y]]
+func.func @swiglu(%g: tensor<4x8xbf16>, %u: tensor<4x8xbf16>) -> tensor<4x8xbf16> {
+  %gw = sd.cast %g {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %uw = sd.cast %u {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %y = sd.swiglu %gw, %uw : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %yh = sd.cast %y {to = 16 : i64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  return %yh : tensor<4x8xbf16>
+}
+
+// -----
+
+// The gradient too; the widened gate stays for its other reader.
+// CHECK-LABEL: func.func @swiglu_grad
+//       CHECK:   %[[GW:.*]] = sd.cast %arg1
+//       CHECK:   %[[DG:.*]], %[[DU:.*]] = sd.swiglu_grad %arg0, %arg1, %arg2 : (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>)
+//       CHECK:   return %[[DG]], %[[DU]], %[[GW]]
+func.func @swiglu_grad(%dy: tensor<4x8xbf16>, %g: tensor<4x8xbf16>, %u: tensor<4x8xbf16>) -> (tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>) {
+  %dw = sd.cast %dy {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %gw = sd.cast %g {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %uw = sd.cast %u {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %dg, %du = sd.swiglu_grad %dw, %gw, %uw : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<4x8xf32>) -> (tensor<4x8xf32>, tensor<4x8xf32>)
+  %dgh = sd.cast %dg {to = 16 : i64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  %duh = sd.cast %du {to = 16 : i64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  return %dgh, %duh, %gw : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>
+}
+
+// -----
+
+// Kept in f32: an operand that is not a widened half (LoRA's sum, in f32), a
+// result an f32 op reads, or halves of two types.
+// CHECK-LABEL: func.func @kept
+//   CHECK-COUNT-3:   sd.swiglu %{{.*}} -> tensor<4x8xf32>
+func.func @kept(%g: tensor<4x8xbf16>, %u: tensor<4x8xf32>, %h: tensor<4x8xf16>) -> (tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xbf16>) {
+  %gw = sd.cast %g {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %y1 = sd.swiglu %gw, %u : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %y1h = sd.cast %y1 {to = 16 : i64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  %uw = sd.cast %g {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %y2 = sd.swiglu %gw, %uw : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %hw = sd.cast %h {to = 1 : i64} : (tensor<4x8xf16>) -> tensor<4x8xf32>
+  %y3 = sd.swiglu %gw, %hw : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %y3h = sd.cast %y3 {to = 16 : i64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
+  return %y1h, %y2, %y3h : tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xbf16>
+}
