@@ -117,7 +117,31 @@ def torch_child(args):
             times.append((time.perf_counter() - t0) * 1000)
     times.sort()
     peak = torch.cuda.max_memory_allocated() / 2 ** 20 if device.type == "cuda" else None
+    if args.profile_out:
+        write_torch_profile(args.profile_out, step, sync, device)
     print(json.dumps({"median_ms": times[len(times) // 2], "peak_mib": peak}))
+
+
+def write_torch_profile(path, step, sync, device):
+    """Three more steps under torch.profiler: the per-kernel table (device
+    time first on a GPU), to set beside `sdrun bench --profile`'s per-op table."""
+    from torch.profiler import ProfilerActivity, profile
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(3):
+            step()
+        sync()
+    averages = prof.key_averages()
+    table = None
+    for key in (["self_device_time_total", "self_cuda_time_total"] if device.type == "cuda" else []) + \
+            ["self_cpu_time_total"]:
+        try:
+            table = averages.table(sort_by=key, row_limit=50)
+            break
+        except (AttributeError, KeyError, ValueError):
+            continue
+    with open(path, "w") as f:
+        f.write(f"torch.profiler, 3 steps, sorted by {key}\n{table}\n")
 
 
 def export(name, tmp):
@@ -286,6 +310,10 @@ def main():
     ap.add_argument("--write-plans", metavar="DIR", help="compile the configs' plans into DIR for --plans, and stop")
     ap.add_argument("--plans", metavar="DIR", help="take the plans from DIR (written by --write-plans), not sdc")
     ap.add_argument("--sdrun", help="the sdrun to run (default: BUILD/tools/sdrun)")
+    ap.add_argument("--torch-profile", metavar="DIR",
+                    help="also write each PyTorch peer's per-kernel table (torch.profiler, 3 steps) to "
+                         "DIR/torch-PEER-CONFIG-MODE-PRECISION.txt")
+    ap.add_argument("--profile-out", help=argparse.SUPPRESS)
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
@@ -303,6 +331,8 @@ def main():
             sys.exit(f"unknown precision '{p}' (fp32, bf16)")
     if args.write_plans:
         return write_plans(args, configs, precisions)
+    if args.torch_profile:
+        os.makedirs(args.torch_profile, exist_ok=True)
     peak = device_peak(args)
     sgemm = sgemm_rate(args.threads) if args.device == "cpu" else None
     sdc = os.path.join(args.build, "tools", "sdc")
@@ -339,10 +369,13 @@ def main():
                     print(f"{name:12} {mode:5} {precision:4} sdrun GPU idle: {r['device_idle_pct']:.1f}% waiting for each step, "
                           f"{r['pipelined_device_idle_pct']:.1f}% pipelined", flush=True)
                 for peer in args.peers.split(","):
+                    profile = (["--profile-out", os.path.join(args.torch_profile,
+                                                              f"torch-{peer}-{name}-{mode}-{precision}.txt")]
+                               if args.torch_profile else [])
                     out, prss = measure([sys.executable, os.path.abspath(__file__), "--torch-child", "--config", name,
                                          "--mode", mode, "--peer", peer, "--device", args.device, "--threads",
                                          str(args.threads), "--iterations", str(args.iterations), "--warmup",
-                                         str(args.warmup), "--precision", precision], env)
+                                         str(args.warmup), "--precision", precision] + profile, env)
                     r = json.loads(out.strip().splitlines()[-1])
                     results[f"torch-{peer}"] = (r["median_ms"], r["peak_mib"] if args.device == "cuda" else prss)
                 flops_token = (4 if mode == "lora" else 6) * n + 12 * layers * d * seq

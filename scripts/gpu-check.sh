@@ -31,7 +31,9 @@
 # check), bench.txt (sdrun bench per plan and entry on the GPU),
 # train_bench.txt (against PyTorch), gemm-PLAN.txt (the benchmark plans'
 # GEMMs against raw cuBLASLt's best algorithm), profile-PLAN.txt (their
-# training step per op), nvidia-smi.txt and the logs. The exit
+# training step per op), torch-PEER-CONFIG-MODE-PRECISION.txt (PyTorch's
+# per-kernel table of the same step, with the bench and profiles parts),
+# nvidia-smi.txt and the logs. The exit
 # status is 0 only when every check passed.
 set -uo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -265,7 +267,8 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
     check "training benchmark against PyTorch ($configs)" bash -c "$tee_to" \
       "$out/train_bench.txt" timeout "${SD_GPU_BENCH_TIMEOUT:-900}" "$bench_python" "$dir/bench/gpu_train_bench.py" \
       --device "$device" --configs "$configs" --plans "$dir/bench/plans" --sdrun "$sdrun" --iterations 10 --warmup 3 \
-      --peers "${SD_GPU_BENCH_PEERS:-eager,compiled}" --precisions "${SD_BENCH_PRECISIONS:-fp32,bf16}"
+      --peers "${SD_GPU_BENCH_PEERS:-eager,compiled}" --precisions "${SD_BENCH_PRECISIONS:-fp32,bf16}" \
+      $(part profiles && echo --torch-profile "$out")
   else
     echo "gpu-check: no PyTorch with PEFT and transformers in $bench_python here: the training benchmark did not run" |
       tee -a "$out/checks.log"
