@@ -1,12 +1,16 @@
-// sd-half-elementwise: an op whose kernels compute each element in f32
-// whatever its storage type (SwiGLU and its gradient: a half kernel widens
-// its operands exactly, does the f32 math and rounds its results as the Cast
-// kernel rounds) runs on the half values when autocast left it between casts:
-// every operand a bf16 (or f16) value widened to f32, every result only
-// narrowed back to that type. The same bits as before, without the casts
-// (a memory pass each, over Llama's widest activations) and with the op
-// itself moving half the bytes. Runs after sd-move-casts has put the casts
-// next to the ops.
+// sd-half-elementwise: an op whose kernels compute in f32 whatever their
+// storage type runs on the half values when autocast left it between casts:
+// its operands bf16 (or f16) values widened to f32, its results only
+// narrowed back to that type. A half kernel widens exactly, does the f32
+// math and rounds as the Cast kernel rounds, so the bits stay those of the
+// plan with the casts, without the casts (a memory pass each over the
+// widest activations) and with the op moving half the bytes:
+//   - SwiGLU and its gradient (Llama's gated MLP, [tokens, ffn]);
+//   - the cross-entropy on the logits ([tokens, vocab]: 32000 wide for
+//     Llama): the loss reads the bf16 logits and stays f32 (f32_loss), its
+//     gradient takes them and writes the bf16 gradient the LM head's
+//     backward products read.
+// Runs after sd-move-casts has put the casts next to the ops.
 #include "PassDetail.h"
 #include "Passes.h"
 
@@ -38,34 +42,62 @@ bool onlyNarrowedTo(Value r, Type half) {
   });
 }
 
+// Which operands an op takes as half values, which results it then gives in
+// half (each must only be narrowed), and whether its f32 loss needs f32_loss.
+struct HalfForm {
+  SmallVector<unsigned> halfOperands, halfResults;
+  bool f32Loss = false;
+};
+
+std::optional<HalfForm> halfFormOf(Operation *op) {
+  if (isa<SwiGLUOp>(op)) return HalfForm{{0, 1}, {0}, false};
+  if (isa<SwiGLUGradOp>(op)) return HalfForm{{0, 1, 2}, {0, 1}, false};
+  if (auto sce = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
+    // Class weights would have to be half too; a read log_prob would turn half.
+    if (!isa<NoneType>(sce.getWeights().getType()) || (sce.getLogProb() && !sce.getLogProb().use_empty()))
+      return std::nullopt;
+    return HalfForm{{0}, {}, true};
+  }
+  if (isa<SoftmaxCrossEntropyLossGradOp>(op)) return HalfForm{{1}, {0}, false};
+  return std::nullopt;
+}
+
 struct HalfElementwisePass : sd::impl::HalfElementwiseBase<HalfElementwisePass> {
   void runOnOperation() override {
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<SwiGLUOp, SwiGLUGradOp>(op)) ops.push_back(op);
+      if (isa<SwiGLUOp, SwiGLUGradOp, SoftmaxCrossEntropyLossOp, SoftmaxCrossEntropyLossGradOp>(op)) ops.push_back(op);
     });
-    for (Operation *op : ops) runInHalf(op);
+    for (Operation *op : ops)
+      if (std::optional<HalfForm> form = halfFormOf(op)) runInHalf(op, *form);
   }
 
-  void runInHalf(Operation *op) {
+  void runInHalf(Operation *op, const HalfForm &form) {
     SmallVector<Value> halves;
-    for (Value v : op->getOperands()) halves.push_back(widenedHalf(v));
-    if (llvm::any_of(halves, [](Value h) { return !h; })) return;
+    for (unsigned i : form.halfOperands)
+      if (Value h = widenedHalf(op->getOperand(i))) halves.push_back(h);
+    if (halves.size() != form.halfOperands.size()) return;
     Type half = elementOf(halves[0]);
     if (llvm::any_of(halves, [&](Value h) { return elementOf(h) != half; })) return;
-    if (!llvm::all_of(op->getResults(), [&](Value r) { return onlyNarrowedTo(r, half); })) return;
+    for (unsigned r : form.halfResults)
+      if (!onlyNarrowedTo(op->getResult(r), half)) return;
     OpBuilder b(op);
     Operation *inHalf = b.clone(*op);
-    for (auto [i, h] : llvm::enumerate(halves)) inHalf->setOperand(unsigned(i), h);
     SmallVector<Operation *> widenings;
-    for (Value v : op->getOperands()) widenings.push_back(v.getDefiningOp());
-    for (auto [r, h] : llvm::zip(op->getResults(), inHalf->getResults())) {
-      h.setType(cast<RankedTensorType>(r.getType()).clone(half));
-      for (Operation *narrowing : llvm::make_early_inc_range(r.getUsers())) {
+    for (auto [i, h] : llvm::zip(form.halfOperands, halves)) {
+      widenings.push_back(op->getOperand(i).getDefiningOp());
+      inHalf->setOperand(i, h);
+    }
+    if (form.f32Loss) inHalf->setAttr("f32_loss", b.getI64IntegerAttr(1));
+    for (unsigned r : form.halfResults) {
+      Value h = inHalf->getResult(r);
+      h.setType(cast<RankedTensorType>(h.getType()).clone(half));
+      for (Operation *narrowing : llvm::make_early_inc_range(op->getResult(r).getUsers())) {
         narrowing->getResult(0).replaceAllUsesWith(h);
         narrowing->erase();
       }
     }
+    op->replaceAllUsesWith(inHalf);
     op->erase();
     for (Operation *w : widenings)
       if (w->use_empty()) w->erase();

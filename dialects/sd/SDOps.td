@@ -643,7 +643,15 @@ def SD_QLinearConvOp : SD_Nary<"qlinear_conv", "QLinearConv",
 
 def SD_SoftmaxCrossEntropyLossOp : SD_Nary<"softmax_cross_entropy_loss", "SoftmaxCrossEntropyLoss",
     (ins AnyTensor:$scores, AnyTensor:$labels, SD_OptTensor:$weights),
-    (ins OptI64:$ignore_index, OptStr:$reduction), (outs AnyTensor:$output, Optional<AnyTensor>:$log_prob)>;
+    (ins OptI64:$ignore_index, OptStr:$reduction, OptI64:$f32_loss),
+    (outs AnyTensor:$output, Optional<AnyTensor>:$log_prob)> {
+  let description = [{
+    ONNX SoftmaxCrossEntropyLoss. `f32_loss` = 1 (set by sd-half-elementwise
+    on bf16/f16 scores that autocast only widened for it): the loss and
+    log_prob are f32, computed on the exactly widened scores as for f32
+    scores, so the [N, C] scores never exist in f32.
+  }];
+}
 def SD_NegativeLogLikelihoodLossOp : SD_Nary<"negative_log_likelihood_loss", "NegativeLogLikelihoodLoss",
     (ins AnyTensor:$input, AnyTensor:$target, SD_OptTensor:$weight),
     (ins OptI64:$ignore_index, OptStr:$reduction)>;

@@ -2,6 +2,7 @@
 // (log-softmax over axis 1, then NLL), with class weights, ignore_index and
 // mean/sum/none reductions as the ONNX reference defines them.
 #include "cpu_util.h"
+#include "half_convert.h"
 #include "vecmath.h"
 #include <type_traits>
 #include <cmath>
@@ -50,7 +51,7 @@ Status NllKernel(const KernelContext &c) {
   });
 }
 
-Status SceKernel(const KernelContext &c) {
+Status sceF(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
   int64_t n = x.dims[0], cls = x.dims[1], inner = x.numElements() / std::max<int64_t>(n * cls, 1);
   return dispatchFloat(x.dtype, [&](auto tag) {
@@ -91,10 +92,25 @@ Status SceKernel(const KernelContext &c) {
   });
 }
 
+// The value of a one-element float tensor (exact as a double).
+double scalarOf(const TensorView &t) {
+  if (dtypeIsHalf(t.dtype)) {
+    float v = 0;
+    widenHalf(t.dtype, t.as<uint16_t>(), &v, 1);
+    return v;
+  }
+  double v = 0;
+  (void)dispatchFloat(t.dtype, [&](auto tag) {
+    v = double(t.as<decltype(tag)>()[0]);
+    return Status::ok();
+  });
+  return v;
+}
+
 // Backward of SoftmaxCrossEntropyLoss (no class weights) for its scalar
 // reductions: dlogits = (softmax(logits) - onehot(label)) * dloss, divided by
 // the counted targets for "mean"; ignored targets get zero rows.
-Status SceGradKernel(const KernelContext &c) {
+Status sceGradF(const KernelContext &c) {
   const TensorView &x = c.inputs[1];
   int64_t n = x.dims[0], cls = x.dims[1], inner = x.numElements() / std::max<int64_t>(n * cls, 1);
   std::vector<int64_t> t;
@@ -111,7 +127,7 @@ Status SceGradKernel(const KernelContext &c) {
   bool mean = c.attrs.getString("reduction", "mean") == "mean";
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    T dl = c.inputs[0].as<T>()[0];
+    T dl = T(scalarOf(c.inputs[0])); // f32 with half logits (sd-half-elementwise)
     if (mean) dl = counted ? T(dl / T(counted)) : T(0);
     const T *px = x.as<T>();
     T *pd = c.outputs[0].as<T>();
@@ -145,12 +161,53 @@ Status SceGradKernel(const KernelContext &c) {
   });
 }
 
+// bf16/f16 scores: widened exactly into f32, the f32 kernel, and its results
+// rounded as the Cast kernel rounds (but an f32_loss loss). So these steps give
+// the bits of the plan that cast the scores to f32 first, as
+// sd-half-elementwise assumes.
+TensorView widened(const TensorView &x, std::vector<float> &buf) {
+  buf.resize(size_t(x.numElements()));
+  widenHalf(x.dtype, x.as<uint16_t>(), buf.data(), x.numElements());
+  return TensorView{buf.data(), DType::F32, x.dims};
+}
+
+Status SceKernel(const KernelContext &c) {
+  if (!dtypeIsHalf(c.inputs[0].dtype)) return sceF(c);
+  std::vector<float> scores;
+  KernelContext f = c;
+  f.inputs[0] = widened(c.inputs[0], scores);
+  if (c.attrs.getInt("f32_loss", 0) != 0) return sceF(f);
+  // ONNX's half loss and log_prob: the f32 ones, rounded.
+  std::vector<std::vector<float>> wide(c.outputs.size());
+  for (size_t o = 0; o < c.outputs.size(); ++o)
+    if (c.outputs[o].data) {
+      wide[o].resize(size_t(c.outputs[o].numElements()));
+      f.outputs[o] = TensorView{wide[o].data(), DType::F32, c.outputs[o].dims};
+    }
+  SD_RETURN_IF_ERROR(sceF(f));
+  for (size_t o = 0; o < c.outputs.size(); ++o)
+    if (c.outputs[o].data) narrowHalf(c.outputs[o].dtype, wide[o].data(), c.outputs[o].as<uint16_t>(), c.outputs[o].numElements());
+  return Status::ok();
+}
+
+Status SceGradKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[1], &dx = c.outputs[0];
+  if (!dtypeIsHalf(x.dtype)) return sceGradF(c);
+  std::vector<float> scores, grad(size_t(dx.numElements()));
+  KernelContext f = c;
+  f.inputs[1] = widened(x, scores);
+  f.outputs[0] = TensorView{grad.data(), DType::F32, dx.dims};
+  SD_RETURN_IF_ERROR(sceGradF(f));
+  narrowHalf(dx.dtype, grad.data(), dx.as<uint16_t>(), dx.numElements());
+  return Status::ok();
+}
+
 } // namespace
 
 void registerLossKernels() {
   registerCpuKernel("NegativeLogLikelihoodLoss", NllKernel, TypeSet::floats());
-  registerCpuKernel("SoftmaxCrossEntropyLoss", SceKernel, TypeSet::floats());
-  registerCpuKernel("SoftmaxCrossEntropyLossGrad", SceGradKernel, TypeSet::floats());
+  registerCpuKernel("SoftmaxCrossEntropyLoss", SceKernel, TypeSet::floats() | TypeSet::halves());
+  registerCpuKernel("SoftmaxCrossEntropyLossGrad", SceGradKernel, TypeSet::floats() | TypeSet::halves());
 }
 
 } // namespace sd::cpu

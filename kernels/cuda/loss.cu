@@ -69,14 +69,16 @@ template <typename T> __device__ double rowShift(const T *x, const LossRows &rs,
   return double(mx) + std::log(sum);
 }
 
-template <typename T, typename I>
-__global__ void sceRows(LossRows rs, LossAttrs la, const T *x, const I *target, const T *weights, T *logp,
-                        T *lossNone, double *rowValues) {
+// T: the scores' storage type; L: the loss's and log_prob's (f32 for half
+// scores with f32_loss, else T). The math is Compute<T>'s either way.
+template <typename T, typename L, typename I>
+__global__ void sceRows(LossRows rs, LossAttrs la, const T *x, const I *target, const T *weights, L *logp,
+                        L *lossNone, double *rowValues) {
   for (int64_t r = blockIdx.x; r < rs.rows(); r += gridDim.x) {
     double shift = rowShift(x, rs, r);
     if (logp)
       for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x)
-        logp[rs.at(r, k)] = store<T>(Compute<T>(double(load(x[rs.at(r, k)])) - shift));
+        logp[rs.at(r, k)] = store<L>(Compute<L>(Compute<T>(double(load(x[rs.at(r, k)])) - shift)));
     if (threadIdx.x != 0) continue;
     int64_t k = targetAt(target, r);
     double l = 0, w = 0;
@@ -87,7 +89,7 @@ __global__ void sceRows(LossRows rs, LossAttrs la, const T *x, const I *target, 
         l = -w * (double(load(x[rs.at(r, k)])) - shift);
       }
     }
-    if (lossNone) lossNone[r] = store<T>(Compute<T>(l));
+    if (lossNone) lossNone[r] = store<L>(Compute<L>(Compute<T>(l)));
     else {
       rowValues[r] = l;
       rowValues[rs.rows() + r] = w;
@@ -126,21 +128,26 @@ Status SceKernel(const KernelContext &c) {
   LossAttrs la = lossAttrs(c);
   bool hasWeights = c.hasInput(2) && c.inputs[2].data;
   int64_t rows = rs.n * rs.inner;
-  return dispatchFloatStorage(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  auto run = [&](auto scoresTag, auto lossTag) {
+    using T = decltype(scoresTag);
+    using L = decltype(lossTag);
     return dispatchTarget(c.inputs[1].dtype, [&](auto itag) {
       using I = decltype(itag);
-      T *logp = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+      L *logp = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<L>() : nullptr;
       if (rows > 0)
-        sceRows<T, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
+        sceRows<T, L, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
             rs, la, x.as<T>(), c.inputs[1].as<I>(), hasWeights ? c.inputs[2].as<T>() : nullptr, logp,
-            none ? c.outputs[0].as<T>() : nullptr, scratch->values);
+            none ? c.outputs[0].as<L>() : nullptr, scratch->values);
       if (!none)
-        sceFinish<T><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->values,
-                                                   c.outputs[0].as<T>());
+        sceFinish<L><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->values,
+                                                   c.outputs[0].as<L>());
       return launchStatus("SoftmaxCrossEntropyLoss");
     });
-  });
+  };
+  // f32_loss (sd-half-elementwise): half scores, an f32 loss.
+  if (c.outputs[0].dtype == DType::F32 && x.dtype != DType::F32)
+    return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, float{}); });
+  return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag); });
 }
 
 template <typename I> __global__ void countTargets(LossRows rs, LossAttrs la, const I *target, double *counted) {
@@ -152,11 +159,12 @@ template <typename I> __global__ void countTargets(LossRows rs, LossAttrs la, co
 }
 
 // dlogits = (softmax(logits) - onehot(target)) * dloss (/ counted for mean); ignored rows 0.
-template <typename T, typename I>
-__global__ void sceGradRows(LossRows rs, LossAttrs la, bool mean, const T *dloss, const T *x, const I *target,
+// D: dloss's type (f32 with half scores after sd-half-elementwise, else T).
+template <typename T, typename D, typename I>
+__global__ void sceGradRows(LossRows rs, LossAttrs la, bool mean, const D *dloss, const T *x, const I *target,
                             const double *counted, T *dx) {
   using C = Compute<T>;
-  C dl = load(dloss[0]);
+  C dl = C(load(dloss[0]));
   if (mean) dl = counted[0] > 0 ? C(dl / C(counted[0])) : C(0);
   for (int64_t r = blockIdx.x; r < rs.rows(); r += gridDim.x) {
     int64_t k = targetAt(target, r);
@@ -183,16 +191,21 @@ Status SceGradKernel(const KernelContext &c) {
   bool mean = c.attrs.getString("reduction", "mean") == "mean";
   int64_t rows = rs.n * rs.inner;
   if (rows == 0) return Status::ok();
-  return dispatchFloatStorage(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
+  auto run = [&](auto scoresTag, auto dlossTag) {
+    using T = decltype(scoresTag);
+    using D = decltype(dlossTag);
     return dispatchTarget(c.inputs[2].dtype, [&](auto itag) {
       using I = decltype(itag);
       countTargets<I><<<1, 1024, 0, streamOf(c)>>>(rs, la, c.inputs[2].as<I>(), scratch->values);
-      sceGradRows<T, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
-          rs, la, mean, c.inputs[0].as<T>(), x.as<T>(), c.inputs[2].as<I>(), scratch->values, c.outputs[0].as<T>());
+      sceGradRows<T, D, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
+          rs, la, mean, c.inputs[0].as<D>(), x.as<T>(), c.inputs[2].as<I>(), scratch->values, c.outputs[0].as<T>());
       return launchStatus("SoftmaxCrossEntropyLossGrad");
     });
-  });
+  };
+  // An f32 dloss with half scores (sd-half-elementwise).
+  if (c.inputs[0].dtype == DType::F32 && x.dtype != DType::F32)
+    return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, float{}); });
+  return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag); });
 }
 
 } // namespace

@@ -19,10 +19,14 @@ static Status lossShape(ShapeContext &c) {
                  "loss weight must be [C]");
   std::string red = c.attrs.getString("reduction", "mean");
   SD_CHECK_ARG(red == "mean" || red == "sum" || red == "none", "unknown reduction '", red, "'");
-  TensorInfo out;
-  out.dtype = x.dtype;
+  // f32_loss: half scores, an f32 loss and log_prob (SoftmaxCrossEntropyLoss's attribute).
+  const bool f32Loss = c.attrs.getInt("f32_loss", 0) != 0;
+  SD_CHECK_ARG(!f32Loss || dtypeIsHalf(x.dtype) || x.dtype == DType::F32, "f32_loss takes f32, bf16 or f16 scores");
+  TensorInfo out, logProb = x;
+  out.dtype = f32Loss ? DType::F32 : x.dtype;
+  logProb.dtype = out.dtype;
   if (red == "none") out.dims = t.dims;
-  c.outputs = {out, x};
+  c.outputs = {out, logProb};
   return Status::ok();
 }
 

@@ -5,8 +5,9 @@ LinearGelu forward and GemmDGelu backward, the GELU's gradient and its bias
 gradient folded into the next layer's input-gradient GEMM) and elementwise
 chains (sd-fuse-elementwise: a LoRA branch's scaling and sum, gradient sums,
 in one FusedElementwise step; in a bf16 plan with the half casts around
-them) and a half SwiGLU (sd-half-elementwise: a bf16 Llama's SwiGLU and its
-gradient run on the bf16 values the casts around them widened and rounded).
+them) and half steps (sd-half-elementwise: a bf16 Llama's SwiGLU, its
+cross-entropy on the logits and their gradients run on the bf16 values the
+casts around them widened and rounded).
 On the CPU the fused kernels compute the same
 operations in the same order as the unfused plan (`sdc compile --no-fuse
 all`), so full fine-tuning (GemmDGelu with the bias gradient) and LoRA on the
@@ -32,10 +33,18 @@ def export_tiny_llama(folder):
     return os.path.join(out, "model.onnx")
 
 
-def half_swiglu_steps(sdc, model, flags):
-    """The SwiGLU and SwiGLUGrad steps of the compiled plan whose operands are bf16."""
+def half_steps(sdc, model, flags):
+    """{op: steps} of the compiled plan's SwiGLU(Grad) steps on bf16 operands only
+    and cross-entropy (and gradient) steps on bf16 logits."""
     ir = sh([sdc, "compile", model, "--emit", "mlir", *flags])
-    return sum(1 for line in ir.splitlines() if 'sd.step "SwiGLU' in line and "xf32>" not in line)
+    counts = {}
+    for line in ir.splitlines():
+        op = line.split('sd.step "')[1].split('"')[0] if 'sd.step "' in line else ""
+        operands = line.split(" ins(")[1].split(" outs(")[0] if op else ""
+        if (op.startswith("SwiGLU") and "xf32>" not in line) or \
+                (op.startswith("SoftmaxCrossEntropyLoss") and "xbf16>" in operands):
+            counts[op] = counts.get(op, 0) + 1
+    return counts
 
 
 def main():
@@ -69,10 +78,11 @@ def main():
                 fused_ops = ("FusedElementwise",) if precision == "bf16" else ("LinearGelu", "GemmDGelu",
                                                                                  "FusedElementwise")
                 if arch == "llama":
-                    halves = half_swiglu_steps(sdc, llama, flags)
-                    check(halves >= 4 if fused else halves == 0,
-                          f"bf16 Llama: {halves} SwiGLU/SwiGLUGrad steps on bf16 values" +
-                          (" (each layer's in train_step and accumulate)" if fused else " with --no-fuse all"))
+                    halves = half_steps(sdc, llama, flags)
+                    ops = ("SwiGLU", "SwiGLUGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad")
+                    check(all(halves.get(op, 0) >= 2 for op in ops) if fused else not halves,
+                          f"bf16 Llama: SwiGLU, cross-entropy and their gradients on the bf16 values ({halves})"
+                          if fused else f"bf16 Llama: none on bf16 values with --no-fuse all ({halves})")
                 elif fused and precision == "bf16":
                     check(steps.get("FusedElementwise", 0) >= 20,
                           f"bf16 {peft}: chains with their half casts fused ({steps.get('FusedElementwise', 0)} steps, "

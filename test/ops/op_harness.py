@@ -1428,6 +1428,38 @@ CASES["SoftmaxCrossEntropyLossGrad"] = [
          attrs={"reduction": "mean", "ignore_index": -1}, ref=sce_grad_ref, label="every label ignored")]
 
 
+def sce_rows64(x, labels):
+    """Per-row softmax (f64) of [N, C] logits and the rows' cross-entropy."""
+    x = f64(x)
+    p = softmax64(x, 1)
+    return p, -np.log(p[np.arange(len(labels)), labels])
+
+
+def sce_f32_loss_ref(ins, attrs, t):
+    """SoftmaxCrossEntropyLoss with f32_loss: half logits, an f32 loss."""
+    losses = sce_rows64(ins[0], ins[1])[1]
+    return [np.array(losses.mean() if attrs.get("reduction", "mean") == "mean" else losses.sum(), np.float32)]
+
+
+def sce_grad_f32_dloss_ref(ins, attrs, t):
+    """SoftmaxCrossEntropyLossGrad with an f32 dloss on half logits: a half gradient."""
+    dloss, logits, labels = float(ins[0]), ins[1], ins[2]
+    p = sce_rows64(logits, labels)[0]
+    p[np.arange(len(labels)), labels] -= 1
+    return [(p * (dloss / len(labels) if attrs.get("reduction", "mean") == "mean" else dloss)).astype(logits.dtype)]
+
+
+# sd-half-elementwise's forms: the logits bf16/f16, the loss and its gradient f32.
+CASES["SoftmaxCrossEntropyLoss"] += [
+    Case(lambda t, r: [rand(r, (6, 37), t, -4, 4), np.array([1, 0, 36, 2, 5, 9], np.int64)],
+         attrs={"reduction": red, "f32_loss": 1}, ref=sce_f32_loss_ref, types=["bf16", "f16"],
+         label=f"{red}, half logits, f32 loss") for red in ("mean", "sum")]
+CASES["SoftmaxCrossEntropyLossGrad"] += [
+    Case(lambda t, r: [np.array(1.7, np.float32), rand(r, (6, 37), t, -4, 4), np.array([1, 0, 36, 2, 5, 9], np.int64)],
+         attrs={"reduction": red}, ref=sce_grad_f32_dloss_ref, types=["bf16", "f16"],
+         label=f"{red}, f32 dloss, half logits") for red in ("mean", "sum")]
+
+
 def skipped_update(ins, skip, state, grad):
     """fp16's found-Inf flag (operand `skip`) given and set: the state
     operands come back unchanged and the gradient zeroed; None otherwise."""

@@ -122,7 +122,7 @@ const char *kUsage =
     "                           folded into the matrix products around them), elementwise (chains\n"
     "                           of arithmetic, activations and half casts in one step), casts\n"
     "                           (half casts moved across transposes, splits and concats; SwiGLU\n"
-    "                           between casts run on the half values), all\n"
+    "                           and cross-entropy between casts run on the half values), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 

@@ -49,3 +49,22 @@ func.func @kept(%g: tensor<4x8xbf16>, %u: tensor<4x8xf32>, %h: tensor<4x8xf16>) 
   %y3h = sd.cast %y3 {to = 16 : i64} : (tensor<4x8xf32>) -> tensor<4x8xbf16>
   return %y1h, %y2, %y3h : tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xbf16>
 }
+
+// -----
+
+// The cross-entropy on bf16 logits that autocast widened for it: the loss
+// reads them and stays f32 (f32_loss); its gradient takes them (and the f32
+// loss gradient) and gives the bf16 gradient the LM head's products read.
+// CHECK-LABEL: func.func @cross_entropy
+//   CHECK-NOT:   sd.cast
+//       CHECK:   %[[L:.*]] = sd.softmax_cross_entropy_loss %arg0, %arg1, %{{.*}} {f32_loss = 1 : i64, reduction = "sum"} : (tensor<6x32xbf16>, tensor<6xi64>, none) -> tensor<f32>
+//       CHECK:   %[[G:.*]] = sd.softmax_cross_entropy_loss_grad %arg2, %arg0, %arg1 {reduction = "sum"} : (tensor<f32>, tensor<6x32xbf16>, tensor<6xi64>) -> tensor<6x32xbf16>
+//       CHECK:   return %[[L]], %[[G]]
+func.func @cross_entropy(%logits: tensor<6x32xbf16>, %labels: tensor<6xi64>, %dl: tensor<f32>) -> (tensor<f32>, tensor<6x32xbf16>) {
+  %w = sd.cast %logits {to = 1 : i64} : (tensor<6x32xbf16>) -> tensor<6x32xf32>
+  %none = sd.none
+  %loss = sd.softmax_cross_entropy_loss %w, %labels, %none {reduction = "sum"} : (tensor<6x32xf32>, tensor<6xi64>, none) -> tensor<f32>
+  %g = sd.softmax_cross_entropy_loss_grad %dl, %w, %labels {reduction = "sum"} : (tensor<f32>, tensor<6x32xf32>, tensor<6xi64>) -> tensor<6x32xf32>
+  %gh = sd.cast %g {to = 16 : i64} : (tensor<6x32xf32>) -> tensor<6x32xbf16>
+  return %loss, %gh : tensor<f32>, tensor<6x32xbf16>
+}
