@@ -108,8 +108,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   if (opts.castMotion) {
     pm.addPass(createMoveCasts());
     pm.addPass(createFoldCastRoundTrips()); // the round trips moved casts meet
-    pm.addPass(createHalfElementwise());
   }
+  if (opts.halfSteps) pm.addPass(createHalfElementwise());
   if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
   if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());
   pm.addPass(createPropagateShapes()); // removes the ops they replaced

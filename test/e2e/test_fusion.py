@@ -83,6 +83,9 @@ def main():
                     check(all(halves.get(op, 0) >= 2 for op in ops) if fused else not halves,
                           f"bf16 Llama: SwiGLU, cross-entropy and their gradients on the bf16 values ({halves})"
                           if fused else f"bf16 Llama: none on bf16 values with --no-fuse all ({halves})")
+                    if fused:
+                        kept = half_steps(sdc, llama, flags + ["--no-fuse", "half-steps"])
+                        check(not kept, f"bf16 Llama: none on bf16 values with --no-fuse half-steps ({kept})")
                 elif fused and precision == "bf16":
                     check(steps.get("FusedElementwise", 0) >= 20,
                           f"bf16 {peft}: chains with their half casts fused ({steps.get('FusedElementwise', 0)} steps, "
