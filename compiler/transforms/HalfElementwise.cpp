@@ -6,6 +6,7 @@
 // plan with the casts, without the casts (a memory pass each over the
 // widest activations) and with the op moving half the bytes:
 //   - SwiGLU and its gradient (Llama's gated MLP, [tokens, ffn]);
+//   - Rotary, both directions, on q and k (its f32 cos/sin tables stay f32);
 //   - the cross-entropy on the logits ([tokens, vocab]: 32000 wide for
 //     Llama): the loss reads the bf16 logits and stays f32 (f32_loss), its
 //     gradient takes them and writes the bf16 gradient the LM head's
@@ -59,6 +60,9 @@ std::optional<HalfForm> halfFormOf(Operation *op) {
     return HalfForm{{0}, {}, true};
   }
   if (isa<SoftmaxCrossEntropyLossGradOp>(op)) return HalfForm{{1}, {0}, false};
+  // The f32 cos/sin tables stay f32 (the kernel reads them so).
+  if (auto rotary = dyn_cast<RotaryOp>(op); rotary && elementOf(rotary.getCos()).isF32())
+    return HalfForm{{0}, {0}, false};
   return std::nullopt;
 }
 
@@ -66,7 +70,8 @@ struct HalfElementwisePass : sd::impl::HalfElementwiseBase<HalfElementwisePass> 
   void runOnOperation() override {
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<SwiGLUOp, SwiGLUGradOp, SoftmaxCrossEntropyLossOp, SoftmaxCrossEntropyLossGradOp>(op)) ops.push_back(op);
+      if (isa<SwiGLUOp, SwiGLUGradOp, SoftmaxCrossEntropyLossOp, SoftmaxCrossEntropyLossGradOp, RotaryOp>(op))
+        ops.push_back(op);
     });
     for (Operation *op : ops)
       if (std::optional<HalfForm> form = halfFormOf(op)) runInHalf(op, *form);

@@ -1,6 +1,7 @@
 // sd-mark-trainable: full fine-tuning selects the float weights to train.
 #include "PassDetail.h"
 #include "Passes.h"
+#include "llvm/ADT/StringMap.h"
 
 namespace sd {
 #define GEN_PASS_DEF_MARKTRAINABLE
@@ -17,17 +18,14 @@ bool isFloatTensor(Value v) {
   return t && isa<FloatType>(t.getElementType());
 }
 
-// Whether `g`'s values can carry a gradient: some float value computed from
-// it reaches a function's results (or an op with regions or a store, which
-// this walk does not follow). A weight that only ever becomes bools (a causal
+// Whether a weight's values (its `loads`) can carry a gradient: some float
+// value computed from them reaches a function's results (or an op with
+// regions or a store, which this walk does not follow). A weight that only ever becomes bools (a causal
 // mask registered as a buffer: Slice, then Equal 0) cannot, so it stays
 // frozen, and sd-fold-frozen-masks may fold the mask into a constant.
-bool carriesGradient(ModuleOp module, GlobalOp g) {
-  SmallVector<Value> work;
+bool carriesGradient(ArrayRef<Value> loads) {
+  SmallVector<Value> work(loads.begin(), loads.end());
   DenseSet<Value> seen;
-  module.walk([&](GlobalLoadOp load) {
-    if (load.getGlobal() == g.getSymName()) work.push_back(load.getResult());
-  });
   while (!work.empty()) {
     Value v = work.pop_back_val();
     if (!seen.insert(v).second) continue;
@@ -51,11 +49,13 @@ struct MarkTrainablePass : sd::impl::MarkTrainableBase<MarkTrainablePass> {
       module.emitError() << "--trainable " << err;
       return signalPassFailure();
     }
+    llvm::StringMap<SmallVector<Value>> loads;
+    module.walk([&](GlobalLoadOp load) { loads[load.getGlobal()].push_back(load.getResult()); });
     int matched = 0;
     for (GlobalOp g : module.getOps<GlobalOp>()) {
       auto type = cast<RankedTensorType>(g.getType());
       if (g.getRole() != "frozen" || !isa<FloatType>(type.getElementType())) continue;
-      if (!re->match(g.getSymName()) || !carriesGradient(module, g)) continue;
+      if (!re->match(g.getSymName()) || !carriesGradient(loads.lookup(g.getSymName()))) continue;
       g.setRole("trainable");
       ++matched;
     }

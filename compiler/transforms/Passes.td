@@ -48,7 +48,7 @@ def MoveCasts : Pass<"sd-move-casts", "mlir::ModuleOp"> {
 }
 
 def HalfElementwise : Pass<"sd-half-elementwise", "mlir::ModuleOp"> {
-  let summary = "SwiGLU, cross-entropy and their gradients between widening and narrowing half casts run on the half values (the same bits, no casts)";
+  let summary = "SwiGLU, rotary, cross-entropy and their gradients between widening and narrowing half casts run on the half values (the same bits, no casts)";
 }
 
 def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {

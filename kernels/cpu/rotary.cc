@@ -4,6 +4,7 @@
 // from the table row its position names. Gradient = the same rotation
 // transposed (attribute `transposed`), so one kernel serves both directions.
 #include "cpu_util.h"
+#include "half_convert.h"
 
 namespace sd::cpu {
 namespace {
@@ -60,6 +61,22 @@ Status RotaryKernel(const KernelContext &c) {
     if (pos) return pos[b * seq + t];
     return (tableRows == 1 ? 0 : b) * seq + t;
   };
+  if (dtypeIsHalf(x.dtype)) {
+    // A half x with f32 tables (sd-half-elementwise): each row widened, the
+    // f32 rotation, rounded as Cast rounds: the bits of the f32 step between casts.
+    SD_CHECK_ARG(cosT.dtype == DType::F32, "Rotary on ", dtypeName(x.dtype), " takes f32 cos and sin");
+    const float *pc = cosT.as<float>(), *ps = sinT.as<float>();
+    parallelFor(c.pool, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(d, 1)), [&](int64_t b, int64_t e) {
+      std::vector<float> in(static_cast<size_t>(d)), out(static_cast<size_t>(d));
+      for (int64_t r = b; r < e; ++r) {
+        const int64_t a = angleRow(r);
+        widenHalf(x.dtype, x.as<uint16_t>() + r * d, in.data(), d);
+        rotateRow(in.data(), pc + a * w, ps + a * w, out.data(), l, transposed);
+        narrowHalf(x.dtype, out.data(), c.outputs[0].as<uint16_t>() + r * d, d);
+      }
+    });
+    return Status::ok();
+  }
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>(), *pc = cosT.as<T>(), *ps = sinT.as<T>();
@@ -76,6 +93,6 @@ Status RotaryKernel(const KernelContext &c) {
 
 } // namespace
 
-void registerRotaryKernels() { registerCpuKernel("Rotary", RotaryKernel, TypeSet::floats()); }
+void registerRotaryKernels() { registerCpuKernel("Rotary", RotaryKernel, TypeSet::floats() | TypeSet::halves()); }
 
 } // namespace sd::cpu

@@ -15,8 +15,9 @@ struct RotaryGeometry {
   bool interleaved, halfWidth, transposed;
 };
 
-template <typename T>
-__global__ void rotaryKernel(const T *x, const T *cosT, const T *sinT, const int64_t *pos, T *y, RotaryGeometry g) {
+// T: x's and y's type; A: the tables' (T, or f32 with a half T: the math is f32 either way).
+template <typename T, typename A>
+__global__ void rotaryKernel(const T *x, const A *cosT, const A *sinT, const int64_t *pos, T *y, RotaryGeometry g) {
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < g.pairs; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = k / g.half, i = k % g.half;
     const int64_t b = r / g.perBatch, t = r % g.seq;
@@ -29,7 +30,8 @@ __global__ void rotaryKernel(const T *x, const T *cosT, const T *sinT, const int
       continue;
     }
     const int64_t cp = g.halfWidth ? i : p, cq = g.halfWidth ? i : q;
-    const T *xr = x + r * g.d, *c = cosT + angle * g.w, *s = sinT + angle * g.w;
+    const T *xr = x + r * g.d;
+    const A *c = cosT + angle * g.w, *s = sinT + angle * g.w;
     const Compute<T> xp = load(xr[p]), xq = load(xr[q]);
     if (!g.transposed) {
       yr[p] = store<T>(xp * load(c[cp]) - xq * load(s[cp]));
@@ -60,13 +62,18 @@ Status RotaryKernel(const KernelContext &c) {
   g.pairs = rows * g.half;
   g.perBatch = x.dims[0] ? rows / x.dims[0] : 0;
   if (g.pairs == 0) return Status::ok();
-  return dispatchFloatStorage(x.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    rotaryKernel<T><<<blocksFor(g.pairs), kThreads, 0, streamOf(c)>>>(
-        x.as<T>(), cosT.as<T>(), sinT.as<T>(), hasPositions ? c.inputs[3].as<int64_t>() : nullptr,
+  auto run = [&](auto xTag, auto tableTag) {
+    using T = decltype(xTag);
+    using A = decltype(tableTag);
+    rotaryKernel<T, A><<<blocksFor(g.pairs), kThreads, 0, streamOf(c)>>>(
+        x.as<T>(), cosT.as<A>(), sinT.as<A>(), hasPositions ? c.inputs[3].as<int64_t>() : nullptr,
         c.outputs[0].as<T>(), g);
     return launchStatus("Rotary");
-  });
+  };
+  // f32 tables with a half x (sd-half-elementwise).
+  if (cosT.dtype == DType::F32 && x.dtype != DType::F32)
+    return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, float{}); });
+  return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag); });
 }
 
 } // namespace

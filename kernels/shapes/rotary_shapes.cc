@@ -1,6 +1,7 @@
 // Shape rule of Rotary (sd-fuse-rotary's rotary position embedding):
 // x [B, ..., S, D]; cos and sin [Bc, S, W] (Bc 1 or B), or tables [P, W]
-// indexed by positions i64 [B, S]; W is D or D/2. The result is x's shape.
+// indexed by positions i64 [B, S]; W is D or D/2. The result is x's shape
+// and type; cos and sin have x's type, or f32 with a bf16/f16 x.
 #include "shape_util.h"
 
 namespace sd {
@@ -8,8 +9,11 @@ namespace sd {
 static Status rotaryShape(ShapeContext &c) {
   const TensorInfo &x = c.inputs[0], &cosT = c.inputs[1], &sinT = c.inputs[2];
   SD_CHECK_ARG(dtypeIsFloat(x.dtype), "Rotary expects a float input");
-  SD_CHECK_ARG(cosT.dtype == x.dtype && sinT.dtype == x.dtype, "Rotary's cos and sin must have the input's type (",
-               dtypeName(x.dtype), ")");
+  // f32 tables with a half input: sd-half-elementwise's form (the math in f32).
+  const bool tablesOk = cosT.dtype == sinT.dtype && (cosT.dtype == x.dtype ||
+                                                      (cosT.dtype == DType::F32 && dtypeIsHalf(x.dtype)));
+  SD_CHECK_ARG(tablesOk, "Rotary's cos and sin must have the input's type (", dtypeName(x.dtype),
+               dtypeIsHalf(x.dtype) ? " or f32" : "", ")");
   SD_CHECK_ARG(x.rank() >= 3, "Rotary takes an input [B, ..., S, D], got ", formatDims(x.dims));
   SD_CHECK_ARG(cosT.dims == sinT.dims, "Rotary's cos and sin differ in shape: ", formatDims(cosT.dims), " and ",
                formatDims(sinT.dims));

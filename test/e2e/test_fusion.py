@@ -6,8 +6,8 @@ gradient folded into the next layer's input-gradient GEMM) and elementwise
 chains (sd-fuse-elementwise: a LoRA branch's scaling and sum, gradient sums,
 in one FusedElementwise step; in a bf16 plan with the half casts around
 them) and half steps (sd-half-elementwise: a bf16 Llama's SwiGLU, its
-cross-entropy on the logits and their gradients run on the bf16 values the
-casts around them widened and rounded).
+rotary embeddings, cross-entropy on the logits and their gradients run on the
+bf16 values the casts around them widened and rounded).
 On the CPU the fused kernels compute the same
 operations in the same order as the unfused plan (`sdc compile --no-fuse
 all`), so full fine-tuning (GemmDGelu with the bias gradient) and LoRA on the
@@ -42,7 +42,8 @@ def half_steps(sdc, model, flags):
         op = line.split('sd.step "')[1].split('"')[0] if 'sd.step "' in line else ""
         operands = line.split(" ins(")[1].split(" outs(")[0] if op else ""
         if (op.startswith("SwiGLU") and "xf32>" not in line) or \
-                (op.startswith("SoftmaxCrossEntropyLoss") and "xbf16>" in operands):
+                (op.startswith("SoftmaxCrossEntropyLoss") and "xbf16>" in operands) or \
+                (op == "Rotary" and operands.split(" : ")[-1].split(",")[0].endswith("xbf16>")):
             counts[op] = counts.get(op, 0) + 1
     return counts
 
@@ -79,9 +80,9 @@ def main():
                                                                                  "FusedElementwise")
                 if arch == "llama":
                     halves = half_steps(sdc, llama, flags)
-                    ops = ("SwiGLU", "SwiGLUGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad")
+                    ops = ("SwiGLU", "SwiGLUGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "Rotary")
                     check(all(halves.get(op, 0) >= 2 for op in ops) if fused else not halves,
-                          f"bf16 Llama: SwiGLU, cross-entropy and their gradients on the bf16 values ({halves})"
+                          f"bf16 Llama: SwiGLU, rotary, cross-entropy and their gradients on the bf16 values ({halves})"
                           if fused else f"bf16 Llama: none on bf16 values with --no-fuse all ({halves})")
                     if fused:
                         kept = half_steps(sdc, llama, flags + ["--no-fuse", "half-steps"])

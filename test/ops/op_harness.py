@@ -1290,6 +1290,11 @@ CASES["Rotary"] = [
          attrs={"interleaved": 1, "transposed": 1}, ref=rotary_ref, label="3-D, positions, interleaved"),
     Case(lambda t, r: [rand(r, (1, 2, 3, 4), t), *rotary_angles(r, t, 3, 4), np.array([[0, 3, 1]], np.int64)],
          ref=rotary_ref, label="position past the table", error="outside the cos/sin table")]
+# sd-half-elementwise's form: a half x, the f32 tables.
+CASES["Rotary"] += [
+    Case(lambda t, r: [rand(r, (2, 3, 5, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, "f32", 5, 8)]],
+         attrs={"transposed": tr}, ref=rotary_ref, types=["bf16", "f16"],
+         label="half x, f32 tables" + (", transposed" if tr else "")) for tr in (0, 1)]
 
 
 def cached_attention_ref(ins, attrs, t):

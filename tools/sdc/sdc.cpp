@@ -122,8 +122,8 @@ const char *kUsage =
     "                           folded into the matrix products around them), elementwise (chains\n"
     "                           of arithmetic, activations and half casts in one step), casts\n"
     "                           (half casts moved across transposes, splits and concats, and\n"
-    "                           half-steps), half-steps (SwiGLU and cross-entropy between casts\n"
-    "                           run on the half values), all\n"
+    "                           half-steps), half-steps (SwiGLU, rotary and cross-entropy between\n"
+    "                           casts run on the half values), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 

@@ -68,3 +68,19 @@ func.func @cross_entropy(%logits: tensor<6x32xbf16>, %labels: tensor<6xi64>, %dl
   %gh = sd.cast %g {to = 16 : i64} : (tensor<6x32xf32>) -> tensor<6x32xbf16>
   return %loss, %gh : tensor<f32>, tensor<6x32xbf16>
 }
+
+// -----
+
+// Rotary on a widened bf16 q, narrowed after: it runs on the bf16 values
+// with its f32 cos/sin tables.
+// CHECK-LABEL: func.func @rotary
+//   CHECK-NOT:   sd.cast
+//       CHECK:   %[[Y:.*]] = sd.rotary %arg0, %arg1, %arg2, %{{.*}} : (tensor<2x4x8x16xbf16>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x4x8x16xbf16>
+//       CHECK:   return %[[Y]]
+func.func @rotary(%q: tensor<2x4x8x16xbf16>, %cos: tensor<1x8x16xf32>, %sin: tensor<1x8x16xf32>) -> tensor<2x4x8x16xbf16> {
+  %w = sd.cast %q {to = 1 : i64} : (tensor<2x4x8x16xbf16>) -> tensor<2x4x8x16xf32>
+  %none = sd.none
+  %y = sd.rotary %w, %cos, %sin, %none : (tensor<2x4x8x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x4x8x16xf32>
+  %yh = sd.cast %y {to = 16 : i64} : (tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xbf16>
+  return %yh : tensor<2x4x8x16xbf16>
+}
