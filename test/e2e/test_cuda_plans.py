@@ -100,7 +100,8 @@ def plans(sdc, folder):
 def llama_plans(sdc, folder, tokens):
     """A tiny Llama from transformers (seeded; grouped-query attention, RMSNorm,
     rotary, SwiGLU; the attention mask one Where shared by every layer),
-    LoRA on q/k/v/o in f32 and bf16."""
+    LoRA on q/k/v/o in f32 and bf16, and full fine-tuning in bf16 (its rotary,
+    SwiGLU and cross-entropy on bf16 values: sd-half-elementwise)."""
     import torch
     import transformers
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -113,11 +114,12 @@ def llama_plans(sdc, folder, tokens):
     onnx_path = os.path.join(folder, "llama.onnx")
     export_hf.export(model, onnx_path, 17, 2, 8)
     out = []
-    for kind, flags in (("llama-lora", []), ("llama-lora-bf16", ["--precision", "bf16"])):
+    lora = ["--peft", "lora", "--target-modules", "q_proj,k_proj,v_proj,o_proj"]
+    for kind, flags in (("llama-lora", lora), ("llama-lora-bf16", lora + ["--precision", "bf16"]),
+                        ("llama-full-bf16", ["--peft", "none", "--precision", "bf16"])):
         plan = os.path.join(folder, f"{kind}.sdp")
-        sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj,k_proj,v_proj,o_proj", *flags,
-            "--shapes", "input_ids=2x8", "-o", plan])
-        out.append(PlanKind(kind, plan, True, "input_ids", tokens, HALF_TOLERANCES if flags else None))
+        sh([sdc, "compile", onnx_path, *flags, "--shapes", "input_ids=2x8", "-o", plan])
+        out.append(PlanKind(kind, plan, True, "input_ids", tokens, HALF_TOLERANCES if "bf16" in kind else None))
     return out
 
 
