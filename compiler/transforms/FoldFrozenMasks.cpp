@@ -10,13 +10,11 @@
 // weight nothing reads once its masks are folded leaves the plan.
 // Runs once shapes are specialized, before sd-fuse-attention's second run.
 #include "GlobalData.h"
-#include "KernelFold.h"
-#include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "Passes.h"
-#include "mlir/IR/IRMapping.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 #include "llvm/ADT/StringSet.h"
+#include <limits>
 
 namespace sd {
 #define GEN_PASS_DEF_FOLDFROZENMASKS
@@ -29,8 +27,10 @@ using namespace sd::ir;
 namespace {
 
 // The largest value one fold step may make (a 1024 x 1024 f32 mask cut from
-// a larger buffer is 4 MiB); a larger one leaves the mask unfolded.
+// a larger buffer is 4 MiB); a larger one leaves the mask unfolded. The
+// weight it is cut from may be any size (it is read, not copied).
 constexpr int64_t kMaxFoldBytes = int64_t(64) << 20;
+constexpr int64_t kAnyWeight = std::numeric_limits<int64_t>::max();
 
 bool isBoolTensor(Value v) {
   auto t = dyn_cast<RankedTensorType>(v.getType());
@@ -40,26 +40,24 @@ bool isBoolTensor(Value v) {
 struct FoldFrozenMasksPass : sd::impl::FoldFrozenMasksBase<FoldFrozenMasksPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    llvm::StringSet<> readers; // the weights only folded masks read
     for (auto f : module.getOps<func::FuncOp>())
-      if (failed(foldIn(module, f))) return signalPassFailure();
+      if (!f.getBody().empty()) foldIn(f.getBody().front(), readers);
     // A weight only its masks read leaves the plan with them (GPT-2's twelve
     // 1024 x 1024 f32 buffers: 48 MiB of weights file and device memory).
     for (GlobalOp g : llvm::make_early_inc_range(module.getOps<GlobalOp>()))
       if (readers.count(g.getSymName()) && SymbolTable::symbolKnownUseEmpty(g, module)) g.erase();
   }
 
-  llvm::StringSet<> readers; // the weights a folded mask was computed from
-
-  LogicalResult foldIn(ModuleOp module, func::FuncOp f) {
-    if (f.getBody().empty()) return success();
-    Block &body = f.getBody().front();
+  void foldIn(Block &body, llvm::StringSet<> &readers) {
     // Values the compiler knows: constants, frozen weights with a value, and
     // results of region-free kernels over known operands.
     DenseSet<Value> known;
+    SmallVector<GlobalLoadOp> liveLoads;
     for (Operation &op : body) {
       if (auto load = dyn_cast<GlobalLoadOp>(op)) {
-        auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal()));
-        if (g && sd::hasFrozenValue(g)) known.insert(load.getResult());
+        if (sd::frozenGlobalOf(load.getResult())) known.insert(load.getResult());
+        if (!load->use_empty()) liveLoads.push_back(load);
       } else if (isa<ConstantOp, NoneOp>(op)) {
         known.insert(op.getResult(0));
       } else if (isa<ComputeOpInterface>(op) && !op.getNumRegions() && op.getNumOperands() &&
@@ -67,7 +65,8 @@ struct FoldFrozenMasksPass : sd::impl::FoldFrozenMasksBase<FoldFrozenMasksPass> 
         for (Value r : op.getResults()) known.insert(r);
       }
     }
-    // The bools where known values meet run-time ones: each is folded whole.
+    // The bools where known values meet run-time ones: each is folded whole
+    // (left as it is when a step does not fold or is too large).
     SmallVector<Value> frontier;
     for (Operation &op : body) {
       if (isa<ConstantOp>(op)) continue;
@@ -78,57 +77,21 @@ struct FoldFrozenMasksPass : sd::impl::FoldFrozenMasksBase<FoldFrozenMasksPass> 
           frontier.push_back(r);
     }
     for (Value mask : frontier)
-      if (failed(fold(module, mask, known))) return failure();
-    // The original chains and the folds' intermediates, now unread.
+      if (DenseElementsAttr value = sd::foldFromFrozenWeights(mask, kAnyWeight, kMaxFoldBytes)) {
+        OpBuilder b(mask.getContext());
+        b.setInsertionPointAfterValue(mask);
+        mask.replaceAllUsesWith(b.create<ConstantOp>(mask.getLoc(), mask.getType(), value).getResult());
+      }
+    // The original chains, now unread, and the weight loads only they read.
     SmallVector<Operation *> ops;
     for (Operation &op : body) ops.push_back(&op);
     for (Operation *op : llvm::reverse(ops))
-      if (isOpTriviallyDead(op) || (isa<GlobalLoadOp>(op) && op->use_empty() && readers.count(cast<GlobalLoadOp>(op).getGlobal())))
-        op->erase();
-    return success();
-  }
-
-  // Evaluates `mask` by running the CPU kernels of a copy of the ops it
-  // depends on (its frozen weights read as constants) and replaces its uses
-  // with the result. Leaves it as it was when some step does not fold.
-  LogicalResult fold(ModuleOp module, Value mask, const DenseSet<Value> &known) {
-    Operation *def = mask.getDefiningOp();
-    SetVector<Operation *> slice;
-    SmallVector<Operation *> work = {def};
-    while (!work.empty()) {
-      Operation *op = work.pop_back_val();
-      if (!slice.insert(op)) continue;
-      if (isa<GlobalLoadOp>(op)) continue;
-      for (Value v : op->getOperands())
-        if (Operation *d = v.getDefiningOp(); d && known.contains(v)) work.push_back(d);
-    }
-    SmallVector<Operation *> order(slice.begin(), slice.end());
-    llvm::sort(order, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-    OpBuilder b(def->getContext());
-    b.setInsertionPointAfter(def);
-    IRMapping values;
-    for (Operation *op : order) {
-      if (isa<ConstantOp, NoneOp>(op)) continue; // used as they are
-      if (auto load = dyn_cast<GlobalLoadOp>(op)) {
-        auto g = cast<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal()));
-        auto value = cast<ElementsAttr>(*g.getInitialValue());
-        values.map(load.getResult(), b.create<ConstantOp>(op->getLoc(), load.getType(), value).getResult());
-        continue;
+      if (isOpTriviallyDead(op)) op->erase();
+    for (GlobalLoadOp load : liveLoads)
+      if (load->use_empty()) {
+        readers.insert(load.getGlobal());
+        load->erase();
       }
-      Operation *copy = b.clone(*op, values);
-      SmallVector<Value> folded;
-      if (failed(sd::foldWithKernels(copy, kMaxFoldBytes, &folded))) return failure();
-      copy->erase();
-      if (folded.size() != op->getNumResults()) return success(); // too large, or no kernel: stays as it is
-      for (auto [r, c] : llvm::zip(op->getResults(), folded)) {
-        if (c.getType() != r.getType()) return success();
-        values.map(r, c);
-      }
-    }
-    mask.replaceAllUsesWith(values.lookup(mask));
-    for (Operation *op : order)
-      if (auto load = dyn_cast<GlobalLoadOp>(op)) readers.insert(load.getGlobal());
-    return success();
   }
 };
 

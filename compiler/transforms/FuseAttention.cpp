@@ -46,11 +46,7 @@ struct BoolMask {
 // dynamo exporter folds transformers' mask into one).
 std::optional<std::vector<float>> knownFloats(Value m) {
   ElementsAttr value = sd::ir::constantValue(m);
-  if (auto load = m.getDefiningOp<GlobalLoadOp>(); !value && load) {
-    auto module = load->getParentOfType<ModuleOp>();
-    auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal()));
-    if (g && sd::hasFrozenValue(g)) value = dyn_cast<ElementsAttr>(*g.getInitialValue());
-  }
+  if (GlobalOp g = sd::frozenGlobalOf(m); !value && g) value = dyn_cast<ElementsAttr>(*g.getInitialValue());
   std::vector<uint8_t> bytes;
   auto t = value ? dyn_cast<RankedTensorType>(value.getType()) : RankedTensorType();
   if (!t || !t.getElementType().isF32() || !sd::ir::elementsToBytes(value, bytes)) return std::nullopt;

@@ -1,6 +1,11 @@
-// f32 data in and out of sd.global ops.
+// f32 data in and out of sd.global ops, and values folded from frozen ones.
 #include "GlobalData.h"
+#include "KernelFold.h"
+#include "OpLibraryBridge.h"
 #include "PassDetail.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/IRMapping.h"
+#include "llvm/ADT/SetVector.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
 
 using namespace mlir;
@@ -18,6 +23,55 @@ sd::ir::GlobalOp sd::createFloatGlobal(ModuleOp module, StringRef name, ArrayRef
 
 bool sd::hasFrozenValue(sd::ir::GlobalOp g) {
   return (g.getRole() == "frozen" || g.getRole() == "constant") && g.getInitialValue();
+}
+
+sd::ir::GlobalOp sd::frozenGlobalOf(Value v) {
+  auto load = v.getDefiningOp<ir::GlobalLoadOp>();
+  auto g = load ? SymbolTable::lookupNearestSymbolFrom<ir::GlobalOp>(load, load.getGlobalAttr()) : ir::GlobalOp();
+  return g && hasFrozenValue(g) ? g : ir::GlobalOp();
+}
+
+DenseElementsAttr sd::foldFromFrozenWeights(Value v, int64_t maxWeightBytes, int64_t maxFoldBytes) {
+  if (auto dense = dyn_cast_or_null<DenseElementsAttr>(ir::constantValue(v))) return dense;
+  // The ops v depends on; any block argument (an input) or mutable state ends the attempt.
+  llvm::SetVector<Operation *> slice;
+  SmallVector<Value> work = {v};
+  while (!work.empty()) {
+    Value x = work.pop_back_val();
+    Operation *def = x.getDefiningOp();
+    if (!def || def->getNumRegions()) return {};
+    if (!slice.insert(def)) continue;
+    if (isa<ir::GlobalLoadOp>(def)) {
+      ir::GlobalOp g = frozenGlobalOf(x);
+      auto type = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
+      if (!type || type.getNumElements() * int64_t(type.getElementTypeBitWidth() / 8) > maxWeightBytes) return {};
+      continue;
+    }
+    for (Value operand : def->getOperands()) work.push_back(operand);
+  }
+  SmallVector<Operation *> ordered(slice.begin(), slice.end());
+  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
+  auto module = v.getParentRegion()->getParentOfType<ModuleOp>();
+  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
+  auto fn = b.create<func::FuncOp>(v.getLoc(), "__fold_from_frozen_weights", b.getFunctionType({}, {v.getType()}));
+  b.setInsertionPointToStart(fn.addEntryBlock());
+  IRMapping map;
+  for (Operation *op : ordered) {
+    if (auto load = dyn_cast<ir::GlobalLoadOp>(op)) {
+      ir::GlobalOp g = frozenGlobalOf(load.getResult());
+      map.map(load.getResult(), b.create<ir::ConstantOp>(op->getLoc(), load.getType(), g.getInitialValueAttr()));
+      continue;
+    }
+    b.clone(*op, map);
+  }
+  b.create<func::ReturnOp>(v.getLoc(), map.lookup(v));
+  DenseElementsAttr out;
+  if (succeeded(propagateShapes(fn, maxFoldBytes))) {
+    Value folded = fn.getBody().front().getTerminator()->getOperand(0);
+    out = dyn_cast_or_null<DenseElementsAttr>(ir::constantValue(folded));
+  }
+  fn.erase();
+  return out;
 }
 
 ArrayRef<float> sd::floatsOf(sd::ir::GlobalOp g) {

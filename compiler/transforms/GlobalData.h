@@ -1,6 +1,7 @@
 // f32 data in and out of sd.global ops: passes that create weights at compile
 // time (LoRA and OSF factors, a classification head, concatenated
-// projections) and passes that read a weight's values.
+// projections) and passes that read a weight's values or fold values computed
+// from frozen weights.
 #pragma once
 #include "SDDialect.h"
 #include "mlir/IR/BuiltinOps.h"
@@ -15,6 +16,14 @@ sd::ir::GlobalOp createFloatGlobal(mlir::ModuleOp module, llvm::StringRef name, 
 // Whether the compiler may read and fold `g`'s value: a frozen weight or a
 // constant, with an initial value (trainable and state globals change at run time).
 bool hasFrozenValue(sd::ir::GlobalOp g);
+// The global `v` loads when the compiler may read its value (hasFrozenValue),
+// else null.
+sd::ir::GlobalOp frozenGlobalOf(mlir::Value v);
+// The value of `v` when it depends on nothing but constants and frozen
+// weights of at most `maxWeightBytes` each: the slice computing it, run by the
+// CPU kernels with those weights as constants (no result over `maxFoldBytes`).
+// Null otherwise.
+mlir::DenseElementsAttr foldFromFrozenWeights(mlir::Value v, int64_t maxWeightBytes, int64_t maxFoldBytes);
 // The floats of a global's initial value (dense or dense_resource, not a
 // splat), or empty when it has none to read.
 llvm::ArrayRef<float> floatsOf(sd::ir::GlobalOp g);

@@ -68,13 +68,11 @@ std::optional<HalfForm> halfFormOf(Operation *op) {
 
 struct HalfElementwisePass : sd::impl::HalfElementwiseBase<HalfElementwisePass> {
   void runOnOperation() override {
-    SmallVector<Operation *> ops;
+    SmallVector<std::pair<Operation *, HalfForm>> candidates;
     getOperation().walk([&](Operation *op) {
-      if (isa<SwiGLUOp, SwiGLUGradOp, SoftmaxCrossEntropyLossOp, SoftmaxCrossEntropyLossGradOp, RotaryOp>(op))
-        ops.push_back(op);
+      if (std::optional<HalfForm> form = halfFormOf(op)) candidates.push_back({op, *form});
     });
-    for (Operation *op : ops)
-      if (std::optional<HalfForm> form = halfFormOf(op)) runInHalf(op, *form);
+    for (auto &[op, form] : candidates) runInHalf(op, form);
   }
 
   void runInHalf(Operation *op, const HalfForm &form) {

@@ -5,9 +5,6 @@
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
 #include "mlir/IR/Builders.h"
-#include "mlir/IR/IRMapping.h"
-#include "mlir/IR/SymbolTable.h"
-#include "llvm/ADT/SetVector.h"
 
 using namespace mlir;
 using namespace sd::ir;
@@ -52,47 +49,5 @@ LogicalResult sd::replacePositionLookups(func::FuncOp f, Value positions, int64_
 }
 
 mlir::DenseElementsAttr sd::foldPositionFree(Value v) {
-  constexpr int64_t kMaxWeightBytes = int64_t(1) << 16;
-  if (auto dense = dyn_cast_or_null<DenseElementsAttr>(constantValue(v))) return dense;
-  // The ops v depends on; any block argument (an input) or mutable state ends the attempt.
-  llvm::SetVector<Operation *> slice;
-  SmallVector<Value> work = {v};
-  while (!work.empty()) {
-    Value x = work.pop_back_val();
-    Operation *def = x.getDefiningOp();
-    if (!def || def->getNumRegions()) return {};
-    if (!slice.insert(def)) continue;
-    if (auto load = dyn_cast<GlobalLoadOp>(def)) {
-      auto g = SymbolTable::lookupNearestSymbolFrom<GlobalOp>(def, load.getGlobalAttr());
-      auto type = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
-      if (!g || !sd::hasFrozenValue(g) || !type ||
-          type.getNumElements() * int64_t(type.getElementTypeBitWidth() / 8) > kMaxWeightBytes)
-        return {};
-      continue;
-    }
-    for (Value operand : def->getOperands()) work.push_back(operand);
-  }
-  SmallVector<Operation *> ordered(slice.begin(), slice.end());
-  llvm::sort(ordered, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
-  auto module = v.getParentRegion()->getParentOfType<ModuleOp>();
-  OpBuilder b = OpBuilder::atBlockEnd(module.getBody());
-  auto fn = b.create<func::FuncOp>(v.getLoc(), "__fold_position_free", b.getFunctionType({}, {v.getType()}));
-  b.setInsertionPointToStart(fn.addEntryBlock());
-  IRMapping map;
-  for (Operation *op : ordered) {
-    if (auto load = dyn_cast<GlobalLoadOp>(op)) {
-      auto g = SymbolTable::lookupNearestSymbolFrom<GlobalOp>(op, load.getGlobalAttr());
-      map.map(load.getResult(), b.create<ConstantOp>(op->getLoc(), load.getType(), g.getInitialValueAttr()));
-      continue;
-    }
-    b.clone(*op, map);
-  }
-  b.create<func::ReturnOp>(v.getLoc(), map.lookup(v));
-  DenseElementsAttr out;
-  if (succeeded(sd::propagateShapes(fn, kImportFoldBytes))) {
-    Value folded = fn.getBody().front().getTerminator()->getOperand(0);
-    out = dyn_cast_or_null<DenseElementsAttr>(constantValue(folded));
-  }
-  fn.erase();
-  return out;
+  return foldFromFrozenWeights(v, /*maxWeightBytes=*/int64_t(1) << 16, kImportFoldBytes);
 }

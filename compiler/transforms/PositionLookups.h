@@ -15,9 +15,9 @@ bool isArange(mlir::Value indices, int64_t seq);
 // option in errors. Counts the lookups rewritten in `found`.
 mlir::LogicalResult replacePositionLookups(mlir::func::FuncOp f, mlir::Value positions, int64_t seq,
                                            llvm::StringRef flag, int &found);
-// The value of `v` when it depends on nothing but constants and small frozen
-// weights: the slice computing it, folded with those weights as constants.
-// (PyTorch's dynamo exporter keeps a rotary embedding's inv_freq buffer as an
-// initializer, so its cos/sin never fold by themselves.) Null otherwise.
+// The value of `v` when it depends on nothing but constants and small (64
+// KiB) frozen weights: foldFromFrozenWeights (GlobalData.h). (PyTorch's dynamo
+// exporter keeps a rotary embedding's inv_freq buffer as an initializer, so
+// its cos/sin never fold by themselves.) Null otherwise.
 mlir::DenseElementsAttr foldPositionFree(mlir::Value v);
 } // namespace sd

@@ -92,21 +92,6 @@ Status sceF(const KernelContext &c) {
   });
 }
 
-// The value of a one-element float tensor (exact as a double).
-double scalarOf(const TensorView &t) {
-  if (dtypeIsHalf(t.dtype)) {
-    float v = 0;
-    widenHalf(t.dtype, t.as<uint16_t>(), &v, 1);
-    return v;
-  }
-  double v = 0;
-  (void)dispatchFloat(t.dtype, [&](auto tag) {
-    v = double(t.as<decltype(tag)>()[0]);
-    return Status::ok();
-  });
-  return v;
-}
-
 // Backward of SoftmaxCrossEntropyLoss (no class weights) for its scalar
 // reductions: dlogits = (softmax(logits) - onehot(label)) * dloss, divided by
 // the counted targets for "mean"; ignored targets get zero rows.
@@ -127,7 +112,7 @@ Status sceGradF(const KernelContext &c) {
   bool mean = c.attrs.getString("reduction", "mean") == "mean";
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    T dl = T(scalarOf(c.inputs[0])); // f32 with half logits (sd-half-elementwise)
+    T dl = c.inputs[0].as<T>()[0];
     if (mean) dl = counted ? T(dl / T(counted)) : T(0);
     const T *px = x.as<T>();
     T *pd = c.outputs[0].as<T>();
@@ -161,45 +146,37 @@ Status sceGradF(const KernelContext &c) {
   });
 }
 
-// bf16/f16 scores: widened exactly into f32, the f32 kernel, and its results
-// rounded as the Cast kernel rounds (but an f32_loss loss). So these steps give
-// the bits of the plan that cast the scores to f32 first, as
-// sd-half-elementwise assumes.
-TensorView widened(const TensorView &x, std::vector<float> &buf) {
-  buf.resize(size_t(x.numElements()));
-  widenHalf(x.dtype, x.as<uint16_t>(), buf.data(), x.numElements());
-  return TensorView{buf.data(), DType::F32, x.dims};
-}
-
-Status SceKernel(const KernelContext &c) {
-  if (!dtypeIsHalf(c.inputs[0].dtype)) return sceF(c);
-  std::vector<float> scores;
+// bf16/f16 scores: every half input (the scores, a half loss gradient)
+// widened exactly into an f32 copy, the f32 kernel, and each half output
+// computed in f32 and rounded as the Cast kernel rounds; an f32 output (the
+// loss under f32_loss) is written as it is. So these steps give the bits of
+// the plan that casts around the f32 step, as sd-half-elementwise assumes.
+Status viaF32(const KernelContext &c, Status (*f32Kernel)(const KernelContext &)) {
   KernelContext f = c;
-  f.inputs[0] = widened(c.inputs[0], scores);
-  if (c.attrs.getInt("f32_loss", 0) != 0) return sceF(f);
-  // ONNX's half loss and log_prob: the f32 ones, rounded.
-  std::vector<std::vector<float>> wide(c.outputs.size());
+  std::vector<std::vector<float>> wideIn(c.inputs.size()), wideOut(c.outputs.size());
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const TensorView &in = c.inputs[i];
+    if (!in.data || !dtypeIsHalf(in.dtype)) continue;
+    wideIn[i].resize(size_t(in.numElements()));
+    widenHalf(in.dtype, in.as<uint16_t>(), wideIn[i].data(), in.numElements());
+    f.inputs[i] = TensorView{wideIn[i].data(), DType::F32, in.dims};
+  }
   for (size_t o = 0; o < c.outputs.size(); ++o)
-    if (c.outputs[o].data) {
-      wide[o].resize(size_t(c.outputs[o].numElements()));
-      f.outputs[o] = TensorView{wide[o].data(), DType::F32, c.outputs[o].dims};
+    if (c.outputs[o].data && dtypeIsHalf(c.outputs[o].dtype)) {
+      wideOut[o].resize(size_t(c.outputs[o].numElements()));
+      f.outputs[o] = TensorView{wideOut[o].data(), DType::F32, c.outputs[o].dims};
     }
-  SD_RETURN_IF_ERROR(sceF(f));
+  SD_RETURN_IF_ERROR(f32Kernel(f));
   for (size_t o = 0; o < c.outputs.size(); ++o)
-    if (c.outputs[o].data) narrowHalf(c.outputs[o].dtype, wide[o].data(), c.outputs[o].as<uint16_t>(), c.outputs[o].numElements());
+    if (!wideOut[o].empty())
+      narrowHalf(c.outputs[o].dtype, wideOut[o].data(), c.outputs[o].as<uint16_t>(), c.outputs[o].numElements());
   return Status::ok();
 }
+
+Status SceKernel(const KernelContext &c) { return dtypeIsHalf(c.inputs[0].dtype) ? viaF32(c, sceF) : sceF(c); }
 
 Status SceGradKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[1], &dx = c.outputs[0];
-  if (!dtypeIsHalf(x.dtype)) return sceGradF(c);
-  std::vector<float> scores, grad(size_t(dx.numElements()));
-  KernelContext f = c;
-  f.inputs[1] = widened(x, scores);
-  f.outputs[0] = TensorView{grad.data(), DType::F32, dx.dims};
-  SD_RETURN_IF_ERROR(sceGradF(f));
-  narrowHalf(dx.dtype, grad.data(), dx.as<uint16_t>(), dx.numElements());
-  return Status::ok();
+  return dtypeIsHalf(c.inputs[1].dtype) ? viaF32(c, sceGradF) : sceGradF(c);
 }
 
 } // namespace
