@@ -76,6 +76,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFuseRotary());
   if (opts.kvCache > 0) pm.addPass(createKvCache());
   pm.addPass(createFuseProjections());
+  if (opts.attentionLayout) pm.addPass(createAttentionLayout());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

@@ -44,6 +44,7 @@ struct PipelineOptions {
   bool elementwiseFusion = true;  // sd-fuse-elementwise
   bool castMotion = true;         // sd-move-casts
   bool halfSteps = true;          // sd-half-elementwise
+  bool attentionLayout = true;    // sd-attention-layout
   std::string precision = "fp32"; // fp32 | bf16 | fp16 (sd-autocast)
   double lossScaleInit = 65536.0;  // fp16: the dynamic loss scale's first value
   int64_t lossScaleWindow = 2000;  // fp16: clean steps before the scale doubles (GradScaler's growth_interval)

@@ -53,6 +53,9 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
       bool selfAttention = q.size() >= 3 && q[0] == batch && q[q.size() - 2] == seq && k.back() == seq &&
                            k.size() == q.size() && v.size() == q.size() && k.drop_back(2) == q.drop_back(2) &&
                            v.drop_back(2) == q.drop_back(2);
+      if (a.getLayout() == "bshd") // token-major [B, T, H, d], keys [B, S, Hkv, d]
+        selfAttention = q.size() == 4 && k.size() == 4 && v.size() == 4 && q[0] == batch && q[1] == seq &&
+                        k[0] == batch && k[1] == seq && v[0] == batch && v[1] == seq;
       if (!selfAttention)
         return a.emitError() << "--packing: " << sd::describeNode(a)
                              << " is not a self-attention over [batch, ..., seq, d] with unbroadcast keys and values";

@@ -47,6 +47,10 @@ def MoveCasts : Pass<"sd-move-casts", "mlir::ModuleOp"> {
   let summary = "Half casts moved across data-moving ops (Transpose, Reshape, Split, Concat, ...), so those move half elements";
 }
 
+def AttentionLayout : Pass<"sd-attention-layout", "mlir::ModuleOp"> {
+  let summary = "Attention reads q, k, v token-major where the projections wrote them (layout bshd): no transposes or repeated key/value heads around it";
+}
+
 def HalfElementwise : Pass<"sd-half-elementwise", "mlir::ModuleOp"> {
   let summary = "SwiGLU, rotary, cross-entropy and their gradients between widening and narrowing half casts run on the half values (the same bits, no casts)";
 }

@@ -390,7 +390,7 @@ def SD_GlobalLpPoolOp : SD_Unary<"global_lp_pool", "GlobalLpPool", (ins OptI64:$
 
 def SD_AttentionOp : SD_Nary<"attention", "Attention",
     (ins AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask, SD_OptTensor:$positions),
-    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows)> {
+    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows, OptStr:$layout)> {
   let description = [{
     Fused scaled-dot-product attention, recognized by sd-fuse-attention:
     y = softmax(where(mask, mask_value, q @ kt * scale)) @ v with q [..., T, d],
@@ -403,6 +403,12 @@ def SD_AttentionOp : SD_Nary<"attention", "Attention",
     zero probabilities, and so a zero output and zero gradients, where the
     softmax alone would give NaN (the Where(IsNaN(p), 0, p) guard SDPA exports
     put after it, fused).
+    `layout` = "bshd" (set by sd-attention-layout): the operands as the
+    projections store them, token-major, rank 4: q [B, T, H, d], keys as rows
+    (not transposed) [B, S, Hkv, d], v [B, S, Hkv, dv], y [B, T, H, dv]; H a
+    multiple of Hkv, query head h reading key/value head h / (H / Hkv)
+    (grouped-query attention without repeated keys). The mask broadcasts to
+    the scores [B, H, T, S] as in the default layout.
   }];
 }
 def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
@@ -421,7 +427,7 @@ def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
 }
 def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
     (ins AnyTensor:$x, AnyTensor:$cos, AnyTensor:$sin, SD_OptTensor:$positions),
-    (ins OptI64:$interleaved, OptI64:$transposed)> {
+    (ins OptI64:$interleaved, OptI64:$transposed, OptI64:$seq_axis)> {
   let description = [{
     Rotary position embedding over the last axis of x [B, ..., S, D], as
     sd-fuse-rotary recognizes it: y = x * cos + rot(x) * sin, where rot(x) is
@@ -430,6 +436,8 @@ def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
     positions (i64 [B, S]), tables [P, W] whose rows the positions pick. W is
     D (a value per feature) or D/2 (one per rotated pair). transposed = 1
     applies the transpose, y = x * cos + rot^T(x * sin): the gradient.
+    seq_axis (default rank - 2) is the axis of x that indexes the positions:
+    1 for token-major x [B, S, H, D] (sd-attention-layout).
   }];
 }
 def SD_ResizeOp : SD_Nary<"resize", "Resize",
@@ -504,8 +512,13 @@ def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad"
 def SD_AttentionGradOp : SD_Nary<"attention_grad", "AttentionGrad",
     (ins AnyTensor:$grad, AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask,
          SD_OptTensor:$positions),
-    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows), (outs AnyTensor:$q_grad, AnyTensor:$kt_grad, AnyTensor:$v_grad)> {
-  let description = "Attention's gradient; recomputes the probabilities from q and kt.";
+    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows, OptStr:$layout),
+    (outs AnyTensor:$q_grad, AnyTensor:$kt_grad, AnyTensor:$v_grad)> {
+  let description = [{
+    Attention's gradient; recomputes the probabilities from q and kt. Under
+    layout "bshd" the gradients have their operands' layout, and a key/value
+    head's gradients sum over the query heads that share it.
+  }];
 }
 def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTensor:$x, AnyTensor:$rng),
     (ins OptF32:$ratio, OptI64:$stream)> {

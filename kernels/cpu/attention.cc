@@ -14,6 +14,8 @@
 // packed sequence start at its first key, and under a causal mask a block of
 // rows ends at its last row's key, so neither other sequences' keys nor the
 // masked upper triangle are ever multiplied.
+// Layout bshd (token-major operands, keys as rows, grouped key/value heads)
+// runs the same products on strided rows of the tensors as they are.
 #include "cpu_util.h"
 #include "sd/ops/attention_mask.h"
 #include "gemm.h"
@@ -40,10 +42,17 @@ std::vector<int64_t> itemOffsets(const Dims &operand, const Dims &batch, int64_t
   return offsets;
 }
 
+// Each item's q [T, d], keys, v [S, dv] and y [T, dv] are matrices at an
+// offset with a row stride (ld): packed matrices in the default layout,
+// rows of token-major tensors in layout bshd, whose keys are rows [S, d]
+// (kRows) where the default layout has them transposed [d, S].
 struct Geometry {
-  Dims batch;
+  Dims batch; // the items' dims: the scores' [..., T, S] batch
   int64_t T = 0, S = 0, d = 0, dv = 0;
-  std::vector<int64_t> q, kt, v, mask;      // per-item offsets
+  std::vector<int64_t> q, kt, v, y, mask; // per-item offsets
+  int64_t ldq = 0, ldk = 0, ldv = 0, ldy = 0;
+  bool kRows = false;
+  int64_t group = 1; // query heads per key/value head (bshd): items item..item+group-1 share keys
   int64_t maskRowStride = 0, maskColStride = 0; // 0 where the mask broadcasts
   const bool *maskData = nullptr;
   const int64_t *positions = nullptr; // [B, T]; item / itemsPerRow = b
@@ -78,21 +87,48 @@ bool isCausal(const Geometry &g) {
   return true;
 }
 
+// Layout bshd: item (b, h) of q [B, T, H, d] starts at b T H d + h d, rows H d
+// apart; its keys and values are those of head h / group.
+void tokenMajorGeometry(const Dims &q, const Dims &k, const Dims &v, Geometry &g) {
+  const int64_t B = q[0], H = q[2], Hkv = k[2];
+  g.T = q[1], g.d = q[3], g.S = k[1], g.dv = v[3];
+  g.group = H / Hkv;
+  g.kRows = true;
+  g.ldq = H * g.d, g.ldk = Hkv * g.d, g.ldv = Hkv * g.dv, g.ldy = H * g.dv;
+  g.batch = {B, H};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      g.q.push_back(b * g.T * g.ldq + h * g.d);
+      g.kt.push_back(b * g.S * g.ldk + (h / g.group) * g.d);
+      g.v.push_back(b * g.S * g.ldv + (h / g.group) * g.dv);
+      g.y.push_back(b * g.T * g.ldy + h * g.dv);
+    }
+}
+
 Status geometryOf(const KernelContext &c, size_t first, Geometry &g) {
   const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
   SD_CHECK_ARG(q.dtype == DType::F32 && kt.dtype == DType::F32 && v.dtype == DType::F32, "Attention needs f32");
-  size_t r = q.dims.size();
-  g.T = q.dims[r - 2];
-  g.d = q.dims[r - 1];
-  g.S = kt.dims.back();
-  g.dv = v.dims.back();
-  SD_CHECK_ARG(kt.dims[kt.dims.size() - 2] == g.d && v.dims[v.dims.size() - 2] == g.S, "Attention shapes inconsistent");
-  const TensorView &out = c.outputs[0];
-  g.batch.assign(out.dims.begin(), out.dims.end() - 2);
-  if (first == 1) g.batch.assign(q.dims.begin(), q.dims.end() - 2); // the gradient: outputs are dq, dkt, dv
-  g.q = itemOffsets(q.dims, g.batch, g.T * g.d);
-  g.kt = itemOffsets(kt.dims, g.batch, g.d * g.S);
-  g.v = itemOffsets(v.dims, g.batch, g.S * g.dv);
+  if (c.attrs.getString("layout", "bhtd") == "bshd") {
+    SD_CHECK_ARG(q.rank() == 4 && kt.rank() == 4 && v.rank() == 4 && kt.dims[2] > 0 && q.dims[2] % kt.dims[2] == 0,
+                 "Attention in layout bshd takes q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]");
+    tokenMajorGeometry(q.dims, kt.dims, v.dims, g);
+  } else {
+    size_t r = q.dims.size();
+    g.T = q.dims[r - 2];
+    g.d = q.dims[r - 1];
+    g.S = kt.dims.back();
+    g.dv = v.dims.back();
+    SD_CHECK_ARG(kt.dims[kt.dims.size() - 2] == g.d && v.dims[v.dims.size() - 2] == g.S,
+                 "Attention shapes inconsistent");
+    const TensorView &out = c.outputs[0];
+    g.batch.assign(out.dims.begin(), out.dims.end() - 2);
+    if (first == 1) g.batch.assign(q.dims.begin(), q.dims.end() - 2); // the gradient: outputs are dq, dkt, dv
+    g.q = itemOffsets(q.dims, g.batch, g.T * g.d);
+    g.kt = itemOffsets(kt.dims, g.batch, g.d * g.S);
+    g.v = itemOffsets(v.dims, g.batch, g.S * g.dv);
+    for (size_t item = 0; item < g.q.size(); ++item) g.y.push_back(int64_t(item) * g.T * g.dv);
+    g.ldq = g.d, g.ldk = g.S, g.ldv = g.dv, g.ldy = g.dv;
+  }
   g.scale = float(c.attrs.getFloat("scale", 1.0));
   g.maskValue = float(c.attrs.getFloat("mask_value", -INFINITY));
   g.zeroMaskedRows = c.attrs.getInt("zero_masked_rows", 0) != 0;
@@ -145,8 +181,12 @@ void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blo
   for (const Block &b : blocks) {
     int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
     float *pb = p + b.r0 * g.S + b.c0;
-    gemm<float>(false, false, rows, cols, g.d, g.scale, q + g.q[item] + b.r0 * g.d, g.d, kt + g.kt[item] + b.c0, g.S,
-                0.0f, pb, g.S);
+    const float *qb = q + g.q[item] + b.r0 * g.ldq;
+    if (g.kRows)
+      gemm<float>(false, true, rows, cols, g.d, g.scale, qb, g.ldq, kt + g.kt[item] + b.c0 * g.ldk, g.ldk, 0.0f, pb,
+                  g.S);
+    else
+      gemm<float>(false, false, rows, cols, g.d, g.scale, qb, g.ldq, kt + g.kt[item] + b.c0, g.ldk, 0.0f, pb, g.S);
     for (int64_t i = b.r0; i < b.r1; ++i) {
       float *row = p + i * g.S;
       if (g.maskData && !g.causal)
@@ -179,7 +219,7 @@ Status AttentionKernel(const KernelContext &c) {
       probabilities(g, it, blocks, q, kt, p.data());
       for (const Block &b : blocks)
         gemm<float>(false, false, b.r1 - b.r0, g.dv, b.c1 - b.c0, 1.0f, p.data() + b.r0 * g.S + b.c0, g.S,
-                    v + g.v[it] + b.c0 * g.dv, g.dv, 0.0f, y + (item * g.T + b.r0) * g.dv, g.dv);
+                    v + g.v[it] + b.c0 * g.ldv, g.ldv, 0.0f, y + g.y[it] + b.r0 * g.ldy, g.ldy);
     }
   });
   return Status::ok();
@@ -187,49 +227,70 @@ Status AttentionKernel(const KernelContext &c) {
 
 // AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv (q, kt, v share
 // batch dims). Blocks partition the query rows, so each dq row is written
-// once; blocks may share keys, so key and value gradients accumulate.
+// once; blocks may share keys, so key and value gradients accumulate, over
+// the blocks of the items (query heads) that share them too: one task per
+// key/value head, its items in order, so the sums are the same every run.
 Status AttentionGradKernel(const KernelContext &c) {
   Geometry g;
   SD_RETURN_IF_ERROR(geometryOf(c, 1, g));
   const float *dy = c.inputs[0].as<float>(), *q = c.inputs[1].as<float>(), *kt = c.inputs[2].as<float>(),
               *v = c.inputs[3].as<float>();
   float *dq = c.outputs[0].as<float>(), *dkt = c.outputs[1].as<float>(), *dv = c.outputs[2].as<float>();
-  parallelFor(c.pool, int64_t(g.q.size()), 1, [&](int64_t i0, int64_t i1) {
+  const int64_t keyHeads = int64_t(g.q.size()) / g.group;
+  parallelFor(c.pool, keyHeads, 1, [&](int64_t k0, int64_t k1) {
     std::vector<float> p(size_t(g.T * g.S)), ds(size_t(g.T * g.S));
     std::vector<Block> blocks;
-    for (int64_t item = i0; item < i1; ++item) {
-      size_t it = size_t(item);
-      const float *dyi = dy + item * g.T * g.dv;
-      float *dqi = dq + g.q[it], *dkti = dkt + g.kt[it], *dvi = dv + g.v[it];
-      std::fill(dkti, dkti + g.d * g.S, 0.0f);
-      std::fill(dvi, dvi + g.S * g.dv, 0.0f);
-      blocksOf(g, it, blocks);
-      probabilities(g, it, blocks, q, kt, p.data());
-      for (const Block &b : blocks) {
-        int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
-        const float *pb = p.data() + b.r0 * g.S + b.c0, *dyb = dyi + b.r0 * g.dv;
-        float *dsb = ds.data() + b.r0 * g.S + b.c0;
-        gemm<float>(true, false, cols, g.dv, rows, 1.0f, pb, g.S, dyb, g.dv, 1.0f, dvi + b.c0 * g.dv, g.dv);
-        gemm<float>(false, true, rows, cols, g.dv, 1.0f, dyb, g.dv, v + g.v[it] + b.c0 * g.dv, g.dv, 0.0f, dsb, g.S);
-        for (int64_t i = 0; i < rows; ++i) {
-          float *dsr = dsb + i * g.S;
-          const float *pr = pb + i * g.S;
-          // Causal: the keys after the query have P = 0 and no gradient.
-          int64_t end = g.causal ? std::min(cols, b.r0 + i + 1 - b.c0) : cols;
-          double dot = 0;
-          for (int64_t j = 0; j < end; ++j) dot += double(dsr[j]) * double(pr[j]);
-          if (g.causal) {
-            for (int64_t j = 0; j < end; ++j) dsr[j] = pr[j] * (dsr[j] - float(dot));
-            std::fill(dsr + end, dsr + cols, 0.0f);
-          } else {
-            for (int64_t j = 0; j < cols; ++j)
-              dsr[j] = masked(g, it, b.r0 + i, b.c0 + j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
+    for (int64_t kh = k0; kh < k1; ++kh) {
+      float *dkti = dkt + g.kt[size_t(kh * g.group)], *dvi = dv + g.v[size_t(kh * g.group)];
+      if (g.kRows) {
+        for (int64_t j = 0; j < g.S; ++j) {
+          std::fill(dkti + j * g.ldk, dkti + j * g.ldk + g.d, 0.0f);
+          std::fill(dvi + j * g.ldv, dvi + j * g.ldv + g.dv, 0.0f);
+        }
+      } else {
+        std::fill(dkti, dkti + g.d * g.S, 0.0f);
+        std::fill(dvi, dvi + g.S * g.dv, 0.0f);
+      }
+      for (int64_t item = kh * g.group; item < (kh + 1) * g.group; ++item) {
+        size_t it = size_t(item);
+        const float *dyi = dy + g.y[it], *ki = kt + g.kt[it], *qi = q + g.q[it];
+        float *dqi = dq + g.q[it];
+        blocksOf(g, it, blocks);
+        probabilities(g, it, blocks, q, kt, p.data());
+        for (const Block &b : blocks) {
+          int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
+          const float *pb = p.data() + b.r0 * g.S + b.c0, *dyb = dyi + b.r0 * g.ldy;
+          float *dsb = ds.data() + b.r0 * g.S + b.c0;
+          gemm<float>(true, false, cols, g.dv, rows, 1.0f, pb, g.S, dyb, g.ldy, 1.0f, dvi + b.c0 * g.ldv, g.ldv);
+          gemm<float>(false, true, rows, cols, g.dv, 1.0f, dyb, g.ldy, v + g.v[it] + b.c0 * g.ldv, g.ldv, 0.0f, dsb,
+                      g.S);
+          for (int64_t i = 0; i < rows; ++i) {
+            float *dsr = dsb + i * g.S;
+            const float *pr = pb + i * g.S;
+            // Causal: the keys after the query have P = 0 and no gradient.
+            int64_t end = g.causal ? std::min(cols, b.r0 + i + 1 - b.c0) : cols;
+            double dot = 0;
+            for (int64_t j = 0; j < end; ++j) dot += double(dsr[j]) * double(pr[j]);
+            if (g.causal) {
+              for (int64_t j = 0; j < end; ++j) dsr[j] = pr[j] * (dsr[j] - float(dot));
+              std::fill(dsr + end, dsr + cols, 0.0f);
+            } else {
+              for (int64_t j = 0; j < cols; ++j)
+                dsr[j] = masked(g, it, b.r0 + i, b.c0 + j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
+            }
+          }
+          if (g.kRows) { // dq = scale dS k, dk += scale dSᵀ q
+            gemm<float>(false, false, rows, g.d, cols, g.scale, dsb, g.S, ki + b.c0 * g.ldk, g.ldk, 0.0f,
+                        dqi + b.r0 * g.ldq, g.ldq);
+            gemm<float>(true, false, cols, g.d, rows, g.scale, dsb, g.S, qi + b.r0 * g.ldq, g.ldq, 1.0f,
+                        dkti + b.c0 * g.ldk, g.ldk);
+          } else { // dq = scale dS ktᵀ, dkt += scale qᵀ dS
+            gemm<float>(false, true, rows, g.d, cols, g.scale, dsb, g.S, ki + b.c0, g.ldk, 0.0f, dqi + b.r0 * g.ldq,
+                        g.ldq);
+            gemm<float>(true, false, g.d, cols, rows, g.scale, qi + b.r0 * g.ldq, g.ldq, dsb, g.S, 1.0f, dkti + b.c0,
+                        g.ldk);
           }
         }
-        gemm<float>(false, true, rows, g.d, cols, g.scale, dsb, g.S, kt + g.kt[it] + b.c0, g.S, 0.0f,
-                    dqi + b.r0 * g.d, g.d);
-        gemm<float>(true, false, g.d, cols, rows, g.scale, q + g.q[it] + b.r0 * g.d, g.d, dsb, g.S, 1.0f, dkti + b.c0,
-                    g.S);
       }
     }
   });

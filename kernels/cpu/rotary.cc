@@ -41,7 +41,11 @@ Status RotaryKernel(const KernelContext &c) {
   const bool hasPositions = c.hasInput(3) && c.inputs[3].data;
   const int64_t rank = int64_t(x.dims.size());
   if (rank < 3) return sdError("Rotary takes an input [B, ..., S, D]");
-  const int64_t d = x.dims[size_t(rank - 1)], seq = x.dims[size_t(rank - 2)], batch = x.dims[0];
+  const int64_t seqAxis = c.attrs.getInt("seq_axis", rank - 2);
+  if (seqAxis < 1 || seqAxis > rank - 2) return sdError("Rotary: seq_axis ", seqAxis, " is not an axis of ", formatDims(x.dims), " between the batch and the features");
+  const int64_t d = x.dims[size_t(rank - 1)], seq = x.dims[size_t(seqAxis)], batch = x.dims[0];
+  int64_t rowsPerToken = 1; // rows of one token (token-major x [B, S, H, D]: H)
+  for (int64_t a = seqAxis + 1; a < rank - 1; ++a) rowsPerToken *= x.dims[size_t(a)];
   const int64_t w = cosT.dims.back();
   PairLayout l{d, d / 2, c.attrs.getInt("interleaved", 0) != 0, 2 * w == d};
   const bool transposed = c.attrs.getInt("transposed", 0) != 0;
@@ -55,9 +59,9 @@ Status RotaryKernel(const KernelContext &c) {
         return sdError("Rotary: position ", pos[i], " (row ", i / seq, ", token ", i % seq,
                        ") is outside the cos/sin table of ", tableRows, " positions");
   }
-  // Row r of x is batch item b = r / perBatch at sequence index r % seq.
+  // Row r of x is batch item b = r / perBatch at sequence index (r / rowsPerToken) % seq.
   auto angleRow = [&](int64_t r) -> int64_t {
-    const int64_t b = r / perBatch, t = r % seq;
+    const int64_t b = r / perBatch, t = (r / rowsPerToken) % seq;
     if (pos) return pos[b * seq + t];
     return (tableRows == 1 ? 0 : b) * seq + t;
   };

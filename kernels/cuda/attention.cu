@@ -16,7 +16,11 @@
 // band, any other as an additive bias filled each run. The backward
 // recomputes the forward's output and row statistics, then runs cuDNN's
 // deterministic backward. K reaches cuDNN as [S, d] rows, permuted from the
-// op's kt. SD_CUDNN_SDPA=0 keeps the GEMM path (to compare the two);
+// op's kt. Layout bshd (token-major operands, keys as rows, grouped key/value
+// heads; sd-attention-layout) reaches cuDNN with its strides and head counts
+// as it is; the GEMM path runs it on f32 copies in the default layout (the
+// keys repeated per query head, their gradients summed back in order).
+// SD_CUDNN_SDPA=0 keeps the GEMM path (to compare the two);
 // SD_CUDNN_SDPA=log says per step which path it took and why.
 #include "block_reduce.cuh"
 #include "cudnn_sdpa.h"
@@ -40,6 +44,9 @@ struct AttnGeometry {
   const int64_t *maskOffsets = nullptr; // device, per item; null without a mask
   int64_t maskRowStride = 0, maskColStride = 0;
   int64_t itemsPerRow = 1; // items per positions row (batch row b = item / itemsPerRow)
+  // Layout bshd: q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv], items B x H.
+  bool tokenMajor = false;
+  int64_t B = 0, H = 1, Hkv = 1;
 };
 
 struct AttnPrepared : PreparedError {
@@ -51,6 +58,7 @@ struct AttnPrepared : PreparedError {
   // copies: the float inputs widened, the outputs narrowed after.
   DType dtype = DType::F32;
   std::vector<float *> wideIn, wideOut;
+  size_t first = 0; // 1 for AttentionGrad (dy before q, kt, v)
   // cuDNN's SDPA, when it takes the step: K as rows (and for the gradient
   // the recomputed output, its row statistics and dK as rows).
   std::shared_ptr<CudnnSdpa> sdpa;
@@ -146,21 +154,31 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   // Another mask enters as a bias when every item shares it; a row with no
   // visible key (zero_masked_rows: zeros) keeps the GEMM path's rule.
   const bool bias = hasMask && !causal && c.inputs[first + 3].numElements() == g.T * g.S && !g.zeroMaskedRows;
-  SdpaShape shape{g.items, g.T, g.S, g.d, g.dv, g.scale, causal, bias, a.dtype};
+  SdpaShape shape;
+  shape.batch = g.tokenMajor ? g.B : g.items;
+  shape.heads = g.tokenMajor ? g.H : 1;
+  shape.kvHeads = g.tokenMajor ? g.Hkv : 1;
+  shape.tokenMajor = g.tokenMajor;
+  shape.T = g.T, shape.S = g.S, shape.d = g.d, shape.dv = g.dv;
+  shape.scale = g.scale, shape.causal = causal, shape.bias = bias, shape.dtype = a.dtype;
   std::shared_ptr<CudnnSdpa> plan;
   if (env && std::strcmp(env, "0") == 0) why = "SD_CUDNN_SDPA=0";
   else if (a.dtype != DType::BF16 && a.dtype != DType::F16) why = "f32 (cuDNN's SDPA takes bf16 and f16)";
   else if (c.hasInput(first + 4) && c.inputs[first + 4].data) why = "packed sequences";
   else if (hasMask && !causal && !bias) why = "a mask per item, or rows that see no key";
-  else if (g.items > 1 && (g.strideQ != g.T * g.d || g.strideKt != g.d * g.S || g.strideV != g.S * g.dv))
+  else if (!g.tokenMajor && g.items > 1 &&
+           (g.strideQ != g.T * g.d || g.strideKt != g.d * g.S || g.strideV != g.S * g.dv))
     why = "operands shared between items";
   else plan = planCudnnSdpa(shape, first == 1, streamOf(c), p.shared, why);
   const size_t elem = dtypeSize(a.dtype);
   auto alloc = [&](void **ptr, int64_t elements, size_t size) {
     return cudaMalloc(ptr, size_t(std::max<int64_t>(1, elements)) * size) == cudaSuccess;
   };
-  if (plan && (!alloc(&a.k, g.items * g.S * g.d, elem) || (bias && !alloc(&a.bias, g.T * g.S, elem)) ||
-               (first == 1 && (!alloc(&a.o, g.items * g.T * g.dv, elem) || !alloc(&a.dk, g.items * g.S * g.d, elem) ||
+  // Keys as rows for cuDNN (the default layout's kt permuted; layout bshd has them).
+  const bool keyRows = !g.tokenMajor;
+  if (plan && ((keyRows && !alloc(&a.k, g.items * g.S * g.d, elem)) || (bias && !alloc(&a.bias, g.T * g.S, elem)) ||
+               (first == 1 && (!alloc(&a.o, g.items * g.T * g.dv, elem) ||
+                               (keyRows && !alloc(&a.dk, g.items * g.S * g.d, elem)) ||
                                !alloc(reinterpret_cast<void **>(&a.stats), g.items * g.T, sizeof(float)))))) {
     cudaGetLastError();
     why = "cannot allocate its scratch", plan = nullptr;
@@ -198,9 +216,36 @@ Status transpose(DType t, const void *x, void *y, int64_t items, int64_t rows, i
                  {0, 2, 1}, s, "Attention");
 }
 
+// A layout-bshd tensor as the GEMM path's items see it: [B, rows, heads,
+// cols] token-major, each item (b, h) reading head h / group, its matrix
+// [rows, cols] (or, for the keys, transposed: kt [cols, rows]).
+struct TokenMajorOperand {
+  int64_t rows, heads, group, cols;
+  bool transposed;
+};
+
+// Operand `i` of the step's inputs (`output` false) or outputs: dy, q, kt, v
+// for the gradient (first 1) or q, kt, v (first 0); y, or dq, dkt, dv.
+TokenMajorOperand tokenMajorOperand(const AttnGeometry &g, size_t first, size_t i, bool output) {
+  const size_t role = output ? (first == 0 ? 3 : i) : (first == 1 && i == 0 ? 3 : i - first); // 0 q, 1 k, 2 v, 3 y
+  const int64_t group = g.H / g.Hkv;
+  switch (role) {
+  case 0: return {g.T, g.H, 1, g.d, false};
+  case 1: return {g.S, g.Hkv, group, g.d, true};
+  case 2: return {g.S, g.Hkv, group, g.dv, false};
+  default: return {g.T, g.H, 1, g.dv, false};
+  }
+}
+
+int64_t itemMatrix(const AttnGeometry &g, size_t first, size_t i, bool output) {
+  TokenMajorOperand o = tokenMajorOperand(g, first, i, output);
+  return o.rows * o.cols;
+}
+
 // first: 0 for Attention (q, kt, v, mask, positions), 1 for AttentionGrad (dy first).
 std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t first) {
   auto a = std::make_shared<AttnPrepared>();
+  a->first = first;
   const KernelContext &c = p.kernel;
   const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
   AttnGeometry &g = a->g;
@@ -209,18 +254,33 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
     a->error = "Attention operands need rank >= 2";
     return a;
   }
-  g.T = q.dims[r - 2];
-  g.d = q.dims[r - 1];
-  g.S = kt.dims.back();
-  g.dv = v.dims.back();
-  Dims batch = first == 0 ? Dims(c.outputs[0].dims.begin(), c.outputs[0].dims.end() - 2)
-                          : Dims(q.dims.begin(), q.dims.end() - 2);
-  std::vector<int64_t> oq = itemOffsets(q.dims, batch, g.T * g.d), okt = itemOffsets(kt.dims, batch, g.d * g.S),
-                       ov = itemOffsets(v.dims, batch, g.S * g.dv);
-  g.items = int64_t(oq.size());
-  g.strideQ = uniformStride(oq);
-  g.strideKt = uniformStride(okt);
-  g.strideV = uniformStride(ov);
+  Dims batch;
+  g.tokenMajor = c.attrs.getString("layout", "bhtd") == "bshd";
+  if (g.tokenMajor) {
+    if (r != 4 || kt.dims.size() != 4 || v.dims.size() != 4 || kt.dims[2] <= 0 || q.dims[2] % kt.dims[2]) {
+      a->error = "Attention in layout bshd takes q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]";
+      return a;
+    }
+    g.B = q.dims[0], g.T = q.dims[1], g.H = q.dims[2], g.d = q.dims[3];
+    g.S = kt.dims[1], g.Hkv = kt.dims[2], g.dv = v.dims[3];
+    batch = {g.B, g.H};
+    g.items = g.B * g.H;
+    // The GEMM path's f32 copies, item after item.
+    g.strideQ = g.T * g.d, g.strideKt = g.d * g.S, g.strideV = g.S * g.dv;
+  } else {
+    g.T = q.dims[r - 2];
+    g.d = q.dims[r - 1];
+    g.S = kt.dims.back();
+    g.dv = v.dims.back();
+    batch = first == 0 ? Dims(c.outputs[0].dims.begin(), c.outputs[0].dims.end() - 2)
+                       : Dims(q.dims.begin(), q.dims.end() - 2);
+    std::vector<int64_t> oq = itemOffsets(q.dims, batch, g.T * g.d), okt = itemOffsets(kt.dims, batch, g.d * g.S),
+                         ov = itemOffsets(v.dims, batch, g.S * g.dv);
+    g.items = int64_t(oq.size());
+    g.strideQ = uniformStride(oq);
+    g.strideKt = uniformStride(okt);
+    g.strideV = uniformStride(ov);
+  }
   if (g.strideQ < 0 || g.strideKt < 0 || g.strideV < 0 ||
       (first == 1 && ((g.items > 1 && (g.strideQ == 0 || g.strideKt == 0 || g.strideV == 0))))) {
     a->error = "Attention on CUDA needs q, kt and v with one matrix per (batch, head) item";
@@ -245,12 +305,14 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
   if (c.hasInput(first + 4) && c.inputs[first + 4].data) g.itemsPerRow = batch.empty() || !batch[0] ? 1 : g.items / batch[0];
   a->dtype = q.dtype;
   if (useCudnn(p, first, *a)) return a;
-  if (a->dtype != DType::F32) {
+  if (a->dtype != DType::F32 || g.tokenMajor) {
     size_t floats = first + 3; // q, kt, v (and dy first for the gradient)
     for (size_t i = 0; i < floats + c.outputs.size(); ++i) {
       const TensorView &t = i < floats ? c.inputs[i] : c.outputs[i - floats];
+      const int64_t elements = g.tokenMajor ? g.items * itemMatrix(g, first, i < floats ? i : i - floats, i >= floats)
+                                            : t.numElements();
       float *w = nullptr;
-      if (cudaMalloc(&w, size_t(std::max<int64_t>(1, t.numElements())) * sizeof(float)) != cudaSuccess) {
+      if (cudaMalloc(&w, size_t(std::max<int64_t>(1, elements)) * sizeof(float)) != cudaSuccess) {
         cudaGetLastError();
         a->error = "cannot allocate Attention's f32 copies";
         return a;
@@ -360,8 +422,37 @@ template <typename T> __global__ void narrowKernel(const float *x, T *y, int64_t
     y[i] = store<T>(Compute<T>(x[i]));
 }
 
+// Token-major [B, rows, heads, cols] to the items' f32 matrices [B*H, rows,
+// cols] (transposed: [B*H, cols, rows]), item (b, h) reading head h / group.
+template <typename T>
+__global__ void gatherItems(const T *x, float *y, int64_t items, int64_t H, TokenMajorOperand o) {
+  const int64_t n = items * o.rows * o.cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t item = i / (o.rows * o.cols), at = i % (o.rows * o.cols);
+    const int64_t r = o.transposed ? at % o.rows : at / o.cols, c = o.transposed ? at / o.rows : at % o.cols;
+    const int64_t b = item / H, h = item % H;
+    y[i] = float(load(x[((b * o.rows + r) * o.heads + h / o.group) * o.cols + c]));
+  }
+}
+
+// The reverse: each token-major element the sum, in head order, over the
+// `group` items that read it (the gradient of a shared key/value head).
+template <typename T>
+__global__ void scatterItems(const float *y, T *x, int64_t B, int64_t H, TokenMajorOperand o) {
+  const int64_t n = B * o.rows * o.heads * o.cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t c = i % o.cols, hk = (i / o.cols) % o.heads, r = (i / (o.cols * o.heads)) % o.rows,
+                  b = i / (o.cols * o.heads * o.rows);
+    const int64_t at = o.transposed ? c * o.rows + r : r * o.cols + c;
+    float sum = 0;
+    for (int64_t j = 0; j < o.group; ++j) sum += y[(b * H + hk * o.group + j) * o.rows * o.cols + at];
+    x[i] = store<T>(Compute<T>(sum));
+  }
+}
+
 // The f32 operands and results the kernels work on: the tensors themselves,
-// or (mixed precision) the prepared f32 copies, the inputs widened here.
+// or (mixed precision, layout bshd) the prepared f32 copies, the inputs
+// widened (and gathered into items) here.
 struct F32Operands {
   const void *in[4] = {};
   void *out[3] = {};
@@ -374,11 +465,16 @@ Status widen(const AttnPrepared &a, const KernelContext &c, F32Operands &f) {
       continue;
     }
     f.in[i] = a.wideIn[i];
-    int64_t n = c.inputs[i].numElements();
+    const size_t first = a.first;
+    int64_t n = a.g.tokenMajor ? a.g.items * itemMatrix(a.g, first, i, false) : c.inputs[i].numElements();
     if (n == 0) continue;
     Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
       using T = decltype(tag);
-      widenKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], n);
+      if (a.g.tokenMajor)
+        gatherItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], a.g.items,
+                                                                   a.g.H, tokenMajorOperand(a.g, first, i, false));
+      else
+        widenKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], n);
       return launchStatus("Attention");
     });
     SD_RETURN_IF_ERROR(st);
@@ -391,9 +487,14 @@ Status narrow(const AttnPrepared &a, const KernelContext &c) {
   for (size_t i = 0; i < a.wideOut.size(); ++i) {
     int64_t n = c.outputs[i].numElements();
     if (n == 0 || !c.outputs[i].data) continue;
+    const size_t first = a.first;
     Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
       using T = decltype(tag);
-      narrowKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), n);
+      if (a.g.tokenMajor)
+        scatterItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), a.g.B, a.g.H,
+                                                                    tokenMajorOperand(a.g, first, i, true));
+      else
+        narrowKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), n);
       return launchStatus("Attention");
     });
     SD_RETURN_IF_ERROR(st);
@@ -417,10 +518,13 @@ Status AttentionKernel(const KernelContext &c) {
   if (a->g.S == 0 || a->g.d == 0) return sdError("Attention on CUDA needs keys and a head dimension");
   if (a->sdpa) {
     const AttnGeometry &g = a->g;
-    SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[1].data, a->k, g.items, g.d, g.S, streamOf(c)));
+    const void *k = c.inputs[1].data; // layout bshd: keys as rows already
+    if (!g.tokenMajor) {
+      SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[1].data, a->k, g.items, g.d, g.S, streamOf(c)));
+      k = a->k;
+    }
     SD_RETURN_IF_ERROR(fillBias(*a, c, 3));
-    return a->sdpa->forward(c.inputs[0].data, a->k, c.inputs[2].data, a->bias, c.outputs[0].data, nullptr,
-                            streamOf(c));
+    return a->sdpa->forward(c.inputs[0].data, k, c.inputs[2].data, a->bias, c.outputs[0].data, nullptr, streamOf(c));
   }
   F32Operands f;
   SD_RETURN_IF_ERROR(widen(*a, c, f));
@@ -442,13 +546,17 @@ Status AttentionGradKernel(const KernelContext &c) {
   }
   cudaStream_t s = streamOf(c);
   if (a->sdpa) { // recompute the forward's output and statistics, then cuDNN's backward
-    const void *q = c.inputs[1].data, *v = c.inputs[3].data;
-    SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[2].data, a->k, g.items, g.d, g.S, s));
+    const void *q = c.inputs[1].data, *v = c.inputs[3].data, *k = c.inputs[2].data;
+    void *dk = c.outputs[1].data;
+    if (!g.tokenMajor) { // kt permuted into rows, dk back into dkt
+      SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[2].data, a->k, g.items, g.d, g.S, s));
+      k = a->k, dk = a->dk;
+    }
     SD_RETURN_IF_ERROR(fillBias(*a, c, 4));
-    SD_RETURN_IF_ERROR(a->sdpa->forward(q, a->k, v, a->bias, a->o, a->stats, s));
-    SD_RETURN_IF_ERROR(a->sdpa->backward(q, a->k, v, a->bias, a->o, c.inputs[0].data, a->stats, c.outputs[0].data,
-                                         a->dk, c.outputs[2].data, s));
-    return transpose(a->dtype, a->dk, c.outputs[1].data, g.items, g.S, g.d, s);
+    SD_RETURN_IF_ERROR(a->sdpa->forward(q, k, v, a->bias, a->o, a->stats, s));
+    SD_RETURN_IF_ERROR(
+        a->sdpa->backward(q, k, v, a->bias, a->o, c.inputs[0].data, a->stats, c.outputs[0].data, dk, c.outputs[2].data, s));
+    return g.tokenMajor ? Status::ok() : transpose(a->dtype, a->dk, c.outputs[1].data, g.items, g.S, g.d, s);
   }
   F32Operands f;
   SD_RETURN_IF_ERROR(widen(*a, c, f));

@@ -49,14 +49,30 @@ struct Handle {
 
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kBias };
 
-// One attention item per batch entry, one head: [items, 1, rows, cols], row-major.
-std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph &g, const char *name, int64_t uid, int64_t items,
-                                                     int64_t rows, int64_t cols) {
-  return g.tensor(fe::graph::Tensor_attributes()
-                      .set_name(name)
-                      .set_uid(uid)
-                      .set_dim({items, 1, rows, cols})
-                      .set_stride({rows * cols, rows * cols, cols, 1}));
+// [n, h, rows, cols] with the strides of its layout: heads after the rows
+// (token-major) or before them.
+void place(fe::graph::Tensor_attributes &t, int64_t n, int64_t h, int64_t rows, int64_t cols, bool tokenMajor) {
+  t.set_dim({n, h, rows, cols});
+  t.set_stride(tokenMajor ? std::vector<int64_t>{rows * h * cols, cols, h * cols, 1}
+                          : std::vector<int64_t>{h * rows * cols, rows * cols, cols, 1});
+}
+
+std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph &g, const char *name, int64_t uid, int64_t n,
+                                                     int64_t h, int64_t rows, int64_t cols, bool tokenMajor) {
+  fe::graph::Tensor_attributes t;
+  t.set_name(name).set_uid(uid);
+  place(t, n, h, rows, cols, tokenMajor);
+  return g.tensor(t);
+}
+
+// The operands of a shape: queries and outputs (q, o, dO), keys, values.
+struct Operands {
+  std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
+};
+Operands operands(fe::graph::Graph &g, const SdpaShape &s) {
+  return {tensor(g, "q", kQ, s.batch, s.heads, s.T, s.d, s.tokenMajor),
+          tensor(g, "k", kK, s.batch, s.kvHeads, s.S, s.d, s.tokenMajor),
+          tensor(g, "v", kV, s.batch, s.kvHeads, s.S, s.dv, s.tokenMajor)};
 }
 
 // The additive bias [1, 1, T, S], broadcast over the items.
@@ -119,13 +135,13 @@ private:
 std::shared_ptr<fe::graph::Graph> forwardGraph(const SdpaShape &s, bool stats) {
   auto g = std::make_shared<fe::graph::Graph>();
   common(*g, s.dtype);
-  auto q = tensor(*g, "q", kQ, s.items, s.T, s.d), k = tensor(*g, "k", kK, s.items, s.S, s.d);
-  auto v = tensor(*g, "v", kV, s.items, s.S, s.dv);
+  auto [q, k, v] = operands(*g, s);
   auto options = fe::graph::SDPA_attributes().set_name("sdpa").set_generate_stats(stats).set_attn_scale(s.scale);
   if (s.bias) options.set_bias(biasTensor(*g, s));
   if (s.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
   auto [o, lse] = g->sdpa(q, k, v, options);
-  o->set_output(true).set_uid(kO).set_dim({s.items, 1, s.T, s.dv}).set_stride({s.T * s.dv, s.T * s.dv, s.dv, 1});
+  o->set_output(true).set_uid(kO);
+  place(*o, s.batch, s.heads, s.T, s.dv, s.tokenMajor);
   if (stats) lse->set_output(true).set_uid(kStats).set_data_type(fe::DataType_t::FLOAT);
   return g;
 }
@@ -133,14 +149,14 @@ std::shared_ptr<fe::graph::Graph> forwardGraph(const SdpaShape &s, bool stats) {
 std::shared_ptr<fe::graph::Graph> backwardGraph(const SdpaShape &s) {
   auto g = std::make_shared<fe::graph::Graph>();
   common(*g, s.dtype);
-  auto q = tensor(*g, "q", kQ, s.items, s.T, s.d), k = tensor(*g, "k", kK, s.items, s.S, s.d);
-  auto v = tensor(*g, "v", kV, s.items, s.S, s.dv), o = tensor(*g, "o", kO, s.items, s.T, s.dv);
-  auto dO = tensor(*g, "do", kDO, s.items, s.T, s.dv);
+  auto [q, k, v] = operands(*g, s);
+  auto o = tensor(*g, "o", kO, s.batch, s.heads, s.T, s.dv, s.tokenMajor);
+  auto dO = tensor(*g, "do", kDO, s.batch, s.heads, s.T, s.dv, s.tokenMajor);
   auto stats = g->tensor(fe::graph::Tensor_attributes()
                              .set_name("stats")
                              .set_uid(kStats)
-                             .set_dim({s.items, 1, s.T, 1})
-                             .set_stride({s.T, s.T, 1, 1})
+                             .set_dim({s.batch, s.heads, s.T, 1})
+                             .set_stride({s.heads * s.T, s.T, 1, 1})
                              .set_data_type(fe::DataType_t::FLOAT));
   auto options = fe::graph::SDPA_backward_attributes()
                      .set_name("sdpa_backward")
@@ -149,9 +165,12 @@ std::shared_ptr<fe::graph::Graph> backwardGraph(const SdpaShape &s) {
   if (s.bias) options.set_bias(biasTensor(*g, s));
   if (s.causal) options.set_diagonal_alignment(fe::DiagonalAlignment_t::TOP_LEFT).set_diagonal_band_right_bound(0);
   auto [dq, dk, dv] = g->sdpa_backward(q, k, v, o, dO, stats, options);
-  dq->set_output(true).set_uid(kDQ).set_dim({s.items, 1, s.T, s.d}).set_stride({s.T * s.d, s.T * s.d, s.d, 1});
-  dk->set_output(true).set_uid(kDK).set_dim({s.items, 1, s.S, s.d}).set_stride({s.S * s.d, s.S * s.d, s.d, 1});
-  dv->set_output(true).set_uid(kDV).set_dim({s.items, 1, s.S, s.dv}).set_stride({s.S * s.dv, s.S * s.dv, s.dv, 1});
+  dq->set_output(true).set_uid(kDQ);
+  dk->set_output(true).set_uid(kDK);
+  dv->set_output(true).set_uid(kDV);
+  place(*dq, s.batch, s.heads, s.T, s.d, s.tokenMajor);
+  place(*dk, s.batch, s.kvHeads, s.S, s.d, s.tokenMajor);
+  place(*dv, s.batch, s.kvHeads, s.S, s.dv, s.tokenMajor);
   return g;
 }
 

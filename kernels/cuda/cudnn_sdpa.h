@@ -15,10 +15,13 @@
 
 namespace sd::cuda {
 
-// items (batch x heads) independent attentions, each q [T, d], k [S, d]
-// (rows: keys), v [S, dv], y [T, dv], stored item after item.
+// batch x heads attentions, each q [T, d], k [S, d] (rows: keys), v [S, dv],
+// y [T, dv]: stored item after item (heads = kvHeads = 1, batch = the items),
+// or token-major (q and y [batch, T, heads, .], k and v [batch, S, kvHeads,
+// .], query head h reading key/value head h / (heads / kvHeads)).
 struct SdpaShape {
-  int64_t items = 0, T = 0, S = 0, d = 0, dv = 0;
+  int64_t batch = 0, heads = 1, kvHeads = 1, T = 0, S = 0, d = 0, dv = 0;
+  bool tokenMajor = false;
   float scale = 1;
   bool causal = false; // key j visible to query i iff j <= i
   bool bias = false;   // an additive [T, S] bias, the same for every item (a mask's 0 or fill)
@@ -28,7 +31,7 @@ struct SdpaShape {
 class CudnnSdpa {
 public:
   virtual ~CudnnSdpa() = default;
-  // y = softmax(scale q kᵀ) v; with `stats` (f32 [items, T]) also each row's
+  // y = softmax(scale q kᵀ) v; with `stats` (f32 [batch, heads, T]) also each row's
   // log-sum-exp, which backward() needs.
   virtual Status forward(const void *q, const void *k, const void *v, const void *bias, void *y, float *stats,
                          cudaStream_t stream) const = 0;

@@ -12,6 +12,7 @@ namespace {
 // without); tables: Bc (1: one table shared by the batch).
 struct RotaryGeometry {
   int64_t pairs, d, half, w, seq, perBatch, tableRows, tables;
+  int64_t rowsPerToken; // rows of one token: 1, or H for token-major x [B, S, H, D] (seq_axis 1)
   bool interleaved, halfWidth, transposed;
 };
 
@@ -20,7 +21,7 @@ template <typename T, typename A>
 __global__ void rotaryKernel(const T *x, const A *cosT, const A *sinT, const int64_t *pos, T *y, RotaryGeometry g) {
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < g.pairs; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = k / g.half, i = k % g.half;
-    const int64_t b = r / g.perBatch, t = r % g.seq;
+    const int64_t b = r / g.perBatch, t = (r / g.rowsPerToken) % g.seq;
     const int64_t angle = pos ? pos[b * g.seq + t] : (g.tables == 1 ? 0 : b) * g.seq + t;
     const int64_t p = g.interleaved ? 2 * i : i, q = g.interleaved ? 2 * i + 1 : i + g.half;
     T *yr = y + r * g.d;
@@ -49,8 +50,12 @@ Status RotaryKernel(const KernelContext &c) {
   const int64_t rank = x.rank();
   if (rank < 3 || cosT.dims.empty()) return sdError("Rotary takes an input [B, ..., S, D]");
   RotaryGeometry g{};
+  const int64_t seqAxis = c.attrs.getInt("seq_axis", rank - 2);
+  if (seqAxis < 1 || seqAxis > rank - 2) return sdError("Rotary: seq_axis ", seqAxis, " is not between the batch and the features");
   g.d = x.dims[size_t(rank - 1)];
-  g.seq = x.dims[size_t(rank - 2)];
+  g.seq = x.dims[size_t(seqAxis)];
+  g.rowsPerToken = 1;
+  for (int64_t a = seqAxis + 1; a < rank - 1; ++a) g.rowsPerToken *= x.dims[size_t(a)];
   g.half = g.d / 2;
   g.w = cosT.dims.back();
   g.tables = cosT.dims[0];

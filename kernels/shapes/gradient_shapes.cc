@@ -98,14 +98,22 @@ Status attentionGradShape(ShapeContext &c) {
   SD_CHECK_ARG(q.isStatic() && kt.isStatic() && v.isStatic() && dy.isStatic() && q.rank() >= 2 &&
                    kt.rank() == q.rank() && v.rank() == q.rank(),
                "AttentionGrad needs static q, kt, v of one rank");
-  Dims batch(q.dims.begin(), q.dims.end() - 2);
-  SD_CHECK_ARG(Dims(kt.dims.begin(), kt.dims.end() - 2) == batch && Dims(v.dims.begin(), v.dims.end() - 2) == batch,
-               "AttentionGrad: q, kt and v must have the same batch dims (no broadcasting)");
-  Dims want = batch;
-  want.push_back(q.dims[q.dims.size() - 2]);
-  want.push_back(v.dims.back());
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "layout", {"bhtd", "bshd"}));
+  const bool tokenMajor = c.attrs.getString("layout", "bhtd") == "bshd";
+  Dims want;
+  if (tokenMajor) {
+    Dims scores;
+    SD_RETURN_IF_ERROR(tokenMajorAttentionDims(q, kt, v, scores, want));
+  } else {
+    Dims batch(q.dims.begin(), q.dims.end() - 2);
+    SD_CHECK_ARG(Dims(kt.dims.begin(), kt.dims.end() - 2) == batch && Dims(v.dims.begin(), v.dims.end() - 2) == batch,
+                 "AttentionGrad: q, kt and v must have the same batch dims (no broadcasting)");
+    want = batch;
+    want.push_back(q.dims[q.dims.size() - 2]);
+    want.push_back(v.dims.back());
+  }
   if (dy.dims != want) return sdError("AttentionGrad: gradient ", formatDims(dy.dims), " is not ", formatDims(want));
-  if (c.hasInput(5)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[5]));
+  if (c.hasInput(5)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[5], tokenMajor));
   c.outputs = {q, kt, v};
   return Status::ok();
 }

@@ -104,16 +104,23 @@ static Status gemmDGeluShape(ShapeContext &c) {
 
 // Attention(q [..., T, d], kt [..., d, S], v [..., S, dv], mask bool
 // broadcastable to [..., T, S], positions i64 [B, T]) -> [..., T, dv]:
-// softmax(q kt * scale, masked) v.
+// softmax(q kt * scale, masked) v; or, in layout bshd, token-major operands
+// (q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]) -> [B, T, H, dv].
 static Status attentionShape(ShapeContext &c) {
   const TensorInfo &q = c.inputs[0], &kt = c.inputs[1], &v = c.inputs[2];
   SD_CHECK_ARG((q.dtype == DType::F32 || q.dtype == DType::BF16 || q.dtype == DType::F16) && kt.dtype == q.dtype &&
                    v.dtype == q.dtype,
                "Attention needs q, kt, v of one float type (f32, bf16, f16)");
   SD_CHECK_ARG(q.rank() >= 2 && kt.rank() >= 2 && v.rank() >= 2, "Attention operands must have rank >= 2");
-  TensorInfo scores, out;
-  SD_RETURN_IF_ERROR(matmulDims(q, kt, scores));
-  SD_RETURN_IF_ERROR(matmulDims(scores, v, out));
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "layout", {"bhtd", "bshd"}));
+  const bool tokenMajor = c.attrs.getString("layout", "bhtd") == "bshd";
+  TensorInfo scores{q.dtype, {}}, out{q.dtype, {}};
+  if (tokenMajor) {
+    SD_RETURN_IF_ERROR(tokenMajorAttentionDims(q, kt, v, scores.dims, out.dims));
+  } else {
+    SD_RETURN_IF_ERROR(matmulDims(q, kt, scores));
+    SD_RETURN_IF_ERROR(matmulDims(scores, v, out));
+  }
   if (c.hasInput(3)) {
     const TensorInfo &mask = c.inputs[3];
     SD_CHECK_ARG(mask.dtype == DType::Bool, "Attention mask must be bool");
@@ -122,7 +129,7 @@ static Status attentionShape(ShapeContext &c) {
     if (scores.isStatic() && mask.isStatic() && joined.dims != scores.dims)
       return sdError("Attention mask ", formatDims(mask.dims), " does not broadcast to ", formatDims(scores.dims));
   }
-  if (c.hasInput(4)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[4]));
+  if (c.hasInput(4)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[4], tokenMajor));
   c.outputs = {out};
   return Status::ok();
 }

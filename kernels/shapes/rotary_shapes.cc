@@ -1,5 +1,5 @@
 // Shape rule of Rotary (sd-fuse-rotary's rotary position embedding):
-// x [B, ..., S, D]; cos and sin [Bc, S, W] (Bc 1 or B), or tables [P, W]
+// x [B, ..., S, D] (S at seq_axis, default rank - 2); cos and sin [Bc, S, W] (Bc 1 or B), or tables [P, W]
 // indexed by positions i64 [B, S]; W is D or D/2. The result is x's shape
 // and type; cos and sin have x's type, or f32 with a bf16/f16 x.
 #include "shape_util.h"
@@ -17,7 +17,10 @@ static Status rotaryShape(ShapeContext &c) {
   SD_CHECK_ARG(x.rank() >= 3, "Rotary takes an input [B, ..., S, D], got ", formatDims(x.dims));
   SD_CHECK_ARG(cosT.dims == sinT.dims, "Rotary's cos and sin differ in shape: ", formatDims(cosT.dims), " and ",
                formatDims(sinT.dims));
-  int64_t b = x.dims[0], s = x.dims[size_t(x.rank() - 2)], d = x.dims[size_t(x.rank() - 1)];
+  const int64_t seqAxis = c.attrs.getInt("seq_axis", int64_t(x.rank()) - 2);
+  SD_CHECK_ARG(seqAxis >= 1 && seqAxis <= int64_t(x.rank()) - 2, "Rotary: seq_axis ", seqAxis,
+               " is not an axis of ", formatDims(x.dims), " between the batch and the features");
+  int64_t b = x.dims[0], s = x.dims[size_t(seqAxis)], d = x.dims[size_t(x.rank() - 1)];
   SD_CHECK_ARG(d < 0 || d % 2 == 0, "Rotary rotates pairs: the last dim must be even, got ", d);
   int64_t w = cosT.dims.empty() ? -1 : cosT.dims.back();
   SD_CHECK_ARG(w < 0 || d < 0 || w == d || 2 * w == d, "Rotary's cos and sin must be ", d, " or ", d / 2,

@@ -53,14 +53,34 @@ Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list
   return sdError(name, " '", v, "' is not one of ", list);
 }
 
-Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions) {
+Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions,
+                               bool tokenMajor) {
   SD_CHECK_ARG(positions.dtype == DType::I64 && positions.rank() == 2, "Attention positions must be i64 [batch, seq]");
   SD_CHECK_ARG(q.rank() >= 3 && kt.rank() >= 2, "Attention with positions needs q [batch, ..., seq, d]");
   if (!q.isStatic() || !kt.isStatic() || !positions.isStatic()) return Status::ok();
-  int64_t T = q.dims[q.dims.size() - 2];
-  if (positions.dims != Dims{q.dims[0], T} || kt.dims.back() != T)
+  int64_t T = tokenMajor ? q.dims[1] : q.dims[q.dims.size() - 2], S = tokenMajor ? kt.dims[1] : kt.dims.back();
+  if (positions.dims != Dims{q.dims[0], T} || S != T)
     return sdError("Attention positions ", formatDims(positions.dims), " do not fit queries ", formatDims(q.dims),
                    " and keys ", formatDims(kt.dims), " (self-attention [batch, seq] expected)");
+  return Status::ok();
+}
+
+} // namespace sd
+
+namespace sd {
+
+Status tokenMajorAttentionDims(const TensorInfo &q, const TensorInfo &k, const TensorInfo &v, Dims &scores, Dims &out) {
+  SD_CHECK_ARG(q.rank() == 4 && k.rank() == 4 && v.rank() == 4,
+               "Attention in layout bshd takes q [B, T, H, d], k [B, S, Hkv, d] and v [B, S, Hkv, dv]");
+  if (!q.isStatic() || !k.isStatic() || !v.isStatic()) return sdError("Attention in layout bshd needs static shapes");
+  const int64_t b = q.dims[0], t = q.dims[1], h = q.dims[2], d = q.dims[3], s = k.dims[1], hkv = k.dims[2];
+  SD_CHECK_ARG(k.dims == Dims({b, s, hkv, d}) && v.dims[0] == b && v.dims[1] == s && v.dims[2] == hkv,
+               "Attention in layout bshd: q ", formatDims(q.dims), ", k ", formatDims(k.dims), " and v ",
+               formatDims(v.dims), " do not fit [B, T, H, d], [B, S, Hkv, d], [B, S, Hkv, dv]");
+  SD_CHECK_ARG(hkv > 0 && h % hkv == 0, "Attention in layout bshd: ", h, " query heads are not a multiple of ", hkv,
+               " key/value heads");
+  scores = {b, h, t, s};
+  out = {b, t, h, v.dims[3]};
   return Status::ok();
 }
 

@@ -23,7 +23,12 @@ inline TensorInfo unknownRank(DType dt) {
 }
 // Attention's optional packed-sequence positions: i64 [B, T] for q [B, ..., T, d]
 // with as many keys as queries (self-attention).
-Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions);
+Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions,
+                               bool tokenMajor = false);
+// Attention's layout "bshd" (q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv,
+// dv]): checks the operands and gives the scores' [B, H, T, S] and the
+// output's [B, T, H, dv] dims.
+Status tokenMajorAttentionDims(const TensorInfo &q, const TensorInfo &k, const TensorInfo &v, Dims &scores, Dims &out);
 void registerShapeRule(const char *op, ShapeFn fn);
 // Checks a string attribute against its allowed values (first = default).
 Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list<const char *> allowed);

@@ -1297,6 +1297,26 @@ CASES["Rotary"] += [
          label="half x, f32 tables" + (", transposed" if tr else "")) for tr in (0, 1)]
 
 
+def rotary_token_major_ref(ins, attrs, t):
+    """seq_axis 1: x [B, S, H, D] rotated as its head-major [B, H, S, D] view."""
+    x = ins[0].transpose(0, 2, 1, 3)
+    return [rotary_ref([x] + list(ins[1:]), attrs, t)[0].transpose(0, 2, 1, 3)]
+
+
+# sd-attention-layout's form: token-major x [B, S, H, D].
+CASES["Rotary"] += [
+    Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, t, 5, 8)]],
+         attrs={"seq_axis": 1, "transposed": tr}, ref=rotary_token_major_ref,
+         label="token-major" + (", transposed" if tr else "")) for tr in (0, 1)] + [
+    Case(lambda t, r: [rand(r, (2, 4, 3, 6), t), *rotary_angles(r, t, 7, 6),
+                       np.array([[0, 1, 2, 0], [3, 4, 5, 6]], np.int64)],
+         attrs={"seq_axis": 1}, ref=rotary_token_major_ref, label="token-major, positions"),
+    Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, "f32", 5, 8)]],
+         attrs={"seq_axis": 1}, ref=rotary_token_major_ref, types=["bf16", "f16"], label="token-major, half x"),
+    Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, t, 5, 8)]],
+         attrs={"seq_axis": 3}, ref=rotary_token_major_ref, error="seq_axis", label="seq_axis on the features")]
+
+
 def cached_attention_ref(ins, attrs, t):
     """sd.cached_attention: each token's key and value go to its row's cache slot
     positions[b, t] first; then its query attends to slots 0..positions[b, t],
@@ -1875,6 +1895,58 @@ CASES["AttentionGrad"] = [
     Case(lambda t, r: [rand(r, (2, 1, 4, 3), t), rand(r, (2, 1, 4, 4), t), rand(r, (2, 1, 4, 6), t),
                        rand(r, (2, 1, 6, 3), t), padded_rows()], attrs={"zero_masked_rows": 1}, outputs=3,
          ref=attention_grad_ref, label="padding hides every key of some rows: no gradient from them", rtol=5)]
+
+
+# Layout bshd: token-major q [B, T, H, d], keys as rows k [B, S, Hkv, d], v [B,
+# S, Hkv, dv]; the references move them into the default layout (each key/value
+# head repeated for its H / Hkv query heads) and the results back, a shared
+# head's gradients summed over its query heads.
+def heads_first(q, k, v):
+    group = q.shape[2] // k.shape[2]
+    kh = np.repeat(k.transpose(0, 2, 1, 3), group, axis=1)
+    return q.transpose(0, 2, 1, 3), kh.transpose(0, 1, 3, 2), np.repeat(v.transpose(0, 2, 1, 3), group, axis=1)
+
+
+def attention_bshd_ref(ins, attrs, t):
+    y = attention_ref(list(heads_first(*ins[:3])) + list(ins[3:]), attrs, t)[0]
+    return [y.transpose(0, 2, 1, 3)]
+
+
+def attention_grad_bshd_ref(ins, attrs, t):
+    dy, q, k, v = ins[:4]
+    group = q.shape[2] // k.shape[2]
+    dq, dkt, dv = attention_grad_ref([dy.transpose(0, 2, 1, 3)] + list(heads_first(q, k, v)) + list(ins[4:]), attrs, t)
+
+    def shared(g):  # [B, H, S, .] -> [B, S, Hkv, .], summed over each key/value head's query heads
+        b, h, s_, c = g.shape
+        return g.reshape(b, h // group, group, s_, c).sum(2).transpose(0, 2, 1, 3)
+    return [dq.transpose(0, 2, 1, 3), shared(dkt.transpose(0, 1, 3, 2)).astype(np.float32),
+            shared(dv).astype(np.float32)]
+
+
+BSHD = {"layout": "bshd"}
+CASES["Attention"] += [
+    Case(lambda t, r: [rand(r, (2, 5, 4, 8), t), rand(r, (2, 7, 2, 8), t), rand(r, (2, 7, 2, 6), t)],
+         attrs={**BSHD, "scale": 0.5}, ref=attention_bshd_ref, label="bshd, 2 query heads per key head"),
+    Case(lambda t, r: [rand(r, (2, 9, 4, 8), t), rand(r, (2, 9, 2, 8), t), rand(r, (2, 9, 2, 8), t), causal(9)],
+         attrs={**BSHD, "scale": 0.5}, ref=attention_bshd_ref, label="bshd, causal, grouped heads"),
+    Case(lambda t, r: [rand(r, (2, 6, 2, 8), t), rand(r, (2, 6, 1, 8), t), rand(r, (2, 6, 1, 8), t), causal(6),
+                       np.array([[0, 1, 2, 0, 1, 2], [0, 1, 0, 1, 2, 3]], np.int64)],
+         attrs={**BSHD, "scale": 0.5}, ref=attention_bshd_ref, label="bshd, causal, packed sequences, one key head"),
+    Case(lambda t, r: [rand(r, (2, 4, 2, 8), t), rand(r, (2, 6, 2, 8), t), rand(r, (2, 6, 2, 8), t), padded_rows()],
+         attrs={**BSHD, "zero_masked_rows": 1}, ref=attention_bshd_ref, label="bshd, padding mask per batch row"),
+    Case(lambda t, r: [rand(r, (1, 4, 3, 8), t), rand(r, (1, 4, 2, 8), t), rand(r, (1, 4, 2, 8), t)],
+         attrs=BSHD, ref=attention_bshd_ref, error="not a multiple", label="bshd, 3 query heads over 2 key heads")]
+CASES["AttentionGrad"] += [
+    Case(lambda t, r: [rand(r, (2, 5, 4, 6), t), rand(r, (2, 5, 4, 8), t), rand(r, (2, 7, 2, 8), t),
+                       rand(r, (2, 7, 2, 6), t)], attrs={**BSHD, "scale": 0.5}, outputs=3, ref=attention_grad_bshd_ref,
+         label="bshd, 2 query heads per key head", rtol=5),
+    Case(lambda t, r: [rand(r, (1, 9, 4, 8), t), rand(r, (1, 9, 4, 8), t), rand(r, (1, 9, 1, 8), t),
+                       rand(r, (1, 9, 1, 8), t), causal(9)], attrs={**BSHD, "scale": 0.5}, outputs=3,
+         ref=attention_grad_bshd_ref, label="bshd, causal, one key head", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 4, 2, 8), t), rand(r, (2, 4, 2, 8), t), rand(r, (2, 6, 2, 8), t),
+                       rand(r, (2, 6, 2, 8), t), padded_rows()], attrs={**BSHD, "zero_masked_rows": 1}, outputs=3,
+         ref=attention_grad_bshd_ref, label="bshd, padding hides every key of some rows", rtol=5)]
 
 
 # ---- driver -----------------------------------------------------------------------------------------------------

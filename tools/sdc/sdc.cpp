@@ -118,12 +118,14 @@ const char *kUsage =
     "  --prefill-chunk P        prompt tokens per prefill call (min(64, MAX_LENGTH)); longer\n"
     "                           prompts take several calls\n"
     "  --no-fuse LIST           leave these fusions out, to compare (on the CPU the plan computes\n"
-    "                           the same bits either way): gemm-epilogues (a GELU and its gradient\n"
+    "                           the same bits either way, but for the gradients of grouped key/value\n"
+    "                           heads, rounded once): gemm-epilogues (a GELU and its gradient\n"
     "                           folded into the matrix products around them), elementwise (chains\n"
     "                           of arithmetic, activations and half casts in one step), casts\n"
     "                           (half casts moved across transposes, splits and concats, and\n"
     "                           half-steps), half-steps (SwiGLU, rotary and cross-entropy between\n"
-    "                           casts run on the half values), all\n"
+    "                           casts run on the half values), attention-layout (attention on\n"
+    "                           token-major q, k, v: no transposes or repeated key/value heads), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -315,19 +317,22 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (arg == "--packing") {
       a.pipeline.packing = true;
     } else if (flag == "--no-fuse") {
-      if (!value(v)) return fail("--no-fuse needs a list: gemm-epilogues, elementwise, casts, half-steps or all"), 2;
+      if (!value(v))
+        return fail("--no-fuse needs a list: gemm-epilogues, elementwise, casts, half-steps, attention-layout or all"), 2;
       for (size_t at = 0; at <= v.size();) {
         size_t comma = std::min(v.find(',', at), v.size());
         std::string item = v.substr(at, comma - at);
         at = comma + 1;
         if (item != "gemm-epilogues" && item != "elementwise" && item != "casts" && item != "half-steps" &&
-            item != "all")
-          return fail("--no-fuse takes gemm-epilogues, elementwise, casts, half-steps or all, got '" + item + "'"), 2;
+            item != "attention-layout" && item != "all")
+          return fail("--no-fuse takes gemm-epilogues, elementwise, casts, half-steps, attention-layout or all, got '" +
+                      item + "'"), 2;
         const bool all = item == "all";
         if (all || item == "gemm-epilogues") a.pipeline.gemmEpilogues = false;
         if (all || item == "elementwise") a.pipeline.elementwiseFusion = false;
         if (all || item == "casts") a.pipeline.castMotion = false;
         if (all || item == "casts" || item == "half-steps") a.pipeline.halfSteps = false;
+        if (all || item == "attention-layout") a.pipeline.attentionLayout = false;
       }
     } else if (arg == "--precision") {
       if (!value(a.pipeline.precision)) return fail("--precision needs fp32, bf16 or fp16"), 2;

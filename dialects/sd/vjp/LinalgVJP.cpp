@@ -106,9 +106,11 @@ LogicalResult attentionVJPUnfused(AttentionOp op, GradBuilder &g, ArrayRef<Value
 LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   ArrayRef<int64_t> qs = shapeOf(op.getQ()), ks = shapeOf(op.getKt()), vs = shapeOf(op.getV());
   auto batch = [](ArrayRef<int64_t> s) { return s.drop_back(2); };
-  if (ks.size() != qs.size() || vs.size() != qs.size() || batch(ks) != batch(qs) || batch(vs) != batch(qs))
+  const bool tokenMajor = op.getLayout() == "bshd"; // shared key/value heads are the kernel's to sum
+  if (!tokenMajor &&
+      (ks.size() != qs.size() || vs.size() != qs.size() || batch(ks) != batch(qs) || batch(vs) != batch(qs)))
     return attentionVJPUnfused(op, g, dy, need, dx);
-  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value", "zero_masked_rows"});
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value", "zero_masked_rows", "layout"});
   Operation *grad = g.op<AttentionGradOp>({dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask(), op.getPositions()},
                                           attrs, 3);
   if (!grad) return failure();
