@@ -10,7 +10,12 @@
 //   - the cross-entropy on the logits ([tokens, vocab]: 32000 wide for
 //     Llama): the loss reads the bf16 logits and stays f32 (f32_loss), its
 //     gradient takes them and writes the bf16 gradient the LM head's
-//     backward products read.
+//     backward products read;
+//   - an f32 value only narrowed after RMSNorm, LayerNorm or Rotary (the
+//     residual stream normalized for the next product; q and k rotated for
+//     attention): the op writes the half result itself (out_type), and the
+//     norms' gradients read a widened half dy as it is, as does Rotary's
+//     gradient (attention's bf16 dq, dk) for its f32 result.
 // Runs after sd-move-casts has put the casts next to the ops.
 #include "PassDetail.h"
 #include "Passes.h"
@@ -43,11 +48,20 @@ bool onlyNarrowedTo(Value r, Type half) {
   });
 }
 
+// The half type every user of `r` narrows it to, else null.
+Type narrowedTo(Value r) {
+  if (r.use_empty()) return {};
+  auto c = dyn_cast<CastOp>(*r.getUsers().begin());
+  Type t = c ? elementOf(c.getResult()) : Type();
+  return t && (t.isBF16() || t.isF16()) && onlyNarrowedTo(r, t) ? t : Type();
+}
+
 // Which operands an op takes as half values, which results it then gives in
-// half (each must only be narrowed), and whether its f32 loss needs f32_loss.
+// half (each must only be narrowed), whether its f32 loss needs f32_loss, and
+// whether an f32 input's result is rounded by the op (out_type).
 struct HalfForm {
   SmallVector<unsigned> halfOperands, halfResults;
-  bool f32Loss = false;
+  bool f32Loss = false, outType = false;
 };
 
 std::optional<HalfForm> halfFormOf(Operation *op) {
@@ -60,9 +74,19 @@ std::optional<HalfForm> halfFormOf(Operation *op) {
     return HalfForm{{0}, {}, true};
   }
   if (isa<SoftmaxCrossEntropyLossGradOp>(op)) return HalfForm{{1}, {0}, false};
-  // The f32 cos/sin tables stay f32 (the kernel reads them so).
-  if (auto rotary = dyn_cast<RotaryOp>(op); rotary && elementOf(rotary.getCos()).isF32())
-    return HalfForm{{0}, {0}, false};
+  // The f32 cos/sin tables stay f32 (the kernel reads them so); an f32 x
+  // (rotated after LoRA's f32 sum) gives a rounded result.
+  if (auto rotary = dyn_cast<RotaryOp>(op); rotary && elementOf(rotary.getCos()).isF32()) {
+    if (widenedHalf(rotary.getX()))
+      return narrowedTo(rotary.getResult()) ? HalfForm{{0}, {0}} : HalfForm{{0}, {}, false, true};
+    if (elementOf(rotary.getX()).isF32()) return HalfForm{{}, {0}, false, true};
+  }
+  // Norms compute in f32 or wider: the f32 residual stream's normalized
+  // result rounded by the kernel, and the gradient's half dy read as it is.
+  if (isa<RMSNormalizationOp, LayerNormalizationOp>(op) && elementOf(op->getOperand(0)).isF32())
+    return HalfForm{{}, {0}, false, true};
+  if (isa<RMSNormalizationGradOp, LayerNormalizationGradOp>(op) && elementOf(op->getOperand(1)).isF32())
+    return HalfForm{{0}, {}};
   return std::nullopt;
 }
 
@@ -80,7 +104,8 @@ struct HalfElementwisePass : sd::impl::HalfElementwiseBase<HalfElementwisePass> 
     for (unsigned i : form.halfOperands)
       if (Value h = widenedHalf(op->getOperand(i))) halves.push_back(h);
     if (halves.size() != form.halfOperands.size()) return;
-    Type half = elementOf(halves[0]);
+    Type half = halves.empty() ? narrowedTo(op->getResult(form.halfResults[0])) : elementOf(halves[0]);
+    if (!half) return;
     if (llvm::any_of(halves, [&](Value h) { return elementOf(h) != half; })) return;
     for (unsigned r : form.halfResults)
       if (!onlyNarrowedTo(op->getResult(r), half)) return;
@@ -92,6 +117,9 @@ struct HalfElementwisePass : sd::impl::HalfElementwiseBase<HalfElementwisePass> 
       inHalf->setOperand(i, h);
     }
     if (form.f32Loss) inHalf->setAttr("f32_loss", b.getI64IntegerAttr(1));
+    // ONNX's codes: the half result of an f32 input, or the f32 one (1) of a half input.
+    if (form.outType)
+      inHalf->setAttr("out_type", b.getI64IntegerAttr(form.halfResults.empty() ? 1 : half.isBF16() ? 16 : 10));
     for (unsigned r : form.halfResults) {
       Value h = inHalf->getResult(r);
       h.setType(cast<RankedTensorType>(h.getType()).clone(half));

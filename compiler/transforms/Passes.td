@@ -52,7 +52,7 @@ def AttentionLayout : Pass<"sd-attention-layout", "mlir::ModuleOp"> {
 }
 
 def HalfElementwise : Pass<"sd-half-elementwise", "mlir::ModuleOp"> {
-  let summary = "SwiGLU, rotary, cross-entropy and their gradients between widening and narrowing half casts run on the half values (the same bits, no casts)";
+  let summary = "SwiGLU, rotary, cross-entropy, norms and their gradients between widening and narrowing half casts run on the half values (the same bits, no casts)";
 }
 
 def FuseElementwise : Pass<"sd-fuse-elementwise", "mlir::ModuleOp"> {

@@ -331,15 +331,20 @@ foreach op = [["arg_max", "ArgMax"], ["arg_min", "ArgMin"]] in
 
 def SD_LayerNormalizationOp : SD_Nary<"layer_normalization", "LayerNormalization",
     (ins AnyTensor:$x, AnyTensor:$scale, SD_OptTensor:$bias),
-    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$stash_type),
+    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$stash_type, OptI64:$out_type),
     (outs AnyTensor:$y, Variadic<AnyTensor>:$stats)> {
-  let description = "`stats` holds the optional Mean and InvStdDev outputs (0, 1 or 2).";
+  let description = [{
+    `stats` holds the optional Mean and InvStdDev outputs (0, 1 or 2).
+    `out_type` (16 bf16, 10 f16; sd-half-elementwise) rounds y of an f32 x to
+    that half type, as a Cast after it would.
+  }];
 }
 def SD_RMSNormalizationOp : SD_Nary<"rms_normalization", "RMSNormalization",
-    (ins AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon, OptI64:$stash_type)> {
+    (ins AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon, OptI64:$stash_type, OptI64:$out_type)> {
   let description = [{
     ONNX's RMSNormalization (opset 23): y = x / sqrt(mean(x^2 over axis..end) + epsilon) * scale,
     statistics in f32 or wider. Also what sd-fuse-rmsnorm makes of the decomposed forms exporters write.
+    `out_type` as LayerNormalization's.
   }];
 }
 def SD_BatchNormalizationOp : SD_Nary<"batch_normalization", "BatchNormalization",
@@ -427,7 +432,7 @@ def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
 }
 def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
     (ins AnyTensor:$x, AnyTensor:$cos, AnyTensor:$sin, SD_OptTensor:$positions),
-    (ins OptI64:$interleaved, OptI64:$transposed, OptI64:$seq_axis)> {
+    (ins OptI64:$interleaved, OptI64:$transposed, OptI64:$seq_axis, OptI64:$out_type)> {
   let description = [{
     Rotary position embedding over the last axis of x [B, ..., S, D], as
     sd-fuse-rotary recognizes it: y = x * cos + rot(x) * sin, where rot(x) is
@@ -437,7 +442,9 @@ def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
     D (a value per feature) or D/2 (one per rotated pair). transposed = 1
     applies the transpose, y = x * cos + rot^T(x * sin): the gradient.
     seq_axis (default rank - 2) is the axis of x that indexes the positions:
-    1 for token-major x [B, S, H, D] (sd-attention-layout).
+    1 for token-major x [B, S, H, D] (sd-attention-layout). `out_type`
+    (sd-half-elementwise) is y's type where it is not x's: 16 (bf16) or 10
+    (f16) rounds the result of an f32 x, 1 (f32) keeps that of a half x.
   }];
 }
 def SD_ResizeOp : SD_Nary<"resize", "Resize",

@@ -73,17 +73,31 @@ __device__ void rowStats(const T *x, int64_t n, double eps, double &mean, double
   rstd = 1.0 / std::sqrt(Team::sum(v) / double(n) + eps);
 }
 
-template <typename Team, typename T, typename S>
-__global__ void layerNormKernel(RowSplit rs, double eps, const T *px, const T *g, const T *b, T *py, S *meanOut,
+// Calls f(T{}, O{}): T the storage type of `t`, O that of `other`, which is
+// t or, with an f32 t, a half (a norm's out_type result or half gradient).
+template <typename F> Status dispatchMixed(DType t, DType other, const char *op, F &&f) {
+  if (other == t) return dispatchFloatStorage(t, [&](auto tag) { return f(tag, tag); });
+  if (t == DType::F32 && other == DType::BF16) return f(float{}, __nv_bfloat16{});
+  if (t == DType::F32 && other == DType::F16) return f(float{}, __half{});
+  return sdError(op, " on CUDA pairs ", dtypeName(t), " only with itself or, for f32, a half type; got ",
+                 dtypeName(other));
+}
+
+// The result of an f32 (or T) computation in T, then rounded to Y as a Cast after the step would.
+template <typename Y, typename T> __device__ inline Y storeAs(double v) {
+  return store<Y>(Compute<Y>(load(store<T>(Compute<T>(v)))));
+}
+
+template <typename Team, typename T, typename S, typename Y>
+__global__ void layerNormKernel(RowSplit rs, double eps, const T *px, const T *g, const T *b, Y *py, S *meanOut,
                                 S *rstdOut) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
-    T *y = py + r * rs.n;
+    Y *y = py + r * rs.n;
     double mean, rstd;
     rowStats<Team>(x, rs.n, eps, mean, rstd);
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
-      y[j] = store<T>(Compute<T>((double(load(x[j])) - mean) * rstd * double(load(g[j])) +
-                                 (b ? double(load(b[j])) : 0.0)));
+      y[j] = storeAs<Y, T>((double(load(x[j])) - mean) * rstd * double(load(g[j])) + (b ? double(load(b[j])) : 0.0));
     if (Team::rank() == 0) {
       if (meanOut) meanOut[r] = store<S>(Compute<S>(mean));
       if (rstdOut) rstdOut[r] = store<S>(Compute<S>(rstd));
@@ -102,13 +116,14 @@ Status LayerNormKernel(const KernelContext &c) {
   const TensorView *rstd = c.outputs.size() > 2 && c.outputs[2].data ? &c.outputs[2] : nullptr;
   DType statType = mean ? mean->dtype : rstd ? rstd->dtype : x.dtype;
   double eps = c.attrs.getFloat("epsilon", 1e-5);
-  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+  return dispatchMixed(x.dtype, c.outputs[0].dtype, "LayerNormalization", [&](auto tag, auto ytag) {
     using T = decltype(tag);
+    using Y = decltype(ytag);
     return dispatchFloatStorage(statType, [&](auto stag) {
       using S = decltype(stag);
       launchRows(rs, [&](auto team, unsigned blocks) {
-        layerNormKernel<decltype(team), T, S><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, x.as<T>(), scale.as<T>(), hasBias ? c.inputs[2].as<T>() : nullptr, c.outputs[0].as<T>(),
+        layerNormKernel<decltype(team), T, S, Y><<<blocks, kRowThreads, 0, streamOf(c)>>>(
+            rs, eps, x.as<T>(), scale.as<T>(), hasBias ? c.inputs[2].as<T>() : nullptr, c.outputs[0].as<Y>(),
             mean ? mean->as<S>() : nullptr, rstd ? rstd->as<S>() : nullptr);
       });
       return launchStatus("LayerNormalization");
@@ -143,11 +158,13 @@ std::shared_ptr<const void> prepareLayerNormGrad(const PrepareContext &p) {
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale.
-template <typename Team, typename T>
-__global__ void layerNormGradRows(RowSplit rs, double eps, const T *pdy, const T *px, const T *scale, T *pdx,
+// D: dy's type (T, or a half with an f32 T).
+template <typename Team, typename T, typename D>
+__global__ void layerNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, T *pdx,
                                   double *stats) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
-    const T *x = px + r * rs.n, *dy = pdy + r * rs.n;
+    const T *x = px + r * rs.n;
+    const D *dy = pdy + r * rs.n;
     double mean, rstd;
     rowStats<Team>(x, rs.n, eps, mean, rstd);
     double mg = 0, mgx = 0;
@@ -170,8 +187,8 @@ __global__ void layerNormGradRows(RowSplit rs, double eps, const T *pdy, const T
 }
 
 // One thread per (chunk, column): sums dy * xhat and dy over the chunk's rows in order.
-template <typename T>
-__global__ void layerNormGradColumns(RowSplit rs, const T *pdy, const T *px, const double *stats, double *partials) {
+template <typename T, typename D>
+__global__ void layerNormGradColumns(RowSplit rs, const D *pdy, const T *px, const double *stats, double *partials) {
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks * rs.n;
        t += int64_t(gridDim.x) * blockDim.x) {
@@ -211,19 +228,19 @@ Status LayerNormGradKernel(const KernelContext &c) {
     return sdError("LayerNormalizationGrad needs a scale covering the normalized axes");
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
-  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+  return dispatchMixed(x.dtype, dy.dtype, "LayerNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
+    using D = decltype(dtag);
     T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
     T *dbias = c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
-        layerNormGradRows<decltype(team), T><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+        layerNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
+            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
       });
       if (chunks * rs.n > 0)
-        layerNormGradColumns<T><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(rs, dy.as<T>(), x.as<T>(),
-                                                                                       scratch->stats,
-                                                                                       scratch->partials);
+        layerNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(
+            rs, dy.as<D>(), x.as<T>(), scratch->stats, scratch->partials);
     }
     if ((dscale || dbias) && rs.n > 0)
       layerNormGradFinish<T><<<blocksFor(rs.n), kThreads, 0, streamOf(c)>>>(rs, scratch->partials, dscale, dbias);
@@ -253,13 +270,13 @@ struct ScaleIndex {
   }
 };
 
-template <typename Team, typename T>
-__global__ void rmsNormKernel(RowSplit rs, ScaleIndex si, double eps, const T *px, const T *g, T *py) {
+template <typename Team, typename T, typename Y>
+__global__ void rmsNormKernel(RowSplit rs, ScaleIndex si, double eps, const T *px, const T *g, Y *py) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
     double rstd = rowRstd<Team>(x, rs.n, eps);
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
-      py[r * rs.n + j] = store<T>(Compute<T>(double(load(x[j])) * rstd * double(load(g[si(j)]))));
+      py[r * rs.n + j] = storeAs<Y, T>(double(load(x[j])) * rstd * double(load(g[si(j)])));
   }
 }
 
@@ -282,11 +299,12 @@ Status RmsNormKernel(const KernelContext &c) {
   }
   for (size_t d = 0; d < norm.size(); ++d) si.dims[d] = norm[d];
   double eps = c.attrs.getFloat("epsilon", 1e-5);
-  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+  return dispatchMixed(x.dtype, c.outputs[0].dtype, "RMSNormalization", [&](auto tag, auto ytag) {
     using T = decltype(tag);
+    using Y = decltype(ytag);
     launchRows(rs, [&](auto team, unsigned blocks) {
-      rmsNormKernel<decltype(team), T><<<blocks, kRowThreads, 0, streamOf(c)>>>(rs, si, eps, x.as<T>(),
-                                                                                 scale.as<T>(), c.outputs[0].as<T>());
+      rmsNormKernel<decltype(team), T, Y><<<blocks, kRowThreads, 0, streamOf(c)>>>(rs, si, eps, x.as<T>(),
+                                                                                    scale.as<T>(), c.outputs[0].as<Y>());
     });
     return launchStatus("RMSNormalization");
   });
@@ -306,11 +324,12 @@ std::shared_ptr<const void> prepareRmsNormGrad(const PrepareContext &p) {
 }
 
 // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * rstd.
-template <typename Team, typename T>
-__global__ void rmsNormGradRows(RowSplit rs, double eps, const T *pdy, const T *px, const T *scale, T *pdx,
+template <typename Team, typename T, typename D>
+__global__ void rmsNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, T *pdx,
                                 double *rstds) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
-    const T *x = px + r * rs.n, *dy = pdy + r * rs.n;
+    const T *x = px + r * rs.n;
+    const D *dy = pdy + r * rs.n;
     double rstd = rowRstd<Team>(x, rs.n, eps), mgx = 0;
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
       mgx += double(load(dy[j])) * double(load(scale[j])) * double(load(x[j])) * rstd;
@@ -322,8 +341,8 @@ __global__ void rmsNormGradRows(RowSplit rs, double eps, const T *pdy, const T *
   }
 }
 
-template <typename T>
-__global__ void rmsNormGradColumns(RowSplit rs, const T *pdy, const T *px, const double *rstds, double *partials) {
+template <typename T, typename D>
+__global__ void rmsNormGradColumns(RowSplit rs, const D *pdy, const T *px, const double *rstds, double *partials) {
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks * rs.n;
        t += int64_t(gridDim.x) * blockDim.x) {
@@ -353,18 +372,18 @@ Status RmsNormGradKernel(const KernelContext &c) {
   if (scale.numElements() != rs.n) return sdError("RMSNormalizationGrad needs a scale covering the normalized axes");
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
-  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+  return dispatchMixed(x.dtype, dy.dtype, "RMSNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
+    using D = decltype(dtag);
     T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
-        rmsNormGradRows<decltype(team), T><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, dy.as<T>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+        rmsNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
+            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
       });
       if (chunks * rs.n > 0)
-        rmsNormGradColumns<T><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(rs, dy.as<T>(), x.as<T>(),
-                                                                                     scratch->stats,
-                                                                                     scratch->partials);
+        rmsNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(
+            rs, dy.as<D>(), x.as<T>(), scratch->stats, scratch->partials);
     }
     if (dscale && rs.n > 0) {
       if (rs.outer > 0)

@@ -16,30 +16,33 @@ struct RotaryGeometry {
   bool interleaved, halfWidth, transposed;
 };
 
-// T: x's and y's type; A: the tables' (T, or f32 with a half T: the math is f32 either way).
-template <typename T, typename A>
-__global__ void rotaryKernel(const T *x, const A *cosT, const A *sinT, const int64_t *pos, T *y, RotaryGeometry g) {
+// T: x's type; Y: y's (T, or with out_type a half of an f32 T or f32 of a
+// half T); A: the tables' (T, or f32 with a half T: the math is f32 either way).
+template <typename T, typename Y, typename A>
+__global__ void rotaryKernel(const T *x, const A *cosT, const A *sinT, const int64_t *pos, Y *y, RotaryGeometry g) {
   for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < g.pairs; k += int64_t(gridDim.x) * blockDim.x) {
     const int64_t r = k / g.half, i = k % g.half;
     const int64_t b = r / g.perBatch, t = (r / g.rowsPerToken) % g.seq;
     const int64_t angle = pos ? pos[b * g.seq + t] : (g.tables == 1 ? 0 : b) * g.seq + t;
     const int64_t p = g.interleaved ? 2 * i : i, q = g.interleaved ? 2 * i + 1 : i + g.half;
-    T *yr = y + r * g.d;
+    Y *yr = y + r * g.d;
     if (angle < 0 || angle >= g.tableRows) {
-      yr[p] = store<T>(Compute<T>(NAN));
-      yr[q] = store<T>(Compute<T>(NAN));
+      yr[p] = store<Y>(Compute<Y>(NAN));
+      yr[q] = store<Y>(Compute<Y>(NAN));
       continue;
     }
     const int64_t cp = g.halfWidth ? i : p, cq = g.halfWidth ? i : q;
     const T *xr = x + r * g.d;
     const A *c = cosT + angle * g.w, *s = sinT + angle * g.w;
     const Compute<T> xp = load(xr[p]), xq = load(xr[q]);
+    // The math is f32 for every pairing (f64 for f64), so rounding it to Y
+    // once gives the bits of the f32 step and a Cast after (or before) it.
     if (!g.transposed) {
-      yr[p] = store<T>(xp * load(c[cp]) - xq * load(s[cp]));
-      yr[q] = store<T>(xq * load(c[cq]) + xp * load(s[cq]));
+      yr[p] = store<Y>(Compute<Y>(xp * load(c[cp]) - xq * load(s[cp])));
+      yr[q] = store<Y>(Compute<Y>(xq * load(c[cq]) + xp * load(s[cq])));
     } else {
-      yr[p] = store<T>(xp * load(c[cp]) + xq * load(s[cq]));
-      yr[q] = store<T>(xq * load(c[cq]) - xp * load(s[cp]));
+      yr[p] = store<Y>(Compute<Y>(xp * load(c[cp]) + xq * load(s[cq])));
+      yr[q] = store<Y>(Compute<Y>(xq * load(c[cq]) - xp * load(s[cp])));
     }
   }
 }
@@ -67,18 +70,34 @@ Status RotaryKernel(const KernelContext &c) {
   g.pairs = rows * g.half;
   g.perBatch = x.dims[0] ? rows / x.dims[0] : 0;
   if (g.pairs == 0) return Status::ok();
-  auto run = [&](auto xTag, auto tableTag) {
+  auto run = [&](auto xTag, auto yTag, auto tableTag) {
     using T = decltype(xTag);
+    using Y = decltype(yTag);
     using A = decltype(tableTag);
-    rotaryKernel<T, A><<<blocksFor(g.pairs), kThreads, 0, streamOf(c)>>>(
+    rotaryKernel<T, Y, A><<<blocksFor(g.pairs), kThreads, 0, streamOf(c)>>>(
         x.as<T>(), cosT.as<A>(), sinT.as<A>(), hasPositions ? c.inputs[3].as<int64_t>() : nullptr,
-        c.outputs[0].as<T>(), g);
+        c.outputs[0].as<Y>(), g);
     return launchStatus("Rotary");
   };
+  const DType y = c.outputs[0].dtype;
+  // An f32 x rounded to a half y (out_type; sd-half-elementwise).
+  if (x.dtype == DType::F32 && y != DType::F32) {
+    if (cosT.dtype != DType::F32) return sdError("Rotary with out_type takes f32 cos and sin");
+    if (y == DType::BF16) return run(float{}, __nv_bfloat16{}, float{});
+    if (y == DType::F16) return run(float{}, __half{}, float{});
+    return sdError("Rotary rounds an f32 x to bf16 or f16, not ", dtypeName(y));
+  }
+  // A half x's f32 result (out_type 1; sd-half-elementwise).
+  if (y == DType::F32 && x.dtype != DType::F32) {
+    if (cosT.dtype != DType::F32) return sdError("Rotary with out_type takes f32 cos and sin");
+    if (x.dtype == DType::BF16) return run(__nv_bfloat16{}, float{}, float{});
+    if (x.dtype == DType::F16) return run(__half{}, float{}, float{});
+    return sdError("Rotary keeps the f32 result of a bf16 or f16 x, not ", dtypeName(x.dtype));
+  }
   // f32 tables with a half x (sd-half-elementwise).
   if (cosT.dtype == DType::F32 && x.dtype != DType::F32)
-    return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, float{}); });
-  return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag); });
+    return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag, float{}); });
+  return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag, tag); });
 }
 
 } // namespace

@@ -91,7 +91,9 @@ static Status layerNormShape(ShapeContext &c) {
   int64_t stash = c.attrs.getInt("stash_type", 1);
   stats.dtype = stash == 1 ? DType::F32 : x.dtype;
   for (size_t i = size_t(axis); i < stats.dims.size(); ++i) stats.dims[i] = 1;
-  c.outputs = {x, stats, stats};
+  DType yType;
+  SD_RETURN_IF_ERROR(roundedResultType(c.attrs, x.dtype, "LayerNormalization", yType));
+  c.outputs = {TensorInfo{yType, x.dims, x.rankKnown}, stats, stats};
   return Status::ok();
 }
 
@@ -100,7 +102,9 @@ static Status rmsNormShape(ShapeContext &c) {
   SD_CHECK_ARG(dtypeIsFloat(x.dtype), "RMSNormalization expects a float tensor");
   int64_t axis = c.attrs.getInt("axis", -1);
   SD_RETURN_IF_ERROR(normalizeAxis(axis, x.rank()));
-  c.outputs = {x};
+  DType yType;
+  SD_RETURN_IF_ERROR(roundedResultType(c.attrs, x.dtype, "RMSNormalization", yType));
+  c.outputs = {TensorInfo{yType, x.dims, x.rankKnown}};
   return Status::ok();
 }
 

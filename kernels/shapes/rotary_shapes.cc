@@ -37,7 +37,9 @@ static Status rotaryShape(ShapeContext &c) {
                      (cosT.dims[1] < 0 || s < 0 || cosT.dims[1] == s),
                  "Rotary takes cos and sin [1 or ", b, ", ", s, ", W], got ", formatDims(cosT.dims));
   }
-  c.outputs = {TensorInfo{x.dtype, x.dims}};
+  DType yType;
+  SD_RETURN_IF_ERROR(roundedResultType(c.attrs, x.dtype, "Rotary", yType));
+  c.outputs = {TensorInfo{yType, x.dims}};
   return Status::ok();
 }
 

@@ -85,3 +85,19 @@ Status tokenMajorAttentionDims(const TensorInfo &q, const TensorInfo &k, const T
 }
 
 } // namespace sd
+
+namespace sd {
+
+Status roundedResultType(const AttrMap &attrs, DType x, const char *op, DType &result) {
+  const int64_t to = attrs.getInt("out_type", 0);
+  result = to == 0 ? x : DType(to);
+  if (to == 0) return Status::ok();
+  const bool rounds = (to == int64_t(DType::BF16) || to == int64_t(DType::F16)) && x == DType::F32;
+  const bool widens = to == int64_t(DType::F32) && dtypeIsHalf(x);
+  if (!rounds && !widens)
+    return sdError(op, ": out_type ", to, " is not bf16 (16) or f16 (10) for an f32 input, or f32 (1) for a half ",
+                   "one; the input is ", dtypeName(x));
+  return Status::ok();
+}
+
+} // namespace sd

@@ -25,6 +25,10 @@ inline TensorInfo unknownRank(DType dt) {
 // with as many keys as queries (self-attention).
 Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const TensorInfo &positions,
                                bool tokenMajor = false);
+// The result type of an op whose attribute `out_type` (sd-half-elementwise)
+// rounds its f32 result to bf16 or f16, or keeps the f32 result of a half
+// input: that type, else `x`'s.
+Status roundedResultType(const AttrMap &attrs, DType x, const char *op, DType &result);
 // Attention's layout "bshd" (q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv,
 // dv]): checks the operands and gives the scores' [B, H, T, S] and the
 // output's [B, T, H, dv] dims.

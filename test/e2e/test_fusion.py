@@ -71,8 +71,9 @@ def check_attention_layout(check, sdc, sdrun, llama, data, tmp):
 
 
 def half_steps(sdc, model, flags):
-    """{op: steps} of the compiled plan's SwiGLU(Grad) steps on bf16 operands only
-    and cross-entropy (and gradient) steps on bf16 logits."""
+    """{op: steps} of the compiled plan's SwiGLU(Grad) steps on bf16 operands only,
+    cross-entropy (and gradient) steps on bf16 logits, rotary on bf16 x, RMSNorm
+    rounding its result to bf16 and its gradient reading a bf16 dy."""
     ir = sh([sdc, "compile", model, "--emit", "mlir", *flags])
     counts = {}
     for line in ir.splitlines():
@@ -80,7 +81,9 @@ def half_steps(sdc, model, flags):
         operands = line.split(" ins(")[1].split(" outs(")[0] if op else ""
         if (op.startswith("SwiGLU") and "xf32>" not in line) or \
                 (op.startswith("SoftmaxCrossEntropyLoss") and "xbf16>" in operands) or \
-                (op == "Rotary" and operands.split(" : ")[-1].split(",")[0].endswith("xbf16>")):
+                (op == "Rotary" and operands.split(" : ")[-1].split(",")[0].endswith("xbf16>")) or \
+                (op == "RMSNormalization" and "out_type = 16" in line) or \
+                (op == "RMSNormalizationGrad" and operands.split(" : ")[-1].split(",")[0].endswith("xbf16>")):
             counts[op] = counts.get(op, 0) + 1
     return counts
 
@@ -119,9 +122,11 @@ def main():
                                                                                  "FusedElementwise")
                 if arch == "llama":
                     halves = half_steps(sdc, llama, flags)
-                    ops = ("SwiGLU", "SwiGLUGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "Rotary")
+                    ops = ("SwiGLU", "SwiGLUGrad", "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "Rotary",
+                           "RMSNormalization", "RMSNormalizationGrad")
                     check(all(halves.get(op, 0) >= 2 for op in ops) if fused else not halves,
-                          f"bf16 Llama: SwiGLU, rotary, cross-entropy and their gradients on the bf16 values ({halves})"
+                          f"bf16 Llama: SwiGLU, rotary, cross-entropy, RMSNorm and their gradients on the bf16 values "
+                          f"({halves})"
                           if fused else f"bf16 Llama: none on bf16 values with --no-fuse all ({halves})")
                     if fused:
                         kept = half_steps(sdc, llama, flags + ["--no-fuse", "half-steps"])

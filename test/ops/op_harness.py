@@ -1213,6 +1213,40 @@ CASES["RMSNormalizationGrad"] = [
          attrs={"axis": 1, "epsilon": 1e-3}, ref=rms_norm_grad_ref, label="axis 1", rtol=10)]
 
 
+# sd-half-elementwise's forms: an f32 x whose normalized result the kernel
+# rounds to a half (out_type), and a half dy with f32 x and scale.
+def layer_norm_ref(ins, attrs, t):
+    x, scale = f64(ins[0]), f64(ins[1])
+    axes = tuple(range(attrs.get("axis", -1) % x.ndim, x.ndim))
+    mean = x.mean(axis=axes, keepdims=True)
+    y = (x - mean) / np.sqrt(((x - mean) ** 2).mean(axis=axes, keepdims=True) + attrs.get("epsilon", 1e-5)) * scale
+    return [(y + (f64(ins[2]) if len(ins) > 2 else 0.0)).astype(ins[0].dtype)]
+
+
+def rounded_to(ref):
+    """The reference of an out_type step: the f32 result, rounded to the case's half type."""
+    return lambda ins, attrs, t: [ref(ins, attrs, t)[0].astype(NP[t])]
+
+
+for h in HALVES:
+    out = {"out_type": ONNX_TYPE[h]}
+    CASES["RMSNormalization"].append(
+        Case(lambda t, r: [rand(r, (6, 40), "f32"), rand(r, (40,), "f32")], attrs={**out, "epsilon": 1e-5},
+             ref=rounded_to(rms_norm_ref), types=[h], label=f"f32 x, {h} result"))
+    CASES["LayerNormalization"].append(
+        Case(lambda t, r: [rand(r, (6, 40), "f32"), rand(r, (40,), "f32"), rand(r, (40,), "f32")], attrs=out,
+             ref=rounded_to(layer_norm_ref), types=[h], label=f"f32 x, {h} result"))
+    CASES["RMSNormalizationGrad"].append(
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), "f32"), rand(r, (40,), "f32")], outputs=2,
+             ref=rms_norm_grad_ref, types=[h], label=f"{h} dy, f32 x", rtol=10))
+    CASES["LayerNormalizationGrad"].append(
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), "f32"), rand(r, (40,), "f32")], outputs=3,
+             ref=layer_norm_grad_ref, types=[h], label=f"{h} dy, f32 x", rtol=10))
+CASES["RMSNormalization"].append(
+    Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (40,), t)], attrs={"out_type": 16}, ref=rms_norm_ref,
+         types=["f16"], error="out_type", label="out_type of a half x"))
+
+
 def sigmoid64(x):
     with np.errstate(over="ignore"):
         return 1.0 / (1.0 + np.exp(-x))
@@ -1297,6 +1331,11 @@ CASES["Rotary"] += [
          label="half x, f32 tables" + (", transposed" if tr else "")) for tr in (0, 1)]
 
 
+def rotary_f32_of_half(ins, attrs, t):
+    """out_type 1: the half x's rotation in f32, not rounded back."""
+    return rotary_token_major_ref([ins[0].astype(np.float32)] + list(ins[1:]), attrs, t)[0]
+
+
 def rotary_token_major_ref(ins, attrs, t):
     """seq_axis 1: x [B, S, H, D] rotated as its head-major [B, H, S, D] view."""
     x = ins[0].transpose(0, 2, 1, 3)
@@ -1315,6 +1354,18 @@ CASES["Rotary"] += [
          attrs={"seq_axis": 1}, ref=rotary_token_major_ref, types=["bf16", "f16"], label="token-major, half x"),
     Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, t, 5, 8)]],
          attrs={"seq_axis": 3}, ref=rotary_token_major_ref, error="seq_axis", label="seq_axis on the features")]
+# An f32 x (LoRA's f32 sum) whose rotated result the kernel rounds (out_type).
+CASES["Rotary"] += [
+    Case(lambda t, r: [rand(r, (2, 5, 3, 8), "f32"), *[a.reshape(1, 5, 8) for a in rotary_angles(r, "f32", 5, 8)]],
+         attrs={"out_type": ONNX_TYPE[h], "seq_axis": 1, "transposed": tr}, ref=rounded_to(rotary_token_major_ref),
+         types=[h], label=f"token-major f32 x, {h} result" + (", transposed" if tr else ""))
+    for h in HALVES for tr in (0, 1)]
+# A half x (attention's bf16 dq, dk) whose f32 result the kernel keeps (out_type 1).
+CASES["Rotary"] += [
+    Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, "f32", 5, 8)]],
+         attrs={"out_type": 1, "seq_axis": 1, "transposed": 1},
+         ref=lambda ins, attrs, t: [rotary_f32_of_half(ins, attrs, t)], types=list(HALVES),
+         label="token-major half x, f32 result")]
 
 
 def cached_attention_ref(ins, attrs, t):

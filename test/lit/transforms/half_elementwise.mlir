@@ -84,3 +84,63 @@ func.func @rotary(%q: tensor<2x4x8x16xbf16>, %cos: tensor<1x8x16xf32>, %sin: ten
   %yh = sd.cast %y {to = 16 : i64} : (tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xbf16>
   return %yh : tensor<2x4x8x16xbf16>
 }
+
+// -----
+
+// An f32 input whose result is only narrowed (LoRA's f32 sum rotated; the
+// f32 residual stream normalized for the next bf16 product): the op rounds
+// its result itself (out_type 16: bf16). The norms' gradients read the
+// widened bf16 dy as it is; their dx stays f32.
+// CHECK-LABEL: func.func @rounded_results
+//   CHECK-NOT:   sd.cast
+//       CHECK:   %[[R:.*]] = sd.rotary %arg0, %arg1, %arg2, %{{.*}} {out_type = 16 : i64, seq_axis = 1 : i64} : (tensor<2x8x4x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x8x4x16xbf16>
+//       CHECK:   %[[N:.*]] = sd.rms_normalization %arg3, %arg4 {axis = -1 : i64, epsilon = 9.99999997E-7 : f32, out_type = 16 : i64} : (tensor<16x32xf32>, tensor<32xf32>) -> tensor<16x32xbf16>
+//       CHECK:   %[[L:.*]] = sd.layer_normalization %arg3, %arg4, %arg4 {axis = -1 : i64, out_type = 16 : i64} : (tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<16x32xbf16>
+//       CHECK:   %[[DX:.*]], %{{.*}} = sd.rms_normalization_grad %arg5, %arg3, %arg4 {axis = -1 : i64} : (tensor<16x32xbf16>, tensor<16x32xf32>, tensor<32xf32>) -> (tensor<16x32xf32>, tensor<32xf32>)
+//       CHECK:   %[[DL:.*]], %{{.*}}, %{{.*}} = sd.layer_normalization_grad %arg5, %arg3, %arg4 {axis = -1 : i64} : (tensor<16x32xbf16>, tensor<16x32xf32>, tensor<32xf32>) -> (tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>)
+//       CHECK:   return %[[R]], %[[N]], %[[L]], %[[DX]], %[[DL]]
+func.func @rounded_results(%q: tensor<2x8x4x16xf32>, %cos: tensor<1x8x16xf32>, %sin: tensor<1x8x16xf32>,
+                           %x: tensor<16x32xf32>, %w: tensor<32xf32>, %dy: tensor<16x32xbf16>)
+    -> (tensor<2x8x4x16xbf16>, tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<16x32xf32>, tensor<16x32xf32>) {
+  %none = sd.none
+  %r = sd.rotary %q, %cos, %sin, %none {seq_axis = 1 : i64} : (tensor<2x8x4x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x8x4x16xf32>
+  %rh = sd.cast %r {to = 16 : i64} : (tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xbf16>
+  %n = sd.rms_normalization %x, %w {axis = -1 : i64, epsilon = 9.99999997E-7 : f32} : (tensor<16x32xf32>, tensor<32xf32>) -> tensor<16x32xf32>
+  %nh = sd.cast %n {to = 16 : i64} : (tensor<16x32xf32>) -> tensor<16x32xbf16>
+  %l = sd.layer_normalization %x, %w, %w {axis = -1 : i64} : (tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>) -> tensor<16x32xf32>
+  %lh = sd.cast %l {to = 16 : i64} : (tensor<16x32xf32>) -> tensor<16x32xbf16>
+  %dyw = sd.cast %dy {to = 1 : i64} : (tensor<16x32xbf16>) -> tensor<16x32xf32>
+  %dx, %dw = sd.rms_normalization_grad %dyw, %x, %w {axis = -1 : i64} : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<32xf32>) -> (tensor<16x32xf32>, tensor<32xf32>)
+  %dl, %dlw, %dlb = sd.layer_normalization_grad %dyw, %x, %w {axis = -1 : i64} : (tensor<16x32xf32>, tensor<16x32xf32>, tensor<32xf32>) -> (tensor<16x32xf32>, tensor<32xf32>, tensor<32xf32>)
+  return %rh, %nh, %lh, %dx, %dl : tensor<2x8x4x16xbf16>, tensor<16x32xbf16>, tensor<16x32xbf16>, tensor<16x32xf32>, tensor<16x32xf32>
+}
+
+// -----
+
+// Kept: a normalized value an f32 op reads too.
+// CHECK-LABEL: func.func @norm_kept
+//   CHECK-NOT:   out_type
+//       CHECK:   return
+func.func @norm_kept(%x: tensor<16x32xf32>, %w: tensor<32xf32>) -> (tensor<16x32xbf16>, tensor<16x32xf32>) {
+  %n = sd.rms_normalization %x, %w {axis = -1 : i64} : (tensor<16x32xf32>, tensor<32xf32>) -> tensor<16x32xf32>
+  %nh = sd.cast %n {to = 16 : i64} : (tensor<16x32xf32>) -> tensor<16x32xbf16>
+  %e = sd.exp %n : (tensor<16x32xf32>) -> tensor<16x32xf32>
+  return %nh, %e : tensor<16x32xbf16>, tensor<16x32xf32>
+}
+
+// -----
+
+// Rotary's gradient on attention's widened bf16 dq, its f32 result read by
+// f32 steps (LoRA's gradient sums): it reads the bf16 values and keeps the
+// f32 result (out_type 1).
+// CHECK-LABEL: func.func @rotary_f32_result
+//   CHECK-NOT:   sd.cast
+//       CHECK:   %[[Y:.*]] = sd.rotary %arg0, %arg1, %arg2, %{{.*}} {out_type = 1 : i64, seq_axis = 1 : i64, transposed = 1 : i64} : (tensor<2x8x4x16xbf16>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x8x4x16xf32>
+//       CHECK:   sd.exp %[[Y]]
+func.func @rotary_f32_result(%dq: tensor<2x8x4x16xbf16>, %cos: tensor<1x8x16xf32>, %sin: tensor<1x8x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %w = sd.cast %dq {to = 1 : i64} : (tensor<2x8x4x16xbf16>) -> tensor<2x8x4x16xf32>
+  %r = sd.rotary %w, %cos, %sin, %none {seq_axis = 1 : i64, transposed = 1 : i64} : (tensor<2x8x4x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x8x4x16xf32>
+  %e = sd.exp %r : (tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32>
+  return %e : tensor<2x8x4x16xf32>
+}
