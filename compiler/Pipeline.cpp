@@ -87,6 +87,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   if (opts.training()) {
     if (opts.packing) pm.addPass(createPackSequences());
     pm.addPass(createAutodiff());
+    if (opts.attentionStats) pm.addPass(createAttentionStats());
     pm.addPass(createTrainingDropout());
     OptimizerOptions o;
     o.optimizer = opts.optimizer;

@@ -111,13 +111,13 @@ struct AttentionLayoutPass : sd::impl::AttentionLayoutBase<AttentionLayoutPass> 
   }
 
   void rewrite(AttentionOp a) {
-    if (a.getLayout() || !isa<NoneType>(a.getPositions().getType()) || a.getResult().use_empty()) return;
+    if (a.getLayout() || !isa<NoneType>(a.getPositions().getType()) || a.getY().use_empty()) return;
     std::optional<TokenMajor> q = tokenMajorOf(a.getQ()), k = tokenMajorKeys(a.getKt());
     std::optional<TokenMajor> v = tokenMajorOf(unrepeated(a.getV()));
     if (!q || !k || !v) return;
-    for (Operation *u : a.getResult().getUsers())
+    for (Operation *u : a.getY().getUsers())
       if (!isa<TransposeOp>(u) || !transposeInput(u->getResult(0), kHeadsFirst)) return;
-    ArrayRef<int64_t> qs = shapeOf(q->x), ks = shapeOf(k->x), vs = shapeOf(v->x), ys = shapeOf(a.getResult());
+    ArrayRef<int64_t> qs = shapeOf(q->x), ks = shapeOf(k->x), vs = shapeOf(v->x), ys = shapeOf(a.getY());
     // q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]; the head-major
     // result [B, H, T, dv] as before.
     if (ks[0] != qs[0] || ks[3] != qs[3] || vs[0] != qs[0] || vs[1] != ks[1] || vs[2] != ks[2] || ks[2] <= 0 ||
@@ -127,11 +127,11 @@ struct AttentionLayoutPass : sd::impl::AttentionLayoutBase<AttentionLayoutPass> 
     Value qx = rotated(b, *q), kx = rotated(b, *k), vx = rotated(b, *v);
     SmallVector<NamedAttribute> attrs(a->getAttrs());
     attrs.push_back(b.getNamedAttr("layout", b.getStringAttr("bshd")));
-    Operation *user = *a.getResult().getUsers().begin();
-    auto fused = b.create<AttentionOp>(a.getLoc(), user->getResult(0).getType(),
+    Operation *user = *a.getY().getUsers().begin();
+    auto fused = b.create<AttentionOp>(a.getLoc(), TypeRange{user->getResult(0).getType()},
                                        ValueRange{qx, kx, vx, a.getMask(), a.getPositions()}, attrs);
-    for (Operation *u : llvm::make_early_inc_range(a.getResult().getUsers())) {
-      u->getResult(0).replaceAllUsesWith(fused.getResult());
+    for (Operation *u : llvm::make_early_inc_range(a.getY().getUsers())) {
+      u->getResult(0).replaceAllUsesWith(fused.getY());
       u->erase();
     }
     Value oldQ = a.getQ(), oldK = a.getKt(), oldV = a.getV();

@@ -345,9 +345,9 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
                  .getResult();
     Value maskOperand = mask ? mask : none;
     if (keepMask) maskOperand = b.create<NotOp>(pv.getLoc(), mask.getType(), mask).getResult();
-    auto fused = b.create<AttentionOp>(FusedLoc::get(b.getContext(), locs), pv.getResult().getType(),
+    auto fused = b.create<AttentionOp>(FusedLoc::get(b.getContext(), locs), TypeRange{pv.getResult().getType()},
                                        ValueRange{q, kt, v, maskOperand, none}, attrs);
-    pv.getResult().replaceAllUsesWith(fused.getResult());
+    pv.getResult().replaceAllUsesWith(fused.getY());
     for (Operation *op : chain) op->erase();
     for (Operation *op : shared)
       if (op->use_empty()) op->erase();

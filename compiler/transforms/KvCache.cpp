@@ -175,7 +175,7 @@ struct KvCachePass : sd::impl::KvCacheBase<KvCachePass> {
     if (!cached || g.failed()) return failure();
     b.create<GlobalStoreOp>(a.getLoc(), kc.getSymName(), cached->getResult(1));
     b.create<GlobalStoreOp>(a.getLoc(), vc.getSymName(), cached->getResult(2));
-    a.getResult().replaceAllUsesWith(cached->getResult(0));
+    a.getY().replaceAllUsesWith(cached->getResult(0));
     a.erase();
     return success();
   }

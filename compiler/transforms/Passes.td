@@ -51,6 +51,10 @@ def AttentionLayout : Pass<"sd-attention-layout", "mlir::ModuleOp"> {
   let summary = "Attention reads q, k, v token-major where the projections wrote them (layout bshd): no transposes or repeated key/value heads around it";
 }
 
+def AttentionStats : Pass<"sd-attention-stats", "mlir::ModuleOp"> {
+  let summary = "Each AttentionGrad takes its forward Attention's output and row log-sum-exp (a second result), so a fused backward need not recompute the forward";
+}
+
 def HalfElementwise : Pass<"sd-half-elementwise", "mlir::ModuleOp"> {
   let summary = "SwiGLU, rotary, cross-entropy, norms and their gradients between widening and narrowing half casts run on the half values (the same bits, no casts)";
 }

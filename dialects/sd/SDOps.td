@@ -395,7 +395,8 @@ def SD_GlobalLpPoolOp : SD_Unary<"global_lp_pool", "GlobalLpPool", (ins OptI64:$
 
 def SD_AttentionOp : SD_Nary<"attention", "Attention",
     (ins AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask, SD_OptTensor:$positions),
-    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows, OptStr:$layout)> {
+    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows, OptStr:$layout),
+    (outs AnyTensor:$y, Variadic<AnyTensor>:$lse)> {
   let description = [{
     Fused scaled-dot-product attention, recognized by sd-fuse-attention:
     y = softmax(where(mask, mask_value, q @ kt * scale)) @ v with q [..., T, d],
@@ -414,6 +415,11 @@ def SD_AttentionOp : SD_Nary<"attention", "Attention",
     multiple of Hkv, query head h reading key/value head h / (H / Hkv)
     (grouped-query attention without repeated keys). The mask broadcasts to
     the scores [B, H, T, S] as in the default layout.
+    `lse` (optional, set by sd-attention-stats in training entries): f32, one
+    per query row ([..., T], or [B, H, T] in layout bshd), the natural-log
+    log-sum-exp of that row's scaled, masked scores (-inf for a row that sees
+    no key), which AttentionGrad takes so a fused backward need not run the
+    forward again.
   }];
 }
 def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
@@ -518,13 +524,14 @@ def SD_SoftmaxCrossEntropyLossGradOp : SD_Nary<"softmax_cross_entropy_loss_grad"
 
 def SD_AttentionGradOp : SD_Nary<"attention_grad", "AttentionGrad",
     (ins AnyTensor:$grad, AnyTensor:$q, AnyTensor:$kt, AnyTensor:$v, SD_OptTensor:$mask,
-         SD_OptTensor:$positions),
+         SD_OptTensor:$positions, SD_OptTensor:$y, SD_OptTensor:$lse),
     (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows, OptStr:$layout),
     (outs AnyTensor:$q_grad, AnyTensor:$kt_grad, AnyTensor:$v_grad)> {
   let description = [{
     Attention's gradient; recomputes the probabilities from q and kt. Under
     layout "bshd" the gradients have their operands' layout, and a key/value
-    head's gradients sum over the query heads that share it.
+    head's gradients sum over the query heads that share it. `y` and `lse`
+    (or none) are the forward's output and row statistics (sd-attention-stats).
   }];
 }
 def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTensor:$x, AnyTensor:$rng),

@@ -174,10 +174,21 @@ void blocksOf(const Geometry &g, size_t item, std::vector<Block> &out) {
   }
 }
 
+// The natural-log log-sum-exp of a row of scores (-inf when every one is -inf).
+float logSumExp(const float *row, int64_t n) {
+  float m = -INFINITY;
+  for (int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
+  if (!(m > -INFINITY && m < INFINITY)) return m; // -inf (no key), +inf or NaN as they are
+  double s = 0;
+  for (int64_t j = 0; j < n; ++j) s += std::exp(double(row[j]) - double(m));
+  return float(double(m) + std::log(s));
+}
+
 // P = softmax(q kt * scale, masked) inside the blocks (T x S with row
-// stride S; entries outside the blocks are never read).
+// stride S; entries outside the blocks are never read); with `lse`, each
+// row's log-sum-exp there too (the optional second result).
 void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blocks, const float *q,
-                   const float *kt, float *p) {
+                   const float *kt, float *p, float *lse = nullptr) {
   for (const Block &b : blocks) {
     int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
     float *pb = p + b.r0 * g.S + b.c0;
@@ -195,6 +206,7 @@ void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blo
       // Under a causal mask the keys after the query get probability 0
       // exactly (their exp underflows): the softmax runs over the rest only.
       int64_t end = g.causal ? std::min(b.c1, i + 1) : b.c1;
+      if (lse) lse[i] = logSumExp(row + b.c0, end - b.c0);
       if (g.zeroMaskedRows && std::all_of(row + b.c0, row + end, [](float s) { return s == -INFINITY; })) {
         std::fill(row + b.c0, row + b.c1, 0.0f);
         continue;
@@ -210,13 +222,15 @@ Status AttentionKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(geometryOf(c, 0, g));
   const float *q = c.inputs[0].as<float>(), *kt = c.inputs[1].as<float>(), *v = c.inputs[2].as<float>();
   float *y = c.outputs[0].as<float>();
+  // The rows' log-sum-exp, item after item ([..., T]; layout bshd: [B, H, T], the items' order).
+  float *lse = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<float>() : nullptr;
   parallelFor(c.pool, int64_t(g.q.size()), 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> p(size_t(g.T * g.S));
     std::vector<Block> blocks;
     for (int64_t item = i0; item < i1; ++item) {
       size_t it = size_t(item);
       blocksOf(g, it, blocks);
-      probabilities(g, it, blocks, q, kt, p.data());
+      probabilities(g, it, blocks, q, kt, p.data(), lse ? lse + item * g.T : nullptr);
       for (const Block &b : blocks)
         gemm<float>(false, false, b.r1 - b.r0, g.dv, b.c1 - b.c0, 1.0f, p.data() + b.r0 * g.S + b.c0, g.S,
                     v + g.v[it] + b.c0 * g.ldv, g.ldv, 0.0f, y + g.y[it] + b.r0 * g.ldy, g.ldy);
@@ -225,8 +239,9 @@ Status AttentionKernel(const KernelContext &c) {
   return Status::ok();
 }
 
-// AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv (q, kt, v share
-// batch dims). Blocks partition the query rows, so each dq row is written
+// AttentionGrad(dy, q, kt, v, mask, positions, y, lse) -> dq, dkt, dv (q, kt,
+// v share batch dims). The forward's y and lse (sd-attention-stats) are not
+// read: the blocks recompute P, which costs what reading it back would save. Blocks partition the query rows, so each dq row is written
 // once; blocks may share keys, so key and value gradients accumulate, over
 // the blocks of the items (query heads) that share them too: one task per
 // key/value head, its items in order, so the sums are the same every run.

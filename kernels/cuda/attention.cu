@@ -14,7 +14,8 @@
 // same for every item, runs cuDNN's fused SDPA instead (cudnn_sdpa.h: flash
 // attention, P never materialized): a constant causal mask as cuDNN's causal
 // band, any other as an additive bias filled each run. The backward
-// recomputes the forward's output and row statistics, then runs cuDNN's
+// takes the forward's output and row statistics (sd-attention-stats: the
+// Attention step writes them; else it recomputes both), then runs cuDNN's
 // deterministic backward. K reaches cuDNN as [S, d] rows, permuted from the
 // op's kt. Layout bshd (token-major operands, keys as rows, grouped key/value
 // heads; sd-attention-layout) reaches cuDNN with its strides and head counts
@@ -59,6 +60,10 @@ struct AttnPrepared : PreparedError {
   DType dtype = DType::F32;
   std::vector<float *> wideIn, wideOut;
   size_t first = 0; // 1 for AttentionGrad (dy before q, kt, v)
+  // Attention writes each row's log-sum-exp (its second result); AttentionGrad
+  // reads the forward's y and log-sum-exp (operands 6 and 7) instead of
+  // recomputing them (sd-attention-stats).
+  bool writesStats = false, readsStats = false;
   // cuDNN's SDPA, when it takes the step: K as rows (and for the gradient
   // the recomputed output, its row statistics and dK as rows).
   std::shared_ptr<CudnnSdpa> sdpa;
@@ -169,7 +174,12 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   else if (!g.tokenMajor && g.items > 1 &&
            (g.strideQ != g.T * g.d || g.strideKt != g.d * g.S || g.strideV != g.S * g.dv))
     why = "operands shared between items";
-  else plan = planCudnnSdpa(shape, first == 1, streamOf(c), p.shared, why);
+  else {
+    // The forward graph for Attention, and for a gradient that recomputes it; its statistics where read.
+    SdpaGraphs graphs{first == 0 || !a.readsStats, (first == 0 && a.writesStats) || (first == 1 && !a.readsStats),
+                      first == 1};
+    plan = planCudnnSdpa(shape, graphs, streamOf(c), p.shared, why);
+  }
   const size_t elem = dtypeSize(a.dtype);
   auto alloc = [&](void **ptr, int64_t elements, size_t size) {
     return cudaMalloc(ptr, size_t(std::max<int64_t>(1, elements)) * size) == cudaSuccess;
@@ -177,9 +187,10 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   // Keys as rows for cuDNN (the default layout's kt permuted; layout bshd has them).
   const bool keyRows = !g.tokenMajor;
   if (plan && ((keyRows && !alloc(&a.k, g.items * g.S * g.d, elem)) || (bias && !alloc(&a.bias, g.T * g.S, elem)) ||
-               (first == 1 && (!alloc(&a.o, g.items * g.T * g.dv, elem) ||
-                               (keyRows && !alloc(&a.dk, g.items * g.S * g.d, elem)) ||
-                               !alloc(reinterpret_cast<void **>(&a.stats), g.items * g.T, sizeof(float)))))) {
+               (first == 1 && ((!a.readsStats && (!alloc(&a.o, g.items * g.T * g.dv, elem) ||
+                                                   !alloc(reinterpret_cast<void **>(&a.stats), g.items * g.T,
+                                                          sizeof(float)))) ||
+                               (keyRows && !alloc(&a.dk, g.items * g.S * g.d, elem)))))) {
     cudaGetLastError();
     why = "cannot allocate its scratch", plan = nullptr;
   }
@@ -246,6 +257,8 @@ int64_t itemMatrix(const AttnGeometry &g, size_t first, size_t i, bool output) {
 std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t first) {
   auto a = std::make_shared<AttnPrepared>();
   a->first = first;
+  a->writesStats = first == 0 && p.kernel.outputs.size() > 1 && p.kernel.outputs[1].data;
+  a->readsStats = first == 1 && p.kernel.hasInput(7) && p.kernel.inputs[7].data;
   const KernelContext &c = p.kernel;
   const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
   AttnGeometry &g = a->g;
@@ -307,7 +320,8 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
   if (useCudnn(p, first, *a)) return a;
   if (a->dtype != DType::F32 || g.tokenMajor) {
     size_t floats = first + 3; // q, kt, v (and dy first for the gradient)
-    for (size_t i = 0; i < floats + c.outputs.size(); ++i) {
+    size_t results = first == 0 ? 1 : 3; // y (the f32 log-sum-exp is written as it is), or dq, dkt, dv
+    for (size_t i = 0; i < floats + results; ++i) {
       const TensorView &t = i < floats ? c.inputs[i] : c.outputs[i - floats];
       const int64_t elements = g.tokenMajor ? g.items * itemMatrix(g, first, i < floats ? i : i - floats, i >= floats)
                                             : t.numElements();
@@ -358,8 +372,9 @@ __device__ inline int64_t keyStart(const AttnGeometry &g, const int64_t *positio
   return i - (pos < 0 ? 0 : pos > i ? i : pos);
 }
 
-// Rows of P in place: mask, then softmax (sum in f64).
-__global__ void maskedSoftmax(AttnGeometry g, const bool *mask, const int64_t *positions, float *p) {
+// Rows of P in place: mask, then softmax (sum in f64); with `lse`, each row's
+// log-sum-exp (natural log, -inf for a row that sees no key) there too.
+__global__ void maskedSoftmax(AttnGeometry g, const bool *mask, const int64_t *positions, float *p, float *lse) {
   for (int64_t row = blockIdx.x; row < g.items * g.T; row += gridDim.x) {
     int64_t item = row / g.T, i = row % g.T, start = keyStart(g, positions, item, i);
     float *pr = p + row * g.S;
@@ -372,12 +387,14 @@ __global__ void maskedSoftmax(AttnGeometry g, const bool *mask, const int64_t *p
     mx = blockReduce(mx, MaxOp(), -INFINITY);
     if (g.zeroMaskedRows && mx == -INFINITY) {
       for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) pr[j] = 0.0f;
+      if (lse && threadIdx.x == 0) lse[row] = -INFINITY;
       continue;
     }
     if (!(mx > -INFINITY && mx < INFINITY) && mx == mx) mx = 0;
     double sum = 0;
     for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) sum += double(std::exp(pr[j] - mx));
     sum = blockReduce(sum, SumOp(), 0.0);
+    if (lse && threadIdx.x == 0) lse[row] = float(double(mx) + std::log(sum));
     float inv = float(1.0 / sum);
     for (int64_t j = threadIdx.x; j < g.S; j += blockDim.x) pr[j] = std::exp(pr[j] - mx) * inv;
   }
@@ -479,7 +496,9 @@ Status widen(const AttnPrepared &a, const KernelContext &c, F32Operands &f) {
     });
     SD_RETURN_IF_ERROR(st);
   }
-  for (size_t i = 0; i < c.outputs.size() && i < 3; ++i) f.out[i] = a.wideOut.empty() ? c.outputs[i].data : a.wideOut[i];
+  const size_t results = a.first == 0 ? 1 : 3;
+  for (size_t i = 0; i < c.outputs.size() && i < results; ++i)
+    f.out[i] = a.wideOut.empty() ? c.outputs[i].data : a.wideOut[i];
   return Status::ok();
 }
 
@@ -506,7 +525,9 @@ Status narrow(const AttnPrepared &a, const KernelContext &c) {
 Status probabilities(const AttnPrepared &a, const KernelContext &c, const F32Operands &f, size_t first) {
   const AttnGeometry &g = a.g;
   SD_RETURN_IF_ERROR(a.scores->run(f.in[first], f.in[first + 1], a.p, g.scale, 0.0, streamOf(c)));
-  maskedSoftmax<<<rowBlocks(g), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, first + 3), positionsOf(c, first + 4), a.p);
+  float *lse = first == 0 && a.writesStats ? c.outputs[1].as<float>() : nullptr;
+  maskedSoftmax<<<rowBlocks(g), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, first + 3), positionsOf(c, first + 4), a.p,
+                                                              lse);
   return launchStatus("Attention");
 }
 
@@ -524,7 +545,8 @@ Status AttentionKernel(const KernelContext &c) {
       k = a->k;
     }
     SD_RETURN_IF_ERROR(fillBias(*a, c, 3));
-    return a->sdpa->forward(c.inputs[0].data, k, c.inputs[2].data, a->bias, c.outputs[0].data, nullptr, streamOf(c));
+    return a->sdpa->forward(c.inputs[0].data, k, c.inputs[2].data, a->bias, c.outputs[0].data,
+                            a->writesStats ? c.outputs[1].as<float>() : nullptr, streamOf(c));
   }
   F32Operands f;
   SD_RETURN_IF_ERROR(widen(*a, c, f));
@@ -553,9 +575,17 @@ Status AttentionGradKernel(const KernelContext &c) {
       k = a->k, dk = a->dk;
     }
     SD_RETURN_IF_ERROR(fillBias(*a, c, 4));
-    SD_RETURN_IF_ERROR(a->sdpa->forward(q, k, v, a->bias, a->o, a->stats, s));
+    // The forward's output and statistics: the Attention step's (sd-attention-stats), else recomputed here.
+    const void *o = a->o;
+    const float *stats = a->stats;
+    if (a->readsStats) {
+      o = c.inputs[6].data;
+      stats = c.inputs[7].as<float>();
+    } else {
+      SD_RETURN_IF_ERROR(a->sdpa->forward(q, k, v, a->bias, a->o, a->stats, s));
+    }
     SD_RETURN_IF_ERROR(
-        a->sdpa->backward(q, k, v, a->bias, a->o, c.inputs[0].data, a->stats, c.outputs[0].data, dk, c.outputs[2].data, s));
+        a->sdpa->backward(q, k, v, a->bias, o, c.inputs[0].data, stats, c.outputs[0].data, dk, c.outputs[2].data, s));
     return g.tokenMajor ? Status::ok() : transpose(a->dtype, a->dk, c.outputs[1].data, g.items, g.S, g.d, s);
   }
   F32Operands f;

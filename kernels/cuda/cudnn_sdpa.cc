@@ -94,7 +94,7 @@ class Sdpa final : public CudnnSdpa {
 public:
   std::shared_ptr<Handle> handle;
   std::shared_ptr<fe::graph::Graph> fwd, bwd;
-  bool withBias = false;
+  bool withBias = false, fwdStats = false;
   void *workspace = nullptr;
   ~Sdpa() override { cudaFree(workspace); }
 
@@ -102,7 +102,8 @@ public:
                  cudaStream_t stream) const override {
     std::unordered_map<int64_t, void *> pack = {{kQ, const_cast<void *>(q)}, {kK, const_cast<void *>(k)},
                                                 {kV, const_cast<void *>(v)}, {kO, y}};
-    if (bwd) pack[kStats] = stats; // the training forward writes the stats
+    if (!fwd) return sdError("cuDNN SDPA: this step has no forward graph");
+    if (fwdStats) pack[kStats] = stats; // the training forward writes the stats
     if (withBias) pack[kBias] = const_cast<void *>(bias);
     return run(*fwd, pack, stream, "forward");
   }
@@ -186,7 +187,7 @@ std::string build(fe::graph::Graph &g, cudnnHandle_t h) {
 
 } // namespace
 
-std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &s, bool training, cudaStream_t stream,
+std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &s, const SdpaGraphs &graphs, cudaStream_t stream,
                                          std::map<std::string, std::shared_ptr<const void>> &shared,
                                          std::string &why) {
   if (s.dtype != DType::BF16 && s.dtype != DType::F16) return why = "cuDNN SDPA takes bf16 and f16", nullptr;
@@ -205,11 +206,14 @@ std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &s, bool training, cuda
     if (fe::detail::set_stream(plan->handle->handle, stream) != CUDNN_STATUS_SUCCESS)
       return why = "cuDNN cannot use the session's stream", nullptr;
     plan->withBias = s.bias;
-    plan->fwd = forwardGraph(s, training);
-    if (std::string e = build(*plan->fwd, plan->handle->handle); !e.empty()) return why = "forward: " + e, nullptr;
+    plan->fwdStats = graphs.forwardStats;
     int64_t bytes = 0, more = 0;
-    if (!plan->fwd->get_workspace_size(bytes).is_good()) return why = "forward workspace size", nullptr;
-    if (training) {
+    if (graphs.forward) {
+      plan->fwd = forwardGraph(s, graphs.forwardStats);
+      if (std::string e = build(*plan->fwd, plan->handle->handle); !e.empty()) return why = "forward: " + e, nullptr;
+      if (!plan->fwd->get_workspace_size(bytes).is_good()) return why = "forward workspace size", nullptr;
+    }
+    if (graphs.backward) {
       plan->bwd = backwardGraph(s);
       if (std::string e = build(*plan->bwd, plan->handle->handle); !e.empty()) return why = "backward: " + e, nullptr;
       if (!plan->bwd->get_workspace_size(more).is_good()) return why = "backward workspace size", nullptr;
@@ -226,7 +230,7 @@ std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &s, bool training, cuda
 
 #else
 
-std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &, bool, cudaStream_t,
+std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &, const SdpaGraphs &, cudaStream_t,
                                          std::map<std::string, std::shared_ptr<const void>> &, std::string &why) {
   why = "this build has no cudnn-frontend headers (pip's nvidia-cudnn-frontend, requirements.txt)";
   return nullptr;

@@ -31,8 +31,8 @@ struct SdpaShape {
 class CudnnSdpa {
 public:
   virtual ~CudnnSdpa() = default;
-  // y = softmax(scale q kᵀ) v; with `stats` (f32 [batch, heads, T]) also each row's
-  // log-sum-exp, which backward() needs.
+  // y = softmax(scale q kᵀ) v; with `stats` (f32 [batch, heads, T]; a forward
+  // planned with forwardStats) also each row's log-sum-exp, which backward() needs.
   virtual Status forward(const void *q, const void *k, const void *v, const void *bias, void *y, float *stats,
                          cudaStream_t stream) const = 0;
   // dq, dk, dv from the forward's y and stats and dy (deterministic: no atomics).
@@ -41,11 +41,15 @@ public:
                           cudaStream_t stream) const = 0;
 };
 
-// The cuDNN graphs for `shape`: the forward (with stats when `training`) and,
-// when `training`, the backward; built and their workspace allocated now,
+// Which graphs a step needs: the forward (writing row statistics or not) and the backward.
+struct SdpaGraphs {
+  bool forward = true, forwardStats = false, backward = false;
+};
+
+// The cuDNN graphs for `shape`, built and their workspace allocated now,
 // when the session is created. Null with `why` set when cuDNN cannot run it.
 // `shared` holds the session's one cuDNN handle.
-std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &shape, bool training, cudaStream_t stream,
+std::shared_ptr<CudnnSdpa> planCudnnSdpa(const SdpaShape &shape, const SdpaGraphs &graphs, cudaStream_t stream,
                                          std::map<std::string, std::shared_ptr<const void>> &shared,
                                          std::string &why);
 

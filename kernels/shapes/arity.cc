@@ -17,7 +17,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"ConvGradWeight", {2, 2}},
       {"SeededDropout", {2, 2}},
       {"Attention", {3, 5}},
-      {"AttentionGrad", {4, 6}},
+      {"AttentionGrad", {4, 8}},
       {"MaxPoolGrad", {2, 2}},
       {"AveragePoolGrad", {2, 2}},
       {"SoftmaxCrossEntropyLossGrad", {3, 3}},

@@ -92,7 +92,7 @@ Status poolGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
-// AttentionGrad(dy, q, kt, v, mask, positions) -> dq, dkt, dv; q, kt and v share their batch dims.
+// AttentionGrad(dy, q, kt, v, mask, positions, y, lse) -> dq, dkt, dv; q, kt and v share their batch dims.
 Status attentionGradShape(ShapeContext &c) {
   const TensorInfo &dy = c.inputs[0], &q = c.inputs[1], &kt = c.inputs[2], &v = c.inputs[3];
   SD_CHECK_ARG(q.isStatic() && kt.isStatic() && v.isStatic() && dy.isStatic() && q.rank() >= 2 &&
@@ -114,6 +114,17 @@ Status attentionGradShape(ShapeContext &c) {
   }
   if (dy.dims != want) return sdError("AttentionGrad: gradient ", formatDims(dy.dims), " is not ", formatDims(want));
   if (c.hasInput(5)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[5], tokenMajor));
+  // The forward's output and row statistics (sd-attention-stats), both or neither.
+  SD_CHECK_ARG(c.hasInput(6) == c.hasInput(7), "AttentionGrad takes the forward's output and statistics together");
+  if (c.hasInput(6)) {
+    SD_CHECK_ARG(c.inputs[6].dims == want && c.inputs[6].dtype == dy.dtype, "AttentionGrad: the forward's output ",
+                 formatDims(c.inputs[6].dims), " is not ", formatDims(want));
+    Dims rows = want;
+    if (tokenMajor) rows = {want[0], want[2], want[1]};
+    else rows.pop_back();
+    SD_CHECK_ARG(c.inputs[7].dtype == DType::F32 && c.inputs[7].dims == rows, "AttentionGrad: statistics ",
+                 formatDims(c.inputs[7].dims), " are not f32 ", formatDims(rows));
+  }
   c.outputs = {q, kt, v};
   return Status::ok();
 }

@@ -105,7 +105,8 @@ static Status gemmDGeluShape(ShapeContext &c) {
 // Attention(q [..., T, d], kt [..., d, S], v [..., S, dv], mask bool
 // broadcastable to [..., T, S], positions i64 [B, T]) -> [..., T, dv]:
 // softmax(q kt * scale, masked) v; or, in layout bshd, token-major operands
-// (q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]) -> [B, T, H, dv].
+// (q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]) -> [B, T, H, dv];
+// and, when asked for, the f32 log-sum-exp of each scores row ([..., T]).
 static Status attentionShape(ShapeContext &c) {
   const TensorInfo &q = c.inputs[0], &kt = c.inputs[1], &v = c.inputs[2];
   SD_CHECK_ARG((q.dtype == DType::F32 || q.dtype == DType::BF16 || q.dtype == DType::F16) && kt.dtype == q.dtype &&
@@ -130,7 +131,10 @@ static Status attentionShape(ShapeContext &c) {
       return sdError("Attention mask ", formatDims(mask.dims), " does not broadcast to ", formatDims(scores.dims));
   }
   if (c.hasInput(4)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[4], tokenMajor));
-  c.outputs = {out};
+  // The optional row statistics: f32, one per query row of the scores.
+  TensorInfo lse{DType::F32, scores.dims, scores.rankKnown};
+  if (lse.rankKnown && !lse.dims.empty()) lse.dims.pop_back();
+  c.outputs = {out, lse};
   return Status::ok();
 }
 

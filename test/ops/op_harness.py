@@ -1873,6 +1873,38 @@ CASES["SeededDropout"] += [Case(lambda t, r: [rand(r, (4, 5, 6), t), i64(7, 3, 8
                                 ref=seeded_dropout_ref, error="whole rows", label="120 elements are not 7 rows")]
 
 
+def attention_scores(ins, attrs):
+    """The scaled scores with the mask's fill and packed sequences' -inf (f64)."""
+    q, kt = f64(ins[0]), f64(ins[1])
+    s = q @ kt * attrs.get("scale", 1.0)
+    if len(ins) > 3 and ins[3] is not None:
+        s = np.where(ins[3], attrs.get("mask_value", -np.inf), s)
+    if len(ins) > 4 and ins[4] is not None:
+        pos = ins[4]
+        T = s.shape[-1]
+        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
+        for b in range(pos.shape[0]):
+            s[b] = np.where(j < (i - pos[b][:, None]), -np.inf, s[b])
+    return s
+
+
+def row_lse(s):
+    """Each row's natural-log log-sum-exp, -inf for a row of -inf."""
+    m = s.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        out = np.where(np.isneginf(m), -np.inf, m + np.log(np.exp(s - np.where(np.isneginf(m), 0, m)).sum(-1,
+                                                                                                 keepdims=True)))
+    return out[..., 0].astype(np.float32)
+
+
+def attention_lse_ref(ins, attrs, t):
+    """Attention with its second result: y and each row's log-sum-exp."""
+    if attrs.get("layout") == "bshd":
+        heads = list(heads_first(*ins[:3])) + list(ins[3:])
+        return [attention_bshd_ref(ins, attrs, t)[0], row_lse(attention_scores(heads, attrs))]
+    return [attention_ref(ins, attrs, t)[0], row_lse(attention_scores(ins, attrs))]
+
+
 def attention_ref(ins, attrs, t):
     q, kt, v = (f64(x) for x in ins[:3])
     s = q @ kt * attrs.get("scale", 1.0)
@@ -1998,6 +2030,41 @@ CASES["AttentionGrad"] += [
     Case(lambda t, r: [rand(r, (2, 4, 2, 8), t), rand(r, (2, 4, 2, 8), t), rand(r, (2, 6, 2, 8), t),
                        rand(r, (2, 6, 2, 8), t), padded_rows()], attrs={**BSHD, "zero_masked_rows": 1}, outputs=3,
          ref=attention_grad_bshd_ref, label="bshd, padding hides every key of some rows", rtol=5)]
+
+
+# The row statistics (sd-attention-stats): Attention's second result, and
+# AttentionGrad given the forward's y and statistics (the CPU recomputes; a
+# fused backward reads them, so they must be the forward's).
+def with_forward(make, attrs):
+    """AttentionGrad inputs from `make` (dy, q, kt, v, mask) plus positions
+    (none), the forward's y in the case's type and its f32 statistics."""
+    def full(t, r):
+        ins = make(t, r)
+        y, lse = attention_lse_ref(ins[1:], attrs, t)
+        return ins + [None] * (6 - len(ins)) + [y.astype(NP[t]), lse]
+    return full
+
+
+CASES["Attention"] += [
+    Case(lambda t, r: [rand(r, (2, 2, 9, 8), t), rand(r, (2, 2, 8, 9), t), rand(r, (2, 2, 9, 8), t), causal(9)],
+         attrs={"scale": 0.5}, outputs=2, ref=attention_lse_ref, label="causal, row statistics"),
+    Case(lambda t, r: [rand(r, (2, 9, 4, 8), t), rand(r, (2, 9, 2, 8), t), rand(r, (2, 9, 2, 8), t), causal(9)],
+         attrs={**BSHD, "scale": 0.5}, outputs=2, ref=attention_lse_ref, label="bshd, causal, row statistics"),
+    Case(lambda t, r: [rand(r, (2, 6, 2, 8), t), rand(r, (2, 6, 1, 8), t), rand(r, (2, 6, 1, 8), t), causal(6),
+                       np.array([[0, 1, 2, 0, 1, 2], [0, 1, 0, 1, 2, 3]], np.int64)],
+         attrs={**BSHD, "scale": 0.5}, outputs=2, ref=attention_lse_ref, label="bshd, packed, row statistics"),
+    Case(lambda t, r: [rand(r, (2, 1, 4, 4), t), rand(r, (2, 1, 4, 6), t), rand(r, (2, 1, 6, 3), t), padded_rows()],
+         attrs={"zero_masked_rows": 1}, outputs=2, ref=attention_lse_ref,
+         label="rows that see no key: statistics -inf")]
+_causal_bshd = {**BSHD, "scale": 0.5}
+CASES["AttentionGrad"] += [
+    Case(with_forward(lambda t, r: [rand(r, (1, 2, 9, 8), t), rand(r, (1, 2, 9, 8), t), rand(r, (1, 2, 8, 9), t),
+                                    rand(r, (1, 2, 9, 8), t), causal(9)], {"scale": 0.5}),
+         attrs={"scale": 0.5}, outputs=3, ref=attention_grad_ref, label="causal, the forward's statistics", rtol=5),
+    Case(with_forward(lambda t, r: [rand(r, (2, 9, 4, 8), t), rand(r, (2, 9, 4, 8), t), rand(r, (2, 9, 2, 8), t),
+                                    rand(r, (2, 9, 2, 8), t), causal(9)], _causal_bshd),
+         attrs=_causal_bshd, outputs=3, ref=attention_grad_bshd_ref, label="bshd, causal, the forward's statistics",
+         rtol=5)]
 
 
 # ---- driver -----------------------------------------------------------------------------------------------------

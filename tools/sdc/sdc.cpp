@@ -125,7 +125,9 @@ const char *kUsage =
     "                           (half casts moved across transposes, splits and concats, and\n"
     "                           half-steps), half-steps (SwiGLU, rotary and cross-entropy between\n"
     "                           casts run on the half values), attention-layout (attention on\n"
-    "                           token-major q, k, v: no transposes or repeated key/value heads), all\n"
+    "                           token-major q, k, v: no transposes or repeated key/value heads),\n"
+    "                           attention-stats (the backward takes the forward's output and row\n"
+    "                           statistics instead of recomputing them), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -318,21 +320,23 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.packing = true;
     } else if (flag == "--no-fuse") {
       if (!value(v))
-        return fail("--no-fuse needs a list: gemm-epilogues, elementwise, casts, half-steps, attention-layout or all"), 2;
+        return fail("--no-fuse needs a list: gemm-epilogues, elementwise, casts, half-steps, attention-layout, "
+                    "attention-stats or all"), 2;
       for (size_t at = 0; at <= v.size();) {
         size_t comma = std::min(v.find(',', at), v.size());
         std::string item = v.substr(at, comma - at);
         at = comma + 1;
         if (item != "gemm-epilogues" && item != "elementwise" && item != "casts" && item != "half-steps" &&
-            item != "attention-layout" && item != "all")
-          return fail("--no-fuse takes gemm-epilogues, elementwise, casts, half-steps, attention-layout or all, got '" +
-                      item + "'"), 2;
+            item != "attention-layout" && item != "attention-stats" && item != "all")
+          return fail("--no-fuse takes gemm-epilogues, elementwise, casts, half-steps, attention-layout, "
+                      "attention-stats or all, got '" + item + "'"), 2;
         const bool all = item == "all";
         if (all || item == "gemm-epilogues") a.pipeline.gemmEpilogues = false;
         if (all || item == "elementwise") a.pipeline.elementwiseFusion = false;
         if (all || item == "casts") a.pipeline.castMotion = false;
         if (all || item == "casts" || item == "half-steps") a.pipeline.halfSteps = false;
         if (all || item == "attention-layout") a.pipeline.attentionLayout = false;
+        if (all || item == "attention-stats") a.pipeline.attentionStats = false;
       }
     } else if (arg == "--precision") {
       if (!value(a.pipeline.precision)) return fail("--precision needs fp32, bf16 or fp16"), 2;

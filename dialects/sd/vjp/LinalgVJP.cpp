@@ -111,8 +111,8 @@ LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, A
       (ks.size() != qs.size() || vs.size() != qs.size() || batch(ks) != batch(qs) || batch(vs) != batch(qs)))
     return attentionVJPUnfused(op, g, dy, need, dx);
   SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value", "zero_masked_rows", "layout"});
-  Operation *grad = g.op<AttentionGradOp>({dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask(), op.getPositions()},
-                                          attrs, 3);
+  Operation *grad = g.op<AttentionGradOp>(
+      {dy[0], op.getQ(), op.getKt(), op.getV(), op.getMask(), op.getPositions(), g.none(), g.none()}, attrs, 3);
   if (!grad) return failure();
   for (unsigned i = 0; i < 3; ++i)
     if (need[i]) dx[i] = grad->getResult(i);
