@@ -241,71 +241,92 @@ Status AttentionKernel(const KernelContext &c) {
 
 // AttentionGrad(dy, q, kt, v, mask, positions, y, lse) -> dq, dkt, dv (q, kt,
 // v share batch dims). The forward's y and lse (sd-attention-stats) are not
-// read: the blocks recompute P, which costs what reading it back would save. Blocks partition the query rows, so each dq row is written
-// once; blocks may share keys, so key and value gradients accumulate, over
-// the blocks of the items (query heads) that share them too: one task per
-// key/value head, its items in order, so the sums are the same every run.
+// read: the blocks recompute P, which costs what reading it back would save.
+// Blocks partition the query rows, so each dq row is written once; blocks
+// may share keys, so key and value gradients accumulate. Query heads that
+// share a key/value head (layout bshd) write theirs apart, every item in
+// parallel, and the shared head's gradient is their sum in head order: the
+// same bits on any number of threads.
 Status AttentionGradKernel(const KernelContext &c) {
   Geometry g;
   SD_RETURN_IF_ERROR(geometryOf(c, 1, g));
   const float *dy = c.inputs[0].as<float>(), *q = c.inputs[1].as<float>(), *kt = c.inputs[2].as<float>(),
               *v = c.inputs[3].as<float>();
   float *dq = c.outputs[0].as<float>(), *dkt = c.outputs[1].as<float>(), *dv = c.outputs[2].as<float>();
-  const int64_t keyHeads = int64_t(g.q.size()) / g.group;
-  parallelFor(c.pool, keyHeads, 1, [&](int64_t k0, int64_t k1) {
+  const int64_t items = int64_t(g.q.size());
+  const bool shared = g.group > 1;
+  // Shared heads: each item's dk [S, d] and dv [S, dv] rows, summed below.
+  std::vector<float> apart(shared ? size_t(items * g.S * (g.d + g.dv)) : 0);
+  parallelFor(c.pool, items, 1, [&](int64_t i0, int64_t i1) {
     std::vector<float> p(size_t(g.T * g.S)), ds(size_t(g.T * g.S));
     std::vector<Block> blocks;
-    for (int64_t kh = k0; kh < k1; ++kh) {
-      float *dkti = dkt + g.kt[size_t(kh * g.group)], *dvi = dv + g.v[size_t(kh * g.group)];
+    for (int64_t item = i0; item < i1; ++item) {
+      size_t it = size_t(item);
+      const float *dyi = dy + g.y[it], *ki = kt + g.kt[it], *qi = q + g.q[it];
+      float *dqi = dq + g.q[it];
+      float *dkti = shared ? apart.data() + item * g.S * (g.d + g.dv) : dkt + g.kt[it];
+      float *dvi = shared ? dkti + g.S * g.d : dv + g.v[it];
+      const int64_t ldk = shared ? g.d : g.ldk, ldv = shared ? g.dv : g.ldv;
       if (g.kRows) {
         for (int64_t j = 0; j < g.S; ++j) {
-          std::fill(dkti + j * g.ldk, dkti + j * g.ldk + g.d, 0.0f);
-          std::fill(dvi + j * g.ldv, dvi + j * g.ldv + g.dv, 0.0f);
+          std::fill(dkti + j * ldk, dkti + j * ldk + g.d, 0.0f);
+          std::fill(dvi + j * ldv, dvi + j * ldv + g.dv, 0.0f);
         }
       } else {
         std::fill(dkti, dkti + g.d * g.S, 0.0f);
         std::fill(dvi, dvi + g.S * g.dv, 0.0f);
       }
-      for (int64_t item = kh * g.group; item < (kh + 1) * g.group; ++item) {
-        size_t it = size_t(item);
-        const float *dyi = dy + g.y[it], *ki = kt + g.kt[it], *qi = q + g.q[it];
-        float *dqi = dq + g.q[it];
-        blocksOf(g, it, blocks);
-        probabilities(g, it, blocks, q, kt, p.data());
-        for (const Block &b : blocks) {
-          int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
-          const float *pb = p.data() + b.r0 * g.S + b.c0, *dyb = dyi + b.r0 * g.ldy;
-          float *dsb = ds.data() + b.r0 * g.S + b.c0;
-          gemm<float>(true, false, cols, g.dv, rows, 1.0f, pb, g.S, dyb, g.ldy, 1.0f, dvi + b.c0 * g.ldv, g.ldv);
-          gemm<float>(false, true, rows, cols, g.dv, 1.0f, dyb, g.ldy, v + g.v[it] + b.c0 * g.ldv, g.ldv, 0.0f, dsb,
-                      g.S);
-          for (int64_t i = 0; i < rows; ++i) {
-            float *dsr = dsb + i * g.S;
-            const float *pr = pb + i * g.S;
-            // Causal: the keys after the query have P = 0 and no gradient.
-            int64_t end = g.causal ? std::min(cols, b.r0 + i + 1 - b.c0) : cols;
-            double dot = 0;
-            for (int64_t j = 0; j < end; ++j) dot += double(dsr[j]) * double(pr[j]);
-            if (g.causal) {
-              for (int64_t j = 0; j < end; ++j) dsr[j] = pr[j] * (dsr[j] - float(dot));
-              std::fill(dsr + end, dsr + cols, 0.0f);
-            } else {
-              for (int64_t j = 0; j < cols; ++j)
-                dsr[j] = masked(g, it, b.r0 + i, b.c0 + j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
-            }
-          }
-          if (g.kRows) { // dq = scale dS k, dk += scale dSᵀ q
-            gemm<float>(false, false, rows, g.d, cols, g.scale, dsb, g.S, ki + b.c0 * g.ldk, g.ldk, 0.0f,
-                        dqi + b.r0 * g.ldq, g.ldq);
-            gemm<float>(true, false, cols, g.d, rows, g.scale, dsb, g.S, qi + b.r0 * g.ldq, g.ldq, 1.0f,
-                        dkti + b.c0 * g.ldk, g.ldk);
-          } else { // dq = scale dS ktᵀ, dkt += scale qᵀ dS
-            gemm<float>(false, true, rows, g.d, cols, g.scale, dsb, g.S, ki + b.c0, g.ldk, 0.0f, dqi + b.r0 * g.ldq,
-                        g.ldq);
-            gemm<float>(true, false, g.d, cols, rows, g.scale, qi + b.r0 * g.ldq, g.ldq, dsb, g.S, 1.0f, dkti + b.c0,
-                        g.ldk);
+      blocksOf(g, it, blocks);
+      probabilities(g, it, blocks, q, kt, p.data());
+      for (const Block &b : blocks) {
+        int64_t rows = b.r1 - b.r0, cols = b.c1 - b.c0;
+        const float *pb = p.data() + b.r0 * g.S + b.c0, *dyb = dyi + b.r0 * g.ldy;
+        float *dsb = ds.data() + b.r0 * g.S + b.c0;
+        gemm<float>(true, false, cols, g.dv, rows, 1.0f, pb, g.S, dyb, g.ldy, 1.0f, dvi + b.c0 * ldv, ldv);
+        gemm<float>(false, true, rows, cols, g.dv, 1.0f, dyb, g.ldy, v + g.v[it] + b.c0 * g.ldv, g.ldv, 0.0f, dsb,
+                    g.S);
+        for (int64_t i = 0; i < rows; ++i) {
+          float *dsr = dsb + i * g.S;
+          const float *pr = pb + i * g.S;
+          // Causal: the keys after the query have P = 0 and no gradient.
+          int64_t end = g.causal ? std::min(cols, b.r0 + i + 1 - b.c0) : cols;
+          double dot = 0;
+          for (int64_t j = 0; j < end; ++j) dot += double(dsr[j]) * double(pr[j]);
+          if (g.causal) {
+            for (int64_t j = 0; j < end; ++j) dsr[j] = pr[j] * (dsr[j] - float(dot));
+            std::fill(dsr + end, dsr + cols, 0.0f);
+          } else {
+            for (int64_t j = 0; j < cols; ++j)
+              dsr[j] = masked(g, it, b.r0 + i, b.c0 + j) ? 0.0f : pr[j] * (dsr[j] - float(dot));
           }
         }
+        if (g.kRows) { // dq = scale dS k, dk += scale dSᵀ q
+          gemm<float>(false, false, rows, g.d, cols, g.scale, dsb, g.S, ki + b.c0 * g.ldk, g.ldk, 0.0f,
+                      dqi + b.r0 * g.ldq, g.ldq);
+          gemm<float>(true, false, cols, g.d, rows, g.scale, dsb, g.S, qi + b.r0 * g.ldq, g.ldq, 1.0f,
+                      dkti + b.c0 * ldk, ldk);
+        } else { // dq = scale dS ktᵀ, dkt += scale qᵀ dS
+          gemm<float>(false, true, rows, g.d, cols, g.scale, dsb, g.S, ki + b.c0, g.ldk, 0.0f, dqi + b.r0 * g.ldq,
+                      g.ldq);
+          gemm<float>(true, false, g.d, cols, rows, g.scale, qi + b.r0 * g.ldq, g.ldq, dsb, g.S, 1.0f, dkti + b.c0,
+                      g.ldk);
+        }
+      }
+    }
+  });
+  if (!shared) return Status::ok();
+  // A shared head's row j: the sum over its query heads, in order.
+  const int64_t keyHeads = items / g.group;
+  parallelFor(c.pool, keyHeads * g.S, 64, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t kh = r / g.S, j = r % g.S, first = kh * g.group;
+      float *dkr = dkt + g.kt[size_t(first)] + j * g.ldk, *dvr = dv + g.v[size_t(first)] + j * g.ldv;
+      std::fill(dkr, dkr + g.d, 0.0f);
+      std::fill(dvr, dvr + g.dv, 0.0f);
+      for (int64_t item = first; item < first + g.group; ++item) {
+        const float *dki = apart.data() + item * g.S * (g.d + g.dv) + j * g.d, *dvi = dki - j * g.d + g.S * g.d + j * g.dv;
+        for (int64_t e = 0; e < g.d; ++e) dkr[e] += dki[e];
+        for (int64_t e = 0; e < g.dv; ++e) dvr[e] += dvi[e];
       }
     }
   });
