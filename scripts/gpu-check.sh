@@ -288,13 +288,30 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       fi
       if part gemms && [ "$device" = cuda ]; then
         check "$name: GEMMs against raw cuBLASLt" bash -c "$tee_to" "$out/gemm-$name.txt" \
-          "$sdrun" bench "$gplan" --entry train_step --gemms
+          "$sdrun" bench "$gplan" --entry train_step --gemms --tune "$out/gemm-tuning.tsv"
       fi
       if part profiles; then
         check "$name: train_step per op" bash -c "$tee_to" "$out/profile-$name.txt" "$sdrun" bench "$gplan" \
           --device "$device" --entry train_step --data "$dir/bench/plans/${name%-*-*}.jsonl" --iterations 3 \
           --warmup 1 --profile
       fi
+    done
+  fi
+  # The GEMM tuning file the comparisons wrote (each shape's fastest
+  # algorithm): the GEMMs again with it, and each training step timed with
+  # and without it in the same run.
+  if part gemms && [ "$device" = cuda ] && [ -s "$out/gemm-tuning.tsv" ]; then
+    local tplan tname
+    for tplan in "$dir"/bench/plans/*.sdp; do
+      [ -f "${tplan%.sdp}.safetensors" ] || continue
+      tname=$(basename "$tplan" .sdp)
+      check "$tname: GEMMs with the tuning file" bash -c "$tee_to" "$out/gemm-tuned-$tname.txt" \
+        env SD_GEMM_TUNING="$out/gemm-tuning.tsv" "$sdrun" bench "$tplan" --entry train_step --gemms
+      check "$tname: train_step, heuristic GEMMs" bash -c "$tee_to" "$out/step-untuned-$tname.txt" "$sdrun" bench \
+        "$tplan" --device cuda --entry train_step --data "$dir/bench/plans/${tname%-*-*}.jsonl" --iterations 20
+      check "$tname: train_step, tuned GEMMs" bash -c "$tee_to" "$out/step-tuned-$tname.txt" \
+        env SD_GEMM_TUNING="$out/gemm-tuning.tsv" "$sdrun" bench "$tplan" --device cuda --entry train_step \
+        --data "$dir/bench/plans/${tname%-*-*}.jsonl" --iterations 20
     done
   fi
   cat "$summary"

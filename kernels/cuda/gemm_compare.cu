@@ -98,10 +98,14 @@ StatusOr<std::vector<GemmTiming>> compareGemmsWithCublasLt(const std::vector<Gem
     void *c = ctx.outputs[0].data;
     t.oursMs = medianMs(stream, iterations, [&] { return ours->run(a, b, c, 1.0, 0.0, stream).isOk(); });
     // Raw cuBLASLt: the same descriptors, every algorithm its heuristic lists.
+    t.tuningKey = tuningKey(ours->shape);
+    double chosenMs = -1;
     for (const cublasLtMatmulAlgo_t &algo : ours->offered(algorithms)) {
       double ms = medianMs(stream, iterations, [&] { return ours->runWith(algo, a, b, c, 1.0, 0.0, stream).isOk(); });
-      ++t.algorithms;
       if (ms > 0 && (t.bestMs < 0 || ms < t.bestMs)) t.bestMs = ms;
+      // The tuning choice: a later algorithm must be 1% faster, so timing noise does not move it.
+      if (ms > 0 && (chosenMs < 0 || ms < 0.99 * chosenMs)) chosenMs = ms, t.bestIndex = t.algorithms;
+      ++t.algorithms;
     }
     out.push_back(t);
   }

@@ -146,6 +146,11 @@ std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape
     return g;
   }
   g->algo = offered[0];
+  // A tuning file's choice: the index-th algorithm of the same heuristic list.
+  if (int index = tunedAlgorithm(s); index > 0) {
+    std::vector<cublasLtMatmulAlgo_t> more = g->offered(index + 1);
+    if (more.size() > size_t(index)) g->algo = more[size_t(index)];
+  }
   return g;
 }
 

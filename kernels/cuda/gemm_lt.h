@@ -79,7 +79,17 @@ GemmShape linearShapeOf(const KernelContext &c);
 Status builtinGemm(const GemmShape &s, const void *a, const void *b, void *c, double alpha, double beta,
                    cudaStream_t stream);
 
-// The plan for `shape`, or one carrying the reason there is none.
+// The plan for `shape`, or one carrying the reason there is none. Its
+// algorithm is the heuristic's first, or the one a GEMM tuning file names
+// for this GPU and shape (SD_GEMM_TUNING=FILE, written by `sdrun bench
+// --gemms --tune FILE`; gemm_tuning.cu): fixed per file, so runs stay bit
+// for bit the same.
 std::shared_ptr<LtGemm> planGemm(const PrepareContext &p, const GemmShape &shape);
+
+// A shape's line key in a tuning file, and the index (into the heuristic's
+// list) the process's SD_GEMM_TUNING file names for it on this GPU, else -1.
+std::string tuningKey(const GemmShape &shape);
+int tunedAlgorithm(const GemmShape &shape);
+std::string currentGpuName();
 
 } // namespace sd::cuda

@@ -114,7 +114,7 @@ const char *kInferUsage =
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|cuda|auto]\n"
     "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile[=TRACE.json]]\n"
-    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--gemms]\n"
+    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--gemms [--tune FILE]]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
     "--input-dir is given). For training entries (--entry train_step), --data takes\n"
@@ -122,7 +122,10 @@ const char *kBenchUsage =
     "bucket). --profile prints time per op before the summary (runs are then eager, and\n"
     "each GPU kernel is waited for); --profile=TRACE.json also writes a Chrome trace.\n"
     "--gemms (CUDA builds, on a GPU) times each distinct GEMM of the entry instead:\n"
-    "our cuBLASLt plan against every algorithm cuBLASLt's heuristic offers for it.\n"
+    "our cuBLASLt plan against every algorithm cuBLASLt's heuristic offers for it;\n"
+    "--tune FILE appends each shape's fastest algorithm to a GEMM tuning file, which\n"
+    "sessions on this GPU model then use (SD_GEMM_TUNING=FILE; runs stay bit for bit\n"
+    "the same with one file).\n"
     "On a GPU it also times the runs pipelined (each launched before the one ahead\n"
     "is waited for, as sdrun train runs steps) and prints how much of the time the\n"
     "GPU waited for the host, both ways (from CUDA events around each run).\n"
@@ -325,6 +328,18 @@ int benchGemms(Flags &f) {
   }
   std::printf("per run of %s: our GEMMs %.3f ms, raw cuBLASLt's best %.3f ms (%+.1f%%)\n", entryName.c_str(), ours, best,
               best > 0 ? 100.0 * (ours / best - 1) : 0.0);
+  if (f.values.count("--tune")) {
+    // GPU <TAB> shape <TAB> index, appended (one file can hold several plans and GPUs).
+    const std::string &path = f.values["--tune"].back();
+    std::FILE *out = std::fopen(path.c_str(), "a");
+    if (!out) return fail("--tune: cannot open " + path + " for appending");
+    int lines = 0;
+    for (const sd::cuda::GemmTiming &t : timed.value())
+      if (t.bestIndex >= 0 && !t.tuningKey.empty())
+        lines += std::fprintf(out, "%s\t%s\t%d\n", device.c_str(), t.tuningKey.c_str(), t.bestIndex) > 0;
+    if (std::fclose(out) != 0) return fail("--tune: cannot write " + path);
+    std::printf("tuning: %d shapes appended to %s (use with SD_GEMM_TUNING=%s)\n", lines, path.c_str(), path.c_str());
+  }
   std::printf("{\"device\":\"%s\",\"entry\":\"%s\",\"gemm_ours_ms\":%.4f,\"gemm_best_ms\":%.4f,\"shapes\":[%s]}\n",
               device.c_str(), entryName.c_str(), ours, best, rows.c_str());
   return 0;
@@ -348,12 +363,14 @@ int benchCommand(const std::vector<std::string> &args) {
     }
   }
   if (sd::Status s = sd::checkOutputFile(tracePath, "--profile"); !s.isOk()) return fail(s.message());
-  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch"}, f, err,
+  if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch",
+                         "--tune"}, f, err,
                   {"--no-cuda-graphs", "--no-cpu-fallback", "--gemms"})) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }
   if (f.help) return std::fputs(kBenchUsage, stdout), 0;
   if (hasFlag(f, "--gemms")) return benchGemms(f);
+  if (f.values.count("--tune")) return fail("--tune goes with --gemms (see sdrun bench --help)");
   int64_t iters, warmup;
   sd::SessionOptions sessionOpts;
   if (!sessionFlags(f, sessionOpts, err) || !intFlag(f, "--iterations", 20, 1, 1000000, iters, err) ||

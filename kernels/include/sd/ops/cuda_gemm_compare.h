@@ -4,7 +4,8 @@
 // with Linear's bias), the plan a session builds (the heuristic's first
 // algorithm, pinned) and every algorithm cuBLASLt's heuristic offers for the
 // same descriptors are timed on fresh device buffers with CUDA events, each
-// the median of `iterations` runs.
+// the median of `iterations` runs. The fastest one's index and the shape's
+// key make a GEMM tuning file's line (`sdrun bench --gemms --tune FILE`).
 #pragma once
 #include "sd/ops/attrs.h"
 #include "sd/format/status.h"
@@ -28,6 +29,8 @@ struct GemmTiming {
   int steps = 0;         // how many of `steps` run this shape
   double oursMs = -1, bestMs = -1;
   int algorithms = 0;    // how many cuBLASLt offered
+  int bestIndex = -1;    // the fastest one's place in the heuristic's list
+  std::string tuningKey; // the shape's key in a GEMM tuning file (SD_GEMM_TUNING)
 };
 
 // The GPU's name in `device`; an error when there is no usable GPU or cuBLASLt.
