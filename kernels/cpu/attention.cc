@@ -174,16 +174,6 @@ void blocksOf(const Geometry &g, size_t item, std::vector<Block> &out) {
   }
 }
 
-// The natural-log log-sum-exp of a row of scores (-inf when every one is -inf).
-float logSumExp(const float *row, int64_t n) {
-  float m = -INFINITY;
-  for (int64_t j = 0; j < n; ++j) m = std::max(m, row[j]);
-  if (!(m > -INFINITY && m < INFINITY)) return m; // -inf (no key), +inf or NaN as they are
-  double s = 0;
-  for (int64_t j = 0; j < n; ++j) s += std::exp(double(row[j]) - double(m));
-  return float(double(m) + std::log(s));
-}
-
 // P = softmax(q kt * scale, masked) inside the blocks (T x S with row
 // stride S; entries outside the blocks are never read); with `lse`, each
 // row's log-sum-exp there too (the optional second result).
@@ -206,12 +196,12 @@ void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blo
       // Under a causal mask the keys after the query get probability 0
       // exactly (their exp underflows): the softmax runs over the rest only.
       int64_t end = g.causal ? std::min(b.c1, i + 1) : b.c1;
-      if (lse) lse[i] = logSumExp(row + b.c0, end - b.c0);
       if (g.zeroMaskedRows && std::all_of(row + b.c0, row + end, [](float s) { return s == -INFINITY; })) {
         std::fill(row + b.c0, row + b.c1, 0.0f);
+        if (lse) lse[i] = -INFINITY;
         continue;
       }
-      vsoftmaxRow(row + b.c0, row + b.c0, end - b.c0);
+      vsoftmaxRow(row + b.c0, row + b.c0, end - b.c0, lse ? lse + i : nullptr);
       std::fill(row + end, row + b.c1, 0.0f);
     }
   }

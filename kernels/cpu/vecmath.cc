@@ -157,10 +157,12 @@ SD_CLONES float vmax(const float *x, int64_t n) {
   return m;
 }
 
-void vsoftmaxRow(const float *x, float *y, int64_t n) {
-  float mx = vmax(x, n);
-  if (!std::isfinite(mx)) mx = 0; // all -inf rows: exp gives 0s, sum 0, as libm would
-  float inv = 1.0f / vexpShiftSum(x, y, n, mx);
+void vsoftmaxRow(const float *x, float *y, int64_t n, float *lse) {
+  const float rowMax = vmax(x, n);
+  float mx = std::isfinite(rowMax) ? rowMax : 0; // all -inf rows: exp gives 0s, sum 0, as libm would
+  const float sum = vexpShiftSum(x, y, n, mx);
+  if (lse) *lse = std::isfinite(rowMax) ? rowMax + std::log(sum) : rowMax; // -inf: a row that sees no key
+  float inv = 1.0f / sum;
   for (int64_t j = 0; j < n; ++j) y[j] *= inv;
 }
 

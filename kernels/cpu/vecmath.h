@@ -23,7 +23,8 @@ float vexpShiftSum(const float *x, float *y, int64_t n, float shift);
 float vmax(const float *x, int64_t n);
 // y = softmax(x) over one row (y may be x). An all -inf row gives 0/0 = NaN,
 // as the unvectorized Softmax does.
-void vsoftmaxRow(const float *x, float *y, int64_t n);
+// With `lse`, the row's natural-log log-sum-exp there too (its max + log of the sum).
+void vsoftmaxRow(const float *x, float *y, int64_t n, float *lse = nullptr);
 // y = (x - mean) * rstd * g + b over one row; returns mean and rstd.
 void vlayerNormRow(const float *x, const float *g, const float *b, float *y, int64_t n, float eps, float &mean,
                    float &rstd);
