@@ -1906,17 +1906,8 @@ def attention_lse_ref(ins, attrs, t):
 
 
 def attention_ref(ins, attrs, t):
-    q, kt, v = (f64(x) for x in ins[:3])
-    s = q @ kt * attrs.get("scale", 1.0)
-    if len(ins) > 3 and ins[3] is not None:
-        s = np.where(ins[3], attrs.get("mask_value", -np.inf), s)
-    if len(ins) > 4 and ins[4] is not None:
-        pos = ins[4]
-        T = s.shape[-1]
-        i, j = np.arange(T)[:, None], np.arange(T)[None, :]
-        for b in range(pos.shape[0]):
-            s[b] = np.where(j < (i - pos[b][:, None]), -np.inf, s[b])
-    y = softmax64(s, -1) @ v
+    s = attention_scores(ins, attrs)
+    y = softmax64(s, -1) @ f64(ins[2])
     if attrs.get("zero_masked_rows"):  # a query with every key masked: 0, not NaN
         y = np.where(np.isneginf(s).all(-1, keepdims=True), 0.0, y)
     return [y.astype(np.float32)]
