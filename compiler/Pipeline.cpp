@@ -77,6 +77,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   if (opts.kvCache > 0) pm.addPass(createKvCache());
   pm.addPass(createFuseProjections());
   if (opts.attentionLayout) pm.addPass(createAttentionLayout());
+  if (opts.packSwiglu) pm.addPass(createPackSwiglu());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

@@ -67,6 +67,8 @@ struct HalfForm {
 std::optional<HalfForm> halfFormOf(Operation *op) {
   if (isa<SwiGLUOp>(op)) return HalfForm{{0, 1}, {0}, false};
   if (isa<SwiGLUGradOp>(op)) return HalfForm{{0, 1, 2}, {0, 1}, false};
+  if (isa<SwiGLUPackedOp>(op)) return HalfForm{{0}, {0}, false};
+  if (isa<SwiGLUPackedGradOp>(op)) return HalfForm{{0, 1}, {0}, false};
   if (auto sce = dyn_cast<SoftmaxCrossEntropyLossOp>(op)) {
     // Class weights would have to be half too; a read log_prob would turn half.
     if (!isa<NoneType>(sce.getWeights().getType()) || (sce.getLogProb() && !sce.getLogProb().use_empty()))

@@ -51,6 +51,10 @@ def AttentionLayout : Pass<"sd-attention-layout", "mlir::ModuleOp"> {
   let summary = "Attention reads q, k, v token-major where the projections wrote them (layout bshd): no transposes or repeated key/value heads around it";
 }
 
+def PackSwiglu : Pass<"sd-pack-swiglu", "mlir::ModuleOp"> {
+  let summary = "A SwiGLU on the two halves of one fused gate/up projection reads it as it is (SwiGLUPacked): no Split forward, no Concat backward";
+}
+
 def AttentionStats : Pass<"sd-attention-stats", "mlir::ModuleOp"> {
   let summary = "Each AttentionGrad takes its forward Attention's output and row log-sum-exp (a second result), so a fused backward need not recompute the forward";
 }

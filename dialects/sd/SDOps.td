@@ -85,6 +85,14 @@ def SD_SwiGLUOp : SD_Nary<"swiglu", "SwiGLU", (ins AnyTensor:$gate, AnyTensor:$u
     the gated MLP of Llama-class models, as sd-fuse-swiglu recognizes it.
   }];
 }
+def SD_SwiGLUPackedOp : SD_Nary<"swiglu_packed", "SwiGLUPacked", (ins AnyTensor:$x)> {
+  let description = [{
+    SwiGLU of x = [gate | up] along its last axis (2F wide): y [..., F] =
+    silu(gate) * up. What sd-pack-swiglu makes of a SwiGLU on the two halves
+    of one projection (gate and up fused by sd-fuse-projections), so no Split
+    copies them apart (nor a Concat joins their gradients).
+  }];
+}
 def SD_ShrinkOp : SD_Unary<"shrink", "Shrink", (ins OptF32:$bias, OptF32:$lambd)>;
 def SD_EluOp : SD_Unary<"elu", "Elu", (ins OptF32:$alpha)>;
 def SD_SeluOp : SD_Unary<"selu", "Selu", (ins OptF32:$alpha, OptF32:$gamma)>;
@@ -474,6 +482,9 @@ def SD_LogSoftmaxGradOp : SD_Nary<"log_softmax_grad", "LogSoftmaxGrad", (ins Any
 }
 def SD_GeluGradOp : SD_Nary<"gelu_grad", "GeluGrad", (ins AnyTensor:$grad, AnyTensor:$input),
     (ins OptStr:$approximate)>;
+def SD_SwiGLUPackedGradOp : SD_Nary<"swiglu_packed_grad", "SwiGLUPackedGrad", (ins AnyTensor:$grad, AnyTensor:$x)> {
+  let description = "SwiGLUPacked's gradient: dx = [d gate | d up], one tensor shaped like x.";
+}
 def SD_SwiGLUGradOp : SD_Nary<"swiglu_grad", "SwiGLUGrad", (ins AnyTensor:$grad, AnyTensor:$gate, AnyTensor:$up),
     (ins), (outs AnyTensor:$gate_grad, AnyTensor:$up_grad)> {
   let description = "SwiGLU's gradient: d up = dy * silu(gate), d gate = dy * up * silu'(gate).";

@@ -91,11 +91,85 @@ Status SwiGLUGradKernel(const KernelContext &c) {
   });
 }
 
+// Packed gate and up (SwiGLUPacked): row r of x holds its gate in x[r][0, F)
+// and its up in x[r][F, 2F); the same math per row, so the same bits as the
+// SwiGLU of a Split. Half operands reach these through f32 stand-ins (the
+// runtime widens them, as for the casts they replace).
+struct PackedRows {
+  int64_t rows = 0, f = 0;
+};
+Status packedRows(const TensorView &x, const char *op, PackedRows &p) {
+  if (x.rank() < 1 || x.dims.back() % 2) return sdError(op, ": x must be [..., 2F]");
+  p.f = x.dims.back() / 2;
+  p.rows = p.f ? x.numElements() / (2 * p.f) : 0;
+  return Status::ok();
+}
+
+Status SwiGLUPackedKernel(const KernelContext &c) {
+  PackedRows p;
+  SD_RETURN_IF_ERROR(packedRows(c.inputs[0], "SwiGLUPacked", p));
+  const int64_t f = p.f, grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(f, 1));
+  if (c.inputs[0].dtype == DType::F32) {
+    const float *x = c.inputs[0].as<float>();
+    float *y = c.outputs[0].as<float>();
+    parallelFor(c.pool, p.rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r) vswiglu(x + r * 2 * f, x + r * 2 * f + f, y + r * f, f);
+    });
+    return Status::ok();
+  }
+  return dispatchFloat(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *x = c.inputs[0].as<T>();
+    T *y = c.outputs[0].as<T>();
+    parallelFor(c.pool, p.rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        for (int64_t j = 0; j < f; ++j) {
+          const T g = x[r * 2 * f + j], u = x[r * 2 * f + f + j];
+          y[r * f + j] = g * (T(1) / (T(1) + std::exp(-g))) * u;
+        }
+    });
+    return Status::ok();
+  });
+}
+
+Status SwiGLUPackedGradKernel(const KernelContext &c) {
+  PackedRows p;
+  SD_RETURN_IF_ERROR(packedRows(c.inputs[1], "SwiGLUPackedGrad", p));
+  if (c.inputs[0].numElements() != p.rows * p.f) return sdError("SwiGLUPackedGrad: the gradient does not fit x");
+  const int64_t f = p.f, grain = std::max<int64_t>(1, kGrain / std::max<int64_t>(f, 1));
+  if (c.inputs[1].dtype == DType::F32) {
+    const float *d = c.inputs[0].as<float>(), *x = c.inputs[1].as<float>();
+    float *dx = c.outputs[0].as<float>();
+    parallelFor(c.pool, p.rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        vswigluGrad(d + r * f, x + r * 2 * f, x + r * 2 * f + f, dx + r * 2 * f, dx + r * 2 * f + f, f);
+    });
+    return Status::ok();
+  }
+  return dispatchFloat(c.inputs[1].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const T *d = c.inputs[0].as<T>(), *x = c.inputs[1].as<T>();
+    T *dx = c.outputs[0].as<T>();
+    parallelFor(c.pool, p.rows, grain, [&](int64_t b, int64_t e) {
+      for (int64_t r = b; r < e; ++r)
+        for (int64_t j = 0; j < f; ++j) {
+          const T g = x[r * 2 * f + j], u = x[r * 2 * f + f + j], dy = d[r * f + j];
+          const T s = T(1) / (T(1) + std::exp(-g));
+          dx[r * 2 * f + f + j] = dy * g * s;
+          dx[r * 2 * f + j] = dy * u * (s + g * s * (T(1) - s));
+        }
+    });
+    return Status::ok();
+  });
+}
+
 } // namespace
 
 void registerSwiGLUKernels() {
   registerCpuKernel("SwiGLU", SwiGLUKernel, TypeSet::floats() | TypeSet::halves());
   registerCpuKernel("SwiGLUGrad", SwiGLUGradKernel, TypeSet::floats() | TypeSet::halves());
+  registerCpuKernel("SwiGLUPacked", SwiGLUPackedKernel, TypeSet::floats());
+  registerCpuKernel("SwiGLUPackedGrad", SwiGLUPackedGradKernel, TypeSet::floats(), nullptr, 1);
 }
 
 } // namespace sd::cpu

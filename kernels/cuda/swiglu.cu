@@ -83,11 +83,56 @@ Status SwiGLUGradKernel(const KernelContext &c) {
   });
 }
 
+// Packed gate and up (SwiGLUPacked): element j of row r reads x[r][j] and
+// x[r][F + j]; consecutive threads take consecutive j, so both reads and the
+// write coalesce.
+template <typename T> __global__ void swigluPackedKernel(const T *x, T *y, int64_t rows, int64_t f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * f; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t g = (i / f) * 2 * f + i % f;
+    y[i] = swigluOne(x[g], x[g + f]);
+  }
+}
+
+template <typename T> __global__ void swigluPackedGradKernel(const T *dy, const T *x, T *dx, int64_t rows, int64_t f) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * f; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t g = (i / f) * 2 * f + i % f;
+    swigluGradOne(dy[i], x[g], x[g + f], dx[g], dx[g + f]);
+  }
+}
+
+Status SwiGLUPackedKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  if (x.rank() < 1 || x.dims.back() % 2) return sdError("SwiGLUPacked: x must be [..., 2F]");
+  const int64_t f = x.dims.back() / 2, rows = f ? x.numElements() / (2 * f) : 0;
+  if (rows * f == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    swigluPackedKernel<T><<<blocksFor(rows * f), kThreads, 0, streamOf(c)>>>(x.as<T>(), c.outputs[0].as<T>(), rows, f);
+    return launchStatus("SwiGLUPacked");
+  });
+}
+
+Status SwiGLUPackedGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1];
+  if (x.rank() < 1 || x.dims.back() % 2) return sdError("SwiGLUPackedGrad: x must be [..., 2F]");
+  const int64_t f = x.dims.back() / 2, rows = f ? x.numElements() / (2 * f) : 0;
+  if (dy.numElements() != rows * f) return sdError("SwiGLUPackedGrad: the gradient does not fit x");
+  if (rows * f == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    swigluPackedGradKernel<T><<<blocksFor(rows * f), kThreads, 0, streamOf(c)>>>(dy.as<T>(), x.as<T>(),
+                                                                                  c.outputs[0].as<T>(), rows, f);
+    return launchStatus("SwiGLUPackedGrad");
+  });
+}
+
 } // namespace
 
 void registerSwiGLUKernels() {
   registerKernel("SwiGLU", SwiGLUKernel, floatStorage());
   registerKernel("SwiGLUGrad", SwiGLUGradKernel, floatStorage());
+  registerKernel("SwiGLUPacked", SwiGLUPackedKernel, floatStorage());
+  registerKernel("SwiGLUPackedGrad", SwiGLUPackedGradKernel, floatStorage(), nullptr, 1);
 }
 
 } // namespace sd::cuda

@@ -184,6 +184,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"CachedAttention", {6, 6}},
       {"SwiGLU", {2, 2}},
       {"SwiGLUGrad", {3, 3}},
+      {"SwiGLUPacked", {1, 1}},
+      {"SwiGLUPackedGrad", {2, 2}},
       {"TensorScatter", {2, 3}},
       {"ReverseSequence", {2, 2}},
       {"Det", {1, 1}},

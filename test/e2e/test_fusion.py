@@ -70,6 +70,33 @@ def check_attention_layout(check, sdc, sdrun, llama, data, tmp):
               f"relative difference {gap:.2e})")
 
 
+def check_packed_swiglu(check, sdc, sdrun, llama, data, tmp):
+    """LoRA on the tiny Llama's attention leaves gate/up frozen, so
+    sd-fuse-projections joins them: SwiGLU reads the joined projection
+    (SwiGLUPacked, no Split or Concat of its halves) and trains to the same
+    losses and weights bit for bit as with --no-fuse swiglu (f32 and bf16)."""
+    for precision in ("fp32", "bf16"):
+        runs = {}
+        for packed in (True, False):
+            plan = os.path.join(tmp, f"llama-swiglu-{precision}-{packed}.sdp")
+            flags = ["--peft", "lora", "--target-modules", "q_proj,v_proj", "--shapes", "input_ids=4x8",
+                     "--precision", precision] + ([] if packed else ["--no-fuse", "swiglu"])
+            sh([sdc, "compile", llama, "-o", plan] + flags)
+            steps = plan_steps(sdrun, plan)
+            if packed:
+                check(steps.get("SwiGLUPacked", 0) > 0 and steps.get("SwiGLUPackedGrad", 0) > 0 and
+                      "SwiGLU" not in steps, f"{precision} Llama LoRA: SwiGLU on the joined gate/up projection "
+                      f"({steps.get('SwiGLUPacked', 0)} SwiGLUPacked steps, {steps.get('Split', 0)} Split steps)")
+            metrics, weights = os.path.join(tmp, f"sw-{precision}-{packed}.jsonl"), os.path.join(
+                tmp, f"sw-{precision}-{packed}.safetensors")
+            sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--truncate",
+                "--metrics", metrics, "--save-weights", weights])
+            with open(metrics) as f, open(weights, "rb") as w:
+                runs[packed] = ([json.loads(line)["loss"] for line in f if '"loss"' in line], w.read())
+        check(runs[True] == runs[False] and len(runs[True][0]) == 6,
+              f"{precision} Llama LoRA: the same 6 losses and weights bit for bit with --no-fuse swiglu")
+
+
 def half_steps(sdc, model, flags):
     """{op: steps} of the compiled plan's SwiGLU(Grad) steps on bf16 operands only,
     cross-entropy (and gradient) steps on bf16 logits, rotary on bf16 x, RMSNorm
@@ -156,6 +183,7 @@ def main():
             check(runs[True][1] == runs[False][1], f"{name}: trained weights equal bit for bit")
             check(runs[True][0][0] != runs[True][0][-1], f"{name}: training moved the loss")
         check_attention_layout(check, sdc, sdrun, llama, data, tmp)
+        check_packed_swiglu(check, sdc, sdrun, llama, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")
         np.save(ids, rng.integers(0, 256, size=(1, 8)).astype(np.int64))

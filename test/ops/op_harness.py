@@ -1247,6 +1247,19 @@ CASES["RMSNormalization"].append(
          types=["f16"], error="out_type", label="out_type of a half x"))
 
 
+def swiglu_packed_ref(ins, attrs, t):
+    x = ins[0]
+    f = x.shape[-1] // 2
+    return swiglu_ref([x[..., :f], x[..., f:]], attrs, t)
+
+
+def swiglu_packed_grad_ref(ins, attrs, t):
+    dy, x = ins
+    f = x.shape[-1] // 2
+    dg, du = swiglu_grad_ref([dy, x[..., :f], x[..., f:]], attrs, t)
+    return [np.concatenate([dg, du], axis=-1)]
+
+
 def sigmoid64(x):
     with np.errstate(over="ignore"):
         return 1.0 / (1.0 + np.exp(-x))
@@ -1275,6 +1288,18 @@ CASES["SwiGLUGrad"] = [
          ref=swiglu_grad_ref, label="3-D"),
     Case(lambda t, r: [rand(r, (40000,), t), rand(r, (40000,), t, -30, 30), rand(r, (40000,), t)], outputs=2,
          ref=swiglu_grad_ref, label="long, saturated gates")]
+# Packed gate and up (sd-pack-swiglu): x [..., 2F].
+CASES["SwiGLUPacked"] = [
+    Case(lambda t, r: [rand(r, (4, 16), t, -8, 8)], ref=swiglu_packed_ref, label="rows"),
+    Case(lambda t, r: [rand(r, (2, 3, 10), t, -8, 8)], ref=swiglu_packed_ref, label="3-D"),
+    Case(lambda t, r: [rand(r, (3, 4098), t, -30, 30)], ref=swiglu_packed_ref, label="wide rows, saturated gates"),
+    Case(lambda t, r: [rand(r, (4, 7), t)], ref=swiglu_packed_ref, error="even", label="odd last axis")]
+CASES["SwiGLUPackedGrad"] = [
+    Case(lambda t, r: [rand(r, (4, 8), t), rand(r, (4, 16), t, -8, 8)], ref=swiglu_packed_grad_ref, label="rows"),
+    Case(lambda t, r: [rand(r, (2, 3, 5), t), rand(r, (2, 3, 10), t, -8, 8)], ref=swiglu_packed_grad_ref,
+         label="3-D"),
+    Case(lambda t, r: [rand(r, (3, 2049), t), rand(r, (3, 4098), t, -30, 30)], ref=swiglu_packed_grad_ref,
+         label="wide rows, saturated gates")]
 
 
 def rotary_ref(ins, attrs, t):

@@ -129,6 +129,12 @@ LogicalResult swigluVJP(SwiGLUOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
   return success();
 }
 
+// Packed gate and up: one gradient tensor [d gate | d up].
+LogicalResult swigluPackedVJP(SwiGLUPackedOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (need[0]) dx[0] = g.make<SwiGLUPackedGradOp>({dy[0], op.getX()});
+  return success();
+}
+
 // x ** c for a constant exponent: c * x ** (c - 1).
 LogicalResult powVJP(PowOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   if (need[1]) return op.emitError("Pow: the gradient with respect to the exponent is not implemented");
@@ -197,6 +203,7 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<ClipOp, clipVJP>(ctx);
   attachVJP<GeluOp, geluVJP>(ctx);
   attachVJP<SwiGLUOp, swigluVJP>(ctx);
+  attachVJP<SwiGLUPackedOp, swigluPackedVJP>(ctx);
   attachVJP<PowOp, powVJP>(ctx);
   attachVJP<WhereOp, whereVJP>(ctx);
   attachVJP<IfSelectOp, ifSelectVJP>(ctx);
