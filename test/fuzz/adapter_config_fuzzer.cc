@@ -7,6 +7,11 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   std::string text(reinterpret_cast<const char *>(data), size);
   auto cfg = sd::parseAdapterConfig(text, "fuzz");
-  if (cfg.isOk() && (cfg.value().r < 1 || !std::isfinite(cfg.value().alpha))) std::abort();
+  if (!cfg.isOk()) return 0;
+  // An accepted LoRA config has a rank and a finite alpha; an OSF one (no r or
+  // lora_alpha of its own) a positive effective_rank or none (0).
+  const sd::LoraConfig &c = cfg.value();
+  if (c.isOsf() ? !(c.effectiveRank >= 0 && std::isfinite(c.effectiveRank)) : (c.r < 1 || !std::isfinite(c.alpha)))
+    std::abort();
   return 0;
 }
