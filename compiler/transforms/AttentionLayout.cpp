@@ -15,6 +15,7 @@
 // Only an attention whose every operand and every use fits is rewritten.
 #include "PassDetail.h"
 #include "Passes.h"
+#include "vjp/GradBuilder.h"
 #include "mlir/IR/Builders.h"
 
 namespace sd {
@@ -26,8 +27,6 @@ using namespace mlir;
 using namespace sd::ir;
 
 namespace {
-
-ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
 
 // The input of the Transpose with permutation `perm` that defines `v`, else null.
 Value transposeInput(Value v, ArrayRef<int64_t> perm) {

@@ -19,6 +19,7 @@
 // Runs after sd-move-casts has put the casts next to the ops.
 #include "PassDetail.h"
 #include "Passes.h"
+#include "vjp/GradBuilder.h"
 
 namespace sd {
 #define GEN_PASS_DEF_HALFELEMENTWISE
@@ -30,13 +31,11 @@ using namespace sd::ir;
 
 namespace {
 
-Type elementOf(Value v) { return cast<ShapedType>(v.getType()).getElementType(); }
-
 // The half value `v` widens (v = Cast(to f32)(h), h bf16 or f16), else null.
 Value widenedHalf(Value v) {
   auto c = v.getDefiningOp<CastOp>();
-  if (!c || !elementOf(v).isF32()) return {};
-  Type from = elementOf(c.getInput());
+  if (!c || !elementTypeOf(v).isF32()) return {};
+  Type from = elementTypeOf(c.getInput());
   return from.isBF16() || from.isF16() ? c.getInput() : Value();
 }
 
@@ -44,7 +43,7 @@ Value widenedHalf(Value v) {
 bool onlyNarrowedTo(Value r, Type half) {
   return !r.use_empty() && llvm::all_of(r.getUsers(), [&](Operation *u) {
     auto c = dyn_cast<CastOp>(u);
-    return c && elementOf(c.getResult()) == half;
+    return c && elementTypeOf(c.getResult()) == half;
   });
 }
 
@@ -52,7 +51,7 @@ bool onlyNarrowedTo(Value r, Type half) {
 Type narrowedTo(Value r) {
   if (r.use_empty()) return {};
   auto c = dyn_cast<CastOp>(*r.getUsers().begin());
-  Type t = c ? elementOf(c.getResult()) : Type();
+  Type t = c ? elementTypeOf(c.getResult()) : Type();
   return t && (t.isBF16() || t.isF16()) && onlyNarrowedTo(r, t) ? t : Type();
 }
 
@@ -78,16 +77,16 @@ std::optional<HalfForm> halfFormOf(Operation *op) {
   if (isa<SoftmaxCrossEntropyLossGradOp>(op)) return HalfForm{{1}, {0}, false};
   // The f32 cos/sin tables stay f32 (the kernel reads them so); an f32 x
   // (rotated after LoRA's f32 sum) gives a rounded result.
-  if (auto rotary = dyn_cast<RotaryOp>(op); rotary && elementOf(rotary.getCos()).isF32()) {
+  if (auto rotary = dyn_cast<RotaryOp>(op); rotary && elementTypeOf(rotary.getCos()).isF32()) {
     if (widenedHalf(rotary.getX()))
       return narrowedTo(rotary.getResult()) ? HalfForm{{0}, {0}} : HalfForm{{0}, {}, false, true};
-    if (elementOf(rotary.getX()).isF32()) return HalfForm{{}, {0}, false, true};
+    if (elementTypeOf(rotary.getX()).isF32()) return HalfForm{{}, {0}, false, true};
   }
   // Norms compute in f32 or wider: the f32 residual stream's normalized
   // result rounded by the kernel, and the gradient's half dy read as it is.
-  if (isa<RMSNormalizationOp, LayerNormalizationOp>(op) && elementOf(op->getOperand(0)).isF32())
+  if (isa<RMSNormalizationOp, LayerNormalizationOp>(op) && elementTypeOf(op->getOperand(0)).isF32())
     return HalfForm{{}, {0}, false, true};
-  if (isa<RMSNormalizationGradOp, LayerNormalizationGradOp>(op) && elementOf(op->getOperand(1)).isF32())
+  if (isa<RMSNormalizationGradOp, LayerNormalizationGradOp>(op) && elementTypeOf(op->getOperand(1)).isF32())
     return HalfForm{{0}, {}};
   return std::nullopt;
 }
@@ -106,9 +105,9 @@ struct HalfElementwisePass : sd::impl::HalfElementwiseBase<HalfElementwisePass> 
     for (unsigned i : form.halfOperands)
       if (Value h = widenedHalf(op->getOperand(i))) halves.push_back(h);
     if (halves.size() != form.halfOperands.size()) return;
-    Type half = halves.empty() ? narrowedTo(op->getResult(form.halfResults[0])) : elementOf(halves[0]);
+    Type half = halves.empty() ? narrowedTo(op->getResult(form.halfResults[0])) : elementTypeOf(halves[0]);
     if (!half) return;
-    if (llvm::any_of(halves, [&](Value h) { return elementOf(h) != half; })) return;
+    if (llvm::any_of(halves, [&](Value h) { return elementTypeOf(h) != half; })) return;
     for (unsigned r : form.halfResults)
       if (!onlyNarrowedTo(op->getResult(r), half)) return;
     OpBuilder b(op);

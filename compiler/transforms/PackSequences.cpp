@@ -50,12 +50,12 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
       ArrayRef<int64_t> q = cast<RankedTensorType>(a.getQ().getType()).getShape();
       ArrayRef<int64_t> k = cast<RankedTensorType>(a.getKt().getType()).getShape();
       ArrayRef<int64_t> v = cast<RankedTensorType>(a.getV().getType()).getShape();
-      bool selfAttention = q.size() >= 3 && q[0] == batch && q[q.size() - 2] == seq && k.back() == seq &&
-                           k.size() == q.size() && v.size() == q.size() && k.drop_back(2) == q.drop_back(2) &&
-                           v.drop_back(2) == q.drop_back(2);
-      if (a.getLayout() == "bshd") // token-major [B, T, H, d], keys [B, S, Hkv, d]
-        selfAttention = q.size() == 4 && k.size() == 4 && v.size() == 4 && q[0] == batch && q[1] == seq &&
-                        k[0] == batch && k[1] == seq && v[0] == batch && v[1] == seq;
+      const bool selfAttention =
+          a.getLayout() == "bshd" // token-major [B, T, H, d], keys [B, S, Hkv, d]
+              ? q.size() == 4 && k.size() == 4 && v.size() == 4 && q[0] == batch && q[1] == seq && k[0] == batch &&
+                    k[1] == seq && v[0] == batch && v[1] == seq
+              : q.size() >= 3 && q[0] == batch && q[q.size() - 2] == seq && k.back() == seq && k.size() == q.size() &&
+                    v.size() == q.size() && k.drop_back(2) == q.drop_back(2) && v.drop_back(2) == q.drop_back(2);
       if (!selfAttention)
         return a.emitError() << "--packing: " << sd::describeNode(a)
                              << " is not a self-attention over [batch, ..., seq, d] with unbroadcast keys and values";

@@ -314,7 +314,8 @@ Status AttentionGradKernel(const KernelContext &c) {
       std::fill(dkr, dkr + g.d, 0.0f);
       std::fill(dvr, dvr + g.dv, 0.0f);
       for (int64_t item = first; item < first + g.group; ++item) {
-        const float *dki = apart.data() + item * g.S * (g.d + g.dv) + j * g.d, *dvi = dki - j * g.d + g.S * g.d + j * g.dv;
+        const float *own = apart.data() + item * g.S * (g.d + g.dv); // this item's dk [S, d], then dv [S, dv]
+        const float *dki = own + j * g.d, *dvi = own + g.S * g.d + j * g.dv;
         for (int64_t e = 0; e < g.d; ++e) dkr[e] += dki[e];
         for (int64_t e = 0; e < g.dv; ++e) dvr[e] += dvi[e];
       }

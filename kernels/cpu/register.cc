@@ -77,7 +77,8 @@ static bool computesHalfViaF32(std::string_view op) {
       "ThresholdedRelu", "Softplus", "Softsign", "Mish", "Gelu", "Neg", "Abs", "Sign", "Relu", "Floor", "Ceil",
       "Round", "Add", "Sub", "Mul", "Div", "Mod", "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater",
       "GreaterOrEqual", "Min", "Max", "Sum", "Mean", "Clip", "Softmax", "LogSoftmax", "LayerNormalization",
-      "LayerNormalizationGrad", "RMSNormalization", "RMSNormalizationGrad", "Rotary", "SwiGLU", "SwiGLUGrad", "SwiGLUPacked", "SwiGLUPackedGrad",
+      "LayerNormalizationGrad", "RMSNormalization", "RMSNormalizationGrad", "Rotary", "SwiGLU", "SwiGLUGrad",
+      "SwiGLUPacked", "SwiGLUPackedGrad",
       // Mixed precision (sd-autocast): bf16 operands, f32 accumulation, result rounded once.
       "MatMul", "Gemm", "Linear", "LinearGelu", "GemmDGelu", "Attention", "AttentionGrad", "ReduceSum", "ReduceMean",
       // Exact in f32 (a max of rounded values rounds back to itself): ONNX Attention's masked-row test.

@@ -42,7 +42,9 @@ Status RotaryKernel(const KernelContext &c) {
   const int64_t rank = int64_t(x.dims.size());
   if (rank < 3) return sdError("Rotary takes an input [B, ..., S, D]");
   const int64_t seqAxis = c.attrs.getInt("seq_axis", rank - 2);
-  if (seqAxis < 1 || seqAxis > rank - 2) return sdError("Rotary: seq_axis ", seqAxis, " is not an axis of ", formatDims(x.dims), " between the batch and the features");
+  if (seqAxis < 1 || seqAxis > rank - 2)
+    return sdError("Rotary: seq_axis ", seqAxis, " is not an axis of ", formatDims(x.dims),
+                   " between the batch and the features");
   const int64_t d = x.dims[size_t(rank - 1)], seq = x.dims[size_t(seqAxis)], batch = x.dims[0];
   int64_t rowsPerToken = 1; // rows of one token (token-major x [B, S, H, D]: H)
   for (int64_t a = seqAxis + 1; a < rank - 1; ++a) rowsPerToken *= x.dims[size_t(a)];

@@ -482,14 +482,13 @@ Status widen(const AttnPrepared &a, const KernelContext &c, F32Operands &f) {
       continue;
     }
     f.in[i] = a.wideIn[i];
-    const size_t first = a.first;
-    int64_t n = a.g.tokenMajor ? a.g.items * itemMatrix(a.g, first, i, false) : c.inputs[i].numElements();
+    int64_t n = a.g.tokenMajor ? a.g.items * itemMatrix(a.g, a.first, i, false) : c.inputs[i].numElements();
     if (n == 0) continue;
     Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       if (a.g.tokenMajor)
         gatherItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], a.g.items,
-                                                                   a.g.H, tokenMajorOperand(a.g, first, i, false));
+                                                                   a.g.H, tokenMajorOperand(a.g, a.first, i, false));
       else
         widenKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], n);
       return launchStatus("Attention");
@@ -506,12 +505,11 @@ Status narrow(const AttnPrepared &a, const KernelContext &c) {
   for (size_t i = 0; i < a.wideOut.size(); ++i) {
     int64_t n = c.outputs[i].numElements();
     if (n == 0 || !c.outputs[i].data) continue;
-    const size_t first = a.first;
     Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       if (a.g.tokenMajor)
         scatterItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), a.g.B, a.g.H,
-                                                                    tokenMajorOperand(a.g, first, i, true));
+                                                                    tokenMajorOperand(a.g, a.first, i, true));
       else
         narrowKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), n);
       return launchStatus("Attention");
@@ -567,7 +565,7 @@ Status AttentionGradKernel(const KernelContext &c) {
     return Status::ok();
   }
   cudaStream_t s = streamOf(c);
-  if (a->sdpa) { // recompute the forward's output and statistics, then cuDNN's backward
+  if (a->sdpa) { // the forward's output and statistics (taken or recomputed), then cuDNN's backward
     const void *q = c.inputs[1].data, *v = c.inputs[3].data, *k = c.inputs[2].data;
     void *dk = c.outputs[1].data;
     if (!g.tokenMajor) { // kt permuted into rows, dk back into dkt

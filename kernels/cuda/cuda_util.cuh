@@ -87,6 +87,18 @@ template <typename F> Status dispatchFloatStorage(DType t, F &&f) {
   }
 }
 
+// Calls f(A{}, B{}) with A and B the storage types of `a` and `b`: the same
+// type, or f32 and a half in either order (a step whose input and result, or
+// input and gradient, differ under sd-half-elementwise: out_type, a half dy).
+template <typename F> Status dispatchFloatPair(DType a, DType b, const char *op, F &&f) {
+  if (a == b) return dispatchFloatStorage(a, [&](auto tag) { return f(tag, tag); });
+  if (a == DType::F32 && b == DType::BF16) return f(float{}, __nv_bfloat16{});
+  if (a == DType::F32 && b == DType::F16) return f(float{}, __half{});
+  if (a == DType::BF16 && b == DType::F32) return f(__nv_bfloat16{}, float{});
+  if (a == DType::F16 && b == DType::F32) return f(__half{}, float{});
+  return sdError(op, " on CUDA pairs ", dtypeName(a), " with ", dtypeName(b), ": only one type, or f32 with a half");
+}
+
 // A scalar operand (step, lr, ...) read on the device, whatever its numeric
 // type, so no kernel needs the host to look at device memory.
 struct DeviceScalar {

@@ -73,20 +73,10 @@ __device__ void rowStats(const T *x, int64_t n, double eps, double &mean, double
   rstd = 1.0 / std::sqrt(Team::sum(v) / double(n) + eps);
 }
 
-// Calls f(T{}, O{}): T the storage type of `t`, O that of `other`, which is
-// t or, with an f32 t, a half (a norm's out_type result or half gradient).
-template <typename F> Status dispatchMixed(DType t, DType other, const char *op, F &&f) {
-  if (other == t) return dispatchFloatStorage(t, [&](auto tag) { return f(tag, tag); });
-  if (t == DType::F32 && other == DType::BF16) return f(float{}, __nv_bfloat16{});
-  if (t == DType::F32 && other == DType::F16) return f(float{}, __half{});
-  return sdError(op, " on CUDA pairs ", dtypeName(t), " only with itself or, for f32, a half type; got ",
-                 dtypeName(other));
-}
-
-// The result of an f32 (or T) computation in T, then rounded to Y as a Cast after the step would.
-template <typename Y, typename T> __device__ inline Y storeAs(double v) {
-  return store<Y>(Compute<Y>(load(store<T>(Compute<T>(v)))));
-}
+// The f64 math's result as T's kernel computes it (f32 for f32 and halves),
+// then stored as Y: for an out_type half Y of an f32 T, the f32 result
+// rounded as a Cast after the step would round it.
+template <typename Y, typename T> __device__ inline Y storeAs(double v) { return store<Y>(Compute<Y>(Compute<T>(v))); }
 
 template <typename Team, typename T, typename S, typename Y>
 __global__ void layerNormKernel(RowSplit rs, double eps, const T *px, const T *g, const T *b, Y *py, S *meanOut,
@@ -116,7 +106,7 @@ Status LayerNormKernel(const KernelContext &c) {
   const TensorView *rstd = c.outputs.size() > 2 && c.outputs[2].data ? &c.outputs[2] : nullptr;
   DType statType = mean ? mean->dtype : rstd ? rstd->dtype : x.dtype;
   double eps = c.attrs.getFloat("epsilon", 1e-5);
-  return dispatchMixed(x.dtype, c.outputs[0].dtype, "LayerNormalization", [&](auto tag, auto ytag) {
+  return dispatchFloatPair(x.dtype, c.outputs[0].dtype, "LayerNormalization", [&](auto tag, auto ytag) {
     using T = decltype(tag);
     using Y = decltype(ytag);
     return dispatchFloatStorage(statType, [&](auto stag) {
@@ -228,7 +218,7 @@ Status LayerNormGradKernel(const KernelContext &c) {
     return sdError("LayerNormalizationGrad needs a scale covering the normalized axes");
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
-  return dispatchMixed(x.dtype, dy.dtype, "LayerNormalizationGrad", [&](auto tag, auto dtag) {
+  return dispatchFloatPair(x.dtype, dy.dtype, "LayerNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
     using D = decltype(dtag);
     T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
@@ -299,7 +289,7 @@ Status RmsNormKernel(const KernelContext &c) {
   }
   for (size_t d = 0; d < norm.size(); ++d) si.dims[d] = norm[d];
   double eps = c.attrs.getFloat("epsilon", 1e-5);
-  return dispatchMixed(x.dtype, c.outputs[0].dtype, "RMSNormalization", [&](auto tag, auto ytag) {
+  return dispatchFloatPair(x.dtype, c.outputs[0].dtype, "RMSNormalization", [&](auto tag, auto ytag) {
     using T = decltype(tag);
     using Y = decltype(ytag);
     launchRows(rs, [&](auto team, unsigned blocks) {
@@ -372,7 +362,7 @@ Status RmsNormGradKernel(const KernelContext &c) {
   if (scale.numElements() != rs.n) return sdError("RMSNormalizationGrad needs a scale covering the normalized axes");
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
-  return dispatchMixed(x.dtype, dy.dtype, "RMSNormalizationGrad", [&](auto tag, auto dtag) {
+  return dispatchFloatPair(x.dtype, dy.dtype, "RMSNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
     using D = decltype(dtag);
     T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;

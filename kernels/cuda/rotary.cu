@@ -54,7 +54,8 @@ Status RotaryKernel(const KernelContext &c) {
   if (rank < 3 || cosT.dims.empty()) return sdError("Rotary takes an input [B, ..., S, D]");
   RotaryGeometry g{};
   const int64_t seqAxis = c.attrs.getInt("seq_axis", rank - 2);
-  if (seqAxis < 1 || seqAxis > rank - 2) return sdError("Rotary: seq_axis ", seqAxis, " is not between the batch and the features");
+  if (seqAxis < 1 || seqAxis > rank - 2)
+    return sdError("Rotary: seq_axis ", seqAxis, " is not between the batch and the features");
   g.d = x.dims[size_t(rank - 1)];
   g.seq = x.dims[size_t(seqAxis)];
   g.rowsPerToken = 1;
@@ -79,25 +80,13 @@ Status RotaryKernel(const KernelContext &c) {
         c.outputs[0].as<Y>(), g);
     return launchStatus("Rotary");
   };
-  const DType y = c.outputs[0].dtype;
-  // An f32 x rounded to a half y (out_type; sd-half-elementwise).
-  if (x.dtype == DType::F32 && y != DType::F32) {
-    if (cosT.dtype != DType::F32) return sdError("Rotary with out_type takes f32 cos and sin");
-    if (y == DType::BF16) return run(float{}, __nv_bfloat16{}, float{});
-    if (y == DType::F16) return run(float{}, __half{}, float{});
-    return sdError("Rotary rounds an f32 x to bf16 or f16, not ", dtypeName(y));
-  }
-  // A half x's f32 result (out_type 1; sd-half-elementwise).
-  if (y == DType::F32 && x.dtype != DType::F32) {
-    if (cosT.dtype != DType::F32) return sdError("Rotary with out_type takes f32 cos and sin");
-    if (x.dtype == DType::BF16) return run(__nv_bfloat16{}, float{}, float{});
-    if (x.dtype == DType::F16) return run(__half{}, float{}, float{});
-    return sdError("Rotary keeps the f32 result of a bf16 or f16 x, not ", dtypeName(x.dtype));
-  }
-  // f32 tables with a half x (sd-half-elementwise).
-  if (cosT.dtype == DType::F32 && x.dtype != DType::F32)
-    return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag, float{}); });
-  return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag, tag); });
+  // Tables of x's type, or f32 (sd-half-elementwise: a half x, or an x and y
+  // of different types through out_type).
+  if (cosT.dtype != x.dtype && cosT.dtype != DType::F32)
+    return sdError("Rotary's cos and sin must be ", dtypeName(x.dtype), " or f32, not ", dtypeName(cosT.dtype));
+  return dispatchFloatPair(x.dtype, c.outputs[0].dtype, "Rotary", [&](auto xTag, auto yTag) {
+    return cosT.dtype == x.dtype ? run(xTag, yTag, xTag) : run(xTag, yTag, float{});
+  });
 }
 
 } // namespace

@@ -119,9 +119,7 @@ Status attentionGradShape(ShapeContext &c) {
   if (c.hasInput(6)) {
     SD_CHECK_ARG(c.inputs[6].dims == want && c.inputs[6].dtype == dy.dtype, "AttentionGrad: the forward's output ",
                  formatDims(c.inputs[6].dims), " is not ", formatDims(want));
-    Dims rows = want;
-    if (tokenMajor) rows = {want[0], want[2], want[1]};
-    else rows.pop_back();
+    const Dims rows = attentionRowDims(want, tokenMajor);
     SD_CHECK_ARG(c.inputs[7].dtype == DType::F32 && c.inputs[7].dims == rows, "AttentionGrad: statistics ",
                  formatDims(c.inputs[7].dims), " are not f32 ", formatDims(rows));
   }

@@ -132,8 +132,8 @@ static Status attentionShape(ShapeContext &c) {
   }
   if (c.hasInput(4)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[4], tokenMajor));
   // The optional row statistics: f32, one per query row of the scores.
-  TensorInfo lse{DType::F32, scores.dims, scores.rankKnown};
-  if (lse.rankKnown && !lse.dims.empty()) lse.dims.pop_back();
+  TensorInfo lse{DType::F32, {}, out.rankKnown};
+  if (out.rankKnown && !out.dims.empty()) lse.dims = attentionRowDims(out.dims, tokenMajor);
   c.outputs = {out, lse};
   return Status::ok();
 }

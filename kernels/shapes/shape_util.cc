@@ -65,10 +65,6 @@ Status checkAttentionPositions(const TensorInfo &q, const TensorInfo &kt, const 
   return Status::ok();
 }
 
-} // namespace sd
-
-namespace sd {
-
 Status tokenMajorAttentionDims(const TensorInfo &q, const TensorInfo &k, const TensorInfo &v, Dims &scores, Dims &out) {
   SD_CHECK_ARG(q.rank() == 4 && k.rank() == 4 && v.rank() == 4,
                "Attention in layout bshd takes q [B, T, H, d], k [B, S, Hkv, d] and v [B, S, Hkv, dv]");
@@ -84,9 +80,10 @@ Status tokenMajorAttentionDims(const TensorInfo &q, const TensorInfo &k, const T
   return Status::ok();
 }
 
-} // namespace sd
-
-namespace sd {
+Dims attentionRowDims(const Dims &out, bool tokenMajor) {
+  if (tokenMajor) return {out[0], out[2], out[1]}; // y [B, T, H, dv] -> [B, H, T]
+  return Dims(out.begin(), out.end() - 1);         // y [..., T, dv] -> [..., T]
+}
 
 Status roundedResultType(const AttrMap &attrs, DType x, const char *op, DType &result) {
   const int64_t to = attrs.getInt("out_type", 0);

@@ -33,6 +33,9 @@ Status roundedResultType(const AttrMap &attrs, DType x, const char *op, DType &r
 // dv]): checks the operands and gives the scores' [B, H, T, S] and the
 // output's [B, T, H, dv] dims.
 Status tokenMajorAttentionDims(const TensorInfo &q, const TensorInfo &k, const TensorInfo &v, Dims &scores, Dims &out);
+// Attention's row statistics (one per query row: its lse result, AttentionGrad's
+// lse operand) from the output's dims: [..., T], or [B, H, T] in layout bshd.
+Dims attentionRowDims(const Dims &out, bool tokenMajor);
 void registerShapeRule(const char *op, ShapeFn fn);
 // Checks a string attribute against its allowed values (first = default).
 Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list<const char *> allowed);
