@@ -308,6 +308,9 @@ def main():
         # The GEMM comparison needs a GPU (and a build with CUDA).
         expect_clean_error("bench --gemms without a GPU", [sdrun, "bench", plan, "--gemms"], ["--gemms"])
     expect_clean_error("bench with bad iterations", [sdrun, "bench", plan, "--iterations", "zero"], ["--iterations"])
+    # A GEMM tuning file is written by the GEMM comparison only.
+    expect_clean_error("bench --tune without --gemms", [sdrun, "bench", plan, "--tune", os.path.join(tmp, "t.tsv")],
+                       ["--tune goes with --gemms"], no_files=[os.path.join(tmp, "t.tsv")])
     # inspect --cpu with a bad plan or flag: the error alone, no CPU report before it.
     for label, cmd, needle in [("inspect --cpu of a corrupt plan", [sdrun, "inspect", "--cpu",
                                                                       os.path.join(tmp, "corrupt.sdp")], "corrupt.sdp"),
