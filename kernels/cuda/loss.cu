@@ -1,21 +1,27 @@
 // CUDA kernels for SoftmaxCrossEntropyLoss (log-softmax over axis 1, then
 // NLL with class weights, ignore_index and mean/sum/none) and its backward
-// for the scalar reductions. One block per (sample, position) row; the
-// scalar reductions sum per-row partials in row order (no atomics).
+// for the scalar reductions. One block per (sample, position) row, its
+// softmax statistics gathered in one pass; the scalar reductions sum per-row
+// partials in row order (no atomics).
 // A target outside [0, classes) makes the loss NaN (the CPU kernel refuses it
 // with an error; a GPU cannot stop mid-step to say so).
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
+#include "sd/ops/math/online_softmax.h"
 #include <cmath>
 #include <memory>
 
 namespace sd::cuda {
 namespace {
 
+using math::RowStats;
+
 struct LossRows {
   int64_t n = 0, cls = 0, inner = 1;
   __device__ int64_t rows() const { return n * inner; }
-  __device__ int64_t at(int64_t r, int64_t k) const { return ((r / inner) * cls + k) * inner + r % inner; }
+  __device__ int64_t at(int64_t r, int64_t k) const {
+    return inner == 1 ? r * cls + k : ((r / inner) * cls + k) * inner + r % inner;
+  }
 };
 
 LossRows rowsOf(const TensorView &x) {
@@ -24,6 +30,21 @@ LossRows rowsOf(const TensorView &x) {
   r.cls = x.dims[1];
   r.inner = x.numElements() / std::max<int64_t>(r.n * r.cls, 1);
   return r;
+}
+
+// Whether every row is contiguous and can be read (and written) as
+// Pack<T, kPack>s: a 32000-wide vocabulary row then streams in 8- or 16-byte
+// accesses instead of one element per thread.
+template <typename T> bool rowsPack(const LossRows &rs, std::initializer_list<const void *> pointers) {
+  return rs.inner == 1 && rs.cls % kPack == 0 && allPackAligned<T>(pointers);
+}
+
+unsigned rowBlocks(int64_t rows) { return unsigned(std::min<int64_t>(rows, int64_t(1) << 20)); }
+
+// Threads per row: enough for one pack each up to 256 (a 10-class row gets one warp).
+unsigned rowThreads(const LossRows &rs) {
+  int64_t packs = (rs.cls + kPack - 1) / kPack;
+  return unsigned(std::min<int64_t>(256, std::max<int64_t>(32, (packs + 31) / 32 * 32)));
 }
 
 struct LossAttrs {
@@ -53,32 +74,81 @@ std::shared_ptr<const void> lossScratch(const TensorView &x) {
 std::shared_ptr<const void> prepareLoss(const PrepareContext &p) { return lossScratch(p.kernel.inputs[0]); }
 std::shared_ptr<const void> prepareLossGrad(const PrepareContext &p) { return lossScratch(p.kernel.inputs[1]); }
 
-constexpr int kRowThreads = 256;
-
 template <typename I> __device__ inline int64_t targetAt(const I *t, int64_t r) { return int64_t(t[r]); }
 
-// Row r's log-softmax shift (max + log sum exp), in every thread of the block.
-template <typename T> __device__ double rowShift(const T *x, const LossRows &rs, int64_t r) {
-  using C = Compute<T>;
-  C mx = -INFINITY;
-  for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x) mx = MaxOp()(mx, load(x[rs.at(r, k)]));
-  mx = blockReduce(mx, MaxOp(), C(-INFINITY));
-  double sum = 0;
-  for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x) sum += double(std::exp(load(x[rs.at(r, k)]) - mx));
-  sum = blockReduce(sum, SumOp(), 0.0);
-  return double(mx) + std::log(sum);
+// Merges every thread's statistics in a fixed order (shuffle tree, then warp
+// 0 over the warps' partials); every thread of the block gets the result.
+template <typename C> __device__ RowStats<C> blockStats(RowStats<C> s) {
+  __shared__ C partialMax[32], partialSum[32], resultMax, resultSum;
+  for (int off = 16; off > 0; off >>= 1) {
+    RowStats<C> o;
+    o.max = __shfl_down_sync(0xffffffffu, s.max, off);
+    o.sum = __shfl_down_sync(0xffffffffu, s.sum, off);
+    s = s.merged(o);
+  }
+  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  if (lane == 0) {
+    partialMax[warp] = s.max;
+    partialSum[warp] = s.sum;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    s = RowStats<C>{};
+    if (lane < int(blockDim.x >> 5)) {
+      s.max = partialMax[lane];
+      s.sum = partialSum[lane];
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+      RowStats<C> o;
+      o.max = __shfl_down_sync(0xffffffffu, s.max, off);
+      o.sum = __shfl_down_sync(0xffffffffu, s.sum, off);
+      s = s.merged(o);
+    }
+    if (lane == 0) {
+      resultMax = s.max;
+      resultSum = s.sum;
+    }
+  }
+  __syncthreads();
+  RowStats<C> r;
+  r.max = resultMax;
+  r.sum = resultSum;
+  __syncthreads(); // the shared partials are reused by the next row
+  return r;
+}
+
+// Calls f(k, x_k) for each class of row r this thread takes; Packed: the row
+// read as Pack<T, kPack>s (rowsPack), so f gets kPack neighbours in turn.
+template <bool Packed, typename T, typename F>
+__device__ inline void forRowClasses(const T *x, const LossRows &rs, int64_t r, F &&f) {
+  if constexpr (Packed) {
+    const auto *row = reinterpret_cast<const Pack<T, kPack> *>(x + r * rs.cls);
+    for (int64_t p = threadIdx.x; p < rs.cls / kPack; p += blockDim.x) {
+      Pack<T, kPack> v = row[p];
+#pragma unroll
+      for (int j = 0; j < kPack; ++j) f(p * kPack + j, load(v.v[j]));
+    }
+  } else {
+    for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x) f(k, load(x[rs.at(r, k)]));
+  }
+}
+
+template <bool Packed, typename T> __device__ RowStats<Compute<T>> rowStats(const T *x, const LossRows &rs, int64_t r) {
+  RowStats<Compute<T>> s;
+  forRowClasses<Packed>(x, rs, r, [&](int64_t, Compute<T> v) { s.add(v); });
+  return blockStats(s);
 }
 
 // T: the scores' storage type; L: the loss's and log_prob's (f32 for half
 // scores with f32_loss, else T). The math is Compute<T>'s either way.
-template <typename T, typename L, typename I>
+template <bool Packed, typename T, typename L, typename I>
 __global__ void sceRows(LossRows rs, LossAttrs la, const T *x, const I *target, const T *weights, L *logp,
                         L *lossNone, double *rowValues) {
   for (int64_t r = blockIdx.x; r < rs.rows(); r += gridDim.x) {
-    double shift = rowShift(x, rs, r);
-    if (logp)
+    const Compute<T> shift = rowStats<Packed>(x, rs, r).shift();
+    if (logp) // rarely asked for: one class per thread
       for (int64_t k = threadIdx.x; k < rs.cls; k += blockDim.x)
-        logp[rs.at(r, k)] = store<L>(Compute<L>(Compute<T>(double(load(x[rs.at(r, k)])) - shift)));
+        logp[rs.at(r, k)] = store<L>(Compute<L>(Compute<T>(load(x[rs.at(r, k)]) - shift)));
     if (threadIdx.x != 0) continue;
     int64_t k = targetAt(target, r);
     double l = 0, w = 0;
@@ -134,10 +204,15 @@ Status SceKernel(const KernelContext &c) {
     return dispatchTarget(c.inputs[1].dtype, [&](auto itag) {
       using I = decltype(itag);
       L *logp = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<L>() : nullptr;
-      if (rows > 0)
-        sceRows<T, L, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
-            rs, la, x.as<T>(), c.inputs[1].as<I>(), hasWeights ? c.inputs[2].as<T>() : nullptr, logp,
-            none ? c.outputs[0].as<L>() : nullptr, scratch->values);
+      if (rows > 0) {
+        auto launch = [&](auto kernel) {
+          kernel<<<rowBlocks(rows), rowThreads(rs), 0, streamOf(c)>>>(
+              rs, la, x.as<T>(), c.inputs[1].as<I>(), hasWeights ? c.inputs[2].as<T>() : nullptr, logp,
+              none ? c.outputs[0].as<L>() : nullptr, scratch->values);
+        };
+        if (rowsPack<T>(rs, {x.data})) launch(sceRows<true, T, L, I>);
+        else launch(sceRows<false, T, L, I>);
+      }
       if (!none)
         sceFinish<L><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->values,
                                                    c.outputs[0].as<L>());
@@ -160,23 +235,35 @@ template <typename I> __global__ void countTargets(LossRows rs, LossAttrs la, co
 
 // dlogits = (softmax(logits) - onehot(target)) * dloss (/ counted for mean); ignored rows 0.
 // D: dloss's type (f32 with half scores after sd-half-elementwise, else T).
-template <typename T, typename D, typename I>
+// Each row is read twice (statistics, then the gradient) and written once.
+template <bool Packed, typename T, typename D, typename I>
 __global__ void sceGradRows(LossRows rs, LossAttrs la, bool mean, const D *dloss, const T *x, const I *target,
                             const double *counted, T *dx) {
   using C = Compute<T>;
   C dl = C(load(dloss[0]));
   if (mean) dl = counted[0] > 0 ? C(dl / C(counted[0])) : C(0);
   for (int64_t r = blockIdx.x; r < rs.rows(); r += gridDim.x) {
-    int64_t k = targetAt(target, r);
-    if (la.hasIgnore && k == la.ignore) {
-      for (int64_t q = threadIdx.x; q < rs.cls; q += blockDim.x) dx[rs.at(r, q)] = store<T>(C(0));
-      continue;
-    }
-    double shift = rowShift(x, rs, r);
-    bool bad = k < 0 || k >= rs.cls;
-    for (int64_t q = threadIdx.x; q < rs.cls; q += blockDim.x) {
-      C p = C(std::exp(double(load(x[rs.at(r, q)])) - shift));
-      dx[rs.at(r, q)] = store<T>(bad ? C(NAN) : p * dl - (q == k ? dl : C(0)));
+    const int64_t k = targetAt(target, r);
+    const bool ignored = la.hasIgnore && k == la.ignore;
+    RowStats<C> s;
+    if (!ignored) s = rowStats<Packed>(x, rs, r);
+    // As the CPU: exp(x - max) * (1 / sum) * dloss, minus dloss at the target.
+    const C max = s.max, scale = ignored ? C(0) : k < 0 || k >= rs.cls ? C(NAN) : s.inverseSum() * dl;
+    auto grad = [&](int64_t q, C v) {
+      return ignored ? C(0) : std::exp(v - max) * scale - (q == k ? dl : C(0));
+    };
+    if constexpr (Packed) {
+      const auto *in = reinterpret_cast<const Pack<T, kPack> *>(x + r * rs.cls);
+      auto *out = reinterpret_cast<Pack<T, kPack> *>(dx + r * rs.cls);
+      for (int64_t p = threadIdx.x; p < rs.cls / kPack; p += blockDim.x) {
+        Pack<T, kPack> v = ignored ? Pack<T, kPack>{} : in[p], g;
+#pragma unroll
+        for (int j = 0; j < kPack; ++j) g.v[j] = store<T>(grad(p * kPack + j, load(v.v[j])));
+        out[p] = g;
+      }
+    } else {
+      for (int64_t q = threadIdx.x; q < rs.cls; q += blockDim.x)
+        dx[rs.at(r, q)] = store<T>(grad(q, ignored ? C(0) : load(x[rs.at(r, q)])));
     }
   }
 }
@@ -197,8 +284,13 @@ Status SceGradKernel(const KernelContext &c) {
     return dispatchTarget(c.inputs[2].dtype, [&](auto itag) {
       using I = decltype(itag);
       countTargets<I><<<1, 1024, 0, streamOf(c)>>>(rs, la, c.inputs[2].as<I>(), scratch->values);
-      sceGradRows<T, D, I><<<unsigned(std::min<int64_t>(rows, int64_t(1) << 20)), kRowThreads, 0, streamOf(c)>>>(
-          rs, la, mean, c.inputs[0].as<D>(), x.as<T>(), c.inputs[2].as<I>(), scratch->values, c.outputs[0].as<T>());
+      auto launch = [&](auto kernel) {
+        kernel<<<rowBlocks(rows), rowThreads(rs), 0, streamOf(c)>>>(rs, la, mean, c.inputs[0].as<D>(), x.as<T>(),
+                                                                    c.inputs[2].as<I>(), scratch->values,
+                                                                    c.outputs[0].as<T>());
+      };
+      if (rowsPack<T>(rs, {x.data, c.outputs[0].data})) launch(sceGradRows<true, T, D, I>);
+      else launch(sceGradRows<false, T, D, I>);
       return launchStatus("SoftmaxCrossEntropyLossGrad");
     });
   };

@@ -3,12 +3,15 @@
 // differences, and PyTorch's update rules written out step by step.
 #include "sd/ops/counter_rng.h"
 #include "sd/ops/math/activations.h"
+#include "sd/ops/math/online_softmax.h"
 #include "sd/ops/math/optimizer.h"
 #include "sd/ops/math/recurrent_cell.h"
 #include <functional>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <limits>
+#include <random>
+#include <vector>
 
 namespace sd::math {
 namespace {
@@ -223,6 +226,82 @@ TEST(SharedMath, GruUnitGradientMatchesItsForward) {
     EXPECT_NEAR(u.dhh, want[3], 1e-5) << lbr;
     EXPECT_NEAR(u.dhPrev, want[4], 1e-5) << lbr;
   }
+}
+
+// The CUDA loss kernels' order: `threads` threads take every threads-th score
+// from their own index, then adjacent partials merge pairwise (the shuffle
+// tree within 32-thread warps, then over the warps' partials).
+RowStats<float> stridedStats(const std::vector<float> &row, int threads) {
+  std::vector<RowStats<float>> part(static_cast<size_t>(threads));
+  for (size_t k = 0; k < row.size(); ++k) part[k % size_t(threads)].add(row[k]);
+  auto tree = [](std::vector<RowStats<float>> p) {
+    for (size_t width = p.size(); width > 1; width /= 2)
+      for (size_t i = 0; i < width / 2; ++i) p[i] = p[i].merged(p[i + width / 2]);
+    return p[0];
+  };
+  std::vector<RowStats<float>> warps;
+  for (int w = 0; w < threads; w += 32) warps.push_back(tree({part.begin() + w, part.begin() + w + 32}));
+  while (warps.size() < 32) warps.push_back(RowStats<float>{});
+  return tree(warps);
+}
+
+// max + log(sum(exp(x - max))) in double, max taken first (the CPU kernels' order).
+double twoPassShift(const std::vector<float> &row) {
+  double mx = -INFINITY;
+  for (float v : row) mx = std::max(mx, double(v));
+  double s = 0;
+  for (float v : row) s += std::exp(double(v) - mx);
+  return mx + std::log(s);
+}
+
+TEST(SharedMath, OnlineSoftmaxStatisticsMatchTwoPasses) {
+  std::mt19937 gen(7);
+  for (int cls : {1, 3, 10, 255, 1000, 32000})
+    for (float spread : {1.0f, 30.0f, 400.0f})
+      for (int threads : {32, 256}) {
+        std::normal_distribution<float> d(0.0f, spread);
+        std::vector<float> row(static_cast<size_t>(cls));
+        for (float &v : row) v = d(gen);
+        RowStats<float> s = stridedStats(row, threads);
+        double ref = twoPassShift(row);
+        EXPECT_NEAR(s.shift(), ref, 2e-6 * std::max(1.0, std::abs(ref))) << cls << " classes, spread " << spread;
+        double mx = -INFINITY, sum = 0;
+        for (float v : row) mx = std::max(mx, double(v));
+        for (float v : row) sum += std::exp(double(v) - mx);
+        EXPECT_EQ(s.max, float(mx));
+        EXPECT_NEAR(s.inverseSum(), 1.0 / sum, 2e-6 / sum);
+      }
+}
+
+TEST(SharedMath, OnlineSoftmaxStatisticsRescaleAnIncreasingRow) {
+  // Every score a new max: each one rescales the sum; no overflow at 1000.
+  std::vector<float> row;
+  for (int k = 0; k < 2000; ++k) row.push_back(float(k) * 0.5f);
+  RowStats<float> s;
+  for (float v : row) s.add(v);
+  EXPECT_NEAR(s.shift(), twoPassShift(row), 1e-4);
+  EXPECT_NEAR(stridedStats(row, 256).shift(), twoPassShift(row), 1e-4);
+}
+
+TEST(SharedMath, OnlineSoftmaxStatisticsAreNaNWhereTwoPassesAre) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  auto statsOf = [](std::vector<float> row) { return stridedStats(row, 32); };
+  // NaN anywhere, a +inf score (exp(inf - inf)), a row of -inf only (exp(-inf + inf)).
+  for (std::vector<float> row : {std::vector<float>{1, nan, 2}, {nan}, {3, inf, 1, 2}, {inf, inf}, {-inf, -inf, -inf}}) {
+    EXPECT_TRUE(std::isnan(statsOf(row).shift())) << row.size();
+    EXPECT_TRUE(std::isnan(statsOf(row).inverseSum())) << row.size();
+  }
+  // -inf next to finite scores contributes nothing, wherever it falls.
+  std::vector<float> masked(100, -inf);
+  masked[70] = 2.0f;
+  masked[3] = 1.0f;
+  EXPECT_NEAR(statsOf(masked).shift(), twoPassShift({1.0f, 2.0f}), 1e-6);
+  EXPECT_EQ(statsOf(masked).max, 2.0f);
+  // An empty piece (a thread past the row's end) changes nothing.
+  RowStats<float> one;
+  one.add(5.0f);
+  EXPECT_EQ(one.merged(RowStats<float>{}).sum, 1.0f);
+  EXPECT_EQ(RowStats<float>{}.merged(one).max, 5.0f);
 }
 
 } // namespace
