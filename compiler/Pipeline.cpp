@@ -107,6 +107,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFoldConvAffine());
   pm.addPass(createFuseHardSwish());
   pm.addPass(createFuseConvEpilogue());
+  if (opts.gemmScale) pm.addPass(createScaleIntoGemm());
   pm.addPass(createFoldCastRoundTrips());
   if (opts.castMotion) {
     pm.addPass(createMoveCasts());

@@ -51,6 +51,10 @@ def AttentionLayout : Pass<"sd-attention-layout", "mlir::ModuleOp"> {
   let summary = "Attention reads q, k, v token-major where the projections wrote them (layout bshd): no transposes or repeated key/value heads around it";
 }
 
+def ScaleIntoGemm : Pass<"sd-scale-into-gemm", "mlir::ModuleOp"> {
+  let summary = "A matrix product takes a constant power-of-two scale of its operand (LoRA's backward) as its alpha instead of reading a scaled copy";
+}
+
 def PackSwiglu : Pass<"sd-pack-swiglu", "mlir::ModuleOp"> {
   let summary = "A SwiGLU on the two halves of one fused gate/up projection reads it as it is (SwiGLUPacked): no Split forward, no Concat backward";
 }

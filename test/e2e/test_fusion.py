@@ -17,7 +17,9 @@ logits. Attention on token-major operands (sd-attention-layout) is in that
 set for the GPT; a Llama's grouped key/value heads get their gradients
 summed in f32 and rounded once (the unfused plan rounds each query head's
 share first), so its Llama runs compare within a tolerance, and the plan
-runs attention without the transposes and repeated heads around it."""
+runs attention without the transposes and repeated heads around it. LoRA's
+backward products take a power-of-two scale as their alpha
+(sd-scale-into-gemm), bit for bit as the scaled copies they read before."""
 import json
 import os
 import subprocess
@@ -95,6 +97,47 @@ def check_packed_swiglu(check, sdc, sdrun, llama, data, tmp):
                 runs[packed] = ([json.loads(line)["loss"] for line in f if '"loss"' in line], w.read())
         check(runs[True] == runs[False] and len(runs[True][0]) == 6,
               f"{precision} Llama LoRA: the same 6 losses and weights bit for bit with --no-fuse swiglu")
+
+
+def gemm_alphas(sdc, model, flags):
+    """The alpha of each Gemm step in the compiled plan that has one."""
+    ir = sh([sdc, "compile", model, "--emit", "mlir", *flags])
+    return [line.split("alpha = ")[1].split(" : f32")[0] for line in ir.splitlines()
+            if 'sd.step "Gemm"' in line and "alpha = " in line]
+
+
+def check_gemm_scale(check, sdc, sdrun, model, data, tmp):
+    """LoRA's scale (lora_alpha / r = 4) in the backward: lora_B's products
+    take it as their alpha (sd-scale-into-gemm) instead of reading a scaled,
+    rounded copy of the gradient, so the plan has fewer steps and trains to
+    the same losses and weights bit for bit as with --no-fuse gemm-scale (f32
+    and bf16, LoRA on every linear layer, the MLP's GELU gradient included).
+    A scale that is not a power of two (1.5) keeps its copy."""
+    lora = ["--peft", "lora", "--target-modules", "qkv,proj,fc1,fc2", "--lora-r", "8", "--shapes", "input_ids=4x8"]
+    for precision in ("fp32", "bf16"):
+        runs, counts = {}, {}
+        for scaled in (True, False):
+            flags = lora + ["--lora-alpha", "32", "--precision", precision] + ([] if scaled else
+                                                                              ["--no-fuse", "gemm-scale"])
+            plan = os.path.join(tmp, f"gpt-scale-{precision}-{scaled}.sdp")
+            sh([sdc, "compile", model, "-o", plan] + flags)
+            counts[scaled] = sum(plan_steps(sdrun, plan).values())
+            alphas = gemm_alphas(sdc, model, flags)
+            # Two LoRA layers per block (lora_B's input and weight gradients) in each of 4 modules, 2 blocks.
+            check(len(alphas) == 16 and set(alphas) == {"4.000000e+00"} if scaled else not alphas,
+                  f"{precision} GPT LoRA, scale 4: {len(alphas)} Gemm steps with alpha {sorted(set(alphas))}"
+                  + ("" if scaled else " with --no-fuse gemm-scale"))
+            metrics, weights = os.path.join(tmp, f"gs-{precision}-{scaled}.jsonl"), os.path.join(
+                tmp, f"gs-{precision}-{scaled}.safetensors")
+            sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--truncate",
+                "--metrics", metrics, "--save-weights", weights])
+            with open(metrics) as f, open(weights, "rb") as w:
+                runs[scaled] = ([json.loads(line)["loss"] for line in f if '"loss"' in line], w.read())
+        check(counts[True] < counts[False], f"{precision} GPT LoRA: steps in the plan (all entries) {counts[False]} -> {counts[True]}")
+        check(runs[True] == runs[False] and len(runs[True][0]) == 6 and runs[True][0][0] != runs[True][0][-1],
+              f"{precision} GPT LoRA, scale 4: the same 6 losses and weights bit for bit with --no-fuse gemm-scale")
+    odd = gemm_alphas(sdc, model, lora + ["--lora-alpha", "12", "--precision", "bf16"])
+    check(not odd, f"bf16 GPT LoRA, scale 1.5: no Gemm takes it as alpha ({odd})")
 
 
 def half_steps(sdc, model, flags):
@@ -184,6 +227,7 @@ def main():
             check(runs[True][0][0] != runs[True][0][-1], f"{name}: training moved the loss")
         check_attention_layout(check, sdc, sdrun, llama, data, tmp)
         check_packed_swiglu(check, sdc, sdrun, llama, data, tmp)
+        check_gemm_scale(check, sdc, sdrun, model, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")
         np.save(ids, rng.integers(0, 256, size=(1, 8)).astype(np.int64))

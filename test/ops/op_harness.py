@@ -735,7 +735,10 @@ CASES["Gemm"] = [Case(lambda t, r: [rand(r, (4, 3), t, -3, 3), rand(r, (5, 4), t
                       types=FLOATS),
                  Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3), rand(r, (3, 1), t, -3, 3)],
                       label="column bias"),
-                 Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3)], label="no bias")]
+                 Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3)], label="no bias"),
+                 # LoRA's backward after sd-scale-into-gemm: the scale as alpha, no C.
+                 Case(lambda t, r: [rand(r, (64, 24), t, -3, 3), rand(r, (64, 8), t, -3, 3)],
+                      attrs={"transA": 1, "alpha": 4.0}, label="alpha, no C", types=FLOATS)]
 
 
 def linear_ref(ins, attrs, t):
@@ -1536,18 +1539,27 @@ def sce_rows64(x, labels):
     return p, -np.log(p[np.arange(len(labels)), labels])
 
 
+def sce_kept_rows(labels, attrs):
+    """The rows whose label is not ignore_index (every row without one)."""
+    return labels != attrs["ignore_index"] if "ignore_index" in attrs else np.ones(len(labels), bool)
+
+
 def sce_f32_loss_ref(ins, attrs, t):
     """SoftmaxCrossEntropyLoss with f32_loss: half logits, an f32 loss."""
-    losses = sce_rows64(ins[0], ins[1])[1]
+    kept = sce_kept_rows(ins[1], attrs)
+    losses = sce_rows64(ins[0][kept], ins[1][kept])[1]
     return [np.array(losses.mean() if attrs.get("reduction", "mean") == "mean" else losses.sum(), np.float32)]
 
 
 def sce_grad_f32_dloss_ref(ins, attrs, t):
     """SoftmaxCrossEntropyLossGrad with an f32 dloss on half logits: a half gradient."""
     dloss, logits, labels = float(ins[0]), ins[1], ins[2]
-    p = sce_rows64(logits, labels)[0]
-    p[np.arange(len(labels)), labels] -= 1
-    return [(p * (dloss / len(labels) if attrs.get("reduction", "mean") == "mean" else dloss)).astype(logits.dtype)]
+    kept = sce_kept_rows(labels, attrs)
+    p = np.zeros(logits.shape)
+    p[kept] = sce_rows64(logits[kept], labels[kept])[0]
+    p[np.flatnonzero(kept), labels[kept]] -= 1
+    scale = dloss / max(int(kept.sum()), 1) if attrs.get("reduction", "mean") == "mean" else dloss
+    return [(p * scale).astype(logits.dtype)]
 
 
 # sd-half-elementwise's forms: the logits bf16/f16, the loss and its gradient f32.
@@ -1559,6 +1571,23 @@ CASES["SoftmaxCrossEntropyLossGrad"] += [
     Case(lambda t, r: [np.array(1.7, np.float32), rand(r, (6, 37), t, -4, 4), np.array([1, 0, 36, 2, 5, 9], np.int64)],
          attrs={"reduction": red}, ref=sce_grad_f32_dloss_ref, types=["bf16", "f16"],
          label=f"{red}, f32 dloss, half logits") for red in ("mean", "sum")]
+# Vocabulary-wide rows (the CUDA kernels read a row whose width is a multiple
+# of 4 as vectors, and gather its statistics in one pass): wide score ranges,
+# an ignored row.
+WIDE_LABELS = np.array([3, 2047, -100, 0, 1024], np.int64)
+CASES["SoftmaxCrossEntropyLoss"] += [
+    Case(lambda t, r: [rand(r, (5, 2048), t, -30, 30), WIDE_LABELS], attrs={"reduction": "mean", "ignore_index": -100},
+         label="vocabulary rows", rtol=5, types=["f32", "f64"]),
+    Case(lambda t, r: [rand(r, (5, 2048), t, -30, 30), WIDE_LABELS],
+         attrs={"reduction": "sum", "ignore_index": -100, "f32_loss": 1}, ref=sce_f32_loss_ref, types=["bf16", "f16"],
+         label="vocabulary rows, half logits, f32 loss")]
+CASES["SoftmaxCrossEntropyLossGrad"] += [
+    Case(lambda t, r: [rand(r, (), t, 0.5, 2), rand(r, (5, 2048), t, -30, 30), WIDE_LABELS],
+         attrs={"reduction": "mean", "ignore_index": -100}, ref=sce_grad_ref, label="vocabulary rows",
+         types=["f32", "f64"]),
+    Case(lambda t, r: [np.array(1.7, np.float32), rand(r, (5, 2048), t, -30, 30), WIDE_LABELS],
+         attrs={"reduction": "sum", "ignore_index": -100}, ref=sce_grad_f32_dloss_ref, types=["bf16", "f16"],
+         label="vocabulary rows, f32 dloss, half logits")]
 
 
 def skipped_update(ins, skip, state, grad):
