@@ -39,6 +39,15 @@ def export_tiny_llama(folder):
     return os.path.join(out, "model.onnx")
 
 
+def train_run(sdrun, plan, data, tmp, tag, steps):
+    """(losses, trained weights' bytes) of `steps` training steps of a plan, the data in order."""
+    metrics, weights = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".safetensors")
+    sh([sdrun, "train", plan, "--data", data, "--steps", str(steps), "--lr", "1e-2", "--no-shuffle", "--truncate",
+        "--metrics", metrics, "--save-weights", weights])
+    with open(metrics) as f, open(weights, "rb") as w:
+        return [json.loads(line)["loss"] for line in f if '"loss"' in line], w.read()
+
+
 def check_attention_layout(check, sdc, sdrun, llama, data, tmp):
     """The tiny Llama (grouped key/value heads, rotary) with and without
     sd-attention-layout: no Transpose or Expand step around its attention,
@@ -60,11 +69,7 @@ def check_attention_layout(check, sdc, sdrun, llama, data, tmp):
             else:
                 check(moved > 0 and token_major == 0, f"{precision} Llama: --no-fuse attention-layout keeps "
                       f"the transposes ({moved} Transpose/Expand steps)")
-            metrics = os.path.join(tmp, f"llama-layout-{precision}-{layout}.jsonl")
-            sh([sdrun, "train", plan, "--data", data, "--steps", "8", "--lr", "1e-2", "--no-shuffle", "--truncate",
-                "--metrics", metrics])
-            with open(metrics) as f:
-                runs[layout] = [json.loads(line)["loss"] for line in f if '"loss"' in line]
+            runs[layout] = train_run(sdrun, plan, data, tmp, f"llama-layout-{precision}-{layout}", 8)[0]
         tol = 1e-5 if precision == "fp32" else 1e-2  # bf16: within one rounding (2^-7)
         gap = max(abs(a - b) / abs(b) for a, b in zip(runs[True], runs[False]))
         check(len(runs[True]) == 8 and gap <= tol,
@@ -89,12 +94,7 @@ def check_packed_swiglu(check, sdc, sdrun, llama, data, tmp):
                 check(steps.get("SwiGLUPacked", 0) > 0 and steps.get("SwiGLUPackedGrad", 0) > 0 and
                       "SwiGLU" not in steps, f"{precision} Llama LoRA: SwiGLU on the joined gate/up projection "
                       f"({steps.get('SwiGLUPacked', 0)} SwiGLUPacked steps, {steps.get('Split', 0)} Split steps)")
-            metrics, weights = os.path.join(tmp, f"sw-{precision}-{packed}.jsonl"), os.path.join(
-                tmp, f"sw-{precision}-{packed}.safetensors")
-            sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--truncate",
-                "--metrics", metrics, "--save-weights", weights])
-            with open(metrics) as f, open(weights, "rb") as w:
-                runs[packed] = ([json.loads(line)["loss"] for line in f if '"loss"' in line], w.read())
+            runs[packed] = train_run(sdrun, plan, data, tmp, f"sw-{precision}-{packed}", 6)
         check(runs[True] == runs[False] and len(runs[True][0]) == 6,
               f"{precision} Llama LoRA: the same 6 losses and weights bit for bit with --no-fuse swiglu")
 
@@ -127,13 +127,9 @@ def check_gemm_scale(check, sdc, sdrun, model, data, tmp):
             check(len(alphas) == 16 and set(alphas) == {"4.000000e+00"} if scaled else not alphas,
                   f"{precision} GPT LoRA, scale 4: {len(alphas)} Gemm steps with alpha {sorted(set(alphas))}"
                   + ("" if scaled else " with --no-fuse gemm-scale"))
-            metrics, weights = os.path.join(tmp, f"gs-{precision}-{scaled}.jsonl"), os.path.join(
-                tmp, f"gs-{precision}-{scaled}.safetensors")
-            sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--truncate",
-                "--metrics", metrics, "--save-weights", weights])
-            with open(metrics) as f, open(weights, "rb") as w:
-                runs[scaled] = ([json.loads(line)["loss"] for line in f if '"loss"' in line], w.read())
-        check(counts[True] < counts[False], f"{precision} GPT LoRA: steps in the plan (all entries) {counts[False]} -> {counts[True]}")
+            runs[scaled] = train_run(sdrun, plan, data, tmp, f"gs-{precision}-{scaled}", 6)
+        check(counts[True] < counts[False],
+              f"{precision} GPT LoRA: steps in the plan (all entries) {counts[False]} -> {counts[True]}")
         check(runs[True] == runs[False] and len(runs[True][0]) == 6 and runs[True][0][0] != runs[True][0][-1],
               f"{precision} GPT LoRA, scale 4: the same 6 losses and weights bit for bit with --no-fuse gemm-scale")
     odd = gemm_alphas(sdc, model, lora + ["--lora-alpha", "12", "--precision", "bf16"])
@@ -213,13 +209,7 @@ def main():
                 else:
                     check(not any(op in steps for op in fused_ops) and steps.get("Gelu", 0) > 0,
                           f"{precision} {peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
-                metrics, weights = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".safetensors")
-                sh([sdrun, "train", plan, "--data", data, "--steps", "8", "--lr", "1e-2", "--no-shuffle", "--truncate",
-                    "--metrics", metrics, "--save-weights", weights])
-                with open(metrics) as f:
-                    losses = [json.loads(line)["loss"] for line in f if '"loss"' in line]
-                with open(weights, "rb") as f:
-                    runs[fused] = (losses, f.read())
+                runs[fused] = train_run(sdrun, plan, data, tmp, tag, 8)
             name = f"{precision} {peft}" + (" Llama" if arch == "llama" else "")
             check(len(runs[True][0]) == 8 and runs[True][0] == runs[False][0],
                   f"{name}: 8 losses equal with and without the fusions ({runs[True][0][-1]:.6f})")
