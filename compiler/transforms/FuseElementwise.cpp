@@ -6,7 +6,8 @@
 // after a LoRA-adapted Linear, gradient accumulation). Every operand must have the
 // result's shape or be a single element. In autocast plans the chain also
 // takes in the Casts around it: a bf16/f16 value widened to f32 becomes a
-// half operand (widening is exact), and a Cast of the result to bf16/f16
+// half operand (widening is exact; a widening several chains read is taken
+// into each), and a Cast of the result to bf16/f16
 // becomes the step's result type (rounded as Cast rounds). Each backend runs
 // every op with its unfused kernel's function, so the fused step computes the
 // unfused steps' bits (sd/ops/fused_elementwise.h). Runs last among the
@@ -105,9 +106,14 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     llvm::SetVector<Operation *> chain;
     chain.insert(root);
     auto onlyChainReads = [&](Value v) { return llvm::all_of(v.getUsers(), [&](Operation *u) { return chain.contains(u); }); };
+    // A widening cast joins even when other steps read it too: it is exact
+    // and free where the chain loads the half value, so each chain widens
+    // for itself and the f32 copy goes once nothing else reads it (a GELU
+    // and, in the backward, its gradient read a bf16 product at 2 bytes an
+    // element instead of a widened copy written and read at 4).
     auto joins = [&](Operation *def, Value v) {
       return def && !chain.contains(def) && !absorbed.contains(def) && def->getBlock() == root->getBlock() &&
-             cast<RankedTensorType>(v.getType()).getShape() == shape && onlyChainReads(v);
+             cast<RankedTensorType>(v.getType()).getShape() == shape && (onlyChainReads(v) || isWidening(def));
     };
     for (size_t i = 0; i < chain.size() && chain.size() < size_t(sd::kMaxFusedInstructions); ++i) {
       if (isWidening(chain[i])) continue; // its operand is the half value itself
@@ -154,6 +160,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     Operation *fused = b.create(st);
     root->getResult(0).replaceAllUsesWith(fused->getResult(0));
     for (Operation *op : llvm::reverse(steps)) {
+      if (!op->use_empty()) continue; // a widening other steps still read; a later chain may take it too
       absorbed.insert(op);
       op->erase();
     }

@@ -125,7 +125,7 @@ template <int V> __global__ void fusedKernel(Program p, void *out, int64_t first
 
 // The programs sd-fuse-elementwise makes of transformer training steps
 // (GPT-2 and Llama, LoRA and full, f32 and bf16: all but 0.1% of their fused
-// bytes), compiled with the program known: the values stay in registers and
+// bytes; their inference entries too), compiled with the program known: the values stay in registers and
 // no instruction is decoded per element. The interpreter above (each value
 // a round trip through local memory) runs any other program.
 template <int Inputs, int... Code> __global__ void fusedStaticKernel(Program p, void *out, int64_t groups) {
@@ -165,6 +165,9 @@ const std::vector<StaticProgram> &staticPrograms() {
       SD_STATIC_PROGRAM(1, 9, 0, 0),                         // GELU
       SD_STATIC_PROGRAM(2, 12, 0, 1),                        // tanh GELU's gradient
       SD_STATIC_PROGRAM(2, 11, 0, 1),                        // GELU's gradient
+      SD_STATIC_PROGRAM(2, 12, 1, 0),                        // tanh GELU's gradient, the product first
+      SD_STATIC_PROGRAM(2, 11, 1, 0),                        // GELU's gradient, the product first
+      SD_STATIC_PROGRAM(3, 2, 1, 2, 0, 0, 3, 10, 4, 4),      // base + LoRA * scale, then tanh GELU (inference)
       SD_STATIC_PROGRAM(4, 0, 0, 1, 0, 4, 2, 0, 5, 3),       // sum of four
       SD_STATIC_PROGRAM(3, 0, 0, 1, 0, 3, 2),                // sum of three
       SD_STATIC_PROGRAM(3, 0, 0, 1, 0, 2, 3),                // sum of three

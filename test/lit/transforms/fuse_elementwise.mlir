@@ -87,16 +87,36 @@ func.func @autocast(%lora: tensor<2x3xbf16>, %s: tensor<f32>, %base: tensor<2x3x
 
 // -----
 
-// A cast alone, or a widened value something else reads too, is not fused into.
+// A widened value something else reads too: the chain widens the half value
+// itself (2 bytes an element read, not 4) and the cast stays for its other
+// reader. A cast alone is not fused.
 // CHECK-LABEL: func.func @casts_kept
 //       CHECK:   %[[W:.*]] = sd.cast %arg0 {to = 1 : i64}
-//       CHECK:   sd.add %[[W]], %arg1
-//       CHECK:   sd.cast %arg1 {to = 16 : i64}
-//   CHECK-NOT:   sd.fused_elementwise
+//       CHECK:   %[[A:.*]] = sd.fused_elementwise %arg0, %arg1 {program = array<i64: 0, 0, 1>}
+//       CHECK:   %[[N:.*]] = sd.cast %arg1 {to = 16 : i64}
+//       CHECK:   return %[[A]], %[[W]], %[[N]]
 func.func @casts_kept(%x: tensor<4xbf16>, %y: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>)
     attributes {sd.entry = "infer"} {
   %w = sd.cast %x {to = 1 : i64} : (tensor<4xbf16>) -> tensor<4xf32>
   %a = sd.add %w, %y : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   %n = sd.cast %y {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
   return %a, %w, %n : tensor<4xf32>, tensor<4xf32>, tensor<4xbf16>
+}
+
+// -----
+
+// A GELU and its gradient reading one widened bf16 product (an autocast
+// plan's MLP): each chain widens the product itself, and the f32 copy goes.
+// CHECK-LABEL: func.func @shared_widening
+//   CHECK-NOT:   sd.cast
+//       CHECK:   sd.fused_elementwise %arg0 {program = array<i64: 10, 0, 0>, to = 16 : i64}
+//       CHECK:   sd.fused_elementwise %arg0, %arg1 {program = array<i64: 12, 1, 0>}
+//   CHECK-NOT:   sd.cast
+func.func @shared_widening(%h: tensor<4xbf16>, %dy: tensor<4xf32>) -> (tensor<4xbf16>, tensor<4xf32>)
+    attributes {sd.entry = "train_step"} {
+  %w = sd.cast %h {to = 1 : i64} : (tensor<4xbf16>) -> tensor<4xf32>
+  %g = sd.gelu %w {approximate = "tanh"} : (tensor<4xf32>) -> tensor<4xf32>
+  %gh = sd.cast %g {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+  %dx = sd.gelu_grad %dy, %w {approximate = "tanh"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %gh, %dx : tensor<4xbf16>, tensor<4xf32>
 }
