@@ -414,7 +414,6 @@ __global__ void softmaxBackward(AttnGeometry g, const bool *mask, const float *p
   }
 }
 
-unsigned rowBlocks(const AttnGeometry &g) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(g.items * g.T, 1 << 20))); }
 
 const AttnPrepared *preparedOf(const KernelContext &c, Status &st) {
   auto *a = static_cast<const AttnPrepared *>(c.prepared);
@@ -524,7 +523,7 @@ Status probabilities(const AttnPrepared &a, const KernelContext &c, const F32Ope
   const AttnGeometry &g = a.g;
   SD_RETURN_IF_ERROR(a.scores->run(f.in[first], f.in[first + 1], a.p, g.scale, 0.0, streamOf(c)));
   float *lse = first == 0 && a.writesStats ? c.outputs[1].as<float>() : nullptr;
-  maskedSoftmax<<<rowBlocks(g), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, first + 3), positionsOf(c, first + 4), a.p,
+  maskedSoftmax<<<rowBlocks(g.items * g.T), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, first + 3), positionsOf(c, first + 4), a.p,
                                                               lse);
   return launchStatus("Attention");
 }
@@ -592,7 +591,7 @@ Status AttentionGradKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(probabilities(*a, c, f, 1));
   SD_RETURN_IF_ERROR(a->gradV->run(a->p, dy, f.out[2], 1.0, 0.0, s));
   SD_RETURN_IF_ERROR(a->gradP->run(dy, v, a->ds, 1.0, 0.0, s));
-  softmaxBackward<<<rowBlocks(g), kRowThreads, 0, s>>>(g, maskOf(c, 4), a->p, a->ds);
+  softmaxBackward<<<rowBlocks(g.items * g.T), kRowThreads, 0, s>>>(g, maskOf(c, 4), a->p, a->ds);
   SD_RETURN_IF_ERROR(launchStatus("AttentionGrad"));
   SD_RETURN_IF_ERROR(a->gradQ->run(a->ds, kt, f.out[0], g.scale, 0.0, s));
   SD_RETURN_IF_ERROR(a->gradKt->run(q, a->ds, f.out[1], g.scale, 0.0, s));

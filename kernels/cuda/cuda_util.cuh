@@ -32,6 +32,12 @@ inline unsigned blocksFor(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kThreads - 1) / kThreads, int64_t(1) << 16)));
 }
 
+// Blocks for one block (or one team of threads) per row, capped: the kernel's
+// grid-stride loop over rows covers the rest.
+inline unsigned rowBlocks(int64_t rows) {
+  return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(1) << 20)));
+}
+
 // Streaming kernels move kPack consecutive elements per thread as one vector
 // load and store (16 bytes for f32): one element per thread leaves too few
 // bytes in flight to reach HBM's bandwidth.

@@ -125,9 +125,10 @@ template <int V> __global__ void fusedKernel(Program p, void *out, int64_t first
 
 // The programs sd-fuse-elementwise makes of transformer training steps
 // (GPT-2 and Llama, LoRA and full, f32 and bf16: all but 0.1% of their fused
-// bytes; their inference entries too), compiled with the program known: the values stay in registers and
-// no instruction is decoded per element. The interpreter above (each value
-// a round trip through local memory) runs any other program.
+// bytes; their inference entries too), compiled with the program known: the
+// values stay in registers and no instruction is decoded per element. The
+// interpreter above (each value a round trip through local memory) runs any
+// other program.
 template <int Inputs, int... Code> __global__ void fusedStaticKernel(Program p, void *out, int64_t groups) {
   constexpr int code[] = {Code...};
   constexpr int steps = int(sizeof...(Code)) / 3;

@@ -12,9 +12,21 @@
 #include <memory>
 
 namespace sd::cuda {
-namespace {
 
 using math::RowStats;
+
+// A row's statistics cross the warp a field at a time (blockReduce merges
+// them in its fixed order, so the same bits every run).
+template <typename C> struct Shuffle<RowStats<C>> {
+  __device__ static RowStats<C> down(RowStats<C> s, int offset) {
+    RowStats<C> o;
+    o.max = __shfl_down_sync(0xffffffffu, s.max, offset);
+    o.sum = __shfl_down_sync(0xffffffffu, s.sum, offset);
+    return o;
+  }
+};
+
+namespace {
 
 struct LossRows {
   int64_t n = 0, cls = 0, inner = 1;
@@ -38,8 +50,6 @@ LossRows rowsOf(const TensorView &x) {
 template <typename T> bool rowsPack(const LossRows &rs, std::initializer_list<const void *> pointers) {
   return rs.inner == 1 && rs.cls % kPack == 0 && allPackAligned<T>(pointers);
 }
-
-unsigned rowBlocks(int64_t rows) { return unsigned(std::min<int64_t>(rows, int64_t(1) << 20)); }
 
 // Threads per row: enough for one pack each up to 256 (a 10-class row gets one warp).
 unsigned rowThreads(const LossRows &rs) {
@@ -76,46 +86,10 @@ std::shared_ptr<const void> prepareLossGrad(const PrepareContext &p) { return lo
 
 template <typename I> __device__ inline int64_t targetAt(const I *t, int64_t r) { return int64_t(t[r]); }
 
-// Merges every thread's statistics in a fixed order (shuffle tree, then warp
-// 0 over the warps' partials); every thread of the block gets the result.
-template <typename C> __device__ RowStats<C> blockStats(RowStats<C> s) {
-  __shared__ C partialMax[32], partialSum[32], resultMax, resultSum;
-  for (int off = 16; off > 0; off >>= 1) {
-    RowStats<C> o;
-    o.max = __shfl_down_sync(0xffffffffu, s.max, off);
-    o.sum = __shfl_down_sync(0xffffffffu, s.sum, off);
-    s = s.merged(o);
-  }
-  int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  if (lane == 0) {
-    partialMax[warp] = s.max;
-    partialSum[warp] = s.sum;
-  }
-  __syncthreads();
-  if (warp == 0) {
-    s = RowStats<C>{};
-    if (lane < int(blockDim.x >> 5)) {
-      s.max = partialMax[lane];
-      s.sum = partialSum[lane];
-    }
-    for (int off = 16; off > 0; off >>= 1) {
-      RowStats<C> o;
-      o.max = __shfl_down_sync(0xffffffffu, s.max, off);
-      o.sum = __shfl_down_sync(0xffffffffu, s.sum, off);
-      s = s.merged(o);
-    }
-    if (lane == 0) {
-      resultMax = s.max;
-      resultSum = s.sum;
-    }
-  }
-  __syncthreads();
-  RowStats<C> r;
-  r.max = resultMax;
-  r.sum = resultSum;
-  __syncthreads(); // the shared partials are reused by the next row
-  return r;
-}
+// Merges two pieces' statistics (blockReduce's operation).
+struct MergeStats {
+  template <typename S> __device__ S operator()(S a, S b) const { return a.merged(b); }
+};
 
 // Calls f(k, x_k) for each class of row r this thread takes; Packed: the row
 // read as Pack<T, kPack>s (rowsPack), so f gets kPack neighbours in turn.
@@ -136,7 +110,7 @@ __device__ inline void forRowClasses(const T *x, const LossRows &rs, int64_t r, 
 template <bool Packed, typename T> __device__ RowStats<Compute<T>> rowStats(const T *x, const LossRows &rs, int64_t r) {
   RowStats<Compute<T>> s;
   forRowClasses<Packed>(x, rs, r, [&](int64_t, Compute<T> v) { s.add(v); });
-  return blockStats(s);
+  return blockReduce(s, MergeStats(), RowStats<Compute<T>>{});
 }
 
 // T: the scores' storage type; L: the loss's and log_prob's (f32 for half

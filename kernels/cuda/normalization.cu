@@ -50,8 +50,6 @@ template <bool Warp> struct RowTeam {
   }
 };
 
-unsigned rowBlocks(int64_t rows) { return unsigned(std::max<int64_t>(1, std::min<int64_t>(rows, int64_t(1) << 20))); }
-
 // Calls launch(team, blocks): a warp per row where rows are narrow enough, else a block per row.
 template <typename F> void launchRows(const RowSplit &rs, F &&launch) {
   constexpr int64_t rowsPerBlock = kRowThreads / 32;
