@@ -56,8 +56,12 @@ def external_model(folder, location):
 
 
 def main():
+    with tempfile.TemporaryDirectory(prefix="sd_bad_input_") as tmp:
+        return check_all(tmp)
+
+
+def check_all(tmp):
     sdc, sdrun = tool_paths()
-    tmp = tempfile.mkdtemp(prefix="sd_bad_input_")
     out = os.path.join(tmp, "out.sdp")
 
     good = os.path.join(tmp, "good.onnx")

@@ -5,6 +5,7 @@
 #include "Driver.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
+#include "temp_dir.h"
 #include <cmath>
 #include <cstring>
 #include <fstream>
@@ -57,8 +58,8 @@ TEST_P(GradCheck, MatchesFiniteDifferences) {
   for (const Init &in : c.inits) inits += (inits.empty() ? "" : ", ") + initializerText(in, rng);
   std::string text = "<ir_version: 8, opset_import: [\"\" : 17]>\ng (float[2, 3] x) => (float loss)\n<" + inits +
                      ">\n{\n" + c.body + "\n  sq = Mul(y, y)\n  loss = ReduceSum <keepdims = 0> (sq)\n}\n";
-  char tmpl[] = "/tmp/sd_grad_testXXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  TempDir tmp("sd_grad_test");
+  const std::string &dir = tmp.path();
   std::ofstream(dir + "/m.onnxtxt") << text;
   CompileRequest req;
   req.model = dir + "/m.onnxtxt";

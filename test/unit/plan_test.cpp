@@ -10,6 +10,7 @@
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/train/trainer.h"
+#include "temp_dir.h"
 #include "test_device.h"
 #include <algorithm>
 #include <cstring>
@@ -41,12 +42,11 @@ g (float[2, 4] x, int64[2] ids) => (float[2, 3] y, float[2, 4] e)
 class PlanTest : public ::testing::Test {
 protected:
   static void SetUpTestSuite() {
-    char tmpl[] = "/tmp/sd_plan_testXXXXXX";
-    dir_ = mkdtemp(tmpl);
-    std::ofstream(dir_ + "/m.onnxtxt") << kModel;
+    TempDir tmp("sd_plan_test");
+    std::ofstream(tmp.path() + "/m.onnxtxt") << kModel;
     CompileRequest req;
-    req.model = dir_ + "/m.onnxtxt";
-    req.output = dir_ + "/m.sdp";
+    req.model = tmp.path() + "/m.onnxtxt";
+    req.output = tmp.path() + "/m.sdp";
     std::string err;
     ASSERT_TRUE(compileModel(req, err)) << err;
     std::ifstream f(req.output, std::ios::binary);
@@ -55,7 +55,6 @@ protected:
     std::string s = ss.str();
     bytes_.assign(s.begin(), s.end());
   }
-  static std::string dir_;
   static std::vector<uint8_t> bytes_;
 
   static std::vector<HostTensor> inputs() {
@@ -66,7 +65,6 @@ protected:
     return {x, ids};
   }
 };
-std::string PlanTest::dir_;
 std::vector<uint8_t> PlanTest::bytes_;
 
 TEST_F(PlanTest, LoadsAndRuns) {
@@ -464,12 +462,11 @@ TEST_F(PlanTest, WrongSchemaVersionIsRefusedByName) {
 // `model` (ONNX text) compiled in a fresh temporary folder, `configure`
 // setting flags; empty (and the test failed) when it does not compile.
 std::vector<uint8_t> compileText(const std::string &model, const std::function<void(CompileRequest &)> &configure = {}) {
-  char tmpl[] = "/tmp/sd_plan_testXXXXXX";
-  std::string dir = mkdtemp(tmpl);
-  std::ofstream(dir + "/m.onnxtxt") << model;
+  TempDir tmp("sd_plan_test");
+  std::ofstream(tmp.path() + "/m.onnxtxt") << model;
   CompileRequest req;
-  req.model = dir + "/m.onnxtxt";
-  req.output = dir + "/m.sdp";
+  req.model = tmp.path() + "/m.onnxtxt";
+  req.output = tmp.path() + "/m.sdp";
   if (configure) configure(req);
   std::string err;
   if (!compileModel(req, err)) {
@@ -748,8 +745,8 @@ g (float[2] x, float p, float q) => (float[2] y)
 // per-step value (lr, step counter, clipping, RNG state, the batch) reached a
 // kernel other than through device memory written before launch.
 TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
-  char tmpl[] = "/tmp/sd_capture_auditXXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  TempDir tmp("sd_capture_audit");
+  const std::string &dir = tmp.path();
   // fp16 adds the loss scale and the skip flag: per-step values that must
   // live in device memory too (a first scale of 2^20 makes the first steps skip).
   struct Variant {
@@ -799,8 +796,8 @@ TEST(CaptureAudit, TrainingPlansReplayBitForBit) {
 // to the CPU trains to the CPU's losses and state, bit for bit, with the
 // steps between them replayed from captured graphs.
 TEST(CpuFallback, TrainingStepsMatchTheCpuBitForBit) {
-  char tmpl[] = "/tmp/sd_cpu_fallbackXXXXXX";
-  std::string dir = mkdtemp(tmpl);
+  TempDir tmp("sd_cpu_fallback");
+  const std::string &dir = tmp.path();
   std::shared_ptr<const Plan> plan = compileLanguageModel(dir);
   ASSERT_TRUE(plan);
   TrainRun eager = trainOn(plan, SessionOptions{1}, dir + "/train.jsonl");

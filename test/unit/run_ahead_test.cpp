@@ -1,6 +1,7 @@
 // Runs launched ahead: Session::launch/collect, and the trainer queuing step
 // k+1 before it reads step k's loss (TrainConfig::runAhead).
 #include "Driver.h"
+#include "temp_dir.h"
 #include "test_device.h"
 #include <cstdlib>
 #include <gtest/gtest.h>
@@ -30,15 +31,11 @@ HostTensor filled(float start) {
   return x;
 }
 
-std::string tempDir(const char *name) {
-  std::string tmpl = std::string("/tmp/") + name + "XXXXXX";
-  return mkdtemp(tmpl.data());
-}
-
 // Whatever the device, collect() gives each launched run its own outputs, in
 // launch order, and only after waiting for them.
 TEST(SessionLaunch, CollectGivesEachRunItsOwnOutputsInOrder) {
-  std::string dir = tempDir("sd_launch");
+  TempDir tmp("sd_launch");
+  const std::string &dir = tmp.path();
   auto plan = compilePlanText(dir, kAffine, "affine");
   ASSERT_TRUE(plan);
   auto cpu = Session::create(plan, SessionOptions{1});
@@ -83,7 +80,8 @@ TEST(SessionLaunch, CollectGivesEachRunItsOwnOutputsInOrder) {
 // A global read with a run comes back as the run left it, even when a later
 // run (launched before the first is collected) changes it again.
 TEST(SessionLaunch, GlobalsReadWithARunAreItsValues) {
-  std::string dir = tempDir("sd_launch_state");
+  TempDir tmp("sd_launch_state");
+  const std::string &dir = tmp.path();
   std::shared_ptr<const Plan> plan = compileLanguageModel(dir);
   ASSERT_TRUE(plan);
   std::vector<HostTensor> inputs;
@@ -126,7 +124,8 @@ TEST(SessionLaunch, GlobalsReadWithARunAreItsValues) {
 // A timed device's runs add up to the busy time; gaps between them (the
 // device waiting for the host) are the span's rest. Untimed devices say nothing.
 TEST(SessionLaunch, DeviceTimeSplitsBusyFromWaiting) {
-  std::string dir = tempDir("sd_launch_time");
+  TempDir tmp("sd_launch_time");
+  const std::string &dir = tmp.path();
   auto plan = compilePlanText(dir, kAffine, "affine");
   ASSERT_TRUE(plan);
   auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
@@ -177,7 +176,8 @@ bool sameReport(const train::StepReport &a, const train::StepReport &b) {
 // their step (nothing runs ahead past them). fp16 adds skipped steps and a
 // loss scale read with its step; accumulation, several runs per step.
 TEST(RunAhead, ReportsAndStateMatchTheSynchronousTrainer) {
-  std::string dir = tempDir("sd_run_ahead");
+  TempDir tmp("sd_run_ahead");
+  const std::string &dir = tmp.path();
   const std::string data = dir + "/train.jsonl";
   struct Variant {
     std::string precision;
@@ -238,7 +238,8 @@ TEST(RunAhead, ReportsAndStateMatchTheSynchronousTrainer) {
 // While a step runs ahead, what needs the state right after the reported
 // step is refused, not answered with the next step's state.
 TEST(RunAhead, SavingWhileAStepRunsAheadIsRefused) {
-  std::string dir = tempDir("sd_run_ahead_save");
+  TempDir tmp("sd_run_ahead_save");
+  const std::string &dir = tmp.path();
   std::shared_ptr<const Plan> plan = compileLanguageModel(dir);
   ASSERT_TRUE(plan);
   auto s = Session::create(plan, SessionOptions{1});
