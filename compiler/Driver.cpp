@@ -122,7 +122,23 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
   return out + buf;
 }
 
-bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut) {
+// Trainable weights that nodes of several modules read in the same role
+// (sd.shared_weights of the importer): they train as one tensor, which is
+// what an exporter that merged equal initializers leaves.
+static void sharedWeightWarnings(mlir::ModuleOp module, const std::string &model, std::vector<std::string> *warnings) {
+  auto shared = module->getAttrOfType<mlir::DictionaryAttr>("sd.shared_weights");
+  if (!warnings || !shared) return;
+  for (auto g : module.getOps<ir::GlobalOp>()) {
+    auto modules = shared.getAs<mlir::StringAttr>(g.getSymName());
+    if (!modules || g.getRole() != "trainable") continue;
+    warnings->push_back(model + ": weight '" + g.getSymName().str() + "' is read by the modules " + modules.str() +
+                        " and trains as one tensor they share; if the exporter merged equal weights "
+                        "(torch.onnx.export's optimizer does), export with optimize=False");
+  }
+}
+
+bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut,
+                  std::vector<std::string> *warnings) {
   LoadedModel loaded;
   if (!loadOnnxModel(req.model, loaded, error)) return false;
   if (req.verbose)
@@ -184,6 +200,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
       error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
       return false;
     }
+    sharedWeightWarnings(*module, req.model, warnings);
     if (irOut) *irOut = dryRunReport(*module, req);
     return true;
   }
@@ -198,6 +215,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
     return false;
   }
+  sharedWeightWarnings(*module, req.model, warnings);
   if (req.emit == "mlir") {
     if (irOut) printTo(irOut);
     return true;

@@ -23,7 +23,9 @@ struct CompileRequest {
 };
 
 // Returns true on success; `error` holds one line on failure. IR for
-// emit=mlir/import goes to `irOut`.
-bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut = nullptr);
+// emit=mlir/import goes to `irOut`; one line per warning to `warnings`
+// (a compiled plan that may not train what the user expects).
+bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut = nullptr,
+                  std::vector<std::string> *warnings = nullptr);
 
 } // namespace sd

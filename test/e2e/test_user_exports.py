@@ -11,6 +11,12 @@
     full fine-tuning still fuses the attention over one shared causal mask,
     trains only the model's parameters (the tables and the mask stay frozen),
     and its logits equal PyTorch's
+  - an exporter that merges initializers of equal values (fresh LayerNorm
+    weights, zero biases): the TorchScript exporter in eval mode reads the
+    duplicates through Identity nodes named after each parameter, and full
+    fine-tuning must train each parameter on its own, as an export in
+    training mode does; the dynamo exporter's optimizer leaves one weight
+    read by every layer, and sdc warns when such a weight trains
   - a nanoGPT-style export names its token input `idx`: sdc finds the token
     input (the int64 [batch, seq] input indexing the embedding), records it in
     the plan, and sdrun train feeds it; when two inputs qualify, the error
@@ -114,6 +120,7 @@ def main():
         check("--token-input naming no input is a clean error", not problems, "; ".join(problems) or line)
         dynamo_default_export(sdc, sdrun, tmp)
         dynamo_default_llama_full(sdc, sdrun, tmp)
+        merged_equal_weights(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_user_exports")
@@ -151,6 +158,83 @@ def dynamo_default_export(sdc, sdrun, tmp):
     changed = sorted(n for n in before if not np.array_equal(before[n], after[n]))
     check("dynamo default export: sdc merge folds the adapter into fc's weight only",
           len(changed) == 1 and before[changed[0]].shape == (16, 16), f"changed {changed}")
+
+
+def merged_equal_weights(sdc, sdrun, tmp):
+    """Fresh LayerNorms (all-ones weights, zero biases) and zero Linear biases
+    in two blocks: every parameter equals its twin in the other block."""
+    import subprocess
+    import torch
+
+    class Block(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln, self.fc = torch.nn.LayerNorm(16), torch.nn.Linear(16, 16)
+            torch.nn.init.zeros_(self.fc.bias)
+
+        def forward(self, x):
+            return x + torch.relu(self.fc(self.ln(x)))
+
+    class TwoBlocks(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.head = torch.nn.Embedding(64, 16), torch.nn.Linear(16, 64)
+            self.blocks = torch.nn.ModuleList([Block(), Block()])
+
+        def forward(self, idx):
+            x = self.emb(idx)
+            for b in self.blocks:
+                x = b(x)
+            return self.head(x)
+    torch.manual_seed(0)
+    model = TwoBlocks().eval()
+    ids = (torch.zeros((4, SEQ), dtype=torch.long),)
+    params = sorted(n for n, _ in model.named_parameters())
+    shapes = ["--shapes", f"idx=4x{SEQ}"]
+    data = os.path.join(tmp, "blocks.jsonl")
+    data_file(data, 64)
+    trained, listing = {}, {}
+    numel = sum(p.numel() for p in model.parameters())
+    for mode in ("EVAL", "TRAINING"):
+        path, plan = os.path.join(tmp, f"blocks_{mode}.onnx"), os.path.join(tmp, f"blocks_{mode}.sdp")
+        torch.onnx.export(model, ids, path, dynamo=False, training=getattr(torch.onnx.TrainingMode, mode),
+                          input_names=["idx"])
+        graph = onnx.load(path).graph
+        merged = sum(n.op_type == "Identity" and n.input[0] in {t.name for t in graph.initializer} for n in graph.node)
+        listed = sh([sdc, "compile", path, "--peft", "none", *shapes, "--dry-run"])
+        listing[mode] = sorted(l.strip() for l in listed.splitlines()[1:] if l.startswith("  "))
+        count = int(listed.split("trainable parameters: ")[1].split()[0])
+        check(f"TorchScript export in {mode.lower()} mode ({merged} parameters read through Identity): full "
+              "fine-tuning trains as many numbers as the model has", count == numel, f"{count} of {numel}")
+        sh([sdc, "compile", path, "--peft", "none", *shapes, "-o", plan])
+        metrics = os.path.join(tmp, f"blocks_{mode}.jsonl")
+        sh([sdrun, "train", plan, "--data", data, "--steps", "4", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics])
+        trained[mode] = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    check("both exports train the same weights, each LayerNorm and bias its own",
+          listing["EVAL"] == listing["TRAINING"] and "blocks.1.ln.weight" in listing["EVAL"], f"{listing}")
+    check("an eval-mode export trains as the training-mode export does (same losses, 4 steps)",
+          len(trained["EVAL"]) == 4 and trained["EVAL"] == trained["TRAINING"], f"{trained}")
+
+    path = os.path.join(tmp, "blocks_dynamo.onnx")
+    torch.onnx.export(model, ids, path)
+    graph = onnx.load(path).graph
+    kept = {t.name for t in graph.initializer}
+    r = subprocess.run([sdc, "compile", path, "--peft", "none", *shapes, "--dry-run"], capture_output=True, text=True)
+    warned = [l for l in r.stderr.splitlines() if l.startswith("sdc: warning:")]
+    check("dynamo default export (its optimizer keeps one weight for both LayerNorms): full fine-tuning warns, "
+          "naming the shared weight, its modules and optimize=False",
+          r.returncode == 0 and "blocks.0.ln.weight" in kept and "blocks.1.ln.weight" not in kept and
+          any("'blocks.0.ln.weight'" in l and "blocks.0.ln, blocks.1.ln" in l and "optimize=False" in l
+              for l in warned), f"rc {r.returncode}, warnings {warned}")
+    r = subprocess.run([sdc, "compile", path, "--peft", "lora", "--target-modules", "fc", *shapes, "--dry-run"],
+                       capture_output=True, text=True)
+    check("the same export with LoRA (the shared weights stay frozen): no warning",
+          r.returncode == 0 and "warning" not in r.stderr, r.stderr.strip()[-300:])
+    torch.onnx.export(model, ids, path, optimize=False)
+    r = subprocess.run([sdc, "compile", path, "--peft", "none", *shapes, "--dry-run"], capture_output=True, text=True)
+    names = sorted(l.strip() for l in r.stdout.splitlines()[1:] if l.startswith("  "))
+    check("exported with optimize=False: every parameter trains, no warning",
+          r.returncode == 0 and names == params and "warning" not in r.stderr, f"{names} {r.stderr.strip()[-300:]}")
 
 
 def dynamo_default_llama_full(sdc, sdrun, tmp):

@@ -483,7 +483,9 @@ static int compileMain(int argc, char **argv) {
   // A plan's folder is checked before compiling, which can take minutes.
   if (!req.dryRun && !req.output.empty() && req.output != "-")
     if (sd::Status st = sd::checkOutputFile(req.output, "-o"); !st.isOk()) return fail(st.message());
-  if (!sd::compileModel(req, error, &ir)) return fail(error);
+  std::vector<std::string> warnings;
+  if (!sd::compileModel(req, error, &ir, &warnings)) return fail(error);
+  for (const std::string &w : warnings) std::fprintf(stderr, "sdc: warning: %s\n", w.c_str());
   if (!ir.empty()) std::fputs(ir.c_str(), stdout);
   return 0;
 }

@@ -40,6 +40,8 @@ public:
   std::string error;
   std::unordered_map<std::string, mlir::Value> values;
   std::unordered_map<std::string, const onnx::TensorProto *> lazyGlobals; // created on first use
+  // Identity nodes whose output became a weight of its own (untieMergedWeights).
+  std::unordered_set<std::string> untiedOutputs;
   mlir::Location loc = mlir::UnknownLoc::get(builder.getContext());
   std::string nodeDesc; // "<scope>: node 'x' (Op, opset N)"
   std::string nodeName; // "x"

@@ -14,6 +14,8 @@
 #include "mlir/IR/Verifier.h"
 #include <google/protobuf/unknown_field_set.h>
 #include "llvm/ADT/ScopeExit.h"
+#include <algorithm>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -281,6 +283,51 @@ std::string torchModuleScope(const onnx::NodeProto &node) {
   return "";
 }
 
+// The module a top-level node belongs to: the exporter's name scopes, else
+// the path of a TorchScript node name ("/b.0/ln/LayerNormalization" -> "b.0.ln").
+std::string readerModule(const onnx::NodeProto &node) {
+  if (std::string scope = torchModuleScope(node); !scope.empty()) return scope;
+  llvm::StringRef name = node.name();
+  if (!name.consume_front("/")) return "";
+  size_t at = name.rfind('/');
+  if (at == llvm::StringRef::npos) return "";
+  std::string path = name.substr(0, at).str();
+  std::replace(path.begin(), path.end(), '/', '.');
+  return path;
+}
+
+// Weights that nodes of several modules read in the same role (each a
+// LayerNormalization's scale, each a Gemm's bias): an exporter that merges
+// equal initializers leaves this (torch.onnx.export's optimizer keeps one
+// all-ones LayerNorm weight for every layer). Maps each such weight to the
+// modules reading it; the driver warns when one of them trains.
+DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
+                             const std::unordered_set<std::string> &weights) {
+  struct Readers {
+    std::string role; // "<op type>:<slot>", empty once two roles differ
+    std::set<std::string> modules;
+    bool mixed = false;
+  };
+  std::map<std::string, Readers> readers;
+  for (const onnx::NodeProto &node : g.node())
+    for (int i = 0; i < node.input_size(); ++i) {
+      if (!weights.count(node.input(i))) continue;
+      Readers &r = readers[node.input(i)];
+      std::string role = node.op_type() + ":" + std::to_string(i), module = readerModule(node);
+      if (r.modules.empty() && r.role.empty()) r.role = role;
+      r.mixed = r.mixed || r.role != role || module.empty();
+      r.modules.insert(module);
+    }
+  SmallVector<NamedAttribute> shared;
+  for (auto &[name, r] : readers) {
+    if (r.mixed || r.modules.size() < 2) continue;
+    std::string list;
+    for (const std::string &m : r.modules) list += (list.empty() ? "" : ", ") + m;
+    shared.push_back(b.getNamedAttr(name, b.getStringAttr(list)));
+  }
+  return b.getDictionaryAttr(shared);
+}
+
 int64_t defaultOpset(const onnx::ModelProto &m) {
   for (const auto &o : m.opset_import())
     if (o.domain().empty() || o.domain() == "ai.onnx") return o.version();
@@ -373,6 +420,7 @@ LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g) {
   }
   for (int i = 0; i < g.node_size(); ++i) {
     const onnx::NodeProto &node = g.node(i);
+    if (node.op_type() == "Identity" && node.output_size() == 1 && imp.untiedOutputs.count(node.output(0))) continue;
     std::string name = node.name();
     if (name.empty() && node.output_size() > 0) {
       // PyTorch names outputs "<node name>_output_<k>"; recover the node name.
@@ -494,6 +542,40 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     b.create<GlobalOp>(NameLoc::get(b.getStringAttr(t->name()), fileLoc), b.getStringAttr(t->name()), TypeAttr::get(value->getType()),
                        b.getStringAttr("frozen"), *value);
     imp.lazyGlobals[t->name()] = t;
+  }
+
+  if (opts.training) {
+    // PyTorch's eval-mode exporter keeps one initializer per distinct value: a
+    // parameter equal to an earlier one (fresh LayerNorm weights, zero biases)
+    // is that initializer read through an Identity named after the parameter.
+    // A training plan gives each such parameter a weight of its own, so each
+    // trains on its own as in PyTorch. Ties keep their one initializer (the
+    // exporter reads it directly in every node), and inference plans keep the
+    // merge.
+    std::set<std::string> graphOutputs;
+    for (const auto &out : g.output()) graphOutputs.insert(out.name());
+    std::unordered_set<const onnx::TensorProto *> asWeights;
+    for (auto [t, asConstant] : initKinds)
+      if (!asConstant) asWeights.insert(t);
+    for (const onnx::NodeProto &node : g.node()) {
+      if (node.op_type() != "Identity" || !node.domain().empty() || node.input_size() != 1 || node.output_size() != 1)
+        continue;
+      const std::string &out = node.output(0);
+      auto source = inits.find(node.input(0));
+      if (out.empty() || source == inits.end() || !asWeights.count(source->second) || inits.count(out) ||
+          graphOutputs.count(out) || imp.untiedOutputs.count(out))
+        continue;
+      auto value = tensorToElements(b, *source->second, /*asResource=*/true, error);
+      if (failed(value)) return error = what + ": " + error, nullptr;
+      b.create<GlobalOp>(NameLoc::get(b.getStringAttr(out), fileLoc), b.getStringAttr(out), TypeAttr::get(value->getType()),
+                         b.getStringAttr("frozen"), *value);
+      imp.lazyGlobals[out] = source->second;
+      imp.untiedOutputs.insert(out);
+    }
+    std::unordered_set<std::string> weightNames;
+    for (const onnx::TensorProto *t : asWeights) weightNames.insert(t->name());
+    if (DictionaryAttr shared = sharedWeights(b, g, weightNames); !shared.empty())
+      (*module)->setAttr("sd.shared_weights", shared);
   }
 
   // The entry: graph inputs that are not initializers.
