@@ -7,7 +7,8 @@
 // result's shape or be a single element. In autocast plans the chain also
 // takes in the Casts around it: a bf16/f16 value widened to f32 becomes a
 // half operand (widening is exact; a widening several chains read is taken
-// into each), and a Cast of the result to bf16/f16
+// into each, and so is arithmetic on at most two half values that only
+// chains read: each computes it again), and a Cast of the result to bf16/f16
 // becomes the step's result type (rounded as Cast rounds). Each backend runs
 // every op with its unfused kernel's function, so the fused step computes the
 // unfused steps' bits (sd/ops/fused_elementwise.h). Runs last among the
@@ -88,6 +89,35 @@ bool isNarrowing(Operation *op) {
   return c && isF32Static(c.getInput()) && isHalfStatic(c.getResult());
 }
 
+// Whether each chain that reads `v` may compute it again instead: `v` is
+// arithmetic on at most two half values (and single elements), so a reader
+// loads no more bytes than the f32 value has, and every reader is a step a
+// chain starts from, so the f32 value is never written (LoRA's sum of the
+// base and the scaled adapter product, read by the forward's GELU and by its
+// gradient in the backward). Each chain computes it with the same functions
+// on the same operands: the same bits.
+bool recomputedByEveryReader(Value v) {
+  Operation *producer = v.getDefiningOp();
+  if (!producer || !isArithmetic(producer)) return false;
+  for (Operation *user : v.getUsers())
+    if (user->getBlock() != producer->getBlock() || !(isArithmetic(user) || isNarrowing(user))) return false;
+  SmallVector<Value> work{v};
+  DenseSet<Value> halves;
+  int ops = 0;
+  while (!work.empty()) {
+    Value x = work.pop_back_val();
+    if (RankedTensorType t = staticTensor(x); t && t.getNumElements() == 1) continue;
+    Operation *def = x.getDefiningOp();
+    if (def && isWidening(def)) {
+      halves.insert(def->getOperand(0));
+      continue;
+    }
+    if (!def || !isArithmetic(def) || ++ops > 4) return false;
+    for (Value operand : def->getOperands()) work.push_back(operand);
+  }
+  return halves.size() <= 2;
+}
+
 struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> {
   void runOnOperation() override {
     SmallVector<Operation *> roots;
@@ -96,12 +126,14 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     });
     DenseSet<Operation *> absorbed;
     for (Operation *root : llvm::reverse(roots))
-      if (!absorbed.contains(root)) fuseFrom(root, absorbed);
+      if (!absorbed.contains(root) && !fuseFrom(root, absorbed, /*recompute=*/true)) fuseFrom(root, absorbed, false);
   }
 
   // Grows the chain that ends at `root` backwards through operands that only
-  // the chain reads, then replaces it when it holds two steps or more.
-  void fuseFrom(Operation *root, DenseSet<Operation *> &absorbed) {
+  // the chain reads (or, with `recompute`, that every reader computes again),
+  // then replaces it when it holds two steps or more. False when the chain
+  // needs more operands than a fused step takes.
+  bool fuseFrom(Operation *root, DenseSet<Operation *> &absorbed, bool recompute) {
     auto shape = cast<RankedTensorType>(root->getResult(0).getType()).getShape();
     llvm::SetVector<Operation *> chain;
     chain.insert(root);
@@ -113,7 +145,8 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     // element instead of a widened copy written and read at 4).
     auto joins = [&](Operation *def, Value v) {
       return def && !chain.contains(def) && !absorbed.contains(def) && def->getBlock() == root->getBlock() &&
-             cast<RankedTensorType>(v.getType()).getShape() == shape && (onlyChainReads(v) || isWidening(def));
+             cast<RankedTensorType>(v.getType()).getShape() == shape &&
+             (onlyChainReads(v) || isWidening(def) || (recompute && recomputedByEveryReader(v)));
     };
     for (size_t i = 0; i < chain.size() && chain.size() < size_t(sd::kMaxFusedInstructions); ++i) {
       if (isWidening(chain[i])) continue; // its operand is the half value itself
@@ -126,7 +159,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
       }
     }
     int64_t arithmetic = llvm::count_if(chain, [](Operation *op) { return opcodeOf(op).has_value(); });
-    if (chain.size() < 2 || arithmetic == 0) return;
+    if (chain.size() < 2 || arithmetic == 0) return true;
     SmallVector<Operation *> steps(chain.begin(), chain.end());
     llvm::sort(steps, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
     // Operands from outside the chain in first-use order (a widening cast's
@@ -136,7 +169,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
       if (opcodeOf(op) || isWidening(op))
         for (Value v : op->getOperands())
           if (!chain.contains(v.getDefiningOp())) inputs.insert(v);
-    if (inputs.size() > size_t(sd::kMaxFusedInputs)) return;
+    if (inputs.size() > size_t(sd::kMaxFusedInputs)) return false;
     DenseMap<Value, int64_t> valueIndex;
     for (auto [i, v] : llvm::enumerate(inputs)) valueIndex[v] = int64_t(i);
     SmallVector<int64_t> program;
@@ -164,6 +197,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
       absorbed.insert(op);
       op->erase();
     }
+    return true;
   }
 };
 

@@ -168,7 +168,8 @@ const std::vector<StaticProgram> &staticPrograms() {
       SD_STATIC_PROGRAM(2, 11, 0, 1),                        // GELU's gradient
       SD_STATIC_PROGRAM(2, 12, 1, 0),                        // tanh GELU's gradient, the product first
       SD_STATIC_PROGRAM(2, 11, 1, 0),                        // GELU's gradient, the product first
-      SD_STATIC_PROGRAM(3, 2, 1, 2, 0, 0, 3, 10, 4, 4),      // base + LoRA * scale, then tanh GELU (inference)
+      SD_STATIC_PROGRAM(3, 2, 1, 2, 0, 0, 3, 10, 4, 4),      // base + LoRA * scale, then tanh GELU
+      SD_STATIC_PROGRAM(5, 2, 1, 2, 0, 0, 5, 0, 3, 4, 12, 7, 6), // that sum again, tanh GELU's gradient of two
       SD_STATIC_PROGRAM(4, 0, 0, 1, 0, 4, 2, 0, 5, 3),       // sum of four
       SD_STATIC_PROGRAM(3, 0, 0, 1, 0, 3, 2),                // sum of three
       SD_STATIC_PROGRAM(3, 0, 0, 1, 0, 2, 3),                // sum of three

@@ -99,6 +99,16 @@ def check_packed_swiglu(check, sdc, sdrun, llama, data, tmp):
               f"{precision} Llama LoRA: the same 6 losses and weights bit for bit with --no-fuse swiglu")
 
 
+def fused_programs(ir):
+    """(opcodes, output type) of each FusedElementwise step of a compiled plan's IR."""
+    found = []
+    for line in ir.splitlines():
+        if 'sd.step "FusedElementwise"' in line:
+            code = [int(x) for x in line.split("program = array<i64: ")[1].split(">")[0].split(", ")]
+            found.append((code[0::3], line.rsplit(": ", 1)[1].rstrip(")")))
+    return found
+
+
 def gemm_alphas(sdc, model, flags):
     """The alpha of each Gemm step in the compiled plan that has one."""
     ir = sh([sdc, "compile", model, "--emit", "mlir", *flags])
@@ -173,16 +183,20 @@ def main():
         llama = export_tiny_llama(tmp)
         # bf16 full fine-tuning of the GPT: its GELU and the GELU's gradient both read the bf16 product
         # (a widening several chains take in, each for itself).
-        for peft, precision, arch in (("none", "fp32", "gpt"), ("lora", "fp32", "gpt"), ("lora", "bf16", "gpt"),
-                                      ("none", "bf16", "gpt"), ("none", "bf16", "llama")):
+        # bf16 LoRA on the MLP too: the GELU and its gradient each compute LoRA's sum again from the two bf16
+        # products (no f32 sum written for the backward).
+        for peft, precision, arch, targets in (("none", "fp32", "gpt", ""), ("lora", "fp32", "gpt", "qkv,proj"),
+                                               ("lora", "bf16", "gpt", "qkv,proj"), ("none", "bf16", "gpt", ""),
+                                               ("lora", "bf16", "gpt", "qkv,proj,fc1,fc2"),
+                                               ("none", "bf16", "llama", "")):
             runs = {}
             for fused in (True, False):
-                tag = f"{arch}-{peft}-{precision}-{'fused' if fused else 'plain'}"
+                tag = f"{arch}-{peft}-{precision}-{targets.count(',')}-{'fused' if fused else 'plain'}"
                 plan = os.path.join(tmp, tag + ".sdp")
                 # The Llama's bit-for-bit comparison keeps the attention layout (checked apart, below).
                 plain = "gemm-epilogues,elementwise,casts,half-steps" if arch == "llama" else "all"
                 flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision] + \
-                    (["--target-modules", "qkv,proj"] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain])
+                    (["--target-modules", targets] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain])
                 sh([sdc, "compile", llama if arch == "llama" else model, "-o", plan] + flags)
                 steps = plan_steps(sdrun, plan)
                 # An autocast plan's GELU runs in f32 on a cast of the half product: not an epilogue (yet).
@@ -199,6 +213,15 @@ def main():
                     if fused:
                         kept = half_steps(sdc, llama, flags + ["--no-fuse", "half-steps"])
                         check(not kept, f"bf16 Llama: none on bf16 values with --no-fuse half-steps ({kept})")
+                elif fused and "fc1" in targets:
+                    programs = fused_programs(sh([sdc, "compile", model, "--emit", "mlir"] + flags))
+                    width = 4 * 32  # export_tiny_gpt's d_model is 32; its MLP 4 times as wide
+                    sums = [out for _, out in programs if out == f"memref<4x8x{width}xf32>"]  # activations, not grads
+                    # GELU's gradient (opcode 11 or 12) after LoRA's scale and sum (Mul 2, Add 0).
+                    recomputed = [ops for ops, _ in programs if ops[-1] in (11, 12) and ops[:2] == [2, 0]]
+                    check(not sums and len(recomputed) >= 2,
+                          f"bf16 GPT LoRA on the MLP: no fused step writes an f32 [4, 8, {width}] activation ({sums}); "
+                          f"{len(recomputed)} GELU-gradient steps compute LoRA's sum themselves")
                 elif fused and precision == "bf16":
                     check(steps.get("FusedElementwise", 0) >= 20,
                           f"bf16 {peft}: chains with their half casts fused ({steps.get('FusedElementwise', 0)} steps, "
@@ -212,7 +235,7 @@ def main():
                     check(not any(op in steps for op in fused_ops) and steps.get("Gelu", 0) > 0,
                           f"{precision} {peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
                 runs[fused] = train_run(sdrun, plan, data, tmp, tag, 8)
-            name = f"{precision} {peft}" + (" Llama" if arch == "llama" else "")
+            name = f"{precision} {peft}" + (" Llama" if arch == "llama" else "") + (f" on {targets}" if targets else "")
             check(len(runs[True][0]) == 8 and runs[True][0] == runs[False][0],
                   f"{name}: 8 losses equal with and without the fusions ({runs[True][0][-1]:.6f})")
             check(runs[True][1] == runs[False][1], f"{name}: trained weights equal bit for bit")

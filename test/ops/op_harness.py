@@ -1162,6 +1162,11 @@ CASES["FusedElementwise"] = [
          label="base + LoRA * scale + residual (compiled in)"),
     Case(lambda t, r: [rand(r, (37,), t, -3, 3)], attrs={"program": [10, 0, 0], "to": 16}, ref=fused_elementwise_ref,
          types=["bf16"], label="tanh GELU to bf16 (compiled in)"),
+    # LoRA's sum computed again by the GELU's gradient (bf16 products, the two gradients summed first).
+    Case(lambda t, r: [rand(r, (37,), t, -2, 2), rand(r, (37,), t, -2, 2), np.array(2.0, np.float32),
+                       rand(r, (37,), t, -2, 2), rand(r, (37,), t, -2, 2)],
+         attrs={"program": [2, 1, 2, 0, 0, 5, 0, 3, 4, 12, 7, 6], "to": 16}, ref=fused_elementwise_ref,
+         types=["bf16"], label="base + LoRA * scale, tanh GELU gradient of a sum (compiled in)"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [0, 0, 7]}, error="reads value 7", label="bad program"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [13, 0, 0]}, error="opcode 13", label="bad opcode")]
 

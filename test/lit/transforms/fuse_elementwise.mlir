@@ -120,3 +120,58 @@ func.func @shared_widening(%h: tensor<4xbf16>, %dy: tensor<4xf32>) -> (tensor<4x
   %dx = sd.gelu_grad %dy, %w {approximate = "tanh"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
   return %gh, %dx : tensor<4xbf16>, tensor<4xf32>
 }
+
+// -----
+
+// LoRA's sum (base + scale * adapter product, both bf16) read by the GELU and
+// by its gradient: each chain computes the sum again from the two bf16
+// products, and the f32 sum is never written.
+// CHECK-LABEL: func.func @recomputed_sum
+//   CHECK-NOT:   sd.add
+//       CHECK:   sd.fused_elementwise %arg0, %arg1, %arg2 {program = array<i64: 2, 1, 2, 0, 0, 3, 10, 4, 4>, to = 16 : i64}
+//       CHECK:   sd.fused_elementwise %arg0, %arg1, %arg2, %arg3 {program = array<i64: 2, 1, 2, 0, 0, 4, 12, 3, 5>}
+//   CHECK-NOT:   sd.add
+func.func @recomputed_sum(%base: tensor<4xbf16>, %lora: tensor<4xbf16>, %s: tensor<f32>, %dy: tensor<4xf32>)
+    -> (tensor<4xbf16>, tensor<4xf32>) attributes {sd.entry = "train_step"} {
+  %b = sd.cast %base {to = 1 : i64} : (tensor<4xbf16>) -> tensor<4xf32>
+  %l = sd.cast %lora {to = 1 : i64} : (tensor<4xbf16>) -> tensor<4xf32>
+  %ls = sd.mul %l, %s : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  %sum = sd.add %b, %ls : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %g = sd.gelu %sum {approximate = "tanh"} : (tensor<4xf32>) -> tensor<4xf32>
+  %gh = sd.cast %g {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+  %dx = sd.gelu_grad %dy, %sum {approximate = "tanh"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %gh, %dx : tensor<4xbf16>, tensor<4xf32>
+}
+
+// -----
+
+// The same sum of two f32 values, or read by a step no chain starts from
+// (a Reshape): computed once and kept.
+// CHECK-LABEL: func.func @sum_kept
+//       CHECK:   %[[S:.*]] = sd.fused_elementwise %arg1, %arg2, %arg0 {program = array<i64: 2, 0, 1, 0, 2, 3>}
+//       CHECK:   sd.fused_elementwise %[[S]] {program = array<i64: 10, 0, 0>, to = 16 : i64}
+//       CHECK:   sd.gelu_grad %arg3, %[[S]]
+// CHECK-LABEL: func.func @sum_read_by_reshape
+//       CHECK:   %[[S:.*]] = sd.fused_elementwise %arg0, %arg1, %arg2 {program = array<i64: 2, 1, 2, 0, 0, 3>}
+//       CHECK:   sd.fused_elementwise %[[S]] {program = array<i64: 10, 0, 0>, to = 16 : i64}
+//       CHECK:   sd.reshape %[[S]]
+func.func @sum_kept(%base: tensor<4xf32>, %lora: tensor<4xf32>, %s: tensor<f32>, %dy: tensor<4xf32>)
+    -> (tensor<4xbf16>, tensor<4xf32>) attributes {sd.entry = "train_step"} {
+  %ls = sd.mul %lora, %s : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  %sum = sd.add %base, %ls : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %g = sd.gelu %sum {approximate = "tanh"} : (tensor<4xf32>) -> tensor<4xf32>
+  %gh = sd.cast %g {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+  %dx = sd.gelu_grad %dy, %sum {approximate = "tanh"} : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  return %gh, %dx : tensor<4xbf16>, tensor<4xf32>
+}
+func.func @sum_read_by_reshape(%base: tensor<4xbf16>, %lora: tensor<4xbf16>, %s: tensor<f32>, %shape: tensor<2xi64>)
+    -> (tensor<4xbf16>, tensor<2x2xf32>) attributes {sd.entry = "train_step"} {
+  %b = sd.cast %base {to = 1 : i64} : (tensor<4xbf16>) -> tensor<4xf32>
+  %l = sd.cast %lora {to = 1 : i64} : (tensor<4xbf16>) -> tensor<4xf32>
+  %ls = sd.mul %l, %s : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+  %sum = sd.add %b, %ls : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>
+  %g = sd.gelu %sum {approximate = "tanh"} : (tensor<4xf32>) -> tensor<4xf32>
+  %gh = sd.cast %g {to = 16 : i64} : (tensor<4xf32>) -> tensor<4xbf16>
+  %r = sd.reshape %sum, %shape : (tensor<4xf32>, tensor<2xi64>) -> tensor<2x2xf32>
+  return %gh, %r : tensor<4xbf16>, tensor<2x2xf32>
+}
