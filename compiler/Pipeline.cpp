@@ -114,6 +114,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     pm.addPass(createFoldCastRoundTrips()); // the round trips moved casts meet
   }
   if (opts.halfSteps) pm.addPass(createHalfElementwise());
+  if (opts.normGradSum) pm.addPass(createNormGradSum()); // before the Adds join elementwise chains
   if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
   if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());
   pm.addPass(createPropagateShapes()); // removes the ops they replaced

@@ -55,6 +55,10 @@ def ScaleIntoGemm : Pass<"sd-scale-into-gemm", "mlir::ModuleOp"> {
   let summary = "A matrix product takes a constant power-of-two scale of its operand (LoRA's backward) as its alpha instead of reading a scaled copy";
 }
 
+def NormGradSum : Pass<"sd-norm-grad-sum", "mlir::ModuleOp"> {
+  let summary = "A LayerNorm/RMSNorm gradient added to the residual stream's gradient writes the sum itself (its accumulate operand): no Add step";
+}
+
 def PackSwiglu : Pass<"sd-pack-swiglu", "mlir::ModuleOp"> {
   let summary = "A SwiGLU on the two halves of one fused gate/up projection reads it as it is (SwiGLUPacked): no Split forward, no Concat backward";
 }

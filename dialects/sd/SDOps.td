@@ -508,11 +508,15 @@ def SD_RecurrenceGradOp : SD_Nary<"recurrence_grad", "RecurrenceGrad",
     (outs AnyTensor:$xw_grad, AnyTensor:$r_grad, AnyTensor:$initial_h_grad, AnyTensor:$initial_c_grad,
           AnyTensor:$peepholes_grad, AnyTensor:$reset_bias_grad)>;
 def SD_LayerNormalizationGradOp : SD_Nary<"layer_normalization_grad", "LayerNormalizationGrad",
-    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon),
-    (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad)>;
+    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Optional<AnyTensor>:$accumulate),
+    (ins OptI64:$axis, OptF32:$epsilon), (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad)> {
+  let description = "With `accumulate` (f32, x's shape), x_grad is accumulate + the input gradient (sd-norm-grad-sum).";
+}
 def SD_RMSNormalizationGradOp : SD_Nary<"rms_normalization_grad", "RMSNormalizationGrad",
-    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale), (ins OptI64:$axis, OptF32:$epsilon),
-    (outs AnyTensor:$x_grad, AnyTensor:$scale_grad)>;
+    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Optional<AnyTensor>:$accumulate),
+    (ins OptI64:$axis, OptF32:$epsilon), (outs AnyTensor:$x_grad, AnyTensor:$scale_grad)> {
+  let description = "With `accumulate` (f32, x's shape), x_grad is accumulate + the input gradient (sd-norm-grad-sum).";
+}
 def SD_GatherGradOp : SD_Nary<"gather_grad", "GatherGrad", (ins AnyTensor:$grad, AnyTensor:$indices),
     (ins OptI64:$axis, DenseI64ArrayAttr:$data_shape)> {
   let description = "Scatter-add of Gather's output gradient into zeros of `data_shape` (deterministic).";

@@ -28,6 +28,16 @@ NormRows normRows(const Dims &x, const AttrMap &attrs) {
   return r;
 }
 
+Status checkNormAccumulate(const TensorView &x, const TensorView &acc, const char *op) {
+  if (acc.dtype == DType::Undefined) return Status::ok();
+  if (acc.dtype != x.dtype || (acc.dtype != DType::F32 && acc.dtype != DType::F64))
+    return sdError(op, " accumulates into f32 or f64 of x's type, got ", dtypeName(acc.dtype), " for x of ",
+                   dtypeName(x.dtype));
+  if (acc.numElements() != x.numElements())
+    return sdError(op, ": accumulate has ", acc.numElements(), " elements, x ", x.numElements());
+  return Status::ok();
+}
+
 Dims rowMajorStrides(const Dims &d) {
   Dims s(d.size(), 1);
   for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];

@@ -243,25 +243,37 @@ Status MvnKernel(const KernelContext &c) {
   });
 }
 
+// dx = accumulate + dx, one rounded addition per element as the Add kernel
+// computes it (dx already rounded to its type; the output is never the
+// accumulate operand's buffer: the step is not elementwise, so it gets its own).
+template <typename T> void accumulateRow(const T *acc, T *dx, int64_t n) {
+  if constexpr (std::is_floating_point_v<T>)
+    for (int64_t j = 0; j < n; ++j) dx[j] = acc[j] + dx[j];
+}
+
 // Backward of LayerNormalization over rows of n normalized elements, with
 // mean and rstd recomputed from x (a pass over x the gradient reads anyway,
 // instead of keeping two statistics per row alive from the forward):
 //   dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale
 //   dscale = sum_rows dy * xhat, dbias = sum_rows dy
 // Row blocks of fixed size keep partial sums, added in block order, so the
-// result does not depend on the thread count.
+// result does not depend on the thread count. With an accumulate operand
+// (sd-norm-grad-sum) dx is rounded first and then added to it, as the Add
+// it replaces did.
 Status LayerNormGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
   const NormRows rows = normRows(x.dims, c.attrs);
   const int64_t outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   SD_CHECK_ARG(scale.numElements() == n, "LayerNormalizationGrad needs a scale covering the normalized axes");
+  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "LayerNormalizationGrad"));
   constexpr int64_t kBlock = 32;
   int64_t blocks = (outer + kBlock - 1) / kBlock;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *pdy = dy.as<T>(), *px = x.as<T>(), *g = scale.as<T>();
     T *pdx = c.outputs[0].as<T>();
+    const T *pacc = c.hasInput(3) ? c.inputs[3].as<T>() : nullptr;
     std::vector<double> partial(size_t(blocks * n * 2), 0.0);
     parallelFor(c.pool, blocks, 1, [&](int64_t b0, int64_t b1) {
       std::vector<double> xhat(static_cast<size_t>(n));
@@ -288,6 +300,7 @@ Status LayerNormGradKernel(const KernelContext &c) {
           T *dxr = pdx + r * n;
           for (int64_t j = 0; j < n; ++j)
             dxr[j] = T(rstd * (double(dyr[j]) * double(g[j]) - mg - xhat[size_t(j)] * mgx));
+          if (pacc) accumulateRow(pacc + r * n, dxr, n);
         }
       }
     });
@@ -360,20 +373,24 @@ Status RmsNormGradKernel(const KernelContext &c) {
   const int64_t outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   SD_CHECK_ARG(scale.numElements() == n, "RMSNormalizationGrad needs a scale covering the normalized axes");
+  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "RMSNormalizationGrad"));
   constexpr int64_t kBlock = 32;
   int64_t blocks = (outer + kBlock - 1) / kBlock;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *pdy = dy.as<T>(), *px = x.as<T>(), *g = scale.as<T>();
     T *pdx = c.outputs[0].as<T>();
+    const T *pacc = c.hasInput(3) ? c.inputs[3].as<T>() : nullptr;
     std::vector<double> partial(size_t(blocks * n), 0.0);
     parallelFor(c.pool, blocks, 1, [&](int64_t b0, int64_t b1) {
       for (int64_t blk = b0; blk < b1; ++blk) {
         double *ds = partial.data() + blk * n;
         if constexpr (std::is_same_v<T, float>) { // f32 rows with the row loops vectorized
           if (scale.dtype == DType::F32) {
-            for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r)
+            for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r) {
               vrmsNormGradRow(px + r * n, pdy + r * n, g, pdx + r * n, ds, n, float(eps));
+              if (pacc) accumulateRow(pacc + r * n, pdx + r * n, n);
+            }
             continue;
           }
         }
@@ -391,6 +408,7 @@ Status RmsNormGradKernel(const KernelContext &c) {
           T *dxr = pdx + r * n;
           for (int64_t j = 0; j < n; ++j)
             dxr[j] = T(rstd * (double(dyr[j]) * double(g[j]) - double(xr[j]) * rstd * mgx));
+          if (pacc) accumulateRow(pacc + r * n, dxr, n);
         }
       }
     });

@@ -8,6 +8,7 @@
 #include "sd/ops/index_geometry.h"
 #include <cmath>
 #include <memory>
+#include <type_traits>
 
 namespace sd::cuda {
 namespace {
@@ -145,11 +146,20 @@ std::shared_ptr<const void> prepareLayerNormGrad(const PrepareContext &p) {
   return s;
 }
 
+// dx rounded to its type, then added to the accumulate operand (when there
+// is one: sd-norm-grad-sum) as the Add kernel it replaces adds: one rounded
+// f32 or f64 addition. The host refuses an accumulate operand of a half type.
+template <typename T> __device__ T plusAccumulate(const T *acc, int64_t k, T dx) {
+  if constexpr (std::is_same_v<T, float>) return acc ? __fadd_rn(acc[k], dx) : dx;
+  else if constexpr (std::is_same_v<T, double>) return acc ? __dadd_rn(acc[k], dx) : dx;
+  else return dx;
+}
+
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale.
 // D: dy's type (T, or a half with an f32 T).
 template <typename Team, typename T, typename D>
-__global__ void layerNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, T *pdx,
-                                  double *stats) {
+__global__ void layerNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, const T *acc,
+                                  T *pdx, double *stats) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
     const D *dy = pdy + r * rs.n;
@@ -165,7 +175,8 @@ __global__ void layerNormGradRows(RowSplit rs, double eps, const D *pdy, const T
     mgx = Team::sum(mgx) / double(rs.n);
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
       double xhat = (double(load(x[j])) - mean) * rstd;
-      pdx[r * rs.n + j] = store<T>(Compute<T>(rstd * (double(load(dy[j])) * double(load(scale[j])) - mg - xhat * mgx)));
+      const T dx = store<T>(Compute<T>(rstd * (double(load(dy[j])) * double(load(scale[j])) - mg - xhat * mgx)));
+      pdx[r * rs.n + j] = plusAccumulate(acc, r * rs.n + j, dx);
     }
     if (Team::rank() == 0) {
       stats[2 * r] = mean;
@@ -206,7 +217,7 @@ __global__ void layerNormGradFinish(RowSplit rs, const double *partials, T *dsca
   }
 }
 
-// dy, x, scale -> dx, dscale, dbias.
+// dy, x, scale[, accumulate] -> dx (+ accumulate), dscale, dbias.
 Status LayerNormGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
   auto *scratch = static_cast<const LayerNormScratch *>(c.prepared);
@@ -214,6 +225,7 @@ Status LayerNormGradKernel(const KernelContext &c) {
   RowSplit rs = splitRows(x, c.attrs);
   if (scale.numElements() != rs.n)
     return sdError("LayerNormalizationGrad needs a scale covering the normalized axes");
+  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "LayerNormalizationGrad"));
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   return dispatchFloatPair(x.dtype, dy.dtype, "LayerNormalizationGrad", [&](auto tag, auto dtag) {
@@ -224,7 +236,8 @@ Status LayerNormGradKernel(const KernelContext &c) {
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         layerNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
+            c.outputs[0].as<T>(), scratch->stats);
       });
       if (chunks * rs.n > 0)
         layerNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(
@@ -313,8 +326,8 @@ std::shared_ptr<const void> prepareRmsNormGrad(const PrepareContext &p) {
 
 // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * rstd.
 template <typename Team, typename T, typename D>
-__global__ void rmsNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, T *pdx,
-                                double *rstds) {
+__global__ void rmsNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, const T *acc,
+                                T *pdx, double *rstds) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
     const D *dy = pdy + r * rs.n;
@@ -322,9 +335,11 @@ __global__ void rmsNormGradRows(RowSplit rs, double eps, const D *pdy, const T *
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
       mgx += double(load(dy[j])) * double(load(scale[j])) * double(load(x[j])) * rstd;
     mgx = Team::sum(mgx) / double(rs.n);
-    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
-      pdx[r * rs.n + j] = store<T>(Compute<T>(
+    for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
+      const T dx = store<T>(Compute<T>(
           rstd * (double(load(dy[j])) * double(load(scale[j])) - double(load(x[j])) * rstd * mgx)));
+      pdx[r * rs.n + j] = plusAccumulate(acc, r * rs.n + j, dx);
+    }
     if (Team::rank() == 0) rstds[r] = rstd;
   }
 }
@@ -351,13 +366,14 @@ template <typename T> __global__ void rmsNormGradFinish(RowSplit rs, const doubl
   }
 }
 
-// dy, x, scale -> dx, dscale.
+// dy, x, scale[, accumulate] -> dx (+ accumulate), dscale.
 Status RmsNormGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
   auto *scratch = static_cast<const LayerNormScratch *>(c.prepared);
   if (!scratch) return sdError("RMSNormalizationGrad: its device scratch could not be allocated");
   RowSplit rs = splitRows(x, c.attrs);
   if (scale.numElements() != rs.n) return sdError("RMSNormalizationGrad needs a scale covering the normalized axes");
+  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "RMSNormalizationGrad"));
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   return dispatchFloatPair(x.dtype, dy.dtype, "RMSNormalizationGrad", [&](auto tag, auto dtag) {
@@ -367,7 +383,8 @@ Status RmsNormGradKernel(const KernelContext &c) {
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         rmsNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.outputs[0].as<T>(), scratch->stats);
+            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
+            c.outputs[0].as<T>(), scratch->stats);
       });
       if (chunks * rs.n > 0)
         rmsNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(

@@ -20,16 +20,28 @@ Status pointwiseGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
-// LayerNormalizationGrad(dy, x, scale) -> dx, dscale, dbias.
+// A norm gradient's accumulate operand (sd-norm-grad-sum): x's shape, f32 or f64 as x.
+Status checkAccumulate(ShapeContext &c, const char *what) {
+  if (!c.hasInput(3)) return Status::ok();
+  const DType t = c.inputs[3].dtype;
+  if (t != c.inputs[1].dtype || (t != DType::F32 && t != DType::F64))
+    return sdError(what, " accumulates into f32 or f64 of x's type, got ", dtypeName(t), " for x of ",
+                   dtypeName(c.inputs[1].dtype));
+  return requireSameDims(c.inputs[3], c.inputs[1], what);
+}
+
+// LayerNormalizationGrad(dy, x, scale[, accumulate]) -> dx (+ accumulate), dscale, dbias.
 Status layerNormGradShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[1], "LayerNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkAccumulate(c, "LayerNormalizationGrad"));
   c.outputs = {c.inputs[1], c.inputs[2], c.inputs[2]};
   return Status::ok();
 }
 
-// RMSNormalizationGrad(dy, x, scale) -> dx, dscale.
+// RMSNormalizationGrad(dy, x, scale[, accumulate]) -> dx (+ accumulate), dscale.
 Status rmsNormGradShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[1], "RMSNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkAccumulate(c, "RMSNormalizationGrad"));
   c.outputs = {c.inputs[1], c.inputs[2]};
   return Status::ok();
 }

@@ -17,7 +17,9 @@ logits. Attention on token-major operands (sd-attention-layout) is in that
 set for the GPT; a Llama's grouped key/value heads get their gradients
 summed in f32 and rounded once (the unfused plan rounds each query head's
 share first), so its Llama runs compare within a tolerance, and the plan
-runs attention without the transposes and repeated heads around it. LoRA's
+runs attention without the transposes and repeated heads around it. A
+norm's input gradient is added to the residual gradient by the norm's
+backward step (sd-norm-grad-sum), bit for bit as by the Add. LoRA's
 backward products take a power-of-two scale as their alpha
 (sd-scale-into-gemm), bit for bit as the scaled copies they read before."""
 import json
@@ -97,6 +99,14 @@ def check_packed_swiglu(check, sdc, sdrun, llama, data, tmp):
             runs[packed] = train_run(sdrun, plan, data, tmp, f"sw-{precision}-{packed}", 6)
         check(runs[True] == runs[False] and len(runs[True][0]) == 6,
               f"{precision} Llama LoRA: the same 6 losses and weights bit for bit with --no-fuse swiglu")
+
+
+def norm_grad_sums(ir):
+    """Norm gradient steps of a plan's train_step with an accumulate operand (sd-norm-grad-sum)."""
+    body = ir.split('sd.entry = "train_step"')[1].split("func.func")[0]
+    return sum(1 for line in body.splitlines() if ('sd.step "LayerNormalizationGrad"' in line or
+                                                    'sd.step "RMSNormalizationGrad"' in line) and
+               len(line.split("ins(")[1].split(" : ")[0].split(", ")) == 4)
 
 
 def fused_programs(ir):
@@ -194,7 +204,7 @@ def main():
                 tag = f"{arch}-{peft}-{precision}-{targets.count(',')}-{'fused' if fused else 'plain'}"
                 plan = os.path.join(tmp, tag + ".sdp")
                 # The Llama's bit-for-bit comparison keeps the attention layout (checked apart, below).
-                plain = "gemm-epilogues,elementwise,casts,half-steps" if arch == "llama" else "all"
+                plain = "gemm-epilogues,elementwise,casts,half-steps,norm-grad-sum" if arch == "llama" else "all"
                 flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision] + \
                     (["--target-modules", targets] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain])
                 sh([sdc, "compile", llama if arch == "llama" else model, "-o", plan] + flags)
@@ -234,6 +244,12 @@ def main():
                 else:
                     check(not any(op in steps for op in fused_ops) and steps.get("Gelu", 0) > 0,
                           f"{precision} {peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
+                summed = norm_grad_sums(sh([sdc, "compile", llama if arch == "llama" else model, "--emit", "mlir"] +
+                                           flags))
+                # One block: LoRA needs no input gradient of the first norm (the embedding is frozen).
+                check(summed >= (1 if peft == "lora" else 2) if fused else summed == 0,
+                      f"{arch} {peft} {precision}: {summed} norm gradient steps add the residual gradient themselves"
+                      + ("" if fused else " with --no-fuse"))
                 runs[fused] = train_run(sdrun, plan, data, tmp, tag, 8)
             name = f"{precision} {peft}" + (" Llama" if arch == "llama" else "") + (f" on {targets}" if targets else "")
             check(len(runs[True][0]) == 8 and runs[True][0] == runs[False][0],

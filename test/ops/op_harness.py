@@ -1255,6 +1255,27 @@ CASES["RMSNormalization"].append(
          types=["f16"], error="out_type", label="out_type of a half x"))
 
 
+def plus_accumulate(ref):
+    """A norm gradient's reference with dx added to its accumulate operand (sd-norm-grad-sum: dx rounded, then added)."""
+    def wrapped(ins, attrs, t):
+        outs = ref(ins[:3], attrs, t)
+        return [(outs[0] + ins[3]).astype(ins[1].dtype)] + outs[1:]
+    return wrapped
+
+
+# The residual stream's gradient summed in by the norm's backward (f32 and f64;
+# a half dy with it, as in autocast plans), and an accumulate of another type refused.
+for name, ref, outs in (("LayerNormalizationGrad", layer_norm_grad_ref, 3), ("RMSNormalizationGrad", rms_norm_grad_ref, 2)):
+    CASES[name] += [
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), t), rand(r, (40,), t), rand(r, (6, 40), t)],
+             outputs=outs, ref=plus_accumulate(ref), types=["f32", "f64"], label="accumulate", rtol=10),
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), "f32"), rand(r, (40,), "f32"),
+                           rand(r, (6, 40), "f32")], outputs=outs, ref=plus_accumulate(ref), types=["bf16"],
+             label="bf16 dy, f32 x, accumulate", rtol=10),
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), t), rand(r, (40,), t), rand(r, (6, 40), "bf16")],
+             outputs=outs, types=["f32"], error="accumulates into f32 or f64", label="bf16 accumulate")]
+
+
 def swiglu_packed_ref(ins, attrs, t):
     x = ins[0]
     f = x.shape[-1] // 2

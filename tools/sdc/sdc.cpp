@@ -130,7 +130,9 @@ const char *kUsage =
     "                           statistics instead of recomputing them), swiglu (SwiGLU reads a\n"
     "                           fused gate/up projection as it is: no Split, no Concat), gemm-scale\n"
     "                           (LoRA's backward products scale by alpha instead of reading\n"
-    "                           a scaled copy of the gradient), all\n"
+    "                           a scaled copy of the gradient), norm-grad-sum (a norm's input\n"
+    "                           gradient added to the residual gradient by the norm's backward\n"
+    "                           step, not by an Add), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -324,16 +326,16 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--no-fuse") {
       if (!value(v))
         return fail("--no-fuse needs a list: gemm-epilogues, elementwise, casts, half-steps, attention-layout, "
-                    "attention-stats, swiglu, gemm-scale or all"), 2;
+                    "attention-stats, swiglu, gemm-scale, norm-grad-sum or all"), 2;
       for (size_t at = 0; at <= v.size();) {
         size_t comma = std::min(v.find(',', at), v.size());
         std::string item = v.substr(at, comma - at);
         at = comma + 1;
         if (item != "gemm-epilogues" && item != "elementwise" && item != "casts" && item != "half-steps" &&
             item != "attention-layout" && item != "attention-stats" && item != "swiglu" && item != "gemm-scale" &&
-            item != "all")
+            item != "norm-grad-sum" && item != "all")
           return fail("--no-fuse takes gemm-epilogues, elementwise, casts, half-steps, attention-layout, "
-                      "attention-stats, swiglu, gemm-scale or all, got '" + item + "'"), 2;
+                      "attention-stats, swiglu, gemm-scale, norm-grad-sum or all, got '" + item + "'"), 2;
         const bool all = item == "all";
         if (all || item == "gemm-epilogues") a.pipeline.gemmEpilogues = false;
         if (all || item == "elementwise") a.pipeline.elementwiseFusion = false;
@@ -343,6 +345,7 @@ int parseArgs(int argc, char **argv, Args &a) {
         if (all || item == "attention-stats") a.pipeline.attentionStats = false;
         if (all || item == "swiglu") a.pipeline.packSwiglu = false;
         if (all || item == "gemm-scale") a.pipeline.gemmScale = false;
+        if (all || item == "norm-grad-sum") a.pipeline.normGradSum = false;
       }
     } else if (arg == "--precision") {
       if (!value(a.pipeline.precision)) return fail("--precision needs fp32, bf16 or fp16"), 2;

@@ -23,6 +23,10 @@ struct NormRows {
   double eps = 1e-5;
 };
 NormRows normRows(const Dims &x, const AttrMap &attrs);
+// A norm gradient's accumulate operand (sd-norm-grad-sum; absent: dtype
+// Undefined): f32 or f64 of x's type and x's element count, the residual
+// stream's gradient that dx is added to.
+Status checkNormAccumulate(const TensorView &x, const TensorView &acc, const char *op);
 
 // Element strides of a dense row-major tensor of shape `dims`.
 Dims rowMajorStrides(const Dims &dims);
