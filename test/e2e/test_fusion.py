@@ -101,6 +101,13 @@ def check_packed_swiglu(check, sdc, sdrun, llama, data, tmp):
               f"{precision} Llama LoRA: the same 6 losses and weights bit for bit with --no-fuse swiglu")
 
 
+def train_step_traffic(sdrun, plan):
+    """Bytes train_step's steps read and write, as `sdrun inspect` counts them."""
+    line = next(l for l in sh([sdrun, "inspect", plan]).splitlines() if l.strip().startswith("train_step"))
+    read, write = line.split("steps read ")[1].split(" bytes")[0].split(" and write ")
+    return int(read) + int(write)
+
+
 def norm_grad_sums(ir):
     """Norm gradient steps of a plan's train_step with an accumulate operand (sd-norm-grad-sum)."""
     body = ir.split('sd.entry = "train_step"')[1].split("func.func")[0]
@@ -199,7 +206,7 @@ def main():
                                                ("lora", "bf16", "gpt", "qkv,proj"), ("none", "bf16", "gpt", ""),
                                                ("lora", "bf16", "gpt", "qkv,proj,fc1,fc2"),
                                                ("none", "bf16", "llama", "")):
-            runs = {}
+            runs, traffic = {}, {}
             for fused in (True, False):
                 tag = f"{arch}-{peft}-{precision}-{targets.count(',')}-{'fused' if fused else 'plain'}"
                 plan = os.path.join(tmp, tag + ".sdp")
@@ -250,7 +257,10 @@ def main():
                 check(summed >= (1 if peft == "lora" else 2) if fused else summed == 0,
                       f"{arch} {peft} {precision}: {summed} norm gradient steps add the residual gradient themselves"
                       + ("" if fused else " with --no-fuse"))
+                traffic[fused] = train_step_traffic(sdrun, plan)
                 runs[fused] = train_run(sdrun, plan, data, tmp, tag, 8)
+            check(traffic[True] < traffic[False], f"{arch} {peft} {precision} on {targets or 'all weights'}: "
+                  f"train_step's steps read and write {traffic[True]} bytes, {traffic[False]} without the fusions")
             name = f"{precision} {peft}" + (" Llama" if arch == "llama" else "") + (f" on {targets}" if targets else "")
             check(len(runs[True][0]) == 8 and runs[True][0] == runs[False][0],
                   f"{name}: 8 losses equal with and without the fusions ({runs[True][0][-1]:.6f})")

@@ -132,7 +132,8 @@ const char *kBenchUsage =
     "The last line is JSON with median_ms (and pipelined_ms, device_idle_pct).\n";
 
 const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp [--kernels cpu|cuda]\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
-                            "Shows entries, buckets, globals, arena size and weights.\n"
+                            "Shows entries, buckets, globals, arena size and weights, and the bytes each\n"
+                            "entry's steps read and write (operands once, results once: a count, not a time).\n"
                             "--kernels B lists the plan's ops and whether backend B has a kernel for each\n"
                             "(no GPU needed); it exits 1 when some step has none.\n"
                             "--cpu shows the CPU's model and vector features and the GEMM kernels\n"
@@ -565,6 +566,15 @@ int inspectCommand(const std::vector<std::string> &all) {
       std::printf(" for %llu bytes of tensors (%.0f%% shared)", (unsigned long long)e.tensorBytes,
                   // Tiny entries can need more than their tensors (64-byte alignment).
                   std::max(0.0, 100.0 * (1.0 - double(e.arenaSize) / double(e.tensorBytes))));
+    // The memory traffic the plan asks for (each step's operands read once
+    // and results written once): what fusions save, a count, not a time.
+    uint64_t read = 0, written = 0;
+    for (const sd::StepDesc &s : e.steps) {
+      for (int32_t b : s.inputs) read += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
+      for (int32_t b : s.outputs) written += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
+    }
+    if (!e.steps.empty())
+      std::printf("; steps read %llu and write %llu bytes", (unsigned long long)read, (unsigned long long)written);
     std::printf("\n");
     for (auto &in : e.inputs) {
       auto &b = e.buffers[size_t(in.second)];
