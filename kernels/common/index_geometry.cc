@@ -28,11 +28,14 @@ NormRows normRows(const Dims &x, const AttrMap &attrs) {
   return r;
 }
 
+Status checkNormAccumulateType(DType x, DType acc, const char *op) {
+  if (acc == DType::Undefined || (acc == x && (acc == DType::F32 || acc == DType::F64))) return Status::ok();
+  return sdError(op, " accumulates into f32 or f64 of x's type, got ", dtypeName(acc), " for x of ", dtypeName(x));
+}
+
 Status checkNormAccumulate(const TensorView &x, const TensorView &acc, const char *op) {
   if (acc.dtype == DType::Undefined) return Status::ok();
-  if (acc.dtype != x.dtype || (acc.dtype != DType::F32 && acc.dtype != DType::F64))
-    return sdError(op, " accumulates into f32 or f64 of x's type, got ", dtypeName(acc.dtype), " for x of ",
-                   dtypeName(x.dtype));
+  SD_RETURN_IF_ERROR(checkNormAccumulateType(x.dtype, acc.dtype, op));
   if (acc.numElements() != x.numElements())
     return sdError(op, ": accumulate has ", acc.numElements(), " elements, x ", x.numElements());
   return Status::ok();

@@ -1,6 +1,7 @@
 // Shape rules of the backward contracts the autodiff pass emits, of the
 // optimizer updates and of training-time dropout. Backward outputs take the shape of the forward operand
 // they differentiate; updates write their state operands in place.
+#include "sd/ops/index_geometry.h"
 #include "sd/ops/window_geometry.h"
 #include "shape_util.h"
 
@@ -23,10 +24,7 @@ Status pointwiseGradShape(ShapeContext &c) {
 // A norm gradient's accumulate operand (sd-norm-grad-sum): x's shape, f32 or f64 as x.
 Status checkAccumulate(ShapeContext &c, const char *what) {
   if (!c.hasInput(3)) return Status::ok();
-  const DType t = c.inputs[3].dtype;
-  if (t != c.inputs[1].dtype || (t != DType::F32 && t != DType::F64))
-    return sdError(what, " accumulates into f32 or f64 of x's type, got ", dtypeName(t), " for x of ",
-                   dtypeName(c.inputs[1].dtype));
+  SD_RETURN_IF_ERROR(checkNormAccumulateType(c.inputs[1].dtype, c.inputs[3].dtype, what));
   return requireSameDims(c.inputs[3], c.inputs[1], what);
 }
 

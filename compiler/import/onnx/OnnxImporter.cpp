@@ -304,9 +304,9 @@ std::string readerModule(const onnx::NodeProto &node) {
 DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
                              const std::unordered_set<std::string> &weights) {
   struct Readers {
-    std::string role; // "<op type>:<slot>", empty once two roles differ
+    std::string role; // the first reader's "<op type>:<slot>"
     std::set<std::string> modules;
-    bool mixed = false;
+    bool mixed = false; // another role, or a reader of no known module
   };
   std::map<std::string, Readers> readers;
   for (const onnx::NodeProto &node : g.node())
@@ -314,7 +314,7 @@ DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
       if (!weights.count(node.input(i))) continue;
       Readers &r = readers[node.input(i)];
       std::string role = node.op_type() + ":" + std::to_string(i), module = readerModule(node);
-      if (r.modules.empty() && r.role.empty()) r.role = role;
+      if (r.role.empty()) r.role = role;
       r.mixed = r.mixed || r.role != role || module.empty();
       r.modules.insert(module);
     }

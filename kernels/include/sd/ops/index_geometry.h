@@ -24,8 +24,10 @@ struct NormRows {
 };
 NormRows normRows(const Dims &x, const AttrMap &attrs);
 // A norm gradient's accumulate operand (sd-norm-grad-sum; absent: dtype
-// Undefined): f32 or f64 of x's type and x's element count, the residual
-// stream's gradient that dx is added to.
+// Undefined): f32 or f64 of x's type (the shape rule's check), and in a
+// kernel also x's element count; the residual stream's gradient that dx is
+// added to.
+Status checkNormAccumulateType(DType x, DType acc, const char *op);
 Status checkNormAccumulate(const TensorView &x, const TensorView &acc, const char *op);
 
 // Element strides of a dense row-major tensor of shape `dims`.
