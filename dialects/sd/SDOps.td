@@ -507,15 +507,32 @@ def SD_RecurrenceGradOp : SD_Nary<"recurrence_grad", "RecurrenceGrad",
     SD_RecurrenceAttrs,
     (outs AnyTensor:$xw_grad, AnyTensor:$r_grad, AnyTensor:$initial_h_grad, AnyTensor:$initial_c_grad,
           AnyTensor:$peepholes_grad, AnyTensor:$reset_bias_grad)>;
+// The sums a norm gradient computes itself (sd-norm-grad-sum).
+def SD_NormGradSums {
+  string description = [{
+    `sums` (optional): first `accumulate` (f32 or f64 of x's type, x's shape,
+    or none): x_grad is accumulate + the input gradient, that gradient
+    rounded to x's type first; then up to three more summands of dy (grad's
+    shape and type): dy = ((grad + sums[1]) + sums[2]) + sums[3], each
+    addition one rounded f32 addition of the widened values (f64 for f64),
+    as the Adds it replaces computed it.
+    `narrow_type` (16 bf16, 10 f16; f32 x only): one more result, x_grad
+    (after the accumulate) rounded to that type, as the Cast it replaces
+    rounds it: the residual stream's gradient for the next products, which
+    read it in half, while the next norm gradient reads it in f32.
+  }];
+}
 def SD_LayerNormalizationGradOp : SD_Nary<"layer_normalization_grad", "LayerNormalizationGrad",
-    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Optional<AnyTensor>:$accumulate),
-    (ins OptI64:$axis, OptF32:$epsilon), (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad)> {
-  let description = "With `accumulate` (f32, x's shape), x_grad is accumulate + the input gradient (sd-norm-grad-sum).";
+    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Variadic<SD_OptTensor>:$sums),
+    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$narrow_type),
+    (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad, Variadic<AnyTensor>:$x_grad_narrow)> {
+  let description = SD_NormGradSums.description;
 }
 def SD_RMSNormalizationGradOp : SD_Nary<"rms_normalization_grad", "RMSNormalizationGrad",
-    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Optional<AnyTensor>:$accumulate),
-    (ins OptI64:$axis, OptF32:$epsilon), (outs AnyTensor:$x_grad, AnyTensor:$scale_grad)> {
-  let description = "With `accumulate` (f32, x's shape), x_grad is accumulate + the input gradient (sd-norm-grad-sum).";
+    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Variadic<SD_OptTensor>:$sums),
+    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$narrow_type),
+    (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, Variadic<AnyTensor>:$x_grad_narrow)> {
+  let description = SD_NormGradSums.description;
 }
 def SD_GatherGradOp : SD_Nary<"gather_grad", "GatherGrad", (ins AnyTensor:$grad, AnyTensor:$indices),
     (ins OptI64:$axis, DenseI64ArrayAttr:$data_shape)> {

@@ -33,11 +33,25 @@ Status checkNormAccumulateType(DType x, DType acc, const char *op) {
   return sdError(op, " accumulates into f32 or f64 of x's type, got ", dtypeName(acc), " for x of ", dtypeName(x));
 }
 
-Status checkNormAccumulate(const TensorView &x, const TensorView &acc, const char *op) {
-  if (acc.dtype == DType::Undefined) return Status::ok();
-  SD_RETURN_IF_ERROR(checkNormAccumulateType(x.dtype, acc.dtype, op));
-  if (acc.numElements() != x.numElements())
-    return sdError(op, ": accumulate has ", acc.numElements(), " elements, x ", x.numElements());
+Status checkNormGradTermType(DType dy, DType term, size_t operand, const char *op) {
+  if (term == dy) return Status::ok();
+  return sdError(op, ": dy's summand (operand ", operand, ") is ", dtypeName(term), ", dy ", dtypeName(dy));
+}
+
+Status checkNormGradSums(const std::vector<TensorView> &inputs, const char *op) {
+  if (inputs.size() > 3 + kMaxNormGradTerms) return sdError(op, " takes at most ", kMaxNormGradTerms, " summands of dy");
+  const TensorView &dy = inputs[0], &x = inputs[1];
+  if (inputs.size() > 3 && inputs[3].dtype != DType::Undefined) {
+    SD_RETURN_IF_ERROR(checkNormAccumulateType(x.dtype, inputs[3].dtype, op));
+    if (inputs[3].numElements() != x.numElements())
+      return sdError(op, ": accumulate has ", inputs[3].numElements(), " elements, x ", x.numElements());
+  }
+  for (size_t i = 4; i < inputs.size(); ++i) {
+    SD_RETURN_IF_ERROR(checkNormGradTermType(dy.dtype, inputs[i].dtype, i, op));
+    if (inputs[i].numElements() != dy.numElements())
+      return sdError(op, ": dy's summand (operand ", i, ") has ", inputs[i].numElements(), " elements, dy ",
+                     dy.numElements());
+  }
   return Status::ok();
 }
 

@@ -251,6 +251,49 @@ template <typename T> void accumulateRow(const T *acc, T *dx, int64_t n) {
     for (int64_t j = 0; j < n; ++j) dx[j] = acc[j] + dx[j];
 }
 
+// The narrowed copy of dx (narrow_type, sd-norm-grad-sum): output `index`,
+// f32 x only. On the CPU it arrives as an f32 stand-in that runKernel rounds
+// afterwards as the Cast kernel rounds; null when the step has none.
+Status narrowedOutput(const KernelContext &c, size_t index, const char *op, float *&out) {
+  out = nullptr;
+  if (c.outputs.size() <= index || !c.outputs[index].data) return Status::ok();
+  if (c.inputs[1].dtype != DType::F32 || c.outputs[index].dtype != DType::F32)
+    return sdError(op, ": a narrowed dx needs an f32 x");
+  out = c.outputs[index].as<float>();
+  return Status::ok();
+}
+
+template <typename T> void copyRow(const T *dx, float *narrow, int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    if (narrow) std::copy(dx, dx + n, narrow);
+}
+
+// dy's rows: the grad operand's, or with further summands (operands 4..,
+// sd-norm-grad-sum) their sum, added left to right as the Adds it replaces
+// added, one rounded addition of T each (half summands arrive widened to f32).
+template <typename T> class DyRows {
+public:
+  DyRows(const KernelContext &c, int64_t n) : n_(n) {
+    terms_.push_back(c.inputs[0].as<T>());
+    for (size_t i = 4; i < c.inputs.size(); ++i) terms_.push_back(c.inputs[i].as<T>());
+  }
+  // Row r, summed into `scratch` (the calling thread's) when there are several summands.
+  const T *row(int64_t r, std::vector<T> &scratch) const {
+    if (terms_.size() == 1) return terms_[0] + r * n_;
+    scratch.resize(size_t(n_));
+    for (int64_t j = 0; j < n_; ++j) {
+      T sum = terms_[0][r * n_ + j];
+      for (size_t i = 1; i < terms_.size(); ++i) sum = sum + terms_[i][r * n_ + j];
+      scratch[size_t(j)] = sum;
+    }
+    return scratch.data();
+  }
+
+private:
+  std::vector<const T *> terms_;
+  int64_t n_;
+};
+
 // Backward of LayerNormalization over rows of n normalized elements, with
 // mean and rstd recomputed from x (a pass over x the gradient reads anyway,
 // instead of keeping two statistics per row alive from the forward):
@@ -259,28 +302,32 @@ template <typename T> void accumulateRow(const T *acc, T *dx, int64_t n) {
 // Row blocks of fixed size keep partial sums, added in block order, so the
 // result does not depend on the thread count. With an accumulate operand
 // (sd-norm-grad-sum) dx is rounded first and then added to it, as the Add
-// it replaces did.
+// it replaces did; dy may come as several summands (DyRows).
 Status LayerNormGradKernel(const KernelContext &c) {
-  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
+  const TensorView &x = c.inputs[1], &scale = c.inputs[2];
   const NormRows rows = normRows(x.dims, c.attrs);
   const int64_t outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   SD_CHECK_ARG(scale.numElements() == n, "LayerNormalizationGrad needs a scale covering the normalized axes");
-  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "LayerNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkNormGradSums(c.inputs, "LayerNormalizationGrad"));
   constexpr int64_t kBlock = 32;
   int64_t blocks = (outer + kBlock - 1) / kBlock;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *pdy = dy.as<T>(), *px = x.as<T>(), *g = scale.as<T>();
+    const T *px = x.as<T>(), *g = scale.as<T>();
+    const DyRows<T> dyRows(c, n);
     T *pdx = c.outputs[0].as<T>();
     const T *pacc = c.hasInput(3) ? c.inputs[3].as<T>() : nullptr;
+    float *pnarrow = nullptr;
+    SD_RETURN_IF_ERROR(narrowedOutput(c, 3, "LayerNormalizationGrad", pnarrow));
     std::vector<double> partial(size_t(blocks * n * 2), 0.0);
     parallelFor(c.pool, blocks, 1, [&](int64_t b0, int64_t b1) {
       std::vector<double> xhat(static_cast<size_t>(n));
+      std::vector<T> dySum;
       for (int64_t blk = b0; blk < b1; ++blk) {
         double *ds = partial.data() + blk * n * 2, *db = ds + n;
         for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r) {
-          const T *xr = px + r * n, *dyr = pdy + r * n;
+          const T *xr = px + r * n, *dyr = dyRows.row(r, dySum);
           double mean = 0, var = 0;
           for (int64_t j = 0; j < n; ++j) mean += double(xr[j]);
           mean /= double(n);
@@ -301,6 +348,7 @@ Status LayerNormGradKernel(const KernelContext &c) {
           for (int64_t j = 0; j < n; ++j)
             dxr[j] = T(rstd * (double(dyr[j]) * double(g[j]) - mg - xhat[size_t(j)] * mgx));
           if (pacc) accumulateRow(pacc + r * n, dxr, n);
+          copyRow(dxr, pnarrow ? pnarrow + r * n : nullptr, n);
         }
       }
     });
@@ -368,34 +416,39 @@ Status RmsNormKernel(const KernelContext &c) {
 //   dx = rstd * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * rstd;
 //   dscale = sum over rows of dy * xhat, in fixed row blocks added in order.
 Status RmsNormGradKernel(const KernelContext &c) {
-  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
+  const TensorView &x = c.inputs[1], &scale = c.inputs[2];
   const NormRows rows = normRows(x.dims, c.attrs);
   const int64_t outer = rows.outer, n = rows.n;
   const double eps = rows.eps;
   SD_CHECK_ARG(scale.numElements() == n, "RMSNormalizationGrad needs a scale covering the normalized axes");
-  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "RMSNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkNormGradSums(c.inputs, "RMSNormalizationGrad"));
   constexpr int64_t kBlock = 32;
   int64_t blocks = (outer + kBlock - 1) / kBlock;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *pdy = dy.as<T>(), *px = x.as<T>(), *g = scale.as<T>();
+    const T *px = x.as<T>(), *g = scale.as<T>();
+    const DyRows<T> dyRows(c, n);
     T *pdx = c.outputs[0].as<T>();
     const T *pacc = c.hasInput(3) ? c.inputs[3].as<T>() : nullptr;
+    float *pnarrow = nullptr;
+    SD_RETURN_IF_ERROR(narrowedOutput(c, 2, "RMSNormalizationGrad", pnarrow));
     std::vector<double> partial(size_t(blocks * n), 0.0);
     parallelFor(c.pool, blocks, 1, [&](int64_t b0, int64_t b1) {
+      std::vector<T> dySum;
       for (int64_t blk = b0; blk < b1; ++blk) {
         double *ds = partial.data() + blk * n;
         if constexpr (std::is_same_v<T, float>) { // f32 rows with the row loops vectorized
           if (scale.dtype == DType::F32) {
             for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r) {
-              vrmsNormGradRow(px + r * n, pdy + r * n, g, pdx + r * n, ds, n, float(eps));
+              vrmsNormGradRow(px + r * n, dyRows.row(r, dySum), g, pdx + r * n, ds, n, float(eps));
               if (pacc) accumulateRow(pacc + r * n, pdx + r * n, n);
+              copyRow(pdx + r * n, pnarrow ? pnarrow + r * n : nullptr, n);
             }
             continue;
           }
         }
         for (int64_t r = blk * kBlock; r < std::min(outer, (blk + 1) * kBlock); ++r) {
-          const T *xr = px + r * n, *dyr = pdy + r * n;
+          const T *xr = px + r * n, *dyr = dyRows.row(r, dySum);
           double ms = 0;
           for (int64_t j = 0; j < n; ++j) ms += double(xr[j]) * double(xr[j]);
           double rstd = 1.0 / std::sqrt(ms / double(std::max<int64_t>(n, 1)) + eps), mgx = 0;
@@ -409,6 +462,7 @@ Status RmsNormGradKernel(const KernelContext &c) {
           for (int64_t j = 0; j < n; ++j)
             dxr[j] = T(rstd * (double(dyr[j]) * double(g[j]) - double(xr[j]) * rstd * mgx));
           if (pacc) accumulateRow(pacc + r * n, dxr, n);
+          copyRow(dxr, pnarrow ? pnarrow + r * n : nullptr, n);
         }
       }
     });

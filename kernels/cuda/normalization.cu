@@ -155,19 +155,68 @@ template <typename T> __device__ T plusAccumulate(const T *acc, int64_t k, T dx)
   else return dx;
 }
 
+// The narrowed copy of dx (narrow_type, sd-norm-grad-sum; f32 x only),
+// rounded as the Cast kernel it replaces rounds.
+struct NarrowedDx {
+  void *data = nullptr;
+  bool bf16 = true;
+  template <typename T> __device__ void write(int64_t k, T dx) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (!data) return;
+      if (bf16) static_cast<__nv_bfloat16 *>(data)[k] = store<__nv_bfloat16>(dx);
+      else static_cast<__half *>(data)[k] = store<__half>(dx);
+    }
+  }
+};
+
+Status narrowedDxOf(const KernelContext &c, size_t index, const char *op, NarrowedDx &out) {
+  if (c.outputs.size() <= index || !c.outputs[index].data) return Status::ok();
+  const DType t = c.outputs[index].dtype;
+  if (c.inputs[1].dtype != DType::F32 || (t != DType::BF16 && t != DType::F16))
+    return sdError(op, ": a narrowed dx is bf16 or f16 of an f32 x, not ", dtypeName(t), " of ",
+                   dtypeName(c.inputs[1].dtype));
+  out.data = c.outputs[index].data;
+  out.bf16 = t == DType::BF16;
+  return Status::ok();
+}
+
+// dy as the kernels read it: the grad operand, or with further summands
+// (operands 4.., sd-norm-grad-sum) their sum, added left to right as the
+// Adds it replaces added: one rounded f32 addition of the widened values
+// each (f64 for f64).
+template <typename D> struct DyTerms {
+  const D *term[kMaxNormGradTerms] = {};
+  int count = 1;
+  __device__ double operator()(int64_t k) const {
+    Compute<D> sum = load(term[0][k]);
+    for (int i = 1; i < count; ++i) {
+      if constexpr (std::is_same_v<Compute<D>, double>) sum = __dadd_rn(sum, load(term[i][k]));
+      else sum = __fadd_rn(sum, load(term[i][k]));
+    }
+    return double(sum);
+  }
+};
+
+template <typename D> DyTerms<D> dyTermsOf(const KernelContext &c) {
+  DyTerms<D> t;
+  t.term[0] = c.inputs[0].as<D>();
+  for (size_t i = 4; i < c.inputs.size() && i < 3 + kMaxNormGradTerms; ++i) t.term[t.count++] = c.inputs[i].as<D>();
+  return t;
+}
+
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * scale.
 // D: dy's type (T, or a half with an f32 T).
 template <typename Team, typename T, typename D>
-__global__ void layerNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, const T *acc,
-                                  T *pdx, double *stats) {
+__global__ void layerNormGradRows(RowSplit rs, double eps, DyTerms<D> dy, const T *px, const T *scale, const T *acc,
+                                  T *pdx, NarrowedDx narrow, double *stats) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
-    const D *dy = pdy + r * rs.n;
+    const int64_t row = r * rs.n;
     double mean, rstd;
     rowStats<Team>(x, rs.n, eps, mean, rstd);
     double mg = 0, mgx = 0;
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
-      double gj = double(load(dy[j])) * double(load(scale[j]));
+      double gj = dy(row + j) * double(load(scale[j]));
       mg += gj;
       mgx += gj * (double(load(x[j])) - mean) * rstd;
     }
@@ -175,8 +224,10 @@ __global__ void layerNormGradRows(RowSplit rs, double eps, const D *pdy, const T
     mgx = Team::sum(mgx) / double(rs.n);
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
       double xhat = (double(load(x[j])) - mean) * rstd;
-      const T dx = store<T>(Compute<T>(rstd * (double(load(dy[j])) * double(load(scale[j])) - mg - xhat * mgx)));
-      pdx[r * rs.n + j] = plusAccumulate(acc, r * rs.n + j, dx);
+      const T dx = store<T>(Compute<T>(rstd * (dy(row + j) * double(load(scale[j])) - mg - xhat * mgx)));
+      const T sum = plusAccumulate(acc, row + j, dx);
+      pdx[row + j] = sum;
+      narrow.write(row + j, sum);
     }
     if (Team::rank() == 0) {
       stats[2 * r] = mean;
@@ -187,14 +238,14 @@ __global__ void layerNormGradRows(RowSplit rs, double eps, const D *pdy, const T
 
 // One thread per (chunk, column): sums dy * xhat and dy over the chunk's rows in order.
 template <typename T, typename D>
-__global__ void layerNormGradColumns(RowSplit rs, const D *pdy, const T *px, const double *stats, double *partials) {
+__global__ void layerNormGradColumns(RowSplit rs, DyTerms<D> dyAt, const T *px, const double *stats, double *partials) {
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks * rs.n;
        t += int64_t(gridDim.x) * blockDim.x) {
     int64_t chunk = t / rs.n, j = t % rs.n;
     double ds = 0, db = 0;
     for (int64_t r = chunk * kChunkRows; r < rs.outer && r < (chunk + 1) * kChunkRows; ++r) {
-      double dy = double(load(pdy[r * rs.n + j]));
+      double dy = dyAt(r * rs.n + j);
       ds += dy * (double(load(px[r * rs.n + j])) - stats[2 * r]) * stats[2 * r + 1];
       db += dy;
     }
@@ -217,7 +268,7 @@ __global__ void layerNormGradFinish(RowSplit rs, const double *partials, T *dsca
   }
 }
 
-// dy, x, scale[, accumulate] -> dx (+ accumulate), dscale, dbias.
+// dy, x, scale[, accumulate[, dy summands]] -> dx (+ accumulate), dscale, dbias[, narrowed dx].
 Status LayerNormGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
   auto *scratch = static_cast<const LayerNormScratch *>(c.prepared);
@@ -225,7 +276,9 @@ Status LayerNormGradKernel(const KernelContext &c) {
   RowSplit rs = splitRows(x, c.attrs);
   if (scale.numElements() != rs.n)
     return sdError("LayerNormalizationGrad needs a scale covering the normalized axes");
-  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "LayerNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkNormGradSums(c.inputs, "LayerNormalizationGrad"));
+  NarrowedDx narrow;
+  SD_RETURN_IF_ERROR(narrowedDxOf(c, 3, "LayerNormalizationGrad", narrow));
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   return dispatchFloatPair(x.dtype, dy.dtype, "LayerNormalizationGrad", [&](auto tag, auto dtag) {
@@ -236,12 +289,12 @@ Status LayerNormGradKernel(const KernelContext &c) {
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         layerNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
-            c.outputs[0].as<T>(), scratch->stats);
+            rs, eps, dyTermsOf<D>(c), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
+            c.outputs[0].as<T>(), narrow, scratch->stats);
       });
       if (chunks * rs.n > 0)
         layerNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(
-            rs, dy.as<D>(), x.as<T>(), scratch->stats, scratch->partials);
+            rs, dyTermsOf<D>(c), x.as<T>(), scratch->stats, scratch->partials);
     }
     if ((dscale || dbias) && rs.n > 0)
       layerNormGradFinish<T><<<blocksFor(rs.n), kThreads, 0, streamOf(c)>>>(rs, scratch->partials, dscale, dbias);
@@ -326,33 +379,35 @@ std::shared_ptr<const void> prepareRmsNormGrad(const PrepareContext &p) {
 
 // dx = rstd * (g - xhat * mean(g * xhat)), g = dy * scale, xhat = x * rstd.
 template <typename Team, typename T, typename D>
-__global__ void rmsNormGradRows(RowSplit rs, double eps, const D *pdy, const T *px, const T *scale, const T *acc,
-                                T *pdx, double *rstds) {
+__global__ void rmsNormGradRows(RowSplit rs, double eps, DyTerms<D> dy, const T *px, const T *scale, const T *acc,
+                                T *pdx, NarrowedDx narrow, double *rstds) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
     const T *x = px + r * rs.n;
-    const D *dy = pdy + r * rs.n;
+    const int64_t row = r * rs.n;
     double rstd = rowRstd<Team>(x, rs.n, eps), mgx = 0;
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
-      mgx += double(load(dy[j])) * double(load(scale[j])) * double(load(x[j])) * rstd;
+      mgx += dy(row + j) * double(load(scale[j])) * double(load(x[j])) * rstd;
     mgx = Team::sum(mgx) / double(rs.n);
     for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
       const T dx = store<T>(Compute<T>(
-          rstd * (double(load(dy[j])) * double(load(scale[j])) - double(load(x[j])) * rstd * mgx)));
-      pdx[r * rs.n + j] = plusAccumulate(acc, r * rs.n + j, dx);
+          rstd * (dy(row + j) * double(load(scale[j])) - double(load(x[j])) * rstd * mgx)));
+      const T sum = plusAccumulate(acc, row + j, dx);
+      pdx[row + j] = sum;
+      narrow.write(row + j, sum);
     }
     if (Team::rank() == 0) rstds[r] = rstd;
   }
 }
 
 template <typename T, typename D>
-__global__ void rmsNormGradColumns(RowSplit rs, const D *pdy, const T *px, const double *rstds, double *partials) {
+__global__ void rmsNormGradColumns(RowSplit rs, DyTerms<D> dy, const T *px, const double *rstds, double *partials) {
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   for (int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; t < chunks * rs.n;
        t += int64_t(gridDim.x) * blockDim.x) {
     int64_t chunk = t / rs.n, j = t % rs.n;
     double ds = 0;
     for (int64_t r = chunk * kChunkRows; r < rs.outer && r < (chunk + 1) * kChunkRows; ++r)
-      ds += double(load(pdy[r * rs.n + j])) * double(load(px[r * rs.n + j])) * rstds[r];
+      ds += dy(r * rs.n + j) * double(load(px[r * rs.n + j])) * rstds[r];
     partials[chunk * rs.n + j] = ds;
   }
 }
@@ -366,14 +421,16 @@ template <typename T> __global__ void rmsNormGradFinish(RowSplit rs, const doubl
   }
 }
 
-// dy, x, scale[, accumulate] -> dx (+ accumulate), dscale.
+// dy, x, scale[, accumulate[, dy summands]] -> dx (+ accumulate), dscale[, narrowed dx].
 Status RmsNormGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &scale = c.inputs[2];
   auto *scratch = static_cast<const LayerNormScratch *>(c.prepared);
   if (!scratch) return sdError("RMSNormalizationGrad: its device scratch could not be allocated");
   RowSplit rs = splitRows(x, c.attrs);
   if (scale.numElements() != rs.n) return sdError("RMSNormalizationGrad needs a scale covering the normalized axes");
-  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkNormAccumulate(x, c.inputs[3], "RMSNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkNormGradSums(c.inputs, "RMSNormalizationGrad"));
+  NarrowedDx narrow;
+  SD_RETURN_IF_ERROR(narrowedDxOf(c, 2, "RMSNormalizationGrad", narrow));
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   int64_t chunks = (rs.outer + kChunkRows - 1) / kChunkRows;
   return dispatchFloatPair(x.dtype, dy.dtype, "RMSNormalizationGrad", [&](auto tag, auto dtag) {
@@ -383,12 +440,12 @@ Status RmsNormGradKernel(const KernelContext &c) {
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         rmsNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, dy.as<D>(), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
-            c.outputs[0].as<T>(), scratch->stats);
+            rs, eps, dyTermsOf<D>(c), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
+            c.outputs[0].as<T>(), narrow, scratch->stats);
       });
       if (chunks * rs.n > 0)
         rmsNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(
-            rs, dy.as<D>(), x.as<T>(), scratch->stats, scratch->partials);
+            rs, dyTermsOf<D>(c), x.as<T>(), scratch->stats, scratch->partials);
     }
     if (dscale && rs.n > 0) {
       if (rs.outer > 0)

@@ -21,27 +21,46 @@ Status pointwiseGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
-// A norm gradient's accumulate operand (sd-norm-grad-sum): x's shape, f32 or f64 as x.
-Status checkAccumulate(ShapeContext &c, const char *what) {
-  if (!c.hasInput(3)) return Status::ok();
-  SD_RETURN_IF_ERROR(checkNormAccumulateType(c.inputs[1].dtype, c.inputs[3].dtype, what));
-  return requireSameDims(c.inputs[3], c.inputs[1], what);
+// A norm gradient's sums (sd-norm-grad-sum): the accumulate operand (x's
+// shape, f32 or f64 as x, or none) and further summands of dy (dy's shape and type).
+Status checkNormGradSums(ShapeContext &c, const char *what) {
+  if (c.hasInput(3)) {
+    SD_RETURN_IF_ERROR(checkNormAccumulateType(c.inputs[1].dtype, c.inputs[3].dtype, what));
+    SD_RETURN_IF_ERROR(requireSameDims(c.inputs[3], c.inputs[1], what));
+  }
+  for (size_t i = 4; i < c.inputs.size(); ++i) {
+    SD_CHECK_ARG(c.hasInput(i), what, ": dy's summand (operand ", i, ") is missing");
+    SD_RETURN_IF_ERROR(checkNormGradTermType(c.inputs[0].dtype, c.inputs[i].dtype, i, what));
+    SD_RETURN_IF_ERROR(requireSameDims(c.inputs[i], c.inputs[0], what));
+  }
+  return Status::ok();
 }
 
-// LayerNormalizationGrad(dy, x, scale[, accumulate]) -> dx (+ accumulate), dscale, dbias.
+// With narrow_type (16 bf16, 10 f16), one more result: dx rounded to that type (an f32 x's).
+Status narrowedInputGrad(ShapeContext &c, const char *what) {
+  if (!c.attrs.has("narrow_type")) return Status::ok();
+  const int64_t to = c.attrs.getInt("narrow_type", 0);
+  SD_CHECK_ARG((to == int64_t(DType::BF16) || to == int64_t(DType::F16)) && c.inputs[1].dtype == DType::F32, what,
+               ": narrow_type ", to, " is not bf16 (16) or f16 (10) for an f32 x; x is ",
+               dtypeName(c.inputs[1].dtype));
+  c.outputs.push_back(TensorInfo{DType(to), c.inputs[1].dims});
+  return Status::ok();
+}
+
+// LayerNormalizationGrad(dy, x, scale[, accumulate[, dy summands]]) -> dx (+ accumulate), dscale, dbias[, narrowed dx].
 Status layerNormGradShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[1], "LayerNormalizationGrad"));
-  SD_RETURN_IF_ERROR(checkAccumulate(c, "LayerNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkNormGradSums(c, "LayerNormalizationGrad"));
   c.outputs = {c.inputs[1], c.inputs[2], c.inputs[2]};
-  return Status::ok();
+  return narrowedInputGrad(c, "LayerNormalizationGrad");
 }
 
-// RMSNormalizationGrad(dy, x, scale[, accumulate]) -> dx (+ accumulate), dscale.
+// RMSNormalizationGrad(dy, x, scale[, accumulate[, dy summands]]) -> dx (+ accumulate), dscale[, narrowed dx].
 Status rmsNormGradShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[1], "RMSNormalizationGrad"));
-  SD_RETURN_IF_ERROR(checkAccumulate(c, "RMSNormalizationGrad"));
+  SD_RETURN_IF_ERROR(checkNormGradSums(c, "RMSNormalizationGrad"));
   c.outputs = {c.inputs[1], c.inputs[2]};
-  return Status::ok();
+  return narrowedInputGrad(c, "RMSNormalizationGrad");
 }
 
 // GatherGrad(dy, indices) {axis, data_shape} -> d(data): scatter-add of dy rows.

@@ -109,11 +109,17 @@ def train_step_traffic(sdrun, plan):
 
 
 def norm_grad_sums(ir):
-    """Norm gradient steps of a plan's train_step with an accumulate operand (sd-norm-grad-sum)."""
+    """(steps with an accumulate operand, steps reading dy as several summands, steps writing a half copy of dx)
+    among the norm gradient steps of a plan's train_step (sd-norm-grad-sum)."""
     body = ir.split('sd.entry = "train_step"')[1].split("func.func")[0]
-    return sum(1 for line in body.splitlines() if ('sd.step "LayerNormalizationGrad"' in line or
-                                                    'sd.step "RMSNormalizationGrad"' in line) and
-               len(line.split("ins(")[1].split(" : ")[0].split(", ")) == 4)
+    accumulating = summing = narrowing = 0
+    for line in body.splitlines():
+        if 'sd.step "LayerNormalizationGrad"' in line or 'sd.step "RMSNormalizationGrad"' in line:
+            types = line.split("ins(")[1].split(" : ")[1].split(")")[0].split(", ")
+            accumulating += len(types) > 3 and types[3] != "none"
+            summing += len(types) > 4
+            narrowing += "narrow_type" in line
+    return accumulating, summing, narrowing
 
 
 def fused_programs(ir):
@@ -228,8 +234,10 @@ def main():
                           f"({halves})"
                           if fused else f"bf16 Llama: none on bf16 values with --no-fuse all ({halves})")
                     if fused:
-                        kept = half_steps(sdc, llama, flags + ["--no-fuse", "half-steps"])
-                        check(not kept, f"bf16 Llama: none on bf16 values with --no-fuse half-steps ({kept})")
+                        # (sd-norm-grad-sum's norm gradients read the bf16 gradients they sum as they are too.)
+                        kept = half_steps(sdc, llama, flags + ["--no-fuse", "half-steps,norm-grad-sum"])
+                        check(not kept, "bf16 Llama: none on bf16 values with --no-fuse half-steps,norm-grad-sum "
+                              f"({kept})")
                 elif fused and "fc1" in targets:
                     programs = fused_programs(sh([sdc, "compile", model, "--emit", "mlir"] + flags))
                     width = 4 * 32  # export_tiny_gpt's d_model is 32; its MLP 4 times as wide
@@ -251,11 +259,23 @@ def main():
                 else:
                     check(not any(op in steps for op in fused_ops) and steps.get("Gelu", 0) > 0,
                           f"{precision} {peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
-                summed = norm_grad_sums(sh([sdc, "compile", llama if arch == "llama" else model, "--emit", "mlir"] +
-                                           flags))
+                summed, summing, narrowing = norm_grad_sums(sh([sdc, "compile", llama if arch == "llama" else model, "--emit",
+                                                     "mlir"] + flags))
                 # One block: LoRA needs no input gradient of the first norm (the embedding is frozen).
                 check(summed >= (1 if peft == "lora" else 2) if fused else summed == 0,
                       f"{arch} {peft} {precision}: {summed} norm gradient steps add the residual gradient themselves"
+                      + ("" if fused else " with --no-fuse"))
+                # A normalized value several products read (LoRA's base and adapter; the Llama's q, k and v):
+                # its norm's gradient reads the products' input gradients as they are, summing them itself.
+                # (The tiny GPT has one block: only LoRA on fc1 makes a norm gradient, LN2's, sum its dy.)
+                several = "fc1" in targets or arch == "llama"
+                check(summing >= 1 if fused and several else summing == 0,
+                      f"{arch} {peft} {precision}: {summing} norm gradient steps sum their dy themselves"
+                      + ("" if fused else " with --no-fuse"))
+                # bf16: the residual stream's gradient, narrowed for the products before the norm, written in
+                # bf16 by the norm gradient too (no Cast reading it back).
+                check(narrowing >= 1 if fused and precision == "bf16" else narrowing == 0,
+                      f"{arch} {peft} {precision}: {narrowing} norm gradient steps write a bf16 copy of dx"
                       + ("" if fused else " with --no-fuse"))
                 traffic[fused] = train_step_traffic(sdrun, plan)
                 runs[fused] = train_run(sdrun, plan, data, tmp, tag, 8)

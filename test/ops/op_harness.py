@@ -1276,6 +1276,63 @@ for name, ref, outs in (("LayerNormalizationGrad", layer_norm_grad_ref, 3), ("RM
              outputs=outs, types=["f32"], error="accumulates into f32 or f64", label="bf16 accumulate")]
 
 
+def summed_dy(ref):
+    """A norm gradient's reference with dy given as summands (operands 4..,
+    sd-norm-grad-sum): dy = ((grad + s1) + s2) + s3, each addition in f32 (f64
+    for f64) of the widened values, as the Adds it replaces; then accumulate."""
+    def wrapped(ins, attrs, t):
+        wide = np.float64 if ins[0].dtype == np.float64 else np.float32
+        dy = ins[0].astype(wide)
+        for s in ins[4:]:
+            dy = (dy + s.astype(wide)).astype(wide)
+        outs = ref([dy, ins[1], ins[2]], attrs, t)
+        if ins[3] is not None:
+            outs[0] = (outs[0] + ins[3]).astype(ins[1].dtype)
+        return outs
+    return wrapped
+
+
+# dy as the sum of the gradients of a value several products read (LoRA's
+# base and adapter; q, k and v): two to four summands, f32/f64 or a half with
+# an f32 x, with and without an accumulate operand; summands of another type refused.
+for name, ref, outs in (("LayerNormalizationGrad", layer_norm_grad_ref, 3), ("RMSNormalizationGrad", rms_norm_grad_ref, 2)):
+    CASES[name] += [
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), t), rand(r, (40,), t), None, rand(r, (6, 40), t)],
+             outputs=outs, ref=summed_dy(ref), types=["f32", "f64"], label="dy of 2 summands", rtol=10),
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), "f32"), rand(r, (40,), "f32"), rand(r, (6, 40), "f32"),
+                           rand(r, (6, 40), t), rand(r, (6, 40), t), rand(r, (6, 40), t)],
+             outputs=outs, ref=summed_dy(ref), types=list(HALVES), label="half dy of 4 summands, f32 x, accumulate",
+             rtol=10),
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), t), rand(r, (40,), t), rand(r, (6, 40), t),
+                           rand(r, (6, 40), t), rand(r, (6, 40), t)],
+             outputs=outs, ref=summed_dy(ref), types=["f32"], label="dy of 3 summands, accumulate", rtol=10),
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), "f32"), rand(r, (40,), "f32"), None,
+                           rand(r, (6, 40), "f32")], outputs=outs, types=["bf16"], error="dy's summand",
+             label="summand of another type")]
+
+
+def with_narrowed_dx(ref):
+    """narrow_type: the reference's dx (after any accumulate) once more, rounded to the case's half type."""
+    def wrapped(ins, attrs, t):
+        outs = ref(ins, attrs, t)
+        return outs + [outs[0].astype(NP[t])]
+    return wrapped
+
+
+# The residual stream's gradient written once more in half for the products before the norm (narrow_type):
+# with an accumulate operand and dy summands, as sd-norm-grad-sum makes it; an f64 x refused.
+for name, ref, outs in (("LayerNormalizationGrad", layer_norm_grad_ref, 3), ("RMSNormalizationGrad", rms_norm_grad_ref, 2)):
+    for h in HALVES:
+        CASES[name].append(
+            Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), "f32"), rand(r, (40,), "f32"),
+                               rand(r, (6, 40), "f32"), rand(r, (6, 40), t)], outputs=outs + 1,
+                 attrs={"narrow_type": ONNX_TYPE[h]}, ref=with_narrowed_dx(summed_dy(ref)), types=[h],
+                 label=f"{h} dy of 2 summands, f32 x, accumulate, {h} copy of dx", rtol=10))
+    CASES[name].append(
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), t), rand(r, (40,), t)], outputs=outs + 1,
+             attrs={"narrow_type": 16}, types=["f64"], error="narrow_type", label="narrow_type of an f64 x"))
+
+
 def swiglu_packed_ref(ins, attrs, t):
     x = ins[0]
     f = x.shape[-1] // 2

@@ -131,11 +131,13 @@ const char *kBenchUsage =
     "GPU waited for the host, both ways (from CUDA events around each run).\n"
     "The last line is JSON with median_ms (and pipelined_ms, device_idle_pct).\n";
 
-const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp [--kernels cpu|cuda]\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
+const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp [--kernels cpu|cuda] [--traffic ENTRY]\n       sdrun inspect --cpu [PLAN.sdp]\n\n"
                             "Shows entries, buckets, globals, arena size and weights, and the bytes each\n"
                             "entry's steps read and write (operands once, results once: a count, not a time).\n"
                             "--kernels B lists the plan's ops and whether backend B has a kernel for each\n"
                             "(no GPU needed); it exits 1 when some step has none.\n"
+                            "--traffic ENTRY lists that entry's ops by the bytes their steps read and write,\n"
+                            "largest first: where a memory-bound step's time is likely to go.\n"
                             "--cpu shows the CPU's model and vector features and the GEMM kernels\n"
                             "chosen for it (SD_CPU_ISA=avx2|generic caps the f32 choice).\n";
 
@@ -512,6 +514,37 @@ int printKernelCoverage(const sd::Plan &p, const sd::KernelRegistry &kernels) {
   return missing ? 1 : 0;
 }
 
+// The bytes a step reads (each operand once) and writes (each result once).
+std::pair<uint64_t, uint64_t> stepTraffic(const sd::EntryDesc &e, const sd::StepDesc &s) {
+  uint64_t read = 0, written = 0;
+  for (int32_t b : s.inputs) read += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
+  for (int32_t b : s.outputs) written += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
+  return {read, written};
+}
+
+// One entry's ops ordered by the bytes their steps read and write.
+void printTrafficByOp(const sd::EntryDesc &e) {
+  struct OpTraffic {
+    size_t steps = 0;
+    uint64_t read = 0, written = 0;
+  };
+  std::map<std::string, OpTraffic> ops;
+  uint64_t total = 0;
+  for (const sd::StepDesc &s : e.steps) {
+    auto [read, written] = stepTraffic(e, s);
+    OpTraffic &op = ops[s.op];
+    ++op.steps, op.read += read, op.written += written, total += read + written;
+  }
+  std::vector<std::pair<std::string, OpTraffic>> rows(ops.begin(), ops.end());
+  std::stable_sort(rows.begin(), rows.end(), [](auto &a, auto &b) {
+    return a.second.read + a.second.written > b.second.read + b.second.written;
+  });
+  std::printf("traffic of %s by op (MB read + written, share of %.1f MB):\n", e.name.c_str(), double(total) / 1e6);
+  for (auto &[name, op] : rows)
+    std::printf("  %-28s %4zu steps  %10.1f + %10.1f  %5.1f%%\n", name.c_str(), op.steps, double(op.read) / 1e6,
+                double(op.written) / 1e6, total ? 100.0 * double(op.read + op.written) / double(total) : 0.0);
+}
+
 int inspectCommand(const std::vector<std::string> &all) {
   Flags f;
   std::string err;
@@ -519,7 +552,7 @@ int inspectCommand(const std::vector<std::string> &all) {
   bool cpu = false;
   for (auto &a : all) (a == "--cpu" ? cpu = true : (args.push_back(a), false));
   if (cpu && args.empty()) return printCpuReport(), 0;
-  if (!parseFlags(args, {"--kernels"}, f, err)) {
+  if (!parseFlags(args, {"--kernels", "--traffic"}, f, err)) {
     if (!f.help) return fail(err + " (see sdrun inspect --help)");
   }
   if (f.help) return std::fputs(kInspectUsage, stdout), 0;
@@ -532,6 +565,15 @@ int inspectCommand(const std::vector<std::string> &all) {
   if (!plan.isOk()) return fail(plan.status().message());
   if (cpu) printCpuReport(); // only once the arguments are known good: no output before an error
   const sd::Plan &p = *plan.value();
+  const sd::EntryDesc *trafficEntry = nullptr;
+  if (f.values.count("--traffic")) {
+    std::string name = flagValue(f, "--traffic"), names;
+    for (const sd::EntryDesc &e : p.entries) {
+      if (e.name == name) trafficEntry = &e;
+      names += (names.empty() ? "" : ", ") + e.name;
+    }
+    if (!trafficEntry) return fail("--traffic: the plan has no entry '" + name + "' (entries: " + names + ")");
+  }
   std::string sha;
   for (uint8_t b : p.sourceSha256) {
     char h[3];
@@ -570,8 +612,8 @@ int inspectCommand(const std::vector<std::string> &all) {
     // and results written once): what fusions save, a count, not a time.
     uint64_t read = 0, written = 0;
     for (const sd::StepDesc &s : e.steps) {
-      for (int32_t b : s.inputs) read += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
-      for (int32_t b : s.outputs) written += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
+      auto [r, w] = stepTraffic(e, s);
+      read += r, written += w;
     }
     if (!e.steps.empty())
       std::printf("; steps read %llu and write %llu bytes", (unsigned long long)read, (unsigned long long)written);
@@ -598,6 +640,7 @@ int inspectCommand(const std::vector<std::string> &all) {
     std::printf("  %s: %s[%s] %s\n", g.name.c_str(), sd::dtypeName(g.dtype), sd::formatDims(g.dims).c_str(),
                 sd::globalRoleName(g.role));
   }
+  if (trafficEntry) printTrafficByOp(*trafficEntry);
   return registry ? printKernelCoverage(p, *registry) : 0;
 }
 

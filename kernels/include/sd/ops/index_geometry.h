@@ -28,7 +28,13 @@ NormRows normRows(const Dims &x, const AttrMap &attrs);
 // kernel also x's element count; the residual stream's gradient that dx is
 // added to.
 Status checkNormAccumulateType(DType x, DType acc, const char *op);
-Status checkNormAccumulate(const TensorView &x, const TensorView &acc, const char *op);
+// A norm gradient's further summands of dy (operands 4.., sd-norm-grad-sum):
+// at most kMaxNormGradTerms in all with dy, each of dy's type (the shape
+// rule's check; it also compares dims).
+constexpr size_t kMaxNormGradTerms = 4;
+Status checkNormGradTermType(DType dy, DType term, size_t operand, const char *op);
+// A kernel's check of both: types, and element counts against x and dy.
+Status checkNormGradSums(const std::vector<TensorView> &inputs, const char *op);
 
 // Element strides of a dense row-major tensor of shape `dims`.
 Dims rowMajorStrides(const Dims &dims);
