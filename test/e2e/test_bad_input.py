@@ -296,6 +296,8 @@ def check_all(tmp):
                            ["corrupt.sdp"], [outdir])
     expect_clean_error("inspect of a corrupt plan", [sdrun, "inspect", os.path.join(tmp, "corrupt.sdp")],
                        ["corrupt.sdp"])
+    expect_clean_error("inspect --traffic of an entry the plan lacks", [sdrun, "inspect", plan, "--traffic", "nope"],
+                       ["--traffic", "'nope'", "entries: "])
     for cmd in ("infer", "bench"):
         expect_clean_error(f"{cmd} on a device this build lacks", [sdrun, cmd, plan, "--device", "tpu"],
                            ["--device", "unknown device 'tpu'", "cpu"])

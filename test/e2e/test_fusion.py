@@ -108,6 +108,21 @@ def train_step_traffic(sdrun, plan):
     return int(read) + int(write)
 
 
+def traffic_by_op(sdrun, plan):
+    """`sdrun inspect --traffic train_step`: (train_step's steps and MB, [(op, steps, MB read + written)])."""
+    out = sh([sdrun, "inspect", plan, "--traffic", "train_step"])
+    entry = next(l for l in out.splitlines() if l.strip().startswith("train_step"))
+    table = out.split("traffic of train_step by op")[1].splitlines()
+    total = float(table[0].split("share of ")[1].split(" MB")[0])
+    rows = []
+    for line in table[1:]:
+        if not line.startswith("  ") or " steps " not in line:
+            break
+        op, steps, rest = line.split()[0], int(line.split()[1]), line.split(" steps ")[1].split()
+        rows.append((op, steps, float(rest[0]) + float(rest[2])))
+    return int(entry.split(": ")[1].split(" steps")[0]), total, rows
+
+
 def norm_grad_sums(ir):
     """(steps with an accumulate operand, steps reading dy as several summands, steps writing a half copy of dx)
     among the norm gradient steps of a plan's train_step (sd-norm-grad-sum)."""
@@ -278,6 +293,14 @@ def main():
                       f"{arch} {peft} {precision}: {narrowing} norm gradient steps write a bf16 copy of dx"
                       + ("" if fused else " with --no-fuse"))
                 traffic[fused] = train_step_traffic(sdrun, plan)
+                if fused and arch == "llama":
+                    steps_total, mb, rows = traffic_by_op(sdrun, plan)
+                    # (MB to 3 decimals: each row's read and written rounded apart.)
+                    check(sum(r[1] for r in rows) == steps_total and
+                          abs(sum(r[2] for r in rows) - mb) < 0.001 * len(rows) and abs(mb - traffic[fused] / 1e6) < 0.001 and
+                          all(a[2] >= b[2] - 0.002 for a, b in zip(rows, rows[1:])),
+                          f"inspect --traffic train_step: {len(rows)} ops, largest first ({rows[0][0]}), add up to "
+                          f"its {steps_total} steps and {mb} MB")
                 runs[fused] = train_run(sdrun, plan, data, tmp, tag, 8)
             check(traffic[True] < traffic[False], f"{arch} {peft} {precision} on {targets or 'all weights'}: "
                   f"train_step's steps read and write {traffic[True]} bytes, {traffic[False]} without the fusions")

@@ -539,9 +539,9 @@ void printTrafficByOp(const sd::EntryDesc &e) {
   std::stable_sort(rows.begin(), rows.end(), [](auto &a, auto &b) {
     return a.second.read + a.second.written > b.second.read + b.second.written;
   });
-  std::printf("traffic of %s by op (MB read + written, share of %.1f MB):\n", e.name.c_str(), double(total) / 1e6);
+  std::printf("traffic of %s by op (MB read + written, share of %.3f MB):\n", e.name.c_str(), double(total) / 1e6);
   for (auto &[name, op] : rows)
-    std::printf("  %-28s %4zu steps  %10.1f + %10.1f  %5.1f%%\n", name.c_str(), op.steps, double(op.read) / 1e6,
+    std::printf("  %-28s %4zu steps  %12.3f + %12.3f  %5.1f%%\n", name.c_str(), op.steps, double(op.read) / 1e6,
                 double(op.written) / 1e6, total ? 100.0 * double(op.read + op.written) / double(total) : 0.0);
 }
 
