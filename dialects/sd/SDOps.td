@@ -507,7 +507,7 @@ def SD_RecurrenceGradOp : SD_Nary<"recurrence_grad", "RecurrenceGrad",
     SD_RecurrenceAttrs,
     (outs AnyTensor:$xw_grad, AnyTensor:$r_grad, AnyTensor:$initial_h_grad, AnyTensor:$initial_c_grad,
           AnyTensor:$peepholes_grad, AnyTensor:$reset_bias_grad)>;
-// The sums a norm gradient computes itself (sd-norm-grad-sum).
+// What a norm gradient computes besides dx, and how it reads dy.
 def SD_NormGradSums {
   string description = [{
     `sums` (optional): first `accumulate` (f32 or f64 of x's type, x's shape,
@@ -520,17 +520,20 @@ def SD_NormGradSums {
     (after the accumulate) rounded to that type, as the Cast it replaces
     rounds it: the residual stream's gradient for the next products, which
     read it in half, while the next norm gradient reads it in f32.
+    `param_grads` = 0 (sd-autodiff, where nothing needs them: the norm's
+    parameters are frozen, as under LoRA): scale_grad and bias_grad are left
+    unwritten, which spares the kernels a second pass over dy and x.
   }];
 }
 def SD_LayerNormalizationGradOp : SD_Nary<"layer_normalization_grad", "LayerNormalizationGrad",
     (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Variadic<SD_OptTensor>:$sums),
-    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$narrow_type),
+    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$narrow_type, OptI64:$param_grads),
     (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, AnyTensor:$bias_grad, Variadic<AnyTensor>:$x_grad_narrow)> {
   let description = SD_NormGradSums.description;
 }
 def SD_RMSNormalizationGradOp : SD_Nary<"rms_normalization_grad", "RMSNormalizationGrad",
     (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$scale, Variadic<SD_OptTensor>:$sums),
-    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$narrow_type),
+    (ins OptI64:$axis, OptF32:$epsilon, OptI64:$narrow_type, OptI64:$param_grads),
     (outs AnyTensor:$x_grad, AnyTensor:$scale_grad, Variadic<AnyTensor>:$x_grad_narrow)> {
   let description = SD_NormGradSums.description;
 }

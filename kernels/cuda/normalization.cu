@@ -284,15 +284,17 @@ Status LayerNormGradKernel(const KernelContext &c) {
   return dispatchFloatPair(x.dtype, dy.dtype, "LayerNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
     using D = decltype(dtag);
-    T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
-    T *dbias = c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
+    // param_grads = 0: nothing reads dscale and dbias; the column pass over dy and x is skipped.
+    const bool paramGrads = c.attrs.getInt("param_grads", 1) != 0;
+    T *dscale = paramGrads && c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    T *dbias = paramGrads && c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         layerNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
             rs, eps, dyTermsOf<D>(c), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
             c.outputs[0].as<T>(), narrow, scratch->stats);
       });
-      if (chunks * rs.n > 0)
+      if ((dscale || dbias) && chunks * rs.n > 0)
         layerNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(
             rs, dyTermsOf<D>(c), x.as<T>(), scratch->stats, scratch->partials);
     }
@@ -436,14 +438,15 @@ Status RmsNormGradKernel(const KernelContext &c) {
   return dispatchFloatPair(x.dtype, dy.dtype, "RMSNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
     using D = decltype(dtag);
-    T *dscale = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    const bool paramGrads = c.attrs.getInt("param_grads", 1) != 0; // 0: dscale unread, its pass skipped
+    T *dscale = paramGrads && c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         rmsNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
             rs, eps, dyTermsOf<D>(c), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
             c.outputs[0].as<T>(), narrow, scratch->stats);
       });
-      if (chunks * rs.n > 0)
+      if (dscale && chunks * rs.n > 0)
         rmsNormGradColumns<T, D><<<blocksFor(chunks * rs.n), kThreads, 0, streamOf(c)>>>(
             rs, dyTermsOf<D>(c), x.as<T>(), scratch->stats, scratch->partials);
     }

@@ -124,17 +124,19 @@ def traffic_by_op(sdrun, plan):
 
 
 def norm_grad_sums(ir):
-    """(steps with an accumulate operand, steps reading dy as several summands, steps writing a half copy of dx)
-    among the norm gradient steps of a plan's train_step (sd-norm-grad-sum)."""
+    """(steps with an accumulate operand, steps reading dy as several summands, steps writing a half copy of dx,
+    steps not computing their parameters' gradients) among the norm gradient steps of a plan's train_step
+    (sd-norm-grad-sum; the last sd-autodiff's, for frozen norms)."""
     body = ir.split('sd.entry = "train_step"')[1].split("func.func")[0]
-    accumulating = summing = narrowing = 0
+    accumulating = summing = narrowing = frozen = 0
     for line in body.splitlines():
         if 'sd.step "LayerNormalizationGrad"' in line or 'sd.step "RMSNormalizationGrad"' in line:
             types = line.split("ins(")[1].split(" : ")[1].split(")")[0].split(", ")
             accumulating += len(types) > 3 and types[3] != "none"
             summing += len(types) > 4
             narrowing += "narrow_type" in line
-    return accumulating, summing, narrowing
+            frozen += "param_grads = 0" in line
+    return accumulating, summing, narrowing, frozen
 
 
 def fused_programs(ir):
@@ -274,7 +276,7 @@ def main():
                 else:
                     check(not any(op in steps for op in fused_ops) and steps.get("Gelu", 0) > 0,
                           f"{precision} {peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
-                summed, summing, narrowing = norm_grad_sums(sh([sdc, "compile", llama if arch == "llama" else model, "--emit",
+                summed, summing, narrowing, frozen = norm_grad_sums(sh([sdc, "compile", llama if arch == "llama" else model, "--emit",
                                                      "mlir"] + flags))
                 # One block: LoRA needs no input gradient of the first norm (the embedding is frozen).
                 check(summed >= (1 if peft == "lora" else 2) if fused else summed == 0,
@@ -289,6 +291,9 @@ def main():
                       + ("" if fused else " with --no-fuse"))
                 # bf16: the residual stream's gradient, narrowed for the products before the norm, written in
                 # bf16 by the norm gradient too (no Cast reading it back).
+                # LoRA freezes the norms: their gradients compute dx only (no column pass over dy and x).
+                check(frozen >= 1 if peft == "lora" else frozen == 0,
+                      f"{arch} {peft} {precision}: {frozen} norm gradient steps leave the norm's parameter gradients unwritten")
                 check(narrowing >= 1 if fused and precision == "bf16" else narrowing == 0,
                       f"{arch} {peft} {precision}: {narrowing} norm gradient steps write a bf16 copy of dx"
                       + ("" if fused else " with --no-fuse"))

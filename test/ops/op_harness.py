@@ -1333,6 +1333,20 @@ for name, ref, outs in (("LayerNormalizationGrad", layer_norm_grad_ref, 3), ("RM
              attrs={"narrow_type": 16}, types=["f64"], error="narrow_type", label="narrow_type of an f64 x"))
 
 
+def dx_only(ours, ref, inputs, t):
+    """param_grads = 0: dscale and dbias are left unwritten; dx is compared."""
+    err = compare(ours[0], np.asarray(ref[0]), t, Case(None, rtol=10))
+    return f"output 0: {err}" if err else None
+
+
+# Frozen norm parameters (LoRA): their gradients are not computed (param_grads = 0).
+for name, ref, outs in (("LayerNormalizationGrad", layer_norm_grad_ref, 3), ("RMSNormalizationGrad", rms_norm_grad_ref, 2)):
+    CASES[name].append(
+        Case(lambda t, r: [rand(r, (6, 40), t), rand(r, (6, 40), t), rand(r, (40,), t), rand(r, (6, 40), t)],
+             outputs=outs, attrs={"param_grads": 0}, ref=plus_accumulate(ref), types=["f32", "f64"],
+             compare=dx_only, label="no parameter gradients, accumulate"))
+
+
 def swiglu_packed_ref(ins, attrs, t):
     x = ins[0]
     f = x.shape[-1] // 2

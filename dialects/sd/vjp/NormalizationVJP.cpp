@@ -17,12 +17,16 @@ LogicalResult softmaxVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
+// Whether the gradient of operand i is needed (`need` may be shorter than the operands).
+bool wanted(ArrayRef<bool> need, size_t i) { return i < need.size() && need[i]; }
+
 LogicalResult layerNormVJP(LayerNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                            Grads &dx) {
   for (size_t i = 1; i < dy.size(); ++i)
     if (dy[i]) return op.emitError("LayerNormalization: gradients through Mean/InvStdDev are not supported");
   SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"epsilon"});
   attrs.push_back(g.attr("axis", op.getAxis().value_or(-1)));
+  if (!wanted(need, 1) && !wanted(need, 2)) attrs.push_back(g.attr("param_grads", int64_t(0)));
   Operation *grad = g.op<LayerNormalizationGradOp>({dy[0], op.getX(), op.getScale()}, attrs, 3);
   if (!grad) return failure();
   for (unsigned i = 0; i < 3 && i < dx.size(); ++i)
@@ -34,6 +38,7 @@ LogicalResult rmsNormVJP(RMSNormalizationOp op, GradBuilder &g, ArrayRef<Value> 
                          Grads &dx) {
   SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"epsilon"});
   attrs.push_back(g.attr("axis", op.getAxis().value_or(-1)));
+  if (!wanted(need, 1)) attrs.push_back(g.attr("param_grads", int64_t(0)));
   Operation *grad = g.op<RMSNormalizationGradOp>({dy[0], op.getX(), op.getScale()}, attrs, 2);
   if (!grad) return failure();
   for (unsigned i = 0; i < 2 && i < dx.size(); ++i)
