@@ -99,7 +99,7 @@ StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const 
     switch (field) {
     case 1: ok = readRepeated(0, [&](uint64_t v) { t.dims.push_back(int64_t(v)); }); break;
     case 2: {
-      uint64_t v;
+      uint64_t v = 0; // read only when the wire type is a varint
       ok = wire == 0 && r.varint(v);
       dtype = int32_t(v);
       break;
