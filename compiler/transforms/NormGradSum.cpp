@@ -24,6 +24,7 @@
 #include "Passes.h"
 #include "sd/ops/index_geometry.h"
 #include "vjp/GradBuilder.h"
+#include "llvm/ADT/SetVector.h"
 
 namespace sd {
 #define GEN_PASS_DEF_NORMGRADSUM
@@ -155,10 +156,15 @@ struct NormGradSumPass : sd::impl::NormGradSumBase<NormGradSumPass> {
     if (grad->getNumOperands() == 3)
       grad->insertOperands(3, b.create<NoneOp>(grad->getLoc(), b.getNoneType()).getResult());
     grad->insertOperands(4, summands.drop_front());
+    // The widening casts, each once (Add(w, w) reads one twice), go with the
+    // Adds when nothing else reads them.
+    llvm::SmallSetVector<Operation *, 4> casts;
+    for (Value t : terms)
+      if (auto cast = t.getDefiningOp<CastOp>()) casts.insert(cast);
     for (Operation *add : adds) add->dropAllReferences();
     for (Operation *add : adds) add->erase();
-    for (Value t : terms)
-      if (auto cast = t.getDefiningOp<CastOp>(); cast && cast->use_empty()) cast->erase();
+    for (Operation *cast : casts)
+      if (cast->use_empty()) cast->erase();
   }
 
   // Add(g, dx), dx a norm gradient's input gradient: the norm gradient's accumulate operand.

@@ -161,3 +161,18 @@ func.func @narrowed_copy(%dy: tensor<4x8xf32>, %x: tensor<4x8xf32>, %w: tensor<8
   %h3 = sd.cast %d3 {to = 16 : i64} : (tensor<4x8xf64>) -> tensor<4x8xbf16>
   return %h1, %h2, %d2, %h3 : tensor<4x8xbf16>, tensor<4x8xbf16>, tensor<4x8xf32>, tensor<4x8xbf16>
 }
+
+// -----
+
+// One widened value added to itself: two summands, the cast erased once.
+// CHECK-LABEL: func.func @same_summand_twice
+//   CHECK-NOT:   sd.cast
+//       CHECK:   %[[NONE:.*]] = sd.none
+//       CHECK:   sd.rms_normalization_grad %arg0, %arg1, %arg2, %[[NONE]], %arg0 {axis = -1 : i64}
+func.func @same_summand_twice(%a: tensor<4x8xbf16>, %x: tensor<4x8xf32>, %w: tensor<8xf32>)
+    -> tensor<4x8xf32> attributes {sd.entry = "train_step"} {
+  %wa = sd.cast %a {to = 1 : i64} : (tensor<4x8xbf16>) -> tensor<4x8xf32>
+  %aa = sd.add %wa, %wa : (tensor<4x8xf32>, tensor<4x8xf32>) -> tensor<4x8xf32>
+  %d, %dw = sd.rms_normalization_grad %aa, %x, %w {axis = -1 : i64} : (tensor<4x8xf32>, tensor<4x8xf32>, tensor<8xf32>) -> (tensor<4x8xf32>, tensor<8xf32>)
+  return %d : tensor<4x8xf32>
+}
