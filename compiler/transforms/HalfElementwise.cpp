@@ -28,16 +28,9 @@ namespace sd {
 
 using namespace mlir;
 using namespace sd::ir;
+using sd::widenedHalf;
 
 namespace {
-
-// The half value `v` widens (v = Cast(to f32)(h), h bf16 or f16), else null.
-Value widenedHalf(Value v) {
-  auto c = v.getDefiningOp<CastOp>();
-  if (!c || !elementTypeOf(v).isF32()) return {};
-  Type from = elementTypeOf(c.getInput());
-  return from.isBF16() || from.isF16() ? c.getInput() : Value();
-}
 
 // Every user of `r` casts it to `half` (and there is one).
 bool onlyNarrowedTo(Value r, Type half) {

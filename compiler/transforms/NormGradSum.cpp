@@ -33,6 +33,7 @@ namespace sd {
 
 using namespace mlir;
 using namespace sd::ir;
+using sd::widenedHalf;
 
 namespace {
 
@@ -54,14 +55,6 @@ Operation *normGradOf(Value dx) {
   Operation *grad = dx.getDefiningOp();
   if (!isNormGrad(grad) || dx != grad->getResult(0) || !dx.hasOneUse() || !hasNoAccumulate(grad)) return nullptr;
   return grad;
-}
-
-// The half value `v` widens (Cast to f32 of a bf16 or f16 value), else null.
-Value widenedHalf(Value v) {
-  auto c = v.getDefiningOp<CastOp>();
-  if (!c || !elementTypeOf(v).isF32()) return {};
-  Type from = elementTypeOf(c.getInput());
-  return from.isBF16() || from.isF16() ? c.getInput() : Value();
 }
 
 // An f32 Add of two operands of its own shape whose only reader is the sum

@@ -95,6 +95,13 @@ ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, mlir
 
 namespace sd {
 
+mlir::Value widenedHalf(mlir::Value v) {
+  auto c = v.getDefiningOp<ir::CastOp>();
+  if (!c || !ir::elementTypeOf(v).isF32()) return {};
+  mlir::Type from = ir::elementTypeOf(c.getInput());
+  return from.isBF16() || from.isF16() ? c.getInput() : mlir::Value();
+}
+
 std::optional<double> scalarValue(mlir::Value v) {
   mlir::ElementsAttr c = ir::constantValue(v);
   if (!c || c.getNumElements() != 1) return std::nullopt;

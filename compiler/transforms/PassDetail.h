@@ -55,6 +55,10 @@ mlir::Operation *soleUser(mlir::Value v);
 // leave them around softmax and normalizations); `out` is the value that
 // user consumes.
 mlir::Operation *soleUserThroughCasts(mlir::Value v, mlir::Value &out);
+// The half value `v` widens (v = Cast to f32 of a bf16 or f16 value), else
+// null: where autocast left a half value between casts (sd-half-elementwise,
+// sd-norm-grad-sum read the half itself).
+mlir::Value widenedHalf(mlir::Value v);
 // A ReduceMean over the last axis only, keeping it (LayerNorm's and RMSNorm's statistics).
 bool isLastAxisMean(sd::ir::ReduceMeanOp m);
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),

@@ -55,6 +55,10 @@ Status checkNormGradSums(const std::vector<TensorView> &inputs, const char *op) 
   return Status::ok();
 }
 
+bool writesNormParamGrad(const AttrMap &attrs, const std::vector<TensorView> &outputs, size_t output) {
+  return attrs.getInt("param_grads", 1) != 0 && output < outputs.size() && outputs[output].data;
+}
+
 Dims rowMajorStrides(const Dims &d) {
   Dims s(d.size(), 1);
   for (size_t i = d.size(); i-- > 1;) s[i - 1] = s[i] * d[i];

@@ -352,11 +352,10 @@ Status LayerNormGradKernel(const KernelContext &c) {
         }
       }
     });
-    // param_grads = 0: nothing reads dscale and dbias (left unwritten). On the CPU
-    // their sums ride along in the row loop; only the GPU saves a pass.
-    const bool paramGrads = c.attrs.getInt("param_grads", 1) != 0;
-    T *dscale = paramGrads && c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
-    T *dbias = paramGrads && c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
+    // With param_grads = 0 they are left unwritten. On the CPU their sums ride
+    // along in the row loop; only the GPU saves a pass.
+    T *dscale = writesNormParamGrad(c.attrs, c.outputs, 1) ? c.outputs[1].as<T>() : nullptr;
+    T *dbias = writesNormParamGrad(c.attrs, c.outputs, 2) ? c.outputs[2].as<T>() : nullptr;
     for (int64_t j = 0; j < n; ++j) {
       double s = 0, b = 0;
       for (int64_t blk = 0; blk < blocks; ++blk) {
@@ -469,8 +468,7 @@ Status RmsNormGradKernel(const KernelContext &c) {
         }
       }
     });
-    const bool paramGrads = c.attrs.getInt("param_grads", 1) != 0; // 0: dscale left unwritten
-    T *dscale = paramGrads && c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    T *dscale = writesNormParamGrad(c.attrs, c.outputs, 1) ? c.outputs[1].as<T>() : nullptr;
     for (int64_t j = 0; dscale && j < n; ++j) {
       double s = 0;
       for (int64_t blk = 0; blk < blocks; ++blk) s += partial[size_t(blk * n + j)];

@@ -284,10 +284,9 @@ Status LayerNormGradKernel(const KernelContext &c) {
   return dispatchFloatPair(x.dtype, dy.dtype, "LayerNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
     using D = decltype(dtag);
-    // param_grads = 0: nothing reads dscale and dbias; the column pass over dy and x is skipped.
-    const bool paramGrads = c.attrs.getInt("param_grads", 1) != 0;
-    T *dscale = paramGrads && c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
-    T *dbias = paramGrads && c.outputs.size() > 2 && c.outputs[2].data ? c.outputs[2].as<T>() : nullptr;
+    // Neither written (param_grads = 0): the column pass over dy and x is skipped.
+    T *dscale = writesNormParamGrad(c.attrs, c.outputs, 1) ? c.outputs[1].as<T>() : nullptr;
+    T *dbias = writesNormParamGrad(c.attrs, c.outputs, 2) ? c.outputs[2].as<T>() : nullptr;
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         layerNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
@@ -438,8 +437,7 @@ Status RmsNormGradKernel(const KernelContext &c) {
   return dispatchFloatPair(x.dtype, dy.dtype, "RMSNormalizationGrad", [&](auto tag, auto dtag) {
     using T = decltype(tag);
     using D = decltype(dtag);
-    const bool paramGrads = c.attrs.getInt("param_grads", 1) != 0; // 0: dscale unread, its pass skipped
-    T *dscale = paramGrads && c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<T>() : nullptr;
+    T *dscale = writesNormParamGrad(c.attrs, c.outputs, 1) ? c.outputs[1].as<T>() : nullptr; // else its pass is skipped
     if (rs.outer > 0) {
       launchRows(rs, [&](auto team, unsigned blocks) {
         rmsNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(

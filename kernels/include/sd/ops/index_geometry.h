@@ -35,6 +35,10 @@ constexpr size_t kMaxNormGradTerms = 4;
 Status checkNormGradTermType(DType dy, DType term, size_t operand, const char *op);
 // A kernel's check of both: types, and element counts against x and dy.
 Status checkNormGradSums(const std::vector<TensorView> &inputs, const char *op);
+// Whether a norm gradient writes its parameter gradient `output` (1: dscale,
+// 2: dbias): the step has that output, and not param_grads = 0 (sd-autodiff:
+// nothing reads them; the kernels then leave them unwritten).
+bool writesNormParamGrad(const AttrMap &attrs, const std::vector<TensorView> &outputs, size_t output);
 
 // Element strides of a dense row-major tensor of shape `dims`.
 Dims rowMajorStrides(const Dims &dims);
