@@ -102,6 +102,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     pm.addPass(createDataParallel(DataParallelOptions{opts.bucketMb, opts.shard, opts.overlapReduction}));
     if (opts.shard == "params") pm.addPass(createShardParams());
     pm.addPass(createOsftProject(OsftProjectOptions{opts.osftVRule}));
+    if (opts.groupUpdates) pm.addPass(createGroupUpdates());
     pm.addPass(createPropagateShapes());
   }
   pm.addPass(createFoldConvAffine());

@@ -49,6 +49,7 @@ struct PipelineOptions {
   bool packSwiglu = true;         // sd-pack-swiglu
   bool gemmScale = true;          // sd-scale-into-gemm
   bool normGradSum = true;        // sd-norm-grad-sum
+  bool groupUpdates = true;       // sd-group-updates
   std::string precision = "fp32"; // fp32 | bf16 | fp16 (sd-autocast)
   double lossScaleInit = 65536.0;  // fp16: the dynamic loss scale's first value
   int64_t lossScaleWindow = 2000;  // fp16: clean steps before the scale doubles (GradScaler's growth_interval)

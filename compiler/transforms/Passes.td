@@ -59,6 +59,10 @@ def NormGradSum : Pass<"sd-norm-grad-sum", "mlir::ModuleOp"> {
   let summary = "A LayerNorm/RMSNorm gradient added to the residual stream's gradient writes the sum itself (its accumulate operand): no Add step";
 }
 
+def GroupUpdates : Pass<"sd-group-updates", "mlir::ModuleOp"> {
+  let summary = "The AdamW updates of an optimizer step that share their scalars become GroupedAdamW steps (one launch for many tensors, the same bits)";
+}
+
 def PackSwiglu : Pass<"sd-pack-swiglu", "mlir::ModuleOp"> {
   let summary = "A SwiGLU on the two halves of one fused gate/up projection reads it as it is (SwiGLUPacked): no Split forward, no Concat backward";
 }

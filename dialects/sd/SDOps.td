@@ -592,6 +592,21 @@ def SD_AdamWOp : SD_Nary<"adamw", "AdamW",
     row-sharded parameter (--shard params) skips on its own rows.
   }];
 }
+// sd-group-updates: the AdamW updates of one optimizer step that share
+// their scalars, as one step (one launch on a GPU instead of one per tensor).
+def SD_GroupedAdamWOp : SD_Nary<"grouped_adamw", "GroupedAdamW",
+    (ins AnyTensor:$step, AnyTensor:$lr, AnyTensor:$weight_decay, AnyTensor:$grad_scale, SD_OptTensor:$skip,
+         Variadic<AnyTensor>:$tensors),
+    (ins OptF64:$beta1, OptF64:$beta2, OptF64:$epsilon, DenseI64ArrayAttr:$decay),
+    (outs Variadic<AnyTensor>:$updated)> {
+  let description = [{
+    AdamW on N tensors at once: `tensors` is params, grads, exp_avgs and
+    exp_avg_sqs (N each, in that order; tensor i's four have one shape), and
+    `decay` holds N flags (AdamW's `decay` per tensor). Results: the updated
+    params, exp_avgs and exp_avg_sqs and the zeroed grads (N each), element
+    for element what N AdamW steps give, `skip` included.
+  }];
+}
 def SD_SGDOp : SD_Nary<"sgd", "SGD",
     (ins AnyTensor:$param, AnyTensor:$grad, AnyTensor:$momentum_buffer, AnyTensor:$step, AnyTensor:$lr,
          AnyTensor:$weight_decay, AnyTensor:$grad_scale, SD_OptTensor:$skip),

@@ -5,6 +5,7 @@
 #include "cpu_util.h"
 #include "sd/ops/communicator.h"
 #include "sd/ops/math/optimizer.h"
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -41,7 +42,7 @@ Status zeroGradientOnly(const KernelContext &c, size_t gradOutput) {
 // are the same buffers, as once bufferized) and the gradient is zeroed.
 // False when the step updates.
 StatusOr<bool> skippedStep(const KernelContext &c, size_t skipIndex, const std::vector<std::pair<size_t, size_t>> &kept,
-                           size_t gradOutput) {
+                           const std::vector<size_t> &gradOutputs) {
   if (c.inputs.size() <= skipIndex || !c.inputs[skipIndex].data) return false;
   std::vector<double> flag;
   if (!readDoubles(c.inputs[skipIndex], flag) || flag.size() != 1)
@@ -50,7 +51,7 @@ StatusOr<bool> skippedStep(const KernelContext &c, size_t skipIndex, const std::
   for (auto [in, out] : kept)
     if (c.outputs[out].data != c.inputs[in].data)
       std::memcpy(c.outputs[out].data, c.inputs[in].data, c.outputs[out].byteSize());
-  std::memset(c.outputs[gradOutput].data, 0, c.outputs[gradOutput].byteSize());
+  for (size_t g : gradOutputs) std::memset(c.outputs[g].data, 0, c.outputs[g].byteSize());
   return true;
 }
 
@@ -90,35 +91,93 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) double sumOfSquares
   return s;
 }
 
+// One tensor of an AdamW step: operands in, results out (the same buffers
+// when updated in place), with its own weight-decay flag.
+struct AdamWTensor {
+  const float *pin, *gin, *min, *vin;
+  float *p, *m, *v, *gout;
+  int64_t n;
+  bool decay;
+};
+
+// The AdamW step of `tensors` (the scalars from operands first..first+3:
+// step, lr, weight_decay, grad_scale): one parallel loop over all their
+// elements, so a group of small tensors is one dispatch, not one each.
+Status adamW(const KernelContext &c, size_t first, const std::vector<AdamWTensor> &tensors, const char *op) {
+  double s[4] = {}; // step, lr, weight_decay, grad_scale
+  SD_RETURN_IF_ERROR(readScalars(c, first, 4, s));
+  SD_CHECK_ARG(s[0] >= 1, op, " step counter must be >= 1, got ", s[0]);
+  auto stepWith = [&](double wd) {
+    return math::adamWStep(s[0], float(s[1]), float(wd), c.attrs.getFloat("beta1", 0.9),
+                           c.attrs.getFloat("beta2", 0.999), float(c.attrs.getFloat("epsilon", 1e-8)), float(s[3]));
+  };
+  const math::AdamWStep decayed = stepWith(s[2]), undecayed = stepWith(0.0);
+  std::vector<int64_t> start(tensors.size() + 1, 0); // element offsets of the tensors in one index space
+  for (size_t t = 0; t < tensors.size(); ++t) start[t + 1] = start[t] + tensors[t].n;
+  parallelFor(c.pool, start.back(), 16384, [&](int64_t b, int64_t e) {
+    size_t t = size_t(std::upper_bound(start.begin(), start.end(), b) - start.begin()) - 1;
+    for (; b < e; ++t) {
+      const AdamWTensor &x = tensors[t];
+      int64_t i = b - start[t], len = std::min(e, start[t + 1]) - b;
+      adamWRange(x.decay ? decayed : undecayed, x.pin + i, x.gin + i, x.min + i, x.vin + i, x.p + i, x.m + i,
+                 x.v + i, x.gout + i, len);
+      b += len;
+    }
+  });
+  return Status::ok();
+}
+
 // param, grad, m, v, step, lr, weight_decay, grad_scale[, skip] -> param, m, v, grad.
 Status AdamWKernel(const KernelContext &c) {
   if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 3);
   SD_RETURN_IF_ERROR(requireF32(c, 4, "AdamW"));
-  StatusOr<bool> skipped = skippedStep(c, 8, {{0, 0}, {2, 1}, {3, 2}}, 3);
+  StatusOr<bool> skipped = skippedStep(c, 8, {{0, 0}, {2, 1}, {3, 2}}, {3});
   if (!skipped.isOk() || *skipped) return skipped.status().withContext("AdamW: ");
-  float *p = c.outputs[0].as<float>(), *m = c.outputs[1].as<float>(), *v = c.outputs[2].as<float>();
-  float *gout = c.outputs[3].as<float>();
-  const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *min = c.inputs[2].as<float>(),
-              *vin = c.inputs[3].as<float>();
-  double s[4] = {}; // step, lr, weight_decay, grad_scale
-  SD_RETURN_IF_ERROR(readScalars(c, 4, 4, s));
-  double step = s[0];
-  double wd = c.attrs.getInt("decay", 1) ? s[2] : 0.0;
-  SD_CHECK_ARG(step >= 1, "AdamW step counter must be >= 1, got ", step);
-  const math::AdamWStep st = math::adamWStep(step, float(s[1]), float(wd), c.attrs.getFloat("beta1", 0.9),
-                                             c.attrs.getFloat("beta2", 0.999),
-                                             float(c.attrs.getFloat("epsilon", 1e-8)), float(s[3]));
-  parallelFor(c.pool, c.outputs[0].numElements(), 16384, [&](int64_t b, int64_t e) {
-    adamWRange(st, pin + b, gin + b, min + b, vin + b, p + b, m + b, v + b, gout + b, e - b);
-  });
-  return Status::ok();
+  const std::vector<AdamWTensor> one = {{c.inputs[0].as<float>(), c.inputs[1].as<float>(), c.inputs[2].as<float>(),
+                                         c.inputs[3].as<float>(), c.outputs[0].as<float>(), c.outputs[1].as<float>(),
+                                         c.outputs[2].as<float>(), c.outputs[3].as<float>(),
+                                         c.outputs[0].numElements(), c.attrs.getInt("decay", 1) != 0}};
+  return adamW(c, 4, one, "AdamW");
+}
+
+// step, lr, weight_decay, grad_scale, skip | none, params..., grads..., exp_avgs..., exp_avg_sqs...
+// -> params..., exp_avgs..., exp_avg_sqs..., grads... (N of each).
+Status GroupedAdamWKernel(const KernelContext &c) {
+  const size_t first = math::kGroupedAdamWScalars, n = c.inputs.size() > first ? (c.inputs.size() - first) / 4 : 0;
+  std::vector<int64_t> decay = c.attrs.getInts("decay");
+  SD_CHECK_ARG(n > 0 && c.inputs.size() == first + 4 * n && c.outputs.size() == 4 * n && decay.size() == n,
+               "GroupedAdamW: ", c.inputs.size(), " operands, ", c.outputs.size(), " results and ", decay.size(),
+               " decay flags do not describe one group of tensors");
+  for (size_t i = first; i < c.inputs.size(); ++i)
+    SD_CHECK_ARG(c.inputs[i].dtype == DType::F32, "GroupedAdamW updates f32 tensors only, operand ", i, " is ",
+                 dtypeName(c.inputs[i].dtype));
+  std::vector<std::pair<size_t, size_t>> kept; // operand -> result pairs a skipped step keeps
+  std::vector<size_t> grads;
+  std::vector<AdamWTensor> tensors;
+  for (size_t i = 0; i < n; ++i) {
+    const size_t in[4] = {first + i, first + n + i, first + 2 * n + i, first + 3 * n + i}; // param, grad, m, v
+    const size_t out[4] = {i, n + i, 2 * n + i, 3 * n + i};                               // param, m, v, grad
+    for (size_t k = 0; k < 4; ++k)
+      SD_CHECK_ARG(c.inputs[in[k]].numElements() == c.inputs[in[0]].numElements() &&
+                       c.outputs[out[k]].numElements() == c.inputs[in[0]].numElements(),
+                   "GroupedAdamW: tensor ", i, "'s operands and results differ in size");
+    kept.insert(kept.end(), {{in[0], out[0]}, {in[2], out[1]}, {in[3], out[2]}});
+    grads.push_back(out[3]);
+    tensors.push_back({c.inputs[in[0]].as<float>(), c.inputs[in[1]].as<float>(), c.inputs[in[2]].as<float>(),
+                       c.inputs[in[3]].as<float>(), c.outputs[out[0]].as<float>(), c.outputs[out[1]].as<float>(),
+                       c.outputs[out[2]].as<float>(), c.outputs[out[3]].as<float>(), c.inputs[in[0]].numElements(),
+                       decay[i] != 0});
+  }
+  StatusOr<bool> skipped = skippedStep(c, first - 1, kept, grads);
+  if (!skipped.isOk() || *skipped) return skipped.status().withContext("GroupedAdamW: ");
+  return adamW(c, 0, tensors, "GroupedAdamW");
 }
 
 // param, grad, momentum_buffer, step, lr, weight_decay, grad_scale[, skip] -> param, buffer, grad.
 Status SgdKernel(const KernelContext &c) {
   if (ownedByAnotherRank(c)) return zeroGradientOnly(c, 2);
   SD_RETURN_IF_ERROR(requireF32(c, 3, "SGD"));
-  StatusOr<bool> skipped = skippedStep(c, 7, {{0, 0}, {2, 1}}, 2);
+  StatusOr<bool> skipped = skippedStep(c, 7, {{0, 0}, {2, 1}}, {2});
   if (!skipped.isOk() || *skipped) return skipped.status().withContext("SGD: ");
   float *p = c.outputs[0].as<float>(), *buf = c.outputs[1].as<float>(), *gout = c.outputs[2].as<float>();
   const float *pin = c.inputs[0].as<float>(), *gin = c.inputs[1].as<float>(), *bin = c.inputs[2].as<float>();
@@ -179,6 +238,7 @@ Status GradScaleKernel(const KernelContext &c) {
 
 void registerOptimizerKernels() {
   registerCpuKernel("AdamW", AdamWKernel, TypeSet{DType::F32});
+  registerCpuKernel("GroupedAdamW", GroupedAdamWKernel, TypeSet{DType::F32});
   registerCpuKernel("SGD", SgdKernel, TypeSet{DType::F32});
   registerCpuKernel("GradScale", GradScaleKernel, TypeSet{DType::F32}, nullptr, 2);
 }

@@ -53,34 +53,78 @@ __device__ bool skipping(const DeviceScalar &skip) { return skip.ptr && skip.get
 
 struct AdamWHyper {
   double beta1, beta2, eps;
-  bool decay;
 };
 
-__global__ void adamWKernel(AdamWHyper h, DeviceScalar step, DeviceScalar lr, DeviceScalar wd, DeviceScalar gscale,
-                            DeviceScalar skip, const float *pin, const float *gin, const float *min,
-                            const float *vin, float *p, float *m, float *v, float *gout, int64_t n) {
-  if (skipping(skip)) {
-    for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-      if (p != pin) p[i] = pin[i];
-      if (m != min) m[i] = min[i];
-      if (v != vin) v[i] = vin[i];
-      gout[i] = 0.0f;
-    }
-    return;
+// A launch over several tensors, each from its slot's firstBlock on: the
+// slot of this block (the last one whose firstBlock is at most blockIdx.x;
+// a tensor of no elements has no block).
+template <typename Slot> __device__ int blockSlot(const Slot *slots, int count) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    int mid = (lo + hi + 1) / 2;
+    if (slots[mid].firstBlock <= int64_t(blockIdx.x)) lo = mid;
+    else hi = mid - 1;
   }
-  __shared__ math::AdamWStep s;
-  if (threadIdx.x == 0)
-    s = math::adamWStep(step.get(), double(float(lr.get())), h.decay ? double(float(wd.get())) : 0.0, h.beta1,
-                        h.beta2, double(float(h.eps)), double(float(gscale.get())));
+  return lo;
+}
+
+// One tensor of an AdamW step (results may be the operands' buffers: in place).
+struct AdamWSlot {
+  const float *pin, *gin, *min, *vin;
+  float *p, *m, *v, *gout;
+  int64_t n;
+  int64_t firstBlock; // GroupedAdamW: the first block of the launch that updates it
+  int decay;
+};
+
+// The step's constants with and without weight decay, by thread 0 into shared memory.
+__device__ void adamWSteps(const AdamWHyper &h, const DeviceScalar &step, const DeviceScalar &lr,
+                           const DeviceScalar &wd, const DeviceScalar &gscale, math::AdamWStep *s) {
+  if (threadIdx.x == 0) {
+    const double lrf = double(float(lr.get())), eps = double(float(h.eps)), scale = double(float(gscale.get()));
+    s[0] = math::adamWStep(step.get(), lrf, 0.0, h.beta1, h.beta2, eps, scale);
+    s[1] = math::adamWStep(step.get(), lrf, double(float(wd.get())), h.beta1, h.beta2, eps, scale);
+  }
   __syncthreads();
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    float pi = pin[i], mi = min[i], vi = vin[i];
-    math::adamWElement(s, gin[i], pi, mi, vi);
-    p[i] = pi;
-    m[i] = mi;
-    v[i] = vi;
-    gout[i] = 0.0f;
+}
+
+// Elements begin, begin + stride, ... below end of one tensor: updated, or
+// on a skipped step kept (copied when not in place) with the gradient zeroed.
+__device__ void adamWElements(const AdamWSlot &x, const math::AdamWStep &s, bool skip, int64_t begin, int64_t end,
+                              int64_t stride) {
+  for (int64_t i = begin; i < end; i += stride) {
+    float pi = x.pin[i], mi = x.min[i], vi = x.vin[i];
+    if (!skip) math::adamWElement(s, x.gin[i], pi, mi, vi);
+    if (!skip || x.p != x.pin) x.p[i] = pi;
+    if (!skip || x.m != x.min) x.m[i] = mi;
+    if (!skip || x.v != x.vin) x.v[i] = vi;
+    x.gout[i] = 0.0f;
   }
+}
+
+__global__ void adamWKernel(AdamWHyper h, DeviceScalar step, DeviceScalar lr, DeviceScalar wd, DeviceScalar gscale,
+                            DeviceScalar skip, AdamWSlot x) {
+  __shared__ math::AdamWStep s[2];
+  adamWSteps(h, step, lr, wd, gscale, s);
+  adamWElements(x, s[x.decay], skipping(skip), blockIdx.x * int64_t(blockDim.x) + threadIdx.x, x.n,
+                int64_t(gridDim.x) * blockDim.x);
+}
+
+// GroupedAdamW: every tensor of the group in one launch. Tensor t gets the
+// blocks from its firstBlock on, each updating kGroupChunk elements.
+constexpr int64_t kGroupChunk = int64_t(kThreads) * 4;
+
+__global__ void groupedAdamWKernel(AdamWHyper h, DeviceScalar step, DeviceScalar lr, DeviceScalar wd,
+                                   DeviceScalar gscale, DeviceScalar skip, const AdamWSlot *slots, int count) {
+  __shared__ math::AdamWStep s[2];
+  adamWSteps(h, step, lr, wd, gscale, s);
+  const AdamWSlot x = slots[blockSlot(slots, count)];
+  const int64_t begin = (int64_t(blockIdx.x) - x.firstBlock) * kGroupChunk;
+  adamWElements(x, s[x.decay], skipping(skip), begin + threadIdx.x, std::min(x.n, begin + kGroupChunk), blockDim.x);
+}
+
+AdamWHyper adamWHyper(const KernelContext &c) {
+  return {c.attrs.getFloat("beta1", 0.9), c.attrs.getFloat("beta2", 0.999), c.attrs.getFloat("epsilon", 1e-8)};
 }
 
 // param, grad, m, v, step, lr, weight_decay, grad_scale[, skip] -> param, m, v, grad.
@@ -93,15 +137,85 @@ Status AdamWKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(scalarOperands(c, 4, 4, sc, "AdamW"));
   StatusOr<DeviceScalar> skip = skipOperand(c, 8, "AdamW");
   if (!skip.isOk()) return skip.status();
-  AdamWHyper h{c.attrs.getFloat("beta1", 0.9), c.attrs.getFloat("beta2", 0.999), c.attrs.getFloat("epsilon", 1e-8),
-               c.attrs.getInt("decay", 1) != 0};
   int64_t n = c.outputs[0].numElements();
   if (n == 0) return Status::ok();
-  adamWKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(
-      h, sc[0], sc[1], sc[2], sc[3], *skip, c.inputs[0].as<float>(), c.inputs[1].as<float>(), c.inputs[2].as<float>(),
-      c.inputs[3].as<float>(), c.outputs[0].as<float>(), c.outputs[1].as<float>(), c.outputs[2].as<float>(),
-      c.outputs[3].as<float>(), n);
+  AdamWSlot x{c.inputs[0].as<float>(),  c.inputs[1].as<float>(),  c.inputs[2].as<float>(),
+              c.inputs[3].as<float>(),  c.outputs[0].as<float>(), c.outputs[1].as<float>(),
+              c.outputs[2].as<float>(), c.outputs[3].as<float>(), n,
+              0,                        c.attrs.getInt("decay", 1) != 0};
+  adamWKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(adamWHyper(c), sc[0], sc[1], sc[2], sc[3], *skip, x);
   return launchStatus("AdamW");
+}
+
+// GroupedAdamW's tensors, laid out once when the session is prepared (the
+// addresses never change after), on the device and on the host.
+struct AdamWGroup {
+  std::vector<AdamWSlot> slots;
+  AdamWSlot *device = nullptr;
+  int64_t blocks = 0;
+  ~AdamWGroup() { cudaFree(device); }
+};
+
+// The group's slots from the step's operands and results (which the shape
+// rule checked: 4 per tensor, one size each), null when they are not that.
+std::vector<AdamWSlot> groupSlots(const KernelContext &c, int64_t &blocks) {
+  const size_t first = math::kGroupedAdamWScalars, n = c.inputs.size() > first ? (c.inputs.size() - first) / 4 : 0;
+  std::vector<int64_t> decay = c.attrs.getInts("decay");
+  std::vector<AdamWSlot> slots;
+  blocks = 0;
+  if (n == 0 || c.inputs.size() != first + 4 * n || c.outputs.size() != 4 * n || decay.size() != n) return slots;
+  for (size_t i = 0; i < n; ++i) {
+    const TensorView *in[4] = {&c.inputs[first + i], &c.inputs[first + n + i], &c.inputs[first + 2 * n + i],
+                               &c.inputs[first + 3 * n + i]}; // param, grad, m, v
+    const TensorView *out[4] = {&c.outputs[i], &c.outputs[n + i], &c.outputs[2 * n + i], &c.outputs[3 * n + i]};
+    const int64_t count = in[0]->numElements();
+    for (size_t k = 0; k < 4; ++k)
+      if (in[k]->dtype != DType::F32 || out[k]->dtype != DType::F32 || in[k]->numElements() != count ||
+          out[k]->numElements() != count)
+        return {};
+    slots.push_back({in[0]->as<float>(), in[1]->as<float>(), in[2]->as<float>(), in[3]->as<float>(),
+                     out[0]->as<float>(), out[1]->as<float>(), out[2]->as<float>(), out[3]->as<float>(), count,
+                     blocks, decay[i] != 0});
+    blocks += (count + kGroupChunk - 1) / kGroupChunk;
+  }
+  return slots;
+}
+
+std::shared_ptr<const void> prepareGroupedAdamW(const PrepareContext &p) {
+  auto g = std::make_shared<AdamWGroup>();
+  g->slots = groupSlots(p.kernel, g->blocks);
+  if (g->slots.empty()) return nullptr;
+  const size_t bytes = g->slots.size() * sizeof(AdamWSlot);
+  if (cudaMalloc(&g->device, bytes) != cudaSuccess) return cudaGetLastError(), nullptr;
+  if (cudaMemcpy(g->device, g->slots.data(), bytes, cudaMemcpyHostToDevice) != cudaSuccess)
+    return cudaGetLastError(), nullptr;
+  return g;
+}
+
+bool sameAddresses(const AdamWSlot &a, const AdamWSlot &b) {
+  return a.pin == b.pin && a.gin == b.gin && a.min == b.min && a.vin == b.vin && a.p == b.p && a.m == b.m &&
+         a.v == b.v && a.gout == b.gout && a.n == b.n;
+}
+
+// step, lr, weight_decay, grad_scale, skip | none, params..., grads..., exp_avgs..., exp_avg_sqs...
+// -> params..., exp_avgs..., exp_avg_sqs..., grads...: one launch for all.
+Status GroupedAdamWKernel(const KernelContext &c) {
+  auto *group = static_cast<const AdamWGroup *>(c.prepared);
+  if (!group) return sdError("GroupedAdamW: its tensors are not f32 groups of four of one size, or the device table "
+                             "could not be allocated");
+  int64_t blocks = 0;
+  std::vector<AdamWSlot> now = groupSlots(c, blocks);
+  for (size_t i = 0; i < now.size() || i < group->slots.size(); ++i)
+    if (i >= now.size() || i >= group->slots.size() || !sameAddresses(now[i], group->slots[i]))
+      return sdError("GroupedAdamW: tensor ", i, " is not where it was when the session was prepared");
+  DeviceScalar sc[4]; // step, lr, weight_decay, grad_scale
+  SD_RETURN_IF_ERROR(scalarOperands(c, 0, 4, sc, "GroupedAdamW"));
+  StatusOr<DeviceScalar> skip = skipOperand(c, math::kGroupedAdamWScalars - 1, "GroupedAdamW");
+  if (!skip.isOk()) return skip.status();
+  if (group->blocks == 0) return Status::ok();
+  groupedAdamWKernel<<<unsigned(group->blocks), kThreads, 0, streamOf(c)>>>(
+      adamWHyper(c), sc[0], sc[1], sc[2], sc[3], *skip, group->device, int(group->slots.size()));
+  return launchStatus("GroupedAdamW");
 }
 
 struct SgdHyper {
@@ -158,11 +272,24 @@ Status SgdKernel(const KernelContext &c) {
 
 // GradScale's partial sums: a fixed number of blocks per gradient, each
 // writing its own slot, so the norm is summed in the same order every run.
+// One launch covers every gradient: block b works for the gradient whose
+// blocks include it, as the b - firstBlock'th of its `blocks`.
+struct NormSlot {
+  const float *g; // null: --shard grads, another rank holds it and adds its part
+  int64_t n;
+  int64_t firstBlock;
+  unsigned blocks;
+};
+
 struct NormScratch {
-  double *partials = nullptr; // then, after them, the sum of squares
-  std::vector<unsigned> blocks; // per gradient
-  size_t count = 0;             // partial sums
-  ~NormScratch() { cudaFree(partials); }
+  double *partials = nullptr;    // then, after them, the sum of squares
+  NormSlot *device = nullptr;    // the slots, on the device
+  std::vector<NormSlot> slots;   // and on the host
+  size_t count = 0;              // partial sums
+  ~NormScratch() {
+    cudaFree(partials);
+    cudaFree(device);
+  }
 };
 
 constexpr int kNormThreads = 256;
@@ -171,23 +298,38 @@ unsigned normBlocks(int64_t n) {
   return unsigned(std::max<int64_t>(1, std::min<int64_t>((n + kNormThreads * 16 - 1) / (kNormThreads * 16), 1024)));
 }
 
+std::vector<NormSlot> normSlots(const KernelContext &c) {
+  std::vector<NormSlot> slots;
+  int64_t first = 0;
+  for (size_t t = 2; t < c.inputs.size(); ++t) {
+    const TensorView &g = c.inputs[t];
+    slots.push_back({g.as<float>(), g.numElements(), first, normBlocks(g.numElements())});
+    first += slots.back().blocks;
+  }
+  return slots;
+}
+
 // Allocated when the session is created, never during a (captured) step.
 std::shared_ptr<const void> prepareGradScale(const PrepareContext &p) {
   auto s = std::make_shared<NormScratch>();
-  size_t total = 0;
-  for (size_t t = 2; t < p.kernel.inputs.size(); ++t) {
-    s->blocks.push_back(normBlocks(p.kernel.inputs[t].numElements()));
-    total += s->blocks.back();
-  }
-  s->count = total;
-  if (cudaMalloc(&s->partials, (total + 1) * sizeof(double)) != cudaSuccess) return nullptr;
+  s->slots = normSlots(p.kernel);
+  for (const NormSlot &slot : s->slots) s->count += slot.blocks;
+  if (cudaMalloc(&s->partials, (s->count + 1) * sizeof(double)) != cudaSuccess) return cudaGetLastError(), nullptr;
+  const size_t bytes = std::max<size_t>(1, s->slots.size()) * sizeof(NormSlot);
+  if (cudaMalloc(&s->device, bytes) != cudaSuccess) return cudaGetLastError(), nullptr;
+  if (!s->slots.empty() &&
+      cudaMemcpy(s->device, s->slots.data(), s->slots.size() * sizeof(NormSlot), cudaMemcpyHostToDevice) != cudaSuccess)
+    return cudaGetLastError(), nullptr;
   return s;
 }
 
-__global__ void sumSquaresKernel(const float *g, int64_t n, double *partials) {
+__global__ void sumSquaresKernel(const NormSlot *slots, int count, double *partials) {
+  const NormSlot x = slots[blockSlot(slots, count)];
   double s = 0;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    s += double(g[i]) * double(g[i]);
+  if (x.g)
+    for (int64_t i = (int64_t(blockIdx.x) - x.firstBlock) * blockDim.x + threadIdx.x; i < x.n;
+         i += int64_t(x.blocks) * blockDim.x)
+      s += double(x.g[i]) * double(x.g[i]);
   s = blockReduce(s, SumOp(), 0.0);
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
@@ -214,23 +356,19 @@ Status GradScaleKernel(const KernelContext &c) {
   if (!scratch) return sdError("GradScale: its device scratch could not be allocated");
   DeviceScalar sc[2]; // tokens, max_norm
   SD_RETURN_IF_ERROR(scalarOperands(c, 0, 2, sc, "GradScale"));
-  size_t offset = 0;
-  for (size_t t = 2; t < c.inputs.size(); ++t) {
-    const TensorView &g = c.inputs[t];
-    if (g.dtype != DType::F32) return sdError("GradScale takes f32 gradients");
-    unsigned blocks = scratch->blocks[t - 2];
-    if (!g.data && g.numElements()) { // --shard grads: another rank holds it and adds its part
-      SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(scratch->partials + offset, 0, blocks * sizeof(double), streamOf(c)),
-                                   "GradScale"));
-      offset += blocks;
-      continue;
-    }
-    sumSquaresKernel<<<blocks, kNormThreads, 0, streamOf(c)>>>(g.as<float>(), g.numElements(),
-                                                               scratch->partials + offset);
-    offset += blocks;
+  const std::vector<NormSlot> now = normSlots(c);
+  for (size_t t = 2; t < c.inputs.size(); ++t)
+    if (c.inputs[t].dtype != DType::F32) return sdError("GradScale takes f32 gradients");
+  for (size_t i = 0; i < now.size() || i < scratch->slots.size(); ++i)
+    if (i >= now.size() || i >= scratch->slots.size() || now[i].g != scratch->slots[i].g || now[i].n != scratch->slots[i].n)
+      return sdError("GradScale: gradient ", i, " is not where it was when the session was prepared");
+  if (scratch->count > 0) {
+    sumSquaresKernel<<<unsigned(scratch->count), kNormThreads, 0, streamOf(c)>>>(scratch->device,
+                                                                                 int(scratch->slots.size()),
+                                                                                 scratch->partials);
   }
   double *sum = scratch->partials + scratch->count;
-  sumPartials<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(offset), sum);
+  sumPartials<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(scratch->count), sum);
   SD_RETURN_IF_ERROR(launchStatus("GradScale"));
   // --shard grads|params: each rank summed the squares of the gradients (or
   // rows) it holds; the norm is the ranks' total, so every rank clips and
@@ -249,6 +387,7 @@ Status GradScaleKernel(const KernelContext &c) {
 
 void registerOptimizerKernels() {
   registerKernel("AdamW", AdamWKernel, TypeSet{DType::F32});
+  registerKernel("GroupedAdamW", GroupedAdamWKernel, TypeSet{DType::F32}, prepareGroupedAdamW);
   registerKernel("SGD", SgdKernel, TypeSet{DType::F32});
   registerKernel("GradScale", GradScaleKernel, TypeSet{DType::F32}, prepareGradScale, 2);
 }

@@ -1,5 +1,6 @@
 // Operand counts of every op, checked before any shape rule runs: a plan
 // file may be corrupt, and rules index operands freely once arity holds.
+#include "sd/ops/math/optimizer.h"
 #include "sd/ops/registry.h"
 #include <map>
 
@@ -28,6 +29,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"OsftCoefficients", {2, 4096}},
       {"OsftDeflate", {3, 4097}},
       {"AdamW", {8, 9}},
+      {"GroupedAdamW", {4, int(math::kGroupedAdamWScalars + 4 * math::kMaxGroupedTensors)}}, // skip (4) may be none,
       {"SGD", {7, 8}},
       {"GradScale", {2, 4096}},
       {"AllReduce", {1, 4096}},

@@ -2,6 +2,7 @@
 // optimizer updates and of training-time dropout. Backward outputs take the shape of the forward operand
 // they differentiate; updates write their state operands in place.
 #include "sd/ops/index_geometry.h"
+#include "sd/ops/math/optimizer.h"
 #include "sd/ops/window_geometry.h"
 #include "shape_util.h"
 
@@ -189,6 +190,29 @@ Status adamwShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// GroupedAdamW(step, lr, weight_decay, grad_scale, skip | none, params..., grads..., exp_avgs..., exp_avg_sqs...)
+// -> params..., exp_avgs..., exp_avg_sqs..., grads... (zeroed): N AdamW updates, `decay` one flag each.
+Status groupedAdamwShape(ShapeContext &c) {
+  const size_t first = math::kGroupedAdamWScalars, tensors = c.inputs.size() > first ? c.inputs.size() - first : 0;
+  const size_t n = tensors / 4;
+  SD_CHECK_ARG(tensors > 0 && tensors % 4 == 0, "GroupedAdamW: ", tensors,
+               " tensor operands, not 4 (param, grad, exp_avg, exp_avg_sq) per updated tensor");
+  SD_CHECK_ARG(c.attrs.getInts("decay").size() == n, "GroupedAdamW: ", c.attrs.getInts("decay").size(),
+               " decay flags for ", n, " tensors");
+  SD_RETURN_IF_ERROR(requireScalars(c, 0, 4, "GroupedAdamW"));
+  if (c.hasInput(4)) SD_RETURN_IF_ERROR(requireScalars(c, 4, 5, "GroupedAdamW"));
+  c.outputs.assign(tensors, TensorInfo{});
+  for (size_t i = 0; i < n; ++i) {
+    const TensorInfo &param = c.inputs[first + i];
+    for (size_t k = 1; k < 4; ++k) SD_RETURN_IF_ERROR(requireSameDims(param, c.inputs[first + k * n + i], "GroupedAdamW"));
+    c.outputs[i] = param;                           // param
+    c.outputs[n + i] = c.inputs[first + 2 * n + i]; // exp_avg
+    c.outputs[2 * n + i] = c.inputs[first + 3 * n + i];
+    c.outputs[3 * n + i] = c.inputs[first + n + i]; // the zeroed grad
+  }
+  return Status::ok();
+}
+
 // SGD(param, grad, momentum_buffer, step, lr, weight_decay, grad_scale[, skip]) -> param, buffer, grad (zeroed).
 Status sgdShape(ShapeContext &c) {
   for (size_t i = 1; i < 3; ++i) SD_RETURN_IF_ERROR(requireSameDims(c.inputs[0], c.inputs[i], "SGD"));
@@ -219,6 +243,7 @@ void registerGradientShapes() {
   registerShapeRule("SeededDropout", seededDropoutShape);
   registerShapeRule("AttentionGrad", attentionGradShape);
   registerShapeRule("AdamW", adamwShape);
+  registerShapeRule("GroupedAdamW", groupedAdamwShape);
   registerShapeRule("SGD", sgdShape);
   registerShapeRule("GradScale", gradScaleShape);
 }

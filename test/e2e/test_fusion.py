@@ -234,7 +234,8 @@ def main():
                 tag = f"{arch}-{peft}-{precision}-{targets.count(',')}-{'fused' if fused else 'plain'}"
                 plan = os.path.join(tmp, tag + ".sdp")
                 # The Llama's bit-for-bit comparison keeps the attention layout (checked apart, below).
-                plain = "gemm-epilogues,elementwise,casts,half-steps,norm-grad-sum" if arch == "llama" else "all"
+                plain = ("gemm-epilogues,elementwise,casts,half-steps,norm-grad-sum,grouped-updates" if arch == "llama"
+                         else "all")
                 flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision] + \
                     (["--target-modules", targets] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain])
                 sh([sdc, "compile", llama if arch == "llama" else model, "-o", plan] + flags)
@@ -276,6 +277,11 @@ def main():
                 else:
                     check(not any(op in steps for op in fused_ops) and steps.get("Gelu", 0) > 0,
                           f"{precision} {peft}: --no-fuse all keeps Linear, Gelu, GeluGrad, Add and Mul")
+                # sd-group-updates: one GroupedAdamW per optimizer entry (apply, train_step), no AdamW left.
+                check(steps.get("GroupedAdamW") == 2 and "AdamW" not in steps if fused else
+                      "GroupedAdamW" not in steps and steps.get("AdamW", 0) > 2,
+                      f"{arch} {peft} {precision}: {steps.get('GroupedAdamW', 0)} GroupedAdamW and "
+                      f"{steps.get('AdamW', 0)} AdamW steps" + ("" if fused else " with --no-fuse"))
                 summed, summing, narrowing, frozen = norm_grad_sums(sh([sdc, "compile", llama if arch == "llama" else model, "--emit",
                                                      "mlir"] + flags))
                 # One block: LoRA needs no input gradient of the first norm (the embedding is frozen).

@@ -1759,6 +1759,48 @@ CASES["SGD"] += [Case(lambda t, r, k=k: (with_inf_gradient if k else list)(
                  for k in (True, False)]
 
 
+def grouped_adamw_ref(ins, attrs, t):
+    """GroupedAdamW: AdamW on each of its N tensors (params, grads, exp_avgs,
+    exp_avg_sqs after the 5 scalars), results params, exp_avgs, exp_avg_sqs, grads."""
+    n = (len(ins) - 5) // 4
+    skip = [] if ins[4] is None else [ins[4]]
+    outs = [adamw_ref([ins[5 + k * n + i] for k in range(4)] + list(ins[:4]) + skip,
+                      dict(attrs, decay=attrs["decay"][i]), t) for i in range(n)]
+    return [outs[i][k] for k in range(4) for i in range(n)]
+
+
+def adamw_group(r, t, shapes, grad=list):
+    """Params, grads, exp_avgs and exp_avg_sqs of tensors of `shapes`, grouped by kind."""
+    ts = [[rand(r, s, t), grad([rand(r, s, t)])[0], rand(r, s, t, -0.1, 0.1), rand(r, s, t, 0, 0.1)] for s in shapes]
+    return [x[k] for k in range(4) for x in ts]
+
+
+def inf_gradient(tensors):
+    g = np.array(tensors[0])
+    g.flat[[0, 2]] = [np.inf, np.nan]
+    return [g]
+
+
+# Three tensors, one of them spanning many of a GPU launch's blocks, decay per tensor.
+GROUP_SHAPES = [(3, 4), (70000,), (5,)]
+CASES["GroupedAdamW"] = [Case(lambda t, r, s=s: scalars(s, 1e-2, 0.1, 0.5) + [None] + adamw_group(r, t, GROUP_SHAPES),
+                              outputs=12, attrs=dict(a, decay=[0, 1, 1]), ref=grouped_adamw_ref,
+                              label=f"step {s} {a}")
+                         for s in (1, 7) for a in ({}, {"beta1": 0.8, "beta2": 0.99, "epsilon": 1e-6})]
+CASES["GroupedAdamW"] += [Case(lambda t, r, k=k: scalars(3, 1e-2, 0.1, 0.5) + [np.array(k, np.bool_)] +
+                               adamw_group(r, t, GROUP_SHAPES, inf_gradient if k else list),
+                               outputs=12, attrs={"decay": [1, 1, 0]}, ref=grouped_adamw_ref, label=f"skip {k}")
+                          for k in (True, False)]
+CASES["GroupedAdamW"] += [
+    Case(lambda t, r: scalars(1, 1e-2, 0.1, 0.5) + [None] + adamw_group(r, t, GROUP_SHAPES), outputs=12,
+         attrs={"decay": [1, 1]}, ref=grouped_adamw_ref, label="decay flags for 2 of 3 tensors",
+         error="decay flags"),
+    Case(lambda t, r: scalars(1, 1e-2, 0.1, 0.5) + [None] + adamw_group(r, t, [(3, 4), (2, 6)])[:7] +
+         [rand(r, (2, 5), t)], outputs=8, attrs={"decay": [1, 1]}, ref=grouped_adamw_ref,
+         label="an exp_avg_sq of another size", error="differ"),
+]
+
+
 def grad_scale_ref(ins, attrs, t):
     tokens, max_norm = max(1.0, float(ins[0])), float(ins[1])
     norm = math.sqrt(sum(float((f64(g) ** 2).sum()) for g in ins[2:])) / tokens

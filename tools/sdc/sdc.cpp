@@ -132,9 +132,36 @@ const char *kUsage =
     "                           (LoRA's backward products scale by alpha instead of reading\n"
     "                           a scaled copy of the gradient), norm-grad-sum (a norm's input\n"
     "                           gradient added to the residual gradient by the norm's backward\n"
-    "                           step, not by an Add), all\n"
+    "                           step, not by an Add), grouped-updates (the optimizer's AdamW\n"
+    "                           updates as one step per group of tensors), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
+
+// The names --no-fuse takes and the pipeline switch each turns off
+// (half-steps goes with casts too: the half steps read the moved casts).
+struct NoFuse {
+  const char *name;
+  bool sd::PipelineOptions::*flag;
+  const char *alsoBy = nullptr;
+};
+const NoFuse kNoFuse[] = {
+    {"gemm-epilogues", &sd::PipelineOptions::gemmEpilogues},
+    {"elementwise", &sd::PipelineOptions::elementwiseFusion},
+    {"casts", &sd::PipelineOptions::castMotion},
+    {"half-steps", &sd::PipelineOptions::halfSteps, "casts"},
+    {"attention-layout", &sd::PipelineOptions::attentionLayout},
+    {"attention-stats", &sd::PipelineOptions::attentionStats},
+    {"swiglu", &sd::PipelineOptions::packSwiglu},
+    {"gemm-scale", &sd::PipelineOptions::gemmScale},
+    {"norm-grad-sum", &sd::PipelineOptions::normGradSum},
+    {"grouped-updates", &sd::PipelineOptions::groupUpdates},
+};
+
+std::string noFuseNames() {
+  std::string names;
+  for (const NoFuse &f : kNoFuse) names += std::string(f.name) + ", ";
+  return names + "or all";
+}
 
 const char *kMergeUsage =
     "usage: sdc merge MODEL.onnx (--adapter DIR | --weights FILE.safetensors) -o MERGED.onnx\n"
@@ -324,28 +351,19 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (arg == "--packing") {
       a.pipeline.packing = true;
     } else if (flag == "--no-fuse") {
-      if (!value(v))
-        return fail("--no-fuse needs a list: gemm-epilogues, elementwise, casts, half-steps, attention-layout, "
-                    "attention-stats, swiglu, gemm-scale, norm-grad-sum or all"), 2;
+      if (!value(v)) return fail("--no-fuse needs a list: " + noFuseNames()), 2;
       for (size_t at = 0; at <= v.size();) {
         size_t comma = std::min(v.find(',', at), v.size());
         std::string item = v.substr(at, comma - at);
         at = comma + 1;
-        if (item != "gemm-epilogues" && item != "elementwise" && item != "casts" && item != "half-steps" &&
-            item != "attention-layout" && item != "attention-stats" && item != "swiglu" && item != "gemm-scale" &&
-            item != "norm-grad-sum" && item != "all")
-          return fail("--no-fuse takes gemm-epilogues, elementwise, casts, half-steps, attention-layout, "
-                      "attention-stats, swiglu, gemm-scale, norm-grad-sum or all, got '" + item + "'"), 2;
         const bool all = item == "all";
-        if (all || item == "gemm-epilogues") a.pipeline.gemmEpilogues = false;
-        if (all || item == "elementwise") a.pipeline.elementwiseFusion = false;
-        if (all || item == "casts") a.pipeline.castMotion = false;
-        if (all || item == "casts" || item == "half-steps") a.pipeline.halfSteps = false;
-        if (all || item == "attention-layout") a.pipeline.attentionLayout = false;
-        if (all || item == "attention-stats") a.pipeline.attentionStats = false;
-        if (all || item == "swiglu") a.pipeline.packSwiglu = false;
-        if (all || item == "gemm-scale") a.pipeline.gemmScale = false;
-        if (all || item == "norm-grad-sum") a.pipeline.normGradSum = false;
+        bool known = all;
+        for (const NoFuse &f : kNoFuse)
+          if (all || item == f.name || (f.alsoBy && item == f.alsoBy)) {
+            a.pipeline.*f.flag = false;
+            known = true;
+          }
+        if (!known) return fail("--no-fuse takes " + noFuseNames() + ", got '" + item + "'"), 2;
       }
     } else if (arg == "--precision") {
       if (!value(a.pipeline.precision)) return fail("--precision needs fp32, bf16 or fp16"), 2;

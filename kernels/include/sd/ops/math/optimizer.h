@@ -7,6 +7,12 @@
 
 namespace sd::math {
 
+// GroupedAdamW (sd-group-updates): its scalar operands (step, lr,
+// weight_decay, grad_scale, skip) come first, then 4 tensors per updated
+// tensor, at most kMaxGroupedTensors of them per step.
+constexpr unsigned kGroupedAdamWScalars = 5;
+constexpr unsigned kMaxGroupedTensors = 1024;
+
 // What one AdamW step needs besides the tensors, derived once per step from
 // the step counter and hyper-parameters (the bias corrections in double, as
 // PyTorch does on the host).
