@@ -50,6 +50,7 @@ struct PipelineOptions {
   bool gemmScale = true;          // sd-scale-into-gemm
   bool normGradSum = true;        // sd-norm-grad-sum
   bool groupUpdates = true;       // sd-group-updates
+  bool groupCasts = true;         // sd-group-weight-casts
   std::string precision = "fp32"; // fp32 | bf16 | fp16 (sd-autocast)
   double lossScaleInit = 65536.0;  // fp16: the dynamic loss scale's first value
   int64_t lossScaleWindow = 2000;  // fp16: clean steps before the scale doubles (GradScaler's growth_interval)

@@ -63,6 +63,10 @@ def GroupUpdates : Pass<"sd-group-updates", "mlir::ModuleOp"> {
   let summary = "The AdamW updates of an optimizer step that share their scalars become GroupedAdamW steps (one launch for many tensors, the same bits)";
 }
 
+def GroupWeightCasts : Pass<"sd-group-weight-casts", "mlir::ModuleOp"> {
+  let summary = "The half casts an entry makes of its small weights become one GroupedCast at the entry's start (one launch, the same bits)";
+}
+
 def PackSwiglu : Pass<"sd-pack-swiglu", "mlir::ModuleOp"> {
   let summary = "A SwiGLU on the two halves of one fused gate/up projection reads it as it is (SwiGLUPacked): no Split forward, no Concat backward";
 }

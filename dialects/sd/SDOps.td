@@ -607,6 +607,15 @@ def SD_GroupedAdamWOp : SD_Nary<"grouped_adamw", "GroupedAdamW",
     for element what N AdamW steps give, `skip` included.
   }];
 }
+// sd-group-weight-casts: the half copies of an entry's small trainable
+// weights, made at its start in one step (one launch, not one per weight).
+def SD_GroupedCastOp : SD_Nary<"grouped_cast", "GroupedCast", (ins Variadic<AnyTensor>:$inputs), (ins I64Attr:$to),
+    (outs Variadic<AnyTensor>:$outputs)> {
+  let description = [{
+    Each f32 input rounded to `to` (an ONNX type code: 16 bf16, 10 f16), one
+    result each, as Cast rounds it.
+  }];
+}
 def SD_SGDOp : SD_Nary<"sgd", "SGD",
     (ins AnyTensor:$param, AnyTensor:$grad, AnyTensor:$momentum_buffer, AnyTensor:$step, AnyTensor:$lr,
          AnyTensor:$weight_decay, AnyTensor:$grad_scale, SD_OptTensor:$skip),

@@ -602,6 +602,20 @@ Status CastKernel(const KernelContext &c) {
   return castBetween(c.inputs[0], c.outputs[0], c.attrs.getInt("saturate", 1) != 0, e8m0);
 }
 
+// GroupedCast: each f32 input rounded to the half type `to` (sd-group-weight-casts).
+Status GroupedCastKernel(const KernelContext &c) {
+  SD_CHECK_ARG(c.inputs.size() == c.outputs.size(), "GroupedCast: ", c.inputs.size(), " operands for ",
+               c.outputs.size(), " results");
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const TensorView &in = c.inputs[i], &out = c.outputs[i];
+    SD_CHECK_ARG(in.dtype == DType::F32 && dtypeIsHalf(out.dtype) && in.numElements() == out.numElements(),
+                 "GroupedCast: operand ", i, " (", dtypeName(in.dtype), ", ", in.numElements(),
+                 " elements) is not an f32 tensor of its result's size rounded to a half type");
+    SD_RETURN_IF_ERROR(convertHalf(c.pool, in, out));
+  }
+  return Status::ok();
+}
+
 } // namespace
 
 Status castTensor(const TensorView &in, const TensorView &out) { return castBetween(in, out); }
@@ -640,6 +654,7 @@ void registerElementwiseKernels() {
   registerCpuKernel("Identity", copyKernel, TypeSet::all());
   registerCpuKernel("BitCast", copyKernel, TypeSet::all()); // the bytes unchanged; the shape rule checks the widths
   registerCpuKernel("CastLike", CastKernel, TypeSet::all() | TypeSet::narrow());
+  registerCpuKernel("GroupedCast", GroupedCastKernel, TypeSet{DType::F32});
   registerCpuKernel("IsNaN", classifyKernel<true>, floats);
   registerCpuKernel("IsInf", classifyKernel<false>, floats);
 }

@@ -4,9 +4,12 @@
 #include "cuda_util.cuh"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/math/activations.h"
+#include "tensor_table.cuh"
 #include <cmath>
 #include <cuda/std/limits>
+#include <memory>
 #include <type_traits>
+#include <vector>
 
 namespace sd::cuda {
 namespace {
@@ -385,6 +388,62 @@ Status CastKernel(const KernelContext &c) {
   });
 }
 
+// GroupedCast (sd-group-weight-casts): f32 tensors rounded to one half type
+// in one launch; each block rounds kCastChunk elements of one tensor.
+struct CastSlot {
+  const float *x;
+  void *y;
+  int64_t n;
+  int64_t firstBlock;
+};
+
+constexpr int64_t kCastChunk = int64_t(kThreads) * 4;
+
+template <typename O> __global__ void groupedCastKernel(const CastSlot *slots, int count) {
+  const CastSlot t = slots[blockSlot(slots, count)];
+  const int64_t begin = (int64_t(blockIdx.x) - t.firstBlock) * kCastChunk, end = std::min(t.n, begin + kCastChunk);
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) static_cast<O *>(t.y)[i] = castOne<float, O>(t.x[i]);
+}
+
+// The slots of the step's tensors (empty when they are not f32 operands and
+// half results of their sizes, one half type).
+std::vector<CastSlot> castSlots(const KernelContext &c, int64_t &blocks) {
+  std::vector<CastSlot> slots;
+  blocks = 0;
+  if (c.inputs.size() != c.outputs.size() || c.outputs.empty() || !dtypeIsHalf(c.outputs[0].dtype)) return slots;
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    const TensorView &x = c.inputs[i], &y = c.outputs[i];
+    if (x.dtype != DType::F32 || y.dtype != c.outputs[0].dtype || x.numElements() != y.numElements()) return {};
+    slots.push_back({x.as<float>(), y.data, x.numElements(), blocks});
+    blocks += (x.numElements() + kCastChunk - 1) / kCastChunk;
+  }
+  return slots;
+}
+
+std::shared_ptr<const void> prepareGroupedCast(const PrepareContext &p) {
+  int64_t blocks = 0;
+  std::vector<CastSlot> slots = castSlots(p.kernel, blocks);
+  return uploadedTable(std::move(slots), blocks);
+}
+
+Status GroupedCastKernel(const KernelContext &c) {
+  auto *table = static_cast<const TensorTable<CastSlot> *>(c.prepared);
+  if (!table) return sdError("GroupedCast: its operands are not f32 tensors rounded to one half type, or the device "
+                             "table could not be allocated");
+  int64_t blocks = 0;
+  if (!table->describes(castSlots(c, blocks), [](const CastSlot &a, const CastSlot &b) {
+        return a.x == b.x && a.y == b.y && a.n == b.n;
+      }))
+    return sdError("GroupedCast: its tensors are not where they were when the session was prepared");
+  if (table->blocks == 0) return Status::ok();
+  const int count = int(table->slots.size());
+  if (c.outputs[0].dtype == DType::BF16)
+    groupedCastKernel<__nv_bfloat16><<<unsigned(table->blocks), kThreads, 0, streamOf(c)>>>(table->device, count);
+  else
+    groupedCastKernel<__half><<<unsigned(table->blocks), kThreads, 0, streamOf(c)>>>(table->device, count);
+  return launchStatus("GroupedCast");
+}
+
 } // namespace
 
 void registerElementwiseKernels() {
@@ -426,6 +485,7 @@ void registerElementwiseKernels() {
   registerKernel("IfSelect", WhereKernel, TypeSet::all(), nullptr, 1);
   // Narrow storage types (f8, f4, 4- and 2-bit integers) bind to the CPU's Cast.
   registerKernel("Cast", CastKernel, castTypes(), nullptr, 0, castTypes());
+  registerKernel("GroupedCast", GroupedCastKernel, TypeSet{DType::F32}, prepareGroupedCast, 0, TypeSet::halves());
 }
 
 } // namespace sd::cuda

@@ -5,6 +5,7 @@
 // the device, so a captured graph replays with the values of each step.
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
+#include "tensor_table.cuh"
 #include "sd/ops/communicator.h"
 #include "sd/ops/math/optimizer.h"
 #include <memory>
@@ -54,19 +55,6 @@ __device__ bool skipping(const DeviceScalar &skip) { return skip.ptr && skip.get
 struct AdamWHyper {
   double beta1, beta2, eps;
 };
-
-// A launch over several tensors, each from its slot's firstBlock on: the
-// slot of this block (the last one whose firstBlock is at most blockIdx.x;
-// a tensor of no elements has no block).
-template <typename Slot> __device__ int blockSlot(const Slot *slots, int count) {
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    int mid = (lo + hi + 1) / 2;
-    if (slots[mid].firstBlock <= int64_t(blockIdx.x)) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
 
 // One tensor of an AdamW step (results may be the operands' buffers: in place).
 struct AdamWSlot {
@@ -147,15 +135,6 @@ Status AdamWKernel(const KernelContext &c) {
   return launchStatus("AdamW");
 }
 
-// GroupedAdamW's tensors, laid out once when the session is prepared (the
-// addresses never change after), on the device and on the host.
-struct AdamWGroup {
-  std::vector<AdamWSlot> slots;
-  AdamWSlot *device = nullptr;
-  int64_t blocks = 0;
-  ~AdamWGroup() { cudaFree(device); }
-};
-
 // The group's slots from the step's operands and results (which the shape
 // rule checked: 4 per tensor, one size each), null when they are not that.
 std::vector<AdamWSlot> groupSlots(const KernelContext &c, int64_t &blocks) {
@@ -181,33 +160,25 @@ std::vector<AdamWSlot> groupSlots(const KernelContext &c, int64_t &blocks) {
   return slots;
 }
 
+// The table is laid out once, when the session is prepared.
 std::shared_ptr<const void> prepareGroupedAdamW(const PrepareContext &p) {
-  auto g = std::make_shared<AdamWGroup>();
-  g->slots = groupSlots(p.kernel, g->blocks);
-  if (g->slots.empty()) return nullptr;
-  const size_t bytes = g->slots.size() * sizeof(AdamWSlot);
-  if (cudaMalloc(&g->device, bytes) != cudaSuccess) return cudaGetLastError(), nullptr;
-  if (cudaMemcpy(g->device, g->slots.data(), bytes, cudaMemcpyHostToDevice) != cudaSuccess)
-    return cudaGetLastError(), nullptr;
-  return g;
-}
-
-bool sameAddresses(const AdamWSlot &a, const AdamWSlot &b) {
-  return a.pin == b.pin && a.gin == b.gin && a.min == b.min && a.vin == b.vin && a.p == b.p && a.m == b.m &&
-         a.v == b.v && a.gout == b.gout && a.n == b.n;
+  int64_t blocks = 0;
+  std::vector<AdamWSlot> slots = groupSlots(p.kernel, blocks);
+  return uploadedTable(std::move(slots), blocks);
 }
 
 // step, lr, weight_decay, grad_scale, skip | none, params..., grads..., exp_avgs..., exp_avg_sqs...
 // -> params..., exp_avgs..., exp_avg_sqs..., grads...: one launch for all.
 Status GroupedAdamWKernel(const KernelContext &c) {
-  auto *group = static_cast<const AdamWGroup *>(c.prepared);
+  auto *group = static_cast<const TensorTable<AdamWSlot> *>(c.prepared);
   if (!group) return sdError("GroupedAdamW: its tensors are not f32 groups of four of one size, or the device table "
                              "could not be allocated");
   int64_t blocks = 0;
-  std::vector<AdamWSlot> now = groupSlots(c, blocks);
-  for (size_t i = 0; i < now.size() || i < group->slots.size(); ++i)
-    if (i >= now.size() || i >= group->slots.size() || !sameAddresses(now[i], group->slots[i]))
-      return sdError("GroupedAdamW: tensor ", i, " is not where it was when the session was prepared");
+  if (!group->describes(groupSlots(c, blocks), [](const AdamWSlot &a, const AdamWSlot &b) {
+        return a.pin == b.pin && a.gin == b.gin && a.min == b.min && a.vin == b.vin && a.p == b.p && a.m == b.m &&
+               a.v == b.v && a.gout == b.gout && a.n == b.n;
+      }))
+    return sdError("GroupedAdamW: its tensors are not where they were when the session was prepared");
   DeviceScalar sc[4]; // step, lr, weight_decay, grad_scale
   SD_RETURN_IF_ERROR(scalarOperands(c, 0, 4, sc, "GroupedAdamW"));
   StatusOr<DeviceScalar> skip = skipOperand(c, math::kGroupedAdamWScalars - 1, "GroupedAdamW");
@@ -282,14 +253,9 @@ struct NormSlot {
 };
 
 struct NormScratch {
-  double *partials = nullptr;    // then, after them, the sum of squares
-  NormSlot *device = nullptr;    // the slots, on the device
-  std::vector<NormSlot> slots;   // and on the host
-  size_t count = 0;              // partial sums
-  ~NormScratch() {
-    cudaFree(partials);
-    cudaFree(device);
-  }
+  double *partials = nullptr; // then, after them, the sum of squares
+  TensorTable<NormSlot> table; // its blocks: the partial sums
+  ~NormScratch() { cudaFree(partials); }
 };
 
 constexpr int kNormThreads = 256;
@@ -312,14 +278,11 @@ std::vector<NormSlot> normSlots(const KernelContext &c) {
 // Allocated when the session is created, never during a (captured) step.
 std::shared_ptr<const void> prepareGradScale(const PrepareContext &p) {
   auto s = std::make_shared<NormScratch>();
-  s->slots = normSlots(p.kernel);
-  for (const NormSlot &slot : s->slots) s->count += slot.blocks;
-  if (cudaMalloc(&s->partials, (s->count + 1) * sizeof(double)) != cudaSuccess) return cudaGetLastError(), nullptr;
-  const size_t bytes = std::max<size_t>(1, s->slots.size()) * sizeof(NormSlot);
-  if (cudaMalloc(&s->device, bytes) != cudaSuccess) return cudaGetLastError(), nullptr;
-  if (!s->slots.empty() &&
-      cudaMemcpy(s->device, s->slots.data(), s->slots.size() * sizeof(NormSlot), cudaMemcpyHostToDevice) != cudaSuccess)
+  s->table.slots = normSlots(p.kernel);
+  for (const NormSlot &slot : s->table.slots) s->table.blocks += slot.blocks;
+  if (cudaMalloc(&s->partials, size_t(s->table.blocks + 1) * sizeof(double)) != cudaSuccess)
     return cudaGetLastError(), nullptr;
+  if (!s->table.upload()) return nullptr;
   return s;
 }
 
@@ -359,16 +322,14 @@ Status GradScaleKernel(const KernelContext &c) {
   const std::vector<NormSlot> now = normSlots(c);
   for (size_t t = 2; t < c.inputs.size(); ++t)
     if (c.inputs[t].dtype != DType::F32) return sdError("GradScale takes f32 gradients");
-  for (size_t i = 0; i < now.size() || i < scratch->slots.size(); ++i)
-    if (i >= now.size() || i >= scratch->slots.size() || now[i].g != scratch->slots[i].g || now[i].n != scratch->slots[i].n)
-      return sdError("GradScale: gradient ", i, " is not where it was when the session was prepared");
-  if (scratch->count > 0) {
-    sumSquaresKernel<<<unsigned(scratch->count), kNormThreads, 0, streamOf(c)>>>(scratch->device,
-                                                                                 int(scratch->slots.size()),
-                                                                                 scratch->partials);
-  }
-  double *sum = scratch->partials + scratch->count;
-  sumPartials<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, int64_t(scratch->count), sum);
+  if (!scratch->table.describes(now, [](const NormSlot &a, const NormSlot &b) { return a.g == b.g && a.n == b.n; }))
+    return sdError("GradScale: its gradients are not where they were when the session was prepared");
+  const int64_t blocks = scratch->table.blocks;
+  if (blocks > 0)
+    sumSquaresKernel<<<unsigned(blocks), kNormThreads, 0, streamOf(c)>>>(scratch->table.device, int(now.size()),
+                                                                        scratch->partials);
+  double *sum = scratch->partials + blocks;
+  sumPartials<<<1, 1024, 0, streamOf(c)>>>(scratch->partials, blocks, sum);
   SD_RETURN_IF_ERROR(launchStatus("GradScale"));
   // --shard grads|params: each rank summed the squares of the gradients (or
   // rows) it holds; the norm is the ranks' total, so every rank clips and

@@ -29,6 +29,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"OsftCoefficients", {2, 4096}},
       {"OsftDeflate", {3, 4097}},
       {"AdamW", {8, 9}},
+      {"GroupedCast", {1, int(math::kMaxGroupedTensors)}},
       {"GroupedAdamW", {4, int(math::kGroupedAdamWScalars + 4 * math::kMaxGroupedTensors)}}, // skip (4) may be none,
       {"SGD", {7, 8}},
       {"GradScale", {2, 4096}},

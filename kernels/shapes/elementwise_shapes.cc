@@ -99,6 +99,20 @@ static Status castShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// GroupedCast: each f32 input rounded to `to`, a half type.
+static Status groupedCastShape(ShapeContext &c) {
+  const int64_t to = c.attrs.getInt("to", 0);
+  SD_CHECK_ARG(to == int64_t(DType::BF16) || to == int64_t(DType::F16), "GroupedCast to ", to,
+               ": only bf16 (16) and f16 (10)");
+  c.outputs.clear();
+  for (size_t i = 0; i < c.inputs.size(); ++i) {
+    SD_CHECK_ARG(c.inputs[i].dtype == DType::F32, "GroupedCast: operand ", i, " is ", dtypeName(c.inputs[i].dtype),
+                 ", not f32");
+    c.outputs.push_back(sameAs(c.inputs[i], DType(to)));
+  }
+  return Status::ok();
+}
+
 // BitCast: the same bits read as `to`, which must be as wide.
 static Status bitCastShape(ShapeContext &c) {
   int64_t to = c.attrs.getInt("to", 0);
@@ -181,6 +195,7 @@ void registerElementwiseShapes() {
     registerShapeRule(op, compareBroadcast);
   registerShapeRule("Where", whereShape);
   registerShapeRule("Cast", castShape);
+  registerShapeRule("GroupedCast", groupedCastShape);
   registerShapeRule("BitCast", bitCastShape);
   registerShapeRule("CastLike", castLikeShape);
 }

@@ -234,8 +234,8 @@ def main():
                 tag = f"{arch}-{peft}-{precision}-{targets.count(',')}-{'fused' if fused else 'plain'}"
                 plan = os.path.join(tmp, tag + ".sdp")
                 # The Llama's bit-for-bit comparison keeps the attention layout (checked apart, below).
-                plain = ("gemm-epilogues,elementwise,casts,half-steps,norm-grad-sum,grouped-updates" if arch == "llama"
-                         else "all")
+                plain = ("gemm-epilogues,elementwise,casts,half-steps,norm-grad-sum,grouped-updates,grouped-casts"
+                         if arch == "llama" else "all")
                 flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision] + \
                     (["--target-modules", targets] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain])
                 sh([sdc, "compile", llama if arch == "llama" else model, "-o", plan] + flags)
@@ -282,6 +282,11 @@ def main():
                       "GroupedAdamW" not in steps and steps.get("AdamW", 0) > 2,
                       f"{arch} {peft} {precision}: {steps.get('GroupedAdamW', 0)} GroupedAdamW and "
                       f"{steps.get('AdamW', 0)} AdamW steps" + ("" if fused else " with --no-fuse"))
+                # sd-group-weight-casts: bf16 copies of the small weights (LoRA's factors, biases) made in one
+                # step per entry that reads them.
+                check(steps.get("GroupedCast", 0) >= 3 if fused and precision == "bf16" else "GroupedCast" not in steps,
+                      f"{arch} {peft} {precision}: {steps.get('GroupedCast', 0)} GroupedCast steps, "
+                      f"{steps.get('Cast', 0)} Cast steps" + ("" if fused else " with --no-fuse"))
                 summed, summing, narrowing, frozen = norm_grad_sums(sh([sdc, "compile", llama if arch == "llama" else model, "--emit",
                                                      "mlir"] + flags))
                 # One block: LoRA needs no input gradient of the first norm (the embedding is frozen).

@@ -1801,6 +1801,42 @@ CASES["GroupedAdamW"] += [
 ]
 
 
+def grouped_cast_ref(ins, attrs, t):
+    to = {16: ml_dtypes.bfloat16, 10: np.float16}[attrs["to"]]
+    with np.errstate(over="ignore"):  # beyond f16's range: Inf, as the kernels round
+        return [np.asarray(x, np.float32).astype(to) for x in ins]
+
+
+def same_bits(ours, ref, inputs, t):
+    """Equal bit for bit (NaN for NaN: payloads may differ)."""
+    for k, (a, b) in enumerate(zip(ours, ref)):
+        a, b = np.asarray(a), np.asarray(b).astype(np.asarray(a).dtype)
+        nan_a, nan_b = np.isnan(a.astype(np.float32)), np.isnan(b.astype(np.float32))
+        if a.shape != b.shape or not np.array_equal(nan_a, nan_b) or a[~nan_a].tobytes() != b[~nan_b].tobytes():
+            return f"output {k}: not the reference's bits"
+    return None
+
+
+def rounding_edges(r):
+    """f32 values at and around half-way points of bf16 and f16, and specials."""
+    ties = np.array([1 + 2.0 ** -8, 1 + 3 * 2.0 ** -8, 1 + 2.0 ** -11, 1 + 3 * 2.0 ** -11, -(1 + 2.0 ** -8)], np.float32)
+    special = np.array([np.inf, -np.inf, np.nan, -0.0, 0.0, 3.4e38, 70000.0, 1e-40, 6e-8], np.float32)
+    return np.concatenate([ties, special, rand(r, (50,), "f32", -1e5, 1e5)])
+
+
+# sd-group-weight-casts' step: tensors of several sizes (one over many of a GPU launch's blocks).
+CASES["GroupedCast"] = [Case(lambda t, r: [rand(r, (8, 24), t), rounding_edges(r), rand(r, (70000,), t, -300, 300),
+                                           rand(r, (3,), t)],
+                             attrs={"to": to}, outputs=4, ref=grouped_cast_ref, compare=same_bits, label=f"to {to}")
+                        for to in (16, 10)]
+CASES["GroupedCast"] += [
+    Case(lambda t, r: [rand(r, (3,), t), rand(r, (2,), t)], attrs={"to": 11}, outputs=2, ref=grouped_cast_ref,
+         label="to f64", error="only bf16"),
+    Case(lambda t, r: [rand(r, (3,), t), rand(r, (2,), "f64")], attrs={"to": 16}, outputs=2, ref=grouped_cast_ref,
+         label="an f64 operand", error="not f32"),
+]
+
+
 def grad_scale_ref(ins, attrs, t):
     tokens, max_norm = max(1.0, float(ins[0])), float(ins[1])
     norm = math.sqrt(sum(float((f64(g) ** 2).sum()) for g in ins[2:])) / tokens

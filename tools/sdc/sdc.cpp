@@ -133,7 +133,9 @@ const char *kUsage =
     "                           a scaled copy of the gradient), norm-grad-sum (a norm's input\n"
     "                           gradient added to the residual gradient by the norm's backward\n"
     "                           step, not by an Add), grouped-updates (the optimizer's AdamW\n"
-    "                           updates as one step per group of tensors), all\n"
+    "                           updates as one step per group of tensors), grouped-casts (the\n"
+    "                           half copies of small weights made in one step at an entry's\n"
+    "                           start), all\n"
     "  --verbose                print libonnx checker and shape-inference notes\n"
     "  -h, --help               show this help\n";
 
@@ -155,6 +157,7 @@ const NoFuse kNoFuse[] = {
     {"gemm-scale", &sd::PipelineOptions::gemmScale},
     {"norm-grad-sum", &sd::PipelineOptions::normGradSum},
     {"grouped-updates", &sd::PipelineOptions::groupUpdates},
+    {"grouped-casts", &sd::PipelineOptions::groupCasts},
 };
 
 std::string noFuseNames() {
