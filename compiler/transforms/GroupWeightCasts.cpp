@@ -53,7 +53,7 @@ struct GroupWeightCastsPass : sd::impl::GroupWeightCastsBase<GroupWeightCastsPas
     std::map<int64_t, llvm::MapVector<StringAttr, SmallVector<CastOp>>> casts;
     llvm::StringSet<> stored;
     for (Operation &op : block) {
-      if (auto s = dyn_cast<GlobalStoreOp>(op)) stored.insert(s.getGlobal());
+      op.walk([&](GlobalStoreOp s) { stored.insert(s.getGlobal()); }); // stores in a Loop's or If's body too
       auto cast = dyn_cast<CastOp>(op);
       GlobalLoadOp load = cast ? smallWeightCast(cast) : GlobalLoadOp();
       if (load && !stored.contains(load.getGlobal())) casts[cast.getTo()][load.getGlobalAttr().getAttr()].push_back(cast);
