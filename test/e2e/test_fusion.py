@@ -24,6 +24,7 @@ backward products take a power-of-two scale as their alpha
 (sd-scale-into-gemm), bit for bit as the scaled copies they read before."""
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -120,7 +121,25 @@ def traffic_by_op(sdrun, plan):
             break
         op, steps, rest = line.split()[0], int(line.split()[1]), line.split(" steps ")[1].split()
         rows.append((op, steps, float(rest[0]) + float(rest[2])))
-    return int(entry.split(": ")[1].split(" steps")[0]), total, rows
+    small = int(out.split("cost more than their bytes): ")[1].split(":")[0].split()[0])
+    return int(entry.split(": ")[1].split(" steps")[0]), total, rows, small
+
+
+MEMREF_BYTES = {"bf16": 2, "f16": 2, "f32": 4, "f64": 8, "i64": 8, "i32": 4, "i8": 1, "i1": 1}
+
+
+def small_steps(ir, entry):
+    """Steps of `entry` in `sdc --emit mlir` whose operands and results (each once) add up to under 1 MB."""
+    body = ir.split(f"func.func @{entry}(")[1].split("func.func @")[0]
+    small = 0
+    for line in body.splitlines():
+        if "sd.step " not in line:
+            continue
+        total = 0
+        for dims, t in re.findall(r"memref<((?:\d+x)*)([a-z]+\d+)", line):
+            total += int(np.prod([int(d) for d in dims.split("x") if d])) * MEMREF_BYTES[t]
+        small += total < 1000000
+    return small
 
 
 def norm_grad_sums(ir):
@@ -310,7 +329,10 @@ def main():
                       + ("" if fused else " with --no-fuse"))
                 traffic[fused] = train_step_traffic(sdrun, plan)
                 if fused and arch == "llama":
-                    steps_total, mb, rows = traffic_by_op(sdrun, plan)
+                    steps_total, mb, rows, small = traffic_by_op(sdrun, plan)
+                    want = small_steps(sh([sdc, "compile", llama, "--emit", "mlir"] + flags), "train_step")
+                    check(small == want and 0 < small < steps_total,
+                          f"inspect --traffic: {small} of {steps_total} steps under 1 MB (the IR's operand types: {want})")
                     # (MB to 3 decimals: each row's read and written rounded apart.)
                     check(sum(r[1] for r in rows) == steps_total and
                           abs(sum(r[2] for r in rows) - mb) < 0.001 * len(rows) and abs(mb - traffic[fused] / 1e6) < 0.001 and

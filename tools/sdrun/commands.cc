@@ -137,7 +137,8 @@ const char *kInspectUsage = "usage: sdrun inspect PLAN.sdp [--kernels cpu|cuda] 
                             "--kernels B lists the plan's ops and whether backend B has a kernel for each\n"
                             "(no GPU needed); it exits 1 when some step has none.\n"
                             "--traffic ENTRY lists that entry's ops by the bytes their steps read and write,\n"
-                            "largest first: where a memory-bound step's time is likely to go.\n"
+                            "largest first: where a memory-bound step's time is likely to go; then how\n"
+                            "many steps move under 1 MB each, by op (on a GPU, launch-bound ones).\n"
                             "--cpu shows the CPU's model and vector features and the GEMM kernels\n"
                             "chosen for it (SD_CPU_ISA=avx2|generic caps the f32 choice).\n";
 
@@ -525,15 +526,19 @@ std::pair<uint64_t, uint64_t> stepTraffic(const sd::EntryDesc &e, const sd::Step
 // One entry's ops ordered by the bytes their steps read and write.
 void printTrafficByOp(const sd::EntryDesc &e) {
   struct OpTraffic {
-    size_t steps = 0;
+    size_t steps = 0, small = 0;
     uint64_t read = 0, written = 0;
   };
+  // A step moving less than this costs its launch on a GPU more than its bytes.
+  constexpr uint64_t kSmallStepBytes = 1000000;
   std::map<std::string, OpTraffic> ops;
   uint64_t total = 0;
+  size_t small = 0;
   for (const sd::StepDesc &s : e.steps) {
     auto [read, written] = stepTraffic(e, s);
     OpTraffic &op = ops[s.op];
     ++op.steps, op.read += read, op.written += written, total += read + written;
+    if (read + written < kSmallStepBytes) ++op.small, ++small;
   }
   std::vector<std::pair<std::string, OpTraffic>> rows(ops.begin(), ops.end());
   std::stable_sort(rows.begin(), rows.end(), [](auto &a, auto &b) {
@@ -543,6 +548,11 @@ void printTrafficByOp(const sd::EntryDesc &e) {
   for (auto &[name, op] : rows)
     std::printf("  %-28s %4zu steps  %12.3f + %12.3f  %5.1f%%\n", name.c_str(), op.steps, double(op.read) / 1e6,
                 double(op.written) / 1e6, total ? 100.0 * double(op.read + op.written) / double(total) : 0.0);
+  std::printf("steps moving under 1 MB each (on a GPU their launches cost more than their bytes): %zu", small);
+  std::stable_sort(rows.begin(), rows.end(), [](auto &a, auto &b) { return a.second.small > b.second.small; });
+  for (size_t i = 0; i < rows.size() && rows[i].second.small > 0; ++i)
+    std::printf("%s %s %zu", i ? "," : ":", rows[i].first.c_str(), rows[i].second.small);
+  std::printf("\n");
 }
 
 int inspectCommand(const std::vector<std::string> &all) {
