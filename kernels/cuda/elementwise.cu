@@ -395,6 +395,7 @@ struct CastSlot {
   void *y;
   int64_t n;
   int64_t firstBlock;
+  bool sameTensors(const CastSlot &o) const { return x == o.x && y == o.y && n == o.n; }
 };
 
 constexpr int64_t kCastChunk = int64_t(kThreads) * 4;
@@ -421,20 +422,14 @@ std::vector<CastSlot> castSlots(const KernelContext &c, int64_t &blocks) {
 }
 
 std::shared_ptr<const void> prepareGroupedCast(const PrepareContext &p) {
-  int64_t blocks = 0;
-  std::vector<CastSlot> slots = castSlots(p.kernel, blocks);
-  return uploadedTable(std::move(slots), blocks);
+  return prepareTable<CastSlot>(p, castSlots);
 }
 
 Status GroupedCastKernel(const KernelContext &c) {
-  auto *table = static_cast<const TensorTable<CastSlot> *>(c.prepared);
-  if (!table) return sdError("GroupedCast: its operands are not f32 tensors rounded to one half type, or the device "
-                             "table could not be allocated");
-  int64_t blocks = 0;
-  if (!table->describes(castSlots(c, blocks), [](const CastSlot &a, const CastSlot &b) {
-        return a.x == b.x && a.y == b.y && a.n == b.n;
-      }))
-    return sdError("GroupedCast: its tensors are not where they were when the session was prepared");
+  StatusOr<const TensorTable<CastSlot> *> prepared =
+      preparedTable<CastSlot>(c, castSlots, "GroupedCast", "its operands are not f32 tensors rounded to one half type");
+  if (!prepared.isOk()) return prepared.status();
+  const TensorTable<CastSlot> *table = *prepared;
   if (table->blocks == 0) return Status::ok();
   const int count = int(table->slots.size());
   if (c.outputs[0].dtype == DType::BF16)

@@ -63,6 +63,10 @@ struct AdamWSlot {
   int64_t n;
   int64_t firstBlock; // GroupedAdamW: the first block of the launch that updates it
   int decay;
+  bool sameTensors(const AdamWSlot &o) const {
+    return pin == o.pin && gin == o.gin && min == o.min && vin == o.vin && p == o.p && m == o.m && v == o.v &&
+           gout == o.gout && n == o.n;
+  }
 };
 
 // The step's constants with and without weight decay, by thread 0 into shared memory.
@@ -162,23 +166,16 @@ std::vector<AdamWSlot> groupSlots(const KernelContext &c, int64_t &blocks) {
 
 // The table is laid out once, when the session is prepared.
 std::shared_ptr<const void> prepareGroupedAdamW(const PrepareContext &p) {
-  int64_t blocks = 0;
-  std::vector<AdamWSlot> slots = groupSlots(p.kernel, blocks);
-  return uploadedTable(std::move(slots), blocks);
+  return prepareTable<AdamWSlot>(p, groupSlots);
 }
 
 // step, lr, weight_decay, grad_scale, skip | none, params..., grads..., exp_avgs..., exp_avg_sqs...
 // -> params..., exp_avgs..., exp_avg_sqs..., grads...: one launch for all.
 Status GroupedAdamWKernel(const KernelContext &c) {
-  auto *group = static_cast<const TensorTable<AdamWSlot> *>(c.prepared);
-  if (!group) return sdError("GroupedAdamW: its tensors are not f32 groups of four of one size, or the device table "
-                             "could not be allocated");
-  int64_t blocks = 0;
-  if (!group->describes(groupSlots(c, blocks), [](const AdamWSlot &a, const AdamWSlot &b) {
-        return a.pin == b.pin && a.gin == b.gin && a.min == b.min && a.vin == b.vin && a.p == b.p && a.m == b.m &&
-               a.v == b.v && a.gout == b.gout && a.n == b.n;
-      }))
-    return sdError("GroupedAdamW: its tensors are not where they were when the session was prepared");
+  StatusOr<const TensorTable<AdamWSlot> *> prepared =
+      preparedTable<AdamWSlot>(c, groupSlots, "GroupedAdamW", "its tensors are not f32 groups of four of one size");
+  if (!prepared.isOk()) return prepared.status();
+  const TensorTable<AdamWSlot> *group = *prepared;
   DeviceScalar sc[4]; // step, lr, weight_decay, grad_scale
   SD_RETURN_IF_ERROR(scalarOperands(c, 0, 4, sc, "GroupedAdamW"));
   StatusOr<DeviceScalar> skip = skipOperand(c, math::kGroupedAdamWScalars - 1, "GroupedAdamW");
@@ -250,6 +247,7 @@ struct NormSlot {
   int64_t n;
   int64_t firstBlock;
   unsigned blocks;
+  bool sameTensors(const NormSlot &o) const { return g == o.g && n == o.n; }
 };
 
 struct NormScratch {
@@ -322,7 +320,7 @@ Status GradScaleKernel(const KernelContext &c) {
   const std::vector<NormSlot> now = normSlots(c);
   for (size_t t = 2; t < c.inputs.size(); ++t)
     if (c.inputs[t].dtype != DType::F32) return sdError("GradScale takes f32 gradients");
-  if (!scratch->table.describes(now, [](const NormSlot &a, const NormSlot &b) { return a.g == b.g && a.n == b.n; }))
+  if (!scratch->table.describes(now))
     return sdError("GradScale: its gradients are not where they were when the session was prepared");
   const int64_t blocks = scratch->table.blocks;
   if (blocks > 0)

@@ -5,6 +5,7 @@
 // never move), so a captured step replays with no copy.
 #pragma once
 #include <cstdint>
+#include "cuda_util.cuh"
 #include <cuda_runtime.h>
 #include <memory>
 #include <vector>
@@ -44,23 +45,36 @@ template <typename Slot> struct TensorTable {
     return true;
   }
   // True while the table still describes a step whose slots are now `now`
-  // (`same` compares two slots' addresses and sizes).
-  template <typename Same> bool describes(const std::vector<Slot> &now, Same &&same) const {
+  // (Slot::sameTensors compares two slots' addresses and sizes).
+  bool describes(const std::vector<Slot> &now) const {
     if (now.size() != slots.size()) return false;
     for (size_t i = 0; i < now.size(); ++i)
-      if (!same(now[i], slots[i])) return false;
+      if (!now[i].sameTensors(slots[i])) return false;
     return true;
   }
 };
 
-// A step's prepared table of `slots` over `blocks` blocks, uploaded; null
-// when there is none or it could not be allocated.
-template <typename Slot> std::shared_ptr<const void> uploadedTable(std::vector<Slot> slots, int64_t blocks) {
+// A grouped step's prepare function: its table from `slotsOf(step, blocks)`
+// (the slots of the step's tensors, empty when they do not fit the op),
+// uploaded; null when there is none or it could not be allocated.
+template <typename Slot, typename SlotsOf> std::shared_ptr<const void> prepareTable(const PrepareContext &p, SlotsOf slotsOf) {
   auto t = std::make_shared<TensorTable<Slot>>();
-  t->slots = std::move(slots);
-  t->blocks = blocks;
+  t->slots = slotsOf(p.kernel, t->blocks);
   if (t->slots.empty() || !t->upload()) return nullptr;
   return t;
+}
+
+// The table prepared for step `c`, checked against its tensors now: a
+// kernel writing through a table of moved tensors would corrupt memory.
+template <typename Slot, typename SlotsOf>
+StatusOr<const TensorTable<Slot> *> preparedTable(const KernelContext &c, SlotsOf slotsOf, const char *op,
+                                                  const char *whyNone) {
+  auto *table = static_cast<const TensorTable<Slot> *>(c.prepared);
+  if (!table) return sdError(op, ": ", whyNone, ", or the device table could not be allocated");
+  int64_t blocks = 0;
+  if (!table->describes(slotsOf(c, blocks)))
+    return sdError(op, ": its tensors are not where they were when the session was prepared");
+  return table;
 }
 
 } // namespace sd::cuda

@@ -30,7 +30,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"OsftDeflate", {3, 4097}},
       {"AdamW", {8, 9}},
       {"GroupedCast", {1, int(math::kMaxGroupedTensors)}},
-      {"GroupedAdamW", {4, int(math::kGroupedAdamWScalars + 4 * math::kMaxGroupedTensors)}}, // skip (4) may be none,
+      {"GroupedAdamW", {4, int(math::kGroupedAdamWScalars + 4 * math::kMaxGroupedTensors)}}, // skip (operand 4) may be none
       {"SGD", {7, 8}},
       {"GradScale", {2, 4096}},
       {"AllReduce", {1, 4096}},
