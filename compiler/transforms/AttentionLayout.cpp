@@ -73,12 +73,31 @@ Value unrepeated(Value v) {
   return repeat ? y : v;
 }
 
+// torch.onnx's dynamo exporter swaps the keys' last two axes with the
+// heads merged into the batch: kt = Reshape([B, H, d, S])(Transpose(0, 2,
+// 1)(Reshape([B*H, S, d])(k [B, H, S, d]))), the same values as
+// Transpose(0, 1, 3, 2)(k). Gives k, else null.
+Value swappedThroughMergedHeads(Value kt) {
+  auto outer = kt.getDefiningOp<ReshapeOp>();
+  Value merged = outer ? transposeInput(outer.getLhs(), {0, 2, 1}) : Value();
+  auto inner = merged ? merged.getDefiningOp<ReshapeOp>() : ReshapeOp{};
+  if (!inner) return {};
+  Value k = inner.getLhs();
+  ArrayRef<int64_t> ks = shapeOf(k), ms = shapeOf(merged), kts = shapeOf(kt);
+  if (ks.size() != 4 || ShapedType::isDynamicShape(ks)) return {};
+  const bool same = ms == ArrayRef<int64_t>{ks[0] * ks[1], ks[2], ks[3]} &&
+                    kts == ArrayRef<int64_t>{ks[0], ks[1], ks[3], ks[2]};
+  return same ? k : Value();
+}
+
 // The keys: kt = Transpose(0, 2, 3, 1)(k [B, S, H, d]) (GPT), or
-// Transpose(0, 1, 3, 2) of a head-major, maybe repeated, operand (Llama).
+// Transpose(0, 1, 3, 2) of a head-major, maybe repeated, operand (Llama;
+// or its merged-heads form above).
 std::optional<TokenMajor> tokenMajorKeys(Value kt) {
   constexpr int64_t kKeysLast[] = {0, 2, 3, 1}, kSwapLast[] = {0, 1, 3, 2};
   if (Value x = transposeInput(kt, kKeysLast); x && shapeOf(x).size() == 4) return TokenMajor{x, RotaryOp{}};
   Value k = transposeInput(kt, kSwapLast);
+  if (!k) k = swappedThroughMergedHeads(kt);
   return k ? tokenMajorOf(unrepeated(k)) : std::nullopt;
 }
 

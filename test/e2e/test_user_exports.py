@@ -120,6 +120,7 @@ def main():
         check("--token-input naming no input is a clean error", not problems, "; ".join(problems) or line)
         dynamo_default_export(sdc, sdrun, tmp)
         dynamo_default_llama_full(sdc, sdrun, tmp)
+        dynamo_default_gpt2_lora(sdc, sdrun, tmp)
         merged_equal_weights(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -279,6 +280,42 @@ def dynamo_default_llama_full(sdc, sdrun, tmp):
     sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics])
     losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
     check("dynamo default Llama, full fine-tuning: 6 steps on one batch bring its loss down every step",
+          len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
+
+def dynamo_default_gpt2_lora(sdc, sdrun, tmp):
+    """A transformers GPT-2 exported with torch.onnx.export's defaults: its
+    exporter swaps the keys' last axes with the heads merged into the batch
+    (Reshape, 3-D Transpose, Reshape), which attention must still read where
+    the projection wrote it."""
+    import torch
+    import transformers
+    from e2e_util import plan_steps, rel_err, sdrun_logits
+    torch.manual_seed(0)
+    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ,
+                                     use_cache=False)
+    model = transformers.GPT2LMHeadModel(config).eval()
+    ids = np.random.default_rng(4).integers(0, 64, (2, SEQ)).astype(np.int64)
+    path, plan, data = (os.path.join(tmp, f) for f in ("gpt2_dyn.onnx", "gpt2_lora.sdp", "gpt2.jsonl"))
+    torch.onnx.export(model, (torch.tensor(ids),), path)
+    sh([sdc, "compile", path, "--peft", "lora", "--target-modules", "all-linear", "--shapes", f"input_ids=2x{SEQ}",
+        "-o", plan])
+    steps = plan_steps(sdrun, plan)
+    layers = config.n_layer
+    check("dynamo default GPT-2, LoRA: attention fused and reading the projections' layout (no Transpose step "
+          "in any entry)", not steps.get("Transpose") and not steps.get("Softmax")
+          and steps.get("AttentionGrad", 0) >= layers,
+          f"{steps.get('Transpose')} Transpose, {steps.get('Softmax')} Softmax, {steps.get('AttentionGrad')} "
+          "AttentionGrad steps")
+    got = sdrun_logits(sdrun, plan, None, ids, tmp, "gpt2_lora")
+    with torch.no_grad():
+        want_logits = model(torch.tensor(ids)).logits.numpy()
+    check("dynamo default GPT-2, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
+          f"relative err {rel_err(got, want_logits):.1e}")
+    data_file(data, 64, lines=2)
+    metrics = os.path.join(tmp, "gpt2_metrics.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics])
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    check("dynamo default GPT-2, LoRA: 6 steps on one batch bring its loss down every step",
           len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
 
 

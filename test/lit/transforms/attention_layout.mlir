@@ -55,6 +55,53 @@ func.func @gpt(%q: tensor<1x8x4x16xf32>, %k: tensor<1x8x4x16xf32>, %v: tensor<1x
 
 // -----
 
+// GPT-2 as torch.onnx.export's dynamo exporter writes it: the keys' last two
+// axes swapped with the heads merged into the batch (Reshape to [B*H, S, d],
+// Transpose(0, 2, 1), Reshape to [B, H, d, S]): the same kt, taken as well.
+// CHECK-LABEL: func.func @gpt_merged_heads
+//       CHECK:   %[[Y:.*]] = sd.attention %arg0, %arg1, %arg2, %{{.*}}, %{{.*}} {layout = "bshd", scale = 2.500000e-01 : f32} : (tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, tensor<2x8x4x16xf32>, none, none) -> tensor<2x8x4x16xf32>
+//   CHECK-NOT:   sd.transpose
+//   CHECK-NOT:   sd.reshape
+//       CHECK:   return %[[Y]]
+func.func @gpt_merged_heads(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %qh = sd.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %kh = sd.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %merge = sd.constant dense<[8, 8, 16]> : tensor<3xi64>
+  %km = sd.reshape %kh, %merge : (tensor<2x4x8x16xf32>, tensor<3xi64>) -> tensor<8x8x16xf32>
+  %kmt = sd.transpose %km {perm = array<i64: 0, 2, 1>} : (tensor<8x8x16xf32>) -> tensor<8x16x8xf32>
+  %split = sd.constant dense<[2, 4, 16, 8]> : tensor<4xi64>
+  %kt = sd.reshape %kmt, %split : (tensor<8x16x8xf32>, tensor<4xi64>) -> tensor<2x4x16x8xf32>
+  %vh = sd.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %y = sd.attention %qh, %kt, %vh, %none, %none {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>, none, none) -> tensor<2x4x8x16xf32>
+  %yt = sd.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %yt : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+// Kept: the keys merged over heads and positions ([B, H*S, d]) before the
+// 3-D transpose: reshaped back to [B, H, d, S] that is another tensor than k^T.
+// CHECK-LABEL: func.func @merged_other_axes
+//   CHECK-NOT:   layout
+//       CHECK:   return
+func.func @merged_other_axes(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %qh = sd.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %kh = sd.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %merge = sd.constant dense<[2, 32, 16]> : tensor<3xi64>
+  %km = sd.reshape %kh, %merge : (tensor<2x4x8x16xf32>, tensor<3xi64>) -> tensor<2x32x16xf32>
+  %kmt = sd.transpose %km {perm = array<i64: 0, 2, 1>} : (tensor<2x32x16xf32>) -> tensor<2x16x32xf32>
+  %split = sd.constant dense<[2, 4, 16, 8]> : tensor<4xi64>
+  %kt = sd.reshape %kmt, %split : (tensor<2x16x32xf32>, tensor<4xi64>) -> tensor<2x4x16x8xf32>
+  %vh = sd.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %y = sd.attention %qh, %kt, %vh, %none, %none {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>, none, none) -> tensor<2x4x8x16xf32>
+  %yt = sd.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %yt : tensor<2x8x4x16xf32>
+}
+
+// -----
+
 // Kept: an output read head-major (no transpose back), and a rotated query
 // someone else reads too (rotating it twice would cost more than it saves).
 // CHECK-LABEL: func.func @kept
