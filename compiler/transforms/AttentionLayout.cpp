@@ -10,13 +10,18 @@
 // are, shares a key/value head between its query heads, and writes y [B, T,
 // H, dv] where the output projection reads it; cuDNN's SDPA takes these
 // strides as they are. A rotary embedding between the projection and the
-// transpose runs on the token-major values (seq_axis 1), the same math.
+// transpose runs on the token-major values (seq_axis 1), the same math; so
+// do Slice, Split and Concat on the last axis between them (GPT-NeoX's q|k|v
+// packed per head, partial rotary embeddings), rebuilt only where nothing
+// else reads them. Keys transposed with the heads merged into the batch
+// (torch.onnx's dynamo exporter) are taken as the same k^T.
 // Runs before autocast and autodiff, so AttentionGrad gets the layout too.
 // Only an attention whose every operand and every use fits is rewritten.
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "mlir/IR/Builders.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace sd {
 #define GEN_PASS_DEF_ATTENTIONLAYOUT
@@ -37,23 +42,103 @@ Value transposeInput(Value v, ArrayRef<int64_t> perm) {
 
 constexpr int64_t kHeadsFirst[] = {0, 2, 1, 3};
 
-// A token-major operand: the tensor [B, T, H, d] the head-major one came
-// from, and the rotary embedding applied between the two (or none).
-struct TokenMajor {
-  Value x;
-  RotaryOp rotary;
+// [B, T, H, d] of a head-major [B, H, T, d].
+SmallVector<int64_t> tokenMajorShape(Value headMajor) {
+  SmallVector<int64_t> dims(shapeOf(headMajor));
+  std::swap(dims[1], dims[2]);
+  return dims;
+}
+
+// Rebuilds head-major operands [B, H, T, d] on the token-major tensors [B,
+// T, H, d] they were transposed from. Between the Transpose(0, 2, 1, 3) and
+// attention there may be ops that act along the last axis only, and so
+// commute with the transpose: a rotary embedding (then run with seq_axis 1),
+// Slice, Split and Concat on the last axis (GPT-NeoX's q|k|v packed per
+// head, the partial rotary embeddings of GPT-NeoX, Phi and StableLM).
+class TokenMajorChains {
+public:
+  // True when `v` is such a chain down to transposes; records its ops.
+  bool reaches(Value v) {
+    Operation *op = v.getDefiningOp();
+    if (!op || shapeOf(v).size() != 4) return false;
+    if (ops.contains(op)) return true;
+    bool ok = false;
+    if (Value x = transposeInput(v, kHeadsFirst)) {
+      ok = shapeOf(x).size() == 4;
+    } else if (auto r = dyn_cast<RotaryOp>(op)) {
+      ok = isa<NoneType>(r.getPositions().getType()) && !r.getSeqAxis() && reaches(r.getX());
+    } else if (auto s = dyn_cast<SliceOp>(op)) {
+      SmallVector<int64_t> axes;
+      ok = !isa<NoneType>(s.getAxes().getType()) && constantInts(s.getAxes(), axes) && axes.size() == 1 &&
+           (axes[0] == 3 || axes[0] == -1) && reaches(s.getData());
+    } else if (auto s = dyn_cast<SplitOp>(op)) {
+      ok = s.getAxis() && (*s.getAxis() == 3 || *s.getAxis() == -1) && reaches(s.getInput());
+    } else if (auto c = dyn_cast<ConcatOp>(op)) {
+      ok = (c.getAxis() == 3 || c.getAxis() == -1) &&
+           llvm::all_of(c.getInputs(), [&](Value in) { return reaches(in); });
+    }
+    if (ok) ops.insert(op);
+    return ok;
+  }
+
+  // The recorded ops other than the transposes: rebuilding one that
+  // something besides `dying` reads would compute it twice.
+  bool allDie(const DenseSet<Operation *> &dying) const {
+    return llvm::all_of(ops, [&](Operation *op) { return isa<TransposeOp>(op) || dying.contains(op); });
+  }
+
+  const DenseSet<Operation *> &recorded() const { return ops; }
+
+  // The token-major value of a recorded head-major `v`, built at `b`.
+  Value build(OpBuilder &b, Value v) {
+    Operation *op = v.getDefiningOp();
+    if (isa<TransposeOp>(op)) return cast<TransposeOp>(op).getInput();
+    Operation *copy = rebuilt.lookup(op);
+    if (!copy) {
+      SmallVector<Value> operands;
+      for (Value o : op->getOperands())
+        operands.push_back(o.getDefiningOp() && ops.contains(o.getDefiningOp()) ? build(b, o) : o);
+      copy = rebuilt[op] = b.clone(*op);
+      copy->setOperands(operands);
+      for (Value r : copy->getResults())
+        r.setType(RankedTensorType::get(tokenMajorShape(r), getElementTypeOrSelf(r.getType())));
+      if (isa<RotaryOp>(copy)) copy->setAttr("seq_axis", b.getI64IntegerAttr(1));
+    }
+    return copy->getResult(cast<OpResult>(v).getResultNumber());
+  }
+
+private:
+  DenseSet<Operation *> ops;
+  DenseMap<Operation *, Operation *> rebuilt;
 };
 
-// v = [Rotary](Transpose(0, 2, 1, 3)(x)), the rotary read by nothing else.
-std::optional<TokenMajor> tokenMajorOf(Value v) {
-  RotaryOp rotary = v.getDefiningOp<RotaryOp>();
-  if (rotary) {
-    if (!v.hasOneUse() || !isa<NoneType>(rotary.getPositions().getType()) || rotary.getSeqAxis()) return std::nullopt;
-    v = rotary.getX();
+// The ops computing `a`'s operands that nothing else reads (they go with
+// it), last first: walked back from `a` through ops of the kinds this pass
+// rewrites.
+SmallVector<Operation *> dyingWith(Operation *a) {
+  SmallVector<Operation *> found;
+  DenseSet<Operation *> seen;
+  SmallVector<Operation *> work = {a};
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val();
+    for (Value o : op->getOperands()) {
+      Operation *d = o.getDefiningOp();
+      if (!d || d->getBlock() != a->getBlock() ||
+          !isa<TransposeOp, RotaryOp, SliceOp, SplitOp, ConcatOp, ReshapeOp, ExpandOp, UnsqueezeOp>(d) ||
+          !seen.insert(d).second)
+        continue;
+      found.push_back(d);
+      work.push_back(d);
+    }
   }
-  Value x = transposeInput(v, kHeadsFirst);
-  if (!x || shapeOf(x).size() != 4) return std::nullopt;
-  return TokenMajor{x, rotary};
+  // Users come after their producers: last first, one pass decides.
+  llvm::sort(found, [](Operation *x, Operation *y) { return y->isBeforeInBlock(x); });
+  DenseSet<Operation *> dying;
+  SmallVector<Operation *> ordered;
+  for (Operation *op : found)
+    if (llvm::all_of(op->getUsers(), [&](Operation *u) { return u == a || dying.contains(u); }))
+      dying.insert(op), ordered.push_back(op);
+  return ordered;
 }
 
 // Llama's repeat_kv: v = Reshape([B, Hkv*g, S, d])(Expand([B, Hkv, g, S, d])(
@@ -76,73 +161,98 @@ Value unrepeated(Value v) {
 // torch.onnx's dynamo exporter swaps the keys' last two axes with the
 // heads merged into the batch: kt = Reshape([B, H, d, S])(Transpose(0, 2,
 // 1)(Reshape([B*H, S, d])(k [B, H, S, d]))), the same values as
-// Transpose(0, 1, 3, 2)(k). Gives k, else null.
+// Transpose(0, 1, 3, 2)(k). Repeated keys come straight from repeat_kv's
+// Expand, [B, Hkv, g, S, d] (its Reshape to [B, H, S, d] merged into the
+// first). Gives k (the unrepeated keys for the latter), else null.
 Value swappedThroughMergedHeads(Value kt) {
   auto outer = kt.getDefiningOp<ReshapeOp>();
   Value merged = outer ? transposeInput(outer.getLhs(), {0, 2, 1}) : Value();
   auto inner = merged ? merged.getDefiningOp<ReshapeOp>() : ReshapeOp{};
   if (!inner) return {};
   Value k = inner.getLhs();
-  ArrayRef<int64_t> ks = shapeOf(k), ms = shapeOf(merged), kts = shapeOf(kt);
+  SmallVector<int64_t> ks(shapeOf(k));
+  if (ks.size() == 5) { // [B, Hkv, g, S, d]: unrepeated() of its Reshape to [B, H, S, d]
+    auto expand = k.getDefiningOp<ExpandOp>();
+    auto unsqueeze = expand ? expand.getLhs().getDefiningOp<UnsqueezeOp>() : UnsqueezeOp{};
+    if (!unsqueeze) return {};
+    Value y = unsqueeze.getLhs();
+    ArrayRef<int64_t> ys = shapeOf(y), us = shapeOf(unsqueeze.getResult());
+    if (ys.size() != 4 || us != ArrayRef<int64_t>{ys[0], ys[1], 1, ys[2], ys[3]} ||
+        ArrayRef<int64_t>(ks) != ArrayRef<int64_t>{ys[0], ys[1], ks[2], ys[2], ys[3]})
+      return {};
+    k = y;
+    ks = {ys[0], ys[1] * ks[2], ys[2], ys[3]};
+  }
   if (ks.size() != 4 || ShapedType::isDynamicShape(ks)) return {};
+  ArrayRef<int64_t> ms = shapeOf(merged), kts = shapeOf(kt);
   const bool same = ms == ArrayRef<int64_t>{ks[0] * ks[1], ks[2], ks[3]} &&
                     kts == ArrayRef<int64_t>{ks[0], ks[1], ks[3], ks[2]};
   return same ? k : Value();
 }
 
-// The keys: kt = Transpose(0, 2, 3, 1)(k [B, S, H, d]) (GPT), or
-// Transpose(0, 1, 3, 2) of a head-major, maybe repeated, operand (Llama;
-// or its merged-heads form above).
-std::optional<TokenMajor> tokenMajorKeys(Value kt) {
+// The keys: kt = Transpose(0, 2, 3, 1)(k [B, S, H, d]) (GPT: `direct` is
+// set to the token-major k), or Transpose(0, 1, 3, 2) of a head-major, maybe
+// repeated, operand (Llama; or its merged-heads form above): that operand,
+// unrepeated. Null when neither.
+Value headMajorKeys(Value kt, Value &direct) {
   constexpr int64_t kKeysLast[] = {0, 2, 3, 1}, kSwapLast[] = {0, 1, 3, 2};
-  if (Value x = transposeInput(kt, kKeysLast); x && shapeOf(x).size() == 4) return TokenMajor{x, RotaryOp{}};
+  if (Value x = transposeInput(kt, kKeysLast); x && shapeOf(x).size() == 4) return direct = x;
   Value k = transposeInput(kt, kSwapLast);
   if (!k) k = swappedThroughMergedHeads(kt);
-  return k ? tokenMajorOf(unrepeated(k)) : std::nullopt;
+  return k ? unrepeated(k) : Value();
 }
 
-// The rotary embedding, again on the token-major x.
-Value rotated(OpBuilder &b, const TokenMajor &t) {
-  if (!t.rotary) return t.x;
-  Operation *r = b.clone(*t.rotary);
-  r->setOperand(0, t.x);
-  r->setAttr("seq_axis", b.getI64IntegerAttr(1));
-  r->getResult(0).setType(t.x.getType());
-  return r->getResult(0);
-}
-
-// Erases `v`'s producer and then theirs while nothing reads them (the
-// transposes, repeats and rotary embeddings the rewrite left unread).
-void eraseUnread(Value v) {
-  Operation *op = v ? v.getDefiningOp() : nullptr;
-  if (!op || !op->use_empty() || !isa<TransposeOp, RotaryOp, ReshapeOp, ExpandOp, UnsqueezeOp, ConstantOp>(op)) return;
-  SmallVector<Value> operands(op->getOperands());
-  op->erase();
-  for (Value o : operands) eraseUnread(o);
+// Erases the ops nothing reads, to a fixpoint: what the fusions before left
+// unread (a rotary embedding's or attention's pieces, which would look like
+// other readers of the chains), and the rewrite after.
+void eraseUnread(Operation *root) {
+  for (bool erased = true; erased;) {
+    SmallVector<Operation *> dead;
+    root->walk([&](Operation *op) {
+      if (op->getNumResults() && isOpTriviallyDead(op)) dead.push_back(op);
+    });
+    erased = !dead.empty();
+    for (Operation *op : llvm::reverse(dead)) op->erase();
+  }
 }
 
 struct AttentionLayoutPass : sd::impl::AttentionLayoutBase<AttentionLayoutPass> {
   void runOnOperation() override {
+    eraseUnread(getOperation());
     SmallVector<AttentionOp> attentions;
     getOperation().walk([&](AttentionOp a) { attentions.push_back(a); });
     for (AttentionOp a : attentions) rewrite(a);
+    eraseUnread(getOperation());
   }
 
   void rewrite(AttentionOp a) {
     if (a.getLayout() || !isa<NoneType>(a.getPositions().getType()) || a.getY().use_empty()) return;
-    std::optional<TokenMajor> q = tokenMajorOf(a.getQ()), k = tokenMajorKeys(a.getKt());
-    std::optional<TokenMajor> v = tokenMajorOf(unrepeated(a.getV()));
-    if (!q || !k || !v) return;
+    TokenMajorChains chains;
+    Value directK;
+    Value q = a.getQ(), k = headMajorKeys(a.getKt(), directK), v = unrepeated(a.getV());
+    if (!k || !chains.reaches(q) || (!directK && !chains.reaches(k)) || !chains.reaches(v)) return;
+    // A Reshape to the shape it already has (Phi-3 as torch.onnx exports it)
+    // is the output itself.
+    for (Operation *u : llvm::make_early_inc_range(a.getY().getUsers()))
+      if (isa<ReshapeOp>(u) && u->getResult(0).getType() == a.getY().getType()) {
+        u->getResult(0).replaceAllUsesWith(a.getY());
+        u->erase();
+      }
     for (Operation *u : a.getY().getUsers())
       if (!isa<TransposeOp>(u) || !transposeInput(u->getResult(0), kHeadsFirst)) return;
-    ArrayRef<int64_t> qs = shapeOf(q->x), ks = shapeOf(k->x), vs = shapeOf(v->x), ys = shapeOf(a.getY());
     // q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]; the head-major
     // result [B, H, T, dv] as before.
+    SmallVector<int64_t> qs = tokenMajorShape(q), ks = directK ? SmallVector<int64_t>(shapeOf(directK))
+                                                              : tokenMajorShape(k),
+                         vs = tokenMajorShape(v);
+    ArrayRef<int64_t> ys = shapeOf(a.getY());
     if (ks[0] != qs[0] || ks[3] != qs[3] || vs[0] != qs[0] || vs[1] != ks[1] || vs[2] != ks[2] || ks[2] <= 0 ||
         qs[2] % ks[2] || ys != ArrayRef<int64_t>{qs[0], qs[2], qs[1], vs[3]})
       return;
+    SmallVector<Operation *> dying = dyingWith(a);
+    if (!chains.allDie(DenseSet<Operation *>(dying.begin(), dying.end()))) return;
     OpBuilder b(a);
-    Value qx = rotated(b, *q), kx = rotated(b, *k), vx = rotated(b, *v);
+    Value qx = chains.build(b, q), kx = directK ? directK : chains.build(b, k), vx = chains.build(b, v);
     SmallVector<NamedAttribute> attrs(a->getAttrs());
     attrs.push_back(b.getNamedAttr("layout", b.getStringAttr("bshd")));
     Operation *user = *a.getY().getUsers().begin();
@@ -152,9 +262,10 @@ struct AttentionLayoutPass : sd::impl::AttentionLayoutBase<AttentionLayoutPass> 
       u->getResult(0).replaceAllUsesWith(fused.getY());
       u->erase();
     }
-    Value oldQ = a.getQ(), oldK = a.getKt(), oldV = a.getV();
     a->erase();
-    for (Value old : {oldQ, oldK, oldV}) eraseUnread(old);
+    // Last first; what the rebuilt ops read too (a rotary's tables) stays.
+    for (Operation *op : dying)
+      if (op->use_empty()) op->erase();
   }
 };
 

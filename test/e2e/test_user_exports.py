@@ -270,6 +270,11 @@ def dynamo_default_llama_full(sdc, sdrun, tmp):
           not steps.get("Softmax") and steps.get("AttentionGrad", 0) >= layers and steps.get("Rotary", 0) >= 2 * layers,
           f"{steps.get('Attention')} Attention, {steps.get('AttentionGrad')} AttentionGrad, "
           f"{steps.get('Rotary')} Rotary steps")
+    # This exporter transposes the repeated keys with the heads merged into
+    # the batch; attention still reads q, k and v where the projections wrote them.
+    check("dynamo default Llama: no Transpose or Expand step (attention reads the projections' layout and shares "
+          "the key/value heads)", not steps.get("Transpose") and not steps.get("Expand"),
+          f"{steps.get('Transpose')} Transpose, {steps.get('Expand')} Expand steps")
     got = sdrun_logits(sdrun, plan, None, ids, tmp, "llama_full")
     with torch.no_grad():
         want_logits = model(torch.tensor(ids)).logits.numpy()
@@ -310,6 +315,25 @@ def dynamo_default_gpt2_lora(sdc, sdrun, tmp):
     with torch.no_grad():
         want_logits = model(torch.tensor(ids)).logits.numpy()
     check("dynamo default GPT-2, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
+          f"relative err {rel_err(got, want_logits):.1e}")
+    # GPT-NeoX (Pythia): q|k|v packed per head and split head-major, a rotary
+    # embedding on a quarter of each head's features.
+    config = transformers.GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                        num_attention_heads=4, max_position_embeddings=SEQ, rotary_pct=0.25,
+                                        use_cache=False)
+    neox = transformers.GPTNeoXForCausalLM(config).eval()
+    neox_path, neox_plan = os.path.join(tmp, "neox_dyn.onnx"), os.path.join(tmp, "neox_lora.sdp")
+    torch.onnx.export(neox, (torch.tensor(ids),), neox_path)
+    sh([sdc, "compile", neox_path, "--peft", "lora", "--target-modules", "all-linear", "--shapes",
+        f"input_ids=2x{SEQ}", "-o", neox_plan])
+    neox_steps = plan_steps(sdrun, neox_plan)
+    check("dynamo default GPT-NeoX, LoRA: no Transpose step (split and partial rotary run token-major)",
+          not neox_steps.get("Transpose") and neox_steps.get("AttentionGrad", 0) >= layers,
+          f"{neox_steps.get('Transpose')} Transpose, {neox_steps.get('AttentionGrad')} AttentionGrad steps")
+    got = sdrun_logits(sdrun, neox_plan, None, ids, tmp, "neox_lora")
+    with torch.no_grad():
+        want_logits = neox(torch.tensor(ids)).logits.numpy()
+    check("dynamo default GPT-NeoX, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
           f"relative err {rel_err(got, want_logits):.1e}")
     data_file(data, 64, lines=2)
     metrics = os.path.join(tmp, "gpt2_metrics.jsonl")
