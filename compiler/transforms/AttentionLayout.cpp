@@ -66,7 +66,9 @@ public:
     if (Value x = transposeInput(v, kHeadsFirst)) {
       ok = shapeOf(x).size() == 4;
     } else if (auto r = dyn_cast<RotaryOp>(op)) {
-      ok = isa<NoneType>(r.getPositions().getType()) && !r.getSeqAxis() && reaches(r.getX());
+      // Positions [B, S] pick a token's angles in either layout (onnxruntime-genai's
+      // models rotate by position_ids).
+      ok = !r.getSeqAxis() && reaches(r.getX());
     } else if (auto s = dyn_cast<SliceOp>(op)) {
       SmallVector<int64_t> axes;
       ok = !isa<NoneType>(s.getAxes().getType()) && constantInts(s.getAxes(), axes) && axes.size() == 1 &&
@@ -216,8 +218,29 @@ void eraseUnread(Operation *root) {
   }
 }
 
+// An export with a KV cache (Optimum, onnxruntime-genai) joins the past keys
+// and values to the new ones; a plan specialized to no past (training, a
+// prompt) joins an empty tensor, and the Concat is the new keys themselves.
+void dropEmptyConcatInputs(Operation *root) {
+  SmallVector<ConcatOp> concats;
+  root->walk([&](ConcatOp c) { concats.push_back(c); });
+  for (ConcatOp c : concats) {
+    auto type = dyn_cast<RankedTensorType>(c.getResult().getType());
+    if (!type || !type.hasStaticShape()) continue;
+    SmallVector<Value> kept;
+    for (Value in : c.getInputs())
+      if (auto t = dyn_cast<RankedTensorType>(in.getType()); !t || !t.hasStaticShape() || t.getNumElements() != 0)
+        kept.push_back(in);
+    if (kept.size() == 1 && kept[0].getType() == type) {
+      c.getResult().replaceAllUsesWith(kept[0]);
+      c->erase();
+    }
+  }
+}
+
 struct AttentionLayoutPass : sd::impl::AttentionLayoutBase<AttentionLayoutPass> {
   void runOnOperation() override {
+    dropEmptyConcatInputs(getOperation());
     eraseUnread(getOperation());
     SmallVector<AttentionOp> attentions;
     getOperation().walk([&](AttentionOp a) { attentions.push_back(a); });

@@ -161,11 +161,34 @@ bool hasFullyMaskedRow(ArrayRef<bool> masked, ArrayRef<int64_t> shape) {
   return false;
 }
 
+// An attention fused before the shapes were known can still read q and kt
+// through constant multipliers: the scale split as sqrt(scale) on each, as
+// an exporter computed it from the head size at run time (Optimum's GPT-2).
+// Once they are constants they join the scale, so q and kt are the
+// projections' values again (sd-attention-layout reads them in place).
+void absorbScaleFactors(AttentionOp a) {
+  if (a.getLayout()) return;
+  double scale = a.getScale() ? a.getScale()->convertToDouble() : 1.0;
+  for (unsigned operand : {0u, 1u}) {
+    auto mul = a->getOperand(operand).getDefiningOp<MulOp>();
+    if (!mul || !mul->hasOneUse()) continue;
+    Value rest = mul.getLhs();
+    std::optional<double> c = sd::scalarValue(mul.getRhs());
+    if (!c) c = sd::scalarValue(mul.getLhs()), rest = mul.getRhs();
+    if (!c || *c == 0 || rest.getType() != mul.getResult().getType()) continue;
+    scale *= *c;
+    a->setOperand(operand, rest);
+    mul->erase();
+  }
+  a.setScaleAttr(FloatAttr::get(Float32Type::get(a.getContext()), scale));
+}
+
 struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
   void runOnOperation() override {
     SmallVector<SoftmaxOp> softmaxes;
     getOperation().walk([&](SoftmaxOp s) { softmaxes.push_back(s); });
     for (SoftmaxOp s : softmaxes) tryFuse(s);
+    getOperation().walk([&](AttentionOp a) { absorbScaleFactors(a); });
   }
 
   void tryFuse(SoftmaxOp softmax) {

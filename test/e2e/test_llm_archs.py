@@ -255,6 +255,12 @@ def check_arch(arch, route, sdc, sdrun, tmp):
     targets = TARGETS[arch]
     sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(targets), "--lora-r", str(R),
         "--lora-alpha", str(ALPHA), "--adam-epsilon", str(EPS), "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", lora])
+    # Every route's attention reads q, k and v where the projections wrote
+    # them in training (a KV-cache export's empty past and position ids
+    # included): the step transposes no activation.
+    moved = [l.split()[0] for l in sh([sdrun, "inspect", lora, "--traffic", "train_step"]).splitlines()
+             if len(l.split()) > 2 and l.split()[2] == "steps"]
+    check(f"{name} LoRA train_step: no Transpose step", "Transpose" not in moved, ", ".join(moved))
     init, trained, metrics = (os.path.join(d, n) for n in ("init_adapter", "trained_adapter", "metrics.jsonl"))
     pm, want_losses = peft_training(export_hf.build(arch, 0), rows, targets, arch == "gpt2", init)
     sh([sdrun, "train", lora, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),

@@ -175,6 +175,35 @@ func.func @split_read_elsewhere(%qkv: tensor<2x8x4x48xf32>) -> (tensor<2x8x4x16x
 
 // -----
 
+// Exports with a KV cache (Optimum, onnxruntime-genai) in a plan without a
+// past: the keys and values join an empty past (the Concat is the new ones),
+// and genai's rotary embedding picks its angles by position ids (the same
+// positions [B, S] in either layout).
+// CHECK-LABEL: func.func @empty_past_positions
+//       CHECK:   %[[K:.*]] = sd.rotary %arg1, %arg3, %arg4, %arg5 {seq_axis = 1 : i64} : (tensor<2x8x4x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<2x8xi64>) -> tensor<2x8x4x16xf32>
+//       CHECK:   %[[Y:.*]] = sd.attention %{{.*}}, %[[K]], %arg2, %{{.*}}, %{{.*}} {layout = "bshd", scale = 2.500000e-01 : f32}
+//   CHECK-NOT:   sd.transpose
+//   CHECK-NOT:   sd.concat
+//       CHECK:   return %[[Y]]
+func.func @empty_past_positions(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>,
+                                %cos: tensor<32x16xf32>, %sin: tensor<32x16xf32>, %pos: tensor<2x8xi64>,
+                                %past_k: tensor<2x4x0x16xf32>, %past_v: tensor<2x4x0x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %qh = sd.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %qr = sd.rotary %qh, %cos, %sin, %pos : (tensor<2x4x8x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<2x8xi64>) -> tensor<2x4x8x16xf32>
+  %kh = sd.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %kr = sd.rotary %kh, %cos, %sin, %pos : (tensor<2x4x8x16xf32>, tensor<32x16xf32>, tensor<32x16xf32>, tensor<2x8xi64>) -> tensor<2x4x8x16xf32>
+  %kall = sd.concat %past_k, %kr {axis = -2 : i64} : (tensor<2x4x0x16xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  %kt = sd.transpose %kall {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x8x16xf32>) -> tensor<2x4x16x8xf32>
+  %vh = sd.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %vall = sd.concat %past_v, %vh {axis = 2 : i64} : (tensor<2x4x0x16xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  %y = sd.attention %qr, %kt, %vall, %none, %none {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>, none, none) -> tensor<2x4x8x16xf32>
+  %yt = sd.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %yt : tensor<2x8x4x16xf32>
+}
+
+// -----
+
 // Kept: the keys merged over heads and positions ([B, H*S, d]) before the
 // 3-D transpose: reshaped back to [B, H, d, S] that is another tensor than k^T.
 // CHECK-LABEL: func.func @merged_other_axes

@@ -184,3 +184,36 @@ module {
     return %y : tensor<2x3x2x4xf32>
   }
 }
+
+// -----
+
+// An attention fused while the scale was still computed from the head size
+// (Optimum's GPT-2: sqrt(scale) on q and on kt): once the factors are
+// constants they join the scale (0.5 * 0.5 * 1), and q and kt are read as
+// the projections wrote them.
+// CHECK-LABEL: func.func @scale_factors_absorbed
+//       CHECK:   %[[Y:.*]] = sd.attention %arg0, %arg1, %arg2, %{{.*}}, %{{.*}} {scale = 2.500000e-01 : f32}
+//   CHECK-NOT:   sd.mul
+//       CHECK:   return %[[Y]]
+func.func @scale_factors_absorbed(%q: tensor<1x4x8x16xf32>, %kt: tensor<1x4x16x8xf32>, %v: tensor<1x4x8x16xf32>) -> tensor<1x4x8x16xf32> {
+  %none = sd.none
+  %c = sd.constant dense<5.000000e-01> : tensor<1xf32>
+  %qs = sd.mul %q, %c : (tensor<1x4x8x16xf32>, tensor<1xf32>) -> tensor<1x4x8x16xf32>
+  %ks = sd.mul %c, %kt : (tensor<1xf32>, tensor<1x4x16x8xf32>) -> tensor<1x4x16x8xf32>
+  %y = sd.attention %qs, %ks, %v, %none, %none {scale = 1.000000e+00 : f32} : (tensor<1x4x8x16xf32>, tensor<1x4x16x8xf32>, tensor<1x4x8x16xf32>, none, none) -> tensor<1x4x8x16xf32>
+  return %y : tensor<1x4x8x16xf32>
+}
+
+// -----
+
+// Kept: a multiplier read elsewhere too, and one that is not a constant.
+// CHECK-LABEL: func.func @scale_factors_kept
+//       CHECK:   sd.attention %{{.*}}, %{{.*}}, %arg2, %{{.*}}, %{{.*}} {scale = 1.000000e+00 : f32}
+func.func @scale_factors_kept(%q: tensor<1x4x8x16xf32>, %kt: tensor<1x4x16x8xf32>, %v: tensor<1x4x8x16xf32>, %s: tensor<1xf32>) -> (tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>) {
+  %none = sd.none
+  %c = sd.constant dense<5.000000e-01> : tensor<1xf32>
+  %qs = sd.mul %q, %c : (tensor<1x4x8x16xf32>, tensor<1xf32>) -> tensor<1x4x8x16xf32>
+  %ks = sd.mul %kt, %s : (tensor<1x4x16x8xf32>, tensor<1xf32>) -> tensor<1x4x16x8xf32>
+  %y = sd.attention %qs, %ks, %v, %none, %none {scale = 1.000000e+00 : f32} : (tensor<1x4x8x16xf32>, tensor<1x4x16x8xf32>, tensor<1x4x8x16xf32>, none, none) -> tensor<1x4x8x16xf32>
+  return %y, %qs : tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>
+}
