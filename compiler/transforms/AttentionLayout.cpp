@@ -54,7 +54,8 @@ SmallVector<int64_t> tokenMajorShape(Value headMajor) {
 // attention there may be ops that act along the last axis only, and so
 // commute with the transpose: a rotary embedding (then run with seq_axis 1),
 // Slice, Split and Concat on the last axis (GPT-NeoX's q|k|v packed per
-// head, the partial rotary embeddings of GPT-NeoX, Phi and StableLM).
+// head, the partial rotary embeddings of GPT-NeoX, Phi and StableLM), norms
+// over each head's features (Gemma 3's q_norm and k_norm).
 class TokenMajorChains {
 public:
   // True when `v` is such a chain down to transposes; records its ops.
@@ -75,12 +76,23 @@ public:
            (axes[0] == 3 || axes[0] == -1) && reaches(s.getData());
     } else if (auto s = dyn_cast<SplitOp>(op)) {
       ok = s.getAxis() && (*s.getAxis() == 3 || *s.getAxis() == -1) && reaches(s.getInput());
+    } else if (auto n = dyn_cast<RMSNormalizationOp>(op)) {
+      ok = lastAxisNorm(n.getAxis(), {n.getScale()}) && reaches(n.getX());
+    } else if (auto n = dyn_cast<LayerNormalizationOp>(op)) {
+      ok = n.getStats().empty() && lastAxisNorm(n.getAxis(), {n.getScale(), n.getBias()}) && reaches(n.getX());
     } else if (auto c = dyn_cast<ConcatOp>(op)) {
       ok = (c.getAxis() == 3 || c.getAxis() == -1) &&
            llvm::all_of(c.getInputs(), [&](Value in) { return reaches(in); });
     }
     if (ok) ops.insert(op);
     return ok;
+  }
+
+  // A norm over each head's features alone (Gemma 3's q_norm and k_norm on
+  // the head-major q and k): its weights [d] or none.
+  static bool lastAxisNorm(std::optional<int64_t> axis, ArrayRef<Value> weights) {
+    if (axis.value_or(-1) != -1 && *axis != 3) return false;
+    return llvm::all_of(weights, [](Value w) { return isa<NoneType>(w.getType()) || shapeOf(w).size() <= 1; });
   }
 
   // The recorded ops other than the transposes: rebuilding one that
@@ -126,7 +138,8 @@ SmallVector<Operation *> dyingWith(Operation *a) {
     for (Value o : op->getOperands()) {
       Operation *d = o.getDefiningOp();
       if (!d || d->getBlock() != a->getBlock() ||
-          !isa<TransposeOp, RotaryOp, SliceOp, SplitOp, ConcatOp, ReshapeOp, ExpandOp, UnsqueezeOp>(d) ||
+          !isa<TransposeOp, RotaryOp, SliceOp, SplitOp, ConcatOp, RMSNormalizationOp, LayerNormalizationOp, ReshapeOp,
+               ExpandOp, UnsqueezeOp>(d) ||
           !seen.insert(d).second)
         continue;
       found.push_back(d);

@@ -335,6 +335,25 @@ def dynamo_default_gpt2_lora(sdc, sdrun, tmp):
         want_logits = neox(torch.tensor(ids)).logits.numpy()
     check("dynamo default GPT-NeoX, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
           f"relative err {rel_err(got, want_logits):.1e}")
+    # Gemma 3: RMSNorm on each head's q and k (head-major), sliding-window
+    # layers (a window shorter than the sequence).
+    config = transformers.Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                           num_attention_heads=4, num_key_value_heads=2, head_dim=8,
+                                           max_position_embeddings=SEQ, sliding_window=SEQ // 2, use_cache=False)
+    gemma = transformers.Gemma3ForCausalLM(config).eval()
+    gemma_path, gemma_plan = os.path.join(tmp, "gemma3_dyn.onnx"), os.path.join(tmp, "gemma3_lora.sdp")
+    torch.onnx.export(gemma, (torch.tensor(ids),), gemma_path)
+    sh([sdc, "compile", gemma_path, "--peft", "lora", "--target-modules", "all-linear", "--shapes",
+        f"input_ids=2x{SEQ}", "-o", gemma_plan])
+    gemma_steps = plan_steps(sdrun, gemma_plan)
+    check("dynamo default Gemma 3, LoRA: no Transpose step (q/k norms and rotary run token-major)",
+          not gemma_steps.get("Transpose") and gemma_steps.get("AttentionGrad", 0) >= layers,
+          f"{gemma_steps.get('Transpose')} Transpose, {gemma_steps.get('AttentionGrad')} AttentionGrad steps")
+    got = sdrun_logits(sdrun, gemma_plan, None, ids, tmp, "gemma3_lora")
+    with torch.no_grad():
+        want_logits = gemma(torch.tensor(ids)).logits.numpy()
+    check("dynamo default Gemma 3, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
+          f"relative err {rel_err(got, want_logits):.1e}")
     data_file(data, 64, lines=2)
     metrics = os.path.join(tmp, "gpt2_metrics.jsonl")
     sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics])

@@ -204,6 +204,50 @@ func.func @empty_past_positions(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf3
 
 // -----
 
+// Gemma 3: q_norm and k_norm (RMSNorm over each head's features, weight [d])
+// on the head-major q and k, then the rotary embedding: both run on the
+// token-major values.
+// CHECK-LABEL: func.func @gemma3_qk_norm
+//       CHECK:   %[[QN:.*]] = sd.rms_normalization %arg0, %arg3 {axis = -1 : i64, epsilon = 9.99999997E-7 : f32} : (tensor<2x8x4x16xf32>, tensor<16xf32>) -> tensor<2x8x4x16xf32>
+//       CHECK:   sd.rotary %[[QN]], %arg4, %arg5, %{{.*}} {seq_axis = 1 : i64}
+//       CHECK:   sd.attention {{.*}} {layout = "bshd"
+//   CHECK-NOT:   sd.transpose
+func.func @gemma3_qk_norm(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>,
+                          %w: tensor<16xf32>, %cos: tensor<1x8x16xf32>, %sin: tensor<1x8x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %qh = sd.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %qn = sd.rms_normalization %qh, %w {axis = -1 : i64, epsilon = 1.0e-6 : f32} : (tensor<2x4x8x16xf32>, tensor<16xf32>) -> tensor<2x4x8x16xf32>
+  %qr = sd.rotary %qn, %cos, %sin, %none : (tensor<2x4x8x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x4x8x16xf32>
+  %kh = sd.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %kn = sd.rms_normalization %kh, %w {axis = -1 : i64, epsilon = 1.0e-6 : f32} : (tensor<2x4x8x16xf32>, tensor<16xf32>) -> tensor<2x4x8x16xf32>
+  %kr = sd.rotary %kn, %cos, %sin, %none : (tensor<2x4x8x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x4x8x16xf32>
+  %kt = sd.transpose %kr {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x8x16xf32>) -> tensor<2x4x16x8xf32>
+  %vh = sd.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %y = sd.attention %qr, %kt, %vh, %none, %none {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>, none, none) -> tensor<2x4x8x16xf32>
+  %yt = sd.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %yt : tensor<2x8x4x16xf32>
+}
+
+// -----
+
+// Kept: a norm over the last two axes (weight [S, d]) mixes a head's tokens.
+// CHECK-LABEL: func.func @norm_over_tokens
+//   CHECK-NOT:   layout
+//       CHECK:   return
+func.func @norm_over_tokens(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, %v: tensor<2x8x4x16xf32>,
+                            %w: tensor<8x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %qh = sd.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %qn = sd.rms_normalization %qh, %w {axis = 2 : i64, epsilon = 1.0e-6 : f32} : (tensor<2x4x8x16xf32>, tensor<8x16xf32>) -> tensor<2x4x8x16xf32>
+  %kt = sd.transpose %k {perm = array<i64: 0, 2, 3, 1>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x16x8xf32>
+  %vh = sd.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %y = sd.attention %qn, %kt, %vh, %none, %none {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>, none, none) -> tensor<2x4x8x16xf32>
+  %yt = sd.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %yt : tensor<2x8x4x16xf32>
+}
+
+// -----
+
 // Kept: the keys merged over heads and positions ([B, H*S, d]) before the
 // 3-D transpose: reshaped back to [B, H, d, S] that is another tensor than k^T.
 // CHECK-LABEL: func.func @merged_other_axes
