@@ -193,6 +193,28 @@ LogicalResult roiAlignV10(NodeImporter &imp, const onnx::NodeProto &n, const OpS
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
+// GatherND whose index tuples are one number (indices [..., 1], batch_dims
+// 0: exporters write x[[i]]-style picks on the leading axis so, e.g. Falcon's
+// fused q/k/v) is Gather on axis 0 with the last index axis squeezed, which
+// has a gradient (GatherGrad, deterministic) and a kernel on every backend.
+LogicalResult gatherND(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  int64_t batchDims = 0;
+  for (const auto &a : n.attribute())
+    if (a.name() == "batch_dims") batchDims = a.i();
+  auto data = imp.lookup(n.input(0));
+  auto indices = n.input_size() > 1 ? imp.lookup(n.input(1)) : FailureOr<Value>(failure());
+  if (failed(data) || failed(indices)) return failure();
+  auto it = dyn_cast<RankedTensorType>(indices->getType());
+  if (batchDims != 0 || !it || it.getRank() < 1 || it.getDimSize(it.getRank() - 1) != 1) return generic(imp, n, s);
+  OpSpec squeeze{"Squeeze", 13, "squeeze", 2, 1, nullptr};
+  auto picked = imp.buildOp(squeeze, {*indices, imp.constI64({-1})}, {}, 1);
+  if (failed(picked)) return failure();
+  OpSpec gather{"Gather", 13, "gather", 2, 1, nullptr};
+  auto op = imp.buildOp(gather, {*data, (*picked)->getResult(0)},
+                        {imp.builder.getNamedAttr("axis", imp.builder.getI64IntegerAttr(0))}, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
 // Scatter (opsets 9-10) was renamed ScatterElements at 11, semantics unchanged.
 LogicalResult scatterV9(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
   OpSpec renamed = s;
@@ -388,7 +410,7 @@ const OpSpec kSpecs[] = {
     {"Reshape", 5, "reshape", 2, 1, generic}, G("Transpose", "transpose", 1, 1), G("Concat", "concat", -1, 1),
     {"Split", 2, "split", 2, -1, splitAttrToOperand}, {"Split", 13, "split", 2, -1, generic},
     {"Slice", 1, "slice", 5, 1, sliceV1}, {"Slice", 10, "slice", 5, 1, generic},
-    G("Gather", "gather", 2, 1), G("GatherElements", "gather_elements", 2, 1), G("GatherND", "gather_nd", 2, 1),
+    G("Gather", "gather", 2, 1), G("GatherElements", "gather_elements", 2, 1), {"GatherND", 1, "gather_nd", 2, 1, gatherND},
     G("ScatterElements", "scatter_elements", 3, 1), G("ScatterND", "scatter_nd", 3, 1),
     {"Scatter", 9, "scatter_elements", 3, 1, scatterV9}, {"Upsample", 9, "resize", 4, 1, upsampleV9},
     G("Expand", "expand", 2, 1),
