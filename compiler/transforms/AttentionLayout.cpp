@@ -60,8 +60,13 @@ class TokenMajorChains {
 public:
   // True when `v` is such a chain down to transposes; records its ops.
   bool reaches(Value v) {
+    ArrayRef<int64_t> shape = shapeOf(v);
+    if (shape.size() != 4 || ShapedType::isDynamicShape(shape)) return false;
+    // One head (multi-query attention's shared key and value: StarCoder):
+    // [B, 1, S, d] is laid out as [B, S, 1, d] already.
+    if (shape[1] == 1) return oneHead.insert(v), true;
     Operation *op = v.getDefiningOp();
-    if (!op || shapeOf(v).size() != 4) return false;
+    if (!op) return false;
     if (ops.contains(op)) return true;
     bool ok = false;
     if (Value x = transposeInput(v, kHeadsFirst)) {
@@ -105,6 +110,7 @@ public:
 
   // The token-major value of a recorded head-major `v`, built at `b`.
   Value build(OpBuilder &b, Value v) {
+    if (oneHead.contains(v)) return viewTokenMajor(b, v);
     Operation *op = v.getDefiningOp();
     if (isa<TransposeOp>(op)) return cast<TransposeOp>(op).getInput();
     Operation *copy = rebuilt.lookup(op);
@@ -122,8 +128,24 @@ public:
   }
 
 private:
+  // [B, S, 1, d] of a one-head [B, 1, S, d]: a Reshape, which moves nothing.
+  Value viewTokenMajor(OpBuilder &b, Value v) {
+    Value &view = views[v];
+    if (!view) {
+      SmallVector<int64_t> dims = tokenMajorShape(v);
+      auto shapeType = RankedTensorType::get({4}, b.getI64Type());
+      Value shape = b.create<ConstantOp>(v.getLoc(), shapeType, DenseElementsAttr::get(shapeType, ArrayRef(dims)));
+      view = b.create<ReshapeOp>(v.getLoc(), TypeRange{RankedTensorType::get(dims, getElementTypeOrSelf(v.getType()))},
+                                 ValueRange{v, shape}, ArrayRef<NamedAttribute>{})
+                 .getResult();
+    }
+    return view;
+  }
+
   DenseSet<Operation *> ops;
+  DenseSet<Value> oneHead;
   DenseMap<Operation *, Operation *> rebuilt;
+  DenseMap<Value, Value> views;
 };
 
 // The ops computing `a`'s operands that nothing else reads (they go with

@@ -113,18 +113,27 @@ bool isAllFalse(Value v) {
   return true;
 }
 
+// True when `cond` is Cast(x to bool): set exactly where x is not 0.
+bool isNonZeroTestOf(Value cond, Value x) {
+  auto c = cond.getDefiningOp<CastOp>();
+  return c && c.getInput() == x && sd::ir::elementTypeOf(cond).isInteger(1);
+}
+
 // Add(s, Where(c, 0, fill)) or Add(s, Where(c, fill, 0)), in either operand
 // order, with fill at or below -1e30 (s + fill rounds to fill, as for a
 // constant additive mask) and a mask that does not broadcast the scores:
 // returns the Where, sets `s` to the scores, `fill`, and `keep` when c marks
-// the keys kept. Null when `add` is not that.
+// the keys kept. Also Where(Cast(x to bool), fill, x), which is fill where x
+// is not 0 and x = 0 elsewhere (transformers 4.x's BERT, as Optimum exports
+// it: x = 1 - attention_mask). Null when `add` is not that.
 WhereOp selectedAdditiveMask(AddOp add, Value &s, std::optional<double> &fill, bool &keep) {
   for (int i = 0; i < 2; ++i) {
     auto w = add->getOperand(unsigned(1 - i)).getDefiningOp<WhereOp>();
     if (!w || add->getOperand(unsigned(i)).getType() != add.getResult().getType()) continue;
     std::optional<double> x = sd::scalarValue(w.getX()), y = sd::scalarValue(w.getY());
-    if (!x || !y) continue;
-    if (*x == 0 && *y <= -1e30) keep = true, fill = y;
+    if (x && !y && *x <= -1e30 && isNonZeroTestOf(w.getCondition(), w.getY())) keep = false, fill = x;
+    else if (!x || !y) continue;
+    else if (*x == 0 && *y <= -1e30) keep = true, fill = y;
     else if (*y == 0 && *x <= -1e30) keep = false, fill = x;
     else continue;
     s = add->getOperand(unsigned(i));

@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, ort_run, peft_match, rel_err, sh, tool_paths
+from e2e_util import ROOT, ort_run, peft_match, plan_steps, rel_err, sh, tool_paths
 from test_training import check, report
 
 BATCH, SEQ, STEPS, R, ALPHA, LABELS, LR = 4, 16, 20, 4, 8, 3, 1e-3
@@ -146,6 +146,15 @@ def check_lora(name, encoder, onnx_path, sdc, sdrun, d, rows):
     sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(TARGETS), "--lora-r", str(R),
         "--lora-alpha", str(ALPHA), "--recipe", "classify", "--num-labels", str(LABELS), "--shapes",
         f"input_ids={BATCH}x{SEQ}", "-o", plan])
+    # Every route's attention is one fused step per layer reading the
+    # projections' layout, the padding mask included (Optimum's, built from
+    # attention_mask as Where(Cast(1 - mask to bool), min, 1 - mask)).
+    steps = plan_steps(sdrun, plan)
+    layers = config().num_hidden_layers
+    check(f"BertModel ({name}) LoRA plan: attention fused in every entry, no Transpose or Softmax step",
+          steps.get("AttentionGrad", 0) >= layers and not steps.get("Softmax") and not steps.get("Transpose"),
+          f"{steps.get('Attention')} Attention, {steps.get('AttentionGrad')} AttentionGrad, {steps.get('Softmax')} "
+          f"Softmax, {steps.get('Transpose')} Transpose steps")
     data, init, trained, metrics = (os.path.join(d, n) for n in ("train.jsonl", "init", "trained", "metrics.jsonl"))
     with open(data, "w") as f:
         for toks, label in rows:

@@ -21,6 +21,11 @@
     input (the int64 [batch, seq] input indexing the embedding), records it in
     the plan, and sdrun train feeds it; when two inputs qualify, the error
     names --token-input, and the flag resolves it
+  - torch.onnx.export's defaults on GPT-2, GPT-NeoX, Gemma 3 and StarCoder
+    write attention each its own way (keys transposed with the heads merged,
+    q|k|v split per head, norms on head-major q and k, one key/value head):
+    attention reads the projections' layout in every entry, logits equal
+    PyTorch's; Falcon's k and v picks (GatherND) stand between LoRA and the loss
 """
 import json
 import os
@@ -120,7 +125,7 @@ def main():
         check("--token-input naming no input is a clean error", not problems, "; ".join(problems) or line)
         dynamo_default_export(sdc, sdrun, tmp)
         dynamo_default_llama_full(sdc, sdrun, tmp)
-        dynamo_default_gpt2_lora(sdc, sdrun, tmp)
+        dynamo_default_decoders(sdc, sdrun, tmp)
         merged_equal_weights(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -287,100 +292,86 @@ def dynamo_default_llama_full(sdc, sdrun, tmp):
     check("dynamo default Llama, full fine-tuning: 6 steps on one batch bring its loss down every step",
           len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
 
-def dynamo_default_gpt2_lora(sdc, sdrun, tmp):
-    """A transformers GPT-2 exported with torch.onnx.export's defaults: its
-    exporter swaps the keys' last axes with the heads merged into the batch
-    (Reshape, 3-D Transpose, Reshape), which attention must still read where
-    the projection wrote it."""
+def dynamo_lora_plan(sdc, sdrun, tmp, name, model, ids, what):
+    """Exports `model` with torch.onnx.export's defaults, compiles LoRA on all
+    linear layers and checks that its attention reads the projections' layout
+    (no Transpose step in any entry; `what` says what made that hard) and that
+    its logits equal PyTorch's. Returns the plan."""
     import torch
-    import transformers
     from e2e_util import plan_steps, rel_err, sdrun_logits
-    torch.manual_seed(0)
-    config = transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ,
-                                     use_cache=False)
-    model = transformers.GPT2LMHeadModel(config).eval()
-    ids = np.random.default_rng(4).integers(0, 64, (2, SEQ)).astype(np.int64)
-    path, plan, data = (os.path.join(tmp, f) for f in ("gpt2_dyn.onnx", "gpt2_lora.sdp", "gpt2.jsonl"))
+    tag = name.lower().replace(" ", "").replace("-", "")
+    path, plan = os.path.join(tmp, f"{tag}_dyn.onnx"), os.path.join(tmp, f"{tag}_lora.sdp")
     torch.onnx.export(model, (torch.tensor(ids),), path)
     sh([sdc, "compile", path, "--peft", "lora", "--target-modules", "all-linear", "--shapes", f"input_ids=2x{SEQ}",
         "-o", plan])
     steps = plan_steps(sdrun, plan)
-    layers = config.n_layer
-    check("dynamo default GPT-2, LoRA: attention fused and reading the projections' layout (no Transpose step "
-          "in any entry)", not steps.get("Transpose") and not steps.get("Softmax")
-          and steps.get("AttentionGrad", 0) >= layers,
+    layers = model.config.num_hidden_layers
+    check(f"dynamo default {name}, LoRA: no Transpose or Softmax step in any entry ({what})",
+          not steps.get("Transpose") and not steps.get("Softmax") and steps.get("AttentionGrad", 0) >= layers,
           f"{steps.get('Transpose')} Transpose, {steps.get('Softmax')} Softmax, {steps.get('AttentionGrad')} "
           "AttentionGrad steps")
-    got = sdrun_logits(sdrun, plan, None, ids, tmp, "gpt2_lora")
+    got = sdrun_logits(sdrun, plan, None, ids, tmp, tag)
     with torch.no_grad():
-        want_logits = model(torch.tensor(ids)).logits.numpy()
-    check("dynamo default GPT-2, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
-          f"relative err {rel_err(got, want_logits):.1e}")
-    # GPT-NeoX (Pythia): q|k|v packed per head and split head-major, a rotary
-    # embedding on a quarter of each head's features.
-    config = transformers.GPTNeoXConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                        num_attention_heads=4, max_position_embeddings=SEQ, rotary_pct=0.25,
-                                        use_cache=False)
-    neox = transformers.GPTNeoXForCausalLM(config).eval()
-    neox_path, neox_plan = os.path.join(tmp, "neox_dyn.onnx"), os.path.join(tmp, "neox_lora.sdp")
-    torch.onnx.export(neox, (torch.tensor(ids),), neox_path)
-    sh([sdc, "compile", neox_path, "--peft", "lora", "--target-modules", "all-linear", "--shapes",
-        f"input_ids=2x{SEQ}", "-o", neox_plan])
-    neox_steps = plan_steps(sdrun, neox_plan)
-    check("dynamo default GPT-NeoX, LoRA: no Transpose step (split and partial rotary run token-major)",
-          not neox_steps.get("Transpose") and neox_steps.get("AttentionGrad", 0) >= layers,
-          f"{neox_steps.get('Transpose')} Transpose, {neox_steps.get('AttentionGrad')} AttentionGrad steps")
-    got = sdrun_logits(sdrun, neox_plan, None, ids, tmp, "neox_lora")
-    with torch.no_grad():
-        want_logits = neox(torch.tensor(ids)).logits.numpy()
-    check("dynamo default GPT-NeoX, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
-          f"relative err {rel_err(got, want_logits):.1e}")
-    # Gemma 3: RMSNorm on each head's q and k (head-major), sliding-window
-    # layers (a window shorter than the sequence).
-    config = transformers.Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                           num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                                           max_position_embeddings=SEQ, sliding_window=SEQ // 2, use_cache=False)
-    gemma = transformers.Gemma3ForCausalLM(config).eval()
-    gemma_path, gemma_plan = os.path.join(tmp, "gemma3_dyn.onnx"), os.path.join(tmp, "gemma3_lora.sdp")
-    torch.onnx.export(gemma, (torch.tensor(ids),), gemma_path)
-    sh([sdc, "compile", gemma_path, "--peft", "lora", "--target-modules", "all-linear", "--shapes",
-        f"input_ids=2x{SEQ}", "-o", gemma_plan])
-    gemma_steps = plan_steps(sdrun, gemma_plan)
-    check("dynamo default Gemma 3, LoRA: no Transpose step (q/k norms and rotary run token-major)",
-          not gemma_steps.get("Transpose") and gemma_steps.get("AttentionGrad", 0) >= layers,
-          f"{gemma_steps.get('Transpose')} Transpose, {gemma_steps.get('AttentionGrad')} AttentionGrad steps")
-    got = sdrun_logits(sdrun, gemma_plan, None, ids, tmp, "gemma3_lora")
-    with torch.no_grad():
-        want_logits = gemma(torch.tensor(ids)).logits.numpy()
-    check("dynamo default Gemma 3, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want_logits) <= 1e-4,
-          f"relative err {rel_err(got, want_logits):.1e}")
-    # Falcon (new decoder architecture): its exporter picks k and v out of the
-    # fused projection with GatherND ([-2] and [-1] on the leading axis),
-    # which LoRA's backward has to pass through.
-    config = transformers.FalconConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                       new_decoder_architecture=True, num_kv_heads=2, use_cache=False)
-    falcon = transformers.FalconForCausalLM(config).eval()
-    falcon_path, falcon_plan = os.path.join(tmp, "falcon_dyn.onnx"), os.path.join(tmp, "falcon_lora.sdp")
-    torch.onnx.export(falcon, (torch.tensor(ids),), falcon_path)
-    sh([sdc, "compile", falcon_path, "--peft", "lora", "--target-modules", "all-linear", "--shapes",
-        f"input_ids=2x{SEQ}", "-o", falcon_plan])
+        want = model(torch.tensor(ids)).logits.numpy()
+    check(f"dynamo default {name}, LoRA plan: logits equal PyTorch's (1e-4)", rel_err(got, want) <= 1e-4,
+          f"relative err {rel_err(got, want):.1e}")
+    return plan
+
+
+def trains_down(sdrun, name, plan, data, tmp):
+    """6 steps on the one batch of `data` lower the loss every step."""
+    metrics = os.path.join(tmp, f"{name}_metrics.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--batch", "2",
+        "--metrics", metrics])
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    check(f"dynamo default {name}, LoRA: 6 steps on one batch bring its loss down every step",
+          len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
+
+
+def dynamo_default_decoders(sdc, sdrun, tmp):
+    """Transformers decoders exported with torch.onnx.export's defaults, each
+    writing attention its own way: attention must still read q, k and v where
+    the projections wrote them."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    ids = np.random.default_rng(4).integers(0, 64, (2, SEQ)).astype(np.int64)
+    data = os.path.join(tmp, "decoders.jsonl")
+    data_file(data, 64, lines=2)
+    small = dict(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, use_cache=False)
+    gpt2 = transformers.GPT2LMHeadModel(transformers.GPT2Config(vocab_size=64, n_embd=32, n_layer=2, n_head=4,
+                                                                n_positions=SEQ, use_cache=False)).eval()
+    plan = dynamo_lora_plan(sdc, sdrun, tmp, "GPT-2", gpt2, ids,
+                            "keys transposed with the heads merged into the batch: Reshape, 3-D Transpose, Reshape")
+    trains_down(sdrun, "GPT-2", plan, data, tmp)
+    neox = transformers.GPTNeoXForCausalLM(transformers.GPTNeoXConfig(
+        intermediate_size=64, max_position_embeddings=SEQ, rotary_pct=0.25, **small)).eval()
+    dynamo_lora_plan(sdc, sdrun, tmp, "GPT-NeoX", neox, ids,
+                     "q|k|v packed per head and split head-major, rotary on a quarter of each head")
+    gemma = transformers.Gemma3ForCausalLM(transformers.Gemma3TextConfig(
+        intermediate_size=64, num_key_value_heads=2, head_dim=8, max_position_embeddings=SEQ,
+        sliding_window=SEQ // 2, **small)).eval()
+    dynamo_lora_plan(sdc, sdrun, tmp, "Gemma 3", gemma, ids,
+                     "RMSNorm on each head of the head-major q and k, a sliding window shorter than the sequence")
+    bigcode = transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(
+        vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ, multi_query=True, use_cache=False)).eval()
+    dynamo_lora_plan(sdc, sdrun, tmp, "StarCoder", bigcode, ids, "multi-query attention: one key/value head")
+    # Falcon's exporter picks k and v out of the fused projection with GatherND
+    # ([-2] and [-1] on the leading axis), which LoRA's backward passes through
+    # (it did not compile before); its attention keeps its transposes.
+    from e2e_util import rel_err, sdrun_logits
+    falcon = transformers.FalconForCausalLM(transformers.FalconConfig(
+        new_decoder_architecture=True, num_kv_heads=2, **small)).eval()
+    path, falcon_plan = os.path.join(tmp, "falcon_dyn.onnx"), os.path.join(tmp, "falcon_lora.sdp")
+    torch.onnx.export(falcon, (torch.tensor(ids),), path)
+    sh([sdc, "compile", path, "--peft", "lora", "--target-modules", "all-linear", "--shapes", f"input_ids=2x{SEQ}",
+        "-o", falcon_plan])
     got = sdrun_logits(sdrun, falcon_plan, None, ids, tmp, "falcon_lora")
     with torch.no_grad():
-        want_logits = falcon(torch.tensor(ids)).logits.numpy()
+        want = falcon(torch.tensor(ids)).logits.numpy()
     check("dynamo default Falcon, LoRA: compiles (GatherND picks as Gather), logits equal PyTorch's (1e-4)",
-          rel_err(got, want_logits) <= 1e-4, f"relative err {rel_err(got, want_logits):.1e}")
-    data_file(data, 64, lines=2)
-    falcon_metrics = os.path.join(tmp, "falcon_metrics.jsonl")
-    sh([sdrun, "train", falcon_plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--batch", "2",
-        "--metrics", falcon_metrics])
-    losses = [json.loads(l)["loss"] for l in open(falcon_metrics) if '"loss"' in l]
-    check("dynamo default Falcon, LoRA: 6 steps on one batch bring its loss down every step",
-          len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
-    metrics = os.path.join(tmp, "gpt2_metrics.jsonl")
-    sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics])
-    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
-    check("dynamo default GPT-2, LoRA: 6 steps on one batch bring its loss down every step",
-          len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
+          rel_err(got, want) <= 1e-4, f"relative err {rel_err(got, want):.1e}")
+    trains_down(sdrun, "Falcon", falcon_plan, data, tmp)
 
 
 if __name__ == "__main__":

@@ -248,6 +248,36 @@ func.func @norm_over_tokens(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x4x16xf32>, 
 
 // -----
 
+// Multi-query attention (StarCoder): one key/value head, [B, 1, S, d], which
+// is laid out as [B, S, 1, d] already: a Reshape gives attention the
+// token-major keys and values, and the repeats go.
+// CHECK-LABEL: func.func @multi_query
+//   CHECK-DAG:   %[[K:.*]] = sd.reshape %arg1, %{{.*}} : (tensor<2x1x8x16xf32>, tensor<4xi64>) -> tensor<2x8x1x16xf32>
+//   CHECK-DAG:   %[[V:.*]] = sd.reshape %arg2, %{{.*}} : (tensor<2x1x8x16xf32>, tensor<4xi64>) -> tensor<2x8x1x16xf32>
+//       CHECK:   %[[Y:.*]] = sd.attention %arg0, %[[K]], %[[V]], %{{.*}}, %{{.*}} {layout = "bshd", scale = 2.500000e-01 : f32} : (tensor<2x8x4x16xf32>, tensor<2x8x1x16xf32>, tensor<2x8x1x16xf32>, none, none) -> tensor<2x8x4x16xf32>
+//   CHECK-NOT:   sd.expand
+//   CHECK-NOT:   sd.transpose
+//       CHECK:   return %[[Y]]
+func.func @multi_query(%q: tensor<2x8x4x16xf32>, %k: tensor<2x1x8x16xf32>, %v: tensor<2x1x8x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %qh = sd.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %axis = sd.constant dense<2> : tensor<1xi64>
+  %rep = sd.constant dense<[2, 1, 4, 8, 16]> : tensor<5xi64>
+  %heads = sd.constant dense<[2, 4, 8, 16]> : tensor<4xi64>
+  %ku = sd.unsqueeze %k, %axis : (tensor<2x1x8x16xf32>, tensor<1xi64>) -> tensor<2x1x1x8x16xf32>
+  %ke = sd.expand %ku, %rep : (tensor<2x1x1x8x16xf32>, tensor<5xi64>) -> tensor<2x1x4x8x16xf32>
+  %kf = sd.reshape %ke, %heads : (tensor<2x1x4x8x16xf32>, tensor<4xi64>) -> tensor<2x4x8x16xf32>
+  %kt = sd.transpose %kf {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x8x16xf32>) -> tensor<2x4x16x8xf32>
+  %vu = sd.unsqueeze %v, %axis : (tensor<2x1x8x16xf32>, tensor<1xi64>) -> tensor<2x1x1x8x16xf32>
+  %ve = sd.expand %vu, %rep : (tensor<2x1x1x8x16xf32>, tensor<5xi64>) -> tensor<2x1x4x8x16xf32>
+  %vf = sd.reshape %ve, %heads : (tensor<2x1x4x8x16xf32>, tensor<4xi64>) -> tensor<2x4x8x16xf32>
+  %y = sd.attention %qh, %kt, %vf, %none, %none {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>, none, none) -> tensor<2x4x8x16xf32>
+  %yt = sd.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %yt : tensor<2x8x4x16xf32>
+}
+
+// -----
+
 // Kept: the keys merged over heads and positions ([B, H*S, d]) before the
 // 3-D transpose: reshaped back to [B, H, d, S] that is another tensor than k^T.
 // CHECK-LABEL: func.func @merged_other_axes

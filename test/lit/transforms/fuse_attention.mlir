@@ -217,3 +217,46 @@ func.func @scale_factors_kept(%q: tensor<1x4x8x16xf32>, %kt: tensor<1x4x16x8xf32
   %y = sd.attention %qs, %ks, %v, %none, %none {scale = 1.000000e+00 : f32} : (tensor<1x4x8x16xf32>, tensor<1x4x16x8xf32>, tensor<1x4x8x16xf32>, none, none) -> tensor<1x4x8x16xf32>
   return %y, %qs : tensor<1x4x8x16xf32>, tensor<1x4x8x16xf32>
 }
+
+// -----
+
+// transformers 4.x's BERT mask as Optimum exports it: x = 1 - attention_mask,
+// M = Where(Cast(x to bool), min, x), which is min where x is not 0 and 0
+// elsewhere: the keys masked where the cast is set.
+// CHECK-LABEL: func.func @mask_from_nonzero_test
+//       CHECK:   %[[C:.*]] = sd.cast %{{.*}} {to = 9 : i64}
+//       CHECK:   sd.attention %arg0, %arg1, %arg2, %[[C]], %{{.*}} {mask_value = -3.40282347E+38 : f32, scale = 2.500000e-01 : f32}
+//   CHECK-NOT:   sd.softmax
+func.func @mask_from_nonzero_test(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf32>, %v: tensor<2x4x8x16xf32>,
+                                  %keep: tensor<2x1x8x8xf32>) -> tensor<2x4x8x16xf32> {
+  %one = sd.constant dense<1.000000e+00> : tensor<f32>
+  %x = sd.sub %one, %keep : (tensor<f32>, tensor<2x1x8x8xf32>) -> tensor<2x1x8x8xf32>
+  %c = sd.cast %x {to = 9 : i64} : (tensor<2x1x8x8xf32>) -> tensor<2x1x8x8xi1>
+  %min = sd.constant dense<-3.40282347E+38> : tensor<f32>
+  %m = sd.where %c, %min, %x : (tensor<2x1x8x8xi1>, tensor<f32>, tensor<2x1x8x8xf32>) -> tensor<2x1x8x8xf32>
+  %s = sd.matmul %q, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %scale = sd.constant dense<2.500000e-01> : tensor<f32>
+  %ss = sd.mul %s, %scale : (tensor<2x4x8x8xf32>, tensor<f32>) -> tensor<2x4x8x8xf32>
+  %a = sd.add %ss, %m : (tensor<2x4x8x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p = sd.softmax %a {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %y = sd.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  return %y : tensor<2x4x8x16xf32>
+}
+
+// -----
+
+// Kept: Where(Cast(x to bool), min, y) with y another tensor than x is not a
+// mask of 0s and min.
+// CHECK-LABEL: func.func @nonzero_test_of_another
+//       CHECK:   sd.softmax
+func.func @nonzero_test_of_another(%q: tensor<2x4x8x16xf32>, %kt: tensor<2x4x16x8xf32>, %v: tensor<2x4x8x16xf32>,
+                                   %x: tensor<2x1x8x8xf32>, %y: tensor<2x1x8x8xf32>) -> tensor<2x4x8x16xf32> {
+  %c = sd.cast %x {to = 9 : i64} : (tensor<2x1x8x8xf32>) -> tensor<2x1x8x8xi1>
+  %min = sd.constant dense<-3.40282347E+38> : tensor<f32>
+  %m = sd.where %c, %min, %y : (tensor<2x1x8x8xi1>, tensor<f32>, tensor<2x1x8x8xf32>) -> tensor<2x1x8x8xf32>
+  %s = sd.matmul %q, %kt : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>) -> tensor<2x4x8x8xf32>
+  %a = sd.add %s, %m : (tensor<2x4x8x8xf32>, tensor<2x1x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %p = sd.softmax %a {axis = -1 : i64} : (tensor<2x4x8x8xf32>) -> tensor<2x4x8x8xf32>
+  %y2 = sd.matmul %p, %v : (tensor<2x4x8x8xf32>, tensor<2x4x8x16xf32>) -> tensor<2x4x8x16xf32>
+  return %y2 : tensor<2x4x8x16xf32>
+}
