@@ -62,9 +62,20 @@ public:
   bool reaches(Value v) {
     ArrayRef<int64_t> shape = shapeOf(v);
     if (shape.size() != 4 || ShapedType::isDynamicShape(shape)) return false;
+    size_t before = order.size();
+    if (reachesThroughOps(v)) return true;
+    while (order.size() > before) ops.erase(order.pop_back_val()); // a partly matched chain is not rebuilt
     // One head (multi-query attention's shared key and value: StarCoder):
     // [B, 1, S, d] is laid out as [B, S, 1, d] already.
     if (shape[1] == 1) return oneHead.insert(v), true;
+    return false;
+  }
+
+private:
+  // A chain down to transposes (rather than a one-head view: Mistral's
+  // rotary on its one key/value head runs token-major, its transpose goes).
+  bool reachesThroughOps(Value v) {
+    if (shapeOf(v).size() != 4) return false;
     Operation *op = v.getDefiningOp();
     if (!op) return false;
     if (ops.contains(op)) return true;
@@ -74,25 +85,27 @@ public:
     } else if (auto r = dyn_cast<RotaryOp>(op)) {
       // Positions [B, S] pick a token's angles in either layout (onnxruntime-genai's
       // models rotate by position_ids).
-      ok = !r.getSeqAxis() && reaches(r.getX());
+      ok = !r.getSeqAxis() && reachesThroughOps(r.getX());
     } else if (auto s = dyn_cast<SliceOp>(op)) {
       SmallVector<int64_t> axes;
       ok = !isa<NoneType>(s.getAxes().getType()) && constantInts(s.getAxes(), axes) && axes.size() == 1 &&
-           (axes[0] == 3 || axes[0] == -1) && reaches(s.getData());
+           (axes[0] == 3 || axes[0] == -1) && reachesThroughOps(s.getData());
     } else if (auto s = dyn_cast<SplitOp>(op)) {
-      ok = s.getAxis() && (*s.getAxis() == 3 || *s.getAxis() == -1) && reaches(s.getInput());
+      ok = s.getAxis() && (*s.getAxis() == 3 || *s.getAxis() == -1) && reachesThroughOps(s.getInput());
     } else if (auto n = dyn_cast<RMSNormalizationOp>(op)) {
-      ok = lastAxisNorm(n.getAxis(), {n.getScale()}) && reaches(n.getX());
+      ok = lastAxisNorm(n.getAxis(), {n.getScale()}) && reachesThroughOps(n.getX());
     } else if (auto n = dyn_cast<LayerNormalizationOp>(op)) {
-      ok = n.getStats().empty() && lastAxisNorm(n.getAxis(), {n.getScale(), n.getBias()}) && reaches(n.getX());
+      ok = n.getStats().empty() && lastAxisNorm(n.getAxis(), {n.getScale(), n.getBias()}) &&
+           reachesThroughOps(n.getX());
     } else if (auto c = dyn_cast<ConcatOp>(op)) {
       ok = (c.getAxis() == 3 || c.getAxis() == -1) &&
-           llvm::all_of(c.getInputs(), [&](Value in) { return reaches(in); });
+           llvm::all_of(c.getInputs(), [&](Value in) { return reachesThroughOps(in); });
     }
-    if (ok) ops.insert(op);
+    if (ok) ops.insert(op), order.push_back(op);
     return ok;
   }
 
+public:
   // A norm over each head's features alone (Gemma 3's q_norm and k_norm on
   // the head-major q and k): its weights [d] or none.
   static bool lastAxisNorm(std::optional<int64_t> axis, ArrayRef<Value> weights) {
@@ -105,8 +118,6 @@ public:
   bool allDie(const DenseSet<Operation *> &dying) const {
     return llvm::all_of(ops, [&](Operation *op) { return isa<TransposeOp>(op) || dying.contains(op); });
   }
-
-  const DenseSet<Operation *> &recorded() const { return ops; }
 
   // The token-major value of a recorded head-major `v`, built at `b`.
   Value build(OpBuilder &b, Value v) {
@@ -143,6 +154,7 @@ private:
   }
 
   DenseSet<Operation *> ops;
+  SmallVector<Operation *> order; // ops, as recorded
   DenseSet<Value> oneHead;
   DenseMap<Operation *, Operation *> rebuilt;
   DenseMap<Value, Value> views;

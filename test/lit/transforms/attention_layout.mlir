@@ -278,6 +278,39 @@ func.func @multi_query(%q: tensor<2x8x4x16xf32>, %k: tensor<2x1x8x16xf32>, %v: t
 
 // -----
 
+// One key/value head that a rotary embedding follows (Mistral with one KV
+// head): the chain down to the transpose is rebuilt, the rotary runs on the
+// token-major keys, and no transpose is left (a view of the head-major rotary
+// output would keep the transpose before it).
+// CHECK-LABEL: func.func @one_kv_head_rotary
+//       CHECK:   %[[K:.*]] = sd.rotary %arg1, %arg3, %arg4, %{{.*}} {seq_axis = 1 : i64} : (tensor<2x8x1x16xf32>
+//       CHECK:   sd.attention %{{.*}}, %[[K]], %{{.*}}, %{{.*}}, %{{.*}} {layout = "bshd"
+//   CHECK-NOT:   sd.transpose
+func.func @one_kv_head_rotary(%q: tensor<2x8x4x16xf32>, %k: tensor<2x8x1x16xf32>, %v: tensor<2x8x1x16xf32>,
+                              %cos: tensor<1x8x16xf32>, %sin: tensor<1x8x16xf32>) -> tensor<2x8x4x16xf32> {
+  %none = sd.none
+  %qh = sd.transpose %q {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x4x16xf32>) -> tensor<2x4x8x16xf32>
+  %qr = sd.rotary %qh, %cos, %sin, %none : (tensor<2x4x8x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x4x8x16xf32>
+  %kh = sd.transpose %k {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x1x16xf32>) -> tensor<2x1x8x16xf32>
+  %kr = sd.rotary %kh, %cos, %sin, %none : (tensor<2x1x8x16xf32>, tensor<1x8x16xf32>, tensor<1x8x16xf32>, none) -> tensor<2x1x8x16xf32>
+  %axis = sd.constant dense<2> : tensor<1xi64>
+  %rep = sd.constant dense<[2, 1, 4, 8, 16]> : tensor<5xi64>
+  %heads = sd.constant dense<[2, 4, 8, 16]> : tensor<4xi64>
+  %ku = sd.unsqueeze %kr, %axis : (tensor<2x1x8x16xf32>, tensor<1xi64>) -> tensor<2x1x1x8x16xf32>
+  %ke = sd.expand %ku, %rep : (tensor<2x1x1x8x16xf32>, tensor<5xi64>) -> tensor<2x1x4x8x16xf32>
+  %kf = sd.reshape %ke, %heads : (tensor<2x1x4x8x16xf32>, tensor<4xi64>) -> tensor<2x4x8x16xf32>
+  %kt = sd.transpose %kf {perm = array<i64: 0, 1, 3, 2>} : (tensor<2x4x8x16xf32>) -> tensor<2x4x16x8xf32>
+  %vh = sd.transpose %v {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x8x1x16xf32>) -> tensor<2x1x8x16xf32>
+  %vu = sd.unsqueeze %vh, %axis : (tensor<2x1x8x16xf32>, tensor<1xi64>) -> tensor<2x1x1x8x16xf32>
+  %ve = sd.expand %vu, %rep : (tensor<2x1x1x8x16xf32>, tensor<5xi64>) -> tensor<2x1x4x8x16xf32>
+  %vf = sd.reshape %ve, %heads : (tensor<2x1x4x8x16xf32>, tensor<4xi64>) -> tensor<2x4x8x16xf32>
+  %y = sd.attention %qr, %kt, %vf, %none, %none {scale = 2.500000e-01 : f32} : (tensor<2x4x8x16xf32>, tensor<2x4x16x8xf32>, tensor<2x4x8x16xf32>, none, none) -> tensor<2x4x8x16xf32>
+  %yt = sd.transpose %y {perm = array<i64: 0, 2, 1, 3>} : (tensor<2x4x8x16xf32>) -> tensor<2x8x4x16xf32>
+  return %yt : tensor<2x8x4x16xf32>
+}
+
+// -----
+
 // Kept: the keys merged over heads and positions ([B, H*S, d]) before the
 // 3-D transpose: reshaped back to [B, H, d, S] that is another tensor than k^T.
 // CHECK-LABEL: func.func @merged_other_axes
