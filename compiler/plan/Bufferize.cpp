@@ -23,8 +23,30 @@ MemRefType toMemRef(Type t) {
   return MemRefType::get(rt.getShape(), rt.getElementType());
 }
 
+// A Transpose that moves only axes of size 1 leaves every element where it
+// was: a decode step's query [B, 1, H, d] as [B, H, 1, d], a multi-query
+// model's one key/value head [B, S, 1, d] as [B, 1, S, d].
+bool movesNoData(TransposeOp t) {
+  auto in = dyn_cast<RankedTensorType>(t.getInput().getType());
+  if (!in) return false;
+  SmallVector<int64_t> perm;
+  if (t.getPerm()) perm.assign(t.getPerm()->begin(), t.getPerm()->end());
+  else
+    for (int64_t a = in.getRank() - 1; a >= 0; --a) perm.push_back(a);
+  int64_t last = -1;
+  for (int64_t axis : perm) {
+    if (in.getDimSize(axis) == 1) continue;
+    if (axis < last) return false;
+    last = axis;
+  }
+  return true;
+}
+
 // Ops that only reinterpret their first operand's bytes.
-bool isAlias(Operation *op) { return isa<ReshapeOp, SqueezeOp, UnsqueezeOp, FlattenOp, IdentityOp>(op); }
+bool isAlias(Operation *op) {
+  if (auto t = dyn_cast<TransposeOp>(op)) return movesNoData(t);
+  return isa<ReshapeOp, SqueezeOp, UnsqueezeOp, FlattenOp, IdentityOp>(op);
+}
 
 struct BufferizePass : sd::impl::BufferizeBase<BufferizePass> {
   void runOnOperation() override {
