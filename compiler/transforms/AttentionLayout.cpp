@@ -71,48 +71,6 @@ public:
     return false;
   }
 
-private:
-  // A chain down to transposes (rather than a one-head view: Mistral's
-  // rotary on its one key/value head runs token-major, its transpose goes).
-  bool reachesThroughOps(Value v) {
-    if (shapeOf(v).size() != 4) return false;
-    Operation *op = v.getDefiningOp();
-    if (!op) return false;
-    if (ops.contains(op)) return true;
-    bool ok = false;
-    if (Value x = transposeInput(v, kHeadsFirst)) {
-      ok = shapeOf(x).size() == 4;
-    } else if (auto r = dyn_cast<RotaryOp>(op)) {
-      // Positions [B, S] pick a token's angles in either layout (onnxruntime-genai's
-      // models rotate by position_ids).
-      ok = !r.getSeqAxis() && reachesThroughOps(r.getX());
-    } else if (auto s = dyn_cast<SliceOp>(op)) {
-      SmallVector<int64_t> axes;
-      ok = !isa<NoneType>(s.getAxes().getType()) && constantInts(s.getAxes(), axes) && axes.size() == 1 &&
-           (axes[0] == 3 || axes[0] == -1) && reachesThroughOps(s.getData());
-    } else if (auto s = dyn_cast<SplitOp>(op)) {
-      ok = s.getAxis() && (*s.getAxis() == 3 || *s.getAxis() == -1) && reachesThroughOps(s.getInput());
-    } else if (auto n = dyn_cast<RMSNormalizationOp>(op)) {
-      ok = lastAxisNorm(n.getAxis(), {n.getScale()}) && reachesThroughOps(n.getX());
-    } else if (auto n = dyn_cast<LayerNormalizationOp>(op)) {
-      ok = n.getStats().empty() && lastAxisNorm(n.getAxis(), {n.getScale(), n.getBias()}) &&
-           reachesThroughOps(n.getX());
-    } else if (auto c = dyn_cast<ConcatOp>(op)) {
-      ok = (c.getAxis() == 3 || c.getAxis() == -1) &&
-           llvm::all_of(c.getInputs(), [&](Value in) { return reachesThroughOps(in); });
-    }
-    if (ok) ops.insert(op), order.push_back(op);
-    return ok;
-  }
-
-public:
-  // A norm over each head's features alone (Gemma 3's q_norm and k_norm on
-  // the head-major q and k): its weights [d] or none.
-  static bool lastAxisNorm(std::optional<int64_t> axis, ArrayRef<Value> weights) {
-    if (axis.value_or(-1) != -1 && *axis != 3) return false;
-    return llvm::all_of(weights, [](Value w) { return isa<NoneType>(w.getType()) || shapeOf(w).size() <= 1; });
-  }
-
   // The recorded ops other than the transposes: rebuilding one that
   // something besides `dying` reads would compute it twice.
   bool allDie(const DenseSet<Operation *> &dying) const {
@@ -139,6 +97,49 @@ public:
   }
 
 private:
+  // A chain down to transposes (rather than a one-head view: Mistral's
+  // rotary on its one key/value head runs token-major, its transpose goes).
+  bool reachesThroughOps(Value v) {
+    if (shapeOf(v).size() != 4) return false;
+    Operation *op = v.getDefiningOp();
+    if (!op) return false;
+    if (ops.contains(op)) return true;
+    bool ok = false;
+    if (Value x = transposeInput(v, kHeadsFirst)) {
+      ok = shapeOf(x).size() == 4;
+    } else if (auto r = dyn_cast<RotaryOp>(op)) {
+      // Positions [B, S] pick a token's angles in either layout (onnxruntime-genai's
+      // models rotate by position_ids).
+      ok = !r.getSeqAxis() && reachesThroughOps(r.getX());
+    } else if (auto s = dyn_cast<SliceOp>(op)) {
+      SmallVector<int64_t> axes;
+      ok = !isa<NoneType>(s.getAxes().getType()) && constantInts(s.getAxes(), axes) && axes.size() == 1 &&
+           isLastAxis(axes[0]) && reachesThroughOps(s.getData());
+    } else if (auto s = dyn_cast<SplitOp>(op)) {
+      ok = s.getAxis() && isLastAxis(int64_t(*s.getAxis())) && reachesThroughOps(s.getInput());
+    } else if (auto n = dyn_cast<RMSNormalizationOp>(op)) {
+      ok = lastAxisNorm(n.getAxis(), {n.getScale()}) && reachesThroughOps(n.getX());
+    } else if (auto n = dyn_cast<LayerNormalizationOp>(op)) {
+      ok = n.getStats().empty() && lastAxisNorm(n.getAxis(), {n.getScale(), n.getBias()}) &&
+           reachesThroughOps(n.getX());
+    } else if (auto c = dyn_cast<ConcatOp>(op)) {
+      ok = isLastAxis(int64_t(c.getAxis())) &&
+           llvm::all_of(c.getInputs(), [&](Value in) { return reachesThroughOps(in); });
+    }
+    if (ok) ops.insert(op), order.push_back(op);
+    return ok;
+  }
+
+  // A norm over each head's features alone (Gemma 3's q_norm and k_norm on
+  // the head-major q and k): its weights [d] or none.
+  // The features' axis of a 4-D head-major tensor.
+  static bool isLastAxis(int64_t axis) { return axis == 3 || axis == -1; }
+
+  static bool lastAxisNorm(std::optional<int64_t> axis, ArrayRef<Value> weights) {
+    if (!isLastAxis(axis.value_or(-1))) return false;
+    return llvm::all_of(weights, [](Value w) { return isa<NoneType>(w.getType()) || shapeOf(w).size() <= 1; });
+  }
+
   // [B, S, 1, d] of a one-head [B, 1, S, d]: a Reshape, which moves nothing.
   Value viewTokenMajor(OpBuilder &b, Value v) {
     Value &view = views[v];

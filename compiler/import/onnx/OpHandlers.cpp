@@ -198,9 +198,8 @@ LogicalResult roiAlignV10(NodeImporter &imp, const onnx::NodeProto &n, const OpS
 // fused q/k/v) is Gather on axis 0 with the last index axis squeezed, which
 // has a gradient (GatherGrad, deterministic) and a kernel on every backend.
 LogicalResult gatherND(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
-  int64_t batchDims = 0;
-  for (const auto &a : n.attribute())
-    if (a.name() == "batch_dims") batchDims = a.i();
+  const auto *batchDimsAttr = findAttr(n, "batch_dims");
+  const int64_t batchDims = batchDimsAttr ? batchDimsAttr->i() : 0;
   auto data = imp.lookup(n.input(0));
   auto indices = n.input_size() > 1 ? imp.lookup(n.input(1)) : FailureOr<Value>(failure());
   if (failed(data) || failed(indices)) return failure();
