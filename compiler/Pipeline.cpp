@@ -78,6 +78,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFuseProjections());
   if (opts.attentionLayout) pm.addPass(createAttentionLayout());
   if (opts.packSwiglu) pm.addPass(createPackSwiglu());
+  if (opts.qkvAttention) pm.addPass(createQkvAttention());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

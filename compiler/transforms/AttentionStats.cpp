@@ -12,6 +12,7 @@
 #include "PassDetail.h"
 #include "Passes.h"
 #include "mlir/IR/Builders.h"
+#include <type_traits>
 
 namespace sd {
 #define GEN_PASS_DEF_ATTENTIONSTATS
@@ -23,47 +24,64 @@ using namespace sd::ir;
 
 namespace {
 
-// The forward of `grad`: an Attention on the same operands with the same attributes.
-AttentionOp forwardOf(AttentionGradOp grad) {
-  for (Operation *user : grad.getQ().getUsers()) {
-    auto a = dyn_cast<AttentionOp>(user);
-    if (a && a->getBlock() == grad->getBlock() && a.getKt() == grad.getKt() && a.getV() == grad.getV() &&
-        a.getMask() == grad.getMask() && a.getPositions() == grad.getPositions() &&
-        a.getScaleAttr() == grad.getScaleAttr() && a.getMaskValueAttr() == grad.getMaskValueAttr() &&
-        a.getZeroMaskedRowsAttr() == grad.getZeroMaskedRowsAttr() && a.getLayoutAttr() == grad.getLayoutAttr())
-      return a;
+// The forward of `grad`: an Attention (QkvAttention) on the same operands
+// with the same attributes.
+template <typename Forward, typename Grad> Forward forwardOf(Grad grad, Value first) {
+  auto sameAttrs = [&](Operation *a) {
+    for (StringRef name : {"scale", "mask_value", "zero_masked_rows", "layout", "kv_heads"})
+      if (a->getAttr(name) != grad->getAttr(name)) return false;
+    return true;
+  };
+  for (Operation *user : first.getUsers()) {
+    auto a = dyn_cast<Forward>(user);
+    if (!a || a->getBlock() != grad->getBlock() || a.getMask() != grad.getMask() ||
+        a.getPositions() != grad.getPositions() || !sameAttrs(a))
+      continue;
+    if constexpr (std::is_same_v<Forward, AttentionOp>)
+      if (a.getQ() != grad.getQ() || a.getKt() != grad.getKt() || a.getV() != grad.getV()) continue;
+    return a;
   }
   return {};
 }
 
-// The Attention again, with its row statistics as a second result.
-AttentionOp withStats(AttentionOp a) {
+// The attention again, with its row statistics as a second result.
+template <typename Forward> Forward withStats(Forward a, bool tokenMajor) {
   if (!a.getLse().empty()) return a;
   auto y = cast<RankedTensorType>(a.getY().getType());
   SmallVector<int64_t> rows(y.getShape());
-  if (a.getLayout() == "bshd") rows = {rows[0], rows[2], rows[1]}; // y [B, T, H, dv] -> [B, H, T]
-  else rows.pop_back();                                             // y [..., T, dv] -> [..., T]
+  if (tokenMajor) rows = {rows[0], rows[2], rows[1]}; // y [B, T, H, dv] -> [B, H, T]
+  else rows.pop_back();                              // y [..., T, dv] -> [..., T]
   OpBuilder b(a);
   auto lse = RankedTensorType::get(rows, b.getF32Type());
-  auto with = b.create<AttentionOp>(a.getLoc(), TypeRange{y, lse}, a->getOperands(), a->getAttrs());
+  auto with = b.create<Forward>(a.getLoc(), TypeRange{y, lse}, a->getOperands(), a->getAttrs());
   a.getY().replaceAllUsesWith(with.getY());
   a->erase();
   return with;
 }
 
+// Each gradient of `Grad` that recomputes its forward gets the forward's y
+// and lse, at operands yAt and yAt + 1.
+template <typename Forward, typename Grad> void takeStats(ModuleOp module, unsigned yAt) {
+  SmallVector<Grad> grads;
+  module.walk([&](Grad g) {
+    if (isa<NoneType>(g.getY().getType())) grads.push_back(g);
+  });
+  for (Grad g : grads) {
+    Value first = g->getOperand(1); // q, or qkv
+    Forward a = forwardOf<Forward>(g, first);
+    if (!a || !a->isBeforeInBlock(g)) continue;
+    bool tokenMajor = true;
+    if constexpr (std::is_same_v<Forward, AttentionOp>) tokenMajor = a.getLayout() == "bshd";
+    a = withStats(a, tokenMajor);
+    g->setOperand(yAt, a.getY());
+    g->setOperand(yAt + 1, a.getLse()[0]);
+  }
+}
+
 struct AttentionStatsPass : sd::impl::AttentionStatsBase<AttentionStatsPass> {
   void runOnOperation() override {
-    SmallVector<AttentionGradOp> grads;
-    getOperation().walk([&](AttentionGradOp g) {
-      if (isa<NoneType>(g.getY().getType())) grads.push_back(g);
-    });
-    for (AttentionGradOp g : grads) {
-      AttentionOp a = forwardOf(g);
-      if (!a || !a->isBeforeInBlock(g)) continue;
-      a = withStats(a);
-      g->setOperand(6, a.getY());
-      g->setOperand(7, a.getLse()[0]);
-    }
+    takeStats<AttentionOp, AttentionGradOp>(getOperation(), 6);
+    takeStats<QkvAttentionOp, QkvAttentionGradOp>(getOperation(), 4);
   }
 };
 

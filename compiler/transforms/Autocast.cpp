@@ -54,7 +54,7 @@ struct AutocastPass : sd::impl::AutocastBase<AutocastPass> {
     }
     SmallVector<Operation *> ops;
     getOperation().walk([&](Operation *op) {
-      if (isa<LinearOp, MatMulOp, GemmOp, AttentionOp>(op)) ops.push_back(op);
+      if (isa<LinearOp, MatMulOp, GemmOp, AttentionOp, QkvAttentionOp>(op)) ops.push_back(op);
     });
     for (Operation *op : ops) castAround(op);
     // The f32 loads nothing reads now (the half copies replaced them, or they

@@ -43,7 +43,10 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
 
     SmallVector<AttentionOp> attentions;
     f.walk([&](AttentionOp a) { attentions.push_back(a); });
-    if (attentions.empty())
+    // A QkvAttention is a self-attention over [B, T, ...] by construction.
+    SmallVector<QkvAttentionOp> fused;
+    f.walk([&](QkvAttentionOp a) { fused.push_back(a); });
+    if (attentions.empty() && fused.empty())
       return f.emitError("--packing: the model has no attention that sd-fuse-attention recognized, so packed "
                          "sequences could not be kept apart");
     for (AttentionOp a : attentions) {
@@ -80,6 +83,12 @@ struct PackSequencesPass : sd::impl::PackSequencesBase<PackSequencesPass> {
                            << f.getArgument(unsigned(positionsArg)).getType() << ", not " << positionsType;
     }
     for (AttentionOp a : attentions) a->setOperand(4, f.getArgument(unsigned(positionsArg)));
+    for (QkvAttentionOp a : fused) {
+      ArrayRef<int64_t> qkv = cast<RankedTensorType>(a.getQkv().getType()).getShape();
+      if (qkv[0] != batch || qkv[1] != seq)
+        return a.emitError() << "--packing: " << sd::describeNode(a) << " is not a self-attention over [batch, seq]";
+      a->setOperand(2, f.getArgument(unsigned(positionsArg)));
+    }
     return success();
   }
 

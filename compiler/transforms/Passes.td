@@ -67,6 +67,10 @@ def GroupWeightCasts : Pass<"sd-group-weight-casts", "mlir::ModuleOp"> {
   let summary = "The half casts an entry makes of its small weights become one GroupedCast at the entry's start (one launch, the same bits)";
 }
 
+def QkvAttention : Pass<"sd-qkv-attention", "mlir::ModuleOp"> {
+  let summary = "A self-attention on the three parts of one fused q|k|v projection reads it as it is (QkvAttention): no Split forward, no Concat backward";
+}
+
 def PackSwiglu : Pass<"sd-pack-swiglu", "mlir::ModuleOp"> {
   let summary = "A SwiGLU on the two halves of one fused gate/up projection reads it as it is (SwiGLUPacked): no Split forward, no Concat backward";
 }

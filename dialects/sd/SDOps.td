@@ -430,6 +430,19 @@ def SD_AttentionOp : SD_Nary<"attention", "Attention",
     forward again.
   }];
 }
+def SD_QkvAttentionOp : SD_Nary<"qkv_attention", "QkvAttention",
+    (ins AnyTensor:$qkv, SD_OptTensor:$mask, SD_OptTensor:$positions),
+    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows, OptI64:$kv_heads),
+    (outs AnyTensor:$y, Variadic<AnyTensor>:$lse)> {
+  let description = [{
+    Self-attention in layout "bshd" on one fused projection's output as it is
+    (sd-qkv-attention): qkv [B, T, H + 2 Hkv, d] holds each token's H query
+    heads, then its Hkv key heads, then its Hkv value heads (`kv_heads` =
+    Hkv), so no Split copies them apart. Otherwise Attention's semantics:
+    y [B, T, H, d], the mask broadcast to [B, H, T, T], `positions`, `lse`
+    [B, H, T] and `zero_masked_rows` as there.
+  }];
+}
 def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
     (ins AnyTensor:$q, AnyTensor:$k, AnyTensor:$v, AnyTensor:$k_cache, AnyTensor:$v_cache, AnyTensor:$positions),
     (ins OptF32:$scale), (outs AnyTensor:$output, AnyTensor:$k_cache_out, AnyTensor:$v_cache_out)> {
@@ -567,6 +580,16 @@ def SD_AttentionGradOp : SD_Nary<"attention_grad", "AttentionGrad",
     layout "bshd" the gradients have their operands' layout, and a key/value
     head's gradients sum over the query heads that share it. `y` and `lse`
     (or none) are the forward's output and row statistics (sd-attention-stats).
+  }];
+}
+def SD_QkvAttentionGradOp : SD_Nary<"qkv_attention_grad", "QkvAttentionGrad",
+    (ins AnyTensor:$grad, AnyTensor:$qkv, SD_OptTensor:$mask, SD_OptTensor:$positions, SD_OptTensor:$y,
+         SD_OptTensor:$lse),
+    (ins OptF32:$scale, OptF32:$mask_value, OptI64:$zero_masked_rows, OptI64:$kv_heads),
+    (outs AnyTensor:$qkv_grad)> {
+  let description = [{
+    QkvAttention's gradient: [dq | dk | dv] per token, one tensor shaped
+    like qkv, as the fused projection's backward reads it (no Concat).
   }];
 }
 def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTensor:$x, AnyTensor:$rng),

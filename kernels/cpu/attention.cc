@@ -15,7 +15,8 @@
 // rows ends at its last row's key, so neither other sequences' keys nor the
 // masked upper triangle are ever multiplied.
 // Layout bshd (token-major operands, keys as rows, grouped key/value heads)
-// runs the same products on strided rows of the tensors as they are.
+// runs the same products on strided rows of the tensors as they are, and
+// QkvAttention the same on q, k and v heads side by side in one tensor.
 #include "cpu_util.h"
 #include "sd/ops/attention_mask.h"
 #include "gemm.h"
@@ -105,35 +106,76 @@ void tokenMajorGeometry(const Dims &q, const Dims &k, const Dims &v, Geometry &g
     }
 }
 
-Status geometryOf(const KernelContext &c, size_t first, Geometry &g) {
-  const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
-  SD_CHECK_ARG(q.dtype == DType::F32 && kt.dtype == DType::F32 && v.dtype == DType::F32, "Attention needs f32");
-  if (c.attrs.getString("layout", "bhtd") == "bshd") {
-    SD_CHECK_ARG(q.rank() == 4 && kt.rank() == 4 && v.rank() == 4 && kt.dims[2] > 0 && q.dims[2] % kt.dims[2] == 0,
-                 "Attention in layout bshd takes q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]");
-    tokenMajorGeometry(q.dims, kt.dims, v.dims, g);
+// Where a step's operands sit: q, kt, v at `first` (dy before them for the
+// gradient), then mask and positions; QkvAttention's qkv at `first`
+// holds all three, so its mask and positions come right after it.
+struct Slots {
+  size_t first = 0;
+  bool qkv = false; // QkvAttention(Grad)
+  size_t mask() const { return first + (qkv ? 1 : 3); }
+  size_t positions() const { return mask() + 1; }
+};
+
+// QkvAttention: qkv [B, T, H + 2 Hkv, d] holds every token's q heads,
+// then its key heads, then its value heads: layout bshd's items, each
+// matrix's rows (H + 2 Hkv) d apart, all three at offsets in one tensor.
+void qkvGeometry(const Dims &qkv, int64_t kvHeads, Geometry &g) {
+  const int64_t B = qkv[0], P = qkv[2], H = P - 2 * kvHeads;
+  g.T = g.S = qkv[1], g.d = g.dv = qkv[3];
+  g.group = H / kvHeads;
+  g.kRows = true;
+  g.ldq = g.ldk = g.ldv = P * g.d, g.ldy = H * g.d;
+  g.batch = {B, H};
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t token0 = b * g.T * g.ldq;
+      g.q.push_back(token0 + h * g.d);
+      g.kt.push_back(token0 + (H + h / g.group) * g.d);
+      g.v.push_back(token0 + (H + kvHeads + h / g.group) * g.d);
+      g.y.push_back(b * g.T * g.ldy + h * g.d);
+    }
+}
+
+Status geometryOf(const KernelContext &c, Slots at, Geometry &g) {
+  const size_t first = at.first;
+  if (at.qkv) {
+    const TensorView &qkv = c.inputs[first];
+    const int64_t kvHeads = c.attrs.getInt("kv_heads", 0);
+    SD_CHECK_ARG(qkv.dtype == DType::F32, "QkvAttention needs f32");
+    SD_CHECK_ARG(qkv.rank() == 4 && kvHeads > 0 && qkv.dims[2] > 2 * kvHeads &&
+                     (qkv.dims[2] - 2 * kvHeads) % kvHeads == 0,
+                 "QkvAttention takes qkv [B, T, H + 2 Hkv, d], H a positive multiple of kv_heads");
+    qkvGeometry(qkv.dims, kvHeads, g);
   } else {
-    size_t r = q.dims.size();
-    g.T = q.dims[r - 2];
-    g.d = q.dims[r - 1];
-    g.S = kt.dims.back();
-    g.dv = v.dims.back();
-    SD_CHECK_ARG(kt.dims[kt.dims.size() - 2] == g.d && v.dims[v.dims.size() - 2] == g.S,
-                 "Attention shapes inconsistent");
-    const TensorView &out = c.outputs[0];
-    g.batch.assign(out.dims.begin(), out.dims.end() - 2);
-    if (first == 1) g.batch.assign(q.dims.begin(), q.dims.end() - 2); // the gradient: outputs are dq, dkt, dv
-    g.q = itemOffsets(q.dims, g.batch, g.T * g.d);
-    g.kt = itemOffsets(kt.dims, g.batch, g.d * g.S);
-    g.v = itemOffsets(v.dims, g.batch, g.S * g.dv);
-    for (size_t item = 0; item < g.q.size(); ++item) g.y.push_back(int64_t(item) * g.T * g.dv);
-    g.ldq = g.d, g.ldk = g.S, g.ldv = g.dv, g.ldy = g.dv;
+    const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
+    SD_CHECK_ARG(q.dtype == DType::F32 && kt.dtype == DType::F32 && v.dtype == DType::F32, "Attention needs f32");
+    if (c.attrs.getString("layout", "bhtd") == "bshd") {
+      SD_CHECK_ARG(q.rank() == 4 && kt.rank() == 4 && v.rank() == 4 && kt.dims[2] > 0 && q.dims[2] % kt.dims[2] == 0,
+                   "Attention in layout bshd takes q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]");
+      tokenMajorGeometry(q.dims, kt.dims, v.dims, g);
+    } else {
+      size_t r = q.dims.size();
+      g.T = q.dims[r - 2];
+      g.d = q.dims[r - 1];
+      g.S = kt.dims.back();
+      g.dv = v.dims.back();
+      SD_CHECK_ARG(kt.dims[kt.dims.size() - 2] == g.d && v.dims[v.dims.size() - 2] == g.S,
+                   "Attention shapes inconsistent");
+      const TensorView &out = c.outputs[0];
+      g.batch.assign(out.dims.begin(), out.dims.end() - 2);
+      if (first == 1) g.batch.assign(q.dims.begin(), q.dims.end() - 2); // the gradient: outputs are dq, dkt, dv
+      g.q = itemOffsets(q.dims, g.batch, g.T * g.d);
+      g.kt = itemOffsets(kt.dims, g.batch, g.d * g.S);
+      g.v = itemOffsets(v.dims, g.batch, g.S * g.dv);
+      for (size_t item = 0; item < g.q.size(); ++item) g.y.push_back(int64_t(item) * g.T * g.dv);
+      g.ldq = g.d, g.ldk = g.S, g.ldv = g.dv, g.ldy = g.dv;
+    }
   }
   g.scale = float(c.attrs.getFloat("scale", 1.0));
   g.maskValue = float(c.attrs.getFloat("mask_value", -INFINITY));
   g.zeroMaskedRows = c.attrs.getInt("zero_masked_rows", 0) != 0;
-  if (c.hasInput(first + 3) && c.inputs[first + 3].data) {
-    const TensorView &m = c.inputs[first + 3];
+  if (c.hasInput(at.mask()) && c.inputs[at.mask()].data) {
+    const TensorView &m = c.inputs[at.mask()];
     SD_CHECK_ARG(m.dtype == DType::Bool && m.rank() >= 2, "Attention mask must be bool of rank >= 2");
     int64_t mr = m.dims[m.dims.size() - 2], mc = m.dims.back();
     SD_CHECK_ARG((mr == g.T || mr == 1) && (mc == g.S || mc == 1), "Attention mask does not broadcast");
@@ -143,8 +185,8 @@ Status geometryOf(const KernelContext &c, size_t first, Geometry &g) {
     g.maskData = m.as<bool>();
     g.causal = isCausal(g);
   }
-  if (c.hasInput(first + 4) && c.inputs[first + 4].data) {
-    const TensorView &pos = c.inputs[first + 4];
+  if (c.hasInput(at.positions()) && c.inputs[at.positions()].data) {
+    const TensorView &pos = c.inputs[at.positions()];
     SD_CHECK_ARG(pos.dtype == DType::I64 && pos.rank() == 2 && !g.batch.empty() && pos.dims[0] == g.batch[0] &&
                      pos.dims[1] == g.T && g.S == g.T,
                  "Attention positions must be i64 [batch, seq] of a self-attention");
@@ -207,10 +249,12 @@ void probabilities(const Geometry &g, size_t item, const std::vector<Block> &blo
   }
 }
 
-Status AttentionKernel(const KernelContext &c) {
+Status attentionOn(const KernelContext &c, bool qkv) {
   Geometry g;
-  SD_RETURN_IF_ERROR(geometryOf(c, 0, g));
-  const float *q = c.inputs[0].as<float>(), *kt = c.inputs[1].as<float>(), *v = c.inputs[2].as<float>();
+  SD_RETURN_IF_ERROR(geometryOf(c, Slots{0, qkv}, g));
+  // QkvAttention: the items' offsets reach into the one qkv tensor.
+  const float *q = c.inputs[0].as<float>(), *kt = qkv ? q : c.inputs[1].as<float>(),
+              *v = qkv ? q : c.inputs[2].as<float>();
   float *y = c.outputs[0].as<float>();
   // The rows' log-sum-exp, item after item ([..., T]; layout bshd: [B, H, T], the items' order).
   float *lse = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<float>() : nullptr;
@@ -237,12 +281,14 @@ Status AttentionKernel(const KernelContext &c) {
 // share a key/value head (layout bshd) write theirs apart, every item in
 // parallel, and the shared head's gradient is their sum in head order: the
 // same bits on any number of threads.
-Status AttentionGradKernel(const KernelContext &c) {
+Status attentionGradOn(const KernelContext &c, bool qkv) {
   Geometry g;
-  SD_RETURN_IF_ERROR(geometryOf(c, 1, g));
-  const float *dy = c.inputs[0].as<float>(), *q = c.inputs[1].as<float>(), *kt = c.inputs[2].as<float>(),
-              *v = c.inputs[3].as<float>();
-  float *dq = c.outputs[0].as<float>(), *dkt = c.outputs[1].as<float>(), *dv = c.outputs[2].as<float>();
+  SD_RETURN_IF_ERROR(geometryOf(c, Slots{1, qkv}, g));
+  // QkvAttentionGrad: dq, dk and dv at q's, k's and v's offsets in one dqkv.
+  const float *dy = c.inputs[0].as<float>(), *q = c.inputs[1].as<float>(), *kt = qkv ? q : c.inputs[2].as<float>(),
+              *v = qkv ? q : c.inputs[3].as<float>();
+  float *dq = c.outputs[0].as<float>(), *dkt = qkv ? dq : c.outputs[1].as<float>(),
+        *dv = qkv ? dq : c.outputs[2].as<float>();
   const int64_t items = int64_t(g.q.size());
   const bool shared = g.group > 1;
   // Shared heads: each item's dk [S, d] and dv [S, dv] rows, summed below.
@@ -324,11 +370,18 @@ Status AttentionGradKernel(const KernelContext &c) {
   return Status::ok();
 }
 
+Status AttentionKernel(const KernelContext &c) { return attentionOn(c, false); }
+Status AttentionGradKernel(const KernelContext &c) { return attentionGradOn(c, false); }
+Status QkvAttentionKernel(const KernelContext &c) { return attentionOn(c, true); }
+Status QkvAttentionGradKernel(const KernelContext &c) { return attentionGradOn(c, true); }
+
 } // namespace
 
 void registerAttentionKernels() {
   registerCpuKernel("Attention", AttentionKernel, TypeSet{DType::F32});
   registerCpuKernel("AttentionGrad", AttentionGradKernel, TypeSet{DType::F32});
+  registerCpuKernel("QkvAttention", QkvAttentionKernel, TypeSet{DType::F32});
+  registerCpuKernel("QkvAttentionGrad", QkvAttentionGradKernel, TypeSet{DType::F32});
 }
 
 } // namespace sd::cpu

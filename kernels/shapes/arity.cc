@@ -19,6 +19,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"SeededDropout", {2, 2}},
       {"Attention", {3, 5}},
       {"AttentionGrad", {4, 8}},
+      {"QkvAttention", {1, 3}},
+      {"QkvAttentionGrad", {2, 6}},
       {"MaxPoolGrad", {2, 2}},
       {"AveragePoolGrad", {2, 2}},
       {"SoftmaxCrossEntropyLossGrad", {3, 3}},

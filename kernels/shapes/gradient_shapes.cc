@@ -157,6 +157,28 @@ Status attentionGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// QkvAttentionGrad(dy, qkv, mask, positions, y, lse) {kv_heads} -> dqkv shaped like qkv.
+Status qkvAttentionGradShape(ShapeContext &c) {
+  const TensorInfo &dy = c.inputs[0], &qkv = c.inputs[1];
+  TensorInfo q, k, v;
+  SD_RETURN_IF_ERROR(qkvAttentionParts(qkv, c.attrs, q, k, v));
+  const Dims want = q.dims; // y [B, T, H, d]
+  if (dy.dims != want || dy.dtype != qkv.dtype)
+    return sdError("QkvAttentionGrad: gradient ", formatDims(dy.dims), " is not ", dtypeName(qkv.dtype), " ",
+                   formatDims(want));
+  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, k, c.inputs[3], true));
+  SD_CHECK_ARG(c.hasInput(4) == c.hasInput(5), "QkvAttentionGrad takes the forward's output and statistics together");
+  if (c.hasInput(4)) {
+    SD_CHECK_ARG(c.inputs[4].dims == want && c.inputs[4].dtype == dy.dtype, "QkvAttentionGrad: the forward's output ",
+                 formatDims(c.inputs[4].dims), " is not ", formatDims(want));
+    const Dims rows = attentionRowDims(want, true);
+    SD_CHECK_ARG(c.inputs[5].dtype == DType::F32 && c.inputs[5].dims == rows, "QkvAttentionGrad: statistics ",
+                 formatDims(c.inputs[5].dims), " are not f32 ", formatDims(rows));
+  }
+  c.outputs = {qkv};
+  return Status::ok();
+}
+
 // SeededDropout(x, rng int64[2]) {ratio, stream} -> y shaped like x.
 Status seededDropoutShape(ShapeContext &c) {
   const TensorInfo &rng = c.inputs[1];
@@ -242,6 +264,7 @@ void registerGradientShapes() {
   registerShapeRule("AveragePoolGrad", poolGradShape);
   registerShapeRule("SeededDropout", seededDropoutShape);
   registerShapeRule("AttentionGrad", attentionGradShape);
+  registerShapeRule("QkvAttentionGrad", qkvAttentionGradShape);
   registerShapeRule("AdamW", adamwShape);
   registerShapeRule("GroupedAdamW", groupedAdamwShape);
   registerShapeRule("SGD", sgdShape);

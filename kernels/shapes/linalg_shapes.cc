@@ -107,14 +107,8 @@ static Status gemmDGeluShape(ShapeContext &c) {
 // softmax(q kt * scale, masked) v; or, in layout bshd, token-major operands
 // (q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]) -> [B, T, H, dv];
 // and, when asked for, the f32 log-sum-exp of each scores row ([..., T]).
-static Status attentionShape(ShapeContext &c) {
-  const TensorInfo &q = c.inputs[0], &kt = c.inputs[1], &v = c.inputs[2];
-  SD_CHECK_ARG((q.dtype == DType::F32 || q.dtype == DType::BF16 || q.dtype == DType::F16) && kt.dtype == q.dtype &&
-                   v.dtype == q.dtype,
-               "Attention needs q, kt, v of one float type (f32, bf16, f16)");
-  SD_CHECK_ARG(q.rank() >= 2 && kt.rank() >= 2 && v.rank() >= 2, "Attention operands must have rank >= 2");
-  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "layout", {"bhtd", "bshd"}));
-  const bool tokenMajor = c.attrs.getString("layout", "bhtd") == "bshd";
+static Status attentionResults(ShapeContext &c, const TensorInfo &q, const TensorInfo &kt, const TensorInfo &v,
+                               bool tokenMajor, size_t maskAt) {
   TensorInfo scores{q.dtype, {}}, out{q.dtype, {}};
   if (tokenMajor) {
     SD_RETURN_IF_ERROR(tokenMajorAttentionDims(q, kt, v, scores.dims, out.dims));
@@ -122,20 +116,41 @@ static Status attentionShape(ShapeContext &c) {
     SD_RETURN_IF_ERROR(matmulDims(q, kt, scores));
     SD_RETURN_IF_ERROR(matmulDims(scores, v, out));
   }
-  if (c.hasInput(3)) {
-    const TensorInfo &mask = c.inputs[3];
+  if (c.hasInput(maskAt)) {
+    const TensorInfo &mask = c.inputs[maskAt];
     SD_CHECK_ARG(mask.dtype == DType::Bool, "Attention mask must be bool");
     TensorInfo joined;
     SD_RETURN_IF_ERROR(broadcastDims({&scores, &mask}, joined));
     if (scores.isStatic() && mask.isStatic() && joined.dims != scores.dims)
       return sdError("Attention mask ", formatDims(mask.dims), " does not broadcast to ", formatDims(scores.dims));
   }
-  if (c.hasInput(4)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[4], tokenMajor));
+  if (c.hasInput(maskAt + 1)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[maskAt + 1], tokenMajor));
   // The optional row statistics: f32, one per query row of the scores.
   TensorInfo lse{DType::F32, {}, out.rankKnown};
   if (out.rankKnown && !out.dims.empty()) lse.dims = attentionRowDims(out.dims, tokenMajor);
   c.outputs = {out, lse};
   return Status::ok();
+}
+
+static Status attentionShape(ShapeContext &c) {
+  const TensorInfo &q = c.inputs[0], &kt = c.inputs[1], &v = c.inputs[2];
+  SD_CHECK_ARG((q.dtype == DType::F32 || q.dtype == DType::BF16 || q.dtype == DType::F16) && kt.dtype == q.dtype &&
+                   v.dtype == q.dtype,
+               "Attention needs q, kt, v of one float type (f32, bf16, f16)");
+  SD_CHECK_ARG(q.rank() >= 2 && kt.rank() >= 2 && v.rank() >= 2, "Attention operands must have rank >= 2");
+  SD_RETURN_IF_ERROR(checkChoice(c.attrs, "layout", {"bhtd", "bshd"}));
+  return attentionResults(c, q, kt, v, c.attrs.getString("layout", "bhtd") == "bshd", 3);
+}
+
+// QkvAttention(qkv [B, T, H + 2 Hkv, d], mask, positions) {kv_heads = Hkv}:
+// Attention in layout bshd on the q, k and v heads qkv holds per token.
+static Status qkvAttentionShape(ShapeContext &c) {
+  const TensorInfo &qkv = c.inputs[0];
+  SD_CHECK_ARG(qkv.dtype == DType::F32 || qkv.dtype == DType::BF16 || qkv.dtype == DType::F16,
+               "QkvAttention needs a float qkv (f32, bf16, f16)");
+  TensorInfo q, k, v;
+  SD_RETURN_IF_ERROR(qkvAttentionParts(qkv, c.attrs, q, k, v));
+  return attentionResults(c, q, k, v, true, 1);
 }
 
 // Det: [..., M, M] -> [...].
@@ -157,6 +172,7 @@ void registerLinalgShapes() {
   registerShapeRule("LinearGelu", linearGeluShape);
   registerShapeRule("GemmDGelu", gemmDGeluShape);
   registerShapeRule("Attention", attentionShape);
+  registerShapeRule("QkvAttention", qkvAttentionShape);
 }
 
 } // namespace sd

@@ -85,6 +85,18 @@ Dims attentionRowDims(const Dims &out, bool tokenMajor) {
   return Dims(out.begin(), out.end() - 1);         // y [..., T, dv] -> [..., T]
 }
 
+Status qkvAttentionParts(const TensorInfo &qkv, const AttrMap &attrs, TensorInfo &q, TensorInfo &k, TensorInfo &v) {
+  SD_CHECK_ARG(qkv.rank() == 4 && qkv.isStatic(), "QkvAttention takes a static qkv [B, T, H + 2 Hkv, d], got ",
+               formatDims(qkv.dims));
+  const int64_t hkv = attrs.getInt("kv_heads", 0), heads = qkv.dims[2] - 2 * hkv;
+  SD_CHECK_ARG(hkv > 0 && heads > 0 && heads % hkv == 0, "QkvAttention: qkv ", formatDims(qkv.dims), " with ",
+               hkv, " key/value heads does not hold H + 2 Hkv heads, H a positive multiple of Hkv");
+  q = k = v = qkv;
+  q.dims[2] = heads;
+  k.dims[2] = v.dims[2] = hkv;
+  return Status::ok();
+}
+
 Status roundedResultType(const AttrMap &attrs, DType x, const char *op, DType &result) {
   const int64_t to = attrs.getInt("out_type", 0);
   result = to == 0 ? x : DType(to);

@@ -36,6 +36,9 @@ Status tokenMajorAttentionDims(const TensorInfo &q, const TensorInfo &k, const T
 // Attention's row statistics (one per query row: its lse result, AttentionGrad's
 // lse operand) from the output's dims: [..., T], or [B, H, T] in layout bshd.
 Dims attentionRowDims(const Dims &out, bool tokenMajor);
+// QkvAttention's qkv [B, T, H + 2 Hkv, d] (`kv_heads` = Hkv) as the q
+// [B, T, H, d], k and v [B, T, Hkv, d] of layout bshd it holds.
+Status qkvAttentionParts(const TensorInfo &qkv, const AttrMap &attrs, TensorInfo &q, TensorInfo &k, TensorInfo &v);
 void registerShapeRule(const char *op, ShapeFn fn);
 // Checks a string attribute against its allowed values (first = default).
 Status checkChoice(const AttrMap &attrs, const char *name, std::initializer_list<const char *> allowed);

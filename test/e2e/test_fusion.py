@@ -21,7 +21,9 @@ runs attention without the transposes and repeated heads around it. A
 norm's input gradient is added to the residual gradient by the norm's
 backward step (sd-norm-grad-sum), bit for bit as by the Add. LoRA's
 backward products take a power-of-two scale as their alpha
-(sd-scale-into-gemm), bit for bit as the scaled copies they read before."""
+(sd-scale-into-gemm), bit for bit as the scaled copies they read before.
+The GPT's attention reads its fused q|k|v projection as it is
+(sd-qkv-attention), bit for bit as from the Split's copies."""
 import json
 import os
 import re
@@ -100,6 +102,38 @@ def check_packed_swiglu(check, sdc, sdrun, llama, data, tmp):
             runs[packed] = train_run(sdrun, plan, data, tmp, f"sw-{precision}-{packed}", 6)
         check(runs[True] == runs[False] and len(runs[True][0]) == 6,
               f"{precision} Llama LoRA: the same 6 losses and weights bit for bit with --no-fuse swiglu")
+
+
+def check_qkv_attention(check, sdc, sdrun, model, data, tmp):
+    """The tiny GPT's attention reads its fused q|k|v projection as it is
+    (QkvAttention and its gradient: no Split forward, no Concat backward) and
+    trains to the same losses and weights bit for bit as with --no-fuse
+    qkv-attention: LoRA on qkv in f32, full fine-tuning in bf16, and LoRA
+    over packed sequences (the positions reach the fused step)."""
+    for name, flags in (("f32 LoRA", ["--peft", "lora", "--target-modules", "qkv,proj"]),
+                        ("bf16 full", ["--peft", "none", "--precision", "bf16"]),
+                        ("f32 LoRA, packed sequences", ["--peft", "lora", "--target-modules", "qkv", "--packing"])):
+        runs = {}
+        for fused in (True, False):
+            plan = os.path.join(tmp, f"qkv-{len(flags)}-{fused}.sdp")
+            sh([sdc, "compile", model, "-o", plan, "--shapes", "input_ids=4x8"] + flags +
+               ([] if fused else ["--no-fuse", "qkv-attention"]))
+            ir = sh([sdc, "compile", model, "--emit", "mlir", "--shapes", "input_ids=4x8"] + flags +
+                    ([] if fused else ["--no-fuse", "qkv-attention"]))
+            train = ir.split("@train_step")[1].split("func.func")[0]
+            ops = {op: train.count(f'sd.step "{op}"') for op in ("QkvAttention", "QkvAttentionGrad", "Split", "Concat")}
+            packed_rows = "--packing" not in flags or 'sd.step "QkvAttention"' not in train or \
+                all("memref<4x8xi64>" in line for line in train.splitlines() if 'sd.step "QkvAttention' in line)
+            if fused:
+                check(ops["QkvAttention"] == 1 and ops["QkvAttentionGrad"] == 1 and not ops["Split"] and
+                      not ops["Concat"] and packed_rows,
+                      f"GPT {name}: attention on the fused q|k|v projection, no Split or Concat step ({ops})")
+            else:
+                check(ops["Split"] == 1 and ops["Concat"] == 1 and not ops["QkvAttention"],
+                      f"GPT {name}: --no-fuse qkv-attention splits q, k and v apart ({ops})")
+            runs[fused] = train_run(sdrun, plan, data, tmp, f"qkv-{len(flags)}-{fused}", 6)
+        check(runs[True] == runs[False] and len(runs[True][0]) == 6,
+              f"GPT {name}: the same 6 losses and weights bit for bit with --no-fuse qkv-attention")
 
 
 def train_step_traffic(sdrun, plan):
@@ -349,6 +383,7 @@ def main():
             check(runs[True][0][0] != runs[True][0][-1], f"{name}: training moved the loss")
         check_attention_layout(check, sdc, sdrun, llama, data, tmp)
         check_packed_swiglu(check, sdc, sdrun, llama, data, tmp)
+        check_qkv_attention(check, sdc, sdrun, model, data, tmp)
         check_gemm_scale(check, sdc, sdrun, model, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")

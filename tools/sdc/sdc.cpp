@@ -128,7 +128,9 @@ const char *kUsage =
     "                           token-major q, k, v: no transposes or repeated key/value heads),\n"
     "                           attention-stats (the backward takes the forward's output and row\n"
     "                           statistics instead of recomputing them), swiglu (SwiGLU reads a\n"
-    "                           fused gate/up projection as it is: no Split, no Concat), gemm-scale\n"
+    "                           fused gate/up projection as it is: no Split, no Concat), qkv-attention\n"
+    "                           (attention reads a fused q|k|v projection as it is: no Split, no\n"
+    "                           Concat), gemm-scale\n"
     "                           (LoRA's backward products scale by alpha instead of reading\n"
     "                           a scaled copy of the gradient), norm-grad-sum (a norm's input\n"
     "                           gradient added to the residual gradient by the norm's backward\n"
@@ -154,6 +156,7 @@ const NoFuse kNoFuse[] = {
     {"attention-layout", &sd::PipelineOptions::attentionLayout},
     {"attention-stats", &sd::PipelineOptions::attentionStats},
     {"swiglu", &sd::PipelineOptions::packSwiglu},
+    {"qkv-attention", &sd::PipelineOptions::qkvAttention},
     {"gemm-scale", &sd::PipelineOptions::gemmScale},
     {"norm-grad-sum", &sd::PipelineOptions::normGradSum},
     {"grouped-updates", &sd::PipelineOptions::groupUpdates},

@@ -119,6 +119,18 @@ LogicalResult attentionVJP(AttentionOp op, GradBuilder &g, ArrayRef<Value> dy, A
   return success();
 }
 
+// Its gradient shaped like qkv: [dq | dk | dv] per token.
+LogicalResult qkvAttentionVJP(QkvAttentionOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                              Grads &dx) {
+  if (!need[0]) return success();
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"scale", "mask_value", "zero_masked_rows", "kv_heads"});
+  Operation *grad = g.op<QkvAttentionGradOp>(
+      {dy[0], op.getQkv(), op.getMask(), op.getPositions(), g.none(), g.none()}, attrs, 1);
+  if (!grad) return failure();
+  dx[0] = grad->getResult(0);
+  return success();
+}
+
 } // namespace
 
 void attachLinalgVJPs(MLIRContext *ctx) {
@@ -126,6 +138,7 @@ void attachLinalgVJPs(MLIRContext *ctx) {
   attachVJP<MatMulOp, matmulVJP>(ctx);
   attachVJP<GemmOp, gemmVJP>(ctx);
   attachVJP<AttentionOp, attentionVJP>(ctx);
+  attachVJP<QkvAttentionOp, qkvAttentionVJP>(ctx);
 }
 
 } // namespace sd::ir
