@@ -29,10 +29,10 @@ ArrayRef<int64_t> staticShape(Value v) {
   return t && t.hasStaticShape() ? t.getShape() : ArrayRef<int64_t>();
 }
 
-// The Split result `v` is, read through at most one Reshape, when nothing
-// else reads either; `index` is its place among the Split's results.
+// The Split result `v` is, read through Reshapes (views), when nothing else
+// reads any of them; `index` is its place among the Split's results.
 SplitOp splitPart(Value v, unsigned &index) {
-  if (auto r = v.getDefiningOp<ReshapeOp>()) {
+  while (auto r = v.getDefiningOp<ReshapeOp>()) {
     if (!v.hasOneUse()) return {};
     v = r.getLhs();
   }
@@ -94,7 +94,7 @@ struct QkvAttentionPass : sd::impl::QkvAttentionBase<QkvAttentionPass> {
       a.getY().replaceAllUsesWith(fused.getY());
       SmallVector<Operation *> dead{a};
       for (Value part : {a.getQ(), a.getKt(), a.getV()})
-        if (auto r = part.getDefiningOp<ReshapeOp>()) dead.push_back(r);
+        for (auto r = part.getDefiningOp<ReshapeOp>(); r; r = r.getLhs().getDefiningOp<ReshapeOp>()) dead.push_back(r);
       dead.push_back(split);
       // Each op after its readers; then the shape constants nothing reads now.
       llvm::SetVector<Operation *> constants;

@@ -21,6 +21,10 @@
 // heads; sd-attention-layout) reaches cuDNN with its strides and head counts
 // as it is; the GEMM path runs it on f32 copies in the default layout (the
 // keys repeated per query head, their gradients summed back in order).
+// QkvAttention (sd-qkv-attention) is layout bshd on q, k and v heads side
+// by side in one tensor [B, T, H + 2 Hkv, d], and its gradient writes dq,
+// dk and dv side by side in one tensor again: both paths read and write
+// them there, through offsets and the wider rows' stride.
 // SD_CUDNN_SDPA=0 keeps the GEMM path (to compare the two);
 // SD_CUDNN_SDPA=log says per step which path it took and why.
 #include "block_reduce.cuh"
@@ -48,6 +52,18 @@ struct AttnGeometry {
   // Layout bshd: q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv], items B x H.
   bool tokenMajor = false;
   int64_t B = 0, H = 1, Hkv = 1;
+  int64_t P = 0; // QkvAttention: heads per token of its qkv tensor (H + 2 Hkv); 0 for Attention
+};
+
+// Where a step's operands sit: q, kt, v at `first` (dy before them for the
+// gradient), then mask and positions, then (the gradient) the forward's y
+// and row statistics; QkvAttention's one qkv at `first` holds all three.
+struct Slots {
+  size_t first = 0;
+  bool qkv = false;
+  size_t mask() const { return first + (qkv ? 1 : 3); }
+  size_t positions() const { return mask() + 1; }
+  size_t forwardY() const { return positions() + 1; }
 };
 
 struct AttnPrepared : PreparedError {
@@ -60,6 +76,7 @@ struct AttnPrepared : PreparedError {
   DType dtype = DType::F32;
   std::vector<float *> wideIn, wideOut;
   size_t first = 0; // 1 for AttentionGrad (dy before q, kt, v)
+  Slots at;
   // Attention writes each row's log-sum-exp (its second result); AttentionGrad
   // reads the forward's y and log-sum-exp (operands 6 and 7) instead of
   // recomputing them (sd-attention-stats).
@@ -154,22 +171,24 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   const char *env = std::getenv("SD_CUDNN_SDPA");
   const bool log = env && std::strcmp(env, "log") == 0;
   std::string why;
-  const bool hasMask = c.hasInput(first + 3) && c.inputs[first + 3].data;
-  const bool causal = hasMask && causalMask(p, first + 3, g);
+  const size_t maskAt = a.at.mask();
+  const bool hasMask = c.hasInput(maskAt) && c.inputs[maskAt].data;
+  const bool causal = hasMask && causalMask(p, maskAt, g);
   // Another mask enters as a bias when every item shares it; a row with no
   // visible key (zero_masked_rows: zeros) keeps the GEMM path's rule.
-  const bool bias = hasMask && !causal && c.inputs[first + 3].numElements() == g.T * g.S && !g.zeroMaskedRows;
+  const bool bias = hasMask && !causal && c.inputs[maskAt].numElements() == g.T * g.S && !g.zeroMaskedRows;
   SdpaShape shape;
   shape.batch = g.tokenMajor ? g.B : g.items;
   shape.heads = g.tokenMajor ? g.H : 1;
   shape.kvHeads = g.tokenMajor ? g.Hkv : 1;
   shape.tokenMajor = g.tokenMajor;
+  shape.qkvHeads = g.P;
   shape.T = g.T, shape.S = g.S, shape.d = g.d, shape.dv = g.dv;
   shape.scale = g.scale, shape.causal = causal, shape.bias = bias, shape.dtype = a.dtype;
   std::shared_ptr<CudnnSdpa> plan;
   if (env && std::strcmp(env, "0") == 0) why = "SD_CUDNN_SDPA=0";
   else if (a.dtype != DType::BF16 && a.dtype != DType::F16) why = "f32 (cuDNN's SDPA takes bf16 and f16)";
-  else if (c.hasInput(first + 4) && c.inputs[first + 4].data) why = "packed sequences";
+  else if (c.hasInput(a.at.positions()) && c.inputs[a.at.positions()].data) why = "packed sequences";
   else if (hasMask && !causal && !bias) why = "a mask per item, or rows that see no key";
   else if (!g.tokenMajor && g.items > 1 &&
            (g.strideQ != g.T * g.d || g.strideKt != g.d * g.S || g.strideV != g.S * g.dv))
@@ -233,18 +252,19 @@ Status transpose(DType t, const void *x, void *y, int64_t items, int64_t rows, i
 struct TokenMajorOperand {
   int64_t rows, heads, group, cols;
   bool transposed;
+  int64_t tokenStride; // elements between a token's row and the next: heads * cols, or QkvAttention's wider rows
 };
 
 // Operand `i` of the step's inputs (`output` false) or outputs: dy, q, kt, v
 // for the gradient (first 1) or q, kt, v (first 0); y, or dq, dkt, dv.
 TokenMajorOperand tokenMajorOperand(const AttnGeometry &g, size_t first, size_t i, bool output) {
   const size_t role = output ? (first == 0 ? 3 : i) : (first == 1 && i == 0 ? 3 : i - first); // 0 q, 1 k, 2 v, 3 y
-  const int64_t group = g.H / g.Hkv;
+  const int64_t group = g.H / g.Hkv, wide = g.P * g.d; // QkvAttention's q, k, v rows (and their gradients')
   switch (role) {
-  case 0: return {g.T, g.H, 1, g.d, false};
-  case 1: return {g.S, g.Hkv, group, g.d, true};
-  case 2: return {g.S, g.Hkv, group, g.dv, false};
-  default: return {g.T, g.H, 1, g.dv, false};
+  case 0: return {g.T, g.H, 1, g.d, false, g.P ? wide : g.H * g.d};
+  case 1: return {g.S, g.Hkv, group, g.d, true, g.P ? wide : g.Hkv * g.d};
+  case 2: return {g.S, g.Hkv, group, g.dv, false, g.P ? wide : g.Hkv * g.dv};
+  default: return {g.T, g.H, 1, g.dv, false, g.H * g.dv};
   }
 }
 
@@ -253,23 +273,46 @@ int64_t itemMatrix(const AttnGeometry &g, size_t first, size_t i, bool output) {
   return o.rows * o.cols;
 }
 
-// first: 0 for Attention (q, kt, v, mask, positions), 1 for AttentionGrad (dy first).
-std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t first) {
+// QkvAttention's geometry: layout bshd on the heads of qkv [B, T, H + 2 Hkv, d].
+bool qkvGeometry(const KernelContext &c, size_t first, AttnGeometry &g) {
+  const TensorView &qkv = c.inputs[first];
+  const int64_t kvHeads = c.attrs.getInt("kv_heads", 0);
+  if (qkv.dims.size() != 4 || kvHeads <= 0 || qkv.dims[2] <= 2 * kvHeads || (qkv.dims[2] - 2 * kvHeads) % kvHeads)
+    return false;
+  g.tokenMajor = true;
+  g.P = qkv.dims[2];
+  g.B = qkv.dims[0], g.T = g.S = qkv.dims[1], g.H = g.P - 2 * kvHeads, g.Hkv = kvHeads, g.d = g.dv = qkv.dims[3];
+  g.items = g.B * g.H;
+  g.strideQ = g.T * g.d, g.strideKt = g.d * g.S, g.strideV = g.S * g.dv; // the GEMM path's f32 copies
+  return true;
+}
+
+// first: 0 for Attention (q, kt, v, mask, positions), 1 for AttentionGrad
+// (dy first); `qkv`: QkvAttention (its one qkv instead of q, kt, v).
+std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t first, bool qkv) {
   auto a = std::make_shared<AttnPrepared>();
   a->first = first;
-  a->writesStats = first == 0 && p.kernel.outputs.size() > 1 && p.kernel.outputs[1].data;
-  a->readsStats = first == 1 && p.kernel.hasInput(7) && p.kernel.inputs[7].data;
+  a->at = Slots{first, qkv};
   const KernelContext &c = p.kernel;
-  const TensorView &q = c.inputs[first], &kt = c.inputs[first + 1], &v = c.inputs[first + 2];
+  const size_t statsAt = a->at.forwardY() + 1;
+  a->writesStats = first == 0 && c.outputs.size() > 1 && c.outputs[1].data;
+  a->readsStats = first == 1 && c.hasInput(statsAt) && c.inputs[statsAt].data;
   AttnGeometry &g = a->g;
+  Dims batch;
+  const TensorView &q = c.inputs[first], &kt = c.inputs[qkv ? first : first + 1], &v = c.inputs[qkv ? first : first + 2];
   size_t r = q.dims.size();
   if (r < 2 || kt.dims.size() < 2 || v.dims.size() < 2) {
     a->error = "Attention operands need rank >= 2";
     return a;
   }
-  Dims batch;
-  g.tokenMajor = c.attrs.getString("layout", "bhtd") == "bshd";
-  if (g.tokenMajor) {
+  g.tokenMajor = qkv || c.attrs.getString("layout", "bhtd") == "bshd";
+  if (qkv) {
+    if (!qkvGeometry(c, first, g)) {
+      a->error = "QkvAttention takes qkv [B, T, H + 2 Hkv, d], H a positive multiple of kv_heads";
+      return a;
+    }
+    batch = {g.B, g.H};
+  } else if (g.tokenMajor) {
     if (r != 4 || kt.dims.size() != 4 || v.dims.size() != 4 || kt.dims[2] <= 0 || q.dims[2] % kt.dims[2]) {
       a->error = "Attention in layout bshd takes q [B, T, H, d], k [B, S, Hkv, d], v [B, S, Hkv, dv]";
       return a;
@@ -302,8 +345,8 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
   g.scale = float(c.attrs.getFloat("scale", 1.0));
   g.maskValue = float(c.attrs.getFloat("mask_value", -INFINITY));
   g.zeroMaskedRows = c.attrs.getInt("zero_masked_rows", 0) != 0;
-  if (c.hasInput(first + 3) && c.inputs[first + 3].data) {
-    const TensorView &m = c.inputs[first + 3];
+  if (c.hasInput(a->at.mask()) && c.inputs[a->at.mask()].data) {
+    const TensorView &m = c.inputs[a->at.mask()];
     int64_t mr = m.dims[m.dims.size() - 2], mc = m.dims.back();
     g.maskColStride = mc == 1 ? 0 : 1;
     g.maskRowStride = mr == 1 ? 0 : mc;
@@ -315,16 +358,16 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
     }
     g.maskOffsets = a->maskOffsets;
   }
-  if (c.hasInput(first + 4) && c.inputs[first + 4].data) g.itemsPerRow = batch.empty() || !batch[0] ? 1 : g.items / batch[0];
+  if (c.hasInput(a->at.positions()) && c.inputs[a->at.positions()].data)
+    g.itemsPerRow = batch.empty() || !batch[0] ? 1 : g.items / batch[0];
   a->dtype = q.dtype;
   if (useCudnn(p, first, *a)) return a;
   if (a->dtype != DType::F32 || g.tokenMajor) {
     size_t floats = first + 3; // q, kt, v (and dy first for the gradient)
     size_t results = first == 0 ? 1 : 3; // y (the f32 log-sum-exp is written as it is), or dq, dkt, dv
     for (size_t i = 0; i < floats + results; ++i) {
-      const TensorView &t = i < floats ? c.inputs[i] : c.outputs[i - floats];
       const int64_t elements = g.tokenMajor ? g.items * itemMatrix(g, first, i < floats ? i : i - floats, i >= floats)
-                                            : t.numElements();
+                                            : (i < floats ? c.inputs[i] : c.outputs[i - floats]).numElements();
       float *w = nullptr;
       if (cudaMalloc(&w, size_t(std::max<int64_t>(1, elements)) * sizeof(float)) != cudaSuccess) {
         cudaGetLastError();
@@ -356,8 +399,10 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
   return a;
 }
 
-std::shared_ptr<const void> prepareForward(const PrepareContext &p) { return prepareAttention(p, 0); }
-std::shared_ptr<const void> prepareGrad(const PrepareContext &p) { return prepareAttention(p, 1); }
+std::shared_ptr<const void> prepareForward(const PrepareContext &p) { return prepareAttention(p, 0, false); }
+std::shared_ptr<const void> prepareGrad(const PrepareContext &p) { return prepareAttention(p, 1, false); }
+std::shared_ptr<const void> prepareQkvForward(const PrepareContext &p) { return prepareAttention(p, 0, true); }
+std::shared_ptr<const void> prepareQkvGrad(const PrepareContext &p) { return prepareAttention(p, 1, true); }
 
 constexpr int kRowThreads = 256;
 
@@ -447,7 +492,7 @@ __global__ void gatherItems(const T *x, float *y, int64_t items, int64_t H, Toke
     const int64_t item = i / (o.rows * o.cols), at = i % (o.rows * o.cols);
     const int64_t r = o.transposed ? at % o.rows : at / o.cols, c = o.transposed ? at / o.rows : at % o.cols;
     const int64_t b = item / H, h = item % H;
-    y[i] = float(load(x[((b * o.rows + r) * o.heads + h / o.group) * o.cols + c]));
+    y[i] = float(load(x[(b * o.rows + r) * o.tokenStride + (h / o.group) * o.cols + c]));
   }
 }
 
@@ -462,8 +507,34 @@ __global__ void scatterItems(const float *y, T *x, int64_t B, int64_t H, TokenMa
     const int64_t at = o.transposed ? c * o.rows + r : r * o.cols + c;
     float sum = 0;
     for (int64_t j = 0; j < o.group; ++j) sum += y[(b * H + hk * o.group + j) * o.rows * o.cols + at];
-    x[i] = store<T>(Compute<T>(sum));
+    x[(b * o.rows + r) * o.tokenStride + hk * o.cols + c] = store<T>(Compute<T>(sum));
   }
+}
+
+// The step's q, kt, v (dy first for the gradient) and its results (y, or
+// dq, dkt, dv) as device addresses. QkvAttention's are heads of its one qkv
+// tensor, and its gradient's of its one result: each at its heads' offset.
+struct Raw {
+  const void *in[4] = {};
+  void *out[3] = {};
+};
+
+Raw rawOperands(const AttnPrepared &a, const KernelContext &c) {
+  Raw r;
+  const size_t first = a.first, results = first == 0 ? 1 : 3;
+  if (first == 1) r.in[0] = c.inputs[0].data;
+  if (!a.at.qkv) {
+    for (size_t i = first; i < first + 3; ++i) r.in[i] = c.inputs[i].data;
+    for (size_t i = 0; i < results && i < c.outputs.size(); ++i) r.out[i] = c.outputs[i].data;
+    return r;
+  }
+  const int64_t e = int64_t(dtypeSize(a.dtype)), kAt = a.g.H * a.g.d * e, vAt = (a.g.H + a.g.Hkv) * a.g.d * e;
+  const char *qkv = static_cast<const char *>(c.inputs[first].data);
+  r.in[first] = qkv, r.in[first + 1] = qkv + kAt, r.in[first + 2] = qkv + vAt;
+  char *out = static_cast<char *>(c.outputs[0].data);
+  r.out[0] = out;
+  if (first == 1) r.out[1] = out + kAt, r.out[2] = out + vAt;
+  return r;
 }
 
 // The f32 operands and results the kernels work on: the tensors themselves,
@@ -474,10 +545,10 @@ struct F32Operands {
   void *out[3] = {};
 };
 
-Status widen(const AttnPrepared &a, const KernelContext &c, F32Operands &f) {
+Status widen(const AttnPrepared &a, const KernelContext &c, const Raw &raw, F32Operands &f) {
   for (size_t i = 0; i < a.wideIn.size() || (a.wideIn.empty() && i < 4); ++i) {
     if (a.wideIn.empty()) {
-      if (i < c.inputs.size()) f.in[i] = c.inputs[i].data;
+      f.in[i] = raw.in[i];
       continue;
     }
     f.in[i] = a.wideIn[i];
@@ -486,31 +557,32 @@ Status widen(const AttnPrepared &a, const KernelContext &c, F32Operands &f) {
     Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       if (a.g.tokenMajor)
-        gatherItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], a.g.items,
-                                                                   a.g.H, tokenMajorOperand(a.g, a.first, i, false));
+        gatherItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(static_cast<const T *>(raw.in[i]), a.wideIn[i],
+                                                                   a.g.items, a.g.H,
+                                                                   tokenMajorOperand(a.g, a.first, i, false));
       else
-        widenKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[i].as<T>(), a.wideIn[i], n);
+        widenKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(static_cast<const T *>(raw.in[i]), a.wideIn[i], n);
       return launchStatus("Attention");
     });
     SD_RETURN_IF_ERROR(st);
   }
   const size_t results = a.first == 0 ? 1 : 3;
-  for (size_t i = 0; i < c.outputs.size() && i < results; ++i)
-    f.out[i] = a.wideOut.empty() ? c.outputs[i].data : a.wideOut[i];
+  for (size_t i = 0; i < results; ++i) f.out[i] = a.wideOut.empty() ? raw.out[i] : a.wideOut[i];
   return Status::ok();
 }
 
-Status narrow(const AttnPrepared &a, const KernelContext &c) {
+Status narrow(const AttnPrepared &a, const KernelContext &c, const Raw &raw) {
   for (size_t i = 0; i < a.wideOut.size(); ++i) {
-    int64_t n = c.outputs[i].numElements();
-    if (n == 0 || !c.outputs[i].data) continue;
+    const TokenMajorOperand o = tokenMajorOperand(a.g, a.first, i, true);
+    const int64_t n = a.g.tokenMajor ? a.g.B * o.rows * o.heads * o.cols : c.outputs[i].numElements();
+    if (n == 0 || !raw.out[i]) continue;
     Status st = dispatchFloatStorage(a.dtype, [&](auto tag) {
       using T = decltype(tag);
       if (a.g.tokenMajor)
-        scatterItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), a.g.B, a.g.H,
-                                                                    tokenMajorOperand(a.g, a.first, i, true));
+        scatterItems<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], static_cast<T *>(raw.out[i]), a.g.B,
+                                                                    a.g.H, o);
       else
-        narrowKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], c.outputs[i].as<T>(), n);
+        narrowKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a.wideOut[i], static_cast<T *>(raw.out[i]), n);
       return launchStatus("Attention");
     });
     SD_RETURN_IF_ERROR(st);
@@ -523,36 +595,39 @@ Status probabilities(const AttnPrepared &a, const KernelContext &c, const F32Ope
   const AttnGeometry &g = a.g;
   SD_RETURN_IF_ERROR(a.scores->run(f.in[first], f.in[first + 1], a.p, g.scale, 0.0, streamOf(c)));
   float *lse = first == 0 && a.writesStats ? c.outputs[1].as<float>() : nullptr;
-  maskedSoftmax<<<rowBlocks(g.items * g.T), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, first + 3), positionsOf(c, first + 4), a.p,
-                                                              lse);
+  maskedSoftmax<<<rowBlocks(g.items * g.T), kRowThreads, 0, streamOf(c)>>>(g, maskOf(c, a.at.mask()),
+                                                                           positionsOf(c, a.at.positions()), a.p, lse);
   return launchStatus("Attention");
 }
 
+// q, kt, v, mask?, positions? -> y (and row statistics); QkvAttention: qkv, mask?, positions?.
 Status AttentionKernel(const KernelContext &c) {
   Status st = Status::ok();
   const AttnPrepared *a = preparedOf(c, st);
   if (!a) return st;
   if (a->g.items * a->g.T * a->g.dv == 0) return Status::ok();
   if (a->g.S == 0 || a->g.d == 0) return sdError("Attention on CUDA needs keys and a head dimension");
+  const Raw raw = rawOperands(*a, c);
   if (a->sdpa) {
     const AttnGeometry &g = a->g;
-    const void *k = c.inputs[1].data; // layout bshd: keys as rows already
+    const void *k = raw.in[1]; // layout bshd: keys as rows already
     if (!g.tokenMajor) {
-      SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[1].data, a->k, g.items, g.d, g.S, streamOf(c)));
+      SD_RETURN_IF_ERROR(transpose(a->dtype, raw.in[1], a->k, g.items, g.d, g.S, streamOf(c)));
       k = a->k;
     }
-    SD_RETURN_IF_ERROR(fillBias(*a, c, 3));
-    return a->sdpa->forward(c.inputs[0].data, k, c.inputs[2].data, a->bias, c.outputs[0].data,
+    SD_RETURN_IF_ERROR(fillBias(*a, c, a->at.mask()));
+    return a->sdpa->forward(raw.in[0], k, raw.in[2], a->bias, raw.out[0],
                             a->writesStats ? c.outputs[1].as<float>() : nullptr, streamOf(c));
   }
   F32Operands f;
-  SD_RETURN_IF_ERROR(widen(*a, c, f));
+  SD_RETURN_IF_ERROR(widen(*a, c, raw, f));
   SD_RETURN_IF_ERROR(probabilities(*a, c, f, 0));
   SD_RETURN_IF_ERROR(a->output->run(a->p, f.in[2], f.out[0], 1.0, 0.0, streamOf(c)));
-  return narrow(*a, c);
+  return narrow(*a, c, raw);
 }
 
-// dy, q, kt, v, mask?, positions? -> dq, dkt, dv.
+// dy, q, kt, v, mask?, positions?, y?, lse? -> dq, dkt, dv; QkvAttentionGrad:
+// dy, qkv, mask?, positions?, y?, lse? -> dqkv.
 Status AttentionGradKernel(const KernelContext &c) {
   Status st = Status::ok();
   const AttnPrepared *a = preparedOf(c, st);
@@ -564,38 +639,38 @@ Status AttentionGradKernel(const KernelContext &c) {
     return Status::ok();
   }
   cudaStream_t s = streamOf(c);
+  const Raw raw = rawOperands(*a, c);
   if (a->sdpa) { // the forward's output and statistics (taken or recomputed), then cuDNN's backward
-    const void *q = c.inputs[1].data, *v = c.inputs[3].data, *k = c.inputs[2].data;
-    void *dk = c.outputs[1].data;
+    const void *q = raw.in[1], *v = raw.in[3], *k = raw.in[2];
+    void *dk = raw.out[1];
     if (!g.tokenMajor) { // kt permuted into rows, dk back into dkt
-      SD_RETURN_IF_ERROR(transpose(a->dtype, c.inputs[2].data, a->k, g.items, g.d, g.S, s));
+      SD_RETURN_IF_ERROR(transpose(a->dtype, raw.in[2], a->k, g.items, g.d, g.S, s));
       k = a->k, dk = a->dk;
     }
-    SD_RETURN_IF_ERROR(fillBias(*a, c, 4));
+    SD_RETURN_IF_ERROR(fillBias(*a, c, a->at.mask()));
     // The forward's output and statistics: the Attention step's (sd-attention-stats), else recomputed here.
     const void *o = a->o;
     const float *stats = a->stats;
     if (a->readsStats) {
-      o = c.inputs[6].data;
-      stats = c.inputs[7].as<float>();
+      o = c.inputs[a->at.forwardY()].data;
+      stats = c.inputs[a->at.forwardY() + 1].as<float>();
     } else {
       SD_RETURN_IF_ERROR(a->sdpa->forward(q, k, v, a->bias, a->o, a->stats, s));
     }
-    SD_RETURN_IF_ERROR(
-        a->sdpa->backward(q, k, v, a->bias, o, c.inputs[0].data, stats, c.outputs[0].data, dk, c.outputs[2].data, s));
-    return g.tokenMajor ? Status::ok() : transpose(a->dtype, a->dk, c.outputs[1].data, g.items, g.S, g.d, s);
+    SD_RETURN_IF_ERROR(a->sdpa->backward(q, k, v, a->bias, o, raw.in[0], stats, raw.out[0], dk, raw.out[2], s));
+    return g.tokenMajor ? Status::ok() : transpose(a->dtype, a->dk, raw.out[1], g.items, g.S, g.d, s);
   }
   F32Operands f;
-  SD_RETURN_IF_ERROR(widen(*a, c, f));
+  SD_RETURN_IF_ERROR(widen(*a, c, raw, f));
   const void *dy = f.in[0], *q = f.in[1], *kt = f.in[2], *v = f.in[3];
   SD_RETURN_IF_ERROR(probabilities(*a, c, f, 1));
   SD_RETURN_IF_ERROR(a->gradV->run(a->p, dy, f.out[2], 1.0, 0.0, s));
   SD_RETURN_IF_ERROR(a->gradP->run(dy, v, a->ds, 1.0, 0.0, s));
-  softmaxBackward<<<rowBlocks(g.items * g.T), kRowThreads, 0, s>>>(g, maskOf(c, 4), a->p, a->ds);
+  softmaxBackward<<<rowBlocks(g.items * g.T), kRowThreads, 0, s>>>(g, maskOf(c, a->at.mask()), a->p, a->ds);
   SD_RETURN_IF_ERROR(launchStatus("AttentionGrad"));
   SD_RETURN_IF_ERROR(a->gradQ->run(a->ds, kt, f.out[0], g.scale, 0.0, s));
   SD_RETURN_IF_ERROR(a->gradKt->run(q, a->ds, f.out[1], g.scale, 0.0, s));
-  return narrow(*a, c);
+  return narrow(*a, c, raw);
 }
 
 } // namespace
@@ -604,6 +679,8 @@ void registerAttentionKernels() {
   TypeSet t{DType::F32, DType::BF16, DType::F16};
   registerKernel("Attention", AttentionKernel, t, prepareForward);
   registerKernel("AttentionGrad", AttentionGradKernel, t, prepareGrad, 1);
+  registerKernel("QkvAttention", AttentionKernel, t, prepareQkvForward);
+  registerKernel("QkvAttentionGrad", AttentionGradKernel, t, prepareQkvGrad, 1);
 }
 
 } // namespace sd::cuda

@@ -50,29 +50,36 @@ struct Handle {
 enum Uid : int64_t { kQ = 1, kK, kV, kO, kStats, kDO, kDQ, kDK, kDV, kBias };
 
 // [n, h, rows, cols] with the strides of its layout: heads after the rows
-// (token-major) or before them.
-void place(fe::graph::Tensor_attributes &t, int64_t n, int64_t h, int64_t rows, int64_t cols, bool tokenMajor) {
+// (token-major; rows `tokenStride` elements apart, h * cols unless they
+// are heads of a wider tensor) or before them.
+void place(fe::graph::Tensor_attributes &t, int64_t n, int64_t h, int64_t rows, int64_t cols, bool tokenMajor,
+           int64_t tokenStride = 0) {
+  if (!tokenStride) tokenStride = h * cols;
   t.set_dim({n, h, rows, cols});
-  t.set_stride(tokenMajor ? std::vector<int64_t>{rows * h * cols, cols, h * cols, 1}
+  t.set_stride(tokenMajor ? std::vector<int64_t>{rows * tokenStride, cols, tokenStride, 1}
                           : std::vector<int64_t>{h * rows * cols, rows * cols, cols, 1});
 }
 
 std::shared_ptr<fe::graph::Tensor_attributes> tensor(fe::graph::Graph &g, const char *name, int64_t uid, int64_t n,
-                                                     int64_t h, int64_t rows, int64_t cols, bool tokenMajor) {
+                                                     int64_t h, int64_t rows, int64_t cols, bool tokenMajor,
+                                                     int64_t tokenStride = 0) {
   fe::graph::Tensor_attributes t;
   t.set_name(name).set_uid(uid);
-  place(t, n, h, rows, cols, tokenMajor);
+  place(t, n, h, rows, cols, tokenMajor, tokenStride);
   return g.tensor(t);
 }
+
+// Rows of q, k, v and their gradients: the one qkv tensor's (QkvAttention), else their own.
+int64_t qkvStride(const SdpaShape &s) { return s.qkvHeads * s.d; }
 
 // The operands of a shape: queries and outputs (q, o, dO), keys, values.
 struct Operands {
   std::shared_ptr<fe::graph::Tensor_attributes> q, k, v;
 };
 Operands operands(fe::graph::Graph &g, const SdpaShape &s) {
-  return {tensor(g, "q", kQ, s.batch, s.heads, s.T, s.d, s.tokenMajor),
-          tensor(g, "k", kK, s.batch, s.kvHeads, s.S, s.d, s.tokenMajor),
-          tensor(g, "v", kV, s.batch, s.kvHeads, s.S, s.dv, s.tokenMajor)};
+  return {tensor(g, "q", kQ, s.batch, s.heads, s.T, s.d, s.tokenMajor, qkvStride(s)),
+          tensor(g, "k", kK, s.batch, s.kvHeads, s.S, s.d, s.tokenMajor, qkvStride(s)),
+          tensor(g, "v", kV, s.batch, s.kvHeads, s.S, s.dv, s.tokenMajor, qkvStride(s))};
 }
 
 // The additive bias [1, 1, T, S], broadcast over the items.
@@ -169,9 +176,9 @@ std::shared_ptr<fe::graph::Graph> backwardGraph(const SdpaShape &s) {
   dq->set_output(true).set_uid(kDQ);
   dk->set_output(true).set_uid(kDK);
   dv->set_output(true).set_uid(kDV);
-  place(*dq, s.batch, s.heads, s.T, s.d, s.tokenMajor);
-  place(*dk, s.batch, s.kvHeads, s.S, s.d, s.tokenMajor);
-  place(*dv, s.batch, s.kvHeads, s.S, s.dv, s.tokenMajor);
+  place(*dq, s.batch, s.heads, s.T, s.d, s.tokenMajor, qkvStride(s));
+  place(*dk, s.batch, s.kvHeads, s.S, s.d, s.tokenMajor, qkvStride(s));
+  place(*dv, s.batch, s.kvHeads, s.S, s.dv, s.tokenMajor, qkvStride(s));
   return g;
 }
 

@@ -22,6 +22,10 @@ namespace sd::cuda {
 struct SdpaShape {
   int64_t batch = 0, heads = 1, kvHeads = 1, T = 0, S = 0, d = 0, dv = 0;
   bool tokenMajor = false;
+  // QkvAttention: q, k and v (and their gradients) are heads of one
+  // token-major tensor of qkvHeads heads per token (its rows that far
+  // apart); 0: each its own tensor.
+  int64_t qkvHeads = 0;
   float scale = 1;
   bool causal = false; // key j visible to query i iff j <= i
   bool bias = false;   // an additive [T, S] bias, the same for every item (a mask's 0 or fill)

@@ -124,10 +124,15 @@ def check_qkv_attention(check, sdc, sdrun, model, data, tmp):
             ops = {op: train.count(f'sd.step "{op}"') for op in ("QkvAttention", "QkvAttentionGrad", "Split", "Concat")}
             packed_rows = "--packing" not in flags or 'sd.step "QkvAttention"' not in train or \
                 all("memref<4x8xi64>" in line for line in train.splitlines() if 'sd.step "QkvAttention' in line)
+            # sd-attention-stats: the gradient reads the forward's y and row statistics (dy, qkv, mask,
+            # positions when packed, y, lse).
+            grad = next((line for line in train.splitlines() if 'sd.step "QkvAttentionGrad"' in line), "")
+            takes_stats = grad.split(" ins(")[-1].split(" outs(")[0].count("memref<") == 5 + ("--packing" in flags)
             if fused:
                 check(ops["QkvAttention"] == 1 and ops["QkvAttentionGrad"] == 1 and not ops["Split"] and
-                      not ops["Concat"] and packed_rows,
-                      f"GPT {name}: attention on the fused q|k|v projection, no Split or Concat step ({ops})")
+                      not ops["Concat"] and packed_rows and takes_stats,
+                      f"GPT {name}: attention on the fused q|k|v projection, its gradient on the forward's statistics, "
+                      f"no Split or Concat step ({ops})")
             else:
                 check(ops["Split"] == 1 and ops["Concat"] == 1 and not ops["QkvAttention"],
                       f"GPT {name}: --no-fuse qkv-attention splits q, k and v apart ({ops})")

@@ -306,10 +306,11 @@ def dynamo_lora_plan(sdc, sdrun, tmp, name, model, ids, what):
         "-o", plan])
     steps = plan_steps(sdrun, plan)
     layers = model.config.num_hidden_layers
+    grads = steps.get("AttentionGrad", 0) + steps.get("QkvAttentionGrad", 0)  # QkvAttention: a fused q|k|v read as it is
     check(f"dynamo default {name}, LoRA: no Transpose or Softmax step in any entry ({what})",
-          not steps.get("Transpose") and not steps.get("Softmax") and steps.get("AttentionGrad", 0) >= layers,
+          not steps.get("Transpose") and not steps.get("Softmax") and grads >= layers,
           f"{steps.get('Transpose')} Transpose, {steps.get('Softmax')} Softmax, {steps.get('AttentionGrad')} "
-          "AttentionGrad steps")
+          f"AttentionGrad, {steps.get('QkvAttentionGrad')} QkvAttentionGrad steps")
     got = sdrun_logits(sdrun, plan, None, ids, tmp, tag)
     with torch.no_grad():
         want = model(torch.tensor(ids)).logits.numpy()

@@ -2287,6 +2287,65 @@ CASES["AttentionGrad"] += [
          rtol=5)]
 
 
+# QkvAttention (sd-qkv-attention): layout bshd on one qkv [B, T, H + 2 Hkv, d]
+# holding each token's q, then k, then v heads; the references split it and
+# run layout bshd's, and the gradient's three results go back side by side.
+def qkv_parts(qkv, attrs):
+    kv = attrs["kv_heads"]
+    h = qkv.shape[2] - 2 * kv
+    return [qkv[:, :, :h], qkv[:, :, h:h + kv], qkv[:, :, h + kv:]]
+
+
+def qkv_attention_ref(ins, attrs, t):
+    return attention_bshd_ref(qkv_parts(ins[0], attrs) + list(ins[1:]), attrs, t)
+
+
+def qkv_attention_lse_ref(ins, attrs, t):
+    return attention_lse_ref(qkv_parts(ins[0], attrs) + list(ins[1:]), {**attrs, **BSHD}, t)
+
+
+def qkv_attention_grad_ref(ins, attrs, t):
+    grads = attention_grad_bshd_ref([ins[0]] + qkv_parts(ins[1], attrs) + list(ins[2:3]), attrs, t)
+    return [np.concatenate(grads, axis=2)]
+
+
+def with_qkv_forward(make, attrs):
+    """QkvAttentionGrad inputs (dy, qkv, mask) plus positions (none), the
+    forward's y in the case's type and its f32 statistics."""
+    def full(t, r):
+        ins = make(t, r)
+        y, lse = qkv_attention_lse_ref(ins[1:], attrs, t)
+        return ins + [None] * (4 - len(ins)) + [y.astype(NP[t]), lse]
+    return full
+
+
+_qkv = {"scale": 0.5, "kv_heads": 2}
+CASES["QkvAttention"] = [
+    Case(lambda t, r: [rand(r, (2, 9, 8, 8), t), causal(9)], attrs=_qkv, ref=qkv_attention_ref,
+         label="causal, 4 query heads over 2 key/value heads"),
+    Case(lambda t, r: [rand(r, (2, 5, 12, 8), t)], attrs={"scale": 0.5, "kv_heads": 4}, ref=qkv_attention_ref,
+         label="no mask, one key/value head per query head (GPT-2's c_attn)"),
+    Case(lambda t, r: [rand(r, (2, 6, 4, 8), t), causal(6), np.array([[0, 1, 2, 0, 1, 2], [0, 1, 0, 1, 2, 3]], np.int64)],
+         attrs={"scale": 0.5, "kv_heads": 1}, ref=qkv_attention_ref,
+         label="causal, packed sequences, one key/value head (multi-query)"),
+    Case(lambda t, r: [rand(r, (2, 4, 6, 8), t), padded_rows()[:, :, :, :4]], attrs={"zero_masked_rows": 1, "kv_heads": 2},
+         ref=qkv_attention_ref, label="padding mask per batch row"),
+    Case(lambda t, r: [rand(r, (2, 9, 8, 8), t), causal(9)], attrs=_qkv, outputs=2, ref=qkv_attention_lse_ref,
+         label="causal, row statistics"),
+    Case(lambda t, r: [rand(r, (1, 4, 7, 8), t)], attrs={"kv_heads": 2}, ref=qkv_attention_ref,
+         error="multiple of", label="3 query heads over 2 key/value heads")]
+CASES["QkvAttentionGrad"] = [
+    Case(lambda t, r: [rand(r, (2, 9, 4, 8), t), rand(r, (2, 9, 8, 8), t), causal(9)], attrs=_qkv, outputs=1,
+         ref=qkv_attention_grad_ref, label="causal, 4 query heads over 2 key/value heads", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), rand(r, (2, 5, 9, 8), t)], attrs={"scale": 0.5, "kv_heads": 3},
+         outputs=1, ref=qkv_attention_grad_ref, label="no mask, GPT-2's c_attn", rtol=5),
+    Case(lambda t, r: [rand(r, (1, 9, 4, 8), t), rand(r, (1, 9, 6, 8), t), causal(9)],
+         attrs={"scale": 0.5, "kv_heads": 1}, outputs=1, ref=qkv_attention_grad_ref,
+         label="causal, one key/value head (multi-query)", rtol=5),
+    Case(with_qkv_forward(lambda t, r: [rand(r, (2, 9, 4, 8), t), rand(r, (2, 9, 8, 8), t), causal(9)], _qkv),
+         attrs=_qkv, outputs=1, ref=qkv_attention_grad_ref, label="causal, the forward's statistics", rtol=5)]
+
+
 # ---- driver -----------------------------------------------------------------------------------------------------
 
 def bind_only(backend):
