@@ -1,8 +1,8 @@
 // sd-qkv-attention: a self-attention whose q, k and v are the three parts of
 // one fused projection (GPT-2's c_attn, Falcon's query_key_value, a q|k|v
 // that sd-fuse-projections joined) reads them where that projection wrote
-// them. In layout bshd the parts are token-major already, so a Split along
-// the last axis only copies each token's q, k and v heads apart, every
+// them. In layout bshd the parts are token-major already, so the Split only
+// copies each token's q, k and v heads apart, every
 // forward; the backward's Concat copies their gradients together again for
 // the projection's input gradient. QkvAttention takes the projection's
 // output as [B, T, H + 2 Hkv, d] (a Reshape, which moves nothing), and its
@@ -44,8 +44,11 @@ SplitOp splitPart(Value v, unsigned &index) {
 }
 
 // The Split whose results 0, 1 and 2 are `a`'s q, k and v and that splits
-// each token's values along its last axis ([B, T, N], or [B, T, P, d] by
-// heads); null when `a` is not such an attention.
+// each token's values apart: the dims before its axis are the tokens (B T
+// of them, in order: the parts' views to [B, T, h, d] are row-major), and
+// each part holds its heads' h d values per token ([B, T, N] split along
+// N, [B, T, H + 2 Hkv, d] by heads, an unsqueezed [B, 1, T, N], ...).
+// Null when `a` is not such an attention.
 SplitOp fusedProjectionOf(AttentionOp a) {
   if (a.getLayout() != "bshd" || !a.getLse().empty()) return {};
   ArrayRef<int64_t> q = staticShape(a.getQ()), k = staticShape(a.getKt()), v = staticShape(a.getV());
@@ -55,15 +58,19 @@ SplitOp fusedProjectionOf(AttentionOp a) {
   if (!split || splitPart(a.getKt(), ik) != split || splitPart(a.getV(), iv) != split || iq != 0 || ik != 1 ||
       iv != 2 || split.getOutputs().size() != 3)
     return {};
-  auto in = dyn_cast<RankedTensorType>(split.getInput().getType());
-  if (!in || !in.hasStaticShape() || (in.getRank() != 3 && in.getRank() != 4)) return {};
+  ArrayRef<int64_t> x = staticShape(split.getInput());
   int64_t axis = split.getAxis().value_or(0);
-  if (axis < 0) axis += in.getRank();
-  ArrayRef<int64_t> x = in.getShape();
-  const int64_t heads = q[2] + 2 * k[2];
-  const bool byTokens = in.getRank() == 3 && axis == 2 && x[2] == heads * q[3];
-  const bool byHeads = in.getRank() == 4 && axis == 2 && x[2] == heads && x[3] == q[3];
-  if (!(byTokens || byHeads) || x[0] != q[0] || x[1] != q[1]) return {};
+  if (x.empty() || axis < -int64_t(x.size()) || axis >= int64_t(x.size())) return {};
+  if (axis < 0) axis += int64_t(x.size());
+  int64_t tokens = 1, inner = 1;
+  for (int64_t i = 0; i < axis; ++i) tokens *= x[size_t(i)];
+  for (size_t i = size_t(axis) + 1; i < x.size(); ++i) inner *= x[i];
+  if (tokens != q[0] * q[1]) return {};
+  const int64_t heads[3] = {q[2], k[2], k[2]};
+  for (unsigned i = 0; i < 3; ++i) {
+    ArrayRef<int64_t> part = staticShape(split.getOutputs()[i]);
+    if (part.size() != x.size() || part[size_t(axis)] * inner != heads[i] * q[3]) return {};
+  }
   return split;
 }
 
@@ -77,8 +84,8 @@ struct QkvAttentionPass : sd::impl::QkvAttentionBase<QkvAttentionPass> {
       ArrayRef<int64_t> q = staticShape(a.getQ()), k = staticShape(a.getKt());
       OpBuilder b(a);
       Value qkv = split.getInput();
-      if (staticShape(qkv).size() == 3) {
-        SmallVector<int64_t> dims{q[0], q[1], q[2] + 2 * k[2], q[3]};
+      SmallVector<int64_t> dims{q[0], q[1], q[2] + 2 * k[2], q[3]};
+      if (staticShape(qkv) != ArrayRef<int64_t>(dims)) {
         auto shapeType = RankedTensorType::get({4}, b.getI64Type());
         Value shape = b.create<ConstantOp>(a.getLoc(), shapeType, DenseElementsAttr::get(shapeType, ArrayRef(dims)));
         qkv = b.create<ReshapeOp>(a.getLoc(), TypeRange{RankedTensorType::get(dims, getElementTypeOrSelf(qkv.getType()))},

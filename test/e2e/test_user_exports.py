@@ -356,7 +356,15 @@ def dynamo_default_decoders(sdc, sdrun, tmp):
                      "RMSNorm on each head of the head-major q and k, a sliding window shorter than the sequence")
     bigcode = transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(
         vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ, multi_query=True, use_cache=False)).eval()
-    dynamo_lora_plan(sdc, sdrun, tmp, "StarCoder", bigcode, ids, "multi-query attention: one key/value head")
+    starcoder = dynamo_lora_plan(sdc, sdrun, tmp, "StarCoder", bigcode, ids, "multi-query attention: one key/value head")
+    # Its c_attn is one [q | k | v] projection (4 query heads, one key/value head): attention reads it as it is.
+    from e2e_util import plan_steps
+    for name, plan_file in (("GPT-2", plan), ("StarCoder", starcoder)):
+        steps = plan_steps(sdrun, plan_file)
+        check(f"dynamo default {name}, LoRA: attention reads the fused q|k|v projection as it is (sd-qkv-attention)",
+              steps.get("QkvAttention", 0) > 0 and steps.get("QkvAttentionGrad", 0) > 0 and not steps.get("Split")
+              and not steps.get("Concat"), f"{steps.get('QkvAttention')} QkvAttention, {steps.get('Split')} Split, "
+              f"{steps.get('Concat')} Concat steps")
     # Falcon's exporter picks k and v out of the fused projection with GatherND
     # ([-2] and [-1] on the leading axis), which LoRA's backward passes through
     # (it did not compile before); its attention keeps its transposes.
