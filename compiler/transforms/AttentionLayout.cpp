@@ -143,14 +143,7 @@ private:
   // [B, S, 1, d] of a one-head [B, 1, S, d]: a Reshape, which moves nothing.
   Value viewTokenMajor(OpBuilder &b, Value v) {
     Value &view = views[v];
-    if (!view) {
-      SmallVector<int64_t> dims = tokenMajorShape(v);
-      auto shapeType = RankedTensorType::get({4}, b.getI64Type());
-      Value shape = b.create<ConstantOp>(v.getLoc(), shapeType, DenseElementsAttr::get(shapeType, ArrayRef(dims)));
-      view = b.create<ReshapeOp>(v.getLoc(), TypeRange{RankedTensorType::get(dims, getElementTypeOrSelf(v.getType()))},
-                                 ValueRange{v, shape}, ArrayRef<NamedAttribute>{})
-                 .getResult();
-    }
+    if (!view) view = GradBuilder(b, v.getLoc()).reshape(v, tokenMajorShape(v));
     return view;
   }
 

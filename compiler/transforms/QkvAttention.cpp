@@ -10,6 +10,7 @@
 // reads it: neither copy is left. Runs before autodiff, as sd-pack-swiglu.
 #include "PassDetail.h"
 #include "Passes.h"
+#include "vjp/GradBuilder.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/SetVector.h"
 
@@ -83,15 +84,8 @@ struct QkvAttentionPass : sd::impl::QkvAttentionBase<QkvAttentionPass> {
       if (!split) continue;
       ArrayRef<int64_t> q = staticShape(a.getQ()), k = staticShape(a.getKt());
       OpBuilder b(a);
-      Value qkv = split.getInput();
-      SmallVector<int64_t> dims{q[0], q[1], q[2] + 2 * k[2], q[3]};
-      if (staticShape(qkv) != ArrayRef<int64_t>(dims)) {
-        auto shapeType = RankedTensorType::get({4}, b.getI64Type());
-        Value shape = b.create<ConstantOp>(a.getLoc(), shapeType, DenseElementsAttr::get(shapeType, ArrayRef(dims)));
-        qkv = b.create<ReshapeOp>(a.getLoc(), TypeRange{RankedTensorType::get(dims, getElementTypeOrSelf(qkv.getType()))},
-                                  ValueRange{qkv, shape}, ArrayRef<NamedAttribute>{})
-                  .getResult();
-      }
+      // The projection's output as [B, T, H + 2 Hkv, d]: a view (none when it has that shape).
+      Value qkv = GradBuilder(b, a.getLoc()).reshape(split.getInput(), {q[0], q[1], q[2] + 2 * k[2], q[3]});
       SmallVector<NamedAttribute> attrs;
       for (NamedAttribute attr : a->getAttrs())
         if (attr.getName() != "layout") attrs.push_back(attr);

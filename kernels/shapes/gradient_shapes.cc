@@ -122,6 +122,20 @@ Status poolGradShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// An attention gradient's operands `at` and `at` + 1: the forward's output
+// and row statistics (sd-attention-stats), both or neither.
+Status checkForwardStats(const ShapeContext &c, size_t at, const TensorInfo &dy, const Dims &y, bool tokenMajor,
+                         const char *op) {
+  SD_CHECK_ARG(c.hasInput(at) == c.hasInput(at + 1), op, " takes the forward's output and statistics together");
+  if (!c.hasInput(at)) return Status::ok();
+  SD_CHECK_ARG(c.inputs[at].dims == y && c.inputs[at].dtype == dy.dtype, op, ": the forward's output ",
+               formatDims(c.inputs[at].dims), " is not ", formatDims(y));
+  const Dims rows = attentionRowDims(y, tokenMajor);
+  SD_CHECK_ARG(c.inputs[at + 1].dtype == DType::F32 && c.inputs[at + 1].dims == rows, op, ": statistics ",
+               formatDims(c.inputs[at + 1].dims), " are not f32 ", formatDims(rows));
+  return Status::ok();
+}
+
 // AttentionGrad(dy, q, kt, v, mask, positions, y, lse) -> dq, dkt, dv; q, kt and v share their batch dims.
 Status attentionGradShape(ShapeContext &c) {
   const TensorInfo &dy = c.inputs[0], &q = c.inputs[1], &kt = c.inputs[2], &v = c.inputs[3];
@@ -144,15 +158,7 @@ Status attentionGradShape(ShapeContext &c) {
   }
   if (dy.dims != want) return sdError("AttentionGrad: gradient ", formatDims(dy.dims), " is not ", formatDims(want));
   if (c.hasInput(5)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, kt, c.inputs[5], tokenMajor));
-  // The forward's output and row statistics (sd-attention-stats), both or neither.
-  SD_CHECK_ARG(c.hasInput(6) == c.hasInput(7), "AttentionGrad takes the forward's output and statistics together");
-  if (c.hasInput(6)) {
-    SD_CHECK_ARG(c.inputs[6].dims == want && c.inputs[6].dtype == dy.dtype, "AttentionGrad: the forward's output ",
-                 formatDims(c.inputs[6].dims), " is not ", formatDims(want));
-    const Dims rows = attentionRowDims(want, tokenMajor);
-    SD_CHECK_ARG(c.inputs[7].dtype == DType::F32 && c.inputs[7].dims == rows, "AttentionGrad: statistics ",
-                 formatDims(c.inputs[7].dims), " are not f32 ", formatDims(rows));
-  }
+  SD_RETURN_IF_ERROR(checkForwardStats(c, 6, dy, want, tokenMajor, "AttentionGrad"));
   c.outputs = {q, kt, v};
   return Status::ok();
 }
@@ -167,14 +173,7 @@ Status qkvAttentionGradShape(ShapeContext &c) {
     return sdError("QkvAttentionGrad: gradient ", formatDims(dy.dims), " is not ", dtypeName(qkv.dtype), " ",
                    formatDims(want));
   if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkAttentionPositions(q, k, c.inputs[3], true));
-  SD_CHECK_ARG(c.hasInput(4) == c.hasInput(5), "QkvAttentionGrad takes the forward's output and statistics together");
-  if (c.hasInput(4)) {
-    SD_CHECK_ARG(c.inputs[4].dims == want && c.inputs[4].dtype == dy.dtype, "QkvAttentionGrad: the forward's output ",
-                 formatDims(c.inputs[4].dims), " is not ", formatDims(want));
-    const Dims rows = attentionRowDims(want, true);
-    SD_CHECK_ARG(c.inputs[5].dtype == DType::F32 && c.inputs[5].dims == rows, "QkvAttentionGrad: statistics ",
-                 formatDims(c.inputs[5].dims), " are not f32 ", formatDims(rows));
-  }
+  SD_RETURN_IF_ERROR(checkForwardStats(c, 4, dy, want, true, "QkvAttentionGrad"));
   c.outputs = {qkv};
   return Status::ok();
 }
