@@ -214,8 +214,8 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
     why = "cannot allocate its scratch", plan = nullptr;
   }
   if (log)
-    std::fprintf(stderr, "sd: %s %lldx%lldx%lld (d %lld): %s\n", first ? "AttentionGrad" : "Attention",
-                 (long long)g.items, (long long)g.T, (long long)g.S, (long long)g.d,
+    std::fprintf(stderr, "sd: %s %lldx%lldx%lld (d %lld%s): %s\n", first ? "AttentionGrad" : "Attention",
+                 (long long)g.items, (long long)g.T, (long long)g.S, (long long)g.d, g.P ? ", q|k|v in one tensor" : "",
                  plan ? (causal ? "cuDNN SDPA, causal" : bias ? "cuDNN SDPA, mask as bias" : "cuDNN SDPA")
                       : ("GEMM path: " + why).c_str());
   a.sdpa = plan;
