@@ -459,7 +459,7 @@ def SD_CachedAttentionOp : SD_Nary<"cached_attention", "CachedAttention",
 }
 def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
     (ins AnyTensor:$x, AnyTensor:$cos, AnyTensor:$sin, SD_OptTensor:$positions),
-    (ins OptI64:$interleaved, OptI64:$transposed, OptI64:$seq_axis, OptI64:$out_type)> {
+    (ins OptI64:$interleaved, OptI64:$transposed, OptI64:$seq_axis, OptI64:$out_type, OptI64:$rotated_heads)> {
   let description = [{
     Rotary position embedding over the last axis of x [B, ..., S, D], as
     sd-fuse-rotary recognizes it: y = x * cos + rot(x) * sin, where rot(x) is
@@ -472,6 +472,9 @@ def SD_RotaryOp : SD_Nary<"rotary", "Rotary",
     1 for token-major x [B, S, H, D] (sd-attention-layout). `out_type`
     (sd-half-elementwise) is y's type where it is not x's: 16 (bf16) or 10
     (f16) rounds the result of an f32 x, 1 (f32) keeps that of a half x.
+    `rotated_heads` = R (token-major x [B, S, P, D], seq_axis 1; set by
+    sd-qkv-attention on a fused q|k|v projection's heads): heads 0..R-1 are
+    rotated, the others (the values) pass through as they are.
   }];
 }
 def SD_ResizeOp : SD_Nary<"resize", "Resize",

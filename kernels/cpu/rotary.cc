@@ -3,6 +3,8 @@
 // whose cos and sin come from the row's [Bc, S, W] slice or, with positions,
 // from the table row its position names. Gradient = the same rotation
 // transposed (attribute `transposed`), so one kernel serves both directions.
+// With rotated_heads, heads past the rotated ones (a fused q|k|v's values)
+// are copied as they are.
 #include "cpu_util.h"
 #include "half_convert.h"
 
@@ -22,7 +24,11 @@ struct PairLayout {
 };
 
 template <typename T>
-void rotateRow(const T *x, const T *c, const T *s, T *y, const PairLayout &l, bool transposed) {
+void rotateRow(const T *x, const T *c, const T *s, T *y, const PairLayout &l, bool transposed, bool rotated = true) {
+  if (!rotated) { // a head rotated_heads leaves as it is (a value head of a fused q|k|v)
+    std::copy(x, x + l.d, y);
+    return;
+  }
   for (int64_t i = 0; i < l.half; ++i) {
     const int64_t p = l.p(i), q = l.q(i), cp = l.cp(i), cq = l.cq(i);
     const T xp = x[p], xq = x[q];
@@ -49,6 +55,9 @@ Status RotaryKernel(const KernelContext &c) {
   int64_t rowsPerToken = 1; // rows of one token (token-major x [B, S, H, D]: H)
   for (int64_t a = seqAxis + 1; a < rank - 1; ++a) rowsPerToken *= x.dims[size_t(a)];
   const int64_t w = cosT.dims.back();
+  // rotated_heads: row r is head r % rowsPerToken of its token; heads from it on pass through.
+  const int64_t rotatedHeads = c.attrs.getInt("rotated_heads", 0);
+  auto rotates = [&](int64_t r) { return rotatedHeads <= 0 || r % rowsPerToken < rotatedHeads; };
   PairLayout l{d, d / 2, c.attrs.getInt("interleaved", 0) != 0, 2 * w == d};
   const bool transposed = c.attrs.getInt("transposed", 0) != 0;
   const int64_t rows = d ? x.numElements() / d : 0;
@@ -77,7 +86,7 @@ Status RotaryKernel(const KernelContext &c) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t a = angleRow(r);
         widenHalf(x.dtype, x.as<uint16_t>() + r * d, in.data(), d);
-        rotateRow(in.data(), pc + a * w, ps + a * w, out.data(), l, transposed);
+        rotateRow(in.data(), pc + a * w, ps + a * w, out.data(), l, transposed, rotates(r));
         narrowHalf(x.dtype, out.data(), c.outputs[0].as<uint16_t>() + r * d, d);
       }
     });
@@ -90,7 +99,7 @@ Status RotaryKernel(const KernelContext &c) {
     parallelFor(c.pool, rows, std::max<int64_t>(1, 8192 / std::max<int64_t>(d, 1)), [&](int64_t b, int64_t e) {
       for (int64_t r = b; r < e; ++r) {
         const int64_t a = angleRow(r);
-        rotateRow(px + r * d, pc + a * w, ps + a * w, py + r * d, l, transposed);
+        rotateRow(px + r * d, pc + a * w, ps + a * w, py + r * d, l, transposed, rotates(r));
       }
     });
     return Status::ok();

@@ -13,6 +13,7 @@ namespace {
 struct RotaryGeometry {
   int64_t pairs, d, half, w, seq, perBatch, tableRows, tables;
   int64_t rowsPerToken; // rows of one token: 1, or H for token-major x [B, S, H, D] (seq_axis 1)
+  int64_t rotatedHeads; // rows (heads) of a token from this one on pass through; 0: all rotate
   bool interleaved, halfWidth, transposed;
 };
 
@@ -26,6 +27,12 @@ __global__ void rotaryKernel(const T *x, const A *cosT, const A *sinT, const int
     const int64_t angle = pos ? pos[b * g.seq + t] : (g.tables == 1 ? 0 : b) * g.seq + t;
     const int64_t p = g.interleaved ? 2 * i : i, q = g.interleaved ? 2 * i + 1 : i + g.half;
     Y *yr = y + r * g.d;
+    if (g.rotatedHeads > 0 && r % g.rowsPerToken >= g.rotatedHeads) { // a value head of a fused q|k|v
+      const T *xr = x + r * g.d;
+      yr[p] = store<Y>(Compute<Y>(load(xr[p])));
+      yr[q] = store<Y>(Compute<Y>(load(xr[q])));
+      continue;
+    }
     if (angle < 0 || angle >= g.tableRows) {
       yr[p] = store<Y>(Compute<Y>(NAN));
       yr[q] = store<Y>(Compute<Y>(NAN));
@@ -61,6 +68,7 @@ Status RotaryKernel(const KernelContext &c) {
   g.rowsPerToken = 1;
   for (int64_t a = seqAxis + 1; a < rank - 1; ++a) g.rowsPerToken *= x.dims[size_t(a)];
   g.half = g.d / 2;
+  g.rotatedHeads = c.attrs.getInt("rotated_heads", 0);
   g.w = cosT.dims.back();
   g.tables = cosT.dims[0];
   g.tableRows = g.w ? cosT.numElements() / g.w : 0;

@@ -1,7 +1,8 @@
 // Shape rule of Rotary (sd-fuse-rotary's rotary position embedding):
 // x [B, ..., S, D] (S at seq_axis, default rank - 2); cos and sin [Bc, S, W] (Bc 1 or B), or tables [P, W]
 // indexed by positions i64 [B, S]; W is D or D/2. The result is x's shape
-// and type; cos and sin have x's type, or f32 with a bf16/f16 x.
+// and type; cos and sin have x's type, or f32 with a bf16/f16 x. With
+// rotated_heads R, x is [B, S, P, D] (seq_axis 1) and only heads < R rotate.
 #include "shape_util.h"
 
 namespace sd {
@@ -36,6 +37,11 @@ static Status rotaryShape(ShapeContext &c) {
     SD_CHECK_ARG(cosT.rank() == 3 && (cosT.dims[0] == 1 || cosT.dims[0] == b || cosT.dims[0] < 0 || b < 0) &&
                      (cosT.dims[1] < 0 || s < 0 || cosT.dims[1] == s),
                  "Rotary takes cos and sin [1 or ", b, ", ", s, ", W], got ", formatDims(cosT.dims));
+  }
+  if (const int64_t rotated = c.attrs.getInt("rotated_heads", 0)) {
+    SD_CHECK_ARG(x.rank() == 4 && seqAxis == 1 && rotated > 0 && (x.dims[2] < 0 || rotated <= x.dims[2]),
+                 "Rotary: rotated_heads ", rotated, " needs token-major heads [B, S, P >= ", rotated,
+                 ", D] (seq_axis 1), got ", formatDims(x.dims));
   }
   DType yType;
   SD_RETURN_IF_ERROR(roundedResultType(c.attrs, x.dtype, "Rotary", yType));

@@ -141,6 +141,29 @@ def check_qkv_attention(check, sdc, sdrun, model, data, tmp):
               f"GPT {name}: the same 6 losses and weights bit for bit with --no-fuse qkv-attention")
 
 
+def check_qkv_rotary(check, sdc, sdrun, llama, data, tmp):
+    """The tiny Llama with LoRA on its MLP only: sd-fuse-projections joins its
+    frozen q, k and v projections, and their rotated parts become one Rotary
+    over the joined output (its q and k heads; the v heads pass through) and a
+    QkvAttention: no Split, half the Rotary steps, the same losses and weights
+    bit for bit as with --no-fuse qkv-attention (f32 and bf16)."""
+    for precision in ("fp32", "bf16"):
+        runs, counts = {}, {}
+        for fused in (True, False):
+            plan = os.path.join(tmp, f"llama-qkv-{precision}-{fused}.sdp")
+            sh([sdc, "compile", llama, "-o", plan, "--shapes", "input_ids=4x8", "--peft", "lora", "--target-modules",
+                "gate_proj,up_proj,down_proj", "--precision", precision] + ([] if fused else ["--no-fuse", "qkv-attention"]))
+            steps = plan_steps(sdrun, plan)
+            counts[fused] = {op: steps.get(op, 0) for op in ("QkvAttention", "Attention", "Rotary", "Split")}
+            runs[fused] = train_run(sdrun, plan, data, tmp, f"llama-qkv-{precision}-{fused}", 6)
+        check(counts[True]["QkvAttention"] > 0 and not counts[True]["Attention"] and
+              2 * counts[True]["Rotary"] == counts[False]["Rotary"] and counts[True]["Split"] < counts[False]["Split"],
+              f"{precision} Llama LoRA on the MLP: attention and one Rotary on the joined q|k|v projection "
+              f"({counts[True]}; with --no-fuse qkv-attention {counts[False]})")
+        check(runs[True] == runs[False] and len(runs[True][0]) == 6,
+              f"{precision} Llama LoRA on the MLP: the same 6 losses and weights bit for bit with --no-fuse qkv-attention")
+
+
 def train_step_traffic(sdrun, plan):
     """Bytes train_step's steps read and write, as `sdrun inspect` counts them."""
     line = next(l for l in sh([sdrun, "inspect", plan]).splitlines() if l.strip().startswith("train_step"))
@@ -389,6 +412,7 @@ def main():
         check_attention_layout(check, sdc, sdrun, llama, data, tmp)
         check_packed_swiglu(check, sdc, sdrun, llama, data, tmp)
         check_qkv_attention(check, sdc, sdrun, model, data, tmp)
+        check_qkv_rotary(check, sdc, sdrun, llama, data, tmp)
         check_gemm_scale(check, sdc, sdrun, model, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")

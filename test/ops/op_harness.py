@@ -1492,6 +1492,31 @@ CASES["Rotary"] += [
          ref=lambda ins, attrs, t: [rotary_f32_of_half(ins, attrs, t)], types=list(HALVES),
          label="token-major half x, f32 result")]
 
+# sd-qkv-attention's form: the heads of a fused q|k|v [B, S, P, D], the first
+# rotated_heads rotated (q and k), the rest (v) passed through as they are.
+def rotary_some_heads_ref(ins, attrs, t):
+    n = attrs["rotated_heads"]
+    plain = {k: v for k, v in attrs.items() if k != "rotated_heads"}
+    x = ins[0]
+    y = rotary_token_major_ref([x[:, :, :n]] + list(ins[1:]), plain, t)[0]
+    return [np.concatenate([y, x[:, :, n:].astype(y.dtype)], axis=2)]
+
+
+CASES["Rotary"] += [
+    Case(lambda t, r: [rand(r, (2, 5, 6, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, t, 5, 8)]],
+         attrs={"seq_axis": 1, "rotated_heads": 4, "transposed": tr}, ref=rotary_some_heads_ref,
+         label="fused q|k|v heads, v passed through" + (", transposed" if tr else "")) for tr in (0, 1)] + [
+    Case(lambda t, r: [rand(r, (2, 4, 4, 6), t), *rotary_angles(r, t, 7, 6),
+                       np.array([[0, 1, 2, 0], [3, 4, 5, 6]], np.int64)],
+         attrs={"seq_axis": 1, "rotated_heads": 3, "interleaved": 1}, ref=rotary_some_heads_ref,
+         label="fused q|k|v heads, positions, interleaved"),
+    Case(lambda t, r: [rand(r, (2, 5, 6, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, "f32", 5, 8)]],
+         attrs={"seq_axis": 1, "rotated_heads": 4}, ref=rotary_some_heads_ref, types=["bf16", "f16"],
+         label="fused q|k|v heads, half x"),
+    Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, t, 5, 8)]],
+         attrs={"seq_axis": 1, "rotated_heads": 4}, ref=rotary_some_heads_ref, error="rotated_heads",
+         label="more rotated heads than heads")]
+
 
 def cached_attention_ref(ins, attrs, t):
     """sd.cached_attention: each token's key and value go to its row's cache slot

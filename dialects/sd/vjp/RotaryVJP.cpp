@@ -15,7 +15,7 @@ using Grads = SmallVectorImpl<Value>;
 // (sd-autodiff re-freezes weights no gradient reached), as PyTorch would.
 LogicalResult rotaryVJP(RotaryOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   if (!need[0]) return success();
-  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"interleaved", "seq_axis"});
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"interleaved", "seq_axis", "rotated_heads"});
   attrs.push_back(g.attr("transposed", op.getTransposed().value_or(0) ? int64_t(0) : int64_t(1)));
   dx[0] = g.make<RotaryOp>({dy[0], op.getCos(), op.getSin(), op.getPositions()}, attrs);
   return dx[0] ? success() : failure();

@@ -68,6 +68,64 @@ func.func @views_of_views(%x: tensor<2x4x48xf32>) -> tensor<2x4x4x8xf32> {
 
 // -----
 
+// Phi-3's qkv_proj: q, k and v sliced out of it, q and k rotated (each
+// through a Slice keeping every feature, and each rotary with its own copy
+// of the tables). One Rotary over the whole qkv rotates the 2 + 1 q and k
+// heads (rotated_heads) and passes the value head through.
+// CHECK-LABEL: func.func @rotated
+//   CHECK-NOT:   sd.slice
+//       CHECK:   %[[QKV:.*]] = sd.reshape %arg0, %{{.*}} : (tensor<2x4x32xf32>, tensor<4xi64>) -> tensor<2x4x4x8xf32>
+//       CHECK:   %[[R:.*]] = sd.rotary %[[QKV]], %arg1, %arg2, %{{.*}} {rotated_heads = 3 : i64, seq_axis = 1 : i64} : (tensor<2x4x4x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>, none) -> tensor<2x4x4x8xf32>
+//       CHECK:   sd.qkv_attention %[[R]], {{.*}} {kv_heads = 1 : i64}
+//   CHECK-NOT:   sd.rotary
+func.func @rotated(%x: tensor<2x4x32xf32>, %cos: tensor<1x4x8xf32>, %sin: tensor<1x4x8xf32>) -> tensor<2x4x2x8xf32> {
+  %axis = sd.constant dense<2> : tensor<1xi64>
+  %one = sd.constant dense<1> : tensor<1xi64>
+  %s0 = sd.constant dense<0> : tensor<1xi64>
+  %s16 = sd.constant dense<16> : tensor<1xi64>
+  %s24 = sd.constant dense<24> : tensor<1xi64>
+  %end = sd.constant dense<9223372036854775807> : tensor<1xi64>
+  %q = sd.slice %x, %s0, %s16, %axis, %one : (tensor<2x4x32xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x4x16xf32>
+  %k = sd.slice %x, %s16, %s24, %axis, %one : (tensor<2x4x32xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x4x8xf32>
+  %v = sd.slice %x, %s24, %end, %axis, %one : (tensor<2x4x32xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x4x8xf32>
+  %qs = sd.constant dense<[2, 4, 2, 8]> : tensor<4xi64>
+  %ks = sd.constant dense<[2, 4, 1, 8]> : tensor<4xi64>
+  %qh = sd.reshape %q, %qs : (tensor<2x4x16xf32>, tensor<4xi64>) -> tensor<2x4x2x8xf32>
+  %kh = sd.reshape %k, %ks : (tensor<2x4x8xf32>, tensor<4xi64>) -> tensor<2x4x1x8xf32>
+  %vh = sd.reshape %v, %ks : (tensor<2x4x8xf32>, tensor<4xi64>) -> tensor<2x4x1x8xf32>
+  %a3 = sd.constant dense<3> : tensor<1xi64>
+  %s8 = sd.constant dense<8> : tensor<1xi64>
+  %qw = sd.slice %qh, %s0, %s8, %a3, %one : (tensor<2x4x2x8xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x4x2x8xf32>
+  %kw = sd.slice %kh, %s0, %s8, %a3, %one : (tensor<2x4x1x8xf32>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>, tensor<1xi64>) -> tensor<2x4x1x8xf32>
+  %none = sd.none
+  %none2 = sd.none
+  %qr = sd.rotary %qw, %cos, %sin, %none {seq_axis = 1 : i64} : (tensor<2x4x2x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>, none) -> tensor<2x4x2x8xf32>
+  %kr = sd.rotary %kw, %cos, %sin, %none2 {seq_axis = 1 : i64} : (tensor<2x4x1x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>, none) -> tensor<2x4x1x8xf32>
+  %y = sd.attention %qr, %kr, %vh, %none, %none {layout = "bshd"} : (tensor<2x4x2x8xf32>, tensor<2x4x1x8xf32>, tensor<2x4x1x8xf32>, none, none) -> tensor<2x4x2x8xf32>
+  return %y : tensor<2x4x2x8xf32>
+}
+
+// -----
+
+// Kept: q and k rotated by different tables.
+// CHECK-LABEL: func.func @other_tables
+//   CHECK-NOT:   sd.qkv_attention
+func.func @other_tables(%x: tensor<2x4x48xf32>, %cos: tensor<1x4x8xf32>, %sin: tensor<1x4x8xf32>, %cos2: tensor<1x4x8xf32>) -> tensor<2x4x2x8xf32> {
+  %sizes = sd.constant dense<[16, 16, 16]> : tensor<3xi64>
+  %q, %k, %v = sd.split %x, %sizes {axis = 2 : i64} : (tensor<2x4x48xf32>, tensor<3xi64>) -> (tensor<2x4x16xf32>, tensor<2x4x16xf32>, tensor<2x4x16xf32>)
+  %shape = sd.constant dense<[2, 4, 2, 8]> : tensor<4xi64>
+  %qh = sd.reshape %q, %shape : (tensor<2x4x16xf32>, tensor<4xi64>) -> tensor<2x4x2x8xf32>
+  %kh = sd.reshape %k, %shape : (tensor<2x4x16xf32>, tensor<4xi64>) -> tensor<2x4x2x8xf32>
+  %vh = sd.reshape %v, %shape : (tensor<2x4x16xf32>, tensor<4xi64>) -> tensor<2x4x2x8xf32>
+  %none = sd.none
+  %qr = sd.rotary %qh, %cos, %sin, %none {seq_axis = 1 : i64} : (tensor<2x4x2x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>, none) -> tensor<2x4x2x8xf32>
+  %kr = sd.rotary %kh, %cos2, %sin, %none {seq_axis = 1 : i64} : (tensor<2x4x2x8xf32>, tensor<1x4x8xf32>, tensor<1x4x8xf32>, none) -> tensor<2x4x2x8xf32>
+  %y = sd.attention %qr, %kr, %vh, %none, %none {layout = "bshd"} : (tensor<2x4x2x8xf32>, tensor<2x4x2x8xf32>, tensor<2x4x2x8xf32>, none, none) -> tensor<2x4x2x8xf32>
+  return %y : tensor<2x4x2x8xf32>
+}
+
+// -----
+
 // Kept: the parts in another order (k, q, v), a part something else reads
 // (a KV cache's present keys), the default layout (keys transposed).
 // CHECK-LABEL: func.func @kept
