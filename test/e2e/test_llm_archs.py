@@ -212,8 +212,11 @@ def check_arch(arch, route, sdc, sdrun, tmp):
     got = sdrun_logits(sdrun, plan, None, feeds, d, "base")
     steps = plan_steps(sdrun, plan)
     if arch != "gpt2":  # every exporter's rotary form (rotate-half, interleaved, the ops) is one fused step
-        check(f"{name}: the rotary embeddings are fused (one Rotary step each for q and k)",
-              steps.get("Rotary") == 2 * model.config.num_hidden_layers, f"Rotary steps: {steps.get('Rotary')}")
+        # (one for q and k together where attention reads a joined q|k|v projection: sd-qkv-attention)
+        per_layer = 1 if steps.get("QkvAttention") else 2
+        check(f"{name}: the rotary embeddings are fused (one Rotary step each for q and k, or one for both)",
+              steps.get("Rotary") == per_layer * model.config.num_hidden_layers,
+              f"Rotary steps: {steps.get('Rotary')}, QkvAttention steps: {steps.get('QkvAttention')}")
     # GPT-2's c_attn is one q|k|v projection: its attention reads it as it is (QkvAttention, no Split).
     fused = steps.get("Attention", 0) + steps.get("QkvAttention", 0)
     check(f"{name}: the attention is fused (one Attention or QkvAttention step per layer)",
