@@ -6,9 +6,13 @@
 #                                        (ops_cuda, cuda_plans), the bundle
 #                                        checks and benchmarks below, and
 #                                        bench/gpu_train_bench.py (PyTorch peers)
-#   scripts/gpu-check.sh --bundle DIR    on any build machine (no GPU needed):
+#   scripts/gpu-check.sh --bundle DIR [--pack]
+#                                        on any build machine (no GPU needed):
 #                                        sdrun with its libraries, the test plans,
 #                                        data and CPU reference results, in DIR
+#                                        (--pack: also DIR.tar.xz, about a third
+#                                        of DIR's size, to carry; unpack it with
+#                                        tar -xJf and run DIR/gpu-check.sh --run)
 #   scripts/gpu-check.sh --run DIR [OUT] on a bare GPU machine (only the NVIDIA
 #                                        driver, bash and python3): run the
 #                                        bundle on the GPU against the references
@@ -25,7 +29,9 @@
 # checks can be split over several shorter GPU sessions; SD_GPU_CHECK_TIMEOUT (300) stops
 # any one check after that many seconds; SD_BUNDLE_PYTHON is the Python that
 # runs the op harness (the one _sdops was built for, with NumPy and
-# ml_dtypes; default: the bundle's copy).
+# ml_dtypes; default: the bundle's copy). --run finds cuDNN, cuBLASLt and
+# NCCL in CUDA's folder or in python3's nvidia-* wheels (PyTorch's) when the
+# loader does not, and runs the op harness beside the plan checks.
 #
 # OUT (default gpu-results/) receives summary.txt (one PASS/FAIL line per
 # check), bench.txt (sdrun bench per plan and entry on the GPU),
@@ -66,6 +72,24 @@ here=$(cd "$(dirname "$0")" && pwd)
 PYTHONHOME=$here PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$here/lib/site-packages" LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$here/bin/python" "$@"
 PY
   chmod +x "$dir/run" && "$dir/run" -c 'import numpy, ml_dtypes'
+}
+
+# cuDNN, cuBLASLt and NCCL where this machine has them but its loader does
+# not find them: CUDA's own folder, or the nvidia-* wheels of its python3
+# (PyTorch's). sdrun loads them at run time; without them it runs GEMM-path
+# attention and no NCCL, so checks.log names the path used.
+nvidia_libraries() {
+  local lib d found dirs="" wheels
+  wheels=$(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null)
+  for lib in libcudnn.so.9 libcublasLt.so.13 libcublasLt.so.12 libnccl.so.2; do
+    found=""
+    for d in ${LD_LIBRARY_PATH//:/ }; do [ -e "$d/$lib" ] && found=$d; done
+    [ -n "$found" ] || ldconfig -p 2>/dev/null | grep -q "$lib " && continue
+    found=$(find $wheels /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets -name "$lib" \
+      2>/dev/null | head -1)
+    [ -n "$found" ] && dirs+=":$(dirname "$found")"
+  done
+  export LD_LIBRARY_PATH="$LD_LIBRARY_PATH$dirs"
 }
 
 bundle() {
@@ -111,6 +135,7 @@ run_bundle() {
   mkdir -p "$out" || die "cannot create $out"
   out=$(cd "$out" && pwd)
   export LD_LIBRARY_PATH="$dir/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  nvidia_libraries
   local sdrun="$dir/bin/sdrun" cmp="python3 $dir/gpu_compare.py" summary="$out/summary.txt"
   # SD_GPU_CHECK_DEVICE=cpu: a dry run of the whole script on the CPU (CTest
   # gpu_check_dry_run), so the one command a GPU session gets is known to work.
@@ -124,7 +149,7 @@ run_bundle() {
     local detail status=0
     detail=$(timeout "${SD_GPU_CHECK_TIMEOUT:-300}" "$@" 2>&1) || status=$?
     [ $status -eq 124 ] && detail+=$'\n'"timed out after ${SD_GPU_CHECK_TIMEOUT:-300} s"
-    printf '== %s (exit %d)\n%s\n' "$name" "$status" "$detail" >> "$out/checks.log"
+    printf '== %s (exit %d)\n%s\n' "$name" "$status" "$detail" >> "$log"
     if [ $status -eq 0 ]; then echo "PASS  $name: ${detail##*$'\n'}" >> "$summary"
     else echo "FAIL  $name: ${detail##*$'\n'}" >> "$summary"; fails=$((fails + 1)); fi
   }
@@ -135,10 +160,12 @@ run_bundle() {
     ! grep "runs without a CUDA graph" "$2"'
   # A command whose output also goes to a file (LOG, then the command).
   local tee_to='set -o pipefail; "$@" 2>&1 | tee "$0"'
+  local log="$out/checks.log"
   : > "$summary"
-  : > "$out/checks.log"
+  : > "$log"
+  echo "libraries: LD_LIBRARY_PATH=$LD_LIBRARY_PATH" >> "$log"
   : > "$out/bench.txt"
-  local first why parts=" ${SD_GPU_CHECK_PARTS:-ops plans sanitizer bench gemms profiles} "
+  local first why ops_pid="" parts=" ${SD_GPU_CHECK_PARTS:-ops plans sanitizer bench gemms profiles} "
   part() { [[ $parts == *" $1 "* ]]; }
   first=$(ls "$dir"/plans/*.sdp | head -1)
   if ! why=$("$sdrun" bench "$first" --device "$device" --iterations 1 --warmup 0 2>&1); then
@@ -148,9 +175,15 @@ run_bundle() {
   if part ops && [ -f "$dir/ops/references.pkl" ]; then
     local harness_python=${SD_BUNDLE_PYTHON:-python3}
     [ -z "${SD_BUNDLE_PYTHON:-}" ] && [ -x "$dir/python/run" ] && harness_python=$dir/python/run
-    check "op harness: every $device kernel against the references" env PYTHONPATH="$dir/ops" \
-      "$harness_python" "$dir/ops/op_harness.py" --backend "$device" --references "$dir/ops/references.pkl" \
-      --saved-only
+    # Beside the plan checks (both check results, neither times anything):
+    # its own summary and log, folded into the run's after the plans.
+    ( summary="$out/ops-summary.txt" log="$out/ops-checks.log" fails=0
+      : > "$summary"; : > "$log"
+      check "op harness: every $device kernel against the references" env PYTHONPATH="$dir/ops" \
+        "$harness_python" "$dir/ops/op_harness.py" --backend "$device" --references "$dir/ops/references.pkl" \
+        --saved-only
+      exit $fails ) &
+    ops_pid=$!
   fi
   local traced="" plans=()
   # SD_GPU_CHECK_PLANS="full lora ...": only these plan kinds, in this order.
@@ -243,6 +276,11 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       echo "== $kind train_step (cpu)"; "$sdrun" bench "$plan" --device cpu --entry train_step \
         --data "$dir/train.jsonl" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
   done
+  if [ -n "$ops_pid" ]; then
+    wait "$ops_pid" || fails=$((fails + 1))
+    cat "$out/ops-summary.txt" >> "$summary" && cat "$out/ops-checks.log" >> "$log" &&
+      rm -f "$out/ops-summary.txt" "$out/ops-checks.log"
+  fi
   # compute-sanitizer (where the machine has it): memcheck over two eager
   # training steps of every training plan, racecheck over one.
   if part sanitizer && [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
@@ -271,7 +309,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       $(part profiles && echo --torch-profile "$out")
   else
     echo "gpu-check: no PyTorch with PEFT and transformers in $bench_python here: the training benchmark did not run" |
-      tee -a "$out/checks.log"
+      tee -a "$log"
   fi
   # On the benchmark plans (their weights drawn by the training benchmark
   # above): our GEMMs against raw cuBLASLt's best algorithm on their shapes,
@@ -283,7 +321,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       name=$(basename "$gplan" .sdp)
       if [ ! -f "${gplan%.sdp}.safetensors" ]; then
         echo "gpu-check: $name has no weights (the training benchmark draws them): no GEMM comparison or profile" |
-          tee -a "$out/checks.log"
+          tee -a "$log"
         continue
       fi
       if part gemms && [ "$device" = cuda ]; then
@@ -321,7 +359,15 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
 
 case ${1:-} in
   -h|--help) sed -n '2,/^[^#]/p' "$0" | sed '$d' | sed 's/^# \{0,1\}//'; exit 0 ;;
-  --bundle) [ $# -eq 2 ] || die "usage: gpu-check.sh --bundle DIR"; bundle "$2" ;;
+  --bundle)
+    [ $# -eq 2 ] || { [ $# -eq 3 ] && [ "$3" = --pack ]; } || die "usage: gpu-check.sh --bundle DIR [--pack]"
+    bundle "$2" || exit
+    if [ $# -eq 3 ]; then
+      dir=$(cd "$2" && pwd)
+      tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" | xz -T0 -6 > "$dir.tar.xz.part" &&
+        mv "$dir.tar.xz.part" "$dir.tar.xz" || { rm -f "$dir.tar.xz.part"; die "cannot write $dir.tar.xz"; }
+      echo "gpu-check: packed into $dir.tar.xz ($(du -h "$dir.tar.xz" | cut -f1))"
+    fi ;;
   --run) [ $# -ge 2 ] || die "usage: gpu-check.sh --run DIR [OUT]"; run_bundle "$2" "${3:-gpu-results}" ;;
   -*) die "unknown option $1 (see --help)" ;;
   *)

@@ -15,6 +15,7 @@
 #include "conv_implicit.h"
 #include "cpu_util.h"
 #include <algorithm>
+#include <string_view>
 
 namespace sd::cpu {
 
@@ -56,16 +57,20 @@ void implicitConv2d(ThreadPool *pool, const float *x, const float *w, const std:
     }
   // Row tiles: a tile's input planes are kept near 256 KiB so they stay in L2
   // while the GEMM walks them, but at least 4 register panels wide; at least
-  // 4 work items (images x groups x tiles) per thread. Each output element
-  // is one GEMM dot product over all of k whatever the tiling, so results do
-  // not depend on it (nor on the thread count).
+  // 4 work items (images x groups x tiles) per thread. With our GEMM kernels
+  // each output element is one dot product over all of k whatever the
+  // tiling, so results do not depend on it (nor on the thread count). The
+  // system BLAS (no AVX2, or SD_CPU_ISA=generic) sums k in blocks or in one
+  // run by the product's shape (OpenBLAS's small-matrix kernels): there the
+  // cut is 16 items whatever the thread count.
   int64_t planes = int64_t(phases.size()) * cg;
   int64_t tileRows = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(planes * Wq, 1) - reachH, 1, OH);
   if (!direct) // and the grid the GEMM writes (copied out after) within 512 KiB
     tileRows = std::clamp<int64_t>((int64_t(1) << 17) / std::max<int64_t>(mg * Wq, 1), 1, tileRows);
   int64_t units = n * group, threads = pool ? pool->size() : 1, minRows = std::min<int64_t>(OH, (128 + Wq - 1) / Wq);
-  if (units * ((OH + tileRows - 1) / tileRows) < 4 * threads)
-    tileRows = std::clamp<int64_t>(OH * units / (4 * threads), minRows, tileRows);
+  const int64_t spread = std::string_view(sgemmIsa()) == "generic" ? 16 : 4 * threads;
+  if (units * ((OH + tileRows - 1) / tileRows) < spread)
+    tileRows = std::clamp<int64_t>(OH * units / spread, minRows, tileRows);
   int64_t tiles = (OH + tileRows - 1) / tileRows;
   int64_t planeStride = inPlace ? H * W : (tileRows + reachH) * Wq;
   std::vector<int64_t> offsets(static_cast<size_t>(k));

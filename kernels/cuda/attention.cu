@@ -10,10 +10,11 @@
 // (kernels/cpu/attention.cc). bf16/f16 operands (mixed precision) are widened
 // into f32 copies and the results narrowed, as the CPU kernel computes them.
 //
-// bf16/f16 attention without packed sequences, whose mask (if any) is the
-// same for every item, runs cuDNN's fused SDPA instead (cudnn_sdpa.h: flash
-// attention, P never materialized): a constant causal mask as cuDNN's causal
-// band, any other as an additive bias filled each run. The backward
+// bf16/f16 attention without packed sequences runs cuDNN's fused SDPA
+// instead (cudnn_sdpa.h: flash attention, P never materialized): a constant
+// causal mask as cuDNN's causal band, any other as an additive bias filled
+// each run (one matrix for every item, one per batch row, or one per item;
+// a mask that differs between items needs a finite fill). The backward
 // takes the forward's output and row statistics (sd-attention-stats: the
 // Attention step writes them; else it recomputes both), then runs cuDNN's
 // deterministic backward. K reaches cuDNN as [S, d] rows, permuted from the
@@ -31,6 +32,7 @@
 #include "cudnn_sdpa.h"
 #include "gemm_lt.h"
 #include "sd/ops/attention_mask.h"
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -86,8 +88,12 @@ struct AttnPrepared : PreparedError {
   std::shared_ptr<CudnnSdpa> sdpa;
   void *k = nullptr, *o = nullptr, *dk = nullptr, *bias = nullptr;
   float *stats = nullptr;
+  // The mask's matrix per item (host), and per bias matrix (device).
+  std::vector<int64_t> hostMaskOffsets;
+  int64_t *biasOffsets = nullptr, biasMatrices = 0;
   ~AttnPrepared() {
     cudaFree(bias);
+    cudaFree(biasOffsets);
     cudaFree(k);
     cudaFree(o);
     cudaFree(dk);
@@ -163,6 +169,37 @@ bool causalMask(const PrepareContext &p, size_t i, const AttnGeometry &g) {
   return g.maskValue <= kFillThatZeroes && hidesLaterKeys(static_cast<const bool *>(p.hostInputs[i]), g.S, 1, g.T, g.S);
 }
 
+// How a mask other than the causal band reaches cuDNN: as its additive bias
+// [batch, heads, T, S] (a count of 1 broadcasts), one matrix shared by every
+// item, one per batch row shared by its heads (layout bshd: a padding mask),
+// or one per item; `offsets` holds the mask's matrix for each. A row that
+// sees no key keeps the GEMM path's rule where it is zeros
+// (zero_masked_rows); a mask that differs between items needs a finite fill,
+// so that such a row averages every value there as on the GEMM path.
+struct BiasLayout {
+  int64_t batch = 1, heads = 1;
+  std::vector<int64_t> offsets;
+};
+
+bool biasLayout(const AttnPrepared &a, const SdpaShape &shape, BiasLayout &out) {
+  const std::vector<int64_t> &om = a.hostMaskOffsets;
+  if (om.empty() || a.g.zeroMaskedRows || int64_t(om.size()) != shape.batch * shape.heads) return false;
+  if (std::all_of(om.begin(), om.end(), [&](int64_t o) { return o == om[0]; })) {
+    out = {1, 1, {om[0]}};
+    return true;
+  }
+  if (!std::isfinite(a.g.maskValue)) return false;
+  bool perRow = shape.heads > 1;
+  for (size_t i = 0; perRow && i < om.size(); ++i) perRow = om[i] == om[i / shape.heads * shape.heads];
+  if (!perRow) {
+    out = {shape.batch, shape.heads, om};
+    return true;
+  }
+  out = {shape.batch, 1, {}};
+  for (int64_t b = 0; b < shape.batch; ++b) out.offsets.push_back(om[size_t(b * shape.heads)]);
+  return true;
+}
+
 // Plans cuDNN's SDPA for the step when it can take it (why not, under
 // SD_CUDNN_SDPA=log); true when it did, with its scratch allocated.
 bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
@@ -174,9 +211,6 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   const size_t maskAt = a.at.mask();
   const bool hasMask = c.hasInput(maskAt) && c.inputs[maskAt].data;
   const bool causal = hasMask && causalMask(p, maskAt, g);
-  // Another mask enters as a bias when every item shares it; a row with no
-  // visible key (zero_masked_rows: zeros) keeps the GEMM path's rule.
-  const bool bias = hasMask && !causal && c.inputs[maskAt].numElements() == g.T * g.S && !g.zeroMaskedRows;
   SdpaShape shape;
   shape.batch = g.tokenMajor ? g.B : g.items;
   shape.heads = g.tokenMajor ? g.H : 1;
@@ -184,12 +218,17 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   shape.tokenMajor = g.tokenMajor;
   shape.qkvHeads = g.P;
   shape.T = g.T, shape.S = g.S, shape.d = g.d, shape.dv = g.dv;
+  BiasLayout layout;
+  const bool bias = hasMask && !causal && biasLayout(a, shape, layout);
+  shape.biasBatch = layout.batch, shape.biasHeads = layout.heads;
   shape.scale = g.scale, shape.causal = causal, shape.bias = bias, shape.dtype = a.dtype;
   std::shared_ptr<CudnnSdpa> plan;
   if (env && std::strcmp(env, "0") == 0) why = "SD_CUDNN_SDPA=0";
   else if (a.dtype != DType::BF16 && a.dtype != DType::F16) why = "f32 (cuDNN's SDPA takes bf16 and f16)";
   else if (c.hasInput(a.at.positions()) && c.inputs[a.at.positions()].data) why = "packed sequences";
-  else if (hasMask && !causal && !bias) why = "a mask per item, or rows that see no key";
+  else if (hasMask && !causal && !bias)
+    why = g.zeroMaskedRows ? "rows that see no key get zeros (zero_masked_rows)"
+                           : "a mask that differs between items, with an infinite fill";
   else if (!g.tokenMajor && g.items > 1 &&
            (g.strideQ != g.T * g.d || g.strideKt != g.d * g.S || g.strideV != g.S * g.dv))
     why = "operands shared between items";
@@ -205,7 +244,10 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   };
   // Keys as rows for cuDNN (the default layout's kt permuted; layout bshd has them).
   const bool keyRows = !g.tokenMajor;
-  if (plan && ((keyRows && !alloc(&a.k, g.items * g.S * g.d, elem)) || (bias && !alloc(&a.bias, g.T * g.S, elem)) ||
+  a.biasMatrices = bias ? layout.batch * layout.heads : 0;
+  if (plan && ((keyRows && !alloc(&a.k, g.items * g.S * g.d, elem)) ||
+               (bias && (!alloc(&a.bias, a.biasMatrices * g.T * g.S, elem) ||
+                         !uploadVector(layout.offsets, a.biasOffsets))) ||
                (first == 1 && ((!a.readsStats && (!alloc(&a.o, g.items * g.T * g.dv, elem) ||
                                                    !alloc(reinterpret_cast<void **>(&a.stats), g.items * g.T,
                                                           sizeof(float)))) ||
@@ -216,26 +258,47 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   if (log)
     std::fprintf(stderr, "sd: %s %lldx%lldx%lld (d %lld%s): %s\n", first ? "AttentionGrad" : "Attention",
                  (long long)g.items, (long long)g.T, (long long)g.S, (long long)g.d, g.P ? ", q|k|v in one tensor" : "",
-                 plan ? (causal ? "cuDNN SDPA, causal" : bias ? "cuDNN SDPA, mask as bias" : "cuDNN SDPA")
+                 plan ? (causal              ? "cuDNN SDPA, causal"
+                         : !bias               ? "cuDNN SDPA"
+                         : layout.batch == 1   ? "cuDNN SDPA, mask as bias"
+                         : layout.heads == 1 && shape.heads > 1 ? "cuDNN SDPA, mask as bias per batch row"
+                                                                : "cuDNN SDPA, mask as bias per item")
                       : ("GEMM path: " + why).c_str());
   a.sdpa = plan;
   return plan != nullptr;
 }
 
-// The mask as cuDNN's additive bias: the fill where masked, else 0.
-template <typename T> __global__ void maskBias(const bool *mask, float fill, T *bias, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    bias[i] = store<T>(mask[i] ? fill : 0.0f);
+// The mask as cuDNN's additive bias: the fill where masked, else 0; bias
+// matrix m [T, S] reads the mask's matrix at offsets[m] (its rows and
+// columns `rowStride` and `colStride` apart: 0 where the mask broadcasts).
+template <typename T>
+__global__ void maskBias(const bool *mask, const int64_t *offsets, int64_t cols, int64_t matrix, int64_t rowStride,
+                         int64_t colStride, float fill, T *bias, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t m = i / matrix, r = i % matrix;
+    bias[i] = store<T>(mask[offsets[m] + r / cols * rowStride + r % cols * colStride] ? fill : 0.0f);
+  }
+}
+
+// The fill as the bias's type holds it: a finite fill past its range (the
+// float minimum that transformers' masks use, in f16) becomes the type's
+// lowest value rather than -inf, so a row that hides every key still
+// averages every value, as on the GEMM path.
+float biasFill(float fill, DType t) {
+  if (!std::isfinite(fill)) return fill;
+  return std::max(fill, t == DType::F16 ? -65504.0f : -3.38953139e38f);
 }
 
 // The bias for this run's mask (a run-time value: written before cuDNN reads it).
 Status fillBias(const AttnPrepared &a, const KernelContext &c, size_t maskInput) {
   if (!a.bias) return Status::ok();
-  const int64_t n = a.g.T * a.g.S;
+  const AttnGeometry &g = a.g;
+  const int64_t n = a.biasMatrices * g.T * g.S;
   return dispatchFloatStorage(a.dtype, [&](auto tag) {
     using T = decltype(tag);
-    maskBias<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[maskInput].as<bool>(), a.g.maskValue,
-                                                          static_cast<T *>(a.bias), n);
+    maskBias<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[maskInput].as<bool>(), a.biasOffsets, g.S,
+                                                          g.T * g.S, g.maskRowStride, g.maskColStride,
+                                                          biasFill(g.maskValue, a.dtype), static_cast<T *>(a.bias), n);
     return launchStatus("Attention");
   });
 }
@@ -351,6 +414,7 @@ std::shared_ptr<AttnPrepared> prepareAttention(const PrepareContext &p, size_t f
     g.maskColStride = mc == 1 ? 0 : 1;
     g.maskRowStride = mr == 1 ? 0 : mc;
     std::vector<int64_t> om = itemOffsets(m.dims, batch, mr * mc);
+    a->hostMaskOffsets = om;
     if (!uploadVector(om, a->maskOffsets)) {
       cudaGetLastError();
       a->error = "cannot allocate Attention's mask offsets";

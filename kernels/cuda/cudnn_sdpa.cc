@@ -82,13 +82,15 @@ Operands operands(fe::graph::Graph &g, const SdpaShape &s) {
           tensor(g, "v", kV, s.batch, s.kvHeads, s.S, s.dv, s.tokenMajor, qkvStride(s))};
 }
 
-// The additive bias [1, 1, T, S], broadcast over the items.
+// The additive bias [biasBatch, biasHeads, T, S], broadcast over the batch or
+// the heads where that count is 1.
 std::shared_ptr<fe::graph::Tensor_attributes> biasTensor(fe::graph::Graph &g, const SdpaShape &s) {
+  const int64_t matrix = s.T * s.S;
   return g.tensor(fe::graph::Tensor_attributes()
                       .set_name("bias")
                       .set_uid(kBias)
-                      .set_dim({1, 1, s.T, s.S})
-                      .set_stride({s.T * s.S, s.T * s.S, s.S, 1}));
+                      .set_dim({s.biasBatch, s.biasHeads, s.T, s.S})
+                      .set_stride({s.biasHeads * matrix, matrix, s.S, 1}));
 }
 
 void common(fe::graph::Graph &g, DType t) {

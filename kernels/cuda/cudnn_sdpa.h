@@ -2,7 +2,8 @@
 // from PyPI's nvidia-cudnn-frontend wheel), for the Attention and
 // AttentionGrad kernels' common case: bf16/f16, no mask or a causal one, no
 // packed sequences. (A mask other than the causal one enters as an additive
-// bias, 0 or the fill, shared by every item.) cuDNN is loaded at run time (libcudnn.so.9): where it is
+// bias, 0 or the fill: one shared by every item, one per batch row shared by
+// its heads, or one per item.) cuDNN is loaded at run time (libcudnn.so.9): where it is
 // missing, or refuses a shape, the plan carries the reason and the kernels
 // run their GEMM + fused-masked-softmax path instead. This header keeps the
 // frontend (and its JSON library) out of every other translation unit.
@@ -28,7 +29,8 @@ struct SdpaShape {
   int64_t qkvHeads = 0;
   float scale = 1;
   bool causal = false; // key j visible to query i iff j <= i
-  bool bias = false;   // an additive [T, S] bias, the same for every item (a mask's 0 or fill)
+  bool bias = false;   // an additive bias [biasBatch, biasHeads, T, S] (a mask's 0 or fill),
+  int64_t biasBatch = 1, biasHeads = 1; // each 1 (broadcast) or the batch's / heads' count
   DType dtype = DType::BF16;
 };
 

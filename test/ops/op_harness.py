@@ -92,7 +92,7 @@ class Case:
     """One run of an op: make(t, rng) builds the inputs for element type t."""
 
     def __init__(self, make, attrs=None, ref="onnx", outputs=1, types=None, label="", opset=OPSET, rtol=1.0,
-                 onnx_op=None, compare=None, onnx_attrs=None, ref_via_f64=False, error=None):
+                 onnx_op=None, compare=None, onnx_attrs=None, ref_via_f64=False, error=None, made_by_cpu_kernel=False):
         self.make, self.attrs, self.ref, self.outputs = make, attrs or {}, ref, outputs
         self.types, self.label, self.opset, self.rtol = types, label, opset, rtol
         self.onnx_op, self.compare = onnx_op, compare
@@ -103,6 +103,10 @@ class Case:
         self.ref_via_f64 = ref_via_f64
         # The kernel must refuse these inputs with a message containing `error`.
         self.error = error
+        # make() runs a CPU kernel (a gradient's saved forward states), whose
+        # last bits depend on the CPU's vector width: saved references keep
+        # these cases' inputs rather than remaking them on the GPU machine.
+        self.made_by_cpu_kernel = made_by_cpu_kernel
 
 
 def onnx_reference(op, case, inputs, ours):
@@ -175,7 +179,8 @@ def left_to_cpu(backend, op, error):
 # written where the references run (--write-references, which needs
 # onnx.reference and PyTorch but no GPU) and replayed on a machine that has
 # the GPU but not those (scripts/gpu-check.sh --run). Keyed op/case/type; the
-# inputs are made again from the case's seed and must hash as they did.
+# inputs are made again from the case's seed and must hash as they did, or,
+# for a case made by a CPU kernel, are saved with its references.
 SAVED = {}
 
 
@@ -216,7 +221,7 @@ def reference(op, case, inputs, ours, t):
 
 def run_case(backend, op, case, t, seed, key=None):
     saved = SAVED.get(key)
-    inputs = case.make(t, np.random.default_rng(seed))
+    inputs = saved["inputs"] if saved and "inputs" in saved else case.make(t, np.random.default_rng(seed))
     if saved and digest(inputs) != saved["digest"]:
         return "inputs differ from those of the saved references (another NumPy or ml_dtypes?)"
     try:
@@ -1997,7 +2002,7 @@ def recurrence_grad_case(label, attrs, S, B, H, which):
         shapes = [x[0].shape, x[1].shape, (B, H_), (B, H_), (3 * H_,), (H_,)]
         return [(ps[i].grad.numpy() if ps[i] is not None and ps[i].grad is not None else np.zeros(shapes[i]))
                 .astype(x[0].dtype) for i in range(6)]
-    return Case(make, attrs=attrs, outputs=6, ref=ref, label=label, types=["f32"], rtol=10)
+    return Case(make, attrs=attrs, outputs=6, ref=ref, label=label, types=["f32"], rtol=10, made_by_cpu_kernel=True)
 
 
 CASES["Recurrence"] = [
@@ -2302,6 +2307,39 @@ CASES["Attention"] += [
          attrs={"zero_masked_rows": 1}, outputs=2, ref=attention_lse_ref,
          label="rows that see no key: statistics -inf")]
 _causal_bshd = {**BSHD, "scale": 0.5}
+
+
+# Masks that differ between items with a finite fill (CUDA: cuDNN's SDPA
+# takes them as a bias per batch row or per item): right padding under the
+# causal band with transformers' fill (the float minimum), one [B, 1, T, S]
+# mask shared by a row's heads; and an arbitrary mask per item.
+def causal_padding(lengths, T):
+    m = np.repeat(causal(T)[None, None], len(lengths), axis=0)
+    for b, n in enumerate(lengths):
+        m[b, :, :, n:] = True
+    return m
+
+
+def mask_per_item(r, shape):
+    """A random [..., T, S] mask that leaves each row its diagonal key."""
+    return r.integers(0, 2, shape).astype(bool) & ~np.eye(shape[-2], shape[-1], dtype=bool)
+
+
+HF_FILL = {"mask_value": float(np.finfo(np.float32).min)}
+CASES["Attention"] += [
+    Case(lambda t, r: [rand(r, (2, 6, 4, 8), t), rand(r, (2, 6, 2, 8), t), rand(r, (2, 6, 2, 8), t),
+                       causal_padding([6, 4], 6)], attrs={**_causal_bshd, **HF_FILL}, ref=attention_bshd_ref,
+         label="bshd, causal band and right padding per batch row, the float minimum as fill"),
+    Case(lambda t, r: [rand(r, (2, 2, 5, 8), t), rand(r, (2, 2, 8, 7), t), rand(r, (2, 2, 7, 8), t),
+                       mask_per_item(r, (2, 2, 5, 7))], attrs={"mask_value": -1e4}, ref=attention_ref,
+         label="a mask per item, finite fill")]
+CASES["AttentionGrad"] += [
+    Case(lambda t, r: [rand(r, (2, 6, 4, 8), t), rand(r, (2, 6, 4, 8), t), rand(r, (2, 6, 2, 8), t),
+                       rand(r, (2, 6, 2, 8), t), causal_padding([6, 4], 6)], attrs={**_causal_bshd, **HF_FILL},
+         outputs=3, ref=attention_grad_bshd_ref, label="bshd, causal band and right padding per batch row", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 2, 5, 8), t), rand(r, (2, 2, 5, 8), t), rand(r, (2, 2, 8, 7), t),
+                       rand(r, (2, 2, 7, 8), t), mask_per_item(r, (2, 2, 5, 7))], attrs={"mask_value": -1e4},
+         outputs=3, ref=attention_grad_ref, label="a mask per item, finite fill", rtol=5)]
 CASES["AttentionGrad"] += [
     Case(with_forward(lambda t, r: [rand(r, (1, 2, 9, 8), t), rand(r, (1, 2, 9, 8), t), rand(r, (1, 2, 8, 9), t),
                                     rand(r, (1, 2, 9, 8), t), causal(9)], {"scale": 0.5}),
@@ -2413,6 +2451,8 @@ def write_references(backend, path):
             print(f"FAIL {op} [{case.label or 'case ' + str(ci)}] {t}: reference failed: {e}")
             return 1
         saved[case_key(op, ci, t)] = {"digest": digest(inputs), "ref": [np.asarray(r) for r in ref]}
+        if case.made_by_cpu_kernel:
+            saved[case_key(op, ci, t)]["inputs"] = inputs
         runs += 1
     with open(path, "wb") as f:
         pickle.dump(saved, f, protocol=4)
