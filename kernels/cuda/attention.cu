@@ -10,11 +10,11 @@
 // (kernels/cpu/attention.cc). bf16/f16 operands (mixed precision) are widened
 // into f32 copies and the results narrowed, as the CPU kernel computes them.
 //
-// bf16/f16 attention without packed sequences runs cuDNN's fused SDPA
-// instead (cudnn_sdpa.h: flash attention, P never materialized): a constant
-// causal mask as cuDNN's causal band, any other as an additive bias filled
-// each run (one matrix for every item, one per batch row, or one per item;
-// a mask that differs between items needs a finite fill). The backward
+// bf16/f16 attention runs cuDNN's fused SDPA instead (cudnn_sdpa.h: flash
+// attention, P never materialized): a constant causal mask as cuDNN's
+// causal band, any other mask and packed sequences' bounds as an additive
+// bias filled each run (one matrix for every item, one per batch row, or
+// one per item; a mask that differs between items needs a finite fill). The backward
 // takes the forward's output and row statistics (sd-attention-stats: the
 // Attention step writes them; else it recomputes both), then runs cuDNN's
 // deterministic backward. K reaches cuDNN as [S, d] rows, permuted from the
@@ -90,10 +90,11 @@ struct AttnPrepared : PreparedError {
   float *stats = nullptr;
   // The mask's matrix per item (host), and per bias matrix (device).
   std::vector<int64_t> hostMaskOffsets;
-  int64_t *biasOffsets = nullptr, biasMatrices = 0;
+  int64_t *biasItems = nullptr, biasMatrices = 0;
+  bool maskInBias = false;
   ~AttnPrepared() {
     cudaFree(bias);
-    cudaFree(biasOffsets);
+    cudaFree(biasItems);
     cudaFree(k);
     cudaFree(o);
     cudaFree(dk);
@@ -169,34 +170,45 @@ bool causalMask(const PrepareContext &p, size_t i, const AttnGeometry &g) {
   return g.maskValue <= kFillThatZeroes && hidesLaterKeys(static_cast<const bool *>(p.hostInputs[i]), g.S, 1, g.T, g.S);
 }
 
-// How a mask other than the causal band reaches cuDNN: as its additive bias
-// [batch, heads, T, S] (a count of 1 broadcasts), one matrix shared by every
-// item, one per batch row shared by its heads (layout bshd: a padding mask),
-// or one per item; `offsets` holds the mask's matrix for each. A row that
-// sees no key keeps the GEMM path's rule where it is zeros
-// (zero_masked_rows); a mask that differs between items needs a finite fill,
-// so that such a row averages every value there as on the GEMM path.
+// What reaches cuDNN as its additive bias [batch, heads, T, S] (a count of
+// 1 broadcasts): the mask, unless it is the causal band, and the packed
+// sequences' bounds (-inf before a query's first key). One matrix when
+// every item's are equal, one per batch row when its heads share theirs
+// (layout bshd: a padding mask, packed sequences), else one per item;
+// `items` holds the item each matrix is made for. A row that sees no key
+// keeps the GEMM path's rule where it is zeros (zero_masked_rows); a mask
+// that differs between items needs a finite fill, so that such a row
+// averages every value there as on the GEMM path.
 struct BiasLayout {
   int64_t batch = 1, heads = 1;
-  std::vector<int64_t> offsets;
+  std::vector<int64_t> items;
 };
 
-bool biasLayout(const AttnPrepared &a, const SdpaShape &shape, BiasLayout &out) {
+bool biasLayout(const AttnPrepared &a, const SdpaShape &shape, bool maskInBias, bool packed, BiasLayout &out) {
+  const AttnGeometry &g = a.g;
   const std::vector<int64_t> &om = a.hostMaskOffsets;
-  if (om.empty() || a.g.zeroMaskedRows || int64_t(om.size()) != shape.batch * shape.heads) return false;
-  if (std::all_of(om.begin(), om.end(), [&](int64_t o) { return o == om[0]; })) {
-    out = {1, 1, {om[0]}};
-    return true;
+  const int64_t items = shape.batch * shape.heads;
+  if (!maskInBias && !packed) return false;
+  if (maskInBias && (g.zeroMaskedRows || int64_t(om.size()) != items)) return false;
+  // What an item's bias matrix depends on: its mask's matrix and its packed row.
+  auto key = [&](int64_t i) {
+    return std::pair<int64_t, int64_t>{maskInBias ? om[size_t(i)] : 0, packed ? i / g.itemsPerRow : 0};
+  };
+  bool shared = true, perRow = shape.heads > 1;
+  for (int64_t i = 0; i < items; ++i) {
+    shared = shared && key(i) == key(0);
+    perRow = perRow && key(i) == key(i / shape.heads * shape.heads);
   }
-  if (!std::isfinite(a.g.maskValue)) return false;
-  bool perRow = shape.heads > 1;
-  for (size_t i = 0; perRow && i < om.size(); ++i) perRow = om[i] == om[i / shape.heads * shape.heads];
-  if (!perRow) {
-    out = {shape.batch, shape.heads, om};
-    return true;
+  bool sameMask = !maskInBias || std::all_of(om.begin(), om.end(), [&](int64_t o) { return o == om[0]; });
+  if (!sameMask && !std::isfinite(g.maskValue)) return false;
+  if (shared) out = {1, 1, {0}};
+  else if (perRow) {
+    out = {shape.batch, 1, {}};
+    for (int64_t b = 0; b < shape.batch; ++b) out.items.push_back(b * shape.heads);
+  } else {
+    out = {shape.batch, shape.heads, {}};
+    for (int64_t i = 0; i < items; ++i) out.items.push_back(i);
   }
-  out = {shape.batch, 1, {}};
-  for (int64_t b = 0; b < shape.batch; ++b) out.offsets.push_back(om[size_t(b * shape.heads)]);
   return true;
 }
 
@@ -218,15 +230,15 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   shape.tokenMajor = g.tokenMajor;
   shape.qkvHeads = g.P;
   shape.T = g.T, shape.S = g.S, shape.d = g.d, shape.dv = g.dv;
+  const bool packed = c.hasInput(a.at.positions()) && c.inputs[a.at.positions()].data;
   BiasLayout layout;
-  const bool bias = hasMask && !causal && biasLayout(a, shape, layout);
+  const bool bias = biasLayout(a, shape, hasMask && !causal, packed, layout);
   shape.biasBatch = layout.batch, shape.biasHeads = layout.heads;
   shape.scale = g.scale, shape.causal = causal, shape.bias = bias, shape.dtype = a.dtype;
   std::shared_ptr<CudnnSdpa> plan;
   if (env && std::strcmp(env, "0") == 0) why = "SD_CUDNN_SDPA=0";
   else if (a.dtype != DType::BF16 && a.dtype != DType::F16) why = "f32 (cuDNN's SDPA takes bf16 and f16)";
-  else if (c.hasInput(a.at.positions()) && c.inputs[a.at.positions()].data) why = "packed sequences";
-  else if (hasMask && !causal && !bias)
+  else if (((hasMask && !causal) || packed) && !bias)
     why = g.zeroMaskedRows ? "rows that see no key get zeros (zero_masked_rows)"
                            : "a mask that differs between items, with an infinite fill";
   else if (!g.tokenMajor && g.items > 1 &&
@@ -245,9 +257,10 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
   // Keys as rows for cuDNN (the default layout's kt permuted; layout bshd has them).
   const bool keyRows = !g.tokenMajor;
   a.biasMatrices = bias ? layout.batch * layout.heads : 0;
+  a.maskInBias = bias && hasMask && !causal;
   if (plan && ((keyRows && !alloc(&a.k, g.items * g.S * g.d, elem)) ||
                (bias && (!alloc(&a.bias, a.biasMatrices * g.T * g.S, elem) ||
-                         !uploadVector(layout.offsets, a.biasOffsets))) ||
+                         !uploadVector(layout.items, a.biasItems))) ||
                (first == 1 && ((!a.readsStats && (!alloc(&a.o, g.items * g.T * g.dv, elem) ||
                                                    !alloc(reinterpret_cast<void **>(&a.stats), g.items * g.T,
                                                           sizeof(float)))) ||
@@ -255,52 +268,20 @@ bool useCudnn(const PrepareContext &p, size_t first, AttnPrepared &a) {
     cudaGetLastError();
     why = "cannot allocate its scratch", plan = nullptr;
   }
-  if (log)
+  if (log) {
+    std::string path = "GEMM path: " + why;
+    if (plan) {
+      path = causal ? "cuDNN SDPA, causal" : "cuDNN SDPA";
+      if (bias)
+        path += std::string(a.maskInBias ? ", mask" : "") + (packed ? ", packed sequences" : "") + " as bias" +
+                (layout.batch == 1 ? "" : layout.heads == 1 && shape.heads > 1 ? " per batch row" : " per item");
+    }
     std::fprintf(stderr, "sd: %s %lldx%lldx%lld (d %lld%s): %s\n", first ? "AttentionGrad" : "Attention",
                  (long long)g.items, (long long)g.T, (long long)g.S, (long long)g.d, g.P ? ", q|k|v in one tensor" : "",
-                 plan ? (causal              ? "cuDNN SDPA, causal"
-                         : !bias               ? "cuDNN SDPA"
-                         : layout.batch == 1   ? "cuDNN SDPA, mask as bias"
-                         : layout.heads == 1 && shape.heads > 1 ? "cuDNN SDPA, mask as bias per batch row"
-                                                                : "cuDNN SDPA, mask as bias per item")
-                      : ("GEMM path: " + why).c_str());
+                 path.c_str());
+  }
   a.sdpa = plan;
   return plan != nullptr;
-}
-
-// The mask as cuDNN's additive bias: the fill where masked, else 0; bias
-// matrix m [T, S] reads the mask's matrix at offsets[m] (its rows and
-// columns `rowStride` and `colStride` apart: 0 where the mask broadcasts).
-template <typename T>
-__global__ void maskBias(const bool *mask, const int64_t *offsets, int64_t cols, int64_t matrix, int64_t rowStride,
-                         int64_t colStride, float fill, T *bias, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t m = i / matrix, r = i % matrix;
-    bias[i] = store<T>(mask[offsets[m] + r / cols * rowStride + r % cols * colStride] ? fill : 0.0f);
-  }
-}
-
-// The fill as the bias's type holds it: a finite fill past its range (the
-// float minimum that transformers' masks use, in f16) becomes the type's
-// lowest value rather than -inf, so a row that hides every key still
-// averages every value, as on the GEMM path.
-float biasFill(float fill, DType t) {
-  if (!std::isfinite(fill)) return fill;
-  return std::max(fill, t == DType::F16 ? -65504.0f : -3.38953139e38f);
-}
-
-// The bias for this run's mask (a run-time value: written before cuDNN reads it).
-Status fillBias(const AttnPrepared &a, const KernelContext &c, size_t maskInput) {
-  if (!a.bias) return Status::ok();
-  const AttnGeometry &g = a.g;
-  const int64_t n = a.biasMatrices * g.T * g.S;
-  return dispatchFloatStorage(a.dtype, [&](auto tag) {
-    using T = decltype(tag);
-    maskBias<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[maskInput].as<bool>(), a.biasOffsets, g.S,
-                                                          g.T * g.S, g.maskRowStride, g.maskColStride,
-                                                          biasFill(g.maskValue, a.dtype), static_cast<T *>(a.bias), n);
-    return launchStatus("Attention");
-  });
 }
 
 // [items, rows, cols] -> [items, cols, rows].
@@ -481,6 +462,51 @@ __device__ inline int64_t keyStart(const AttnGeometry &g, const int64_t *positio
   return i - (pos < 0 ? 0 : pos > i ? i : pos);
 }
 
+// cuDNN's additive bias: per matrix m [T, S] (made for item items[m]),
+// -inf before the query's first key (packed sequences), the fill where the
+// mask (if in the bias) hides the key, else 0: the GEMM path's scores.
+template <typename T>
+__global__ void maskBias(AttnGeometry g, const bool *mask, const int64_t *positions, const int64_t *items, float fill,
+                         T *bias, int64_t n) {
+  const int64_t matrix = g.T * g.S;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t item = items[e / matrix], i = e % matrix / g.S, j = e % g.S;
+    bias[e] = store<T>(j < keyStart(g, positions, item, i) ? -INFINITY
+                       : maskedAt(g, mask, item, i, j)     ? fill
+                                                           : 0.0f);
+  }
+}
+
+// The fill as the bias's type holds it: a finite fill past its range (the
+// float minimum that transformers' masks use, in f16) becomes the type's
+// lowest value rather than -inf, so a row that hides every key still
+// averages every value, as on the GEMM path.
+float biasFill(float fill, DType t) {
+  if (!std::isfinite(fill)) return fill;
+  return std::max(fill, t == DType::F16 ? -65504.0f : -3.38953139e38f);
+}
+
+const bool *maskOf(const KernelContext &c, size_t i) {
+  return c.hasInput(i) && c.inputs[i].data ? c.inputs[i].as<bool>() : nullptr;
+}
+const int64_t *positionsOf(const KernelContext &c, size_t i) {
+  return c.hasInput(i) && c.inputs[i].data ? c.inputs[i].as<int64_t>() : nullptr;
+}
+
+// The bias for this run's mask and positions (run-time values: written before cuDNN reads it).
+Status fillBias(const AttnPrepared &a, const KernelContext &c) {
+  if (!a.bias) return Status::ok();
+  const AttnGeometry &g = a.g;
+  const int64_t n = a.biasMatrices * g.T * g.S;
+  return dispatchFloatStorage(a.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    maskBias<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(
+        g, a.maskInBias ? maskOf(c, a.at.mask()) : nullptr, positionsOf(c, a.at.positions()), a.biasItems,
+        biasFill(g.maskValue, a.dtype), static_cast<T *>(a.bias), n);
+    return launchStatus("Attention");
+  });
+}
+
 // Rows of P in place: mask, then softmax (sum in f64); with `lse`, each row's
 // log-sum-exp (natural log, -inf for a row that sees no key) there too.
 __global__ void maskedSoftmax(AttnGeometry g, const bool *mask, const int64_t *positions, float *p, float *lse) {
@@ -531,12 +557,6 @@ const AttnPrepared *preparedOf(const KernelContext &c, Status &st) {
   return st.isOk() ? a : nullptr;
 }
 
-const bool *maskOf(const KernelContext &c, size_t i) {
-  return c.hasInput(i) && c.inputs[i].data ? c.inputs[i].as<bool>() : nullptr;
-}
-const int64_t *positionsOf(const KernelContext &c, size_t i) {
-  return c.hasInput(i) && c.inputs[i].data ? c.inputs[i].as<int64_t>() : nullptr;
-}
 
 template <typename T> __global__ void widenKernel(const T *x, float *y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
@@ -679,7 +699,7 @@ Status AttentionKernel(const KernelContext &c) {
       SD_RETURN_IF_ERROR(transpose(a->dtype, raw.in[1], a->k, g.items, g.d, g.S, streamOf(c)));
       k = a->k;
     }
-    SD_RETURN_IF_ERROR(fillBias(*a, c, a->at.mask()));
+    SD_RETURN_IF_ERROR(fillBias(*a, c));
     return a->sdpa->forward(raw.in[0], k, raw.in[2], a->bias, raw.out[0],
                             a->writesStats ? c.outputs[1].as<float>() : nullptr, streamOf(c));
   }
@@ -711,7 +731,7 @@ Status AttentionGradKernel(const KernelContext &c) {
       SD_RETURN_IF_ERROR(transpose(a->dtype, raw.in[2], a->k, g.items, g.d, g.S, s));
       k = a->k, dk = a->dk;
     }
-    SD_RETURN_IF_ERROR(fillBias(*a, c, a->at.mask()));
+    SD_RETURN_IF_ERROR(fillBias(*a, c));
     // The forward's output and statistics: the Attention step's (sd-attention-stats), else recomputed here.
     const void *o = a->o;
     const float *stats = a->stats;

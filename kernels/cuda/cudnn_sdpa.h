@@ -1,9 +1,10 @@
 // Fused attention through cuDNN's SDPA graphs (cudnn-frontend, header-only,
 // from PyPI's nvidia-cudnn-frontend wheel), for the Attention and
-// AttentionGrad kernels' common case: bf16/f16, no mask or a causal one, no
-// packed sequences. (A mask other than the causal one enters as an additive
-// bias, 0 or the fill: one shared by every item, one per batch row shared by
-// its heads, or one per item.) cuDNN is loaded at run time (libcudnn.so.9): where it is
+// AttentionGrad kernels in bf16/f16: no mask or a causal one as cuDNN's
+// causal band; another mask and packed sequences' bounds enter as an
+// additive bias (0, the fill, or -inf before a sequence's first key): one
+// shared by every item, one per batch row shared by its heads, or one per
+// item. cuDNN is loaded at run time (libcudnn.so.9): where it is
 // missing, or refuses a shape, the plan carries the reason and the kernels
 // run their GEMM + fused-masked-softmax path instead. This header keeps the
 // frontend (and its JSON library) out of every other translation unit.

@@ -60,7 +60,7 @@ class PlanKind:
 def plans(sdc, folder):
     """Every plan kind we check: the tiny GPT's LoRA, full fine-tuning (f32,
     bf16 and fp16 with loss scaling, and f32 with gradient buckets reduced
-    during the backward), packed-LoRA and OSFT (factored and
+    during the backward), packed-LoRA (f32, bf16) and OSFT (factored and
     dense) training plans, a tiny Llama's LoRA plans (f32, bf16), and the
     ResNet-style CNN and MobileNet-style inference plans
     (examples/export_models.py), the GRU/LSTM plans, a detector and PP-OCRv4."""
@@ -75,6 +75,9 @@ def plans(sdc, folder):
         "osft-dense": ["--peft", "osft", "--target-modules", "qkv,proj", "--osft-strategy", "dense"],
         "full-bf16": ["--peft", "none", "--precision", "bf16"],
         "full-fp16": ["--peft", "none", "--precision", "fp16"],
+        # Packed sequences in bf16: cuDNN's SDPA with the causal band and the
+        # sequences' bounds as a bias per batch row.
+        "packed-lora-bf16": ["--peft", "lora", "--target-modules", "qkv,proj", "--packing", "--precision", "bf16"],
         # 64 KiB buckets: train_step starts several gradient reductions during
         # the backward (async AllReduce; on NCCL beside the session's stream)
         # and waits once before GradScale.

@@ -2183,10 +2183,21 @@ def attention_grad_ref(ins, attrs, t):
         dy = np.where(full, 0, dy).astype(dy.dtype)
         mask = mask & ~mask.all(-1, keepdims=True)
 
+    # Packed sequences (positions [B, T]): -inf before each query's first key.
+    positions = ins[5] if len(ins) > 5 else None
+    before = None
+    if positions is not None:
+        T = dy.shape[-2]
+        i, j = np.arange(T)[:, None], np.arange(kt.shape[-1])[None, :]
+        before = np.stack([j < (i - p[:, None]) for p in positions])
+        before = torch.tensor(before.reshape(before.shape[:1] + (1,) * (dy.ndim - 3) + before.shape[1:]))
+
     def fwd(q_, kt_, v_):
         s = q_ @ kt_ * attrs.get("scale", 1.0)
         if mask is not None:
             s = s.masked_fill(torch.tensor(mask), attrs.get("mask_value", -math.inf))
+        if before is not None:
+            s = s.masked_fill(before, -math.inf)
         return torch.softmax(s, -1) @ v_
     return [g.astype(np.float32) for g in torch_vjp(fwd, [q, kt, v], dy, [0, 1, 2])]
 
@@ -2339,7 +2350,11 @@ CASES["AttentionGrad"] += [
          outputs=3, ref=attention_grad_bshd_ref, label="bshd, causal band and right padding per batch row", rtol=5),
     Case(lambda t, r: [rand(r, (2, 2, 5, 8), t), rand(r, (2, 2, 5, 8), t), rand(r, (2, 2, 8, 7), t),
                        rand(r, (2, 2, 7, 8), t), mask_per_item(r, (2, 2, 5, 7))], attrs={"mask_value": -1e4},
-         outputs=3, ref=attention_grad_ref, label="a mask per item, finite fill", rtol=5)]
+         outputs=3, ref=attention_grad_ref, label="a mask per item, finite fill", rtol=5),
+    Case(lambda t, r: [rand(r, (2, 6, 2, 8), t), rand(r, (2, 6, 2, 8), t), rand(r, (2, 6, 1, 8), t),
+                       rand(r, (2, 6, 1, 8), t), causal(6), np.array([[0, 1, 2, 0, 1, 2], [0, 1, 0, 1, 2, 3]],
+                                                                     np.int64)],
+         attrs=_causal_bshd, outputs=3, ref=attention_grad_bshd_ref, label="bshd, causal, packed sequences", rtol=5)]
 CASES["AttentionGrad"] += [
     Case(with_forward(lambda t, r: [rand(r, (1, 2, 9, 8), t), rand(r, (1, 2, 9, 8), t), rand(r, (1, 2, 8, 9), t),
                                     rand(r, (1, 2, 9, 8), t), causal(9)], {"scale": 0.5}),
