@@ -27,7 +27,10 @@
 # runs only those plan kinds, in that order; SD_GPU_CHECK_PARTS (default
 # "ops plans sanitizer bench gemms profiles") runs only those parts of --run, so the
 # checks can be split over several shorter GPU sessions; SD_GPU_CHECK_TIMEOUT (300) stops
-# any one check after that many seconds; SD_BUNDLE_PYTHON is the Python that
+# any one check after that many seconds (SD_GPU_BENCH_TIMEOUT, 900: the
+# training benchmark); SD_GPU_CHECK_DEADLINE stops the whole --run after
+# that many seconds, the checks it did not start reported SKIP (a lent
+# GPU's minutes: parts in the order above); SD_BUNDLE_PYTHON is the Python that
 # runs the op harness (the one _sdops was built for, with NumPy and
 # ml_dtypes; default: the bundle's copy). --run finds cuDNN, cuBLASLt and
 # NCCL in CUDA's folder or in python3's nvidia-* wheels (PyTorch's) when the
@@ -142,13 +145,25 @@ run_bundle() {
   local device=${SD_GPU_CHECK_DEVICE:-cuda}
   command -v python3 >/dev/null || die "python3 is needed for the comparisons"
   (nvidia-smi || echo "nvidia-smi not found") > "$out/nvidia-smi.txt" 2>&1
-  # Each check is stopped after SD_GPU_CHECK_TIMEOUT seconds (a hung kernel
-  # fails its check, not the whole run); its full output goes to checks.log.
+  # SD_GPU_CHECK_DEADLINE=SECONDS: the whole run's time (a lent GPU's
+  # minutes): checks that would start later are reported SKIP, timing runs
+  # are left out, and none runs past it. time_left: the seconds left.
+  local started=$SECONDS
+  time_left() { echo $(( ${SD_GPU_CHECK_DEADLINE:-999999} - (SECONDS - started) )); }
+  # Each check is stopped after SD_GPU_CHECK_TIMEOUT seconds (check_limit=S
+  # before the call: S; a hung kernel fails its check, not the whole run), or
+  # at the deadline; its full output goes to checks.log.
   check() { # name, command...
     local name=$1; shift
-    local detail status=0
-    detail=$(timeout "${SD_GPU_CHECK_TIMEOUT:-300}" "$@" 2>&1) || status=$?
-    [ $status -eq 124 ] && detail+=$'\n'"timed out after ${SD_GPU_CHECK_TIMEOUT:-300} s"
+    local detail status=0 limit=${check_limit:-${SD_GPU_CHECK_TIMEOUT:-300}} left
+    left=$(time_left)
+    if [ "$left" -le 5 ]; then
+      echo "SKIP  $name: not run, past SD_GPU_CHECK_DEADLINE (${SD_GPU_CHECK_DEADLINE:-} s)" >> "$summary"
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+    detail=$(timeout "$limit" "$@" 2>&1) || status=$?
+    [ $status -eq 124 ] && detail+=$'\n'"timed out after $limit s"
     printf '== %s (exit %d)\n%s\n' "$name" "$status" "$detail" >> "$log"
     if [ $status -eq 0 ]; then echo "PASS  $name: ${detail##*$'\n'}" >> "$summary"
     else echo "FAIL  $name: ${detail##*$'\n'}" >> "$summary"; fails=$((fails + 1)); fi
@@ -204,7 +219,7 @@ run_bundle() {
       --output-dir "$w/infer" --output-format npy
     check "$kind: outputs match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" "$logits_rtol" "$logits_atol"
     # Timed runs replay CUDA graphs; --profile runs eagerly (per-op times), so it is a run of its own.
-    { echo "== $kind infer ($device)"; "$sdrun" bench "$plan" --device "$device" --iterations 50 --warmup 5 2>&1
+    [ "$(time_left)" -gt 60 ] && { echo "== $kind infer ($device)"; "$sdrun" bench "$plan" --device "$device" --iterations 50 --warmup 5 2>&1
       echo "== $kind infer per op ($device)"; "$sdrun" bench "$plan" --device "$device" --iterations 20 --warmup 2 \
         --profile 2>&1
       echo "== $kind infer (cpu)"; "$sdrun" bench "$plan" --device cpu --iterations 50 --warmup 5 2>&1; } \
@@ -268,10 +283,10 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       esac
     fi
     for graphs in "" --no-cuda-graphs; do
-      { echo "== $kind train_step ($device $graphs)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
+      [ "$(time_left)" -gt 60 ] && { echo "== $kind train_step ($device $graphs)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
           --data "$dir/train.jsonl" --iterations 50 --warmup 5 $graphs 2>&1; } >> "$out/bench.txt"
     done
-    { echo "== $kind train_step per op ($device)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
+    [ "$(time_left)" -gt 60 ] && { echo "== $kind train_step per op ($device)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
         --data "$dir/train.jsonl" --iterations 20 --warmup 2 --profile 2>&1
       echo "== $kind train_step (cpu)"; "$sdrun" bench "$plan" --device cpu --entry train_step \
         --data "$dir/train.jsonl" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
@@ -302,8 +317,8 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
   elif [ -f "$dir/bench/plans/manifest.json" ] && "$bench_python" -c 'import torch, peft, transformers' 2>/dev/null; then
     local configs
     configs=$(python3 -c 'import json, sys; print(",".join(json.load(open(sys.argv[1]))))' "$dir/bench/plans/manifest.json")
-    check "training benchmark against PyTorch ($configs)" bash -c "$tee_to" \
-      "$out/train_bench.txt" timeout "${SD_GPU_BENCH_TIMEOUT:-900}" "$bench_python" "$dir/bench/gpu_train_bench.py" \
+    check_limit=${SD_GPU_BENCH_TIMEOUT:-900} check "training benchmark against PyTorch ($configs)" bash -c "$tee_to" \
+      "$out/train_bench.txt" "$bench_python" "$dir/bench/gpu_train_bench.py" \
       --device "$device" --configs "$configs" --plans "$dir/bench/plans" --sdrun "$sdrun" --iterations 10 --warmup 3 \
       --peers "${SD_GPU_BENCH_PEERS:-eager,compiled}" --precisions "${SD_BENCH_PRECISIONS:-fp32,bf16}" \
       $(part profiles && echo --torch-profile "$out")
@@ -353,8 +368,10 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
     done
   fi
   cat "$summary"
-  echo "gpu-check: $(grep -c '^PASS' "$summary") passed, $fails failed; results in $out"
-  [ "$fails" -eq 0 ]
+  local skipped
+  skipped=$(grep -c '^SKIP' "$summary")
+  echo "gpu-check: $(grep -c '^PASS' "$summary") passed, $fails failed, $skipped skipped; results in $out"
+  [ "$fails" -eq 0 ] && [ "$skipped" -eq 0 ]
 }
 
 case ${1:-} in
