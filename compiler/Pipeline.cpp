@@ -76,6 +76,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFuseRotary());
   if (opts.kvCache > 0) pm.addPass(createKvCache());
   pm.addPass(createFuseProjections());
+  if (opts.joinLora) pm.addPass(createJoinLora());
   if (opts.attentionLayout) pm.addPass(createAttentionLayout());
   if (opts.packSwiglu) pm.addPass(createPackSwiglu());
   if (opts.qkvAttention) pm.addPass(createQkvAttention());

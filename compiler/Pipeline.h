@@ -47,6 +47,7 @@ struct PipelineOptions {
   bool attentionLayout = true;    // sd-attention-layout
   bool attentionStats = true;     // sd-attention-stats
   bool packSwiglu = true;         // sd-pack-swiglu
+  bool joinLora = true;           // sd-join-lora
   bool qkvAttention = true;       // sd-qkv-attention
   bool gemmScale = true;          // sd-scale-into-gemm
   bool normGradSum = true;        // sd-norm-grad-sum

@@ -67,6 +67,10 @@ def GroupWeightCasts : Pass<"sd-group-weight-casts", "mlir::ModuleOp"> {
   let summary = "The half casts an entry makes of its small weights become one GroupedCast at the entry's start (one launch, the same bits)";
 }
 
+def JoinLora : Pass<"sd-join-lora", "mlir::ModuleOp"> {
+  let summary = "LoRA adapters on the parts of one fused projection become one adapter on the whole (the A's stacked, the B's block-diagonal), added before its Split";
+}
+
 def QkvAttention : Pass<"sd-qkv-attention", "mlir::ModuleOp"> {
   let summary = "A self-attention on the three parts of one fused q|k|v projection reads it as it is (QkvAttention): no Split forward, no Concat backward";
 }

@@ -164,6 +164,48 @@ def check_qkv_rotary(check, sdc, sdrun, llama, data, tmp):
               f"{precision} Llama LoRA on the MLP: the same 6 losses and weights bit for bit with --no-fuse qkv-attention")
 
 
+def check_joined_lora(check, sdc, sdrun, llama, data, tmp):
+    """LoRA on parts of a projection that sd-fuse-projections joined (q and v:
+    PEFT's default for Llama; q, k, v and o; gate and up) as one adapter on the
+    whole before its Split (sd-join-lora): the attention reads the joined q|k|v
+    as it is (QkvAttention) and SwiGLU the joined gate|up (SwiGLUPacked),
+    no more steps, and the training of --no-fuse joined-lora within rounding
+    (x's gradient is one product over the joined rank instead of one per part
+    added up), f32 and bf16."""
+    from safetensors.numpy import load
+    for targets, reads in (("q_proj,v_proj", "QkvAttention"), ("q_proj,k_proj,v_proj,o_proj", "QkvAttention"),
+                           ("gate_proj,up_proj", "SwiGLUPacked")):
+        for precision, rtol in (("fp32", 1e-5), ("bf16", 2e-2)):
+            runs, counts, total = {}, {}, {}
+            for joined in (True, False):
+                tag = f"llama-join-{targets.replace(',', '-')}-{precision}-{joined}"
+                plan = os.path.join(tmp, tag + ".sdp")
+                sh([sdc, "compile", llama, "-o", plan, "--shapes", "input_ids=4x8", "--peft", "lora", "--target-modules",
+                    targets, "--precision", precision] + ([] if joined else ["--no-fuse", "joined-lora"]))
+                steps = plan_steps(sdrun, plan)
+                counts[joined], total[joined] = steps.get(reads, 0), train_step_count(sdrun, plan)
+                runs[joined] = train_run(sdrun, plan, data, tmp, tag, 6)
+            name = f"{precision} Llama LoRA on {targets}"
+            # Steps: the adapters' 2n products become two, the Split's and
+            # Concat's copies go; the block-diagonal B's small Concats come.
+            check(counts[True] > 0 and not counts[False] and total[True] <= total[False],
+                  f"{name}: {reads} on the joined projection, train_step {total[True]} steps "
+                  f"({total[False]} with --no-fuse joined-lora)")
+            (la, wa), (lb, wb) = runs[True], runs[False]
+            rel = max(abs(a - b) / abs(b) for a, b in zip(la, lb))
+            ta, tb = load(wa), load(wb)
+            wdiff = max(float(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)).max()) for k in tb)
+            check(len(la) == 6 and rel <= rtol and set(ta) == set(tb) and wdiff <= 10 * rtol,
+                  f"{name}: 6 losses within {rtol:g} of --no-fuse joined-lora's (max relative diff {rel:.2g}), "
+                  f"the same adapter tensors, weights within {wdiff:.2g}")
+
+
+def train_step_count(sdrun, plan):
+    """How many steps train_step runs, as `sdrun inspect` counts them."""
+    line = next(l for l in sh([sdrun, "inspect", plan]).splitlines() if l.strip().startswith("train_step"))
+    return int(line.split(": ")[1].split(" steps")[0])
+
+
 def train_step_traffic(sdrun, plan):
     """Bytes train_step's steps read and write, as `sdrun inspect` counts them."""
     line = next(l for l in sh([sdrun, "inspect", plan]).splitlines() if l.strip().startswith("train_step"))
@@ -413,6 +455,7 @@ def main():
         check_packed_swiglu(check, sdc, sdrun, llama, data, tmp)
         check_qkv_attention(check, sdc, sdrun, model, data, tmp)
         check_qkv_rotary(check, sdc, sdrun, llama, data, tmp)
+        check_joined_lora(check, sdc, sdrun, llama, data, tmp)
         check_gemm_scale(check, sdc, sdrun, model, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")

@@ -119,9 +119,12 @@ const char *kUsage =
     "                           prompts take several calls\n"
     "  --no-fuse LIST           leave these fusions out, to compare (on the CPU the plan computes\n"
     "                           the same bits either way, but for the gradients of grouped key/value\n"
-    "                           heads, rounded once): gemm-epilogues (a GELU and its gradient\n"
-    "                           folded into the matrix products around them), elementwise (chains\n"
-    "                           of arithmetic, activations and half casts in one step), casts\n"
+    "                           heads, rounded once, and the input gradient under joined-lora):\n"
+    "                           joined-lora (LoRA adapters on the parts of one fused projection as one\n"
+    "                           adapter on the whole, before its Split), gemm-epilogues (a GELU and\n"
+    "                           its gradient folded into the matrix products around them),\n"
+    "                           elementwise (chains of arithmetic, activations and half casts in one\n"
+    "                           step), casts\n"
     "                           (half casts moved across transposes, splits and concats, and\n"
     "                           half-steps), half-steps (SwiGLU, rotary, norms and cross-entropy\n"
     "                           between casts run on the half values), attention-layout (attention on\n"
@@ -156,6 +159,7 @@ const NoFuse kNoFuse[] = {
     {"attention-stats", &sd::PipelineOptions::attentionStats},
     {"swiglu", &sd::PipelineOptions::packSwiglu},
     {"qkv-attention", &sd::PipelineOptions::qkvAttention},
+    {"joined-lora", &sd::PipelineOptions::joinLora},
     {"gemm-scale", &sd::PipelineOptions::gemmScale},
     {"norm-grad-sum", &sd::PipelineOptions::normGradSum},
     {"grouped-updates", &sd::PipelineOptions::groupUpdates},
