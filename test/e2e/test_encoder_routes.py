@@ -148,13 +148,18 @@ def check_lora(name, encoder, onnx_path, sdc, sdrun, d, rows):
         f"input_ids={BATCH}x{SEQ}", "-o", plan])
     # Every route's attention is one fused step per layer reading the
     # projections' layout, the padding mask included (Optimum's, built from
-    # attention_mask as Where(Cast(1 - mask to bool), min, 1 - mask)).
+    # attention_mask as Where(Cast(1 - mask to bool), min, 1 - mask)); where
+    # sd-fuse-projections joined query/key/value, sd-join-lora makes their
+    # adapters one and the attention reads the joined projection
+    # (QkvAttention).
     steps = plan_steps(sdrun, plan)
     layers = config().num_hidden_layers
+    grads = steps.get("AttentionGrad", 0) + steps.get("QkvAttentionGrad", 0)
     check(f"BertModel ({name}) LoRA plan: attention fused in every entry, no Transpose or Softmax step",
-          steps.get("AttentionGrad", 0) >= layers and not steps.get("Softmax") and not steps.get("Transpose"),
-          f"{steps.get('Attention')} Attention, {steps.get('AttentionGrad')} AttentionGrad, {steps.get('Softmax')} "
-          f"Softmax, {steps.get('Transpose')} Transpose steps")
+          grads >= layers and not steps.get("Softmax") and not steps.get("Transpose"),
+          f"{steps.get('Attention')} Attention, {steps.get('AttentionGrad')} AttentionGrad, "
+          f"{steps.get('QkvAttention')} QkvAttention, {steps.get('QkvAttentionGrad')} QkvAttentionGrad, "
+          f"{steps.get('Softmax')} Softmax, {steps.get('Transpose')} Transpose steps")
     data, init, trained, metrics = (os.path.join(d, n) for n in ("train.jsonl", "init", "trained", "metrics.jsonl"))
     with open(data, "w") as f:
         for toks, label in rows:
