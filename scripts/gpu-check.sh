@@ -10,9 +10,9 @@
 #                                        on any build machine (no GPU needed):
 #                                        sdrun with its libraries, the test plans,
 #                                        data and CPU reference results, in DIR
-#                                        (--pack: also DIR.tar.xz, about a third
-#                                        of DIR's size, to carry; unpack it with
-#                                        tar -xJf and run DIR/gpu-check.sh --run)
+#                                        (--pack: also DIR.tar.xz, xz -9, about a
+#                                        fifth of DIR's size, to carry; unpack it
+#                                        with tar -xJf and run DIR/gpu-check.sh --run)
 #   scripts/gpu-check.sh --run DIR [OUT] on a bare GPU machine (only the NVIDIA
 #                                        driver, bash and python3): run the
 #                                        bundle on the GPU against the references
@@ -22,8 +22,11 @@
 # the Python the op harness's module was built for (python/run), and the
 # training benchmark's plans (SD_BUNDLE_BENCH_CONFIGS, default
 # gpt2-small,llama-small; SD_BENCH_PRECISIONS, default fp32,bf16, on both
-# sides); --run runs compute-sanitizer and the benchmark against PyTorch
-# where the GPU machine has them. SD_GPU_CHECK_PLANS="full lora"
+# sides) and compute-sanitizer where the build machine has it (.venv's
+# wheel: requirements-models.txt); --run runs compute-sanitizer (the
+# machine's, else the bundle's) and the benchmark against PyTorch where the
+# GPU machine's python3 has it (SD_GPU_SANITIZER_PLANS="lora-bf16 ...": the
+# plan kinds compute-sanitizer runs, default every training plan). SD_GPU_CHECK_PLANS="full lora"
 # runs only those plan kinds, in that order; SD_GPU_CHECK_PARTS (default
 # "ops plans sanitizer bench gemms profiles") runs only those parts of --run, so the
 # checks can be split over several shorter GPU sessions; SD_GPU_CHECK_TIMEOUT (300) stops
@@ -95,6 +98,29 @@ nvidia_libraries() {
   export LD_LIBRARY_PATH="$LD_LIBRARY_PATH$dirs"
 }
 
+# compute-sanitizer, where this machine has it (CUDA's folder, or the
+# nvidia-cuda-sanitizer-api wheel in .venv: requirements-models.txt), into
+# DIR/bin and DIR/lib as the wheel lays it out, without its docs, headers and
+# 32-bit helpers: a GPU machine with only the driver runs it from there.
+bundle_sanitizer() {
+  local dir=$1 exe from f
+  for exe in "$(command -v compute-sanitizer)" /usr/local/cuda/bin/compute-sanitizer \
+    "$ROOT"/.venv/lib/python3*/site-packages/nvidia/cu*/bin/compute-sanitizer; do
+    [ -x "$exe" ] && break
+  done
+  [ -x "$exe" ] || { echo "gpu-check: no compute-sanitizer here: the bundle goes without it"; return 0; }
+  from=$(dirname "$(readlink -f "$exe")")
+  mkdir -p "$dir/bin" "$dir/lib" || return 1
+  find "$from" -maxdepth 1 -type f -exec cp -t "$dir/bin/" {} + || return 1
+  # The wheel's libraries sit in ../lib, beside other wheels' (cuBLAS ...).
+  for f in "$from"/../lib/libsanitizer* "$from"/../lib/libTreeLauncher* "$from"/../lib/libInterceptor*; do
+    [ -f "$f" ] || continue
+    if cmp -s "$f" "$dir/bin/$(basename "$f")"; then ln -s "../bin/$(basename "$f")" "$dir/lib/"
+    else cp "$f" "$dir/lib/"; fi
+  done
+  "$dir/bin/compute-sanitizer" --version > /dev/null || { rm -rf "$dir"; echo "gpu-check: $exe does not run"; }
+}
+
 bundle() {
   local dir=$1 build=${BUILD_DIR:-$ROOT/build}
   [ -x "$build/tools/sdrun" ] && [ -x "$build/tools/sdc" ] || die "no build in $build: run scripts/build.sh first"
@@ -110,6 +136,7 @@ bundle() {
   done
   # The NCCL plugin, found beside sdrun's ../lib (one rank's NCCL check).
   [ -f "$build/lib/libsdcomm_nccl.so" ] && cp "$build/lib/libsdcomm_nccl.so" "$dir/lib/"
+  bundle_sanitizer "$dir/sanitizer"
   "$ROOT/.venv/bin/python" "$ROOT/scripts/gpu_bundle.py" --build "$build" --out "$dir" || die "bundle references failed"
   # The op harness with its cases' inputs and reference outputs computed here
   # (onnx.reference, PyTorch), so the GPU machine needs only NumPy, ml_dtypes
@@ -296,12 +323,24 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
     cat "$out/ops-summary.txt" >> "$summary" && cat "$out/ops-checks.log" >> "$log" &&
       rm -f "$out/ops-summary.txt" "$out/ops-checks.log"
   fi
-  # compute-sanitizer (where the machine has it): memcheck over two eager
-  # training steps of every training plan, racecheck over one.
-  if part sanitizer && [ "$device" = cuda ] && command -v compute-sanitizer > /dev/null; then
-    local tool kind tools="memcheck racecheck"
-    for plan in "${plans[@]}"; do
+  # compute-sanitizer (the machine's, else the bundle's): memcheck over two
+  # eager training steps of every training plan, racecheck over one.
+  command -v compute-sanitizer > /dev/null || [ ! -x "$dir/sanitizer/bin/compute-sanitizer" ] ||
+    PATH=$PATH:$dir/sanitizer/bin
+  if ! part sanitizer || [ "$device" != cuda ]; then :
+  elif ! command -v compute-sanitizer > /dev/null; then
+    echo "SKIP  compute-sanitizer: not on this machine's PATH nor in the bundle" >> "$summary"
+  else
+    echo "compute-sanitizer: $(command -v compute-sanitizer)" >> "$log"
+    # SD_GPU_SANITIZER_PLANS="lora-bf16 ...": only these plan kinds (each
+    # run under a sanitizer takes tens of seconds), else every training plan.
+    local tool kind tools="memcheck racecheck" checked=()
+    if [ -n "${SD_GPU_SANITIZER_PLANS:-}" ]; then
+      for kind in $SD_GPU_SANITIZER_PLANS; do checked+=("$dir/plans/$kind.sdp"); done
+    else checked=("$dir"/plans/*.sdp); fi
+    for plan in "${checked[@]}"; do
       kind=$(basename "$plan" .sdp)
+      if [ ! -f "$plan" ]; then check "compute-sanitizer: plan kind $kind is in the bundle" false; continue; fi
       [ -f "$dir/ref/$kind/metrics.jsonl" ] || continue
       for tool in $tools; do
         check "$kind: compute-sanitizer $tool, 2 eager steps" compute-sanitizer --tool "$tool" --error-exitcode 3 \
@@ -381,7 +420,7 @@ case ${1:-} in
     bundle "$2" || exit
     if [ $# -eq 3 ]; then
       dir=$(cd "$2" && pwd)
-      tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" | xz -T0 -6 > "$dir.tar.xz.part" &&
+      tar -C "$(dirname "$dir")" -cf - "$(basename "$dir")" | xz -T0 -9 > "$dir.tar.xz.part" &&
         mv "$dir.tar.xz.part" "$dir.tar.xz" || { rm -f "$dir.tar.xz.part"; die "cannot write $dir.tar.xz"; }
       echo "gpu-check: packed into $dir.tar.xz ($(du -h "$dir.tar.xz" | cut -f1))"
     fi ;;

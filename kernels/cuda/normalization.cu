@@ -1,6 +1,7 @@
 // CUDA kernels for LayerNormalization and RMSNormalization and their backward, and
-// BatchNormalization (inference). Row statistics in f64
-// as the CPU kernels compute them; the backward's scale and bias gradients
+// BatchNormalization (inference). Row statistics are summed in f64 as the
+// CPU kernels sum them (rows up to 1024 wide: each lane's part in f32 first,
+// see CachedWarp); the backward's scale and bias gradients
 // are column sums over fixed chunks of rows, added in chunk order, so they do
 // not depend on scheduling (no atomics).
 #include "block_reduce.cuh"
@@ -34,7 +35,10 @@ constexpr int64_t kWarpRowMax = 4096;
 
 // The threads that normalize one row: a warp or the whole block. Sums are
 // fixed shuffle trees (the xor butterfly gives every lane the same bits).
+// Every pass over the row reads it again (from L1 after the first) and the
+// math is f64, as on the CPU.
 template <bool Warp> struct RowTeam {
+  using Math = double;
   __device__ static int rank() { return Warp ? int(threadIdx.x & 31) : int(threadIdx.x); }
   __device__ static int size() { return Warp ? 32 : int(blockDim.x); }
   __device__ static int64_t first() {
@@ -49,27 +53,81 @@ template <bool Warp> struct RowTeam {
       return blockReduce(v, SumOp(), 0.0);
     }
   }
+  // f(slot, j) for the team's elements j of an n-wide row (slot: see CachedWarp).
+  template <typename F> __device__ static void each(int64_t n, F &&f) {
+    for (int64_t j = rank(); j < n; j += size()) f(0, j);
+  }
+  // A row's values, at(j) for element j, read where they are used.
+  template <typename F> struct ReadThrough {
+    F at;
+    __device__ double operator()(int, int64_t j) const { return at(j); }
+  };
+  template <typename F> __device__ static ReadThrough<F> values(int64_t, F at) { return {at}; }
 };
 
-// Calls launch(team, blocks): a warp per row where rows are narrow enough, else a block per row.
-template <typename F> void launchRows(const RowSplit &rs, F &&launch) {
+// Rows up to kCachedRowMax wide (GPT-2's 768, Llama's 1024) of f32 or half
+// values: a warp per row holds the row in registers, element lane + 32 k in
+// slot k, so the row is read from memory once with all its loads in flight
+// together, and the element math runs in f32 (the lanes' partial sums are
+// added in f64). The uncached passes issued a few loads at a time, three or
+// four passes a row, with every element converted to f64 and back (on Hopper
+// at a quarter of the f32 rate): GPT-2-small's LayerNormalizationGrad took
+// 116 us an H200 step where its bytes take about 25 (session 54's profile).
+constexpr int kCachedSlots = 32;
+constexpr int64_t kCachedRowMax = 32 * kCachedSlots;
+struct CachedWarp : RowTeam<true> {
+  using Math = float;
+  template <typename F> __device__ static void each(int64_t n, F &&f) {
+    const int lane = rank();
+#pragma unroll
+    for (int k = 0; k < kCachedSlots; ++k)
+      if (lane + 32 * int64_t(k) < n) f(k, lane + 32 * int64_t(k));
+  }
+  struct Held {
+    float v[kCachedSlots];
+    __device__ float operator()(int k, int64_t) const { return v[k]; }
+  };
+  template <typename F> __device__ static Held values(int64_t n, F at) {
+    Held h;
+#pragma unroll
+    for (int k = 0; k < kCachedSlots; ++k) h.v[k] = 0.f;
+    each(n, [&](int k, int64_t j) { h.v[k] = float(at(j)); });
+    return h;
+  }
+};
+
+// Calls launch(team, blocks): a warp per row holding it in registers where
+// T's rows are narrow enough, a warp per row reading it through wider,
+// else a block per row.
+template <typename T, typename F> void launchRows(const RowSplit &rs, F &&launch) {
   constexpr int64_t rowsPerBlock = kRowThreads / 32;
-  if (rs.n <= kWarpRowMax) launch(RowTeam<true>{}, rowBlocks((rs.outer + rowsPerBlock - 1) / rowsPerBlock));
+  const unsigned warpBlocks = rowBlocks((rs.outer + rowsPerBlock - 1) / rowsPerBlock);
+  if constexpr (!std::is_same_v<T, double>) // (f64 values would lose bits in f32 registers)
+    if (rs.n <= kCachedRowMax) return launch(CachedWarp{}, warpBlocks);
+  if (rs.n <= kWarpRowMax) launch(RowTeam<true>{}, warpBlocks);
   else launch(RowTeam<false>{}, rowBlocks(rs.outer));
 }
 
-// The row's mean and 1/sqrt(var + eps), two passes as on the CPU; every thread gets both.
-template <typename Team, typename T>
-__device__ void rowStats(const T *x, int64_t n, double eps, double &mean, double &rstd) {
-  double s = 0;
-  for (int64_t j = Team::rank(); j < n; j += Team::size()) s += double(load(x[j]));
-  mean = Team::sum(s) / double(n);
-  double v = 0;
-  for (int64_t j = Team::rank(); j < n; j += Team::size()) {
-    double d = double(load(x[j])) - mean;
+// The row's mean and 1/sqrt(var + eps), two passes as on the CPU; every
+// thread gets both. xv(slot, j): element j (Team::values).
+template <typename Team, typename V>
+__device__ void rowStats(const V &xv, int64_t n, double eps, double &mean, double &rstd) {
+  using M = typename Team::Math;
+  M s = 0;
+  Team::each(n, [&](int k, int64_t j) { s += M(xv(k, j)); });
+  mean = Team::sum(double(s)) / double(n);
+  const M m = M(mean);
+  M v = 0;
+  Team::each(n, [&](int k, int64_t j) {
+    const M d = M(xv(k, j)) - m;
     v += d * d;
-  }
-  rstd = 1.0 / std::sqrt(Team::sum(v) / double(n) + eps);
+  });
+  rstd = 1.0 / std::sqrt(Team::sum(double(v)) / double(n) + eps);
+}
+
+// A row's x values as Team reads them.
+template <typename Team, typename T> __device__ auto rowValues(const T *x, int64_t n) {
+  return Team::values(n, [x](int64_t j) { return double(load(x[j])); });
 }
 
 // The f64 math's result as T's kernel computes it (f32 for f32 and halves),
@@ -77,19 +135,45 @@ __device__ void rowStats(const T *x, int64_t n, double eps, double &mean, double
 // rounded as a Cast after the step would round it.
 template <typename Y, typename T> __device__ inline Y storeAs(double v) { return store<Y>(Compute<Y>(Compute<T>(v))); }
 
-template <typename Team, typename T, typename S, typename Y>
-__global__ void layerNormKernel(RowSplit rs, double eps, const T *px, const T *g, const T *b, Y *py, S *meanOut,
-                                S *rstdOut) {
+// The forward's mean or rstd output, of any float type (chosen per row, not
+// compiled per type: each row writes two values).
+struct StatOut {
+  void *data = nullptr;
+  DType type = DType::F32;
+  __device__ void write(int64_t r, double v) const {
+    if (!data) return;
+    switch (type) {
+    case DType::F64: static_cast<double *>(data)[r] = v; break;
+    case DType::F16: static_cast<__half *>(data)[r] = store<__half>(Compute<__half>(v)); break;
+    case DType::BF16: static_cast<__nv_bfloat16 *>(data)[r] = store<__nv_bfloat16>(Compute<__nv_bfloat16>(v)); break;
+    default: static_cast<float *>(data)[r] = store<float>(Compute<float>(v));
+    }
+  }
+};
+
+Status statOutOf(const KernelContext &c, size_t index, StatOut &out) {
+  if (c.outputs.size() <= index || !c.outputs[index].data) return Status::ok();
+  out.data = c.outputs[index].data;
+  out.type = c.outputs[index].dtype;
+  return dispatchFloatStorage(out.type, [](auto) { return Status::ok(); });
+}
+
+template <typename Team, typename T, typename Y>
+__global__ void layerNormKernel(RowSplit rs, double eps, const T *px, const T *g, const T *b, Y *py, StatOut meanOut,
+                                StatOut rstdOut) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
-    const T *x = px + r * rs.n;
+    using M = typename Team::Math;
+    const auto xv = rowValues<Team>(px + r * rs.n, rs.n);
     Y *y = py + r * rs.n;
     double mean, rstd;
-    rowStats<Team>(x, rs.n, eps, mean, rstd);
-    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
-      y[j] = storeAs<Y, T>((double(load(x[j])) - mean) * rstd * double(load(g[j])) + (b ? double(load(b[j])) : 0.0));
+    rowStats<Team>(xv, rs.n, eps, mean, rstd);
+    const M m = M(mean), rs_ = M(rstd);
+    Team::each(rs.n, [&](int k, int64_t j) {
+      y[j] = storeAs<Y, T>((M(xv(k, j)) - m) * rs_ * M(load(g[j])) + (b ? M(load(b[j])) : M(0)));
+    });
     if (Team::rank() == 0) {
-      if (meanOut) meanOut[r] = store<S>(Compute<S>(mean));
-      if (rstdOut) rstdOut[r] = store<S>(Compute<S>(rstd));
+      meanOut.write(r, mean);
+      rstdOut.write(r, rstd);
     }
   }
 }
@@ -101,22 +185,19 @@ Status LayerNormKernel(const KernelContext &c) {
   if (scale.numElements() != rs.n || (hasBias && c.inputs[2].numElements() != rs.n))
     return sdError("LayerNormalization on CUDA needs scale and bias covering the normalized axes");
   if (rs.outer * rs.n == 0) return Status::ok();
-  const TensorView *mean = c.outputs.size() > 1 && c.outputs[1].data ? &c.outputs[1] : nullptr;
-  const TensorView *rstd = c.outputs.size() > 2 && c.outputs[2].data ? &c.outputs[2] : nullptr;
-  DType statType = mean ? mean->dtype : rstd ? rstd->dtype : x.dtype;
+  StatOut mean, rstd;
+  SD_RETURN_IF_ERROR(statOutOf(c, 1, mean));
+  SD_RETURN_IF_ERROR(statOutOf(c, 2, rstd));
   double eps = c.attrs.getFloat("epsilon", 1e-5);
   return dispatchFloatPair(x.dtype, c.outputs[0].dtype, "LayerNormalization", [&](auto tag, auto ytag) {
     using T = decltype(tag);
     using Y = decltype(ytag);
-    return dispatchFloatStorage(statType, [&](auto stag) {
-      using S = decltype(stag);
-      launchRows(rs, [&](auto team, unsigned blocks) {
-        layerNormKernel<decltype(team), T, S, Y><<<blocks, kRowThreads, 0, streamOf(c)>>>(
-            rs, eps, x.as<T>(), scale.as<T>(), hasBias ? c.inputs[2].as<T>() : nullptr, c.outputs[0].as<Y>(),
-            mean ? mean->as<S>() : nullptr, rstd ? rstd->as<S>() : nullptr);
-      });
-      return launchStatus("LayerNormalization");
+    launchRows<T>(rs, [&](auto team, unsigned blocks) {
+      layerNormKernel<decltype(team), T, Y><<<blocks, kRowThreads, 0, streamOf(c)>>>(
+          rs, eps, x.as<T>(), scale.as<T>(), hasBias ? c.inputs[2].as<T>() : nullptr, c.outputs[0].as<Y>(), mean,
+          rstd);
     });
+    return launchStatus("LayerNormalization");
   });
 }
 
@@ -209,26 +290,28 @@ template <typename D> DyTerms<D> dyTermsOf(const KernelContext &c) {
 template <typename Team, typename T, typename D>
 __global__ void layerNormGradRows(RowSplit rs, double eps, DyTerms<D> dy, const T *px, const T *scale, const T *acc,
                                   T *pdx, NarrowedDx narrow, double *stats) {
+  using M = typename Team::Math;
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
-    const T *x = px + r * rs.n;
     const int64_t row = r * rs.n;
+    const auto xv = rowValues<Team>(px + row, rs.n);
+    const auto dv = Team::values(rs.n, [&](int64_t j) { return dy(row + j); });
     double mean, rstd;
-    rowStats<Team>(x, rs.n, eps, mean, rstd);
-    double mg = 0, mgx = 0;
-    for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
-      double gj = dy(row + j) * double(load(scale[j]));
+    rowStats<Team>(xv, rs.n, eps, mean, rstd);
+    const M m = M(mean), rs_ = M(rstd);
+    M mg = 0, mgx = 0;
+    Team::each(rs.n, [&](int k, int64_t j) {
+      const M gj = M(dv(k, j)) * M(load(scale[j]));
       mg += gj;
-      mgx += gj * (double(load(x[j])) - mean) * rstd;
-    }
-    mg = Team::sum(mg) / double(rs.n);
-    mgx = Team::sum(mgx) / double(rs.n);
-    for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
-      double xhat = (double(load(x[j])) - mean) * rstd;
-      const T dx = store<T>(Compute<T>(rstd * (dy(row + j) * double(load(scale[j])) - mg - xhat * mgx)));
+      mgx += gj * (M(xv(k, j)) - m) * rs_;
+    });
+    const M mgMean = M(Team::sum(double(mg)) / double(rs.n)), mgxMean = M(Team::sum(double(mgx)) / double(rs.n));
+    Team::each(rs.n, [&](int k, int64_t j) {
+      const M xhat = (M(xv(k, j)) - m) * rs_;
+      const T dx = store<T>(Compute<T>(rs_ * (M(dv(k, j)) * M(load(scale[j])) - mgMean - xhat * mgxMean)));
       const T sum = plusAccumulate(acc, row + j, dx);
       pdx[row + j] = sum;
       narrow.write(row + j, sum);
-    }
+    });
     if (Team::rank() == 0) {
       stats[2 * r] = mean;
       stats[2 * r + 1] = rstd;
@@ -288,7 +371,7 @@ Status LayerNormGradKernel(const KernelContext &c) {
     T *dscale = writesNormParamGrad(c.attrs, c.outputs, 1) ? c.outputs[1].as<T>() : nullptr;
     T *dbias = writesNormParamGrad(c.attrs, c.outputs, 2) ? c.outputs[2].as<T>() : nullptr;
     if (rs.outer > 0) {
-      launchRows(rs, [&](auto team, unsigned blocks) {
+      launchRows<T>(rs, [&](auto team, unsigned blocks) {
         layerNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
             rs, eps, dyTermsOf<D>(c), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
             c.outputs[0].as<T>(), narrow, scratch->stats);
@@ -304,10 +387,11 @@ Status LayerNormGradKernel(const KernelContext &c) {
 }
 
 // RMSNormalization: y = x * rstd * scale, rstd = 1/sqrt(mean(x^2) + eps).
-template <typename Team, typename T> __device__ double rowRstd(const T *x, int64_t n, double eps) {
-  double s = 0;
-  for (int64_t j = Team::rank(); j < n; j += Team::size()) s += double(load(x[j])) * double(load(x[j]));
-  return 1.0 / std::sqrt(Team::sum(s) / double(n > 0 ? n : 1) + eps);
+template <typename Team, typename V> __device__ double rowRstd(const V &xv, int64_t n, double eps) {
+  using M = typename Team::Math;
+  M s = 0;
+  Team::each(n, [&](int k, int64_t j) { s += M(xv(k, j)) * M(xv(k, j)); });
+  return 1.0 / std::sqrt(Team::sum(double(s)) / double(n > 0 ? n : 1) + eps);
 }
 
 // Where element j of a normalized row reads the scale, which may broadcast
@@ -328,10 +412,10 @@ struct ScaleIndex {
 template <typename Team, typename T, typename Y>
 __global__ void rmsNormKernel(RowSplit rs, ScaleIndex si, double eps, const T *px, const T *g, Y *py) {
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
-    const T *x = px + r * rs.n;
-    double rstd = rowRstd<Team>(x, rs.n, eps);
-    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
-      py[r * rs.n + j] = storeAs<Y, T>(double(load(x[j])) * rstd * double(load(g[si(j)])));
+    using M = typename Team::Math;
+    const auto xv = rowValues<Team>(px + r * rs.n, rs.n);
+    const M rstd = M(rowRstd<Team>(xv, rs.n, eps));
+    Team::each(rs.n, [&](int k, int64_t j) { py[r * rs.n + j] = storeAs<Y, T>(M(xv(k, j)) * rstd * M(load(g[si(j)]))); });
   }
 }
 
@@ -357,7 +441,7 @@ Status RmsNormKernel(const KernelContext &c) {
   return dispatchFloatPair(x.dtype, c.outputs[0].dtype, "RMSNormalization", [&](auto tag, auto ytag) {
     using T = decltype(tag);
     using Y = decltype(ytag);
-    launchRows(rs, [&](auto team, unsigned blocks) {
+    launchRows<T>(rs, [&](auto team, unsigned blocks) {
       rmsNormKernel<decltype(team), T, Y><<<blocks, kRowThreads, 0, streamOf(c)>>>(rs, si, eps, x.as<T>(),
                                                                                     scale.as<T>(), c.outputs[0].as<Y>());
     });
@@ -382,20 +466,22 @@ std::shared_ptr<const void> prepareRmsNormGrad(const PrepareContext &p) {
 template <typename Team, typename T, typename D>
 __global__ void rmsNormGradRows(RowSplit rs, double eps, DyTerms<D> dy, const T *px, const T *scale, const T *acc,
                                 T *pdx, NarrowedDx narrow, double *rstds) {
+  using M = typename Team::Math;
   for (int64_t r = Team::first(); r < rs.outer; r += Team::stride()) {
-    const T *x = px + r * rs.n;
     const int64_t row = r * rs.n;
-    double rstd = rowRstd<Team>(x, rs.n, eps), mgx = 0;
-    for (int64_t j = Team::rank(); j < rs.n; j += Team::size())
-      mgx += dy(row + j) * double(load(scale[j])) * double(load(x[j])) * rstd;
-    mgx = Team::sum(mgx) / double(rs.n);
-    for (int64_t j = Team::rank(); j < rs.n; j += Team::size()) {
-      const T dx = store<T>(Compute<T>(
-          rstd * (dy(row + j) * double(load(scale[j])) - double(load(x[j])) * rstd * mgx)));
+    const auto xv = rowValues<Team>(px + row, rs.n);
+    const auto dv = Team::values(rs.n, [&](int64_t j) { return dy(row + j); });
+    const double rstd = rowRstd<Team>(xv, rs.n, eps);
+    const M rs_ = M(rstd);
+    M mgx = 0;
+    Team::each(rs.n, [&](int k, int64_t j) { mgx += M(dv(k, j)) * M(load(scale[j])) * M(xv(k, j)) * rs_; });
+    const M mgxMean = M(Team::sum(double(mgx)) / double(rs.n));
+    Team::each(rs.n, [&](int k, int64_t j) {
+      const T dx = store<T>(Compute<T>(rs_ * (M(dv(k, j)) * M(load(scale[j])) - M(xv(k, j)) * rs_ * mgxMean)));
       const T sum = plusAccumulate(acc, row + j, dx);
       pdx[row + j] = sum;
       narrow.write(row + j, sum);
-    }
+    });
     if (Team::rank() == 0) rstds[r] = rstd;
   }
 }
@@ -439,7 +525,7 @@ Status RmsNormGradKernel(const KernelContext &c) {
     using D = decltype(dtag);
     T *dscale = writesNormParamGrad(c.attrs, c.outputs, 1) ? c.outputs[1].as<T>() : nullptr; // else its pass is skipped
     if (rs.outer > 0) {
-      launchRows(rs, [&](auto team, unsigned blocks) {
+      launchRows<T>(rs, [&](auto team, unsigned blocks) {
         rmsNormGradRows<decltype(team), T, D><<<blocks, kRowThreads, 0, streamOf(c)>>>(
             rs, eps, dyTermsOf<D>(c), x.as<T>(), scale.as<T>(), c.hasInput(3) ? c.inputs[3].as<T>() : nullptr,
             c.outputs[0].as<T>(), narrow, scratch->stats);
