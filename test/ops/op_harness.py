@@ -2547,7 +2547,7 @@ def write_references(backend, path):
         if case.ref == "onnx" or not numpy_alone_gives(op, case, inputs, t, ref):
             entry["ref"] = [np.asarray(r) for r in ref]
         if case.made_by_cpu_kernel:
-            saved[case_key(op, ci, t)]["inputs"] = inputs
+            entry["inputs"] = inputs
         runs += 1
     with open(path, "wb") as f:
         pickle.dump(saved, f, protocol=4)
