@@ -5,7 +5,10 @@ model, batch, sequence length and thread count, in one run: LoRA and full
 fine-tuning, with peak memory (max RSS of each process) and achieved GFLOP/s
 against this machine's OpenBLAS sgemm rate.
 
-  bench/train_bench.py [--threads N] [--iterations N] [--configs demo,large]
+  bench/train_bench.py [--threads N] [--iterations N] [--configs demo,large] [--also-no-fuse NAME]
+
+--also-no-fuse NAME times a second plan compiled with `sdc --no-fuse NAME`
+in the same run (a fusion's effect on this machine, beside the peer).
 """
 import argparse
 import json
@@ -141,6 +144,7 @@ def main():
     ap.add_argument("--iterations", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--configs", default="demo,large")
+    ap.add_argument("--also-no-fuse", help="also time plans compiled with sdc --no-fuse NAME")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     ap.add_argument("--mode", help=argparse.SUPPRESS)
@@ -163,10 +167,17 @@ def main():
                          "--lora-alpha", "16"] if mode == "lora" else ["--peft", "none"])
                 subprocess.run([sdc, "compile", onnx_path, "--shapes", f"input_ids={batch}x{seq}", "-o", plan] + peft,
                                check=True, capture_output=True)
-                out, sd_rss = measure([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--threads",
-                                       str(args.threads), "--iterations", str(args.iterations), "--warmup",
-                                       str(args.warmup)], env)
+                bench = [sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--threads", str(args.threads),
+                         "--iterations", str(args.iterations), "--warmup", str(args.warmup)]
+                out, sd_rss = measure(bench, env)
                 sd_ms = json.loads(out.strip().splitlines()[-1])["median_ms"]
+                unfused_ms = None
+                if args.also_no_fuse:
+                    unfused = os.path.join(tmp, f"{name}-{mode}-unfused.sdp")
+                    subprocess.run([sdc, "compile", onnx_path, "--shapes", f"input_ids={batch}x{seq}", "-o", unfused,
+                                    "--no-fuse", args.also_no_fuse] + peft, check=True, capture_output=True)
+                    out, _ = measure([unfused if a == plan else a for a in bench], env)
+                    unfused_ms = json.loads(out.strip().splitlines()[-1])["median_ms"]
                 out, pt_rss = measure([sys.executable, os.path.abspath(__file__), "--torch-child", "--config", name,
                                        "--mode", mode, "--threads", str(args.threads), "--iterations",
                                        str(args.iterations), "--warmup", str(args.warmup)], env)
@@ -177,6 +188,9 @@ def main():
                              "sdrun_rss_mib": sd_rss, "torch_rss_mib": pt_rss,
                              "sdrun_gflops": flops / sd_ms / 1e6, "torch_gflops": flops / pt_ms / 1e6})
                 r = rows[-1]
+                if unfused_ms is not None:
+                    r["sdrun_no_fuse_ms"] = unfused_ms
+                    print(f"{name:6} {mode:5}: sdrun with --no-fuse {args.also_no_fuse} {unfused_ms:8.1f} ms", flush=True)
                 print(f"{name:6} {mode:5} d={d} L={layers} seq={seq} batch={batch}: sdrun {sd_ms:8.1f} ms, "
                       f"PyTorch {pt_ms:8.1f} ms, ratio {r['ratio']:.2f}; peak RSS {sd_rss:.0f} vs {pt_rss:.0f} MiB; "
                       f"{r['sdrun_gflops']:.1f} vs {r['torch_gflops']:.1f} GFLOP/s ({100 * r['sdrun_gflops'] / rate:.0f}% "

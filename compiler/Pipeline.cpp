@@ -119,6 +119,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   if (opts.halfSteps) pm.addPass(createHalfElementwise());
   if (opts.normGradSum) pm.addPass(createNormGradSum()); // before the Adds join elementwise chains
   if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
+  if (opts.gemmAccumulate) pm.addPass(createAccumulateIntoGemm()); // before the Adds join elementwise chains
   if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());
   if (opts.groupCasts) pm.addPass(createGroupWeightCasts()); // the casts no chain took in
   pm.addPass(createPropagateShapes()); // removes the ops they replaced

@@ -50,6 +50,7 @@ struct PipelineOptions {
   bool joinLora = true;           // sd-join-lora
   bool qkvAttention = true;       // sd-qkv-attention
   bool gemmScale = true;          // sd-scale-into-gemm
+  bool gemmAccumulate = true;     // sd-accumulate-into-gemm
   bool normGradSum = true;        // sd-norm-grad-sum
   bool groupUpdates = true;       // sd-group-updates
   bool groupCasts = true;         // sd-group-weight-casts

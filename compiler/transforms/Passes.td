@@ -35,6 +35,10 @@ def FuseGemmEpilogues : Pass<"sd-fuse-gemm-epilogues", "mlir::ModuleOp"> {
   let summary = "Fold a GELU into the Linear before it, and GeluGrad with its bias gradient into the Gemm before it";
 }
 
+def AccumulateIntoGemm : Pass<"sd-accumulate-into-gemm", "mlir::ModuleOp"> {
+  let summary = "A sum of matrix products (LoRA's base and adapter, a residual) is accumulated by the GEMMs onto their C instead of written and added";
+}
+
 def FoldCastRoundTrips : Pass<"sd-fold-cast-round-trips", "mlir::ModuleOp"> {
   let summary = "A half value widened exactly and narrowed back is the half value itself; repeated casts of one value become one";
 }

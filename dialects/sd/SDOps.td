@@ -234,6 +234,18 @@ def SD_LinearOp : SD_Nary<"linear", "Linear",
   }];
 }
 
+// sd-accumulate-into-gemm: a Linear whose product an Add sums with another
+// value of its shape (LoRA's base + scale * up, a residual).
+def SD_LinearAddOp : SD_Nary<"linear_add", "LinearAdd",
+    (ins AnyTensor:$input, AnyTensor:$weight, SD_OptTensor:$bias, AnyTensor:$addend),
+    (ins StrAttr:$layout, StrAttr:$module)> {
+  let description = [{
+    output = input x weight + bias + addend, as Linear; `addend` has the
+    output's shape and type. The GEMM accumulates onto it (cuBLASLt's C)
+    where Linear then Add would write the product and read it back.
+  }];
+}
+
 // GEMM epilogues (sd-fuse-gemm-epilogues): a GELU after a Linear, and the
 // GELU gradient (with its bias gradient) after the GEMM that produces the
 // gradient it scales, computed as one step (cuBLASLt applies them while the

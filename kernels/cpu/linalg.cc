@@ -113,18 +113,27 @@ Status MatMulKernel(const KernelContext &c) {
   });
 }
 
-// Writes bias broadcast into out (rows x cols) so the GEMM can accumulate with beta.
+// Writes bias broadcast into out (rows x cols) so the GEMM can accumulate
+// with beta; with `addend` (rows x cols), their sum, in one pass.
 template <typename T>
-void fillBias(const TensorView &bias, T *out, int64_t rows, int64_t cols) {
-  if (bias.numElements() == cols) { // the usual per-column bias: copy rows
+void fillBias(const TensorView &bias, T *out, int64_t rows, int64_t cols, const T *addend = nullptr) {
+  if (bias.numElements() == cols && !addend) { // the usual per-column bias: copy rows
     for (int64_t i = 0; i < rows; ++i) std::memcpy(out + i * cols, bias.data, size_t(cols) * sizeof(T));
+    return;
+  }
+  const T *b = bias.as<T>();
+  if (bias.numElements() == cols) {
+    for (int64_t i = 0; i < rows; ++i)
+      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = T(addend[i * cols + j] + b[j]);
     return;
   }
   Dims od = {rows, cols};
   Dims st = broadcastStrides(bias.dims, od);
-  const T *b = bias.as<T>();
   for (int64_t i = 0; i < rows; ++i)
-    for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = b[i * st[0] + j * st[1]];
+    for (int64_t j = 0; j < cols; ++j) {
+      T v = b[i * st[0] + j * st[1]];
+      out[i * cols + j] = addend ? T(addend[i * cols + j] + v) : v;
+    }
 }
 
 Status GemmKernel(const KernelContext &c) {
@@ -176,17 +185,26 @@ Status DetKernel(const KernelContext &c) {
   });
 }
 
+// Linear, and LinearAdd (inputs[3], the output's shape, summed in: the
+// GEMM accumulates onto it, where Linear + Add would write the product and
+// read it back).
 Status LinearKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &o = c.outputs[0];
   bool oi = c.attrs.getString("layout", "io") == "oi";
   int64_t k = x.dims.back(), n = o.dims.back(), m = x.numElements() / std::max<int64_t>(k, 1);
-  SD_CHECK_ARG((oi ? w.dims[1] : w.dims[0]) == k, "linear weight does not match input");
+  if (k == 0) m = o.numElements() / std::max<int64_t>(n, 1);
+  SD_CHECK_ARG(w.dims.size() == 2 && (oi ? w.dims[1] : w.dims[0]) == k, "linear weight does not match input");
+  const TensorView *addend = c.hasInput(3) ? &c.inputs[3] : nullptr;
+  SD_CHECK_ARG(!addend || (addend->numElements() == o.numElements() && addend->dtype == o.dtype),
+               "LinearAdd's addend must have the output's shape and type");
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     bool hasBias = c.hasInput(2) && c.inputs[2].data;
-    if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
-    gemmWithB<T>(c, false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], hasBias ? T(1) : T(0), o.as<T>(),
-                 n);
+    if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n, addend ? addend->as<T>() : nullptr);
+    else if (addend && addend->data != o.data) std::memcpy(o.data, addend->data, o.byteSize());
+    bool accumulate = hasBias || addend;
+    gemmWithB<T>(c, false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], accumulate ? T(1) : T(0),
+                 o.as<T>(), n);
     return Status::ok();
   });
 }
@@ -197,6 +215,7 @@ void registerLinalgKernels() {
   registerCpuKernel("MatMul", MatMulKernel, TypeSet::numeric(), prepareMatMul);
   registerCpuKernel("Gemm", GemmKernel, TypeSet::numeric(), prepareGemm);
   registerCpuKernel("Linear", LinearKernel, TypeSet::numeric(), prepareLinear);
+  registerCpuKernel("LinearAdd", LinearKernel, TypeSet::numeric(), prepareLinear);
   registerCpuKernel("Det", DetKernel, TypeSet::floats());
 }
 

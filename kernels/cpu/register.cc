@@ -80,8 +80,8 @@ static bool computesHalfViaF32(std::string_view op) {
       "LayerNormalizationGrad", "RMSNormalization", "RMSNormalizationGrad", "Rotary", "SwiGLU", "SwiGLUGrad",
       "SwiGLUPacked", "SwiGLUPackedGrad",
       // Mixed precision (sd-autocast): bf16 operands, f32 accumulation, result rounded once.
-      "MatMul", "Gemm", "Linear", "LinearGelu", "GemmDGelu", "Attention", "AttentionGrad", "QkvAttention",
-      "QkvAttentionGrad", "ReduceSum", "ReduceMean",
+      "MatMul", "Gemm", "Linear", "LinearAdd", "LinearGelu", "GemmDGelu", "Attention", "AttentionGrad",
+      "QkvAttention", "QkvAttentionGrad", "ReduceSum", "ReduceMean",
       // Exact in f32 (a max of rounded values rounds back to itself): ONNX Attention's masked-row test.
       "ReduceMax", "ReduceMin",
       // Exact in f32: a classification, and integers/ranges a half can hold.

@@ -177,30 +177,37 @@ std::vector<cublasLtMatmulAlgo_t> LtGemm::offered(int count) const {
   return algos;
 }
 
-bool LtGemm::runsOnLt(const void *a, const void *b, const void *c) const {
+bool LtGemm::runsOnLt(const void *a, const void *b, const void *c, const void *addend) const {
   auto aligned = [&](const void *ptr) { return reinterpret_cast<uintptr_t>(ptr) % shape.alignBytes == 0; };
-  return error.empty() && !builtin && aligned(a) && aligned(b) && aligned(c);
+  return error.empty() && !builtin && aligned(a) && aligned(b) && aligned(c) && (!addend || aligned(addend));
 }
 
-Status LtGemm::run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const {
+Status LtGemm::run(const void *a, const void *b, void *out, double alpha, double beta, cudaStream_t stream,
+                   const void *addend) const {
   if (!error.empty()) return sdError(error);
   // A pointer less aligned than the algorithm was chosen for: the built-in
   // GEMM (same result semantics) rather than a failed or faulting call. It
   // has no GELU epilogues: their callers check runsOnLt first.
-  if (!runsOnLt(a, b, c)) {
+  if (!runsOnLt(a, b, out, addend)) {
     if (shape.epilogue != GemmShape::Epilogue::None) return sdError("a GELU epilogue GEMM cannot run on the built-in GEMM");
-    return builtinGemm(shape, a, b, c, alpha, beta, stream);
+    if (addend && addend != out && beta != 0.0) { // the built-in GEMM accumulates in place
+      int64_t elements = shape.batch > 1 ? shape.strideC * shape.batch : shape.m * shape.ldc;
+      size_t bytes = size_t(elements) * dtypeSize(shape.dtype);
+      SD_RETURN_IF_ERROR(cudaCheck(cudaMemcpyAsync(out, addend, bytes, cudaMemcpyDeviceToDevice, stream), "GEMM addend"));
+    }
+    return builtinGemm(shape, a, b, out, alpha, beta, stream);
   }
-  return runWith(algo, a, b, c, alpha, beta, stream);
+  return runWith(algo, a, b, out, alpha, beta, stream, addend);
 }
 
-Status LtGemm::runWith(const cublasLtMatmulAlgo_t &with, const void *a, const void *b, void *c, double alpha,
-                       double beta, cudaStream_t stream) const {
+Status LtGemm::runWith(const cublasLtMatmulAlgo_t &with, const void *a, const void *b, void *out, double alpha,
+                       double beta, cudaStream_t stream, const void *addend) const {
   float af = float(alpha), bf = float(beta);
   const void *pa = shape.dtype == DType::F64 ? static_cast<const void *>(&alpha) : &af;
   const void *pb = shape.dtype == DType::F64 ? static_cast<const void *>(&beta) : &bf;
   const LtApi &lt = *res->api;
-  cublasStatus_t st = lt.matmul(res->handle, op, pa, b, layoutB, a, layoutA, pb, c, layoutC, c, layoutC, &with,
+  const void *c = addend ? addend : out;
+  cublasStatus_t st = lt.matmul(res->handle, op, pa, b, layoutB, a, layoutA, pb, c, layoutC, out, layoutC, &with,
                                 res->workspace, res->workspaceBytes, stream);
   if (st != CUBLAS_STATUS_SUCCESS) return sdError("cublasLtMatmul failed: ", lt.statusString(st));
   return Status::ok();

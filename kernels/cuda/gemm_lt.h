@@ -61,14 +61,18 @@ struct LtGemm {
   ~LtGemm();
   // False where run() would take the built-in GEMM (no cuBLASLt, or pointers
   // less aligned than the plan's), which has no epilogue but the bias.
-  bool runsOnLt(const void *a, const void *b, const void *c) const;
-  Status run(const void *a, const void *b, void *c, double alpha, double beta, cudaStream_t stream) const;
+  bool runsOnLt(const void *a, const void *b, const void *c, const void *addend = nullptr) const;
+  // out = alpha * product + beta * (addend when set, else out): cuBLASLt
+  // reads C from `addend` and writes D to `out` (the same layout), so a sum
+  // into a GEMM's result costs no copy (sd-accumulate-into-gemm).
+  Status run(const void *a, const void *b, void *out, double alpha, double beta, cudaStream_t stream,
+             const void *addend = nullptr) const;
   // Up to `count` algorithms cuBLASLt's heuristic offers for these
   // descriptors, its choice first; and one run with a given one (no checks:
   // sdrun bench --gemms times them all).
   std::vector<cublasLtMatmulAlgo_t> offered(int count) const;
-  Status runWith(const cublasLtMatmulAlgo_t &with, const void *a, const void *b, void *c, double alpha, double beta,
-                 cudaStream_t stream) const;
+  Status runWith(const cublasLtMatmulAlgo_t &with, const void *a, const void *b, void *out, double alpha, double beta,
+                 cudaStream_t stream, const void *addend = nullptr) const;
 };
 
 // The row-major GEMM shapes of Gemm's and Linear's operands (linalg.cu).

@@ -1,6 +1,7 @@
 // CUDA kernels for MatMul, Gemm and Linear, all through cuBLASLt plans built
 // when the session is created (gemm_lt.h). Linear's bias is cuBLASLt's bias
-// epilogue; Gemm's C is broadcast into the output and accumulated with beta.
+// epilogue; Gemm's C, and LinearAdd's addend, are cuBLASLt's C (a broadcast
+// Gemm C is written into the output first and accumulated with beta).
 #include "gemm_lt.h"
 
 namespace sd::cuda {
@@ -133,12 +134,16 @@ Status GemmKernel(const KernelContext &c) {
   double alpha = c.attrs.getFloat("alpha", 1.0), beta = c.attrs.getFloat("beta", 1.0);
   bool hasC = c.hasInput(2) && c.inputs[2].data && beta != 0.0;
   if (c.outputs[0].numElements() == 0) return Status::ok();
-  if (hasC) SD_RETURN_IF_ERROR(broadcastInto(c.inputs[2], c.outputs[0], streamOf(c)));
+  // A C of the output's own shape is cuBLASLt's C, read where it lies; a
+  // broadcast one is written out first and accumulated in place.
+  bool wholeC = hasC && c.inputs[2].numElements() == c.outputs[0].numElements() && g->shape.k != 0;
+  if (hasC && !wholeC) SD_RETURN_IF_ERROR(broadcastInto(c.inputs[2], c.outputs[0], streamOf(c)));
   if (g->shape.k == 0) {
     if (!hasC) return cudaCheck(cudaMemsetAsync(c.outputs[0].data, 0, c.outputs[0].byteSize(), streamOf(c)), "Gemm");
     return Status::ok(); // beta * C with no product: C is already there only when beta == 1
   }
-  return g->run(c.inputs[0].data, c.inputs[1].data, c.outputs[0].data, alpha, hasC ? beta : 0.0, streamOf(c));
+  return g->run(c.inputs[0].data, c.inputs[1].data, c.outputs[0].data, alpha, hasC ? beta : 0.0, streamOf(c),
+                wholeC ? c.inputs[2].data : nullptr);
 }
 
 } // namespace
@@ -180,6 +185,26 @@ Status LinearKernel(const KernelContext &c) {
   return g->run(c.inputs[0].data, c.inputs[1].data, c.outputs[0].data, 1.0, biasByHand ? 1.0 : 0.0, streamOf(c));
 }
 
+// LinearAdd: Linear plus an addend of the output's shape, read as cuBLASLt's
+// C beside the bias epilogue (f64, which has no bias epilogue, stays Linear).
+Status LinearAddKernel(const KernelContext &c) {
+  auto *g = static_cast<const LtGemm *>(c.prepared);
+  if (!g) return sdError("LinearAdd has no cuBLASLt plan");
+  const TensorView &addend = c.inputs[3], &out = c.outputs[0];
+  if (out.numElements() == 0) return Status::ok();
+  if (addend.numElements() != out.numElements() || addend.dtype != out.dtype)
+    return sdError("LinearAdd's addend must have the output's shape and type");
+  bool hasBias = c.hasInput(2) && c.inputs[2].data;
+  if (hasBias && !g->shape.bias) return sdError("LinearAdd takes f32, bf16 or f16 on CUDA");
+  if (g->shape.k == 0) {
+    if (hasBias) return sdError("LinearAdd with a bias needs a non-empty inner dimension");
+    if (addend.data == out.data) return Status::ok();
+    return cudaCheck(cudaMemcpyAsync(out.data, addend.data, out.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)),
+                     "LinearAdd");
+  }
+  return g->run(c.inputs[0].data, c.inputs[1].data, out.data, 1.0, 1.0, streamOf(c), addend.data);
+}
+
 } // namespace
 
 void registerLinalgKernels() {
@@ -187,6 +212,7 @@ void registerLinalgKernels() {
   registerKernel("MatMul", MatMulKernel, t, prepareMatMul);
   registerKernel("Gemm", GemmKernel, t, prepareGemm);
   registerKernel("Linear", LinearKernel, t, prepareLinear);
+  registerKernel("LinearAdd", LinearAddKernel, {DType::F32, DType::F16, DType::BF16}, prepareLinear);
 }
 
 } // namespace sd::cuda

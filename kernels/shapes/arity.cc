@@ -121,6 +121,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"Less", {2, 2}},
       {"LessOrEqual", {2, 2}},
       {"Linear", {2, 3}},
+      {"LinearAdd", {2, 4}}, // the bias (2) optional, the addend (3) required by the shape rule
       {"LinearGelu", {2, 3}},
       {"GemmDGelu", {3, 3}},
       {"FusedElementwise", {1, 8}},

@@ -79,6 +79,18 @@ static Status linearShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// LinearAdd(x, w, bias, addend) -> Linear + addend, the addend of the output's shape and type.
+static Status linearAddShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(linearShape(c));
+  SD_CHECK_ARG(c.hasInput(3), "LinearAdd needs an addend");
+  const TensorInfo &addend = c.inputs[3], &out = c.outputs[0];
+  SD_CHECK_ARG(addend.dtype == out.dtype, "LinearAdd: addend has element type ", dtypeName(addend.dtype),
+               ", the product ", dtypeName(out.dtype));
+  if (addend.rankKnown && out.isStatic() && addend.isStatic() && addend.dims != out.dims)
+    return sdError("LinearAdd: addend ", formatDims(addend.dims), " does not match the product ", formatDims(out.dims));
+  return Status::ok();
+}
+
 // LinearGelu(x, w, bias) -> gelu(Linear), and Linear itself (the GELU's input).
 static Status linearGeluShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(linearShape(c));
@@ -169,6 +181,7 @@ void registerLinalgShapes() {
   registerShapeRule("MatMul", matmulShape);
   registerShapeRule("Gemm", gemmShape);
   registerShapeRule("Linear", linearShape);
+  registerShapeRule("LinearAdd", linearAddShape);
   registerShapeRule("LinearGelu", linearGeluShape);
   registerShapeRule("GemmDGelu", gemmDGeluShape);
   registerShapeRule("Attention", attentionShape);

@@ -23,7 +23,11 @@ backward step (sd-norm-grad-sum), bit for bit as by the Add. LoRA's
 backward products take a power-of-two scale as their alpha
 (sd-scale-into-gemm), bit for bit as the scaled copies they read before.
 The GPT's attention reads its fused q|k|v projection as it is
-(sd-qkv-attention), bit for bit as from the Split's copies."""
+(sd-qkv-attention), bit for bit as from the Split's copies. Sums of
+matrix products (sd-accumulate-into-gemm: LoRA's base + scale * adapter,
+the residual a projection joins, the input gradient's two products) are
+accumulated by the GEMMs onto their C: that adds in another order, so it is
+left out of the bit-for-bit comparisons and checked within rounding."""
 import json
 import os
 import re
@@ -34,6 +38,9 @@ import tempfile
 import numpy as np
 
 from e2e_util import ROOT, export_tiny_gpt, plan_steps, sh, tool_paths
+
+# sd-accumulate-into-gemm adds in another order: the bit-for-bit comparisons run without it.
+KEEP_SUMS = ["--no-fuse", "gemm-accumulate"]
 
 
 def export_tiny_llama(folder):
@@ -181,7 +188,7 @@ def check_joined_lora(check, sdc, sdrun, llama, data, tmp):
                 tag = f"llama-join-{targets.replace(',', '-')}-{precision}-{joined}"
                 plan = os.path.join(tmp, tag + ".sdp")
                 sh([sdc, "compile", llama, "-o", plan, "--shapes", "input_ids=4x8", "--peft", "lora", "--target-modules",
-                    targets, "--precision", precision] + ([] if joined else ["--no-fuse", "joined-lora"]))
+                    targets, "--precision", precision] + KEEP_SUMS + ([] if joined else ["--no-fuse", "joined-lora"]))
                 steps = plan_steps(sdrun, plan)
                 counts[joined], total[joined] = steps.get(reads, 0), train_step_count(sdrun, plan)
                 runs[joined] = train_run(sdrun, plan, data, tmp, tag, 6)
@@ -290,8 +297,8 @@ def check_gemm_scale(check, sdc, sdrun, model, data, tmp):
     for precision in ("fp32", "bf16"):
         runs, counts = {}, {}
         for scaled in (True, False):
-            flags = lora + ["--lora-alpha", "32", "--precision", precision] + ([] if scaled else
-                                                                              ["--no-fuse", "gemm-scale"])
+            flags = lora + ["--lora-alpha", "32", "--precision", precision] + KEEP_SUMS + ([] if scaled else
+                                                                                          ["--no-fuse", "gemm-scale"])
             plan = os.path.join(tmp, f"gpt-scale-{precision}-{scaled}.sdp")
             sh([sdc, "compile", model, "-o", plan] + flags)
             counts[scaled] = sum(plan_steps(sdrun, plan).values())
@@ -305,8 +312,47 @@ def check_gemm_scale(check, sdc, sdrun, model, data, tmp):
               f"{precision} GPT LoRA: steps in the plan (all entries) {counts[False]} -> {counts[True]}")
         check(runs[True] == runs[False] and len(runs[True][0]) == 6 and runs[True][0][0] != runs[True][0][-1],
               f"{precision} GPT LoRA, scale 4: the same 6 losses and weights bit for bit with --no-fuse gemm-scale")
-    odd = gemm_alphas(sdc, model, lora + ["--lora-alpha", "12", "--precision", "bf16"])
+    odd = gemm_alphas(sdc, model, lora + ["--lora-alpha", "12", "--precision", "bf16"] + KEEP_SUMS)
     check(not odd, f"bf16 GPT LoRA, scale 1.5: no Gemm takes it as alpha ({odd})")
+
+
+def check_gemm_accumulate(check, sdc, sdrun, model, data, tmp):
+    """Sums of matrix products computed by the GEMMs (sd-accumulate-into-gemm):
+    the GPT with LoRA on every linear layer (base + 2 * adapter, with the
+    residual where proj and fc2 join it) and fully fine-tuned (the residual
+    a projection joins; the input gradients' products), f32; and LoRA in
+    bf16, where autocast's f32 sums of the widened bf16 products become
+    bf16 GEMM sums (q|k|v's, and fc1's before the GELU). The plan runs
+    LinearAdd and Gemm steps with a C, moves fewer bytes, and trains within
+    rounding of --no-fuse gemm-accumulate (the additions in another order;
+    bf16: within a bf16 rounding). SGD: AdamW's normalized step would turn a
+    rounding-level difference in a near-zero gradient (whose sign can flip)
+    into a whole learning-rate step, which says nothing about the sums."""
+    from safetensors.numpy import load
+    for peft, precision, rtol, wtol in (("lora", "fp32", 1e-5, 1e-5), ("none", "fp32", 1e-5, 1e-5),
+                                        ("lora", "bf16", 1e-2, 1e-3)):
+        flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--optimizer", "sgd", "--precision", precision] + (
+            ["--target-modules", "qkv,proj,fc1,fc2", "--lora-r", "8", "--lora-alpha", "16"] if peft == "lora" else [])
+        runs, steps, traffic = {}, {}, {}
+        for summed in (True, False):
+            plan = os.path.join(tmp, f"gpt-acc-{peft}-{precision}-{summed}.sdp")
+            sh([sdc, "compile", model, "-o", plan] + flags + ([] if summed else KEEP_SUMS))
+            steps[summed], traffic[summed] = plan_steps(sdrun, plan), train_step_traffic(sdrun, plan)
+            runs[summed] = train_run(sdrun, plan, data, tmp, f"acc-{peft}-{precision}-{summed}", 6)
+        ir = sh([sdc, "compile", model, "--emit", "mlir"] + flags)
+        with_c = [l for l in ir.splitlines() if 'sd.step "Gemm"' in l and "beta = 1.000000e+00" in l]
+        name = f"{precision} GPT {peft}"
+        check(steps[True].get("LinearAdd", 0) > 0 and (with_c or precision == "bf16") and
+              "LinearAdd" not in steps[False] and traffic[True] < traffic[False],
+              f"{name}: {steps[True].get('LinearAdd', 0)} LinearAdd steps, {len(with_c)} Gemm steps with "
+              f"a C; train_step moves {traffic[True]} bytes ({traffic[False]} with --no-fuse gemm-accumulate)")
+        (la, wa), (lb, wb) = runs[True], runs[False]
+        rel = max(abs(a - b) / abs(b) for a, b in zip(la, lb))
+        ta, tb = load(wa), load(wb)
+        wdiff = max(float(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)).max()) for k in tb)
+        check(len(la) == 6 and la[0] != la[-1] and rel <= rtol and set(ta) == set(tb) and wdiff <= wtol,
+              f"{name}, SGD: 6 losses within {rtol:g} of --no-fuse gemm-accumulate's (max relative diff {rel:.2g}), "
+              f"weights within {wdiff:.2g}")
 
 
 def half_steps(sdc, model, flags):
@@ -360,7 +406,8 @@ def main():
                 plain = ("gemm-epilogues,elementwise,casts,half-steps,norm-grad-sum,grouped-updates,grouped-casts"
                          if arch == "llama" else "all")
                 flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision] + \
-                    (["--target-modules", targets] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain])
+                    (["--target-modules", targets] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain]) + \
+                    KEEP_SUMS
                 sh([sdc, "compile", llama if arch == "llama" else model, "-o", plan] + flags)
                 steps = plan_steps(sdrun, plan)
                 # An autocast plan's GELU runs in f32 on a cast of the half product: not an epilogue (yet).
@@ -457,6 +504,7 @@ def main():
         check_qkv_rotary(check, sdc, sdrun, llama, data, tmp)
         check_joined_lora(check, sdc, sdrun, llama, data, tmp)
         check_gemm_scale(check, sdc, sdrun, model, data, tmp)
+        check_gemm_accumulate(check, sdc, sdrun, model, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")
         np.save(ids, rng.integers(0, 256, size=(1, 8)).astype(np.int64))
@@ -464,7 +512,7 @@ def main():
         for fused in (True, False):
             plan = os.path.join(tmp, f"infer-{fused}.sdp")
             sh([sdc, "compile", model, "--shapes", "input_ids=1x8", "-o", plan] +
-               ([] if fused else ["--no-fuse", "all"]))
+               ([] if fused else ["--no-fuse", "all"]) + KEEP_SUMS)
             out = os.path.join(tmp, f"out-{fused}")
             sh([sdrun, "infer", plan, "--input", f"input_ids={ids}", "--output-dir", out, "--output-format", "npy"])
             logits[fused] = np.load(os.path.join(out, "output_0.npy"))

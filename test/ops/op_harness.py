@@ -741,6 +741,9 @@ CASES["Gemm"] = [Case(lambda t, r: [rand(r, (4, 3), t, -3, 3), rand(r, (5, 4), t
                  Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3), rand(r, (3, 1), t, -3, 3)],
                       label="column bias"),
                  Case(lambda t, r: [rand(r, (3, 4), t, -3, 3), rand(r, (4, 5), t, -3, 3)], label="no bias"),
+                 # sd-accumulate-into-gemm: a C of the output's shape, the running sum.
+                 Case(lambda t, r: [rand(r, (6, 5), t, -3, 3), rand(r, (8, 5), t, -3, 3), rand(r, (6, 8), t, -3, 3)],
+                      attrs={"transB": 1, "alpha": 2.0, "beta": 1.0}, label="C of the output's shape", types=FLOATS),
                  # LoRA's backward after sd-scale-into-gemm: the scale as alpha, no C.
                  Case(lambda t, r: [rand(r, (64, 24), t, -3, 3), rand(r, (64, 8), t, -3, 3)],
                       attrs={"transA": 1, "alpha": 4.0}, label="alpha, no C", types=FLOATS)]
@@ -760,6 +763,26 @@ CASES["Linear"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t, -3, 3), rand(r, (5, 
                         label="io (default)"),
                    Case(lambda t, r: [rand(r, (0, 4), t), rand(r, (5, 4), t)], attrs={"layout": "oi"}, ref=linear_ref,
                         label="zero rows")]
+
+
+def linear_add_ref(ins, attrs, t):
+    y = f64(ins[0]) @ (f64(ins[1]).T if attrs.get("layout", "io") == "oi" else f64(ins[1]))
+    if ins[2] is not None:
+        y = y + f64(ins[2])
+    return [(y + f64(ins[3])).astype(ins[0].dtype)]
+
+
+# sd-accumulate-into-gemm's Linear: the product accumulated onto an addend of
+# its shape (cuBLASLt's C beside the bias epilogue).
+CASES["LinearAdd"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 4), t, -3, 3), rand(r, (8, 4), t, -3, 3), rand(r, (8,), t),
+                       rand(r, (2, 3, 8), t, -3, 3)], attrs={"layout": "oi"}, ref=linear_add_ref, label="oi with bias"),
+    Case(lambda t, r: [rand(r, (5, 4), t, -3, 3), rand(r, (4, 8), t, -3, 3), None, rand(r, (5, 8), t, -3, 3)],
+         ref=linear_add_ref, label="io, no bias"),
+    Case(lambda t, r: [rand(r, (37, 70), t), rand(r, (33, 70), t), rand(r, (33,), t), rand(r, (37, 33), t)],
+         attrs={"layout": "oi"}, ref=linear_add_ref, label="blocked sizes", types=FLOATS),
+    Case(lambda t, r: [rand(r, (0, 4), t), rand(r, (8, 4), t), None, rand(r, (0, 8), t)], attrs={"layout": "oi"},
+         ref=linear_add_ref, label="zero rows")]
 CASES["Einsum"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t, -3, 3), rand(r, (2, 4, 5), t, -3, 3)],
                         attrs={"equation": "bij,bjk->bik"}),
                    Case(lambda t, r: [rand(r, (3, 4), t, -3, 3)], attrs={"equation": "ij->ji"}, label="transpose"),

@@ -134,7 +134,10 @@ const char *kUsage =
     "                           fused gate/up projection as it is: no Split, no Concat), qkv-attention\n"
     "                           (attention reads a fused q|k|v projection as it is: no Split, no\n"
     "                           Concat), gemm-scale (LoRA's backward products scale by alpha\n"
-    "                           instead of reading a scaled copy of the gradient), norm-grad-sum\n"
+    "                           instead of reading a scaled copy of the gradient), gemm-accumulate\n"
+    "                           (a sum of matrix products, such as LoRA's base + scale * adapter,\n"
+    "                           accumulated by the GEMMs onto their C, not written and added),\n"
+    "                           norm-grad-sum\n"
     "                           (a norm's input gradient added to the residual gradient by the\n"
     "                           norm's backward step, not by an Add), grouped-updates (the\n"
     "                           optimizer's AdamW updates as one step per group of tensors),\n"
@@ -161,6 +164,7 @@ const NoFuse kNoFuse[] = {
     {"qkv-attention", &sd::PipelineOptions::qkvAttention},
     {"joined-lora", &sd::PipelineOptions::joinLora},
     {"gemm-scale", &sd::PipelineOptions::gemmScale},
+    {"gemm-accumulate", &sd::PipelineOptions::gemmAccumulate},
     {"norm-grad-sum", &sd::PipelineOptions::normGradSum},
     {"grouped-updates", &sd::PipelineOptions::groupUpdates},
     {"grouped-casts", &sd::PipelineOptions::groupCasts},
