@@ -9,11 +9,15 @@
 // the residual where the layer's output joins it; backward: the input
 // gradient's base and adapter products): each read two or three [tokens, d]
 // tensors and wrote another, after the products had written theirs.
-// Same-type sums only, f32 or half (autocast's f32 sums of widened half
-// products are not taken yet). The order of the additions changes, so the
-// plan's bits do, within rounding. Runs after autodiff and
-// sd-fuse-gemm-epilogues (whose patterns it leaves alone), before
-// sd-fuse-elementwise.
+// Sums of one type, f32 or half; and autocast's f32 sums whose every term
+// widens a value of one half type, which the GEMMs then sum in that type
+// (a sum with an f32 term, such as the residual in a bf16 plan, would need
+// a GEMM writing f32 from half operands: not taken yet). The order of the
+// additions changes, so the plan's bits do, within rounding. Runs after
+// autodiff and sd-scale-into-gemm, before sd-move-casts and
+// sd-half-elementwise (a rotary reading the widened bf16 sum through a
+// reshape then reads the bf16 sum itself), sd-norm-grad-sum (a norm
+// gradient's dy is left to it) and sd-fuse-elementwise.
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
@@ -151,6 +155,8 @@ struct AccumulateIntoGemmPass : sd::impl::AccumulateIntoGemmBase<AccumulateIntoG
       if (auto user = sum.hasOneUse() ? dyn_cast<AddOp>(*sum.getUsers().begin()) : AddOp{};
           user && sameTypeAdd(user.getResult(), sum.getType()))
         return;
+      // A norm gradient's dy: sd-norm-grad-sum reads its summands as they are.
+      if (sum.hasOneUse() && isa<LayerNormalizationGradOp, RMSNormalizationGradOp>(*sum.getUsers().begin())) return;
       roots.push_back(add);
     });
     for (AddOp root : roots) rewrite(root);
