@@ -114,17 +114,33 @@ Status MatMulKernel(const KernelContext &c) {
 }
 
 // Writes bias broadcast into out (rows x cols) so the GEMM can accumulate
-// with beta; with `addend` (rows x cols), their sum, in one pass.
+// with beta; with `addend` (rows x cols), their sum, in one pass. Rows in
+// parallel: sd-accumulate-into-gemm's sums go through here (a Gemm's C of
+// the output's shape, LinearAdd's addend) where a threaded Add ran before.
 template <typename T>
-void fillBias(const TensorView &bias, T *out, int64_t rows, int64_t cols, const T *addend = nullptr) {
-  if (bias.numElements() == cols && !addend) { // the usual per-column bias: copy rows
-    for (int64_t i = 0; i < rows; ++i) std::memcpy(out + i * cols, bias.data, size_t(cols) * sizeof(T));
+void fillBias(ThreadPool *pool, const TensorView &bias, T *out, int64_t rows, int64_t cols,
+              const T *addend = nullptr) {
+  const T *b = bias.as<T>();
+  const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(cols, 1));
+  if (bias.numElements() == rows * cols && !addend) { // a C of the output's own shape
+    if (b != out)
+      parallelFor(pool, rows, grain, [&](int64_t i0, int64_t i1) {
+        std::memcpy(out + i0 * cols, b + i0 * cols, size_t((i1 - i0) * cols) * sizeof(T));
+      });
     return;
   }
-  const T *b = bias.as<T>();
-  if (bias.numElements() == cols) {
-    for (int64_t i = 0; i < rows; ++i)
-      for (int64_t j = 0; j < cols; ++j) out[i * cols + j] = T(addend[i * cols + j] + b[j]);
+  if (bias.numElements() == cols) { // the usual per-column bias
+    parallelFor(pool, rows, grain, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        if (!addend) {
+          std::memcpy(out + i * cols, b, size_t(cols) * sizeof(T));
+          continue;
+        }
+        const T *x = addend + i * cols;
+        T *o = out + i * cols;
+        for (int64_t j = 0; j < cols; ++j) o[j] = T(x[j] + b[j]);
+      }
+    });
     return;
   }
   Dims od = {rows, cols};
@@ -145,7 +161,7 @@ Status GemmKernel(const KernelContext &c) {
   return dispatchNumeric(a.dtype, [&](auto tag) {
     using T = decltype(tag);
     bool hasBias = c.hasInput(2) && c.inputs[2].data && beta != 0.0;
-    if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n);
+    if (hasBias) fillBias<T>(c.pool, c.inputs[2], o.as<T>(), m, n);
     gemmWithB<T>(c, ta, tb, m, n, k, T(alpha), a.as<T>(), a.dims[1], b.as<T>(), b.dims[1], hasBias ? T(beta) : T(0),
                  o.as<T>(), n);
     return Status::ok();
@@ -200,8 +216,8 @@ Status LinearKernel(const KernelContext &c) {
   return dispatchNumeric(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     bool hasBias = c.hasInput(2) && c.inputs[2].data;
-    if (hasBias) fillBias<T>(c.inputs[2], o.as<T>(), m, n, addend ? addend->as<T>() : nullptr);
-    else if (addend && addend->data != o.data) std::memcpy(o.data, addend->data, o.byteSize());
+    if (hasBias) fillBias<T>(c.pool, c.inputs[2], o.as<T>(), m, n, addend ? addend->as<T>() : nullptr);
+    else if (addend) fillBias<T>(c.pool, *addend, o.as<T>(), m, n);
     bool accumulate = hasBias || addend;
     gemmWithB<T>(c, false, oi, m, n, k, T(1), x.as<T>(), k, w.as<T>(), w.dims[1], accumulate ? T(1) : T(0),
                  o.as<T>(), n);

@@ -179,7 +179,6 @@ def check_joined_lora(check, sdc, sdrun, llama, data, tmp):
     no more steps, and the training of --no-fuse joined-lora within rounding
     (x's gradient is one product over the joined rank instead of one per part
     added up), f32 and bf16."""
-    from safetensors.numpy import load
     for targets, reads in (("q_proj,v_proj", "QkvAttention"), ("q_proj,k_proj,v_proj,o_proj", "QkvAttention"),
                            ("gate_proj,up_proj", "SwiGLUPacked")):
         for precision, rtol in (("fp32", 1e-5), ("bf16", 2e-2)):
@@ -198,13 +197,21 @@ def check_joined_lora(check, sdc, sdrun, llama, data, tmp):
             check(counts[True] > 0 and not counts[False] and total[True] <= total[False],
                   f"{name}: {reads} on the joined projection, train_step {total[True]} steps "
                   f"({total[False]} with --no-fuse joined-lora)")
-            (la, wa), (lb, wb) = runs[True], runs[False]
-            rel = max(abs(a - b) / abs(b) for a, b in zip(la, lb))
-            ta, tb = load(wa), load(wb)
-            wdiff = max(float(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)).max()) for k in tb)
-            check(len(la) == 6 and rel <= rtol and set(ta) == set(tb) and wdiff <= 10 * rtol,
+            la, rel, same_tensors, wdiff = run_gap(runs[True], runs[False])
+            check(len(la) == 6 and rel <= rtol and same_tensors and wdiff <= 10 * rtol,
                   f"{name}: 6 losses within {rtol:g} of --no-fuse joined-lora's (max relative diff {rel:.2g}), "
                   f"the same adapter tensors, weights within {wdiff:.2g}")
+
+
+def run_gap(ours, theirs):
+    """Two train_run results: our losses, the largest relative loss difference,
+    whether both saved the same tensors, and the largest weight difference."""
+    from safetensors.numpy import load
+    (la, wa), (lb, wb) = ours, theirs
+    rel = max(abs(a - b) / abs(b) for a, b in zip(la, lb))
+    ta, tb = load(wa), load(wb)
+    wdiff = max(float(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)).max()) for k in tb)
+    return la, rel, set(ta) == set(tb), wdiff
 
 
 def train_step_count(sdrun, plan):
@@ -328,7 +335,6 @@ def check_gemm_accumulate(check, sdc, sdrun, model, data, tmp):
     bf16: within a bf16 rounding). SGD: AdamW's normalized step would turn a
     rounding-level difference in a near-zero gradient (whose sign can flip)
     into a whole learning-rate step, which says nothing about the sums."""
-    from safetensors.numpy import load
     for peft, precision, rtol, wtol in (("lora", "fp32", 1e-5, 1e-5), ("none", "fp32", 1e-5, 1e-5),
                                         ("lora", "bf16", 1e-2, 1e-3)):
         flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--optimizer", "sgd", "--precision", precision] + (
@@ -346,11 +352,8 @@ def check_gemm_accumulate(check, sdc, sdrun, model, data, tmp):
               "LinearAdd" not in steps[False] and traffic[True] < traffic[False],
               f"{name}: {steps[True].get('LinearAdd', 0)} LinearAdd steps, {len(with_c)} Gemm steps with "
               f"a C; train_step moves {traffic[True]} bytes ({traffic[False]} with --no-fuse gemm-accumulate)")
-        (la, wa), (lb, wb) = runs[True], runs[False]
-        rel = max(abs(a - b) / abs(b) for a, b in zip(la, lb))
-        ta, tb = load(wa), load(wb)
-        wdiff = max(float(np.abs(ta[k].astype(np.float64) - tb[k].astype(np.float64)).max()) for k in tb)
-        check(len(la) == 6 and la[0] != la[-1] and rel <= rtol and set(ta) == set(tb) and wdiff <= wtol,
+        la, rel, same_tensors, wdiff = run_gap(runs[True], runs[False])
+        check(len(la) == 6 and la[0] != la[-1] and rel <= rtol and same_tensors and wdiff <= wtol,
               f"{name}, SGD: 6 losses within {rtol:g} of --no-fuse gemm-accumulate's (max relative diff {rel:.2g}), "
               f"weights within {wdiff:.2g}")
 
