@@ -782,7 +782,12 @@ CASES["LinearAdd"] = [
     Case(lambda t, r: [rand(r, (37, 70), t), rand(r, (33, 70), t), rand(r, (33,), t), rand(r, (37, 33), t)],
          attrs={"layout": "oi"}, ref=linear_add_ref, label="blocked sizes", types=FLOATS),
     Case(lambda t, r: [rand(r, (0, 4), t), rand(r, (8, 4), t), None, rand(r, (0, 8), t)], attrs={"layout": "oi"},
-         ref=linear_add_ref, label="zero rows")]
+         ref=linear_add_ref, label="zero rows"),
+    # Refused: an addend of another shape, and none at all.
+    Case(lambda t, r: [rand(r, (5, 4), t), rand(r, (8, 4), t), None, rand(r, (5, 4), t)], attrs={"layout": "oi"},
+         types=["f32"], error="does not match the product", label="addend of another shape"),
+    Case(lambda t, r: [rand(r, (5, 4), t), rand(r, (8, 4), t), rand(r, (8,), t)], attrs={"layout": "oi"},
+         types=["f32"], error="needs an addend", label="no addend")]
 CASES["Einsum"] = [Case(lambda t, r: [rand(r, (2, 3, 4), t, -3, 3), rand(r, (2, 4, 5), t, -3, 3)],
                         attrs={"equation": "bij,bjk->bik"}),
                    Case(lambda t, r: [rand(r, (3, 4), t, -3, 3)], attrs={"equation": "ij->ji"}, label="transpose"),
