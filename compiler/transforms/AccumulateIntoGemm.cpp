@@ -32,12 +32,6 @@ using namespace sd::ir;
 
 namespace {
 
-int64_t elementCount(ArrayRef<int64_t> dims) {
-  int64_t n = 1;
-  for (int64_t d : dims) n *= d;
-  return n;
-}
-
 bool summableType(Type t) {
   auto r = dyn_cast<RankedTensorType>(t);
   if (!r || !r.hasStaticShape() || r.getRank() < 1 || r.getNumElements() == 0) return false;
@@ -75,22 +69,12 @@ struct Product {
   SmallVector<Operation *> ops; // what computed it, the leaf's op first
 };
 
-// A constant scale of `v` (Mul(x, c), read once): x and c.
-std::optional<std::pair<Value, double>> scaled(Value v) {
-  auto mul = v.getDefiningOp<MulOp>();
-  if (!mul || !v.hasOneUse()) return std::nullopt;
-  for (unsigned i = 0; i < 2; ++i)
-    if (std::optional<double> s = sd::scalarValue(mul->getOperand(1 - i));
-        s && std::isfinite(*s) && mul->getOperand(i).getType() == v.getType())
-      return std::make_pair(mul->getOperand(i), *s);
-  return std::nullopt;
-}
-
 // The half value a leaf of an f32 sum widens (Cast, read once), under its
 // constant scale if any; else null.
 Value widenedLeaf(Value leaf) {
-  Value v = leaf;
-  if (auto s = scaled(v)) v = s->first;
+  Value v = leaf, rest;
+  double scale = 1;
+  if (sd::scalarFactor(v, rest, scale)) v = rest;
   return v.hasOneUse() ? sd::widenedHalf(v) : Value();
 }
 
@@ -103,9 +87,9 @@ std::optional<Product> productOf(Value leaf, Block *block, Type type) {
     p.ops.push_back(v.getDefiningOp());
     v = next;
   };
-  if (auto s = scaled(v)) {
-    p.alpha = s->second;
-    take(s->first);
+  if (Value rest; sd::scalarFactor(v, rest, p.alpha)) {
+    if (!std::isfinite(p.alpha)) return std::nullopt;
+    take(rest);
   }
   if (Value h = type != elementTypeOf(leaf) && v.hasOneUse() ? sd::widenedHalf(v) : Value()) take(h);
   if (auto reshape = v.getDefiningOp<ReshapeOp>(); reshape && v.hasOneUse()) take(reshape.getLhs());
@@ -132,8 +116,8 @@ std::optional<Product> productOf(Value leaf, Block *block, Type type) {
   }
   ArrayRef<int64_t> out = shapeOf(v);
   p.n = out.empty() ? 0 : out.back();
-  p.m = p.n ? elementCount(out) / p.n : 0;
-  if (!p.whole && (!p.m || p.m * p.n != elementCount(shapeOf(leaf)))) return std::nullopt;
+  p.m = p.n ? ShapedType::getNumElements(out) / p.n : 0;
+  if (!p.whole && (!p.m || p.m * p.n != ShapedType::getNumElements(shapeOf(leaf)))) return std::nullopt;
   p.ops.push_back(def);
   return p;
 }

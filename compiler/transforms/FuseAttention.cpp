@@ -170,21 +170,6 @@ bool hasFullyMaskedRow(ArrayRef<bool> masked, ArrayRef<int64_t> shape) {
   return false;
 }
 
-// v = Mul(rest, c) or Mul(c, rest), read by nothing else, with c a nonzero
-// scalar constant and rest of v's type: the Mul, with `rest` set and c
-// multiplied into `scale`; else null (and nothing set).
-MulOp scalarFactor(Value v, Value &rest, double &scale) {
-  auto mul = v.getDefiningOp<MulOp>();
-  if (!mul || !mul->hasOneUse()) return {};
-  Value other = mul.getLhs();
-  std::optional<double> c = sd::scalarValue(mul.getRhs());
-  if (!c) c = sd::scalarValue(mul.getLhs()), other = mul.getRhs();
-  if (!c || *c == 0 || other.getType() != v.getType()) return {};
-  rest = other;
-  scale *= *c;
-  return mul;
-}
-
 // An attention fused before the shapes were known can still read q and kt
 // through constant multipliers: the scale split as sqrt(scale) on each, as
 // an exporter computed it from the head size at run time (Optimum's GPT-2).
@@ -195,7 +180,7 @@ void absorbScaleFactors(AttentionOp a) {
   double scale = a.getScale() ? a.getScale()->convertToDouble() : 1.0;
   for (unsigned operand : {0u, 1u}) {
     Value rest;
-    if (MulOp mul = scalarFactor(a->getOperand(operand), rest, scale)) {
+    if (MulOp mul = sd::scalarFactor(a->getOperand(operand), rest, scale)) {
       a->setOperand(operand, rest);
       mul->erase();
     }
@@ -324,11 +309,11 @@ struct FuseAttentionPass : sd::impl::FuseAttentionBase<FuseAttentionPass> {
     // Users are erased before what they use: the chain lists consumers first.
     Value rest;
     TransposeOp scaledTranspose; // Transpose(k * c): k^T is rebuilt unscaled once the chain matched
-    if (MulOp mul = scalarFactor(q, rest, scale)) q = rest, chain.push_back(mul);
-    if (MulOp mul = scalarFactor(kt, rest, scale)) {
+    if (MulOp mul = sd::scalarFactor(q, rest, scale)) q = rest, chain.push_back(mul);
+    if (MulOp mul = sd::scalarFactor(kt, rest, scale)) {
       kt = rest, chain.push_back(mul);
     } else if (auto t = kt.getDefiningOp<TransposeOp>(); t && t->hasOneUse()) {
-      if (MulOp inner = scalarFactor(t.getInput(), rest, scale)) {
+      if (MulOp inner = sd::scalarFactor(t.getInput(), rest, scale)) {
         scaledTranspose = t;
         chain.push_back(t);
         chain.push_back(inner);

@@ -110,6 +110,18 @@ std::optional<double> scalarValue(mlir::Value v) {
   return (*dense.getValues<llvm::APFloat>().begin()).convertToDouble();
 }
 
+ir::MulOp scalarFactor(mlir::Value v, mlir::Value &rest, double &scale) {
+  auto mul = v.getDefiningOp<ir::MulOp>();
+  if (!mul || !mul->hasOneUse()) return {};
+  mlir::Value other = mul.getLhs();
+  std::optional<double> c = scalarValue(mul.getRhs());
+  if (!c) c = scalarValue(mul.getLhs()), other = mul.getRhs();
+  if (!c || *c == 0 || other.getType() != v.getType()) return {};
+  rest = other;
+  scale *= *c;
+  return mul;
+}
+
 bool isLastAxisMean(ir::ReduceMeanOp m) {
   auto t = mlir::dyn_cast<mlir::RankedTensorType>(m.getData().getType());
   llvm::SmallVector<int64_t> axes;

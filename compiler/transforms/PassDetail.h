@@ -49,6 +49,10 @@ sd::ir::GlobalOp getOrCreateGlobal(mlir::ModuleOp module, llvm::StringRef name, 
 // `v`, the other one (null if `v` is not an operand). soleUser: the only user.
 std::optional<double> scalarValue(mlir::Value v);
 bool isScalar(mlir::Value v, double want);
+// v = Mul(rest, c) or Mul(c, rest), read by nothing else, with c a nonzero
+// scalar constant and rest of v's type: the Mul, with `rest` set and c
+// multiplied into `scale`; else null (and nothing set).
+sd::ir::MulOp scalarFactor(mlir::Value v, mlir::Value &rest, double &scale);
 mlir::Value otherOperand(mlir::Operation *op, mlir::Value v);
 mlir::Operation *soleUser(mlir::Value v);
 // The only user of v, looking through casts to the same type (exporters
