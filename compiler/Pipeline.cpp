@@ -121,7 +121,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   }
   if (opts.halfSteps) pm.addPass(createHalfElementwise());
   if (opts.normGradSum) pm.addPass(createNormGradSum()); // before the Adds join elementwise chains
-  if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues());
+  if (opts.gemmEpilogues) pm.addPass(createFuseGemmEpilogues(FuseGemmEpiloguesOptions{opts.halfEpilogues}));
   if (opts.elementwiseFusion) pm.addPass(createFuseElementwise());
   if (opts.groupCasts) pm.addPass(createGroupWeightCasts()); // the casts no chain took in
   pm.addPass(createPropagateShapes()); // removes the ops they replaced

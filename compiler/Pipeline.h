@@ -41,6 +41,7 @@ struct PipelineOptions {
   bool packing = false; // training entries take position_ids (several sequences per row)
   // Fusions that only change how a plan computes, not what (sdc --no-fuse turns them off, to compare).
   bool gemmEpilogues = true;      // sd-fuse-gemm-epilogues
+  bool halfEpilogues = true;      // sd-fuse-gemm-epilogues in half plans (the GELU on the unrounded product)
   bool elementwiseFusion = true;  // sd-fuse-elementwise
   bool castMotion = true;         // sd-move-casts
   bool halfSteps = true;          // sd-half-elementwise

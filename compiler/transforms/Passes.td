@@ -33,6 +33,10 @@ def FuseConvEpilogue : Pass<"sd-fuse-conv-epilogue", "mlir::ModuleOp"> {
 
 def FuseGemmEpilogues : Pass<"sd-fuse-gemm-epilogues", "mlir::ModuleOp"> {
   let summary = "Fold a GELU into the Linear before it, and GeluGrad with its bias gradient into the Gemm before it";
+  let options = [
+    Option<"halfEpilogues", "half", "bool", "true",
+           "also in half plans, where the GELU then reads the unrounded f32 product (other bits than the unfused plan)">,
+  ];
 }
 
 def AccumulateIntoGemm : Pass<"sd-accumulate-into-gemm", "mlir::ModuleOp"> {

@@ -249,26 +249,30 @@ def SD_LinearAddOp : SD_Nary<"linear_add", "LinearAdd",
 // GEMM epilogues (sd-fuse-gemm-epilogues): a GELU after a Linear, and the
 // GELU gradient (with its bias gradient) after the GEMM that produces the
 // gradient it scales, computed as one step (cuBLASLt applies them while the
-// product's tiles are in registers).
+// product's tiles are in registers). Each may also accumulate onto a value
+// of the product's shape (cuBLASLt's C, beta 1), as sd-accumulate-into-gemm
+// makes LinearAdd and Gemm do.
 def SD_LinearGeluOp : SD_Nary<"linear_gelu", "LinearGelu",
-    (ins AnyTensor:$input, AnyTensor:$weight, SD_OptTensor:$bias),
+    (ins AnyTensor:$input, AnyTensor:$weight, SD_OptTensor:$bias, SD_OptTensor:$addend),
     (ins StrAttr:$layout, StrAttr:$module, OptStr:$approximate),
     (outs AnyTensor:$output, Optional<AnyTensor>:$pre)> {
   let description = [{
-    output = gelu(input x weight + bias) as Linear and Gelu compute them; `pre`
-    (training: GeluGrad reads it) is the product before the GELU, f32
-    intermediate rounded once to each result's type.
+    output = gelu(input x weight + bias + addend) as Linear (LinearAdd with an
+    addend) and Gelu compute them; `pre` (training: GeluGrad reads it) is the
+    GELU's input. Both come from one f32 intermediate, rounded once to each
+    result's type: in a half plan the GELU reads the unrounded product.
   }];
 }
 def SD_GemmDGeluOp : SD_Nary<"gemm_dgelu", "GemmDGelu",
-    (ins AnyTensor:$a, AnyTensor:$b, AnyTensor:$pre),
+    (ins AnyTensor:$a, AnyTensor:$b, AnyTensor:$pre, SD_OptTensor:$c),
     (ins OptI64:$transA, OptI64:$transB, OptStr:$approximate),
     (outs AnyTensor:$grad, Optional<AnyTensor>:$bias_grad)> {
   let description = [{
-    grad = GeluGrad(op(a) x op(b), pre) over 2-D operands (pre [m, n]), and
-    bias_grad = grad summed over its rows (ReduceSum over axis 0): the
-    backward of Linear + GELU, fused into the GEMM of the next layer's input
-    gradient.
+    grad = GeluGrad(op(a) x op(b) + c, pre) over 2-D operands (pre and c
+    [m, n]), and bias_grad = grad summed over its rows (ReduceSum over axis
+    0): the backward of Linear + GELU, fused into the GEMM of the next
+    layer's input gradient. In a half plan the GELU's gradient reads the
+    unrounded f32 product.
   }];
 }
 

@@ -12,7 +12,7 @@ namespace {
 // A kernel these ops are made of; registered with them, so always there.
 const KernelDef &part(const char *op) { return *cpuKernels().find(op); }
 
-// LinearGelu(x, w, bias) -> gelu(x w + bias) [, x w + bias].
+// LinearGelu(x, w, bias, addend) -> gelu(x w + bias [+ addend]) [, its input].
 std::shared_ptr<const void> prepareLinearGelu(const PrepareContext &p) {
   const KernelDef &linear = part("Linear");
   return linear.prepare ? linear.prepare(p) : nullptr; // the weight packed as Linear packs it
@@ -20,13 +20,14 @@ std::shared_ptr<const void> prepareLinearGelu(const PrepareContext &p) {
 
 Status LinearGeluKernel(const KernelContext &c) {
   const TensorView &pre = c.outputs.size() > 1 ? c.outputs[1] : c.outputs[0];
+  // Linear's kernel is LinearAdd's too: it sums in an addend (inputs[3]) when there is one.
   KernelContext linear{c.attrs, c.inputs, {pre}, c.pool, c.prepared};
   SD_RETURN_IF_ERROR(part("Linear").run(linear));
   KernelContext gelu{c.attrs, {pre}, {c.outputs[0]}, c.pool};
   return part("Gelu").run(gelu);
 }
 
-// GemmDGelu(a, b, pre) -> GeluGrad(op(a) op(b), pre) [, its sum over rows].
+// GemmDGelu(a, b, pre, c) -> GeluGrad(op(a) op(b) [+ c], pre) [, its sum over rows].
 std::shared_ptr<const void> prepareGemmDGelu(const PrepareContext &p) {
   const KernelDef &gemm = part("Gemm");
   return gemm.prepare ? gemm.prepare(p) : nullptr;
@@ -34,7 +35,9 @@ std::shared_ptr<const void> prepareGemmDGelu(const PrepareContext &p) {
 
 Status GemmDGeluKernel(const KernelContext &c) {
   const TensorView &grad = c.outputs[0];
-  KernelContext gemm{c.attrs, {c.inputs[0], c.inputs[1]}, {grad}, c.pool, c.prepared};
+  std::vector<TensorView> operands{c.inputs[0], c.inputs[1]};
+  if (c.hasInput(3)) operands.push_back(c.inputs[3]); // Gemm's C, beta 1 (its default)
+  KernelContext gemm{c.attrs, operands, {grad}, c.pool, c.prepared};
   SD_RETURN_IF_ERROR(part("Gemm").run(gemm));
   KernelContext geluGrad{c.attrs, {grad, c.inputs[2]}, {grad}, c.pool};
   SD_RETURN_IF_ERROR(part("GeluGrad").run(geluGrad));

@@ -67,7 +67,8 @@ StatusOr<std::vector<GemmTiming>> compareGemmsWithCublasLt(const std::vector<Gem
     const bool linear = step.op == "Linear" || step.op == "LinearAdd" || step.op == "LinearGelu";
     if (!linear && step.op != "Gemm" && step.op != "GemmDGelu") continue;
     if (step.inputs.size() < 2 || step.outputs.empty()) return sdError(step.op, " step without its operands");
-    // The product alone: Gemm's C, LinearAdd's addend, GemmDGelu's pre and the second results are left out.
+    // The product alone: Gemm's C, LinearAdd's and LinearGelu's addend, GemmDGelu's pre and c, and the second
+    // results are left out.
     KernelContext ctx{*step.attrs, {step.inputs[0], step.inputs[1]}, {step.outputs[0]}};
     const bool bias = linear && step.inputs.size() > 2 && step.inputs[2].dtype != DType::Undefined;
     if (bias) ctx.inputs.push_back(step.inputs[2]);

@@ -2,10 +2,15 @@
 // cuBLASLt's epilogues: LinearGelu as GELU_AUX_BIAS (the GELU applied to the
 // product's tiles in registers, the product itself kept for the backward),
 // GemmDGelu as DGELU_BGRAD (the GELU's gradient, and the bias gradient as
-// the row sums). cuBLASLt's GELU is the tanh form. The exact (erf) GELU, f64,
+// the row sums). LinearGelu's addend and GemmDGelu's c are cuBLASLt's C
+// (beta 1): the epilogue applies to product + C, as the ops define. In half
+// types the GELU reads the f32 accumulator, before any rounding.
+// cuBLASLt's GELU is the tanh form. The exact (erf) GELU, f64,
 // an aux leading dimension cuBLASLt refuses (not a multiple of 8), a missing
 // algorithm or misaligned pointers run the ops' parts instead, in order: the
-// GEMM, then this backend's Gelu / GeluGrad and ReduceSum kernels.
+// GEMM (LinearAdd's, or Gemm's with a C, when there is an addend), then this
+// backend's Gelu / GeluGrad and ReduceSum kernels; in half types these read
+// the product rounded to the half type (within the ops' tolerance).
 #include "gemm_lt.h"
 #include "sd/ops/attrs.h"
 
@@ -53,11 +58,13 @@ Status LinearGeluKernel(const KernelContext &c) {
   if (c.outputs[0].numElements() == 0) return Status::ok();
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &out = c.outputs[0];
   const TensorView &pre = c.outputs.size() > 1 ? c.outputs[1] : out;
+  const void *addend = c.hasInput(3) ? c.inputs[3].data : nullptr;
   // The plan holds the addresses it was prepared for (aux, bias).
-  if (s->fused && s->fused->runsOnLt(x.data, w.data, out.data) && s->fused->shape.aux == (&pre == &out ? nullptr : pre.data))
-    return s->fused->run(x.data, w.data, out.data, 1.0, 0.0, streamOf(c));
+  if (s->fused && s->fused->runsOnLt(x.data, w.data, out.data, addend) &&
+      s->fused->shape.aux == (&pre == &out ? nullptr : pre.data))
+    return s->fused->run(x.data, w.data, out.data, 1.0, addend ? 1.0 : 0.0, streamOf(c), addend);
   KernelContext linear{c.attrs, c.inputs, {pre}, c.pool, s->plain.get(), c.stream, c.comm, c.shardOwner};
-  SD_RETURN_IF_ERROR(part("Linear").run(linear));
+  SD_RETURN_IF_ERROR(part(addend ? "LinearAdd" : "Linear").run(linear));
   KernelContext gelu{c.attrs, {pre}, {out}, c.pool, nullptr, c.stream, c.comm, c.shardOwner};
   return part("Gelu").run(gelu);
 }
@@ -88,10 +95,14 @@ Status GemmDGeluKernel(const KernelContext &c) {
   const TensorView &a = c.inputs[0], &b = c.inputs[1], &pre = c.inputs[2], &grad = c.outputs[0];
   if (grad.numElements() == 0) return Status::ok();
   const bool biasGrad = c.outputs.size() > 1;
-  if (s->fused && s->fused->runsOnLt(a.data, b.data, grad.data) && s->fused->shape.aux == pre.data &&
+  const bool hasC = c.hasInput(3);
+  const void *addend = hasC ? c.inputs[3].data : nullptr;
+  if (s->fused && s->fused->runsOnLt(a.data, b.data, grad.data, addend) && s->fused->shape.aux == pre.data &&
       s->fused->shape.biasGrad == (biasGrad ? c.outputs[1].data : nullptr))
-    return s->fused->run(a.data, b.data, grad.data, 1.0, 0.0, streamOf(c));
-  KernelContext gemm{c.attrs, {a, b}, {grad}, c.pool, s->plain.get(), c.stream, c.comm, c.shardOwner};
+    return s->fused->run(a.data, b.data, grad.data, 1.0, hasC ? 1.0 : 0.0, streamOf(c), addend);
+  std::vector<TensorView> operands{a, b};
+  if (hasC) operands.push_back(c.inputs[3]); // Gemm's C, beta 1 (its default)
+  KernelContext gemm{c.attrs, operands, {grad}, c.pool, s->plain.get(), c.stream, c.comm, c.shardOwner};
   SD_RETURN_IF_ERROR(part("Gemm").run(gemm));
   KernelContext geluGrad{c.attrs, {grad, pre}, {grad}, c.pool, nullptr, c.stream, c.comm, c.shardOwner};
   SD_RETURN_IF_ERROR(part("GeluGrad").run(geluGrad));

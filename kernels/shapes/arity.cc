@@ -122,8 +122,8 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"LessOrEqual", {2, 2}},
       {"Linear", {2, 3}},
       {"LinearAdd", {2, 4}}, // the bias (2) optional, the addend (3) required by the shape rule
-      {"LinearGelu", {2, 3}},
-      {"GemmDGelu", {3, 3}},
+      {"LinearGelu", {2, 4}}, // bias (2) and addend (3) optional
+      {"GemmDGelu", {3, 4}}, // c (3) optional
       {"FusedElementwise", {1, 8}},
       {"Log", {1, 1}},
       {"LogSoftmax", {1, 1}},

@@ -79,34 +79,40 @@ static Status linearShape(ShapeContext &c) {
   return Status::ok();
 }
 
-// LinearAdd(x, w, bias, addend) -> Linear + addend, the addend of the output's shape and type.
-static Status linearAddShape(ShapeContext &c) {
-  SD_RETURN_IF_ERROR(linearShape(c));
-  SD_CHECK_ARG(c.hasInput(3), "LinearAdd needs an addend");
-  const TensorInfo &addend = c.inputs[3], &out = c.outputs[0];
-  SD_CHECK_ARG(addend.dtype == out.dtype, "LinearAdd: addend has element type ", dtypeName(addend.dtype),
-               ", the product ", dtypeName(out.dtype));
-  if (addend.rankKnown && out.isStatic() && addend.isStatic() && addend.dims != out.dims)
-    return sdError("LinearAdd: addend ", formatDims(addend.dims), " does not match the product ", formatDims(out.dims));
+// An operand summed into a product (LinearAdd's and LinearGelu's addend,
+// GemmDGelu's c) has the product's shape and type.
+static Status checkAddend(const ShapeContext &c, size_t index, const TensorInfo &product, const char *op,
+                          const char *name) {
+  const TensorInfo &addend = c.inputs[index];
+  SD_CHECK_ARG(addend.dtype == product.dtype, op, ": ", name, " has element type ", dtypeName(addend.dtype),
+               ", the product ", dtypeName(product.dtype));
+  if (addend.rankKnown && product.isStatic() && addend.isStatic() && addend.dims != product.dims)
+    return sdError(op, ": ", name, " ", formatDims(addend.dims), " does not match the product ",
+                   formatDims(product.dims));
   return Status::ok();
 }
 
-// LinearGelu(x, w, bias) -> gelu(Linear), and Linear itself (the GELU's input).
+// LinearAdd(x, w, bias, addend) -> Linear + addend.
+static Status linearAddShape(ShapeContext &c) {
+  SD_RETURN_IF_ERROR(linearShape(c));
+  SD_CHECK_ARG(c.hasInput(3), "LinearAdd needs an addend");
+  return checkAddend(c, 3, c.outputs[0], "LinearAdd", "addend");
+}
+
+// LinearGelu(x, w, bias, addend) -> gelu(Linear [+ addend]), and its input.
 static Status linearGeluShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(linearShape(c));
+  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkAddend(c, 3, c.outputs[0], "LinearGelu", "addend"));
   c.outputs.push_back(c.outputs[0]);
   return Status::ok();
 }
 
-// GemmDGelu(a, b, pre) -> GeluGrad(Gemm(a, b), pre) [m, n], its row sums [n].
+// GemmDGelu(a, b, pre, c) -> GeluGrad(Gemm(a, b) [+ c], pre) [m, n], its row sums [n].
 static Status gemmDGeluShape(ShapeContext &c) {
   SD_RETURN_IF_ERROR(gemmShape(c)); // the product; a third operand is no bias here
-  const TensorInfo &pre = c.inputs[2];
   TensorInfo grad = c.outputs[0];
-  SD_CHECK_ARG(pre.dtype == grad.dtype, "GemmDGelu: pre has element type ", dtypeName(pre.dtype), ", the product ",
-               dtypeName(grad.dtype));
-  if (pre.rankKnown && grad.isStatic() && pre.isStatic() && pre.dims != grad.dims)
-    return sdError("GemmDGelu: pre ", formatDims(pre.dims), " does not match the product ", formatDims(grad.dims));
+  SD_RETURN_IF_ERROR(checkAddend(c, 2, grad, "GemmDGelu", "pre"));
+  if (c.hasInput(3)) SD_RETURN_IF_ERROR(checkAddend(c, 3, grad, "GemmDGelu", "c"));
   TensorInfo bias;
   bias.dtype = grad.dtype;
   bias.dims = {grad.dims[1]};

@@ -27,7 +27,8 @@ The GPT's attention reads its fused q|k|v projection as it is
 matrix products (sd-accumulate-into-gemm: LoRA's base + scale * adapter,
 the residual a projection joins, the input gradient's two products) are
 accumulated by the GEMMs onto their C: that adds in another order, so it is
-left out of the bit-for-bit comparisons and checked within rounding."""
+left out of the bit-for-bit comparisons and checked within rounding. So are
+a bf16 plan's GEMM epilogues, whose GELU reads the unrounded product."""
 import json
 import os
 import re
@@ -39,8 +40,10 @@ import numpy as np
 
 from e2e_util import ROOT, export_tiny_gpt, plan_steps, sh, tool_paths
 
-# sd-accumulate-into-gemm adds in another order: the bit-for-bit comparisons run without it.
-KEEP_SUMS = ["--no-fuse", "gemm-accumulate"]
+# sd-accumulate-into-gemm adds in another order, and a half plan's GEMM epilogues apply the GELU to the
+# unrounded product: the bit-for-bit comparisons run without both.
+KEEP_ROUNDING = ["--no-fuse", "gemm-accumulate,half-epilogues"]
+NO_HALF_EPILOGUES = ["--no-fuse", "half-epilogues"]
 
 
 def export_tiny_llama(folder):
@@ -187,7 +190,7 @@ def check_joined_lora(check, sdc, sdrun, llama, data, tmp):
                 tag = f"llama-join-{targets.replace(',', '-')}-{precision}-{joined}"
                 plan = os.path.join(tmp, tag + ".sdp")
                 sh([sdc, "compile", llama, "-o", plan, "--shapes", "input_ids=4x8", "--peft", "lora", "--target-modules",
-                    targets, "--precision", precision] + KEEP_SUMS + ([] if joined else ["--no-fuse", "joined-lora"]))
+                    targets, "--precision", precision] + KEEP_ROUNDING + ([] if joined else ["--no-fuse", "joined-lora"]))
                 steps = plan_steps(sdrun, plan)
                 counts[joined], total[joined] = steps.get(reads, 0), train_step_count(sdrun, plan)
                 runs[joined] = train_run(sdrun, plan, data, tmp, tag, 6)
@@ -304,7 +307,7 @@ def check_gemm_scale(check, sdc, sdrun, model, data, tmp):
     for precision in ("fp32", "bf16"):
         runs, counts = {}, {}
         for scaled in (True, False):
-            flags = lora + ["--lora-alpha", "32", "--precision", precision] + KEEP_SUMS + ([] if scaled else
+            flags = lora + ["--lora-alpha", "32", "--precision", precision] + KEEP_ROUNDING + ([] if scaled else
                                                                                           ["--no-fuse", "gemm-scale"])
             plan = os.path.join(tmp, f"gpt-scale-{precision}-{scaled}.sdp")
             sh([sdc, "compile", model, "-o", plan] + flags)
@@ -319,7 +322,7 @@ def check_gemm_scale(check, sdc, sdrun, model, data, tmp):
               f"{precision} GPT LoRA: steps in the plan (all entries) {counts[False]} -> {counts[True]}")
         check(runs[True] == runs[False] and len(runs[True][0]) == 6 and runs[True][0][0] != runs[True][0][-1],
               f"{precision} GPT LoRA, scale 4: the same 6 losses and weights bit for bit with --no-fuse gemm-scale")
-    odd = gemm_alphas(sdc, model, lora + ["--lora-alpha", "12", "--precision", "bf16"] + KEEP_SUMS)
+    odd = gemm_alphas(sdc, model, lora + ["--lora-alpha", "12", "--precision", "bf16"] + KEEP_ROUNDING)
     check(not odd, f"bf16 GPT LoRA, scale 1.5: no Gemm takes it as alpha ({odd})")
 
 
@@ -342,10 +345,10 @@ def check_gemm_accumulate(check, sdc, sdrun, model, data, tmp):
         runs, steps, traffic = {}, {}, {}
         for summed in (True, False):
             plan = os.path.join(tmp, f"gpt-acc-{peft}-{precision}-{summed}.sdp")
-            sh([sdc, "compile", model, "-o", plan] + flags + ([] if summed else KEEP_SUMS))
+            sh([sdc, "compile", model, "-o", plan] + flags + (NO_HALF_EPILOGUES if summed else KEEP_ROUNDING))
             steps[summed], traffic[summed] = plan_steps(sdrun, plan), train_step_traffic(sdrun, plan)
             runs[summed] = train_run(sdrun, plan, data, tmp, f"acc-{peft}-{precision}-{summed}", 6)
-        ir = sh([sdc, "compile", model, "--emit", "mlir"] + flags)
+        ir = sh([sdc, "compile", model, "--emit", "mlir"] + flags + NO_HALF_EPILOGUES)
         with_c = [l for l in ir.splitlines() if 'sd.step "Gemm"' in l and "beta = 1.000000e+00" in l]
         name = f"{precision} GPT {peft}"
         check(steps[True].get("LinearAdd", 0) > 0 and (with_c or precision == "bf16") and
@@ -355,6 +358,40 @@ def check_gemm_accumulate(check, sdc, sdrun, model, data, tmp):
         la, rel, same_tensors, wdiff = run_gap(runs[True], runs[False])
         check(len(la) == 6 and la[0] != la[-1] and rel <= rtol and same_tensors and wdiff <= wtol,
               f"{name}, SGD: 6 losses within {rtol:g} of --no-fuse gemm-accumulate's (max relative diff {rel:.2g}), "
+              f"weights within {wdiff:.2g}")
+
+
+def check_half_epilogues(check, sdc, sdrun, model, data, tmp):
+    """bf16 GEMM epilogues (sd-fuse-gemm-epilogues on autocast's
+    Cast16(Gelu(Cast32(product))) and its gradient): the GPT with LoRA on
+    every linear layer (fc1's LinearAdd becomes a LinearGelu with an addend,
+    and fc2's input-gradient Gemm with a C a GemmDGelu with a c) and fully
+    fine-tuned (GemmDGelu with the bias gradient) runs bf16 LinearGelu and
+    GemmDGelu steps, moves fewer bytes, and trains within a bf16 rounding of
+    --no-fuse half-epilogues (the GELU now reads the f32 accumulator). SGD,
+    as in check_gemm_accumulate."""
+    for peft in ("lora", "none"):
+        flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--optimizer", "sgd", "--precision", "bf16"] + (
+            ["--target-modules", "qkv,proj,fc1,fc2", "--lora-r", "8", "--lora-alpha", "16"] if peft == "lora" else [])
+        runs, steps, traffic = {}, {}, {}
+        for fused in (True, False):
+            plan = os.path.join(tmp, f"gpt-half-epi-{peft}-{fused}.sdp")
+            sh([sdc, "compile", model, "-o", plan] + flags + ([] if fused else NO_HALF_EPILOGUES))
+            steps[fused], traffic[fused] = plan_steps(sdrun, plan), train_step_traffic(sdrun, plan)
+            runs[fused] = train_run(sdrun, plan, data, tmp, f"half-epi-{peft}-{fused}", 6)
+        ir = sh([sdc, "compile", model, "--emit", "mlir"] + flags).splitlines()
+        fused_lines = [l for l in ir if 'sd.step "LinearGelu"' in l or 'sd.step "GemmDGelu"' in l]
+        # The operand types between " : " and ") outs(": a trailing none is an absent addend / c.
+        accumulating = [l for l in fused_lines if not l.split(" outs(")[0].rstrip(") ").endswith("none")]
+        name = f"bf16 GPT {peft}"
+        check(len(fused_lines) >= 4 and all("xbf16>" in l.split(" outs(")[1] for l in fused_lines) and
+              (len(accumulating) >= 2 if peft == "lora" else True) and
+              not any(op in steps[False] for op in ("LinearGelu", "GemmDGelu")) and traffic[True] < traffic[False],
+              f"{name}: {len(fused_lines)} bf16 LinearGelu/GemmDGelu steps ({len(accumulating)} with an addend or c); "
+              f"train_step moves {traffic[True]} bytes ({traffic[False]} with --no-fuse half-epilogues)")
+        la, rel, same_tensors, wdiff = run_gap(runs[True], runs[False])
+        check(len(la) == 6 and la[0] != la[-1] and rel <= 1e-2 and same_tensors and wdiff <= 1e-3,
+              f"{name}, SGD: 6 losses within 1e-2 of --no-fuse half-epilogues' (max relative diff {rel:.2g}), "
               f"weights within {wdiff:.2g}")
 
 
@@ -410,7 +447,7 @@ def main():
                          if arch == "llama" else "all")
                 flags = ["--peft", peft, "--shapes", "input_ids=4x8", "--precision", precision] + \
                     (["--target-modules", targets] if peft == "lora" else []) + ([] if fused else ["--no-fuse", plain]) + \
-                    KEEP_SUMS
+                    KEEP_ROUNDING
                 sh([sdc, "compile", llama if arch == "llama" else model, "-o", plan] + flags)
                 steps = plan_steps(sdrun, plan)
                 # An autocast plan's GELU runs in f32 on a cast of the half product: not an epilogue (yet).
@@ -508,6 +545,7 @@ def main():
         check_joined_lora(check, sdc, sdrun, llama, data, tmp)
         check_gemm_scale(check, sdc, sdrun, model, data, tmp)
         check_gemm_accumulate(check, sdc, sdrun, model, data, tmp)
+        check_half_epilogues(check, sdc, sdrun, model, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")
         np.save(ids, rng.integers(0, 256, size=(1, 8)).astype(np.int64))
@@ -515,7 +553,7 @@ def main():
         for fused in (True, False):
             plan = os.path.join(tmp, f"infer-{fused}.sdp")
             sh([sdc, "compile", model, "--shapes", "input_ids=1x8", "-o", plan] +
-               ([] if fused else ["--no-fuse", "all"]) + KEEP_SUMS)
+               ([] if fused else ["--no-fuse", "all"]) + KEEP_ROUNDING)
             out = os.path.join(tmp, f"out-{fused}")
             sh([sdrun, "infer", plan, "--input", f"input_ids={ids}", "--output-dir", out, "--output-format", "npy"])
             logits[fused] = np.load(os.path.join(out, "output_0.npy"))

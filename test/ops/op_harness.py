@@ -1098,7 +1098,9 @@ def gelu_grad64(x, approximate):
 
 
 def linear_gelu_ref(ins, attrs, t, keep_pre):
-    pre = f64(linear_ref([f64(x) if x is not None else None for x in ins], attrs, t)[0])
+    pre = f64(linear_ref([f64(x) if x is not None else None for x in ins[:3]], attrs, t)[0])
+    if len(ins) > 3 and ins[3] is not None:  # the addend, summed before the GELU
+        pre = pre + f64(ins[3])
     out = [gelu64(pre, attrs.get("approximate", "none"))] + ([pre] if keep_pre else [])
     return [o.astype(ins[0].dtype) for o in out]
 
@@ -1107,7 +1109,8 @@ def gemm_dgelu_ref(ins, attrs, t, bias_grad):
     a, b, pre = f64(ins[0]), f64(ins[1]), f64(ins[2])
     a = a.T if attrs.get("transA", 0) else a
     b = b.T if attrs.get("transB", 0) else b
-    grad = (a @ b) * gelu_grad64(pre, attrs.get("approximate", "none"))
+    product = a @ b + (f64(ins[3]) if len(ins) > 3 else 0)  # c, summed before the GELU's gradient
+    grad = product * gelu_grad64(pre, attrs.get("approximate", "none"))
     out = [grad] + ([grad.sum(axis=0)] if bias_grad else [])
     return [o.astype(ins[0].dtype) for o in out]
 
@@ -1125,7 +1128,15 @@ CASES["LinearGelu"] = [
          label="erf (the parts)"),
     Case(lambda t, r: [rand(r, (3, 4), t, -2, 2), rand(r, (5, 4), t, -1, 1), rand(r, (5,), t)],
          attrs={"layout": "oi", "approximate": "tanh"}, outputs=2,
-         ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, True), label="n = 5 (the parts)")]
+         ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, True), label="n = 5 (the parts)"),
+    # An addend (sd-accumulate-into-gemm's LinearAdd): cuBLASLt's C, beta 1, before the GELU.
+    Case(lambda t, r: [rand(r, (2, 3, 4), t, -2, 2), rand(r, (16, 4), t, -1, 1), rand(r, (16,), t),
+                       rand(r, (2, 3, 16), t, -1, 1)], attrs={"layout": "oi", "approximate": "tanh"}, outputs=2,
+         ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, True), label="tanh, bias, addend"),
+    Case(lambda t, r: [rand(r, (5, 4), t, -2, 2), rand(r, (4, 8), t, -1, 1), None, rand(r, (5, 8), t, -1, 1)],
+         ref=lambda ins, at, t: linear_gelu_ref(ins, at, t, False), label="erf, addend, inference (the parts)"),
+    Case(lambda t, r: [rand(r, (5, 4), t), rand(r, (8, 4), t), None, rand(r, (5, 4), t)], attrs={"layout": "oi"},
+         types=["f32"], error="does not match the product", label="addend of another shape")]
 CASES["GemmDGelu"] = [
     Case(lambda t, r: [rand(r, (6, 5), t, -1, 1), rand(r, (16, 5), t, -1, 1), rand(r, (6, 16), t, -3, 3)],
          attrs={"transB": 1, "approximate": "tanh"}, outputs=2,
@@ -1138,7 +1149,16 @@ CASES["GemmDGelu"] = [
          label="erf (the parts)"),
     Case(lambda t, r: [rand(r, (4, 5), t, -1, 1), rand(r, (5, 7), t, -1, 1), rand(r, (4, 7), t, -3, 3)],
          attrs={"approximate": "tanh"}, outputs=2, ref=lambda ins, at, t: gemm_dgelu_ref(ins, at, t, True),
-         label="n = 7 (the parts)")]
+         label="n = 7 (the parts)"),
+    # A C of the product's shape (the input gradient's other product): cuBLASLt's C, beta 1.
+    Case(lambda t, r: [rand(r, (6, 5), t, -1, 1), rand(r, (16, 5), t, -1, 1), rand(r, (6, 16), t, -3, 3),
+                       rand(r, (6, 16), t, -1, 1)], attrs={"transB": 1, "approximate": "tanh"}, outputs=2,
+         ref=lambda ins, at, t: gemm_dgelu_ref(ins, at, t, True), label="tanh, c, bias gradient"),
+    Case(lambda t, r: [rand(r, (5, 6), t, -1, 1), rand(r, (5, 8), t, -1, 1), rand(r, (6, 8), t, -3, 3),
+                       rand(r, (6, 8), t, -1, 1)], attrs={"transA": 1},
+         ref=lambda ins, at, t: gemm_dgelu_ref(ins, at, t, False), label="erf, c (the parts)"),
+    Case(lambda t, r: [rand(r, (6, 5), t), rand(r, (8, 5), t), rand(r, (6, 8), t), rand(r, (8,), t)],
+         attrs={"transB": 1}, types=["f32"], error="does not match the product", label="c of another shape")]
 
 
 def fused_elementwise_ref(ins, attrs, t):

@@ -119,10 +119,13 @@ const char *kUsage =
     "                           prompts take several calls\n"
     "  --no-fuse LIST           leave these fusions out, to compare (on the CPU the plan computes\n"
     "                           the same bits either way, but for the gradients of grouped key/value\n"
-    "                           heads, rounded once, and the input gradient under joined-lora):\n"
+    "                           heads, rounded once, the input gradient under joined-lora, the sums\n"
+    "                           of gemm-accumulate (added in another order) and half-epilogues):\n"
     "                           joined-lora (LoRA adapters on the parts of one fused projection as one\n"
     "                           adapter on the whole, before its Split), gemm-epilogues (a GELU and\n"
     "                           its gradient folded into the matrix products around them),\n"
+    "                           half-epilogues (those in bf16/fp16 plans, where the GELU then reads\n"
+    "                           the unrounded product: bits differ from the unfused plan's),\n"
     "                           elementwise (chains of arithmetic, activations and half casts in one\n"
     "                           step), casts\n"
     "                           (half casts moved across transposes, splits and concats, and\n"
@@ -155,6 +158,7 @@ struct NoFuse {
 };
 const NoFuse kNoFuse[] = {
     {"gemm-epilogues", &sd::PipelineOptions::gemmEpilogues},
+    {"half-epilogues", &sd::PipelineOptions::halfEpilogues},
     {"elementwise", &sd::PipelineOptions::elementwiseFusion},
     {"casts", &sd::PipelineOptions::castMotion},
     {"half-steps", &sd::PipelineOptions::halfSteps, "casts"},
