@@ -12,8 +12,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     auto plan = sd::Plan::loadBytes(data, size, "fuzz.sdp", opts);
     if (!plan.isOk()) continue;
     std::shared_ptr<sd::Plan> p(std::move(plan.value()));
-    // Keep the fuzzer fast: skip plans that ask for huge arenas or tensors.
+    // Keep the fuzzer fast: skip plans that ask for huge arenas, state or tensors.
     if (p->maxArenaSize() > (64u << 20)) return 0;
+    uint64_t globalBytes = 0;
+    for (const sd::GlobalDesc &g : p->globals) globalBytes += g.bytes;
+    if (globalBytes > (64u << 20)) return 0;
     auto session = sd::Session::create(p, sd::SessionOptions{1});
     if (!session.isOk()) return 0;
     for (size_t e = 0; e < p->entries.size(); ++e) {
