@@ -1470,13 +1470,16 @@ CASES["SwiGLUPacked"] = [
     Case(lambda t, r: [rand(r, (4, 16), t, -8, 8)], ref=swiglu_packed_ref, label="rows"),
     Case(lambda t, r: [rand(r, (2, 3, 10), t, -8, 8)], ref=swiglu_packed_ref, label="3-D"),
     Case(lambda t, r: [rand(r, (3, 4098), t, -30, 30)], ref=swiglu_packed_ref, label="wide rows, saturated gates"),
+    Case(lambda t, r: [rand(r, (3, 2048), t, -8, 8)], ref=swiglu_packed_ref, label="wide rows in vector packs"),
     Case(lambda t, r: [rand(r, (4, 7), t)], ref=swiglu_packed_ref, error="even", label="odd last axis")]
 CASES["SwiGLUPackedGrad"] = [
     Case(lambda t, r: [rand(r, (4, 8), t), rand(r, (4, 16), t, -8, 8)], ref=swiglu_packed_grad_ref, label="rows"),
     Case(lambda t, r: [rand(r, (2, 3, 5), t), rand(r, (2, 3, 10), t, -8, 8)], ref=swiglu_packed_grad_ref,
          label="3-D"),
     Case(lambda t, r: [rand(r, (3, 2049), t), rand(r, (3, 4098), t, -30, 30)], ref=swiglu_packed_grad_ref,
-         label="wide rows, saturated gates")]
+         label="wide rows, saturated gates"),
+    Case(lambda t, r: [rand(r, (3, 1024), t), rand(r, (3, 2048), t, -8, 8)], ref=swiglu_packed_grad_ref,
+         label="wide rows in vector packs")]
 
 
 def rotary_ref(ins, attrs, t):
@@ -1593,6 +1596,15 @@ CASES["Rotary"] += [
     Case(lambda t, r: [rand(r, (2, 5, 3, 8), t), *[a.reshape(1, 5, 8) for a in rotary_angles(r, t, 5, 8)]],
          attrs={"seq_axis": 1, "rotated_heads": 4}, ref=rotary_some_heads_ref, error="rotated_heads",
          label="more rotated heads than heads")]
+# Head widths whose halves split into vector packs (the CUDA kernel's packed path).
+CASES["Rotary"] += [
+    Case(lambda t, r: [rand(r, (2, 6, 4, 16), t), *rotary_angles(r, t, 9, 8),
+                       np.array([[0, 1, 2, 3, 4, 5], [8, 7, 6, 5, 4, 3]], np.int64)],
+         attrs={"seq_axis": 1, "transposed": tr}, ref=rotary_token_major_ref,
+         label="D 16, positions, half-width table" + (", transposed" if tr else "")) for tr in (0, 1)] + [
+    Case(lambda t, r: [rand(r, (2, 5, 6, 16), t), *[a.reshape(1, 5, 16) for a in rotary_angles(r, "f32", 5, 16)]],
+         attrs={"seq_axis": 1, "rotated_heads": 4}, ref=rotary_some_heads_ref, types=["bf16", "f16"],
+         label="D 16, fused q|k|v heads, half x, f32 tables")]
 
 
 def cached_attention_ref(ins, attrs, t):
