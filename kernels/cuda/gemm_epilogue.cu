@@ -13,6 +13,7 @@
 // the product rounded to the half type (within the ops' tolerance).
 #include "gemm_lt.h"
 #include "sd/ops/attrs.h"
+#include <atomic>
 
 namespace sd::cuda {
 namespace {
@@ -23,6 +24,11 @@ const KernelDef &part(const char *op) { return *cudaKernels().find(op); }
 struct EpiloguePrepared : PreparedError {
   std::shared_ptr<LtGemm> fused; // null: no epilogue plan, the parts run
   std::shared_ptr<LtGemm> plain; // the product alone (Linear: with its bias)
+  // Set when cublasLtMatmul refused the epilogue with a C (beta 1): cuBLASLt
+  // chooses the algorithm without knowing beta, so that is only known at the
+  // first run, which then (and every later one) runs the parts. A refused
+  // call enqueues nothing, so nothing is half done.
+  mutable std::atomic<bool> refusedWithC{false};
   // GemmDGelu's bias gradient without the epilogue: ReduceSum over axis 0.
   AttrMap reduceAttrs;
   std::shared_ptr<const void> reducePrepared;
@@ -61,8 +67,11 @@ Status LinearGeluKernel(const KernelContext &c) {
   const void *addend = c.hasInput(3) ? c.inputs[3].data : nullptr;
   // The plan holds the addresses it was prepared for (aux, bias).
   if (s->fused && s->fused->runsOnLt(x.data, w.data, out.data, addend) &&
-      s->fused->shape.aux == (&pre == &out ? nullptr : pre.data))
-    return s->fused->run(x.data, w.data, out.data, 1.0, addend ? 1.0 : 0.0, streamOf(c), addend);
+      s->fused->shape.aux == (&pre == &out ? nullptr : pre.data) && !(addend && s->refusedWithC)) {
+    Status st = s->fused->run(x.data, w.data, out.data, 1.0, addend ? 1.0 : 0.0, streamOf(c), addend);
+    if (st.isOk() || !addend) return st;
+    s->refusedWithC = true;
+  }
   KernelContext linear{c.attrs, c.inputs, {pre}, c.pool, s->plain.get(), c.stream, c.comm, c.shardOwner};
   SD_RETURN_IF_ERROR(part(addend ? "LinearAdd" : "Linear").run(linear));
   KernelContext gelu{c.attrs, {pre}, {out}, c.pool, nullptr, c.stream, c.comm, c.shardOwner};
@@ -98,8 +107,11 @@ Status GemmDGeluKernel(const KernelContext &c) {
   const bool hasC = c.hasInput(3);
   const void *addend = hasC ? c.inputs[3].data : nullptr;
   if (s->fused && s->fused->runsOnLt(a.data, b.data, grad.data, addend) && s->fused->shape.aux == pre.data &&
-      s->fused->shape.biasGrad == (biasGrad ? c.outputs[1].data : nullptr))
-    return s->fused->run(a.data, b.data, grad.data, 1.0, hasC ? 1.0 : 0.0, streamOf(c), addend);
+      s->fused->shape.biasGrad == (biasGrad ? c.outputs[1].data : nullptr) && !(hasC && s->refusedWithC)) {
+    Status st = s->fused->run(a.data, b.data, grad.data, 1.0, hasC ? 1.0 : 0.0, streamOf(c), addend);
+    if (st.isOk() || !hasC) return st;
+    s->refusedWithC = true;
+  }
   std::vector<TensorView> operands{a, b};
   if (hasC) operands.push_back(c.inputs[3]); // Gemm's C, beta 1 (its default)
   KernelContext gemm{c.attrs, operands, {grad}, c.pool, s->plain.get(), c.stream, c.comm, c.shardOwner};
