@@ -316,14 +316,20 @@ int benchGemms(Flags &f) {
   if (timed.value().empty()) return fail(f.plan + ": entry '" + entryName + "' runs no GEMM step");
   std::printf("device: %s; entry %s; median of %lld runs per algorithm (CUDA events)\n", device.c_str(),
               entryName.c_str(), (long long)iters);
-  std::printf("%-10s %7s %7s %7s %5s %5s %5s %10s %10s %6s %5s\n", "op", "m", "n", "k", "trans", "type", "steps",
-              "ours ms", "best ms", "ratio", "algos");
+  // Rates of ours, so a shape far from both the GPU's FLOP and bandwidth
+  // peaks stands out (LoRA's rank-r products move bytes, not FLOPs).
+  std::printf("%-10s %7s %7s %7s %5s %5s %5s %10s %10s %6s %5s %8s %8s\n", "op", "m", "n", "k", "trans", "type", "steps",
+              "ours ms", "best ms", "ratio", "algos", "TFLOP/s", "GB/s");
   double ours = 0, best = 0;
   std::string rows;
   for (const sd::cuda::GemmTiming &t : timed.value()) {
-    std::printf("%-10s %7lld %7lld %7lld %2s%-3s %5s %5d %10.4f %10.4f %6.3f %5d\n", t.op.c_str(), (long long)t.m,
-                (long long)t.n, (long long)t.k, t.transA ? "T" : "N", t.transB ? "T" : "N", sd::dtypeName(t.dtype),
-                t.steps, t.oursMs, t.bestMs, t.bestMs > 0 ? t.oursMs / t.bestMs : -1.0, t.algorithms);
+    const double flops = 2.0 * double(t.m) * double(t.n) * double(t.k);
+    const double bytes = double(t.m * t.k + t.k * t.n + t.m * t.n) * double(sd::dtypeSize(t.dtype));
+    const double seconds = t.oursMs > 0 ? t.oursMs * 1e-3 : 0;
+    std::printf("%-10s %7lld %7lld %7lld %2s%-3s %5s %5d %10.4f %10.4f %6.3f %5d %8.1f %8.0f\n", t.op.c_str(),
+                (long long)t.m, (long long)t.n, (long long)t.k, t.transA ? "T" : "N", t.transB ? "T" : "N",
+                sd::dtypeName(t.dtype), t.steps, t.oursMs, t.bestMs, t.bestMs > 0 ? t.oursMs / t.bestMs : -1.0,
+                t.algorithms, seconds > 0 ? flops / seconds * 1e-12 : 0.0, seconds > 0 ? bytes / seconds * 1e-9 : 0.0);
     if (t.oursMs > 0 && t.bestMs > 0) ours += t.oursMs * t.steps, best += t.bestMs * t.steps;
     char row[200];
     std::snprintf(row, sizeof row, "%s{\"m\":%lld,\"n\":%lld,\"k\":%lld,\"steps\":%d,\"ours_ms\":%.5f,\"best_ms\":%.5f}",
