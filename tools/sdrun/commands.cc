@@ -119,8 +119,9 @@ const char *kBenchUsage =
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
     "--input-dir is given). For training entries (--entry train_step), --data takes\n"
     "the batch from JSON Lines data as sdrun train would (B rows, padded to the\n"
-    "bucket). --profile prints time per op before the summary (runs are then eager, and\n"
-    "each GPU kernel is waited for); --profile=TRACE.json also writes a Chrome trace.\n"
+    "bucket). --profile prints time per op before the summary, with the rate its bytes\n"
+    "move at (runs are then eager, and each GPU kernel is waited for);\n"
+    "--profile=TRACE.json also writes a Chrome trace.\n"
     "--gemms (CUDA builds, on a GPU) times each distinct GEMM of the entry instead:\n"
     "our cuBLASLt plan against every algorithm cuBLASLt's heuristic offers for it;\n"
     "--tune FILE appends each shape's fastest algorithm to a GEMM tuning file, which\n"
@@ -358,6 +359,14 @@ int benchGemms(Flags &f) {
 #endif
 }
 
+// The bytes a step reads (each operand once) and writes (each result once).
+std::pair<uint64_t, uint64_t> stepTraffic(const sd::EntryDesc &e, const sd::StepDesc &s) {
+  uint64_t read = 0, written = 0;
+  for (int32_t b : s.inputs) read += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
+  for (int32_t b : s.outputs) written += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
+  return {read, written};
+}
+
 int benchCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
@@ -450,10 +459,23 @@ int benchCommand(const std::vector<std::string> &args) {
   if (profile) {
     double total = 0;
     for (auto &p : run.session->profile()) total += p.ms;
-    std::printf("%-28s %10s %8s %7s\n", "op", "ms/iter", "calls", "share");
-    for (auto &p : run.session->profile())
-      std::printf("%-28s %10.3f %8lld %6.1f%%\n", p.op.c_str(), p.ms / double(iters), (long long)(p.calls / iters),
-                  100.0 * p.ms / std::max(total, 1e-9));
+    // Each op's bytes per run (as `sdrun inspect --traffic` counts them): a
+    // rate far under the memory's bandwidth marks a kernel to look at.
+    std::map<std::string, uint64_t> bytes;
+    const sd::EntryDesc &entry = plan.value()->entries[run.entry];
+    for (const sd::StepDesc &step : entry.steps) {
+      auto [read, written] = stepTraffic(entry, step);
+      bytes[step.op] += read + written;
+    }
+    std::printf("%-28s %10s %8s %7s %8s\n", "op", "ms/iter", "calls", "share", "GB/s");
+    for (auto &p : run.session->profile()) {
+      const double ms = p.ms / double(iters);
+      auto it = bytes.find(p.op); // none: the op runs only inside a loop's or branch's body
+      char rate[32] = "-";
+      if (it != bytes.end() && ms > 0) std::snprintf(rate, sizeof rate, "%.1f", double(it->second) / (ms * 1e-3) * 1e-9);
+      std::printf("%-28s %10.3f %8lld %6.1f%% %8s\n", p.op.c_str(), ms, (long long)(p.calls / iters),
+                  100.0 * p.ms / std::max(total, 1e-9), rate);
+    }
   }
   double median = times[times.size() / 2], mean = 0;
   for (double t : times) mean += t / double(times.size());
@@ -519,14 +541,6 @@ int printKernelCoverage(const sd::Plan &p, const sd::KernelRegistry &kernels) {
   if (missing) std::printf("%zu steps cannot run on '%s'\n", missing, kernels.backend().c_str());
   else if (!onCpu) std::printf("every step runs on '%s'\n", kernels.backend().c_str());
   return missing ? 1 : 0;
-}
-
-// The bytes a step reads (each operand once) and writes (each result once).
-std::pair<uint64_t, uint64_t> stepTraffic(const sd::EntryDesc &e, const sd::StepDesc &s) {
-  uint64_t read = 0, written = 0;
-  for (int32_t b : s.inputs) read += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
-  for (int32_t b : s.outputs) written += b >= 0 ? e.buffers[size_t(b)].bytes : 0;
-  return {read, written};
 }
 
 // One entry's ops ordered by the bytes their steps read and write.
