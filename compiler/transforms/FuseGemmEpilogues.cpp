@@ -64,17 +64,24 @@ struct FuseGemmEpiloguesPass : sd::impl::FuseGemmEpiloguesBase<FuseGemmEpilogues
     for (GeluGradOp op : grads) fuseBackward(op);
   }
 
-  // Linear -> Gelu, the product otherwise read only by GeluGrad (as its x);
-  // in a half plan Linear -> Cast32 -> Gelu -> Cast16, GeluGrad reading the Cast32.
+  // Linear [-> Reshape] -> Gelu, the product otherwise read only by GeluGrad
+  // (as its x); in a half plan Linear [-> Reshape] -> Cast32 -> Gelu ->
+  // Cast16, GeluGrad reading the Cast32. (Exporters that flatten a layer's
+  // input, as Hugging Face's GPT-2 Conv1D does, reshape the product back
+  // before the GELU.)
   void fuseForward(Operation *linear) {
     Value pre = linear->getResult(0);
     if (!isFloatTensor(pre)) return;
-    Type preType = pre.getType();
-    Value geluInput = pre;
+    ReshapeOp reshape;
+    if (pre.hasOneUse()) reshape = dyn_cast<ReshapeOp>(*pre.getUsers().begin());
+    Value shaped = reshape ? reshape.getResult() : pre; // the product as the GELU sees it
+    if (!isFloatTensor(shaped)) return;
+    Type shapedType = shaped.getType();
+    Value geluInput = shaped;
     CastOp widen; // the half plan's Cast32 of the product
     if (elementTypeOf(pre).isBF16() || elementTypeOf(pre).isF16()) {
-      auto t = cast<RankedTensorType>(preType);
-      widen = halfEpilogues ? soleCastTo(pre, t.clone(Float32Type::get(t.getContext()))) : CastOp();
+      auto t = cast<RankedTensorType>(shapedType);
+      widen = halfEpilogues ? soleCastTo(shaped, t.clone(Float32Type::get(t.getContext()))) : CastOp();
       if (!widen) return;
       geluInput = widen.getResult();
     }
@@ -92,7 +99,7 @@ struct FuseGemmEpiloguesPass : sd::impl::FuseGemmEpiloguesBase<FuseGemmEpilogues
     Value out = gelu.getResult();
     CastOp narrow; // the half plan's Cast16 of the GELU
     if (widen) {
-      narrow = soleCastTo(out, preType);
+      narrow = soleCastTo(out, shapedType);
       if (!narrow) return;
       out = narrow.getResult();
     }
@@ -105,15 +112,21 @@ struct FuseGemmEpiloguesPass : sd::impl::FuseGemmEpiloguesBase<FuseGemmEpilogues
     if (Attribute a = gelu->getAttr("approximate")) attrs.push_back(b.getNamedAttr("approximate", a));
     Operation *fused = g.op<LinearGeluOp>(operands, attrs, grads.empty() ? 1 : 2);
     if (g.failed() || !fused) return;
-    out.replaceAllUsesWith(fused->getResult(0));
-    if (!grads.empty()) {
-      if (widen) widen->setOperand(0, fused->getResult(1));
+    // The results in the shape the GELU had, where the product was reshaped.
+    auto asShaped = [&](Value v) { return reshape ? g.reshape(v, shapeOf(shaped)) : v; };
+    Value fusedOut = asShaped(fused->getResult(0));
+    Value fusedPre = grads.empty() ? Value() : asShaped(fused->getResult(1));
+    if (g.failed()) return;
+    out.replaceAllUsesWith(fusedOut);
+    if (fusedPre) {
+      if (widen) widen->setOperand(0, fusedPre);
       else
-        for (GeluGradOp gg : grads) gg->setOperand(1, fused->getResult(1));
+        for (GeluGradOp gg : grads) gg->setOperand(1, fusedPre);
     }
     if (narrow) narrow->erase();
     gelu->erase();
     if (widen && grads.empty()) widen->erase();
+    if (reshape) reshape->erase();
     linear->erase();
   }
 

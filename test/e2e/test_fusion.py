@@ -28,7 +28,9 @@ matrix products (sd-accumulate-into-gemm: LoRA's base + scale * adapter,
 the residual a projection joins, the input gradient's two products) are
 accumulated by the GEMMs onto their C: that adds in another order, so it is
 left out of the bit-for-bit comparisons and checked within rounding. So are
-a bf16 plan's GEMM epilogues, whose GELU reads the unrounded product."""
+a bf16 plan's GEMM epilogues, whose GELU reads the unrounded product.
+Hugging Face's GPT-2 export (Conv1D on flattened rows) gets the epilogues
+too."""
 import json
 import os
 import re
@@ -52,6 +54,37 @@ def export_tiny_llama(folder):
     subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_hf.py"), "--arch", "llama", "--out", out],
                    check=True, capture_output=True)
     return os.path.join(out, "model.onnx")
+
+
+def export_tiny_hf_gpt2(folder):
+    """examples/export_hf.py's tiny Hugging Face GPT-2 (Conv1D layers on flattened rows), in folder/hf-gpt2."""
+    out = os.path.join(folder, "hf-gpt2")
+    subprocess.run([sys.executable, os.path.join(ROOT, "examples", "export_hf.py"), "--arch", "gpt2", "--out", out],
+                   check=True, capture_output=True)
+    return os.path.join(out, "model.onnx")
+
+
+def check_hf_gpt2_epilogues(check, sdc, sdrun, data, tmp):
+    """Hugging Face's GPT-2 exports each Conv1D on flattened rows and reshapes
+    the product back before the GELU: the epilogues still form (f32 and bf16,
+    full and LoRA), and f32 full fine-tuning trains to the same losses and
+    weights bit for bit as with --no-fuse gemm-epilogues."""
+    model = export_tiny_hf_gpt2(tmp)
+    for precision, peft in (("fp32", ["--peft", "none"]), ("bf16", ["--peft", "lora", "--target-modules", "all-linear"])):
+        runs = {}
+        for fused in (True, False):
+            plan = os.path.join(tmp, f"hf-gpt2-{precision}-{fused}.sdp")
+            sh([sdc, "compile", model, "-o", plan, "--shapes", "input_ids=4x8", "--precision", precision] + peft +
+               ([] if fused else ["--no-fuse", "gemm-epilogues"]))
+            steps = plan_steps(sdrun, plan)
+            if fused:
+                check(steps.get("LinearGelu", 0) > 0 and steps.get("GemmDGelu", 0) > 0,
+                      f"HF GPT-2 {precision} {peft[1]}: {steps.get('LinearGelu', 0)} LinearGelu and "
+                      f"{steps.get('GemmDGelu', 0)} GemmDGelu steps")
+            runs[fused] = train_run(sdrun, plan, data, tmp, f"hf-gpt2-{precision}-{fused}", 6)
+        if precision == "fp32":
+            check(runs[True] == runs[False] and runs[True][0][0] != runs[True][0][-1],
+                  "HF GPT-2 fp32 full: the same 6 losses and weights bit for bit with --no-fuse gemm-epilogues")
 
 
 def train_run(sdrun, plan, data, tmp, tag, steps):
@@ -546,6 +579,7 @@ def main():
         check_gemm_scale(check, sdc, sdrun, model, data, tmp)
         check_gemm_accumulate(check, sdc, sdrun, model, data, tmp)
         check_half_epilogues(check, sdc, sdrun, model, data, tmp)
+        check_hf_gpt2_epilogues(check, sdc, sdrun, data, tmp)
         # Inference: the infer entry's fused steps (LinearGelu keeps no product) give the unfused logits.
         ids = os.path.join(tmp, "ids.npy")
         np.save(ids, rng.integers(0, 256, size=(1, 8)).astype(np.int64))

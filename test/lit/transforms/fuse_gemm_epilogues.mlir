@@ -162,3 +162,29 @@ func.func @autocast_other_readers(%x: tensor<6x4xbf16>, %w: tensor<4x8xbf16>, %d
   %dp = sd.cast %dp32 {to = 16 : i64} : (tensor<6x8xf32>) -> tensor<6x8xbf16>
   return %g32, %dp, %dg32 : tensor<6x8xf32>, tensor<6x8xbf16>, tensor<6x8xf32>
 }
+
+// -----
+
+// An exporter that flattens the layer's input (Hugging Face's GPT-2 Conv1D)
+// reshapes the product back before the GELU: the fused step computes on the
+// flat rows and its results are reshaped for the GELU's readers; in a half
+// plan GeluGrad's widened product reads the reshaped `pre`.
+// CHECK-LABEL: func.func @reshaped
+//       CHECK:   %[[OUT:.*]], %[[PRE:.*]] = sd.linear_gelu %arg0, %arg1, %arg2, %{{.*}} {approximate = "tanh", layout = "io", module = "c_fc"} : (tensor<6x4xbf16>, tensor<4x8xbf16>, tensor<8xbf16>, none) -> (tensor<6x8xbf16>, tensor<6x8xbf16>)
+//   CHECK-DAG:   %[[Y:.*]] = sd.reshape %[[OUT]], %{{.*}} : (tensor<6x8xbf16>, tensor<3xi64>) -> tensor<2x3x8xbf16>
+//   CHECK-DAG:   %[[P:.*]] = sd.reshape %[[PRE]], %{{.*}} : (tensor<6x8xbf16>, tensor<3xi64>) -> tensor<2x3x8xbf16>
+//       CHECK:   %[[W:.*]] = sd.cast %[[P]] {to = 1 : i64}
+//       CHECK:   sd.gelu_grad %{{.*}}, %[[W]]
+//   CHECK-NOT:   sd.gelu %
+//       CHECK:   return %[[Y]]
+func.func @reshaped(%x: tensor<6x4xbf16>, %w: tensor<4x8xbf16>, %b: tensor<8xbf16>, %dy: tensor<2x3x8xf32>)
+    -> (tensor<2x3x8xbf16>, tensor<2x3x8xf32>) attributes {sd.entry = "train_step"} {
+  %p = sd.linear %x, %w, %b {layout = "io", module = "c_fc"} : (tensor<6x4xbf16>, tensor<4x8xbf16>, tensor<8xbf16>) -> tensor<6x8xbf16>
+  %s3 = sd.constant dense<[2, 3, 8]> : tensor<3xi64>
+  %p3 = sd.reshape %p, %s3 : (tensor<6x8xbf16>, tensor<3xi64>) -> tensor<2x3x8xbf16>
+  %p32 = sd.cast %p3 {to = 1 : i64} : (tensor<2x3x8xbf16>) -> tensor<2x3x8xf32>
+  %g32 = sd.gelu %p32 {approximate = "tanh"} : (tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  %g = sd.cast %g32 {to = 16 : i64} : (tensor<2x3x8xf32>) -> tensor<2x3x8xbf16>
+  %dp = sd.gelu_grad %dy, %p32 {approximate = "tanh"} : (tensor<2x3x8xf32>, tensor<2x3x8xf32>) -> tensor<2x3x8xf32>
+  return %g, %dp : tensor<2x3x8xbf16>, tensor<2x3x8xf32>
+}
