@@ -128,9 +128,12 @@ bundle() {
   rm -rf "$dir" && mkdir -p "$dir/bin" "$dir/lib" || die "cannot create $dir"
   cp "$build/tools/sdrun" "$dir/bin/" && cp "$ROOT/scripts/gpu-check.sh" "$ROOT/scripts/gpu_compare.py" "$dir/" ||
     die "cannot copy sdrun into $dir"
-  # Every shared library sdrun needs except glibc's own (the GPU machine has
-  # those); the CUDA runtime is linked in statically and cuBLASLt is optional.
-  ldd "$build/tools/sdrun" | awk '/=> \// {print $3}' | while read -r lib; do
+  # The CUDA backend plugin, which sdrun loads from its ../lib.
+  [ -f "$build/lib/libsdcuda.so" ] || die "no $build/lib/libsdcuda.so: this build has no CUDA backend"
+  cp "$build/lib/libsdcuda.so" "$dir/lib/" || die "cannot copy libsdcuda.so into $dir"
+  # Every shared library sdrun and the plugin need except glibc's own (the GPU
+  # machine has those); the CUDA runtime is linked in statically and cuBLASLt is optional.
+  ldd "$build/tools/sdrun" "$build/lib/libsdcuda.so" | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
     case $(basename "$lib") in libc.so*|libm.so*|libdl.so*|libpthread.so*|librt.so*|ld-linux*) ;;
       *) cp -L "$lib" "$dir/lib/" ;; esac
   done

@@ -1,6 +1,7 @@
 // Launch detection and the MPI plugin's loader.
 #include "sd/comm/world.h"
 #include "sd/comm/rendezvous.h"
+#include "sd/format/plugin_path.h"
 #include <cstdlib>
 #include <dlfcn.h>
 #include <string>
@@ -15,26 +16,6 @@ int envInt(const char *name, int fallback) {
   char *end = nullptr;
   long x = std::strtol(v, &end, 10);
   return *end == '\0' && x >= 0 && x < (1 << 24) ? int(x) : fallback;
-}
-
-std::string directoryOf(const std::string &path) {
-  size_t slash = path.rfind('/');
-  return slash == std::string::npos ? "." : path.substr(0, slash);
-}
-
-// Where plugin `file` may be: beside the binary or library that holds this
-// code (sdrun, libsd.so, the Python module), in its ../lib, or where the build put it.
-std::vector<std::string> pluginCandidates(const char *file, const char *envOverride, const char *buildPath) {
-  std::vector<std::string> out;
-  if (const char *env = std::getenv(envOverride); env && *env) out.push_back(env);
-  Dl_info info{};
-  if (dladdr(reinterpret_cast<void *>(&detectLaunch), &info) && info.dli_fname) {
-    std::string dir = directoryOf(info.dli_fname);
-    out.push_back(dir + "/" + file);
-    out.push_back(dir + "/../lib/" + file);
-  }
-  if (buildPath) out.push_back(buildPath);
-  return out;
 }
 
 #ifdef SD_COMM_MPI_PLUGIN_BUILD_PATH

@@ -1,5 +1,6 @@
 // The CPU device (aligned host memory and memcpy) and the choice of device by name.
 #include "sd/runtime/device.h"
+#include "sd/runtime/cuda_backend.h"
 #include "sd/ops/kernel.h"
 #include <algorithm>
 #include <cstdlib>
@@ -45,37 +46,17 @@ private:
 
 } // namespace
 
-Status Device::copyOnDevice(void *dst, const void *src, size_t bytes) {
-  if (!bytes || dst == src) return Status::ok();
-  std::vector<uint8_t> bounce(bytes);
-  SD_RETURN_IF_ERROR(copyToHost(bounce.data(), src, bytes));
-  return copyFromHost(dst, bounce.data(), bytes);
-}
-
-StatusOr<void *> Device::allocateStaging(size_t bytes) {
-  void *p = std::aligned_alloc(64, (std::max<size_t>(bytes, 1) + 63) / 64 * 64);
-  if (!p) return sdError("cannot allocate ", bytes, " bytes of staging memory");
-  return p;
-}
-
-void Device::releaseStaging(void *ptr) { std::free(ptr); }
-
 std::shared_ptr<Device> cpuDevice() {
   static std::shared_ptr<Device> cpu = std::make_shared<CpuDevice>();
   return cpu;
 }
 
-#ifndef SD_HAVE_CUDA
-StatusOr<std::shared_ptr<Device>> cudaDevice() {
-  return sdError("this build has no CUDA backend (rebuild with the CUDA toolkit installed)");
-}
-#endif
-
 const KernelRegistry *kernelRegistry(std::string_view backend) {
   if (backend == "cpu") return &cpuKernels();
-#ifdef SD_HAVE_CUDA
-  if (backend == "cuda") return &cudaKernels();
-#endif
+  if (backend == "cuda") {
+    StatusOr<const CudaBackend *> cuda = cudaBackend();
+    return cuda.isOk() ? &cuda.value()->kernels() : nullptr;
+  }
   return nullptr;
 }
 

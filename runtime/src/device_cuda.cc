@@ -1,11 +1,13 @@
 // The CUDA device: device memory from cudaMalloc (never managed memory), one
 // non-blocking stream per device object (a session opens its own), and copies
 // queued on that stream. Kernels enqueue on the same stream, so a copy back to
-// the host is ordered after the step that produced the data.
+// the host is ordered after the step that produced the data. This file is the
+// CUDA backend plugin's entry (sd/runtime/cuda_backend.h).
 #include "sd/comm/world.h"
 #include "sd/ops/kernel.h"
-#include "sd/runtime/device.h"
+#include "sd/runtime/cuda_backend.h"
 #include <cstdio>
+#include <cstring>
 #include <cstdlib>
 #include <string>
 #include <dlfcn.h>
@@ -177,9 +179,7 @@ private:
   std::string description_;
 };
 
-} // namespace
-
-StatusOr<std::shared_ptr<Device>> cudaDevice() {
+StatusOr<std::shared_ptr<Device>> openCudaDevice() {
   int count = 0;
   cudaError_t e = cudaGetDeviceCount(&count);
   if (e != cudaSuccess) {
@@ -208,4 +208,16 @@ StatusOr<std::shared_ptr<Device>> cudaDevice() {
   return std::shared_ptr<Device>(std::make_shared<CudaDevice>(ordinal, stream, desc));
 }
 
+} // namespace
 } // namespace sd
+
+extern "C" __attribute__((visibility("default"))) const sd::CudaBackend *
+sd_cuda_backend(const sd::CudaBackendAbi *caller, char *error, size_t errorBytes) {
+  static const sd::CudaBackend backend{&sd::cudaKernels, &sd::openCudaDevice, &sd::cuda::compareGemmsWithCublasLt};
+  const sd::CudaBackendAbi mine = sd::cudaBackendAbi();
+  if (!caller || std::memcmp(caller, &mine, sizeof mine) != 0) {
+    std::snprintf(error, errorBytes, "built by another build of sdc than this program (rebuild both)");
+    return nullptr;
+  }
+  return &backend;
+}

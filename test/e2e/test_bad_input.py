@@ -4,6 +4,7 @@
 output file left behind."""
 import os
 import random
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -313,6 +314,24 @@ def check_all(tmp):
                                ["--device", "device 'cuda'"])
         # The GEMM comparison needs a GPU (and a build with CUDA).
         expect_clean_error("bench --gemms without a GPU", [sdrun, "bench", plan, "--gemms"], ["--gemms"])
+    # The CUDA backend is a plugin (libsdcuda.so) loaded on first use: a missing
+    # or foreign one is one line naming the file, for every way in.
+    missing = os.path.join(tmp, "nope", "libsdcuda.so")
+    for label, args in [("infer --device cuda", ["infer", plan, "--device", "cuda"]),
+                        ("inspect --kernels cuda", ["inspect", plan, "--kernels", "cuda"]),
+                        ("bench --gemms", ["bench", plan, "--gemms"])]:
+        expect_clean_error(f"{label} with a missing CUDA plugin", ["env", f"SD_CUDA_PLUGIN={missing}", sdrun] + args,
+                           [missing])
+    foreign = os.path.join(tmp, "foreign.so")  # a shared library, but the C API's, not the plugin
+    shutil.copy(os.path.join(os.path.dirname(os.path.dirname(sdrun)), "capi", "libsd.so"), foreign)
+    expect_clean_error("--device cuda with a library that is not the CUDA plugin",
+                       ["env", f"SD_CUDA_PLUGIN={foreign}", sdrun, "infer", plan, "--device", "cuda"],
+                       ["foreign.so", "is not sdc's CUDA backend"])
+    # A CPU run never loads the plugin (so its size and CUDA's libraries do not weigh on CPU processes).
+    r = subprocess.run(["env", "LD_DEBUG=files", sdrun, "bench", plan, "--device", "cpu", "--iterations", "1"],
+                       capture_output=True, text=True)
+    RESULTS.append(("a CPU run does not load the CUDA plugin",
+                    [f"exit {r.returncode}"] * (r.returncode != 0) + ["libsdcuda.so was loaded"] * ("libsdcuda" in r.stderr)))
     expect_clean_error("bench with bad iterations", [sdrun, "bench", plan, "--iterations", "zero"], ["--iterations"])
     # A GEMM tuning file is written by the GEMM comparison only.
     expect_clean_error("bench --tune without --gemms", [sdrun, "bench", plan, "--tune", os.path.join(tmp, "t.tsv")],

@@ -3,6 +3,7 @@
 #   format/   includes nothing of ours but sd/format/ (and its generated schema)
 #   kernels/  includes no runtime, compiler or tool header
 #   runtime/  includes no compiler header and sdrun loads no MLIR/LLVM
+#   sdrun     holds no CUDA code: the backend is the plugin libsdcuda.so
 #   sdc       holds no runtime Session or Plan (the compiler links format pieces only)
 # Usage: check_layering.sh SOURCE_DIR SDRUN [SDC]
 set -uo pipefail
@@ -20,9 +21,11 @@ hits=$(grep -rnE '#include "sd/(runtime|train|generate|c)/|#include "(mlir|llvm)
 hits=$(grep -rnE '#include "(mlir|llvm)/|#include "(Pipeline|Driver|PassDetail)\.h"' "$src/runtime" || true)
 [ -z "$hits" ] || bad "runtime/ includes compiler headers:"$'\n'"$hits"
 if ldd "$sdrun" | grep -iE 'libMLIR|libLLVM'; then bad "sdrun loads MLIR/LLVM"; fi
+syms=$(nm "$sdrun" | grep -E ' [TtWw] (cudaMalloc|cudaLaunchKernel|__cudaRegisterFatBinary)\b' | head -3)
+[ -z "$syms" ] || bad "sdrun links CUDA code (it belongs in libsdcuda.so):"$'\n'"$syms"
 if [ -n "$sdc" ]; then
   syms=$(nm -C "$sdc" | grep -E ' sd::(Session|Plan)::' | head -3)
   [ -z "$syms" ] || bad "sdc links the runtime:"$'\n'"$syms"
 fi
-[ $fail = 0 ] && echo "layering: format < kernels < runtime, compiler without runtime, sdrun without MLIR: ok"
+[ $fail = 0 ] && echo "layering: format < kernels < runtime, compiler without runtime, sdrun without MLIR or CUDA: ok"
 exit $fail

@@ -6,9 +6,7 @@
 #include "trace.h"
 #include "sd/train/trainer.h"
 #include "sd/ops/cpu_info.h"
-#if SD_HAVE_CUDA
-#include "sd/ops/cuda_gemm_compare.h"
-#endif
+#include "sd/runtime/cuda_backend.h"
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
@@ -300,7 +298,8 @@ int benchGemms(Flags &f) {
   if (!plan.isOk()) return fail(plan.status().message());
   const sd::EntryDesc *entry = firstEntry(*plan.value(), entryName);
   if (!entry) return fail(f.plan + ": plan has no '" + entryName + "' entry");
-#if SD_HAVE_CUDA
+  auto cuda = sd::cudaBackend();
+  if (!cuda.isOk()) return fail("--gemms compares GEMMs on a GPU: " + cuda.status().message());
   std::vector<sd::cuda::GemmStep> steps;
   for (const sd::StepDesc &step : entry->steps) {
     sd::cuda::GemmStep g{step.op, &step.attrs, {}, {}};
@@ -312,7 +311,7 @@ int benchGemms(Flags &f) {
     steps.push_back(std::move(g));
   }
   std::string device;
-  auto timed = sd::cuda::compareGemmsWithCublasLt(steps, int(iters), 16, device);
+  auto timed = cuda.value()->compareGemms(steps, int(iters), 16, device);
   if (!timed.isOk()) return fail("--gemms: " + timed.status().message());
   if (timed.value().empty()) return fail(f.plan + ": entry '" + entryName + "' runs no GEMM step");
   std::printf("device: %s; entry %s; median of %lld runs per algorithm (CUDA events)\n", device.c_str(),
@@ -354,9 +353,6 @@ int benchGemms(Flags &f) {
   std::printf("{\"device\":\"%s\",\"entry\":\"%s\",\"gemm_ours_ms\":%.4f,\"gemm_best_ms\":%.4f,\"shapes\":[%s]}\n",
               device.c_str(), entryName.c_str(), ours, best, rows.c_str());
   return 0;
-#else
-  return fail("--gemms compares GEMMs on a GPU; this build of sdrun has no CUDA");
-#endif
 }
 
 // The bytes a step reads (each operand once) and writes (each result once).
@@ -588,9 +584,10 @@ int inspectCommand(const std::vector<std::string> &all) {
   if (f.help) return std::fputs(kInspectUsage, stdout), 0;
   std::string backend = flagValue(f, "--kernels");
   const sd::KernelRegistry *registry = nullptr;
-  if (f.values.count("--kernels") && !(registry = sd::kernelRegistry(backend)))
-    return fail("--kernels: no backend '" + backend + "' in this build (backends: cpu" +
-                (sd::kernelRegistry("cuda") ? ", cuda)" : ")"));
+  if (f.values.count("--kernels") && !(registry = sd::kernelRegistry(backend))) {
+    if (backend == "cuda") return fail("--kernels cuda: " + sd::cudaBackend().status().message());
+    return fail("--kernels: no backend '" + backend + "' (backends: cpu, cuda)");
+  }
   auto plan = loadPlan(f.plan);
   if (!plan.isOk()) return fail(plan.status().message());
   if (cpu) printCpuReport(); // only once the arguments are known good: no output before an error
