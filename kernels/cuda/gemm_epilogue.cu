@@ -14,6 +14,7 @@
 #include "gemm_lt.h"
 #include "sd/ops/attrs.h"
 #include <atomic>
+#include <optional>
 
 namespace sd::cuda {
 namespace {
@@ -29,6 +30,15 @@ struct EpiloguePrepared : PreparedError {
   // first run, which then (and every later one) runs the parts. A refused
   // call enqueues nothing, so nothing is half done.
   mutable std::atomic<bool> refusedWithC{false};
+  // The fused call with C (beta 1) or without; nullopt when the parts must
+  // run instead: a C cuBLASLt refused, now or at an earlier run.
+  std::optional<Status> runFused(const void *a, const void *b, void *out, const void *c, cudaStream_t stream) const {
+    if (c && refusedWithC) return std::nullopt;
+    Status st = fused->run(a, b, out, 1.0, c ? 1.0 : 0.0, stream, c);
+    if (st.isOk() || !c) return st;
+    refusedWithC = true;
+    return std::nullopt;
+  }
   // GemmDGelu's bias gradient without the epilogue: ReduceSum over axis 0.
   AttrMap reduceAttrs;
   std::shared_ptr<const void> reducePrepared;
@@ -67,11 +77,8 @@ Status LinearGeluKernel(const KernelContext &c) {
   const void *addend = c.hasInput(3) ? c.inputs[3].data : nullptr;
   // The plan holds the addresses it was prepared for (aux, bias).
   if (s->fused && s->fused->runsOnLt(x.data, w.data, out.data, addend) &&
-      s->fused->shape.aux == (&pre == &out ? nullptr : pre.data) && !(addend && s->refusedWithC)) {
-    Status st = s->fused->run(x.data, w.data, out.data, 1.0, addend ? 1.0 : 0.0, streamOf(c), addend);
-    if (st.isOk() || !addend) return st;
-    s->refusedWithC = true;
-  }
+      s->fused->shape.aux == (&pre == &out ? nullptr : pre.data))
+    if (std::optional<Status> st = s->runFused(x.data, w.data, out.data, addend, streamOf(c))) return *st;
   KernelContext linear{c.attrs, c.inputs, {pre}, c.pool, s->plain.get(), c.stream, c.comm, c.shardOwner};
   SD_RETURN_IF_ERROR(part(addend ? "LinearAdd" : "Linear").run(linear));
   KernelContext gelu{c.attrs, {pre}, {out}, c.pool, nullptr, c.stream, c.comm, c.shardOwner};
@@ -107,11 +114,8 @@ Status GemmDGeluKernel(const KernelContext &c) {
   const bool hasC = c.hasInput(3);
   const void *addend = hasC ? c.inputs[3].data : nullptr;
   if (s->fused && s->fused->runsOnLt(a.data, b.data, grad.data, addend) && s->fused->shape.aux == pre.data &&
-      s->fused->shape.biasGrad == (biasGrad ? c.outputs[1].data : nullptr) && !(hasC && s->refusedWithC)) {
-    Status st = s->fused->run(a.data, b.data, grad.data, 1.0, hasC ? 1.0 : 0.0, streamOf(c), addend);
-    if (st.isOk() || !hasC) return st;
-    s->refusedWithC = true;
-  }
+      s->fused->shape.biasGrad == (biasGrad ? c.outputs[1].data : nullptr))
+    if (std::optional<Status> st = s->runFused(a.data, b.data, grad.data, addend, streamOf(c))) return *st;
   std::vector<TensorView> operands{a, b};
   if (hasC) operands.push_back(c.inputs[3]); // Gemm's C, beta 1 (its default)
   KernelContext gemm{c.attrs, operands, {grad}, c.pool, s->plain.get(), c.stream, c.comm, c.shardOwner};

@@ -1,5 +1,6 @@
 // CUDA kernels of SwiGLU, y = silu(gate) * up, and its gradient (see
-// kernels/cpu/swiglu.cc): grid-stride, kPack elements per thread as vectors.
+// kernels/cpu/swiglu.cc), separate or with gate and up packed in one tensor:
+// grid-stride, kPack elements per thread as vectors.
 #include "cuda_util.cuh"
 
 namespace sd::cuda {
@@ -84,20 +85,56 @@ Status SwiGLUGradKernel(const KernelContext &c) {
 }
 
 // Packed gate and up (SwiGLUPacked): element j of row r reads x[r][j] and
-// x[r][F + j]; consecutive threads take consecutive j, so both reads and the
-// write coalesce.
-template <typename T> __global__ void swigluPackedKernel(const T *x, T *y, int64_t rows, int64_t f) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * f; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t g = (i / f) * 2 * f + i % f;
-    y[i] = swigluOne(x[g], x[g + f]);
+// x[r][F + j]; consecutive threads take consecutive packs of V elements
+// along j (V divides F, every pointer aligned for it; else V = 1), so both
+// reads and the write coalesce as vectors. I: the index type, 32-bit where
+// every index fits (a 64-bit division costs the GPU dozens of instructions).
+template <int V, typename I, typename T>
+__global__ void swigluPackedKernel(const T *x, T *y, int64_t rows, int64_t f) {
+  using P = Pack<T, V>;
+  const I packsPerRow = I(f / V), packs = I(rows) * packsPerRow;
+  for (I k = blockIdx.x * I(blockDim.x) + threadIdx.x; k < packs; k += I(gridDim.x) * blockDim.x) {
+    const I r = k / packsPerRow, j = (k - r * packsPerRow) * V;
+    const T *xr = x + int64_t(r) * 2 * f;
+    const P g = *reinterpret_cast<const P *>(xr + j), u = *reinterpret_cast<const P *>(xr + f + j);
+    P out;
+#pragma unroll
+    for (int e = 0; e < V; ++e) out.v[e] = swigluOne(g.v[e], u.v[e]);
+    *reinterpret_cast<P *>(y + int64_t(r) * f + j) = out;
   }
 }
 
-template <typename T> __global__ void swigluPackedGradKernel(const T *dy, const T *x, T *dx, int64_t rows, int64_t f) {
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows * f; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t g = (i / f) * 2 * f + i % f;
-    swigluGradOne(dy[i], x[g], x[g + f], dx[g], dx[g + f]);
+template <int V, typename I, typename T>
+__global__ void swigluPackedGradKernel(const T *dy, const T *x, T *dx, int64_t rows, int64_t f) {
+  using P = Pack<T, V>;
+  const I packsPerRow = I(f / V), packs = I(rows) * packsPerRow;
+  for (I k = blockIdx.x * I(blockDim.x) + threadIdx.x; k < packs; k += I(gridDim.x) * blockDim.x) {
+    const I r = k / packsPerRow, j = (k - r * packsPerRow) * V;
+    const int64_t g = int64_t(r) * 2 * f + j;
+    const P d = *reinterpret_cast<const P *>(dy + int64_t(r) * f + j), gate = *reinterpret_cast<const P *>(x + g),
+            up = *reinterpret_cast<const P *>(x + g + f);
+    P dg, du;
+#pragma unroll
+    for (int e = 0; e < V; ++e) swigluGradOne(d.v[e], gate.v[e], up.v[e], dg.v[e], du.v[e]);
+    *reinterpret_cast<P *>(dx + g) = dg;
+    *reinterpret_cast<P *>(dx + g + f) = du;
   }
+}
+
+// Launches `launch` as kernel<V, I> with V = kPack where f and every
+// pointer allow it (else 1) and I 32-bit where rows * f (with a grid's
+// stride past the end) fits.
+template <typename Launch>
+void launchPacked(int64_t rows, int64_t f, std::initializer_list<const void *> pointers, size_t elementSize,
+                  Launch launch) {
+  bool aligned = f % kPack == 0;
+  for (const void *p : pointers) aligned = aligned && reinterpret_cast<uintptr_t>(p) % (elementSize * kPack) == 0;
+  const int64_t n = rows * f;
+  const bool narrow = n + int64_t(blocksFor(n)) * kThreads < (int64_t(1) << 31);
+  if (aligned && narrow) launch(std::integral_constant<int, kPack>{}, uint32_t{}, packBlocks<kPack>(n));
+  else if (aligned) launch(std::integral_constant<int, kPack>{}, int64_t{}, packBlocks<kPack>(n));
+  else if (narrow) launch(std::integral_constant<int, 1>{}, uint32_t{}, blocksFor(n));
+  else launch(std::integral_constant<int, 1>{}, int64_t{}, blocksFor(n));
 }
 
 Status SwiGLUPackedKernel(const KernelContext &c) {
@@ -107,7 +144,11 @@ Status SwiGLUPackedKernel(const KernelContext &c) {
   if (rows * f == 0) return Status::ok();
   return dispatchFloatStorage(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    swigluPackedKernel<T><<<blocksFor(rows * f), kThreads, 0, streamOf(c)>>>(x.as<T>(), c.outputs[0].as<T>(), rows, f);
+    const T *xp = x.as<T>();
+    T *y = c.outputs[0].as<T>();
+    launchPacked(rows, f, {xp, y}, sizeof(T), [&](auto v, auto index, unsigned blocks) {
+      swigluPackedKernel<decltype(v)::value, decltype(index), T><<<blocks, kThreads, 0, streamOf(c)>>>(xp, y, rows, f);
+    });
     return launchStatus("SwiGLUPacked");
   });
 }
@@ -120,8 +161,12 @@ Status SwiGLUPackedGradKernel(const KernelContext &c) {
   if (rows * f == 0) return Status::ok();
   return dispatchFloatStorage(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    swigluPackedGradKernel<T><<<blocksFor(rows * f), kThreads, 0, streamOf(c)>>>(dy.as<T>(), x.as<T>(),
-                                                                                  c.outputs[0].as<T>(), rows, f);
+    const T *d = dy.as<T>(), *xp = x.as<T>();
+    T *dx = c.outputs[0].as<T>();
+    launchPacked(rows, f, {d, xp, dx}, sizeof(T), [&](auto v, auto index, unsigned blocks) {
+      swigluPackedGradKernel<decltype(v)::value, decltype(index), T>
+          <<<blocks, kThreads, 0, streamOf(c)>>>(d, xp, dx, rows, f);
+    });
     return launchStatus("SwiGLUPackedGrad");
   });
 }
