@@ -129,4 +129,41 @@ std::vector<bool> reducedAxes(int64_t rank, const std::vector<int64_t> &axes, bo
   return r;
 }
 
+StatusOr<StridedRead> blockRearrangeRead(const Dims &x, int64_t b, bool crd, bool toSpace) {
+  if (x.size() != 4 || b < 1) return sdError("block rearrangement needs an NCHW tensor and a positive blocksize");
+  const int64_t n = x[0], ch = x[1], h = x[2], w = x[3];
+  Dims src, perm;
+  if (toSpace) {
+    if (ch % (b * b)) return sdError("DepthToSpace: channels ", ch, " are not a multiple of blocksize^2");
+    const int64_t oc = ch / (b * b);
+    if (crd) src = {n, oc, b, b, h, w}, perm = {0, 1, 4, 2, 5, 3};
+    else src = {n, b, b, oc, h, w}, perm = {0, 3, 4, 1, 5, 2};
+  } else {
+    if (h % b || w % b) return sdError("SpaceToDepth: height and width must be multiples of blocksize");
+    src = {n, ch, h / b, b, w / b, b};
+    perm = crd ? Dims{0, 1, 3, 5, 2, 4} : Dims{0, 3, 5, 1, 2, 4};
+  }
+  const Dims ss = rowMajorStrides(src);
+  StridedRead r{Dims(6), Dims(6)};
+  for (size_t i = 0; i < 6; ++i) {
+    r.dims[i] = src[size_t(perm[i])];
+    r.strides[i] = ss[size_t(perm[i])];
+  }
+  return r;
+}
+
+StatusOr<StridedRead> tileRead(const Dims &x, const Dims &out) {
+  if (x.size() != out.size()) return sdError("Tile rank mismatch");
+  const Dims xs = rowMajorStrides(x);
+  StridedRead r;
+  for (size_t d = 0; d < x.size(); ++d) {
+    if (x[d] > 0 ? out[d] % x[d] != 0 : out[d] != 0) return sdError("Tile output dims inconsistent");
+    const int64_t repeats = x[d] > 0 ? out[d] / x[d] : 0;
+    if (repeats != 1) r.dims.push_back(repeats), r.strides.push_back(0);
+    r.dims.push_back(x[d]);
+    r.strides.push_back(xs[d]);
+  }
+  return r;
+}
+
 } // namespace sd

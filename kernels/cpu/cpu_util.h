@@ -1,5 +1,6 @@
 // Helpers shared by the CPU kernels: dtype dispatch and broadcast iteration.
 #pragma once
+#include "sd/ops/index_geometry.h"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/registry.h"
 #include "sd/ops/threadpool.h"
@@ -40,20 +41,6 @@ template <typename F> Status dispatchNumeric(DType t, F &&fn) {
 
 // Any fixed-size element type, by width only (data movement kernels).
 template <typename F> Status dispatchBytes(DType t, F &&fn) { return dispatchByWidth(t, std::forward<F>(fn)); }
-
-// A tensor seen as [outer, len, inner] around `axis` (already non-negative).
-struct AxisExtent {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-inline AxisExtent extentAround(const Dims &d, int64_t axis) {
-  AxisExtent e;
-  for (int64_t i = 0; i < int64_t(d.size()); ++i) {
-    if (i < axis) e.outer *= d[size_t(i)];
-    else if (i == axis) e.len = d[size_t(i)];
-    else e.inner *= d[size_t(i)];
-  }
-  return e;
-}
 
 // Strides of `in` broadcast against `out` dims (0 on broadcast axes).
 Dims broadcastStrides(const Dims &in, const Dims &out);

@@ -83,22 +83,22 @@ SD_PARAMS(Erf, 0, 0, 0) SD_FLOAT_UNARY(Erf, std::erf(x))
 SD_PARAMS(Sigmoid, 0, 0, 0)
 SD_FLOAT_UNARY(Sigmoid, math::sigmoid(x))
 SD_PARAMS(HardSigmoid, 0.2, 0.5, 0)
-SD_FLOAT_UNARY(HardSigmoid, std::max(std::min(T(alpha) * x + T(beta), T(1)), T(0))) // NaN stays
+SD_FLOAT_UNARY(HardSigmoid, math::hardSigmoid(x, T(alpha), T(beta)))
 SD_PARAMS(HardSwish, 0, 0, 0)
-SD_FLOAT_UNARY(HardSwish, x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))))
-SD_PARAMS(LeakyRelu, 0.01, 0, 0) SD_FLOAT_UNARY(LeakyRelu, x >= 0 ? x : T(alpha) * x)
-SD_PARAMS(Elu, 1.0, 0, 0) SD_FLOAT_UNARY(Elu, x >= 0 ? x : T(alpha) * (std::exp(x) - T(1)))
-SD_PARAMS(Selu, 1.67326319217681884765625, 0, 1.05070102214813232421875)
-SD_FLOAT_UNARY(Selu, x > 0 ? T(gamma) * x : T(gamma) * (T(alpha) * std::exp(x) - T(alpha)))
+SD_FLOAT_UNARY(HardSwish, math::hardSwish(x))
+SD_PARAMS(LeakyRelu, 0.01, 0, 0) SD_FLOAT_UNARY(LeakyRelu, math::leakyRelu(x, T(alpha)))
+SD_PARAMS(Elu, 1.0, 0, 0) SD_FLOAT_UNARY(Elu, math::elu(x, T(alpha)))
+SD_PARAMS(Selu, math::kSeluAlpha, 0, math::kSeluGamma)
+SD_FLOAT_UNARY(Selu, math::selu(x, T(alpha), T(gamma)))
 SD_PARAMS(Celu, 1.0, 0, 0)
-SD_FLOAT_UNARY(Celu, std::max(x, T(0)) + std::min(T(0), T(alpha) * (std::exp(x / T(alpha)) - T(1)))) // NaN stays
-SD_PARAMS(ThresholdedRelu, 1.0, 0, 0) SD_FLOAT_UNARY(ThresholdedRelu, x > T(alpha) ? x : T(0))
+SD_FLOAT_UNARY(Celu, math::celu(x, T(alpha)))
+SD_PARAMS(ThresholdedRelu, 1.0, 0, 0) SD_FLOAT_UNARY(ThresholdedRelu, math::thresholdedRelu(x, T(alpha)))
 SD_PARAMS(Softplus, 0, 0, 0)
 SD_FLOAT_UNARY(Softplus, math::softplus(x))
-SD_PARAMS(Softsign, 0, 0, 0) SD_FLOAT_UNARY(Softsign, x / (T(1) + std::abs(x)))
+SD_PARAMS(Softsign, 0, 0, 0) SD_FLOAT_UNARY(Softsign, math::softsign(x))
 SD_PARAMS(Mish, 0, 0, 0)
-SD_FLOAT_UNARY(Mish, x * std::tanh(math::softplus(x)))
-SD_PARAMS(Swish, 1.0, 0, 0) SD_FLOAT_UNARY(Swish, x * math::sigmoid(T(alpha) * x))
+SD_FLOAT_UNARY(Mish, math::mish(x))
+SD_PARAMS(Swish, 1.0, 0, 0) SD_FLOAT_UNARY(Swish, math::swish(x, T(alpha)))
 
 // d/dx GELU: exact: Phi(x) + x * phi(x); tanh form: derivative of
 // 0.5 x (1 + tanh(k (x + 0.044715 x^3))).
@@ -159,8 +159,7 @@ Status AbsKernel(const KernelContext &c) {
 }
 Status SignKernel(const KernelContext &c) {
   return numericUnary(c, [](auto x) {
-    using T = decltype(x);
-    return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x); // 0 and NaN map to themselves
+    return math::sign(x);
   });
 }
 Status ReluKernel(const KernelContext &c) {
@@ -290,19 +289,7 @@ Status ModKernel(const KernelContext &c) {
   bool fmod = c.attrs.getInt("fmod", 0) != 0;
   return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    return binaryBroadcast<T, T>(c, [fmod](T x, T y) -> T {
-      if constexpr (std::is_floating_point_v<T>) {
-        T r = std::fmod(x, y);
-        if (!fmod && r != 0 && ((r < 0) != (y < 0))) r += y;
-        return r;
-      } else {
-        if (y == 0) return T(0);
-        T r = T(x % y);
-        if constexpr (std::is_signed_v<T>)
-          if (!fmod && r != 0 && ((r < 0) != (y < 0))) r = T(r + y);
-        return r;
-      }
-    });
+    return binaryBroadcast<T, T>(c, [fmod](T x, T y) -> T { return math::mod(x, y, fmod); });
   });
 }
 Status PowKernel(const KernelContext &c) {
@@ -369,10 +356,7 @@ Status ShrinkKernel(const KernelContext &c) {
   double bias = c.attrs.getFloat("bias", 0.0), lambd = c.attrs.getFloat("lambd", 0.5);
   return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    return mapUnary<T>(c, [=](T x) {
-      double v = double(x);
-      return v < -lambd ? T(v + bias) : v > lambd ? T(v - bias) : T(0);
-    });
+    return mapUnary<T>(c, [=](T x) { return T(math::shrink(double(x), lambd, bias)); });
   });
 }
 

@@ -110,26 +110,12 @@ Status ExpandKernel(const KernelContext &c) {
 
 Status TileKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
-  SD_CHECK_ARG(x.rank() == o.rank(), "Tile rank mismatch");
-  for (int64_t d = 0; d < x.rank(); ++d)
-    SD_CHECK_ARG(x.dims[size_t(d)] > 0 ? o.dims[size_t(d)] % x.dims[size_t(d)] == 0 : o.dims[size_t(d)] == 0,
-                 "Tile output dims inconsistent");
+  StatusOr<StridedRead> read = tileRead(x.dims, o.dims);
+  if (!read.isOk()) return read.status();
   if (o.numElements() == 0) return Status::ok();
-  Dims xs = stridesOf(x.dims);
   return dispatchBytes(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    const T *px = x.as<T>();
-    T *po = o.as<T>();
-    Dims idx(size_t(o.rank()), 0);
-    for (int64_t i = 0, n = o.numElements(); i < n; ++i) {
-      int64_t off = 0;
-      for (size_t d = 0; d < idx.size(); ++d) off += (idx[d] % x.dims[d]) * xs[d];
-      po[i] = px[off];
-      for (int64_t d = o.rank() - 1; d >= 0; --d) {
-        if (++idx[size_t(d)] < o.dims[size_t(d)]) break;
-        idx[size_t(d)] = 0;
-      }
-    }
+    stridedCopy<T>(c.pool, x.as<T>(), o.as<T>(), read.value().dims, read.value().strides);
     return Status::ok();
   });
 }
@@ -267,25 +253,13 @@ Status PadKernel(const KernelContext &c) {
 // DepthToSpace/SpaceToDepth as a 6-D transpose.
 Status blockRearrange(const KernelContext &c, bool toSpace) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
-  int64_t b = c.attrs.getInt("blocksize", 1);
-  bool crd = c.attrs.getString("mode", "DCR") == "CRD";
-  Dims src, perm;
-  int64_t n = x.dims[0], ch = x.dims[1], h = x.dims[2], w = x.dims[3];
-  if (toSpace) {
-    int64_t oc = ch / (b * b);
-    if (crd) { src = {n, oc, b, b, h, w}; perm = {0, 1, 4, 2, 5, 3}; }
-    else { src = {n, b, b, oc, h, w}; perm = {0, 3, 4, 1, 5, 2}; }
-  } else {
-    src = {n, ch, h / b, b, w / b, b};
-    perm = crd ? Dims{0, 1, 3, 5, 2, 4} : Dims{0, 3, 5, 1, 2, 4};
-  }
-  SD_CHECK_ARG(product(src) == x.numElements() && o.numElements() == x.numElements(),
-               "block rearrangement size mismatch");
-  Dims ss = stridesOf(src), outD(6), st(6);
-  for (size_t i = 0; i < 6; ++i) { outD[i] = src[size_t(perm[i])]; st[i] = ss[size_t(perm[i])]; }
+  StatusOr<StridedRead> read = blockRearrangeRead(x.dims, c.attrs.getInt("blocksize", 1),
+                                                  c.attrs.getString("mode", "DCR") == "CRD", toSpace);
+  if (!read.isOk()) return read.status();
+  SD_CHECK_ARG(o.numElements() == x.numElements(), "block rearrangement size mismatch");
   return dispatchBytes(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    stridedCopy<T>(c.pool, x.as<T>(), o.as<T>(), outD, st);
+    stridedCopy<T>(c.pool, x.as<T>(), o.as<T>(), read.value().dims, read.value().strides);
     return Status::ok();
   });
 }

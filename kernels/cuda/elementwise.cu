@@ -1,6 +1,6 @@
 // CUDA kernels of the elementwise family: unary math and activations (the
 // shared sd::math functions), broadcasting binary arithmetic, GeluGrad,
-// comparisons, Not, IsNaN, Where and Cast. Grid-stride loops; f16/bf16 compute in f32.
+// comparisons and logic, Not, IsNaN, IsInf, Clip, Where and Cast. Grid-stride loops; f16/bf16 compute in f32.
 #include "cuda_util.cuh"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/math/activations.h"
@@ -15,9 +15,17 @@ namespace sd::cuda {
 namespace {
 
 enum class Unary { Relu, Sigmoid, GeluErf, GeluTanh, Neg, Abs, Exp, Log, Sqrt, Tanh, Reciprocal, Erf, Softplus, Sin,
-                   Cos, Identity };
+                   Cos, Tan, Asin, Acos, Atan, Sinh, Cosh, Asinh, Acosh, Atanh, HardSigmoid, HardSwish, LeakyRelu,
+                   Elu, Selu, Celu, ThresholdedRelu, Softsign, Mish, Swish, Floor, Ceil, Round, Sign, Shrink,
+                   DivideBy, Identity };
 
-template <Unary Op, typename C> __device__ inline C applyUnary(C x) {
+// The attributes a unary op reads (ONNX's names; Shrink's lambd and bias as alpha and beta).
+struct UnaryParams {
+  double alpha = 0, beta = 0, gamma = 0;
+};
+
+template <Unary Op, typename C> __device__ inline C applyUnary(C x, const UnaryParams &p) {
+  const C alpha = C(p.alpha), beta = C(p.beta), gamma = C(p.gamma);
   if constexpr (Op == Unary::Relu) return math::relu(x);
   else if constexpr (Op == Unary::Sigmoid) return math::sigmoid(x);
   else if constexpr (Op == Unary::GeluErf) return math::geluErf(x);
@@ -33,21 +41,46 @@ template <Unary Op, typename C> __device__ inline C applyUnary(C x) {
   else if constexpr (Op == Unary::Softplus) return math::softplus(x);
   else if constexpr (Op == Unary::Sin) return std::sin(x);
   else if constexpr (Op == Unary::Cos) return std::cos(x);
+  else if constexpr (Op == Unary::Tan) return std::tan(x);
+  else if constexpr (Op == Unary::Asin) return std::asin(x);
+  else if constexpr (Op == Unary::Acos) return std::acos(x);
+  else if constexpr (Op == Unary::Atan) return std::atan(x);
+  else if constexpr (Op == Unary::Sinh) return std::sinh(x);
+  else if constexpr (Op == Unary::Cosh) return std::cosh(x);
+  else if constexpr (Op == Unary::Asinh) return std::asinh(x);
+  else if constexpr (Op == Unary::Acosh) return std::acosh(x);
+  else if constexpr (Op == Unary::Atanh) return std::atanh(x);
+  else if constexpr (Op == Unary::HardSigmoid) return math::hardSigmoid(x, alpha, beta);
+  else if constexpr (Op == Unary::HardSwish) return math::hardSwish(x);
+  else if constexpr (Op == Unary::LeakyRelu) return math::leakyRelu(x, alpha);
+  else if constexpr (Op == Unary::Elu) return math::elu(x, alpha);
+  else if constexpr (Op == Unary::Selu) return math::selu(x, alpha, gamma);
+  else if constexpr (Op == Unary::Celu) return math::celu(x, alpha);
+  else if constexpr (Op == Unary::ThresholdedRelu) return math::thresholdedRelu(x, alpha);
+  else if constexpr (Op == Unary::Softsign) return math::softsign(x);
+  else if constexpr (Op == Unary::Mish) return math::mish(x);
+  else if constexpr (Op == Unary::Swish) return math::swish(x, alpha);
+  else if constexpr (Op == Unary::Floor) return std::floor(x);
+  else if constexpr (Op == Unary::Ceil) return std::ceil(x);
+  else if constexpr (Op == Unary::Round) return std::nearbyint(x); // half to even, as the CPU's
+  else if constexpr (Op == Unary::Sign) return math::sign(x);
+  else if constexpr (Op == Unary::Shrink) return C(math::shrink(double(x), p.alpha, p.beta)); // in f64, as the CPU
+  else if constexpr (Op == Unary::DivideBy) return x / alpha; // Mean's last step
   else return x;
 }
 
-template <Unary Op, typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n) {
+template <Unary Op, typename T> __global__ void unaryKernel(const T *x, T *y, int64_t n, UnaryParams p) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
-    y[i] = store<T>(applyUnary<Op>(load(x[i])));
+    y[i] = store<T>(applyUnary<Op>(load(x[i]), p));
 }
 
-template <Unary Op> Status launchUnary(const KernelContext &c, const char *name) {
+template <Unary Op> Status launchUnary(const KernelContext &c, const char *name, UnaryParams p = {}) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
   int64_t n = y.numElements();
   if (n == 0) return Status::ok();
   return dispatchFloatStorage(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    unaryKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), y.as<T>(), n);
+    unaryKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), y.as<T>(), n, p);
     return launchStatus(name);
   });
 }
@@ -56,8 +89,26 @@ template <Unary Op> Status launchUnary(const KernelContext &c, const char *name)
   Status NAME##Kernel(const KernelContext &c) { return launchUnary<Unary::OP>(c, #NAME); }
 SD_UNARY(Relu, Relu) SD_UNARY(Sigmoid, Sigmoid) SD_UNARY(Neg, Neg) SD_UNARY(Abs, Abs) SD_UNARY(Exp, Exp)
 SD_UNARY(Log, Log) SD_UNARY(Sqrt, Sqrt) SD_UNARY(Tanh, Tanh) SD_UNARY(Reciprocal, Reciprocal) SD_UNARY(Erf, Erf)
-SD_UNARY(Softplus, Softplus) SD_UNARY(Sin, Sin) SD_UNARY(Cos, Cos)
+SD_UNARY(Softplus, Softplus) SD_UNARY(Sin, Sin) SD_UNARY(Cos, Cos) SD_UNARY(Tan, Tan) SD_UNARY(Asin, Asin)
+SD_UNARY(Acos, Acos) SD_UNARY(Atan, Atan) SD_UNARY(Sinh, Sinh) SD_UNARY(Cosh, Cosh) SD_UNARY(Asinh, Asinh)
+SD_UNARY(Acosh, Acosh) SD_UNARY(Atanh, Atanh) SD_UNARY(HardSwish, HardSwish) SD_UNARY(Softsign, Softsign)
+SD_UNARY(Mish, Mish) SD_UNARY(Floor, Floor) SD_UNARY(Ceil, Ceil) SD_UNARY(Round, Round) SD_UNARY(Sign, Sign)
 #undef SD_UNARY
+
+// The attribute defaults are ONNX's (the CPU kernels' in kernels/cpu/elementwise.cc).
+#define SD_UNARY_PARAMS(NAME, A, B, G)                                                                      \
+  Status NAME##Kernel(const KernelContext &c) {                                                             \
+    return launchUnary<Unary::NAME>(c, #NAME, {c.attrs.getFloat("alpha", A), c.attrs.getFloat("beta", B), \
+                                               c.attrs.getFloat("gamma", G)});                              \
+  }
+SD_UNARY_PARAMS(HardSigmoid, 0.2, 0.5, 0) SD_UNARY_PARAMS(LeakyRelu, 0.01, 0, 0) SD_UNARY_PARAMS(Elu, 1.0, 0, 0)
+SD_UNARY_PARAMS(Selu, math::kSeluAlpha, 0, math::kSeluGamma) SD_UNARY_PARAMS(Celu, 1.0, 0, 0)
+SD_UNARY_PARAMS(ThresholdedRelu, 1.0, 0, 0) SD_UNARY_PARAMS(Swish, 1.0, 0, 0)
+#undef SD_UNARY_PARAMS
+
+Status ShrinkKernel(const KernelContext &c) {
+  return launchUnary<Unary::Shrink>(c, "Shrink", {c.attrs.getFloat("lambd", 0.5), c.attrs.getFloat("bias", 0.0), 0});
+}
 
 Status GeluKernel(const KernelContext &c) {
   if (c.attrs.getString("approximate", "none") == "tanh") return launchUnary<Unary::GeluTanh>(c, "Gelu");
@@ -114,7 +165,7 @@ __device__ inline void offsets(const Broadcast &b, int64_t i, int64_t &a, int64_
   }
 }
 
-enum class Binary { Add, Sub, Mul, Div, Pow, Max, Min, GeluErfGrad, GeluTanhGrad };
+enum class Binary { Add, Sub, Mul, Div, Pow, Max, Min, GeluErfGrad, GeluTanhGrad, PRelu, Mod, Fmod };
 
 template <Binary Op, typename C> __device__ inline C applyBinary(C a, C b) {
   if constexpr (Op == Binary::Add) return a + b;
@@ -128,7 +179,10 @@ template <Binary Op, typename C> __device__ inline C applyBinary(C a, C b) {
   else if constexpr (Op == Binary::Max) return (a != a || b != b) ? a + b : (a > b ? a : b); // NaN propagates
   else if constexpr (Op == Binary::Min) return (a != a || b != b) ? a + b : (a < b ? a : b);
   else if constexpr (Op == Binary::GeluErfGrad) return a * math::geluErfGrad(b); // a = dy, b = x
-  else return a * math::geluTanhGrad(b);
+  else if constexpr (Op == Binary::GeluTanhGrad) return a * math::geluTanhGrad(b);
+  else if constexpr (Op == Binary::PRelu) return a < C(0) ? a * b : a; // b: the slope
+  else if constexpr (Op == Binary::Mod) return math::mod(a, b, false);
+  else return math::mod(a, b, true);
 }
 
 template <Binary Op, typename T> __global__ void binaryKernel(Broadcast bc, const T *a, const T *b, T *y, int64_t n) {
@@ -154,7 +208,7 @@ Status launchBinary(const TensorView &a, const TensorView &b, const TensorView &
   };
   // Integer arithmetic: shape and index computations (a detector's box indices).
   constexpr bool integers = Op == Binary::Add || Op == Binary::Sub || Op == Binary::Mul || Op == Binary::Div ||
-                            Op == Binary::Max || Op == Binary::Min;
+                            Op == Binary::Max || Op == Binary::Min || Op == Binary::Mod || Op == Binary::Fmod;
   if constexpr (integers) {
     if (a.dtype == DType::I64) return launch(int64_t{});
     if (a.dtype == DType::I32) return launch(int32_t{});
@@ -194,6 +248,18 @@ SD_BINARY(Add) SD_BINARY(Sub) SD_BINARY(Mul) SD_BINARY(Div) SD_BINARY(Pow)
 #undef SD_BINARY
 Status MaxKernel(const KernelContext &c) { return launchFold<Binary::Max>(c, "Max"); }
 Status MinKernel(const KernelContext &c) { return launchFold<Binary::Min>(c, "Min"); }
+Status SumKernel(const KernelContext &c) { return launchFold<Binary::Add>(c, "Sum"); }
+// The sum, then divided by the operand count in place (as the CPU: T(sum / T(k))).
+Status MeanKernel(const KernelContext &c) {
+  SD_RETURN_IF_ERROR(launchFold<Binary::Add>(c, "Mean"));
+  KernelContext scale{c.attrs, {c.outputs[0]}, {c.outputs[0]}, c.pool, nullptr, c.stream, c.comm, c.shardOwner};
+  return launchUnary<Unary::DivideBy>(scale, "Mean", {double(c.inputs.size()), 0, 0});
+}
+Status PReluKernel(const KernelContext &c) { return launchBinary<Binary::PRelu>(c, "PRelu"); }
+Status ModKernel(const KernelContext &c) {
+  if (c.attrs.getInt("fmod", 0) != 0) return launchBinary<Binary::Fmod>(c, "Mod");
+  return launchBinary<Binary::Mod>(c, "Mod");
+}
 
 Status GeluGradKernel(const KernelContext &c) {
   if (c.attrs.getString("approximate", "none") == "tanh") return launchBinary<Binary::GeluTanhGrad>(c, "GeluGrad");
@@ -227,7 +293,7 @@ Status WhereKernel(const KernelContext &c) {
 }
 
 // Comparisons: numeric operands (broadcast) -> bool.
-enum class Compare { Equal, Less, Greater, LessOrEqual, GreaterOrEqual };
+enum class Compare { Equal, Less, Greater, LessOrEqual, GreaterOrEqual, And, Or, Xor };
 
 template <typename T> __device__ inline auto comparable(T x) { return load(x); }
 template <> __device__ inline auto comparable(int64_t x) { return x; }
@@ -244,7 +310,10 @@ __global__ void compareKernel(Broadcast bc, const T *a, const T *b, bool *y, int
     else if constexpr (Op == Compare::Less) y[i] = x < z;
     else if constexpr (Op == Compare::Greater) y[i] = x > z;
     else if constexpr (Op == Compare::LessOrEqual) y[i] = x <= z;
-    else y[i] = x >= z;
+    else if constexpr (Op == Compare::GreaterOrEqual) y[i] = x >= z;
+    else if constexpr (Op == Compare::And) y[i] = bool(x) && bool(z); // (bool operands only)
+    else if constexpr (Op == Compare::Or) y[i] = bool(x) || bool(z);
+    else y[i] = bool(x) != bool(z);
   }
 }
 
@@ -292,6 +361,26 @@ template <typename T> __global__ void isNaNKernel(const T *x, bool *y, int64_t n
   }
 }
 
+template <typename T> __global__ void isInfKernel(const T *x, bool *y, int64_t n, bool negative, bool positive) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    auto v = load(x[i]);
+    y[i] = isinf(v) && (v < 0 ? negative : positive);
+  }
+}
+
+Status IsInfKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t n = c.outputs[0].numElements();
+  if (n == 0) return Status::ok();
+  const bool negative = c.attrs.getInt("detect_negative", 1) != 0, positive = c.attrs.getInt("detect_positive", 1) != 0;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    isInfKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), c.outputs[0].as<bool>(), n, negative,
+                                                                 positive);
+    return launchStatus("IsInf");
+  });
+}
+
 Status IsNaNKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
   int64_t n = c.outputs[0].numElements();
@@ -301,6 +390,40 @@ Status IsNaNKernel(const KernelContext &c) {
     isNaNKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), c.outputs[0].as<bool>(), n);
     return launchStatus("IsNaN");
   });
+}
+
+// Clip: its bounds are one-element device tensors (absent: no bound), read by
+// every thread from device memory rather than on the host, which would
+// break graph capture. NaN fails both compares and passes through, as on the CPU.
+template <typename T> __global__ void clipKernel(const T *x, const T *lo, const T *hi, T *y, int64_t n) {
+  using C = Compute<T>;
+  const bool hasLo = lo, hasHi = hi;
+  const C l = hasLo ? load(lo[0]) : C(0), h = hasHi ? load(hi[0]) : C(0);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    C v = load(x[i]);
+    if (hasLo && v < l) v = l;
+    if (hasHi && h < v) v = h;
+    y[i] = store<T>(v);
+  }
+}
+
+Status ClipKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  auto bound = [&](size_t i) -> const void * { return c.hasInput(i) ? c.inputs[i].data : nullptr; };
+  for (size_t i = 1; i < 3; ++i)
+    if (bound(i) && (c.inputs[i].dtype != x.dtype || c.inputs[i].numElements() != 1))
+      return sdError("Clip's bounds must be single values of x's type");
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    clipKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), static_cast<const T *>(bound(1)),
+                                                               static_cast<const T *>(bound(2)), y.as<T>(), n);
+    return launchStatus("Clip");
+  };
+  if (x.dtype == DType::I64) return launch(int64_t{});
+  if (x.dtype == DType::I32) return launch(int32_t{});
+  return dispatchFloatStorage(x.dtype, launch);
 }
 
 // Cast between the float storage types, the 8- to 64-bit integers and bool,
@@ -458,6 +581,32 @@ void registerElementwiseKernels() {
   registerKernel("Softplus", SoftplusKernel, f);
   registerKernel("Sin", SinKernel, f);
   registerKernel("Cos", CosKernel, f);
+  registerKernel("Tan", TanKernel, f);
+  registerKernel("Asin", AsinKernel, f);
+  registerKernel("Acos", AcosKernel, f);
+  registerKernel("Atan", AtanKernel, f);
+  registerKernel("Sinh", SinhKernel, f);
+  registerKernel("Cosh", CoshKernel, f);
+  registerKernel("Asinh", AsinhKernel, f);
+  registerKernel("Acosh", AcoshKernel, f);
+  registerKernel("Atanh", AtanhKernel, f);
+  registerKernel("HardSigmoid", HardSigmoidKernel, f);
+  registerKernel("HardSwish", HardSwishKernel, f);
+  registerKernel("LeakyRelu", LeakyReluKernel, f);
+  registerKernel("Elu", EluKernel, f);
+  registerKernel("Selu", SeluKernel, f);
+  registerKernel("Celu", CeluKernel, f);
+  registerKernel("ThresholdedRelu", ThresholdedReluKernel, f);
+  registerKernel("Softsign", SoftsignKernel, f);
+  registerKernel("Mish", MishKernel, f);
+  registerKernel("Swish", SwishKernel, f);
+  registerKernel("Floor", FloorKernel, f);
+  registerKernel("Ceil", CeilKernel, f);
+  registerKernel("Round", RoundKernel, f);
+  registerKernel("Sign", SignKernel, f);
+  registerKernel("Shrink", ShrinkKernel, f);
+  registerKernel("IsInf", IsInfKernel, f);
+  registerKernel("PRelu", PReluKernel, f);
   TypeSet arithmetic = f | TypeSet{DType::I64, DType::I32};
   registerKernel("Add", AddKernel, arithmetic);
   registerKernel("Sub", SubKernel, arithmetic);
@@ -466,6 +615,10 @@ void registerElementwiseKernels() {
   registerKernel("Pow", PowKernel, f);
   registerKernel("Max", MaxKernel, arithmetic);
   registerKernel("Min", MinKernel, arithmetic);
+  registerKernel("Sum", SumKernel, arithmetic);
+  registerKernel("Mean", MeanKernel, f);
+  registerKernel("Mod", ModKernel, arithmetic);
+  registerKernel("Clip", ClipKernel, arithmetic);
   TypeSet comparable = floatStorage() | TypeSet{DType::I64, DType::I32};
   registerKernel("Equal", compareOp<Compare::Equal>, comparable | TypeSet{DType::Bool});
   registerKernel("Less", compareOp<Compare::Less>, comparable);
@@ -473,6 +626,9 @@ void registerElementwiseKernels() {
   registerKernel("LessOrEqual", compareOp<Compare::LessOrEqual>, comparable);
   registerKernel("GreaterOrEqual", compareOp<Compare::GreaterOrEqual>, comparable);
   registerKernel("Not", NotKernel, TypeSet{DType::Bool});
+  registerKernel("And", compareOp<Compare::And>, TypeSet{DType::Bool});
+  registerKernel("Or", compareOp<Compare::Or>, TypeSet{DType::Bool});
+  registerKernel("Xor", compareOp<Compare::Xor>, TypeSet{DType::Bool});
   registerKernel("IsNaN", IsNaNKernel, f);
   registerKernel("Where", WhereKernel, TypeSet::all(), nullptr, 1);
   // A run-time If (shapes/control_shapes.cc) is a Where with a one-element

@@ -1,5 +1,6 @@
 // CUDA kernels that move bytes: Identity, Transpose, Concat and Split (as 2-D
-// copies), Expand, Slice, Pad, Gather (embedding lookup) and GatherGrad (its
+// copies), Expand, Tile and DepthToSpace/SpaceToDepth (strided reads), Slice,
+// Pad, Gather (embedding lookup) and GatherGrad (its
 // deterministic scatter-add). Kernels that only move bytes run on every type
 // by element size.
 #include "cuda_util.cuh"
@@ -101,6 +102,31 @@ Status broadcastCopy(const TensorView &x, const TensorView &o, cudaStream_t s, c
 }
 
 Status ExpandKernel(const KernelContext &c) { return broadcastCopy(c.inputs[0], c.outputs[0], streamOf(c), "Expand"); }
+
+// A copy the op library describes as a strided read (sd/ops/index_geometry.h).
+Status readStrided(const StatusOr<StridedRead> &read, const TensorView &x, const TensorView &y, cudaStream_t s,
+                   const char *op) {
+  if (!read.isOk()) return read.status();
+  const StridedRead &r = read.value();
+  if (r.dims.size() > size_t(kMaxRank))
+    return sdError(op, " on CUDA reads through up to ", kMaxRank, " strided axes; this one needs ", r.dims.size());
+  if (product(r.dims) != y.numElements() || x.dtype != y.dtype) return sdError(op, ": result of another size or type");
+  Gather8 g;
+  g.rank = int(r.dims.size());
+  for (size_t i = 0; i < r.dims.size(); ++i) g.outDims[i] = r.dims[i], g.inStrides[i] = r.strides[i];
+  return stridedCopy(g, x, y, s, op);
+}
+
+Status TileKernel(const KernelContext &c) {
+  return readStrided(tileRead(c.inputs[0].dims, c.outputs[0].dims), c.inputs[0], c.outputs[0], streamOf(c), "Tile");
+}
+
+template <bool ToSpace> Status blockRearrangeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  return readStrided(blockRearrangeRead(x.dims, c.attrs.getInt("blocksize", 1),
+                                        c.attrs.getString("mode", "DCR") == "CRD", ToSpace),
+                     x, c.outputs[0], streamOf(c), ToSpace ? "DepthToSpace" : "SpaceToDepth");
+}
 
 // Concat (gather = true) or Split along `axis`: each part is one 2-D copy of
 // `outer` rows into (or out of) its column range of the whole.
@@ -372,6 +398,9 @@ void registerMovementKernels() {
   registerKernel("Identity", IdentityKernel, TypeSet::all());
   registerKernel("Transpose", TransposeKernel, TypeSet::all());
   registerKernel("Expand", ExpandKernel, TypeSet::all());
+  registerKernel("Tile", TileKernel, TypeSet::all());
+  registerKernel("DepthToSpace", blockRearrangeKernel<true>, TypeSet::all());
+  registerKernel("SpaceToDepth", blockRearrangeKernel<false>, TypeSet::all());
   registerKernel("Concat", ConcatKernel, TypeSet::all());
   registerKernel("Split", SplitKernel, TypeSet::all());
   registerKernel("Gather", GatherKernel, TypeSet::all());

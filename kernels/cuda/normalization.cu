@@ -1,5 +1,5 @@
-// CUDA kernels for LayerNormalization and RMSNormalization and their backward, and
-// BatchNormalization (inference). Row statistics are summed in f64 as the
+// CUDA kernels for LayerNormalization and RMSNormalization and their backward,
+// BatchNormalization (inference) and InstanceNormalization. Row statistics are summed in f64 as the
 // CPU kernels sum them (rows up to 1024 wide: each lane's part in f32 first,
 // see CachedWarp); the backward's scale and bias gradients
 // are column sums over fixed chunks of rows, added in chunk order, so they do
@@ -578,9 +578,52 @@ Status BatchNormKernel(const KernelContext &c) {
   });
 }
 
+// InstanceNormalization: a block per (item, channel) row of the spatial
+// elements, the CPU kernel's math (f64 mean, then f64 variance, then
+// (x - mean) * scale / sqrt(var + eps) + bias), the sums as block trees.
+template <typename T>
+__global__ void instanceNormKernel(const T *x, const T *scale, const T *bias, T *y, int64_t rows, int64_t channels,
+                                   int64_t spatial, double eps) {
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const T *xr = x + r * spatial;
+    T *yr = y + r * spatial;
+    double s = 0;
+    for (int64_t j = threadIdx.x; j < spatial; j += blockDim.x) s += double(load(xr[j]));
+    const double mean = blockReduce(s, SumOp(), 0.0) / double(spatial);
+    double v = 0;
+    for (int64_t j = threadIdx.x; j < spatial; j += blockDim.x) {
+      const double d = double(load(xr[j])) - mean;
+      v += d * d;
+    }
+    const double var = blockReduce(v, SumOp(), 0.0) / double(spatial);
+    const double a = double(load(scale[r % channels])) / std::sqrt(var + eps), b = double(load(bias[r % channels]));
+    for (int64_t j = threadIdx.x; j < spatial; j += blockDim.x)
+      yr[j] = store<T>(Compute<T>((double(load(xr[j])) - mean) * a + b));
+  }
+}
+
+Status InstanceNormKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  if (x.rank() < 2) return sdError("InstanceNormalization needs [N, C, ...]");
+  const int64_t channels = x.dims[1], rows = x.dims[0] * channels;
+  if (rows == 0) return Status::ok();
+  const int64_t spatial = x.numElements() / rows;
+  if (c.inputs[1].numElements() != channels || c.inputs[2].numElements() != channels)
+    return sdError("InstanceNormalization scale and bias must have ", channels, " elements");
+  if (spatial == 0) return Status::ok();
+  const double eps = c.attrs.getFloat("epsilon", 1e-5);
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    instanceNormKernel<T><<<rowBlocks(rows), kRowThreads, 0, streamOf(c)>>>(
+        x.as<T>(), c.inputs[1].as<T>(), c.inputs[2].as<T>(), c.outputs[0].as<T>(), rows, channels, spatial, eps);
+    return launchStatus("InstanceNormalization");
+  });
+}
+
 } // namespace
 
 void registerNormalizationKernels() {
+  registerKernel("InstanceNormalization", InstanceNormKernel, floatStorage());
   registerKernel("BatchNormalization", BatchNormKernel, floatStorage());
   registerKernel("LayerNormalization", LayerNormKernel, floatStorage());
   registerKernel("LayerNormalizationGrad", LayerNormGradKernel, floatStorage(), prepareLayerNormGrad, 1);

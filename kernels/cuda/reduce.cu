@@ -1,4 +1,5 @@
-// CUDA kernels of the Reduce family (Sum, Mean, Max, Min, SumSquare): one
+// CUDA kernels of the Reduce family (Sum, Mean, Max, Min, SumSquare, L1, L2,
+// LogSum, Prod) and ArgMax/ArgMin: one
 // block per output element, the block's threads striding over the reduced
 // elements, a fixed-order block reduction (f64 accumulation for floats), so
 // results do not depend on scheduling; for a few reduced elements per
@@ -16,7 +17,7 @@
 namespace sd::cuda {
 namespace {
 
-enum class Reduce { Sum, Mean, Max, Min, SumSquare };
+enum class Reduce { Sum, Mean, Max, Min, SumSquare, L1, L2, LogSum, Prod };
 
 // At most this many reduced elements per output: one thread per output (below).
 constexpr int64_t kFewReduced = 64;
@@ -83,11 +84,15 @@ std::shared_ptr<const void> prepareReduce(const PrepareContext &p) {
 template <Reduce K, typename A> __device__ inline A identityOf() {
   if constexpr (K == Reduce::Max) return A(-INFINITY);
   else if constexpr (K == Reduce::Min) return A(INFINITY);
+  else if constexpr (K == Reduce::Prod) return A(1);
   else return A(0);
 }
 
 struct MinOp {
   template <typename T> __device__ T operator()(T a, T b) const { return a < b || a != a ? a : b; }
+};
+struct ProdOp {
+  template <typename T> __device__ T operator()(T a, T b) const { return a * b; }
 };
 
 // The memory offset of the i-th element (row-major) of a strided index space:
@@ -111,12 +116,16 @@ __device__ inline int64_t reducedOffset(const ReduceGeometry &g, int64_t r) {
 template <Reduce K, typename A> __device__ inline A fold(A acc, A v) {
   if constexpr (K == Reduce::Max) return MaxOp()(acc, v);
   else if constexpr (K == Reduce::Min) return MinOp()(acc, v);
-  else if constexpr (K == Reduce::SumSquare) return acc + v * v;
+  else if constexpr (K == Reduce::SumSquare || K == Reduce::L2) return acc + v * v;
+  else if constexpr (K == Reduce::L1) return acc + (v < A(0) ? -v : v);
+  else if constexpr (K == Reduce::Prod) return acc * v;
   else return acc + v;
 }
 
 template <Reduce K, typename A> __device__ inline A finish(A acc, int64_t count) {
   if constexpr (K == Reduce::Mean) return count ? acc / A(count) : A(NAN);
+  else if constexpr (K == Reduce::L2) return std::sqrt(acc);
+  else if constexpr (K == Reduce::LogSum) return std::log(acc);
   else return acc;
 }
 
@@ -130,6 +139,7 @@ __global__ void reduceKernel(ReduceGeometry g, const T *x, T *y, int64_t outputs
       acc = fold<K>(acc, A(load(x[base + reducedOffset(g, r)])));
     if constexpr (K == Reduce::Max) acc = blockReduce(acc, MaxOp(), identityOf<K, A>());
     else if constexpr (K == Reduce::Min) acc = blockReduce(acc, MinOp(), identityOf<K, A>());
+    else if constexpr (K == Reduce::Prod) acc = blockReduce(acc, ProdOp(), A(1));
     else acc = blockReduce(acc, SumOp(), A(0));
     if (threadIdx.x == 0) y[o] = store<T>(Compute<T>(finish<K>(acc, g.reducedCount)));
   }
@@ -176,7 +186,8 @@ __global__ void reduceColumnFinishKernel(const double *partials, int64_t rows, i
       const A part = A(partials[k * columns + column]);
       if constexpr (K == Reduce::Max) acc = MaxOp()(acc, part);
       else if constexpr (K == Reduce::Min) acc = MinOp()(acc, part);
-      else acc = acc + part; // SumSquare's chunks hold sums of squares already
+      else if constexpr (K == Reduce::Prod) acc = acc * part;
+      else acc = acc + part; // SumSquare's, L1's and L2's chunks hold their sums already
     }
     y[column] = store<T>(Compute<T>(finish<K>(acc, rows)));
   }
@@ -208,6 +219,48 @@ template <Reduce K> Status reduceOp(const KernelContext &c) {
   });
 }
 
+// ArgMax/ArgMin: one thread per output scanning its axis in order, the CPU
+// kernel's loop exactly (the first index of the extreme value, the last with
+// select_last_index; a NaN wins only at index 0, where nothing beats it).
+template <bool IsMax, typename T>
+__global__ void argKernel(const T *x, int64_t *y, int64_t outer, int64_t n, int64_t inner, bool last) {
+  for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < outer * inner;
+       o += int64_t(gridDim.x) * blockDim.x) {
+    const T *p = x + (o / inner) * n * inner + o % inner;
+    int64_t best = 0;
+    Compute<T> b = load(p[0]);
+    for (int64_t j = 1; j < n; ++j) {
+      const Compute<T> v = load(p[j * inner]);
+      if (IsMax ? (v > b || (last && v == b)) : (v < b || (last && v == b))) {
+        best = j;
+        b = v;
+      }
+    }
+    y[o] = best;
+  }
+}
+
+template <bool IsMax> Status argOp(const KernelContext &c) {
+  const TensorView &x = c.inputs[0];
+  int64_t axis = c.attrs.getInt("axis", 0);
+  if (axis < 0) axis += x.rank();
+  if (axis < 0 || axis >= x.rank()) return sdError("ArgMax/ArgMin: axis out of range");
+  const AxisExtent ext = extentAround(x.dims, axis);
+  if (ext.len <= 0) return sdError("ArgMax/ArgMin over an empty axis");
+  const int64_t outputs = ext.outer * ext.inner;
+  if (outputs == 0) return Status::ok();
+  const bool last = c.attrs.getInt("select_last_index", 0) != 0;
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    argKernel<IsMax, T><<<blocksFor(outputs), kThreads, 0, streamOf(c)>>>(x.as<T>(), c.outputs[0].as<int64_t>(),
+                                                                          ext.outer, ext.len, ext.inner, last);
+    return launchStatus(IsMax ? "ArgMax" : "ArgMin");
+  };
+  if (x.dtype == DType::I64) return launch(int64_t{});
+  if (x.dtype == DType::I32) return launch(int32_t{});
+  return dispatchFloatStorage(x.dtype, launch);
+}
+
 } // namespace
 
 void registerReduceKernels() {
@@ -216,6 +269,13 @@ void registerReduceKernels() {
   registerKernel("ReduceMax", reduceOp<Reduce::Max>, floatStorage(), prepareReduce);
   registerKernel("ReduceMin", reduceOp<Reduce::Min>, floatStorage(), prepareReduce);
   registerKernel("ReduceSumSquare", reduceOp<Reduce::SumSquare>, floatStorage(), prepareReduce);
+  registerKernel("ReduceL1", reduceOp<Reduce::L1>, floatStorage(), prepareReduce);
+  registerKernel("ReduceL2", reduceOp<Reduce::L2>, floatStorage(), prepareReduce);
+  registerKernel("ReduceLogSum", reduceOp<Reduce::LogSum>, floatStorage(), prepareReduce);
+  registerKernel("ReduceProd", reduceOp<Reduce::Prod>, floatStorage(), prepareReduce);
+  const TypeSet arg = floatStorage() | TypeSet{DType::I64, DType::I32};
+  registerKernel("ArgMax", argOp<true>, arg, nullptr, 0, TypeSet{DType::I64});
+  registerKernel("ArgMin", argOp<false>, arg, nullptr, 0, TypeSet{DType::I64});
 }
 
 } // namespace sd::cuda

@@ -25,6 +25,7 @@ void registerGemmEpilogueKernels();
 void registerFusedElementwiseKernels();
 void registerRecurrentKernels();
 void registerResizeKernels();
+void registerGeneratorKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -108,6 +109,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerFusedElementwiseKernels();
     cuda::registerRecurrentKernels();
     cuda::registerResizeKernels();
+    cuda::registerGeneratorKernels();
   });
   return cuda::mutableKernels();
 }

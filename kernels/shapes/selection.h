@@ -18,8 +18,8 @@ Status optionalAxis(const AttrMap &attrs, int64_t rank, bool &hasAxis, int64_t &
 
 // x as [outer, slices, inner] around `axis`, or its flattened elements as
 // [1, elements, 1] when !hasAxis: the slices Compress and Unique select.
-inline cpu::AxisExtent slicesOf(const Dims &dims, bool hasAxis, int64_t axis) {
-  return hasAxis ? cpu::extentAround(dims, axis) : cpu::AxisExtent{1, product(dims), 1};
+inline AxisExtent slicesOf(const Dims &dims, bool hasAxis, int64_t axis) {
+  return hasAxis ? extentAround(dims, axis) : AxisExtent{1, product(dims), 1};
 }
 
 // Flat indices of the nonzero elements of `x`, in row-major order.

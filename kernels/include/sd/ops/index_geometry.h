@@ -61,4 +61,31 @@ Status padBefore(const Dims &x, const std::vector<int64_t> &pads, std::vector<in
 // end), or all of them when axes is empty, unless noop_with_empty_axes.
 std::vector<bool> reducedAxes(int64_t rank, const std::vector<int64_t> &axes, bool noopWithEmptyAxes);
 
+// A tensor seen as [outer, len, inner] around `axis` (already non-negative).
+struct AxisExtent {
+  int64_t outer = 1, len = 1, inner = 1;
+};
+inline AxisExtent extentAround(const Dims &d, int64_t axis) {
+  AxisExtent e;
+  for (int64_t i = 0; i < int64_t(d.size()); ++i) {
+    if (i < axis) e.outer *= d[size_t(i)];
+    else if (i == axis) e.len = d[size_t(i)];
+    else e.inner *= d[size_t(i)];
+  }
+  return e;
+}
+
+// A copy as a strided read: output element i (row-major over `dims`, which
+// hold as many elements as the output) reads the input at the sum of its
+// indices times `strides`. DepthToSpace/SpaceToDepth and Tile are such
+// copies, on the CPU and on CUDA.
+struct StridedRead {
+  Dims dims, strides;
+};
+// DepthToSpace (toSpace) or SpaceToDepth of an NCHW tensor: a 6-D transpose.
+StatusOr<StridedRead> blockRearrangeRead(const Dims &x, int64_t blocksize, bool crd, bool toSpace);
+// Tile of x into out: an axis that repeats becomes [repeats, x_d] (strides 0
+// and x's), one that does not stays one axis.
+StatusOr<StridedRead> tileRead(const Dims &x, const Dims &out);
+
 } // namespace sd

@@ -2,7 +2,9 @@
 // kernels (std:: math resolves to CUDA's device overloads under nvcc).
 #pragma once
 #include "sd/ops/math/host_device.h"
+#include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace sd::math {
 
@@ -42,5 +44,47 @@ template <typename T> SD_HD T geluTanhGrad(T x) {
 template <typename T> SD_HD T softplus(T x) {
   return x > T(0) ? x + std::log1p(std::exp(-x)) : std::log1p(std::exp(x));
 }
+
+// ONNX's parameterized activations (alpha, beta, gamma as the ops' attributes,
+// already converted to T). std::min/max are kept where ONNX's reference uses
+// them, for their NaN behaviour: (b < a ? b : a) passes a NaN in `a` through.
+template <typename T> SD_HD T hardSigmoid(T x, T alpha, T beta) {
+  return std::max(std::min(alpha * x + beta, T(1)), T(0));
+}
+template <typename T> SD_HD T hardSwish(T x) { return x * std::max(T(0), std::min(T(1), x / T(6) + T(0.5))); }
+template <typename T> SD_HD T leakyRelu(T x, T alpha) { return x >= T(0) ? x : alpha * x; }
+template <typename T> SD_HD T elu(T x, T alpha) { return x >= T(0) ? x : alpha * (std::exp(x) - T(1)); }
+template <typename T> SD_HD T selu(T x, T alpha, T gamma) {
+  return x > T(0) ? gamma * x : gamma * (alpha * std::exp(x) - alpha);
+}
+template <typename T> SD_HD T celu(T x, T alpha) {
+  return std::max(x, T(0)) + std::min(T(0), alpha * (std::exp(x / alpha) - T(1)));
+}
+template <typename T> SD_HD T thresholdedRelu(T x, T alpha) { return x > alpha ? x : T(0); }
+template <typename T> SD_HD T softsign(T x) { return x / (T(1) + std::fabs(x)); }
+template <typename T> SD_HD T mish(T x) { return x * std::tanh(softplus(x)); }
+template <typename T> SD_HD T swish(T x, T alpha) { return x * sigmoid(alpha * x); }
+// 0 and NaN map to themselves.
+template <typename T> SD_HD T sign(T x) { return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x); }
+// Shrink: x + bias below -lambd, x - bias above lambd, else 0.
+template <typename T> SD_HD T shrink(T x, T lambd, T bias) { return x < -lambd ? x + bias : x > lambd ? x - bias : T(0); }
+// ONNX Mod: C's fmod / %, or (fmod false) the remainder with the divisor's
+// sign. An integer divisor of 0 (undefined in ONNX) gives 0 rather than a trap.
+template <typename T> SD_HD T mod(T x, T y, bool fmod) {
+  if constexpr (std::is_floating_point_v<T>) {
+    T r = std::fmod(x, y);
+    if (!fmod && r != T(0) && ((r < T(0)) != (y < T(0)))) r += y;
+    return r;
+  } else {
+    if (y == T(0)) return T(0);
+    T r = T(x % y);
+    if constexpr (std::is_signed_v<T>)
+      if (!fmod && r != T(0) && ((r < T(0)) != (y < T(0)))) r = T(r + y);
+    return r;
+  }
+}
+
+// Selu's attribute defaults (ONNX's).
+constexpr double kSeluAlpha = 1.67326319217681884765625, kSeluGamma = 1.05070102214813232421875;
 
 } // namespace sd::math
