@@ -146,6 +146,18 @@ Status permute(const TensorView &x, const TensorView &y, const std::vector<int64
 } // namespace sd::cuda
 
 namespace sd::cuda {
+// Calls f with the C++ type of an index tensor's elements (i64 or i32).
+template <typename F> Status dispatchIndex(DType t, F &&f) {
+  if (t == DType::I64) return f(int64_t{});
+  if (t == DType::I32) return f(int32_t{});
+  return sdError("indices must be i32 or i64 on CUDA, got ", dtypeName(t));
+}
+// An index as ONNX reads it: negative counts from the end of a `dim`-long axis.
+template <typename I> __device__ inline int64_t wrapIndex(I v, int64_t dim) {
+  const int64_t i = int64_t(v);
+  return i < 0 ? i + dim : i;
+}
+
 // Operand i's integers read on the host at prepare time (a constant's plan
 // copy); an absent operand gives an empty list. False when the operand is not
 // a constant, so a GPU kernel cannot see its values before the step runs.

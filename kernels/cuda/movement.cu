@@ -1,4 +1,5 @@
-// CUDA kernels that move bytes: Identity, Transpose, Concat and Split (as 2-D
+// CUDA kernels that move bytes: Identity (and Reshape, Squeeze, Unsqueeze,
+// Flatten where they are steps), Transpose, Concat and Split (as 2-D
 // copies), Expand, Tile and DepthToSpace/SpaceToDepth (strided reads), Slice,
 // Pad, Gather (embedding lookup) and GatherGrad (its
 // deterministic scatter-add). Kernels that only move bytes run on every type
@@ -283,11 +284,6 @@ Status PadKernel(const KernelContext &c) {
   });
 }
 
-template <typename I> __device__ inline int64_t wrapIndex(I v, int64_t dim) {
-  int64_t i = int64_t(v);
-  return i < 0 ? i + dim : i;
-}
-
 // Rows of `inner` elements; an index out of [-dim, dim) yields a zero row
 // (the CPU kernel refuses it; a GPU cannot stop mid-step to say so).
 template <typename U, typename I>
@@ -300,30 +296,11 @@ __global__ void gatherKernel(const U *x, const I *idx, U *out, int64_t outer, in
   }
 }
 
-struct Extent {
-  int64_t outer = 1, len = 1, inner = 1;
-};
-Extent extentOf(const Dims &d, int64_t axis) {
-  Extent e;
-  for (int64_t i = 0; i < int64_t(d.size()); ++i) {
-    if (i < axis) e.outer *= d[size_t(i)];
-    else if (i == axis) e.len = d[size_t(i)];
-    else e.inner *= d[size_t(i)];
-  }
-  return e;
-}
-
-template <typename F> Status dispatchIndex(DType t, F &&f) {
-  if (t == DType::I64) return f(int64_t{});
-  if (t == DType::I32) return f(int32_t{});
-  return sdError("indices must be i32 or i64 on CUDA, got ", dtypeName(t));
-}
-
 Status GatherKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", 0);
   if (axis < 0) axis += x.rank();
-  Extent e = extentOf(x.dims, axis);
+  const AxisExtent e = extentAround(x.dims, axis);
   int64_t ni = ind.numElements(), n = o.numElements();
   if (n == 0) return Status::ok();
   return dispatchByWidth(x.dtype, [&](auto tag) {
@@ -359,7 +336,7 @@ Status GatherGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", 0);
   if (axis < 0) axis += o.rank();
-  Extent e = extentOf(o.dims, axis);
+  const AxisExtent e = extentAround(o.dims, axis);
   SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(o.data, 0, o.byteSize(), streamOf(c)), "GatherGrad"));
   if (e.outer * e.inner == 0) return Status::ok();
   return dispatchFloatStorage(dy.dtype, [&](auto tag) {
@@ -396,6 +373,8 @@ Status broadcastInto(const TensorView &src, const TensorView &dst, cudaStream_t 
 
 void registerMovementKernels() {
   registerKernel("Identity", IdentityKernel, TypeSet::all());
+  // Where the plan keeps them as steps (not aliases of their input): copies.
+  for (const char *op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}) registerKernel(op, IdentityKernel, TypeSet::all());
   registerKernel("Transpose", TransposeKernel, TypeSet::all());
   registerKernel("Expand", ExpandKernel, TypeSet::all());
   registerKernel("Tile", TileKernel, TypeSet::all());

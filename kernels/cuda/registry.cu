@@ -26,6 +26,7 @@ void registerFusedElementwiseKernels();
 void registerRecurrentKernels();
 void registerResizeKernels();
 void registerGeneratorKernels();
+void registerIndexingKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -110,6 +111,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerRecurrentKernels();
     cuda::registerResizeKernels();
     cuda::registerGeneratorKernels();
+    cuda::registerIndexingKernels();
   });
   return cuda::mutableKernels();
 }

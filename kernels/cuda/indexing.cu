@@ -1,0 +1,252 @@
+// CUDA kernels for the index-driven ops beside Gather (see
+// kernels/cpu/indexing.cc): GatherElements, ScatterElements, ScatterND and OneHot.
+// The scatters write each output element from one thread, visiting its
+// updates in the CPU kernel's order, so repeated indices give the CPU's
+// result (the last write, or the reduction in order) with no atomics, and a
+// replay equals the eager run bit for bit. A GPU cannot stop mid-step to
+// refuse an index out of range, as the CPU does: GatherElements reads a zero
+// there and the scatters skip that update.
+#include "cuda_util.cuh"
+#include "sd/ops/dispatch.h"
+#include "sd/ops/index_geometry.h"
+#include <string>
+
+namespace sd::cuda {
+namespace {
+
+// The index tensor's dims and the data's strides, passed by value.
+struct ElementsGeometry {
+  int rank = 0, axis = 0;
+  int64_t indDims[kMaxRank] = {}, dataStrides[kMaxRank] = {};
+  int64_t axisDim = 0;
+};
+
+StatusOr<ElementsGeometry> elementsGeometry(const TensorView &data, const TensorView &ind, int64_t axis,
+                                            const char *op) {
+  if (axis < 0) axis += data.rank();
+  if (axis < 0 || axis >= data.rank()) return sdError(op, ": axis out of range");
+  if (ind.rank() != data.rank()) return sdError(op, ": indices and data differ in rank");
+  if (data.rank() > kMaxRank) return sdError(op, " on CUDA takes up to rank ", kMaxRank);
+  ElementsGeometry g;
+  g.rank = int(data.rank());
+  g.axis = int(axis);
+  g.axisDim = data.dims[size_t(axis)];
+  const Dims strides = rowMajorStrides(data.dims);
+  for (int d = 0; d < g.rank; ++d) {
+    if (d != g.axis && ind.dims[size_t(d)] > data.dims[size_t(d)]) return sdError(op, ": indices exceed data");
+    g.indDims[d] = ind.dims[size_t(d)];
+    g.dataStrides[d] = strides[size_t(d)];
+  }
+  return g;
+}
+
+// Where element i of the index tensor points in the data (-1: out of range).
+template <typename I> __device__ inline int64_t elementOffset(const ElementsGeometry &g, const I *idx, int64_t i) {
+  const int64_t v = wrapIndex(idx[i], g.axisDim);
+  if (v < 0 || v >= g.axisDim) return -1;
+  int64_t off = 0;
+  for (int d = g.rank - 1; d >= 0; --d) {
+    off += (d == g.axis ? v : i % g.indDims[d]) * g.dataStrides[d];
+    i /= g.indDims[d];
+  }
+  return off;
+}
+
+template <typename U, typename I>
+__global__ void gatherElementsKernel(ElementsGeometry g, const U *x, const I *idx, U *out, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t off = elementOffset(g, idx, i);
+    out[i] = off >= 0 ? x[off] : U(0);
+  }
+}
+
+Status GatherElementsKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
+  StatusOr<ElementsGeometry> g = elementsGeometry(x, ind, c.attrs.getInt("axis", 0), "GatherElements");
+  if (!g.isOk()) return g.status();
+  const int64_t n = o.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchByWidth(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    return dispatchIndex(ind.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      gatherElementsKernel<U, I><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(*g, x.as<U>(), ind.as<I>(), o.as<U>(), n);
+      return launchStatus("GatherElements");
+    });
+  });
+}
+
+enum class Reduction { None, Add, Mul, Max, Min };
+
+StatusOr<Reduction> reductionOf(const KernelContext &c, const char *op) {
+  const std::string r = c.attrs.getString("reduction", "none");
+  if (r == "none") return Reduction::None;
+  if (r == "add") return Reduction::Add;
+  if (r == "mul") return Reduction::Mul;
+  if (r == "max") return Reduction::Max;
+  if (r == "min") return Reduction::Min;
+  return sdError(op, ": unknown reduction '", r, "'");
+}
+
+// The CPU's combine(): std::max/min, so a NaN already there stays.
+template <typename T> __device__ inline void combine(T &dst, T update, Reduction r) {
+  using C = Compute<T>;
+  const C d = load(dst), v = load(update);
+  switch (r) {
+  case Reduction::None: dst = update; return;
+  case Reduction::Add: dst = store<T>(C(d + v)); return;
+  case Reduction::Mul: dst = store<T>(C(d * v)); return;
+  case Reduction::Max: dst = store<T>(d < v ? v : d); return;
+  case Reduction::Min: dst = store<T>(v < d ? v : d); return;
+  }
+}
+
+// One thread per line of the index tensor along the axis (the other
+// coordinates fixed): its updates all land in one line of the output, which
+// no other thread writes, visited in index order as the CPU visits them.
+template <typename T, typename I>
+__global__ void scatterElementsKernel(ElementsGeometry g, const I *idx, const T *upd, T *out, Reduction r,
+                                      int64_t lines) {
+  const int64_t len = g.indDims[g.axis];
+  int64_t inner = 1;
+  for (int d = g.axis + 1; d < g.rank; ++d) inner *= g.indDims[d];
+  for (int64_t line = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; line < lines;
+       line += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t first = (line / inner) * len * inner + line % inner;
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t i = first + j * inner, off = elementOffset(g, idx, i);
+      if (off >= 0) combine(out[off], upd[i], r);
+    }
+  }
+}
+
+template <typename F> Status dispatchScattered(DType t, F &&f) {
+  if (t == DType::I64) return f(int64_t{});
+  if (t == DType::I32) return f(int32_t{});
+  return dispatchFloatStorage(t, f);
+}
+
+Status copyData(const TensorView &x, const TensorView &o, cudaStream_t s, const char *op) {
+  if (x.data == o.data || o.byteSize() == 0) return Status::ok();
+  return cudaCheck(cudaMemcpyAsync(o.data, x.data, o.byteSize(), cudaMemcpyDeviceToDevice, s), op);
+}
+
+Status ScatterElementsKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &ind = c.inputs[1], &upd = c.inputs[2], &o = c.outputs[0];
+  StatusOr<ElementsGeometry> g = elementsGeometry(x, ind, c.attrs.getInt("axis", 0), "ScatterElements");
+  if (!g.isOk()) return g.status();
+  if (ind.dims != upd.dims) return sdError("ScatterElements indices and updates differ in shape");
+  StatusOr<Reduction> r = reductionOf(c, "ScatterElements");
+  if (!r.isOk()) return r.status();
+  SD_RETURN_IF_ERROR(copyData(x, o, streamOf(c), "ScatterElements"));
+  const int64_t len = g.value().indDims[g.value().axis];
+  const int64_t lines = len ? ind.numElements() / len : 0;
+  if (lines == 0) return Status::ok();
+  return dispatchScattered(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatchIndex(ind.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      scatterElementsKernel<T, I><<<blocksFor(lines), kThreads, 0, streamOf(c)>>>(*g, ind.as<I>(), upd.as<T>(),
+                                                                                  o.as<T>(), *r, lines);
+      return launchStatus("ScatterElements");
+    });
+  });
+}
+
+// ScatterND: each tuple of k indices names a slice of the data (its first k
+// axes); slice offsets are multiples of the slice size, so output element
+// off + s is written only by tuples at off, through element s. One thread
+// per s walks the tuples in order.
+template <typename T, typename I>
+__global__ void scatterNDKernel(Shape8 data, const I *idx, const T *upd, T *out, int64_t k, int64_t tuples,
+                                int64_t slice, Reduction r) {
+  for (int64_t s = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; s < slice; s += int64_t(gridDim.x) * blockDim.x) {
+    for (int64_t t = 0; t < tuples; ++t) {
+      int64_t off = 0;
+      bool inside = true;
+      for (int64_t j = 0; j < k; ++j) {
+        const int64_t v = wrapIndex(idx[t * k + j], data.dims[j]);
+        inside = inside && v >= 0 && v < data.dims[j];
+        off = off * data.dims[j] + v;
+      }
+      if (inside) combine(out[off * slice + s], upd[t * slice + s], r);
+    }
+  }
+}
+
+Status ScatterNDKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &ind = c.inputs[1], &upd = c.inputs[2], &o = c.outputs[0];
+  if (ind.rank() < 1) return sdError("ScatterND indices need a last axis");
+  const int64_t k = ind.dims.back();
+  if (k > x.rank()) return sdError("ScatterND index depth exceeds data rank");
+  if (x.rank() > kMaxRank) return sdError("ScatterND on CUDA takes up to rank ", kMaxRank);
+  int64_t slice = 1;
+  for (int64_t d = k; d < x.rank(); ++d) slice *= x.dims[size_t(d)];
+  const int64_t tuples = k ? ind.numElements() / k : 0;
+  if (tuples * slice != upd.numElements()) return sdError("ScatterND updates size mismatch");
+  StatusOr<Reduction> r = reductionOf(c, "ScatterND");
+  if (!r.isOk()) return r.status();
+  SD_RETURN_IF_ERROR(copyData(x, o, streamOf(c), "ScatterND"));
+  if (tuples == 0 || slice == 0) return Status::ok();
+  Shape8 data;
+  data.rank = int(x.rank());
+  for (int64_t d = 0; d < x.rank(); ++d) data.dims[d] = x.dims[size_t(d)];
+  return dispatchScattered(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatchIndex(ind.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      scatterNDKernel<T, I><<<blocksFor(slice), kThreads, 0, streamOf(c)>>>(data, ind.as<I>(), upd.as<T>(), o.as<T>(),
+                                                                           k, tuples, slice, *r);
+      return launchStatus("ScatterND");
+    });
+  });
+}
+
+// OneHot: output element (a, j, i) is `on` where index (a, i) names j (a
+// negative one counting from the end), else `off`; an index out of range
+// leaves its line all off, as on the CPU.
+template <typename U, typename I>
+__global__ void oneHotKernel(const I *idx, const U *values, U *out, int64_t depth, int64_t inner, int64_t n) {
+  const U off = values[0], on = values[1];
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t i = e % inner, j = (e / inner) % depth, a = e / (inner * depth);
+    int64_t v = int64_t(idx[a * inner + i]);
+    if (v < 0) v += depth;
+    out[e] = v == j ? on : off;
+  }
+}
+
+Status OneHotKernel(const KernelContext &c) {
+  const TensorView &ind = c.inputs[0], &vals = c.inputs[2], &o = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += o.rank();
+  if (axis < 0 || axis >= o.rank()) return sdError("OneHot: axis out of range");
+  if (vals.numElements() != 2 || vals.dtype != o.dtype) return sdError("OneHot values must be 2 of the output's type");
+  const AxisExtent ext = extentAround(o.dims, axis);
+  const int64_t n = o.numElements();
+  if (n == 0) return Status::ok();
+  auto launch = [&](auto itag) {
+    using I = decltype(itag);
+    return dispatchByWidth(o.dtype, [&](auto tag) {
+      using U = decltype(tag);
+      oneHotKernel<U, I><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(ind.as<I>(), vals.as<U>(), o.as<U>(), ext.len,
+                                                                     ext.inner, n);
+      return launchStatus("OneHot");
+    });
+  };
+  if (ind.dtype == DType::F32) return launch(float{}); // (indices of any numeric type, truncated)
+  if (ind.dtype == DType::F64) return launch(double{});
+  return dispatchIndex(ind.dtype, launch);
+}
+
+} // namespace
+
+void registerIndexingKernels() {
+  registerKernel("OneHot", OneHotKernel, TypeSet::all(), nullptr, -1);
+  registerKernel("GatherElements", GatherElementsKernel, TypeSet::all());
+  const TypeSet scattered = floatStorage() | TypeSet{DType::I64, DType::I32};
+  registerKernel("ScatterElements", ScatterElementsKernel, scattered);
+  registerKernel("ScatterND", ScatterNDKernel, scattered);
+}
+
+} // namespace sd::cuda
