@@ -1,10 +1,11 @@
 // CUDA kernels for the index-driven ops beside Gather (see
-// kernels/cpu/indexing.cc): GatherElements, ScatterElements, ScatterND and OneHot.
+// kernels/cpu/indexing.cc): GatherElements, GatherND, ScatterElements,
+// ScatterND and OneHot.
 // The scatters write each output element from one thread, visiting its
 // updates in the CPU kernel's order, so repeated indices give the CPU's
 // result (the last write, or the reduction in order) with no atomics, and a
 // replay equals the eager run bit for bit. A GPU cannot stop mid-step to
-// refuse an index out of range, as the CPU does: GatherElements reads a zero
+// refuse an index out of range, as the CPU does: the gathers read a zero
 // there and the scatters skip that update.
 #include "cuda_util.cuh"
 #include "sd/ops/dispatch.h"
@@ -202,6 +203,58 @@ Status ScatterNDKernel(const KernelContext &c) {
   });
 }
 
+// GatherND: tuple t of k indices (within batch t / perBatch, for batch_dims
+// b) names a slice of the data's axes b + k..; one thread per output element.
+struct GatherNDGeometry {
+  int b = 0;
+  int64_t k = 0, slice = 1, perBatch = 1, batchStride = 0;
+  int64_t dims[kMaxRank] = {}, strides[kMaxRank] = {};
+};
+
+template <typename U, typename I>
+__global__ void gatherNDKernel(GatherNDGeometry g, const U *x, const I *idx, U *out, int64_t n) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = e / g.slice;
+    int64_t off = (t / g.perBatch) * g.batchStride;
+    bool inside = true;
+    for (int64_t j = 0; j < g.k; ++j) {
+      const int64_t dim = g.dims[g.b + j], v = wrapIndex(idx[t * g.k + j], dim);
+      inside = inside && v >= 0 && v < dim;
+      off += v * g.strides[g.b + j];
+    }
+    out[e] = inside ? x[off + e % g.slice] : U(0);
+  }
+}
+
+Status GatherNDKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
+  if (ind.rank() < 1 || x.rank() > kMaxRank) return sdError("GatherND on CUDA: indices need a last axis, data up to rank 8");
+  GatherNDGeometry g;
+  g.b = int(c.attrs.getInt("batch_dims", 0));
+  g.k = ind.dims.back();
+  if (g.b < 0 || g.b + g.k > x.rank()) return sdError("GatherND: batch_dims and index depth exceed the data's rank");
+  int64_t batch = 1;
+  for (int d = 0; d < g.b; ++d) batch *= x.dims[size_t(d)];
+  for (int64_t d = g.b + g.k; d < x.rank(); ++d) g.slice *= x.dims[size_t(d)];
+  // (k = 0: each tuple names its batch's whole data, as on the CPU.)
+  const int64_t tuples = g.k ? ind.numElements() / g.k : product(Dims(ind.dims.begin(), ind.dims.end() - 1));
+  g.perBatch = std::max<int64_t>(tuples / std::max<int64_t>(batch, 1), 1);
+  const Dims strides = rowMajorStrides(x.dims);
+  g.batchStride = g.b > 0 ? strides[size_t(g.b - 1)] : 0;
+  for (int64_t d = 0; d < x.rank(); ++d) g.dims[d] = x.dims[size_t(d)], g.strides[d] = strides[size_t(d)];
+  const int64_t n = o.numElements();
+  if (tuples * g.slice != n) return sdError("GatherND output size mismatch");
+  if (n == 0) return Status::ok();
+  return dispatchByWidth(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    return dispatchIndex(ind.dtype, [&](auto itag) {
+      using I = decltype(itag);
+      gatherNDKernel<U, I><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(g, x.as<U>(), ind.as<I>(), o.as<U>(), n);
+      return launchStatus("GatherND");
+    });
+  });
+}
+
 // OneHot: output element (a, j, i) is `on` where index (a, i) names j (a
 // negative one counting from the end), else `off`; an index out of range
 // leaves its line all off, as on the CPU.
@@ -244,6 +297,7 @@ Status OneHotKernel(const KernelContext &c) {
 void registerIndexingKernels() {
   registerKernel("OneHot", OneHotKernel, TypeSet::all(), nullptr, -1);
   registerKernel("GatherElements", GatherElementsKernel, TypeSet::all());
+  registerKernel("GatherND", GatherNDKernel, TypeSet::all());
   const TypeSet scattered = floatStorage() | TypeSet{DType::I64, DType::I32};
   registerKernel("ScatterElements", ScatterElementsKernel, scattered);
   registerKernel("ScatterND", ScatterNDKernel, scattered);
