@@ -1,5 +1,5 @@
 // CUDA kernels of the Reduce family (Sum, Mean, Max, Min, SumSquare, L1, L2,
-// LogSum, Prod) and ArgMax/ArgMin: one
+// LogSum, Prod, LogSumExp) and ArgMax/ArgMin: one
 // block per output element, the block's threads striding over the reduced
 // elements, a fixed-order block reduction (f64 accumulation for floats), so
 // results do not depend on scheduling; for a few reduced elements per
@@ -193,6 +193,39 @@ __global__ void reduceColumnFinishKernel(const double *partials, int64_t rows, i
   }
 }
 
+// ReduceLogSumExp: a block per output, the CPU's two passes: the maximum m
+// (0 where it is not finite), then log(sum exp(x - m)) + m, all in f64.
+template <typename T>
+__global__ void logSumExpKernel(ReduceGeometry g, const T *x, T *y, int64_t outputs) {
+  for (int64_t o = blockIdx.x; o < outputs; o += gridDim.x) {
+    const int64_t base = keptOffset(g, o);
+    double m = -INFINITY;
+    for (int64_t r = threadIdx.x; r < g.reducedCount; r += blockDim.x)
+      m = MaxOp()(m, double(load(x[base + reducedOffset(g, r)])));
+    m = blockReduce(m, MaxOp(), double(-INFINITY));
+    if (!isfinite(m)) m = 0;
+    double sum = 0;
+    for (int64_t r = threadIdx.x; r < g.reducedCount; r += blockDim.x)
+      sum += std::exp(double(load(x[base + reducedOffset(g, r)])) - m);
+    sum = blockReduce(sum, SumOp(), 0.0);
+    if (threadIdx.x == 0) y[o] = store<T>(Compute<T>(std::log(sum) + m));
+  }
+}
+
+Status logSumExpOp(const KernelContext &c) {
+  auto *s = static_cast<const ReducePrepared *>(c.prepared);
+  if (!s) return sdError("the Reduce op was not prepared");
+  if (!s->error.empty()) return sdError(s->error);
+  const int64_t outputs = c.outputs[0].numElements();
+  if (outputs == 0) return Status::ok();
+  return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    logSumExpKernel<T><<<unsigned(std::min<int64_t>(outputs, int64_t(1) << 20)), kThreads, 0, streamOf(c)>>>(
+        s->g, c.inputs[0].as<T>(), c.outputs[0].as<T>(), outputs);
+    return launchStatus("ReduceLogSumExp");
+  });
+}
+
 template <Reduce K> Status reduceOp(const KernelContext &c) {
   auto *s = static_cast<const ReducePrepared *>(c.prepared);
   if (!s) return sdError("the Reduce op was not prepared");
@@ -273,6 +306,7 @@ void registerReduceKernels() {
   registerKernel("ReduceL2", reduceOp<Reduce::L2>, floatStorage(), prepareReduce);
   registerKernel("ReduceLogSum", reduceOp<Reduce::LogSum>, floatStorage(), prepareReduce);
   registerKernel("ReduceProd", reduceOp<Reduce::Prod>, floatStorage(), prepareReduce);
+  registerKernel("ReduceLogSumExp", logSumExpOp, floatStorage(), prepareReduce);
   const TypeSet arg = floatStorage() | TypeSet{DType::I64, DType::I32};
   registerKernel("ArgMax", argOp<true>, arg, nullptr, 0, TypeSet{DType::I64});
   registerKernel("ArgMin", argOp<false>, arg, nullptr, 0, TypeSet{DType::I64});
