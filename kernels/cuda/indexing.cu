@@ -1,6 +1,6 @@
 // CUDA kernels for the index-driven ops beside Gather (see
 // kernels/cpu/indexing.cc): GatherElements, GatherND, ScatterElements,
-// ScatterND and OneHot.
+// ScatterND, OneHot and TopK.
 // The scatters write each output element from one thread, visiting its
 // updates in the CPU kernel's order, so repeated indices give the CPU's
 // result (the last write, or the reduction in order) with no atomics, and a
@@ -292,9 +292,90 @@ Status OneHotKernel(const KernelContext &c) {
   return dispatchIndex(ind.dtype, launch);
 }
 
+// TopK: one thread per line along the axis picks its k best one by one,
+// each the best value after the last one picked in the order (value, then
+// lower index first): the CPU's stable sort's first k, ties included, with
+// no scratch memory. O(k n) a line: meant for routers' and heads' small k.
+// kFromDevice (TopKBounded): k is a device scalar; places past it get zeros.
+template <typename T>
+__global__ void topKKernel(const T *x, T *values, int64_t *indices, int64_t outer, int64_t n, int64_t inner,
+                           int64_t width, int64_t fixedK, const int64_t *deviceK, bool largest) {
+  using C = Compute<T>;
+  const int64_t k = deviceK ? *deviceK : fixedK;
+  for (int64_t line = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; line < outer * inner;
+       line += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t a = line / inner, i = line % inner;
+    const T *p = x + a * n * inner + i;
+    C lastV = C(0);
+    int64_t last = -1;
+    for (int64_t j = 0; j < width; ++j) {
+      int64_t best = -1;
+      C bestV = C(0);
+      if (j < k) {
+        for (int64_t q = 0; q < n; ++q) {
+          const C v = load(p[q * inner]);
+          // After the last pick: a worse value, or an equal one at a higher index.
+          const bool after = last < 0 || (largest ? v < lastV : v > lastV) || (v == lastV && q > last);
+          if (after && (best < 0 || (largest ? v > bestV : v < bestV))) best = q, bestV = v;
+        }
+      }
+      const int64_t out = (a * width + j) * inner + i;
+      values[out] = best >= 0 ? p[best * inner] : store<T>(C(0));
+      if (indices) indices[out] = best >= 0 ? best : 0;
+      if (best >= 0) last = best, lastV = bestV;
+    }
+  }
+}
+
+Status topK(const KernelContext &c, int64_t fixedK, const int64_t *deviceK, const char *op) {
+  const TensorView &x = c.inputs[0], &vals = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += x.rank();
+  if (axis < 0 || axis >= x.rank() || vals.rank() != x.rank()) return sdError(op, ": axis out of range");
+  const int64_t n = x.dims[size_t(axis)], width = vals.dims[size_t(axis)];
+  if (!deviceK && (fixedK < 0 || fixedK > n)) return sdError(op, " k=", fixedK, " is outside [0, ", n, "]");
+  if (width > n) return sdError(op, ": result wider than the axis");
+  const AxisExtent ext = extentAround(x.dims, axis);
+  const int64_t lines = ext.outer * ext.inner;
+  if (lines == 0 || width == 0) return Status::ok();
+  int64_t *indices = c.outputs.size() > 1 && c.outputs[1].data ? c.outputs[1].as<int64_t>() : nullptr;
+  const bool largest = c.attrs.getInt("largest", 1) != 0;
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    topKKernel<T><<<blocksFor(lines), kThreads, 0, streamOf(c)>>>(x.as<T>(), vals.as<T>(), indices, ext.outer, n,
+                                                                  ext.inner, width, fixedK, deviceK, largest);
+    return launchStatus(op);
+  };
+  if (x.dtype == DType::I64) return launch(int64_t{});
+  if (x.dtype == DType::I32) return launch(int32_t{});
+  return dispatchFloatStorage(x.dtype, launch);
+}
+
+Status TopKKernel(const KernelContext &c) {
+  const TensorView &v = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", -1);
+  if (axis < 0) axis += v.rank();
+  if (axis < 0 || axis >= v.rank()) return sdError("TopK: axis out of range");
+  return topK(c, v.dims[size_t(axis)], nullptr, "TopK");
+}
+
+// TopKBounded: k a run-time i64 scalar at most the result's width (read on the
+// device; a k past the axis gives the whole axis); outputs[2] repeats it.
+Status TopKBoundedKernel(const KernelContext &c) {
+  const TensorView &k = c.inputs[1];
+  if (k.dtype != DType::I64 || k.numElements() != 1) return sdError("TopK k must be one i64 integer");
+  SD_RETURN_IF_ERROR(topK(c, 0, k.as<int64_t>(), "TopK"));
+  if (c.outputs.size() < 3 || !c.outputs[2].data || c.outputs[2].data == k.data) return Status::ok();
+  return cudaCheck(cudaMemcpyAsync(c.outputs[2].data, k.data, sizeof(int64_t), cudaMemcpyDeviceToDevice, streamOf(c)),
+                   "TopK");
+}
+
 } // namespace
 
 void registerIndexingKernels() {
+  const TypeSet ranked = floatStorage() | TypeSet{DType::I64, DType::I32};
+  registerKernel("TopK", TopKKernel, ranked);
+  registerKernel("TopKBounded", TopKBoundedKernel, ranked);
   registerKernel("OneHot", OneHotKernel, TypeSet::all(), nullptr, -1);
   registerKernel("GatherElements", GatherElementsKernel, TypeSet::all());
   registerKernel("GatherND", GatherNDKernel, TypeSet::all());
