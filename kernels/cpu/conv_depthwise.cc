@@ -48,11 +48,12 @@ void rowByTaps(const T *x, const T *w, T *row, const Plane &p, const ColumnRange
 
 // 3x3, dilation 1, stride S: the interior of each row (all three columns of
 // taps inside the image) accumulates its nine products in registers and
-// stores once; the taps of rows cut by the top or bottom edge are skipped
-// by zero weights.
+// stores once; the taps of rows cut by the top or bottom edge read `zeros`
+// (W zeros) instead: zero weights on a real row would make NaN of an Inf
+// there (0 * Inf), where the plain convolution skips the tap.
 template <int S>
 [[gnu::always_inline]] inline void plane3x3(const float *x, const float *w, float b, float *y, const Plane &p,
-                                            const ColumnRanges &cr) {
+                                            const ColumnRanges &cr, const float *zeros) {
   int64_t ilo = std::max(cr.lo[0], cr.lo[2]), ihi = std::max(ilo, std::min(cr.hi[0], cr.hi[2]));
   for (int64_t oh = 0; oh < p.OH; ++oh) {
     float *row = y + oh * p.OW;
@@ -61,8 +62,8 @@ template <int S>
     for (int kh = 0; kh < 3; ++kh) {
       int64_t ih = oh * p.sh - p.ph + kh;
       bool in = ih >= 0 && ih < p.H;
-      r[kh] = x + (in ? ih : 0) * p.W - p.pw;
-      for (int kw = 0; kw < 3; ++kw) k[kh * 3 + kw] = in ? w[kh * 3 + kw] : 0.0f;
+      r[kh] = (in ? x + ih * p.W : zeros) - p.pw;
+      for (int kw = 0; kw < 3; ++kw) k[kh * 3 + kw] = w[kh * 3 + kw];
     }
     const float *r0 = r[0], *r1 = r[1], *r2 = r[2];
 #pragma omp simd
@@ -91,15 +92,17 @@ template <int S>
 __attribute__((target_clones("avx512f", "avx2", "default"))) void plane3x3Stride1(const float *x, const float *w,
                                                                                     float b, float *y,
                                                                                     const Plane &p,
-                                                                                    const ColumnRanges &cr) {
-  plane3x3<1>(x, w, b, y, p, cr);
+                                                                                    const ColumnRanges &cr,
+                                                                                    const float *zeros) {
+  plane3x3<1>(x, w, b, y, p, cr, zeros);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void plane3x3Stride2(const float *x, const float *w,
                                                                                     float b, float *y,
                                                                                     const Plane &p,
-                                                                                    const ColumnRanges &cr) {
-  plane3x3<2>(x, w, b, y, p, cr);
+                                                                                    const ColumnRanges &cr,
+                                                                                    const float *zeros) {
+  plane3x3<2>(x, w, b, y, p, cr, zeros);
 }
 
 template <typename T>
@@ -121,6 +124,7 @@ void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T 
   int64_t inPlane = p.H * p.W, outPlane = p.OH * p.OW, taps = p.KH * p.KW, cout = cin * mult;
   bool k3 = p.KH == 3 && p.KW == 3 && p.dh == 1 && p.dw == 1 && p.sw <= 2;
   ColumnRanges cr(p); // the same for every plane
+  const std::vector<float> zeros(size_t(k3 ? p.W : 0), 0.0f); // the rows above and below the image
   // (image x output channel) planes are independent work items.
   parallelFor(pool, n * cout, std::max<int64_t>(1, 4096 / std::max<int64_t>(outPlane * taps, 1)),
               [&](int64_t p0, int64_t p1) {
@@ -132,7 +136,7 @@ void depthwiseConv2d(ThreadPool *pool, const T *x, const T *w, const T *bias, T 
                   T *yc = y + i * outPlane;
                   bool done = false;
                   if constexpr (std::is_same_v<T, float>) {
-                    if (k3) (p.sw == 1 ? plane3x3Stride1 : plane3x3Stride2)(xc, wc, bv, yc, p, cr);
+                    if (k3) (p.sw == 1 ? plane3x3Stride1 : plane3x3Stride2)(xc, wc, bv, yc, p, cr, zeros.data());
                     done = k3;
                   }
                   if (!done) planeGeneral(xc, wc, bv, yc, p, cr);

@@ -24,11 +24,17 @@ template <int Kind, bool Bias, bool Residual>
       v = v < alpha ? alpha : v;
       v = beta < v ? beta : v;
     }
-    if constexpr (Kind == Epilogue::HardSwish || Kind == Epilogue::HardSigmoid) {
-      float t = Kind == Epilogue::HardSwish ? v / 6.0f + 0.5f : alpha * v + beta;
+    if constexpr (Kind == Epilogue::HardSwish) {
+      float t = v / 6.0f + 0.5f;
       t = 1.0f < t ? 1.0f : t;
       t = 0.0f < t ? t : 0.0f;
-      v = Kind == Epilogue::HardSwish ? v * t : t;
+      v = v * t;
+    }
+    // math::hardSigmoid's order, max(min(t, 1), 0): a NaN stays NaN.
+    if constexpr (Kind == Epilogue::HardSigmoid) {
+      float t = alpha * v + beta;
+      t = 1.0f < t ? 1.0f : t;
+      v = t < 0.0f ? 0.0f : t;
     }
     if constexpr (Kind == Epilogue::LeakyRelu) v = v >= 0.0f ? v : alpha * v;
     y[i] = v;

@@ -2,6 +2,7 @@
 // of a convolution's output right after it is computed, while in cache.
 #pragma once
 #include "sd/ops/attrs.h"
+#include "sd/ops/math/activations.h"
 #include <algorithm>
 #include <cstdint>
 #include <limits>
@@ -68,14 +69,16 @@ template <typename T> struct ConvEpilogue {
     case Clip:
       for (int64_t i = 0; i < n; ++i) y[i] = std::min(std::max(y[i], alpha), beta);
       break;
+    // The activations' own math (shared with their ops and the CUDA epilogue):
+    // a fused step gives the bits, NaN included, of the step it replaced.
     case HardSwish:
-      for (int64_t i = 0; i < n; ++i) y[i] = y[i] * std::max(T(0), std::min(T(1), y[i] / T(6) + T(0.5)));
+      for (int64_t i = 0; i < n; ++i) y[i] = math::hardSwish(y[i]);
       break;
     case HardSigmoid:
-      for (int64_t i = 0; i < n; ++i) y[i] = std::max(T(0), std::min(T(1), alpha * y[i] + beta));
+      for (int64_t i = 0; i < n; ++i) y[i] = math::hardSigmoid(y[i], alpha, beta);
       break;
     case LeakyRelu:
-      for (int64_t i = 0; i < n; ++i) y[i] = y[i] >= T(0) ? y[i] : alpha * y[i];
+      for (int64_t i = 0; i < n; ++i) y[i] = math::leakyRelu(y[i], alpha);
       break;
     }
   }

@@ -4,6 +4,7 @@
 // (f64 for f64) in a fixed order. Correct for every group count (depthwise
 // included), stride, dilation and padding; cuDNN comes later for speed.
 #include "window.cuh"
+#include "sd/ops/math/activations.h"
 #include <cfloat>
 #include <cmath>
 #include <string>
@@ -39,7 +40,7 @@ Epilogue epilogueOf(const AttrMap &attrs, DType t) {
   return e;
 }
 
-// The same operand order as the CPU epilogue, so NaN passes through alike.
+// The CPU epilogue's math (the activations' shared functions), so NaN passes through alike.
 template <typename C> __device__ C activate(const Epilogue &e, C y) {
   switch (e.act) {
   case Act::None: return y;
@@ -49,17 +50,9 @@ template <typename C> __device__ C activate(const Epilogue &e, C y) {
     C v = y < lo ? lo : y; // std::max(y, lo)
     return hi < v ? hi : v; // std::min(v, hi)
   }
-  case Act::HardSwish: {
-    C t = y / C(6) + C(0.5);
-    t = C(1) < t ? C(1) : t;
-    return y * (t < C(0) ? C(0) : t);
-  }
-  case Act::HardSigmoid: {
-    C t = C(e.alpha) * y + C(e.beta);
-    t = C(1) < t ? C(1) : t;
-    return t < C(0) ? C(0) : t;
-  }
-  case Act::LeakyRelu: return y >= C(0) ? y : C(e.alpha) * y;
+  case Act::HardSwish: return math::hardSwish(y);
+  case Act::HardSigmoid: return math::hardSigmoid(y, C(e.alpha), C(e.beta));
+  case Act::LeakyRelu: return math::leakyRelu(y, C(e.alpha));
   }
   return y;
 }

@@ -946,6 +946,20 @@ CASES["FusedConv"] = [
          attrs={"kernel_shape": [3, 3], "activation": "Relu"}, ref=fused_conv_ref, label="bias + Relu", rtol=5),
     Case(lambda t, r: [rand(r, (1, 3, 6, 6), t), rand(r, (4, 3, 3, 3), t), rand(r, (4,), t), rand(r, (1, 4, 4, 4), t)],
          attrs={"kernel_shape": [3, 3], "activation": "Relu"}, ref=fused_conv_ref, label="residual + Relu", rtol=5)]
+
+
+def nan_inf_at_start(x):
+    x = np.array(x)
+    x.flat[[0, 5]] = [np.nan, np.inf]
+    return x
+
+
+# A NaN and an Inf through each fused activation: the bits of the unfused ops
+# (HardSigmoid's epilogue once made 1 of a NaN where the op keeps it NaN).
+CASES["FusedConv"] += [
+    Case(lambda t, r, x=x, w=w, a=a: [nan_inf_at_start(rand(r, x, t)), rand(r, w, t), rand(r, (w[0],), t)],
+         attrs=dict(a, activation=act, **aa), ref=fused_conv_ref, label=f"{sl}, NaN and Inf + {act}", rtol=5)
+    for sl, x, w, a in FUSED_SHAPES[:2] for act, aa in FUSED_ACTS + [("Relu", {})]]
 CASES["ConvTranspose"] = [
     Case(lambda t, r: [rand(r, (1, 3, 4, 4), t), rand(r, (3, 2, 3, 3), t), rand(r, (2,), t)],
          attrs={"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]}, rtol=5),
