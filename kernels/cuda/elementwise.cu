@@ -1,6 +1,7 @@
 // CUDA kernels of the elementwise family: unary math and activations (the
 // shared sd::math functions), broadcasting binary arithmetic, GeluGrad,
-// comparisons and logic, Not, IsNaN, IsInf, Clip, Where and Cast. Grid-stride loops; f16/bf16 compute in f32.
+// comparisons and logic, Not, IsNaN, IsInf, Clip, Where, Cast and CastLike,
+// and Dropout at inference. Grid-stride loops; f16/bf16 compute in f32.
 #include "cuda_util.cuh"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/math/activations.h"
@@ -511,6 +512,17 @@ Status CastKernel(const KernelContext &c) {
   });
 }
 
+// Dropout at inference: the identity, and an all-true mask where asked for.
+Status DropoutKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  if (x.data != y.data && y.byteSize())
+    SD_RETURN_IF_ERROR(cudaCheck(cudaMemcpyAsync(y.data, x.data, y.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)),
+                                 "Dropout"));
+  if (c.outputs.size() > 1 && c.outputs[1].data && c.outputs[1].byteSize())
+    return cudaCheck(cudaMemsetAsync(c.outputs[1].data, 1, c.outputs[1].byteSize(), streamOf(c)), "Dropout");
+  return Status::ok();
+}
+
 // GroupedCast (sd-group-weight-casts): f32 tensors rounded to one half type
 // in one launch; each block rounds kCastChunk elements of one tensor.
 struct CastSlot {
@@ -636,6 +648,8 @@ void registerElementwiseKernels() {
   registerKernel("IfSelect", WhereKernel, TypeSet::all(), nullptr, 1);
   // Narrow storage types (f8, f4, 4- and 2-bit integers) bind to the CPU's Cast.
   registerKernel("Cast", CastKernel, castTypes(), nullptr, 0, castTypes());
+  registerKernel("CastLike", CastKernel, castTypes(), nullptr, 0, castTypes()); // (the type comes from the result)
+  registerKernel("Dropout", DropoutKernel, f);
   registerKernel("GroupedCast", GroupedCastKernel, TypeSet{DType::F32}, prepareGroupedCast, 0, TypeSet::halves());
 }
 
