@@ -27,6 +27,7 @@ void registerRecurrentKernels();
 void registerResizeKernels();
 void registerGeneratorKernels();
 void registerIndexingKernels();
+void registerQuantizedKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -112,6 +113,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerResizeKernels();
     cuda::registerGeneratorKernels();
     cuda::registerIndexingKernels();
+    cuda::registerQuantizedKernels();
   });
   return cuda::mutableKernels();
 }
