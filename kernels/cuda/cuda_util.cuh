@@ -20,6 +20,9 @@ inline cudaStream_t streamOf(const KernelContext &c) { return static_cast<cudaSt
 Status launchStatus(const char *op);
 // A CUDA runtime call's status as ours.
 Status cudaCheck(cudaError_t e, const char *what);
+// `to` gets `from`'s bytes (to's size), queued on the stream; nothing to do
+// when they are the same memory (a result stored in place) or empty.
+Status copyTensor(const TensorView &from, const TensorView &to, cudaStream_t stream, const char *op);
 
 // resultTypes: the element types result 0 may take, where the kernel does not
 // produce every type (Cast); empty: any.

@@ -235,8 +235,7 @@ template <Binary Op> Status launchFold(const KernelContext &c, const char *name)
   }
   if (xs.size() == 1) {
     if (xs[0]->dtype != y.dtype || xs[0]->dims != y.dims) return sdError(name, " of one operand must keep its type and shape");
-    if (xs[0]->data == y.data || y.numElements() == 0) return Status::ok();
-    return cudaCheck(cudaMemcpyAsync(y.data, xs[0]->data, y.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)), name);
+    return copyTensor(*xs[0], y, streamOf(c), name);
   }
   SD_RETURN_IF_ERROR(launchBinary<Op>(*xs[0], *xs[1], y, streamOf(c), name));
   for (size_t k = 2; k < xs.size(); ++k) SD_RETURN_IF_ERROR(launchBinary<Op>(y, *xs[k], y, streamOf(c), name));
@@ -497,8 +496,7 @@ Status CastKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
   int64_t n = y.numElements();
   if (n == 0) return Status::ok();
-  if (x.dtype == y.dtype)
-    return cudaCheck(cudaMemcpyAsync(y.data, x.data, y.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)), "Cast");
+  if (x.dtype == y.dtype) return copyTensor(x, y, streamOf(c), "Cast");
   return dispatchCastType(x.dtype, [&](auto in) {
     return dispatchCastType(y.dtype, [&](auto out) {
       using I = decltype(in);
@@ -514,10 +512,7 @@ Status CastKernel(const KernelContext &c) {
 
 // Dropout at inference: the identity, and an all-true mask where asked for.
 Status DropoutKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  if (x.data != y.data && y.byteSize())
-    SD_RETURN_IF_ERROR(cudaCheck(cudaMemcpyAsync(y.data, x.data, y.byteSize(), cudaMemcpyDeviceToDevice, streamOf(c)),
-                                 "Dropout"));
+  SD_RETURN_IF_ERROR(copyTensor(c.inputs[0], c.outputs[0], streamOf(c), "Dropout"));
   if (c.outputs.size() > 1 && c.outputs[1].data && c.outputs[1].byteSize())
     return cudaCheck(cudaMemsetAsync(c.outputs[1].data, 1, c.outputs[1].byteSize(), streamOf(c)), "Dropout");
   return Status::ok();

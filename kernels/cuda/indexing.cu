@@ -127,11 +127,6 @@ template <typename F> Status dispatchScattered(DType t, F &&f) {
   return dispatchFloatStorage(t, f);
 }
 
-Status copyData(const TensorView &x, const TensorView &o, cudaStream_t s, const char *op) {
-  if (x.data == o.data || o.byteSize() == 0) return Status::ok();
-  return cudaCheck(cudaMemcpyAsync(o.data, x.data, o.byteSize(), cudaMemcpyDeviceToDevice, s), op);
-}
-
 Status ScatterElementsKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &ind = c.inputs[1], &upd = c.inputs[2], &o = c.outputs[0];
   StatusOr<ElementsGeometry> g = elementsGeometry(x, ind, c.attrs.getInt("axis", 0), "ScatterElements");
@@ -139,7 +134,7 @@ Status ScatterElementsKernel(const KernelContext &c) {
   if (ind.dims != upd.dims) return sdError("ScatterElements indices and updates differ in shape");
   StatusOr<Reduction> r = reductionOf(c, "ScatterElements");
   if (!r.isOk()) return r.status();
-  SD_RETURN_IF_ERROR(copyData(x, o, streamOf(c), "ScatterElements"));
+  SD_RETURN_IF_ERROR(copyTensor(x, o, streamOf(c), "ScatterElements"));
   const int64_t len = g.value().indDims[g.value().axis];
   const int64_t lines = len ? ind.numElements() / len : 0;
   if (lines == 0) return Status::ok();
@@ -187,7 +182,7 @@ Status ScatterNDKernel(const KernelContext &c) {
   if (tuples * slice != upd.numElements()) return sdError("ScatterND updates size mismatch");
   StatusOr<Reduction> r = reductionOf(c, "ScatterND");
   if (!r.isOk()) return r.status();
-  SD_RETURN_IF_ERROR(copyData(x, o, streamOf(c), "ScatterND"));
+  SD_RETURN_IF_ERROR(copyTensor(x, o, streamOf(c), "ScatterND"));
   if (tuples == 0 || slice == 0) return Status::ok();
   Shape8 data;
   data.rank = int(x.rank());

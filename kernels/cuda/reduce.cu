@@ -42,7 +42,9 @@ struct ReducePrepared : PreparedError {
   ~ReducePrepared() { cudaFree(partials); }
 };
 
-std::shared_ptr<const void> prepareReduce(const PrepareContext &p) {
+// The geometry; with `columnPath`, also the partials of the column path
+// where it applies (ReduceLogSumExp's kernel has no column path).
+std::shared_ptr<ReducePrepared> prepareGeometry(const PrepareContext &p, bool columnPath) {
   auto s = std::make_shared<ReducePrepared>();
   const TensorView &x = p.kernel.inputs[0];
   std::vector<int64_t> axes;
@@ -71,13 +73,24 @@ std::shared_ptr<const void> prepareReduce(const PrepareContext &p) {
   bool leading = true;
   for (size_t d = 1; d < red.size(); ++d) leading = leading && !(red[d] && !red[d - 1]);
   const int64_t columns = x.numElements() / std::max<int64_t>(g.reducedCount, 1);
-  if (leading && g.keptRank > 0 && g.reducedRank > 0 && g.reducedCount > kFewReduced && columns >= 32) {
+  if (columnPath && leading && g.keptRank > 0 && g.reducedRank > 0 && g.reducedCount > kFewReduced && columns >= 32) {
     const int64_t chunks = (g.reducedCount + kColumnChunkRows - 1) / kColumnChunkRows;
     if (cudaMalloc(&s->partials, size_t(chunks * columns) * sizeof(double)) != cudaSuccess) {
       cudaGetLastError();
       s->partials = nullptr; // the block kernel instead
     }
   }
+  return s;
+}
+
+std::shared_ptr<const void> prepareReduce(const PrepareContext &p) { return prepareGeometry(p, true); }
+std::shared_ptr<const void> prepareLogSumExp(const PrepareContext &p) { return prepareGeometry(p, false); }
+
+// The step's prepared geometry, or why there is none.
+StatusOr<const ReducePrepared *> preparedReduce(const KernelContext &c) {
+  auto *s = static_cast<const ReducePrepared *>(c.prepared);
+  if (!s) return sdError("the Reduce op was not prepared");
+  if (!s->error.empty()) return sdError(s->error);
   return s;
 }
 
@@ -213,27 +226,27 @@ __global__ void logSumExpKernel(ReduceGeometry g, const T *x, T *y, int64_t outp
 }
 
 Status logSumExpOp(const KernelContext &c) {
-  auto *s = static_cast<const ReducePrepared *>(c.prepared);
-  if (!s) return sdError("the Reduce op was not prepared");
-  if (!s->error.empty()) return sdError(s->error);
+  StatusOr<const ReducePrepared *> prepared = preparedReduce(c);
+  if (!prepared.isOk()) return prepared.status();
+  const ReducePrepared *s = prepared.value();
   const int64_t outputs = c.outputs[0].numElements();
   if (outputs == 0) return Status::ok();
   return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
-    logSumExpKernel<T><<<unsigned(std::min<int64_t>(outputs, int64_t(1) << 20)), kThreads, 0, streamOf(c)>>>(
+    logSumExpKernel<T><<<rowBlocks(outputs), kThreads, 0, streamOf(c)>>>(
         s->g, c.inputs[0].as<T>(), c.outputs[0].as<T>(), outputs);
     return launchStatus("ReduceLogSumExp");
   });
 }
 
 template <Reduce K> Status reduceOp(const KernelContext &c) {
-  auto *s = static_cast<const ReducePrepared *>(c.prepared);
-  if (!s) return sdError("the Reduce op was not prepared");
-  if (!s->error.empty()) return sdError(s->error);
+  StatusOr<const ReducePrepared *> prepared = preparedReduce(c);
+  if (!prepared.isOk()) return prepared.status();
+  const ReducePrepared *s = prepared.value();
   int64_t outputs = c.outputs[0].numElements();
   if (outputs == 0) return Status::ok();
   const bool few = s->g.reducedCount <= kFewReduced;
-  const unsigned blocks = few ? blocksFor(outputs) : unsigned(std::min<int64_t>(outputs, int64_t(1) << 20));
+  const unsigned blocks = few ? blocksFor(outputs) : rowBlocks(outputs);
   return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     if (s->partials) {
@@ -306,7 +319,7 @@ void registerReduceKernels() {
   registerKernel("ReduceL2", reduceOp<Reduce::L2>, floatStorage(), prepareReduce);
   registerKernel("ReduceLogSum", reduceOp<Reduce::LogSum>, floatStorage(), prepareReduce);
   registerKernel("ReduceProd", reduceOp<Reduce::Prod>, floatStorage(), prepareReduce);
-  registerKernel("ReduceLogSumExp", logSumExpOp, floatStorage(), prepareReduce);
+  registerKernel("ReduceLogSumExp", logSumExpOp, floatStorage(), prepareLogSumExp);
   const TypeSet arg = floatStorage() | TypeSet{DType::I64, DType::I32};
   registerKernel("ArgMax", argOp<true>, arg, nullptr, 0, TypeSet{DType::I64});
   registerKernel("ArgMin", argOp<false>, arg, nullptr, 0, TypeSet{DType::I64});

@@ -45,6 +45,11 @@ Status cudaCheck(cudaError_t e, const char *what) {
   return sdError(what, ": ", cudaGetErrorString(e));
 }
 
+Status copyTensor(const TensorView &from, const TensorView &to, cudaStream_t stream, const char *op) {
+  if (from.data == to.data || to.byteSize() == 0) return Status::ok();
+  return cudaCheck(cudaMemcpyAsync(to.data, from.data, to.byteSize(), cudaMemcpyDeviceToDevice, stream), op);
+}
+
 Status launchStatus(const char *op) {
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::ok();

@@ -3,7 +3,6 @@
 #include "sd/runtime/cuda_backend.h"
 #include "sd/format/plugin_path.h"
 #include <dlfcn.h>
-#include <mutex>
 #include <unistd.h>
 
 namespace sd {
@@ -46,9 +45,7 @@ StatusOr<const CudaBackend *> load() {
 } // namespace
 
 StatusOr<const CudaBackend *> cudaBackend() {
-  static std::once_flag once;
-  static StatusOr<const CudaBackend *> backend = static_cast<const CudaBackend *>(nullptr);
-  std::call_once(once, [] { backend = load(); });
+  static const StatusOr<const CudaBackend *> backend = load(); // once, thread-safe (a function-local static)
   return backend;
 }
 
