@@ -204,6 +204,9 @@ def check_all(tmp):
     np.save(wrong_shape, np.zeros((3, 3), np.float32))
     expect_clean_error("input of wrong shape", [sdrun, "infer", plan, "--input", f"x={wrong_shape}", "--output-dir",
                                                  outdir], ["3x3"], [outdir])
+    # A wrong input name lists the plan's inputs, so the user can fix it in one go.
+    expect_clean_error("--input with an unknown name", [sdrun, "infer", plan, "--input", f"img={wrong_shape}",
+                                                         "--output-dir", outdir], ["'img'", "its inputs: x"], [outdir])
     garbage = os.path.join(tmp, "garbage.pb")
     open(garbage, "wb").write(b"\xff\xff\xff\xff")
     expect_clean_error("garbage tensor file", [sdrun, "infer", plan, "--input", f"x={garbage}"], ["garbage.pb"])

@@ -168,8 +168,14 @@ sd::Status loadInputs(const Flags &f, const sd::EntryDesc &proto, std::vector<sd
       if (eq == std::string::npos || eq == 0) return sd::sdError("--input expects NAME=FILE, got '", kv, "'");
       std::string name = kv.substr(0, eq);
       bool known = false;
-      for (auto &in : proto.inputs) known |= in.first == name;
-      if (!known) return sd::sdError("--input names '", name, "', which is not an input of the plan");
+      std::string listed;
+      for (auto &in : proto.inputs) {
+        known |= in.first == name;
+        listed += (listed.empty() ? "" : ", ") + in.first;
+      }
+      if (!known)
+        return sd::sdError("--input names '", name, "', which is not an input of the plan (its inputs: ",
+                           listed.empty() ? "none" : listed, ")");
       byName[name] = kv.substr(eq + 1);
     }
   std::string dir;
