@@ -1,10 +1,14 @@
 // CUDA kernels for Conv and FusedConv (bias, then the residual add and the
-// activation of FusedConv's epilogue, as kernels/cpu/conv_epilogue.h), and
-// ConvTranspose: a direct convolution, one thread per output element, accumulating in f32
-// (f64 for f64) in a fixed order. Correct for every group count (depthwise
-// included), stride, dilation and padding; cuDNN comes later for speed.
-#include "window.cuh"
+// activation of FusedConv's epilogue, as kernels/cpu/conv_epilogue.h),
+// ConvTranspose and Conv's weight gradient: direct convolutions that
+// accumulate in f32 (f64 for f64) in a fixed order, one thread per output
+// element (a block per weight for the gradient). Correct for every group count
+// (depthwise included), stride, dilation and padding; cuDNN comes later for speed.
+#include "block_reduce.cuh"
+#include "cuda_util.cuh"
+#include "sd/ops/flat_window.h"
 #include "sd/ops/math/activations.h"
+#include <algorithm>
 #include <cfloat>
 #include <cmath>
 #include <string>
@@ -62,7 +66,7 @@ struct ConvShape {
 };
 
 template <typename T>
-__global__ void convKernel(ConvShape s, Window w, Epilogue e, const T *x, const T *wt, const T *bias,
+__global__ void convKernel(ConvShape s, FlatWindow w, Epilogue e, const T *x, const T *wt, const T *bias,
                            const T *residual, T *y) {
   using C = Compute<T>;
   int64_t total = s.n * s.m * w.outTotal;
@@ -91,7 +95,7 @@ Status ConvKernel(const KernelContext &c) {
   Dims kernel = c.attrs.getInts("kernel_shape");
   if (kernel.empty()) kernel.assign(wt.dims.begin() + 2, wt.dims.end());
   SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), kernel, false, g));
-  StatusOr<Window> w = windowOf(g);
+  StatusOr<FlatWindow> w = flatWindowOf(g);
   if (!w.isOk()) return w.status();
   ConvShape s;
   s.n = x.dims[0];
@@ -117,28 +121,11 @@ Status ConvKernel(const KernelContext &c) {
 
 // ConvTranspose as a gather: output position oo of the transposed conv is
 // the forward conv's input position, and `w` its forward geometry (w.in: the
-// output, w.out: the input). Tap kk reaches oo from input position
-// (oo + pad - kk * dilation) / stride where that divides and is in range.
-__device__ int64_t transposedSource(const Window &w, int64_t oo, int64_t kk) {
-  int64_t off = 0, stride = 1;
-  for (int d = w.rank - 1; d >= 0; --d) {
-    const int64_t o = oo % w.in[d], k = kk % w.kernel[d];
-    oo /= w.in[d];
-    kk /= w.kernel[d];
-    const int64_t t = o + w.padBegin[d] - k * w.dilations[d];
-    if (t < 0 || t % w.strides[d]) return -1;
-    const int64_t i = t / w.strides[d];
-    if (i >= w.out[d]) return -1;
-    off += i * stride;
-    stride *= w.out[d];
-  }
-  return off;
-}
-
+// output, w.out: the input), so its taps come from FlatWindow::reachedBy.
 // One thread per output element: the bias, then every (tap, input channel)
 // that reaches it. Weights are [C_in, C_out / group, kernel...].
 template <typename T>
-__global__ void convTransposeKernel(ConvShape s, Window w, const T *x, const T *wt, const T *bias, T *y) {
+__global__ void convTransposeKernel(ConvShape s, FlatWindow w, const T *x, const T *wt, const T *bias, T *y) {
   using C = Compute<T>;
   const int64_t total = s.n * s.m * w.inTotal;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -146,7 +133,7 @@ __global__ void convTransposeKernel(ConvShape s, Window w, const T *x, const T *
     const int64_t grp = oc / s.mg, j = oc % s.mg;
     C acc = bias ? load(bias[oc]) : C(0);
     for (int64_t kk = 0; kk < w.kernelTotal; ++kk) {
-      const int64_t src = transposedSource(w, oo, kk);
+      const int64_t src = w.reachedBy(oo, kk);
       if (src < 0) continue;
       for (int64_t c = 0; c < s.cg; ++c) {
         const int64_t ic = grp * s.cg + c;
@@ -167,7 +154,7 @@ Status ConvTransposeKernel(const KernelContext &c) {
   WindowGeometry fwd = g; // the forward conv whose input gradient this is
   fwd.in = g.out;
   fwd.out = g.in;
-  StatusOr<Window> w = windowOf(fwd);
+  StatusOr<FlatWindow> w = flatWindowOf(fwd);
   if (!w.isOk()) return w.status();
   ConvShape s;
   s.n = x.dims[0];
@@ -189,12 +176,63 @@ Status ConvTransposeKernel(const KernelContext &c) {
   });
 }
 
+// Conv's weight gradient, one block per weight element (output channel,
+// input channel of its group, tap): the block sums dy * x over every batch
+// item and output position in a fixed tree (block_reduce.cuh), so replay
+// equals eager with no atomics. Direct like the forward; cuDNN later for speed.
+template <typename T>
+__global__ void convGradWeightKernel(ConvShape s, FlatWindow w, const T *dy, const T *x, T *dw) {
+  using C = Compute<T>;
+  const int64_t weights = s.m * s.cg * w.kernelTotal, terms = s.n * w.outTotal;
+  for (int64_t e = blockIdx.x; e < weights; e += gridDim.x) {
+    const int64_t kk = e % w.kernelTotal, rest = e / w.kernelTotal, c = rest % s.cg, oc = rest / s.cg;
+    const int64_t ic = oc / s.mg * s.cg + c;
+    C acc = 0;
+    for (int64_t r = threadIdx.x; r < terms; r += blockDim.x) {
+      const int64_t oo = r % w.outTotal, img = r / w.outTotal;
+      const int64_t off = w.tap(oo, kk);
+      if (off >= 0) acc += load(dy[(img * s.m + oc) * w.outTotal + oo]) * load(x[(img * s.cin + ic) * w.inTotal + off]);
+    }
+    acc = blockReduce(acc, SumOp(), C(0));
+    if (threadIdx.x == 0) dw[e] = store<T>(acc);
+  }
+}
+
+// dy [N, M, out...], x [N, C, in...] {conv attributes, kernel_shape} -> dW [M, C / group, kernel...].
+Status ConvGradWeightKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &dw = c.outputs[0];
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), c.attrs.getInts("kernel_shape"),
+                                    false, g));
+  StatusOr<FlatWindow> w = flatWindowOf(g);
+  if (!w.isOk()) return w.status();
+  ConvShape s;
+  s.n = x.dims[0];
+  s.cin = x.dims[1];
+  s.m = dy.dims[1];
+  s.group = c.attrs.getInt("group", 1);
+  if (s.group <= 0 || s.cin % s.group || s.m % s.group) return sdError("ConvGradWeight group does not divide the channels");
+  s.cg = s.cin / s.group;
+  s.mg = s.m / s.group;
+  if (Dims(dy.dims.begin() + 2, dy.dims.end()) != g.out || dw.dims[0] != s.m || dw.dims[1] != s.cg)
+    return sdError("ConvGradWeight shapes inconsistent");
+  const int64_t weights = dw.numElements();
+  if (weights == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    convGradWeightKernel<T><<<unsigned(std::min<int64_t>(weights, 1 << 20)), kThreads, 0, streamOf(c)>>>(
+        s, *w, dy.as<T>(), x.as<T>(), dw.as<T>());
+    return launchStatus("ConvGradWeight");
+  });
+}
+
 } // namespace
 
 void registerConvKernels() {
   registerKernel("Conv", ConvKernel, floatStorage());
   registerKernel("FusedConv", ConvKernel, floatStorage());
   registerKernel("ConvTranspose", ConvTransposeKernel, floatStorage());
+  registerKernel("ConvGradWeight", ConvGradWeightKernel, floatStorage());
 }
 
 } // namespace sd::cuda

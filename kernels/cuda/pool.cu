@@ -1,8 +1,10 @@
 // CUDA kernels for MaxPool (with its optional Indices), AveragePool,
 // GlobalAveragePool and GlobalMaxPool: one thread per output window, or one block per plane for
-// the global pools (a fixed-order block reduction, sums in f64).
+// the global pools (a fixed-order block reduction, sums in f64); and their
+// gradients, one thread per input element.
 #include "block_reduce.cuh"
-#include "window.cuh"
+#include "cuda_util.cuh"
+#include "sd/ops/flat_window.h"
 #include <cmath>
 
 namespace sd::cuda {
@@ -12,7 +14,7 @@ namespace {
 // rules: without Indices NaN taps never win (a window of only padding gives
 // -inf); with Indices the first tap starts the comparison.
 template <typename T>
-__global__ void maxPoolKernel(Window w, int64_t planes, bool colMajor, const T *x, T *y, int64_t *indices) {
+__global__ void maxPoolKernel(FlatWindow w, int64_t planes, bool colMajor, const T *x, T *y, int64_t *indices) {
   using C = Compute<T>;
   int64_t total = planes * w.outTotal;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
@@ -40,17 +42,17 @@ __global__ void maxPoolKernel(Window w, int64_t planes, bool colMajor, const T *
 }
 
 // A pool's window over x [N, C, spatial...] (ceil_mode allowed).
-StatusOr<Window> poolWindow(const KernelContext &c) {
+StatusOr<FlatWindow> poolWindow(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
   WindowGeometry g;
   SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), c.attrs.getInts("kernel_shape"),
                                     true, g));
-  return windowOf(g);
+  return flatWindowOf(g);
 }
 
 Status MaxPoolKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  StatusOr<Window> w = poolWindow(c);
+  StatusOr<FlatWindow> w = poolWindow(c);
   if (!w.isOk()) return w.status();
   int64_t planes = x.dims[0] * x.dims[1], total = y.numElements();
   if (total == 0) return Status::ok();
@@ -66,9 +68,9 @@ Status MaxPoolKernel(const KernelContext &c) {
 
 // Average over the window's taps inside the input (f64 sums, taps in order),
 // divided by their count, or with count_include_pad by the taps inside the
-// padded input (kernels/cpu/pool.cc's padCountOf).
+// padded input.
 template <typename T>
-__global__ void avgPoolKernel(Window w, int64_t planes, bool includePad, const T *x, T *y) {
+__global__ void avgPoolKernel(FlatWindow w, int64_t planes, bool includePad, const T *x, T *y) {
   int64_t total = planes * w.outTotal;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t oo = i % w.outTotal, plane = i / w.outTotal;
@@ -81,24 +83,14 @@ __global__ void avgPoolKernel(Window w, int64_t planes, bool includePad, const T
       acc += double(load(src[off]));
       ++count;
     }
-    if (includePad) {
-      count = 1;
-      for (int d = w.rank - 1; d >= 0; --d) {
-        int64_t o = oo % w.out[d];
-        oo /= w.out[d];
-        int64_t start = o * w.strides[d] - w.padBegin[d];
-        int64_t end = start + (w.kernel[d] - 1) * w.dilations[d] + 1;
-        end = end < w.in[d] + w.padEnd[d] ? end : w.in[d] + w.padEnd[d];
-        count *= (end - start + w.dilations[d] - 1) / w.dilations[d];
-      }
-    }
+    if (includePad) count = w.padCount(oo);
     y[i] = store<T>(Compute<T>(acc / double(count > 1 ? count : 1)));
   }
 }
 
 Status AveragePoolKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  StatusOr<Window> w = poolWindow(c);
+  StatusOr<FlatWindow> w = poolWindow(c);
   if (!w.isOk()) return w.status();
   int64_t planes = x.dims[0] * x.dims[1], total = y.numElements();
   if (total == 0) return Status::ok();
@@ -135,6 +127,45 @@ template <bool Max> Status globalPool(const KernelContext &c) {
   });
 }
 
+// MaxPoolGrad / AveragePoolGrad(dy, x) -> dx: one thread per input element
+// gathers the windows that read it (sd/ops/flat_window.h's poolGradAt, the
+// CPU-tested walk). No two threads write one element, so the sums are
+// deterministic and, in f32/f64, the CPU's bits.
+template <bool Max, typename T>
+__global__ void poolGradKernel(FlatWindow w, int64_t planes, bool includePad, const T *dy, const T *x, T *dx) {
+  using C = Compute<T>;
+  const int64_t total = planes * w.inTotal;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t plane = i / w.inTotal;
+    const T *src = x + plane * w.inTotal, *gy = dy + plane * w.outTotal;
+    dx[i] = store<T>(poolGradAt<Max, C>(
+        w, i % w.inTotal, [src](int64_t off) { return load(src[off]); }, [gy](int64_t oo) { return load(gy[oo]); },
+        includePad));
+  }
+}
+
+template <bool Max> Status poolGrad(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &dx = c.outputs[0];
+  Dims in(x.dims.begin() + 2, x.dims.end()), kernel = c.attrs.getInts("kernel_shape");
+  if (kernel.empty()) kernel = in; // the global pools
+  WindowGeometry g;
+  SD_RETURN_IF_ERROR(resolveWindows(c.attrs, in, kernel, true, g));
+  StatusOr<FlatWindow> w = flatWindowOf(g);
+  if (!w.isOk()) return w.status();
+  const int64_t planes = x.dims[0] * x.dims[1], total = dx.numElements();
+  const char *name = Max ? "MaxPoolGrad" : "AveragePoolGrad";
+  if (dy.numElements() != planes * w->outTotal || total != planes * w->inTotal)
+    return sdError(name, ": gradient ", formatDims(dy.dims), " does not match the pool of ", formatDims(x.dims));
+  if (total == 0) return Status::ok();
+  const bool includePad = c.attrs.getInt("count_include_pad", 0) != 0;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    poolGradKernel<Max, T><<<blocksFor(total), kThreads, 0, streamOf(c)>>>(*w, planes, includePad, dy.as<T>(),
+                                                                           x.as<T>(), dx.as<T>());
+    return launchStatus(name);
+  });
+}
+
 } // namespace
 
 void registerPoolKernels() {
@@ -142,6 +173,8 @@ void registerPoolKernels() {
   registerKernel("AveragePool", AveragePoolKernel, floatStorage());
   registerKernel("GlobalAveragePool", globalPool<false>, floatStorage());
   registerKernel("GlobalMaxPool", globalPool<true>, floatStorage());
+  registerKernel("MaxPoolGrad", poolGrad<true>, floatStorage());
+  registerKernel("AveragePoolGrad", poolGrad<false>, floatStorage());
 }
 
 } // namespace sd::cuda

@@ -8,6 +8,7 @@
 #include "sd/tokenize/tokenizer.h"
 #include "sd/train/checkpoint.h"
 #include "sd/train/ranks.h"
+#include "sd/train/tensor_data.h"
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -31,7 +32,38 @@ struct PlanEntries {
   bool packed = false; // training entries take position_ids (sdc compile --packing)
   int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
   std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
+  // A plan that computes its own loss (sdc compile --loss-output) from
+  // inputs other than tokens and labels: the data gives these, one row per
+  // example (tensor_data.h). Empty for token plans.
+  std::vector<TensorInput> tensorInputs;
 };
+
+bool isStepScalar(const std::string &name) {
+  return name == abi::kLr || name == abi::kWeightDecay || name == abi::kMaxGradNorm;
+}
+
+// A tensor-data plan's entry: its data inputs, each [batch, ...] with one batch.
+Status tensorInputsOf(const EntryDesc &e, std::vector<TensorInput> &out, int64_t &batch) {
+  std::vector<TensorInput> found;
+  for (auto &[n, b] : e.inputs) {
+    if (isStepScalar(n)) continue;
+    const BufferDesc &d = e.buffers[size_t(b)];
+    if (d.dims.empty() || d.dims[0] < 1 || (!found.empty() && d.dims[0] != found[0].dims[0]))
+      return sdError("entry '", e.name, "' has no [batch, seq] labels input, and its input '", n, "' (",
+                     formatDims(d.dims), ") is not a batch of rows like its others: sdrun train cannot feed it");
+    found.push_back({n, d.dtype, d.dims});
+  }
+  if (found.empty()) return sdError("entry '", e.name, "' takes no data inputs");
+  if (!out.empty()) {
+    bool same = out.size() == found.size();
+    for (size_t i = 0; same && i < found.size(); ++i)
+      same = found[i].name == out[i].name && found[i].dtype == out[i].dtype && found[i].dims == out[i].dims;
+    if (!same) return sdError("entry '", e.name, "' takes other data inputs than the plan's other training entries");
+  }
+  out = found;
+  batch = found[0].dims[0];
+  return Status::ok();
+}
 
 Status findEntries(const Plan &plan, PlanEntries &out) {
   // Plans compiled before the token input was recorded call it input_ids.
@@ -61,6 +93,14 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
       if (n == out.tokenInput) tokens = &e.buffers[size_t(b)];
       if (n == abi::kPositionIds) out.packed = true;
     }
+    if (!out.numLabels && !labels) { // the model's own loss over its own inputs: tensor data
+      int64_t batch = 0;
+      SD_RETURN_IF_ERROR(tensorInputsOf(e, out.tensorInputs, batch));
+      Bucket &b = byShape[{0, batch}];
+      b.batch = batch;
+      (e.name == abi::kTrainStep ? b.trainStep : e.name == abi::kAccumulate ? b.accumulate : b.evalStep) = int64_t(i);
+      continue;
+    }
     if (out.numLabels) {
       if (!labels || labels->dims.size() != 1 || !tokens || tokens->dims.size() != 2 || tokens->dims[0] != labels->dims[0])
         return sdError("entry '", e.name, "' has no [batch] labels and [batch, seq] '", out.tokenInput, "' inputs");
@@ -75,7 +115,10 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
   for (auto &[k, b] : byShape) out.buckets.push_back(b);
   if (out.buckets.empty() || out.buckets[0].trainStep < 0)
     return sdError("the plan has no ", abi::kTrainStep, " entry; compile it with --peft");
-  if (out.vocab <= 0) return sdError("cannot tell the vocabulary size from the plan's infer entry");
+  if (out.buckets.size() > 1 && !out.tensorInputs.empty())
+    return sdError("the plan mixes token and tensor training entries");
+  if (out.vocab <= 0 && out.tensorInputs.empty())
+    return sdError("cannot tell the vocabulary size from the plan's infer entry");
   return Status::ok();
 }
 
@@ -134,6 +177,18 @@ const Bucket *bucketFor(const PlanEntries &pe, const Rows &rows) {
   return nullptr;
 }
 
+// One micro-batch's data inputs: a token plan's [batch, seq] tensors, or
+// rows of a tensor-data plan's arrays.
+struct FedBatch {
+  std::optional<TokenBatch> tokens;
+  std::optional<TensorBatch> tensors;
+  FedBatch(const PlanEntries &pe, const TensorData &td, const Rows &rows, const Bucket &b) {
+    if (pe.tensorInputs.empty()) tokens.emplace(rows, b.batch, b.seq, pe.tokenInput, pe.numLabels > 0);
+    else tensors.emplace(rows, td);
+  }
+  std::map<std::string, const HostTensor *> inputs() const { return tokens ? tokens->inputs() : tensors->inputs(); }
+};
+
 // Names the running step to the communicator (its watchdog's message and
 // timeout, on NCCL) until end() or the end of the scope.
 class PhaseNote {
@@ -159,6 +214,7 @@ struct Trainer::Impl {
   TrainConfig config;
   PlanEntries entries;
   std::vector<Example> data, evalData;
+  TensorData tensors, evalTensors; // a tensor-data plan's arrays (data and evalData index them)
   DataCursor cursor;
   int64_t batch = 0, seq = 0, step = 0, total = 0;
   std::string resumedFrom;
@@ -220,7 +276,7 @@ Trainer::~Trainer() = default;
 int Trainer::rank() const { return impl_->rank; }
 int Trainer::worldSize() const { return impl_->world; }
 int64_t Trainer::rowsPerRank() const { return impl_->batch; }
-bool Trainer::classifies() const { return impl_->entries.numLabels > 0; }
+bool Trainer::countsExamples() const { return impl_->entries.numLabels > 0 || !impl_->entries.tensorInputs.empty(); }
 int64_t Trainer::step() const { return impl_->step; }
 int64_t Trainer::totalSteps() const { return impl_->total; }
 const std::string &Trainer::resumedFrom() const { return impl_->resumedFrom; }
@@ -238,24 +294,53 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   if (im->batch > pe.buckets[0].batch)
     return sdError("--batch ", im->batch, " is larger than the plan's batch ", pe.buckets[0].batch,
                    "; compile the plan with a larger batch");
+  const bool tensorData = !pe.tensorInputs.empty();
+  // The model's loss is its own (a mean, say): rows added to fill a batch would count in it.
+  if (tensorData && im->batch != pe.buckets[0].batch)
+    return sdError("--batch ", im->batch, ": this plan computes its own loss, so each micro-batch is the plan's ",
+                   pe.buckets[0].batch, " rows; compile the plan for the batch you want");
   if (o.gradAccum < 1) return sdError("gradient accumulation must be at least 1 micro-batch, got ", o.gradAccum);
   if (o.gradAccum > 1 && pe.buckets[0].accumulate < 0) return sdError("the plan has no ", abi::kAccumulate, " entry");
   if (o.resume && o.checkpointDir.empty()) return sdError("resuming needs a checkpoint folder");
   DatasetOptions dopts{pe.vocab, pe.buckets.back().seq, o.truncate};
   dopts.numLabels = pe.numLabels;
+  if (tensorData && !o.tokenizerPath.empty())
+    return sdError("--tokenizer: this plan computes its own loss from tensors, it takes no text");
   if (!o.tokenizerPath.empty()) {
     auto tok = Tokenizer::load(o.tokenizerPath);
     if (!tok.isOk()) return tok.status().withContext("--tokenizer: ");
     im->tokenizer = std::move(tok.value());
     dopts.tokenizer = im->tokenizer.get();
   }
-  auto data = loadJsonl(o.dataPath, dopts);
-  if (!data.isOk()) return data.status();
-  im->data = std::move(data.value());
-  if (!o.evalPath.empty()) {
-    auto ev = loadJsonl(o.evalPath, dopts);
-    if (!ev.isOk()) return ev.status();
-    im->evalData = std::move(ev.value());
+  if (tensorData) {
+    auto loaded = loadTensorFolder(o.dataPath, pe.tensorInputs);
+    if (!loaded.isOk()) return loaded.status();
+    im->tensors = std::move(loaded.value());
+    im->data = im->tensors.examples;
+    if (!o.evalPath.empty()) {
+      auto ev = loadTensorFolder(o.evalPath, pe.tensorInputs);
+      if (!ev.isOk()) return ev.status().withContext("--eval-data: ");
+      im->evalTensors = std::move(ev.value());
+      im->evalData = im->evalTensors.examples;
+      // Whole global batches only: the plan's loss cannot leave out filler rows.
+      const size_t global = size_t(im->batch * im->world), used = im->evalData.size() / global * global;
+      if (!used)
+        return sdError("--eval-data: ", im->evalData.size(), " examples, fewer than one global batch of ", global);
+      if (used < im->evalData.size())
+        im->notes.push_back("eval uses the first " + std::to_string(used) + " of the " +
+                            std::to_string(im->evalData.size()) + " eval examples (whole batches of " +
+                            std::to_string(global) + ")");
+      im->evalData.resize(used);
+    }
+  } else {
+    auto data = loadJsonl(o.dataPath, dopts);
+    if (!data.isOk()) return data.status();
+    im->data = std::move(data.value());
+    if (!o.evalPath.empty()) {
+      auto ev = loadJsonl(o.evalPath, dopts);
+      if (!ev.isOk()) return ev.status();
+      im->evalData = std::move(ev.value());
+    }
   }
   auto lora = loraConfigOf(plan);
   im->hasLora = lora.isOk();
@@ -296,7 +381,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
     while (dry.consumed() < o.epochs * int64_t(im->data.size())) dry.next(im->batch * im->world, im->seq, pe.packed), ++micro;
     im->total = (micro + o.gradAccum - 1) / o.gradAccum;
   }
-  auto fingerprint = fileFingerprint(o.dataPath);
+  auto fingerprint = tensorData ? tensorFolderFingerprint(o.dataPath, pe.tensorInputs) : fileFingerprint(o.dataPath);
   if (!fingerprint.isOk()) return fingerprint.status();
   im->runParams = {{"seed", std::to_string(o.seed)}, {"data", fingerprint.value()}, {"batch", std::to_string(im->batch * im->world)},
                    {"grad_accum", std::to_string(o.gradAccum)}, {"shuffle", std::string(o.shuffle ? "true" : "false")},
@@ -385,8 +470,8 @@ StatusOr<double> Trainer::evaluate() {
                                       [&] { return &im.evalData[i++]; }));
     if (rows.empty()) continue; // the last global micro-batch may not reach this rank
     const Bucket *b = bucketFor(im.entries, rows);
-    TokenBatch tb(rows, b->batch, b->seq, im.entries.tokenInput, im.entries.numLabels > 0);
-    SD_RETURN_IF_ERROR(runEntry(im.session, b->evalStep, tb.inputs(), im.outs));
+    FedBatch fed(im.entries, im.evalTensors, rows, *b);
+    SD_RETURN_IF_ERROR(runEntry(im.session, b->evalStep, fed.inputs(), im.outs));
     sum += scalarOut(im.outs, abi::kLossSum);
     tokens += scalarOut(im.outs, abi::kTokens);
   }
@@ -428,8 +513,8 @@ Status Trainer::Impl::launchStep() {
   for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
     Rows rows = localRows(cursor.next(batch * world, seq, entries.packed));
     const Bucket *b = bucketFor(entries, rows);
-    TokenBatch tb(rows, b->batch, b->seq, entries.tokenInput, entries.numLabels > 0);
-    std::map<std::string, const HostTensor *> in = tb.inputs();
+    FedBatch fed(entries, tensors, rows, *b);
+    std::map<std::string, const HostTensor *> in = fed.inputs();
     in.insert({{abi::kLr, &lrT}, {abi::kWeightDecay, &wdT}, {abi::kMaxGradNorm, &clipT}});
     // The last micro-batch runs train_step (accumulate, then the optimizer
     // step on the window's sums): its gradient buckets are reduced across
@@ -468,6 +553,9 @@ Status Trainer::Impl::collectStep(StepReport &r) {
   SD_RETURN_IF_ERROR(sumOverRanks(comm, sums, 2).withContext(where));
   r.tokens = sums[1];
   r.loss = sums[0] / std::max(r.tokens, 1.0);
+  // A plan with its own loss counts one "token" per micro-batch (its loss is
+  // already a mean); the step's rate counts its examples instead.
+  if (!entries.tensorInputs.empty()) r.tokens = double(batch * world * config.gradAccum);
   // fp16: the plan skipped the update exactly when the gradient norm (global
   // over the ranks) is Inf or NaN, and moved the loss scale.
   if (lossScale >= 0) {
@@ -568,11 +656,36 @@ Status trainToEnd(Trainer &trainer, const std::function<Status(const StepReport 
   return Status::ok();
 }
 
+namespace {
+// `byName`'s tensors in the entry's input order.
+Status namedInputs(const EntryDesc &e, const std::map<std::string, HostTensor> &byName, std::vector<HostTensor> &inputs) {
+  inputs.clear();
+  for (auto &[name, b] : e.inputs) {
+    auto it = byName.find(name);
+    if (it == byName.end()) return sdError("entry '", e.name, "' needs input '", name, "', which --data does not give");
+    inputs.push_back(it->second);
+  }
+  return Status::ok();
+}
+} // namespace
+
 Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &dataPath, int64_t batch,
                            std::vector<HostTensor> &inputs) {
   PlanEntries pe;
   SD_RETURN_IF_ERROR(findEntries(plan, pe));
   const EntryDesc &e = plan.entries[entry];
+  std::map<std::string, HostTensor> byName = {{abi::kLr, scalar(abi::kLr, 1e-4f)},
+                                              {abi::kWeightDecay, scalar(abi::kWeightDecay, 0)},
+                                              {abi::kMaxGradNorm, scalar(abi::kMaxGradNorm, 0)}};
+  if (!pe.tensorInputs.empty()) { // the data's first batch (a tensor-data plan has one batch size)
+    auto data = loadTensorFolder(dataPath, pe.tensorInputs);
+    if (!data.isOk()) return data.status();
+    DataCursor cursor{&data.value().examples, false};
+    cursor.reorder();
+    for (const HostTensor &t : TensorBatch(cursor.next(pe.buckets[0].batch, 0, false), data.value()).tensors)
+      byName[t.name] = t;
+    return namedInputs(e, byName, inputs);
+  }
   int64_t seq = pe.buckets.back().seq, rowsInBucket = pe.buckets.back().batch;
   for (auto &[n, b] : e.inputs)
     if (n == pe.tokenInput && e.buffers[size_t(b)].dims.size() == 2)
@@ -585,18 +698,8 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
   DataCursor cursor{&data.value(), false};
   cursor.reorder();
   TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput, pe.numLabels > 0);
-  std::map<std::string, HostTensor> byName = {{pe.tokenInput, tb.ids}, {abi::kLabels, tb.labels},
-                                              {abi::kAttentionMask, tb.mask},
-                                              {abi::kPositionIds, tb.positions}, {abi::kLr, scalar(abi::kLr, 1e-4f)},
-                                              {abi::kWeightDecay, scalar(abi::kWeightDecay, 0)},
-                                              {abi::kMaxGradNorm, scalar(abi::kMaxGradNorm, 0)}};
-  inputs.clear();
-  for (auto &[name, b] : e.inputs) {
-    auto it = byName.find(name);
-    if (it == byName.end()) return sdError("entry '", e.name, "' needs input '", name, "', which --data does not give");
-    inputs.push_back(it->second);
-  }
-  return Status::ok();
+  for (auto &[name, t] : tb.inputs()) byName[name] = *t;
+  return namedInputs(e, byName, inputs);
 }
 
 } // namespace sd::train

@@ -26,6 +26,48 @@ def export_tiny_gpt(folder):
     return os.path.join(out, "gpt.onnx")
 
 
+def tiny_cnn_classifier(seed=0):
+    """A small image classifier that computes its own loss (forward(image,
+    label) -> mean cross-entropy): a padded conv, max pooling, a strided
+    grouped conv, average pooling and a linear head, for `sdc compile
+    --loss-output loss` (tensor data). 3x16x16 images, 5 classes."""
+    import torch
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv1 = torch.nn.Conv2d(3, 8, 3, padding=1)
+            self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=2)
+            self.head = torch.nn.Linear(16 * 2 * 2, 5)
+
+        def forward(self, image, label):
+            x = torch.nn.functional.max_pool2d(torch.relu(self.conv1(image)), 2)
+            x = torch.nn.functional.avg_pool2d(torch.relu(self.conv2(x)), 2)
+            return torch.nn.functional.cross_entropy(self.head(x.flatten(1)), label)
+
+    torch.manual_seed(seed)
+    return Net()
+
+
+def export_tiny_cnn_classifier(path, batch, seed=0):
+    """tiny_cnn_classifier(seed) exported to `path` for [batch] images (opset 17); returns the module."""
+    import torch
+    model = tiny_cnn_classifier(seed)
+    torch.onnx.export(model, (torch.zeros(batch, 3, 16, 16), torch.zeros(batch, dtype=torch.long)), path,
+                      dynamo=False, opset_version=17, input_names=["image", "label"], output_names=["loss"])
+    return model
+
+
+def write_image_data(folder, count, seed):
+    """`count` random 3x16x16 images and classes in [0, 5) as folder/image.npy and folder/label.npy."""
+    import numpy as np
+    rng = np.random.default_rng(seed)
+    os.makedirs(folder, exist_ok=True)
+    np.save(os.path.join(folder, "image.npy"), rng.standard_normal((count, 3, 16, 16)).astype(np.float32))
+    np.save(os.path.join(folder, "label.npy"), rng.integers(0, 5, count).astype(np.int64))
+    return folder
+
+
 def leftovers(*folders):
     """Temp files and folders (names holding ".tmp") a write left behind under folders."""
     found = []

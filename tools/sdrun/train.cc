@@ -221,7 +221,7 @@ sd::Status runTraining(const std::string &planPath, const sd::train::TrainConfig
     std::fprintf(stderr, "sdrun: resuming from %s (step %lld)\n", trainer.resumedFrom().c_str(), (long long)trainer.step());
   if (trainer.done() && !trainer.resumedFrom().empty())
     std::fprintf(stderr, "sdrun: nothing left to train: the run finished at step %lld\n", (long long)trainer.step());
-  Progress progress(trainer.classifies() ? "examples/s" : "tok/s");
+  Progress progress(trainer.countsExamples() ? "examples/s" : "tok/s");
   SD_RETURN_IF_ERROR(progress.open(out.metricsPath, cfg.resume, trainer.step()));
   startTrace(*session.value(), out.tracePath);
   int64_t firstStep = trainer.step();

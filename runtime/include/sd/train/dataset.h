@@ -21,6 +21,7 @@ struct Example {
   std::vector<int64_t> ids;
   std::vector<int64_t> labels; // same length as ids; -100 = not trained on (empty for classification)
   int64_t label = kIgnoreLabel; // the class of a classification example
+  int64_t row = -1; // tensor data (tensor_data.h): the example's index along the arrays' first axis
 };
 
 struct DatasetOptions {

@@ -1,5 +1,6 @@
 // The trainer: drives a training plan's entries (train_step, or accumulate +
-// apply, eval_step) over JSON Lines data on a session. The loop is branch-free
+// apply, eval_step) over JSON Lines data, or over a folder of arrays for a
+// plan with its own loss (tensor_data.h), on a session. The loop is branch-free
 // on the plan side: the host picks a bucket, pads or packs the micro-batch,
 // feeds lr / weight decay / clip as inputs and counts optimizer steps; eval and
 // checkpoints happen at optimizer-step boundaries. sdrun train, the C API and
@@ -77,7 +78,8 @@ public:
   int rank() const;
   int worldSize() const;
   int64_t rowsPerRank() const; // rows of one micro-batch on one rank (--batch)
-  bool classifies() const;     // a classification plan: a step counts examples, not tokens
+  // A classification plan, or one with its own loss over tensor data: a step counts examples, not tokens.
+  bool countsExamples() const;
   int64_t step() const;       // optimizer steps done
   int64_t totalSteps() const; // steps a full run takes
   bool done() const { return step() >= totalSteps(); }
@@ -106,8 +108,8 @@ private:
 Status trainToEnd(Trainer &trainer, const std::function<Status(const StepReport &)> &onStep);
 
 // Inputs for one call of a training entry (train_step, accumulate, eval_step,
-// apply) from the first `batch` examples of a JSONL file, in the entry's input
-// order (lr 1e-4, no weight decay or clipping): for benchmarks.
+// apply) from the first `batch` examples of a JSONL file (a tensor-data plan:
+// the first batch of its data folder), in the entry's input order (lr 1e-4, no weight decay or clipping): for benchmarks.
 Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &dataPath, int64_t batch,
                            std::vector<HostTensor> &inputs);
 

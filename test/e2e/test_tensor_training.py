@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""Training a plan that computes its own loss (`sdc compile --loss-output`)
+on tensor data: `sdrun train --data DIR` with one NumPy array per input
+(image.npy, label.npy), against PyTorch on the same batches with the same
+AdamW. A small CNN (convolutions, grouped and strided, max and average
+pooling, a linear head, cross-entropy), so the steps are Conv's weight
+gradient and the pools' gradients. Covers gradient accumulation, eval on
+whole batches, resume after a stop (bit-identical), `sdrun bench --data DIR`
+and bad data folders."""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from e2e_util import (clean_error_problems, export_tiny_cnn_classifier, report_checks, sh, tool_paths,
+                      write_image_data)
+
+RESULTS = []
+BATCH, STEPS, LR, WD, CLIP = 4, 12, 3e-3, 0.01, 1.0
+ADAM_EPS = 1e-6  # as test_training: keeps the comparison about the math, not eps-sized noise
+
+
+def check(name, ok, detail):
+    RESULTS.append((name, bool(ok), detail))
+
+
+def torch_run(model, folder, steps, accum):
+    """PyTorch AdamW (weight decay on rank >= 2 parameters, as sdrun) over
+    the folder's examples in file order, `accum` micro-batches of BATCH per
+    step; returns the per-step losses (the micro-batches' mean)."""
+    import torch
+    images = torch.tensor(np.load(os.path.join(folder, "image.npy")))
+    labels = torch.tensor(np.load(os.path.join(folder, "label.npy")))
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}], lr=LR,
+                            eps=ADAM_EPS)
+    losses, cursor, n = [], 0, len(labels)
+    for _ in range(steps):
+        opt.zero_grad()
+        total = 0.0
+        for _ in range(accum):
+            rows = [(cursor + i) % n for i in range(BATCH)]
+            cursor += BATCH
+            loss = model(images[rows], labels[rows])
+            (loss / accum).backward()
+            total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+        opt.step()
+        losses.append(total / accum)
+    return losses
+
+
+def losses_of(metrics):
+    return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    from safetensors.numpy import load_file
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path = os.path.join(tmp, "cnn.onnx")
+        export_tiny_cnn_classifier(onnx_path, BATCH)
+        plan = os.path.join(tmp, "cnn.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "none", "--loss-output", "loss", "--adam-epsilon", str(ADAM_EPS),
+            "-o", plan])
+        data = write_image_data(os.path.join(tmp, "data"), 18, seed=1)
+        flags = ["--no-shuffle", "--threads", "2", "--lr", str(LR), "--weight-decay", str(WD), "--clip-norm", str(CLIP)]
+        train = [sdrun, "train", plan, "--data", data] + flags
+
+        for accum in (1, 2):
+            run = os.path.join(tmp, f"accum{accum}")
+            sh(train + ["--steps", str(STEPS), "--grad-accum", str(accum), "--metrics", run + ".jsonl",
+                        "--save-weights", run + ".safetensors"])
+            ours = losses_of(run + ".jsonl")
+            model = export_tiny_cnn_classifier(os.path.join(tmp, "again.onnx"), BATCH)  # the same seeded weights
+            want = torch_run(model, data, STEPS, accum)
+            rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == len(want) else float("inf")
+            check(f"--grad-accum {accum}: {STEPS} losses equal PyTorch's (18 examples, so epochs wrap)", rel < 1e-4,
+                  f"max relative diff {rel:.2e}; first {ours[0]:.5f} vs {want[0]:.5f}, last {ours[-1]:.5f} vs "
+                  f"{want[-1]:.5f}")
+            got = load_file(run + ".safetensors")
+            diffs = {k: float(np.max(np.abs(got[k] - v.detach().numpy()))) for k, v in model.state_dict().items()
+                     if k in got}
+            check(f"--grad-accum {accum}: trained weights equal PyTorch's", len(diffs) == 6 and max(diffs.values()) < 1e-5,
+                  f"{len(diffs)} of {len(got)} tensors matched by name, max |diff| {max(diffs.values(), default=-1):.2e}")
+
+        # Eval: whole batches only (the model's loss is a mean: a filler row would count), said once.
+        evald = write_image_data(os.path.join(tmp, "eval"), 10, seed=2)
+        r = subprocess.run(train + ["--steps", "1", "--eval-data", evald, "--metrics", os.path.join(tmp, "eval.jsonl")],
+                           capture_output=True, text=True, check=True)
+        ev = [json.loads(l)["eval_loss"] for l in open(os.path.join(tmp, "eval.jsonl")) if "eval_loss" in l]
+        model = export_tiny_cnn_classifier(os.path.join(tmp, "again.onnx"), BATCH)
+        torch_run(model, data, 1, 1)
+        with torch.no_grad():
+            images = torch.tensor(np.load(os.path.join(evald, "image.npy")))
+            labels = torch.tensor(np.load(os.path.join(evald, "label.npy")))
+            want = np.mean([float(model(images[i:i + BATCH], labels[i:i + BATCH])) for i in (0, 4)])
+        check("eval over the first 8 of 10 examples equals PyTorch's, with a note", ev and abs(ev[0] - want) < 1e-5 and
+              "eval uses the first 8 of the 10 eval examples" in r.stderr, f"{ev} vs {want:.6f}")
+
+        # Stop at step 5, resume to STEPS: the same losses, bit for bit.
+        ck = os.path.join(tmp, "ck")
+        sh(train + ["--steps", str(STEPS), "--metrics", os.path.join(tmp, "whole.jsonl")])
+        sh(train + ["--steps", "5", "--checkpoint-dir", ck, "--metrics", os.path.join(tmp, "part.jsonl")])
+        sh(train + ["--steps", str(STEPS), "--checkpoint-dir", ck, "--resume", "--metrics", os.path.join(tmp, "part.jsonl")])
+        whole, part = losses_of(os.path.join(tmp, "whole.jsonl")), losses_of(os.path.join(tmp, "part.jsonl"))
+        check("stopped at step 5 and resumed: the same losses bit for bit", whole == part and len(whole) == STEPS,
+              f"{len(part)} losses")
+
+        out = sh([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--iterations", "2", "--warmup", "0"])
+        check("sdrun bench --entry train_step --data DIR", '"median_ms"' in out, out.strip()[-120:])
+
+        # Bad data: one line naming the file and what is wrong, exit 1.
+        def bad(name, files, must):
+            folder = os.path.join(tmp, name.replace(" ", "_"))
+            os.makedirs(folder)
+            for f, a in files.items():
+                np.save(os.path.join(folder, f), a)
+            problems, line = clean_error_problems([sdrun, "train", plan, "--data", folder, "--steps", "1"] + flags, must)
+            check(f"bad data: {name}", not problems, "; ".join(problems) or line)
+
+        img, lab = np.zeros((6, 3, 16, 16), np.float32), np.zeros(6, np.int64)
+        bad("missing label array", {"image.npy": img}, ["label.npy"])
+        bad("image of the wrong shape", {"image.npy": np.zeros((6, 3, 8, 8), np.float32), "label.npy": lab},
+            ["image.npy", "f32[6x3x8x8]", "f32[Nx3x16x16]"])
+        bad("labels of the wrong type", {"image.npy": img, "label.npy": lab.astype(np.int32)}, ["label.npy", "i32", "i64"])
+        bad("arrays of different lengths", {"image.npy": img, "label.npy": np.zeros(5, np.int64)}, ["5 examples", "6"])
+        bad("no examples", {"image.npy": img[:0], "label.npy": lab[:0]}, ["no examples"])
+        jsonl = os.path.join(tmp, "text.jsonl")
+        open(jsonl, "w").write('{"text": "a"}\n')
+        for name, args, must in [("a JSON Lines file", ["--data", jsonl], ["folder holding image.npy", "label.npy"]),
+                                 ("--batch other than the plan's", ["--data", data, "--batch", "2"], ["--batch 2", "4 rows"]),
+                                 ("eval data under one batch", ["--data", data, "--eval-data",
+                                                                write_image_data(os.path.join(tmp, "tiny"), 3, 3)],
+                                  ["--eval-data", "3 examples"])]:
+            problems, line = clean_error_problems([sdrun, "train", plan, "--steps", "1"] + flags + args, must)
+            check(f"bad data: {name}", not problems, "; ".join(problems) or line)
+    return report_checks("tensor_training", RESULTS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
