@@ -243,9 +243,14 @@ run_bundle() {
     read -r logits_rtol logits_atol loss_rtol weights_atol < "$ref/tolerances" 2>/dev/null ||
       { logits_rtol=$LOGITS_RTOL logits_atol=$LOGITS_ATOL loss_rtol=$LOSS_RTOL weights_atol=$WEIGHTS_ATOL; }
     check "$kind: kernel coverage" "$sdrun" inspect "$plan" --kernels cuda
-    local input name
-    input=$(ls "$dir/inputs/$kind".*.npy | head -1) name=${input#"$dir/inputs/$kind."} name=${name%.npy}
-    check "$kind: infer on $device" "$sdrun" infer "$plan" --device "$device" --input "$name=$input" \
+    # inputs/KIND.NAME.npy: the infer entry's input NAME; data/KIND: a
+    # tensor-data plan's training arrays (its own loss), else train.jsonl.
+    local input name inputs=() data=$dir/train.jsonl
+    for input in "$dir/inputs/$kind".*.npy; do
+      name=${input#"$dir/inputs/$kind."} name=${name%.npy} inputs+=(--input "$name=$input")
+    done
+    [ -d "$dir/data/$kind" ] && data=$dir/data/$kind
+    check "$kind: infer on $device" "$sdrun" infer "$plan" --device "$device" "${inputs[@]}" \
       --output-dir "$w/infer" --output-format npy
     check "$kind: outputs match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" "$logits_rtol" "$logits_atol"
     # Timed runs replay CUDA graphs; --profile runs eagerly (per-op times), so it is a run of its own.
@@ -255,7 +260,7 @@ run_bundle() {
       echo "== $kind infer (cpu)"; "$sdrun" bench "$plan" --device cpu --iterations 50 --warmup 5 2>&1; } \
       >> "$out/bench.txt"
     [ -f "$ref/metrics.jsonl" ] || continue # an inference-only plan
-    local train=(train "$plan" --data "$dir/train.jsonl" --steps 20 --lr 1e-3 --weight-decay 0.01 --clip-norm 1.0
+    local train=(train "$plan" --data "$data" --steps 20 --lr 1e-3 --weight-decay 0.01 --clip-norm 1.0
                  --no-shuffle --truncate)
     for run in 1 2; do
       check "$kind: train on $device (run $run)" "$sdrun" "${train[@]}" --device "$device" \
@@ -278,12 +283,12 @@ run_bundle() {
     if [ -z "$traced" ]; then # --profile: one trace event per kernel run (3 steps of train_step's kernels)
       traced=$kind
       check "$kind: --profile writes every kernel run" "$sdrun" train "$plan" --device "$device" --data \
-        "$dir/train.jsonl" --steps 3 --truncate --profile "$w/trace.json"
+        "$data" --steps 3 --truncate --profile "$w/trace.json"
       check "$kind: the trace has 3 steps of train_step's kernels" python3 -c '
 import json, re, subprocess, sys
 t = json.load(open(sys.argv[1]))
 n = sum(e.get("ph") == "X" for e in t["traceEvents"])
-per = int(re.search(r"train_step \[[^\]]*\]: (\d+) steps", subprocess.run([sys.argv[2], "inspect", sys.argv[3]],
+per = int(re.search(r"train_step(?: \[[^\]]*\])?: (\d+) steps", subprocess.run([sys.argv[2], "inspect", sys.argv[3]],
           capture_output=True, text=True).stdout).group(1))
 device = t["otherData"]["device"]
 print(f"{n} events for 3 steps of {per} kernels on {device}")
@@ -304,7 +309,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
         # Half-precision attention runs cuDNN's fused SDPA; its losses equal the GEMM path's.
         check "$kind: Attention runs cuDNN's SDPA" bash -c '"$@" 2>&1 | grep "^sd: Attention" | sort -u |
           { lines=$(cat); echo "$lines" | tr "\n" ";"; [ -n "$lines" ] && ! echo "$lines" | grep -qv "cuDNN SDPA"; }' _ \
-          env SD_CUDNN_SDPA=log "$sdrun" bench "$plan" --device cuda --entry train_step --data "$dir/train.jsonl" \
+          env SD_CUDNN_SDPA=log "$sdrun" bench "$plan" --device cuda --entry train_step --data "$data" \
           --iterations 1 --warmup 0
         check "$kind: GEMM-path attention (SD_CUDNN_SDPA=0) trains" env SD_CUDNN_SDPA=0 "$sdrun" "${train[@]}" \
           --device cuda --metrics "$w/metrics-gemm.jsonl"
@@ -314,12 +319,12 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
     fi
     for graphs in "" --no-cuda-graphs; do
       [ "$(time_left)" -gt 60 ] && { echo "== $kind train_step ($device $graphs)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
-          --data "$dir/train.jsonl" --iterations 50 --warmup 5 $graphs 2>&1; } >> "$out/bench.txt"
+          --data "$data" --iterations 50 --warmup 5 $graphs 2>&1; } >> "$out/bench.txt"
     done
     [ "$(time_left)" -gt 60 ] && { echo "== $kind train_step per op ($device)"; "$sdrun" bench "$plan" --device "$device" --entry train_step \
-        --data "$dir/train.jsonl" --iterations 20 --warmup 2 --profile 2>&1
+        --data "$data" --iterations 20 --warmup 2 --profile 2>&1
       echo "== $kind train_step (cpu)"; "$sdrun" bench "$plan" --device cpu --entry train_step \
-        --data "$dir/train.jsonl" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
+        --data "$data" --iterations 50 --warmup 5 2>&1; } >> "$out/bench.txt"
   done
   if [ -n "$ops_pid" ]; then
     wait "$ops_pid" || fails=$((fails + 1))
@@ -345,9 +350,11 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       kind=$(basename "$plan" .sdp)
       if [ ! -f "$plan" ]; then check "compute-sanitizer: plan kind $kind is in the bundle" false; continue; fi
       [ -f "$dir/ref/$kind/metrics.jsonl" ] || continue
+      local data=$dir/train.jsonl
+      [ -d "$dir/data/$kind" ] && data=$dir/data/$kind
       for tool in $tools; do
         check "$kind: compute-sanitizer $tool, 2 eager steps" compute-sanitizer --tool "$tool" --error-exitcode 3 \
-          "$sdrun" train "$plan" --device cuda --data "$dir/train.jsonl" --steps 2 --truncate --no-cuda-graphs
+          "$sdrun" train "$plan" --device cuda --data "$data" --steps 2 --truncate --no-cuda-graphs
       done
       tools=memcheck # racecheck on the first training plan only
     done

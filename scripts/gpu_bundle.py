@@ -32,7 +32,10 @@ def main():
     for p in plans:
         shutil.copy(p.plan, os.path.join(args.out, "plans", f"{p.kind}.sdp"))
         # inputs/KIND.NAME.npy: the infer entry's input NAME.
-        shutil.copy(p.input_file, os.path.join(args.out, "inputs", f"{p.kind}.{p.input_name}.npy"))
+        for name, f in [(p.input_name, p.input_file), *p.more_inputs.items()]:
+            shutil.copy(f, os.path.join(args.out, "inputs", f"{p.kind}.{name}.npy"))
+        if p.data:  # data/KIND: a tensor-data plan's training arrays
+            shutil.copytree(p.data, os.path.join(args.out, "data", p.kind))
         ref = os.path.join(args.out, "ref", p.kind)
         os.makedirs(ref, exist_ok=True)
         # The plan's GPU-vs-CPU tolerances (half precision gets wider ones).
@@ -40,7 +43,7 @@ def main():
             f.write(" ".join(str(p.tol[k]) for k in ("logits_rtol", "logits_atol", "loss_rtol", "weights_atol")) + "\n")
         np.save(ref + "-infer.npy", cp.infer(sdrun, p, "cpu", os.path.join(work, p.kind, "infer")))
         if p.trains:
-            cp.train(sdrun, p.plan, "cpu", data, ref, p.kind)
+            cp.train(sdrun, p.plan, "cpu", p.data or data, ref, p.kind)
         print(f"gpu_bundle: {p.kind}: plan, infer outputs" + (f", {cp.STEPS} training steps" if p.trains else "") +
               " on the CPU")
     shutil.rmtree(work)

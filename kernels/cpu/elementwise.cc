@@ -5,6 +5,7 @@
 #include "half_convert.h"
 #include "vecmath.h"
 #include "sd/ops/math/activations.h"
+#include "sd/ops/math/integer.h"
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
@@ -328,23 +329,13 @@ Status PowKernel(const KernelContext &c) {
 Status PReluKernel(const KernelContext &c) {
   return arithmetic(c, [](auto x, auto s) { return x < decltype(x)(0) ? x * s : x; });
 }
-// ONNX BitShift (opset 28 adds signed types): a right shift of a signed value
-// is arithmetic; a left shift drops the bits past the sign bit; a shift that
-// is negative or at least the width gives what sign extension alone gives
-// (-1 for a negative value shifted right, else 0).
+// ONNX BitShift: math::bitShift (sd/ops/math/integer.h).
 Status BitShiftKernel(const KernelContext &c) {
   bool left = c.attrs.getString("direction", "LEFT") == "LEFT";
   return dispatchNumeric(c.inputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     if constexpr (std::is_integral_v<T>) {
-      using U = std::make_unsigned_t<T>;
-      return binaryBroadcast<T, T>(c, [left](T x, T y) {
-        constexpr int64_t bits = int64_t(sizeof(T) * 8);
-        if (int64_t(y) < 0 || int64_t(y) >= bits) // a u64 shift past 2^63 reads as negative: out of range too
-          return T(!left && x < T(0) ? T(-1) : T(0));
-        if (left) return T(U(x) << unsigned(y));
-        return T(x < T(0) ? T(~(U(~U(x)) >> unsigned(y))) : T(U(x) >> unsigned(y)));
-      });
+      return binaryBroadcast<T, T>(c, [left](T x, T y) { return math::bitShift(x, y, left); });
     } else {
       return sdError("BitShift needs integers");
     }

@@ -1,6 +1,7 @@
 // CPU kernels for LayerNormalization, RMSNormalization, BatchNormalization (inference),
 // InstanceNormalization, LpNormalization, MeanVarianceNormalization and LRN.
 #include "cpu_util.h"
+#include "sd/ops/math/classic_norms.h"
 #include "sd/ops/index_geometry.h"
 #include "vecmath.h"
 #include <cmath>
@@ -141,30 +142,23 @@ Status InstanceNormKernel(const KernelContext &c) {
   });
 }
 
-// LRN: x / (bias + alpha/size * sum of squares over the channel window
-// [c - floor((size-1)/2), c + ceil((size-1)/2)]) ^ beta.
+// LRN, LpNormalization and MeanVarianceNormalization: sd/ops/math/classic_norms.h.
 Status LrnKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
   double alpha = c.attrs.getFloat("alpha", 1e-4), beta = c.attrs.getFloat("beta", 0.75),
          bias = c.attrs.getFloat("bias", 1.0);
   int64_t size = c.attrs.getInt("size", 0);
   int64_t n = x.dims[0], ch = x.dims[1], spatial = x.numElements() / std::max<int64_t>(n * ch, 1);
-  int64_t before = (size - 1) / 2, after = size - 1 - before;
   return dispatchFloat(x.dtype, [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.as<T>();
     T *py = c.outputs[0].as<T>();
     parallelFor(c.pool, n * ch, 1, [&](int64_t lo, int64_t hi) {
       for (int64_t r = lo; r < hi; ++r) {
-        int64_t b = r / ch, k = r % ch, first = std::max<int64_t>(0, k - before), last = std::min(ch - 1, k + after);
-        for (int64_t j = 0; j < spatial; ++j) {
-          double sq = 0;
-          for (int64_t q = first; q <= last; ++q) {
-            double v = double(px[(b * ch + q) * spatial + j]);
-            sq += v * v;
-          }
-          py[r * spatial + j] = T(double(px[r * spatial + j]) / std::pow(bias + alpha / double(size) * sq, beta));
-        }
+        const int64_t b = r / ch, k = r % ch;
+        for (int64_t j = 0; j < spatial; ++j)
+          py[r * spatial + j] = T(math::lrnAt(k, ch, size, alpha, beta, bias,
+                                              [&](int64_t q) { return double(px[(b * ch + q) * spatial + j]); }));
       }
     });
     return Status::ok();
@@ -184,16 +178,10 @@ Status LpNormKernel(const KernelContext &c) {
     T *py = c.outputs[0].as<T>();
     for (int64_t o = 0; o < outer; ++o)
       for (int64_t i = 0; i < inner; ++i) {
-        double s = 0;
-        for (int64_t j = 0; j < n; ++j) {
-          double v = double(px[(o * n + j) * inner + i]);
-          s += p == 1 ? std::abs(v) : v * v;
-        }
-        if (p == 2) s = std::sqrt(s);
-        for (int64_t j = 0; j < n; ++j) {
-          int64_t k = (o * n + j) * inner + i;
-          py[k] = s == 0 ? T(0) : T(double(px[k]) / s);
-        }
+        const T *line = px + o * n * inner + i;
+        T *out = py + o * n * inner + i;
+        math::lpNormalizeLine(n, p, [&](int64_t j) { return double(line[j * inner]); },
+                              [&](int64_t j, double v) { out[j * inner] = T(v); });
       }
     return Status::ok();
   });
@@ -223,7 +211,6 @@ Status MvnKernel(const KernelContext &c) {
         base += (rem % outD[size_t(d)]) * outS[size_t(d)];
         rem /= outD[size_t(d)];
       }
-      double mean = 0, var = 0;
       for (int64_t j = 0; j < nRed; ++j) {
         int64_t off = base, r2 = j;
         for (int64_t d = int64_t(redD.size()) - 1; d >= 0; --d) {
@@ -231,13 +218,9 @@ Status MvnKernel(const KernelContext &c) {
           r2 /= redD[size_t(d)];
         }
         offs[size_t(j)] = off;
-        mean += double(px[off]);
       }
-      mean /= double(nRed);
-      for (int64_t off : offs) var += (double(px[off]) - mean) * (double(px[off]) - mean);
-      var /= double(nRed);
-      double inv = 1.0 / (std::sqrt(var) + 1e-9);
-      for (int64_t off : offs) py[off] = T((double(px[off]) - mean) * inv);
+      math::meanVarianceNormalize(nRed, [&](int64_t j) { return double(px[offs[size_t(j)]]); },
+                                  [&](int64_t j, double v) { py[offs[size_t(j)]] = T(v); });
     }
     return Status::ok();
   });

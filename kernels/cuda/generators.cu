@@ -1,11 +1,15 @@
-// CUDA kernels that scan or mask values (see kernels/cpu/generators.cc):
-// CumSum and CumProd, one thread per line along the axis adding in the CPU
-// kernel's order (so the bits match it, and no scan tree depends on the
-// launch); Trilu. Their axis and k operands are constants, read when the
-// session is created: the host cannot look at device values without a sync.
+// CUDA kernels that generate, scan or mask values (see
+// kernels/cpu/generators.cc): ConstantOfShape, EyeLike and Range; CumSum and
+// CumProd, one thread per line along the axis adding in the CPU kernel's
+// order (so the bits match it, and no scan tree depends on the launch);
+// Trilu. Their axis and k operands are constants, read when the session is
+// created: the host cannot look at device values without a sync. Range's
+// start and delta are read on the device, so they may change per run.
 #include "cuda_util.cuh"
+#include "sd/format/dtype.h"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/index_geometry.h"
+#include <cstring>
 #include <memory>
 
 namespace sd::cuda {
@@ -101,9 +105,118 @@ Status TriluKernel(const KernelContext &c) {
 
 std::shared_ptr<const void> prepareTrilu(const PrepareContext &p) { return prepareScalar(p, 1, 0, "Trilu's k"); }
 
+// `v` as one element of type t, converted as the CPU kernels convert
+// ConstantOfShape's value (bool: not zero; halves: rounded from f32).
+StatusOr<uint64_t> elementBits(DType t, double v) {
+  uint64_t bits = 0;
+  auto put = [&](auto x) {
+    std::memcpy(&bits, &x, sizeof x);
+    return bits;
+  };
+  switch (t) {
+  case DType::Bool: return put(uint8_t(v != 0));
+  case DType::F16: return put(floatToHalf(float(v)));
+  case DType::BF16: return put(floatToBf16(float(v)));
+  case DType::F32: return put(float(v));
+  case DType::F64: return put(v);
+  case DType::I64: return put(int64_t(v));
+  case DType::I32: return put(int32_t(v));
+  case DType::I16: return put(int16_t(v));
+  case DType::I8: return put(int8_t(v));
+  case DType::U64: return put(uint64_t(v));
+  case DType::U32: return put(uint32_t(v));
+  case DType::U16: return put(uint16_t(v));
+  case DType::U8: return put(uint8_t(v));
+  default: return sdError("no CUDA kernel makes elements of type ", dtypeName(t));
+  }
+}
+
+template <typename U> __global__ void fillKernel(U *y, U value, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = value;
+}
+
+Status ConstantOfShapeKernel(const KernelContext &c) {
+  const TensorView &y = c.outputs[0];
+  const int64_t n = y.numElements();
+  StatusOr<uint64_t> bits = elementBits(y.dtype, c.attrs.getFloat("value", 0.0));
+  if (!bits.isOk()) return bits.status();
+  if (n == 0) return Status::ok();
+  return dispatchByWidth(y.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    fillKernel<U><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(y.as<U>(), U(bits.value()), n);
+    return launchStatus("ConstantOfShape");
+  });
+}
+
+// EyeLike: zeros, and one on diagonal k of the [rows, cols] result.
+template <typename U> __global__ void diagonalKernel(U *y, U one, int64_t rows, int64_t cols, int64_t k) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < rows; i += int64_t(gridDim.x) * blockDim.x)
+    if (i + k >= 0 && i + k < cols) y[i * cols + i + k] = one;
+}
+
+Status EyeLikeKernel(const KernelContext &c) {
+  const TensorView &y = c.outputs[0];
+  if (y.rank() != 2) return sdError("EyeLike makes a matrix, not a tensor of rank ", y.rank());
+  StatusOr<uint64_t> one = elementBits(y.dtype, 1.0);
+  if (!one.isOk()) return one.status();
+  if (y.numElements() == 0) return Status::ok();
+  if (cudaMemsetAsync(y.data, 0, y.byteSize(), streamOf(c)) != cudaSuccess) return launchStatus("EyeLike");
+  const int64_t rows = y.dims[0], cols = y.dims[1], k = c.attrs.getInt("k", 0);
+  return dispatchByWidth(y.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    diagonalKernel<U><<<blocksFor(rows), kThreads, 0, streamOf(c)>>>(y.as<U>(), U(one.value()), rows, cols, k);
+    return launchStatus("EyeLike");
+  });
+}
+
+// Range: start + i * delta in the element type, the product rounded before
+// the sum as on the CPU (no fused multiply-add).
+template <typename T> __device__ inline T rangeAt(T start, int64_t i, T delta) {
+  if constexpr (std::is_same_v<T, float>) return __fadd_rn(start, __fmul_rn(float(i), delta));
+  else if constexpr (std::is_same_v<T, double>) return __dadd_rn(start, __dmul_rn(double(i), delta));
+  else return T(start + T(i) * delta);
+}
+
+template <typename T> __global__ void rangeKernel(const T *start, const T *delta, T *y, int64_t n) {
+  const T s = *start, d = *delta;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = rangeAt(s, i, d);
+}
+
+Status RangeKernel(const KernelContext &c) {
+  const TensorView &y = c.outputs[0];
+  for (size_t i : {0, 2})
+    if (c.inputs.size() <= i || c.inputs[i].dtype != y.dtype || c.inputs[i].numElements() != 1)
+      return sdError("Range's start and delta must be single values of the result's type");
+  const int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  auto launch = [&](auto tag) {
+    using T = decltype(tag);
+    rangeKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[0].as<T>(), c.inputs[2].as<T>(), y.as<T>(), n);
+    return launchStatus("Range");
+  };
+  switch (y.dtype) {
+  case DType::F32: return launch(float{});
+  case DType::F64: return launch(double{});
+  case DType::I64: return launch(int64_t{});
+  case DType::I32: return launch(int32_t{});
+  case DType::I16: return launch(int16_t{});
+  case DType::I8: return launch(int8_t{});
+  case DType::U64: return launch(uint64_t{});
+  case DType::U32: return launch(uint32_t{});
+  case DType::U16: return launch(uint16_t{});
+  case DType::U8: return launch(uint8_t{});
+  default: return sdError("no CUDA Range for ", dtypeName(y.dtype));
+  }
+}
+
 } // namespace
 
 void registerGeneratorKernels() {
+  registerKernel("ConstantOfShape", ConstantOfShapeKernel, TypeSet::all(), nullptr, -1);
+  registerKernel("EyeLike", EyeLikeKernel, TypeSet::numeric() | TypeSet{DType::Bool}, nullptr, -1);
+  registerKernel("Range", RangeKernel, TypeSet::numeric());
   const TypeSet scanned = floatStorage() | TypeSet{DType::I64, DType::I32};
   registerKernel("CumSum", cumulative<false>, scanned, prepareCumulative);
   registerKernel("CumProd", cumulative<true>, scanned, prepareCumulative);

@@ -1,6 +1,6 @@
 // CUDA kernels for SoftmaxCrossEntropyLoss (log-softmax over axis 1, then
 // NLL with class weights, ignore_index and mean/sum/none) and its backward
-// for the scalar reductions. One block per (sample, position) row, its
+// for the scalar reductions, and NegativeLogLikelihoodLoss. One block per (sample, position) row, its
 // softmax statistics gathered in one pass; the scalar reductions sum per-row
 // partials in row order (no atomics).
 // A target outside [0, classes) makes the loss NaN (the CPU kernel refuses it
@@ -199,6 +199,58 @@ Status SceKernel(const KernelContext &c) {
   return dispatchFloatStorage(x.dtype, [&](auto tag) { return run(tag, tag); });
 }
 
+// NegativeLogLikelihoodLoss: x holds log-probabilities already; a thread per
+// row writes its loss and weight as sceRows does, sceFinish reduces them.
+template <typename T, typename I>
+__global__ void nllRows(LossRows rs, LossAttrs la, const T *x, const I *target, const T *weights, T *lossNone,
+                        double *rowValues) {
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rs.rows(); r += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t k = targetAt(target, r);
+    double l = 0, w = 0;
+    if (!(la.hasIgnore && k == la.ignore)) {
+      if (k < 0 || k >= rs.cls) l = NAN;
+      else {
+        w = weights ? double(load(weights[k])) : 1.0;
+        l = -w * double(load(x[rs.at(r, k)]));
+      }
+    }
+    if (lossNone) lossNone[r] = store<T>(Compute<T>(l));
+    else {
+      rowValues[r] = l;
+      rowValues[rs.rows() + r] = w;
+    }
+  }
+}
+
+// log_prob [n, classes, ...], target, weights? -> loss.
+Status NllKernel(const KernelContext &c) {
+  auto *scratch = static_cast<const LossScratch *>(c.prepared);
+  if (!scratch) return sdError("NegativeLogLikelihoodLoss: its device scratch could not be allocated");
+  const TensorView &x = c.inputs[0];
+  if (x.rank() < 2) return sdError("NegativeLogLikelihoodLoss needs [N, C, ...] input, got rank ", x.rank());
+  const LossRows rs = rowsOf(x);
+  const std::string red = c.attrs.getString("reduction", "mean");
+  const bool none = red == "none";
+  if (!none && red != "sum" && red != "mean") return sdError("unknown reduction '", red, "'");
+  const LossAttrs la = lossAttrs(c);
+  const bool hasWeights = c.hasInput(2) && c.inputs[2].data;
+  const int64_t rows = rs.n * rs.inner;
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    return dispatchTarget(c.inputs[1].dtype, [&](auto itag) {
+      using I = decltype(itag);
+      if (rows > 0)
+        nllRows<T, I><<<blocksFor(rows), kThreads, 0, streamOf(c)>>>(
+            rs, la, x.as<T>(), c.inputs[1].as<I>(), hasWeights ? c.inputs[2].as<T>() : nullptr,
+            none ? c.outputs[0].as<T>() : nullptr, scratch->values);
+      if (!none)
+        sceFinish<T><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->values,
+                                                   c.outputs[0].as<T>());
+      return launchStatus("NegativeLogLikelihoodLoss");
+    });
+  });
+}
+
 template <typename I> __global__ void countTargets(LossRows rs, LossAttrs la, const I *target, double *counted) {
   double n = 0;
   for (int64_t r = threadIdx.x; r < rs.rows(); r += blockDim.x)
@@ -278,6 +330,7 @@ Status SceGradKernel(const KernelContext &c) {
 
 void registerLossKernels() {
   registerKernel("SoftmaxCrossEntropyLoss", SceKernel, floatStorage(), prepareLoss);
+  registerKernel("NegativeLogLikelihoodLoss", NllKernel, floatStorage(), prepareLoss);
   registerKernel("SoftmaxCrossEntropyLossGrad", SceGradKernel, floatStorage(), prepareLossGrad, 1);
 }
 

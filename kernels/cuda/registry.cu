@@ -28,6 +28,8 @@ void registerResizeKernels();
 void registerGeneratorKernels();
 void registerIndexingKernels();
 void registerQuantizedKernels();
+void registerBitwiseKernels();
+void registerClassicNormKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -119,6 +121,8 @@ const KernelRegistry &cudaKernels() {
     cuda::registerGeneratorKernels();
     cuda::registerIndexingKernels();
     cuda::registerQuantizedKernels();
+    cuda::registerBitwiseKernels();
+    cuda::registerClassicNormKernels();
   });
   return cuda::mutableKernels();
 }

@@ -1,6 +1,7 @@
 // CUDA kernels for Softmax and LogSoftmax along one axis and their backward
 // ops: one block per row (a row strides by `inner` through memory), block
-// reductions in a fixed order, sums in f64 as the CPU kernels do.
+// reductions in a fixed order, sums in f64 as the CPU kernels do; and
+// Hardmax, a thread per row.
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
 #include "sd/ops/index_geometry.h"
@@ -71,6 +72,36 @@ template <int Mode, typename T> __global__ void softmaxGradKernel(Rows rows, con
   }
 }
 
+// Hardmax: one thread per row, 1 at the row's first maximum (a NaN never
+// wins; a row of NaN or -inf only marks its first element), as on the CPU.
+template <typename T> __global__ void hardmaxKernel(Rows rows, const T *px, T *py) {
+  using C = Compute<T>;
+  for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows.outer * rows.inner;
+       r += int64_t(gridDim.x) * blockDim.x) {
+    const T *x = px + rows.base(r);
+    T *y = py + rows.base(r);
+    C mx = -INFINITY;
+    int64_t arg = 0;
+    for (int64_t j = 0; j < rows.n; ++j)
+      if (load(x[j * rows.inner]) > mx) {
+        mx = load(x[j * rows.inner]);
+        arg = j;
+      }
+    for (int64_t j = 0; j < rows.n; ++j) y[j * rows.inner] = store<T>(C(j == arg));
+  }
+}
+
+Status hardmax(const KernelContext &c) {
+  Rows rows = rowsOf(c);
+  if (rows.outer * rows.inner * rows.n == 0) return Status::ok();
+  return dispatchFloatStorage(c.inputs[0].dtype, [&](auto tag) {
+    using T = decltype(tag);
+    hardmaxKernel<T><<<blocksFor(rows.outer * rows.inner), kThreads, 0, streamOf(c)>>>(rows, c.inputs[0].as<T>(),
+                                                                                      c.outputs[0].as<T>());
+    return launchStatus("Hardmax");
+  });
+}
+
 unsigned rowBlocks(const Rows &r) { return unsigned(std::min<int64_t>(r.outer * r.inner, int64_t(1) << 20)); }
 
 template <int Mode> Status softmax(const KernelContext &c) {
@@ -100,6 +131,7 @@ template <int Mode> Status softmaxGrad(const KernelContext &c) {
 void registerSoftmaxKernels() {
   registerKernel("Softmax", softmax<0>, floatStorage());
   registerKernel("LogSoftmax", softmax<1>, floatStorage());
+  registerKernel("Hardmax", hardmax, floatStorage());
   registerKernel("SoftmaxGrad", softmaxGrad<0>, floatStorage());
   registerKernel("LogSoftmaxGrad", softmaxGrad<1>, floatStorage());
 }

@@ -2,7 +2,8 @@
 """Plans on the CUDA backend against the CPU, one script in two parts.
 
 Coverage (any build with the CUDA backend, no GPU needed): every step of the
-tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of a tiny
+tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of a small
+CNN's full fine-tuning on image arrays (its own loss), of a tiny
 Llama's LoRA plans (f32 and bf16), of the
 CNN and MobileNet inference plans and of GRU/LSTM inference and training
 plans and of PaddleOCR's PP-OCRv4 detector and recognizer binds to a CUDA
@@ -25,7 +26,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, export_tiny_gpt, report_checks, sh
+from e2e_util import ROOT, export_tiny_cnn_classifier, export_tiny_gpt, report_checks, sh, write_image_data
 
 RESULTS = []
 STEPS = 20
@@ -50,8 +51,12 @@ def check(name, ok, detail):
 
 
 class PlanKind:
-    def __init__(self, kind, plan, trains, input_name, input_file, tolerances=None, on_cpu=()):
+    def __init__(self, kind, plan, trains, input_name, input_file, tolerances=None, on_cpu=(), more_inputs=None,
+                 data=None):
         self.kind, self.plan, self.trains, self.input_name, self.input_file = kind, plan, trains, input_name, input_file
+        # The infer entry's other inputs {name: .npy}, and a tensor-data plan's
+        # training folder (sdc --loss-output; None: the JSON Lines text).
+        self.more_inputs, self.data = more_inputs or {}, data
         self.tol = tolerances or dict(logits_rtol=LOGITS_RTOL, logits_atol=LOGITS_ATOL, loss_rtol=LOSS_RTOL,
                                       weights_atol=WEIGHTS_ATOL)
         self.on_cpu = set(on_cpu)  # ops expected to fall back to the CPU kernels
@@ -96,8 +101,22 @@ def plans(sdc, folder):
         plan = os.path.join(folder, f"{cnn}.sdp")
         sh([sdc, "compile", os.path.join(folder, f"{cnn}.onnx"), "--shapes", f"image={shape}", "-o", plan])
         out.append(PlanKind(cnn, plan, False, "image", image))
-    return out + llama_plans(sdc, folder, tokens) + recurrent_plans(sdc, folder) + [detector_plan(sdc, folder)] + \
-        ocr_plans(sdc, folder)
+    return out + [cnn_train_plan(sdc, folder)] + llama_plans(sdc, folder, tokens) + recurrent_plans(sdc, folder) + \
+        [detector_plan(sdc, folder)] + ocr_plans(sdc, folder)
+
+
+def cnn_train_plan(sdc, folder):
+    """test_tensor_training's CNN with its own loss, fully fine-tuned on a
+    folder of images and classes: Conv's weight gradient and the pools'
+    gradients (ConvGradWeight, MaxPoolGrad, AveragePoolGrad)."""
+    onnx_path = os.path.join(folder, "cnn_train.onnx")
+    export_tiny_cnn_classifier(onnx_path, 4)
+    plan = os.path.join(folder, "cnn-train.sdp")
+    sh([sdc, "compile", onnx_path, "--peft", "none", "--loss-output", "loss", "-o", plan])
+    data = write_image_data(os.path.join(folder, "cnn-train-data"), 24, seed=1)
+    infer_in = write_image_data(os.path.join(folder, "cnn-train-infer"), 4, seed=2)  # the infer entry's batch
+    return PlanKind("cnn-train", plan, True, "image", os.path.join(infer_in, "image.npy"),
+                    more_inputs={"label": os.path.join(infer_in, "label.npy")}, data=data)
 
 
 def llama_plans(sdc, folder, tokens):
@@ -262,8 +281,9 @@ def write_data(path, rows=64):
 
 def infer(sdrun, p, device, out):
     os.makedirs(out, exist_ok=True)
-    sh([sdrun, "infer", p.plan, "--input", f"{p.input_name}={p.input_file}", "--output-dir", out, "--output-format",
-        "npy", "--device", device])
+    more = [a for name, f in p.more_inputs.items() for a in ("--input", f"{name}={f}")]
+    sh([sdrun, "infer", p.plan, "--input", f"{p.input_name}={p.input_file}", *more, "--output-dir", out,
+        "--output-format", "npy", "--device", device])
     return np.load(os.path.join(out, "output_0.npy"))
 
 
@@ -292,9 +312,10 @@ def gpu_part(sdrun, all_plans, tmp):
               f"max |diff| {err:.3g}")
         if not p.trains:
             continue
-        lc, wc, _ = train(sdrun, p.plan, "cpu", data, os.path.join(tmp, kind, "cpu"), kind)
-        lg, wg, _ = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda"), kind)
-        lg2, wg2, _ = train(sdrun, p.plan, "cuda", data, os.path.join(tmp, kind, "cuda2"), kind)
+        pdata = p.data or data
+        lc, wc, _ = train(sdrun, p.plan, "cpu", pdata, os.path.join(tmp, kind, "cpu"), kind)
+        lg, wg, _ = train(sdrun, p.plan, "cuda", pdata, os.path.join(tmp, kind, "cuda"), kind)
+        lg2, wg2, _ = train(sdrun, p.plan, "cuda", pdata, os.path.join(tmp, kind, "cuda2"), kind)
         rel = max(abs(a - b) / max(abs(a), 1e-6) for a, b in zip(lc, lg)) if lc and len(lc) == len(lg) else float("inf")
         check(f"{kind}: {STEPS} training steps' losses on CUDA match the CPU", rel <= p.tol["loss_rtol"],
               f"{len(lg)} losses, max relative diff {rel:.3g}")
@@ -303,7 +324,7 @@ def gpu_part(sdrun, all_plans, tmp):
         same = lg == lg2 and all(np.array_equal(wg[k], wg2[k]) for k in wg)
         check(f"{kind}: two CUDA trainings give the same bits", same, "losses and weights identical" if same else
               "differ")
-        nccl_one_rank(sdrun, p.plan, data, tmp, kind, lc, p.tol["loss_rtol"])
+        nccl_one_rank(sdrun, p.plan, pdata, tmp, kind, lc, p.tol["loss_rtol"])
         if kind.endswith(("bf16", "fp16")):
             cudnn_sdpa(sdrun, p, data, tmp, lg)
 

@@ -36,7 +36,7 @@ std::string formatDuration(double s) {
 
 
 const char *kTrainUsage =
-    "usage: sdrun train PLAN.sdp --data FILE.jsonl [options]\n"
+    "usage: sdrun train PLAN.sdp --data FILE.jsonl|DIR [options]\n"
     "\n"
     "Trains with the plan's train_step (or accumulate + apply) entries. Data lines\n"
     "hold {\"input_ids\": [...], \"labels\": [...]} (labels optional, -100 = not\n"
@@ -45,6 +45,10 @@ const char *kTrainUsage =
     "(rendered with the chat template of --tokenizer, loss on assistant turns only).\n"
     "Text is tokenized with --tokenizer (BOS from its post-processor, EOS from its\n"
     "tokenizer_config.json), or taken as bytes by byte-level (256-token) models.\n"
+    "A plan with its own loss (sdc compile --loss-output) over other inputs, such as\n"
+    "images and classes, trains on a folder DIR holding NAME.npy for each of those\n"
+    "inputs, the examples along the first axis (--eval-data likewise); its micro-batch\n"
+    "is the plan's batch, and eval takes whole batches.\n"
     "\n"
     "options:\n"
     "  --steps N              optimizer steps (default: --epochs worth)\n"
