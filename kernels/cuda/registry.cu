@@ -30,6 +30,7 @@ void registerIndexingKernels();
 void registerQuantizedKernels();
 void registerBitwiseKernels();
 void registerClassicNormKernels();
+void registerEinsumKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -123,6 +124,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerQuantizedKernels();
     cuda::registerBitwiseKernels();
     cuda::registerClassicNormKernels();
+    cuda::registerEinsumKernels();
   });
   return cuda::mutableKernels();
 }
