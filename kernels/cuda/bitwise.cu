@@ -3,6 +3,7 @@
 // math), with numpy broadcasting, on every integer type.
 #include "broadcast.cuh"
 #include "cuda_util.cuh"
+#include "integer_dispatch.cuh"
 #include "sd/ops/math/integer.h"
 
 namespace sd::cuda {
@@ -25,18 +26,8 @@ template <Bits Op, typename T> __global__ void bitsKernel(Broadcast bc, const T 
   }
 }
 
-template <typename F> Status dispatchInteger(DType t, const char *op, F &&f) {
-  switch (t) {
-  case DType::I64: return f(int64_t{});
-  case DType::I32: return f(int32_t{});
-  case DType::I16: return f(int16_t{});
-  case DType::I8: return f(int8_t{});
-  case DType::U64: return f(uint64_t{});
-  case DType::U32: return f(uint32_t{});
-  case DType::U16: return f(uint16_t{});
-  case DType::U8: return f(uint8_t{});
-  default: return sdError(op, " needs integers, got ", dtypeName(t));
-  }
+template <typename F> Status dispatchBits(DType t, const char *op, F &&f) {
+  return dispatchInteger(t, f, [op](DType other) { return sdError(op, " needs integers, got ", dtypeName(other)); });
 }
 
 template <Bits Op> Status launchBits(const KernelContext &c, const char *op) {
@@ -46,7 +37,7 @@ template <Bits Op> Status launchBits(const KernelContext &c, const char *op) {
   if (n == 0) return Status::ok();
   StatusOr<Broadcast> bc = broadcastOf(y.dims, {&a.dims, &b.dims});
   if (!bc.isOk()) return bc.status();
-  return dispatchInteger(a.dtype, op, [&](auto tag) {
+  return dispatchBits(a.dtype, op, [&](auto tag) {
     using T = decltype(tag);
     bitsKernel<Op, T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(*bc, a.as<T>(), b.as<T>(), y.as<T>(), n);
     return launchStatus(op);
@@ -69,7 +60,7 @@ Status BitwiseNotKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
   const int64_t n = y.numElements();
   if (n == 0) return Status::ok();
-  return dispatchInteger(x.dtype, "BitwiseNot", [&](auto tag) {
+  return dispatchBits(x.dtype, "BitwiseNot", [&](auto tag) {
     using T = decltype(tag);
     bitwiseNotKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<T>(), y.as<T>(), n);
     return launchStatus("BitwiseNot");

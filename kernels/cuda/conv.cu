@@ -65,6 +65,19 @@ struct ConvShape {
   int64_t n = 0, cin = 0, m = 0, group = 1, cg = 0, mg = 0;
 };
 
+// A forward convolution's channels: x [n, cin, ...] to m output channels in `group` groups.
+StatusOr<ConvShape> convShapeOf(const KernelContext &c, const TensorView &x, int64_t m, const char *op) {
+  ConvShape s;
+  s.n = x.dims[0];
+  s.cin = x.dims[1];
+  s.m = m;
+  s.group = c.attrs.getInt("group", 1);
+  if (s.group <= 0 || s.cin % s.group || s.m % s.group) return sdError(op, " group does not divide the channels");
+  s.cg = s.cin / s.group;
+  s.mg = s.m / s.group;
+  return s;
+}
+
 template <typename T>
 __global__ void convKernel(ConvShape s, FlatWindow w, Epilogue e, const T *x, const T *wt, const T *bias,
                            const T *residual, T *y) {
@@ -97,14 +110,9 @@ Status ConvKernel(const KernelContext &c) {
   SD_RETURN_IF_ERROR(resolveWindows(c.attrs, Dims(x.dims.begin() + 2, x.dims.end()), kernel, false, g));
   StatusOr<FlatWindow> w = flatWindowOf(g);
   if (!w.isOk()) return w.status();
-  ConvShape s;
-  s.n = x.dims[0];
-  s.cin = x.dims[1];
-  s.m = wt.dims[0];
-  s.group = c.attrs.getInt("group", 1);
-  if (s.group <= 0 || s.cin % s.group || s.m % s.group) return sdError("Conv group does not divide the channels");
-  s.cg = s.cin / s.group;
-  s.mg = s.m / s.group;
+  StatusOr<ConvShape> shape = convShapeOf(c, x, wt.dims[0], "Conv");
+  if (!shape.isOk()) return shape.status();
+  const ConvShape s = shape.value();
   if (wt.dims[1] != s.cg || y.dims[1] != s.m) return sdError("Conv shapes inconsistent");
   int64_t total = y.numElements();
   if (total == 0) return Status::ok();
@@ -206,14 +214,9 @@ Status ConvGradWeightKernel(const KernelContext &c) {
                                     false, g));
   StatusOr<FlatWindow> w = flatWindowOf(g);
   if (!w.isOk()) return w.status();
-  ConvShape s;
-  s.n = x.dims[0];
-  s.cin = x.dims[1];
-  s.m = dy.dims[1];
-  s.group = c.attrs.getInt("group", 1);
-  if (s.group <= 0 || s.cin % s.group || s.m % s.group) return sdError("ConvGradWeight group does not divide the channels");
-  s.cg = s.cin / s.group;
-  s.mg = s.m / s.group;
+  StatusOr<ConvShape> shape = convShapeOf(c, x, dy.dims[1], "ConvGradWeight");
+  if (!shape.isOk()) return shape.status();
+  const ConvShape s = shape.value();
   if (Dims(dy.dims.begin() + 2, dy.dims.end()) != g.out || dw.dims[0] != s.m || dw.dims[1] != s.cg)
     return sdError("ConvGradWeight shapes inconsistent");
   const int64_t weights = dw.numElements();

@@ -23,23 +23,21 @@ template <typename T> struct Operands {
   const T *p[kMaxOperands] = {};
 };
 
+// Sets val[labels[k]] to the digits of `index` in the mixed radix of the labels' sizes.
+__device__ inline void decodeLabels(int64_t index, const int *labels, int count, const int64_t *size, int64_t *val) {
+  for (int k = count - 1; k >= 0; --k) {
+    val[labels[k]] = index % size[labels[k]];
+    index /= size[labels[k]];
+  }
+}
+
 template <typename T> __global__ void einsumKernel(EinsumWalk w, Operands<T> in, T *y, int64_t n) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t val[kMaxLabels] = {};
-    int64_t rem = i;
-    for (int k = w.outputLabels - 1; k >= 0; --k) {
-      const int l = w.output[k];
-      val[l] = rem % w.size[l];
-      rem /= w.size[l];
-    }
+    decodeLabels(i, w.output, w.outputLabels, w.size, val);
     double acc = 0;
     for (int64_t s = 0; s < w.sumCount; ++s) {
-      int64_t r2 = s;
-      for (int k = w.summedLabels - 1; k >= 0; --k) {
-        const int l = w.summed[k];
-        val[l] = r2 % w.size[l];
-        r2 /= w.size[l];
-      }
+      decodeLabels(s, w.summed, w.summedLabels, w.size, val);
       double prod = 1;
       for (int t = 0; t < w.operands; ++t) {
         int64_t off = 0;

@@ -4,6 +4,7 @@
 // and Dropout at inference. Grid-stride loops; f16/bf16 compute in f32.
 #include "broadcast.cuh"
 #include "cuda_util.cuh"
+#include "integer_dispatch.cuh"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/math/activations.h"
 #include "tensor_table.cuh"
@@ -429,18 +430,10 @@ TypeSet castTypes() {
 }
 
 template <typename F> Status dispatchCastType(DType t, F &&f) {
-  switch (t) {
-  case DType::I64: return f(int64_t{});
-  case DType::I32: return f(int32_t{});
-  case DType::I16: return f(int16_t{});
-  case DType::I8: return f(int8_t{});
-  case DType::U64: return f(uint64_t{});
-  case DType::U32: return f(uint32_t{});
-  case DType::U16: return f(uint16_t{});
-  case DType::U8: return f(uint8_t{});
-  case DType::Bool: return f(bool{});
-  default: return dispatchFloatStorage(t, f);
-  }
+  return dispatchInteger(t, f, [&](DType other) {
+    if (other == DType::Bool) return f(bool{});
+    return dispatchFloatStorage(other, f);
+  });
 }
 
 Status CastKernel(const KernelContext &c) {

@@ -6,6 +6,7 @@
 // created: the host cannot look at device values without a sync. Range's
 // start and delta are read on the device, so they may change per run.
 #include "cuda_util.cuh"
+#include "integer_dispatch.cuh"
 #include "sd/format/dtype.h"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/index_geometry.h"
@@ -196,19 +197,11 @@ Status RangeKernel(const KernelContext &c) {
     rangeKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(c.inputs[0].as<T>(), c.inputs[2].as<T>(), y.as<T>(), n);
     return launchStatus("Range");
   };
-  switch (y.dtype) {
-  case DType::F32: return launch(float{});
-  case DType::F64: return launch(double{});
-  case DType::I64: return launch(int64_t{});
-  case DType::I32: return launch(int32_t{});
-  case DType::I16: return launch(int16_t{});
-  case DType::I8: return launch(int8_t{});
-  case DType::U64: return launch(uint64_t{});
-  case DType::U32: return launch(uint32_t{});
-  case DType::U16: return launch(uint16_t{});
-  case DType::U8: return launch(uint8_t{});
-  default: return sdError("no CUDA Range for ", dtypeName(y.dtype));
-  }
+  return dispatchInteger(y.dtype, launch, [&](DType other) {
+    if (other == DType::F32) return launch(float{});
+    if (other == DType::F64) return launch(double{});
+    return sdError("no CUDA Range for ", dtypeName(other));
+  });
 }
 
 } // namespace
