@@ -40,21 +40,24 @@ def tiny_cnn_classifier(seed=0):
             self.conv2 = torch.nn.Conv2d(8, 16, 3, stride=2, padding=1, groups=2)
             self.head = torch.nn.Linear(16 * 2 * 2, 5)
 
-        def forward(self, image, label):
+        def forward(self, image, label=None):  # without labels: the class logits, for serving
             x = torch.nn.functional.max_pool2d(torch.relu(self.conv1(image)), 2)
             x = torch.nn.functional.avg_pool2d(torch.relu(self.conv2(x)), 2)
-            return torch.nn.functional.cross_entropy(self.head(x.flatten(1)), label)
+            logits = self.head(x.flatten(1))
+            return logits if label is None else torch.nn.functional.cross_entropy(logits, label)
 
     torch.manual_seed(seed)
     return Net()
 
 
-def export_tiny_cnn_classifier(path, batch, seed=0):
-    """tiny_cnn_classifier(seed) exported to `path` for [batch] images (opset 17); returns the module."""
+def export_tiny_cnn_classifier(path, batch, seed=0, logits=False):
+    """tiny_cnn_classifier(seed) exported to `path` for [batch] images (opset 17):
+    (image, label) -> loss, or with `logits` image -> logits; returns the module."""
     import torch
     model = tiny_cnn_classifier(seed)
-    torch.onnx.export(model, (torch.zeros(batch, 3, 16, 16), torch.zeros(batch, dtype=torch.long)), path,
-                      dynamo=False, opset_version=17, input_names=["image", "label"], output_names=["loss"])
+    args = (torch.zeros(batch, 3, 16, 16),) if logits else (torch.zeros(batch, 3, 16, 16), torch.zeros(batch, dtype=torch.long))
+    torch.onnx.export(model, args, path, dynamo=False, opset_version=17,
+                      input_names=["image"] if logits else ["image", "label"], output_names=["logits" if logits else "loss"])
     return model
 
 

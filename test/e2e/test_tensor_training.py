@@ -5,7 +5,8 @@ on tensor data: `sdrun train --data DIR` with one NumPy array per input
 AdamW. A small CNN (convolutions, grouped and strided, max and average
 pooling, a linear head, cross-entropy), so the steps are Conv's weight
 gradient and the pools' gradients. Covers gradient accumulation, eval on
-whole batches, resume after a stop (bit-identical), `sdrun bench --data DIR`
+whole batches, resume after a stop (bit-identical), serving the trained
+weights merged into the model's labels-free export, `sdrun bench --data DIR`
 and bad data folders."""
 import json
 import os
@@ -15,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import (clean_error_problems, export_tiny_cnn_classifier, report_checks, sh, tool_paths,
+from e2e_util import (clean_error_problems, export_tiny_cnn_classifier, ort_run, report_checks, sh, tool_paths,
                       write_image_data)
 
 RESULTS = []
@@ -89,6 +90,22 @@ def main():
                      if k in got}
             check(f"--grad-accum {accum}: trained weights equal PyTorch's", len(diffs) == 6 and max(diffs.values()) < 1e-5,
                   f"{len(diffs)} of {len(got)} tensors matched by name, max |diff| {max(diffs.values(), default=-1):.2e}")
+
+        # Serving: the same module exported without labels (image -> logits) takes the
+        # trained weights by name (sdc merge); ONNX Runtime's logits equal PyTorch's.
+        plain = os.path.join(tmp, "logits.onnx")
+        export_tiny_cnn_classifier(plain, BATCH, logits=True)
+        tuned = os.path.join(tmp, "tuned.onnx")
+        sh([sdc, "merge", plain, "--weights", os.path.join(tmp, "accum1.safetensors"), "-o", tuned])
+        model = export_tiny_cnn_classifier(os.path.join(tmp, "again.onnx"), BATCH)
+        torch_run(model, data, STEPS, 1)
+        images = np.load(os.path.join(data, "image.npy"))[:BATCH]
+        got = ort_run(tuned, {"image": images})["logits"]
+        with torch.no_grad():
+            want = model(torch.tensor(images)).numpy()
+        err = float(np.max(np.abs(got - want)))
+        check("the trained weights merged into the logits export: ONNX Runtime's logits equal PyTorch's", err < 1e-4,
+              f"max |diff| {err:.2e}")
 
         # Eval: whole batches only (the model's loss is a mean: a filler row would count), said once.
         evald = write_image_data(os.path.join(tmp, "eval"), 10, seed=2)
