@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -57,6 +58,30 @@ StatusOr<std::string> readWholeFile(const std::string &path) {
   ::close(fd.value());
   if (off != size) return sdError(path, ": read error (the file shrank or could not be read)");
   return out;
+}
+
+StatusOr<std::unique_ptr<MappedFile>> MappedFile::open(const std::string &path) {
+  size_t size = 0;
+  auto opened = openRegularFile(path, size); // a FIFO would block in open(), /dev/zero never end
+  if (!opened.isOk()) return opened.status();
+  const int fd = opened.value();
+  auto m = std::unique_ptr<MappedFile>(new MappedFile());
+  m->size = size;
+  if (m->size > 0) {
+    void *p = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      return sdError(path, ": cannot map (", std::strerror(err), ")");
+    }
+    m->data = static_cast<const uint8_t *>(p);
+  }
+  ::close(fd);
+  return m;
+}
+
+MappedFile::~MappedFile() {
+  if (data) munmap(const_cast<uint8_t *>(data), size);
 }
 
 StatusOr<std::string> fileFingerprint(const std::string &path) {

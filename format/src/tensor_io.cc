@@ -212,7 +212,7 @@ static const char *npyDescr(DType t) {
   }
 }
 
-StatusOr<HostTensor> decodeNpy(const uint8_t *b, size_t size, const std::string &what) {
+StatusOr<NpyHeader> parseNpyHeader(const uint8_t *b, size_t size, const std::string &what) {
   if (size < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0) return sdError(what, ": not a .npy file");
   int major = b[6];
   size_t hlen, hoff;
@@ -243,7 +243,7 @@ StatusOr<HostTensor> decodeNpy(const uint8_t *b, size_t size, const std::string 
     size_t e = h.find_first_of(",}", p);
     return h.substr(p, e == std::string::npos ? std::string::npos : e - p);
   };
-  HostTensor t;
+  NpyHeader t;
   std::string descr = field("descr");
   for (int d = 0; d <= 16; ++d)
     if (npyDescr(DType(d)) && descr == npyDescr(DType(d))) t.dtype = DType(d);
@@ -269,8 +269,31 @@ StatusOr<HostTensor> decodeNpy(const uint8_t *b, size_t size, const std::string 
   size_t bytes = size_t(n) * dtypeSize(t.dtype);
   if (size - hoff - hlen != bytes)
     return sdError(what, ": .npy data holds ", size - hoff - hlen, " bytes, shape needs ", bytes);
-  t.data.assign(b + hoff + hlen, b + size);
+  t.dataOffset = hoff + hlen;
   return t;
+}
+
+StatusOr<HostTensor> decodeNpy(const uint8_t *b, size_t size, const std::string &what) {
+  auto h = parseNpyHeader(b, size, what);
+  if (!h.isOk()) return h.status();
+  HostTensor t;
+  t.dtype = h.value().dtype;
+  t.dims = h.value().dims;
+  t.data.assign(b + h.value().dataOffset, b + size);
+  return t;
+}
+
+StatusOr<MappedNpy> mapNpyFile(const std::string &path) {
+  auto f = MappedFile::open(path);
+  if (!f.isOk()) return f.status();
+  MappedNpy out;
+  out.file = std::move(f.value());
+  auto h = parseNpyHeader(out.file->data, out.file->size, path);
+  if (!h.isOk()) return h.status();
+  out.dtype = h.value().dtype;
+  out.dims = h.value().dims;
+  out.data = out.file->data + h.value().dataOffset;
+  return out;
 }
 
 std::string encodeNpy(const HostTensor &t) {

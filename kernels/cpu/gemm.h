@@ -22,12 +22,16 @@ void gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, T alpha, const T *a
     cblas_dgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, int(m), int(n),
                 int(k), alpha, a, int(lda), b, int(ldb), beta, c, int(ldc));
   } else {
+    // Integers wrap as two's complement in T: computed in u64, where the
+    // products cannot overflow into undefined behaviour (a u16 times a u16
+    // promotes to int, which 65535 * 65535 overflows), then cut down to T.
+    using W = std::conditional_t<std::is_integral_v<T>, uint64_t, T>;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = 0; j < n; ++j) {
-        T acc = 0;
+        W acc = 0;
         for (int64_t p = 0; p < k; ++p)
-          acc += (ta ? a[p * lda + i] : a[i * lda + p]) * (tb ? b[j * ldb + p] : b[p * ldb + j]);
-        c[i * ldc + j] = T(alpha * acc + (beta == T(0) ? T(0) : beta * c[i * ldc + j]));
+          acc += W(ta ? a[p * lda + i] : a[i * lda + p]) * W(tb ? b[j * ldb + p] : b[p * ldb + j]);
+        c[i * ldc + j] = T(W(alpha) * acc + (beta == T(0) ? W(0) : W(beta) * W(c[i * ldc + j])));
       }
   }
 }

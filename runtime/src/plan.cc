@@ -18,33 +18,6 @@
 
 namespace sd {
 
-class MappedFile {
-public:
-  static StatusOr<std::unique_ptr<MappedFile>> open(const std::string &path) {
-    size_t size = 0;
-    auto opened = openRegularFile(path, size); // a FIFO would block in open(), /dev/zero never end
-    if (!opened.isOk()) return opened.status();
-    int fd = opened.value();
-    auto m = std::unique_ptr<MappedFile>(new MappedFile());
-    m->size = size;
-    if (m->size > 0) {
-      void *p = mmap(nullptr, m->size, PROT_READ, MAP_PRIVATE, fd, 0);
-      if (p == MAP_FAILED) {
-        ::close(fd);
-        return sdError(path, ": cannot map (", std::strerror(errno), ")");
-      }
-      m->data = static_cast<const uint8_t *>(p);
-    }
-    ::close(fd);
-    return m;
-  }
-  ~MappedFile() {
-    if (data) munmap(const_cast<uint8_t *>(data), size);
-  }
-  const uint8_t *data = nullptr;
-  size_t size = 0;
-};
-
 Plan::~Plan() = default;
 
 StatusOr<std::unique_ptr<Plan>> Plan::loadFile(const std::string &path, const PlanLoadOptions &opts) {

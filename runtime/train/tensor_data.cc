@@ -26,13 +26,14 @@ Status requireFolder(const std::string &dir, const std::vector<TensorInput> &inp
 StatusOr<TensorData> loadTensorFolder(const std::string &dir, const std::vector<TensorInput> &inputs) {
   SD_RETURN_IF_ERROR(requireFolder(dir, inputs));
   TensorData out;
+  out.inputs = inputs;
   int64_t examples = -1;
   std::string first;
   for (const TensorInput &in : inputs) {
     const std::string path = arrayPath(dir, in);
-    auto t = readTensorFile(path);
+    auto t = mapNpyFile(path);
     if (!t.isOk()) return t.status();
-    HostTensor &a = t.value();
+    MappedNpy &a = t.value();
     const Dims row(in.dims.begin() + 1, in.dims.end());
     if (a.dims.empty() || Dims(a.dims.begin() + 1, a.dims.end()) != row || a.dtype != in.dtype)
       return sdError(path, ": ", dtypeName(a.dtype), "[", formatDims(a.dims), "], but input '", in.name, "' takes ",
@@ -42,7 +43,6 @@ StatusOr<TensorData> loadTensorFolder(const std::string &dir, const std::vector<
       return sdError(path, ": ", a.dims[0], " examples, but ", first, " holds ", examples);
     examples = a.dims[0];
     first = path;
-    a.name = in.name;
     out.arrays.push_back(std::move(a));
   }
   out.examples.resize(size_t(examples));
@@ -61,13 +61,14 @@ StatusOr<std::string> tensorFolderFingerprint(const std::string &dir, const std:
 }
 
 TensorBatch::TensorBatch(const Rows &rows, const TensorData &data) {
-  for (const HostTensor &a : data.arrays) {
-    const size_t rowBytes = a.byteSize() / size_t(a.dims[0]);
-    HostTensor t{a.name, a.dtype, a.dims, {}};
+  for (size_t i = 0; i < data.arrays.size(); ++i) {
+    const MappedNpy &a = data.arrays[i];
+    const size_t rowBytes = size_t(product(Dims(a.dims.begin() + 1, a.dims.end()))) * dtypeSize(a.dtype);
+    HostTensor t{data.inputs[i].name, a.dtype, a.dims, {}};
     t.dims[0] = int64_t(rows.size());
     t.data.resize(rowBytes * rows.size());
     for (size_t r = 0; r < rows.size(); ++r)
-      std::memcpy(t.data.data() + r * rowBytes, a.data.data() + size_t(rows[r].front()->row) * rowBytes, rowBytes);
+      std::memcpy(t.data.data() + r * rowBytes, a.data + size_t(rows[r].front()->row) * rowBytes, rowBytes);
     tensors.push_back(std::move(t));
   }
 }

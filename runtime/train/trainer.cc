@@ -316,12 +316,12 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
     auto loaded = loadTensorFolder(o.dataPath, pe.tensorInputs);
     if (!loaded.isOk()) return loaded.status();
     im->tensors = std::move(loaded.value());
-    im->data = im->tensors.examples;
+    im->data = std::move(im->tensors.examples);
     if (!o.evalPath.empty()) {
       auto ev = loadTensorFolder(o.evalPath, pe.tensorInputs);
       if (!ev.isOk()) return ev.status().withContext("--eval-data: ");
       im->evalTensors = std::move(ev.value());
-      im->evalData = im->evalTensors.examples;
+      im->evalData = std::move(im->evalTensors.examples);
       // Whole global batches only: the plan's loss cannot leave out filler rows.
       const size_t global = size_t(im->batch * im->world), used = im->evalData.size() / global * global;
       if (!used)

@@ -7,6 +7,8 @@
 // processes are removed by the next writer of the same path.
 #pragma once
 #include "sd/format/status.h"
+#include <cstdint>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -17,6 +19,20 @@ namespace sd {
 // (close it) and its size.
 StatusOr<int> openRegularFile(const std::string &path, size_t &size);
 Status requireRegularFile(const std::string &path);
+// A regular file mapped read-only (private), unmapped on destruction: plans,
+// their external weights, and training arrays too large to read whole.
+class MappedFile {
+public:
+  static StatusOr<std::unique_ptr<MappedFile>> open(const std::string &path);
+  ~MappedFile();
+  MappedFile(const MappedFile &) = delete;
+  MappedFile &operator=(const MappedFile &) = delete;
+  const uint8_t *data = nullptr;
+  size_t size = 0;
+
+private:
+  MappedFile() = default;
+};
 StatusOr<std::string> readWholeFile(const std::string &path);
 // "<bytes> bytes, crc32c <hex>" of a file's contents, read in chunks: tells
 // whether a resumed run reads the same data.

@@ -22,6 +22,21 @@ struct HostTensor {
 StatusOr<HostTensor> decodeTensorProto(const uint8_t *bytes, size_t size, const std::string &what);
 std::string encodeTensorProto(const HostTensor &t);
 StatusOr<HostTensor> decodeNpy(const uint8_t *bytes, size_t size, const std::string &what);
+// A .npy file's element type, shape and where its data starts (the data's size checked against the shape).
+struct NpyHeader {
+  DType dtype = DType::Undefined;
+  Dims dims;
+  size_t dataOffset = 0;
+};
+StatusOr<NpyHeader> parseNpyHeader(const uint8_t *bytes, size_t size, const std::string &what);
+// A .npy file mapped, its data read in place: training arrays too large to read whole.
+struct MappedNpy {
+  std::unique_ptr<MappedFile> file;
+  DType dtype = DType::Undefined;
+  Dims dims;
+  const uint8_t *data = nullptr;
+};
+StatusOr<MappedNpy> mapNpyFile(const std::string &path);
 std::string encodeNpy(const HostTensor &t);
 
 // Reads a .pb or .npy file (chosen by the NumPy magic, not the extension).

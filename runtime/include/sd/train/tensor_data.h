@@ -2,7 +2,8 @@
 // --loss-output) from inputs other than token ids, such as images and their
 // classes: a folder with one NumPy array per data input of the training
 // entries, NAME.npy, the examples along its first axis. Each example is one
-// row of a micro-batch; the arrays are read whole into memory.
+// row of a micro-batch; the arrays are mapped, not read, so a data set larger
+// than memory costs only the rows a step copies.
 #pragma once
 #include "sd/train/batching.h"
 #include <string>
@@ -18,8 +19,9 @@ struct TensorInput {
 };
 
 struct TensorData {
-  std::vector<HostTensor> arrays; // one per input, in the inputs' order: [examples, ...]
-  std::vector<Example> examples;  // Example::row = 0, 1, ...: what the data cursor walks
+  std::vector<TensorInput> inputs;
+  std::vector<MappedNpy> arrays; // one per input, in the inputs' order: [examples, ...]
+  std::vector<Example> examples; // Example::row = 0, 1, ...: what the data cursor walks
 };
 
 // DIR/NAME.npy for every input: its element type, and its shape past the
