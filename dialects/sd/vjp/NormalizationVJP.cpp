@@ -70,7 +70,9 @@ LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Val
     return op.emitError("BatchNormalization with training_mode=1 is not differentiable yet; export in eval mode");
   for (unsigned i : {3u, 4u})
     if (need[i] && !op->getOperand(i).getDefiningOp<GlobalLoadOp>())
-      return op.emitError("BatchNormalization: gradients through computed mean/variance are not supported");
+      return op.emitError("BatchNormalization with batch statistics (training_mode=1, a model exported in train "
+                          "mode) is not differentiable yet; export it in eval mode (torch: model.eval()) to "
+                          "fine-tune with its running statistics frozen");
   ArrayRef<int64_t> xs = shapeOf(op.getX());
   SmallVector<int64_t> perChannel(xs.size() - 1, 1), axes = {0};
   perChannel[0] = xs[1];
