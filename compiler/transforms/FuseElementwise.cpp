@@ -1,5 +1,7 @@
 // sd-fuse-elementwise: a chain of f32 elementwise steps (Add, Sub, Mul, Div,
-// Neg, Relu, Sigmoid, Tanh, Exp, Gelu, GeluGrad) whose intermediates have no
+// Neg, Relu, Sigmoid, Tanh, Exp, Gelu, GeluGrad, and Relu's gradient as its
+// VJP writes it, Where(Greater(x, 0), dy, 0), with the Greater's mask) whose
+// intermediates have no
 // other reader becomes one sd.fused_elementwise, so the chain reads its
 // operands and writes its result once instead of making a round trip through
 // memory per step (a LoRA branch's scaling and sum, residual sums, a GELU
@@ -30,8 +32,30 @@ using namespace sd::ir;
 
 namespace {
 
+bool isZeroScalar(Value v) {
+  DenseElementsAttr a;
+  if (auto c = v.getDefiningOp<ConstantOp>()) a = dyn_cast<DenseElementsAttr>(c.getValue());
+  return a && a.getNumElements() == 1 && a.getElementType().isF32() && a.getSplatValue<APFloat>().isPosZero();
+}
+
+// Relu's gradient, Where(Greater(x, 0), dy, 0), its mask read by this Where
+// alone: one ReluGrad instruction on (dy, x), the mask never written.
+bool isReluGrad(Operation *op) {
+  auto where = dyn_cast<WhereOp>(op);
+  if (!where || !isZeroScalar(where->getOperand(2))) return false;
+  auto greater = where->getOperand(0).getDefiningOp<GreaterOp>();
+  return greater && where->getOperand(0).hasOneUse() && isZeroScalar(greater->getOperand(1));
+}
+
+// The values an instruction reads: ReluGrad's (dy, x), else the op's operands.
+SmallVector<Value> instructionOperands(Operation *op) {
+  if (isReluGrad(op)) return {op->getOperand(1), op->getOperand(0).getDefiningOp()->getOperand(0)};
+  return SmallVector<Value>(op->getOperands());
+}
+
 std::optional<sd::ElementwiseOpcode> opcodeOf(Operation *op) {
   using Op = sd::ElementwiseOpcode;
+  if (isReluGrad(op)) return Op::ReluGrad;
   auto tanhForm = [&] {
     auto a = op->getAttrOfType<StringAttr>("approximate");
     return a && a.getValue() == "tanh";
@@ -70,7 +94,7 @@ bool isHalfStatic(Value v) {
 bool isArithmetic(Operation *op) {
   if (!opcodeOf(op) || op->getNumResults() != 1 || !isF32Static(op->getResult(0))) return false;
   auto type = cast<RankedTensorType>(op->getResult(0).getType());
-  for (Value v : op->getOperands()) {
+  for (Value v : instructionOperands(op)) {
     if (!isF32Static(v)) return false;
     auto t = cast<RankedTensorType>(v.getType());
     if (t.getNumElements() != 1 && t.getShape() != type.getShape()) return false;
@@ -113,7 +137,7 @@ bool recomputedByEveryReader(Value v) {
       continue;
     }
     if (!def || !isArithmetic(def) || ++ops > 4) return false;
-    for (Value operand : def->getOperands()) work.push_back(operand);
+    for (Value operand : instructionOperands(def)) work.push_back(operand);
   }
   return halves.size() <= 2;
 }
@@ -150,7 +174,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     };
     for (size_t i = 0; i < chain.size() && chain.size() < size_t(sd::kMaxFusedInstructions); ++i) {
       if (isWidening(chain[i])) continue; // its operand is the half value itself
-      for (Value v : chain[i]->getOperands()) {
+      for (Value v : instructionOperands(chain[i])) {
         Operation *def = v.getDefiningOp();
         // A narrowing root takes an arithmetic op; an arithmetic op takes
         // arithmetic ops and widening casts.
@@ -159,7 +183,8 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
       }
     }
     int64_t arithmetic = llvm::count_if(chain, [](Operation *op) { return opcodeOf(op).has_value(); });
-    if (chain.size() < 2 || arithmetic == 0) return true;
+    // A lone ReluGrad still saves its mask's round trip through memory.
+    if ((chain.size() < 2 && !isReluGrad(root)) || arithmetic == 0) return true;
     SmallVector<Operation *> steps(chain.begin(), chain.end());
     llvm::sort(steps, [](Operation *a, Operation *b) { return a->isBeforeInBlock(b); });
     // Operands from outside the chain in first-use order (a widening cast's
@@ -167,7 +192,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     llvm::SetVector<Value> inputs;
     for (Operation *op : steps)
       if (opcodeOf(op) || isWidening(op))
-        for (Value v : op->getOperands())
+        for (Value v : instructionOperands(op))
           if (!chain.contains(v.getDefiningOp())) inputs.insert(v);
     if (inputs.size() > size_t(sd::kMaxFusedInputs)) return false;
     DenseMap<Value, int64_t> valueIndex;
@@ -177,7 +202,8 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
       if (isWidening(op)) {
         valueIndex[op->getResult(0)] = valueIndex[op->getOperand(0)];
       } else if (auto code = opcodeOf(op)) {
-        int64_t lhs = valueIndex[op->getOperand(0)], rhs = op->getNumOperands() > 1 ? valueIndex[op->getOperand(1)] : lhs;
+        SmallVector<Value> reads = instructionOperands(op);
+        int64_t lhs = valueIndex[reads[0]], rhs = reads.size() > 1 ? valueIndex[reads[1]] : lhs;
         program.append({int64_t(*code), lhs, rhs});
         valueIndex[op->getResult(0)] = int64_t(inputs.size()) + int64_t(program.size() / 3) - 1;
       }
@@ -194,8 +220,13 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     root->getResult(0).replaceAllUsesWith(fused->getResult(0));
     for (Operation *op : llvm::reverse(steps)) {
       if (!op->use_empty()) continue; // a widening other steps still read; a later chain may take it too
+      Operation *mask = isReluGrad(op) ? op->getOperand(0).getDefiningOp() : nullptr;
       absorbed.insert(op);
       op->erase();
+      if (mask) {
+        absorbed.insert(mask);
+        mask->erase();
+      }
     }
     return true;
   }

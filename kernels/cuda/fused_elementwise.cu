@@ -79,6 +79,7 @@ __device__ inline float apply(int op, float a, float b) {
   case ElementwiseOpcode::Mul: return __fmul_rn(a, b);
   case ElementwiseOpcode::Div: return __fdiv_rn(a, b);
   case ElementwiseOpcode::Relu: return math::relu(a);
+  case ElementwiseOpcode::ReluGrad: return b > 0.f ? a : 0.f;
   case ElementwiseOpcode::Sigmoid: return math::sigmoid(a);
   case ElementwiseOpcode::Tanh: return std::tanh(a);
   case ElementwiseOpcode::Exp: return std::exp(a);

@@ -109,6 +109,22 @@ def main():
 
         # Eval: whole batches only (the model's loss is a mean: a filler row would count), said once.
         evald = write_image_data(os.path.join(tmp, "eval"), 10, seed=2)
+        # ReLU's gradient, Where(Greater(x, 0), dy, 0), fused (sd-fuse-elementwise's
+        # ReluGrad): the same losses and weights bit for bit as the unfused plan.
+        unfused = os.path.join(tmp, "cnn-unfused.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "none", "--loss-output", "loss", "--adam-epsilon", str(ADAM_EPS),
+            "--no-fuse", "elementwise", "-o", unfused])
+        runs = {}
+        for label, p in (("fused", plan), ("unfused", unfused)):
+            sh([sdrun, "train", p, "--data", data, "--steps", "4", "--metrics", os.path.join(tmp, f"{label}.jsonl"),
+                "--save-weights", os.path.join(tmp, f"{label}.safetensors")] + flags)
+            runs[label] = (losses_of(os.path.join(tmp, f"{label}.jsonl")),
+                           open(os.path.join(tmp, f"{label}.safetensors"), "rb").read())
+        kernels = subprocess.run([sdrun, "inspect", plan, "--kernels", "cpu"], capture_output=True, text=True).stdout
+        check("ReLU's gradient fused: the unfused plan's losses and weights bit for bit",
+              runs["fused"] == runs["unfused"] and "FusedElementwise" in kernels and "Where" not in kernels,
+              f"losses {runs['fused'][0]} vs {runs['unfused'][0]}; the plan has FusedElementwise steps and no Where")
+
         r = subprocess.run(train + ["--steps", "1", "--eval-data", evald, "--metrics", os.path.join(tmp, "eval.jsonl")],
                            capture_output=True, text=True, check=True)
         ev = [json.loads(l)["eval_loss"] for l in open(os.path.join(tmp, "eval.jsonl")) if "eval_loss" in l]

@@ -1183,7 +1183,8 @@ def fused_elementwise_ref(ins, attrs, t):
            5: lambda a, b: np.where(a < 0, np.float32(0), a), 6: lambda a, b: 1 / (1 + np.exp(-f64(a))),
            7: lambda a, b: np.tanh(f64(a)), 8: lambda a, b: np.exp(f64(a)),
            9: lambda a, b: gelu64(f64(a), "none"), 10: lambda a, b: gelu64(f64(a), "tanh"),
-           11: lambda a, b: f64(a) * gelu_grad64(f64(b), "none"), 12: lambda a, b: f64(a) * gelu_grad64(f64(b), "tanh")}
+           11: lambda a, b: f64(a) * gelu_grad64(f64(b), "none"), 12: lambda a, b: f64(a) * gelu_grad64(f64(b), "tanh"),
+           13: lambda a, b: np.where(b > 0, a, np.float32(0))}
     for i in range(0, len(p), 3):
         a, b = values[p[i + 1]], values[p[i + 2]]
         with np.errstate(all="ignore"):
@@ -1235,7 +1236,12 @@ CASES["FusedElementwise"] = [
          attrs={"program": [2, 1, 2, 0, 0, 5, 0, 3, 4, 12, 7, 6], "to": 16}, ref=fused_elementwise_ref,
          types=["bf16"], label="base + LoRA * scale, tanh GELU gradient of a sum (compiled in)"),
     Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [0, 0, 7]}, error="reads value 7", label="bad program"),
-    Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [13, 0, 0]}, error="opcode 13", label="bad opcode")]
+    # Relu's gradient after a sum of two gradients: dy where x > 0, +0 elsewhere (NaN x: 0; NaN dy passes).
+    Case(lambda t, r: [np.array([1.0, -2.0, np.nan, 3.0, 0.5, -0.0, 7.0], np.float32),
+                       np.array([0.5, 0.25, 1.0, np.nan, -1.0, 2.0, np.inf], np.float32),
+                       np.array([1.0, 2.0, -0.0, 0.0, np.nan, -0.0, 1.0], np.float32)],
+         attrs={"program": [0, 0, 1, 13, 3, 2]}, ref=fused_elementwise_ref, rtol=0, label="sum, then ReLU's gradient"),
+    Case(lambda t, r: [rand(r, (4,), t)], attrs={"program": [14, 0, 0]}, error="opcode 14", label="bad opcode")]
 
 
 def softmax_grad_ref(ins, attrs, t, log=False):

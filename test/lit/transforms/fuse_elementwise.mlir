@@ -175,3 +175,40 @@ func.func @sum_read_by_reshape(%base: tensor<4xbf16>, %lora: tensor<4xbf16>, %s:
   %r = sd.reshape %sum, %shape : (tensor<4xf32>, tensor<2xi64>) -> tensor<2x2xf32>
   return %gh, %r : tensor<4xbf16>, tensor<2x2xf32>
 }
+
+// -----
+
+// Relu's gradient as its VJP writes it, Where(Greater(x, 0), dy, 0): one
+// ReluGrad instruction (13) on (dy, x), alone or after the sum of two
+// gradients; the mask goes with it. A mask another step reads, or a -0.0
+// filler (the fused step would give +0.0), stays as it is.
+// CHECK-LABEL: func.func @relu_grad
+//       CHECK:   %[[A:.*]] = sd.fused_elementwise %arg1, %arg0 {program = array<i64: 13, 0, 1>}
+//       CHECK:   %[[B:.*]] = sd.fused_elementwise %arg1, %arg2, %arg0 {program = array<i64: 0, 0, 1, 13, 3, 2>}
+//   CHECK-NOT:   sd.greater
+//       CHECK:   return %[[A]], %[[B]]
+func.func @relu_grad(%x: tensor<2x3xf32>, %dy: tensor<2x3xf32>, %dz: tensor<2x3xf32>)
+    -> (tensor<2x3xf32>, tensor<2x3xf32>) attributes {sd.entry = "train_step"} {
+  %zero = sd.constant dense<0.0> : tensor<f32>
+  %pos = sd.greater %x, %zero : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xi1>
+  %dx = sd.where %pos, %dy, %zero : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %sum = sd.add %dy, %dz : (tensor<2x3xf32>, tensor<2x3xf32>) -> tensor<2x3xf32>
+  %pos2 = sd.greater %x, %zero : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xi1>
+  %dx2 = sd.where %pos2, %sum, %zero : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  return %dx, %dx2 : tensor<2x3xf32>, tensor<2x3xf32>
+}
+
+// -----
+
+// CHECK-LABEL: func.func @relu_grad_kept
+//   CHECK-NOT:   sd.fused_elementwise
+func.func @relu_grad_kept(%x: tensor<2x3xf32>, %dy: tensor<2x3xf32>)
+    -> (tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xf32>) attributes {sd.entry = "train_step"} {
+  %zero = sd.constant dense<0.0> : tensor<f32>
+  %negzero = sd.constant dense<-0.0> : tensor<f32>
+  %pos = sd.greater %x, %zero : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xi1>
+  %dx = sd.where %pos, %dy, %zero : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  %pos2 = sd.greater %x, %zero : (tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xi1>
+  %dx2 = sd.where %pos2, %dy, %negzero : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
+  return %dx, %pos, %dx2 : tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xf32>
+}

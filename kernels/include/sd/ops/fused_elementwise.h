@@ -20,12 +20,14 @@
 
 namespace sd {
 
-// Unary ones read lhs only; GeluErfGrad/GeluTanhGrad are GeluGrad (lhs dy, rhs x).
+// Unary ones read lhs only; GeluErfGrad/GeluTanhGrad are GeluGrad (lhs dy, rhs x);
+// ReluGrad is Relu's gradient as its VJP writes it, Where(Greater(x, 0), dy, 0)
+// (lhs dy, rhs x): dy where x > 0, else 0 (a NaN x gives 0).
 enum class ElementwiseOpcode : int64_t {
   Add = 0, Sub = 1, Mul = 2, Div = 3, Neg = 4, Relu = 5, Sigmoid = 6, Tanh = 7, Exp = 8, GeluErf = 9, GeluTanh = 10,
-  GeluErfGrad = 11, GeluTanhGrad = 12
+  GeluErfGrad = 11, GeluTanhGrad = 12, ReluGrad = 13
 };
-constexpr int64_t kLastElementwiseOpcode = int64_t(ElementwiseOpcode::GeluTanhGrad);
+constexpr int64_t kLastElementwiseOpcode = int64_t(ElementwiseOpcode::ReluGrad);
 
 // The element types of the operands and the result: f32 and the two halves.
 inline bool isFusedStorage(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
