@@ -66,9 +66,33 @@ template <typename T, RK K> Status reduceT(const KernelContext &c) {
       return Status::ok();
     }
   }
+  // The reduced axes that end x are contiguous: the walk below adds runs of
+  // `runLen` neighbours and steps its index only between runs (a per-channel
+  // sum over [N, C, H, W]'s axes 0, 2, 3: runs of H x W). Row-major over the
+  // reduced axes either way, so the same additions in the same order.
+  size_t headDims = redDims.size();
+  int64_t runLen = 1;
+  for (int64_t d = rank - 1; d >= 0 && red[size_t(d)]; --d) {
+    runLen *= x.dims[size_t(d)];
+    --headDims;
+  }
+  const int64_t heads = product(Dims(redDims.begin(), redDims.begin() + int64_t(headDims)));
   parallelFor(c.pool, nOut, std::max<int64_t>(1, 16384 / std::max<int64_t>(nRed, 1)),
               [&](int64_t b, int64_t e) {
-    Dims ri(redDims.size());
+    Dims ri(headDims);
+    // Calls fn on every input of the output at `base`, in row-major order of the reduced axes.
+    auto walk = [&](int64_t base, auto &&fn) {
+      std::fill(ri.begin(), ri.end(), 0);
+      for (int64_t h = 0; h < heads; ++h) {
+        int64_t off = base;
+        for (size_t d = 0; d < headDims; ++d) off += ri[d] * redStr[d];
+        for (int64_t k = 0; k < runLen; ++k) fn(px[off + k]);
+        for (int64_t d = int64_t(headDims) - 1; d >= 0; --d) {
+          if (++ri[size_t(d)] < redDims[size_t(d)]) break;
+          ri[size_t(d)] = 0;
+        }
+      }
+    };
     for (int64_t i = b; i < e; ++i) {
       int64_t base = 0, rem = i;
       for (int64_t d = int64_t(outDims.size()) - 1; d >= 0; --d) {
@@ -87,23 +111,11 @@ template <typename T, RK K> Status reduceT(const KernelContext &c) {
       Acc mx = Acc(0);
       if constexpr (K == RK::LogSumExp) {
         mx = Acc(-std::numeric_limits<double>::infinity());
-        std::fill(ri.begin(), ri.end(), 0);
-        for (int64_t j = 0; j < nRed; ++j) {
-          int64_t off = base;
-          for (size_t d = 0; d < ri.size(); ++d) off += ri[d] * redStr[d];
-          mx = std::max<Acc>(mx, Acc(px[off]));
-          for (int64_t d = int64_t(ri.size()) - 1; d >= 0; --d) {
-            if (++ri[size_t(d)] < redDims[size_t(d)]) break;
-            ri[size_t(d)] = 0;
-          }
-        }
+        walk(base, [&](T x) { mx = std::max<Acc>(mx, Acc(x)); });
         if (!std::isfinite(double(mx))) mx = Acc(0);
       }
-      std::fill(ri.begin(), ri.end(), 0);
-      for (int64_t j = 0; j < nRed; ++j) {
-        int64_t off = base;
-        for (size_t d = 0; d < ri.size(); ++d) off += ri[d] * redStr[d];
-        Acc v = Acc(px[off]);
+      walk(base, [&](T x) {
+        Acc v = Acc(x);
         if constexpr (K == RK::Sum || K == RK::Mean || K == RK::LogSum) acc += v;
         else if constexpr (K == RK::Max) acc = (v > acc || v != v) ? v : acc;
         else if constexpr (K == RK::Min) acc = (v < acc || v != v) ? v : acc;
@@ -111,11 +123,7 @@ template <typename T, RK K> Status reduceT(const KernelContext &c) {
         else if constexpr (K == RK::L1) acc += v < Acc(0) ? Acc(-v) : v;
         else if constexpr (K == RK::L2 || K == RK::SumSquare) acc += v * v;
         else if constexpr (K == RK::LogSumExp) acc += Acc(std::exp(double(v - mx)));
-        for (int64_t d = int64_t(ri.size()) - 1; d >= 0; --d) {
-          if (++ri[size_t(d)] < redDims[size_t(d)]) break;
-          ri[size_t(d)] = 0;
-        }
-      }
+      });
       if constexpr (K == RK::Mean) acc = nRed ? Acc(acc / Acc(nRed)) : Acc(0);
       else if constexpr (K == RK::L2) acc = Acc(std::sqrt(double(acc)));
       else if constexpr (K == RK::LogSum) acc = Acc(std::log(double(acc)));
