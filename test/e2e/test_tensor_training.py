@@ -4,12 +4,15 @@ on tensor data: `sdrun train --data DIR` with one NumPy array per input
 (image.npy, label.npy), against PyTorch on the same batches with the same
 AdamW. A small CNN (convolutions, grouped and strided, max and average
 pooling, a linear head, cross-entropy), so the steps are Conv's weight
-gradient and the pools' gradients. Covers gradient accumulation, eval on
-whole batches, resume after a stop (bit-identical), serving the trained
+gradient and the pools' gradients. Covers gradient accumulation, two ranks
+(mpirun) against one rank of twice the batch, ReLU's fused gradient against
+the unfused plan, eval on whole batches, resume after a stop
+(bit-identical), serving the trained
 weights merged into the model's labels-free export, `sdrun bench --data DIR`
 and bad data folders."""
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -109,6 +112,23 @@ def main():
 
         # Eval: whole batches only (the model's loss is a mean: a filler row would count), said once.
         evald = write_image_data(os.path.join(tmp, "eval"), 10, seed=2)
+        # Two ranks of the plan's batch train as one rank of twice the batch (mpirun, MPI).
+        plan8 = os.path.join(tmp, "cnn8.sdp")
+        export_tiny_cnn_classifier(os.path.join(tmp, "cnn8.onnx"), 2 * BATCH)
+        sh([sdc, "compile", os.path.join(tmp, "cnn8.onnx"), "--peft", "none", "--loss-output", "loss", "--adam-epsilon",
+            str(ADAM_EPS), "-o", plan8])
+        sh([sdrun, "train", plan8, "--data", data, "--steps", "5", "--metrics", os.path.join(tmp, "one.jsonl")] + flags)
+        mpirun = shutil.which("mpirun")
+        if not mpirun:
+            check("two ranks (mpirun)", False, "mpirun not found (scripts/install-deps.sh installs openmpi-bin)")
+        else:
+            sh([mpirun, "--allow-run-as-root", "--oversubscribe", "-np", "2", sdrun, "train", plan, "--data", data,
+                "--steps", "5", "--metrics", os.path.join(tmp, "two.jsonl")] + flags[:1] + ["--threads", "1"] + flags[3:])
+            one, two = losses_of(os.path.join(tmp, "one.jsonl")), losses_of(os.path.join(tmp, "two.jsonl"))
+            rel = max(abs(a - b) / abs(a) for a, b in zip(one, two)) if len(one) == len(two) == 5 else float("inf")
+            check("two ranks of batch 4 (mpirun -np 2) train as one rank of batch 8", rel < 1e-5,
+                  f"5 losses, max relative diff {rel:.1e}")
+
         # ReLU's gradient, Where(Greater(x, 0), dy, 0), fused (sd-fuse-elementwise's
         # ReluGrad): the same losses and weights bit for bit as the unfused plan.
         unfused = os.path.join(tmp, "cnn-unfused.sdp")
