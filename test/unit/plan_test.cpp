@@ -564,7 +564,7 @@ g (float[3] x, float[3] y) => (float[3] z) {
     };
   };
   expectRefused(good, setProgram(1, 7), "reads value 7");
-  expectRefused(good, setProgram(0, 13), "opcode 13");
+  expectRefused(good, setProgram(0, 14), "opcode 14");
 }
 
 TEST(LoopSteps, RunAndCorruptOnesAreRefused) {
