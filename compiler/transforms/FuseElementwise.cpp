@@ -21,6 +21,7 @@
 #include "mlir/IR/Builders.h"
 #include "sd/ops/fused_elementwise.h"
 #include "llvm/ADT/SetVector.h"
+#include <cmath>
 
 namespace sd {
 #define GEN_PASS_DEF_FUSEELEMENTWISE
@@ -32,10 +33,11 @@ using namespace sd::ir;
 
 namespace {
 
+// An f32 constant +0.0 (a -0.0 filler would make the fused step's zeros differ in sign).
 bool isZeroScalar(Value v) {
-  DenseElementsAttr a;
-  if (auto c = v.getDefiningOp<ConstantOp>()) a = dyn_cast<DenseElementsAttr>(c.getValue());
-  return a && a.getNumElements() == 1 && a.getElementType().isF32() && a.getSplatValue<APFloat>().isPosZero();
+  std::optional<double> z = sd::scalarValue(v);
+  auto t = dyn_cast<RankedTensorType>(v.getType());
+  return z && *z == 0 && !std::signbit(*z) && t && t.getElementType().isF32();
 }
 
 // Relu's gradient, Where(Greater(x, 0), dy, 0), its mask read by this Where

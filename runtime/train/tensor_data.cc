@@ -9,13 +9,18 @@ namespace {
 
 std::string arrayPath(const std::string &dir, const TensorInput &in) { return dir + "/" + in.name + ".npy"; }
 
+// What the input's array must be: "f32[Nx3x16x16]", N examples.
+std::string arrayOf(const TensorInput &in) {
+  const Dims row(in.dims.begin() + 1, in.dims.end());
+  return std::string(dtypeName(in.dtype)) + "[N" + (row.empty() ? "" : "x" + formatDims(row)) + "]";
+}
+
 Status requireFolder(const std::string &dir, const std::vector<TensorInput> &inputs) {
   struct stat st;
   if (::stat(dir.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) return Status::ok();
   std::string wanted;
   for (const TensorInput &in : inputs)
-    wanted += (wanted.empty() ? "" : ", ") + in.name + ".npy (" + dtypeName(in.dtype) + "[N" +
-              (in.dims.size() > 1 ? "x" + formatDims(Dims(in.dims.begin() + 1, in.dims.end())) : "") + "])";
+    wanted += (wanted.empty() ? "" : ", ") + in.name + ".npy (" + arrayOf(in) + ")";
   return sdError(dir, ": this plan computes its own loss from ", inputs.size() == 1 ? "the input" : "the inputs",
                  " it was compiled with, so --data must be a folder holding ", wanted,
                  ", the examples along the first axis");
@@ -37,7 +42,7 @@ StatusOr<TensorData> loadTensorFolder(const std::string &dir, const std::vector<
     const Dims row(in.dims.begin() + 1, in.dims.end());
     if (a.dims.empty() || Dims(a.dims.begin() + 1, a.dims.end()) != row || a.dtype != in.dtype)
       return sdError(path, ": ", dtypeName(a.dtype), "[", formatDims(a.dims), "], but input '", in.name, "' takes ",
-                     dtypeName(in.dtype), "[N", row.empty() ? "" : "x" + formatDims(row), "] (N examples)");
+                     arrayOf(in), " (N examples)");
     if (a.dims[0] == 0) return sdError(path, ": holds no examples");
     if (examples >= 0 && a.dims[0] != examples)
       return sdError(path, ": ", a.dims[0], " examples, but ", first, " holds ", examples);

@@ -42,6 +42,11 @@ bool isStepScalar(const std::string &name) {
   return name == abi::kLr || name == abi::kWeightDecay || name == abi::kMaxGradNorm;
 }
 
+// Records entry `index` as its bucket's train_step, accumulate or eval_step.
+void setEntry(Bucket &b, const std::string &name, size_t index) {
+  (name == abi::kTrainStep ? b.trainStep : name == abi::kAccumulate ? b.accumulate : b.evalStep) = int64_t(index);
+}
+
 // A tensor-data plan's entry: its data inputs, each [batch, ...] with one batch.
 Status tensorInputsOf(const EntryDesc &e, std::vector<TensorInput> &out, int64_t &batch) {
   std::vector<TensorInput> found;
@@ -98,7 +103,7 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
       SD_RETURN_IF_ERROR(tensorInputsOf(e, out.tensorInputs, batch));
       Bucket &b = byShape[{0, batch}];
       b.batch = batch;
-      (e.name == abi::kTrainStep ? b.trainStep : e.name == abi::kAccumulate ? b.accumulate : b.evalStep) = int64_t(i);
+      setEntry(b, e.name, i);
       continue;
     }
     if (out.numLabels) {
@@ -110,7 +115,7 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
     Bucket &b = byShape[{labels->dims[1], labels->dims[0]}];
     b.batch = labels->dims[0];
     b.seq = labels->dims[1];
-    (e.name == abi::kTrainStep ? b.trainStep : e.name == abi::kAccumulate ? b.accumulate : b.evalStep) = int64_t(i);
+    setEntry(b, e.name, i);
   }
   for (auto &[k, b] : byShape) out.buckets.push_back(b);
   if (out.buckets.empty() || out.buckets[0].trainStep < 0)
