@@ -246,11 +246,35 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   return true;
 }
 
+// A TorchScript export in eval mode keeps one initializer per distinct value
+// and reads a parameter equal to an earlier one (a zero bias) through an
+// Identity named after it; training gave that parameter values of its own
+// (the importer unties it too). Turns such an Identity into an initializer of
+// its own; null when `name` is no Identity of an initializer.
+onnx::TensorProto *untiedInitializer(onnx::ModelProto &m, const std::string &name) {
+  auto *nodes = m.mutable_graph()->mutable_node();
+  for (int i = 0; i < nodes->size(); ++i) {
+    const onnx::NodeProto &n = nodes->Get(i);
+    if (n.op_type() != "Identity" || !n.domain().empty() || n.output_size() != 1 || n.output(0) != name ||
+        n.input_size() != 1)
+      continue;
+    const onnx::TensorProto *source = findInitializer(m, n.input(0));
+    if (!source) return nullptr;
+    onnx::TensorProto copy = *source;
+    copy.set_name(name);
+    nodes->DeleteSubrange(i, 1);
+    *m.mutable_graph()->add_initializer() = std::move(copy);
+    return findInitializer(m, name);
+  }
+  return nullptr;
+}
+
 bool mergeWeights(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto file = readSafetensors(req.weightsFile, /*requireFinite=*/true);
   if (!file.isOk()) return error = file.status().message(), false;
   for (auto &[name, t] : file.value().tensors) {
     onnx::TensorProto *w = findInitializer(lm.model, name);
+    if (!w) w = untiedInitializer(lm.model, name);
     if (!w) return error = req.weightsFile + ": '" + name + "' is not an initializer of " + req.model, false;
     Dims dims(w->dims().begin(), w->dims().end());
     if (w->data_type() != onnx::TensorProto::FLOAT || t.dtype != DType::F32 || t.dims != dims)

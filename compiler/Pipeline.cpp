@@ -92,6 +92,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     pm.addPass(createAutodiff());
     if (opts.attentionStats) pm.addPass(createAttentionStats());
     pm.addPass(createTrainingDropout());
+    pm.addPass(createTrainingBatchNorm());
     OptimizerOptions o;
     o.optimizer = opts.optimizer;
     o.beta1 = opts.beta1;

@@ -400,6 +400,17 @@ def TrainingDropout : Pass<"sd-training-dropout", "mlir::ModuleOp"> {
   }];
 }
 
+def TrainingBatchNorm : Pass<"sd-training-batch-norm", "mlir::ModuleOp"> {
+  let summary = "Batch statistics in training entries (updating the running ones), running statistics elsewhere";
+  let description = [{
+    For each BatchNormalization the importer tagged sd.running_statistics (a
+    train-mode export): accumulate keeps the batch's mean and variance and
+    stores running * momentum + batch * (1 - momentum) into the running
+    weights before returning; eval_step and infer normalize by the running
+    weights. Those weights take the `statistics` role.
+  }];
+}
+
 def Optimizer : Pass<"sd-optimizer", "mlir::ModuleOp"> {
   let summary = "Add the apply entry (optimizer update) and train_step = accumulate + apply";
   let description = [{

@@ -13,6 +13,11 @@
 namespace sd::ir {
 // Runs the op library's shape rule for `op` and checks its result types.
 mlir::LogicalResult verifyAgainstShapeRule(mlir::Operation *op);
+// On a BatchNormalization that normalizes by its batch's statistics (an ONNX
+// training_mode=1 node of a training plan): [@running_mean, @running_var,
+// momentum], the globals that sd-training-batch-norm updates in training
+// entries and reads instead of the batch's in the others.
+constexpr const char *kRunningStatisticsAttr = "sd.running_statistics";
 } // namespace sd::ir
 
 #include "SDDialect.h.inc"

@@ -21,7 +21,8 @@ def SD_GlobalOp : SD_Op<"global", [Symbol]> {
   let summary = "module-level state tensor (weight, optimizer moment, counter)";
   let description = [{
     Every entry and shape bucket shares one set of globals. `role` is one of
-    frozen, trainable, optimizer_state, scalar_state, constant. Weight data is
+    the plan's global roles (sd/format/plan_format.h): frozen, trainable,
+    optimizer_state, scalar_state, constant, gradient, kv_cache, statistics. Weight data is
     held as an MLIR resource (dense_resource), not in attribute storage.
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, TypeAttr:$type, StrAttr:$role,

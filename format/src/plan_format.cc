@@ -4,14 +4,15 @@
 
 namespace sd {
 
-static_assert(uint8_t(GlobalRole::KvCache) == uint8_t(fb::GlobalRole::MAX) && kGlobalRoleCount == int(fb::GlobalRole::MAX) + 1,
+static_assert(uint8_t(GlobalRole::Statistics) == uint8_t(fb::GlobalRole::MAX) && kGlobalRoleCount == int(fb::GlobalRole::MAX) + 1,
               "GlobalRole must list schema/plan.fbs's roles in order");
 static_assert(uint8_t(GlobalRole::Trainable) == uint8_t(fb::GlobalRole::Trainable) &&
               uint8_t(GlobalRole::OptimizerState) == uint8_t(fb::GlobalRole::OptimizerState) &&
               uint8_t(GlobalRole::ScalarState) == uint8_t(fb::GlobalRole::ScalarState) &&
               uint8_t(GlobalRole::Constant) == uint8_t(fb::GlobalRole::Constant) &&
               uint8_t(GlobalRole::Gradient) == uint8_t(fb::GlobalRole::Gradient) &&
-                  uint8_t(GlobalRole::KvCache) == uint8_t(fb::GlobalRole::KvCache),
+                  uint8_t(GlobalRole::KvCache) == uint8_t(fb::GlobalRole::KvCache) &&
+                  uint8_t(GlobalRole::Statistics) == uint8_t(fb::GlobalRole::Statistics),
               "GlobalRole numbering differs from schema/plan.fbs");
 
 const char *globalRoleName(GlobalRole r) {
@@ -23,6 +24,7 @@ const char *globalRoleName(GlobalRole r) {
   case GlobalRole::Constant: return "constant";
   case GlobalRole::Gradient: return "gradient";
   case GlobalRole::KvCache: return "kv_cache";
+  case GlobalRole::Statistics: return "statistics";
   }
   return "unknown";
 }

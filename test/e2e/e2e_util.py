@@ -61,6 +61,58 @@ def export_tiny_cnn_classifier(path, batch, seed=0, logits=False):
     return model
 
 
+def batch_normed_cnn(seed=0):
+    """A small image classifier with BatchNorm2d after its convolutions and
+    BatchNorm1d after a linear layer (forward(image, label) -> cross-entropy,
+    or the logits without labels); running statistics set away from 0 and 1."""
+    import torch
+    nn = torch.nn
+
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            # No biases before the norms, as in ResNets: a norm cancels them, so their
+            # exact gradient is 0, and AdamW would turn rounding noise into lr-sized steps.
+            self.conv1, self.bn1 = nn.Conv2d(3, 8, 3, padding=1, bias=False), nn.BatchNorm2d(8)
+            self.conv2, self.bn2 = nn.Conv2d(8, 16, 3, stride=2, padding=1, bias=False), nn.BatchNorm2d(16)
+            self.fc, self.bn3 = nn.Linear(64, 16, bias=False), nn.BatchNorm1d(16)
+            self.head = nn.Linear(16, 5)
+
+        def forward(self, image, label=None):
+            x = nn.functional.max_pool2d(torch.relu(self.bn1(self.conv1(image))), 2)
+            x = nn.functional.avg_pool2d(torch.relu(self.bn2(self.conv2(x))), 2)
+            logits = self.head(torch.relu(self.bn3(self.fc(x.flatten(1)))))
+            return logits if label is None else nn.functional.cross_entropy(logits, label)
+
+    torch.manual_seed(seed)
+    model = Net()
+    with torch.no_grad():  # running statistics away from PyTorch's fresh 0 and 1, so using them shows
+        for bn in (model.bn1, model.bn2, model.bn3):
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+    return model
+
+
+def export_batch_normed_cnn(path, batch, train, seed=0):
+    """batch_normed_cnn(seed) exported for [batch] 3x16x16 images (opset 17): in
+    train mode (image, label) -> loss, its BatchNormalizations training_mode=1;
+    in eval mode image -> logits, the BatchNormalizations kept as nodes (not
+    folded into the convolutions) so trained statistics merge into them.
+    Returns the module (tracing in train mode moved its running statistics once)."""
+    import torch
+    model = batch_normed_cnn(seed)
+    if train:
+        model.train()
+        torch.onnx.export(model, (torch.zeros(batch, 3, 16, 16), torch.zeros(batch, dtype=torch.long)), path,
+                          dynamo=False, opset_version=17, input_names=["image", "label"], output_names=["loss"],
+                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
+    else:
+        model.eval()
+        torch.onnx.export(model, (torch.zeros(batch, 3, 16, 16),), path, dynamo=False, opset_version=17,
+                          input_names=["image"], output_names=["logits"], do_constant_folding=False)
+    return model
+
+
 def write_image_data(folder, count, seed):
     """`count` random 3x16x16 images and classes in [0, 5) as folder/image.npy and folder/label.npy."""
     import numpy as np

@@ -2,8 +2,9 @@
 """Plans on the CUDA backend against the CPU, one script in two parts.
 
 Coverage (any build with the CUDA backend, no GPU needed): every step of the
-tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of a small
-CNN's full fine-tuning on image arrays (its own loss), of a tiny
+tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of two small
+CNNs' full fine-tuning on image arrays (their own loss; one with train-mode
+BatchNormalization), of a tiny
 Llama's LoRA plans (f32 and bf16), of the
 CNN and MobileNet inference plans and of GRU/LSTM inference and training
 plans and of PaddleOCR's PP-OCRv4 detector and recognizer binds to a CUDA
@@ -26,7 +27,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, export_tiny_cnn_classifier, export_tiny_gpt, report_checks, sh, write_image_data
+from e2e_util import ROOT, export_batch_normed_cnn, export_tiny_cnn_classifier, export_tiny_gpt, report_checks, sh, write_image_data
 
 RESULTS = []
 STEPS = 20
@@ -101,22 +102,28 @@ def plans(sdc, folder):
         plan = os.path.join(folder, f"{cnn}.sdp")
         sh([sdc, "compile", os.path.join(folder, f"{cnn}.onnx"), "--shapes", f"image={shape}", "-o", plan])
         out.append(PlanKind(cnn, plan, False, "image", image))
-    return out + [cnn_train_plan(sdc, folder)] + llama_plans(sdc, folder, tokens) + recurrent_plans(sdc, folder) + \
+    return out + cnn_train_plans(sdc, folder) + llama_plans(sdc, folder, tokens) + recurrent_plans(sdc, folder) + \
         [detector_plan(sdc, folder)] + ocr_plans(sdc, folder)
 
 
-def cnn_train_plan(sdc, folder):
-    """test_tensor_training's CNN with its own loss, fully fine-tuned on a
-    folder of images and classes: Conv's weight gradient and the pools'
-    gradients (ConvGradWeight, MaxPoolGrad, AveragePoolGrad)."""
-    onnx_path = os.path.join(folder, "cnn_train.onnx")
-    export_tiny_cnn_classifier(onnx_path, 4)
-    plan = os.path.join(folder, "cnn-train.sdp")
-    sh([sdc, "compile", onnx_path, "--peft", "none", "--loss-output", "loss", "-o", plan])
-    data = write_image_data(os.path.join(folder, "cnn-train-data"), 24, seed=1)
-    infer_in = write_image_data(os.path.join(folder, "cnn-train-infer"), 4, seed=2)  # the infer entry's batch
-    return PlanKind("cnn-train", plan, True, "image", os.path.join(infer_in, "image.npy"),
-                    more_inputs={"label": os.path.join(infer_in, "label.npy")}, data=data)
+def cnn_train_plans(sdc, folder):
+    """CNNs with their own loss, fully fine-tuned on a folder of images and
+    classes: test_tensor_training's (Conv's weight gradient and the pools'
+    gradients: ConvGradWeight, MaxPoolGrad, AveragePoolGrad) and
+    test_batch_norm_training's, exported in train mode (batch statistics and
+    their gradients, running statistics written back by every step)."""
+    out = []
+    for kind, export in (("cnn-train", lambda p: export_tiny_cnn_classifier(p, 4)),
+                         ("cnn-bn-train", lambda p: export_batch_normed_cnn(p, 4, train=True))):
+        onnx_path = os.path.join(folder, f"{kind}.onnx")
+        export(onnx_path)
+        plan = os.path.join(folder, f"{kind}.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "none", "--loss-output", "loss", "-o", plan])
+        data = write_image_data(os.path.join(folder, f"{kind}-data"), 24, seed=1)
+        infer_in = write_image_data(os.path.join(folder, f"{kind}-infer"), 4, seed=2)  # the infer entry's batch
+        out.append(PlanKind(kind, plan, True, "image", os.path.join(infer_in, "image.npy"),
+                            more_inputs={"label": os.path.join(infer_in, "label.npy")}, data=data))
+    return out
 
 
 def llama_plans(sdc, folder, tokens):

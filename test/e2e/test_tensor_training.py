@@ -195,27 +195,6 @@ def main():
             problems, line = clean_error_problems([sdrun, "train", plan, "--steps", "1"] + flags + args, must)
             check(f"bad data: {name}", not problems, "; ".join(problems) or line)
 
-        # A model exported in train mode normalizes with batch statistics, which
-        # sdc cannot differentiate yet: one line that says how to export it instead.
-        class BatchNormed(torch.nn.Module):
-            def __init__(self):
-                super().__init__()
-                self.conv, self.bn, self.head = torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4), torch.nn.Linear(4, 5)
-
-            def forward(self, image, label):
-                x = torch.relu(self.bn(self.conv(image))).mean((2, 3))
-                return torch.nn.functional.cross_entropy(self.head(x), label)
-
-        bn_path = os.path.join(tmp, "bn_train.onnx")
-        torch.onnx.export(BatchNormed().train(), (torch.zeros(BATCH, 3, 16, 16), torch.zeros(BATCH, dtype=torch.long)),
-                          bn_path, dynamo=False, opset_version=17, input_names=["image", "label"], output_names=["loss"],
-                          training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False)
-        bn_plan = os.path.join(tmp, "bn.sdp")
-        problems, line = clean_error_problems([sdc, "compile", bn_path, "--peft", "none", "--loss-output", "loss", "-o",
-                                               bn_plan], ["BatchNormalization", "batch statistics", "eval mode"],
-                                              [bn_plan])
-        check("a train-mode BatchNormalization: one line saying to export in eval mode", not problems,
-              "; ".join(problems) or line)
     return report_checks("tensor_training", RESULTS)
 
 

@@ -67,7 +67,7 @@ const char *kTrainUsage =
     "  --eval-data FILE       held-out data; --eval-every N steps (and at the end)\n"
     "  --checkpoint-dir DIR   write checkpoints there, every --checkpoint-every N steps\n"
     "  --resume               continue from the newest valid checkpoint in DIR\n"
-    "  --save-weights FILE    write the trained parameters (safetensors) at the end\n"
+    "  --save-weights FILE    write the trained parameters and running statistics (safetensors) at the end\n"
     "  --adapter DIR          start from a LoRA adapter (HF PEFT layout)\n"
     "  --tokenizer DIR        a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json)\n"
     "  --save-adapter DIR     write the trained LoRA adapter (HF PEFT layout)\n"

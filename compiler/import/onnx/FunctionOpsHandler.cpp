@@ -7,10 +7,15 @@
 //   BatchNormalization with training_mode=1 (opset 14+): normalized by the
 //     batch's own mean and (biased) variance over every axis but 1; the
 //     running statistics are input * momentum + batch * (1 - momentum).
+//     In a training plan whose running statistics are weights, the node is
+//     tagged (kRunningStatisticsAttr) for sd-training-batch-norm: training
+//     entries write them back, the others normalize by them (PyTorch's
+//     train() and eval()).
 //   GroupNormalization (opsets 18 and 21): x as [N, G, rest] normalized per
 //     (n, g) by InstanceNormalization; scale/bias per channel (21) or per
 //     group (18, applied before the reshape back).
 #include "FunctionOpsHandler.h"
+#include "OnnxImporter.h"
 #include "OpMaker.h"
 
 using namespace mlir;
@@ -100,6 +105,12 @@ LogicalResult importBatchNormTraining(NodeImporter &imp, const onnx::NodeProto &
   };
   Value runningMean = blend(*mean, batchMean), runningVar = blend(*var, batchVar);
   if (!m.ok) return imp.fail("scale, bias, mean and var must have one element per channel");
+  auto meanLoad = mean->getDefiningOp<GlobalLoadOp>(), varLoad = var->getDefiningOp<GlobalLoadOp>();
+  if (imp.options && imp.options->training && meanLoad && varLoad) {
+    Builder &b = imp.builder;
+    y.getDefiningOp()->setAttr(kRunningStatisticsAttr,
+                               b.getArrayAttr({meanLoad.getGlobalAttr(), varLoad.getGlobalAttr(), b.getF32FloatAttr(momentum)}));
+  }
   bindOutput(imp, n, 0, y);
   bindOutput(imp, n, 1, runningMean);
   bindOutput(imp, n, 2, runningVar);

@@ -1,6 +1,7 @@
 // Reverse-mode rules of Softmax/LogSoftmax, LayerNormalization,
 // BatchNormalization and SoftmaxCrossEntropyLoss: each backward but
-// BatchNormalization's (a few per-channel elementwise ops) is one fused kernel.
+// BatchNormalization's (a few per-channel elementwise ops and sums) is one
+// fused kernel.
 #include "GradBuilder.h"
 
 using namespace mlir;
@@ -59,20 +60,18 @@ LogicalResult sceVJP(SoftmaxCrossEntropyLossOp op, GradBuilder &g, ArrayRef<Valu
   return success();
 }
 
-// Inference-mode BatchNormalization, y = (x - mean) * k + bias with the
-// per-channel k = scale / sqrt(var + eps): fine-tuning with frozen running
-// statistics, as a model exported in eval mode does. The statistics get no
-// gradient (PyTorch's running buffers are not parameters), so full
-// fine-tuning leaves them frozen.
+// BatchNormalization, y = (x - mean) * k + bias with the per-channel
+// k = scale * r, r = 1 / sqrt(var + eps). Statistics read from weights (a
+// model exported in eval mode) get no gradient: PyTorch's running buffers are
+// not parameters, so full fine-tuning leaves them frozen. Computed statistics
+// (the importer's form of training_mode=1: the batch's mean and biased
+// variance) pass theirs on to the ReduceMeans that made them:
+//   dmean = -k * sum(dy),  dvar = -scale * r^3 / 2 * sum(dy * (x - mean)).
 LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                            Grads &dx) {
   if (op.getTrainingMode().value_or(0))
     return op.emitError("BatchNormalization with training_mode=1 is not differentiable yet; export in eval mode");
-  for (unsigned i : {3u, 4u})
-    if (need[i] && !op->getOperand(i).getDefiningOp<GlobalLoadOp>())
-      return op.emitError("BatchNormalization with batch statistics (training_mode=1, a model exported in train "
-                          "mode) is not differentiable yet; export it in eval mode (torch: model.eval()) to "
-                          "fine-tune with its running statistics frozen");
+  auto computed = [&](unsigned i) { return wanted(need, i) && !op->getOperand(i).getDefiningOp<GlobalLoadOp>(); };
   ArrayRef<int64_t> xs = shapeOf(op.getX());
   SmallVector<int64_t> perChannel(xs.size() - 1, 1), axes = {0};
   perChannel[0] = xs[1];
@@ -80,12 +79,19 @@ LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Val
   Type et = elementTypeOf(op.getX());
   double eps = op.getEpsilon() ? double(op.getEpsilon()->convertToFloat()) : 1e-5;
   Value rstd = g.make<ReciprocalOp>({g.make<SqrtOp>({g.add(op.getInputVar(), g.scalar(et, eps))})});
-  if (need[0]) dx[0] = g.mul(dy[0], g.reshape(g.mul(op.getScale(), rstd), perChannel));
-  if (need[1]) {
-    Value xhat = g.mul(g.sub(op.getX(), g.reshape(op.getInputMean(), perChannel)), g.reshape(rstd, perChannel));
-    dx[1] = g.reduceSum(g.mul(dy[0], xhat), axes, false);
+  Value k = g.mul(op.getScale(), rstd);
+  if (need[0]) dx[0] = g.mul(dy[0], g.reshape(k, perChannel));
+  Value centered;
+  if (need[1] || computed(4)) centered = g.sub(op.getX(), g.reshape(op.getInputMean(), perChannel));
+  if (need[1]) dx[1] = g.reduceSum(g.mul(dy[0], g.mul(centered, g.reshape(rstd, perChannel))), axes, false);
+  Value dySum;
+  if (need[2] || computed(3)) dySum = g.reduceSum(dy[0], axes, false);
+  if (need[2]) dx[2] = dySum;
+  if (computed(3)) dx[3] = g.neg(g.mul(dySum, k));
+  if (computed(4)) {
+    Value rCubed = g.mul(rstd, g.mul(rstd, rstd));
+    dx[4] = g.scale(g.mul(g.reduceSum(g.mul(dy[0], centered), axes, false), g.mul(op.getScale(), rCubed)), -0.5);
   }
-  if (need[2]) dx[2] = g.reduceSum(dy[0], axes, false);
   return success();
 }
 

@@ -12,8 +12,8 @@ namespace sd {
 constexpr uint32_t kPlanSchemaMajor = 1;
 // 1.1: Entry.tensor_bytes; 1.2: Gradient role, zero-initialized state;
 // 1.3: counted output extents (Binding.extent_buffer/extent_axis); 1.4: KvCache role;
-// 1.5: Loop and If steps over body entries (Entry.body).
-constexpr uint32_t kPlanSchemaMinor = 5;
+// 1.5: Loop and If steps over body entries (Entry.body); 1.6: Statistics role.
+constexpr uint32_t kPlanSchemaMinor = 6;
 constexpr char kPlanFooterMagic[4] = {'S', 'D', 'P', 'F'};
 constexpr size_t kPlanFooterSize = 16; // u64 flatbuffer size, u32 crc32c, magic
 constexpr size_t kWeightAlignment = 64;
@@ -27,8 +27,9 @@ enum class GlobalRole : uint8_t {
   Constant = 4,
   Gradient = 5,
   KvCache = 6, // generation state: written by prefill/decode, never checkpointed or synced across ranks
+  Statistics = 7, // running statistics training entries update: checkpointed and saved with the weights, never optimized
 };
-constexpr int kGlobalRoleCount = 7;
+constexpr int kGlobalRoleCount = 8;
 
 // Roles whose values entries may write.
 inline bool isMutableRole(GlobalRole r) { return r != GlobalRole::Frozen && r != GlobalRole::Constant; }

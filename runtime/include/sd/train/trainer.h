@@ -92,7 +92,7 @@ public:
   // Mean loss per counted token over the eval data (error without eval data).
   StatusOr<double> evaluate();
   Status saveCheckpoint(); // every rank writes its share; rank 0 commits the manifest
-  // The trainable parameters as safetensors, keyed by global name (rank 0).
+  // The trainable parameters and running statistics as safetensors, keyed by global name (rank 0).
   Status saveWeights(const std::string &path) const;
   // The LoRA adapter in PEFT's layout (error unless the plan is --peft lora; rank 0).
   Status saveAdapter(const std::string &dir) const;

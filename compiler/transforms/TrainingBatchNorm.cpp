@@ -1,0 +1,128 @@
+// sd-training-batch-norm: a BatchNormalization exported in train mode
+// (training_mode=1) normalizes by its batch's statistics only while training,
+// as PyTorch's module does between train() and eval(). The importer computes
+// the batch's mean and variance and tags the node with its running-statistics
+// weights (kRunningStatisticsAttr). Here, after autodiff:
+//   - accumulate (train_step is built from it later) keeps the batch's
+//     statistics and writes running * momentum + batch * (1 - momentum) back
+//     into each running weight before returning, once per micro-batch, as
+//     PyTorch updates its buffers on every training forward;
+//   - every other entry (eval_step, infer) normalizes by the running weights;
+//     the batch's statistics, now unread, are erased.
+// The running weights become `statistics` globals: mutable, checkpointed and
+// saved with the trained weights, never optimized.
+#include "OpLibraryBridge.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "vjp/GradBuilder.h"
+#include "mlir/IR/SymbolTable.h"
+
+namespace sd {
+#define GEN_PASS_DEF_TRAININGBATCHNORM
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+struct RunningStatistics {
+  GlobalOp mean, var;
+  double momentum = 0.9;
+};
+
+// `v` converted to `type`'s element type (a running weight and the batch's
+// statistics may differ in precision); v itself when they agree.
+Value castTo(GradBuilder &g, Value v, Type type) {
+  Type want = cast<RankedTensorType>(type).getElementType();
+  if (cast<RankedTensorType>(v.getType()).getElementType() == want) return v;
+  return g.make<CastOp>({v}, {g.attr("to", int64_t(*sd::ir::toDType(want)))});
+}
+
+// Erases `v`'s defining op and then its operands' when nothing reads them any more.
+void eraseIfUnread(Value v) {
+  SmallVector<Operation *> work;
+  if (Operation *op = v.getDefiningOp()) work.push_back(op);
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val();
+    if (!isOpTriviallyDead(op)) continue;
+    SmallVector<Value> operands(op->getOperands());
+    op->erase();
+    for (Value o : operands)
+      if (Operation *def = o.getDefiningOp(); def && !llvm::is_contained(work, def)) work.push_back(def);
+  }
+}
+
+struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNormPass> {
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SymbolTable globals(module);
+    for (auto f : module.getOps<func::FuncOp>()) {
+      if (!sd::isEntry(f)) continue;
+      SmallVector<BatchNormalizationOp> tagged;
+      f.walk([&](BatchNormalizationOp bn) {
+        if (bn->hasAttr(kRunningStatisticsAttr)) tagged.push_back(bn);
+      });
+      bool training = f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kAccumulate;
+      for (BatchNormalizationOp bn : tagged) {
+        std::optional<RunningStatistics> stats = statisticsOf(bn, globals);
+        if (!stats) return signalPassFailure();
+        if (failed(training ? writeBack(f, bn, *stats) : normalizeByRunning(bn, *stats)))
+          return signalPassFailure();
+      }
+    }
+    module.walk([](Operation *op) { op->removeAttr(kRunningStatisticsAttr); });
+  }
+
+  std::optional<RunningStatistics> statisticsOf(BatchNormalizationOp bn, SymbolTable &globals) {
+    auto tag = bn->getAttrOfType<ArrayAttr>(kRunningStatisticsAttr);
+    RunningStatistics s;
+    if (tag && tag.size() == 3) {
+      auto mean = dyn_cast<FlatSymbolRefAttr>(tag[0]), var = dyn_cast<FlatSymbolRefAttr>(tag[1]);
+      auto momentum = dyn_cast<FloatAttr>(tag[2]);
+      s.mean = mean ? globals.lookup<GlobalOp>(mean.getValue()) : GlobalOp();
+      s.var = var ? globals.lookup<GlobalOp>(var.getValue()) : GlobalOp();
+      if (momentum) s.momentum = momentum.getValueAsDouble();
+      if (s.mean && s.var && momentum) {
+        s.mean.setRole("statistics");
+        s.var.setRole("statistics");
+        return s;
+      }
+    }
+    bn.emitError("malformed ") << kRunningStatisticsAttr << " (want [@running_mean, @running_var, momentum])";
+    return std::nullopt;
+  }
+
+  // Before the return: running = running * momentum + batch * (1 - momentum).
+  LogicalResult writeBack(func::FuncOp f, BatchNormalizationOp bn, const RunningStatistics &s) {
+    OpBuilder b(f.getBody().front().getTerminator());
+    GradBuilder g(b, bn.getLoc());
+    for (auto [global, batch] : {std::pair{s.mean, bn.getInputMean()}, std::pair{s.var, bn.getInputVar()}}) {
+      Value running = b.create<GlobalLoadOp>(bn.getLoc(), global.getType(), global.getSymName());
+      Type et = elementTypeOf(running);
+      Value next = g.add(g.mul(running, g.scalar(et, s.momentum)),
+                         g.mul(castTo(g, batch, global.getType()), g.scalar(et, 1.0 - s.momentum)));
+      if (g.failed()) return bn.emitError("running statistics @") << global.getSymName() << " do not fit the batch's";
+      b.create<GlobalStoreOp>(bn.getLoc(), global.getSymName(), next);
+    }
+    return success();
+  }
+
+  LogicalResult normalizeByRunning(BatchNormalizationOp bn, const RunningStatistics &s) {
+    OpBuilder b(bn);
+    GradBuilder g(b, bn.getLoc());
+    for (auto [index, global] : {std::pair{3u, s.mean}, std::pair{4u, s.var}}) {
+      Value batch = bn->getOperand(index);
+      Value running = b.create<GlobalLoadOp>(bn.getLoc(), global.getType(), global.getSymName());
+      running = castTo(g, running, batch.getType());
+      if (g.failed() || running.getType() != batch.getType())
+        return bn.emitError("running statistics @") << global.getSymName() << " do not fit the batch's";
+      bn->setOperand(index, running);
+      eraseIfUnread(batch);
+    }
+    return success();
+  }
+};
+
+} // namespace
