@@ -7,11 +7,13 @@ count, in one run, with each process's peak memory (max RSS).
 The model is examples/export_models.py's small ResNet-style CNN (stem, two
 residual blocks of 3x3 convolutions with BatchNorm, a strided conv, max and
 average pooling, a linear head) with cross-entropy on its logits; full
-fine-tuning with AdamW. BatchNorm is in eval mode on both sides (running
-statistics frozen: sdc trains models exported in eval mode), so the two
-compute the same function; sdc may fold it into the convolutions.
+fine-tuning with AdamW. --batch-norm eval (the default) trains with
+BatchNorm's running statistics frozen on both sides (the model exported in
+eval mode); --batch-norm train normalizes by each batch's statistics and
+updates the running ones on both sides (exported in train mode, PyTorch's
+model.train()), as training a ResNet from scratch does.
 
-  bench/cnn_train_bench.py [--threads N] [--iterations N] [--configs c32-b16,c64-b32]
+  bench/cnn_train_bench.py [--threads N] [--iterations N] [--configs c32-b16,c64-b32] [--batch-norm eval|train]
 """
 import argparse
 import json
@@ -32,8 +34,9 @@ CONFIGS = {  # width, image size, batch
 CLASSES = 10
 
 
-def classifier(width):
-    """The CNN with its loss: forward(image, label) -> mean cross-entropy, BatchNorm frozen (eval)."""
+def classifier(width, batch_norm="eval"):
+    """The CNN with its loss: forward(image, label) -> mean cross-entropy, in
+    eval mode (BatchNorm frozen) or train mode (batch statistics)."""
     import torch
     from export_models import Cnn, randomize_batch_norm
 
@@ -48,14 +51,14 @@ def classifier(width):
     torch.manual_seed(0)
     model = WithLoss()
     randomize_batch_norm(model, torch.Generator().manual_seed(0))
-    return model.eval()
+    return model.train() if batch_norm == "train" else model.eval()
 
 
 def torch_child(args):
     import torch
     torch.set_num_threads(args.threads)
     width, size, batch = CONFIGS[args.config]
-    model = classifier(width)
+    model = classifier(width, args.batch_norm)
     opt = torch.optim.AdamW(model.parameters(), lr=1e-3, weight_decay=0.0)
     image = torch.randn(batch, 3, size, size)
     label = torch.randint(0, CLASSES, (batch,))
@@ -78,6 +81,8 @@ def main():
     ap.add_argument("--iterations", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--configs", default="c32-b16,c64-b32")
+    ap.add_argument("--batch-norm", choices=["eval", "train"], default="eval",
+                    help="BatchNorm's statistics: the running ones frozen (eval) or each batch's (train)")
     ap.add_argument("--torch-child", action="store_true", help=argparse.SUPPRESS)
     ap.add_argument("--config", help=argparse.SUPPRESS)
     args = ap.parse_args()
@@ -91,15 +96,18 @@ def main():
     env.pop("OPENBLAS_CORETYPE", None)  # see bench/run_bench.sh
     sdc, sdrun = os.path.join(args.build, "tools", "sdc"), os.path.join(args.build, "tools", "sdrun")
     print(f"CPU: {cpu_model()}; {args.threads} threads; torch {torch.__version__}; median of {args.iterations} steps "
-          f"after {args.warmup}")
+          f"after {args.warmup}; BatchNorm in {args.batch_norm} mode")
     rows = []
     with tempfile.TemporaryDirectory(prefix="sd_cnn_train_bench_") as tmp:
         for name in args.configs.split(","):
             width, size, batch = CONFIGS[name]
             onnx_path = os.path.join(tmp, f"{name}.onnx")
-            torch.onnx.export(classifier(width), (torch.zeros(batch, 3, size, size),
-                                                  torch.zeros(batch, dtype=torch.long)), onnx_path,
-                              input_names=["image", "label"], output_names=["loss"], opset_version=17, dynamo=False)
+            mode = {"training": torch.onnx.TrainingMode.TRAINING, "do_constant_folding": False} \
+                if args.batch_norm == "train" else {}
+            torch.onnx.export(classifier(width, args.batch_norm), (torch.zeros(batch, 3, size, size),
+                                                                   torch.zeros(batch, dtype=torch.long)), onnx_path,
+                              input_names=["image", "label"], output_names=["loss"], opset_version=17, dynamo=False,
+                              **mode)
             data = os.path.join(tmp, f"{name}-data")
             os.makedirs(data)
             rng = np.random.default_rng(0)
@@ -114,7 +122,7 @@ def main():
             sd_ms = json.loads(out.strip().splitlines()[-1])["median_ms"]
             out, pt_rss = measure([sys.executable, __file__, "--torch-child", "--config", name, "--threads",
                                    str(args.threads), "--iterations", str(args.iterations), "--warmup",
-                                   str(args.warmup)], env)
+                                   str(args.warmup), "--batch-norm", args.batch_norm], env)
             pt_ms = json.loads(out.strip().splitlines()[-1])["median_ms"]
             rows.append((name, width, size, batch, sd_ms, pt_ms, sd_rss, pt_rss))
     print("| config | width | image | batch | sdrun ms/step | PyTorch eager ms/step | speed-up | sdrun MiB | PyTorch MiB |")
