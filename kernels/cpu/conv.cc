@@ -221,6 +221,34 @@ Status ConvKernel(const KernelContext &c) {
   });
 }
 
+// 2-D col2im in the forward geometry, adding into `dst` [H, W]: for each tap
+// (kh, kw), then output row and column, dst[ih, iw] += col[tap, oh * OW + ow]
+// where (ih, iw) is inside the image. The order of the generic tap table's
+// loop, so the same sums; each row is one run of adds (strided by the
+// conv's stride) over the columns that land inside, with no per-element test.
+template <typename T> void col2im2dAdd(const WindowGeometry &fwd, const T *col, T *dst) {
+  const int64_t H = fwd.in[0], W = fwd.in[1], KH = fwd.kernel[0], KW = fwd.kernel[1], OH = fwd.out[0],
+                OW = fwd.out[1], sw = fwd.strides[1];
+  auto firstReaching = [&](int64_t at) { return at <= 0 ? int64_t(0) : std::min(OW, (at + sw - 1) / sw); };
+  for (int64_t kh = 0; kh < KH; ++kh)
+    for (int64_t kw = 0; kw < KW; ++kw) {
+      const T *tap = col + (kh * KW + kw) * OH * OW;
+      const int64_t off = kw * fwd.dilations[1] - fwd.padBegin[1];
+      // Columns ow with 0 <= ow * sw + off < W.
+      const int64_t lo = firstReaching(-off), hi = std::max(lo, firstReaching(W - off));
+      for (int64_t oh = 0; oh < OH; ++oh) {
+        const int64_t ih = oh * fwd.strides[0] - fwd.padBegin[0] + kh * fwd.dilations[0];
+        if (ih < 0 || ih >= H) continue;
+        T *row = dst + ih * W + off;
+        const T *src = tap + oh * OW;
+        if (sw == 1)
+          for (int64_t ow = lo; ow < hi; ++ow) row[ow] += src[ow];
+        else
+          for (int64_t ow = lo; ow < hi; ++ow) row[ow * sw] += src[ow];
+      }
+    }
+}
+
 Status ConvTransposeKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &w = c.inputs[1], &y = c.outputs[0];
   int64_t group = c.attrs.getInt("group", 1);
@@ -241,8 +269,9 @@ Status ConvTransposeKernel(const KernelContext &c) {
   for (size_t d = 0; d < g.rank() && shuffle; ++d)
     shuffle = g.strides[d] == g.kernel[d] && g.dilations[d] == 1 && g.padBegin[d] == 0 && g.padEnd[d] == 0 &&
               g.out[d] == g.in[d] * g.kernel[d];
-  std::vector<int64_t> taps(shuffle ? 0 : size_t(kTotal * inTotal));
-  if (!shuffle)
+  const bool rows2d = !shuffle && g.rank() == 2;
+  std::vector<int64_t> taps(shuffle || rows2d ? 0 : size_t(kTotal * inTotal));
+  if (!shuffle && !rows2d)
     forEachWindowTap(fwd, [&](int64_t kk, int64_t oo, int64_t off) { taps[size_t(kk * inTotal + oo)] = off; });
   // (image x group) work items. (This kernel is also Conv's input gradient.)
   int64_t items = n * group;
@@ -277,6 +306,10 @@ Status ConvTransposeKernel(const KernelContext &c) {
               continue;
             }
             std::fill(dst, dst + outTotal, bj);
+            if (rows2d) {
+              col2im2dAdd(fwd, cj, dst);
+              continue;
+            }
             for (int64_t i = 0; i < kTotal * inTotal; ++i)
               if (taps[size_t(i)] >= 0) dst[taps[size_t(i)]] += cj[i];
           }

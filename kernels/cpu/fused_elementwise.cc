@@ -28,7 +28,12 @@ void apply(ElementwiseOpcode op, const float *a, const float *b, float *out, int
   case ElementwiseOpcode::Div: for (int64_t i = 0; i < n; ++i) out[i] = a[i] / b[i]; break;
   case ElementwiseOpcode::Neg: for (int64_t i = 0; i < n; ++i) out[i] = -a[i]; break;
   case ElementwiseOpcode::Relu: for (int64_t i = 0; i < n; ++i) out[i] = a[i] < 0.f ? 0.f : a[i]; break;
-  case ElementwiseOpcode::ReluGrad: for (int64_t i = 0; i < n; ++i) out[i] = b[i] > 0.f ? a[i] : 0.f; break;
+  case ElementwiseOpcode::ReluGrad: // a[i] read whatever b[i] is: a select the compiler vectorizes, no branch
+    for (int64_t i = 0; i < n; ++i) {
+      const float grad = a[i];
+      out[i] = b[i] > 0.f ? grad : 0.f;
+    }
+    break;
   case ElementwiseOpcode::Sigmoid: vsigmoid(a, out, n); break;
   case ElementwiseOpcode::Tanh: vtanh(a, out, n); break;
   case ElementwiseOpcode::Exp: vexp(a, out, n); break;

@@ -60,12 +60,34 @@ LogicalResult sceVJP(SoftmaxCrossEntropyLossOp op, GradBuilder &g, ArrayRef<Valu
   return success();
 }
 
+// Whether mean and var are x's own statistics over `axes` as the importer
+// computes a train-mode node's: ReduceMean(x) and ReduceMean(c * c) with
+// c = x - mean (the biased variance).
+bool statisticsOfX(BatchNormalizationOp op, ArrayRef<int64_t> axes) {
+  auto over = [&](ReduceMeanOp r) {
+    SmallVector<int64_t> got;
+    return r && r.getKeepdims().value_or(1) == 0 && constantInts(r.getAxes(), got) && ArrayRef<int64_t>(got) == axes;
+  };
+  auto meanOp = op.getInputMean().getDefiningOp<ReduceMeanOp>();
+  auto varOp = op.getInputVar().getDefiningOp<ReduceMeanOp>();
+  if (!over(meanOp) || !over(varOp) || meanOp.getData() != op.getX()) return false;
+  auto square = varOp.getData().getDefiningOp<MulOp>();
+  auto centered = square && square.getLhs() == square.getRhs() ? square.getLhs().getDefiningOp<SubOp>() : SubOp();
+  if (!centered || centered.getLhs() != op.getX()) return false;
+  Value mean = centered.getRhs();
+  if (auto reshape = mean.getDefiningOp<ReshapeOp>()) mean = reshape.getLhs();
+  return mean == op.getInputMean();
+}
+
 // BatchNormalization, y = (x - mean) * k + bias with the per-channel
-// k = scale * r, r = 1 / sqrt(var + eps). Statistics read from weights (a
-// model exported in eval mode) get no gradient: PyTorch's running buffers are
-// not parameters, so full fine-tuning leaves them frozen. Computed statistics
-// (the importer's form of training_mode=1: the batch's mean and biased
-// variance) pass theirs on to the ReduceMeans that made them:
+// k = scale * r, r = 1 / sqrt(var + eps), summing over the N elements of a
+// channel. Statistics read from weights (a model exported in eval mode) get
+// no gradient: PyTorch's running buffers are not parameters, so full
+// fine-tuning leaves them frozen. When they are x's own (a train-mode node),
+// x's gradient through them is folded into one expression, as PyTorch's
+// kernels do, and the ReduceMeans get none:
+//   dx = k * (dy - sum(dy) / N - (x - mean) * r^2 * sum(dy * (x - mean)) / N).
+// Other computed statistics pass theirs on to whatever made them:
 //   dmean = -k * sum(dy),  dvar = -scale * r^3 / 2 * sum(dy * (x - mean)).
 LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                            Grads &dx) {
@@ -75,23 +97,28 @@ LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Val
   ArrayRef<int64_t> xs = shapeOf(op.getX());
   SmallVector<int64_t> perChannel(xs.size() - 1, 1), axes = {0};
   perChannel[0] = xs[1];
-  for (int64_t i = 2; i < int64_t(xs.size()); ++i) axes.push_back(i);
+  int64_t count = xs[0];
+  for (int64_t i = 2; i < int64_t(xs.size()); ++i) axes.push_back(i), count *= xs[i];
+  const bool ownStatistics = need[0] && (computed(3) || computed(4)) && statisticsOfX(op, axes);
   Type et = elementTypeOf(op.getX());
   double eps = op.getEpsilon() ? double(op.getEpsilon()->convertToFloat()) : 1e-5;
   Value rstd = g.make<ReciprocalOp>({g.make<SqrtOp>({g.add(op.getInputVar(), g.scalar(et, eps))})});
   Value k = g.mul(op.getScale(), rstd);
-  if (need[0]) dx[0] = g.mul(dy[0], g.reshape(k, perChannel));
-  Value centered;
+  Value centered, dySum, dyCentered; // x - mean; sum(dy); sum(dy * (x - mean))
   if (need[1] || computed(4)) centered = g.sub(op.getX(), g.reshape(op.getInputMean(), perChannel));
-  if (need[1]) dx[1] = g.reduceSum(g.mul(dy[0], g.mul(centered, g.reshape(rstd, perChannel))), axes, false);
-  Value dySum;
   if (need[2] || computed(3)) dySum = g.reduceSum(dy[0], axes, false);
+  if (need[1] || computed(4)) dyCentered = g.reduceSum(g.mul(dy[0], centered), axes, false);
+  if (need[0]) dx[0] = g.mul(dy[0], g.reshape(k, perChannel));
+  if (need[1]) dx[1] = g.mul(dyCentered, rstd);
   if (need[2]) dx[2] = dySum;
-  if (computed(3)) dx[3] = g.neg(g.mul(dySum, k));
-  if (computed(4)) {
-    Value rCubed = g.mul(rstd, g.mul(rstd, rstd));
-    dx[4] = g.scale(g.mul(g.reduceSum(g.mul(dy[0], centered), axes, false), g.mul(op.getScale(), rCubed)), -0.5);
+  if (ownStatistics) {
+    Value shift = g.scale(g.mul(k, dySum), 1.0 / double(count));
+    Value slope = g.scale(g.mul(g.mul(k, g.mul(rstd, rstd)), dyCentered), 1.0 / double(count));
+    dx[0] = g.sub(g.sub(dx[0], g.reshape(shift, perChannel)), g.mul(centered, g.reshape(slope, perChannel)));
+    return success();
   }
+  if (computed(3)) dx[3] = g.neg(g.mul(dySum, k));
+  if (computed(4)) dx[4] = g.scale(g.mul(dyCentered, g.mul(op.getScale(), g.mul(rstd, g.mul(rstd, rstd)))), -0.5);
   return success();
 }
 

@@ -3,8 +3,10 @@
 // A BatchNormalization the importer made from a train-mode node: the batch's
 // mean and biased variance (ReduceMeans), tagged with its running statistics.
 // After autodiff, eval_step normalizes by the running weights (the batch's
-// statistics erased), accumulate keeps the batch's, whose gradients reach the
-// trainable weight before them, and writes running * 0.9 + batch * 0.1 back
+// statistics erased), accumulate keeps the batch's, and x's gradient through
+// them is one expression, k * dy - k * sum(dy) / N - (x - mean) * slope (the
+// ReduceMeans get none: no broadcast of their gradient), reaching the
+// trainable weight before them; it writes running * 0.9 + batch * 0.1 back
 // before returning. The running weights become `statistics` globals; no tag
 // is left.
 // CHECK-DAG:   sd.global @bn.running_mean "statistics" : tensor<3xf32>
@@ -24,7 +26,11 @@
 // CHECK:       %[[BM:.*]] = sd.reduce_mean %[[H:.*]], %{{.*}}
 // CHECK:       %[[BV:.*]] = sd.reduce_mean
 // CHECK:       sd.batch_normalization %[[H]], %{{.*}}, %{{.*}}, %[[BM]], %[[BV]] {epsilon
-// CHECK:       sd.gemm %arg0, %{{.*}} {transA = 1 : i64, transB = 0 : i64}
+// CHECK:       %[[DY:.*]] = sd.expand
+// CHECK-NOT:   sd.expand
+// CHECK:       %[[DX:.*]] = sd.sub %{{.*}}, %{{.*}} : (tensor<4x3xf32>, tensor<4x3xf32>)
+// CHECK-NOT:   sd.expand
+// CHECK:       sd.gemm %arg0, %[[DX]], %{{.*}} {transA = 1 : i64, transB = 0 : i64}
 // CHECK:       sd.global_store %{{.*}}, @"grad/w"
 // CHECK:       %[[RM:.*]] = sd.global_load @bn.running_mean
 // CHECK-DAG:   %[[KM:.*]] = sd.constant dense<0.899999976> : tensor<f32>
