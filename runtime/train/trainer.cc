@@ -358,6 +358,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   im->hasLora = lora.isOk();
   if (lora.isOk()) im->lora = lora.value();
   else if (!o.adapterIn.empty()) return lora.status().withContext(planContext);
+  if (im->hasLora)
+    for (const GlobalDesc &g : plan.globals)
+      if (g.role == GlobalRole::Statistics) {
+        im->notes.push_back("training updates BatchNormalization running statistics ('" + g.name +
+                            "', ...), which a LoRA adapter does not hold: --save-weights writes them");
+        break;
+      }
   // Rank 0 reads the adapter and the others take it from there, except where
   // weights are split by rows (--shard params): there each rank keeps its rows of what it reads.
   if (!o.adapterIn.empty() && !o.resume && (im->rank == 0 || shardMode(session.plan()) == "params"))
@@ -384,7 +391,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
     }
   }
   im->seq = pe.buckets.back().seq;
-  im->cursor = DataCursor{&im->data, o.shuffle, o.seed};
+  im->cursor = DataCursor{&im->data, o.shuffle, o.seed, 0, 0, {}};
   im->cursor.reorder();
   im->total = o.steps;
   if (!im->total) { // epochs: packing decides how many examples a step takes, so count by packing
@@ -693,7 +700,7 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
   if (!pe.tensorInputs.empty()) { // the data's first batch (a tensor-data plan has one batch size)
     auto data = loadTensorFolder(dataPath, pe.tensorInputs);
     if (!data.isOk()) return data.status();
-    DataCursor cursor{&data.value().examples, false};
+    DataCursor cursor{&data.value().examples, false, 0, 0, 0, {}};
     cursor.reorder();
     for (const HostTensor &t : TensorBatch(cursor.next(pe.buckets[0].batch, 0, false), data.value()).tensors)
       byName[t.name] = t;
@@ -708,7 +715,7 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
   auto data = loadJsonl(dataPath, dopts);
   if (!data.isOk()) return data.status();
   int64_t n = batch ? std::min(batch, rowsInBucket) : rowsInBucket;
-  DataCursor cursor{&data.value(), false};
+  DataCursor cursor{&data.value(), false, 0, 0, 0, {}};
   cursor.reorder();
   TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput, pe.numLabels > 0);
   for (auto &[name, t] : tb.inputs()) byName[name] = *t;

@@ -8,7 +8,8 @@ the running statistics (ONNX's rule: running * momentum + batch * (1 -
 momentum), with the batch's biased variance; PyTorch's own buffers use the
 unbiased one, so the reference applies ONNX's rule); eval normalizes by the
 running statistics (PyTorch's eval()); resume; the saved weights merged into
-an eval-mode export served by ONNX Runtime; two ranks refused in one line."""
+an eval-mode export served by ONNX Runtime; LoRA's note that an adapter does
+not hold the statistics; two ranks refused in one line."""
 import json
 import os
 import shutil
@@ -166,6 +167,17 @@ def main():
         err = float(np.max(np.abs(got - want)))
         check("weights and statistics merged into the eval-mode export: ONNX Runtime's logits equal PyTorch's",
               err < 1e-4, f"max |diff| {err:.2e}")
+
+        # LoRA on the linear layers: the statistics still update (PyTorch's train()
+        # does too), but an adapter does not hold them: said once at the start.
+        lora = os.path.join(tmp, "bn-lora.sdp")
+        sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "fc,head", "--loss-output", "loss",
+            "-o", lora])
+        r = subprocess.run([sdrun, "train", lora, "--data", data, "--steps", "2"] + flags, capture_output=True,
+                           text=True)
+        check("LoRA on a train-mode BatchNorm model: trains, and says the adapter does not hold the statistics",
+              r.returncode == 0 and "which a LoRA adapter does not hold" in r.stderr,
+              f"exit {r.returncode}: {[l for l in r.stderr.splitlines() if 'statistics' in l][:1]}")
 
         # Ranks would each normalize by their own batch: refused, naming a statistic.
         mpirun = shutil.which("mpirun")
