@@ -113,6 +113,36 @@ def export_batch_normed_cnn(path, batch, train, seed=0):
     return model
 
 
+def torch_train_on_images(model, folder, steps, accum, batch, lr, weight_decay, clip, adam_eps):
+    """Trains `model` (forward(image, label) -> loss) in PyTorch as `sdrun
+    train --no-shuffle --data folder` does: AdamW with weight decay on rank >=
+    2 parameters only, `accum` micro-batches of `batch` examples per step in
+    file order (wrapping), the global-norm clip; returns the per-step losses
+    (the micro-batches' mean)."""
+    import numpy as np
+    import torch
+    images = torch.tensor(np.load(os.path.join(folder, "image.npy")))
+    labels = torch.tensor(np.load(os.path.join(folder, "label.npy")))
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    no_decay = [p for p in model.parameters() if p.dim() < 2]
+    opt = torch.optim.AdamW([{"params": decay, "weight_decay": weight_decay},
+                             {"params": no_decay, "weight_decay": 0.0}], lr=lr, eps=adam_eps)
+    losses, cursor, n = [], 0, len(labels)
+    for _ in range(steps):
+        opt.zero_grad()
+        total = 0.0
+        for _ in range(accum):
+            rows = [(cursor + i) % n for i in range(batch)]
+            cursor += batch
+            loss = model(images[rows], labels[rows])
+            (loss / accum).backward()
+            total += float(loss.detach())
+        torch.nn.utils.clip_grad_norm_(model.parameters(), clip)
+        opt.step()
+        losses.append(total / accum)
+    return losses
+
+
 def write_image_data(folder, count, seed):
     """`count` random 3x16x16 images and classes in [0, 5) as folder/image.npy and folder/label.npy."""
     import numpy as np

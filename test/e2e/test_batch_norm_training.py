@@ -19,7 +19,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import batch_normed_cnn, export_batch_normed_cnn, ort_run, report_checks, sh, tool_paths, write_image_data
+from e2e_util import (batch_normed_cnn, export_batch_normed_cnn, ort_run, report_checks, sh, tool_paths,
+                      torch_train_on_images, write_image_data)
 
 RESULTS = []
 BATCH, STEPS, LR, WD, CLIP, ADAM_EPS = 4, 10, 3e-3, 0.01, 1.0, 1e-6
@@ -52,9 +53,8 @@ def onnx_running_statistics(model):
 
 
 def torch_run(onnx_path, folder, steps, accum):
-    """The reference model trained in PyTorch: AdamW with weight decay on rank
-    >= 2 parameters (as sdrun), `accum` micro-batches of BATCH per step in file
-    order; returns (model, per-step mean losses). Its running statistics start
+    """The reference model trained in PyTorch as sdrun trains the plan
+    (torch_train_on_images); returns (model, per-step mean losses). Its running statistics start
     from the train-mode export's: tracing ran one training forward, which moved them."""
     import onnx
     import torch
@@ -65,26 +65,7 @@ def torch_run(onnx_path, folder, steps, accum):
         for name, buffer in model.named_buffers():
             if "running_" in name:
                 buffer.copy_(torch.tensor(exported[name]))
-    images = torch.tensor(np.load(os.path.join(folder, "image.npy")))
-    labels = torch.tensor(np.load(os.path.join(folder, "label.npy")))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}], lr=LR,
-                            eps=ADAM_EPS)
-    losses, cursor, n = [], 0, len(labels)
-    for _ in range(steps):
-        opt.zero_grad()
-        total = 0.0
-        for _ in range(accum):
-            rows = [(cursor + i) % n for i in range(BATCH)]
-            cursor += BATCH
-            loss = model(images[rows], labels[rows])
-            (loss / accum).backward()
-            total += float(loss.detach())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        losses.append(total / accum)
-    return model, losses
+    return model, torch_train_on_images(model, folder, steps, accum, BATCH, LR, WD, CLIP, ADAM_EPS)
 
 
 def losses_of(metrics):

@@ -20,7 +20,7 @@ import tempfile
 import numpy as np
 
 from e2e_util import (clean_error_problems, export_tiny_cnn_classifier, ort_run, report_checks, sh, tool_paths,
-                      write_image_data)
+                      torch_train_on_images, write_image_data)
 
 RESULTS = []
 BATCH, STEPS, LR, WD, CLIP = 4, 12, 3e-3, 0.01, 1.0
@@ -32,30 +32,8 @@ def check(name, ok, detail):
 
 
 def torch_run(model, folder, steps, accum):
-    """PyTorch AdamW (weight decay on rank >= 2 parameters, as sdrun) over
-    the folder's examples in file order, `accum` micro-batches of BATCH per
-    step; returns the per-step losses (the micro-batches' mean)."""
-    import torch
-    images = torch.tensor(np.load(os.path.join(folder, "image.npy")))
-    labels = torch.tensor(np.load(os.path.join(folder, "label.npy")))
-    decay = [p for p in model.parameters() if p.dim() >= 2]
-    no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": WD}, {"params": no_decay, "weight_decay": 0.0}], lr=LR,
-                            eps=ADAM_EPS)
-    losses, cursor, n = [], 0, len(labels)
-    for _ in range(steps):
-        opt.zero_grad()
-        total = 0.0
-        for _ in range(accum):
-            rows = [(cursor + i) % n for i in range(BATCH)]
-            cursor += BATCH
-            loss = model(images[rows], labels[rows])
-            (loss / accum).backward()
-            total += float(loss.detach())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
-        opt.step()
-        losses.append(total / accum)
-    return losses
+    """`model` trained in PyTorch as sdrun trains the plan (torch_train_on_images); the per-step losses."""
+    return torch_train_on_images(model, folder, steps, accum, BATCH, LR, WD, CLIP, ADAM_EPS)
 
 
 def losses_of(metrics):
