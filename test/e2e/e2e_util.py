@@ -1,6 +1,7 @@
 """Helpers shared by the end-to-end tests: running the tools and judging
 how they fail on bad input."""
 import argparse
+import json
 import os
 import subprocess
 import sys
@@ -111,6 +112,11 @@ def export_batch_normed_cnn(path, batch, train, seed=0):
         torch.onnx.export(model, (torch.zeros(batch, 3, 16, 16),), path, dynamo=False, opset_version=17,
                           input_names=["image"], output_names=["logits"], do_constant_folding=False)
     return model
+
+
+def losses_of(metrics):
+    """The per-step losses an `sdrun train --metrics FILE` run wrote."""
+    return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
 
 
 def torch_train_on_images(model, folder, steps, accum, batch, lr, weight_decay, clip, adam_eps):

@@ -19,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import (batch_normed_cnn, export_batch_normed_cnn, ort_run, report_checks, sh, tool_paths,
+from e2e_util import (batch_normed_cnn, export_batch_normed_cnn, losses_of, ort_run, report_checks, sh, tool_paths,
                       torch_train_on_images, write_image_data)
 
 RESULTS = []
@@ -66,10 +66,6 @@ def torch_run(onnx_path, folder, steps, accum):
             if "running_" in name:
                 buffer.copy_(torch.tensor(exported[name]))
     return model, torch_train_on_images(model, folder, steps, accum, BATCH, LR, WD, CLIP, ADAM_EPS)
-
-
-def losses_of(metrics):
-    return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
 
 
 def main():

@@ -17,7 +17,7 @@ import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from e2e_util import sh  # noqa: E402
+from e2e_util import losses_of, sh  # noqa: E402
 from test_training import BATCH, SEQ, check, export_base, make_data, report  # noqa: E402
 
 STEPS, LR, SEED, THREADS = 12, 1e-3, 1, 2
@@ -90,10 +90,6 @@ print(json.dumps(out))
 """
 
 
-def losses_of_metrics(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", default="build")
@@ -110,7 +106,7 @@ def main():
         metrics, a_cli = os.path.join(tmp, "m.jsonl"), os.path.join(tmp, "a_cli")
         sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--lr", str(LR), "--seed", str(SEED),
             "--threads", str(THREADS), "--metrics", metrics, "--save-adapter", a_cli])
-        cli = losses_of_metrics(metrics)
+        cli = losses_of(metrics)
         adapter_bytes = lambda d: open(os.path.join(d, "adapter_model.safetensors"), "rb").read()
 
         a_c = os.path.join(tmp, "a_c")

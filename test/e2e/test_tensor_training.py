@@ -19,8 +19,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import (clean_error_problems, export_tiny_cnn_classifier, ort_run, report_checks, sh, tool_paths,
-                      torch_train_on_images, write_image_data)
+from e2e_util import (clean_error_problems, export_tiny_cnn_classifier, losses_of, ort_run, report_checks, sh,
+                      tool_paths, torch_train_on_images, write_image_data)
 
 RESULTS = []
 BATCH, STEPS, LR, WD, CLIP = 4, 12, 3e-3, 0.01, 1.0
@@ -34,10 +34,6 @@ def check(name, ok, detail):
 def torch_run(model, folder, steps, accum):
     """`model` trained in PyTorch as sdrun trains the plan (torch_train_on_images); the per-step losses."""
     return torch_train_on_images(model, folder, steps, accum, BATCH, LR, WD, CLIP, ADAM_EPS)
-
-
-def losses_of(metrics):
-    return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
 
 
 def main():
