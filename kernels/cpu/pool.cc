@@ -176,11 +176,29 @@ template <Mode M> Status poolGradKernel(const KernelContext &c) {
         for (int64_t oo = 0; oo < outTotal; ++oo) {
           unflatten(g, oo, o);
           int64_t count = 0, best = -1;
-          for (int64_t kk = 0; kk < kTotal; ++kk) {
-            int64_t off = windowTapOffset(g, o, kk, inStr);
-            if (off < 0) continue;
-            taps[size_t(count++)] = off;
-            if (M == Mode::Max && (best < 0 || src[off] > src[best])) best = off;
+          T bestValue{};
+          auto visit = [&](int64_t off) {
+            if constexpr (M == Mode::Max) { // the first maximum (NaN never wins), as selects rather than branches
+              const T v = src[off];
+              const bool take = best < 0 || v > bestValue;
+              best = take ? off : best;
+              bestValue = take ? v : bestValue;
+            } else {
+              taps[size_t(count++)] = off;
+            }
+          };
+          if (g.rank() == 2) { // the taps inside the image in windowTapOffset's order, without its divisions
+            for (int64_t kh = 0; kh < g.kernel[0]; ++kh) {
+              const int64_t ih = o[0] * g.strides[0] - g.padBegin[0] + kh * g.dilations[0];
+              if (ih < 0 || ih >= g.in[0]) continue;
+              for (int64_t kw = 0; kw < g.kernel[1]; ++kw) {
+                const int64_t iw = o[1] * g.strides[1] - g.padBegin[1] + kw * g.dilations[1];
+                if (iw >= 0 && iw < g.in[1]) visit(ih * g.in[1] + iw);
+              }
+            }
+          } else {
+            for (int64_t kk = 0; kk < kTotal; ++kk)
+              if (int64_t off = windowTapOffset(g, o, kk, inStr); off >= 0) visit(off);
           }
           if (M == Mode::Max) {
             if (best >= 0) gx[best] += gy[oo];
