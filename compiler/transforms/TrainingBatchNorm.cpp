@@ -6,7 +6,12 @@
 //   - accumulate (train_step is built from it later) keeps the batch's
 //     statistics and writes running * momentum + batch * (1 - momentum) back
 //     into each running weight before returning, once per micro-batch, as
-//     PyTorch updates its buffers on every training forward;
+//     PyTorch updates its buffers on every training forward. The batch is
+//     every data-parallel rank's (PyTorch's SyncBatchNorm): the mean, the
+//     variance and the two means the backward needs (batchNormVJP's
+//     kCrossRankMeanAttr) are averaged over ranks by an AllReduce of
+//     [mean..., 1] (the sum of ones counts the ranks; one rank: the identity),
+//     so N ranks train as one rank of N times the batch;
 //   - every other entry (eval_step, infer) normalizes by the running weights;
 //     the batch's statistics, now unread, are erased.
 // The running weights become `statistics` globals: mutable, checkpointed and
@@ -68,11 +73,50 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
       for (BatchNormalizationOp bn : tagged) {
         std::optional<RunningStatistics> stats = statisticsOf(bn, globals);
         if (!stats) return signalPassFailure();
+        if (training && (failed(averageOverRanks(bn.getInputMean())) || failed(averageOverRanks(bn.getInputVar()))))
+          return signalPassFailure();
         if (failed(training ? writeBack(f, bn, *stats) : normalizeByRunning(bn, *stats)))
           return signalPassFailure();
       }
+      SmallVector<Operation *> backwardMeans;
+      f.walk([&](Operation *op) {
+        if (op->hasAttr(kCrossRankMeanAttr)) backwardMeans.push_back(op);
+      });
+      for (Operation *op : backwardMeans) {
+        op->removeAttr(kCrossRankMeanAttr);
+        if (training && failed(averageOverRanks(op->getResult(0)))) return signalPassFailure();
+      }
     }
-    module.walk([](Operation *op) { op->removeAttr(kRunningStatisticsAttr); });
+    module.walk([](Operation *op) {
+      op->removeAttr(kRunningStatisticsAttr);
+      op->removeAttr(kCrossRankMeanAttr);
+    });
+  }
+
+  // Every reader of the per-channel `local` [C] reads its average over the
+  // data-parallel ranks instead: AllReduce([local..., 1]) = [sum..., ranks],
+  // then sum / ranks. The AllReduce reduces the Concat's fresh buffer in place.
+  LogicalResult averageOverRanks(Value local) {
+    auto type = dyn_cast<RankedTensorType>(local.getType());
+    Operation *def = local.getDefiningOp();
+    if (!type || type.getRank() != 1 || !def)
+      return emitError(local.getLoc(), "a batch statistic to average over ranks must be a computed [C] vector");
+    OpBuilder b(def->getContext());
+    b.setInsertionPointAfter(def);
+    GradBuilder g(b, local.getLoc());
+    int64_t channels = type.getDimSize(0);
+    Value one = g.reshape(g.scalar(type.getElementType(), 1.0), {1});
+    Operation *packed = g.op<ConcatOp>({local, one}, {g.attr("axis", 0)});
+    if (!packed) return emitError(local.getLoc(), "cannot pack a batch statistic for AllReduce");
+    auto reduce = b.create<AllReduceOp>(local.getLoc(), TypeRange{packed->getResult(0).getType()},
+                                        ValueRange{packed->getResult(0)});
+    auto part = [&](int64_t begin, int64_t end) {
+      return g.make<SliceOp>({reduce.getResult(0), g.ints({begin}), g.ints({end}), g.ints({0}), g.none()});
+    };
+    Value average = g.div(part(0, channels), part(channels, channels + 1));
+    if (g.failed()) return emitError(local.getLoc(), "cannot average a batch statistic over ranks");
+    local.replaceUsesWithIf(average, [&](OpOperand &use) { return use.getOwner() == packed ? false : true; });
+    return success();
   }
 
   std::optional<RunningStatistics> statisticsOf(BatchNormalizationOp bn, SymbolTable &globals) {

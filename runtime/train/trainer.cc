@@ -295,13 +295,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   const std::string planContext = o.planName.empty() ? "" : o.planName + ": ";
   SD_RETURN_IF_ERROR(findEntries(plan, pe).withContext(planContext));
   if ((im->comm = session.communicator())) im->rank = im->comm->rank(), im->world = im->comm->size();
-  // Each rank would normalize by its own batch and keep running statistics of its own.
-  if (im->world > 1)
-    for (const GlobalDesc &g : plan.globals)
-      if (g.role == GlobalRole::Statistics)
-        return sdError(planContext, "'", g.name, "' holds BatchNormalization running statistics, which ",
-                       im->world, " ranks would each compute from their own batch; data-parallel training of "
-                       "train-mode BatchNormalization is not supported yet (export in eval mode, or train on one rank)");
   im->batch = o.batch ? o.batch : pe.buckets[0].batch;
   if (im->batch > pe.buckets[0].batch)
     return sdError("--batch ", im->batch, " is larger than the plan's batch ", pe.buckets[0].batch,

@@ -70,6 +70,10 @@ private:
   bool failed_ = false;
 };
 
+// On a per-channel mean BatchNormalization's backward needs over the whole
+// batch (batchNormVJP): sd-training-batch-norm averages it over data-parallel ranks.
+constexpr const char *kCrossRankMeanAttr = "sd.cross_rank_mean";
+
 llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);
 mlir::Type elementTypeOf(mlir::Value v);
 // Integer values of an sd.constant operand; false when it is not constant.

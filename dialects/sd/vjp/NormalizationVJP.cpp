@@ -86,7 +86,8 @@ bool statisticsOfX(BatchNormalizationOp op, ArrayRef<int64_t> axes) {
 // fine-tuning leaves them frozen. When they are x's own (a train-mode node),
 // x's gradient through them is folded into one expression, as PyTorch's
 // kernels do, and the ReduceMeans get none:
-//   dx = k * (dy - sum(dy) / N - (x - mean) * r^2 * sum(dy * (x - mean)) / N).
+//   dx = k * (dy - sum(dy) / N - (x - mean) * r^2 * sum(dy * (x - mean)) / N),
+// the two means over every rank's batch once sd-training-batch-norm syncs them.
 // Other computed statistics pass theirs on to whatever made them:
 //   dmean = -k * sum(dy),  dvar = -scale * r^3 / 2 * sum(dy * (x - mean)).
 LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
@@ -112,8 +113,12 @@ LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Val
   if (need[1]) dx[1] = g.mul(dyCentered, rstd);
   if (need[2]) dx[2] = dySum;
   if (ownStatistics) {
-    Value shift = g.scale(g.mul(k, dySum), 1.0 / double(count));
-    Value slope = g.scale(g.mul(g.mul(k, g.mul(rstd, rstd)), dyCentered), 1.0 / double(count));
+    // The two per-channel means, tagged so sd-training-batch-norm can average
+    // them over data-parallel ranks as it does the forward's statistics.
+    Value dyMean = g.scale(dySum, 1.0 / double(count)), dyCenteredMean = g.scale(dyCentered, 1.0 / double(count));
+    for (Value mean : {dyMean, dyCenteredMean})
+      if (mean) mean.getDefiningOp()->setAttr(kCrossRankMeanAttr, g.builder().getUnitAttr());
+    Value shift = g.mul(k, dyMean), slope = g.mul(g.mul(k, g.mul(rstd, rstd)), dyCenteredMean);
     dx[0] = g.sub(g.sub(dx[0], g.reshape(shift, perChannel)), g.mul(centered, g.reshape(slope, perChannel)));
     return success();
   }

@@ -3,9 +3,11 @@
 // A BatchNormalization the importer made from a train-mode node: the batch's
 // mean and biased variance (ReduceMeans), tagged with its running statistics.
 // After autodiff, eval_step normalizes by the running weights (the batch's
-// statistics erased), accumulate keeps the batch's, and x's gradient through
-// them is one expression, k * dy - k * sum(dy) / N - (x - mean) * slope (the
-// ReduceMeans get none: no broadcast of their gradient), reaching the
+// statistics erased). accumulate keeps the batch's, averaged over
+// data-parallel ranks (AllReduce of [mean..., 1], then sum / ranks), and x's
+// gradient through them is one expression, k * dy - k * mean(dy) - (x - mean)
+// * slope, whose two per-channel means are averaged the same way (the
+// ReduceMeans get no gradient: no broadcast of theirs), reaching the
 // trainable weight before them; it writes running * 0.9 + batch * 0.1 back
 // before returning. The running weights become `statistics` globals; no tag
 // is left.
@@ -14,28 +16,40 @@
 // CHECK-DAG:   sd.global @"grad/w" "gradient"
 // CHECK-NOT:   grad/bn.running
 // CHECK-NOT:   sd.running_statistics
+// CHECK-NOT:   sd.cross_rank_mean
 // CHECK-LABEL: func.func @eval_step
 // CHECK-NOT:   sd.reduce_mean
 // CHECK-DAG:   %[[M:.*]] = sd.global_load @bn.running_mean
 // CHECK-DAG:   %[[V:.*]] = sd.global_load @bn.running_var
 // CHECK:       sd.batch_normalization %{{.*}}, %{{.*}}, %{{.*}}, %[[M]], %[[V]] {epsilon
 // CHECK-NOT:   sd.reduce_mean
+// CHECK-NOT:   sd.all_reduce
 // CHECK-NOT:   sd.global_store
 // CHECK:       return
 // CHECK-LABEL: func.func @accumulate
-// CHECK:       %[[BM:.*]] = sd.reduce_mean %[[H:.*]], %{{.*}}
-// CHECK:       %[[BV:.*]] = sd.reduce_mean
+// CHECK:       %[[LM:.*]] = sd.reduce_mean %[[H:.*]], %{{.*}}
+// CHECK:       %[[PM:.*]] = sd.concat %[[LM]], %{{.*}} {axis = 0 : i64} : (tensor<3xf32>, tensor<1xf32>) -> tensor<4xf32>
+// CHECK:       %[[RM:.*]] = sd.all_reduce %[[PM]]
+// CHECK-DAG:   %[[RANKS:.*]] = sd.slice %[[RM]], {{.*}} -> tensor<1xf32>
+// CHECK-DAG:   %[[SUMS:.*]] = sd.slice %[[RM]], {{.*}} -> tensor<3xf32>
+// CHECK:       %[[BM:.*]] = sd.div %[[SUMS]], %[[RANKS]]
+// CHECK:       sd.sub %[[H]], %[[BM]]
+// CHECK:       sd.reduce_mean
+// CHECK:       sd.all_reduce
+// CHECK:       %[[BV:.*]] = sd.div
 // CHECK:       sd.batch_normalization %[[H]], %{{.*}}, %{{.*}}, %[[BM]], %[[BV]] {epsilon
 // CHECK:       %[[DY:.*]] = sd.expand
+// CHECK-NOT:   sd.expand
+// CHECK-COUNT-2: sd.all_reduce
 // CHECK-NOT:   sd.expand
 // CHECK:       %[[DX:.*]] = sd.sub %{{.*}}, %{{.*}} : (tensor<4x3xf32>, tensor<4x3xf32>)
 // CHECK-NOT:   sd.expand
 // CHECK:       sd.gemm %arg0, %[[DX]], %{{.*}} {transA = 1 : i64, transB = 0 : i64}
 // CHECK:       sd.global_store %{{.*}}, @"grad/w"
-// CHECK:       %[[RM:.*]] = sd.global_load @bn.running_mean
+// CHECK:       %[[OLDM:.*]] = sd.global_load @bn.running_mean
 // CHECK-DAG:   %[[KM:.*]] = sd.constant dense<0.899999976> : tensor<f32>
 // CHECK-DAG:   %[[KB:.*]] = sd.constant dense<0.100000024> : tensor<f32>
-// CHECK-DAG:   %[[OLD:.*]] = sd.mul %[[RM]], %[[KM]]
+// CHECK-DAG:   %[[OLD:.*]] = sd.mul %[[OLDM]], %[[KM]]
 // CHECK-DAG:   %[[NEW:.*]] = sd.mul %[[BM]], %[[KB]]
 // CHECK:       %[[NM:.*]] = sd.add %[[OLD]], %[[NEW]]
 // CHECK-NEXT:  sd.global_store %[[NM]], @bn.running_mean
