@@ -70,8 +70,8 @@ private:
   bool failed_ = false;
 };
 
-// On a per-channel mean BatchNormalization's backward needs over the whole
-// batch (batchNormVJP): sd-training-batch-norm averages it over data-parallel ranks.
+// On the per-channel means BatchNormalization's backward needs over the whole
+// batch ([2C], batchNormVJP): sd-training-batch-norm averages them over data-parallel ranks.
 constexpr const char *kCrossRankMeanAttr = "sd.cross_rank_mean";
 
 llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);

@@ -113,12 +113,17 @@ LogicalResult batchNormVJP(BatchNormalizationOp op, GradBuilder &g, ArrayRef<Val
   if (need[1]) dx[1] = g.mul(dyCentered, rstd);
   if (need[2]) dx[2] = dySum;
   if (ownStatistics) {
-    // The two per-channel means, tagged so sd-training-batch-norm can average
-    // them over data-parallel ranks as it does the forward's statistics.
-    Value dyMean = g.scale(dySum, 1.0 / double(count)), dyCenteredMean = g.scale(dyCentered, 1.0 / double(count));
-    for (Value mean : {dyMean, dyCenteredMean})
-      if (mean) mean.getDefiningOp()->setAttr(kCrossRankMeanAttr, g.builder().getUnitAttr());
-    Value shift = g.mul(k, dyMean), slope = g.mul(g.mul(k, g.mul(rstd, rstd)), dyCenteredMean);
+    // The two per-channel means as one [2C] vector, tagged so
+    // sd-training-batch-norm can average it over data-parallel ranks (one
+    // collective) as it does the forward's statistics.
+    Value means = g.scale(g.make<ConcatOp>({dySum, dyCentered}, {g.attr("axis", 0)}), 1.0 / double(count));
+    if (g.failed()) return op.emitError("cannot build BatchNormalization's gradient through its batch statistics");
+    means.getDefiningOp()->setAttr(kCrossRankMeanAttr, g.builder().getUnitAttr());
+    const int64_t channels = xs[1];
+    auto half = [&](int64_t begin) {
+      return g.make<SliceOp>({means, g.ints({begin}), g.ints({begin + channels}), g.ints({0}), g.none()});
+    };
+    Value shift = g.mul(k, half(0)), slope = g.mul(g.mul(k, g.mul(rstd, rstd)), half(channels));
     dx[0] = g.sub(g.sub(dx[0], g.reshape(shift, perChannel)), g.mul(centered, g.reshape(slope, perChannel)));
     return success();
   }

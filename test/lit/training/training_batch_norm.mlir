@@ -6,7 +6,8 @@
 // statistics erased). accumulate keeps the batch's, averaged over
 // data-parallel ranks (AllReduce of [mean..., 1], then sum / ranks), and x's
 // gradient through them is one expression, k * dy - k * mean(dy) - (x - mean)
-// * slope, whose two per-channel means are averaged the same way (the
+// * slope, whose two per-channel means are averaged the same way, in one
+// AllReduce of [mean(dy)..., mean(dy * (x - mean))..., 1] (the
 // ReduceMeans get no gradient: no broadcast of theirs), reaching the
 // trainable weight before them; it writes running * 0.9 + batch * 0.1 back
 // before returning. The running weights become `statistics` globals; no tag
@@ -40,7 +41,9 @@
 // CHECK:       sd.batch_normalization %[[H]], %{{.*}}, %{{.*}}, %[[BM]], %[[BV]] {epsilon
 // CHECK:       %[[DY:.*]] = sd.expand
 // CHECK-NOT:   sd.expand
-// CHECK-COUNT-2: sd.all_reduce
+// CHECK:       sd.concat %{{.*}}, %{{.*}} {axis = 0 : i64} : (tensor<6xf32>, tensor<1xf32>) -> tensor<7xf32>
+// CHECK-NEXT:  sd.all_reduce
+// CHECK-NOT:   sd.all_reduce
 // CHECK-NOT:   sd.expand
 // CHECK:       %[[DX:.*]] = sd.sub %{{.*}}, %{{.*}} : (tensor<4x3xf32>, tensor<4x3xf32>)
 // CHECK-NOT:   sd.expand
