@@ -73,19 +73,20 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
       for (BatchNormalizationOp bn : tagged) {
         std::optional<RunningStatistics> stats = statisticsOf(bn, globals);
         if (!stats) return signalPassFailure();
+        stats->mean.setRole("statistics");
+        stats->var.setRole("statistics");
         if (training && (failed(averageOverRanks(bn.getInputMean())) || failed(averageOverRanks(bn.getInputVar()))))
           return signalPassFailure();
         if (failed(training ? writeBack(f, bn, *stats) : normalizeByRunning(bn, *stats)))
           return signalPassFailure();
       }
-      SmallVector<Operation *> backwardMeans;
+      if (!training) continue;
+      SmallVector<Value> backwardMeans; // batchNormVJP's, in accumulate only
       f.walk([&](Operation *op) {
-        if (op->hasAttr(kCrossRankMeanAttr)) backwardMeans.push_back(op);
+        if (op->hasAttr(kCrossRankMeanAttr)) backwardMeans.push_back(op->getResult(0));
       });
-      for (Operation *op : backwardMeans) {
-        op->removeAttr(kCrossRankMeanAttr);
-        if (training && failed(averageOverRanks(op->getResult(0)))) return signalPassFailure();
-      }
+      for (Value means : backwardMeans)
+        if (failed(averageOverRanks(means))) return signalPassFailure();
     }
     module.walk([](Operation *op) {
       op->removeAttr(kRunningStatisticsAttr);
@@ -115,7 +116,7 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
     };
     Value average = g.div(part(0, channels), part(channels, channels + 1));
     if (g.failed()) return emitError(local.getLoc(), "cannot average a batch statistic over ranks");
-    local.replaceUsesWithIf(average, [&](OpOperand &use) { return use.getOwner() == packed ? false : true; });
+    local.replaceUsesWithIf(average, [&](OpOperand &use) { return use.getOwner() != packed; });
     return success();
   }
 
@@ -128,11 +129,7 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
       s.mean = mean ? globals.lookup<GlobalOp>(mean.getValue()) : GlobalOp();
       s.var = var ? globals.lookup<GlobalOp>(var.getValue()) : GlobalOp();
       if (momentum) s.momentum = momentum.getValueAsDouble();
-      if (s.mean && s.var && momentum) {
-        s.mean.setRole("statistics");
-        s.var.setRole("statistics");
-        return s;
-      }
+      if (s.mean && s.var && momentum) return s;
     }
     bn.emitError("malformed ") << kRunningStatisticsAttr << " (want [@running_mean, @running_var, momentum])";
     return std::nullopt;

@@ -168,7 +168,7 @@ template <Mode M> Status poolGradKernel(const KernelContext &c) {
     using T = decltype(tag);
     parallelFor(c.pool, planes, 1, [&](int64_t p0, int64_t p1) {
       Dims o(g.rank());
-      std::vector<int64_t> taps(static_cast<size_t>(kTotal));
+      std::vector<int64_t> taps(M == Mode::Max ? 0 : static_cast<size_t>(kTotal)); // Avg's window; Max keeps its best only
       for (int64_t pl = p0; pl < p1; ++pl) {
         const T *src = x.as<T>() + pl * inTotal, *gy = dy.as<T>() + pl * outTotal;
         T *gx = dx.as<T>() + pl * inTotal;

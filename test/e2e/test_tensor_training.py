@@ -51,6 +51,7 @@ def main():
         flags = ["--no-shuffle", "--threads", "2", "--lr", str(LR), "--weight-decay", str(WD), "--clip-norm", str(CLIP)]
         train = [sdrun, "train", plan, "--data", data] + flags
 
+        trained = {}  # the PyTorch reference per --grad-accum, for the merge check below
         for accum in (1, 2):
             run = os.path.join(tmp, f"accum{accum}")
             sh(train + ["--steps", str(STEPS), "--grad-accum", str(accum), "--metrics", run + ".jsonl",
@@ -58,6 +59,7 @@ def main():
             ours = losses_of(run + ".jsonl")
             model = export_tiny_cnn_classifier(os.path.join(tmp, "again.onnx"), BATCH)  # the same seeded weights
             want = torch_run(model, data, STEPS, accum)
+            trained[accum] = model
             rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == len(want) else float("inf")
             check(f"--grad-accum {accum}: {STEPS} losses equal PyTorch's (18 examples, so epochs wrap)", rel < 1e-4,
                   f"max relative diff {rel:.2e}; first {ours[0]:.5f} vs {want[0]:.5f}, last {ours[-1]:.5f} vs "
@@ -74,8 +76,7 @@ def main():
         export_tiny_cnn_classifier(plain, BATCH, logits=True)
         tuned = os.path.join(tmp, "tuned.onnx")
         sh([sdc, "merge", plain, "--weights", os.path.join(tmp, "accum1.safetensors"), "-o", tuned])
-        model = export_tiny_cnn_classifier(os.path.join(tmp, "again.onnx"), BATCH)
-        torch_run(model, data, STEPS, 1)
+        model = trained[1]
         images = np.load(os.path.join(data, "image.npy"))[:BATCH]
         got = ort_run(tuned, {"image": images})["logits"]
         with torch.no_grad():
