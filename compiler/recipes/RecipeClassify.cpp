@@ -106,7 +106,9 @@ struct RecipeClassifyPass : sd::impl::RecipeClassifyBase<RecipeClassifyPass> {
       candidates.push_back(i);
       names += (names.empty() ? "'" : ", '") + sd::outputName(f, i) + "'";
     }
-    if (!featuresOutput.empty()) return f.emitError() << "--features-output '" << featuresOutput << "' is not an output of the model";
+    if (!featuresOutput.empty())
+      return f.emitError() << "--features-output '" << featuresOutput << "' is not an output of the model"
+                           << sd::outputNamesNote(f);
     if (candidates.size() == 1) return candidates[0];
     if (candidates.empty()) return f.emitError() << kWho << ": the model has no float [batch, hidden] or [batch, seq, hidden] output";
     return f.emitError() << kWho << ": the model has several feature outputs (" << names << "); pick one with --features-output";

@@ -64,7 +64,7 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
       if (g.failed()) return failure();
       return sd::finishLossEntry(f, loss, one);
     }
-    return f.emitError() << "--loss-output '" << lossOutput << "' is not an output of the model";
+    return f.emitError() << "--loss-output '" << lossOutput << "' is not an output of the model" << sd::outputNamesNote(f);
   }
 
   LogicalResult appendCrossEntropy(func::FuncOp f) {

@@ -20,6 +20,13 @@ std::string sd::outputName(func::FuncOp f, unsigned i) {
   return names && i < names.size() ? cast<StringAttr>(names[i]).str() : "output" + std::to_string(i);
 }
 
+std::string sd::outputNamesNote(func::FuncOp f) {
+  std::string names;
+  for (unsigned i = 0; i < f.getBody().front().getTerminator()->getNumOperands(); ++i)
+    names += (names.empty() ? "'" : ", '") + outputName(f, i) + "'";
+  return " (the model's outputs: " + names + ")";
+}
+
 void sd::setEntryOutputs(func::FuncOp f, ValueRange values, ArrayRef<StringRef> names) {
   auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
   OpBuilder b(ret);
@@ -50,7 +57,8 @@ FailureOr<unsigned> sd::findLogitsOutput(func::FuncOp f, StringRef named, String
   if (found < 0)
     return f.emitError() << who << ": "
                          << (named.empty() ? std::string("the model has no [batch, seq, vocab] logits output")
-                                           : "--logits-output '" + named.str() + "' is not an output");
+                                           : "--logits-output '" + named.str() + "' is not an output" +
+                                                 outputNamesNote(f));
   return unsigned(found);
 }
 

@@ -12,6 +12,9 @@ mlir::func::FuncOp findEntry(mlir::ModuleOp module, llvm::StringRef entry);
 // The input's sd.name, else "inputN"; the output's sd.output_names entry, else "outputN".
 std::string argName(mlir::func::FuncOp f, unsigned i);
 std::string outputName(mlir::func::FuncOp f, unsigned i);
+// " (the model's outputs: 'a', 'b')", for errors about an output the user named
+// (TorchScript exports name them after node numbers unless told otherwise).
+std::string outputNamesNote(mlir::func::FuncOp f);
 // Makes `values` f's outputs, named `names` (sd.output_names), in place of its own.
 void setEntryOutputs(mlir::func::FuncOp f, mlir::ValueRange values, llvm::ArrayRef<llvm::StringRef> names);
 // The Gather whose indices are `v`, directly or through a cast or reshape

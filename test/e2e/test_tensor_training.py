@@ -162,6 +162,13 @@ def main():
         bad("no examples", {"image.npy": img[:0], "label.npy": lab[:0]}, ["no examples"])
         jsonl = os.path.join(tmp, "text.jsonl")
         open(jsonl, "w").write('{"text": "a"}\n')
+        # A --loss-output the model lacks (a TorchScript export names outputs by node number): its outputs listed.
+        problems, line = clean_error_problems([sdc, "compile", onnx_path, "--peft", "none", "--loss-output",
+                                               "cross_entropy_loss", "-o", os.path.join(tmp, "never.sdp")],
+                                              ["--loss-output 'cross_entropy_loss'", "the model's outputs: 'loss'"],
+                                              [os.path.join(tmp, "never.sdp")])
+        check("bad --loss-output: one line listing the model's outputs, no plan", not problems,
+              "; ".join(problems) or line)
         for name, args, must in [("a JSON Lines file", ["--data", jsonl], ["folder holding image.npy", "label.npy"]),
                                  ("--batch other than the plan's", ["--data", data, "--batch", "2"], ["--batch 2", "4 rows"]),
                                  ("eval data under one batch", ["--data", data, "--eval-data",

@@ -26,7 +26,7 @@
 // CLS:         sd.slice
 // CLS:         sd.linear {{.*}} module = "classifier"
 // NOLABELS:    --recipe classify needs --num-labels N with N >= 2, got 0
-// NOPE:        --features-output 'nope' is not an output of the model
+// NOPE:        --features-output 'nope' is not an output of the model (the model's outputs: 'last_hidden_state')
 module {
   sd.global @emb "frozen" : tensor<10x4xf32>
   func.func @infer(%ids: tensor<?x?xi64> {sd.name = "input_ids", sd.dim_params = ["batch", "seq"]},
