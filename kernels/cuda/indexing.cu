@@ -1,6 +1,6 @@
 // CUDA kernels for the index-driven ops beside Gather (see
 // kernels/cpu/indexing.cc): GatherElements, GatherND, ScatterElements,
-// ScatterND, OneHot and TopK.
+// ScatterND, TensorScatter, OneHot and TopK.
 // The scatters write each output element from one thread, visiting its
 // updates in the CPU kernel's order, so repeated indices give the CPU's
 // result (the last write, or the reduction in order) with no atomics, and a
@@ -264,6 +264,53 @@ __global__ void oneHotKernel(const I *idx, const U *values, U *out, int64_t dept
   }
 }
 
+// TensorScatter (opset 24), a KV-cache write: update's rows along the axis go
+// to the cache at write_indices[b] + s (modulo the cache length when
+// circular), one thread per element of the update. A linear write past the
+// end, which the CPU refuses, is skipped: the cache keeps that row.
+struct CacheWrite {
+  int64_t len, steps, inner, perBatch; // cache rows, update rows, elements per row, outer slices per batch row
+  bool circular;
+};
+
+template <typename U, typename I>
+__global__ void tensorScatterKernel(CacheWrite g, const U *update, const I *starts, U *cache, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t e = i % g.inner, s = (i / g.inner) % g.steps, p = i / (g.inner * g.steps);
+    int64_t at = (starts ? int64_t(starts[p / g.perBatch]) : 0) + s;
+    if (g.circular) at = ((at % g.len) + g.len) % g.len;
+    if (at >= 0 && at < g.len) cache[(p * g.len + at) * g.inner + e] = update[i];
+  }
+}
+
+Status TensorScatterKernel(const KernelContext &c) {
+  const TensorView &cache = c.inputs[0], &update = c.inputs[1], &o = c.outputs[0];
+  int64_t axis = c.attrs.getInt("axis", -2);
+  if (axis < 0) axis += cache.rank();
+  if (axis < 1 || axis >= cache.rank() || update.rank() != cache.rank())
+    return sdError("TensorScatter: axis ", c.attrs.getInt("axis", -2), " does not fit a rank-", cache.rank(), " cache");
+  const AxisExtent ce = extentAround(cache.dims, axis), ue = extentAround(update.dims, axis);
+  if (ce.outer != ue.outer || ce.inner != ue.inner) return sdError("TensorScatter update does not fit the cache");
+  const bool hasStarts = c.hasInput(2) && c.inputs[2].data;
+  if (hasStarts && c.inputs[2].numElements() != cache.dims[0])
+    return sdError("TensorScatter write_indices must hold one integer per batch row");
+  SD_RETURN_IF_ERROR(copyTensor(cache, o, streamOf(c), "TensorScatter"));
+  const int64_t n = update.numElements();
+  if (n == 0 || ce.len == 0) return Status::ok();
+  const CacheWrite g{ce.len, ue.len, ce.inner, ce.outer / cache.dims[0],
+                     c.attrs.getString("mode", "linear") == "circular"};
+  auto launch = [&](auto itag) {
+    using I = decltype(itag);
+    return dispatchByWidth(o.dtype, [&](auto tag) {
+      using U = decltype(tag);
+      tensorScatterKernel<U, I><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(
+          g, update.as<U>(), hasStarts ? c.inputs[2].as<I>() : nullptr, o.as<U>(), n);
+      return launchStatus("TensorScatter");
+    });
+  };
+  return hasStarts ? dispatchIndex(c.inputs[2].dtype, launch) : launch(int64_t{});
+}
+
 Status OneHotKernel(const KernelContext &c) {
   const TensorView &ind = c.inputs[0], &vals = c.inputs[2], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", -1);
@@ -377,6 +424,7 @@ void registerIndexingKernels() {
   const TypeSet scattered = floatStorage() | TypeSet{DType::I64, DType::I32};
   registerKernel("ScatterElements", ScatterElementsKernel, scattered);
   registerKernel("ScatterND", ScatterNDKernel, scattered);
+  registerKernel("TensorScatter", TensorScatterKernel, TypeSet::all());
 }
 
 } // namespace sd::cuda

@@ -372,7 +372,9 @@ Status broadcastInto(const TensorView &src, const TensorView &dst, cudaStream_t 
 void registerMovementKernels() {
   registerKernel("Identity", IdentityKernel, TypeSet::all());
   // Where the plan keeps them as steps (not aliases of their input): copies.
-  for (const char *op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten"}) registerKernel(op, IdentityKernel, TypeSet::all());
+  // BitCast: the same bytes under another type (the shape rule checks the widths).
+  for (const char *op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "BitCast"})
+    registerKernel(op, IdentityKernel, TypeSet::all());
   registerKernel("Transpose", TransposeKernel, TypeSet::all());
   registerKernel("Expand", ExpandKernel, TypeSet::all());
   registerKernel("Tile", TileKernel, TypeSet::all());

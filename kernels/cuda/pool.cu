@@ -1,5 +1,5 @@
-// CUDA kernels for MaxPool (with its optional Indices), AveragePool,
-// GlobalAveragePool and GlobalMaxPool: one thread per output window, or one block per plane for
+// CUDA kernels for MaxPool (with its optional Indices), AveragePool, LpPool,
+// GlobalAveragePool, GlobalMaxPool and GlobalLpPool: one thread per output window, or one block per plane for
 // the global pools (a fixed-order block reduction, sums in f64); and their
 // gradients, one thread per input element.
 #include "block_reduce.cuh"
@@ -102,28 +102,63 @@ Status AveragePoolKernel(const KernelContext &c) {
   });
 }
 
-template <bool Max, typename T> __global__ void globalPoolKernel(int64_t planes, int64_t inner, const T *x, T *y) {
-  for (int64_t p = blockIdx.x; p < planes; p += gridDim.x) {
-    const T *src = x + p * inner;
-    double acc = Max ? -INFINITY : 0.0;
-    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
-      double v = double(load(src[i]));
-      acc = Max ? MaxOp()(acc, v) : acc + v;
+// The p-norm over the window's taps inside the input: (sum |x|^p)^(1/p), in f64, taps in order.
+template <typename T> __global__ void lpPoolKernel(FlatWindow w, int64_t planes, double p, const T *x, T *y) {
+  int64_t total = planes * w.outTotal;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t oo = i % w.outTotal, plane = i / w.outTotal;
+    const T *src = x + plane * w.inTotal;
+    double acc = 0;
+    for (int64_t kk = 0; kk < w.kernelTotal; ++kk) {
+      int64_t off = w.tap(oo, kk);
+      if (off >= 0) acc += pow(fabs(double(load(src[off]))), p);
     }
-    acc = Max ? blockReduce(acc, MaxOp(), double(-INFINITY)) : blockReduce(acc, SumOp(), 0.0);
-    if (threadIdx.x == 0) y[p] = store<T>(Compute<T>(Max ? acc : acc / double(inner > 0 ? inner : 1)));
+    y[i] = store<T>(Compute<T>(pow(acc, 1.0 / p)));
   }
 }
 
-template <bool Max> Status globalPool(const KernelContext &c) {
+Status LpPoolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  StatusOr<FlatWindow> w = poolWindow(c);
+  if (!w.isOk()) return w.status();
+  int64_t planes = x.dims[0] * x.dims[1], total = y.numElements();
+  if (total == 0) return Status::ok();
+  const double p = double(c.attrs.getInt("p", 2));
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    lpPoolKernel<T><<<blocksFor(total), kThreads, 0, streamOf(c)>>>(*w, planes, p, x.as<T>(), y.as<T>());
+    return launchStatus("LpPool");
+  });
+}
+
+enum class Global { Average, Max, Lp };
+
+template <Global M, typename T>
+__global__ void globalPoolKernel(int64_t planes, int64_t inner, double p, const T *x, T *y) {
+  for (int64_t plane = blockIdx.x; plane < planes; plane += gridDim.x) {
+    const T *src = x + plane * inner;
+    double acc = M == Global::Max ? -INFINITY : 0.0;
+    for (int64_t i = threadIdx.x; i < inner; i += blockDim.x) {
+      double v = double(load(src[i]));
+      acc = M == Global::Max ? MaxOp()(acc, v) : acc + (M == Global::Lp ? pow(fabs(v), p) : v);
+    }
+    acc = M == Global::Max ? blockReduce(acc, MaxOp(), double(-INFINITY)) : blockReduce(acc, SumOp(), 0.0);
+    if (M == Global::Average) acc /= double(inner > 0 ? inner : 1);
+    if (M == Global::Lp) acc = pow(acc, 1.0 / p);
+    if (threadIdx.x == 0) y[plane] = store<T>(Compute<T>(acc));
+  }
+}
+
+template <Global M> Status globalPool(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
   int64_t planes = x.dims[0] * x.dims[1], inner = x.numElements() / std::max<int64_t>(planes, 1);
   if (planes == 0) return Status::ok();
+  const double p = double(c.attrs.getInt("p", 2));
   return dispatchFloatStorage(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    globalPoolKernel<Max, T><<<unsigned(std::min<int64_t>(planes, 1 << 20)), kThreads, 0, streamOf(c)>>>(
-        planes, inner, x.as<T>(), c.outputs[0].as<T>());
-    return launchStatus(Max ? "GlobalMaxPool" : "GlobalAveragePool");
+    globalPoolKernel<M, T><<<unsigned(std::min<int64_t>(planes, 1 << 20)), kThreads, 0, streamOf(c)>>>(
+        planes, inner, p, x.as<T>(), c.outputs[0].as<T>());
+    return launchStatus(M == Global::Max ? "GlobalMaxPool" : M == Global::Lp ? "GlobalLpPool" : "GlobalAveragePool");
   });
 }
 
@@ -171,8 +206,10 @@ template <bool Max> Status poolGrad(const KernelContext &c) {
 void registerPoolKernels() {
   registerKernel("MaxPool", MaxPoolKernel, floatStorage());
   registerKernel("AveragePool", AveragePoolKernel, floatStorage());
-  registerKernel("GlobalAveragePool", globalPool<false>, floatStorage());
-  registerKernel("GlobalMaxPool", globalPool<true>, floatStorage());
+  registerKernel("LpPool", LpPoolKernel, TypeSet::floats()); // f32 and f64, as on the CPU
+  registerKernel("GlobalAveragePool", globalPool<Global::Average>, floatStorage());
+  registerKernel("GlobalMaxPool", globalPool<Global::Max>, floatStorage());
+  registerKernel("GlobalLpPool", globalPool<Global::Lp>, TypeSet::floats());
   registerKernel("MaxPoolGrad", poolGrad<true>, floatStorage());
   registerKernel("AveragePoolGrad", poolGrad<false>, floatStorage());
 }

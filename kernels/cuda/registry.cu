@@ -31,6 +31,10 @@ void registerQuantizedKernels();
 void registerBitwiseKernels();
 void registerClassicNormKernels();
 void registerEinsumKernels();
+void registerSelectionKernels();
+void registerLinearAttentionKernels();
+void registerGridSampleKernels();
+void registerRoiAlignKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -125,6 +129,10 @@ const KernelRegistry &cudaKernels() {
     cuda::registerBitwiseKernels();
     cuda::registerClassicNormKernels();
     cuda::registerEinsumKernels();
+    cuda::registerSelectionKernels();
+    cuda::registerLinearAttentionKernels();
+    cuda::registerGridSampleKernels();
+    cuda::registerRoiAlignKernels();
   });
   return cuda::mutableKernels();
 }
