@@ -3,8 +3,10 @@
 // (ties: lower box index first), each kept unless its IoU with a kept box
 // exceeds the threshold. Rows go to the plan's bounded result in batch, class,
 // rank order; the rest is zero-filled (valid indices for any Gather that
-// follows) and the count result says how many rows are real.
+// follows) and the count result says how many rows are real. The box
+// geometry is shared with CUDA (sd/ops/math/box_overlap.h).
 #include "cpu_util.h"
+#include "sd/ops/math/box_overlap.h"
 #include <algorithm>
 #include <numeric>
 #include <vector>
@@ -12,33 +14,9 @@
 namespace sd::cpu {
 namespace {
 
-struct Corners {
-  float x0, y0, x1, y1, area;
-};
-
-// Boxes as min/max corners: [y1, x1, y2, x2] in any diagonal order, or
-// [x_center, y_center, width, height] with center_point_box.
-Corners cornersOf(const float *b, bool centerPoint) {
-  Corners c;
-  if (centerPoint) {
-    c.x0 = b[0] - b[2] / 2, c.x1 = b[0] + b[2] / 2, c.y0 = b[1] - b[3] / 2, c.y1 = b[1] + b[3] / 2;
-  } else {
-    c.y0 = std::min(b[0], b[2]), c.y1 = std::max(b[0], b[2]), c.x0 = std::min(b[1], b[3]), c.x1 = std::max(b[1], b[3]);
-  }
-  c.area = (c.x1 - c.x0) * (c.y1 - c.y0);
-  return c;
-}
-
-bool suppresses(const Corners &a, const Corners &b, float iouThreshold) {
-  float ix0 = std::max(a.x0, b.x0), ix1 = std::min(a.x1, b.x1);
-  if (ix1 <= ix0) return false;
-  float iy0 = std::max(a.y0, b.y0), iy1 = std::min(a.y1, b.y1);
-  if (iy1 <= iy0) return false;
-  float inter = (ix1 - ix0) * (iy1 - iy0);
-  float uni = a.area + b.area - inter;
-  if (inter <= 0 || a.area <= 0 || b.area <= 0 || uni <= 0) return false;
-  return inter / uni > iouThreshold;
-}
+using math::Corners;
+using math::cornersOf;
+using math::suppresses;
 
 // A scalar optional operand; an absent or empty one keeps the default.
 template <typename T> T scalarOr(const KernelContext &c, size_t i, T dflt) {

@@ -1,60 +1,32 @@
 // CUDA kernel of ONNX LinearAttention (opset 27; see
-// kernels/cpu/linear_attention.cc): per (batch, kv head) a d_k x d_v state,
-// decayed by exp(decay) (gated rules), corrected by the delta rule
-// v <- beta (v - S^T k) (delta rules), updated by k v^T and read by every
-// query head of the group, o = scale q^T S.
-// One block per (batch, kv head), one thread per state column m: every
-// operation of a step touches column m alone (its decay, its retrieval
-// S^T k, its update, its reads), so the threads walk the sequence with no
-// barrier, each summing over d_k in the CPU's order. The state lives in the
-// `present` result (f32/f64) or, for halves, in an f32 scratch allocated when
-// the session is created, as the CPU keeps an f32 state for them.
+// kernels/cpu/linear_attention.cc): the recurrence of
+// sd/ops/math/linear_attention.h, the CPU's own math. One block per (batch,
+// kv head), one thread per state column: a column's steps touch that column
+// alone, so the threads walk the sequence with no barrier, each summing over
+// d_k in the CPU's order. The state lives in the `present` result (f32/f64)
+// or, for halves, in an f32 scratch allocated when the session is created, as
+// the CPU keeps an f32 state for them.
 #include "cuda_util.cuh"
+#include "sd/ops/math/linear_attention.h"
 #include <cmath>
 #include <memory>
 
 namespace sd::cuda {
 namespace {
 
-struct LinearAttentionGeometry {
-  int64_t batch, steps, hq, hkv, dk, dv, decayLast, betaLast;
-  float scale;
-};
+using LinearAttentionGeometry = math::LinearAttentionShape;
 
 template <typename T, typename Acc>
-__global__ void linearAttentionKernel(LinearAttentionGeometry g, const T *q, const T *k, const T *v, const T *past,
-                                      const T *decay, const T *beta, T *out, T *present, Acc *state) {
-  const int64_t bh = blockIdx.x, b = bh / g.hkv, h = bh % g.hkv, group = g.hq / g.hkv;
-  Acc *s = state + bh * g.dk * g.dv;
+__global__ void linearAttentionKernel(LinearAttentionGeometry g, math::LinearAttentionOperands<T> x, const T *past,
+                                      T *present, Acc *state) {
+  const int64_t bh = blockIdx.x, b = bh / g.hkv, h = bh % g.hkv, size = g.dk * g.dv;
+  const math::ExpDecay<T> expDecay{x.decay, g.decayLast, g.hkv, g.dk};
+  Acc *s = state + bh * size;
   for (int64_t m = threadIdx.x; m < g.dv; m += blockDim.x) {
-    for (int64_t d = 0; d < g.dk; ++d) s[d * g.dv + m] = past ? Acc(load(past[bh * g.dk * g.dv + d * g.dv + m])) : Acc(0);
-    for (int64_t t = 0; t < g.steps; ++t) {
-      const int64_t row = b * g.steps + t;
-      const T *kt = k + row * g.hkv * g.dk + h * g.dk;
-      if (decay) {
-        const T *gt = decay + row * g.decayLast;
-        for (int64_t d = 0; d < g.dk; ++d)
-          s[d * g.dv + m] *= exp(Acc(load(g.decayLast == g.hkv ? gt[h] : gt[h * g.dk + d])));
-      }
-      Acc vt = Acc(load(v[row * g.hkv * g.dv + h * g.dv + m]));
-      if (beta) {
-        const Acc bt = Acc(load(beta[row * g.betaLast + (g.betaLast == 1 ? 0 : h)]));
-        Acc retrieved = 0;
-        for (int64_t d = 0; d < g.dk; ++d) retrieved += s[d * g.dv + m] * Acc(load(kt[d]));
-        vt = bt * (vt - retrieved);
-      }
-      for (int64_t d = 0; d < g.dk; ++d) s[d * g.dv + m] += Acc(load(kt[d])) * vt;
-      for (int64_t j = 0; j < group; ++j) {
-        const int64_t head = h * group + j;
-        const T *qt = q + row * g.hq * g.dk + head * g.dk;
-        Acc acc = 0;
-        for (int64_t d = 0; d < g.dk; ++d) acc += Acc(load(qt[d])) * s[d * g.dv + m];
-        out[row * g.hq * g.dv + head * g.dv + m] = store<T>(Compute<T>(Acc(g.scale) * acc));
-      }
-    }
-    if (static_cast<void *>(s) != static_cast<void *>(present + bh * g.dk * g.dv))
-      for (int64_t d = 0; d < g.dk; ++d)
-        present[bh * g.dk * g.dv + d * g.dv + m] = store<T>(Compute<T>(s[d * g.dv + m]));
+    for (int64_t d = 0; d < g.dk; ++d) s[d * g.dv + m] = past ? Acc(past[bh * size + d * g.dv + m]) : Acc(0);
+    for (int64_t t = 0; t < g.steps; ++t) math::linearAttentionStep(g, x, b, h, t, m, s + m, g.dv, expDecay);
+    if (static_cast<void *>(s) != static_cast<void *>(present + bh * size))
+      for (int64_t d = 0; d < g.dk; ++d) present[bh * size + d * g.dv + m] = T(s[d * g.dv + m]);
   }
 }
 
@@ -106,10 +78,14 @@ Status LinearAttentionKernel(const KernelContext &c) {
       if (!half) return sdError("LinearAttention on CUDA: cannot allocate its f32 state");
       state = half->state;
     }
+    const math::LinearAttentionOperands<T> x{c.inputs[0].as<T>(),
+                                             c.inputs[1].as<T>(),
+                                             c.inputs[2].as<T>(),
+                                             static_cast<const T *>(operand(4)),
+                                             static_cast<const T *>(operand(5)),
+                                             c.outputs[0].as<T>()};
     linearAttentionKernel<T, Acc><<<unsigned(blocks), threads, 0, streamOf(c)>>>(
-        *g, c.inputs[0].as<T>(), c.inputs[1].as<T>(), c.inputs[2].as<T>(), static_cast<const T *>(operand(3)),
-        static_cast<const T *>(operand(4)), static_cast<const T *>(operand(5)), c.outputs[0].as<T>(),
-        c.outputs[1].as<T>(), state);
+        *g, x, static_cast<const T *>(operand(3)), c.outputs[1].as<T>(), state);
     return launchStatus("LinearAttention");
   });
 }

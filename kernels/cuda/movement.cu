@@ -1,7 +1,7 @@
 // CUDA kernels that move bytes: Identity (and Reshape, Squeeze, Unsqueeze,
 // Flatten where they are steps), Transpose, Concat and Split (as 2-D
 // copies), Expand, Tile and DepthToSpace/SpaceToDepth (strided reads), Slice,
-// Pad, Gather (embedding lookup) and GatherGrad (its
+// Pad, CenterCropPad, ReverseSequence, Gather (embedding lookup) and GatherGrad (its
 // deterministic scatter-add). Kernels that only move bytes run on every type
 // by element size.
 #include "cuda_util.cuh"
@@ -348,6 +348,88 @@ Status GatherGradKernel(const KernelContext &c) {
   });
 }
 
+// CenterCropPad: each axis cropped or zero-padded about its center (the
+// extra element of an odd change at the end), one thread per output element.
+struct CropPad8 {
+  int rank = 0;
+  int64_t outDims[kMaxRank] = {}, inDims[kMaxRank] = {}, inStrides[kMaxRank] = {}, shift[kMaxRank] = {};
+};
+
+template <typename U> __global__ void centerCropPadKernel(CropPad8 g, const U *x, U *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    int64_t rem = i, off = 0;
+    bool inside = true;
+    for (int d = g.rank - 1; d >= 0; --d) {
+      const int64_t at = rem % g.outDims[d] + g.shift[d]; // source index = output index + shift
+      rem /= g.outDims[d];
+      inside = inside && at >= 0 && at < g.inDims[d];
+      off += at * g.inStrides[d];
+    }
+    y[i] = inside ? x[off] : U(0);
+  }
+}
+
+Status CenterCropPadKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  if (x.rank() > kMaxRank || y.rank() != x.rank()) return sdError("CenterCropPad on CUDA takes up to rank ", kMaxRank);
+  CropPad8 g;
+  g.rank = int(x.rank());
+  const Dims strides = rowMajorStrides(x.dims);
+  for (int d = 0; d < g.rank; ++d) {
+    const int64_t in = x.dims[size_t(d)], out = y.dims[size_t(d)];
+    g.outDims[d] = out, g.inDims[d] = in, g.inStrides[d] = strides[size_t(d)];
+    g.shift[d] = in >= out ? (in - out) / 2 : -((out - in) / 2);
+  }
+  const int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchByWidth(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    centerCropPadKernel<U><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(g, x.as<U>(), y.as<U>(), n);
+    return launchStatus("CenterCropPad");
+  });
+}
+
+// ReverseSequence: per batch entry b the first sequence_lens[b] steps along
+// the time axis reversed, the rest copied. A GPU cannot refuse a length
+// outside [0, steps] mid-step, as the CPU does: it is clamped there.
+struct SequenceAxes {
+  int64_t timeStride, steps, batchStride, batch;
+};
+
+template <typename U, typename I>
+__global__ void reverseSequenceKernel(SequenceAxes a, const U *x, const I *lens, U *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t t = (i / a.timeStride) % a.steps, b = (i / a.batchStride) % a.batch;
+    int64_t len = int64_t(lens[b]);
+    len = len < 0 ? 0 : len > a.steps ? a.steps : len;
+    y[i] = x[i + (t < len ? (len - 1 - 2 * t) * a.timeStride : 0)];
+  }
+}
+
+Status ReverseSequenceKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &lens = c.inputs[1], &y = c.outputs[0];
+  const int64_t batchAxis = c.attrs.getInt("batch_axis", 1), timeAxis = c.attrs.getInt("time_axis", 0);
+  if (batchAxis < 0 || batchAxis >= x.rank() || timeAxis < 0 || timeAxis >= x.rank() || batchAxis == timeAxis)
+    return sdError("ReverseSequence: batch_axis ", batchAxis, " and time_axis ", timeAxis, " do not fit rank ",
+                   x.rank());
+  if (lens.numElements() != x.dims[size_t(batchAxis)])
+    return sdError("ReverseSequence sequence_lens must hold one integer per batch entry");
+  const Dims strides = rowMajorStrides(x.dims);
+  const SequenceAxes a{strides[size_t(timeAxis)], x.dims[size_t(timeAxis)], strides[size_t(batchAxis)],
+                       x.dims[size_t(batchAxis)]};
+  const int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchIndex(lens.dtype, [&](auto itag) {
+    using I = decltype(itag);
+    return dispatchByWidth(x.dtype, [&](auto tag) {
+      using U = decltype(tag);
+      reverseSequenceKernel<U, I><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(a, x.as<U>(), lens.as<I>(), y.as<U>(),
+                                                                              n);
+      return launchStatus("ReverseSequence");
+    });
+  });
+}
+
 } // namespace
 
 Status permute(const TensorView &x, const TensorView &y, const std::vector<int64_t> &perm, cudaStream_t s,
@@ -376,6 +458,8 @@ void registerMovementKernels() {
   for (const char *op : {"Reshape", "Squeeze", "Unsqueeze", "Flatten", "BitCast"})
     registerKernel(op, IdentityKernel, TypeSet::all());
   registerKernel("Transpose", TransposeKernel, TypeSet::all());
+  registerKernel("CenterCropPad", CenterCropPadKernel, TypeSet::all());
+  registerKernel("ReverseSequence", ReverseSequenceKernel, TypeSet::all());
   registerKernel("Expand", ExpandKernel, TypeSet::all());
   registerKernel("Tile", TileKernel, TypeSet::all());
   registerKernel("DepthToSpace", blockRearrangeKernel<true>, TypeSet::all());

@@ -35,6 +35,7 @@ void registerSelectionKernels();
 void registerLinearAttentionKernels();
 void registerGridSampleKernels();
 void registerRoiAlignKernels();
+void registerNonMaxSuppressionKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -133,6 +134,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerLinearAttentionKernels();
     cuda::registerGridSampleKernels();
     cuda::registerRoiAlignKernels();
+    cuda::registerNonMaxSuppressionKernels();
   });
   return cuda::mutableKernels();
 }
