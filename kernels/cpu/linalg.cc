@@ -5,6 +5,7 @@
 #include "gemm.h"
 #include "sd/ops/cpu_info.h"
 #include "sgemm.h"
+#include "sd/ops/math/determinant.h"
 #include <cblas.h>
 #include <cstdlib>
 #include <string_view>
@@ -168,7 +169,7 @@ Status GemmKernel(const KernelContext &c) {
   });
 }
 
-// Det of [..., M, M] by LU with partial pivoting, in double.
+// Det of [..., M, M] by LU with partial pivoting, in double (sd/ops/math/determinant.h, shared with CUDA).
 Status DetKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0];
   int64_t m = x.dims.back(), batch = c.outputs[0].numElements();
@@ -178,23 +179,7 @@ Status DetKernel(const KernelContext &c) {
     for (int64_t b = 0; b < batch; ++b) {
       const T *src = x.as<T>() + b * m * m;
       for (int64_t i = 0; i < m * m; ++i) a[size_t(i)] = double(src[i]);
-      double det = 1;
-      for (int64_t col = 0; col < m && det != 0; ++col) {
-        int64_t pivot = col;
-        for (int64_t r = col + 1; r < m; ++r)
-          if (std::abs(a[size_t(r * m + col)]) > std::abs(a[size_t(pivot * m + col)])) pivot = r;
-        if (a[size_t(pivot * m + col)] == 0) { det = 0; break; }
-        if (pivot != col) {
-          for (int64_t j = 0; j < m; ++j) std::swap(a[size_t(pivot * m + j)], a[size_t(col * m + j)]);
-          det = -det;
-        }
-        double d = a[size_t(col * m + col)];
-        det *= d;
-        for (int64_t r = col + 1; r < m; ++r) {
-          double f = a[size_t(r * m + col)] / d;
-          for (int64_t j = col; j < m; ++j) a[size_t(r * m + j)] -= f * a[size_t(col * m + j)];
-        }
-      }
+      const double det = math::luDeterminant(a.data(), m);
       c.outputs[0].as<T>()[b] = T(det);
     }
     return Status::ok();

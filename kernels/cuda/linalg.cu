@@ -1,8 +1,12 @@
-// CUDA kernels for MatMul, Gemm and Linear, all through cuBLASLt plans built
+// CUDA kernels for MatMul, Gemm, Linear and Det. The products go through cuBLASLt plans built
 // when the session is created (gemm_lt.h). Linear's bias is cuBLASLt's bias
 // epilogue; Gemm's C, and LinearAdd's addend, are cuBLASLt's C (a broadcast
-// Gemm C is written into the output first and accumulated with beta).
+// Gemm C is written into the output first and accumulated with beta). Det:
+// one thread per matrix factorizes an f64 copy with the CPU's own LU
+// (sd/ops/math/determinant.h), in a scratch allocated with the session.
 #include "gemm_lt.h"
+#include "sd/ops/math/determinant.h"
+#include <memory>
 
 namespace sd::cuda {
 namespace {
@@ -205,12 +209,51 @@ Status LinearAddKernel(const KernelContext &c) {
   return g->run(c.inputs[0].data, c.inputs[1].data, out.data, 1.0, 1.0, streamOf(c), addend.data);
 }
 
+template <typename T> __global__ void detKernel(const T *x, T *y, double *scratch, int64_t batch, int64_t m) {
+  for (int64_t b = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; b < batch; b += int64_t(gridDim.x) * blockDim.x) {
+    double *a = scratch + b * m * m;
+    for (int64_t i = 0; i < m * m; ++i) a[i] = double(load(x[b * m * m + i]));
+    y[b] = store<T>(Compute<T>(math::luDeterminant(a, m)));
+  }
+}
+
+struct DetScratch {
+  double *matrices = nullptr;
+  ~DetScratch() { cudaFree(matrices); }
+};
+
+std::shared_ptr<const void> prepareDet(const PrepareContext &p) {
+  auto s = std::make_shared<DetScratch>();
+  if (cudaMalloc(&s->matrices, size_t(std::max<int64_t>(1, p.kernel.inputs[0].numElements())) * sizeof(double)) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return s;
+}
+
+Status DetKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  if (x.rank() < 2 || x.dims[size_t(x.rank() - 1)] != x.dims[size_t(x.rank() - 2)])
+    return sdError("Det takes square matrices, got ", formatDims(x.dims));
+  auto *s = static_cast<const DetScratch *>(c.prepared);
+  if (!s) return sdError("Det on CUDA: cannot allocate its scratch");
+  const int64_t batch = y.numElements(), m = x.dims.back();
+  if (batch == 0) return Status::ok();
+  return dispatchFloatStorage(x.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    detKernel<T><<<blocksFor(batch), kThreads, 0, streamOf(c)>>>(x.as<T>(), y.as<T>(), s->matrices, batch, m);
+    return launchStatus("Det");
+  });
+}
+
 } // namespace
 
 void registerLinalgKernels() {
   TypeSet t = floatStorage();
   registerKernel("MatMul", MatMulKernel, t, prepareMatMul);
   registerKernel("Gemm", GemmKernel, t, prepareGemm);
+  registerKernel("Det", DetKernel, TypeSet::floats(), prepareDet); // f32 and f64, as on the CPU
   registerKernel("Linear", LinearKernel, t, prepareLinear);
   registerKernel("LinearAdd", LinearAddKernel, {DType::F32, DType::F16, DType::BF16}, prepareLinear);
 }

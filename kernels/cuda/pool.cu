@@ -1,10 +1,13 @@
 // CUDA kernels for MaxPool (with its optional Indices), AveragePool, LpPool,
-// GlobalAveragePool, GlobalMaxPool and GlobalLpPool: one thread per output window, or one block per plane for
+// GlobalAveragePool, GlobalMaxPool, GlobalLpPool and MaxUnpool: one thread per output window, or one block per plane for
 // the global pools (a fixed-order block reduction, sums in f64); and their
 // gradients, one thread per input element.
 #include "block_reduce.cuh"
 #include "cuda_util.cuh"
+#include "sd/ops/dispatch.h"
 #include "sd/ops/flat_window.h"
+#include "sd/ops/index_geometry.h"
+#include <memory>
 #include <cmath>
 
 namespace sd::cuda {
@@ -201,6 +204,87 @@ template <bool Max> Status poolGrad(const KernelContext &c) {
   });
 }
 
+// MaxUnpool: each X value goes where MaxPool found it, its index flat over
+// the unpooled shape the attributes imply (which output_shape may pad at the
+// end of each dim). Where indices repeat, the CPU's last write wins: each
+// output element first claims its largest source with an integer atomicMax
+// (the same winner in any order), then reads it. An index out of range,
+// which the CPU refuses, is skipped.
+struct Unpool {
+  int rank;
+  int64_t inferred[kMaxRank], outStrides[kMaxRank], inferredTotal;
+};
+
+template <typename I>
+__global__ void claimUnpooledKernel(Unpool u, const I *indices, long long *owner, int64_t n) {
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    int64_t flat = int64_t(indices[e]), off = 0;
+    if (flat < 0 || flat >= u.inferredTotal) continue;
+    for (int d = u.rank - 1; d >= 0; --d) {
+      off += (flat % u.inferred[d]) * u.outStrides[d];
+      flat /= u.inferred[d];
+    }
+    atomicMax(owner + off, (long long)e);
+  }
+}
+
+template <typename U> __global__ void readUnpooledKernel(const long long *owner, const U *x, U *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = owner[i] >= 0 ? x[owner[i]] : U(0);
+}
+
+struct UnpoolOwners {
+  long long *owner = nullptr;
+  ~UnpoolOwners() { cudaFree(owner); }
+};
+
+std::shared_ptr<const void> prepareMaxUnpool(const PrepareContext &p) {
+  auto s = std::make_shared<UnpoolOwners>();
+  if (cudaMalloc(&s->owner, size_t(std::max<int64_t>(1, p.kernel.outputs[0].numElements())) * sizeof(long long)) !=
+      cudaSuccess) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  return s;
+}
+
+Status MaxUnpoolKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
+  const Dims kernel = c.attrs.getInts("kernel_shape"), strides = c.attrs.getInts("strides"),
+             pads = c.attrs.getInts("pads");
+  const size_t k = kernel.size();
+  if (o.rank() > kMaxRank || x.rank() != int64_t(k) + 2 || o.rank() != x.rank() || ind.numElements() != x.numElements())
+    return sdError("MaxUnpool on CUDA: X ", formatDims(x.dims), ", indices ", formatDims(ind.dims), " and output ",
+                   formatDims(o.dims), " do not fit kernel_shape");
+  Unpool u{int(o.rank()), {x.dims[0], x.dims[1]}, {}, 1};
+  for (size_t d = 0; d < k; ++d)
+    u.inferred[d + 2] = (x.dims[d + 2] - 1) * (strides.empty() ? 1 : strides[d]) -
+                        (pads.empty() ? 0 : pads[d] + pads[d + k]) + kernel[d];
+  const Dims outStrides = rowMajorStrides(o.dims);
+  for (int d = 0; d < u.rank; ++d) {
+    if (u.inferred[d] > o.dims[size_t(d)])
+      return sdError("MaxUnpool output_shape ", formatDims(o.dims), " is smaller than the unpooled shape");
+    u.outStrides[d] = outStrides[size_t(d)];
+    u.inferredTotal *= u.inferred[d];
+  }
+  auto *owners = static_cast<const UnpoolOwners *>(c.prepared);
+  if (!owners) return sdError("MaxUnpool on CUDA: cannot allocate its scratch");
+  const int64_t n = o.numElements(), m = x.numElements();
+  if (n == 0) return Status::ok();
+  cudaStream_t stream = streamOf(c);
+  SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(owners->owner, 0xff, size_t(n) * sizeof(long long), stream), "MaxUnpool"));
+  if (m > 0) SD_RETURN_IF_ERROR(dispatchIndex(ind.dtype, [&](auto itag) {
+    using I = decltype(itag);
+    claimUnpooledKernel<I><<<blocksFor(m), kThreads, 0, stream>>>(u, ind.as<I>(), owners->owner, m);
+    return launchStatus("MaxUnpool");
+  }));
+  return dispatchByWidth(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    readUnpooledKernel<U><<<blocksFor(n), kThreads, 0, stream>>>(owners->owner, x.as<U>(), o.as<U>(), n);
+    return launchStatus("MaxUnpool");
+  });
+}
+
 } // namespace
 
 void registerPoolKernels() {
@@ -211,6 +295,7 @@ void registerPoolKernels() {
   registerKernel("GlobalMaxPool", globalPool<Global::Max>, floatStorage());
   registerKernel("GlobalLpPool", globalPool<Global::Lp>, TypeSet::floats());
   registerKernel("MaxPoolGrad", poolGrad<true>, floatStorage());
+  registerKernel("MaxUnpool", MaxUnpoolKernel, TypeSet::all(), prepareMaxUnpool);
   registerKernel("AveragePoolGrad", poolGrad<false>, floatStorage());
 }
 

@@ -36,6 +36,7 @@ void registerLinearAttentionKernels();
 void registerGridSampleKernels();
 void registerRoiAlignKernels();
 void registerNonMaxSuppressionKernels();
+void registerCol2ImKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -135,6 +136,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerGridSampleKernels();
     cuda::registerRoiAlignKernels();
     cuda::registerNonMaxSuppressionKernels();
+    cuda::registerCol2ImKernels();
   });
   return cuda::mutableKernels();
 }
