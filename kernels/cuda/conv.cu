@@ -5,6 +5,7 @@
 // element (a block per weight for the gradient). Correct for every group count
 // (depthwise included), stride, dilation and padding; cuDNN comes later for speed.
 #include "block_reduce.cuh"
+#include "conv_shape.cuh"
 #include "cuda_util.cuh"
 #include "sd/ops/flat_window.h"
 #include "sd/ops/math/activations.h"
@@ -59,23 +60,6 @@ template <typename C> __device__ C activate(const Epilogue &e, C y) {
   case Act::LeakyRelu: return math::leakyRelu(y, C(e.alpha));
   }
   return y;
-}
-
-struct ConvShape {
-  int64_t n = 0, cin = 0, m = 0, group = 1, cg = 0, mg = 0;
-};
-
-// A forward convolution's channels: x [n, cin, ...] to m output channels in `group` groups.
-StatusOr<ConvShape> convShapeOf(const KernelContext &c, const TensorView &x, int64_t m, const char *op) {
-  ConvShape s;
-  s.n = x.dims[0];
-  s.cin = x.dims[1];
-  s.m = m;
-  s.group = c.attrs.getInt("group", 1);
-  if (s.group <= 0 || s.cin % s.group || s.m % s.group) return sdError(op, " group does not divide the channels");
-  s.cg = s.cin / s.group;
-  s.mg = s.m / s.group;
-  return s;
 }
 
 template <typename T>

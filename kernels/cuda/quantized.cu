@@ -1,12 +1,14 @@
 // CUDA kernels of QuantizeLinear and DequantizeLinear to and from the 8- to
 // 32-bit integers (see kernels/cpu/quantized.cc, whose math they follow):
 // per-tensor, per-axis or blocked scales and zero points, one thread per
-// element. The narrow types (4- and 2-bit integers, the 8-bit floats) are
-// left to the CPU kernels (the registry says these kernels do not produce
-// them), as are the integer products.
+// element; and DynamicQuantizeLinear. The narrow types (4- and 2-bit
+// integers, the 8-bit floats) are left to the CPU kernels (the registry says
+// these kernels do not produce them). The integer products are in
+// integer_products.cu.
+#include "block_reduce.cuh"
 #include "cuda_util.cuh"
+#include "saturate.cuh"
 #include "sd/ops/index_geometry.h"
-#include <cuda/std/limits>
 #include <type_traits>
 
 namespace sd::cuda {
@@ -49,12 +51,6 @@ __global__ void dequantizeKernel(const Q *x, const S *scale, const Q *zero, Y *y
     const double v = double(x[i]) - (zero ? double(zero[k]) : 0.0);
     y[i] = store<Y>(Compute<Y>(v * double(load(scale[k]))));
   }
-}
-
-template <typename Q> __device__ inline Q saturate(double v) {
-  v = nearbyint(v);
-  const double lo = double(::cuda::std::numeric_limits<Q>::lowest()), hi = double(::cuda::std::numeric_limits<Q>::max());
-  return Q(v < lo ? lo : (v > hi ? hi : v));
 }
 
 // f32 data divides in f32, as the CPU (and ONNX's reference) does; the others in f64.
@@ -133,12 +129,56 @@ Status QuantizeLinearKernel(const KernelContext &c) {
   });
 }
 
+// DynamicQuantizeLinear: x's range (with 0) in one block, std::min/max's
+// choices so NaN is skipped and any tree gives the same bounds; then
+// scale = (hi - lo) / 255 (1 when 0) and zero = clamp(round(-lo / scale)),
+// all in f32 as the ONNX definition; then one thread per element quantizes.
+struct MinKeep {
+  __device__ float operator()(float a, float b) const { return b < a ? b : a; }
+};
+struct MaxKeep {
+  __device__ float operator()(float a, float b) const { return a < b ? b : a; }
+};
+
+constexpr int kRangeThreads = 1024;
+
+__global__ void dynamicRangeKernel(const float *x, int64_t n, float *scaleOut, uint8_t *zeroOut) {
+  float lo = 0, hi = 0;
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) lo = MinKeep()(lo, x[i]), hi = MaxKeep()(hi, x[i]);
+  lo = blockReduce(lo, MinKeep(), 0.0f);
+  hi = blockReduce(hi, MaxKeep(), 0.0f);
+  if (threadIdx.x != 0) return;
+  float scale = (hi - lo) / 255.0f;
+  if (scale == 0) scale = 1;
+  const float zero = nearbyintf(-lo / scale);
+  *scaleOut = scale;
+  *zeroOut = uint8_t(zero < 0.0f ? 0.0f : zero > 255.0f ? 255.0f : zero);
+}
+
+__global__ void dynamicQuantizeKernel(const float *x, const float *scale, const uint8_t *zero, uint8_t *y, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = saturate<uint8_t>(double(nearbyintf(x[i] / *scale) + float(*zero)));
+}
+
+Status DynamicQuantizeLinearKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  if (y.dtype != DType::U8 || c.outputs[1].dtype != DType::F32 || c.outputs[2].dtype != DType::U8)
+    return sdError("DynamicQuantizeLinear gives u8 data, an f32 scale and a u8 zero point");
+  const int64_t n = x.numElements();
+  float *scale = c.outputs[1].as<float>();
+  uint8_t *zero = c.outputs[2].as<uint8_t>();
+  dynamicRangeKernel<<<1, kRangeThreads, 0, streamOf(c)>>>(x.as<float>(), n, scale, zero);
+  if (n > 0) dynamicQuantizeKernel<<<blocksFor(n), kThreads, 0, streamOf(c)>>>(x.as<float>(), scale, zero, y.as<uint8_t>(), n);
+  return launchStatus("DynamicQuantizeLinear");
+}
+
 } // namespace
 
 void registerQuantizedKernels() {
   const TypeSet quantized{DType::I8, DType::U8, DType::I16, DType::U16, DType::I32};
   registerKernel("DequantizeLinear", DequantizeLinearKernel, quantized, nullptr, 0, floatStorage());
   registerKernel("QuantizeLinear", QuantizeLinearKernel, floatStorage(), nullptr, 0, quantized);
+  registerKernel("DynamicQuantizeLinear", DynamicQuantizeLinearKernel, {DType::F32});
 }
 
 } // namespace sd::cuda

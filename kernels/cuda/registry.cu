@@ -37,6 +37,7 @@ void registerGridSampleKernels();
 void registerRoiAlignKernels();
 void registerNonMaxSuppressionKernels();
 void registerCol2ImKernels();
+void registerIntegerProductKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -137,6 +138,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerRoiAlignKernels();
     cuda::registerNonMaxSuppressionKernels();
     cuda::registerCol2ImKernels();
+    cuda::registerIntegerProductKernels();
   });
   return cuda::mutableKernels();
 }
