@@ -1,5 +1,6 @@
 // CUDA kernels that generate, scan or mask values (see
-// kernels/cpu/generators.cc): ConstantOfShape, EyeLike and Range; CumSum and
+// kernels/cpu/generators.cc): Shape, Size, ConstantOfShape, EyeLike, Range and
+// the Hann, Hamming and Blackman windows; CumSum and
 // CumProd, one thread per line along the axis adding in the CPU kernel's
 // order (so the bits match it, and no scan tree depends on the launch);
 // Trilu. Their axis and k operands are constants, read when the session is
@@ -10,6 +11,7 @@
 #include "sd/format/dtype.h"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/index_geometry.h"
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -204,9 +206,69 @@ Status RangeKernel(const KernelContext &c) {
   });
 }
 
+// Shape and Size: values the host knows when it launches, written by a
+// kernel that takes them by value (capturable, unlike a copy from host memory).
+__global__ void writeIntegersKernel(Shape8 values, int64_t *out) {
+  if (threadIdx.x < values.rank) out[threadIdx.x] = values.dims[threadIdx.x];
+}
+
+Status ShapeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  int64_t r = x.rank(), s = c.attrs.getInt("start", 0), e = c.attrs.getInt("end", r);
+  if (s < 0) s += r;
+  if (e < 0) e += r;
+  s = std::clamp<int64_t>(s, 0, r);
+  e = std::clamp<int64_t>(e, 0, r);
+  if (y.numElements() != std::max<int64_t>(0, e - s) || y.dtype != DType::I64 || e - s > kMaxRank)
+    return sdError("Shape output ", formatDims(y.dims), " does not hold dims ", s, " to ", e, " of a rank-", r, " input");
+  Shape8 values;
+  for (int64_t i = s; i < e; ++i) values.dims[values.rank++] = x.dims[size_t(i)];
+  if (values.rank == 0) return Status::ok();
+  writeIntegersKernel<<<1, 32, 0, streamOf(c)>>>(values, y.as<int64_t>());
+  return launchStatus("Shape");
+}
+
+Status SizeKernel(const KernelContext &c) {
+  if (c.outputs[0].dtype != DType::I64 || c.outputs[0].numElements() != 1) return sdError("Size gives one i64");
+  Shape8 values;
+  values.rank = 1;
+  values.dims[0] = c.inputs[0].numElements();
+  writeIntegersKernel<<<1, 32, 0, streamOf(c)>>>(values, c.outputs[0].as<int64_t>());
+  return launchStatus("Size");
+}
+
+// ONNX's windows over their n = result size points: N = n when periodic,
+// n - 1 when symmetric (kernels/cpu/spectral.cc's formulas).
+template <int Kind, typename T> __global__ void windowKernel(T *y, int64_t n, double N) {
+  constexpr double kPi = 3.14159265358979323846;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const double a = 2.0 * kPi * double(i) / N;
+    const double v = Kind == 0   ? 0.5 - 0.5 * cos(a)
+                     : Kind == 1 ? 25.0 / 46.0 - 21.0 / 46.0 * cos(a)
+                                 : 0.42 - 0.5 * cos(a) + 0.08 * cos(2.0 * a);
+    y[i] = T(v);
+  }
+}
+
+template <int Kind> Status windowOp(const KernelContext &c) {
+  const TensorView &y = c.outputs[0];
+  const int64_t n = y.numElements();
+  const double N = c.attrs.getInt("periodic", 1) ? double(n) : double(n - 1);
+  if (n == 0) return Status::ok();
+  if (y.dtype == DType::F64) windowKernel<Kind, double><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(y.as<double>(), n, N);
+  else if (y.dtype == DType::F32) windowKernel<Kind, float><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(y.as<float>(), n, N);
+  else return sdError("the windows on CUDA are f32 or f64");
+  return launchStatus("window");
+}
+
 } // namespace
 
 void registerGeneratorKernels() {
+  registerKernel("Shape", ShapeKernel, TypeSet::all());
+  registerKernel("Size", SizeKernel, TypeSet::all());
+  registerKernel("HannWindow", windowOp<0>, {DType::F32, DType::F64}, nullptr, -1);
+  registerKernel("HammingWindow", windowOp<1>, {DType::F32, DType::F64}, nullptr, -1);
+  registerKernel("BlackmanWindow", windowOp<2>, {DType::F32, DType::F64}, nullptr, -1);
   registerKernel("ConstantOfShape", ConstantOfShapeKernel, TypeSet::all(), nullptr, -1);
   registerKernel("EyeLike", EyeLikeKernel, TypeSet::numeric() | TypeSet{DType::Bool}, nullptr, -1);
   registerKernel("Range", RangeKernel, TypeSet::numeric());

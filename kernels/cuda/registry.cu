@@ -38,6 +38,8 @@ void registerRoiAlignKernels();
 void registerNonMaxSuppressionKernels();
 void registerCol2ImKernels();
 void registerIntegerProductKernels();
+void registerHostComputedKernels();
+void registerSpectralKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -139,6 +141,8 @@ const KernelRegistry &cudaKernels() {
     cuda::registerNonMaxSuppressionKernels();
     cuda::registerCol2ImKernels();
     cuda::registerIntegerProductKernels();
+    cuda::registerHostComputedKernels();
+    cuda::registerSpectralKernels();
   });
   return cuda::mutableKernels();
 }
