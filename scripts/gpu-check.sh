@@ -253,6 +253,13 @@ run_bundle() {
     check "$kind: infer on $device" "$sdrun" infer "$plan" --device "$device" "${inputs[@]}" \
       --output-dir "$w/infer" --output-format npy
     check "$kind: outputs match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" "$logits_rtol" "$logits_atol"
+    if [ -f "$ref/cpu-ops" ]; then # the session's CPU fallback on a GPU: these ops' steps on host copies
+      local cpu_ops; read -r cpu_ops < "$ref/cpu-ops"
+      check "$kind: infer on $device with --cpu-ops $cpu_ops" "$sdrun" infer "$plan" --device "$device" "${inputs[@]}" \
+        --cpu-ops "$cpu_ops" --output-dir "$w/infer-cpu-ops" --output-format npy
+      check "$kind: outputs with --cpu-ops $cpu_ops match the CPU" $cmp logits "$w/infer-cpu-ops/output_0.npy" \
+        "$ref-infer.npy" "$logits_rtol" "$logits_atol"
+    fi
     # Timed runs replay CUDA graphs; --profile runs eagerly (per-op times), so it is a run of its own.
     [ "$(time_left)" -gt 60 ] && { echo "== $kind infer ($device)"; "$sdrun" bench "$plan" --device "$device" --iterations 50 --warmup 5 2>&1
       echo "== $kind infer per op ($device)"; "$sdrun" bench "$plan" --device "$device" --iterations 20 --warmup 2 \

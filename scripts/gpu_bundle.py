@@ -41,6 +41,9 @@ def main():
         # The plan's GPU-vs-CPU tolerances (half precision gets wider ones).
         with open(os.path.join(ref, "tolerances"), "w") as f:
             f.write(" ".join(str(p.tol[k]) for k in ("logits_rtol", "logits_atol", "loss_rtol", "weights_atol")) + "\n")
+        if p.cpu_ops:  # a second GPU infer puts these ops on the CPU (sdrun --cpu-ops)
+            with open(os.path.join(ref, "cpu-ops"), "w") as f:
+                f.write(",".join(p.cpu_ops) + "\n")
         np.save(ref + "-infer.npy", cp.infer(sdrun, p, "cpu", os.path.join(work, p.kind, "infer")))
         if p.trains:
             cp.train(sdrun, p.plan, "cpu", p.data or data, ref, p.kind)

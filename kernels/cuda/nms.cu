@@ -27,14 +27,6 @@ struct NmsGeometry {
   const float *iou, *scoreThreshold;
 };
 
-// A candidate's place in the walk as one number: larger scores first, then
-// lower indices; 0 is below every candidate.
-__device__ inline uint64_t walkKey(float score, int64_t i) {
-  uint32_t bits = __float_as_uint(score == 0.f ? 0.f : score); // -0 ties +0, as on the CPU
-  bits = bits & 0x80000000u ? ~bits : bits | 0x80000000u; // order-preserving as unsigned
-  return (uint64_t(bits) << 32) | uint64_t(0xffffffffu - uint32_t(i));
-}
-
 // Pass 1: kept[pair * n + r] = the r-th box kept for the pair, keptCount[pair] how many.
 __global__ void selectPerClassKernel(NmsGeometry g, const float *boxes, const float *scores, int64_t *kept,
                                      int64_t *keptCount) {
@@ -50,13 +42,13 @@ __global__ void selectPerClassKernel(NmsGeometry g, const float *boxes, const fl
     uint64_t best = 0;
     for (int64_t i = threadIdx.x; i < g.n; i += blockDim.x) {
       if (g.scoreThreshold && !(s[i] > *g.scoreThreshold)) continue;
-      const uint64_t key = walkKey(s[i], i);
+      const uint64_t key = math::nmsWalkKey(s[i], i);
       if (key < last && key > best) best = key;
     }
     best = blockReduce(best, MaxOp{}, uint64_t(0));
     if (best == 0) break; // no candidate left
     last = best;
-    const int64_t i = int64_t(0xffffffffu - uint32_t(best & 0xffffffffu));
+    const int64_t i = math::nmsWalkBox(best);
     const math::Corners box = math::cornersOf(bx + i * 4, g.centerPoint);
     int suppressed = 0;
     for (int64_t j = threadIdx.x; j < count; j += blockDim.x)

@@ -44,8 +44,15 @@ StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const Ker
 }
 
 StatusOr<const KernelDef *> bindStepOrCpu(const EntryDesc &e, size_t index, const KernelRegistry &kernels,
-                                          bool cpuFallback, bool &onCpu) {
+                                          bool cpuFallback, bool &onCpu, const std::set<std::string> &cpuOps) {
   onCpu = false;
+  if (cpuFallback && cpuOps.count(e.steps[index].op)) {
+    StatusOr<const KernelDef *> cpu = bindStep(e, index, cpuKernels());
+    if (cpu.isOk()) {
+      onCpu = true;
+      return cpu;
+    }
+  }
   StatusOr<const KernelDef *> k = bindStep(e, index, kernels);
   if (k.isOk() || !cpuFallback) return k;
   StatusOr<const KernelDef *> cpu = bindStep(e, index, cpuKernels());
@@ -274,7 +281,7 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
     for (size_t i = 0; i < e.steps.size(); ++i) {
       bool fallback = false;
       StatusOr<const KernelDef *> k =
-          bindStepOrCpu(e, i, dev.kernels(), !dev.hostAddressable() && opts.cpuFallback, fallback);
+          bindStepOrCpu(e, i, dev.kernels(), !dev.hostAddressable() && opts.cpuFallback, fallback, opts.cpuOps);
       if (!k.isOk()) return k.status();
       kernels.back().push_back(*k);
       onHost.back().push_back(fallback);
@@ -420,7 +427,12 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
         }
       }
       const bool hostStep = ps.onHost || !sd.bodies.empty();
-      if (hostStep || pe.segments.empty() || pe.segments.back().onHost) pe.segments.push_back({si, si, hostStep});
+      if (hostStep || pe.segments.empty() || pe.segments.back().onHost) {
+        Impl::PreparedEntry::Segment segment;
+        segment.begin = segment.end = si;
+        segment.onHost = hostStep;
+        pe.segments.push_back(std::move(segment));
+      }
       pe.segments.back().end = si + 1;
       pe.steps.push_back(std::move(ps));
     }
@@ -443,9 +455,9 @@ StatusOr<std::unique_ptr<Session>> Session::create(std::shared_ptr<const Plan> p
       ops += (ops.empty() ? "" : ", ") + op + (n > 1 ? " x" + std::to_string(n) : "");
       steps += n;
     }
-    std::fprintf(stderr, "sd: %zu step%s with no kernel on '%s' run%s on the CPU, with copies each way (%s); "
+    std::fprintf(stderr, "sd: %zu step%s with no kernel on '%s'%s run%s on the CPU, with copies each way (%s); "
                  "the rest of their entries is captured around them\n", steps, steps == 1 ? "" : "s", dev.name().c_str(),
-                 steps == 1 ? "s" : "", ops.c_str());
+                 opts.cpuOps.empty() ? "" : " (or named by --cpu-ops)", steps == 1 ? "s" : "", ops.c_str());
   }
   SD_RETURN_IF_ERROR(configureCpuBackend(threads)); // last: it checks what memory is left
   return s;

@@ -333,6 +333,37 @@ TEST_F(PlanTest, StepsWithoutADeviceKernelRunTheCpusOnHostCopies) {
   EXPECT_EQ(dev->replays, 3);         // runs 2-4 replayed it
 }
 
+// SessionOptions::cpuOps (sdrun --cpu-ops) puts an op the device has a
+// kernel for on the CPU's kernel the same way, to check one against the
+// other; without the CPU fallback it changes nothing.
+TEST_F(PlanTest, OpsNamedInCpuOpsRunTheCpusKernelOnADevice) {
+  auto plan = Plan::loadBytes(bytes_.data(), bytes_.size(), "m.sdp");
+  ASSERT_TRUE(plan.isOk());
+  std::shared_ptr<Plan> p(std::move(plan.value()));
+  auto in = inputs();
+  std::vector<HostTensor> want;
+  auto onCpu = Session::create(p, SessionOptions{1});
+  ASSERT_TRUE(onCpu.isOk());
+  ASSERT_TRUE(onCpu.value()->run(0, {&in[0], &in[1]}, want).isOk());
+  const std::string op = p->entries[0].steps[1].op;
+  size_t stepsOfOp = 0;
+  for (const StepDesc &sd : p->entries[0].steps) stepsOfOp += sd.op == op;
+  auto dev = std::make_shared<TestDevice>(derivedKernels("test-gpu", ""));
+  SessionOptions opts{1, dev};
+  opts.cpuOps = {op};
+  auto s = Session::create(p, opts);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  EXPECT_EQ(s.value()->stepsOnHost(), (std::map<std::string, size_t>{{op, stepsOfOp}}));
+  std::vector<HostTensor> got;
+  ASSERT_TRUE(s.value()->run(0, {&in[0], &in[1]}, got).isOk());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].data, want[i].data);
+  opts.cpuFallback = false;
+  auto strict = Session::create(p, opts);
+  ASSERT_TRUE(strict.isOk()) << strict.status().message();
+  EXPECT_TRUE(strict.value()->stepsOnHost().empty());
+}
+
 TEST(Devices, OpenByName) {
   auto cpu = openDevice("cpu");
   ASSERT_TRUE(cpu.isOk());

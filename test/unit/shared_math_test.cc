@@ -3,10 +3,13 @@
 // differences, and PyTorch's update rules written out step by step.
 #include "sd/ops/counter_rng.h"
 #include "sd/ops/math/activations.h"
+#include "sd/ops/math/box_overlap.h"
 #include "sd/ops/math/online_softmax.h"
 #include "sd/ops/math/optimizer.h"
 #include "sd/ops/math/recurrent_cell.h"
+#include <algorithm>
 #include <functional>
+#include <numeric>
 #include <cmath>
 #include <gtest/gtest.h>
 #include <limits>
@@ -306,3 +309,26 @@ TEST(SharedMath, OnlineSoftmaxStatisticsAreNaNWhereTwoPassesAre) {
 
 } // namespace
 } // namespace sd::math
+
+// The CUDA NonMaxSuppression walks candidates by descending nmsWalkKey: the
+// CPU's stable sort by descending score (ties: lower box first), signs, zeros
+// and infinities included.
+TEST(SharedMath, NmsWalkKeysOrderCandidatesAsTheCpusStableSort) {
+  std::vector<float> scores = {0.5f, -0.0f, 0.0f, -1.5f, 0.5f, std::numeric_limits<float>::infinity(), 1e-30f, -1e-30f,
+                               -std::numeric_limits<float>::infinity(), 3.0f, -1.5f, 0.25f};
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+  for (int i = 0; i < 200; ++i) scores.push_back(i % 5 ? u(rng) : scores[size_t(i) % 12]);
+  std::vector<int64_t> cpu(scores.size()), gpu(scores.size());
+  std::iota(cpu.begin(), cpu.end(), 0);
+  std::stable_sort(cpu.begin(), cpu.end(), [&](int64_t a, int64_t b) { return scores[size_t(a)] > scores[size_t(b)]; });
+  std::iota(gpu.begin(), gpu.end(), 0);
+  std::sort(gpu.begin(), gpu.end(), [&](int64_t a, int64_t b) {
+    return sd::math::nmsWalkKey(scores[size_t(a)], a) > sd::math::nmsWalkKey(scores[size_t(b)], b);
+  });
+  EXPECT_EQ(gpu, cpu);
+  for (size_t i = 0; i < scores.size(); ++i) {
+    EXPECT_GT(sd::math::nmsWalkKey(scores[i], int64_t(i)), 0u);
+    EXPECT_EQ(sd::math::nmsWalkBox(sd::math::nmsWalkKey(scores[i], int64_t(i))), int64_t(i));
+  }
+}

@@ -99,20 +99,21 @@ namespace {
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
     "                  [--output-format pb|npy] [--threads N] [--device cpu|cuda|auto] [--adapter DIR]\n"
-    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--profile TRACE.json]\n"
+    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...] [--profile TRACE.json]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads a LoRA adapter (HF PEFT layout) into a --peft lora plan first.\n"
     "--input-dir reads input_0.pb, input_1.pb, ... (or .npy) in graph-input order.\n"
     "On a GPU a step with no CUDA kernel runs the CPU's (with copies each way);\n"
-    "--no-cpu-fallback refuses such a plan instead, naming the step.\n"
+    "--no-cpu-fallback refuses such a plan instead, naming the step; --cpu-ops runs\n"
+    "the named ops' steps that way too (to check a GPU kernel against the CPU's).\n"
     "Outputs go to DIR/output_0.pb, ... in graph-output order; without --output-dir\n"
     "a summary is printed.\n";
 
 const char *kBenchUsage =
     "usage: sdrun bench PLAN.sdp [--input-dir DIR] [--iterations N] [--warmup N] [--threads N] [--device cpu|cuda|auto]\n"
     "                  [--entry NAME] [--data FILE.jsonl [--batch B]] [--profile[=TRACE.json]]\n"
-    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--gemms [--tune FILE]]\n"
+    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...] [--gemms [--tune FILE]]\n"
     "\n"
     "Times an entry in-process (default: infer, first bucket, random inputs unless\n"
     "--input-dir is given). For training entries (--entry train_step), --data takes\n"
@@ -239,7 +240,7 @@ int inferCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--device", "--adapter",
-                         "--profile"},
+                         "--profile", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun infer --help)");
   }
@@ -385,7 +386,7 @@ int benchCommand(const std::vector<std::string> &args) {
   }
   if (sd::Status s = sd::checkOutputFile(tracePath, "--profile"); !s.isOk()) return fail(s.message());
   if (!parseFlags(rest, {"--input-dir", "--iterations", "--warmup", "--threads", "--device", "--entry", "--data", "--batch",
-                         "--tune"}, f, err,
+                         "--tune", "--cpu-ops"}, f, err,
                   {"--no-cuda-graphs", "--no-cpu-fallback", "--gemms"})) {
     if (!f.help) return fail(err + " (see sdrun bench --help)");
   }

@@ -90,6 +90,22 @@ bool sessionFlags(const Flags &f, sd::SessionOptions &out, std::string &err) {
   out.device = *device;
   out.graphs = !hasFlag(f, "--no-cuda-graphs");
   out.cpuFallback = !hasFlag(f, "--no-cpu-fallback");
+  for (const std::string &list : f.values.count("--cpu-ops") ? f.values.at("--cpu-ops") : std::vector<std::string>{})
+    for (size_t at = 0; at <= list.size();) {
+      size_t comma = std::min(list.find(',', at), list.size());
+      std::string op = list.substr(at, comma - at);
+      at = comma + 1;
+      if (op.empty()) continue;
+      if (!sd::cpuKernels().find(op)) {
+        err = "--cpu-ops: no CPU kernel computes '" + op + "' (names are ONNX or sd op names, e.g. NonMaxSuppression)";
+        return false;
+      }
+      out.cpuOps.insert(op);
+    }
+  if (!out.cpuOps.empty() && !out.cpuFallback) {
+    err = "--cpu-ops runs steps on the CPU, which --no-cpu-fallback forbids";
+    return false;
+  }
   if (name == "auto") std::fprintf(stderr, "sdrun: device auto: using %s\n", out.device->describe().c_str());
   return true;
 }

@@ -27,7 +27,7 @@ bool intFlag(const Flags &f, const std::string &name, int64_t def, int64_t lo, i
 bool intFlags(const Flags &f, const std::string &name, int64_t lo, int64_t hi, std::vector<int64_t> &out, std::string &err);
 // Finite number flag in [lo, hi], `def` when absent.
 bool numberFlag(const Flags &f, const std::string &name, double def, double lo, double hi, double &out, std::string &err);
-// --threads N, --device cpu|cuda|auto, --no-cuda-graphs and --no-cpu-fallback
+// --threads N, --device cpu|cuda|auto, --no-cuda-graphs, --no-cpu-fallback and --cpu-ops
 // into session options.
 bool sessionFlags(const Flags &f, sd::SessionOptions &out, std::string &err);
 inline bool hasFlag(const Flags &f, const std::string &name) { return f.values.count(name) > 0; }

@@ -19,7 +19,7 @@ const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
     "                     [--stop TEXT]... [--stop-token ID]... [--seed S] [--adapter DIR] [--threads N]\n"
-    "                     [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback]\n"
+    "                     [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
     "cache (the prompt in prefill chunks, then one decode step per token) and\n"
@@ -237,7 +237,7 @@ int generateCommand(const std::vector<std::string> &args) {
   std::string err;
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
                          "--seed", "--adapter", "--threads", "--device",
-                         "--tokenizer"}, f,
+                         "--tokenizer", "--cpu-ops"}, f,
                   err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }

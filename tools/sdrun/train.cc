@@ -82,6 +82,8 @@ const char *kTrainUsage =
     "  --sync-steps           on a GPU, wait for each step before queuing the next (default: the\n"
     "                         next step is queued first, and losses are read one step behind)\n"
     "  --no-cpu-fallback      refuse a plan with a step the GPU has no kernel for (default: it runs the CPU's)\n"
+    "  --cpu-ops OP,...       on a GPU, run these ops' steps with the CPU's kernel too (copies each way),\n"
+    "                         to check a GPU kernel against the CPU's\n"
     "  --comm-timeout SECONDS ranks on GPUs (NCCL): how long the start waits for every rank, and\n"
     "                         how long one step may run before its collectives are aborted (300)\n"
     "\n"
@@ -256,7 +258,7 @@ int trainCommand(const std::vector<std::string> &args) {
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
                    "--profile", "--comm-timeout",
-                   "--adapter", "--save-adapter", "--tokenizer"},
+                   "--adapter", "--save-adapter", "--tokenizer", "--cpu-ops"},
                   f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs", "--no-cpu-fallback", "--verify-replicas",
                       "--sync-steps"})) {
     if (!f.help) return fail(err + " (see sdrun train --help)");

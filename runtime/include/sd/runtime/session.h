@@ -8,6 +8,7 @@
 #include "sd/format/tensor_io.h"
 #include "sd/ops/communicator.h"
 #include <map>
+#include <set>
 #include <memory>
 #include <vector>
 
@@ -22,9 +23,10 @@ struct KernelContext;
 StatusOr<const KernelDef *> bindStep(const EntryDesc &e, size_t index, const KernelRegistry &kernels);
 // bindStep on `kernels`, else, when `cpuFallback`, on the CPU's (`onCpu` then
 // true): how a session on a GPU binds (SessionOptions::cpuFallback) and what
-// `sdrun inspect --kernels` reports. An error is `kernels`' refusal.
+// `sdrun inspect --kernels` reports. An error is `kernels`' refusal. With
+// `cpuFallback`, ops in `cpuOps` bind on the CPU first (SessionOptions::cpuOps).
 StatusOr<const KernelDef *> bindStepOrCpu(const EntryDesc &e, size_t index, const KernelRegistry &kernels,
-                                          bool cpuFallback, bool &onCpu);
+                                          bool cpuFallback, bool &onCpu, const std::set<std::string> &cpuOps = {});
 // What bindStep gives a Loop or If step on every device (null for other
 // ops): the session runs it (it runs other entries of the plan), not a kernel.
 const KernelDef *bodyStepKernel(const std::string &op);
@@ -58,6 +60,10 @@ struct SessionOptions {
   // captured graphs of the steps around it). false: such a plan is refused,
   // naming the step.
   bool cpuFallback = true;
+  // Ops whose steps run the CPU's kernel, the same way, even where the device
+  // has its own: to tell a device kernel's result from the rest of a plan
+  // (sdrun --cpu-ops). Ignored on the CPU and without cpuFallback.
+  std::set<std::string> cpuOps;
 };
 
 class Session {

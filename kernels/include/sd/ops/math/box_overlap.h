@@ -3,6 +3,8 @@
 // IoU test that suppresses one by another.
 #pragma once
 #include "sd/ops/math/host_device.h"
+#include <cstdint>
+#include <cstring>
 
 namespace sd::math {
 
@@ -38,5 +40,18 @@ SD_HD bool suppresses(const Corners &a, const Corners &b, float iouThreshold) {
   if (inter <= 0 || a.area <= 0 || b.area <= 0 || uni <= 0) return false;
   return inter / uni > iouThreshold;
 }
+
+// A candidate's place in NonMaxSuppression's walk as one number, so the
+// CUDA kernel finds the next candidate with one max-reduction: larger scores
+// first, then lower box indices (the CPU's stable sort); -0 ties +0. Every
+// key is above 0. Boxes per class: below 2^32.
+SD_HD uint64_t nmsWalkKey(float score, int64_t box) {
+  if (score == 0.0f) score = 0.0f;
+  uint32_t bits;
+  memcpy(&bits, &score, sizeof bits);
+  bits = bits & 0x80000000u ? ~bits : bits | 0x80000000u; // order-preserving as unsigned
+  return (uint64_t(bits) << 32) | uint64_t(0xffffffffu - uint32_t(box));
+}
+SD_HD int64_t nmsWalkBox(uint64_t key) { return int64_t(0xffffffffu - uint32_t(key & 0xffffffffu)); }
 
 } // namespace sd::math
