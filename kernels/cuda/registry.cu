@@ -40,6 +40,7 @@ void registerCol2ImKernels();
 void registerIntegerProductKernels();
 void registerHostComputedKernels();
 void registerSpectralKernels();
+void registerDeformConvKernels();
 
 static KernelRegistry &mutableKernels() {
   static KernelRegistry r("cuda");
@@ -143,6 +144,7 @@ const KernelRegistry &cudaKernels() {
     cuda::registerIntegerProductKernels();
     cuda::registerHostComputedKernels();
     cuda::registerSpectralKernels();
+    cuda::registerDeformConvKernels();
   });
   return cuda::mutableKernels();
 }
