@@ -121,6 +121,7 @@ StatusOr<Requant<Y>> requantOf(const KernelContext &c, size_t aScale, size_t bSc
   if (c.inputs[aScale].numElements() != 1 || c.inputs[yScale].numElements() != 1 ||
       c.inputs[yZero].numElements() != 1 || (bScales != 1 && bScales != perChannel))
     return sdError("scales and y's zero point must be per tensor (w_scale: or per output channel)");
+  if (c.inputs[yZero].dtype != c.outputs[0].dtype) return sdError("y's zero point must have y's type");
   return Requant<Y>{c.inputs[aScale].as<float>(), c.inputs[bScale].as<float>(), c.inputs[yScale].as<float>(),
                     c.inputs[yZero].as<Y>(), bScales};
 }
