@@ -15,13 +15,7 @@ template <typename T> Status deformConv(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &wt = c.inputs[1], &offset = c.inputs[2], &o = c.outputs[0];
   const TensorView *bias = c.hasInput(3) && c.inputs[3].data ? &c.inputs[3] : nullptr;
   const TensorView *mask = c.hasInput(4) && c.inputs[4].data ? &c.inputs[4] : nullptr;
-  Dims dil = c.attrs.getInts("dilations"), pads = c.attrs.getInts("pads"), strides = c.attrs.getInts("strides");
-  if (dil.empty()) dil = {1, 1};
-  if (pads.empty()) pads = {0, 0, 0, 0};
-  if (strides.empty()) strides = {1, 1};
-  const math::DeformGeometry g{x.dims[0], x.dims[1], x.dims[2], x.dims[3], wt.dims[0], wt.dims[2], wt.dims[3],
-                               o.dims[2], o.dims[3], c.attrs.getInt("group", 1), c.attrs.getInt("offset_group", 1),
-                               pads[0], pads[1], strides[0], strides[1], dil[0], dil[1]};
+  const math::DeformGeometry g = math::deformGeometryOf(c.attrs, x.dims, wt.dims, o.dims);
   int64_t n = g.batch, ic = g.inChannels, ih = g.inH, iw = g.inW, oc = g.outChannels, group = g.group;
   int64_t taps = g.kh * g.kw, pixels = g.outH * g.outW, icg = ic / group, ocg = oc / group;
   int64_t offsetGroups = g.offsetGroups, icPerOffset = ic / offsetGroups, kdim = icg * taps;

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <memory>
 #include <string>
 #include <vector>
 #include <cuda_bf16.h>
@@ -175,6 +176,18 @@ template <typename V> bool uploadVector(const std::vector<V> &host, V *&device) 
   if (cudaMalloc(&device, std::max<size_t>(host.size(), 1) * sizeof(V)) != cudaSuccess) return false;
   return host.empty() || cudaMemcpy(device, host.data(), host.size() * sizeof(V), cudaMemcpyHostToDevice) == cudaSuccess;
 }
+
+// Device memory a step keeps for its whole session (a kernel's scratch),
+// allocated by its prepare function before any capture.
+struct DeviceScratch {
+  void *data = nullptr;
+  ~DeviceScratch() { cudaFree(data); }
+  template <typename T> T *as() const { return static_cast<T *>(data); }
+};
+// `bytes` of scratch (at least one), or null when the device cannot hold it.
+std::shared_ptr<DeviceScratch> deviceScratch(size_t bytes);
+// A step's scratch from its prepared value; null when preparing could not allocate it.
+inline const DeviceScratch *scratchOf(const KernelContext &c) { return static_cast<const DeviceScratch *>(c.prepared); }
 
 // What a prepare function derived, or why it could not (reported by the step).
 struct PreparedError {

@@ -38,13 +38,7 @@ __global__ void deformConvKernel(math::DeformGeometry g, const T *x, const T *w,
 Status DeformConvKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &wt = c.inputs[1], &offset = c.inputs[2], &o = c.outputs[0];
   if (x.rank() != 4 || wt.rank() != 4 || o.rank() != 4) return sdError("DeformConv on CUDA takes 2-D images");
-  Dims dil = c.attrs.getInts("dilations"), pads = c.attrs.getInts("pads"), strides = c.attrs.getInts("strides");
-  if (dil.empty()) dil = {1, 1};
-  if (pads.empty()) pads = {0, 0, 0, 0};
-  if (strides.empty()) strides = {1, 1};
-  const math::DeformGeometry g{x.dims[0], x.dims[1], x.dims[2], x.dims[3], wt.dims[0], wt.dims[2], wt.dims[3],
-                               o.dims[2], o.dims[3], c.attrs.getInt("group", 1), c.attrs.getInt("offset_group", 1),
-                               pads[0], pads[1], strides[0], strides[1], dil[0], dil[1]};
+  const math::DeformGeometry g = math::deformGeometryOf(c.attrs, x.dims, wt.dims, o.dims);
   if (g.group <= 0 || g.offsetGroups <= 0 || g.inChannels % g.group || g.outChannels % g.group ||
       g.inChannels % g.offsetGroups || wt.dims[1] != g.inChannels / g.group)
     return sdError("DeformConv: group ", g.group, " and offset_group ", g.offsetGroups, " do not divide the channels");

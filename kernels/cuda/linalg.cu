@@ -217,32 +217,22 @@ template <typename T> __global__ void detKernel(const T *x, T *y, double *scratc
   }
 }
 
-struct DetScratch {
-  double *matrices = nullptr;
-  ~DetScratch() { cudaFree(matrices); }
-};
-
+// An f64 copy of every matrix, factorized in place.
 std::shared_ptr<const void> prepareDet(const PrepareContext &p) {
-  auto s = std::make_shared<DetScratch>();
-  if (cudaMalloc(&s->matrices, size_t(std::max<int64_t>(1, p.kernel.inputs[0].numElements())) * sizeof(double)) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return s;
+  return deviceScratch(size_t(p.kernel.inputs[0].numElements()) * sizeof(double));
 }
 
 Status DetKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
   if (x.rank() < 2 || x.dims[size_t(x.rank() - 1)] != x.dims[size_t(x.rank() - 2)])
     return sdError("Det takes square matrices, got ", formatDims(x.dims));
-  auto *s = static_cast<const DetScratch *>(c.prepared);
+  const DeviceScratch *s = scratchOf(c);
   if (!s) return sdError("Det on CUDA: cannot allocate its scratch");
   const int64_t batch = y.numElements(), m = x.dims.back();
   if (batch == 0) return Status::ok();
   return dispatchFloatStorage(x.dtype, [&](auto tag) {
     using T = decltype(tag);
-    detKernel<T><<<blocksFor(batch), kThreads, 0, streamOf(c)>>>(x.as<T>(), y.as<T>(), s->matrices, batch, m);
+    detKernel<T><<<blocksFor(batch), kThreads, 0, streamOf(c)>>>(x.as<T>(), y.as<T>(), s->as<double>(), batch, m);
     return launchStatus("Det");
   });
 }

@@ -44,21 +44,10 @@ StatusOr<LinearAttentionGeometry> geometryOf(const KernelContext &c) {
 }
 
 // The f32 state of a half-precision LinearAttention, one per step.
-struct HalfState {
-  float *state = nullptr;
-  ~HalfState() { cudaFree(state); }
-};
-
 std::shared_ptr<const void> prepareLinearAttention(const PrepareContext &p) {
   const DType t = p.kernel.inputs[0].dtype;
   if (t != DType::F16 && t != DType::BF16) return nullptr;
-  auto s = std::make_shared<HalfState>();
-  if (cudaMalloc(&s->state, size_t(std::max<int64_t>(1, p.kernel.outputs[1].numElements())) * sizeof(float)) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return s;
+  return deviceScratch(size_t(p.kernel.outputs[1].numElements()) * sizeof(float));
 }
 
 Status LinearAttentionKernel(const KernelContext &c) {
@@ -74,9 +63,9 @@ Status LinearAttentionKernel(const KernelContext &c) {
     using Acc = Compute<T>; // f32 for f32 and the halves, f64 for f64
     Acc *state = reinterpret_cast<Acc *>(c.outputs[1].data);
     if constexpr (sizeof(T) < sizeof(float)) {
-      auto *half = static_cast<const HalfState *>(c.prepared);
+      const DeviceScratch *half = scratchOf(c);
       if (!half) return sdError("LinearAttention on CUDA: cannot allocate its f32 state");
-      state = half->state;
+      state = half->as<float>();
     }
     const math::LinearAttentionOperands<T> x{c.inputs[0].as<T>(),
                                              c.inputs[1].as<T>(),

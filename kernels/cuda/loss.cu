@@ -66,19 +66,9 @@ LossAttrs lossAttrs(const KernelContext &c) { return {c.attrs.has("ignore_index"
 
 // Per-row loss and weight, summed in row order by the finishing kernel
 // (forward); the number of counted targets (backward).
-struct LossScratch {
-  double *values = nullptr;
-  ~LossScratch() { cudaFree(values); }
-};
-
 std::shared_ptr<const void> lossScratch(const TensorView &x) {
   LossRows r = rowsOf(x);
-  auto s = std::make_shared<LossScratch>();
-  if (cudaMalloc(&s->values, size_t(std::max<int64_t>(1, 2 * r.n * r.inner)) * sizeof(double)) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return s;
+  return deviceScratch(size_t(2 * r.n * r.inner) * sizeof(double));
 }
 
 std::shared_ptr<const void> prepareLoss(const PrepareContext &p) { return lossScratch(p.kernel.inputs[0]); }
@@ -162,7 +152,7 @@ template <typename F> Status dispatchTarget(DType t, F &&f) {
 
 // logits [n, classes, ...], target, weights? -> loss, log_prob?
 Status SceKernel(const KernelContext &c) {
-  auto *scratch = static_cast<const LossScratch *>(c.prepared);
+  const DeviceScratch *scratch = scratchOf(c);
   if (!scratch) return sdError("SoftmaxCrossEntropyLoss: its device scratch could not be allocated");
   const TensorView &x = c.inputs[0];
   LossRows rs = rowsOf(x);
@@ -182,13 +172,13 @@ Status SceKernel(const KernelContext &c) {
         auto launch = [&](auto kernel) {
           kernel<<<rowBlocks(rows), rowThreads(rs), 0, streamOf(c)>>>(
               rs, la, x.as<T>(), c.inputs[1].as<I>(), hasWeights ? c.inputs[2].as<T>() : nullptr, logp,
-              none ? c.outputs[0].as<L>() : nullptr, scratch->values);
+              none ? c.outputs[0].as<L>() : nullptr, scratch->as<double>());
         };
         if (rowsPack<T>(rs, {x.data})) launch(sceRows<true, T, L, I>);
         else launch(sceRows<false, T, L, I>);
       }
       if (!none)
-        sceFinish<L><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->values,
+        sceFinish<L><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->as<double>(),
                                                    c.outputs[0].as<L>());
       return launchStatus("SoftmaxCrossEntropyLoss");
     });
@@ -224,7 +214,7 @@ __global__ void nllRows(LossRows rs, LossAttrs la, const T *x, const I *target, 
 
 // log_prob [n, classes, ...], target, weights? -> loss.
 Status NllKernel(const KernelContext &c) {
-  auto *scratch = static_cast<const LossScratch *>(c.prepared);
+  const DeviceScratch *scratch = scratchOf(c);
   if (!scratch) return sdError("NegativeLogLikelihoodLoss: its device scratch could not be allocated");
   const TensorView &x = c.inputs[0];
   if (x.rank() < 2) return sdError("NegativeLogLikelihoodLoss needs [N, C, ...] input, got rank ", x.rank());
@@ -242,9 +232,9 @@ Status NllKernel(const KernelContext &c) {
       if (rows > 0)
         nllRows<T, I><<<blocksFor(rows), kThreads, 0, streamOf(c)>>>(
             rs, la, x.as<T>(), c.inputs[1].as<I>(), hasWeights ? c.inputs[2].as<T>() : nullptr,
-            none ? c.outputs[0].as<T>() : nullptr, scratch->values);
+            none ? c.outputs[0].as<T>() : nullptr, scratch->as<double>());
       if (!none)
-        sceFinish<T><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->values,
+        sceFinish<T><<<1, 1024, 0, streamOf(c)>>>(rs, red == "mean", hasWeights || la.hasIgnore, scratch->as<double>(),
                                                    c.outputs[0].as<T>());
       return launchStatus("NegativeLogLikelihoodLoss");
     });
@@ -296,7 +286,7 @@ __global__ void sceGradRows(LossRows rs, LossAttrs la, bool mean, const D *dloss
 
 // dloss, logits, target -> dlogits (no class weights, as on the CPU).
 Status SceGradKernel(const KernelContext &c) {
-  auto *scratch = static_cast<const LossScratch *>(c.prepared);
+  const DeviceScratch *scratch = scratchOf(c);
   if (!scratch) return sdError("SoftmaxCrossEntropyLossGrad: its device scratch could not be allocated");
   const TensorView &x = c.inputs[1];
   LossRows rs = rowsOf(x);
@@ -309,10 +299,10 @@ Status SceGradKernel(const KernelContext &c) {
     using D = decltype(dlossTag);
     return dispatchTarget(c.inputs[2].dtype, [&](auto itag) {
       using I = decltype(itag);
-      countTargets<I><<<1, 1024, 0, streamOf(c)>>>(rs, la, c.inputs[2].as<I>(), scratch->values);
+      countTargets<I><<<1, 1024, 0, streamOf(c)>>>(rs, la, c.inputs[2].as<I>(), scratch->as<double>());
       auto launch = [&](auto kernel) {
         kernel<<<rowBlocks(rows), rowThreads(rs), 0, streamOf(c)>>>(rs, la, mean, c.inputs[0].as<D>(), x.as<T>(),
-                                                                    c.inputs[2].as<I>(), scratch->values,
+                                                                    c.inputs[2].as<I>(), scratch->as<double>(),
                                                                     c.outputs[0].as<T>());
       };
       if (rowsPack<T>(rs, {x.data, c.outputs[0].data})) launch(sceGradRows<true, T, D, I>);

@@ -91,29 +91,13 @@ __global__ void placeRowsKernel(NmsGeometry g, const int64_t *kept, const int64_
   }
 }
 
-// The kept boxes of every pair, their counts and the pairs' first rows,
-// allocated when the session is created.
-struct NmsScratch {
-  int64_t *kept = nullptr, *keptCount = nullptr, *offsets = nullptr;
-  ~NmsScratch() {
-    cudaFree(kept);
-    cudaFree(keptCount);
-    cudaFree(offsets);
-  }
-};
-
+// One scratch when the session is created: every pair's kept boxes
+// [pairs * n], their counts [pairs] and the pairs' first rows [pairs + 1].
 std::shared_ptr<const void> prepareNms(const PrepareContext &p) {
   const TensorView &scores = p.kernel.inputs[1];
   if (scores.rank() != 3) return nullptr;
   const size_t pairs = size_t(scores.dims[0] * scores.dims[1]);
-  auto s = std::make_shared<NmsScratch>();
-  if (cudaMalloc(&s->kept, std::max<size_t>(1, pairs * size_t(scores.dims[2])) * sizeof(int64_t)) != cudaSuccess ||
-      cudaMalloc(&s->keptCount, std::max<size_t>(1, pairs) * sizeof(int64_t)) != cudaSuccess ||
-      cudaMalloc(&s->offsets, (pairs + 1) * sizeof(int64_t)) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return s;
+  return deviceScratch((pairs * size_t(scores.dims[2]) + 2 * pairs + 1) * sizeof(int64_t));
 }
 
 // Optional scalar operand i on the device, or null when absent or empty.
@@ -131,7 +115,7 @@ Status NonMaxSuppressionKernel(const KernelContext &c) {
     return sdError("NonMaxSuppression on CUDA takes under 2^32 boxes and 2^31 (batch, class) pairs");
   if (c.hasInput(2) && c.inputs[2].data && c.inputs[2].dtype != DType::I64)
     return sdError("NonMaxSuppression max_output_boxes_per_class must be i64");
-  auto *scratch = static_cast<const NmsScratch *>(c.prepared);
+  const DeviceScratch *scratch = scratchOf(c);
   if (!scratch) return sdError("NonMaxSuppression on CUDA: cannot allocate its scratch");
   const NmsGeometry g{scores.dims[0],
                       scores.dims[1],
@@ -142,11 +126,12 @@ Status NonMaxSuppressionKernel(const KernelContext &c) {
                       optionalScalar<float>(c, 3),
                       optionalScalar<float>(c, 4)};
   const int64_t pairs = g.batches * g.classes;
+  int64_t *kept = scratch->as<int64_t>(), *keptCount = kept + pairs * g.n, *offsets = keptCount + pairs;
   cudaStream_t stream = streamOf(c);
   if (pairs > 0)
     selectPerClassKernel<<<unsigned(pairs), kNmsThreads, 0, stream>>>(
-        g, boxes.as<float>(), scores.as<float>(), scratch->kept, scratch->keptCount);
-  placeRowsKernel<<<1, kNmsThreads, 0, stream>>>(g, scratch->kept, scratch->keptCount, scratch->offsets,
+        g, boxes.as<float>(), scores.as<float>(), kept, keptCount);
+  placeRowsKernel<<<1, kNmsThreads, 0, stream>>>(g, kept, keptCount, offsets,
                                                  selected.as<int64_t>(), c.outputs[1].as<int64_t>());
   return launchStatus("NonMaxSuppression");
 }

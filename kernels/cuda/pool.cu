@@ -233,19 +233,8 @@ template <typename U> __global__ void readUnpooledKernel(const long long *owner,
     y[i] = owner[i] >= 0 ? x[owner[i]] : U(0);
 }
 
-struct UnpoolOwners {
-  long long *owner = nullptr;
-  ~UnpoolOwners() { cudaFree(owner); }
-};
-
 std::shared_ptr<const void> prepareMaxUnpool(const PrepareContext &p) {
-  auto s = std::make_shared<UnpoolOwners>();
-  if (cudaMalloc(&s->owner, size_t(std::max<int64_t>(1, p.kernel.outputs[0].numElements())) * sizeof(long long)) !=
-      cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return s;
+  return deviceScratch(size_t(p.kernel.outputs[0].numElements()) * sizeof(long long));
 }
 
 Status MaxUnpoolKernel(const KernelContext &c) {
@@ -267,20 +256,21 @@ Status MaxUnpoolKernel(const KernelContext &c) {
     u.outStrides[d] = outStrides[size_t(d)];
     u.inferredTotal *= u.inferred[d];
   }
-  auto *owners = static_cast<const UnpoolOwners *>(c.prepared);
-  if (!owners) return sdError("MaxUnpool on CUDA: cannot allocate its scratch");
+  const DeviceScratch *scratch = scratchOf(c);
+  if (!scratch) return sdError("MaxUnpool on CUDA: cannot allocate its scratch");
+  long long *owner = scratch->as<long long>();
   const int64_t n = o.numElements(), m = x.numElements();
   if (n == 0) return Status::ok();
   cudaStream_t stream = streamOf(c);
-  SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(owners->owner, 0xff, size_t(n) * sizeof(long long), stream), "MaxUnpool"));
+  SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(owner, 0xff, size_t(n) * sizeof(long long), stream), "MaxUnpool"));
   if (m > 0) SD_RETURN_IF_ERROR(dispatchIndex(ind.dtype, [&](auto itag) {
     using I = decltype(itag);
-    claimUnpooledKernel<I><<<blocksFor(m), kThreads, 0, stream>>>(u, ind.as<I>(), owners->owner, m);
+    claimUnpooledKernel<I><<<blocksFor(m), kThreads, 0, stream>>>(u, ind.as<I>(), owner, m);
     return launchStatus("MaxUnpool");
   }));
   return dispatchByWidth(x.dtype, [&](auto tag) {
     using U = decltype(tag);
-    readUnpooledKernel<U><<<blocksFor(n), kThreads, 0, stream>>>(owners->owner, x.as<U>(), o.as<U>(), n);
+    readUnpooledKernel<U><<<blocksFor(n), kThreads, 0, stream>>>(owner, x.as<U>(), o.as<U>(), n);
     return launchStatus("MaxUnpool");
   });
 }

@@ -63,6 +63,15 @@ Status copyTensor(const TensorView &from, const TensorView &to, cudaStream_t str
   return cudaCheck(cudaMemcpyAsync(to.data, from.data, to.byteSize(), cudaMemcpyDeviceToDevice, stream), op);
 }
 
+std::shared_ptr<DeviceScratch> deviceScratch(size_t bytes) {
+  auto s = std::make_shared<DeviceScratch>();
+  if (cudaMalloc(&s->data, std::max<size_t>(bytes, 1)) != cudaSuccess) {
+    cudaGetLastError(); // the step reports it when it runs
+    return nullptr;
+  }
+  return s;
+}
+
 Status launchStatus(const char *op) {
   cudaError_t e = cudaGetLastError();
   if (e == cudaSuccess) return Status::ok();

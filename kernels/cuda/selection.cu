@@ -162,41 +162,32 @@ __global__ void compressCopyKernel(CompressGeometry g, const U *x, const int64_t
 }
 
 // Room for the kept positions, allocated when the session is created.
-struct KeptPositions {
-  int64_t *kept = nullptr;
-  ~KeptPositions() { cudaFree(kept); }
-};
-
 std::shared_ptr<const void> prepareCompress(const PrepareContext &p) {
   StatusOr<CompressGeometry> g = compressGeometry(p.kernel);
   if (!g.isOk()) return nullptr;
-  auto s = std::make_shared<KeptPositions>();
-  if (cudaMalloc(&s->kept, size_t(std::max<int64_t>(1, g.value().considered)) * sizeof(int64_t)) != cudaSuccess) {
-    cudaGetLastError();
-    return nullptr;
-  }
-  return s;
+  return deviceScratch(size_t(g.value().considered) * sizeof(int64_t));
 }
 
 Status CompressKernel(const KernelContext &c) {
   StatusOr<CompressGeometry> g = compressGeometry(c);
   if (!g.isOk()) return g.status();
-  auto *scratch = static_cast<const KeptPositions *>(c.prepared);
+  const DeviceScratch *scratch = scratchOf(c);
   if (!scratch) return sdError("Compress on CUDA: cannot allocate room for ", g.value().considered, " positions");
+  int64_t *kept = scratch->as<int64_t>();
   const TensorView &x = c.inputs[0], &cond = c.inputs[1], &y = c.outputs[0];
   int64_t *count = c.outputs.back().as<int64_t>();
   cudaStream_t stream = streamOf(c);
   SD_RETURN_IF_ERROR(dispatchByWidth(cond.dtype, [&](auto tag) {
     using C = decltype(tag);
     compressSelectKernel<C><<<1, kScanThreads, 0, stream>>>({cond.as<C>(), nonzeroBits<C>(cond.dtype)},
-                                                            g.value().considered, scratch->kept, count);
+                                                            g.value().considered, kept, count);
     return launchStatus("Compress");
   }));
   const int64_t n = y.numElements();
   if (n == 0) return Status::ok();
   return dispatchByWidth(x.dtype, [&](auto tag) {
     using U = decltype(tag);
-    compressCopyKernel<U><<<blocksFor(n), kThreads, 0, stream>>>(*g, x.as<U>(), scratch->kept, count, y.as<U>());
+    compressCopyKernel<U><<<blocksFor(n), kThreads, 0, stream>>>(*g, x.as<U>(), kept, count, y.as<U>());
     return launchStatus("Compress");
   });
 }

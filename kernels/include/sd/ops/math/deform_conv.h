@@ -2,6 +2,8 @@
 // onnx/reference computes it): a kernel tap reads X bilinearly, zeros
 // outside the image, at its regular position plus a learned offset.
 #pragma once
+#include "sd/ops/attrs.h"
+#include "sd/format/tensor.h"
 #include "sd/ops/math/host_device.h"
 #include <cmath>
 #include <cstdint>
@@ -39,5 +41,15 @@ struct DeformGeometry {
     return mask ? v * double(mask[p]) : v;
   }
 };
+
+// The geometry of a DeformConv of x [N, C, H, W] by w [M, C/group, kh, kw] into y.
+inline DeformGeometry deformGeometryOf(const AttrMap &attrs, const Dims &x, const Dims &w, const Dims &y) {
+  Dims dil = attrs.getInts("dilations"), pads = attrs.getInts("pads"), strides = attrs.getInts("strides");
+  if (dil.size() < 2) dil = {1, 1};
+  if (pads.size() < 2) pads = {0, 0, 0, 0};
+  if (strides.size() < 2) strides = {1, 1};
+  return {x[0], x[1], x[2], x[3], w[0], w[2], w[3], y[2], y[3], attrs.getInt("group", 1), attrs.getInt("offset_group", 1),
+          pads[0], pads[1], strides[0], strides[1], dil[0], dil[1]};
+}
 
 } // namespace sd::math
