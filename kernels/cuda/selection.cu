@@ -1,4 +1,4 @@
-// CUDA kernels of NonZero and Compress (see kernels/cpu/selection.cc): the
+// CUDA kernels of NonZero, Compress and Unique (see kernels/cpu/selection.cc): the
 // selection is written to the front of results the plan sized for the most it
 // can select, the rest is zero, and the last result counts the real slices.
 // One block walks the operand in order, tile by tile, placing each kept
@@ -8,10 +8,13 @@
 // and score filters these ops see. A selection larger than its buffers
 // cannot be refused mid-step: the kernel fills the buffers and stores the
 // real count, and the session refuses that count when it trims the result.
-// Unique (a sort) stays on the CPU.
+// Unique sorts slice indices with CUB's stable merge sort (the CPU's
+// std::stable_sort order), then finds the groups of equal slices with the
+// same block-wide scan.
 #include "cuda_util.cuh"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/index_geometry.h"
+#include <cub/device/device_merge_sort.cuh>
 #include <memory>
 
 namespace sd::cuda {
@@ -192,11 +195,209 @@ Status CompressKernel(const KernelContext &c) {
   });
 }
 
+// Unique's slices: x as [outer, n, inner] (its flattened elements when there
+// is no axis), compared element by element in order as the CPU compares
+// them (numerically: -0 equals 0), whatever x's type, so one sort serves all.
+struct Slices {
+  const void *x;
+  DType dtype;
+  int64_t outer, n, inner;
+
+  __device__ int compareElements(int64_t a, int64_t b) const {
+    switch (dtype) {
+    case DType::F32: return cmp(static_cast<const float *>(x)[a], static_cast<const float *>(x)[b]);
+    case DType::F64: return cmp(static_cast<const double *>(x)[a], static_cast<const double *>(x)[b]);
+    case DType::F16: return cmp(load(static_cast<const __half *>(x)[a]), load(static_cast<const __half *>(x)[b]));
+    case DType::BF16:
+      return cmp(load(static_cast<const __nv_bfloat16 *>(x)[a]), load(static_cast<const __nv_bfloat16 *>(x)[b]));
+    case DType::I64: return cmp(static_cast<const int64_t *>(x)[a], static_cast<const int64_t *>(x)[b]);
+    case DType::I32: return cmp(static_cast<const int32_t *>(x)[a], static_cast<const int32_t *>(x)[b]);
+    case DType::I16: return cmp(static_cast<const int16_t *>(x)[a], static_cast<const int16_t *>(x)[b]);
+    case DType::I8: return cmp(static_cast<const int8_t *>(x)[a], static_cast<const int8_t *>(x)[b]);
+    case DType::U64: return cmp(static_cast<const uint64_t *>(x)[a], static_cast<const uint64_t *>(x)[b]);
+    case DType::U32: return cmp(static_cast<const uint32_t *>(x)[a], static_cast<const uint32_t *>(x)[b]);
+    case DType::U16: return cmp(static_cast<const uint16_t *>(x)[a], static_cast<const uint16_t *>(x)[b]);
+    default: return cmp(static_cast<const uint8_t *>(x)[a], static_cast<const uint8_t *>(x)[b]); // u8, bool
+    }
+  }
+  template <typename V> __device__ static int cmp(V p, V q) { return p != q ? (p < q ? -1 : 1) : 0; }
+
+  // Slice a against slice b: -1 before, 0 equal, 1 after (the first element that differs decides).
+  __device__ int compare(int64_t a, int64_t b) const {
+    for (int64_t o = 0; o < outer; ++o)
+      for (int64_t i = 0; i < inner; ++i) {
+        const int c = compareElements((o * n + a) * inner + i, (o * n + b) * inner + i);
+        if (c) return c;
+      }
+    return 0;
+  }
+};
+
+struct SliceLess {
+  Slices s;
+  __device__ bool operator()(const int64_t &a, const int64_t &b) const { return s.compare(a, b) < 0; }
+};
+
+struct UniqueGeometry {
+  Slices slices;
+  int64_t capacity; // of y's slices
+  bool sorted;
+};
+
+// Unique's scratch, carved from one block: the sorted slice order, the
+// groups' first positions in it (+ n at the end), the number of groups, the
+// first-occurrence marks and ranks (sorted = 0), then CUB's temporary storage.
+struct UniqueScratch {
+  int64_t *order, *heads, *groups, *marks, *rankAt;
+  void *cub;
+  size_t cubBytes;
+};
+
+size_t uniqueCubBytes(int64_t n) {
+  size_t bytes = 0;
+  cub::DeviceMergeSort::StableSortKeys(nullptr, bytes, static_cast<int64_t *>(nullptr), n, SliceLess{});
+  return bytes;
+}
+
+UniqueScratch carveUnique(void *base, int64_t n) {
+  int64_t *p = static_cast<int64_t *>(base);
+  const size_t m = size_t(n);
+  UniqueScratch u{p, p + m, p + 2 * m + 1, p + 2 * m + 2, p + 3 * m + 2, p + 4 * m + 2, uniqueCubBytes(n)};
+  return u;
+}
+
+__global__ void iotaKernel(int64_t *order, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    order[i] = i;
+}
+
+// Positions of the sorted order where a new group of equal slices starts.
+struct StartsGroup {
+  Slices s;
+  const int64_t *order;
+  __device__ bool operator()(int64_t k) const { return k == 0 || s.compare(order[k - 1], order[k]) != 0; }
+};
+struct WriteHead {
+  int64_t *heads;
+  __device__ void operator()(int64_t h, int64_t k) const { heads[h] = k; }
+};
+
+__global__ void uniqueHeadsKernel(Slices s, const int64_t *order, int64_t *heads, int64_t *groups, int64_t *count) {
+  const int64_t g = selectInOrder(s.n, StartsGroup{s, order}, WriteHead{heads});
+  if (threadIdx.x == 0) heads[g] = s.n, *groups = g, *count = g;
+}
+
+// sorted = 0: groups rank by their first occurrence; the first occurrences
+// are marked, and a scan over the slices in index order ranks them.
+__global__ void markFirstsKernel(const int64_t *order, const int64_t *heads, const int64_t *groups, int64_t *marks,
+                                 int64_t n) {
+  for (int64_t h = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; h < *groups; h += int64_t(gridDim.x) * blockDim.x)
+    marks[order[heads[h]]] = 1;
+}
+struct Marked {
+  const int64_t *marks;
+  __device__ bool operator()(int64_t i) const { return marks[i] != 0; }
+};
+struct WriteRank {
+  int64_t *rankAt;
+  __device__ void operator()(int64_t k, int64_t i) const { rankAt[i] = k; }
+};
+__global__ void rankFirstsKernel(const int64_t *marks, int64_t *rankAt, int64_t n) {
+  selectInOrder(n, Marked{marks}, WriteRank{rankAt});
+}
+
+// One thread per sorted position k: its group h, the group's rank; inverse
+// for the slice at k; a group's head writes y's slice, its first occurrence
+// and its count.
+template <typename U>
+__global__ void uniqueOutputsKernel(UniqueGeometry g, UniqueScratch u, const U *x, U *y, int64_t *first,
+                                    int64_t *inverse, int64_t *counts) {
+  const Slices &s = g.slices;
+  const int64_t groups = *u.groups;
+  for (int64_t k = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; k < s.n; k += int64_t(gridDim.x) * blockDim.x) {
+    int64_t lo = 0, hi = groups - 1; // the last group starting at or before k
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (u.heads[mid] <= k) lo = mid;
+      else hi = mid - 1;
+    }
+    const int64_t h = lo, slice = u.order[k], firstSlice = u.order[u.heads[h]];
+    const int64_t rank = g.sorted ? h : u.rankAt[firstSlice];
+    if (inverse) inverse[slice] = rank;
+    if (k != u.heads[h] || rank >= g.capacity) continue;
+    if (first) first[rank] = slice;
+    if (counts) counts[rank] = u.heads[h + 1] - u.heads[h];
+    for (int64_t o = 0; o < s.outer; ++o)
+      for (int64_t i = 0; i < s.inner; ++i)
+        y[(o * g.capacity + rank) * s.inner + i] = x[(o * s.n + slice) * s.inner + i];
+  }
+}
+
+StatusOr<UniqueGeometry> uniqueGeometry(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  UniqueGeometry g{{x.data, x.dtype, 1, x.numElements(), 1}, y.numElements(), c.attrs.getInt("sorted", 1) != 0};
+  if (c.attrs.has("axis")) {
+    int64_t axis = c.attrs.getInt("axis", 0);
+    if (axis < 0) axis += x.rank();
+    if (axis < 0 || axis >= x.rank()) return sdError("Unique axis ", c.attrs.getInt("axis", 0), " is outside rank ", x.rank());
+    const AxisExtent e = extentAround(x.dims, axis);
+    g.slices.outer = e.outer, g.slices.n = e.len, g.slices.inner = e.inner;
+    g.capacity = y.dims[size_t(axis)];
+  }
+  if (g.slices.n >= (int64_t(1) << 31)) return sdError("Unique on CUDA sorts under 2^31 slices");
+  return g;
+}
+
+std::shared_ptr<const void> prepareUnique(const PrepareContext &p) {
+  StatusOr<UniqueGeometry> g = uniqueGeometry(p.kernel);
+  if (!g.isOk()) return nullptr;
+  const int64_t n = g.value().slices.n;
+  return deviceScratch(size_t(4 * n + 2) * sizeof(int64_t) + uniqueCubBytes(n));
+}
+
+Status UniqueKernel(const KernelContext &c) {
+  StatusOr<UniqueGeometry> geometry = uniqueGeometry(c);
+  if (!geometry.isOk()) return geometry.status();
+  const DeviceScratch *scratch = scratchOf(c);
+  if (!scratch) return sdError("Unique on CUDA: cannot allocate its scratch");
+  const UniqueGeometry &g = geometry.value();
+  const int64_t n = g.slices.n;
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  cudaStream_t stream = streamOf(c);
+  int64_t *out[3] = {};
+  for (size_t k = 1; k < 4; ++k)
+    if (c.outputs[k].data) {
+      out[k - 1] = c.outputs[k].as<int64_t>();
+      SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(out[k - 1], 0, c.outputs[k].byteSize(), stream), "Unique"));
+    }
+  SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(y.data, 0, y.byteSize(), stream), "Unique"));
+  int64_t *count = c.outputs.back().as<int64_t>();
+  if (n == 0) return cudaCheck(cudaMemsetAsync(count, 0, sizeof(int64_t), stream), "Unique");
+  const UniqueScratch u = carveUnique(scratch->data, n);
+  iotaKernel<<<blocksFor(n), kThreads, 0, stream>>>(u.order, n);
+  size_t cubBytes = u.cubBytes;
+  SD_RETURN_IF_ERROR(cudaCheck(
+      cub::DeviceMergeSort::StableSortKeys(u.cub, cubBytes, u.order, n, SliceLess{g.slices}, stream), "Unique's sort"));
+  uniqueHeadsKernel<<<1, kScanThreads, 0, stream>>>(g.slices, u.order, u.heads, u.groups, count);
+  if (!g.sorted) {
+    SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(u.marks, 0, size_t(n) * sizeof(int64_t), stream), "Unique"));
+    markFirstsKernel<<<blocksFor(n), kThreads, 0, stream>>>(u.order, u.heads, u.groups, u.marks, n);
+    rankFirstsKernel<<<1, kScanThreads, 0, stream>>>(u.marks, u.rankAt, n);
+  }
+  SD_RETURN_IF_ERROR(launchStatus("Unique"));
+  return dispatchByWidth(x.dtype, [&](auto tag) {
+    using U = decltype(tag);
+    uniqueOutputsKernel<U><<<blocksFor(n), kThreads, 0, stream>>>(g, u, x.as<U>(), y.as<U>(), out[0], out[1], out[2]);
+    return launchStatus("Unique");
+  });
+}
+
 } // namespace
 
 void registerSelectionKernels() {
   registerKernel("NonZero", NonZeroKernel, TypeSet::all());
   registerKernel("Compress", CompressKernel, TypeSet::all(), prepareCompress);
+  registerKernel("Unique", UniqueKernel, TypeSet::all(), prepareUnique);
 }
 
 } // namespace sd::cuda
