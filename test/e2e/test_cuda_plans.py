@@ -9,7 +9,7 @@ Llama's LoRA plans (f32 and bf16), of the
 CNN and MobileNet inference plans and of GRU/LSTM inference and training
 plans and of PaddleOCR's PP-OCRv4 detector and recognizer binds to a CUDA
 kernel (`sdrun inspect --kernels cuda`), a detector's NonMaxSuppression
-included.
+and two run-time selections (torch.nonzero's rows, torch.unique) included.
 
 On a GPU (--gpu; exit 77, skipped, where none is usable): the same plans run
 with --device cuda and are compared with --device cpu: inference outputs, 20
@@ -105,7 +105,7 @@ def plans(sdc, folder):
         sh([sdc, "compile", os.path.join(folder, f"{cnn}.onnx"), "--shapes", f"image={shape}", "-o", plan])
         out.append(PlanKind(cnn, plan, False, "image", image))
     return out + cnn_train_plans(sdc, folder) + llama_plans(sdc, folder, tokens) + recurrent_plans(sdc, folder) + \
-        [detector_plan(sdc, folder)] + ocr_plans(sdc, folder)
+        [detector_plan(sdc, folder)] + selection_plans(sdc, folder) + ocr_plans(sdc, folder)
 
 
 def cnn_train_plans(sdc, folder):
@@ -236,6 +236,36 @@ def detector_plan(sdc, folder):
     plan = os.path.join(folder, "detector.sdp")
     sh([sdc, "compile", path, "--shapes", "image=1x3x16x16", "-o", plan])
     return PlanKind("detector", plan, False, "image", image, cpu_ops=["NonMaxSuppression"])
+
+
+def selection_plans(sdc, folder):
+    """Run-time selections whose results the session trims by a count the GPU
+    computes: rows picked by torch.nonzero (NonZero, Gather) and torch.unique's
+    sorted values (Unique)."""
+    import torch
+    import torch.nn as nn
+
+    class MaskedRows(nn.Module):
+        def forward(self, x, scores):
+            return x.index_select(0, torch.nonzero(scores > 0.5)[:, 0]) * 2
+
+    class UniqueValues(nn.Module):
+        def forward(self, x):
+            return torch.unique(torch.round(x * 2).reshape(-1), sorted=True)
+
+    rng = np.random.default_rng(11)
+    x, scores = os.path.join(folder, "selection_x.npy"), os.path.join(folder, "selection_scores.npy")
+    np.save(x, rng.standard_normal((6, 4)).astype(np.float32))
+    np.save(scores, rng.random(6).astype(np.float32))
+    out = []
+    for kind, module, names in (("masked-rows", MaskedRows(), ["x", "scores"]), ("unique", UniqueValues(), ["x"])):
+        model, plan = os.path.join(folder, f"{kind}.onnx"), os.path.join(folder, f"{kind}.sdp")
+        example = tuple(torch.from_numpy(np.load(f)) for f in (x, scores)[:len(names)])
+        torch.onnx.export(module, example, model, input_names=names, output_names=["out"], opset_version=17,
+                          dynamo=False)
+        sh([sdc, "compile", model, "-o", plan])
+        out.append(PlanKind(kind, plan, False, "x", x, more_inputs={"scores": scores} if "scores" in names else None))
+    return out
 
 
 def coverage(sdrun, all_plans):
