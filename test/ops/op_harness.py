@@ -534,9 +534,9 @@ CASES["MelWeightMatrix"] = [
 # Data-dependent selections: sized from the operand values (constants in a plan).
 # Selections (NonZero, Compress, Unique, NonMaxSuppression) fill a prefix of
 # results sized for the most they can keep and count it in a last result.
-def nms_inputs(r, max_out, thresholds=True):
-    corners = r.uniform(0, 1, (2, 9, 4)).astype(np.float32)
-    ins = [corners, r.uniform(0, 1, (2, 3, 9)).astype(np.float32), np.array([max_out], np.int64)]
+def nms_inputs(r, max_out, thresholds=True, batches=2, classes=3, boxes=9):
+    corners = r.uniform(0, 1, (batches, boxes, 4)).astype(np.float32)
+    ins = [corners, r.uniform(0, 1, (batches, classes, boxes)).astype(np.float32), np.array([max_out], np.int64)]
     return ins + [np.array([0.3], np.float32)] + ([np.array([0.25], np.float32)] if thresholds else [])
 
 
@@ -566,8 +566,11 @@ def counted(op, cases, axes):
     return cases
 
 
+# The larger cases span several of the CUDA kernels' scan tiles (4096
+# elements) and block widths (256 threads).
 CASES["NonZero"] = counted("NonZero", [
     Case(lambda t, r: [rand(r, (3, 4), t, -1, 1).round()], label="zeros among values"),
+    Case(lambda t, r: [rand(r, (70, 80), t, -1, 1).round()], types=["f32"], label="5600 elements, several tiles"),
     Case(lambda t, r: [rand(r, (2, 3, 2), "bool")], label="bool 3-D", types=["bool"])], [1])
 CASES["Compress"] = (
     counted("Compress", [Case(lambda t, r: [rand(r, (3, 4), t), np.array([1, 0, 1], bool)], attrs={"axis": 0},
@@ -575,11 +578,18 @@ CASES["Compress"] = (
     + counted("Compress", [Case(lambda t, r: [rand(r, (3, 4), t), np.array([0, 1, 1, 0], bool)], attrs={"axis": -1},
                                 label="columns, negative axis")], [1])
     + counted("Compress", [Case(lambda t, r: [rand(r, (2, 3), t), np.array([1, 0, 0, 1], bool)],
-                                label="flattened, condition shorter")], [0]))
+                                label="flattened, condition shorter")], [0])
+    + counted("Compress", [Case(lambda t, r: [rand(r, (5000, 2), t), r.random(5000) < 0.5], attrs={"axis": 0},
+                                types=["f32"], label="5000 rows, several tiles")], [0]))
 CASES["Unique"] = counted("Unique", [
     Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], label="sorted, flattened"),
     Case(lambda t, r: [rand(r, (9,), t, 0, 4).round()], attrs={"sorted": 0}, label="in order of first occurrence"),
-    Case(lambda t, r: [np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], NP[t])], attrs={"axis": 0}, label="unique rows")],
+    Case(lambda t, r: [np.array([[1, 0, 0], [1, 0, 0], [2, 3, 4]], NP[t])], attrs={"axis": 0}, label="unique rows"),
+    Case(lambda t, r: [rand(r, (6000,), t, 0, 60).round()], types=["f32"], label="6000 values, several tiles"),
+    Case(lambda t, r: [rand(r, (6000,), t, 0, 60).round()], attrs={"sorted": 0}, types=["f32"],
+         label="6000 values in order of first occurrence"),
+    Case(lambda t, r: [rand(r, (300, 2), t, 0, 3).round()], attrs={"axis": 0}, types=["f32"],
+         label="300 rows, 2 columns")],
     [0, 0, None, 0])
 
 # TopK whose k is only known at run time: values and indices span the axis, k counts.
@@ -596,7 +606,9 @@ CASES["NonMaxSuppression"] = counted("NonMaxSuppression", [
     Case(lambda t, r: nms_inputs(r, 4), types=["f32"], label="corners, thresholds"),
     Case(lambda t, r: nms_inputs(r, 9), attrs={"center_point_box": 1}, types=["f32"], label="center-point boxes"),
     Case(lambda t, r: nms_inputs(r, 2, thresholds=False), types=["f32"], label="no score threshold"),
-    Case(lambda t, r: nms_inputs(r, 0), types=["f32"], label="max 0 selects nothing")], [0])
+    Case(lambda t, r: nms_inputs(r, 0), types=["f32"], label="max 0 selects nothing"),
+    Case(lambda t, r: nms_inputs(r, 280, thresholds=False, batches=1, classes=2, boxes=300), types=["f32"],
+         label="300 boxes, more than a block's threads")], [0])
 
 # The ops unrolled control flow leaves (compiler/import/onnx/ControlFlowHandler.cpp).
 CASES["IfSelect"] = [Case(lambda t, r, c=c: [np.array(c), rand(r, (2, 3), t), rand(r, (2, 3), t)],
