@@ -438,7 +438,11 @@ CASES["LinearAttention"] = [
          attrs={"update_rule": rule, "q_num_heads": 4, "kv_num_heads": 2, **extra}, label=f"{rule} {label}")
     for rule, kw, extra, label in (
         ("linear", {}, {}, "GQA with past"), ("gated", {"per_dim_decay": True}, {"scale": 0.5}, "per-key decay"),
-        ("delta", {"past": False}, {}, "no past"), ("gated_delta", {"beta_last": 1}, {}, "scalar beta"))]
+        ("delta", {"past": False}, {}, "no past"), ("gated_delta", {"beta_last": 1}, {}, "scalar beta"))] + [
+    # d_v wider than the CUDA kernel's 256 threads: a thread walks two columns.
+    Case(lambda t, r: linear_attention_inputs(r, t, "gated_delta", hq=2, hkv=1, dk=4, dv=260), outputs=2, opset=27,
+         rtol=5, attrs={"update_rule": "gated_delta", "q_num_heads": 2, "kv_num_heads": 1}, types=["f32"],
+         label="gated_delta, d_v 260")]
 CASES["TensorScatter"] = [
     Case(lambda t, r: [rand(r, (2, 3, 5, 2), t), rand(r, (2, 3, 2, 2), t), i64(1, 3)], attrs={}, opset=24,
          label="linear"),
