@@ -12,13 +12,10 @@ namespace {
 
 using math::GridAxis;
 
-// Mode, padding and corner alignment of a GridSample node, per spatial dim.
+// The GridSample node's spatial dims as it samples them.
 std::vector<GridAxis> gridAxes(const KernelContext &c) {
-  math::GridMode mode = math::gridModeNamed(c.attrs.getString("mode", "linear"));
-  math::GridPadding pad = math::gridPaddingNamed(c.attrs.getString("padding_mode", "zeros"));
-  bool align = c.attrs.getInt("align_corners", 0) != 0;
   std::vector<GridAxis> axes;
-  for (size_t d = 2; d < c.inputs[0].dims.size(); ++d) axes.push_back({c.inputs[0].dims[d], mode, pad, align});
+  for (size_t d = 2; d < c.inputs[0].dims.size(); ++d) axes.push_back(math::gridAxisOf(c.attrs, c.inputs[0].dims[d]));
   return axes;
 }
 

@@ -23,12 +23,9 @@ template <typename T> Status linearAttention(const KernelContext &c) {
   const TensorView &q = c.inputs[0], &v = c.inputs[2];
   const TensorView *past = c.hasInput(3) ? &c.inputs[3] : nullptr;
   const T *decay = c.hasInput(4) ? c.inputs[4].as<T>() : nullptr, *beta = c.hasInput(5) ? c.inputs[5].as<T>() : nullptr;
-  const int64_t hq = c.attrs.getInt("q_num_heads", 0), hkv = c.attrs.getInt("kv_num_heads", 0);
-  const int64_t dk = q.dims[2] / hq;
-  const double scaleAttr = c.attrs.getFloat("scale", 0.0);
-  const math::LinearAttentionShape g{q.dims[0], q.dims[1], hq, hkv, dk, v.dims[2] / hkv,
-                                     decay ? c.inputs[4].dims[2] : 0, beta ? c.inputs[5].dims[2] : 0,
-                                     scaleAttr == 0.0 ? float(1.0 / std::sqrt(double(dk))) : float(scaleAttr)};
+  const math::LinearAttentionShape g = math::linearAttentionShapeOf(
+      c.attrs, q.dims, v.dims, decay ? c.inputs[4].dims[2] : 0, beta ? c.inputs[5].dims[2] : 0);
+  const int64_t hkv = g.hkv, dk = g.dk;
   const math::LinearAttentionOperands<T> x{q.as<T>(), c.inputs[1].as<T>(), v.as<T>(), decay, beta,
                                            c.outputs[0].as<T>()};
   const math::ExpDecay<T> expDecay{decay, g.decayLast, hkv, dk};

@@ -15,17 +15,14 @@ template <typename T> Status roiAlign(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &rois = c.inputs[1], &o = c.outputs[0];
   std::vector<int64_t> batchOf;
   SD_CHECK_ARG(readIntegers(c.inputs[2], batchOf), "RoiAlign batch_indices must be integers");
-  bool halfPixel = c.attrs.getString("coordinate_transformation_mode", "half_pixel") == "half_pixel";
-  bool maxMode = c.attrs.getString("mode", "avg") == "max";
-  double scale = c.attrs.getFloat("spatial_scale", 1.0);
-  int64_t ratio = c.attrs.getInt("sampling_ratio", 0);
+  const math::RoiAttributes attrs = math::roiAttributesOf(c.attrs);
   int64_t channels = x.dims[1], height = x.dims[2], width = x.dims[3], ph = o.dims[2], pw = o.dims[3];
   const T *pr = rois.as<T>();
   for (int64_t n = 0; n < o.dims[0]; ++n) {
     int64_t b = batchOf[size_t(n)];
     SD_CHECK_ARG(b >= 0 && b < x.dims[0], "RoiAlign batch index ", b, " out of range [0, ", x.dims[0], ")");
     const math::RoiRegion r = math::roiRegion(double(pr[n * 4]), double(pr[n * 4 + 1]), double(pr[n * 4 + 2]),
-                                              double(pr[n * 4 + 3]), scale, halfPixel, ratio, ph, pw);
+                                              double(pr[n * 4 + 3]), attrs, ph, pw);
     std::vector<math::RoiTap> taps;
     taps.reserve(size_t(ph * pw * r.gridH * r.gridW));
     for (int64_t i = 0; i < ph; ++i)
@@ -39,8 +36,8 @@ template <typename T> Status roiAlign(const KernelContext &c) {
         size_t t = 0;
         for (int64_t bin = 0; bin < ph * pw; ++bin) {
           double acc = 0;
-          for (int64_t s = 0; s < r.gridH * r.gridW; ++s, ++t) acc = math::addRoiSample(acc, s, taps[t], plane, maxMode);
-          out[bin] = T(maxMode ? acc : acc / r.samples());
+          for (int64_t s = 0; s < r.gridH * r.gridW; ++s, ++t) acc = math::addRoiSample(acc, s, taps[t], plane, attrs.maxMode);
+          out[bin] = T(attrs.maxMode ? acc : acc / r.samples());
         }
       }
     });

@@ -54,11 +54,9 @@ Status GridSampleKernel(const KernelContext &c) {
   if (grid.dtype != x.dtype) return sdError("GridSample: X and grid must share a float type");
   const int64_t k = x.rank() - 2;
   if (k < 1 || k > kMaxGridDims) return sdError("GridSample on CUDA samples 1 to ", kMaxGridDims, " spatial dims, not ", k);
-  const math::GridMode mode = math::gridModeNamed(c.attrs.getString("mode", "linear"));
-  const math::GridPadding pad = math::gridPaddingNamed(c.attrs.getString("padding_mode", "zeros"));
   GridGeometry g{int(k), {}, x.dims[0], x.dims[1], 1, 1};
   for (int d = 0; d < g.k; ++d) {
-    g.axes[d] = {x.dims[size_t(d + 2)], mode, pad, c.attrs.getInt("align_corners", 0) != 0};
+    g.axes[d] = math::gridAxisOf(c.attrs, x.dims[size_t(d + 2)]);
     g.spatial *= g.axes[d].len;
     g.points *= grid.dims[size_t(d + 1)];
   }

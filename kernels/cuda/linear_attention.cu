@@ -35,12 +35,8 @@ StatusOr<LinearAttentionGeometry> geometryOf(const KernelContext &c) {
   const int64_t hq = c.attrs.getInt("q_num_heads", 0), hkv = c.attrs.getInt("kv_num_heads", 0);
   if (q.rank() != 3 || v.rank() != 3 || hq <= 0 || hkv <= 0 || hq % hkv)
     return sdError("LinearAttention on CUDA takes 3-D q, k, v and q_num_heads a multiple of kv_num_heads");
-  const int64_t dk = q.dims[2] / hq;
-  const double scaleAttr = c.attrs.getFloat("scale", 0.0);
-  LinearAttentionGeometry g{q.dims[0], q.dims[1], hq, hkv, dk, v.dims[2] / hkv,
-                            c.hasInput(4) ? c.inputs[4].dims[2] : 0, c.hasInput(5) ? c.inputs[5].dims[2] : 0,
-                            scaleAttr == 0.0 ? float(1.0 / std::sqrt(double(dk))) : float(scaleAttr)};
-  return g;
+  return math::linearAttentionShapeOf(c.attrs, q.dims, v.dims, c.hasInput(4) ? c.inputs[4].dims[2] : 0,
+                                      c.hasInput(5) ? c.inputs[5].dims[2] : 0);
 }
 
 // The f32 state of a half-precision LinearAttention, one per step.

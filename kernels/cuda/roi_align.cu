@@ -11,9 +11,8 @@ namespace sd::cuda {
 namespace {
 
 struct RoiGeometry {
-  int64_t batch, channels, height, width, ph, pw, ratio;
-  double scale;
-  bool halfPixel, maxMode;
+  int64_t batch, channels, height, width, ph, pw;
+  math::RoiAttributes attrs;
 };
 
 template <typename T, typename I>
@@ -27,14 +26,14 @@ __global__ void roiAlignKernel(RoiGeometry g, const T *x, const T *rois, const I
       continue;
     }
     const T *box = rois + roi * 4;
-    const math::RoiRegion r = math::roiRegion(double(box[0]), double(box[1]), double(box[2]), double(box[3]), g.scale,
-                                              g.halfPixel, g.ratio, g.ph, g.pw);
+    const math::RoiRegion r =
+        math::roiRegion(double(box[0]), double(box[1]), double(box[2]), double(box[3]), g.attrs, g.ph, g.pw);
     const T *plane = x + (b * g.channels + ch) * g.height * g.width;
     double acc = 0;
     for (int64_t iy = 0, s = 0; iy < r.gridH; ++iy)
       for (int64_t ix = 0; ix < r.gridW; ++ix, ++s)
-        acc = math::addRoiSample(acc, s, r.tap(i, j, iy, ix, g.height, g.width), plane, g.maxMode);
-    out[o] = T(g.maxMode ? acc : acc / r.samples());
+        acc = math::addRoiSample(acc, s, r.tap(i, j, iy, ix, g.height, g.width), plane, g.attrs.maxMode);
+    out[o] = T(g.attrs.maxMode ? acc : acc / r.samples());
   }
 }
 
@@ -42,16 +41,7 @@ Status RoiAlignKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &rois = c.inputs[1], &batchOf = c.inputs[2], &o = c.outputs[0];
   if (x.rank() != 4 || o.rank() != 4 || rois.dtype != x.dtype)
     return sdError("RoiAlign on CUDA takes a 4-D X and regions of X's type");
-  const RoiGeometry g{x.dims[0],
-                      x.dims[1],
-                      x.dims[2],
-                      x.dims[3],
-                      o.dims[2],
-                      o.dims[3],
-                      c.attrs.getInt("sampling_ratio", 0),
-                      c.attrs.getFloat("spatial_scale", 1.0),
-                      c.attrs.getString("coordinate_transformation_mode", "half_pixel") == "half_pixel",
-                      c.attrs.getString("mode", "avg") == "max"};
+  const RoiGeometry g{x.dims[0], x.dims[1], x.dims[2], x.dims[3], o.dims[2], o.dims[3], math::roiAttributesOf(c.attrs)};
   const int64_t n = o.numElements();
   if (n == 0) return Status::ok();
   return dispatchIndex(batchOf.dtype, [&](auto itag) {

@@ -5,6 +5,7 @@
 // linear, 4 for cubic (Keys' a = -0.75). The tensor product of the dims'
 // taps is the interpolation.
 #pragma once
+#include "sd/ops/attrs.h"
 #include "sd/ops/math/host_device.h"
 #include <cmath>
 #include <cstdint>
@@ -97,6 +98,13 @@ struct GridAxis {
     return r < 0 ? 0 : r >= len ? len - 1 : r;
   }
 };
+
+// A GridSample node's spatial dim of `len` pixels, as its mode,
+// padding_mode and align_corners attributes sample it.
+inline GridAxis gridAxisOf(const AttrMap &attrs, int64_t len) {
+  return {len, gridModeNamed(attrs.getString("mode", "linear")),
+          gridPaddingNamed(attrs.getString("padding_mode", "zeros")), attrs.getInt("align_corners", 0) != 0};
+}
 
 // AffineGrid's normalized coordinate of pixel i of a `size`-pixel dim.
 SD_HD double affineGridCoordinate(int64_t i, int64_t size, bool alignCorners) {

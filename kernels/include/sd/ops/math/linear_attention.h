@@ -7,6 +7,8 @@
 // the CUDA kernel gives each its own thread, the CPU walks them in turn. f32
 // state and sums for f32 and halves, as onnx/reference accumulates; f64 kept.
 #pragma once
+#include "sd/format/tensor.h"
+#include "sd/ops/attrs.h"
 #include "sd/ops/math/host_device.h"
 #include <cmath>
 #include <cstdint>
@@ -18,6 +20,16 @@ struct LinearAttentionShape {
   int64_t decayLast, betaLast; // decay's last dim (hkv: per head, hkv*dk: per key dim), beta's (1 or hkv); 0: absent
   float scale;
 };
+
+// The shape of a node with 3-D q [B, T, hq * dk] and v [B, T, hkv * dv] and
+// decay and beta's last dims (0: absent); scale defaults to 1 / sqrt(dk).
+inline LinearAttentionShape linearAttentionShapeOf(const AttrMap &attrs, const Dims &q, const Dims &v,
+                                                   int64_t decayLast, int64_t betaLast) {
+  const int64_t hq = attrs.getInt("q_num_heads", 0), hkv = attrs.getInt("kv_num_heads", 0), dk = q[2] / hq;
+  const double scale = attrs.getFloat("scale", 0.0);
+  return {q[0], q[1], hq, hkv, dk, v[2] / hkv, decayLast, betaLast,
+          scale == 0.0 ? float(1.0 / std::sqrt(double(dk))) : float(scale)};
+}
 
 // The operands of one (batch, kv head) pair: 3-D [B, T, heads * d] inputs.
 template <typename T> struct LinearAttentionOperands {

@@ -2,6 +2,7 @@
 // onnx/reference computes it): a region of interest split into bins, each bin
 // sampled on a grid of points, each point read by bilinear interpolation.
 #pragma once
+#include "sd/ops/attrs.h"
 #include "sd/ops/math/host_device.h"
 #include <cmath>
 #include <cstdint>
@@ -44,16 +45,29 @@ struct RoiRegion {
   SD_HD double samples() const { return double(gridH * gridW > 1 ? gridH * gridW : 1); }
 };
 
-// box: x1, y1, x2, y2 in the input's coordinates before spatial_scale;
-// ratio: sampling_ratio (0: adaptive); the output bins are ph x pw.
-SD_HD RoiRegion roiRegion(double bx1, double by1, double bx2, double by2, double scale, bool halfPixel,
-                          int64_t ratio, int64_t ph, int64_t pw) {
-  const double shift = halfPixel ? 0.5 : 0.0;
-  const double x0 = bx1 * scale - shift, y0 = by1 * scale - shift;
-  double rw = bx2 * scale - shift - x0, rh = by2 * scale - shift - y0;
-  if (!halfPixel) rw = rw < 1.0 ? 1.0 : rw, rh = rh < 1.0 ? 1.0 : rh;
-  return {x0, y0, rh / double(ph), rw / double(pw), ratio > 0 ? ratio : int64_t(std::ceil(rh / double(ph))),
-          ratio > 0 ? ratio : int64_t(std::ceil(rw / double(pw)))};
+// The node's attributes: spatial_scale, sampling_ratio (0: adaptive),
+// coordinate_transformation_mode half_pixel, mode max.
+struct RoiAttributes {
+  double scale;
+  int64_t ratio;
+  bool halfPixel, maxMode;
+};
+inline RoiAttributes roiAttributesOf(const AttrMap &attrs) {
+  return {attrs.getFloat("spatial_scale", 1.0), attrs.getInt("sampling_ratio", 0),
+          attrs.getString("coordinate_transformation_mode", "half_pixel") == "half_pixel",
+          attrs.getString("mode", "avg") == "max"};
+}
+
+// box: x1, y1, x2, y2 in the input's coordinates before spatial_scale; the
+// output bins are ph x pw.
+SD_HD RoiRegion roiRegion(double bx1, double by1, double bx2, double by2, const RoiAttributes &a, int64_t ph,
+                          int64_t pw) {
+  const double shift = a.halfPixel ? 0.5 : 0.0;
+  const double x0 = bx1 * a.scale - shift, y0 = by1 * a.scale - shift;
+  double rw = bx2 * a.scale - shift - x0, rh = by2 * a.scale - shift - y0;
+  if (!a.halfPixel) rw = rw < 1.0 ? 1.0 : rw, rh = rh < 1.0 ? 1.0 : rh;
+  return {x0, y0, rh / double(ph), rw / double(pw), a.ratio > 0 ? a.ratio : int64_t(std::ceil(rh / double(ph))),
+          a.ratio > 0 ? a.ratio : int64_t(std::ceil(rw / double(pw)))};
 }
 
 // Adds sample s of a bin to acc: the weighted sum (avg), or the largest
