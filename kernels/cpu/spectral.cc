@@ -3,6 +3,7 @@
 // call): speech front ends use lengths of a few hundred.
 #include "../shapes/spectral.h"
 #include "cpu_util.h"
+#include "sd/ops/math/windows.h"
 #include <cmath>
 #include <complex>
 #include <vector>
@@ -11,17 +12,8 @@ namespace sd::cpu {
 namespace {
 
 using Complex = std::complex<double>;
-constexpr double kPi = 3.14159265358979323846;
 
-// e^{sign 2πi t/L} for t in [0, L).
-std::vector<Complex> twiddles(int64_t length, double sign) {
-  std::vector<Complex> w(static_cast<size_t>(length));
-  for (int64_t t = 0; t < length; ++t) {
-    double a = sign * 2.0 * kPi * double(t) / double(length);
-    w[size_t(t)] = Complex(std::cos(a), std::sin(a));
-  }
-  return w;
-}
+using spectral::twiddles;
 
 // out[k] = sum_j in[j] w[(j k) mod L] for k < bins (in: L values, zero-padded by the caller).
 void transform(const std::vector<Complex> &in, const std::vector<Complex> &w, int64_t bins, std::vector<Complex> &out) {
@@ -107,7 +99,7 @@ template <typename T> Status stft(const KernelContext &c) {
 }
 
 // ONNX's windows: N = size when periodic, size - 1 when symmetric.
-template <int Kind> Status window(const KernelContext &c) {
+template <math::Window Kind> Status window(const KernelContext &c) {
   double size;
   SD_RETURN_IF_ERROR(spectral::scalarValue(&c.inputs[0], "window size", size));
   int64_t n = int64_t(size);
@@ -115,13 +107,7 @@ template <int Kind> Status window(const KernelContext &c) {
   return dispatchFloat(c.outputs[0].dtype, [&](auto tag) {
     using T = decltype(tag);
     T *y = c.outputs[0].as<T>();
-    for (int64_t i = 0; i < n; ++i) {
-      double a = 2.0 * kPi * double(i) / N;
-      double v = Kind == 0 ? 0.5 - 0.5 * std::cos(a)
-               : Kind == 1 ? 25.0 / 46.0 - 21.0 / 46.0 * std::cos(a)
-                           : 0.42 - 0.5 * std::cos(a) + 0.08 * std::cos(2.0 * a);
-      y[i] = T(v);
-    }
+    for (int64_t i = 0; i < n; ++i) y[i] = T(math::windowValue(Kind, i, N));
     return Status::ok();
   });
 }
@@ -172,9 +158,9 @@ Status STFTKernel(const KernelContext &c) {
 void registerSpectralKernels() {
   registerCpuKernel("DFT", DFTKernel, {DType::F32, DType::F64});
   registerCpuKernel("STFT", STFTKernel, {DType::F32, DType::F64});
-  registerCpuKernel("HannWindow", window<0>, {DType::F32, DType::F64}, nullptr, -1);
-  registerCpuKernel("HammingWindow", window<1>, {DType::F32, DType::F64}, nullptr, -1);
-  registerCpuKernel("BlackmanWindow", window<2>, {DType::F32, DType::F64}, nullptr, -1);
+  registerCpuKernel("HannWindow", window<math::Window::Hann>, {DType::F32, DType::F64}, nullptr, -1);
+  registerCpuKernel("HammingWindow", window<math::Window::Hamming>, {DType::F32, DType::F64}, nullptr, -1);
+  registerCpuKernel("BlackmanWindow", window<math::Window::Blackman>, {DType::F32, DType::F64}, nullptr, -1);
   registerCpuKernel("MelWeightMatrix", MelWeightMatrixKernel, {DType::F32, DType::F64}, nullptr, -1);
 }
 

@@ -162,6 +162,9 @@ template <typename I> __device__ inline int64_t wrapIndex(I v, int64_t dim) {
   return i < 0 ? i + dim : i;
 }
 
+// Operand i as a view of its host copy at prepare time (`view` null when the
+// operand is absent); false when it is not a constant the host can read.
+bool hostView(const PrepareContext &p, size_t i, TensorView &storage, const TensorView *&view);
 // Operand i's integers read on the host at prepare time (a constant's plan
 // copy); an absent operand gives an empty list. False when the operand is not
 // a constant, so a GPU kernel cannot see its values before the step runs.

@@ -8,6 +8,7 @@
 // start and delta are read on the device, so they may change per run.
 #include "cuda_util.cuh"
 #include "integer_dispatch.cuh"
+#include "sd/ops/math/windows.h"
 #include "sd/format/dtype.h"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/index_geometry.h"
@@ -238,19 +239,13 @@ Status SizeKernel(const KernelContext &c) {
 }
 
 // ONNX's windows over their n = result size points: N = n when periodic,
-// n - 1 when symmetric (kernels/cpu/spectral.cc's formulas).
-template <int Kind, typename T> __global__ void windowKernel(T *y, int64_t n, double N) {
-  constexpr double kPi = 3.14159265358979323846;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const double a = 2.0 * kPi * double(i) / N;
-    const double v = Kind == 0   ? 0.5 - 0.5 * cos(a)
-                     : Kind == 1 ? 25.0 / 46.0 - 21.0 / 46.0 * cos(a)
-                                 : 0.42 - 0.5 * cos(a) + 0.08 * cos(2.0 * a);
-    y[i] = T(v);
-  }
+// n - 1 when symmetric (sd/ops/math/windows.h, the CPU kernels' values).
+template <math::Window Kind, typename T> __global__ void windowKernel(T *y, int64_t n, double N) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = T(math::windowValue(Kind, i, N));
 }
 
-template <int Kind> Status windowOp(const KernelContext &c) {
+template <math::Window Kind> Status windowOp(const KernelContext &c) {
   const TensorView &y = c.outputs[0];
   const int64_t n = y.numElements();
   const double N = c.attrs.getInt("periodic", 1) ? double(n) : double(n - 1);
@@ -266,9 +261,9 @@ template <int Kind> Status windowOp(const KernelContext &c) {
 void registerGeneratorKernels() {
   registerKernel("Shape", ShapeKernel, TypeSet::all());
   registerKernel("Size", SizeKernel, TypeSet::all());
-  registerKernel("HannWindow", windowOp<0>, {DType::F32, DType::F64}, nullptr, -1);
-  registerKernel("HammingWindow", windowOp<1>, {DType::F32, DType::F64}, nullptr, -1);
-  registerKernel("BlackmanWindow", windowOp<2>, {DType::F32, DType::F64}, nullptr, -1);
+  registerKernel("HannWindow", windowOp<math::Window::Hann>, {DType::F32, DType::F64}, nullptr, -1);
+  registerKernel("HammingWindow", windowOp<math::Window::Hamming>, {DType::F32, DType::F64}, nullptr, -1);
+  registerKernel("BlackmanWindow", windowOp<math::Window::Blackman>, {DType::F32, DType::F64}, nullptr, -1);
   registerKernel("ConstantOfShape", ConstantOfShapeKernel, TypeSet::all(), nullptr, -1);
   registerKernel("EyeLike", EyeLikeKernel, TypeSet::numeric() | TypeSet{DType::Bool}, nullptr, -1);
   registerKernel("Range", RangeKernel, TypeSet::numeric());

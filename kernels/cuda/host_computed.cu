@@ -30,12 +30,11 @@ std::shared_ptr<const void> computeOnHost(const PrepareContext &p, const char *o
   }
   std::vector<TensorView> inputs = c.inputs;
   for (size_t i = 0; i < inputs.size(); ++i) {
-    if (!c.hasInput(i) || !inputs[i].data) continue;
-    if (i >= p.hostInputs.size() || !p.hostInputs[i]) {
+    const TensorView *host;
+    if (!hostView(p, i, inputs[i], host)) {
       s->error = std::string(op) + " on CUDA needs constant operands; operand " + std::to_string(i) + " is not";
       return s;
     }
-    inputs[i].data = const_cast<void *>(p.hostInputs[i]);
   }
   if (c.outputs.size() != 1) {
     s->error = std::string(op) + " on CUDA: one result expected";

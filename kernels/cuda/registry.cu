@@ -90,16 +90,25 @@ StatusOr<DeviceScalar> scalarOperand(const KernelContext &c, size_t i) {
   }
 }
 
+bool hostView(const PrepareContext &p, size_t i, TensorView &storage, const TensorView *&view) {
+  view = nullptr;
+  const KernelContext &c = p.kernel;
+  if (!c.hasInput(i) || !c.inputs[i].data) return true;
+  if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
+  storage = c.inputs[i];
+  storage.data = const_cast<void *>(p.hostInputs[i]);
+  view = &storage;
+  return true;
+}
+
 // Operand i read through its host copy with `read` (an absent operand: empty).
 template <typename V, typename Read>
 bool hostValues(const PrepareContext &p, size_t i, std::vector<V> &out, Read read) {
   out.clear();
-  const KernelContext &c = p.kernel;
-  if (!c.hasInput(i) || !c.inputs[i].data) return true;
-  if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
-  TensorView host = c.inputs[i];
-  host.data = const_cast<void *>(p.hostInputs[i]);
-  return read(host, out);
+  TensorView storage;
+  const TensorView *host;
+  if (!hostView(p, i, storage, host)) return false;
+  return !host || read(*host, out);
 }
 
 bool hostIntegers(const PrepareContext &p, size_t i, std::vector<int64_t> &out) {

@@ -23,26 +23,11 @@ struct SpectralPrepared {
   ~SpectralPrepared() { cudaFree(twiddles); }
 };
 
-// The CPU's twiddle table, uploaded; false when it cannot be.
+// The CPU's twiddle table (shapes/spectral.h), uploaded; false when it cannot be.
 bool uploadTwiddles(SpectralPrepared &s, int64_t length, double sign) {
-  std::vector<double2> w(static_cast<size_t>(length));
-  for (int64_t t = 0; t < length; ++t) {
-    const double a = sign * 2.0 * 3.14159265358979323846 * double(t) / double(length);
-    w[size_t(t)] = double2{std::cos(a), std::sin(a)};
-  }
+  std::vector<double2> w;
+  for (const std::complex<double> &t : spectral::twiddles(length, sign)) w.push_back(double2{t.real(), t.imag()});
   return uploadVector(w, s.twiddles);
-}
-
-// Operand i as a view of its host copy (null when absent); false when it is not a constant.
-bool hostView(const PrepareContext &p, size_t i, TensorView &view, const TensorView *&out) {
-  out = nullptr;
-  const KernelContext &c = p.kernel;
-  if (!c.hasInput(i) || !c.inputs[i].data) return true;
-  if (i >= p.hostInputs.size() || !p.hostInputs[i]) return false;
-  view = c.inputs[i];
-  view.data = const_cast<void *>(p.hostInputs[i]);
-  out = &view;
-  return true;
 }
 
 std::shared_ptr<const void> prepareDft(const PrepareContext &p) {

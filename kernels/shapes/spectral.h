@@ -1,9 +1,11 @@
 // Geometry of the spectral ops (DFT, STFT, windows, mel filter bank), shared by
-// their shape rules and CPU kernels so both size results the same way.
+// their shape rules and CPU and CUDA kernels so all size results the same way.
 #pragma once
 #include "sd/format/status.h"
 #include "sd/ops/attrs.h"
 #include "sd/format/tensor.h"
+#include <complex>
+#include <vector>
 
 namespace sd::spectral {
 
@@ -24,6 +26,10 @@ struct StftPlan {
 };
 Status planStft(const TensorInfo &signal, const TensorView *frameStep, const TensorInfo *window,
                 const TensorView *frameLength, bool onesided, StftPlan &plan);
+
+// e^{sign 2 pi i t / L} for t in [0, L): the DFT's twiddle table, the CPU
+// kernels' and (uploaded) the CUDA kernels'.
+std::vector<std::complex<double>> twiddles(int64_t length, double sign);
 
 // Reads a one-element integer or float operand.
 Status scalarValue(const TensorView *t, const char *what, double &out);

@@ -15,6 +15,15 @@ Status scalarValue(const TensorView *t, const char *what, double &out) {
   return Status::ok();
 }
 
+std::vector<std::complex<double>> twiddles(int64_t length, double sign) {
+  std::vector<std::complex<double>> w(static_cast<size_t>(length));
+  for (int64_t t = 0; t < length; ++t) {
+    double a = sign * 2.0 * 3.14159265358979323846 * double(t) / double(length);
+    w[size_t(t)] = std::complex<double>(std::cos(a), std::sin(a));
+  }
+  return w;
+}
+
 Status planDft(const TensorInfo &x, const AttrMap &attrs, const TensorView *dftLength, const TensorView *axisValue,
                DftPlan &plan) {
   int64_t rank = x.rank();
