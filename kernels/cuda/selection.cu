@@ -11,6 +11,7 @@
 // Unique sorts slice indices with CUB's stable merge sort (the CPU's
 // std::stable_sort order), then finds the groups of equal slices with the
 // same block-wide scan.
+#include "../shapes/selection.h"
 #include "cuda_util.cuh"
 #include "sd/ops/dispatch.h"
 #include "sd/ops/index_geometry.h"
@@ -130,16 +131,12 @@ struct CompressGeometry {
 StatusOr<CompressGeometry> compressGeometry(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &cond = c.inputs[1], &y = c.outputs[0];
   if (cond.rank() != 1) return sdError("Compress condition must be 1-D, got ", formatDims(cond.dims));
-  CompressGeometry g{1, x.numElements(), 1, y.numElements(), 0};
-  if (c.attrs.has("axis")) {
-    int64_t axis = c.attrs.getInt("axis", 0);
-    if (axis < 0) axis += x.rank();
-    if (axis < 0 || axis >= x.rank()) return sdError("Compress axis ", c.attrs.getInt("axis", 0), " is outside rank ", x.rank());
-    const AxisExtent e = extentAround(x.dims, axis);
-    g = {e.outer, e.len, e.inner, y.dims[size_t(axis)], 0};
-  }
-  g.considered = std::min(cond.dims[0], g.extent);
-  return g;
+  bool hasAxis;
+  int64_t axis;
+  SD_RETURN_IF_ERROR(selection::optionalAxis(c.attrs, x.rank(), hasAxis, axis));
+  const AxisExtent e = selection::slicesOf(x.dims, hasAxis, axis);
+  return CompressGeometry{e.outer, e.len, e.inner, hasAxis ? y.dims[size_t(axis)] : y.numElements(),
+                          std::min(cond.dims[0], e.len)};
 }
 
 // The kept positions along the axis, in order, go to `kept` (room for extent).
@@ -335,17 +332,14 @@ __global__ void uniqueOutputsKernel(UniqueGeometry g, UniqueScratch u, const U *
 
 StatusOr<UniqueGeometry> uniqueGeometry(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  UniqueGeometry g{{x.data, x.dtype, 1, x.numElements(), 1}, y.numElements(), c.attrs.getInt("sorted", 1) != 0};
-  if (c.attrs.has("axis")) {
-    int64_t axis = c.attrs.getInt("axis", 0);
-    if (axis < 0) axis += x.rank();
-    if (axis < 0 || axis >= x.rank()) return sdError("Unique axis ", c.attrs.getInt("axis", 0), " is outside rank ", x.rank());
-    const AxisExtent e = extentAround(x.dims, axis);
-    g.slices.outer = e.outer, g.slices.n = e.len, g.slices.inner = e.inner;
-    g.capacity = y.dims[size_t(axis)];
-  }
-  if (g.slices.n >= (int64_t(1) << 31)) return sdError("Unique on CUDA sorts under 2^31 slices");
-  return g;
+  bool hasAxis;
+  int64_t axis;
+  SD_RETURN_IF_ERROR(selection::optionalAxis(c.attrs, x.rank(), hasAxis, axis));
+  const AxisExtent e = selection::slicesOf(x.dims, hasAxis, axis);
+  if (e.len >= (int64_t(1) << 31)) return sdError("Unique on CUDA sorts under 2^31 slices");
+  return UniqueGeometry{{x.data, x.dtype, e.outer, e.len, e.inner},
+                        hasAxis ? y.dims[size_t(axis)] : y.numElements(),
+                        c.attrs.getInt("sorted", 1) != 0};
 }
 
 std::shared_ptr<const void> prepareUnique(const PrepareContext &p) {
