@@ -240,14 +240,11 @@ def detector_plan(sdc, folder):
 
 def selection_plans(sdc, folder):
     """Run-time selections whose results the session trims by a count the GPU
-    computes: rows picked by torch.nonzero (NonZero, Gather) and torch.unique's
-    sorted values (Unique)."""
+    computes: test_selection's rows picked by torch.nonzero and boolean masks
+    (NonZero, Gather, GatherND) and torch.unique's sorted values (Unique)."""
     import torch
     import torch.nn as nn
-
-    class MaskedRows(nn.Module):
-        def forward(self, x, scores):
-            return x.index_select(0, torch.nonzero(scores > 0.5)[:, 0]) * 2
+    import test_selection
 
     class UniqueValues(nn.Module):
         def forward(self, x):
@@ -257,14 +254,15 @@ def selection_plans(sdc, folder):
     x, scores = os.path.join(folder, "selection_x.npy"), os.path.join(folder, "selection_scores.npy")
     np.save(x, rng.standard_normal((6, 4)).astype(np.float32))
     np.save(scores, rng.random(6).astype(np.float32))
+    masked, unique = os.path.join(folder, "masked-rows.onnx"), os.path.join(folder, "unique.onnx")
+    test_selection.export_masked(masked)
+    torch.onnx.export(UniqueValues(), (torch.from_numpy(np.load(x)),), unique, input_names=["x"],
+                      output_names=["values"], opset_version=17, dynamo=False)
     out = []
-    for kind, module, names in (("masked-rows", MaskedRows(), ["x", "scores"]), ("unique", UniqueValues(), ["x"])):
-        model, plan = os.path.join(folder, f"{kind}.onnx"), os.path.join(folder, f"{kind}.sdp")
-        example = tuple(torch.from_numpy(np.load(f)) for f in (x, scores)[:len(names)])
-        torch.onnx.export(module, example, model, input_names=names, output_names=["out"], opset_version=17,
-                          dynamo=False)
+    for kind, model, more in (("masked-rows", masked, {"scores": scores}), ("unique", unique, None)):
+        plan = os.path.join(folder, f"{kind}.sdp")
         sh([sdc, "compile", model, "-o", plan])
-        out.append(PlanKind(kind, plan, False, "x", x, more_inputs={"scores": scores} if "scores" in names else None))
+        out.append(PlanKind(kind, plan, False, "x", x, more_inputs=more))
     return out
 
 

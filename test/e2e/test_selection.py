@@ -157,7 +157,9 @@ def main():
     return report_checks("test_selection", RESULTS)
 
 
-def masked_selection(sdc, sdrun, tmp):
+def export_masked(path):
+    """torch.nonzero's rows and boolean-mask indexing on run-time scores, as
+    a PyTorch user writes them (test_cuda_plans runs it on a GPU too)."""
     import torch
     import torch.nn as nn
 
@@ -166,9 +168,13 @@ def masked_selection(sdc, sdrun, tmp):
             rows = torch.nonzero(scores > 0.5)[:, 0]
             return x.index_select(0, rows) * 2, x[scores > 0.2]
 
-    model, plan = os.path.join(tmp, "masked.onnx"), os.path.join(tmp, "masked.sdp")
-    torch.onnx.export(Masked(), (torch.randn(6, 4), torch.rand(6)), model, input_names=["x", "scores"],
+    torch.onnx.export(Masked(), (torch.randn(6, 4), torch.rand(6)), path, input_names=["x", "scores"],
                       output_names=["doubled", "picked"], opset_version=17, dynamo=False)
+
+
+def masked_selection(sdc, sdrun, tmp):
+    model, plan = os.path.join(tmp, "masked.onnx"), os.path.join(tmp, "masked.sdp")
+    export_masked(model)
     sh([sdc, "compile", model, "-o", plan])
     rng = np.random.default_rng(1)
     equal, counts = True, []
