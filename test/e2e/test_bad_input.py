@@ -305,6 +305,12 @@ def check_all(tmp):
     for cmd in ("infer", "bench"):
         expect_clean_error(f"{cmd} on a device this build lacks", [sdrun, cmd, plan, "--device", "tpu"],
                            ["--device", "unknown device 'tpu'", "cpu"])
+    # --cpu-ops names ops the CPU computes; it cannot go with --no-cpu-fallback.
+    for cmd in ("infer", "bench"):
+        expect_clean_error(f"{cmd} --cpu-ops naming no op", [sdrun, cmd, plan, "--cpu-ops", "Relu,NonMaxSupression"],
+                           ["--cpu-ops", "'NonMaxSupression'"])
+    expect_clean_error("--cpu-ops with --no-cpu-fallback",
+                       [sdrun, "infer", plan, "--cpu-ops", "Relu", "--no-cpu-fallback"], ["--cpu-ops", "--no-cpu-fallback"])
     expect_clean_error("infer --profile into a missing folder",
                        [sdrun, "infer", plan, "--profile", os.path.join(tmp, "nope", "t.json")], ["--profile", "nope"])
     expect_clean_error("bench --profile= into a missing folder",
