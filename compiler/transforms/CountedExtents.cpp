@@ -1,4 +1,5 @@
 #include "CountedExtents.h"
+#include "PassDetail.h"
 #include "SDDialect.h"
 
 using namespace mlir;
@@ -23,6 +24,30 @@ std::optional<CountedResults> countedResultsOf(Operation *op) {
   }
   if (auto u = dyn_cast<ir::UniqueOp>(op)) return CountedResults{4, {{0, selectionAxis(op, u.getAxis())}, {1, 0}, {3, 0}}};
   return std::nullopt;
+}
+
+// `v`, or the value it is computed from by ops that map each element to one
+// element of the same shape.
+static Value elementwiseSource(Value v) {
+  while (Operation *op = v.getDefiningOp()) {
+    auto compute = dyn_cast<ir::ComputeOpInterface>(op);
+    bool oneToOne = compute && op->getNumOperands() == 1 && op->getNumResults() == 1 &&
+                    (isa<ir::IdentityOp>(op) || isElementwiseContract(compute.getContractName()));
+    if (!oneToOne || cast<ShapedType>(op->getOperand(0).getType()).getShape() !=
+                         cast<ShapedType>(v.getType()).getShape())
+      break;
+    v = op->getOperand(0);
+  }
+  return v;
+}
+
+Value expandedToItsOwnShape(Operation *op) {
+  auto expand = dyn_cast<ir::ExpandOp>(op);
+  auto shape = expand ? op->getOperand(1).getDefiningOp<ir::ShapeOp>() : ir::ShapeOp{};
+  if (!shape || shape.getStart().value_or(0) != 0 || shape.getEnd()) return nullptr;
+  Value x = op->getOperand(0);
+  if (elementwiseSource(shape->getOperand(0)) != elementwiseSource(x)) return nullptr;
+  return x;
 }
 
 bool CountedValues::readsCounted(Operation *op) const {

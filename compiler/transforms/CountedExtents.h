@@ -22,6 +22,13 @@ std::optional<CountedResults> countedResultsOf(mlir::Operation *op);
 
 // The counted values among ops visited in order (import or a pass's walk):
 // counted results and every result of an op that reads one.
+// For Expand(x, Shape(y)) where y is x, or is computed from x element for
+// element (one-operand elementwise ops): x, which already has that shape at
+// run time; null for any other op. torch.onnx's dynamo exporter broadcasts a
+// boolean mask's NonZero indices against one another this way (a Max of one
+// operand, then its Shape), and a Shape of a counted value cannot fold.
+mlir::Value expandedToItsOwnShape(mlir::Operation *op);
+
 class CountedValues {
 public:
   void visit(mlir::Operation *op);

@@ -394,6 +394,13 @@ void foldNodeResults(NodeImporter &imp, const onnx::NodeProto &node) {
 // imported, so the shape rules of later nodes, and If conditions and Loop trip
 // counts, see the values. sd-propagate-shapes would fold the same later.
 void foldOutputs(NodeImporter &imp, const onnx::NodeProto &node) {
+  for (const std::string &name : node.output())
+    if (auto it = imp.values.find(name); it != imp.values.end() && it->second.getDefiningOp())
+      if (Value same = expandedToItsOwnShape(it->second.getDefiningOp())) {
+        Operation *expand = it->second.getDefiningOp();
+        it->second = same;
+        if (expand->use_empty()) expand->erase();
+      }
   if (llvm::any_of(node.input(), [&](const std::string &in) { return imp.countedNames.count(in) != 0; })) {
     imp.countedNames.insert(node.output().begin(), node.output().end());
     return;
