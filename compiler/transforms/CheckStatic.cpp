@@ -1,5 +1,6 @@
 // sd-check-static: after specialization every value must be static and no
 // shape op may remain; the error names the node so the user can fix --shapes.
+#include "CountedExtents.h"
 #include "PassDetail.h"
 #include "Passes.h"
 
@@ -18,7 +19,13 @@ struct CheckStaticPass : sd::impl::CheckStaticBase<CheckStaticPass> {
       if (!sd::isEntry(f)) continue;
       WalkResult r = f.walk([&](Operation *op) {
         if (isa<sd::ir::ShapeOp, sd::ir::SizeOp>(op)) {
-          op->emitError() << sd::describeNode(op) << ": shape op survives specialization";
+          if (Operation *selection = sd::countedSourceOf(op->getOperand(0)))
+            op->emitError() << sd::describeNode(op) << " reads how much " << sd::describeNode(selection)
+                            << " selects at run time, and what it feeds needs that as a static shape: a plan's "
+                               "shapes are fixed, so a selection's size can be computed with, but not reshaped or "
+                               "allocated by";
+          else
+            op->emitError() << sd::describeNode(op) << ": shape op survives specialization";
           return WalkResult::interrupt();
         }
         for (auto [i, v] : llvm::enumerate(op->getResults())) {

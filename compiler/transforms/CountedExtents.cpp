@@ -50,6 +50,18 @@ Value expandedToItsOwnShape(Operation *op) {
   return x;
 }
 
+Operation *countedSourceOf(Value v) {
+  llvm::SmallVector<Value> work{v};
+  llvm::DenseSet<Operation *> seen;
+  while (!work.empty()) {
+    Operation *op = work.pop_back_val().getDefiningOp();
+    if (!op || !seen.insert(op).second) continue;
+    if (countedResultsOf(op)) return op;
+    work.append(op->operand_begin(), op->operand_end());
+  }
+  return nullptr;
+}
+
 bool CountedValues::readsCounted(Operation *op) const {
   if (values.empty()) return false;
   return llvm::any_of(op->getOperands(), [&](Value v) { return values.contains(v); });

@@ -29,6 +29,10 @@ std::optional<CountedResults> countedResultsOf(mlir::Operation *op);
 // operand, then its Shape), and a Shape of a counted value cannot fold.
 mlir::Value expandedToItsOwnShape(mlir::Operation *op);
 
+// The selection (an op with counted results) that `v` is computed from, or
+// null: what a Shape of `v` that cannot fold reads the size of.
+mlir::Operation *countedSourceOf(mlir::Value v);
+
 class CountedValues {
 public:
   void visit(mlir::Operation *op);

@@ -44,6 +44,20 @@ Operation *topKWithKnownK(TopKBoundedOp op) {
   return topK;
 }
 
+// An op whose one result has no elements (a Slice [0:0] of a counted
+// value's Shape, as TorchScript's flatten() writes it) is an empty constant,
+// whatever its operands hold at run time.
+bool foldedEmpty(Operation *op) {
+  if (op->getNumResults() != 1 || !isa<ComputeOpInterface>(op) || isa<LoopOp, IfOp>(op)) return false;
+  auto type = dyn_cast<RankedTensorType>(op->getResult(0).getType());
+  if (!type || !type.hasStaticShape() || type.getNumElements() != 0 || !type.getElementType().isIntOrFloat())
+    return false;
+  OpBuilder b(op);
+  op->getResult(0).replaceAllUsesWith(
+      b.create<ConstantOp>(op->getLoc(), type, DenseElementsAttr::get(type, ArrayRef<Attribute>{})).getResult());
+  return true;
+}
+
 struct PropagateShapesPass : sd::impl::PropagateShapesBase<PropagateShapesPass> {
   using PropagateShapesBase::PropagateShapesBase;
 
@@ -96,7 +110,7 @@ LogicalResult sd::propagateShapes(func::FuncOp f, int64_t maxFoldBytes) {
       cast.getOutput().replaceAllUsesWith(cast.getInput());
       continue;
     }
-    if (counted.readsCounted(op)) { // a Shape of it would read the bound
+    if (counted.readsCounted(op) && !foldedEmpty(op)) { // a Shape of it would read the bound
       counted.visit(op);
       continue;
     }

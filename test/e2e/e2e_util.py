@@ -284,6 +284,18 @@ def rel_err(got, want):
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
+def max_abs_diff(got, want):
+    """Largest absolute difference in float64, where equal values (infinities
+    of one sign included) and NaN against NaN count 0, and a NaN against a
+    number counts inf: a NaN can neither hide a difference nor be one."""
+    import numpy as np
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    same = (got == want) | (np.isnan(got) & np.isnan(want))
+    with np.errstate(invalid="ignore"):
+        diff = np.where(same, 0.0, np.abs(got - want))
+    return float(np.max(np.where(np.isnan(diff), np.inf, diff), initial=0))
+
+
 def norm_rel_err(got, want):
     """Relative difference in the Frobenius norm, in float64."""
     import numpy as np

@@ -8,15 +8,22 @@ selection (torch.nonzero, boolean-mask indexing).
              and the most NMS can keep (the plan holds the bound, the runtime
              returns the counted rows)
   inspect    `sdrun inspect` says which outputs are bounded
-  refused    a consumer that would read the padding (a sum over the
-             detections, the number of detections as a Shape) is refused at
-             compile time with one line naming it and the NMS node, no plan
+  read       a sum over the detections and the detections scaled by their
+             number (a Shape of the counted result) equal ONNX Runtime's
+  refused    a consumer that would read the padding (the first detection, a
+             Gather along the counted dim) is refused at compile time with
+             one line naming it and the NMS node, no plan
   masked     rows picked by torch.nonzero(scores > t) and by x[scores > t]
              (NonZero + Gather / GatherND) equal ONNX Runtime's, however many
   topk       torch.topk with k counted from the data (TopK with a run-time k)
              equals ONNX Runtime, from k = 0 to the whole axis
   prefix     the first 3 of the selected values (x[x > 0][:3]) keep
              min(count, 3) rows, as ONNX Runtime, for 0 to 6 selected
+  consumers  what a user computes from x[mask], exported by TorchScript and
+             by the default (dynamo) exporter: a mean, a column sum and max,
+             a softmax along the rows, a linear layer, a LayerNorm, a flatten
+             and a scale by the row count; equal to ONNX Runtime for 0 to 6
+             rows (the mean of no rows is NaN, as in PyTorch)
 """
 import os
 import shutil
@@ -25,7 +32,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, ort_run, report_checks, sh, tool_paths
+from e2e_util import ROOT, clean_error_problems, max_abs_diff, ort_run, report_checks, sh, tool_paths
 
 RESULTS = []
 CLASSES, MAX_PER_CLASS = 3, 5
@@ -89,7 +96,11 @@ def detector_classes():
             kept, kept_scores, _ = super().forward(image)
             return kept * kept_scores.shape[0]
 
-    return Detector, SumOfScores, ScaledByCount
+    class FirstScore(Detector):
+        def forward(self, image):
+            return super().forward(image)[1][0]
+
+    return Detector, SumOfScores, ScaledByCount, FirstScore
 
 
 def export(cls, path):
@@ -105,7 +116,7 @@ def main():
     sys.path.insert(0, os.path.join(os.path.dirname(sdc), "..", "python"))
     import torch
     torch.set_num_threads(1)
-    Detector, SumOfScores, ScaledByCount = detector_classes()
+    Detector, SumOfScores, ScaledByCount, FirstScore = detector_classes()
     tmp = tempfile.mkdtemp(prefix="sd_detection_")
     try:
         model, plan = os.path.join(tmp, "det.onnx"), os.path.join(tmp, "det.sdp")
@@ -140,18 +151,31 @@ def main():
               f"the bound ({bound})", shapes_ok and worst <= 1e-5 and min(counts) == 0 and max(counts) == bound
               and len(set(counts)) >= 3, f"detections per input {counts}, max |diff| {worst:.2e}")
         check("the Python module returns the same counted outputs as sdrun infer", py_ok, "")
-        for cls, what, needle in [(SumOfScores, "a sum over the detections", "ReduceSum"),
-                                  (ScaledByCount, "the number of detections read as a Shape", "Shape")]:
-            bad, bad_plan = os.path.join(tmp, f"{cls.__name__}.onnx"), os.path.join(tmp, f"{cls.__name__}.sdp")
-            export(cls, bad)
-            problems, line = clean_error_problems([sdc, "compile", bad, "-o", bad_plan],
-                                                  [needle, "cannot honour the run-time count", "NonMaxSuppression"],
-                                                  [bad_plan])
-            check(f"{what} is refused at compile time: one line naming it and the NMS node, no plan",
-                  not problems, "; ".join(problems) or line)
+        for cls in (SumOfScores, ScaledByCount):
+            path, cls_plan = os.path.join(tmp, f"{cls.__name__}.onnx"), os.path.join(tmp, f"{cls.__name__}.sdp")
+            export(cls, path)
+            sh([sdc, "compile", path, "-o", cls_plan])
+            worst, shapes_ok = 0.0, True
+            for k, image in enumerate(images):
+                want = list(ort_run(path, {"image": image}).values())[0]
+                got = list(sdc_py.Session(sdc_py.Plan(cls_plan), threads=1).run("infer", {"image": image}).values())[0]
+                shapes_ok &= got.shape == want.shape
+                if shapes_ok:
+                    worst = max(worst, max_abs_diff(got, want))
+            check(f"{cls.__name__}: what it reads across the detections (a sum over them, their number as a Shape) "
+                  "equals ONNX Runtime's for every input", shapes_ok and worst <= 1e-5, f"max |diff| {worst:.2e}")
+        bad, bad_plan = os.path.join(tmp, "FirstScore.onnx"), os.path.join(tmp, "FirstScore.sdp")
+        export(FirstScore, bad)
+        problems, line = clean_error_problems([sdc, "compile", bad, "-o", bad_plan],
+                                              ["Gather", "cannot honour the run-time count", "NonMaxSuppression",
+                                               "gathers along the counted dim"], [bad_plan])
+        check("the first detection (a Gather along the counted dim, which may read the padding) is refused at "
+              "compile time: one line naming it and the NMS node, no plan", not problems, "; ".join(problems) or line)
         masked_selection(sdc, sdrun, tmp)
         top_k_by_count(sdc, sdrun, tmp)
         prefix_of_selection(sdc, sdrun, tmp)
+        for dynamo in (False, True):
+            consumers_of_selection(sdc, sdrun, tmp, dynamo)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report_checks("test_selection", RESULTS)
@@ -247,6 +271,57 @@ def prefix_of_selection(sdc, sdrun, tmp):
         equal &= got.shape == want.shape and np.array_equal(got, want)
     check("a prefix [:3] of a boolean-mask selection keeps min(count, 3) values, as ONNX Runtime",
           equal and counts == [0, 1, 2, 3, 3, 3, 3], f"values per input {counts}")
+
+
+def consumers_of_selection(sdc, sdrun, tmp, dynamo):
+    import torch
+    import torch.nn as nn
+
+    class Consumers(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.norm = nn.Linear(4, 3), nn.LayerNorm(4)
+
+        def forward(self, x, scores):
+            rows = x[scores > 0.5]
+            return (rows.mean(), rows.sum(0), rows.amax(0), torch.softmax(rows, 0), self.linear(rows),
+                    self.norm(rows), rows.flatten() * 2, rows * rows.shape[0])
+
+    how = "dynamo" if dynamo else "torchscript"
+    model, plan = os.path.join(tmp, f"consumers_{how}.onnx"), os.path.join(tmp, f"consumers_{how}.sdp")
+    torch.manual_seed(0)
+    extra = {} if dynamo else {"opset_version": 17}
+    torch.onnx.export(Consumers().eval(), (torch.randn(6, 4), torch.rand(6)), model, input_names=["x", "scores"],
+                      dynamo=dynamo, **extra)
+    try:
+        sh([sdc, "compile", model, "-o", plan])
+    except RuntimeError as e:
+        check(f"consumers of x[mask] ({how} export) compile", False, str(e)[-300:])
+        return
+    rng = np.random.default_rng(3)
+    worst, shapes_ok, empty_mean_nan, counts = 0.0, True, True, []
+    for k in range(4):
+        x = rng.standard_normal((6, 4)).astype(np.float32)
+        scores = np.array([[0.1] * 6, [0.9, 0.1, 0.7, 0.2, 0.6, 0.3], [0.9] + [0.1] * 5, [0.9] * 6][k], np.float32)
+        want = list(ort_run(model, {"x": x, "scores": scores}).values())
+        feeds = []
+        for name, value in (("x", x), ("scores", scores)):
+            np.save(os.path.join(tmp, f"c{k}_{name}.npy"), value)
+            feeds += ["--input", f"{name}=" + os.path.join(tmp, f"c{k}_{name}.npy")]
+        out = os.path.join(tmp, f"c{how}{k}")
+        sh([sdrun, "infer", plan] + feeds + ["--output-dir", out, "--output-format", "npy"])
+        got = [np.load(os.path.join(out, f"output_{i}.npy")) for i in range(len(want))]
+        counts.append(int((scores > 0.5).sum()))
+        if counts[-1] == 0:  # ONNX Runtime's ReduceMean of nothing is 0, PyTorch's NaN
+            empty_mean_nan &= bool(np.isnan(got[0]))
+            got, want = got[1:], want[1:]
+        shapes_ok &= all(g.shape == w.shape for g, w in zip(got, want))
+        if shapes_ok:
+            worst = max([worst] + [max_abs_diff(g, w) for g, w in zip(got, want)])
+    check(f"consumers of x[mask] ({how} export: mean, column sum and max, softmax along the rows, Linear, LayerNorm, "
+          "flatten, scale by the row count) equal ONNX Runtime's for 0, 1, 3 and 6 rows; the mean of no rows is NaN",
+          shapes_ok and worst <= 1e-5 and empty_mean_nan and counts == [0, 3, 1, 6],
+          f"rows {counts}, max |diff| {worst:.2e}, empty mean NaN {empty_mean_nan}")
 
 
 if __name__ == "__main__":
