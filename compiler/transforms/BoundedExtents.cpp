@@ -33,6 +33,7 @@ struct BoundedExtentsPass : sd::impl::BoundedExtentsBase<BoundedExtentsPass> {
 
   LogicalResult runOnEntry(func::FuncOp f) {
     extents.clear();
+    SmallVector<Operation *> selections;
     Block &body = f.getBody().front();
     // Dynamic shapes are sd-check-static's to report.
     for (Operation &op : body)
@@ -43,6 +44,12 @@ struct BoundedExtentsPass : sd::impl::BoundedExtentsBase<BoundedExtentsPass> {
     for (Operation &op : llvm::make_early_inc_range(body)) {
       if (auto c = sd::countedResultsOf(&op)) {
         if (failed(refuseCountedOperands(&op))) return failure();
+        if (Operation *same = earlierSame(&op, selections)) {
+          op.replaceAllUsesWith(same);
+          op.erase();
+          continue;
+        }
+        selections.push_back(&op);
         for (auto [result, axis] : c->results) extents[op.getResult(result)] = Extent{op.getResult(c->count), axis, &op};
         continue;
       }
@@ -59,6 +66,15 @@ struct BoundedExtentsPass : sd::impl::BoundedExtentsBase<BoundedExtentsPass> {
                             << " of its result: " << why;
     }
     return success();
+  }
+
+  // TorchScript indexes each tensor by its own NonZero of one mask
+  // (pred[keep] - y[keep]): the same selection of the same operands, whose
+  // counts are one count.
+  static Operation *earlierSame(Operation *op, ArrayRef<Operation *> earlier) {
+    for (Operation *e : earlier)
+      if (OperationEquivalence::isEquivalentTo(op, e, OperationEquivalence::IgnoreLocations)) return e;
+    return nullptr;
   }
 
   LogicalResult refuseCountedOperands(Operation *op) {

@@ -243,44 +243,48 @@ LogicalResult NodeImporter::bindResults(const onnx::NodeProto &node, Operation *
 
 namespace {
 
+// The value of metadata_props entry `key` of a proto whose metadata_props
+// (field `number`) libonnx 1.12 predates, so protobuf keeps them among its
+// unknown fields; "" when absent.
+std::string unknownMetadata(const google::protobuf::UnknownFieldSet &unknown, int number, llvm::StringRef key) {
+  for (int i = 0; i < unknown.field_count(); ++i) {
+    const google::protobuf::UnknownField &field = unknown.field(i);
+    onnx::StringStringEntryProto p;
+    if (field.number() == number && field.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED &&
+        p.ParseFromString(field.length_delimited()) && p.key() == key)
+      return p.value();
+  }
+  return "";
+}
+
 // The PyTorch module a node came from, as the dynamo exporter records it in
 // metadata_props: pkg.torch.onnx.name_scopes = "['', 'model', 'layers.0',
 // 'self_attn', 'q_proj', 'linear']" (or each entry the full path so far:
 // 'model.layers.0', 'model.layers.0.self_attn', ...) ->
 // "model.layers.0.self_attn.q_proj" (the last entry names the op, not a module). The TorchScript exporter puts the
 // same path in the node name instead (/model/layers.0/self_attn/q_proj/MatMul).
-// libonnx 1.12 predates NodeProto.metadata_props (field 9, ONNX 1.16), so
-// protobuf keeps it among the node's unknown fields.
+// NodeProto.metadata_props is field 9 (ONNX 1.16).
 std::string torchModuleScope(const onnx::NodeProto &node) {
   constexpr int kMetadataProps = 9;
-  const google::protobuf::UnknownFieldSet &unknown = node.unknown_fields();
-  for (int i = 0; i < unknown.field_count(); ++i) {
-    const google::protobuf::UnknownField &field = unknown.field(i);
-    onnx::StringStringEntryProto p;
-    if (field.number() != kMetadataProps || field.type() != google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED ||
-        !p.ParseFromString(field.length_delimited()))
-      continue;
-    if (p.key() != "pkg.torch.onnx.name_scopes") continue;
-    std::vector<std::string> parts;
-    const std::string &v = p.value();
-    for (size_t at = 0; (at = v.find_first_of("'\"", at)) != std::string::npos;) {
-      size_t end = v.find(v[at], at + 1);
-      if (end == std::string::npos) break;
-      parts.push_back(v.substr(at + 1, end - at - 1));
-      at = end + 1;
-    }
-    // Newer exporters write each scope's full path ('model', 'model.layers.0',
-    // ...); older ones the path's next part ('model', 'layers.0', ...).
-    std::string scope;
-    for (size_t k = 1; k + 1 < parts.size(); ++k) {
-      const std::string &part = parts[k];
-      bool full = !scope.empty() && part.size() > scope.size() && part.compare(0, scope.size(), scope) == 0 &&
-                  part[scope.size()] == '.';
-      scope = full ? part : scope + (scope.empty() ? "" : ".") + part;
-    }
-    return scope;
+  const std::string v = unknownMetadata(node.unknown_fields(), kMetadataProps, "pkg.torch.onnx.name_scopes");
+  if (v.empty()) return "";
+  std::vector<std::string> parts;
+  for (size_t at = 0; (at = v.find_first_of("'\"", at)) != std::string::npos;) {
+    size_t end = v.find(v[at], at + 1);
+    if (end == std::string::npos) break;
+    parts.push_back(v.substr(at + 1, end - at - 1));
+    at = end + 1;
   }
-  return "";
+  // Newer exporters write each scope's full path ('model', 'model.layers.0',
+  // ...); older ones the path's next part ('model', 'layers.0', ...).
+  std::string scope;
+  for (size_t k = 1; k + 1 < parts.size(); ++k) {
+    const std::string &part = parts[k];
+    bool full = !scope.empty() && part.size() > scope.size() && part.compare(0, scope.size(), scope) == 0 &&
+                part[scope.size()] == '.';
+    scope = full ? part : scope + (scope.empty() ? "" : ".") + part;
+  }
+  return scope;
 }
 
 // The module a top-level node belongs to: the exporter's name scopes, else
@@ -326,6 +330,52 @@ DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
     shared.push_back(b.getNamedAttr(name, b.getStringAttr(list)));
   }
   return b.getDictionaryAttr(shared);
+}
+
+// The one-element float initializers of a PyTorch export that are
+// parameters (a one-output head's bias, CLIP's logit_scale): a training plan
+// keeps them as weights, which full fine-tuning trains; other one-element
+// initializers stay scalar constants. The dynamo exporter marks parameters
+// in value_info's metadata_props (field 4, ONNX 1.16) and writes its own
+// constants as initializers (val_0, ...); TorchScript writes constants as
+// Constant nodes, or when folded as initializers named onnx::Op_N or /path.
+std::unordered_set<std::string> scalarParameters(const onnx::ModelProto &model) {
+  std::unordered_set<std::string> params;
+  const onnx::GraphProto &g = model.graph();
+  if (model.producer_name() != "pytorch") return params;
+  constexpr int kMetadataProps = 4;
+  constexpr const char *kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+  bool signed_ = false;
+  for (const onnx::ValueInfoProto &vi : g.value_info()) {
+    std::string kind = unknownMetadata(vi.unknown_fields(), kMetadataProps, kKind);
+    signed_ |= !kind.empty();
+    if (kind == "PARAMETER") params.insert(vi.name());
+  }
+  for (const onnx::ValueInfoProto &vi : g.input())
+    signed_ |= !unknownMetadata(vi.unknown_fields(), kMetadataProps, kKind).empty();
+  if (signed_) return params;
+  for (const onnx::TensorProto &t : g.initializer()) {
+    llvm::StringRef name = t.name();
+    if (!name.empty() && !name.contains("::") && !name.starts_with("/")) params.insert(t.name());
+  }
+  return params;
+}
+
+// Float initializers that set a result's shape: Resize's and Upsample's
+// scales. They become constants, as integer shapes do, so shape inference
+// reads them (the dynamo exporter writes interpolate's scales as an
+// initializer, val_0 = [1, 1, 2, 2]).
+void collectShapeFloats(const onnx::GraphProto &g, int64_t opset, std::unordered_set<std::string> &out) {
+  for (const onnx::NodeProto &node : g.node()) {
+    bool defaultDomain = node.domain().empty() || node.domain() == "ai.onnx";
+    if (defaultDomain && node.op_type() == "Resize" && node.input_size() > (opset >= 11 ? 2 : 1))
+      out.insert(node.input(opset >= 11 ? 2 : 1));
+    if (defaultDomain && node.op_type() == "Upsample" && node.input_size() > 1) out.insert(node.input(1));
+    for (const onnx::AttributeProto &a : node.attribute()) {
+      if (a.has_g()) collectShapeFloats(a.g(), opset, out);
+      for (const onnx::GraphProto &sub : a.graphs()) collectShapeFloats(sub, opset, out);
+    }
+  }
 }
 
 int64_t defaultOpset(const onnx::ModelProto &m) {
@@ -527,11 +577,15 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
   const onnx::GraphProto &g = model.graph();
   std::string what = opts.modelPath;
 
-  // Weights become globals; small integer tensors become constants.
+  // Weights become globals; small integer tensors and one-element floats
+  // (scalars) become constants, but for the parameters of a training plan.
   std::unordered_map<std::string, const onnx::TensorProto *> inits;
   NodeImporter imp(b, opts.modelPath);
   imp.opset = defaultOpset(model);
   std::vector<std::pair<const onnx::TensorProto *, bool>> initKinds;
+  std::unordered_set<std::string> trainableScalars, shapeFloats;
+  if (opts.training) trainableScalars = scalarParameters(model);
+  collectShapeFloats(g, imp.opset, shapeFloats);
   for (const onnx::TensorProto &t : g.initializer()) {
     if (t.name().empty()) return error = what + ": an initializer has no name", nullptr;
     if (inits.count(t.name())) return error = what + ": initializer '" + t.name() + "' is defined twice", nullptr;
@@ -539,7 +593,8 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     int64_t n = 1;
     for (int64_t d : t.dims()) n *= std::max<int64_t>(d, 0);
     bool isFloat = dtypeIsFloat(DType(t.data_type()));
-    bool asConstant = isFloat ? n <= 1 : n <= opts.maxConstantElements;
+    bool asConstant = isFloat ? (n <= 1 && !trainableScalars.count(t.name())) || shapeFloats.count(t.name())
+                              : n <= opts.maxConstantElements;
     initKinds.push_back({&t, asConstant});
   }
   for (auto [t, asConstant] : initKinds) {
