@@ -27,6 +27,8 @@ void SDDialect::initialize() {
       >();
   attachConvVJPs(getContext());
   attachElementwiseVJPs(getContext());
+  attachActivationVJPs(getContext());
+  attachReductionVJPs(getContext());
   attachLinalgVJPs(getContext());
   attachMovementVJPs(getContext());
   attachNormalizationVJPs(getContext());

@@ -280,6 +280,35 @@ INSTANTIATE_TEST_SUITE_P(
         // Keys shared across the batch: fused forward, unfused gradient.
         Case{"AttentionSharedKeys", {{"wq", "2, 3, 4", 24}, {"wk", "1, 4, 5", 20}, {"wv", "2, 5, 2", 20}},
              "  s = MatMul(wq, wk)\n  p = Softmax <axis = -1> (s)\n  y = MatMul(p, wv)"},
+        // Activations and elementwise ops users train through (ActivationVJP.cpp).
+        Case{"Abs", {W23}, "  y = Abs(w)"},
+        Case{"LeakyRelu", {W23}, "  y = LeakyRelu <alpha = 0.2> (w)"},
+        Case{"Elu", {W23}, "  y = Elu <alpha = 0.7> (w)"},
+        Case{"Selu", {W23}, "  y = Selu(w)"},
+        Case{"Celu", {W23}, "  y = Celu <alpha = 2.0> (w)"},
+        Case{"ThresholdedRelu", {W23}, "  y = ThresholdedRelu <alpha = 0.3> (w)"},
+        Case{"Softplus", {W23}, "  y = Softplus(w)"},
+        Case{"Softsign", {W23}, "  y = Softsign(w)"},
+        // Scaled so both sides of the kinks (+-1 here, +-3 for HardSwish) are hit, none
+        // within the finite difference of one (w = -0.25, 0.59, 0.90, -0.63, 0.46, 0.56).
+        Case{"HardSigmoid", {W23}, "  c = Constant <value = float {3.}> ()\n  a = Mul(w, c)\n"
+                                   "  y = HardSigmoid <alpha = 0.5, beta = 0.5> (a)"},
+        Case{"HardSwish", {W23}, "  c = Constant <value = float {6.}> ()\n  a = Mul(w, c)\n  y = HardSwish(a)"},
+        Case{"Mish", {W23}, "  y = Mish(w)"},
+        Case{"SinCos", {W23, {"w2", "2, 3", 6}}, "  s = Sin(w)\n  c = Cos(w2)\n  y = Add(s, c)"},
+        Case{"PRelu", {W23, {"w2", "3", 3}}, "  y = PRelu(w, w2)"},
+        Case{"FloorPlusIdentity", {W23}, "  c = Constant <value = float {3.}> ()\n  a = Mul(w, c)\n"
+                                         "  f = Floor(a)\n  y = Add(f, w)"},
+        Case{"MaxMin", {W23, {"w2", "3", 3}}, "  m = Max(w, w2, x)\n  n = Min(w, x)\n  y = Add(m, n)"},
+        Case{"Mean", {W23, {"w2", "3", 3}}, "  y = Mean(w, w2, x)"},
+        // Reductions (ReductionVJP.cpp).
+        Case{"ReduceMaxMin", {W23}, "  a = Constant <value = int64[1] {1}> ()\n  m = ReduceMax <keepdims = 1> (w, a)\n"
+                                    "  n = ReduceMin <keepdims = 0> (w)\n  s = Add(m, n)\n  y = Mul(s, x)"},
+        Case{"ReduceSumSquareL1", {W23}, "  a = Constant <value = int64[1] {0}> ()\n"
+                                         "  q = ReduceSumSquare <keepdims = 0> (w, a)\n  l = ReduceL1 <keepdims = 0> (w, a)\n"
+                                         "  y = Mul(q, l)"},
+        Case{"ReduceLogSumExp", {W23}, "  a = Constant <value = int64[1] {1}> ()\n"
+                                       "  r = ReduceLogSumExp <keepdims = 1> (w, a)\n  y = Mul(r, x)"},
         // Eval-mode BatchNorm: the statistics (m, v) are frozen.
         Case{"BatchNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}, {"m", "3", 3}, {"v", "3", 3, true}},
              "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"}),

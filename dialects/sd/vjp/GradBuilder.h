@@ -99,6 +99,7 @@ template <typename OpT, VJPRule<OpT> Rule> void attachVJP(mlir::MLIRContext *ctx
   OpT::template attachInterface<VJPModel<OpT, Rule>>(*ctx);
 }
 
+void attachActivationVJPs(mlir::MLIRContext *ctx);
 void attachConvVJPs(mlir::MLIRContext *ctx);
 void attachElementwiseVJPs(mlir::MLIRContext *ctx);
 void attachLinalgVJPs(mlir::MLIRContext *ctx);
@@ -106,6 +107,7 @@ void attachMovementVJPs(mlir::MLIRContext *ctx);
 void attachNormalizationVJPs(mlir::MLIRContext *ctx);
 void attachOsftVJPs(mlir::MLIRContext *ctx);
 void attachRecurrentVJPs(mlir::MLIRContext *ctx);
+void attachReductionVJPs(mlir::MLIRContext *ctx);
 void attachRotaryVJPs(mlir::MLIRContext *ctx);
 
 } // namespace sd::ir

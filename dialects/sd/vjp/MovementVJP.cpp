@@ -1,5 +1,5 @@
 // Reverse-mode rules of the data-movement ops (reshapes, Transpose, Split,
-// Concat, Slice, Expand, Gather) and of ReduceSum/ReduceMean.
+// Concat, Slice, Expand, Gather).
 #include "GradBuilder.h"
 #include <algorithm>
 
@@ -109,58 +109,6 @@ LogicalResult gatherVJP(GatherOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
   return success();
 }
 
-// Axes of a reduction, normalized; all axes when absent (unless noop_with_empty_axes).
-template <typename OpT> LogicalResult reduceAxes(OpT op, SmallVectorImpl<int64_t> &axes, bool &noop) {
-  int64_t rank = int64_t(shapeOf(op.getData()).size());
-  noop = false;
-  if (!isa<NoneType>(op.getAxes().getType()) && !constantInts(op.getAxes(), axes))
-    return op.emitError("reduction with non-constant axes is not differentiable");
-  if (axes.empty()) {
-    if (op.getNoopWithEmptyAxes().value_or(0)) noop = true;
-    for (int64_t i = 0; i < rank && !noop; ++i) axes.push_back(i);
-  }
-  for (int64_t &a : axes)
-    if (a < 0) a += rank;
-  return success();
-}
-
-template <typename OpT, bool Mean>
-LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
-  if (noop) {
-    dx[0] = dy[0];
-    return success();
-  }
-  Value d = dy[0];
-  if (Mean) {
-    int64_t count = 1;
-    for (int64_t a : axes) count *= shapeOf(op.getData())[size_t(a)];
-    d = g.scale(d, 1.0 / double(std::max<int64_t>(count, 1)));
-  }
-  dx[0] = g.broadcastTo(d, op.getData().getType(), axes);
-  return success();
-}
-
-// y = sqrt(sum x^2): dx = dy * x / y, and 0 where a group's norm is 0 (its x
-// are all 0 then, so x / 1 gives it; PyTorch's vector_norm backward agrees).
-LogicalResult reduceL2VJP(ReduceL2Op op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
-  if (noop) {
-    dx[0] = dy[0];
-    return success();
-  }
-  Type et = elementTypeOf(op.getData());
-  Value norm = g.broadcastTo(op->getResult(0), op.getData().getType(), axes);
-  Value zero = g.scalar(et, 0.0);
-  Value safe = g.make<WhereOp>({g.make<EqualOp>({norm, zero}), g.scalar(et, 1.0), norm});
-  dx[0] = g.mul(g.broadcastTo(dy[0], op.getData().getType(), axes), g.div(op.getData(), safe));
-  return success();
-}
-
 } // namespace
 
 void attachMovementVJPs(MLIRContext *ctx) {
@@ -174,9 +122,6 @@ void attachMovementVJPs(MLIRContext *ctx) {
   attachVJP<SliceOp, sliceVJP>(ctx);
   attachVJP<ExpandOp, expandVJP>(ctx);
   attachVJP<GatherOp, gatherVJP>(ctx);
-  attachVJP<ReduceSumOp, reduceVJP<ReduceSumOp, false>>(ctx);
-  attachVJP<ReduceMeanOp, reduceVJP<ReduceMeanOp, true>>(ctx);
-  attachVJP<ReduceL2Op, reduceL2VJP>(ctx);
 }
 
 } // namespace sd::ir

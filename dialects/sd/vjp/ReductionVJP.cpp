@@ -1,0 +1,138 @@
+// Reverse-mode rules of the reductions: the gradient stretched back over the
+// reduced axes (GradBuilder::broadcastTo), times each reduction's local
+// derivative, as PyTorch's backward formulas give it.
+#include "GradBuilder.h"
+#include <algorithm>
+
+using namespace mlir;
+
+namespace sd::ir {
+namespace {
+
+using Grads = SmallVectorImpl<Value>;
+
+// Axes of a reduction, normalized; all axes when absent (unless noop_with_empty_axes).
+template <typename OpT> LogicalResult reduceAxes(OpT op, SmallVectorImpl<int64_t> &axes, bool &noop) {
+  int64_t rank = int64_t(shapeOf(op.getData()).size());
+  noop = false;
+  if (!isa<NoneType>(op.getAxes().getType()) && !constantInts(op.getAxes(), axes))
+    return op.emitError("reduction with non-constant axes is not differentiable");
+  if (axes.empty()) {
+    if (op.getNoopWithEmptyAxes().value_or(0)) noop = true;
+    for (int64_t i = 0; i < rank && !noop; ++i) axes.push_back(i);
+  }
+  for (int64_t &a : axes)
+    if (a < 0) a += rank;
+  return success();
+}
+
+template <typename OpT, bool Mean>
+LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  if (noop) {
+    dx[0] = dy[0];
+    return success();
+  }
+  Value d = dy[0];
+  if (Mean) {
+    int64_t count = 1;
+    for (int64_t a : axes) count *= shapeOf(op.getData())[size_t(a)];
+    d = g.scale(d, 1.0 / double(std::max<int64_t>(count, 1)));
+  }
+  dx[0] = g.broadcastTo(d, op.getData().getType(), axes);
+  return success();
+}
+
+// y = sqrt(sum x^2): dx = dy * x / y, and 0 where a group's norm is 0 (its x
+// are all 0 then, so x / 1 gives it; PyTorch's vector_norm backward agrees).
+LogicalResult reduceL2VJP(ReduceL2Op op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  if (noop) {
+    dx[0] = dy[0];
+    return success();
+  }
+  Type et = elementTypeOf(op.getData());
+  Value norm = g.broadcastTo(op->getResult(0), op.getData().getType(), axes);
+  Value zero = g.scalar(et, 0.0);
+  Value safe = g.make<WhereOp>({g.make<EqualOp>({norm, zero}), g.scalar(et, 1.0), norm});
+  dx[0] = g.mul(g.broadcastTo(dy[0], op.getData().getType(), axes), g.div(op.getData(), safe));
+  return success();
+}
+
+// y = sum x^2: dx = 2 x dy.
+LogicalResult reduceSumSquareVJP(ReduceSumSquareOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                                 Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  Value x = op.getData();
+  Value d = noop ? dy[0] : g.broadcastTo(dy[0], x.getType(), axes);
+  dx[0] = g.mul(d, g.scale(x, 2.0));
+  return success();
+}
+
+// y = sum |x|: dx = sign(x) dy.
+LogicalResult reduceL1VJP(ReduceL1Op op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  Value x = op.getData();
+  Value d = noop ? dy[0] : g.broadcastTo(dy[0], x.getType(), axes);
+  dx[0] = g.mul(d, g.make<SignOp>({x}));
+  return success();
+}
+
+// y = log sum exp x: dx = dy exp(x - y).
+LogicalResult reduceLogSumExpVJP(ReduceLogSumExpOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                                 Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  Value x = op.getData();
+  if (noop) {
+    dx[0] = dy[0]; // log(exp(x)) = x
+    return success();
+  }
+  Value y = g.broadcastTo(op->getResult(0), x.getType(), axes);
+  dx[0] = g.mul(g.broadcastTo(dy[0], x.getType(), axes), g.make<ExpOp>({g.sub(x, y)}));
+  return success();
+}
+
+// y = max (min) over the axes: dy split evenly among the elements equal to
+// y, as PyTorch's amax/amin backward.
+template <typename OpT>
+LogicalResult reduceExtremeVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return failure();
+  Value x = op.getData();
+  if (noop) {
+    dx[0] = dy[0];
+    return success();
+  }
+  Type et = elementTypeOf(x);
+  Value y = g.broadcastTo(op->getResult(0), x.getType(), axes);
+  Value hit = g.make<CastOp>({g.make<EqualOp>({x, y})}, {g.attr("to", int64_t(*toDType(et)))});
+  Value ties = g.broadcastTo(g.reduceSum(hit, axes, /*keepdims=*/true), x.getType(), axes);
+  dx[0] = g.div(g.mul(g.broadcastTo(dy[0], x.getType(), axes), hit), ties);
+  return success();
+}
+
+} // namespace
+
+void attachReductionVJPs(MLIRContext *ctx) {
+  attachVJP<ReduceSumOp, reduceVJP<ReduceSumOp, false>>(ctx);
+  attachVJP<ReduceMeanOp, reduceVJP<ReduceMeanOp, true>>(ctx);
+  attachVJP<ReduceL2Op, reduceL2VJP>(ctx);
+  attachVJP<ReduceL1Op, reduceL1VJP>(ctx);
+  attachVJP<ReduceSumSquareOp, reduceSumSquareVJP>(ctx);
+  attachVJP<ReduceLogSumExpOp, reduceLogSumExpVJP>(ctx);
+  attachVJP<ReduceMaxOp, reduceExtremeVJP<ReduceMaxOp>>(ctx);
+  attachVJP<ReduceMinOp, reduceExtremeVJP<ReduceMinOp>>(ctx);
+}
+
+} // namespace sd::ir
