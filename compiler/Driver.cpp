@@ -65,6 +65,16 @@ static std::string peftJson(mlir::ModuleOp module) {
   return s + "}";
 }
 
+// Whether every entry input has a static shape in the model itself (a
+// model exported without dynamic axes): the training entries can be built
+// without --shapes.
+static bool staticInputs(mlir::ModuleOp module) {
+  for (auto f : module.getOps<mlir::func::FuncOp>())
+    for (mlir::Type t : f.getArgumentTypes())
+      if (auto shaped = mlir::dyn_cast<mlir::ShapedType>(t); shaped && !shaped.hasStaticShape()) return false;
+  return true;
+}
+
 // --dry-run: the matched modules and how many parameters would train.
 static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req) {
   int64_t trainable = 0, total = 0;
@@ -190,10 +200,11 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   }
   mlir::PassManager pm(&ctx);
   if (req.dryRun) {
-    // With --shapes the dry run goes as far as the training entries: OSFT's
-    // strategy depends on the tokens per step, and full fine-tuning leaves
-    // frozen the weights no gradient reaches (rotary tables, masks).
-    if (req.pipeline.training() && req.pipeline.peft != "lora" && !req.pipeline.shapes.empty())
+    // With --shapes (or a model of static inputs) the dry run goes as far as
+    // the training entries: OSFT's strategy depends on the tokens per step,
+    // and full fine-tuning leaves frozen the weights no gradient reaches
+    // (rotary tables, masks, a loss's class weights).
+    if (req.pipeline.training() && req.pipeline.peft != "lora" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {

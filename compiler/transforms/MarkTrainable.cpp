@@ -54,7 +54,7 @@ struct MarkTrainablePass : sd::impl::MarkTrainableBase<MarkTrainablePass> {
     int matched = 0;
     for (GlobalOp g : module.getOps<GlobalOp>()) {
       auto type = cast<RankedTensorType>(g.getType());
-      if (g.getRole() != "frozen" || !isa<FloatType>(type.getElementType())) continue;
+      if (g.getRole() != "frozen" || !isa<FloatType>(type.getElementType()) || g->hasAttr(kNotParameterAttr)) continue;
       if (!re->match(g.getSymName()) || !carriesGradient(loads.lookup(g.getSymName()))) continue;
       g.setRole("trainable");
       ++matched;

@@ -29,6 +29,7 @@ void SDDialect::initialize() {
   attachElementwiseVJPs(getContext());
   attachActivationVJPs(getContext());
   attachReductionVJPs(getContext());
+  attachLossVJPs(getContext());
   attachLinalgVJPs(getContext());
   attachMovementVJPs(getContext());
   attachNormalizationVJPs(getContext());

@@ -9,9 +9,7 @@ gradient and the pools' gradients. Covers gradient accumulation, two ranks
 the unfused plan, eval on whole batches, resume after a stop
 (bit-identical), serving the trained
 weights merged into the model's labels-free export, `sdrun bench --data DIR`
-and bad data folders. Also a regression loss over the rows a run-time mask
-keeps (x[keep], TorchScript and dynamo exports), whose one-output head's bias
-and scalar temperature are parameters that train like the rest."""
+and bad data folders."""
 import json
 import os
 import shutil
@@ -179,70 +177,7 @@ def main():
             problems, line = clean_error_problems([sdrun, "train", plan, "--steps", "1"] + flags + args, must)
             check(f"bad data: {name}", not problems, "; ".join(problems) or line)
 
-        for dynamo in (False, True):
-            masked_regression(sdc, sdrun, tmp, dynamo)
     return report_checks("tensor_training", RESULTS)
-
-
-def masked_regression(sdc, sdrun, tmp, dynamo):
-    """A mean squared error over the rows a run-time mask keeps
-    (pred[keep] - y[keep], a selection in the backward too), scaled by a
-    scalar parameter, with a one-output Linear head: every parameter, the
-    one-element bias and the scalar included, trains as in PyTorch."""
-    import torch
-    from safetensors.numpy import load_file
-
-    class MaskedRegression(torch.nn.Module):
-        def __init__(self):
-            super().__init__()
-            self.head, self.temperature = torch.nn.Linear(4, 1), torch.nn.Parameter(torch.tensor(1.5))
-
-        def forward(self, x, y, weight):
-            pred = self.head(x).squeeze(-1) * self.temperature
-            keep = weight > 0.5
-            return ((pred[keep] - y[keep]) ** 2).mean()
-
-    how = "dynamo" if dynamo else "torchscript"
-    torch.manual_seed(0)
-    model = MaskedRegression()
-    path, plan = os.path.join(tmp, f"masked_{how}.onnx"), os.path.join(tmp, f"masked_{how}.sdp")
-    extra = {} if dynamo else {"opset_version": 17}
-    torch.onnx.export(model, (torch.randn(8, 4), torch.randn(8), torch.rand(8)), path,
-                      input_names=["x", "y", "weight"], output_names=["loss"], dynamo=dynamo, **extra)
-    sh([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan])
-    listed = sh([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "--dry-run", "-o", plan])
-    rng = np.random.default_rng(5)
-    n, steps, lr = 64, 8, 1e-2
-    x = rng.standard_normal((n, 4)).astype(np.float32)
-    y = (x @ np.array([1, -2, 0.5, 3], np.float32)).astype(np.float32)
-    weight = rng.random(n).astype(np.float32)
-    weight[:8] = 0.9  # the first batch keeps every row, the others some
-    data = os.path.join(tmp, f"masked_data_{how}")
-    os.makedirs(data, exist_ok=True)
-    for name, value in (("x", x), ("y", y), ("weight", weight)):
-        np.save(os.path.join(data, f"{name}.npy"), value)
-    metrics, weights = os.path.join(tmp, f"masked_{how}.jsonl"), os.path.join(tmp, f"masked_{how}.safetensors")
-    sh([sdrun, "train", plan, "--data", data, "--steps", str(steps), "--lr", str(lr), "--no-shuffle", "--threads", "2",
-        "--metrics", metrics, "--save-weights", weights])
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
-    want = []
-    for step in range(steps):
-        rows = slice(step * 8, step * 8 + 8)
-        loss = model(torch.tensor(x[rows]), torch.tensor(y[rows]), torch.tensor(weight[rows]))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        want.append(loss.item())
-    ours = losses_of(metrics)
-    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == len(want) else float("inf")
-    got = load_file(weights)
-    diffs = {k: float(np.max(np.abs(got[k] - v.detach().numpy()))) for k, v in model.state_dict().items() if k in got}
-    check(f"masked regression loss ({how} export): {steps} losses and every parameter, the one-element bias and the "
-          "scalar temperature included, equal PyTorch's", rel < 1e-5 and len(diffs) == 3 and max(diffs.values()) < 1e-5
-          and "temperature" in listed and "head.bias" in listed,
-          f"max relative loss diff {rel:.2e}; {len(diffs)} of 3 parameters saved, max |diff| "
-          f"{max(diffs.values(), default=-1):.2e}; rows kept per batch "
-          f"{[int((weight[i * 8:i * 8 + 8] > 0.5).sum()) for i in range(steps)]}")
 
 
 if __name__ == "__main__":

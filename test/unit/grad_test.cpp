@@ -309,6 +309,35 @@ INSTANTIATE_TEST_SUITE_P(
                                          "  y = Mul(q, l)"},
         Case{"ReduceLogSumExp", {W23}, "  a = Constant <value = int64[1] {1}> ()\n"
                                        "  r = ReduceLogSumExp <keepdims = 1> (w, a)\n  y = Mul(r, x)"},
+        Case{"CumSum", {W23}, "  a = Constant <value = int64 {1}> ()\n  c = CumSum(w, a)\n"
+                              "  r = CumSum <exclusive = 1, reverse = 1> (w, a)\n  s = Add(c, r)\n  y = Mul(s, x)"},
+        // Movement (MovementVJP.cpp).
+        Case{"GatherElementsRepeated", {W23},
+             "  i = Constant <value = int64[2, 4] {2, 0, 2, -1, 1, 1, 0, 1}> ()\n  y = GatherElements <axis = 1> (w, i)"},
+        Case{"Tile", {W23}, "  r = Constant <value = int64[2] {2, 3}> ()\n  y = Tile(w, r)"},
+        Case{"PadConstant", {W23}, "  p = Constant <value = int64[4] {1, 0, 0, 2}> ()\n"
+                                   "  v = Constant <value = float {0.5}> ()\n  y = Pad(w, p, v)"},
+        // ConvTranspose (ConvVJP.cpp): strided with asymmetric pads and output_padding, and grouped.
+        Case{"ConvTransposeStridePad", {{"w", "1, 2, 3, 3", 18}, {"wk", "2, 3, 2, 3", 36}, {"wb", "3", 3}},
+             "  y = ConvTranspose <strides = [2, 2], pads = [1, 0, 0, 1], output_padding = [1, 0]> (w, wk, wb)"},
+        Case{"ConvTransposeGroup", {{"w", "2, 4, 3", 24}, {"wk", "4, 1, 3", 12}},
+             "  y = ConvTranspose <group = 2, dilations = [2]> (w, wk)"},
+        // InstanceNormalization, as PyTorch's GroupNorm and InstanceNorm export (NormalizationVJP.cpp).
+        Case{"InstanceNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}},
+             "  y = InstanceNormalization <epsilon = 0.01> (w, ws, wb)"},
+        // Losses built from graph ops (LossVJP.cpp): class weights, reduction none, ignore_index, extra dims.
+        Case{"NllWeightedIgnore", {{"w", "3, 3", 9}},
+             "  t = Constant <value = int64[3] {2, 0, 1}> ()\n  cw = Constant <value = float[3] {0.5, 2., 1.5}> ()\n"
+             "  y = NegativeLogLikelihoodLoss <reduction = \"mean\", ignore_index = 0> (w, t, cw)"},
+        Case{"NllSumExtraDims", {{"w", "2, 3, 2", 12}},
+             "  t = Constant <value = int64[2, 2] {2, 0, 1, 1}> ()\n"
+             "  y = NegativeLogLikelihoodLoss <reduction = \"sum\"> (w, t)"},
+        Case{"SoftmaxCrossEntropyWeighted", {{"w", "3, 4", 12}},
+             "  t = Constant <value = int64[3] {3, 0, 1}> ()\n  cw = Constant <value = float[4] {0.5, 2., 1.5, 1.}> ()\n"
+             "  y = SoftmaxCrossEntropyLoss(w, t, cw)"},
+        Case{"SoftmaxCrossEntropyNone", {{"w", "3, 4", 12}},
+             "  t = Constant <value = int64[3] {3, -1, 1}> ()\n"
+             "  y = SoftmaxCrossEntropyLoss <reduction = \"none\", ignore_index = -1> (w, t)"},
         // Eval-mode BatchNorm: the statistics (m, v) are frozen.
         Case{"BatchNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}, {"m", "3", 3}, {"v", "3", 3, true}},
              "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"}),

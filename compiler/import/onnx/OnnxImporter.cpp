@@ -332,33 +332,52 @@ DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
   return b.getDictionaryAttr(shared);
 }
 
-// The one-element float initializers of a PyTorch export that are
-// parameters (a one-output head's bias, CLIP's logit_scale): a training plan
-// keeps them as weights, which full fine-tuning trains; other one-element
-// initializers stay scalar constants. The dynamo exporter marks parameters
-// in value_info's metadata_props (field 4, ONNX 1.16) and writes its own
-// constants as initializers (val_0, ...); TorchScript writes constants as
-// Constant nodes, or when folded as initializers named onnx::Op_N or /path.
-std::unordered_set<std::string> scalarParameters(const onnx::ModelProto &model) {
-  std::unordered_set<std::string> params;
+// Which initializers of a PyTorch export are the module's parameters. The
+// dynamo exporter marks them in value_info's metadata_props (field 4, ONNX
+// 1.16): kind PARAMETER, or, for an initializer its optimizer folded
+// (GroupNorm's weight reshaped to [C, 1, 1]), folded_from a parameter's
+// dotted module path; everything else it writes as an initializer (val_N: InstanceNorm's
+// ones and zeros, rotary tables, BUFFER kinds) is a constant that full
+// fine-tuning must not train. TorchScript writes constants as Constant
+// nodes, or when folded as initializers named onnx::Op_N or /path, so there
+// any other name is taken for a parameter.
+struct TorchParameters {
+  bool marked = false;                    // the dynamo exporter's marks are there
+  std::unordered_set<std::string> params; // when marked, every parameter; else the unmarked names
+  // A one-element float initializer that is a parameter (a one-output
+  // head's bias, CLIP's logit_scale): a training plan keeps it as a weight.
+  bool scalarParameter(const std::string &name) const { return params.count(name) != 0; }
+  // A marked export's initializer that is not a parameter: frozen for good.
+  bool notParameter(const std::string &name) const { return marked && !params.count(name); }
+};
+
+TorchParameters torchParameters(const onnx::ModelProto &model) {
+  TorchParameters tp;
   const onnx::GraphProto &g = model.graph();
-  if (model.producer_name() != "pytorch") return params;
+  if (model.producer_name() != "pytorch") return tp;
   constexpr int kMetadataProps = 4;
   constexpr const char *kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
-  bool signed_ = false;
-  for (const onnx::ValueInfoProto &vi : g.value_info()) {
+  for (const onnx::ValueInfoProto &vi : llvm::concat<const onnx::ValueInfoProto>(g.value_info(), g.input())) {
     std::string kind = unknownMetadata(vi.unknown_fields(), kMetadataProps, kKind);
-    signed_ |= !kind.empty();
-    if (kind == "PARAMETER") params.insert(vi.name());
+    tp.marked |= !kind.empty();
+    if (kind == "PARAMETER") tp.params.insert(vi.name());
+    // "['gn.weight', 'val_15', ...]": folded from a parameter when a source
+    // has a module path (FX's own values are named conv2d, mul_3, val_15).
+    std::string folded = unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from");
+    for (size_t at = 0; (at = folded.find('\'', at)) != std::string::npos;) {
+      size_t end = folded.find('\'', at + 1);
+      if (end == std::string::npos) break;
+      if (llvm::StringRef(folded).slice(at + 1, end).contains('.')) tp.params.insert(vi.name());
+      at = end + 1;
+    }
   }
-  for (const onnx::ValueInfoProto &vi : g.input())
-    signed_ |= !unknownMetadata(vi.unknown_fields(), kMetadataProps, kKind).empty();
-  if (signed_) return params;
+  if (tp.marked) return tp;
+  tp.params.clear();
   for (const onnx::TensorProto &t : g.initializer()) {
     llvm::StringRef name = t.name();
-    if (!name.empty() && !name.contains("::") && !name.starts_with("/")) params.insert(t.name());
+    if (!name.empty() && !name.contains("::") && !name.starts_with("/")) tp.params.insert(t.name());
   }
-  return params;
+  return tp;
 }
 
 // Float initializers that set a result's shape: Resize's and Upsample's
@@ -583,8 +602,9 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
   NodeImporter imp(b, opts.modelPath);
   imp.opset = defaultOpset(model);
   std::vector<std::pair<const onnx::TensorProto *, bool>> initKinds;
-  std::unordered_set<std::string> trainableScalars, shapeFloats;
-  if (opts.training) trainableScalars = scalarParameters(model);
+  std::unordered_set<std::string> shapeFloats;
+  TorchParameters torchParams;
+  if (opts.training) torchParams = torchParameters(model);
   collectShapeFloats(g, imp.opset, shapeFloats);
   for (const onnx::TensorProto &t : g.initializer()) {
     if (t.name().empty()) return error = what + ": an initializer has no name", nullptr;
@@ -593,7 +613,7 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     int64_t n = 1;
     for (int64_t d : t.dims()) n *= std::max<int64_t>(d, 0);
     bool isFloat = dtypeIsFloat(DType(t.data_type()));
-    bool asConstant = isFloat ? (n <= 1 && !trainableScalars.count(t.name())) || shapeFloats.count(t.name())
+    bool asConstant = isFloat ? (n <= 1 && !torchParams.scalarParameter(t.name())) || shapeFloats.count(t.name())
                               : n <= opts.maxConstantElements;
     initKinds.push_back({&t, asConstant});
   }
@@ -601,8 +621,9 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     if (asConstant) continue;
     auto value = tensorToElements(b, *t, /*asResource=*/true, error);
     if (failed(value)) return error = what + ": " + error, nullptr;
-    b.create<GlobalOp>(NameLoc::get(b.getStringAttr(t->name()), fileLoc), b.getStringAttr(t->name()), TypeAttr::get(value->getType()),
-                       b.getStringAttr("frozen"), *value);
+    auto global = b.create<GlobalOp>(NameLoc::get(b.getStringAttr(t->name()), fileLoc), b.getStringAttr(t->name()),
+                                     TypeAttr::get(value->getType()), b.getStringAttr("frozen"), *value);
+    if (torchParams.notParameter(t->name())) global->setAttr(kNotParameterAttr, b.getUnitAttr());
     imp.lazyGlobals[t->name()] = t;
   }
 

@@ -1,8 +1,11 @@
-// Reverse-mode rules of Conv and the max/average pools (windowed and global).
-// Conv's input gradient is a ConvTranspose with the forward's explicit
-// padding (auto_pad resolved) and, where the stride skipped trailing input,
-// an output_padding that restores the input's size; its weight gradient is a
-// ConvGradWeight built only when the weight is trainable.
+// Reverse-mode rules of Conv, ConvTranspose and the max/average pools
+// (windowed and global). Conv's input gradient is a ConvTranspose with the
+// forward's explicit padding (auto_pad resolved) and, where the stride
+// skipped trailing input, an output_padding that restores the input's size;
+// its weight gradient is a ConvGradWeight built only when the weight is
+// trainable. ConvTranspose is Conv's adjoint, so its rule is Conv's with the
+// roles swapped: its input gradient a Conv of dy, its weight gradient a
+// ConvGradWeight of x (as the gradient) over dy (as the input).
 #include "GradBuilder.h"
 #include "sd/ops/window_geometry.h"
 
@@ -50,6 +53,31 @@ LogicalResult convVJP(ConvOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
+LogicalResult convTransposeVJP(ConvTransposeOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                              Grads &dx) {
+  if ((op.getAutoPad() && *op.getAutoPad() != "NOTSET") || op.getOutputShape())
+    return op.emitError("ConvTranspose with auto_pad or output_shape is not differentiable yet; export explicit pads "
+                        "(PyTorch does)");
+  Value x = op.getX(), w = op.getW();
+  ArrayRef<int64_t> xs = shapeOf(x), ws = shapeOf(w);
+  size_t spatial = xs.size() - 2;
+  SmallVector<int64_t> kernel(ws.begin() + 2, ws.end());
+  if (auto k = op.getKernelShape()) kernel.assign(k->begin(), k->end());
+  SmallVector<int64_t> ones(spatial, 1), zeros(2 * spatial, 0);
+  auto ints = [](std::optional<ArrayRef<int64_t>> a, ArrayRef<int64_t> fallback) {
+    return a ? SmallVector<int64_t>(a->begin(), a->end()) : SmallVector<int64_t>(fallback.begin(), fallback.end());
+  };
+  SmallVector<NamedAttribute> common = {g.attr("strides", ArrayRef<int64_t>(ints(op.getStrides(), ones))),
+                                        g.attr("dilations", ArrayRef<int64_t>(ints(op.getDilations(), ones))),
+                                        g.attr("group", op.getGroup().value_or(1)),
+                                        g.attr("kernel_shape", ArrayRef<int64_t>(kernel)),
+                                        g.attr("pads", ArrayRef<int64_t>(ints(op.getPads(), zeros)))};
+  if (need[0]) dx[0] = g.make<ConvOp>({dy[0], w, g.none()}, common);
+  if (need[1]) dx[1] = g.make<ConvGradWeightOp>({x, dy[0]}, common);
+  if (op->getNumOperands() > 2 && need[2]) dx[2] = g.reduceSum(dy[0], nonChannelAxes(int64_t(xs.size())), false);
+  return success();
+}
+
 template <typename OpT, typename GradOpT>
 LogicalResult poolVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   // Global pools carry no attributes: the gradient op's window is then the whole input.
@@ -63,6 +91,7 @@ LogicalResult poolVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool>
 
 void attachConvVJPs(MLIRContext *ctx) {
   attachVJP<ConvOp, convVJP>(ctx);
+  attachVJP<ConvTransposeOp, convTransposeVJP>(ctx);
   attachVJP<MaxPoolOp, poolVJP<MaxPoolOp, MaxPoolGradOp>>(ctx);
   attachVJP<GlobalMaxPoolOp, poolVJP<GlobalMaxPoolOp, MaxPoolGradOp>>(ctx);
   attachVJP<AveragePoolOp, poolVJP<AveragePoolOp, AveragePoolGradOp>>(ctx);

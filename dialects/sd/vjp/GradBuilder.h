@@ -103,6 +103,7 @@ void attachActivationVJPs(mlir::MLIRContext *ctx);
 void attachConvVJPs(mlir::MLIRContext *ctx);
 void attachElementwiseVJPs(mlir::MLIRContext *ctx);
 void attachLinalgVJPs(mlir::MLIRContext *ctx);
+void attachLossVJPs(mlir::MLIRContext *ctx);
 void attachMovementVJPs(mlir::MLIRContext *ctx);
 void attachNormalizationVJPs(mlir::MLIRContext *ctx);
 void attachOsftVJPs(mlir::MLIRContext *ctx);

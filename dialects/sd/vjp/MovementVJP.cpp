@@ -1,5 +1,5 @@
 // Reverse-mode rules of the data-movement ops (reshapes, Transpose, Split,
-// Concat, Slice, Expand, Gather).
+// Concat, Slice, Expand, Tile, Pad, Gather, GatherElements).
 #include "GradBuilder.h"
 #include <algorithm>
 
@@ -102,10 +102,63 @@ LogicalResult expandVJP(ExpandOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
   return success();
 }
 
+// y = x tiled r times per axis: dy viewed as [r0, d0, r1, d1, ...], summed
+// over the repeats.
+LogicalResult tileVJP(TileOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> repeats;
+  if (!constantInts(op.getRhs(), repeats)) return op.emitError("Tile with run-time repeats is not differentiable");
+  ArrayRef<int64_t> xs = shapeOf(op.getLhs());
+  SmallVector<int64_t> split, axes;
+  for (size_t i = 0; i < xs.size(); ++i) {
+    axes.push_back(int64_t(split.size()));
+    split.push_back(repeats[i]);
+    split.push_back(xs[i]);
+  }
+  dx[0] = g.reduceSum(g.reshape(dy[0], split), axes, false);
+  return success();
+}
+
+// Constant padding: the gradient is the unpadded window of dy.
+LogicalResult padVJP(PadOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (op.getMode().value_or("constant") != "constant")
+    return op.emitError("Pad in mode '") << *op.getMode() << "' is not differentiable yet (constant padding is)";
+  ArrayRef<int64_t> xs = shapeOf(op.getData());
+  int64_t rank = int64_t(xs.size());
+  SmallVector<int64_t> pads, axes;
+  if (!constantInts(op.getPads(), pads)) return op.emitError("Pad with run-time pads is not differentiable");
+  if (op.getAxes() && !isa<NoneType>(op.getAxes().getType())) {
+    if (!constantInts(op.getAxes(), axes)) return op.emitError("Pad with run-time axes is not differentiable");
+  } else {
+    for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
+  }
+  SmallVector<int64_t> starts, ends, sliced;
+  for (size_t k = 0; k < axes.size(); ++k) {
+    int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
+    if (pads[k] < 0 || pads[k + axes.size()] < 0)
+      return op.emitError("Pad with negative pads (a crop) is not differentiable yet");
+    sliced.push_back(a);
+    starts.push_back(pads[k]);
+    ends.push_back(pads[k] + xs[size_t(a)]);
+  }
+  dx[0] = g.make<SliceOp>({dy[0], g.ints(starts), g.ints(ends), g.ints(sliced), g.none()});
+  return success();
+}
+
 LogicalResult gatherVJP(GatherOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   ArrayRef<int64_t> ds = shapeOf(op.getLhs());
   int64_t axis = axisOf(op.getAxis(), int64_t(ds.size()));
   dx[0] = g.make<GatherGradOp>({dy[0], op.getRhs()}, {g.attr("axis", axis), g.attr("data_shape", ds)});
+  return success();
+}
+
+// torch.gather: dy added back where each element came from, by a
+// ScatterElements with reduction add (deterministic on every backend: each
+// output element sums its updates in order).
+LogicalResult gatherElementsVJP(GatherElementsOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                                Grads &dx) {
+  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"axis"});
+  attrs.push_back(g.builder().getNamedAttr("reduction", g.builder().getStringAttr("add")));
+  dx[0] = g.make<ScatterElementsOp>({g.zeros(op.getLhs().getType()), op.getRhs(), dy[0]}, attrs);
   return success();
 }
 
@@ -121,7 +174,10 @@ void attachMovementVJPs(MLIRContext *ctx) {
   attachVJP<ConcatOp, concatVJP>(ctx);
   attachVJP<SliceOp, sliceVJP>(ctx);
   attachVJP<ExpandOp, expandVJP>(ctx);
+  attachVJP<TileOp, tileVJP>(ctx);
+  attachVJP<PadOp, padVJP>(ctx);
   attachVJP<GatherOp, gatherVJP>(ctx);
+  attachVJP<GatherElementsOp, gatherElementsVJP>(ctx);
 }
 
 } // namespace sd::ir

@@ -1,7 +1,7 @@
 // Reverse-mode rules of Softmax/LogSoftmax, LayerNormalization,
-// BatchNormalization and SoftmaxCrossEntropyLoss: each backward but
-// BatchNormalization's (a few per-channel elementwise ops and sums) is one
-// fused kernel.
+// BatchNormalization and InstanceNormalization: each backward but
+// BatchNormalization's and InstanceNormalization's (a few elementwise ops
+// and sums) is one fused kernel.
 #include "GradBuilder.h"
 
 using namespace mlir;
@@ -47,18 +47,34 @@ LogicalResult rmsNormVJP(RMSNormalizationOp op, GradBuilder &g, ArrayRef<Value> 
   return success();
 }
 
-LogicalResult sceVJP(SoftmaxCrossEntropyLossOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
-                     Grads &dx) {
-  if (!isa<NoneType>(op.getWeights().getType()))
-    return op.emitError("SoftmaxCrossEntropyLoss with class weights is not differentiable yet");
-  if (dy.size() > 1 && dy[1]) return op.emitError("SoftmaxCrossEntropyLoss: gradient through log_prob is not supported");
-  StringRef red = op.getReduction().value_or("mean");
-  if (red == "none") return op.emitError("SoftmaxCrossEntropyLoss with reduction 'none' is not differentiable yet");
-  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"ignore_index"});
-  attrs.push_back(g.builder().getNamedAttr("reduction", g.builder().getStringAttr(red)));
-  dx[0] = g.make<SoftmaxCrossEntropyLossGradOp>({dy[0], op.getScores(), op.getLabels()}, attrs);
+// Per (item, channel) over the spatial axes, as PyTorch's GroupNorm exports
+// it (Reshape, InstanceNormalization, scale and shift): with x^ the
+// normalized input and g = dy * scale, dx = rstd (g - mean(g) - x^ mean(g x^)),
+// dscale = sum(dy x^) and dbias = sum(dy) over the batch and spatial axes.
+LogicalResult instanceNormVJP(InstanceNormalizationOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                              Grads &dx) {
+  Value x = op.getInput();
+  ArrayRef<int64_t> xs = shapeOf(x);
+  Type et = elementTypeOf(x);
+  int64_t rank = int64_t(xs.size());
+  SmallVector<int64_t> spatial, perChannel(size_t(rank), 1), sums = {0};
+  for (int64_t a = 2; a < rank; ++a) spatial.push_back(a), sums.push_back(a);
+  perChannel[1] = xs[1];
+  auto mean = [&](Value v) { return g.make<ReduceMeanOp>({v, g.ints(spatial)}, {g.attr("keepdims", int64_t(1))}); };
+  Value centered = g.sub(x, mean(x));
+  double eps = op.getEpsilon() ? double(op.getEpsilon()->convertToFloat()) : 1e-5;
+  Value rstd = g.make<ReciprocalOp>(
+      {g.make<SqrtOp>({g.add(mean(g.mul(centered, centered)), g.scalar(et, eps))})});
+  Value xhat = g.mul(centered, rstd);
+  if (need[0]) {
+    Value gy = g.mul(dy[0], g.reshape(op.getScale(), perChannel));
+    dx[0] = g.mul(rstd, g.sub(g.sub(gy, mean(gy)), g.mul(xhat, mean(g.mul(gy, xhat)))));
+  }
+  if (need[1]) dx[1] = g.reduceSum(g.mul(dy[0], xhat), sums, false);
+  if (need[2]) dx[2] = g.reduceSum(dy[0], sums, false);
   return success();
 }
+
 
 // Whether mean and var are x's own statistics over `axes` as the importer
 // computes a train-mode node's: ReduceMean(x) and ReduceMean(c * c) with
@@ -138,9 +154,9 @@ void attachNormalizationVJPs(MLIRContext *ctx) {
   attachVJP<SoftmaxOp, softmaxVJP<SoftmaxOp, SoftmaxGradOp>>(ctx);
   attachVJP<LogSoftmaxOp, softmaxVJP<LogSoftmaxOp, LogSoftmaxGradOp>>(ctx);
   attachVJP<LayerNormalizationOp, layerNormVJP>(ctx);
+  attachVJP<InstanceNormalizationOp, instanceNormVJP>(ctx);
   attachVJP<RMSNormalizationOp, rmsNormVJP>(ctx);
   attachVJP<BatchNormalizationOp, batchNormVJP>(ctx);
-  attachVJP<SoftmaxCrossEntropyLossOp, sceVJP>(ctx);
 }
 
 } // namespace sd::ir

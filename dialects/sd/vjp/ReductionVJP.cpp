@@ -1,6 +1,6 @@
-// Reverse-mode rules of the reductions: the gradient stretched back over the
-// reduced axes (GradBuilder::broadcastTo), times each reduction's local
-// derivative, as PyTorch's backward formulas give it.
+// Reverse-mode rules of the reductions (the gradient stretched back over the
+// reduced axes, GradBuilder::broadcastTo, times each reduction's local
+// derivative, as PyTorch's backward formulas give it) and of CumSum.
 #include "GradBuilder.h"
 #include <algorithm>
 
@@ -122,6 +122,13 @@ LogicalResult reduceExtremeVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, Array
   return success();
 }
 
+// A running sum's gradient is the running sum of dy the other way.
+LogicalResult cumSumVJP(CumSumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.make<CumSumOp>({dy[0], op.getRhs()}, {g.attr("exclusive", op.getExclusive().value_or(0)),
+                                                  g.attr("reverse", int64_t(!op.getReverse().value_or(0)))});
+  return success();
+}
+
 } // namespace
 
 void attachReductionVJPs(MLIRContext *ctx) {
@@ -133,6 +140,7 @@ void attachReductionVJPs(MLIRContext *ctx) {
   attachVJP<ReduceLogSumExpOp, reduceLogSumExpVJP>(ctx);
   attachVJP<ReduceMaxOp, reduceExtremeVJP<ReduceMaxOp>>(ctx);
   attachVJP<ReduceMinOp, reduceExtremeVJP<ReduceMinOp>>(ctx);
+  attachVJP<CumSumOp, cumSumVJP>(ctx);
 }
 
 } // namespace sd::ir

@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""Models users write themselves and train with their own loss (`sdc compile
+--peft none --loss-output loss`, `sdrun train --data DIR`), exported by
+TorchScript and by torch.onnx.export's default (dynamo) exporter, against
+PyTorch on the same batches with the same AdamW: per-step losses and every
+trained parameter.
+
+  masked     a mean squared error over the rows a run-time mask keeps
+             (pred[keep] - y[keep]: NonZero in the forward, its Gathers'
+             gradients in the backward), with a one-output head's bias and a
+             scalar temperature, one-element parameters that train too
+  activations  LeakyReLU, ELU, Softplus, Mish, Hardswish, PReLU (its slope a
+             parameter), Softsign and SELU, torch.maximum, an amax pooling
+             and a logsumexp, under a smooth L1 loss (Abs)
+  unet       a strided Conv, GroupNorm (InstanceNormalization), a
+             ConvTranspose, a skip Concat, MSE; the dynamo exporter's own
+             constants (InstanceNormalization's ones and zeros) stay frozen,
+             its folded copies of GroupNorm's weight and bias train
+  sequence   cumsum, torch.gather (GatherElements), repeat (Tile), F.pad, L1
+  weighted   cross-entropy with class weights (a buffer, which stays
+             frozen), per-sample weights over reduction='none', and
+             nll_loss(log_softmax) with ignore_index
+"""
+import json
+import os
+import sys
+import tempfile
+
+import numpy as np
+
+from e2e_util import losses_of, report_checks, sh, tool_paths
+
+RESULTS = []
+STEPS, LR = 4, 1e-2
+
+
+def check(name, ok, detail):
+    RESULTS.append((name, bool(ok), detail))
+
+
+def models():
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+
+    class Masked(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.head, self.temperature = nn.Linear(4, 1), nn.Parameter(torch.tensor(1.5))
+
+        def forward(self, x, y, weight):
+            pred = self.head(x).squeeze(-1) * self.temperature
+            keep = weight > 0.5
+            return ((pred[keep] - y[keep]) ** 2).mean()
+
+    class Activations(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b, self.c = nn.Linear(5, 16), nn.Linear(16, 16), nn.Linear(16, 1)
+            self.prelu = nn.PReLU(16, init=0.2)
+
+        def forward(self, x, y):
+            h = self.a(x)
+            h = F.leaky_relu(h, 0.1) + F.elu(h) + F.softplus(h) + F.mish(h) + F.hardswish(3 * h)
+            h = self.prelu(self.b(h)) + F.softsign(h) + F.selu(h)
+            h = torch.maximum(h, -h * 0.5) + h.amax(1, keepdim=True) + torch.logsumexp(h, 1, keepdim=True)
+            return F.smooth_l1_loss(self.c(h).squeeze(-1), y)
+
+    class UNet(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.down, self.norm = nn.Conv2d(3, 8, 3, stride=2, padding=1), nn.GroupNorm(2, 8)
+            self.up, self.out = nn.ConvTranspose2d(8, 4, 2, stride=2), nn.Conv2d(7, 3, 1)
+
+        def forward(self, x, target):
+            h = F.relu(self.norm(self.down(x)))
+            return F.mse_loss(self.out(torch.cat([self.up(h), x], 1)), target)
+
+    class Sequence(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(6, 6)
+
+        def forward(self, x, index, target):
+            c = torch.cumsum(self.linear(x), 1)
+            picked = F.pad(torch.gather(c, 1, index), (1, 2), value=0.5)
+            return (picked.repeat(1, 2) - target).abs().mean()
+
+    class Weighted(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(6, 4)
+            self.register_buffer("class_weight", torch.tensor([0.5, 2.0, 1.0, 1.5]))
+
+        def forward(self, x, label, weight):
+            logits = self.linear(x)
+            per_sample = F.cross_entropy(logits, label, reduction="none") * weight
+            return (F.cross_entropy(logits, label, weight=self.class_weight) + per_sample.mean()
+                    + F.nll_loss(F.log_softmax(logits, 1), label, ignore_index=0))
+
+    return Masked, Activations, UNet, Sequence, Weighted
+
+
+def data_for(name, rng, n):
+    if name == "Masked":
+        x = rng.standard_normal((n, 4)).astype(np.float32)
+        weight = rng.random(n).astype(np.float32)
+        weight[:8] = 0.9  # the first batch keeps every row, the others some
+        return {"x": x, "y": (x @ np.array([1, -2, 0.5, 3], np.float32)).astype(np.float32), "weight": weight}
+    if name == "Activations":
+        return {"x": rng.standard_normal((n, 5)).astype(np.float32), "y": rng.standard_normal(n).astype(np.float32)}
+    if name == "UNet":
+        return {"x": rng.standard_normal((n, 3, 8, 8)).astype(np.float32),
+                "target": rng.standard_normal((n, 3, 8, 8)).astype(np.float32)}
+    if name == "Weighted":
+        return {"x": rng.standard_normal((n, 6)).astype(np.float32), "label": rng.integers(0, 4, n).astype(np.int64),
+                "weight": rng.random(n).astype(np.float32)}
+    return {"x": rng.standard_normal((n, 6)).astype(np.float32), "index": rng.integers(0, 6, (n, 3)).astype(np.int64),
+            "target": rng.standard_normal((n, 12)).astype(np.float32)}
+
+
+def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8):
+    import torch
+    from safetensors.numpy import load_file
+    how = "dynamo" if dynamo else "torchscript"
+    tag = f"{cls.__name__}_{how}"
+    data = data_for(cls.__name__, np.random.default_rng(5), batch * STEPS)
+    torch.manual_seed(0)
+    model = cls()
+    path, plan = os.path.join(tmp, tag + ".onnx"), os.path.join(tmp, tag + ".sdp")
+    example = tuple(torch.tensor(v[:batch]) for v in data.values())
+    extra = {} if dynamo else {"opset_version": 17}
+    torch.onnx.export(model, example, path, input_names=list(data), output_names=["loss"], dynamo=dynamo, **extra)
+    compile_cmd = [sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan]
+    sh(compile_cmd)
+    listed = sh(compile_cmd + ["--dry-run"])
+    folder = os.path.join(tmp, tag + "_data")
+    os.makedirs(folder, exist_ok=True)
+    for name, value in data.items():
+        np.save(os.path.join(folder, f"{name}.npy"), value)
+    metrics, weights = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".safetensors")
+    sh([sdrun, "train", plan, "--data", folder, "--steps", str(STEPS), "--lr", str(LR), "--no-shuffle",
+        "--threads", "2", "--metrics", metrics, "--save-weights", weights])
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, weight_decay=0)
+    want = []
+    for step in range(STEPS):
+        rows = slice(step * batch, step * batch + batch)
+        loss = model(*(torch.tensor(v[rows]) for v in data.values()))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    ours = losses_of(metrics)
+    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == len(want) else float("inf")
+    got = load_file(weights)
+    params = dict(model.named_parameters())
+    diffs = {k: float(np.max(np.abs(got[k] - params[k].detach().numpy()))) for k in params if k in got}
+    trainable = int(listed.split("trainable parameters: ")[1].split()[0])
+    return rel, diffs, len(params), trainable == sum(p.numel() for p in params.values())
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    torch.set_num_threads(1)
+    Masked, Activations, UNet, Sequence, Weighted = models()
+    with tempfile.TemporaryDirectory() as tmp:
+        for dynamo in (False, True):
+            how = "dynamo" if dynamo else "torchscript"
+            result = train_and_compare(sdc, sdrun, tmp, Masked, dynamo)
+            rel, diffs, n, counted = result
+            check(f"masked regression loss ({how}): {STEPS} losses and every parameter, the one-element bias and the "
+                  "scalar temperature included, equal PyTorch's",
+                  rel < 1e-5 and len(diffs) == n == 3 and max(diffs.values()) < 1e-5 and counted,
+                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters saved, max |diff| "
+                  f"{max(diffs.values(), default=-1):.2e}")
+        result = train_and_compare(sdc, sdrun, tmp, Activations, True)
+        rel, diffs, n, counted = result
+        check("activations (dynamo: LeakyReLU, ELU, Softplus, Mish, Hardswish, PReLU, Softsign, SELU, maximum, amax, "
+              f"logsumexp, smooth L1): {STEPS} losses and the weights equal PyTorch's; exactly the model's "
+              "parameters train", rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
+              f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name (dynamo renames PReLU's "
+              f"reshaped slope), max |diff| {max(diffs.values(), default=-1):.2e}")
+        for dynamo in (False, True):
+            how = "dynamo" if dynamo else "torchscript"
+            result = train_and_compare(sdc, sdrun, tmp, UNet, dynamo)
+            rel, diffs, n, counted = result
+            # Both exporters fold GroupNorm's weight and bias into reshaped copies
+            # (onnx::Mul_N, val_N), which train under those names.
+            check(f"UNet-like ({how}: strided Conv, GroupNorm, ConvTranspose, Concat, MSE): {STEPS} losses equal "
+                  "PyTorch's, the trained weights too; exactly the model's parameters train (not the exporter's "
+                  "InstanceNormalization ones and zeros)", rel < 1e-4 and diffs and max(diffs.values()) < 1e-5
+                  and counted, f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name, max |diff| "
+                  f"{max(diffs.values(), default=-1):.2e}")
+        result = train_and_compare(sdc, sdrun, tmp, Sequence, True)
+        rel, diffs, n, counted = result
+        check(f"sequence ops (dynamo: cumsum, gather, pad, repeat, L1): {STEPS} losses and the weights equal PyTorch's",
+              rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
+              f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
+        for dynamo in (False, True):
+            how = "dynamo" if dynamo else "torchscript"
+            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Weighted, dynamo)
+            check(f"weighted losses ({how}: class-weighted cross-entropy, per-sample weights over reduction none, "
+                  f"nll_loss with ignore_index): {STEPS} losses and the weights equal PyTorch's; the class weights "
+                  "stay frozen", rel < 1e-5 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
+                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
+    return report_checks("user_training", RESULTS)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
