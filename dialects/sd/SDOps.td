@@ -499,6 +499,13 @@ def SD_ResizeOp : SD_Nary<"resize", "Resize",
     (ins OptI64:$antialias, OptI64s:$axes, OptStr:$coordinate_transformation_mode, OptF32:$cubic_coeff_a,
          OptI64:$exclude_outside, OptF32:$extrapolation_value, OptStr:$keep_aspect_ratio_policy, OptStr:$mode,
          OptStr:$nearest_mode)>;
+// Resize's gradient: the adjoint of its interpolation, from dy (the resized
+// shape) to `input_shape`, with Resize's attributes and roi/scales.
+def SD_ResizeGradOp : SD_Nary<"resize_grad", "ResizeGrad",
+    (ins AnyTensor:$grad, SD_OptTensor:$roi, SD_OptTensor:$scales),
+    (ins DenseI64ArrayAttr:$input_shape, OptI64:$antialias, OptI64s:$axes, OptStr:$coordinate_transformation_mode,
+         OptF32:$cubic_coeff_a, OptI64:$exclude_outside, OptStr:$keep_aspect_ratio_policy, OptStr:$mode,
+         OptStr:$nearest_mode)>;
 def SD_EinsumOp : SD_Nary<"einsum", "Einsum", (ins Variadic<AnyTensor>:$inputs), (ins StrAttr:$equation)>;
 
 //===----------------------------------------------------------------------===//

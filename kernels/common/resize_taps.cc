@@ -126,6 +126,34 @@ static Status axisTaps(const AttrMap &a, int64_t in, int64_t out, double scale, 
   return Status::ok();
 }
 
+ResizeAxisAdjoint resizeAdjoint(const ResizeAxisTaps &t, int64_t in, int64_t out) {
+  ResizeAxisAdjoint a;
+  a.identity = in == out && t.taps == 1;
+  for (int64_t o = 0; o < out && a.identity; ++o)
+    a.identity = t.index[size_t(o)] == o && t.weight[size_t(o)] == 1.0 && !t.outside[size_t(o)];
+  std::vector<int64_t> count(size_t(in) + 1, 0);
+  auto reads = [&](int64_t o, int k) {
+    size_t at = size_t(o * t.taps + k);
+    return !t.outside[size_t(o)] && t.weight[at] != 0 && t.index[at] >= 0 && t.index[at] < in;
+  };
+  for (int64_t o = 0; o < out; ++o)
+    for (int k = 0; k < t.taps; ++k)
+      if (reads(o, k)) ++count[size_t(t.index[size_t(o * t.taps + k)]) + 1];
+  a.start.assign(size_t(in) + 1, 0);
+  for (int64_t i = 0; i < in; ++i) a.start[size_t(i) + 1] = a.start[size_t(i)] + count[size_t(i) + 1];
+  a.from.resize(size_t(a.start.back()));
+  a.weight.resize(size_t(a.start.back()));
+  std::vector<int64_t> fill(a.start.begin(), a.start.end() - 1);
+  for (int64_t o = 0; o < out; ++o) // in output order, so each input's entries are too
+    for (int k = 0; k < t.taps; ++k)
+      if (reads(o, k)) {
+        size_t at = size_t(o * t.taps + k), to = size_t(fill[size_t(t.index[at])]++);
+        a.from[to] = o;
+        a.weight[to] = t.weight[at];
+      }
+  return a;
+}
+
 Status resizeTaps(const AttrMap &attrs, const Dims &in, const Dims &out, const std::vector<double> &roi,
                   const std::vector<double> &given, std::vector<ResizeAxisTaps> &taps) {
   const int64_t r = int64_t(in.size());

@@ -1,7 +1,8 @@
-// CPU kernel for Resize: nearest, (multi)linear and cubic interpolation (also
+// CPU kernels for Resize: nearest, (multi)linear and cubic interpolation (also
 // antialiased) with every ONNX coordinate transformation mode. Each axis is
 // resolved to taps (input index, weight) once (sd/ops/resize_taps.h, shared
-// with the CUDA kernel); the output is a separable weighted sum.
+// with the CUDA kernel); the output is a separable weighted sum. Its
+// gradient, ResizeGrad, applies the taps' adjoint axis by axis.
 #include "cpu_util.h"
 #include "sd/ops/resize_taps.h"
 #include <algorithm>
@@ -96,8 +97,56 @@ Status ResizeKernel(const KernelContext &c) {
   });
 }
 
+// dx = the interpolation's adjoint applied to dy, one resized axis at a time
+// (the weights are a product over the axes): each pass maps the axis from
+// dy's size to x's, every element the sum of its adjoint entries in output
+// order, in f64, so the result does not depend on the threads.
+Status ResizeGradKernel(const KernelContext &c) {
+  const TensorView &dy = c.inputs[0], &dx = c.outputs[0];
+  std::vector<double> scales, roi;
+  if (c.hasInput(2) && c.inputs[2].data && c.inputs[2].numElements() > 0) readDoubles(c.inputs[2], scales);
+  if (c.hasInput(1) && c.inputs[1].data) readDoubles(c.inputs[1], roi);
+  std::vector<ResizeAxisTaps> taps;
+  SD_RETURN_IF_ERROR(resizeTaps(c.attrs, dx.dims, dy.dims, roi, scales, taps));
+  return dispatchFloat(dy.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    Dims shape = dy.dims;
+    std::vector<double> cur(size_t(dy.numElements())), next;
+    for (size_t i = 0; i < cur.size(); ++i) cur[i] = double(dy.as<T>()[i]);
+    for (int64_t d = dx.rank() - 1; d >= 0; --d) {
+      const int64_t in = dx.dims[size_t(d)], out = shape[size_t(d)];
+      ResizeAxisAdjoint adj = resizeAdjoint(taps[size_t(d)], in, out);
+      if (adj.identity) continue;
+      int64_t inner = 1, outer = 1;
+      for (size_t k = size_t(d) + 1; k < shape.size(); ++k) inner *= shape[k];
+      for (int64_t k = 0; k < d; ++k) outer *= shape[size_t(k)];
+      next.assign(size_t(outer * in * inner), 0.0);
+      parallelFor(c.pool, outer * in, std::max<int64_t>(1, 4096 / std::max<int64_t>(inner, 1)),
+                  [&](int64_t r0, int64_t r1) {
+                    for (int64_t r = r0; r < r1; ++r) {
+                      const int64_t o = r / in, i = r % in;
+                      double *dst = &next[size_t(r * inner)];
+                      for (int64_t e = adj.start[size_t(i)]; e < adj.start[size_t(i) + 1]; ++e) {
+                        const double *src = &cur[size_t((o * out + adj.from[size_t(e)]) * inner)];
+                        const double w = adj.weight[size_t(e)];
+                        for (int64_t j = 0; j < inner; ++j) dst[j] += w * src[j];
+                      }
+                    }
+                  });
+      cur.swap(next);
+      shape[size_t(d)] = in;
+    }
+    T *out = dx.as<T>();
+    for (size_t i = 0; i < cur.size(); ++i) out[i] = T(cur[i]);
+    return Status::ok();
+  });
+}
+
 } // namespace
 
-void registerResizeKernels() { registerCpuKernel("Resize", ResizeKernel, TypeSet::floats()); }
+void registerResizeKernels() {
+  registerCpuKernel("Resize", ResizeKernel, TypeSet::floats());
+  registerCpuKernel("ResizeGrad", ResizeGradKernel, TypeSet::floats());
+}
 
 } // namespace sd::cpu

@@ -3,7 +3,10 @@
 // session is created, from the roi and scales constants, and uploaded; then
 // one thread per output element sums its taps in f64 in the CPU kernel's
 // order (leading axes' taps outer, the last axis's inner, zero weights
-// skipped), so results match it to rounding.
+// skipped), so results match it to rounding. ResizeGrad applies the taps'
+// adjoint (resizeAdjoint, the CPU kernel's own) one resized axis at a time,
+// one thread per element of each pass summing its entries in output order in
+// f64: deterministic, and equal to the CPU's to rounding.
 #include "cuda_util.cuh"
 #include "sd/ops/resize_taps.h"
 
@@ -146,8 +149,118 @@ Status ResizeKernel(const KernelContext &c) {
   });
 }
 
+// One adjoint pass: the axis of size `out` in `src` becomes `in` in `dst`.
+struct AdjointPass {
+  int64_t outer = 1, in = 0, out = 0, inner = 1;
+  int64_t *start = nullptr, *from = nullptr;
+  double *weight = nullptr;
+};
+
+struct ResizeGradPrepared : PreparedError {
+  std::vector<AdjointPass> passes; // last resized axis first
+  double *buffers[2] = {nullptr, nullptr};
+  ~ResizeGradPrepared() {
+    for (AdjointPass &p : passes) cudaFree(p.start), cudaFree(p.from), cudaFree(p.weight);
+    cudaFree(buffers[0]);
+    cudaFree(buffers[1]);
+  }
+};
+
+__global__ void adjointPassKernel(AdjointPass p, const double *src, double *dst) {
+  const int64_t n = p.outer * p.in * p.inner;
+  for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n; e += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t j = e % p.inner, i = (e / p.inner) % p.in, o = e / (p.inner * p.in);
+    double acc = 0;
+    for (int64_t k = p.start[i]; k < p.start[i + 1]; ++k) acc += p.weight[k] * src[(o * p.out + p.from[k]) * p.inner + j];
+    dst[e] = acc;
+  }
+}
+
+template <typename T> __global__ void widenKernel(int64_t n, const T *x, double *y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = double(load(x[i]));
+}
+
+template <typename T> __global__ void narrowKernel(int64_t n, const double *x, T *y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = store<T>(Compute<T>(x[i]));
+}
+
+std::shared_ptr<const void> prepareResizeGrad(const PrepareContext &p) {
+  auto r = std::make_shared<ResizeGradPrepared>();
+  const KernelContext &c = p.kernel;
+  const TensorView &dy = c.inputs[0], &dx = c.outputs[0];
+  std::vector<double> roi, scales;
+  if (!hostDoubles(p, 1, roi) || !hostDoubles(p, 2, scales)) {
+    r->error = "ResizeGrad on CUDA needs its roi and scales known when the session is created (constants)";
+    return r;
+  }
+  std::vector<ResizeAxisTaps> taps;
+  if (Status s = resizeTaps(c.attrs, dx.dims, dy.dims, roi, scales, taps); !s.isOk()) {
+    r->error = s.message();
+    return r;
+  }
+  Dims shape = dy.dims;
+  int64_t largest = std::max<int64_t>(dy.numElements(), 1);
+  for (int64_t d = dx.rank() - 1; d >= 0; --d) {
+    ResizeAxisAdjoint adj = resizeAdjoint(taps[size_t(d)], dx.dims[size_t(d)], shape[size_t(d)]);
+    if (adj.identity) continue;
+    AdjointPass pass;
+    pass.in = dx.dims[size_t(d)];
+    pass.out = shape[size_t(d)];
+    for (size_t k = size_t(d) + 1; k < shape.size(); ++k) pass.inner *= shape[k];
+    for (int64_t k = 0; k < d; ++k) pass.outer *= shape[size_t(k)];
+    r->passes.push_back(pass);
+    AdjointPass &kept = r->passes.back();
+    if (!uploadVector(adj.start, kept.start) || !uploadVector(adj.from, kept.from) ||
+        !uploadVector(adj.weight, kept.weight)) {
+      cudaGetLastError();
+      r->error = "ResizeGrad: its taps could not be put on the device";
+      return r;
+    }
+    shape[size_t(d)] = pass.in;
+    largest = std::max(largest, pass.outer * pass.in * pass.inner);
+  }
+  for (double *&b : r->buffers)
+    if (cudaMalloc(&b, size_t(largest) * sizeof(double)) != cudaSuccess) {
+      cudaGetLastError();
+      r->error = "ResizeGrad: no device memory for its scratch";
+      return r;
+    }
+  return r;
+}
+
+// dy, roi?, scales? -> dx of input_shape.
+Status ResizeGradKernel(const KernelContext &c) {
+  auto *r = static_cast<const ResizeGradPrepared *>(c.prepared);
+  if (!r) return sdError("ResizeGrad has no prepared taps");
+  if (!r->error.empty()) return sdError(r->error);
+  const TensorView &dy = c.inputs[0], &dx = c.outputs[0];
+  if (dy.numElements() == 0 || dx.numElements() == 0) {
+    if (dx.numElements()) return cudaCheck(cudaMemsetAsync(dx.data, 0, dx.byteSize(), streamOf(c)), "ResizeGrad");
+    return Status::ok();
+  }
+  return dispatchFloatStorage(dy.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    const int64_t n = dy.numElements();
+    widenKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(n, dy.as<T>(), r->buffers[0]);
+    int at = 0;
+    for (const AdjointPass &pass : r->passes) {
+      const int64_t m = pass.outer * pass.in * pass.inner;
+      adjointPassKernel<<<blocksFor(m), kThreads, 0, streamOf(c)>>>(pass, r->buffers[at], r->buffers[1 - at]);
+      at = 1 - at;
+    }
+    narrowKernel<T><<<blocksFor(dx.numElements()), kThreads, 0, streamOf(c)>>>(dx.numElements(), r->buffers[at],
+                                                                              dx.as<T>());
+    return launchStatus("ResizeGrad");
+  });
+}
+
 } // namespace
 
-void registerResizeKernels() { registerKernel("Resize", ResizeKernel, floatStorage(), prepareResize); }
+void registerResizeKernels() {
+  registerKernel("Resize", ResizeKernel, floatStorage(), prepareResize);
+  registerKernel("ResizeGrad", ResizeGradKernel, floatStorage(), prepareResizeGrad);
+}
 
 } // namespace sd::cuda

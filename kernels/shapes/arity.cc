@@ -50,6 +50,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"QuantizeLinear", {2, 3}},
       {"Einsum", {1, 16}},
       {"Resize", {1, 4}},
+      {"ResizeGrad", {1, 3}},
       {"GlobalLpPool", {1, 1}},
       {"GlobalMaxPool", {1, 1}},
       {"GlobalAveragePool", {1, 1}},

@@ -63,6 +63,20 @@ Status resizeShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// ResizeGrad(dy, roi?, scales?) {input_shape} -> d(x): x's shape, dy's type.
+Status resizeGradShape(ShapeContext &c) {
+  TensorInfo out;
+  out.dtype = c.inputs[0].dtype;
+  for (int64_t d : c.attrs.getInts("input_shape")) {
+    SD_CHECK_ARG(d >= 0, "ResizeGrad input_shape must be static");
+    out.dims.push_back(d);
+  }
+  SD_CHECK_ARG(!c.inputs[0].rankKnown || c.inputs[0].dims.size() == out.dims.size(),
+               "ResizeGrad: the gradient's rank differs from input_shape's");
+  c.outputs = {out};
+  return Status::ok();
+}
+
 Status einsumShape(ShapeContext &c) {
   EinsumSpec spec;
   std::vector<Dims> dims;
@@ -83,6 +97,7 @@ Status einsumShape(ShapeContext &c) {
 
 void registerResizeEinsumShapes() {
   registerShapeRule("Resize", resizeShape);
+  registerShapeRule("ResizeGrad", resizeGradShape);
   registerShapeRule("Einsum", einsumShape);
 }
 

@@ -16,6 +16,8 @@ trained parameter.
              ConvTranspose, a skip Concat, MSE; the dynamo exporter's own
              constants (InstanceNormalization's ones and zeros) stay frozen,
              its folded copies of GroupNorm's weight and bias train
+  upsample   F.interpolate (bilinear up, nearest to a size: Resize's
+             gradient), InstanceNorm2d with affine parameters, F.pad
   sequence   cumsum, torch.gather (GatherElements), repeat (Tile), F.pad, L1
   weighted   cross-entropy with class weights (a buffer, which stays
              frozen), per-sample weights over reduction='none', and
@@ -98,7 +100,19 @@ def models():
             return (F.cross_entropy(logits, label, weight=self.class_weight) + per_sample.mean()
                     + F.nll_loss(F.log_softmax(logits, 1), label, ignore_index=0))
 
-    return Masked, Activations, UNet, Sequence, Weighted
+    class Upsample(nn.Module):
+        def __init__(self):
+            super().__init__()
+            # No bias before the norm: its gradient is 0 up to rounding, which AdamW turns into +-lr steps.
+            self.a, self.b = nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.Conv2d(4, 3, 3)
+            self.norm = nn.InstanceNorm2d(4, affine=True)
+
+        def forward(self, x, target):
+            h = F.interpolate(self.norm(self.a(x)), scale_factor=2, mode="bilinear", align_corners=False)
+            h = self.b(F.pad(h, (1, 1, 1, 1)))
+            return F.mse_loss(F.interpolate(h, size=(12, 10), mode="nearest"), target)
+
+    return Masked, Activations, UNet, Sequence, Weighted, Upsample
 
 
 def data_for(name, rng, n):
@@ -112,6 +126,9 @@ def data_for(name, rng, n):
     if name == "UNet":
         return {"x": rng.standard_normal((n, 3, 8, 8)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 8, 8)).astype(np.float32)}
+    if name == "Upsample":
+        return {"x": rng.standard_normal((n, 3, 5, 4)).astype(np.float32),
+                "target": rng.standard_normal((n, 3, 12, 10)).astype(np.float32)}
     if name == "Weighted":
         return {"x": rng.standard_normal((n, 6)).astype(np.float32), "label": rng.integers(0, 4, n).astype(np.int64),
                 "weight": rng.random(n).astype(np.float32)}
@@ -163,7 +180,7 @@ def main():
     sdc, sdrun = tool_paths()
     import torch
     torch.set_num_threads(1)
-    Masked, Activations, UNet, Sequence, Weighted = models()
+    Masked, Activations, UNet, Sequence, Weighted, Upsample = models()
     with tempfile.TemporaryDirectory() as tmp:
         for dynamo in (False, True):
             how = "dynamo" if dynamo else "torchscript"
@@ -204,6 +221,14 @@ def main():
                   f"nll_loss with ignore_index): {STEPS} losses and the weights equal PyTorch's; the class weights "
                   "stay frozen", rel < 1e-5 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
                   f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
+        for dynamo in (False, True):
+            how = "dynamo" if dynamo else "torchscript"
+            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Upsample, dynamo)
+            check(f"upsampling ({how}: bilinear F.interpolate, nearest to a size, InstanceNorm2d affine, F.pad): "
+                  f"{STEPS} losses and the weights equal PyTorch's",
+                  rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
+                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name, max |diff| "
+                  f"{max(diffs.values(), default=-1):.2e}")
     return report_checks("user_training", RESULTS)
 
 

@@ -1709,6 +1709,52 @@ CASES["GatherGrad"] = [
          attrs={"axis": 1, "data_shape": [2, 5, 3]}, ref=gather_grad_ref, label="axis 1, 2-D indices")]
 
 
+def resize_grad_ref(ins, attrs, t):
+    """ResizeGrad against Resize's Jacobian in onnx.reference: dx[k] = sum(Resize(e_k) * dy)
+    for each basis tensor e_k of x's shape, in f64."""
+    from onnx import helper
+    from onnx.reference import ReferenceEvaluator
+    dy, roi, scales = f64(ins[0]), ins[1], ins[2]
+    shape = list(attrs["input_shape"])
+    forward = {k: v for k, v in attrs.items() if k != "input_shape"}
+    feeds = {"x": np.zeros(shape), "roi": roi if roi is not None else np.zeros(0, np.float32),
+             "scales": scales if scales is not None else np.zeros(0, np.float32)}
+    inputs = ["x", "roi", "scales"]
+    if scales is None:
+        feeds["sizes"] = np.array(dy.shape, np.int64)
+        inputs.append("sizes")
+    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), feeds[n].shape)
+             for n in inputs]
+    node = helper.make_node("Resize", [n if n in ("x", "sizes") or feeds[n].size else "" for n in inputs], ["y"],
+                            **forward)
+    model = helper.make_model(helper.make_graph([node], "g", [i for i, n in zip(infos, inputs)
+                                                              if n in ("x", "sizes") or feeds[n].size],
+                                                [helper.make_tensor_value_info("y", 0, None)]),
+                              opset_imports=[helper.make_opsetid("", 19)])
+    run = ReferenceEvaluator(model)
+    used = {n: v for n, v in feeds.items() if n in ("x", "sizes") or v.size}
+    dx = np.zeros(int(np.prod(shape)))
+    for k in range(dx.size):
+        basis = np.zeros(dx.size)
+        basis[k] = 1
+        used["x"] = basis.reshape(shape)
+        dx[k] = float((np.asarray(run.run(None, used)[0], np.float64) * dy).sum())
+    return [dx.reshape(shape).astype(ins[0].dtype)]
+
+
+CASES["ResizeGrad"] = [
+    Case(lambda t, r: [rand(r, (1, 2, 6, 6), t), None, np.array([1, 1, 2, 1.5], np.float32)],
+         attrs={"mode": "linear", "input_shape": [1, 2, 3, 4]}, ref=resize_grad_ref, label="linear up, scales"),
+    Case(lambda t, r: [rand(r, (1, 1, 3, 3), t), None, None],
+         attrs={"mode": "linear", "coordinate_transformation_mode": "align_corners", "input_shape": [1, 1, 5, 4]},
+         ref=resize_grad_ref, label="linear down, align_corners, sizes"),
+    Case(lambda t, r: [rand(r, (1, 2, 6, 8), t), None, np.array([1, 1, 2, 2], np.float32)],
+         attrs={"mode": "nearest", "input_shape": [1, 2, 3, 4]}, ref=resize_grad_ref, label="nearest up"),
+    Case(lambda t, r: [rand(r, (1, 1, 3, 3), t), None, np.array([1, 1, 0.5, 0.6], np.float32)],
+         attrs={"mode": "cubic", "antialias": 1, "input_shape": [1, 1, 6, 5]}, ref=resize_grad_ref, rtol=5,
+         label="cubic antialias down", types=["f32"])]  # onnx.reference's antialiased cubic is f32 (see Resize)
+
+
 def conv_grad_weight_ref(ins, attrs, t):
     import torch
     dy, x = ins

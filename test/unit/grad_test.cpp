@@ -338,6 +338,16 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"SoftmaxCrossEntropyNone", {{"w", "3, 4", 12}},
              "  t = Constant <value = int64[3] {3, -1, 1}> ()\n"
              "  y = SoftmaxCrossEntropyLoss <reduction = \"none\", ignore_index = -1> (w, t)"},
+        // Resize (F.interpolate) through ResizeGrad, the interpolation's adjoint.
+        Case{"ResizeBilinearUp", {{"w", "1, 2, 3, 4", 24}},
+             "  s = Constant <value = float[4] {1., 1., 2., 1.5}> ()\n"
+             "  y = Resize <mode = \"linear\"> (w, , s)"},
+        Case{"ResizeLinearSizesAlignCorners", {{"w", "1, 1, 5, 4", 20}},
+             "  z = Constant <value = int64[4] {1, 1, 3, 3}> ()\n"
+             "  y = Resize <mode = \"linear\", coordinate_transformation_mode = \"align_corners\"> (w, , , z)"},
+        Case{"ResizeCubicAntialias", {{"w", "1, 1, 6, 5", 30}},
+             "  s = Constant <value = float[4] {1., 1., 0.5, 0.6}> ()\n"
+             "  y = Resize <mode = \"cubic\", antialias = 1> (w, , s)"},
         // Eval-mode BatchNorm: the statistics (m, v) are frozen.
         Case{"BatchNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}, {"m", "3", 3}, {"v", "3", 3, true}},
              "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"}),

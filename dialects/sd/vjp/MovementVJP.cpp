@@ -1,5 +1,5 @@
 // Reverse-mode rules of the data-movement ops (reshapes, Transpose, Split,
-// Concat, Slice, Expand, Tile, Pad, Gather, GatherElements).
+// Concat, Slice, Expand, Tile, Pad, Gather, GatherElements) and of Resize.
 #include "GradBuilder.h"
 #include <algorithm>
 
@@ -162,6 +162,17 @@ LogicalResult gatherElementsVJP(GatherElementsOp op, GradBuilder &g, ArrayRef<Va
   return success();
 }
 
+// Resize (F.interpolate): ResizeGrad, the interpolation's adjoint, with the
+// forward's attributes, roi and scales (sizes are dy's shape).
+LogicalResult resizeVJP(ResizeOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<NamedAttribute> attrs =
+      g.attrsOf(op, {"antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
+                     "keep_aspect_ratio_policy", "mode", "nearest_mode"});
+  attrs.push_back(g.attr("input_shape", shapeOf(op.getX())));
+  dx[0] = g.make<ResizeGradOp>({dy[0], op.getRoi(), op.getScales()}, attrs);
+  return success();
+}
+
 } // namespace
 
 void attachMovementVJPs(MLIRContext *ctx) {
@@ -178,6 +189,7 @@ void attachMovementVJPs(MLIRContext *ctx) {
   attachVJP<PadOp, padVJP>(ctx);
   attachVJP<GatherOp, gatherVJP>(ctx);
   attachVJP<GatherElementsOp, gatherElementsVJP>(ctx);
+  attachVJP<ResizeOp, resizeVJP>(ctx);
 }
 
 } // namespace sd::ir

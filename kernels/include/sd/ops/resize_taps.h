@@ -25,4 +25,16 @@ struct ResizeAxisTaps {
 Status resizeTaps(const AttrMap &attrs, const Dims &in, const Dims &out, const std::vector<double> &roi,
                   const std::vector<double> &scales, std::vector<ResizeAxisTaps> &taps);
 
+// The adjoint of one axis's taps, for Resize's gradient: for input position
+// i, the output positions that read it and with what weight, in output
+// order (entries [start[i], start[i + 1]) of `from` and `weight`). An
+// extrapolated output position reads nothing. `identity`: every output reads
+// the input at its own position with weight 1 (the axis is not resized).
+struct ResizeAxisAdjoint {
+  std::vector<int64_t> start, from;
+  std::vector<double> weight;
+  bool identity = false;
+};
+ResizeAxisAdjoint resizeAdjoint(const ResizeAxisTaps &taps, int64_t in, int64_t out);
+
 } // namespace sd
