@@ -181,6 +181,18 @@ def main():
     return report_checks("test_selection", RESULTS)
 
 
+def infer_npy(sdrun, plan, feeds, folder, outputs):
+    """`sdrun infer` on `feeds` saved as .npy files in `folder`; its first `outputs` outputs."""
+    os.makedirs(folder, exist_ok=True)
+    args = []
+    for name, value in feeds.items():
+        np.save(os.path.join(folder, f"{name}.npy"), value)
+        args += ["--input", f"{name}=" + os.path.join(folder, f"{name}.npy")]
+    out = os.path.join(folder, "out")
+    sh([sdrun, "infer", plan] + args + ["--output-dir", out, "--output-format", "npy"])
+    return [np.load(os.path.join(out, f"output_{i}.npy")) for i in range(outputs)]
+
+
 def export_masked(path):
     """torch.nonzero's rows and boolean-mask indexing on run-time scores, as
     a PyTorch user writes them (test_cuda_plans runs it on a GPU too)."""
@@ -206,13 +218,7 @@ def masked_selection(sdc, sdrun, tmp):
         x = rng.standard_normal((6, 4)).astype(np.float32)
         scores = np.clip(rng.random(6) * scale, 0, 1).astype(np.float32)
         want = list(ort_run(model, {"x": x, "scores": scores}).values())
-        feeds = []
-        for name, value in (("x", x), ("scores", scores)):
-            np.save(os.path.join(tmp, f"m{k}_{name}.npy"), value)
-            feeds += ["--input", f"{name}=" + os.path.join(tmp, f"m{k}_{name}.npy")]
-        out = os.path.join(tmp, f"m{k}")
-        sh([sdrun, "infer", plan] + feeds + ["--output-dir", out, "--output-format", "npy"])
-        got = [np.load(os.path.join(out, f"output_{i}.npy")) for i in range(2)]
+        got = infer_npy(sdrun, plan, {"x": x, "scores": scores}, os.path.join(tmp, f"m{k}"), len(want))
         counts.append([w.shape[0] for w in want])
         equal &= all(g.shape == w.shape and np.array_equal(g, w) for g, w in zip(got, want))
     check("torch.nonzero and boolean-mask indexing on run-time scores: the rows equal ONNX Runtime's, from none to "
@@ -304,13 +310,7 @@ def consumers_of_selection(sdc, sdrun, tmp, dynamo):
         x = rng.standard_normal((6, 4)).astype(np.float32)
         scores = np.array([[0.1] * 6, [0.9, 0.1, 0.7, 0.2, 0.6, 0.3], [0.9] + [0.1] * 5, [0.9] * 6][k], np.float32)
         want = list(ort_run(model, {"x": x, "scores": scores}).values())
-        feeds = []
-        for name, value in (("x", x), ("scores", scores)):
-            np.save(os.path.join(tmp, f"c{k}_{name}.npy"), value)
-            feeds += ["--input", f"{name}=" + os.path.join(tmp, f"c{k}_{name}.npy")]
-        out = os.path.join(tmp, f"c{how}{k}")
-        sh([sdrun, "infer", plan] + feeds + ["--output-dir", out, "--output-format", "npy"])
-        got = [np.load(os.path.join(out, f"output_{i}.npy")) for i in range(len(want))]
+        got = infer_npy(sdrun, plan, {"x": x, "scores": scores}, os.path.join(tmp, f"c{how}{k}"), len(want))
         counts.append(int((scores > 0.5).sum()))
         if counts[-1] == 0:  # ONNX Runtime's ReduceMean of nothing is 0, PyTorch's NaN
             empty_mean_nan &= bool(np.isnan(got[0]))

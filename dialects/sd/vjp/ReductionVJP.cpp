@@ -63,26 +63,29 @@ LogicalResult reduceL2VJP(ReduceL2Op op, GradBuilder &g, ArrayRef<Value> dy, Arr
   return success();
 }
 
+// dy stretched back over `op`'s reduced axes (dy itself for a no-op
+// reduction), for the rules dx = that * f(x).
+template <typename OpT> Value stretched(OpT op, GradBuilder &g, Value dy) {
+  SmallVector<int64_t> axes;
+  bool noop;
+  if (failed(reduceAxes(op, axes, noop))) return Value();
+  return noop ? dy : g.broadcastTo(dy, op.getData().getType(), axes);
+}
+
 // y = sum x^2: dx = 2 x dy.
 LogicalResult reduceSumSquareVJP(ReduceSumSquareOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                                  Grads &dx) {
-  SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
-  Value x = op.getData();
-  Value d = noop ? dy[0] : g.broadcastTo(dy[0], x.getType(), axes);
-  dx[0] = g.mul(d, g.scale(x, 2.0));
+  Value d = stretched(op, g, dy[0]);
+  if (!d) return failure();
+  dx[0] = g.mul(d, g.scale(op.getData(), 2.0));
   return success();
 }
 
 // y = sum |x|: dx = sign(x) dy.
 LogicalResult reduceL1VJP(ReduceL1Op op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
-  Value x = op.getData();
-  Value d = noop ? dy[0] : g.broadcastTo(dy[0], x.getType(), axes);
-  dx[0] = g.mul(d, g.make<SignOp>({x}));
+  Value d = stretched(op, g, dy[0]);
+  if (!d) return failure();
+  dx[0] = g.mul(d, g.make<SignOp>({op.getData()}));
   return success();
 }
 
