@@ -109,4 +109,3 @@ struct BoundedExtentsPass : sd::impl::BoundedExtentsBase<BoundedExtentsPass> {
 };
 
 } // namespace
-

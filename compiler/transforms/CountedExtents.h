@@ -20,8 +20,6 @@ struct CountedResults {
 };
 std::optional<CountedResults> countedResultsOf(mlir::Operation *op);
 
-// The counted values among ops visited in order (import or a pass's walk):
-// counted results and every result of an op that reads one.
 // For Expand(x, Shape(y)) where y is x, or is computed from x element for
 // element (one-operand elementwise ops): x, which already has that shape at
 // run time; null for any other op. torch.onnx's dynamo exporter broadcasts a
@@ -33,6 +31,8 @@ mlir::Value expandedToItsOwnShape(mlir::Operation *op);
 // null: what a Shape of `v` that cannot fold reads the size of.
 mlir::Operation *countedSourceOf(mlir::Value v);
 
+// The counted values among ops visited in order (import or a pass's walk):
+// counted results and every result of an op that reads one.
 class CountedValues {
 public:
   void visit(mlir::Operation *op);

@@ -2,11 +2,13 @@
 #include "CountedPadding.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
+#include "vjp/GradBuilder.h"
 #include "mlir/IR/Builders.h"
 
 using namespace mlir;
 using namespace sd::ir;
 using sd::Extent;
+using sd::AttrMap;
 using sd::Neutral;
 
 namespace {
@@ -170,22 +172,10 @@ struct Rules {
 
   LogicalResult followReduction(Operation *op, const Extent &e) {
     if (!extents.count(op->getOperand(0))) return refuse("it reduces over counted axes");
-    int64_t rank = int64_t(shapeOf(op->getOperand(0)).size());
-    bool keepdims = op->getAttrOfType<IntegerAttr>("keepdims") ? op->getAttrOfType<IntegerAttr>("keepdims").getInt() : 1;
-    auto noop = op->getAttrOfType<IntegerAttr>("noop_with_empty_axes");
     SmallVector<int64_t> reduced;
-    if (isa<NoneType>(op->getOperand(1).getType())) {
-      if (noop && noop.getInt()) return keepThroughReduction(op, e, {}, true), success();
-      for (int64_t d = 0; d < rank; ++d) reduced.push_back(d);
-    } else if (std::optional<std::vector<int64_t>> axes = constInts(op->getOperand(1))) {
-      if (axes->empty() && noop && noop.getInt()) return keepThroughReduction(op, e, {}, true), success();
-      for (int64_t a : *axes) reduced.push_back(normalizedAxis(a, rank));
-      if (axes->empty())
-        for (int64_t d = 0; d < rank; ++d) reduced.push_back(d);
-    } else {
-      return refuse("its axes are not constants");
-    }
-    if (!llvm::is_contained(reduced, e.axis)) return keepThroughReduction(op, e, reduced, keepdims), success();
+    if (!reducedAxesOf(op, reduced)) return refuse("its axes are not constants");
+    if (!llvm::is_contained(reduced, e.axis))
+      return keepThroughReduction(op, e, reduced, toAttrMap(op).getInt("keepdims", 1)), success();
     maskOperand(op, 0, neutralOfReduction(op));
     if (auto mean = dyn_cast<ReduceMeanOp>(op)) divideByCount(mean, e, reduced);
     return success(); // nothing of the result is padding
@@ -207,24 +197,20 @@ struct Rules {
   }
 
   LogicalResult followArgReduction(Operation *op, const Extent &e) {
-    int64_t rank = int64_t(shapeOf(op->getOperand(0)).size());
-    int64_t axis = normalizedAxis(op->getAttrOfType<IntegerAttr>("axis") ? op->getAttrOfType<IntegerAttr>("axis").getInt() : 0, rank);
-    auto keep = op->getAttrOfType<IntegerAttr>("keepdims");
-    if (axis != e.axis) return keepThroughReduction(op, e, {axis}, !keep || keep.getInt()), success();
+    AttrMap attrs = toAttrMap(op);
+    int64_t axis = normalizedAxis(attrs.getInt("axis", 0), int64_t(shapeOf(op->getOperand(0)).size()));
+    if (axis != e.axis) return keepThroughReduction(op, e, {axis}, attrs.getInt("keepdims", 1)), success();
     // The padding follows every counted element: with the first extreme
     // picked, a neutral extreme never wins a tie; with the last, it would.
-    auto last = op->getAttrOfType<IntegerAttr>("select_last_index");
-    if (last && last.getInt()) return refuse("it picks the last extreme along the counted dim");
+    if (attrs.getInt("select_last_index", 0)) return refuse("it picks the last extreme along the counted dim");
     maskOperand(op, 0, neutralOfReduction(op));
     return success();
   }
 
   LogicalResult followSoftmax(Operation *op, const Extent &e) {
-    int64_t rank = int64_t(shapeOf(op->getOperand(0)).size());
-    auto axisAttr = op->getAttrOfType<IntegerAttr>("axis");
-    int64_t axis = normalizedAxis(axisAttr ? axisAttr.getInt() : -1, rank);
-    auto coerce = op->getAttrOfType<IntegerAttr>("coerce2d");
-    bool across = coerce && coerce.getInt() ? e.axis >= axis : e.axis == axis;
+    AttrMap attrs = toAttrMap(op);
+    int64_t axis = normalizedAxis(attrs.getInt("axis", -1), int64_t(shapeOf(op->getOperand(0)).size()));
+    bool across = attrs.getInt("coerce2d", 0) ? e.axis >= axis : e.axis == axis;
     // exp(-inf) = 0: the padding adds nothing to the real elements' sums.
     if (across) maskOperand(op, 0, Neutral::Lowest);
     extents[op->getResult(0)] = e;
@@ -236,9 +222,7 @@ struct Rules {
           return extents.count(v) != 0;
         }))
       return refuse("its scale or bias is counted");
-    int64_t rank = int64_t(shapeOf(op->getOperand(0)).size());
-    auto axisAttr = op->getAttrOfType<IntegerAttr>("axis");
-    if (e.axis >= normalizedAxis(axisAttr ? axisAttr.getInt() : -1, rank))
+    if (e.axis >= normalizedAxis(toAttrMap(op).getInt("axis", -1), int64_t(shapeOf(op->getOperand(0)).size())))
       return refuse("it normalizes over the counted dim");
     for (Value r : op->getResults()) extents[r] = e; // the statistics keep the leading dims
     return success();

@@ -13,14 +13,20 @@
 namespace sd::cpu {
 namespace {
 
-Status ResizeKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0], &y = c.outputs[0];
-  const int64_t r = x.rank();
+// Every axis's taps from `in` to `out`, with the step's roi (input 1) and
+// scales (input 2): Resize's, and its gradient's the other way.
+Status tapsOf(const KernelContext &c, const Dims &in, const Dims &out, std::vector<ResizeAxisTaps> &taps) {
   std::vector<double> scales, roi;
   if (c.hasInput(2) && c.inputs[2].data && c.inputs[2].numElements() > 0) readDoubles(c.inputs[2], scales);
   if (c.hasInput(1) && c.inputs[1].data) readDoubles(c.inputs[1], roi);
+  return resizeTaps(c.attrs, in, out, roi, scales, taps);
+}
+
+Status ResizeKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &y = c.outputs[0];
+  const int64_t r = x.rank();
   std::vector<ResizeAxisTaps> taps;
-  SD_RETURN_IF_ERROR(resizeTaps(c.attrs, x.dims, y.dims, roi, scales, taps));
+  SD_RETURN_IF_ERROR(tapsOf(c, x.dims, y.dims, taps));
   double extrapolation = c.attrs.getFloat("extrapolation_value", 0.0);
   Dims xs = stridesOf(x.dims);
   if (r == 0) { // a scalar resizes to itself
@@ -103,11 +109,8 @@ Status ResizeKernel(const KernelContext &c) {
 // order, in f64, so the result does not depend on the threads.
 Status ResizeGradKernel(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &dx = c.outputs[0];
-  std::vector<double> scales, roi;
-  if (c.hasInput(2) && c.inputs[2].data && c.inputs[2].numElements() > 0) readDoubles(c.inputs[2], scales);
-  if (c.hasInput(1) && c.inputs[1].data) readDoubles(c.inputs[1], roi);
   std::vector<ResizeAxisTaps> taps;
-  SD_RETURN_IF_ERROR(resizeTaps(c.attrs, dx.dims, dy.dims, roi, scales, taps));
+  SD_RETURN_IF_ERROR(tapsOf(c, dx.dims, dy.dims, taps));
   return dispatchFloat(dy.dtype, [&](auto tag) {
     using T = decltype(tag);
     Dims shape = dy.dims;

@@ -86,6 +86,23 @@ __global__ void resizeKernel(ResizeGeometry g, int64_t n, const int64_t *index, 
   }
 }
 
+// Every axis's taps from `in` to `out`, with the step's roi and scales, which
+// must be known when the session is created: Resize's, and its gradient's
+// the other way. False with `error` set when they cannot be had.
+bool preparedTaps(const PrepareContext &p, const Dims &in, const Dims &out, const char *op,
+                  std::vector<ResizeAxisTaps> &taps, std::string &error) {
+  std::vector<double> roi, scales;
+  if (!hostDoubles(p, 1, roi) || !hostDoubles(p, 2, scales)) {
+    error = std::string(op) + " on CUDA needs its roi and scales known when the session is created (constants)";
+    return false;
+  }
+  if (Status s = resizeTaps(p.kernel.attrs, in, out, roi, scales, taps); !s.isOk()) {
+    error = s.message();
+    return false;
+  }
+  return true;
+}
+
 std::shared_ptr<const void> prepareResize(const PrepareContext &p) {
   auto r = std::make_shared<ResizePrepared>();
   const KernelContext &c = p.kernel;
@@ -94,16 +111,8 @@ std::shared_ptr<const void> prepareResize(const PrepareContext &p) {
     r->error = "Resize on CUDA takes ranks 1 to 8";
     return r;
   }
-  std::vector<double> roi, scales;
-  if (!hostDoubles(p, 1, roi) || !hostDoubles(p, 2, scales)) {
-    r->error = "Resize on CUDA needs its roi and scales known when the session is created (constants)";
-    return r;
-  }
   std::vector<ResizeAxisTaps> taps;
-  if (Status s = resizeTaps(c.attrs, x.dims, y.dims, roi, scales, taps); !s.isOk()) {
-    r->error = s.message();
-    return r;
-  }
+  if (!preparedTaps(p, x.dims, y.dims, "Resize", taps, r->error)) return r;
   ResizeGeometry &g = r->g;
   g.rank = int(x.rank());
   g.extrapolation = c.attrs.getFloat("extrapolation_value", 0.0);
@@ -190,16 +199,8 @@ std::shared_ptr<const void> prepareResizeGrad(const PrepareContext &p) {
   auto r = std::make_shared<ResizeGradPrepared>();
   const KernelContext &c = p.kernel;
   const TensorView &dy = c.inputs[0], &dx = c.outputs[0];
-  std::vector<double> roi, scales;
-  if (!hostDoubles(p, 1, roi) || !hostDoubles(p, 2, scales)) {
-    r->error = "ResizeGrad on CUDA needs its roi and scales known when the session is created (constants)";
-    return r;
-  }
   std::vector<ResizeAxisTaps> taps;
-  if (Status s = resizeTaps(c.attrs, dx.dims, dy.dims, roi, scales, taps); !s.isOk()) {
-    r->error = s.message();
-    return r;
-  }
+  if (!preparedTaps(p, dx.dims, dy.dims, "ResizeGrad", taps, r->error)) return r;
   Dims shape = dy.dims;
   int64_t largest = std::max<int64_t>(dy.numElements(), 1);
   for (int64_t d = dx.rank() - 1; d >= 0; --d) {

@@ -1716,29 +1716,19 @@ def resize_grad_ref(ins, attrs, t):
     from onnx.reference import ReferenceEvaluator
     dy, roi, scales = f64(ins[0]), ins[1], ins[2]
     shape = list(attrs["input_shape"])
-    forward = {k: v for k, v in attrs.items() if k != "input_shape"}
-    feeds = {"x": np.zeros(shape), "roi": roi if roi is not None else np.zeros(0, np.float32),
-             "scales": scales if scales is not None else np.zeros(0, np.float32)}
-    inputs = ["x", "roi", "scales"]
-    if scales is None:
-        feeds["sizes"] = np.array(dy.shape, np.int64)
-        inputs.append("sizes")
-    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(feeds[n].dtype), feeds[n].shape)
-             for n in inputs]
-    node = helper.make_node("Resize", [n if n in ("x", "sizes") or feeds[n].size else "" for n in inputs], ["y"],
-                            **forward)
-    model = helper.make_model(helper.make_graph([node], "g", [i for i, n in zip(infos, inputs)
-                                                              if n in ("x", "sizes") or feeds[n].size],
-                                                [helper.make_tensor_value_info("y", 0, None)]),
-                              opset_imports=[helper.make_opsetid("", 19)])
-    run = ReferenceEvaluator(model)
-    used = {n: v for n, v in feeds.items() if n in ("x", "sizes") or v.size}
+    feeds = {"x": np.zeros(shape), "roi": roi, "scales": scales,
+             "sizes": np.array(dy.shape, np.int64) if scales is None else None}
+    names = [n if v is not None else "" for n, v in feeds.items()]
+    feeds = {n: v for n, v in feeds.items() if v is not None}
+    infos = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+             for n, v in feeds.items()]
+    node = helper.make_node("Resize", names, ["y"], **{k: v for k, v in attrs.items() if k != "input_shape"})
+    graph = helper.make_graph([node], "g", infos, [helper.make_tensor_value_info("y", 0, None)])
+    run = ReferenceEvaluator(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)]))
     dx = np.zeros(int(np.prod(shape)))
     for k in range(dx.size):
-        basis = np.zeros(dx.size)
-        basis[k] = 1
-        used["x"] = basis.reshape(shape)
-        dx[k] = float((np.asarray(run.run(None, used)[0], np.float64) * dy).sum())
+        feeds["x"] = np.eye(1, dx.size, k).reshape(shape)
+        dx[k] = float((np.asarray(run.run(None, feeds)[0], np.float64) * dy).sum())
     return [dx.reshape(shape).astype(ins[0].dtype)]
 
 

@@ -257,6 +257,19 @@ std::string unknownMetadata(const google::protobuf::UnknownFieldSet &unknown, in
   return "";
 }
 
+// The strings of a Python list's repr, as exporters write them in metadata:
+// "['', 'model', \"it's\"]" -> "", "model", "it's".
+std::vector<std::string> quotedStrings(const std::string &v) {
+  std::vector<std::string> parts;
+  for (size_t at = 0; (at = v.find_first_of("'\"", at)) != std::string::npos;) {
+    size_t end = v.find(v[at], at + 1);
+    if (end == std::string::npos) break;
+    parts.push_back(v.substr(at + 1, end - at - 1));
+    at = end + 1;
+  }
+  return parts;
+}
+
 // The PyTorch module a node came from, as the dynamo exporter records it in
 // metadata_props: pkg.torch.onnx.name_scopes = "['', 'model', 'layers.0',
 // 'self_attn', 'q_proj', 'linear']" (or each entry the full path so far:
@@ -267,14 +280,7 @@ std::string unknownMetadata(const google::protobuf::UnknownFieldSet &unknown, in
 std::string torchModuleScope(const onnx::NodeProto &node) {
   constexpr int kMetadataProps = 9;
   const std::string v = unknownMetadata(node.unknown_fields(), kMetadataProps, "pkg.torch.onnx.name_scopes");
-  if (v.empty()) return "";
-  std::vector<std::string> parts;
-  for (size_t at = 0; (at = v.find_first_of("'\"", at)) != std::string::npos;) {
-    size_t end = v.find(v[at], at + 1);
-    if (end == std::string::npos) break;
-    parts.push_back(v.substr(at + 1, end - at - 1));
-    at = end + 1;
-  }
+  std::vector<std::string> parts = quotedStrings(v);
   // Newer exporters write each scope's full path ('model', 'model.layers.0',
   // ...); older ones the path's next part ('model', 'layers.0', ...).
   std::string scope;
@@ -363,13 +369,9 @@ TorchParameters torchParameters(const onnx::ModelProto &model) {
     if (kind == "PARAMETER") tp.params.insert(vi.name());
     // "['gn.weight', 'val_15', ...]": folded from a parameter when a source
     // has a module path (FX's own values are named conv2d, mul_3, val_15).
-    std::string folded = unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from");
-    for (size_t at = 0; (at = folded.find('\'', at)) != std::string::npos;) {
-      size_t end = folded.find('\'', at + 1);
-      if (end == std::string::npos) break;
-      if (llvm::StringRef(folded).slice(at + 1, end).contains('.')) tp.params.insert(vi.name());
-      at = end + 1;
-    }
+    for (const std::string &source :
+         quotedStrings(unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from")))
+      if (llvm::StringRef(source).contains('.')) tp.params.insert(vi.name());
   }
   if (tp.marked) return tp;
   tp.params.clear();

@@ -160,18 +160,20 @@ LogicalResult zeroVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool>
 // evenly among the operands that tie there (torch.maximum halves a tie).
 template <typename OpT>
 LogicalResult extremeVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (op->getNumOperands() == 1) { // the dynamo exporter's Max of one operand is that operand
+    dx[0] = dy[0];
+    return success();
+  }
   Value y = op->getResult(0);
-  Type et = elementTypeOf(dy[0]);
   SmallVector<Value> hits;
   Value ties;
   for (Value x : op->getOperands()) {
-    Value hit = g.make<CastOp>({g.make<EqualOp>({x, y})}, {g.attr("to", int64_t(*toDType(et)))});
-    hits.push_back(hit);
-    ties = ties ? g.add(ties, hit) : hit;
+    hits.push_back(g.equalMask(x, y));
+    ties = ties ? g.add(ties, hits.back()) : hits.back();
   }
-  Value share = op->getNumOperands() == 1 ? dy[0] : g.div(dy[0], ties);
+  Value share = g.div(dy[0], ties);
   for (auto [i, x] : llvm::enumerate(op->getOperands()))
-    if (need[i]) dx[i] = g.unbroadcast(op->getNumOperands() == 1 ? dy[0] : g.mul(share, hits[i]), x.getType());
+    if (need[i]) dx[i] = g.unbroadcast(g.mul(share, hits[i]), x.getType());
   return success();
 }
 

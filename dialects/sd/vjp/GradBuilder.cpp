@@ -8,6 +8,24 @@ namespace sd::ir {
 ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
 Type elementTypeOf(Value v) { return cast<ShapedType>(v.getType()).getElementType(); }
 
+Value GradBuilder::equalMask(Value a, Value b) {
+  std::optional<DType> to = toDType(elementTypeOf(a));
+  if (!to) return fail(), Value();
+  return make<CastOp>({make<EqualOp>({a, b})}, {attr("to", int64_t(*to))});
+}
+
+bool reducedAxesOf(Operation *reduction, SmallVectorImpl<int64_t> &axes) {
+  Value data = reduction->getOperand(0), given = reduction->getOperand(1);
+  int64_t rank = int64_t(shapeOf(data).size());
+  if (!isa<NoneType>(given.getType()) && !constantInts(given, axes)) return false;
+  auto noop = reduction->getAttrOfType<IntegerAttr>("noop_with_empty_axes");
+  if (axes.empty() && !(noop && noop.getInt()))
+    for (int64_t i = 0; i < rank; ++i) axes.push_back(i);
+  for (int64_t &a : axes)
+    if (a < 0) a += rank;
+  return true;
+}
+
 bool constantInts(Value v, SmallVectorImpl<int64_t> &out) {
   ElementsAttr c = constantValue(v);
   if (!c) return false;

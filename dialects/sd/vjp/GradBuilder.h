@@ -49,6 +49,8 @@ public:
   mlir::Value mul(mlir::Value a, mlir::Value b);
   mlir::Value div(mlir::Value a, mlir::Value b);
   mlir::Value neg(mlir::Value a);
+  // 1 where a == b, else 0, in a's element type (which of a max's operands won).
+  mlir::Value equalMask(mlir::Value a, mlir::Value b);
   mlir::Value scale(mlir::Value a, double s); // a * s
   mlir::Value reshape(mlir::Value v, llvm::ArrayRef<int64_t> shape);
   mlir::Value transpose(mlir::Value v, llvm::ArrayRef<int64_t> perm);
@@ -78,6 +80,11 @@ llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);
 mlir::Type elementTypeOf(mlir::Value v);
 // Integer values of an sd.constant operand; false when it is not constant.
 bool constantInts(mlir::Value v, llvm::SmallVectorImpl<int64_t> &out);
+// The axes a Reduce* op (data, axes?) reduces, normalized: all of them when
+// none are given, none when noop_with_empty_axes says so (so empty means the
+// result is its operand). False when the axes are not constants. The
+// reductions' rules and sd-bounded-extents both read reductions this way.
+bool reducedAxesOf(mlir::Operation *reduction, llvm::SmallVectorImpl<int64_t> &axes);
 
 // The rule of one op class, attached as a DifferentiableOpInterface model.
 template <typename OpT>

@@ -11,27 +11,17 @@ namespace {
 
 using Grads = SmallVectorImpl<Value>;
 
-// Axes of a reduction, normalized; all axes when absent (unless noop_with_empty_axes).
-template <typename OpT> LogicalResult reduceAxes(OpT op, SmallVectorImpl<int64_t> &axes, bool &noop) {
-  int64_t rank = int64_t(shapeOf(op.getData()).size());
-  noop = false;
-  if (!isa<NoneType>(op.getAxes().getType()) && !constantInts(op.getAxes(), axes))
-    return op.emitError("reduction with non-constant axes is not differentiable");
-  if (axes.empty()) {
-    if (op.getNoopWithEmptyAxes().value_or(0)) noop = true;
-    for (int64_t i = 0; i < rank && !noop; ++i) axes.push_back(i);
-  }
-  for (int64_t &a : axes)
-    if (a < 0) a += rank;
+// The reduced axes (reducedAxesOf); none for a no-op reduction.
+LogicalResult reduceAxes(Operation *op, SmallVectorImpl<int64_t> &axes) {
+  if (!reducedAxesOf(op, axes)) return op->emitError("reduction with non-constant axes is not differentiable");
   return success();
 }
 
 template <typename OpT, bool Mean>
 LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
-  if (noop) {
+  if (failed(reduceAxes(op, axes))) return failure();
+  if (axes.empty()) {
     dx[0] = dy[0];
     return success();
   }
@@ -49,9 +39,8 @@ LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<boo
 // are all 0 then, so x / 1 gives it; PyTorch's vector_norm backward agrees).
 LogicalResult reduceL2VJP(ReduceL2Op op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
-  if (noop) {
+  if (failed(reduceAxes(op, axes))) return failure();
+  if (axes.empty()) {
     dx[0] = dy[0];
     return success();
   }
@@ -67,9 +56,8 @@ LogicalResult reduceL2VJP(ReduceL2Op op, GradBuilder &g, ArrayRef<Value> dy, Arr
 // reduction), for the rules dx = that * f(x).
 template <typename OpT> Value stretched(OpT op, GradBuilder &g, Value dy) {
   SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return Value();
-  return noop ? dy : g.broadcastTo(dy, op.getData().getType(), axes);
+  if (failed(reduceAxes(op, axes))) return Value();
+  return axes.empty() ? dy : g.broadcastTo(dy, op.getData().getType(), axes);
 }
 
 // y = sum x^2: dx = 2 x dy.
@@ -93,10 +81,9 @@ LogicalResult reduceL1VJP(ReduceL1Op op, GradBuilder &g, ArrayRef<Value> dy, Arr
 LogicalResult reduceLogSumExpVJP(ReduceLogSumExpOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                                  Grads &dx) {
   SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
+  if (failed(reduceAxes(op, axes))) return failure();
   Value x = op.getData();
-  if (noop) {
+  if (axes.empty()) {
     dx[0] = dy[0]; // log(exp(x)) = x
     return success();
   }
@@ -110,16 +97,13 @@ LogicalResult reduceLogSumExpVJP(ReduceLogSumExpOp op, GradBuilder &g, ArrayRef<
 template <typename OpT>
 LogicalResult reduceExtremeVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<int64_t> axes;
-  bool noop;
-  if (failed(reduceAxes(op, axes, noop))) return failure();
+  if (failed(reduceAxes(op, axes))) return failure();
   Value x = op.getData();
-  if (noop) {
+  if (axes.empty()) {
     dx[0] = dy[0];
     return success();
   }
-  Type et = elementTypeOf(x);
-  Value y = g.broadcastTo(op->getResult(0), x.getType(), axes);
-  Value hit = g.make<CastOp>({g.make<EqualOp>({x, y})}, {g.attr("to", int64_t(*toDType(et)))});
+  Value hit = g.equalMask(x, g.broadcastTo(op->getResult(0), x.getType(), axes));
   Value ties = g.broadcastTo(g.reduceSum(hit, axes, /*keepdims=*/true), x.getType(), axes);
   dx[0] = g.div(g.mul(g.broadcastTo(dy[0], x.getType(), axes), hit), ties);
   return success();
