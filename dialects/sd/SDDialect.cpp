@@ -36,6 +36,8 @@ void SDDialect::initialize() {
   attachOsftVJPs(getContext());
   attachRecurrentVJPs(getContext());
   attachRotaryVJPs(getContext());
+  attachIndexingVJPs(getContext());
+  attachTrigonometricVJPs(getContext());
 }
 
 Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {

@@ -27,6 +27,7 @@ struct Case {
   std::string name;
   std::vector<Init> inits; // names starting with 'w' are trainable
   std::string body;        // defines y from x (float[2, 3]) and the initializers
+  int opset = 17;
 };
 
 std::string initializerText(const Init &in, std::mt19937 &rng) {
@@ -56,7 +57,8 @@ TEST_P(GradCheck, MatchesFiniteDifferences) {
   std::mt19937 rng(42);
   std::string inits;
   for (const Init &in : c.inits) inits += (inits.empty() ? "" : ", ") + initializerText(in, rng);
-  std::string text = "<ir_version: 8, opset_import: [\"\" : 17]>\ng (float[2, 3] x) => (float loss)\n<" + inits +
+  std::string text = "<ir_version: 8, opset_import: [\"\" : " + std::to_string(c.opset) +
+                     "]>\ng (float[2, 3] x) => (float loss)\n<" + inits +
                      ">\n{\n" + c.body + "\n  sq = Mul(y, y)\n  loss = ReduceSum <keepdims = 0> (sq)\n}\n";
   TempDir tmp("sd_grad_test");
   const std::string &dir = tmp.path();
@@ -350,7 +352,69 @@ INSTANTIATE_TEST_SUITE_P(
              "  y = Resize <mode = \"cubic\", antialias = 1> (w, , s)"},
         // Eval-mode BatchNorm: the statistics (m, v) are frozen.
         Case{"BatchNorm", {{"w", "2, 3, 2, 2", 24}, {"ws", "3", 3}, {"wb", "3", 3}, {"m", "3", 3}, {"v", "3", 3, true}},
-             "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"}),
+             "  y = BatchNormalization <epsilon = 0.01> (w, ws, wb, m, v)"},
+        // Einsum: a product, a label only one operand has (broadcast back), a
+        // size-1 ellipsis dim broadcast against x's 2, the implicit output,
+        // three operands.
+        Case{"EinsumProduct", {W23, {"w2", "3, 4", 12}}, "  y = Einsum <equation = \"ij,jk->ik\"> (w, w2)"},
+        Case{"EinsumSummedLabel", {W23, {"w2", "3, 4", 12}}, "  y = Einsum <equation = \"ij,jk->k\"> (w, w2)"},
+        Case{"EinsumEllipsisBroadcast", {{"w", "1, 3", 3}}, "  y = Einsum <equation = \"...j,...j->...\"> (w, x)"},
+        Case{"EinsumImplicitThree", {W23, {"w2", "3, 4", 12}, {"w3", "4", 4}},
+             "  y = Einsum <equation = \"ij, jk ,k\"> (w, w2, w3)"},
+        Case{"TopK", {{"w", "2, 4", 8}}, "  k = Constant <value = int64[1] {2}> ()\n  y, i = TopK <axis = 1> (w, k)"},
+        Case{"TopKSmallest", {{"w", "4, 2", 8}},
+             "  k = Constant <value = int64[1] {3}> ()\n  y, i = TopK <axis = 0, largest = 0> (w, k)"},
+        Case{"Trilu", {{"w", "3, 4", 12}}, "  k = Constant <value = int64 {1}> ()\n  y = Trilu <upper = 0> (w, k)"},
+        Case{"TriluUpper", {{"w", "2, 3, 3", 18}}, "  y = Trilu (w)"},
+        // Pixel shuffles: scaled by a ramp, so a wrong permutation shows.
+        Case{"DepthToSpaceDCR", {{"w", "1, 8, 1, 2", 16}},
+             "  d = DepthToSpace <blocksize = 2> (w)\n  y = Mul(d, d)"},
+        Case{"DepthToSpaceCRD", {{"w", "1, 8, 1, 2", 16}},
+             "  d = DepthToSpace <blocksize = 2, mode = \"CRD\"> (w)\n  y = Mul(d, d)"},
+        Case{"SpaceToDepth", {{"w", "1, 2, 2, 4", 16}}, "  d = SpaceToDepth <blocksize = 2> (w)\n  y = Mul(d, d)"},
+        // Pad in every mode: reflect, edge, wrap (opset 19), and a crop.
+        Case{"PadReflect", {{"w", "3, 5", 15}},
+             "  p = Constant <value = int64[4] {1, 2, 2, 4}> ()\n  y = Pad <mode = \"reflect\"> (w, p)"},
+        Case{"PadEdge", {{"w", "3, 2", 6}},
+             "  p = Constant <value = int64[4] {2, 1, 1, 3}> ()\n  y = Pad <mode = \"edge\"> (w, p)"},
+        Case{"PadWrap", {{"w", "2, 4", 8}},
+             "  p = Constant <value = int64[4] {1, 3, 2, 4}> ()\n  y = Pad <mode = \"wrap\"> (w, p)", 19},
+        Case{"PadCrop", {{"w", "3, 4", 12}},
+             "  p = Constant <value = int64[4] {-1, 2, 1, -1}> ()\n  y = Pad (w, p)"},
+        // Negative steps: torch.flip, and every second element backwards.
+        Case{"SliceFlip", {{"w", "2, 6", 12}},
+             "  st = Constant <value = int64[1] {-1}> ()\n  en = Constant <value = int64[1] {-9223372036854775807}> ()\n"
+             "  ax = Constant <value = int64[1] {1}> ()\n  sp = Constant <value = int64[1] {-1}> ()\n"
+             "  s = Slice(w, st, en, ax, sp)\n  y = Mul(s, w)"},
+        Case{"SliceBackStep2", {{"w", "2, 7", 14}},
+             "  st = Constant <value = int64[2] {5, 1}> ()\n  en = Constant <value = int64[2] {0, -9}> ()\n"
+             "  ax = Constant <value = int64[2] {1, 0}> ()\n  sp = Constant <value = int64[2] {-2, -1}> ()\n"
+             "  s = Slice(w, st, en, ax, sp)\n  y = Mul(s, x)"},
+        // Scatters: the updates get dy where they landed; the data gets dy
+        // less what was overwritten (none), or all of it (add, duplicates).
+        Case{"ScatterElements", {W23, {"w2", "2, 1", 2}},
+             "  i = Constant <value = int64[2, 1] {2, 0}> ()\n  y = ScatterElements <axis = 1> (w, i, w2)"},
+        Case{"ScatterElementsAdd", {W23, {"w2", "2, 2", 4}},
+             "  i = Constant <value = int64[2, 2] {1, 1, 0, 2}> ()\n"
+             "  s = ScatterElements <axis = 1, reduction = \"add\"> (w, i, w2)\n  y = Mul(s, s)"},
+        Case{"ScatterND", {W23, {"w2", "1, 3", 3}},
+             "  i = Constant <value = int64[1, 1] {1}> ()\n  y = ScatterND(w, i, w2)"},
+        Case{"GatherND", {W23},
+             "  i = Constant <value = int64[3, 2] {0, 1, 1, 2, 0, 1}> ()\n  y = GatherND(w, i)"},
+        // The inverse and hyperbolic trigonometric functions, inside their domains.
+        Case{"TanAtanSinhCosh", {W23, {"w2", "2, 3", 6}},
+             "  a = Tan(w)\n  b = Atan(w2)\n  c = Sinh(w)\n  d = Cosh(w2)\n  ab = Add(a, b)\n  cd = Add(c, d)\n"
+             "  y = Add(ab, cd)"},
+        Case{"AsinAcosAtanh", {W23}, "  h = Constant <value = float {0.6}> ()\n  v = Mul(w, h)\n  a = Asin(v)\n"
+                                     "  b = Acos(v)\n  c = Atanh(v)\n  ab = Mul(a, b)\n  y = Add(ab, c)"},
+        Case{"AsinhAcosh", {Wpos}, "  one = Constant <value = float {1.}> ()\n  v = Add(w, one)\n  a = Asinh(w)\n"
+                                   "  b = Acosh(v)\n  y = Add(a, b)"},
+        Case{"Shrink", {W23}, "  y = Shrink <lambd = 0.3, bias = 0.1> (w)"},
+        Case{"CastLikeDouble", {W23}, "  d = Constant <value = double {1.}> ()\n  c = CastLike(w, d)\n"
+                                      "  e = Mul(c, c)\n  y = CastLike(e, x)"},
+        // Opset 11's softmaxes run over the flattened trailing dims.
+        Case{"SoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  y = Softmax <axis = 1> (w)", 11},
+        Case{"LogSoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  l = LogSoftmax <axis = 0> (w)\n  y = Mul(l, w)", 11}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

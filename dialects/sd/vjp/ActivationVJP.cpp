@@ -72,6 +72,17 @@ LogicalResult thresholdedReluVJP(ThresholdedReluOp op, GradBuilder &g, ArrayRef<
   return success();
 }
 
+// Soft and hard shrinkage (x ∓ bias beyond ±lambd, else 0): dy strictly
+// beyond ±lambd, as PyTorch's softshrink and hardshrink backward.
+LogicalResult shrinkVJP(ShrinkOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  Value x = op.getInput();
+  double lambd = attrOr(op.getLambd(), 0.5);
+  Value beyond = g.make<OrOp>({g.make<GreaterOp>({x, g.scalar(elementTypeOf(x), lambd)}),
+                               g.make<LessOp>({x, g.scalar(elementTypeOf(x), -lambd)})});
+  dx[0] = select(g, beyond, dy[0], {});
+  return success();
+}
+
 // softplus(x) = log(1 + exp(x)): dy * sigmoid(x).
 LogicalResult softplusVJP(SoftplusOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   dx[0] = g.mul(dy[0], g.make<SigmoidOp>({op.getInput()}));
@@ -193,6 +204,7 @@ void attachActivationVJPs(MLIRContext *ctx) {
   attachVJP<SeluOp, seluVJP>(ctx);
   attachVJP<CeluOp, celuVJP>(ctx);
   attachVJP<ThresholdedReluOp, thresholdedReluVJP>(ctx);
+  attachVJP<ShrinkOp, shrinkVJP>(ctx);
   attachVJP<SoftplusOp, softplusVJP>(ctx);
   attachVJP<SoftsignOp, softsignVJP>(ctx);
   attachVJP<HardSigmoidOp, hardSigmoidVJP>(ctx);

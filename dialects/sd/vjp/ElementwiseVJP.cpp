@@ -167,13 +167,22 @@ LogicalResult loopGuardVJP(LoopGuardOp op, GradBuilder &g, ArrayRef<Value> dy, A
   return success();
 }
 
-// Float-to-float casts pass the gradient back in the source type.
-LogicalResult castVJP(CastOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  Type src = elementTypeOf(op.getInput());
-  std::optional<DType> d = toDType(src);
-  if (!isa<FloatType>(src) || !d) return op.emitError("Cast: not differentiable from ") << src;
-  dx[0] = g.make<CastOp>({dy[0]}, {g.attr("to", int64_t(*d))});
+// Float-to-float casts pass the gradient back in the source type (CastLike's
+// target operand only lends its type: it gets none).
+LogicalResult castBack(Operation *op, Value src, GradBuilder &g, Value dy, Grads &dx) {
+  Type et = elementTypeOf(src);
+  std::optional<DType> d = toDType(et);
+  if (!isa<FloatType>(et) || !d) return op->emitError("Cast: not differentiable from ") << et;
+  dx[0] = g.make<CastOp>({dy}, {g.attr("to", int64_t(*d))});
   return success();
+}
+
+LogicalResult castVJP(CastOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  return castBack(op, op.getInput(), g, dy[0], dx);
+}
+
+LogicalResult castLikeVJP(CastLikeOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  return need[0] ? castBack(op, op.getLhs(), g, dy[0], dx) : success();
 }
 
 LogicalResult sumVJP(SumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
@@ -209,6 +218,7 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<IfSelectOp, ifSelectVJP>(ctx);
   attachVJP<LoopGuardOp, loopGuardVJP>(ctx);
   attachVJP<CastOp, castVJP>(ctx);
+  attachVJP<CastLikeOp, castLikeVJP>(ctx);
   attachVJP<SumOp, sumVJP>(ctx);
 }
 

@@ -84,6 +84,18 @@ Value GradBuilder::reduceSum(Value v, ArrayRef<int64_t> axes, bool keepdims) {
   return make<ReduceSumOp>({v, ints(axes)}, {attr("keepdims", int64_t(keepdims))});
 }
 
+Value GradBuilder::sliceAxis(Value v, int64_t axis, int64_t start, int64_t end, int64_t step) {
+  return make<SliceOp>({v, ints({start}), ints({end}), ints({axis}), ints({step})});
+}
+
+Value GradBuilder::padAxis(Value v, int64_t axis, int64_t before, int64_t after) {
+  if (!v || (before == 0 && after == 0)) return v;
+  SmallVector<int64_t> pads(2 * shapeOf(v).size(), 0);
+  pads[size_t(axis)] = before;
+  pads[size_t(axis) + shapeOf(v).size()] = after;
+  return make<PadOp>({v, ints(pads), none(), none()});
+}
+
 Value GradBuilder::zeros(Type type) {
   auto t = cast<RankedTensorType>(type);
   return make<ExpandOp>({scalar(t.getElementType(), 0.0), ints(t.getShape())});

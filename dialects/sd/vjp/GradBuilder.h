@@ -56,6 +56,10 @@ public:
   mlir::Value transpose(mlir::Value v, llvm::ArrayRef<int64_t> perm);
   mlir::Value swapLastTwo(mlir::Value v);
   mlir::Value reduceSum(mlir::Value v, llvm::ArrayRef<int64_t> axes, bool keepdims);
+  // v[start:end:step] along one axis (ONNX Slice clamping; a negative step walks back).
+  mlir::Value sliceAxis(mlir::Value v, int64_t axis, int64_t start, int64_t end, int64_t step = 1);
+  // v with `before` and `after` zeros added along one axis.
+  mlir::Value padAxis(mlir::Value v, int64_t axis, int64_t before, int64_t after);
   mlir::Value zeros(mlir::Type type);
   // Sums `grad` over the axes that broadcasting added or stretched, giving `target`'s shape.
   mlir::Value unbroadcast(mlir::Value grad, mlir::Type target);
@@ -77,6 +81,11 @@ private:
 constexpr const char *kCrossRankMeanAttr = "sd.cross_rank_mean";
 
 llvm::ArrayRef<int64_t> shapeOf(mlir::Value v);
+// An optional axis attribute (default 0), made non-negative for `rank`.
+inline int64_t axisOf(std::optional<int64_t> a, int64_t rank) {
+  int64_t v = a.value_or(0);
+  return v < 0 ? v + rank : v;
+}
 mlir::Type elementTypeOf(mlir::Value v);
 // Integer values of an sd.constant operand; false when it is not constant.
 bool constantInts(mlir::Value v, llvm::SmallVectorImpl<int64_t> &out);
@@ -109,6 +118,7 @@ template <typename OpT, VJPRule<OpT> Rule> void attachVJP(mlir::MLIRContext *ctx
 void attachActivationVJPs(mlir::MLIRContext *ctx);
 void attachConvVJPs(mlir::MLIRContext *ctx);
 void attachElementwiseVJPs(mlir::MLIRContext *ctx);
+void attachIndexingVJPs(mlir::MLIRContext *ctx);
 void attachLinalgVJPs(mlir::MLIRContext *ctx);
 void attachLossVJPs(mlir::MLIRContext *ctx);
 void attachMovementVJPs(mlir::MLIRContext *ctx);
@@ -117,5 +127,6 @@ void attachOsftVJPs(mlir::MLIRContext *ctx);
 void attachRecurrentVJPs(mlir::MLIRContext *ctx);
 void attachReductionVJPs(mlir::MLIRContext *ctx);
 void attachRotaryVJPs(mlir::MLIRContext *ctx);
+void attachTrigonometricVJPs(mlir::MLIRContext *ctx);
 
 } // namespace sd::ir

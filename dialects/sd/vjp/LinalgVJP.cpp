@@ -1,7 +1,8 @@
-// Reverse-mode rules of Linear, MatMul, Gemm and fused attention. Linear's weight gradient is
+// Reverse-mode rules of Linear, MatMul, Gemm, Einsum and fused attention. Linear's weight gradient is
 // one GEMM over the flattened batch, built only when the weight is trainable
 // (a frozen weight costs no weight-gradient GEMM).
 #include "GradBuilder.h"
+#include "sd/ops/einsum.h"
 #include <cmath>
 
 using namespace mlir;
@@ -131,12 +132,64 @@ LogicalResult qkvAttentionVJP(QkvAttentionOp op, GradBuilder &g, ArrayRef<Value>
   return success();
 }
 
+// Einsum: operand i's gradient is the einsum of dy with the other operands,
+// producing operand i's labels. Labels only operand i has (summed in the
+// forward) are broadcast back, and so are its size-1 ellipsis dims that
+// broadcast against bigger ones (summed by the gradient einsum). A label
+// repeated within one operand (a diagonal) is refused.
+LogicalResult einsumVJP(EinsumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  std::vector<Dims> dims;
+  for (Value v : op.getInputs()) dims.emplace_back(shapeOf(v).begin(), shapeOf(v).end());
+  EinsumSpec spec;
+  if (!parseEinsum(op.getEquation().str(), dims, spec).isOk()) return op.emitError("Einsum: bad equation");
+  // One letter per label, and a fresh one for each broadcast size-1 dim.
+  int next = spec.numLabels;
+  auto letter = [](int id) { return char(id < 26 ? 'a' + id : 'A' + id - 26); };
+  std::vector<std::string> terms;
+  for (size_t t = 0; t < dims.size(); ++t) {
+    std::string term;
+    for (size_t k = 0; k < dims[t].size(); ++k) {
+      int l = spec.inputLabels[t][k];
+      term += dims[t][k] == 1 && spec.labelSize[size_t(l)] != 1 ? letter(next++) : letter(l);
+    }
+    terms.push_back(term);
+  }
+  if (next > 52) return op.emitError("Einsum: too many labels to differentiate");
+  std::string out;
+  for (int l : spec.outputLabels) out += letter(l);
+  for (size_t i = 0; i < terms.size(); ++i) {
+    if (!need[i]) continue;
+    std::string others = out, kept;
+    SmallVector<Value> operands = {dy[0]};
+    for (size_t j = 0; j < terms.size(); ++j)
+      if (j != i) {
+        others += "," + terms[j];
+        operands.push_back(op.getInputs()[j]);
+      }
+    SmallVector<int64_t> keptShape(dims[i].begin(), dims[i].end());
+    for (size_t k = 0; k < terms[i].size(); ++k) {
+      char c = terms[i][k];
+      if (terms[i].find(c) != k)
+        return op.emitError("Einsum with a label repeated in one operand (a diagonal) is not differentiable yet");
+      if (others.find(c) != std::string::npos) kept += c;
+      else keptShape[k] = 1;
+    }
+    Value grad = g.make<EinsumOp>(operands, {g.builder().getNamedAttr(
+                                                "equation", g.builder().getStringAttr(others + "->" + kept))});
+    grad = g.reshape(grad, keptShape);
+    Type x = op.getInputs()[i].getType();
+    dx[i] = grad && grad.getType() != x ? g.make<ExpandOp>({grad, g.ints(dims[i])}) : grad;
+  }
+  return success();
+}
+
 } // namespace
 
 void attachLinalgVJPs(MLIRContext *ctx) {
   attachVJP<LinearOp, linearVJP>(ctx);
   attachVJP<MatMulOp, matmulVJP>(ctx);
   attachVJP<GemmOp, gemmVJP>(ctx);
+  attachVJP<EinsumOp, einsumVJP>(ctx);
   attachVJP<AttentionOp, attentionVJP>(ctx);
   attachVJP<QkvAttentionOp, qkvAttentionVJP>(ctx);
 }

@@ -1,7 +1,10 @@
 // Reverse-mode rules of the data-movement ops (reshapes, Transpose, Split,
-// Concat, Slice, Expand, Tile, Pad, Gather, GatherElements) and of Resize.
+// Concat, Slice, Expand, Tile, Pad, Trilu, DepthToSpace, SpaceToDepth) and
+// of Resize. Index-driven movement (gathers, scatters, TopK) is in
+// IndexingVJP.cpp.
 #include "GradBuilder.h"
 #include <algorithm>
+#include <limits>
 
 using namespace mlir;
 
@@ -27,11 +30,6 @@ LogicalResult transposeVJP(TransposeOp op, GradBuilder &g, ArrayRef<Value> dy, A
   return success();
 }
 
-int64_t axisOf(std::optional<int64_t> a, int64_t rank) {
-  int64_t v = a.value_or(0);
-  return v < 0 ? v + rank : v;
-}
-
 // Split's pieces, with zeros for the ones that got no gradient, concatenated back.
 LogicalResult splitVJP(SplitOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   int64_t axis = axisOf(op.getAxis(), int64_t(shapeOf(op.getInput()).size()));
@@ -54,7 +52,12 @@ LogicalResult concatVJP(ConcatOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
   return success();
 }
 
-// Slice with unit steps: the gradient is dy padded with zeros back to the input.
+Value reversed(GradBuilder &g, Value v, int64_t axis) {
+  return g.sliceAxis(v, axis, -1, std::numeric_limits<int64_t>::min(), -1);
+}
+
+// Slice: dy padded with zeros back to the input; a step k > 1 spreads it
+// with k - 1 zeros between elements, a negative step reverses it first.
 LogicalResult sliceVJP(SliceOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   ArrayRef<int64_t> xs = shapeOf(op.getData());
   int64_t rank = int64_t(xs.size());
@@ -71,11 +74,17 @@ LogicalResult sliceVJP(SliceOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<
   ArrayRef<int64_t> ys = shapeOf(op.getResult());
   Value d = dy[0];
   for (size_t i = 0; i < axes.size(); ++i) {
-    const int64_t k = steps.empty() ? 1 : steps[i];
-    if (k < 1) return op.emitError("Slice with negative steps is not differentiable yet");
+    int64_t k = steps.empty() ? 1 : steps[i];
     int64_t a = axes[i] < 0 ? axes[i] + rank : axes[i], dim = xs[size_t(a)], n = ys[size_t(a)];
     int64_t s = starts[i] < 0 ? starts[i] + dim : starts[i];
-    s = std::clamp<int64_t>(s, 0, dim);
+    s = std::clamp<int64_t>(s, 0, k < 0 ? dim - 1 : dim);
+    if (k < 0 && n > 0) {
+      // x[s::-|k|] (torch.flip, x[::-1]): dy reversed is x[low::|k|], low the
+      // last element taken.
+      if (n > 1) d = reversed(g, d, a);
+      s += (n - 1) * k;
+      k = -k;
+    }
     int64_t kept = n;
     if (k > 1 && n > 0) {
       // Every k-th element (x[s::k], as an interleaved rotary's x[..., ::2]):
@@ -118,10 +127,37 @@ LogicalResult tileVJP(TileOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
-// Constant padding: the gradient is the unpadded window of dy.
+// One padded axis's adjoint (n elements of x, l and r padded before and
+// after): the window of dy over x, plus what each mode copied from x added
+// back where it came from: edge, each side's sum onto the end element;
+// reflect, each side reversed onto x[1..l] and x[n-1-r..n-2]; wrap, each
+// side onto the far end. A negative pad (constant mode) crops: the cropped
+// elements of x get zeros.
+Value padAxisAdjoint(GradBuilder &g, Value d, int64_t a, int64_t n, int64_t l, int64_t r, StringRef mode) {
+  if (mode == "constant") {
+    int64_t cropL = std::max<int64_t>(-l, 0), cropR = std::max<int64_t>(-r, 0), lead = std::max<int64_t>(l, 0);
+    return g.padAxis(g.sliceAxis(d, a, lead, lead + n - cropL - cropR), a, cropL, cropR);
+  }
+  Value dx = g.sliceAxis(d, a, l, l + n);
+  Value before = l > 0 ? g.sliceAxis(d, a, 0, l) : Value(), after = r > 0 ? g.sliceAxis(d, a, l + n, l + n + r) : Value();
+  auto addAt = [&](Value part, int64_t lead, int64_t trail) { dx = g.add(dx, g.padAxis(part, a, lead, trail)); };
+  if (mode == "edge") {
+    if (before) addAt(g.reduceSum(before, {a}, true), 0, n - 1);
+    if (after) addAt(g.reduceSum(after, {a}, true), n - 1, 0);
+  } else if (mode == "reflect") {
+    if (before) addAt(l > 1 ? reversed(g, before, a) : before, 1, n - 1 - l);
+    if (after) addAt(r > 1 ? reversed(g, after, a) : after, n - 1 - r, 1);
+  } else { // wrap
+    if (before) addAt(before, n - l, 0);
+    if (after) addAt(after, 0, n - r);
+  }
+  return dx;
+}
+
+// Pad (every mode): one axis at a time, as each mode pads each axis by its
+// own index map.
 LogicalResult padVJP(PadOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  if (op.getMode().value_or("constant") != "constant")
-    return op.emitError("Pad in mode '") << *op.getMode() << "' is not differentiable yet (constant padding is)";
+  StringRef mode = op.getMode().value_or("constant");
   ArrayRef<int64_t> xs = shapeOf(op.getData());
   int64_t rank = int64_t(xs.size());
   SmallVector<int64_t> pads, axes;
@@ -131,34 +167,57 @@ LogicalResult padVJP(PadOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool
   } else {
     for (int64_t a = 0; a < rank; ++a) axes.push_back(a);
   }
-  SmallVector<int64_t> starts, ends, sliced;
+  Value d = dy[0];
   for (size_t k = 0; k < axes.size(); ++k) {
-    int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k];
-    if (pads[k] < 0 || pads[k + axes.size()] < 0)
-      return op.emitError("Pad with negative pads (a crop) is not differentiable yet");
-    sliced.push_back(a);
-    starts.push_back(pads[k]);
-    ends.push_back(pads[k] + xs[size_t(a)]);
+    int64_t a = axes[k] < 0 ? axes[k] + rank : axes[k], n = xs[size_t(a)];
+    int64_t l = pads[k], r = pads[k + axes.size()];
+    if (l == 0 && r == 0) continue;
+    if (mode != "constant" && (l < 0 || r < 0))
+      return op.emitError("Pad in mode '") << mode << "' with negative pads is not differentiable";
+    if ((mode == "reflect" && (l >= n || r >= n)) || (mode == "wrap" && (l > n || r > n)))
+      return op.emitError("Pad in mode '") << mode << "' wider than its axis " << a << " (" << n
+                                           << ") is not differentiable";
+    if (mode != "constant" && mode != "edge" && mode != "reflect" && mode != "wrap")
+      return op.emitError("Pad in mode '") << mode << "' is not differentiable";
+    d = padAxisAdjoint(g, d, a, n, l, r, mode);
   }
-  dx[0] = g.make<SliceOp>({dy[0], g.ints(starts), g.ints(ends), g.ints(sliced), g.none()});
+  dx[0] = d;
   return success();
 }
 
-LogicalResult gatherVJP(GatherOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  ArrayRef<int64_t> ds = shapeOf(op.getLhs());
-  int64_t axis = axisOf(op.getAxis(), int64_t(ds.size()));
-  dx[0] = g.make<GatherGradOp>({dy[0], op.getRhs()}, {g.attr("axis", axis), g.attr("data_shape", ds)});
+// Trilu keeps a triangle: so does its gradient.
+LogicalResult triluVJP(TriluOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  dx[0] = g.make<TriluOp>({dy[0], op.getK()}, g.attrsOf(op, {"upper"}));
   return success();
 }
 
-// torch.gather: dy added back where each element came from, by a
-// ScatterElements with reduction add (deterministic on every backend: each
-// output element sums its updates in order).
-LogicalResult gatherElementsVJP(GatherElementsOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
-                                Grads &dx) {
-  SmallVector<NamedAttribute> attrs = g.attrsOf(op, {"axis"});
-  attrs.push_back(g.builder().getNamedAttr("reduction", g.builder().getStringAttr("add")));
-  dx[0] = g.make<ScatterElementsOp>({g.zeros(op.getLhs().getType()), op.getRhs(), dy[0]}, attrs);
+// DepthToSpace and SpaceToDepth are a reshape, a transpose and a reshape
+// (ONNX's definitions); the gradient undoes them in reverse order.
+Value unshuffled(GradBuilder &g, Value dy, ArrayRef<int64_t> split, ArrayRef<int64_t> perm, ArrayRef<int64_t> xs) {
+  SmallVector<int64_t> permuted, inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) {
+    permuted.push_back(split[size_t(perm[i])]);
+    inverse[size_t(perm[i])] = int64_t(i);
+  }
+  return g.reshape(g.transpose(g.reshape(dy, permuted), inverse), xs);
+}
+
+LogicalResult depthToSpaceVJP(DepthToSpaceOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                              Grads &dx) {
+  ArrayRef<int64_t> xs = shapeOf(op.getInput());
+  int64_t b = int64_t(op.getBlocksize()), n = xs[0], c = xs[1] / (b * b), h = xs[2], w = xs[3];
+  if (op.getMode().value_or("DCR") == "CRD")
+    dx[0] = unshuffled(g, dy[0], {n, c, b, b, h, w}, {0, 1, 4, 2, 5, 3}, xs);
+  else
+    dx[0] = unshuffled(g, dy[0], {n, b, b, c, h, w}, {0, 3, 4, 1, 5, 2}, xs);
+  return success();
+}
+
+LogicalResult spaceToDepthVJP(SpaceToDepthOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                              Grads &dx) {
+  ArrayRef<int64_t> xs = shapeOf(op.getInput());
+  int64_t b = int64_t(op.getBlocksize()), n = xs[0], c = xs[1], h = xs[2] / b, w = xs[3] / b;
+  dx[0] = unshuffled(g, dy[0], {n, c, h, b, w, b}, {0, 3, 5, 1, 2, 4}, xs);
   return success();
 }
 
@@ -187,8 +246,9 @@ void attachMovementVJPs(MLIRContext *ctx) {
   attachVJP<ExpandOp, expandVJP>(ctx);
   attachVJP<TileOp, tileVJP>(ctx);
   attachVJP<PadOp, padVJP>(ctx);
-  attachVJP<GatherOp, gatherVJP>(ctx);
-  attachVJP<GatherElementsOp, gatherElementsVJP>(ctx);
+  attachVJP<TriluOp, triluVJP>(ctx);
+  attachVJP<DepthToSpaceOp, depthToSpaceVJP>(ctx);
+  attachVJP<SpaceToDepthOp, spaceToDepthVJP>(ctx);
   attachVJP<ResizeOp, resizeVJP>(ctx);
 }
 

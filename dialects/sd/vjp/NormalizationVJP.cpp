@@ -13,8 +13,18 @@ using Grads = SmallVectorImpl<Value>;
 
 template <typename OpT, typename GradOpT>
 LogicalResult softmaxVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  if (op.getCoerce2d().value_or(0)) return op.emitError("opset < 13 Softmax (coerce2d) is not differentiable yet");
-  dx[0] = g.make<GradOpT>({dy[0], op.getOutput()}, {g.attr("axis", op.getAxis().value_or(-1))});
+  ArrayRef<int64_t> ys = shapeOf(op.getOutput());
+  int64_t axis = axisOf(op.getAxis().value_or(-1), int64_t(ys.size()));
+  if (!op.getCoerce2d().value_or(0) || axis == int64_t(ys.size()) - 1) {
+    dx[0] = g.make<GradOpT>({dy[0], op.getOutput()}, {g.attr("axis", axis)});
+    return success();
+  }
+  // Opset < 13: a softmax over the rows of the [d0..d(axis-1), d(axis)..] matrix.
+  int64_t rows = 1, cols = 1;
+  for (size_t i = 0; i < ys.size(); ++i) (int64_t(i) < axis ? rows : cols) *= ys[i];
+  Value grad = g.make<GradOpT>({g.reshape(dy[0], {rows, cols}), g.reshape(op.getOutput(), {rows, cols})},
+                               {g.attr("axis", int64_t(1))});
+  dx[0] = g.reshape(grad, ys);
   return success();
 }
 
