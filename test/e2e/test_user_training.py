@@ -28,6 +28,12 @@ trained parameter.
              TorchScript's export) and a scatter (ScatterElements), atan, tan
   superres   reflect and replicate F.pad (Pad modes reflect and edge) around
              Convs, pixel_shuffle (DepthToSpace) and pixel_unshuffle
+  frozennorm a fresh BatchNorm1d kept in eval mode (frozen statistics, as
+             when fine-tuning a detector): the exporters keep one initializer
+             per value, so its running mean is its zero bias and its running
+             variance its unit scale (dynamo reads them directly, TorchScript
+             through Identity nodes); the statistics must stay put while the
+             parameters train
 """
 import json
 import os
@@ -148,7 +154,16 @@ def models():
             h = self.b(F.pad(h, (2, 0, 0, 2), mode="replicate"))
             return F.mse_loss(F.pixel_unshuffle(h, 2), target)
 
-    return Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes
+    class FrozenNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.norm = nn.Linear(6, 6), nn.BatchNorm1d(4)
+            self.eval()
+
+        def forward(self, x, target):
+            return F.mse_loss(self.norm(self.linear(x)), target)
+
+    return Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm
 
 
 def data_for(name, rng, n):
@@ -165,7 +180,7 @@ def data_for(name, rng, n):
     if name == "Upsample":
         return {"x": rng.standard_normal((n, 3, 5, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 12, 10)).astype(np.float32)}
-    if name == "Routed":
+    if name in ("Routed", "FrozenNorm"):
         return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32),
                 "target": rng.standard_normal((n, 4, 6)).astype(np.float32)}
     if name == "SuperRes":
@@ -231,7 +246,7 @@ def main():
     sdc, sdrun = tool_paths()
     import torch
     torch.set_num_threads(1)
-    Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes = models()
+    Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm = models()
     with tempfile.TemporaryDirectory() as tmp:
         for dynamo in (False, True):
             how = "dynamo" if dynamo else "torchscript"
@@ -291,6 +306,11 @@ def main():
             check(f"super-resolution ({how}: reflect and replicate padding, pixel_shuffle, pixel_unshuffle): "
                   f"{STEPS} losses and the weights equal PyTorch's",
                   rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
+                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
+            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, FrozenNorm, dynamo)
+            check(f"frozen BatchNorm ({how}: eval mode, its running statistics merged by the exporter with its bias "
+                  f"and scale): {STEPS} losses and the weights equal PyTorch's; the statistics do not train",
+                  rel < 1e-5 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
                   f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
     return report_checks("user_training", RESULTS)
 

@@ -42,6 +42,10 @@ public:
   std::unordered_map<std::string, const onnx::TensorProto *> lazyGlobals; // created on first use
   // Identity nodes whose output became a weight of its own (untieMergedWeights).
   std::unordered_set<std::string> untiedOutputs;
+  // Eval-mode BatchNormalization statistics that an exporter merged with a
+  // parameter of equal value (a fresh norm's running mean is its zero bias):
+  // a training import reads them from a frozen copy (mergedStatistics).
+  std::unordered_set<std::string> mergedStatistics;
   mlir::Location loc = mlir::UnknownLoc::get(builder.getContext());
   std::string nodeDesc; // "<scope>: node 'x' (Op, opset N)"
   std::string nodeName; // "x"

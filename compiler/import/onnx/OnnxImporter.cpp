@@ -588,6 +588,28 @@ FailureOr<SmallVector<Value>> importSubgraph(NodeImporter &imp, const onnx::Grap
   return outs;
 }
 
+// The running statistics of eval-mode BatchNormalizations (inputs 3 and 4)
+// that are weights read in another role too: both exporters keep one
+// initializer per distinct value, so a fresh BatchNorm's running mean is its
+// bias (zeros) and its running variance its scale (ones). Training the
+// parameter must not move the statistics, which PyTorch keeps as buffers.
+static std::unordered_set<std::string> mergedStatistics(const onnx::GraphProto &g,
+                                                        const std::unordered_set<std::string> &weights) {
+  auto isStatisticsSlot = [](const onnx::NodeProto &n, int i) {
+    if (n.op_type() != "BatchNormalization" || !n.domain().empty() || (i != 3 && i != 4)) return false;
+    for (const auto &a : n.attribute())
+      if (a.name() == "training_mode" && a.i()) return false;
+    return true;
+  };
+  std::unordered_set<std::string> statistics, otherUses, merged;
+  for (const onnx::NodeProto &n : g.node())
+    for (int i = 0; i < n.input_size(); ++i)
+      if (weights.count(n.input(i))) (isStatisticsSlot(n, i) ? statistics : otherUses).insert(n.input(i));
+  for (const std::string &name : statistics)
+    if (otherUses.count(name)) merged.insert(name);
+  return merged;
+}
+
 OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &model, const ImportOptions &opts,
                                       std::string &error) {
   ctx->loadDialect<SDDialect, func::FuncDialect>();
@@ -659,6 +681,7 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     }
     std::unordered_set<std::string> weightNames;
     for (const onnx::TensorProto *t : asWeights) weightNames.insert(t->name());
+    imp.mergedStatistics = mergedStatistics(g, weightNames);
     if (DictionaryAttr shared = sharedWeights(b, g, weightNames); !shared.empty())
       (*module)->setAttr("sd.shared_weights", shared);
   }

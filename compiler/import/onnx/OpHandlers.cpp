@@ -230,6 +230,14 @@ LogicalResult batchNormLegacy(NodeImporter &imp, const onnx::NodeProto &n, const
     if (!n.output(i).empty()) return imp.fail("BatchNormalization's running statistics come only with training_mode=1");
   auto operands = imp.operandsOf(n, s);
   if (failed(operands)) return failure();
+  for (int i = 3; i < 5 && i < n.input_size(); ++i) {
+    auto merged = imp.lazyGlobals.find(n.input(i));
+    if (!imp.mergedStatistics.count(n.input(i)) || merged == imp.lazyGlobals.end()) continue;
+    std::string err;
+    auto value = tensorToElements(imp.builder, *merged->second, /*asResource=*/false, err);
+    if (failed(value)) return imp.fail(err);
+    (*operands)[size_t(i)] = imp.builder.create<ConstantOp>(imp.loc, value->getType(), *value);
+  }
   auto attrs = imp.convertAttributes(n, {"spatial", "is_test", "consumed_inputs", "training_mode"});
   if (failed(attrs)) return failure();
   auto op = imp.buildOp(s, *operands, *attrs, 1);
