@@ -132,12 +132,28 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
   return out + buf;
 }
 
-// Trainable weights that nodes of several modules read in the same role
-// (sd.shared_weights of the importer): they train as one tensor, which is
-// what an exporter that merged equal initializers leaves.
-static void sharedWeightWarnings(mlir::ModuleOp module, const std::string &model, std::vector<std::string> *warnings) {
+// What an exporter's optimizer did to a model trained in full:
+//  - trainable weights that nodes of several modules read in the same role
+//    (sd.shared_weights of the importer) train as one tensor, which is what
+//    an exporter that merged equal initializers leaves;
+//  - parameters the PyTorch model reads that the file lacks
+//    (sd.dropped_parameters: the optimizer removed all-zero biases) cannot
+//    train at all.
+static void exportWarnings(mlir::ModuleOp module, const std::string &model, std::vector<std::string> *warnings) {
+  if (!warnings) return;
+  bool trains = false;
+  for (auto g : module.getOps<ir::GlobalOp>()) trains |= g.getRole() == "trainable";
+  auto dropped = module->getAttrOfType<mlir::ArrayAttr>("sd.dropped_parameters");
+  if (dropped && trains) {
+    std::string list;
+    for (auto name : dropped.getAsValueRange<mlir::StringAttr>()) list += (list.empty() ? "'" : ", '") + name.str() + "'";
+    warnings->push_back(model + ": the PyTorch model's parameter" + (dropped.size() > 1 ? "s " : " ") + list +
+                        (dropped.size() > 1 ? " are" : " is") +
+                        " not in the file (torch.onnx.export's optimizer removes all-zero biases) and cannot train; "
+                        "export with optimize=False");
+  }
   auto shared = module->getAttrOfType<mlir::DictionaryAttr>("sd.shared_weights");
-  if (!warnings || !shared) return;
+  if (!shared) return;
   for (auto g : module.getOps<ir::GlobalOp>()) {
     auto modules = shared.getAs<mlir::StringAttr>(g.getSymName());
     if (!modules || g.getRole() != "trainable") continue;
@@ -211,7 +227,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
       error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
       return false;
     }
-    sharedWeightWarnings(*module, req.model, warnings);
+    exportWarnings(*module, req.model, warnings);
     if (irOut) *irOut = dryRunReport(*module, req);
     return true;
   }
@@ -226,7 +242,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
     return false;
   }
-  sharedWeightWarnings(*module, req.model, warnings);
+  exportWarnings(*module, req.model, warnings);
   if (req.emit == "mlir") {
     if (irOut) printTo(irOut);
     return true;

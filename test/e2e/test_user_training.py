@@ -163,7 +163,26 @@ def models():
         def forward(self, x, target):
             return F.mse_loss(self.norm(self.linear(x)), target)
 
-    return Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm
+    class Encoder(nn.Module):
+        def __init__(self):
+            super().__init__()
+            # No biases: attention's key bias gets a zero gradient up to
+            # rounding, which AdamW turns into +-lr steps.
+            self.layer = nn.TransformerEncoderLayer(6, 2, 12, dropout=0.0, batch_first=True, bias=False)
+
+        def forward(self, x, target):
+            return F.mse_loss(self.layer(x), target)
+
+    class ZeroBias(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(6, 6)
+            nn.init.zeros_(self.linear.bias)
+
+        def forward(self, x, target):
+            return F.mse_loss(self.linear(x[:, 0]), target[:, 0])
+
+    return Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias
 
 
 def data_for(name, rng, n):
@@ -180,7 +199,7 @@ def data_for(name, rng, n):
     if name == "Upsample":
         return {"x": rng.standard_normal((n, 3, 5, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 12, 10)).astype(np.float32)}
-    if name in ("Routed", "FrozenNorm"):
+    if name in ("Routed", "FrozenNorm", "Encoder", "ZeroBias"):
         return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32),
                 "target": rng.standard_normal((n, 4, 6)).astype(np.float32)}
     if name == "SuperRes":
@@ -193,7 +212,7 @@ def data_for(name, rng, n):
             "target": rng.standard_normal((n, 12)).astype(np.float32)}
 
 
-def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8):
+def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, **export_options):
     import torch
     from safetensors.numpy import load_file
     how = "dynamo" if dynamo else "torchscript"
@@ -203,7 +222,7 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8):
     model = cls()
     path, plan = os.path.join(tmp, tag + ".onnx"), os.path.join(tmp, tag + ".sdp")
     example = tuple(torch.tensor(v[:batch]) for v in data.values())
-    extra = {} if dynamo else {"opset_version": 17}
+    extra = dict(export_options, **({} if dynamo else {"opset_version": 17}))
     torch.onnx.export(model, example, path, input_names=list(data), output_names=["loss"], dynamo=dynamo, **extra)
     compile_cmd = [sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan]
     sh(compile_cmd)
@@ -246,7 +265,8 @@ def main():
     sdc, sdrun = tool_paths()
     import torch
     torch.set_num_threads(1)
-    Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm = models()
+    (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
+     ZeroBias) = models()
     with tempfile.TemporaryDirectory() as tmp:
         for dynamo in (False, True):
             how = "dynamo" if dynamo else "torchscript"
@@ -312,7 +332,37 @@ def main():
                   f"and scale): {STEPS} losses and the weights equal PyTorch's; the statistics do not train",
                   rel < 1e-5 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
                   f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
+            # Dynamo's optimizer would merge the two LayerNorms' unit weights.
+            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Encoder, dynamo,
+                                                       **({"optimize": False} if dynamo else {}))
+            check(f"transformer encoder layer ({how}{', optimize=False' if dynamo else ''}: multi-head attention, "
+                  f"LayerNorms, ReLU MLP): {STEPS} losses and the weights equal PyTorch's; exactly the model's "
+                  "parameters train", rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
+                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name or as a transposed "
+                  f"copy, max |diff| {max(diffs.values(), default=-1):.2e}")
+        warned = dropped_bias_warning(sdc, tmp, ZeroBias)
+        check("a zero bias that torch.onnx.export's optimizer removed (dynamo) gets one warning naming it; with "
+              "optimize=False (the bias in the file) no warning comes",
+              warned[0] and not warned[1], f"stderr: {warned[2]!r}; with optimize=False: {warned[3]!r}")
     return report_checks("user_training", RESULTS)
+
+
+def dropped_bias_warning(sdc, tmp, cls):
+    """(warned by default, warned with optimize=False, the two stderrs) of
+    `sdc compile --peft none` on cls's dynamo exports."""
+    import subprocess
+    import torch
+    stderrs = []
+    for optimize in (True, False):
+        path = os.path.join(tmp, f"zero_bias_{optimize}.onnx")
+        example = (torch.zeros(2, 4, 6), torch.zeros(2, 4, 6))
+        torch.onnx.export(cls(), example, path, input_names=["x", "target"], output_names=["loss"], dynamo=True,
+                          optimize=optimize)
+        r = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", path + ".sdp"],
+                           capture_output=True, text=True)
+        stderrs.append(r.stderr.strip() if r.returncode == 0 else f"exit {r.returncode}: {r.stderr.strip()}")
+    want = "parameter 'linear.bias' is not in the file"
+    return (stderrs[0].count("\n") == 0 and want in stderrs[0], "warning" in stderrs[1], *stderrs)
 
 
 if __name__ == "__main__":

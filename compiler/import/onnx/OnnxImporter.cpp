@@ -15,6 +15,7 @@
 #include <google/protobuf/unknown_field_set.h>
 #include "llvm/ADT/ScopeExit.h"
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <optional>
 #include <set>
@@ -350,6 +351,7 @@ DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
 struct TorchParameters {
   bool marked = false;                    // the dynamo exporter's marks are there
   std::unordered_set<std::string> params; // when marked, every parameter; else the unmarked names
+  std::unordered_set<std::string> foldedFrom; // the parameters folded into other initializers
   // A one-element float initializer that is a parameter (a one-output
   // head's bias, CLIP's logit_scale): a training plan keeps it as a weight.
   bool scalarParameter(const std::string &name) const { return params.count(name) != 0; }
@@ -371,7 +373,10 @@ TorchParameters torchParameters(const onnx::ModelProto &model) {
     // has a module path (FX's own values are named conv2d, mul_3, val_15).
     for (const std::string &source :
          quotedStrings(unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from")))
-      if (llvm::StringRef(source).contains('.')) tp.params.insert(vi.name());
+      if (llvm::StringRef(source).contains('.')) {
+        tp.params.insert(vi.name());
+        tp.foldedFrom.insert(source);
+      }
   }
   if (tp.marked) return tp;
   tp.params.clear();
@@ -380,6 +385,43 @@ TorchParameters torchParameters(const onnx::ModelProto &model) {
     if (!name.empty() && !name.contains("::") && !name.starts_with("/")) tp.params.insert(t.name());
   }
   return tp;
+}
+
+// The parameters of a dynamo export that its forward reads but the file
+// lacks: the exporter's optimizer removes a parameter it finds has no effect
+// (RemoveOptionalBiasFromGemm drops an all-zero bias), so it cannot train.
+// The graph's metadata lists every parameter ("p_fc_bias: PARAMETER
+// target='fc.bias'"); a parameter is read when a node's FX source names its
+// placeholder (%p_fc_bias), and kept when it is an initializer or folded into
+// one. Unused parameters (no FX node reads them) are not reported.
+std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp) {
+  constexpr int kGraphMetadataProps = 16, kNodeMetadataProps = 9;
+  const onnx::GraphProto &g = model.graph();
+  std::string signature =
+      unknownMetadata(g.unknown_fields(), kGraphMetadataProps, "pkg.torch.export.ExportedProgram.graph_signature");
+  if (signature.empty()) return {};
+  std::string fxSources;
+  for (const onnx::NodeProto &n : g.node())
+    fxSources += unknownMetadata(n.unknown_fields(), kNodeMetadataProps, "pkg.torch.onnx.fx_node") + "\n";
+  std::unordered_set<std::string> initializers;
+  for (const onnx::TensorProto &t : g.initializer()) initializers.insert(t.name());
+  auto isIdentChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  std::vector<std::string> dropped;
+  llvm::SmallVector<llvm::StringRef> lines;
+  llvm::StringRef(signature).split(lines, '\n');
+  for (llvm::StringRef line : lines) {
+    auto [placeholder, rest] = line.split(": PARAMETER target='");
+    if (rest.empty() || !rest.ends_with("'")) continue;
+    std::string target = rest.drop_back().str();
+    if (initializers.count(target) || tp.foldedFrom.count(target)) continue;
+    std::string ref = "%" + placeholder.trim().str();
+    for (size_t at = fxSources.find(ref); at != std::string::npos; at = fxSources.find(ref, at + 1))
+      if (at + ref.size() >= fxSources.size() || !isIdentChar(fxSources[at + ref.size()])) {
+        dropped.push_back(target);
+        break;
+      }
+  }
+  return dropped;
 }
 
 // Float initializers that set a result's shape: Resize's and Upsample's
@@ -684,6 +726,11 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     imp.mergedStatistics = mergedStatistics(g, weightNames);
     if (DictionaryAttr shared = sharedWeights(b, g, weightNames); !shared.empty())
       (*module)->setAttr("sd.shared_weights", shared);
+    if (std::vector<std::string> dropped = droppedParameters(model, torchParams); !dropped.empty()) {
+      SmallVector<Attribute> names;
+      for (const std::string &d : dropped) names.push_back(b.getStringAttr(d));
+      (*module)->setAttr("sd.dropped_parameters", b.getArrayAttr(names));
+    }
   }
 
   // The entry: graph inputs that are not initializers.
