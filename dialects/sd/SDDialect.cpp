@@ -38,6 +38,7 @@ void SDDialect::initialize() {
   attachRotaryVJPs(getContext());
   attachIndexingVJPs(getContext());
   attachTrigonometricVJPs(getContext());
+  attachSamplingVJPs(getContext());
 }
 
 Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {

@@ -125,6 +125,11 @@ def SD_WhereOp : SD_Nary<"where", "Where",
 def SD_GridSampleOp : SD_Binary<"grid_sample", "GridSample",
     (ins OptI64:$align_corners, OptStr:$mode, OptStr:$padding_mode)>;
 def SD_AffineGridOp : SD_Binary<"affine_grid", "AffineGrid", (ins OptI64:$align_corners)>;
+// GridSample's gradient: dy back to X (dx, the taps' adjoint) and to the grid
+// (dgrid, the interpolation's slope), with GridSample's attributes.
+def SD_GridSampleGradOp : SD_Nary<"grid_sample_grad", "GridSampleGrad",
+    (ins AnyTensor:$grad, AnyTensor:$x, AnyTensor:$grid),
+    (ins OptI64:$align_corners, OptStr:$mode, OptStr:$padding_mode), (outs AnyTensor:$dx, AnyTensor:$dgrid)>;
 // Ops of recent opsets and vision models (kernels/cpu: linear_attention.cc,
 // roi_align.cc, deform_conv.cc, col2im.cc, tfidf.cc and the family files).
 def SD_LinearAttentionOp : SD_Nary<"linear_attention", "LinearAttention",

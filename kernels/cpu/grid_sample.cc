@@ -1,4 +1,5 @@
-// CPU kernels of AffineGrid and of GridSample over any number of spatial dims, following
+// CPU kernels of AffineGrid, of GridSample's gradient (up to 3 spatial dims,
+// as PyTorch's), and of GridSample over any number of spatial dims, following
 // onnx/reference (itself PyTorch's GridSampler): the interpolation is the
 // tensor product of per-dim taps, each tap's index padded per dim. The
 // per-dim math is shared with the CUDA kernels (sd/ops/math/grid_sample.h).
@@ -12,10 +13,11 @@ namespace {
 
 using math::GridAxis;
 
-// The GridSample node's spatial dims as it samples them.
-std::vector<GridAxis> gridAxes(const KernelContext &c) {
+// The GridSample node's spatial dims of X (input `xInput`) as it samples them.
+std::vector<GridAxis> gridAxes(const KernelContext &c, size_t xInput = 0) {
   std::vector<GridAxis> axes;
-  for (size_t d = 2; d < c.inputs[0].dims.size(); ++d) axes.push_back(math::gridAxisOf(c.attrs, c.inputs[0].dims[d]));
+  const Dims &dims = c.inputs[xInput].dims;
+  for (size_t d = 2; d < dims.size(); ++d) axes.push_back(math::gridAxisOf(c.attrs, dims[d]));
   return axes;
 }
 
@@ -73,6 +75,48 @@ Status GridSampleKernel(const KernelContext &c) {
   return dispatchFloat(c.inputs[0].dtype, [&](auto tag) { return gridSample<decltype(tag)>(c); });
 }
 
+// GridSampleGrad(dy, X, grid) -> (dx, dgrid), one batch image per task:
+// per output point, its taps and their slopes, then each channel's share
+// (math::gridTapsGrad, in the CUDA kernels' order: dx in output-point order,
+// dgrid over channels, then taps).
+template <typename T> Status gridSampleGrad(const KernelContext &c, ThreadPool *pool) {
+  const TensorView &dy = c.inputs[0], &x = c.inputs[1], &grid = c.inputs[2];
+  const std::vector<GridAxis> axes = gridAxes(c, 1);
+  const int k = int(axes.size());
+  if (k < 1 || k > math::kMaxGridGradDims)
+    return sdError("GridSampleGrad samples 1 to ", math::kMaxGridGradDims, " spatial dims, not ", k);
+  const int64_t N = x.dims[0], C = x.dims[1];
+  int64_t spatial = 1, points = 1;
+  for (const GridAxis &a : axes) spatial *= a.len;
+  for (int d = 1; d <= k; ++d) points *= grid.dims[size_t(d)];
+  T *dx = c.outputs[0].as<T>(), *dgrid = c.outputs[1].as<T>();
+  std::fill(dx, dx + N * C * spatial, T(0));
+  parallelFor(pool, N, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b)
+      for (int64_t p = 0; p < points; ++p) {
+        const T *g = grid.as<T>() + (b * points + p) * k;
+        int64_t first[math::kMaxGridGradDims];
+        double w[math::kMaxGridGradDims][4], dw[math::kMaxGridGradDims][4], dvdn[math::kMaxGridGradDims];
+        // The grid lists coordinates innermost dim first (x, y[, z]).
+        for (int d = 0; d < k; ++d) first[d] = axes[size_t(d)].taps(double(g[k - 1 - d]), w[d], dw[d], &dvdn[d]);
+        double dpos[math::kMaxGridGradDims] = {};
+        for (int64_t ch = 0; ch < C; ++ch) {
+          const int64_t plane = (b * C + ch) * spatial;
+          math::gridTapsGrad(axes.data(), k, first, w, dw, double(dy.as<T>()[(b * C + ch) * points + p]),
+                             x.as<T>() + plane, dx + plane, dpos);
+        }
+        for (int d = 0; d < k; ++d) dgrid[(b * points + p) * k + (k - 1 - d)] = T(dpos[d] * dvdn[d]);
+      }
+  });
+  return Status::ok();
+}
+
+Status GridSampleGradKernel(const KernelContext &c) {
+  if (c.inputs[0].dtype != c.inputs[1].dtype || c.inputs[2].dtype != c.inputs[1].dtype)
+    return sdError("GridSampleGrad: dy, X and grid must share a float type");
+  return dispatchFloat(c.inputs[1].dtype, [&](auto tag) { return gridSampleGrad<decltype(tag)>(c, c.pool); });
+}
+
 } // namespace
 
 namespace {
@@ -114,6 +158,7 @@ Status AffineGridKernel(const KernelContext &c) {
 
 void registerGridSampleKernels() {
   registerCpuKernel("GridSample", GridSampleKernel, {DType::F32});
+  registerCpuKernel("GridSampleGrad", GridSampleGradKernel, {DType::F32});
   registerCpuKernel("AffineGrid", AffineGridKernel, TypeSet::floats());
 }
 

@@ -1,4 +1,4 @@
-// CUDA kernels of GridSample and AffineGrid (see kernels/cpu/grid_sample.cc),
+// CUDA kernels of GridSample, its gradient and AffineGrid (see kernels/cpu/grid_sample.cc),
 // on up to 3 spatial dims. One thread per output element: it computes its
 // point's taps with the CPU's shared math (sd/ops/math/grid_sample.h) and
 // sums the tensor product of the taps in the CPU's order, in f64.
@@ -10,7 +10,7 @@ namespace sd::cuda {
 namespace {
 
 using math::GridAxis;
-constexpr int kMaxGridDims = 3;
+constexpr int kMaxGridDims = math::kMaxGridGradDims;
 
 struct GridGeometry {
   int k;
@@ -67,6 +67,70 @@ Status GridSampleKernel(const KernelContext &c) {
   return launchStatus("GridSample");
 }
 
+// GridSampleGrad, in the CPU kernel's order (math::gridTapsGrad) so both
+// give the same bits: dx by one thread per (batch, channel) plane walking
+// the output points in order (no float atomics: replay equals eager), dgrid
+// by one thread per output point summing its channels in order.
+// A point's taps, weights and slopes (the grid lists coordinates innermost dim first).
+template <typename T> __device__ void gradTaps(const GridGeometry &g, const T *at, int64_t *first, double (*w)[4],
+                                               double (*dw)[4], double *dvdn) {
+  for (int d = 0; d < g.k; ++d) first[d] = g.axes[d].taps(double(at[g.k - 1 - d]), w[d], dw[d], &dvdn[d]);
+}
+
+template <typename T>
+__global__ void gridSampleGradInputKernel(GridGeometry g, const T *dy, const T *x, const T *grid, T *dx, int64_t n) {
+  for (int64_t bc = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; bc < n; bc += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = bc / g.channels;
+    for (int64_t p = 0; p < g.points; ++p) {
+      int64_t first[kMaxGridDims];
+      double w[kMaxGridDims][4], dw[kMaxGridDims][4], dvdn[kMaxGridDims];
+      gradTaps(g, grid + (b * g.points + p) * g.k, first, w, dw, dvdn);
+      math::gridTapsGrad<T>(g.axes, g.k, first, w, dw, double(dy[bc * g.points + p]), x + bc * g.spatial,
+                            dx + bc * g.spatial, nullptr);
+    }
+  }
+}
+
+template <typename T>
+__global__ void gridSampleGradGridKernel(GridGeometry g, const T *dy, const T *x, const T *grid, T *dgrid, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t b = i / g.points, p = i % g.points;
+    int64_t first[kMaxGridDims];
+    double w[kMaxGridDims][4], dw[kMaxGridDims][4], dvdn[kMaxGridDims], dpos[kMaxGridDims] = {};
+    gradTaps(g, grid + i * g.k, first, w, dw, dvdn);
+    for (int64_t ch = 0; ch < g.channels; ++ch) {
+      const int64_t bc = b * g.channels + ch;
+      math::gridTapsGrad<T>(g.axes, g.k, first, w, dw, double(dy[bc * g.points + p]), x + bc * g.spatial,
+                            static_cast<T *>(nullptr), dpos);
+    }
+    for (int d = 0; d < g.k; ++d) dgrid[i * g.k + (g.k - 1 - d)] = T(dpos[d] * dvdn[d]);
+  }
+}
+
+Status GridSampleGradKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[1], &grid = c.inputs[2], &dx = c.outputs[0], &dgrid = c.outputs[1];
+  if (c.inputs[0].dtype != x.dtype || grid.dtype != x.dtype)
+    return sdError("GridSampleGrad: dy, X and grid must share a float type");
+  const int64_t k = x.rank() - 2;
+  if (k < 1 || k > kMaxGridDims) return sdError("GridSampleGrad samples 1 to ", kMaxGridDims, " spatial dims, not ", k);
+  GridGeometry g{int(k), {}, x.dims[0], x.dims[1], 1, 1};
+  for (int d = 0; d < g.k; ++d) {
+    g.axes[d] = math::gridAxisOf(c.attrs, x.dims[size_t(d + 2)]);
+    g.spatial *= g.axes[d].len;
+    g.points *= grid.dims[size_t(d + 1)];
+  }
+  cudaStream_t stream = streamOf(c);
+  if (dx.numElements()) SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(dx.data, 0, dx.byteSize(), stream), "GridSampleGrad"));
+  const int64_t planes = g.batch * g.channels, points = g.batch * g.points;
+  if (planes == 0 || points == 0) return Status::ok();
+  gridSampleGradInputKernel<float><<<blocksFor(planes), kThreads, 0, stream>>>(
+      g, c.inputs[0].as<float>(), x.as<float>(), grid.as<float>(), dx.as<float>(), planes);
+  SD_RETURN_IF_ERROR(launchStatus("GridSampleGrad"));
+  gridSampleGradGridKernel<float><<<blocksFor(points), kThreads, 0, stream>>>(
+      g, c.inputs[0].as<float>(), x.as<float>(), grid.as<float>(), dgrid.as<float>(), points);
+  return launchStatus("GridSampleGrad");
+}
+
 // AffineGrid: theta [N, k, k+1] applied to each output pixel's normalized
 // homogeneous coordinates (x, y[, z], 1); one thread per grid element.
 struct AffineGeometry {
@@ -115,6 +179,7 @@ Status AffineGridKernel(const KernelContext &c) {
 
 void registerGridSampleKernels() {
   registerKernel("GridSample", GridSampleKernel, {DType::F32});
+  registerKernel("GridSampleGrad", GridSampleGradKernel, {DType::F32});
   registerKernel("AffineGrid", AffineGridKernel, {DType::F32, DType::F64});
 }
 

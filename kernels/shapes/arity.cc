@@ -214,6 +214,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"NonZero", {1, 1}},
       {"DFT", {1, 3}},
       {"GridSample", {2, 2}},
+      {"GridSampleGrad", {3, 3}},
       {"STFT", {2, 4}},
       {"HannWindow", {1, 1}},
       {"HammingWindow", {1, 1}},

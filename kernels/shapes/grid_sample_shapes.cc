@@ -1,5 +1,6 @@
 // Shape rules of GridSample (opsets 16 and 20): X [N, C, D1..Dk] sampled at
-// grid [N, H1..Hk, k] gives [N, C, H1..Hk]; and of AffineGrid, which makes grids.
+// grid [N, H1..Hk, k] gives [N, C, H1..Hk]; of its gradient; and of
+// AffineGrid, which makes grids.
 #include "shape_util.h"
 
 namespace sd {
@@ -21,6 +22,20 @@ static Status gridSampleShape(ShapeContext &c) {
   TensorInfo out{x.dtype, {x.dims[0], x.dims[1]}};
   for (int64_t d = 1; d <= k; ++d) out.dims.push_back(grid.dims[size_t(d)]);
   c.outputs = {out};
+  return Status::ok();
+}
+
+// GridSampleGrad(dy, X, grid) -> (dx, dgrid): X's and grid's shapes; dy
+// must be what GridSample(X, grid) gives.
+static Status gridSampleGradShape(ShapeContext &c) {
+  const TensorInfo &dy = c.inputs[0], &x = c.inputs[1], &grid = c.inputs[2];
+  ShapeContext forward = c;
+  forward.inputs = {x, grid};
+  forward.constInputs = {};
+  SD_RETURN_IF_ERROR(gridSampleShape(forward));
+  SD_CHECK_ARG(dy.dtype == x.dtype && dy.dims == forward.outputs[0].dims, "GridSampleGrad: the gradient ",
+               formatDims(dy.dims), " does not match GridSample's result ", formatDims(forward.outputs[0].dims));
+  c.outputs = {x, grid};
   return Status::ok();
 }
 
@@ -52,6 +67,7 @@ static Status affineGridShape(ShapeContext &c) {
 
 void registerGridSampleShapes() {
   registerShapeRule("GridSample", gridSampleShape);
+  registerShapeRule("GridSampleGrad", gridSampleGradShape);
   registerShapeRule("AffineGrid", affineGridShape);
 }
 

@@ -28,6 +28,12 @@ trained parameter.
              TorchScript's export) and a scatter (ScatterElements), atan, tan
   superres   reflect and replicate F.pad (Pad modes reflect and edge) around
              Convs, pixel_shuffle (DepthToSpace) and pixel_unshuffle
+  spatial    a spatial transformer: F.affine_grid from a predicted theta,
+             F.grid_sample with border padding (GridSampleGrad, AffineGrid's
+             gradient)
+  encoder    nn.TransformerEncoderLayer (dynamo with optimize=False)
+  zero bias  the dynamo optimizer removes an all-zero bias from the file:
+             sdc compile names it in one warning
   frozennorm a fresh BatchNorm1d kept in eval mode (frozen statistics, as
              when fine-tuning a detector): the exporters keep one initializer
              per value, so its running mean is its zero bias and its running
@@ -182,7 +188,19 @@ def models():
         def forward(self, x, target):
             return F.mse_loss(self.linear(x[:, 0]), target[:, 0])
 
-    return Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias
+    class Spatial(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.localize, self.conv = nn.Linear(12, 6), nn.Conv2d(1, 2, 3, padding=1)
+
+        def forward(self, x, target):
+            theta = self.localize(x.flatten(1)).reshape(-1, 2, 3)
+            grid = F.affine_grid(theta, [x.shape[0], 2, 3, 4], align_corners=False)
+            warped = F.grid_sample(self.conv(x.unsqueeze(1)), grid, align_corners=False, padding_mode="border")
+            return F.mse_loss(warped.mean(1), target)
+
+    return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias,
+            Spatial)
 
 
 def data_for(name, rng, n):
@@ -199,6 +217,9 @@ def data_for(name, rng, n):
     if name == "Upsample":
         return {"x": rng.standard_normal((n, 3, 5, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 12, 10)).astype(np.float32)}
+    if name == "Spatial":
+        return {"x": rng.standard_normal((n, 3, 4)).astype(np.float32),
+                "target": rng.standard_normal((n, 3, 4)).astype(np.float32)}
     if name in ("Routed", "FrozenNorm", "Encoder", "ZeroBias"):
         return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32),
                 "target": rng.standard_normal((n, 4, 6)).astype(np.float32)}
@@ -222,7 +243,7 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, **export_options):
     model = cls()
     path, plan = os.path.join(tmp, tag + ".onnx"), os.path.join(tmp, tag + ".sdp")
     example = tuple(torch.tensor(v[:batch]) for v in data.values())
-    extra = dict(export_options, **({} if dynamo else {"opset_version": 17}))
+    extra = dict({} if dynamo else {"opset_version": 17}, **export_options)
     torch.onnx.export(model, example, path, input_names=list(data), output_names=["loss"], dynamo=dynamo, **extra)
     compile_cmd = [sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan]
     sh(compile_cmd)
@@ -266,7 +287,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     ZeroBias) = models()
+     ZeroBias, Spatial) = models()
     with tempfile.TemporaryDirectory() as tmp:
         for dynamo in (False, True):
             how = "dynamo" if dynamo else "torchscript"
@@ -340,6 +361,13 @@ def main():
                   "parameters train", rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
                   f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name or as a transposed "
                   f"copy, max |diff| {max(diffs.values(), default=-1):.2e}")
+            # TorchScript exports affine_grid from opset 20 on.
+            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Spatial, dynamo,
+                                                       **({} if dynamo else {"opset_version": 20}))
+            check(f"spatial transformer ({how}: a localization head's theta through AffineGrid into GridSample "
+                  f"with border padding): {STEPS} losses and the weights equal PyTorch's",
+                  rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
+                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
         warned = dropped_bias_warning(sdc, tmp, ZeroBias)
         check("a zero bias that torch.onnx.export's optimizer removed (dynamo) gets one warning naming it; with "
               "optimize=False (the bias in the file) no warning comes",

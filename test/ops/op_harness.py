@@ -1745,6 +1745,29 @@ CASES["ResizeGrad"] = [
          label="cubic antialias down", types=["f32"])]  # onnx.reference's antialiased cubic is f32 (see Resize)
 
 
+def grid_sample_grad_ref(ins, attrs, t):
+    """GridSampleGrad against PyTorch's grid_sample backward (dx and dgrid), in f64."""
+    import torch
+    dy, x, grid = ins
+    mode = {"linear": "bilinear", "cubic": "bicubic"}.get(attrs.get("mode", "linear"), attrs.get("mode"))
+    sample = lambda x_, g_: torch.nn.functional.grid_sample(x_, g_, mode=mode,
+                                                             padding_mode=attrs.get("padding_mode", "zeros"),
+                                                             align_corners=bool(attrs.get("align_corners", 0)))
+    return as_type(torch_vjp(sample, [x, grid], dy, [0, 1]), x)
+
+
+# f32 only, as GridSample; the grid reaches past [-1, 1] so that padding acts.
+CASES["GridSampleGrad"] = [
+    Case(lambda t, r: [rand(r, (2, 3, 3, 4), t), rand(r, (2, 3, 4, 5), t), rand(r, (2, 3, 4, 2), t, -1.3, 1.3)],
+         attrs={"mode": m, "padding_mode": p, "align_corners": a}, ref=grid_sample_grad_ref, outputs=2,
+         label=f"2-D {m}, {p}, align_corners {a}", types=["f32"], rtol=10)
+    for m, p, a in (("linear", "zeros", 0), ("linear", "border", 1), ("linear", "reflection", 0),
+                    ("cubic", "zeros", 1), ("nearest", "zeros", 0))] + [
+    Case(lambda t, r: [rand(r, (1, 2, 2, 3, 2), t), rand(r, (1, 2, 3, 4, 5), t), rand(r, (1, 2, 3, 2, 3), t, -1.2, 1.2)],
+         attrs={"mode": "linear", "padding_mode": "border", "align_corners": 0}, ref=grid_sample_grad_ref, outputs=2,
+         label="3-D linear, border", types=["f32"], rtol=10)]
+
+
 def conv_grad_weight_ref(ins, attrs, t):
     import torch
     dy, x = ins

@@ -412,6 +412,28 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Shrink", {W23}, "  y = Shrink <lambd = 0.3, bias = 0.1> (w)"},
         Case{"CastLikeDouble", {W23}, "  d = Constant <value = double {1.}> ()\n  c = CastLike(w, d)\n"
                                       "  e = Mul(c, c)\n  y = CastLike(e, x)"},
+        // GridSample: the image and the grid both train; the grid reaches
+        // past [-1, 1] (times 1.4) so the padding modes act.
+        Case{"GridSampleLinearZeros", {{"w", "1, 2, 3, 4", 24}, {"wg", "1, 2, 3, 2", 12}},
+             "  s = Constant <value = float {1.4}> ()\n  g = Mul(wg, s)\n"
+             "  y = GridSample <mode = \"linear\"> (w, g)", 20},
+        // (1.45: no grid point within a finite-difference step of a kink.)
+        Case{"GridSampleLinearReflection", {{"w", "1, 1, 3, 4", 12}, {"wg", "1, 3, 2, 2", 12}},
+             "  s = Constant <value = float {1.45}> ()\n  g = Mul(wg, s)\n"
+             "  y = GridSample <mode = \"linear\", padding_mode = \"reflection\"> (w, g)", 20},
+        Case{"GridSampleCubicBorderAligned", {{"w", "1, 2, 4, 4", 32}, {"wg", "1, 2, 2, 2", 8}},
+             "  s = Constant <value = float {1.4}> ()\n  g = Mul(wg, s)\n"
+             "  y = GridSample <mode = \"cubic\", padding_mode = \"border\", align_corners = 1> (w, g)", 20},
+        Case{"GridSampleNearestImage", {{"w", "1, 2, 3, 4", 24}},
+             "  g = Constant <value = float[1, 2, 2, 2] {-0.9, 0.1, 0.4, -0.6, 0.7, 0.7, 1.3, -1.2}> ()\n"
+             "  y = GridSample <mode = \"nearest\"> (w, g)", 20},
+        Case{"GridSample3d", {{"w", "1, 1, 2, 3, 2", 12}, {"wg", "1, 1, 2, 2, 3", 12}},
+             "  y = GridSample <mode = \"linear\", padding_mode = \"border\"> (w, wg)", 20},
+        // A spatial transformer: theta -> AffineGrid -> GridSample.
+        Case{"AffineGridSample", {{"w", "1, 2, 3", 6}, {"wi", "1, 1, 3, 4", 12}},
+             "  z = Constant <value = int64[4] {1, 1, 3, 4}> ()\n  g = AffineGrid(w, z)\n  y = GridSample(wi, g)", 20},
+        Case{"AffineGrid3dAligned", {{"w", "1, 3, 4", 12}},
+             "  z = Constant <value = int64[5] {1, 1, 2, 3, 2}> ()\n  y = AffineGrid <align_corners = 1> (w, z)", 20},
         // Opset 11's softmaxes run over the flattened trailing dims.
         Case{"SoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  y = Softmax <axis = 1> (w)", 11},
         Case{"LogSoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  l = LogSoftmax <axis = 0> (w)\n  y = Mul(l, w)", 11}),

@@ -127,6 +127,7 @@ void attachOsftVJPs(mlir::MLIRContext *ctx);
 void attachRecurrentVJPs(mlir::MLIRContext *ctx);
 void attachReductionVJPs(mlir::MLIRContext *ctx);
 void attachRotaryVJPs(mlir::MLIRContext *ctx);
+void attachSamplingVJPs(mlir::MLIRContext *ctx);
 void attachTrigonometricVJPs(mlir::MLIRContext *ctx);
 
 } // namespace sd::ir

@@ -1,7 +1,7 @@
 // Reverse-mode rules of the data-movement ops (reshapes, Transpose, Split,
-// Concat, Slice, Expand, Tile, Pad, Trilu, DepthToSpace, SpaceToDepth) and
-// of Resize. Index-driven movement (gathers, scatters, TopK) is in
-// IndexingVJP.cpp.
+// Concat, Slice, Expand, Tile, Pad, Trilu, DepthToSpace, SpaceToDepth).
+// Index-driven movement (gathers, scatters, TopK) is in IndexingVJP.cpp,
+// interpolation (Resize, GridSample) in SamplingVJP.cpp.
 #include "GradBuilder.h"
 #include <algorithm>
 #include <limits>
@@ -221,17 +221,6 @@ LogicalResult spaceToDepthVJP(SpaceToDepthOp op, GradBuilder &g, ArrayRef<Value>
   return success();
 }
 
-// Resize (F.interpolate): ResizeGrad, the interpolation's adjoint, with the
-// forward's attributes, roi and scales (sizes are dy's shape).
-LogicalResult resizeVJP(ResizeOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  SmallVector<NamedAttribute> attrs =
-      g.attrsOf(op, {"antialias", "axes", "coordinate_transformation_mode", "cubic_coeff_a", "exclude_outside",
-                     "keep_aspect_ratio_policy", "mode", "nearest_mode"});
-  attrs.push_back(g.attr("input_shape", shapeOf(op.getX())));
-  dx[0] = g.make<ResizeGradOp>({dy[0], op.getRoi(), op.getScales()}, attrs);
-  return success();
-}
-
 } // namespace
 
 void attachMovementVJPs(MLIRContext *ctx) {
@@ -249,7 +238,6 @@ void attachMovementVJPs(MLIRContext *ctx) {
   attachVJP<TriluOp, triluVJP>(ctx);
   attachVJP<DepthToSpaceOp, depthToSpaceVJP>(ctx);
   attachVJP<SpaceToDepthOp, spaceToDepthVJP>(ctx);
-  attachVJP<ResizeOp, resizeVJP>(ctx);
 }
 
 } // namespace sd::ir
