@@ -31,6 +31,8 @@ trained parameter.
   spatial    a spatial transformer: F.affine_grid from a predicted theta,
              F.grid_sample with border padding (GridSampleGrad, AffineGrid's
              gradient)
+  patches    F.unfold into overlapping blocks, a Linear per block, F.fold
+             back (Col2Im's gradient)
   encoder    nn.TransformerEncoderLayer (dynamo with optimize=False)
   zero bias  the dynamo optimizer removes an all-zero bias from the file:
              sdc compile names it in one warning
@@ -199,8 +201,18 @@ def models():
             warped = F.grid_sample(self.conv(x.unsqueeze(1)), grid, align_corners=False, padding_mode="border")
             return F.mse_loss(warped.mean(1), target)
 
+    class Patches(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.mix = nn.Conv2d(1, 2, 1), nn.Linear(8, 8)
+
+        def forward(self, x, target):
+            columns = F.unfold(self.conv(x.unsqueeze(1)), 2, stride=1, padding=1)  # overlapping 2x2 blocks
+            mixed = self.mix(columns.transpose(1, 2)).transpose(1, 2)
+            return F.mse_loss(F.fold(mixed, (3, 4), 2, stride=1, padding=1).mean(1), target)
+
     return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias,
-            Spatial)
+            Spatial, Patches)
 
 
 def data_for(name, rng, n):
@@ -217,7 +229,7 @@ def data_for(name, rng, n):
     if name == "Upsample":
         return {"x": rng.standard_normal((n, 3, 5, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 12, 10)).astype(np.float32)}
-    if name == "Spatial":
+    if name in ("Spatial", "Patches"):
         return {"x": rng.standard_normal((n, 3, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 4)).astype(np.float32)}
     if name in ("Routed", "FrozenNorm", "Encoder", "ZeroBias"):
@@ -287,7 +299,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     ZeroBias, Spatial) = models()
+     ZeroBias, Spatial, Patches) = models()
     with tempfile.TemporaryDirectory() as tmp:
         for dynamo in (False, True):
             how = "dynamo" if dynamo else "torchscript"
@@ -368,6 +380,14 @@ def main():
                   f"with border padding): {STEPS} losses and the weights equal PyTorch's",
                   rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
                   f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
+            # TorchScript exports fold (Col2Im) from opset 18 on.
+            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Patches, dynamo,
+                                                       **({} if dynamo else {"opset_version": 18}))
+            check(f"overlapping patches ({how}: F.unfold, a Linear over each patch, F.fold back: Col2Im's "
+                  f"gradient): {STEPS} losses and the weights equal PyTorch's",
+                  rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
+                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name or as a transposed "
+                  f"copy, max |diff| {max(diffs.values(), default=-1):.2e}")
         warned = dropped_bias_warning(sdc, tmp, ZeroBias)
         check("a zero bias that torch.onnx.export's optimizer removed (dynamo) gets one warning naming it; with "
               "optimize=False (the bias in the file) no warning comes",

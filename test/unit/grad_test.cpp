@@ -434,6 +434,10 @@ INSTANTIATE_TEST_SUITE_P(
              "  z = Constant <value = int64[4] {1, 1, 3, 4}> ()\n  g = AffineGrid(w, z)\n  y = GridSample(wi, g)", 20},
         Case{"AffineGrid3dAligned", {{"w", "1, 3, 4", 12}},
              "  z = Constant <value = int64[5] {1, 1, 2, 3, 2}> ()\n  y = AffineGrid <align_corners = 1> (w, z)", 20},
+        // Col2Im (F.fold), strided, dilated and padded: its adjoint cuts the blocks back out.
+        Case{"Col2Im", {{"w", "1, 8, 9", 72}},
+             "  i = Constant <value = int64[2] {4, 5}> ()\n  b = Constant <value = int64[2] {2, 2}> ()\n"
+             "  y = Col2Im <strides = [1, 2], dilations = [2, 1], pads = [1, 0, 0, 1]> (w, i, b)", 18},
         // Opset 11's softmaxes run over the flattened trailing dims.
         Case{"SoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  y = Softmax <axis = 1> (w)", 11},
         Case{"LogSoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  l = LogSoftmax <axis = 0> (w)\n  y = Mul(l, w)", 11}),

@@ -1,5 +1,5 @@
-// Reverse-mode rules of Conv, ConvTranspose and the max/average pools
-// (windowed and global). Conv's input gradient is a ConvTranspose with the
+// Reverse-mode rules of Conv, ConvTranspose, Col2Im and the max/average
+// pools (windowed and global). Conv's input gradient is a ConvTranspose with the
 // forward's explicit padding (auto_pad resolved) and, where the stride
 // skipped trailing input, an output_padding that restores the input's size;
 // its weight gradient is a ConvGradWeight built only when the weight is
@@ -87,9 +87,55 @@ LogicalResult poolVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool>
   return success();
 }
 
+// Col2Im (F.fold) sums sliding blocks into an image; its adjoint cuts them
+// back out (F.unfold): for each offset inside the block, the strided,
+// dilated window of the zero-padded dy, one column of blocks each, stacked
+// in the block's row-major order into [N, C * prod(block), L].
+LogicalResult col2ImVJP(Col2ImOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  if (!need[0]) return success();
+  SmallVector<int64_t> block;
+  if (!constantInts(op.getBlockShape(), block)) return op.emitError("Col2Im with a run-time block_shape");
+  ArrayRef<int64_t> ys = shapeOf(dy[0]), xs = shapeOf(op.getInput());
+  const int64_t k = int64_t(block.size()), n = ys[0], c = ys[1];
+  AttrMap attrs = toAttrMap(op.getOperation());
+  auto intsOr = [&](const char *name, size_t count, int64_t fallback) {
+    std::vector<int64_t> v = attrs.getInts(name);
+    return v.empty() ? std::vector<int64_t>(count, fallback) : v;
+  };
+  std::vector<int64_t> dil = intsOr("dilations", size_t(k), 1), pads = intsOr("pads", size_t(2 * k), 0),
+                       strides = intsOr("strides", size_t(k), 1);
+  Value padded = dy[0];
+  SmallVector<int64_t> blocks; // per spatial dim
+  for (int64_t d = 0; d < k; ++d) {
+    padded = g.padAxis(padded, 2 + d, pads[size_t(d)], pads[size_t(k + d)]);
+    int64_t span = ys[size_t(2 + d)] + pads[size_t(d)] + pads[size_t(k + d)] - dil[size_t(d)] * (block[size_t(d)] - 1);
+    blocks.push_back((span - 1) / strides[size_t(d)] + 1);
+  }
+  SmallVector<Value> columns;
+  SmallVector<int64_t> offset(size_t(k), 0);
+  for (bool more = true; more;) {
+    Value window = padded;
+    for (int64_t d = 0; d < k; ++d) {
+      int64_t start = offset[size_t(d)] * dil[size_t(d)];
+      window = g.sliceAxis(window, 2 + d, start, start + (blocks[size_t(d)] - 1) * strides[size_t(d)] + 1,
+                           strides[size_t(d)]);
+    }
+    columns.push_back(g.reshape(window, {n, c, 1, xs[2]}));
+    more = false;
+    for (int64_t d = k - 1; d >= 0 && !more; --d) {
+      if (++offset[size_t(d)] < block[size_t(d)]) more = true;
+      else offset[size_t(d)] = 0;
+    }
+  }
+  Value stacked = columns.size() == 1 ? columns[0] : g.make<ConcatOp>(columns, {g.attr("axis", int64_t(2))});
+  dx[0] = g.reshape(stacked, xs);
+  return success();
+}
+
 } // namespace
 
 void attachConvVJPs(MLIRContext *ctx) {
+  attachVJP<Col2ImOp, col2ImVJP>(ctx);
   attachVJP<ConvOp, convVJP>(ctx);
   attachVJP<ConvTransposeOp, convTransposeVJP>(ctx);
   attachVJP<MaxPoolOp, poolVJP<MaxPoolOp, MaxPoolGradOp>>(ctx);
