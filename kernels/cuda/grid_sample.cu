@@ -49,17 +49,25 @@ template <typename T> __global__ void gridSampleKernel(GridGeometry g, const T *
   }
 }
 
-Status GridSampleKernel(const KernelContext &c) {
-  const TensorView &x = c.inputs[0], &grid = c.inputs[1], &y = c.outputs[0];
-  if (grid.dtype != x.dtype) return sdError("GridSample: X and grid must share a float type");
+// X's and the grid's geometry as the node's attributes sample them.
+StatusOr<GridGeometry> geometryOf(const KernelContext &c, const TensorView &x, const TensorView &grid, const char *op) {
+  if (grid.dtype != x.dtype) return sdError(op, ": X and grid must share a float type");
   const int64_t k = x.rank() - 2;
-  if (k < 1 || k > kMaxGridDims) return sdError("GridSample on CUDA samples 1 to ", kMaxGridDims, " spatial dims, not ", k);
+  if (k < 1 || k > kMaxGridDims) return sdError(op, " on CUDA samples 1 to ", kMaxGridDims, " spatial dims, not ", k);
   GridGeometry g{int(k), {}, x.dims[0], x.dims[1], 1, 1};
   for (int d = 0; d < g.k; ++d) {
     g.axes[d] = math::gridAxisOf(c.attrs, x.dims[size_t(d + 2)]);
     g.spatial *= g.axes[d].len;
     g.points *= grid.dims[size_t(d + 1)];
   }
+  return g;
+}
+
+Status GridSampleKernel(const KernelContext &c) {
+  const TensorView &x = c.inputs[0], &grid = c.inputs[1], &y = c.outputs[0];
+  StatusOr<GridGeometry> geometry = geometryOf(c, x, grid, "GridSample");
+  if (!geometry.isOk()) return geometry.status();
+  const GridGeometry &g = geometry.value();
   const int64_t n = y.numElements();
   if (n == 0) return Status::ok();
   gridSampleKernel<float><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(g, x.as<float>(), grid.as<float>(),
@@ -109,16 +117,10 @@ __global__ void gridSampleGradGridKernel(GridGeometry g, const T *dy, const T *x
 
 Status GridSampleGradKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[1], &grid = c.inputs[2], &dx = c.outputs[0], &dgrid = c.outputs[1];
-  if (c.inputs[0].dtype != x.dtype || grid.dtype != x.dtype)
-    return sdError("GridSampleGrad: dy, X and grid must share a float type");
-  const int64_t k = x.rank() - 2;
-  if (k < 1 || k > kMaxGridDims) return sdError("GridSampleGrad samples 1 to ", kMaxGridDims, " spatial dims, not ", k);
-  GridGeometry g{int(k), {}, x.dims[0], x.dims[1], 1, 1};
-  for (int d = 0; d < g.k; ++d) {
-    g.axes[d] = math::gridAxisOf(c.attrs, x.dims[size_t(d + 2)]);
-    g.spatial *= g.axes[d].len;
-    g.points *= grid.dims[size_t(d + 1)];
-  }
+  if (c.inputs[0].dtype != x.dtype) return sdError("GridSampleGrad: dy and X must share a float type");
+  StatusOr<GridGeometry> geometry = geometryOf(c, x, grid, "GridSampleGrad");
+  if (!geometry.isOk()) return geometry.status();
+  const GridGeometry &g = geometry.value();
   cudaStream_t stream = streamOf(c);
   if (dx.numElements()) SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(dx.data, 0, dx.byteSize(), stream), "GridSampleGrad"));
   const int64_t planes = g.batch * g.channels, points = g.batch * g.points;

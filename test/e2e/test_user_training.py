@@ -294,6 +294,21 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, **export_options):
     return rel, diffs, len(params), trainable == sum(p.numel() for p in params.values())
 
 
+def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, **export_options):
+    """One check: cls exported one way trains in sdrun as in PyTorch, per-step
+    losses within rel_tol, the trained weights within 1e-5 (every parameter
+    found by name or as a transposed copy, or with every_name=False those
+    found: exporters rename the copies they fold), and the trainable count
+    is the model's parameter count."""
+    how = ("dynamo" if dynamo else "torchscript") + "".join(f", {k}={v}" for k, v in export_options.items())
+    rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, cls, dynamo, **export_options)
+    found = len(diffs) == n if every_name else bool(diffs)
+    check(f"{what.format(how=how)}: {STEPS} losses and the weights equal PyTorch's; exactly the model's parameters "
+          "train", rel < rel_tol and found and max(diffs.values(), default=1) < 1e-5 and counted,
+          f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name or as a transposed copy, max "
+          f"|diff| {max(diffs.values(), default=-1):.2e}; trainable count right: {counted}")
+
+
 def main():
     sdc, sdrun = tool_paths()
     import torch
@@ -301,93 +316,39 @@ def main():
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
      ZeroBias, Spatial, Patches) = models()
     with tempfile.TemporaryDirectory() as tmp:
-        for dynamo in (False, True):
-            how = "dynamo" if dynamo else "torchscript"
-            result = train_and_compare(sdc, sdrun, tmp, Masked, dynamo)
-            rel, diffs, n, counted = result
-            check(f"masked regression loss ({how}): {STEPS} losses and every parameter, the one-element bias and the "
-                  "scalar temperature included, equal PyTorch's",
-                  rel < 1e-5 and len(diffs) == n == 3 and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters saved, max |diff| "
-                  f"{max(diffs.values(), default=-1):.2e}")
-        result = train_and_compare(sdc, sdrun, tmp, Activations, True)
-        rel, diffs, n, counted = result
-        check("activations (dynamo: LeakyReLU, ELU, Softplus, Mish, Hardswish, PReLU, Softsign, SELU, maximum, amax, "
-              f"logsumexp, smooth L1): {STEPS} losses and the weights equal PyTorch's; exactly the model's "
-              "parameters train", rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
-              f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name (dynamo renames PReLU's "
-              f"reshaped slope), max |diff| {max(diffs.values(), default=-1):.2e}")
-        for dynamo in (False, True):
-            how = "dynamo" if dynamo else "torchscript"
-            result = train_and_compare(sdc, sdrun, tmp, UNet, dynamo)
-            rel, diffs, n, counted = result
+        run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
+        both = (False, True)
+        for dynamo in both:
+            run(Masked, dynamo, "masked regression loss ({how}: the one-element bias and the scalar temperature "
+                "train too)", rel_tol=1e-5)
+        run(Activations, True, "activations ({how}: LeakyReLU, ELU, Softplus, Mish, Hardswish, PReLU, Softsign, "
+            "SELU, maximum, amax, logsumexp, smooth L1; dynamo renames PReLU's reshaped slope)", every_name=False)
+        for dynamo in both:
             # Both exporters fold GroupNorm's weight and bias into reshaped copies
             # (onnx::Mul_N, val_N), which train under those names.
-            check(f"UNet-like ({how}: strided Conv, GroupNorm, ConvTranspose, Concat, MSE): {STEPS} losses equal "
-                  "PyTorch's, the trained weights too; exactly the model's parameters train (not the exporter's "
-                  "InstanceNormalization ones and zeros)", rel < 1e-4 and diffs and max(diffs.values()) < 1e-5
-                  and counted, f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name, max |diff| "
-                  f"{max(diffs.values(), default=-1):.2e}")
-        result = train_and_compare(sdc, sdrun, tmp, Sequence, True)
-        rel, diffs, n, counted = result
-        check(f"sequence ops (dynamo: cumsum, gather, pad, repeat, L1): {STEPS} losses and the weights equal PyTorch's",
-              rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
-              f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
-        for dynamo in (False, True):
-            how = "dynamo" if dynamo else "torchscript"
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Weighted, dynamo)
-            check(f"weighted losses ({how}: class-weighted cross-entropy, per-sample weights over reduction none, "
-                  f"nll_loss with ignore_index): {STEPS} losses and the weights equal PyTorch's; the class weights "
-                  "stay frozen", rel < 1e-5 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
-        for dynamo in (False, True):
-            how = "dynamo" if dynamo else "torchscript"
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Upsample, dynamo)
-            check(f"upsampling ({how}: bilinear F.interpolate, nearest to a size, InstanceNorm2d affine, F.pad): "
-                  f"{STEPS} losses and the weights equal PyTorch's",
-                  rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name, max |diff| "
-                  f"{max(diffs.values(), default=-1):.2e}")
-        for dynamo in (False, True):
-            how = "dynamo" if dynamo else "torchscript"
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Routed, dynamo)
-            check(f"routed ({how}: einsum attention under a tril mask, a top-2 router, flip, a row write and a "
-                  f"scatter, atan, tan): {STEPS} losses and the weights equal PyTorch's",
-                  rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, SuperRes, dynamo)
-            check(f"super-resolution ({how}: reflect and replicate padding, pixel_shuffle, pixel_unshuffle): "
-                  f"{STEPS} losses and the weights equal PyTorch's",
-                  rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, FrozenNorm, dynamo)
-            check(f"frozen BatchNorm ({how}: eval mode, its running statistics merged by the exporter with its bias "
-                  f"and scale): {STEPS} losses and the weights equal PyTorch's; the statistics do not train",
-                  rel < 1e-5 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
-            # Dynamo's optimizer would merge the two LayerNorms' unit weights.
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Encoder, dynamo,
-                                                       **({"optimize": False} if dynamo else {}))
-            check(f"transformer encoder layer ({how}{', optimize=False' if dynamo else ''}: multi-head attention, "
-                  f"LayerNorms, ReLU MLP): {STEPS} losses and the weights equal PyTorch's; exactly the model's "
-                  "parameters train", rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name or as a transposed "
-                  f"copy, max |diff| {max(diffs.values(), default=-1):.2e}")
-            # TorchScript exports affine_grid from opset 20 on.
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Spatial, dynamo,
-                                                       **({} if dynamo else {"opset_version": 20}))
-            check(f"spatial transformer ({how}: a localization head's theta through AffineGrid into GridSample "
-                  f"with border padding): {STEPS} losses and the weights equal PyTorch's",
-                  rel < 1e-4 and len(diffs) == n and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; max |diff| {max(diffs.values(), default=-1):.2e}")
-            # TorchScript exports fold (Col2Im) from opset 18 on.
-            rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, Patches, dynamo,
-                                                       **({} if dynamo else {"opset_version": 18}))
-            check(f"overlapping patches ({how}: F.unfold, a Linear over each patch, F.fold back: Col2Im's "
-                  f"gradient): {STEPS} losses and the weights equal PyTorch's",
-                  rel < 1e-4 and diffs and max(diffs.values()) < 1e-5 and counted,
-                  f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name or as a transposed "
-                  f"copy, max |diff| {max(diffs.values(), default=-1):.2e}")
+            run(UNet, dynamo, "UNet-like ({how}: strided Conv, GroupNorm, ConvTranspose, Concat, MSE; not the "
+                "exporter's InstanceNormalization ones and zeros)", every_name=False)
+        run(Sequence, True, "sequence ops ({how}: cumsum, gather, pad, repeat, L1)")
+        for dynamo in both:
+            run(Weighted, dynamo, "weighted losses ({how}: class-weighted cross-entropy, per-sample weights over "
+                "reduction none, nll_loss with ignore_index; the class weights stay frozen)", rel_tol=1e-5)
+            run(Upsample, dynamo, "upsampling ({how}: bilinear F.interpolate, nearest to a size, InstanceNorm2d "
+                "affine, F.pad)", every_name=False)
+            run(Routed, dynamo, "routed ({how}: einsum attention under a tril mask, a top-2 router, flip, a row "
+                "write and a scatter, atan, tan)")
+            run(SuperRes, dynamo, "super-resolution ({how}: reflect and replicate padding, pixel_shuffle, "
+                "pixel_unshuffle)")
+            run(FrozenNorm, dynamo, "frozen BatchNorm ({how}: eval mode, its running statistics merged by the "
+                "exporter with its bias and scale, which train while the statistics stay)", rel_tol=1e-5)
+            # Dynamo's optimizer would merge the two LayerNorms' unit weights;
+            # TorchScript splits the attention's in_proj_weight into renamed copies.
+            run(Encoder, dynamo, "transformer encoder layer ({how}: multi-head attention, LayerNorms, ReLU MLP)",
+                every_name=False, **({"optimize": False} if dynamo else {}))
+            # TorchScript exports affine_grid from opset 20 on, fold (Col2Im) from 18 on.
+            run(Spatial, dynamo, "spatial transformer ({how}: a localization head's theta through AffineGrid into "
+                "GridSample with border padding)", **({} if dynamo else {"opset_version": 20}))
+            run(Patches, dynamo, "overlapping patches ({how}: F.unfold, a Linear over each patch, F.fold back: "
+                "Col2Im's gradient)", every_name=False, **({} if dynamo else {"opset_version": 18}))
         warned = dropped_bias_warning(sdc, tmp, ZeroBias)
         check("a zero bias that torch.onnx.export's optimizer removed (dynamo) gets one warning naming it; with "
               "optimize=False (the bias in the file) no warning comes",
