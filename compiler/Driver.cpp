@@ -138,18 +138,18 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
 //    an exporter that merged equal initializers leaves;
 //  - parameters the PyTorch model reads that the file lacks
 //    (sd.dropped_parameters: the optimizer removed all-zero biases) cannot
-//    train at all.
-static void exportWarnings(mlir::ModuleOp module, const std::string &model, std::vector<std::string> *warnings) {
+//    train at all, which matters to full fine-tuning.
+static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std::vector<std::string> *warnings) {
   if (!warnings) return;
-  bool trains = false;
-  for (auto g : module.getOps<ir::GlobalOp>()) trains |= g.getRole() == "trainable";
+  const std::string &model = req.model;
   auto dropped = module->getAttrOfType<mlir::ArrayAttr>("sd.dropped_parameters");
-  if (dropped && trains) {
+  if (dropped && req.pipeline.peft == "none") { // adapters leave the model's own parameters frozen
     std::string list;
     for (auto name : dropped.getAsValueRange<mlir::StringAttr>()) list += (list.empty() ? "'" : ", '") + name.str() + "'";
     warnings->push_back(model + ": the PyTorch model's parameter" + (dropped.size() > 1 ? "s " : " ") + list +
                         (dropped.size() > 1 ? " are" : " is") +
-                        " not in the file (torch.onnx.export's optimizer removes all-zero biases) and cannot train; "
+                        " not in the file (torch.onnx.export's optimizer folds some away, such as all-zero biases) and cannot "
+                        "train; "
                         "export with optimize=False");
   }
   auto shared = module->getAttrOfType<mlir::DictionaryAttr>("sd.shared_weights");
@@ -227,7 +227,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
       error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
       return false;
     }
-    exportWarnings(*module, req.model, warnings);
+    exportWarnings(*module, req, warnings);
     if (irOut) *irOut = dryRunReport(*module, req);
     return true;
   }
@@ -242,7 +242,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     error = req.model + ": " + (firstError.empty() ? "compilation failed" : firstError);
     return false;
   }
-  exportWarnings(*module, req.model, warnings);
+  exportWarnings(*module, req, warnings);
   if (req.emit == "mlir") {
     if (irOut) printTo(irOut);
     return true;

@@ -36,6 +36,8 @@ trained parameter.
   encoder    nn.TransformerEncoderLayer (dynamo with optimize=False)
   zero bias  the dynamo optimizer removes an all-zero bias from the file:
              sdc compile names it in one warning
+  trainnorm  a BatchNorm1d in train mode, dynamo export (written as an
+             inference node; the FX source in its metadata says train mode)
   frozennorm a fresh BatchNorm1d kept in eval mode (frozen statistics, as
              when fine-tuning a detector): the exporters keep one initializer
              per value, so its running mean is its zero bias and its running
@@ -211,8 +213,16 @@ def models():
             mixed = self.mix(columns.transpose(1, 2)).transpose(1, 2)
             return F.mse_loss(F.fold(mixed, (3, 4), 2, stride=1, padding=1).mean(1), target)
 
+    class TrainNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.norm, self.head = nn.Linear(6, 6, bias=False), nn.BatchNorm1d(4), nn.Linear(6, 3)
+
+        def forward(self, x, label):  # x [batch, 4 channels, 6]
+            return F.cross_entropy(self.head(F.relu(self.norm(self.linear(x))).mean(1)), label)
+
     return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias,
-            Spatial, Patches)
+            Spatial, Patches, TrainNorm)
 
 
 def data_for(name, rng, n):
@@ -238,6 +248,8 @@ def data_for(name, rng, n):
     if name == "SuperRes":
         return {"x": rng.standard_normal((n, 3, 5, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 12, 5, 4)).astype(np.float32)}
+    if name == "TrainNorm":
+        return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32), "label": rng.integers(0, 3, n)}
     if name == "Weighted":
         return {"x": rng.standard_normal((n, 6)).astype(np.float32), "label": rng.integers(0, 4, n).astype(np.int64),
                 "weight": rng.random(n).astype(np.float32)}
@@ -291,22 +303,32 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, **export_options):
         if copies:
             diffs[k] = min(copies)
     trainable = int(listed.split("trainable parameters: ")[1].split()[0])
+    # Running means (BatchNorm statistics that trained along): saved under
+    # PyTorch's buffer names, equal to its buffers. (Running variances follow
+    # ONNX's rule, the biased batch variance, so they differ from PyTorch's.)
+    for k, b in model.named_buffers():
+        if k.endswith("running_mean") and k in got:
+            diffs[k] = float(np.max(np.abs(got[k] - b.numpy())))
     return rel, diffs, len(params), trainable == sum(p.numel() for p in params.values())
 
 
-def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, **export_options):
+def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, statistics=(),
+                      **export_options):
     """One check: cls exported one way trains in sdrun as in PyTorch, per-step
     losses within rel_tol, the trained weights within 1e-5 (every parameter
     found by name or as a transposed copy, or with every_name=False those
-    found: exporters rename the copies they fold), and the trainable count
-    is the model's parameter count."""
+    found: exporters rename the copies they fold; the running means named in
+    `statistics` too), and the trainable count is the model's parameter
+    count."""
     how = ("dynamo" if dynamo else "torchscript") + "".join(f", {k}={v}" for k, v in export_options.items())
     rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, cls, dynamo, **export_options)
-    found = len(diffs) == n if every_name else bool(diffs)
+    named = len([k for k in diffs if not k.endswith("running_mean")])
+    found = (named == n if every_name else named > 0) and all(k in diffs for k in statistics)
     check(f"{what.format(how=how)}: {STEPS} losses and the weights equal PyTorch's; exactly the model's parameters "
           "train", rel < rel_tol and found and max(diffs.values(), default=1) < 1e-5 and counted,
-          f"max relative loss diff {rel:.2e}; {len(diffs)} of {n} parameters by name or as a transposed copy, max "
-          f"|diff| {max(diffs.values(), default=-1):.2e}; trainable count right: {counted}")
+          f"max relative loss diff {rel:.2e}; {named} of {n} parameters by name or as a transposed copy"
+          f"{f' and the running means {list(statistics)}' if statistics else ''}, max |diff| "
+          f"{max(diffs.values(), default=-1):.2e}; trainable count right: {counted}")
 
 
 def main():
@@ -314,7 +336,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     ZeroBias, Spatial, Patches) = models()
+     ZeroBias, Spatial, Patches, TrainNorm) = models()
     with tempfile.TemporaryDirectory() as tmp:
         run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
         both = (False, True)
@@ -349,6 +371,13 @@ def main():
                 "GridSample with border padding)", **({} if dynamo else {"opset_version": 20}))
             run(Patches, dynamo, "overlapping patches ({how}: F.unfold, a Linear over each patch, F.fold back: "
                 "Col2Im's gradient)", every_name=False, **({} if dynamo else {"opset_version": 18}))
+        # torch.onnx.export's default exporter writes a train-mode BatchNorm as
+        # an inference node (and its optimizer merges the fresh statistics
+        # with the norm's bias and scale); its FX source says train mode.
+        for optimize in (True, False):
+            run(TrainNorm, True, "train-mode BatchNorm1d ({how}: normalized by each batch, its running mean updated "
+                "and saved under its buffer name, where the optimizer merged it with the zero bias too)",
+                statistics=("norm.running_mean",), optimize=optimize)
         warned = dropped_bias_warning(sdc, tmp, ZeroBias)
         check("a zero bias that torch.onnx.export's optimizer removed (dynamo) gets one warning naming it; with "
               "optimize=False (the bias in the file) no warning comes",

@@ -135,6 +135,10 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Clip", {W23}, "  lo = Constant <value = float {-0.3}> ()\n  hi = Constant <value = float {0.4}> ()\n"
                             "  y = Clip(w, lo, hi)"},
         Case{"ClipMinOnly", {W23}, "  lo = Constant <value = float {0.1}> ()\n  y = Clip(w, lo)"},
+        // Trained bounds (a learned clipping threshold): each gets dy where it won.
+        Case{"ClipTrainedBounds", {W23, {"wl", "3", 3}, {"wh", "2", 2}},
+             "  l = ReduceMean <keepdims = 0> (wl)\n  m = ReduceMean <keepdims = 0> (wh)\n"
+             "  s = Constant <value = float {0.8}> ()\n  h = Add(m, s)\n  y = Clip(w, l, h)"},
         // Every second element (an interleaved rotary's x[..., 1::2]), and every third from 0.
         Case{"SliceStep2", {{"w", "2, 6", 12}},
              "  st = Constant <value = int64[1] {1}> ()\n  en = Constant <value = int64[1] {6}> ()\n"
@@ -410,6 +414,7 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"AsinhAcosh", {Wpos}, "  one = Constant <value = float {1.}> ()\n  v = Add(w, one)\n  a = Asinh(w)\n"
                                    "  b = Acosh(v)\n  y = Add(a, b)"},
         Case{"Shrink", {W23}, "  y = Shrink <lambd = 0.3, bias = 0.1> (w)"},
+        // Imported as Casts to double and back.
         Case{"CastLikeDouble", {W23}, "  d = Constant <value = double {1.}> ()\n  c = CastLike(w, d)\n"
                                       "  e = Mul(c, c)\n  y = CastLike(e, x)"},
         // GridSample: the image and the grid both train; the grid reaches

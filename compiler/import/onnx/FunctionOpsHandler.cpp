@@ -4,7 +4,8 @@
 //   CausalConvWithState (opset 27): Concat(past or zeros, x) -> depthwise Conv
 //     (group = C, valid) -> optional SiLU; present = the last k-1 positions.
 //   SwiGLU (opset 28): Swish(a, alpha) * b, same shapes.
-//   BatchNormalization with training_mode=1 (opset 14+): normalized by the
+//   BatchNormalization with training_mode=1 (opset 14+), or one a dynamo
+//   export traced in train mode (TorchExports.h): normalized by the
 //     batch's own mean and (biased) variance over every axis but 1; the
 //     running statistics are input * momentum + batch * (1 - momentum).
 //     In a training plan whose running statistics are weights, the node is
@@ -81,6 +82,9 @@ LogicalResult importBatchNormTraining(NodeImporter &imp, const onnx::NodeProto &
   if (failed(onlyAttrs(imp, n, {"epsilon", "momentum", "training_mode"}))) return failure();
   FailureOr<Value> x = optionalInput(imp, n, 0), scale = optionalInput(imp, n, 1), bias = optionalInput(imp, n, 2),
                    mean = optionalInput(imp, n, 3), var = optionalInput(imp, n, 4);
+  // A dynamo export traced in train mode: the statistics' own weights.
+  if (auto traced = imp.trainModeNorms.find(n.name()); traced != imp.trainModeNorms.end())
+    mean = imp.lookup(traced->second[0]), var = imp.lookup(traced->second[1]);
   if (failed(x) || failed(scale) || failed(bias) || failed(mean) || failed(var)) return failure();
   if (!*x || !*scale || !*bias || !*mean || !*var) return imp.fail("BatchNormalization needs five inputs");
   if (!isStatic(*x) || dimsOf(*x).size() < 2) return imp.fail("BatchNormalization needs a static [N, C, ...] input");

@@ -4,6 +4,8 @@
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
 #include "onnx/onnx_pb.h"
+#include <array>
+#include <map>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -46,6 +48,10 @@ public:
   // parameter of equal value (a fresh norm's running mean is its zero bias):
   // a training import reads them from a frozen copy (mergedStatistics).
   std::unordered_set<std::string> mergedStatistics;
+  // BatchNormalizations a dynamo export traced in train mode, by node name:
+  // the weights holding their running mean and variance (the buffers' own,
+  // trainModeStatistics in OnnxImporter.cpp).
+  std::map<std::string, std::array<std::string, 2>> trainModeNorms;
   mlir::Location loc = mlir::UnknownLoc::get(builder.getContext());
   std::string nodeDesc; // "<scope>: node 'x' (Op, opset N)"
   std::string nodeName; // "x"

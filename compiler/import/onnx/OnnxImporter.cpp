@@ -7,6 +7,7 @@
 #include "OpLibraryBridge.h"
 #include "CountedExtents.h"
 #include "KernelFold.h"
+#include "TorchExports.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/Diagnostics.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
@@ -244,186 +245,6 @@ LogicalResult NodeImporter::bindResults(const onnx::NodeProto &node, Operation *
 
 namespace {
 
-// The value of metadata_props entry `key` of a proto whose metadata_props
-// (field `number`) libonnx 1.12 predates, so protobuf keeps them among its
-// unknown fields; "" when absent.
-std::string unknownMetadata(const google::protobuf::UnknownFieldSet &unknown, int number, llvm::StringRef key) {
-  for (int i = 0; i < unknown.field_count(); ++i) {
-    const google::protobuf::UnknownField &field = unknown.field(i);
-    onnx::StringStringEntryProto p;
-    if (field.number() == number && field.type() == google::protobuf::UnknownField::TYPE_LENGTH_DELIMITED &&
-        p.ParseFromString(field.length_delimited()) && p.key() == key)
-      return p.value();
-  }
-  return "";
-}
-
-// The strings of a Python list's repr, as exporters write them in metadata:
-// "['', 'model', \"it's\"]" -> "", "model", "it's".
-std::vector<std::string> quotedStrings(const std::string &v) {
-  std::vector<std::string> parts;
-  for (size_t at = 0; (at = v.find_first_of("'\"", at)) != std::string::npos;) {
-    size_t end = v.find(v[at], at + 1);
-    if (end == std::string::npos) break;
-    parts.push_back(v.substr(at + 1, end - at - 1));
-    at = end + 1;
-  }
-  return parts;
-}
-
-// The PyTorch module a node came from, as the dynamo exporter records it in
-// metadata_props: pkg.torch.onnx.name_scopes = "['', 'model', 'layers.0',
-// 'self_attn', 'q_proj', 'linear']" (or each entry the full path so far:
-// 'model.layers.0', 'model.layers.0.self_attn', ...) ->
-// "model.layers.0.self_attn.q_proj" (the last entry names the op, not a module). The TorchScript exporter puts the
-// same path in the node name instead (/model/layers.0/self_attn/q_proj/MatMul).
-// NodeProto.metadata_props is field 9 (ONNX 1.16).
-std::string torchModuleScope(const onnx::NodeProto &node) {
-  constexpr int kMetadataProps = 9;
-  const std::string v = unknownMetadata(node.unknown_fields(), kMetadataProps, "pkg.torch.onnx.name_scopes");
-  std::vector<std::string> parts = quotedStrings(v);
-  // Newer exporters write each scope's full path ('model', 'model.layers.0',
-  // ...); older ones the path's next part ('model', 'layers.0', ...).
-  std::string scope;
-  for (size_t k = 1; k + 1 < parts.size(); ++k) {
-    const std::string &part = parts[k];
-    bool full = !scope.empty() && part.size() > scope.size() && part.compare(0, scope.size(), scope) == 0 &&
-                part[scope.size()] == '.';
-    scope = full ? part : scope + (scope.empty() ? "" : ".") + part;
-  }
-  return scope;
-}
-
-// The module a top-level node belongs to: the exporter's name scopes, else
-// the path of a TorchScript node name ("/b.0/ln/LayerNormalization" -> "b.0.ln").
-std::string readerModule(const onnx::NodeProto &node) {
-  if (std::string scope = torchModuleScope(node); !scope.empty()) return scope;
-  llvm::StringRef name = node.name();
-  if (!name.consume_front("/")) return "";
-  size_t at = name.rfind('/');
-  if (at == llvm::StringRef::npos) return "";
-  std::string path = name.substr(0, at).str();
-  std::replace(path.begin(), path.end(), '/', '.');
-  return path;
-}
-
-// Weights that nodes of several modules read in the same role (each a
-// LayerNormalization's scale, each a Gemm's bias): an exporter that merges
-// equal initializers leaves this (torch.onnx.export's optimizer keeps one
-// all-ones LayerNorm weight for every layer). Maps each such weight to the
-// modules reading it; the driver warns when one of them trains.
-DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
-                             const std::unordered_set<std::string> &weights) {
-  struct Readers {
-    std::string role; // the first reader's "<op type>:<slot>"
-    std::set<std::string> modules;
-    bool mixed = false; // another role, or a reader of no known module
-  };
-  std::map<std::string, Readers> readers;
-  for (const onnx::NodeProto &node : g.node())
-    for (int i = 0; i < node.input_size(); ++i) {
-      if (!weights.count(node.input(i))) continue;
-      Readers &r = readers[node.input(i)];
-      std::string role = node.op_type() + ":" + std::to_string(i), module = readerModule(node);
-      if (r.role.empty()) r.role = role;
-      r.mixed = r.mixed || r.role != role || module.empty();
-      r.modules.insert(module);
-    }
-  SmallVector<NamedAttribute> shared;
-  for (auto &[name, r] : readers) {
-    if (r.mixed || r.modules.size() < 2) continue;
-    std::string list;
-    for (const std::string &m : r.modules) list += (list.empty() ? "" : ", ") + m;
-    shared.push_back(b.getNamedAttr(name, b.getStringAttr(list)));
-  }
-  return b.getDictionaryAttr(shared);
-}
-
-// Which initializers of a PyTorch export are the module's parameters. The
-// dynamo exporter marks them in value_info's metadata_props (field 4, ONNX
-// 1.16): kind PARAMETER, or, for an initializer its optimizer folded
-// (GroupNorm's weight reshaped to [C, 1, 1]), folded_from a parameter's
-// dotted module path; everything else it writes as an initializer (val_N: InstanceNorm's
-// ones and zeros, rotary tables, BUFFER kinds) is a constant that full
-// fine-tuning must not train. TorchScript writes constants as Constant
-// nodes, or when folded as initializers named onnx::Op_N or /path, so there
-// any other name is taken for a parameter.
-struct TorchParameters {
-  bool marked = false;                    // the dynamo exporter's marks are there
-  std::unordered_set<std::string> params; // when marked, every parameter; else the unmarked names
-  std::unordered_set<std::string> foldedFrom; // the parameters folded into other initializers
-  // A one-element float initializer that is a parameter (a one-output
-  // head's bias, CLIP's logit_scale): a training plan keeps it as a weight.
-  bool scalarParameter(const std::string &name) const { return params.count(name) != 0; }
-  // A marked export's initializer that is not a parameter: frozen for good.
-  bool notParameter(const std::string &name) const { return marked && !params.count(name); }
-};
-
-TorchParameters torchParameters(const onnx::ModelProto &model) {
-  TorchParameters tp;
-  const onnx::GraphProto &g = model.graph();
-  if (model.producer_name() != "pytorch") return tp;
-  constexpr int kMetadataProps = 4;
-  constexpr const char *kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
-  for (const onnx::ValueInfoProto &vi : llvm::concat<const onnx::ValueInfoProto>(g.value_info(), g.input())) {
-    std::string kind = unknownMetadata(vi.unknown_fields(), kMetadataProps, kKind);
-    tp.marked |= !kind.empty();
-    if (kind == "PARAMETER") tp.params.insert(vi.name());
-    // "['gn.weight', 'val_15', ...]": folded from a parameter when a source
-    // has a module path (FX's own values are named conv2d, mul_3, val_15).
-    for (const std::string &source :
-         quotedStrings(unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from")))
-      if (llvm::StringRef(source).contains('.')) {
-        tp.params.insert(vi.name());
-        tp.foldedFrom.insert(source);
-      }
-  }
-  if (tp.marked) return tp;
-  tp.params.clear();
-  for (const onnx::TensorProto &t : g.initializer()) {
-    llvm::StringRef name = t.name();
-    if (!name.empty() && !name.contains("::") && !name.starts_with("/")) tp.params.insert(t.name());
-  }
-  return tp;
-}
-
-// The parameters of a dynamo export that its forward reads but the file
-// lacks: the exporter's optimizer removes a parameter it finds has no effect
-// (RemoveOptionalBiasFromGemm drops an all-zero bias), so it cannot train.
-// The graph's metadata lists every parameter ("p_fc_bias: PARAMETER
-// target='fc.bias'"); a parameter is read when a node's FX source names its
-// placeholder (%p_fc_bias), and kept when it is an initializer or folded into
-// one. Unused parameters (no FX node reads them) are not reported.
-std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp) {
-  constexpr int kGraphMetadataProps = 16, kNodeMetadataProps = 9;
-  const onnx::GraphProto &g = model.graph();
-  std::string signature =
-      unknownMetadata(g.unknown_fields(), kGraphMetadataProps, "pkg.torch.export.ExportedProgram.graph_signature");
-  if (signature.empty()) return {};
-  std::string fxSources;
-  for (const onnx::NodeProto &n : g.node())
-    fxSources += unknownMetadata(n.unknown_fields(), kNodeMetadataProps, "pkg.torch.onnx.fx_node") + "\n";
-  std::unordered_set<std::string> initializers;
-  for (const onnx::TensorProto &t : g.initializer()) initializers.insert(t.name());
-  auto isIdentChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  std::vector<std::string> dropped;
-  llvm::SmallVector<llvm::StringRef> lines;
-  llvm::StringRef(signature).split(lines, '\n');
-  for (llvm::StringRef line : lines) {
-    auto [placeholder, rest] = line.split(": PARAMETER target='");
-    if (rest.empty() || !rest.ends_with("'")) continue;
-    std::string target = rest.drop_back().str();
-    if (initializers.count(target) || tp.foldedFrom.count(target)) continue;
-    std::string ref = "%" + placeholder.trim().str();
-    for (size_t at = fxSources.find(ref); at != std::string::npos; at = fxSources.find(ref, at + 1))
-      if (at + ref.size() >= fxSources.size() || !isIdentChar(fxSources[at + ref.size()])) {
-        dropped.push_back(target);
-        break;
-      }
-  }
-  return dropped;
-}
-
 // Float initializers that set a result's shape: Resize's and Upsample's
 // scales. They become constants, as integer shapes do, so shape inference
 // reads them (the dynamo exporter writes interpolate's scales as an
@@ -630,26 +451,37 @@ FailureOr<SmallVector<Value>> importSubgraph(NodeImporter &imp, const onnx::Grap
   return outs;
 }
 
-// The running statistics of eval-mode BatchNormalizations (inputs 3 and 4)
-// that are weights read in another role too: both exporters keep one
-// initializer per distinct value, so a fresh BatchNorm's running mean is its
-// bias (zeros) and its running variance its scale (ones). Training the
-// parameter must not move the statistics, which PyTorch keeps as buffers.
-static std::unordered_set<std::string> mergedStatistics(const onnx::GraphProto &g,
-                                                        const std::unordered_set<std::string> &weights) {
-  auto isStatisticsSlot = [](const onnx::NodeProto &n, int i) {
-    if (n.op_type() != "BatchNormalization" || !n.domain().empty() || (i != 3 && i != 4)) return false;
-    for (const auto &a : n.attribute())
-      if (a.name() == "training_mode" && a.i()) return false;
-    return true;
-  };
-  std::unordered_set<std::string> statistics, otherUses, merged;
-  for (const onnx::NodeProto &n : g.node())
-    for (int i = 0; i < n.input_size(); ++i)
-      if (weights.count(n.input(i))) (isStatisticsSlot(n, i) ? statistics : otherUses).insert(n.input(i));
-  for (const std::string &name : statistics)
-    if (otherUses.count(name)) merged.insert(name);
-  return merged;
+// BatchNormalizations a dynamo export traced in train mode normalize by the
+// batch in training plans, as in PyTorch (importBatchNormTraining), and
+// update their running statistics. Those must be weights of their own,
+// named after PyTorch's buffers: the exporter's optimizer may have merged a
+// fresh norm's running mean with its zero bias, which trains.
+LogicalResult trainModeStatistics(OpBuilder &b, Location fileLoc, const onnx::ModelProto &model,
+                                  const std::unordered_map<std::string, const onnx::TensorProto *> &inits,
+                                  NodeImporter &imp, std::string &error) {
+  std::map<std::string, std::array<std::string, 2>> norms = trainModeBatchNorms(model);
+  for (const onnx::NodeProto &n : model.graph().node()) {
+    auto norm = norms.find(n.name());
+    if (norm == norms.end() || n.input_size() < 5) continue;
+    std::array<std::string, 2> statistics = {n.input(3), n.input(4)};
+    for (size_t k = 0; k < 2; ++k) {
+      const std::string &buffer = norm->second[k];
+      auto source = inits.find(n.input(int(3 + k)));
+      if (buffer.empty() || buffer == statistics[k] || source == inits.end() || !imp.lazyGlobals.count(source->first))
+        continue;
+      if (!imp.lazyGlobals.count(buffer)) {
+        if (inits.count(buffer)) continue; // the name is taken by another initializer
+        auto value = tensorToElements(b, *source->second, /*asResource=*/true, error);
+        if (failed(value)) return failure();
+        b.create<GlobalOp>(NameLoc::get(b.getStringAttr(buffer), fileLoc), b.getStringAttr(buffer),
+                           TypeAttr::get(value->getType()), b.getStringAttr("frozen"), *value);
+        imp.lazyGlobals[buffer] = source->second;
+      }
+      statistics[k] = buffer;
+    }
+    imp.trainModeNorms[n.name()] = statistics;
+  }
+  return success();
 }
 
 OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &model, const ImportOptions &opts,
@@ -724,6 +556,7 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     std::unordered_set<std::string> weightNames;
     for (const onnx::TensorProto *t : asWeights) weightNames.insert(t->name());
     imp.mergedStatistics = mergedStatistics(g, weightNames);
+    if (failed(trainModeStatistics(b, fileLoc, model, inits, imp, error))) return error = what + ": " + error, nullptr;
     if (DictionaryAttr shared = sharedWeights(b, g, weightNames); !shared.empty())
       (*module)->setAttr("sd.shared_weights", shared);
     if (std::vector<std::string> dropped = droppedParameters(model, torchParams); !dropped.empty()) {

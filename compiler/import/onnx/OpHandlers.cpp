@@ -105,6 +105,23 @@ LogicalResult clipV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
+// CastLike(x, like) is Cast(x, to = like's element type): only like's type
+// matters. As a Cast no value flows from `like`, so autodiff does not take it
+// for a data dependence (dynamo writes ReLU6's bounds as CastLike(6, x)).
+LogicalResult castLike(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto like = n.input_size() > 1 ? imp.lookup(n.input(1)) : FailureOr<Value>(failure());
+  auto x = imp.lookup(n.input(0));
+  if (failed(x) || failed(like)) return failure();
+  std::optional<DType> to = toDType(cast<ShapedType>(like->getType()).getElementType());
+  const OpSpec *castSpec = findOpSpec("Cast", imp.opset);
+  if (!to || !castSpec) return generic(imp, n, s);
+  auto attrs = imp.convertAttributes(n, {});
+  if (failed(attrs)) return failure();
+  attrs->push_back(imp.builder.getNamedAttr("to", imp.builder.getI64IntegerAttr(int64_t(*to))));
+  auto op = imp.buildOp(*castSpec, {*x}, *attrs, 1);
+  return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
 LogicalResult padV2(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
   auto x = imp.lookup(n.input(0));
   if (failed(x)) return failure();
@@ -225,7 +242,7 @@ LogicalResult batchNormLegacy(NodeImporter &imp, const onnx::NodeProto &n, const
   if (const auto *sp = findAttr(n, "spatial"); sp && sp->i() == 0)
     return imp.fail("BatchNormalization with spatial=0 is not supported");
   const auto *training = findAttr(n, "training_mode");
-  if (training && training->i()) return importBatchNormTraining(imp, n, s);
+  if ((training && training->i()) || imp.trainModeNorms.count(n.name())) return importBatchNormTraining(imp, n, s);
   for (int i = 1; i < n.output_size(); ++i)
     if (!n.output(i).empty()) return imp.fail("BatchNormalization's running statistics come only with training_mode=1");
   auto operands = imp.operandsOf(n, s);
@@ -357,7 +374,7 @@ const OpSpec kSpecs[] = {
     G("Not", "not", 1, 1), G("BitCast", "bit_cast", 1, 1), G("BitwiseNot", "bitwise_not", 1, 1), G("Swish", "swish", 1, 1), G("Shrink", "shrink", 1, 1), G("IsNaN", "is_nan", 1, 1), G("IsInf", "is_inf", 1, 1),
     G("HardSigmoid", "hard_sigmoid", 1, 1), G("LeakyRelu", "leaky_relu", 1, 1), G("Elu", "elu", 1, 1),
     G("Selu", "selu", 1, 1), G("Celu", "celu", 1, 1), G("ThresholdedRelu", "thresholded_relu", 1, 1),
-    G("Gelu", "gelu", 1, 1), G("Cast", "cast", 1, 1), G("CastLike", "cast_like", 2, 1),
+    G("Gelu", "gelu", 1, 1), G("Cast", "cast", 1, 1), {"CastLike", 15, "cast_like", 2, 1, castLike},
     // Binary and variadic.
     G("Add", "add", 2, 1), G("Sub", "sub", 2, 1), G("Mul", "mul", 2, 1), G("Div", "div", 2, 1),
     G("Pow", "pow", 2, 1), G("And", "and", 2, 1), G("Or", "or", 2, 1), G("Xor", "xor", 2, 1),

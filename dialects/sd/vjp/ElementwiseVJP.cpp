@@ -98,18 +98,29 @@ LogicalResult reluVJP(ReluOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bo
   return success();
 }
 
-// PyTorch's clamp backward: the gradient passes where min <= x <= max (both
-// bounds inclusive), and is zero where x was clipped. No gradient reaches the
-// bounds themselves (constants in the models that use Clip).
+// PyTorch's clamp backward: x's gradient passes where min <= x <= max (both
+// bounds inclusive), and is zero where x was clipped. A bound that is a
+// tensor (torch.clamp(x, min=t)) gets dy where it won: min where x < min
+// (and min < max), max where x > max (or max < min, where max wins).
 LogicalResult clipVJP(ClipOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  if ((op->getNumOperands() > 1 && need[1]) || (op->getNumOperands() > 2 && need[2]))
-    return op.emitError("Clip: the gradient with respect to min or max is not implemented");
   Value x = op.getInput(), zero = g.scalar(elementTypeOf(dy[0]), 0.0), d = dy[0];
-  if (op.getMin() && !isa<NoneType>(op.getMin().getType()))
-    d = g.make<WhereOp>({g.make<GreaterOrEqualOp>({x, op.getMin()}), d, zero});
-  if (op.getMax() && !isa<NoneType>(op.getMax().getType()))
-    d = g.make<WhereOp>({g.make<LessOrEqualOp>({x, op.getMax()}), d, zero});
-  dx[0] = d;
+  Value lo = op.getMin() && !isa<NoneType>(op.getMin().getType()) ? op.getMin() : Value();
+  Value hi = op.getMax() && !isa<NoneType>(op.getMax().getType()) ? op.getMax() : Value();
+  auto where = [&](Value cond, Value target) { return g.unbroadcast(g.make<WhereOp>({cond, d, zero}), target.getType()); };
+  if (lo && need.size() > 1 && need[1]) {
+    Value won = g.make<LessOp>({x, lo});
+    if (hi) won = g.make<AndOp>({won, g.make<LessOp>({lo, hi})});
+    dx[1] = where(won, lo);
+  }
+  if (hi && need.size() > 2 && need[2]) {
+    Value won = g.make<GreaterOp>({x, hi});
+    if (lo) won = g.make<OrOp>({won, g.make<LessOp>({hi, lo})});
+    dx[2] = where(won, hi);
+  }
+  if (!need[0]) return success();
+  if (lo) d = g.make<WhereOp>({g.make<GreaterOrEqualOp>({x, lo}), d, zero});
+  if (hi) d = g.make<WhereOp>({g.make<LessOrEqualOp>({x, hi}), d, zero});
+  dx[0] = g.unbroadcast(d, x.getType());
   return success();
 }
 
@@ -167,22 +178,14 @@ LogicalResult loopGuardVJP(LoopGuardOp op, GradBuilder &g, ArrayRef<Value> dy, A
   return success();
 }
 
-// Float-to-float casts pass the gradient back in the source type (CastLike's
-// target operand only lends its type: it gets none).
-LogicalResult castBack(Operation *op, Value src, GradBuilder &g, Value dy, Grads &dx) {
-  Type et = elementTypeOf(src);
-  std::optional<DType> d = toDType(et);
-  if (!isa<FloatType>(et) || !d) return op->emitError("Cast: not differentiable from ") << et;
-  dx[0] = g.make<CastOp>({dy}, {g.attr("to", int64_t(*d))});
-  return success();
-}
-
+// Float-to-float casts pass the gradient back in the source type (the
+// importer makes CastLike a Cast).
 LogicalResult castVJP(CastOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  return castBack(op, op.getInput(), g, dy[0], dx);
-}
-
-LogicalResult castLikeVJP(CastLikeOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  return need[0] ? castBack(op, op.getLhs(), g, dy[0], dx) : success();
+  Type src = elementTypeOf(op.getInput());
+  std::optional<DType> d = toDType(src);
+  if (!isa<FloatType>(src) || !d) return op.emitError("Cast: not differentiable from ") << src;
+  dx[0] = g.make<CastOp>({dy[0]}, {g.attr("to", int64_t(*d))});
+  return success();
 }
 
 LogicalResult sumVJP(SumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
@@ -218,7 +221,6 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<IfSelectOp, ifSelectVJP>(ctx);
   attachVJP<LoopGuardOp, loopGuardVJP>(ctx);
   attachVJP<CastOp, castVJP>(ctx);
-  attachVJP<CastLikeOp, castLikeVJP>(ctx);
   attachVJP<SumOp, sumVJP>(ctx);
 }
 
