@@ -75,6 +75,19 @@ Status checkedBytes(DType dt, const flatbuffers::Vector<int64_t> *dims, Dims &ou
   return Status::ok();
 }
 
+// Whether two buffers' bytes (each followed to its root, arena or global)
+// intersect without being the same bytes.
+bool overlapsInPart(const EntryDesc &e, const BufferDesc &a, const BufferDesc &b) {
+  const BufferDesc *x = &a, *y = &b;
+  while (x->kind == BufferKind::Alias) x = &e.buffers[size_t(x->offset)];
+  while (y->kind == BufferKind::Alias) y = &e.buffers[size_t(y->offset)];
+  if (x->kind != y->kind || !x->bytes || !y->bytes) return false;
+  if (x->kind == BufferKind::Global) return false; // a global is one buffer: the same or apart
+  uint64_t x0 = uint64_t(x->offset), y0 = uint64_t(y->offset);
+  bool same = x0 == y0 && x->bytes == y->bytes;
+  return !same && x0 < y0 + y->bytes && y0 < x0 + x->bytes;
+}
+
 Status decodeAttrs(const flatbuffers::Vector<flatbuffers::Offset<fb::Attr>> *attrs, AttrMap &out) {
   if (!attrs) return Status::ok();
   for (const fb::Attr *a : *attrs) {
@@ -327,6 +340,11 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
             if (r == GlobalRole::Frozen || r == GlobalRole::Constant)
               return sdError(sctx, "writes read-only global '", globals[size_t(root->offset)].name, "'");
           }
+          // A result may share an operand's memory whole (in place), never
+          // in part: no kernel reads and writes overlapping bytes.
+          for (size_t j = 0; j < sd.inputs.size(); ++j)
+            if (sd.inputs[j] >= 0 && overlapsInPart(ed, *root, ed.buffers[size_t(sd.inputs[j])]))
+              return sdError(sctx, "output ", k, " overlaps operand ", j, " in part");
         }
         ed.steps.push_back(std::move(sd));
       }
