@@ -33,6 +33,8 @@ trained parameter.
              gradient)
   patches    F.unfold into overlapping blocks, a Linear per block, F.fold
              back (Col2Im's gradient)
+  products   torch.prod (ReduceProd), vector_norm with p=3 (Pow with an
+             integer exponent), the log of a sum
   encoder    nn.TransformerEncoderLayer (dynamo with optimize=False)
   zero bias  the dynamo optimizer removes an all-zero bias from the file:
              sdc compile names it in one warning
@@ -221,8 +223,19 @@ def models():
         def forward(self, x, label):  # x [batch, 4 channels, 6]
             return F.cross_entropy(self.head(F.relu(self.norm(self.linear(x))).mean(1)), label)
 
+    class Products(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear = nn.Linear(6, 6)
+
+        def forward(self, x, target):
+            h = self.linear(x)
+            gates = torch.prod(torch.sigmoid(h).reshape(-1, 2, 3), -1)  # ReduceProd
+            return (gates.mean() + torch.linalg.vector_norm(h - target, 3, -1).mean()  # Pow with an integer 3
+                    + torch.log(torch.sigmoid(h).sum(-1)).mean())
+
     return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias,
-            Spatial, Patches, TrainNorm)
+            Spatial, Patches, TrainNorm, Products)
 
 
 def data_for(name, rng, n):
@@ -242,6 +255,8 @@ def data_for(name, rng, n):
     if name in ("Spatial", "Patches"):
         return {"x": rng.standard_normal((n, 3, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 4)).astype(np.float32)}
+    if name == "Products":
+        return {"x": rng.standard_normal((n, 6)).astype(np.float32), "target": rng.standard_normal((n, 6)).astype(np.float32)}
     if name in ("Routed", "FrozenNorm", "Encoder", "ZeroBias"):
         return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32),
                 "target": rng.standard_normal((n, 4, 6)).astype(np.float32)}
@@ -336,7 +351,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     ZeroBias, Spatial, Patches, TrainNorm) = models()
+     ZeroBias, Spatial, Patches, TrainNorm, Products) = models()
     with tempfile.TemporaryDirectory() as tmp:
         run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
         both = (False, True)
@@ -369,6 +384,7 @@ def main():
             # TorchScript exports affine_grid from opset 20 on, fold (Col2Im) from 18 on.
             run(Spatial, dynamo, "spatial transformer ({how}: a localization head's theta through AffineGrid into "
                 "GridSample with border padding)", **({} if dynamo else {"opset_version": 20}))
+            run(Products, dynamo, "products and norms ({how}: torch.prod, vector_norm with p=3, log of a sum)")
             run(Patches, dynamo, "overlapping patches ({how}: F.unfold, a Linear over each patch, F.fold back: "
                 "Col2Im's gradient)", every_name=False, **({} if dynamo else {"opset_version": 18}))
         # torch.onnx.export's default exporter writes a train-mode BatchNorm as

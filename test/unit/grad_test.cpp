@@ -443,6 +443,15 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"Col2Im", {{"w", "1, 8, 9", 72}},
              "  i = Constant <value = int64[2] {4, 5}> ()\n  b = Constant <value = int64[2] {2, 2}> ()\n"
              "  y = Col2Im <strides = [1, 2], dilations = [2, 1], pads = [1, 0, 0, 1]> (w, i, b)", 18},
+        // ReduceProd, exact with a zero among the factors (w times a mask
+        // zeroing one element); ReduceLogSum; Pow with an integer exponent.
+        Case{"ReduceProdWithZero", {{"w", "2, 3, 2", 12}},
+             "  z = Constant <value = float[2, 3, 2] {1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1}> ()\n  v = Mul(w, z)\n"
+             "  y = ReduceProd <keepdims = 0, axes = [0, 2]> (v)"},
+        Case{"ReduceProdAll", {W23}, "  y = ReduceProd <keepdims = 1> (w)"},
+        Case{"ReduceLogSum", {Wpos}, "  a = Constant <value = int64[1] {1}> ()\n  y = ReduceLogSum <keepdims = 1> (w, a)",
+             18},
+        Case{"PowIntegerExponent", {W23}, "  e = Constant <value = int64 {3}> ()\n  y = Pow(w, e)"},
         // Opset 11's softmaxes run over the flattened trailing dims.
         Case{"SoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  y = Softmax <axis = 1> (w)", 11},
         Case{"LogSoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  l = LogSoftmax <axis = 0> (w)\n  y = Mul(l, w)", 11}),

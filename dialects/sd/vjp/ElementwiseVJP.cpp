@@ -150,9 +150,13 @@ LogicalResult swigluPackedVJP(SwiGLUPackedOp op, GradBuilder &g, ArrayRef<Value>
 LogicalResult powVJP(PowOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   if (need[1]) return op.emitError("Pow: the gradient with respect to the exponent is not implemented");
   Value x = op.getLhs(), c = op.getRhs();
-  Value cm1 = g.sub(c, g.scalar(elementTypeOf(c), 1.0));
+  if (elementTypeOf(c) != elementTypeOf(x)) { // x ** 3 with an integer 3 (torch.linalg.vector_norm(x, 3))
+    std::optional<DType> to = toDType(elementTypeOf(x));
+    if (!to) return op.emitError("Pow: not differentiable in ") << elementTypeOf(x);
+    c = g.make<CastOp>({c}, {g.attr("to", int64_t(*to))});
+  }
+  Value cm1 = g.sub(c, g.scalar(elementTypeOf(x), 1.0));
   Value d = g.mul(c, g.make<PowOp>({x, cm1}));
-  if (elementTypeOf(c) != elementTypeOf(x)) return op.emitError("Pow: mixed-type exponent is not differentiable");
   dx[0] = g.unbroadcast(g.mul(dy[0], d), x.getType());
   return success();
 }

@@ -109,6 +109,50 @@ LogicalResult reduceExtremeVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, Array
   return success();
 }
 
+// y = log sum x: dx = dy / sum x = dy / exp(y).
+LogicalResult reduceLogSumVJP(ReduceLogSumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
+                              Grads &dx) {
+  SmallVector<int64_t> axes;
+  if (failed(reduceAxes(op, axes))) return failure();
+  Value x = op.getData();
+  if (axes.empty()) {
+    dx[0] = g.div(dy[0], x); // log(x)
+    return success();
+  }
+  Value sum = g.broadcastTo(g.make<ExpOp>({op->getResult(0)}), x.getType(), axes);
+  dx[0] = g.div(g.broadcastTo(dy[0], x.getType(), axes), sum);
+  return success();
+}
+
+// y = prod x: each x gets dy times the product of the others, exact where
+// some are 0 (as PyTorch's prod backward): the reduced axes moved last and
+// flattened, the exclusive running products from both ends multiplied.
+LogicalResult reduceProdVJP(ReduceProdOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
+  SmallVector<int64_t> axes;
+  if (failed(reduceAxes(op, axes))) return failure();
+  Value x = op.getData();
+  if (axes.empty()) {
+    dx[0] = dy[0];
+    return success();
+  }
+  ArrayRef<int64_t> xs = shapeOf(x);
+  SmallVector<int64_t> perm, inverse(xs.size()), flat, moved;
+  int64_t reduced = 1;
+  for (int64_t a = 0; a < int64_t(xs.size()); ++a)
+    if (!llvm::is_contained(axes, a)) perm.push_back(a), flat.push_back(xs[size_t(a)]);
+  for (int64_t a : axes) perm.push_back(a), reduced *= xs[size_t(a)];
+  for (size_t i = 0; i < perm.size(); ++i) inverse[size_t(perm[i])] = int64_t(i), moved.push_back(xs[size_t(perm[i])]);
+  flat.push_back(reduced);
+  Value rows = g.reshape(g.transpose(x, perm), flat);
+  Value last = g.scalar(g.builder().getI64Type(), double(flat.size() - 1));
+  auto running = [&](int64_t reverse) {
+    return g.make<CumProdOp>({rows, last}, {g.attr("exclusive", int64_t(1)), g.attr("reverse", reverse)});
+  };
+  Value others = g.transpose(g.reshape(g.mul(running(0), running(1)), moved), inverse);
+  dx[0] = g.mul(g.broadcastTo(dy[0], x.getType(), axes), others);
+  return success();
+}
+
 // A running sum's gradient is the running sum of dy the other way.
 LogicalResult cumSumVJP(CumSumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   dx[0] = g.make<CumSumOp>({dy[0], op.getRhs()}, {g.attr("exclusive", op.getExclusive().value_or(0)),
@@ -127,6 +171,8 @@ void attachReductionVJPs(MLIRContext *ctx) {
   attachVJP<ReduceLogSumExpOp, reduceLogSumExpVJP>(ctx);
   attachVJP<ReduceMaxOp, reduceExtremeVJP<ReduceMaxOp>>(ctx);
   attachVJP<ReduceMinOp, reduceExtremeVJP<ReduceMinOp>>(ctx);
+  attachVJP<ReduceLogSumOp, reduceLogSumVJP>(ctx);
+  attachVJP<ReduceProdOp, reduceProdVJP>(ctx);
   attachVJP<CumSumOp, cumSumVJP>(ctx);
 }
 
