@@ -145,13 +145,6 @@ TorchParameters torchParameters(const onnx::ModelProto &model) {
   return tp;
 }
 
-// The parameters of a dynamo export that its forward reads but the file
-// lacks: the exporter's optimizer removes a parameter it finds has no effect
-// (RemoveOptionalBiasFromGemm drops an all-zero bias), so it cannot train.
-// The graph's metadata lists every parameter ("p_fc_bias: PARAMETER
-// target='fc.bias'"); a parameter is read when a node's FX source names its
-// placeholder (%p_fc_bias), and kept when it is an initializer or folded into
-// one. Unused parameters (no FX node reads them) are not reported.
 namespace {
 
 constexpr int kGraphMetadataProps = 16, kNodeMetadataProps = 9;
@@ -184,6 +177,13 @@ std::string fxSource(const onnx::NodeProto &n) {
 
 } // namespace
 
+// The parameters of a dynamo export that its forward reads but the file
+// lacks: the exporter's optimizer removes a parameter it finds has no effect
+// (RemoveOptionalBiasFromGemm drops an all-zero bias), so it cannot train.
+// The graph's metadata lists every parameter ("p_fc_bias: PARAMETER
+// target='fc.bias'"); a parameter is read when a node's FX source names its
+// placeholder (%p_fc_bias), and kept when it is an initializer or folded into
+// one. Unused parameters (no FX node reads them) are not reported.
 std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp) {
   std::map<std::string, SignatureInput> inputs = signatureInputs(model);
   if (inputs.empty()) return {};
