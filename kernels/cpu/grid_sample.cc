@@ -77,8 +77,8 @@ Status GridSampleKernel(const KernelContext &c) {
 
 // GridSampleGrad(dy, X, grid) -> (dx, dgrid), one batch image per task:
 // per output point, its taps and their slopes, then each channel's share
-// (math::gridTapsGrad, in the CUDA kernels' order: dx in output-point order,
-// dgrid over channels, then taps).
+// (math::gridTapsGrad, summed in the CUDA kernels' order: dx in
+// output-point order, dgrid over channels, then taps).
 template <typename T> Status gridSampleGrad(const KernelContext &c, ThreadPool *pool) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &grid = c.inputs[2];
   const std::vector<GridAxis> axes = gridAxes(c, 1);

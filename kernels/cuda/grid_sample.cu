@@ -75,10 +75,11 @@ Status GridSampleKernel(const KernelContext &c) {
   return launchStatus("GridSample");
 }
 
-// GridSampleGrad, in the CPU kernel's order (math::gridTapsGrad) so both
-// give the same bits: dx by one thread per (batch, channel) plane walking
-// the output points in order (no float atomics: replay equals eager), dgrid
-// by one thread per output point summing its channels in order.
+// GridSampleGrad, summing in the CPU kernel's order (math::gridTapsGrad):
+// dx by one thread per (batch, channel) plane walking the output points in
+// order (no float atomics: replay equals eager), dgrid by one thread per
+// output point summing its channels in order.
+
 // A point's taps, weights and slopes (the grid lists coordinates innermost dim first).
 template <typename T> __device__ void gradTaps(const GridGeometry &g, const T *at, int64_t *first, double (*w)[4],
                                                double (*dw)[4], double *dvdn) {
@@ -124,11 +125,13 @@ Status GridSampleGradKernel(const KernelContext &c) {
   cudaStream_t stream = streamOf(c);
   if (dx.numElements()) SD_RETURN_IF_ERROR(cudaCheck(cudaMemsetAsync(dx.data, 0, dx.byteSize(), stream), "GridSampleGrad"));
   const int64_t planes = g.batch * g.channels, points = g.batch * g.points;
-  if (planes == 0 || points == 0) return Status::ok();
-  gridSampleGradInputKernel<float><<<blocksFor(planes), kThreads, 0, stream>>>(
-      g, c.inputs[0].as<float>(), x.as<float>(), grid.as<float>(), dx.as<float>(), planes);
-  SD_RETURN_IF_ERROR(launchStatus("GridSampleGrad"));
-  gridSampleGradGridKernel<float><<<blocksFor(points), kThreads, 0, stream>>>(
+  if (points == 0) return Status::ok();
+  if (planes) {
+    gridSampleGradInputKernel<float><<<blocksFor(planes), kThreads, 0, stream>>>(
+        g, c.inputs[0].as<float>(), x.as<float>(), grid.as<float>(), dx.as<float>(), planes);
+    SD_RETURN_IF_ERROR(launchStatus("GridSampleGrad"));
+  }
+  gridSampleGradGridKernel<float><<<blocksFor(points), kThreads, 0, stream>>>( // zeros when there are no channels
       g, c.inputs[0].as<float>(), x.as<float>(), grid.as<float>(), dgrid.as<float>(), points);
   return launchStatus("GridSampleGrad");
 }
