@@ -3,7 +3,8 @@
 --peft none --loss-output loss`, `sdrun train --data DIR`), exported by
 TorchScript and by torch.onnx.export's default (dynamo) exporter, against
 PyTorch on the same batches with the same AdamW: per-step losses and every
-trained parameter.
+trained parameter; and, in a build with the CUDA backend, every step of each
+plan binds to a CUDA kernel.
 
   masked     a mean squared error over the rows a run-time mask keeps
              (pred[keep] - y[keep]: NonZero in the forward, its Gathers'
@@ -324,7 +325,18 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, **export_options):
     for k, b in model.named_buffers():
         if k.endswith("running_mean") and k in got:
             diffs[k] = float(np.max(np.abs(got[k] - b.numpy())))
-    return rel, diffs, len(params), trainable == sum(p.numel() for p in params.values())
+    return rel, diffs, len(params), trainable == sum(p.numel() for p in params.values()), cuda_bound(sdrun, plan)
+
+
+def cuda_bound(sdrun, plan):
+    """Whether every step of the plan's entries binds to a CUDA kernel
+    (`sdrun inspect --kernels cuda`, no GPU needed); None in a build without
+    the CUDA backend."""
+    import subprocess
+    r = subprocess.run([sdrun, "inspect", plan, "--kernels", "cuda"], capture_output=True, text=True)
+    if "no backend 'cuda' in this build" in r.stderr:
+        return None
+    return r.returncode == 0 and "every step runs on 'cuda'" in r.stdout
 
 
 def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, statistics=(),
@@ -336,14 +348,16 @@ def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_t
     `statistics` too), and the trainable count is the model's parameter
     count."""
     how = ("dynamo" if dynamo else "torchscript") + "".join(f", {k}={v}" for k, v in export_options.items())
-    rel, diffs, n, counted = train_and_compare(sdc, sdrun, tmp, cls, dynamo, **export_options)
+    rel, diffs, n, counted, cuda = train_and_compare(sdc, sdrun, tmp, cls, dynamo, **export_options)
     named = len([k for k in diffs if not k.endswith("running_mean")])
     found = (named == n if every_name else named > 0) and all(k in diffs for k in statistics)
     check(f"{what.format(how=how)}: {STEPS} losses and the weights equal PyTorch's; exactly the model's parameters "
-          "train", rel < rel_tol and found and max(diffs.values(), default=1) < 1e-5 and counted,
+          "train; every step has a CUDA kernel (where the build has the backend)",
+          rel < rel_tol and found and max(diffs.values(), default=1) < 1e-5 and counted and cuda is not False,
           f"max relative loss diff {rel:.2e}; {named} of {n} parameters by name or as a transposed copy"
           f"{f' and the running means {list(statistics)}' if statistics else ''}, max |diff| "
-          f"{max(diffs.values(), default=-1):.2e}; trainable count right: {counted}")
+          f"{max(diffs.values(), default=-1):.2e}; trainable count right: {counted}; CUDA kernels for every step: "
+          f"{'no CUDA backend in this build' if cuda is None else cuda}")
 
 
 def main():
