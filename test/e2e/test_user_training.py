@@ -36,6 +36,8 @@ plan binds to a CUDA kernel.
              back (Col2Im's gradient)
   products   torch.prod (ReduceProd), vector_norm with p=3 (Pow with an
              integer exponent), the log of a sum
+  bags       nn.EmbeddingBag, mean and sum (dynamo writes a Loop that
+             inserts each bag's row into a sequence, then ConcatFromSequence)
   encoder    nn.TransformerEncoderLayer (dynamo with optimize=False)
   zero bias  the dynamo optimizer removes an all-zero bias from the file:
              sdc compile names it in one warning
@@ -235,8 +237,17 @@ def models():
             return (gates.mean() + torch.linalg.vector_norm(h - target, 3, -1).mean()  # Pow with an integer 3
                     + torch.log(torch.sigmoid(h).sum(-1)).mean())
 
+    class Bags(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.mean, self.sum = nn.EmbeddingBag(10, 6, mode="mean"), nn.EmbeddingBag(10, 6, mode="sum")
+            self.head = nn.Linear(6, 3)
+
+        def forward(self, ids, label):
+            return F.cross_entropy(self.head(torch.tanh(self.mean(ids) + self.sum(ids))), label)
+
     return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias,
-            Spatial, Patches, TrainNorm, Products)
+            Spatial, Patches, TrainNorm, Products, Bags)
 
 
 def data_for(name, rng, n):
@@ -256,6 +267,8 @@ def data_for(name, rng, n):
     if name in ("Spatial", "Patches"):
         return {"x": rng.standard_normal((n, 3, 4)).astype(np.float32),
                 "target": rng.standard_normal((n, 3, 4)).astype(np.float32)}
+    if name == "Bags":
+        return {"ids": rng.integers(0, 10, (n, 3)), "label": rng.integers(0, 3, n)}
     if name == "Products":
         return {"x": rng.standard_normal((n, 6)).astype(np.float32), "target": rng.standard_normal((n, 6)).astype(np.float32)}
     if name in ("Routed", "FrozenNorm", "Encoder", "ZeroBias"):
@@ -365,7 +378,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     ZeroBias, Spatial, Patches, TrainNorm, Products) = models()
+     ZeroBias, Spatial, Patches, TrainNorm, Products, Bags) = models()
     with tempfile.TemporaryDirectory() as tmp:
         run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
         both = (False, True)
@@ -398,6 +411,8 @@ def main():
             # TorchScript exports affine_grid from opset 20 on, fold (Col2Im) from 18 on.
             run(Spatial, dynamo, "spatial transformer ({how}: a localization head's theta through AffineGrid into "
                 "GridSample with border padding)", **({} if dynamo else {"opset_version": 20}))
+            # Dynamo writes each bag as a Loop inserting into a sequence.
+            run(Bags, dynamo, "embedding bags ({how}: nn.EmbeddingBag mean and sum)")
             run(Products, dynamo, "products and norms ({how}: torch.prod, vector_norm with p=3, log of a sum)")
             run(Patches, dynamo, "overlapping patches ({how}: F.unfold, a Linear over each patch, F.fold back: "
                 "Col2Im's gradient)", every_name=False, **({} if dynamo else {"opset_version": 18}))

@@ -126,6 +126,10 @@ LogicalResult importIf(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec
   if (thenOuts->size() != elseOuts->size())
     return imp.fail("then_branch gives " + std::to_string(thenOuts->size()) + " outputs, else_branch " +
                     std::to_string(elseOuts->size()));
+  auto isSequence = [&](Value v) { return imp.isSequence(v); };
+  if (llvm::any_of(*thenOuts, isSequence) || llvm::any_of(*elseOuts, isSequence))
+    return imp.fail("its branches give sequences and the condition is run-time data: choosing a sequence at run "
+                    "time is not supported (sequences are lists sdc keeps at compile time)");
   branches.thenOuts = *thenOuts;
   branches.elseOuts = *elseOuts;
 
@@ -209,11 +213,12 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
   if (failed(tripInput) || failed(condInput)) return failure();
   SmallVector<Value> carried;
   for (int i = 2; i < n.input_size(); ++i) {
-    auto v = imp.lookup(n.input(i));
+    auto v = imp.lookupAny(n.input(i)); // a sequence built up iteration by iteration (EmbeddingBag's)
     if (failed(v)) return failure();
     carried.push_back(*v);
   }
   size_t numCarried = carried.size();
+  bool carriesSequence = llvm::any_of(carried, [&](Value v) { return imp.isSequence(v); });
   if (body->input_size() != int(numCarried) + 2 || body->output_size() < int(numCarried) + 1)
     return imp.fail("body takes " + std::to_string(body->input_size()) + " inputs and gives " +
                     std::to_string(body->output_size()) + " outputs; the node carries " + std::to_string(numCarried) +
@@ -228,7 +233,10 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
   // treated as no bound.
   Value trip = *tripInput;
   bool tripKnown = false;
-  int64_t limit = opts.maxTrip, knownM = -1;
+  // With no M and no --max-trip, a loop whose condition the importer can
+  // compute each time (while i < n, n known) unrolls until it stops, up to
+  // --max-unroll iterations.
+  int64_t limit = opts.maxTrip ? opts.maxTrip : opts.maxUnroll, knownM = -1;
   if (trip) {
     DenseElementsAttr c = knownValue(trip);
     if (c && c.getNumElements() == 1) {
@@ -240,12 +248,16 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
   constexpr int64_t kUnboundedTrips = int64_t(1) << 31;
   if (knownM >= 0 && knownM < kUnboundedTrips && (knownM <= opts.maxUnroll || knownM <= opts.maxTrip || !opts.maxTrip)) {
     tripKnown = true, limit = knownM, trip = Value();
-  } else if (knownM >= 0 && !opts.maxTrip) {
-    return imp.fail("runs up to " + std::to_string(knownM) + " iterations; if its condition stops it sooner, " +
-                    maxTripHint);
+  } else if (knownM >= kUnboundedTrips && !opts.maxTrip) {
+    trip = Value(); // no bound: as without M, it unrolls while its condition is known
   }
   bool bounded = tripKnown || opts.maxTrip > 0;
-  if (bounded && limit > opts.maxUnroll) return importLoopStep(imp, n, *body, trip, *condInput, carried, limit, tripKnown);
+  if (bounded && limit > opts.maxUnroll) {
+    if (carriesSequence)
+      return imp.fail("carries a sequence through " + std::to_string(limit) + " iterations, more than --max-unroll " +
+                      std::to_string(opts.maxUnroll) + "; sequences live only in unrolled loops");
+    return importLoopStep(imp, n, *body, trip, *condInput, carried, limit, tripKnown);
+  }
   if (knownM >= 0) trip = Value(); // past --max-trip: the guard stops the loop first
 
   OpMaker m{imp};
@@ -276,6 +288,9 @@ LogicalResult importLoop(NodeImporter &imp, const onnx::NodeProto &n, const OpSp
     if (keep && numScans)
       return imp.fail("has scan outputs and stops at run time, so their length is run-time data; give a "
                       "trip count the importer can compute");
+    if (keep && carriesSequence)
+      return imp.fail("carries a sequence and stops at run time, so its length is run-time data; give a trip "
+                      "count the importer can compute");
     for (size_t i = 0; i < numCarried; ++i) {
       Value next = (*outs)[1 + i];
       carried[i] = keep ? m.op("IfSelect", "if_select", {keep, next, carried[i]}) : next;

@@ -3,6 +3,7 @@
 #include "SDDialect.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
 #include "onnx/onnx_pb.h"
 #include <array>
 #include <map>
@@ -74,8 +75,16 @@ public:
     if (error.empty()) error = nodeDesc + ": " + msg;
     return mlir::failure();
   }
-  // Value of an ONNX name; empty name gives sd.none.
+  // ONNX sequences (SequenceHandler.h): the importer keeps a sequence's
+  // tensors as a list, so a plan never holds one. The sequence itself is a
+  // token (an sd.none of its own) that only the sequence ops, Identity and an
+  // unrolled Loop's carried values take.
+  llvm::DenseMap<mlir::Value, llvm::SmallVector<mlir::Value>> sequences;
+  bool isSequence(mlir::Value v) const { return v && sequences.count(v); }
+  // Value of an ONNX name; empty name gives sd.none. lookup refuses a
+  // sequence (the node wants a tensor); lookupAny takes either.
   mlir::FailureOr<mlir::Value> lookup(const std::string &name);
+  mlir::FailureOr<mlir::Value> lookupAny(const std::string &name);
   mlir::Value none();
   // i64 1-D constant (attribute-to-operand upgrades).
   mlir::Value constI64(llvm::ArrayRef<int64_t> values, bool scalar = false);

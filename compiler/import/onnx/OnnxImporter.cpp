@@ -115,6 +115,15 @@ FailureOr<ElementsAttr> tensorToElements(Builder &b, const onnx::TensorProto &t,
 }
 
 FailureOr<Value> NodeImporter::lookup(const std::string &name) {
+  FailureOr<Value> v = lookupAny(name);
+  if (succeeded(v) && isSequence(*v))
+    return fail("takes '" + name + "', a sequence, where it needs a tensor; that is not supported (sdc keeps " +
+                "sequences only between the sequence ops, Identity and unrolled Loops)"),
+           failure();
+  return v;
+}
+
+FailureOr<Value> NodeImporter::lookupAny(const std::string &name) {
   if (name.empty()) return none();
   auto it = values.find(name);
   if (it != values.end()) return it->second;
@@ -444,7 +453,7 @@ FailureOr<SmallVector<Value>> importSubgraph(NodeImporter &imp, const onnx::Grap
   if (failed(importNodes(imp, g))) return failure();
   SmallVector<Value> outs;
   for (const auto &out : g.output()) {
-    auto v = imp.lookup(out.name());
+    auto v = imp.lookupAny(out.name()); // a Loop body may give back a sequence it carries
     if (failed(v)) return failure();
     outs.push_back(*v);
   }
@@ -630,6 +639,9 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     outNames.push_back(b.getStringAttr(out.name()));
   }
   b.create<func::ReturnOp>(fileLoc, results);
+  // Sequence tokens (SequenceHandler.h) only ever stood for lists.
+  for (auto &[token, tensors] : imp.sequences)
+    if (token.use_empty()) token.getDefiningOp()->erase();
   fn.setType(b.getFunctionType(argTypes, ValueRange(results).getTypes()));
   fn->setAttr("sd.output_names", b.getArrayAttr(outNames));
   std::string diag;

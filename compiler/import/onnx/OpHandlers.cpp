@@ -1,6 +1,7 @@
 // ONNX op handlers, keyed by (op type, since_version). Most ops map 1:1 to an
 // sd op (generic handler); older opsets that carried operands as attributes are
 // upgraded to the newest form here, so everything downstream sees one form.
+#include "SequenceHandler.h"
 #include "AttentionHandler.h"
 #include "ControlFlowHandler.h"
 #include "FunctionOpsHandler.h"
@@ -103,6 +104,16 @@ LogicalResult clipV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &
   Value hi = mx ? imp.constScalarLike(mx->f(), et) : imp.none();
   auto op = imp.buildOp(s, {*x, lo, hi}, {}, 1);
   return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+// Identity of a tensor, or of a sequence (the same list, SequenceHandler.h).
+LogicalResult identity(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  FailureOr<Value> v = n.input_size() ? imp.lookupAny(n.input(0)) : FailureOr<Value>(failure());
+  if (succeeded(v) && imp.isSequence(*v)) {
+    if (n.output_size() && !n.output(0).empty()) imp.values[n.output(0)] = sequenceToken(imp, imp.sequences[*v]);
+    return success();
+  }
+  return generic(imp, n, s);
 }
 
 // CastLike(x, like) is Cast(x, to = like's element type): only like's type
@@ -370,7 +381,7 @@ const OpSpec kSpecs[] = {
     G("Erf", "erf", 1, 1), G("Sigmoid", "sigmoid", 1, 1), G("Softsign", "softsign", 1, 1),
     G("Softplus", "softplus", 1, 1), G("Mish", "mish", 1, 1), G("HardSwish", "hard_swish", 1, 1),
     G("Neg", "neg", 1, 1), G("Abs", "abs", 1, 1), G("Sign", "sign", 1, 1), G("Relu", "relu", 1, 1),
-    G("Floor", "floor", 1, 1), G("Ceil", "ceil", 1, 1), G("Round", "round", 1, 1), G("Identity", "identity", 1, 1),
+    G("Floor", "floor", 1, 1), G("Ceil", "ceil", 1, 1), G("Round", "round", 1, 1), {"Identity", 1, "identity", 1, 1, identity},
     G("Not", "not", 1, 1), G("BitCast", "bit_cast", 1, 1), G("BitwiseNot", "bitwise_not", 1, 1), G("Swish", "swish", 1, 1), G("Shrink", "shrink", 1, 1), G("IsNaN", "is_nan", 1, 1), G("IsInf", "is_inf", 1, 1),
     G("HardSigmoid", "hard_sigmoid", 1, 1), G("LeakyRelu", "leaky_relu", 1, 1), G("Elu", "elu", 1, 1),
     G("Selu", "selu", 1, 1), G("Celu", "celu", 1, 1), G("ThresholdedRelu", "thresholded_relu", 1, 1),
@@ -473,6 +484,11 @@ const OpSpec kSpecs[] = {
     // Control flow, made static at import (ControlFlowHandler.cpp). Loop's M and
     // Scan-8's sequence_lens may be absent: no first-input check (0 operands).
     {"If", 1, "if_select", -1, -1, importIf}, {"Loop", 1, "loop_guard", 0, -1, importLoop},
+    // Sequences: lists the importer keeps (SequenceHandler.h).
+    {"SequenceEmpty", 11, "", 0, 1, importSequenceOp}, {"SequenceConstruct", 11, "", -1, 1, importSequenceOp},
+    {"SequenceInsert", 11, "", 3, 1, importSequenceOp}, {"SequenceAt", 11, "", 2, 1, importSequenceOp},
+    {"SequenceErase", 11, "", 2, 1, importSequenceOp}, {"SequenceLength", 11, "", 1, 1, importSequenceOp},
+    {"ConcatFromSequence", 11, "", 1, 1, importSequenceOp}, {"SplitToSequence", 11, "", 2, 1, importSequenceOp},
     {"Scan", 8, "gather", 0, -1, importScan},
     // Recurrent nets: one input GEMM per direction, the recurrence unrolled (RecurrentHandler.cpp).
     {"RNN", 7, "matmul", -1, -1, importRecurrent}, {"GRU", 7, "matmul", -1, -1, importRecurrent},
