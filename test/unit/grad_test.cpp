@@ -449,6 +449,10 @@ INSTANTIATE_TEST_SUITE_P(
              "  z = Constant <value = float[2, 3, 2] {1, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 1}> ()\n  v = Mul(w, z)\n"
              "  y = ReduceProd <keepdims = 0, axes = [0, 2]> (v)"},
         Case{"ReduceProdAll", {W23}, "  y = ReduceProd <keepdims = 1> (w)"},
+        // noop_with_empty_axes: the reduction is its input, and so is the gradient.
+        Case{"ReductionsNoop", {W23}, "  a = ReduceMax <noop_with_empty_axes = 1> (w)\n"
+                                      "  b = ReduceProd <noop_with_empty_axes = 1> (a)\n"
+                                      "  y = ReduceSum <noop_with_empty_axes = 1> (b)", 18},
         Case{"ReduceLogSum", {Wpos}, "  a = Constant <value = int64[1] {1}> ()\n  y = ReduceLogSum <keepdims = 1> (w, a)",
              18},
         Case{"PowIntegerExponent", {W23}, "  e = Constant <value = int64 {3}> ()\n  y = Pow(w, e)"},

@@ -17,14 +17,20 @@ LogicalResult reduceAxes(Operation *op, SmallVectorImpl<int64_t> &axes) {
   return success();
 }
 
+// reduceAxes, and whether there are any: a no-op reduction is its input, so
+// it passes dy straight on (dx[0] = dy) and the rule is done.
+FailureOr<bool> reducesAny(Operation *op, SmallVectorImpl<int64_t> &axes, Value dy, Grads &dx) {
+  if (failed(reduceAxes(op, axes))) return failure();
+  if (!axes.empty()) return true;
+  dx[0] = dy;
+  return false;
+}
+
 template <typename OpT, bool Mean>
 LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<int64_t> axes;
-  if (failed(reduceAxes(op, axes))) return failure();
-  if (axes.empty()) {
-    dx[0] = dy[0];
-    return success();
-  }
+  FailureOr<bool> any = reducesAny(op, axes, dy[0], dx);
+  if (failed(any) || !*any) return success(succeeded(any)); // an error, or dx = dy for a no-op reduction
   Value d = dy[0];
   if (Mean) {
     int64_t count = 1;
@@ -39,11 +45,8 @@ LogicalResult reduceVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<boo
 // are all 0 then, so x / 1 gives it; PyTorch's vector_norm backward agrees).
 LogicalResult reduceL2VJP(ReduceL2Op op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<int64_t> axes;
-  if (failed(reduceAxes(op, axes))) return failure();
-  if (axes.empty()) {
-    dx[0] = dy[0];
-    return success();
-  }
+  FailureOr<bool> any = reducesAny(op, axes, dy[0], dx);
+  if (failed(any) || !*any) return success(succeeded(any)); // an error, or dx = dy for a no-op reduction
   Type et = elementTypeOf(op.getData());
   Value norm = g.broadcastTo(op->getResult(0), op.getData().getType(), axes);
   Value zero = g.scalar(et, 0.0);
@@ -81,12 +84,9 @@ LogicalResult reduceL1VJP(ReduceL1Op op, GradBuilder &g, ArrayRef<Value> dy, Arr
 LogicalResult reduceLogSumExpVJP(ReduceLogSumExpOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                                  Grads &dx) {
   SmallVector<int64_t> axes;
-  if (failed(reduceAxes(op, axes))) return failure();
+  FailureOr<bool> any = reducesAny(op, axes, dy[0], dx);
+  if (failed(any) || !*any) return success(succeeded(any)); // an error, or dx = dy for a no-op reduction
   Value x = op.getData();
-  if (axes.empty()) {
-    dx[0] = dy[0]; // log(exp(x)) = x
-    return success();
-  }
   Value y = g.broadcastTo(op->getResult(0), x.getType(), axes);
   dx[0] = g.mul(g.broadcastTo(dy[0], x.getType(), axes), g.make<ExpOp>({g.sub(x, y)}));
   return success();
@@ -97,12 +97,9 @@ LogicalResult reduceLogSumExpVJP(ReduceLogSumExpOp op, GradBuilder &g, ArrayRef<
 template <typename OpT>
 LogicalResult reduceExtremeVJP(OpT op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<int64_t> axes;
-  if (failed(reduceAxes(op, axes))) return failure();
+  FailureOr<bool> any = reducesAny(op, axes, dy[0], dx);
+  if (failed(any) || !*any) return success(succeeded(any)); // an error, or dx = dy for a no-op reduction
   Value x = op.getData();
-  if (axes.empty()) {
-    dx[0] = dy[0];
-    return success();
-  }
   Value hit = g.equalMask(x, g.broadcastTo(op->getResult(0), x.getType(), axes));
   Value ties = g.broadcastTo(g.reduceSum(hit, axes, /*keepdims=*/true), x.getType(), axes);
   dx[0] = g.div(g.mul(g.broadcastTo(dy[0], x.getType(), axes), hit), ties);
@@ -129,12 +126,9 @@ LogicalResult reduceLogSumVJP(ReduceLogSumOp op, GradBuilder &g, ArrayRef<Value>
 // flattened, the exclusive running products from both ends multiplied.
 LogicalResult reduceProdVJP(ReduceProdOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   SmallVector<int64_t> axes;
-  if (failed(reduceAxes(op, axes))) return failure();
+  FailureOr<bool> any = reducesAny(op, axes, dy[0], dx);
+  if (failed(any) || !*any) return success(succeeded(any)); // an error, or dx = dy for a no-op reduction
   Value x = op.getData();
-  if (axes.empty()) {
-    dx[0] = dy[0];
-    return success();
-  }
   ArrayRef<int64_t> xs = shapeOf(x);
   SmallVector<int64_t> perm, inverse(xs.size()), flat, moved;
   int64_t reduced = 1;
