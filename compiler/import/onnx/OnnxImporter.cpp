@@ -633,7 +633,11 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
   imp.loc = fileLoc;
   imp.nodeDesc = what;
   for (const auto &out : g.output()) {
-    auto v = imp.lookup(out.name());
+    auto v = imp.lookupAny(out.name());
+    if (succeeded(v) && imp.isSequence(*v))
+      return error = what + ": graph output '" + out.name() + "' is a sequence, which is not supported as a plan " +
+                     "output (a plan's outputs are tensors)",
+             nullptr;
     if (failed(v)) return error = what + ": graph output '" + out.name() + "' is never produced", nullptr;
     results.push_back(*v);
     outNames.push_back(b.getStringAttr(out.name()));
