@@ -148,9 +148,8 @@ static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std
     for (auto name : dropped.getAsValueRange<mlir::StringAttr>()) list += (list.empty() ? "'" : ", '") + name.str() + "'";
     warnings->push_back(model + ": the PyTorch model's parameter" + (dropped.size() > 1 ? "s " : " ") + list +
                         (dropped.size() > 1 ? " are" : " is") +
-                        " not in the file (torch.onnx.export's optimizer folds some away, such as all-zero biases) and cannot "
-                        "train; "
-                        "export with optimize=False");
+                        " not in the file (torch.onnx.export's optimizer folds some away, such as all-zero biases) "
+                        "and cannot train; export with optimize=False");
   }
   auto shared = module->getAttrOfType<mlir::DictionaryAttr>("sd.shared_weights");
   if (!shared) return;

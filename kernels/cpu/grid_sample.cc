@@ -79,7 +79,7 @@ Status GridSampleKernel(const KernelContext &c) {
 // per output point, its taps and their slopes, then each channel's share
 // (math::gridTapsGrad, summed in the CUDA kernels' order: dx in
 // output-point order, dgrid over channels, then taps).
-template <typename T> Status gridSampleGrad(const KernelContext &c, ThreadPool *pool) {
+template <typename T> Status gridSampleGrad(const KernelContext &c) {
   const TensorView &dy = c.inputs[0], &x = c.inputs[1], &grid = c.inputs[2];
   const std::vector<GridAxis> axes = gridAxes(c, 1);
   const int k = int(axes.size());
@@ -91,7 +91,7 @@ template <typename T> Status gridSampleGrad(const KernelContext &c, ThreadPool *
   for (int d = 1; d <= k; ++d) points *= grid.dims[size_t(d)];
   T *dx = c.outputs[0].as<T>(), *dgrid = c.outputs[1].as<T>();
   std::fill(dx, dx + N * C * spatial, T(0));
-  parallelFor(pool, N, 1, [&](int64_t b0, int64_t b1) {
+  parallelFor(c.pool, N, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b)
       for (int64_t p = 0; p < points; ++p) {
         const T *g = grid.as<T>() + (b * points + p) * k;
@@ -114,7 +114,7 @@ template <typename T> Status gridSampleGrad(const KernelContext &c, ThreadPool *
 Status GridSampleGradKernel(const KernelContext &c) {
   if (c.inputs[0].dtype != c.inputs[1].dtype || c.inputs[2].dtype != c.inputs[1].dtype)
     return sdError("GridSampleGrad: dy, X and grid must share a float type");
-  return dispatchFloat(c.inputs[1].dtype, [&](auto tag) { return gridSampleGrad<decltype(tag)>(c, c.pool); });
+  return dispatchFloat(c.inputs[1].dtype, [&](auto tag) { return gridSampleGrad<decltype(tag)>(c); });
 }
 
 } // namespace

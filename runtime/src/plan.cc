@@ -75,17 +75,20 @@ Status checkedBytes(DType dt, const flatbuffers::Vector<int64_t> *dims, Dims &ou
   return Status::ok();
 }
 
-// Whether two buffers' bytes (each followed to its root, arena or global)
-// intersect without being the same bytes.
-bool overlapsInPart(const EntryDesc &e, const BufferDesc &a, const BufferDesc &b) {
-  const BufferDesc *x = &a, *y = &b;
-  while (x->kind == BufferKind::Alias) x = &e.buffers[size_t(x->offset)];
-  while (y->kind == BufferKind::Alias) y = &e.buffers[size_t(y->offset)];
-  if (x->kind != y->kind || !x->bytes || !y->bytes) return false;
-  if (x->kind == BufferKind::Global) return false; // a global is one buffer: the same or apart
-  uint64_t x0 = uint64_t(x->offset), y0 = uint64_t(y->offset);
-  bool same = x0 == y0 && x->bytes == y->bytes;
-  return !same && x0 < y0 + y->bytes && y0 < x0 + x->bytes;
+// The arena or global buffer an alias stands for (itself if it is one).
+const BufferDesc &rootOf(const EntryDesc &e, const BufferDesc &b) {
+  const BufferDesc *r = &b;
+  while (r->kind == BufferKind::Alias) r = &e.buffers[size_t(r->offset)];
+  return *r;
+}
+
+// Whether two root buffers' bytes intersect without being the same bytes.
+bool overlapsInPart(const BufferDesc &x, const BufferDesc &y) {
+  if (x.kind != y.kind || !x.bytes || !y.bytes) return false;
+  if (x.kind == BufferKind::Global) return false; // a global is one buffer: the same or apart
+  uint64_t x0 = uint64_t(x.offset), y0 = uint64_t(y.offset);
+  bool same = x0 == y0 && x.bytes == y.bytes;
+  return !same && x0 < y0 + y.bytes && y0 < x0 + x.bytes;
 }
 
 Status decodeAttrs(const flatbuffers::Vector<flatbuffers::Offset<fb::Attr>> *attrs, AttrMap &out) {
@@ -311,7 +314,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
             const BufferDesc *b = &ed.buffers[size_t(sd.inputs[k])];
             ti.dtype = b->dtype;
             ti.dims = b->dims;
-            while (b->kind == BufferKind::Alias) b = &ed.buffers[size_t(b->offset)];
+            b = &rootOf(ed, *b);
             if (b->kind == BufferKind::Global && globals[size_t(b->offset)].data) {
               consts[k] = TensorView{const_cast<uint8_t *>(globals[size_t(b->offset)].data), ti.dtype, ti.dims};
               cv = &consts[k];
@@ -333,8 +336,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
           if (ti.dtype != b.dtype || !dimsOk)
             return sdError(sctx, "output ", k, " is planned as ", dtypeName(b.dtype), "[", formatDims(b.dims),
                            "] but the op yields ", dtypeName(ti.dtype), "[", formatDims(ti.dims), "]");
-          const BufferDesc *root = &b;
-          while (root->kind == BufferKind::Alias) root = &ed.buffers[size_t(root->offset)];
+          const BufferDesc *root = &rootOf(ed, b);
           if (root->kind == BufferKind::Global) {
             GlobalRole r = globals[size_t(root->offset)].role;
             if (r == GlobalRole::Frozen || r == GlobalRole::Constant)
@@ -343,7 +345,7 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
           // A result may share an operand's memory whole (in place), never
           // in part: no kernel reads and writes overlapping bytes.
           for (size_t j = 0; j < sd.inputs.size(); ++j)
-            if (sd.inputs[j] >= 0 && overlapsInPart(ed, *root, ed.buffers[size_t(sd.inputs[j])]))
+            if (sd.inputs[j] >= 0 && overlapsInPart(*root, rootOf(ed, ed.buffers[size_t(sd.inputs[j])])))
               return sdError(sctx, "output ", k, " overlaps operand ", j, " in part");
         }
         ed.steps.push_back(std::move(sd));

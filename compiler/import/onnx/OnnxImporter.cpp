@@ -460,12 +460,25 @@ FailureOr<SmallVector<Value>> importSubgraph(NodeImporter &imp, const onnx::Grap
   return outs;
 }
 
+// A frozen weight global named `name` holding `t`'s values, loaded on first
+// use (NodeImporter::lazyGlobals): what initializers, untied merged
+// parameters and a train-mode BatchNorm's own statistics all become.
+static FailureOr<GlobalOp> frozenWeight(OpBuilder &b, Location fileLoc, NodeImporter &imp, const std::string &name,
+                                        const onnx::TensorProto &t, std::string &error) {
+  auto value = tensorToElements(b, t, /*asResource=*/true, error);
+  if (failed(value)) return failure();
+  auto global = b.create<GlobalOp>(NameLoc::get(b.getStringAttr(name), fileLoc), b.getStringAttr(name),
+                                   TypeAttr::get(value->getType()), b.getStringAttr("frozen"), *value);
+  imp.lazyGlobals[name] = &t;
+  return global;
+}
+
 // BatchNormalizations a dynamo export traced in train mode normalize by the
 // batch in training plans, as in PyTorch (importBatchNormTraining), and
 // update their running statistics. Those must be weights of their own,
 // named after PyTorch's buffers: the exporter's optimizer may have merged a
 // fresh norm's running mean with its zero bias, which trains.
-LogicalResult trainModeStatistics(OpBuilder &b, Location fileLoc, const onnx::ModelProto &model,
+static LogicalResult trainModeStatistics(OpBuilder &b, Location fileLoc, const onnx::ModelProto &model,
                                   const std::unordered_map<std::string, const onnx::TensorProto *> &inits,
                                   NodeImporter &imp, std::string &error) {
   std::map<std::string, std::array<std::string, 2>> norms = trainModeBatchNorms(model);
@@ -480,11 +493,7 @@ LogicalResult trainModeStatistics(OpBuilder &b, Location fileLoc, const onnx::Mo
         continue;
       if (!imp.lazyGlobals.count(buffer)) {
         if (inits.count(buffer)) continue; // the name is taken by another initializer
-        auto value = tensorToElements(b, *source->second, /*asResource=*/true, error);
-        if (failed(value)) return failure();
-        b.create<GlobalOp>(NameLoc::get(b.getStringAttr(buffer), fileLoc), b.getStringAttr(buffer),
-                           TypeAttr::get(value->getType()), b.getStringAttr("frozen"), *value);
-        imp.lazyGlobals[buffer] = source->second;
+        if (failed(frozenWeight(b, fileLoc, imp, buffer, *source->second, error))) return failure();
       }
       statistics[k] = buffer;
     }
@@ -526,12 +535,9 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
   }
   for (auto [t, asConstant] : initKinds) {
     if (asConstant) continue;
-    auto value = tensorToElements(b, *t, /*asResource=*/true, error);
-    if (failed(value)) return error = what + ": " + error, nullptr;
-    auto global = b.create<GlobalOp>(NameLoc::get(b.getStringAttr(t->name()), fileLoc), b.getStringAttr(t->name()),
-                                     TypeAttr::get(value->getType()), b.getStringAttr("frozen"), *value);
-    if (torchParams.notParameter(t->name())) global->setAttr(kNotParameterAttr, b.getUnitAttr());
-    imp.lazyGlobals[t->name()] = t;
+    FailureOr<GlobalOp> global = frozenWeight(b, fileLoc, imp, t->name(), *t, error);
+    if (failed(global)) return error = what + ": " + error, nullptr;
+    if (torchParams.notParameter(t->name())) (*global)->setAttr(kNotParameterAttr, b.getUnitAttr());
   }
 
   if (opts.training) {
@@ -555,11 +561,7 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
       if (out.empty() || source == inits.end() || !asWeights.count(source->second) || inits.count(out) ||
           graphOutputs.count(out) || imp.untiedOutputs.count(out))
         continue;
-      auto value = tensorToElements(b, *source->second, /*asResource=*/true, error);
-      if (failed(value)) return error = what + ": " + error, nullptr;
-      b.create<GlobalOp>(NameLoc::get(b.getStringAttr(out), fileLoc), b.getStringAttr(out), TypeAttr::get(value->getType()),
-                         b.getStringAttr("frozen"), *value);
-      imp.lazyGlobals[out] = source->second;
+      if (failed(frozenWeight(b, fileLoc, imp, out, *source->second, error))) return error = what + ": " + error, nullptr;
       imp.untiedOutputs.insert(out);
     }
     std::unordered_set<std::string> weightNames;

@@ -106,11 +106,12 @@ LogicalResult clipV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &
   return failed(op) ? failure() : imp.bindResults(n, *op);
 }
 
-// Identity of a tensor, or of a sequence (the same list, SequenceHandler.h).
+// Identity of a tensor, or of a sequence: the same token (sequence ops never
+// change a list, they make a new one; SequenceHandler.h).
 LogicalResult identity(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
   FailureOr<Value> v = n.input_size() ? imp.lookupAny(n.input(0)) : FailureOr<Value>(failure());
   if (succeeded(v) && imp.isSequence(*v)) {
-    if (n.output_size() && !n.output(0).empty()) imp.values[n.output(0)] = sequenceToken(imp, imp.sequences[*v]);
+    if (n.output_size() && !n.output(0).empty()) imp.values[n.output(0)] = *v;
     return success();
   }
   return generic(imp, n, s);

@@ -150,11 +150,7 @@ LogicalResult swigluPackedVJP(SwiGLUPackedOp op, GradBuilder &g, ArrayRef<Value>
 LogicalResult powVJP(PowOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   if (need[1]) return op.emitError("Pow: the gradient with respect to the exponent is not implemented");
   Value x = op.getLhs(), c = op.getRhs();
-  if (elementTypeOf(c) != elementTypeOf(x)) { // x ** 3 with an integer 3 (torch.linalg.vector_norm(x, 3))
-    std::optional<DType> to = toDType(elementTypeOf(x));
-    if (!to) return op.emitError("Pow: not differentiable in ") << elementTypeOf(x);
-    c = g.make<CastOp>({c}, {g.attr("to", int64_t(*to))});
-  }
+  c = g.castTo(c, elementTypeOf(x)); // x ** 3 with an integer 3 (torch.linalg.vector_norm(x, 3))
   Value cm1 = g.sub(c, g.scalar(elementTypeOf(x), 1.0));
   Value d = g.mul(c, g.make<PowOp>({x, cm1}));
   dx[0] = g.unbroadcast(g.mul(dy[0], d), x.getType());
@@ -186,9 +182,8 @@ LogicalResult loopGuardVJP(LoopGuardOp op, GradBuilder &g, ArrayRef<Value> dy, A
 // importer makes CastLike a Cast).
 LogicalResult castVJP(CastOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   Type src = elementTypeOf(op.getInput());
-  std::optional<DType> d = toDType(src);
-  if (!isa<FloatType>(src) || !d) return op.emitError("Cast: not differentiable from ") << src;
-  dx[0] = g.make<CastOp>({dy[0]}, {g.attr("to", int64_t(*d))});
+  if (!isa<FloatType>(src)) return op.emitError("Cast: not differentiable from ") << src;
+  dx[0] = g.castTo(dy[0], src);
   return success();
 }
 

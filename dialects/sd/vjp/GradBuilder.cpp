@@ -8,11 +8,17 @@ namespace sd::ir {
 ArrayRef<int64_t> shapeOf(Value v) { return cast<RankedTensorType>(v.getType()).getShape(); }
 Type elementTypeOf(Value v) { return cast<ShapedType>(v.getType()).getElementType(); }
 
-Value GradBuilder::equalMask(Value a, Value b) {
-  std::optional<DType> to = toDType(elementTypeOf(a));
-  if (!to) return fail(), Value();
-  return make<CastOp>({make<EqualOp>({a, b})}, {attr("to", int64_t(*to))});
+Value GradBuilder::castTo(Value v, Type elementType) {
+  if (!v || elementTypeOf(v) == elementType) return v;
+  std::optional<DType> to = toDType(elementType);
+  if (!to) {
+    emitError(loc_) << "no cast to " << elementType << " for a gradient";
+    return fail(), Value();
+  }
+  return make<CastOp>({v}, {attr("to", int64_t(*to))});
 }
+
+Value GradBuilder::equalMask(Value a, Value b) { return castTo(make<EqualOp>({a, b}), elementTypeOf(a)); }
 
 bool reducedAxesOf(Operation *reduction, SmallVectorImpl<int64_t> &axes) {
   Value data = reduction->getOperand(0), given = reduction->getOperand(1);

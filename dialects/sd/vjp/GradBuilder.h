@@ -51,6 +51,8 @@ public:
   mlir::Value neg(mlir::Value a);
   // 1 where a == b, else 0, in a's element type (which of a max's operands won).
   mlir::Value equalMask(mlir::Value a, mlir::Value b);
+  // v cast to `elementType` (v itself when it has it already).
+  mlir::Value castTo(mlir::Value v, mlir::Type elementType);
   mlir::Value scale(mlir::Value a, double s); // a * s
   mlir::Value reshape(mlir::Value v, llvm::ArrayRef<int64_t> shape);
   mlir::Value transpose(mlir::Value v, llvm::ArrayRef<int64_t> perm);

@@ -55,9 +55,7 @@ LogicalResult affineGridVJP(AffineGridOp op, GradBuilder &g, ArrayRef<Value> dy,
   }
   auto type = RankedTensorType::get({points, k + 1}, g.builder().getF32Type());
   Value coords = g.builder().create<ConstantOp>(g.loc(), type, DenseElementsAttr::get(type, ArrayRef<float>(h)));
-  std::optional<DType> et = toDType(elementTypeOf(dy[0]));
-  if (!et) return op.emitError("AffineGrid: not differentiable in ") << elementTypeOf(dy[0]);
-  if (*et != DType::F32) coords = g.make<CastOp>({coords}, {g.attr("to", int64_t(*et))});
+  coords = g.castTo(coords, elementTypeOf(dy[0]));
   Value rows = g.transpose(g.reshape(dy[0], {n, points, k}), {0, 2, 1});
   dx[0] = g.make<MatMulOp>({rows, coords});
   return success();
