@@ -137,8 +137,12 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
 //    (sd.shared_weights of the importer) train as one tensor, which is what
 //    an exporter that merged equal initializers leaves;
 //  - parameters the PyTorch model reads that the file lacks
-//    (sd.dropped_parameters: the optimizer removed all-zero biases) cannot
-//    train at all, which matters to full fine-tuning.
+//    (sd.dropped_parameters) cannot train at all, which matters to full
+//    fine-tuning (the importer restores what it can: all-zero biases the
+//    optimizer removed, parameters it merged with another's);
+//  - weights the optimizer computed from several parameters, or from one the
+//    model also reads itself, by what the importer cannot derive again
+//    (sd.folded_weights: weight_norm's g * v / |v|) train apart from them.
 static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std::vector<std::string> *warnings) {
   if (!warnings) return;
   const std::string &model = req.model;
@@ -152,10 +156,20 @@ static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std
                         "and cannot train; export with optimize=False");
   }
   auto shared = module->getAttrOfType<mlir::DictionaryAttr>("sd.shared_weights");
-  if (!shared) return;
+  auto folded = module->getAttrOfType<mlir::DictionaryAttr>("sd.folded_weights");
   for (auto g : module.getOps<ir::GlobalOp>()) {
-    auto modules = shared.getAs<mlir::StringAttr>(g.getSymName());
-    if (!modules || g.getRole() != "trainable") continue;
+    if (g.getRole() != "trainable") continue;
+    if (auto sources = folded ? folded.getAs<mlir::StringAttr>(g.getSymName()) : nullptr) {
+      bool several = sources.getValue().contains("', '");
+      warnings->push_back(model + ": weight '" + g.getSymName().str() + "' is what torch.onnx.export's optimizer " +
+                          (several ? "computed from the parameters " + sources.str() +
+                                         " and trains as one tensor, where PyTorch trains them"
+                                   : "copied from the parameter " + sources.str() +
+                                         ", which the model reads elsewhere too: the two train apart, unlike in PyTorch") +
+                          "; export with optimize=False");
+    }
+    auto modules = shared ? shared.getAs<mlir::StringAttr>(g.getSymName()) : nullptr;
+    if (!modules) continue;
     warnings->push_back(model + ": weight '" + g.getSymName().str() + "' is read by the modules " + modules.str() +
                         " and trains as one tensor they share; if the exporter merged equal weights "
                         "(torch.onnx.export's optimizer does), export with optimize=False");

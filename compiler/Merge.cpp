@@ -5,6 +5,7 @@
 #include "OsftSplit.h"
 #include "PassDetail.h"
 #include "Passes.h"
+#include "TorchExports.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "sd/format/peft.h"
@@ -272,6 +273,10 @@ onnx::TensorProto *untiedInitializer(onnx::ModelProto &m, const std::string &nam
 bool mergeWeights(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto file = readSafetensors(req.weightsFile, /*requireFinite=*/true);
   if (!file.isOk()) return error = file.status().message(), false;
+  // Training took apart what torch.onnx.export's optimizer merged (restored
+  // biases, untied parameters, refolded copies: ExportRepairs), and saved the
+  // weights under those names; the model gets the same repairs first.
+  repairModel(lm.model, exportRepairs(lm.model, torchParameters(lm.model)));
   for (auto &[name, t] : file.value().tensors) {
     onnx::TensorProto *w = findInitializer(lm.model, name);
     if (!w) w = untiedInitializer(lm.model, name);

@@ -38,9 +38,18 @@ plan binds to a CUDA kernel.
              integer exponent), the log of a sum
   bags       nn.EmbeddingBag, mean and sum (dynamo writes a Loop that
              inserts each bag's row into a sequence, then ConcatFromSequence)
-  encoder    nn.TransformerEncoderLayer (dynamo with optimize=False)
-  zero bias  the dynamo optimizer removes an all-zero bias from the file:
-             sdc compile names it in one warning
+  encoder    nn.TransformerEncoderLayer (dynamo's optimizer merges its two
+             LayerNorms' ones and zeros: the import gives each its own again)
+  merged     what torch.onnx.export's optimizer merges, drops or folds, undone
+             by the import as each node's FX source tells it: zero biases of
+             Conv, ConvTranspose and Linear restored, two LayerNorms' weights
+             apart again, a LayerNorm without weight reading a frozen copy of
+             the ones it shares with a parameter, a tied weight's transposed
+             copy computed from it (both exporters fold that one); the
+             trained weights merged back into the file (`sdc merge`) give
+             PyTorch's loss in ONNX Runtime
+  weight norm  weight_norm's g * v / |v|, folded by the optimizer into one
+             initializer: sdc cannot derive it again and warns once
   trainnorm  a BatchNorm1d in train mode, dynamo export (written as an
              inference node; the FX source in its metadata says train mode)
   frozennorm a fresh BatchNorm1d kept in eval mode (frozen statistics, as
@@ -188,14 +197,34 @@ def models():
         def forward(self, x, target):
             return F.mse_loss(self.layer(x), target)
 
-    class ZeroBias(nn.Module):
+    class Merged(nn.Module):
+        # Fresh parameters of equal value, which torch.onnx.export's optimizer
+        # merges or drops: zero biases (removed from Conv, ConvTranspose and
+        # Gemm), two LayerNorms' ones and zeros (one pair read by both), a
+        # LayerNorm without weight (its constant ones merged with a parameter
+        # of ones), and a tied weight read directly and transposed (a folded copy).
         def __init__(self):
             super().__init__()
-            self.linear = nn.Linear(6, 6)
-            nn.init.zeros_(self.linear.bias)
+            self.conv, self.up = nn.Conv2d(2, 3, 3), nn.ConvTranspose2d(3, 2, 2)
+            self.a, self.b = nn.Linear(6, 6), nn.Linear(6, 6)
+            self.ln1, self.ln2, self.plain = nn.LayerNorm(6), nn.LayerNorm(6), nn.LayerNorm(6, elementwise_affine=False)
+            self.scale = nn.Parameter(torch.ones(6))
+            for m in (self.conv, self.up, self.a, self.b):
+                nn.init.zeros_(m.bias)
+
+        def forward(self, x, y):
+            h = self.up(self.conv(x)).flatten(1)[:, :6]
+            h = self.plain(self.ln2(self.b(self.ln1(self.a(h)))))
+            h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale
+            return F.mse_loss(h + y @ self.a.weight.T, y)
+
+    class WeightNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a, self.b = torch.nn.utils.parametrizations.weight_norm(nn.Linear(6, 6)), nn.Linear(6, 6)
 
         def forward(self, x, target):
-            return F.mse_loss(self.linear(x[:, 0]), target[:, 0])
+            return F.mse_loss(self.b(torch.tanh(self.a(x))), target)
 
     class Spatial(nn.Module):
         def __init__(self):
@@ -246,8 +275,8 @@ def models():
         def forward(self, ids, label):
             return F.cross_entropy(self.head(torch.tanh(self.mean(ids) + self.sum(ids))), label)
 
-    return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, ZeroBias,
-            Spatial, Patches, TrainNorm, Products, Bags)
+    return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, Merged,
+            WeightNorm, Spatial, Patches, TrainNorm, Products, Bags)
 
 
 def data_for(name, rng, n):
@@ -271,7 +300,10 @@ def data_for(name, rng, n):
         return {"ids": rng.integers(0, 10, (n, 3)), "label": rng.integers(0, 3, n)}
     if name == "Products":
         return {"x": rng.standard_normal((n, 6)).astype(np.float32), "target": rng.standard_normal((n, 6)).astype(np.float32)}
-    if name in ("Routed", "FrozenNorm", "Encoder", "ZeroBias"):
+    if name == "Merged":
+        return {"x": rng.standard_normal((n, 2, 5, 5)).astype(np.float32),
+                "y": rng.standard_normal((n, 6)).astype(np.float32)}
+    if name in ("Routed", "FrozenNorm", "Encoder", "WeightNorm"):
         return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32),
                 "target": rng.standard_normal((n, 4, 6)).astype(np.float32)}
     if name == "SuperRes":
@@ -286,7 +318,7 @@ def data_for(name, rng, n):
             "target": rng.standard_normal((n, 12)).astype(np.float32)}
 
 
-def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, **export_options):
+def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, merge=False, **export_options):
     import torch
     from safetensors.numpy import load_file
     how = "dynamo" if dynamo else "torchscript"
@@ -338,7 +370,21 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, **export_options):
     for k, b in model.named_buffers():
         if k.endswith("running_mean") and k in got:
             diffs[k] = float(np.max(np.abs(got[k] - b.numpy())))
-    return rel, diffs, len(params), trainable == sum(p.numel() for p in params.values()), cuda_bound(sdrun, plan)
+    merged_rel = None
+    if merge:
+        # The trained weights merged into the exported file (`sdc merge`,
+        # which repairs the file as the training import did): ONNX Runtime's
+        # loss on the first batch equals the trained PyTorch model's.
+        import onnxruntime as ort
+        merged = os.path.join(tmp, tag + "_merged.onnx")
+        sh([sdc, "merge", path, "--weights", weights, "-o", merged])
+        first = {k: v[:batch] for k, v in data.items()}
+        theirs = ort.InferenceSession(merged, providers=["CPUExecutionProvider"]).run(None, first)[0]
+        with torch.no_grad():
+            want_loss = model(*(torch.tensor(v) for v in first.values())).item()
+        merged_rel = abs(float(theirs) - want_loss) / abs(want_loss)
+    return (rel, diffs, len(params), trainable == sum(p.numel() for p in params.values()), cuda_bound(sdrun, plan),
+            merged_rel)
 
 
 def cuda_bound(sdrun, plan):
@@ -352,7 +398,7 @@ def cuda_bound(sdrun, plan):
     return r.returncode == 0 and "every step runs on 'cuda'" in r.stdout
 
 
-def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, statistics=(),
+def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, statistics=(), merge=False,
                       **export_options):
     """One check: cls exported one way trains in sdrun as in PyTorch, per-step
     losses within rel_tol, the trained weights within 1e-5 (every parameter
@@ -361,16 +407,19 @@ def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_t
     `statistics` too), and the trainable count is the model's parameter
     count."""
     how = ("dynamo" if dynamo else "torchscript") + "".join(f", {k}={v}" for k, v in export_options.items())
-    rel, diffs, n, counted, cuda = train_and_compare(sdc, sdrun, tmp, cls, dynamo, **export_options)
+    rel, diffs, n, counted, cuda, merged_rel = train_and_compare(sdc, sdrun, tmp, cls, dynamo, merge=merge,
+                                                                 **export_options)
     named = len([k for k in diffs if not k.endswith("running_mean")])
     found = (named == n if every_name else named > 0) and all(k in diffs for k in statistics)
     check(f"{what.format(how=how)}: {STEPS} losses and the weights equal PyTorch's; exactly the model's parameters "
           "train; every step has a CUDA kernel (where the build has the backend)",
-          rel < rel_tol and found and max(diffs.values(), default=1) < 1e-5 and counted and cuda is not False,
+          rel < rel_tol and found and max(diffs.values(), default=1) < 1e-5 and counted and cuda is not False
+          and (not merge or merged_rel < rel_tol),
           f"max relative loss diff {rel:.2e}; {named} of {n} parameters by name or as a transposed copy"
           f"{f' and the running means {list(statistics)}' if statistics else ''}, max |diff| "
           f"{max(diffs.values(), default=-1):.2e}; trainable count right: {counted}; CUDA kernels for every step: "
-          f"{'no CUDA backend in this build' if cuda is None else cuda}")
+          f"{'no CUDA backend in this build' if cuda is None else cuda}"
+          f"{f'; merged into the file, ONNX Runtime loss rel diff {merged_rel:.2e}' if merge else ''}")
 
 
 def main():
@@ -378,7 +427,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     ZeroBias, Spatial, Patches, TrainNorm, Products, Bags) = models()
+     Merged, WeightNorm, Spatial, Patches, TrainNorm, Products, Bags) = models()
     with tempfile.TemporaryDirectory() as tmp:
         run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
         both = (False, True)
@@ -404,10 +453,13 @@ def main():
                 "pixel_unshuffle)")
             run(FrozenNorm, dynamo, "frozen BatchNorm ({how}: eval mode, its running statistics merged by the "
                 "exporter with its bias and scale, which train while the statistics stay)", rel_tol=1e-5)
-            # Dynamo's optimizer would merge the two LayerNorms' unit weights;
+            # Dynamo's optimizer merges the two LayerNorms' unit weights;
             # TorchScript splits the attention's in_proj_weight into renamed copies.
-            run(Encoder, dynamo, "transformer encoder layer ({how}: multi-head attention, LayerNorms, ReLU MLP)",
-                every_name=False, **({"optimize": False} if dynamo else {}))
+            run(Encoder, dynamo, "transformer encoder layer ({how}: multi-head attention, two LayerNorms the "
+                "optimizer merged, ReLU MLP)", every_name=False)
+            run(Merged, dynamo, "merged parameters ({how}: zero biases restored, merged LayerNorm weights untied, a "
+                "LayerNorm without weight reading a frozen copy, a tied weight's transposed copy refolded; merged "
+                "back into the file)", merge=True)
             # TorchScript exports affine_grid from opset 20 on, fold (Col2Im) from 18 on.
             run(Spatial, dynamo, "spatial transformer ({how}: a localization head's theta through AffineGrid into "
                 "GridSample with border padding)", **({} if dynamo else {"opset_version": 20}))
@@ -423,28 +475,28 @@ def main():
             run(TrainNorm, True, "train-mode BatchNorm1d ({how}: normalized by each batch, its running mean updated "
                 "and saved under its buffer name, where the optimizer merged it with the zero bias too)",
                 statistics=("norm.running_mean",), optimize=optimize)
-        warned = dropped_bias_warning(sdc, tmp, ZeroBias)
-        check("a zero bias that torch.onnx.export's optimizer removed (dynamo) gets one warning naming it; with "
-              "optimize=False (the bias in the file) no warning comes",
+        warned = folded_weight_warning(sdc, tmp, WeightNorm)
+        check("weight_norm's parameters, which torch.onnx.export's optimizer folds into one weight (dynamo), get "
+              "one warning naming them; with optimize=False (the parameters in the file) no warning comes",
               warned[0] and not warned[1], f"stderr: {warned[2]!r}; with optimize=False: {warned[3]!r}")
     return report_checks("user_training", RESULTS)
 
 
-def dropped_bias_warning(sdc, tmp, cls):
+def folded_weight_warning(sdc, tmp, cls):
     """(warned by default, warned with optimize=False, the two stderrs) of
     `sdc compile --peft none` on cls's dynamo exports."""
     import subprocess
     import torch
     stderrs = []
     for optimize in (True, False):
-        path = os.path.join(tmp, f"zero_bias_{optimize}.onnx")
+        path = os.path.join(tmp, f"folded_{optimize}.onnx")
         example = (torch.zeros(2, 4, 6), torch.zeros(2, 4, 6))
         torch.onnx.export(cls(), example, path, input_names=["x", "target"], output_names=["loss"], dynamo=True,
                           optimize=optimize)
         r = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", path + ".sdp"],
                            capture_output=True, text=True)
         stderrs.append(r.stderr.strip() if r.returncode == 0 else f"exit {r.returncode}: {r.stderr.strip()}")
-    want = "parameter 'linear.bias' is not in the file"
+    want = "'a.parametrizations.weight.original0', 'a.parametrizations.weight.original1' and trains as one tensor"
     return (stderrs[0].count("\n") == 0 and want in stderrs[0], "warning" in stderrs[1], *stderrs)
 
 

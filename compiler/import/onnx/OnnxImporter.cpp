@@ -17,6 +17,7 @@
 #include "llvm/ADT/ScopeExit.h"
 #include <algorithm>
 #include <cctype>
+#include <deque>
 #include <map>
 #include <optional>
 #include <set>
@@ -462,10 +463,12 @@ FailureOr<SmallVector<Value>> importSubgraph(NodeImporter &imp, const onnx::Grap
 
 // A frozen weight global named `name` holding `t`'s values, loaded on first
 // use (NodeImporter::lazyGlobals): what initializers, untied merged
-// parameters and a train-mode BatchNorm's own statistics all become.
+// parameters and a train-mode BatchNorm's own statistics all become. It
+// reads the model's bytes in place, but for a tensor made during the import
+// (`copied`), whose bytes it copies.
 static FailureOr<GlobalOp> frozenWeight(OpBuilder &b, Location fileLoc, NodeImporter &imp, const std::string &name,
-                                        const onnx::TensorProto &t, std::string &error) {
-  auto value = tensorToElements(b, t, /*asResource=*/true, error);
+                                        const onnx::TensorProto &t, std::string &error, bool copied = false) {
+  auto value = tensorToElements(b, t, /*asResource=*/!copied, error);
   if (failed(value)) return failure();
   auto global = b.create<GlobalOp>(NameLoc::get(b.getStringAttr(name), fileLoc), b.getStringAttr(name),
                                    TypeAttr::get(value->getType()), b.getStringAttr("frozen"), *value);
@@ -502,6 +505,61 @@ static LogicalResult trainModeStatistics(OpBuilder &b, Location fileLoc, const o
   return success();
 }
 
+// Undoes what the dynamo exporter's optimizer merged (ExportRepairs): the
+// graph's nodes, copied into `repaired` with the inputs they read rewired,
+// a Transpose or Reshape node first for each refolded copy; the weights they
+// read instead are made here (`made` holds restored biases' zeros, which
+// NodeImporter::lazyGlobals points at until the nodes are imported).
+static LogicalResult applyExportRepairs(OpBuilder &b, Location fileLoc, const onnx::GraphProto &g,
+                                        const std::unordered_map<std::string, const onnx::TensorProto *> &inits,
+                                        const ExportRepairs &repairs, NodeImporter &imp,
+                                        std::deque<onnx::TensorProto> &made, onnx::GraphProto &repaired,
+                                        std::string &error) {
+  std::map<std::pair<int, int>, std::string> rewired;
+  for (const ExportRepairs::Reread &r : repairs.rereads) {
+    std::string name = rereadName(r);
+    auto source = inits.find(r.source);
+    if (inits.count(name) || source == inits.end() || !imp.lazyGlobals.count(r.source)) continue;
+    if (!imp.lazyGlobals.count(name)) {
+      FailureOr<GlobalOp> global = frozenWeight(b, fileLoc, imp, name, *source->second, error);
+      if (failed(global)) return failure();
+      if (r.weight.empty()) (*global)->setAttr(kNotParameterAttr, b.getUnitAttr());
+    }
+    rewired[{r.node, r.slot}] = name;
+  }
+  std::map<int, std::string> biases;
+  for (const ExportRepairs::RestoredBias &r : repairs.restoredBiases) {
+    const onnx::NodeProto &n = g.node(r.node);
+    auto weight = inits.find(n.input(1));
+    if (inits.count(r.parameter) || imp.lazyGlobals.count(r.parameter) || weight == inits.end()) continue;
+    const onnx::TensorProto &w = *weight->second;
+    int64_t length = biasLength(n, w);
+    std::string err;
+    auto type = tensorTypeOf(b, w, err);
+    if (failed(type) || length <= 0) continue;
+    onnx::TensorProto &zeros = made.emplace_back();
+    zeros.set_name(r.parameter);
+    zeros.set_data_type(w.data_type());
+    zeros.add_dims(length);
+    zeros.set_raw_data(std::string(size_t(length) * (type->getElementTypeBitWidth() / 8), '\0'));
+    if (failed(frozenWeight(b, fileLoc, imp, r.parameter, zeros, error, /*copied=*/true))) return failure();
+    biases[r.node] = r.parameter;
+  }
+  for (const ExportRepairs::Refold &r : repairs.refolds)
+    for (onnx::NodeProto &n : refoldNodes(r, *inits.at(r.copy))) *repaired.add_node() = std::move(n);
+  for (int k = 0; k < g.node_size(); ++k) {
+    onnx::NodeProto *n = repaired.add_node();
+    *n = g.node(k);
+    for (int i = 0; i < n->input_size(); ++i)
+      if (auto to = rewired.find({k, i}); to != rewired.end()) n->set_input(i, to->second);
+    if (auto bias = biases.find(k); bias != biases.end()) n->add_input(bias->second);
+  }
+  *repaired.mutable_input() = g.input();
+  *repaired.mutable_output() = g.output();
+  *repaired.mutable_value_info() = g.value_info();
+  return success();
+}
+
 OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &model, const ImportOptions &opts,
                                       std::string &error) {
   ctx->loadDialect<SDDialect, func::FuncDialect>();
@@ -520,7 +578,13 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
   std::vector<std::pair<const onnx::TensorProto *, bool>> initKinds;
   std::unordered_set<std::string> shapeFloats;
   TorchParameters torchParams;
-  if (opts.training) torchParams = torchParameters(model);
+  ExportRepairs repairs;
+  if (opts.training) {
+    torchParams = torchParameters(model);
+    repairs = exportRepairs(model, torchParams);
+  }
+  std::unordered_set<std::string> refolded; // copies derived from their parameter again
+  for (const ExportRepairs::Refold &r : repairs.refolds) refolded.insert(r.copy);
   collectShapeFloats(g, imp.opset, shapeFloats);
   for (const onnx::TensorProto &t : g.initializer()) {
     if (t.name().empty()) return error = what + ": an initializer has no name", nullptr;
@@ -534,12 +598,17 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     initKinds.push_back({&t, asConstant});
   }
   for (auto [t, asConstant] : initKinds) {
-    if (asConstant) continue;
+    if (asConstant || refolded.count(t->name())) continue;
     FailureOr<GlobalOp> global = frozenWeight(b, fileLoc, imp, t->name(), *t, error);
     if (failed(global)) return error = what + ": " + error, nullptr;
     if (torchParams.notParameter(t->name())) (*global)->setAttr(kNotParameterAttr, b.getUnitAttr());
   }
 
+  // A training import of a dynamo export reads the graph with what its
+  // optimizer merged taken apart (applyExportRepairs).
+  std::deque<onnx::TensorProto> madeTensors;
+  onnx::GraphProto repaired;
+  const onnx::GraphProto *graph = &g;
   if (opts.training) {
     // PyTorch's eval-mode exporter keeps one initializer per distinct value: a
     // parameter equal to an earlier one (fresh LayerNorm weights, zero biases)
@@ -564,13 +633,25 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
       if (failed(frozenWeight(b, fileLoc, imp, out, *source->second, error))) return error = what + ": " + error, nullptr;
       imp.untiedOutputs.insert(out);
     }
+    if (!repairs.rereads.empty() || !repairs.restoredBiases.empty() || !repairs.refolds.empty()) {
+      if (failed(applyExportRepairs(b, fileLoc, g, inits, repairs, imp, madeTensors, repaired, error)))
+        return error = what + ": " + error, nullptr;
+      graph = &repaired;
+    }
     std::unordered_set<std::string> weightNames;
     for (const onnx::TensorProto *t : asWeights) weightNames.insert(t->name());
-    imp.mergedStatistics = mergedStatistics(g, weightNames);
+    imp.mergedStatistics = mergedStatistics(*graph, weightNames);
     if (failed(trainModeStatistics(b, fileLoc, model, inits, imp, error))) return error = what + ": " + error, nullptr;
-    if (DictionaryAttr shared = sharedWeights(b, g, weightNames); !shared.empty())
+    if (DictionaryAttr shared = sharedWeights(b, *graph, weightNames); !shared.empty())
       (*module)->setAttr("sd.shared_weights", shared);
-    if (std::vector<std::string> dropped = droppedParameters(model, torchParams); !dropped.empty()) {
+    if (!repairs.foldedTogether.empty()) {
+      SmallVector<NamedAttribute> folded;
+      for (const auto &[copy, sources] : repairs.foldedTogether)
+        folded.push_back(b.getNamedAttr(copy, b.getStringAttr(sources)));
+      (*module)->setAttr("sd.folded_weights", b.getDictionaryAttr(folded));
+    }
+    if (std::vector<std::string> dropped = droppedParameters(model, torchParams, repairs.restoredNames());
+        !dropped.empty()) {
       SmallVector<Attribute> names;
       for (const std::string &d : dropped) names.push_back(b.getStringAttr(d));
       (*module)->setAttr("sd.dropped_parameters", b.getArrayAttr(names));
@@ -623,7 +704,7 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
 
   imp.scope = what;
   imp.options = &opts;
-  if (failed(importNodes(imp, g))) return error = imp.error.empty() ? what + ": import failed" : imp.error, nullptr;
+  if (failed(importNodes(imp, *graph))) return error = imp.error.empty() ? what + ": import failed" : imp.error, nullptr;
   if (!imp.controlFlowNotes.empty()) {
     SmallVector<Attribute> notes;
     for (const std::string &n : imp.controlFlowNotes) notes.push_back(b.getStringAttr(n));

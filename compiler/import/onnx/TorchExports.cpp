@@ -7,6 +7,8 @@
 #include <google/protobuf/unknown_field_set.h>
 #include <set>
 #include <array>
+#include <cstring>
+#include <optional>
 
 using namespace mlir;
 
@@ -162,13 +164,36 @@ std::map<std::string, SignatureInput> signatureInputs(const onnx::ModelProto &mo
   llvm::SmallVector<llvm::StringRef> lines;
   llvm::StringRef(signature).split(lines, '\n');
   for (llvm::StringRef line : lines) {
+    if (line.starts_with("# outputs")) break;
     auto [placeholder, rest] = line.split(": ");
     auto [kind, fields] = rest.split(' ');
     auto [before, target] = fields.split("target='");
-    if (placeholder.empty() || kind.empty() || target.empty()) continue;
-    inputs[placeholder.trim().str()] = {kind.str(), target.split('\'').first.str()};
+    if (placeholder.empty() || kind.empty() || placeholder.starts_with("#")) continue;
+    inputs[placeholder.trim().str()] = {kind.trim().str(), target.split('\'').first.str()};
   }
   return inputs;
+}
+
+// An FX node as its source line tells it: "%layer_norm : [num_users=1] =
+// call_function[target=torch.ops.aten.layer_norm.default](args = (%linear,
+// [8], %p_ln_weight, None, 1e-05, False), kwargs = {})" -> defines
+// "layer_norm", reads "linear" and "p_ln_weight" in that order.
+struct FxNode {
+  std::string defines, target;
+  std::vector<std::string> reads;
+};
+FxNode parseFx(llvm::StringRef fx) {
+  FxNode node;
+  auto isIdentChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
+  auto [head, call] = fx.split(" = ");
+  if (head.consume_front("%")) node.defines = head.take_while(isIdentChar).str();
+  if (size_t at = call.find("target="); at != llvm::StringRef::npos)
+    node.target = call.substr(at + 7).take_until([](char c) { return c == ']'; }).str();
+  for (size_t at = call.find('%'); at != llvm::StringRef::npos; at = call.find('%', at + 1)) {
+    std::string name = call.substr(at + 1).take_while(isIdentChar).str();
+    if (!name.empty() && !llvm::is_contained(node.reads, name)) node.reads.push_back(name);
+  }
+  return node;
 }
 
 std::string fxSource(const onnx::NodeProto &n) {
@@ -184,7 +209,8 @@ std::string fxSource(const onnx::NodeProto &n) {
 // target='fc.bias'"); a parameter is read when a node's FX source names its
 // placeholder (%p_fc_bias), and kept when it is an initializer or folded into
 // one. Unused parameters (no FX node reads them) are not reported.
-std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp) {
+std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp,
+                                           const std::unordered_set<std::string> &restored) {
   std::map<std::string, SignatureInput> inputs = signatureInputs(model);
   if (inputs.empty()) return {};
   const onnx::GraphProto &g = model.graph();
@@ -195,7 +221,9 @@ std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const 
   auto isIdentChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
   std::vector<std::string> dropped;
   for (const auto &[placeholder, in] : inputs) {
-    if (in.kind != "PARAMETER" || initializers.count(in.target) || tp.foldedFrom.count(in.target)) continue;
+    if (in.kind != "PARAMETER" || initializers.count(in.target) || tp.foldedFrom.count(in.target) ||
+        restored.count(in.target))
+      continue;
     std::string ref = "%" + placeholder;
     for (size_t at = fxSources.find(ref); at != std::string::npos; at = fxSources.find(ref, at + 1))
       if (at + ref.size() >= fxSources.size() || !isIdentChar(fxSources[at + ref.size()])) {
@@ -251,6 +279,298 @@ std::unordered_set<std::string> mergedStatistics(const onnx::GraphProto &g,
   for (const std::string &name : statistics)
     if (otherUses.count(name)) merged.insert(name);
   return merged;
+}
+
+std::unordered_set<std::string> ExportRepairs::restoredNames() const {
+  std::unordered_set<std::string> names;
+  for (const Reread &r : rereads)
+    if (!r.weight.empty()) names.insert(r.weight);
+  for (const RestoredBias &b : restoredBiases) names.insert(b.parameter);
+  return names;
+}
+
+namespace {
+
+// The last part of a dotted name: "layers.1.norm.weight" -> "weight".
+llvm::StringRef leafName(llvm::StringRef name) {
+  auto [head, tail] = name.rsplit('.');
+  return tail.empty() ? head : tail;
+}
+
+// The raw bytes of a tensor stored as raw_data, with its element size; empty when stored otherwise.
+llvm::ArrayRef<char> rawBytes(const onnx::TensorProto &t, size_t &elementSize) {
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT: elementSize = 4; break;
+  case onnx::TensorProto::DOUBLE: elementSize = 8; break;
+  case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16: elementSize = 2; break;
+  default: return {};
+  }
+  if (!t.has_raw_data() || t.raw_data().size() % elementSize) return {};
+  return llvm::ArrayRef<char>(t.raw_data().data(), t.raw_data().size());
+}
+
+bool isFloatTensor(const onnx::TensorProto &t) {
+  switch (t.data_type()) {
+  case onnx::TensorProto::FLOAT: case onnx::TensorProto::DOUBLE: case onnx::TensorProto::FLOAT16:
+  case onnx::TensorProto::BFLOAT16: return true;
+  default: return false;
+  }
+}
+
+// Whether every element of a float tensor holds one value (a fill such as
+// ones or zeros, what an exporter makes for a weight PyTorch passes as None).
+bool uniformFill(const onnx::TensorProto &t) {
+  size_t es = 0;
+  llvm::ArrayRef<char> bytes = rawBytes(t, es);
+  if (!bytes.empty()) {
+    for (size_t at = es; at < bytes.size(); at += es)
+      if (std::memcmp(bytes.data(), bytes.data() + at, es) != 0) return false;
+    return true;
+  }
+  if (t.data_type() != onnx::TensorProto::FLOAT || t.float_data_size() == 0) return false;
+  const float first = t.float_data(0);
+  return std::all_of(t.float_data().begin(), t.float_data().end(),
+                     [&](float v) { return std::memcmp(&v, &first, sizeof v) == 0; });
+}
+
+// How `copy` derives from `param` when the optimizer folded it: a 2-D
+// transpose, the same elements reshaped, or neither (nullopt).
+std::optional<bool> foldedAsTransposeOf(const onnx::TensorProto &copy, const onnx::TensorProto &param) {
+  size_t es = 0, pes = 0;
+  llvm::ArrayRef<char> c = rawBytes(copy, es), p = rawBytes(param, pes);
+  if (c.empty() || copy.data_type() != param.data_type() || c.size() != p.size()) return std::nullopt;
+  if (copy.dims_size() == 2 && param.dims_size() == 2 && copy.dims(0) == param.dims(1) &&
+      copy.dims(1) == param.dims(0)) {
+    int64_t rows = param.dims(0), cols = param.dims(1);
+    bool transposed = true;
+    for (int64_t r = 0; r < rows && transposed; ++r)
+      for (int64_t k = 0; k < cols && transposed; ++k)
+        transposed = std::memcmp(p.data() + size_t(r * cols + k) * es, c.data() + size_t(k * rows + r) * es, es) == 0;
+    if (transposed) return true;
+  }
+  if (std::memcmp(c.data(), p.data(), c.size()) == 0) return false;
+  return std::nullopt;
+}
+
+} // namespace
+
+// A TorchScript export's transposed copies of parameters the model also
+// reads as themselves (a tied weight, `x @ self.a.weight.T`): its constant
+// folding writes Transpose(weight) as an initializer named onnx::MatMul_N.
+// The file does not say where a copy came from, so a copy is taken for a
+// parameter's when it holds exactly the parameter transposed, and not one
+// value throughout (a fill could be any constant).
+static std::vector<ExportRepairs::Refold> transposedCopies(const onnx::GraphProto &g, const TorchParameters &tp) {
+  std::vector<ExportRepairs::Refold> refolds;
+  for (const onnx::TensorProto &copy : g.initializer()) {
+    if (!llvm::StringRef(copy.name()).starts_with("onnx::") || copy.dims_size() != 2 || uniformFill(copy)) continue;
+    for (const onnx::TensorProto &param : g.initializer())
+      if (tp.params.count(param.name()) && foldedAsTransposeOf(copy, param).value_or(false)) {
+        refolds.push_back({copy.name(), param.name(), true});
+        break;
+      }
+  }
+  return refolds;
+}
+
+ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters &tp) {
+  ExportRepairs out;
+  if (!tp.marked) {
+    out.refolds = transposedCopies(model.graph(), tp);
+    return out;
+  }
+  std::map<std::string, SignatureInput> inputs = signatureInputs(model);
+  if (inputs.empty()) return out;
+  const onnx::GraphProto &g = model.graph();
+  std::unordered_map<std::string, const onnx::TensorProto *> inits;
+  for (const onnx::TensorProto &t : g.initializer()) inits[t.name()] = &t;
+  std::map<std::string, std::string> placeholderOf; // parameter -> its FX placeholder
+  for (const auto &[placeholder, in] : inputs)
+    if (in.kind == "PARAMETER" && !in.target.empty()) placeholderOf[in.target] = placeholder;
+  auto inFile = [&](const SignatureInput &in) {
+    return in.target.empty() || inits.count(in.target) || tp.foldedFrom.count(in.target);
+  };
+
+  // Copies folded from parameters.
+  std::map<std::string, std::vector<std::string>> copiesOf; // parameter -> the initializers folded from it
+  std::map<std::string, std::vector<std::string>> sourcesOf;
+  for (const onnx::ValueInfoProto &vi : g.value_info()) {
+    constexpr int kMetadataProps = 4;
+    for (const std::string &source :
+         quotedStrings(unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from")))
+      if (placeholderOf.count(source) && inits.count(vi.name()) &&
+          isFloatTensor(*inits[vi.name()])) {
+        sourcesOf[vi.name()].push_back(source);
+        copiesOf[source].push_back(vi.name());
+      }
+  }
+  for (const auto &[copy, sources] : sourcesOf) {
+    const std::string &param = sources.front();
+    bool alone = sources.size() == 1 && !inits.count(param) && copiesOf[param].size() == 1;
+    if (alone) continue; // the parameter trains as this copy, which is one to one with it
+    std::optional<bool> transposed;
+    if (sources.size() == 1 && inits.count(param)) transposed = foldedAsTransposeOf(*inits[copy], *inits[param]);
+    if (transposed) {
+      out.refolds.push_back({copy, param, *transposed});
+      continue;
+    }
+    std::string list;
+    for (const std::string &s : sources) list += (list.empty() ? "'" : ", '") + s + "'";
+    out.foldedTogether[copy] = list;
+  }
+
+  // Nodes reading what their FX source does not name.
+  std::vector<FxNode> fx(size_t(g.node_size()));
+  std::unordered_set<std::string> defined; // FX values some node of the file computes
+  for (int k = 0; k < g.node_size(); ++k)
+    if (std::string source = fxSource(g.node(k)); !source.empty()) {
+      fx[size_t(k)] = parseFx(source);
+      defined.insert(fx[size_t(k)].defines);
+    }
+  for (int k = 0; k < g.node_size(); ++k) {
+    const FxNode &f = fx[size_t(k)];
+    const onnx::NodeProto &n = g.node(k);
+    if (f.defines.empty() || !n.domain().empty()) continue;
+    // A bias the optimizer removed: (input, weight, bias, ...) of a linear
+    // layer or convolution, the bias a parameter the file lacks.
+    llvm::StringRef target = f.target;
+    bool biasOp = target.starts_with("torch.ops.aten.linear.") || target.starts_with("torch.ops.aten.conv");
+    if (biasOp && n.input_size() == 2 && f.reads.size() >= 3 &&
+        (n.op_type() == "Gemm" || n.op_type() == "Conv" || n.op_type() == "ConvTranspose"))
+      if (auto in = inputs.find(f.reads[2]); in != inputs.end() && in->second.kind == "PARAMETER" && !inFile(in->second))
+        out.restoredBiases.push_back({k, in->second.target});
+
+    std::vector<int> unnamed; // slots reading a parameter the FX source does not name
+    for (int i = 0; i < n.input_size(); ++i)
+      if (auto ph = placeholderOf.find(n.input(i)); ph != placeholderOf.end() && inits.count(n.input(i)) &&
+                                                    !llvm::is_contained(f.reads, ph->second))
+        unnamed.push_back(i);
+    if (unnamed.empty()) continue;
+    std::vector<std::string> missingParams;
+    bool missingConstant = false, unknown = false;
+    for (const std::string &r : f.reads) {
+      auto in = inputs.find(r);
+      if (in == inputs.end()) unknown |= !defined.count(r); // an FX value no node computes: an alias the optimizer removed
+      else if (!inFile(in->second)) (in->second.kind == "PARAMETER" ? missingParams.push_back(in->second.target)
+                                                                     : void(missingConstant = true));
+    }
+    if (unknown) continue;
+    if (missingParams.empty()) {
+      // Every value the PyTorch op read is accounted for, so the parameter
+      // stands in for a constant of the exporter's (a fill of equal value).
+      for (int i : unnamed)
+        if (uniformFill(*inits[n.input(i)])) out.rereads.push_back({k, i, n.input(i), ""});
+      continue;
+    }
+    if (missingConstant) continue;
+    // Another module's parameter of equal value: each slot gets the missing
+    // parameter of its leaf name (ln_1.weight read where ln_2.weight was),
+    // and a last slot left the last parameter left.
+    std::vector<std::string> chosen(unnamed.size());
+    for (size_t j = 0; j < unnamed.size(); ++j) {
+      std::vector<std::string> same;
+      for (const std::string &m : missingParams)
+        if (leafName(m) == leafName(n.input(unnamed[j]))) same.push_back(m);
+      if (same.size() == 1 && !llvm::is_contained(chosen, same[0])) chosen[j] = same[0];
+    }
+    std::vector<std::string> leftParams;
+    for (const std::string &m : missingParams)
+      if (!llvm::is_contained(chosen, m)) leftParams.push_back(m);
+    if (llvm::count(chosen, "") == 1 && leftParams.size() == 1) *llvm::find(chosen, "") = leftParams[0];
+    if (llvm::is_contained(chosen, "")) continue;
+    for (size_t j = 0; j < chosen.size(); ++j)
+      out.rereads.push_back({k, unnamed[j], n.input(unnamed[j]), chosen[j]});
+  }
+  return out;
+}
+
+std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const onnx::TensorProto &copy) {
+  std::vector<onnx::NodeProto> nodes(r.transposed ? 1 : 2);
+  onnx::NodeProto &last = nodes.back();
+  last.set_name(r.copy);
+  last.add_input(r.parameter);
+  last.add_output(r.copy);
+  if (r.transposed) {
+    last.set_op_type("Transpose");
+    onnx::AttributeProto *perm = last.add_attribute();
+    perm->set_name("perm");
+    perm->set_type(onnx::AttributeProto::INTS);
+    perm->add_ints(1);
+    perm->add_ints(0);
+    return nodes;
+  }
+  last.set_op_type("Reshape");
+  last.add_input(r.copy + ".shape");
+  onnx::NodeProto &shape = nodes.front();
+  shape.set_name(r.copy + ".shape");
+  shape.set_op_type("Constant");
+  shape.add_output(r.copy + ".shape");
+  onnx::AttributeProto *value = shape.add_attribute();
+  value->set_name("value");
+  value->set_type(onnx::AttributeProto::TENSOR);
+  value->mutable_t()->set_data_type(onnx::TensorProto::INT64);
+  value->mutable_t()->add_dims(copy.dims_size());
+  for (int64_t d : copy.dims()) value->mutable_t()->add_int64_data(d);
+  return nodes;
+}
+
+int64_t biasLength(const onnx::NodeProto &n, const onnx::TensorProto &w) {
+  auto intAttr = [&](const char *name, int64_t otherwise) {
+    for (const auto &a : n.attribute())
+      if (a.name() == name) return a.i();
+    return otherwise;
+  };
+  if (w.dims_size() < 2) return 0;
+  return n.op_type() == "Gemm"            ? w.dims(intAttr("transB", 0) ? 0 : 1)
+         : n.op_type() == "ConvTranspose" ? w.dims(1) * intAttr("group", 1)
+                                          : w.dims(0);
+}
+
+void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
+  onnx::GraphProto &g = *model.mutable_graph();
+  auto find = [&](const std::string &name) -> onnx::TensorProto * {
+    for (onnx::TensorProto &t : *g.mutable_initializer())
+      if (t.name() == name) return &t;
+    return nullptr;
+  };
+  for (const ExportRepairs::Reread &rr : r.rereads) {
+    std::string name = rereadName(rr);
+    const onnx::TensorProto *source = find(rr.source);
+    if (!source) continue;
+    if (!find(name)) {
+      onnx::TensorProto copy = *source;
+      copy.set_name(name);
+      *g.add_initializer() = std::move(copy);
+    }
+    g.mutable_node(rr.node)->set_input(rr.slot, name);
+  }
+  for (const ExportRepairs::RestoredBias &b : r.restoredBiases) {
+    onnx::NodeProto &n = *g.mutable_node(b.node);
+    const onnx::TensorProto *w = find(n.input(1));
+    size_t es = 0;
+    int64_t length = w ? biasLength(n, *w) : 0;
+    if (length <= 0 || find(b.parameter) || rawBytes(*w, es).empty()) continue;
+    onnx::TensorProto zeros;
+    zeros.set_name(b.parameter);
+    zeros.set_data_type(w->data_type());
+    zeros.add_dims(length);
+    zeros.set_raw_data(std::string(size_t(length) * es, '\0'));
+    *g.add_initializer() = std::move(zeros);
+    n.add_input(b.parameter);
+  }
+  std::vector<onnx::NodeProto> first;
+  for (const ExportRepairs::Refold &f : r.refolds)
+    for (int i = 0; i < g.initializer_size(); ++i)
+      if (g.initializer(i).name() == f.copy) {
+        for (onnx::NodeProto &n : refoldNodes(f, g.initializer(i))) first.push_back(std::move(n));
+        g.mutable_initializer()->DeleteSubrange(i, 1);
+        break;
+      }
+  if (first.empty()) return;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (onnx::NodeProto &n : first) *nodes.Add() = std::move(n);
+  for (onnx::NodeProto &n : *g.mutable_node()) *nodes.Add() = std::move(n);
+  g.mutable_node()->Swap(&nodes);
 }
 
 } // namespace sd

@@ -42,8 +42,55 @@ struct TorchParameters {
 };
 TorchParameters torchParameters(const onnx::ModelProto &model);
 
-// The parameters a dynamo export's forward reads that the file lacks.
-std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp);
+// The parameters a dynamo export's forward reads that the file lacks,
+// but for those `restored` names (ExportRepairs::restoredNames).
+std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp,
+                                           const std::unordered_set<std::string> &restored);
+
+// What the dynamo exporter's optimizer merged or dropped that a training
+// import undoes, told apart by each node's FX source (the PyTorch op and the
+// parameters it read): the optimizer keeps one initializer per distinct
+// value, so a node may read another module's parameter, or a parameter where
+// PyTorch read a constant (a LayerNorm without weight reading an RMSNorm's
+// ones); it removes all-zero biases; it folds a transposed or reshaped
+// parameter into a copy, which trains apart from the parameter itself.
+struct ExportRepairs {
+  struct Reread {
+    int node = 0, slot = 0;
+    std::string source; // the initializer the node reads
+    std::string weight; // its own parameter to read instead; "" for a frozen copy of source (a constant in PyTorch)
+  };
+  std::vector<Reread> rereads;
+  struct RestoredBias {
+    int node = 0;          // a Gemm, Conv or ConvTranspose the optimizer took the bias of
+    std::string parameter; // its name, restored as a zero weight
+  };
+  std::vector<RestoredBias> restoredBiases;
+  struct Refold {
+    std::string copy, parameter; // an initializer the optimizer folded from a parameter the model also reads
+    bool transposed = false;     // copy = parameter transposed (2-D), else reshaped
+  };
+  std::vector<Refold> refolds;
+  // Folded initializers that train apart from PyTorch's parameters and that
+  // sdc cannot derive again (several parameters folded into one, such as
+  // weight_norm's g * v / |v|): each mapped to the parameters it came from.
+  std::map<std::string, std::string> foldedTogether;
+  std::unordered_set<std::string> restoredNames() const;
+};
+ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters &tp);
+// The nodes that compute a refolded copy from its parameter (a Transpose, or
+// a Constant shape and a Reshape), to run before the graph's own.
+std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const onnx::TensorProto &copy);
+// The length of the bias a Gemm, Conv or ConvTranspose node with weight `w` takes (0 if unknown).
+int64_t biasLength(const onnx::NodeProto &n, const onnx::TensorProto &w);
+// The name of the weight a reread reads: the parameter's own, or the frozen copy's.
+inline std::string rereadName(const ExportRepairs::Reread &r) {
+  return r.weight.empty() ? r.source + ".constant" : r.weight;
+}
+// Applies the repairs to the model itself, for `sdc merge` of trained
+// weights saved under the restored names (the importer applies them to its
+// own copy of the nodes instead, reading the weights in place).
+void repairModel(onnx::ModelProto &model, const ExportRepairs &r);
 
 // BatchNormalizations a dynamo export traced in train mode (FX source
 // aten._native_batch_norm_legit_functional with training=True), which the
