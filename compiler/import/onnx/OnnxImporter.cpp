@@ -532,17 +532,10 @@ static LogicalResult applyExportRepairs(OpBuilder &b, Location fileLoc, const on
     const onnx::NodeProto &n = g.node(r.node);
     auto weight = inits.find(n.input(1));
     if (inits.count(r.parameter) || imp.lazyGlobals.count(r.parameter) || weight == inits.end()) continue;
-    const onnx::TensorProto &w = *weight->second;
-    int64_t length = biasLength(n, w);
-    std::string err;
-    auto type = tensorTypeOf(b, w, err);
-    if (failed(type) || length <= 0) continue;
-    onnx::TensorProto &zeros = made.emplace_back();
-    zeros.set_name(r.parameter);
-    zeros.set_data_type(w.data_type());
-    zeros.add_dims(length);
-    zeros.set_raw_data(std::string(size_t(length) * (type->getElementTypeBitWidth() / 8), '\0'));
-    if (failed(frozenWeight(b, fileLoc, imp, r.parameter, zeros, error, /*copied=*/true))) return failure();
+    std::optional<onnx::TensorProto> zeros = zeroBias(n, *weight->second, r.parameter);
+    if (!zeros) continue;
+    const onnx::TensorProto &bias = made.emplace_back(std::move(*zeros));
+    if (failed(frozenWeight(b, fileLoc, imp, r.parameter, bias, error, /*copied=*/true))) return failure();
     biases[r.node] = r.parameter;
   }
   for (const ExportRepairs::Refold &r : repairs.refolds)

@@ -297,24 +297,21 @@ llvm::StringRef leafName(llvm::StringRef name) {
   return tail.empty() ? head : tail;
 }
 
-// The raw bytes of a tensor stored as raw_data, with its element size; empty when stored otherwise.
-llvm::ArrayRef<char> rawBytes(const onnx::TensorProto &t, size_t &elementSize) {
+// The element size of a float tensor; 0 for other types.
+size_t elementSize(const onnx::TensorProto &t) {
   switch (t.data_type()) {
-  case onnx::TensorProto::FLOAT: elementSize = 4; break;
-  case onnx::TensorProto::DOUBLE: elementSize = 8; break;
-  case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16: elementSize = 2; break;
-  default: return {};
+  case onnx::TensorProto::FLOAT: return 4;
+  case onnx::TensorProto::DOUBLE: return 8;
+  case onnx::TensorProto::FLOAT16: case onnx::TensorProto::BFLOAT16: return 2;
+  default: return 0;
   }
-  if (!t.has_raw_data() || t.raw_data().size() % elementSize) return {};
-  return llvm::ArrayRef<char>(t.raw_data().data(), t.raw_data().size());
 }
 
-bool isFloatTensor(const onnx::TensorProto &t) {
-  switch (t.data_type()) {
-  case onnx::TensorProto::FLOAT: case onnx::TensorProto::DOUBLE: case onnx::TensorProto::FLOAT16:
-  case onnx::TensorProto::BFLOAT16: return true;
-  default: return false;
-  }
+// The raw bytes of a float tensor stored as raw_data, with its element size; empty when stored otherwise.
+llvm::ArrayRef<char> rawBytes(const onnx::TensorProto &t, size_t &es) {
+  es = elementSize(t);
+  if (es == 0 || !t.has_raw_data() || t.raw_data().size() % es) return {};
+  return llvm::ArrayRef<char>(t.raw_data().data(), t.raw_data().size());
 }
 
 // Whether every element of a float tensor holds one value (a fill such as
@@ -399,7 +396,7 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     for (const std::string &source :
          quotedStrings(unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from")))
       if (placeholderOf.count(source) && inits.count(vi.name()) &&
-          isFloatTensor(*inits[vi.name()])) {
+          elementSize(*inits[vi.name()]) != 0) {
         sourcesOf[vi.name()].push_back(source);
         copiesOf[source].push_back(vi.name());
       }
@@ -514,16 +511,25 @@ std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const o
   return nodes;
 }
 
-int64_t biasLength(const onnx::NodeProto &n, const onnx::TensorProto &w) {
-  auto intAttr = [&](const char *name, int64_t otherwise) {
+std::optional<onnx::TensorProto> zeroBias(const onnx::NodeProto &n, const onnx::TensorProto &w,
+                                          const std::string &name) {
+  auto intAttr = [&](const char *attr, int64_t otherwise) {
     for (const auto &a : n.attribute())
-      if (a.name() == name) return a.i();
+      if (a.name() == attr) return a.i();
     return otherwise;
   };
-  if (w.dims_size() < 2) return 0;
-  return n.op_type() == "Gemm"            ? w.dims(intAttr("transB", 0) ? 0 : 1)
-         : n.op_type() == "ConvTranspose" ? w.dims(1) * intAttr("group", 1)
-                                          : w.dims(0);
+  size_t es = elementSize(w);
+  if (w.dims_size() < 2 || es == 0) return std::nullopt;
+  int64_t length = n.op_type() == "Gemm"            ? w.dims(intAttr("transB", 0) ? 0 : 1)
+                   : n.op_type() == "ConvTranspose" ? w.dims(1) * intAttr("group", 1)
+                                                    : w.dims(0);
+  if (length <= 0) return std::nullopt;
+  onnx::TensorProto zeros;
+  zeros.set_name(name);
+  zeros.set_data_type(w.data_type());
+  zeros.add_dims(length);
+  zeros.set_raw_data(std::string(size_t(length) * es, '\0'));
+  return zeros;
 }
 
 void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
@@ -547,15 +553,9 @@ void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
   for (const ExportRepairs::RestoredBias &b : r.restoredBiases) {
     onnx::NodeProto &n = *g.mutable_node(b.node);
     const onnx::TensorProto *w = find(n.input(1));
-    size_t es = 0;
-    int64_t length = w ? biasLength(n, *w) : 0;
-    if (length <= 0 || find(b.parameter) || rawBytes(*w, es).empty()) continue;
-    onnx::TensorProto zeros;
-    zeros.set_name(b.parameter);
-    zeros.set_data_type(w->data_type());
-    zeros.add_dims(length);
-    zeros.set_raw_data(std::string(size_t(length) * es, '\0'));
-    *g.add_initializer() = std::move(zeros);
+    std::optional<onnx::TensorProto> zeros = w ? zeroBias(n, *w, b.parameter) : std::nullopt;
+    if (!zeros || find(b.parameter)) continue;
+    *g.add_initializer() = std::move(*zeros);
     n.add_input(b.parameter);
   }
   std::vector<onnx::NodeProto> first;

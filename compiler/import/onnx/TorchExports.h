@@ -10,6 +10,7 @@
 #include "onnx/onnx_pb.h"
 #include <array>
 #include <map>
+#include <optional>
 #include <string>
 #include <unordered_set>
 #include <vector>
@@ -81,8 +82,10 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
 // The nodes that compute a refolded copy from its parameter (a Transpose, or
 // a Constant shape and a Reshape), to run before the graph's own.
 std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const onnx::TensorProto &copy);
-// The length of the bias a Gemm, Conv or ConvTranspose node with weight `w` takes (0 if unknown).
-int64_t biasLength(const onnx::NodeProto &n, const onnx::TensorProto &w);
+// The zero bias `name` restored to a Gemm, Conv or ConvTranspose node with
+// weight `w`: its output count long, of w's float type; nullopt when unknown.
+std::optional<onnx::TensorProto> zeroBias(const onnx::NodeProto &n, const onnx::TensorProto &w,
+                                          const std::string &name);
 // The name of the weight a reread reads: the parameter's own, or the frozen copy's.
 inline std::string rereadName(const ExportRepairs::Reread &r) {
   return r.weight.empty() ? r.source + ".constant" : r.weight;
