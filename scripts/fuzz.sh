@@ -50,6 +50,7 @@ fi
 # Inputs that once crashed a target are replayed by every run.
 cp test/fuzz/regressions/plan-loader-* "$FUZZ_DIR/corpus/plan_loader/" 2>/dev/null || true
 cp test/fuzz/regressions/importer-* "$FUZZ_DIR/corpus/onnx_importer/" 2>/dev/null || true
+cp test/fuzz/seeds/onnx_importer/* "$FUZZ_DIR/corpus/onnx_importer/"
 for d in /usr/share/libonnx-testdata/data/node/test_{add,relu,matmul_2d,gather_0,softmax_axis_1,reshape_reduced_dims}; do
   [ -f "$d/model.onnx" ] && cp "$d/model.onnx" "$FUZZ_DIR/corpus/onnx_importer/$(basename "$d").onnx"
 done

@@ -39,6 +39,7 @@ void SDDialect::initialize() {
   attachIndexingVJPs(getContext());
   attachTrigonometricVJPs(getContext());
   attachSamplingVJPs(getContext());
+  attachClassicNormVJPs(getContext());
 }
 
 Operation *SDDialect::materializeConstant(OpBuilder &builder, Attribute value, Type type, Location loc) {

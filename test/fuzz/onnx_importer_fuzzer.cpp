@@ -1,5 +1,8 @@
 // libFuzzer target: arbitrary bytes as an ONNX model (binary, or ONNX text when
-// the first byte is '<'), through the frontend, the importer and the pipeline.
+// the first byte is '<'), through the frontend, the importer and the pipeline,
+// then imported once more as for training, which reads what PyTorch's
+// exporters leave in the model (TorchExports.cpp: metadata, FX sources,
+// folded copies) and repairs what their optimizer merged.
 #include "OnnxFrontend.h"
 #include "OnnxImporter.h"
 #include "Pipeline.h"
@@ -21,10 +24,13 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   sd::ImportOptions opts;
   opts.modelPath = "fuzz.onnx";
   auto module = sd::importOnnxModel(&ctx, model.model, opts, error);
-  if (!module) return 0;
-  mlir::PassManager pm(&ctx);
-  sd::buildTensorPipeline(pm, sd::PipelineOptions{});
-  sd::buildPlanPipeline(pm);
-  (void)pm.run(*module);
+  if (module) {
+    mlir::PassManager pm(&ctx);
+    sd::buildTensorPipeline(pm, sd::PipelineOptions{});
+    sd::buildPlanPipeline(pm);
+    (void)pm.run(*module);
+  }
+  opts.training = true;
+  (void)sd::importOnnxModel(&ctx, model.model, opts, error);
   return 0;
 }

@@ -458,7 +458,25 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"PowIntegerExponent", {W23}, "  e = Constant <value = int64 {3}> ()\n  y = Pow(w, e)"},
         // Opset 11's softmaxes run over the flattened trailing dims.
         Case{"SoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  y = Softmax <axis = 1> (w)", 11},
-        Case{"LogSoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  l = LogSoftmax <axis = 0> (w)\n  y = Mul(l, w)", 11}),
+        Case{"LogSoftmaxCoerced", {{"w", "2, 2, 3", 12}}, "  l = LogSoftmax <axis = 0> (w)\n  y = Mul(l, w)", 11},
+        // ONNX's older normalizations and Lp pooling (ClassicNormVJP.cpp).
+        // The loss sums y^2, which a normalized line holds constant: the
+        // normalizations' cases add w back so their gradients count.
+        Case{"LpNormalizationL2", {W23}, "  n = LpNormalization <axis = 1, p = 2> (w)\n  y = Add(n, w)"},
+        Case{"LpNormalizationL1", {W23}, "  n = LpNormalization <axis = 0, p = 1> (w)\n  y = Add(n, w)"},
+        Case{"MeanVarianceNormDefaultAxes", {{"w", "2, 3, 2, 2", 24}},
+             "  n = MeanVarianceNormalization(w)\n  y = Add(n, w)"},
+        Case{"MeanVarianceNormAxes", {{"w", "2, 3, 2", 12}},
+             "  n = MeanVarianceNormalization <axes = [0, 2]> (w)\n  y = Add(n, w)"},
+        Case{"LrnOddSize", {{"w", "1, 5, 2, 2", 20}},
+             "  y = LRN <size = 3, alpha = 0.5, beta = 0.75, bias = 1.5> (w)"},
+        Case{"LrnEvenSize", {{"w", "2, 4, 3", 24}}, "  y = LRN <size = 4, alpha = 0.8, beta = 0.6> (w)"},
+        Case{"LpPoolP2Strided", {{"w", "1, 2, 4, 4", 32}},
+             "  y = LpPool <kernel_shape = [2, 2], strides = [2, 2], p = 2> (w)"},
+        Case{"LpPoolP3Padded", {{"w", "1, 1, 3, 4", 12}},
+             "  y = LpPool <kernel_shape = [2, 3], pads = [1, 1, 0, 0], p = 3> (w)"},
+        Case{"LpPoolP1", {{"w", "1, 2, 5", 10}}, "  y = LpPool <kernel_shape = [3], strides = [2], p = 1> (w)"},
+        Case{"GlobalLpPool", {{"w", "2, 2, 2, 3", 24}}, "  y = GlobalLpPool <p = 2> (w)"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

@@ -118,6 +118,7 @@ template <typename OpT, VJPRule<OpT> Rule> void attachVJP(mlir::MLIRContext *ctx
 }
 
 void attachActivationVJPs(mlir::MLIRContext *ctx);
+void attachClassicNormVJPs(mlir::MLIRContext *ctx);
 void attachConvVJPs(mlir::MLIRContext *ctx);
 void attachElementwiseVJPs(mlir::MLIRContext *ctx);
 void attachIndexingVJPs(mlir::MLIRContext *ctx);
