@@ -476,7 +476,14 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"LpPoolP3Padded", {{"w", "1, 1, 3, 4", 12}},
              "  y = LpPool <kernel_shape = [2, 3], pads = [1, 1, 0, 0], p = 3> (w)"},
         Case{"LpPoolP1", {{"w", "1, 2, 5", 10}}, "  y = LpPool <kernel_shape = [3], strides = [2], p = 1> (w)"},
-        Case{"GlobalLpPool", {{"w", "2, 2, 2, 3", 24}}, "  y = GlobalLpPool <p = 2> (w)"}),
+        Case{"GlobalLpPool", {{"w", "2, 2, 2, 3", 24}}, "  y = GlobalLpPool <p = 2> (w)"},
+        // GatherND counting its index tuples from each batch item (batch_dims
+        // 1 and 2), with a repeated pick.
+        Case{"GatherNDBatchDims1", {{"w", "2, 3, 4", 24}},
+             "  i = Constant <value = int64[2, 3, 2] {0, 1, 2, 3, 0, 1, 1, 0, 1, 0, 2, 2}> ()\n"
+             "  y = GatherND <batch_dims = 1> (w, i)"},
+        Case{"GatherNDBatchDims2", {{"w", "2, 3, 4", 24}},
+             "  i = Constant <value = int64[2, 3, 1] {3, 0, 0, 1, 2, 1}> ()\n  y = GatherND <batch_dims = 2> (w, i)"}),
     [](const ::testing::TestParamInfo<Case> &info) { return info.param.name; });
 
 } // namespace

@@ -48,9 +48,11 @@ Value GradBuilder::scalar(Type elementType, double v) {
   return b_.create<ConstantOp>(loc_, type, DenseElementsAttr::get(type, a));
 }
 
-Value GradBuilder::ints(ArrayRef<int64_t> v) {
-  auto type = RankedTensorType::get({int64_t(v.size())}, b_.getI64Type());
-  return b_.create<ConstantOp>(loc_, type, DenseElementsAttr::get(type, v));
+Value GradBuilder::ints(ArrayRef<int64_t> v) { return ints({int64_t(v.size())}, v); }
+
+Value GradBuilder::ints(ArrayRef<int64_t> shape, ArrayRef<int64_t> values) {
+  auto type = RankedTensorType::get(shape, b_.getI64Type());
+  return b_.create<ConstantOp>(loc_, type, DenseElementsAttr::get(type, values));
 }
 
 SmallVector<NamedAttribute> GradBuilder::attrsOf(Operation *op, ArrayRef<StringRef> names) {

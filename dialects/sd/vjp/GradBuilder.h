@@ -42,6 +42,8 @@ public:
   // Rank-0 constant of `elementType`, and an i64 vector constant.
   mlir::Value scalar(mlir::Type elementType, double v);
   mlir::Value ints(llvm::ArrayRef<int64_t> v);
+  // An int64 constant of any shape (values row-major).
+  mlir::Value ints(llvm::ArrayRef<int64_t> shape, llvm::ArrayRef<int64_t> values);
   mlir::Value none();
 
   mlir::Value add(mlir::Value a, mlir::Value b);

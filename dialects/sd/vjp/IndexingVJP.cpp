@@ -33,9 +33,30 @@ LogicalResult gatherElementsVJP(GatherElementsOp op, GradBuilder &g, ArrayRef<Va
 }
 
 // x[i, j] with index tensors (advanced indexing): the same, through ScatterND.
+// dy scatter-added back at the gathered positions. With batch_dims = b the
+// index tuples count from each batch item's slice: they get the batch
+// coordinates put in front ([b_1..b_b, i.., k] -> [b_1..b_b, i.., b + k]),
+// which ScatterND, having no batch_dims, reads from the whole data.
 LogicalResult gatherNDVJP(GatherNDOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
-  if (op.getBatchDims().value_or(0) != 0) return op.emitError("GatherND with batch_dims is not differentiable yet");
-  dx[0] = g.make<ScatterNDOp>({g.zeros(op.getLhs().getType()), op.getRhs(), dy[0]}, {reductionAdd(g)});
+  Value indices = op.getRhs();
+  const int64_t batch = op.getBatchDims().value_or(0);
+  if (batch > 0) {
+    SmallVector<int64_t> is(shapeOf(indices));
+    if (int64_t(is.size()) <= batch) return op.emitError("GatherND's indices need more dims than batch_dims");
+    is.back() = batch;
+    int64_t count = 1;
+    for (int64_t d : is) count *= d;
+    // Element (.., t) holds the coordinate of batch dim t.
+    SmallVector<int64_t> coords(static_cast<size_t>(count));
+    for (int64_t e = 0; e < count; ++e) {
+      const int64_t t = e % batch;
+      int64_t stride = batch;
+      for (int64_t d = int64_t(is.size()) - 2; d > t; --d) stride *= is[size_t(d)];
+      coords[size_t(e)] = (e / stride) % is[size_t(t)];
+    }
+    indices = g.make<ConcatOp>({g.ints(is, coords), indices}, {g.attr("axis", int64_t(is.size()) - 1)});
+  }
+  dx[0] = g.make<ScatterNDOp>({g.zeros(op.getLhs().getType()), indices, dy[0]}, {reductionAdd(g)});
   return success();
 }
 
