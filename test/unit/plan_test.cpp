@@ -96,6 +96,22 @@ TEST_F(PlanTest, EveryByteFlipIsRefused) {
   }
 }
 
+// The fuzzer's plan whose Gemm bias shares part of the output's bytes
+// (found with the checksum skipped): one line naming what overlaps.
+TEST(PlanLoad, RefusesAnOutputOverlappingAnOperandInPart) {
+  std::ifstream in(SD_FUZZ_REGRESSIONS "/plan-loader-bias-overlaps-output", std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(bytes.empty());
+  PlanLoadOptions opts;
+  opts.verifyChecksum = false;
+  auto plan = Plan::loadBytes(bytes.data(), bytes.size(), "overlap.sdp", opts);
+  ASSERT_FALSE(plan.isOk());
+  const std::string &message = plan.status().message();
+  EXPECT_NE(message.find("overlaps operand"), std::string::npos) << message;
+  EXPECT_NE(message.find("in part"), std::string::npos) << message;
+  EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+}
+
 TEST_F(PlanTest, EveryTruncationIsRefused) {
   for (size_t n = 0; n < bytes_.size(); ++n) {
     auto plan = Plan::loadBytes(bytes_.data(), n, "truncated.sdp");
