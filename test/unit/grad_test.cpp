@@ -365,6 +365,12 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"EinsumEllipsisBroadcast", {{"w", "1, 3", 3}}, "  y = Einsum <equation = \"...j,...j->...\"> (w, x)"},
         Case{"EinsumImplicitThree", {W23, {"w2", "3, 4", 12}, {"w3", "4", 4}},
              "  y = Einsum <equation = \"ij, jk ,k\"> (w, w2, w3)"},
+        // Diagonals: a label repeated in one operand.
+        Case{"EinsumDiagonal", {{"w", "3, 3", 9}}, "  y = Einsum <equation = \"ii->i\"> (w)"},
+        Case{"EinsumTrace", {{"w", "3, 3", 9}}, "  y = Einsum <equation = \"ii\"> (w)"},
+        Case{"EinsumBatchedDiagonalTimes", {{"w", "2, 3, 3", 18}, {"w2", "2, 3", 6}},
+             "  y = Einsum <equation = \"bii,bi->bi\"> (w, w2)"},
+        Case{"EinsumTripleRepeat", {{"w", "2, 2, 3, 2", 24}}, "  y = Einsum <equation = \"iiji->ji\"> (w)"},
         Case{"TopK", {{"w", "2, 4", 8}}, "  k = Constant <value = int64[1] {2}> ()\n  y, i = TopK <axis = 1> (w, k)"},
         Case{"TopKSmallest", {{"w", "4, 2", 8}},
              "  k = Constant <value = int64[1] {3}> ()\n  y, i = TopK <axis = 0, largest = 0> (w, k)"},

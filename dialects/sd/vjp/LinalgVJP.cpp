@@ -136,7 +136,28 @@ LogicalResult qkvAttentionVJP(QkvAttentionOp op, GradBuilder &g, ArrayRef<Value>
 // producing operand i's labels. Labels only operand i has (summed in the
 // forward) are broadcast back, and so are its size-1 ellipsis dims that
 // broadcast against bigger ones (summed by the gradient einsum). A label
-// repeated within one operand (a diagonal) is refused.
+// repeated within one operand (a diagonal, "ii->i", a trace) gets the
+// gradient at its first place, broadcast along the others and masked to
+// where all its places agree.
+// 1 where every label repeated in `term` has one index at all its places,
+// 0 elsewhere; shape: the repeated labels' sizes, 1 at the other places.
+Value diagonalMask(GradBuilder &g, const std::string &term, ArrayRef<int64_t> shape) {
+  int64_t count = 1;
+  for (int64_t d : shape) count *= d;
+  SmallVector<int64_t> mask(static_cast<size_t>(count)), index(shape.size());
+  for (int64_t e = 0; e < count; ++e) {
+    for (int64_t k = int64_t(shape.size()) - 1, rest = e; k >= 0; --k) {
+      index[size_t(k)] = rest % shape[size_t(k)];
+      rest /= shape[size_t(k)];
+    }
+    bool onDiagonal = true;
+    for (size_t k = 0; k < term.size(); ++k)
+      onDiagonal = onDiagonal && (shape[k] == 1 || index[k] == index[term.find(term[k])]);
+    mask[size_t(e)] = onDiagonal;
+  }
+  return g.ints(shape, mask);
+}
+
 LogicalResult einsumVJP(EinsumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   std::vector<Dims> dims;
   for (Value v : op.getInputs()) dims.emplace_back(shapeOf(v).begin(), shapeOf(v).end());
@@ -166,12 +187,14 @@ LogicalResult einsumVJP(EinsumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
         others += "," + terms[j];
         operands.push_back(op.getInputs()[j]);
       }
-    SmallVector<int64_t> keptShape(dims[i].begin(), dims[i].end());
+    SmallVector<int64_t> keptShape(dims[i].begin(), dims[i].end()), maskShape(dims[i].size(), 1);
+    bool diagonal = false;
     for (size_t k = 0; k < terms[i].size(); ++k) {
       char c = terms[i][k];
-      if (terms[i].find(c) != k)
-        return op.emitError("Einsum with a label repeated in one operand (a diagonal) is not differentiable yet");
-      if (others.find(c) != std::string::npos) kept += c;
+      bool repeated = terms[i].find(c) != k || terms[i].find(c, k + 1) != std::string::npos;
+      if (repeated) maskShape[k] = dims[i][k];
+      diagonal = diagonal || terms[i].find(c) != k;
+      if (terms[i].find(c) == k && others.find(c) != std::string::npos) kept += c;
       else keptShape[k] = 1;
     }
     Value grad = g.make<EinsumOp>(operands, {g.builder().getNamedAttr(
@@ -179,6 +202,7 @@ LogicalResult einsumVJP(EinsumOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRe
     grad = g.reshape(grad, keptShape);
     Type x = op.getInputs()[i].getType();
     dx[i] = grad && grad.getType() != x ? g.make<ExpandOp>({grad, g.ints(dims[i])}) : grad;
+    if (diagonal && dx[i]) dx[i] = g.mul(dx[i], g.castTo(diagonalMask(g, terms[i], maskShape), elementTypeOf(dx[i])));
   }
   return success();
 }
