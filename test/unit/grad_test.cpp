@@ -482,6 +482,8 @@ INSTANTIATE_TEST_SUITE_P(
         Case{"LpPoolP3Padded", {{"w", "1, 1, 3, 4", 12}},
              "  y = LpPool <kernel_shape = [2, 3], pads = [1, 1, 0, 0], p = 3> (w)"},
         Case{"LpPoolP1", {{"w", "1, 2, 5", 10}}, "  y = LpPool <kernel_shape = [3], strides = [2], p = 1> (w)"},
+        Case{"LpPoolSameUpperDilated", {{"w", "1, 1, 4, 5", 20}},
+             "  y = LpPool <kernel_shape = [2, 3], auto_pad = \"SAME_UPPER\", dilations = [2, 1], p = 2> (w)", 18},
         Case{"GlobalLpPool", {{"w", "2, 2, 2, 3", 24}}, "  y = GlobalLpPool <p = 2> (w)"},
         // GatherND counting its index tuples from each batch item (batch_dims
         // 1 and 2), with a repeated pick.
