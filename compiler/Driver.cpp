@@ -159,15 +159,9 @@ static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std
   auto folded = module->getAttrOfType<mlir::DictionaryAttr>("sd.folded_weights");
   for (auto g : module.getOps<ir::GlobalOp>()) {
     if (g.getRole() != "trainable") continue;
-    if (auto sources = folded ? folded.getAs<mlir::StringAttr>(g.getSymName()) : nullptr) {
-      bool several = sources.getValue().contains("', '");
-      warnings->push_back(model + ": weight '" + g.getSymName().str() + "' is what torch.onnx.export's optimizer " +
-                          (several ? "computed from the parameters " + sources.str() +
-                                         " and trains as one tensor, where PyTorch trains them"
-                                   : "copied from the parameter " + sources.str() +
-                                         ", which the model reads elsewhere too: the two train apart, unlike in PyTorch") +
+    if (auto why = folded ? folded.getAs<mlir::StringAttr>(g.getSymName()) : nullptr)
+      warnings->push_back(model + ": weight '" + g.getSymName().str() + "' " + why.str() +
                           "; export with optimize=False");
-    }
     auto modules = shared ? shared.getAs<mlir::StringAttr>(g.getSymName()) : nullptr;
     if (!modules) continue;
     warnings->push_back(model + ": weight '" + g.getSymName().str() + "' is read by the modules " + modules.str() +

@@ -50,6 +50,8 @@ plan binds to a CUDA kernel.
              PyTorch's loss in ONNX Runtime
   weight norm  weight_norm's g * v / |v|, folded by the optimizer into one
              initializer: sdc cannot derive it again and warns once
+  token types  an embedding picked by a buffer of zeros (BERT's token
+             types), folded into a constant of repeated rows: warned once
   trainnorm  a BatchNorm1d in train mode, dynamo export (written as an
              inference node; the FX source in its metadata says train mode)
   frozennorm a fresh BatchNorm1d kept in eval mode (frozen statistics, as
@@ -218,6 +220,18 @@ def models():
             h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + 1e-6) * self.scale
             return F.mse_loss(h + y @ self.a.weight.T, y)
 
+    class TokenTypes(nn.Module):
+        # BERT's token type embedding, picked by a buffer of zeros: the
+        # optimizer folds the gather into a constant whose rows repeat.
+        def __init__(self):
+            super().__init__()
+            self.words, self.types, self.head = nn.Embedding(10, 6), nn.Embedding(2, 6), nn.Linear(6, 3)
+            self.register_buffer("type_ids", torch.zeros(1, 4, dtype=torch.long))
+
+        def forward(self, x, target):
+            h = self.words((x[:, :, 0] > 0).long() * 3) + self.types(self.type_ids)
+            return F.mse_loss(self.head(h.mean(1)), target[:, 0, :3])
+
     class WeightNorm(nn.Module):
         def __init__(self):
             super().__init__()
@@ -276,7 +290,7 @@ def models():
             return F.cross_entropy(self.head(torch.tanh(self.mean(ids) + self.sum(ids))), label)
 
     return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, Merged,
-            WeightNorm, Spatial, Patches, TrainNorm, Products, Bags)
+            WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, Products, Bags)
 
 
 def data_for(name, rng, n):
@@ -427,7 +441,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     Merged, WeightNorm, Spatial, Patches, TrainNorm, Products, Bags) = models()
+     Merged, WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, Products, Bags) = models()
     with tempfile.TemporaryDirectory() as tmp:
         run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
         both = (False, True)
@@ -475,28 +489,33 @@ def main():
             run(TrainNorm, True, "train-mode BatchNorm1d ({how}: normalized by each batch, its running mean updated "
                 "and saved under its buffer name, where the optimizer merged it with the zero bias too)",
                 statistics=("norm.running_mean",), optimize=optimize)
-        warned = folded_weight_warning(sdc, tmp, WeightNorm)
+        warned = folded_weight_warning(sdc, tmp, WeightNorm, "'a.parametrizations.weight.original0', "
+                                       "'a.parametrizations.weight.original1' and trains as one tensor")
         check("weight_norm's parameters, which torch.onnx.export's optimizer folds into one weight (dynamo), get "
               "one warning naming them; with optimize=False (the parameters in the file) no warning comes",
+              warned[0] and not warned[1], f"stderr: {warned[2]!r}; with optimize=False: {warned[3]!r}")
+        warned = folded_weight_warning(sdc, tmp, TokenTypes, "gathered from the parameter 'types.weight' with rows "
+                                       "repeated")
+        check("a token type embedding gathered by a buffer of zeros, which torch.onnx.export's optimizer folds into "
+              "a constant of repeated rows (dynamo), gets one warning naming it; with optimize=False no warning comes",
               warned[0] and not warned[1], f"stderr: {warned[2]!r}; with optimize=False: {warned[3]!r}")
     return report_checks("user_training", RESULTS)
 
 
-def folded_weight_warning(sdc, tmp, cls):
+def folded_weight_warning(sdc, tmp, cls, want):
     """(warned by default, warned with optimize=False, the two stderrs) of
     `sdc compile --peft none` on cls's dynamo exports."""
     import subprocess
     import torch
     stderrs = []
     for optimize in (True, False):
-        path = os.path.join(tmp, f"folded_{optimize}.onnx")
+        path = os.path.join(tmp, f"folded_{cls.__name__}_{optimize}.onnx")
         example = (torch.zeros(2, 4, 6), torch.zeros(2, 4, 6))
         torch.onnx.export(cls(), example, path, input_names=["x", "target"], output_names=["loss"], dynamo=True,
                           optimize=optimize)
         r = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", path + ".sdp"],
                            capture_output=True, text=True)
         stderrs.append(r.stderr.strip() if r.returncode == 0 else f"exit {r.returncode}: {r.stderr.strip()}")
-    want = "'a.parametrizations.weight.original0', 'a.parametrizations.weight.original1' and trains as one tensor"
     return (stderrs[0].count("\n") == 0 and want in stderrs[0], "warning" in stderrs[1], *stderrs)
 
 

@@ -639,8 +639,8 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
       (*module)->setAttr("sd.shared_weights", shared);
     if (!repairs.foldedTogether.empty()) {
       SmallVector<NamedAttribute> folded;
-      for (const auto &[copy, sources] : repairs.foldedTogether)
-        folded.push_back(b.getNamedAttr(copy, b.getStringAttr(sources)));
+      for (const auto &[copy, why] : repairs.foldedTogether)
+        folded.push_back(b.getNamedAttr(copy, b.getStringAttr(why)));
       (*module)->setAttr("sd.folded_weights", b.getDictionaryAttr(folded));
     }
     if (std::vector<std::string> dropped = droppedParameters(model, torchParams, repairs.restoredNames());

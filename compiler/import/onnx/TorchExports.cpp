@@ -330,6 +330,20 @@ bool uniformFill(const onnx::TensorProto &t) {
                      [&](float v) { return std::memcmp(&v, &first, sizeof v) == 0; });
 }
 
+// Whether two rows (last-dim vectors) of a float tensor hold the same bytes
+// and not one value throughout: rows a gather repeated, as no trained or
+// randomly drawn parameter has them.
+bool repeatsRows(const onnx::TensorProto &t) {
+  size_t es = 0;
+  llvm::ArrayRef<char> bytes = rawBytes(t, es);
+  if (bytes.empty() || t.dims_size() < 2 || t.dims(t.dims_size() - 1) < 2 || uniformFill(t)) return false;
+  const size_t row = size_t(t.dims(t.dims_size() - 1)) * es;
+  std::set<llvm::StringRef> seen;
+  for (size_t at = 0; at + row <= bytes.size(); at += row)
+    if (!seen.insert(llvm::StringRef(bytes.data() + at, row)).second) return true;
+  return false;
+}
+
 // How `copy` derives from `param` when the optimizer folded it: a 2-D
 // transpose, the same elements reshaped, or neither (nullopt).
 std::optional<bool> foldedAsTransposeOf(const onnx::TensorProto &copy, const onnx::TensorProto &param) {
@@ -403,17 +417,30 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
   }
   for (const auto &[copy, sources] : sourcesOf) {
     const std::string &param = sources.front();
+    std::string list;
+    for (const std::string &s : sources) list += (list.empty() ? "'" : ", '") + s + "'";
     bool alone = sources.size() == 1 && !inits.count(param) && copiesOf[param].size() == 1;
-    if (alone) continue; // the parameter trains as this copy, which is one to one with it
+    if (alone) {
+      // The parameter trains as this copy, one to one with it, unless the
+      // optimizer gathered its rows with repeats (BERT's token type
+      // embedding picked for every position): then each repeat trains apart.
+      if (repeatsRows(*inits[copy]))
+        out.foldedTogether[copy] = "is what torch.onnx.export's optimizer gathered from the parameter " + list +
+                                   " with rows repeated: each repeat trains apart, where PyTorch sums their gradients";
+      continue;
+    }
     std::optional<bool> transposed;
     if (sources.size() == 1 && inits.count(param)) transposed = foldedAsTransposeOf(*inits[copy], *inits[param]);
     if (transposed) {
       out.refolds.push_back({copy, param, *transposed});
       continue;
     }
-    std::string list;
-    for (const std::string &s : sources) list += (list.empty() ? "'" : ", '") + s + "'";
-    out.foldedTogether[copy] = list;
+    out.foldedTogether[copy] =
+        sources.size() > 1
+            ? "is what torch.onnx.export's optimizer computed from the parameters " + list +
+                  " and trains as one tensor, where PyTorch trains them"
+            : "is what torch.onnx.export's optimizer copied from the parameter " + list +
+                  ", which the model reads elsewhere too: the two train apart, unlike in PyTorch";
   }
 
   // Nodes reading what their FX source does not name.

@@ -74,7 +74,8 @@ struct ExportRepairs {
   std::vector<Refold> refolds;
   // Folded initializers that train apart from PyTorch's parameters and that
   // sdc cannot derive again (several parameters folded into one, such as
-  // weight_norm's g * v / |v|): each mapped to the parameters it came from.
+  // weight_norm's g * v / |v|; a parameter's rows gathered with repeats):
+  // each mapped to why, naming the parameters it came from.
   std::map<std::string, std::string> foldedTogether;
   std::unordered_set<std::string> restoredNames() const;
 };
