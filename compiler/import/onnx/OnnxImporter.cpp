@@ -515,7 +515,8 @@ static LogicalResult applyExportRepairs(OpBuilder &b, Location fileLoc, const on
                                         const ExportRepairs &repairs, NodeImporter &imp,
                                         std::deque<onnx::TensorProto> &made, onnx::GraphProto &repaired,
                                         std::string &error) {
-  std::map<std::pair<int, int>, std::string> rewired;
+  ExportRepairs applied; // what has its weight here
+  applied.refolds = repairs.refolds;
   for (const ExportRepairs::Reread &r : repairs.rereads) {
     std::string name = rereadName(r);
     auto source = inits.find(r.source);
@@ -525,9 +526,8 @@ static LogicalResult applyExportRepairs(OpBuilder &b, Location fileLoc, const on
       if (failed(global)) return failure();
       if (r.weight.empty()) (*global)->setAttr(kNotParameterAttr, b.getUnitAttr());
     }
-    rewired[{r.node, r.slot}] = name;
+    applied.rereads.push_back(r);
   }
-  std::map<int, std::string> biases;
   for (const ExportRepairs::RestoredBias &r : repairs.restoredBiases) {
     const onnx::NodeProto &n = g.node(r.node);
     auto weight = inits.find(n.input(1));
@@ -536,17 +536,9 @@ static LogicalResult applyExportRepairs(OpBuilder &b, Location fileLoc, const on
     if (!zeros) continue;
     const onnx::TensorProto &bias = made.emplace_back(std::move(*zeros));
     if (failed(frozenWeight(b, fileLoc, imp, r.parameter, bias, error, /*copied=*/true))) return failure();
-    biases[r.node] = r.parameter;
+    applied.restoredBiases.push_back(r);
   }
-  for (const ExportRepairs::Refold &r : repairs.refolds)
-    for (onnx::NodeProto &n : refoldNodes(r, *inits.at(r.copy))) *repaired.add_node() = std::move(n);
-  for (int k = 0; k < g.node_size(); ++k) {
-    onnx::NodeProto *n = repaired.add_node();
-    *n = g.node(k);
-    for (int i = 0; i < n->input_size(); ++i)
-      if (auto to = rewired.find({k, i}); to != rewired.end()) n->set_input(i, to->second);
-    if (auto bias = biases.find(k); bias != biases.end()) n->add_input(bias->second);
-  }
+  *repaired.mutable_node() = repairedNodes(g, applied);
   *repaired.mutable_input() = g.input();
   *repaired.mutable_output() = g.output();
   *repaired.mutable_value_info() = g.value_info();
@@ -643,10 +635,9 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
         folded.push_back(b.getNamedAttr(copy, b.getStringAttr(why)));
       (*module)->setAttr("sd.folded_weights", b.getDictionaryAttr(folded));
     }
-    if (std::vector<std::string> dropped = droppedParameters(model, torchParams, repairs.restoredNames());
-        !dropped.empty()) {
+    if (!repairs.dropped.empty()) {
       SmallVector<Attribute> names;
-      for (const std::string &d : dropped) names.push_back(b.getStringAttr(d));
+      for (const std::string &d : repairs.dropped) names.push_back(b.getStringAttr(d));
       (*module)->setAttr("sd.dropped_parameters", b.getArrayAttr(names));
     }
   }

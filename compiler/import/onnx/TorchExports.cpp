@@ -202,38 +202,6 @@ std::string fxSource(const onnx::NodeProto &n) {
 
 } // namespace
 
-// The parameters of a dynamo export that its forward reads but the file
-// lacks: the exporter's optimizer removes a parameter it finds has no effect
-// (RemoveOptionalBiasFromGemm drops an all-zero bias), so it cannot train.
-// The graph's metadata lists every parameter ("p_fc_bias: PARAMETER
-// target='fc.bias'"); a parameter is read when a node's FX source names its
-// placeholder (%p_fc_bias), and kept when it is an initializer or folded into
-// one. Unused parameters (no FX node reads them) are not reported.
-std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp,
-                                           const std::unordered_set<std::string> &restored) {
-  std::map<std::string, SignatureInput> inputs = signatureInputs(model);
-  if (inputs.empty()) return {};
-  const onnx::GraphProto &g = model.graph();
-  std::string fxSources;
-  for (const onnx::NodeProto &n : g.node()) fxSources += fxSource(n) + "\n";
-  std::unordered_set<std::string> initializers;
-  for (const onnx::TensorProto &t : g.initializer()) initializers.insert(t.name());
-  auto isIdentChar = [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_'; };
-  std::vector<std::string> dropped;
-  for (const auto &[placeholder, in] : inputs) {
-    if (in.kind != "PARAMETER" || initializers.count(in.target) || tp.foldedFrom.count(in.target) ||
-        restored.count(in.target))
-      continue;
-    std::string ref = "%" + placeholder;
-    for (size_t at = fxSources.find(ref); at != std::string::npos; at = fxSources.find(ref, at + 1))
-      if (at + ref.size() >= fxSources.size() || !isIdentChar(fxSources[at + ref.size()])) {
-        dropped.push_back(in.target);
-        break;
-      }
-  }
-  return dropped;
-}
-
 std::map<std::string, std::array<std::string, 2>> trainModeBatchNorms(const onnx::ModelProto &model) {
   std::map<std::string, std::array<std::string, 2>> norms;
   std::map<std::string, SignatureInput> inputs;
@@ -279,14 +247,6 @@ std::unordered_set<std::string> mergedStatistics(const onnx::GraphProto &g,
   for (const std::string &name : statistics)
     if (otherUses.count(name)) merged.insert(name);
   return merged;
-}
-
-std::unordered_set<std::string> ExportRepairs::restoredNames() const {
-  std::unordered_set<std::string> names;
-  for (const Reread &r : rereads)
-    if (!r.weight.empty()) names.insert(r.weight);
-  for (const RestoredBias &b : restoredBiases) names.insert(b.parameter);
-  return names;
 }
 
 namespace {
@@ -505,10 +465,24 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     for (size_t j = 0; j < chosen.size(); ++j)
       out.rereads.push_back({k, unnamed[j], n.input(unnamed[j]), chosen[j]});
   }
+
+  // Parameters the forward reads (some node's FX source names their
+  // placeholder) that the file lacks and no repair restored. Unused
+  // parameters (no FX node reads them) are not reported.
+  std::unordered_set<std::string> restored, read;
+  for (const ExportRepairs::Reread &r : out.rereads)
+    if (!r.weight.empty()) restored.insert(r.weight);
+  for (const ExportRepairs::RestoredBias &b : out.restoredBiases) restored.insert(b.parameter);
+  for (const FxNode &f : fx) read.insert(f.reads.begin(), f.reads.end());
+  for (const auto &[placeholder, in] : inputs)
+    if (in.kind == "PARAMETER" && !inFile(in) && !restored.count(in.target) && read.count(placeholder))
+      out.dropped.push_back(in.target);
   return out;
 }
 
-std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const onnx::TensorProto &copy) {
+// The nodes that compute a refolded copy from its parameter: a Transpose,
+// or a Constant shape and a Reshape.
+static std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const onnx::TensorProto &copy) {
   std::vector<onnx::NodeProto> nodes(r.transposed ? 1 : 2);
   onnx::NodeProto &last = nodes.back();
   last.set_name(r.copy);
@@ -559,6 +533,22 @@ std::optional<onnx::TensorProto> zeroBias(const onnx::NodeProto &n, const onnx::
   return zeros;
 }
 
+google::protobuf::RepeatedPtrField<onnx::NodeProto> repairedNodes(const onnx::GraphProto &g,
+                                                                   const ExportRepairs &r) {
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
+  for (const ExportRepairs::Refold &f : r.refolds)
+    for (const onnx::TensorProto &t : g.initializer())
+      if (t.name() == f.copy) {
+        for (onnx::NodeProto &n : refoldNodes(f, t)) *nodes.Add() = std::move(n);
+        break;
+      }
+  const int first = nodes.size();
+  for (const onnx::NodeProto &n : g.node()) *nodes.Add() = n;
+  for (const ExportRepairs::Reread &rr : r.rereads) nodes.Mutable(first + rr.node)->set_input(rr.slot, rereadName(rr));
+  for (const ExportRepairs::RestoredBias &b : r.restoredBiases) nodes.Mutable(first + b.node)->add_input(b.parameter);
+  return nodes;
+}
+
 void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
   onnx::GraphProto &g = *model.mutable_graph();
   auto find = [&](const std::string &name) -> onnx::TensorProto * {
@@ -566,38 +556,34 @@ void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
       if (t.name() == name) return &t;
     return nullptr;
   };
+  ExportRepairs applied; // what this model can take: a source to copy, a weight to size the bias by
+  applied.refolds = r.refolds;
   for (const ExportRepairs::Reread &rr : r.rereads) {
-    std::string name = rereadName(rr);
     const onnx::TensorProto *source = find(rr.source);
     if (!source) continue;
-    if (!find(name)) {
+    if (!find(rereadName(rr))) {
       onnx::TensorProto copy = *source;
-      copy.set_name(name);
+      copy.set_name(rereadName(rr));
       *g.add_initializer() = std::move(copy);
     }
-    g.mutable_node(rr.node)->set_input(rr.slot, name);
+    applied.rereads.push_back(rr);
   }
   for (const ExportRepairs::RestoredBias &b : r.restoredBiases) {
-    onnx::NodeProto &n = *g.mutable_node(b.node);
+    const onnx::NodeProto &n = g.node(b.node);
     const onnx::TensorProto *w = find(n.input(1));
     std::optional<onnx::TensorProto> zeros = w ? zeroBias(n, *w, b.parameter) : std::nullopt;
     if (!zeros || find(b.parameter)) continue;
     *g.add_initializer() = std::move(*zeros);
-    n.add_input(b.parameter);
+    applied.restoredBiases.push_back(b);
   }
-  std::vector<onnx::NodeProto> first;
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes = repairedNodes(g, applied);
+  g.mutable_node()->Swap(&nodes);
   for (const ExportRepairs::Refold &f : r.refolds)
     for (int i = 0; i < g.initializer_size(); ++i)
       if (g.initializer(i).name() == f.copy) {
-        for (onnx::NodeProto &n : refoldNodes(f, g.initializer(i))) first.push_back(std::move(n));
         g.mutable_initializer()->DeleteSubrange(i, 1);
         break;
       }
-  if (first.empty()) return;
-  google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes;
-  for (onnx::NodeProto &n : first) *nodes.Add() = std::move(n);
-  for (onnx::NodeProto &n : *g.mutable_node()) *nodes.Add() = std::move(n);
-  g.mutable_node()->Swap(&nodes);
 }
 
 } // namespace sd

@@ -43,11 +43,6 @@ struct TorchParameters {
 };
 TorchParameters torchParameters(const onnx::ModelProto &model);
 
-// The parameters a dynamo export's forward reads that the file lacks,
-// but for those `restored` names (ExportRepairs::restoredNames).
-std::vector<std::string> droppedParameters(const onnx::ModelProto &model, const TorchParameters &tp,
-                                           const std::unordered_set<std::string> &restored);
-
 // What the dynamo exporter's optimizer merged or dropped that a training
 // import undoes, told apart by each node's FX source (the PyTorch op and the
 // parameters it read): the optimizer keeps one initializer per distinct
@@ -77,12 +72,16 @@ struct ExportRepairs {
   // weight_norm's g * v / |v|; a parameter's rows gathered with repeats):
   // each mapped to why, naming the parameters it came from.
   std::map<std::string, std::string> foldedTogether;
-  std::unordered_set<std::string> restoredNames() const;
+  // The parameters the forward reads that the file lacks and no repair
+  // restores: they cannot train (the driver names them).
+  std::vector<std::string> dropped;
 };
 ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters &tp);
-// The nodes that compute a refolded copy from its parameter (a Transpose, or
-// a Constant shape and a Reshape), to run before the graph's own.
-std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const onnx::TensorProto &copy);
+// g's nodes with the repairs applied: each refolded copy's nodes (a
+// Transpose, or a Constant shape and a Reshape) first, then g's own with the
+// reread inputs renamed and the restored biases added.
+google::protobuf::RepeatedPtrField<onnx::NodeProto> repairedNodes(const onnx::GraphProto &g,
+                                                                   const ExportRepairs &r);
 // The zero bias `name` restored to a Gemm, Conv or ConvTranspose node with
 // weight `w`: its output count long, of w's float type; nullopt when unknown.
 std::optional<onnx::TensorProto> zeroBias(const onnx::NodeProto &n, const onnx::TensorProto &w,

@@ -18,9 +18,8 @@ using Grads = SmallVectorImpl<Value>;
 // numerator is 0 too.
 Value nonZero(GradBuilder &g, Value v) { return g.add(v, g.equalMask(v, g.scalar(elementTypeOf(v), 0.0))); }
 
-Value keptReduction(GradBuilder &g, Value v, ArrayRef<int64_t> axes, bool mean) {
-  SmallVector<NamedAttribute> keep = {g.attr("keepdims", int64_t(1))};
-  return mean ? g.make<ReduceMeanOp>({v, g.ints(axes)}, keep) : g.make<ReduceSumOp>({v, g.ints(axes)}, keep);
+Value keptMean(GradBuilder &g, Value v, ArrayRef<int64_t> axes) {
+  return g.make<ReduceMeanOp>({v, g.ints(axes)}, {g.attr("keepdims", int64_t(1))});
 }
 
 // y = x / |x|_p along an axis (p 1 or 2): with s = sum(dy y) over the line,
@@ -33,7 +32,7 @@ LogicalResult lpNormalizationVJP(LpNormalizationOp op, GradBuilder &g, ArrayRef<
   if (p != 1 && p != 2) return op.emitError("LpNormalization's gradient needs p = 1 or 2, not ") << p;
   SmallVector<NamedAttribute> keep = {g.attr("keepdims", int64_t(1))};
   Value norm = p == 2 ? g.make<ReduceL2Op>({x, g.ints({axis})}, keep) : g.make<ReduceL1Op>({x, g.ints({axis})}, keep);
-  Value s = keptReduction(g, g.mul(dy[0], y), {axis}, /*mean=*/false);
+  Value s = g.reduceSum(g.mul(dy[0], y), {axis}, /*keepdims=*/true);
   Value direction = p == 2 ? y : g.make<SignOp>({x});
   dx[0] = g.div(g.sub(dy[0], g.mul(direction, s)), nonZero(g, norm));
   return success();
@@ -53,12 +52,12 @@ LogicalResult meanVarianceNormVJP(MeanVarianceNormalizationOp op, GradBuilder &g
   } else {
     axes = {0, 2, 3};
   }
-  Value c = g.sub(x, keptReduction(g, x, axes, /*mean=*/true));
-  Value s = g.make<SqrtOp>({keptReduction(g, g.mul(c, c), axes, /*mean=*/true)});
+  Value c = g.sub(x, keptMean(g, x, axes));
+  Value s = g.make<SqrtOp>({keptMean(g, g.mul(c, c), axes)});
   Value d = g.add(s, g.scalar(et, 1e-9));
-  Value t = keptReduction(g, g.mul(dy[0], c), axes, /*mean=*/true);
+  Value t = keptMean(g, g.mul(dy[0], c), axes);
   Value dc = g.sub(g.div(dy[0], d), g.div(g.mul(c, t), g.mul(g.mul(d, d), nonZero(g, s))));
-  dx[0] = g.sub(dc, keptReduction(g, dc, axes, /*mean=*/true));
+  dx[0] = g.sub(dc, keptMean(g, dc, axes));
   return success();
 }
 
