@@ -150,6 +150,17 @@ def check_all(tmp):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), lying)
     expect_clean_error("initializer claiming 2^62 elements", [sdc, "compile", lying, "-o", out], ["'w'"], [out])
 
+    # Gradients sdc refuses (ClassicNormVJP.cpp): one line naming the op and what it lacks.
+    refused = os.path.join(tmp, "lp_pool_ceil.onnxtxt")
+    open(refused, "w").write(
+        '<ir_version: 8, opset_import: ["" : 18]>\n'
+        'g (float[1, 1, 5, 5] x) => (float loss)\n<float[2, 1, 1, 1] w = {0.5, -0.25}>\n{\n'
+        '  c = Conv(x, w)\n  p = LpPool <kernel_shape = [2, 2], strides = [2, 2], ceil_mode = 1> (c)\n'
+        '  loss = ReduceSum <keepdims = 0> (p)\n}\n')
+    expect_clean_error("full fine-tuning through LpPool with ceil_mode = 1",
+                       [sdc, "compile", refused, "--peft", "none", "--loss-output", "loss", "-o", out],
+                       ["LpPool's gradient with ceil_mode = 1 is not supported"], [out])
+
     # Importer inputs the fuzzer found (test/fuzz/regressions): clean errors, not crashes.
     regressions = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz", "regressions")
     expect_clean_error("node without a first input",
