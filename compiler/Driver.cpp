@@ -30,6 +30,8 @@ static std::string configJson(const CompileRequest &r) {
          (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
                                       ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer) +
                                       (r.pipeline.packing ? ",\"packing\":true" : "") +
+                                      (r.pipeline.lossOutput.empty() ? ""
+                                                                     : ",\"loss_output\":" + jsonQuote(r.pipeline.lossOutput)) +
                                       (r.pipeline.shard != "none" ? ",\"shard\":" + jsonQuote(r.pipeline.shard) : "")
                                 : std::string()) +
          "}";

@@ -18,6 +18,10 @@ mlir::LogicalResult verifyAgainstShapeRule(mlir::Operation *op);
 // momentum], the globals that sd-training-batch-norm updates in training
 // entries and reads instead of the batch's in the others.
 constexpr const char *kRunningStatisticsAttr = "sd.running_statistics";
+// On a Gather along axis 0 that is an nn.Embedding with padding_idx (the
+// dynamo exporter's FX source says so): the row index whose weight row gets
+// no gradient, as in PyTorch.
+constexpr const char *kPaddingRowAttr = "sd.padding_row";
 // On a global the exporter says is not one of the module's parameters (a
 // folded constant, a buffer): full fine-tuning and --trainable leave it frozen.
 constexpr const char *kNotParameterAttr = "sd.not_parameter";

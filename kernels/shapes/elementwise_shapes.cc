@@ -141,7 +141,7 @@ static Status dropoutShape(ShapeContext &c) {
     const TensorView *r = c.hasInput(1) ? c.constInput(1) : nullptr;
     if (!r || !readDoubles(*r, ratio) || ratio.size() != 1 || ratio[0] != 0.0)
       return sdError("Dropout with training_mode=true and a ratio other than a constant 0 is not supported at inference "
-                     "(it draws a random mask)");
+                     "(it draws a random mask): export the model after model.eval(), or compile it for training");
   }
   c.outputs = {c.inputs[0], sameAs(c.inputs[0], DType::Bool)};
   return Status::ok();

@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <sys/stat.h>
 
 namespace sd::train {
 namespace {
@@ -33,8 +34,9 @@ struct PlanEntries {
   int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
   std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
   // A plan that computes its own loss (sdc compile --loss-output) from
-  // inputs other than tokens and labels: the data gives these, one row per
-  // example (tensor_data.h). Empty for token plans.
+  // inputs other than tokens and labels, or from any inputs when the data is
+  // a folder of arrays: the data gives these, one row per example
+  // (tensor_data.h). Empty for token plans.
   std::vector<TensorInput> tensorInputs;
 };
 
@@ -70,12 +72,18 @@ Status tensorInputsOf(const EntryDesc &e, std::vector<TensorInput> &out, int64_t
   return Status::ok();
 }
 
-Status findEntries(const Plan &plan, PlanEntries &out) {
+// `dataPath` decides for a plan that computes its own loss from inputs
+// named like the token plans' (a Hugging Face model's input_ids and labels,
+// exported with its loss): a folder of arrays feeds each input by name, a
+// JSON Lines file feeds tokens.
+Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPath) {
+  bool modelLoss = false;
   // Plans compiled before the token input was recorded call it input_ids.
   if (!plan.config.empty()) {
     auto cfg = parseJson(plan.config, "the plan's config");
     if (!cfg.isOk()) return cfg.status();
     if (const Json *t = cfg.value().get("token_input"); t && t->type == Json::Type::String) out.tokenInput = t->str;
+    modelLoss = cfg.value().get("loss_output") != nullptr;
     if (const Json *c = cfg.value().get("classify")) {
       const Json *n = c->get("num_labels"), *v = c->get("vocab");
       if (!n || !n->isInteger() || n->num < 2 || !v || !v->isInteger() || v->num < 1)
@@ -84,6 +92,8 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
       out.vocab = int64_t(v->num); // infer's output is the classes, not the vocabulary
     }
   }
+  struct stat st;
+  const bool folderData = modelLoss && ::stat(dataPath.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
   std::map<std::pair<int64_t, int64_t>, Bucket> byShape;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const EntryDesc &e = plan.entries[i];
@@ -98,7 +108,7 @@ Status findEntries(const Plan &plan, PlanEntries &out) {
       if (n == out.tokenInput) tokens = &e.buffers[size_t(b)];
       if (n == abi::kPositionIds) out.packed = true;
     }
-    if (!out.numLabels && !labels) { // the model's own loss over its own inputs: tensor data
+    if (!out.numLabels && (!labels || folderData)) { // the model's own loss over its own inputs: tensor data
       int64_t batch = 0;
       SD_RETURN_IF_ERROR(tensorInputsOf(e, out.tensorInputs, batch));
       Bucket &b = byShape[{0, batch}];
@@ -293,7 +303,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   const Plan &plan = session.plan();
   PlanEntries &pe = im->entries;
   const std::string planContext = o.planName.empty() ? "" : o.planName + ": ";
-  SD_RETURN_IF_ERROR(findEntries(plan, pe).withContext(planContext));
+  SD_RETURN_IF_ERROR(findEntries(plan, pe, o.dataPath).withContext(planContext));
   if ((im->comm = session.communicator())) im->rank = im->comm->rank(), im->world = im->comm->size();
   im->batch = o.batch ? o.batch : pe.buckets[0].batch;
   if (im->batch > pe.buckets[0].batch)
@@ -685,7 +695,7 @@ Status namedInputs(const EntryDesc &e, const std::map<std::string, HostTensor> &
 Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &dataPath, int64_t batch,
                            std::vector<HostTensor> &inputs) {
   PlanEntries pe;
-  SD_RETURN_IF_ERROR(findEntries(plan, pe));
+  SD_RETURN_IF_ERROR(findEntries(plan, pe, dataPath));
   const EntryDesc &e = plan.entries[entry];
   std::map<std::string, HostTensor> byName = {{abi::kLr, scalar(abi::kLr, 1e-4f)},
                                               {abi::kWeightDecay, scalar(abi::kWeightDecay, 0)},

@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""LoRA dropout against PyTorch. sdrun's masks come from a counter-based
+"""Dropout against PyTorch: LoRA's, and a model's own nn.Dropout exported in
+train mode. For LoRA: sdrun's masks come from a counter-based
 generator (kernels/include/sd/ops/counter_rng.h: SplitMix64 keyed by the run's
 seed, the micro-batch counter and the adapted layer's stream); this test
 rebuilds the same masks in NumPy and applies them in a PyTorch LoRA model, so
 per-step losses and the trained adapter must agree. Also: eval has no dropout,
 the seed changes the masks, adapter_config.json records lora_dropout, and a
 resumed run reproduces the straight one bit for bit (the counter is
-checkpointed)."""
+checkpointed). For a user's model exported by torch.onnx.export's defaults
+while in train() (its Dropouts written with training_mode true): full
+fine-tuning drops with the k-th Dropout node drawing stream 2^32 + k, so the
+losses and weights equal PyTorch's with those masks, and eval has none."""
 import json
 import os
 import shutil
@@ -15,7 +19,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import sh, tool_paths
+from e2e_util import clean_error_problems, sh, tool_paths
 from test_training import (ADAM_EPS, BATCH, SEQ, adapter_diff, add_lora, check, export_base, make_data, padded_batch,
                            read_safetensors, report, torch_losses, write_initial_adapter)
 
@@ -59,6 +63,84 @@ class Dropout:
         stream = self.streams.setdefault(id(layer), len(self.streams))
         keep = keep_mask(self.seed, self.counter, stream, x.numel(), self.p).reshape(tuple(x.shape))
         return x * torch.tensor(keep, dtype=x.dtype) * (1.0 / (1.0 - self.p))
+
+
+EXPORTED_STREAM = 1 << 32  # kExportedDropoutStream in ImporterContext.h
+
+
+def exported_dropout(sdc, sdrun, tmp):
+    """A model in train() with two nn.Dropout, exported the default way."""
+    import torch
+    from safetensors.numpy import load_file
+    vocab, d, batch, seq, steps, seed, lr = 32, 16, 4, 8, 6, 7, 1e-2
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.emb, self.lin, self.head = torch.nn.Embedding(vocab, d), torch.nn.Linear(d, d), torch.nn.Linear(d, vocab)
+            self.drop1, self.drop2 = torch.nn.Dropout(0.2), torch.nn.Dropout(0.1)
+
+        def forward(self, x, y):
+            h = self.drop2(torch.nn.functional.gelu(self.lin(self.drop1(self.emb(x)))))
+            return torch.nn.functional.cross_entropy(self.head(h).reshape(-1, vocab), y.reshape(-1))
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, vocab, (batch * steps, seq)).astype(np.int64)
+    y = rng.integers(0, vocab, (batch * steps, seq)).astype(np.int64)
+    torch.manual_seed(0)
+    model = Net()  # in train mode, as a fresh module is
+    path, plan = os.path.join(tmp, "dropout_net.onnx"), os.path.join(tmp, "dropout_net.sdp")
+    torch.onnx.export(model, (torch.tensor(x[:batch]), torch.tensor(y[:batch])), path, input_names=["x", "y"],
+                      output_names=["loss"])
+    sh([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan])
+    folder, evals = os.path.join(tmp, "dropout_net_data"), os.path.join(tmp, "dropout_net_eval")
+    for f, rows in ((folder, slice(None)), (evals, slice(0, batch))):
+        os.makedirs(f, exist_ok=True)
+        np.save(os.path.join(f, "x.npy"), x[rows])
+        np.save(os.path.join(f, "y.npy"), y[rows])
+    metrics, weights = os.path.join(tmp, "dropout_net.jsonl"), os.path.join(tmp, "dropout_net.safetensors")
+    sh([sdrun, "train", plan, "--data", folder, "--steps", str(steps), "--lr", str(lr), "--no-shuffle", "--seed",
+        str(seed), "--threads", "2", "--metrics", metrics, "--save-weights", weights, "--eval-data", evals,
+        "--eval-every", str(steps)])
+    lines = [json.loads(l) for l in open(metrics)]
+    ours, eval_loss = [l["loss"] for l in lines if "loss" in l], [l["eval_loss"] for l in lines if "eval_loss" in l]
+
+    state = {"counter": -1}
+    for k, drop in enumerate((model.drop1, model.drop2)):
+        def masked(h, p=drop.p, stream=EXPORTED_STREAM + k, module=drop):
+            if not module.training:
+                return h
+            keep = keep_mask(seed, state["counter"], stream, h.numel(), p).reshape(tuple(h.shape))
+            return h * torch.tensor(keep, dtype=h.dtype) * (1.0 / (1.0 - p))
+        drop.forward = masked
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
+    want = []
+    for step in range(steps):
+        state["counter"] += 1
+        rows = slice(step * batch, step * batch + batch)
+        loss = model(torch.tensor(x[rows]), torch.tensor(y[rows]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == steps else float("inf")
+    got = load_file(weights)
+    params = {k: p.detach().numpy() for k, p in model.named_parameters()}
+    worst = max((float(np.max(np.abs(got[k] - v))) for k, v in params.items() if k in got), default=float("inf"))
+    check(f"exported nn.Dropout (train mode, dynamo default): {steps} losses and the {len(params)} weights equal "
+          "PyTorch with the same masks (1e-4)", rel < 1e-4 and worst < 1e-4 and set(params) <= set(got),
+          f"max rel loss diff {rel:.2e}, max weight diff {worst:.2e}, saved {sorted(got)}")
+    with torch.no_grad():
+        model.eval()
+        want_eval = float(model(torch.tensor(x[:batch]), torch.tensor(y[:batch])))
+    got_eval = eval_loss[-1] if eval_loss else float("nan")
+    check("exported nn.Dropout: eval_loss is computed without dropout (equals PyTorch's eval)",
+          abs(got_eval - want_eval) / want_eval < 1e-4, f"{got_eval:.6f} vs {want_eval:.6f}")
+    problems, line = clean_error_problems([sdc, "compile", path, "--shapes", f"x={batch}x{seq},y={batch}x{seq}",
+                                           "-o", os.path.join(tmp, "dropout_infer.sdp")],
+                                          ["Dropout", "eval"], no_files=[os.path.join(tmp, "dropout_infer.sdp")])
+    check("exported nn.Dropout: an inference plan of the train-mode export is refused in one line naming "
+          "Dropout and eval mode", not problems, "; ".join(problems) or line)
 
 
 def main():
@@ -144,6 +226,7 @@ def main():
         same_w = all(np.array_equal(wa[k], wb[k]) for k in wa)
         check(f"LoRA dropout resume: {2 * n} steps straight == {n} + --resume {n}, bit for bit", a == b and same_w,
               f"losses equal: {a == b}, adapter equal: {same_w}")
+        exported_dropout(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_lora_dropout")

@@ -4,8 +4,10 @@
   - torch.onnx.export without dynamic_axes fixes the batch: a training plan's
     default infer bucket (batch 1) must yield to the model's batch, and a
     batch that truly collides names the default and --infer-shapes
-  - torch.onnx.export's defaults (dynamo) rename Linear weights val_N: the
-    module names come from the exporter's name_scopes metadata
+  - torch.onnx.export's defaults (dynamo) fold Linear weights into
+    transposed copies named val_N: the module names come from the
+    exporter's name_scopes metadata, and full fine-tuning restores each
+    weight under its name, so the saved weights load into PyTorch strictly
   - torch.onnx.export's defaults on a transformers Llama fold the causal mask
     (repeated per batch item) and the rotary cos/sin tables into weights:
     full fine-tuning still fuses the attention over one shared causal mask,
@@ -26,6 +28,10 @@
     q|k|v split per head, norms on head-major q and k, one key/value head):
     attention reads the projections' layout in every entry, logits equal
     PyTorch's; Falcon's k and v picks (GatherND) stand between LoRA and the loss
+  - a transformers model exported with its own loss takes input_ids and
+    labels, named like a token plan's inputs: a folder of arrays feeds them
+    by name; its embeddings' padding rows (nn.Embedding's padding_idx, in the
+    dynamo exporter's FX sources) get no gradient, as in PyTorch
 """
 import json
 import os
@@ -126,6 +132,7 @@ def main():
         dynamo_default_export(sdc, sdrun, tmp)
         dynamo_default_llama_full(sdc, sdrun, tmp)
         dynamo_default_decoders(sdc, sdrun, tmp)
+        model_with_its_loss(sdc, sdrun, tmp)
         merged_equal_weights(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -260,11 +267,17 @@ def dynamo_default_llama_full(sdc, sdrun, tmp):
     listed = sh([sdc, "compile", path, "--peft", "none", *shapes, "--dry-run"])
     # The exporter merges initializers of equal values (the all-ones RMSNorm
     # weights become one); the nodes' FX sources give each its own again.
+    # The Linear weights the MatMuls read as transposed copies (val_N) are
+    # restored under their names, so the weights save as PyTorch's.
     want = sum(p.numel() for p in model.parameters())
     trainable = int(listed.split("trainable parameters: ")[1].split()[0])
-    check("dynamo default Llama, full fine-tuning: exactly the model's parameters train (each RMSNorm weight its "
-          "own again, not the rotary tables or causal mask)", trainable == want,
-          f"{trainable} trainable, the model has {want}")
+    names = sorted(l.split()[0] for l in listed.splitlines()[1:] if l.startswith("  "))
+    want_names = sorted(k for k, _ in model.named_parameters())
+    check("dynamo default Llama, full fine-tuning: exactly the model's parameters train, under their own names "
+          "(each RMSNorm weight its own again, each Linear weight restored from its transposed copy; not the rotary "
+          "tables or causal mask)", trainable == want and names == want_names,
+          f"{trainable} trainable, the model has {want}; names other than the model's: "
+          f"{sorted(set(names) ^ set(want_names))}")
     sh([sdc, "compile", path, "--peft", "none", *shapes, "-o", plan])
     steps = plan_steps(sdrun, plan)
     layers = config.num_hidden_layers
@@ -284,10 +297,84 @@ def dynamo_default_llama_full(sdc, sdrun, tmp):
           rel_err(got, want_logits) <= 1e-4, f"relative err {rel_err(got, want_logits):.1e}")
     data_file(data, 64, lines=2)
     metrics = os.path.join(tmp, "llama_metrics.jsonl")
-    sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics])
+    weights, merged = os.path.join(tmp, "llama_full.safetensors"), os.path.join(tmp, "llama_merged.onnx")
+    sh([sdrun, "train", plan, "--data", data, "--steps", "6", "--lr", "1e-2", "--no-shuffle", "--metrics", metrics,
+        "--save-weights", weights])
     losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
     check("dynamo default Llama, full fine-tuning: 6 steps on one batch bring its loss down every step",
           len(losses) == 6 and all(b < a for a, b in zip(losses, losses[1:])), f"losses {losses}")
+    # What a user does next: load the trained weights into the PyTorch model
+    # (strictly: every name PyTorch's, in PyTorch's layout), or merge them
+    # into the exported file; both then compute the same logits.
+    from safetensors.torch import load_file
+    from e2e_util import ort_run
+    model.load_state_dict(load_file(weights), strict=True)
+    sh([sdc, "merge", path, "--weights", weights, "-o", merged])
+    with torch.no_grad():
+        trained = model(torch.tensor(ids)).logits.numpy()
+    theirs = next(iter(ort_run(merged, {"input_ids": ids}).values()))
+    check("dynamo default Llama, full fine-tuning: the saved weights load strictly into the PyTorch model, whose "
+          "logits equal ONNX Runtime's on the file they were merged into (1e-4), and moved from the start",
+          rel_err(theirs, trained) <= 1e-4 and rel_err(trained, want_logits) > 1e-2,
+          f"relative err {rel_err(theirs, trained):.1e}; moved by {rel_err(trained, want_logits):.1e}")
+
+def model_with_its_loss(sdc, sdrun, tmp):
+    """A transformers classifier exported with its own loss (forward's
+    input_ids and labels, torch.onnx.export's defaults) and trained in full
+    from a folder of arrays: its inputs are named like a token plan's, and its
+    word and position embeddings have a padding row (RoBERTa's padding_idx
+    1), which PyTorch never trains."""
+    import torch
+    import transformers
+    from safetensors.numpy import load_file
+    batch, steps, lr = 2, 4, 1e-3
+    config = transformers.RobertaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=64, max_position_embeddings=SEQ + 2, num_labels=3,
+                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+
+    class WithLoss(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.m = transformers.RobertaForSequenceClassification(config)
+
+        def forward(self, input_ids, labels):
+            return self.m(input_ids=input_ids, labels=labels).loss
+
+    rng = np.random.default_rng(6)
+    data = {"input_ids": rng.integers(0, 64, (batch * steps, SEQ)).astype(np.int64),
+            "labels": rng.integers(0, 3, (batch * steps,)).astype(np.int64)}
+    data["input_ids"][:, -3:] = config.pad_token_id  # padded rows, as a tokenizer pads them
+    torch.manual_seed(0)
+    model = WithLoss()
+    path, plan = os.path.join(tmp, "roberta_loss.onnx"), os.path.join(tmp, "roberta_loss.sdp")
+    torch.onnx.export(model, tuple(torch.tensor(v[:batch]) for v in data.values()), path, input_names=list(data),
+                      output_names=["loss"])
+    sh([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan])
+    folder = os.path.join(tmp, "roberta_data")
+    os.makedirs(folder, exist_ok=True)
+    for name, value in data.items():
+        np.save(os.path.join(folder, f"{name}.npy"), value)
+    metrics, weights = os.path.join(tmp, "roberta.jsonl"), os.path.join(tmp, "roberta.safetensors")
+    sh([sdrun, "train", plan, "--data", folder, "--steps", str(steps), "--lr", str(lr), "--no-shuffle", "--threads",
+        "2", "--metrics", metrics, "--save-weights", weights])
+    ours = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
+    want = []
+    for step in range(steps):
+        loss = model(*(torch.tensor(v[step * batch:(step + 1) * batch]) for v in data.values()))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == steps else float("inf")
+    got, params = load_file(weights), {k: p.detach().numpy() for k, p in model.named_parameters()}
+    worst = max((float(np.max(np.abs(got[k] - v))) for k, v in params.items() if k in got), default=float("inf"))
+    check("a transformers classifier exported with its loss (inputs input_ids and labels), trained in full from a "
+          "folder of arrays: losses and every weight equal PyTorch's, the embeddings' padding rows untrained (1e-5)",
+          rel < 1e-5 and worst < 1e-5 and set(got) == set(params),
+          f"max rel loss diff {rel:.1e}, max weight diff {worst:.1e}, names other than the model's: "
+          f"{sorted(set(got) ^ set(params))}")
+
 
 def dynamo_lora_plan(sdc, sdrun, tmp, name, model, ids, what):
     """Exports `model` with torch.onnx.export's defaults, compiles LoRA on all

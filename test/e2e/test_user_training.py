@@ -369,12 +369,14 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, merge=False, **expo
     params = dict(model.named_parameters())
     diffs = {k: float(np.max(np.abs(got[k] - params[k].detach().numpy()))) for k in params if k in got}
     # A Linear on 3-D input exports as MatMul with a transposed copy of its
-    # weight under an exporter's name (onnx::MatMul_N): the closest of the
-    # saved tensors shaped like that copy stands for it.
+    # weight. The dynamo exporter's FX sources name the weight, which sdc
+    # restores; TorchScript's copy keeps the exporter's name
+    # (onnx::MatMul_N): the closest of the saved tensors shaped like that
+    # copy stands for it.
     for k, p in params.items():
         v = p.detach().numpy()
         copies = [float(np.max(np.abs(a - v.T))) for a in got.values() if k not in got and v.ndim == 2
-                  and a.shape == v.T.shape]
+                  and a.shape == v.T.shape and not dynamo]
         if copies:
             diffs[k] = min(copies)
     trainable = int(listed.split("trainable parameters: ")[1].split()[0])
@@ -449,18 +451,19 @@ def main():
             run(Masked, dynamo, "masked regression loss ({how}: the one-element bias and the scalar temperature "
                 "train too)", rel_tol=1e-5)
         run(Activations, True, "activations ({how}: LeakyReLU, ELU, Softplus, Mish, Hardswish, PReLU, Softsign, "
-            "SELU, maximum, amax, logsumexp, smooth L1; dynamo renames PReLU's reshaped slope)", every_name=False)
+            "SELU, maximum, amax, logsumexp, smooth L1; PReLU's slope restored from dynamo's reshaped copy)")
         for dynamo in both:
-            # Both exporters fold GroupNorm's weight and bias into reshaped copies
-            # (onnx::Mul_N, val_N), which train under those names.
+            # Both exporters fold GroupNorm's weight and bias into reshaped
+            # copies. Dynamo's FX sources name them, and sdc restores them;
+            # TorchScript's (onnx::Mul_N) train under those names.
             run(UNet, dynamo, "UNet-like ({how}: strided Conv, GroupNorm, ConvTranspose, Concat, MSE; not the "
-                "exporter's InstanceNormalization ones and zeros)", every_name=False)
+                "exporter's InstanceNormalization ones and zeros)", every_name=dynamo)
         run(Sequence, True, "sequence ops ({how}: cumsum, gather, pad, repeat, L1)")
         for dynamo in both:
             run(Weighted, dynamo, "weighted losses ({how}: class-weighted cross-entropy, per-sample weights over "
                 "reduction none, nll_loss with ignore_index; the class weights stay frozen)", rel_tol=1e-5)
             run(Upsample, dynamo, "upsampling ({how}: bilinear F.interpolate, nearest to a size, InstanceNorm2d "
-                "affine, F.pad)", every_name=False)
+                "affine, F.pad)")
             run(Routed, dynamo, "routed ({how}: einsum attention under a tril mask, a top-2 router, flip, a row "
                 "write and a scatter, atan, tan)")
             run(SuperRes, dynamo, "super-resolution ({how}: reflect and replicate padding, pixel_shuffle, "
@@ -470,7 +473,7 @@ def main():
             # Dynamo's optimizer merges the two LayerNorms' unit weights;
             # TorchScript splits the attention's in_proj_weight into renamed copies.
             run(Encoder, dynamo, "transformer encoder layer ({how}: multi-head attention, two LayerNorms the "
-                "optimizer merged, ReLU MLP)", every_name=False)
+                "optimizer merged, ReLU MLP)")
             run(Merged, dynamo, "merged parameters ({how}: zero biases restored, merged LayerNorm weights untied, a "
                 "LayerNorm without weight reading a frozen copy, a tied weight's transposed copy refolded; merged "
                 "back into the file)", merge=True)
@@ -481,7 +484,7 @@ def main():
             run(Bags, dynamo, "embedding bags ({how}: nn.EmbeddingBag mean and sum)")
             run(Products, dynamo, "products and norms ({how}: torch.prod, vector_norm with p=3, log of a sum)")
             run(Patches, dynamo, "overlapping patches ({how}: F.unfold, a Linear over each patch, F.fold back: "
-                "Col2Im's gradient)", every_name=False, **({} if dynamo else {"opset_version": 18}))
+                "Col2Im's gradient)", **({} if dynamo else {"opset_version": 18}))
         # torch.onnx.export's default exporter writes a train-mode BatchNorm as
         # an inference node (and its optimizer merges the fresh statistics
         # with the norm's bias and scale); its FX source says train mode.

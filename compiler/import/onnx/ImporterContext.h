@@ -17,6 +17,10 @@ namespace sd {
 class NodeImporter;
 struct ImportOptions;
 
+// The first seeded_dropout stream of an exported train-mode Dropout: the
+// k-th draws this + k, apart from the streams LoRA's dropout numbers from 0.
+constexpr int64_t kExportedDropoutStream = int64_t(1) << 32;
+
 struct OpSpec;
 using OpHandler = mlir::LogicalResult (*)(NodeImporter &, const onnx::NodeProto &, const OpSpec &);
 
@@ -53,6 +57,9 @@ public:
   // the weights holding their running mean and variance (the buffers' own,
   // trainModeStatistics in OnnxImporter.cpp).
   std::map<std::string, std::array<std::string, 2>> trainModeNorms;
+  // nn.Embedding Gathers with padding_idx, by node name: the row tagged
+  // kPaddingRowAttr (embeddingPaddingRows in TorchExports.h).
+  std::map<std::string, int64_t> paddingRows;
   mlir::Location loc = mlir::UnknownLoc::get(builder.getContext());
   std::string nodeDesc; // "<scope>: node 'x' (Op, opset N)"
   std::string nodeName; // "x"
@@ -66,6 +73,8 @@ public:
   // Size must not fold.
   std::unordered_set<std::string> countedNames;
   int64_t opset = 0;
+  // Train-mode Dropouts imported so far (the dropout handler in OpHandlers.cpp).
+  int64_t exportedDropouts = 0;
   // The exporter's value_info dims per ONNX name (-1 where it names none): hints
   // for the handlers that decompose a node and need a head count that shape
   // inference left dynamic (dimsHinted in OpMaker.h).

@@ -410,6 +410,9 @@ LogicalResult importNodes(NodeImporter &imp, const onnx::GraphProto &g) {
       if (imp.error.empty()) (void)imp.fail("import failed");
       return failure();
     }
+    if (auto row = imp.paddingRows.find(node.name()); row != imp.paddingRows.end())
+      if (auto gather = imp.values[node.output(0)].getDefiningOp<GatherOp>())
+        gather->setAttr(kPaddingRowAttr, imp.builder.getI64IntegerAttr(row->second));
     foldOutputs(imp, node);
   }
   return success();
@@ -516,7 +519,15 @@ static LogicalResult applyExportRepairs(OpBuilder &b, Location fileLoc, const on
                                         std::deque<onnx::TensorProto> &made, onnx::GraphProto &repaired,
                                         std::string &error) {
   ExportRepairs applied; // what has its weight here
-  applied.refolds = repairs.refolds;
+  for (const ExportRepairs::Refold &r : repairs.refolds) {
+    auto copy = inits.find(r.copy);
+    if (copy == inits.end()) continue;
+    if (r.restored && !inits.count(r.parameter) && !imp.lazyGlobals.count(r.parameter)) {
+      const onnx::TensorProto &param = made.emplace_back(restoredParameter(r, *copy->second));
+      if (failed(frozenWeight(b, fileLoc, imp, r.parameter, param, error, /*copied=*/true))) return failure();
+    }
+    applied.refolds.push_back(r);
+  }
   for (const ExportRepairs::Reread &r : repairs.rereads) {
     std::string name = rereadName(r);
     auto source = inits.find(r.source);
@@ -627,6 +638,7 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     for (const onnx::TensorProto *t : asWeights) weightNames.insert(t->name());
     imp.mergedStatistics = mergedStatistics(*graph, weightNames);
     if (failed(trainModeStatistics(b, fileLoc, model, inits, imp, error))) return error = what + ": " + error, nullptr;
+    imp.paddingRows = embeddingPaddingRows(model);
     if (DictionaryAttr shared = sharedWeights(b, *graph, weightNames); !shared.empty())
       (*module)->setAttr("sd.shared_weights", shared);
     if (!repairs.foldedTogether.empty()) {

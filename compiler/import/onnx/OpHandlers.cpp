@@ -9,7 +9,9 @@
 #include "RotaryHandler.h"
 #include "ContribHandler.h"
 #include "ImporterContext.h"
+#include "OnnxImporter.h"
 #include "OpLibraryBridge.h"
+#include "PassDetail.h"
 #include <map>
 
 using namespace mlir;
@@ -167,6 +169,68 @@ LogicalResult dropoutV1(NodeImporter &imp, const onnx::NodeProto &n, const OpSpe
   if (failed(x)) return failure();
   auto op = imp.buildOp(s, {*x, imp.none(), imp.none()}, {}, resultCount(n, s));
   return failed(op) ? failure() : imp.bindResults(n, *op);
+}
+
+// The one value of input `name` when an initializer or a Constant holds it.
+std::optional<double> constantScalarInput(NodeImporter &imp, const std::string &name) {
+  ElementsAttr c;
+  if (auto v = imp.values.find(name); v != imp.values.end()) c = constantValue(v->second);
+  else if (auto g = imp.lazyGlobals.find(name); g != imp.lazyGlobals.end()) {
+    std::string err;
+    if (auto e = tensorToElements(imp.builder, *g->second, /*asResource=*/false, err); succeeded(e)) c = *e;
+  }
+  auto dense = dyn_cast_or_null<DenseElementsAttr>(c);
+  if (!dense || dense.getNumElements() != 1) return std::nullopt;
+  Type et = dense.getElementType();
+  if (isa<FloatType>(et)) return (*dense.getValues<APFloat>().begin()).convertToDouble();
+  if (et.isInteger(1)) return double(*dense.getValues<bool>().begin());
+  return double((*dense.getValues<APInt>().begin()).getSExtValue());
+}
+
+// A Dropout traced in train mode (training_mode true: a dynamo export of a
+// module in train(), or TrainingMode.TRAINING) drops elements while a
+// training plan trains, as PyTorch does, and nowhere else: it becomes
+// seeded_dropout, which sd-training-dropout keeps in the training entries and
+// removes from eval and infer. The k-th such node of the file draws stream
+// kExportedDropoutStream + k. An inference import keeps the node, which the
+// runtime refuses (a random mask).
+LogicalResult dropout(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  auto mode = n.input_size() > 2 && !n.input(2).empty() ? constantScalarInput(imp, n.input(2)) : std::optional(0.0);
+  if (!imp.options || !imp.options->training || !mode || *mode == 0) return generic(imp, n, s);
+  auto ratio = n.input_size() > 1 && !n.input(1).empty() ? constantScalarInput(imp, n.input(1)) : std::optional(0.5);
+  if (!ratio) return imp.fail("Dropout in training mode needs a constant ratio (an initializer or a Constant)");
+  if (*ratio == 0) return generic(imp, n, s);
+  if (*ratio < 0 || *ratio >= 1)
+    return imp.fail("Dropout ratio " + std::to_string(*ratio) + " is outside [0, 1)");
+  auto x = imp.lookup(n.input(0));
+  if (failed(x)) return failure();
+  auto module = imp.builder.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  GlobalOp state = getOrCreateGlobal(module, abi::kDropoutRng,
+                                     RankedTensorType::get({abi::kDropoutRngSize}, imp.builder.getI64Type()),
+                                     "scalar_state");
+  Value rng = imp.builder.create<GlobalLoadOp>(imp.loc, state.getType(), state.getSymName());
+  SmallVector<NamedAttribute> attrs = {
+      imp.builder.getNamedAttr("ratio", imp.builder.getF32FloatAttr(float(*ratio))),
+      imp.builder.getNamedAttr("stream", imp.builder.getI64IntegerAttr(kExportedDropoutStream + imp.exportedDropouts++))};
+  OpSpec seeded{"SeededDropout", 1, "seeded_dropout", 2, 1, nullptr};
+  auto y = imp.buildOp(seeded, {*x, rng}, attrs, 1);
+  if (failed(y)) return failure();
+  imp.values[n.output(0)] = (*y)->getResult(0);
+  if (n.output_size() < 2 || n.output(1).empty()) return success();
+  // The mask: where the same draw (stream, elements) keeps a one.
+  Type et = cast<RankedTensorType>(x->getType()).getElementType();
+  auto shape = imp.buildOp(OpSpec{"Shape", 15, "shape", 1, 1, nullptr}, {*x}, {}, 1);
+  if (failed(shape)) return failure();
+  auto ones = imp.buildOp(OpSpec{"Expand", 8, "expand", 2, 1, nullptr},
+                          {imp.constScalarLike(1.0, et), (*shape)->getResult(0)}, {}, 1);
+  if (failed(ones)) return failure();
+  auto kept = imp.buildOp(seeded, {(*ones)->getResult(0), rng}, attrs, 1);
+  if (failed(kept)) return failure();
+  auto mask = imp.buildOp(OpSpec{"Greater", 13, "greater", 2, 1, nullptr},
+                          {(*kept)->getResult(0), imp.constScalarLike(0.0, et)}, {}, 1);
+  if (failed(mask)) return failure();
+  imp.values[n.output(1)] = (*mask)->getResult(0);
+  return success();
 }
 
 // PRelu before opset 7 applied a [C] slope per channel (axis 1); today's
@@ -396,7 +460,7 @@ const OpSpec kSpecs[] = {
     G("Mod", "mod", 2, 1), G("BitShift", "bit_shift", 2, 1), G("Min", "min", -1, 1), G("Max", "max", -1, 1),
     G("Mean", "mean", -1, 1), G("Sum", "sum", -1, 1), G("Where", "where", 3, 1),
     {"Clip", 1, "clip", 3, 1, clipV1}, {"Clip", 11, "clip", 3, 1, generic},
-    {"Dropout", 1, "dropout", 3, 2, dropoutV1}, {"Dropout", 12, "dropout", 3, 2, generic},
+    {"Dropout", 1, "dropout", 3, 2, dropoutV1}, {"Dropout", 12, "dropout", 3, 2, dropout},
     // Linear algebra.
     G("MatMul", "matmul", 2, 1), {"Gemm", 1, "gemm", 3, 1, gemmLegacy}, {"Gemm", 7, "gemm", 3, 1, generic},
     // Softmax family.

@@ -227,6 +227,26 @@ std::map<std::string, std::array<std::string, 2>> trainModeBatchNorms(const onnx
   return norms;
 }
 
+std::map<std::string, int64_t> embeddingPaddingRows(const onnx::ModelProto &model) {
+  std::map<std::string, int64_t> rows;
+  for (const onnx::NodeProto &n : model.graph().node()) {
+    if (n.op_type() != "Gather" || !n.domain().empty() || n.name().empty() ||
+        llvm::any_of(n.attribute(), [](const onnx::AttributeProto &a) { return a.name() == "axis" && a.i() != 0; }))
+      continue;
+    const std::string fxText = fxSource(n);
+    llvm::StringRef fx = fxText;
+    constexpr llvm::StringLiteral kEmbedding = "aten.embedding.default](args = (";
+    size_t at = fx.find(kEmbedding);
+    if (at == llvm::StringRef::npos) continue;
+    // (weight, indices, padding_idx = -1, scale_grad_by_freq, sparse)
+    llvm::SmallVector<llvm::StringRef> args;
+    fx.substr(at + kEmbedding.size()).split(')').first.split(args, ", ");
+    int64_t row = -1;
+    if (args.size() >= 3 && !args[2].getAsInteger(10, row) && row >= 0) rows[n.name()] = row;
+  }
+  return rows;
+}
+
 // The running statistics of eval-mode BatchNormalizations (inputs 3 and 4)
 // that are weights read in another role too: both exporters keep one
 // initializer per distinct value, so a fresh BatchNorm's running mean is its
@@ -362,6 +382,43 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     return in.target.empty() || inits.count(in.target) || tp.foldedFrom.count(in.target);
   };
 
+  std::vector<FxNode> fx(size_t(g.node_size()));
+  std::unordered_set<std::string> defined; // FX values some node of the file computes
+  for (int k = 0; k < g.node_size(); ++k)
+    if (std::string source = fxSource(g.node(k)); !source.empty()) {
+      fx[size_t(k)] = parseFx(source);
+      defined.insert(fx[size_t(k)].defines);
+    }
+  // Whether `copy` is read, and only by nodes whose FX source `reads` names
+  // `param`'s placeholder.
+  auto readOnlyAs = [&](const std::string &copy, const std::string &param, auto reads) {
+    bool read = false;
+    for (int k = 0; k < g.node_size(); ++k) {
+      const onnx::NodeProto &n = g.node(k);
+      if (!llvm::is_contained(n.input(), copy)) continue;
+      if (!n.domain().empty() || !reads(n, fx[size_t(k)], placeholderOf[param])) return false;
+      read = true;
+    }
+    return read;
+  };
+  // A MatMul reading the copy as the weight of the aten.linear that read
+  // the parameter: the copy is the parameter transposed.
+  auto linearWeight = [&](const std::string &copy) {
+    return [&copy](const onnx::NodeProto &n, const FxNode &f, const std::string &placeholder) {
+      return n.op_type() == "MatMul" && n.input(0) != copy && llvm::StringRef(f.target).starts_with("torch.ops.aten.linear.") &&
+             f.reads.size() >= 2 && f.reads[1] == placeholder;
+    };
+  };
+  // A PyTorch op whose every parameter is a vector (a norm's affine, PReLU's
+  // slopes): the copy is the parameter reshaped to broadcast.
+  auto vectorParameter = [](const onnx::NodeProto &, const FxNode &f, const std::string &placeholder) {
+    llvm::StringRef t = f.target;
+    return llvm::is_contained(f.reads, placeholder) &&
+           (t.starts_with("torch.ops.aten.group_norm.") || t.starts_with("torch.ops.aten.native_group_norm.") ||
+            t.starts_with("torch.ops.aten.prelu.") || t.starts_with("torch.ops.aten._prelu_kernel.") ||
+            t.starts_with("torch.ops.aten.instance_norm.") || t.starts_with("torch.ops.aten.batch_norm."));
+  };
+
   // Copies folded from parameters.
   std::map<std::string, std::vector<std::string>> copiesOf; // parameter -> the initializers folded from it
   std::map<std::string, std::vector<std::string>> sourcesOf;
@@ -387,6 +444,14 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       if (repeatsRows(*inits[copy]))
         out.foldedTogether[copy] = "is what torch.onnx.export's optimizer gathered from the parameter " + list +
                                    " with rows repeated: each repeat trains apart, where PyTorch sums their gradients";
+      // Else, where the PyTorch op tells how, the parameter is restored
+      // from the copy under its own name: a Linear's weight that a MatMul
+      // reads (its input has more than two dims) transposed, a norm's or
+      // PReLU's vector reshaped.
+      else if (const onnx::TensorProto &t = *inits[copy]; t.dims_size() == 2 && readOnlyAs(copy, param, linearWeight(copy)))
+        out.refolds.push_back({copy, param, /*transposed=*/true, /*restored=*/true});
+      else if (llvm::count_if(t.dims(), [](int64_t d) { return d != 1; }) <= 1 && readOnlyAs(copy, param, vectorParameter))
+        out.refolds.push_back({copy, param, /*transposed=*/false, /*restored=*/true});
       continue;
     }
     std::optional<bool> transposed;
@@ -404,13 +469,6 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
   }
 
   // Nodes reading what their FX source does not name.
-  std::vector<FxNode> fx(size_t(g.node_size()));
-  std::unordered_set<std::string> defined; // FX values some node of the file computes
-  for (int k = 0; k < g.node_size(); ++k)
-    if (std::string source = fxSource(g.node(k)); !source.empty()) {
-      fx[size_t(k)] = parseFx(source);
-      defined.insert(fx[size_t(k)].defines);
-    }
   for (int k = 0; k < g.node_size(); ++k) {
     const FxNode &f = fx[size_t(k)];
     const onnx::NodeProto &n = g.node(k);
@@ -473,6 +531,7 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
   for (const ExportRepairs::Reread &r : out.rereads)
     if (!r.weight.empty()) restored.insert(r.weight);
   for (const ExportRepairs::RestoredBias &b : out.restoredBiases) restored.insert(b.parameter);
+  for (const ExportRepairs::Refold &r : out.refolds) restored.insert(r.parameter);
   for (const FxNode &f : fx) read.insert(f.reads.begin(), f.reads.end());
   for (const auto &[placeholder, in] : inputs)
     if (in.kind == "PARAMETER" && !inFile(in) && !restored.count(in.target) && read.count(placeholder))
@@ -510,6 +569,29 @@ static std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, 
   value->mutable_t()->add_dims(copy.dims_size());
   for (int64_t d : copy.dims()) value->mutable_t()->add_int64_data(d);
   return nodes;
+}
+
+onnx::TensorProto restoredParameter(const ExportRepairs::Refold &r, const onnx::TensorProto &copy) {
+  onnx::TensorProto param;
+  param.set_name(r.parameter);
+  param.set_data_type(copy.data_type());
+  size_t es = 0;
+  llvm::ArrayRef<char> c = rawBytes(copy, es);
+  if (c.empty() || (r.transposed && copy.dims_size() != 2)) return param; // no data: the importer refuses it
+  if (!r.transposed) { // a vector
+    param.add_dims(int64_t(c.size() / es));
+    param.set_raw_data(c.data(), c.size());
+    return param;
+  }
+  const int64_t rows = copy.dims(0), cols = copy.dims(1);
+  param.add_dims(cols);
+  param.add_dims(rows);
+  std::string bytes(c.size(), '\0');
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t k = 0; k < cols; ++k)
+      std::memcpy(&bytes[size_t(k * rows + i) * es], c.data() + size_t(i * cols + k) * es, es);
+  param.set_raw_data(std::move(bytes));
+  return param;
 }
 
 std::optional<onnx::TensorProto> zeroBias(const onnx::NodeProto &n, const onnx::TensorProto &w,
@@ -557,7 +639,12 @@ void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
     return nullptr;
   };
   ExportRepairs applied; // what this model can take: a source to copy, a weight to size the bias by
-  applied.refolds = r.refolds;
+  for (const ExportRepairs::Refold &f : r.refolds) {
+    const onnx::TensorProto *copy = find(f.copy);
+    if (!copy) continue;
+    if (f.restored && !find(f.parameter)) *g.add_initializer() = restoredParameter(f, *copy);
+    applied.refolds.push_back(f);
+  }
   for (const ExportRepairs::Reread &rr : r.rereads) {
     const onnx::TensorProto *source = find(rr.source);
     if (!source) continue;
@@ -578,7 +665,7 @@ void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
   }
   google::protobuf::RepeatedPtrField<onnx::NodeProto> nodes = repairedNodes(g, applied);
   g.mutable_node()->Swap(&nodes);
-  for (const ExportRepairs::Refold &f : r.refolds)
+  for (const ExportRepairs::Refold &f : applied.refolds)
     for (int i = 0; i < g.initializer_size(); ++i)
       if (g.initializer(i).name() == f.copy) {
         g.mutable_initializer()->DeleteSubrange(i, 1);

@@ -65,6 +65,11 @@ struct ExportRepairs {
   struct Refold {
     std::string copy, parameter; // an initializer the optimizer folded from a parameter the model also reads
     bool transposed = false;     // copy = parameter transposed (2-D), else reshaped
+    // The parameter is not in the file (the copy is all that is left of it:
+    // a Linear's weight that a MatMul reads transposed, a norm's vector
+    // reshaped): it is made from the copy (restoredParameter), so it trains
+    // and is saved as PyTorch's.
+    bool restored = false;
   };
   std::vector<Refold> refolds;
   // Folded initializers that train apart from PyTorch's parameters and that
@@ -90,6 +95,8 @@ std::optional<onnx::TensorProto> zeroBias(const onnx::NodeProto &n, const onnx::
 inline std::string rereadName(const ExportRepairs::Reread &r) {
   return r.weight.empty() ? r.source + ".constant" : r.weight;
 }
+// A restored refold's parameter, made from its copy: transposed back, or a vector.
+onnx::TensorProto restoredParameter(const ExportRepairs::Refold &r, const onnx::TensorProto &copy);
 // Applies the repairs to the model itself, for `sdc merge` of trained
 // weights saved under the restored names (the importer applies them to its
 // own copy of the nodes instead, reading the weights in place).
@@ -101,6 +108,11 @@ void repairModel(onnx::ModelProto &model, const ExportRepairs &r);
 // mapped to its running statistics' buffer paths (running_mean,
 // running_var; "" where the signature does not name one).
 std::map<std::string, std::array<std::string, 2>> trainModeBatchNorms(const onnx::ModelProto &model);
+
+// Gathers a dynamo export wrote for nn.Embedding with padding_idx (FX source
+// aten.embedding with a third argument): each node's name mapped to that
+// row, whose weight PyTorch never trains.
+std::map<std::string, int64_t> embeddingPaddingRows(const onnx::ModelProto &model);
 
 // Eval-mode BatchNormalization statistics merged with a parameter of equal value.
 std::unordered_set<std::string> mergedStatistics(const onnx::GraphProto &g,

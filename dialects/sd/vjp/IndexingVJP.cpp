@@ -19,7 +19,18 @@ NamedAttribute reductionAdd(GradBuilder &g) {
 LogicalResult gatherVJP(GatherOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need, Grads &dx) {
   ArrayRef<int64_t> ds = shapeOf(op.getLhs());
   int64_t axis = axisOf(op.getAxis(), int64_t(ds.size()));
-  dx[0] = g.make<GatherGradOp>({dy[0], op.getRhs()}, {g.attr("axis", axis), g.attr("data_shape", ds)});
+  Value grad = dy[0];
+  if (auto row = op->getAttrOfType<IntegerAttr>(kPaddingRowAttr); row && axis == 0) {
+    // nn.Embedding(padding_idx=row): where the index is the padding row, no gradient.
+    Value indices = op.getRhs();
+    Type it = cast<RankedTensorType>(indices.getType()).getElementType();
+    Value padded = g.castTo(g.make<EqualOp>({indices, g.scalar(it, double(row.getInt()))}), elementTypeOf(grad));
+    Value keep = g.sub(g.scalar(elementTypeOf(grad), 1.0), padded);
+    SmallVector<int64_t> shape(shapeOf(indices));
+    shape.append(ds.size() - 1, 1);
+    grad = g.mul(grad, g.reshape(keep, shape));
+  }
+  dx[0] = g.make<GatherGradOp>({grad, op.getRhs()}, {g.attr("axis", axis), g.attr("data_shape", ds)});
   return success();
 }
 
