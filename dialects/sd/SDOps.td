@@ -624,6 +624,17 @@ def SD_QkvAttentionGradOp : SD_Nary<"qkv_attention_grad", "QkvAttentionGrad",
     like qkv, as the fused projection's backward reads it (no Concat).
   }];
 }
+def SD_SeededRandomOp : SD_Nary<"seeded_random", "SeededRandom", (ins AnyTensor:$like, AnyTensor:$rng),
+    (ins OptI64:$normal, OptF32:$a, OptF32:$b, OptI64:$stream)> {
+  let description = [{
+    Training-time random numbers shaped like `like` (its values unread):
+    uniform in [a, b), or with `normal` = 1 normal of mean a and scale b,
+    element i a pure function of rng = [seed, counter, ...], `stream` and i,
+    as SeededDropout's mask (sd/ops/counter_rng.h). A train-mode export's
+    RandomUniformLike and RandomNormalLike (Dropout2d's and drop path's
+    Bernoulli masks, a VAE's noise). Nothing flows back through it.
+  }];
+}
 def SD_SeededDropoutOp : SD_Nary<"seeded_dropout", "SeededDropout", (ins AnyTensor:$x, AnyTensor:$rng),
     (ins OptF32:$ratio, OptI64:$stream)> {
   let description = [{

@@ -37,8 +37,37 @@ Status SeededDropoutKernel(const KernelContext &c) {
   });
 }
 
+template <typename T>
+__global__ void randomKernel(T *y, int64_t n, const int64_t *rng, int64_t rngSize, uint64_t stream, bool normal,
+                             float a, float b) {
+  const uint64_t key = counterRngKey(uint64_t(rng[0]), uint64_t(rng[1]), stream);
+  const int64_t offset = max(dropoutElementOffset(rng, rngSize, n), int64_t(0)); // as dropoutKernel
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const uint64_t at = uint64_t(offset + i);
+    y[i] = store<T>(normal ? a + b * counterNormal(key, at) : a + (b - a) * counterUniform(key, at));
+  }
+}
+
+Status SeededRandomKernel(const KernelContext &c) {
+  const TensorView &rng = c.inputs[1], &y = c.outputs[0];
+  if (rng.dtype != DType::I64 || (rng.numElements() != 2 && rng.numElements() != 4))
+    return sdError("SeededRandom: rng must be int64[4] (seed, counter, row offset, rows) or int64[2] (seed, counter)");
+  int64_t n = y.numElements();
+  if (n == 0) return Status::ok();
+  return dispatchFloatStorage(y.dtype, [&](auto tag) {
+    using T = decltype(tag);
+    randomKernel<T><<<blocksFor(n), kThreads, 0, streamOf(c)>>>(
+        y.as<T>(), n, rng.as<int64_t>(), rng.numElements(), uint64_t(c.attrs.getInt("stream", 0)),
+        c.attrs.getInt("normal", 0) != 0, float(c.attrs.getFloat("a", 0.0)), float(c.attrs.getFloat("b", 1.0)));
+    return launchStatus("SeededRandom");
+  });
+}
+
 } // namespace
 
-void registerDropoutKernels() { registerKernel("SeededDropout", SeededDropoutKernel, TypeSet::floats() | TypeSet::halves()); }
+void registerDropoutKernels() {
+  registerKernel("SeededDropout", SeededDropoutKernel, TypeSet::floats() | TypeSet::halves());
+  registerKernel("SeededRandom", SeededRandomKernel, TypeSet::floats() | TypeSet::halves());
+}
 
 } // namespace sd::cuda

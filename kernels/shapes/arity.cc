@@ -17,6 +17,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"GatherGrad", {2, 2}},
       {"ConvGradWeight", {2, 2}},
       {"SeededDropout", {2, 2}},
+      {"SeededRandom", {2, 2}},
       {"Attention", {3, 5}},
       {"AttentionGrad", {4, 8}},
       {"QkvAttention", {1, 3}},

@@ -190,6 +190,16 @@ Status seededDropoutShape(ShapeContext &c) {
   return Status::ok();
 }
 
+// SeededRandom(like, rng) {normal, a, b, stream} -> shaped like `like`.
+Status seededRandomShape(ShapeContext &c) {
+  const TensorInfo &rng = c.inputs[1];
+  SD_CHECK_ARG(dtypeIsFloat(c.inputs[0].dtype), "SeededRandom draws floats, not ", dtypeName(c.inputs[0].dtype));
+  SD_CHECK_ARG(rng.dtype == DType::I64 && (!rng.rankKnown || rng.numElements() == 2 || rng.numElements() == 4),
+               "SeededRandom: rng must be int64[4] (seed, counter, row offset, rows) or int64[2] (seed, counter)");
+  c.outputs = {c.inputs[0]};
+  return Status::ok();
+}
+
 TensorInfo scalarF32() {
   TensorInfo t;
   t.dtype = DType::F32;
@@ -262,6 +272,7 @@ void registerGradientShapes() {
   registerShapeRule("MaxPoolGrad", poolGradShape);
   registerShapeRule("AveragePoolGrad", poolGradShape);
   registerShapeRule("SeededDropout", seededDropoutShape);
+  registerShapeRule("SeededRandom", seededRandomShape);
   registerShapeRule("AttentionGrad", attentionGradShape);
   registerShapeRule("QkvAttentionGrad", qkvAttentionGradShape);
   registerShapeRule("AdamW", adamwShape);

@@ -8,9 +8,11 @@ per-step losses and the trained adapter must agree. Also: eval has no dropout,
 the seed changes the masks, adapter_config.json records lora_dropout, and a
 resumed run reproduces the straight one bit for bit (the counter is
 checkpointed). For a user's model exported by torch.onnx.export's defaults
-while in train() (its Dropouts written with training_mode true): full
-fine-tuning drops with the k-th Dropout node drawing stream 2^32 + k, so the
-losses and weights equal PyTorch's with those masks, and eval has none."""
+while in train() (its Dropouts written with training_mode true, Dropout2d as
+RandomUniformLike < keep, torch.randn_like as RandomNormalLike): full
+fine-tuning draws with the k-th Dropout or random node drawing stream 2^32 +
+k, so the losses and weights equal PyTorch's with those draws, and eval has
+no dropout and takes the noise's mean."""
 import json
 import os
 import shutil
@@ -37,13 +39,31 @@ def mix(z):
     return z ^ (z >> np.uint64(31))
 
 
-def keep_mask(seed, counter, stream, n, p):
+def draw_bits(seed, counter, stream, n):
+    """The 64 random bits of elements 0..n-1 (counterRngKey, counterRngBits)."""
     with np.errstate(over="ignore"):
         k = mix(np.array([((seed ^ (stream * 0xD1B54A32D192ED03 & MASK64)) + GAMMA) & MASK64], np.uint64))
         k = mix(np.array([((int(k[0]) ^ counter) + GAMMA) & MASK64], np.uint64))
         states = k + (np.arange(n, dtype=np.uint64) + np.uint64(1)) * np.uint64(GAMMA)
-        bits = mix(states)
+        return mix(states)
+
+
+def keep_mask(seed, counter, stream, n, p):
+    bits = draw_bits(seed, counter, stream, n)
     return (bits >> np.uint64(40)).astype(np.uint32) >= np.uint32(int(p * (1 << 24)))
+
+
+def uniform(seed, counter, stream, n):
+    """counterUniform: the top 24 bits in [0, 1)."""
+    return (draw_bits(seed, counter, stream, n) >> np.uint64(40)).astype(np.float32) * np.float32(2.0 ** -24)
+
+
+def normal(seed, counter, stream, n):
+    """counterNormal: Box-Muller on the top 24 bits (moved into (0, 1]) and the next 24."""
+    bits = draw_bits(seed, counter, stream, n)
+    u1 = ((bits >> np.uint64(40)) + np.uint64(1)).astype(np.float32) * np.float32(2.0 ** -24)
+    u2 = ((bits >> np.uint64(16)) & np.uint64(0xFFFFFF)).astype(np.float32) * np.float32(2.0 ** -24)
+    return np.sqrt(np.float32(-2) * np.log(u1)) * np.cos(np.float32(6.2831853071795865) * u2)
 
 
 class Dropout:
@@ -143,6 +163,100 @@ def exported_dropout(sdc, sdrun, tmp):
           "Dropout and eval mode", not problems, "; ".join(problems) or line)
 
 
+def exported_random(sdc, sdrun, tmp):
+    """A model in train() drawing random numbers itself: Dropout2d (a
+    Bernoulli mask per channel, which the exporter writes as
+    RandomUniformLike < keep) and a VAE's reparameterization noise
+    (torch.randn_like: RandomNormalLike). The k-th random node of the file
+    draws stream 2^32 + k."""
+    import torch
+    import torch.nn.functional as F
+    batch, steps, seed, lr = 4, 6, 11, 1e-2
+    draws = {"counter": -1, "stream": 0, "on": True}
+
+    def next_stream():
+        draws["stream"] += 1
+        return EXPORTED_STREAM + draws["stream"] - 1
+
+    class Drop2d(torch.nn.Dropout2d):
+        def forward(self, h):
+            if not self.training:
+                return h
+            keep = 1.0 - self.p
+            u = uniform(seed, draws["counter"], next_stream(), h.shape[0] * h.shape[1])
+            mask = torch.tensor(u < np.float32(keep), dtype=h.dtype).reshape(h.shape[0], h.shape[1], 1, 1)
+            return h * (mask / keep)
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.drop = torch.nn.Conv2d(3, 8, 3), Drop2d(0.25)
+            self.mu, self.logvar, self.head = torch.nn.Linear(8, 4), torch.nn.Linear(8, 4), torch.nn.Linear(4, 5)
+
+        def forward(self, x, y):
+            h = self.drop(F.relu(self.conv(x))).mean((2, 3))
+            mu, logvar = self.mu(h), self.logvar(h)
+            if draws["on"]:  # sdrun's draws, rebuilt
+                eps = torch.tensor(normal(seed, draws["counter"], next_stream(), mu.numel())).reshape(mu.shape)
+            else:  # export: the exporter's own
+                eps = torch.randn_like(mu)
+            z = mu + torch.exp(0.5 * logvar) * eps
+            kl = -0.5 * torch.mean(1 + logvar - mu * mu - logvar.exp())
+            return F.cross_entropy(self.head(z), y) + 0.1 * kl
+
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((batch * steps, 3, 6, 6)).astype(np.float32)
+    y = rng.integers(0, 5, (batch * steps,)).astype(np.int64)
+    torch.manual_seed(0)
+    model = Net()
+    path, plan = os.path.join(tmp, "random_net.onnx"), os.path.join(tmp, "random_net.sdp")
+    draws["on"] = False
+    own, Drop2d.forward = Drop2d.forward, torch.nn.Dropout2d.forward  # the export traces torch's own Dropout2d
+    torch.onnx.export(model, (torch.tensor(x[:batch]), torch.tensor(y[:batch])), path, input_names=["x", "y"],
+                      output_names=["loss"])
+    Drop2d.forward, draws["on"] = own, True
+    sh([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan])
+    folder, evals = os.path.join(tmp, "random_net_data"), os.path.join(tmp, "random_net_eval")
+    for f, rows in ((folder, slice(None)), (evals, slice(0, batch))):
+        os.makedirs(f, exist_ok=True)
+        np.save(os.path.join(f, "x.npy"), x[rows])
+        np.save(os.path.join(f, "y.npy"), y[rows])
+    metrics = os.path.join(tmp, "random_net.jsonl")
+    sh([sdrun, "train", plan, "--data", folder, "--steps", str(steps), "--lr", str(lr), "--no-shuffle", "--seed",
+        str(seed), "--threads", "2", "--metrics", metrics, "--eval-data", evals, "--eval-every", str(steps)])
+    lines = [json.loads(l) for l in open(metrics)]
+    ours, eval_loss = [l["loss"] for l in lines if "loss" in l], [l["eval_loss"] for l in lines if "eval_loss" in l]
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
+    want = []
+    for step in range(steps):
+        draws["counter"], draws["stream"] = draws["counter"] + 1, 0
+        rows = slice(step * batch, step * batch + batch)
+        loss = model(torch.tensor(x[rows]), torch.tensor(y[rows]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == steps else float("inf")
+    check(f"exported Dropout2d and randn_like (train mode, dynamo default): {steps} losses equal PyTorch with the "
+          "same draws (1e-4)", rel < 1e-4, f"max rel loss diff {rel:.2e}; ours {ours[:3]}, PyTorch's {want[:3]}")
+    # Eval: Dropout2d is the identity (its mask's expectation), the noise its mean 0.
+    model.eval()
+    with torch.no_grad():
+        h = F.relu(model.conv(torch.tensor(x[:batch]))).mean((2, 3))
+        mu, logvar = model.mu(h), model.logvar(h)
+        kl = -0.5 * torch.mean(1 + logvar - mu * mu - logvar.exp())
+        want_eval = float(F.cross_entropy(model.head(mu), torch.tensor(y[:batch])) + 0.1 * kl)
+    got_eval = eval_loss[-1] if eval_loss else float("nan")
+    check("exported Dropout2d and randn_like: eval_loss takes each draw's expectation (no channel dropped, the noise "
+          "0), as PyTorch's eval without noise", abs(got_eval - want_eval) / want_eval < 1e-4,
+          f"{got_eval:.6f} vs {want_eval:.6f}")
+    out = os.path.join(tmp, "random_infer.sdp")
+    problems, line = clean_error_problems([sdc, "compile", path, "-o", out], ["RandomUniformLike", "model.eval()"],
+                                          no_files=[out])
+    check("exported Dropout2d: an inference plan of the train-mode export is refused in one line naming the random "
+          "node and model.eval()", not problems, "; ".join(problems) or line)
+
+
 def main():
     sdc, sdrun = tool_paths()
     import torch
@@ -227,6 +341,7 @@ def main():
         check(f"LoRA dropout resume: {2 * n} steps straight == {n} + --resume {n}, bit for bit", a == b and same_w,
               f"losses equal: {a == b}, adapter equal: {same_w}")
         exported_dropout(sdc, sdrun, tmp)
+        exported_random(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_lora_dropout")

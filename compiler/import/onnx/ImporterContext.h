@@ -17,8 +17,9 @@ namespace sd {
 class NodeImporter;
 struct ImportOptions;
 
-// The first seeded_dropout stream of an exported train-mode Dropout: the
-// k-th draws this + k, apart from the streams LoRA's dropout numbers from 0.
+// The first stream of an exported train-mode Dropout or random node: the
+// k-th of the file draws this + k, apart from the streams LoRA's dropout
+// numbers from 0.
 constexpr int64_t kExportedDropoutStream = int64_t(1) << 32;
 
 struct OpSpec;
@@ -73,8 +74,9 @@ public:
   // Size must not fold.
   std::unordered_set<std::string> countedNames;
   int64_t opset = 0;
-  // Train-mode Dropouts imported so far (the dropout handler in OpHandlers.cpp).
-  int64_t exportedDropouts = 0;
+  // Train-mode Dropouts and random nodes imported so far (their streams:
+  // nextStream in OpHandlers.cpp).
+  int64_t randomSites = 0;
   // The exporter's value_info dims per ONNX name (-1 where it names none): hints
   // for the handlers that decompose a node and need a head count that shape
   // inference left dynamic (dimsHinted in OpMaker.h).

@@ -187,12 +187,26 @@ std::optional<double> constantScalarInput(NodeImporter &imp, const std::string &
   return double((*dense.getValues<APInt>().begin()).getSExtValue());
 }
 
+// The dropout_rng state global's value: [seed, counter, row offset, rows],
+// which the trainer seeds and sd-training-dropout advances per micro-batch.
+Value randomState(NodeImporter &imp) {
+  auto module = imp.builder.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
+  GlobalOp state = getOrCreateGlobal(module, abi::kDropoutRng,
+                                     RankedTensorType::get({abi::kDropoutRngSize}, imp.builder.getI64Type()),
+                                     "scalar_state");
+  return imp.builder.create<GlobalLoadOp>(imp.loc, state.getType(), state.getSymName());
+}
+
+// The stream of the next random node of the file: kExportedDropoutStream + k for the k-th.
+NamedAttribute nextStream(NodeImporter &imp) {
+  return imp.builder.getNamedAttr("stream", imp.builder.getI64IntegerAttr(kExportedDropoutStream + imp.randomSites++));
+}
+
 // A Dropout traced in train mode (training_mode true: a dynamo export of a
 // module in train(), or TrainingMode.TRAINING) drops elements while a
 // training plan trains, as PyTorch does, and nowhere else: it becomes
 // seeded_dropout, which sd-training-dropout keeps in the training entries and
-// removes from eval and infer. The k-th such node of the file draws stream
-// kExportedDropoutStream + k. An inference import keeps the node, which the
+// removes from eval and infer. An inference import keeps the node, which the
 // runtime refuses (a random mask).
 LogicalResult dropout(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
   auto mode = n.input_size() > 2 && !n.input(2).empty() ? constantScalarInput(imp, n.input(2)) : std::optional(0.0);
@@ -204,14 +218,9 @@ LogicalResult dropout(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec 
     return imp.fail("Dropout ratio " + std::to_string(*ratio) + " is outside [0, 1)");
   auto x = imp.lookup(n.input(0));
   if (failed(x)) return failure();
-  auto module = imp.builder.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
-  GlobalOp state = getOrCreateGlobal(module, abi::kDropoutRng,
-                                     RankedTensorType::get({abi::kDropoutRngSize}, imp.builder.getI64Type()),
-                                     "scalar_state");
-  Value rng = imp.builder.create<GlobalLoadOp>(imp.loc, state.getType(), state.getSymName());
-  SmallVector<NamedAttribute> attrs = {
-      imp.builder.getNamedAttr("ratio", imp.builder.getF32FloatAttr(float(*ratio))),
-      imp.builder.getNamedAttr("stream", imp.builder.getI64IntegerAttr(kExportedDropoutStream + imp.exportedDropouts++))};
+  Value rng = randomState(imp);
+  SmallVector<NamedAttribute> attrs = {imp.builder.getNamedAttr("ratio", imp.builder.getF32FloatAttr(float(*ratio))),
+                                       nextStream(imp)};
   OpSpec seeded{"SeededDropout", 1, "seeded_dropout", 2, 1, nullptr};
   auto y = imp.buildOp(seeded, {*x, rng}, attrs, 1);
   if (failed(y)) return failure();
@@ -231,6 +240,50 @@ LogicalResult dropout(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec 
   if (failed(mask)) return failure();
   imp.values[n.output(1)] = (*mask)->getResult(0);
   return success();
+}
+
+// RandomUniformLike and RandomNormalLike (shaped like input 0) and
+// RandomUniform and RandomNormal (the `shape` attribute) in a training import
+// (a train-mode export: Dropout2d's and drop path's Bernoulli masks, a VAE's
+// noise) become seeded_random, drawn per micro-batch from the dropout_rng
+// state like seeded_dropout; sd-training-dropout puts their expectation in
+// eval and infer. Their `seed` gives way to sdrun's --seed.
+LogicalResult randomOp(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &s) {
+  llvm::StringRef op = n.op_type();
+  if (!imp.options || !imp.options->training)
+    return imp.fail(op.str() + " draws random numbers, which sdc does only while training (a train-mode export's "
+                                "dropout or noise): export the model after model.eval(), or compile it for training");
+  const bool normal = op.starts_with("RandomNormal");
+  auto floatAttr = [&](const char *name, float otherwise) {
+    const auto *a = findAttr(n, name);
+    return a ? a->f() : otherwise;
+  };
+  Value like;
+  if (op.ends_with("Like")) {
+    auto x = imp.lookup(n.input(0));
+    if (failed(x)) return failure();
+    like = *x;
+  } else {
+    const auto *shape = findAttr(n, "shape");
+    if (!shape) return imp.fail("needs its shape attribute");
+    auto zeros = imp.buildOp(OpSpec{"ConstantOfShape", 9, "constant_of_shape", 1, 1, nullptr},
+                             {imp.constI64(SmallVector<int64_t>(shape->ints().begin(), shape->ints().end()))}, {}, 1);
+    if (failed(zeros)) return failure();
+    like = (*zeros)->getResult(0);
+  }
+  if (const auto *dtype = findAttr(n, "dtype"); dtype || !isa<FloatType>(cast<ShapedType>(like.getType()).getElementType())) {
+    auto cast = imp.buildOp(OpSpec{"Cast", 13, "cast", 1, 1, nullptr}, {like},
+                            {imp.builder.getNamedAttr("to", imp.builder.getI64IntegerAttr(dtype ? dtype->i() : 1))}, 1);
+    if (failed(cast)) return failure();
+    like = (*cast)->getResult(0);
+  }
+  SmallVector<NamedAttribute> attrs = {
+      imp.builder.getNamedAttr("normal", imp.builder.getI64IntegerAttr(normal)),
+      imp.builder.getNamedAttr("a", imp.builder.getF32FloatAttr(normal ? floatAttr("mean", 0) : floatAttr("low", 0))),
+      imp.builder.getNamedAttr("b", imp.builder.getF32FloatAttr(normal ? floatAttr("scale", 1) : floatAttr("high", 1))),
+      nextStream(imp)};
+  auto y = imp.buildOp(OpSpec{"SeededRandom", 1, "seeded_random", 2, 1, nullptr}, {like, randomState(imp)}, attrs, 1);
+  return failed(y) ? failure() : imp.bindResults(n, *y);
 }
 
 // PRelu before opset 7 applied a [C] slope per channel (axis 1); today's
@@ -461,6 +514,8 @@ const OpSpec kSpecs[] = {
     G("Mean", "mean", -1, 1), G("Sum", "sum", -1, 1), G("Where", "where", 3, 1),
     {"Clip", 1, "clip", 3, 1, clipV1}, {"Clip", 11, "clip", 3, 1, generic},
     {"Dropout", 1, "dropout", 3, 2, dropoutV1}, {"Dropout", 12, "dropout", 3, 2, dropout},
+    {"RandomUniformLike", 1, "seeded_random", 2, 1, randomOp}, {"RandomNormalLike", 1, "seeded_random", 2, 1, randomOp},
+    {"RandomUniform", 1, "seeded_random", 0, 1, randomOp}, {"RandomNormal", 1, "seeded_random", 0, 1, randomOp},
     // Linear algebra.
     G("MatMul", "matmul", 2, 1), {"Gemm", 1, "gemm", 3, 1, gemmLegacy}, {"Gemm", 7, "gemm", 3, 1, generic},
     // Softmax family.

@@ -44,6 +44,11 @@ LogicalResult identityVJP(IdentityOp op, GradBuilder &g, ArrayRef<Value> dy, Arr
   return success();
 }
 
+// Random numbers do not depend on the values of `like`: nothing flows back.
+LogicalResult seededRandomVJP(SeededRandomOp, GradBuilder &, ArrayRef<Value>, ArrayRef<bool>, Grads &) {
+  return success();
+}
+
 // Dropout is linear in x with the mask regenerated from the same rng value.
 LogicalResult seededDropoutVJP(SeededDropoutOp op, GradBuilder &g, ArrayRef<Value> dy, ArrayRef<bool> need,
                                Grads &dx) {
@@ -203,6 +208,7 @@ void attachElementwiseVJPs(MLIRContext *ctx) {
   attachVJP<NegOp, negVJP>(ctx);
   attachVJP<IdentityOp, identityVJP>(ctx);
   attachVJP<SeededDropoutOp, seededDropoutVJP>(ctx);
+  attachVJP<SeededRandomOp, seededRandomVJP>(ctx);
   attachVJP<ExpOp, expVJP>(ctx);
   attachVJP<LogOp, logVJP>(ctx);
   attachVJP<SqrtOp, sqrtVJP>(ctx);

@@ -7,6 +7,7 @@
 // stream's key (a fixed definition; test/e2e reproduces it in NumPy).
 #pragma once
 #include "sd/ops/math/host_device.h"
+#include <cmath>
 #include <cstdint>
 
 namespace sd {
@@ -33,6 +34,19 @@ SD_HD uint64_t counterRngBits(uint64_t key, uint64_t i) { return splitMixOutput(
 SD_HD uint32_t dropoutThreshold(double ratio) { return uint32_t(ratio * double(1u << 24)); }
 SD_HD bool dropoutKeeps(uint64_t key, uint64_t i, uint32_t threshold) {
   return uint32_t(counterRngBits(key, i) >> 40) >= threshold;
+}
+
+// Element i's uniform draw in [0, 1): the top 24 bits, as dropout reads them.
+SD_HD float counterUniform(uint64_t key, uint64_t i) {
+  return float(counterRngBits(key, i) >> 40) * (1.0f / 16777216.0f);
+}
+// Element i's standard normal draw: Box-Muller on two 24-bit uniforms from the
+// same bits (the top 24, moved into (0, 1], and the next 24).
+SD_HD float counterNormal(uint64_t key, uint64_t i) {
+  const uint64_t bits = counterRngBits(key, i);
+  const float u1 = float((bits >> 40) + 1) * (1.0f / 16777216.0f);
+  const float u2 = float((bits >> 16) & 0xFFFFFFu) * (1.0f / 16777216.0f);
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795865f * u2);
 }
 
 // Where element 0 of a batch-major tensor of `elements` values sits among the
