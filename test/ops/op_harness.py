@@ -2311,6 +2311,35 @@ CASES["SeededDropout"] += [Case(lambda t, r: [rand(r, (4, 5, 6), t), i64(7, 3, 8
                                 ref=seeded_dropout_ref, error="whole rows", label="120 elements are not 7 rows")]
 
 
+def seeded_random_ref(ins, attrs, t):
+    """SeededRandom's draws (sd/ops/counter_rng.h, rebuilt in test_lora_dropout)."""
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "e2e"))
+    from test_lora_dropout import normal, uniform
+    like, rng = ins[0], [int(v) for v in ins[1]]
+    offset = rng[2] * (like.size // rng[3]) if len(rng) == 4 and rng[3] > 0 else 0
+    a, b = np.float32(attrs.get("a", 0.0)), np.float32(attrs.get("b", 1.0))  # float math, as the kernels
+    stream = attrs.get("stream", 0)
+    if attrs.get("normal", 0):
+        z = a + b * normal(rng[0], rng[1], stream, offset + like.size)[offset:]
+    else:
+        z = a + (b - a) * uniform(rng[0], rng[1], stream, offset + like.size)[offset:]
+    return [z.reshape(like.shape).astype(like.dtype)]
+
+
+CASES["SeededRandom"] = [Case(lambda t, r: [rand(r, (4, 33), t), i64(7, 2)], attrs=a, ref=seeded_random_ref, label=l)
+                         for a, l in (({"stream": 3}, "uniform [0, 1)"), ({"a": -2.0, "b": 3.0}, "uniform [-2, 3)"),
+                                      ({"normal": 1, "a": 0.5, "b": 2.0, "stream": 1}, "normal mean 0.5 scale 2"))]
+CASES["SeededRandom"] += [Case(lambda t, r: [rand(r, (4, 5, 6), t), i64(7, 3, 8, 4)], attrs={"normal": 1},
+                               ref=seeded_random_ref, label="rows 8-11 of the global batch")]
+# The draws are float math (logf and cosf, whose last bit NumPy's float32 need
+# not share): f64 results are held to f32's tolerance (RTOL f32 / f64 = 2e5).
+for c in list(CASES["SeededRandom"]):
+    f64_case = copy.copy(c)
+    f64_case.types, f64_case.rtol, f64_case.label = ["f64"], 2e5, c.label + " (f64: float draws)"
+    c.types = [t for t in FLOATS if t != "f64"]
+    CASES["SeededRandom"].append(f64_case)
+
+
 def attention_scores(ins, attrs):
     """The scaled scores with the mask's fill and packed sequences' -inf (f64)."""
     q, kt = f64(ins[0]), f64(ins[1])

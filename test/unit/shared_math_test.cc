@@ -135,6 +135,32 @@ TEST(SharedMath, CounterRngIsAPureFunctionAndDropsTheRatio) {
   EXPECT_EQ(dropoutThreshold(0.0), 0u);
 }
 
+// seeded_random's draws: uniform in [0, 1) from the bits dropout's mask reads
+// (dropout with ratio r keeps where u >= r), and
+// standard normal (mean 0, variance 1, finite even for the extreme bits).
+TEST(SharedMath, CounterUniformAndNormalHaveTheirMoments) {
+  uint64_t key = counterRngKey(5, 2, 9);
+  const int n = 200000;
+  double sum = 0, normalSum = 0, normalSquares = 0;
+  int agree = 0;
+  for (int i = 0; i < n; ++i) {
+    float u = counterUniform(key, uint64_t(i));
+    ASSERT_GE(u, 0.0f);
+    ASSERT_LT(u, 1.0f);
+    sum += u;
+    agree += (u >= 0.25f) == dropoutKeeps(key, uint64_t(i), dropoutThreshold(0.25));
+    float z = counterNormal(key, uint64_t(i));
+    ASSERT_TRUE(std::isfinite(z));
+    normalSum += z;
+    normalSquares += double(z) * z;
+  }
+  EXPECT_NEAR(sum / n, 0.5, 0.003);
+  EXPECT_EQ(agree, n);
+  EXPECT_NEAR(normalSum / n, 0.0, 0.01);
+  EXPECT_NEAR(normalSquares / n, 1.0, 0.01);
+  EXPECT_EQ(counterNormal(key, 17), counterNormal(key, 17));
+}
+
 
 // The RNN gate activations (the CUDA Recurrence kernel computes every gate
 // with them; the CPU's vectorizes Sigmoid and Tanh itself): their slopes
