@@ -324,6 +324,52 @@ bool repeatsRows(const onnx::TensorProto &t) {
   return false;
 }
 
+// The axes but the last along which every slice of t equals the first (t
+// repeats one slice there: a broadcast the optimizer folded).
+std::vector<int64_t> repeatedAxes(const onnx::TensorProto &t) {
+  size_t es = 0;
+  llvm::ArrayRef<char> bytes = rawBytes(t, es);
+  std::vector<int64_t> axes;
+  if (bytes.empty()) return axes;
+  for (int a = 0; a + 1 < t.dims_size(); ++a) {
+    int64_t inner = int64_t(es);
+    for (int d = a + 1; d < t.dims_size(); ++d) inner *= t.dims(d);
+    const int64_t n = t.dims(a), outer = int64_t(bytes.size()) / std::max<int64_t>(n * inner, 1);
+    bool same = n > 1;
+    for (int64_t o = 0; o < outer && same; ++o)
+      for (int64_t i = 1; i < n && same; ++i)
+        same = std::memcmp(bytes.data() + (o * n) * inner, bytes.data() + (o * n + i) * inner, size_t(inner)) == 0;
+    if (same) axes.push_back(a);
+  }
+  return axes;
+}
+
+// t with the `axes` of repeated slices cut to their first: the slice once.
+onnx::TensorProto firstSlices(const onnx::TensorProto &t, const std::vector<int64_t> &axes, const std::string &name) {
+  size_t es = 0;
+  llvm::ArrayRef<char> bytes = rawBytes(t, es);
+  onnx::TensorProto out;
+  out.set_name(name);
+  out.set_data_type(t.data_type());
+  std::vector<int64_t> dims(t.dims().begin(), t.dims().end()), kept = dims;
+  for (int64_t a : axes) kept[size_t(a)] = 1;
+  for (int64_t d : kept) out.add_dims(d);
+  int64_t count = 1;
+  for (int64_t d : kept) count *= d;
+  std::string data(size_t(count) * es, '\0');
+  for (int64_t e = 0; e < count; ++e) { // element e of the result, read at the same coordinates in t
+    int64_t rest = e, at = 0, stride = 1;
+    for (int d = int(dims.size()) - 1; d >= 0; --d) {
+      at += (rest % kept[size_t(d)]) * stride;
+      rest /= kept[size_t(d)];
+      stride *= dims[size_t(d)];
+    }
+    std::memcpy(&data[size_t(e) * es], bytes.data() + size_t(at) * es, es);
+  }
+  out.set_raw_data(std::move(data));
+  return out;
+}
+
 // How `copy` derives from `param` when the optimizer folded it: a 2-D
 // transpose, the same elements reshaped, or neither (nullopt).
 std::optional<bool> foldedAsTransposeOf(const onnx::TensorProto &copy, const onnx::TensorProto &param) {
@@ -441,9 +487,20 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       // The parameter trains as this copy, one to one with it, unless the
       // optimizer gathered its rows with repeats (BERT's token type
       // embedding picked for every position): then each repeat trains apart.
-      if (repeatsRows(*inits[copy]))
-        out.foldedTogether[copy] = "is what torch.onnx.export's optimizer gathered from the parameter " + list +
-                                   " with rows repeated: each repeat trains apart, where PyTorch sums their gradients";
+      // Where the repeats are whole slices along some axes (one batch item's
+      // or position's rows for every one), those rows train once, under the
+      // copy's name + ".rows": the parameter's other rows are not in the file.
+      if (repeatsRows(*inits[copy])) {
+        std::vector<int64_t> axes = repeatedAxes(*inits[copy]);
+        if (!axes.empty() && !repeatsRows(firstSlices(*inits[copy], axes, copy))) {
+          out.refolds.push_back({copy, copy + ".rows", false, true, axes});
+          out.foldedTogether[copy + ".rows"] =
+              "holds the rows torch.onnx.export's optimizer gathered from the parameter " + list +
+              " for every batch item or position: they train as PyTorch's do, but are saved under this name";
+        } else
+          out.foldedTogether[copy] = "is what torch.onnx.export's optimizer gathered from the parameter " + list +
+                                     " with rows repeated: each repeat trains apart, where PyTorch sums their gradients";
+      }
       // Else, where the PyTorch op tells how, the parameter is restored
       // from the copy under its own name: a Linear's weight that a MatMul
       // reads (its input has more than two dims) transposed, a norm's or
@@ -540,10 +597,11 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
 }
 
 // The nodes that compute a refolded copy from its parameter: a Transpose,
-// or a Constant shape and a Reshape.
+// or a Constant shape and a Reshape (an Expand for repeated slices).
 static std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, const onnx::TensorProto &copy) {
   std::vector<onnx::NodeProto> nodes(r.transposed ? 1 : 2);
   onnx::NodeProto &last = nodes.back();
+  const bool broadcast = !r.broadcastAxes.empty();
   last.set_name(r.copy);
   last.add_input(r.parameter);
   last.add_output(r.copy);
@@ -556,7 +614,7 @@ static std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, 
     perm->add_ints(0);
     return nodes;
   }
-  last.set_op_type("Reshape");
+  last.set_op_type(broadcast ? "Expand" : "Reshape");
   last.add_input(r.copy + ".shape");
   onnx::NodeProto &shape = nodes.front();
   shape.set_name(r.copy + ".shape");
@@ -572,6 +630,7 @@ static std::vector<onnx::NodeProto> refoldNodes(const ExportRepairs::Refold &r, 
 }
 
 onnx::TensorProto restoredParameter(const ExportRepairs::Refold &r, const onnx::TensorProto &copy) {
+  if (!r.broadcastAxes.empty()) return firstSlices(copy, r.broadcastAxes, r.parameter);
   onnx::TensorProto param;
   param.set_name(r.parameter);
   param.set_data_type(copy.data_type());

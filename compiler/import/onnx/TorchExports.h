@@ -70,6 +70,12 @@ struct ExportRepairs {
     // reshaped): it is made from the copy (restoredParameter), so it trains
     // and is saved as PyTorch's.
     bool restored = false;
+    // Axes along which the copy repeats one slice (a parameter's rows the
+    // optimizer gathered for every batch item or position: ViT's class
+    // token, BERT's token type, OPT's positions): `parameter` is then those
+    // rows once (the copy with these axes of length 1, named copy + ".rows"),
+    // and the copy their Expand, so their gradients sum as in PyTorch.
+    std::vector<int64_t> broadcastAxes;
   };
   std::vector<Refold> refolds;
   // Folded initializers that train apart from PyTorch's parameters and that
@@ -95,7 +101,8 @@ std::optional<onnx::TensorProto> zeroBias(const onnx::NodeProto &n, const onnx::
 inline std::string rereadName(const ExportRepairs::Reread &r) {
   return r.weight.empty() ? r.source + ".constant" : r.weight;
 }
-// A restored refold's parameter, made from its copy: transposed back, or a vector.
+// A restored refold's parameter, made from its copy: transposed back, a
+// vector, or the copy's repeated slices once.
 onnx::TensorProto restoredParameter(const ExportRepairs::Refold &r, const onnx::TensorProto &copy);
 // Applies the repairs to the model itself, for `sdc merge` of trained
 // weights saved under the restored names (the importer applies them to its
