@@ -88,6 +88,23 @@ class Dropout:
 EXPORTED_STREAM = 1 << 32  # kExportedDropoutStream in ImporterContext.h
 
 
+def torch_adamw_losses(model, x, y, batch, steps, lr, next_micro_batch):
+    """PyTorch's AdamW (no weight decay) over the batches in order, calling
+    next_micro_batch() before each forward; the per-step losses."""
+    import torch
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
+    losses = []
+    for step in range(steps):
+        next_micro_batch()
+        rows = slice(step * batch, step * batch + batch)
+        loss = model(torch.tensor(x[rows]), torch.tensor(y[rows]))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return losses
+
+
 def exported_dropout(sdc, sdrun, tmp):
     """A model in train() with two nn.Dropout, exported the default way."""
     import torch
@@ -133,16 +150,7 @@ def exported_dropout(sdc, sdrun, tmp):
             keep = keep_mask(seed, state["counter"], stream, h.numel(), p).reshape(tuple(h.shape))
             return h * torch.tensor(keep, dtype=h.dtype) * (1.0 / (1.0 - p))
         drop.forward = masked
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
-    want = []
-    for step in range(steps):
-        state["counter"] += 1
-        rows = slice(step * batch, step * batch + batch)
-        loss = model(torch.tensor(x[rows]), torch.tensor(y[rows]))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        want.append(loss.item())
+    want = torch_adamw_losses(model, x, y, batch, steps, lr, lambda: state.update(counter=state["counter"] + 1))
     rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == steps else float("inf")
     got = load_file(weights)
     params = {k: p.detach().numpy() for k, p in model.named_parameters()}
@@ -226,16 +234,8 @@ def exported_random(sdc, sdrun, tmp):
         str(seed), "--threads", "2", "--metrics", metrics, "--eval-data", evals, "--eval-every", str(steps)])
     lines = [json.loads(l) for l in open(metrics)]
     ours, eval_loss = [l["loss"] for l in lines if "loss" in l], [l["eval_loss"] for l in lines if "eval_loss" in l]
-    opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0)
-    want = []
-    for step in range(steps):
-        draws["counter"], draws["stream"] = draws["counter"] + 1, 0
-        rows = slice(step * batch, step * batch + batch)
-        loss = model(torch.tensor(x[rows]), torch.tensor(y[rows]))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        want.append(loss.item())
+    want = torch_adamw_losses(model, x, y, batch, steps, lr,
+                              lambda: draws.update(counter=draws["counter"] + 1, stream=0))
     rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == steps else float("inf")
     check(f"exported Dropout2d and randn_like (train mode, dynamo default): {steps} losses equal PyTorch with the "
           "same draws (1e-4)", rel < 1e-4, f"max rel loss diff {rel:.2e}; ours {ours[:3]}, PyTorch's {want[:3]}")

@@ -202,24 +202,32 @@ std::string fxSource(const onnx::NodeProto &n) {
 
 } // namespace
 
+// The positional arguments of n's FX call when its target is `target`
+// ("aten.embedding.default"): "%p_weight", "0", ... (empty otherwise).
+static llvm::SmallVector<std::string> fxArguments(const onnx::NodeProto &n, llvm::StringRef target) {
+  const std::string fx = fxSource(n);
+  const std::string call = (target + "](args = (").str();
+  size_t at = fx.find(call);
+  llvm::SmallVector<std::string> args;
+  if (at == std::string::npos) return args;
+  llvm::SmallVector<llvm::StringRef> parts;
+  llvm::StringRef(fx).substr(at + call.size()).split(')').first.split(parts, ", ");
+  for (llvm::StringRef p : parts) args.push_back(p.str());
+  return args;
+}
+
 std::map<std::string, std::array<std::string, 2>> trainModeBatchNorms(const onnx::ModelProto &model) {
   std::map<std::string, std::array<std::string, 2>> norms;
   std::map<std::string, SignatureInput> inputs;
   for (const onnx::NodeProto &n : model.graph().node()) {
     if (n.op_type() != "BatchNormalization" || !n.domain().empty() || n.name().empty()) continue;
-    const std::string fxText = fxSource(n);
-    llvm::StringRef fx = fxText;
-    constexpr llvm::StringLiteral kTrain = "aten._native_batch_norm_legit_functional.default](args = (";
-    size_t at = fx.find(kTrain);
-    if (at == llvm::StringRef::npos) continue;
     // (input, weight, bias, running_mean, running_var, training, momentum, eps)
-    llvm::SmallVector<llvm::StringRef> args;
-    fx.substr(at + kTrain.size()).split(')').first.split(args, ", ");
+    auto args = fxArguments(n, "aten._native_batch_norm_legit_functional.default");
     if (args.size() < 6 || args[5] != "True") continue;
     if (inputs.empty()) inputs = signatureInputs(model);
     std::array<std::string, 2> buffers;
     for (int k = 0; k < 2; ++k) {
-      auto in = inputs.find(args[size_t(3 + k)].ltrim('%').str());
+      auto in = inputs.find(llvm::StringRef(args[size_t(3 + k)]).ltrim('%').str());
       if (in != inputs.end() && in->second.kind == "BUFFER") buffers[size_t(k)] = in->second.target;
     }
     norms[n.name()] = buffers;
@@ -233,16 +241,10 @@ std::map<std::string, int64_t> embeddingPaddingRows(const onnx::ModelProto &mode
     if (n.op_type() != "Gather" || !n.domain().empty() || n.name().empty() ||
         llvm::any_of(n.attribute(), [](const onnx::AttributeProto &a) { return a.name() == "axis" && a.i() != 0; }))
       continue;
-    const std::string fxText = fxSource(n);
-    llvm::StringRef fx = fxText;
-    constexpr llvm::StringLiteral kEmbedding = "aten.embedding.default](args = (";
-    size_t at = fx.find(kEmbedding);
-    if (at == llvm::StringRef::npos) continue;
     // (weight, indices, padding_idx = -1, scale_grad_by_freq, sparse)
-    llvm::SmallVector<llvm::StringRef> args;
-    fx.substr(at + kEmbedding.size()).split(')').first.split(args, ", ");
+    auto args = fxArguments(n, "aten.embedding.default");
     int64_t row = -1;
-    if (args.size() >= 3 && !args[2].getAsInteger(10, row) && row >= 0) rows[n.name()] = row;
+    if (args.size() >= 3 && !llvm::StringRef(args[2]).getAsInteger(10, row) && row >= 0) rows[n.name()] = row;
   }
   return rows;
 }
