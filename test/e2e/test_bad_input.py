@@ -161,6 +161,25 @@ def check_all(tmp):
                        [sdc, "compile", refused, "--peft", "none", "--loss-output", "loss", "-o", out],
                        ["LpPool's gradient with ceil_mode = 1 is not supported"], [out])
 
+    # A train-mode export's randomness the training import refuses (OpHandlers.cpp).
+    dropout = os.path.join(tmp, "dropout_ratio.onnxtxt")
+    open(dropout, "w").write(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        'g (float[2, 3] x) => (float loss)\n<float[3, 3] w = {1, 0, 0, 0, 1, 0, 0, 0, 1}, float r = {1.5}, bool t = {1}>\n'
+        '{\n  h = MatMul(x, w)\n  d = Dropout(h, r, t)\n  loss = ReduceSum <keepdims = 0> (d)\n}\n')
+    expect_clean_error("full fine-tuning through a train-mode Dropout of ratio 1.5",
+                       [sdc, "compile", dropout, "--peft", "none", "--loss-output", "loss", "-o", out],
+                       ["Dropout ratio 1.5", "outside [0, 1)"], [out])
+    shapeless = os.path.join(tmp, "random_shapeless.onnxtxt")
+    open(shapeless, "w").write(
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        'g (float[2, 3] x) => (float loss)\n<float[3, 3] w = {1, 0, 0, 0, 1, 0, 0, 0, 1}>\n'
+        '{\n  h = MatMul(x, w)\n  n = RandomUniform <dtype = 1> ()\n  d = Add(h, n)\n'
+        '  loss = ReduceSum <keepdims = 0> (d)\n}\n')
+    expect_clean_error("full fine-tuning through a RandomUniform without its shape",
+                       [sdc, "compile", shapeless, "--peft", "none", "--loss-output", "loss", "-o", out],
+                       ["RandomUniform", "needs its shape attribute"], [out])
+
     # Importer inputs the fuzzer found (test/fuzz/regressions): clean errors, not crashes.
     regressions = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz", "regressions")
     expect_clean_error("node without a first input",
