@@ -150,35 +150,36 @@ def check_all(tmp):
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), lying)
     expect_clean_error("initializer claiming 2^62 elements", [sdc, "compile", lying, "-o", out], ["'w'"], [out])
 
+    def refused_in_training(what, file_name, model_text, want):
+        """The ONNX text model `model_text`, fully fine-tuned on its `loss`: one clean line containing `want`."""
+        path = os.path.join(tmp, file_name)
+        open(path, "w").write(model_text)
+        expect_clean_error(what, [sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", out], want,
+                           [out])
+
     # Gradients sdc refuses (ClassicNormVJP.cpp): one line naming the op and what it lacks.
-    refused = os.path.join(tmp, "lp_pool_ceil.onnxtxt")
-    open(refused, "w").write(
+    refused_in_training(
+        "full fine-tuning through LpPool with ceil_mode = 1", "lp_pool_ceil.onnxtxt",
         '<ir_version: 8, opset_import: ["" : 18]>\n'
         'g (float[1, 1, 5, 5] x) => (float loss)\n<float[2, 1, 1, 1] w = {0.5, -0.25}>\n{\n'
         '  c = Conv(x, w)\n  p = LpPool <kernel_shape = [2, 2], strides = [2, 2], ceil_mode = 1> (c)\n'
-        '  loss = ReduceSum <keepdims = 0> (p)\n}\n')
-    expect_clean_error("full fine-tuning through LpPool with ceil_mode = 1",
-                       [sdc, "compile", refused, "--peft", "none", "--loss-output", "loss", "-o", out],
-                       ["LpPool's gradient with ceil_mode = 1 is not supported"], [out])
+        '  loss = ReduceSum <keepdims = 0> (p)\n}\n',
+        ["LpPool's gradient with ceil_mode = 1 is not supported"])
 
     # A train-mode export's randomness the training import refuses (OpHandlers.cpp).
-    dropout = os.path.join(tmp, "dropout_ratio.onnxtxt")
-    open(dropout, "w").write(
+    refused_in_training(
+        "full fine-tuning through a train-mode Dropout of ratio 1.5", "dropout_ratio.onnxtxt",
         '<ir_version: 8, opset_import: ["" : 17]>\n'
         'g (float[2, 3] x) => (float loss)\n<float[3, 3] w = {1, 0, 0, 0, 1, 0, 0, 0, 1}, float r = {1.5}, bool t = {1}>\n'
-        '{\n  h = MatMul(x, w)\n  d = Dropout(h, r, t)\n  loss = ReduceSum <keepdims = 0> (d)\n}\n')
-    expect_clean_error("full fine-tuning through a train-mode Dropout of ratio 1.5",
-                       [sdc, "compile", dropout, "--peft", "none", "--loss-output", "loss", "-o", out],
-                       ["Dropout ratio 1.5", "outside [0, 1)"], [out])
-    shapeless = os.path.join(tmp, "random_shapeless.onnxtxt")
-    open(shapeless, "w").write(
+        '{\n  h = MatMul(x, w)\n  d = Dropout(h, r, t)\n  loss = ReduceSum <keepdims = 0> (d)\n}\n',
+        ["Dropout ratio 1.5", "outside [0, 1)"])
+    refused_in_training(
+        "full fine-tuning through a RandomUniform without its shape", "random_shapeless.onnxtxt",
         '<ir_version: 8, opset_import: ["" : 17]>\n'
         'g (float[2, 3] x) => (float loss)\n<float[3, 3] w = {1, 0, 0, 0, 1, 0, 0, 0, 1}>\n'
         '{\n  h = MatMul(x, w)\n  n = RandomUniform <dtype = 1> ()\n  d = Add(h, n)\n'
-        '  loss = ReduceSum <keepdims = 0> (d)\n}\n')
-    expect_clean_error("full fine-tuning through a RandomUniform without its shape",
-                       [sdc, "compile", shapeless, "--peft", "none", "--loss-output", "loss", "-o", out],
-                       ["RandomUniform", "needs its shape attribute"], [out])
+        '  loss = ReduceSum <keepdims = 0> (d)\n}\n',
+        ["RandomUniform", "needs its shape attribute"])
 
     # Importer inputs the fuzzer found (test/fuzz/regressions): clean errors, not crashes.
     regressions = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz", "regressions")
