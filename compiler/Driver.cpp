@@ -15,6 +15,7 @@
 #include "llvm/Support/raw_ostream.h"
 #include "sd/format/json.h"
 #include "sd/format/row_shard.h"
+#include "sd/format/training_abi.h"
 
 namespace sd {
 
@@ -284,6 +285,17 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     auto num = [&](const char *k) { return std::to_string(mlir::cast<mlir::IntegerAttr>(cls.get(k)).getInt()); };
     addField("classify", std::string("{\"num_labels\":") + num("num_labels") + ",\"vocab\":" + num("vocab") +
                              ",\"pooling\":" + jsonQuote(mlir::cast<mlir::StringAttr>(cls.get("pooling")).str()) + "}");
+  }
+  if (auto tied = (*module)->getAttrOfType<mlir::DictionaryAttr>("sd.tied_names")) {
+    // The other names of tied parameters: sdrun saves trained weights under each.
+    std::string map = "{";
+    for (mlir::NamedAttribute a : tied) {
+      map += (map.size() > 1 ? "," : "") + jsonQuote(a.getName().str()) + ":[";
+      for (auto [i, n] : llvm::enumerate(mlir::cast<mlir::ArrayAttr>(a.getValue())))
+        map += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
+      map += "]";
+    }
+    addField(abi::kTiedNamesConfigKey, map + "}");
   }
   if (std::string peft = peftJson(*module); !peft.empty()) addField(peft.find("\"OSF\"") != std::string::npos ? "osf" : "lora", peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));

@@ -276,10 +276,30 @@ bool mergeWeights(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   // Training took apart what torch.onnx.export's optimizer merged (restored
   // biases, untied parameters, refolded copies: ExportRepairs), and saved the
   // weights under those names; the model gets the same repairs first.
-  repairModel(lm.model, exportRepairs(lm.model, torchParameters(lm.model)));
-  for (auto &[name, t] : file.value().tensors) {
-    onnx::TensorProto *w = findInitializer(lm.model, name);
-    if (!w) w = untiedInitializer(lm.model, name);
+  ExportRepairs repairs = exportRepairs(lm.model, torchParameters(lm.model));
+  repairModel(lm.model, repairs);
+  // A tied parameter's other names (the embedding's weight of a tied LM
+  // head): sdrun saves it under each, Hugging Face's save_pretrained under
+  // one of them; every copy must hold the same values.
+  std::map<std::string, std::string> tiedTo;
+  for (const auto &[param, names] : repairs.tiedNames)
+    for (const std::string &n : names) tiedTo[n] = param;
+  const auto &tensors = file.value().tensors;
+  for (auto &[name, t] : tensors) {
+    auto tie = tiedTo.find(name);
+    if (tie == tiedTo.end()) continue;
+    auto same = tensors.find(tie->second);
+    if (same != tensors.end() && (same->second.bytes != t.bytes || std::memcmp(same->second.data, t.data, t.bytes)))
+      return error = req.weightsFile + ": '" + name + "' and '" + tie->second +
+                     "' are one tied parameter of the model but hold different values",
+             false;
+  }
+  for (auto &[name, t] : tensors) {
+    auto tie = tiedTo.find(name);
+    if (tie != tiedTo.end() && tensors.count(tie->second)) continue; // merged under the parameter's name
+    const std::string &param = tie != tiedTo.end() ? tie->second : name;
+    onnx::TensorProto *w = findInitializer(lm.model, param);
+    if (!w) w = untiedInitializer(lm.model, param);
     if (!w) return error = req.weightsFile + ": '" + name + "' is not an initializer of " + req.model, false;
     Dims dims(w->dims().begin(), w->dims().end());
     if (w->data_type() != onnx::TensorProto::FLOAT || t.dtype != DType::F32 || t.dims != dims)

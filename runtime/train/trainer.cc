@@ -16,6 +16,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 #include <sys/stat.h>
 
 namespace sd::train {
@@ -637,6 +638,28 @@ StatusOr<StepReport> Trainer::runStep() {
   return r;
 }
 
+namespace {
+// The plan config's tied parameters, each mapped to its other names.
+StatusOr<std::map<std::string, std::vector<std::string>>> tiedNames(const Plan &plan) {
+  std::map<std::string, std::vector<std::string>> tied;
+  if (plan.config.empty()) return tied;
+  auto cfg = parseJson(plan.config, "the plan's config");
+  if (!cfg.isOk()) return cfg.status();
+  const Json *map = cfg.value().get(abi::kTiedNamesConfigKey);
+  if (!map) return tied;
+  auto malformed = [] { return sdError("the plan's config has a malformed '", abi::kTiedNamesConfigKey, "'"); };
+  if (map->type != Json::Type::Object) return malformed();
+  for (const auto &[param, names] : map->obj) {
+    if (names.type != Json::Type::Array) return malformed();
+    for (const Json &n : names.arr) {
+      if (n.type != Json::Type::String || n.str.empty()) return malformed();
+      tied[param].push_back(n.str);
+    }
+  }
+  return tied;
+}
+} // namespace
+
 Status Trainer::saveWeights(const std::string &path) const {
   SD_RETURN_IF_ERROR(impl_->requireNothingLaunched("save weights"));
   GlobalValues gathered; // --shard params: the weights split by rows, whole on rank 0
@@ -656,8 +679,18 @@ Status Trainer::saveWeights(const std::string &path) const {
     if (!v.isOk()) return v.status();
     values.push_back(std::move(v.value()));
   }
+  auto tied = tiedNames(plan);
+  if (!tied.isOk()) return tied.status();
+  std::set<std::string> saved;
+  for (const HostTensor &v : values) saved.insert(v.name);
   std::vector<NamedTensor> params;
-  for (const HostTensor &v : values) params.push_back({v.name, v.dtype, v.dims, v.data.data(), v.byteSize()});
+  for (const HostTensor &v : values) {
+    params.push_back({v.name, v.dtype, v.dims, v.data.data(), v.byteSize()});
+    // A tied parameter is in PyTorch's state_dict under each of its names.
+    if (auto it = tied.value().find(v.name); it != tied.value().end())
+      for (const std::string &other : it->second)
+        if (saved.insert(other).second) params.push_back({other, v.dtype, v.dims, v.data.data(), v.byteSize()});
+  }
   return writeSafetensors(path, params);
 }
 

@@ -32,6 +32,10 @@
     labels, named like a token plan's inputs: a folder of arrays feeds them
     by name; its embeddings' padding rows (nn.Embedding's padding_idx, in the
     dynamo exporter's FX sources) get no gradient, as in PyTorch
+  - a tied LM head (tie_word_embeddings) exports under one name, while the
+    model's state_dict has two: the trained weights are saved under both;
+    GPT-2's Conv1D biases, all zero in a fresh model, are removed by the
+    exporter's optimizer from its addmm, and restored to train
 """
 import json
 import os
@@ -133,6 +137,7 @@ def main():
         dynamo_default_llama_full(sdc, sdrun, tmp)
         dynamo_default_decoders(sdc, sdrun, tmp)
         model_with_its_loss(sdc, sdrun, tmp)
+        tied_lm_heads(sdc, sdrun, tmp)
         merged_equal_weights(sdc, sdrun, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -318,43 +323,41 @@ def dynamo_default_llama_full(sdc, sdrun, tmp):
           rel_err(theirs, trained) <= 1e-4 and rel_err(trained, want_logits) > 1e-2,
           f"relative err {rel_err(theirs, trained):.1e}; moved by {rel_err(trained, want_logits):.1e}")
 
-def model_with_its_loss(sdc, sdrun, tmp):
-    """A transformers classifier exported with its own loss (forward's
-    input_ids and labels, torch.onnx.export's defaults) and trained in full
-    from a folder of arrays: its inputs are named like a token plan's, and its
-    word and position embeddings have a padding row (RoBERTa's padding_idx
-    1), which PyTorch never trains."""
+def with_loss(model):
+    """A transformers model's forward(input_ids, labels) -> loss, as a user exports it to train with its own loss."""
     import torch
-    import transformers
-    from safetensors.numpy import load_file
-    batch, steps, lr = 2, 4, 1e-3
-    config = transformers.RobertaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
-                                        intermediate_size=64, max_position_embeddings=SEQ + 2, num_labels=3,
-                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
 
     class WithLoss(torch.nn.Module):
         def __init__(self):
             super().__init__()
-            self.m = transformers.RobertaForSequenceClassification(config)
+            self.m = model
 
         def forward(self, input_ids, labels):
             return self.m(input_ids=input_ids, labels=labels).loss
+    return WithLoss()
 
-    rng = np.random.default_rng(6)
-    data = {"input_ids": rng.integers(0, 64, (batch * steps, SEQ)).astype(np.int64),
-            "labels": rng.integers(0, 3, (batch * steps,)).astype(np.int64)}
-    data["input_ids"][:, -3:] = config.pad_token_id  # padded rows, as a tokenizer pads them
-    torch.manual_seed(0)
-    model = WithLoss()
-    path, plan = os.path.join(tmp, "roberta_loss.onnx"), os.path.join(tmp, "roberta_loss.sdp")
+
+def train_with_its_loss(sdc, sdrun, tmp, name, model, data, steps, lr, batch=2):
+    """Exports `model` (a with_loss) with torch.onnx.export's defaults, trains
+    it in full from a folder of `data`'s arrays with sdrun, and the same
+    batches in PyTorch (AdamW): (sdrun's losses, PyTorch's, the saved
+    weights, PyTorch's state_dict after, the compile's warnings, the export,
+    the saved weights' path)."""
+    import subprocess
+    import torch
+    from safetensors.numpy import load_file
+    path, plan = os.path.join(tmp, f"{name}.onnx"), os.path.join(tmp, f"{name}.sdp")
     torch.onnx.export(model, tuple(torch.tensor(v[:batch]) for v in data.values()), path, input_names=list(data),
                       output_names=["loss"])
-    sh([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan])
-    folder = os.path.join(tmp, "roberta_data")
+    compiled = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan],
+                              capture_output=True, text=True)
+    if compiled.returncode:
+        raise RuntimeError(f"sdc compile {name} failed: {compiled.stderr.strip()[-800:]}")
+    folder = os.path.join(tmp, f"{name}_data")
     os.makedirs(folder, exist_ok=True)
-    for name, value in data.items():
-        np.save(os.path.join(folder, f"{name}.npy"), value)
-    metrics, weights = os.path.join(tmp, "roberta.jsonl"), os.path.join(tmp, "roberta.safetensors")
+    for key, value in data.items():
+        np.save(os.path.join(folder, f"{key}.npy"), value)
+    metrics, weights = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"{name}.safetensors")
     sh([sdrun, "train", plan, "--data", folder, "--steps", str(steps), "--lr", str(lr), "--no-shuffle", "--threads",
         "2", "--metrics", metrics, "--save-weights", weights])
     ours = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
@@ -366,14 +369,114 @@ def model_with_its_loss(sdc, sdrun, tmp):
         loss.backward()
         opt.step()
         want.append(loss.item())
-    rel = max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == steps else float("inf")
-    got, params = load_file(weights), {k: p.detach().numpy() for k, p in model.named_parameters()}
+    state = {k: v.detach().numpy() for k, v in model.state_dict().items()}
+    return ours, want, load_file(weights), state, compiled.stderr, path, weights
+
+
+def max_loss_rel(ours, want):
+    return max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == len(want) else float("inf")
+
+
+def model_with_its_loss(sdc, sdrun, tmp):
+    """A transformers classifier exported with its own loss (forward's
+    input_ids and labels, torch.onnx.export's defaults) and trained in full
+    from a folder of arrays: its inputs are named like a token plan's, and its
+    word and position embeddings have a padding row (RoBERTa's padding_idx
+    1), which PyTorch never trains."""
+    import torch
+    import transformers
+    batch, steps = 2, 4
+    config = transformers.RobertaConfig(vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                        intermediate_size=64, max_position_embeddings=SEQ + 2, num_labels=3,
+                                        hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
+    rng = np.random.default_rng(6)
+    data = {"input_ids": rng.integers(0, 64, (batch * steps, SEQ)).astype(np.int64),
+            "labels": rng.integers(0, 3, (batch * steps,)).astype(np.int64)}
+    data["input_ids"][:, -3:] = config.pad_token_id  # padded rows, as a tokenizer pads them
+    torch.manual_seed(0)
+    model = with_loss(transformers.RobertaForSequenceClassification(config))
+    ours, want, got, _, _, _, _ = train_with_its_loss(sdc, sdrun, tmp, "roberta_loss", model, data, steps, 1e-3, batch)
+    rel = max_loss_rel(ours, want)
+    params = {k: p.detach().numpy() for k, p in model.named_parameters()}
     worst = max((float(np.max(np.abs(got[k] - v))) for k, v in params.items() if k in got), default=float("inf"))
     check("a transformers classifier exported with its loss (inputs input_ids and labels), trained in full from a "
           "folder of arrays: losses and every weight equal PyTorch's, the embeddings' padding rows untrained (1e-5)",
           rel < 1e-5 and worst < 1e-5 and set(got) == set(params),
           f"max rel loss diff {rel:.1e}, max weight diff {worst:.1e}, names other than the model's: "
           f"{sorted(set(got) ^ set(params))}")
+
+
+def tied_lm_heads(sdc, sdrun, tmp):
+    """Decoders whose LM head is the input embedding (tie_word_embeddings,
+    GPT-2's and many small LLMs' default), exported with their loss by
+    torch.onnx.export's defaults: torch.export keeps one of the two names, but
+    the model's state_dict has both, so the trained weights are saved under
+    each; `sdc merge` takes them, or Hugging Face's one name. GPT-2's Conv1D
+    computes addmm(bias, x, weight), whose all-zero biases the exporter's
+    optimizer removes: they are restored and train."""
+    import torch
+    import transformers
+    from safetensors.numpy import save_file
+    from e2e_util import ort_run
+    batch, steps = 2, 4
+    rng = np.random.default_rng(8)
+    ids = rng.integers(0, 64, (batch * steps, SEQ)).astype(np.int64)
+    data = {"input_ids": ids, "labels": ids}
+    torch.manual_seed(0)
+    llama = with_loss(transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, max_position_embeddings=SEQ, use_cache=False, attn_implementation="eager",
+        tie_word_embeddings=True)))
+    ours, want, got, state, _, path, weights = train_with_its_loss(sdc, sdrun, tmp, "tied_llama", llama, data, steps,
+                                                                     1e-3, batch)
+    worst = max((float(np.max(np.abs(got[k] - v))) for k, v in state.items() if k in got), default=float("inf"))
+    head, embedding = "m.lm_head.weight", "m.model.embed_tokens.weight"
+    check("a Llama with a tied LM head, trained in full with its loss: losses and weights equal PyTorch's (1e-5), "
+          "saved under every name of its state_dict, the head's and the embedding's alike",
+          max_loss_rel(ours, want) < 1e-5 and worst < 1e-5 and set(got) == set(state) and
+          np.array_equal(got[head], got[embedding]),
+          f"max rel loss diff {max_loss_rel(ours, want):.1e}, max weight diff {worst:.1e}, names other than the "
+          f"model's: {sorted(set(got) ^ set(state))}")
+    # What a user does next: merge into the export and run it elsewhere; a
+    # file saved by Hugging Face's save_pretrained holds one of the names.
+    with torch.no_grad():
+        trained = llama(torch.tensor(ids[:batch]), torch.tensor(ids[:batch])).item()
+    merged, one = os.path.join(tmp, "tied_merged.onnx"), os.path.join(tmp, "tied_one.safetensors")
+    theirs = []
+    save_file({k: v for k, v in got.items() if k != head}, one)
+    for file in (weights, one):
+        sh([sdc, "merge", path, "--weights", file, "-o", merged])
+        theirs.append(float(ort_run(merged, {"input_ids": ids[:batch], "labels": ids[:batch]})["loss"]))
+    check("the tied Llama's saved weights, and the same with the embedding's name only, merge into the export; "
+          "ONNX Runtime's loss then equals trained PyTorch's (1e-5)",
+          all(abs(t - trained) <= 1e-5 * abs(trained) for t in theirs), f"{theirs} against {trained}")
+    differing = os.path.join(tmp, "tied_differing.safetensors")
+    save_file({**got, embedding: got[embedding] + 1}, differing)
+    problems, line = clean_error_problems([sdc, "merge", path, "--weights", differing, "-o", merged + ".bad"],
+                                          [f"'{embedding}'", f"'{head}'", "tied"], [merged + ".bad"])
+    check("merging a tied parameter's two names with different values is refused in one line naming both",
+          not problems, "; ".join(problems) or line)
+
+    torch.manual_seed(0)
+    gpt2 = with_loss(transformers.GPT2LMHeadModel(transformers.GPT2Config(
+        vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ, use_cache=False, resid_pdrop=0,
+        embd_pdrop=0, attn_pdrop=0, attn_implementation="eager", bos_token_id=0, eos_token_id=0)))
+    ours, want, got, state, warned, _, _ = train_with_its_loss(sdc, sdrun, tmp, "tied_gpt2", gpt2, data, steps,
+                                                                 1e-3, batch)
+    biases = [k for k in state if k.endswith(("c_attn.bias", "c_proj.bias", "c_fc.bias"))]
+    # A key bias gets no gradient in exact arithmetic (softmax ignores a
+    # shift), so AdamW moves it by rounding noise: held to lr / 10.
+    worst = max((float(np.max(np.abs(got[k] - state[k]))) for k in biases if k in got), default=float("inf"))
+    moved = min((float(np.max(np.abs(got[k]))) for k in biases if k in got), default=0.0)
+    # The position rows torch.export gathered by a constant arange train as
+    # the copy the exporter folded them into, with a warning.
+    check("GPT-2 (tied head, Conv1D's addmm) trained with its loss: losses equal PyTorch's (1e-5); every zero bias "
+          "the exporter removed is restored, trains and moves as PyTorch's; the tied names are both saved; the "
+          "folded position rows are warned about",
+          max_loss_rel(ours, want) < 1e-5 and len(biases) == 8 and worst < 1e-4 and moved > 1e-4 and
+          np.array_equal(got["m.lm_head.weight"], got["m.transformer.wte.weight"]) and "transformer.wpe.weight" in warned,
+          f"max rel loss diff {max_loss_rel(ours, want):.1e}, {len(biases)} biases, max bias diff {worst:.1e}, "
+          f"least moved {moved:.1e}; warnings: {warned.strip()[-300:]}")
 
 
 def dynamo_lora_plan(sdc, sdrun, tmp, name, model, ids, what):

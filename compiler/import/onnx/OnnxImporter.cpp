@@ -647,6 +647,16 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
         folded.push_back(b.getNamedAttr(copy, b.getStringAttr(why)));
       (*module)->setAttr("sd.folded_weights", b.getDictionaryAttr(folded));
     }
+    if (!repairs.tiedNames.empty()) {
+      SmallVector<NamedAttribute> tied;
+      for (const auto &[param, names] : repairs.tiedNames)
+        if (weightNames.count(param) || llvm::any_of(repairs.refolds, [&](auto &r) { return r.parameter == param; })) {
+          SmallVector<Attribute> list;
+          for (const std::string &n : names) list.push_back(b.getStringAttr(n));
+          tied.push_back(b.getNamedAttr(param, b.getArrayAttr(list)));
+        }
+      if (!tied.empty()) (*module)->setAttr("sd.tied_names", b.getDictionaryAttr(tied));
+    }
     if (!repairs.dropped.empty()) {
       SmallVector<Attribute> names;
       for (const std::string &d : repairs.dropped) names.push_back(b.getStringAttr(d));

@@ -511,6 +511,13 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
         out.refolds.push_back({copy, param, /*transposed=*/true, /*restored=*/true});
       else if (llvm::count_if(t.dims(), [](int64_t d) { return d != 1; }) <= 1 && readOnlyAs(copy, param, vectorParameter))
         out.refolds.push_back({copy, param, /*transposed=*/false, /*restored=*/true});
+      // Else the copy is some other function of the parameter alone (GPT-2's
+      // position rows gathered by a constant arange): its elements train as
+      // the parameter's do, but the parameter cannot be made from it.
+      else
+        out.foldedTogether[copy] = "is what torch.onnx.export's optimizer computed from the parameter " + list +
+                                   " (rows it gathered, or a slice): it trains as those elements do in PyTorch, but "
+                                   "is saved under this name";
       continue;
     }
     std::optional<bool> transposed;
@@ -533,12 +540,16 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     const onnx::NodeProto &n = g.node(k);
     if (f.defines.empty() || !n.domain().empty()) continue;
     // A bias the optimizer removed: (input, weight, bias, ...) of a linear
-    // layer or convolution, the bias a parameter the file lacks.
+    // layer or convolution, or (bias, input, weight) of addmm (GPT-2's
+    // Conv1D), the bias a parameter the file lacks.
     llvm::StringRef target = f.target;
-    bool biasOp = target.starts_with("torch.ops.aten.linear.") || target.starts_with("torch.ops.aten.conv");
-    if (biasOp && n.input_size() == 2 && f.reads.size() >= 3 &&
+    int biasRead = target.starts_with("torch.ops.aten.linear.") || target.starts_with("torch.ops.aten.conv") ? 2
+                   : target.starts_with("torch.ops.aten.addmm.")                                             ? 0
+                                                                                                             : -1;
+    if (biasRead >= 0 && n.input_size() == 2 && f.reads.size() >= 3 &&
         (n.op_type() == "Gemm" || n.op_type() == "Conv" || n.op_type() == "ConvTranspose"))
-      if (auto in = inputs.find(f.reads[2]); in != inputs.end() && in->second.kind == "PARAMETER" && !inFile(in->second))
+      if (auto in = inputs.find(f.reads[size_t(biasRead)]);
+          in != inputs.end() && in->second.kind == "PARAMETER" && !inFile(in->second))
         out.restoredBiases.push_back({k, in->second.target});
 
     std::vector<int> unnamed; // slots reading a parameter the FX source does not name
@@ -583,15 +594,52 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       out.rereads.push_back({k, unnamed[j], n.input(unnamed[j]), chosen[j]});
   }
 
+  // Tied parameters: an Embedding's or Linear's op that reads another
+  // module's parameter where its own would be, its own listed in the
+  // signature but read by no node and not in the file (the LM head's
+  // aten.linear reading the embedding's weight, or the embedding's
+  // aten.embedding the head's). The class hierarchy tells the module's own
+  // op from a parent's functional call on a child's weight.
+  std::unordered_set<std::string> read;
+  for (const FxNode &f : fx) read.insert(f.reads.begin(), f.reads.end());
+  for (int k = 0; k < g.node_size(); ++k) {
+    const FxNode &f = fx[size_t(k)];
+    llvm::StringRef target = f.target;
+    std::vector<std::string> classes = quotedStrings(
+        unknownMetadata(g.node(k).unknown_fields(), kNodeMetadataProps, "pkg.torch.onnx.class_hierarchy"));
+    if (classes.size() < 2) continue;
+    llvm::StringRef module = classes[classes.size() - 2];
+    // (placeholder, the leaf name the module gives it)
+    std::vector<std::pair<std::string, const char *>> roles;
+    if (module == "torch.nn.modules.sparse.Embedding" && target.starts_with("torch.ops.aten.embedding.") &&
+        !f.reads.empty())
+      roles.push_back({f.reads[0], "weight"});
+    if (module == "torch.nn.modules.linear.Linear" && target.starts_with("torch.ops.aten.linear.") &&
+        f.reads.size() >= 2) {
+      roles.push_back({f.reads[1], "weight"});
+      if (f.reads.size() >= 3) roles.push_back({f.reads[2], "bias"});
+    }
+    std::string scope = torchModuleScope(g.node(k));
+    for (const auto &[placeholder, leaf] : roles) {
+      std::string own = scope + "." + leaf;
+      auto in = inputs.find(placeholder);
+      auto ownIn = placeholderOf.find(own);
+      if (scope.empty() || in == inputs.end() || in->second.kind != "PARAMETER" || in->second.target == own ||
+          ownIn == placeholderOf.end() || read.count(ownIn->second) || inFile(inputs[ownIn->second]))
+        continue;
+      std::vector<std::string> &names = out.tiedNames[in->second.target];
+      if (!llvm::is_contained(names, own)) names.push_back(own);
+    }
+  }
+
   // Parameters the forward reads (some node's FX source names their
   // placeholder) that the file lacks and no repair restored. Unused
   // parameters (no FX node reads them) are not reported.
-  std::unordered_set<std::string> restored, read;
+  std::unordered_set<std::string> restored;
   for (const ExportRepairs::Reread &r : out.rereads)
     if (!r.weight.empty()) restored.insert(r.weight);
   for (const ExportRepairs::RestoredBias &b : out.restoredBiases) restored.insert(b.parameter);
   for (const ExportRepairs::Refold &r : out.refolds) restored.insert(r.parameter);
-  for (const FxNode &f : fx) read.insert(f.reads.begin(), f.reads.end());
   for (const auto &[placeholder, in] : inputs)
     if (in.kind == "PARAMETER" && !inFile(in) && !restored.count(in.target) && read.count(placeholder))
       out.dropped.push_back(in.target);

@@ -86,6 +86,11 @@ struct ExportRepairs {
   // The parameters the forward reads that the file lacks and no repair
   // restores: they cannot train (the driver names them).
   std::vector<std::string> dropped;
+  // Parameters PyTorch ties to others (an LM head's weight that is the
+  // input embedding's): torch.export lists each name, but the graph reads
+  // one. Each initializer mapped to its other names, so trained weights are
+  // saved under every name the model's state_dict has.
+  std::map<std::string, std::vector<std::string>> tiedNames;
 };
 ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters &tp);
 // g's nodes with the repairs applied: each refolded copy's nodes (a

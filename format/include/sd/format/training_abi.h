@@ -65,6 +65,11 @@ constexpr const char *kAdamExpAvgPrefix = "adamw.exp_avg/";
 constexpr const char *kAdamExpAvgSqPrefix = "adamw.exp_avg_sq/";
 constexpr const char *kSgdMomentumPrefix = "sgd.momentum/";
 
+// The plan config's map of tied parameters (an LM head's weight that is the
+// input embedding's) to their other names in the model's state_dict:
+// trained weights are saved under each, so they load strictly into PyTorch.
+constexpr const char *kTiedNamesConfigKey = "tied_names";
+
 inline std::string gradientOf(std::string_view param) { return kGradPrefix + std::string(param); }
 
 } // namespace sd::abi
