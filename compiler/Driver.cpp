@@ -142,21 +142,34 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
 //  - parameters the PyTorch model reads that the file lacks
 //    (sd.dropped_parameters) cannot train at all, which matters to full
 //    fine-tuning (the importer restores what it can: all-zero biases the
-//    optimizer removed, parameters it merged with another's);
+//    optimizer removed, parameters it merged with another's); those no node
+//    reads (sd.unread_parameters) may be unused, or lost in a merge the file
+//    does not tell;
 //  - weights the optimizer computed from several parameters, or from one the
 //    model also reads itself, by what the importer cannot derive again
 //    (sd.folded_weights: weight_norm's g * v / |v|) train apart from them.
 static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std::vector<std::string> *warnings) {
   if (!warnings) return;
   const std::string &model = req.model;
-  auto dropped = module->getAttrOfType<mlir::ArrayAttr>("sd.dropped_parameters");
-  if (dropped && req.pipeline.peft == "none") { // adapters leave the model's own parameters frozen
+  // "the PyTorch model's parameters 'a', 'b' are" / "parameter 'a' is"
+  auto parameters = [&](mlir::ArrayAttr names) {
     std::string list;
-    for (auto name : dropped.getAsValueRange<mlir::StringAttr>()) list += (list.empty() ? "'" : ", '") + name.str() + "'";
-    warnings->push_back(model + ": the PyTorch model's parameter" + (dropped.size() > 1 ? "s " : " ") + list +
-                        (dropped.size() > 1 ? " are" : " is") +
-                        " not in the file (torch.onnx.export's optimizer folds some away, such as all-zero biases) "
-                        "and cannot train; export with optimize=False");
+    for (auto name : names.getAsValueRange<mlir::StringAttr>()) list += (list.empty() ? "'" : ", '") + name.str() + "'";
+    return model + ": the PyTorch model's parameter" + (names.size() > 1 ? "s " : " ") + list +
+           (names.size() > 1 ? " are" : " is");
+  };
+  auto dropped = module->getAttrOfType<mlir::ArrayAttr>("sd.dropped_parameters");
+  auto unread = module->getAttrOfType<mlir::ArrayAttr>("sd.unread_parameters");
+  if (req.pipeline.peft == "none") { // adapters leave the model's own parameters frozen
+    if (dropped)
+      warnings->push_back(parameters(dropped) +
+                          " not in the file (torch.onnx.export's optimizer folds some away, such as all-zero biases) "
+                          "and cannot train; export with optimize=False");
+    if (unread)
+      warnings->push_back(parameters(unread) +
+                          " read by no node of the file: unused by the forward, or tied to another parameter, or "
+                          "merged by torch.onnx.export's optimizer into an equal one's node; the saved weights lack "
+                          "them (export with optimize=False to be sure)");
   }
   auto shared = module->getAttrOfType<mlir::DictionaryAttr>("sd.shared_weights");
   auto folded = module->getAttrOfType<mlir::DictionaryAttr>("sd.folded_weights");

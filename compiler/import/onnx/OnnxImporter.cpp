@@ -657,11 +657,13 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
         }
       if (!tied.empty()) (*module)->setAttr("sd.tied_names", b.getDictionaryAttr(tied));
     }
-    if (!repairs.dropped.empty()) {
+    auto nameList = [&](const std::vector<std::string> &list) {
       SmallVector<Attribute> names;
-      for (const std::string &d : repairs.dropped) names.push_back(b.getStringAttr(d));
-      (*module)->setAttr("sd.dropped_parameters", b.getArrayAttr(names));
-    }
+      for (const std::string &d : list) names.push_back(b.getStringAttr(d));
+      return b.getArrayAttr(names);
+    };
+    if (!repairs.dropped.empty()) (*module)->setAttr("sd.dropped_parameters", nameList(repairs.dropped));
+    if (!repairs.unread.empty()) (*module)->setAttr("sd.unread_parameters", nameList(repairs.unread));
   }
 
   // The entry: graph inputs that are not initializers.

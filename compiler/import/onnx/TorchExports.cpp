@@ -109,44 +109,6 @@ DictionaryAttr sharedWeights(Builder &b, const onnx::GraphProto &g,
   return b.getDictionaryAttr(shared);
 }
 
-// Which initializers of a PyTorch export are the module's parameters. The
-// dynamo exporter marks them in value_info's metadata_props (field 4, ONNX
-// 1.16): kind PARAMETER, or, for an initializer its optimizer folded
-// (GroupNorm's weight reshaped to [C, 1, 1]), folded_from a parameter's
-// dotted module path; everything else it writes as an initializer (val_N: InstanceNorm's
-// ones and zeros, rotary tables, BUFFER kinds) is a constant that full
-// fine-tuning must not train. TorchScript writes constants as Constant
-// nodes, or when folded as initializers named onnx::Op_N or /path, so there
-// any other name is taken for a parameter.
-
-TorchParameters torchParameters(const onnx::ModelProto &model) {
-  TorchParameters tp;
-  const onnx::GraphProto &g = model.graph();
-  if (model.producer_name() != "pytorch") return tp;
-  constexpr int kMetadataProps = 4;
-  constexpr const char *kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
-  for (const onnx::ValueInfoProto &vi : llvm::concat<const onnx::ValueInfoProto>(g.value_info(), g.input())) {
-    std::string kind = unknownMetadata(vi.unknown_fields(), kMetadataProps, kKind);
-    tp.marked |= !kind.empty();
-    if (kind == "PARAMETER") tp.params.insert(vi.name());
-    // "['gn.weight', 'val_15', ...]": folded from a parameter when a source
-    // has a module path (FX's own values are named conv2d, mul_3, val_15).
-    for (const std::string &source :
-         quotedStrings(unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from")))
-      if (llvm::StringRef(source).contains('.')) {
-        tp.params.insert(vi.name());
-        tp.foldedFrom.insert(source);
-      }
-  }
-  if (tp.marked) return tp;
-  tp.params.clear();
-  for (const onnx::TensorProto &t : g.initializer()) {
-    llvm::StringRef name = t.name();
-    if (!name.empty() && !name.contains("::") && !name.starts_with("/")) tp.params.insert(t.name());
-  }
-  return tp;
-}
-
 namespace {
 
 constexpr int kGraphMetadataProps = 16, kNodeMetadataProps = 9;
@@ -173,6 +135,57 @@ std::map<std::string, SignatureInput> signatureInputs(const onnx::ModelProto &mo
   }
   return inputs;
 }
+
+} // namespace
+
+// Which initializers of a PyTorch export are the module's parameters. The
+// dynamo exporter marks them in value_info's metadata_props (field 4, ONNX
+// 1.16): kind PARAMETER, or, for an initializer its optimizer folded
+// (GroupNorm's weight reshaped to [C, 1, 1]), folded_from a parameter's
+// dotted module path; everything else it writes as an initializer (val_N: InstanceNorm's
+// ones and zeros, rotary tables, BUFFER kinds) is a constant that full
+// fine-tuning must not train. TorchScript writes constants as Constant
+// nodes, or when folded as initializers named onnx::Op_N or /path, so there
+// any other name is taken for a parameter.
+
+TorchParameters torchParameters(const onnx::ModelProto &model) {
+  TorchParameters tp;
+  const onnx::GraphProto &g = model.graph();
+  if (model.producer_name() != "pytorch") return tp;
+  constexpr int kMetadataProps = 4;
+  constexpr const char *kKind = "pkg.torch.export.graph_signature.InputSpec.kind";
+  std::map<std::string, SignatureInput> signature = signatureInputs(model);
+  std::unordered_set<std::string> parameterTargets;
+  for (const auto &[placeholder, in] : signature)
+    if (in.kind == "PARAMETER") parameterTargets.insert(in.target);
+  // Without the signature, any dotted module path is taken for a parameter's.
+  auto isParameter = [&](llvm::StringRef source) {
+    return signature.empty() ? source.contains('.') : parameterTargets.count(source.str()) != 0;
+  };
+  for (const onnx::ValueInfoProto &vi : llvm::concat<const onnx::ValueInfoProto>(g.value_info(), g.input())) {
+    std::string kind = unknownMetadata(vi.unknown_fields(), kMetadataProps, kKind);
+    tp.marked |= !kind.empty();
+    if (kind == "PARAMETER") tp.params.insert(vi.name());
+    // "['gn.weight', 'val_15', ...]": folded from a parameter when a source
+    // is one (FX's own values are named conv2d, mul_3, val_15; buffers, such
+    // as GPT-J's sinusoidal table, have module paths too).
+    for (const std::string &source :
+         quotedStrings(unknownMetadata(vi.unknown_fields(), kMetadataProps, "pkg.onnxscript.optimizer.folded_from")))
+      if (isParameter(source)) {
+        tp.params.insert(vi.name());
+        tp.foldedFrom.insert(source);
+      }
+  }
+  if (tp.marked) return tp;
+  tp.params.clear();
+  for (const onnx::TensorProto &t : g.initializer()) {
+    llvm::StringRef name = t.name();
+    if (!name.empty() && !name.contains("::") && !name.starts_with("/")) tp.params.insert(t.name());
+  }
+  return tp;
+}
+
+namespace {
 
 // An FX node as its source line tells it: "%layer_norm : [num_users=1] =
 // call_function[target=torch.ops.aten.layer_norm.default](args = (%linear,
@@ -559,14 +572,22 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
         unnamed.push_back(i);
     if (unnamed.empty()) continue;
     std::vector<std::string> missingParams;
-    bool missingConstant = false, unknown = false;
+    bool missingConstant = false;
+    int undefinedReads = 0; // FX values no node computes: removed aliases, or values folded into initializers
     for (const std::string &r : f.reads) {
       auto in = inputs.find(r);
-      if (in == inputs.end()) unknown |= !defined.count(r); // an FX value no node computes: an alias the optimizer removed
+      if (in == inputs.end()) undefinedReads += !defined.count(r);
       else if (!inFile(in->second)) (in->second.kind == "PARAMETER" ? missingParams.push_back(in->second.target)
                                                                      : void(missingConstant = true));
     }
-    if (unknown) continue;
+    // Each undefined value must be some computed input of the node (an
+    // aten.alias the optimizer removed, the MatMul half of a decomposed
+    // linear), else a parameter slot may stand for a folded value rather
+    // than a parameter (Gemma's 1 + weight).
+    int computedInputs = 0;
+    for (const std::string &in : n.input())
+      computedInputs += !in.empty() && !inits.count(in) && !llvm::is_contained(f.reads, in);
+    if (undefinedReads > computedInputs) continue;
     if (missingParams.empty()) {
       // Every value the PyTorch op read is accounted for, so the parameter
       // stands in for a constant of the exporter's (a fill of equal value).
@@ -594,28 +615,22 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       out.rereads.push_back({k, unnamed[j], n.input(unnamed[j]), chosen[j]});
   }
 
-  // Tied parameters: an Embedding's or Linear's op that reads another
+  // Tied parameters: an embedding's or linear layer's op that reads another
   // module's parameter where its own would be, its own listed in the
   // signature but read by no node and not in the file (the LM head's
   // aten.linear reading the embedding's weight, or the embedding's
-  // aten.embedding the head's). The class hierarchy tells the module's own
+  // aten.embedding the head's; nn.Embedding's subclasses, such as BART's
+  // and Gemma's scaled embeddings, too). That own name tells the module's
   // op from a parent's functional call on a child's weight.
   std::unordered_set<std::string> read;
   for (const FxNode &f : fx) read.insert(f.reads.begin(), f.reads.end());
   for (int k = 0; k < g.node_size(); ++k) {
     const FxNode &f = fx[size_t(k)];
     llvm::StringRef target = f.target;
-    std::vector<std::string> classes = quotedStrings(
-        unknownMetadata(g.node(k).unknown_fields(), kNodeMetadataProps, "pkg.torch.onnx.class_hierarchy"));
-    if (classes.size() < 2) continue;
-    llvm::StringRef module = classes[classes.size() - 2];
     // (placeholder, the leaf name the module gives it)
     std::vector<std::pair<std::string, const char *>> roles;
-    if (module == "torch.nn.modules.sparse.Embedding" && target.starts_with("torch.ops.aten.embedding.") &&
-        !f.reads.empty())
-      roles.push_back({f.reads[0], "weight"});
-    if (module == "torch.nn.modules.linear.Linear" && target.starts_with("torch.ops.aten.linear.") &&
-        f.reads.size() >= 2) {
+    if (target.starts_with("torch.ops.aten.embedding.") && !f.reads.empty()) roles.push_back({f.reads[0], "weight"});
+    if (target.starts_with("torch.ops.aten.linear.") && f.reads.size() >= 2) {
       roles.push_back({f.reads[1], "weight"});
       if (f.reads.size() >= 3) roles.push_back({f.reads[2], "bias"});
     }
@@ -632,17 +647,18 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     }
   }
 
-  // Parameters the forward reads (some node's FX source names their
-  // placeholder) that the file lacks and no repair restored. Unused
-  // parameters (no FX node reads them) are not reported.
+  // Parameters the file lacks that no repair restored: dropped where the
+  // forward reads them (some node's FX source names their placeholder),
+  // else unread.
   std::unordered_set<std::string> restored;
   for (const ExportRepairs::Reread &r : out.rereads)
     if (!r.weight.empty()) restored.insert(r.weight);
   for (const ExportRepairs::RestoredBias &b : out.restoredBiases) restored.insert(b.parameter);
   for (const ExportRepairs::Refold &r : out.refolds) restored.insert(r.parameter);
+  for (const auto &[names, tied] : out.tiedNames) restored.insert(tied.begin(), tied.end());
   for (const auto &[placeholder, in] : inputs)
-    if (in.kind == "PARAMETER" && !inFile(in) && !restored.count(in.target) && read.count(placeholder))
-      out.dropped.push_back(in.target);
+    if (in.kind == "PARAMETER" && !inFile(in) && !restored.count(in.target))
+      (read.count(placeholder) ? out.dropped : out.unread).push_back(in.target);
   return out;
 }
 

@@ -86,6 +86,12 @@ struct ExportRepairs {
   // The parameters the forward reads that the file lacks and no repair
   // restores: they cannot train (the driver names them).
   std::vector<std::string> dropped;
+  // The parameters the file lacks that no node's FX source reads: unused by
+  // the forward, or tied to another by a name the file does not tell
+  // (RoBERTa's lm_head.bias, its decoder's bias), or read by a node the
+  // optimizer merged with an equal one (GPT-NeoX's two norms of one input,
+  // fresh, so of equal weights). They are in no saved weights.
+  std::vector<std::string> unread;
   // Parameters PyTorch ties to others (an LM head's weight that is the
   // input embedding's): torch.export lists each name, but the graph reads
   // one. Each initializer mapped to its other names, so trained weights are
