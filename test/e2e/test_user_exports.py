@@ -342,7 +342,7 @@ def with_loss(model):
     return WithLoss()
 
 
-def train_with_its_loss(sdc, sdrun, tmp, name, model, data, steps, lr, batch=2):
+def train_with_its_loss(sdc, sdrun, tmp, name, model, data, steps, lr, batch=2, optimize=True):
     """Exports `model` (a with_loss) with torch.onnx.export's defaults, trains
     it in full from a folder of `data`'s arrays with sdrun, and the same
     batches in PyTorch (AdamW): (sdrun's losses, PyTorch's, the saved
@@ -353,7 +353,7 @@ def train_with_its_loss(sdc, sdrun, tmp, name, model, data, steps, lr, batch=2):
     from safetensors.numpy import load_file
     path, plan = os.path.join(tmp, f"{name}.onnx"), os.path.join(tmp, f"{name}.sdp")
     torch.onnx.export(model, tuple(torch.tensor(v[:batch]) for v in data.values()), path, input_names=list(data),
-                      output_names=["loss"])
+                      output_names=["loss"], optimize=optimize)
     compiled = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan],
                               capture_output=True, text=True)
     if compiled.returncode:
@@ -486,7 +486,8 @@ def tied_lm_heads(sdc, sdrun, tmp):
 
 def more_decoders_with_their_loss(sdc, sdrun, tmp):
     """Fresh Phi, GPT-J and GPT-NeoX decoders exported with their loss by
-    torch.onnx.export's defaults, trained in full. Phi's zero LM-head bias
+    torch.onnx.export's defaults, and a BERT masked LM without its
+    optimizer, trained in full. Phi's zero LM-head bias
     is merged with an MLP's and read through an aten.alias the optimizer
     removed; GPT-J's sinusoidal table is a buffer the optimizer folds into a
     gather; GPT-NeoX's two norms of one input, equal when fresh, become one
@@ -506,11 +507,17 @@ def more_decoders_with_their_loss(sdc, sdrun, tmp):
             vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ, rotary_dim=4, resid_pdrop=0,
             embd_pdrop=0, attn_pdrop=0)),
     }
+    # BERT's MLM head ties its decoder's weight to the word embeddings and its
+    # decoder's bias to its own `bias`; exported without the optimizer, as
+    # the warnings advise, every parameter is itself.
+    models["BERT masked LM, exported with optimize=False,"] = lambda: transformers.BertForMaskedLM(
+        transformers.BertConfig(**small, max_position_embeddings=SEQ, hidden_dropout_prob=0,
+                                attention_probs_dropout_prob=0))
     for name, build in models.items():
         torch.manual_seed(0)
         model = with_loss(build())
-        ours, want, got, state, warned, _, _ = train_with_its_loss(sdc, sdrun, tmp, name.lower(), model, data, steps,
-                                                                    lr, batch)
+        ours, want, got, state, warned, _, _ = train_with_its_loss(sdc, sdrun, tmp, name.split()[0].lower(), model,
+                                                                    data, steps, lr, batch, optimize="BERT" not in name)
         # Key biases get no gradient in exact arithmetic: AdamW moves them by rounding noise.
         worst = max((float(np.max(np.abs(got[k] - v))) for k, v in state.items()
                      if k in got and not k.endswith("k_proj.bias")), default=float("inf"))

@@ -634,16 +634,24 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       roles.push_back({f.reads[1], "weight"});
       if (f.reads.size() >= 3) roles.push_back({f.reads[2], "bias"});
     }
-    std::string scope = torchModuleScope(g.node(k));
+    // The module's own name for the parameter, and its parent's: Hugging
+    // Face's MLM heads tie their decoder's bias to their own
+    // (`self.decoder.bias = self.bias`, BERT's cls.predictions.bias).
+    const std::string scopeName = torchModuleScope(g.node(k));
+    llvm::StringRef scope = scopeName;
+    if (scope.empty()) continue;
     for (const auto &[placeholder, leaf] : roles) {
-      std::string own = scope + "." + leaf;
       auto in = inputs.find(placeholder);
-      auto ownIn = placeholderOf.find(own);
-      if (scope.empty() || in == inputs.end() || in->second.kind != "PARAMETER" || in->second.target == own ||
-          ownIn == placeholderOf.end() || read.count(ownIn->second) || inFile(inputs[ownIn->second]))
-        continue;
-      std::vector<std::string> &names = out.tiedNames[in->second.target];
-      if (!llvm::is_contained(names, own)) names.push_back(own);
+      if (in == inputs.end() || in->second.kind != "PARAMETER") continue;
+      for (llvm::StringRef module : {scope, scope.rsplit('.').first}) {
+        std::string own = (module + "." + leaf).str();
+        auto ownIn = placeholderOf.find(own);
+        if (module.empty() || in->second.target == own || ownIn == placeholderOf.end() || read.count(ownIn->second) ||
+            inFile(inputs[ownIn->second]))
+          continue;
+        std::vector<std::string> &names = out.tiedNames[in->second.target];
+        if (!llvm::is_contained(names, own)) names.push_back(own);
+      }
     }
   }
 
