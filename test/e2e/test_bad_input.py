@@ -172,7 +172,13 @@ def check_all(tmp):
         '<ir_version: 8, opset_import: ["" : 17]>\n'
         'g (float[2, 3] x) => (float loss)\n<float[3, 3] w = {1, 0, 0, 0, 1, 0, 0, 0, 1}, float r = {1.5}, bool t = {1}>\n'
         '{\n  h = MatMul(x, w)\n  d = Dropout(h, r, t)\n  loss = ReduceSum <keepdims = 0> (d)\n}\n',
-        ["Dropout ratio 1.5", "outside [0, 1)"])
+        ["Dropout ratio 1.5 is outside [0, 1)"])
+    refused_in_training(
+        "full fine-tuning through a train-mode Dropout whose ratio is computed", "dropout_ratio_input.onnxtxt",
+        '<ir_version: 8, opset_import: ["" : 17]>\n'
+        'g (float[2, 3] x, float r) => (float loss)\n<float[3, 3] w = {1, 0, 0, 0, 1, 0, 0, 0, 1}, bool t = {1}>\n'
+        '{\n  h = MatMul(x, w)\n  d = Dropout(h, r, t)\n  loss = ReduceSum <keepdims = 0> (d)\n}\n',
+        ["Dropout in training mode needs a constant ratio"])
     refused_in_training(
         "full fine-tuning through a RandomUniform without its shape", "random_shapeless.onnxtxt",
         '<ir_version: 8, opset_import: ["" : 17]>\n'

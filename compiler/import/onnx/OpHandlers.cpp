@@ -12,6 +12,7 @@
 #include "OnnxImporter.h"
 #include "OpLibraryBridge.h"
 #include "PassDetail.h"
+#include <cstdio>
 #include <map>
 
 using namespace mlir;
@@ -214,8 +215,11 @@ LogicalResult dropout(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec 
   auto ratio = n.input_size() > 1 && !n.input(1).empty() ? constantScalarInput(imp, n.input(1)) : std::optional(0.5);
   if (!ratio) return imp.fail("Dropout in training mode needs a constant ratio (an initializer or a Constant)");
   if (*ratio == 0) return generic(imp, n, s);
-  if (*ratio < 0 || *ratio >= 1)
-    return imp.fail("Dropout ratio " + std::to_string(*ratio) + " is outside [0, 1)");
+  if (*ratio < 0 || *ratio >= 1) {
+    char shown[32];
+    std::snprintf(shown, sizeof shown, "%g", *ratio);
+    return imp.fail(std::string("Dropout ratio ") + shown + " is outside [0, 1)");
+  }
   auto x = imp.lookup(n.input(0));
   if (failed(x)) return failure();
   Value rng = randomState(imp);
