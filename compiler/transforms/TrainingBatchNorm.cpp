@@ -6,7 +6,9 @@
 //   - accumulate (train_step is built from it later) keeps the batch's
 //     statistics and writes running * momentum + batch * (1 - momentum) back
 //     into each running weight before returning, once per micro-batch, as
-//     PyTorch updates its buffers on every training forward. The batch is
+//     PyTorch updates its buffers on every training forward (a node traced
+//     from PyTorch takes the batch's unbiased variance, as PyTorch does;
+//     ONNX's training_mode takes the biased one). The batch is
 //     every data-parallel rank's (PyTorch's SyncBatchNorm): the mean, the
 //     variance and the two means the backward needs (batchNormVJP's
 //     kCrossRankMeanAttr) are averaged over ranks by an AllReduce of
@@ -35,6 +37,10 @@ namespace {
 struct RunningStatistics {
   GlobalOp mean, var;
   double momentum = 0.9;
+  // PyTorch's rule: the running variance takes the batch's unbiased
+  // variance, over every rank's batch of this many elements per channel
+  // each; 0: ONNX's rule, the biased variance.
+  int64_t unbiasedCount = 0;
 };
 
 // `v` converted to `type`'s element type (a running weight and the batch's
@@ -75,9 +81,10 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
         if (!stats) return signalPassFailure();
         stats->mean.setRole("statistics");
         stats->var.setRole("statistics");
-        if (training && (failed(averageOverRanks(bn.getInputMean())) || failed(averageOverRanks(bn.getInputVar()))))
+        Value ranks;
+        if (training && (failed(averageOverRanks(bn.getInputMean())) || failed(averageOverRanks(bn.getInputVar(), &ranks))))
           return signalPassFailure();
-        if (failed(training ? writeBack(f, bn, *stats) : normalizeByRunning(bn, *stats)))
+        if (failed(training ? writeBack(f, bn, *stats, ranks) : normalizeByRunning(bn, *stats)))
           return signalPassFailure();
       }
       if (!training) continue;
@@ -97,7 +104,8 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
   // Every reader of the per-channel `local` [C] reads its average over the
   // data-parallel ranks instead: AllReduce([local..., 1]) = [sum..., ranks],
   // then sum / ranks. The AllReduce reduces the Concat's fresh buffer in place.
-  LogicalResult averageOverRanks(Value local) {
+  // `ranks`, when asked for, is the count of ranks, a [1] vector.
+  LogicalResult averageOverRanks(Value local, Value *ranks = nullptr) {
     auto type = dyn_cast<RankedTensorType>(local.getType());
     Operation *def = local.getDefiningOp();
     if (!type || type.getRank() != 1 || !def)
@@ -114,8 +122,10 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
     auto part = [&](int64_t begin, int64_t end) {
       return g.make<SliceOp>({reduce.getResult(0), g.ints({begin}), g.ints({end}), g.ints({0}), g.none()});
     };
-    Value average = g.div(part(0, channels), part(channels, channels + 1));
+    Value count = part(channels, channels + 1);
+    Value average = g.div(part(0, channels), count);
     if (g.failed()) return emitError(local.getLoc(), "cannot average a batch statistic over ranks");
+    if (ranks) *ranks = count;
     local.replaceUsesWithIf(average, [&](OpOperand &use) { return use.getOwner() != packed; });
     return success();
   }
@@ -123,25 +133,34 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
   std::optional<RunningStatistics> statisticsOf(BatchNormalizationOp bn, SymbolTable &globals) {
     auto tag = bn->getAttrOfType<ArrayAttr>(kRunningStatisticsAttr);
     RunningStatistics s;
-    if (tag && tag.size() == 3) {
+    if (tag && tag.size() == 4) {
       auto mean = dyn_cast<FlatSymbolRefAttr>(tag[0]), var = dyn_cast<FlatSymbolRefAttr>(tag[1]);
       auto momentum = dyn_cast<FloatAttr>(tag[2]);
+      auto count = dyn_cast<IntegerAttr>(tag[3]);
       s.mean = mean ? globals.lookup<GlobalOp>(mean.getValue()) : GlobalOp();
       s.var = var ? globals.lookup<GlobalOp>(var.getValue()) : GlobalOp();
       if (momentum) s.momentum = momentum.getValueAsDouble();
-      if (s.mean && s.var && momentum) return s;
+      if (count) s.unbiasedCount = count.getInt();
+      if (s.mean && s.var && momentum && count && s.unbiasedCount >= 0) return s;
     }
-    bn.emitError("malformed ") << kRunningStatisticsAttr << " (want [@running_mean, @running_var, momentum])";
+    bn.emitError("malformed ") << kRunningStatisticsAttr
+                               << " (want [@running_mean, @running_var, momentum, unbiased count])";
     return std::nullopt;
   }
 
-  // Before the return: running = running * momentum + batch * (1 - momentum).
-  LogicalResult writeBack(func::FuncOp f, BatchNormalizationOp bn, const RunningStatistics &s) {
+  // Before the return: running = running * momentum + batch * (1 - momentum),
+  // the variance by PyTorch's rule scaled by N / (N - 1), N = ranks * count.
+  LogicalResult writeBack(func::FuncOp f, BatchNormalizationOp bn, const RunningStatistics &s, Value ranks) {
     OpBuilder b(f.getBody().front().getTerminator());
     GradBuilder g(b, bn.getLoc());
-    for (auto [global, batch] : {std::pair{s.mean, bn.getInputMean()}, std::pair{s.var, bn.getInputVar()}}) {
+    for (auto [global, batchStatistic] : {std::pair{s.mean, bn.getInputMean()}, std::pair{s.var, bn.getInputVar()}}) {
       Value running = b.create<GlobalLoadOp>(bn.getLoc(), global.getType(), global.getSymName());
       Type et = elementTypeOf(running);
+      Value batch = batchStatistic;
+      if (global == s.var && s.unbiasedCount > 0 && ranks) {
+        Value n = g.scale(ranks, double(s.unbiasedCount));
+        batch = g.mul(batch, g.div(n, g.sub(n, g.scalar(elementTypeOf(ranks), 1.0))));
+      }
       Value next = g.add(g.mul(running, g.scalar(et, s.momentum)),
                          g.mul(castTo(g, batch, global.getType()), g.scalar(et, 1.0 - s.momentum)));
       if (g.failed()) return bn.emitError("running statistics @") << global.getSymName() << " do not fit the batch's";

@@ -53,7 +53,11 @@ plan binds to a CUDA kernel.
   token types  an embedding picked by a buffer of zeros (BERT's token
              types), folded into a constant of repeated rows: warned once
   trainnorm  a BatchNorm1d in train mode, dynamo export (written as an
-             inference node; the FX source in its metadata says train mode)
+             inference node; the FX source in its metadata says train mode),
+             its running variance by PyTorch's rule (the unbiased batch's)
+  convnorm   a Conv then a BatchNorm2d in train mode: the default export's
+             optimizer folds the norm into the Conv (refused in one line);
+             with optimize=False it trains as PyTorch's
   frozennorm a fresh BatchNorm1d kept in eval mode (frozen statistics, as
              when fine-tuning a detector): the exporters keep one initializer
              per value, so its running mean is its zero bias and its running
@@ -269,6 +273,14 @@ def models():
         def forward(self, x, label):  # x [batch, 4 channels, 6]
             return F.cross_entropy(self.head(F.relu(self.norm(self.linear(x))).mean(1)), label)
 
+    class ConvNorm(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv, self.norm, self.head = nn.Conv2d(2, 4, 3, padding=1, bias=False), nn.BatchNorm2d(4), nn.Linear(4, 3)
+
+        def forward(self, x, label):  # x [batch, 2, 5, 5]
+            return F.cross_entropy(self.head(F.relu(self.norm(self.conv(x))).mean((2, 3))), label)
+
     class Products(nn.Module):
         def __init__(self):
             super().__init__()
@@ -290,7 +302,7 @@ def models():
             return F.cross_entropy(self.head(torch.tanh(self.mean(ids) + self.sum(ids))), label)
 
     return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, Merged,
-            WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, Products, Bags)
+            WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, ConvNorm, Products, Bags)
 
 
 def data_for(name, rng, n):
@@ -325,6 +337,8 @@ def data_for(name, rng, n):
                 "target": rng.standard_normal((n, 12, 5, 4)).astype(np.float32)}
     if name == "TrainNorm":
         return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32), "label": rng.integers(0, 3, n)}
+    if name == "ConvNorm":
+        return {"x": rng.standard_normal((n, 2, 5, 5)).astype(np.float32), "label": rng.integers(0, 3, n)}
     if name == "Weighted":
         return {"x": rng.standard_normal((n, 6)).astype(np.float32), "label": rng.integers(0, 4, n).astype(np.int64),
                 "weight": rng.random(n).astype(np.float32)}
@@ -380,11 +394,12 @@ def train_and_compare(sdc, sdrun, tmp, cls, dynamo, batch=8, merge=False, **expo
         if copies:
             diffs[k] = min(copies)
     trainable = int(listed.split("trainable parameters: ")[1].split()[0])
-    # Running means (BatchNorm statistics that trained along): saved under
-    # PyTorch's buffer names, equal to its buffers. (Running variances follow
-    # ONNX's rule, the biased batch variance, so they differ from PyTorch's.)
+    # Running statistics (BatchNorm's, which trained along): saved under
+    # PyTorch's buffer names, equal to its buffers. A dynamo export's norm
+    # is PyTorch's, whose running variance takes the unbiased batch
+    # variance; a TorchScript export's is ONNX's training_mode, the biased.
     for k, b in model.named_buffers():
-        if k.endswith("running_mean") and k in got:
+        if (k.endswith("running_mean") or (dynamo and k.endswith("running_var"))) and k in got:
             diffs[k] = float(np.max(np.abs(got[k] - b.numpy())))
     merged_rel = None
     if merge:
@@ -414,12 +429,29 @@ def cuda_bound(sdrun, plan):
     return r.returncode == 0 and "every step runs on 'cuda'" in r.stdout
 
 
+def refused_conv_norm(sdc, tmp, cls):
+    """One check: cls (a Conv then a train-mode BatchNorm) exported with
+    torch.onnx.export's defaults is refused for training in one line naming
+    the folded norm and optimize=False, with no plan left."""
+    import torch
+    from e2e_util import clean_error_problems
+    data = data_for(cls.__name__, np.random.default_rng(5), 8)
+    torch.manual_seed(0)
+    path, plan = os.path.join(tmp, "conv_norm_default.onnx"), os.path.join(tmp, "conv_norm_default.sdp")
+    torch.onnx.export(cls(), tuple(torch.tensor(v) for v in data.values()), path, input_names=list(data),
+                      output_names=["loss"])
+    problems, line = clean_error_problems([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan],
+                                          ["train-mode BatchNorm folded", "optimize=False"], [plan])
+    check("a Conv then a train-mode BatchNorm2d, exported with the defaults (the optimizer folds the norm into the "
+          "Conv): training is refused in one line naming optimize=False", not problems, "; ".join(problems) or line)
+
+
 def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, statistics=(), merge=False,
                       whole=True, **export_options):
     """One check: cls exported one way trains in sdrun as in PyTorch, per-step
     losses within rel_tol, the trained weights within 1e-5 (every parameter
     found by name or as a transposed copy, or with every_name=False those
-    found: exporters rename the copies they fold; the running means named in
+    found: exporters rename the copies they fold; the running statistics named in
     `statistics` too), and the trainable count is the model's parameter
     count (with whole=False less than that: the file holds only the rows of a
     parameter the model reads)."""
@@ -427,14 +459,14 @@ def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_t
     rel, diffs, n, counted, cuda, merged_rel = train_and_compare(sdc, sdrun, tmp, cls, dynamo, merge=merge,
                                                                  **export_options)
     counted = counted[0] == counted[1] if whole else 0 < counted[0] < counted[1]
-    named = len([k for k in diffs if not k.endswith("running_mean")])
+    named = len([k for k in diffs if not k.endswith(("running_mean", "running_var"))])
     found = (named == n if every_name else named > 0) and all(k in diffs for k in statistics)
     check(f"{what.format(how=how)}: {STEPS} losses and the weights equal PyTorch's; exactly the model's parameters "
           "train; every step has a CUDA kernel (where the build has the backend)",
           rel < rel_tol and found and max(diffs.values(), default=1) < 1e-5 and counted and cuda is not False
           and (not merge or merged_rel < rel_tol),
           f"max relative loss diff {rel:.2e}; {named} of {n} parameters by name or as a transposed copy"
-          f"{f' and the running means {list(statistics)}' if statistics else ''}, max |diff| "
+          f"{f' and the running statistics {list(statistics)}' if statistics else ''}, max |diff| "
           f"{max(diffs.values(), default=-1):.2e}; trainable count right: {counted}; CUDA kernels for every step: "
           f"{'no CUDA backend in this build' if cuda is None else cuda}"
           f"{f'; merged into the file, ONNX Runtime loss rel diff {merged_rel:.2e}' if merge else ''}")
@@ -445,7 +477,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     Merged, WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, Products, Bags) = models()
+     Merged, WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, ConvNorm, Products, Bags) = models()
     with tempfile.TemporaryDirectory() as tmp:
         run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
         both = (False, True)
@@ -491,9 +523,16 @@ def main():
         # an inference node (and its optimizer merges the fresh statistics
         # with the norm's bias and scale); its FX source says train mode.
         for optimize in (True, False):
-            run(TrainNorm, True, "train-mode BatchNorm1d ({how}: normalized by each batch, its running mean updated "
-                "and saved under its buffer name, where the optimizer merged it with the zero bias too)",
-                statistics=("norm.running_mean",), optimize=optimize)
+            run(TrainNorm, True, "train-mode BatchNorm1d ({how}: normalized by each batch, its running mean and "
+                "variance updated as PyTorch's (the unbiased batch variance) and saved under their buffer names, "
+                "where the optimizer merged them with the zero bias and unit scale too)",
+                statistics=("norm.running_mean", "norm.running_var"), optimize=optimize)
+        # A Conv before it: the optimizer folds the fresh norm (an inference
+        # node of unit statistics) into the Conv, and the batch statistics
+        # are lost; the training import refuses that export in one line.
+        refused_conv_norm(sdc, tmp, ConvNorm)
+        run(ConvNorm, True, "train-mode BatchNorm2d after a Conv ({how}: normalized by each batch, the running "
+            "statistics as PyTorch's)", statistics=("norm.running_mean", "norm.running_var"), optimize=False)
         warned = folded_weight_warning(sdc, tmp, WeightNorm, "'a.parametrizations.weight.original0', "
                                        "'a.parametrizations.weight.original1' and trains as one tensor")
         check("weight_norm's parameters, which torch.onnx.export's optimizer folds into one weight (dynamo), get "

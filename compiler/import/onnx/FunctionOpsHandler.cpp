@@ -7,7 +7,9 @@
 //   BatchNormalization with training_mode=1 (opset 14+), or one a dynamo
 //   export traced in train mode (TorchExports.h): normalized by the
 //     batch's own mean and (biased) variance over every axis but 1; the
-//     running statistics are input * momentum + batch * (1 - momentum).
+//     running statistics are input * momentum + batch * (1 - momentum),
+//     with the batch's unbiased variance where the node is PyTorch's
+//     (traced), as PyTorch updates its running_var.
 //     In a training plan whose running statistics are weights, the node is
 //     tagged (kRunningStatisticsAttr) for sd-training-batch-norm: training
 //     entries write them back, the others normalize by them (PyTorch's
@@ -83,14 +85,16 @@ LogicalResult importBatchNormTraining(NodeImporter &imp, const onnx::NodeProto &
   FailureOr<Value> x = optionalInput(imp, n, 0), scale = optionalInput(imp, n, 1), bias = optionalInput(imp, n, 2),
                    mean = optionalInput(imp, n, 3), var = optionalInput(imp, n, 4);
   // A dynamo export traced in train mode: the statistics' own weights.
-  if (auto traced = imp.trainModeNorms.find(n.name()); traced != imp.trainModeNorms.end())
-    mean = imp.lookup(traced->second[0]), var = imp.lookup(traced->second[1]);
+  auto traced = imp.trainModeNorms.find(n.name());
+  const bool pytorchRule = traced != imp.trainModeNorms.end();
+  if (pytorchRule) mean = imp.lookup(traced->second[0]), var = imp.lookup(traced->second[1]);
   if (failed(x) || failed(scale) || failed(bias) || failed(mean) || failed(var)) return failure();
   if (!*x || !*scale || !*bias || !*mean || !*var) return imp.fail("BatchNormalization needs five inputs");
   if (!isStatic(*x) || dimsOf(*x).size() < 2) return imp.fail("BatchNormalization needs a static [N, C, ...] input");
   ArrayRef<int64_t> xd = dimsOf(*x);
   SmallVector<int64_t> axes = {0}, perChannel(xd.size() - 1, 1);
-  for (int64_t d = 2; d < int64_t(xd.size()); ++d) axes.push_back(d);
+  int64_t perChannelCount = xd[0]; // the elements each channel's statistics average
+  for (int64_t d = 2; d < int64_t(xd.size()); ++d) axes.push_back(d), perChannelCount *= xd[size_t(d)];
   perChannel[0] = xd[1];
   float epsilon = 1e-5f, momentum = 0.9f;
   if (const auto *e = attrOf(n, "epsilon")) epsilon = e->f();
@@ -112,8 +116,13 @@ LogicalResult importBatchNormTraining(NodeImporter &imp, const onnx::NodeProto &
   auto meanLoad = mean->getDefiningOp<GlobalLoadOp>(), varLoad = var->getDefiningOp<GlobalLoadOp>();
   if (imp.options && imp.options->training && meanLoad && varLoad) {
     Builder &b = imp.builder;
+    // PyTorch's running variance takes the batch's unbiased variance (over
+    // every rank's batch), ONNX's the biased: the count n tells
+    // sd-training-batch-norm to scale by n / (n - 1), 0 keeps ONNX's rule.
+    int64_t unbiasedCount = pytorchRule && perChannelCount > 1 ? perChannelCount : 0;
     y.getDefiningOp()->setAttr(kRunningStatisticsAttr,
-                               b.getArrayAttr({meanLoad.getGlobalAttr(), varLoad.getGlobalAttr(), b.getF32FloatAttr(momentum)}));
+                               b.getArrayAttr({meanLoad.getGlobalAttr(), varLoad.getGlobalAttr(), b.getF32FloatAttr(momentum),
+                                               b.getI64IntegerAttr(unbiasedCount)}));
   }
   bindOutput(imp, n, 0, y);
   bindOutput(imp, n, 1, runningMean);

@@ -487,6 +487,7 @@ static FailureOr<GlobalOp> frozenWeight(OpBuilder &b, Location fileLoc, NodeImpo
 static LogicalResult trainModeStatistics(OpBuilder &b, Location fileLoc, const onnx::ModelProto &model,
                                   const std::unordered_map<std::string, const onnx::TensorProto *> &inits,
                                   NodeImporter &imp, std::string &error) {
+  if (std::string folded = foldedTrainModeBatchNorm(model); !folded.empty()) return error = folded, failure();
   std::map<std::string, std::array<std::string, 2>> norms = trainModeBatchNorms(model);
   for (const onnx::NodeProto &n : model.graph().node()) {
     auto norm = norms.find(n.name());

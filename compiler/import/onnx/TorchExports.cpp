@@ -248,6 +248,18 @@ std::map<std::string, std::array<std::string, 2>> trainModeBatchNorms(const onnx
   return norms;
 }
 
+std::string foldedTrainModeBatchNorm(const onnx::ModelProto &model) {
+  for (const onnx::NodeProto &n : model.graph().node()) {
+    if (n.op_type() == "BatchNormalization" && n.domain().empty()) continue;
+    auto args = fxArguments(n, "aten._native_batch_norm_legit_functional.default");
+    if (args.size() < 6 || args[5] != "True") continue;
+    return "node '" + n.name() + "' (" + n.op_type() + ") is PyTorch's train-mode BatchNorm folded by " +
+           "torch.onnx.export's optimizer, so training cannot normalize by each batch as PyTorch does; export " +
+           "with optimize=False";
+  }
+  return "";
+}
+
 std::map<std::string, int64_t> embeddingPaddingRows(const onnx::ModelProto &model) {
   std::map<std::string, int64_t> rows;
   for (const onnx::NodeProto &n : model.graph().node()) {
@@ -527,6 +539,12 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       // Else the copy is some other function of the parameter alone (GPT-2's
       // position rows gathered by a constant arange): its elements train as
       // the parameter's do, but the parameter cannot be made from it.
+      // A copy of one value throughout (a fresh token of zeros expanded per
+      // batch item) may hold repeats, which nothing tells apart.
+      else if (uniformFill(t))
+        out.foldedTogether[copy] = "is what torch.onnx.export's optimizer computed from the parameter " + list +
+                                   ", one value throughout (fresh), so sdc cannot tell which elements repeat one of "
+                                   "the parameter's: each trains apart, where PyTorch sums the gradients of repeats";
       else
         out.foldedTogether[copy] = "is what torch.onnx.export's optimizer computed from the parameter " + list +
                                    " (rows it gathered, or a slice): it trains as those elements do in PyTorch, but "

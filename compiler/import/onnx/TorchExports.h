@@ -127,6 +127,12 @@ void repairModel(onnx::ModelProto &model, const ExportRepairs &r);
 // running_var; "" where the signature does not name one).
 std::map<std::string, std::array<std::string, 2>> trainModeBatchNorms(const onnx::ModelProto &model);
 
+// Why a training import must refuse the model when the dynamo exporter's
+// optimizer folded a train-mode BatchNorm into another node (a fresh norm,
+// traced as an inference node of unit statistics, folded into the Conv
+// before it): which node; "" when none was.
+std::string foldedTrainModeBatchNorm(const onnx::ModelProto &model);
+
 // Gathers a dynamo export wrote for nn.Embedding with padding_idx (FX source
 // aten.embedding with a third argument): each node's name mapped to that
 // row, whose weight PyTorch never trains.

@@ -10,7 +10,8 @@
 // AllReduce of [mean(dy)..., mean(dy * (x - mean))..., 1] (the
 // ReduceMeans get no gradient: no broadcast of theirs), reaching the
 // trainable weight before them; it writes running * 0.9 + batch * 0.1 back
-// before returning. The running weights become `statistics` globals; no tag
+// before returning, the variance scaled to unbiased by the tag's count. The
+// running weights become `statistics` globals; no tag
 // is left.
 // CHECK-DAG:   sd.global @bn.running_mean "statistics" : tensor<3xf32>
 // CHECK-DAG:   sd.global @bn.running_var "statistics" : tensor<3xf32>
@@ -36,8 +37,9 @@
 // CHECK:       %[[BM:.*]] = sd.div %[[SUMS]], %[[RANKS]]
 // CHECK:       sd.sub %[[H]], %[[BM]]
 // CHECK:       sd.reduce_mean
-// CHECK:       sd.all_reduce
-// CHECK:       %[[BV:.*]] = sd.div
+// CHECK:       %[[RV:.*]] = sd.all_reduce
+// CHECK:       %[[VRANKS:.*]] = sd.slice %[[RV]], {{.*}} -> tensor<1xf32>
+// CHECK:       %[[BV:.*]] = sd.div %{{.*}}, %[[VRANKS]]
 // CHECK:       sd.batch_normalization %[[H]], %{{.*}}, %{{.*}}, %[[BM]], %[[BV]] {epsilon
 // CHECK:       %[[DY:.*]] = sd.expand
 // CHECK-NOT:   sd.expand
@@ -56,8 +58,13 @@
 // CHECK-DAG:   %[[NEW:.*]] = sd.mul %[[BM]], %[[KB]]
 // CHECK:       %[[NM:.*]] = sd.add %[[OLD]], %[[NEW]]
 // CHECK-NEXT:  sd.global_store %[[NM]], @bn.running_mean
+// The running variance takes the unbiased variance of all ranks' batch
+// (PyTorch's rule; the tag's count 4 per rank): var * 4R / (4R - 1).
 // CHECK:       sd.global_load @bn.running_var
-// CHECK:       sd.mul %[[BV]]
+// CHECK:       %[[N:.*]] = sd.mul %[[VRANKS]], %{{.*}}
+// CHECK:       %[[N1:.*]] = sd.sub %[[N]], %{{.*}}
+// CHECK:       %[[F:.*]] = sd.div %[[N]], %[[N1]]
+// CHECK:       sd.mul %[[BV]], %[[F]]
 // CHECK:       sd.global_store %{{.*}}, @bn.running_var
 // CHECK-NEXT:  return
 module {
@@ -78,7 +85,7 @@ module {
     %centered = sd.sub %h, %mean : (tensor<4x3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
     %squared = sd.mul %centered, %centered : (tensor<4x3xf32>, tensor<4x3xf32>) -> tensor<4x3xf32>
     %var = sd.reduce_mean %squared, %axes {keepdims = 0 : i64} : (tensor<4x3xf32>, tensor<1xi64>) -> tensor<3xf32>
-    %y = sd.batch_normalization %h, %scale, %bias, %mean, %var {epsilon = 1.0E-5 : f32, sd.running_statistics = [@bn.running_mean, @bn.running_var, 0.899999976 : f32]} : (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
+    %y = sd.batch_normalization %h, %scale, %bias, %mean, %var {epsilon = 1.0E-5 : f32, sd.running_statistics = [@bn.running_mean, @bn.running_var, 0.899999976 : f32, 4 : i64]} : (tensor<4x3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>, tensor<3xf32>) -> tensor<4x3xf32>
     %l = sd.reduce_sum %y, %none {keepdims = 0 : i64} : (tensor<4x3xf32>, none) -> tensor<f32>
     %t = sd.constant dense<1.0> : tensor<f32>
     return %l, %t : tensor<f32>, tensor<f32>
