@@ -38,8 +38,9 @@
     exporter's optimizer from its addmm, and restored to train
   - the same optimizer merges Phi's zero LM-head bias with an MLP's behind an
     aten.alias it removed (untied again), folds GPT-J's sinusoidal buffer
-    into a gather (frozen, not trained), and merges GPT-NeoX's two fresh
-    norms of one input into one node (warned: the file does not tell)
+    into a gather (frozen, not trained), folds Falcon's `x @ weight.T` into
+    transposed copies (restored), and merges GPT-NeoX's two fresh norms of
+    one input into one node (warned: the file does not tell)
 """
 import json
 import os
@@ -485,8 +486,8 @@ def tied_lm_heads(sdc, sdrun, tmp):
 
 
 def more_decoders_with_their_loss(sdc, sdrun, tmp):
-    """Fresh Phi, GPT-J and GPT-NeoX decoders exported with their loss by
-    torch.onnx.export's defaults, and a BERT masked LM without its
+    """Fresh Phi, GPT-J, Falcon and GPT-NeoX decoders exported with their
+    loss by torch.onnx.export's defaults, and a BERT masked LM without its
     optimizer, trained in full. Phi's zero LM-head bias
     is merged with an MLP's and read through an aten.alias the optimizer
     removed; GPT-J's sinusoidal table is a buffer the optimizer folds into a
@@ -507,6 +508,11 @@ def more_decoders_with_their_loss(sdc, sdrun, tmp):
             vocab_size=64, n_embd=32, n_layer=2, n_head=4, n_positions=SEQ, rotary_dim=4, resid_pdrop=0,
             embd_pdrop=0, attn_pdrop=0)),
     }
+    # Falcon's linear layers compute x @ self.weight.T (aten.permute, folded
+    # into a copy named after it): each weight is restored from its copy.
+    models["Falcon"] = lambda: transformers.FalconForCausalLM(transformers.FalconConfig(
+        vocab_size=64, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, hidden_dropout=0,
+        attention_dropout=0, new_decoder_architecture=False))
     # BERT's MLM head ties its decoder's weight to the word embeddings and its
     # decoder's bias to its own `bias`; exported without the optimizer, as
     # the warnings advise, every parameter is itself.

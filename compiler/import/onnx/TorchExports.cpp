@@ -482,6 +482,22 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
              f.reads.size() >= 2 && f.reads[1] == placeholder;
     };
   };
+  // A copy named after the FX value it folded, and that value a 2-D
+  // transpose (FX names a value after its op: `x @ self.weight.T` in
+  // Falcon's linear layers is aten.permute, "permute_3"), read by MatMuls
+  // as their right operand: the copy is the parameter transposed.
+  auto transposeValue = [&](const std::string &copy) {
+    llvm::StringRef op = llvm::StringRef(copy).rtrim("0123456789");
+    op.consume_back("_");
+    if (op != "permute" && op != "t" && op != "transpose" && op != "numpy_T") return false;
+    bool read = false;
+    for (const onnx::NodeProto &n : g.node())
+      if (llvm::is_contained(n.input(), copy)) {
+        if (n.op_type() != "MatMul" || !n.domain().empty() || n.input(0) == copy) return false;
+        read = true;
+      }
+    return read;
+  };
   // A PyTorch op whose every parameter is a vector (a norm's affine, PReLU's
   // slopes): the copy is the parameter reshaped to broadcast.
   auto vectorParameter = [](const onnx::NodeProto &, const FxNode &f, const std::string &placeholder) {
@@ -532,7 +548,8 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       // from the copy under its own name: a Linear's weight that a MatMul
       // reads (its input has more than two dims) transposed, a norm's or
       // PReLU's vector reshaped.
-      else if (const onnx::TensorProto &t = *inits[copy]; t.dims_size() == 2 && readOnlyAs(copy, param, linearWeight(copy)))
+      else if (const onnx::TensorProto &t = *inits[copy];
+               t.dims_size() == 2 && (readOnlyAs(copy, param, linearWeight(copy)) || transposeValue(copy)))
         out.refolds.push_back({copy, param, /*transposed=*/true, /*restored=*/true});
       else if (llvm::count_if(t.dims(), [](int64_t d) { return d != 1; }) <= 1 && readOnlyAs(copy, param, vectorParameter))
         out.refolds.push_back({copy, param, /*transposed=*/false, /*restored=*/true});
