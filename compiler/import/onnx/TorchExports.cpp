@@ -554,8 +554,10 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
       else if (llvm::count_if(t.dims(), [](int64_t d) { return d != 1; }) <= 1 && readOnlyAs(copy, param, vectorParameter))
         out.refolds.push_back({copy, param, /*transposed=*/false, /*restored=*/true});
       // Else the copy is some other function of the parameter alone (GPT-2's
-      // position rows gathered by a constant arange): its elements train as
-      // the parameter's do, but the parameter cannot be made from it.
+      // position rows gathered by a constant arange, Gemma's 1 + weight):
+      // it trains in the parameter's stead (the same gradient where the
+      // function is a gather or a shift), but the parameter cannot be made
+      // from it.
       // A copy of one value throughout (a fresh token of zeros expanded per
       // batch item) may hold repeats, which nothing tells apart.
       else if (uniformFill(t))
@@ -564,8 +566,8 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
                                    "the parameter's: each trains apart, where PyTorch sums the gradients of repeats";
       else
         out.foldedTogether[copy] = "is what torch.onnx.export's optimizer computed from the parameter " + list +
-                                   " (rows it gathered, or a slice): it trains as those elements do in PyTorch, but "
-                                   "is saved under this name";
+                                   " alone (rows it gathered, a slice, a shift such as Gemma's 1 + weight): it trains "
+                                   "in the parameter's stead, and is saved as computed, under this name";
       continue;
     }
     std::optional<bool> transposed;
