@@ -540,6 +540,17 @@ static LogicalResult applyExportRepairs(OpBuilder &b, Location fileLoc, const on
     }
     applied.rereads.push_back(r);
   }
+  for (const ExportRepairs::Unmerged &u : repairs.unmerged) {
+    bool made = true;
+    for (const auto &[slot, param] : u.params) {
+      auto source = inits.find(g.node(u.node).input(slot));
+      if (source == inits.end() || !imp.lazyGlobals.count(source->first)) made = false;
+      else if (!inits.count(param) && !imp.lazyGlobals.count(param) &&
+               failed(frozenWeight(b, fileLoc, imp, param, *source->second, error)))
+        return failure();
+    }
+    if (made) applied.unmerged.push_back(u);
+  }
   for (const ExportRepairs::RestoredBias &r : repairs.restoredBiases) {
     const onnx::NodeProto &n = g.node(r.node);
     auto weight = inits.find(n.input(1));
@@ -630,7 +641,8 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
       if (failed(frozenWeight(b, fileLoc, imp, out, *source->second, error))) return error = what + ": " + error, nullptr;
       imp.untiedOutputs.insert(out);
     }
-    if (!repairs.rereads.empty() || !repairs.restoredBiases.empty() || !repairs.refolds.empty()) {
+    if (!repairs.rereads.empty() || !repairs.restoredBiases.empty() || !repairs.refolds.empty() ||
+        !repairs.unmerged.empty()) {
       if (failed(applyExportRepairs(b, fileLoc, g, inits, repairs, imp, madeTensors, repaired, error)))
         return error = what + ": " + error, nullptr;
       graph = &repaired;

@@ -1,5 +1,6 @@
 // Reading what PyTorch's ONNX exporters leave in a model (TorchExports.h).
 #include "TorchExports.h"
+#include <functional>
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include <algorithm>
@@ -437,6 +438,97 @@ static std::vector<ExportRepairs::Refold> transposedCopies(const onnx::GraphProt
   return refolds;
 }
 
+// An FX value's op, as FX names values after it: "layer_norm_1" -> "layer_norm".
+static llvm::StringRef fxOpName(llvm::StringRef value) {
+  llvm::StringRef digits = value.substr(value.find_last_not_of("0123456789") + 1);
+  if (!digits.empty() && value.drop_back(digits.size()).ends_with("_")) return value.drop_back(digits.size() + 1);
+  return value;
+}
+
+// Nodes the optimizer's common-subexpression elimination merged: a node
+// whose FX source reads a value V no node defines, where it reads the
+// output of a node M of the same op (layer_norm_1 where M is layer_norm),
+// computed V as M did but with parameters of equal value, merged first
+// (GPT-NeoX's and Falcon's two fresh norms of one input). Those parameters
+// are the unread ones of one sibling module of M's (the same parent, the
+// same leaf names: post_attention_layernorm.weight and .bias beside
+// input_layernorm's).
+static std::vector<ExportRepairs::Unmerged> unmergedNodes(
+    const onnx::GraphProto &g, const std::vector<FxNode> &fx, const std::map<std::string, SignatureInput> &inputs,
+    const std::map<std::string, std::string> &placeholderOf, const std::unordered_set<std::string> &defined,
+    const std::unordered_set<std::string> &read, const std::map<std::string, std::vector<std::string>> &tied,
+    const std::function<bool(const SignatureInput &)> &inFile) {
+  std::vector<ExportRepairs::Unmerged> out;
+  std::unordered_set<std::string> tiedName;
+  for (const auto &[param, names] : tied) tiedName.insert(names.begin(), names.end());
+  // Unread parameters by module: module -> leaf -> parameter.
+  std::map<std::string, std::map<std::string, std::string>> unreadModules;
+  for (const auto &[placeholder, in] : inputs)
+    if (in.kind == "PARAMETER" && !inFile(in) && !read.count(placeholder) && !tiedName.count(in.target)) {
+      auto [module, leaf] = llvm::StringRef(in.target).rsplit('.');
+      if (!leaf.empty()) unreadModules[module.str()][leaf.str()] = in.target;
+    }
+  if (unreadModules.empty()) return out;
+  std::unordered_map<std::string, int> producer;
+  std::unordered_set<std::string> taken; // every value name of the graph
+  for (int k = 0; k < g.node_size(); ++k)
+    for (const std::string &o : g.node(k).output()) producer[o] = k, taken.insert(o);
+  for (const onnx::TensorProto &t : g.initializer()) taken.insert(t.name());
+  for (const onnx::ValueInfoProto &in : g.input()) taken.insert(in.name());
+  std::unordered_set<std::string> claimed; // modules already given to a merged node
+  for (int k = 0; k < g.node_size(); ++k) {
+    const onnx::NodeProto &n = g.node(k);
+    const FxNode &f = fx[size_t(k)];
+    for (const std::string &value : f.reads) {
+      if (inputs.count(value) || defined.count(value) || taken.count(value)) continue;
+      // The slot reading a node of the same op whose FX value this node's source does not name.
+      std::vector<std::pair<int, int>> slots; // (slot, producer)
+      for (int j = 0; j < n.input_size(); ++j) {
+        auto p = producer.find(n.input(j));
+        if (p == producer.end()) continue;
+        const FxNode &m = fx[size_t(p->second)];
+        if (!m.defines.empty() && !llvm::is_contained(f.reads, m.defines) &&
+            fxOpName(m.defines) == fxOpName(value) && g.node(p->second).output_size() == 1)
+          slots.push_back({j, p->second});
+      }
+      if (slots.size() != 1) continue;
+      auto [slot, merged] = slots.front();
+      if (auto known = llvm::find_if(out, [&](auto &u) { return u.value == value; }); known != out.end()) {
+        if (known->node == merged) known->readers.push_back({k, slot});
+        continue;
+      }
+      // M's parameters: one module's, by leaf name; the slots reading them.
+      std::string module;
+      std::map<std::string, int> leafSlots;
+      bool oneModule = true;
+      for (const std::string &r : fx[size_t(merged)].reads) {
+        auto in = inputs.find(r);
+        if (in == inputs.end() || in->second.kind != "PARAMETER") continue;
+        auto [m, leaf] = llvm::StringRef(in->second.target).rsplit('.');
+        oneModule &= module.empty() || module == m;
+        module = m.str();
+        const onnx::NodeProto &mn = g.node(merged);
+        for (int i = 0; i < mn.input_size(); ++i)
+          if (placeholderOf.count(mn.input(i)) && leafName(mn.input(i)) == leaf) leafSlots[leaf.str()] = i;
+      }
+      if (!oneModule || module.empty() || leafSlots.empty()) continue;
+      llvm::StringRef parent = llvm::StringRef(module).rsplit('.').first;
+      std::vector<std::string> siblings;
+      for (const auto &[q, leaves] : unreadModules)
+        if (q != module && !claimed.count(q) && llvm::StringRef(q).rsplit('.').first == parent &&
+            leaves.size() == leafSlots.size() &&
+            llvm::all_of(leafSlots, [&](auto &ls) { return leaves.count(ls.first) != 0; }))
+          siblings.push_back(q);
+      if (siblings.size() != 1) continue;
+      claimed.insert(siblings[0]);
+      ExportRepairs::Unmerged u{merged, value, {}, {{k, slot}}};
+      for (const auto &[leaf, i] : leafSlots) u.params.push_back({i, unreadModules[siblings[0]][leaf]});
+      out.push_back(std::move(u));
+    }
+  }
+  return out;
+}
+
 ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters &tp) {
   ExportRepairs out;
   if (!tp.marked) {
@@ -692,10 +784,14 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     }
   }
 
+  out.unmerged = unmergedNodes(g, fx, inputs, placeholderOf, defined, read, out.tiedNames, inFile);
+
   // Parameters the file lacks that no repair restored: dropped where the
   // forward reads them (some node's FX source names their placeholder),
   // else unread.
   std::unordered_set<std::string> restored;
+  for (const ExportRepairs::Unmerged &u : out.unmerged)
+    for (const auto &[slot, param] : u.params) restored.insert(param);
   for (const ExportRepairs::Reread &r : out.rereads)
     if (!r.weight.empty()) restored.insert(r.weight);
   for (const ExportRepairs::RestoredBias &b : out.restoredBiases) restored.insert(b.parameter);
@@ -798,7 +894,23 @@ google::protobuf::RepeatedPtrField<onnx::NodeProto> repairedNodes(const onnx::Gr
   for (const onnx::NodeProto &n : g.node()) *nodes.Add() = n;
   for (const ExportRepairs::Reread &rr : r.rereads) nodes.Mutable(first + rr.node)->set_input(rr.slot, rereadName(rr));
   for (const ExportRepairs::RestoredBias &b : r.restoredBiases) nodes.Mutable(first + b.node)->add_input(b.parameter);
-  return nodes;
+  if (r.unmerged.empty()) return nodes;
+  // Each merged value computed again by a copy of its node, right after it.
+  for (const ExportRepairs::Unmerged &u : r.unmerged)
+    for (auto [node, slot] : u.readers) nodes.Mutable(first + node)->set_input(slot, u.value);
+  google::protobuf::RepeatedPtrField<onnx::NodeProto> withCopies;
+  for (int i = 0; i < nodes.size(); ++i) {
+    *withCopies.Add() = nodes.Get(i);
+    for (const ExportRepairs::Unmerged &u : r.unmerged) {
+      if (i != first + u.node) continue;
+      onnx::NodeProto copy = nodes.Get(i);
+      copy.set_name(copy.name() + "/" + u.value);
+      copy.set_output(0, u.value);
+      for (const auto &[slot, param] : u.params) copy.set_input(slot, param);
+      *withCopies.Add() = std::move(copy);
+    }
+  }
+  return withCopies;
 }
 
 void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
@@ -824,6 +936,19 @@ void repairModel(onnx::ModelProto &model, const ExportRepairs &r) {
       *g.add_initializer() = std::move(copy);
     }
     applied.rereads.push_back(rr);
+  }
+  for (const ExportRepairs::Unmerged &u : r.unmerged) {
+    bool made = true;
+    for (const auto &[slot, param] : u.params) {
+      const onnx::TensorProto *source = find(g.node(u.node).input(slot));
+      if (!source) made = false;
+      else if (!find(param)) {
+        onnx::TensorProto copy = *source;
+        copy.set_name(param);
+        *g.add_initializer() = std::move(copy);
+      }
+    }
+    if (made) applied.unmerged.push_back(u);
   }
   for (const ExportRepairs::RestoredBias &b : r.restoredBiases) {
     const onnx::NodeProto &n = g.node(b.node);

@@ -86,11 +86,23 @@ struct ExportRepairs {
   // The parameters the forward reads that the file lacks and no repair
   // restores: they cannot train (the driver names them).
   std::vector<std::string> dropped;
+  // A node the optimizer's common-subexpression elimination merged into an
+  // equal one, M (GPT-NeoX's and Falcon's two norms of one input, equal
+  // while fresh): a copy of M computes `value` again, reading at `params`'
+  // slots the parameters PyTorch's op read (made with M's weights' bytes),
+  // and the `readers` (node, slot) read it.
+  struct Unmerged {
+    int node = 0;
+    std::string value;
+    std::vector<std::pair<int, std::string>> params;
+    std::vector<std::pair<int, int>> readers;
+  };
+  std::vector<Unmerged> unmerged;
   // The parameters the file lacks that no node's FX source reads: unused by
   // the forward, or tied to another by a name the file does not tell
-  // (RoBERTa's lm_head.bias, its decoder's bias), or read by a node the
-  // optimizer merged with an equal one (GPT-NeoX's two norms of one input,
-  // fresh, so of equal weights). They are in no saved weights.
+  // (BART's model.shared.weight), or read by a node the optimizer merged
+  // with an equal one where `unmerged` cannot tell which. They are in no
+  // saved weights.
   std::vector<std::string> unread;
   // Parameters PyTorch ties to others (an LM head's weight that is the
   // input embedding's): torch.export lists each name, but the graph reads
