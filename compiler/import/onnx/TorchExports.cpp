@@ -438,6 +438,12 @@ static std::vector<ExportRepairs::Refold> transposedCopies(const onnx::GraphProt
   return refolds;
 }
 
+// The module holding a module or parameter: "layers.0.ln" -> "layers.0", "ln" -> "".
+static llvm::StringRef parentModule(llvm::StringRef path) {
+  size_t dot = path.rfind('.');
+  return dot == llvm::StringRef::npos ? llvm::StringRef() : path.take_front(dot);
+}
+
 // An FX value's op, as FX names values after it: "layer_norm_1" -> "layer_norm".
 static llvm::StringRef fxOpName(llvm::StringRef value) {
   llvm::StringRef digits = value.substr(value.find_last_not_of("0123456789") + 1);
@@ -465,8 +471,8 @@ static std::vector<ExportRepairs::Unmerged> unmergedNodes(
   std::map<std::string, std::map<std::string, std::string>> unreadModules;
   for (const auto &[placeholder, in] : inputs)
     if (in.kind == "PARAMETER" && !inFile(in) && !read.count(placeholder) && !tiedName.count(in.target)) {
-      auto [module, leaf] = llvm::StringRef(in.target).rsplit('.');
-      if (!leaf.empty()) unreadModules[module.str()][leaf.str()] = in.target;
+      llvm::StringRef module = parentModule(in.target);
+      unreadModules[module.str()][leafName(in.target).str()] = in.target;
     }
   if (unreadModules.empty()) return out;
   std::unordered_map<std::string, int> producer;
@@ -498,24 +504,24 @@ static std::vector<ExportRepairs::Unmerged> unmergedNodes(
         continue;
       }
       // M's parameters: one module's, by leaf name; the slots reading them.
-      std::string module;
+      std::optional<std::string> module;
       std::map<std::string, int> leafSlots;
       bool oneModule = true;
       for (const std::string &r : fx[size_t(merged)].reads) {
         auto in = inputs.find(r);
         if (in == inputs.end() || in->second.kind != "PARAMETER") continue;
-        auto [m, leaf] = llvm::StringRef(in->second.target).rsplit('.');
-        oneModule &= module.empty() || module == m;
+        llvm::StringRef m = parentModule(in->second.target), leaf = leafName(in->second.target);
+        oneModule &= !module || *module == m;
         module = m.str();
         const onnx::NodeProto &mn = g.node(merged);
         for (int i = 0; i < mn.input_size(); ++i)
           if (placeholderOf.count(mn.input(i)) && leafName(mn.input(i)) == leaf) leafSlots[leaf.str()] = i;
       }
-      if (!oneModule || module.empty() || leafSlots.empty()) continue;
-      llvm::StringRef parent = llvm::StringRef(module).rsplit('.').first;
+      if (!oneModule || !module || leafSlots.empty()) continue;
+      llvm::StringRef parent = parentModule(*module);
       std::vector<std::string> siblings;
       for (const auto &[q, leaves] : unreadModules)
-        if (q != module && !claimed.count(q) && llvm::StringRef(q).rsplit('.').first == parent &&
+        if (q != *module && !claimed.count(q) && parentModule(q) == parent &&
             leaves.size() == leafSlots.size() &&
             llvm::all_of(leafSlots, [&](auto &ls) { return leaves.count(ls.first) != 0; }))
           siblings.push_back(q);
@@ -694,8 +700,13 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
           in != inputs.end() && in->second.kind == "PARAMETER" && !inFile(in->second))
         out.restoredBiases.push_back({k, in->second.target});
 
+    // A BatchNormalization's running statistics (slots 3 and 4) are
+    // buffers, which the import gives weights of their own where they were
+    // merged (mergedStatistics, trainModeStatistics): only its scale and
+    // bias are rereads here, and a missing buffer is accounted for.
+    const bool batchNorm = n.op_type() == "BatchNormalization";
     std::vector<int> unnamed; // slots reading a parameter the FX source does not name
-    for (int i = 0; i < n.input_size(); ++i)
+    for (int i = 0; i < (batchNorm ? std::min(3, n.input_size()) : n.input_size()); ++i)
       if (auto ph = placeholderOf.find(n.input(i)); ph != placeholderOf.end() && inits.count(n.input(i)) &&
                                                     !llvm::is_contained(f.reads, ph->second))
         unnamed.push_back(i);
@@ -706,8 +717,8 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     for (const std::string &r : f.reads) {
       auto in = inputs.find(r);
       if (in == inputs.end()) undefinedReads += !defined.count(r);
-      else if (!inFile(in->second)) (in->second.kind == "PARAMETER" ? missingParams.push_back(in->second.target)
-                                                                     : void(missingConstant = true));
+      else if (!inFile(in->second) && in->second.kind == "PARAMETER") missingParams.push_back(in->second.target);
+      else if (!inFile(in->second)) missingConstant |= !(batchNorm && in->second.kind == "BUFFER");
     }
     // Each undefined value must be some computed input of the node (an
     // aten.alias the optimizer removed, the MatMul half of a decomposed
@@ -772,7 +783,7 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     for (const auto &[placeholder, leaf] : roles) {
       auto in = inputs.find(placeholder);
       if (in == inputs.end() || in->second.kind != "PARAMETER") continue;
-      for (llvm::StringRef module : {scope, scope.rsplit('.').first}) {
+      for (llvm::StringRef module : {scope, parentModule(scope)}) {
         std::string own = (module + "." + leaf).str();
         auto ownIn = placeholderOf.find(own);
         if (module.empty() || in->second.target == own || ownIn == placeholderOf.end() || read.count(ownIn->second) ||
