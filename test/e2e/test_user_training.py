@@ -55,6 +55,8 @@ plan binds to a CUDA kernel.
   trainnorm  a BatchNorm1d in train mode, dynamo export (written as an
              inference node; the FX source in its metadata says train mode),
              its running variance by PyTorch's rule (the unbiased batch's)
+  mixednorms a train-mode BatchNorm1d and a LayerNorm whose fresh weights the
+             optimizer merged: the BatchNorm reads its own again
   convnorm   a Conv then a BatchNorm2d in train mode: the default export's
              optimizer folds the norm into the Conv (refused in one line);
              with optimize=False it trains as PyTorch's
@@ -273,6 +275,15 @@ def models():
         def forward(self, x, label):  # x [batch, 4 channels, 6]
             return F.cross_entropy(self.head(F.relu(self.norm(self.linear(x))).mean(1)), label)
 
+    class MixedNorms(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.linear, self.norm, self.ln = nn.Linear(6, 6, bias=False), nn.BatchNorm1d(6), nn.LayerNorm(6)
+            self.head = nn.Linear(6, 3)
+
+        def forward(self, x, label):  # x [batch, 6 channels, 6]
+            return F.cross_entropy(self.head(self.ln(F.relu(self.norm(self.linear(x)))).mean(1)), label)
+
     class ConvNorm(nn.Module):
         def __init__(self):
             super().__init__()
@@ -302,7 +313,7 @@ def models():
             return F.cross_entropy(self.head(torch.tanh(self.mean(ids) + self.sum(ids))), label)
 
     return (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder, Merged,
-            WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, ConvNorm, Products, Bags)
+            WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, MixedNorms, ConvNorm, Products, Bags)
 
 
 def data_for(name, rng, n):
@@ -337,6 +348,8 @@ def data_for(name, rng, n):
                 "target": rng.standard_normal((n, 12, 5, 4)).astype(np.float32)}
     if name == "TrainNorm":
         return {"x": rng.standard_normal((n, 4, 6)).astype(np.float32), "label": rng.integers(0, 3, n)}
+    if name == "MixedNorms":
+        return {"x": rng.standard_normal((n, 6, 6)).astype(np.float32), "label": rng.integers(0, 3, n)}
     if name == "ConvNorm":
         return {"x": rng.standard_normal((n, 2, 5, 5)).astype(np.float32), "label": rng.integers(0, 3, n)}
     if name == "Weighted":
@@ -477,7 +490,7 @@ def main():
     import torch
     torch.set_num_threads(1)
     (Masked, Activations, UNet, Sequence, Weighted, Upsample, Routed, SuperRes, FrozenNorm, Encoder,
-     Merged, WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, ConvNorm, Products, Bags) = models()
+     Merged, WeightNorm, TokenTypes, Spatial, Patches, TrainNorm, MixedNorms, ConvNorm, Products, Bags) = models()
     with tempfile.TemporaryDirectory() as tmp:
         run = lambda *args, **kw: trains_like_torch(sdc, sdrun, tmp, *args, **kw)
         both = (False, True)
@@ -527,6 +540,11 @@ def main():
                 "variance updated as PyTorch's (the unbiased batch variance) and saved under their buffer names, "
                 "where the optimizer merged them with the zero bias and unit scale too)",
                 statistics=("norm.running_mean", "norm.running_var"), optimize=optimize)
+        # A train-mode BatchNorm and a LayerNorm of equal fresh weights: the
+        # optimizer keeps one initializer for both norms' scales and one for
+        # their biases; the BatchNorm gets its own again.
+        run(MixedNorms, True, "a train-mode BatchNorm1d and a LayerNorm of equal fresh weights ({how}: each norm's "
+            "scale and bias its own again)", statistics=("norm.running_mean", "norm.running_var"))
         # A Conv before it: the optimizer folds the fresh norm (an inference
         # node of unit statistics) into the Conv, and the batch statistics
         # are lost; the training import refuses that export in one line.
