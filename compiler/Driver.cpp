@@ -165,6 +165,14 @@ static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std
       warnings->push_back(parameters(dropped) +
                           " not in the file (torch.onnx.export's optimizer folds some away, such as all-zero biases) "
                           "and cannot train; export with optimize=False");
+    if (auto folded = module->getAttrOfType<mlir::ArrayAttr>("sd.folded_norms")) {
+      std::string list;
+      for (auto node : folded.getAsValueRange<mlir::StringAttr>()) list += (list.empty() ? "" : ", ") + node.str();
+      warnings->push_back(model + ": node" + (folded.size() > 1 ? "s " : " ") + list + (folded.size() > 1 ? " hold" : " holds") +
+                          " PyTorch's eval-mode BatchNorm folded in by torch.onnx.export's optimizer: the weights "
+                          "there are products with the norm's, frozen, where PyTorch trains both; export with "
+                          "optimize=False");
+    }
     if (unread)
       warnings->push_back(parameters(unread) +
                           " read by no node of the file: unused by the forward, or tied to another parameter, or "

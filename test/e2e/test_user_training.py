@@ -442,10 +442,11 @@ def cuda_bound(sdrun, plan):
     return r.returncode == 0 and "every step runs on 'cuda'" in r.stdout
 
 
-def refused_conv_norm(sdc, tmp, cls):
-    """One check: cls (a Conv then a train-mode BatchNorm) exported with
-    torch.onnx.export's defaults is refused for training in one line naming
-    the folded norm and optimize=False, with no plan left."""
+def conv_norm_exports(sdc, tmp, cls):
+    """cls (a Conv then a BatchNorm) exported with torch.onnx.export's
+    defaults: in train mode refused for training in one line naming the
+    folded norm and optimize=False, with no plan left; in eval mode warned."""
+    import subprocess
     import torch
     from e2e_util import clean_error_problems
     data = data_for(cls.__name__, np.random.default_rng(5), 8)
@@ -457,6 +458,15 @@ def refused_conv_norm(sdc, tmp, cls):
                                           ["train-mode BatchNorm folded", "optimize=False"], [plan])
     check("a Conv then a train-mode BatchNorm2d, exported with the defaults (the optimizer folds the norm into the "
           "Conv): training is refused in one line naming optimize=False", not problems, "; ".join(problems) or line)
+    # In eval mode the fold is exact, so LoRA's forward is PyTorch's; full
+    # fine-tuning would freeze the Conv's product weight: warned.
+    torch.onnx.export(cls().eval(), tuple(torch.tensor(v) for v in data.values()), path, input_names=list(data),
+                      output_names=["loss"])
+    r = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan],
+                       capture_output=True, text=True)
+    check("the same in eval mode (the norm folded into the Conv exactly): full fine-tuning compiles with a warning "
+          "naming the Conv and optimize=False", r.returncode == 0 and "(Conv) holds PyTorch's eval-mode BatchNorm"
+          in r.stderr and "optimize=False" in r.stderr, f"rc {r.returncode}: {r.stderr.strip()[-400:]}")
 
 
 def trains_like_torch(sdc, sdrun, tmp, cls, dynamo, what, every_name=True, rel_tol=1e-4, statistics=(), merge=False,
@@ -548,7 +558,7 @@ def main():
         # A Conv before it: the optimizer folds the fresh norm (an inference
         # node of unit statistics) into the Conv, and the batch statistics
         # are lost; the training import refuses that export in one line.
-        refused_conv_norm(sdc, tmp, ConvNorm)
+        conv_norm_exports(sdc, tmp, ConvNorm)
         run(ConvNorm, True, "train-mode BatchNorm2d after a Conv ({how}: normalized by each batch, the running "
             "statistics as PyTorch's)", statistics=("norm.running_mean", "norm.running_var"), optimize=False)
         warned = folded_weight_warning(sdc, tmp, WeightNorm, "'a.parametrizations.weight.original0', "

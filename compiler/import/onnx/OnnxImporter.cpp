@@ -676,6 +676,8 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
       return b.getArrayAttr(names);
     };
     if (!repairs.dropped.empty()) (*module)->setAttr("sd.dropped_parameters", nameList(repairs.dropped));
+    if (std::vector<std::string> folded = foldedEvalBatchNorms(model); !folded.empty())
+      (*module)->setAttr("sd.folded_norms", nameList(folded));
     if (!repairs.unread.empty()) (*module)->setAttr("sd.unread_parameters", nameList(repairs.unread));
   }
 

@@ -261,6 +261,15 @@ std::string foldedTrainModeBatchNorm(const onnx::ModelProto &model) {
   return "";
 }
 
+std::vector<std::string> foldedEvalBatchNorms(const onnx::ModelProto &model) {
+  std::vector<std::string> nodes;
+  for (const onnx::NodeProto &n : model.graph().node())
+    if ((n.op_type() != "BatchNormalization" || !n.domain().empty()) &&
+        !fxArguments(n, "aten._native_batch_norm_legit_no_training.default").empty())
+      nodes.push_back("'" + n.name() + "' (" + n.op_type() + ")");
+  return nodes;
+}
+
 std::map<std::string, int64_t> embeddingPaddingRows(const onnx::ModelProto &model) {
   std::map<std::string, int64_t> rows;
   for (const onnx::NodeProto &n : model.graph().node()) {

@@ -144,6 +144,10 @@ std::map<std::string, std::array<std::string, 2>> trainModeBatchNorms(const onnx
 // traced as an inference node of unit statistics, folded into the Conv
 // before it): which node; "" when none was.
 std::string foldedTrainModeBatchNorm(const onnx::ModelProto &model);
+// Nodes an eval-mode BatchNorm was folded into ("'node_Conv_0' (Conv)"):
+// their weights are the product with the norm's, frozen (the exporter marks
+// no parameter), and the norm's own parameters are not in the file.
+std::vector<std::string> foldedEvalBatchNorms(const onnx::ModelProto &model);
 
 // Gathers a dynamo export wrote for nn.Embedding with padding_idx (FX source
 // aten.embedding with a third argument): each node's name mapped to that
