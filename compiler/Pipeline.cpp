@@ -30,7 +30,7 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     osft.rankPattern = opts.osftRankPattern;
     pm.addPass(createPeftOsft(osft));
   } else if (opts.training()) {
-    pm.addPass(createMarkTrainable(MarkTrainableOptions{opts.trainable}));
+    pm.addPass(createMarkTrainable(MarkTrainableOptions{opts.trainable, opts.freeze}));
   }
 }
 

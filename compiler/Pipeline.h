@@ -16,6 +16,7 @@ struct PipelineOptions {
   // Training (empty peft: an inference-only plan).
   std::string peft;              // "none" (full fine-tuning) | "lora" | "osft"
   std::string trainable = ".*";  // --peft none: regex over weight names
+  std::string freeze;            // --peft none: regex over weight names kept frozen (none when empty)
   std::string targetModules;     // --peft lora
   int64_t loraR = 8;
   double loraAlpha = 8.0;

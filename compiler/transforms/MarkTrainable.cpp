@@ -43,12 +43,17 @@ struct MarkTrainablePass : sd::impl::MarkTrainableBase<MarkTrainablePass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    std::unique_ptr<llvm::Regex> re;
+    std::unique_ptr<llvm::Regex> re, frozen;
     std::string err;
     if (!sd::fullMatchRegex(pattern, re, err)) {
       module.emitError() << "--trainable " << err;
       return signalPassFailure();
     }
+    if (!freeze.empty() && !sd::fullMatchRegex(freeze, frozen, err)) {
+      module.emitError() << "--freeze " << err;
+      return signalPassFailure();
+    }
+    int kept = 0; // weights --freeze kept frozen
     llvm::StringMap<SmallVector<Value>> loads;
     module.walk([&](GlobalLoadOp load) { loads[load.getGlobal()].push_back(load.getResult()); });
     int matched = 0;
@@ -56,8 +61,16 @@ struct MarkTrainablePass : sd::impl::MarkTrainableBase<MarkTrainablePass> {
       auto type = cast<RankedTensorType>(g.getType());
       if (g.getRole() != "frozen" || !isa<FloatType>(type.getElementType()) || g->hasAttr(kNotParameterAttr)) continue;
       if (!re->match(g.getSymName()) || !carriesGradient(loads.lookup(g.getSymName()))) continue;
+      if (frozen && frozen->match(g.getSymName())) {
+        ++kept;
+        continue;
+      }
       g.setRole("trainable");
       ++matched;
+    }
+    if (frozen && !kept) {
+      module.emitError() << "--freeze '" << freeze << "' matches no floating-point weight that would train";
+      return signalPassFailure();
     }
     if (!matched) {
       module.emitError() << "--trainable '" << pattern << "' matches no floating-point weight that a gradient can reach";

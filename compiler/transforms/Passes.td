@@ -127,10 +127,14 @@ def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
     becomes trainable, unless its values only ever become bools (a causal
     mask registered as a buffer), so no gradient can reach it. Globals the
     loss does not depend on are made frozen again by sd-autodiff (an unused
-    embedding, rotary tables).
+    embedding, rotary tables). Globals whose full name matches `freeze` stay
+    frozen (sdc --freeze: Marian's and Whisper's sinusoidal positions, which
+    PyTorch keeps with requires_grad=False).
   }];
   let options = [
     Option<"pattern", "pattern", "std::string", "\".*\"", "regex a global's full name must match">,
+    Option<"freeze", "freeze", "std::string", "\"\"",
+           "regex of globals kept frozen (PyTorch's requires_grad=False, which exports do not record)">,
   ];
 }
 

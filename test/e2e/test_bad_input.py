@@ -285,6 +285,12 @@ def check_all(tmp):
     assert r and r.returncode == 0, r.stderr if r else "sdc hung"
     expect_clean_error("generate on a plan whose only bucket is 1x0",
                        [sdrun, "generate", empty_seq, "--prompt", "Hi", "--max-new-tokens", "2"], ["seq > 0"])
+    expect_clean_error("--freeze matching nothing", [sdc, "compile", gpt, "--peft", "none", "--freeze", "nope", "-o",
+                                                     out_plan], ["--freeze 'nope'", "matches no"], [out_plan])
+    expect_clean_error("--freeze with LoRA", [sdc, "compile", gpt, "--peft", "lora", "--target-modules", "all-linear",
+                                              "--freeze", "x", "-o", out_plan], ["--freeze", "--peft none"], [out_plan])
+    expect_clean_error("--freeze with a broken regex", [sdc, "compile", gpt, "--peft", "none", "--freeze", "(", "-o",
+                                                        out_plan], ["--freeze '('", "not a valid"], [out_plan])
     expect_clean_error("--adam-beta1 1.5", [sdc, "compile", gpt, "--peft", "none", "--adam-beta1", "1.5", "-o",
                                             out_plan], ["--adam-beta1", "below 1"], [out_plan])
     expect_clean_error("--adam-epsilon 0", [sdc, "compile", gpt, "--peft", "none", "--adam-epsilon", "0", "-o",

@@ -344,7 +344,7 @@ def with_loss(model):
     return WithLoss()
 
 
-def train_with_its_loss(sdc, sdrun, tmp, name, model, data, steps, lr, batch=2, optimize=True):
+def train_with_its_loss(sdc, sdrun, tmp, name, model, data, steps, lr, batch=2, optimize=True, compile_args=()):
     """Exports `model` (a with_loss) with torch.onnx.export's defaults, trains
     it in full from a folder of `data`'s arrays with sdrun, and the same
     batches in PyTorch (AdamW): (sdrun's losses, PyTorch's, the saved
@@ -356,8 +356,8 @@ def train_with_its_loss(sdc, sdrun, tmp, name, model, data, steps, lr, batch=2, 
     path, plan = os.path.join(tmp, f"{name}.onnx"), os.path.join(tmp, f"{name}.sdp")
     torch.onnx.export(model, tuple(torch.tensor(v[:batch]) for v in data.values()), path, input_names=list(data),
                       output_names=["loss"], optimize=optimize)
-    compiled = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", "-o", plan],
-                              capture_output=True, text=True)
+    compiled = subprocess.run([sdc, "compile", path, "--peft", "none", "--loss-output", "loss", *compile_args, "-o",
+                               plan], capture_output=True, text=True)
     if compiled.returncode:
         raise RuntimeError(f"sdc compile {name} failed: {compiled.stderr.strip()[-800:]}")
     folder = os.path.join(tmp, f"{name}_data")
@@ -551,6 +551,22 @@ def more_decoders_with_their_loss(sdc, sdrun, tmp):
             theirs = float(ort_run(merged, {"input_ids": ids[:batch], "labels": ids[:batch]})["loss"])
             check("GPT-NeoX's trained weights merged into the export: ONNX Runtime's loss equals trained PyTorch's "
                   "(1e-5)", abs(theirs - trained) <= 1e-5 * abs(trained), f"{theirs} against {trained}")
+    # Marian's sinusoidal positions are parameters PyTorch keeps with
+    # requires_grad=False, which no export records: --freeze keeps them
+    # (exported with optimize=False, which keeps them under their names).
+    torch.manual_seed(0)
+    marian = with_loss(transformers.MarianMTModel(transformers.MarianConfig(
+        vocab_size=64, d_model=32, encoder_layers=1, decoder_layers=1, encoder_attention_heads=4,
+        decoder_attention_heads=4, encoder_ffn_dim=64, decoder_ffn_dim=64, max_position_embeddings=SEQ, dropout=0,
+        attention_dropout=0, activation_dropout=0, pad_token_id=0, decoder_start_token_id=0)))
+    ours, want, got, state, _, _, _ = train_with_its_loss(sdc, sdrun, tmp, "marian", marian, data, steps, lr, batch,
+                                                          optimize=False, compile_args=("--freeze", ".*embed_positions.*"))
+    worst = max((float(np.max(np.abs(got[k] - v))) for k, v in state.items() if k in got), default=float("inf"))
+    check("Marian, exported with optimize=False, trained in full with --freeze '.*embed_positions.*' (PyTorch's "
+          "requires_grad=False): losses and weights equal PyTorch's (1e-5), the positions neither trained nor saved",
+          max_loss_rel(ours, want) < 1e-5 and worst < 1e-5 and not any("embed_positions" in k for k in got),
+          f"max rel loss diff {max_loss_rel(ours, want):.1e}, max weight diff {worst:.1e}, saved positions: "
+          f"{[k for k in got if 'embed_positions' in k]}")
 
 
 def dynamo_lora_plan(sdc, sdrun, tmp, name, model, ids, what):

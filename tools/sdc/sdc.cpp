@@ -71,6 +71,9 @@ const char *kUsage =
     "                           --shapes with batch 1, the bucket sdrun generate uses,\n"
     "                           or the model's batch where the model fixes it)\n"
     "  --trainable REGEX        full fine-tuning of the weights whose name matches\n"
+    "  --freeze REGEX           full fine-tuning: keep the weights whose name matches\n"
+    "                           frozen (PyTorch's requires_grad=False, which exports\n"
+    "                           do not record: Whisper's and Marian's sinusoidal positions)\n"
     "  --recipe sft|classify    sft: causal-LM cross-entropy on the logits (the default);\n"
     "                           classify: a new linear head (classifier, trained in full) on\n"
     "                           the model's features, cross-entropy against one label per\n"
@@ -321,6 +324,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--trainable") {
       if (!value(a.pipeline.trainable)) return fail("--trainable needs a regex"), 2;
       a.pipeline.peft = "none";
+    } else if (flag == "--freeze") {
+      if (!value(a.pipeline.freeze) || a.pipeline.freeze.empty()) return fail("--freeze needs a regex"), 2;
     } else if (flag == "--recipe") {
       if (!value(a.pipeline.recipe) || (a.pipeline.recipe != "sft" && a.pipeline.recipe != "classify"))
         return fail("--recipe takes 'sft' or 'classify'"), 2;
@@ -426,6 +431,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
   if (a.pipeline.peft != "lora" && a.pipeline.peft != "osft" && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora or --peft osft"), 2;
+  if (!a.pipeline.freeze.empty() && a.pipeline.peft != "none")
+    return fail("--freeze keeps weights out of full fine-tuning: it needs --peft none (adapters freeze the model)"), 2;
   if (lossScaleGiven && a.pipeline.precision != "fp16")
     return fail("--loss-scale-init and --loss-scale-window are for --precision fp16 (bf16 and fp32 need no loss scaling)"), 2;
   if (a.pipeline.shard != "none" && !a.pipeline.training())
