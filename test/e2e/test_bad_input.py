@@ -185,7 +185,7 @@ def check_all(tmp):
         'g (float[2, 3] x) => (float loss)\n<float[3, 3] w = {1, 0, 0, 0, 1, 0, 0, 0, 1}>\n'
         '{\n  h = MatMul(x, w)\n  n = RandomUniform <dtype = 1> ()\n  d = Add(h, n)\n'
         '  loss = ReduceSum <keepdims = 0> (d)\n}\n',
-        ["RandomUniform", "needs its shape attribute"])
+        ["(RandomUniform) lacks its required attribute 'shape'"])
 
     # Importer inputs the fuzzer found (test/fuzz/regressions): clean errors, not crashes.
     regressions = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "fuzz", "regressions")
@@ -195,6 +195,11 @@ def check_all(tmp):
     expect_clean_error("Gather of a rank-0 tensor",
                        [sdc, "compile", os.path.join(regressions, "importer-unranked-operand.onnx"), "-o", out],
                        ["Gather_0", "axis 0 out of range for rank 0"], [out])
+    # A Scan without its body and num_scan_inputs: libonnx's shape inference
+    # would dereference the missing attribute.
+    expect_clean_error("Scan without its required attributes",
+                       [sdc, "compile", os.path.join(regressions, "importer-scan-without-body.onnx"), "-o", out],
+                       ["(Scan) lacks its required attribute 'body'"], [out])
 
     # --bind misuse.
     bound = os.path.join(tmp, "bound.pb")

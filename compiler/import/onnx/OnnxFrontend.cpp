@@ -3,6 +3,7 @@
 #include "Sha256.h"
 #include "onnx/checker.h"
 #include "onnx/defs/parser.h"
+#include "onnx/defs/schema.h"
 #include "onnx/shape_inference/implementation.h"
 #include <algorithm>
 #include <climits>
@@ -162,6 +163,36 @@ void restoreQuotedNames(onnx::ModelProto &m, const std::vector<std::string> &nam
   }
 }
 
+// libonnx 1.12's shape inference reads a node's required attributes without
+// looking (Scan's num_scan_inputs: a null dereference), where the checker,
+// whose complaints only become notes, would have said. So a node of a
+// standard op lacking a required attribute, or holding a required graph as
+// something else, is refused before shape inference runs. Subgraphs too.
+bool requiredAttributesPresent(const onnx::GraphProto &g, int64_t opset, std::string &error) {
+  for (int i = 0; i < g.node_size(); ++i) {
+    const onnx::NodeProto &n = g.node(i);
+    for (const onnx::AttributeProto &a : n.attribute()) {
+      if (a.has_g() && !requiredAttributesPresent(a.g(), opset, error)) return false;
+      for (const onnx::GraphProto &sub : a.graphs())
+        if (!requiredAttributesPresent(sub, opset, error)) return false;
+    }
+    if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
+    const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(n.op_type(), int(opset), "");
+    if (!schema) continue;
+    for (const auto &[name, spec] : schema->attributes()) {
+      if (!spec.required) continue;
+      auto a = std::find_if(n.attribute().begin(), n.attribute().end(),
+                            [&](const onnx::AttributeProto &x) { return x.name() == name; });
+      std::string node = (n.name().empty() ? "node #" + std::to_string(i) : "node '" + n.name() + "'") + " (" +
+                         n.op_type() + ")";
+      if (a == n.attribute().end()) return error = node + " lacks its required attribute '" + name + "'", false;
+      if (spec.type == onnx::AttributeProto::GRAPH && !a->has_g())
+        return error = node + ": attribute '" + name + "' must be a graph", false;
+    }
+  }
+  return true;
+}
+
 } // namespace
 
 bool loadOnnxModelFromBytes(const std::string &bytes, bool textFormat, const std::string &what, const std::string &dir,
@@ -195,6 +226,10 @@ bool loadOnnxModelFromBytes(const std::string &bytes, bool textFormat, const std
     } catch (const std::exception &e) {
       out.notes.push_back(std::string("onnx checker: ") + e.what());
     }
+    int64_t opset = 0;
+    for (const onnx::OperatorSetIdProto &o : out.model.opset_import())
+      if (o.domain().empty() || o.domain() == "ai.onnx") opset = o.version();
+    if (!requiredAttributesPresent(out.model.graph(), opset, error)) return error = what + ": " + error, false;
     try {
       onnx::shape_inference::InferShapes(out.model);
     } catch (const std::exception &e) {
