@@ -200,6 +200,11 @@ def check_all(tmp):
     expect_clean_error("Scan without its required attributes",
                        [sdc, "compile", os.path.join(regressions, "importer-scan-without-body.onnx"), "-o", out],
                        ["(Scan) lacks its required attribute 'body'"], [out])
+    # A folded copy whose bytes are fewer than its dims say, which the
+    # training import's repairs indexed by its dims.
+    expect_clean_error("a training import of a copy shorter than its dims",
+                       [sdc, "compile", os.path.join(regressions, "importer-copy-shorter-than-dims.onnx"), "--peft",
+                        "none", "--loss-output", "loss", "-o", out], ["'lin.weight'", "wrong number of values"], [out])
 
     # --bind misuse.
     bound = os.path.join(tmp, "bound.pb")

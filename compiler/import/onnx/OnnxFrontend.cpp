@@ -179,7 +179,9 @@ bool requiredAttributesPresent(const onnx::GraphProto &g, int64_t opset, std::st
     if (!n.domain().empty() && n.domain() != "ai.onnx") continue;
     const onnx::OpSchema *schema = onnx::OpSchemaRegistry::Schema(n.op_type(), int(opset), "");
     if (!schema) continue;
-    for (const auto &[name, spec] : schema->attributes()) {
+    for (const auto &attribute : schema->attributes()) {
+      const std::string &name = attribute.first;
+      const onnx::OpSchema::Attribute &spec = attribute.second;
       if (!spec.required) continue;
       auto a = std::find_if(n.attribute().begin(), n.attribute().end(),
                             [&](const onnx::AttributeProto &x) { return x.name() == name; });

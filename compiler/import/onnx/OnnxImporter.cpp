@@ -662,12 +662,14 @@ OwningOpRef<ModuleOp> importOnnxModel(MLIRContext *ctx, const onnx::ModelProto &
     }
     if (!repairs.tiedNames.empty()) {
       SmallVector<NamedAttribute> tied;
-      for (const auto &[param, names] : repairs.tiedNames)
-        if (weightNames.count(param) || llvm::any_of(repairs.refolds, [&](auto &r) { return r.parameter == param; })) {
-          SmallVector<Attribute> list;
-          for (const std::string &n : names) list.push_back(b.getStringAttr(n));
-          tied.push_back(b.getNamedAttr(param, b.getArrayAttr(list)));
-        }
+      for (const auto &tie : repairs.tiedNames) {
+        const std::string &param = tie.first;
+        if (!weightNames.count(param) && llvm::none_of(repairs.refolds, [&](auto &r) { return r.parameter == param; }))
+          continue;
+        SmallVector<Attribute> list;
+        for (const std::string &n : tie.second) list.push_back(b.getStringAttr(n));
+        tied.push_back(b.getNamedAttr(param, b.getArrayAttr(list)));
+      }
       if (!tied.empty()) (*module)->setAttr("sd.tied_names", b.getDictionaryAttr(tied));
     }
     auto nameList = [&](const std::vector<std::string> &list) {

@@ -324,10 +324,19 @@ size_t elementSize(const onnx::TensorProto &t) {
   }
 }
 
-// The raw bytes of a float tensor stored as raw_data, with its element size; empty when stored otherwise.
+// The raw bytes of a float tensor stored as raw_data, with its element size;
+// empty when stored otherwise, or when their size is not what the dims say.
 llvm::ArrayRef<char> rawBytes(const onnx::TensorProto &t, size_t &es) {
   es = elementSize(t);
-  if (es == 0 || !t.has_raw_data() || t.raw_data().size() % es) return {};
+  if (es == 0 || !t.has_raw_data()) return {};
+  // The bytes must be exactly what the dims say (every reader indexes by
+  // them; a file may lie).
+  uint64_t count = 1;
+  for (int64_t d : t.dims()) {
+    if (d < 0 || (d != 0 && count > (uint64_t(1) << 48) / uint64_t(d))) return {};
+    count *= uint64_t(d);
+  }
+  if (count * es != t.raw_data().size()) return {};
   return llvm::ArrayRef<char>(t.raw_data().data(), t.raw_data().size());
 }
 
@@ -529,11 +538,13 @@ static std::vector<ExportRepairs::Unmerged> unmergedNodes(
       if (!oneModule || !module || leafSlots.empty()) continue;
       llvm::StringRef parent = parentModule(*module);
       std::vector<std::string> siblings;
-      for (const auto &[q, leaves] : unreadModules)
-        if (q != *module && !claimed.count(q) && parentModule(q) == parent &&
+      for (const auto &entry : unreadModules) {
+        const std::map<std::string, std::string> &leaves = entry.second;
+        if (entry.first != *module && !claimed.count(entry.first) && parentModule(entry.first) == parent &&
             leaves.size() == leafSlots.size() &&
             llvm::all_of(leafSlots, [&](auto &ls) { return leaves.count(ls.first) != 0; }))
-          siblings.push_back(q);
+          siblings.push_back(entry.first);
+      }
       if (siblings.size() != 1) continue;
       claimed.insert(siblings[0]);
       ExportRepairs::Unmerged u{merged, value, {}, {{k, slot}}};
