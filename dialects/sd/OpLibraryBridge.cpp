@@ -141,7 +141,7 @@ bool elementsToBytes(ElementsAttr attr, std::vector<uint8_t> &out) {
     if (!blob) return false;
     ArrayRef<char> data = blob->getData();
     if (data.size() != out.size()) return false;
-    std::memcpy(out.data(), data.data(), data.size());
+    if (!data.empty()) std::memcpy(out.data(), data.data(), data.size()); // an empty vector's data() may be null
     return true;
   }
   auto dense = dyn_cast<DenseElementsAttr>(attr);
@@ -156,7 +156,7 @@ bool elementsToBytes(ElementsAttr attr, std::vector<uint8_t> &out) {
     for (size_t i = 0; i < n; ++i) std::memcpy(out.data() + i * es, raw.data(), es);
   } else {
     if (raw.size() != out.size()) return false;
-    std::memcpy(out.data(), raw.data(), raw.size());
+    if (!raw.empty()) std::memcpy(out.data(), raw.data(), raw.size());
   }
   return true;
 }
