@@ -38,6 +38,13 @@ static std::string configJson(const CompileRequest &r) {
          "}";
 }
 
+// An array of strings as a JSON list: ["a","b"].
+static std::string jsonStrings(mlir::ArrayAttr strings) {
+  std::string list = "[";
+  for (auto [i, n] : llvm::enumerate(strings)) list += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
+  return list + "]";
+}
+
 // The PEFT configuration the passes recorded, as JSON for the plan's config
 // (sdrun writes adapter_config.json from it).
 static std::string peftJson(mlir::ModuleOp module) {
@@ -289,18 +296,13 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"" + key + "\":" + json + "}";
   };
   if (auto token = (*module)->getAttrOfType<mlir::StringAttr>("sd.token_input")) addField("token_input", jsonQuote(token.str()));
-  if (auto rows = (*module)->getAttrOfType<mlir::ArrayAttr>("sd.row_sharded")) {
-    std::string list = "[";
-    for (auto [i, n] : llvm::enumerate(rows)) list += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
-    addField(abi::kRowShardedConfigKey, list + "]");
-  }
+  if (auto rows = (*module)->getAttrOfType<mlir::ArrayAttr>("sd.row_sharded"))
+    addField(abi::kRowShardedConfigKey, jsonStrings(rows));
   if (auto notes = (*module)->getAttrOfType<mlir::ArrayAttr>("sd.control_flow")) {
     // The import's decisions, and how many run-time selects specialization left.
     int64_t selects = 0;
     module->walk([&](ir::IfSelectOp) { ++selects; });
-    std::string list = "[";
-    for (auto [i, n] : llvm::enumerate(notes)) list += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
-    addField("control_flow", "{\"decisions\":" + list + "],\"run_time_selects\":" + std::to_string(selects) + "}");
+    addField("control_flow", "{\"decisions\":" + jsonStrings(notes) + ",\"run_time_selects\":" + std::to_string(selects) + "}");
   }
   if (auto cls = (*module)->getAttrOfType<mlir::DictionaryAttr>("sd.classify")) {
     auto num = [&](const char *k) { return std::to_string(mlir::cast<mlir::IntegerAttr>(cls.get(k)).getInt()); };
@@ -310,12 +312,9 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   if (auto tied = (*module)->getAttrOfType<mlir::DictionaryAttr>("sd.tied_names")) {
     // The other names of tied parameters: sdrun saves trained weights under each.
     std::string map = "{";
-    for (mlir::NamedAttribute a : tied) {
-      map += (map.size() > 1 ? "," : "") + jsonQuote(a.getName().str()) + ":[";
-      for (auto [i, n] : llvm::enumerate(mlir::cast<mlir::ArrayAttr>(a.getValue())))
-        map += (i ? "," : "") + jsonQuote(mlir::cast<mlir::StringAttr>(n).str());
-      map += "]";
-    }
+    for (mlir::NamedAttribute a : tied)
+      map += (map.size() > 1 ? "," : "") + jsonQuote(a.getName().str()) + ":" +
+             jsonStrings(mlir::cast<mlir::ArrayAttr>(a.getValue()));
     addField(abi::kTiedNamesConfigKey, map + "}");
   }
   if (std::string peft = peftJson(*module); !peft.empty()) addField(peft.find("\"OSF\"") != std::string::npos ? "osf" : "lora", peft);

@@ -287,16 +287,14 @@ bool mergeWeights(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   const auto &tensors = file.value().tensors;
   for (auto &[name, t] : tensors) {
     auto tie = tiedTo.find(name);
-    if (tie == tiedTo.end()) continue;
-    auto same = tensors.find(tie->second);
-    if (same != tensors.end() && (same->second.bytes != t.bytes || std::memcmp(same->second.data, t.data, t.bytes)))
-      return error = req.weightsFile + ": '" + name + "' and '" + tie->second +
-                     "' are one tied parameter of the model but hold different values",
-             false;
-  }
-  for (auto &[name, t] : tensors) {
-    auto tie = tiedTo.find(name);
-    if (tie != tiedTo.end() && tensors.count(tie->second)) continue; // merged under the parameter's name
+    if (tie != tiedTo.end())
+      if (auto same = tensors.find(tie->second); same != tensors.end()) {
+        if (same->second.bytes != t.bytes || std::memcmp(same->second.data, t.data, t.bytes))
+          return error = req.weightsFile + ": '" + name + "' and '" + tie->second +
+                         "' are one tied parameter of the model but hold different values",
+                 false;
+        continue; // merged under the parameter's name
+      }
     const std::string &param = tie != tiedTo.end() ? tie->second : name;
     onnx::TensorProto *w = findInitializer(lm.model, param);
     if (!w) w = untiedInitializer(lm.model, param);

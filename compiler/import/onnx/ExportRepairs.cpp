@@ -6,7 +6,6 @@
 #include "llvm/ADT/SmallVector.h"
 #include <algorithm>
 #include <cstring>
-#include <functional>
 #include <optional>
 #include <set>
 
@@ -185,21 +184,15 @@ static llvm::StringRef fxOpName(llvm::StringRef value) {
 // are the unread ones of one sibling module of M's (the same parent, the
 // same leaf names: post_attention_layernorm.weight and .bias beside
 // input_layernorm's).
-static std::vector<ExportRepairs::Unmerged> unmergedNodes(
-    const onnx::GraphProto &g, const std::vector<FxNode> &fx, const std::map<std::string, SignatureInput> &inputs,
-    const std::map<std::string, std::string> &placeholderOf, const std::unordered_set<std::string> &defined,
-    const std::unordered_set<std::string> &read, const std::map<std::string, std::vector<std::string>> &tied,
-    const std::function<bool(const SignatureInput &)> &inFile) {
+static std::vector<ExportRepairs::Unmerged> unmergedNodes(const onnx::GraphProto &g, const std::vector<FxNode> &fx,
+                                                          const std::map<std::string, SignatureInput> &inputs,
+                                                          const std::map<std::string, std::string> &placeholderOf,
+                                                          const std::unordered_set<std::string> &defined,
+                                                          const std::vector<std::string> &unread) {
   std::vector<ExportRepairs::Unmerged> out;
-  std::unordered_set<std::string> tiedName;
-  for (const auto &[param, names] : tied) tiedName.insert(names.begin(), names.end());
   // Unread parameters by module: module -> leaf -> parameter.
   std::map<std::string, std::map<std::string, std::string>> unreadModules;
-  for (const auto &[placeholder, in] : inputs)
-    if (in.kind == "PARAMETER" && !inFile(in) && !read.count(placeholder) && !tiedName.count(in.target)) {
-      llvm::StringRef module = parentModule(in.target);
-      unreadModules[module.str()][leafName(in.target).str()] = in.target;
-    }
+  for (const std::string &param : unread) unreadModules[parentModule(param).str()][leafName(param).str()] = param;
   if (unreadModules.empty()) return out;
   std::unordered_map<std::string, int> producer;
   std::unordered_set<std::string> taken; // every value name of the graph
@@ -523,22 +516,24 @@ ExportRepairs exportRepairs(const onnx::ModelProto &model, const TorchParameters
     }
   }
 
-  out.unmerged = unmergedNodes(g, fx, inputs, placeholderOf, defined, read, out.tiedNames, inFile);
-
   // Parameters the file lacks that no repair restored: dropped where the
   // forward reads them (some node's FX source names their placeholder),
-  // else unread.
+  // else unread, unless a merged node reads them again (unmergedNodes).
   std::unordered_set<std::string> restored;
-  for (const ExportRepairs::Unmerged &u : out.unmerged)
-    for (const auto &[slot, param] : u.params) restored.insert(param);
   for (const ExportRepairs::Reread &r : out.rereads)
     if (!r.weight.empty()) restored.insert(r.weight);
   for (const ExportRepairs::RestoredBias &b : out.restoredBiases) restored.insert(b.parameter);
   for (const ExportRepairs::Refold &r : out.refolds) restored.insert(r.parameter);
   for (const auto &[names, tied] : out.tiedNames) restored.insert(tied.begin(), tied.end());
+  std::vector<std::string> unread;
   for (const auto &[placeholder, in] : inputs)
     if (in.kind == "PARAMETER" && !inFile(in) && !restored.count(in.target))
-      (read.count(placeholder) ? out.dropped : out.unread).push_back(in.target);
+      (read.count(placeholder) ? out.dropped : unread).push_back(in.target);
+  out.unmerged = unmergedNodes(g, fx, inputs, placeholderOf, defined, unread);
+  for (const ExportRepairs::Unmerged &u : out.unmerged)
+    for (const auto &[slot, param] : u.params) restored.insert(param);
+  for (const std::string &param : unread)
+    if (!restored.count(param)) out.unread.push_back(param);
   return out;
 }
 

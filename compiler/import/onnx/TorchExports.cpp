@@ -1,7 +1,6 @@
 // Reading what PyTorch's ONNX exporters leave in a model (TorchExports.h).
 #include "TorchExports.h"
 #include "TorchFx.h"
-#include <functional>
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/SmallVector.h"
 #include <algorithm>
