@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <set>
 #include "EmitPlan.h"
 #include "OnnxFrontend.h"
 #include "OnnxImporter.h"
@@ -125,11 +126,18 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
       out += "  " + m + "  k=" + std::to_string(k) + " r=" + std::to_string(r) + " trainable=" +
              std::to_string(params) + " strategy=" + strategy + "\n";
     }
+  } else if (type && type.getValue() == "IA3") {
+    auto mods = dict.getAs<mlir::ArrayAttr>("modules");
+    std::set<std::string> inputSide;
+    for (auto m : dict.getAs<mlir::ArrayAttr>("feedforward").getAsValueRange<mlir::StringAttr>()) inputSide.insert(m.str());
+    out += "IA3 on " + std::to_string(mods.size()) + " modules:\n";
+    for (auto m : mods.getAsValueRange<mlir::StringAttr>())
+      out += "  " + m.str() + (inputSide.count(m.str()) ? "  (feedforward: scales the input)\n" : "  (scales the output)\n");
   } else if (dict) {
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
     char dropout[48] = "";
     if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
-    out += "LoRA r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
+    out += std::string(req.pipeline.useDora ? "DoRA" : "LoRA") + " r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
            dropout + " on " + std::to_string(mods.size()) + " modules:\n";
     for (mlir::Attribute m : mods) out += "  " + mlir::cast<mlir::StringAttr>(m).str() + "\n";
   } else {
@@ -258,7 +266,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // the training entries: OSFT's strategy depends on the tokens per step,
     // and full fine-tuning leaves frozen the weights no gradient reaches
     // (rotary tables, masks, a loss's class weights).
-    if (req.pipeline.training() && req.pipeline.peft != "lora" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
+    if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {
@@ -317,7 +325,11 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
              jsonStrings(mlir::cast<mlir::ArrayAttr>(a.getValue()));
     addField(abi::kTiedNamesConfigKey, map + "}");
   }
-  if (std::string peft = peftJson(*module); !peft.empty()) addField(peft.find("\"OSF\"") != std::string::npos ? "osf" : "lora", peft);
+  if (std::string peft = peftJson(*module); !peft.empty())
+    addField(peft.find("\"OSF\"") != std::string::npos   ? "osf"
+             : peft.find("\"IA3\"") != std::string::npos ? "ia3"
+                                                          : "lora",
+             peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));
 }
 

@@ -49,7 +49,11 @@ struct LinearUse {
   std::string weight, layout, node;
   int64_t input = 1;
   bool shared = false; // the weight has other uses (a tied embedding)
+  std::string bias;    // its bias initializer ("" when none)
+  bool biasShared = false;
 };
+
+onnx::TensorProto *untiedInitializer(onnx::ModelProto &m, const std::string &name);
 
 // Runs the importer and sd-form-linear to learn each module's weight and its use.
 bool linearModules(const LoadedModel &lm, const std::string &path, std::map<std::string, LinearUse> &out,
@@ -80,9 +84,13 @@ bool linearModules(const LoadedModel &lm, const std::string &path, std::map<std:
     u.layout = l.getLayout().str();
     if (auto n = l->getAttrOfType<mlir::StringAttr>("sd.weight_node")) u.node = n.str();
     if (auto i = l->getAttrOfType<mlir::IntegerAttr>("sd.weight_input")) u.input = i.getInt();
+    if (auto bias = l.getBias().getDefiningOp<ir::GlobalLoadOp>()) u.bias = bias.getGlobal().str();
     out[l.getModule().str()] = u;
   });
-  for (auto &[m, u] : out) u.shared = uses[u.weight] > 1;
+  for (auto &[m, u] : out) {
+    u.shared = uses[u.weight] > 1;
+    u.biasShared = !u.bias.empty() && uses[u.bias] > 1;
+  }
   return true;
 }
 
@@ -193,13 +201,59 @@ bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const Safetensors
   return true;
 }
 
+// An IA3 adapter: each module's W scaled per output (its bias too), or per
+// input on a feedforward module ([1, in] vectors), as PEFT's merge.
+bool mergeIa3Adapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
+                     std::map<std::string, LinearUse> &linears, std::string &error) {
+  const std::string prefix = adapterKey("");
+  for (auto &[key, t] : file.tensors) {
+    if (!StringRef(key).starts_with(prefix) || !StringRef(key).ends_with(kIa3Suffix))
+      return error = req.adapterDir + ": tensor '" + key + "' is not an IA3 vector in PEFT's layout", false;
+    std::string m = key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(kIa3Suffix));
+    ModuleWeight mw;
+    if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
+    bool inputSide = cfg.feedforwardByRule(m);
+    Dims want = inputSide ? Dims{1, mw.in} : Dims{mw.out, 1};
+    if (t.dtype != DType::F32 || t.dims != want)
+      return error = req.adapterDir + ": module '" + m + "' needs ia3_l [" + formatDims(want) + "] f32 (" +
+                     (inputSide ? "a feedforward module" : "not a feedforward module") + "), got " + formatDims(t.dims),
+             false;
+    const float *l = static_cast<const float *>(t.data);
+    for (int64_t o = 0; o < mw.out; ++o)
+      for (int64_t i = 0; i < mw.in; ++i) {
+        float &w = mw.values[size_t(mw.oi ? o * mw.in + i : i * mw.out + o)];
+        w *= inputSide ? l[i] : l[o];
+        if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
+      }
+    if (!inputSide && !mw.use->bias.empty()) {
+      onnx::TensorProto *bt = findInitializer(lm.model, mw.use->bias);
+      if (!bt) bt = untiedInitializer(lm.model, mw.use->bias);
+      std::vector<float> bv;
+      if (!bt || !floatsOf(*bt, bv) || int64_t(bv.size()) != mw.out)
+        return error = req.model + ": bias '" + mw.use->bias + "' of module '" + m + "' is not an f32 initializer of " +
+                       std::to_string(mw.out) + " values",
+               false;
+      bool changes = false;
+      for (int64_t o = 0; o < mw.out; ++o) changes |= bv[size_t(o)] != 0 && l[o] != 1;
+      if (changes && mw.use->biasShared)
+        return error = req.model + ": bias '" + mw.use->bias + "' of module '" + m +
+                       "' is read by other layers too, which IA3 does not scale",
+               false;
+      for (int64_t o = 0; o < mw.out; ++o) bv[size_t(o)] *= l[o];
+      setFloats(*bt, bv);
+    }
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, mw.values, error)) return false;
+  }
+  return true;
+}
+
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
   if (!cfg.value().modulesToSave.empty())
     return error = req.adapterDir + ": the adapter trains '" + cfg.value().modulesToSave[0] +
                    "' in full (modules_to_save, a classification head the model does not have); sdc merge folds "
-                   "LoRA and OSF weights into the model's own layers only",
+                   "LoRA, DoRA, OSF and IA3 weights into the model's own layers only",
            false;
   double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
@@ -207,41 +261,71 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   std::map<std::string, LinearUse> linears;
   if (!linearModules(lm, req.model, linears, error)) return false;
   if (cfg.value().isOsf()) return mergeOsfAdapter(lm, req, file.value(), linears, error);
-  const std::string prefix = adapterKey(""), aSuffix = ".lora_A.weight", bSuffix = ".lora_B.weight";
-  std::map<std::string, std::pair<const NamedTensor *, const NamedTensor *>> modules;
+  if (cfg.value().isIa3()) return mergeIa3Adapter(lm, req, cfg.value(), file.value(), linears, error);
+  const std::string prefix = adapterKey("");
+  bool dora = cfg.value().useDora;
+  struct LoraTensors {
+    const NamedTensor *a = nullptr, *b = nullptr, *magnitude = nullptr;
+  };
+  std::map<std::string, LoraTensors> modules;
   for (auto &[key, t] : file.value().tensors) {
-    bool isA = StringRef(key).ends_with(aSuffix), isB = StringRef(key).ends_with(bSuffix);
-    if (!StringRef(key).starts_with(prefix) || (!isA && !isB))
-      return error = req.adapterDir + ": tensor '" + key + "' is not a LoRA weight in PEFT's layout", false;
-    std::string m = key.substr(prefix.size(), key.size() - prefix.size() - aSuffix.size());
-    (isA ? modules[m].first : modules[m].second) = &t;
+    StringRef k(key);
+    const char *suffix = k.ends_with(kLoraASuffix)                  ? kLoraASuffix
+                         : k.ends_with(kLoraBSuffix)                ? kLoraBSuffix
+                         : dora && k.ends_with(kDoraMagnitudeSuffix) ? kDoraMagnitudeSuffix
+                                                                     : nullptr;
+    if (!k.starts_with(prefix) || !suffix)
+      return error = req.adapterDir + ": tensor '" + key + "' is not a " + (dora ? "DoRA" : "LoRA") +
+                     " weight in PEFT's layout",
+             false;
+    LoraTensors &lt = modules[key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(suffix))];
+    (suffix == kLoraASuffix ? lt.a : suffix == kLoraBSuffix ? lt.b : lt.magnitude) = &t;
   }
-  for (auto &[m, ab] : modules) {
+  for (auto &[m, lt] : modules) {
     ModuleWeight mw;
     if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
-    if (!ab.first || !ab.second) return error = req.adapterDir + ": module '" + m + "' lacks lora_A or lora_B", false;
+    if (!lt.a || !lt.b) return error = req.adapterDir + ": module '" + m + "' lacks lora_A or lora_B", false;
+    if (dora && !lt.magnitude) return error = req.adapterDir + ": module '" + m + "' lacks lora_magnitude_vector", false;
     std::vector<float> &wv = mw.values;
     bool oi = mw.oi;
     int64_t out = mw.out, inF = mw.in;
-    const NamedTensor &A = *ab.first, &B = *ab.second;
+    const NamedTensor &A = *lt.a, &B = *lt.b;
     int64_t rank = cfg.value().r;
     if (A.dtype != DType::F32 || B.dtype != DType::F32 || A.dims != Dims{rank, inF} || B.dims != Dims{out, rank})
       return error = req.adapterDir + ": module '" + m + "' needs lora_A [" + std::to_string(rank) + "x" +
                      std::to_string(inF) + "] and lora_B [" + std::to_string(out) + "x" + std::to_string(rank) +
                      "] f32, got " + formatDims(A.dims) + " and " + formatDims(B.dims),
              false;
+    if (dora && (lt.magnitude->dtype != DType::F32 || lt.magnitude->dims != Dims{out}))
+      return error = req.adapterDir + ": module '" + m + "' needs lora_magnitude_vector [" + std::to_string(out) +
+                     "] f32, got " + formatDims(lt.magnitude->dims),
+             false;
     const float *a = static_cast<const float *>(A.data), *bm = static_cast<const float *>(B.data);
+    // W + scale B A, [out, in]; DoRA then scales each output row to its
+    // magnitude: m / |W + scale B A|_row (PEFT's merge).
+    std::vector<double> merged(size_t(out * inF));
+    std::vector<double> rowNorm(size_t(out), 0.0);
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < inF; ++i) {
         double d = 0;
         for (int64_t k = 0; k < rank; ++k) d += double(bm[o * rank + k]) * double(a[k * inF + i]);
-        float &merged = wv[size_t(oi ? o * inF + i : i * out + o)];
-        merged += float(scale * d);
-        if (!std::isfinite(merged))
+        double &v = merged[size_t(o * inF + i)];
+        v = double(wv[size_t(oi ? o * inF + i : i * out + o)]) + scale * d;
+        rowNorm[size_t(o)] += v * v;
+      }
+    const float *magnitude = dora ? static_cast<const float *>(lt.magnitude->data) : nullptr;
+    for (int64_t o = 0; o < out; ++o) {
+      double factor = magnitude ? double(magnitude[o]) / std::sqrt(rowNorm[size_t(o)]) : 1.0;
+      for (int64_t i = 0; i < inF; ++i) {
+        float &w = wv[size_t(oi ? o * inF + i : i * out + o)];
+        w = float(factor * merged[size_t(o * inF + i)]);
+        if (!std::isfinite(w))
           return error = req.adapterDir + ": merging module '" + m + "' overflows its weight (lora_alpha " +
-                         std::to_string(cfg.value().alpha) + ", r " + std::to_string(rank) + ")",
+                         std::to_string(cfg.value().alpha) + ", r " + std::to_string(rank) +
+                         (dora ? ", or a zero row norm" : "") + ")",
                  false;
       }
+    }
     if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, wv, error)) return false;
   }
   return true;

@@ -22,7 +22,13 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     lora.init = opts.loraInit;
     lora.seed = opts.seed;
     lora.dropout = opts.loraDropout;
+    lora.dora = opts.useDora;
     pm.addPass(createPeftLora(lora));
+  } else if (opts.peft == "ia3") {
+    PeftIa3Options ia3;
+    ia3.targetModules = opts.targetModules;
+    ia3.feedforwardModules = opts.feedforwardModules;
+    pm.addPass(createPeftIa3(ia3));
   } else if (opts.peft == "osft") {
     PeftOsftOptions osft;
     osft.targetModules = opts.targetModules;

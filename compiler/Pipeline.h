@@ -14,13 +14,15 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).
-  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft"
+  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3"
   std::string trainable = ".*";  // --peft none: regex over weight names
   std::string freeze;            // --peft none: regex over weight names kept frozen (none when empty)
   std::string targetModules;     // --peft lora
   int64_t loraR = 8;
   double loraAlpha = 8.0;
   bool rslora = false;
+  bool useDora = false;          // --use-dora: DoRA, a trained magnitude per output
+  std::string feedforwardModules; // --peft ia3: modules whose input, not output, is scaled
   double loraDropout = 0.0;
   std::string loraInit = "default";
   double osftRatio = 0.5;         // --peft osft: preserved fraction of min(out, in)

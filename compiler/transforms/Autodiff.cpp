@@ -58,7 +58,7 @@ struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
       bool in = false;
       if (auto load = dyn_cast<GlobalLoadOp>(op)) {
         GlobalOp g = globalNamed(module, load.getGlobal());
-        in = g && g.getRole() == "trainable";
+        in = g && g.getRole() == "trainable" && !load->hasAttr(sd::kDetachedAttr);
       } else {
         for (Value v : op->getOperands()) in = in || varied.contains(v);
       }

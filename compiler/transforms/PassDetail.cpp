@@ -201,4 +201,9 @@ mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string
   return mlir::success();
 }
 
+bool storedInOut(ir::LinearOp l) {
+  auto load = l.getWeight().getDefiningOp<ir::GlobalLoadOp>();
+  return l.getLayout() == "io" && load && load.getGlobal() == l.getModule().str() + ".weight";
+}
+
 } // namespace sd

@@ -65,6 +65,10 @@ mlir::Operation *soleUserThroughCasts(mlir::Value v, mlir::Value &out);
 mlir::Value widenedHalf(mlir::Value v);
 // A ReduceMean over the last axis only, keeping it (LayerNorm's and RMSNorm's statistics).
 bool isLastAxisMean(sd::ir::ReduceMeanOp m);
+// On an sd.global_load of a trainable global: a read no gradient flows
+// through (PyTorch's .detach(); DoRA's weight norm). sd-autodiff treats what
+// it computes as constant.
+constexpr const char *kDetachedAttr = "sd.detached";
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),
 // built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s
 // translated. Returns false with `error` set on a bad pattern.
@@ -76,4 +80,9 @@ bool fullMatchRegex(const std::string &pattern, std::unique_ptr<llvm::Regex> &ou
 // does. `flag` names the option in errors ("--target-modules").
 mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string &spec, llvm::StringRef flag,
                                         llvm::SmallVectorImpl<sd::ir::LinearOp> &out);
+// Whether the source framework stores this layer's weight [in, out] (GPT-2's
+// Conv1D; PEFT's fan_in_fan_out): an [in, out] weight under its own module
+// name. An [in, out] initializer under another name (onnx::MatMul_N) is the
+// exporter's folded transpose of an nn.Linear, which PyTorch stores [out, in].
+bool storedInOut(sd::ir::LinearOp l);
 } // namespace sd

@@ -138,6 +138,24 @@ def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftIa3 : Pass<"sd-peft-ia3", "mlir::ModuleOp"> {
+  let summary = "(IA)³: trained vectors that scale the matched sd.linear modules' outputs or inputs";
+  let description = [{
+    Matches `sd.linear` modules as sd-peft-lora does. Each matched layer gets
+    `<module>.ia3_l`, ones, trainable, and computes y = linear(x, W, b) * l
+    with l [out, 1] (bias included, as PEFT's IA3 scales the layer's
+    result), or, for the feedforward modules, y = linear(x * l, W, b) with
+    l [1, in]. A module is a feedforward one as PEFT decides it: a comma list
+    entry it ends with, or a regex it matches whole. Every other weight is
+    frozen. Records the configuration in `sd.peft` on the module.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
+    Option<"feedforwardModules", "feedforward-modules", "std::string", "\"\"",
+           "the target modules whose input (not output) is scaled: comma list of name endings, or a regex">,
+  ];
+}
+
 def PeftOsft : Pass<"sd-peft-osft", "mlir::ModuleOp"> {
   let summary = "OSFT: split the matched sd.linear weights by SVD into frozen high and trainable low factors";
   let description = [{
@@ -186,6 +204,14 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     stream per adapted layer, keyed by the `dropout_rng` state [seed, counter]
     (sd-training-dropout keeps it in training entries only). Every other
     weight is frozen. Records the configuration in `sd.peft` on the module.
+
+    With dora (PEFT's use_dora, weight-decomposed LoRA) each layer also gets
+    `<module>.lora_magnitude_vector` [out] (trainable, initialized to W's row
+    norms) and computes y = m / |W + scale B A|_row * (x Wᵀ + scale x Aᵀ Bᵀ)
+    + b, the norm read through detached loads of A and B (sd.detached: no
+    gradient flows through it, as in DoRA's paper and PEFT). With dropout the
+    magnitude's correction reads the dropped input as PEFT's does:
+    y = linear(x, W, b) + (m / n - 1) x_d Wᵀ + m / n * scale x_d Aᵀ Bᵀ.
   }];
   let options = [
     Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
@@ -195,6 +221,7 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     Option<"init", "init", "std::string", "\"default\"", "default (Kaiming-uniform A) | gaussian">,
     Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
     Option<"dropout", "dropout", "double", "0.0", "dropout probability on the adapter input (training only)">,
+    Option<"dora", "dora", "bool", "false", "weight-decomposed LoRA (PEFT's use_dora): a trained magnitude per output">,
   ];
 }
 

@@ -1,4 +1,5 @@
-// sd-peft-lora: low-rank adapters on the sd.linear modules PEFT would match.
+// sd-peft-lora: low-rank adapters on the sd.linear modules PEFT would match
+// (with dora: weight-decomposed, a trained magnitude per output row).
 #include "sd/format/training_abi.h"
 #include "GlobalData.h"
 #include "PassDetail.h"
@@ -45,7 +46,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     std::set<std::string> adapted;
     bool allInOut = true; // PEFT's fan_in_fan_out: every adapted PyTorch weight is [in, out]
     for (auto [stream, l] : llvm::enumerate(linears)) {
-      allInOut &= storedInOut(l);
+      allInOut &= sd::storedInOut(l);
       if (failed(adapt(module, l, scale, int64_t(stream), rng))) return signalPassFailure();
       adapted.insert(l.getModule().str());
     }
@@ -58,20 +59,12 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
                                    b.getNamedAttr("lora_alpha", b.getF64FloatAttr(alpha)),
                                    b.getNamedAttr("lora_dropout", b.getF64FloatAttr(dropout)),
                                    b.getNamedAttr("use_rslora", b.getBoolAttr(rslora)),
+                                   b.getNamedAttr("use_dora", b.getBoolAttr(dora)),
                                    b.getNamedAttr("fan_in_fan_out", b.getBoolAttr(allInOut && !adapted.empty())),
                                    b.getNamedAttr("init_lora_weights", b.getStringAttr(init)),
                                    b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
                                    b.getNamedAttr("modules", b.getArrayAttr(names)),
                                }));
-  }
-
-  // Whether the source framework stores this weight [in, out] (GPT-2's
-  // Conv1D): an [in, out] weight under its own module name. An [in, out]
-  // initializer under another name (onnx::MatMul_N) is the exporter's folded
-  // transpose of an nn.Linear, which PyTorch stores [out, in].
-  static bool storedInOut(LinearOp l) {
-    auto load = l.getWeight().getDefiningOp<GlobalLoadOp>();
-    return l.getLayout() == "io" && load && load.getGlobal() == l.getModule().str() + ".weight";
   }
 
   LogicalResult adapt(ModuleOp module, LinearOp l, double scale, int64_t stream, std::mt19937_64 &rng) {
@@ -110,12 +103,70 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       x = g.make<SeededDropoutOp>({x, rngState}, {b.getNamedAttr("ratio", b.getF32FloatAttr(float(dropout))),
                                                   g.attr("stream", stream)});
     }
+    SmallVector<OpOperand *> readers; // of the layer's own result, before the adapter reads it too
+    for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
     Value down = linear(x, av, m + ".lora_A");
     Value up = linear(down, bv, m + ".lora_B");
-    Value sum = g.add(l.getOutput(), g.scale(up, scale));
-    if (g.failed()) return failure();
-    l.getOutput().replaceAllUsesExcept(sum, sum.getDefiningOp());
+    Value sum = dora ? doraOutput(module, l, x, g.scale(up, scale), ga, gb, scale, g, b)
+                     : g.add(l.getOutput(), g.scale(up, scale));
+    if (!sum || g.failed()) return failure();
+    for (OpOperand *u : readers) u->set(sum);
     return success();
+  }
+
+  // DoRA (PEFT's use_dora): y = m / n * (x Wᵀ + s x Aᵀ Bᵀ) + b with
+  // n = |W + s B A| per output row, recomputed each step from detached reads
+  // of A and B (no gradient flows through n, as in PEFT and DoRA's paper).
+  // The magnitude m starts as W's row norms, so the layer starts as W's.
+  Value doraOutput(ModuleOp module, LinearOp l, Value xd, Value scaledUp, GlobalOp ga, GlobalOp gb, double scale,
+                   GradBuilder &g, OpBuilder &b) {
+    std::string m = l.getModule().str();
+    bool oi = l.getLayout() == "oi";
+    auto wt = cast<RankedTensorType>(l.getWeight().getType());
+    int64_t rows = wt.getDimSize(0), cols = wt.getDimSize(1), out = oi ? rows : cols;
+    GlobalOp w = sd::frozenGlobalOf(l.getWeight());
+    ArrayRef<float> wv = w ? sd::floatsOf(w) : ArrayRef<float>();
+    if (int64_t(wv.size()) != rows * cols) {
+      l.emitError() << "DoRA needs module '" << m << "''s weight as a stored f32 weight (its norm starts the magnitude)";
+      return {};
+    }
+    std::vector<double> squares(size_t(out), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) squares[size_t(oi ? r : c)] += double(wv[size_t(r * cols + c)]) * wv[size_t(r * cols + c)];
+    std::vector<float> magnitude;
+    for (double sq : squares) magnitude.push_back(float(std::sqrt(sq)));
+    GlobalOp gm = sd::createFloatGlobal(module, m + ".lora_magnitude_vector", {out}, "trainable", &magnitude);
+    Location loc = l.getLoc();
+    Value mv = b.create<GlobalLoadOp>(loc, gm.getType(), gm.getSymName());
+    auto detached = [&](GlobalOp gl) {
+      auto load = b.create<GlobalLoadOp>(loc, gl.getType(), gl.getSymName());
+      load->setAttr(sd::kDetachedAttr, b.getUnitAttr());
+      return load.getResult();
+    };
+    Value aD = detached(ga), bD = detached(gb);
+    auto product = [&](Value x, Value w, StringRef layout, StringRef name) {
+      return g.make<LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr(layout)),
+                                                 b.getNamedAttr("module", b.getStringAttr(name))});
+    };
+    // B A as W is stored: [out, in] ("oi") or its transpose Aᵀ Bᵀ ("io").
+    std::string deltaName = m + ".lora_magnitude_vector.delta";
+    Value delta = oi ? product(bD, aD, "io", deltaName) : product(g.transpose(aD, {1, 0}), bD, "oi", deltaName);
+    Value full = g.add(l.getWeight(), g.scale(delta, scale));
+    Value norm = g.make<SqrtOp>({g.reduceSum(g.mul(full, full), {oi ? 1 : 0}, false)});
+    Value factor = g.div(mv, norm);
+    if (dropout > 0) { // PEFT: the base result keeps x; the magnitude's correction reads the dropped x
+      Value base = product(xd, l.getWeight(), l.getLayout(), m + ".lora_magnitude_vector.base");
+      Value one = g.scalar(wt.getElementType(), 1.0);
+      return g.add(l.getOutput(), g.add(g.mul(g.sub(factor, one), base), g.mul(factor, scaledUp)));
+    }
+    Value bias = l.getBias();
+    bool hasBias = !isa<NoneType>(bias.getType());
+    if (hasBias) { // the layer computes x Wᵀ alone; the bias is added after the magnitude's scaling
+      OpBuilder before(l);
+      l.getBiasMutable().assign(GradBuilder(before, loc).none());
+    }
+    Value scaled = g.mul(factor, g.add(l.getOutput(), scaledUp));
+    return hasBias ? g.add(scaled, bias) : scaled;
   }
 };
 

@@ -3,16 +3,41 @@
 #include "sd/format/peft.h"
 #include "sd/format/json.h"
 #include "sd/format/tensor_io.h"
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <regex>
 
 namespace sd {
 
 std::string adapterKey(const std::string &name) { return kAdapterKeyPrefix + name; }
 
 std::vector<std::string> LoraConfig::tensorNames(const std::string &module) const {
+  if (isIa3()) return {module + kIa3Suffix};
   if (isOsf()) return {module + kOsfSuffixes[0], module + kOsfSuffixes[1], module + kOsfSuffixes[2]};
+  if (useDora) return {module + kLoraASuffix, module + kLoraBSuffix, module + kDoraMagnitudeSuffix};
   return {module + kLoraASuffix, module + kLoraBSuffix};
+}
+
+bool LoraConfig::feedforwardByRule(const std::string &module) const {
+  if (!feedforwardRegex.empty()) {
+    try {
+      return std::regex_match(module, std::regex(feedforwardRegex));
+    } catch (const std::regex_error &) {
+      return false; // parseIa3Config refused the pattern already
+    }
+  }
+  for (const std::string &e : feedforwardEndings)
+    if (module.size() >= e.size() && module.compare(module.size() - e.size(), e.size(), e) == 0) return true;
+  return false;
+}
+
+std::string LoraConfig::kindName() const {
+  return isOsf() ? "OSF" : isIa3() ? "IA3" : useDora ? "DoRA" : "LoRA";
+}
+
+std::string LoraConfig::compileFlags() const {
+  return isOsf() ? "--peft osft" : isIa3() ? "--peft ia3" : useDora ? "--peft lora --use-dora" : "--peft lora";
 }
 
 std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
@@ -55,7 +80,6 @@ Status refuseUnsupportedSemantics(const Json &doc, const std::string &path) {
     }
   };
   static const std::pair<const char *, const char *> kRefused[] = {
-      {"use_dora", "DoRA (weight-decomposed LoRA) is not supported yet"},
       {"lora_bias", "LoRA bias terms (lora_bias) are not supported yet"},
       {"use_qalora", "QALoRA is not supported yet"},
       {"rank_pattern", "per-module ranks (rank_pattern) are not supported yet"},
@@ -102,6 +126,36 @@ StatusOr<LoraConfig> parseOsfConfig(const Json &doc, const std::string &path) {
   return c;
 }
 
+// PEFT's IA3Config: feedforward_modules (a list of name endings, a regex,
+// or null) decides which modules scale their input; loading compares it
+// with the plan's module by module.
+StatusOr<LoraConfig> parseIa3Config(const Json &doc, const std::string &path) {
+  LoraConfig c;
+  c.peftType = "IA3";
+  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
+  const Json *ff = doc.get("feedforward_modules");
+  if (ff && ff->type == Json::Type::String) {
+    // std::regex compiles and matches recursively: a bounded pattern keeps a
+    // hostile config from exhausting the stack.
+    if (ff->str.size() > 1024 || std::count(ff->str.begin(), ff->str.end(), '(') > 64)
+      return sdError(path, ": 'feedforward_modules' is a regex over 1024 characters or 64 groups");
+    try {
+      std::regex check(ff->str);
+    } catch (const std::regex_error &) {
+      return sdError(path, ": 'feedforward_modules' is not a regex: ", ff->str);
+    }
+    c.feedforwardRegex = ff->str.empty() ? "^$" : ff->str;
+  } else if (ff && ff->type == Json::Type::Array) {
+    for (const Json &m : ff->arr) {
+      if (m.type != Json::Type::String) return sdError(path, ": 'feedforward_modules' must be a list of module names");
+      c.feedforwardEndings.push_back(m.str);
+    }
+  } else if (ff && ff->type != Json::Type::Null) {
+    return sdError(path, ": 'feedforward_modules' must be a list of module names or a regex");
+  }
+  return c;
+}
+
 } // namespace
 
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
@@ -117,7 +171,9 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   const Json *type = doc.value().get("peft_type"), *r = doc.value().get("r"), *alpha = doc.value().get("lora_alpha"),
              *rs = doc.value().get("use_rslora");
   if (type && type->str == "OSF") return parseOsfConfig(doc.value(), path);
-  if (!type || type->str != "LORA") return sdError(path, ": not a LoRA or OSF adapter (peft_type must be LORA or OSF)");
+  if (type && type->str == "IA3") return parseIa3Config(doc.value(), path);
+  if (!type || type->str != "LORA")
+    return sdError(path, ": not a LoRA, OSF or IA3 adapter (peft_type must be LORA, OSF or IA3)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -125,6 +181,8 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   c.r = int64_t(r->num);
   c.alpha = alpha->num;
   c.rslora = rs && rs->b;
+  const Json *dora = doc.value().get("use_dora");
+  c.useDora = dora && dora->type == Json::Type::Bool && dora->b;
   SD_RETURN_IF_ERROR(readModulesToSave(doc.value(), path, c.modulesToSave));
   return c;
 }
@@ -149,11 +207,22 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     if (crc && crc->type == Json::Type::String) c.baseChecksum = crc->str;
     return c;
   }
+  if (const Json *ia3 = doc.value().get("ia3")) {
+    const Json *mods = ia3->get("modules"), *ff = ia3->get("feedforward"), *fanInFanOut = ia3->get("fan_in_fan_out");
+    if (!mods || mods->type != Json::Type::Array || !ff || ff->type != Json::Type::Array)
+      return sdError("the plan's IA3 configuration is malformed");
+    c.peftType = "IA3";
+    c.fanInFanOut = fanInFanOut && fanInFanOut->b;
+    for (const Json &m : mods->arr) c.modules.push_back(m.str);
+    for (const Json &m : ff->arr) c.feedforward.push_back(m.str);
+    c.feedforwardEndings = c.feedforward;
+    return c;
+  }
   const Json *lora = doc.value().get("lora");
-  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora or --peft osft)");
+  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft or ia3)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
-             *fanInFanOut = lora->get("fan_in_fan_out");
+             *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");
   if (!r || !r->isInteger() || !alpha || alpha->type != Json::Type::Number || !mods ||
       mods->type != Json::Type::Array)
     return sdError("the plan's LoRA configuration is malformed");
@@ -162,6 +231,7 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   c.rslora = rs && rs->b;
   c.dropout = dropout && dropout->type == Json::Type::Number ? dropout->num : 0.0;
   c.fanInFanOut = fanInFanOut && fanInFanOut->b;
+  c.useDora = dora && dora->type == Json::Type::Bool && dora->b;
   for (const Json &m : mods->arr) c.modules.push_back(m.str);
   return c;
 }
@@ -200,10 +270,23 @@ static std::string withModulesToSave(std::string json, const LoraConfig &cfg) {
   return json;
 }
 
+// IA3: the plan's modules by full name; a full name ends with itself, so
+// PEFT's feedforward rule picks exactly the plan's feedforward modules.
+static std::string ia3ConfigJson(const LoraConfig &cfg, const std::string &targets) {
+  std::string feedforward;
+  for (const std::string &m : cfg.feedforward) feedforward += (feedforward.empty() ? "" : ", ") + jsonQuote(m);
+  return "{\n  \"peft_type\": \"IA3\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"target_modules\": [" + targets +
+         "],\n  \"feedforward_modules\": [" + feedforward + "],\n  \"fan_in_fan_out\": " +
+         (cfg.fanInFanOut ? "true" : "false") +
+         ",\n  \"init_ia3_weights\": true,\n  \"modules_to_save\": null,\n  \"inference_mode\": true,\n"
+         "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
+}
+
 std::string adapterConfigJson(const LoraConfig &cfg) {
   std::string targets;
   for (const std::string &m : cfg.modules) targets += (targets.empty() ? "" : ", ") + jsonQuote(m);
   if (cfg.isOsf()) return withModulesToSave(osfConfigJson(cfg, targets), cfg);
+  if (cfg.isIa3()) return withModulesToSave(ia3ConfigJson(cfg, targets), cfg);
   char alpha[32], dropout[32];
   std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
   std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);
@@ -212,7 +295,8 @@ std::string adapterConfigJson(const LoraConfig &cfg) {
   // fan_in_fan_out: the base weights are [in, out] (GPT-2's Conv1D).
   std::string json = "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
                      ",\n  \"lora_alpha\": " + alpha + ",\n  \"lora_dropout\": " + dropout + ",\n  \"use_rslora\": " +
-                     (cfg.rslora ? "true" : "false") + ",\n  \"use_dora\": false,\n  \"target_modules\": [" + targets +
+                     (cfg.rslora ? "true" : "false") + ",\n  \"use_dora\": " +
+                     (cfg.useDora ? "true" : "false") + ",\n  \"target_modules\": [" + targets +
                      "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": " + (cfg.fanInFanOut ? "true" : "false") +
                      ",\n  \"init_lora_weights\": true,\n  \"rank_pattern\": {},\n  \"alpha_pattern\": {},\n"
                      "  \"layers_to_transform\": null,\n  \"layers_pattern\": null,\n  \"inference_mode\": true,\n"

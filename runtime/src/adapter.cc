@@ -2,6 +2,7 @@
 #include "sd/runtime/adapter.h"
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -72,10 +73,18 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   std::string cfgPath = dir + "/" + kAdapterConfigFile;
   auto given = readAdapterConfig(dir);
   if (!given.isOk()) return given.status();
-  if (given.value().isOsf() != cfg.isOsf())
-    return sdError(cfgPath, ": a ", given.value().isOsf() ? "OSF" : "LoRA", " adapter, the plan trains ",
-                   cfg.isOsf() ? "OSF (--peft osft)" : "LoRA (--peft lora)");
-  if (!cfg.isOsf()) {
+  if (given.value().peftType != cfg.peftType || given.value().useDora != cfg.useDora)
+    return sdError(cfgPath, ": the adapter is ", given.value().kindName(), given.value().useDora ? " (use_dora)" : "",
+                   ", the plan trains ", cfg.kindName(), " (", cfg.compileFlags(), ")");
+  if (cfg.isIa3())
+    for (const std::string &m : cfg.modules) {
+      bool planSide = std::find(cfg.feedforward.begin(), cfg.feedforward.end(), m) != cfg.feedforward.end();
+      if (given.value().feedforwardByRule(m) != planSide)
+        return sdError(cfgPath, ": 'feedforward_modules' ", planSide ? "leaves out" : "takes in", " '", m,
+                       "', which the plan scales on its ", planSide ? "input" : "output",
+                       " (sdc compile --feedforward-modules)");
+    }
+  if (cfg.isLora()) {
     if (given.value().r != cfg.r)
       return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
     if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))

@@ -9,8 +9,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   auto cfg = sd::parseAdapterConfig(text, "fuzz");
   if (!cfg.isOk()) return 0;
   // An accepted LoRA config has a rank and a finite alpha; an OSF one (no r or
-  // lora_alpha of its own) a positive effective_rank or none (0).
+  // lora_alpha of its own) a positive effective_rank or none (0); an IA3 one's
+  // feedforward rule answers for any name.
   const sd::LoraConfig &c = cfg.value();
+  if (c.isIa3()) return c.feedforwardByRule("model.layers.0.mlp.down_proj") ? 0 : 0;
   if (c.isOsf() ? !(c.effectiveRank >= 0 && std::isfinite(c.effectiveRank)) : (c.r < 1 || !std::isfinite(c.alpha)))
     std::abort();
   return 0;

@@ -46,6 +46,10 @@ const char *kUsage =
     "  --peft osft              orthogonal subspace fine-tuning on --target-modules: each\n"
     "                           weight split by SVD, the top singular directions frozen,\n"
     "                           the rest trained and kept orthogonal to them (PEFT's OSF)\n"
+    "  --peft ia3               (IA)³: a trained vector scales each --target-modules layer's\n"
+    "                           output, or its input for --feedforward-modules (PEFT's IA3)\n"
+    "  --feedforward-modules LIST  ia3: the target layers whose input is scaled (PEFT's rule:\n"
+    "                           a name ending in an entry, or a regex matching the whole name)\n"
     "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
     "                           itself or a suffix after a dot, as in PEFT), a regex\n"
     "                           that must match the whole name, or all-linear (every\n"
@@ -61,6 +65,8 @@ const char *kUsage =
     "                           per-rank products (allreduce: known wrong, for tests only)\n"
     "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
+    "  --use-dora               weight-decomposed LoRA (DoRA, PEFT's use_dora): each layer\n"
+    "                           also trains a magnitude per output, W's row norms at first\n"
     "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
     "  --lora-dropout P         dropout on each adapter's input while training (0); masks\n"
     "                           are keyed by sdrun train --seed and saved in checkpoints\n"
@@ -189,9 +195,11 @@ const char *kMergeUsage =
     "usage: sdc merge MODEL.onnx (--adapter DIR | --weights FILE.safetensors) -o MERGED.onnx\n"
     "\n"
     "Folds trained weights into the source model and writes a plain ONNX model\n"
-    "that any ONNX runtime runs: a LoRA adapter in HF PEFT layout (W += alpha/r *\n"
-    "B A; a weight shared by several layers, such as a tied embedding and head, is\n"
-    "untied first so only the adapted layer changes), or the parameters saved by\n"
+    "that any ONNX runtime runs: an adapter in HF PEFT layout (LoRA: W += alpha/r *\n"
+    "B A; DoRA: then each output row scaled to its magnitude; OSF: the low part\n"
+    "replaced; IA3: W's rows and bias scaled, or its columns on a feedforward\n"
+    "module; a weight shared by several layers, such as a tied embedding and head,\n"
+    "is untied first so only the adapted layer changes), or the parameters saved by\n"
     "`sdrun train --save-weights` (full fine-tuning, matched by initializer name).\n";
 
 // The value of flag argv[i]: after '=' in --flag=value, else the next
@@ -263,8 +271,12 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.emit) || (a.emit != "mlir" && a.emit != "plan" && a.emit != "import"))
         return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
     } else if (flag == "--peft") {
-      if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft"))
-        return fail("--peft takes 'none', 'lora' or 'osft'"), 2;
+      if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
+                                      a.pipeline.peft != "ia3"))
+        return fail("--peft takes 'none', 'lora', 'osft' or 'ia3'"), 2;
+    } else if (flag == "--feedforward-modules") {
+      if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
+        return fail("--feedforward-modules needs module names or a regex"), 2;
     } else if (flag == "--osft-preserved-ratio") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
@@ -302,6 +314,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       (flag == "--lora-alpha" ? a.pipeline.loraAlpha : a.pipeline.loraDropout) = d;
     } else if (arg == "--use-rslora") {
       a.pipeline.rslora = true;
+    } else if (arg == "--use-dora") {
+      a.pipeline.useDora = true;
     } else if (flag == "--lora-init") {
       if (!value(a.pipeline.loraInit) || (a.pipeline.loraInit != "default" && a.pipeline.loraInit != "gaussian"))
         return fail("--lora-init takes 'default' or 'gaussian'"), 2;
@@ -429,8 +443,13 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
   if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
-  if (a.pipeline.peft != "lora" && a.pipeline.peft != "osft" && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora or --peft osft"), 2;
+  if (a.pipeline.peft == "ia3" && a.pipeline.targetModules.empty())
+    return fail("--peft ia3 needs --target-modules (all-linear, names or a regex)"), 2;
+  if (a.pipeline.peft != "lora" && a.pipeline.peft != "osft" && a.pipeline.peft != "ia3" && !a.pipeline.targetModules.empty())
+    return fail("--target-modules needs --peft lora, osft or ia3"), 2;
+  if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
+    return fail("--feedforward-modules needs --peft ia3"), 2;
+  if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;
   if (!a.pipeline.freeze.empty() && a.pipeline.peft != "none")
     return fail("--freeze keeps weights out of full fine-tuning: it needs --peft none (adapters freeze the model)"), 2;
   if (lossScaleGiven && a.pipeline.precision != "fp16")

@@ -1,7 +1,7 @@
 // Adapters in Hugging Face PEFT's layout: DIR/adapter_config.json and
 // DIR/adapter_model.safetensors, so adapters move between sdc and PEFT both
 // ways. LoRA: keys base_model.model.<module>.lora_A.weight ([r, in]) and
-// .lora_B.weight ([out, r]). OSF (orthogonal subspace fine-tuning): keys
+// .lora_B.weight ([out, r]), and with DoRA .lora_magnitude_vector ([out]). OSF (orthogonal subspace fine-tuning): keys
 // base_model.model.<module>.osf_svd_params.{U_low,S_low,V_low}; PEFT rebuilds
 // the frozen high part from the base weights when it loads one. The compiler (sdc merge,
 // --peft lora) and the runtime (sdrun train/generate) share these.
@@ -20,6 +20,8 @@ constexpr const char *kAdapterWeightsFile = "adapter_model.safetensors";
 constexpr const char *kAdapterConfigFile = "adapter_config.json";
 constexpr const char *kLoraASuffix = ".lora_A.weight";
 constexpr const char *kLoraBSuffix = ".lora_B.weight";
+constexpr const char *kDoraMagnitudeSuffix = ".lora_magnitude_vector"; // DoRA: [out]
+constexpr const char *kIa3Suffix = ".ia3_l"; // IA3: [out, 1], or [1, in] on a feedforward module
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
 // adapter was split from (the config keeps only fields PEFT knows).
@@ -31,10 +33,11 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
-  std::string peftType = "LORA"; // "LORA" or "OSF"
+  std::string peftType = "LORA"; // "LORA", "OSF" or "IA3"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
+  bool useDora = false; // DoRA: each module also has lora_magnitude_vector [out]
   double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
   bool fanInFanOut = false; // the adapted weights are stored [in, out] (GPT-2's Conv1D)
   std::vector<std::string> modules; // adapted sd.linear modules
@@ -43,12 +46,26 @@ struct LoraConfig {
   double effectiveRank = 0;
   std::vector<int64_t> ranks;
   std::string baseChecksum;
+  // IA3: the modules whose input (not output) is scaled, and PEFT's rule
+  // for them as an adapter_config.json gives it (feedforward_modules: name
+  // endings, or a regex matching whole names).
+  std::vector<std::string> feedforward;
+  std::vector<std::string> feedforwardEndings;
+  std::string feedforwardRegex;
   // PEFT's modules_to_save: modules trained in full beside the adapters (the
   // classification head of sdc --recipe classify), stored as
   // base_model.model.<module>.weight and .bias.
   std::vector<std::string> modulesToSave;
 
   bool isOsf() const { return peftType == "OSF"; }
+  bool isIa3() const { return peftType == "IA3"; }
+  bool isLora() const { return peftType == "LORA"; }
+  // Whether PEFT's IA3 treats `module` as a feedforward module under the
+  // adapter config's feedforward_modules.
+  bool feedforwardByRule(const std::string &module) const;
+  // "LoRA", "DoRA", "OSF" or "IA3", and the sdc compile flags that train it.
+  std::string kindName() const;
+  std::string compileFlags() const;
   double scale() const { return loraScale(alpha, r, rslora); }
   // The names (sdc globals; PEFT keys without "base_model.model.") of one
   // module's adapter tensors.
@@ -65,8 +82,8 @@ std::string adapterKey(const std::string &name);
 // The adapter configuration recorded in a plan's config JSON ("lora" or "osf").
 StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson);
 // DIR/adapter_config.json: LoRA's r, lora_alpha and use_rslora, or OSF's
-// effective_rank (modules stay empty). Fields that would change the
-// adapter's semantics beyond what sdc computes (use_dora, rank_pattern, ...)
+// effective_rank, or IA3's feedforward_modules (modules stay empty). Fields that would change the
+// adapter's semantics beyond what sdc computes (lora_bias, rank_pattern, ...)
 // are an error naming the field; modules_to_save is read (loading checks it
 // against the plan's).
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);

@@ -1,0 +1,250 @@
+#!/usr/bin/env python3
+"""PEFT methods beyond plain LoRA against the real Hugging Face PEFT, on
+transformers' GPT-2 (Conv1D weights stored [in, out], biases) and a tiny
+Llama built from configs with seeded random weights:
+
+  DoRA (--peft lora --use-dora, PEFT's use_dora) and (IA)³ (--peft ia3,
+  PEFT's IA3Config with feedforward_modules). For each method and model:
+
+  training   sdrun train from PEFT's own random start (init_lora_weights or
+             init_ia3_weights False) gives PEFT's AdamW losses and adapter
+             tensors step for step (1e-4 relative)
+  sdc->PEFT  the saved adapter loads in PeftModel.from_pretrained with
+             exactly PEFT's keys and no warnings; PEFT's logits equal sdrun
+             infer --adapter's
+  merging    sdc merge equals merge_and_unload() weight for weight (biases
+             too), and ONNX Runtime on the merged model gives PEFT's logits
+  refusals   an adapter of another method, or IA3 with other
+             feedforward_modules, is a one-line error naming what differs
+
+DoRA with lora_dropout trains (its dropout masks are ours, so its losses
+are not PEFT's) and its inference equals PEFT's on the adapter it saves.
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+
+from e2e_util import ROOT, clean_error_problems, ort_run, rel_err, sdrun_logits, sh, tool_paths, write_token_rows
+from test_peft_roundtrip import initializers, onnx_weight_names, peft_warnings
+from test_training import check, report
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+BATCH, SEQ, STEPS, R, ALPHA, LR = 2, 16, 10, 4, 8, 1e-3
+LORA_TARGETS = {"gpt2": ["c_attn", "c_proj"], "llama": ["q_proj", "v_proj", "down_proj"]}
+IA3_TARGETS = {"gpt2": (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]),
+               "llama": (["k_proj", "v_proj", "down_proj"], ["down_proj"])}
+
+
+def peft_config(method, arch, dropout=0.0):
+    from peft import IA3Config, LoraConfig
+    if method == "ia3":
+        targets, feedforward = IA3_TARGETS[arch]
+        return IA3Config(target_modules=targets, feedforward_modules=feedforward, init_ia3_weights=False,
+                         fan_in_fan_out=arch == "gpt2", task_type="CAUSAL_LM")
+    return LoraConfig(r=R, lora_alpha=ALPHA, target_modules=LORA_TARGETS[arch], lora_dropout=dropout,
+                      init_lora_weights=False, fan_in_fan_out=arch == "gpt2", task_type="CAUSAL_LM", use_dora=True)
+
+
+def compile_flags(method, arch, dropout=0.0):
+    if method == "ia3":
+        targets, feedforward = IA3_TARGETS[arch]
+        return ["--peft", "ia3", "--target-modules", ",".join(targets), "--feedforward-modules", ",".join(feedforward)]
+    return ["--peft", "lora", "--use-dora", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R),
+            "--lora-alpha", str(ALPHA)] + (["--lora-dropout", str(dropout)] if dropout else [])
+
+
+def saved_key(key):
+    """PEFT's state_dict key as its saved adapter names it."""
+    key = key.replace(".default", "")
+    return key[:-len(".weight")] if key.endswith("lora_magnitude_vector.weight") else key
+
+
+def peft_steps(pm, rows):
+    """STEPS PyTorch AdamW steps on the rows as sdrun batches them; the losses."""
+    import torch
+    import torch.nn.functional as F
+    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=LR, eps=1e-8, weight_decay=0.0)
+    losses = []
+    for step in range(STEPS):
+        batch = torch.tensor([rows[(step * BATCH + i) % len(rows)] for i in range(BATCH)])
+        logits = pm(input_ids=batch).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
+def method_checks(method, arch, model_dir, sdc, sdrun):
+    import torch
+    from peft import PeftModel, get_peft_model, get_peft_model_state_dict
+    from safetensors.numpy import load_file
+    import export_hf
+
+    name = f"{arch} {'DoRA' if method == 'dora' else 'IA3'}"
+    d = os.path.join(model_dir, method)
+    os.makedirs(d)
+    onnx_path, data = os.path.join(model_dir, "model.onnx"), os.path.join(model_dir, "train.jsonl")
+    rows = [json.loads(l)["input_ids"] for l in open(data)]
+    ids = np.random.default_rng(5).integers(0, 256, (BATCH, SEQ)).astype(np.int64)
+    plan = os.path.join(d, "plan.sdp")
+    sh([sdc, "compile", onnx_path, *compile_flags(method, arch), "--shapes", f"input_ids={BATCH}x{SEQ}",
+        "--infer-shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
+
+    # Training from PEFT's random start, against PEFT's own steps.
+    torch.manual_seed(11)
+    pm = get_peft_model(export_hf.build(arch, 0), peft_config(method, arch))
+    init, trained, metrics = (os.path.join(d, n) for n in ("init", "trained", "metrics.jsonl"))
+    pm.save_pretrained(init)
+    want = peft_steps(pm, rows)  # in eval mode, as the plan has no dropout of GPT-2's own
+    sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
+        "--lr-schedule", "constant", "--threads", "2", "--adapter", init, "--metrics", metrics,
+        "--save-adapter", trained])
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    theirs = {saved_key(k): v.detach().numpy() for k, v in pm.state_dict().items() if "lora_" in k or "ia3_" in k}
+    ours = load_file(os.path.join(trained, "adapter_model.safetensors"))
+    errs = {k: rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
+    worst = max(errs, key=errs.get) if errs else "none"
+    moved = min(float(np.abs(ours[k] - v).max()) for k, v in load_file(os.path.join(init, "adapter_model.safetensors")).items())
+    check(f"{name}: {STEPS} steps from PEFT's random start give PEFT's losses and all {len(theirs)} adapter tensors "
+          f"(1e-4), each tensor moved", set(ours) == set(theirs) and loss_err <= 1e-4 and
+          errs.get(worst, 1) <= 1e-4 and moved > 0,
+          f"losses {losses[:2]} vs PEFT {want[:2]}, worst loss err {loss_err:.1e}, worst tensor err "
+          f"{errs.get(worst, float('inf')):.1e} ({worst}), least move {moved:.1e}, {len(ours)} tensors")
+
+    # sdc -> PEFT: what sdrun saved loads in PEFT and computes PEFT's logits.
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = PeftModel.from_pretrained(export_hf.build(arch, 0).eval(), trained).eval()
+    expected = {saved_key(k) for k in get_peft_model_state_dict(loaded)}
+    check(f"{name} sdc->PEFT: adapter keys are exactly PEFT's, loaded with no warnings",
+          set(ours) == expected and not peft_warnings(caught),
+          f"{len(ours)} keys, PEFT's {len(expected)}; " + ("; ".join(peft_warnings(caught)) or "no warnings"))
+    with torch.no_grad():
+        want_logits = loaded(torch.tensor(ids)).logits.numpy()
+    err = rel_err(sdrun_logits(sdrun, plan, trained, ids, d, "ours"), want_logits)
+    check(f"{name} sdc->PEFT: PEFT's logits equal sdrun infer --adapter (1e-4)", err <= 1e-4, f"relative err {err:.2e}")
+
+    # Merging, against PEFT's merge_and_unload of the same adapter.
+    merged_onnx = os.path.join(d, "merged.onnx")
+    sh([sdc, "merge", onnx_path, "--adapter", trained, "-o", merged_onnx])
+    merged = loaded.merge_and_unload()
+    suffix = ".ia3_l" if method == "ia3" else ".lora_A.weight"
+    modules = sorted(k[len("base_model.model."):-len(suffix)] for k in ours if k.endswith(suffix))
+    base = export_hf.build(arch, 0)
+    names = onnx_weight_names(onnx_path, base, modules)
+    got = initializers(merged_onnx)
+    worst = 0.0
+    for m in modules:
+        init_name, transposed = names[m]
+        w = merged.get_submodule(m).weight.detach().numpy()
+        worst = max(worst, rel_err(got[init_name], w.T if transposed else w))
+    biases = 0
+    for m in modules:  # GPT-2's biases: IA3 scales those of output-side modules
+        bias = base.get_submodule(m).bias
+        if bias is None:
+            continue
+        b = bias.detach().numpy()
+        found = [k for k, v in initializers(onnx_path).items() if v.shape == b.shape and np.array_equal(v, b)]
+        if len(found) == 1:
+            biases += 1
+            worst = max(worst, rel_err(got[found[0]], merged.get_submodule(m).bias.detach().numpy()))
+    check(f"{name} merge: sdc merge equals merge_and_unload on {len(modules)} weights and {biases} biases (1e-6)",
+          len(names) == len(modules) and worst <= 1e-6, f"worst relative err {worst:.2e}")
+    err = rel_err(ort_run(merged_onnx, {"input_ids": ids})["logits"], want_logits)
+    check(f"{name} merge: ONNX Runtime on the merged model gives PEFT's logits (1e-4)", err <= 1e-4,
+          f"relative err {err:.2e}")
+    return plan, trained
+
+
+def dora_dropout(arch, model_dir, sdc, sdrun):
+    """DoRA with lora_dropout: PEFT's forward there reads the dropped input in
+    the magnitude's correction; training runs, and inference (no dropout)
+    equals PEFT's on the adapter sdrun saves."""
+    import torch
+    from peft import PeftModel
+    import export_hf
+    d = os.path.join(model_dir, "dora_dropout")
+    os.makedirs(d)
+    plan, trained, metrics = (os.path.join(d, n) for n in ("plan.sdp", "trained", "metrics.jsonl"))
+    sh([sdc, "compile", os.path.join(model_dir, "model.onnx"), *compile_flags("dora", arch, 0.2), "--shapes",
+        f"input_ids={BATCH}x{SEQ}", "--infer-shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
+    sh([sdrun, "train", plan, "--data", os.path.join(model_dir, "train.jsonl"), "--steps", "4", "--lr", "1e-2",
+        "--threads", "2", "--metrics", metrics, "--save-adapter", trained])
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    written = json.load(open(os.path.join(trained, "adapter_config.json")))
+    loaded = PeftModel.from_pretrained(export_hf.build(arch, 0).eval(), trained).eval()
+    ids = np.random.default_rng(6).integers(0, 256, (BATCH, SEQ)).astype(np.int64)
+    with torch.no_grad():
+        want = loaded(torch.tensor(ids)).logits.numpy()
+    err = rel_err(sdrun_logits(sdrun, plan, trained, ids, d, "dropout"), want)
+    check(f"{arch} DoRA with lora_dropout 0.2: trains, saves use_dora and the dropout, and infers as PEFT (1e-4)",
+          len(losses) == 4 and all(np.isfinite(losses)) and written["use_dora"] and written["lora_dropout"] == 0.2 and
+          err <= 1e-4, f"losses {[round(l, 4) for l in losses]}, relative err {err:.2e}")
+
+
+def refusals(arch, plans, adapters, tmp, sdrun):
+    """An adapter of another method, or IA3 vectors on other sides, is a clean error."""
+    ids = os.path.join(tmp, "refuse_ids.npy")
+    np.save(ids, np.zeros((BATCH, SEQ), np.int64))
+    feedforward = os.path.join(tmp, "ia3_other_side")
+    shutil.copytree(adapters["ia3"], feedforward)
+    cfg_path = os.path.join(feedforward, "adapter_config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["feedforward_modules"] = []
+    json.dump(cfg, open(cfg_path, "w"))
+    plain = os.path.join(tmp, "plain_lora")
+    shutil.copytree(adapters["dora"], plain)
+    cfg_path = os.path.join(plain, "adapter_config.json")
+    cfg = json.load(open(cfg_path))
+    cfg["use_dora"] = False
+    json.dump(cfg, open(cfg_path, "w"))
+    cases = [("a DoRA adapter on the IA3 plan", plans["ia3"], adapters["dora"], ["DoRA", "IA3", "--peft ia3"]),
+             ("an IA3 adapter on the DoRA plan", plans["dora"], adapters["ia3"], ["IA3", "DoRA", "--use-dora"]),
+             ("a plain LoRA adapter on the DoRA plan", plans["dora"], plain, ["LoRA", "DoRA"]),
+             ("IA3 with feedforward_modules emptied", plans["ia3"], feedforward, ["feedforward_modules", "input"])]
+    for what, plan, adapter, words in cases:
+        out = os.path.join(tmp, "refused_out")
+        problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", adapter, "--input",
+                                               f"input_ids={ids}", "--output-dir", out], words, [out])
+        check(f"{arch}: {what} is a one-line error naming what differs", not problems, "; ".join(problems) or line)
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    import export_hf
+    torch.set_num_threads(2)
+    warnings.filterwarnings("ignore", category=DeprecationWarning)
+    tmp = tempfile.mkdtemp(prefix="sd_peft_methods_")
+    try:
+        for arch in ("gpt2", "llama"):
+            model_dir = os.path.join(tmp, arch)
+            os.makedirs(model_dir)
+            export_hf.export(export_hf.build(arch, 0), os.path.join(model_dir, "model.onnx"), opset=17, batch=BATCH,
+                             seq=SEQ)
+            write_token_rows(os.path.join(model_dir, "train.jsonl"), np.random.default_rng(3), 256, 2 * STEPS, SEQ)
+            plans, adapters = {}, {}
+            for method in ("dora", "ia3"):
+                try:
+                    plans[method], adapters[method] = method_checks(method, arch, model_dir, sdc, sdrun)
+                except Exception as e:  # one failing method must not hide the other
+                    check(f"{arch} {method} runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
+            if len(plans) == 2:
+                refusals(arch, plans, adapters, model_dir, sdrun)
+            if arch == "llama":
+                dora_dropout(arch, model_dir, sdc, sdrun)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("test_peft_methods")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
