@@ -299,6 +299,19 @@ def check_all(tmp):
                                                      out_plan], ["--freeze 'nope'", "matches no"], [out_plan])
     expect_clean_error("--freeze with LoRA", [sdc, "compile", gpt, "--peft", "lora", "--target-modules", "all-linear",
                                               "--freeze", "x", "-o", out_plan], ["--freeze", "--peft none"], [out_plan])
+    expect_clean_error("--use-dora without LoRA", [sdc, "compile", gpt, "--peft", "none", "--use-dora", "-o",
+                                                  out_plan], ["--use-dora", "--peft lora"], [out_plan])
+    expect_clean_error("--peft ia3 without --target-modules", [sdc, "compile", gpt, "--peft", "ia3", "-o", out_plan],
+                       ["--peft ia3", "--target-modules"], [out_plan])
+    expect_clean_error("--feedforward-modules without IA3", [sdc, "compile", gpt, "--peft", "lora", "--target-modules",
+                                                             "qkv", "--feedforward-modules", "qkv", "-o", out_plan],
+                       ["--feedforward-modules", "--peft ia3"], [out_plan])
+    expect_clean_error("--feedforward-modules matching no adapted module",
+                       [sdc, "compile", gpt, "--peft", "ia3", "--target-modules", "qkv", "--feedforward-modules", "fc2",
+                        "-o", out_plan], ["--feedforward-modules 'fc2'", "matches none"], [out_plan])
+    expect_clean_error("--feedforward-modules with a broken regex",
+                       [sdc, "compile", gpt, "--peft", "ia3", "--target-modules", "qkv", "--feedforward-modules", "(q",
+                        "-o", out_plan], ["--feedforward-modules", "(q"], [out_plan])
     expect_clean_error("--freeze with a broken regex", [sdc, "compile", gpt, "--peft", "none", "--freeze", "(", "-o",
                                                         out_plan], ["--freeze '('", "not a valid"], [out_plan])
     expect_clean_error("--adam-beta1 1.5", [sdc, "compile", gpt, "--peft", "none", "--adam-beta1", "1.5", "-o",

@@ -520,6 +520,12 @@ def main():
                                                 "params", "--osft-v-rule", "allreduce"],
                             "lora_fsdp_packed": ["--peft", "lora", "--target-modules", "qkv,proj", "--shard", "params",
                                                  "--packing"],
+                            "dora": ["--peft", "lora", "--use-dora", "--target-modules", "qkv,proj"],
+                            "dora_fsdp": ["--peft", "lora", "--use-dora", "--target-modules", "qkv,proj", "--shard",
+                                          "params"],
+                            "ia3": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules", "proj"],
+                            "ia3_zero2": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules",
+                                          "proj", "--shard", "grads"],
                             # fp16 from a loss scale of 2^20 with a growth window of 3: the first steps
                             # overflow and are skipped, then the scale grows and halves again.
                             **{f"fp16_{m}": ["--peft", "none", "--precision", "fp16", "--loss-scale-init", "1048576",
@@ -547,6 +553,14 @@ def main():
         equal_runs(runner, "OSFT, padded", plans["osft"], ranks=(2, 3))
         equal_runs(runner, "--shard optimizer, OSFT, against the unsharded plan", plans["osft_zero1"],
                    reference=plans["osft"], ranks=(2,))
+
+        # DoRA (each step's weight norm from the reduced, updated adapters) and IA3.
+        equal_runs(runner, "DoRA, padded", plans["dora"], ranks=(2,))
+        equal_runs(runner, "--shard params, DoRA, against the unsharded plan", plans["dora_fsdp"],
+                   reference=plans["dora"], ranks=(2,))
+        equal_runs(runner, "IA3, padded", plans["ia3"], ranks=(3,))
+        equal_runs(runner, "--shard grads, IA3, against the unsharded plan", plans["ia3_zero2"],
+                   reference=plans["ia3"], ranks=(2,))
 
         # ZeRO-1: each parameter's AdamW state and update on one rank, then broadcast.
         equal_runs(runner, "--shard optimizer, full fine-tuning, against the unsharded plan", plans["full_zero1"],

@@ -3,6 +3,7 @@
 // write, and malformed bytes refused with an error (never a crash).
 #include "sd/format/crc32c.h"
 #include "sd/format/json.h"
+#include "sd/format/peft.h"
 #include "sd/format/safetensors.h"
 #include "sd/format/tensor_io.h"
 #include <cmath>
@@ -176,3 +177,61 @@ TEST(TensorFiles, MalformedBytesAreRefused) {
 }
 
 } // namespace
+
+TEST(PeftConfig, Ia3FeedforwardFollowsPeftsRule) {
+  // A list: a module is a feedforward one when its name ends with an entry
+  // (PEFT's plain suffix test, no dot boundary).
+  auto list = sd::parseAdapterConfig(R"({"peft_type": "IA3", "feedforward_modules": ["mlp.c_proj", "down_proj"]})", "a");
+  ASSERT_TRUE(list.isOk()) << list.status().message();
+  EXPECT_TRUE(list.value().isIa3());
+  EXPECT_TRUE(list.value().feedforwardByRule("transformer.h.0.mlp.c_proj"));
+  EXPECT_FALSE(list.value().feedforwardByRule("transformer.h.0.attn.c_proj"));
+  EXPECT_TRUE(list.value().feedforwardByRule("model.layers.1.mlp.down_proj"));
+  EXPECT_EQ(list.value().tensorNames("m"), std::vector<std::string>{"m.ia3_l"});
+  // A string: a regex the whole name must match.
+  auto regex = sd::parseAdapterConfig(R"({"peft_type": "IA3", "feedforward_modules": ".*\\.mlp\\..*"})", "a");
+  ASSERT_TRUE(regex.isOk()) << regex.status().message();
+  EXPECT_TRUE(regex.value().feedforwardByRule("h.0.mlp.fc"));
+  EXPECT_FALSE(regex.value().feedforwardByRule("h.0.attn.fc"));
+  auto none = sd::parseAdapterConfig(R"({"peft_type": "IA3", "feedforward_modules": null})", "a");
+  ASSERT_TRUE(none.isOk());
+  EXPECT_FALSE(none.value().feedforwardByRule("h.0.mlp.fc"));
+}
+
+TEST(PeftConfig, MalformedIa3FieldsAreOneLineErrors) {
+  for (const char *bad : {R"({"peft_type": "IA3", "feedforward_modules": 3})",
+                          R"({"peft_type": "IA3", "feedforward_modules": [1]})",
+                          R"({"peft_type": "IA3", "feedforward_modules": "(unclosed"})"}) {
+    auto c = sd::parseAdapterConfig(bad, "cfg.json");
+    ASSERT_FALSE(c.isOk()) << bad;
+    EXPECT_NE(c.status().message().find("cfg.json: 'feedforward_modules'"), std::string::npos) << c.status().message();
+  }
+  // std::regex recurses: a deeply nested pattern is refused before it is compiled.
+  std::string deep = R"({"peft_type": "IA3", "feedforward_modules": ")" + std::string(100, '(') + "a" +
+                     std::string(100, ')') + "\"}";
+  auto c = sd::parseAdapterConfig(deep, "cfg.json");
+  ASSERT_FALSE(c.isOk());
+  EXPECT_NE(c.status().message().find("64 groups"), std::string::npos) << c.status().message();
+}
+
+TEST(PeftConfig, DoraRoundTripsThroughTheConfigSdrunWrites) {
+  sd::LoraConfig cfg;
+  cfg.r = 4;
+  cfg.alpha = 8;
+  cfg.useDora = true;
+  cfg.modules = {"q"};
+  auto back = sd::parseAdapterConfig(sd::adapterConfigJson(cfg), "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_TRUE(back.value().useDora);
+  EXPECT_EQ(back.value().kindName(), "DoRA");
+  EXPECT_EQ(cfg.tensorNames("q"),
+            (std::vector<std::string>{"q.lora_A.weight", "q.lora_B.weight", "q.lora_magnitude_vector"}));
+  sd::LoraConfig ia3;
+  ia3.peftType = "IA3";
+  ia3.modules = {"a.k", "a.down"};
+  ia3.feedforward = {"a.down"};
+  auto written = sd::parseAdapterConfig(sd::adapterConfigJson(ia3), "a");
+  ASSERT_TRUE(written.isOk()) << written.status().message();
+  EXPECT_TRUE(written.value().feedforwardByRule("a.down"));
+  EXPECT_FALSE(written.value().feedforwardByRule("a.k"));
+}
