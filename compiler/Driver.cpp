@@ -137,7 +137,8 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
     char dropout[48] = "";
     if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
-    out += std::string(req.pipeline.useDora ? "DoRA" : "LoRA") + " r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
+    std::string kind = req.pipeline.peft == "loha" ? "LoHa" : req.pipeline.useDora ? "DoRA" : "LoRA";
+    out += kind + " r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
            dropout + " on " + std::to_string(mods.size()) + " modules:\n";
     for (mlir::Attribute m : mods) out += "  " + mlir::cast<mlir::StringAttr>(m).str() + "\n";
   } else {
@@ -266,7 +267,8 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // the training entries: OSFT's strategy depends on the tokens per step,
     // and full fine-tuning leaves frozen the weights no gradient reaches
     // (rotary tables, masks, a loss's class weights).
-    if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
+    if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
+        req.pipeline.peft != "loha" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {
@@ -328,6 +330,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   if (std::string peft = peftJson(*module); !peft.empty())
     addField(peft.find("\"OSF\"") != std::string::npos   ? "osf"
              : peft.find("\"IA3\"") != std::string::npos ? "ia3"
+             : peft.find("\"LOHA\"") != std::string::npos ? "loha"
                                                           : "lora",
              peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));

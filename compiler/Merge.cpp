@@ -10,6 +10,7 @@
 #include "mlir/Pass/PassManager.h"
 #include "sd/format/peft.h"
 #include "sd/format/safetensors.h"
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
@@ -247,13 +248,57 @@ bool mergeIa3Adapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig 
   return true;
 }
 
+// A LoHa adapter: W += (w1_a w1_b) ⊙ (w2_a w2_b) · alpha / r, as PEFT's merge.
+bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
+                      std::map<std::string, LinearUse> &linears, std::string &error) {
+  const std::string prefix = adapterKey("");
+  std::map<std::string, std::array<const NamedTensor *, 4>> modules;
+  for (auto &[key, t] : file.tensors) {
+    int part = -1;
+    for (int i = 0; i < 4; ++i)
+      if (StringRef(key).ends_with(kLohaSuffixes[i])) part = i;
+    if (!StringRef(key).starts_with(prefix) || part < 0)
+      return error = req.adapterDir + ": tensor '" + key + "' is not a LoHa factor in PEFT's layout", false;
+    auto &parts = modules[key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(kLohaSuffixes[part]))];
+    parts[size_t(part)] = &t;
+  }
+  int64_t r = cfg.r;
+  double scale = cfg.alpha / double(r);
+  for (auto &[m, parts] : modules) {
+    ModuleWeight mw;
+    if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
+    for (int i = 0; i < 4; ++i) {
+      Dims want = i % 2 == 0 ? Dims{mw.out, r} : Dims{r, mw.in};
+      if (!parts[size_t(i)] || parts[size_t(i)]->dtype != DType::F32 || parts[size_t(i)]->dims != want)
+        return error = req.adapterDir + ": module '" + m + "' needs f32 " + std::string(kLohaSuffixes[i] + 1) + " [" +
+                       formatDims(want) + "]" + (parts[size_t(i)] ? ", got [" + formatDims(parts[size_t(i)]->dims) + "]" : ""),
+               false;
+    }
+    auto data = [&](int i) { return static_cast<const float *>(parts[size_t(i)]->data); };
+    const float *w1a = data(0), *w1b = data(1), *w2a = data(2), *w2b = data(3);
+    for (int64_t o = 0; o < mw.out; ++o)
+      for (int64_t i = 0; i < mw.in; ++i) {
+        double p1 = 0, p2 = 0;
+        for (int64_t k = 0; k < r; ++k) {
+          p1 += double(w1a[o * r + k]) * double(w1b[k * mw.in + i]);
+          p2 += double(w2a[o * r + k]) * double(w2b[k * mw.in + i]);
+        }
+        float &w = mw.values[size_t(mw.oi ? o * mw.in + i : i * mw.out + o)];
+        w = float(double(w) + p1 * p2 * scale);
+        if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
+      }
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, mw.values, error)) return false;
+  }
+  return true;
+}
+
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
   if (!cfg.value().modulesToSave.empty())
     return error = req.adapterDir + ": the adapter trains '" + cfg.value().modulesToSave[0] +
                    "' in full (modules_to_save, a classification head the model does not have); sdc merge folds "
-                   "LoRA, DoRA, OSF and IA3 weights into the model's own layers only",
+                   "LoRA, DoRA, OSF, IA3 and LoHa weights into the model's own layers only",
            false;
   double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
@@ -262,6 +307,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   if (!linearModules(lm, req.model, linears, error)) return false;
   if (cfg.value().isOsf()) return mergeOsfAdapter(lm, req, file.value(), linears, error);
   if (cfg.value().isIa3()) return mergeIa3Adapter(lm, req, cfg.value(), file.value(), linears, error);
+  if (cfg.value().isLoha()) return mergeLohaAdapter(lm, req, cfg.value(), file.value(), linears, error);
   const std::string prefix = adapterKey("");
   bool dora = cfg.value().useDora;
   struct LoraTensors {

@@ -24,6 +24,13 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     lora.dropout = opts.loraDropout;
     lora.dora = opts.useDora;
     pm.addPass(createPeftLora(lora));
+  } else if (opts.peft == "loha") {
+    PeftLohaOptions loha;
+    loha.targetModules = opts.targetModules;
+    loha.rank = opts.loraR;
+    loha.alpha = opts.loraAlpha;
+    loha.seed = opts.seed;
+    pm.addPass(createPeftLoha(loha));
   } else if (opts.peft == "ia3") {
     PeftIa3Options ia3;
     ia3.targetModules = opts.targetModules;

@@ -156,6 +156,25 @@ def PeftIa3 : Pass<"sd-peft-ia3", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftLoha : Pass<"sd-peft-loha", "mlir::ModuleOp"> {
+  let summary = "LoHa: Hadamard products of two low-rank pairs added to the matched sd.linear modules";
+  let description = [{
+    Matches `sd.linear` modules as sd-peft-lora does. Each matched layer gets
+    `<module>.hada_w1_a` and `.hada_w2_a` [out, r], `.hada_w1_b` and
+    `.hada_w2_b` [r, in] (PEFT's LoHa names and init: Kaiming-uniform with
+    a = sqrt(5), w2_b zeros), all trainable, and computes
+    y = linear(x, W, b) + x ΔWᵀ with ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha / r,
+    rebuilt each step. Every other weight is frozen. Records the
+    configuration in `sd.peft` on the module.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
+    Option<"rank", "r", "int64_t", "8", "rank of each factor pair">,
+    Option<"alpha", "alpha", "double", "8.0", "scaling numerator">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
+  ];
+}
+
 def PeftOsft : Pass<"sd-peft-osft", "mlir::ModuleOp"> {
   let summary = "OSFT: split the matched sd.linear weights by SVD into frozen high and trainable low factors";
   let description = [{

@@ -14,6 +14,7 @@ std::string adapterKey(const std::string &name) { return kAdapterKeyPrefix + nam
 
 std::vector<std::string> LoraConfig::tensorNames(const std::string &module) const {
   if (isIa3()) return {module + kIa3Suffix};
+  if (isLoha()) return {module + kLohaSuffixes[0], module + kLohaSuffixes[1], module + kLohaSuffixes[2], module + kLohaSuffixes[3]};
   if (isOsf()) return {module + kOsfSuffixes[0], module + kOsfSuffixes[1], module + kOsfSuffixes[2]};
   if (useDora) return {module + kLoraASuffix, module + kLoraBSuffix, module + kDoraMagnitudeSuffix};
   return {module + kLoraASuffix, module + kLoraBSuffix};
@@ -33,11 +34,15 @@ bool LoraConfig::feedforwardByRule(const std::string &module) const {
 }
 
 std::string LoraConfig::kindName() const {
-  return isOsf() ? "OSF" : isIa3() ? "IA3" : useDora ? "DoRA" : "LoRA";
+  return isOsf() ? "OSF" : isIa3() ? "IA3" : isLoha() ? "LoHa" : useDora ? "DoRA" : "LoRA";
 }
 
 std::string LoraConfig::compileFlags() const {
-  return isOsf() ? "--peft osft" : isIa3() ? "--peft ia3" : useDora ? "--peft lora --use-dora" : "--peft lora";
+  return isOsf()    ? "--peft osft"
+         : isIa3()  ? "--peft ia3"
+         : isLoha() ? "--peft loha"
+         : useDora  ? "--peft lora --use-dora"
+                    : "--peft lora";
 }
 
 std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
@@ -156,6 +161,24 @@ StatusOr<LoraConfig> parseIa3Config(const Json &doc, const std::string &path) {
   return c;
 }
 
+// PEFT's LoHaConfig: r and alpha; rank_dropout and module_dropout only
+// steer training. Per-module ranks and the CP form of convolutions are
+// refused (the shapes would not be the plan's).
+StatusOr<LoraConfig> parseLohaConfig(const Json &doc, const std::string &path) {
+  for (const char *key : {"rank_pattern", "alpha_pattern"})
+    if (const Json *v = doc.get(key); v && v->type == Json::Type::Object && !v->obj.empty())
+      return sdError(path, ": '", key, "' is set: per-module ranks and alphas are not supported yet");
+  const Json *r = doc.get("r"), *alpha = doc.get("alpha");
+  if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
+  if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": alpha must be a number");
+  LoraConfig c;
+  c.peftType = "LOHA";
+  c.r = int64_t(r->num);
+  c.alpha = alpha->num;
+  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
+  return c;
+}
+
 } // namespace
 
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
@@ -172,8 +195,9 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
              *rs = doc.value().get("use_rslora");
   if (type && type->str == "OSF") return parseOsfConfig(doc.value(), path);
   if (type && type->str == "IA3") return parseIa3Config(doc.value(), path);
+  if (type && type->str == "LOHA") return parseLohaConfig(doc.value(), path);
   if (!type || type->str != "LORA")
-    return sdError(path, ": not a LoRA, OSF or IA3 adapter (peft_type must be LORA, OSF or IA3)");
+    return sdError(path, ": not a LoRA, OSF, IA3 or LoHa adapter (peft_type must be LORA, OSF, IA3 or LOHA)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -218,8 +242,18 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     c.feedforwardEndings = c.feedforward;
     return c;
   }
+  if (const Json *loha = doc.value().get("loha")) {
+    const Json *r = loha->get("r"), *alpha = loha->get("alpha"), *mods = loha->get("modules");
+    if (!r || !r->isInteger() || !alpha || alpha->type != Json::Type::Number || !mods || mods->type != Json::Type::Array)
+      return sdError("the plan's LoHa configuration is malformed");
+    c.peftType = "LOHA";
+    c.r = int64_t(r->num);
+    c.alpha = alpha->num;
+    for (const Json &m : mods->arr) c.modules.push_back(m.str);
+    return c;
+  }
   const Json *lora = doc.value().get("lora");
-  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft or ia3)");
+  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3 or loha)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");
@@ -282,11 +316,22 @@ static std::string ia3ConfigJson(const LoraConfig &cfg, const std::string &targe
          "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
 }
 
+static std::string lohaConfigJson(const LoraConfig &cfg, const std::string &targets) {
+  char alpha[32];
+  std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
+  return "{\n  \"peft_type\": \"LOHA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
+         ",\n  \"alpha\": " + alpha + ",\n  \"rank_dropout\": 0.0,\n  \"module_dropout\": 0.0,\n  \"target_modules\": [" +
+         targets + "],\n  \"init_weights\": true,\n  \"use_effective_conv2d\": false,\n  \"rank_pattern\": {},\n"
+         "  \"alpha_pattern\": {},\n  \"modules_to_save\": null,\n  \"inference_mode\": true,\n"
+         "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
+}
+
 std::string adapterConfigJson(const LoraConfig &cfg) {
   std::string targets;
   for (const std::string &m : cfg.modules) targets += (targets.empty() ? "" : ", ") + jsonQuote(m);
   if (cfg.isOsf()) return withModulesToSave(osfConfigJson(cfg, targets), cfg);
   if (cfg.isIa3()) return withModulesToSave(ia3ConfigJson(cfg, targets), cfg);
+  if (cfg.isLoha()) return withModulesToSave(lohaConfigJson(cfg, targets), cfg);
   char alpha[32], dropout[32];
   std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
   std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);

@@ -84,11 +84,11 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
                        "', which the plan scales on its ", planSide ? "input" : "output",
                        " (sdc compile --feedforward-modules)");
     }
-  if (cfg.isLora()) {
+  if (cfg.isLora() || cfg.isLoha()) {
     if (given.value().r != cfg.r)
       return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
     if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
-      return sdError(cfgPath, ": lora_alpha differs from the plan's ", cfg.alpha);
+      return sdError(cfgPath, cfg.isLoha() ? ": alpha" : ": lora_alpha", " differs from the plan's ", cfg.alpha);
     if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
   }
   std::set<std::string> saved(given.value().modulesToSave.begin(), given.value().modulesToSave.end()),

@@ -303,6 +303,8 @@ def check_all(tmp):
                                                   out_plan], ["--use-dora", "--peft lora"], [out_plan])
     expect_clean_error("--peft ia3 without --target-modules", [sdc, "compile", gpt, "--peft", "ia3", "-o", out_plan],
                        ["--peft ia3", "--target-modules"], [out_plan])
+    expect_clean_error("--peft loha without --target-modules", [sdc, "compile", gpt, "--peft", "loha", "-o", out_plan],
+                       ["--peft loha", "--target-modules"], [out_plan])
     expect_clean_error("--feedforward-modules without IA3", [sdc, "compile", gpt, "--peft", "lora", "--target-modules",
                                                              "qkv", "--feedforward-modules", "qkv", "-o", out_plan],
                        ["--feedforward-modules", "--peft ia3"], [out_plan])

@@ -3,11 +3,13 @@
 transformers' GPT-2 (Conv1D weights stored [in, out], biases) and a tiny
 Llama built from configs with seeded random weights:
 
-  DoRA (--peft lora --use-dora, PEFT's use_dora) and (IA)³ (--peft ia3,
-  PEFT's IA3Config with feedforward_modules). For each method and model:
+  DoRA (--peft lora --use-dora, PEFT's use_dora), (IA)³ (--peft ia3,
+  PEFT's IA3Config with feedforward_modules) and LoHa (--peft loha, Llama
+  only: PEFT's LoHa adapts nn.Linear, not GPT-2's Conv1D). For each method
+  and model:
 
-  training   sdrun train from PEFT's own random start (init_lora_weights or
-             init_ia3_weights False) gives PEFT's AdamW losses and adapter
+  training   sdrun train from PEFT's own random start (init_lora_weights,
+             init_ia3_weights or init_weights False) gives PEFT's AdamW losses and adapter
              tensors step for step (1e-4 relative)
   sdc->PEFT  the saved adapter loads in PeftModel.from_pretrained with
              exactly PEFT's keys and no warnings; PEFT's logits equal sdrun
@@ -36,12 +38,15 @@ from test_training import check, report
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 BATCH, SEQ, STEPS, R, ALPHA, LR = 2, 16, 10, 4, 8, 1e-3
 LORA_TARGETS = {"gpt2": ["c_attn", "c_proj"], "llama": ["q_proj", "v_proj", "down_proj"]}
+METHOD_NAMES = {"dora": "DoRA", "ia3": "IA3", "loha": "LoHa"}
 IA3_TARGETS = {"gpt2": (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]),
                "llama": (["k_proj", "v_proj", "down_proj"], ["down_proj"])}
 
 
 def peft_config(method, arch, dropout=0.0):
-    from peft import IA3Config, LoraConfig
+    from peft import IA3Config, LoHaConfig, LoraConfig
+    if method == "loha":
+        return LoHaConfig(r=R, alpha=ALPHA, target_modules=LORA_TARGETS[arch], init_weights=False, task_type="CAUSAL_LM")
     if method == "ia3":
         targets, feedforward = IA3_TARGETS[arch]
         return IA3Config(target_modules=targets, feedforward_modules=feedforward, init_ia3_weights=False,
@@ -51,6 +56,9 @@ def peft_config(method, arch, dropout=0.0):
 
 
 def compile_flags(method, arch, dropout=0.0):
+    if method == "loha":
+        return ["--peft", "loha", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R), "--lora-alpha",
+                str(ALPHA)]
     if method == "ia3":
         targets, feedforward = IA3_TARGETS[arch]
         return ["--peft", "ia3", "--target-modules", ",".join(targets), "--feedforward-modules", ",".join(feedforward)]
@@ -87,7 +95,7 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
     from safetensors.numpy import load_file
     import export_hf
 
-    name = f"{arch} {'DoRA' if method == 'dora' else 'IA3'}"
+    name = f"{arch} {METHOD_NAMES[method]}"
     d = os.path.join(model_dir, method)
     os.makedirs(d)
     onnx_path, data = os.path.join(model_dir, "model.onnx"), os.path.join(model_dir, "train.jsonl")
@@ -108,7 +116,7 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
         "--save-adapter", trained])
     losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
     loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
-    theirs = {saved_key(k): v.detach().numpy() for k, v in pm.state_dict().items() if "lora_" in k or "ia3_" in k}
+    theirs = {saved_key(k): v.detach().numpy() for k, v in pm.state_dict().items() if any(p in k for p in ("lora_", "ia3_", "hada_"))}
     ours = load_file(os.path.join(trained, "adapter_model.safetensors"))
     errs = {k: rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
     worst = max(errs, key=errs.get) if errs else "none"
@@ -136,7 +144,7 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
     merged_onnx = os.path.join(d, "merged.onnx")
     sh([sdc, "merge", onnx_path, "--adapter", trained, "-o", merged_onnx])
     merged = loaded.merge_and_unload()
-    suffix = ".ia3_l" if method == "ia3" else ".lora_A.weight"
+    suffix = {"ia3": ".ia3_l", "dora": ".lora_A.weight", "loha": ".hada_w1_a"}[method]
     modules = sorted(k[len("base_model.model."):-len(suffix)] for k in ours if k.endswith(suffix))
     base = export_hf.build(arch, 0)
     names = onnx_weight_names(onnx_path, base, modules)
@@ -210,6 +218,15 @@ def refusals(arch, plans, adapters, tmp, sdrun):
              ("an IA3 adapter on the DoRA plan", plans["dora"], adapters["ia3"], ["IA3", "DoRA", "--use-dora"]),
              ("a plain LoRA adapter on the DoRA plan", plans["dora"], plain, ["LoRA", "DoRA"]),
              ("IA3 with feedforward_modules emptied", plans["ia3"], feedforward, ["feedforward_modules", "input"])]
+    if "loha" in plans:
+        cases.append(("a LoHa adapter on the DoRA plan", plans["dora"], adapters["loha"], ["LoHa", "DoRA"]))
+        other_rank = os.path.join(tmp, "loha_other_rank")
+        shutil.copytree(adapters["loha"], other_rank)
+        cfg_path = os.path.join(other_rank, "adapter_config.json")
+        cfg = json.load(open(cfg_path))
+        cfg["r"] = R + 1
+        json.dump(cfg, open(cfg_path, "w"))
+        cases.append(("a LoHa adapter of another rank", plans["loha"], other_rank, ["r=5", "r=4"]))
     for what, plan, adapter, words in cases:
         out = os.path.join(tmp, "refused_out")
         problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", adapter, "--input",
@@ -232,12 +249,13 @@ def main():
                              seq=SEQ)
             write_token_rows(os.path.join(model_dir, "train.jsonl"), np.random.default_rng(3), 256, 2 * STEPS, SEQ)
             plans, adapters = {}, {}
-            for method in ("dora", "ia3"):
+            # PEFT's LoHa adapts nn.Linear only, not GPT-2's Conv1D.
+            for method in ("dora", "ia3") + (("loha",) if arch == "llama" else ()):
                 try:
                     plans[method], adapters[method] = method_checks(method, arch, model_dir, sdc, sdrun)
                 except Exception as e:  # one failing method must not hide the other
                     check(f"{arch} {method} runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
-            if len(plans) == 2:
+            if "dora" in plans and "ia3" in plans:
                 refusals(arch, plans, adapters, model_dir, sdrun)
             if arch == "llama":
                 dora_dropout(arch, model_dir, sdc, sdrun)

@@ -235,3 +235,22 @@ TEST(PeftConfig, DoraRoundTripsThroughTheConfigSdrunWrites) {
   EXPECT_TRUE(written.value().feedforwardByRule("a.down"));
   EXPECT_FALSE(written.value().feedforwardByRule("a.k"));
 }
+
+TEST(PeftConfig, LohaNeedsItsRankAndAlphaAndRefusesPerModulePatterns) {
+  auto ok = sd::parseAdapterConfig(R"({"peft_type": "LOHA", "r": 4, "alpha": 8, "rank_pattern": {}})", "a");
+  ASSERT_TRUE(ok.isOk()) << ok.status().message();
+  EXPECT_TRUE(ok.value().isLoha());
+  EXPECT_EQ(ok.value().r, 4);
+  EXPECT_EQ(ok.value().tensorNames("m"),
+            (std::vector<std::string>{"m.hada_w1_a", "m.hada_w1_b", "m.hada_w2_a", "m.hada_w2_b"}));
+  auto back = sd::parseAdapterConfig(sd::adapterConfigJson(ok.value()), "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back.value().alpha, 8);
+  for (const char *bad : {R"({"peft_type": "LOHA", "alpha": 8})", R"({"peft_type": "LOHA", "r": 4})",
+                          R"({"peft_type": "LOHA", "r": 4, "alpha": 8, "rank_pattern": {"q": 2}})"}) {
+    auto c = sd::parseAdapterConfig(bad, "cfg.json");
+    ASSERT_FALSE(c.isOk()) << bad;
+    EXPECT_EQ(c.status().message().rfind("cfg.json: ", 0), 0u) << c.status().message();
+  }
+}
+

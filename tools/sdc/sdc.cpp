@@ -48,6 +48,8 @@ const char *kUsage =
     "                           the rest trained and kept orthogonal to them (PEFT's OSF)\n"
     "  --peft ia3               (IA)³: a trained vector scales each --target-modules layer's\n"
     "                           output, or its input for --feedforward-modules (PEFT's IA3)\n"
+    "  --peft loha              LoHa: ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha/r added to each\n"
+    "                           --target-modules layer (PEFT's LoHa; --lora-r, --lora-alpha)\n"
     "  --feedforward-modules LIST  ia3: the target layers whose input is scaled (PEFT's rule:\n"
     "                           a name ending in an entry, or a regex matching the whole name)\n"
     "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
@@ -63,7 +65,7 @@ const char *kUsage =
     "  --osft-v-rule gather|allreduce  under --shard params, how the V side's coefficients\n"
     "                           are completed: gather V_high (gather, right) or all-reduce\n"
     "                           per-rank products (allreduce: known wrong, for tests only)\n"
-    "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R\n"
+    "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa)\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
     "  --use-dora               weight-decomposed LoRA (DoRA, PEFT's use_dora): each layer\n"
     "                           also trains a magnitude per output, W's row norms at first\n"
@@ -198,7 +200,7 @@ const char *kMergeUsage =
     "that any ONNX runtime runs: an adapter in HF PEFT layout (LoRA: W += alpha/r *\n"
     "B A; DoRA: then each output row scaled to its magnitude; OSF: the low part\n"
     "replaced; IA3: W's rows and bias scaled, or its columns on a feedforward\n"
-    "module; a weight shared by several layers, such as a tied embedding and head,\n"
+    "module; LoHa: W += (w1_a w1_b) * (w2_a w2_b) alpha/r; a weight shared by several layers, such as a tied embedding and head,\n"
     "is untied first so only the adapted layer changes), or the parameters saved by\n"
     "`sdrun train --save-weights` (full fine-tuning, matched by initializer name).\n";
 
@@ -272,8 +274,8 @@ int parseArgs(int argc, char **argv, Args &a) {
         return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
     } else if (flag == "--peft") {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
-                                      a.pipeline.peft != "ia3"))
-        return fail("--peft takes 'none', 'lora', 'osft' or 'ia3'"), 2;
+                                      a.pipeline.peft != "ia3" && a.pipeline.peft != "loha"))
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3' or 'loha'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -443,10 +445,10 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
   if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
-  if (a.pipeline.peft == "ia3" && a.pipeline.targetModules.empty())
-    return fail("--peft ia3 needs --target-modules (all-linear, names or a regex)"), 2;
-  if (a.pipeline.peft != "lora" && a.pipeline.peft != "osft" && a.pipeline.peft != "ia3" && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora, osft or ia3"), 2;
+  if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha") && a.pipeline.targetModules.empty())
+    return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
+  if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
+    return fail("--target-modules needs --peft lora, osft, ia3 or loha"), 2;
   if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
     return fail("--feedforward-modules needs --peft ia3"), 2;
   if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;

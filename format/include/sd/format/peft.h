@@ -22,6 +22,8 @@ constexpr const char *kLoraASuffix = ".lora_A.weight";
 constexpr const char *kLoraBSuffix = ".lora_B.weight";
 constexpr const char *kDoraMagnitudeSuffix = ".lora_magnitude_vector"; // DoRA: [out]
 constexpr const char *kIa3Suffix = ".ia3_l"; // IA3: [out, 1], or [1, in] on a feedforward module
+// LoHa: w1_a, w2_a [out, r]; w1_b, w2_b [r, in].
+constexpr const char *kLohaSuffixes[] = {".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b"};
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
 // adapter was split from (the config keeps only fields PEFT knows).
@@ -33,7 +35,7 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
-  std::string peftType = "LORA"; // "LORA", "OSF" or "IA3"
+  std::string peftType = "LORA"; // "LORA", "OSF", "IA3" or "LOHA"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
@@ -60,10 +62,12 @@ struct LoraConfig {
   bool isOsf() const { return peftType == "OSF"; }
   bool isIa3() const { return peftType == "IA3"; }
   bool isLora() const { return peftType == "LORA"; }
+  bool isLoha() const { return peftType == "LOHA"; }
+  // LoRA and LoHa: a rank r and a scaling alpha / r (rsLoRA: LoRA only).
   // Whether PEFT's IA3 treats `module` as a feedforward module under the
   // adapter config's feedforward_modules.
   bool feedforwardByRule(const std::string &module) const;
-  // "LoRA", "DoRA", "OSF" or "IA3", and the sdc compile flags that train it.
+  // "LoRA", "DoRA", "OSF", "IA3" or "LoHa", and the sdc compile flags that train it.
   std::string kindName() const;
   std::string compileFlags() const;
   double scale() const { return loraScale(alpha, r, rslora); }

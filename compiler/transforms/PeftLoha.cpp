@@ -1,0 +1,93 @@
+// sd-peft-loha: LoHa (low-rank Hadamard product) adapters on the sd.linear
+// modules PEFT would match: y = linear(x, W, b) + x ΔWᵀ with
+// ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha / r, rebuilt from the factors
+// each step (PEFT's LoHa computes the same ΔW in its forward).
+#include "GlobalData.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "vjp/GradBuilder.h"
+#include <cmath>
+#include <random>
+
+namespace sd {
+#define GEN_PASS_DEF_PEFTLOHA
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
+  using PeftLohaBase::PeftLohaBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (rank < 1) {
+      module.emitError() << "--lora-r (LoHa's r) must be at least 1, got " << rank;
+      return signalPassFailure();
+    }
+    SmallVector<LinearOp> linears;
+    if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
+    for (GlobalOp g : module.getOps<GlobalOp>())
+      if (g.getRole() == "trainable") g.setRole("frozen");
+    std::mt19937_64 rng{static_cast<uint64_t>(seed)};
+    Builder b(module.getContext());
+    SmallVector<Attribute> names;
+    for (LinearOp l : linears) {
+      if (failed(adapt(module, l, rng))) return signalPassFailure();
+      names.push_back(b.getStringAttr(l.getModule()));
+    }
+    module->setAttr("sd.peft", b.getDictionaryAttr({
+                                   b.getNamedAttr("peft_type", b.getStringAttr("LOHA")),
+                                   b.getNamedAttr("r", b.getI64IntegerAttr(rank)),
+                                   b.getNamedAttr("alpha", b.getF64FloatAttr(alpha)),
+                                   b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
+                                   b.getNamedAttr("modules", b.getArrayAttr(names)),
+                               }));
+  }
+
+  // PEFT's kaiming_uniform_(a=sqrt(5)) on a 2-D [rows, cols] tensor: U(±1/sqrt(cols)).
+  static std::vector<float> kaimingUniform(int64_t rows, int64_t cols, std::mt19937_64 &rng) {
+    std::vector<float> v(size_t(rows * cols));
+    double bound = 1.0 / std::sqrt(double(cols));
+    std::uniform_real_distribution<double> d(-bound, bound);
+    for (float &x : v) x = float(d(rng));
+    return v;
+  }
+
+  LogicalResult adapt(ModuleOp module, LinearOp l, std::mt19937_64 &rng) {
+    auto wt = cast<RankedTensorType>(l.getWeight().getType());
+    if (!wt.getElementType().isF32()) return l.emitError("LoHa on non-f32 weights is not supported yet");
+    bool oi = l.getLayout() == "oi";
+    int64_t in = oi ? wt.getDimSize(1) : wt.getDimSize(0), out = oi ? wt.getDimSize(0) : wt.getDimSize(1);
+    std::string m = l.getModule().str();
+    std::vector<float> w1a = kaimingUniform(out, rank, rng), w1b = kaimingUniform(rank, in, rng),
+                       w2a = kaimingUniform(out, rank, rng);
+    GlobalOp g1a = sd::createFloatGlobal(module, m + ".hada_w1_a", {out, rank}, "trainable", &w1a);
+    GlobalOp g1b = sd::createFloatGlobal(module, m + ".hada_w1_b", {rank, in}, "trainable", &w1b);
+    GlobalOp g2a = sd::createFloatGlobal(module, m + ".hada_w2_a", {out, rank}, "trainable", &w2a);
+    GlobalOp g2b = sd::createFloatGlobal(module, m + ".hada_w2_b", {rank, in}, "trainable", nullptr);
+    SmallVector<OpOperand *> readers;
+    for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
+    OpBuilder b(l);
+    b.setInsertionPointAfter(l);
+    GradBuilder g(b, l.getLoc());
+    auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(l.getLoc(), gl.getType(), gl.getSymName()).getResult(); };
+    auto linear = [&](Value x, Value w, StringRef layout, StringRef name) {
+      return g.make<LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr(layout)),
+                                                 b.getNamedAttr("module", b.getStringAttr(name))});
+    };
+    // w_a [out, r] times w_b [r, in]: "io" reads w_b as [K, N].
+    Value p1 = linear(load(g1a), load(g1b), "io", m + ".hada_w1");
+    Value p2 = linear(load(g2a), load(g2b), "io", m + ".hada_w2");
+    Value delta = g.scale(g.mul(p1, p2), alpha / double(rank));
+    Value sum = g.add(l.getOutput(), linear(l.getInput(), delta, "oi", m + ".hada"));
+    if (g.failed()) return failure();
+    for (OpOperand *u : readers) u->set(sum);
+    return success();
+  }
+};
+
+} // namespace
