@@ -145,10 +145,8 @@ struct RecipeClassifyPass : sd::impl::RecipeClassifyBase<RecipeClassifyPass> {
     // nn.Linear's initialization: U(-1/sqrt(in), 1/sqrt(in)) for weight and bias.
     std::mt19937_64 rng{static_cast<uint64_t>(seed) ^ 0xC1A551F1E5ull};
     double bound = 1.0 / std::sqrt(double(hidden));
-    std::uniform_real_distribution<double> d(-bound, bound);
-    std::vector<float> w(static_cast<size_t>(numLabels * hidden)), bias(static_cast<size_t>(numLabels));
-    for (float &v : w) v = float(d(rng));
-    for (float &v : bias) v = float(d(rng));
+    std::vector<float> w = sd::uniformFloats(size_t(numLabels * hidden), bound, rng),
+                       bias = sd::uniformFloats(size_t(numLabels), bound, rng);
     GlobalOp gw = sd::createFloatGlobal(module, sd::abi::kClassifierWeight, {numLabels, hidden}, "trainable", &w);
     GlobalOp gb = sd::createFloatGlobal(module, sd::abi::kClassifierBias, {numLabels}, "trainable", &bias);
     OpBuilder b(ret);

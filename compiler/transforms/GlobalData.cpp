@@ -89,3 +89,10 @@ ArrayRef<float> sd::floatsOf(sd::ir::GlobalOp g) {
   }
   return ArrayRef<float>(reinterpret_cast<const float *>(raw.data()), raw.size() / sizeof(float));
 }
+
+std::vector<float> sd::uniformFloats(size_t n, double bound, std::mt19937_64 &rng) {
+  std::uniform_real_distribution<double> d(-bound, bound);
+  std::vector<float> v(n);
+  for (float &x : v) x = float(d(rng));
+  return v;
+}

@@ -5,6 +5,7 @@
 #pragma once
 #include "SDDialect.h"
 #include "mlir/IR/BuiltinOps.h"
+#include <random>
 #include <vector>
 
 namespace sd {
@@ -13,6 +14,9 @@ namespace sd {
 // is null (a zero-initialized state such as LoRA's B).
 sd::ir::GlobalOp createFloatGlobal(mlir::ModuleOp module, llvm::StringRef name, llvm::ArrayRef<int64_t> shape,
                                    llvm::StringRef role, const std::vector<float> *values);
+// `n` values drawn from U(-bound, bound) in order: nn.Linear's and PEFT's
+// kaiming_uniform_(a=sqrt(5)) of a [rows, cols] weight is bound 1/sqrt(cols).
+std::vector<float> uniformFloats(size_t n, double bound, std::mt19937_64 &rng);
 // Whether the compiler may read and fold `g`'s value: a frozen weight or a
 // constant, with an initial value (trainable and state globals change at run time).
 bool hasFrozenValue(sd::ir::GlobalOp g);

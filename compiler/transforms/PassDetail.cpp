@@ -206,4 +206,16 @@ bool storedInOut(ir::LinearOp l) {
   return l.getLayout() == "io" && load && load.getGlobal() == l.getModule().str() + ".weight";
 }
 
+void freezeTrainableGlobals(mlir::ModuleOp module) {
+  for (ir::GlobalOp g : module.getOps<ir::GlobalOp>())
+    if (g.getRole() == "trainable") g.setRole("frozen");
+}
+
+mlir::Value adapterLinear(ir::GradBuilder &g, mlir::Value x, mlir::Value w, llvm::StringRef layout,
+                          llvm::StringRef module) {
+  mlir::OpBuilder &b = g.builder();
+  return g.make<ir::LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr(layout)),
+                                                 b.getNamedAttr("module", b.getStringAttr(module))});
+}
+
 } // namespace sd

@@ -9,6 +9,10 @@
 #include <memory>
 #include <optional>
 
+namespace sd::ir {
+class GradBuilder;
+} // namespace sd::ir
+
 namespace sd {
 // Entry functions carry `sd.entry = "<name>"`.
 inline bool isEntry(mlir::func::FuncOp f) { return f->hasAttr("sd.entry"); }
@@ -85,4 +89,10 @@ mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string
 // name. An [in, out] initializer under another name (onnx::MatMul_N) is the
 // exporter's folded transpose of an nn.Linear, which PyTorch stores [out, in].
 bool storedInOut(sd::ir::LinearOp l);
+// PEFT's adapters (sd-peft-lora, -ia3, -loha, -osft): the model's own
+// weights stop training; only what the pass adds trains.
+void freezeTrainableGlobals(mlir::ModuleOp module);
+// A bias-free sd.linear of an adapter, named `module` (x Wᵀ for "oi", x W for "io").
+mlir::Value adapterLinear(sd::ir::GradBuilder &g, mlir::Value x, mlir::Value w, llvm::StringRef layout,
+                          llvm::StringRef module);
 } // namespace sd

@@ -27,8 +27,7 @@ struct PeftIa3Pass : sd::impl::PeftIa3Base<PeftIa3Pass> {
     if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
     std::function<bool(StringRef)> feedforward;
     if (failed(feedforwardRule(module, feedforward))) return signalPassFailure();
-    for (GlobalOp g : module.getOps<GlobalOp>())
-      if (g.getRole() == "trainable") g.setRole("frozen");
+    sd::freezeTrainableGlobals(module);
     Builder b(module.getContext());
     SmallVector<Attribute> names, feedforwardNames;
     bool allInOut = true; // PEFT's fan_in_fan_out: every adapted PyTorch weight is [in, out]

@@ -30,8 +30,7 @@ struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
     }
     SmallVector<LinearOp> linears;
     if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
-    for (GlobalOp g : module.getOps<GlobalOp>())
-      if (g.getRole() == "trainable") g.setRole("frozen");
+    sd::freezeTrainableGlobals(module);
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
     Builder b(module.getContext());
     SmallVector<Attribute> names;
@@ -48,13 +47,9 @@ struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
                                }));
   }
 
-  // PEFT's kaiming_uniform_(a=sqrt(5)) on a 2-D [rows, cols] tensor: U(±1/sqrt(cols)).
+  // PEFT's kaiming_uniform_(a=sqrt(5)) of a [rows, cols] factor.
   static std::vector<float> kaimingUniform(int64_t rows, int64_t cols, std::mt19937_64 &rng) {
-    std::vector<float> v(size_t(rows * cols));
-    double bound = 1.0 / std::sqrt(double(cols));
-    std::uniform_real_distribution<double> d(-bound, bound);
-    for (float &x : v) x = float(d(rng));
-    return v;
+    return sd::uniformFloats(size_t(rows * cols), 1.0 / std::sqrt(double(cols)), rng);
   }
 
   LogicalResult adapt(ModuleOp module, LinearOp l, std::mt19937_64 &rng) {
@@ -75,15 +70,11 @@ struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
     b.setInsertionPointAfter(l);
     GradBuilder g(b, l.getLoc());
     auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(l.getLoc(), gl.getType(), gl.getSymName()).getResult(); };
-    auto linear = [&](Value x, Value w, StringRef layout, StringRef name) {
-      return g.make<LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr(layout)),
-                                                 b.getNamedAttr("module", b.getStringAttr(name))});
-    };
     // w_a [out, r] times w_b [r, in]: "io" reads w_b as [K, N].
-    Value p1 = linear(load(g1a), load(g1b), "io", m + ".hada_w1");
-    Value p2 = linear(load(g2a), load(g2b), "io", m + ".hada_w2");
+    Value p1 = sd::adapterLinear(g, load(g1a), load(g1b), "io", m + ".hada_w1");
+    Value p2 = sd::adapterLinear(g, load(g2a), load(g2b), "io", m + ".hada_w2");
     Value delta = g.scale(g.mul(p1, p2), alpha / double(rank));
-    Value sum = g.add(l.getOutput(), linear(l.getInput(), delta, "oi", m + ".hada"));
+    Value sum = g.add(l.getOutput(), sd::adapterLinear(g, l.getInput(), delta, "oi", m + ".hada"));
     if (g.failed()) return failure();
     for (OpOperand *u : readers) u->set(sum);
     return success();

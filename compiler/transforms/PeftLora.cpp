@@ -39,8 +39,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     }
     SmallVector<LinearOp> linears;
     if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
-    for (GlobalOp g : module.getOps<GlobalOp>())
-      if (g.getRole() == "trainable") g.setRole("frozen");
+    sd::freezeTrainableGlobals(module);
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
     double scale = sd::loraScale(alpha, rank, rslora);
     std::set<std::string> adapted;
@@ -73,14 +72,12 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     int64_t in = oi ? wt.getDimSize(1) : wt.getDimSize(0), out = oi ? wt.getDimSize(0) : wt.getDimSize(1);
     std::string m = l.getModule().str();
     // PEFT: A = kaiming_uniform_(a=sqrt(5)) -> U(-1/sqrt(in), 1/sqrt(in)); gaussian: N(0, 1/r). B = 0.
-    std::vector<float> a(size_t(rank * in));
+    std::vector<float> a;
     if (init == "gaussian") {
       std::normal_distribution<double> d(0.0, 1.0 / double(rank));
-      for (float &v : a) v = float(d(rng));
+      for (int64_t i = 0; i < rank * in; ++i) a.push_back(float(d(rng)));
     } else {
-      double bound = 1.0 / std::sqrt(double(in));
-      std::uniform_real_distribution<double> d(-bound, bound);
-      for (float &v : a) v = float(d(rng));
+      a = sd::uniformFloats(size_t(rank * in), 1.0 / std::sqrt(double(in)), rng);
     }
     Type f32 = Float32Type::get(module.getContext());
     if (wt.getElementType() != f32) return l.emitError("LoRA on non-f32 weights is not supported yet");
@@ -91,10 +88,6 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     GradBuilder g(b, l.getLoc());
     Value av = b.create<GlobalLoadOp>(l.getLoc(), ga.getType(), ga.getSymName());
     Value bv = b.create<GlobalLoadOp>(l.getLoc(), gb.getType(), gb.getSymName());
-    auto linear = [&](Value x, Value w, StringRef name) {
-      return g.make<LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr("oi")),
-                                                 b.getNamedAttr("module", b.getStringAttr(name))});
-    };
     Value x = l.getInput();
     if (dropout > 0) {
       GlobalOp state = sd::getOrCreateGlobal(module, sd::abi::kDropoutRng,
@@ -105,8 +98,8 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     }
     SmallVector<OpOperand *> readers; // of the layer's own result, before the adapter reads it too
     for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
-    Value down = linear(x, av, m + ".lora_A");
-    Value up = linear(down, bv, m + ".lora_B");
+    Value down = sd::adapterLinear(g, x, av, "oi", m + ".lora_A");
+    Value up = sd::adapterLinear(g, down, bv, "oi", m + ".lora_B");
     Value sum = dora ? doraOutput(module, l, x, g.scale(up, scale), ga, gb, scale, g, b)
                      : g.add(l.getOutput(), g.scale(up, scale));
     if (!sum || g.failed()) return failure();
@@ -144,18 +137,15 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       return load.getResult();
     };
     Value aD = detached(ga), bD = detached(gb);
-    auto product = [&](Value x, Value w, StringRef layout, StringRef name) {
-      return g.make<LinearOp>({x, w, g.none()}, {b.getNamedAttr("layout", b.getStringAttr(layout)),
-                                                 b.getNamedAttr("module", b.getStringAttr(name))});
-    };
     // B A as W is stored: [out, in] ("oi") or its transpose Aᵀ Bᵀ ("io").
     std::string deltaName = m + ".lora_magnitude_vector.delta";
-    Value delta = oi ? product(bD, aD, "io", deltaName) : product(g.transpose(aD, {1, 0}), bD, "oi", deltaName);
+    Value delta = oi ? sd::adapterLinear(g, bD, aD, "io", deltaName)
+                     : sd::adapterLinear(g, g.transpose(aD, {1, 0}), bD, "oi", deltaName);
     Value full = g.add(l.getWeight(), g.scale(delta, scale));
     Value norm = g.make<SqrtOp>({g.reduceSum(g.mul(full, full), {oi ? 1 : 0}, false)});
     Value factor = g.div(mv, norm);
     if (dropout > 0) { // PEFT: the base result keeps x; the magnitude's correction reads the dropped x
-      Value base = product(xd, l.getWeight(), l.getLayout(), m + ".lora_magnitude_vector.base");
+      Value base = sd::adapterLinear(g, xd, l.getWeight(), l.getLayout(), m + ".lora_magnitude_vector.base");
       Value one = g.scalar(wt.getElementType(), 1.0);
       return g.add(l.getOutput(), g.add(g.mul(g.sub(factor, one), base), g.mul(factor, scaledUp)));
     }

@@ -64,8 +64,7 @@ struct PeftOsftPass : sd::impl::PeftOsftBase<PeftOsftPass> {
     if (failed(parseRankPattern(module, rules))) return signalPassFailure();
     SmallVector<LinearOp> linears;
     if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
-    for (GlobalOp g : module.getOps<GlobalOp>())
-      if (g.getRole() == "trainable") g.setRole("frozen");
+    sd::freezeTrainableGlobals(module);
     Builder b(module.getContext());
     SmallVector<Attribute> names, ranks;
     uint32_t crc = 0;
