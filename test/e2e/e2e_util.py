@@ -229,6 +229,25 @@ def train_peft_model(model, rng, vocab, steps, batch, seq, lr=1e-2):
     return model.eval()
 
 
+def peft_steps(model, rows, steps, batch, lr, eps=1e-8):
+    """`steps` PyTorch AdamW steps (no weight decay) of a causal LM on token
+    rows, batched in order as sdrun train --no-shuffle batches them: row
+    (step * batch + i) mod len(rows). Returns the losses."""
+    import torch
+    import torch.nn.functional as F
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr, eps=eps, weight_decay=0.0)
+    losses = []
+    for step in range(steps):
+        ids = torch.tensor([rows[(step * batch + i) % len(rows)] for i in range(batch)])
+        logits = model(input_ids=ids).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), ids[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(float(loss))
+    return losses
+
+
 def write_token_rows(path, rng, vocab, lines, seq):
     """A JSONL training file of `lines` random token rows of length `seq`."""
     import json

@@ -42,7 +42,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, ort_run, peft_match, plan_steps, rel_err, sdrun_logits, sh, tool_paths, write_token_rows
+from e2e_util import (ROOT, ort_run, peft_match, peft_steps, plan_steps, rel_err, sdrun_logits, sh, tool_paths,
+                      write_token_rows)
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -127,24 +128,14 @@ def peft_training(model, rows, targets, fan_in_fan_out, init_dir):
     """PEFT's LoRA with random A and B (init_lora_weights=False), saved before
     training; then STEPS AdamW steps on the rows as sdrun batches them."""
     import torch
-    import torch.nn.functional as F
     from peft import LoraConfig, get_peft_model
     torch.manual_seed(11)
     cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=targets, lora_dropout=0.0, init_lora_weights=False,
                      fan_in_fan_out=fan_in_fan_out, task_type="CAUSAL_LM")
     pm = get_peft_model(model, cfg)
     pm.save_pretrained(init_dir)
-    params = [p for p in pm.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=LR, eps=EPS, weight_decay=0.0)
-    losses = []  # in eval mode: the plan has no dropout (LoRA dropout 0, and GPT-2's own dropouts off)
-    for step in range(STEPS):
-        batch = torch.tensor([rows[(step * BATCH + i) % len(rows)] for i in range(BATCH)])
-        logits = pm(input_ids=batch).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
+    # in eval mode: the plan has no dropout (LoRA dropout 0, and GPT-2's own dropouts off)
+    losses = peft_steps(pm, rows, STEPS, BATCH, LR, EPS)
     return pm.eval(), losses
 
 

@@ -31,8 +31,9 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, ort_run, rel_err, sdrun_logits, sh, tool_paths, write_token_rows
-from test_peft_roundtrip import initializers, onnx_weight_names, peft_warnings
+from e2e_util import (ROOT, clean_error_problems, ort_run, peft_steps, rel_err, sdrun_logits, sh, tool_paths,
+                      write_token_rows)
+from test_peft_roundtrip import initializers, merged_weights_gap, peft_warnings
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -72,23 +73,6 @@ def saved_key(key):
     return key[:-len(".weight")] if key.endswith("lora_magnitude_vector.weight") else key
 
 
-def peft_steps(pm, rows):
-    """STEPS PyTorch AdamW steps on the rows as sdrun batches them; the losses."""
-    import torch
-    import torch.nn.functional as F
-    opt = torch.optim.AdamW([p for p in pm.parameters() if p.requires_grad], lr=LR, eps=1e-8, weight_decay=0.0)
-    losses = []
-    for step in range(STEPS):
-        batch = torch.tensor([rows[(step * BATCH + i) % len(rows)] for i in range(BATCH)])
-        logits = pm(input_ids=batch).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, logits.shape[-1]), batch[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        losses.append(float(loss))
-    return losses
-
-
 def method_checks(method, arch, model_dir, sdc, sdrun):
     import torch
     from peft import PeftModel, get_peft_model, get_peft_model_state_dict
@@ -110,7 +94,7 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
     pm = get_peft_model(export_hf.build(arch, 0), peft_config(method, arch))
     init, trained, metrics = (os.path.join(d, n) for n in ("init", "trained", "metrics.jsonl"))
     pm.save_pretrained(init)
-    want = peft_steps(pm, rows)  # in eval mode, as the plan has no dropout of GPT-2's own
+    want = peft_steps(pm, rows, STEPS, BATCH, LR)  # in eval mode, as the plan has no dropout of GPT-2's own
     sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
         "--lr-schedule", "constant", "--threads", "2", "--adapter", init, "--metrics", metrics,
         "--save-adapter", trained])
@@ -147,25 +131,20 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
     suffix = {"ia3": ".ia3_l", "dora": ".lora_A.weight", "loha": ".hada_w1_a"}[method]
     modules = sorted(k[len("base_model.model."):-len(suffix)] for k in ours if k.endswith(suffix))
     base = export_hf.build(arch, 0)
-    names = onnx_weight_names(onnx_path, base, modules)
+    worst, found = merged_weights_gap(onnx_path, merged_onnx, base, merged, modules)
     got = initializers(merged_onnx)
-    worst = 0.0
-    for m in modules:
-        init_name, transposed = names[m]
-        w = merged.get_submodule(m).weight.detach().numpy()
-        worst = max(worst, rel_err(got[init_name], w.T if transposed else w))
     biases = 0
     for m in modules:  # GPT-2's biases: IA3 scales those of output-side modules
         bias = base.get_submodule(m).bias
         if bias is None:
             continue
         b = bias.detach().numpy()
-        found = [k for k, v in initializers(onnx_path).items() if v.shape == b.shape and np.array_equal(v, b)]
-        if len(found) == 1:
+        same = [k for k, v in initializers(onnx_path).items() if v.shape == b.shape and np.array_equal(v, b)]
+        if len(same) == 1:
             biases += 1
-            worst = max(worst, rel_err(got[found[0]], merged.get_submodule(m).bias.detach().numpy()))
+            worst = max(worst, rel_err(got[same[0]], merged.get_submodule(m).bias.detach().numpy()))
     check(f"{name} merge: sdc merge equals merge_and_unload on {len(modules)} weights and {biases} biases (1e-6)",
-          len(names) == len(modules) and worst <= 1e-6, f"worst relative err {worst:.2e}")
+          found == len(modules) and worst <= 1e-6, f"worst relative err {worst:.2e}")
     err = rel_err(ort_run(merged_onnx, {"input_ids": ids})["logits"], want_logits)
     check(f"{name} merge: ONNX Runtime on the merged model gives PEFT's logits (1e-4)", err <= 1e-4,
           f"relative err {err:.2e}")

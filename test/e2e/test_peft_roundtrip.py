@@ -73,6 +73,19 @@ def onnx_weight_names(onnx_path, base_model, modules):
     return found
 
 
+def merged_weights_gap(onnx_path, merged_onnx, base_model, merged_model, modules):
+    """How far sdc merge's weights are from a PEFT-merged model's, module by
+    module: (worst relative error, how many modules' weights were found)."""
+    names = onnx_weight_names(onnx_path, base_model, modules)
+    got = initializers(merged_onnx)
+    worst = 0.0
+    for m in modules:
+        name, transposed = names[m]
+        w = merged_model.get_submodule(m).weight.detach().numpy()
+        worst = max(worst, rel_err(got[name], w.T if transposed else w))
+    return worst, len(names)
+
+
 def roundtrip(arch, sdc, sdrun, tmp, rslora=False):
     import torch
     from peft import LoraConfig, PeftModel, get_peft_model, get_peft_model_state_dict
@@ -152,15 +165,9 @@ def roundtrip(arch, sdc, sdrun, tmp, rslora=False):
     merged = pm2.merge_and_unload()
     modules = sorted({k[len("base_model.model."):].rsplit(".lora_", 1)[0]
                       for k in load_file(os.path.join(theirs, "adapter_model.safetensors"))})
-    names = onnx_weight_names(onnx_path, base(), modules)
-    got_inits = initializers(merged_onnx)
-    worst = 0.0
-    for m in modules:
-        name, transposed = names[m]
-        w = merged.get_submodule(m).weight.detach().numpy()
-        worst = max(worst, rel_err(got_inits[name], w.T if transposed else w))
+    worst, found = merged_weights_gap(onnx_path, merged_onnx, base(), merged, modules)
     check(f"{arch} merge: sdc merge equals PEFT's merge_and_unload on all {len(modules)} modules",
-          len(names) == len(modules) and worst <= 1e-6, f"worst relative err {worst:.2e}")
+          found == len(modules) and worst <= 1e-6, f"worst relative err {worst:.2e}")
     err = rel_err(ort_run(merged_onnx, {"input_ids": ids})["logits"], want)
     check(f"{arch} merge: ONNX Runtime on the merged model gives PEFT's logits", err <= 1e-4,
           f"relative err {err:.2e}")
