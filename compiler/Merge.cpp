@@ -213,11 +213,14 @@ bool mergeIa3Adapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig 
     std::string m = key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(kIa3Suffix));
     ModuleWeight mw;
     if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
-    bool inputSide = cfg.feedforwardByRule(m);
+    // The vector's shape tells its side ([1, in]: the input, a feedforward
+    // module); the config's list decides only a 1 x 1 layer.
+    bool inputSide = t.dims == Dims{1, mw.in} && (t.dims != Dims{mw.out, 1} || cfg.feedforwardByRule(m));
     Dims want = inputSide ? Dims{1, mw.in} : Dims{mw.out, 1};
     if (t.dtype != DType::F32 || t.dims != want)
-      return error = req.adapterDir + ": module '" + m + "' needs ia3_l [" + formatDims(want) + "] f32 (" +
-                     (inputSide ? "a feedforward module" : "not a feedforward module") + "), got " + formatDims(t.dims),
+      return error = req.adapterDir + ": module '" + m + "' needs an f32 ia3_l of [" + formatDims(Dims{1, mw.in}) +
+                     "] (a feedforward module) or [" + formatDims(Dims{mw.out, 1}) + "], got " + dtypeName(t.dtype) +
+                     "[" + formatDims(t.dims) + "]",
              false;
     const float *l = static_cast<const float *>(t.data);
     for (int64_t o = 0; o < mw.out; ++o)

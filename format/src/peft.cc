@@ -3,10 +3,8 @@
 #include "sd/format/peft.h"
 #include "sd/format/json.h"
 #include "sd/format/tensor_io.h"
-#include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <regex>
 
 namespace sd {
 
@@ -21,13 +19,6 @@ std::vector<std::string> LoraConfig::tensorNames(const std::string &module) cons
 }
 
 bool LoraConfig::feedforwardByRule(const std::string &module) const {
-  if (!feedforwardRegex.empty()) {
-    try {
-      return std::regex_match(module, std::regex(feedforwardRegex));
-    } catch (const std::regex_error &) {
-      return false; // parseIa3Config refused the pattern already
-    }
-  }
   for (const std::string &e : feedforwardEndings)
     if (module.size() >= e.size() && module.compare(module.size() - e.size(), e.size(), e) == 0) return true;
   return false;
@@ -132,23 +123,14 @@ StatusOr<LoraConfig> parseOsfConfig(const Json &doc, const std::string &path) {
 }
 
 // PEFT's IA3Config: feedforward_modules (a list of name endings, a regex,
-// or null) decides which modules scale their input; loading compares it
-// with the plan's module by module.
+// or null) decides which modules scale their input; loading compares a list
+// with the plan's module by module (each vector's shape tells its side too).
 StatusOr<LoraConfig> parseIa3Config(const Json &doc, const std::string &path) {
   LoraConfig c;
   c.peftType = "IA3";
   SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
   const Json *ff = doc.get("feedforward_modules");
   if (ff && ff->type == Json::Type::String) {
-    // std::regex compiles and matches recursively: a bounded pattern keeps a
-    // hostile config from exhausting the stack.
-    if (ff->str.size() > 1024 || std::count(ff->str.begin(), ff->str.end(), '(') > 64)
-      return sdError(path, ": 'feedforward_modules' is a regex over 1024 characters or 64 groups");
-    try {
-      std::regex check(ff->str);
-    } catch (const std::regex_error &) {
-      return sdError(path, ": 'feedforward_modules' is not a regex: ", ff->str);
-    }
     c.feedforwardRegex = ff->str.empty() ? "^$" : ff->str;
   } else if (ff && ff->type == Json::Type::Array) {
     for (const Json &m : ff->arr) {

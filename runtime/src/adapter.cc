@@ -76,7 +76,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   if (given.value().peftType != cfg.peftType || given.value().useDora != cfg.useDora)
     return sdError(cfgPath, ": the adapter is ", given.value().kindName(), given.value().useDora ? " (use_dora)" : "",
                    ", the plan trains ", cfg.kindName(), " (", cfg.compileFlags(), ")");
-  if (cfg.isIa3())
+  if (cfg.isIa3() && given.value().feedforwardRuleKnown())
     for (const std::string &m : cfg.modules) {
       bool planSide = std::find(cfg.feedforward.begin(), cfg.feedforward.end(), m) != cfg.feedforward.end();
       if (given.value().feedforwardByRule(m) != planSide)

@@ -123,6 +123,17 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
         want_logits = loaded(torch.tensor(ids)).logits.numpy()
     err = rel_err(sdrun_logits(sdrun, plan, trained, ids, d, "ours"), want_logits)
     check(f"{name} sdc->PEFT: PEFT's logits equal sdrun infer --adapter (1e-4)", err <= 1e-4, f"relative err {err:.2e}")
+    if method == "ia3":  # PEFT's other form of feedforward_modules: a regex (each vector's shape tells its side)
+        regex = os.path.join(d, "regex_form")
+        shutil.copytree(trained, regex)
+        cfg = json.load(open(os.path.join(regex, "adapter_config.json")))
+        cfg["feedforward_modules"] = ".*(" + "|".join(IA3_TARGETS[arch][1]) + ")"
+        json.dump(cfg, open(os.path.join(regex, "adapter_config.json"), "w"))
+        with torch.no_grad():
+            want_regex = PeftModel.from_pretrained(export_hf.build(arch, 0).eval(), regex).eval()(torch.tensor(ids)).logits
+        err = rel_err(sdrun_logits(sdrun, plan, regex, ids, d, "regex"), want_regex.numpy())
+        check(f"{name}: an adapter whose feedforward_modules is a regex loads, with PEFT's logits (1e-4)", err <= 1e-4,
+              f"relative err {err:.2e}")
 
     # Merging, against PEFT's merge_and_unload of the same adapter.
     merged_onnx = os.path.join(d, "merged.onnx")

@@ -10,7 +10,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if (!cfg.isOk()) return 0;
   // An accepted LoRA config has a rank and a finite alpha; an OSF one (no r or
   // lora_alpha of its own) a positive effective_rank or none (0); an IA3 one's
-  // feedforward rule answers for any name.
+  // feedforward rule answers for any name, at once.
   const sd::LoraConfig &c = cfg.value();
   if (c.isIa3()) return c.feedforwardByRule("model.layers.0.mlp.down_proj") ? 0 : 0;
   if (c.isLoha() && (c.r < 1 || !std::isfinite(c.alpha))) std::abort();

@@ -188,11 +188,13 @@ TEST(PeftConfig, Ia3FeedforwardFollowsPeftsRule) {
   EXPECT_FALSE(list.value().feedforwardByRule("transformer.h.0.attn.c_proj"));
   EXPECT_TRUE(list.value().feedforwardByRule("model.layers.1.mlp.down_proj"));
   EXPECT_EQ(list.value().tensorNames("m"), std::vector<std::string>{"m.ia3_l"});
-  // A string: a regex the whole name must match.
-  auto regex = sd::parseAdapterConfig(R"({"peft_type": "IA3", "feedforward_modules": ".*\\.mlp\\..*"})", "a");
+  // A string: a regex PEFT matches whole. It is kept, not run (a hostile
+  // pattern could backtrack for ever); each vector's shape tells its side.
+  auto regex = sd::parseAdapterConfig(R"({"peft_type": "IA3", "feedforward_modules": "(a*)*b"})", "a");
   ASSERT_TRUE(regex.isOk()) << regex.status().message();
-  EXPECT_TRUE(regex.value().feedforwardByRule("h.0.mlp.fc"));
-  EXPECT_FALSE(regex.value().feedforwardByRule("h.0.attn.fc"));
+  EXPECT_FALSE(regex.value().feedforwardRuleKnown());
+  EXPECT_FALSE(regex.value().feedforwardByRule(std::string(40, 'a')));
+  EXPECT_TRUE(list.value().feedforwardRuleKnown());
   auto none = sd::parseAdapterConfig(R"({"peft_type": "IA3", "feedforward_modules": null})", "a");
   ASSERT_TRUE(none.isOk());
   EXPECT_FALSE(none.value().feedforwardByRule("h.0.mlp.fc"));
@@ -200,18 +202,11 @@ TEST(PeftConfig, Ia3FeedforwardFollowsPeftsRule) {
 
 TEST(PeftConfig, MalformedIa3FieldsAreOneLineErrors) {
   for (const char *bad : {R"({"peft_type": "IA3", "feedforward_modules": 3})",
-                          R"({"peft_type": "IA3", "feedforward_modules": [1]})",
-                          R"({"peft_type": "IA3", "feedforward_modules": "(unclosed"})"}) {
+                          R"({"peft_type": "IA3", "feedforward_modules": [1]})"}) {
     auto c = sd::parseAdapterConfig(bad, "cfg.json");
     ASSERT_FALSE(c.isOk()) << bad;
     EXPECT_NE(c.status().message().find("cfg.json: 'feedforward_modules'"), std::string::npos) << c.status().message();
   }
-  // std::regex recurses: a deeply nested pattern is refused before it is compiled.
-  std::string deep = R"({"peft_type": "IA3", "feedforward_modules": ")" + std::string(100, '(') + "a" +
-                     std::string(100, ')') + "\"}";
-  auto c = sd::parseAdapterConfig(deep, "cfg.json");
-  ASSERT_FALSE(c.isOk());
-  EXPECT_NE(c.status().message().find("64 groups"), std::string::npos) << c.status().message();
 }
 
 TEST(PeftConfig, DoraRoundTripsThroughTheConfigSdrunWrites) {

@@ -50,7 +50,9 @@ struct LoraConfig {
   std::string baseChecksum;
   // IA3: the modules whose input (not output) is scaled, and PEFT's rule
   // for them as an adapter_config.json gives it (feedforward_modules: name
-  // endings, or a regex matching whole names).
+  // endings, or a regex matching whole names). The regex is kept, never run:
+  // a backtracking match of a hostile pattern could take forever, and each
+  // ia3_l's shape ([1, in] or [out, 1]) tells its side anyway.
   std::vector<std::string> feedforward;
   std::vector<std::string> feedforwardEndings;
   std::string feedforwardRegex;
@@ -65,8 +67,10 @@ struct LoraConfig {
   bool isLoha() const { return peftType == "LOHA"; }
   // LoRA and LoHa: a rank r and a scaling alpha / r (rsLoRA: LoRA only).
   // Whether PEFT's IA3 treats `module` as a feedforward module under the
-  // adapter config's feedforward_modules.
+  // adapter config's list of feedforward_modules; false under a regex (see
+  // feedforwardRuleKnown).
   bool feedforwardByRule(const std::string &module) const;
+  bool feedforwardRuleKnown() const { return feedforwardRegex.empty(); }
   // "LoRA", "DoRA", "OSF", "IA3" or "LoHa", and the sdc compile flags that train it.
   std::string kindName() const;
   std::string compileFlags() const;
