@@ -1,0 +1,109 @@
+#!/usr/bin/env python3
+"""One training step of each PEFT method, sdrun against PyTorch eager + PEFT,
+on the same Llama-architecture model (transformers' LlamaForCausalLM from a
+config, seeded), batch, sequence and thread count, in one run:
+
+  LoRA, DoRA (use_dora), IA3 and LoHa on q/k/v/o and the MLP projections
+  (IA3: down_proj as its feedforward module), r = 8
+
+sdrun: `sdrun bench PLAN --entry train_step --data` (forward, loss,
+backward, AdamW). PyTorch: the same step on the PEFT model (forward,
+cross-entropy of the shifted logits, backward, torch.optim.AdamW), each peer
+in its own process with the same threads. Median milliseconds per step.
+
+  bench/peft_methods_bench.py [--build build] [--threads 2] [--iterations 20]
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "bench"))
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+from peers import bench_cli, cpu_model, run_child, table, timed, versions  # noqa: E402
+
+HIDDEN, INTERMEDIATE, LAYERS, HEADS, VOCAB = 256, 704, 4, 8, 1024
+BATCH, SEQ, R, ALPHA = 4, 128, 8, 16
+TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+METHODS = {
+    "LoRA": ["--peft", "lora", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
+    "DoRA": ["--peft", "lora", "--use-dora", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
+    "IA3": ["--peft", "ia3", "--feedforward-modules", "down_proj"],
+    "LoHa": ["--peft", "loha", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
+}
+
+
+def build_model():
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    return transformers.LlamaForCausalLM(transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=INTERMEDIATE, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=HEADS, max_position_embeddings=SEQ, use_cache=False,
+        tie_word_embeddings=False, attn_implementation="eager")).eval()
+
+
+def peft_model(method):
+    from peft import IA3Config, LoHaConfig, LoraConfig, get_peft_model
+    cfg = {"LoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
+           "DoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, use_dora=True,
+                                      task_type="CAUSAL_LM"),
+           "IA3": lambda: IA3Config(target_modules=TARGETS, feedforward_modules=["down_proj"], task_type="CAUSAL_LM"),
+           "LoHa": lambda: LoHaConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM")}[method]()
+    return get_peft_model(build_model(), cfg)
+
+
+def peft_child(method, threads, iterations):
+    """PyTorch eager + PEFT: the median ms of one AdamW step, as JSON."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    torch.set_num_threads(threads)
+    model = peft_model(method)
+    opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
+    ids = torch.tensor(np.random.default_rng(0).integers(0, VOCAB, (BATCH, SEQ)))
+
+    def step():
+        logits = model(input_ids=ids).logits
+        loss = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    print(json.dumps({"median_ms": timed(step, iterations, 3)}))
+
+
+def main():
+    a, sdc, sdrun, me = bench_cli(__doc__, __file__)
+    if a.peer:
+        return peft_child(a.peer, a.threads, a.iterations)
+    import numpy as np
+    import export_hf
+    env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        onnx_path, data = os.path.join(tmp, "llama.onnx"), os.path.join(tmp, "train.jsonl")
+        export_hf.export(build_model(), onnx_path, 17, BATCH, SEQ)
+        rng = np.random.default_rng(1)
+        with open(data, "w") as f:
+            for _ in range(4 * BATCH):
+                f.write(json.dumps({"input_ids": rng.integers(0, VOCAB, SEQ).tolist()}) + "\n")
+        for method, flags in METHODS.items():
+            plan = os.path.join(tmp, method + ".sdp")
+            subprocess.run([sdc, "compile", onnx_path, *flags, "--target-modules", ",".join(TARGETS), "--shapes",
+                            f"input_ids={BATCH}x{SEQ}", "-o", plan], check=True, capture_output=True)
+            row = {"method": method}
+            row["sdrun"] = run_child([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--threads",
+                                      str(a.threads), "--iterations", str(a.iterations), "--warmup", "3"])["median_ms"]
+            row["PyTorch+PEFT"] = run_child(me + ["--peer", method], env)["median_ms"]
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    print(f"\nCPU: {cpu_model()}, {a.threads} threads; {json.dumps(versions())}")
+    print(f"Llama d={HIDDEN} ffn={INTERMEDIATE} L={LAYERS} heads={HEADS} vocab={VOCAB}, batch {BATCH} x {SEQ}, "
+          f"r={R}; median ms per AdamW step (x: PyTorch+PEFT / sdrun)")
+    print(table(rows, ["method"], ["sdrun", "PyTorch+PEFT"], "sdrun"))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
