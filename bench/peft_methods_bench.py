@@ -3,8 +3,8 @@
 on the same Llama-architecture model (transformers' LlamaForCausalLM from a
 config, seeded), batch, sequence and thread count, in one run:
 
-  LoRA, DoRA (use_dora), IA3 and LoHa on q/k/v/o and the MLP projections
-  (IA3: down_proj as its feedforward module), r = 8
+  LoRA, DoRA (use_dora), IA3, LoHa and VeRA on q/k/v/o and the MLP
+  projections (IA3: down_proj as its feedforward module), r = 8 (VeRA: 256)
 
 sdrun: `sdrun bench PLAN --entry train_step --data` (forward, loss,
 backward, AdamW). PyTorch: the same step on the PEFT model (forward,
@@ -26,12 +26,14 @@ from peers import bench_cli, cpu_model, run_child, table, timed, versions  # noq
 
 HIDDEN, INTERMEDIATE, LAYERS, HEADS, VOCAB = 256, 704, 4, 8, 1024
 BATCH, SEQ, R, ALPHA = 4, 128, 8, 16
+VERA_R = 256  # PEFT's default: VeRA's projections are shared, so its rank is large
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 METHODS = {
     "LoRA": ["--peft", "lora", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
     "DoRA": ["--peft", "lora", "--use-dora", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
     "IA3": ["--peft", "ia3", "--feedforward-modules", "down_proj"],
     "LoHa": ["--peft", "loha", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
+    "VeRA": ["--peft", "vera", "--lora-r", str(VERA_R)],
 }
 
 
@@ -46,12 +48,13 @@ def build_model():
 
 
 def peft_model(method):
-    from peft import IA3Config, LoHaConfig, LoraConfig, get_peft_model
+    from peft import IA3Config, LoHaConfig, LoraConfig, VeraConfig, get_peft_model
     cfg = {"LoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "DoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, use_dora=True,
                                       task_type="CAUSAL_LM"),
            "IA3": lambda: IA3Config(target_modules=TARGETS, feedforward_modules=["down_proj"], task_type="CAUSAL_LM"),
-           "LoHa": lambda: LoHaConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM")}[method]()
+           "LoHa": lambda: LoHaConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
+           "VeRA": lambda: VeraConfig(r=VERA_R, target_modules=TARGETS, task_type="CAUSAL_LM")}[method]()
     return get_peft_model(build_model(), cfg)
 
 

@@ -137,7 +137,10 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
     char dropout[48] = "";
     if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
-    std::string kind = req.pipeline.peft == "loha" ? "LoHa" : req.pipeline.useDora ? "DoRA" : "LoRA";
+    std::string kind = req.pipeline.peft == "loha"   ? "LoHa"
+                       : req.pipeline.peft == "vera" ? "VeRA"
+                       : req.pipeline.useDora        ? "DoRA"
+                                                     : "LoRA";
     out += kind + " r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
            dropout + " on " + std::to_string(mods.size()) + " modules:\n";
     for (mlir::Attribute m : mods) out += "  " + mlir::cast<mlir::StringAttr>(m).str() + "\n";
@@ -268,7 +271,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // and full fine-tuning leaves frozen the weights no gradient reaches
     // (rotary tables, masks, a loss's class weights).
     if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
-        req.pipeline.peft != "loha" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
+        req.pipeline.peft != "loha" && req.pipeline.peft != "vera" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {
@@ -331,6 +334,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     addField(peft.find("\"OSF\"") != std::string::npos   ? "osf"
              : peft.find("\"IA3\"") != std::string::npos ? "ia3"
              : peft.find("\"LOHA\"") != std::string::npos ? "loha"
+             : peft.find("\"VERA\"") != std::string::npos ? "vera"
                                                           : "lora",
              peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));

@@ -5,6 +5,7 @@
 #include "OsftSplit.h"
 #include "PassDetail.h"
 #include "Passes.h"
+#include "GlobalData.h"
 #include "TorchExports.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -295,13 +296,73 @@ bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
   return true;
 }
 
+// A VeRA adapter: W += (λ_b ⊙ B[:out]) (λ_d ⊙ A[:, :in]), as PEFT's merge;
+// the shared projections from the file, or drawn from projection_prng_key
+// as PEFT draws them when it did not save them.
+bool mergeVeraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
+                      std::map<std::string, LinearUse> &linears, std::string &error) {
+  const std::string prefix = adapterKey("");
+  std::map<std::string, std::array<const NamedTensor *, 2>> modules;
+  const NamedTensor *shared[2] = {nullptr, nullptr};
+  for (auto &[key, t] : file.tensors) {
+    if (key == adapterKey(kVeraProjections[0]) || key == adapterKey(kVeraProjections[1])) {
+      shared[key == adapterKey(kVeraProjections[1])] = &t;
+      continue;
+    }
+    int part = StringRef(key).ends_with(kVeraSuffixes[0]) ? 0 : StringRef(key).ends_with(kVeraSuffixes[1]) ? 1 : -1;
+    if (!StringRef(key).starts_with(prefix) || part < 0)
+      return error = req.adapterDir + ": tensor '" + key + "' is not a VeRA tensor in PEFT's layout", false;
+    modules[key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(kVeraSuffixes[part]))][size_t(part)] = &t;
+  }
+  int64_t r = cfg.r, maxIn = 0, maxOut = 0;
+  std::map<std::string, ModuleWeight> weights;
+  for (auto &[m, parts] : modules) {
+    if (!moduleWeight(lm, req, linears, m, weights[m], error)) return false;
+    maxIn = std::max(maxIn, weights[m].in);
+    maxOut = std::max(maxOut, weights[m].out);
+  }
+  std::vector<float> a, b;
+  if (shared[0] && shared[1]) {
+    if (shared[0]->dtype != DType::F32 || shared[0]->dims != Dims{r, maxIn} || shared[1]->dtype != DType::F32 ||
+        shared[1]->dims != Dims{maxOut, r})
+      return error = req.adapterDir + ": vera_A and vera_B must be f32 [" + formatDims(Dims{r, maxIn}) + "] and [" +
+                     formatDims(Dims{maxOut, r}) + "]",
+             false;
+    a.assign(static_cast<const float *>(shared[0]->data), static_cast<const float *>(shared[0]->data) + r * maxIn);
+    b.assign(static_cast<const float *>(shared[1]->data), static_cast<const float *>(shared[1]->data) + maxOut * r);
+  } else {
+    std::mt19937 gen(static_cast<uint32_t>(cfg.projectionKey));
+    a = torchUniformFloats(size_t(r * maxIn), std::sqrt(6.0 / double(maxIn)), gen);
+    b = torchUniformFloats(size_t(maxOut * r), std::sqrt(6.0 / double(r)), gen);
+  }
+  for (auto &[m, parts] : modules) {
+    ModuleWeight &mw = weights[m];
+    if (!parts[0] || !parts[1] || parts[0]->dtype != DType::F32 || parts[1]->dtype != DType::F32 ||
+        parts[0]->dims != Dims{mw.out} || parts[1]->dims != Dims{r})
+      return error = req.adapterDir + ": module '" + m + "' needs f32 vera_lambda_b [" + std::to_string(mw.out) +
+                     "] and vera_lambda_d [" + std::to_string(r) + "]",
+             false;
+    const float *lb = static_cast<const float *>(parts[0]->data), *ld = static_cast<const float *>(parts[1]->data);
+    for (int64_t o = 0; o < mw.out; ++o)
+      for (int64_t i = 0; i < mw.in; ++i) {
+        double d = 0;
+        for (int64_t k = 0; k < r; ++k) d += double(b[size_t(o * r + k)]) * double(ld[k]) * double(a[size_t(k * maxIn + i)]);
+        float &w = mw.values[size_t(mw.oi ? o * mw.in + i : i * mw.out + o)];
+        w = float(double(w) + double(lb[o]) * d);
+        if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
+      }
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, mw.values, error)) return false;
+  }
+  return true;
+}
+
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
   if (!cfg.value().modulesToSave.empty())
     return error = req.adapterDir + ": the adapter trains '" + cfg.value().modulesToSave[0] +
                    "' in full (modules_to_save, a classification head the model does not have); sdc merge folds "
-                   "LoRA, DoRA, OSF, IA3 and LoHa weights into the model's own layers only",
+                   "LoRA, DoRA, OSF, IA3, LoHa and VeRA weights into the model's own layers only",
            false;
   double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
@@ -311,6 +372,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   if (cfg.value().isOsf()) return mergeOsfAdapter(lm, req, file.value(), linears, error);
   if (cfg.value().isIa3()) return mergeIa3Adapter(lm, req, cfg.value(), file.value(), linears, error);
   if (cfg.value().isLoha()) return mergeLohaAdapter(lm, req, cfg.value(), file.value(), linears, error);
+  if (cfg.value().isVera()) return mergeVeraAdapter(lm, req, cfg.value(), file.value(), linears, error);
   const std::string prefix = adapterKey("");
   bool dora = cfg.value().useDora;
   struct LoraTensors {

@@ -31,6 +31,12 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     loha.alpha = opts.loraAlpha;
     loha.seed = opts.seed;
     pm.addPass(createPeftLoha(loha));
+  } else if (opts.peft == "vera") {
+    PeftVeraOptions vera;
+    vera.targetModules = opts.targetModules;
+    vera.rank = opts.loraR;
+    vera.projectionKey = opts.seed;
+    pm.addPass(createPeftVera(vera));
   } else if (opts.peft == "ia3") {
     PeftIa3Options ia3;
     ia3.targetModules = opts.targetModules;

@@ -96,3 +96,13 @@ std::vector<float> sd::uniformFloats(size_t n, double bound, std::mt19937_64 &rn
   for (float &x : v) x = float(d(rng));
   return v;
 }
+
+std::vector<float> sd::torchUniformFloats(size_t n, double bound, std::mt19937 &gen) {
+  float lo = float(-bound), hi = float(bound); // torch casts the bounds to the tensor's type first
+  std::vector<float> v(n);
+  for (float &x : v) {
+    double unit = double(gen() & ((1u << 24) - 1)) / double(1u << 24);
+    x = float(unit * double(hi - lo) + double(lo));
+  }
+  return v;
+}

@@ -175,6 +175,26 @@ def PeftLoha : Pass<"sd-peft-loha", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftVera : Pass<"sd-peft-vera", "mlir::ModuleOp"> {
+  let summary = "VeRA: one shared frozen random pair of projections, trained scaling vectors per sd.linear";
+  let description = [{
+    Matches `sd.linear` modules as sd-peft-lora does. Adds the frozen
+    `vera_A` [r, max in] and `vera_B` [max out, r], drawn as PEFT draws them
+    (torch.Generator seeded with projection-key, Kaiming-uniform with gain
+    sqrt(2): PyTorch's mt19937 and float uniform reproduced, so the values
+    are PEFT's bit for bit), and per layer the trainable
+    `<module>.vera_lambda_d` [r] (d-initial) and `.vera_lambda_b` [out]
+    (zeros): y = linear(x, W, b) + λ_b ⊙ ((λ_d ⊙ (x A[:, :in]ᵀ)) B[:out]ᵀ).
+    Every other weight is frozen. Records the configuration in `sd.peft`.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
+    Option<"rank", "r", "int64_t", "256", "rank of the shared projections">,
+    Option<"projectionKey", "projection-key", "int64_t", "0", "PEFT's projection_prng_key">,
+    Option<"dInitial", "d-initial", "double", "0.1", "initial value of every lambda_d">,
+  ];
+}
+
 def PeftOsft : Pass<"sd-peft-osft", "mlir::ModuleOp"> {
   let summary = "OSFT: split the matched sd.linear weights by SVD into frozen high and trainable low factors";
   let description = [{

@@ -8,10 +8,15 @@
 
 namespace sd {
 
-std::string adapterKey(const std::string &name) { return kAdapterKeyPrefix + name; }
+std::string adapterKey(const std::string &name) {
+  for (const char *shared : kVeraProjections)
+    if (name == shared) return std::string("base_model.") + name;
+  return kAdapterKeyPrefix + name;
+}
 
 std::vector<std::string> LoraConfig::tensorNames(const std::string &module) const {
   if (isIa3()) return {module + kIa3Suffix};
+  if (isVera()) return {module + kVeraSuffixes[0], module + kVeraSuffixes[1]};
   if (isLoha()) return {module + kLohaSuffixes[0], module + kLohaSuffixes[1], module + kLohaSuffixes[2], module + kLohaSuffixes[3]};
   if (isOsf()) return {module + kOsfSuffixes[0], module + kOsfSuffixes[1], module + kOsfSuffixes[2]};
   if (useDora) return {module + kLoraASuffix, module + kLoraBSuffix, module + kDoraMagnitudeSuffix};
@@ -25,13 +30,14 @@ bool LoraConfig::feedforwardByRule(const std::string &module) const {
 }
 
 std::string LoraConfig::kindName() const {
-  return isOsf() ? "OSF" : isIa3() ? "IA3" : isLoha() ? "LoHa" : useDora ? "DoRA" : "LoRA";
+  return isOsf() ? "OSF" : isIa3() ? "IA3" : isLoha() ? "LoHa" : isVera() ? "VeRA" : useDora ? "DoRA" : "LoRA";
 }
 
 std::string LoraConfig::compileFlags() const {
   return isOsf()    ? "--peft osft"
          : isIa3()  ? "--peft ia3"
          : isLoha() ? "--peft loha"
+         : isVera() ? "--peft vera"
          : useDora  ? "--peft lora --use-dora"
                     : "--peft lora";
 }
@@ -40,6 +46,8 @@ std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
   std::vector<std::pair<std::string, std::string>> out;
   for (const std::string &m : modulesToSave)
     for (const char *suffix : {".weight", ".bias"}) out.push_back({m, m + suffix});
+  if (isVera() && saveProjection)
+    for (const char *shared : kVeraProjections) out.push_back({"", shared});
   for (const std::string &m : modules)
     for (const std::string &name : tensorNames(m)) out.push_back({m, name});
   return out;
@@ -161,6 +169,25 @@ StatusOr<LoraConfig> parseLohaConfig(const Json &doc, const std::string &path) {
   return c;
 }
 
+// PEFT's VeraConfig: r and projection_prng_key decide the shared
+// projections (which sdc draws as PEFT does); save_projection whether the
+// file holds them too. vera_dropout and d_initial only steer training.
+StatusOr<LoraConfig> parseVeraConfig(const Json &doc, const std::string &path) {
+  const Json *r = doc.get("r"), *key = doc.get("projection_prng_key"), *save = doc.get("save_projection");
+  if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
+  if (key && key->type != Json::Type::Null && (!key->isInteger() || key->num < 0 || key->num > 4294967295.0))
+    return sdError(path, ": projection_prng_key must be an integer from 0 to 2^32 - 1");
+  if (const Json *bias = doc.get("bias"); bias && bias->type == Json::Type::String && bias->str != "none")
+    return sdError(path, ": 'bias' is '", bias->str, "': trained biases are not supported yet (only \"none\")");
+  LoraConfig c;
+  c.peftType = "VERA";
+  c.r = int64_t(r->num);
+  c.projectionKey = key && key->isInteger() ? int64_t(key->num) : 0;
+  c.saveProjection = !save || save->type != Json::Type::Bool || save->b;
+  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
+  return c;
+}
+
 } // namespace
 
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
@@ -178,8 +205,9 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   if (type && type->str == "OSF") return parseOsfConfig(doc.value(), path);
   if (type && type->str == "IA3") return parseIa3Config(doc.value(), path);
   if (type && type->str == "LOHA") return parseLohaConfig(doc.value(), path);
+  if (type && type->str == "VERA") return parseVeraConfig(doc.value(), path);
   if (!type || type->str != "LORA")
-    return sdError(path, ": not a LoRA, OSF, IA3 or LoHa adapter (peft_type must be LORA, OSF, IA3 or LOHA)");
+    return sdError(path, ": not a LoRA, OSF, IA3, LoHa or VeRA adapter (peft_type must be LORA, OSF, IA3, LOHA or VERA)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -222,6 +250,18 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     for (const Json &m : mods->arr) c.modules.push_back(m.str);
     for (const Json &m : ff->arr) c.feedforward.push_back(m.str);
     c.feedforwardEndings = c.feedforward;
+    return c;
+  }
+  if (const Json *vera = doc.value().get("vera")) {
+    const Json *r = vera->get("r"), *key = vera->get("projection_prng_key"), *mods = vera->get("modules"),
+               *fanInFanOut = vera->get("fan_in_fan_out");
+    if (!r || !r->isInteger() || !key || !key->isInteger() || !mods || mods->type != Json::Type::Array)
+      return sdError("the plan's VeRA configuration is malformed");
+    c.peftType = "VERA";
+    c.r = int64_t(r->num);
+    c.projectionKey = int64_t(key->num);
+    c.fanInFanOut = fanInFanOut && fanInFanOut->b;
+    for (const Json &m : mods->arr) c.modules.push_back(m.str);
     return c;
   }
   if (const Json *loha = doc.value().get("loha")) {
@@ -298,6 +338,15 @@ static std::string ia3ConfigJson(const LoraConfig &cfg, const std::string &targe
          "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
 }
 
+static std::string veraConfigJson(const LoraConfig &cfg, const std::string &targets) {
+  return "{\n  \"peft_type\": \"VERA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
+         ",\n  \"target_modules\": [" + targets + "],\n  \"projection_prng_key\": " + std::to_string(cfg.projectionKey) +
+         ",\n  \"save_projection\": true,\n  \"vera_dropout\": 0.0,\n  \"d_initial\": 0.1,\n  \"fan_in_fan_out\": " +
+         (cfg.fanInFanOut ? "true" : "false") +
+         ",\n  \"bias\": \"none\",\n  \"init_weights\": true,\n  \"modules_to_save\": null,\n  \"inference_mode\": true,\n"
+         "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
+}
+
 static std::string lohaConfigJson(const LoraConfig &cfg, const std::string &targets) {
   char alpha[32];
   std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
@@ -314,6 +363,7 @@ std::string adapterConfigJson(const LoraConfig &cfg) {
   if (cfg.isOsf()) return withModulesToSave(osfConfigJson(cfg, targets), cfg);
   if (cfg.isIa3()) return withModulesToSave(ia3ConfigJson(cfg, targets), cfg);
   if (cfg.isLoha()) return withModulesToSave(lohaConfigJson(cfg, targets), cfg);
+  if (cfg.isVera()) return withModulesToSave(veraConfigJson(cfg, targets), cfg);
   char alpha[32], dropout[32];
   std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
   std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);

@@ -84,6 +84,10 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
                        "', which the plan scales on its ", planSide ? "input" : "output",
                        " (sdc compile --feedforward-modules)");
     }
+  if (cfg.isVera() && (given.value().r != cfg.r || given.value().projectionKey != cfg.projectionKey))
+    return sdError(cfgPath, ": VeRA r=", given.value().r, " projection_prng_key=", given.value().projectionKey,
+                   ", the plan's r=", cfg.r, " projection_prng_key=", cfg.projectionKey,
+                   " (sdc compile --lora-r R --seed KEY): the shared projections differ");
   if (cfg.isLora() || cfg.isLoha()) {
     if (given.value().r != cfg.r)
       return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
@@ -118,6 +122,8 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     std::string key = adapterKey(name);
     expected.insert(key);
     auto it = file.value().tensors.find(key);
+    bool shared = m.empty() && cfg.isVera(); // VeRA's projections: the plan draws them as PEFT does
+    if (shared && it == file.value().tensors.end() && !given.value().saveProjection) continue;
     if (it == file.value().tensors.end())
       return sdError(wPath, ": no tensor for module '", m, "' (", key, "); the plan adapts it");
     int64_t g = session.findGlobal(name);
@@ -126,6 +132,15 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     if (it->second.dtype != gd.dtype || it->second.dims != gd.dims)
       return sdError(wPath, ": '", key, "' is ", dtypeName(it->second.dtype), "[", formatDims(it->second.dims),
                      "], the plan needs ", dtypeName(gd.dtype), "[", formatDims(gd.dims), "]");
+    if (shared) { // frozen plan weights, not overwritten: the same key and dims give the same values
+      auto mine = session.readGlobal(size_t(g));
+      if (!mine.isOk()) return mine.status();
+      if (mine.value().data.size() != it->second.bytes ||
+          std::memcmp(mine.value().data.data(), it->second.data, it->second.bytes) != 0)
+        return sdError(wPath, ": '", key, "' differs from the plan's projection (projection_prng_key ",
+                       cfg.projectionKey, "): the adapter was made for other target modules");
+      continue;
+    }
     copies.push_back({g, &it->second});
   }
   for (auto &[key, t] : file.value().tensors)

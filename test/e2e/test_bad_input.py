@@ -303,6 +303,8 @@ def check_all(tmp):
                                                   out_plan], ["--use-dora", "--peft lora"], [out_plan])
     expect_clean_error("--peft ia3 without --target-modules", [sdc, "compile", gpt, "--peft", "ia3", "-o", out_plan],
                        ["--peft ia3", "--target-modules"], [out_plan])
+    expect_clean_error("--peft vera without --target-modules", [sdc, "compile", gpt, "--peft", "vera", "-o", out_plan],
+                       ["--peft vera", "--target-modules"], [out_plan])
     expect_clean_error("--peft loha without --target-modules", [sdc, "compile", gpt, "--peft", "loha", "-o", out_plan],
                        ["--peft loha", "--target-modules"], [out_plan])
     expect_clean_error("--feedforward-modules without IA3", [sdc, "compile", gpt, "--peft", "lora", "--target-modules",

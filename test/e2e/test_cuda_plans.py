@@ -5,7 +5,7 @@ Coverage (any build with the CUDA backend, no GPU needed): every step of the
 tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of two small
 CNNs' full fine-tuning on image arrays (their own loss; one with train-mode
 BatchNormalization), of a tiny
-Llama's LoRA plans (f32 and bf16), DoRA (bf16), IA3 and LoHa plans, of the
+Llama's LoRA plans (f32 and bf16), DoRA (bf16), IA3, LoHa and VeRA plans, of the
 CNN and MobileNet inference plans and of GRU/LSTM inference and training
 plans and of PaddleOCR's PP-OCRv4 detector and recognizer binds to a CUDA
 kernel (`sdrun inspect --kernels cuda`), a detector's NonMaxSuppression
@@ -133,7 +133,7 @@ def llama_plans(sdc, folder, tokens):
     rotary, SwiGLU; the attention mask one Where shared by every layer),
     LoRA on q/k/v/o in f32 and bf16, full fine-tuning in bf16 (its rotary,
     SwiGLU and cross-entropy on bf16 values: sd-half-elementwise), DoRA in
-    bf16, IA3 and LoHa."""
+    bf16, IA3, LoHa and VeRA."""
     import torch
     import transformers
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -152,7 +152,8 @@ def llama_plans(sdc, folder, tokens):
                         ("llama-dora-bf16", lora + ["--use-dora", "--precision", "bf16"]),
                         ("llama-ia3", ["--peft", "ia3", "--target-modules", "k_proj,v_proj,down_proj",
                                        "--feedforward-modules", "down_proj"]),
-                        ("llama-loha", ["--peft", "loha", "--target-modules", "q_proj,v_proj"])):
+                        ("llama-loha", ["--peft", "loha", "--target-modules", "q_proj,v_proj"]),
+                        ("llama-vera", ["--peft", "vera", "--target-modules", "q_proj,v_proj", "--lora-r", "16"])):
         plan = os.path.join(folder, f"{kind}.sdp")
         sh([sdc, "compile", onnx_path, *flags, "--shapes", "input_ids=2x8", "-o", plan])
         out.append(PlanKind(kind, plan, True, "input_ids", tokens, HALF_TOLERANCES if "bf16" in kind else None))

@@ -4,9 +4,10 @@ transformers' GPT-2 (Conv1D weights stored [in, out], biases) and a tiny
 Llama built from configs with seeded random weights:
 
   DoRA (--peft lora --use-dora, PEFT's use_dora), (IA)³ (--peft ia3,
-  PEFT's IA3Config with feedforward_modules) and LoHa (--peft loha, Llama
-  only: PEFT's LoHa adapts nn.Linear, not GPT-2's Conv1D). For each method
-  and model:
+  PEFT's IA3Config with feedforward_modules), VeRA (--peft vera: its shared
+  projections drawn as PEFT draws them, bit for bit) and LoHa (--peft loha,
+  Llama only: PEFT's LoHa adapts nn.Linear, not GPT-2's Conv1D). For each
+  method and model:
 
   training   sdrun train from PEFT's own random start (init_lora_weights,
              init_ia3_weights or init_weights False) gives PEFT's AdamW losses and adapter
@@ -39,13 +40,16 @@ from test_training import check, report
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 BATCH, SEQ, STEPS, R, ALPHA, LR = 2, 16, 10, 4, 8, 1e-3
 LORA_TARGETS = {"gpt2": ["c_attn", "c_proj"], "llama": ["q_proj", "v_proj", "down_proj"]}
-METHOD_NAMES = {"dora": "DoRA", "ia3": "IA3", "loha": "LoHa"}
+METHOD_NAMES = {"dora": "DoRA", "ia3": "IA3", "loha": "LoHa", "vera": "VeRA"}
 IA3_TARGETS = {"gpt2": (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]),
                "llama": (["k_proj", "v_proj", "down_proj"], ["down_proj"])}
 
 
 def peft_config(method, arch, dropout=0.0):
-    from peft import IA3Config, LoHaConfig, LoraConfig
+    from peft import IA3Config, LoHaConfig, LoraConfig, VeraConfig
+    if method == "vera":  # lambda_b ones, lambda_d random: a random start
+        return VeraConfig(r=R, target_modules=LORA_TARGETS[arch], init_weights=False, fan_in_fan_out=arch == "gpt2",
+                          task_type="CAUSAL_LM")
     if method == "loha":
         return LoHaConfig(r=R, alpha=ALPHA, target_modules=LORA_TARGETS[arch], init_weights=False, task_type="CAUSAL_LM")
     if method == "ia3":
@@ -57,6 +61,8 @@ def peft_config(method, arch, dropout=0.0):
 
 
 def compile_flags(method, arch, dropout=0.0):
+    if method == "vera":  # PEFT's projection_prng_key 0: sdc's --seed 0
+        return ["--peft", "vera", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R)]
     if method == "loha":
         return ["--peft", "loha", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R), "--lora-alpha",
                 str(ALPHA)]
@@ -100,13 +106,14 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
         "--save-adapter", trained])
     losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
     loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
-    theirs = {saved_key(k): v.detach().numpy() for k, v in pm.state_dict().items() if any(p in k for p in ("lora_", "ia3_", "hada_"))}
+    theirs = {saved_key(k): v.detach().numpy() for k, v in get_peft_model_state_dict(pm).items()}
     ours = load_file(os.path.join(trained, "adapter_model.safetensors"))
     errs = {k: rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
     worst = max(errs, key=errs.get) if errs else "none"
-    moved = min(float(np.abs(ours[k] - v).max()) for k, v in load_file(os.path.join(init, "adapter_model.safetensors")).items())
+    moved = min(float(np.abs(ours[k] - v).max()) for k, v in load_file(os.path.join(init, "adapter_model.safetensors")).items()
+                if not k.startswith("base_model.vera_"))  # VeRA's shared projections are frozen
     check(f"{name}: {STEPS} steps from PEFT's random start give PEFT's losses and all {len(theirs)} adapter tensors "
-          f"(1e-4), each tensor moved", set(ours) == set(theirs) and loss_err <= 1e-4 and
+          f"(1e-4), each trained one moved", set(ours) == set(theirs) and loss_err <= 1e-4 and
           errs.get(worst, 1) <= 1e-4 and moved > 0,
           f"losses {losses[:2]} vs PEFT {want[:2]}, worst loss err {loss_err:.1e}, worst tensor err "
           f"{errs.get(worst, float('inf')):.1e} ({worst}), least move {moved:.1e}, {len(ours)} tensors")
@@ -123,6 +130,37 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
         want_logits = loaded(torch.tensor(ids)).logits.numpy()
     err = rel_err(sdrun_logits(sdrun, plan, trained, ids, d, "ours"), want_logits)
     check(f"{name} sdc->PEFT: PEFT's logits equal sdrun infer --adapter (1e-4)", err <= 1e-4, f"relative err {err:.2e}")
+    if method == "vera":  # save_projection=False: PEFT and sdc both draw the projections from the key
+        bare = os.path.join(d, "no_projection")
+        shutil.copytree(trained, bare)
+        cfg = json.load(open(os.path.join(bare, "adapter_config.json")))
+        cfg["save_projection"] = False
+        json.dump(cfg, open(os.path.join(bare, "adapter_config.json"), "w"))
+        from safetensors.numpy import save_file
+        save_file({k: v for k, v in ours.items() if not k.startswith("base_model.vera_")},
+                  os.path.join(bare, "adapter_model.safetensors"), metadata={"format": "pt"})
+        with torch.no_grad():
+            want_bare = PeftModel.from_pretrained(export_hf.build(arch, 0).eval(), bare).eval()(torch.tensor(ids)).logits
+        err = rel_err(sdrun_logits(sdrun, plan, bare, ids, d, "bare"), want_bare.numpy())
+        merged_bare = os.path.join(d, "merged_bare.onnx")
+        sh([sdc, "merge", onnx_path, "--adapter", bare, "-o", merged_bare])
+        merge_err = rel_err(ort_run(merged_bare, {"input_ids": ids})["logits"], want_bare.numpy())
+        check(f"{name}: an adapter saved without its projections (save_projection false) loads and merges, with "
+              f"PEFT's logits (1e-4)", err <= 1e-4 and merge_err <= 1e-4,
+              f"sdrun relative err {err:.2e}, ONNX Runtime on the merged model {merge_err:.2e}")
+        other_key = os.path.join(d, "other_key")
+        shutil.copytree(trained, other_key)
+        cfg = json.load(open(os.path.join(other_key, "adapter_config.json")))
+        cfg["projection_prng_key"] = 1
+        json.dump(cfg, open(os.path.join(other_key, "adapter_config.json"), "w"))
+        out = os.path.join(d, "other_key_out")
+        ids_file = os.path.join(d, "ids.npy")
+        np.save(ids_file, ids)
+        problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", other_key, "--input",
+                                               f"input_ids={ids_file}", "--output-dir", out],
+                                              ["projection_prng_key=1", "--seed"], [out])
+        check(f"{name}: an adapter of another projection_prng_key is a one-line error", not problems,
+              "; ".join(problems) or line)
     if method == "ia3":  # PEFT's other form of feedforward_modules: a regex (each vector's shape tells its side)
         regex = os.path.join(d, "regex_form")
         shutil.copytree(trained, regex)
@@ -139,7 +177,7 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
     merged_onnx = os.path.join(d, "merged.onnx")
     sh([sdc, "merge", onnx_path, "--adapter", trained, "-o", merged_onnx])
     merged = loaded.merge_and_unload()
-    suffix = {"ia3": ".ia3_l", "dora": ".lora_A.weight", "loha": ".hada_w1_a"}[method]
+    suffix = {"ia3": ".ia3_l", "dora": ".lora_A.weight", "loha": ".hada_w1_a", "vera": ".vera_lambda_b"}[method]
     modules = sorted(k[len("base_model.model."):-len(suffix)] for k in ours if k.endswith(suffix))
     base = export_hf.build(arch, 0)
     worst, found = merged_weights_gap(onnx_path, merged_onnx, base, merged, modules)
@@ -240,7 +278,7 @@ def main():
             write_token_rows(os.path.join(model_dir, "train.jsonl"), np.random.default_rng(3), 256, 2 * STEPS, SEQ)
             plans, adapters = {}, {}
             # PEFT's LoHa adapts nn.Linear only, not GPT-2's Conv1D.
-            for method in ("dora", "ia3") + (("loha",) if arch == "llama" else ()):
+            for method in ("dora", "ia3", "vera") + (("loha",) if arch == "llama" else ()):
                 try:
                     plans[method], adapters[method] = method_checks(method, arch, model_dir, sdc, sdrun)
                 except Exception as e:  # one failing method must not hide the other

@@ -523,6 +523,7 @@ def main():
                             "dora": ["--peft", "lora", "--use-dora", "--target-modules", "qkv,proj"],
                             "dora_fsdp": ["--peft", "lora", "--use-dora", "--target-modules", "qkv,proj", "--shard",
                                           "params"],
+                            "vera_zero2": ["--peft", "vera", "--target-modules", "qkv,proj", "--shard", "grads"],
                             "loha_zero1": ["--peft", "loha", "--target-modules", "qkv,proj", "--shard", "optimizer"],
                             "ia3": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules", "proj"],
                             "ia3_zero2": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules",
@@ -561,6 +562,7 @@ def main():
                    reference=plans["dora"], ranks=(2,))
         equal_runs(runner, "IA3, padded", plans["ia3"], ranks=(3,))
         equal_runs(runner, "--shard optimizer, LoHa", plans["loha_zero1"], ranks=(2,))
+        equal_runs(runner, "--shard grads, VeRA", plans["vera_zero2"], ranks=(2,))
         equal_runs(runner, "--shard grads, IA3, against the unsharded plan", plans["ia3_zero2"],
                    reference=plans["ia3"], ranks=(2,))
 

@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   const sd::LoraConfig &c = cfg.value();
   if (c.isIa3()) return c.feedforwardByRule("model.layers.0.mlp.down_proj") ? 0 : 0;
   if (c.isLoha() && (c.r < 1 || !std::isfinite(c.alpha))) std::abort();
-  if (c.isLoha()) return 0;
+  if (c.isVera() && (c.r < 1 || c.projectionKey < 0)) std::abort();
+  if (c.isLoha() || c.isVera()) return 0;
   if (c.isOsf() ? !(c.effectiveRank >= 0 && std::isfinite(c.effectiveRank)) : (c.r < 1 || !std::isfinite(c.alpha)))
     std::abort();
   return 0;

@@ -249,3 +249,27 @@ TEST(PeftConfig, LohaNeedsItsRankAndAlphaAndRefusesPerModulePatterns) {
   }
 }
 
+TEST(PeftConfig, VeraKeysItsSharedProjectionsUnderBaseModel) {
+  auto c = sd::parseAdapterConfig(R"({"peft_type": "VERA", "r": 4, "projection_prng_key": 3, "save_projection": false})",
+                                  "a");
+  ASSERT_TRUE(c.isOk()) << c.status().message();
+  EXPECT_TRUE(c.value().isVera());
+  EXPECT_EQ(c.value().projectionKey, 3);
+  EXPECT_FALSE(c.value().saveProjection);
+  EXPECT_EQ(sd::adapterKey("vera_A"), "base_model.vera_A");
+  EXPECT_EQ(sd::adapterKey("m.vera_lambda_b"), "base_model.model.m.vera_lambda_b");
+  sd::LoraConfig plan = c.value();
+  plan.saveProjection = true;
+  plan.modules = {"m"};
+  auto tensors = plan.tensors();
+  ASSERT_EQ(tensors.size(), 4u);
+  EXPECT_EQ(tensors[0].second, "vera_A");
+  EXPECT_EQ(tensors[3].second, "m.vera_lambda_d");
+  auto back = sd::parseAdapterConfig(sd::adapterConfigJson(plan), "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back.value().projectionKey, 3);
+  EXPECT_TRUE(back.value().saveProjection);
+  for (const char *bad : {R"({"peft_type": "VERA"})", R"({"peft_type": "VERA", "r": 4, "projection_prng_key": -1})",
+                          R"({"peft_type": "VERA", "r": 4, "bias": "all"})"})
+    EXPECT_FALSE(sd::parseAdapterConfig(bad, "cfg.json").isOk()) << bad;
+}

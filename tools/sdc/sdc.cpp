@@ -50,6 +50,10 @@ const char *kUsage =
     "                           output, or its input for --feedforward-modules (PEFT's IA3)\n"
     "  --peft loha              LoHa: ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha/r added to each\n"
     "                           --target-modules layer (PEFT's LoHa; --lora-r, --lora-alpha)\n"
+    "  --peft vera              VeRA: one frozen random pair of projections shared by the\n"
+    "                           --target-modules layers, two trained vectors per layer\n"
+    "                           (PEFT's VeRA, its projections bit for bit; --lora-r, --seed as\n"
+    "                           projection_prng_key)\n"
     "  --feedforward-modules LIST  ia3: the target layers whose input is scaled (PEFT's rule:\n"
     "                           a name ending in an entry, or a regex matching the whole name)\n"
     "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
@@ -65,7 +69,8 @@ const char *kUsage =
     "  --osft-v-rule gather|allreduce  under --shard params, how the V side's coefficients\n"
     "                           are completed: gather V_high (gather, right) or all-reduce\n"
     "                           per-rank products (allreduce: known wrong, for tests only)\n"
-    "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa)\n"
+    "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa;\n"
+    "                           VeRA takes the rank)\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
     "  --use-dora               weight-decomposed LoRA (DoRA, PEFT's use_dora): each layer\n"
     "                           also trains a magnitude per output, W's row norms at first\n"
@@ -274,8 +279,8 @@ int parseArgs(int argc, char **argv, Args &a) {
         return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
     } else if (flag == "--peft") {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
-                                      a.pipeline.peft != "ia3" && a.pipeline.peft != "loha"))
-        return fail("--peft takes 'none', 'lora', 'osft', 'ia3' or 'loha'"), 2;
+                                      a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "vera"))
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha' or 'vera'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -445,10 +450,11 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
   if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
-  if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha") && a.pipeline.targetModules.empty())
+  if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha" || a.pipeline.peft == "vera") &&
+      a.pipeline.targetModules.empty())
     return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora, osft, ia3 or loha"), 2;
+    return fail("--target-modules needs --peft lora, osft, ia3, loha or vera"), 2;
   if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
     return fail("--feedforward-modules needs --peft ia3"), 2;
   if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;

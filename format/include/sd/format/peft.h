@@ -23,6 +23,11 @@ constexpr const char *kLoraBSuffix = ".lora_B.weight";
 constexpr const char *kDoraMagnitudeSuffix = ".lora_magnitude_vector"; // DoRA: [out]
 constexpr const char *kIa3Suffix = ".ia3_l"; // IA3: [out, 1], or [1, in] on a feedforward module
 // LoHa: w1_a, w2_a [out, r]; w1_b, w2_b [r, in].
+// VeRA: per module vera_lambda_b [out] and vera_lambda_d [r]; the shared
+// frozen projections vera_A [r, max in] and vera_B [max out, r] are keyed
+// base_model.vera_A / base_model.vera_B (no "model.").
+constexpr const char *kVeraSuffixes[] = {".vera_lambda_b", ".vera_lambda_d"};
+constexpr const char *kVeraProjections[] = {"vera_A", "vera_B"};
 constexpr const char *kLohaSuffixes[] = {".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b"};
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
@@ -35,7 +40,7 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
-  std::string peftType = "LORA"; // "LORA", "OSF", "IA3" or "LOHA"
+  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA" or "VERA"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
@@ -65,13 +70,18 @@ struct LoraConfig {
   bool isIa3() const { return peftType == "IA3"; }
   bool isLora() const { return peftType == "LORA"; }
   bool isLoha() const { return peftType == "LOHA"; }
+  bool isVera() const { return peftType == "VERA"; }
+  // VeRA: PEFT's projection_prng_key, and whether the adapter file holds the
+  // projections (save_projection).
+  int64_t projectionKey = 0;
+  bool saveProjection = true;
   // LoRA and LoHa: a rank r and a scaling alpha / r (rsLoRA: LoRA only).
   // Whether PEFT's IA3 treats `module` as a feedforward module under the
   // adapter config's list of feedforward_modules; false under a regex (see
   // feedforwardRuleKnown).
   bool feedforwardByRule(const std::string &module) const;
   bool feedforwardRuleKnown() const { return feedforwardRegex.empty(); }
-  // "LoRA", "DoRA", "OSF", "IA3" or "LoHa", and the sdc compile flags that train it.
+  // "LoRA", "DoRA", "OSF", "IA3", "LoHa" or "VeRA", and the sdc compile flags that train it.
   std::string kindName() const;
   std::string compileFlags() const;
   double scale() const { return loraScale(alpha, r, rslora); }
@@ -79,12 +89,14 @@ struct LoraConfig {
   // module's adapter tensors.
   std::vector<std::string> tensorNames(const std::string &module) const;
   // Every tensor of the adapter, as (module, tensor name): the
-  // modules_to_save' weight and bias, then each module's tensorNames.
+  // modules_to_save' weight and bias, VeRA's shared projections (module ""),
+  // then each module's tensorNames.
   std::vector<std::pair<std::string, std::string>> tensors() const;
 };
 
-// Key of a LoRA tensor in adapter_model.safetensors: "base_model.model." + name
-// (name = "<module>.lora_A.weight" / "<module>.lora_B.weight").
+// Key of a tensor in adapter_model.safetensors: "base_model.model." + name
+// (name = "<module>.lora_A.weight" / "<module>.lora_B.weight"), or
+// "base_model." + name for VeRA's shared projections.
 std::string adapterKey(const std::string &name);
 
 // The adapter configuration recorded in a plan's config JSON ("lora" or "osf").
