@@ -36,6 +36,7 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     vera.targetModules = opts.targetModules;
     vera.rank = opts.loraR;
     vera.projectionKey = opts.seed;
+    vera.dropout = opts.loraDropout;
     pm.addPass(createPeftVera(vera));
   } else if (opts.peft == "ia3") {
     PeftIa3Options ia3;

@@ -218,4 +218,13 @@ mlir::Value adapterLinear(ir::GradBuilder &g, mlir::Value x, mlir::Value w, llvm
                                                  b.getNamedAttr("module", b.getStringAttr(module))});
 }
 
+mlir::Value adapterDropout(mlir::ModuleOp module, ir::GradBuilder &g, mlir::Value x, double ratio, int64_t stream) {
+  mlir::OpBuilder &b = g.builder();
+  ir::GlobalOp state = getOrCreateGlobal(module, abi::kDropoutRng,
+                                         mlir::RankedTensorType::get({abi::kDropoutRngSize}, b.getI64Type()), "scalar_state");
+  mlir::Value rngState = b.create<ir::GlobalLoadOp>(g.loc(), state.getType(), state.getSymName());
+  return g.make<ir::SeededDropoutOp>({x, rngState}, {b.getNamedAttr("ratio", b.getF32FloatAttr(float(ratio))),
+                                                     g.attr("stream", stream)});
+}
+
 } // namespace sd

@@ -92,6 +92,10 @@ bool storedInOut(sd::ir::LinearOp l);
 // PEFT's adapters (sd-peft-lora, -ia3, -loha, -osft): the model's own
 // weights stop training; only what the pass adds trains.
 void freezeTrainableGlobals(mlir::ModuleOp module);
+// seeded_dropout(x) on an adapter's input (PEFT's lora_dropout, vera_dropout):
+// random stream `stream` of the dropout_rng state, which sd-training-dropout
+// keeps in training entries only.
+mlir::Value adapterDropout(mlir::ModuleOp module, sd::ir::GradBuilder &g, mlir::Value x, double ratio, int64_t stream);
 // A bias-free sd.linear of an adapter, named `module` (x Wᵀ for "oi", x W for "io").
 mlir::Value adapterLinear(sd::ir::GradBuilder &g, mlir::Value x, mlir::Value w, llvm::StringRef layout,
                           llvm::StringRef module);

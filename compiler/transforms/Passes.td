@@ -184,7 +184,8 @@ def PeftVera : Pass<"sd-peft-vera", "mlir::ModuleOp"> {
     sqrt(2): PyTorch's mt19937 and float uniform reproduced, so the values
     are PEFT's bit for bit), and per layer the trainable
     `<module>.vera_lambda_d` [r] (d-initial) and `.vera_lambda_b` [out]
-    (zeros): y = linear(x, W, b) + λ_b ⊙ ((λ_d ⊙ (x A[:, :in]ᵀ)) B[:out]ᵀ).
+    (zeros): y = linear(x, W, b) + λ_b ⊙ ((λ_d ⊙ (x A[:, :in]ᵀ)) B[:out]ᵀ),
+    x read through seeded_dropout with dropout > 0 (one stream per layer).
     Every other weight is frozen. Records the configuration in `sd.peft`.
   }];
   let options = [
@@ -192,6 +193,7 @@ def PeftVera : Pass<"sd-peft-vera", "mlir::ModuleOp"> {
     Option<"rank", "r", "int64_t", "256", "rank of the shared projections">,
     Option<"projectionKey", "projection-key", "int64_t", "0", "PEFT's projection_prng_key">,
     Option<"dInitial", "d-initial", "double", "0.1", "initial value of every lambda_d">,
+    Option<"dropout", "dropout", "double", "0.0", "dropout probability on the adapter input (PEFT's vera_dropout; training only)">,
   ];
 }
 

@@ -89,13 +89,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     Value av = b.create<GlobalLoadOp>(l.getLoc(), ga.getType(), ga.getSymName());
     Value bv = b.create<GlobalLoadOp>(l.getLoc(), gb.getType(), gb.getSymName());
     Value x = l.getInput();
-    if (dropout > 0) {
-      GlobalOp state = sd::getOrCreateGlobal(module, sd::abi::kDropoutRng,
-                                             RankedTensorType::get({sd::abi::kDropoutRngSize}, b.getI64Type()), "scalar_state");
-      Value rngState = b.create<GlobalLoadOp>(l.getLoc(), state.getType(), state.getSymName());
-      x = g.make<SeededDropoutOp>({x, rngState}, {b.getNamedAttr("ratio", b.getF32FloatAttr(float(dropout))),
-                                                  g.attr("stream", stream)});
-    }
+    if (dropout > 0) x = sd::adapterDropout(module, g, x, dropout, stream);
     SmallVector<OpOperand *> readers; // of the layer's own result, before the adapter reads it too
     for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
     Value down = sd::adapterLinear(g, x, av, "oi", m + ".lora_A");

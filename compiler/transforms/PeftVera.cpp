@@ -27,6 +27,10 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
       module.emitError() << "--lora-r (VeRA's r) must be at least 1, got " << rank;
       return signalPassFailure();
     }
+    if (!(dropout >= 0.0 && dropout < 1.0)) {
+      module.emitError() << "--lora-dropout (VeRA's vera_dropout) must be in [0, 1), got " << dropout;
+      return signalPassFailure();
+    }
     SmallVector<LinearOp> linears;
     if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
     sd::freezeTrainableGlobals(module);
@@ -51,8 +55,8 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
     GlobalOp gb = sd::createFloatGlobal(module, "vera_B", {maxOut, rank}, "frozen", &bv);
     Builder b(module.getContext());
     SmallVector<Attribute> names;
-    for (LinearOp l : linears) {
-      if (failed(adapt(module, l, ga, gb))) return signalPassFailure();
+    for (auto [stream, l] : llvm::enumerate(linears)) {
+      if (failed(adapt(module, l, ga, gb, int64_t(stream)))) return signalPassFailure();
       names.push_back(b.getStringAttr(l.getModule()));
     }
     module->setAttr("sd.peft", b.getDictionaryAttr({
@@ -60,6 +64,7 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
                                    b.getNamedAttr("r", b.getI64IntegerAttr(rank)),
                                    b.getNamedAttr("projection_prng_key", b.getI64IntegerAttr(projectionKey)),
                                    b.getNamedAttr("d_initial", b.getF64FloatAttr(dInitial)),
+                                   b.getNamedAttr("vera_dropout", b.getF64FloatAttr(dropout)),
                                    b.getNamedAttr("fan_in_fan_out", b.getBoolAttr(allInOut && !linears.empty())),
                                    b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
                                    b.getNamedAttr("modules", b.getArrayAttr(names)),
@@ -72,7 +77,7 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
     return {wt.getDimSize(oi ? 1 : 0), wt.getDimSize(oi ? 0 : 1)};
   }
 
-  LogicalResult adapt(ModuleOp module, LinearOp l, GlobalOp ga, GlobalOp gb) {
+  LogicalResult adapt(ModuleOp module, LinearOp l, GlobalOp ga, GlobalOp gb, int64_t stream) {
     auto [in, out] = inOut(l);
     std::string m = l.getModule().str();
     std::vector<float> d(static_cast<size_t>(rank), static_cast<float>(dInitial));
@@ -86,7 +91,8 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
     auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(l.getLoc(), gl.getType(), gl.getSymName()).getResult(); };
     Value a = g.sliceAxis(load(ga), 1, 0, in);   // [r, in]
     Value bm = g.sliceAxis(load(gb), 0, 0, out); // [out, r]
-    Value down = g.mul(sd::adapterLinear(g, l.getInput(), a, "oi", m + ".vera_A"), load(gd));
+    Value x = dropout > 0 ? sd::adapterDropout(module, g, l.getInput(), dropout, stream) : l.getInput();
+    Value down = g.mul(sd::adapterLinear(g, x, a, "oi", m + ".vera_A"), load(gd));
     Value up = g.mul(sd::adapterLinear(g, down, bm, "oi", m + ".vera_B"), load(glb));
     Value sum = g.add(l.getOutput(), up);
     if (g.failed()) return failure();

@@ -261,6 +261,8 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     c.r = int64_t(r->num);
     c.projectionKey = int64_t(key->num);
     c.fanInFanOut = fanInFanOut && fanInFanOut->b;
+    const Json *dropout = vera->get("vera_dropout");
+    c.dropout = dropout && dropout->type == Json::Type::Number ? dropout->num : 0.0;
     for (const Json &m : mods->arr) c.modules.push_back(m.str);
     return c;
   }
@@ -339,9 +341,11 @@ static std::string ia3ConfigJson(const LoraConfig &cfg, const std::string &targe
 }
 
 static std::string veraConfigJson(const LoraConfig &cfg, const std::string &targets) {
+  char dropout[32];
+  std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);
   return "{\n  \"peft_type\": \"VERA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
          ",\n  \"target_modules\": [" + targets + "],\n  \"projection_prng_key\": " + std::to_string(cfg.projectionKey) +
-         ",\n  \"save_projection\": true,\n  \"vera_dropout\": 0.0,\n  \"d_initial\": 0.1,\n  \"fan_in_fan_out\": " +
+         ",\n  \"save_projection\": true,\n  \"vera_dropout\": " + dropout + ",\n  \"d_initial\": 0.1,\n  \"fan_in_fan_out\": " +
          (cfg.fanInFanOut ? "true" : "false") +
          ",\n  \"bias\": \"none\",\n  \"init_weights\": true,\n  \"modules_to_save\": null,\n  \"inference_mode\": true,\n"
          "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";

@@ -303,6 +303,9 @@ def check_all(tmp):
                                                   out_plan], ["--use-dora", "--peft lora"], [out_plan])
     expect_clean_error("--peft ia3 without --target-modules", [sdc, "compile", gpt, "--peft", "ia3", "-o", out_plan],
                        ["--peft ia3", "--target-modules"], [out_plan])
+    expect_clean_error("--lora-dropout with IA3", [sdc, "compile", gpt, "--peft", "ia3", "--target-modules", "qkv",
+                                                   "--lora-dropout", "0.1", "-o", out_plan],
+                       ["--lora-dropout", "--peft ia3"], [out_plan])
     expect_clean_error("--peft vera without --target-modules", [sdc, "compile", gpt, "--peft", "vera", "-o", out_plan],
                        ["--peft vera", "--target-modules"], [out_plan])
     expect_clean_error("--peft loha without --target-modules", [sdc, "compile", gpt, "--peft", "loha", "-o", out_plan],

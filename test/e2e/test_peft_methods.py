@@ -20,8 +20,9 @@ Llama built from configs with seeded random weights:
   refusals   an adapter of another method, or IA3 with other
              feedforward_modules, is a one-line error naming what differs
 
-DoRA with lora_dropout trains (its dropout masks are ours, so its losses
-are not PEFT's) and its inference equals PEFT's on the adapter it saves.
+DoRA with lora_dropout and VeRA with vera_dropout train (their dropout
+masks are ours, so their losses are not PEFT's) and their inference equals
+PEFT's on the adapters they save.
 """
 import json
 import os
@@ -62,7 +63,8 @@ def peft_config(method, arch, dropout=0.0):
 
 def compile_flags(method, arch, dropout=0.0):
     if method == "vera":  # PEFT's projection_prng_key 0: sdc's --seed 0
-        return ["--peft", "vera", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R)]
+        return ["--peft", "vera", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R)] + (
+            ["--lora-dropout", str(dropout)] if dropout else [])
     if method == "loha":
         return ["--peft", "loha", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R), "--lora-alpha",
                 str(ALPHA)]
@@ -200,17 +202,18 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
     return plan, trained
 
 
-def dora_dropout(arch, model_dir, sdc, sdrun):
-    """DoRA with lora_dropout: PEFT's forward there reads the dropped input in
-    the magnitude's correction; training runs, and inference (no dropout)
-    equals PEFT's on the adapter sdrun saves."""
+def adapter_dropout(method, arch, model_dir, sdc, sdrun):
+    """DoRA with lora_dropout (PEFT's forward there reads the dropped input in
+    the magnitude's correction) and VeRA with vera_dropout: training runs,
+    the saved config keeps the dropout, and inference (no dropout) equals
+    PEFT's on the adapter sdrun saves."""
     import torch
     from peft import PeftModel
     import export_hf
-    d = os.path.join(model_dir, "dora_dropout")
+    d = os.path.join(model_dir, method + "_dropout")
     os.makedirs(d)
     plan, trained, metrics = (os.path.join(d, n) for n in ("plan.sdp", "trained", "metrics.jsonl"))
-    sh([sdc, "compile", os.path.join(model_dir, "model.onnx"), *compile_flags("dora", arch, 0.2), "--shapes",
+    sh([sdc, "compile", os.path.join(model_dir, "model.onnx"), *compile_flags(method, arch, 0.2), "--shapes",
         f"input_ids={BATCH}x{SEQ}", "--infer-shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
     sh([sdrun, "train", plan, "--data", os.path.join(model_dir, "train.jsonl"), "--steps", "4", "--lr", "1e-2",
         "--threads", "2", "--metrics", metrics, "--save-adapter", trained])
@@ -221,9 +224,11 @@ def dora_dropout(arch, model_dir, sdc, sdrun):
     with torch.no_grad():
         want = loaded(torch.tensor(ids)).logits.numpy()
     err = rel_err(sdrun_logits(sdrun, plan, trained, ids, d, "dropout"), want)
-    check(f"{arch} DoRA with lora_dropout 0.2: trains, saves use_dora and the dropout, and infers as PEFT (1e-4)",
-          len(losses) == 4 and all(np.isfinite(losses)) and written["use_dora"] and written["lora_dropout"] == 0.2 and
-          err <= 1e-4, f"losses {[round(l, 4) for l in losses]}, relative err {err:.2e}")
+    field = "lora_dropout" if method == "dora" else "vera_dropout"
+    check(f"{arch} {METHOD_NAMES[method]} with {field} 0.2: trains, saves the dropout, and infers as PEFT (1e-4)",
+          len(losses) == 4 and all(np.isfinite(losses)) and written[field] == 0.2 and
+          written.get("use_dora", method == "dora") == (method == "dora") and err <= 1e-4,
+          f"losses {[round(l, 4) for l in losses]}, relative err {err:.2e}")
 
 
 def refusals(arch, plans, adapters, tmp, sdrun):
@@ -286,7 +291,8 @@ def main():
             if "dora" in plans and "ia3" in plans:
                 refusals(arch, plans, adapters, model_dir, sdrun)
             if arch == "llama":
-                dora_dropout(arch, model_dir, sdc, sdrun)
+                for method in ("dora", "vera"):
+                    adapter_dropout(method, arch, model_dir, sdc, sdrun)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_peft_methods")

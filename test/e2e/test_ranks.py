@@ -524,6 +524,7 @@ def main():
                             "dora_fsdp": ["--peft", "lora", "--use-dora", "--target-modules", "qkv,proj", "--shard",
                                           "params"],
                             "vera_zero2": ["--peft", "vera", "--target-modules", "qkv,proj", "--shard", "grads"],
+                            "vera_dropout": ["--peft", "vera", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"],
                             "loha_zero1": ["--peft", "loha", "--target-modules", "qkv,proj", "--shard", "optimizer"],
                             "ia3": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules", "proj"],
                             "ia3_zero2": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules",
@@ -563,6 +564,7 @@ def main():
         equal_runs(runner, "IA3, padded", plans["ia3"], ranks=(3,))
         equal_runs(runner, "--shard optimizer, LoHa", plans["loha_zero1"], ranks=(2,))
         equal_runs(runner, "--shard grads, VeRA", plans["vera_zero2"], ranks=(2,))
+        equal_runs(runner, "VeRA with dropout 0.2 (masks keyed by global row)", plans["vera_dropout"], ranks=(2,))
         equal_runs(runner, "--shard grads, IA3, against the unsharded plan", plans["ia3_zero2"],
                    reference=plans["ia3"], ranks=(2,))
 

@@ -75,8 +75,9 @@ const char *kUsage =
     "  --use-dora               weight-decomposed LoRA (DoRA, PEFT's use_dora): each layer\n"
     "                           also trains a magnitude per output, W's row norms at first\n"
     "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
-    "  --lora-dropout P         dropout on each adapter's input while training (0); masks\n"
-    "                           are keyed by sdrun train --seed and saved in checkpoints\n"
+    "  --lora-dropout P         dropout on each adapter's input while training (0; LoRA, DoRA,\n"
+    "                           and VeRA's vera_dropout); masks are keyed by sdrun train\n"
+    "                           --seed and saved in checkpoints\n"
     "  --seed S                 seed of the adapter initialization (0)\n"
     "  --dry-run                list what would train, the parameter count and the control\n"
     "                           flow decisions (If folded or selected, loops unrolled); write nothing\n"
@@ -458,6 +459,9 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
     return fail("--feedforward-modules needs --peft ia3"), 2;
   if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;
+  if (a.pipeline.loraDropout > 0 && a.pipeline.peft != "lora" && a.pipeline.peft != "vera")
+    return fail("--lora-dropout needs --peft lora or vera (" + (a.pipeline.peft.empty() ? std::string("no --peft") :
+                "--peft " + a.pipeline.peft) + " has no adapter dropout)"), 2;
   if (!a.pipeline.freeze.empty() && a.pipeline.peft != "none")
     return fail("--freeze keeps weights out of full fine-tuning: it needs --peft none (adapters freeze the model)"), 2;
   if (lossScaleGiven && a.pipeline.precision != "fp16")

@@ -1,4 +1,11 @@
 // RUN: sd-opt %s --sd-peft-vera="target-modules=a,b r=2 projection-key=7" | FileCheck %s
+// RUN: sd-opt %s --sd-peft-vera="target-modules=a,b r=2 dropout=0.25" | FileCheck %s --check-prefix=DROP
+
+// vera_dropout: the adapter reads seeded_dropout(x), one stream per layer.
+// DROP-LABEL: func.func @eval_step
+// DROP:       %[[XD:.*]] = sd.seeded_dropout %arg0, %{{.*}} {ratio = 2.500000e-01 : f32, stream = 0 : i64}
+// DROP:       sd.linear %[[XD]], %{{.*}} {layout = "oi", module = "a.vera_A"}
+// DROP:       sd.seeded_dropout %{{.*}} {ratio = 2.500000e-01 : f32, stream = 1 : i64}
 
 // VeRA: one frozen pair of projections for every adapted layer, A [r, max
 // in] and B [max out, r], each layer reading its slices; trained λ_d [r]
