@@ -206,9 +206,18 @@ bool storedInOut(ir::LinearOp l) {
   return l.getLayout() == "io" && load && load.getGlobal() == l.getModule().str() + ".weight";
 }
 
-void freezeTrainableGlobals(mlir::ModuleOp module) {
+mlir::LogicalResult adapterTargets(mlir::ModuleOp module, const std::string &targetModules,
+                                   llvm::SmallVectorImpl<ir::LinearOp> &out) {
+  if (mlir::failed(selectTargetLinears(module, targetModules, "--target-modules", out))) return mlir::failure();
   for (ir::GlobalOp g : module.getOps<ir::GlobalOp>())
     if (g.getRole() == "trainable") g.setRole("frozen");
+  return mlir::success();
+}
+
+llvm::SmallVector<mlir::OpOperand *> usesOf(mlir::Value v) {
+  llvm::SmallVector<mlir::OpOperand *> uses;
+  for (mlir::OpOperand &u : v.getUses()) uses.push_back(&u);
+  return uses;
 }
 
 mlir::Value adapterLinear(ir::GradBuilder &g, mlir::Value x, mlir::Value w, llvm::StringRef layout,

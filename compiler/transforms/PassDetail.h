@@ -89,9 +89,14 @@ mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string
 // name. An [in, out] initializer under another name (onnx::MatMul_N) is the
 // exporter's folded transpose of an nn.Linear, which PyTorch stores [out, in].
 bool storedInOut(sd::ir::LinearOp l);
-// PEFT's adapters (sd-peft-lora, -ia3, -loha, -osft): the model's own
-// weights stop training; only what the pass adds trains.
-void freezeTrainableGlobals(mlir::ModuleOp module);
+// A PEFT pass's start (sd-peft-lora, -ia3, -loha, -vera, -osft): the layers
+// --target-modules selects (selectTargetLinears), and the model's own
+// weights frozen, so only what the pass adds trains.
+mlir::LogicalResult adapterTargets(mlir::ModuleOp module, const std::string &targetModules,
+                                   llvm::SmallVectorImpl<sd::ir::LinearOp> &out);
+// The uses of `v` now, to redirect after new ops have read `v` too (an
+// adapter's sum replaces the layer's result for its old readers only).
+llvm::SmallVector<mlir::OpOperand *> usesOf(mlir::Value v);
 // seeded_dropout(x) on an adapter's input (PEFT's lora_dropout, vera_dropout):
 // random stream `stream` of the dropout_rng state, which sd-training-dropout
 // keeps in training entries only.

@@ -24,10 +24,9 @@ struct PeftIa3Pass : sd::impl::PeftIa3Base<PeftIa3Pass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
     SmallVector<LinearOp> linears;
-    if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
+    if (failed(sd::adapterTargets(module, targetModules, linears))) return signalPassFailure();
     std::function<bool(StringRef)> feedforward;
     if (failed(feedforwardRule(module, feedforward))) return signalPassFailure();
-    sd::freezeTrainableGlobals(module);
     Builder b(module.getContext());
     SmallVector<Attribute> names, feedforwardNames;
     bool allInOut = true; // PEFT's fan_in_fan_out: every adapted PyTorch weight is [in, out]
@@ -94,8 +93,7 @@ struct PeftIa3Pass : sd::impl::PeftIa3Base<PeftIa3Pass> {
       l.getInputMutable().assign(scaled);
       return success();
     }
-    SmallVector<OpOperand *> readers;
-    for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
+    SmallVector<OpOperand *> readers = sd::usesOf(l.getOutput());
     OpBuilder b(l);
     b.setInsertionPointAfter(l);
     GradBuilder gb(b, loc);

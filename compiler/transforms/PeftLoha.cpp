@@ -29,8 +29,7 @@ struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
       return signalPassFailure();
     }
     SmallVector<LinearOp> linears;
-    if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
-    sd::freezeTrainableGlobals(module);
+    if (failed(sd::adapterTargets(module, targetModules, linears))) return signalPassFailure();
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
     Builder b(module.getContext());
     SmallVector<Attribute> names;
@@ -64,8 +63,7 @@ struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
     GlobalOp g1b = sd::createFloatGlobal(module, m + ".hada_w1_b", {rank, in}, "trainable", &w1b);
     GlobalOp g2a = sd::createFloatGlobal(module, m + ".hada_w2_a", {out, rank}, "trainable", &w2a);
     GlobalOp g2b = sd::createFloatGlobal(module, m + ".hada_w2_b", {rank, in}, "trainable", nullptr);
-    SmallVector<OpOperand *> readers;
-    for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
+    SmallVector<OpOperand *> readers = sd::usesOf(l.getOutput());
     OpBuilder b(l);
     b.setInsertionPointAfter(l);
     GradBuilder g(b, l.getLoc());

@@ -38,8 +38,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       return signalPassFailure();
     }
     SmallVector<LinearOp> linears;
-    if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
-    sd::freezeTrainableGlobals(module);
+    if (failed(sd::adapterTargets(module, targetModules, linears))) return signalPassFailure();
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
     double scale = sd::loraScale(alpha, rank, rslora);
     std::set<std::string> adapted;
@@ -90,8 +89,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     Value bv = b.create<GlobalLoadOp>(l.getLoc(), gb.getType(), gb.getSymName());
     Value x = l.getInput();
     if (dropout > 0) x = sd::adapterDropout(module, g, x, dropout, stream);
-    SmallVector<OpOperand *> readers; // of the layer's own result, before the adapter reads it too
-    for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
+    SmallVector<OpOperand *> readers = sd::usesOf(l.getOutput()); // before the adapter reads it too
     Value down = sd::adapterLinear(g, x, av, "oi", m + ".lora_A");
     Value up = sd::adapterLinear(g, down, bv, "oi", m + ".lora_B");
     Value sum = dora ? doraOutput(module, l, x, g.scale(up, scale), ga, gb, scale, g, b)

@@ -63,8 +63,7 @@ struct PeftOsftPass : sd::impl::PeftOsftBase<PeftOsftPass> {
     std::vector<RankRule> rules;
     if (failed(parseRankPattern(module, rules))) return signalPassFailure();
     SmallVector<LinearOp> linears;
-    if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
-    sd::freezeTrainableGlobals(module);
+    if (failed(sd::adapterTargets(module, targetModules, linears))) return signalPassFailure();
     Builder b(module.getContext());
     SmallVector<Attribute> names, ranks;
     uint32_t crc = 0;

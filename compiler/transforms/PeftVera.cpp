@@ -32,8 +32,7 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
       return signalPassFailure();
     }
     SmallVector<LinearOp> linears;
-    if (failed(sd::selectTargetLinears(module, targetModules, "--target-modules", linears))) return signalPassFailure();
-    sd::freezeTrainableGlobals(module);
+    if (failed(sd::adapterTargets(module, targetModules, linears))) return signalPassFailure();
     // PEFT's _find_dim: the projections cover the largest in and out of the adapted layers.
     int64_t maxIn = 0, maxOut = 0;
     bool allInOut = true;
@@ -83,8 +82,7 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
     std::vector<float> d(static_cast<size_t>(rank), static_cast<float>(dInitial));
     GlobalOp gd = sd::createFloatGlobal(module, m + ".vera_lambda_d", {rank}, "trainable", &d);
     GlobalOp glb = sd::createFloatGlobal(module, m + ".vera_lambda_b", {out}, "trainable", nullptr);
-    SmallVector<OpOperand *> readers;
-    for (OpOperand &u : l.getOutput().getUses()) readers.push_back(&u);
+    SmallVector<OpOperand *> readers = sd::usesOf(l.getOutput());
     OpBuilder b(l);
     b.setInsertionPointAfter(l);
     GradBuilder g(b, l.getLoc());

@@ -294,95 +294,79 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   return c;
 }
 
-// OSF: the plan's ratio as effective_rank (PEFT floors ratio * min(out, in)
-// as sdc does) and every module's actual rank as an anchored rank_pattern
-// entry, so PEFT splits each weight exactly as the plan did.
-static std::string osfConfigJson(const LoraConfig &cfg, const std::string &targets) {
-  char rank[32];
-  std::snprintf(rank, sizeof rank, "%.17g", cfg.effectiveRank);
-  std::string pattern;
-  for (size_t i = 0; i < cfg.modules.size() && i < cfg.ranks.size(); ++i) {
-    std::string escaped;
-    for (char ch : cfg.modules[i]) {
-      if (std::strchr(".^$*+?()[]{}|\\", ch)) escaped += '\\';
-      escaped += ch;
-    }
-    pattern += (pattern.empty() ? "" : ", ") + jsonQuote("(^|\\.)" + escaped + "$") + ": " + std::to_string(cfg.ranks[i]);
-  }
-  return "{\n  \"peft_type\": \"OSF\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"effective_rank\": " + std::string(rank) +
-         ",\n  \"target_modules\": [" + targets + "],\n  \"rank_pattern\": {" + pattern +
-         "},\n  \"init_weights\": true,\n  \"modules_to_save\": null,\n  \"target_svd_config\": null,\n"
-         "  \"inference_mode\": true,\n  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
-}
+namespace {
 
-// A classification adapter: PEFT's SEQ_CLS task with its head in modules_to_save.
-static std::string withModulesToSave(std::string json, const LoraConfig &cfg) {
-  if (cfg.modulesToSave.empty()) return json;
+// adapter_config.json as ordered fields, each value already JSON text.
+using ConfigFields = std::vector<std::pair<std::string, std::string>>;
+
+std::string number(double v) {
+  char buf[32]; // round-trip precision: loading compares lora_alpha with the plan's
+  std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+std::string boolean(bool b) { return b ? "true" : "false"; }
+std::string stringList(const std::vector<std::string> &names) {
   std::string list;
-  for (const std::string &m : cfg.modulesToSave) list += (list.empty() ? "" : ", ") + jsonQuote(m);
-  auto swap = [&](const std::string &from, const std::string &to) {
-    if (size_t at = json.find(from); at != std::string::npos) json.replace(at, from.size(), to);
-  };
-  swap("\"modules_to_save\": null", "\"modules_to_save\": [" + list + "]");
-  swap("\"task_type\": \"CAUSAL_LM\"", "\"task_type\": \"SEQ_CLS\"");
-  return json;
+  for (const std::string &m : names) list += (list.empty() ? "" : ", ") + jsonQuote(m);
+  return "[" + list + "]";
 }
 
-// IA3: the plan's modules by full name; a full name ends with itself, so
-// PEFT's feedforward rule picks exactly the plan's feedforward modules.
-static std::string ia3ConfigJson(const LoraConfig &cfg, const std::string &targets) {
-  std::string feedforward;
-  for (const std::string &m : cfg.feedforward) feedforward += (feedforward.empty() ? "" : ", ") + jsonQuote(m);
-  return "{\n  \"peft_type\": \"IA3\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"target_modules\": [" + targets +
-         "],\n  \"feedforward_modules\": [" + feedforward + "],\n  \"fan_in_fan_out\": " +
-         (cfg.fanInFanOut ? "true" : "false") +
-         ",\n  \"init_ia3_weights\": true,\n  \"modules_to_save\": null,\n  \"inference_mode\": true,\n"
-         "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
+// The fields every PEFT release of the method knows; the rest take PEFT's
+// defaults, so older and newer PEFT load the file without warnings.
+// fan_in_fan_out: the base weights are [in, out] (GPT-2's Conv1D).
+ConfigFields methodFields(const LoraConfig &cfg) {
+  std::string targets = stringList(cfg.modules);
+  if (cfg.isOsf()) {
+    // The plan's ratio as effective_rank (PEFT floors ratio * min(out, in)
+    // as sdc does) and every module's actual rank as an anchored
+    // rank_pattern entry, so PEFT splits each weight exactly as the plan did.
+    std::string pattern;
+    for (size_t i = 0; i < cfg.modules.size() && i < cfg.ranks.size(); ++i) {
+      std::string escaped;
+      for (char ch : cfg.modules[i]) {
+        if (std::strchr(".^$*+?()[]{}|\\", ch)) escaped += '\\';
+        escaped += ch;
+      }
+      pattern += (pattern.empty() ? "" : ", ") + jsonQuote("(^|\\.)" + escaped + "$") + ": " + std::to_string(cfg.ranks[i]);
+    }
+    return {{"effective_rank", number(cfg.effectiveRank)}, {"target_modules", targets},
+            {"rank_pattern", "{" + pattern + "}"}, {"init_weights", "true"}, {"target_svd_config", "null"}};
+  }
+  if (cfg.isIa3()) // full module names: each ends with itself, so PEFT's rule picks exactly the plan's
+    return {{"target_modules", targets}, {"feedforward_modules", stringList(cfg.feedforward)},
+            {"fan_in_fan_out", boolean(cfg.fanInFanOut)}, {"init_ia3_weights", "true"}};
+  if (cfg.isLoha())
+    return {{"r", std::to_string(cfg.r)}, {"alpha", number(cfg.alpha)}, {"rank_dropout", "0.0"},
+            {"module_dropout", "0.0"}, {"target_modules", targets}, {"init_weights", "true"},
+            {"use_effective_conv2d", "false"}, {"rank_pattern", "{}"}, {"alpha_pattern", "{}"}};
+  if (cfg.isVera())
+    return {{"r", std::to_string(cfg.r)}, {"target_modules", targets},
+            {"projection_prng_key", std::to_string(cfg.projectionKey)}, {"save_projection", "true"},
+            {"vera_dropout", number(cfg.dropout)}, {"d_initial", "0.1"}, {"fan_in_fan_out", boolean(cfg.fanInFanOut)},
+            {"bias", "\"none\""}, {"init_weights", "true"}};
+  return {{"r", std::to_string(cfg.r)}, {"lora_alpha", number(cfg.alpha)}, {"lora_dropout", number(cfg.dropout)},
+          {"use_rslora", boolean(cfg.rslora)}, {"use_dora", boolean(cfg.useDora)}, {"target_modules", targets},
+          {"bias", "\"none\""}, {"fan_in_fan_out", boolean(cfg.fanInFanOut)}, {"init_lora_weights", "true"},
+          {"rank_pattern", "{}"}, {"alpha_pattern", "{}"}, {"layers_to_transform", "null"},
+          {"layers_pattern", "null"}};
 }
 
-static std::string veraConfigJson(const LoraConfig &cfg, const std::string &targets) {
-  char dropout[32];
-  std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);
-  return "{\n  \"peft_type\": \"VERA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
-         ",\n  \"target_modules\": [" + targets + "],\n  \"projection_prng_key\": " + std::to_string(cfg.projectionKey) +
-         ",\n  \"save_projection\": true,\n  \"vera_dropout\": " + dropout + ",\n  \"d_initial\": 0.1,\n  \"fan_in_fan_out\": " +
-         (cfg.fanInFanOut ? "true" : "false") +
-         ",\n  \"bias\": \"none\",\n  \"init_weights\": true,\n  \"modules_to_save\": null,\n  \"inference_mode\": true,\n"
-         "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
-}
-
-static std::string lohaConfigJson(const LoraConfig &cfg, const std::string &targets) {
-  char alpha[32];
-  std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
-  return "{\n  \"peft_type\": \"LOHA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
-         ",\n  \"alpha\": " + alpha + ",\n  \"rank_dropout\": 0.0,\n  \"module_dropout\": 0.0,\n  \"target_modules\": [" +
-         targets + "],\n  \"init_weights\": true,\n  \"use_effective_conv2d\": false,\n  \"rank_pattern\": {},\n"
-         "  \"alpha_pattern\": {},\n  \"modules_to_save\": null,\n  \"inference_mode\": true,\n"
-         "  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
-}
+} // namespace
 
 std::string adapterConfigJson(const LoraConfig &cfg) {
-  std::string targets;
-  for (const std::string &m : cfg.modules) targets += (targets.empty() ? "" : ", ") + jsonQuote(m);
-  if (cfg.isOsf()) return withModulesToSave(osfConfigJson(cfg, targets), cfg);
-  if (cfg.isIa3()) return withModulesToSave(ia3ConfigJson(cfg, targets), cfg);
-  if (cfg.isLoha()) return withModulesToSave(lohaConfigJson(cfg, targets), cfg);
-  if (cfg.isVera()) return withModulesToSave(veraConfigJson(cfg, targets), cfg);
-  char alpha[32], dropout[32];
-  std::snprintf(alpha, sizeof alpha, "%.17g", cfg.alpha);
-  std::snprintf(dropout, sizeof dropout, "%.17g", cfg.dropout);
-  // The fields every PEFT release since rsLoRA knows; the rest take PEFT's
-  // defaults, so older and newer PEFT load this without warnings.
-  // fan_in_fan_out: the base weights are [in, out] (GPT-2's Conv1D).
-  std::string json = "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n  \"r\": " + std::to_string(cfg.r) +
-                     ",\n  \"lora_alpha\": " + alpha + ",\n  \"lora_dropout\": " + dropout + ",\n  \"use_rslora\": " +
-                     (cfg.rslora ? "true" : "false") + ",\n  \"use_dora\": " +
-                     (cfg.useDora ? "true" : "false") + ",\n  \"target_modules\": [" + targets +
-                     "],\n  \"bias\": \"none\",\n  \"fan_in_fan_out\": " + (cfg.fanInFanOut ? "true" : "false") +
-                     ",\n  \"init_lora_weights\": true,\n  \"rank_pattern\": {},\n  \"alpha_pattern\": {},\n"
-                     "  \"layers_to_transform\": null,\n  \"layers_pattern\": null,\n  \"inference_mode\": true,\n"
-                     "  \"modules_to_save\": null,\n  \"base_model_name_or_path\": null,\n  \"revision\": null\n}\n";
-  return withModulesToSave(json, cfg);
+  // A classification adapter is PEFT's SEQ_CLS task with its head in modules_to_save.
+  bool classify = !cfg.modulesToSave.empty();
+  ConfigFields fields = {{"peft_type", jsonQuote(cfg.peftType)},
+                         {"task_type", classify ? "\"SEQ_CLS\"" : "\"CAUSAL_LM\""}};
+  for (auto &f : methodFields(cfg)) fields.push_back(f);
+  fields.insert(fields.end(), {{"inference_mode", "true"},
+                               {"modules_to_save", classify ? stringList(cfg.modulesToSave) : "null"},
+                               {"base_model_name_or_path", "null"},
+                               {"revision", "null"}});
+  std::string json = "{\n";
+  for (size_t i = 0; i < fields.size(); ++i)
+    json += "  " + jsonQuote(fields[i].first) + ": " + fields[i].second + (i + 1 < fields.size() ? ",\n" : "\n");
+  return json + "}\n";
 }
 
 } // namespace sd
