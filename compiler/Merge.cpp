@@ -11,10 +11,10 @@
 #include "mlir/Pass/PassManager.h"
 #include "sd/format/peft.h"
 #include "sd/format/safetensors.h"
-#include <array>
 #include <cmath>
 #include <cstring>
 #include <map>
+#include <set>
 
 namespace sd {
 namespace {
@@ -110,7 +110,32 @@ struct ModuleWeight {
   std::vector<float> values;
   int64_t out = 0, in = 0;
   bool oi = false;
+  // W[o, i] wherever the layout stores it.
+  float &at(int64_t o, int64_t i) { return values[size_t(oi ? o * in + i : i * out + o)]; }
 };
+
+// An adapter file's tensors by module: each key is "base_model.model." +
+// module + one of `suffixes` (keys in `elsewhere` are the caller's to read);
+// a module's parts[k] is its tensor of suffixes[k], or null. Any other key is
+// an error naming `what` ("a LoRA weight").
+using ModuleTensors = std::map<std::string, std::vector<const NamedTensor *>>;
+bool tensorsByModule(const SafetensorsFile &file, const std::vector<const char *> &suffixes, const std::string &what,
+                     const MergeRequest &req, ModuleTensors &out, std::string &error,
+                     const std::set<std::string> &elsewhere = {}) {
+  const std::string prefix = adapterKey("");
+  for (auto &[key, t] : file.tensors) {
+    if (elsewhere.count(key)) continue;
+    size_t part = suffixes.size();
+    for (size_t k = 0; k < suffixes.size(); ++k)
+      if (StringRef(key).ends_with(suffixes[k])) part = k;
+    if (!StringRef(key).starts_with(prefix) || part == suffixes.size())
+      return error = req.adapterDir + ": tensor '" + key + "' is not " + what + " in PEFT's layout", false;
+    auto &parts = out[key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(suffixes[part]))];
+    parts.resize(suffixes.size());
+    parts[part] = &t;
+  }
+  return true;
+}
 
 bool moduleWeight(LoadedModel &lm, const MergeRequest &req, const std::map<std::string, LinearUse> &linears,
                   const std::string &m, ModuleWeight &mw, std::string &error) {
@@ -153,23 +178,16 @@ bool storeMerged(LoadedModel &lm, const MergeRequest &req, const std::string &m,
 // makes (the high part stays W's own, as PEFT's merge keeps it).
 bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const SafetensorsFile &file,
                      std::map<std::string, LinearUse> &linears, std::string &error) {
-  const std::string prefix = adapterKey("");
-  std::map<std::string, std::map<std::string, const NamedTensor *>> modules;
-  for (auto &[key, t] : file.tensors) {
-    size_t at = key.rfind(".osf_svd_params.");
-    std::string part = at == std::string::npos ? "" : key.substr(at + 16);
-    if (!StringRef(key).starts_with(prefix) || (part != "U_low" && part != "S_low" && part != "V_low"))
-      return error = req.adapterDir + ": tensor '" + key + "' is not an OSF factor in PEFT's layout", false;
-    modules[key.substr(prefix.size(), at - prefix.size())][part] = &t;
-  }
+  ModuleTensors modules;
+  if (!tensorsByModule(file, {kOsfSuffixes[0], kOsfSuffixes[1], kOsfSuffixes[2]}, "an OSF factor", req, modules, error))
+    return false;
   for (auto &[m, parts] : modules) {
     ModuleWeight mw;
     if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
-    if (parts.size() != 3) return error = req.adapterDir + ": module '" + m + "' lacks one of U_low, S_low, V_low", false;
-    std::vector<float> &wv = mw.values;
-    bool oi = mw.oi;
+    if (!parts[0] || !parts[1] || !parts[2])
+      return error = req.adapterDir + ": module '" + m + "' lacks one of U_low, S_low, V_low", false;
     int64_t out = mw.out, inF = mw.in, minDim = std::min(out, inF);
-    const NamedTensor &U = *parts["U_low"], &S = *parts["S_low"], &V = *parts["V_low"];
+    const NamedTensor &U = *parts[0], &S = *parts[1], &V = *parts[2];
     int64_t r = S.dims.size() == 1 ? S.dims[0] : -1;
     if (U.dtype != DType::F32 || S.dtype != DType::F32 || V.dtype != DType::F32 || r < 1 || r >= minDim ||
         U.dims != Dims{out, r} || V.dims != Dims{r, inF})
@@ -178,9 +196,8 @@ bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const Safetensors
                      ", " + formatDims(S.dims) + ", " + formatDims(V.dims),
              false;
     std::vector<double> wd(size_t(out * inF));
-    auto at = [&](int64_t o, int64_t i) { return size_t(oi ? o * inF + i : i * out + o); };
     for (int64_t o = 0; o < out; ++o)
-      for (int64_t i = 0; i < inF; ++i) wd[size_t(o * inF + i)] = wv[at(o, i)];
+      for (int64_t i = 0; i < inF; ++i) wd[size_t(o * inF + i)] = mw.at(o, i);
     SvdFactors f;
     std::string why;
     if (!svdSplit(wd, out, inF, f, why)) return error = req.model + ": module '" + m + "': " + why, false;
@@ -193,12 +210,12 @@ bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const Safetensors
         for (int64_t j = 0; j < r; ++j)
           d += double(ul[o * r + j]) * double(sl[j]) * double(vl[j * inF + i]) -
                f.u[size_t(o * minDim + k + j)] * f.s[size_t(k + j)] * f.v[size_t((k + j) * inF + i)];
-        float &merged = wv[at(o, i)];
+        float &merged = mw.at(o, i);
         merged = float(double(merged) + d);
         if (!std::isfinite(merged))
           return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
       }
-    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, wv, error)) return false;
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, mw.values, error)) return false;
   }
   return true;
 }
@@ -207,11 +224,10 @@ bool mergeOsfAdapter(LoadedModel &lm, const MergeRequest &req, const Safetensors
 // input on a feedforward module ([1, in] vectors), as PEFT's merge.
 bool mergeIa3Adapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
                      std::map<std::string, LinearUse> &linears, std::string &error) {
-  const std::string prefix = adapterKey("");
-  for (auto &[key, t] : file.tensors) {
-    if (!StringRef(key).starts_with(prefix) || !StringRef(key).ends_with(kIa3Suffix))
-      return error = req.adapterDir + ": tensor '" + key + "' is not an IA3 vector in PEFT's layout", false;
-    std::string m = key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(kIa3Suffix));
+  ModuleTensors modules;
+  if (!tensorsByModule(file, {kIa3Suffix}, "an IA3 vector", req, modules, error)) return false;
+  for (auto &[m, parts] : modules) {
+    const NamedTensor &t = *parts[0];
     ModuleWeight mw;
     if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
     // The vector's shape tells its side ([1, in]: the input, a feedforward
@@ -226,7 +242,7 @@ bool mergeIa3Adapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig 
     const float *l = static_cast<const float *>(t.data);
     for (int64_t o = 0; o < mw.out; ++o)
       for (int64_t i = 0; i < mw.in; ++i) {
-        float &w = mw.values[size_t(mw.oi ? o * mw.in + i : i * mw.out + o)];
+        float &w = mw.at(o, i);
         w *= inputSide ? l[i] : l[o];
         if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
       }
@@ -255,17 +271,10 @@ bool mergeIa3Adapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig 
 // A LoHa adapter: W += (w1_a w1_b) ⊙ (w2_a w2_b) · alpha / r, as PEFT's merge.
 bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
                       std::map<std::string, LinearUse> &linears, std::string &error) {
-  const std::string prefix = adapterKey("");
-  std::map<std::string, std::array<const NamedTensor *, 4>> modules;
-  for (auto &[key, t] : file.tensors) {
-    int part = -1;
-    for (int i = 0; i < 4; ++i)
-      if (StringRef(key).ends_with(kLohaSuffixes[i])) part = i;
-    if (!StringRef(key).starts_with(prefix) || part < 0)
-      return error = req.adapterDir + ": tensor '" + key + "' is not a LoHa factor in PEFT's layout", false;
-    auto &parts = modules[key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(kLohaSuffixes[part]))];
-    parts[size_t(part)] = &t;
-  }
+  ModuleTensors modules;
+  if (!tensorsByModule(file, {kLohaSuffixes[0], kLohaSuffixes[1], kLohaSuffixes[2], kLohaSuffixes[3]}, "a LoHa factor",
+                       req, modules, error))
+    return false;
   int64_t r = cfg.r;
   double scale = cfg.alpha / double(r);
   for (auto &[m, parts] : modules) {
@@ -287,7 +296,7 @@ bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
           p1 += double(w1a[o * r + k]) * double(w1b[k * mw.in + i]);
           p2 += double(w2a[o * r + k]) * double(w2b[k * mw.in + i]);
         }
-        float &w = mw.values[size_t(mw.oi ? o * mw.in + i : i * mw.out + o)];
+        float &w = mw.at(o, i);
         w = float(double(w) + p1 * p2 * scale);
         if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
       }
@@ -301,19 +310,15 @@ bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
 // as PEFT draws them when it did not save them.
 bool mergeVeraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
                       std::map<std::string, LinearUse> &linears, std::string &error) {
-  const std::string prefix = adapterKey("");
-  std::map<std::string, std::array<const NamedTensor *, 2>> modules;
   const NamedTensor *shared[2] = {nullptr, nullptr};
-  for (auto &[key, t] : file.tensors) {
-    if (key == adapterKey(kVeraProjections[0]) || key == adapterKey(kVeraProjections[1])) {
-      shared[key == adapterKey(kVeraProjections[1])] = &t;
-      continue;
-    }
-    int part = StringRef(key).ends_with(kVeraSuffixes[0]) ? 0 : StringRef(key).ends_with(kVeraSuffixes[1]) ? 1 : -1;
-    if (!StringRef(key).starts_with(prefix) || part < 0)
-      return error = req.adapterDir + ": tensor '" + key + "' is not a VeRA tensor in PEFT's layout", false;
-    modules[key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(kVeraSuffixes[part]))][size_t(part)] = &t;
+  std::set<std::string> sharedKeys;
+  for (int k = 0; k < 2; ++k) {
+    sharedKeys.insert(adapterKey(kVeraProjections[k]));
+    if (auto it = file.tensors.find(adapterKey(kVeraProjections[k])); it != file.tensors.end()) shared[k] = &it->second;
   }
+  ModuleTensors modules;
+  if (!tensorsByModule(file, {kVeraSuffixes[0], kVeraSuffixes[1]}, "a VeRA tensor", req, modules, error, sharedKeys))
+    return false;
   int64_t r = cfg.r, maxIn = 0, maxOut = 0;
   std::map<std::string, ModuleWeight> weights;
   for (auto &[m, parts] : modules) {
@@ -347,7 +352,7 @@ bool mergeVeraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
       for (int64_t i = 0; i < mw.in; ++i) {
         double d = 0;
         for (int64_t k = 0; k < r; ++k) d += double(b[size_t(o * r + k)]) * double(ld[k]) * double(a[size_t(k * maxIn + i)]);
-        float &w = mw.values[size_t(mw.oi ? o * mw.in + i : i * mw.out + o)];
+        float &w = mw.at(o, i);
         w = float(double(w) + double(lb[o]) * d);
         if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
       }
@@ -373,43 +378,30 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   if (cfg.value().isIa3()) return mergeIa3Adapter(lm, req, cfg.value(), file.value(), linears, error);
   if (cfg.value().isLoha()) return mergeLohaAdapter(lm, req, cfg.value(), file.value(), linears, error);
   if (cfg.value().isVera()) return mergeVeraAdapter(lm, req, cfg.value(), file.value(), linears, error);
-  const std::string prefix = adapterKey("");
   bool dora = cfg.value().useDora;
-  struct LoraTensors {
-    const NamedTensor *a = nullptr, *b = nullptr, *magnitude = nullptr;
-  };
-  std::map<std::string, LoraTensors> modules;
-  for (auto &[key, t] : file.value().tensors) {
-    StringRef k(key);
-    const char *suffix = k.ends_with(kLoraASuffix)                  ? kLoraASuffix
-                         : k.ends_with(kLoraBSuffix)                ? kLoraBSuffix
-                         : dora && k.ends_with(kDoraMagnitudeSuffix) ? kDoraMagnitudeSuffix
-                                                                     : nullptr;
-    if (!k.starts_with(prefix) || !suffix)
-      return error = req.adapterDir + ": tensor '" + key + "' is not a " + (dora ? "DoRA" : "LoRA") +
-                     " weight in PEFT's layout",
-             false;
-    LoraTensors &lt = modules[key.substr(prefix.size(), key.size() - prefix.size() - std::strlen(suffix))];
-    (suffix == kLoraASuffix ? lt.a : suffix == kLoraBSuffix ? lt.b : lt.magnitude) = &t;
-  }
-  for (auto &[m, lt] : modules) {
+  std::vector<const char *> suffixes = {kLoraASuffix, kLoraBSuffix};
+  if (dora) suffixes.push_back(kDoraMagnitudeSuffix);
+  ModuleTensors modules;
+  if (!tensorsByModule(file.value(), suffixes, dora ? "a DoRA weight" : "a LoRA weight", req, modules, error))
+    return false;
+  for (auto &[m, parts] : modules) {
     ModuleWeight mw;
     if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
-    if (!lt.a || !lt.b) return error = req.adapterDir + ": module '" + m + "' lacks lora_A or lora_B", false;
-    if (dora && !lt.magnitude) return error = req.adapterDir + ": module '" + m + "' lacks lora_magnitude_vector", false;
-    std::vector<float> &wv = mw.values;
-    bool oi = mw.oi;
+    if (!parts[0] || !parts[1]) return error = req.adapterDir + ": module '" + m + "' lacks lora_A or lora_B", false;
+    const NamedTensor *magnitudeTensor = dora ? parts[2] : nullptr;
+    if (dora && !magnitudeTensor)
+      return error = req.adapterDir + ": module '" + m + "' lacks lora_magnitude_vector", false;
     int64_t out = mw.out, inF = mw.in;
-    const NamedTensor &A = *lt.a, &B = *lt.b;
+    const NamedTensor &A = *parts[0], &B = *parts[1];
     int64_t rank = cfg.value().r;
     if (A.dtype != DType::F32 || B.dtype != DType::F32 || A.dims != Dims{rank, inF} || B.dims != Dims{out, rank})
       return error = req.adapterDir + ": module '" + m + "' needs lora_A [" + std::to_string(rank) + "x" +
                      std::to_string(inF) + "] and lora_B [" + std::to_string(out) + "x" + std::to_string(rank) +
                      "] f32, got " + formatDims(A.dims) + " and " + formatDims(B.dims),
              false;
-    if (dora && (lt.magnitude->dtype != DType::F32 || lt.magnitude->dims != Dims{out}))
+    if (dora && (magnitudeTensor->dtype != DType::F32 || magnitudeTensor->dims != Dims{out}))
       return error = req.adapterDir + ": module '" + m + "' needs lora_magnitude_vector [" + std::to_string(out) +
-                     "] f32, got " + formatDims(lt.magnitude->dims),
+                     "] f32, got " + formatDims(magnitudeTensor->dims),
              false;
     const float *a = static_cast<const float *>(A.data), *bm = static_cast<const float *>(B.data);
     // W + scale B A, [out, in]; DoRA then scales each output row to its
@@ -421,14 +413,14 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
         double d = 0;
         for (int64_t k = 0; k < rank; ++k) d += double(bm[o * rank + k]) * double(a[k * inF + i]);
         double &v = merged[size_t(o * inF + i)];
-        v = double(wv[size_t(oi ? o * inF + i : i * out + o)]) + scale * d;
+        v = double(mw.at(o, i)) + scale * d;
         rowNorm[size_t(o)] += v * v;
       }
-    const float *magnitude = dora ? static_cast<const float *>(lt.magnitude->data) : nullptr;
+    const float *magnitude = dora ? static_cast<const float *>(magnitudeTensor->data) : nullptr;
     for (int64_t o = 0; o < out; ++o) {
       double factor = magnitude ? double(magnitude[o]) / std::sqrt(rowNorm[size_t(o)]) : 1.0;
       for (int64_t i = 0; i < inF; ++i) {
-        float &w = wv[size_t(oi ? o * inF + i : i * out + o)];
+        float &w = mw.at(o, i);
         w = float(factor * merged[size_t(o * inF + i)]);
         if (!std::isfinite(w))
           return error = req.adapterDir + ": merging module '" + m + "' overflows its weight (lora_alpha " +
@@ -437,7 +429,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
                  false;
       }
     }
-    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, wv, error)) return false;
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, mw.values, error)) return false;
   }
   return true;
 }

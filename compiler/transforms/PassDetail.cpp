@@ -206,6 +206,12 @@ bool storedInOut(ir::LinearOp l) {
   return l.getLayout() == "io" && load && load.getGlobal() == l.getModule().str() + ".weight";
 }
 
+std::pair<int64_t, int64_t> linearInOut(ir::LinearOp l) {
+  auto wt = mlir::cast<mlir::RankedTensorType>(l.getWeight().getType());
+  bool oi = l.getLayout() == "oi";
+  return {wt.getDimSize(oi ? 1 : 0), wt.getDimSize(oi ? 0 : 1)};
+}
+
 mlir::LogicalResult adapterTargets(mlir::ModuleOp module, const std::string &targetModules,
                                    llvm::SmallVectorImpl<ir::LinearOp> &out) {
   if (mlir::failed(selectTargetLinears(module, targetModules, "--target-modules", out))) return mlir::failure();

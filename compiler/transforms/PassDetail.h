@@ -89,6 +89,8 @@ mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string
 // name. An [in, out] initializer under another name (onnx::MatMul_N) is the
 // exporter's folded transpose of an nn.Linear, which PyTorch stores [out, in].
 bool storedInOut(sd::ir::LinearOp l);
+// A layer's (in, out) features from its 2-D weight and layout ("oi": [out, in]; "io": [in, out]).
+std::pair<int64_t, int64_t> linearInOut(sd::ir::LinearOp l);
 // A PEFT pass's start (sd-peft-lora, -ia3, -loha, -vera, -osft): the layers
 // --target-modules selects (selectTargetLinears), and the model's own
 // weights frozen, so only what the pass adds trains.

@@ -76,28 +76,24 @@ struct PeftIa3Pass : sd::impl::PeftIa3Base<PeftIa3Pass> {
   // y = linear(x, W, b) * l, or y = linear(x * l, W, b) on the input side;
   // l starts as ones, so the layer starts as it was.
   LogicalResult adapt(ModuleOp module, LinearOp l, bool inputSide) {
-    auto wt = cast<RankedTensorType>(l.getWeight().getType());
-    if (!wt.getElementType().isF32()) return l.emitError("IA3 on non-f32 weights is not supported yet");
-    bool oi = l.getLayout() == "oi";
-    int64_t n = inputSide ? wt.getDimSize(oi ? 1 : 0) : wt.getDimSize(oi ? 0 : 1);
+    if (!cast<RankedTensorType>(l.getWeight().getType()).getElementType().isF32())
+      return l.emitError("IA3 on non-f32 weights is not supported yet");
+    auto [in, out] = sd::linearInOut(l);
+    int64_t n = inputSide ? in : out;
     std::vector<float> ones(size_t(n), 1.0f);
     SmallVector<int64_t> shape = inputSide ? SmallVector<int64_t>{1, n} : SmallVector<int64_t>{n, 1};
     GlobalOp g = sd::createFloatGlobal(module, l.getModule().str() + ".ia3_l", shape, "trainable", &ones);
-    Location loc = l.getLoc();
+    OpBuilder b(l); // the input side's product goes before the layer, the output side's after it
+    if (!inputSide) b.setInsertionPointAfter(l);
+    GradBuilder gb(b, l.getLoc());
+    Value v = gb.reshape(b.create<GlobalLoadOp>(l.getLoc(), g.getType(), g.getSymName()), {n});
     if (inputSide) {
-      OpBuilder b(l);
-      GradBuilder gb(b, loc);
-      Value v = gb.reshape(b.create<GlobalLoadOp>(loc, g.getType(), g.getSymName()), {n});
       Value scaled = gb.mul(l.getInput(), v);
       if (gb.failed()) return failure();
       l.getInputMutable().assign(scaled);
       return success();
     }
     SmallVector<OpOperand *> readers = sd::usesOf(l.getOutput());
-    OpBuilder b(l);
-    b.setInsertionPointAfter(l);
-    GradBuilder gb(b, loc);
-    Value v = gb.reshape(b.create<GlobalLoadOp>(loc, g.getType(), g.getSymName()), {n});
     Value scaled = gb.mul(l.getOutput(), v);
     if (gb.failed()) return failure();
     for (OpOperand *u : readers) u->set(scaled);

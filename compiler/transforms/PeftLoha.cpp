@@ -54,8 +54,7 @@ struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
   LogicalResult adapt(ModuleOp module, LinearOp l, std::mt19937_64 &rng) {
     auto wt = cast<RankedTensorType>(l.getWeight().getType());
     if (!wt.getElementType().isF32()) return l.emitError("LoHa on non-f32 weights is not supported yet");
-    bool oi = l.getLayout() == "oi";
-    int64_t in = oi ? wt.getDimSize(1) : wt.getDimSize(0), out = oi ? wt.getDimSize(0) : wt.getDimSize(1);
+    auto [in, out] = sd::linearInOut(l);
     std::string m = l.getModule().str();
     std::vector<float> w1a = kaimingUniform(out, rank, rng), w1b = kaimingUniform(rank, in, rng),
                        w2a = kaimingUniform(out, rank, rng);

@@ -67,8 +67,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
 
   LogicalResult adapt(ModuleOp module, LinearOp l, double scale, int64_t stream, std::mt19937_64 &rng) {
     auto wt = cast<RankedTensorType>(l.getWeight().getType());
-    bool oi = l.getLayout() == "oi";
-    int64_t in = oi ? wt.getDimSize(1) : wt.getDimSize(0), out = oi ? wt.getDimSize(0) : wt.getDimSize(1);
+    auto [in, out] = sd::linearInOut(l);
     std::string m = l.getModule().str();
     // PEFT: A = kaiming_uniform_(a=sqrt(5)) -> U(-1/sqrt(in), 1/sqrt(in)); gaussian: N(0, 1/r). B = 0.
     std::vector<float> a;

@@ -130,7 +130,7 @@ struct PeftOsftPass : sd::impl::PeftOsftBase<PeftOsftPass> {
     GlobalOp g = load ? dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal())) : GlobalOp();
     if (!g) return l.emitError() << "OSFT on module '" << m << "': the weight is computed, not a stored initializer";
     bool oi = l.getLayout() == "oi";
-    int64_t out = oi ? wt.getDimSize(0) : wt.getDimSize(1), in = oi ? wt.getDimSize(1) : wt.getDimSize(0);
+    auto [in, out] = sd::linearInOut(l);
     int64_t minDim = std::min(out, in);
     k = rankFor(m, minDim, rules);
     if (k < 1)

@@ -37,7 +37,7 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
     int64_t maxIn = 0, maxOut = 0;
     bool allInOut = true;
     for (LinearOp l : linears) {
-      auto [in, out] = inOut(l);
+      auto [in, out] = sd::linearInOut(l);
       maxIn = std::max(maxIn, in);
       maxOut = std::max(maxOut, out);
       allInOut &= sd::storedInOut(l);
@@ -70,14 +70,8 @@ struct PeftVeraPass : sd::impl::PeftVeraBase<PeftVeraPass> {
                                }));
   }
 
-  static std::pair<int64_t, int64_t> inOut(LinearOp l) {
-    auto wt = cast<RankedTensorType>(l.getWeight().getType());
-    bool oi = l.getLayout() == "oi";
-    return {wt.getDimSize(oi ? 1 : 0), wt.getDimSize(oi ? 0 : 1)};
-  }
-
   LogicalResult adapt(ModuleOp module, LinearOp l, GlobalOp ga, GlobalOp gb, int64_t stream) {
-    auto [in, out] = inOut(l);
+    auto [in, out] = sd::linearInOut(l);
     std::string m = l.getModule().str();
     std::vector<float> d(static_cast<size_t>(rank), static_cast<float>(dInitial));
     GlobalOp gd = sd::createFloatGlobal(module, m + ".vera_lambda_d", {rank}, "trainable", &d);

@@ -139,7 +139,7 @@ StatusOr<LoraConfig> parseIa3Config(const Json &doc, const std::string &path) {
   SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
   const Json *ff = doc.get("feedforward_modules");
   if (ff && ff->type == Json::Type::String) {
-    c.feedforwardRegex = ff->str.empty() ? "^$" : ff->str;
+    c.feedforwardIsRegex = true;
   } else if (ff && ff->type == Json::Type::Array) {
     for (const Json &m : ff->arr) {
       if (m.type != Json::Type::String) return sdError(path, ": 'feedforward_modules' must be a list of module names");
@@ -249,7 +249,6 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     c.fanInFanOut = fanInFanOut && fanInFanOut->b;
     for (const Json &m : mods->arr) c.modules.push_back(m.str);
     for (const Json &m : ff->arr) c.feedforward.push_back(m.str);
-    c.feedforwardEndings = c.feedforward;
     return c;
   }
   if (const Json *vera = doc.value().get("vera")) {
@@ -277,7 +276,7 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     return c;
   }
   const Json *lora = doc.value().get("lora");
-  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3 or loha)");
+  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha or vera)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");

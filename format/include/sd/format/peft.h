@@ -53,14 +53,14 @@ struct LoraConfig {
   double effectiveRank = 0;
   std::vector<int64_t> ranks;
   std::string baseChecksum;
-  // IA3: the modules whose input (not output) is scaled, and PEFT's rule
-  // for them as an adapter_config.json gives it (feedforward_modules: name
-  // endings, or a regex matching whole names). The regex is kept, never run:
-  // a backtracking match of a hostile pattern could take forever, and each
-  // ia3_l's shape ([1, in] or [out, 1]) tells its side anyway.
+  // IA3: the modules whose input (not output) is scaled (a plan's), and
+  // PEFT's rule for them as an adapter_config.json gives it
+  // (feedforward_modules: name endings, or a regex matching whole names).
+  // A regex is never run: a backtracking match of a hostile pattern could
+  // take forever, and each ia3_l's shape ([1, in] or [out, 1]) tells its side anyway.
   std::vector<std::string> feedforward;
   std::vector<std::string> feedforwardEndings;
-  std::string feedforwardRegex;
+  bool feedforwardIsRegex = false;
   // PEFT's modules_to_save: modules trained in full beside the adapters (the
   // classification head of sdc --recipe classify), stored as
   // base_model.model.<module>.weight and .bias.
@@ -80,7 +80,7 @@ struct LoraConfig {
   // adapter config's list of feedforward_modules; false under a regex (see
   // feedforwardRuleKnown).
   bool feedforwardByRule(const std::string &module) const;
-  bool feedforwardRuleKnown() const { return feedforwardRegex.empty(); }
+  bool feedforwardRuleKnown() const { return !feedforwardIsRegex; }
   // "LoRA", "DoRA", "OSF", "IA3", "LoHa" or "VeRA", and the sdc compile flags that train it.
   std::string kindName() const;
   std::string compileFlags() const;
