@@ -32,6 +32,9 @@ static std::string configJson(const CompileRequest &r) {
          (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
                                       ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer) +
                                       (r.pipeline.packing ? ",\"packing\":true" : "") +
+                                      (r.pipeline.recipe == "dpo" ? ",\"dpo\":{\"beta\":" + jsonNumber(r.pipeline.dpoBeta) +
+                                                                        ",\"loss_type\":" + jsonQuote(r.pipeline.dpoLoss) + "}"
+                                                                  : "") +
                                       (r.pipeline.lossOutput.empty() ? ""
                                                                      : ",\"loss_output\":" + jsonQuote(r.pipeline.lossOutput)) +
                                       (r.pipeline.shard != "none" ? ",\"shard\":" + jsonQuote(r.pipeline.shard) : "")

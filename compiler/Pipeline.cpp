@@ -64,6 +64,13 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     recipe.tokenInput = opts.tokenInput;
     recipe.seed = opts.seed;
     pm.addPass(createRecipeClassify(recipe));
+  } else if (opts.training() && opts.recipe == "dpo") {
+    RecipeDpoOptions recipe;
+    recipe.beta = opts.dpoBeta;
+    recipe.lossType = opts.dpoLoss;
+    recipe.logitsOutput = opts.logitsOutput;
+    recipe.tokenInput = opts.tokenInput;
+    pm.addPass(createRecipeDpo(recipe));
   } else if (opts.training()) {
     RecipeSftOptions recipe;
     recipe.lossOutput = opts.lossOutput;

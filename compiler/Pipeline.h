@@ -30,7 +30,9 @@ struct PipelineOptions {
   std::string osftStrategy = "auto"; // auto | factored | dense
   std::string osftVRule = "gather";  // gather | allreduce (known wrong; tests only): sd-osft-project under --shard params
   int64_t seed = 0;
-  std::string recipe = "sft"; // sft | classify
+  std::string recipe = "sft"; // sft | classify | dpo
+  double dpoBeta = 0.1;          // --recipe dpo
+  std::string dpoLoss = "sigmoid"; // --recipe dpo: sigmoid | ipo | hinge
   int64_t numLabels = 0;      // --recipe classify
   std::string pooling = "mean", featuresOutput;
   std::string lossOutput, logitsOutput;

@@ -1,9 +1,10 @@
 // Shared pieces of the training recipes' loss entries.
 #include "RecipeLoss.h"
 #include "EntryInputs.h"
-#include "sd/format/training_abi.h"
 #include "sd/format/dtype.h"
+#include "sd/format/training_abi.h"
 #include "vjp/GradBuilder.h"
+#include <limits>
 
 using namespace mlir;
 using namespace sd::ir;
@@ -41,6 +42,63 @@ Value addLabelsInput(func::FuncOp f, unsigned like, int64_t rank, llvm::StringRe
   unsigned index = f.getNumArguments();
   f.insertArgument(index, type, DictionaryAttr::get(ctx, attrs), f.getLoc());
   return f.getArgument(index);
+}
+
+} // namespace sd
+
+namespace sd {
+
+func::FuncOp cloneInferAsEvalStep(ModuleOp module, llvm::StringRef tokenInput, llvm::StringRef who, bool bindInputs) {
+  func::FuncOp infer = findEntry(module, abi::kInfer);
+  if (!infer) {
+    module.emitError("the model has no infer entry to build a training recipe on");
+    return {};
+  }
+  // The data gives tokens only: a Hugging Face export's attention_mask,
+  // position_ids and past_key_values take what a step over whole rows
+  // means, in the training entries and in the infer entry sdrun generate
+  // and infer --adapter use with them.
+  FailureOr<unsigned> token = bindInputs ? findTokenInput(infer, tokenInput, who) : FailureOr<unsigned>(0u);
+  if (failed(token) ||
+      (bindInputs && failed(bindAuxiliaryInputs(infer, *token, /*keepPositions=*/false, who, /*refuseOthers=*/false))))
+    return {};
+  OpBuilder b(infer);
+  auto eval = cast<func::FuncOp>(b.clone(*infer));
+  eval.setName(abi::kEvalStep);
+  eval->setAttr("sd.entry", b.getStringAttr(abi::kEvalStep));
+  return eval;
+}
+
+FailureOr<TokenScores> tokenScores(func::FuncOp f, llvm::StringRef logitsOutput, llvm::StringRef tokenInput,
+                                   llvm::StringRef who) {
+  auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
+  FailureOr<unsigned> logitsIndex = findLogitsOutput(f, logitsOutput, who);
+  if (failed(logitsIndex))
+    return failure();
+  Value logits = ret.getOperand(*logitsIndex);
+  auto lt = cast<RankedTensorType>(logits.getType());
+  if (lt.getRank() != 3 || ShapedType::isDynamic(lt.getDimSize(2)))
+    return f.emitError() << "logits must be [batch, seq, vocab] with a static vocabulary, got " << lt;
+  FailureOr<unsigned> found = findTokenInput(f, tokenInput, who);
+  if (failed(found))
+    return failure();
+  unsigned tokenArg = *found;
+  auto tokenType = cast<RankedTensorType>(f.getArgument(tokenArg).getType());
+  // sdrun train feeds the data's token ids to this input, whatever it is called.
+  f->getParentOfType<ModuleOp>()->setAttr("sd.token_input", StringAttr::get(f.getContext(), argName(f, tokenArg)));
+  Value labels = addLabelsInput(f, tokenArg, tokenType.getRank(), abi::kLabels);
+
+  OpBuilder b(ret);
+  GradBuilder g(b, NameLoc::get(b.getStringAttr("next_token_labels")));
+  // Position t predicts token t+1: labels shift left, the last position is ignored.
+  Value shifted =
+      g.make<SliceOp>({labels, g.ints({1}), g.ints({std::numeric_limits<int64_t>::max()}), g.ints({1}), g.none()});
+  Value ignore = g.scalar(b.getI64Type(), double(kIgnoreIndex));
+  Value padded = g.make<PadOp>({shifted, g.ints({0, 0, 0, 1}), ignore, g.none()});
+  Value flat = g.reshape(padded, {-1});
+  if (g.failed())
+    return failure();
+  return TokenScores{logits, labels, flat};
 }
 
 } // namespace sd

@@ -4,6 +4,7 @@
 // gradient accumulation normalizes over a whole window.
 #pragma once
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/BuiltinOps.h"
 
 namespace sd::ir {
 class GradBuilder;
@@ -21,6 +22,25 @@ struct SummedLoss {
 // Cross-entropy of scores [n, classes] against int64 labels [n], summed
 // over the labels that are not kIgnoreIndex. Null values when g failed.
 SummedLoss summedCrossEntropy(sd::ir::GradBuilder &g, mlir::Value scores, mlir::Value labels);
+
+// The causal-LM pieces the token recipes (sd-recipe-sft, sd-recipe-dpo) share:
+// the model's [batch, seq, vocab] logits, and the labels input they are scored
+// against, shifted left by one so position t's scores meet token t+1 (the last
+// position gets kIgnoreIndex), flattened to [batch * seq].
+struct TokenScores {
+  mlir::Value logits;     // [batch, seq, vocab], vocab static
+  mlir::Value labels;     // the new int64 [batch, seq] labels input
+  mlir::Value nextLabels; // int64 [batch * seq]
+};
+// Adds the labels input to `f` (a clone of infer, ending in its outputs) and
+// records the token input as the module's sd.token_input. `who` starts errors.
+mlir::FailureOr<TokenScores> tokenScores(mlir::func::FuncOp f, llvm::StringRef logitsOutput, llvm::StringRef tokenInput,
+                                         llvm::StringRef who);
+// Clones `infer` into a new eval_step entry, first binding the inputs a
+// Hugging Face export carries besides the tokens when `bindInputs` (data that
+// gives tokens only). Null on error (reported).
+mlir::func::FuncOp cloneInferAsEvalStep(mlir::ModuleOp module, llvm::StringRef tokenInput, llvm::StringRef who,
+                                        bool bindInputs);
 
 // Replaces f's outputs with (loss_sum, tokens).
 mlir::LogicalResult finishLossEntry(mlir::func::FuncOp f, mlir::Value loss, mlir::Value count);

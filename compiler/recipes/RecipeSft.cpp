@@ -1,13 +1,11 @@
 // sd-recipe-sft: the supervised fine-tuning loss, appended as sd ops to a
 // clone of the model's forward (so autodiff differentiates it like the rest).
-#include "sd/format/training_abi.h"
 #include "EntryInputs.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "RecipeLoss.h"
+#include "sd/format/training_abi.h"
 #include "vjp/GradBuilder.h"
-#include "mlir/IR/IRMapping.h"
-#include <limits>
 
 namespace sd {
 #define GEN_PASS_DEF_RECIPESFT
@@ -25,27 +23,10 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
   using RecipeSftBase::RecipeSftBase;
 
   void runOnOperation() override {
-    ModuleOp module = getOperation();
-    func::FuncOp infer = sd::findEntry(module, sd::abi::kInfer);
-    if (!infer) {
-      module.emitError("the model has no infer entry to build a training recipe on");
+    // A model with its own loss takes its inputs as they are.
+    func::FuncOp eval = sd::cloneInferAsEvalStep(getOperation(), tokenInput, "--recipe sft", lossOutput.empty());
+    if (!eval || failed(lossOutput.empty() ? appendCrossEntropy(eval) : useModelLoss(eval)))
       return signalPassFailure();
-    }
-    // The data gives tokens only: a Hugging Face export's attention_mask,
-    // position_ids and past_key_values take what a step over whole rows
-    // means, in the training entries and in the infer entry sdrun generate
-    // and infer --adapter use with them.
-    if (lossOutput.empty()) {
-      FailureOr<unsigned> token = sd::findTokenInput(infer, tokenInput, "--recipe sft");
-      if (failed(token) ||
-          failed(sd::bindAuxiliaryInputs(infer, *token, /*keepPositions=*/false, "--recipe sft", /*refuseOthers=*/false)))
-        return signalPassFailure();
-    }
-    OpBuilder b(infer);
-    auto eval = cast<func::FuncOp>(b.clone(*infer));
-    eval.setName(sd::abi::kEvalStep);
-    eval->setAttr("sd.entry", b.getStringAttr(sd::abi::kEvalStep));
-    if (failed(lossOutput.empty() ? appendCrossEntropy(eval) : useModelLoss(eval))) return signalPassFailure();
   }
 
   // The model computes its own loss: that output, one "token" per micro-batch.
@@ -68,32 +49,16 @@ struct RecipeSftPass : sd::impl::RecipeSftBase<RecipeSftPass> {
   }
 
   LogicalResult appendCrossEntropy(func::FuncOp f) {
+    FailureOr<sd::TokenScores> scores = sd::tokenScores(f, logitsOutput, tokenInput, "--recipe sft");
+    if (failed(scores))
+      return failure();
     auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
-    FailureOr<unsigned> logitsIndex = sd::findLogitsOutput(f, logitsOutput, "--recipe sft");
-    if (failed(logitsIndex)) return failure();
-    Value logits = ret.getOperand(*logitsIndex);
-    auto lt = cast<RankedTensorType>(logits.getType());
-    if (lt.getRank() != 3 || ShapedType::isDynamic(lt.getDimSize(2)))
-      return f.emitError() << "logits must be [batch, seq, vocab] with a static vocabulary, got " << lt;
-    FailureOr<unsigned> found = sd::findTokenInput(f, tokenInput, "--recipe sft");
-    if (failed(found)) return failure();
-    unsigned tokenArg = *found;
-    auto tokenType = cast<RankedTensorType>(f.getArgument(tokenArg).getType());
-    // sdrun train feeds the data's token ids to this input, whatever it is called.
-    f->getParentOfType<ModuleOp>()->setAttr("sd.token_input", StringAttr::get(f.getContext(), sd::argName(f, tokenArg)));
-    Value labels = sd::addLabelsInput(f, tokenArg, tokenType.getRank(), sd::abi::kLabels);
-
     OpBuilder b(ret);
     GradBuilder g(b, NameLoc::get(b.getStringAttr("sft_loss")));
-    // Position t predicts token t+1: labels shift left, the last position is ignored.
-    Value shifted = g.make<SliceOp>({labels, g.ints({1}), g.ints({std::numeric_limits<int64_t>::max()}), g.ints({1}),
-                                     g.none()});
-    Value ignore = g.scalar(b.getI64Type(), double(kIgnoreIndex));
-    Value padded = g.make<PadOp>({shifted, g.ints({0, 0, 0, 1}), ignore, g.none()});
-    Value flatLabels = g.reshape(padded, {-1});
-    Value scores = g.reshape(logits, {-1, lt.getDimSize(2)});
-    sd::SummedLoss loss = sd::summedCrossEntropy(g, scores, flatLabels);
-    if (g.failed() || !loss.loss) return failure();
+    int64_t vocab = cast<RankedTensorType>(scores->logits.getType()).getDimSize(2);
+    sd::SummedLoss loss = sd::summedCrossEntropy(g, g.reshape(scores->logits, {-1, vocab}), scores->nextLabels);
+    if (g.failed() || !loss.loss)
+      return failure();
     return sd::finishLossEntry(f, loss.loss, loss.count);
   }
 };

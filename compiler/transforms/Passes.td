@@ -285,6 +285,28 @@ def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
   ];
 }
 
+def RecipeDpo : Pass<"sd-recipe-dpo", "mlir::ModuleOp"> {
+  let summary = "Add an eval_step entry: preference optimization (DPO, IPO, hinge) over chosen/rejected row pairs";
+  let description = [{
+    Clones `infer` into `eval_step` with a `labels` input as sd-recipe-sft
+    does. Rows 2i and 2i+1 are pair i's chosen and rejected completions
+    (labels -100 on the prompt). The forward is repeated on `reference/<name>`
+    copies of the trainable parameters (the reference model: the model as
+    training starts); each row's log-probability of its labels, under the
+    model and the reference, gives the pair's log-ratios and TRL's
+    DPOTrainer loss: sigmoid -log sigmoid(beta * margin), hinge
+    relu(1 - beta * margin), or ipo (per-token margin - 1 / (2 beta))^2.
+    Outputs `loss_sum` (over pairs) and `tokens` (the pairs counted).
+  }];
+  let options = [
+    Option<"beta", "beta", "double", "0.1", "the loss's temperature (TRL's beta)">,
+    Option<"lossType", "loss-type", "std::string", "\"sigmoid\"", "sigmoid (DPO), ipo or hinge">,
+    Option<"logitsOutput", "logits-output", "std::string", "\"\"", "logits output (default: the only float output)">,
+    Option<"tokenInput", "token-input", "std::string", "\"\"",
+           "the int64 [batch, seq] token input (default: the only one, or the only one indexing an embedding)">,
+  ];
+}
+
 def RecipeClassify : Pass<"sd-recipe-classify", "mlir::ModuleOp"> {
   let summary = "Add a classification head and an eval_step entry with cross-entropy over one label per row";
   let description = [{

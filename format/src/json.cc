@@ -184,6 +184,14 @@ StatusOr<Json> parseJson(const std::string &text, const std::string &what) {
   return j;
 }
 
+std::string jsonNumber(double v) {
+  char buf[32];
+  // The shortest of %.15g (0.1 as "0.1") and %.17g that reads back as v.
+  std::snprintf(buf, sizeof buf, "%.15g", v);
+  if (std::strtod(buf, nullptr) != v) std::snprintf(buf, sizeof buf, "%.17g", v);
+  return buf;
+}
+
 std::string jsonQuote(const std::string &s) {
   std::string o = "\"";
   for (char c : s) {

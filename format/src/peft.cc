@@ -298,11 +298,8 @@ namespace {
 // adapter_config.json as ordered fields, each value already JSON text.
 using ConfigFields = std::vector<std::pair<std::string, std::string>>;
 
-std::string number(double v) {
-  char buf[32]; // round-trip precision: loading compares lora_alpha with the plan's
-  std::snprintf(buf, sizeof buf, "%.17g", v);
-  return buf;
-}
+// Round-trip precision: loading compares lora_alpha with the plan's.
+std::string number(double v) { return jsonNumber(v); }
 std::string boolean(bool b) { return b ? "true" : "false"; }
 std::string stringList(const std::vector<std::string> &names) {
   std::string list;

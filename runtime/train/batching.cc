@@ -48,8 +48,11 @@ const Example *DataCursor::take() {
   return e;
 }
 
-TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput, bool classify) {
-  for (auto [t, name] : {std::pair{&ids, tokenInput.c_str()}, {&labels, abi::kLabels}, {&positions, abi::kPositionIds},
+TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput, RowLayout layout) {
+  const bool classify = layout == RowLayout::Classes;
+  for (auto [t, name] : {std::pair{&ids, tokenInput.c_str()},
+                         {&labels, abi::kLabels},
+                         {&positions, abi::kPositionIds},
                          {&mask, abi::kAttentionMask}}) {
     t->name = name;
     t->dtype = DType::I64;
@@ -65,20 +68,40 @@ TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::
   auto *pp = reinterpret_cast<int64_t *>(positions.data.data());
   auto *pm = reinterpret_cast<int64_t *>(mask.data.data());
   std::fill(pl, pl + (classify ? batch : batch * seq), kIgnoreLabel);
-  for (size_t r = 0; r < rows.size(); ++r) {
-    int64_t at = int64_t(r) * seq, end = at + seq;
-    for (const Example *e : rows[r]) {
-      if (classify) pl[r] = e->label;
-      for (size_t j = 0; j < e->ids.size(); ++j, ++at) {
-        pi[at] = e->ids[j];
+  // Row r's sequences, one after another (several when packed).
+  auto fill = [&](int64_t r,
+                  const std::vector<std::pair<const std::vector<int64_t> *, const std::vector<int64_t> *>> &seqs,
+                  int64_t classLabel) {
+    int64_t at = r * seq, end = at + seq;
+    if (classify)
+      pl[r] = classLabel;
+    for (auto [seqIds, seqLabels] : seqs)
+      for (size_t j = 0; j < seqIds->size(); ++j, ++at) {
+        pi[at] = (*seqIds)[j];
         pm[at] = 1;
-        if (!classify) pl[at] = j == 0 && at != int64_t(r) * seq ? kIgnoreLabel : e->labels[j];
+        if (!classify)
+          pl[at] = j == 0 && at != r * seq ? kIgnoreLabel : (*seqLabels)[j];
         pp[at] = int64_t(j);
       }
+    for (int64_t j = 0; at < end; ++at, ++j)
+      pp[at] = j; // padding: a sequence of its own
+  };
+  int64_t used = 0;
+  for (const auto &row : rows) {
+    if (layout == RowLayout::Pairs) {
+      for (const Example *e : row) {
+        fill(used++, {{&e->ids, &e->labels}}, kIgnoreLabel);
+        fill(used++, {{&e->rejectedIds, &e->rejectedLabels}}, kIgnoreLabel);
+      }
+      continue;
     }
-    for (int64_t j = 0; at < end; ++at, ++j) pp[at] = j; // padding: a sequence of its own
+    std::vector<std::pair<const std::vector<int64_t> *, const std::vector<int64_t> *>> seqs;
+    for (const Example *e : row)
+      seqs.push_back({&e->ids, &e->labels});
+    fill(used++, seqs, row.empty() ? kIgnoreLabel : row.front()->label);
   }
-  for (int64_t r = int64_t(rows.size()); r < batch; ++r) pm[r * seq] = 1;
+  for (int64_t r = used; r < batch; ++r)
+    pm[r * seq] = 1;
 }
 
 std::map<std::string, const HostTensor *> TokenBatch::inputs() const {

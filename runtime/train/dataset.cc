@@ -6,6 +6,7 @@
 #include <cmath>
 #include <fstream>
 #include <numeric>
+#include <tuple>
 
 namespace sd {
 namespace {
@@ -155,6 +156,69 @@ StatusOr<Example> parseClassifyLine(const Json &j, const std::string &where, con
   return ex;
 }
 
+// The prompt's tokens labelled -100, then the completion's labelled as themselves.
+void appendCompletion(const std::vector<int64_t> &prompt, const std::vector<int64_t> &completion,
+                      std::vector<int64_t> &ids, std::vector<int64_t> &labels) {
+  ids = prompt;
+  ids.insert(ids.end(), completion.begin(), completion.end());
+  labels.assign(prompt.size(), kIgnoreLabel);
+  labels.insert(labels.end(), completion.begin(), completion.end());
+}
+
+// A preference line: `prompt`, `chosen` and `rejected` texts (each completion
+// tokenized after the prompt as a prompt/completion line is), or TRL's
+// tokenized `prompt_ids`, `chosen_ids` and `rejected_ids`.
+StatusOr<Example> parsePairLine(const Json &j, const std::string &where, const DatasetOptions &opts) {
+  for (const char *other : {"input_ids", "labels", "text", "completion", "messages", "label"})
+    if (j.get(other))
+      return sdError(where, ": '", other, "' is not a field of preference data: a line has 'prompt', 'chosen' and ",
+                     "'rejected' (or 'prompt_ids', 'chosen_ids' and 'rejected_ids')");
+  Example ex;
+  const char *texts[] = {"prompt", "chosen", "rejected"}, *tokens[] = {"prompt_ids", "chosen_ids", "rejected_ids"};
+  const bool tokenized = j.get("prompt_ids") || j.get("chosen_ids") || j.get("rejected_ids");
+  for (int k = 0; k < 3; ++k)
+    if (!j.get(tokenized ? tokens[k] : texts[k]))
+      return sdError(where, ": a preference line needs '", tokenized ? tokens[k] : texts[k], "' (it has ",
+                     tokenized ? "'prompt_ids', 'chosen_ids', 'rejected_ids'" : "'prompt', 'chosen', 'rejected'",
+                     " together)");
+  if (tokenized) {
+    if (j.get("prompt"))
+      return sdError(where, ": a line has 'prompt' texts or '..._ids' tokens, not both");
+    std::vector<int64_t> parts[3];
+    for (int k = 0; k < 3; ++k)
+      SD_RETURN_IF_ERROR(readIds(*j.get(tokens[k]), tokens[k], opts.vocab, false, parts[k]).withContext(where + ": "));
+    appendCompletion(parts[0], parts[1], ex.ids, ex.labels);
+    appendCompletion(parts[0], parts[2], ex.rejectedIds, ex.rejectedLabels);
+  } else {
+    for (const char *k : texts)
+      if (j.get(k)->type != Json::Type::String)
+        return sdError(where, ": '", k, "' must be a string");
+    Example rejected;
+    SD_RETURN_IF_ERROR(tokenizeText(j.get("prompt")->str, &j.get("chosen")->str, opts, ex).withContext(where + ": "));
+    SD_RETURN_IF_ERROR(
+        tokenizeText(j.get("prompt")->str, &j.get("rejected")->str, opts, rejected).withContext(where + ": "));
+    ex.rejectedIds = std::move(rejected.ids);
+    ex.rejectedLabels = std::move(rejected.labels);
+  }
+  for (auto [ids, labels, which] :
+       {std::tuple{&ex.ids, &ex.labels, "chosen"}, {&ex.rejectedIds, &ex.rejectedLabels, "rejected"}}) {
+    if (int64_t(ids->size()) > opts.maxLength) {
+      if (!opts.truncate)
+        return sdError(where, ": the prompt and ", which, " completion are ", ids->size(),
+                       " tokens, longer than the plan's largest bucket (", opts.maxLength,
+                       "); use --truncate or compile a longer bucket");
+      ids->resize(size_t(opts.maxLength));
+      labels->resize(size_t(opts.maxLength));
+    }
+    // Labels shift inside the plan: the first token is never predicted.
+    if (labels->size() < 2 ||
+        std::all_of(labels->begin() + 1, labels->end(), [](int64_t l) { return l == kIgnoreLabel; }))
+      return sdError(where, ": the ", which, " completion has no tokens",
+                     opts.truncate ? " left after --truncate (the prompt fills the plan's length)" : "");
+  }
+  return ex;
+}
+
 } // namespace
 
 StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts) {
@@ -163,6 +227,11 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   const Json &j = doc.value();
   if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
   if (opts.numLabels > 0) return parseClassifyLine(j, where, opts);
+  if (opts.pairs) return parsePairLine(j, where, opts);
+  for (const char *pairField : {"chosen", "rejected", "chosen_ids", "rejected_ids"})
+    if (j.get(pairField))
+      return sdError(where, ": '", pairField, "' belongs to preference pairs, for plans compiled with sdc compile ",
+                     "--recipe dpo; this plan trains on single sequences");
   if (j.get("label"))
     return sdError(where, ": 'label' is for classification plans (sdc compile --recipe classify); this plan trains a "
                    "language model");

@@ -33,6 +33,9 @@ struct PlanEntries {
   int64_t vocab = 0;
   bool packed = false; // training entries take position_ids (sdc compile --packing)
   int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
+  bool pairs = false;    // preference plans (sdc compile --recipe dpo): two rows per example
+  RowLayout layout() const { return numLabels ? RowLayout::Classes : pairs ? RowLayout::Pairs : RowLayout::Sequences; }
+  int64_t rowsPerExample() const { return pairs ? 2 : 1; }
   std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
   // A plan that computes its own loss (sdc compile --loss-output) from
   // inputs other than tokens and labels, or from any inputs when the data is
@@ -85,6 +88,7 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     if (!cfg.isOk()) return cfg.status();
     if (const Json *t = cfg.value().get("token_input"); t && t->type == Json::Type::String) out.tokenInput = t->str;
     modelLoss = cfg.value().get("loss_output") != nullptr;
+    if (const Json *r = cfg.value().get("recipe"); r && r->type == Json::Type::String) out.pairs = r->str == "dpo";
     if (const Json *c = cfg.value().get("classify")) {
       const Json *n = c->get("num_labels"), *v = c->get("vocab");
       if (!n || !n->isInteger() || n->num < 2 || !v || !v->isInteger() || v->num < 1)
@@ -133,8 +137,29 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     return sdError("the plan has no ", abi::kTrainStep, " entry; compile it with --peft");
   if (out.buckets.size() > 1 && !out.tensorInputs.empty())
     return sdError("the plan mixes token and tensor training entries");
+  for (const Bucket &b : out.buckets)
+    if (out.pairs && b.batch % 2)
+      return sdError("the plan's batch ", b.batch, " is odd, but a preference plan's rows are (chosen, rejected) pairs");
   if (out.vocab <= 0 && out.tensorInputs.empty())
     return sdError("cannot tell the vocabulary size from the plan's infer entry");
+  return Status::ok();
+}
+
+// A preference plan's reference model is the model training starts from:
+// after an adapter is loaded, its `reference/` copies take the parameters'
+// values (a plan without copies is left alone).
+Status refreshReference(Session &s) {
+  const Plan &plan = s.plan();
+  const std::string prefix = abi::kReferencePrefix;
+  for (size_t i = 0; i < plan.globals.size(); ++i) {
+    const std::string &name = plan.globals[i].name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    int64_t param = s.findGlobal(name.substr(prefix.size()));
+    if (param < 0) return sdError("'", name, "' is the copy of no parameter of the plan");
+    auto value = s.readGlobal(size_t(param));
+    if (!value.isOk()) return value.status();
+    SD_RETURN_IF_ERROR(s.writeGlobal(i, value.value().data.data(), value.value().data.size()));
+  }
   return Status::ok();
 }
 
@@ -185,7 +210,7 @@ const Bucket *bucketFor(const PlanEntries &pe, const Rows &rows) {
   size_t longest = 0;
   for (const auto &row : rows) {
     size_t used = 0;
-    for (const Example *e : row) used += e->ids.size();
+    for (const Example *e : row) used += e->length();
     longest = std::max(longest, used);
   }
   for (const Bucket &b : pe.buckets)
@@ -199,7 +224,7 @@ struct FedBatch {
   std::optional<TokenBatch> tokens;
   std::optional<TensorBatch> tensors;
   FedBatch(const PlanEntries &pe, const TensorData &td, const Rows &rows, const Bucket &b) {
-    if (pe.tensorInputs.empty()) tokens.emplace(rows, b.batch, b.seq, pe.tokenInput, pe.numLabels > 0);
+    if (pe.tensorInputs.empty()) tokens.emplace(rows, b.batch, b.seq, pe.tokenInput, pe.layout());
     else tensors.emplace(rows, td);
   }
   std::map<std::string, const HostTensor *> inputs() const { return tokens ? tokens->inputs() : tensors->inputs(); }
@@ -292,7 +317,9 @@ Trainer::~Trainer() = default;
 int Trainer::rank() const { return impl_->rank; }
 int Trainer::worldSize() const { return impl_->world; }
 int64_t Trainer::rowsPerRank() const { return impl_->batch; }
-bool Trainer::countsExamples() const { return impl_->entries.numLabels > 0 || !impl_->entries.tensorInputs.empty(); }
+bool Trainer::countsExamples() const {
+  return impl_->entries.numLabels > 0 || impl_->entries.pairs || !impl_->entries.tensorInputs.empty();
+}
 int64_t Trainer::step() const { return impl_->step; }
 int64_t Trainer::totalSteps() const { return impl_->total; }
 const std::string &Trainer::resumedFrom() const { return impl_->resumedFrom; }
@@ -306,9 +333,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   const std::string planContext = o.planName.empty() ? "" : o.planName + ": ";
   SD_RETURN_IF_ERROR(findEntries(plan, pe, o.dataPath).withContext(planContext));
   if ((im->comm = session.communicator())) im->rank = im->comm->rank(), im->world = im->comm->size();
-  im->batch = o.batch ? o.batch : pe.buckets[0].batch;
-  if (im->batch > pe.buckets[0].batch)
-    return sdError("--batch ", im->batch, " is larger than the plan's batch ", pe.buckets[0].batch,
+  // A preference plan's batch counts rows and --batch pairs, as TRL's per-device batch does.
+  const int64_t planBatch = pe.buckets[0].batch / pe.rowsPerExample();
+  im->batch = o.batch ? o.batch : planBatch;
+  if (im->batch > planBatch)
+    return sdError("--batch ", im->batch, " is larger than the plan's batch ", planBatch, pe.pairs ? " pairs" : "",
                    "; compile the plan with a larger batch");
   const bool tensorData = !pe.tensorInputs.empty();
   // The model's loss is its own (a mean, say): rows added to fill a batch would count in it.
@@ -320,6 +349,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   if (o.resume && o.checkpointDir.empty()) return sdError("resuming needs a checkpoint folder");
   DatasetOptions dopts{pe.vocab, pe.buckets.back().seq, o.truncate};
   dopts.numLabels = pe.numLabels;
+  dopts.pairs = pe.pairs;
   if (tensorData && !o.tokenizerPath.empty())
     return sdError("--tokenizer: this plan computes its own loss from tensors, it takes no text");
   if (!o.tokenizerPath.empty()) {
@@ -371,8 +401,10 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
       }
   // Rank 0 reads the adapter and the others take it from there, except where
   // weights are split by rows (--shard params): there each rank keeps its rows of what it reads.
-  if (!o.adapterIn.empty() && !o.resume && (im->rank == 0 || shardMode(session.plan()) == "params"))
+  if (!o.adapterIn.empty() && !o.resume && (im->rank == 0 || shardMode(session.plan()) == "params")) {
     SD_RETURN_IF_ERROR(loadAdapter(o.adapterIn, session, im->lora));
+    SD_RETURN_IF_ERROR(refreshReference(session).withContext(planContext));
+  }
   // fp16 plans: the loss scale, reported after each step.
   if (int64_t scale = session.findGlobal(abi::kLossScale); scale >= 0) {
     const GlobalDesc &g = plan.globals[size_t(scale)];
@@ -454,7 +486,7 @@ Status Trainer::Impl::resume() {
 // rewritten, with a device round trip, only when the bucket changes.
 Status Trainer::Impl::setDropoutRows(int64_t bucketRows) {
   if (dropoutRng < 0 || dropoutRngSize < 4) return Status::ok();
-  const int64_t offset = int64_t(rank) * batch;
+  const int64_t offset = int64_t(rank) * batch * entries.rowsPerExample();
   if (dropoutRows[0] == offset && dropoutRows[1] == bucketRows) return Status::ok();
   int64_t state[4];
   SD_RETURN_IF_ERROR(session.readGlobal(size_t(dropoutRng), state, sizeof state));
@@ -748,12 +780,14 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
       seq = e.buffers[size_t(b)].dims[1], rowsInBucket = e.buffers[size_t(b)].dims[0];
   DatasetOptions dopts{pe.vocab, seq, true};
   dopts.numLabels = pe.numLabels;
+  dopts.pairs = pe.pairs;
   auto data = loadJsonl(dataPath, dopts);
   if (!data.isOk()) return data.status();
-  int64_t n = batch ? std::min(batch, rowsInBucket) : rowsInBucket;
+  const int64_t examplesInBucket = rowsInBucket / pe.rowsPerExample();
+  int64_t n = batch ? std::min(batch, examplesInBucket) : examplesInBucket;
   DataCursor cursor{&data.value(), false, 0, 0, 0, {}};
   cursor.reorder();
-  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput, pe.numLabels > 0);
+  TokenBatch tb(cursor.next(n, seq, pe.packed), rowsInBucket, seq, pe.tokenInput, pe.layout());
   for (auto &[name, t] : tb.inputs()) byName[name] = *t;
   return namedInputs(e, byName, inputs);
 }

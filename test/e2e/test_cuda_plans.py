@@ -133,7 +133,7 @@ def llama_plans(sdc, folder, tokens):
     rotary, SwiGLU; the attention mask one Where shared by every layer),
     LoRA on q/k/v/o in f32 and bf16, full fine-tuning in bf16 (its rotary,
     SwiGLU and cross-entropy on bf16 values: sd-half-elementwise), DoRA in
-    bf16, IA3, LoHa and VeRA."""
+    bf16, IA3, LoHa and VeRA, and DPO (LoRA, bf16) on preference pairs."""
     import torch
     import transformers
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -157,6 +157,17 @@ def llama_plans(sdc, folder, tokens):
         plan = os.path.join(folder, f"{kind}.sdp")
         sh([sdc, "compile", onnx_path, *flags, "--shapes", "input_ids=2x8", "-o", plan])
         out.append(PlanKind(kind, plan, True, "input_ids", tokens, HALF_TOLERANCES if "bf16" in kind else None))
+    # Preference pairs: the forward twice (the reference on reference/ copies), one pair per micro-batch.
+    pairs = os.path.join(folder, "pairs.jsonl")
+    rng = np.random.default_rng(4)
+    with open(pairs, "w") as f:
+        for _ in range(8):
+            f.write(json.dumps({k: rng.integers(0, 256, int(rng.integers(1, 4))).tolist()
+                                for k in ("prompt_ids", "chosen_ids", "rejected_ids")}) + "\n")
+    plan = os.path.join(folder, "llama-dpo-bf16.sdp")
+    sh([sdc, "compile", onnx_path, *lora, "--recipe", "dpo", "--precision", "bf16", "--shapes", "input_ids=2x8", "-o",
+        plan])
+    out.append(PlanKind("llama-dpo-bf16", plan, True, "input_ids", tokens, HALF_TOLERANCES, data=pairs))
     return out
 
 

@@ -45,6 +45,32 @@ def mpirun(n):
     return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n)]
 
 
+def make_pairs(path):
+    """Preference pairs (--recipe dpo) as token ids: a prompt and two completions."""
+    rng = np.random.default_rng(8)
+    ids = lambda lo, hi: rng.integers(0, 256, size=int(rng.integers(lo, hi))).tolist()
+    with open(path, "w") as f:
+        for _ in range(EXAMPLES // 3):
+            f.write(json.dumps({"prompt_ids": ids(1, 6), "chosen_ids": ids(1, 10), "rejected_ids": ids(1, 10)}) + "\n")
+
+
+def dpo_runs(sdc, sdrun, onnx_path, tmp):
+    """Preference pairs: each rank holds whole pairs (rows 2i, 2i + 1), and
+    the reference copies are kept in step like any training state."""
+    data = os.path.join(tmp, "pairs.jsonl")
+    make_pairs(data)
+    plans = {}
+    for name, flags in {"dpo_lora": ["--peft", "lora", "--target-modules", "qkv,proj"],
+                        "dpo_full": ["--peft", "none"], "dpo_full_zero2": ["--peft", "none", "--shard", "grads"]}.items():
+        plans[name] = os.path.join(tmp, name + ".sdp")
+        sh([sdc, "compile", onnx_path, *flags, "--recipe", "dpo", "--shapes", f"input_ids={2 * GLOBAL_BATCH}x{SEQ}",
+            "--adam-epsilon", "1e-6", "-o", plans[name]])
+    runner = Runner(sdrun, data, tmp)  # --batch counts pairs: 6 global, 3 or 2 per rank
+    equal_runs(runner, "DPO, LoRA (pairs)", plans["dpo_lora"])
+    equal_runs(runner, "--shard grads, DPO, full fine-tuning (pairs), against the unsharded plan",
+               plans["dpo_full_zero2"], reference=plans["dpo_full"], ranks=(2,))
+
+
 def make_data(path):
     rng = np.random.default_rng(7)
     with open(path, "w") as f:
@@ -582,6 +608,7 @@ def main():
                    reference=plans["full"])
         equal_runs(runner, "--shard grads, LoRA, packed, against the unsharded plan", plans["lora_zero2_packed"],
                    reference=plans["lora_packed"], ranks=(3,))
+        dpo_runs(sdc, sdrun, onnx_path, tmp)
         # FSDP: every weight split by rows, gathered before each op that reads it,
         # gradients reduce-scattered into the rows each rank keeps.
         equal_runs(runner, "--shard params, full fine-tuning, against the unsharded plan", plans["full_fsdp"],

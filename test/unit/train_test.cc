@@ -146,6 +146,53 @@ TEST(TokenBatch, PadsAndMasksPackedBoundaries) {
   for (int i = 6; i < 12; ++i) EXPECT_EQ(labels[i], kIgnoreLabel); // the padding row trains on nothing
 }
 
+TEST(DataLines, PreferencePairs) {
+  DatasetOptions pairs = options();
+  pairs.pairs = true;
+  auto e = parseDataLine(R"({"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4, 5]})", "p:1", pairs);
+  ASSERT_TRUE(e.isOk()) << e.status().message();
+  EXPECT_EQ(e.value().ids, (std::vector<int64_t>{1, 2, 3}));
+  EXPECT_EQ(e.value().labels, (std::vector<int64_t>{kIgnoreLabel, kIgnoreLabel, 3}));
+  EXPECT_EQ(e.value().rejectedIds, (std::vector<int64_t>{1, 2, 4, 5}));
+  EXPECT_EQ(e.value().rejectedLabels, (std::vector<int64_t>{kIgnoreLabel, kIgnoreLabel, 4, 5}));
+  EXPECT_EQ(e.value().length(), 4u);
+  // Text as bytes (a 256-token plan): each completion after the prompt.
+  auto text = parseDataLine(R"({"prompt": "ab", "chosen": "c", "rejected": "de"})", "p:2", options(256));
+  ASSERT_FALSE(text.isOk()); // not a preference plan: 'chosen' is refused
+  EXPECT_NE(text.status().message().find("--recipe dpo"), std::string::npos) << text.status().message();
+  DatasetOptions bytes = options(256);
+  bytes.pairs = true;
+  text = parseDataLine(R"({"prompt": "ab", "chosen": "c", "rejected": "de"})", "p:2", bytes);
+  ASSERT_TRUE(text.isOk()) << text.status().message();
+  EXPECT_EQ(text.value().ids, (std::vector<int64_t>{'a', 'b', 'c'}));
+  EXPECT_EQ(text.value().rejectedLabels, (std::vector<int64_t>{kIgnoreLabel, kIgnoreLabel, 'd', 'e'}));
+  for (auto [line, needle] : {std::pair{R"({"prompt_ids": [1], "chosen_ids": [2]})", "'rejected_ids'"},
+                              {R"({"input_ids": [1, 2]})", "not a field of preference data"},
+                              {R"({"prompt_ids": [1], "chosen_ids": [], "rejected_ids": [2]})", "no tokens"},
+                              {R"({"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [200]})", "'rejected_ids'[0]"}}) {
+    auto bad = parseDataLine(line, "p:3", pairs);
+    ASSERT_FALSE(bad.isOk()) << line;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+    EXPECT_EQ(bad.status().message().rfind("p:3: ", 0), 0u) << bad.status().message();
+  }
+}
+
+TEST(TokenBatch, PairsFillTwoRowsEach) {
+  DatasetOptions pairs = options();
+  pairs.pairs = true;
+  auto e = parseDataLine(R"({"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3, 4]})", "p:1", pairs);
+  ASSERT_TRUE(e.isOk());
+  Rows rows = {{&e.value()}};
+  TokenBatch tb(rows, 4, 3, "input_ids", RowLayout::Pairs);
+  const int64_t *ids = reinterpret_cast<const int64_t *>(tb.ids.data.data());
+  const int64_t *labels = reinterpret_cast<const int64_t *>(tb.labels.data.data());
+  // Row 0 the chosen sequence, row 1 the rejected one, rows 2-3 (a missing pair) train on nothing.
+  EXPECT_EQ((std::vector<int64_t>(ids, ids + 6)), (std::vector<int64_t>{1, 2, 0, 1, 3, 4}));
+  EXPECT_EQ((std::vector<int64_t>(labels, labels + 6)), (std::vector<int64_t>{kIgnoreLabel, 2, kIgnoreLabel,
+                                                                               kIgnoreLabel, 3, 4}));
+  for (int i = 6; i < 12; ++i) EXPECT_EQ(labels[i], kIgnoreLabel);
+}
+
 TEST(CheckpointManifest, RoundTripAndChecks) {
   checkpoint::Manifest m;
   m.meta.runId = "00112233aabbccdd";

@@ -24,5 +24,7 @@ struct Json {
 // Parses one JSON document; `what` names the source in errors.
 StatusOr<Json> parseJson(const std::string &text, const std::string &what);
 std::string jsonQuote(const std::string &s);
+// A finite number as JSON text that reads back as the same double.
+std::string jsonNumber(double v);
 
 } // namespace sd

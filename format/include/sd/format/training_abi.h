@@ -64,6 +64,11 @@ constexpr const char *kGradPrefix = "grad/";
 constexpr const char *kAdamExpAvgPrefix = "adamw.exp_avg/";
 constexpr const char *kAdamExpAvgSqPrefix = "adamw.exp_avg_sq/";
 constexpr const char *kSgdMomentumPrefix = "sgd.momentum/";
+// Preference plans (sdc compile --recipe dpo): the reference model's copy of a
+// trainable parameter, scalar state (checkpointed, never optimized). The
+// trainer refreshes the copies from the parameters when a run starts from an
+// adapter, so the reference is always the model training started from.
+constexpr const char *kReferencePrefix = "reference/";
 
 // The plan config's map of tied parameters (an LM head's weight that is the
 // input embedding's) to their other names in the model's state_dict:

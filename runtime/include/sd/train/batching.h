@@ -69,9 +69,14 @@ struct DataCursor {
 // Classification rows hold one example each: labels are [batch], the rows'
 // classes (-100 for padding rows), and attention_mask marks each row's
 // tokens (a padding row keeps one, so no row is masked whole).
+//
+// Preference pairs fill two rows each: entry r of `rows` (one pair) gives
+// tensor row 2r its chosen sequence and row 2r + 1 its rejected one.
+enum class RowLayout { Sequences, Classes, Pairs };
 struct TokenBatch {
   HostTensor ids, labels, positions, mask;
-  TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput, bool classify = false);
+  TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput,
+             RowLayout layout = RowLayout::Sequences);
   std::map<std::string, const HostTensor *> inputs() const;
 };
 

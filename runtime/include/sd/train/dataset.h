@@ -2,12 +2,15 @@
 // `text`, `prompt` and `completion` (loss on the completion only), or
 // `messages` rendered with the tokenizer's chat template (loss on the
 // assistant turns only); for classification plans, `text` or `input_ids`
-// with an integer class `label`. Text is
+// with an integer class `label`; for preference plans, `prompt`, `chosen`
+// and `rejected` texts, or TRL's tokenized `prompt_ids`, `chosen_ids` and
+// `rejected_ids`. Text is
 // tokenized with a Hugging Face tokenizer when one is given, else taken as
 // bytes (for 256-entry vocabularies). Every problem is reported as one line
 // naming the file and line.
 #pragma once
 #include "sd/format/status.h"
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -22,6 +25,12 @@ struct Example {
   std::vector<int64_t> labels; // same length as ids; -100 = not trained on (empty for classification)
   int64_t label = kIgnoreLabel; // the class of a classification example
   int64_t row = -1; // tensor data (tensor_data.h): the example's index along the arrays' first axis
+  // A preference pair (sdc compile --recipe dpo): ids/labels hold the prompt
+  // and the chosen completion, these the prompt and the rejected one (labels
+  // -100 on the prompt in both).
+  std::vector<int64_t> rejectedIds, rejectedLabels;
+  // The longest sequence the example puts in a row.
+  size_t length() const { return std::max(ids.size(), rejectedIds.size()); }
 };
 
 struct DatasetOptions {
@@ -34,6 +43,8 @@ struct DatasetOptions {
   // Classification plans (sdc --recipe classify): each line is one example
   // with "label" in [0, numLabels); text gets the post-processor's specials only.
   int64_t numLabels = 0;
+  // Preference plans (sdc compile --recipe dpo): each line is a pair.
+  bool pairs = false;
 };
 
 // One data line (not blank); `where` ("FILE:LINE") prefixes errors.
