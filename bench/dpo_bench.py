@@ -119,7 +119,7 @@ def main():
                 f.write(json.dumps({"prompt_ids": ids(p["prompt"]), "chosen_ids": ids(p["chosen"]) + [VOCAB - 1],
                                     "rejected_ids": ids(p["rejected"]) + [VOCAB - 1]}) + "\n")
         subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", "--lora-r", str(R), "--lora-alpha", str(ALPHA),
-                        "--target-modules", ",".join(TARGETS), "--recipe", "dpo", "--dpo-beta", str(BETA),
+                        "--target-modules", ",".join(TARGETS), "--recipe", "dpo", "--beta", str(BETA),
                         "--shapes", f"input_ids={2 * PAIRS}x{SEQ}", "-o", plan], check=True, capture_output=True)
         row = {"step": "DPO, LoRA"}
         row["sdrun"] = run_child([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--threads",

@@ -20,6 +20,14 @@
 
 namespace sd {
 
+// A preference plan's method and its settings (plan config "preference").
+static std::string preferenceJson(const PipelineOptions &p) {
+  std::string json = "{\"method\":" + jsonQuote(p.recipe) + ",\"beta\":" + jsonNumber(p.beta);
+  if (p.recipe == "dpo") json += ",\"loss_type\":" + jsonQuote(p.dpoLoss);
+  if (p.recipe == "simpo") json += ",\"simpo_gamma\":" + jsonNumber(p.simpoGamma) + ",\"cpo_alpha\":" + jsonNumber(p.cpoAlpha);
+  return json + "}";
+}
+
 static std::string configJson(const CompileRequest &r) {
   auto list = [](const std::vector<std::string> &v) {
     std::string s = "[";
@@ -32,9 +40,7 @@ static std::string configJson(const CompileRequest &r) {
          (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
                                       ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer) +
                                       (r.pipeline.packing ? ",\"packing\":true" : "") +
-                                      (r.pipeline.recipe == "dpo" ? ",\"dpo\":{\"beta\":" + jsonNumber(r.pipeline.dpoBeta) +
-                                                                        ",\"loss_type\":" + jsonQuote(r.pipeline.dpoLoss) + "}"
-                                                                  : "") +
+                                      (r.pipeline.preference() ? ",\"preference\":" + preferenceJson(r.pipeline) : "") +
                                       (r.pipeline.lossOutput.empty() ? ""
                                                                      : ",\"loss_output\":" + jsonQuote(r.pipeline.lossOutput)) +
                                       (r.pipeline.shard != "none" ? ",\"shard\":" + jsonQuote(r.pipeline.shard) : "")

@@ -64,13 +64,16 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     recipe.tokenInput = opts.tokenInput;
     recipe.seed = opts.seed;
     pm.addPass(createRecipeClassify(recipe));
-  } else if (opts.training() && opts.recipe == "dpo") {
-    RecipeDpoOptions recipe;
-    recipe.beta = opts.dpoBeta;
+  } else if (opts.training() && opts.preference()) {
+    RecipePreferenceOptions recipe;
+    recipe.method = opts.recipe;
+    recipe.beta = opts.beta;
     recipe.lossType = opts.dpoLoss;
+    recipe.simpoGamma = opts.simpoGamma;
+    recipe.cpoAlpha = opts.cpoAlpha;
     recipe.logitsOutput = opts.logitsOutput;
     recipe.tokenInput = opts.tokenInput;
-    pm.addPass(createRecipeDpo(recipe));
+    pm.addPass(createRecipePreference(recipe));
   } else if (opts.training()) {
     RecipeSftOptions recipe;
     recipe.lossOutput = opts.lossOutput;

@@ -69,19 +69,25 @@ func::FuncOp cloneInferAsEvalStep(ModuleOp module, llvm::StringRef tokenInput, l
   return eval;
 }
 
+Value nextTokenLabels(GradBuilder &g, Value labels) {
+  // Position t predicts token t+1: labels shift left, the last position is ignored.
+  Value shifted = g.make<SliceOp>({labels, g.ints({1}), g.ints({std::numeric_limits<int64_t>::max()}), g.ints({1}),
+                                   g.none()});
+  Value ignore = g.scalar(g.builder().getI64Type(), double(kIgnoreIndex));
+  return g.reshape(g.make<PadOp>({shifted, g.ints({0, 0, 0, 1}), ignore, g.none()}), {-1});
+}
+
 FailureOr<TokenScores> tokenScores(func::FuncOp f, llvm::StringRef logitsOutput, llvm::StringRef tokenInput,
                                    llvm::StringRef who) {
   auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
   FailureOr<unsigned> logitsIndex = findLogitsOutput(f, logitsOutput, who);
-  if (failed(logitsIndex))
-    return failure();
+  if (failed(logitsIndex)) return failure();
   Value logits = ret.getOperand(*logitsIndex);
   auto lt = cast<RankedTensorType>(logits.getType());
   if (lt.getRank() != 3 || ShapedType::isDynamic(lt.getDimSize(2)))
     return f.emitError() << "logits must be [batch, seq, vocab] with a static vocabulary, got " << lt;
   FailureOr<unsigned> found = findTokenInput(f, tokenInput, who);
-  if (failed(found))
-    return failure();
+  if (failed(found)) return failure();
   unsigned tokenArg = *found;
   auto tokenType = cast<RankedTensorType>(f.getArgument(tokenArg).getType());
   // sdrun train feeds the data's token ids to this input, whatever it is called.
@@ -90,15 +96,9 @@ FailureOr<TokenScores> tokenScores(func::FuncOp f, llvm::StringRef logitsOutput,
 
   OpBuilder b(ret);
   GradBuilder g(b, NameLoc::get(b.getStringAttr("next_token_labels")));
-  // Position t predicts token t+1: labels shift left, the last position is ignored.
-  Value shifted =
-      g.make<SliceOp>({labels, g.ints({1}), g.ints({std::numeric_limits<int64_t>::max()}), g.ints({1}), g.none()});
-  Value ignore = g.scalar(b.getI64Type(), double(kIgnoreIndex));
-  Value padded = g.make<PadOp>({shifted, g.ints({0, 0, 0, 1}), ignore, g.none()});
-  Value flat = g.reshape(padded, {-1});
-  if (g.failed())
-    return failure();
-  return TokenScores{logits, labels, flat};
+  Value flat = nextTokenLabels(g, labels);
+  if (g.failed()) return failure();
+  return TokenScores{logits, f.getArgument(tokenArg), labels, flat};
 }
 
 } // namespace sd

@@ -23,15 +23,19 @@ struct SummedLoss {
 // over the labels that are not kIgnoreIndex. Null values when g failed.
 SummedLoss summedCrossEntropy(sd::ir::GradBuilder &g, mlir::Value scores, mlir::Value labels);
 
-// The causal-LM pieces the token recipes (sd-recipe-sft, sd-recipe-dpo) share:
+// The causal-LM pieces the token recipes (sd-recipe-sft, sd-recipe-preference) share:
 // the model's [batch, seq, vocab] logits, and the labels input they are scored
 // against, shifted left by one so position t's scores meet token t+1 (the last
 // position gets kIgnoreIndex), flattened to [batch * seq].
 struct TokenScores {
   mlir::Value logits;     // [batch, seq, vocab], vocab static
+  mlir::Value tokens;     // the token input
   mlir::Value labels;     // the new int64 [batch, seq] labels input
   mlir::Value nextLabels; // int64 [batch * seq]
 };
+// `labels` [batch, seq] shifted left by one, the last position kIgnoreIndex,
+// flattened to [batch * seq]: what each position's scores are scored against.
+mlir::Value nextTokenLabels(sd::ir::GradBuilder &g, mlir::Value labels);
 // Adds the labels input to `f` (a clone of infer, ending in its outputs) and
 // records the token input as the module's sd.token_input. `who` starts errors.
 mlir::FailureOr<TokenScores> tokenScores(mlir::func::FuncOp f, llvm::StringRef logitsOutput, llvm::StringRef tokenInput,

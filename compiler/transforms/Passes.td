@@ -285,22 +285,29 @@ def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
   ];
 }
 
-def RecipeDpo : Pass<"sd-recipe-dpo", "mlir::ModuleOp"> {
-  let summary = "Add an eval_step entry: preference optimization (DPO, IPO, hinge) over chosen/rejected row pairs";
+def RecipePreference : Pass<"sd-recipe-preference", "mlir::ModuleOp"> {
+  let summary = "Add an eval_step entry: preference optimization (DPO, SimPO, ORPO) over chosen/rejected row pairs";
   let description = [{
     Clones `infer` into `eval_step` with a `labels` input as sd-recipe-sft
     does. Rows 2i and 2i+1 are pair i's chosen and rejected completions
-    (labels -100 on the prompt). The forward is repeated on `reference/<name>`
-    copies of the trainable parameters (the reference model: the model as
-    training starts); each row's log-probability of its labels, under the
-    model and the reference, gives the pair's log-ratios and TRL's
-    DPOTrainer loss: sigmoid -log sigmoid(beta * margin), hinge
-    relu(1 - beta * margin), or ipo (per-token margin - 1 / (2 beta))^2.
-    Outputs `loss_sum` (over pairs) and `tokens` (the pairs counted).
+    (labels -100 on the prompt). Each row's log-probability of its labels
+    gives TRL's losses: `dpo` (DPOTrainer) compares them with the reference
+    model's, the forward repeated on `reference/<name>` copies of the
+    trainable parameters (the model as training starts): sigmoid
+    -log sigmoid(beta * margin), hinge relu(1 - beta * margin), or ipo
+    (per-token margin - 1 / (2 beta))^2. `simpo` (CPOTrainer, loss_type
+    simpo) takes per-token log-probabilities, -log sigmoid(beta * margin -
+    gamma), plus cpo-alpha times the chosen rows' cross-entropy; `orpo`
+    (ORPOTrainer) the chosen rows' cross-entropy plus -beta * log sigmoid of
+    the log odds ratio. Outputs `loss_sum` (over pairs) and `tokens` (the
+    pairs counted).
   }];
   let options = [
-    Option<"beta", "beta", "double", "0.1", "the loss's temperature (TRL's beta)">,
-    Option<"lossType", "loss-type", "std::string", "\"sigmoid\"", "sigmoid (DPO), ipo or hinge">,
+    Option<"method", "method", "std::string", "\"dpo\"", "dpo, simpo or orpo">,
+    Option<"beta", "beta", "double", "0.1", "the loss's temperature (TRL's beta; ORPO's lambda)">,
+    Option<"lossType", "loss-type", "std::string", "\"sigmoid\"", "dpo: sigmoid (DPO), ipo or hinge">,
+    Option<"simpoGamma", "simpo-gamma", "double", "0.5", "simpo: the target reward margin (TRL's simpo_gamma)">,
+    Option<"cpoAlpha", "cpo-alpha", "double", "1.0", "simpo: the chosen rows' cross-entropy weight (TRL's cpo_alpha)">,
     Option<"logitsOutput", "logits-output", "std::string", "\"\"", "logits output (default: the only float output)">,
     Option<"tokenInput", "token-input", "std::string", "\"\"",
            "the int64 [batch, seq] token input (default: the only one, or the only one indexing an embedding)">,

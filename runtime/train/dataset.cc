@@ -231,7 +231,7 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   for (const char *pairField : {"chosen", "rejected", "chosen_ids", "rejected_ids"})
     if (j.get(pairField))
       return sdError(where, ": '", pairField, "' belongs to preference pairs, for plans compiled with sdc compile ",
-                     "--recipe dpo; this plan trains on single sequences");
+                     "--recipe dpo, simpo or orpo; this plan trains on single sequences");
   if (j.get("label"))
     return sdError(where, ": 'label' is for classification plans (sdc compile --recipe classify); this plan trains a "
                    "language model");

@@ -33,7 +33,7 @@ struct PlanEntries {
   int64_t vocab = 0;
   bool packed = false; // training entries take position_ids (sdc compile --packing)
   int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
-  bool pairs = false;    // preference plans (sdc compile --recipe dpo): two rows per example
+  bool pairs = false;    // preference plans (sdc compile --recipe dpo, simpo, orpo): two rows per example
   RowLayout layout() const { return numLabels ? RowLayout::Classes : pairs ? RowLayout::Pairs : RowLayout::Sequences; }
   int64_t rowsPerExample() const { return pairs ? 2 : 1; }
   std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
@@ -88,7 +88,7 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     if (!cfg.isOk()) return cfg.status();
     if (const Json *t = cfg.value().get("token_input"); t && t->type == Json::Type::String) out.tokenInput = t->str;
     modelLoss = cfg.value().get("loss_output") != nullptr;
-    if (const Json *r = cfg.value().get("recipe"); r && r->type == Json::Type::String) out.pairs = r->str == "dpo";
+    out.pairs = cfg.value().get("preference") != nullptr;
     if (const Json *c = cfg.value().get("classify")) {
       const Json *n = c->get("num_labels"), *v = c->get("vocab");
       if (!n || !n->isInteger() || n->num < 2 || !v || !v->isInteger() || v->num < 1)

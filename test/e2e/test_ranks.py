@@ -60,10 +60,12 @@ def dpo_runs(sdc, sdrun, onnx_path, tmp):
     data = os.path.join(tmp, "pairs.jsonl")
     make_pairs(data)
     plans = {}
-    for name, flags in {"dpo_lora": ["--peft", "lora", "--target-modules", "qkv,proj"],
-                        "dpo_full": ["--peft", "none"], "dpo_full_zero2": ["--peft", "none", "--shard", "grads"]}.items():
+    lora = ["--peft", "lora", "--target-modules", "qkv,proj"]
+    for name, flags in {"dpo_lora": lora + ["--recipe", "dpo"],
+                        "dpo_full": ["--peft", "none", "--recipe", "dpo"],
+                        "dpo_full_zero2": ["--peft", "none", "--shard", "grads", "--recipe", "dpo"]}.items():
         plans[name] = os.path.join(tmp, name + ".sdp")
-        sh([sdc, "compile", onnx_path, *flags, "--recipe", "dpo", "--shapes", f"input_ids={2 * GLOBAL_BATCH}x{SEQ}",
+        sh([sdc, "compile", onnx_path, *flags, "--shapes", f"input_ids={2 * GLOBAL_BATCH}x{SEQ}",
             "--adam-epsilon", "1e-6", "-o", plans[name]])
     runner = Runner(sdrun, data, tmp)  # --batch counts pairs: 6 global, 3 or 2 per rank
     equal_runs(runner, "DPO, LoRA (pairs)", plans["dpo_lora"])

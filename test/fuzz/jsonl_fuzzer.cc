@@ -1,6 +1,6 @@
 // libFuzzer target: bytes as one line of JSONL training data for a byte-level
-// plan (vocabulary 256, buckets up to 64 tokens), as a language model's data
-// and as a 3-class classifier's.
+// plan (vocabulary 256, buckets up to 64 tokens), as a language model's data,
+// as a 3-class classifier's and as a preference plan's pairs.
 #include "sd/train/dataset.h"
 #include <cstdlib>
 
@@ -15,6 +15,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         if (e.ids[i] < 0 || e.ids[i] >= 256 ||
             (e.labels[i] != sd::kIgnoreLabel && (e.labels[i] < 0 || e.labels[i] >= 256)))
           std::abort();
+    }
+    sd::DatasetOptions pairs{256, 64, truncate};
+    pairs.pairs = true;
+    if (auto p = sd::parseDataLine(line, "fuzz:1", pairs); p.isOk()) {
+      const sd::Example &e = p.value();
+      for (auto [ids, labels] : {std::pair{&e.ids, &e.labels}, {&e.rejectedIds, &e.rejectedLabels}}) {
+        if (ids->size() < 2 || ids->size() > 64 || labels->size() != ids->size()) std::abort();
+        bool counted = false;
+        for (size_t i = 0; i < ids->size(); ++i) {
+          if ((*ids)[i] < 0 || (*ids)[i] >= 256) std::abort();
+          if ((*labels)[i] != sd::kIgnoreLabel && (*labels)[i] != (*ids)[i]) std::abort();
+          counted = counted || (i > 0 && (*labels)[i] != sd::kIgnoreLabel);
+        }
+        if (!counted) std::abort(); // a completion the loss would not see
+      }
     }
     sd::DatasetOptions classify{256, 64, truncate};
     classify.numLabels = 3;

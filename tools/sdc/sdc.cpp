@@ -89,16 +89,21 @@ const char *kUsage =
     "  --freeze REGEX           full fine-tuning: keep the weights whose name matches\n"
     "                           frozen (PyTorch's requires_grad=False, which exports\n"
     "                           do not record: Whisper's and Marian's sinusoidal positions)\n"
-    "  --recipe sft|classify|dpo  sft: causal-LM cross-entropy on the logits (the default);\n"
+    "  --recipe sft|classify|dpo|simpo|orpo\n"
+    "                           sft: causal-LM cross-entropy on the logits (the default);\n"
     "                           classify: a new linear head (classifier, trained in full) on\n"
     "                           the model's features, cross-entropy against one label per\n"
     "                           row; data lines {\"text\": ..., \"label\": K}\n"
-    "                           dpo: preference pairs, TRL's DPOTrainer loss against the\n"
-    "                           model as training starts (the reference); data lines\n"
-    "                           {\"prompt\": ..., \"chosen\": ..., \"rejected\": ...}; the batch\n"
-    "                           counts rows, two per pair\n"
-    "  --dpo-beta B             dpo: the loss's temperature (0.1, TRL's beta)\n"
+    "                           dpo, simpo, orpo: preference pairs, data lines {\"prompt\": ...,\n"
+    "                           \"chosen\": ..., \"rejected\": ...}, each pair two rows of the batch;\n"
+    "                           TRL's losses: dpo (DPOTrainer) against the model as training\n"
+    "                           starts (the reference), simpo (CPOTrainer's simpo) and orpo\n"
+    "                           (ORPOTrainer) without one\n"
+    "  --beta B                 dpo, simpo, orpo: the loss's temperature (0.1, TRL's beta)\n"
     "  --dpo-loss sigmoid|ipo|hinge  dpo: DPO's loss (the default), IPO's or the hinge\n"
+    "  --simpo-gamma G          simpo: the target reward margin (0.5)\n"
+    "  --cpo-alpha A            simpo: weight of the chosen completions' cross-entropy (1;\n"
+    "                           0 is SimPO's paper)\n"
     "  --num-labels N           classes of --recipe classify\n"
     "  --pooling mean|cls       classify on [batch, seq, hidden] features: the mean over\n"
     "                           attention_mask's tokens (sentence-transformers) or the first\n"
@@ -260,7 +265,7 @@ int parseArgs(int argc, char **argv, Args &a) {
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
   bool lossScaleGiven = false;
-  bool dpoFlags = false;
+  std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
@@ -357,20 +362,22 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--freeze") {
       if (!value(a.pipeline.freeze) || a.pipeline.freeze.empty()) return fail("--freeze needs a regex"), 2;
     } else if (flag == "--recipe") {
-      if (!value(a.pipeline.recipe) ||
-          (a.pipeline.recipe != "sft" && a.pipeline.recipe != "classify" && a.pipeline.recipe != "dpo"))
-        return fail("--recipe takes 'sft', 'classify' or 'dpo'"), 2;
-    } else if (flag == "--dpo-beta") {
+      if (!value(a.pipeline.recipe) || (a.pipeline.recipe != "sft" && a.pipeline.recipe != "classify" &&
+                                        !a.pipeline.preference()))
+        return fail("--recipe takes 'sft', 'classify', 'dpo', 'simpo' or 'orpo'"), 2;
+    } else if (flag == "--beta" || flag == "--simpo-gamma" || flag == "--cpo-alpha") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
-      if (v.empty() || *end || !(d > 0 && d < 1e6)) return fail("--dpo-beta needs a positive number"), 2;
-      a.pipeline.dpoBeta = d;
-      dpoFlags = true;
+      const bool positive = flag == "--beta";
+      if (v.empty() || *end || !(positive ? d > 0 : d >= 0) || !(d < 1e6))
+        return fail(flag + " needs a " + (positive ? "positive" : "non-negative") + " number"), 2;
+      (flag == "--beta" ? a.pipeline.beta : flag == "--simpo-gamma" ? a.pipeline.simpoGamma : a.pipeline.cpoAlpha) = d;
+      preferenceFlags.push_back(flag);
     } else if (flag == "--dpo-loss") {
       std::string &l = a.pipeline.dpoLoss;
       if (!value(l) || (l != "sigmoid" && l != "ipo" && l != "hinge"))
         return fail("--dpo-loss takes 'sigmoid', 'ipo' or 'hinge'"), 2;
-      dpoFlags = true;
+      preferenceFlags.push_back(flag);
     } else if (flag == "--num-labels") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
@@ -500,27 +507,34 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--recipe classify takes no --packing, --kv-cache, --loss-output or --logits-output (they are for "
                 "the sft recipe)"),
            2;
-  bool dpo = a.pipeline.recipe == "dpo";
-  if (dpoFlags && !dpo) return fail("--dpo-beta and --dpo-loss need --recipe dpo"), 2;
-  if (dpo && !a.pipeline.training()) return fail("--recipe dpo needs a training plan: add --peft"), 2;
-  if (dpo && (a.pipeline.packing || !a.pipeline.lossOutput.empty()))
-    return fail("--recipe dpo takes no --packing or --loss-output (a pair's rows are whole sequences, scored by the recipe)"),
+  const bool preference = a.pipeline.preference();
+  const std::string recipe = "--recipe " + a.pipeline.recipe;
+  for (const std::string &f : preferenceFlags) {
+    const char *needs = f == "--beta" ? nullptr : f == "--dpo-loss" ? "dpo" : "simpo";
+    if (needs ? a.pipeline.recipe != needs : !preference)
+      return fail(f + " needs --recipe " + (needs ? needs : "dpo, simpo or orpo")), 2;
+  }
+  if (preference && !a.pipeline.training()) return fail(recipe + " needs a training plan: add --peft"), 2;
+  if (preference && (a.pipeline.packing || !a.pipeline.lossOutput.empty()))
+    return fail(recipe + " takes no --packing or --loss-output (a pair's rows are whole sequences, scored by the recipe)"),
            2;
-  for (const std::string &shape : dpo ? a.pipeline.shapes : std::vector<std::string>{}) {
+  for (const std::string &shape : preference ? a.pipeline.shapes : std::vector<std::string>{}) {
     // Each bucket's rows: "NAME=BxS[,BxS]" (a dimension may also be "?").
     for (size_t at = shape.find('=') + 1; at && at < shape.size();) {
       size_t end = shape.find(',', at);
       std::string rows = shape.substr(at, shape.find('x', at) - at);
       if (!rows.empty() && std::isdigit((unsigned char)rows[0]) && std::strtoll(rows.c_str(), nullptr, 10) % 2)
-        return fail("--shapes " + shape + ": a --recipe dpo plan's batch counts rows, two per pair (chosen, "
+        return fail("--shapes " + shape + ": a " + recipe + " plan's batch counts rows, two per pair (chosen, "
                     "rejected), so it must be even"),
                2;
       at = end == std::string::npos ? std::string::npos : end + 1;
     }
   }
-  if (dpo && a.pipeline.loraDropout > 0)
-    return fail("--recipe dpo trains without dropout, as TRL's DPOTrainer does (disable_dropout): drop --lora-dropout"), 2;
-  if (dpo && a.pipeline.shard == "params")
+  if (preference && a.pipeline.loraDropout > 0)
+    return fail(recipe + " trains without dropout, as TRL's preference trainers do (disable_dropout): drop "
+                "--lora-dropout"),
+           2;
+  if (a.pipeline.recipe == "dpo" && a.pipeline.shard == "params")
     return fail("--recipe dpo does not take --shard params yet (the reference copies are not split by rows); use "
                 "--shard grads or optimizer"),
            2;

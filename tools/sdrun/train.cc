@@ -49,7 +49,7 @@ const char *kTrainUsage =
     "holding NAME.npy for each of its inputs (images and classes; a transformers\n"
     "model's input_ids and labels), the examples along the first axis (--eval-data\n"
     "likewise); its micro-batch is the plan's batch, and eval takes whole batches.\n"
-    "A preference plan (sdc compile --recipe dpo) trains on pairs: {\"prompt\": ...,\n"
+    "A preference plan (sdc compile --recipe dpo, simpo, orpo) trains on pairs: {\"prompt\": ...,\n"
     "\"chosen\": ..., \"rejected\": ...} texts, or TRL's tokenized {\"prompt_ids\",\n"
     "\"chosen_ids\", \"rejected_ids\"}; each pair fills two rows, and --batch counts pairs.\n"
     "\n"

@@ -25,7 +25,7 @@ struct Example {
   std::vector<int64_t> labels; // same length as ids; -100 = not trained on (empty for classification)
   int64_t label = kIgnoreLabel; // the class of a classification example
   int64_t row = -1; // tensor data (tensor_data.h): the example's index along the arrays' first axis
-  // A preference pair (sdc compile --recipe dpo): ids/labels hold the prompt
+  // A preference pair (sdc compile --recipe dpo, simpo, orpo): ids/labels hold the prompt
   // and the chosen completion, these the prompt and the rejected one (labels
   // -100 on the prompt in both).
   std::vector<int64_t> rejectedIds, rejectedLabels;
@@ -43,7 +43,7 @@ struct DatasetOptions {
   // Classification plans (sdc --recipe classify): each line is one example
   // with "label" in [0, numLabels); text gets the post-processor's specials only.
   int64_t numLabels = 0;
-  // Preference plans (sdc compile --recipe dpo): each line is a pair.
+  // Preference plans (sdc compile --recipe dpo, simpo, orpo): each line is a pair.
   bool pairs = false;
 };
 

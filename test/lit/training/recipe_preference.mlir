@@ -1,5 +1,7 @@
-// RUN: sd-opt %s --split-input-file --verify-diagnostics --sd-recipe-dpo="beta=0.5" | FileCheck %s
-// RUN: sd-opt %s --split-input-file --verify-diagnostics --sd-recipe-dpo="loss-type=ipo" | FileCheck %s --check-prefix=IPO
+// RUN: sd-opt %s --split-input-file --verify-diagnostics --sd-recipe-preference="beta=0.5" | FileCheck %s
+// RUN: sd-opt %s --split-input-file --verify-diagnostics --sd-recipe-preference="loss-type=ipo" | FileCheck %s --check-prefix=IPO
+// RUN: sd-opt %s --split-input-file --sd-recipe-preference="method=simpo simpo-gamma=0.5 cpo-alpha=0" 2>/dev/null | FileCheck %s --check-prefix=SIMPO
+// RUN: sd-opt %s --split-input-file --sd-recipe-preference="method=orpo" 2>/dev/null | FileCheck %s --check-prefix=ORPO
 
 // The reference model reads a scalar-state copy of each trainable parameter
 // (initial value included); frozen ones are shared.
@@ -28,17 +30,37 @@
 // summed over the pairs whose chosen row counts a label.
 // CHECK:       sd.softplus
 // CHECK:       sd.greater
-// CHECK:       %[[LOSS:.*]] = sd.reduce_sum
 // CHECK:       %[[PAIRS:.*]] = sd.reduce_sum
+// CHECK:       %[[LOSS:.*]] = sd.reduce_sum
 // CHECK:       return %[[LOSS]], %[[PAIRS]]
 // With loss-type=ipo: per-token log-ratios (lengths at least 1), squared
 // distance from 1 / (2 beta) = 5.
 // IPO-LABEL:   func.func @eval_step
 // IPO:         sd.max
-// IPO:         sd.max
+// IPO:         sd.div
+// IPO:         sd.div
 // IPO:         sd.constant dense<5.000000e+00>
 // IPO:         sd.mul
 // IPO-NOT:     sd.softplus
+// SimPO and ORPO have no reference model: one forward, per-token mean
+// log-probabilities (a filler row's held at -1), SimPO's margin less gamma.
+// SIMPO-NOT:   reference/
+// SIMPO-LABEL: func.func @eval_step
+// SIMPO:       sd.where
+// SIMPO:       sd.constant dense<5.000000e-01>
+// SIMPO:       sd.softplus
+// cpo-alpha=0: no cross-entropy term.
+// SIMPO-NOT:   sd.add
+// SIMPO:       return
+// With method=orpo: log(1 - p) of both rows for the log odds ratio, then the chosen rows'
+// mean cross-entropy added, once per pair.
+// ORPO-NOT:    reference/
+// ORPO-LABEL:  func.func @eval_step
+// ORPO:        sd.exp
+// ORPO:        sd.log
+// ORPO:        sd.softplus
+// ORPO:        sd.add
+// ORPO:        return
 module {
   sd.global @emb "frozen" : tensor<8x4xf32>
   sd.global @head.weight "trainable" : tensor<8x4xf32> = dense<1.0> : tensor<8x4xf32>

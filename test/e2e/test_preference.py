@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Preference optimization (sdc compile --recipe dpo) against TRL's own
-DPOTrainer, on a tiny Llama built from a config with seeded random weights
+"""Preference optimization (sdc compile --recipe dpo, simpo, orpo) against
+TRL's own trainers (DPOTrainer; CPOTrainer with loss_type simpo;
+ORPOTrainer), on a tiny Llama built from a config with seeded random weights
 and a word-level tokenizer made here.
 
 TRL runs in float64, with one change: its fused, tiled log-probability
@@ -12,10 +13,11 @@ per-token log-probabilities, from plain PyTorch ops, in its place, so TRL's
 tokenization, collation, loss, reference handling, clipping and AdamW are
 what sdrun is held to.
 
-  lora        LoRA (PEFT's default start: zero B, so the reference is the
+  lora        LoRA (PEFT's default start: zero B, so DPO's reference is the
               base model, as TRL's with adapters disabled): sdrun train's
               losses and adapter tensors equal TRL's step for step, with
-              gradient clipping; the same with TRL's ipo and hinge losses
+              gradient clipping; the same with DPO's ipo and hinge losses,
+              SimPO (with CPO's cross-entropy term) and ORPO
   full        full fine-tuning: the reference is the initial weights (TRL's
               ref_model copy); losses and every trained weight equal TRL's
   from adapter  starting from a trained adapter, the reference is that
@@ -49,6 +51,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 # and with epsilon 1e-8 Adam's first, sign-like steps would follow that noise
 # (TRL's own float32 and float64 runs part at 5e-5 after three steps).
 PAIRS, SEQ, STEPS, R, ALPHA, LR, BETA, EPS = 4, 16, 5, 4, 8, 1e-3, 0.1, 1e-4
+GAMMA, CPO_ALPHA = 0.5, 1.0  # TRL's CPOConfig defaults
 TARGETS = ["q_proj", "v_proj"]
 VOCAB = 256
 
@@ -96,26 +99,34 @@ class ExactLogProbs:
                 want("is_top1", lambda: logits.argmax(-1) == labels))
 
 
-def trl_trainer(model, tok, texts, loss_type="sigmoid", peft=True, steps=STEPS, ref_model=None):
-    """TRL's DPOTrainer on `model` in float64 (its parameters rounded to
+def trl_trainer(model, tok, texts, loss_type="sigmoid", peft=True, steps=STEPS, ref_model=None, method="dpo"):
+    """TRL's trainer for `method` (DPOTrainer; CPOTrainer with loss_type
+    simpo; ORPOTrainer) on `model` in float64 (its parameters rounded to
     float32's values first, which sdrun starts from)."""
     import torch
     import trl.trainer.utils
     from peft import LoraConfig
     from trl import DPOConfig, DPOTrainer
+    from trl.experimental.cpo import CPOConfig, CPOTrainer
+    from trl.experimental.orpo import ORPOConfig, ORPOTrainer
     trl.trainer.utils._ChunkedLogProbFunction = ExactLogProbs
     with torch.no_grad():
         for m in (model, ref_model or model):
             for p in m.parameters():
                 p.data = p.data.float().double()
-    args = DPOConfig(output_dir=tempfile.mkdtemp(prefix="sd_trl_"), per_device_train_batch_size=PAIRS,
-                     per_device_eval_batch_size=PAIRS, max_steps=steps, learning_rate=LR,
-                     lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0, beta=BETA, adam_epsilon=EPS, weight_decay=0.0, loss_type=[loss_type],
-                     report_to="none", use_cpu=True, logging_steps=1, save_strategy="no", seed=0,
-                     disable_tqdm=True, gradient_checkpointing=False)
+    config, trainer, extra = {"dpo": (DPOConfig, DPOTrainer, dict(loss_type=[loss_type])),
+                              "simpo": (CPOConfig, CPOTrainer, dict(loss_type="simpo", simpo_gamma=GAMMA,
+                                                                    cpo_alpha=CPO_ALPHA)),
+                              "orpo": (ORPOConfig, ORPOTrainer, {})}[method]
+    args = config(output_dir=tempfile.mkdtemp(prefix="sd_trl_"), per_device_train_batch_size=PAIRS,
+                  per_device_eval_batch_size=PAIRS, max_steps=steps, learning_rate=LR, lr_scheduler_type="constant",
+                  warmup_steps=0, max_grad_norm=1.0, beta=BETA, adam_epsilon=EPS, weight_decay=0.0, report_to="none",
+                  use_cpu=True, logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True,
+                  gradient_checkpointing=False, **extra)
     cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM") if peft is True else None
-    tr = DPOTrainer(model=model, ref_model=ref_model, args=args, train_dataset=texts_dataset(texts),
-                    eval_dataset=texts_dataset(texts), processing_class=tok, peft_config=cfg)
+    kwargs = dict(ref_model=ref_model) if method == "dpo" else {}
+    tr = trainer(model=model, args=args, train_dataset=texts_dataset(texts), eval_dataset=texts_dataset(texts),
+                 processing_class=tok, peft_config=cfg, **kwargs)
     with torch.no_grad():  # the adapter PEFT just made, to float32's values
         for p in tr.model.parameters():
             p.data = p.data.float().double()
@@ -140,9 +151,15 @@ def trl_losses(tr):
 
 
 def write_token_pairs(tr, path):
-    """TRL's own tokenization of the pairs, as sdrun's token-id lines."""
+    """TRL's own tokenization of the pairs, as sdrun's token-id lines (CPO's
+    and ORPO's hold prompt + completion sequences: their prompt is cut off)."""
     with open(path, "w") as f:
         for row in tr.train_dataset:
+            if "prompt_ids" not in row:
+                n = len(row["prompt_input_ids"])
+                assert all(row[k][:n] == row["prompt_input_ids"] for k in ("chosen_input_ids", "rejected_input_ids"))
+                row = {"prompt_ids": row["prompt_input_ids"], "chosen_ids": row["chosen_input_ids"][n:],
+                       "rejected_ids": row["rejected_input_ids"][n:]}
             f.write(json.dumps({k: row[k] for k in ("prompt_ids", "chosen_ids", "rejected_ids")}) + "\n")
 
 
@@ -170,22 +187,25 @@ def adapter_gap(pm, trained):
 
 
 def lora_runs(sdc, sdrun, tmp, onnx_path, tok):
-    """LoRA from PEFT's default start, for each of TRL's three losses."""
+    """LoRA from PEFT's default start: DPO with each of its three losses, SimPO and ORPO."""
     import torch
     import export_hf
     texts = pair_texts(1, PAIRS)
     data = os.path.join(tmp, "pairs.jsonl")
     plans = {}
-    for loss_type in ("sigmoid", "ipo", "hinge"):
-        d = os.path.join(tmp, f"lora_{loss_type}")
+    for method, loss_type in (("dpo", "sigmoid"), ("dpo", "ipo"), ("dpo", "hinge"), ("simpo", None), ("orpo", None)):
+        name = loss_type or method
+        d = os.path.join(tmp, f"lora_{name}")
         os.makedirs(d)
         plan = os.path.join(d, "plan.sdp")
+        flags = {"dpo": ["--dpo-loss", str(loss_type)], "orpo": [],
+                 "simpo": ["--simpo-gamma", str(GAMMA), "--cpo-alpha", str(CPO_ALPHA)]}[method]
         sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", ",".join(TARGETS), "--lora-r", str(R),
-            "--lora-alpha", str(ALPHA), "--recipe", "dpo", "--dpo-beta", str(BETA), "--dpo-loss", loss_type,
+            "--lora-alpha", str(ALPHA), "--recipe", method, "--beta", str(BETA), *flags,
             "--adam-epsilon", str(EPS), "--shapes", f"input_ids={2 * PAIRS}x{SEQ}", "-o", plan])
-        plans[loss_type] = plan
+        plans[name] = plan
         torch.manual_seed(7)
-        tr = trl_trainer(export_hf.build("llama", 0).double(), tok, texts, loss_type)
+        tr = trl_trainer(export_hf.build("llama", 0).double(), tok, texts, loss_type, method=method)
         init, trained = os.path.join(d, "init"), os.path.join(d, "trained")
         save_f32(tr.model, init)
         write_token_pairs(tr, data)
@@ -196,7 +216,9 @@ def lora_runs(sdc, sdrun, tmp, onnx_path, tok):
             extra += ["--eval-data", data]
         losses, metrics = sdrun_train(sdrun, plan, data, d, "train", extra)
         gap, n = adapter_gap(tr.model, trained)
-        check(f"LoRA {loss_type}: {STEPS} steps give TRL's DPOTrainer losses and all {n} adapter tensors (1e-4)",
+        who = {"dpo": f"DPO {loss_type}: TRL's DPOTrainer", "simpo": "SimPO: TRL's CPOTrainer (loss_type simpo)",
+               "orpo": "ORPO: TRL's ORPOTrainer"}[method]
+        check(f"LoRA, {who}: {STEPS} steps give its losses and all {n} adapter tensors (1e-4)",
               loss_gap(losses, want) <= 1e-4 and gap <= 1e-4 and len(set(round(l, 6) for l in losses)) > 1,
               f"losses {[round(l, 6) for l in losses]} vs TRL {[round(l, 6) for l in want]}, "
               f"loss gap {loss_gap(losses, want):.1e}, tensor gap {gap:.1e}")
@@ -338,14 +360,18 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan):
         ("an odd batch", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe", "dpo",
                           "--shapes", f"input_ids=8x{SEQ},3x{SEQ}", "-o", os.path.join(d, "p.sdp")],
          [f"--shapes input_ids=8x{SEQ},3x{SEQ}", "two per pair"]),
-        ("--packing", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe", "dpo",
-                       "--packing", "-o", os.path.join(d, "p.sdp")], ["--recipe dpo takes no --packing"]),
+        ("--packing", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe", "orpo",
+                       "--packing", "-o", os.path.join(d, "p.sdp")], ["--recipe orpo takes no --packing"]),
         ("--lora-dropout", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--lora-dropout",
                             "0.1", "--recipe", "dpo", "-o", os.path.join(d, "p.sdp")], ["disable_dropout"]),
-        ("--dpo-beta without dpo", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
-                                    "--dpo-beta", "0.2", "-o", os.path.join(d, "p.sdp")], ["need --recipe dpo"]),
-        ("--dpo-beta 0", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe", "dpo",
-                          "--dpo-beta", "0", "-o", os.path.join(d, "p.sdp")], ["--dpo-beta needs a positive number"]),
+        ("--beta without a preference recipe", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules",
+                                                "q_proj", "--beta", "0.2", "-o", os.path.join(d, "p.sdp")],
+         ["--beta needs --recipe dpo, simpo or orpo"]),
+        ("--dpo-loss with simpo", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
+                                   "--recipe", "simpo", "--dpo-loss", "ipo", "-o", os.path.join(d, "p.sdp")],
+         ["--dpo-loss needs --recipe dpo"]),
+        ("--beta 0", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe", "dpo",
+                      "--beta", "0", "-o", os.path.join(d, "p.sdp")], ["--beta needs a positive number"]),
         ("--dpo-loss other", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe",
                               "dpo", "--dpo-loss", "kto", "-o", os.path.join(d, "p.sdp")], ["sigmoid', 'ipo' or 'hinge"]),
     ]
@@ -361,7 +387,7 @@ def main():
     torch.set_num_threads(2)
     warnings.filterwarnings("ignore")
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
-    tmp = tempfile.mkdtemp(prefix="sd_dpo_")
+    tmp = tempfile.mkdtemp(prefix="sd_preference_")
     try:
         tok = tokenizer(os.path.join(tmp, "tokenizer"))
         onnx_path = os.path.join(tmp, "llama.onnx")
@@ -381,7 +407,7 @@ def main():
                 check(f"{part} runs", False, f"{type(e).__name__}: {str(e)[-600:]}")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return report("test_dpo")
+    return report("test_preference")
 
 
 if __name__ == "__main__":
