@@ -31,7 +31,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from peers import bench_cli, cpu_model, run_child, table, timed, versions  # noqa: E402
+from peers import bench_cli, cpu_model, optimizer_step_ms, run_child, table, versions  # noqa: E402
 from peft_methods_bench import ALPHA, HEADS, HIDDEN, INTERMEDIATE, LAYERS, R, SEQ, TARGETS, VOCAB, build_model  # noqa: E402
 
 PAIRS, PROMPT, COMPLETION, BETA = 4, 48, 79, 0.1
@@ -95,12 +95,8 @@ def trl_child(peer, threads, iterations):
         gap = abs(float(plain_loss()) - float(tr.compute_loss(model, batch)))
     assert gap < 1e-5, f"the plain DPO loss differs from TRL's by {gap}"
 
-    def step():
-        loss = tr.compute_loss(model, batch) if peer == "trl" else plain_loss()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    print(json.dumps({"median_ms": timed(step, iterations, 3)}))
+    loss = (lambda: tr.compute_loss(model, batch)) if peer == "trl" else plain_loss
+    print(json.dumps({"median_ms": optimizer_step_ms(loss, opt, iterations)}))
 
 
 def main():

@@ -61,6 +61,16 @@ def timed(fn, iterations, warmup):
     return time_runs(fn, iterations, warmup)[0]
 
 
+def optimizer_step_ms(loss_fn, opt, iterations, warmup=3):
+    """Median ms of one training step: loss_fn(), backward, opt.step()."""
+    def step():
+        loss = loss_fn()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return timed(step, iterations, warmup)
+
+
 def one_line(e):
     text = str(e).strip().splitlines()
     return (text[-1] if text else type(e).__name__)[:160]

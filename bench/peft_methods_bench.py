@@ -22,7 +22,7 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
-from peers import bench_cli, cpu_model, run_child, table, timed, versions  # noqa: E402
+from peers import bench_cli, cpu_model, optimizer_step_ms, run_child, table, versions  # noqa: E402
 
 HIDDEN, INTERMEDIATE, LAYERS, HEADS, VOCAB = 256, 704, 4, 8, 1024
 BATCH, SEQ, R, ALPHA = 4, 128, 8, 16
@@ -68,13 +68,10 @@ def peft_child(method, threads, iterations):
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids = torch.tensor(np.random.default_rng(0).integers(0, VOCAB, (BATCH, SEQ)))
 
-    def step():
+    def loss():
         logits = model(input_ids=ids).logits
-        loss = F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    print(json.dumps({"median_ms": timed(step, iterations, 3)}))
+        return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
+    print(json.dumps({"median_ms": optimizer_step_ms(loss, opt, iterations)}))
 
 
 def main():
