@@ -244,12 +244,13 @@ run_bundle() {
       { logits_rtol=$LOGITS_RTOL logits_atol=$LOGITS_ATOL loss_rtol=$LOSS_RTOL weights_atol=$WEIGHTS_ATOL; }
     check "$kind: kernel coverage" "$sdrun" inspect "$plan" --kernels cuda
     # inputs/KIND.NAME.npy: the infer entry's input NAME; data/KIND: a
-    # tensor-data plan's training arrays (its own loss), else train.jsonl.
+    # tensor-data plan's training arrays (its own loss) or a preference plan's
+    # pairs (a JSON Lines file), else train.jsonl.
     local input name inputs=() data=$dir/train.jsonl
     for input in "$dir/inputs/$kind".*.npy; do
       name=${input#"$dir/inputs/$kind."} name=${name%.npy} inputs+=(--input "$name=$input")
     done
-    [ -d "$dir/data/$kind" ] && data=$dir/data/$kind
+    [ -e "$dir/data/$kind" ] && data=$dir/data/$kind
     check "$kind: infer on $device" "$sdrun" infer "$plan" --device "$device" "${inputs[@]}" \
       --output-dir "$w/infer" --output-format npy
     check "$kind: outputs match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" "$logits_rtol" "$logits_atol"
@@ -358,7 +359,7 @@ sys.exit(n != 3 * per)' "$w/trace.json" "$sdrun" "$plan"
       if [ ! -f "$plan" ]; then check "compute-sanitizer: plan kind $kind is in the bundle" false; continue; fi
       [ -f "$dir/ref/$kind/metrics.jsonl" ] || continue
       local data=$dir/train.jsonl
-      [ -d "$dir/data/$kind" ] && data=$dir/data/$kind
+      [ -e "$dir/data/$kind" ] && data=$dir/data/$kind
       for tool in $tools; do
         check "$kind: compute-sanitizer $tool, 2 eager steps" compute-sanitizer --tool "$tool" --error-exitcode 3 \
           "$sdrun" train "$plan" --device cuda --data "$data" --steps 2 --truncate --no-cuda-graphs

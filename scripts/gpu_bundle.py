@@ -34,8 +34,9 @@ def main():
         # inputs/KIND.NAME.npy: the infer entry's input NAME.
         for name, f in [(p.input_name, p.input_file), *p.more_inputs.items()]:
             shutil.copy(f, os.path.join(args.out, "inputs", f"{p.kind}.{name}.npy"))
-        if p.data:  # data/KIND: a tensor-data plan's training arrays
-            shutil.copytree(p.data, os.path.join(args.out, "data", p.kind))
+        if p.data:  # data/KIND: a tensor-data plan's training arrays, or a preference plan's pairs file
+            os.makedirs(os.path.join(args.out, "data"), exist_ok=True)
+            (shutil.copytree if os.path.isdir(p.data) else shutil.copy)(p.data, os.path.join(args.out, "data", p.kind))
         ref = os.path.join(args.out, "ref", p.kind)
         os.makedirs(ref, exist_ok=True)
         # The plan's GPU-vs-CPU tolerances (half precision gets wider ones).
