@@ -11,15 +11,17 @@ using namespace sd::ir;
 
 namespace sd {
 
+Value countedLabels(GradBuilder &g, Value labels) {
+  Value ignored = g.make<EqualOp>({labels, g.scalar(g.builder().getI64Type(), double(kIgnoreIndex))});
+  return g.make<CastOp>({g.make<NotOp>({ignored})}, {g.attr("to", int64_t(sd::DType::F32))});
+}
+
 SummedLoss summedCrossEntropy(GradBuilder &g, Value scores, Value labels) {
   OpBuilder &b = g.builder();
-  Value ignore = g.scalar(b.getI64Type(), double(kIgnoreIndex));
   Value loss = g.make<SoftmaxCrossEntropyLossOp>(
       {scores, labels, g.none()},
       {b.getNamedAttr("reduction", b.getStringAttr("sum")), g.attr("ignore_index", kIgnoreIndex)});
-  Value counted = g.make<NotOp>({g.make<EqualOp>({labels, ignore})});
-  Value count = g.make<ReduceSumOp>({g.make<CastOp>({counted}, {g.attr("to", int64_t(sd::DType::F32))}), g.none()},
-                                    {g.attr("keepdims", 0)});
+  Value count = g.make<ReduceSumOp>({countedLabels(g, labels), g.none()}, {g.attr("keepdims", 0)});
   if (g.failed()) return {};
   if (cast<RankedTensorType>(loss.getType()).getElementType() != b.getF32Type())
     loss = g.make<CastOp>({loss}, {g.attr("to", int64_t(sd::DType::F32))});
@@ -43,10 +45,6 @@ Value addLabelsInput(func::FuncOp f, unsigned like, int64_t rank, llvm::StringRe
   f.insertArgument(index, type, DictionaryAttr::get(ctx, attrs), f.getLoc());
   return f.getArgument(index);
 }
-
-} // namespace sd
-
-namespace sd {
 
 func::FuncOp cloneInferAsEvalStep(ModuleOp module, llvm::StringRef tokenInput, llvm::StringRef who, bool bindInputs) {
   func::FuncOp infer = findEntry(module, abi::kInfer);

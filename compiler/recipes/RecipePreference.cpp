@@ -115,10 +115,7 @@ struct RecipePreferencePass : sd::impl::RecipePreferenceBase<RecipePreferencePas
 
   // Per row: how many of its labels count (its completion's tokens).
   Value rowLabelCount(GradBuilder &g, Value next, Value rowsLike) {
-    OpBuilder &b = g.builder();
-    Value ignored = g.make<EqualOp>({next, g.scalar(b.getI64Type(), double(sd::kIgnoreIndex))});
-    Value counted = g.castTo(g.make<NotOp>({ignored}), b.getF32Type());
-    return g.reduceSum(g.make<ReshapeOp>({counted, g.make<ShapeOp>({rowsLike})}), {1}, false);
+    return g.reduceSum(g.make<ReshapeOp>({sd::countedLabels(g, next), g.make<ShapeOp>({rowsLike})}), {1}, false);
   }
 
   // [2P] values of interleaved rows -> (chosen [P], rejected [P]).

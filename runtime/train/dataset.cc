@@ -121,14 +121,20 @@ uint64_t splitMix(uint64_t &s) {
   return z ^ (z >> 31);
 }
 
-Status fitLength(Example &ex, const std::string &where, const DatasetOptions &opts) {
-  if (int64_t(ex.ids.size()) <= opts.maxLength) return Status::ok();
+// Refuses, or with --truncate cuts, a sequence (and its labels, if any)
+// longer than the plan's largest bucket; `what` names it ("sequence").
+Status fitLength(std::vector<int64_t> &ids, std::vector<int64_t> &labels, const std::string &where,
+                 const std::string &what, const DatasetOptions &opts) {
+  if (int64_t(ids.size()) <= opts.maxLength) return Status::ok();
   if (!opts.truncate)
-    return sdError(where, ": sequence of ", ex.ids.size(), " tokens is longer than the plan's largest bucket (",
+    return sdError(where, ": ", what, " of ", ids.size(), " tokens is longer than the plan's largest bucket (",
                    opts.maxLength, "); use --truncate or compile a longer bucket");
-  ex.ids.resize(size_t(opts.maxLength));
-  if (!ex.labels.empty()) ex.labels.resize(size_t(opts.maxLength));
+  ids.resize(size_t(opts.maxLength));
+  if (!labels.empty()) labels.resize(size_t(opts.maxLength));
   return Status::ok();
+}
+Status fitLength(Example &ex, const std::string &where, const DatasetOptions &opts) {
+  return fitLength(ex.ids, ex.labels, where, "sequence", opts);
 }
 
 // A classification line: "text" or "input_ids", and the class "label".
@@ -202,14 +208,7 @@ StatusOr<Example> parsePairLine(const Json &j, const std::string &where, const D
   }
   for (auto [ids, labels, which] :
        {std::tuple{&ex.ids, &ex.labels, "chosen"}, {&ex.rejectedIds, &ex.rejectedLabels, "rejected"}}) {
-    if (int64_t(ids->size()) > opts.maxLength) {
-      if (!opts.truncate)
-        return sdError(where, ": the prompt and ", which, " completion are ", ids->size(),
-                       " tokens, longer than the plan's largest bucket (", opts.maxLength,
-                       "); use --truncate or compile a longer bucket");
-      ids->resize(size_t(opts.maxLength));
-      labels->resize(size_t(opts.maxLength));
-    }
+    SD_RETURN_IF_ERROR(fitLength(*ids, *labels, where, std::string("the prompt and ") + which + " completion", opts));
     // Labels shift inside the plan: the first token is never predicted.
     if (labels->size() < 2 ||
         std::all_of(labels->begin() + 1, labels->end(), [](int64_t l) { return l == kIgnoreLabel; }))

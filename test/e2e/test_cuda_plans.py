@@ -29,7 +29,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, export_batch_normed_cnn, export_tiny_cnn_classifier, export_tiny_gpt, report_checks, sh, write_image_data
+from e2e_util import (ROOT, export_batch_normed_cnn, export_tiny_cnn_classifier, export_tiny_gpt, report_checks, sh,
+                      write_image_data, write_pair_rows)
 
 RESULTS = []
 STEPS = 20
@@ -159,11 +160,7 @@ def llama_plans(sdc, folder, tokens):
         out.append(PlanKind(kind, plan, True, "input_ids", tokens, HALF_TOLERANCES if "bf16" in kind else None))
     # Preference pairs: the forward twice (the reference on reference/ copies), one pair per micro-batch.
     pairs = os.path.join(folder, "pairs.jsonl")
-    rng = np.random.default_rng(4)
-    with open(pairs, "w") as f:
-        for _ in range(8):
-            f.write(json.dumps({k: rng.integers(0, 256, int(rng.integers(1, 4))).tolist()
-                                for k in ("prompt_ids", "chosen_ids", "rejected_ids")}) + "\n")
+    write_pair_rows(pairs, np.random.default_rng(4), 256, 8, prompt=(1, 4), completion=(1, 4))
     plan = os.path.join(folder, "llama-dpo-bf16.sdp")
     sh([sdc, "compile", onnx_path, *lora, "--recipe", "dpo", "--precision", "bf16", "--shapes", "input_ids=2x8", "-o",
         plan])

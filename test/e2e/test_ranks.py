@@ -27,7 +27,7 @@ import time
 
 import numpy as np
 
-from e2e_util import ROOT, plan_steps, report_checks, sh, tool_paths
+from e2e_util import ROOT, plan_steps, report_checks, sh, tool_paths, write_pair_rows
 from test_training import read_safetensors
 
 SEQ, GLOBAL_BATCH, STEPS, EXAMPLES = 16, 6, 10, 90
@@ -45,20 +45,11 @@ def mpirun(n):
     return [MPIRUN, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n)]
 
 
-def make_pairs(path):
-    """Preference pairs (--recipe dpo) as token ids: a prompt and two completions."""
-    rng = np.random.default_rng(8)
-    ids = lambda lo, hi: rng.integers(0, 256, size=int(rng.integers(lo, hi))).tolist()
-    with open(path, "w") as f:
-        for _ in range(EXAMPLES // 3):
-            f.write(json.dumps({"prompt_ids": ids(1, 6), "chosen_ids": ids(1, 10), "rejected_ids": ids(1, 10)}) + "\n")
-
-
 def dpo_runs(sdc, sdrun, onnx_path, tmp):
     """Preference pairs: each rank holds whole pairs (rows 2i, 2i + 1), and
     the reference copies are kept in step like any training state."""
     data = os.path.join(tmp, "pairs.jsonl")
-    make_pairs(data)
+    write_pair_rows(data, np.random.default_rng(8), 256, EXAMPLES // 3)
     plans = {}
     lora = ["--peft", "lora", "--target-modules", "qkv,proj"]
     for name, flags in {"dpo_lora": lora + ["--recipe", "dpo"],
