@@ -159,6 +159,12 @@ struct RecipePreferencePass : sd::impl::RecipePreferenceBase<RecipePreferencePas
   LogicalResult appendPreferenceLoss(func::FuncOp f) {
     FailureOr<sd::TokenScores> scores = sd::tokenScores(f, logitsOutput, tokenInput, who);
     if (failed(scores)) return failure();
+    // --shapes cannot change a dimension the export fixed, so an odd fixed batch is final.
+    int64_t rows = cast<RankedTensorType>(scores->tokens.getType()).getDimSize(0);
+    if (!ShapedType::isDynamic(rows) && rows % 2)
+      return f.emitError() << who << ": the model fixes its batch at " << rows
+                           << " rows, but a preference plan's rows are (chosen, rejected) pairs: export the model "
+                              "with an even or a dynamic batch";
     FailureOr<Value> refLogits = Value();
     if (method == "dpo" && failed(refLogits = referenceForward(f, scores->logits))) return failure();
     OpBuilder b(f.getBody().front().getTerminator());

@@ -338,6 +338,9 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan):
     sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--shapes", f"input_ids=2x{SEQ}",
         "-o", sft_plan])
     pair = {"prompt_ids": [1, 2], "chosen_ids": [3], "rejected_ids": [4, 5]}
+    import export_hf  # torch.onnx.export's default: the batch fixed at the example's 1 row
+    fixed = os.path.join(d, "fixed.onnx")
+    export_hf.export(export_hf.build("llama", 0), fixed, 17, 1, SEQ, fixed_batch=True)
     cases = [
         ("an SFT line on a preference plan", [sdrun, "train", plan, "--data", data("sft.jsonl", {"input_ids": [1, 2, 3]})],
          ["sft.jsonl:1", "'input_ids' is not a field of preference data"]),
@@ -360,6 +363,9 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan):
         ("an odd batch", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe", "dpo",
                           "--shapes", f"input_ids=8x{SEQ},3x{SEQ}", "-o", os.path.join(d, "p.sdp")],
          [f"--shapes input_ids=8x{SEQ},3x{SEQ}", "two per pair"]),
+        ("a model whose export fixed an odd batch", [sdc, "compile", fixed, "--peft", "lora", "--target-modules",
+                                                     "q_proj", "--recipe", "dpo", "-o", os.path.join(d, "p.sdp")],
+         ["--recipe dpo: the model fixes its batch at 1 rows", "export the model with an even or a dynamic batch"]),
         ("--packing", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe", "orpo",
                        "--packing", "-o", os.path.join(d, "p.sdp")], ["--recipe orpo takes no --packing"]),
         ("--lora-dropout", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--lora-dropout",

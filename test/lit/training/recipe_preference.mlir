@@ -92,3 +92,4 @@ module {
     return %l : tensor<?x?x8xf32>
   }
 }
+
