@@ -3,7 +3,7 @@
 on the same Llama-architecture model (transformers' LlamaForCausalLM from a
 config, seeded), batch, sequence and thread count, in one run:
 
-  LoRA, DoRA (use_dora), IA3, LoHa and VeRA on q/k/v/o and the MLP
+  LoRA, DoRA (use_dora), IA3, LoHa, LoKr and VeRA on q/k/v/o and the MLP
   projections (IA3: down_proj as its feedforward module), r = 8 (VeRA: 256)
 
 sdrun: `sdrun bench PLAN --entry train_step --data` (forward, loss,
@@ -33,6 +33,7 @@ METHODS = {
     "DoRA": ["--peft", "lora", "--use-dora", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
     "IA3": ["--peft", "ia3", "--feedforward-modules", "down_proj"],
     "LoHa": ["--peft", "loha", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
+    "LoKr": ["--peft", "lokr", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
     "VeRA": ["--peft", "vera", "--lora-r", str(VERA_R)],
 }
 
@@ -48,12 +49,13 @@ def build_model():
 
 
 def peft_model(method):
-    from peft import IA3Config, LoHaConfig, LoraConfig, VeraConfig, get_peft_model
+    from peft import IA3Config, LoHaConfig, LoKrConfig, LoraConfig, VeraConfig, get_peft_model
     cfg = {"LoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "DoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, use_dora=True,
                                       task_type="CAUSAL_LM"),
            "IA3": lambda: IA3Config(target_modules=TARGETS, feedforward_modules=["down_proj"], task_type="CAUSAL_LM"),
            "LoHa": lambda: LoHaConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
+           "LoKr": lambda: LoKrConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "VeRA": lambda: VeraConfig(r=VERA_R, target_modules=TARGETS, task_type="CAUSAL_LM")}[method]()
     return get_peft_model(build_model(), cfg)
 

@@ -147,12 +147,17 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     char dropout[48] = "";
     if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
     std::string kind = req.pipeline.peft == "loha"   ? "LoHa"
+                       : req.pipeline.peft == "lokr" ? "LoKr"
                        : req.pipeline.peft == "vera" ? "VeRA"
                        : req.pipeline.useDora        ? "DoRA"
                                                      : "LoRA";
     out += kind + " r=" + std::to_string(req.pipeline.loraR) + " alpha=" + std::to_string(req.pipeline.loraAlpha) +
            dropout + " on " + std::to_string(mods.size()) + " modules:\n";
-    for (mlir::Attribute m : mods) out += "  " + mlir::cast<mlir::StringAttr>(m).str() + "\n";
+    // LoKr: each module's factors (whole, or rank-r products) as PEFT names them.
+    auto factors = dict.getAs<mlir::ArrayAttr>("factors");
+    for (auto [i, m] : llvm::enumerate(mods))
+      out += "  " + mlir::cast<mlir::StringAttr>(m).str() +
+             (factors ? "  (" + mlir::cast<mlir::StringAttr>(factors[i]).str() + ")" : std::string()) + "\n";
   } else {
     out += "full fine-tuning of " + std::to_string(names.size()) + " weights:\n";
     for (auto &n : names) out += "  " + n + "\n";
@@ -280,7 +285,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // and full fine-tuning leaves frozen the weights no gradient reaches
     // (rotary tables, masks, a loss's class weights).
     if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
-        req.pipeline.peft != "loha" && req.pipeline.peft != "vera" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
+        req.pipeline.peft != "loha" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {
@@ -343,6 +348,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     addField(peft.find("\"OSF\"") != std::string::npos   ? "osf"
              : peft.find("\"IA3\"") != std::string::npos ? "ia3"
              : peft.find("\"LOHA\"") != std::string::npos ? "loha"
+             : peft.find("\"LOKR\"") != std::string::npos ? "lokr"
              : peft.find("\"VERA\"") != std::string::npos ? "vera"
                                                           : "lora",
              peft);

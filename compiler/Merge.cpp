@@ -308,6 +308,75 @@ bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
 // A VeRA adapter: W += (λ_b ⊙ B[:out]) (λ_d ⊙ A[:, :in]), as PEFT's merge;
 // the shared projections from the file, or drawn from projection_prng_key
 // as PEFT draws them when it did not save them.
+// One LoKr factor of a module: whole (parts[whole]) or the product of its
+// rank-r halves (parts[whole + 1] [rows, r] times parts[whole + 2] [r, cols]),
+// in double, with its shape. False (and `error`) when neither form is there
+// or it is larger than the module's [out, in] weight `mw`.
+bool lokrFactor(const std::vector<const NamedTensor *> &parts, size_t whole, const std::string &m, int64_t r,
+                const ModuleWeight &mw, const MergeRequest &req, std::vector<double> &out, Dims &dims,
+                std::string &error) {
+  auto f32 = [](const NamedTensor *t) { return t && t->dtype == DType::F32 && t->dims.size() == 2; };
+  const NamedTensor *w = parts[whole], *wa = parts[whole + 1], *wb = parts[whole + 2];
+  std::string name = std::string(kLokrSuffixes[whole] + 1);
+  auto fits = [&] {
+    if (dims[0] <= mw.out && dims[1] <= mw.in) return true;
+    return error = req.adapterDir + ": module '" + m + "' has a LoKr factor " + name + " of [" + formatDims(dims) +
+                   "], larger than its weight's [" + formatDims(Dims{mw.out, mw.in}) + "]",
+           false;
+  };
+  if (f32(w) && !wa && !wb) {
+    dims = w->dims;
+    if (!fits()) return false;
+    const float *v = static_cast<const float *>(w->data);
+    out.assign(v, v + dims[0] * dims[1]);
+    return true;
+  }
+  if (w || !f32(wa) || !f32(wb) || wa->dims[1] != r || wb->dims[0] != r)
+    return error = req.adapterDir + ": module '" + m + "' needs an f32 " + name + " [rows, cols], or " + name + "_a [rows, " +
+                   std::to_string(r) + "] and " + name + "_b [" + std::to_string(r) + ", cols] (r of adapter_config.json)",
+           false;
+  dims = {wa->dims[0], wb->dims[1]};
+  if (!fits()) return false;
+  const float *a = static_cast<const float *>(wa->data), *b = static_cast<const float *>(wb->data);
+  out.assign(size_t(dims[0] * dims[1]), 0.0);
+  for (int64_t i = 0; i < dims[0]; ++i)
+    for (int64_t k = 0; k < r; ++k)
+      for (int64_t j = 0; j < dims[1]; ++j) out[size_t(i * dims[1] + j)] += double(a[i * r + k]) * double(b[k * dims[1] + j]);
+  return true;
+}
+
+// A LoKr adapter: W += kron(W1, W2) · alpha / r, as PEFT's merge.
+bool mergeLokrAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
+                      std::map<std::string, LinearUse> &linears, std::string &error) {
+  ModuleTensors modules;
+  if (!tensorsByModule(file, std::vector<const char *>(std::begin(kLokrSuffixes), std::end(kLokrSuffixes)),
+                       "a LoKr factor", req, modules, error))
+    return false;
+  double scale = cfg.alpha / double(cfg.r);
+  for (auto &[m, parts] : modules) {
+    ModuleWeight mw;
+    if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
+    std::vector<double> w1, w2;
+    Dims d1, d2;
+    if (!lokrFactor(parts, 0, m, cfg.r, mw, req, w1, d1, error) || !lokrFactor(parts, 3, m, cfg.r, mw, req, w2, d2, error))
+      return false;
+    if (d1[0] * d2[0] != mw.out || d1[1] * d2[1] != mw.in)
+      return error = req.adapterDir + ": module '" + m + "' has LoKr factors [" + formatDims(d1) + "] and [" +
+                     formatDims(d2) + "], whose Kronecker product is not its weight's [" +
+                     formatDims(Dims{mw.out, mw.in}) + "]",
+             false;
+    int64_t b = d2[0], d = d2[1];
+    for (int64_t o = 0; o < mw.out; ++o)
+      for (int64_t i = 0; i < mw.in; ++i) {
+        float &w = mw.at(o, i);
+        w = float(double(w) + w1[size_t((o / b) * d1[1] + i / d)] * w2[size_t((o % b) * d + i % d)] * scale);
+        if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
+      }
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, mw.values, error)) return false;
+  }
+  return true;
+}
+
 bool mergeVeraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
                       std::map<std::string, LinearUse> &linears, std::string &error) {
   const NamedTensor *shared[2] = {nullptr, nullptr};
@@ -367,7 +436,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   if (!cfg.value().modulesToSave.empty())
     return error = req.adapterDir + ": the adapter trains '" + cfg.value().modulesToSave[0] +
                    "' in full (modules_to_save, a classification head the model does not have); sdc merge folds "
-                   "LoRA, DoRA, OSF, IA3, LoHa and VeRA weights into the model's own layers only",
+                   "LoRA, DoRA, OSF, IA3, LoHa, LoKr and VeRA weights into the model's own layers only",
            false;
   double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
@@ -377,6 +446,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   if (cfg.value().isOsf()) return mergeOsfAdapter(lm, req, file.value(), linears, error);
   if (cfg.value().isIa3()) return mergeIa3Adapter(lm, req, cfg.value(), file.value(), linears, error);
   if (cfg.value().isLoha()) return mergeLohaAdapter(lm, req, cfg.value(), file.value(), linears, error);
+  if (cfg.value().isLokr()) return mergeLokrAdapter(lm, req, cfg.value(), file.value(), linears, error);
   if (cfg.value().isVera()) return mergeVeraAdapter(lm, req, cfg.value(), file.value(), linears, error);
   bool dora = cfg.value().useDora;
   std::vector<const char *> suffixes = {kLoraASuffix, kLoraBSuffix};

@@ -31,6 +31,15 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     loha.alpha = opts.loraAlpha;
     loha.seed = opts.seed;
     pm.addPass(createPeftLoha(loha));
+  } else if (opts.peft == "lokr") {
+    PeftLokrOptions lokr;
+    lokr.targetModules = opts.targetModules;
+    lokr.rank = opts.loraR;
+    lokr.alpha = opts.loraAlpha;
+    lokr.decomposeBoth = opts.decomposeBoth;
+    lokr.decomposeFactor = opts.decomposeFactor;
+    lokr.seed = opts.seed;
+    pm.addPass(createPeftLokr(lokr));
   } else if (opts.peft == "vera") {
     PeftVeraOptions vera;
     vera.targetModules = opts.targetModules;

@@ -14,7 +14,7 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).
-  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "vera"
+  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera"
   std::string trainable = ".*";  // --peft none: regex over weight names
   std::string freeze;            // --peft none: regex over weight names kept frozen (none when empty)
   std::string targetModules;     // --peft lora
@@ -22,6 +22,8 @@ struct PipelineOptions {
   double loraAlpha = 8.0;
   bool rslora = false;
   bool useDora = false;          // --use-dora: DoRA, a trained magnitude per output
+  bool decomposeBoth = false;     // --peft lokr: W1 a rank-r product too (PEFT's decompose_both)
+  int64_t decomposeFactor = -1;   // --peft lokr: PEFT's decompose_factor
   std::string feedforwardModules; // --peft ia3: modules whose input, not output, is scaled
   double loraDropout = 0.0;
   std::string loraInit = "default";

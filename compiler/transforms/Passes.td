@@ -175,6 +175,31 @@ def PeftLoha : Pass<"sd-peft-loha", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftLokr : Pass<"sd-peft-lokr", "mlir::ModuleOp"> {
+  let summary = "LoKr: a Kronecker product of two factors added to the matched sd.linear modules";
+  let description = [{
+    Matches `sd.linear` modules as sd-peft-lora does. Each matched layer of
+    out = a·b outputs and in = c·d inputs (PEFT's factorization of each,
+    near the square root or by decompose-factor) gets PEFT's LoKr factors:
+    `<module>.lokr_w1` [a, c] (zeros), or with decompose-both and r < max(a, c)/2
+    `.lokr_w1_a` [a, r] (zeros) and `.lokr_w1_b` [r, c]; `.lokr_w2` [b, d], or
+    with r < max(b, d)/2 `.lokr_w2_a` [b, r] and `.lokr_w2_b` [r, d]
+    (Kaiming-uniform with a = sqrt(5)), all trainable. The layer computes
+    y = linear(x, W, b) + x ΔWᵀ with ΔW = (W1 ⊗ W2) · alpha / r rebuilt each
+    step, so it starts as it was. Every other weight is frozen. Records the
+    configuration, each module's factor names included, in `sd.peft`.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
+    Option<"rank", "r", "int64_t", "8", "rank of a decomposed factor, and the r of alpha / r">,
+    Option<"alpha", "alpha", "double", "8.0", "scaling numerator">,
+    Option<"decomposeBoth", "decompose-both", "bool", "false", "also decompose the left factor W1 (PEFT's decompose_both)">,
+    Option<"decomposeFactor", "decompose-factor", "int64_t", "-1",
+           "split each dimension as factor x dim/factor when it divides (PEFT's decompose_factor; -1: near the square root)">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
+  ];
+}
+
 def PeftVera : Pass<"sd-peft-vera", "mlir::ModuleOp"> {
   let summary = "VeRA: one shared frozen random pair of projections, trained scaling vectors per sd.linear";
   let description = [{

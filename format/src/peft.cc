@@ -3,6 +3,7 @@
 #include "sd/format/peft.h"
 #include "sd/format/json.h"
 #include "sd/format/tensor_io.h"
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -18,6 +19,18 @@ std::vector<std::string> LoraConfig::tensorNames(const std::string &module) cons
   if (isIa3()) return {module + kIa3Suffix};
   if (isVera()) return {module + kVeraSuffixes[0], module + kVeraSuffixes[1]};
   if (isLoha()) return {module + kLohaSuffixes[0], module + kLohaSuffixes[1], module + kLohaSuffixes[2], module + kLohaSuffixes[3]};
+  if (isLokr()) {
+    std::vector<std::string> names;
+    for (size_t i = 0; i < modules.size() && i < factors.size(); ++i) {
+      if (modules[i] != module) continue;
+      for (size_t start = 0; start <= factors[i].size();) {
+        size_t comma = std::min(factors[i].find(',', start), factors[i].size());
+        if (comma > start) names.push_back(module + "." + factors[i].substr(start, comma - start));
+        start = comma + 1;
+      }
+    }
+    return names;
+  }
   if (isOsf()) return {module + kOsfSuffixes[0], module + kOsfSuffixes[1], module + kOsfSuffixes[2]};
   if (useDora) return {module + kLoraASuffix, module + kLoraBSuffix, module + kDoraMagnitudeSuffix};
   return {module + kLoraASuffix, module + kLoraBSuffix};
@@ -30,13 +43,14 @@ bool LoraConfig::feedforwardByRule(const std::string &module) const {
 }
 
 std::string LoraConfig::kindName() const {
-  return isOsf() ? "OSF" : isIa3() ? "IA3" : isLoha() ? "LoHa" : isVera() ? "VeRA" : useDora ? "DoRA" : "LoRA";
+  return isOsf() ? "OSF" : isIa3() ? "IA3" : isLoha() ? "LoHa" : isLokr() ? "LoKr" : isVera() ? "VeRA" : useDora ? "DoRA" : "LoRA";
 }
 
 std::string LoraConfig::compileFlags() const {
   return isOsf()    ? "--peft osft"
          : isIa3()  ? "--peft ia3"
          : isLoha() ? "--peft loha"
+         : isLokr() ? "--peft lokr"
          : isVera() ? "--peft vera"
          : useDora  ? "--peft lora --use-dora"
                     : "--peft lora";
@@ -169,6 +183,33 @@ StatusOr<LoraConfig> parseLohaConfig(const Json &doc, const std::string &path) {
   return c;
 }
 
+// PEFT's LoKrConfig: r, alpha, decompose_both and decompose_factor decide
+// the factors' shapes (loading compares them with the plan's);
+// rank_dropout and module_dropout only steer training. Per-module ranks are
+// refused, as for LoHa.
+StatusOr<LoraConfig> parseLokrConfig(const Json &doc, const std::string &path) {
+  for (const char *key : {"rank_pattern", "alpha_pattern"})
+    if (const Json *v = doc.get(key); v && v->type == Json::Type::Object && !v->obj.empty())
+      return sdError(path, ": '", key, "' is set: per-module ranks and alphas are not supported yet");
+  const Json *r = doc.get("r"), *alpha = doc.get("alpha"), *both = doc.get("decompose_both"),
+             *factor = doc.get("decompose_factor");
+  if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
+  if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": alpha must be a number");
+  if (both && both->type != Json::Type::Bool && both->type != Json::Type::Null)
+    return sdError(path, ": decompose_both must be true or false");
+  if (factor && factor->type != Json::Type::Null &&
+      (!factor->isInteger() || factor->num == 0 || factor->num < -1 || factor->num > 16777216.0))
+    return sdError(path, ": decompose_factor must be a positive integer or -1");
+  LoraConfig c;
+  c.peftType = "LOKR";
+  c.r = int64_t(r->num);
+  c.alpha = alpha->num;
+  c.decomposeBoth = both && both->type == Json::Type::Bool && both->b;
+  c.decomposeFactor = factor && factor->isInteger() ? int64_t(factor->num) : -1;
+  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
+  return c;
+}
+
 // PEFT's VeraConfig: r and projection_prng_key decide the shared
 // projections (which sdc draws as PEFT does); save_projection whether the
 // file holds them too. vera_dropout and d_initial only steer training.
@@ -205,9 +246,11 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   if (type && type->str == "OSF") return parseOsfConfig(doc.value(), path);
   if (type && type->str == "IA3") return parseIa3Config(doc.value(), path);
   if (type && type->str == "LOHA") return parseLohaConfig(doc.value(), path);
+  if (type && type->str == "LOKR") return parseLokrConfig(doc.value(), path);
   if (type && type->str == "VERA") return parseVeraConfig(doc.value(), path);
   if (!type || type->str != "LORA")
-    return sdError(path, ": not a LoRA, OSF, IA3, LoHa or VeRA adapter (peft_type must be LORA, OSF, IA3, LOHA or VERA)");
+    return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr or VeRA adapter (peft_type must be LORA, OSF, IA3, LOHA, ",
+                   "LOKR or VERA)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -275,8 +318,27 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     for (const Json &m : mods->arr) c.modules.push_back(m.str);
     return c;
   }
+  if (const Json *lokr = doc.value().get("lokr")) {
+    const Json *r = lokr->get("r"), *alpha = lokr->get("alpha"), *mods = lokr->get("modules"),
+               *factors = lokr->get("factors"), *both = lokr->get("decompose_both"),
+               *factor = lokr->get("decompose_factor");
+    if (!r || !r->isInteger() || !alpha || alpha->type != Json::Type::Number || !mods ||
+        mods->type != Json::Type::Array || !factors || factors->type != Json::Type::Array ||
+        factors->arr.size() != mods->arr.size() || !factor || !factor->isInteger())
+      return sdError("the plan's LoKr configuration is malformed");
+    c.peftType = "LOKR";
+    c.r = int64_t(r->num);
+    c.alpha = alpha->num;
+    c.decomposeBoth = both && both->type == Json::Type::Bool && both->b;
+    c.decomposeFactor = int64_t(factor->num);
+    for (size_t i = 0; i < mods->arr.size(); ++i) {
+      c.modules.push_back(mods->arr[i].str);
+      c.factors.push_back(factors->arr[i].str);
+    }
+    return c;
+  }
   const Json *lora = doc.value().get("lora");
-  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha or vera)");
+  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr or vera)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");
@@ -335,6 +397,11 @@ ConfigFields methodFields(const LoraConfig &cfg) {
     return {{"r", std::to_string(cfg.r)}, {"alpha", number(cfg.alpha)}, {"rank_dropout", "0.0"},
             {"module_dropout", "0.0"}, {"target_modules", targets}, {"init_weights", "true"},
             {"use_effective_conv2d", "false"}, {"rank_pattern", "{}"}, {"alpha_pattern", "{}"}};
+  if (cfg.isLokr())
+    return {{"r", std::to_string(cfg.r)}, {"alpha", number(cfg.alpha)}, {"rank_dropout", "0.0"},
+            {"module_dropout", "0.0"}, {"use_effective_conv2d", "false"},
+            {"decompose_both", boolean(cfg.decomposeBoth)}, {"decompose_factor", std::to_string(cfg.decomposeFactor)},
+            {"target_modules", targets}, {"init_weights", "true"}, {"rank_pattern", "{}"}, {"alpha_pattern", "{}"}};
   if (cfg.isVera())
     return {{"r", std::to_string(cfg.r)}, {"target_modules", targets},
             {"projection_prng_key", std::to_string(cfg.projectionKey)}, {"save_projection", "true"},

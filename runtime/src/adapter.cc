@@ -88,13 +88,20 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     return sdError(cfgPath, ": VeRA r=", given.value().r, " projection_prng_key=", given.value().projectionKey,
                    ", the plan's r=", cfg.r, " projection_prng_key=", cfg.projectionKey,
                    " (sdc compile --lora-r R --seed KEY): the shared projections differ");
-  if (cfg.isLora() || cfg.isLoha()) {
+  if (cfg.isLora() || cfg.isLoha() || cfg.isLokr()) {
     if (given.value().r != cfg.r)
       return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
     if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
-      return sdError(cfgPath, cfg.isLoha() ? ": alpha" : ": lora_alpha", " differs from the plan's ", cfg.alpha);
+      return sdError(cfgPath, cfg.isLora() ? ": lora_alpha" : ": alpha", " differs from the plan's ", cfg.alpha);
     if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
   }
+  // LoKr: these two decide each factor's shape and whether it is whole.
+  if (cfg.isLokr() && (given.value().decomposeBoth != cfg.decomposeBoth ||
+                       given.value().decomposeFactor != cfg.decomposeFactor))
+    return sdError(cfgPath, ": decompose_both=", given.value().decomposeBoth ? "true" : "false",
+                   " decompose_factor=", given.value().decomposeFactor, ", the plan's decompose_both=",
+                   cfg.decomposeBoth ? "true" : "false", " decompose_factor=", cfg.decomposeFactor,
+                   " (sdc compile --decompose-both, --decompose-factor N)");
   std::set<std::string> saved(given.value().modulesToSave.begin(), given.value().modulesToSave.end()),
       planSaved(cfg.modulesToSave.begin(), cfg.modulesToSave.end());
   for (const std::string &m : saved)

@@ -310,6 +310,14 @@ def check_all(tmp):
                        ["--peft vera", "--target-modules"], [out_plan])
     expect_clean_error("--peft loha without --target-modules", [sdc, "compile", gpt, "--peft", "loha", "-o", out_plan],
                        ["--peft loha", "--target-modules"], [out_plan])
+    expect_clean_error("--peft lokr without --target-modules", [sdc, "compile", gpt, "--peft", "lokr", "-o", out_plan],
+                       ["--peft lokr", "--target-modules"], [out_plan])
+    expect_clean_error("--decompose-both without LoKr", [sdc, "compile", gpt, "--peft", "loha", "--target-modules",
+                                                         "qkv", "--decompose-both", "-o", out_plan],
+                       ["--decompose-both", "--peft lokr"], [out_plan])
+    expect_clean_error("--decompose-factor 0", [sdc, "compile", gpt, "--peft", "lokr", "--target-modules", "qkv",
+                                                "--decompose-factor", "0", "-o", out_plan],
+                       ["--decompose-factor", "positive integer or -1"], [out_plan])
     expect_clean_error("--feedforward-modules without IA3", [sdc, "compile", gpt, "--peft", "lora", "--target-modules",
                                                              "qkv", "--feedforward-modules", "qkv", "-o", out_plan],
                        ["--feedforward-modules", "--peft ia3"], [out_plan])

@@ -5,7 +5,7 @@ Coverage (any build with the CUDA backend, no GPU needed): every step of the
 tiny GPT's inference, LoRA, full fine-tuning and packed-LoRA plans, of two small
 CNNs' full fine-tuning on image arrays (their own loss; one with train-mode
 BatchNormalization), of a tiny
-Llama's LoRA plans (f32 and bf16), DoRA (bf16), IA3, LoHa and VeRA plans, of the
+Llama's LoRA plans (f32 and bf16), DoRA (bf16), IA3, LoHa, LoKr and VeRA plans, of the
 CNN and MobileNet inference plans and of GRU/LSTM inference and training
 plans and of PaddleOCR's PP-OCRv4 detector and recognizer binds to a CUDA
 kernel (`sdrun inspect --kernels cuda`), a detector's NonMaxSuppression
@@ -134,7 +134,7 @@ def llama_plans(sdc, folder, tokens):
     rotary, SwiGLU; the attention mask one Where shared by every layer),
     LoRA on q/k/v/o in f32 and bf16, full fine-tuning in bf16 (its rotary,
     SwiGLU and cross-entropy on bf16 values: sd-half-elementwise), DoRA in
-    bf16, IA3, LoHa and VeRA, and DPO (LoRA, bf16) on preference pairs."""
+    bf16, IA3, LoHa, LoKr and VeRA, and DPO (LoRA, bf16) on preference pairs."""
     import torch
     import transformers
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -154,6 +154,9 @@ def llama_plans(sdc, folder, tokens):
                         ("llama-ia3", ["--peft", "ia3", "--target-modules", "k_proj,v_proj,down_proj",
                                        "--feedforward-modules", "down_proj"]),
                         ("llama-loha", ["--peft", "loha", "--target-modules", "q_proj,v_proj"]),
+                        # r 2: W2 a rank-2 product, W1 whole; ΔW their Kronecker product (a 4-D broadcast Mul).
+                        ("llama-lokr", ["--peft", "lokr", "--target-modules", "q_proj,v_proj,down_proj", "--lora-r",
+                                        "2"]),
                         ("llama-vera", ["--peft", "vera", "--target-modules", "q_proj,v_proj", "--lora-r", "16"])):
         plan = os.path.join(folder, f"{kind}.sdp")
         sh([sdc, "compile", onnx_path, *flags, "--shapes", "input_ids=2x8", "-o", plan])

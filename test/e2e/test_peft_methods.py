@@ -5,9 +5,11 @@ Llama built from configs with seeded random weights:
 
   DoRA (--peft lora --use-dora, PEFT's use_dora), (IA)³ (--peft ia3,
   PEFT's IA3Config with feedforward_modules), VeRA (--peft vera: its shared
-  projections drawn as PEFT draws them, bit for bit) and LoHa (--peft loha,
-  Llama only: PEFT's LoHa adapts nn.Linear, not GPT-2's Conv1D). For each
-  method and model:
+  projections drawn as PEFT draws them, bit for bit), LoHa (--peft loha)
+  and LoKr (--peft lokr, by default and with decompose_both and
+  decompose_factor 16, so every factor form is met: whole, and the rank-r
+  products of W1 and of W2); LoHa and LoKr on Llama only, as PEFT's adapt
+  nn.Linear, not GPT-2's Conv1D. For each method and model:
 
   training   sdrun train from PEFT's own random start (init_lora_weights,
              init_ia3_weights or init_weights False) gives PEFT's AdamW losses and adapter
@@ -41,18 +43,23 @@ from test_training import check, report
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 BATCH, SEQ, STEPS, R, ALPHA, LR = 2, 16, 10, 4, 8, 1e-3
 LORA_TARGETS = {"gpt2": ["c_attn", "c_proj"], "llama": ["q_proj", "v_proj", "down_proj"]}
-METHOD_NAMES = {"dora": "DoRA", "ia3": "IA3", "loha": "LoHa", "vera": "VeRA"}
+METHOD_NAMES = {"dora": "DoRA", "ia3": "IA3", "loha": "LoHa", "lokr": "LoKr", "lokr_both": "LoKr decompose_both",
+                "vera": "VeRA"}
 IA3_TARGETS = {"gpt2": (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]),
                "llama": (["k_proj", "v_proj", "down_proj"], ["down_proj"])}
 
 
 def peft_config(method, arch, dropout=0.0):
-    from peft import IA3Config, LoHaConfig, LoraConfig, VeraConfig
+    from peft import IA3Config, LoHaConfig, LoKrConfig, LoraConfig, VeraConfig
     if method == "vera":  # lambda_b ones, lambda_d random: a random start
         return VeraConfig(r=R, target_modules=LORA_TARGETS[arch], init_weights=False, fan_in_fan_out=arch == "gpt2",
                           task_type="CAUSAL_LM")
     if method == "loha":
         return LoHaConfig(r=R, alpha=ALPHA, target_modules=LORA_TARGETS[arch], init_weights=False, task_type="CAUSAL_LM")
+    if method in ("lokr", "lokr_both"):
+        both = method == "lokr_both"
+        return LoKrConfig(r=R, alpha=ALPHA, target_modules=LORA_TARGETS[arch], init_weights=False, decompose_both=both,
+                          decompose_factor=16 if both else -1, task_type="CAUSAL_LM")
     if method == "ia3":
         targets, feedforward = IA3_TARGETS[arch]
         return IA3Config(target_modules=targets, feedforward_modules=feedforward, init_ia3_weights=False,
@@ -68,6 +75,9 @@ def compile_flags(method, arch, dropout=0.0):
     if method == "loha":
         return ["--peft", "loha", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R), "--lora-alpha",
                 str(ALPHA)]
+    if method in ("lokr", "lokr_both"):
+        return ["--peft", "lokr", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R), "--lora-alpha",
+                str(ALPHA)] + (["--decompose-both", "--decompose-factor", "16"] if method == "lokr_both" else [])
     if method == "ia3":
         targets, feedforward = IA3_TARGETS[arch]
         return ["--peft", "ia3", "--target-modules", ",".join(targets), "--feedforward-modules", ",".join(feedforward)]
@@ -175,11 +185,30 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
         check(f"{name}: an adapter whose feedforward_modules is a regex loads, with PEFT's logits (1e-4)", err <= 1e-4,
               f"relative err {err:.2e}")
 
+    if method == "lokr":  # a factor missing, or larger than its layer's weight: one line, no merged file
+        from safetensors.numpy import save_file
+        w2 = next(k for k in sorted(ours) if k.endswith(".lokr_w2"))
+        big = next(k for k in sorted(ours) if k.endswith(".lokr_w1"))
+        for what, tensors, words in (
+                ("a module without its W2", {k: v for k, v in ours.items() if k != w2},
+                 ["lokr_w2", w2[len("base_model.model."):-len(".lokr_w2")]]),
+                ("a W1 larger than its weight", {**ours, big: np.zeros((512, 512), np.float32)},
+                 ["lokr_w1", "512x512", "larger"])):
+            broken = os.path.join(d, "broken")
+            shutil.rmtree(broken, ignore_errors=True)
+            shutil.copytree(trained, broken)
+            save_file(tensors, os.path.join(broken, "adapter_model.safetensors"), metadata={"format": "pt"})
+            out = os.path.join(d, "broken_merged.onnx")
+            problems, line = clean_error_problems([sdc, "merge", onnx_path, "--adapter", broken, "-o", out], words, [out])
+            check(f"{name}: sdc merge of an adapter with {what} is a one-line error", not problems,
+                  "; ".join(problems) or line)
+
     # Merging, against PEFT's merge_and_unload of the same adapter.
     merged_onnx = os.path.join(d, "merged.onnx")
     sh([sdc, "merge", onnx_path, "--adapter", trained, "-o", merged_onnx])
     merged = loaded.merge_and_unload()
-    suffix = {"ia3": ".ia3_l", "dora": ".lora_A.weight", "loha": ".hada_w1_a", "vera": ".vera_lambda_b"}[method]
+    suffix = {"ia3": ".ia3_l", "dora": ".lora_A.weight", "loha": ".hada_w1_a", "lokr": ".lokr_w1",
+              "lokr_both": ".lokr_w1_a", "vera": ".vera_lambda_b"}[method]
     modules = sorted(k[len("base_model.model."):-len(suffix)] for k in ours if k.endswith(suffix))
     base = export_hf.build(arch, 0)
     worst, found = merged_weights_gap(onnx_path, merged_onnx, base, merged, modules)
@@ -260,6 +289,10 @@ def refusals(arch, plans, adapters, tmp, sdrun):
         cfg["r"] = R + 1
         json.dump(cfg, open(cfg_path, "w"))
         cases.append(("a LoHa adapter of another rank", plans["loha"], other_rank, ["r=5", "r=4"]))
+    if "lokr" in plans and "lokr_both" in plans:
+        cases.append(("a LoKr adapter of other decompose settings", plans["lokr"], adapters["lokr_both"],
+                      ["decompose_factor=16", "decompose_factor=-1", "--decompose-both"]))
+        cases.append(("a LoHa adapter on the LoKr plan", plans["lokr"], adapters["loha"], ["LoHa", "LoKr", "--peft lokr"]))
     for what, plan, adapter, words in cases:
         out = os.path.join(tmp, "refused_out")
         problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", adapter, "--input",
@@ -282,8 +315,8 @@ def main():
                              seq=SEQ)
             write_token_rows(os.path.join(model_dir, "train.jsonl"), np.random.default_rng(3), 256, 2 * STEPS, SEQ)
             plans, adapters = {}, {}
-            # PEFT's LoHa adapts nn.Linear only, not GPT-2's Conv1D.
-            for method in ("dora", "ia3", "vera") + (("loha",) if arch == "llama" else ()):
+            # PEFT's LoHa and LoKr adapt nn.Linear only, not GPT-2's Conv1D.
+            for method in ("dora", "ia3", "vera") + (("loha", "lokr", "lokr_both") if arch == "llama" else ()):
                 try:
                     plans[method], adapters[method] = method_checks(method, arch, model_dir, sdc, sdrun)
                 except Exception as e:  # one failing method must not hide the other

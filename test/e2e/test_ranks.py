@@ -545,6 +545,8 @@ def main():
                             "vera_zero2": ["--peft", "vera", "--target-modules", "qkv,proj", "--shard", "grads"],
                             "vera_dropout": ["--peft", "vera", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"],
                             "loha_zero1": ["--peft", "loha", "--target-modules", "qkv,proj", "--shard", "optimizer"],
+                            "lokr_zero2": ["--peft", "lokr", "--target-modules", "qkv,proj", "--lora-r", "2",
+                                           "--decompose-both", "--shard", "grads"],
                             "ia3": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules", "proj"],
                             "ia3_zero2": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules",
                                           "proj", "--shard", "grads"],
@@ -582,6 +584,7 @@ def main():
                    reference=plans["dora"], ranks=(2,))
         equal_runs(runner, "IA3, padded", plans["ia3"], ranks=(3,))
         equal_runs(runner, "--shard optimizer, LoHa", plans["loha_zero1"], ranks=(2,))
+        equal_runs(runner, "--shard grads, LoKr (decompose_both)", plans["lokr_zero2"], ranks=(2,))
         equal_runs(runner, "--shard grads, VeRA", plans["vera_zero2"], ranks=(2,))
         equal_runs(runner, "VeRA with dropout 0.2 (masks keyed by global row)", plans["vera_dropout"], ranks=(2,))
         equal_runs(runner, "--shard grads, IA3, against the unsharded plan", plans["ia3_zero2"],

@@ -13,9 +13,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   // feedforward rule answers for any name, at once.
   const sd::LoraConfig &c = cfg.value();
   if (c.isIa3()) return c.feedforwardByRule("model.layers.0.mlp.down_proj") ? 0 : 0;
-  if (c.isLoha() && (c.r < 1 || !std::isfinite(c.alpha))) std::abort();
+  if ((c.isLoha() || c.isLokr()) && (c.r < 1 || !std::isfinite(c.alpha))) std::abort();
+  if (c.isLokr() && (c.decomposeFactor == 0 || c.decomposeFactor < -1)) std::abort();
   if (c.isVera() && (c.r < 1 || c.projectionKey < 0)) std::abort();
-  if (c.isLoha() || c.isVera()) return 0;
+  if (c.isLoha() || c.isLokr() || c.isVera()) return 0;
   if (c.isOsf() ? !(c.effectiveRank >= 0 && std::isfinite(c.effectiveRank)) : (c.r < 1 || !std::isfinite(c.alpha)))
     std::abort();
   return 0;

@@ -249,6 +249,47 @@ TEST(PeftConfig, LohaNeedsItsRankAndAlphaAndRefusesPerModulePatterns) {
   }
 }
 
+TEST(PeftConfig, LokrKeepsItsDecompositionAndEachModulesFactors) {
+  auto ok = sd::parseAdapterConfig(
+      R"({"peft_type": "LOKR", "r": 4, "alpha": 8, "decompose_both": true, "decompose_factor": 16, "rank_dropout": 0.1})",
+      "a");
+  ASSERT_TRUE(ok.isOk()) << ok.status().message();
+  EXPECT_TRUE(ok.value().isLokr());
+  EXPECT_EQ(ok.value().kindName(), "LoKr");
+  EXPECT_TRUE(ok.value().decomposeBoth);
+  EXPECT_EQ(ok.value().decomposeFactor, 16);
+  auto back = sd::parseAdapterConfig(sd::adapterConfigJson(ok.value()), "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back.value().alpha, 8);
+  EXPECT_TRUE(back.value().decomposeBoth);
+  EXPECT_EQ(back.value().decomposeFactor, 16);
+  // PEFT's defaults when the fields are absent.
+  auto plain = sd::parseAdapterConfig(R"({"peft_type": "LOKR", "r": 2, "alpha": 2})", "a");
+  ASSERT_TRUE(plain.isOk()) << plain.status().message();
+  EXPECT_FALSE(plain.value().decomposeBoth);
+  EXPECT_EQ(plain.value().decomposeFactor, -1);
+  // A plan's config names each module's factors: whole or rank-r halves.
+  auto plan = sd::loraConfigFromPlanConfig(
+      R"({"lokr": {"peft_type": "LOKR", "r": 4, "alpha": 8, "decompose_both": false, "decompose_factor": -1,
+          "modules": ["q", "down"], "factors": ["lokr_w1,lokr_w2", "lokr_w1,lokr_w2_a,lokr_w2_b"]}})");
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  EXPECT_EQ(plan.value().tensorNames("q"), (std::vector<std::string>{"q.lokr_w1", "q.lokr_w2"}));
+  EXPECT_EQ(plan.value().tensorNames("down"),
+            (std::vector<std::string>{"down.lokr_w1", "down.lokr_w2_a", "down.lokr_w2_b"}));
+  EXPECT_EQ(plan.value().tensors().size(), 5u);
+  EXPECT_FALSE(sd::loraConfigFromPlanConfig(R"({"lokr": {"r": 4, "alpha": 8, "decompose_factor": -1,
+      "modules": ["q"], "factors": []}})").isOk());
+  for (const char *bad : {R"({"peft_type": "LOKR", "alpha": 8})", R"({"peft_type": "LOKR", "r": 4})",
+                          R"({"peft_type": "LOKR", "r": 4, "alpha": 8, "decompose_factor": 0})",
+                          R"({"peft_type": "LOKR", "r": 4, "alpha": 8, "decompose_factor": 2.5})",
+                          R"({"peft_type": "LOKR", "r": 4, "alpha": 8, "decompose_both": "yes"})",
+                          R"({"peft_type": "LOKR", "r": 4, "alpha": 8, "alpha_pattern": {"q": 2}})"}) {
+    auto c = sd::parseAdapterConfig(bad, "cfg.json");
+    ASSERT_FALSE(c.isOk()) << bad;
+    EXPECT_EQ(c.status().message().rfind("cfg.json: ", 0), 0u) << c.status().message();
+  }
+}
+
 TEST(PeftConfig, VeraKeysItsSharedProjectionsUnderBaseModel) {
   auto c = sd::parseAdapterConfig(R"({"peft_type": "VERA", "r": 4, "projection_prng_key": 3, "save_projection": false})",
                                   "a");

@@ -51,6 +51,14 @@ const char *kUsage =
     "                           output, or its input for --feedforward-modules (PEFT's IA3)\n"
     "  --peft loha              LoHa: ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha/r added to each\n"
     "                           --target-modules layer (PEFT's LoHa; --lora-r, --lora-alpha)\n"
+    "  --peft lokr              LoKr: ΔW = (W1 ⊗ W2) · alpha/r added to each --target-modules\n"
+    "                           layer, W1 [a, c] and W2 [b, d] for out = a·b, in = c·d, W2 a\n"
+    "                           rank-r product when r < max(b, d)/2 (PEFT's LoKr; --lora-r,\n"
+    "                           --lora-alpha)\n"
+    "  --decompose-both         lokr: W1 also a rank-r product when r < max(a, c)/2\n"
+    "                           (PEFT's decompose_both)\n"
+    "  --decompose-factor N     lokr: split each dimension as N x dim/N when N divides it\n"
+    "                           (PEFT's decompose_factor; -1, the default: near the square root)\n"
     "  --peft vera              VeRA: one frozen random pair of projections shared by the\n"
     "                           --target-modules layers, two trained vectors per layer\n"
     "                           (PEFT's VeRA, its projections bit for bit; --lora-r, --seed as\n"
@@ -70,8 +78,8 @@ const char *kUsage =
     "  --osft-v-rule gather|allreduce  under --shard params, how the V side's coefficients\n"
     "                           are completed: gather V_high (gather, right) or all-reduce\n"
     "                           per-rank products (allreduce: known wrong, for tests only)\n"
-    "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa;\n"
-    "                           VeRA takes the rank)\n"
+    "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa,\n"
+    "                           LoKr; VeRA takes the rank)\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
     "  --use-dora               weight-decomposed LoRA (DoRA, PEFT's use_dora): each layer\n"
     "                           also trains a magnitude per output, W's row norms at first\n"
@@ -218,7 +226,7 @@ const char *kMergeUsage =
     "that any ONNX runtime runs: an adapter in HF PEFT layout (LoRA: W += alpha/r *\n"
     "B A; DoRA: then each output row scaled to its magnitude; OSF: the low part\n"
     "replaced; IA3: W's rows and bias scaled, or its columns on a feedforward\n"
-    "module; LoHa: W += (w1_a w1_b) * (w2_a w2_b) alpha/r; a weight shared by several layers, such as a tied embedding and head,\n"
+    "module; LoHa: W += (w1_a w1_b) * (w2_a w2_b) alpha/r; LoKr: W += kron(W1, W2) alpha/r; a weight shared by several layers, such as a tied embedding and head,\n"
     "is untied first so only the adapted layer changes), or the parameters saved by\n"
     "`sdrun train --save-weights` (full fine-tuning, matched by initializer name).\n";
 
@@ -264,7 +272,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
-  bool lossScaleGiven = false;
+  bool lossScaleGiven = false, lokrGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -293,8 +301,9 @@ int parseArgs(int argc, char **argv, Args &a) {
         return fail("--emit takes 'mlir', 'plan' or 'import'"), 2;
     } else if (flag == "--peft") {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
-                                      a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "vera"))
-        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha' or 'vera'"), 2;
+                                      a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "lokr" &&
+                                      a.pipeline.peft != "vera"))
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr' or 'vera'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -333,6 +342,16 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (v.empty() || *end || !(d >= 0 && d < 1e6)) return fail(flag + " needs a non-negative number"), 2;
       if (flag == "--lora-dropout" && !(d < 1)) return fail("--lora-dropout must be below 1"), 2;
       (flag == "--lora-alpha" ? a.pipeline.loraAlpha : a.pipeline.loraDropout) = d;
+    } else if (arg == "--decompose-both") {
+      a.pipeline.decomposeBoth = true;
+      lokrGiven = true;
+    } else if (flag == "--decompose-factor") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0;
+      if (v.empty() || *end || n == 0 || n < -1 || n > (1 << 24))
+        return fail("--decompose-factor needs a positive integer or -1"), 2;
+      a.pipeline.decomposeFactor = n;
+      lokrGiven = true;
     } else if (arg == "--use-rslora") {
       a.pipeline.rslora = true;
     } else if (arg == "--use-dora") {
@@ -478,11 +497,12 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
   if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
-  if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha" || a.pipeline.peft == "vera") &&
+  if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha" || a.pipeline.peft == "lokr" || a.pipeline.peft == "vera") &&
       a.pipeline.targetModules.empty())
     return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora, osft, ia3, loha or vera"), 2;
+    return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr or vera"), 2;
+  if (lokrGiven && a.pipeline.peft != "lokr") return fail("--decompose-both and --decompose-factor need --peft lokr"), 2;
   if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
     return fail("--feedforward-modules needs --peft ia3"), 2;
   if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;

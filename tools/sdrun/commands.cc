@@ -102,7 +102,7 @@ const char *kInferUsage =
     "                  [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...] [--profile TRACE.json]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
-    "--adapter loads an adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, VeRA or OSF) of the\n"
+    "--adapter loads an adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, LoKr, VeRA or OSF) of the\n"
     "plan's method first.\n"
     "--input-dir reads input_0.pb, input_1.pb, ... (or .npy) in graph-input order.\n"
     "On a GPU a step with no CUDA kernel runs the CPU's (with copies each way);\n"

@@ -29,6 +29,9 @@ constexpr const char *kIa3Suffix = ".ia3_l"; // IA3: [out, 1], or [1, in] on a f
 constexpr const char *kVeraSuffixes[] = {".vera_lambda_b", ".vera_lambda_d"};
 constexpr const char *kVeraProjections[] = {"vera_A", "vera_B"};
 constexpr const char *kLohaSuffixes[] = {".hada_w1_a", ".hada_w1_b", ".hada_w2_a", ".hada_w2_b"};
+// LoKr: per module lokr_w1 [a, c] or lokr_w1_a [a, r] and lokr_w1_b [r, c];
+// lokr_w2 [b, d] or lokr_w2_a [b, r] and lokr_w2_b [r, d] (out = a·b, in = c·d).
+constexpr const char *kLokrSuffixes[] = {".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b"};
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
 // adapter was split from (the config keeps only fields PEFT knows).
@@ -40,7 +43,7 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
-  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA" or "VERA"
+  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA", "LOKR" or "VERA"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
@@ -70,18 +73,25 @@ struct LoraConfig {
   bool isIa3() const { return peftType == "IA3"; }
   bool isLora() const { return peftType == "LORA"; }
   bool isLoha() const { return peftType == "LOHA"; }
+  bool isLokr() const { return peftType == "LOKR"; }
   bool isVera() const { return peftType == "VERA"; }
+  // LoKr: PEFT's decompose_both and decompose_factor, and (a plan's) each
+  // module's factor names without the module, as "lokr_w1,lokr_w2_a,lokr_w2_b"
+  // (which factors are whole depends on each module's shape).
+  bool decomposeBoth = false;
+  int64_t decomposeFactor = -1;
+  std::vector<std::string> factors;
   // VeRA: PEFT's projection_prng_key, and whether the adapter file holds the
   // projections (save_projection).
   int64_t projectionKey = 0;
   bool saveProjection = true;
-  // LoRA and LoHa: a rank r and a scaling alpha / r (rsLoRA: LoRA only).
+  // LoRA, LoHa and LoKr: a rank r and a scaling alpha / r (rsLoRA: LoRA only).
   // Whether PEFT's IA3 treats `module` as a feedforward module under the
   // adapter config's list of feedforward_modules; false under a regex (see
   // feedforwardRuleKnown).
   bool feedforwardByRule(const std::string &module) const;
   bool feedforwardRuleKnown() const { return !feedforwardIsRegex; }
-  // "LoRA", "DoRA", "OSF", "IA3", "LoHa" or "VeRA", and the sdc compile flags that train it.
+  // "LoRA", "DoRA", "OSF", "IA3", "LoHa", "LoKr" or "VeRA", and the sdc compile flags that train it.
   std::string kindName() const;
   std::string compileFlags() const;
   double scale() const { return loraScale(alpha, r, rslora); }
