@@ -25,6 +25,9 @@ static std::string preferenceJson(const PipelineOptions &p) {
   std::string json = "{\"method\":" + jsonQuote(p.recipe) + ",\"beta\":" + jsonNumber(p.beta);
   if (p.recipe == "dpo") json += ",\"loss_type\":" + jsonQuote(p.dpoLoss);
   if (p.recipe == "simpo") json += ",\"simpo_gamma\":" + jsonNumber(p.simpoGamma) + ",\"cpo_alpha\":" + jsonNumber(p.cpoAlpha);
+  if (p.recipe == "kto")
+    json += ",\"desirable_weight\":" + jsonNumber(p.desirableWeight) + ",\"undesirable_weight\":" +
+            jsonNumber(p.undesirableWeight);
   return json + "}";
 }
 

@@ -80,6 +80,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     recipe.lossType = opts.dpoLoss;
     recipe.simpoGamma = opts.simpoGamma;
     recipe.cpoAlpha = opts.cpoAlpha;
+    recipe.desirableWeight = opts.desirableWeight;
+    recipe.undesirableWeight = opts.undesirableWeight;
     recipe.logitsOutput = opts.logitsOutput;
     recipe.tokenInput = opts.tokenInput;
     pm.addPass(createRecipePreference(recipe));

@@ -32,13 +32,14 @@ struct PipelineOptions {
   std::string osftStrategy = "auto"; // auto | factored | dense
   std::string osftVRule = "gather";  // gather | allreduce (known wrong; tests only): sd-osft-project under --shard params
   int64_t seed = 0;
-  std::string recipe = "sft"; // sft | classify | dpo | simpo | orpo
+  std::string recipe = "sft"; // sft | classify | dpo | simpo | orpo | kto
   // Preference recipes (dpo, simpo, orpo): TRL's beta, DPO's loss, SimPO's
   // target margin and chosen cross-entropy weight (TRL's defaults).
   double beta = 0.1;
   std::string dpoLoss = "sigmoid"; // sigmoid | ipo | hinge
   double simpoGamma = 0.5, cpoAlpha = 1.0;
-  bool preference() const { return recipe == "dpo" || recipe == "simpo" || recipe == "orpo"; }
+  double desirableWeight = 1.0, undesirableWeight = 1.0; // kto: TRL's KTOConfig
+  bool preference() const { return recipe == "dpo" || recipe == "simpo" || recipe == "orpo" || recipe == "kto"; }
   int64_t numLabels = 0;      // --recipe classify
   std::string pooling = "mean", featuresOutput;
   std::string lossOutput, logitsOutput;

@@ -9,11 +9,18 @@
 //          per-token log-probabilities' margin less gamma, no reference, plus
 //          cpo_alpha times the chosen rows' cross-entropy;
 //   orpo   ORPOTrainer (Hong et al. 2024): the chosen rows' cross-entropy
-//          less beta times log sigmoid of the log odds ratio, no reference.
+//          less beta times log sigmoid of the log odds ratio, no reference;
+//   kto    KTOTrainer (Ethayarajh et al. 2024): unpaired examples, each
+//          desirable or not, their log-ratios against the reference measured
+//          from the batch's KL estimate.
 //
 // Rows come in pairs: row 2i holds pair i's chosen completion, row 2i+1 its
 // rejected one. Interleaved rather than TRL's [chosen; rejected] halves, so
-// that a data-parallel split of a batch's rows never splits a pair.
+// that a data-parallel split of a batch's rows never splits a pair. KTO's
+// row 2i is example i (prompt and completion), row 2i+1 example i's prompt
+// with the completion of the micro-batch's example before it (TRL's KL
+// sequences: the completions rotated by one), and the `desirable` input
+// gives each row its example's label.
 //
 // DPO's reference model is the model as training starts. The forward is
 // cloned once more, with every trainable parameter read from a
@@ -49,8 +56,12 @@ struct RecipePreferencePass : sd::impl::RecipePreferenceBase<RecipePreferencePas
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (method != "dpo" && method != "simpo" && method != "orpo") {
-      module.emitError() << "the preference method is 'dpo', 'simpo' or 'orpo', not '" << method << "'";
+    if (method != "dpo" && method != "simpo" && method != "orpo" && method != "kto") {
+      module.emitError() << "the preference method is 'dpo', 'simpo', 'orpo' or 'kto', not '" << method << "'";
+      return signalPassFailure();
+    }
+    if (!(desirableWeight >= 0) || !(undesirableWeight >= 0)) {
+      module.emitError() << "--desirable-weight and --undesirable-weight must not be negative";
       return signalPassFailure();
     }
     if (!(beta > 0)) {
@@ -156,6 +167,32 @@ struct RecipePreferencePass : sd::impl::RecipePreferenceBase<RecipePreferencePas
     return g.scale(g.make<SoftplusOp>({g.neg(logOdds)}), beta);
   }
 
+  // KTO over examples (row 2i) and their KL rows (2i + 1), from each row's
+  // log-ratio against the reference and its completion's token count.
+  LogicalResult appendKtoLoss(func::FuncOp f, GradBuilder &g, Value logRatio, Value count) {
+    OpBuilder &b = g.builder();
+    Type f32 = b.getF32Type();
+    Value desirableRows = sd::addLabelsInput(f, f.getNumArguments() - 1, 1, sd::abi::kDesirable);
+    auto [ratio, klRatio] = split(g, logRatio);
+    // An example counts when it has a completion token (a batch's filler rows have none).
+    Value counted = g.castTo(g.make<GreaterOp>({split(g, count).first, g.scalar(f32, 0.0)}), f32);
+    Value examples = g.reduceSum(counted, {0}, false);
+    // TRL's KL estimate: the KL rows' mean log-ratio over the micro-batch,
+    // clamped at 0 and detached (a baseline, not a path for gradients).
+    Value klMean = g.div(g.reduceSum(g.mul(klRatio, counted), {0}, false), g.make<MaxOp>({examples, g.scalar(f32, 1.0)}));
+    Value kl = g.make<MaxOp>({klMean, g.scalar(f32, 0.0)});
+    if (g.failed()) return failure();
+    kl.getDefiningOp()->setAttr(sd::kDetachedAttr, b.getUnitAttr());
+    // z = beta (log-ratio - KL): desirable 1 - sigmoid(z), undesirable 1 - sigmoid(-z).
+    Value z = g.scale(g.sub(ratio, kl), beta);
+    Value desirable = g.make<EqualOp>({split(g, desirableRows).first, g.scalar(b.getI64Type(), 1.0)});
+    Value perExample = g.make<WhereOp>({desirable, g.scale(g.make<SigmoidOp>({g.neg(z)}), desirableWeight),
+                                        g.scale(g.make<SigmoidOp>({z}), undesirableWeight)});
+    Value loss = g.reduceSum(g.mul(perExample, counted), {0}, false);
+    if (g.failed()) return failure();
+    return sd::finishLossEntry(f, loss, examples);
+  }
+
   LogicalResult appendPreferenceLoss(func::FuncOp f) {
     FailureOr<sd::TokenScores> scores = sd::tokenScores(f, logitsOutput, tokenInput, who);
     if (failed(scores)) return failure();
@@ -166,12 +203,16 @@ struct RecipePreferencePass : sd::impl::RecipePreferenceBase<RecipePreferencePas
                            << " rows, but a preference plan's rows are (chosen, rejected) pairs: export the model "
                               "with an even or a dynamic batch";
     FailureOr<Value> refLogits = Value();
-    if (method == "dpo" && failed(refLogits = referenceForward(f, scores->logits))) return failure();
+    if ((method == "dpo" || method == "kto") && failed(refLogits = referenceForward(f, scores->logits))) return failure();
     OpBuilder b(f.getBody().front().getTerminator());
     GradBuilder g(b, NameLoc::get(b.getStringAttr(method + "_loss")));
     Type f32 = b.getF32Type();
     const sd::TokenScores &t = *scores;
     Value logProb = rowLogProb(g, t.logits, t.nextLabels, t.labels), count = rowLabelCount(g, t.nextLabels, t.labels);
+    if (method == "kto") {
+      Value logRatio = g.sub(logProb, rowLogProb(g, *refLogits, t.nextLabels, t.labels));
+      return appendKtoLoss(f, g, logRatio, count);
+    }
     Value perPair;
     if (method == "dpo") {
       perPair = dpoLoss(g, g.sub(logProb, rowLogProb(g, *refLogits, t.nextLabels, t.labels)), count);

@@ -59,7 +59,7 @@ struct AutodiffPass : sd::impl::AutodiffBase<AutodiffPass> {
       if (auto load = dyn_cast<GlobalLoadOp>(op)) {
         GlobalOp g = globalNamed(module, load.getGlobal());
         in = g && g.getRole() == "trainable" && !load->hasAttr(sd::kDetachedAttr);
-      } else {
+      } else if (!op->hasAttr(sd::kDetachedAttr)) { // a detached op's results carry no gradient (a stop-gradient)
         for (Value v : op->getOperands()) in = in || varied.contains(v);
       }
       if (!in) continue;

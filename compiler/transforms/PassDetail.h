@@ -69,9 +69,9 @@ mlir::Operation *soleUserThroughCasts(mlir::Value v, mlir::Value &out);
 mlir::Value widenedHalf(mlir::Value v);
 // A ReduceMean over the last axis only, keeping it (LayerNorm's and RMSNorm's statistics).
 bool isLastAxisMean(sd::ir::ReduceMeanOp m);
-// On an sd.global_load of a trainable global: a read no gradient flows
-// through (PyTorch's .detach(); DoRA's weight norm). sd-autodiff treats what
-// it computes as constant.
+// On an sd.global_load of a trainable global, or on any compute op: a value no
+// gradient flows through (PyTorch's .detach(); DoRA's weight norm, KTO's KL
+// estimate). sd-autodiff treats what it computes as constant.
 constexpr const char *kDetachedAttr = "sd.detached";
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),
 // built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s

@@ -311,7 +311,7 @@ def RecipeSft : Pass<"sd-recipe-sft", "mlir::ModuleOp"> {
 }
 
 def RecipePreference : Pass<"sd-recipe-preference", "mlir::ModuleOp"> {
-  let summary = "Add an eval_step entry: preference optimization (DPO, SimPO, ORPO) over chosen/rejected row pairs";
+  let summary = "Add an eval_step entry: preference optimization (DPO, SimPO, ORPO over chosen/rejected row pairs; KTO over unpaired examples)";
   let description = [{
     Clones `infer` into `eval_step` with a `labels` input as sd-recipe-sft
     does. Rows 2i and 2i+1 are pair i's chosen and rejected completions
@@ -324,15 +324,23 @@ def RecipePreference : Pass<"sd-recipe-preference", "mlir::ModuleOp"> {
     simpo) takes per-token log-probabilities, -log sigmoid(beta * margin -
     gamma), plus cpo-alpha times the chosen rows' cross-entropy; `orpo`
     (ORPOTrainer) the chosen rows' cross-entropy plus -beta * log sigmoid of
-    the log odds ratio. Outputs `loss_sum` (over pairs) and `tokens` (the
-    pairs counted).
+    the log odds ratio. `kto` (KTOTrainer) takes unpaired examples: row 2i
+    is example i's completion, row 2i+1 its prompt with another example's
+    completion (the KL rows), and a `desirable` input [rows] says which
+    examples are desirable (1) or not (0); against the reference as dpo,
+    desirable-weight * (1 - sigmoid(beta * (log-ratio - KL))) or
+    undesirable-weight * (1 - sigmoid(beta * (KL - log-ratio))), KL the KL
+    rows' mean log-ratio, clamped at 0 and detached. Outputs `loss_sum` (over
+    pairs or examples) and `tokens` (those counted).
   }];
   let options = [
-    Option<"method", "method", "std::string", "\"dpo\"", "dpo, simpo or orpo">,
+    Option<"method", "method", "std::string", "\"dpo\"", "dpo, simpo, orpo or kto">,
     Option<"beta", "beta", "double", "0.1", "the loss's temperature (TRL's beta; ORPO's lambda)">,
     Option<"lossType", "loss-type", "std::string", "\"sigmoid\"", "dpo: sigmoid (DPO), ipo or hinge">,
     Option<"simpoGamma", "simpo-gamma", "double", "0.5", "simpo: the target reward margin (TRL's simpo_gamma)">,
     Option<"cpoAlpha", "cpo-alpha", "double", "1.0", "simpo: the chosen rows' cross-entropy weight (TRL's cpo_alpha)">,
+    Option<"desirableWeight", "desirable-weight", "double", "1.0", "kto: the desirable examples' loss weight">,
+    Option<"undesirableWeight", "undesirable-weight", "double", "1.0", "kto: the undesirable examples' loss weight">,
     Option<"logitsOutput", "logits-output", "std::string", "\"\"", "logits output (default: the only float output)">,
     Option<"tokenInput", "token-input", "std::string", "\"\"",
            "the int64 [batch, seq] token input (default: the only one, or the only one indexing an embedding)">,

@@ -87,7 +87,29 @@ TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::
       pp[at] = j; // padding: a sequence of its own
   };
   int64_t used = 0;
-  for (const auto &row : rows) {
+  if (layout == RowLayout::Unpaired) {
+    desirable = HostTensor{abi::kDesirable, DType::I64, {batch}, std::vector<uint8_t>(size_t(batch) * 8)};
+    auto *pd = reinterpret_cast<int64_t *>(desirable.data.data());
+    std::fill(pd, pd + batch, kIgnoreLabel);
+    std::vector<const Example *> examples;
+    for (const auto &row : rows) examples.insert(examples.end(), row.begin(), row.end());
+    std::vector<int64_t> klIds, klLabels;
+    for (size_t r = 0; r < examples.size(); ++r) {
+      const Example *e = examples[r], *other = examples[(r + examples.size() - 1) % examples.size()];
+      auto prompt = size_t(e->promptLength), start = size_t(other->promptLength);
+      klIds.assign(e->ids.begin(), e->ids.begin() + std::ptrdiff_t(prompt));
+      klLabels.assign(prompt, kIgnoreLabel);
+      klIds.insert(klIds.end(), other->ids.begin() + std::ptrdiff_t(start), other->ids.end());
+      klLabels.insert(klLabels.end(), other->labels.begin() + std::ptrdiff_t(start), other->labels.end());
+      klIds.resize(std::min(klIds.size(), size_t(seq)));
+      klLabels.resize(klIds.size());
+      pd[used] = pd[used + 1] = e->label;
+      fill(used++, {{&e->ids, &e->labels}}, kIgnoreLabel);
+      fill(used++, {{&klIds, &klLabels}}, kIgnoreLabel);
+    }
+  }
+  const Rows none; // the unpaired rows are filled above
+  for (const auto &row : layout == RowLayout::Unpaired ? none : rows) {
     if (layout == RowLayout::Pairs) {
       for (const Example *e : row) {
         fill(used++, {{&e->ids, &e->labels}}, kIgnoreLabel);
@@ -105,7 +127,10 @@ TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::
 }
 
 std::map<std::string, const HostTensor *> TokenBatch::inputs() const {
-  return {{ids.name, &ids}, {labels.name, &labels}, {positions.name, &positions}, {mask.name, &mask}};
+  std::map<std::string, const HostTensor *> out = {
+      {ids.name, &ids}, {labels.name, &labels}, {positions.name, &positions}, {mask.name, &mask}};
+  if (!desirable.name.empty()) out[desirable.name] = &desirable;
+  return out;
 }
 
 } // namespace sd::train

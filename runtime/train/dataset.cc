@@ -175,7 +175,7 @@ void appendCompletion(const std::vector<int64_t> &prompt, const std::vector<int6
 // tokenized after the prompt as a prompt/completion line is), or TRL's
 // tokenized `prompt_ids`, `chosen_ids` and `rejected_ids`.
 StatusOr<Example> parsePairLine(const Json &j, const std::string &where, const DatasetOptions &opts) {
-  for (const char *other : {"input_ids", "labels", "text", "completion", "messages", "label"})
+  for (const char *other : {"input_ids", "labels", "text", "completion", "completion_ids", "messages", "label"})
     if (j.get(other))
       return sdError(where, ": '", other, "' is not a field of preference data: a line has 'prompt', 'chosen' and ",
                      "'rejected' (or 'prompt_ids', 'chosen_ids' and 'rejected_ids')");
@@ -218,6 +218,52 @@ StatusOr<Example> parsePairLine(const Json &j, const std::string &where, const D
   return ex;
 }
 
+// An unpaired preference line (KTO): `prompt` and `completion` texts, or
+// TRL's tokenized `prompt_ids` and `completion_ids`, and a boolean `label`
+// (true: desirable).
+StatusOr<Example> parseUnpairedLine(const Json &j, const std::string &where, const DatasetOptions &opts) {
+  for (const char *other : {"input_ids", "labels", "text", "messages", "chosen", "rejected", "chosen_ids", "rejected_ids"})
+    if (j.get(other))
+      return sdError(where, ": '", other, "' is not a field of unpaired preference data: a line has 'prompt', ",
+                     "'completion' and 'label' (or 'prompt_ids', 'completion_ids' and 'label')");
+  const Json *label = j.get("label");
+  if (!label) return sdError(where, ": an unpaired preference line needs 'label': true (desirable) or false");
+  if (label->type != Json::Type::Bool) return sdError(where, ": 'label' must be true (desirable) or false");
+  Example ex;
+  ex.label = label->b ? 1 : 0;
+  const bool tokenized = j.get("prompt_ids") || j.get("completion_ids");
+  const char *fields[] = {tokenized ? "prompt_ids" : "prompt", tokenized ? "completion_ids" : "completion"};
+  for (const char *k : fields)
+    if (!j.get(k))
+      return sdError(where, ": an unpaired preference line needs '", k, "' (it has ",
+                     tokenized ? "'prompt_ids', 'completion_ids'" : "'prompt', 'completion'", " and 'label' together)");
+  if (tokenized) {
+    if (j.get("prompt") || j.get("completion"))
+      return sdError(where, ": a line has 'prompt'/'completion' texts or '..._ids' tokens, not both");
+    std::vector<int64_t> prompt, completion;
+    SD_RETURN_IF_ERROR(readIds(*j.get("prompt_ids"), "prompt_ids", opts.vocab, false, prompt).withContext(where + ": "));
+    SD_RETURN_IF_ERROR(
+        readIds(*j.get("completion_ids"), "completion_ids", opts.vocab, false, completion).withContext(where + ": "));
+    appendCompletion(prompt, completion, ex.ids, ex.labels);
+  } else {
+    for (const char *k : fields)
+      if (j.get(k)->type != Json::Type::String) return sdError(where, ": '", k, "' must be a string");
+    SD_RETURN_IF_ERROR(
+        tokenizeText(j.get("prompt")->str, &j.get("completion")->str, opts, ex).withContext(where + ": "));
+  }
+  // The completion starts at the first counted label; the KL rows put it after another example's prompt.
+  ex.promptLength = int64_t(std::find_if(ex.labels.begin(), ex.labels.end(), [](int64_t l) { return l != kIgnoreLabel; }) -
+                            ex.labels.begin());
+  SD_RETURN_IF_ERROR(fitLength(ex.ids, ex.labels, where, "the prompt and completion", opts));
+  ex.promptLength = std::min(ex.promptLength, int64_t(ex.ids.size()));
+  // Labels shift inside the plan: the first token is never predicted.
+  if (ex.labels.size() < 2 ||
+      std::all_of(ex.labels.begin() + 1, ex.labels.end(), [](int64_t l) { return l == kIgnoreLabel; }))
+    return sdError(where, ": the completion has no tokens",
+                   opts.truncate ? " left after --truncate (the prompt fills the plan's length)" : "");
+  return ex;
+}
+
 } // namespace
 
 StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts) {
@@ -226,14 +272,15 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   const Json &j = doc.value();
   if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
   if (opts.numLabels > 0) return parseClassifyLine(j, where, opts);
+  if (opts.unpaired) return parseUnpairedLine(j, where, opts);
   if (opts.pairs) return parsePairLine(j, where, opts);
   for (const char *pairField : {"chosen", "rejected", "chosen_ids", "rejected_ids"})
     if (j.get(pairField))
       return sdError(where, ": '", pairField, "' belongs to preference pairs, for plans compiled with sdc compile ",
                      "--recipe dpo, simpo or orpo; this plan trains on single sequences");
   if (j.get("label"))
-    return sdError(where, ": 'label' is for classification plans (sdc compile --recipe classify); this plan trains a "
-                   "language model");
+    return sdError(where, ": 'label' is for classification plans (sdc compile --recipe classify) and unpaired ",
+                   "preference plans (--recipe kto); this plan trains a language model");
   Example ex;
   const Json *ids = j.get("input_ids"), *labels = j.get("labels"), *text = j.get("text");
   const Json *prompt = j.get("prompt"), *completion = j.get("completion");

@@ -33,8 +33,14 @@ struct PlanEntries {
   int64_t vocab = 0;
   bool packed = false; // training entries take position_ids (sdc compile --packing)
   int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
-  bool pairs = false;    // preference plans (sdc compile --recipe dpo, simpo, orpo): two rows per example
-  RowLayout layout() const { return numLabels ? RowLayout::Classes : pairs ? RowLayout::Pairs : RowLayout::Sequences; }
+  bool pairs = false;    // preference plans (sdc compile --recipe dpo, simpo, orpo, kto): two rows per example
+  bool unpaired = false; // kto: an example and its KL row, not a (chosen, rejected) pair
+  RowLayout layout() const {
+    return numLabels ? RowLayout::Classes
+           : unpaired ? RowLayout::Unpaired
+           : pairs    ? RowLayout::Pairs
+                      : RowLayout::Sequences;
+  }
   int64_t rowsPerExample() const { return pairs ? 2 : 1; }
   std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
   // A plan that computes its own loss (sdc compile --loss-output) from
@@ -88,7 +94,11 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     if (!cfg.isOk()) return cfg.status();
     if (const Json *t = cfg.value().get("token_input"); t && t->type == Json::Type::String) out.tokenInput = t->str;
     modelLoss = cfg.value().get("loss_output") != nullptr;
-    out.pairs = cfg.value().get("preference") != nullptr;
+    if (const Json *pref = cfg.value().get("preference")) {
+      const Json *method = pref->get("method");
+      out.pairs = true;
+      out.unpaired = method && method->type == Json::Type::String && method->str == "kto";
+    }
     if (const Json *c = cfg.value().get("classify")) {
       const Json *n = c->get("num_labels"), *v = c->get("vocab");
       if (!n || !n->isInteger() || n->num < 2 || !v || !v->isInteger() || v->num < 1)
@@ -139,7 +149,8 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     return sdError("the plan mixes token and tensor training entries");
   for (const Bucket &b : out.buckets)
     if (out.pairs && b.batch % 2)
-      return sdError("the plan's batch ", b.batch, " is odd, but a preference plan's rows are (chosen, rejected) pairs");
+      return sdError("the plan's batch ", b.batch, " is odd, but a preference plan's rows come two per ",
+                     out.unpaired ? "example (the example, its KL row)" : "pair (chosen, rejected)");
   if (out.vocab <= 0 && out.tensorInputs.empty())
     return sdError("cannot tell the vocabulary size from the plan's infer entry");
   return Status::ok();
@@ -337,7 +348,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   const int64_t planBatch = pe.buckets[0].batch / pe.rowsPerExample();
   im->batch = o.batch ? o.batch : planBatch;
   if (im->batch > planBatch)
-    return sdError("--batch ", im->batch, " is larger than the plan's batch ", planBatch, pe.pairs ? " pairs" : "",
+    return sdError("--batch ", im->batch, " is larger than the plan's batch ", planBatch,
+                   pe.unpaired ? " examples" : pe.pairs ? " pairs" : "",
                    "; compile the plan with a larger batch");
   const bool tensorData = !pe.tensorInputs.empty();
   // The model's loss is its own (a mean, say): rows added to fill a batch would count in it.
@@ -350,6 +362,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   DatasetOptions dopts{pe.vocab, pe.buckets.back().seq, o.truncate};
   dopts.numLabels = pe.numLabels;
   dopts.pairs = pe.pairs;
+  dopts.unpaired = pe.unpaired;
   if (tensorData && !o.tokenizerPath.empty())
     return sdError("--tokenizer: this plan computes its own loss from tensors, it takes no text");
   if (!o.tokenizerPath.empty()) {
@@ -781,6 +794,7 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
   DatasetOptions dopts{pe.vocab, seq, true};
   dopts.numLabels = pe.numLabels;
   dopts.pairs = pe.pairs;
+  dopts.unpaired = pe.unpaired;
   auto data = loadJsonl(dataPath, dopts);
   if (!data.isOk()) return data.status();
   const int64_t examplesInBucket = rowsInBucket / pe.rowsPerExample();

@@ -256,16 +256,18 @@ def write_token_rows(path, rng, vocab, lines, seq):
             f.write(json.dumps({"input_ids": rng.integers(0, vocab, seq).tolist()}) + "\n")
 
 
-def write_pair_rows(path, rng, vocab, lines, prompt=(1, 6), completion=(1, 10)):
+def write_pair_rows(path, rng, vocab, lines, prompt=(1, 6), completion=(1, 10), unpaired=False):
     """A JSONL file of `lines` random preference pairs (TRL's tokenized
     prompt_ids, chosen_ids, rejected_ids), each part's length drawn from
-    [lo, hi) of `prompt` or `completion`."""
+    [lo, hi) of `prompt` or `completion`; with `unpaired`, KTO's examples
+    (prompt_ids, completion_ids, label; desirable and not in turn)."""
     import json
     ids = lambda lo, hi: rng.integers(0, vocab, size=int(rng.integers(lo, hi))).tolist()
     with open(path, "w") as f:
-        for _ in range(lines):
-            f.write(json.dumps({"prompt_ids": ids(*prompt), "chosen_ids": ids(*completion),
-                                "rejected_ids": ids(*completion)}) + "\n")
+        for i in range(lines):
+            line = ({"prompt_ids": ids(*prompt), "completion_ids": ids(*completion), "label": i % 2 == 0} if unpaired
+                    else {"prompt_ids": ids(*prompt), "chosen_ids": ids(*completion), "rejected_ids": ids(*completion)})
+            f.write(json.dumps(line) + "\n")
 
 
 def sdrun_logits(sdrun, plan, adapter, ids, tmp, tag):

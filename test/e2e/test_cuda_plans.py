@@ -134,7 +134,8 @@ def llama_plans(sdc, folder, tokens):
     rotary, SwiGLU; the attention mask one Where shared by every layer),
     LoRA on q/k/v/o in f32 and bf16, full fine-tuning in bf16 (its rotary,
     SwiGLU and cross-entropy on bf16 values: sd-half-elementwise), DoRA in
-    bf16, IA3, LoHa, LoKr and VeRA, and DPO (LoRA, bf16) on preference pairs."""
+    bf16, IA3, LoHa, LoKr and VeRA, DPO (LoRA, bf16) on preference pairs and
+    KTO (LoRA) on unpaired examples."""
     import torch
     import transformers
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -168,6 +169,12 @@ def llama_plans(sdc, folder, tokens):
     sh([sdc, "compile", onnx_path, *lora, "--recipe", "dpo", "--precision", "bf16", "--shapes", "input_ids=2x8", "-o",
         plan])
     out.append(PlanKind("llama-dpo-bf16", plan, True, "input_ids", tokens, HALF_TOLERANCES, data=pairs))
+    # KTO: the same two forwards, each example with its KL row, the KL estimate a detached Max.
+    examples = os.path.join(folder, "examples.jsonl")
+    write_pair_rows(examples, np.random.default_rng(5), 256, 8, prompt=(1, 4), completion=(1, 4), unpaired=True)
+    plan = os.path.join(folder, "llama-kto.sdp")
+    sh([sdc, "compile", onnx_path, *lora, "--recipe", "kto", "--shapes", "input_ids=2x8", "-o", plan])
+    out.append(PlanKind("llama-kto", plan, True, "input_ids", tokens, None, data=examples))
     return out
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""Preference optimization (sdc compile --recipe dpo, simpo, orpo) against
+"""Preference optimization (sdc compile --recipe dpo, simpo, orpo, kto) against
 TRL's own trainers (DPOTrainer; CPOTrainer with loss_type simpo;
-ORPOTrainer), on a tiny Llama built from a config with seeded random weights
+ORPOTrainer; KTOTrainer), on a tiny Llama built from a config with seeded random weights
 and a word-level tokenizer made here.
 
 TRL runs in float64, with one change: its fused, tiled log-probability
@@ -29,6 +29,11 @@ what sdrun is held to.
   eval        --eval-data's loss after training equals TRL's evaluate()
   resume      a run stopped at a checkpoint and resumed equals one run
               (the reference copies are restored with the checkpoint)
+  kto         unpaired examples (KTO, desirable and undesirable, weighted):
+              LoRA and full fine-tuning equal KTOTrainer's losses and
+              tensors step for step, its KL estimate from the batch's
+              rotated completions included; the first loss is 0.5 times
+              the mean weight
   refusals    bad data lines, mismatched plans and flags: one-line errors
 """
 import json
@@ -52,6 +57,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 # (TRL's own float32 and float64 runs part at 5e-5 after three steps).
 PAIRS, SEQ, STEPS, R, ALPHA, LR, BETA, EPS = 4, 16, 5, 4, 8, 1e-3, 0.1, 1e-4
 GAMMA, CPO_ALPHA = 0.5, 1.0  # TRL's CPOConfig defaults
+UNDESIRABLE_WEIGHT = 1.5  # KTO: TRL's default is 1; another value shows the weights apply
 TARGETS = ["q_proj", "v_proj"]
 VOCAB = 256
 
@@ -108,6 +114,7 @@ def trl_trainer(model, tok, texts, loss_type="sigmoid", peft=True, steps=STEPS, 
     from peft import LoraConfig
     from trl import DPOConfig, DPOTrainer
     from trl.experimental.cpo import CPOConfig, CPOTrainer
+    from trl import KTOConfig, KTOTrainer
     from trl.experimental.orpo import ORPOConfig, ORPOTrainer
     trl.trainer.utils._ChunkedLogProbFunction = ExactLogProbs
     with torch.no_grad():
@@ -117,14 +124,15 @@ def trl_trainer(model, tok, texts, loss_type="sigmoid", peft=True, steps=STEPS, 
     config, trainer, extra = {"dpo": (DPOConfig, DPOTrainer, dict(loss_type=[loss_type])),
                               "simpo": (CPOConfig, CPOTrainer, dict(loss_type="simpo", simpo_gamma=GAMMA,
                                                                     cpo_alpha=CPO_ALPHA)),
-                              "orpo": (ORPOConfig, ORPOTrainer, {})}[method]
+                              "orpo": (ORPOConfig, ORPOTrainer, {}),
+                              "kto": (KTOConfig, KTOTrainer, dict(undesirable_weight=UNDESIRABLE_WEIGHT))}[method]
     args = config(output_dir=tempfile.mkdtemp(prefix="sd_trl_"), per_device_train_batch_size=PAIRS,
                   per_device_eval_batch_size=PAIRS, max_steps=steps, learning_rate=LR, lr_scheduler_type="constant",
                   warmup_steps=0, max_grad_norm=1.0, beta=BETA, adam_epsilon=EPS, weight_decay=0.0, report_to="none",
                   use_cpu=True, logging_steps=1, save_strategy="no", seed=0, disable_tqdm=True,
                   gradient_checkpointing=False, **extra)
     cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM") if peft is True else None
-    kwargs = dict(ref_model=ref_model) if method == "dpo" else {}
+    kwargs = dict(ref_model=ref_model) if method in ("dpo", "kto") else {}
     tr = trainer(model=model, args=args, train_dataset=texts_dataset(texts), eval_dataset=texts_dataset(texts),
                  processing_class=tok, peft_config=cfg, **kwargs)
     with torch.no_grad():  # the adapter PEFT just made, to float32's values
@@ -268,7 +276,6 @@ def full_run(sdc, sdrun, tmp, onnx_path, tok):
     """Full fine-tuning: the reference is the initial weights."""
     import torch
     import export_hf
-    from safetensors.numpy import load_file
     d = os.path.join(tmp, "full")
     os.makedirs(d)
     plan, data, weights = (os.path.join(d, n) for n in ("plan.sdp", "pairs.jsonl", "weights.safetensors"))
@@ -283,10 +290,21 @@ def full_run(sdc, sdrun, tmp, onnx_path, tok):
     tr.train()
     want = trl_losses(tr)
     losses, _ = sdrun_train(sdrun, plan, data, d, "train", ["--save-weights", weights])
+    gap, count = weights_gap(onnx_path, weights, tr.model)
+    check(f"full fine-tuning: {STEPS} steps give TRL's losses (ref_model: the initial weights) and all "
+          f"{count} weights (1e-4)", loss_gap(losses, want) <= 1e-4 and gap <= 1e-4 and count >= 10,
+          f"losses {losses} vs TRL {want}, weight gap {gap:.1e}")
+
+
+def weights_gap(onnx_path, weights, model):
+    """The largest relative gap between sdrun's saved weights and `model`'s,
+    and how many were compared (inf unless every saved weight was matched)."""
+    import export_hf
+    from safetensors.numpy import load_file
     # Exporters fold Linear's transpose into renamed initializers: match them by their initial values.
     initial = initializers(onnx_path)
-    start = {k: v.detach().float().numpy() for k, v in copy.deepcopy(export_hf.build("llama", 0)).state_dict().items()}
-    theirs = {k: v.detach().numpy() for k, v in tr.model.state_dict().items()}
+    start = {k: v.detach().float().numpy() for k, v in export_hf.build("llama", 0).state_dict().items()}
+    theirs = {k: v.detach().numpy() for k, v in model.state_dict().items()}
     ours, pairs = load_file(weights), {}
     for name, v in ours.items():
         for key, w in start.items():
@@ -295,11 +313,7 @@ def full_run(sdc, sdrun, tmp, onnx_path, tok):
             elif w.T.shape == initial[name].shape and np.array_equal(w.T, initial[name]):
                 pairs[name] = (key, True)
     gaps = [rel_err(ours[n], theirs[k].T if t else theirs[k]) for n, (k, t) in pairs.items()]
-    common = list(pairs)
-    gap = max(gaps) if gaps and len(pairs) == len(ours) else float("inf")
-    check(f"full fine-tuning: {STEPS} steps give TRL's losses (ref_model: the initial weights) and all "
-          f"{len(common)} weights (1e-4)", loss_gap(losses, want) <= 1e-4 and gap <= 1e-4 and len(common) >= 10,
-          f"losses {losses} vs TRL {want}, weight gap {gap:.1e}")
+    return (max(gaps) if gaps and len(pairs) == len(ours) else float("inf")), len(pairs)
 
 
 def from_adapter(sdrun, tmp, plan, tok):
@@ -326,7 +340,70 @@ def from_adapter(sdrun, tmp, plan, tok):
           gap <= 1e-4, f"losses {losses} vs TRL {want}, tensor gap {gap:.1e}")
 
 
-def refusals(sdc, sdrun, tmp, onnx_path, plan):
+def unpaired_texts(seed, n):
+    """KTO's examples: a prompt, a completion and whether it is desirable."""
+    rng = np.random.default_rng(seed)
+    words = lambda k: " ".join(f"w{i}" for i in rng.integers(0, 254, k))
+    return [{"prompt": words(int(rng.integers(2, 6))), "completion": " " + words(int(rng.integers(1, 6))),
+             "label": bool(desirable)} for desirable in (True, False, True, False)[:n]]
+
+
+def kto_runs(sdc, sdrun, tmp, onnx_path, tok):
+    """KTO on unpaired examples, LoRA (the reference the base model) and full
+    fine-tuning (the initial weights), against TRL's KTOTrainer."""
+    import copy
+    import torch
+    import export_hf
+    texts = unpaired_texts(2, PAIRS)
+    lora_plan = None
+    for peft in (True, False):
+        name = "LoRA" if peft else "full fine-tuning"
+        d = os.path.join(tmp, "kto_lora" if peft else "kto_full")
+        os.makedirs(d)
+        plan, data, trained = (os.path.join(d, n) for n in ("plan.sdp", "examples.jsonl", "trained"))
+        method = ["--peft", "lora", "--target-modules", ",".join(TARGETS), "--lora-r", str(R), "--lora-alpha",
+                  str(ALPHA)] if peft else ["--peft", "none"]
+        sh([sdc, "compile", onnx_path, *method, "--recipe", "kto", "--beta", str(BETA), "--undesirable-weight",
+            str(UNDESIRABLE_WEIGHT), "--adam-epsilon", str(EPS), "--shapes", f"input_ids={2 * PAIRS}x{SEQ}", "-o",
+            plan])
+        torch.manual_seed(7)
+        model = export_hf.build("llama", 0).double()
+        ref = None if peft else copy.deepcopy(model)
+        tr = trl_trainer(model, tok, texts, peft=peft, ref_model=ref, method="kto")
+        with open(data, "w") as f:
+            for row in tr.train_dataset:
+                f.write(json.dumps({k: row[k] for k in ("prompt_ids", "completion_ids", "label")}) + "\n")
+        extra = []
+        if peft:
+            lora_plan = plan
+            init = os.path.join(d, "init")
+            save_f32(tr.model, init)
+            extra = ["--adapter", init, "--save-adapter", trained]
+        else:
+            extra = ["--save-weights", os.path.join(d, "weights.safetensors")]
+        tr.train()
+        want = trl_losses(tr)
+        kls = [round(h["kl"], 6) for h in tr.state.log_history if "kl" in h and "train_loss" not in h]
+        losses, _ = sdrun_train(sdrun, plan, data, d, "train", extra)
+        if peft:
+            gap, n = adapter_gap(tr.model, trained)
+            what = f"all {n} adapter tensors"
+        else:
+            gap, n = weights_gap(onnx_path, os.path.join(d, "weights.safetensors"), tr.model)
+            what = f"all {n} weights"
+        # The policy starts as the reference: every example's loss is its weight times 1 - sigmoid(0).
+        first = 0.5 * np.mean([1.0 if t["label"] else UNDESIRABLE_WEIGHT for t in texts])
+        check(f"KTO, {name}: TRL's KTOTrainer (undesirable_weight {UNDESIRABLE_WEIGHT}): {STEPS} steps give its "
+              f"losses and {what} (1e-4); the first loss is {first} (the policy starts as the reference)",
+              loss_gap(losses, want) <= 1e-4 and gap <= 1e-4 and abs(losses[0] - first) <= 1e-6 and
+              (not peft or max(kls) > 0) and  # LoRA's run reaches a KL estimate above the clamp
+              len(set(round(l, 6) for l in losses)) > 1,
+              f"losses {[round(l, 6) for l in losses]} vs TRL {[round(l, 6) for l in want]}, "
+              f"loss gap {loss_gap(losses, want):.1e}, tensor gap {gap:.1e}; TRL's KL estimates {kls}")
+    return lora_plan
+
+
+def refusals(sdc, sdrun, tmp, onnx_path, plan, kto_plan):
     d = os.path.join(tmp, "bad")
     os.makedirs(d)
     def data(name, line):
@@ -372,7 +449,7 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan):
                             "0.1", "--recipe", "dpo", "-o", os.path.join(d, "p.sdp")], ["disable_dropout"]),
         ("--beta without a preference recipe", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules",
                                                 "q_proj", "--beta", "0.2", "-o", os.path.join(d, "p.sdp")],
-         ["--beta needs --recipe dpo, simpo or orpo"]),
+         ["--beta needs --recipe dpo, simpo, orpo or kto"]),
         ("--dpo-loss with simpo", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
                                    "--recipe", "simpo", "--dpo-loss", "ipo", "-o", os.path.join(d, "p.sdp")],
          ["--dpo-loss needs --recipe dpo"]),
@@ -380,6 +457,21 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan):
                       "--beta", "0", "-o", os.path.join(d, "p.sdp")], ["--beta needs a positive number"]),
         ("--dpo-loss other", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--recipe",
                               "dpo", "--dpo-loss", "kto", "-o", os.path.join(d, "p.sdp")], ["sigmoid', 'ipo' or 'hinge"]),
+        ("a pair on a KTO plan", [sdrun, "train", kto_plan, "--data", data("pair.jsonl", pair)],
+         ["pair.jsonl:1", "'chosen_ids' is not a field of unpaired preference data"]),
+        ("a KTO example on a DPO plan", [sdrun, "train", plan, "--data",
+                                         data("kto.jsonl", {"prompt_ids": [1], "completion_ids": [2], "label": True})],
+         ["kto.jsonl:1", "'completion_ids' is not a field of preference data"]),
+        ("a KTO example whose label is not a boolean", [sdrun, "train", kto_plan, "--data",
+                                                        data("label.jsonl", {"prompt": "w1", "completion": " w2",
+                                                                             "label": "good"})],
+         ["label.jsonl:1", "'label' must be true (desirable) or false"]),
+        ("--undesirable-weight with dpo", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
+                                           "--recipe", "dpo", "--undesirable-weight", "2", "-o",
+                                           os.path.join(d, "p.sdp")], ["--undesirable-weight needs --recipe kto"]),
+        ("--shard params with kto", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
+                                     "--recipe", "kto", "--shard", "params", "-o", os.path.join(d, "p.sdp")],
+         ["--recipe kto does not take --shard params"]),
     ]
     for name, cmd, needles in cases:
         problems, line = clean_error_problems(cmd, needles, no_files=[os.path.join(d, "p.sdp")])
@@ -398,8 +490,8 @@ def main():
         tok = tokenizer(os.path.join(tmp, "tokenizer"))
         onnx_path = os.path.join(tmp, "llama.onnx")
         export_hf.export(export_hf.build("llama", 0), onnx_path, opset=17, batch=2 * PAIRS, seq=SEQ)
-        plans = {}
-        for part in ("lora", "full", "from_adapter", "refusals"):
+        plans, kto_plan = {}, None
+        for part in ("lora", "full", "from_adapter", "kto", "refusals"):
             try:
                 if part == "lora":
                     plans = lora_runs(sdc, sdrun, tmp, onnx_path, tok)
@@ -407,8 +499,10 @@ def main():
                     full_run(sdc, sdrun, tmp, onnx_path, tok)
                 elif part == "from_adapter":
                     from_adapter(sdrun, tmp, plans["sigmoid"], tok)
+                elif part == "kto":
+                    kto_plan = kto_runs(sdc, sdrun, tmp, onnx_path, tok)
                 else:
-                    refusals(sdc, sdrun, tmp, onnx_path, plans["sigmoid"])
+                    refusals(sdc, sdrun, tmp, onnx_path, plans["sigmoid"], kto_plan)
             except Exception as e:  # one failing part must not hide the others
                 check(f"{part} runs", False, f"{type(e).__name__}: {str(e)[-600:]}")
     finally:

@@ -1,6 +1,7 @@
 // libFuzzer target: bytes as one line of JSONL training data for a byte-level
 // plan (vocabulary 256, buckets up to 64 tokens), as a language model's data,
-// as a 3-class classifier's and as a preference plan's pairs.
+// as a 3-class classifier's, as a preference plan's pairs and as a KTO plan's
+// unpaired examples.
 #include "sd/train/dataset.h"
 #include <cstdlib>
 
@@ -30,6 +31,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         }
         if (!counted) std::abort(); // a completion the loss would not see
       }
+    }
+    sd::DatasetOptions unpaired{256, 64, truncate};
+    unpaired.pairs = unpaired.unpaired = true;
+    if (auto u = sd::parseDataLine(line, "fuzz:1", unpaired); u.isOk()) {
+      // The prompt is [0, promptLength), labelled -100; a completion token after the first follows.
+      const sd::Example &e = u.value();
+      if (e.ids.size() < 2 || e.ids.size() > 64 || e.labels.size() != e.ids.size() || (e.label != 0 && e.label != 1) ||
+          e.promptLength < 0 || e.promptLength >= int64_t(e.ids.size()))
+        std::abort();
+      bool counted = false;
+      for (size_t i = 0; i < e.ids.size(); ++i) {
+        if (e.ids[i] < 0 || e.ids[i] >= 256) std::abort();
+        if (int64_t(i) < e.promptLength ? e.labels[i] != sd::kIgnoreLabel : e.labels[i] != e.ids[i]) std::abort();
+        counted = counted || (i > 0 && e.labels[i] != sd::kIgnoreLabel);
+      }
+      if (!counted) std::abort();
     }
     sd::DatasetOptions classify{256, 64, truncate};
     classify.numLabels = 3;

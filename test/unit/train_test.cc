@@ -193,6 +193,60 @@ TEST(TokenBatch, PairsFillTwoRowsEach) {
   for (int i = 6; i < 12; ++i) EXPECT_EQ(labels[i], kIgnoreLabel);
 }
 
+TEST(DataLines, UnpairedExamples) {
+  DatasetOptions kto = options();
+  kto.pairs = kto.unpaired = true;
+  auto e = parseDataLine(R"({"prompt_ids": [1, 2], "completion_ids": [3, 4], "label": false})", "k:1", kto);
+  ASSERT_TRUE(e.isOk()) << e.status().message();
+  EXPECT_EQ(e.value().ids, (std::vector<int64_t>{1, 2, 3, 4}));
+  EXPECT_EQ(e.value().labels, (std::vector<int64_t>{kIgnoreLabel, kIgnoreLabel, 3, 4}));
+  EXPECT_EQ(e.value().promptLength, 2);
+  EXPECT_EQ(e.value().label, 0);
+  DatasetOptions bytes = options(256);
+  bytes.pairs = bytes.unpaired = true;
+  auto text = parseDataLine(R"({"prompt": "ab", "completion": "c", "label": true})", "k:2", bytes);
+  ASSERT_TRUE(text.isOk()) << text.status().message();
+  EXPECT_EQ(text.value().ids, (std::vector<int64_t>{'a', 'b', 'c'}));
+  EXPECT_EQ(text.value().promptLength, 2);
+  EXPECT_EQ(text.value().label, 1);
+  for (auto [line, needle] : {std::pair{R"({"prompt_ids": [1], "completion_ids": [2]})", "'label'"},
+                              {R"({"prompt_ids": [1], "completion_ids": [2], "label": 1})", "true (desirable) or false"},
+                              {R"({"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]})", "not a field"},
+                              {R"({"prompt_ids": [1], "completion_ids": [], "label": true})", "no tokens"},
+                              {R"({"prompt": "a", "label": true})", "'completion'"}}) {
+    auto bad = parseDataLine(line, "k:3", kto);
+    ASSERT_FALSE(bad.isOk()) << line;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+    EXPECT_EQ(bad.status().message().rfind("k:3: ", 0), 0u) << bad.status().message();
+  }
+}
+
+TEST(TokenBatch, UnpairedExamplesGetKlRowsOfTheRotatedCompletions) {
+  DatasetOptions kto = options();
+  kto.pairs = kto.unpaired = true;
+  auto a = parseDataLine(R"({"prompt_ids": [1], "completion_ids": [2, 3], "label": true})", "k:1", kto);
+  auto b = parseDataLine(R"({"prompt_ids": [4, 5], "completion_ids": [6], "label": false})", "k:2", kto);
+  ASSERT_TRUE(a.isOk() && b.isOk());
+  Rows rows = {{&a.value()}, {&b.value()}};
+  TokenBatch tb(rows, 6, 4, "input_ids", RowLayout::Unpaired);
+  const int64_t *ids = reinterpret_cast<const int64_t *>(tb.ids.data.data());
+  const int64_t *labels = reinterpret_cast<const int64_t *>(tb.labels.data.data());
+  const int64_t *desirable = reinterpret_cast<const int64_t *>(tb.desirable.data.data());
+  // Row 0 example a, row 1 a's prompt with b's completion (the last example's
+  // for the first), row 2 example b, row 3 b's prompt with a's completion.
+  EXPECT_EQ((std::vector<int64_t>(ids, ids + 16)),
+            (std::vector<int64_t>{1, 2, 3, 0, 1, 6, 0, 0, 4, 5, 6, 0, 4, 5, 2, 3}));
+  const int64_t x = kIgnoreLabel;
+  EXPECT_EQ((std::vector<int64_t>(labels, labels + 16)),
+            (std::vector<int64_t>{x, 2, 3, x, x, 6, x, x, x, x, 6, x, x, x, 2, 3}));
+  EXPECT_EQ((std::vector<int64_t>(desirable, desirable + 6)), (std::vector<int64_t>{1, 1, 0, 0, x, x}));
+  EXPECT_EQ(tb.inputs().count("desirable"), 1u);
+  // A KL row longer than the bucket is cut at its end.
+  TokenBatch cut(rows, 4, 3, "input_ids", RowLayout::Unpaired);
+  const int64_t *cutIds = reinterpret_cast<const int64_t *>(cut.ids.data.data());
+  EXPECT_EQ((std::vector<int64_t>(cutIds + 9, cutIds + 12)), (std::vector<int64_t>{4, 5, 2}));
+}
+
 TEST(CheckpointManifest, RoundTripAndChecks) {
   checkpoint::Manifest m;
   m.meta.runId = "00112233aabbccdd";

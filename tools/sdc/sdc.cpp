@@ -97,7 +97,7 @@ const char *kUsage =
     "  --freeze REGEX           full fine-tuning: keep the weights whose name matches\n"
     "                           frozen (PyTorch's requires_grad=False, which exports\n"
     "                           do not record: Whisper's and Marian's sinusoidal positions)\n"
-    "  --recipe sft|classify|dpo|simpo|orpo\n"
+    "  --recipe sft|classify|dpo|simpo|orpo|kto\n"
     "                           sft: causal-LM cross-entropy on the logits (the default);\n"
     "                           classify: a new linear head (classifier, trained in full) on\n"
     "                           the model's features, cross-entropy against one label per\n"
@@ -107,7 +107,12 @@ const char *kUsage =
     "                           TRL's losses: dpo (DPOTrainer) against the model as training\n"
     "                           starts (the reference), simpo (CPOTrainer's simpo) and orpo\n"
     "                           (ORPOTrainer) without one\n"
-    "  --beta B                 dpo, simpo, orpo: the loss's temperature (0.1, TRL's beta)\n"
+    "                           kto: unpaired examples, data lines {\"prompt\": ..., \"completion\":\n"
+    "                           ..., \"label\": true|false}, each two rows (the example, and its prompt\n"
+    "                           with the previous example's completion for the KL estimate);\n"
+    "                           TRL's KTOTrainer loss against the reference\n"
+    "  --beta B                 dpo, simpo, orpo, kto: the loss's temperature (0.1, TRL's beta)\n"
+    "  --desirable-weight W, --undesirable-weight W  kto: each kind's loss weight (1, 1)\n"
     "  --dpo-loss sigmoid|ipo|hinge  dpo: DPO's loss (the default), IPO's or the hinge\n"
     "  --simpo-gamma G          simpo: the target reward margin (0.5)\n"
     "  --cpo-alpha A            simpo: weight of the chosen completions' cross-entropy (1;\n"
@@ -383,14 +388,19 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--recipe") {
       if (!value(a.pipeline.recipe) || (a.pipeline.recipe != "sft" && a.pipeline.recipe != "classify" &&
                                         !a.pipeline.preference()))
-        return fail("--recipe takes 'sft', 'classify', 'dpo', 'simpo' or 'orpo'"), 2;
-    } else if (flag == "--beta" || flag == "--simpo-gamma" || flag == "--cpo-alpha") {
+        return fail("--recipe takes 'sft', 'classify', 'dpo', 'simpo', 'orpo' or 'kto'"), 2;
+    } else if (flag == "--beta" || flag == "--simpo-gamma" || flag == "--cpo-alpha" || flag == "--desirable-weight" ||
+               flag == "--undesirable-weight") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
       const bool positive = flag == "--beta";
       if (v.empty() || *end || !(positive ? d > 0 : d >= 0) || !(d < 1e6))
         return fail(flag + " needs a " + (positive ? "positive" : "non-negative") + " number"), 2;
-      (flag == "--beta" ? a.pipeline.beta : flag == "--simpo-gamma" ? a.pipeline.simpoGamma : a.pipeline.cpoAlpha) = d;
+      (flag == "--beta"                 ? a.pipeline.beta
+       : flag == "--simpo-gamma"        ? a.pipeline.simpoGamma
+       : flag == "--cpo-alpha"          ? a.pipeline.cpoAlpha
+       : flag == "--desirable-weight"   ? a.pipeline.desirableWeight
+                                        : a.pipeline.undesirableWeight) = d;
       preferenceFlags.push_back(flag);
     } else if (flag == "--dpo-loss") {
       std::string &l = a.pipeline.dpoLoss;
@@ -530,13 +540,17 @@ int parseArgs(int argc, char **argv, Args &a) {
   const bool preference = a.pipeline.preference();
   const std::string recipe = "--recipe " + a.pipeline.recipe;
   for (const std::string &f : preferenceFlags) {
-    const char *needs = f == "--beta" ? nullptr : f == "--dpo-loss" ? "dpo" : "simpo";
+    const char *needs = f == "--beta"       ? nullptr
+                        : f == "--dpo-loss" ? "dpo"
+                        : f == "--desirable-weight" || f == "--undesirable-weight" ? "kto"
+                                                                                   : "simpo";
     if (needs ? a.pipeline.recipe != needs : !preference)
-      return fail(f + " needs --recipe " + (needs ? needs : "dpo, simpo or orpo")), 2;
+      return fail(f + " needs --recipe " + (needs ? needs : "dpo, simpo, orpo or kto")), 2;
   }
   if (preference && !a.pipeline.training()) return fail(recipe + " needs a training plan: add --peft"), 2;
   if (preference && (a.pipeline.packing || !a.pipeline.lossOutput.empty()))
-    return fail(recipe + " takes no --packing or --loss-output (a pair's rows are whole sequences, scored by the recipe)"),
+    return fail(recipe + " takes no --packing or --loss-output (a pair's or example's rows are whole sequences, scored by "
+                "the recipe)"),
            2;
   for (const std::string &shape : preference ? a.pipeline.shapes : std::vector<std::string>{}) {
     // Each bucket's rows: "NAME=BxS[,BxS]" (a dimension may also be "?").
@@ -544,8 +558,9 @@ int parseArgs(int argc, char **argv, Args &a) {
       size_t end = shape.find(',', at);
       std::string rows = shape.substr(at, shape.find('x', at) - at);
       if (!rows.empty() && std::isdigit((unsigned char)rows[0]) && std::strtoll(rows.c_str(), nullptr, 10) % 2)
-        return fail("--shapes " + shape + ": a " + recipe + " plan's batch counts rows, two per pair (chosen, "
-                    "rejected), so it must be even"),
+        return fail("--shapes " + shape + ": a " + recipe + " plan's batch counts rows, two per " +
+                    (a.pipeline.recipe == "kto" ? "example (the example, its KL row)" : "pair (chosen, rejected)") +
+                    ", so it must be even"),
                2;
       at = end == std::string::npos ? std::string::npos : end + 1;
     }
@@ -554,8 +569,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail(recipe + " trains without dropout, as TRL's preference trainers do (disable_dropout): drop "
                 "--lora-dropout"),
            2;
-  if (a.pipeline.recipe == "dpo" && a.pipeline.shard == "params")
-    return fail("--recipe dpo does not take --shard params yet (the reference copies are not split by rows); use "
+  if ((a.pipeline.recipe == "dpo" || a.pipeline.recipe == "kto") && a.pipeline.shard == "params")
+    return fail(recipe + " does not take --shard params yet (the reference copies are not split by rows); use "
                 "--shard grads or optimizer"),
            2;
   bool kvFlags = a.pipeline.kvBatch != 0 || a.pipeline.prefillChunk != 0;

@@ -72,9 +72,14 @@ struct DataCursor {
 //
 // Preference pairs fill two rows each: entry r of `rows` (one pair) gives
 // tensor row 2r its chosen sequence and row 2r + 1 its rejected one.
-enum class RowLayout { Sequences, Classes, Pairs };
+//
+// Unpaired examples (KTO) fill two rows each too: row 2r example r, row
+// 2r + 1 its prompt with the completion of the micro-batch's example r - 1
+// (the last one's for r = 0), TRL's KL sequences, cut at `seq`; `desirable`
+// [batch] gives both rows their example's label (1 or 0; -100 filler).
+enum class RowLayout { Sequences, Classes, Pairs, Unpaired };
 struct TokenBatch {
-  HostTensor ids, labels, positions, mask;
+  HostTensor ids, labels, positions, mask, desirable;
   TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput,
              RowLayout layout = RowLayout::Sequences);
   std::map<std::string, const HostTensor *> inputs() const;

@@ -4,7 +4,9 @@
 // assistant turns only); for classification plans, `text` or `input_ids`
 // with an integer class `label`; for preference plans, `prompt`, `chosen`
 // and `rejected` texts, or TRL's tokenized `prompt_ids`, `chosen_ids` and
-// `rejected_ids`. Text is
+// `rejected_ids`; for unpaired preference plans (KTO), `prompt` and
+// `completion` (or `prompt_ids` and `completion_ids`) with a boolean
+// `label`. Text is
 // tokenized with a Hugging Face tokenizer when one is given, else taken as
 // bytes (for 256-entry vocabularies). Every problem is reported as one line
 // naming the file and line.
@@ -23,7 +25,8 @@ constexpr int64_t kIgnoreLabel = -100;
 struct Example {
   std::vector<int64_t> ids;
   std::vector<int64_t> labels; // same length as ids; -100 = not trained on (empty for classification)
-  int64_t label = kIgnoreLabel; // the class of a classification example
+  int64_t label = kIgnoreLabel; // the class of a classification example; KTO: 1 desirable, 0 not
+  int64_t promptLength = 0; // KTO: ids[0, promptLength) is the prompt, the rest the completion
   int64_t row = -1; // tensor data (tensor_data.h): the example's index along the arrays' first axis
   // A preference pair (sdc compile --recipe dpo, simpo, orpo): ids/labels hold the prompt
   // and the chosen completion, these the prompt and the rejected one (labels
@@ -45,6 +48,8 @@ struct DatasetOptions {
   int64_t numLabels = 0;
   // Preference plans (sdc compile --recipe dpo, simpo, orpo): each line is a pair.
   bool pairs = false;
+  // Unpaired preference plans (sdc compile --recipe kto): each line one labelled example.
+  bool unpaired = false;
 };
 
 // One data line (not blank); `where` ("FILE:LINE") prefixes errors.
