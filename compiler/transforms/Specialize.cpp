@@ -104,6 +104,14 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
     for (auto f : module.getOps<func::FuncOp>())
       if (sd::isEntry(f) && !f->hasAttr("sd.bucket")) entries.push_back(f);
     std::set<std::string> usedShapes, usedDims;
+    // The model's own inputs (infer's), to name in an error about --shapes.
+    std::string modelInputs;
+    for (func::FuncOp f : entries)
+      if (f->getAttrOfType<StringAttr>("sd.entry").getValue() == sd::abi::kInfer)
+        for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+          auto name = f.getArgAttrOfType<StringAttr>(i, "sd.name");
+          modelInputs += (modelInputs.empty() ? "" : ", ") + (name ? name.str() : "input" + std::to_string(i));
+        }
     for (func::FuncOp f : entries) {
       if (auto kv = f->getAttrOfType<DenseI64ArrayAttr>("sd.kv_shape")) { // sd-kv-entries' generation entries
         BucketSpec gen;
@@ -126,7 +134,8 @@ struct SpecializePass : sd::impl::SpecializeBase<SpecializePass> {
     }
     for (auto &[name, v] : spec.shapeOpts)
       if (!usedShapes.count(name)) {
-        module.emitError() << "--shapes names '" << name << "', which is not a model input";
+        module.emitError() << "--shapes names '" << name << "', which is not a model input"
+                           << (modelInputs.empty() ? std::string() : " (the model's inputs: " + modelInputs + ")");
         return signalPassFailure();
       }
     for (auto &[name, v] : spec.dimOpts)

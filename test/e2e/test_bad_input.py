@@ -222,8 +222,8 @@ def check_all(tmp):
     expect_clean_error("--shapes contradicting the model", [sdc, "compile", good, "-o", out, "--shapes", "x=2x4"],
                        ["--shapes x sets dim 1 to 4", "model fixes it at 3"], [out])
     expect_clean_error("--shapes wrong rank", [sdc, "compile", good, "-o", out, "--shapes", "x=6"], ["rank"], [out])
-    expect_clean_error("--shapes unknown input", [sdc, "compile", good, "-o", out, "--shapes", "q=2x3"],
-                       ["'q'"], [out])
+    expect_clean_error("--shapes unknown input (the model's inputs named)",
+                       [sdc, "compile", good, "-o", out, "--shapes", "q=2x3"], ["'q'", "the model's inputs: x"], [out])
     expect_clean_error("unknown flag", [sdc, "compile", good, "-o", out, "--frobnicate"], ["--frobnicate"], [out])
 
     # External data confinement.
