@@ -33,6 +33,20 @@
 // BOTH-DAG:    sd.global @a.lokr_w1_a "trainable" : tensor<3x1xf32>{{$}}
 // BOTH-DAG:    sd.global @a.lokr_w1_b "trainable" : tensor<1x2xf32> = dense_resource
 // BOTH-DAG:    sd.global @a.lokr_w2 "trainable" : tensor<2x2xf32> = dense_resource
+// Here in·b + out·c = 20 < in·out = 24, so the layer applies the product
+// factored, never building ΔW: x as [5, c=2, d=2] times W2ᵀ, c and b
+// swapped, times (alpha/r) W1ᵀ, back to [5, a·b = 6].
+// BOTH-LABEL:  func.func @eval_step
+// BOTH:        %[[W1:.*]] = sd.linear %{{.*}}, %{{.*}}, %{{.*}} {layout = "io", module = "a.lokr_w1"} : (tensor<3x1xf32>, tensor<1x2xf32>, none) -> tensor<3x2xf32>
+// BOTH:        %[[X:.*]] = sd.reshape %arg0, %{{.*}} -> tensor<5x2x2xf32>
+// BOTH:        %[[XW2:.*]] = sd.linear %[[X]], %{{.*}}, %{{.*}} {layout = "oi", module = "a.lokr_x2"}
+// BOTH:        %[[S:.*]] = sd.mul %[[W1]], %{{.*}}
+// BOTH:        %[[T:.*]] = sd.transpose %[[XW2]] {perm = array<i64: 0, 2, 1>}
+// BOTH:        %[[Y:.*]] = sd.linear %[[T]], %[[S]], %{{.*}} {layout = "oi", module = "a.lokr_x1"} {{.*}} -> tensor<5x2x3xf32>
+// BOTH:        %[[B:.*]] = sd.transpose %[[Y]] {perm = array<i64: 0, 2, 1>} : (tensor<5x2x3xf32>) -> tensor<5x3x2xf32>
+// BOTH:        %[[U:.*]] = sd.reshape %[[B]], %{{.*}} -> tensor<5x6xf32>
+// BOTH:        sd.add %{{.*}}, %[[U]]
+// BOTH-NOT:    sd.linear {{.*}} module = "a.lokr"}
 module {
   sd.global @a.weight "trainable" : tensor<6x4xf32>
   sd.global @a.bias "trainable" : tensor<6xf32>
