@@ -62,6 +62,18 @@ def dpo_runs(sdc, sdrun, onnx_path, tmp):
     equal_runs(runner, "DPO, LoRA (pairs)", plans["dpo_lora"])
     equal_runs(runner, "--shard grads, DPO, full fine-tuning (pairs), against the unsharded plan",
                plans["dpo_full_zero2"], reference=plans["dpo_full"], ranks=(2,))
+    # KTO: each rank estimates KL from its own micro-batch (TRL averages the
+    # estimate over ranks), so 2 ranks are not 1 rank on the global batch; the
+    # ranks stay replicas of each other (--verify-replicas) and train.
+    examples = os.path.join(tmp, "examples.jsonl")
+    write_pair_rows(examples, np.random.default_rng(9), 256, EXAMPLES // 3, unpaired=True)
+    kto = os.path.join(tmp, "kto_lora.sdp")
+    sh([sdc, "compile", onnx_path, *lora, "--recipe", "kto", "--shapes", f"input_ids={2 * GLOBAL_BATCH}x{SEQ}",
+        "-o", kto])
+    losses, _, err = Runner(sdrun, examples, tmp).train(kto, 2)
+    check("KTO, LoRA on 2 ranks (each its own KL estimate): the replicas stay equal and the loss falls",
+          len(losses) == STEPS and all(np.isfinite(losses)) and losses[-1] < losses[0],
+          f"losses {losses[0]:.4f} -> {losses[-1]:.4f}")
 
 
 def make_data(path):
