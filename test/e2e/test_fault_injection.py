@@ -22,7 +22,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import leftovers, export_tiny_gpt, ROOT, tool_paths
+from e2e_util import leftovers, export_tiny_gpt, ROOT, tool_paths, write_pair_rows
 
 RESULTS = []
 SYSCALLS = ["write", "fsync", "rename", "renameat2", "unlink", "rmdir", "mkdir"]
@@ -62,6 +62,11 @@ def main():
         for i in range(40):
             f.write(json.dumps({"text": f"l{i} hi"}) + "\n")
     plan = plans[8]
+    # A preference plan (KTO: the reference copies, each example with its KL row).
+    kto_plan, kto_data = os.path.join(tmp, "kto.sdp"), os.path.join(tmp, "examples.jsonl")
+    subprocess.run([sdc, "compile", gpt, "--peft", "lora", "--target-modules", "qkv", "--recipe", "kto", "--shapes",
+                    "input_ids=4x8", "-o", kto_plan], check=True)
+    write_pair_rows(kto_data, np.random.default_rng(2), 256, 8, prompt=(1, 4), completion=(1, 4), unpaired=True)
 
     # The starting state of every round: checkpoints 1 and 2 of a run, and an
     # adapter folder from another plan (another lora_alpha: a torn folder
@@ -138,6 +143,8 @@ def main():
         "sdrun train": [sdrun, "train", plan, "--data", data, "--steps", "3", "--checkpoint-dir", f"{out}/ck",
                         "--save-weights", f"{out}/w.safetensors", "--save-adapter", f"{out}/ad", "--metrics",
                         f"{out}/m.jsonl", "--threads", "1"],
+        "sdrun train (kto)": [sdrun, "train", kto_plan, "--data", kto_data, "--steps", "2", "--save-adapter",
+                              f"{out}/kto_ad", "--threads", "1"],
         "sdrun generate": [sdrun, "generate", plan, "--prompt", "hi", "--max-new-tokens", "4"],
         "sdrun bench": [sdrun, "bench", plan, "--iterations", "3"],
         "sdrun inspect": [sdrun, "inspect", plan],
