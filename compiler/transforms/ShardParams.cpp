@@ -3,7 +3,9 @@
 //
 // Sharded: every float weight that trains (with its gradient and optimizer
 // state), and every frozen float weight of two rows or more. Scalars cannot
-// be split by rows; a trainable one is refused.
+// be split by rows; a trainable one is refused. A preference recipe's
+// reference copy of a sharded parameter (`reference/<name>`) is split as the
+// parameter is, so the reference model costs each rank its rows only.
 //
 // Where the shard is read as it is, the op works on this rank's rows only:
 // the optimizer updates (every operand a sharded global of the same rows),
@@ -74,6 +76,14 @@ struct ShardParamsPass : sd::impl::ShardParamsBase<ShardParamsPass> {
       for (const std::string &n : family) {
         sharded.insert(n);
         names.push_back(StringAttr::get(module.getContext(), n));
+      }
+    }
+    for (GlobalOp g : module.getOps<GlobalOp>()) {
+      StringRef name = g.getSymName();
+      if (g.getRole() == "scalar_state" && name.starts_with(sd::abi::kReferencePrefix) &&
+          sharded.contains(name.drop_front(StringRef(sd::abi::kReferencePrefix).size()))) {
+        sharded.insert(name);
+        names.push_back(StringAttr::get(module.getContext(), name));
       }
     }
     for (auto f : module.getOps<func::FuncOp>())

@@ -469,9 +469,6 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan, kto_plan):
         ("--undesirable-weight with dpo", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
                                            "--recipe", "dpo", "--undesirable-weight", "2", "-o",
                                            os.path.join(d, "p.sdp")], ["--undesirable-weight needs --recipe kto"]),
-        ("--shard params with kto", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
-                                     "--recipe", "kto", "--shard", "params", "-o", os.path.join(d, "p.sdp")],
-         ["--recipe kto does not take --shard params"]),
     ]
     for name, cmd, needles in cases:
         problems, line = clean_error_problems(cmd, needles, no_files=[os.path.join(d, "p.sdp")])

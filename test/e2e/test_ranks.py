@@ -54,7 +54,9 @@ def dpo_runs(sdc, sdrun, onnx_path, tmp):
     lora = ["--peft", "lora", "--target-modules", "qkv,proj"]
     for name, flags in {"dpo_lora": lora + ["--recipe", "dpo"],
                         "dpo_full": ["--peft", "none", "--recipe", "dpo"],
-                        "dpo_full_zero2": ["--peft", "none", "--shard", "grads", "--recipe", "dpo"]}.items():
+                        "dpo_full_zero2": ["--peft", "none", "--shard", "grads", "--recipe", "dpo"],
+                        "dpo_full_fsdp": ["--peft", "none", "--shard", "params", "--recipe", "dpo"],
+                        "dpo_lora_fsdp": lora + ["--shard", "params", "--recipe", "dpo"]}.items():
         plans[name] = os.path.join(tmp, name + ".sdp")
         sh([sdc, "compile", onnx_path, *flags, "--shapes", f"input_ids={2 * GLOBAL_BATCH}x{SEQ}",
             "--adam-epsilon", "1e-6", "-o", plans[name]])
@@ -62,6 +64,17 @@ def dpo_runs(sdc, sdrun, onnx_path, tmp):
     equal_runs(runner, "DPO, LoRA (pairs)", plans["dpo_lora"])
     equal_runs(runner, "--shard grads, DPO, full fine-tuning (pairs), against the unsharded plan",
                plans["dpo_full_zero2"], reference=plans["dpo_full"], ranks=(2,))
+    # FSDP: the reference copies split by rows as their parameters are.
+    equal_runs(runner, "--shard params, DPO, full fine-tuning (reference copies split by rows), against the unsharded "
+               "plan", plans["dpo_full_fsdp"], reference=plans["dpo_full"], ranks=(2, 3))
+    equal_runs(runner, "--shard params, DPO, LoRA, against the unsharded plan", plans["dpo_lora_fsdp"],
+               reference=plans["dpo_lora"], ranks=(2,))
+    # From a trained adapter, each rank's rows of the copies take the adapter's rows: the policy starts as the reference.
+    adapter = os.path.join(tmp, "dpo_adapter")
+    runner.train(plans["dpo_lora"], 1, extra=["--save-adapter", adapter])
+    losses, _, _ = runner.train(plans["dpo_lora_fsdp"], 2, extra=["--adapter", adapter])
+    check("--shard params, DPO from a trained adapter on 2 ranks: the first loss is log 2 (each rank's reference rows "
+          "refreshed from the adapter's)", abs(losses[0] - np.log(2)) <= 1e-6, f"first loss {losses[0]!r}")
     # KTO: each rank estimates KL from its own micro-batch (TRL averages the
     # estimate over ranks), so 2 ranks are not 1 rank on the global batch; the
     # ranks stay replicas of each other (--verify-replicas) and train.

@@ -569,10 +569,6 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail(recipe + " trains without dropout, as TRL's preference trainers do (disable_dropout): drop "
                 "--lora-dropout"),
            2;
-  if ((a.pipeline.recipe == "dpo" || a.pipeline.recipe == "kto") && a.pipeline.shard == "params")
-    return fail(recipe + " does not take --shard params yet (the reference copies are not split by rows); use "
-                "--shard grads or optimizer"),
-           2;
   bool kvFlags = a.pipeline.kvBatch != 0 || a.pipeline.prefillChunk != 0;
   if (kvFlags && a.pipeline.kvCache == 0) return fail("--kv-batch and --prefill-chunk need --kv-cache MAX_LENGTH"), 2;
   if (a.pipeline.prefillChunk > a.pipeline.kvCache && a.pipeline.kvCache > 0)
