@@ -102,8 +102,14 @@ static bool staticInputs(mlir::ModuleOp module) {
 static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req) {
   int64_t trainable = 0, total = 0;
   std::vector<std::string> names;
+  int64_t quantized = 0; // values stored as NF4 codes (two a byte)
   for (auto g : module.getOps<ir::GlobalOp>()) {
     auto t = mlir::cast<mlir::RankedTensorType>(g.getType());
+    if (g.getSymName().ends_with(".nf4") && t.getElementType().isUnsignedInteger(8)) {
+      quantized += 2 * t.getNumElements();
+      continue;
+    }
+    if (g.getSymName().ends_with(".nf4_absmax")) continue; // the codes' scales, not weights
     // Weights only: a dry run that reached the training entries also holds
     // gradients and optimizer state.
     if (!mlir::isa<mlir::FloatType>(t.getElementType()) || (g.getRole() != "trainable" && g.getRole() != "frozen"))
@@ -165,10 +171,17 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     out += "full fine-tuning of " + std::to_string(names.size()) + " weights:\n";
     for (auto &n : names) out += "  " + n + "\n";
   }
-  char buf[160];
+  total += quantized;
+  char buf[240];
   std::snprintf(buf, sizeof buf, "trainable parameters: %lld of %lld (%.4f%%)\n", (long long)trainable,
                 (long long)total, total ? 100.0 * double(trainable) / double(total) : 0.0);
-  return out + buf;
+  out += buf;
+  if (quantized) {
+    std::snprintf(buf, sizeof buf, "NF4 (--quantize nf4): %lld frozen weight values in 4-bit codes, %.1f MB instead of %.1f\n",
+                  (long long)quantized, double(quantized) * 4.5 / 8 / 1e6, double(quantized) * 4 / 1e6);
+    out += buf;
+  }
+  return out;
 }
 
 // What an exporter's optimizer did to a model trained in full:

@@ -61,6 +61,8 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   } else if (opts.training()) {
     pm.addPass(createMarkTrainable(MarkTrainableOptions{opts.trainable, opts.freeze}));
   }
+  // QLoRA: the base weights the adapters left frozen, as NF4 codes.
+  if (opts.quantize == "nf4") pm.addPass(createQuantizeNf4());
 }
 
 void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
@@ -149,6 +151,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     if (opts.groupUpdates) pm.addPass(createGroupUpdates());
     pm.addPass(createPropagateShapes());
   }
+  // Once the backward reads the weights too: a dequantization per reader.
+  if (opts.quantize == "nf4") pm.addPass(createRematerializeDequant());
   pm.addPass(createFoldConvAffine());
   pm.addPass(createFuseHardSwish());
   pm.addPass(createFuseConvEpilogue());

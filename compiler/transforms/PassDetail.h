@@ -73,6 +73,9 @@ bool isLastAxisMean(sd::ir::ReduceMeanOp m);
 // gradient flows through (PyTorch's .detach(); DoRA's weight norm, KTO's KL
 // estimate). sd-autodiff treats what it computes as constant.
 constexpr const char *kDetachedAttr = "sd.detached";
+// On the last op of a weight's dequantization (sd-quantize-nf4), naming the
+// weight: sd-rematerialize-dequant repeats the chain before each reader.
+constexpr const char *kDequantizedAttr = "sd.dequantized";
 // A regex that must match a whole name (Python's re.fullmatch, as PEFT uses),
 // built on llvm::Regex (POSIX ERE) with the common Perl classes \d \w \s
 // translated. Returns false with `error` set on a bad pattern.

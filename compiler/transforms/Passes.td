@@ -200,6 +200,29 @@ def PeftLokr : Pass<"sd-peft-lokr", "mlir::ModuleOp"> {
   ];
 }
 
+def QuantizeNf4 : Pass<"sd-quantize-nf4", "mlir::ModuleOp"> {
+  let summary = "Store the frozen weights of the linear layers (not the head) as bitsandbytes' NF4 codes, dequantized where read";
+  let description = [{
+    Every linear layer but the output head whose weight is a frozen f32
+    global of a multiple of 64 values: the weight becomes `<w>.nf4` (u8, two
+    4-bit codes a byte) and `<w>.nf4_absmax` (f32, one per block of 64), as
+    bitsandbytes' quantize_4bit (nf4) makes them bit for bit, and each load
+    of it a dequantization (BitShift, BitwiseAnd, Gather from the NF4 table,
+    Mul by the block's absmax) marked `sd.dequantized`. Records the count in
+    `sd.quantized_nf4`.
+  }];
+}
+
+def RematerializeDequant : Pass<"sd-rematerialize-dequant", "mlir::ModuleOp"> {
+  let summary = "Repeat each weight's dequantization just before each op that reads it";
+  let description = [{
+    For every chain sd-quantize-nf4 built (its last op `sd.dequantized`),
+    each reader gets its own copy of the chain placed just before it, so no
+    dequantized weight stays alive between ops (the backward dequantizes
+    again instead of keeping the forward's copy).
+  }];
+}
+
 def PeftVera : Pass<"sd-peft-vera", "mlir::ModuleOp"> {
   let summary = "VeRA: one shared frozen random pair of projections, trained scaling vectors per sd.linear";
   let description = [{

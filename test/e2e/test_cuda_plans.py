@@ -134,7 +134,7 @@ def llama_plans(sdc, folder, tokens):
     rotary, SwiGLU; the attention mask one Where shared by every layer),
     LoRA on q/k/v/o in f32 and bf16, full fine-tuning in bf16 (its rotary,
     SwiGLU and cross-entropy on bf16 values: sd-half-elementwise), DoRA in
-    bf16, IA3, LoHa, LoKr and VeRA, DPO (LoRA, bf16) on preference pairs and
+    bf16, IA3, LoHa, LoKr and VeRA, QLoRA (NF4 base weights), DPO (LoRA, bf16) on preference pairs and
     KTO (LoRA) on unpaired examples."""
     import torch
     import transformers
@@ -158,7 +158,9 @@ def llama_plans(sdc, folder, tokens):
                         # r 2: W2 a rank-2 product, W1 whole; ΔW their Kronecker product (a 4-D broadcast Mul).
                         ("llama-lokr", ["--peft", "lokr", "--target-modules", "q_proj,v_proj,down_proj", "--lora-r",
                                         "2"]),
-                        ("llama-vera", ["--peft", "vera", "--target-modules", "q_proj,v_proj", "--lora-r", "16"])):
+                        ("llama-vera", ["--peft", "vera", "--target-modules", "q_proj,v_proj", "--lora-r", "16"]),
+                        # QLoRA: every weight but the head NF4, dequantized before each reader.
+                        ("llama-qlora", lora + ["--quantize", "nf4"])):
         plan = os.path.join(folder, f"{kind}.sdp")
         sh([sdc, "compile", onnx_path, *flags, "--shapes", "input_ids=2x8", "-o", plan])
         out.append(PlanKind(kind, plan, True, "input_ids", tokens, HALF_TOLERANCES if "bf16" in kind else None))

@@ -51,6 +51,10 @@ const char *kUsage =
     "                           output, or its input for --feedforward-modules (PEFT's IA3)\n"
     "  --peft loha              LoHa: ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha/r added to each\n"
     "                           --target-modules layer (PEFT's LoHa; --lora-r, --lora-alpha)\n"
+    "  --quantize nf4           QLoRA: the frozen weight of every linear layer but the head\n"
+    "                           stored as 4-bit NormalFloat (bitsandbytes' NF4, blocks of 64,\n"
+    "                           bit for bit), dequantized where each op reads it; with an\n"
+    "                           adapter method (--peft lora, ia3, loha, lokr, vera)\n"
     "  --peft lokr              LoKr: ΔW = (W1 ⊗ W2) · alpha/r added to each --target-modules\n"
     "                           layer, W1 [a, c] and W2 [b, d] for out = a·b, in = c·d, W2 a\n"
     "                           rank-r product when r < max(b, d)/2 (PEFT's LoKr; --lora-r,\n"
@@ -347,6 +351,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (v.empty() || *end || !(d >= 0 && d < 1e6)) return fail(flag + " needs a non-negative number"), 2;
       if (flag == "--lora-dropout" && !(d < 1)) return fail("--lora-dropout must be below 1"), 2;
       (flag == "--lora-alpha" ? a.pipeline.loraAlpha : a.pipeline.loraDropout) = d;
+    } else if (flag == "--quantize") {
+      if (!value(a.pipeline.quantize) || a.pipeline.quantize != "nf4") return fail("--quantize takes 'nf4'"), 2;
     } else if (arg == "--decompose-both") {
       a.pipeline.decomposeBoth = true;
       lokrGiven = true;
@@ -513,6 +519,10 @@ int parseArgs(int argc, char **argv, Args &a) {
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr or vera"), 2;
   if (lokrGiven && a.pipeline.peft != "lokr") return fail("--decompose-both and --decompose-factor need --peft lokr"), 2;
+  if (!a.pipeline.quantize.empty() && (a.pipeline.peft.empty() || a.pipeline.peft == "none" || a.pipeline.peft == "osft"))
+    return fail("--quantize nf4 quantizes the frozen base weights under adapters: it needs --peft lora, ia3, loha, lokr "
+                "or vera" + std::string(a.pipeline.peft == "osft" ? " (OSFT trains part of each weight itself)" : "")),
+           2;
   if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
     return fail("--feedforward-modules needs --peft ia3"), 2;
   if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;

@@ -1,0 +1,159 @@
+// sd-quantize-nf4 (sdc compile --quantize nf4, QLoRA's base weights): the
+// frozen weight of every linear layer but the output head is stored as 4-bit
+// NormalFloat codes, bitsandbytes' NF4 with blocks of 64 (quantize_4bit),
+// and read through a dequantization at each load: `<w>.nf4` [n/2] u8 (two
+// codes a byte, the first in the high half) and `<w>.nf4_absmax` [n/64] f32.
+// The codes and scales are bitsandbytes' to the bit: each block's absmax, the
+// values times its reciprocal clamped to [-1, 1], each given the code whose
+// interval between the table's midpoints holds it (a midpoint itself going
+// down), so a layer computes with exactly the weights PEFT's QLoRA does.
+//
+// The dequantization is existing ops (BitShift, BitwiseAnd, Concat, Cast,
+// Gather from the 16-value table, Mul by the block's absmax); the weight is
+// quantized as PyTorch stores it, [out, in], and a layer that stores [in, out]
+// gets a Transpose after. sd-rematerialize-dequant later gives each reader
+// its own dequantization just before it, so no whole f32 weight outlives the
+// op that reads it (the backward dequantizes again).
+#include "GlobalData.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "vjp/GradBuilder.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
+#include <algorithm>
+#include <cmath>
+
+namespace sd {
+#define GEN_PASS_DEF_QUANTIZENF4
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+constexpr int64_t kBlock = 64; // bitsandbytes' default blocksize, and QLoRA's
+// bitsandbytes' NF4 code values (float32), ascending.
+constexpr float kNf4[16] = {-1.0f,
+                            -0.6961928009986877f,
+                            -0.5250730514526367f,
+                            -0.39491748809814453f,
+                            -0.28444138169288635f,
+                            -0.18477343022823334f,
+                            -0.09105003625154495f,
+                            0.0f,
+                            0.07958029955625534f,
+                            0.16093020141124725f,
+                            0.24611230194568634f,
+                            0.33791524171829224f,
+                            0.44070982933044434f,
+                            0.5626170039176941f,
+                            0.7229568362236023f,
+                            1.0f};
+
+// bitsandbytes' quantize_4bit (nf4) of `w`, n a multiple of the block:
+// packed codes and each block's absmax.
+void quantize(ArrayRef<float> w, std::vector<uint8_t> &packed, std::vector<float> &absmax) {
+  float bounds[15];
+  for (int i = 0; i < 15; ++i) bounds[i] = (kNf4[i] + kNf4[i + 1]) / 2.0f; // float32, as torch computes them
+  std::vector<uint8_t> codes(w.size());
+  absmax.assign(w.size() / kBlock, 0.0f);
+  for (size_t b = 0; b < absmax.size(); ++b) {
+    float m = 0;
+    for (int64_t i = 0; i < kBlock; ++i) m = std::max(m, std::fabs(w[b * kBlock + size_t(i)]));
+    absmax[b] = m;
+    const float inv = 1.0f / std::max(m, 1e-38f);
+    for (int64_t i = 0; i < kBlock; ++i) {
+      const float scaled = std::clamp(w[b * kBlock + size_t(i)] * inv, -1.0f, 1.0f);
+      // torch.bucketize (right=False): the number of bounds strictly below the value.
+      codes[b * kBlock + size_t(i)] = uint8_t(std::lower_bound(bounds, bounds + 15, scaled) - bounds);
+    }
+  }
+  packed.resize(codes.size() / 2);
+  for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(codes[2 * i] << 4 | codes[2 * i + 1]);
+}
+
+struct QuantizeNf4Pass : sd::impl::QuantizeNf4Base<QuantizeNf4Pass> {
+  using QuantizeNf4Base::QuantizeNf4Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    SmallVector<LinearOp> linears;
+    if (failed(sd::selectTargetLinears(module, "all-linear", "--quantize", linears))) return signalPassFailure();
+    // Each weight once, with the layout its layers read it in.
+    llvm::MapVector<Operation *, bool> weights; // global -> stored [in, out]
+    for (LinearOp l : linears) {
+      GlobalOp g = sd::frozenGlobalOf(l.getWeight());
+      auto t = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
+      if (!g || g.getRole() != "frozen" || !t || t.getRank() != 2 || !t.getElementType().isF32() ||
+          t.getNumElements() % kBlock || sd::floatsOf(g).empty())
+        continue;
+      bool inOut = l.getLayout() == "io";
+      auto [it, added] = weights.insert({g.getOperation(), inOut});
+      if (!added && it->second != inOut) weights.erase(g.getOperation()); // read in both layouts: left as it is
+    }
+    int64_t count = 0;
+    for (auto &[g, inOut] : weights) {
+      if (failed(quantizeWeight(module, cast<GlobalOp>(g), inOut))) return signalPassFailure();
+      ++count;
+    }
+    module->setAttr("sd.quantized_nf4", Builder(module.getContext()).getI64IntegerAttr(count));
+  }
+
+  LogicalResult quantizeWeight(ModuleOp module, GlobalOp g, bool inOut) {
+    auto t = cast<RankedTensorType>(g.getType());
+    int64_t rows = t.getDimSize(0), cols = t.getDimSize(1);
+    ArrayRef<float> stored = sd::floatsOf(g);
+    // PyTorch's [out, in]: a weight stored [in, out] is transposed first.
+    std::vector<float> w(stored.begin(), stored.end());
+    if (inOut)
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t c = 0; c < cols; ++c) w[size_t(c * rows + r)] = stored[size_t(r * cols + c)];
+    std::vector<uint8_t> packed;
+    std::vector<float> absmax;
+    quantize(w, packed, absmax);
+    std::string name = g.getSymName().str();
+    MLIRContext *ctx = module.getContext();
+    auto codesType = RankedTensorType::get({int64_t(packed.size())}, IntegerType::get(ctx, 8, IntegerType::Unsigned));
+    auto blob = HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<uint8_t>(packed));
+    GlobalOp codes = sd::getOrCreateGlobal(module, name + ".nf4", codesType, "frozen",
+                                           DenseResourceElementsAttr::get(codesType, name + ".nf4", std::move(blob)));
+    GlobalOp scales = sd::createFloatGlobal(module, name + ".nf4_absmax", {int64_t(absmax.size())}, "frozen", &absmax);
+    SmallVector<GlobalLoadOp> loads;
+    module.walk([&](GlobalLoadOp l) {
+      if (l.getGlobal() == g.getSymName()) loads.push_back(l);
+    });
+    for (GlobalLoadOp l : loads) {
+      OpBuilder b(l);
+      GradBuilder gb(b, l.getLoc());
+      Value q = b.create<GlobalLoadOp>(l.getLoc(), codes.getType(), codes.getSymName());
+      Value s = b.create<GlobalLoadOp>(l.getLoc(), scales.getType(), scales.getSymName());
+      Value out = dequantize(gb, q, s, inOut ? cols : rows, inOut ? rows : cols);
+      if (inOut) out = gb.transpose(out, {1, 0});
+      if (gb.failed()) return failure();
+      out.getDefiningOp()->setAttr(sd::kDequantizedAttr, g.getSymNameAttr());
+      l.getResult().replaceAllUsesWith(out);
+      l.erase();
+    }
+    g.erase();
+    return success();
+  }
+
+  // codes [n/2] u8, absmax [n/64] f32 -> [out, in] f32: table[code] * absmax of its block.
+  static Value dequantize(GradBuilder &g, Value codes, Value absmax, int64_t out, int64_t in) {
+    OpBuilder &b = g.builder();
+    Type u8 = IntegerType::get(b.getContext(), 8, IntegerType::Unsigned);
+    int64_t n = out * in, bytes = n / 2;
+    Value high = g.make<BitShiftOp>({codes, g.scalar(u8, 4)}, {b.getNamedAttr("direction", b.getStringAttr("RIGHT"))});
+    Value low = g.make<BitwiseAndOp>({codes, g.scalar(u8, 15)});
+    Value pairs = g.make<ConcatOp>({g.reshape(high, {bytes, 1}), g.reshape(low, {bytes, 1})}, {g.attr("axis", 1)});
+    Value index = g.castTo(g.reshape(pairs, {n}), b.getI32Type()); // int32: half the transient of int64
+    auto tableType = RankedTensorType::get({16}, b.getF32Type());
+    Value table = b.create<ConstantOp>(g.loc(), tableType, DenseElementsAttr::get(tableType, ArrayRef<float>(kNf4)));
+    Value values = g.make<GatherOp>({table, index}, {g.attr("axis", 0)});
+    Value scaled = g.mul(g.reshape(values, {n / kBlock, kBlock}), g.reshape(absmax, {n / kBlock, 1}));
+    return g.reshape(scaled, {out, in});
+  }
+};
+
+} // namespace
