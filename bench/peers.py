@@ -290,7 +290,8 @@ def training_rows(a, tmp):
 def versions():
     import importlib.metadata as md
     v = {}
-    for p in ("onnxruntime", "torch", "peft", "transformers", "trl", "iree-base-compiler", "iree-base-runtime", "numpy"):
+    for p in ("onnxruntime", "torch", "peft", "transformers", "trl", "bitsandbytes", "iree-base-compiler",
+              "iree-base-runtime", "numpy"):
         try:
             v[p] = md.version(p)
         except md.PackageNotFoundError:

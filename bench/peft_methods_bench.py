@@ -62,18 +62,24 @@ def peft_model(method):
 
 def peft_child(method, threads, iterations):
     """PyTorch eager + PEFT: the median ms of one AdamW step, as JSON."""
+    import torch
+    torch.set_num_threads(threads)
+    print(json.dumps({"median_ms": causal_lm_step_ms(peft_model(method), iterations)}))
+
+
+def causal_lm_step_ms(model, iterations):
+    """The median ms of one AdamW step of `model`'s trainable parameters on
+    the shifted cross-entropy of a random batch."""
     import numpy as np
     import torch
     import torch.nn.functional as F
-    torch.set_num_threads(threads)
-    model = peft_model(method)
     opt = torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=1e-4)
     ids = torch.tensor(np.random.default_rng(0).integers(0, VOCAB, (BATCH, SEQ)))
 
     def loss():
         logits = model(input_ids=ids).logits
         return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-    print(json.dumps({"median_ms": optimizer_step_ms(loss, opt, iterations)}))
+    return optimizer_step_ms(loss, opt, iterations)
 
 
 def main():

@@ -8,8 +8,9 @@
 // interval between the table's midpoints holds it (a midpoint itself going
 // down), so a layer computes with exactly the weights PEFT's QLoRA does.
 //
-// The dequantization is existing ops (BitShift, BitwiseAnd, Concat, Cast,
-// Gather from the 16-value table, Mul by the block's absmax); the weight is
+// The dequantization is existing ops (a broadcast BitShift and a BitwiseAnd
+// for both codes of each byte, Cast, Gather from the 16-value table, Mul by
+// the block's absmax); the weight is
 // quantized as PyTorch stores it, [out, in], and a layer that stores [in, out]
 // gets a Transpose after. sd-rematerialize-dequant later gives each reader
 // its own dequantization just before it, so no whole f32 weight outlives the
@@ -144,9 +145,14 @@ struct QuantizeNf4Pass : sd::impl::QuantizeNf4Base<QuantizeNf4Pass> {
     OpBuilder &b = g.builder();
     Type u8 = IntegerType::get(b.getContext(), 8, IntegerType::Unsigned);
     int64_t n = out * in, bytes = n / 2;
-    Value high = g.make<BitShiftOp>({codes, g.scalar(u8, 4)}, {b.getNamedAttr("direction", b.getStringAttr("RIGHT"))});
-    Value low = g.make<BitwiseAndOp>({codes, g.scalar(u8, 15)});
-    Value pairs = g.make<ConcatOp>({g.reshape(high, {bytes, 1}), g.reshape(low, {bytes, 1})}, {g.attr("axis", 1)});
+    // Each byte [bytes, 1] shifted right by [4, 0] (broadcast) and masked: its
+    // two codes side by side, [bytes, 2], high half first.
+    auto shiftsType = RankedTensorType::get({1, 2}, u8);
+    Value shifts = b.create<ConstantOp>(g.loc(), shiftsType,
+                                        DenseElementsAttr::get(shiftsType, ArrayRef<uint8_t>{uint8_t(4), uint8_t(0)}));
+    Value shifted = g.make<BitShiftOp>({g.reshape(codes, {bytes, 1}), shifts},
+                                       {b.getNamedAttr("direction", b.getStringAttr("RIGHT"))});
+    Value pairs = g.make<BitwiseAndOp>({shifted, g.scalar(u8, 15)});
     Value index = g.castTo(g.reshape(pairs, {n}), b.getI32Type()); // int32: half the transient of int64
     auto tableType = RankedTensorType::get({16}, b.getF32Type());
     Value table = b.create<ConstantOp>(g.loc(), tableType, DenseElementsAttr::get(tableType, ArrayRef<float>(kNf4)));

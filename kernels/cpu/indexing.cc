@@ -2,6 +2,7 @@
 // ScatterElements, ScatterND, TensorScatter, OneHot, TopK. Every index is
 // bounds-checked.
 #include "cpu_util.h"
+#include <atomic>
 #include <algorithm>
 #include <numeric>
 
@@ -19,12 +20,40 @@ Status loadIndices(const TensorView &t, int64_t dim, std::vector<int64_t> &out, 
   return Status::ok();
 }
 
+// Gather of single 4-byte elements from a 1-D table by int32 indices (a
+// lookup table such as NF4's, per weight value): read in place, each checked,
+// without widening every index to int64 first.
+Status gatherElements32(const KernelContext &c, int64_t dim) {
+  const TensorView &x = c.inputs[0], &ind = c.inputs[1], &o = c.outputs[0];
+  const int64_t n = ind.numElements();
+  SD_CHECK_ARG(n == o.numElements(), "Gather output size mismatch");
+  const uint32_t *table = x.as<uint32_t>();
+  const int32_t *idx = ind.as<int32_t>();
+  uint32_t *out = o.as<uint32_t>();
+  std::atomic<int64_t> bad{-1};
+  parallelFor(c.pool, n, 16384, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) {
+      int64_t v = idx[i] < 0 ? int64_t(idx[i]) + dim : int64_t(idx[i]);
+      if (v < 0 || v >= dim) {
+        bad.store(i);
+        return;
+      }
+      out[i] = table[v];
+    }
+  });
+  if (int64_t i = bad.load(); i >= 0)
+    return sdError("Gather index ", idx[i], " out of range [", -dim, ", ", dim, ")");
+  return Status::ok();
+}
+
 Status GatherKernel(const KernelContext &c) {
   const TensorView &x = c.inputs[0], &o = c.outputs[0];
   int64_t axis = c.attrs.getInt("axis", 0);
   if (axis < 0) axis += x.rank();
   AxisExtent ext = extentAround(x.dims, axis);
   int64_t outer = ext.outer, dim = ext.len, inner = ext.inner;
+  if (outer == 1 && inner == 1 && dtypeSize(x.dtype) == 4 && c.inputs[1].dtype == DType::I32)
+    return gatherElements32(c, dim);
   std::vector<int64_t> idx;
   SD_RETURN_IF_ERROR(loadIndices(c.inputs[1], dim, idx, "Gather"));
   int64_t ni = int64_t(idx.size());

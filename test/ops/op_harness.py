@@ -688,6 +688,11 @@ CASES["Gather"] = [Case(lambda t, r: [rand(r, (5, 3), t), i64(4, 0, -1, 2)], att
                         label="axis 1, 2-D indices")]
 CASES["Gather"].append(Case(lambda t, r: [rand(r, (4, 3), t), i64(0, 4)], error="out of range",
                            label="index out of range"))
+# Single elements of a 1-D table by int32 indices (NF4's lookup): the CPU's in-place path.
+CASES["Gather"] += [Case(lambda t, r: [rand(r, (16,), t), r.integers(-16, 16, (2, 300)).astype(np.int32)],
+                         attrs={"axis": 0}, label="1-D table, int32 indices"),
+                    Case(lambda t, r: [rand(r, (16,), t), np.array([3, 16, 0], np.int32)], error="out of range",
+                         label="1-D table, int32 index out of range")]
 CASES["GatherElements"] = [Case(lambda t, r: [rand(r, (3, 4), t), r.integers(-4, 4, (3, 2))], attrs={"axis": 1})]
 CASES["GatherND"] = [Case(lambda t, r: [rand(r, (3, 4, 2), t), np.array([[0, 1], [2, 3]], np.int64)]),
                      Case(lambda t, r: [rand(r, (2, 3, 4), t), np.array([[1], [2]], np.int64)],

@@ -7,15 +7,16 @@
 // CHECK-DAG:   sd.global @a.weight.nf4 "frozen" : tensor<64xui8> = dense_resource
 // CHECK-DAG:   sd.global @a.weight.nf4_absmax "frozen" : tensor<2xf32> = dense_resource
 // CHECK-NOT:   sd.global @a.weight "frozen"
-// Each load a dequantization: the high and low halves of each byte, the
-// table's values, times each block's absmax (here already [2, 64]).
+// Each load a dequantization: the high and low halves of each byte (a shift
+// by [4, 0] broadcast over the bytes, then a mask), the table's values, times each block's absmax (here already [2, 64]).
 // CHECK-LABEL: func.func @infer
 // CHECK:       %[[Q:.*]] = sd.global_load @a.weight.nf4
 // CHECK:       %[[S:.*]] = sd.global_load @a.weight.nf4_absmax
-// CHECK:       sd.bit_shift %[[Q]], %{{.*}} {direction = "RIGHT"}
-// CHECK:       sd.bitwise_and %[[Q]]
-// CHECK:       sd.concat
-// CHECK:       sd.cast
+// CHECK:       %[[SH:.*]] = sd.constant dense<{{\[\[}}4, 0]]> : tensor<1x2xui8>
+// CHECK:       %[[B:.*]] = sd.reshape %[[Q]], %{{.*}} -> tensor<64x1xui8>
+// CHECK:       %[[P:.*]] = sd.bit_shift %[[B]], %[[SH]] {direction = "RIGHT"} {{.*}} -> tensor<64x2xui8>
+// CHECK:       sd.bitwise_and %[[P]]
+// CHECK:       sd.cast {{.*}} -> tensor<128xi32>
 // CHECK:       sd.gather
 // CHECK:       %[[W:.*]] = sd.mul {{.*}} {sd.dequantized = "a.weight"} {{.*}} -> tensor<2x64xf32>
 // CHECK:       sd.linear %{{.*}}, %[[W]], %{{.*}} {layout = "oi", module = "a"}
