@@ -20,6 +20,8 @@
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "mlir/IR/DialectResourceBlobManager.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/MapVector.h"
 #include <algorithm>
 #include <cmath>
 
@@ -83,6 +85,7 @@ struct QuantizeNf4Pass : sd::impl::QuantizeNf4Base<QuantizeNf4Pass> {
     if (failed(sd::selectTargetLinears(module, "all-linear", "--quantize", linears))) return signalPassFailure();
     // Each weight once, with the layout its layers read it in.
     llvm::MapVector<Operation *, bool> weights; // global -> stored [in, out]
+    llvm::DenseSet<Operation *> mixed;          // read in both layouts: left as they are
     for (LinearOp l : linears) {
       GlobalOp g = sd::frozenGlobalOf(l.getWeight());
       auto t = g ? dyn_cast<RankedTensorType>(g.getType()) : RankedTensorType();
@@ -91,8 +94,9 @@ struct QuantizeNf4Pass : sd::impl::QuantizeNf4Base<QuantizeNf4Pass> {
         continue;
       bool inOut = l.getLayout() == "io";
       auto [it, added] = weights.insert({g.getOperation(), inOut});
-      if (!added && it->second != inOut) weights.erase(g.getOperation()); // read in both layouts: left as it is
+      if (!added && it->second != inOut) mixed.insert(g.getOperation());
     }
+    for (Operation *g : mixed) weights.erase(g);
     int64_t count = 0;
     for (auto &[g, inOut] : weights) {
       if (failed(quantizeWeight(module, cast<GlobalOp>(g), inOut))) return signalPassFailure();
