@@ -90,6 +90,10 @@ ArrayRef<float> sd::floatsOf(sd::ir::GlobalOp g) {
   return ArrayRef<float>(reinterpret_cast<const float *>(raw.data()), raw.size() / sizeof(float));
 }
 
+std::vector<float> sd::kaimingUniform(int64_t rows, int64_t cols, std::mt19937_64 &rng) {
+  return uniformFloats(size_t(rows * cols), 1.0 / std::sqrt(double(cols)), rng);
+}
+
 std::vector<float> sd::uniformFloats(size_t n, double bound, std::mt19937_64 &rng) {
   std::uniform_real_distribution<double> d(-bound, bound);
   std::vector<float> v(n);

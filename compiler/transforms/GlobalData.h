@@ -17,6 +17,8 @@ sd::ir::GlobalOp createFloatGlobal(mlir::ModuleOp module, llvm::StringRef name, 
 // `n` values drawn from U(-bound, bound) in order: nn.Linear's and PEFT's
 // kaiming_uniform_(a=sqrt(5)) of a [rows, cols] weight is bound 1/sqrt(cols).
 std::vector<float> uniformFloats(size_t n, double bound, std::mt19937_64 &rng);
+// PEFT's kaiming_uniform_(a=sqrt(5)) of a [rows, cols] factor: uniformFloats with bound 1/sqrt(cols).
+std::vector<float> kaimingUniform(int64_t rows, int64_t cols, std::mt19937_64 &rng);
 // PyTorch's Tensor.uniform_(-bound, bound, generator) on the CPU for f32, with
 // `gen` a torch.Generator's mt19937 (manual_seed(k) is std::mt19937(k)): 24
 // random bits of each 32-bit draw, in order. PEFT's VeRA projections.

@@ -46,18 +46,14 @@ struct PeftLohaPass : sd::impl::PeftLohaBase<PeftLohaPass> {
                                }));
   }
 
-  // PEFT's kaiming_uniform_(a=sqrt(5)) of a [rows, cols] factor.
-  static std::vector<float> kaimingUniform(int64_t rows, int64_t cols, std::mt19937_64 &rng) {
-    return sd::uniformFloats(size_t(rows * cols), 1.0 / std::sqrt(double(cols)), rng);
-  }
 
   LogicalResult adapt(ModuleOp module, LinearOp l, std::mt19937_64 &rng) {
     auto wt = cast<RankedTensorType>(l.getWeight().getType());
     if (!wt.getElementType().isF32()) return l.emitError("LoHa on non-f32 weights is not supported yet");
     auto [in, out] = sd::linearInOut(l);
     std::string m = l.getModule().str();
-    std::vector<float> w1a = kaimingUniform(out, rank, rng), w1b = kaimingUniform(rank, in, rng),
-                       w2a = kaimingUniform(out, rank, rng);
+    std::vector<float> w1a = sd::kaimingUniform(out, rank, rng), w1b = sd::kaimingUniform(rank, in, rng),
+                       w2a = sd::kaimingUniform(out, rank, rng);
     GlobalOp g1a = sd::createFloatGlobal(module, m + ".hada_w1_a", {out, rank}, "trainable", &w1a);
     GlobalOp g1b = sd::createFloatGlobal(module, m + ".hada_w1_b", {rank, in}, "trainable", &w1b);
     GlobalOp g2a = sd::createFloatGlobal(module, m + ".hada_w2_a", {out, rank}, "trainable", &w2a);

@@ -78,10 +78,6 @@ struct PeftLokrPass : sd::impl::PeftLokrBase<PeftLokrPass> {
                                }));
   }
 
-  // PEFT's kaiming_uniform_(a=sqrt(5)) of a [rows, cols] factor.
-  static std::vector<float> kaimingUniform(int64_t rows, int64_t cols, std::mt19937_64 &rng) {
-    return sd::uniformFloats(size_t(rows * cols), 1.0 / std::sqrt(double(cols)), rng);
-  }
 
   // One Kronecker factor [rows, cols]: whole (`name`) or, when `decompose`,
   // `name`_a [rows, r] times `name`_b [r, cols]. PEFT's default init: W1 (its
@@ -92,13 +88,13 @@ struct PeftLokrPass : sd::impl::PeftLokrBase<PeftLokrPass> {
     std::string m = name.substr(0, name.rfind(".lokr_"));
     auto note = [&](const std::string &global) { suffixes += (suffixes.empty() ? "" : ",") + global.substr(m.size() + 1); };
     if (!decompose) {
-      std::vector<float> init = zero ? std::vector<float>() : kaimingUniform(rows, cols, rng);
+      std::vector<float> init = zero ? std::vector<float>() : sd::kaimingUniform(rows, cols, rng);
       GlobalOp w = sd::createFloatGlobal(module, name, {rows, cols}, "trainable", zero ? nullptr : &init);
       note(name);
       return load(w);
     }
-    std::vector<float> initA = zero ? std::vector<float>() : kaimingUniform(rows, rank, rng),
-                       initB = kaimingUniform(rank, cols, rng);
+    std::vector<float> initA = zero ? std::vector<float>() : sd::kaimingUniform(rows, rank, rng),
+                       initB = sd::kaimingUniform(rank, cols, rng);
     GlobalOp wa = sd::createFloatGlobal(module, name + "_a", {rows, rank}, "trainable", zero ? nullptr : &initA);
     GlobalOp wb = sd::createFloatGlobal(module, name + "_b", {rank, cols}, "trainable", &initB);
     note(name + "_a");

@@ -75,7 +75,7 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       std::normal_distribution<double> d(0.0, 1.0 / double(rank));
       for (int64_t i = 0; i < rank * in; ++i) a.push_back(float(d(rng)));
     } else {
-      a = sd::uniformFloats(size_t(rank * in), 1.0 / std::sqrt(double(in)), rng);
+      a = sd::kaimingUniform(rank, in, rng);
     }
     Type f32 = Float32Type::get(module.getContext());
     if (wt.getElementType() != f32) return l.emitError("LoRA on non-f32 weights is not supported yet");
