@@ -305,9 +305,6 @@ bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
   return true;
 }
 
-// A VeRA adapter: W += (λ_b ⊙ B[:out]) (λ_d ⊙ A[:, :in]), as PEFT's merge;
-// the shared projections from the file, or drawn from projection_prng_key
-// as PEFT draws them when it did not save them.
 // One LoKr factor of a module: whole (parts[whole]) or the product of its
 // rank-r halves (parts[whole + 1] [rows, r] times parts[whole + 2] [r, cols]),
 // in double, with its shape. False (and `error`) when neither form is there
@@ -377,6 +374,9 @@ bool mergeLokrAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
   return true;
 }
 
+// A VeRA adapter: W += (λ_b ⊙ B[:out]) (λ_d ⊙ A[:, :in]), as PEFT's merge;
+// the shared projections from the file, or drawn from projection_prng_key
+// as PEFT draws them when it did not save them.
 bool mergeVeraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
                       std::map<std::string, LinearUse> &linears, std::string &error) {
   const NamedTensor *shared[2] = {nullptr, nullptr};
