@@ -167,16 +167,13 @@ Status refreshReference(Session &s) {
     if (name.compare(0, prefix.size(), prefix) != 0) continue;
     int64_t param = s.findGlobal(name.substr(prefix.size()));
     if (param < 0) return sdError("'", name, "' is the copy of no parameter of the plan");
-    if (s.rowSharded(size_t(param))) { // --shard params: the copy is split as its parameter, so rows to rows
-      if (!s.rowSharded(i)) return sdError("'", name, "' is whole, but its parameter is split by rows");
-      std::vector<uint8_t> rows;
-      SD_RETURN_IF_ERROR(s.readGlobalRows(size_t(param), rows));
-      SD_RETURN_IF_ERROR(s.writeGlobalRows(i, rows.data(), rows.size()));
-      continue;
-    }
-    auto value = s.readGlobal(size_t(param));
-    if (!value.isOk()) return value.status();
-    SD_RETURN_IF_ERROR(s.writeGlobal(i, value.value().data.data(), value.value().data.size()));
+    // Under --shard params the copy is split as its parameter is: this rank's
+    // rows to its rows (the row calls take whole values for unsplit globals).
+    if (s.rowSharded(size_t(param)) != s.rowSharded(i))
+      return sdError("'", name, "' is not split by rows as its parameter is");
+    std::vector<uint8_t> rows;
+    SD_RETURN_IF_ERROR(s.readGlobalRows(size_t(param), rows));
+    SD_RETURN_IF_ERROR(s.writeGlobalRows(i, rows.data(), rows.size()));
   }
   return Status::ok();
 }
