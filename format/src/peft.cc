@@ -165,10 +165,11 @@ StatusOr<LoraConfig> parseIa3Config(const Json &doc, const std::string &path) {
   return c;
 }
 
-// PEFT's LoHaConfig: r and alpha; rank_dropout and module_dropout only
-// steer training. Per-module ranks and the CP form of convolutions are
-// refused (the shapes would not be the plan's).
-StatusOr<LoraConfig> parseLohaConfig(const Json &doc, const std::string &path) {
+// PEFT's LoHaConfig and LoKrConfig (LyCORIS methods, `peft_type`): r and
+// alpha; rank_dropout and module_dropout only steer training. Per-module
+// ranks and the CP form of convolutions are refused (the shapes would not be
+// the plan's).
+StatusOr<LoraConfig> parseLycorisConfig(const Json &doc, const std::string &path, const char *peftType) {
   for (const char *key : {"rank_pattern", "alpha_pattern"})
     if (const Json *v = doc.get(key); v && v->type == Json::Type::Object && !v->obj.empty())
       return sdError(path, ": '", key, "' is set: per-module ranks and alphas are not supported yet");
@@ -176,37 +177,27 @@ StatusOr<LoraConfig> parseLohaConfig(const Json &doc, const std::string &path) {
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": alpha must be a number");
   LoraConfig c;
-  c.peftType = "LOHA";
+  c.peftType = peftType;
   c.r = int64_t(r->num);
   c.alpha = alpha->num;
   SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
   return c;
 }
 
-// PEFT's LoKrConfig: r, alpha, decompose_both and decompose_factor decide
-// the factors' shapes (loading compares them with the plan's);
-// rank_dropout and module_dropout only steer training. Per-module ranks are
-// refused, as for LoHa.
+// PEFT's LoKrConfig: a LyCORIS config whose decompose_both and
+// decompose_factor also decide the factors' shapes (loading compares them
+// with the plan's).
 StatusOr<LoraConfig> parseLokrConfig(const Json &doc, const std::string &path) {
-  for (const char *key : {"rank_pattern", "alpha_pattern"})
-    if (const Json *v = doc.get(key); v && v->type == Json::Type::Object && !v->obj.empty())
-      return sdError(path, ": '", key, "' is set: per-module ranks and alphas are not supported yet");
-  const Json *r = doc.get("r"), *alpha = doc.get("alpha"), *both = doc.get("decompose_both"),
-             *factor = doc.get("decompose_factor");
-  if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
-  if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": alpha must be a number");
+  auto c = parseLycorisConfig(doc, path, "LOKR");
+  if (!c.isOk()) return c;
+  const Json *both = doc.get("decompose_both"), *factor = doc.get("decompose_factor");
   if (both && both->type != Json::Type::Bool && both->type != Json::Type::Null)
     return sdError(path, ": decompose_both must be true or false");
   if (factor && factor->type != Json::Type::Null &&
       (!factor->isInteger() || factor->num == 0 || factor->num < -1 || factor->num > 16777216.0))
     return sdError(path, ": decompose_factor must be a positive integer or -1");
-  LoraConfig c;
-  c.peftType = "LOKR";
-  c.r = int64_t(r->num);
-  c.alpha = alpha->num;
-  c.decomposeBoth = both && both->type == Json::Type::Bool && both->b;
-  c.decomposeFactor = factor && factor->isInteger() ? int64_t(factor->num) : -1;
-  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
+  c.value().decomposeBoth = both && both->type == Json::Type::Bool && both->b;
+  c.value().decomposeFactor = factor && factor->isInteger() ? int64_t(factor->num) : -1;
   return c;
 }
 
@@ -245,7 +236,7 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
              *rs = doc.value().get("use_rslora");
   if (type && type->str == "OSF") return parseOsfConfig(doc.value(), path);
   if (type && type->str == "IA3") return parseIa3Config(doc.value(), path);
-  if (type && type->str == "LOHA") return parseLohaConfig(doc.value(), path);
+  if (type && type->str == "LOHA") return parseLycorisConfig(doc.value(), path, "LOHA");
   if (type && type->str == "LOKR") return parseLokrConfig(doc.value(), path);
   if (type && type->str == "VERA") return parseVeraConfig(doc.value(), path);
   if (!type || type->str != "LORA")
