@@ -151,6 +151,10 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     out += "IA3 on " + std::to_string(mods.size()) + " modules:\n";
     for (auto m : mods.getAsValueRange<mlir::StringAttr>())
       out += "  " + m.str() + (inputSide.count(m.str()) ? "  (feedforward: scales the input)\n" : "  (scales the output)\n");
+  } else if (type && type.getValue() == "PROMPT_TUNING") {
+    auto num = [&](const char *k) { return std::to_string(dict.getAs<mlir::IntegerAttr>(k).getInt()); };
+    out += "prompt tuning: " + num("num_virtual_tokens") + " virtual tokens of " + num("token_dim") +
+           " values before every row (" + dict.getAs<mlir::StringAttr>("prompt_tuning_init").str() + " start)\n";
   } else if (dict) {
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
     char dropout[48] = "";
@@ -301,7 +305,8 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // and full fine-tuning leaves frozen the weights no gradient reaches
     // (rotary tables, masks, a loss's class weights).
     if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
-        req.pipeline.peft != "loha" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && (!req.pipeline.shapes.empty() || staticInputs(*module)))
+        req.pipeline.peft != "loha" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && req.pipeline.peft != "prompt" &&
+        (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
     if (mlir::failed(pm.run(*module))) {
@@ -366,6 +371,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
              : peft.find("\"LOHA\"") != std::string::npos ? "loha"
              : peft.find("\"LOKR\"") != std::string::npos ? "lokr"
              : peft.find("\"VERA\"") != std::string::npos ? "vera"
+             : peft.find("\"PROMPT_TUNING\"") != std::string::npos ? "prompt_tuning"
                                                           : "lora",
              peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));

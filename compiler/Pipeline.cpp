@@ -47,6 +47,13 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     vera.projectionKey = opts.seed;
     vera.dropout = opts.loraDropout;
     pm.addPass(createPeftVera(vera));
+  } else if (opts.peft == "prompt") {
+    PeftPromptOptions prompt;
+    prompt.virtualTokens = opts.virtualTokens;
+    prompt.init = opts.promptInit;
+    prompt.seed = opts.seed;
+    prompt.tokenInput = opts.tokenInput;
+    pm.addPass(createPeftPrompt(prompt));
   } else if (opts.peft == "ia3") {
     PeftIa3Options ia3;
     ia3.targetModules = opts.targetModules;

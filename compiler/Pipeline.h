@@ -14,7 +14,7 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).
-  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera"
+  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera" | "prompt"
   std::string trainable = ".*";  // --peft none: regex over weight names
   std::string freeze;            // --peft none: regex over weight names kept frozen (none when empty)
   std::string targetModules;     // --peft lora
@@ -25,6 +25,8 @@ struct PipelineOptions {
   std::string quantize;           // "nf4": the frozen linear weights as bitsandbytes' NF4 (QLoRA); "" none
   bool decomposeBoth = false;     // --peft lokr: W1 a rank-r product too (PEFT's decompose_both)
   int64_t decomposeFactor = -1;   // --peft lokr: PEFT's decompose_factor
+  int64_t virtualTokens = 20;     // --peft prompt: PEFT's num_virtual_tokens
+  std::string promptInit = "random"; // --peft prompt: random (PEFT's RANDOM) | vocab (SAMPLE_VOCAB)
   std::string feedforwardModules; // --peft ia3: modules whose input, not output, is scaled
   double loraDropout = 0.0;
   std::string loraInit = "default";

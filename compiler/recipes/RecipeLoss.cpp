@@ -11,6 +11,12 @@ using namespace sd::ir;
 
 namespace sd {
 
+int64_t promptVirtualTokens(ModuleOp module) {
+  auto peft = module->getAttrOfType<DictionaryAttr>("sd.peft");
+  auto n = peft ? peft.getAs<IntegerAttr>("num_virtual_tokens") : IntegerAttr();
+  return n ? n.getInt() : 0;
+}
+
 Value countedLabels(GradBuilder &g, Value labels) {
   Value ignored = g.make<EqualOp>({labels, g.scalar(g.builder().getI64Type(), double(kIgnoreIndex))});
   return g.make<CastOp>({g.make<NotOp>({ignored})}, {g.attr("to", int64_t(sd::DType::F32))});
@@ -94,7 +100,12 @@ FailureOr<TokenScores> tokenScores(func::FuncOp f, llvm::StringRef logitsOutput,
 
   OpBuilder b(ret);
   GradBuilder g(b, NameLoc::get(b.getStringAttr("next_token_labels")));
-  Value flat = nextTokenLabels(g, labels);
+  // Prompt tuning's logits cover its virtual tokens too: labels there are
+  // not counted, so the last virtual token's scores meet the first token (PEFT's).
+  Value scored = labels;
+  if (int64_t n = promptVirtualTokens(f->getParentOfType<ModuleOp>()))
+    scored = g.make<PadOp>({labels, g.ints({0, n, 0, 0}), g.scalar(b.getI64Type(), double(kIgnoreIndex)), g.none()});
+  Value flat = nextTokenLabels(g, scored);
   if (g.failed()) return failure();
   return TokenScores{logits, f.getArgument(tokenArg), labels, flat};
 }

@@ -223,6 +223,29 @@ def RematerializeDequant : Pass<"sd-rematerialize-dequant", "mlir::ModuleOp"> {
   }];
 }
 
+def PeftPrompt : Pass<"sd-peft-prompt", "mlir::ModuleOp"> {
+  let summary = "Prompt tuning: trained embeddings of virtual tokens put before every row's tokens";
+  let description = [{
+    PEFT's prompt tuning. Adds the trainable `prompt_embeddings`
+    [virtual-tokens, hidden] and freezes every other weight. The infer
+    entry's token input gets virtual-tokens placeholder ids in front, so all
+    the model derives from it (positions, masks, shapes) covers N + S
+    positions; attention_mask is extended by ones and token_type_ids by
+    zeros, and position_ids is bound to 0..N+S-1 (PEFT ignores given ones).
+    The embedding lookup's first N rows are then replaced by the prompt, for
+    every row: the model runs on concat(prompt, embeddings) as PEFT's does on
+    inputs_embeds, and its logits cover all N + S positions. Initialized as
+    PEFT's RANDOM (N(0, 1)) or SAMPLE_VOCAB (the table's rows of random token
+    ids), from `seed`. Records the configuration in `sd.peft`.
+  }];
+  let options = [
+    Option<"virtualTokens", "virtual-tokens", "int64_t", "20", "PEFT's num_virtual_tokens">,
+    Option<"init", "init", "std::string", "\"random\"", "random (N(0, 1)) or vocab (rows of the embedding table)">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the initialization">,
+    Option<"tokenInput", "token-input", "std::string", "\"\"", "the token input (default: found as the recipes do)">,
+  ];
+}
+
 def PeftVera : Pass<"sd-peft-vera", "mlir::ModuleOp"> {
   let summary = "VeRA: one shared frozen random pair of projections, trained scaling vectors per sd.linear";
   let description = [{

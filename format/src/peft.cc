@@ -10,6 +10,7 @@
 namespace sd {
 
 std::string adapterKey(const std::string &name) {
+  if (name == kPromptEmbeddings) return name;
   for (const char *shared : kVeraProjections)
     if (name == shared) return std::string("base_model.") + name;
   return kAdapterKeyPrefix + name;
@@ -43,7 +44,14 @@ bool LoraConfig::feedforwardByRule(const std::string &module) const {
 }
 
 std::string LoraConfig::kindName() const {
-  return isOsf() ? "OSF" : isIa3() ? "IA3" : isLoha() ? "LoHa" : isLokr() ? "LoKr" : isVera() ? "VeRA" : useDora ? "DoRA" : "LoRA";
+  return isOsf()            ? "OSF"
+         : isIa3()          ? "IA3"
+         : isLoha()         ? "LoHa"
+         : isLokr()         ? "LoKr"
+         : isVera()         ? "VeRA"
+         : isPromptTuning() ? "prompt tuning"
+         : useDora          ? "DoRA"
+                            : "LoRA";
 }
 
 std::string LoraConfig::compileFlags() const {
@@ -52,6 +60,7 @@ std::string LoraConfig::compileFlags() const {
          : isLoha() ? "--peft loha"
          : isLokr() ? "--peft lokr"
          : isVera() ? "--peft vera"
+         : isPromptTuning() ? "--peft prompt"
          : useDora  ? "--peft lora --use-dora"
                     : "--peft lora";
 }
@@ -62,6 +71,7 @@ std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
     for (const char *suffix : {".weight", ".bias"}) out.push_back({m, m + suffix});
   if (isVera() && saveProjection)
     for (const char *shared : kVeraProjections) out.push_back({"", shared});
+  if (isPromptTuning()) out.push_back({"", kPromptEmbeddings});
   for (const std::string &m : modules)
     for (const std::string &name : tensorNames(m)) out.push_back({m, name});
   return out;
@@ -220,6 +230,30 @@ StatusOr<LoraConfig> parseVeraConfig(const Json &doc, const std::string &path) {
   return c;
 }
 
+// PEFT's PromptTuningConfig for a causal LM: num_virtual_tokens decides the
+// shape (loading compares it with the plan's). An encoder-decoder's prompts
+// (num_transformer_submodules 2) and other tasks are refused.
+StatusOr<LoraConfig> parsePromptTuningConfig(const Json &doc, const std::string &path) {
+  const Json *n = doc.get("num_virtual_tokens"), *dim = doc.get("token_dim"),
+             *parts = doc.get("num_transformer_submodules"), *task = doc.get("task_type"),
+             *init = doc.get("prompt_tuning_init");
+  if (!n || !n->isInteger() || n->num < 1 || n->num > 65536)
+    return sdError(path, ": num_virtual_tokens must be an integer from 1 to 65536");
+  if (parts && parts->type != Json::Type::Null && !(parts->isInteger() && parts->num == 1))
+    return sdError(path, ": num_transformer_submodules must be 1 (an encoder-decoder's prompts are not supported)");
+  if (task && task->type == Json::Type::String && task->str != "CAUSAL_LM")
+    return sdError(path, ": task_type is '", task->str, "': prompt tuning is supported for CAUSAL_LM only");
+  if (dim && dim->type != Json::Type::Null && (!dim->isInteger() || dim->num < 1 || dim->num > 16777216.0))
+    return sdError(path, ": token_dim must be a positive integer");
+  LoraConfig c;
+  c.peftType = "PROMPT_TUNING";
+  c.numVirtualTokens = int64_t(n->num);
+  c.tokenDim = dim && dim->isInteger() ? int64_t(dim->num) : 0;
+  if (init && init->type == Json::Type::String) c.promptInit = init->str;
+  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
+  return c;
+}
+
 } // namespace
 
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
@@ -239,9 +273,10 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   if (type && type->str == "LOHA") return parseLycorisConfig(doc.value(), path, "LOHA");
   if (type && type->str == "LOKR") return parseLokrConfig(doc.value(), path);
   if (type && type->str == "VERA") return parseVeraConfig(doc.value(), path);
+  if (type && type->str == "PROMPT_TUNING") return parsePromptTuningConfig(doc.value(), path);
   if (!type || type->str != "LORA")
-    return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr or VeRA adapter (peft_type must be LORA, OSF, IA3, LOHA, ",
-                   "LOKR or VERA)");
+    return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr, VeRA or prompt tuning adapter (peft_type must be LORA, ",
+                   "OSF, IA3, LOHA, LOKR, VERA or PROMPT_TUNING)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -328,8 +363,20 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     }
     return c;
   }
+  if (const Json *prompt = doc.value().get("prompt_tuning")) {
+    const Json *n = prompt->get("num_virtual_tokens"), *dim = prompt->get("token_dim"),
+               *init = prompt->get("prompt_tuning_init");
+    if (!n || !n->isInteger() || n->num < 1 || !dim || !dim->isInteger() || !init || init->type != Json::Type::String)
+      return sdError("the plan's prompt tuning configuration is malformed");
+    c.peftType = "PROMPT_TUNING";
+    c.numVirtualTokens = int64_t(n->num);
+    c.tokenDim = int64_t(dim->num);
+    c.promptInit = init->str;
+    return c;
+  }
   const Json *lora = doc.value().get("lora");
-  if (!lora) return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr or vera)");
+  if (!lora)
+    return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera or prompt)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");
@@ -393,6 +440,12 @@ ConfigFields methodFields(const LoraConfig &cfg) {
             {"module_dropout", "0.0"}, {"use_effective_conv2d", "false"},
             {"decompose_both", boolean(cfg.decomposeBoth)}, {"decompose_factor", std::to_string(cfg.decomposeFactor)},
             {"target_modules", targets}, {"init_weights", "true"}, {"rank_pattern", "{}"}, {"alpha_pattern", "{}"}};
+  if (cfg.isPromptTuning()) // PEFT fills num_layers and num_attention_heads from the model it loads into
+    return {{"num_virtual_tokens", std::to_string(cfg.numVirtualTokens)},
+            {"token_dim", cfg.tokenDim ? std::to_string(cfg.tokenDim) : "null"},
+            {"num_transformer_submodules", "1"}, {"num_attention_heads", "null"}, {"num_layers", "null"},
+            {"prompt_tuning_init", jsonQuote(cfg.promptInit)}, {"prompt_tuning_init_text", "null"},
+            {"tokenizer_name_or_path", "null"}, {"tokenizer_kwargs", "null"}};
   if (cfg.isVera())
     return {{"r", std::to_string(cfg.r)}, {"target_modules", targets},
             {"projection_prng_key", std::to_string(cfg.projectionKey)}, {"save_projection", "true"},

@@ -88,6 +88,9 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     return sdError(cfgPath, ": VeRA r=", given.value().r, " projection_prng_key=", given.value().projectionKey,
                    ", the plan's r=", cfg.r, " projection_prng_key=", cfg.projectionKey,
                    " (sdc compile --lora-r R --seed KEY): the shared projections differ");
+  if (cfg.isPromptTuning() && given.value().numVirtualTokens != cfg.numVirtualTokens)
+    return sdError(cfgPath, ": num_virtual_tokens=", given.value().numVirtualTokens, ", the plan's ",
+                   cfg.numVirtualTokens, " (sdc compile --num-virtual-tokens N)");
   if (cfg.isLora() || cfg.isLoha() || cfg.isLokr()) {
     if (given.value().r != cfg.r)
       return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
@@ -132,7 +135,8 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     bool shared = m.empty() && cfg.isVera(); // VeRA's projections: the plan draws them as PEFT does
     if (shared && it == file.value().tensors.end() && !given.value().saveProjection) continue;
     if (it == file.value().tensors.end())
-      return sdError(wPath, ": no tensor for module '", m, "' (", key, "); the plan adapts it");
+      return m.empty() ? sdError(wPath, ": no tensor '", key, "'; the plan trains it")
+                       : sdError(wPath, ": no tensor for module '", m, "' (", key, "); the plan adapts it");
     int64_t g = session.findGlobal(name);
     if (g < 0) return sdError("the plan has no global '", name, "'");
     const GlobalDesc &gd = session.plan().globals[size_t(g)];

@@ -318,6 +318,19 @@ def check_all(tmp):
     expect_clean_error("--decompose-factor 0", [sdc, "compile", gpt, "--peft", "lokr", "--target-modules", "qkv",
                                                 "--decompose-factor", "0", "-o", out_plan],
                        ["--decompose-factor", "positive integer or -1"], [out_plan])
+    expect_clean_error("--num-virtual-tokens without prompt tuning",
+                       [sdc, "compile", gpt, "--peft", "none", "--num-virtual-tokens", "4", "-o", out_plan],
+                       ["--num-virtual-tokens", "--peft prompt"], [out_plan])
+    expect_clean_error("--num-virtual-tokens 0", [sdc, "compile", gpt, "--peft", "prompt", "--num-virtual-tokens", "0",
+                                                  "-o", out_plan], ["--num-virtual-tokens", "1 to 65536"], [out_plan])
+    expect_clean_error("--prompt-init text", [sdc, "compile", gpt, "--peft", "prompt", "--prompt-init", "text", "-o",
+                                              out_plan], ["--prompt-init", "'random' or 'vocab'"], [out_plan])
+    for what, extra, words in (("--kv-cache", ["--kv-cache", "32"], ["--kv-cache"]),
+                               ("--recipe dpo", ["--recipe", "dpo"], ["--recipe"]),
+                               ("--packing", ["--packing"], ["--packing"]),
+                               ("--target-modules", ["--target-modules", "qkv"], ["--target-modules"])):
+        expect_clean_error(f"prompt tuning with {what}", [sdc, "compile", gpt, "--peft", "prompt", *extra, "-o",
+                                                          out_plan], ["--peft prompt", *words], [out_plan])
     expect_clean_error("--feedforward-modules without IA3", [sdc, "compile", gpt, "--peft", "lora", "--target-modules",
                                                              "qkv", "--feedforward-modules", "qkv", "-o", out_plan],
                        ["--feedforward-modules", "--peft ia3"], [out_plan])

@@ -159,6 +159,8 @@ def llama_plans(sdc, folder, tokens):
                         ("llama-lokr", ["--peft", "lokr", "--target-modules", "q_proj,v_proj,down_proj", "--lora-r",
                                         "2"]),
                         ("llama-vera", ["--peft", "vera", "--target-modules", "q_proj,v_proj", "--lora-r", "16"]),
+                        # Prompt tuning: 4 trained embeddings concatenated before each row's own.
+                        ("llama-prompt", ["--peft", "prompt", "--num-virtual-tokens", "4"]),
                         # QLoRA: every weight but the head NF4, dequantized before each reader.
                         ("llama-qlora", lora + ["--quantize", "nf4"])):
         plan = os.path.join(folder, f"{kind}.sdp")

@@ -572,6 +572,8 @@ def main():
                             "loha_zero1": ["--peft", "loha", "--target-modules", "qkv,proj", "--shard", "optimizer"],
                             "lokr_zero2": ["--peft", "lokr", "--target-modules", "qkv,proj", "--lora-r", "2",
                                            "--decompose-both", "--shard", "grads"],
+                            "prompt": ["--peft", "prompt", "--num-virtual-tokens", "5"],
+                            "prompt_fsdp": ["--peft", "prompt", "--num-virtual-tokens", "5", "--shard", "params"],
                             "ia3": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules", "proj"],
                             "ia3_zero2": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules",
                                           "proj", "--shard", "grads"],
@@ -611,6 +613,9 @@ def main():
         equal_runs(runner, "--shard optimizer, LoHa", plans["loha_zero1"], ranks=(2,))
         equal_runs(runner, "--shard grads, LoKr (decompose_both)", plans["lokr_zero2"], ranks=(2,))
         equal_runs(runner, "--shard grads, VeRA", plans["vera_zero2"], ranks=(2,))
+        # Prompt tuning: 5 virtual tokens' embeddings, split by rows under --shard params.
+        equal_runs(runner, "--shard params, prompt tuning (5 virtual tokens), against the unsharded plan",
+                   plans["prompt_fsdp"], reference=plans["prompt"], ranks=(2,))
         equal_runs(runner, "VeRA with dropout 0.2 (masks keyed by global row)", plans["vera_dropout"], ranks=(2,))
         equal_runs(runner, "--shard grads, IA3, against the unsharded plan", plans["ia3_zero2"],
                    reference=plans["ia3"], ranks=(2,))

@@ -290,6 +290,43 @@ TEST(PeftConfig, LokrKeepsItsDecompositionAndEachModulesFactors) {
   }
 }
 
+TEST(PeftConfig, PromptTuningKeepsItsVirtualTokensAndAnUnprefixedKey) {
+  // What PEFT 0.21 writes for a causal LM (num_layers and heads filled from the model).
+  auto ok = sd::parseAdapterConfig(
+      R"({"peft_type": "PROMPT_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 20, "token_dim": 64,
+          "num_transformer_submodules": 1, "num_attention_heads": 4, "num_layers": 2,
+          "prompt_tuning_init": "RANDOM", "prompt_tuning_init_text": null})",
+      "a");
+  ASSERT_TRUE(ok.isOk()) << ok.status().message();
+  EXPECT_TRUE(ok.value().isPromptTuning());
+  EXPECT_EQ(ok.value().kindName(), "prompt tuning");
+  EXPECT_EQ(ok.value().compileFlags(), "--peft prompt");
+  EXPECT_EQ(ok.value().numVirtualTokens, 20);
+  EXPECT_EQ(ok.value().tokenDim, 64);
+  EXPECT_EQ(ok.value().tensors(), (std::vector<std::pair<std::string, std::string>>{{"", "prompt_embeddings"}}));
+  EXPECT_EQ(sd::adapterKey("prompt_embeddings"), "prompt_embeddings");
+  auto plan = sd::loraConfigFromPlanConfig(
+      R"({"prompt_tuning": {"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 8, "token_dim": 32,
+          "prompt_tuning_init": "SAMPLE_VOCAB"}})");
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  auto back = sd::parseAdapterConfig(sd::adapterConfigJson(plan.value()), "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back.value().numVirtualTokens, 8);
+  EXPECT_EQ(back.value().tokenDim, 32);
+  EXPECT_EQ(back.value().promptInit, "SAMPLE_VOCAB");
+  EXPECT_FALSE(sd::loraConfigFromPlanConfig(R"({"prompt_tuning": {"num_virtual_tokens": 8}})").isOk());
+  for (const char *bad : {R"({"peft_type": "PROMPT_TUNING"})",
+                          R"({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 0})",
+                          R"({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 2.5})",
+                          R"({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 4, "num_transformer_submodules": 2})",
+                          R"({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 4, "task_type": "SEQ_2_SEQ_LM"})",
+                          R"({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 4, "token_dim": -1})"}) {
+    auto c = sd::parseAdapterConfig(bad, "cfg.json");
+    ASSERT_FALSE(c.isOk()) << bad;
+    EXPECT_EQ(c.status().message().rfind("cfg.json: ", 0), 0u) << c.status().message();
+  }
+}
+
 TEST(PeftConfig, VeraKeysItsSharedProjectionsUnderBaseModel) {
   auto c = sd::parseAdapterConfig(R"({"peft_type": "VERA", "r": 4, "projection_prng_key": 3, "save_projection": false})",
                                   "a");

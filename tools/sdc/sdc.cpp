@@ -67,6 +67,12 @@ const char *kUsage =
     "                           --target-modules layers, two trained vectors per layer\n"
     "                           (PEFT's VeRA, its projections bit for bit; --lora-r, --seed as\n"
     "                           projection_prng_key)\n"
+    "  --peft prompt            prompt tuning: trained embeddings of --num-virtual-tokens tokens\n"
+    "                           put before every row's own (PEFT's prompt tuning); the logits\n"
+    "                           cover the virtual tokens too, as PEFT's do; sft recipe only\n"
+    "  --num-virtual-tokens N   prompt: how many virtual tokens (20)\n"
+    "  --prompt-init random|vocab  prompt: N(0, 1) (PEFT's RANDOM, the default) or the\n"
+    "                           embeddings of random vocabulary tokens (SAMPLE_VOCAB)\n"
     "  --feedforward-modules LIST  ia3: the target layers whose input is scaled (PEFT's rule:\n"
     "                           a name ending in an entry, or a regex matching the whole name)\n"
     "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
@@ -281,7 +287,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
-  bool lossScaleGiven = false, lokrGiven = false;
+  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -311,8 +317,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--peft") {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
                                       a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "lokr" &&
-                                      a.pipeline.peft != "vera"))
-        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr' or 'vera'"), 2;
+                                      a.pipeline.peft != "vera" && a.pipeline.peft != "prompt"))
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera' or 'prompt'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -353,6 +359,16 @@ int parseArgs(int argc, char **argv, Args &a) {
       (flag == "--lora-alpha" ? a.pipeline.loraAlpha : a.pipeline.loraDropout) = d;
     } else if (flag == "--quantize") {
       if (!value(a.pipeline.quantize) || a.pipeline.quantize != "nf4") return fail("--quantize takes 'nf4'"), 2;
+    } else if (flag == "--num-virtual-tokens") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0;
+      if (v.empty() || *end || n < 1 || n > 65536) return fail("--num-virtual-tokens needs an integer from 1 to 65536"), 2;
+      a.pipeline.virtualTokens = n;
+      promptGiven = true;
+    } else if (flag == "--prompt-init") {
+      if (!value(a.pipeline.promptInit) || (a.pipeline.promptInit != "random" && a.pipeline.promptInit != "vocab"))
+        return fail("--prompt-init takes 'random' or 'vocab'"), 2;
+      promptGiven = true;
     } else if (arg == "--decompose-both") {
       a.pipeline.decomposeBoth = true;
       lokrGiven = true;
@@ -519,6 +535,18 @@ int parseArgs(int argc, char **argv, Args &a) {
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr or vera"), 2;
   if (lokrGiven && a.pipeline.peft != "lokr") return fail("--decompose-both and --decompose-factor need --peft lokr"), 2;
+  if (promptGiven && a.pipeline.peft != "prompt") return fail("--num-virtual-tokens and --prompt-init need --peft prompt"), 2;
+  if (a.pipeline.peft == "prompt") {
+    // What is built: the sft recipe's cross-entropy on whole rows, each behind the prompt.
+    const char *refused = !a.pipeline.targetModules.empty() ? "--target-modules (it adapts no layer)"
+                          : a.pipeline.recipe != "sft"     ? "--recipe other than sft"
+                          : !a.pipeline.lossOutput.empty() ? "--loss-output (the recipe scores the logits)"
+                          : a.pipeline.packing             ? "--packing (one prompt per row, not per sequence)"
+                          : a.pipeline.kvCache             ? "--kv-cache (generation behind a prompt)"
+                          : !a.pipeline.quantize.empty()   ? "--quantize"
+                                                           : nullptr;
+    if (refused) return fail(std::string("--peft prompt (prompt tuning) does not take ") + refused + " yet"), 2;
+  }
   if (!a.pipeline.quantize.empty() && (a.pipeline.peft.empty() || a.pipeline.peft == "none" || a.pipeline.peft == "osft"))
     return fail("--quantize nf4 quantizes the frozen base weights under adapters: it needs --peft lora, ia3, loha, lokr "
                 "or vera" + std::string(a.pipeline.peft == "osft" ? " (OSFT trains part of each weight itself)" : "")),

@@ -78,7 +78,7 @@ const char *kTrainUsage =
     "  --adapter DIR          start from an adapter of the plan's method (HF PEFT layout)\n"
     "  --tokenizer DIR        a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json)\n"
     "  --save-adapter DIR     write the trained adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, LoKr,\n"
-    "                         VeRA or OSF, as the plan was compiled)\n"
+    "                         VeRA, OSF or prompt tuning, as the plan was compiled)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
     "  --profile FILE.json    a Chrome trace of every kernel run (chrome://tracing, Perfetto);\n"
     "                         steps then run eagerly, and each GPU kernel is waited for\n"

@@ -32,6 +32,9 @@ constexpr const char *kLohaSuffixes[] = {".hada_w1_a", ".hada_w1_b", ".hada_w2_a
 // LoKr: per module lokr_w1 [a, c] or lokr_w1_a [a, r] and lokr_w1_b [r, c];
 // lokr_w2 [b, d] or lokr_w2_a [b, r] and lokr_w2_b [r, d] (out = a·b, in = c·d).
 constexpr const char *kLokrSuffixes[] = {".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b"};
+// Prompt tuning: the virtual tokens' embeddings [num_virtual_tokens, token_dim],
+// keyed as PEFT saves prompt-learning adapters (no "base_model.model." prefix).
+constexpr const char *kPromptEmbeddings = "prompt_embeddings";
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
 // adapter was split from (the config keeps only fields PEFT knows).
@@ -43,7 +46,7 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
-  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA", "LOKR" or "VERA"
+  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA", "LOKR", "VERA" or "PROMPT_TUNING"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
@@ -75,6 +78,12 @@ struct LoraConfig {
   bool isLoha() const { return peftType == "LOHA"; }
   bool isLokr() const { return peftType == "LOKR"; }
   bool isVera() const { return peftType == "VERA"; }
+  bool isPromptTuning() const { return peftType == "PROMPT_TUNING"; }
+  // Prompt tuning: PEFT's num_virtual_tokens, token_dim (0: not given) and
+  // prompt_tuning_init (RANDOM or SAMPLE_VOCAB; how training started).
+  int64_t numVirtualTokens = 0;
+  int64_t tokenDim = 0;
+  std::string promptInit = "RANDOM";
   // LoKr: PEFT's decompose_both and decompose_factor, and (a plan's) each
   // module's factor names without the module, as "lokr_w1,lokr_w2_a,lokr_w2_b"
   // (which factors are whole depends on each module's shape).
@@ -91,7 +100,7 @@ struct LoraConfig {
   // feedforwardRuleKnown).
   bool feedforwardByRule(const std::string &module) const;
   bool feedforwardRuleKnown() const { return !feedforwardIsRegex; }
-  // "LoRA", "DoRA", "OSF", "IA3", "LoHa", "LoKr" or "VeRA", and the sdc compile flags that train it.
+  // "LoRA", "DoRA", "OSF", "IA3", "LoHa", "LoKr", "VeRA" or "prompt tuning", and the sdc compile flags that train it.
   std::string kindName() const;
   std::string compileFlags() const;
   double scale() const { return loraScale(alpha, r, rslora); }
@@ -99,14 +108,15 @@ struct LoraConfig {
   // module's adapter tensors.
   std::vector<std::string> tensorNames(const std::string &module) const;
   // Every tensor of the adapter, as (module, tensor name): the
-  // modules_to_save' weight and bias, VeRA's shared projections (module ""),
-  // then each module's tensorNames.
+  // modules_to_save' weight and bias, VeRA's shared projections and prompt
+  // tuning's embeddings (module ""), then each module's tensorNames.
   std::vector<std::pair<std::string, std::string>> tensors() const;
 };
 
 // Key of a tensor in adapter_model.safetensors: "base_model.model." + name
-// (name = "<module>.lora_A.weight" / "<module>.lora_B.weight"), or
-// "base_model." + name for VeRA's shared projections.
+// (name = "<module>.lora_A.weight" / "<module>.lora_B.weight"),
+// "base_model." + name for VeRA's shared projections, or prompt tuning's
+// "prompt_embeddings" as it is.
 std::string adapterKey(const std::string &name);
 
 // The adapter configuration recorded in a plan's config JSON ("lora" or "osf").

@@ -1,0 +1,188 @@
+// sd-peft-prompt: prompt tuning (PEFT's PromptTuningConfig): trained
+// embeddings of N virtual tokens put before every row's own, everything
+// else frozen.
+//
+// The model is not rebuilt for a longer sequence. Its token input gets N
+// placeholder ids in front, so everything an export derives from the tokens
+// (positions, the causal mask, shapes) sees N + S positions; the embedding
+// lookup's first N rows are then replaced by the prompt. PEFT does the same
+// with inputs_embeds: the base model runs on N + S positions, with
+// positions 0..N+S-1 and the attention mask extended by ones.
+#include "EntryInputs.h"
+#include "GlobalData.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "sd/format/dtype.h"
+#include "sd/format/peft.h"
+#include "sd/format/training_abi.h"
+#include "vjp/GradBuilder.h"
+#include <limits>
+#include <random>
+
+namespace sd {
+#define GEN_PASS_DEF_PEFTPROMPT
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+constexpr const char *kWho = "--peft prompt";
+
+struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
+  using PeftPromptBase::PeftPromptBase;
+
+  struct TableOf {
+    GlobalOp global; // null when the table is not a global the compiler may read
+    int64_t vocab, hidden;
+  };
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (virtualTokens < 1 || virtualTokens > 65536) {
+      module.emitError() << "--num-virtual-tokens must be from 1 to 65536, got " << virtualTokens;
+      return signalPassFailure();
+    }
+    if (init != "random" && init != "vocab") {
+      module.emitError() << "--prompt-init takes 'random' or 'vocab', got '" << init << "'";
+      return signalPassFailure();
+    }
+    func::FuncOp infer = sd::findEntry(module, sd::abi::kInfer);
+    if (!infer) {
+      module.emitError("the model has no infer entry to put a prompt before");
+      return signalPassFailure();
+    }
+    FailureOr<unsigned> token = sd::findTokenInput(infer, tokenInput, kWho);
+    if (failed(token)) return signalPassFailure();
+    // Frozen first: the table's values are read only from a frozen weight.
+    for (GlobalOp g : module.getOps<GlobalOp>())
+      if (g.getRole() == "trainable") g.setRole("frozen");
+    Operation *lookup = sd::embeddingLookupOf(infer.getArgument(*token));
+    FailureOr<TableOf> table = lookup ? embeddingTable(lookup) : FailureOr<TableOf>(failure());
+    if (!lookup || failed(table)) {
+      infer.emitError() << kWho << ": the token input '" << sd::argName(infer, *token)
+                        << "' must index an f32 [vocab, hidden] embedding table straight into [batch, seq, hidden]";
+      return signalPassFailure();
+    }
+    if (init == "vocab" &&
+        (!table->global || sd::floatsOf(table->global).size() != size_t(table->vocab * table->hidden))) {
+      infer.emitError() << kWho << ": --prompt-init vocab needs the embedding table's values in the model";
+      return signalPassFailure();
+    }
+    std::vector<float> values = initialPrompt(*table);
+    GlobalOp prompt = sd::createFloatGlobal(module, sd::kPromptEmbeddings, {virtualTokens, table->hidden},
+                                            "trainable", &values);
+    if (failed(lengthenInputs(infer, *token)) || failed(replaceLeadingRows(lookup, prompt)))
+      return signalPassFailure();
+    Builder b(module.getContext());
+    module->setAttr("sd.peft", b.getDictionaryAttr({
+                                   b.getNamedAttr("peft_type", b.getStringAttr("PROMPT_TUNING")),
+                                   b.getNamedAttr("num_virtual_tokens", b.getI64IntegerAttr(virtualTokens)),
+                                   b.getNamedAttr("token_dim", b.getI64IntegerAttr(table->hidden)),
+                                   b.getNamedAttr("prompt_tuning_init",
+                                                  b.getStringAttr(init == "vocab" ? "SAMPLE_VOCAB" : "RANDOM")),
+                               }));
+  }
+
+  // The lookup's table: f32 [vocab, hidden] gathered on axis 0 into [batch, seq, hidden].
+  FailureOr<TableOf> embeddingTable(Operation *lookup) {
+    auto gather = cast<GatherOp>(lookup);
+    auto t = dyn_cast<RankedTensorType>(gather.getOperand(0).getType());
+    auto out = dyn_cast<RankedTensorType>(gather.getResult().getType());
+    auto axis = gather->getAttrOfType<IntegerAttr>("axis");
+    if (!t || t.getRank() != 2 || !t.hasStaticShape() || !t.getElementType().isF32() || !out || out.getRank() != 3 ||
+        (axis && axis.getInt() != 0))
+      return failure();
+    return TableOf{sd::frozenGlobalOf(gather.getOperand(0)), t.getDimSize(0), t.getDimSize(1)};
+  }
+
+  // PEFT's RANDOM (nn.Embedding's N(0, 1)) or SAMPLE_VOCAB (the table's rows
+  // of uniformly drawn token ids), from --seed.
+  std::vector<float> initialPrompt(const TableOf &table) {
+    std::mt19937_64 rng{uint64_t(seed)};
+    std::vector<float> values(size_t(virtualTokens * table.hidden));
+    if (init == "vocab") { // the table's values were checked before
+      llvm::ArrayRef<float> rows = sd::floatsOf(table.global);
+      std::uniform_int_distribution<int64_t> token(0, table.vocab - 1);
+      for (int64_t i = 0; i < virtualTokens; ++i) {
+        int64_t id = token(rng);
+        std::copy_n(rows.begin() + id * table.hidden, table.hidden, values.begin() + i * table.hidden);
+      }
+      return values;
+    }
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    for (float &v : values) v = normal(rng);
+    return values;
+  }
+
+  // [batch, N] of `value` (dtype of `like`'s elements) before `v` [batch, seq] on axis 1.
+  Value prepend(GradBuilder &g, Value v, Value rowsOf, double value) {
+    OpBuilder &b = g.builder();
+    auto type = cast<RankedTensorType>(v.getType());
+    Value rows = g.make<ShapeOp>({rowsOf}, {g.attr("start", 0), g.attr("end", 1)});
+    Value shape = g.make<ConcatOp>({rows, g.ints({virtualTokens})}, {g.attr("axis", 0)});
+    Value fill = g.make<ConstantOfShapeOp>({shape}, {b.getNamedAttr("value", b.getF64FloatAttr(value)),
+                                                     g.attr("dtype", int64_t(*toDType(type.getElementType())))});
+    return g.make<ConcatOp>({fill, v}, {g.attr("axis", 1)});
+  }
+
+  // The token input and the inputs aligned with it take N positions more:
+  // placeholder ids (the lookup's rows there are replaced), attention_mask
+  // ones and token_type_ids zeros (PEFT's own extension); position_ids
+  // become 0..N+S-1, as PEFT ignores given ones.
+  LogicalResult lengthenInputs(func::FuncOp f, unsigned tokenArg) {
+    Value tokens = f.getArgument(tokenArg);
+    OpBuilder b = OpBuilder::atBlockBegin(&f.getBody().front());
+    GradBuilder g(b, NameLoc::get(b.getStringAttr("virtual_tokens")));
+    llvm::SmallVector<OpOperand *> tokenUses = sd::usesOf(tokens);
+    Value longer = prepend(g, tokens, tokens, 0.0);
+    if (g.failed()) return failure();
+    for (OpOperand *u : tokenUses) u->set(longer);
+    llvm::BitVector drop(f.getNumArguments());
+    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+      if (i == tokenArg) continue;
+      Value arg = f.getArgument(i);
+      std::string name = sd::argName(f, i);
+      auto type = dyn_cast<RankedTensorType>(arg.getType());
+      bool aligned = type && type.getRank() == 2 && toDType(type.getElementType());
+      if (name == sd::abi::kPositionIds && sd::isTokenShaped(arg)) {
+        Value seq = g.reshape(g.make<ShapeOp>({longer}, {g.attr("start", 1), g.attr("end", 2)}), {});
+        Value range = g.make<RangeOp>({g.reshape(g.ints({0}), {}), seq, g.reshape(g.ints({1}), {})});
+        Value positions = g.make<ExpandOp>({g.make<UnsqueezeOp>({range, g.ints({0})}), g.make<ShapeOp>({longer})});
+        if (g.failed()) return failure();
+        arg.replaceAllUsesWith(positions);
+        drop.set(i);
+      } else if ((name == sd::abi::kAttentionMask || name == "token_type_ids") && aligned) {
+        llvm::SmallVector<OpOperand *> uses = sd::usesOf(arg);
+        Value extended = prepend(g, arg, tokens, name == sd::abi::kAttentionMask ? 1.0 : 0.0);
+        if (g.failed()) return failure();
+        for (OpOperand *u : uses) u->set(extended);
+      }
+    }
+    f.eraseArguments(drop);
+    return success();
+  }
+
+  // lookup [batch, N + S, hidden] -> concat(prompt for every row, lookup[:, N:]).
+  LogicalResult replaceLeadingRows(Operation *lookup, GlobalOp prompt) {
+    Value rows = lookup->getResult(0);
+    llvm::SmallVector<OpOperand *> readers = sd::usesOf(rows);
+    OpBuilder b(lookup->getContext());
+    b.setInsertionPointAfter(lookup);
+    GradBuilder g(b, NameLoc::get(b.getStringAttr("prompt_embeddings")));
+    int64_t hidden = cast<RankedTensorType>(prompt.getType()).getDimSize(1);
+    Value p = b.create<GlobalLoadOp>(g.loc(), prompt.getType(), prompt.getSymName());
+    Value batch = g.make<ShapeOp>({rows}, {g.attr("start", 0), g.attr("end", 1)});
+    Value shape = g.make<ConcatOp>({batch, g.ints({virtualTokens, hidden})}, {g.attr("axis", 0)});
+    Value every = g.make<ExpandOp>({g.make<UnsqueezeOp>({p, g.ints({0})}), shape});
+    Value own = g.sliceAxis(rows, 1, virtualTokens, std::numeric_limits<int64_t>::max());
+    Value joined = g.make<ConcatOp>({every, own}, {g.attr("axis", 1)});
+    if (g.failed()) return failure();
+    for (OpOperand *u : readers) u->set(joined);
+    return success();
+  }
+};
+
+} // namespace
