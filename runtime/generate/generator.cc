@@ -1,6 +1,7 @@
 // Generation through the prefill/decode entries' key/value caches, or over
 // the infer entry's batch-1 windows; and sampling.
 #include "sd/generate/generator.h"
+#include "sd/format/peft.h"
 #include "sd/format/training_abi.h"
 #include <algorithm>
 #include <cmath>
@@ -105,16 +106,20 @@ Status Generator::bindCache() {
 
 Status Generator::bindWindows() {
   const Plan &plan = session_.plan();
+  // Prompt tuning: the logits cover the virtual tokens before the row's own.
+  auto adapter = loraConfigFromPlanConfig(plan.config);
+  prefix_ = adapter.isOk() && adapter.value().isPromptTuning() ? adapter.value().numVirtualTokens : 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const EntryDesc &e = plan.entries[i];
     if (e.name != abi::kInfer || e.inputs.size() != 1 || e.outputs.empty()) continue;
     const BufferDesc &in = e.buffers[size_t(e.inputs[0].second)];
     const BufferDesc &out = e.buffers[size_t(e.outputs[0].second)];
     if (in.dtype != DType::I64 || in.dims.size() != 2 || in.dims[0] != 1 || in.dims[1] < 1) continue;
-    if (out.dims.size() != 3 || out.dims[0] != 1 || out.dims[1] != in.dims[1] || out.dtype != DType::F32 ||
+    if (out.dims.size() != 3 || out.dims[0] != 1 || out.dims[1] != prefix_ + in.dims[1] || out.dtype != DType::F32 ||
         out.dims[2] < 1)
       return sdError("the infer entry's first output is ", dtypeName(out.dtype), "[", formatDims(out.dims),
-                     "]; generation needs f32 logits [1, ", in.dims[1], ", vocab]");
+                     "]; generation needs f32 logits [1, ", prefix_ + in.dims[1], ", vocab]",
+                     prefix_ ? " (the prompt's virtual tokens, then the tokens)" : "");
     if (vocab_ && vocab_ != out.dims[2]) return sdError("the infer buckets disagree on the vocabulary size");
     vocab_ = out.dims[2];
     tokenInput_ = e.inputs[0].first;
@@ -246,7 +251,8 @@ StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
   HostTensor ids{tokenInput_, DType::I64, {1, w->seq}, std::vector<uint8_t>(size_t(w->seq) * 8, 0)};
   std::memcpy(ids.data.data(), tokens.data() + start, window * 8);
   SD_RETURN_IF_ERROR(session_.run(w->entry, {&ids}, outs_));
-  return sampleChecked(reinterpret_cast<const float *>(outs_[0].data.data()) + (window - 1) * size_t(vocab_), tokens);
+  return sampleChecked(reinterpret_cast<const float *>(outs_[0].data.data()) + (size_t(prefix_) + window - 1) * size_t(vocab_),
+                       tokens);
 }
 
 Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken) {

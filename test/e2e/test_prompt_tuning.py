@@ -16,6 +16,8 @@ with attention_mask and position_ids beside its tokens:
              config says so
   bf16       a --precision bf16 plan trains from the same start, its losses
              within 2e-2 of f32's
+  generate   sdrun generate behind the trained prompt (the infer entry's
+             window) equals PEFT's greedy generate token for token
   refusals   an adapter of another num_virtual_tokens or another method, a
              LoRA adapter on the prompt plan, and sdc merge of a prompt: one
              line, no file left
@@ -163,6 +165,24 @@ def bf16_run(onnx_path, d, sdc, sdrun, init, f32_losses):
           f"losses {[round(l, 4) for l in losses[:3]]}, worst relative gap {err:.1e}")
 
 
+def generation(onnx_path, d, trained, sdc, sdrun):
+    """sdrun generate behind the trained prompt (the infer entry's batch-1
+    window) against PEFT's greedy generate on the same adapter."""
+    import torch
+    from peft import PeftModel
+    import export_hf
+    from test_kv_cache import generate, reference
+    plan = os.path.join(d, "window.sdp")
+    sh([sdc, "compile", onnx_path, "--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL), "--shapes",
+        f"input_ids={BATCH}x{SEQ}", "--infer-shapes", "input_ids=1x32", "-o", plan])
+    loaded = PeftModel.from_pretrained(export_hf.build("llama", 0).eval(), trained).eval()
+    prompt = "In the beginning"
+    want = reference(loaded, prompt, new=12)
+    got = generate(sdrun, plan, [prompt], "--adapter", trained, new=12)
+    check("sdrun generate behind the trained prompt equals PEFT's greedy generate, token for token",
+          got.rstrip(b"\n") == want, f"{got!r} vs {want!r}")
+
+
 def refusals(onnx_path, d, plan, trained, sdc, sdrun):
     from safetensors.numpy import load_file, save_file
     ids = os.path.join(d, "refuse_ids.npy")
@@ -225,6 +245,7 @@ def main():
             if arch == "llama" and not with_mask:
                 vocab_init(onnx_path, d, sdc, sdrun, build)
                 bf16_run(onnx_path, d, sdc, sdrun, init, losses)
+                generation(onnx_path, d, trained, sdc, sdrun)
                 refusals(onnx_path, d, plan, trained, sdc, sdrun)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
