@@ -11,7 +11,8 @@
 // positions say which keys a token sees. A position_ids input stays the
 // token positions. A with-past export's past_key_values inputs become empty
 // (the plan's cache replaces them) and its present outputs are dropped; any
-// other input is refused. Without --shapes an inference
+// other input is refused. Prompt tuning's virtual ids come as tokens (the
+// lengthening Concats sd-peft-prompt marked are dropped). Without --shapes an inference
 // plan is for generation only and drops the infer entry.
 #include "sd/format/training_abi.h"
 #include "EntryInputs.h"
@@ -92,7 +93,31 @@ struct KvEntriesPass : sd::impl::KvEntriesBase<KvEntriesPass> {
     return success();
   }
 
+  // Prompt tuning (sd-peft-prompt) lengthened the token input and those
+  // aligned with it by its virtual ids' positions: here the generator feeds
+  // those ids as tokens, so each marked Concat stands for its last operand.
+  static void feedVirtualIdsAsTokens(func::FuncOp f) {
+    SmallVector<Operation *> marked;
+    f.walk([&](Operation *op) {
+      if (op->hasAttr("sd.virtual_prefix")) marked.push_back(op);
+    });
+    for (Operation *op : marked) {
+      op->getResult(0).replaceAllUsesWith(op->getOperands().back());
+      SmallVector<Operation *> dead = {op};
+      while (!dead.empty()) {
+        Operation *d = dead.pop_back_val();
+        SmallVector<Operation *> feeders;
+        for (Value v : d->getOperands())
+          if (Operation *def = v.getDefiningOp()) feeders.push_back(def);
+        d->erase();
+        for (Operation *def : feeders)
+          if (def->use_empty() && !llvm::is_contained(dead, def)) dead.push_back(def);
+      }
+    }
+  }
+
   LogicalResult prepare(func::FuncOp f) {
+    feedVirtualIdsAsTokens(f);
     FailureOr<unsigned> token = sd::findTokenInput(f, tokenInput, "--kv-cache");
     if (failed(token)) return failure();
     f->setAttr("sd.kv_token_input", StringAttr::get(f.getContext(), sd::argName(f, *token)));

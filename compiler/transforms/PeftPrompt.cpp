@@ -2,12 +2,17 @@
 // embeddings of N virtual tokens put before every row's own, everything
 // else frozen.
 //
-// The model is not rebuilt for a longer sequence. Its token input gets N
-// placeholder ids in front, so everything an export derives from the tokens
-// (positions, the causal mask, shapes) sees N + S positions; the embedding
-// lookup's first N rows are then replaced by the prompt. PEFT does the same
-// with inputs_embeds: the base model runs on N + S positions, with
-// positions 0..N+S-1 and the attention mask extended by ones.
+// The model is not rebuilt for a longer sequence. Virtual token i is the id
+// vocab + i: the token input gets those N ids in front, so everything an
+// export derives from the tokens (positions, the causal mask, shapes) sees
+// N + S positions, and the embedding lookup takes ids from vocab on from the
+// prompt. PEFT does the same with inputs_embeds: the base model runs on
+// N + S positions, with positions 0..N+S-1 and the attention mask extended by
+// ones. The lookup does not depend on where a virtual id stands, so the
+// generation entries (sd-kv-entries) take the virtual ids as ordinary tokens
+// through the key/value cache: there each lengthening Concat, marked
+// sd.virtual_prefix, stands for its last operand, and the generator feeds
+// the ids first.
 #include "EntryInputs.h"
 #include "GlobalData.h"
 #include "PassDetail.h"
@@ -74,13 +79,14 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     std::vector<float> values = initialPrompt(*table);
     GlobalOp prompt = sd::createFloatGlobal(module, sd::kPromptEmbeddings, {virtualTokens, table->hidden},
                                             "trainable", &values);
-    if (failed(lengthenInputs(infer, *token)) || failed(replaceLeadingRows(lookup, prompt)))
+    if (failed(lengthenInputs(infer, *token, table->vocab)) || failed(lookUpVirtualIds(lookup, prompt, table->vocab)))
       return signalPassFailure();
     Builder b(module.getContext());
     module->setAttr("sd.peft", b.getDictionaryAttr({
                                    b.getNamedAttr("peft_type", b.getStringAttr("PROMPT_TUNING")),
                                    b.getNamedAttr("num_virtual_tokens", b.getI64IntegerAttr(virtualTokens)),
                                    b.getNamedAttr("token_dim", b.getI64IntegerAttr(table->hidden)),
+                                   b.getNamedAttr("first_virtual_id", b.getI64IntegerAttr(table->vocab)),
                                    b.getNamedAttr("prompt_tuning_init",
                                                   b.getStringAttr(init == "vocab" ? "SAMPLE_VOCAB" : "RANDOM")),
                                }));
@@ -117,27 +123,35 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     return values;
   }
 
-  // [batch, N] of `value` (dtype of `like`'s elements) before `v` [batch, seq] on axis 1.
-  Value prepend(GradBuilder &g, Value v, Value rowsOf, double value) {
+  // Concat([batch, N] of `fill`, v [batch, seq]) on axis 1, marked
+  // sd.virtual_prefix (entries that feed the virtual ids as tokens use `v`).
+  // `fill` is a value per position [N] (virtual ids), else `value` everywhere.
+  Value prepend(GradBuilder &g, Value v, Value rowsOf, double value, ArrayRef<int64_t> fill = {}) {
     OpBuilder &b = g.builder();
     auto type = cast<RankedTensorType>(v.getType());
     Value rows = g.make<ShapeOp>({rowsOf}, {g.attr("start", 0), g.attr("end", 1)});
     Value shape = g.make<ConcatOp>({rows, g.ints({virtualTokens})}, {g.attr("axis", 0)});
-    Value fill = g.make<ConstantOfShapeOp>({shape}, {b.getNamedAttr("value", b.getF64FloatAttr(value)),
-                                                     g.attr("dtype", int64_t(*toDType(type.getElementType())))});
-    return g.make<ConcatOp>({fill, v}, {g.attr("axis", 1)});
+    Value front = fill.empty()
+                      ? g.make<ConstantOfShapeOp>({shape}, {b.getNamedAttr("value", b.getF64FloatAttr(value)),
+                                                            g.attr("dtype", int64_t(*toDType(type.getElementType())))})
+                      : g.make<ExpandOp>({g.ints({1, int64_t(fill.size())}, fill), shape});
+    Value joined = g.make<ConcatOp>({front, v}, {g.attr("axis", 1)});
+    if (joined) joined.getDefiningOp()->setAttr("sd.virtual_prefix", b.getUnitAttr());
+    return joined;
   }
 
   // The token input and the inputs aligned with it take N positions more:
-  // placeholder ids (the lookup's rows there are replaced), attention_mask
-  // ones and token_type_ids zeros (PEFT's own extension); position_ids
-  // become 0..N+S-1, as PEFT ignores given ones.
-  LogicalResult lengthenInputs(func::FuncOp f, unsigned tokenArg) {
+  // the virtual ids vocab..vocab+N-1, attention_mask ones and token_type_ids
+  // zeros (PEFT's own extension); position_ids become 0..N+S-1, as PEFT
+  // ignores given ones (transformers then counts positions itself).
+  LogicalResult lengthenInputs(func::FuncOp f, unsigned tokenArg, int64_t vocab) {
     Value tokens = f.getArgument(tokenArg);
     OpBuilder b = OpBuilder::atBlockBegin(&f.getBody().front());
     GradBuilder g(b, NameLoc::get(b.getStringAttr("virtual_tokens")));
     llvm::SmallVector<OpOperand *> tokenUses = sd::usesOf(tokens);
-    Value longer = prepend(g, tokens, tokens, 0.0);
+    SmallVector<int64_t> ids;
+    for (int64_t i = 0; i < virtualTokens; ++i) ids.push_back(vocab + i);
+    Value longer = prepend(g, tokens, tokens, 0.0, ids);
     if (g.failed()) return failure();
     for (OpOperand *u : tokenUses) u->set(longer);
     llvm::BitVector drop(f.getNumArguments());
@@ -150,7 +164,9 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
       if (name == sd::abi::kPositionIds && sd::isTokenShaped(arg)) {
         Value seq = g.reshape(g.make<ShapeOp>({longer}, {g.attr("start", 1), g.attr("end", 2)}), {});
         Value range = g.make<RangeOp>({g.reshape(g.ints({0}), {}), seq, g.reshape(g.ints({1}), {})});
-        Value positions = g.make<ExpandOp>({g.make<UnsqueezeOp>({range, g.ints({0})}), g.make<ShapeOp>({longer})});
+        // [1, N + S], as transformers' own default (cache_position.unsqueeze(0)):
+        // rotary tables then fold to one row for any batch.
+        Value positions = g.make<UnsqueezeOp>({range, g.ints({0})});
         if (g.failed()) return failure();
         arg.replaceAllUsesWith(positions);
         drop.set(i);
@@ -165,22 +181,25 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     return success();
   }
 
-  // lookup [batch, N + S, hidden] -> concat(prompt for every row, lookup[:, N:]).
-  LogicalResult replaceLeadingRows(Operation *lookup, GlobalOp prompt) {
-    Value rows = lookup->getResult(0);
-    llvm::SmallVector<OpOperand *> readers = sd::usesOf(rows);
-    OpBuilder b(lookup->getContext());
-    b.setInsertionPointAfter(lookup);
+  // Rows of ids below vocab from the table, of the virtual ids from the
+  // prompt: where(id >= vocab, prompt[max(id - vocab, 0)], table[min(id, vocab - 1)]).
+  LogicalResult lookUpVirtualIds(Operation *lookup, GlobalOp prompt, int64_t vocab) {
+    auto gather = cast<GatherOp>(lookup);
+    Value table = gather.getOperand(0), ids = gather.getOperand(1);
+    Type idType = cast<RankedTensorType>(ids.getType()).getElementType();
+    OpBuilder b(lookup);
     GradBuilder g(b, NameLoc::get(b.getStringAttr("prompt_embeddings")));
-    int64_t hidden = cast<RankedTensorType>(prompt.getType()).getDimSize(1);
+    Value first = g.scalar(idType, double(vocab));
+    Value isVirtual = g.make<GreaterOrEqualOp>({ids, first});
+    Value own = g.make<GatherOp>({table, g.make<MinOp>({ids, g.scalar(idType, double(vocab - 1))})},
+                                 {g.attr("axis", 0)});
     Value p = b.create<GlobalLoadOp>(g.loc(), prompt.getType(), prompt.getSymName());
-    Value batch = g.make<ShapeOp>({rows}, {g.attr("start", 0), g.attr("end", 1)});
-    Value shape = g.make<ConcatOp>({batch, g.ints({virtualTokens, hidden})}, {g.attr("axis", 0)});
-    Value every = g.make<ExpandOp>({g.make<UnsqueezeOp>({p, g.ints({0})}), shape});
-    Value own = g.sliceAxis(rows, 1, virtualTokens, std::numeric_limits<int64_t>::max());
-    Value joined = g.make<ConcatOp>({every, own}, {g.attr("axis", 1)});
+    Value slot = g.make<MaxOp>({g.sub(ids, first), g.scalar(idType, 0.0)});
+    Value virtualRows = g.make<GatherOp>({p, slot}, {g.attr("axis", 0)});
+    Value rows = g.make<WhereOp>({g.make<UnsqueezeOp>({isVirtual, g.ints({-1})}), virtualRows, own});
     if (g.failed()) return failure();
-    for (OpOperand *u : readers) u->set(joined);
+    lookup->getResult(0).replaceAllUsesWith(rows);
+    lookup->erase();
     return success();
   }
 };

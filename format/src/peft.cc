@@ -365,9 +365,11 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   }
   if (const Json *prompt = doc.value().get("prompt_tuning")) {
     const Json *n = prompt->get("num_virtual_tokens"), *dim = prompt->get("token_dim"),
-               *init = prompt->get("prompt_tuning_init");
-    if (!n || !n->isInteger() || n->num < 1 || !dim || !dim->isInteger() || !init || init->type != Json::Type::String)
+               *init = prompt->get("prompt_tuning_init"), *first = prompt->get("first_virtual_id");
+    if (!n || !n->isInteger() || n->num < 1 || !dim || !dim->isInteger() || !init || init->type != Json::Type::String ||
+        !first || !first->isInteger() || first->num < 1)
       return sdError("the plan's prompt tuning configuration is malformed");
+    c.firstVirtualId = int64_t(first->num);
     c.peftType = "PROMPT_TUNING";
     c.numVirtualTokens = int64_t(n->num);
     c.tokenDim = int64_t(dim->num);

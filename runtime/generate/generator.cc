@@ -57,6 +57,12 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const S
     return sdError("the repetition penalty must be a finite number > 0, got ", opts.repetitionPenalty);
   std::unique_ptr<Generator> g(new Generator(session, opts));
   const Plan &plan = session.plan();
+  // Prompt tuning: the windowed infer entry's logits cover the virtual
+  // tokens before the row's own; the cached entries take their ids first.
+  if (auto adapter = loraConfigFromPlanConfig(plan.config); adapter.isOk() && adapter.value().isPromptTuning()) {
+    g->prefix_ = adapter.value().numVirtualTokens;
+    for (int64_t i = 0; i < g->prefix_; ++i) g->virtualIds_.push_back(adapter.value().firstVirtualId + i);
+  }
   bool hasCache = std::any_of(plan.entries.begin(), plan.entries.end(),
                               [](const EntryDesc &e) { return e.name == abi::kPrefill || e.name == abi::kDecode; });
   SD_RETURN_IF_ERROR(hasCache ? g->bindCache() : g->bindWindows());
@@ -106,9 +112,6 @@ Status Generator::bindCache() {
 
 Status Generator::bindWindows() {
   const Plan &plan = session_.plan();
-  // Prompt tuning: the logits cover the virtual tokens before the row's own.
-  auto adapter = loraConfigFromPlanConfig(plan.config);
-  prefix_ = adapter.isOk() && adapter.value().isPromptTuning() ? adapter.value().numVirtualTokens : 0;
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const EntryDesc &e = plan.entries[i];
     if (e.name != abi::kInfer || e.inputs.size() != 1 || e.outputs.empty()) continue;
@@ -217,12 +220,23 @@ StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vecto
   for (size_t b = 0; b < rows.size(); ++b) {
     for (int64_t t : rows[b])
       if (t < 0 || t >= vocab_) return sdError("row ", b, ": token ", t, " is outside the vocabulary [0, ", vocab_, ")");
-    if (int64_t(rows[b].size()) > cacheLength_)
-      return sdError("row ", b, " is ", rows[b].size(), " tokens, longer than the plan's key/value cache of ",
-                     cacheLength_, " positions (sdc compile --kv-cache)");
+    if (int64_t(virtualIds_.size() + rows[b].size()) > cacheLength_)
+      return sdError("row ", b, " is ", rows[b].size(), " tokens", virtualIds_.empty() ? "" : " after the prompt's ",
+                     virtualIds_.empty() ? "" : std::to_string(virtualIds_.size()) + " virtual tokens",
+                     ", longer than the plan's key/value cache of ", cacheLength_, " positions (sdc compile --kv-cache)");
   }
   std::vector<float> logits;
-  SD_RETURN_IF_ERROR(runCached(rows, logits));
+  if (virtualIds_.empty()) {
+    SD_RETURN_IF_ERROR(runCached(rows, logits));
+  } else { // the virtual ids first, as tokens the cache holds like any other
+    std::vector<std::vector<int64_t>> fed(rows.size());
+    for (size_t b = 0; b < rows.size(); ++b)
+      if (!rows[b].empty()) {
+        fed[b] = virtualIds_;
+        fed[b].insert(fed[b].end(), rows[b].begin(), rows[b].end());
+      }
+    SD_RETURN_IF_ERROR(runCached(fed, logits));
+  }
   for (size_t b = 0; b < rows.size(); ++b) {
     if (rows[b].empty()) continue;
     auto t = sampleChecked(logits.data() + b * size_t(vocab_), rows[b]);

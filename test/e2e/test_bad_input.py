@@ -325,8 +325,7 @@ def check_all(tmp):
                                                   "-o", out_plan], ["--num-virtual-tokens", "1 to 65536"], [out_plan])
     expect_clean_error("--prompt-init text", [sdc, "compile", gpt, "--peft", "prompt", "--prompt-init", "text", "-o",
                                               out_plan], ["--prompt-init", "'random' or 'vocab'"], [out_plan])
-    for what, extra, words in (("--kv-cache", ["--kv-cache", "32"], ["--kv-cache"]),
-                               ("--recipe dpo", ["--recipe", "dpo"], ["--recipe"]),
+    for what, extra, words in (("--recipe dpo", ["--recipe", "dpo"], ["--recipe"]),
                                ("--packing", ["--packing"], ["--packing"]),
                                ("--target-modules", ["--target-modules", "qkv"], ["--target-modules"])):
         expect_clean_error(f"prompt tuning with {what}", [sdc, "compile", gpt, "--peft", "prompt", *extra, "-o",

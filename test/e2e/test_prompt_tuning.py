@@ -16,8 +16,10 @@ with attention_mask and position_ids beside its tokens:
              config says so
   bf16       a --precision bf16 plan trains from the same start, its losses
              within 2e-2 of f32's
-  generate   sdrun generate behind the trained prompt (the infer entry's
-             window) equals PEFT's greedy generate token for token
+  generate   sdrun generate behind the trained prompt equals PEFT's greedy
+             generate token for token: through the infer entry's window, and
+             with --kv-cache (two rows, the virtual ids fed first in prefill
+             chunks) on every model
   refusals   an adapter of another num_virtual_tokens or another method, a
              LoRA adapter on the prompt plan, and sdc merge of a prompt: one
              line, no file left
@@ -128,7 +130,22 @@ def model_checks(name, arch, onnx_path, d, sdc, sdrun, build):
     err = rel_err(got, want_logits) if got.shape == want_logits.shape else float("inf")
     check(f"{name} sdc->PEFT: PEFT's logits over {VIRTUAL} + {SEQ} positions equal sdrun infer --adapter's (1e-4)",
           err <= 1e-4, f"shapes {got.shape} and {want_logits.shape}, relative err {err:.2e}")
+    cached_generation(name, onnx_path, d, trained, loaded, sdc, sdrun)
     return plan, init, trained, losses
+
+
+def cached_generation(name, onnx_path, d, trained, loaded, sdc, sdrun):
+    """--kv-cache: the generator feeds the virtual ids first, through prefill
+    chunks of 5 (the prompt split across chunks), two rows at once."""
+    from test_kv_cache import generate, reference
+    plan = os.path.join(d, "kv.sdp")
+    sh([sdc, "compile", onnx_path, "--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL), "--shapes",
+        f"input_ids={BATCH}x{SEQ}", "--kv-cache", "48", "--kv-batch", "2", "--prefill-chunk", "5", "-o", plan])
+    prompts = ["In the beginning", "And God said"]
+    want = b"\n".join(reference(loaded, p, new=12) for p in prompts)
+    got = generate(sdrun, plan, prompts, "--adapter", trained, new=12).rstrip(b"\n")
+    check(f"{name} --kv-cache: sdrun generate of two rows behind the trained prompt equals PEFT's greedy generate",
+          got == want, f"{got!r} vs {want!r}")
 
 
 def vocab_init(onnx_path, d, sdc, sdrun, build):

@@ -307,13 +307,14 @@ TEST(PeftConfig, PromptTuningKeepsItsVirtualTokensAndAnUnprefixedKey) {
   EXPECT_EQ(sd::adapterKey("prompt_embeddings"), "prompt_embeddings");
   auto plan = sd::loraConfigFromPlanConfig(
       R"({"prompt_tuning": {"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 8, "token_dim": 32,
-          "prompt_tuning_init": "SAMPLE_VOCAB"}})");
+          "prompt_tuning_init": "SAMPLE_VOCAB", "first_virtual_id": 256}})");
   ASSERT_TRUE(plan.isOk()) << plan.status().message();
   auto back = sd::parseAdapterConfig(sd::adapterConfigJson(plan.value()), "a");
   ASSERT_TRUE(back.isOk()) << back.status().message();
   EXPECT_EQ(back.value().numVirtualTokens, 8);
   EXPECT_EQ(back.value().tokenDim, 32);
   EXPECT_EQ(back.value().promptInit, "SAMPLE_VOCAB");
+  EXPECT_EQ(plan.value().firstVirtualId, 256);
   EXPECT_FALSE(sd::loraConfigFromPlanConfig(R"({"prompt_tuning": {"num_virtual_tokens": 8}})").isOk());
   for (const char *bad : {R"({"peft_type": "PROMPT_TUNING"})",
                           R"({"peft_type": "PROMPT_TUNING", "num_virtual_tokens": 0})",

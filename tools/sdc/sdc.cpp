@@ -542,7 +542,6 @@ int parseArgs(int argc, char **argv, Args &a) {
                           : a.pipeline.recipe != "sft"     ? "--recipe other than sft"
                           : !a.pipeline.lossOutput.empty() ? "--loss-output (the recipe scores the logits)"
                           : a.pipeline.packing             ? "--packing (one prompt per row, not per sequence)"
-                          : a.pipeline.kvCache             ? "--kv-cache (generation behind a prompt)"
                           : !a.pipeline.quantize.empty()   ? "--quantize"
                                                            : nullptr;
     if (refused) return fail(std::string("--peft prompt (prompt tuning) does not take ") + refused + " yet"), 2;

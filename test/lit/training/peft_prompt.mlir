@@ -1,29 +1,39 @@
 // RUN: sd-opt %s --sd-peft-prompt="virtual-tokens=3" | FileCheck %s
 // RUN: sd-opt %s --sd-peft-prompt="virtual-tokens=3" --sd-recipe-sft | FileCheck %s --check-prefix=SFT
 // RUN: sd-opt %s --sd-peft-prompt="virtual-tokens=2 init=vocab seed=1" | FileCheck %s --check-prefix=VOCAB
+// RUN: sd-opt %s --sd-peft-prompt="virtual-tokens=3" --sd-kv-entries="max-length=16 chunk=4" | FileCheck %s --check-prefix=KV
 
-// Prompt tuning: 3 trained embeddings before every row. The tokens get 3
-// placeholder ids in front, so what reads them sees N + S positions; the
-// lookup's first 3 rows become the prompt. attention_mask gains 3 ones and
-// position_ids become 0..N+S-1 (PEFT ignores given ones). The table freezes.
-// CHECK:       sd.peft = {num_virtual_tokens = 3 : i64, peft_type = "PROMPT_TUNING", prompt_tuning_init = "RANDOM", token_dim = 4 : i64}
+// Prompt tuning: 3 trained embeddings before every row. Virtual token i is
+// id vocab + i (8, 9, 10): the tokens get those ids in front, so what reads
+// them sees N + S positions, and the lookup takes ids from 8 on from the
+// prompt, wherever they stand. attention_mask gains 3 ones; position_ids
+// become 0..N+S-1 (PEFT ignores given ones). The lengthening Concats are
+// marked for the generation entries. The table freezes.
+// CHECK:       sd.peft = {first_virtual_id = 8 : i64, num_virtual_tokens = 3 : i64, peft_type = "PROMPT_TUNING", prompt_tuning_init = "RANDOM", token_dim = 4 : i64}
 // CHECK-DAG:   sd.global @emb "frozen"
 // CHECK-DAG:   sd.global @prompt_embeddings "trainable" : tensor<3x4xf32> = dense_resource
 // CHECK-LABEL: func.func @infer
 // CHECK-SAME:  (%[[TOK:[^:]*]]: tensor<?x?xi64> {sd.dim_params = ["batch", "seq"], sd.name = "input_ids"}, %[[MASK:[^:]*]]: tensor<?x?xi64> {{.*}}sd.name = "attention_mask"}) -> tensor<?x?x8xf32>
-// CHECK:       %[[ZEROS:.*]] = sd.constant_of_shape {{.*}}value = 0.0
-// CHECK:       %[[LONGER:.*]] = sd.concat %[[ZEROS]], %[[TOK]] {axis = 1 : i64}
+// CHECK:       %[[IDS:.*]] = sd.constant dense<{{\[\[}}8, 9, 10]]> : tensor<1x3xi64>
+// CHECK:       %[[FRONT:.*]] = sd.expand %[[IDS]]
+// CHECK:       %[[LONGER:.*]] = sd.concat %[[FRONT]], %[[TOK]] {axis = 1 : i64, sd.virtual_prefix}
 // CHECK:       %[[ONES:.*]] = sd.constant_of_shape {{.*}}value = 1.0
-// CHECK:       %[[MASK2:.*]] = sd.concat %[[ONES]], %[[MASK]] {axis = 1 : i64}
+// CHECK:       %[[MASK2:.*]] = sd.concat %[[ONES]], %[[MASK]] {axis = 1 : i64, sd.virtual_prefix}
+// CHECK:       sd.shape %[[LONGER]] {end = 2 : i64, start = 1 : i64}
 // CHECK:       %[[RANGE:.*]] = sd.range
-// CHECK:       %[[POS:.*]] = sd.expand
-// CHECK:       %[[H:.*]] = sd.gather %{{.*}}, %[[LONGER]]
+// CHECK:       %[[POS:.*]] = sd.unsqueeze %[[RANGE]]
+// CHECK:       %[[V:.*]] = sd.constant dense<8> : tensor<i64>
+// CHECK:       %[[ISV:.*]] = sd.greater_or_equal %[[LONGER]], %[[V]]
+// CHECK:       %[[OWNID:.*]] = sd.min %[[LONGER]]
+// CHECK:       %[[OWN:.*]] = sd.gather %{{.*}}, %[[OWNID]]
 // CHECK:       %[[P:.*]] = sd.global_load @prompt_embeddings
-// CHECK:       %[[EVERY:.*]] = sd.expand
-// CHECK:       %[[OWN:.*]] = sd.slice %[[H]]
-// CHECK:       %[[JOINED:.*]] = sd.concat %[[EVERY]], %[[OWN]] {axis = 1 : i64}
+// CHECK:       %[[SLOT:.*]] = sd.sub %[[LONGER]], %[[V]]
+// CHECK:       %[[SLOT0:.*]] = sd.max %[[SLOT]]
+// CHECK:       %[[VROWS:.*]] = sd.gather %[[P]], %[[SLOT0]]
+// CHECK:       %[[COND:.*]] = sd.unsqueeze %[[ISV]]
+// CHECK:       %[[ROWS:.*]] = sd.where %[[COND]], %[[VROWS]], %[[OWN]]
 // CHECK:       sd.gather %{{.*}}, %[[POS]]
-// CHECK:       sd.add %[[JOINED]]
+// CHECK:       sd.add %[[ROWS]]
 // CHECK:       sd.cast %[[MASK2]]
 
 // The sft loss: labels get 3 uncounted (-100) positions in front, then shift,
@@ -35,6 +45,16 @@
 // SFT:         %[[PADDED:.*]] = sd.pad %[[LABELS]], %{{.*}}, %[[N]]
 // SFT:         sd.slice %[[PADDED]]
 // SFT:         sd.softmax_cross_entropy_loss
+
+// Generation entries take the virtual ids as tokens (the generator feeds
+// them first): the marked Concats stand for their last operand, so the
+// lookup reads the entry's tokens as they are.
+// KV-LABEL:    func.func @prefill
+// KV-SAME:     (%[[T:[^:]*]]: tensor<?x?xi64>
+// KV-NOT:      sd.virtual_prefix
+// KV:          %[[ISV:.*]] = sd.greater_or_equal %[[T]]
+// KV:          sd.where
+// KV-LABEL:    func.func @decode
 
 // --prompt-init vocab: each virtual token starts at a table row.
 // VOCAB:       prompt_tuning_init = "SAMPLE_VOCAB"

@@ -84,6 +84,9 @@ struct LoraConfig {
   int64_t numVirtualTokens = 0;
   int64_t tokenDim = 0;
   std::string promptInit = "RANDOM";
+  // A plan's: the token id of virtual token 0 (the embedding table's rows;
+  // virtual token i is this + i, which the generator feeds before a prompt).
+  int64_t firstVirtualId = 0;
   // LoKr: PEFT's decompose_both and decompose_factor, and (a plan's) each
   // module's factor names without the module, as "lokr_w1,lokr_w2_a,lokr_w2_b"
   // (which factors are whole depends on each module's shape).
