@@ -145,10 +145,12 @@ LogicalResult sd::bindAuxiliaryInputs(func::FuncOp f, unsigned tokenArg, bool ke
     Value bound;
     if (name == sd::abi::kPositionIds && isTokenShaped(arg)) {
       if (keepPositions) continue;
-      // arange(seq) for every row.
+      // arange(seq) as [1, seq], as transformers' own default
+      // (cache_position.unsqueeze(0)): rows share the positions, so rotary
+      // tables fold to one row whatever the batch (sd-kv-cache reads them so).
       Value seq = g.reshape(g.make<ShapeOp>({tokens}, {g.attr("start", 1), g.attr("end", 2)}), {});
       Value range = g.make<RangeOp>({g.reshape(g.ints({0}), {}), seq, g.reshape(g.ints({1}), {})});
-      bound = g.make<ExpandOp>({g.make<UnsqueezeOp>({range, g.ints({0})}), g.make<ShapeOp>({tokens})});
+      bound = g.make<UnsqueezeOp>({range, g.ints({0})});
     } else if (isPastCache(name, type)) {
       int64_t head = pastHeadSize(arg);
       if (ShapedType::isDynamic(head))

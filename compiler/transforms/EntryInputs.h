@@ -35,7 +35,7 @@ mlir::FailureOr<unsigned> findLogitsOutput(mlir::func::FuncOp f, llvm::StringRef
 // step without them means: attention_mask all ones (no padding: packing and
 // the KV cache's positions say which keys a token sees), a with-past
 // export's past_key_values.N.key/value empty (the step computes its keys and
-// values alone), and position_ids 0..seq-1 unless `keepPositions` (then it
+// values alone), and position_ids 0..seq-1 ([1, seq], transformers' default) unless `keepPositions` (then it
 // stays an input), token_type_ids zeros (one segment). attention_mask stays
 // an input when `keepMask` (rows padded to a bucket's length). Any other input is an error naming `flag` when
 // `refuseOthers`, else left alone. The bound inputs are erased from `f`.

@@ -248,6 +248,28 @@ def peft_steps(model, rows, steps, batch, lr, eps=1e-8):
     return losses
 
 
+def export_with_positions(model, path, batch, seq):
+    """A transformers causal LM exported as Optimum exports a decoder without
+    its cache: inputs input_ids, attention_mask and position_ids (dynamic
+    batch and sequence), output logits."""
+    import torch
+    import transformers.masking_utils
+    # transformers' packed-sequence check traces to aten::diff, which the TorchScript exporter cannot export.
+    transformers.masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    forward = type(model).forward
+    model.forward = lambda ids, mask, pos: forward(model, input_ids=ids, attention_mask=mask, position_ids=pos,
+                                                   use_cache=False).logits
+    ids = torch.randint(0, model.config.vocab_size, (batch, seq))
+    axes = {0: "batch", 1: "seq"}
+    try:
+        torch.onnx.export(model, (ids, torch.ones_like(ids), torch.arange(seq).expand(batch, seq)), path,
+                          input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"],
+                          opset_version=17, dynamo=False,
+                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "position_ids": axes, "logits": axes})
+    finally:
+        del model.forward
+
+
 def write_token_rows(path, rng, vocab, lines, seq):
     """A JSONL training file of `lines` random token rows of length `seq`."""
     import json

@@ -16,7 +16,7 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import clean_error_problems, embedding_model, sh, tool_paths, write_token_rows
+from e2e_util import clean_error_problems, embedding_model, export_with_positions, sh, tool_paths, write_token_rows
 from test_training import check, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,6 +117,18 @@ def main():
             check(f"bad input: {name}", not problems, "; ".join(problems) or line)
 
         out = os.path.join(tmp, "never.sdp")
+
+        # An export that takes position_ids (Optimum's inputs): a training plan binds them to 0..seq-1 as
+        # transformers' default [1, seq], so the rotary tables fold to one row for --kv-batch 2 too.
+        positioned, trained_kv = os.path.join(tmp, "positions.onnx"), os.path.join(tmp, "positions_kv.sdp")
+        export_with_positions(models["llama"], positioned, 2, 16)
+        sh([sdc, "compile", positioned, "--peft", "lora", "--target-modules", "q_proj", "--shapes", "input_ids=2x16",
+            "--kv-cache", "80", "--kv-batch", "2", "--prefill-chunk", "4", "-o", trained_kv])
+        got = generate(sdrun, trained_kv, PROMPTS[:2])
+        expect = b"".join(w + b"\n" for w in want["llama"][:2])
+        check("an export taking attention_mask and position_ids, LoRA training plan with --kv-cache --kv-batch 2: two "
+              "prompts decode as transformers does (the adapter starts as zeros)", got == expect,
+              f"{got!r} vs {expect!r}")
 
         # A user's own export with torch.onnx.export's defaults: the input called `tokens`, the batch fixed.
         class Wrapped(torch.nn.Module):

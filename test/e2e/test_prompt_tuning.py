@@ -33,33 +33,14 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, rel_err, sdrun_logits, sh, tool_paths, write_token_rows
+from e2e_util import (ROOT, clean_error_problems, export_with_positions, rel_err, sdrun_logits, sh, tool_paths,
+                      write_token_rows)
 from test_peft_roundtrip import peft_warnings
 from test_qlora import plan_globals
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 BATCH, SEQ, STEPS, VIRTUAL, LR = 2, 16, 8, 5, 1e-2
-
-
-def export_with_mask(model, path):
-    """The Llama exported as Optimum exports a decoder without its cache:
-    input_ids, attention_mask and position_ids."""
-    import torch
-    import transformers.masking_utils
-    transformers.masking_utils.find_packed_sequence_indices = lambda position_ids: None
-    forward = type(model).forward
-    model.forward = lambda ids, mask, pos: forward(model, input_ids=ids, attention_mask=mask, position_ids=pos,
-                                                   use_cache=False).logits
-    ids = torch.randint(0, 256, (BATCH, SEQ))
-    axes = {0: "batch", 1: "seq"}
-    try:
-        torch.onnx.export(model, (ids, torch.ones_like(ids), torch.arange(SEQ).expand(BATCH, SEQ)), path,
-                          input_names=["input_ids", "attention_mask", "position_ids"], output_names=["logits"],
-                          opset_version=17, dynamo=False,
-                          dynamic_axes={"input_ids": axes, "attention_mask": axes, "position_ids": axes, "logits": axes})
-    finally:
-        del model.forward
 
 
 def peft_prompt_steps(pm, rows):
@@ -251,7 +232,7 @@ def main():
             os.makedirs(d)
             onnx_path = os.path.join(d, "model.onnx")
             if with_mask:
-                export_with_mask(export_hf.build(arch, 0), onnx_path)
+                export_with_positions(export_hf.build(arch, 0), onnx_path, BATCH, SEQ)
             else:
                 export_hf.export(export_hf.build(arch, 0), onnx_path, opset=17, batch=BATCH, seq=SEQ)
             try:
