@@ -155,6 +155,14 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     auto num = [&](const char *k) { return std::to_string(dict.getAs<mlir::IntegerAttr>(k).getInt()); };
     out += "prompt tuning: " + num("num_virtual_tokens") + " virtual tokens of " + num("token_dim") +
            " values before every row (" + dict.getAs<mlir::StringAttr>("prompt_tuning_init").str() + " start)\n";
+  } else if (type && type.getValue() == "PREFIX_TUNING") {
+    auto num = [&](const char *k) {
+      auto v = dict.getAs<mlir::IntegerAttr>(k);
+      return v ? std::to_string(v.getInt()) : std::string("?");
+    };
+    out += "prefix tuning: keys and values of " + num("num_virtual_tokens") + " virtual tokens in each of " +
+           num("num_layers") + " attention layers (" + num("num_attention_heads") + " key/value heads, " +
+           num("token_dim") + " values a token)\n";
   } else if (dict) {
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
     char dropout[48] = "";
@@ -372,6 +380,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
              : peft.find("\"LOKR\"") != std::string::npos ? "lokr"
              : peft.find("\"VERA\"") != std::string::npos ? "vera"
              : peft.find("\"PROMPT_TUNING\"") != std::string::npos ? "prompt_tuning"
+             : peft.find("\"PREFIX_TUNING\"") != std::string::npos ? "prefix_tuning"
                                                           : "lora",
              peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));

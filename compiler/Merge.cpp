@@ -438,9 +438,9 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
                    "' in full (modules_to_save, a classification head the model does not have); sdc merge folds "
                    "LoRA, DoRA, OSF, IA3, LoHa, LoKr and VeRA weights into the model's own layers only",
            false;
-  if (cfg.value().isPromptTuning())
-    return error = req.adapterDir + ": a prompt tuning adapter puts trained embeddings before the input and changes "
-                   "no weight, so there is nothing to merge; run it with sdrun infer --adapter",
+  if (cfg.value().isPromptTuning() || cfg.value().isPrefixTuning())
+    return error = req.adapterDir + ": a " + cfg.value().kindName() + " adapter puts trained virtual tokens before " +
+                   "the input and changes no weight, so there is nothing to merge; run it with sdrun infer --adapter",
            false;
   double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);

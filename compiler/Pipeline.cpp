@@ -47,8 +47,9 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     vera.projectionKey = opts.seed;
     vera.dropout = opts.loraDropout;
     pm.addPass(createPeftVera(vera));
-  } else if (opts.peft == "prompt") {
+  } else if (opts.peft == "prompt" || opts.peft == "prefix") {
     PeftPromptOptions prompt;
+    prompt.prefix = opts.peft == "prefix";
     prompt.virtualTokens = opts.virtualTokens;
     prompt.init = opts.promptInit;
     prompt.seed = opts.seed;
@@ -124,6 +125,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   // [.., S, D] form only with the shapes.
   pm.addPass(createFuseAttention());
   pm.addPass(createFuseRotary());
+  // Prefix tuning's keys and values, with the shapes; before the cache takes them.
+  if (opts.peft == "prefix") pm.addPass(createPrefixAttention(PrefixAttentionOptions{opts.seed}));
   if (opts.kvCache > 0) pm.addPass(createKvCache());
   pm.addPass(createFuseProjections());
   if (opts.joinLora) pm.addPass(createJoinLora());

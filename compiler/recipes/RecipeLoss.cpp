@@ -13,8 +13,10 @@ namespace sd {
 
 int64_t promptVirtualTokens(ModuleOp module) {
   auto peft = module->getAttrOfType<DictionaryAttr>("sd.peft");
+  auto type = peft ? peft.getAs<StringAttr>("peft_type") : StringAttr();
   auto n = peft ? peft.getAs<IntegerAttr>("num_virtual_tokens") : IntegerAttr();
-  return n ? n.getInt() : 0;
+  // Prefix tuning's logits are the tokens' own already.
+  return n && type && type.getValue() == "PROMPT_TUNING" ? n.getInt() : 0;
 }
 
 Value countedLabels(GradBuilder &g, Value labels) {

@@ -19,7 +19,7 @@ struct SummedLoss {
   mlir::Value loss;  // f32 scalar: the sum over counted labels
   mlir::Value count; // f32 scalar: how many labels were not kIgnoreIndex
 };
-// Prompt tuning's virtual tokens before every row (sd-peft-prompt), else 0.
+// Prompt tuning's virtual tokens before every row's logits (sd-peft-prompt), else 0.
 int64_t promptVirtualTokens(mlir::ModuleOp module);
 // 1.0 where a label counts (is not kIgnoreIndex), else 0.0: f32, shaped like `labels`.
 mlir::Value countedLabels(sd::ir::GradBuilder &g, mlir::Value labels);

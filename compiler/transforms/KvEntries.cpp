@@ -93,16 +93,18 @@ struct KvEntriesPass : sd::impl::KvEntriesBase<KvEntriesPass> {
     return success();
   }
 
-  // Prompt tuning (sd-peft-prompt) lengthened the token input and those
-  // aligned with it by its virtual ids' positions: here the generator feeds
-  // those ids as tokens, so each marked Concat stands for its last operand.
+  // Prompt learning (sd-peft-prompt) lengthened the token input and those
+  // aligned with it by its virtual ids' positions (and prefix tuning cut
+  // them from the logits): here the generator feeds those ids as tokens, so
+  // each marked op stands for the operand it names.
   static void feedVirtualIdsAsTokens(func::FuncOp f) {
     SmallVector<Operation *> marked;
     f.walk([&](Operation *op) {
-      if (op->hasAttr("sd.virtual_prefix")) marked.push_back(op);
+      if (op->hasAttr(sd::kVirtualPrefixAttr)) marked.push_back(op);
     });
     for (Operation *op : marked) {
-      op->getResult(0).replaceAllUsesWith(op->getOperands().back());
+      int64_t kept = op->getAttrOfType<IntegerAttr>(sd::kVirtualPrefixAttr).getInt();
+      op->getResult(0).replaceAllUsesWith(op->getOperand(unsigned(kept)));
       SmallVector<Operation *> dead = {op};
       while (!dead.empty()) {
         Operation *d = dead.pop_back_val();

@@ -92,6 +92,13 @@ mlir::LogicalResult selectTargetLinears(mlir::ModuleOp module, const std::string
 // name. An [in, out] initializer under another name (onnx::MatMul_N) is the
 // exporter's folded transpose of an nn.Linear, which PyTorch stores [out, in].
 bool storedInOut(sd::ir::LinearOp l);
+// Prompt learning (sd-peft-prompt): an op that lengthens a value by the
+// virtual tokens' positions carries this i64 attribute, the operand it stands
+// for in entries that are fed the virtual ids as tokens (sd-kv-entries); and
+// prefix tuning marks the embedding lookup whose indices' operand holds the
+// ids (sd-prefix-attention reads them there).
+constexpr const char *kVirtualPrefixAttr = "sd.virtual_prefix";
+constexpr const char *kVirtualLookupAttr = "sd.virtual_lookup";
 // A layer's (in, out) features from its 2-D weight and layout ("oi": [out, in]; "io": [in, out]).
 std::pair<int64_t, int64_t> linearInOut(sd::ir::LinearOp l);
 // A PEFT pass's start (sd-peft-lora, -ia3, -loha, -vera, -osft): the layers

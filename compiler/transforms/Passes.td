@@ -236,13 +236,39 @@ def PeftPrompt : Pass<"sd-peft-prompt", "mlir::ModuleOp"> {
     every row: the model runs on concat(prompt, embeddings) as PEFT's does on
     inputs_embeds, and its logits cover all N + S positions. Initialized as
     PEFT's RANDOM (N(0, 1)) or SAMPLE_VOCAB (the table's rows of random token
-    ids), from `seed`. Records the configuration in `sd.peft`.
+    ids), from `seed`. Records the configuration in `sd.peft`. With
+    `prefix`: no prompt here; the lookup takes table rows for the virtual
+    ids (and is marked), the infer logits drop the virtual positions, and
+    sd-prefix-attention adds the trained keys and values.
   }];
   let options = [
     Option<"virtualTokens", "virtual-tokens", "int64_t", "20", "PEFT's num_virtual_tokens">,
     Option<"init", "init", "std::string", "\"random\"", "random (N(0, 1)) or vocab (rows of the embedding table)">,
     Option<"seed", "seed", "int64_t", "0", "seed of the initialization">,
     Option<"tokenInput", "token-input", "std::string", "\"\"", "the token input (default: found as the recipes do)">,
+    Option<"prefix", "prefix", "bool", "false",
+           "prefix tuning: the virtual tokens' keys and values train (sd-prefix-attention), the logits are the tokens' own">,
+  ];
+}
+
+def PrefixAttention : Pass<"sd-prefix-attention", "mlir::ModuleOp"> {
+  let summary = "Prefix tuning: trained keys and values of the virtual tokens in every attention layer";
+  let description = [{
+    After sd-peft-prompt with prefix (the entries' virtual ids, vocab + i,
+    read at the marked embedding lookup) and specialization, before
+    sd-kv-cache. Adds the trainable `prompt_embeddings` [N, 2 L Hkv d] in
+    PEFT's PrefixEncoder layout (per virtual token: each layer's key heads,
+    then its value heads), N(0, 1) from `seed`. In each entry, attention op
+    i (in order) takes, at the keys of virtual ids, rows 2i (keys) and 2i+1
+    (values) of the virtual token's embedding instead of what the layer
+    computed there, each key/value head repeated over its query heads:
+    keys not rotated, as PEFT's past_key_values. Hkv is read from the
+    projection the keys come from (a k_proj of Hkv d outputs, or a fused
+    q/k/v of (H + 2 Hkv) d). Records token_dim, num_layers and
+    num_attention_heads (Hkv) in `sd.peft`.
+  }];
+  let options = [
+    Option<"seed", "seed", "int64_t", "0", "seed of the initialization">,
   ];
 }
 

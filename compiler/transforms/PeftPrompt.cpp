@@ -1,6 +1,8 @@
 // sd-peft-prompt: prompt tuning (PEFT's PromptTuningConfig): trained
 // embeddings of N virtual tokens put before every row's own, everything
-// else frozen.
+// else frozen; with `prefix`, prefix tuning (PrefixTuningConfig): N virtual
+// tokens whose keys and values in every layer are trained (they are made
+// by sd-prefix-attention, once the attention's shapes are known).
 //
 // The model is not rebuilt for a longer sequence. Virtual token i is the id
 // vocab + i: the token input gets those N ids in front, so everything an
@@ -34,7 +36,6 @@ using namespace sd::ir;
 
 namespace {
 
-constexpr const char *kWho = "--peft prompt";
 
 struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
   using PeftPromptBase::PeftPromptBase;
@@ -44,8 +45,15 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     int64_t vocab, hidden;
   };
 
+  const char *who() const { return prefix ? "--peft prefix" : "--peft prompt"; }
+
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    const char *kWho = who();
+    if (prefix && init != "random") {
+      module.emitError() << "--prompt-init is for --peft prompt (prefix tuning starts from N(0, 1))";
+      return signalPassFailure();
+    }
     if (virtualTokens < 1 || virtualTokens > 65536) {
       module.emitError() << "--num-virtual-tokens must be from 1 to 65536, got " << virtualTokens;
       return signalPassFailure();
@@ -76,12 +84,24 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
       infer.emitError() << kWho << ": --prompt-init vocab needs the embedding table's values in the model";
       return signalPassFailure();
     }
+    Builder b(module.getContext());
+    if (prefix) {
+      // The keys and values come when the attention's shapes are known (sd-prefix-attention).
+      if (failed(lengthenInputs(infer, *token, table->vocab)) || failed(markVirtualLookup(lookup, table->vocab)) ||
+          failed(dropVirtualLogits(infer)))
+        return signalPassFailure();
+      module->setAttr("sd.peft", b.getDictionaryAttr({
+                                     b.getNamedAttr("peft_type", b.getStringAttr("PREFIX_TUNING")),
+                                     b.getNamedAttr("num_virtual_tokens", b.getI64IntegerAttr(virtualTokens)),
+                                     b.getNamedAttr("first_virtual_id", b.getI64IntegerAttr(table->vocab)),
+                                 }));
+      return;
+    }
     std::vector<float> values = initialPrompt(*table);
     GlobalOp prompt = sd::createFloatGlobal(module, sd::kPromptEmbeddings, {virtualTokens, table->hidden},
                                             "trainable", &values);
     if (failed(lengthenInputs(infer, *token, table->vocab)) || failed(lookUpVirtualIds(lookup, prompt, table->vocab)))
       return signalPassFailure();
-    Builder b(module.getContext());
     module->setAttr("sd.peft", b.getDictionaryAttr({
                                    b.getNamedAttr("peft_type", b.getStringAttr("PROMPT_TUNING")),
                                    b.getNamedAttr("num_virtual_tokens", b.getI64IntegerAttr(virtualTokens)),
@@ -124,7 +144,7 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
   }
 
   // Concat([batch, N] of `fill`, v [batch, seq]) on axis 1, marked
-  // sd.virtual_prefix (entries that feed the virtual ids as tokens use `v`).
+  // sd.virtual_prefix = 1 (entries that feed the virtual ids as tokens use `v`).
   // `fill` is a value per position [N] (virtual ids), else `value` everywhere.
   Value prepend(GradBuilder &g, Value v, Value rowsOf, double value, ArrayRef<int64_t> fill = {}) {
     OpBuilder &b = g.builder();
@@ -136,7 +156,7 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
                                                             g.attr("dtype", int64_t(*toDType(type.getElementType())))})
                       : g.make<ExpandOp>({g.ints({1, int64_t(fill.size())}, fill), shape});
     Value joined = g.make<ConcatOp>({front, v}, {g.attr("axis", 1)});
-    if (joined) joined.getDefiningOp()->setAttr("sd.virtual_prefix", b.getUnitAttr());
+    if (joined) joined.getDefiningOp()->setAttr(sd::kVirtualPrefixAttr, b.getI64IntegerAttr(1));
     return joined;
   }
 
@@ -181,7 +201,7 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     return success();
   }
 
-  // Rows of ids below vocab from the table, of the virtual ids from the
+  // Prompt tuning: rows of ids below vocab from the table, of the virtual ids from the
   // prompt: where(id >= vocab, prompt[max(id - vocab, 0)], table[min(id, vocab - 1)]).
   LogicalResult lookUpVirtualIds(Operation *lookup, GlobalOp prompt, int64_t vocab) {
     auto gather = cast<GatherOp>(lookup);
@@ -200,6 +220,37 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     if (g.failed()) return failure();
     lookup->getResult(0).replaceAllUsesWith(rows);
     lookup->erase();
+    return success();
+  }
+
+  // Prefix tuning: a virtual id's embedding is any row (the table's last):
+  // its keys and values are replaced in every layer, so nothing it computes
+  // reaches a real token. The lookup is marked for sd-prefix-attention,
+  // which reads the ids there.
+  LogicalResult markVirtualLookup(Operation *lookup, int64_t vocab) {
+    Value ids = lookup->getOperand(1);
+    OpBuilder b(lookup);
+    GradBuilder g(b, NameLoc::get(b.getStringAttr("virtual_tokens")));
+    Value own = g.make<MinOp>({ids, g.scalar(cast<RankedTensorType>(ids.getType()).getElementType(), double(vocab - 1))});
+    if (g.failed()) return failure();
+    lookup->setOperand(1, own);
+    lookup->setAttr(sd::kVirtualLookupAttr, b.getUnitAttr());
+    return success();
+  }
+
+  // Prefix tuning's logits are the tokens' own, as PEFT's: the virtual
+  // positions' are sliced off (marked: entries that feed the ids as tokens
+  // keep every position's).
+  LogicalResult dropVirtualLogits(func::FuncOp f) {
+    FailureOr<unsigned> index = sd::findLogitsOutput(f, "", who());
+    if (failed(index)) return failure();
+    auto ret = cast<func::ReturnOp>(f.getBody().front().getTerminator());
+    OpBuilder b(ret);
+    GradBuilder g(b, NameLoc::get(b.getStringAttr("virtual_tokens")));
+    Value own = g.sliceAxis(ret.getOperand(*index), 1, virtualTokens, std::numeric_limits<int64_t>::max());
+    if (g.failed()) return failure();
+    own.getDefiningOp()->setAttr(sd::kVirtualPrefixAttr, b.getI64IntegerAttr(0));
+    ret.setOperand(*index, own);
     return success();
   }
 };

@@ -13,7 +13,9 @@ bool sd::isArange(Value indices, int64_t seq) {
   auto c = indices.getDefiningOp<ConstantOp>();
   if (!c) return false;
   auto t = cast<RankedTensorType>(c.getType());
-  if (!t.getElementType().isInteger(64) || t.getNumElements() != seq || t.getDimSize(t.getRank() - 1) != seq)
+  // (A scalar index, such as one layer's slice of a table, is no position.)
+  if (!t.getElementType().isInteger(64) || t.getRank() == 0 || t.getNumElements() != seq ||
+      t.getDimSize(t.getRank() - 1) != seq)
     return false;
   auto values = dyn_cast<DenseIntElementsAttr>(c.getValue());
   if (!values) return false;

@@ -50,6 +50,7 @@ std::string LoraConfig::kindName() const {
          : isLokr()         ? "LoKr"
          : isVera()         ? "VeRA"
          : isPromptTuning() ? "prompt tuning"
+         : isPrefixTuning() ? "prefix tuning"
          : useDora          ? "DoRA"
                             : "LoRA";
 }
@@ -61,6 +62,7 @@ std::string LoraConfig::compileFlags() const {
          : isLokr() ? "--peft lokr"
          : isVera() ? "--peft vera"
          : isPromptTuning() ? "--peft prompt"
+         : isPrefixTuning() ? "--peft prefix"
          : useDora  ? "--peft lora --use-dora"
                     : "--peft lora";
 }
@@ -71,7 +73,7 @@ std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
     for (const char *suffix : {".weight", ".bias"}) out.push_back({m, m + suffix});
   if (isVera() && saveProjection)
     for (const char *shared : kVeraProjections) out.push_back({"", shared});
-  if (isPromptTuning()) out.push_back({"", kPromptEmbeddings});
+  if (isPromptTuning() || isPrefixTuning()) out.push_back({"", kPromptEmbeddings});
   for (const std::string &m : modules)
     for (const std::string &name : tensorNames(m)) out.push_back({m, name});
   return out;
@@ -230,10 +232,11 @@ StatusOr<LoraConfig> parseVeraConfig(const Json &doc, const std::string &path) {
   return c;
 }
 
-// PEFT's PromptTuningConfig for a causal LM: num_virtual_tokens decides the
-// shape (loading compares it with the plan's). An encoder-decoder's prompts
-// (num_transformer_submodules 2) and other tasks are refused.
-StatusOr<LoraConfig> parsePromptTuningConfig(const Json &doc, const std::string &path) {
+// PEFT's PromptTuningConfig and PrefixTuningConfig (`prefix`) for a causal
+// LM: num_virtual_tokens decides the shape with the model's (loading compares
+// it with the plan's). An encoder-decoder's prompts (num_transformer_submodules
+// 2), other tasks and a prefix through an MLP (prefix_projection) are refused.
+StatusOr<LoraConfig> parsePromptTuningConfig(const Json &doc, const std::string &path, bool prefix) {
   const Json *n = doc.get("num_virtual_tokens"), *dim = doc.get("token_dim"),
              *parts = doc.get("num_transformer_submodules"), *task = doc.get("task_type"),
              *init = doc.get("prompt_tuning_init");
@@ -245,8 +248,13 @@ StatusOr<LoraConfig> parsePromptTuningConfig(const Json &doc, const std::string 
     return sdError(path, ": task_type is '", task->str, "': prompt tuning is supported for CAUSAL_LM only");
   if (dim && dim->type != Json::Type::Null && (!dim->isInteger() || dim->num < 1 || dim->num > 16777216.0))
     return sdError(path, ": token_dim must be a positive integer");
+  if (const Json *projection = doc.get("prefix_projection"); prefix && projection && projection->type == Json::Type::Bool &&
+                                                               projection->b)
+    return sdError(path, ": 'prefix_projection' is true: prefix tuning through an MLP is not supported yet");
   LoraConfig c;
-  c.peftType = "PROMPT_TUNING";
+  c.peftType = prefix ? "PREFIX_TUNING" : "PROMPT_TUNING";
+  for (auto [key, out] : {std::pair{"num_layers", &c.numLayers}, std::pair{"num_attention_heads", &c.numAttentionHeads}})
+    if (const Json *v = doc.get(key); v && v->isInteger() && v->num >= 1 && v->num <= 16777216.0) *out = int64_t(v->num);
   c.numVirtualTokens = int64_t(n->num);
   c.tokenDim = dim && dim->isInteger() ? int64_t(dim->num) : 0;
   if (init && init->type == Json::Type::String) c.promptInit = init->str;
@@ -273,10 +281,11 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   if (type && type->str == "LOHA") return parseLycorisConfig(doc.value(), path, "LOHA");
   if (type && type->str == "LOKR") return parseLokrConfig(doc.value(), path);
   if (type && type->str == "VERA") return parseVeraConfig(doc.value(), path);
-  if (type && type->str == "PROMPT_TUNING") return parsePromptTuningConfig(doc.value(), path);
+  if (type && type->str == "PROMPT_TUNING") return parsePromptTuningConfig(doc.value(), path, false);
+  if (type && type->str == "PREFIX_TUNING") return parsePromptTuningConfig(doc.value(), path, true);
   if (!type || type->str != "LORA")
-    return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr, VeRA or prompt tuning adapter (peft_type must be LORA, ",
-                   "OSF, IA3, LOHA, LOKR, VERA or PROMPT_TUNING)");
+    return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr, VeRA, prompt or prefix tuning adapter (peft_type must be ",
+                   "LORA, OSF, IA3, LOHA, LOKR, VERA, PROMPT_TUNING or PREFIX_TUNING)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -363,22 +372,31 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     }
     return c;
   }
-  if (const Json *prompt = doc.value().get("prompt_tuning")) {
+  for (bool prefix : {false, true}) {
+    const Json *prompt = doc.value().get(prefix ? "prefix_tuning" : "prompt_tuning");
+    if (!prompt) continue;
     const Json *n = prompt->get("num_virtual_tokens"), *dim = prompt->get("token_dim"),
-               *init = prompt->get("prompt_tuning_init"), *first = prompt->get("first_virtual_id");
-    if (!n || !n->isInteger() || n->num < 1 || !dim || !dim->isInteger() || !init || init->type != Json::Type::String ||
-        !first || !first->isInteger() || first->num < 1)
-      return sdError("the plan's prompt tuning configuration is malformed");
+               *init = prompt->get("prompt_tuning_init"), *first = prompt->get("first_virtual_id"),
+               *layers = prompt->get("num_layers"), *heads = prompt->get("num_attention_heads");
+    if (!n || !n->isInteger() || n->num < 1 || !dim || !dim->isInteger() || !first || !first->isInteger() ||
+        first->num < 1 || (!prefix && (!init || init->type != Json::Type::String)) ||
+        (prefix && (!layers || !layers->isInteger() || !heads || !heads->isInteger())))
+      return sdError("the plan's ", prefix ? "prefix" : "prompt", " tuning configuration is malformed");
+    c.peftType = prefix ? "PREFIX_TUNING" : "PROMPT_TUNING";
     c.firstVirtualId = int64_t(first->num);
-    c.peftType = "PROMPT_TUNING";
     c.numVirtualTokens = int64_t(n->num);
     c.tokenDim = int64_t(dim->num);
-    c.promptInit = init->str;
+    if (prefix) {
+      c.numLayers = int64_t(layers->num);
+      c.numAttentionHeads = int64_t(heads->num);
+    } else {
+      c.promptInit = init->str;
+    }
     return c;
   }
   const Json *lora = doc.value().get("lora");
   if (!lora)
-    return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera or prompt)");
+    return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera, prompt or prefix)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");
@@ -448,6 +466,11 @@ ConfigFields methodFields(const LoraConfig &cfg) {
             {"num_transformer_submodules", "1"}, {"num_attention_heads", "null"}, {"num_layers", "null"},
             {"prompt_tuning_init", jsonQuote(cfg.promptInit)}, {"prompt_tuning_init_text", "null"},
             {"tokenizer_name_or_path", "null"}, {"tokenizer_kwargs", "null"}};
+  if (cfg.isPrefixTuning())
+    return {{"num_virtual_tokens", std::to_string(cfg.numVirtualTokens)}, {"token_dim", std::to_string(cfg.tokenDim)},
+            {"num_transformer_submodules", "1"}, {"num_attention_heads", std::to_string(cfg.numAttentionHeads)},
+            {"num_layers", std::to_string(cfg.numLayers)}, {"encoder_hidden_size", std::to_string(cfg.tokenDim)},
+            {"prefix_projection", "false"}};
   if (cfg.isVera())
     return {{"r", std::to_string(cfg.r)}, {"target_modules", targets},
             {"projection_prng_key", std::to_string(cfg.projectionKey)}, {"save_projection", "true"},

@@ -57,11 +57,14 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const S
     return sdError("the repetition penalty must be a finite number > 0, got ", opts.repetitionPenalty);
   std::unique_ptr<Generator> g(new Generator(session, opts));
   const Plan &plan = session.plan();
-  // Prompt tuning: the windowed infer entry's logits cover the virtual
-  // tokens before the row's own; the cached entries take their ids first.
-  if (auto adapter = loraConfigFromPlanConfig(plan.config); adapter.isOk() && adapter.value().isPromptTuning()) {
-    g->prefix_ = adapter.value().numVirtualTokens;
-    for (int64_t i = 0; i < g->prefix_; ++i) g->virtualIds_.push_back(adapter.value().firstVirtualId + i);
+  // Prompt and prefix tuning: the cached entries take the virtual ids first;
+  // the windowed infer entry adds them itself, and a prompt tuning plan's
+  // logits cover them too.
+  auto adapter = loraConfigFromPlanConfig(plan.config);
+  if (adapter.isOk() && (adapter.value().isPromptTuning() || adapter.value().isPrefixTuning())) {
+    for (int64_t i = 0; i < adapter.value().numVirtualTokens; ++i)
+      g->virtualIds_.push_back(adapter.value().firstVirtualId + i);
+    if (adapter.value().isPromptTuning()) g->prefix_ = adapter.value().numVirtualTokens;
   }
   bool hasCache = std::any_of(plan.entries.begin(), plan.entries.end(),
                               [](const EntryDesc &e) { return e.name == abi::kPrefill || e.name == abi::kDecode; });

@@ -88,7 +88,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     return sdError(cfgPath, ": VeRA r=", given.value().r, " projection_prng_key=", given.value().projectionKey,
                    ", the plan's r=", cfg.r, " projection_prng_key=", cfg.projectionKey,
                    " (sdc compile --lora-r R --seed KEY): the shared projections differ");
-  if (cfg.isPromptTuning() && given.value().numVirtualTokens != cfg.numVirtualTokens)
+  if ((cfg.isPromptTuning() || cfg.isPrefixTuning()) && given.value().numVirtualTokens != cfg.numVirtualTokens)
     return sdError(cfgPath, ": num_virtual_tokens=", given.value().numVirtualTokens, ", the plan's ",
                    cfg.numVirtualTokens, " (sdc compile --num-virtual-tokens N)");
   if (cfg.isLora() || cfg.isLoha() || cfg.isLokr()) {

@@ -320,7 +320,10 @@ def check_all(tmp):
                        ["--decompose-factor", "positive integer or -1"], [out_plan])
     expect_clean_error("--num-virtual-tokens without prompt tuning",
                        [sdc, "compile", gpt, "--peft", "none", "--num-virtual-tokens", "4", "-o", out_plan],
-                       ["--num-virtual-tokens", "--peft prompt"], [out_plan])
+                       ["--num-virtual-tokens", "--peft prompt or prefix"], [out_plan])
+    expect_clean_error("--prompt-init with prefix tuning",
+                       [sdc, "compile", gpt, "--peft", "prefix", "--prompt-init", "vocab", "-o", out_plan],
+                       ["--prompt-init", "--peft prompt"], [out_plan])
     expect_clean_error("--num-virtual-tokens 0", [sdc, "compile", gpt, "--peft", "prompt", "--num-virtual-tokens", "0",
                                                   "-o", out_plan], ["--num-virtual-tokens", "1 to 65536"], [out_plan])
     expect_clean_error("--prompt-init text", [sdc, "compile", gpt, "--peft", "prompt", "--prompt-init", "text", "-o",

@@ -1,25 +1,29 @@
 #!/usr/bin/env python3
-"""Prompt tuning (sdc compile --peft prompt) against the real Hugging Face
-PEFT (PromptTuningConfig, task CAUSAL_LM), on transformers' GPT-2 and a tiny
-Llama built from configs with seeded random weights, and on a Llama exported
-with attention_mask and position_ids beside its tokens:
+"""Prompt tuning (sdc compile --peft prompt) and prefix tuning (--peft
+prefix) against the real Hugging Face PEFT (PromptTuningConfig and
+PrefixTuningConfig, task CAUSAL_LM), on transformers' GPT-2 and a tiny
+Llama (grouped-query attention) built from configs with seeded random
+weights, and on a Llama exported with attention_mask and position_ids:
 
-  training   sdrun train from PEFT's random prompt gives PEFT's AdamW losses
-             (its labels: -100 under the virtual tokens, so the last one
-             predicts the first token) and prompt embeddings step for step
-             (1e-4 relative)
+  training   sdrun train from PEFT's random start gives PEFT's AdamW losses
+             (prompt tuning: -100 labels under the virtual tokens, so the
+             last one predicts the first token; prefix tuning: every layer's
+             trained keys and values before the tokens, positions from N) and
+             prompt_embeddings step for step (1e-4 relative)
   sdc->PEFT  the saved adapter loads in PeftModel.from_pretrained with
-             exactly PEFT's key and no warnings; PEFT's logits, which cover
-             the virtual tokens too, equal sdrun infer --adapter's
+             exactly PEFT's key and no warnings; PEFT's logits (prompt tuning:
+             covering the virtual tokens too) equal sdrun infer --adapter's
+  generate   sdrun generate behind the trained virtual tokens equals PEFT's
+             greedy continuation token for token: with --kv-cache (two rows,
+             the virtual ids fed first in prefill chunks) on every model, and
+             through the infer entry's window on Llama (prefix tuning: PEFT's
+             forward token by token, as PEFT's generate with a prefix fails
+             on this Llama without a cache)
   vocab      --prompt-init vocab starts every virtual token at a row of the
              model's embedding table (PEFT's SAMPLE_VOCAB), and the saved
              config says so
-  bf16       a --precision bf16 plan trains from the same start, its losses
-             within 2e-2 of f32's
-  generate   sdrun generate behind the trained prompt equals PEFT's greedy
-             generate token for token: through the infer entry's window, and
-             with --kv-cache (two rows, the virtual ids fed first in prefill
-             chunks) on every model
+  bf16       a --precision bf16 prompt plan trains from the same start, its
+             losses within 2e-2 of f32's
   refusals   an adapter of another num_virtual_tokens or another method, a
              LoRA adapter on the prompt plan, and sdc merge of a prompt: one
              line, no file left
@@ -62,9 +66,32 @@ def losses_of(metrics):
     return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
 
 
-def model_checks(name, arch, onnx_path, d, sdc, sdrun, build):
+def peft_config(method):
+    from peft import PrefixTuningConfig, PromptTuningConfig
+    config = PrefixTuningConfig if method == "prefix" else PromptTuningConfig
+    return config(task_type="CAUSAL_LM", num_virtual_tokens=VIRTUAL)
+
+
+def greedy(model, prompt, new):
+    """Greedy continuation of the prompt's bytes through the model's forward
+    alone (PEFT's generate with a prefix breaks on this transformers'
+    Llama without a cache), as bytes."""
     import torch
-    from peft import PeftModel, PromptTuningConfig, get_peft_model
+    ids = list(prompt.encode())
+    with torch.no_grad():
+        for _ in range(new):
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    return bytes(ids)
+
+
+def continuation(method, model, prompt, new):
+    from test_kv_cache import reference
+    return greedy(model, prompt, new) if method == "prefix" else reference(model, prompt, new=new)
+
+
+def model_checks(name, method, arch, onnx_path, d, sdc, sdrun):
+    import torch
+    from peft import PeftModel, get_peft_model
     from safetensors.numpy import load_file
     import export_hf
 
@@ -72,12 +99,11 @@ def model_checks(name, arch, onnx_path, d, sdc, sdrun, build):
     write_token_rows(data, np.random.default_rng(3), 256, 2 * STEPS, SEQ)
     rows = [json.loads(l)["input_ids"] for l in open(data)]
     plan = os.path.join(d, "plan.sdp")
-    sh([sdc, "compile", onnx_path, "--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL), "--shapes",
+    sh([sdc, "compile", onnx_path, "--peft", method, "--num-virtual-tokens", str(VIRTUAL), "--shapes",
         f"input_ids={BATCH}x{SEQ}", "--infer-shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
 
     torch.manual_seed(11)
-    pm = get_peft_model(export_hf.build(arch, 0), PromptTuningConfig(task_type="CAUSAL_LM",
-                                                                       num_virtual_tokens=VIRTUAL))
+    pm = get_peft_model(export_hf.build(arch, 0), peft_config(method))
     init, trained, metrics = (os.path.join(d, n) for n in ("init", "trained", "metrics.jsonl"))
     pm.save_pretrained(init)
     want = peft_prompt_steps(pm, rows)
@@ -91,7 +117,8 @@ def model_checks(name, arch, onnx_path, d, sdc, sdrun, build):
     start = load_file(os.path.join(init, "adapter_model.safetensors"))["prompt_embeddings"]
     err = rel_err(ours["prompt_embeddings"], theirs) if set(ours) == {"prompt_embeddings"} else float("inf")
     moved = float(np.abs(ours.get("prompt_embeddings", start) - start).max())
-    check(f"{name}: {STEPS} steps from PEFT's random prompt give PEFT's losses and prompt embeddings (1e-4)",
+    check(f"{name}: {STEPS} steps from PEFT's random start give PEFT's losses and prompt embeddings "
+          f"{list(theirs.shape)} (1e-4)",
           loss_err <= 1e-4 and err <= 1e-4 and moved > 0,
           f"losses {losses[:2]} vs PEFT {want[:2]}, worst loss err {loss_err:.1e}, embeddings err {err:.1e}, "
           f"moved {moved:.1e}, keys {sorted(ours)}")
@@ -102,30 +129,32 @@ def model_checks(name, arch, onnx_path, d, sdc, sdrun, build):
     cfg = json.load(open(os.path.join(trained, "adapter_config.json")))
     check(f"{name} sdc->PEFT: the adapter loads in PEFT with no warnings, {VIRTUAL} virtual tokens",
           not peft_warnings(caught) and loaded.peft_config["default"].num_virtual_tokens == VIRTUAL and
-          cfg["peft_type"] == "PROMPT_TUNING",
+          cfg["peft_type"] == method.upper() + "_TUNING",
           "; ".join(peft_warnings(caught)) or "no warnings")
     ids = np.random.default_rng(5).integers(0, 256, (BATCH, SEQ)).astype(np.int64)
     with torch.no_grad():
         want_logits = loaded(input_ids=torch.tensor(ids)).logits.numpy()
     got = sdrun_logits(sdrun, plan, trained, ids, d, "ours")
     err = rel_err(got, want_logits) if got.shape == want_logits.shape else float("inf")
-    check(f"{name} sdc->PEFT: PEFT's logits over {VIRTUAL} + {SEQ} positions equal sdrun infer --adapter's (1e-4)",
+    positions = f"{VIRTUAL} + {SEQ}" if method == "prompt" else f"the {SEQ} tokens'"
+    check(f"{name} sdc->PEFT: PEFT's logits over {positions} positions equal sdrun infer --adapter's (1e-4)",
           err <= 1e-4, f"shapes {got.shape} and {want_logits.shape}, relative err {err:.2e}")
-    cached_generation(name, onnx_path, d, trained, loaded, sdc, sdrun)
+    cached_generation(name, method, onnx_path, d, trained, loaded, sdc, sdrun)
     return plan, init, trained, losses
 
 
-def cached_generation(name, onnx_path, d, trained, loaded, sdc, sdrun):
+def cached_generation(name, method, onnx_path, d, trained, loaded, sdc, sdrun):
     """--kv-cache: the generator feeds the virtual ids first, through prefill
     chunks of 5 (the prompt split across chunks), two rows at once."""
-    from test_kv_cache import generate, reference
+    from test_kv_cache import generate
     plan = os.path.join(d, "kv.sdp")
-    sh([sdc, "compile", onnx_path, "--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL), "--shapes",
+    sh([sdc, "compile", onnx_path, "--peft", method, "--num-virtual-tokens", str(VIRTUAL), "--shapes",
         f"input_ids={BATCH}x{SEQ}", "--kv-cache", "48", "--kv-batch", "2", "--prefill-chunk", "5", "-o", plan])
     prompts = ["In the beginning", "And God said"]
-    want = b"\n".join(reference(loaded, p, new=12) for p in prompts)
+    want = b"\n".join(continuation(method, loaded, p, 12) for p in prompts)
     got = generate(sdrun, plan, prompts, "--adapter", trained, new=12).rstrip(b"\n")
-    check(f"{name} --kv-cache: sdrun generate of two rows behind the trained prompt equals PEFT's greedy generate",
+    check(f"{name} --kv-cache: sdrun generate of two rows behind the trained virtual tokens equals PEFT's greedy "
+          f"{'forward' if method == 'prefix' else 'generate'}",
           got == want, f"{got!r} vs {want!r}")
 
 
@@ -163,21 +192,21 @@ def bf16_run(onnx_path, d, sdc, sdrun, init, f32_losses):
           f"losses {[round(l, 4) for l in losses[:3]]}, worst relative gap {err:.1e}")
 
 
-def generation(onnx_path, d, trained, sdc, sdrun):
-    """sdrun generate behind the trained prompt (the infer entry's batch-1
-    window) against PEFT's greedy generate on the same adapter."""
-    import torch
+def generation(method, onnx_path, d, trained, sdc, sdrun):
+    """sdrun generate behind the trained virtual tokens (the infer entry's
+    batch-1 window) against PEFT's greedy generate on the same adapter."""
     from peft import PeftModel
     import export_hf
-    from test_kv_cache import generate, reference
+    from test_kv_cache import generate
     plan = os.path.join(d, "window.sdp")
-    sh([sdc, "compile", onnx_path, "--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL), "--shapes",
+    sh([sdc, "compile", onnx_path, "--peft", method, "--num-virtual-tokens", str(VIRTUAL), "--shapes",
         f"input_ids={BATCH}x{SEQ}", "--infer-shapes", "input_ids=1x32", "-o", plan])
     loaded = PeftModel.from_pretrained(export_hf.build("llama", 0).eval(), trained).eval()
     prompt = "In the beginning"
-    want = reference(loaded, prompt, new=12)
+    want = continuation(method, loaded, prompt, 12)
     got = generate(sdrun, plan, [prompt], "--adapter", trained, new=12)
-    check("sdrun generate behind the trained prompt equals PEFT's greedy generate, token for token",
+    check(f"{method} tuning: sdrun generate through the infer window equals PEFT's greedy "
+          f"{'forward' if method == 'prefix' else 'generate'}, token for token",
           got.rstrip(b"\n") == want, f"{got!r} vs {want!r}")
 
 
@@ -226,25 +255,27 @@ def main():
     warnings.filterwarnings("ignore", category=DeprecationWarning)
     tmp = tempfile.mkdtemp(prefix="sd_prompt_tuning_")
     try:
-        for arch, with_mask in (("gpt2", False), ("llama", False), ("llama", True)):
-            name = f"{arch}" + (" (attention_mask, position_ids)" if with_mask else "")
-            d = os.path.join(tmp, arch + ("_mask" if with_mask else ""))
-            os.makedirs(d)
-            onnx_path = os.path.join(d, "model.onnx")
-            if with_mask:
-                export_with_positions(export_hf.build(arch, 0), onnx_path, BATCH, SEQ)
-            else:
-                export_hf.export(export_hf.build(arch, 0), onnx_path, opset=17, batch=BATCH, seq=SEQ)
-            try:
-                plan, init, trained, losses = model_checks(name, arch, onnx_path, d, sdc, sdrun, build)
-            except Exception as e:  # one failing model must not hide the others
-                check(f"{name} prompt tuning runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
-                continue
-            if arch == "llama" and not with_mask:
-                vocab_init(onnx_path, d, sdc, sdrun, build)
-                bf16_run(onnx_path, d, sdc, sdrun, init, losses)
-                generation(onnx_path, d, trained, sdc, sdrun)
-                refusals(onnx_path, d, plan, trained, sdc, sdrun)
+        for method in ("prompt", "prefix"):
+            for arch, with_mask in (("gpt2", False), ("llama", False), ("llama", True)):
+                name = f"{method} tuning, {arch}" + (" (attention_mask, position_ids)" if with_mask else "")
+                d = os.path.join(tmp, method, arch + ("_mask" if with_mask else ""))
+                os.makedirs(d)
+                onnx_path = os.path.join(d, "model.onnx")
+                if with_mask:
+                    export_with_positions(export_hf.build(arch, 0), onnx_path, BATCH, SEQ)
+                else:
+                    export_hf.export(export_hf.build(arch, 0), onnx_path, opset=17, batch=BATCH, seq=SEQ)
+                try:
+                    plan, init, trained, losses = model_checks(name, method, arch, onnx_path, d, sdc, sdrun)
+                except Exception as e:  # one failing model must not hide the others
+                    check(f"{name} runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
+                    continue
+                if arch == "llama" and not with_mask:
+                    generation(method, onnx_path, d, trained, sdc, sdrun)
+                    if method == "prompt":
+                        vocab_init(onnx_path, d, sdc, sdrun, build)
+                        bf16_run(onnx_path, d, sdc, sdrun, init, losses)
+                        refusals(onnx_path, d, plan, trained, sdc, sdrun)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_prompt_tuning")

@@ -70,7 +70,10 @@ const char *kUsage =
     "  --peft prompt            prompt tuning: trained embeddings of --num-virtual-tokens tokens\n"
     "                           put before every row's own (PEFT's prompt tuning); the logits\n"
     "                           cover the virtual tokens too, as PEFT's do; sft recipe only\n"
-    "  --num-virtual-tokens N   prompt: how many virtual tokens (20)\n"
+    "  --peft prefix            prefix tuning: trained keys and values of --num-virtual-tokens\n"
+    "                           tokens before every row's own, in each attention layer\n"
+    "                           (PEFT's prefix tuning, without prefix_projection); sft recipe only\n"
+    "  --num-virtual-tokens N   prompt, prefix: how many virtual tokens (20)\n"
     "  --prompt-init random|vocab  prompt: N(0, 1) (PEFT's RANDOM, the default) or the\n"
     "                           embeddings of random vocabulary tokens (SAMPLE_VOCAB)\n"
     "  --feedforward-modules LIST  ia3: the target layers whose input is scaled (PEFT's rule:\n"
@@ -287,7 +290,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
-  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false;
+  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -317,8 +320,9 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--peft") {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
                                       a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "lokr" &&
-                                      a.pipeline.peft != "vera" && a.pipeline.peft != "prompt"))
-        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera' or 'prompt'"), 2;
+                                      a.pipeline.peft != "vera" && a.pipeline.peft != "prompt" &&
+                                      a.pipeline.peft != "prefix"))
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera', 'prompt' or 'prefix'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -368,7 +372,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--prompt-init") {
       if (!value(a.pipeline.promptInit) || (a.pipeline.promptInit != "random" && a.pipeline.promptInit != "vocab"))
         return fail("--prompt-init takes 'random' or 'vocab'"), 2;
-      promptGiven = true;
+      promptInitGiven = true;
     } else if (arg == "--decompose-both") {
       a.pipeline.decomposeBoth = true;
       lokrGiven = true;
@@ -535,8 +539,11 @@ int parseArgs(int argc, char **argv, Args &a) {
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr or vera"), 2;
   if (lokrGiven && a.pipeline.peft != "lokr") return fail("--decompose-both and --decompose-factor need --peft lokr"), 2;
-  if (promptGiven && a.pipeline.peft != "prompt") return fail("--num-virtual-tokens and --prompt-init need --peft prompt"), 2;
-  if (a.pipeline.peft == "prompt") {
+  const bool promptLearning = a.pipeline.peft == "prompt" || a.pipeline.peft == "prefix";
+  if (promptGiven && !promptLearning) return fail("--num-virtual-tokens needs --peft prompt or prefix"), 2;
+  if (promptInitGiven && a.pipeline.peft != "prompt")
+    return fail("--prompt-init needs --peft prompt (prefix tuning starts from N(0, 1), as PEFT's)"), 2;
+  if (promptLearning) {
     // What is built: the sft recipe's cross-entropy on whole rows, each behind the prompt.
     const char *refused = !a.pipeline.targetModules.empty() ? "--target-modules (it adapts no layer)"
                           : a.pipeline.recipe != "sft"     ? "--recipe other than sft"
@@ -544,7 +551,8 @@ int parseArgs(int argc, char **argv, Args &a) {
                           : a.pipeline.packing             ? "--packing (one prompt per row, not per sequence)"
                           : !a.pipeline.quantize.empty()   ? "--quantize"
                                                            : nullptr;
-    if (refused) return fail(std::string("--peft prompt (prompt tuning) does not take ") + refused + " yet"), 2;
+    if (refused)
+      return fail("--peft " + a.pipeline.peft + " (" + a.pipeline.peft + " tuning) does not take " + refused + " yet"), 2;
   }
   if (!a.pipeline.quantize.empty() && (a.pipeline.peft.empty() || a.pipeline.peft == "none" || a.pipeline.peft == "osft"))
     return fail("--quantize nf4 quantizes the frozen base weights under adapters: it needs --peft lora, ia3, loha, lokr "

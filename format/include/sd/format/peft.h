@@ -32,8 +32,10 @@ constexpr const char *kLohaSuffixes[] = {".hada_w1_a", ".hada_w1_b", ".hada_w2_a
 // LoKr: per module lokr_w1 [a, c] or lokr_w1_a [a, r] and lokr_w1_b [r, c];
 // lokr_w2 [b, d] or lokr_w2_a [b, r] and lokr_w2_b [r, d] (out = a·b, in = c·d).
 constexpr const char *kLokrSuffixes[] = {".lokr_w1", ".lokr_w1_a", ".lokr_w1_b", ".lokr_w2", ".lokr_w2_a", ".lokr_w2_b"};
-// Prompt tuning: the virtual tokens' embeddings [num_virtual_tokens, token_dim],
-// keyed as PEFT saves prompt-learning adapters (no "base_model.model." prefix).
+// Prompt tuning: the virtual tokens' embeddings [num_virtual_tokens, token_dim];
+// prefix tuning: their keys and values in every layer [num_virtual_tokens,
+// 2 num_layers token_dim]. Keyed as PEFT saves prompt-learning adapters (no
+// "base_model.model." prefix).
 constexpr const char *kPromptEmbeddings = "prompt_embeddings";
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
@@ -46,7 +48,7 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
-  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA", "LOKR", "VERA" or "PROMPT_TUNING"
+  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA", "LOKR", "VERA", "PROMPT_TUNING" or "PREFIX_TUNING"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
@@ -79,10 +81,15 @@ struct LoraConfig {
   bool isLokr() const { return peftType == "LOKR"; }
   bool isVera() const { return peftType == "VERA"; }
   bool isPromptTuning() const { return peftType == "PROMPT_TUNING"; }
-  // Prompt tuning: PEFT's num_virtual_tokens, token_dim (0: not given) and
+  bool isPrefixTuning() const { return peftType == "PREFIX_TUNING"; }
+  // Prompt and prefix tuning: PEFT's num_virtual_tokens, token_dim (0: not
+  // given; prefix tuning: key/value heads x head size), and prompt tuning's
   // prompt_tuning_init (RANDOM or SAMPLE_VOCAB; how training started).
+  // Prefix tuning's prompt_embeddings are [N, 2 num_layers token_dim]; its
+  // num_attention_heads are the key/value heads.
   int64_t numVirtualTokens = 0;
   int64_t tokenDim = 0;
+  int64_t numLayers = 0, numAttentionHeads = 0;
   std::string promptInit = "RANDOM";
   // A plan's: the token id of virtual token 0 (the embedding table's rows;
   // virtual token i is this + i, which the generator feeds before a prompt).
@@ -103,7 +110,8 @@ struct LoraConfig {
   // feedforwardRuleKnown).
   bool feedforwardByRule(const std::string &module) const;
   bool feedforwardRuleKnown() const { return !feedforwardIsRegex; }
-  // "LoRA", "DoRA", "OSF", "IA3", "LoHa", "LoKr", "VeRA" or "prompt tuning", and the sdc compile flags that train it.
+  // "LoRA", "DoRA", "OSF", "IA3", "LoHa", "LoKr", "VeRA", "prompt tuning" or "prefix tuning", and the sdc compile
+  // flags that train it.
   std::string kindName() const;
   std::string compileFlags() const;
   double scale() const { return loraScale(alpha, r, rslora); }

@@ -80,7 +80,7 @@ private:
   std::mt19937_64 rng_;
   int64_t vocab_ = 0, batch_ = 1, cacheLength_ = 0;
   int64_t prefix_ = 0; // windowed: logits positions before the tokens' own (prompt tuning's virtual tokens)
-  std::vector<int64_t> virtualIds_; // cached: prompt tuning's virtual token ids, fed before each row
+  std::vector<int64_t> virtualIds_; // cached: prompt or prefix tuning's virtual token ids, fed before each row
   std::vector<Window> windows_; // by increasing seq
   std::string tokenInput_;
   CachedEntry prefill_, decode_;
