@@ -93,15 +93,18 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
     for (AttentionOp layer : layers) {
       AttentionOp a = layer;
       ArrayRef<int64_t> q = shapeOf(a.getQ()), kt = shapeOf(a.getKt()), v = shapeOf(a.getV());
+      // Keys and values of every query head (an export's repeated key/value
+      // heads) or of the key/value heads themselves (broadcast).
       if (q.size() != 4 || kt.size() != 4 || v.size() != 4 || (a.getLayout() && *a.getLayout() != "") ||
-          kt[1] != q[1] || kt[2] != q[3] || v[1] != q[1] || v[3] != q[3] || !isa<NoneType>(a.getPositions().getType()))
+          kt[1] != v[1] || q[1] % kt[1] != 0 || kt[2] != q[3] || v[3] != q[3] ||
+          !isa<NoneType>(a.getPositions().getType()))
         return a.emitError() << kWho << ": " << sd::describeNode(a)
                              << " is not a [batch, heads, seq, d] self-attention with keys [batch, heads, d, seq]";
       LinearOp proj = projectionOf(a.getKt());
       int64_t heads = q[1], d = q[3], out = proj ? sd::linearInOut(proj).second : 0;
       int64_t units = d > 0 && out % d == 0 ? out / d : 0;
       int64_t kv = units <= heads ? units : (units - heads) / 2;
-      if (kv < 1 || heads % kv != 0 || (units > heads && units != heads + 2 * kv))
+      if (kv < 1 || heads % kv != 0 || kt[1] % kv != 0 || (units > heads && units != heads + 2 * kv))
         return a.emitError() << kWho << ": cannot tell the key/value heads of " << sd::describeNode(a)
                              << " (its keys' projection has " << out << " outputs, heads of " << d << ")";
       if (h.headDim && (h.headDim != d || h.kvHeads != kv))
@@ -131,7 +134,8 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
   }
 
   // Layer i's keys and values at virtual ids: rows 2i and 2i+1 of each virtual
-  // token's embedding, [Hkv, d] each, every head repeated over its H / Hkv query heads.
+  // token's embedding, [Hkv, d] each, every head repeated as the layer's keys
+  // repeat it (over its H / Hkv query heads, or not at all).
   LogicalResult replaceVirtualKeys(Operation *lookup, ArrayRef<AttentionOp> layers, GlobalOp prompt, const Heads &h,
                                    int64_t n, int64_t first) {
     Value ids = lookup->getOperand(1).getDefiningOp() ? lookup->getOperand(1).getDefiningOp()->getOperand(0) : Value();
@@ -149,7 +153,7 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
     Value perLayer = g.reshape(all, {n, 2 * h.layers, h.kvHeads, h.headDim});
     for (auto [i, layer] : llvm::enumerate(layers)) {
       AttentionOp a = layer;
-      int64_t heads = shapeOf(a.getQ())[1];
+      int64_t heads = shapeOf(a.getKt())[1]; // the key/value heads repeated to the operands' own
       if (shapeOf(a.getKt())[3] != seq)
         return a.emitError() << kWho << ": " << sd::describeNode(a) << " attends over " << shapeOf(a.getKt())[3]
                              << " keys, not the entry's " << seq << " tokens";

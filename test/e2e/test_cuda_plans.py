@@ -161,6 +161,8 @@ def llama_plans(sdc, folder, tokens):
                         ("llama-vera", ["--peft", "vera", "--target-modules", "q_proj,v_proj", "--lora-r", "16"]),
                         # Prompt tuning: 4 trained embeddings concatenated before each row's own.
                         ("llama-prompt", ["--peft", "prompt", "--num-virtual-tokens", "4"]),
+                        # Prefix tuning: each layer's keys and values at the virtual ids replaced (Where).
+                        ("llama-prefix", ["--peft", "prefix", "--num-virtual-tokens", "4"]),
                         # QLoRA: every weight but the head NF4, dequantized before each reader.
                         ("llama-qlora", lora + ["--quantize", "nf4"])):
         plan = os.path.join(folder, f"{kind}.sdp")

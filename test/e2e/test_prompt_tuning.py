@@ -22,8 +22,8 @@ weights, and on a Llama exported with attention_mask and position_ids:
   vocab      --prompt-init vocab starts every virtual token at a row of the
              model's embedding table (PEFT's SAMPLE_VOCAB), and the saved
              config says so
-  bf16       a --precision bf16 prompt plan trains from the same start, its
-             losses within 2e-2 of f32's
+  bf16       --precision bf16 plans train from the same start, their losses
+             within 2e-2 of f32's
   refusals   an adapter of another num_virtual_tokens or another method, a
              LoRA adapter on the prompt plan, and sdc merge of a prompt: one
              line, no file left
@@ -180,15 +180,15 @@ def vocab_init(onnx_path, d, sdc, sdrun, build):
           len(rows) == VIRTUAL and min(rows) >= 0 and init == "SAMPLE_VOCAB", f"rows {rows}, prompt_tuning_init {init}")
 
 
-def bf16_run(onnx_path, d, sdc, sdrun, init, f32_losses):
+def bf16_run(method, onnx_path, d, sdc, sdrun, init, f32_losses):
     plan, metrics = os.path.join(d, "bf16.sdp"), os.path.join(d, "bf16.jsonl")
-    sh([sdc, "compile", onnx_path, "--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL), "--precision", "bf16",
+    sh([sdc, "compile", onnx_path, "--peft", method, "--num-virtual-tokens", str(VIRTUAL), "--precision", "bf16",
         "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
     sh([sdrun, "train", plan, "--data", os.path.join(d, "train.jsonl"), "--steps", str(STEPS), "--no-shuffle",
         "--lr", str(LR), "--lr-schedule", "constant", "--threads", "2", "--adapter", init, "--metrics", metrics])
     losses = losses_of(metrics)
     err = max(abs(a - b) / abs(b) for a, b in zip(losses, f32_losses)) if len(losses) == STEPS else float("inf")
-    check("bf16 prompt tuning trains from PEFT's start, its losses within 2e-2 of f32's", err <= 2e-2,
+    check(f"bf16 {method} tuning trains from PEFT's start, its losses within 2e-2 of f32's", err <= 2e-2,
           f"losses {[round(l, 4) for l in losses[:3]]}, worst relative gap {err:.1e}")
 
 
@@ -272,9 +272,9 @@ def main():
                     continue
                 if arch == "llama" and not with_mask:
                     generation(method, onnx_path, d, trained, sdc, sdrun)
+                    bf16_run(method, onnx_path, d, sdc, sdrun, init, losses)
                     if method == "prompt":
                         vocab_init(onnx_path, d, sdc, sdrun, build)
-                        bf16_run(onnx_path, d, sdc, sdrun, init, losses)
                         refusals(onnx_path, d, plan, trained, sdc, sdrun)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -574,6 +574,7 @@ def main():
                                            "--decompose-both", "--shard", "grads"],
                             "prompt": ["--peft", "prompt", "--num-virtual-tokens", "5"],
                             "prompt_fsdp": ["--peft", "prompt", "--num-virtual-tokens", "5", "--shard", "params"],
+                            "prefix_zero2": ["--peft", "prefix", "--num-virtual-tokens", "5", "--shard", "grads"],
                             "ia3": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules", "proj"],
                             "ia3_zero2": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules",
                                           "proj", "--shard", "grads"],
@@ -616,6 +617,8 @@ def main():
         # Prompt tuning: 5 virtual tokens' embeddings, split by rows under --shard params.
         equal_runs(runner, "--shard params, prompt tuning (5 virtual tokens), against the unsharded plan",
                    plans["prompt_fsdp"], reference=plans["prompt"], ranks=(2,))
+        equal_runs(runner, "--shard grads, prefix tuning (5 virtual tokens' keys and values)", plans["prefix_zero2"],
+                   ranks=(2,))
         equal_runs(runner, "VeRA with dropout 0.2 (masks keyed by global row)", plans["vera_dropout"], ranks=(2,))
         equal_runs(runner, "--shard grads, IA3, against the unsharded plan", plans["ia3_zero2"],
                    reference=plans["ia3"], ranks=(2,))

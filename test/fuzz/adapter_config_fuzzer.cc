@@ -16,8 +16,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if ((c.isLoha() || c.isLokr()) && (c.r < 1 || !std::isfinite(c.alpha))) std::abort();
   if (c.isLokr() && (c.decomposeFactor == 0 || c.decomposeFactor < -1)) std::abort();
   if (c.isVera() && (c.r < 1 || c.projectionKey < 0)) std::abort();
-  if (c.isPromptTuning() && (c.numVirtualTokens < 1 || c.numVirtualTokens > 65536 || c.tokenDim < 0)) std::abort();
-  if (c.isLoha() || c.isLokr() || c.isVera() || c.isPromptTuning()) return 0;
+  if ((c.isPromptTuning() || c.isPrefixTuning()) &&
+      (c.numVirtualTokens < 1 || c.numVirtualTokens > 65536 || c.tokenDim < 0 || c.numLayers < 0))
+    std::abort();
+  if (c.isLoha() || c.isLokr() || c.isVera() || c.isPromptTuning() || c.isPrefixTuning()) return 0;
   if (c.isOsf() ? !(c.effectiveRank >= 0 && std::isfinite(c.effectiveRank)) : (c.r < 1 || !std::isfinite(c.alpha)))
     std::abort();
   return 0;

@@ -328,6 +328,38 @@ TEST(PeftConfig, PromptTuningKeepsItsVirtualTokensAndAnUnprefixedKey) {
   }
 }
 
+TEST(PeftConfig, PrefixTuningKeepsItsLayersAndKeyValueHeads) {
+  // What PEFT 0.21 writes for a Llama with 2 key/value heads of 16 (token_dim 32).
+  auto ok = sd::parseAdapterConfig(
+      R"({"peft_type": "PREFIX_TUNING", "task_type": "CAUSAL_LM", "num_virtual_tokens": 3, "token_dim": 32,
+          "num_transformer_submodules": 1, "num_attention_heads": 2, "num_layers": 2, "encoder_hidden_size": 32,
+          "prefix_projection": false, "init_weights": null})",
+      "a");
+  ASSERT_TRUE(ok.isOk()) << ok.status().message();
+  EXPECT_TRUE(ok.value().isPrefixTuning());
+  EXPECT_EQ(ok.value().kindName(), "prefix tuning");
+  EXPECT_EQ(ok.value().compileFlags(), "--peft prefix");
+  EXPECT_EQ(ok.value().numLayers, 2);
+  EXPECT_EQ(ok.value().numAttentionHeads, 2);
+  EXPECT_EQ(ok.value().tensors(), (std::vector<std::pair<std::string, std::string>>{{"", "prompt_embeddings"}}));
+  auto plan = sd::loraConfigFromPlanConfig(
+      R"({"prefix_tuning": {"peft_type": "PREFIX_TUNING", "num_virtual_tokens": 3, "token_dim": 32, "num_layers": 2,
+          "num_attention_heads": 2, "first_virtual_id": 256}})");
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  auto back = sd::parseAdapterConfig(sd::adapterConfigJson(plan.value()), "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_TRUE(back.value().isPrefixTuning());
+  EXPECT_EQ(back.value().tokenDim, 32);
+  EXPECT_EQ(back.value().numLayers, 2);
+  EXPECT_FALSE(sd::loraConfigFromPlanConfig(
+                   R"({"prefix_tuning": {"num_virtual_tokens": 3, "token_dim": 32, "first_virtual_id": 256}})")
+                   .isOk());
+  auto mlp = sd::parseAdapterConfig(R"({"peft_type": "PREFIX_TUNING", "num_virtual_tokens": 3, "prefix_projection": true})",
+                                    "cfg.json");
+  ASSERT_FALSE(mlp.isOk());
+  EXPECT_NE(mlp.status().message().find("prefix_projection"), std::string::npos) << mlp.status().message();
+}
+
 TEST(PeftConfig, VeraKeysItsSharedProjectionsUnderBaseModel) {
   auto c = sd::parseAdapterConfig(R"({"peft_type": "VERA", "r": 4, "projection_prng_key": 3, "save_projection": false})",
                                   "a");
