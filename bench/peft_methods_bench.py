@@ -4,7 +4,9 @@ on the same Llama-architecture model (transformers' LlamaForCausalLM from a
 config, seeded), batch, sequence and thread count, in one run:
 
   LoRA, DoRA (use_dora), IA3, LoHa, LoKr and VeRA on q/k/v/o and the MLP
-  projections (IA3: down_proj as its feedforward module), r = 8 (VeRA: 256)
+  projections (IA3: down_proj as its feedforward module), r = 8 (VeRA: 256);
+  prompt and prefix tuning with 20 virtual tokens (the model runs on 20 +
+  128 positions; PEFT's prompt learning computes its own loss)
 
 sdrun: `sdrun bench PLAN --entry train_step --data` (forward, loss,
 backward, AdamW). PyTorch: the same step on the PEFT model (forward,
@@ -27,6 +29,7 @@ from peers import bench_cli, cpu_model, optimizer_step_ms, run_child, table, ver
 HIDDEN, INTERMEDIATE, LAYERS, HEADS, VOCAB = 256, 704, 4, 8, 1024
 BATCH, SEQ, R, ALPHA = 4, 128, 8, 16
 VERA_R = 256  # PEFT's default: VeRA's projections are shared, so its rank is large
+VIRTUAL = 20  # prompt and prefix tuning's virtual tokens
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 METHODS = {
     "LoRA": ["--peft", "lora", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
@@ -35,7 +38,10 @@ METHODS = {
     "LoHa": ["--peft", "loha", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
     "LoKr": ["--peft", "lokr", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
     "VeRA": ["--peft", "vera", "--lora-r", str(VERA_R)],
+    "Prompt tuning": ["--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL)],
+    "Prefix tuning": ["--peft", "prefix", "--num-virtual-tokens", str(VIRTUAL)],
 }
+PROMPT_LEARNING = ("Prompt tuning", "Prefix tuning")  # no target modules; PEFT's own loss
 
 
 def build_model():
@@ -49,14 +55,17 @@ def build_model():
 
 
 def peft_model(method):
-    from peft import IA3Config, LoHaConfig, LoKrConfig, LoraConfig, VeraConfig, get_peft_model
+    from peft import (IA3Config, LoHaConfig, LoKrConfig, LoraConfig, PrefixTuningConfig, PromptTuningConfig, VeraConfig,
+                      get_peft_model)
     cfg = {"LoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "DoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, use_dora=True,
                                       task_type="CAUSAL_LM"),
            "IA3": lambda: IA3Config(target_modules=TARGETS, feedforward_modules=["down_proj"], task_type="CAUSAL_LM"),
            "LoHa": lambda: LoHaConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "LoKr": lambda: LoKrConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
-           "VeRA": lambda: VeraConfig(r=VERA_R, target_modules=TARGETS, task_type="CAUSAL_LM")}[method]()
+           "VeRA": lambda: VeraConfig(r=VERA_R, target_modules=TARGETS, task_type="CAUSAL_LM"),
+           "Prompt tuning": lambda: PromptTuningConfig(num_virtual_tokens=VIRTUAL, task_type="CAUSAL_LM"),
+           "Prefix tuning": lambda: PrefixTuningConfig(num_virtual_tokens=VIRTUAL, task_type="CAUSAL_LM")}[method]()
     return get_peft_model(build_model(), cfg)
 
 
@@ -64,12 +73,15 @@ def peft_child(method, threads, iterations):
     """PyTorch eager + PEFT: the median ms of one AdamW step, as JSON."""
     import torch
     torch.set_num_threads(threads)
-    print(json.dumps({"median_ms": causal_lm_step_ms(peft_model(method), iterations)}))
+    print(json.dumps({"median_ms": causal_lm_step_ms(peft_model(method), iterations,
+                                                     own_loss=method in PROMPT_LEARNING)}))
 
 
-def causal_lm_step_ms(model, iterations):
+def causal_lm_step_ms(model, iterations, own_loss=False):
     """The median ms of one AdamW step of `model`'s trainable parameters on
-    the shifted cross-entropy of a random batch."""
+    the shifted cross-entropy of a random batch (`own_loss`: the model's own,
+    from labels = the tokens: PEFT's prompt learning pads its labels under the
+    virtual tokens)."""
     import numpy as np
     import torch
     import torch.nn.functional as F
@@ -77,6 +89,8 @@ def causal_lm_step_ms(model, iterations):
     ids = torch.tensor(np.random.default_rng(0).integers(0, VOCAB, (BATCH, SEQ)))
 
     def loss():
+        if own_loss:
+            return model(input_ids=ids, labels=ids).loss
         logits = model(input_ids=ids).logits
         return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
     return optimizer_step_ms(loss, opt, iterations)
@@ -99,8 +113,9 @@ def main():
                 f.write(json.dumps({"input_ids": rng.integers(0, VOCAB, SEQ).tolist()}) + "\n")
         for method, flags in METHODS.items():
             plan = os.path.join(tmp, method + ".sdp")
-            subprocess.run([sdc, "compile", onnx_path, *flags, "--target-modules", ",".join(TARGETS), "--shapes",
-                            f"input_ids={BATCH}x{SEQ}", "-o", plan], check=True, capture_output=True)
+            targets = [] if method in PROMPT_LEARNING else ["--target-modules", ",".join(TARGETS)]
+            subprocess.run([sdc, "compile", onnx_path, *flags, *targets, "--shapes", f"input_ids={BATCH}x{SEQ}", "-o",
+                            plan], check=True, capture_output=True)
             row = {"method": method}
             row["sdrun"] = run_child([sdrun, "bench", plan, "--entry", "train_step", "--data", data, "--threads",
                                       str(a.threads), "--iterations", str(a.iterations), "--warmup", "3"])["median_ms"]
