@@ -430,6 +430,35 @@ bool mergeVeraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
   return true;
 }
 
+onnx::TensorProto *untiedInitializer(onnx::ModelProto &m, const std::string &name);
+
+// PEFT's bias (all, lora_only): the adapter's biases replace the model's own,
+// keyed by the parameter's name (an adapted layer's as <module>.base_layer.bias).
+// `keys` gets the keys merged.
+bool mergeTrainedBiases(LoadedModel &lm, const MergeRequest &req, const SafetensorsFile &file,
+                        std::set<std::string> &keys, std::string &error) {
+  const std::string prefix = adapterKey(""), wrapped = ".base_layer.bias";
+  for (auto &[key, t] : file.tensors) {
+    StringRef k(key);
+    if (!k.starts_with(prefix) || !k.ends_with(".bias") || k.contains("lora_")) continue;
+    std::string name = key.substr(prefix.size());
+    if (StringRef(name).ends_with(wrapped)) name = name.substr(0, name.size() - wrapped.size()) + ".bias";
+    onnx::TensorProto *b = findInitializer(lm.model, name);
+    if (!b) b = untiedInitializer(lm.model, name);
+    if (!b) return error = req.adapterDir + ": bias '" + key + "' is not a parameter of " + req.model, false;
+    if (b->data_type() != onnx::TensorProto::FLOAT || t.dtype != DType::F32 ||
+        t.dims != Dims(b->dims().begin(), b->dims().end()))
+      return error = req.adapterDir + ": bias '" + key + "' is " + dtypeName(t.dtype) + "[" + formatDims(t.dims) +
+                     "], the model's '" + name + "' has another type or shape",
+             false;
+    std::vector<float> v(t.bytes / 4);
+    std::memcpy(v.data(), t.data, t.bytes);
+    setFloats(*b, v);
+    keys.insert(key);
+  }
+  return true;
+}
+
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
@@ -455,8 +484,10 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   bool dora = cfg.value().useDora;
   std::vector<const char *> suffixes = {kLoraASuffix, kLoraBSuffix};
   if (dora) suffixes.push_back(kDoraMagnitudeSuffix);
+  std::set<std::string> biases;
+  if (cfg.value().bias != "none" && !mergeTrainedBiases(lm, req, file.value(), biases, error)) return false;
   ModuleTensors modules;
-  if (!tensorsByModule(file.value(), suffixes, dora ? "a DoRA weight" : "a LoRA weight", req, modules, error))
+  if (!tensorsByModule(file.value(), suffixes, dora ? "a DoRA weight" : "a LoRA weight", req, modules, error, biases))
     return false;
   for (auto &[m, parts] : modules) {
     ModuleWeight mw;

@@ -23,6 +23,7 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     lora.seed = opts.seed;
     lora.dropout = opts.loraDropout;
     lora.dora = opts.useDora;
+    lora.bias = opts.bias;
     pm.addPass(createPeftLora(lora));
   } else if (opts.peft == "loha") {
     PeftLohaOptions loha;

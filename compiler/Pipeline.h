@@ -22,6 +22,7 @@ struct PipelineOptions {
   double loraAlpha = 8.0;
   bool rslora = false;
   bool useDora = false;          // --use-dora: DoRA, a trained magnitude per output
+  std::string bias = "none";      // --peft lora: PEFT's bias (none | all | lora_only)
   std::string quantize;           // "nf4": the frozen linear weights as bitsandbytes' NF4 (QLoRA); "" none
   bool decomposeBoth = false;     // --peft lokr: W1 a rank-r product too (PEFT's decompose_both)
   int64_t decomposeFactor = -1;   // --peft lokr: PEFT's decompose_factor

@@ -350,6 +350,11 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     gradient flows through it, as in DoRA's paper and PEFT). With dropout the
     magnitude's correction reads the dropped input as PEFT's does:
     y = linear(x, W, b) + (m / n - 1) x_d Wᵀ + m / n * scale x_d Aᵀ Bᵀ.
+
+    With bias = all (PEFT's bias="all") every frozen float weight whose name
+    contains "bias" trains beside the adapters, as PEFT marks every
+    parameter so named; with lora_only the adapted layers' own biases do.
+    `sd.peft` then lists them (trained_biases).
   }];
   let options = [
     Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
@@ -360,6 +365,8 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
     Option<"dropout", "dropout", "double", "0.0", "dropout probability on the adapter input (training only)">,
     Option<"dora", "dora", "bool", "false", "weight-decomposed LoRA (PEFT's use_dora): a trained magnitude per output">,
+    Option<"bias", "bias", "std::string", "\"none\"",
+           "PEFT's bias: none, all (every weight named like a bias trains too) or lora_only (the adapted layers' biases)">,
   ];
 }
 

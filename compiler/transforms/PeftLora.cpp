@@ -48,6 +48,8 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       if (failed(adapt(module, l, scale, int64_t(stream), rng))) return signalPassFailure();
       adapted.insert(l.getModule().str());
     }
+    FailureOr<SmallVector<Attribute>> biases = trainBiases(module, linears);
+    if (failed(biases)) return signalPassFailure();
     Builder b(module.getContext());
     SmallVector<Attribute> names;
     for (const std::string &m : adapted) names.push_back(b.getStringAttr(m));
@@ -62,7 +64,40 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
                                    b.getNamedAttr("init_lora_weights", b.getStringAttr(init)),
                                    b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
                                    b.getNamedAttr("modules", b.getArrayAttr(names)),
+                                   b.getNamedAttr("bias", b.getStringAttr(bias)),
+                                   b.getNamedAttr("trained_biases", b.getArrayAttr(*biases)),
                                }));
+  }
+
+  // PEFT's bias: "all" trains every parameter whose name contains "bias"
+  // (LayerNorm's too), "lora_only" the adapted layers' own biases. Their
+  // names, sorted.
+  FailureOr<SmallVector<Attribute>> trainBiases(ModuleOp module, ArrayRef<LinearOp> linears) {
+    if (bias != "none" && bias != "all" && bias != "lora_only") {
+      module.emitError() << "--bias takes 'none', 'all' or 'lora_only', got '" << bias << "'";
+      return failure();
+    }
+    std::set<std::string> names;
+    auto train = [&](GlobalOp g) {
+      auto t = cast<RankedTensorType>(g.getType());
+      if (g.getRole() != "frozen" || !isa<FloatType>(t.getElementType())) return;
+      g.setRole("trainable");
+      names.insert(g.getSymName().str());
+    };
+    if (bias == "all")
+      for (GlobalOp g : module.getOps<GlobalOp>())
+        if (g.getSymName().contains("bias")) train(g);
+    if (bias == "lora_only")
+      for (LinearOp l : linears)
+        if (GlobalOp g = sd::frozenGlobalOf(l.getBias())) train(g);
+    if (bias != "none" && names.empty()) {
+      module.emitError() << "--bias " << bias << ": no bias of "
+                         << (bias == "all" ? "the model" : "the adapted layers") << " to train";
+      return failure();
+    }
+    SmallVector<Attribute> out;
+    for (const std::string &n : names) out.push_back(StringAttr::get(module.getContext(), n));
+    return out;
   }
 
   LogicalResult adapt(ModuleOp module, LinearOp l, double scale, int64_t stream, std::mt19937_64 &rng) {

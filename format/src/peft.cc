@@ -16,6 +16,16 @@ std::string adapterKey(const std::string &name) {
   return kAdapterKeyPrefix + name;
 }
 
+std::string LoraConfig::key(const std::string &name) const {
+  const std::string suffix = ".bias";
+  if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    std::string module = name.substr(0, name.size() - suffix.size());
+    if (std::find(modules.begin(), modules.end(), module) != modules.end())
+      return adapterKey(module + ".base_layer.bias");
+  }
+  return adapterKey(name);
+}
+
 std::vector<std::string> LoraConfig::tensorNames(const std::string &module) const {
   if (isIa3()) return {module + kIa3Suffix};
   if (isVera()) return {module + kVeraSuffixes[0], module + kVeraSuffixes[1]};
@@ -74,6 +84,7 @@ std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
   if (isVera() && saveProjection)
     for (const char *shared : kVeraProjections) out.push_back({"", shared});
   if (isPromptTuning() || isPrefixTuning()) out.push_back({"", kPromptEmbeddings});
+  for (const std::string &b : trainedBiases) out.push_back({"", b});
   for (const std::string &m : modules)
     for (const std::string &name : tensorNames(m)) out.push_back({m, name});
   return out;
@@ -123,8 +134,9 @@ Status refuseUnsupportedSemantics(const Json &doc, const std::string &path) {
   };
   for (auto &[key, why] : kRefused)
     if (isSet(key)) return sdError(path, ": '", key, "' is set: ", why);
-  if (const Json *bias = doc.get("bias"); bias && bias->type == Json::Type::String && bias->str != "none")
-    return sdError(path, ": 'bias' is '", bias->str, "': trained biases are not supported yet (only \"none\")");
+  if (const Json *bias = doc.get("bias");
+      bias && bias->type == Json::Type::String && bias->str != "none" && bias->str != "all" && bias->str != "lora_only")
+    return sdError(path, ": 'bias' is '", bias->str, "': PEFT's bias is none, all or lora_only");
   // These initializations rewrite the base weights too, so the adapter only
   // fits a base model sdc does not have.
   if (const Json *init = doc.get("init_lora_weights"); init && init->type == Json::Type::String)
@@ -295,6 +307,7 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   c.rslora = rs && rs->b;
   const Json *dora = doc.value().get("use_dora");
   c.useDora = dora && dora->type == Json::Type::Bool && dora->b;
+  if (const Json *bias = doc.value().get("bias"); bias && bias->type == Json::Type::String) c.bias = bias->str;
   SD_RETURN_IF_ERROR(readModulesToSave(doc.value(), path, c.modulesToSave));
   return c;
 }
@@ -410,6 +423,9 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   c.fanInFanOut = fanInFanOut && fanInFanOut->b;
   c.useDora = dora && dora->type == Json::Type::Bool && dora->b;
   for (const Json &m : mods->arr) c.modules.push_back(m.str);
+  if (const Json *bias = lora->get("bias"); bias && bias->type == Json::Type::String) c.bias = bias->str;
+  if (const Json *biases = lora->get("trained_biases"); biases && biases->type == Json::Type::Array)
+    for (const Json &b : biases->arr) c.trainedBiases.push_back(b.str);
   return c;
 }
 
@@ -478,7 +494,7 @@ ConfigFields methodFields(const LoraConfig &cfg) {
             {"bias", "\"none\""}, {"init_weights", "true"}};
   return {{"r", std::to_string(cfg.r)}, {"lora_alpha", number(cfg.alpha)}, {"lora_dropout", number(cfg.dropout)},
           {"use_rslora", boolean(cfg.rslora)}, {"use_dora", boolean(cfg.useDora)}, {"target_modules", targets},
-          {"bias", "\"none\""}, {"fan_in_fan_out", boolean(cfg.fanInFanOut)}, {"init_lora_weights", "true"},
+          {"bias", jsonQuote(cfg.bias)}, {"fan_in_fan_out", boolean(cfg.fanInFanOut)}, {"init_lora_weights", "true"},
           {"rank_pattern", "{}"}, {"alpha_pattern", "{}"}, {"layers_to_transform", "null"},
           {"layers_pattern", "null"}};
 }

@@ -49,7 +49,7 @@ Status saveAdapter(const std::string &dirGiven, const Session &session, const Lo
     values.push_back(std::move(v.value()));
   }
   std::vector<NamedTensor> tensors;
-  for (const HostTensor &v : values) tensors.push_back({adapterKey(v.name), v.dtype, v.dims, v.data.data(), v.byteSize()});
+  for (const HostTensor &v : values) tensors.push_back({cfg.key(v.name), v.dtype, v.dims, v.data.data(), v.byteSize()});
   // Weights and config must change together (a new A/B with an old r or
   // alpha merges into a wrong model): both are written into a staged folder
   // that replaces the old one in one atomic step.
@@ -97,6 +97,8 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
       return sdError(cfgPath, cfg.isLora() ? ": lora_alpha" : ": alpha", " differs from the plan's ", cfg.alpha);
     if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
+    if (given.value().bias != cfg.bias)
+      return sdError(cfgPath, ": bias is '", given.value().bias, "', the plan's '", cfg.bias, "' (sdc compile --bias)");
   }
   // LoKr: these two decide each factor's shape and whether it is whole.
   if (cfg.isLokr() && (given.value().decomposeBoth != cfg.decomposeBoth ||
@@ -129,13 +131,13 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   std::set<std::string> expected;
   std::vector<std::pair<int64_t, const NamedTensor *>> copies;
   for (auto &[m, name] : cfg.tensors()) {
-    std::string key = adapterKey(name);
+    std::string key = cfg.key(name);
     expected.insert(key);
     auto it = file.value().tensors.find(key);
     bool shared = m.empty() && cfg.isVera(); // VeRA's projections: the plan draws them as PEFT does
     if (shared && it == file.value().tensors.end() && !given.value().saveProjection) continue;
     if (it == file.value().tensors.end())
-      return m.empty() ? sdError(wPath, ": no tensor '", key, "'; the plan trains it")
+      return m.empty() ? sdError(wPath, ": no tensor '", key, "'; the plan trains it", cfg.isLora() ? " (bias " + cfg.bias + ")" : "")
                        : sdError(wPath, ": no tensor for module '", m, "' (", key, "); the plan adapts it");
     int64_t g = session.findGlobal(name);
     if (g < 0) return sdError("the plan has no global '", name, "'");

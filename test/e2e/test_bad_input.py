@@ -321,6 +321,12 @@ def check_all(tmp):
     expect_clean_error("--num-virtual-tokens without prompt tuning",
                        [sdc, "compile", gpt, "--peft", "none", "--num-virtual-tokens", "4", "-o", out_plan],
                        ["--num-virtual-tokens", "--peft prompt or prefix"], [out_plan])
+    expect_clean_error("--bias without LoRA", [sdc, "compile", gpt, "--peft", "ia3", "--target-modules", "qkv",
+                                               "--bias", "all", "-o", out_plan], ["--bias all", "--peft lora"],
+                       [out_plan])
+    expect_clean_error("--bias other than none, all or lora_only",
+                       [sdc, "compile", gpt, "--peft", "lora", "--target-modules", "qkv", "--bias", "some", "-o",
+                        out_plan], ["--bias", "lora_only"], [out_plan])
     expect_clean_error("--prompt-init with prefix tuning",
                        [sdc, "compile", gpt, "--peft", "prefix", "--prompt-init", "vocab", "-o", out_plan],
                        ["--prompt-init", "--peft prompt"], [out_plan])

@@ -328,6 +328,24 @@ TEST(PeftConfig, PromptTuningKeepsItsVirtualTokensAndAnUnprefixedKey) {
   }
 }
 
+TEST(PeftConfig, LoraBiasKeysAnAdaptedLayersBiasAsPeftsWrappedLayer) {
+  auto given = sd::parseAdapterConfig(R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "bias": "lora_only"})", "a");
+  ASSERT_TRUE(given.isOk()) << given.status().message();
+  EXPECT_EQ(given.value().bias, "lora_only");
+  auto bad = sd::parseAdapterConfig(R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, "bias": "some"})", "cfg.json");
+  ASSERT_FALSE(bad.isOk());
+  EXPECT_NE(bad.status().message().find("'bias'"), std::string::npos) << bad.status().message();
+  auto plan = sd::loraConfigFromPlanConfig(
+      R"({"lora": {"r": 4, "lora_alpha": 8, "modules": ["h.0.attn.c_attn"], "bias": "all",
+          "trained_biases": ["h.0.attn.c_attn.bias", "h.0.ln_1.bias"]}})");
+  ASSERT_TRUE(plan.isOk()) << plan.status().message();
+  EXPECT_EQ(plan.value().tensors().size(), 4u); // two biases, lora_A, lora_B
+  EXPECT_EQ(plan.value().key("h.0.attn.c_attn.bias"), "base_model.model.h.0.attn.c_attn.base_layer.bias");
+  EXPECT_EQ(plan.value().key("h.0.ln_1.bias"), "base_model.model.h.0.ln_1.bias");
+  EXPECT_EQ(plan.value().key("h.0.attn.c_attn.lora_A.weight"), "base_model.model.h.0.attn.c_attn.lora_A.weight");
+  EXPECT_NE(sd::adapterConfigJson(plan.value()).find("\"bias\": \"all\""), std::string::npos);
+}
+
 TEST(PeftConfig, PrefixTuningKeepsItsLayersAndKeyValueHeads) {
   // What PEFT 0.21 writes for a Llama with 2 key/value heads of 16 (token_dim 32).
   auto ok = sd::parseAdapterConfig(

@@ -94,6 +94,9 @@ const char *kUsage =
     "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa,\n"
     "                           LoKr; VeRA takes the rank)\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
+    "  --bias none|all|lora_only  lora: which of the model's biases train beside the adapters\n"
+    "                           (PEFT's bias): none, every weight named like a bias (all,\n"
+    "                           LayerNorm's too), or the adapted layers' own (lora_only)\n"
     "  --use-dora               weight-decomposed LoRA (DoRA, PEFT's use_dora): each layer\n"
     "                           also trains a magnitude per output, W's row norms at first\n"
     "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
@@ -387,6 +390,10 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.rslora = true;
     } else if (arg == "--use-dora") {
       a.pipeline.useDora = true;
+    } else if (flag == "--bias") {
+      std::string &b = a.pipeline.bias;
+      if (!value(b) || (b != "none" && b != "all" && b != "lora_only"))
+        return fail("--bias takes 'none', 'all' or 'lora_only'"), 2;
     } else if (flag == "--lora-init") {
       if (!value(a.pipeline.loraInit) || (a.pipeline.loraInit != "default" && a.pipeline.loraInit != "gaussian"))
         return fail("--lora-init takes 'default' or 'gaussian'"), 2;
@@ -561,6 +568,8 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
     return fail("--feedforward-modules needs --peft ia3"), 2;
   if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;
+  if (a.pipeline.bias != "none" && a.pipeline.peft != "lora")
+    return fail("--bias " + a.pipeline.bias + " trains biases beside LoRA adapters: it needs --peft lora"), 2;
   if (a.pipeline.loraDropout > 0 && a.pipeline.peft != "lora" && a.pipeline.peft != "vera")
     return fail("--lora-dropout needs --peft lora or vera (" + (a.pipeline.peft.empty() ? std::string("no --peft") :
                 "--peft " + a.pipeline.peft) + " has no adapter dropout)"), 2;

@@ -16,9 +16,9 @@
 // CHECK-SAME:  (%[[TOK:[^:]*]]: tensor<?x?xi64> {sd.dim_params = ["batch", "seq"], sd.name = "input_ids"}, %[[MASK:[^:]*]]: tensor<?x?xi64> {{.*}}sd.name = "attention_mask"}) -> tensor<?x?x8xf32>
 // CHECK:       %[[IDS:.*]] = sd.constant dense<{{\[\[}}8, 9, 10]]> : tensor<1x3xi64>
 // CHECK:       %[[FRONT:.*]] = sd.expand %[[IDS]]
-// CHECK:       %[[LONGER:.*]] = sd.concat %[[FRONT]], %[[TOK]] {axis = 1 : i64, sd.virtual_prefix}
+// CHECK:       %[[LONGER:.*]] = sd.concat %[[FRONT]], %[[TOK]] {axis = 1 : i64, sd.virtual_prefix = 1 : i64}
 // CHECK:       %[[ONES:.*]] = sd.constant_of_shape {{.*}}value = 1.0
-// CHECK:       %[[MASK2:.*]] = sd.concat %[[ONES]], %[[MASK]] {axis = 1 : i64, sd.virtual_prefix}
+// CHECK:       %[[MASK2:.*]] = sd.concat %[[ONES]], %[[MASK]] {axis = 1 : i64, sd.virtual_prefix = 1 : i64}
 // CHECK:       sd.shape %[[LONGER]] {end = 2 : i64, start = 1 : i64}
 // CHECK:       %[[RANGE:.*]] = sd.range
 // CHECK:       %[[POS:.*]] = sd.unsqueeze %[[RANGE]]

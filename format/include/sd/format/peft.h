@@ -53,6 +53,12 @@ struct LoraConfig {
   double alpha = 0;
   bool rslora = false;
   bool useDora = false; // DoRA: each module also has lora_magnitude_vector [out]
+  // LoRA: PEFT's bias ("none", "all", "lora_only"), and (a plan's) the biases
+  // that train beside the adapters, by their weight names. Keyed
+  // base_model.model.<name>, or <module>.base_layer.bias for an adapted
+  // module's own (PEFT's wrapped layer).
+  std::string bias = "none";
+  std::vector<std::string> trainedBiases;
   double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
   bool fanInFanOut = false; // the adapted weights are stored [in, out] (GPT-2's Conv1D)
   std::vector<std::string> modules; // adapted sd.linear modules
@@ -115,12 +121,16 @@ struct LoraConfig {
   std::string kindName() const;
   std::string compileFlags() const;
   double scale() const { return loraScale(alpha, r, rslora); }
+  // The adapter file's key of the tensor sdc names `name` (adapterKey, but an
+  // adapted module's own bias is PEFT's <module>.base_layer.bias).
+  std::string key(const std::string &name) const;
   // The names (sdc globals; PEFT keys without "base_model.model.") of one
   // module's adapter tensors.
   std::vector<std::string> tensorNames(const std::string &module) const;
   // Every tensor of the adapter, as (module, tensor name): the
-  // modules_to_save' weight and bias, VeRA's shared projections and prompt
-  // tuning's embeddings (module ""), then each module's tensorNames.
+  // modules_to_save' weight and bias, VeRA's shared projections, prompt
+  // tuning's embeddings and LoRA's trained biases (module ""), then each
+  // module's tensorNames.
   std::vector<std::pair<std::string, std::string>> tensors() const;
 };
 
