@@ -53,6 +53,9 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     prompt.prefix = opts.peft == "prefix";
     prompt.virtualTokens = opts.virtualTokens;
     prompt.init = opts.promptInit;
+    prompt.initIds = opts.promptInitIds;
+    prompt.initText = opts.promptInitText;
+    prompt.tokenizerPath = opts.promptTokenizer;
     prompt.seed = opts.seed;
     prompt.tokenInput = opts.tokenInput;
     pm.addPass(createPeftPrompt(prompt));

@@ -235,15 +235,19 @@ def PeftPrompt : Pass<"sd-peft-prompt", "mlir::ModuleOp"> {
     The embedding lookup's first N rows are then replaced by the prompt, for
     every row: the model runs on concat(prompt, embeddings) as PEFT's does on
     inputs_embeds, and its logits cover all N + S positions. Initialized as
-    PEFT's RANDOM (N(0, 1)) or SAMPLE_VOCAB (the table's rows of random token
-    ids), from `seed`. Records the configuration in `sd.peft`. With
-    `prefix`: no prompt here; the lookup takes table rows for the virtual
+    PEFT's RANDOM (N(0, 1)), SAMPLE_VOCAB (the table's rows of random token
+    ids, from `seed`) or TEXT (the rows of init-ids, repeated to fill).
+    Records the configuration in `sd.peft`. With `prefix`: no prompt here; the lookup takes table rows for the virtual
     ids (and is marked), the infer logits drop the virtual positions, and
     sd-prefix-attention adds the trained keys and values.
   }];
   let options = [
     Option<"virtualTokens", "virtual-tokens", "int64_t", "20", "PEFT's num_virtual_tokens">,
-    Option<"init", "init", "std::string", "\"random\"", "random (N(0, 1)) or vocab (rows of the embedding table)">,
+    Option<"init", "init", "std::string", "\"random\"",
+           "random (N(0, 1)), vocab (rows of the embedding table) or text (the rows of init-ids)">,
+    ListOption<"initIds", "init-ids", "int64_t", "text: the start text's token ids, repeated or cut to the virtual tokens">,
+    Option<"initText", "init-text", "std::string", "\"\"", "text: the start text (recorded, as PEFT's prompt_tuning_init_text)">,
+    Option<"tokenizerPath", "tokenizer", "std::string", "\"\"", "text: the tokenizer (recorded, as PEFT's tokenizer_name_or_path)">,
     Option<"seed", "seed", "int64_t", "0", "seed of the initialization">,
     Option<"tokenInput", "token-input", "std::string", "\"\"", "the token input (default: found as the recipes do)">,
     Option<"prefix", "prefix", "bool", "false",

@@ -58,8 +58,12 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
       module.emitError() << "--num-virtual-tokens must be from 1 to 65536, got " << virtualTokens;
       return signalPassFailure();
     }
-    if (init != "random" && init != "vocab") {
-      module.emitError() << "--prompt-init takes 'random' or 'vocab', got '" << init << "'";
+    if (init != "random" && init != "vocab" && init != "text") {
+      module.emitError() << "--prompt-init takes 'random', 'vocab' or 'text', got '" << init << "'";
+      return signalPassFailure();
+    }
+    if ((init == "text") != !initIds.empty()) {
+      module.emitError() << "--prompt-init text needs the start text's token ids, and only it takes them";
       return signalPassFailure();
     }
     func::FuncOp infer = sd::findEntry(module, sd::abi::kInfer);
@@ -79,11 +83,17 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
                         << "' must index an f32 [vocab, hidden] embedding table straight into [batch, seq, hidden]";
       return signalPassFailure();
     }
-    if (init == "vocab" &&
+    if (init != "random" &&
         (!table->global || sd::floatsOf(table->global).size() != size_t(table->vocab * table->hidden))) {
-      infer.emitError() << kWho << ": --prompt-init vocab needs the embedding table's values in the model";
+      infer.emitError() << kWho << ": --prompt-init " << init << " needs the embedding table's values in the model";
       return signalPassFailure();
     }
+    for (int64_t id : initIds)
+      if (id < 0 || id >= table->vocab) {
+        infer.emitError() << kWho << ": --prompt-init-text gives token " << id << ", outside the model's "
+                          << table->vocab << " embeddings (is --tokenizer the model's?)";
+        return signalPassFailure();
+      }
     Builder b(module.getContext());
     if (prefix) {
       // The keys and values come when the attention's shapes are known (sd-prefix-attention).
@@ -108,7 +118,11 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
                                    b.getNamedAttr("token_dim", b.getI64IntegerAttr(table->hidden)),
                                    b.getNamedAttr("first_virtual_id", b.getI64IntegerAttr(table->vocab)),
                                    b.getNamedAttr("prompt_tuning_init",
-                                                  b.getStringAttr(init == "vocab" ? "SAMPLE_VOCAB" : "RANDOM")),
+                                                  b.getStringAttr(init == "vocab"  ? "SAMPLE_VOCAB"
+                                                                  : init == "text" ? "TEXT"
+                                                                                   : "RANDOM")),
+                                   b.getNamedAttr("prompt_tuning_init_text", b.getStringAttr(initText)),
+                                   b.getNamedAttr("tokenizer_name_or_path", b.getStringAttr(tokenizerPath)),
                                }));
   }
 
@@ -125,10 +139,19 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
   }
 
   // PEFT's RANDOM (nn.Embedding's N(0, 1)) or SAMPLE_VOCAB (the table's rows
-  // of uniformly drawn token ids), from --seed.
+  // of uniformly drawn token ids), from --seed, or TEXT (the rows of the
+  // text's tokens, repeated, then cut to the virtual tokens, as PEFT does).
   std::vector<float> initialPrompt(const TableOf &table) {
     std::mt19937_64 rng{uint64_t(seed)};
     std::vector<float> values(size_t(virtualTokens * table.hidden));
+    if (init == "text") { // the ids were checked before
+      llvm::ArrayRef<float> rows = sd::floatsOf(table.global);
+      for (int64_t i = 0; i < virtualTokens; ++i) {
+        int64_t id = initIds[size_t(i) % initIds.size()];
+        std::copy_n(rows.begin() + id * table.hidden, table.hidden, values.begin() + i * table.hidden);
+      }
+      return values;
+    }
     if (init == "vocab") { // the table's values were checked before
       llvm::ArrayRef<float> rows = sd::floatsOf(table.global);
       std::uniform_int_distribution<int64_t> token(0, table.vocab - 1);

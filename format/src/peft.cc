@@ -270,6 +270,10 @@ StatusOr<LoraConfig> parsePromptTuningConfig(const Json &doc, const std::string 
   c.numVirtualTokens = int64_t(n->num);
   c.tokenDim = dim && dim->isInteger() ? int64_t(dim->num) : 0;
   if (init && init->type == Json::Type::String) c.promptInit = init->str;
+  if (const Json *text = doc.get("prompt_tuning_init_text"); text && text->type == Json::Type::String)
+    c.promptInitText = text->str;
+  if (const Json *path = doc.get("tokenizer_name_or_path"); path && path->type == Json::Type::String)
+    c.tokenizerPath = path->str;
   SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
   return c;
 }
@@ -404,6 +408,10 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
       c.numAttentionHeads = int64_t(heads->num);
     } else {
       c.promptInit = init->str;
+      if (const Json *text = prompt->get("prompt_tuning_init_text"); text && text->type == Json::Type::String)
+        c.promptInitText = text->str;
+      if (const Json *path = prompt->get("tokenizer_name_or_path"); path && path->type == Json::Type::String)
+        c.tokenizerPath = path->str;
     }
     return c;
   }
@@ -480,8 +488,10 @@ ConfigFields methodFields(const LoraConfig &cfg) {
     return {{"num_virtual_tokens", std::to_string(cfg.numVirtualTokens)},
             {"token_dim", cfg.tokenDim ? std::to_string(cfg.tokenDim) : "null"},
             {"num_transformer_submodules", "1"}, {"num_attention_heads", "null"}, {"num_layers", "null"},
-            {"prompt_tuning_init", jsonQuote(cfg.promptInit)}, {"prompt_tuning_init_text", "null"},
-            {"tokenizer_name_or_path", "null"}, {"tokenizer_kwargs", "null"}};
+            {"prompt_tuning_init", jsonQuote(cfg.promptInit)},
+            {"prompt_tuning_init_text", cfg.promptInitText.empty() ? "null" : jsonQuote(cfg.promptInitText)},
+            {"tokenizer_name_or_path", cfg.tokenizerPath.empty() ? "null" : jsonQuote(cfg.tokenizerPath)},
+            {"tokenizer_kwargs", "null"}};
   if (cfg.isPrefixTuning())
     return {{"num_virtual_tokens", std::to_string(cfg.numVirtualTokens)}, {"token_dim", std::to_string(cfg.tokenDim)},
             {"num_transformer_submodules", "1"}, {"num_attention_heads", std::to_string(cfg.numAttentionHeads)},

@@ -332,8 +332,16 @@ def check_all(tmp):
                        ["--prompt-init", "--peft prompt"], [out_plan])
     expect_clean_error("--num-virtual-tokens 0", [sdc, "compile", gpt, "--peft", "prompt", "--num-virtual-tokens", "0",
                                                   "-o", out_plan], ["--num-virtual-tokens", "1 to 65536"], [out_plan])
-    expect_clean_error("--prompt-init text", [sdc, "compile", gpt, "--peft", "prompt", "--prompt-init", "text", "-o",
-                                              out_plan], ["--prompt-init", "'random' or 'vocab'"], [out_plan])
+    expect_clean_error("--prompt-init other", [sdc, "compile", gpt, "--peft", "prompt", "--prompt-init", "other",
+                                               "-o", out_plan], ["--prompt-init", "'random', 'vocab' or 'text'"],
+                       [out_plan])
+    expect_clean_error("--prompt-init text without its text", [sdc, "compile", gpt, "--peft", "prompt", "--prompt-init",
+                                                               "text", "-o", out_plan],
+                       ["--prompt-init text", "--prompt-init-text", "--tokenizer"], [out_plan])
+    expect_clean_error("--prompt-init text with a missing tokenizer",
+                       [sdc, "compile", gpt, "--peft", "prompt", "--prompt-init", "text", "--prompt-init-text", "Hi",
+                        "--tokenizer", os.path.join(tmp, "no_such_tokenizer"), "-o", out_plan],
+                       ["--tokenizer", "no_such_tokenizer"], [out_plan])
     for what, extra, words in (("--recipe dpo", ["--recipe", "dpo"], ["--recipe"]),
                                ("--packing", ["--packing"], ["--packing"]),
                                ("--target-modules", ["--target-modules", "qkv"], ["--target-modules"])):

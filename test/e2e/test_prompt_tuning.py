@@ -19,9 +19,10 @@ weights, and on a Llama exported with attention_mask and position_ids:
              through the infer entry's window on Llama (prefix tuning: PEFT's
              forward token by token, as PEFT's generate with a prefix fails
              on this Llama without a cache)
-  vocab      --prompt-init vocab starts every virtual token at a row of the
+  starts     --prompt-init vocab starts every virtual token at a row of the
              model's embedding table (PEFT's SAMPLE_VOCAB), and the saved
-             config says so
+             config says so; --prompt-init text (with --tokenizer) starts
+             them as PEFT's TEXT start does, bit for bit
   bf16       --precision bf16 plans train from the same start, their losses
              within 2e-2 of f32's
   refusals   an adapter of another num_virtual_tokens or another method, a
@@ -180,6 +181,53 @@ def vocab_init(onnx_path, d, sdc, sdrun, build):
           len(rows) == VIRTUAL and min(rows) >= 0 and init == "SAMPLE_VOCAB", f"rows {rows}, prompt_tuning_init {init}")
 
 
+def byte_tokenizer(folder):
+    """A byte-level BPE tokenizer whose vocabulary is the 256 byte symbols
+    (ids 0..255, the test models' vocabulary), saved as transformers'
+    AutoTokenizer loads it."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    tok.train_from_iterator(["In the beginning"], trainers.BpeTrainer(
+        vocab_size=256, initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False))
+    os.makedirs(folder, exist_ok=True)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    json.dump({"tokenizer_class": "PreTrainedTokenizerFast"}, open(os.path.join(folder, "tokenizer_config.json"), "w"))
+    return folder
+
+
+def text_init(onnx_path, d, sdc, sdrun, build):
+    """--prompt-init text: PEFT's TEXT start, the text's token rows repeated
+    to fill the virtual tokens; the saved adapter loads in PEFT."""
+    import torch
+    from peft import PeftModel, PromptTuningConfig, get_peft_model
+    import export_hf
+    tokenizer = byte_tokenizer(os.path.join(d, "tokenizer"))
+    text = "Tell"  # 4 tokens for 5 virtual ones: repeated, then cut
+    plan = os.path.join(d, "text.sdp")
+    sh([sdc, "compile", onnx_path, "--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL), "--prompt-init", "text",
+        "--prompt-init-text", text, "--tokenizer", tokenizer, "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
+    _, values = plan_globals(build, plan, ["prompt_embeddings"])
+    pm = get_peft_model(export_hf.build("llama", 0), PromptTuningConfig(
+        task_type="CAUSAL_LM", num_virtual_tokens=VIRTUAL, prompt_tuning_init="TEXT", prompt_tuning_init_text=text,
+        tokenizer_name_or_path=tokenizer))
+    want = pm.prompt_encoder["default"].embedding.weight.detach().numpy()
+    got = values.get("prompt_embeddings")
+    same = got is not None and got.shape == want.shape and np.array_equal(got, want)
+    saved = os.path.join(d, "text_adapter")
+    sh([sdrun, "train", plan, "--data", os.path.join(d, "train.jsonl"), "--steps", "1", "--threads", "2",
+        "--save-adapter", saved])
+    cfg = json.load(open(os.path.join(saved, "adapter_config.json")))
+    with torch.no_grad():
+        loaded = PeftModel.from_pretrained(export_hf.build("llama", 0).eval(), saved).eval()
+    check(f"--prompt-init text: the {VIRTUAL} virtual tokens start as PEFT's TEXT start of '{text}', bit for bit; the "
+          f"saved adapter (prompt_tuning_init TEXT) loads in PEFT",
+          same and cfg["prompt_tuning_init"] == "TEXT" and cfg["prompt_tuning_init_text"] == text and
+          loaded.peft_config["default"].prompt_tuning_init == "TEXT",
+          f"equal {same}, config {cfg['prompt_tuning_init']!r} {cfg['prompt_tuning_init_text']!r}")
+
+
 def bf16_run(method, onnx_path, d, sdc, sdrun, init, f32_losses):
     plan, metrics = os.path.join(d, "bf16.sdp"), os.path.join(d, "bf16.jsonl")
     sh([sdc, "compile", onnx_path, "--peft", method, "--num-virtual-tokens", str(VIRTUAL), "--precision", "bf16",
@@ -275,6 +323,7 @@ def main():
                     bf16_run(method, onnx_path, d, sdc, sdrun, init, losses)
                     if method == "prompt":
                         vocab_init(onnx_path, d, sdc, sdrun, build)
+                        text_init(onnx_path, d, sdc, sdrun, build)
                         refusals(onnx_path, d, plan, trained, sdc, sdrun)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -3,6 +3,7 @@
 #include "Driver.h"
 #include "Merge.h"
 #include "sd/format/file_io.h"
+#include "sd/tokenize/tokenizer.h"
 #include <algorithm>
 #include <new>
 #include <cctype>
@@ -74,8 +75,11 @@ const char *kUsage =
     "                           tokens before every row's own, in each attention layer\n"
     "                           (PEFT's prefix tuning, without prefix_projection); sft recipe only\n"
     "  --num-virtual-tokens N   prompt, prefix: how many virtual tokens (20)\n"
-    "  --prompt-init random|vocab  prompt: N(0, 1) (PEFT's RANDOM, the default) or the\n"
-    "                           embeddings of random vocabulary tokens (SAMPLE_VOCAB)\n"
+    "  --prompt-init random|vocab|text  prompt: N(0, 1) (PEFT's RANDOM, the default), the\n"
+    "                           embeddings of random vocabulary tokens (SAMPLE_VOCAB), or\n"
+    "                           of --prompt-init-text's tokens, repeated to fill (TEXT)\n"
+    "  --prompt-init-text TEXT, --tokenizer DIR  prompt, text start: the text and the\n"
+    "                           tokenizer (a folder holding tokenizer.json) that makes its tokens\n"
     "  --feedforward-modules LIST  ia3: the target layers whose input is scaled (PEFT's rule:\n"
     "                           a name ending in an entry, or a regex matching the whole name)\n"
     "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
@@ -373,9 +377,16 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.virtualTokens = n;
       promptGiven = true;
     } else if (flag == "--prompt-init") {
-      if (!value(a.pipeline.promptInit) || (a.pipeline.promptInit != "random" && a.pipeline.promptInit != "vocab"))
-        return fail("--prompt-init takes 'random' or 'vocab'"), 2;
+      std::string &init = a.pipeline.promptInit;
+      if (!value(init) || (init != "random" && init != "vocab" && init != "text"))
+        return fail("--prompt-init takes 'random', 'vocab' or 'text'"), 2;
       promptInitGiven = true;
+    } else if (flag == "--prompt-init-text") {
+      if (!value(a.pipeline.promptInitText) || a.pipeline.promptInitText.empty())
+        return fail("--prompt-init-text needs the text whose tokens start the prompt"), 2;
+    } else if (flag == "--tokenizer") {
+      if (!value(a.pipeline.promptTokenizer) || a.pipeline.promptTokenizer.empty())
+        return fail("--tokenizer needs a folder holding tokenizer.json"), 2;
     } else if (arg == "--decompose-both") {
       a.pipeline.decomposeBoth = true;
       lokrGiven = true;
@@ -550,6 +561,13 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (promptGiven && !promptLearning) return fail("--num-virtual-tokens needs --peft prompt or prefix"), 2;
   if (promptInitGiven && a.pipeline.peft != "prompt")
     return fail("--prompt-init needs --peft prompt (prefix tuning starts from N(0, 1), as PEFT's)"), 2;
+  const bool textInit = a.pipeline.promptInit == "text";
+  if (textInit && (a.pipeline.promptInitText.empty() || a.pipeline.promptTokenizer.empty()))
+    return fail("--prompt-init text needs --prompt-init-text TEXT and --tokenizer DIR (PEFT's prompt_tuning_init_text "
+                "and tokenizer_name_or_path)"),
+           2;
+  if (!textInit && (!a.pipeline.promptInitText.empty() || !a.pipeline.promptTokenizer.empty()))
+    return fail("--prompt-init-text and --tokenizer need --prompt-init text"), 2;
   if (promptLearning) {
     // What is built: the sft recipe's cross-entropy on whole rows, each behind the prompt.
     const char *refused = !a.pipeline.targetModules.empty() ? "--target-modules (it adapts no layer)"
@@ -701,6 +719,14 @@ static int compileMain(int argc, char **argv) {
   req.maxUnroll = args.maxUnroll;
   req.maxSelect = args.maxSelect;
   std::string error, ir;
+  if (req.pipeline.promptInit == "text") {
+    // PEFT's TEXT start: the text's tokens as the tokenizer gives them (its BOS included).
+    auto tokenizer = sd::Tokenizer::load(req.pipeline.promptTokenizer);
+    if (!tokenizer.isOk()) return fail("--tokenizer: " + tokenizer.status().message());
+    for (int32_t id : tokenizer.value()->encode(req.pipeline.promptInitText)) req.pipeline.promptInitIds.push_back(id);
+    if (req.pipeline.promptInitIds.empty())
+      return fail("--prompt-init-text '" + req.pipeline.promptInitText + "' gives no tokens");
+  }
   // A plan's folder is checked before compiling, which can take minutes.
   if (!req.dryRun && !req.output.empty() && req.output != "-")
     if (sd::Status st = sd::checkOutputFile(req.output, "-o"); !st.isOk()) return fail(st.message());

@@ -97,6 +97,7 @@ struct LoraConfig {
   int64_t tokenDim = 0;
   int64_t numLayers = 0, numAttentionHeads = 0;
   std::string promptInit = "RANDOM";
+  std::string promptInitText, tokenizerPath; // TEXT: PEFT's prompt_tuning_init_text, tokenizer_name_or_path
   // A plan's: the token id of virtual token 0 (the embedding table's rows;
   // virtual token i is this + i, which the generator feeds before a prompt).
   int64_t firstVirtualId = 0;
