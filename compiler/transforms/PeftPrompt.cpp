@@ -12,9 +12,9 @@
 // N + S positions, with positions 0..N+S-1 and the attention mask extended by
 // ones. The lookup does not depend on where a virtual id stands, so the
 // generation entries (sd-kv-entries) take the virtual ids as ordinary tokens
-// through the key/value cache: there each lengthening Concat, marked
-// sd.virtual_prefix, stands for its last operand, and the generator feeds
-// the ids first.
+// through the key/value cache: there each op marked sd.virtual_prefix (the
+// lengthening Concats; prefix tuning's logits Slice) stands for the operand
+// it names, and the generator feeds the ids first.
 #include "EntryInputs.h"
 #include "GlobalData.h"
 #include "PassDetail.h"
@@ -35,7 +35,6 @@ using namespace mlir;
 using namespace sd::ir;
 
 namespace {
-
 
 struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
   using PeftPromptBase::PeftPromptBase;

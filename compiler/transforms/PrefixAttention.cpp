@@ -54,6 +54,11 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
       if (!lookup) continue;
       SmallVector<AttentionOp> layers;
       f.walk([&](AttentionOp a) { layers.push_back(a); });
+      if (layers.empty()) {
+        f.emitError() << kWho << ": entry '" << f.getName()
+                      << "' has no attention layer (sd-fuse-attention found none) to give the prefix to";
+        return signalPassFailure();
+      }
       FailureOr<Heads> heads = headsOf(layers);
       if (failed(heads)) return signalPassFailure();
       if (!prompt) {
@@ -89,7 +94,6 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
   FailureOr<Heads> headsOf(ArrayRef<AttentionOp> layers) {
     Heads h;
     h.layers = int64_t(layers.size());
-    if (layers.empty()) return failure();
     for (AttentionOp layer : layers) {
       AttentionOp a = layer;
       ArrayRef<int64_t> q = shapeOf(a.getQ()), kt = shapeOf(a.getKt()), v = shapeOf(a.getV());

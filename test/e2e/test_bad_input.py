@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
-from e2e_util import export_tiny_gpt, ROOT, clean_error_problems, tool_paths
+from e2e_util import embedding_model, export_tiny_gpt, ROOT, clean_error_problems, tool_paths
 
 RESULTS = []
 
@@ -327,6 +327,11 @@ def check_all(tmp):
     expect_clean_error("--bias other than none, all or lora_only",
                        [sdc, "compile", gpt, "--peft", "lora", "--target-modules", "qkv", "--bias", "some", "-o",
                         out_plan], ["--bias", "lora_only"], [out_plan])
+    attention_free = os.path.join(tmp, "attention_free.onnx")
+    embedding_model(attention_free)
+    expect_clean_error("prefix tuning on a model without attention",
+                       [sdc, "compile", attention_free, "--peft", "prefix", "--shapes", "input_ids=2x8", "-o", out_plan],
+                       ["--peft prefix", "no attention layer"], [out_plan])
     expect_clean_error("--prompt-init with prefix tuning",
                        [sdc, "compile", gpt, "--peft", "prefix", "--prompt-init", "vocab", "-o", out_plan],
                        ["--prompt-init", "--peft prompt"], [out_plan])

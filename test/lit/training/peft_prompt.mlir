@@ -9,7 +9,7 @@
 // prompt, wherever they stand. attention_mask gains 3 ones; position_ids
 // become 0..N+S-1 (PEFT ignores given ones). The lengthening Concats are
 // marked for the generation entries. The table freezes.
-// CHECK:       sd.peft = {first_virtual_id = 8 : i64, num_virtual_tokens = 3 : i64, peft_type = "PROMPT_TUNING", prompt_tuning_init = "RANDOM", token_dim = 4 : i64}
+// CHECK:       sd.peft = {first_virtual_id = 8 : i64, num_virtual_tokens = 3 : i64, peft_type = "PROMPT_TUNING", prompt_tuning_init = "RANDOM", prompt_tuning_init_text = "", token_dim = 4 : i64, tokenizer_name_or_path = ""}
 // CHECK-DAG:   sd.global @emb "frozen"
 // CHECK-DAG:   sd.global @prompt_embeddings "trainable" : tensor<3x4xf32> = dense_resource
 // CHECK-LABEL: func.func @infer
