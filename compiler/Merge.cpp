@@ -57,6 +57,24 @@ struct LinearUse {
 
 onnx::TensorProto *untiedInitializer(onnx::ModelProto &m, const std::string &name);
 
+// The initializer of the model's parameter `name`, untied from an Identity
+// where the export shared it (untiedInitializer); null when there is none.
+onnx::TensorProto *parameterInitializer(onnx::ModelProto &m, const std::string &name) {
+  onnx::TensorProto *w = findInitializer(m, name);
+  return w ? w : untiedInitializer(m, name);
+}
+
+// Writes the f32 values of `t` into `w`; false, writing nothing, when either
+// is not f32 or their shapes differ.
+bool replaceValues(onnx::TensorProto &w, const NamedTensor &t) {
+  if (w.data_type() != onnx::TensorProto::FLOAT || t.dtype != DType::F32 || t.dims != Dims(w.dims().begin(), w.dims().end()))
+    return false;
+  std::vector<float> v(t.bytes / 4);
+  std::memcpy(v.data(), t.data, t.bytes);
+  setFloats(w, v);
+  return true;
+}
+
 // Runs the importer and sd-form-linear to learn each module's weight and its use.
 bool linearModules(const LoadedModel &lm, const std::string &path, std::map<std::string, LinearUse> &out,
                    std::string &error) {
@@ -430,8 +448,6 @@ bool mergeVeraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
   return true;
 }
 
-onnx::TensorProto *untiedInitializer(onnx::ModelProto &m, const std::string &name);
-
 // PEFT's bias (all, lora_only): the adapter's biases replace the model's own,
 // keyed by the parameter's name (an adapted layer's as <module>.base_layer.bias).
 // `keys` gets the keys merged.
@@ -443,17 +459,12 @@ bool mergeTrainedBiases(LoadedModel &lm, const MergeRequest &req, const Safetens
     if (!k.starts_with(prefix) || !k.ends_with(".bias") || k.contains("lora_")) continue;
     std::string name = key.substr(prefix.size());
     if (StringRef(name).ends_with(wrapped)) name = name.substr(0, name.size() - wrapped.size()) + ".bias";
-    onnx::TensorProto *b = findInitializer(lm.model, name);
-    if (!b) b = untiedInitializer(lm.model, name);
+    onnx::TensorProto *b = parameterInitializer(lm.model, name);
     if (!b) return error = req.adapterDir + ": bias '" + key + "' is not a parameter of " + req.model, false;
-    if (b->data_type() != onnx::TensorProto::FLOAT || t.dtype != DType::F32 ||
-        t.dims != Dims(b->dims().begin(), b->dims().end()))
+    if (!replaceValues(*b, t))
       return error = req.adapterDir + ": bias '" + key + "' is " + dtypeName(t.dtype) + "[" + formatDims(t.dims) +
                      "], the model's '" + name + "' has another type or shape",
              false;
-    std::vector<float> v(t.bytes / 4);
-    std::memcpy(v.data(), t.data, t.bytes);
-    setFloats(*b, v);
     keys.insert(key);
   }
   return true;
@@ -588,17 +599,12 @@ bool mergeWeights(LoadedModel &lm, const MergeRequest &req, std::string &error) 
         continue; // merged under the parameter's name
       }
     const std::string &param = tie != tiedTo.end() ? tie->second : name;
-    onnx::TensorProto *w = findInitializer(lm.model, param);
-    if (!w) w = untiedInitializer(lm.model, param);
+    onnx::TensorProto *w = parameterInitializer(lm.model, param);
     if (!w) return error = req.weightsFile + ": '" + name + "' is not an initializer of " + req.model, false;
-    Dims dims(w->dims().begin(), w->dims().end());
-    if (w->data_type() != onnx::TensorProto::FLOAT || t.dtype != DType::F32 || t.dims != dims)
+    if (!replaceValues(*w, t))
       return error = req.weightsFile + ": '" + name + "' is " + dtypeName(t.dtype) + "[" + formatDims(t.dims) +
                      "], the model has a different type or shape",
              false;
-    std::vector<float> v(t.bytes / 4);
-    std::memcpy(v.data(), t.data, t.bytes);
-    setFloats(*w, v);
   }
   return true;
 }

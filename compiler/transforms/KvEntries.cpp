@@ -96,7 +96,8 @@ struct KvEntriesPass : sd::impl::KvEntriesBase<KvEntriesPass> {
   // Prompt learning (sd-peft-prompt) lengthened the token input and those
   // aligned with it by its virtual ids' positions (and prefix tuning cut
   // them from the logits): here the generator feeds those ids as tokens, so
-  // each marked op stands for the operand it names.
+  // each marked op stands for the operand it names. (What only fed it is
+  // left to sd-propagate-shapes, which erases dead ops.)
   static void feedVirtualIdsAsTokens(func::FuncOp f) {
     SmallVector<Operation *> marked;
     f.walk([&](Operation *op) {
@@ -105,16 +106,7 @@ struct KvEntriesPass : sd::impl::KvEntriesBase<KvEntriesPass> {
     for (Operation *op : marked) {
       int64_t kept = op->getAttrOfType<IntegerAttr>(sd::kVirtualPrefixAttr).getInt();
       op->getResult(0).replaceAllUsesWith(op->getOperand(unsigned(kept)));
-      SmallVector<Operation *> dead = {op};
-      while (!dead.empty()) {
-        Operation *d = dead.pop_back_val();
-        SmallVector<Operation *> feeders;
-        for (Value v : d->getOperands())
-          if (Operation *def = v.getDefiningOp()) feeders.push_back(def);
-        d->erase();
-        for (Operation *def : feeders)
-          if (def->use_empty() && !llvm::is_contained(dead, def)) dead.push_back(def);
-      }
+      op->erase();
     }
   }
 

@@ -220,6 +220,12 @@ mlir::LogicalResult adapterTargets(mlir::ModuleOp module, const std::string &tar
   return mlir::success();
 }
 
+VirtualIds virtualIdsAmong(ir::GradBuilder &g, mlir::Value ids, int64_t first) {
+  mlir::Type id = mlir::cast<mlir::RankedTensorType>(ids.getType()).getElementType();
+  mlir::Value start = g.scalar(id, double(first));
+  return {g.make<ir::GreaterOrEqualOp>({ids, start}), g.make<ir::MaxOp>({g.sub(ids, start), g.scalar(id, 0.0)})};
+}
+
 llvm::SmallVector<mlir::OpOperand *> usesOf(mlir::Value v) {
   llvm::SmallVector<mlir::OpOperand *> uses;
   for (mlir::OpOperand &u : v.getUses()) uses.push_back(&u);

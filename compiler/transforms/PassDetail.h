@@ -99,6 +99,13 @@ bool storedInOut(sd::ir::LinearOp l);
 // ids (sd-prefix-attention reads them there).
 constexpr const char *kVirtualPrefixAttr = "sd.virtual_prefix";
 constexpr const char *kVirtualLookupAttr = "sd.virtual_lookup";
+// Among integer token ids, the virtual ones first, first + 1, ...: where an
+// id is one (i1, shaped like `ids`), and which one it is (id - first, 0 for
+// the other ids), to gather its trained rows by.
+struct VirtualIds {
+  mlir::Value isVirtual, slot;
+};
+VirtualIds virtualIdsAmong(sd::ir::GradBuilder &g, mlir::Value ids, int64_t first);
 // A layer's (in, out) features from its 2-D weight and layout ("oi": [out, in]; "io": [in, out]).
 std::pair<int64_t, int64_t> linearInOut(sd::ir::LinearOp l);
 // A PEFT pass's start (sd-peft-lora, -ia3, -loha, -vera, -osft): the layers

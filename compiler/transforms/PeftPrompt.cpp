@@ -223,22 +223,23 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     return success();
   }
 
+  // The ids clamped into the table (a virtual id reads its last row).
+  static Value tableIds(GradBuilder &g, Value ids, int64_t vocab) {
+    return g.make<MinOp>({ids, g.scalar(cast<RankedTensorType>(ids.getType()).getElementType(), double(vocab - 1))});
+  }
+
   // Prompt tuning: rows of ids below vocab from the table, of the virtual ids from the
   // prompt: where(id >= vocab, prompt[max(id - vocab, 0)], table[min(id, vocab - 1)]).
   LogicalResult lookUpVirtualIds(Operation *lookup, GlobalOp prompt, int64_t vocab) {
     auto gather = cast<GatherOp>(lookup);
     Value table = gather.getOperand(0), ids = gather.getOperand(1);
-    Type idType = cast<RankedTensorType>(ids.getType()).getElementType();
     OpBuilder b(lookup);
     GradBuilder g(b, NameLoc::get(b.getStringAttr("prompt_embeddings")));
-    Value first = g.scalar(idType, double(vocab));
-    Value isVirtual = g.make<GreaterOrEqualOp>({ids, first});
-    Value own = g.make<GatherOp>({table, g.make<MinOp>({ids, g.scalar(idType, double(vocab - 1))})},
-                                 {g.attr("axis", 0)});
+    sd::VirtualIds virtualIds = sd::virtualIdsAmong(g, ids, vocab);
+    Value own = g.make<GatherOp>({table, tableIds(g, ids, vocab)}, {g.attr("axis", 0)});
     Value p = b.create<GlobalLoadOp>(g.loc(), prompt.getType(), prompt.getSymName());
-    Value slot = g.make<MaxOp>({g.sub(ids, first), g.scalar(idType, 0.0)});
-    Value virtualRows = g.make<GatherOp>({p, slot}, {g.attr("axis", 0)});
-    Value rows = g.make<WhereOp>({g.make<UnsqueezeOp>({isVirtual, g.ints({-1})}), virtualRows, own});
+    Value virtualRows = g.make<GatherOp>({p, virtualIds.slot}, {g.attr("axis", 0)});
+    Value rows = g.make<WhereOp>({g.make<UnsqueezeOp>({virtualIds.isVirtual, g.ints({-1})}), virtualRows, own});
     if (g.failed()) return failure();
     lookup->getResult(0).replaceAllUsesWith(rows);
     lookup->erase();
@@ -250,10 +251,9 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
   // reaches a real token. The lookup is marked for sd-prefix-attention,
   // which reads the ids there.
   LogicalResult markVirtualLookup(Operation *lookup, int64_t vocab) {
-    Value ids = lookup->getOperand(1);
     OpBuilder b(lookup);
     GradBuilder g(b, NameLoc::get(b.getStringAttr("virtual_tokens")));
-    Value own = g.make<MinOp>({ids, g.scalar(cast<RankedTensorType>(ids.getType()).getElementType(), double(vocab - 1))});
+    Value own = tableIds(g, lookup->getOperand(1), vocab);
     if (g.failed()) return failure();
     lookup->setOperand(1, own);
     lookup->setAttr(sd::kVirtualLookupAttr, b.getUnitAttr());

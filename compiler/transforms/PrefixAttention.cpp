@@ -149,10 +149,8 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
     int64_t batch = idType.getDimSize(0), seq = idType.getDimSize(1);
     OpBuilder b(lookup);
     GradBuilder g(b, NameLoc::get(b.getStringAttr("prefix_keys")));
-    Type idElement = idType.getElementType();
-    Value start = g.scalar(idElement, double(first));
-    Value isVirtual = g.make<GreaterOrEqualOp>({ids, start});
-    Value slot = g.make<MaxOp>({g.sub(ids, start), g.scalar(idElement, 0.0)});
+    sd::VirtualIds virtualIds = sd::virtualIdsAmong(g, ids, first);
+    Value isVirtual = virtualIds.isVirtual, slot = virtualIds.slot;
     Value all = b.create<GlobalLoadOp>(g.loc(), prompt.getType(), prompt.getSymName());
     Value perLayer = g.reshape(all, {n, 2 * h.layers, h.kvHeads, h.headDim});
     for (auto [i, layer] : llvm::enumerate(layers)) {

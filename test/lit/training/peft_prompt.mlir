@@ -24,11 +24,11 @@
 // CHECK:       %[[POS:.*]] = sd.unsqueeze %[[RANGE]]
 // CHECK:       %[[V:.*]] = sd.constant dense<8> : tensor<i64>
 // CHECK:       %[[ISV:.*]] = sd.greater_or_equal %[[LONGER]], %[[V]]
+// CHECK:       %[[SLOT:.*]] = sd.sub %[[LONGER]], %[[V]]
+// CHECK:       %[[SLOT0:.*]] = sd.max %[[SLOT]]
 // CHECK:       %[[OWNID:.*]] = sd.min %[[LONGER]]
 // CHECK:       %[[OWN:.*]] = sd.gather %{{.*}}, %[[OWNID]]
 // CHECK:       %[[P:.*]] = sd.global_load @prompt_embeddings
-// CHECK:       %[[SLOT:.*]] = sd.sub %[[LONGER]], %[[V]]
-// CHECK:       %[[SLOT0:.*]] = sd.max %[[SLOT]]
 // CHECK:       %[[VROWS:.*]] = sd.gather %[[P]], %[[SLOT0]]
 // CHECK:       %[[COND:.*]] = sd.unsqueeze %[[ISV]]
 // CHECK:       %[[ROWS:.*]] = sd.where %[[COND]], %[[VROWS]], %[[OWN]]
