@@ -54,7 +54,7 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
       return signalPassFailure();
     }
     if (virtualTokens < 1 || virtualTokens > 65536) {
-      module.emitError() << "--num-virtual-tokens must be from 1 to 65536, got " << virtualTokens;
+      module.emitError() << "--num-virtual-tokens must be from 1 to 65536, got " << int64_t(virtualTokens);
       return signalPassFailure();
     }
     if (init != "random" && init != "vocab" && init != "text") {
@@ -72,6 +72,15 @@ struct PeftPromptPass : sd::impl::PeftPromptBase<PeftPromptPass> {
     }
     FailureOr<unsigned> token = sd::findTokenInput(infer, tokenInput, kWho);
     if (failed(token)) return signalPassFailure();
+    // The rows run on N + S positions: an export that fixed S cannot.
+    if (int64_t seq = cast<RankedTensorType>(infer.getArgument(*token).getType()).getDimSize(1);
+        !ShapedType::isDynamic(seq)) {
+      infer.emitError() << kWho << ": the model fixes input '" << sd::argName(infer, *token) << "' at " << seq
+                        << " tokens per row, but the virtual tokens make every row " << int64_t(virtualTokens)
+                        << " longer; export it with a dynamic sequence axis (torch.onnx.export's dynamic_shapes or "
+                           "dynamic_axes)";
+      return signalPassFailure();
+    }
     // Frozen first: the table's values are read only from a frozen weight.
     for (GlobalOp g : module.getOps<GlobalOp>())
       if (g.getRole() == "trainable") g.setRole("frozen");

@@ -329,6 +329,13 @@ def check_all(tmp):
                         out_plan], ["--bias", "lora_only"], [out_plan])
     attention_free = os.path.join(tmp, "attention_free.onnx")
     embedding_model(attention_free)
+    fixed_seq = onnx.load(attention_free)
+    for dim, size in zip(fixed_seq.graph.input[0].type.tensor_type.shape.dim, (2, 8)):
+        dim.dim_value = size
+    onnx.save(fixed_seq, os.path.join(tmp, "fixed_seq.onnx"))
+    expect_clean_error("prompt tuning on an export that fixes the sequence length",
+                       [sdc, "compile", os.path.join(tmp, "fixed_seq.onnx"), "--peft", "prompt", "-o", out_plan],
+                       ["--peft prompt", "'input_ids' at 8 tokens", "20 longer", "dynamic sequence axis"], [out_plan])
     expect_clean_error("prefix tuning on a model without attention",
                        [sdc, "compile", attention_free, "--peft", "prefix", "--shapes", "input_ids=2x8", "-o", out_plan],
                        ["--peft prefix", "no attention layer"], [out_plan])
