@@ -6,6 +6,7 @@
 #include "PassDetail.h"
 #include "Passes.h"
 #include "GlobalData.h"
+#include "LoraBaseStart.h"
 #include "TorchExports.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
@@ -470,6 +471,27 @@ bool mergeTrainedBiases(LoadedModel &lm, const MergeRequest &req, const Safetens
   return true;
 }
 
+// PiSSA, OLoRA and LoftQ adapters fit the base weight their start left: W
+// is replaced by it (from the same LoraBaseStart sdc compile ran), as PEFT
+// redoes the start when it loads such an adapter onto the original model.
+bool rebuildStartedBase(const MergeRequest &req, const LoraConfig &cfg, const std::string &m, ModuleWeight &mw,
+                        std::string &error) {
+  if (cfg.fanInFanOut && cfg.baseInit != "pissa")
+    return error = req.adapterDir + ": init_lora_weights '" + cfg.baseInit + "' on module '" + m +
+                   "', whose weight is stored [in, out]: PEFT's " + cfg.baseInit + " reads it as [out, in]",
+           false;
+  std::vector<float> w(size_t(mw.out * mw.in));
+  for (int64_t o = 0; o < mw.out; ++o)
+    for (int64_t i = 0; i < mw.in; ++i) w[size_t(o * mw.in + i)] = mw.at(o, i);
+  LoraBaseStart start;
+  std::string why;
+  if (!loraBaseStart(cfg.baseInit, w, mw.out, mw.in, cfg.r, cfg.scale(), cfg.loftqIter, start, why))
+    return error = req.adapterDir + ": rebuilding module '" + m + "''s " + cfg.baseInit + " base weight: " + why, false;
+  for (int64_t o = 0; o < mw.out; ++o)
+    for (int64_t i = 0; i < mw.in; ++i) mw.at(o, i) = start.base[size_t(o * mw.in + i)];
+  return true;
+}
+
 bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) {
   auto cfg = readAdapterConfig(req.adapterDir);
   if (!cfg.isOk()) return error = cfg.status().message(), false;
@@ -519,6 +541,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
       return error = req.adapterDir + ": module '" + m + "' needs lora_magnitude_vector [" + std::to_string(out) +
                      "] f32, got " + formatDims(magnitudeTensor->dims),
              false;
+    if (!cfg.value().baseInit.empty() && !rebuildStartedBase(req, cfg.value(), m, mw, error)) return false;
     const float *a = static_cast<const float *>(A.data), *bm = static_cast<const float *>(B.data);
     // W + scale B A, [out, in]; DoRA then scales each output row to its
     // magnitude: m / |W + scale B A|_row (PEFT's merge).

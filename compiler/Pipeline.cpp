@@ -20,6 +20,7 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     lora.alpha = opts.loraAlpha;
     lora.rslora = opts.rslora;
     lora.init = opts.loraInit;
+    lora.loftqIter = opts.loftqIter;
     lora.seed = opts.seed;
     lora.dropout = opts.loraDropout;
     lora.dora = opts.useDora;

@@ -32,7 +32,8 @@ struct PipelineOptions {
   std::vector<int64_t> promptInitIds;           // text: the text's tokens (sdc tokenizes it)
   std::string feedforwardModules; // --peft ia3: modules whose input, not output, is scaled
   double loraDropout = 0.0;
-  std::string loraInit = "default";
+  std::string loraInit = "default"; // default | gaussian | pissa | olora | loftq (PEFT's init_lora_weights)
+  int64_t loftqIter = 1;              // --loftq-iter: PEFT's loftq_iter
   double osftRatio = 0.5;         // --peft osft: preserved fraction of min(out, in)
   std::string osftRankPattern;    // NAME=K|R,...
   std::string osftStrategy = "auto"; // auto | factored | dense

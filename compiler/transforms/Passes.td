@@ -355,6 +355,15 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     magnitude's correction reads the dropped input as PEFT's does:
     y = linear(x, W, b) + (m / n - 1) x_d Wᵀ + m / n * scale x_d Aᵀ Bᵀ.
 
+    With init = pissa, olora or loftq (PEFT's init_lora_weights) the
+    adapters start from the frozen weight W ([out, in] as nn.Linear holds it)
+    and W itself is rewritten so the layer starts as it was: PiSSA takes A, B
+    from W's top r singular triplets (each sqrt(S / scale)) and leaves
+    W - scale B A; OLoRA takes A = R[:r], B = Q[:, :r] of W = Q R and leaves
+    W - scale B A; LoftQ alternates NF4 quantization of the residual and a
+    rank-r SVD of W minus the dequantized weight (loftq-iter rounds), leaving
+    the dequantized weight and A, B of the last SVD (unscaled, as PEFT).
+
     With bias = all (PEFT's bias="all") every frozen float weight whose name
     contains "bias" trains beside the adapters, as PEFT marks every
     parameter so named; with lora_only the adapted layers' own biases do.
@@ -365,7 +374,9 @@ def PeftLora : Pass<"sd-peft-lora", "mlir::ModuleOp"> {
     Option<"rank", "r", "int64_t", "8", "adapter rank">,
     Option<"alpha", "alpha", "double", "8.0", "scaling numerator">,
     Option<"rslora", "rslora", "bool", "false", "scale by alpha / sqrt(r)">,
-    Option<"init", "init", "std::string", "\"default\"", "default (Kaiming-uniform A) | gaussian">,
+    Option<"init", "init", "std::string", "\"default\"",
+           "default (Kaiming-uniform A) | gaussian | pissa | olora | loftq (the last three rewrite the base weight)">,
+    Option<"loftqIter", "loftq-iter", "int64_t", "1", "loftq: PEFT's loftq_iter, rounds of NF4 quantization and SVD">,
     Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
     Option<"dropout", "dropout", "double", "0.0", "dropout probability on the adapter input (training only)">,
     Option<"dora", "dora", "bool", "false", "weight-decomposed LoRA (PEFT's use_dora): a trained magnitude per output">,

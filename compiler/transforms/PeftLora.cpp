@@ -1,11 +1,14 @@
 // sd-peft-lora: low-rank adapters on the sd.linear modules PEFT would match
-// (with dora: weight-decomposed, a trained magnitude per output row).
+// (with dora: weight-decomposed, a trained magnitude per output row; with
+// init pissa, olora or loftq: started from the base weight, rewritten).
 #include "sd/format/training_abi.h"
 #include "GlobalData.h"
+#include "LoraBaseStart.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "sd/format/peft.h"
+#include "mlir/IR/DialectResourceBlobManager.h"
 #include "llvm/ADT/StringExtras.h"
 #include <cmath>
 #include <random>
@@ -33,8 +36,17 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
       module.emitError() << "--lora-dropout must be in [0, 1), got " << dropout;
       return signalPassFailure();
     }
-    if (init != "default" && init != "gaussian") {
-      module.emitError() << "--lora-init takes 'default' or 'gaussian', got '" << init << "'";
+    if (init != "default" && init != "gaussian" && !sd::rewritesBaseWeight(init)) {
+      module.emitError() << "--lora-init takes default, gaussian, pissa, olora or loftq, got '" << init << "'";
+      return signalPassFailure();
+    }
+    if (sd::rewritesBaseWeight(init) && dora) {
+      module.emitError() << "--lora-init " << init << " with --use-dora is not supported: DoRA's magnitude starts "
+                         << "from the base weight, which " << init << " rewrites";
+      return signalPassFailure();
+    }
+    if (init == "loftq" && loftqIter < 1) {
+      module.emitError() << "--loftq-iter must be at least 1, got " << loftqIter;
       return signalPassFailure();
     }
     SmallVector<LinearOp> linears;
@@ -53,20 +65,22 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     Builder b(module.getContext());
     SmallVector<Attribute> names;
     for (const std::string &m : adapted) names.push_back(b.getStringAttr(m));
-    module->setAttr("sd.peft", b.getDictionaryAttr({
-                                   b.getNamedAttr("peft_type", b.getStringAttr("LORA")),
-                                   b.getNamedAttr("r", b.getI64IntegerAttr(rank)),
-                                   b.getNamedAttr("lora_alpha", b.getF64FloatAttr(alpha)),
-                                   b.getNamedAttr("lora_dropout", b.getF64FloatAttr(dropout)),
-                                   b.getNamedAttr("use_rslora", b.getBoolAttr(rslora)),
-                                   b.getNamedAttr("use_dora", b.getBoolAttr(dora)),
-                                   b.getNamedAttr("fan_in_fan_out", b.getBoolAttr(allInOut && !adapted.empty())),
-                                   b.getNamedAttr("init_lora_weights", b.getStringAttr(init)),
-                                   b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
-                                   b.getNamedAttr("modules", b.getArrayAttr(names)),
-                                   b.getNamedAttr("bias", b.getStringAttr(bias)),
-                                   b.getNamedAttr("trained_biases", b.getArrayAttr(*biases)),
-                               }));
+    SmallVector<NamedAttribute> fields = {
+        b.getNamedAttr("peft_type", b.getStringAttr("LORA")),
+        b.getNamedAttr("r", b.getI64IntegerAttr(rank)),
+        b.getNamedAttr("lora_alpha", b.getF64FloatAttr(alpha)),
+        b.getNamedAttr("lora_dropout", b.getF64FloatAttr(dropout)),
+        b.getNamedAttr("use_rslora", b.getBoolAttr(rslora)),
+        b.getNamedAttr("use_dora", b.getBoolAttr(dora)),
+        b.getNamedAttr("fan_in_fan_out", b.getBoolAttr(allInOut && !adapted.empty())),
+        b.getNamedAttr("init_lora_weights", b.getStringAttr(init)),
+        b.getNamedAttr("target_modules", b.getStringAttr(targetModules)),
+        b.getNamedAttr("modules", b.getArrayAttr(names)),
+        b.getNamedAttr("bias", b.getStringAttr(bias)),
+        b.getNamedAttr("trained_biases", b.getArrayAttr(*biases)),
+    };
+    if (init == "loftq") fields.push_back(b.getNamedAttr("loftq_iter", b.getI64IntegerAttr(loftqIter)));
+    module->setAttr("sd.peft", b.getDictionaryAttr(fields));
   }
 
   // PEFT's bias: "all" trains every parameter whose name contains "bias"
@@ -105,8 +119,10 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     auto [in, out] = sd::linearInOut(l);
     std::string m = l.getModule().str();
     // PEFT: A = kaiming_uniform_(a=sqrt(5)) -> U(-1/sqrt(in), 1/sqrt(in)); gaussian: N(0, 1/r). B = 0.
-    std::vector<float> a;
-    if (init == "gaussian") {
+    std::vector<float> a, bInit;
+    if (sd::rewritesBaseWeight(init)) {
+      if (failed(startFromBase(l, scale, a, bInit))) return failure();
+    } else if (init == "gaussian") {
       std::normal_distribution<double> d(0.0, 1.0 / double(rank));
       for (int64_t i = 0; i < rank * in; ++i) a.push_back(float(d(rng)));
     } else {
@@ -115,7 +131,8 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
     Type f32 = Float32Type::get(module.getContext());
     if (wt.getElementType() != f32) return l.emitError("LoRA on non-f32 weights is not supported yet");
     GlobalOp ga = sd::createFloatGlobal(module, m + ".lora_A.weight", {rank, in}, "trainable", &a);
-    GlobalOp gb = sd::createFloatGlobal(module, m + ".lora_B.weight", {out, rank}, "trainable", nullptr);
+    GlobalOp gb = sd::createFloatGlobal(module, m + ".lora_B.weight", {out, rank}, "trainable",
+                                        bInit.empty() ? nullptr : &bInit);
     OpBuilder b(l);
     b.setInsertionPointAfter(l);
     GradBuilder g(b, l.getLoc());
@@ -130,6 +147,48 @@ struct PeftLoraPass : sd::impl::PeftLoraBase<PeftLoraPass> {
                      : g.add(l.getOutput(), g.scale(up, scale));
     if (!sum || g.failed()) return failure();
     for (OpOperand *u : readers) u->set(sum);
+    return success();
+  }
+
+  // PiSSA, OLoRA or LoftQ (LoraBaseStart.h): A and B from the frozen weight,
+  // which is rewritten in place, so the weight must be this layer's alone.
+  // PEFT's olora and loftq read nn.Linear's [out, in] weight as it is (a
+  // Conv1D's [in, out] would give factors of the wrong shapes), so they are
+  // refused on GPT-2's layers; pissa transposes it as PEFT does.
+  LogicalResult startFromBase(LinearOp l, double scale, std::vector<float> &a, std::vector<float> &bInit) {
+    std::string m = l.getModule().str();
+    GlobalOp w = sd::frozenGlobalOf(l.getWeight());
+    ArrayRef<float> stored = w ? sd::floatsOf(w) : ArrayRef<float>();
+    auto [in, out] = sd::linearInOut(l);
+    if (int64_t(stored.size()) != in * out)
+      return l.emitError() << "--lora-init " << init << " needs module '" << m
+                           << "''s weight as a stored f32 weight (the adapter starts from it)";
+    bool inOut = l.getLayout() == "io";
+    if (sd::storedInOut(l) && init != "pissa")
+      return l.emitError() << "--lora-init " << init << " on module '" << m
+                           << "', whose weight is stored [in, out] (a Conv1D): PEFT's " << init
+                           << " reads it as [out, in] and gives factors of the wrong shapes; use pissa";
+    int64_t loads = 0;
+    getOperation().walk([&](GlobalLoadOp load) { loads += load.getGlobal() == w.getSymName(); });
+    if (loads != 1)
+      return l.emitError() << "--lora-init " << init << " rewrites module '" << m << "''s weight '" << w.getSymName()
+                           << "', which " << loads << " ops read (a tied weight): not supported";
+    std::vector<float> ws(size_t(in * out));
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) ws[size_t(o * in + i)] = stored[size_t(inOut ? i * out + o : o * in + i)];
+    sd::LoraBaseStart start;
+    std::string error;
+    if (!sd::loraBaseStart(init, ws, out, in, rank, scale, loftqIter, start, error))
+      return l.emitError() << "--lora-init " << init << " on module '" << m << "': " << error;
+    std::vector<float> base(start.base.size());
+    for (int64_t o = 0; o < out; ++o)
+      for (int64_t i = 0; i < in; ++i) base[size_t(inOut ? i * out + o : o * in + i)] = start.base[size_t(o * in + i)];
+    auto type = cast<RankedTensorType>(w.getType());
+    std::string blobName = w.getSymName().str() + "." + init;
+    w.setInitialValueAttr(DenseResourceElementsAttr::get(
+        type, blobName, HeapAsmResourceBlob::allocateAndCopyInferAlign(ArrayRef<float>(base))));
+    a = std::move(start.a);
+    bInit = std::move(start.b);
     return success();
   }
 

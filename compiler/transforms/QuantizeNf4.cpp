@@ -16,6 +16,7 @@
 // its own dequantization just before it, so no whole f32 weight outlives the
 // op that reads it (the backward dequantizes again).
 #include "GlobalData.h"
+#include "Nf4.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
@@ -35,46 +36,7 @@ using namespace sd::ir;
 
 namespace {
 
-constexpr int64_t kBlock = 64; // bitsandbytes' default blocksize, and QLoRA's
-// bitsandbytes' NF4 code values (float32), ascending.
-constexpr float kNf4[16] = {-1.0f,
-                            -0.6961928009986877f,
-                            -0.5250730514526367f,
-                            -0.39491748809814453f,
-                            -0.28444138169288635f,
-                            -0.18477343022823334f,
-                            -0.09105003625154495f,
-                            0.0f,
-                            0.07958029955625534f,
-                            0.16093020141124725f,
-                            0.24611230194568634f,
-                            0.33791524171829224f,
-                            0.44070982933044434f,
-                            0.5626170039176941f,
-                            0.7229568362236023f,
-                            1.0f};
-
-// bitsandbytes' quantize_4bit (nf4) of `w`, n a multiple of the block:
-// packed codes and each block's absmax.
-void quantize(ArrayRef<float> w, std::vector<uint8_t> &packed, std::vector<float> &absmax) {
-  float bounds[15];
-  for (int i = 0; i < 15; ++i) bounds[i] = (kNf4[i] + kNf4[i + 1]) / 2.0f; // float32, as torch computes them
-  std::vector<uint8_t> codes(w.size());
-  absmax.assign(w.size() / kBlock, 0.0f);
-  for (size_t b = 0; b < absmax.size(); ++b) {
-    float m = 0;
-    for (int64_t i = 0; i < kBlock; ++i) m = std::max(m, std::fabs(w[b * kBlock + size_t(i)]));
-    absmax[b] = m;
-    const float inv = 1.0f / std::max(m, 1e-38f);
-    for (int64_t i = 0; i < kBlock; ++i) {
-      const float scaled = std::clamp(w[b * kBlock + size_t(i)] * inv, -1.0f, 1.0f);
-      // torch.bucketize (right=False): the number of bounds strictly below the value.
-      codes[b * kBlock + size_t(i)] = uint8_t(std::lower_bound(bounds, bounds + 15, scaled) - bounds);
-    }
-  }
-  packed.resize(codes.size() / 2);
-  for (size_t i = 0; i < packed.size(); ++i) packed[i] = uint8_t(codes[2 * i] << 4 | codes[2 * i + 1]);
-}
+constexpr int64_t kBlock = sd::kNf4Block;
 
 struct QuantizeNf4Pass : sd::impl::QuantizeNf4Base<QuantizeNf4Pass> {
   using QuantizeNf4Base::QuantizeNf4Base;
@@ -116,7 +78,7 @@ struct QuantizeNf4Pass : sd::impl::QuantizeNf4Base<QuantizeNf4Pass> {
         for (int64_t c = 0; c < cols; ++c) w[size_t(c * rows + r)] = stored[size_t(r * cols + c)];
     std::vector<uint8_t> packed;
     std::vector<float> absmax;
-    quantize(w, packed, absmax);
+    sd::quantizeNf4(w.data(), w.size(), packed, absmax);
     std::string name = g.getSymName().str();
     MLIRContext *ctx = module.getContext();
     auto codesType = RankedTensorType::get({int64_t(packed.size())}, IntegerType::get(ctx, 8, IntegerType::Unsigned));
@@ -159,7 +121,7 @@ struct QuantizeNf4Pass : sd::impl::QuantizeNf4Base<QuantizeNf4Pass> {
     Value pairs = g.make<BitwiseAndOp>({shifted, g.scalar(u8, 15)});
     Value index = g.castTo(g.reshape(pairs, {n}), b.getI32Type()); // int32: half the transient of int64
     auto tableType = RankedTensorType::get({16}, b.getF32Type());
-    Value table = b.create<ConstantOp>(g.loc(), tableType, DenseElementsAttr::get(tableType, ArrayRef<float>(kNf4)));
+    Value table = b.create<ConstantOp>(g.loc(), tableType, DenseElementsAttr::get(tableType, ArrayRef<float>(sd::kNf4Values)));
     Value values = g.make<GatherOp>({table, index}, {g.attr("axis", 0)});
     Value scaled = g.mul(g.reshape(values, {n / kBlock, kBlock}), g.reshape(absmax, {n / kBlock, 1}));
     return g.reshape(scaled, {out, in});

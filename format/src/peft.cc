@@ -74,7 +74,8 @@ std::string LoraConfig::compileFlags() const {
          : isPromptTuning() ? "--peft prompt"
          : isPrefixTuning() ? "--peft prefix"
          : useDora  ? "--peft lora --use-dora"
-                    : "--peft lora";
+         : baseInit.empty() ? "--peft lora"
+                            : "--peft lora --lora-init " + baseInit;
 }
 
 std::vector<std::pair<std::string, std::string>> LoraConfig::tensors() const {
@@ -137,13 +138,33 @@ Status refuseUnsupportedSemantics(const Json &doc, const std::string &path) {
   if (const Json *bias = doc.get("bias");
       bias && bias->type == Json::Type::String && bias->str != "none" && bias->str != "all" && bias->str != "lora_only")
     return sdError(path, ": 'bias' is '", bias->str, "': PEFT's bias is none, all or lora_only");
-  // These initializations rewrite the base weights too, so the adapter only
-  // fits a base model sdc does not have.
+  // These initializations rewrite the base weights too. PiSSA, OLoRA and
+  // LoftQ's rewrites are computed from the base weight alone, as sdc does
+  // (readBaseInit); the others' need the training data or random draws.
   if (const Json *init = doc.get("init_lora_weights"); init && init->type == Json::Type::String)
-    for (const char *rewrites : {"pissa", "olora", "corda", "eva", "loftq"})
+    for (const char *rewrites : {"pissa_niter", "corda", "eva", "lora_ga"})
       if (init->str.rfind(rewrites, 0) == 0)
-        return sdError(path, ": 'init_lora_weights' is '", init->str, "', which changes the base weights; convert the ",
-                       "adapter to plain LoRA with PEFT (path_initial_model_for_weight_conversion) first");
+        return sdError(path, ": 'init_lora_weights' is '", init->str, "', which changes the base weights in a way ",
+                       "sdc cannot rebuild; convert the adapter to plain LoRA with PEFT ",
+                       "(path_initial_model_for_weight_conversion) first");
+  return Status::ok();
+}
+
+// init_lora_weights "pissa", "olora" or "loftq" (with loftq_config's 4 bits
+// and loftq_iter rounds): the adapter fits the base weights they leave.
+Status readBaseInit(const Json &doc, const std::string &path, LoraConfig &c) {
+  const Json *init = doc.get("init_lora_weights");
+  if (!init || init->type != Json::Type::String) return Status::ok();
+  if (init->str != "pissa" && init->str != "olora" && init->str != "loftq") return Status::ok(); // A, B only
+  c.baseInit = init->str;
+  if (c.baseInit != "loftq") return Status::ok();
+  const Json *loftq = doc.get("loftq_config");
+  const Json *bits = loftq ? loftq->get("loftq_bits") : nullptr, *iter = loftq ? loftq->get("loftq_iter") : nullptr;
+  if (!bits || !bits->isInteger() || bits->num != 4)
+    return sdError(path, ": loftq_config.loftq_bits must be 4 (sdc's LoftQ quantizes to NF4 only)");
+  if (!iter || !iter->isInteger() || iter->num < 1 || iter->num > 1000)
+    return sdError(path, ": loftq_config.loftq_iter must be an integer from 1 to 1000");
+  c.loftqIter = int64_t(iter->num);
   return Status::ok();
 }
 
@@ -312,6 +333,8 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   const Json *dora = doc.value().get("use_dora");
   c.useDora = dora && dora->type == Json::Type::Bool && dora->b;
   if (const Json *bias = doc.value().get("bias"); bias && bias->type == Json::Type::String) c.bias = bias->str;
+  if (const Json *f = doc.value().get("fan_in_fan_out"); f && f->type == Json::Type::Bool) c.fanInFanOut = f->b;
+  SD_RETURN_IF_ERROR(readBaseInit(doc.value(), path, c));
   SD_RETURN_IF_ERROR(readModulesToSave(doc.value(), path, c.modulesToSave));
   return c;
 }
@@ -434,6 +457,10 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   if (const Json *bias = lora->get("bias"); bias && bias->type == Json::Type::String) c.bias = bias->str;
   if (const Json *biases = lora->get("trained_biases"); biases && biases->type == Json::Type::Array)
     for (const Json &b : biases->arr) c.trainedBiases.push_back(b.str);
+  if (const Json *init = lora->get("init_lora_weights");
+      init && init->type == Json::Type::String && (init->str == "pissa" || init->str == "olora" || init->str == "loftq"))
+    c.baseInit = init->str;
+  if (const Json *iter = lora->get("loftq_iter"); iter && iter->isInteger()) c.loftqIter = int64_t(iter->num);
   return c;
 }
 
@@ -504,7 +531,11 @@ ConfigFields methodFields(const LoraConfig &cfg) {
             {"bias", "\"none\""}, {"init_weights", "true"}};
   return {{"r", std::to_string(cfg.r)}, {"lora_alpha", number(cfg.alpha)}, {"lora_dropout", number(cfg.dropout)},
           {"use_rslora", boolean(cfg.rslora)}, {"use_dora", boolean(cfg.useDora)}, {"target_modules", targets},
-          {"bias", jsonQuote(cfg.bias)}, {"fan_in_fan_out", boolean(cfg.fanInFanOut)}, {"init_lora_weights", "true"},
+          {"bias", jsonQuote(cfg.bias)}, {"fan_in_fan_out", boolean(cfg.fanInFanOut)},
+          {"init_lora_weights", cfg.baseInit.empty() ? "true" : jsonQuote(cfg.baseInit)},
+          {"loftq_config", cfg.baseInit == "loftq"
+                               ? "{\"loftq_bits\": 4, \"loftq_iter\": " + std::to_string(cfg.loftqIter) + "}"
+                               : "{}"},
           {"rank_pattern", "{}"}, {"alpha_pattern", "{}"}, {"layers_to_transform", "null"},
           {"layers_pattern", "null"}};
 }

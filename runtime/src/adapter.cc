@@ -99,6 +99,15 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
     if (given.value().bias != cfg.bias)
       return sdError(cfgPath, ": bias is '", given.value().bias, "', the plan's '", cfg.bias, "' (sdc compile --bias)");
+    // PiSSA, OLoRA and LoftQ adapters fit the base weights their start left.
+    auto start = [](const LoraConfig &c) {
+      return c.baseInit.empty() ? std::string("a default start (base weights as they are)")
+                                : "init_lora_weights '" + c.baseInit + "'" +
+                                      (c.baseInit == "loftq" ? " (loftq_iter " + std::to_string(c.loftqIter) + ")" : "");
+    };
+    if (given.value().baseInit != cfg.baseInit || (cfg.baseInit == "loftq" && given.value().loftqIter != cfg.loftqIter))
+      return sdError(cfgPath, ": the adapter has ", start(given.value()), ", the plan ", start(cfg),
+                     ": their base weights differ (sdc compile --lora-init)");
   }
   // LoKr: these two decide each factor's shape and whether it is whole.
   if (cfg.isLokr() && (given.value().decomposeBoth != cfg.decomposeBoth ||

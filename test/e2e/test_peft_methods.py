@@ -46,8 +46,10 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 BATCH, SEQ, STEPS, R, ALPHA, LR = 2, 16, 10, 4, 8, 1e-3
 LORA_TARGETS = {"gpt2": ["c_attn", "c_proj"], "llama": ["q_proj", "v_proj", "down_proj"]}
 METHOD_NAMES = {"dora": "DoRA", "ia3": "IA3", "loha": "LoHa", "lokr": "LoKr", "lokr_both": "LoKr decompose_both",
-                "vera": "VeRA", "bias_all": "LoRA bias=all", "bias_lora_only": "LoRA bias=lora_only"}
+                "vera": "VeRA", "bias_all": "LoRA bias=all", "bias_lora_only": "LoRA bias=lora_only",
+                "pissa": "LoRA init pissa", "olora": "LoRA init olora", "loftq": "LoRA init loftq"}
 BIAS = {"bias_all": "all", "bias_lora_only": "lora_only"}  # PEFT's bias: the model's biases train beside LoRA
+STARTS = ("pissa", "olora", "loftq")  # PEFT's init_lora_weights that rewrite the base weight (test_lora_starts.py)
 IA3_TARGETS = {"gpt2": (["c_attn", "mlp.c_proj"], ["mlp.c_proj"]),
                "llama": (["k_proj", "v_proj", "down_proj"], ["down_proj"])}
 
@@ -66,6 +68,11 @@ def peft_config(method, arch, dropout=0.0):
     if method in BIAS:
         return LoraConfig(r=R, lora_alpha=ALPHA, target_modules=LORA_TARGETS[arch], init_lora_weights=False,
                           fan_in_fan_out=arch == "gpt2", task_type="CAUSAL_LM", bias=BIAS[method])
+    if method in STARTS:
+        from peft import LoftQConfig
+        return LoraConfig(r=R, lora_alpha=ALPHA, target_modules=LORA_TARGETS[arch], init_lora_weights=method,
+                          fan_in_fan_out=arch == "gpt2", task_type="CAUSAL_LM",
+                          loftq_config=LoftQConfig(loftq_bits=4, loftq_iter=1) if method == "loftq" else {})
     if method == "ia3":
         targets, feedforward = IA3_TARGETS[arch]
         return IA3Config(target_modules=targets, feedforward_modules=feedforward, init_ia3_weights=False,
@@ -87,6 +94,9 @@ def compile_flags(method, arch, dropout=0.0):
     if method in BIAS:
         return ["--peft", "lora", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R), "--lora-alpha",
                 str(ALPHA), "--bias", BIAS[method]]
+    if method in STARTS:
+        return ["--peft", "lora", "--target-modules", ",".join(LORA_TARGETS[arch]), "--lora-r", str(R), "--lora-alpha",
+                str(ALPHA), "--lora-init", method]
     if method == "ia3":
         targets, feedforward = IA3_TARGETS[arch]
         return ["--peft", "ia3", "--target-modules", ",".join(targets), "--feedforward-modules", ",".join(feedforward)]
@@ -236,7 +246,8 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
     merged = loaded.merge_and_unload()
     suffix = {"ia3": ".ia3_l", "dora": ".lora_A.weight", "loha": ".hada_w1_a", "lokr": ".lokr_w1",
               "lokr_both": ".lokr_w1_a", "vera": ".vera_lambda_b", "bias_all": ".lora_A.weight",
-              "bias_lora_only": ".lora_A.weight"}[method]
+              "bias_lora_only": ".lora_A.weight", "pissa": ".lora_A.weight", "olora": ".lora_A.weight",
+              "loftq": ".lora_A.weight"}[method]
     modules = sorted(k[len("base_model.model."):-len(suffix)] for k in ours if k.endswith(suffix))
     base = export_hf.build(arch, 0)
     worst, found = merged_weights_gap(onnx_path, merged_onnx, base, merged, modules)
@@ -251,8 +262,11 @@ def method_checks(method, arch, model_dir, sdc, sdrun):
         if len(same) == 1:
             biases += 1
             worst = max(worst, rel_err(got[same[0]], merged.get_submodule(m).bias.detach().numpy()))
-    check(f"{name} merge: sdc merge equals merge_and_unload on {len(modules)} weights and {biases} biases (1e-6)",
-          found == len(modules) and worst <= 1e-6, f"worst relative err {worst:.2e}")
+    # PiSSA: PEFT rebuilds the residual W - scale B A from a float32 SVD, whose factors are off the
+    # fp64 ones sdc merge uses by ~1e-6 of W (1.6e-6 on a Llama q_proj), scale times that in the sum.
+    tol = 2e-5 if method == "pissa" else 1e-6
+    check(f"{name} merge: sdc merge equals merge_and_unload on {len(modules)} weights and {biases} biases ({tol:g})",
+          found == len(modules) and worst <= tol, f"worst relative err {worst:.2e}")
     err = rel_err(ort_run(merged_onnx, {"input_ids": ids})["logits"], want_logits)
     check(f"{name} merge: ONNX Runtime on the merged model gives PEFT's logits (1e-4)", err <= 1e-4,
           f"relative err {err:.2e}")

@@ -177,16 +177,17 @@ def roundtrip(arch, sdc, sdrun, tmp, rslora=False):
 def refusals(sdrun, plan, adapter, tmp):
     """PEFT configs whose semantics sdc lacks fail loudly, naming the field."""
     cases = [("use_dora", True), ("modules_to_save", ["lm_head"]), ("rank_pattern", {"q_proj": 8}),
-             ("bias", "lora_only"), ("init_lora_weights", "pissa")]
+             ("bias", "lora_only"), ("init_lora_weights", "pissa"),
+             ("init_lora_weights", "corda")]
     ids = os.path.join(tmp, "refuse_ids.npy")
     np.save(ids, np.zeros((BATCH, SEQ), np.int64))
-    for field, value in cases:
-        d = os.path.join(tmp, f"refuse_{field}")
+    for n, (field, value) in enumerate(cases):
+        d = os.path.join(tmp, f"refuse_{n}_{field}")
         shutil.copytree(adapter, d)
         cfg = json.load(open(os.path.join(d, "adapter_config.json")))
         cfg[field] = value
         json.dump(cfg, open(os.path.join(d, "adapter_config.json"), "w"))
-        out = os.path.join(tmp, f"refuse_{field}_out")
+        out = os.path.join(tmp, f"refuse_{n}_{field}_out")
         problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", d, "--input", f"input_ids={ids}",
                                                "--output-dir", out], [field], [out])
         check(f"adapter_config.json with {field}={json.dumps(value)} is a clean error naming it", not problems,

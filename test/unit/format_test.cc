@@ -231,6 +231,49 @@ TEST(PeftConfig, DoraRoundTripsThroughTheConfigSdrunWrites) {
   EXPECT_FALSE(written.value().feedforwardByRule("a.k"));
 }
 
+TEST(PeftConfig, StartsThatRewriteTheBaseWeightRoundTripAndTheOthersAreRefused) {
+  sd::LoraConfig cfg;
+  cfg.r = 4;
+  cfg.alpha = 8;
+  cfg.modules = {"q"};
+  cfg.baseInit = "loftq";
+  cfg.loftqIter = 3;
+  std::string json = sd::adapterConfigJson(cfg);
+  EXPECT_NE(json.find("\"init_lora_weights\": \"loftq\""), std::string::npos) << json;
+  auto back = sd::parseAdapterConfig(json, "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_EQ(back.value().baseInit, "loftq");
+  EXPECT_EQ(back.value().loftqIter, 3);
+  EXPECT_EQ(back.value().compileFlags(), "--peft lora --lora-init loftq");
+  cfg.baseInit = "";
+  auto plain = sd::parseAdapterConfig(sd::adapterConfigJson(cfg), "a");
+  ASSERT_TRUE(plain.isOk()) << plain.status().message();
+  EXPECT_EQ(plain.value().baseInit, "");
+  const std::string base = R"({"peft_type": "LORA", "r": 4, "lora_alpha": 8, )";
+  auto pissa = sd::parseAdapterConfig(base + R"("init_lora_weights": "pissa"})", "a");
+  ASSERT_TRUE(pissa.isOk()) << pissa.status().message();
+  EXPECT_EQ(pissa.value().baseInit, "pissa");
+  auto gaussian = sd::parseAdapterConfig(base + R"("init_lora_weights": "gaussian"})", "a");
+  ASSERT_TRUE(gaussian.isOk());
+  EXPECT_EQ(gaussian.value().baseInit, "");
+  for (const char *refused : {"pissa_niter_4", "corda", "eva", "lora_ga"}) {
+    auto r = sd::parseAdapterConfig(base + R"("init_lora_weights": ")" + refused + R"("})", "a");
+    ASSERT_FALSE(r.isOk()) << refused;
+    EXPECT_NE(r.status().message().find(refused), std::string::npos) << r.status().message();
+  }
+  auto eightBits = sd::parseAdapterConfig(
+      base + R"("init_lora_weights": "loftq", "loftq_config": {"loftq_bits": 8, "loftq_iter": 1}})", "a");
+  ASSERT_FALSE(eightBits.isOk());
+  EXPECT_NE(eightBits.status().message().find("loftq_bits"), std::string::npos);
+  auto noIter = sd::parseAdapterConfig(base + R"("init_lora_weights": "loftq", "loftq_config": {"loftq_bits": 4}})", "a");
+  ASSERT_FALSE(noIter.isOk());
+  EXPECT_NE(noIter.status().message().find("loftq_iter"), std::string::npos);
+  auto fromPlan = sd::loraConfigFromPlanConfig(
+      R"({"lora": {"r": 4, "lora_alpha": 8.0, "modules": ["q"], "init_lora_weights": "olora"}})");
+  ASSERT_TRUE(fromPlan.isOk()) << fromPlan.status().message();
+  EXPECT_EQ(fromPlan.value().baseInit, "olora");
+}
+
 TEST(PeftConfig, LohaNeedsItsRankAndAlphaAndRefusesPerModulePatterns) {
   auto ok = sd::parseAdapterConfig(R"({"peft_type": "LOHA", "r": 4, "alpha": 8, "rank_pattern": {}})", "a");
   ASSERT_TRUE(ok.isOk()) << ok.status().message();

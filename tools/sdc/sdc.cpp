@@ -103,7 +103,12 @@ const char *kUsage =
     "                           LayerNorm's too), or the adapted layers' own (lora_only)\n"
     "  --use-dora               weight-decomposed LoRA (DoRA, PEFT's use_dora): each layer\n"
     "                           also trains a magnitude per output, W's row norms at first\n"
-    "  --lora-init default|gaussian  A Kaiming-uniform (PEFT) or N(0, 1/r); B = 0\n"
+    "  --lora-init default|gaussian|pissa|olora|loftq  how the adapters start (PEFT's\n"
+    "                           init_lora_weights): A Kaiming-uniform or N(0, 1/r) and B = 0;\n"
+    "                           or from each weight W, which is rewritten: pissa (W's top r\n"
+    "                           singular triplets), olora (W's QR), loftq (NF4 quantization\n"
+    "                           of W and an SVD of its error; use with --quantize nf4)\n"
+    "  --loftq-iter N           loftq: rounds of quantization and SVD (1; PEFT's loftq_iter)\n"
     "  --lora-dropout P         dropout on each adapter's input while training (0; LoRA, DoRA,\n"
     "                           and VeRA's vera_dropout); masks are keyed by sdrun train\n"
     "                           --seed and saved in checkpoints\n"
@@ -297,7 +302,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
-  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false;
+  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -406,8 +411,16 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(b) || (b != "none" && b != "all" && b != "lora_only"))
         return fail("--bias takes 'none', 'all' or 'lora_only'"), 2;
     } else if (flag == "--lora-init") {
-      if (!value(a.pipeline.loraInit) || (a.pipeline.loraInit != "default" && a.pipeline.loraInit != "gaussian"))
-        return fail("--lora-init takes 'default' or 'gaussian'"), 2;
+      const std::string &init = a.pipeline.loraInit;
+      if (!value(a.pipeline.loraInit) || (init != "default" && init != "gaussian" && init != "pissa" &&
+                                          init != "olora" && init != "loftq"))
+        return fail("--lora-init takes default, gaussian, pissa, olora or loftq"), 2;
+    } else if (flag == "--loftq-iter") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0;
+      if (v.empty() || *end || n < 1 || n > 1000) return fail("--loftq-iter needs an integer from 1 to 1000"), 2;
+      a.pipeline.loftqIter = n;
+      loftqIterGiven = true;
     } else if (flag == "--max-select") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
@@ -586,6 +599,13 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (!a.pipeline.feedforwardModules.empty() && a.pipeline.peft != "ia3")
     return fail("--feedforward-modules needs --peft ia3"), 2;
   if (a.pipeline.useDora && a.pipeline.peft != "lora") return fail("--use-dora needs --peft lora"), 2;
+  if (a.pipeline.loraInit != "default" && a.pipeline.peft != "lora")
+    return fail("--lora-init " + a.pipeline.loraInit + " starts LoRA adapters: it needs --peft lora"), 2;
+  if (a.pipeline.useDora && (a.pipeline.loraInit == "pissa" || a.pipeline.loraInit == "olora" ||
+                             a.pipeline.loraInit == "loftq"))
+    return fail("--lora-init " + a.pipeline.loraInit + " with --use-dora is not supported: DoRA's magnitude starts "
+                "from the base weight, which " + a.pipeline.loraInit + " rewrites"), 2;
+  if (loftqIterGiven && a.pipeline.loraInit != "loftq") return fail("--loftq-iter needs --lora-init loftq"), 2;
   if (a.pipeline.bias != "none" && a.pipeline.peft != "lora")
     return fail("--bias " + a.pipeline.bias + " trains biases beside LoRA adapters: it needs --peft lora"), 2;
   if (a.pipeline.loraDropout > 0 && a.pipeline.peft != "lora" && a.pipeline.peft != "vera")

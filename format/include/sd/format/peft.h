@@ -59,6 +59,12 @@ struct LoraConfig {
   // module's own (PEFT's wrapped layer).
   std::string bias = "none";
   std::vector<std::string> trainedBiases;
+  // LoRA: PEFT's init_lora_weights when it rewrote the base weight ("pissa",
+  // "olora" or "loftq", with loftq_iter rounds of NF4), "" otherwise. The
+  // adapter then fits the base weights that initialization leaves, which sdc
+  // merge and PEFT rebuild from the original model.
+  std::string baseInit;
+  int64_t loftqIter = 1;
   double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
   bool fanInFanOut = false; // the adapted weights are stored [in, out] (GPT-2's Conv1D)
   std::vector<std::string> modules; // adapted sd.linear modules
