@@ -167,7 +167,8 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     auto mods = dict.getAs<mlir::ArrayAttr>("modules");
     char dropout[48] = "";
     if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
-    std::string kind = req.pipeline.peft == "loha"   ? "LoHa"
+    std::string kind = req.pipeline.peft == "adalora" ? "AdaLoRA"
+                       : req.pipeline.peft == "loha"   ? "LoHa"
                        : req.pipeline.peft == "lokr" ? "LoKr"
                        : req.pipeline.peft == "vera" ? "VeRA"
                        : req.pipeline.useDora        ? "DoRA"
@@ -314,6 +315,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // (rotary tables, masks, a loss's class weights).
     if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
         req.pipeline.peft != "loha" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && req.pipeline.peft != "prompt" &&
+        req.pipeline.peft != "adalora" &&
         (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
@@ -381,6 +383,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
              : peft.find("\"VERA\"") != std::string::npos ? "vera"
              : peft.find("\"PROMPT_TUNING\"") != std::string::npos ? "prompt_tuning"
              : peft.find("\"PREFIX_TUNING\"") != std::string::npos ? "prefix_tuning"
+             : peft.find("\"ADALORA\"") != std::string::npos ? "adalora"
                                                           : "lora",
              peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));

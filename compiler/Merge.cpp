@@ -324,6 +324,40 @@ bool mergeLohaAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig
   return true;
 }
 
+// An AdaLoRA adapter: W += B (A * E) · alpha / (r + 1e-5), as PEFT's merge
+// (a pruned triplet's E is 0).
+bool mergeAdaloraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraConfig &cfg, const SafetensorsFile &file,
+                         std::map<std::string, LinearUse> &linears, std::string &error) {
+  ModuleTensors modules;
+  if (!tensorsByModule(file, {kAdaloraSuffixes[0], kAdaloraSuffixes[1], kAdaloraSuffixes[2]}, "an AdaLoRA factor", req,
+                       modules, error))
+    return false;
+  int64_t r = cfg.r;
+  double scale = double(float(cfg.alpha) / (float(r) + 1e-5f));
+  for (auto &[m, parts] : modules) {
+    ModuleWeight mw;
+    if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
+    const Dims want[3] = {{r, mw.in}, {r, 1}, {mw.out, r}};
+    for (int i = 0; i < 3; ++i)
+      if (!parts[size_t(i)] || parts[size_t(i)]->dtype != DType::F32 || parts[size_t(i)]->dims != want[i])
+        return error = req.adapterDir + ": module '" + m + "' needs f32 " + std::string(kAdaloraSuffixes[i] + 1) + " [" +
+                       formatDims(want[i]) + "]" + (parts[size_t(i)] ? ", got [" + formatDims(parts[size_t(i)]->dims) + "]" : ""),
+               false;
+    auto data = [&](int i) { return static_cast<const float *>(parts[size_t(i)]->data); };
+    const float *a = data(0), *e = data(1), *bm = data(2);
+    for (int64_t o = 0; o < mw.out; ++o)
+      for (int64_t i = 0; i < mw.in; ++i) {
+        double d = 0;
+        for (int64_t k = 0; k < r; ++k) d += double(bm[o * r + k]) * double(a[k * mw.in + i]) * double(e[k]);
+        float &w = mw.at(o, i);
+        w = float(double(w) + d * scale);
+        if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;
+      }
+    if (!storeMerged(lm, req, m, *mw.use, *mw.tensor, mw.values, error)) return false;
+  }
+  return true;
+}
+
 // One LoKr factor of a module: whole (parts[whole]) or the product of its
 // rank-r halves (parts[whole + 1] [rows, r] times parts[whole + 2] [r, cols]),
 // in double, with its shape. False (and `error`) when neither form is there
@@ -514,6 +548,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
   if (cfg.value().isLoha()) return mergeLohaAdapter(lm, req, cfg.value(), file.value(), linears, error);
   if (cfg.value().isLokr()) return mergeLokrAdapter(lm, req, cfg.value(), file.value(), linears, error);
   if (cfg.value().isVera()) return mergeVeraAdapter(lm, req, cfg.value(), file.value(), linears, error);
+  if (cfg.value().isAdalora()) return mergeAdaloraAdapter(lm, req, cfg.value(), file.value(), linears, error);
   bool dora = cfg.value().useDora;
   std::vector<const char *> suffixes = {kLoraASuffix, kLoraBSuffix};
   if (dora) suffixes.push_back(kDoraMagnitudeSuffix);

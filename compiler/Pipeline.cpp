@@ -26,6 +26,21 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     lora.dora = opts.useDora;
     lora.bias = opts.bias;
     pm.addPass(createPeftLora(lora));
+  } else if (opts.peft == "adalora") {
+    PeftAdaloraOptions ada;
+    ada.targetModules = opts.targetModules;
+    ada.rank = opts.loraR;
+    ada.targetRank = opts.adaloraTargetR;
+    ada.alpha = opts.loraAlpha;
+    ada.seed = opts.seed;
+    ada.tinit = opts.adaloraTinit;
+    ada.tfinal = opts.adaloraTfinal;
+    ada.deltaT = opts.adaloraDeltaT;
+    ada.beta1 = opts.adaloraBeta1;
+    ada.beta2 = opts.adaloraBeta2;
+    ada.orthRegWeight = opts.orthRegWeight;
+    ada.totalStep = opts.totalStep;
+    pm.addPass(createPeftAdalora(ada));
   } else if (opts.peft == "loha") {
     PeftLohaOptions loha;
     loha.targetModules = opts.targetModules;

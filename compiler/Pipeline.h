@@ -24,6 +24,10 @@ struct PipelineOptions {
   bool useDora = false;          // --use-dora: DoRA, a trained magnitude per output
   std::string bias = "none";      // --peft lora: PEFT's bias (none | all | lora_only)
   std::string quantize;           // "nf4": the frozen linear weights as bitsandbytes' NF4 (QLoRA); "" none
+  // --peft adalora (PEFT's AdaLoraConfig; --lora-r is init_r): target_r, the schedule, the
+  // sensitivity EMAs and the orthogonality penalty's weight.
+  int64_t adaloraTargetR = 8, adaloraTinit = 0, adaloraTfinal = 0, adaloraDeltaT = 1, totalStep = 0;
+  double adaloraBeta1 = 0.85, adaloraBeta2 = 0.85, orthRegWeight = 0.5;
   bool decomposeBoth = false;     // --peft lokr: W1 a rank-r product too (PEFT's decompose_both)
   int64_t decomposeFactor = -1;   // --peft lokr: PEFT's decompose_factor
   int64_t virtualTokens = 20;     // --peft prompt: PEFT's num_virtual_tokens

@@ -36,7 +36,50 @@ SummedLoss summedCrossEntropy(GradBuilder &g, Value scores, Value labels) {
   return {loss, count};
 }
 
+// AdaLoRA (PEFT's AdaLoraModel.forward): the loss gains orth_reg_weight
+// times the mean over every lora_A and lora_B of |A Aᵀ - I|_F (|Bᵀ B - I|_F).
+// The entry returns a sum over `count` labels, so the penalty enters times
+// count: per label it is PEFT's.
+static Value orthogonalityPenalty(func::FuncOp f, Value loss, Value count) {
+  auto module = f->getParentOfType<ModuleOp>();
+  auto peft = module->getAttrOfType<DictionaryAttr>("sd.peft");
+  auto type = peft ? peft.getAs<StringAttr>("peft_type") : StringAttr();
+  auto weight = peft ? peft.getAs<FloatAttr>("orth_reg_weight") : FloatAttr();
+  auto modules = peft ? peft.getAs<ArrayAttr>("modules") : ArrayAttr();
+  if (!type || type.getValue() != "ADALORA" || !weight || weight.getValueAsDouble() <= 0 || !modules ||
+      modules.empty())
+    return loss;
+  OpBuilder b(f.getBody().front().getTerminator());
+  Location loc = NameLoc::get(b.getStringAttr("adalora_orth_reg"));
+  GradBuilder g(b, loc);
+  Type f32 = b.getF32Type();
+  Value total;
+  for (Attribute m : modules) {
+    for (const char *factor : {".lora_A", ".lora_B"}) {
+      std::string name = cast<StringAttr>(m).getValue().str() + factor;
+      auto global = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, name));
+      if (!global) return Value();
+      Value p = b.create<GlobalLoadOp>(loc, global.getType(), global.getSymName());
+      bool isA = factor[6] == 'A';
+      Value cov = isA ? g.make<MatMulOp>({p, g.transpose(p, {1, 0})}) : g.make<MatMulOp>({g.transpose(p, {1, 0}), p});
+      int64_t n = cast<RankedTensorType>(global.getType()).getDimSize(isA ? 0 : 1);
+      std::vector<float> eye(size_t(n * n), 0.0f);
+      for (int64_t i = 0; i < n; ++i) eye[size_t(i * n + i)] = 1.0f;
+      auto eyeType = RankedTensorType::get({n, n}, f32);
+      Value identity = b.create<ConstantOp>(loc, eyeType, DenseElementsAttr::get(eyeType, ArrayRef<float>(eye)));
+      Value d = g.sub(cov, identity);
+      Value norm = g.make<SqrtOp>({g.reduceSum(g.mul(d, d), {0, 1}, false)});
+      total = total ? g.add(total, norm) : norm;
+    }
+  }
+  Value penalty = g.scale(total, weight.getValueAsDouble() / double(2 * modules.size()));
+  Value summed = g.add(loss, g.mul(penalty, count));
+  return g.failed() ? Value() : summed;
+}
+
 LogicalResult finishLossEntry(func::FuncOp f, Value loss, Value count) {
+  loss = orthogonalityPenalty(f, loss, count);
+  if (!loss) return f.emitError("AdaLoRA's orthogonality penalty: an adapter factor is missing");
   setEntryOutputs(f, {loss, count}, {sd::abi::kLossSum, sd::abi::kTokens});
   return success();
 }

@@ -144,6 +144,19 @@ bool recomputedByEveryReader(Value v) {
   return halves.size() <= 2;
 }
 
+// Whether a global that `def` reads is stored between `def` and `root`: the
+// fused step computes at `root`, where the load's buffer already holds the
+// stored value (the optimizer's zeroed gradient, written in place).
+bool storedBefore(Operation *def, Operation *root) {
+  SmallVector<StringRef> globals;
+  for (Value v : def->getOperands())
+    if (auto load = v.getDefiningOp<GlobalLoadOp>()) globals.push_back(load.getGlobal());
+  if (globals.empty()) return false;
+  for (Operation *op = def->getNextNode(); op && op != root; op = op->getNextNode())
+    if (auto store = dyn_cast<GlobalStoreOp>(op); store && llvm::is_contained(globals, store.getGlobal())) return true;
+  return false;
+}
+
 struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> {
   void runOnOperation() override {
     SmallVector<Operation *> roots;
@@ -171,7 +184,7 @@ struct FuseElementwisePass : sd::impl::FuseElementwiseBase<FuseElementwisePass> 
     // element instead of a widened copy written and read at 4).
     auto joins = [&](Operation *def, Value v) {
       return def && !chain.contains(def) && !absorbed.contains(def) && def->getBlock() == root->getBlock() &&
-             cast<RankedTensorType>(v.getType()).getShape() == shape &&
+             cast<RankedTensorType>(v.getType()).getShape() == shape && !storedBefore(def, root) &&
              (onlyChainReads(v) || isWidening(def) || (recompute && recomputedByEveryReader(v)));
     };
     for (size_t i = 0; i < chain.size() && chain.size() < size_t(sd::kMaxFusedInstructions); ++i) {

@@ -10,6 +10,7 @@
 // gradients; a select keeps the step counter), and the scale halves.
 // After sd.loss_scale_window clean steps (sd-autocast) it doubles.
 #include "sd/format/training_abi.h"
+#include "AdaloraAllocation.h"
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
@@ -117,6 +118,8 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     store(g.scalar(b.getF32Type(), 0.0), tokensSeen);
     if (g.failed()) return fn.erase(), func::FuncOp();
     b.create<func::ReturnOp>(loc, ValueRange{scale->getResult(1)});
+    // AdaLoRA: the rank allocation follows each step, in train_step too.
+    if (sd::trainsAdalora(module) && failed(sd::appendRankAllocation(module, fn, newStep))) return fn.erase(), func::FuncOp();
     return fn;
   }
 

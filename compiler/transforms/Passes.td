@@ -156,6 +156,33 @@ def PeftIa3 : Pass<"sd-peft-ia3", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftAdalora : Pass<"sd-peft-adalora", "mlir::ModuleOp"> {
+  let summary = "AdaLoRA: SVD-form adapters whose triplets a budget schedule prunes during training";
+  let description = [{
+    Matches `sd.linear` modules as sd-peft-lora does. Each gets trainable
+    `<module>.lora_A` [r, in], `.lora_E` [r, 1] and `.lora_B` [out, r]
+    (PEFT's AdaLoRA names and start: A and B ~ N(0, 0.02), E zeros) and
+    y = linear(x, W, b) + (x (A * E)ᵀ Bᵀ) alpha / (r + 1e-5). The recipes add
+    PEFT's orthogonality penalty to the loss and sd-optimizer the rank
+    allocation after each step (AdaloraAllocation.h). Records the
+    configuration (tinit, tfinal, deltaT, total_step, target_r, ...) in `sd.peft`.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
+    Option<"rank", "r", "int64_t", "12", "PEFT's init_r: the triplets each module starts with">,
+    Option<"targetRank", "target-r", "int64_t", "8", "PEFT's target_r: the average triplets each module ends with">,
+    Option<"alpha", "alpha", "double", "8.0", "PEFT's lora_alpha (the update is scaled by alpha / r)">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
+    Option<"tinit", "tinit", "int64_t", "0", "steps before the budget starts to shrink">,
+    Option<"tfinal", "tfinal", "int64_t", "0", "steps at the end that keep the final pattern">,
+    Option<"deltaT", "delta-t", "int64_t", "1", "steps between two allocations">,
+    Option<"beta1", "beta1", "double", "0.85", "EMA factor of the sensitivity">,
+    Option<"beta2", "beta2", "double", "0.85", "EMA factor of the uncertainty">,
+    Option<"orthRegWeight", "orth-reg-weight", "double", "0.5", "weight of the orthogonality penalty">,
+    Option<"totalStep", "total-step", "int64_t", "0", "PEFT's total_step: the optimizer steps the schedule spans">,
+  ];
+}
+
 def PeftLoha : Pass<"sd-peft-loha", "mlir::ModuleOp"> {
   let summary = "LoHa: Hadamard products of two low-rank pairs added to the matched sd.linear modules";
   let description = [{

@@ -43,6 +43,7 @@ std::vector<std::string> LoraConfig::tensorNames(const std::string &module) cons
     return names;
   }
   if (isOsf()) return {module + kOsfSuffixes[0], module + kOsfSuffixes[1], module + kOsfSuffixes[2]};
+  if (isAdalora()) return {module + kAdaloraSuffixes[0], module + kAdaloraSuffixes[1], module + kAdaloraSuffixes[2]};
   if (useDora) return {module + kLoraASuffix, module + kLoraBSuffix, module + kDoraMagnitudeSuffix};
   return {module + kLoraASuffix, module + kLoraBSuffix};
 }
@@ -61,6 +62,7 @@ std::string LoraConfig::kindName() const {
          : isVera()         ? "VeRA"
          : isPromptTuning() ? "prompt tuning"
          : isPrefixTuning() ? "prefix tuning"
+         : isAdalora()      ? "AdaLoRA"
          : useDora          ? "DoRA"
                             : "LoRA";
 }
@@ -73,6 +75,7 @@ std::string LoraConfig::compileFlags() const {
          : isVera() ? "--peft vera"
          : isPromptTuning() ? "--peft prompt"
          : isPrefixTuning() ? "--peft prefix"
+         : isAdalora() ? "--peft adalora"
          : useDora  ? "--peft lora --use-dora"
          : baseInit.empty() ? "--peft lora"
                             : "--peft lora --lora-init " + baseInit;
@@ -308,6 +311,39 @@ StatusOr<LoraConfig> readAdapterConfig(const std::string &dir) {
   return parseAdapterConfig(text.value(), path);
 }
 
+// PEFT's AdaLoraConfig: init_r and lora_alpha decide the adapter's shapes
+// and scale; the schedule only steers training (kept to write back). A
+// rank_pattern (saved after pruning, with each module's tensors cut to its
+// kept triplets) is refused for now.
+// AdaLoRA's schedule fields, where an adapter config or a plan's names them (PEFT's names).
+static void readAdaloraSchedule(const Json &doc, LoraConfig &c) {
+  auto integer = [&](const char *key, int64_t &out) {
+    if (const Json *v = doc.get(key); v && v->isInteger()) out = int64_t(v->num);
+  };
+  auto real = [&](const char *key, double &out) {
+    if (const Json *v = doc.get(key); v && v->type == Json::Type::Number) out = v->num;
+  };
+  integer("target_r", c.targetR), integer("tinit", c.tinit), integer("tfinal", c.tfinal), integer("deltaT", c.deltaT);
+  integer("total_step", c.totalStep);
+  real("beta1", c.beta1), real("beta2", c.beta2), real("orth_reg_weight", c.orthRegWeight);
+}
+
+static StatusOr<LoraConfig> parseAdaloraConfig(const Json &doc, const std::string &path) {
+  if (const Json *pattern = doc.get("rank_pattern");
+      pattern && ((pattern->type == Json::Type::Object && !pattern->obj.empty()) || pattern->type == Json::Type::Array))
+    return sdError(path, ": 'rank_pattern' is set: an AdaLoRA adapter cut to its kept triplets is not supported yet");
+  const Json *r = doc.get("init_r"), *alpha = doc.get("lora_alpha");
+  if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": init_r must be a positive integer");
+  if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
+  LoraConfig c;
+  c.peftType = "ADALORA";
+  c.r = int64_t(r->num);
+  c.alpha = alpha->num;
+  readAdaloraSchedule(doc, c);
+  SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
+  return c;
+}
+
 StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::string &path) {
   auto doc = parseJson(text, path);
   if (!doc.isOk()) return doc.status();
@@ -318,11 +354,12 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   if (type && type->str == "LOHA") return parseLycorisConfig(doc.value(), path, "LOHA");
   if (type && type->str == "LOKR") return parseLokrConfig(doc.value(), path);
   if (type && type->str == "VERA") return parseVeraConfig(doc.value(), path);
+  if (type && type->str == "ADALORA") return parseAdaloraConfig(doc.value(), path);
   if (type && type->str == "PROMPT_TUNING") return parsePromptTuningConfig(doc.value(), path, false);
   if (type && type->str == "PREFIX_TUNING") return parsePromptTuningConfig(doc.value(), path, true);
   if (!type || type->str != "LORA")
-    return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr, VeRA, prompt or prefix tuning adapter (peft_type must be ",
-                   "LORA, OSF, IA3, LOHA, LOKR, VERA, PROMPT_TUNING or PREFIX_TUNING)");
+    return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr, VeRA, AdaLoRA, prompt or prefix tuning adapter (peft_type ",
+                   "must be LORA, OSF, IA3, LOHA, LOKR, VERA, ADALORA, PROMPT_TUNING or PREFIX_TUNING)");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -412,6 +449,19 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     }
     return c;
   }
+  if (const Json *ada = doc.value().get("adalora")) {
+    const Json *r = ada->get("init_r"), *alpha = ada->get("lora_alpha"), *mods = ada->get("modules");
+    if (!r || !r->isInteger() || !alpha || alpha->type != Json::Type::Number || !mods || mods->type != Json::Type::Array)
+      return sdError("the plan's AdaLoRA configuration is malformed");
+    c.peftType = "ADALORA";
+    c.r = int64_t(r->num);
+    c.alpha = alpha->num;
+    readAdaloraSchedule(*ada, c);
+    const Json *fanInFanOut = ada->get("fan_in_fan_out");
+    c.fanInFanOut = fanInFanOut && fanInFanOut->type == Json::Type::Bool && fanInFanOut->b;
+    for (const Json &m : mods->arr) c.modules.push_back(m.str);
+    return c;
+  }
   for (bool prefix : {false, true}) {
     const Json *prompt = doc.value().get(prefix ? "prefix_tuning" : "prompt_tuning");
     if (!prompt) continue;
@@ -440,7 +490,8 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   }
   const Json *lora = doc.value().get("lora");
   if (!lora)
-    return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera, prompt or prefix)");
+    return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera, adalora, prompt or "
+                   "prefix)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");
@@ -524,6 +575,16 @@ ConfigFields methodFields(const LoraConfig &cfg) {
             {"num_transformer_submodules", "1"}, {"num_attention_heads", std::to_string(cfg.numAttentionHeads)},
             {"num_layers", std::to_string(cfg.numLayers)}, {"encoder_hidden_size", std::to_string(cfg.tokenDim)},
             {"prefix_projection", "false"}};
+  // AdaLoRA: rank_pattern null, every triplet in the file (a pruned one's E
+  // is 0); r is LoraConfig's default, which AdaLoRA ignores (PEFT warns on another).
+  if (cfg.isAdalora())
+    return {{"r", "8"}, {"init_r", std::to_string(cfg.r)}, {"target_r", std::to_string(cfg.targetR)},
+            {"lora_alpha", number(cfg.alpha)}, {"lora_dropout", "0.0"}, {"tinit", std::to_string(cfg.tinit)},
+            {"tfinal", std::to_string(cfg.tfinal)}, {"deltaT", std::to_string(cfg.deltaT)},
+            {"beta1", number(cfg.beta1)}, {"beta2", number(cfg.beta2)},
+            {"orth_reg_weight", number(cfg.orthRegWeight)}, {"total_step", std::to_string(cfg.totalStep)},
+            {"target_modules", targets}, {"init_lora_weights", "true"}, {"rank_pattern", "null"},
+            {"fan_in_fan_out", boolean(cfg.fanInFanOut)}, {"bias", "\"none\""}};
   if (cfg.isVera())
     return {{"r", std::to_string(cfg.r)}, {"target_modules", targets},
             {"projection_prng_key", std::to_string(cfg.projectionKey)}, {"save_projection", "true"},

@@ -91,11 +91,11 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   if ((cfg.isPromptTuning() || cfg.isPrefixTuning()) && given.value().numVirtualTokens != cfg.numVirtualTokens)
     return sdError(cfgPath, ": num_virtual_tokens=", given.value().numVirtualTokens, ", the plan's ",
                    cfg.numVirtualTokens, " (sdc compile --num-virtual-tokens N)");
-  if (cfg.isLora() || cfg.isLoha() || cfg.isLokr()) {
+  if (cfg.isLora() || cfg.isLoha() || cfg.isLokr() || cfg.isAdalora()) {
     if (given.value().r != cfg.r)
       return sdError(cfgPath, ": adapter rank r=", given.value().r, " differs from the plan's r=", cfg.r);
     if (std::fabs(given.value().alpha - cfg.alpha) > 1e-9 * std::fabs(cfg.alpha))
-      return sdError(cfgPath, cfg.isLora() ? ": lora_alpha" : ": alpha", " differs from the plan's ", cfg.alpha);
+      return sdError(cfgPath, cfg.isLora() || cfg.isAdalora() ? ": lora_alpha" : ": alpha", " differs from the plan's ", cfg.alpha);
     if (given.value().rslora != cfg.rslora) return sdError(cfgPath, ": use_rslora differs from the plan's");
     if (given.value().bias != cfg.bias)
       return sdError(cfgPath, ": bias is '", given.value().bias, "', the plan's '", cfg.bias, "' (sdc compile --bias)");

@@ -163,6 +163,11 @@ def llama_plans(sdc, folder, tokens):
                         ("llama-prompt", ["--peft", "prompt", "--num-virtual-tokens", "4"]),
                         # Prefix tuning: each layer's keys and values at the virtual ids replaced (Where).
                         ("llama-prefix", ["--peft", "prefix", "--num-virtual-tokens", "4"]),
+                        # AdaLoRA: the rank allocation in the optimizer step (EMAs, an ascending TopK over
+                        # every triplet's score, a Gather of the step's mask count, Where on E).
+                        ("llama-adalora", ["--peft", "adalora", "--target-modules", "q_proj,v_proj", "--lora-r", "4",
+                                           "--target-r", "2", "--total-step", "12", "--tinit", "2", "--tfinal", "3",
+                                           "--delta-t", "2"]),
                         # QLoRA: every weight but the head NF4, dequantized before each reader.
                         ("llama-qlora", lora + ["--quantize", "nf4"])):
         plan = os.path.join(folder, f"{kind}.sdp")

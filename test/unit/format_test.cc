@@ -274,6 +274,32 @@ TEST(PeftConfig, StartsThatRewriteTheBaseWeightRoundTripAndTheOthersAreRefused) 
   EXPECT_EQ(fromPlan.value().baseInit, "olora");
 }
 
+TEST(PeftConfig, AdaloraKeysItsTripletsWithoutWeightSuffixAndRoundTripsItsSchedule) {
+  sd::LoraConfig cfg;
+  cfg.peftType = "ADALORA";
+  cfg.r = 6;
+  cfg.alpha = 8;
+  cfg.targetR = 3, cfg.tinit = 2, cfg.tfinal = 3, cfg.deltaT = 2, cfg.totalStep = 12;
+  cfg.modules = {"m.q"};
+  EXPECT_EQ(cfg.tensorNames("m.q"), (std::vector<std::string>{"m.q.lora_A", "m.q.lora_E", "m.q.lora_B"}));
+  EXPECT_EQ(cfg.key("m.q.lora_E"), "base_model.model.m.q.lora_E");
+  auto back = sd::parseAdapterConfig(sd::adapterConfigJson(cfg), "a");
+  ASSERT_TRUE(back.isOk()) << back.status().message();
+  EXPECT_TRUE(back.value().isAdalora());
+  EXPECT_EQ(back.value().r, 6); // init_r, not LoraConfig's r
+  EXPECT_EQ(back.value().targetR, 3);
+  EXPECT_EQ(back.value().totalStep, 12);
+  EXPECT_EQ(back.value().deltaT, 2);
+  EXPECT_EQ(back.value().compileFlags(), "--peft adalora");
+  auto cut = sd::parseAdapterConfig(
+      R"({"peft_type": "ADALORA", "init_r": 6, "lora_alpha": 8, "rank_pattern": {"m.q.lora_E": [true, false]}})", "a");
+  ASSERT_FALSE(cut.isOk());
+  EXPECT_NE(cut.status().message().find("rank_pattern"), std::string::npos);
+  auto noRank = sd::parseAdapterConfig(R"({"peft_type": "ADALORA", "lora_alpha": 8})", "a");
+  ASSERT_FALSE(noRank.isOk());
+  EXPECT_NE(noRank.status().message().find("init_r"), std::string::npos);
+}
+
 TEST(PeftConfig, LohaNeedsItsRankAndAlphaAndRefusesPerModulePatterns) {
   auto ok = sd::parseAdapterConfig(R"({"peft_type": "LOHA", "r": 4, "alpha": 8, "rank_pattern": {}})", "a");
   ASSERT_TRUE(ok.isOk()) << ok.status().message();

@@ -68,6 +68,9 @@ const char *kUsage =
     "                           --target-modules layers, two trained vectors per layer\n"
     "                           (PEFT's VeRA, its projections bit for bit; --lora-r, --seed as\n"
     "                           projection_prng_key)\n"
+    "  --peft adalora           AdaLoRA: SVD-form adapters (lora_A, lora_E, lora_B) on\n"
+    "                           --target-modules whose triplets a budget schedule prunes from\n"
+    "                           --lora-r to --target-r per module over --total-step steps\n"
     "  --peft prompt            prompt tuning: trained embeddings of --num-virtual-tokens tokens\n"
     "                           put before every row's own (PEFT's prompt tuning); the logits\n"
     "                           cover the virtual tokens too, as PEFT's do; sft recipe only\n"
@@ -96,7 +99,13 @@ const char *kUsage =
     "                           are completed: gather V_high (gather, right) or all-reduce\n"
     "                           per-rank products (allreduce: known wrong, for tests only)\n"
     "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa,\n"
-    "                           LoKr; VeRA takes the rank)\n"
+    "                           LoKr; VeRA takes the rank; AdaLoRA: init_r, scale A/(R+1e-5))\n"
+    "  --target-r N, --total-step N  adalora: the average triplets each module keeps (8) over\n"
+    "                           the optimizer steps its budget spans (required; PEFT's names)\n"
+    "  --tinit N, --tfinal N, --delta-t N  adalora: steps before the budget shrinks (0), at the\n"
+    "                           end with a fixed pattern (0), between allocations (1)\n"
+    "  --adalora-beta1 B, --adalora-beta2 B, --orth-reg-weight W  adalora: sensitivity and\n"
+    "                           uncertainty EMAs (0.85, 0.85), orthogonality penalty (0.5)\n"
     "  --use-rslora             scale = A/sqrt(R)\n"
     "  --bias none|all|lora_only  lora: which of the model's biases train beside the adapters\n"
     "                           (PEFT's bias): none, every weight named like a bias (all,\n"
@@ -302,7 +311,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
-  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false;
+  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false,
+       adaloraGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -333,8 +343,9 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
                                       a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "lokr" &&
                                       a.pipeline.peft != "vera" && a.pipeline.peft != "prompt" &&
-                                      a.pipeline.peft != "prefix"))
-        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera', 'prompt' or 'prefix'"), 2;
+                                      a.pipeline.peft != "prefix" && a.pipeline.peft != "adalora"))
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera', 'adalora', 'prompt' or "
+                    "'prefix'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -375,6 +386,25 @@ int parseArgs(int argc, char **argv, Args &a) {
       (flag == "--lora-alpha" ? a.pipeline.loraAlpha : a.pipeline.loraDropout) = d;
     } else if (flag == "--quantize") {
       if (!value(a.pipeline.quantize) || a.pipeline.quantize != "nf4") return fail("--quantize takes 'nf4'"), 2;
+    } else if (flag == "--target-r" || flag == "--tinit" || flag == "--tfinal" || flag == "--delta-t" ||
+               flag == "--total-step") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      if (v.empty() || *end || n < 0 || n > (1LL << 40)) return fail(flag + " needs a whole number"), 2;
+      (flag == "--target-r"  ? a.pipeline.adaloraTargetR
+       : flag == "--tinit"   ? a.pipeline.adaloraTinit
+       : flag == "--tfinal"  ? a.pipeline.adaloraTfinal
+       : flag == "--delta-t" ? a.pipeline.adaloraDeltaT
+                             : a.pipeline.totalStep) = n;
+      adaloraGiven = true;
+    } else if (flag == "--adalora-beta1" || flag == "--adalora-beta2" || flag == "--orth-reg-weight") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      if (v.empty() || *end || !(d >= 0 && d < 1e6)) return fail(flag + " needs a non-negative number"), 2;
+      (flag == "--adalora-beta1"   ? a.pipeline.adaloraBeta1
+       : flag == "--adalora-beta2" ? a.pipeline.adaloraBeta2
+                                   : a.pipeline.orthRegWeight) = d;
+      adaloraGiven = true;
     } else if (flag == "--num-virtual-tokens") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0;
@@ -564,12 +594,26 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
   if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
-  if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha" || a.pipeline.peft == "lokr" || a.pipeline.peft == "vera") &&
+  if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha" || a.pipeline.peft == "lokr" || a.pipeline.peft == "vera" ||
+       a.pipeline.peft == "adalora") &&
       a.pipeline.targetModules.empty())
     return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr or vera"), 2;
   if (lokrGiven && a.pipeline.peft != "lokr") return fail("--decompose-both and --decompose-factor need --peft lokr"), 2;
+  if (adaloraGiven && a.pipeline.peft != "adalora")
+    return fail("--target-r, --tinit, --tfinal, --delta-t, --total-step, --adalora-beta1/2 and --orth-reg-weight "
+                "need --peft adalora"), 2;
+  if (a.pipeline.peft == "adalora") {
+    // What is built: the allocation over whole tensors (replicated ranks), no adapter dropout.
+    const char *refused = a.pipeline.shard != "none"    ? "--shard (the allocation ranks every triplet at once)"
+                          : a.pipeline.loraDropout > 0 ? "--lora-dropout"
+                                                       : nullptr;
+    if (refused) return fail(std::string("--peft adalora does not take ") + refused + " yet"), 2;
+    if (a.pipeline.totalStep < 1)
+      return fail("--peft adalora needs --total-step N: the optimizer steps its budget schedule spans (PEFT's "
+                  "total_step)"), 2;
+  }
   const bool promptLearning = a.pipeline.peft == "prompt" || a.pipeline.peft == "prefix";
   if (promptGiven && !promptLearning) return fail("--num-virtual-tokens needs --peft prompt or prefix"), 2;
   if (promptInitGiven && a.pipeline.peft != "prompt")

@@ -37,6 +37,8 @@ constexpr const char *kLokrSuffixes[] = {".lokr_w1", ".lokr_w1_a", ".lokr_w1_b",
 // 2 num_layers token_dim]. Keyed as PEFT saves prompt-learning adapters (no
 // "base_model.model." prefix).
 constexpr const char *kPromptEmbeddings = "prompt_embeddings";
+// AdaLoRA's per-module tensors (PEFT's ParameterDicts: no ".weight").
+constexpr const char *kAdaloraSuffixes[] = {".lora_A", ".lora_E", ".lora_B"};
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
 // adapter was split from (the config keeps only fields PEFT knows).
@@ -48,7 +50,7 @@ inline double loraScale(double alpha, int64_t r, bool rslora) {
 }
 
 struct LoraConfig {
-  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA", "LOKR", "VERA", "PROMPT_TUNING" or "PREFIX_TUNING"
+  std::string peftType = "LORA"; // "LORA", "OSF", "IA3", "LOHA", "LOKR", "VERA", "ADALORA", "PROMPT_TUNING" or "PREFIX_TUNING"
   int64_t r = 0;
   double alpha = 0;
   bool rslora = false;
@@ -94,6 +96,11 @@ struct LoraConfig {
   bool isVera() const { return peftType == "VERA"; }
   bool isPromptTuning() const { return peftType == "PROMPT_TUNING"; }
   bool isPrefixTuning() const { return peftType == "PREFIX_TUNING"; }
+  bool isAdalora() const { return peftType == "ADALORA"; }
+  // AdaLoRA: r is init_r, alpha lora_alpha (scale alpha / (r + 1e-5)); the
+  // schedule's fields as PEFT's AdaLoraConfig names them.
+  int64_t targetR = 0, tinit = 0, tfinal = 0, deltaT = 1, totalStep = 0;
+  double beta1 = 0.85, beta2 = 0.85, orthRegWeight = 0.5;
   // Prompt and prefix tuning: PEFT's num_virtual_tokens, token_dim (0: not
   // given; prefix tuning: key/value heads x head size), and prompt tuning's
   // prompt_tuning_init (RANDOM or SAMPLE_VOCAB; how training started).
