@@ -212,3 +212,25 @@ func.func @relu_grad_kept(%x: tensor<2x3xf32>, %dy: tensor<2x3xf32>)
   %dx2 = sd.where %pos2, %dy, %negzero : (tensor<2x3xi1>, tensor<2x3xf32>, tensor<f32>) -> tensor<2x3xf32>
   return %dx, %pos, %dx2 : tensor<2x3xf32>, tensor<2x3xi1>, tensor<2x3xf32>
 }
+
+// -----
+
+// A global's load read before a store to that global stays where it is: the
+// fused step would compute after the store and read the stored value (the
+// optimizer's zeroed gradient, written in place into the same buffer).
+// CHECK-LABEL: func.func @read_before_store
+//       CHECK:   %[[G:.*]] = sd.global_load @grad
+//       CHECK:   %[[M:.*]] = sd.mul %[[G]], %arg0
+//       CHECK:   sd.global_store %arg1, @grad
+//       CHECK:   sd.neg %[[M]]
+//   CHECK-NOT:   sd.fused_elementwise
+module {
+  sd.global @grad "gradient" : tensor<4xf32>
+  func.func @read_before_store(%s: tensor<f32>, %zero: tensor<4xf32>) -> tensor<4xf32> attributes {sd.entry = "apply"} {
+    %g = sd.global_load @grad : tensor<4xf32>
+    %m = sd.mul %g, %s : (tensor<4xf32>, tensor<f32>) -> tensor<4xf32>
+    sd.global_store %zero, @grad : tensor<4xf32>
+    %a = sd.neg %m : (tensor<4xf32>) -> tensor<4xf32>
+    return %a : tensor<4xf32>
+  }
+}
