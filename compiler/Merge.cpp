@@ -337,7 +337,11 @@ bool mergeAdaloraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraCon
   for (auto &[m, parts] : modules) {
     ModuleWeight mw;
     if (!moduleWeight(lm, req, linears, m, mw, error)) return false;
-    const Dims want[3] = {{r, mw.in}, {r, 1}, {mw.out, r}};
+    // A module PEFT cut to its kept triplets (rank_pattern) holds k <= r of them.
+    int64_t k = r;
+    if (auto cut = cfg.rankPattern.find(m); cut != cfg.rankPattern.end())
+      k = std::count(cut->second.begin(), cut->second.end(), true);
+    const Dims want[3] = {{k, mw.in}, {k, 1}, {mw.out, k}};
     for (int i = 0; i < 3; ++i)
       if (!parts[size_t(i)] || parts[size_t(i)]->dtype != DType::F32 || parts[size_t(i)]->dims != want[i])
         return error = req.adapterDir + ": module '" + m + "' needs f32 " + std::string(kAdaloraSuffixes[i] + 1) + " [" +
@@ -348,7 +352,7 @@ bool mergeAdaloraAdapter(LoadedModel &lm, const MergeRequest &req, const LoraCon
     for (int64_t o = 0; o < mw.out; ++o)
       for (int64_t i = 0; i < mw.in; ++i) {
         double d = 0;
-        for (int64_t k = 0; k < r; ++k) d += double(bm[o * r + k]) * double(a[k * mw.in + i]) * double(e[k]);
+        for (int64_t t = 0; t < k; ++t) d += double(bm[o * k + t]) * double(a[t * mw.in + i]) * double(e[t]);
         float &w = mw.at(o, i);
         w = float(double(w) + d * scale);
         if (!std::isfinite(w)) return error = req.adapterDir + ": merging module '" + m + "' overflows its weight", false;

@@ -328,10 +328,30 @@ static void readAdaloraSchedule(const Json &doc, LoraConfig &c) {
   real("beta1", c.beta1), real("beta2", c.beta2), real("orth_reg_weight", c.orthRegWeight);
 }
 
+// rank_pattern: "<module>.lora_E" (PEFT's key, base_model.model. dropped) ->
+// one true/false per triplet, true where the file holds it.
+static Status readRankPattern(const Json &doc, const std::string &path, LoraConfig &c) {
+  const Json *pattern = doc.get("rank_pattern");
+  if (!pattern || pattern->type == Json::Type::Null) return Status::ok();
+  if (pattern->type != Json::Type::Object) return sdError(path, ": 'rank_pattern' must be an object or null");
+  const std::string suffix = ".lora_E", prefix = kAdapterKeyPrefix;
+  for (auto &[key, kept] : pattern->obj) {
+    std::string module = key.rfind(prefix, 0) == 0 ? key.substr(prefix.size()) : key;
+    if (module.size() <= suffix.size() || module.compare(module.size() - suffix.size(), suffix.size(), suffix) != 0)
+      return sdError(path, ": rank_pattern key '", key, "' is not a module's lora_E");
+    module.resize(module.size() - suffix.size());
+    if (kept.type != Json::Type::Array) return sdError(path, ": rank_pattern '", key, "' must be a list of true/false");
+    std::vector<bool> flags;
+    for (const Json &f : kept.arr) {
+      if (f.type != Json::Type::Bool) return sdError(path, ": rank_pattern '", key, "' must be a list of true/false");
+      flags.push_back(f.b);
+    }
+    c.rankPattern[module] = flags;
+  }
+  return Status::ok();
+}
+
 static StatusOr<LoraConfig> parseAdaloraConfig(const Json &doc, const std::string &path) {
-  if (const Json *pattern = doc.get("rank_pattern");
-      pattern && ((pattern->type == Json::Type::Object && !pattern->obj.empty()) || pattern->type == Json::Type::Array))
-    return sdError(path, ": 'rank_pattern' is set: an AdaLoRA adapter cut to its kept triplets is not supported yet");
   const Json *r = doc.get("init_r"), *alpha = doc.get("lora_alpha");
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": init_r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -340,6 +360,10 @@ static StatusOr<LoraConfig> parseAdaloraConfig(const Json &doc, const std::strin
   c.r = int64_t(r->num);
   c.alpha = alpha->num;
   readAdaloraSchedule(doc, c);
+  SD_RETURN_IF_ERROR(readRankPattern(doc, path, c));
+  for (auto &[m, kept] : c.rankPattern)
+    if (int64_t(kept.size()) != c.r)
+      return sdError(path, ": rank_pattern of '", m, "' has ", kept.size(), " entries, init_r is ", c.r);
   SD_RETURN_IF_ERROR(readModulesToSave(doc, path, c.modulesToSave));
   return c;
 }

@@ -69,6 +69,33 @@ Status saveAdapter(const std::string &dirGiven, const Session &session, const Lo
   return s;
 }
 
+// An AdaLoRA tensor PEFT cut to its module's kept triplets (rank_pattern),
+// back at the plan's r: the kept rows of lora_A and lora_E, or columns of
+// lora_B, where the pattern puts them, zeros for the pruned (an E of 0
+// computes nothing, as the pruned triplet did).
+static StatusOr<std::vector<float>> uncutAdalora(const NamedTensor &t, const std::vector<bool> &kept, const Dims &full,
+                                                 const std::string &path, const std::string &key) {
+  int64_t k = std::count(kept.begin(), kept.end(), true);
+  bool columns = key.size() > 7 && key.compare(key.size() - 7, 7, ".lora_B") == 0;
+  Dims cut = full;
+  cut[columns ? 1 : 0] = k;
+  if (t.dtype != DType::F32 || t.dims != cut)
+    return sdError(path, ": '", key, "' is ", dtypeName(t.dtype), "[", formatDims(t.dims), "], its rank_pattern keeps ", k,
+                   " triplets: f32[", formatDims(cut), "]");
+  std::vector<float> out(size_t(full[0] * full[1]), 0.0f);
+  const float *in = static_cast<const float *>(t.data);
+  int64_t slot = 0;
+  for (int64_t j = 0; j < int64_t(kept.size()); ++j) {
+    if (!kept[size_t(j)]) continue;
+    if (columns)
+      for (int64_t row = 0; row < full[0]; ++row) out[size_t(row * full[1] + j)] = in[row * k + slot];
+    else
+      std::copy(in + slot * full[1], in + (slot + 1) * full[1], out.begin() + j * full[1]);
+    ++slot;
+  }
+  return out;
+}
+
 Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &cfg) {
   std::string cfgPath = dir + "/" + kAdapterConfigFile;
   auto given = readAdapterConfig(dir);
@@ -139,6 +166,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   }
   std::set<std::string> expected;
   std::vector<std::pair<int64_t, const NamedTensor *>> copies;
+  std::vector<std::pair<int64_t, std::vector<float>>> uncut;
   for (auto &[m, name] : cfg.tensors()) {
     std::string key = cfg.key(name);
     expected.insert(key);
@@ -151,6 +179,12 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     int64_t g = session.findGlobal(name);
     if (g < 0) return sdError("the plan has no global '", name, "'");
     const GlobalDesc &gd = session.plan().globals[size_t(g)];
+    if (auto cut = given.value().rankPattern.find(m); cfg.isAdalora() && cut != given.value().rankPattern.end()) {
+      auto full = uncutAdalora(it->second, cut->second, gd.dims, wPath, key);
+      if (!full.isOk()) return full.status();
+      uncut.push_back({g, std::move(full.value())});
+      continue;
+    }
     if (it->second.dtype != gd.dtype || it->second.dims != gd.dims)
       return sdError(wPath, ": '", key, "' is ", dtypeName(it->second.dtype), "[", formatDims(it->second.dims),
                      "], the plan needs ", dtypeName(gd.dtype), "[", formatDims(gd.dims), "]");
@@ -168,7 +202,11 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   for (auto &[key, t] : file.value().tensors)
     if (!expected.count(key))
       return sdError(wPath, ": tensor '", key, "' targets a module the plan does not adapt");
+  for (auto &[m, kept] : given.value().rankPattern)
+    if (std::find(cfg.modules.begin(), cfg.modules.end(), m) == cfg.modules.end())
+      return sdError(cfgPath, ": rank_pattern names '", m, "', a module the plan does not adapt");
   for (auto &[g, t] : copies) SD_RETURN_IF_ERROR(session.writeGlobal(size_t(g), t->data, t->bytes));
+  for (auto &[g, values] : uncut) SD_RETURN_IF_ERROR(session.writeGlobal(size_t(g), values.data(), values.size() * 4));
   return Status::ok();
 }
 

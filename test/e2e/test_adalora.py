@@ -12,12 +12,15 @@ total_step - tfinal, and the fixed pattern after it.
              as the target budget leaves
   sdc->PEFT  the saved adapter loads in PeftModel.from_pretrained with no
              warnings and gives sdrun infer --adapter's logits
+  PEFT->sdc  PEFT's own saved adapter (each module cut to its kept
+             triplets, rank_pattern) loads in sdrun and merges
   merging    sdc merge equals merge_and_unload()
   resume     a run checkpointed in the pruning phase and resumed gives the
              straight run's losses and adapter (the sensitivity EMAs and the
              pattern are checkpointed)
   refusals   no --total-step, --target-r above --lora-r, --tinit past the
-             schedule, an adapter with a rank_pattern: one line, no file
+             schedule, tensors that do not fit their rank_pattern: one line,
+             no file
 """
 import json
 import os
@@ -143,6 +146,20 @@ def arch_checks(arch, tmp, sdc, sdrun):
         merged_logits = loaded.merge_and_unload()(torch.tensor(ids)).logits.numpy()
     check(f"{arch} merging: ONNX Runtime on sdc merge's model gives PEFT's logits, as merge_and_unload's model does "
           f"(1e-4)", err <= 1e-4 and rel_err(merged_logits, want_logits) <= 1e-4, f"relative err {err:.2e}")
+    # PEFT's own save after training: each module cut to its kept triplets (rank_pattern).
+    peft_saved = os.path.join(tmp, "peft_saved")
+    pm.save_pretrained(peft_saved)
+    shapes = {k: v.shape for k, v in load_file(os.path.join(peft_saved, "adapter_model.safetensors")).items()}
+    cut = sum(1 for k, v in shapes.items() if k.endswith(".lora_E") and v[0] < INIT_R)
+    with torch.no_grad():
+        want_saved = pm.eval()(torch.tensor(ids)).logits.numpy()
+    err = rel_err(sdrun_logits(sdrun, plan, peft_saved, ids, tmp, "peft_saved"), want_saved)
+    merged_saved = os.path.join(tmp, "merged_saved.onnx")
+    sh([sdc, "merge", onnx_path, "--adapter", peft_saved, "-o", merged_saved])
+    merge_err = rel_err(ort_run(merged_saved, {"input_ids": ids})["logits"], want_saved)
+    check(f"{arch} PEFT->sdc: PEFT's saved adapter ({cut} modules cut to their rank_pattern) gives PEFT's logits in "
+          f"sdrun infer --adapter and through sdc merge (1e-4)", cut > 0 and err <= 1e-4 and merge_err <= 1e-4,
+          f"sdrun relative err {err:.2e}, merged {merge_err:.2e}")
     return plan, init, ours, kept_ours, ids
 
 
@@ -190,6 +207,7 @@ def main():
                 ("--tinit past the schedule", ["--total-step", "10", "--tinit", "8", "--tfinal", "2"], ["--tinit (8)"])):
             problems, line = clean_error_problems([sdc, "compile", onnx_path, *base, *flags, "-o", out], words, [out])
             check(f"refused: {what}", not problems, "; ".join(problems) or line)
+        # rank_pattern that does not fit the file: a whole file under a pattern that keeps fewer triplets.
         cut = os.path.join(tmp, "cut")
         shutil.copytree(trained, cut)
         cfg = json.load(open(os.path.join(cut, "adapter_config.json")))
@@ -199,9 +217,9 @@ def main():
         ids_file = os.path.join(tmp, "ids.npy")
         np.save(ids_file, ids)
         problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", cut, "--input",
-                                               f"input_ids={ids_file}", "--output-dir", out_dir], ["rank_pattern"],
-                                              [out_dir])
-        check("refused: an adapter cut to its rank_pattern", not problems, "; ".join(problems) or line)
+                                               f"input_ids={ids_file}", "--output-dir", out_dir],
+                                              ["rank_pattern", "keeps"], [out_dir])
+        check("refused: an adapter whose tensors do not fit its rank_pattern", not problems, "; ".join(problems) or line)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_adalora")

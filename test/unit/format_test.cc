@@ -295,6 +295,11 @@ TEST(PeftConfig, AdaloraKeysItsTripletsWithoutWeightSuffixAndRoundTripsItsSchedu
       R"({"peft_type": "ADALORA", "init_r": 6, "lora_alpha": 8, "rank_pattern": {"m.q.lora_E": [true, false]}})", "a");
   ASSERT_FALSE(cut.isOk());
   EXPECT_NE(cut.status().message().find("rank_pattern"), std::string::npos);
+  auto pruned = sd::parseAdapterConfig(R"({"peft_type": "ADALORA", "init_r": 3, "lora_alpha": 8, "rank_pattern": )"
+                                       R"({"m.q.lora_E": [true, false, true]}})",
+                                       "a");
+  ASSERT_TRUE(pruned.isOk()) << pruned.status().message();
+  EXPECT_EQ(pruned.value().rankPattern.at("m.q"), (std::vector<bool>{true, false, true}));
   auto noRank = sd::parseAdapterConfig(R"({"peft_type": "ADALORA", "lora_alpha": 8})", "a");
   ASSERT_FALSE(noRank.isOk());
   EXPECT_NE(noRank.status().message().find("init_r"), std::string::npos);

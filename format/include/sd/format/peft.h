@@ -8,6 +8,7 @@
 #pragma once
 #include "sd/format/status.h"
 #include <cmath>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -101,6 +102,10 @@ struct LoraConfig {
   // schedule's fields as PEFT's AdaLoraConfig names them.
   int64_t targetR = 0, tinit = 0, tfinal = 0, deltaT = 1, totalStep = 0;
   double beta1 = 0.85, beta2 = 0.85, orthRegWeight = 0.5;
+  // An AdaLoRA adapter PEFT saved after pruning: per module, which of its r
+  // triplets the file holds (its tensors cut to those rows of lora_A and
+  // lora_E and columns of lora_B); modules not listed hold all r.
+  std::map<std::string, std::vector<bool>> rankPattern;
   // Prompt and prefix tuning: PEFT's num_virtual_tokens, token_dim (0: not
   // given; prefix tuning: key/value heads x head size), and prompt tuning's
   // prompt_tuning_init (RANDOM or SAMPLE_VOCAB; how training started).
