@@ -321,6 +321,21 @@ def check_all(tmp):
     expect_clean_error("--num-virtual-tokens without prompt tuning",
                        [sdc, "compile", gpt, "--peft", "none", "--num-virtual-tokens", "4", "-o", out_plan],
                        ["--num-virtual-tokens", "--peft prompt or prefix"], [out_plan])
+    expect_clean_error("--target-r without AdaLoRA", [sdc, "compile", gpt, "--peft", "lora", "--target-modules", "qkv",
+                                                      "--target-r", "4", "-o", out_plan],
+                       ["--target-r", "--peft adalora"], [out_plan])
+    expect_clean_error("--peft adalora with --shard", [sdc, "compile", gpt, "--peft", "adalora", "--target-modules",
+                                                       "qkv", "--total-step", "10", "--shard", "grads", "-o", out_plan],
+                       ["--peft adalora", "--shard"], [out_plan])
+    expect_clean_error("--total-step -1", [sdc, "compile", gpt, "--peft", "adalora", "--target-modules", "qkv",
+                                           "--total-step", "-1", "-o", out_plan], ["--total-step", "whole number"],
+                       [out_plan])
+    expect_clean_error("--lora-init pissa without LoRA", [sdc, "compile", gpt, "--peft", "ia3", "--target-modules",
+                                                          "qkv", "--lora-init", "pissa", "-o", out_plan],
+                       ["--lora-init pissa", "--peft lora"], [out_plan])
+    expect_clean_error("--lora-init other than PEFT's", [sdc, "compile", gpt, "--peft", "lora", "--target-modules",
+                                                         "qkv", "--lora-init", "eva", "-o", out_plan],
+                       ["--lora-init", "pissa, olora or loftq"], [out_plan])
     expect_clean_error("--bias without LoRA", [sdc, "compile", gpt, "--peft", "ia3", "--target-modules", "qkv",
                                                "--bias", "all", "-o", out_plan], ["--bias all", "--peft lora"],
                        [out_plan])

@@ -99,7 +99,7 @@ const char *kUsage =
     "                           are completed: gather V_high (gather, right) or all-reduce\n"
     "                           per-rank products (allreduce: known wrong, for tests only)\n"
     "  --lora-r R, --lora-alpha A   rank (8) and scaling alpha (8): scale = A/R (LoRA, LoHa,\n"
-    "                           LoKr; VeRA takes the rank; AdaLoRA: init_r, scale A/(R+1e-5))\n"
+    "                           LoKr; VeRA takes the rank; AdaLoRA: init_r (12), scale A/(R+1e-5))\n"
     "  --target-r N, --total-step N  adalora: the average triplets each module keeps (8) over\n"
     "                           the optimizer steps its budget spans (required; PEFT's names)\n"
     "  --tinit N, --tfinal N, --delta-t N  adalora: steps before the budget shrinks (0), at the\n"
@@ -312,7 +312,7 @@ int parseArgs(int argc, char **argv, Args &a) {
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
   bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false,
-       adaloraGiven = false;
+       adaloraGiven = false, loraRGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
@@ -373,6 +373,7 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (v.empty() || *end || n < (flag == "--seed" ? 0 : 1) || n > (1 << 20))
         return fail(flag + " needs a " + (flag == "--seed" ? "non-negative" : "positive") + " integer"), 2;
       (flag == "--seed" ? a.pipeline.seed : a.pipeline.loraR) = n;
+      loraRGiven |= flag == "--lora-r";
     } else if (flag == "--kv-cache" || flag == "--kv-batch" || flag == "--prefill-chunk") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
@@ -605,6 +606,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--target-r, --tinit, --tfinal, --delta-t, --total-step, --adalora-beta1/2 and --orth-reg-weight "
                 "need --peft adalora"), 2;
   if (a.pipeline.peft == "adalora") {
+    if (!loraRGiven) a.pipeline.loraR = 12; // PEFT's init_r
     // What is built: the allocation over whole tensors (replicated ranks), no adapter dropout.
     const char *refused = a.pipeline.shard != "none"    ? "--shard (the allocation ranks every triplet at once)"
                           : a.pipeline.loraDropout > 0 ? "--lora-dropout"
