@@ -61,13 +61,17 @@ def timed(fn, iterations, warmup):
     return time_runs(fn, iterations, warmup)[0]
 
 
-def optimizer_step_ms(loss_fn, opt, iterations, warmup=3):
-    """Median ms of one training step: loss_fn(), backward, opt.step()."""
+def optimizer_step_ms(loss_fn, opt, iterations, warmup=3, after_step=None):
+    """Median ms of one training step: loss_fn(), backward, opt.step(), then
+    after_step() when given (AdaLoRA's update_and_allocate, which reads the
+    gradients)."""
     def step():
         loss = loss_fn()
         opt.zero_grad()
         loss.backward()
         opt.step()
+        if after_step:
+            after_step()
     return timed(step, iterations, warmup)
 
 

@@ -6,7 +6,10 @@ config, seeded), batch, sequence and thread count, in one run:
   LoRA, DoRA (use_dora), IA3, LoHa, LoKr and VeRA on q/k/v/o and the MLP
   projections (IA3: down_proj as its feedforward module), r = 8 (VeRA: 256);
   prompt and prefix tuning with 20 virtual tokens (the model runs on 20 +
-  128 positions; PEFT's prompt learning computes its own loss)
+  128 positions; PEFT's prompt learning computes its own loss); AdaLoRA from
+  12 to 8 triplets a module, allocating every step (PyTorch: the model's own
+  loss with the orthogonality penalty, and update_and_allocate after the
+  step; sdrun: both inside train_step)
 
 sdrun: `sdrun bench PLAN --entry train_step --data` (forward, loss,
 backward, AdamW). PyTorch: the same step on the PEFT model (forward,
@@ -30,6 +33,7 @@ HIDDEN, INTERMEDIATE, LAYERS, HEADS, VOCAB = 256, 704, 4, 8, 1024
 BATCH, SEQ, R, ALPHA = 4, 128, 8, 16
 VERA_R = 256  # PEFT's default: VeRA's projections are shared, so its rank is large
 VIRTUAL = 20  # prompt and prefix tuning's virtual tokens
+ADALORA_INIT_R, ADALORA_TARGET_R, ADALORA_STEPS = 12, 8, 1000  # allocating at every step (tinit 0, deltaT 1)
 TARGETS = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 METHODS = {
     "LoRA": ["--peft", "lora", "--lora-r", str(R), "--lora-alpha", str(ALPHA)],
@@ -40,6 +44,8 @@ METHODS = {
     "VeRA": ["--peft", "vera", "--lora-r", str(VERA_R)],
     "Prompt tuning": ["--peft", "prompt", "--num-virtual-tokens", str(VIRTUAL)],
     "Prefix tuning": ["--peft", "prefix", "--num-virtual-tokens", str(VIRTUAL)],
+    "AdaLoRA": ["--peft", "adalora", "--lora-r", str(ADALORA_INIT_R), "--target-r", str(ADALORA_TARGET_R),
+                "--lora-alpha", str(ALPHA), "--total-step", str(ADALORA_STEPS)],
 }
 PROMPT_LEARNING = ("Prompt tuning", "Prefix tuning")  # no target modules; PEFT's own loss
 
@@ -55,8 +61,8 @@ def build_model():
 
 
 def peft_model(method):
-    from peft import (IA3Config, LoHaConfig, LoKrConfig, LoraConfig, PrefixTuningConfig, PromptTuningConfig, VeraConfig,
-                      get_peft_model)
+    from peft import (AdaLoraConfig, IA3Config, LoHaConfig, LoKrConfig, LoraConfig, PrefixTuningConfig,
+                      PromptTuningConfig, VeraConfig, get_peft_model)
     cfg = {"LoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "DoRA": lambda: LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, use_dora=True,
                                       task_type="CAUSAL_LM"),
@@ -65,7 +71,10 @@ def peft_model(method):
            "LoKr": lambda: LoKrConfig(r=R, alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "VeRA": lambda: VeraConfig(r=VERA_R, target_modules=TARGETS, task_type="CAUSAL_LM"),
            "Prompt tuning": lambda: PromptTuningConfig(num_virtual_tokens=VIRTUAL, task_type="CAUSAL_LM"),
-           "Prefix tuning": lambda: PrefixTuningConfig(num_virtual_tokens=VIRTUAL, task_type="CAUSAL_LM")}[method]()
+           "Prefix tuning": lambda: PrefixTuningConfig(num_virtual_tokens=VIRTUAL, task_type="CAUSAL_LM"),
+           "AdaLoRA": lambda: AdaLoraConfig(init_r=ADALORA_INIT_R, target_r=ADALORA_TARGET_R, lora_alpha=ALPHA,
+                                            target_modules=TARGETS, total_step=ADALORA_STEPS,
+                                            task_type="CAUSAL_LM")}[method]()
     return get_peft_model(build_model(), cfg)
 
 
@@ -73,11 +82,16 @@ def peft_child(method, threads, iterations):
     """PyTorch eager + PEFT: the median ms of one AdamW step, as JSON."""
     import torch
     torch.set_num_threads(threads)
-    print(json.dumps({"median_ms": causal_lm_step_ms(peft_model(method), iterations,
-                                                     own_loss=method in PROMPT_LEARNING)}))
+    model = peft_model(method)
+    after_step = None
+    if method == "AdaLoRA":
+        steps = iter(range(ADALORA_STEPS))
+        after_step = lambda: model.base_model.update_and_allocate(next(steps))  # noqa: E731
+    print(json.dumps({"median_ms": causal_lm_step_ms(model, iterations, own_loss=method in PROMPT_LEARNING + ("AdaLoRA",),
+                                                     after_step=after_step)}))
 
 
-def causal_lm_step_ms(model, iterations, own_loss=False):
+def causal_lm_step_ms(model, iterations, own_loss=False, after_step=None):
     """The median ms of one AdamW step of `model`'s trainable parameters on
     the shifted cross-entropy of a random batch (`own_loss`: the model's own,
     from labels = the tokens: PEFT's prompt learning pads its labels under the
@@ -93,7 +107,7 @@ def causal_lm_step_ms(model, iterations, own_loss=False):
             return model(input_ids=ids, labels=ids).loss
         logits = model(input_ids=ids).logits
         return F.cross_entropy(logits[:, :-1].reshape(-1, VOCAB), ids[:, 1:].reshape(-1))
-    return optimizer_step_ms(loss, opt, iterations)
+    return optimizer_step_ms(loss, opt, iterations, after_step=after_step)
 
 
 def main():
