@@ -1,5 +1,6 @@
 // Shared pieces of the training recipes' loss entries.
 #include "RecipeLoss.h"
+#include "AdaloraAllocation.h"
 #include "EntryInputs.h"
 #include "sd/format/dtype.h"
 #include "sd/format/training_abi.h"
@@ -42,13 +43,11 @@ SummedLoss summedCrossEntropy(GradBuilder &g, Value scores, Value labels) {
 // count: per label it is PEFT's.
 static Value orthogonalityPenalty(func::FuncOp f, Value loss, Value count) {
   auto module = f->getParentOfType<ModuleOp>();
+  if (!trainsAdalora(module)) return loss;
   auto peft = module->getAttrOfType<DictionaryAttr>("sd.peft");
-  auto type = peft ? peft.getAs<StringAttr>("peft_type") : StringAttr();
-  auto weight = peft ? peft.getAs<FloatAttr>("orth_reg_weight") : FloatAttr();
-  auto modules = peft ? peft.getAs<ArrayAttr>("modules") : ArrayAttr();
-  if (!type || type.getValue() != "ADALORA" || !weight || weight.getValueAsDouble() <= 0 || !modules ||
-      modules.empty())
-    return loss;
+  auto weight = peft.getAs<FloatAttr>("orth_reg_weight");
+  auto modules = peft.getAs<ArrayAttr>("modules");
+  if (!weight || weight.getValueAsDouble() <= 0 || !modules || modules.empty()) return loss;
   OpBuilder b(f.getBody().front().getTerminator());
   Location loc = NameLoc::get(b.getStringAttr("adalora_orth_reg"));
   GradBuilder g(b, loc);

@@ -151,8 +151,9 @@ LogicalResult appendRankAllocation(ModuleOp module, func::FuncOp apply, Value ne
     Value below = g.make<AndOp>({masking, g.make<LessOrEqualOp>({score, threshold})}); // [r]
     GlobalOp pruned = getOrCreateGlobal(module, "adalora.pruned." + tensor, RankedTensorType::get({r}, f32),
                                         "optimizer_state");
-    Value wasPruned = g.make<GreaterOp>({load(pruned), g.scalar(f32, 0.0)});
-    store(g.make<WhereOp>({phaseB, g.castTo(below, f32), load(pruned)}), pruned);
+    Value prunedNow = load(pruned);
+    Value wasPruned = g.make<GreaterOp>({prunedNow, g.scalar(f32, 0.0)});
+    store(g.make<WhereOp>({phaseB, g.castTo(below, f32), prunedNow}), pruned);
     Value drop = g.reshape(g.make<OrOp>({below, g.make<AndOp>({phaseC, wasPruned})}), {r, 1});
     Value updated = e->store.getValue();
     auto type = cast<RankedTensorType>(updated.getType());

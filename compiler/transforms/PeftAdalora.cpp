@@ -18,6 +18,8 @@ using namespace sd::ir;
 
 namespace {
 
+constexpr int64_t kMaxTotalStep = 1000000; // an 8 MB schedule table
+
 struct PeftAdaloraPass : sd::impl::PeftAdaloraBase<PeftAdaloraPass> {
   using PeftAdaloraBase::PeftAdaloraBase;
 
@@ -62,6 +64,10 @@ struct PeftAdaloraPass : sd::impl::PeftAdaloraBase<PeftAdaloraPass> {
     if (targetRank < 1 || targetRank > rank)
       return module.emitError() << "--target-r must be from 1 to --lora-r (" << int64_t(rank) << "), got " << int64_t(targetRank);
     if (totalStep < 1) return module.emitError() << "AdaLoRA needs --total-step N, the optimizer steps the schedule spans";
+    // The budget schedule is a constant table with an entry per step (AdaloraAllocation.cpp).
+    if (totalStep > kMaxTotalStep)
+      return module.emitError() << "--total-step must be at most " << kMaxTotalStep << " (the budget schedule holds an "
+                                << "entry per step in the plan), got " << int64_t(totalStep);
     if (tinit < 0 || tfinal < 0 || deltaT < 1)
       return module.emitError() << "--tinit and --tfinal must be at least 0 and --delta-t at least 1";
     if (tinit >= totalStep - tfinal)

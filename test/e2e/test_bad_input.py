@@ -330,6 +330,9 @@ def check_all(tmp):
     expect_clean_error("--total-step -1", [sdc, "compile", gpt, "--peft", "adalora", "--target-modules", "qkv",
                                            "--total-step", "-1", "-o", out_plan], ["--total-step", "whole number"],
                        [out_plan])
+    expect_clean_error("--total-step past the schedule table's bound",
+                       [sdc, "compile", gpt, "--peft", "adalora", "--target-modules", "qkv", "--total-step",
+                        "1099511627776", "-o", out_plan], ["--total-step", "at most 1000000"], [out_plan])
     expect_clean_error("--lora-init pissa without LoRA", [sdc, "compile", gpt, "--peft", "ia3", "--target-modules",
                                                           "qkv", "--lora-init", "pissa", "-o", out_plan],
                        ["--lora-init pissa", "--peft lora"], [out_plan])
