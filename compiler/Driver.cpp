@@ -28,6 +28,14 @@ static std::string preferenceJson(const PipelineOptions &p) {
   if (p.recipe == "kto")
     json += ",\"desirable_weight\":" + jsonNumber(p.desirableWeight) + ",\"undesirable_weight\":" +
             jsonNumber(p.undesirableWeight);
+  if (p.grpo())
+    json += ",\"num_generations\":" + std::to_string(p.numGenerations) + ",\"loss_type\":" + jsonQuote(p.grpoLoss) +
+            ",\"epsilon\":" + jsonNumber(p.grpoEpsilon) +
+            ",\"epsilon_high\":" + jsonNumber(p.grpoEpsilonHigh < 0 ? p.grpoEpsilon : p.grpoEpsilonHigh) +
+            (p.grpoDelta > 0 ? ",\"delta\":" + jsonNumber(p.grpoDelta) : std::string()) +
+            ",\"importance_sampling_level\":" + jsonQuote(p.importanceSampling) +
+            ",\"scale_rewards\":" + jsonQuote(p.scaleRewards) +
+            ",\"max_completion_length\":" + std::to_string(p.maxCompletionLength);
   return json + "}";
 }
 
@@ -43,7 +51,7 @@ static std::string configJson(const CompileRequest &r) {
          (r.pipeline.training() ? ",\"peft\":" + jsonQuote(r.pipeline.peft) + ",\"recipe\":" + jsonQuote(r.pipeline.recipe) +
                                       ",\"optimizer\":" + jsonQuote(r.pipeline.optimizer) +
                                       (r.pipeline.packing ? ",\"packing\":true" : "") +
-                                      (r.pipeline.preference() ? ",\"preference\":" + preferenceJson(r.pipeline) : "") +
+                                      (r.pipeline.preference() || r.pipeline.grpo() ? ",\"preference\":" + preferenceJson(r.pipeline) : "") +
                                       (r.pipeline.lossOutput.empty() ? ""
                                                                      : ",\"loss_output\":" + jsonQuote(r.pipeline.lossOutput)) +
                                       (r.pipeline.shard != "none" ? ",\"shard\":" + jsonQuote(r.pipeline.shard) : "")

@@ -103,6 +103,20 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     recipe.tokenInput = opts.tokenInput;
     recipe.seed = opts.seed;
     pm.addPass(createRecipeClassify(recipe));
+  } else if (opts.training() && opts.grpo()) {
+    RecipeGrpoOptions recipe;
+    recipe.numGenerations = opts.numGenerations;
+    recipe.lossType = opts.grpoLoss;
+    recipe.beta = opts.beta;
+    recipe.epsilon = opts.grpoEpsilon;
+    recipe.epsilonHigh = opts.grpoEpsilonHigh;
+    recipe.delta = opts.grpoDelta;
+    recipe.importanceSampling = opts.importanceSampling;
+    recipe.scaleRewards = opts.scaleRewards;
+    recipe.maxCompletionLength = opts.maxCompletionLength;
+    recipe.logitsOutput = opts.logitsOutput;
+    recipe.tokenInput = opts.tokenInput;
+    pm.addPass(createRecipeGrpo(recipe));
   } else if (opts.training() && opts.preference()) {
     RecipePreferenceOptions recipe;
     recipe.method = opts.recipe;

@@ -43,7 +43,7 @@ struct PipelineOptions {
   std::string osftStrategy = "auto"; // auto | factored | dense
   std::string osftVRule = "gather";  // gather | allreduce (known wrong; tests only): sd-osft-project under --shard params
   int64_t seed = 0;
-  std::string recipe = "sft"; // sft | classify | dpo | simpo | orpo | kto
+  std::string recipe = "sft"; // sft | classify | dpo | simpo | orpo | kto | grpo
   // Preference recipes (dpo, simpo, orpo): TRL's beta, DPO's loss, SimPO's
   // target margin and chosen cross-entropy weight (TRL's defaults).
   double beta = 0.1;
@@ -51,6 +51,18 @@ struct PipelineOptions {
   double simpoGamma = 0.5, cpoAlpha = 1.0;
   double desirableWeight = 1.0, undesirableWeight = 1.0; // kto: TRL's KTOConfig
   bool preference() const { return recipe == "dpo" || recipe == "simpo" || recipe == "orpo" || recipe == "kto"; }
+  // grpo: TRL's GRPOConfig (num_generations, loss_type, epsilon, epsilon_high,
+  // delta, importance_sampling_level, scale_rewards, max_completion_length);
+  // its beta is `beta` above, 0 unless given. The clipping (epsilon, delta)
+  // acts only on an importance weight other than 1, which needs the sampling
+  // policy's log-probabilities (TRL's num_iterations > 1): sdc takes TRL's
+  // defaults and no flags for them yet.
+  int64_t numGenerations = 8;
+  std::string grpoLoss = "dapo"; // dapo | grpo | bnpo | dr_grpo
+  double grpoEpsilon = 0.2, grpoEpsilonHigh = -1.0, grpoDelta = 0.0; // negative: epsilon; 0: no delta
+  std::string importanceSampling = "token", scaleRewards = "group";
+  int64_t maxCompletionLength = 512;
+  bool grpo() const { return recipe == "grpo"; }
   int64_t numLabels = 0;      // --recipe classify
   std::string pooling = "mean", featuresOutput;
   std::string lossOutput, logitsOutput;

@@ -4,7 +4,9 @@
 #include "EntryInputs.h"
 #include "sd/format/dtype.h"
 #include "sd/format/training_abi.h"
+#include "PassDetail.h"
 #include "vjp/GradBuilder.h"
+#include "mlir/IR/IRMapping.h"
 #include <limits>
 
 using namespace mlir;
@@ -83,10 +85,11 @@ LogicalResult finishLossEntry(func::FuncOp f, Value loss, Value count) {
   return success();
 }
 
-Value addLabelsInput(func::FuncOp f, unsigned like, int64_t rank, llvm::StringRef name) {
+Value addLabelsInput(func::FuncOp f, unsigned like, int64_t rank, llvm::StringRef name, Type element) {
   MLIRContext *ctx = f.getContext();
   auto likeType = cast<RankedTensorType>(f.getArgument(like).getType());
-  auto type = RankedTensorType::get(likeType.getShape().take_front(size_t(rank)), IntegerType::get(ctx, 64));
+  auto type = RankedTensorType::get(likeType.getShape().take_front(size_t(rank)),
+                                    element ? element : IntegerType::get(ctx, 64));
   SmallVector<NamedAttribute> attrs = {NamedAttribute(StringAttr::get(ctx, "sd.name"), StringAttr::get(ctx, name))};
   if (auto params = f.getArgAttrOfType<ArrayAttr>(like, "sd.dim_params"))
     attrs.push_back(NamedAttribute(StringAttr::get(ctx, "sd.dim_params"),
@@ -94,6 +97,46 @@ Value addLabelsInput(func::FuncOp f, unsigned like, int64_t rank, llvm::StringRe
   unsigned index = f.getNumArguments();
   f.insertArgument(index, type, DictionaryAttr::get(ctx, attrs), f.getLoc());
   return f.getArgument(index);
+}
+
+Value tokenLogProbs(GradBuilder &g, Value logits, Value next, Value rowsLike) {
+  OpBuilder &b = g.builder();
+  int64_t vocab = cast<RankedTensorType>(logits.getType()).getDimSize(2);
+  Value nll = g.make<SoftmaxCrossEntropyLossOp>(
+      {g.reshape(logits, {-1, vocab}), next, g.none()},
+      {b.getNamedAttr("reduction", b.getStringAttr("none")), g.attr("ignore_index", kIgnoreIndex)});
+  return g.neg(g.make<ReshapeOp>({nll, g.make<ShapeOp>({rowsLike})}));
+}
+
+FailureOr<Value> referenceForward(func::FuncOp f, Value v, llvm::StringRef who) {
+  auto module = f->getParentOfType<ModuleOp>();
+  Block &body = f.getBody().front();
+  OpBuilder b(body.getTerminator());
+  DenseSet<Value> varied;
+  IRMapping copy;
+  SmallVector<Operation *> ops;
+  for (Operation &op : body.without_terminator()) ops.push_back(&op);
+  for (Operation *op : ops) {
+    if (isa<GlobalStoreOp, LoopOp, IfOp>(op))
+      return op->emitError() << who << ": " << describeNode(op)
+                             << (isa<GlobalStoreOp>(op) ? " updates state in the forward" : " runs a body entry")
+                             << ", which the reference model's copy of the forward cannot repeat";
+    GlobalOp trainable;
+    if (auto load = dyn_cast<GlobalLoadOp>(op)) {
+      auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal()));
+      if (g && g.getRole() == "trainable") trainable = g;
+    }
+    if (!trainable && llvm::none_of(op->getOperands(), [&](Value o) { return varied.contains(o); })) continue;
+    Operation *c = b.clone(*op, copy);
+    for (Value r : op->getResults()) varied.insert(r);
+    if (!trainable) continue;
+    GlobalOp ref = getOrCreateGlobal(module, std::string(abi::kReferencePrefix) + trainable.getSymName().str(),
+                                     trainable.getType(), "scalar_state", trainable.getInitialValueAttr());
+    cast<GlobalLoadOp>(c).setGlobal(ref.getSymName());
+    c->removeAttr(kDetachedAttr); // no gradient reaches a reference copy anyway
+  }
+  if (!varied.contains(v)) return f.emitError() << who << ": the logits do not depend on any trainable parameter";
+  return copy.lookup(v);
 }
 
 func::FuncOp cloneInferAsEvalStep(ModuleOp module, llvm::StringRef tokenInput, llvm::StringRef who, bool bindInputs) {

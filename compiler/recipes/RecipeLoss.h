@@ -53,9 +53,21 @@ mlir::func::FuncOp cloneInferAsEvalStep(mlir::ModuleOp module, llvm::StringRef t
 // Replaces f's outputs with (loss_sum, tokens).
 mlir::LogicalResult finishLossEntry(mlir::func::FuncOp f, mlir::Value loss, mlir::Value count);
 
-// A new int64 input of `f` named `name`, shaped [dims of `like` up to
-// `rank`], with `like`'s dimension names for those axes (so --shapes
-// specializes it with the input it follows).
-mlir::Value addLabelsInput(mlir::func::FuncOp f, unsigned like, int64_t rank, llvm::StringRef name);
+// A new input of `f` named `name`, shaped [dims of `like` up to `rank`],
+// with `like`'s dimension names for those axes (so --shapes specializes it
+// with the input it follows); int64 unless `element` says otherwise.
+mlir::Value addLabelsInput(mlir::func::FuncOp f, unsigned like, int64_t rank, llvm::StringRef name,
+                           mlir::Type element = {});
+
+// Per position: the log-probability `logits` [batch, seq, vocab] give the
+// label each position is scored against (`next`, flattened [batch * seq]),
+// 0 where that label is not counted; shaped like `rowsLike` [batch, seq].
+mlir::Value tokenLogProbs(sd::ir::GradBuilder &g, mlir::Value logits, mlir::Value next, mlir::Value rowsLike);
+
+// The recipes' reference model (DPO, KTO, GRPO's KL term): `f`'s forward
+// once more, each trainable parameter read from a `reference/<name>` copy
+// (scalar state, never optimized); only ops that depend on a trainable
+// parameter are cloned. Returns what `v` is in that copy. `who` starts errors.
+mlir::FailureOr<mlir::Value> referenceForward(mlir::func::FuncOp f, mlir::Value v, llvm::StringRef who);
 
 } // namespace sd

@@ -39,7 +39,6 @@
 #include "Passes.h"
 #include "RecipeLoss.h"
 #include "vjp/GradBuilder.h"
-#include "mlir/IR/IRMapping.h"
 
 namespace sd {
 #define GEN_PASS_DEF_RECIPEPREFERENCE
@@ -79,49 +78,10 @@ struct RecipePreferencePass : sd::impl::RecipePreferenceBase<RecipePreferencePas
 
   std::string who; // "--recipe dpo", for errors
 
-  // The forward once more, on the reference copies of the trainable
-  // parameters; returns what `v` is in that copy.
-  FailureOr<Value> referenceForward(func::FuncOp f, Value v) {
-    ModuleOp module = getOperation();
-    Block &body = f.getBody().front();
-    OpBuilder b(body.getTerminator());
-    DenseSet<Value> varied;
-    IRMapping copy;
-    SmallVector<Operation *> ops;
-    for (Operation &op : body.without_terminator()) ops.push_back(&op);
-    for (Operation *op : ops) {
-      if (isa<GlobalStoreOp, LoopOp, IfOp>(op))
-        return op->emitError() << who << ": " << sd::describeNode(op)
-                               << (isa<GlobalStoreOp>(op) ? " updates state in the forward" : " runs a body entry")
-                               << ", which the reference model's copy of the forward cannot repeat";
-      GlobalOp trainable;
-      if (auto load = dyn_cast<GlobalLoadOp>(op)) {
-        auto g = dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, load.getGlobal()));
-        if (g && g.getRole() == "trainable") trainable = g;
-      }
-      if (!trainable && llvm::none_of(op->getOperands(), [&](Value o) { return varied.contains(o); })) continue;
-      Operation *c = b.clone(*op, copy);
-      for (Value r : op->getResults()) varied.insert(r);
-      if (!trainable) continue;
-      GlobalOp ref =
-          sd::getOrCreateGlobal(module, std::string(sd::abi::kReferencePrefix) + trainable.getSymName().str(),
-                                trainable.getType(), "scalar_state", trainable.getInitialValueAttr());
-      cast<GlobalLoadOp>(c).setGlobal(ref.getSymName());
-      c->removeAttr(sd::kDetachedAttr); // no gradient reaches a reference copy anyway
-    }
-    if (!varied.contains(v)) return f.emitError() << who << ": the logits do not depend on any trainable parameter";
-    return copy.lookup(v);
-  }
-
   // Per row: the summed log-probability of its counted labels (`next`,
   // flattened [batch * seq], as each position is scored against).
   Value rowLogProb(GradBuilder &g, Value logits, Value next, Value rowsLike) {
-    OpBuilder &b = g.builder();
-    int64_t vocab = cast<RankedTensorType>(logits.getType()).getDimSize(2);
-    Value nll = g.make<SoftmaxCrossEntropyLossOp>(
-        {g.reshape(logits, {-1, vocab}), next, g.none()},
-        {b.getNamedAttr("reduction", b.getStringAttr("none")), g.attr("ignore_index", sd::kIgnoreIndex)});
-    return g.neg(g.reduceSum(g.make<ReshapeOp>({nll, g.make<ShapeOp>({rowsLike})}), {1}, false));
+    return g.reduceSum(sd::tokenLogProbs(g, logits, next, rowsLike), {1}, false);
   }
 
   // Per row: how many of its labels count (its completion's tokens).
@@ -203,7 +163,7 @@ struct RecipePreferencePass : sd::impl::RecipePreferenceBase<RecipePreferencePas
                            << " rows, but a preference plan's rows are (chosen, rejected) pairs: export the model "
                               "with an even or a dynamic batch";
     FailureOr<Value> refLogits = Value();
-    if ((method == "dpo" || method == "kto") && failed(refLogits = referenceForward(f, scores->logits))) return failure();
+    if ((method == "dpo" || method == "kto") && failed(refLogits = sd::referenceForward(f, scores->logits, who))) return failure();
     OpBuilder b(f.getBody().front().getTerminator());
     GradBuilder g(b, NameLoc::get(b.getStringAttr(method + "_loss")));
     Type f32 = b.getF32Type();

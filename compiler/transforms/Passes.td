@@ -468,6 +468,42 @@ def RecipePreference : Pass<"sd-recipe-preference", "mlir::ModuleOp"> {
   ];
 }
 
+def RecipeGrpo : Pass<"sd-recipe-grpo", "mlir::ModuleOp"> {
+  let summary = "Add an eval_step entry: GRPO's clipped policy loss over groups of scored completions";
+  let description = [{
+    Clones `infer` into `eval_step` with a `labels` input as sd-recipe-sft
+    does, and an f32 `rewards` input [rows]. Rows come in groups of
+    num-generations completions of one prompt (labels -100 on the prompt).
+    As TRL's GRPOTrainer computes it: each group's rewards give advantages
+    (reward - group mean, over the group's std + 1e-4 unless scale-rewards
+    is none); the importance weight exp(log p - log p_old), with p_old the
+    step's own log-probabilities detached (TRL's num_iterations 1), per token
+    or per sequence (GSPO), clipped to [1 - epsilon, 1 + epsilon-high];
+    -min(w A, clip(w) A) per completion token, plus beta times the k3 KL
+    estimate against the reference model (the forward on `reference/<name>`
+    copies, as sd-recipe-preference's), times w (TRL's bias correction).
+    Loss types: dapo sums over tokens and counts them (a mean over the
+    optimizer window's tokens), grpo averages each completion's tokens and
+    counts completions, bnpo averages the micro-batch's tokens and counts
+    micro-batches, dr_grpo divides by max-completion-length and counts
+    completions. Outputs `loss_sum` and `tokens` (what the sum counts).
+  }];
+  let options = [
+    Option<"numGenerations", "num-generations", "int64_t", "8", "completions per prompt (TRL's num_generations)">,
+    Option<"lossType", "loss-type", "std::string", "\"dapo\"", "dapo, grpo, bnpo or dr_grpo">,
+    Option<"beta", "beta", "double", "0.0", "the KL term's weight (0: no reference model)">,
+    Option<"epsilon", "epsilon", "double", "0.2", "the importance weight's lower clip">,
+    Option<"epsilonHigh", "epsilon-high", "double", "-1.0", "the upper clip (negative: epsilon)">,
+    Option<"delta", "delta", "double", "0.0", "two-sided clipping: the unclipped weight's cap (0: none)">,
+    Option<"importanceSampling", "importance-sampling", "std::string", "\"token\"", "token or sequence (GSPO)">,
+    Option<"scaleRewards", "scale-rewards", "std::string", "\"group\"", "group or none">,
+    Option<"maxCompletionLength", "max-completion-length", "int64_t", "512", "dr_grpo's constant length">,
+    Option<"logitsOutput", "logits-output", "std::string", "\"\"", "logits output (default: the only float output)">,
+    Option<"tokenInput", "token-input", "std::string", "\"\"",
+           "the int64 [batch, seq] token input (default: the only one, or the only one indexing an embedding)">,
+  ];
+}
+
 def RecipeClassify : Pass<"sd-recipe-classify", "mlir::ModuleOp"> {
   let summary = "Add a classification head and an eval_step entry with cross-entropy over one label per row";
   let description = [{

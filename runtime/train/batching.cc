@@ -108,8 +108,18 @@ TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::
       fill(used++, {{&klIds, &klLabels}}, kIgnoreLabel);
     }
   }
-  const Rows none; // the unpaired rows are filled above
-  for (const auto &row : layout == RowLayout::Unpaired ? none : rows) {
+  if (layout == RowLayout::Groups) {
+    rewards = HostTensor{abi::kRewards, DType::F32, {batch}, std::vector<uint8_t>(size_t(batch) * 4)};
+    auto *pr = reinterpret_cast<float *>(rewards.data.data());
+    for (const auto &row : rows)
+      for (const Example *e : row)
+        for (size_t k = 0; k < e->groupIds.size(); ++k) {
+          pr[used] = e->rewards[k];
+          fill(used++, {{&e->groupIds[k], &e->groupLabels[k]}}, kIgnoreLabel);
+        }
+  }
+  const Rows none; // the unpaired rows and the groups are filled above
+  for (const auto &row : layout == RowLayout::Unpaired || layout == RowLayout::Groups ? none : rows) {
     if (layout == RowLayout::Pairs) {
       for (const Example *e : row) {
         fill(used++, {{&e->ids, &e->labels}}, kIgnoreLabel);
@@ -130,6 +140,7 @@ std::map<std::string, const HostTensor *> TokenBatch::inputs() const {
   std::map<std::string, const HostTensor *> out = {
       {ids.name, &ids}, {labels.name, &labels}, {positions.name, &positions}, {mask.name, &mask}};
   if (!desirable.name.empty()) out[desirable.name] = &desirable;
+  if (!rewards.name.empty()) out[rewards.name] = &rewards;
   return out;
 }
 

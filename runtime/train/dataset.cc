@@ -264,6 +264,67 @@ StatusOr<Example> parseUnpairedLine(const Json &j, const std::string &where, con
   return ex;
 }
 
+// A GRPO line: one prompt's group of scored completions, `prompt` with
+// `completions` (texts) or TRL's tokenized `prompt_ids` with
+// `completion_ids` (lists of ids), and `rewards`, a number per completion.
+StatusOr<Example> parseGroupLine(const Json &j, const std::string &where, const DatasetOptions &opts) {
+  for (const char *other : {"input_ids", "labels", "text", "messages", "chosen", "rejected", "chosen_ids",
+                            "rejected_ids", "completion", "label"})
+    if (j.get(other))
+      return sdError(where, ": '", other, "' is not a field of GRPO data: a line has 'prompt', 'completions' and ",
+                     "'rewards' (or 'prompt_ids', 'completion_ids' and 'rewards')");
+  const bool tokenized = j.get("prompt_ids") || j.get("completion_ids");
+  const char *fields[] = {tokenized ? "prompt_ids" : "prompt", tokenized ? "completion_ids" : "completions", "rewards"};
+  if (tokenized && (j.get("prompt") || j.get("completions")))
+    return sdError(where, ": a line has 'prompt'/'completions' texts or '..._ids' tokens, not both");
+  for (const char *k : fields)
+    if (!j.get(k))
+      return sdError(where, ": a GRPO line needs '", k, "' (a line has ",
+                     tokenized ? "'prompt_ids', 'completion_ids'" : "'prompt', 'completions'", " and 'rewards' together)");
+  const Json &completions = *j.get(fields[1]), &rewards = *j.get("rewards");
+  const size_t n = size_t(opts.groupSize);
+  if (completions.type != Json::Type::Array || completions.arr.size() != n)
+    return sdError(where, ": '", fields[1], "' must list the plan's --num-generations ", n, " completions",
+                   completions.type == Json::Type::Array ? ", it has " + std::to_string(completions.arr.size()) : "");
+  if (rewards.type != Json::Type::Array || rewards.arr.size() != n)
+    return sdError(where, ": 'rewards' must list ", n, " numbers, one per completion",
+                   rewards.type == Json::Type::Array ? ", it has " + std::to_string(rewards.arr.size()) : "");
+  Example ex;
+  std::vector<int64_t> prompt;
+  if (tokenized) {
+    SD_RETURN_IF_ERROR(readIds(*j.get("prompt_ids"), "prompt_ids", opts.vocab, false, prompt).withContext(where + ": "));
+  } else if (j.get("prompt")->type != Json::Type::String) {
+    return sdError(where, ": 'prompt' must be a string");
+  }
+  for (size_t k = 0; k < n; ++k) {
+    const Json &r = rewards.arr[k];
+    if (r.type != Json::Type::Number || !std::isfinite(float(r.num)))
+      return sdError(where, ": 'rewards'[", k, "] is not a finite number");
+    ex.rewards.push_back(float(r.num));
+    const std::string which = std::string(fields[1]) + "[" + std::to_string(k) + "]";
+    Example one;
+    if (tokenized) {
+      std::vector<int64_t> completion;
+      SD_RETURN_IF_ERROR(
+          readIds(completions.arr[k], which.c_str(), opts.vocab, false, completion).withContext(where + ": "));
+      appendCompletion(prompt, completion, one.ids, one.labels);
+    } else {
+      if (completions.arr[k].type != Json::Type::String) return sdError(where, ": '", which, "' must be a string");
+      SD_RETURN_IF_ERROR(
+          tokenizeText(j.get("prompt")->str, &completions.arr[k].str, opts, one).withContext(where + ": "));
+    }
+    SD_RETURN_IF_ERROR(fitLength(one.ids, one.labels, where, "the prompt and " + which, opts));
+    // Labels shift inside the plan: the first token is never predicted.
+    if (one.labels.size() < 2 ||
+        std::all_of(one.labels.begin() + 1, one.labels.end(), [](int64_t l) { return l == kIgnoreLabel; }))
+      return sdError(where, ": ", which, " has no tokens",
+                     opts.truncate ? " left after --truncate (the prompt fills the plan's length)" : "");
+    ex.groupIds.push_back(std::move(one.ids));
+    ex.groupLabels.push_back(std::move(one.labels));
+  }
+  return ex;
+}
+
 } // namespace
 
 StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts) {
@@ -273,11 +334,16 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
   if (opts.numLabels > 0) return parseClassifyLine(j, where, opts);
   if (opts.unpaired) return parseUnpairedLine(j, where, opts);
+  if (opts.groupSize) return parseGroupLine(j, where, opts);
   if (opts.pairs) return parsePairLine(j, where, opts);
   for (const char *pairField : {"chosen", "rejected", "chosen_ids", "rejected_ids"})
     if (j.get(pairField))
       return sdError(where, ": '", pairField, "' belongs to preference pairs, for plans compiled with sdc compile ",
                      "--recipe dpo, simpo or orpo; this plan trains on single sequences");
+  for (const char *groupField : {"completions", "rewards"})
+    if (j.get(groupField))
+      return sdError(where, ": '", groupField, "' belongs to groups of scored completions, for plans compiled with ",
+                     "sdc compile --recipe grpo; this plan trains on single sequences");
   if (j.get("label"))
     return sdError(where, ": 'label' is for classification plans (sdc compile --recipe classify) and unpaired ",
                    "preference plans (--recipe kto); this plan trains a language model");

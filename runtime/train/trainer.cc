@@ -35,13 +35,15 @@ struct PlanEntries {
   int64_t numLabels = 0; // classification plans (sdc compile --recipe classify): labels are [batch]
   bool pairs = false;    // preference plans (sdc compile --recipe dpo, simpo, orpo, kto): two rows per example
   bool unpaired = false; // kto: an example and its KL row, not a (chosen, rejected) pair
+  int64_t groupSize = 0; // grpo: a prompt's group of completions, one row each
   RowLayout layout() const {
     return numLabels ? RowLayout::Classes
+           : groupSize ? RowLayout::Groups
            : unpaired ? RowLayout::Unpaired
            : pairs    ? RowLayout::Pairs
                       : RowLayout::Sequences;
   }
-  int64_t rowsPerExample() const { return pairs ? 2 : 1; }
+  int64_t rowsPerExample() const { return groupSize ? groupSize : pairs ? 2 : 1; }
   std::string tokenInput = abi::kDefaultTokenInput; // the model's token input (plan config "token_input")
   // A plan that computes its own loss (sdc compile --loss-output) from
   // inputs other than tokens and labels, or from any inputs when the data is
@@ -96,8 +98,16 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     modelLoss = cfg.value().get("loss_output") != nullptr;
     if (const Json *pref = cfg.value().get("preference")) {
       const Json *method = pref->get("method");
-      out.pairs = true;
-      out.unpaired = method && method->type == Json::Type::String && method->str == "kto";
+      const std::string m = method && method->type == Json::Type::String ? method->str : "";
+      if (m == "grpo") {
+        const Json *n = pref->get("num_generations");
+        if (!n || !n->isInteger() || n->num < 2 || n->num > 4096)
+          return sdError("the plan's GRPO configuration has no valid num_generations");
+        out.groupSize = int64_t(n->num);
+      } else {
+        out.pairs = true;
+        out.unpaired = m == "kto";
+      }
     }
     if (const Json *c = cfg.value().get("classify")) {
       const Json *n = c->get("num_labels"), *v = c->get("vocab");
@@ -147,6 +157,10 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     return sdError("the plan has no ", abi::kTrainStep, " entry; compile it with --peft");
   if (out.buckets.size() > 1 && !out.tensorInputs.empty())
     return sdError("the plan mixes token and tensor training entries");
+  for (const Bucket &b : out.buckets)
+    if (out.groupSize && b.batch % out.groupSize)
+      return sdError("the plan's batch ", b.batch, " is not a whole number of groups of ", out.groupSize,
+                     " completions (its num_generations)");
   for (const Bucket &b : out.buckets)
     if (out.pairs && b.batch % 2)
       return sdError("the plan's batch ", b.batch, " is odd, but a preference plan's rows come two per ",
@@ -333,7 +347,8 @@ int Trainer::rank() const { return impl_->rank; }
 int Trainer::worldSize() const { return impl_->world; }
 int64_t Trainer::rowsPerRank() const { return impl_->batch; }
 bool Trainer::countsExamples() const {
-  return impl_->entries.numLabels > 0 || impl_->entries.pairs || !impl_->entries.tensorInputs.empty();
+  return impl_->entries.numLabels > 0 || impl_->entries.pairs || impl_->entries.groupSize ||
+         !impl_->entries.tensorInputs.empty();
 }
 int64_t Trainer::step() const { return impl_->step; }
 int64_t Trainer::totalSteps() const { return impl_->total; }
@@ -353,7 +368,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   im->batch = o.batch ? o.batch : planBatch;
   if (im->batch > planBatch)
     return sdError("--batch ", im->batch, " is larger than the plan's batch ", planBatch,
-                   pe.unpaired ? " examples" : pe.pairs ? " pairs" : "",
+                   pe.unpaired ? " examples" : pe.pairs ? " pairs" : pe.groupSize ? " groups" : "",
                    "; compile the plan with a larger batch");
   const bool tensorData = !pe.tensorInputs.empty();
   // The model's loss is its own (a mean, say): rows added to fill a batch would count in it.
@@ -367,6 +382,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   dopts.numLabels = pe.numLabels;
   dopts.pairs = pe.pairs;
   dopts.unpaired = pe.unpaired;
+  dopts.groupSize = pe.groupSize;
   if (tensorData && !o.tokenizerPath.empty())
     return sdError("--tokenizer: this plan computes its own loss from tensors, it takes no text");
   if (!o.tokenizerPath.empty()) {
@@ -799,6 +815,7 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
   dopts.numLabels = pe.numLabels;
   dopts.pairs = pe.pairs;
   dopts.unpaired = pe.unpaired;
+  dopts.groupSize = pe.groupSize;
   auto data = loadJsonl(dataPath, dopts);
   if (!data.isOk()) return data.status();
   const int64_t examplesInBucket = rowsInBucket / pe.rowsPerExample();

@@ -134,8 +134,8 @@ def llama_plans(sdc, folder, tokens):
     rotary, SwiGLU; the attention mask one Where shared by every layer),
     LoRA on q/k/v/o in f32 and bf16, full fine-tuning in bf16 (its rotary,
     SwiGLU and cross-entropy on bf16 values: sd-half-elementwise), DoRA in
-    bf16, IA3, LoHa, LoKr and VeRA, QLoRA (NF4 base weights), DPO (LoRA, bf16) on preference pairs and
-    KTO (LoRA) on unpaired examples."""
+    bf16, IA3, LoHa, LoKr and VeRA, QLoRA (NF4 base weights), DPO (LoRA, bf16) on preference pairs,
+    KTO (LoRA) on unpaired examples and GRPO (LoRA, with the KL term) on scored groups."""
     import torch
     import transformers
     sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -186,6 +186,20 @@ def llama_plans(sdc, folder, tokens):
     plan = os.path.join(folder, "llama-kto.sdp")
     sh([sdc, "compile", onnx_path, *lora, "--recipe", "kto", "--shapes", "input_ids=2x8", "-o", plan])
     out.append(PlanKind("llama-kto", plan, True, "input_ids", tokens, None, data=examples))
+    # GRPO: groups of two scored completions, the advantages from the rewards input, the clipped
+    # importance weight against a detached copy, and the KL term on the reference forward.
+    scored = os.path.join(folder, "groups.jsonl")
+    rng = np.random.default_rng(6)
+    with open(scored, "w") as f:
+        for _ in range(8):
+            f.write(json.dumps({"prompt_ids": [int(t) for t in rng.integers(0, 256, 3)],
+                                "completion_ids": [[int(t) for t in rng.integers(0, 256, int(rng.integers(1, 5)))]
+                                                   for _ in range(2)],
+                                "rewards": [float(r) for r in rng.normal(size=2)]}) + "\n")
+    plan = os.path.join(folder, "llama-grpo.sdp")
+    sh([sdc, "compile", onnx_path, *lora, "--recipe", "grpo", "--num-generations", "2", "--beta", "0.04", "--shapes",
+        "input_ids=2x8", "-o", plan])
+    out.append(PlanKind("llama-grpo", plan, True, "input_ids", tokens, None, data=scored))
     return out
 
 

@@ -449,7 +449,7 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan, kto_plan):
                             "0.1", "--recipe", "dpo", "-o", os.path.join(d, "p.sdp")], ["disable_dropout"]),
         ("--beta without a preference recipe", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules",
                                                 "q_proj", "--beta", "0.2", "-o", os.path.join(d, "p.sdp")],
-         ["--beta needs --recipe dpo, simpo, orpo or kto"]),
+         ["--beta needs --recipe dpo, simpo, orpo, kto or grpo"]),
         ("--dpo-loss with simpo", [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj",
                                    "--recipe", "simpo", "--dpo-loss", "ipo", "-o", os.path.join(d, "p.sdp")],
          ["--dpo-loss needs --recipe dpo"]),

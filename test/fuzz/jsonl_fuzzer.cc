@@ -1,8 +1,9 @@
 // libFuzzer target: bytes as one line of JSONL training data for a byte-level
 // plan (vocabulary 256, buckets up to 64 tokens), as a language model's data,
-// as a 3-class classifier's, as a preference plan's pairs and as a KTO plan's
-// unpaired examples.
+// as a 3-class classifier's, as a preference plan's pairs, as a KTO plan's
+// unpaired examples and as a GRPO plan's groups of 3 scored completions.
 #include "sd/train/dataset.h"
+#include <cmath>
 #include <cstdlib>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
@@ -47,6 +48,25 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         counted = counted || (i > 0 && e.labels[i] != sd::kIgnoreLabel);
       }
       if (!counted) std::abort();
+    }
+    sd::DatasetOptions groups{256, 64, truncate};
+    groups.groupSize = 3;
+    if (auto g = sd::parseDataLine(line, "fuzz:1", groups); g.isOk()) {
+      // Exactly 3 completions, each within the bucket with a counted token after the first, and 3 finite rewards.
+      const sd::Example &e = g.value();
+      if (e.groupIds.size() != 3 || e.groupLabels.size() != 3 || e.rewards.size() != 3) std::abort();
+      for (size_t k = 0; k < 3; ++k) {
+        const auto &ids = e.groupIds[k], &labels = e.groupLabels[k];
+        if (ids.size() < 2 || ids.size() > 64 || labels.size() != ids.size() || !std::isfinite(e.rewards[k]))
+          std::abort();
+        bool counted = false;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          if (ids[i] < 0 || ids[i] >= 256) std::abort();
+          if (labels[i] != sd::kIgnoreLabel && labels[i] != ids[i]) std::abort();
+          counted = counted || (i > 0 && labels[i] != sd::kIgnoreLabel);
+        }
+        if (!counted) std::abort();
+      }
     }
     sd::DatasetOptions classify{256, 64, truncate};
     classify.numLabels = 3;

@@ -247,6 +247,61 @@ TEST(TokenBatch, UnpairedExamplesGetKlRowsOfTheRotatedCompletions) {
   EXPECT_EQ((std::vector<int64_t>(cutIds + 9, cutIds + 12)), (std::vector<int64_t>{4, 5, 2}));
 }
 
+TEST(DataLines, ScoredGroups) {
+  DatasetOptions grpo = options();
+  grpo.groupSize = 2;
+  auto e = parseDataLine(R"({"prompt_ids": [1, 2], "completion_ids": [[3], [4, 5]], "rewards": [1, -0.5]})", "g:1",
+                         grpo);
+  ASSERT_TRUE(e.isOk()) << e.status().message();
+  const int64_t x = kIgnoreLabel;
+  EXPECT_EQ(e.value().groupIds, (std::vector<std::vector<int64_t>>{{1, 2, 3}, {1, 2, 4, 5}}));
+  EXPECT_EQ(e.value().groupLabels, (std::vector<std::vector<int64_t>>{{x, x, 3}, {x, x, 4, 5}}));
+  EXPECT_EQ(e.value().rewards, (std::vector<float>{1.0f, -0.5f}));
+  EXPECT_EQ(e.value().length(), 4u);
+  DatasetOptions bytes = options(256);
+  bytes.groupSize = 2;
+  auto text = parseDataLine(R"({"prompt": "ab", "completions": ["c", "de"], "rewards": [0, 1]})", "g:2", bytes);
+  ASSERT_TRUE(text.isOk()) << text.status().message();
+  EXPECT_EQ(text.value().groupIds[1], (std::vector<int64_t>{'a', 'b', 'd', 'e'}));
+  auto sft = parseDataLine(R"({"prompt": "ab", "completions": ["c", "de"], "rewards": [0, 1]})", "g:3", options(256));
+  ASSERT_FALSE(sft.isOk()); // not a GRPO plan
+  EXPECT_NE(sft.status().message().find("--recipe grpo"), std::string::npos) << sft.status().message();
+  for (auto [line, needle] :
+       {std::pair{R"({"prompt_ids": [1], "completion_ids": [[2], [3]]})", "'rewards'"},
+        {R"({"prompt_ids": [1], "completion_ids": [[2]], "rewards": [1]})", "2 completions, it has 1"},
+        {R"({"prompt_ids": [1], "completion_ids": [[2], [3]], "rewards": [1, null]})", "'rewards'[1]"},
+        {R"({"prompt_ids": [1], "completion_ids": [[2], [3]], "rewards": [1e300, 0]})", "not a finite number"},
+        {R"({"prompt_ids": [1], "completion_ids": [[2], []], "rewards": [1, 0]})", "completion_ids[1] has no tokens"},
+        {R"({"prompt_ids": [1], "completion_ids": [[2], [300]], "rewards": [1, 0]})", "'completion_ids[1]'[0]"},
+        {R"({"prompt": "a", "completion_ids": [[2], [3]], "rewards": [1, 0]})", "not both"},
+        {R"({"prompt_ids": [1], "chosen_ids": [2], "rejected_ids": [3]})", "not a field of GRPO data"}}) {
+    auto bad = parseDataLine(line, "g:4", grpo);
+    ASSERT_FALSE(bad.isOk()) << line;
+    EXPECT_NE(bad.status().message().find(needle), std::string::npos) << bad.status().message();
+    EXPECT_EQ(bad.status().message().rfind("g:4: ", 0), 0u) << bad.status().message();
+  }
+}
+
+TEST(TokenBatch, GroupsFillARowPerCompletionWithItsReward) {
+  DatasetOptions grpo = options();
+  grpo.groupSize = 2;
+  auto e = parseDataLine(R"({"prompt_ids": [1], "completion_ids": [[2], [3, 4]], "rewards": [0.25, -1]})", "g:1",
+                         grpo);
+  ASSERT_TRUE(e.isOk());
+  Rows rows = {{&e.value()}};
+  TokenBatch tb(rows, 4, 3, "input_ids", RowLayout::Groups);
+  const int64_t *ids = reinterpret_cast<const int64_t *>(tb.ids.data.data());
+  const int64_t *labels = reinterpret_cast<const int64_t *>(tb.labels.data.data());
+  const float *rewards = reinterpret_cast<const float *>(tb.rewards.data.data());
+  const int64_t x = kIgnoreLabel;
+  // Rows 0-1 the group's completions after its prompt, rows 2-3 (a missing group) train on nothing.
+  EXPECT_EQ((std::vector<int64_t>(ids, ids + 6)), (std::vector<int64_t>{1, 2, 0, 1, 3, 4}));
+  EXPECT_EQ((std::vector<int64_t>(labels, labels + 12)), (std::vector<int64_t>{x, 2, x, x, 3, 4, x, x, x, x, x, x}));
+  EXPECT_EQ(tb.rewards.dtype, DType::F32);
+  EXPECT_EQ((std::vector<float>(rewards, rewards + 4)), (std::vector<float>{0.25f, -1.0f, 0.0f, 0.0f}));
+  EXPECT_EQ(tb.inputs().count("rewards"), 1u);
+}
+
 TEST(CheckpointManifest, RoundTripAndChecks) {
   checkpoint::Manifest m;
   m.meta.runId = "00112233aabbccdd";

@@ -131,7 +131,7 @@ const char *kUsage =
     "  --freeze REGEX           full fine-tuning: keep the weights whose name matches\n"
     "                           frozen (PyTorch's requires_grad=False, which exports\n"
     "                           do not record: Whisper's and Marian's sinusoidal positions)\n"
-    "  --recipe sft|classify|dpo|simpo|orpo|kto\n"
+    "  --recipe sft|classify|dpo|simpo|orpo|kto|grpo\n"
     "                           sft: causal-LM cross-entropy on the logits (the default);\n"
     "                           classify: a new linear head (classifier, trained in full) on\n"
     "                           the model's features, cross-entropy against one label per\n"
@@ -145,7 +145,20 @@ const char *kUsage =
     "                           ..., \"label\": true|false}, each two rows (the example, and its prompt\n"
     "                           with the previous example's completion for the KL estimate);\n"
     "                           TRL's KTOTrainer loss against the reference\n"
-    "  --beta B                 dpo, simpo, orpo, kto: the loss's temperature (0.1, TRL's beta)\n"
+    "                           grpo: groups of scored completions of one prompt, data lines\n"
+    "                           {\"prompt\": ..., \"completions\": [...], \"rewards\": [...]}, each\n"
+    "                           --num-generations rows; TRL's GRPOTrainer loss (its default\n"
+    "                           num_iterations 1: the completions' own step is the sampling policy)\n"
+    "  --beta B                 dpo, simpo, orpo, kto: the loss's temperature (0.1, TRL's beta);\n"
+    "                           grpo: the KL term's weight against the reference (0: none)\n"
+    "  --num-generations G      grpo: completions per prompt (8); the plan's rows are groups of G\n"
+    "  --grpo-loss dapo|grpo|bnpo|dr_grpo  grpo: TRL's loss_type (dapo: a mean over the optimizer\n"
+    "                           step's tokens; grpo: over each completion's, then completions;\n"
+    "                           bnpo: over each micro-batch's tokens; dr_grpo: sums over\n"
+    "                           --max-completion-length per completion)\n"
+    "  --importance-sampling token|sequence  grpo: per-token weights, or GSPO's per sequence\n"
+    "  --scale-rewards group|none  grpo: advantages over the group's std (the default) or not\n"
+    "  --max-completion-length N  grpo: dr_grpo's constant length (512, TRL's)\n"
     "  --desirable-weight W, --undesirable-weight W  kto: each kind's loss weight (1, 1)\n"
     "  --dpo-loss sigmoid|ipo|hinge  dpo: DPO's loss (the default), IPO's or the hinge\n"
     "  --simpo-gamma G          simpo: the target reward margin (0.5)\n"
@@ -314,6 +327,7 @@ int parseArgs(int argc, char **argv, Args &a) {
   bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false,
        adaloraGiven = false, loraRGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
+  std::vector<std::string> grpoFlags;       // --num-generations, --grpo-loss, ... as given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
@@ -475,15 +489,13 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.pipeline.freeze) || a.pipeline.freeze.empty()) return fail("--freeze needs a regex"), 2;
     } else if (flag == "--recipe") {
       if (!value(a.pipeline.recipe) || (a.pipeline.recipe != "sft" && a.pipeline.recipe != "classify" &&
-                                        !a.pipeline.preference()))
-        return fail("--recipe takes 'sft', 'classify', 'dpo', 'simpo', 'orpo' or 'kto'"), 2;
+                                        !a.pipeline.preference() && !a.pipeline.grpo()))
+        return fail("--recipe takes 'sft', 'classify', 'dpo', 'simpo', 'orpo', 'kto' or 'grpo'"), 2;
     } else if (flag == "--beta" || flag == "--simpo-gamma" || flag == "--cpo-alpha" || flag == "--desirable-weight" ||
                flag == "--undesirable-weight") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
-      const bool positive = flag == "--beta";
-      if (v.empty() || *end || !(positive ? d > 0 : d >= 0) || !(d < 1e6))
-        return fail(flag + " needs a " + (positive ? "positive" : "non-negative") + " number"), 2;
+      if (v.empty() || *end || !(d >= 0) || !(d < 1e6)) return fail(flag + " needs a non-negative number"), 2;
       (flag == "--beta"                 ? a.pipeline.beta
        : flag == "--simpo-gamma"        ? a.pipeline.simpoGamma
        : flag == "--cpo-alpha"          ? a.pipeline.cpoAlpha
@@ -495,6 +507,31 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(l) || (l != "sigmoid" && l != "ipo" && l != "hinge"))
         return fail("--dpo-loss takes 'sigmoid', 'ipo' or 'hinge'"), 2;
       preferenceFlags.push_back(flag);
+    } else if (flag == "--num-generations" || flag == "--max-completion-length") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      const bool groups = flag == "--num-generations";
+      if (v.empty() || *end || n < (groups ? 2 : 1) || n > (groups ? 4096 : (1 << 30)))
+        return fail(flag + (groups ? " needs an integer from 2 to 4096 (a group's advantages compare its completions)"
+                                   : " needs a positive integer")),
+               2;
+      (groups ? a.pipeline.numGenerations : a.pipeline.maxCompletionLength) = n;
+      grpoFlags.push_back(flag);
+    } else if (flag == "--grpo-loss" || flag == "--importance-sampling" || flag == "--scale-rewards") {
+      std::string &to = flag == "--grpo-loss"             ? a.pipeline.grpoLoss
+                        : flag == "--importance-sampling" ? a.pipeline.importanceSampling
+                                                          : a.pipeline.scaleRewards;
+      const char *choices = flag == "--grpo-loss"             ? "'dapo', 'grpo', 'bnpo' or 'dr_grpo'"
+                            : flag == "--importance-sampling" ? "'token' or 'sequence'"
+                                                              : "'group' or 'none'";
+      if (!value(to) || std::string(choices).find("'" + to + "'") == std::string::npos)
+        return fail(flag + " takes " + choices +
+                    (flag == "--scale-rewards" && to == "batch"
+                         ? " (TRL's 'batch' takes the std over its whole generation batch, which a micro-batch does "
+                           "not see)"
+                         : "")),
+               2;
+      grpoFlags.push_back(flag);
     } else if (flag == "--num-labels") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
@@ -675,15 +712,21 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--recipe classify takes no --packing, --kv-cache, --loss-output or --logits-output (they are for "
                 "the sft recipe)"),
            2;
-  const bool preference = a.pipeline.preference();
+  const bool grpo = a.pipeline.grpo();
+  const bool preference = a.pipeline.preference() || grpo;
   const std::string recipe = "--recipe " + a.pipeline.recipe;
+  for (const std::string &f : grpoFlags)
+    if (!grpo) return fail(f + " needs --recipe grpo"), 2;
+  const bool betaGiven = std::find(preferenceFlags.begin(), preferenceFlags.end(), "--beta") != preferenceFlags.end();
+  if (grpo && !betaGiven) a.pipeline.beta = 0.0; // TRL's GRPOConfig: no KL term, no reference model
+  if (!grpo && betaGiven && !(a.pipeline.beta > 0)) return fail("--beta needs a positive number with " + recipe), 2;
   for (const std::string &f : preferenceFlags) {
     const char *needs = f == "--beta"       ? nullptr
                         : f == "--dpo-loss" ? "dpo"
                         : f == "--desirable-weight" || f == "--undesirable-weight" ? "kto"
                                                                                    : "simpo";
     if (needs ? a.pipeline.recipe != needs : !preference)
-      return fail(f + " needs --recipe " + (needs ? needs : "dpo, simpo, orpo or kto")), 2;
+      return fail(f + " needs --recipe " + (needs ? needs : "dpo, simpo, orpo, kto or grpo")), 2;
   }
   if (preference && !a.pipeline.training()) return fail(recipe + " needs a training plan: add --peft"), 2;
   if (preference && (a.pipeline.packing || !a.pipeline.lossOutput.empty()))
@@ -695,10 +738,15 @@ int parseArgs(int argc, char **argv, Args &a) {
     for (size_t at = shape.find('=') + 1; at && at < shape.size();) {
       size_t end = shape.find(',', at);
       std::string rows = shape.substr(at, shape.find('x', at) - at);
-      if (!rows.empty() && std::isdigit((unsigned char)rows[0]) && std::strtoll(rows.c_str(), nullptr, 10) % 2)
-        return fail("--shapes " + shape + ": a " + recipe + " plan's batch counts rows, two per " +
-                    (a.pipeline.recipe == "kto" ? "example (the example, its KL row)" : "pair (chosen, rejected)") +
-                    ", so it must be even"),
+      const int64_t group = grpo ? a.pipeline.numGenerations : 2;
+      if (!rows.empty() && std::isdigit((unsigned char)rows[0]) && std::strtoll(rows.c_str(), nullptr, 10) % group)
+        return fail("--shapes " + shape + ": a " + recipe + " plan's batch counts rows, " +
+                    (grpo ? "--num-generations " + std::to_string(group) + " per prompt (a group of completions), so "
+                            "it must be a multiple of " + std::to_string(group)
+                          : std::string("two per ") +
+                                (a.pipeline.recipe == "kto" ? "example (the example, its KL row)"
+                                                            : "pair (chosen, rejected)") +
+                                ", so it must be even")),
                2;
       at = end == std::string::npos ? std::string::npos : end + 1;
     }

@@ -26,6 +26,8 @@ constexpr const char *kKvCachePrefix = "kv_cache/"; // + layer + "/key" or "/val
 constexpr const char *kLabels = "labels"; // int64 [batch, seq] (sft) or [batch] (classify); -100 = not counted
 // kto: int64 [batch], per row 1 (a desirable example's rows), 0 (an undesirable one's) or -100 (filler).
 constexpr const char *kDesirable = "desirable";
+// grpo: f32 [batch], each completion's reward (0 in filler rows).
+constexpr const char *kRewards = "rewards";
 constexpr const char *kAttentionMask = "attention_mask"; // int64 [batch, seq], 1 = a token, 0 = padding (classify)
 constexpr const char *kPositionIds = "position_ids"; // int64 [batch, seq] in packed plans
 constexpr const char *kLr = "lr";                    // f32 scalars of apply / train_step

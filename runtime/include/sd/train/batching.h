@@ -77,9 +77,13 @@ struct DataCursor {
 // 2r + 1 its prompt with the completion of the micro-batch's example r - 1
 // (the last one's for r = 0), TRL's KL sequences, cut at `seq`; `desirable`
 // [batch] gives both rows their example's label (1 or 0; -100 filler).
-enum class RowLayout { Sequences, Classes, Pairs, Unpaired };
+//
+// A GRPO group fills G rows: entry r of `rows` (one prompt's group) gives
+// rows [rG, (r+1)G) its completions, and `rewards` (f32 [batch]) theirs
+// (0 in filler rows).
+enum class RowLayout { Sequences, Classes, Pairs, Unpaired, Groups };
 struct TokenBatch {
-  HostTensor ids, labels, positions, mask, desirable;
+  HostTensor ids, labels, positions, mask, desirable, rewards;
   TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput,
              RowLayout layout = RowLayout::Sequences);
   std::map<std::string, const HostTensor *> inputs() const;

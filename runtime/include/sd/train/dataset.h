@@ -6,7 +6,8 @@
 // and `rejected` texts, or TRL's tokenized `prompt_ids`, `chosen_ids` and
 // `rejected_ids`; for unpaired preference plans (KTO), `prompt` and
 // `completion` (or `prompt_ids` and `completion_ids`) with a boolean
-// `label`. Text is
+// `label`; for GRPO plans, `prompt` with `completions` (or `prompt_ids` with
+// `completion_ids`, lists) and their `rewards`. Text is
 // tokenized with a Hugging Face tokenizer when one is given, else taken as
 // bytes (for 256-entry vocabularies). Every problem is reported as one line
 // naming the file and line.
@@ -32,8 +33,16 @@ struct Example {
   // and the chosen completion, these the prompt and the rejected one (labels
   // -100 on the prompt in both).
   std::vector<int64_t> rejectedIds, rejectedLabels;
+  // A group of scored completions (sdc compile --recipe grpo): each the
+  // prompt and one completion (labels -100 on the prompt), one row each.
+  std::vector<std::vector<int64_t>> groupIds, groupLabels;
+  std::vector<float> rewards; // one per completion
   // The longest sequence the example puts in a row.
-  size_t length() const { return std::max(ids.size(), rejectedIds.size()); }
+  size_t length() const {
+    size_t n = std::max(ids.size(), rejectedIds.size());
+    for (const auto &g : groupIds) n = std::max(n, g.size());
+    return n;
+  }
 };
 
 struct DatasetOptions {
@@ -50,6 +59,8 @@ struct DatasetOptions {
   bool pairs = false;
   // Unpaired preference plans (sdc compile --recipe kto): each line one labelled example.
   bool unpaired = false;
+  // GRPO plans (sdc compile --recipe grpo): each line a prompt's group of this many scored completions.
+  int64_t groupSize = 0;
 };
 
 // One data line (not blank); `where` ("FILE:LINE") prefixes errors.

@@ -1,0 +1,303 @@
+#!/usr/bin/env python3
+"""GRPO (sdc compile --recipe grpo) against TRL's own GRPOTrainer, on a tiny
+Llama built from a config with seeded random weights and the word-level
+tokenizer of test_preference.
+
+TRL generates its completions; here its `rollout_func` hands it fixed ones
+instead (each prompt's group, in order) and its reward function looks their
+rewards up, so TRL's advantages, loss, reference handling, gradient
+clipping and AdamW run on exactly the groups sdrun trains on, given as
+data lines {"prompt_ids", "completion_ids": [...], "rewards": [...]}. TRL
+runs in float64 with test_preference's plain log-probabilities in place of
+its float32 fused kernel. Every prompt has the same length, so TRL's left
+padding of prompts moves no position.
+
+  lora        LoRA, TRL's default loss (dapo): losses and all adapter tensors
+              equal TRL's step for step; the same for loss_type grpo, bnpo and
+              dr_grpo, GSPO's sequence-level importance weights, no reward
+              scaling, the KL term against the reference (beta 0.04: the
+              base model, TRL's with the adapter disabled) and gradient
+              accumulation over two micro-batches
+  text        text lines (prompt, completions through --tokenizer) train as
+              the tokenized lines do
+  full        full fine-tuning: losses and every trained weight equal TRL's
+  refusals    bad data lines, mismatched plans and flags: one-line errors
+"""
+import json
+import os
+import shutil
+import sys
+import tempfile
+import warnings
+
+import numpy as np
+
+from e2e_util import ROOT, clean_error_problems, sh, tool_paths
+from test_preference import ExactLogProbs, adapter_gap, loss_gap, save_f32, tokenizer, weights_gap
+from test_training import check, report
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+G, PROMPTS, SEQ, STEPS, R, ALPHA, LR, EPS = 4, 2, 16, 4, 4, 8, 1e-3, 1e-4
+PROMPT_LEN, MAX_COMPLETION = 4, 8
+TARGETS = ["q_proj", "v_proj"]
+
+
+def groups(seed, n):
+    """n prompts of PROMPT_LEN words, each with G distinct completions
+    (1 to 6 words, then <eos>) and a reward for each. No id 0: the Llama's
+    pad_token_id, whose embedding row PyTorch never trains (nn.Embedding's
+    padding_idx, which an ONNX export does not record)."""
+    rng = np.random.default_rng(seed)
+    out, seen = [], set()
+    while len(out) < n:
+        prompt = [int(x) for x in rng.integers(1, 254, PROMPT_LEN)]
+        comps = [[int(x) for x in rng.integers(1, 254, int(rng.integers(1, 7)))] + [255] for _ in range(G)]
+        if any(tuple(c) in seen for c in comps):
+            continue
+        seen.update(tuple(c) for c in comps)
+        out.append({"prompt_ids": prompt, "completion_ids": comps,
+                    "rewards": [round(float(x), 4) for x in rng.normal(size=G)]})
+    return out
+
+
+def write_lines(path, gs, text=False):
+    with open(path, "w") as f:
+        for g in gs:
+            if text:  # the completions' <eos> comes from the tokenizer, after each completion
+                words = lambda ids: " ".join(f"w{t}" for t in ids)
+                line = {"prompt": words(g["prompt_ids"]), "completions": [" " + words(c[:-1]) for c in g["completion_ids"]],
+                        "rewards": g["rewards"]}
+            else:
+                line = g
+            f.write(json.dumps(line) + "\n")
+
+
+def trl_trainer(model, tok, gs, peft=True, steps=STEPS, accum=1, **config):
+    """TRL's GRPOTrainer on `model` in float64 (its parameters rounded to
+    float32's values first, which sdrun starts from), its completions and
+    rewards those of `gs`."""
+    import torch
+    import trl.trainer.utils
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+    trl.trainer.utils._ChunkedLogProbFunction = ExactLogProbs
+    os.environ["TRL_EXPERIMENTAL_SILENCE"] = "1"
+    with torch.no_grad():
+        for p in model.parameters():
+            p.data = p.data.float().double()
+    by_prompt = {" ".join(f"w{t}" for t in g["prompt_ids"]): g for g in gs}
+    handed = {}
+
+    def rollout(prompts, trainer):  # each prompt comes G times: its completions in order
+        out = {"prompt_ids": [], "completion_ids": [], "logprobs": []}
+        for p in prompts:
+            g, k = by_prompt[p], handed.get(p, 0)
+            handed[p] = k + 1
+            c = g["completion_ids"][k % G]
+            out["prompt_ids"].append(g["prompt_ids"])
+            out["completion_ids"].append(c)
+            out["logprobs"].append([0.0] * len(c))
+        return out
+
+    table = {tuple(c): r for g in gs for c, r in zip(g["completion_ids"], g["rewards"])}
+
+    def reward(prompts, completions, completion_ids, **kw):
+        return [table[tuple(c)] for c in completion_ids]
+
+    args = GRPOConfig(output_dir=tempfile.mkdtemp(prefix="sd_trl_"), per_device_train_batch_size=G * PROMPTS,
+                      num_generations=G, gradient_accumulation_steps=accum, max_steps=steps, learning_rate=LR,
+                      lr_scheduler_type="constant", warmup_steps=0, max_grad_norm=1.0, adam_epsilon=EPS,
+                      weight_decay=0.0, report_to="none", use_cpu=True, logging_steps=1, save_strategy="no", seed=0,
+                      disable_tqdm=True, shuffle_dataset=False, gradient_checkpointing=False,
+                      max_completion_length=MAX_COMPLETION, **config)
+    cfg = LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM") if peft else None
+    prompts = Dataset.from_list([{"prompt": p} for p in by_prompt])
+    tr = GRPOTrainer(model=model, args=args, reward_funcs=reward, train_dataset=prompts, processing_class=tok,
+                     peft_config=cfg, rollout_func=rollout)
+    with torch.no_grad():  # the adapter PEFT just made, to float32's values
+        for p in tr.model.parameters():
+            p.data = p.data.float().double()
+    return tr
+
+
+def trl_losses(tr):
+    return [h["loss"] for h in tr.state.log_history if "loss" in h and "train_loss" not in h]
+
+
+def sdrun_train(sdrun, plan, data, d, tag, extra=()):
+    metrics = os.path.join(d, f"{tag}.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
+        "--lr-schedule", "constant", "--clip-norm", "1.0", "--threads", "2", "--metrics", metrics, *extra])
+    return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l and '"eval' not in l]
+
+
+def compile_plan(sdc, onnx_path, plan, flags, peft=True, rows=G * PROMPTS):
+    adapter = ["--peft", "lora", "--target-modules", ",".join(TARGETS), "--lora-r", str(R), "--lora-alpha",
+               str(ALPHA)] if peft else ["--trainable", ".*"]
+    sh([sdc, "compile", onnx_path, *adapter, "--recipe", "grpo", "--num-generations", str(G), *flags,
+        "--adam-epsilon", str(EPS), "--shapes", f"input_ids={rows}x{SEQ}", "-o", plan])
+
+
+# (name, sdc flags, TRL GRPOConfig fields, gradient accumulation)
+LORA_CASES = [
+    ("dapo", [], {}, 1),
+    ("grpo", ["--grpo-loss", "grpo"], dict(loss_type="grpo"), 1),
+    ("bnpo", ["--grpo-loss", "bnpo"], dict(loss_type="bnpo"), 1),
+    ("dr_grpo", ["--grpo-loss", "dr_grpo", "--max-completion-length", str(MAX_COMPLETION)],
+     dict(loss_type="dr_grpo"), 1),
+    ("GSPO (sequence-level weights, loss grpo)", ["--grpo-loss", "grpo", "--importance-sampling", "sequence"],
+     dict(loss_type="grpo", importance_sampling_level="sequence"), 1),
+    ("scale_rewards none", ["--scale-rewards", "none"], dict(scale_rewards="none"), 1),
+    ("beta 0.04 (KL against the base model)", ["--beta", "0.04"], dict(beta=0.04), 1),
+    ("dapo over 2 accumulated micro-batches", [], {}, 2),
+]
+
+
+def lora_runs(sdc, sdrun, tmp, onnx_path, tok):
+    import torch
+    import export_hf
+    plans = {}
+    for i, (name, flags, config, accum) in enumerate(LORA_CASES):
+        d = os.path.join(tmp, f"lora_{i}")
+        os.makedirs(d)
+        plan, data = os.path.join(d, "plan.sdp"), os.path.join(d, "groups.jsonl")
+        compile_plan(sdc, onnx_path, plan, flags)
+        plans[name] = plan
+        gs = groups(10 + i, PROMPTS * STEPS * accum)
+        write_lines(data, gs)
+        torch.manual_seed(7)
+        tr = trl_trainer(export_hf.build("llama", 0).double(), tok, gs, accum=accum, **config)
+        init, trained = os.path.join(d, "init"), os.path.join(d, "trained")
+        save_f32(tr.model, init)
+        tr.train()
+        want = trl_losses(tr)
+        extra = ["--adapter", init, "--save-adapter", trained] + (["--grad-accum", str(accum)] if accum > 1 else [])
+        losses = sdrun_train(sdrun, plan, data, d, "train", extra)
+        gap, n = adapter_gap(tr.model, trained)
+        # With the importance weight 1, loss type grpo's loss is each group's mean of -advantage: 0 by
+        # construction (its gradient is not). Those runs are held to a zero loss, the others to TRL's.
+        zero = bool(want) and max(abs(w) for w in want) < 1e-6
+        losses_ok = (len(losses) == len(want) and max(abs(l) for l in losses) < 1e-6 if zero else
+                     loss_gap(losses, want) <= 1e-4 and len(set(round(l, 6) for l in losses)) > 1)
+        check(f"LoRA, {name}: {STEPS} steps give TRL GRPOTrainer's losses{' (0)' if zero else ''} and all {n} "
+              f"adapter tensors (1e-4)", losses_ok and gap <= 1e-4,
+              f"losses {[round(l, 6) for l in losses]} vs TRL {[round(l, 6) for l in want]}, "
+              f"loss gap {loss_gap(losses, want):.1e}, tensor gap {gap:.1e}")
+        if i == 0:
+            text = os.path.join(d, "groups_text.jsonl")
+            write_lines(text, gs, text=True)
+            text_losses = sdrun_train(sdrun, plan, text, d, "text",
+                                      ["--adapter", init, "--tokenizer", os.path.join(tmp, "tokenizer")])
+            check("text lines (prompt, completions) through --tokenizer train as the tokenized lines do",
+                  loss_gap(text_losses, losses) <= 1e-6, f"{text_losses} vs {losses}")
+    return plans
+
+
+def full_run(sdc, sdrun, tmp, onnx_path, tok):
+    import torch
+    import export_hf
+    d = os.path.join(tmp, "full")
+    os.makedirs(d)
+    plan, data, weights = (os.path.join(d, n) for n in ("plan.sdp", "groups.jsonl", "weights.safetensors"))
+    compile_plan(sdc, onnx_path, plan, [], peft=False)
+    gs = groups(3, PROMPTS * STEPS)
+    write_lines(data, gs)
+    torch.manual_seed(7)
+    tr = trl_trainer(export_hf.build("llama", 0).double(), tok, gs, peft=False)
+    tr.train()
+    want = trl_losses(tr)
+    losses = sdrun_train(sdrun, plan, data, d, "train", ["--save-weights", weights])
+    gap, count = weights_gap(onnx_path, weights, tr.model)
+    check(f"full fine-tuning (dapo): {STEPS} steps give TRL's losses and all {count} weights (1e-4)",
+          loss_gap(losses, want) <= 1e-4 and gap <= 1e-4 and count >= 10,
+          f"losses {losses} vs TRL {want}, weight gap {gap:.1e}")
+
+
+def refusals(sdc, sdrun, tmp, onnx_path, plan):
+    d = os.path.join(tmp, "bad")
+    os.makedirs(d)
+
+    def data(name, line):
+        p = os.path.join(d, name)
+        with open(p, "w") as f:
+            f.write(json.dumps(line) + "\n")
+        return p
+
+    sft_plan = os.path.join(d, "sft.sdp")
+    sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--shapes", f"input_ids=2x{SEQ}",
+        "-o", sft_plan])
+    group = {"prompt_ids": [1, 2], "completion_ids": [[3], [4, 5], [6], [7]], "rewards": [1, 0, 0.5, 0]}
+    compile_cmd = [sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj"]
+    out = ["-o", os.path.join(d, "p.sdp")]
+    cases = [
+        ("an SFT line on a GRPO plan", [sdrun, "train", plan, "--data", data("sft.jsonl", {"input_ids": [1, 2, 3]})],
+         ["sft.jsonl:1", "'input_ids' is not a field of GRPO data"]),
+        ("a group on an SFT plan", [sdrun, "train", sft_plan, "--data", data("group.jsonl", group)],
+         ["group.jsonl:1", "--recipe grpo"]),
+        ("a group of 3 on a plan of 4", [sdrun, "train", plan, "--data",
+                                        data("three.jsonl", dict(group, completion_ids=[[3], [4], [5]]))],
+         ["three.jsonl:1", "--num-generations 4 completions, it has 3"]),
+        ("rewards that do not match", [sdrun, "train", plan, "--data", data("rew.jsonl", dict(group, rewards=[1, 2]))],
+         ["rew.jsonl:1", "'rewards' must list 4 numbers"]),
+        ("a reward that is not a number", [sdrun, "train", plan, "--data",
+                                          data("nan.jsonl", dict(group, rewards=[1, "x", 0, 0]))],
+         ["nan.jsonl:1", "'rewards'[1] is not a finite number"]),
+        ("no rewards", [sdrun, "train", plan, "--data",
+                        data("none.jsonl", {"prompt_ids": [1], "completion_ids": group["completion_ids"]})],
+         ["none.jsonl:1", "needs 'rewards'"]),
+        ("an empty completion", [sdrun, "train", plan, "--data",
+                                 data("empty.jsonl", dict(group, completion_ids=[[3], [], [4], [5]]))],
+         ["empty.jsonl:1", "completion_ids[1] has no tokens"]),
+        ("an id outside the vocabulary", [sdrun, "train", plan, "--data",
+                                          data("vocab.jsonl", dict(group, completion_ids=[[3], [999], [4], [5]]))],
+         ["vocab.jsonl:1", "'completion_ids[1]'[0] = 999"]),
+        ("--batch above the plan's groups", [sdrun, "train", plan, "--data", data("ok.jsonl", group), "--batch",
+                                             str(PROMPTS + 1)], [f"plan's batch {PROMPTS} groups"]),
+        ("rows that split a group", [*compile_cmd, "--recipe", "grpo", "--num-generations", "4", "--shapes",
+                                     f"input_ids=6x{SEQ}", *out], ["a multiple of 4"]),
+        ("--num-generations 1", [*compile_cmd, "--recipe", "grpo", "--num-generations", "1", *out],
+         ["--num-generations needs an integer from 2"]),
+        ("--num-generations without grpo", [*compile_cmd, "--recipe", "dpo", "--num-generations", "4", *out],
+         ["--num-generations needs --recipe grpo"]),
+        ("--grpo-loss other", [*compile_cmd, "--recipe", "grpo", "--grpo-loss", "sigmoid", *out],
+         ["--grpo-loss takes 'dapo', 'grpo', 'bnpo' or 'dr_grpo'"]),
+        ("--scale-rewards batch", [*compile_cmd, "--recipe", "grpo", "--scale-rewards", "batch", *out],
+         ["--scale-rewards takes 'group' or 'none'", "whole generation batch"]),
+        ("--lora-dropout", [*compile_cmd, "--recipe", "grpo", "--lora-dropout", "0.1", *out], ["disable_dropout"]),
+    ]
+    for name, cmd, needles in cases:
+        problems, line = clean_error_problems(cmd, needles, no_files=[os.path.join(d, "p.sdp")])
+        check(f"refused: {name}", not problems, "; ".join(problems) or line)
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    import export_hf
+    torch.set_num_threads(2)
+    warnings.filterwarnings("ignore")
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    tmp = tempfile.mkdtemp(prefix="sd_grpo_")
+    try:
+        tok = tokenizer(os.path.join(tmp, "tokenizer"))
+        onnx_path = os.path.join(tmp, "llama.onnx")
+        export_hf.export(export_hf.build("llama", 0), onnx_path, opset=17, batch=G * PROMPTS, seq=SEQ)
+        plans = {}
+        for part in ("lora", "full", "refusals"):
+            try:
+                if part == "lora":
+                    plans = lora_runs(sdc, sdrun, tmp, onnx_path, tok)
+                elif part == "full":
+                    full_run(sdc, sdrun, tmp, onnx_path, tok)
+                else:
+                    refusals(sdc, sdrun, tmp, onnx_path, plans["dapo"])
+            except Exception as e:  # one failing part must not hide the others
+                check(f"{part} runs", False, f"{type(e).__name__}: {str(e)[-600:]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("test_grpo")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
