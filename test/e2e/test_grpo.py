@@ -21,6 +21,8 @@ padding of prompts moves no position.
   text        text lines (prompt, completions through --tokenizer) train as
               the tokenized lines do
   full        full fine-tuning: losses and every trained weight equal TRL's
+  ranks       two MPI ranks of one group each (the KL term on) train as one
+              rank of both groups does
   refusals    bad data lines, mismatched plans and flags: one-line errors
 """
 import json
@@ -125,10 +127,10 @@ def trl_losses(tr):
     return [h["loss"] for h in tr.state.log_history if "loss" in h and "train_loss" not in h]
 
 
-def sdrun_train(sdrun, plan, data, d, tag, extra=()):
+def sdrun_train(sdrun, plan, data, d, tag, extra=(), launcher=(), threads=2):
     metrics = os.path.join(d, f"{tag}.jsonl")
-    sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
-        "--lr-schedule", "constant", "--clip-norm", "1.0", "--threads", "2", "--metrics", metrics, *extra])
+    sh([*launcher, sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
+        "--lr-schedule", "constant", "--clip-norm", "1.0", "--threads", str(threads), "--metrics", metrics, *extra])
     return [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l and '"eval' not in l]
 
 
@@ -214,6 +216,33 @@ def full_run(sdc, sdrun, tmp, onnx_path, tok):
           f"losses {losses} vs TRL {want}, weight gap {gap:.1e}")
 
 
+def ranks_run(sdc, sdrun, tmp, onnx_path):
+    """Data parallel: each rank holds whole groups, so two ranks of one group
+    equal one rank of two (dapo's token count and the KL term's reference
+    copies taken over both)."""
+    from safetensors.numpy import load_file
+    from test_ranks import MPIRUN, mpirun
+    if not MPIRUN:
+        check("ranks: mpirun is installed (Debian's openmpi-bin, scripts/install-deps.sh)", False, "not found")
+        return
+    d = os.path.join(tmp, "ranks")
+    os.makedirs(d)
+    data = os.path.join(d, "groups.jsonl")
+    write_lines(data, groups(5, PROMPTS * STEPS))
+    one, two = os.path.join(d, "one.sdp"), os.path.join(d, "two.sdp")
+    compile_plan(sdc, onnx_path, one, ["--beta", "0.04"])
+    compile_plan(sdc, onnx_path, two, ["--beta", "0.04"], rows=G)
+    losses, adapters = [], []
+    for tag, launcher, plan in (("one", [], one), ("two", mpirun(2), two)):
+        adapter = os.path.join(d, tag)
+        losses.append(sdrun_train(sdrun, plan, data, d, tag, ["--save-adapter", adapter], launcher, threads=1))
+        adapters.append(load_file(os.path.join(adapter, "adapter_model.safetensors")))
+    gap = max(float(np.abs(adapters[0][k] - adapters[1][k]).max() / np.abs(adapters[0][k]).max()) for k in adapters[0])
+    check("two ranks of one group each equal one rank of both (beta 0.04): losses and adapter (1e-5)",
+          loss_gap(losses[1], losses[0]) <= 1e-5 and gap <= 1e-5 and set(adapters[0]) == set(adapters[1]),
+          f"losses {losses[1]} vs {losses[0]}, adapter gap {gap:.1e}")
+
+
 def refusals(sdc, sdrun, tmp, onnx_path, plan):
     d = os.path.join(tmp, "bad")
     os.makedirs(d)
@@ -284,12 +313,14 @@ def main():
         onnx_path = os.path.join(tmp, "llama.onnx")
         export_hf.export(export_hf.build("llama", 0), onnx_path, opset=17, batch=G * PROMPTS, seq=SEQ)
         plans = {}
-        for part in ("lora", "full", "refusals"):
+        for part in ("lora", "full", "ranks", "refusals"):
             try:
                 if part == "lora":
                     plans = lora_runs(sdc, sdrun, tmp, onnx_path, tok)
                 elif part == "full":
                     full_run(sdc, sdrun, tmp, onnx_path, tok)
+                elif part == "ranks":
+                    ranks_run(sdc, sdrun, tmp, onnx_path)
                 else:
                     refusals(sdc, sdrun, tmp, onnx_path, plans["dapo"])
             except Exception as e:  # one failing part must not hide the others
