@@ -325,6 +325,33 @@ StatusOr<Example> parseGroupLine(const Json &j, const std::string &where, const 
   return ex;
 }
 
+// A prompt to sample a group from (sdrun train --reward-cmd): `prompt` text
+// (the tokenizer's specials from its post-processor, no EOS) or `prompt_ids`.
+StatusOr<Example> parsePromptLine(const Json &j, const std::string &where, const DatasetOptions &opts) {
+  for (const auto &[key, v] : j.obj)
+    if (key != "prompt" && key != "prompt_ids")
+      return sdError(where, ": '", key, "' is not a field of a prompt line: with --reward-cmd each line is a prompt, ",
+                     "{\"prompt\": TEXT} or {\"prompt_ids\": [...]}, whose completions the plan samples");
+  const Json *text = j.get("prompt"), *ids = j.get("prompt_ids");
+  if (!text == !ids) return sdError(where, ": a prompt line needs 'prompt' or 'prompt_ids' (one of them)");
+  Example ex;
+  if (ids) {
+    SD_RETURN_IF_ERROR(readIds(*ids, "prompt_ids", opts.vocab, false, ex.ids).withContext(where + ": "));
+  } else {
+    if (text->type != Json::Type::String) return sdError(where, ": 'prompt' must be a string");
+    SD_RETURN_IF_ERROR(encodeText(text->str, withSpecials(true), opts, ex.ids).withContext(where + ": "));
+  }
+  if (ex.ids.empty()) return sdError(where, ": the prompt has no tokens");
+  if (int64_t(ex.ids.size()) >= opts.maxLength) { // a completion needs at least one token of the row
+    if (!opts.truncate)
+      return sdError(where, ": the prompt of ", ex.ids.size(), " tokens leaves no room for a completion in the plan's ",
+                     opts.maxLength, "-token rows; use --truncate or compile longer rows");
+    ex.ids.resize(size_t(opts.maxLength - 1));
+  }
+  ex.labels = ex.ids;
+  return ex;
+}
+
 } // namespace
 
 StatusOr<Example> parseDataLine(const std::string &line, const std::string &where, const DatasetOptions &opts) {
@@ -334,6 +361,7 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   if (j.type != Json::Type::Object) return sdError(where, ": expected a JSON object");
   if (opts.numLabels > 0) return parseClassifyLine(j, where, opts);
   if (opts.unpaired) return parseUnpairedLine(j, where, opts);
+  if (opts.promptsOnly) return parsePromptLine(j, where, opts);
   if (opts.groupSize) return parseGroupLine(j, where, opts);
   if (opts.pairs) return parsePairLine(j, where, opts);
   for (const char *pairField : {"chosen", "rejected", "chosen_ids", "rejected_ids"})

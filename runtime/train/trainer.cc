@@ -307,10 +307,18 @@ struct Trainer::Impl {
   struct LaunchedStep {
     int64_t number = 0, epoch = 0; // epoch: the data cursor's after the step's micro-batches
     double lr = 0;
+    double rewardSum = 0, rewards = 0; // sampled GRPO groups: this rank's
     std::chrono::steady_clock::time_point launched;
   };
   std::deque<LaunchedStep> launched;
   std::chrono::steady_clock::time_point lastReport; // when runStep last returned a report
+
+  // GRPO groups sampled each step (TrainConfig::rollout): the reward
+  // command, and the step's groups, which its micro-batches' rows point into.
+  std::unique_ptr<RewardCommand> reward;
+  std::vector<Example> sampled;
+  bool samples() const { return !config.rollout.rewardCommand.empty(); }
+  Status sampleStep(std::vector<Rows> &micro, LaunchedStep &ls);
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
   Status launchStep();
@@ -347,8 +355,7 @@ int Trainer::rank() const { return impl_->rank; }
 int Trainer::worldSize() const { return impl_->world; }
 int64_t Trainer::rowsPerRank() const { return impl_->batch; }
 bool Trainer::countsExamples() const {
-  return impl_->entries.numLabels > 0 || impl_->entries.pairs || impl_->entries.groupSize ||
-         !impl_->entries.tensorInputs.empty();
+  return impl_->entries.numLabels > 0 || impl_->entries.pairs || !impl_->entries.tensorInputs.empty();
 }
 int64_t Trainer::step() const { return impl_->step; }
 int64_t Trainer::totalSteps() const { return impl_->total; }
@@ -383,6 +390,14 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   dopts.pairs = pe.pairs;
   dopts.unpaired = pe.unpaired;
   dopts.groupSize = pe.groupSize;
+  DatasetOptions evalOpts = dopts; // eval data is scored groups either way
+  if (im->samples()) {
+    if (!pe.groupSize)
+      return sdError("--reward-cmd scores completions the plan samples: it needs a GRPO plan (sdc compile --recipe "
+                     "grpo --kv-cache MAX_LENGTH)");
+    dopts.promptsOnly = true;
+    im->config.runAhead = TrainConfig::RunAhead::Never; // each step samples with the weights the last one left
+  }
   if (tensorData && !o.tokenizerPath.empty())
     return sdError("--tokenizer: this plan computes its own loss from tensors, it takes no text");
   if (!o.tokenizerPath.empty()) {
@@ -416,7 +431,7 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
     if (!data.isOk()) return data.status();
     im->data = std::move(data.value());
     if (!o.evalPath.empty()) {
-      auto ev = loadJsonl(o.evalPath, dopts);
+      auto ev = loadJsonl(o.evalPath, evalOpts);
       if (!ev.isOk()) return ev.status();
       im->evalData = std::move(ev.value());
     }
@@ -458,6 +473,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
       state[0] = int64_t(o.seed);
       SD_RETURN_IF_ERROR(session.writeGlobal(size_t(rng), state.data(), g.bytes));
     }
+  }
+  if (im->samples()) {
+    auto reward = RewardCommand::start(o.rollout.rewardCommand, o.rollout.rewardTimeoutSeconds);
+    if (!reward.isOk()) return reward.status();
+    im->reward = std::move(reward.value());
   }
   im->seq = pe.buckets.back().seq;
   im->cursor = DataCursor{&im->data, o.shuffle, o.seed, 0, 0, {}};
@@ -588,6 +608,30 @@ bool Trainer::Impl::hookAfter(int64_t n) const {
   return n >= total || config.verifyReplicas || evalAfter(n) || checkpointAfter(n);
 }
 
+// The step's groups: each prompt of its micro-batches sampled (every
+// micro-batch with the weights the step starts from, as TRL generates a
+// whole accumulation window at once) and scored; the rows then point at
+// them. Seeded by the run's seed, the step and the rank, so a resumed run
+// samples what the straight one did.
+Status Trainer::Impl::sampleStep(std::vector<Rows> &micros, LaunchedStep &ls) {
+  size_t count = 0;
+  for (const Rows &rows : micros)
+    for (const auto &row : rows) count += row.size();
+  sampled.clear();
+  sampled.reserve(count); // the rows point into it
+  for (Rows &rows : micros)
+    for (auto &row : rows)
+      for (const Example *&e : row) {
+        sampled.push_back(*e);
+        e = &sampled.back();
+      }
+  uint64_t seed = config.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(ls.number) << 20) ^ uint64_t(rank);
+  SD_RETURN_IF_ERROR(sampleGroups(session, config.rollout, seed, entries.groupSize, seq, tokenizer.get(), *reward,
+                                  sampled, ls.rewardSum));
+  ls.rewards = double(sampled.size() * size_t(entries.groupSize));
+  return Status::ok();
+}
+
 // Queues the micro-batches of the step after the last launched one.
 Status Trainer::Impl::launchStep() {
   const TrainConfig &o = config;
@@ -598,8 +642,12 @@ Status Trainer::Impl::launchStep() {
   HostTensor lrT = scalar(abi::kLr, float(ls.lr)), wdT = scalar(abi::kWeightDecay, float(o.weightDecay)),
              clipT = scalar(abi::kMaxGradNorm, float(o.clipNorm));
   const std::string where = "step " + std::to_string(ls.number) + ": ";
+  std::vector<Rows> micros;
+  for (int64_t micro = 0; micro < o.gradAccum; ++micro)
+    micros.push_back(localRows(cursor.next(batch * world, seq, entries.packed)));
+  if (samples()) SD_RETURN_IF_ERROR(sampleStep(micros, ls).withContext(where));
   for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
-    Rows rows = localRows(cursor.next(batch * world, seq, entries.packed));
+    const Rows &rows = micros[size_t(micro)];
     const Bucket *b = bucketFor(entries, rows);
     FedBatch fed(entries, tensors, rows, *b);
     std::map<std::string, const HostTensor *> in = fed.inputs();
@@ -637,10 +685,11 @@ Status Trainer::Impl::collectStep(StepReport &r) {
     r.tokens += scalarOut(outs, abi::kTokens);
   }
   r.gradNorm = scalarOut(outs, abi::kGradNorm); // the last micro-batch is the optimizer step
-  double sums[2] = {lossSum, r.tokens};          // over the ranks: the global batch's loss
-  SD_RETURN_IF_ERROR(sumOverRanks(comm, sums, 2).withContext(where));
+  double sums[4] = {lossSum, r.tokens, ls.rewardSum, ls.rewards}; // over the ranks: the global batch's
+  SD_RETURN_IF_ERROR(sumOverRanks(comm, sums, 4).withContext(where));
   r.tokens = sums[1];
   r.loss = sums[0] / std::max(r.tokens, 1.0);
+  if (samples() && sums[3] > 0) r.meanReward = sums[2] / sums[3];
   // A plan with its own loss counts one "token" per micro-batch (its loss is
   // already a mean); the step's rate counts its examples instead.
   if (!entries.tensorInputs.empty()) r.tokens = double(batch * world * config.gradAccum);

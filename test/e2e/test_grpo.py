@@ -23,6 +23,13 @@ padding of prompts moves no position.
   full        full fine-tuning: losses and every trained weight equal TRL's
   ranks       two MPI ranks of one group each (the KL term on) train as one
               rank of both groups does
+  sampling    sdrun train --reward-cmd samples each step's groups with the
+              plan (--kv-cache) and scores them with a command: training on
+              the groups it sampled and the rewards it was given, as data
+              lines, gives the same losses and adapter bit for bit; a run
+              resumed from a checkpoint samples and trains as the straight
+              one; full fine-tuning on a reward for low token ids raises the
+              mean reward; a broken reward command or plan is a one-line error
   refusals    bad data lines, mismatched plans and flags: one-line errors
 """
 import json
@@ -243,6 +250,104 @@ def ranks_run(sdc, sdrun, tmp, onnx_path):
           f"losses {losses[1]} vs {losses[0]}, adapter gap {gap:.1e}")
 
 
+REWARD_SCRIPT = """import json, sys
+log = open(sys.argv[1], "a") if len(sys.argv) > 1 else None
+for line in sys.stdin:
+    request = json.loads(line)
+    ids = request["completion_ids"]
+    reward = sum(1 for t in ids if t < 64) / len(ids)
+    if log:
+        log.write(json.dumps(dict(request, reward=reward)) + "\\n")
+        log.flush()
+    print(reward, flush=True)
+"""
+
+
+def sampling_runs(sdc, sdrun, tmp, onnx_path):
+    """GRPO sampling its own groups: the sampled groups replayed as data, resume, learning."""
+    import numpy as np
+    from safetensors.numpy import load_file
+    d = os.path.join(tmp, "sampling")
+    os.makedirs(d)
+    script = os.path.join(d, "reward.py")
+    with open(script, "w") as f:
+        f.write(REWARD_SCRIPT)
+    rng = np.random.default_rng(9)
+    prompts = os.path.join(d, "prompts.jsonl")
+    with open(prompts, "w") as f:
+        for _ in range(PROMPTS * 6):
+            f.write(json.dumps({"prompt_ids": [int(t) for t in rng.integers(1, 254, PROMPT_LEN)]}) + "\n")
+    plan = os.path.join(d, "plan.sdp")
+    compile_plan(sdc, onnx_path, plan, ["--kv-cache", str(SEQ), "--kv-batch", str(G)])
+    log = os.path.join(d, "scored.jsonl")
+    reward = lambda logged=True: f"{sys.executable} {script}" + (f" {log}" if logged else "")
+    sampled = ["--reward-cmd", reward(), "--max-new-tokens", "6", "--seed", "5"]
+    losses = sdrun_train(sdrun, plan, prompts, d, "online", sampled + ["--save-adapter", os.path.join(d, "online")])
+    rewards = [json.loads(l)["reward"] for l in open(os.path.join(d, "online.jsonl")) if '"reward"' in l]
+    requests = [json.loads(l) for l in open(log)]
+    # The log holds each step's completions in row order: groups of G consecutive ones.
+    data = os.path.join(d, "sampled_groups.jsonl")
+    with open(data, "w") as f:
+        for i in range(0, len(requests), G):
+            group = requests[i:i + G]
+            assert all(r["prompt_ids"] == group[0]["prompt_ids"] for r in group)
+            f.write(json.dumps({"prompt_ids": group[0]["prompt_ids"], "completion_ids": [r["completion_ids"] for r in group],
+                                "rewards": [r["reward"] for r in group]}) + "\n")
+    replayed = sdrun_train(sdrun, plan, data, d, "replayed", ["--save-adapter", os.path.join(d, "replayed")])
+    a, b = (load_file(os.path.join(d, n, "adapter_model.safetensors")) for n in ("online", "replayed"))
+    same = set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    check(f"--reward-cmd: {STEPS} steps of sampled and scored groups ({len(requests)} completions) train as those "
+          "groups and rewards given as data lines: losses and adapter bit for bit",
+          len(requests) == STEPS * PROMPTS * G and losses == replayed and same and len(rewards) == STEPS,
+          f"losses {losses} vs {replayed}, adapters equal: {same}, {len(requests)} completions, rewards {rewards}")
+    # Resume: each step's sampling is seeded by the step, so a resumed run samples what the straight one did.
+    ck = os.path.join(d, "ck")
+    sampled = ["--reward-cmd", reward(False), "--max-new-tokens", "6", "--seed", "5"]
+    sh([sdrun, "train", plan, "--data", prompts, "--steps", "2", "--no-shuffle", "--lr", str(LR), "--lr-schedule",
+        "constant", "--clip-norm", "1.0", "--threads", "2", "--checkpoint-dir", ck, *sampled])
+    resumed = sdrun_train(sdrun, plan, prompts, d, "resumed", sampled + ["--checkpoint-dir", ck, "--resume",
+                                                                         "--save-adapter", os.path.join(d, "resumed")])
+    c = load_file(os.path.join(d, "resumed", "adapter_model.safetensors"))
+    same = set(a) == set(c) and all(np.array_equal(a[k], c[k]) for k in a)
+    check("--reward-cmd: a run resumed from step 2's checkpoint samples and trains as the straight run",
+          resumed == losses[2:] and same, f"resumed {resumed} vs {losses[2:]}, adapters equal: {same}")
+    # Learning: full fine-tuning on the fraction of completion ids below 64 (a quarter at random).
+    full = os.path.join(d, "full.sdp")
+    compile_plan(sdc, onnx_path, full, ["--kv-cache", str(SEQ), "--kv-batch", str(G)], peft=False)
+    metrics = os.path.join(d, "learn.jsonl")
+    sh([sdrun, "train", full, "--data", prompts, "--steps", "30", "--lr", "1e-2", "--threads", "2", "--metrics",
+        metrics, "--reward-cmd", reward(False), "--max-new-tokens", "6", "--seed", "1"])
+    rewards = [json.loads(l)["reward"] for l in open(metrics) if '"reward"' in l]
+    first, last = sum(rewards[:5]) / 5, sum(rewards[-5:]) / 5
+    check("--reward-cmd: 30 steps of full fine-tuning raise the mean reward (the first 5 steps' mean vs the last 5's, "
+          "at least +0.3)", len(rewards) == 30 and last >= first + 0.3, f"{first:.3f} -> {last:.3f}: {rewards}")
+    # Refusals.
+    no_cache = os.path.join(d, "no_cache.sdp")
+    compile_plan(sdc, onnx_path, no_cache, [])
+    scored = os.path.join(d, "one_group.jsonl")
+    write_lines(scored, groups(1, 1))
+    base = [sdrun, "train", plan, "--data", prompts, "--steps", "1", "--threads", "2"]
+    cases = [
+        ("a reward that is not a number", base + ["--reward-cmd", "while read l; do echo high; done"],
+         ["--reward-cmd", "the reward of completion 1 is not a finite number: 'high'"]),
+        ("a reward command that exits", base + ["--reward-cmd", "read l; exit 3"],
+         ["exited with status 3 before", "completion 1"]),
+        # The shell's own "not found" goes to stderr first (the command's stderr is the user's to read).
+        ("a reward command that is not there", base + ["--reward-cmd", "/nonexistent/score 2>/dev/null"],
+         ["exited with status 127 before", "completion 1"]),
+        ("a silent reward command", base + ["--reward-cmd", "sleep 30", "--reward-timeout", "1"],
+         ["gave no reward for completion 1 within 1 s"]),
+        ("a plan without a key/value cache", [sdrun, "train", no_cache, "--data", prompts, "--steps", "1",
+                                              "--reward-cmd", reward(False)], ["compile it with --kv-cache"]),
+        ("scored groups as prompts", base + ["--data", scored, "--reward-cmd", reward(False)],
+         ["one_group.jsonl:1", "is not a field of a prompt line"]),
+        ("--temperature without --reward-cmd", base + ["--temperature", "0.7"], ["--temperature", "needs --reward-cmd"]),
+    ]
+    for name, cmd, needles in cases:
+        problems, line = clean_error_problems(cmd, needles)
+        check(f"refused: {name}", not problems, "; ".join(problems) or line)
+
+
 def refusals(sdc, sdrun, tmp, onnx_path, plan):
     d = os.path.join(tmp, "bad")
     os.makedirs(d)
@@ -313,7 +418,7 @@ def main():
         onnx_path = os.path.join(tmp, "llama.onnx")
         export_hf.export(export_hf.build("llama", 0), onnx_path, opset=17, batch=G * PROMPTS, seq=SEQ)
         plans = {}
-        for part in ("lora", "full", "ranks", "refusals"):
+        for part in ("lora", "full", "ranks", "sampling", "refusals"):
             try:
                 if part == "lora":
                     plans = lora_runs(sdc, sdrun, tmp, onnx_path, tok)
@@ -321,6 +426,8 @@ def main():
                     full_run(sdc, sdrun, tmp, onnx_path, tok)
                 elif part == "ranks":
                     ranks_run(sdc, sdrun, tmp, onnx_path)
+                elif part == "sampling":
+                    sampling_runs(sdc, sdrun, tmp, onnx_path)
                 else:
                     refusals(sdc, sdrun, tmp, onnx_path, plans["dapo"])
             except Exception as e:  # one failing part must not hide the others

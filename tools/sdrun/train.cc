@@ -55,7 +55,11 @@ const char *kTrainUsage =
     "A KTO plan (--recipe kto) trains on unpaired examples: {\"prompt\": ..., \"completion\": ...,\n"
     "\"label\": true|false} (true: desirable), or {\"prompt_ids\", \"completion_ids\", \"label\"}; each\n"
     "example fills two rows (itself, and its prompt with the previous example's completion for\n"
-    "the KL estimate), and --batch counts examples.\n"
+    "the KL estimate), and --batch counts examples.\n"    "A GRPO plan (--recipe grpo) trains on groups of scored completions: {\"prompt\": ...,\n"
+    "\"completions\": [...], \"rewards\": [...]} or {\"prompt_ids\", \"completion_ids\", \"rewards\"};\n"
+    "each completion fills a row, and --batch counts prompts. With --reward-cmd the data\n"
+    "holds prompts ({\"prompt\": ...} or {\"prompt_ids\": [...]}) and each step samples their\n"
+    "completions with the plan itself (compiled with --kv-cache) and scores them.\n"
     "\n"
     "options:\n"
     "  --steps N              optimizer steps (default: --epochs worth)\n"
@@ -92,6 +96,13 @@ const char *kTrainUsage =
     "  --no-cpu-fallback      refuse a plan with a step the GPU has no kernel for (default: it runs the CPU's)\n"
     "  --cpu-ops OP,...       on a GPU, run these ops' steps with the CPU's kernel too (copies each way),\n"
     "                         to check a GPU kernel against the CPU's\n"
+    "  --reward-cmd CMD       GRPO: sample each step's groups with the plan and score them with\n"
+    "                         `sh -c CMD`, started once: for each completion it reads a JSON line\n"
+    "                         {\"prompt\", \"completion\", \"prompt_ids\", \"completion_ids\"} and writes\n"
+    "                         one line back, the reward (a number; flush after each)\n"
+    "  --temperature T, --top-k K, --top-p P  --reward-cmd's sampling (1, 0: all, 1: TRL's)\n"
+    "  --max-new-tokens N     --reward-cmd: the longest completion (default: the rest of the row)\n"
+    "  --reward-timeout SECONDS  how long --reward-cmd may take for one completion (600)\n"
     "  --comm-timeout SECONDS ranks on GPUs (NCCL): how long the start waits for every rank, and\n"
     "                         how long one step may run before its collectives are aborted (300)\n"
     "\n"
@@ -152,11 +163,13 @@ public:
       if (r.lossScale > 0)
         std::snprintf(scaling, sizeof scaling, ",\"loss_scale\":%.8g,\"skipped\":%s", r.lossScale,
                       r.skipped ? "true" : "false");
+      char reward[48] = "";
+      if (std::isfinite(r.meanReward)) std::snprintf(reward, sizeof reward, ",\"reward\":%.8g", r.meanReward);
       std::fprintf(metrics_,
                    "{\"step\":%lld,\"epoch\":%lld,\"loss\":%.8g,\"lr\":%.8g,\"grad_norm\":%s,\"tokens\":%.0f,"
-                   "\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f%s}\n",
+                   "\"tokens_per_s\":%.1f,\"elapsed_s\":%.3f%s%s}\n",
                    (long long)r.step, (long long)r.epoch, r.loss, r.lr, norm, r.tokens, r.tokens / r.seconds,
-                   r.elapsedSeconds, scaling);
+                   r.elapsedSeconds, scaling, reward);
       SD_RETURN_IF_ERROR(flushMetrics());
     }
     int64_t done = r.step - firstStep, left = r.total - r.step;
@@ -168,8 +181,10 @@ public:
                    std::string(size_t(width - filled), '.').c_str(), r.loss, r.tokens / r.seconds, unit_,
                    formatDuration(eta).c_str());
     } else if (r.step == r.total || r.step % std::max<int64_t>(1, r.total / 10) == 0) {
-      std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g %.0f %s elapsed %s\n", (long long)r.step,
+      std::fprintf(stderr, "step %lld/%lld loss %.4f lr %.3g %.0f %s elapsed %s", (long long)r.step,
                    (long long)r.total, r.loss, r.lr, r.tokens / r.seconds, unit_, formatDuration(r.elapsedSeconds).c_str());
+      if (std::isfinite(r.meanReward)) std::fprintf(stderr, " reward %.4f", r.meanReward);
+      std::fputc('\n', stderr);
     }
     skipped_ += r.skipped;
     lossScale_ = r.lossScale;
@@ -265,7 +280,8 @@ int trainCommand(const std::vector<std::string> &args) {
                   {"--data", "--steps", "--epochs", "--batch", "--grad-accum", "--lr", "--lr-schedule",
                    "--warmup-steps", "--weight-decay", "--clip-norm", "--seed", "--eval-data", "--eval-every",
                    "--checkpoint-dir", "--checkpoint-every", "--save-weights", "--metrics", "--threads", "--device",
-                   "--profile", "--comm-timeout",
+                   "--profile", "--comm-timeout", "--reward-cmd", "--temperature", "--top-k", "--top-p",
+                   "--max-new-tokens", "--reward-timeout",
                    "--adapter", "--save-adapter", "--tokenizer", "--cpu-ops"},
                   f, err, {"--no-shuffle", "--truncate", "--resume", "--no-cuda-graphs", "--no-cpu-fallback", "--verify-replicas",
                       "--sync-steps"})) {
@@ -305,8 +321,18 @@ int trainCommand(const std::vector<std::string> &args) {
       !numberFlag(f, "--lr", 1e-4, 0, 1e3, o.schedule.peak, err) ||
       !numberFlag(f, "--weight-decay", 0, 0, 1e3, o.weightDecay, err) ||
       !numberFlag(f, "--clip-norm", 0, 0, 1e12, o.clipNorm, err) ||
-      !numberFlag(f, "--comm-timeout", 300, 1, 1e6, worldOpts.commTimeoutSeconds, err))
+      !numberFlag(f, "--comm-timeout", 300, 1, 1e6, worldOpts.commTimeoutSeconds, err) ||
+      !numberFlag(f, "--temperature", 1.0, 0, 100, o.rollout.temperature, err) ||
+      !intFlag(f, "--top-k", 0, 0, 1 << 20, o.rollout.topK, err) ||
+      !numberFlag(f, "--top-p", 1.0, 1e-9, 1.0, o.rollout.topP, err) ||
+      !intFlag(f, "--max-new-tokens", 0, 1, 1 << 20, o.rollout.maxNewTokens, err) ||
+      !numberFlag(f, "--reward-timeout", 600, 0.001, 1e6, o.rollout.rewardTimeoutSeconds, err))
     return fail(err);
+  o.rollout.rewardCommand = flagValue(f, "--reward-cmd");
+  if (hasFlag(f, "--reward-cmd") && o.rollout.rewardCommand.empty()) return fail("--reward-cmd needs a command");
+  for (const char *sampling : {"--temperature", "--top-k", "--top-p", "--max-new-tokens", "--reward-timeout"})
+    if (hasFlag(f, sampling) && !hasFlag(f, "--reward-cmd"))
+      return fail(std::string(sampling) + " is for sampling GRPO groups: it needs --reward-cmd CMD");
   o.seed = uint64_t(seed);
   auto kind = sd::train::parseScheduleKind(schedule);
   if (!kind.isOk()) return fail("--lr-schedule takes 'constant' or 'cosine', got '" + schedule + "'");

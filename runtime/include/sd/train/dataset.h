@@ -61,6 +61,9 @@ struct DatasetOptions {
   bool unpaired = false;
   // GRPO plans (sdc compile --recipe grpo): each line a prompt's group of this many scored completions.
   int64_t groupSize = 0;
+  // GRPO sampling its own groups (sdrun train --reward-cmd): each line a
+  // prompt, {"prompt": TEXT} or {"prompt_ids": [...]}, held in `ids`.
+  bool promptsOnly = false;
 };
 
 // One data line (not blank); `where` ("FILE:LINE") prefixes errors.

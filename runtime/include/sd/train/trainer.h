@@ -9,8 +9,10 @@
 #include "sd/format/peft.h"
 #include "sd/runtime/session.h"
 #include "sd/train/batching.h"
+#include "sd/train/rollout.h"
 #include "sd/train/schedule.h"
 #include <functional>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -45,6 +47,10 @@ struct TrainConfig {
   // While a step runs ahead, evaluate() and the save calls are refused.
   enum class RunAhead { Never, WhenAsync, Always };
   RunAhead runAhead = RunAhead::Never;
+  // GRPO plans: with a reward command, the data holds prompts and each step
+  // samples its groups with the plan (seeded by seed, step and rank) and
+  // scores them (rollout.h); steps never run ahead then.
+  RolloutOptions rollout;
 };
 
 // What one optimizer step did (and the hooks that ran after it).
@@ -59,6 +65,8 @@ struct StepReport {
   // scale halved; lossScale is the scale after this step (0: no loss scaling).
   bool skipped = false;
   double lossScale = 0;
+  // Sampled GRPO groups (TrainConfig::rollout): the step's mean reward; NaN otherwise.
+  double meanReward = std::numeric_limits<double>::quiet_NaN();
 };
 
 class Trainer {
