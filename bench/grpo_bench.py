@@ -20,6 +20,17 @@ over the completion tokens over their count), the same backward and AdamW:
 PyTorch without TRL's tiled CPU log-probability and entropy kernels. Each peer
 in its own process with the same threads. Median milliseconds per step.
 
+The online step, sampling included: the same 2 prompts' groups sampled with
+the policy (temperature 1, the whole vocabulary, at most 80 new tokens: 79
+and EOS, through a key/value cache), scored by a reward on the completion's
+ids (the fraction below VOCAB / 4), then the step above. sdrun: `sdrun train
+--reward-cmd` on the plan compiled with --kv-cache 128 --kv-batch 8, the
+reward a Python command started once; the median of the per-step times its
+metrics give (elapsed_s differences, the first step left out). TRL:
+GRPOTrainer.train() generating with transformers' generate (use_cache on),
+the reward a Python function; the median of its logged step_time (the first
+step left out).
+
   bench/grpo_bench.py [--build build] [--threads 2] [--iterations 20]
 """
 import json
@@ -45,6 +56,65 @@ def group_lines(seed):
     ids = lambda n: [int(t) for t in rng.integers(0, VOCAB - 2, n)]
     return [{"prompt_ids": ids(PROMPT), "completion_ids": [ids(COMPLETION) + [VOCAB - 1] for _ in range(G)],
              "rewards": [float(r) for r in rng.normal(size=G)]} for _ in range(PROMPTS)]
+
+
+REWARD_SCRIPT = f"""import json, sys
+for line in sys.stdin:
+    ids = json.loads(line)["completion_ids"]
+    print(sum(1 for t in ids if t < {VOCAB // 4}) / len(ids), flush=True)
+"""
+
+
+def online_child(threads, iterations):
+    """TRL's GRPOTrainer.train(), generation and scoring included: the median ms of a step, as JSON."""
+    import statistics
+    import warnings
+    import torch
+    from datasets import Dataset
+    from peft import LoraConfig
+    from trl import GRPOConfig, GRPOTrainer
+    warnings.filterwarnings("ignore")
+    torch.set_num_threads(threads)
+    model = build_model()
+    model.config.use_cache = model.generation_config.use_cache = True
+    prompts = [" ".join(f"w{t}" for t in g["prompt_ids"]) for g in group_lines(1)]
+
+    def reward(completion_ids, **kw):
+        return [sum(1 for t in ids if t < VOCAB // 4) / max(len(ids), 1) for ids in completion_ids]
+
+    with tempfile.TemporaryDirectory() as out:
+        args = GRPOConfig(output_dir=out, per_device_train_batch_size=G * PROMPTS, num_generations=G,
+                          max_completion_length=COMPLETION + 1, max_steps=iterations + 1, logging_steps=1,
+                          report_to="none", use_cpu=True, gradient_checkpointing=False, disable_tqdm=True,
+                          save_strategy="no", temperature=1.0, top_k=0)
+        tr = GRPOTrainer(model=model, args=args, reward_funcs=reward,
+                         train_dataset=Dataset.from_list([{"prompt": p} for p in prompts * (iterations + 1)]),
+                         processing_class=tokenizer(),
+                         peft_config=LoraConfig(r=R, lora_alpha=ALPHA, target_modules=TARGETS, task_type="CAUSAL_LM"))
+        tr.train()
+    times = [h["step_time"] for h in tr.state.log_history if "step_time" in h][1:]
+    print(json.dumps({"median_ms": 1000 * statistics.median(times)}))
+
+
+def sdrun_online_ms(sdc, sdrun, onnx_path, tmp, threads, iterations):
+    """sdrun train --reward-cmd: the median ms of a step, sampling and scoring included."""
+    import statistics
+    plan, prompts, script, metrics = (os.path.join(tmp, n) for n in ("online.sdp", "prompts.jsonl", "reward.py",
+                                                                      "online.jsonl"))
+    subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", "--lora-r", str(R), "--lora-alpha", str(ALPHA),
+                    "--target-modules", ",".join(TARGETS), "--recipe", "grpo", "--num-generations", str(G),
+                    "--kv-cache", str(SEQ), "--kv-batch", str(G * PROMPTS), "--shapes", f"input_ids={G * PROMPTS}x{SEQ}",
+                    "-o", plan], check=True, capture_output=True)
+    with open(prompts, "w") as f:
+        for g in group_lines(1):
+            f.write(json.dumps({"prompt_ids": g["prompt_ids"]}) + "\n")
+    with open(script, "w") as f:
+        f.write(REWARD_SCRIPT)
+    subprocess.run([sdrun, "train", plan, "--data", prompts, "--steps", str(iterations + 1), "--threads", str(threads),
+                    "--reward-cmd", f"{sys.executable} {script}", "--max-new-tokens", str(COMPLETION + 1),
+                    "--metrics", metrics, "--lr", "1e-4"], check=True, capture_output=True)
+    elapsed = [json.loads(l)["elapsed_s"] for l in open(metrics) if '"elapsed_s"' in l]
+    return 1000 * statistics.median(b - a for a, b in zip(elapsed, elapsed[1:]))
 
 
 def trl_child(peer, threads, iterations):
@@ -105,6 +175,8 @@ def trl_child(peer, threads, iterations):
 
 def main():
     a, sdc, sdrun, me = bench_cli(__doc__, __file__)
+    if a.peer == "online":
+        return online_child(a.threads, a.iterations)
     if a.peer:
         return trl_child(a.peer, a.threads, a.iterations)
     import export_hf
@@ -124,10 +196,14 @@ def main():
         row["TRL GRPOTrainer"] = run_child(me + ["--peer", "trl"], env)["median_ms"]
         row["PyTorch+PEFT"] = run_child(me + ["--peer", "torch"], env)["median_ms"]
         print(json.dumps(row), flush=True)
+        online = {"step": "GRPO online (sample, score, step), LoRA",
+                  "sdrun": sdrun_online_ms(sdc, sdrun, onnx_path, tmp, a.threads, a.iterations),
+                  "TRL GRPOTrainer": run_child(me + ["--peer", "online"], env)["median_ms"]}
+        print(json.dumps(online), flush=True)
     print(f"\nCPU: {cpu_model()}, {a.threads} threads; {json.dumps(versions())}")
     print(f"Llama d={HIDDEN} ffn={INTERMEDIATE} L={LAYERS} heads={HEADS} vocab={VOCAB}, {PROMPTS} prompts x {G} "
           f"completions x {SEQ} tokens, LoRA r={R}; median ms per GRPO step with AdamW (x: peer / sdrun)")
-    print(table([row], ["step"], ["sdrun", "TRL GRPOTrainer", "PyTorch+PEFT"], "sdrun"))
+    print(table([row, online], ["step"], ["sdrun", "TRL GRPOTrainer", "PyTorch+PEFT"], "sdrun"))
 
 
 if __name__ == "__main__":
