@@ -250,6 +250,13 @@ def ranks_run(sdc, sdrun, tmp, onnx_path):
           f"losses {losses[1]} vs {losses[0]}, adapter gap {gap:.1e}")
 
 
+def refuse_all(cases, no_files=()):
+    """Each (name, command, needles) must fail cleanly: one line naming the problem."""
+    for name, cmd, needles in cases:
+        problems, line = clean_error_problems(cmd, needles, no_files=no_files)
+        check(f"refused: {name}", not problems, "; ".join(problems) or line)
+
+
 REWARD_SCRIPT = """import json, sys
 log = open(sys.argv[1], "a") if len(sys.argv) > 1 else None
 for line in sys.stdin:
@@ -343,9 +350,7 @@ def sampling_runs(sdc, sdrun, tmp, onnx_path):
          ["one_group.jsonl:1", "is not a field of a prompt line"]),
         ("--temperature without --reward-cmd", base + ["--temperature", "0.7"], ["--temperature", "needs --reward-cmd"]),
     ]
-    for name, cmd, needles in cases:
-        problems, line = clean_error_problems(cmd, needles)
-        check(f"refused: {name}", not problems, "; ".join(problems) or line)
+    refuse_all(cases)
 
 
 def refusals(sdc, sdrun, tmp, onnx_path, plan):
@@ -400,9 +405,7 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan):
          ["--scale-rewards takes 'group' or 'none'", "whole generation batch"]),
         ("--lora-dropout", [*compile_cmd, "--recipe", "grpo", "--lora-dropout", "0.1", *out], ["disable_dropout"]),
     ]
-    for name, cmd, needles in cases:
-        problems, line = clean_error_problems(cmd, needles, no_files=[os.path.join(d, "p.sdp")])
-        check(f"refused: {name}", not problems, "; ".join(problems) or line)
+    refuse_all(cases, no_files=[os.path.join(d, "p.sdp")])
 
 
 def main():
