@@ -248,6 +248,20 @@ def ranks_run(sdc, sdrun, tmp, onnx_path):
     check("two ranks of one group each equal one rank of both (beta 0.04): losses and adapter (1e-5)",
           loss_gap(losses[1], losses[0]) <= 1e-5 and gap <= 1e-5 and set(adapters[0]) == set(adapters[1]),
           f"losses {losses[1]} vs {losses[0]}, adapter gap {gap:.1e}")
+    # Sampling on two ranks: each samples and scores its own prompts' group; the step's reward is the mean of both.
+    sampled = os.path.join(d, "sampled.sdp")
+    compile_plan(sdc, onnx_path, sampled, ["--kv-cache", str(SEQ), "--kv-batch", str(G)], rows=G)
+    prompts, script = os.path.join(d, "prompts.jsonl"), os.path.join(d, "reward.py")
+    with open(prompts, "w") as f:
+        for g in groups(6, 4):
+            f.write(json.dumps({"prompt_ids": g["prompt_ids"]}) + "\n")
+    with open(script, "w") as f:
+        f.write(REWARD_SCRIPT)
+    sdrun_train(sdrun, sampled, prompts, d, "sampled", ["--reward-cmd", f"{sys.executable} {script}",
+                                                        "--max-new-tokens", "4"], mpirun(2), threads=1)
+    rewards = [json.loads(l).get("reward") for l in open(os.path.join(d, "sampled.jsonl")) if '"loss"' in l]
+    check("--reward-cmd on two ranks: every step reports the mean reward of both ranks' groups",
+          len(rewards) == STEPS and all(r is not None and 0 <= r <= 1 for r in rewards), f"{rewards}")
 
 
 def refuse_all(cases, no_files=()):
