@@ -6,6 +6,9 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
+#include <cmath>
+#include <cstdio>
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -159,13 +162,37 @@ struct Session {
 
 struct StepReport {
   sd_step_report r;
+  double reward = std::numeric_limits<double>::quiet_NaN(); // sampled GRPO groups: the step's mean reward
 };
 
 struct Trainer {
   std::shared_ptr<Session> session;
   sd_trainer *trainer = nullptr;
+  py::object reward; // a Python reward function, kept alive while the trainer may call it
   ~Trainer() { sd_trainer_free(trainer); }
 };
+
+// sd_reward_fn over a Python callable: it takes a list of dicts
+// ({"prompt", "completion", "prompt_ids", "completion_ids"}) and returns a
+// reward for each. Called from a step, which runs without the GIL.
+int callPythonReward(void *user, size_t count, const char *const *requests, double *rewards, char *error,
+                     size_t capacity) {
+  py::gil_scoped_acquire gil;
+  try {
+    py::object loads = py::module_::import("json").attr("loads");
+    py::list batch;
+    for (size_t i = 0; i < count; ++i) batch.append(loads(requests[i]));
+    py::sequence got = static_cast<py::handle>(*static_cast<py::object *>(user))(batch);
+    if (size_t(py::len(got)) != count)
+      throw py::value_error("returned " + std::to_string(py::len(got)) + " rewards for " + std::to_string(count) +
+                            " completions");
+    for (size_t i = 0; i < count; ++i) rewards[i] = got[i].cast<double>();
+    return 0;
+  } catch (const std::exception &e) {
+    std::snprintf(error, capacity, "%s", e.what());
+    return 1;
+  }
+}
 
 struct Generator {
   std::shared_ptr<Session> session;
@@ -185,7 +212,8 @@ std::shared_ptr<Trainer> makeTrainer(std::shared_ptr<Session> session, const std
                                      double clipNorm, uint64_t seed, bool shuffle, bool truncate,
                                      std::optional<std::string> evalData, int64_t evalEvery,
                                      std::optional<std::string> checkpointDir, int64_t checkpointEvery, bool resume,
-                                     std::optional<std::string> adapter) {
+                                     std::optional<std::string> adapter, py::object reward, double temperature,
+                                     int64_t topK, double topP, int64_t maxNewTokens) {
   auto t = std::make_shared<Trainer>();
   t->session = session;
   sd_train_config c;
@@ -209,14 +237,39 @@ std::shared_ptr<Trainer> makeTrainer(std::shared_ptr<Session> session, const std
   c.shuffle = shuffle;
   c.truncate = truncate;
   c.resume = resume;
-  check(sd_trainer_create(session->session, &c, &t->trainer));
+  if (reward.is_none()) {
+    check(sd_trainer_create(session->session, &c, &t->trainer));
+    return t;
+  }
+  // GRPO sampling its own groups: `reward` a shell command (str) or a Python function.
+  sd_sampling_config sc;
+  sd_sampling_config_init(&sc);
+  sc.temperature = temperature;
+  sc.top_k = topK;
+  sc.top_p = topP;
+  sc.max_new_tokens = maxNewTokens;
+  std::string command;
+  if (py::isinstance<py::str>(reward)) {
+    command = reward.cast<std::string>();
+    sc.reward_command = command.c_str();
+  } else if (PyCallable_Check(reward.ptr())) {
+    t->reward = reward;
+    sc.reward_fn = callPythonReward;
+    sc.reward_user = &t->reward;
+  } else {
+    throw py::type_error("reward must be a shell command (str) or a function of a list of completions");
+  }
+  check(sd_trainer_create_sampling(session->session, &c, &sc, &t->trainer));
   return t;
 }
 
 StepReport trainerStep(Trainer &t) {
   StepReport r;
-  py::gil_scoped_release release;
-  check(sd_trainer_step(t.trainer, &r.r));
+  {
+    py::gil_scoped_release release;
+    check(sd_trainer_step(t.trainer, &r.r));
+  }
+  r.reward = sd_trainer_last_reward(t.trainer);
   return r;
 }
 
@@ -283,6 +336,9 @@ PYBIND11_MODULE(sdc, m) {
         return s.r.evaluated ? std::optional<double>(s.r.eval_loss) : std::nullopt;
       })
       .def_property_readonly("checkpointed", [](const StepReport &s) { return bool(s.r.checkpointed); })
+      .def_property_readonly("reward", [](const StepReport &s) -> std::optional<double> {
+        return std::isfinite(s.reward) ? std::optional<double>(s.reward) : std::nullopt;
+      }, "GRPO plans sampling their groups: the step's mean reward over all ranks; None otherwise")
       .def_property_readonly("skipped", [](const StepReport &s) { return bool(s.r.skipped); },
                              "fp16 plans: the gradient held an Inf or NaN, so the update was not taken")
       .def_property_readonly("loss_scale", [](const StepReport &s) -> std::optional<double> {
@@ -299,7 +355,11 @@ PYBIND11_MODULE(sdc, m) {
            py::arg("warmup_steps") = 0, py::arg("weight_decay") = 0.0, py::arg("clip_norm") = 0.0, py::arg("seed") = 0,
            py::arg("shuffle") = true, py::arg("truncate") = false, py::arg("eval_data") = std::nullopt,
            py::arg("eval_every") = 0, py::arg("checkpoint_dir") = std::nullopt, py::arg("checkpoint_every") = 0,
-           py::arg("resume") = false, py::arg("adapter") = std::nullopt)
+           py::arg("resume") = false, py::arg("adapter") = std::nullopt, py::arg("reward") = py::none(),
+           py::arg("temperature") = 1.0, py::arg("top_k") = 0, py::arg("top_p") = 1.0, py::arg("max_new_tokens") = 0,
+           "GRPO plans compiled with --kv-cache sample their own groups when given `reward`: a shell command "
+           "(sdrun train --reward-cmd's protocol) or a function taking a list of dicts {prompt, completion, "
+           "prompt_ids, completion_ids} and returning one reward each; `data` then holds prompt lines.")
       .def_property_readonly("step_count", [](const Trainer &t) { return sd_trainer_step_count(t.trainer); })
       .def_property_readonly("total_steps", [](const Trainer &t) { return sd_trainer_total_steps(t.trainer); })
       .def("step", &trainerStep, "One optimizer step (eval and checkpoint when due).")

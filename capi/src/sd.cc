@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <new>
 #include <string>
@@ -30,6 +31,7 @@ struct sd_tensor_list {
 };
 struct sd_trainer {
   std::unique_ptr<sd::train::Trainer> trainer;
+  double lastReward = std::numeric_limits<double>::quiet_NaN();
 };
 struct sd_generator {
   std::unique_ptr<sd::generate::Generator> generator;
@@ -322,7 +324,40 @@ void sd_train_config_init(sd_train_config *c) {
   c->resume = d.resume;
 }
 
-sd_status *sd_trainer_create(sd_session *session, const sd_train_config *c, sd_trainer **out) {
+namespace {
+
+// What a C sampling configuration asks the trainer for.
+sd_status *rolloutOf(const sd_sampling_config *c, sd::train::RolloutOptions &r) {
+  if (!c) return nullptr;
+  if (!c->reward_command && !c->reward_fn) return invalid("sampling.reward_command or sampling.reward_fn is required");
+  if (!(c->temperature >= 0 && c->temperature <= 100)) return invalid("sampling.temperature must be in [0, 100]");
+  if (!(c->top_p > 0 && c->top_p <= 1)) return invalid("sampling.top_p must be in (0, 1]");
+  if (c->top_k < 0 || c->max_new_tokens < 0) return invalid("sampling.top_k and max_new_tokens must be >= 0");
+  if (!(c->reward_timeout_s > 0)) return invalid("sampling.reward_timeout_s must be positive");
+  r.temperature = c->temperature;
+  r.topP = c->top_p;
+  r.topK = c->top_k;
+  r.maxNewTokens = c->max_new_tokens;
+  r.rewardTimeoutSeconds = c->reward_timeout_s;
+  if (c->reward_command) {
+    r.rewardCommand = c->reward_command;
+    return nullptr;
+  }
+  r.rewardFunction = [fn = c->reward_fn, user = c->reward_user](const std::vector<std::string> &requests)
+      -> sd::StatusOr<std::vector<float>> {
+    std::vector<const char *> texts;
+    for (const std::string &q : requests) texts.push_back(q.c_str());
+    std::vector<double> rewards(requests.size(), std::numeric_limits<double>::quiet_NaN());
+    char error[512] = "";
+    if (fn(user, requests.size(), texts.data(), rewards.data(), error, sizeof error) != 0)
+      return sd::sdError("the reward function failed", error[0] ? ": " : "", std::string(error, strnlen(error, sizeof error)));
+    return std::vector<float>(rewards.begin(), rewards.end());
+  };
+  return nullptr;
+}
+
+sd_status *createTrainer(sd_session *session, const sd_train_config *c, const sd_sampling_config *sampling,
+                         sd_trainer **out) {
   return guard([&]() -> sd_status * {
     SD_REQUIRE(session, "session");
     SD_REQUIRE(c, "config");
@@ -358,15 +393,38 @@ sd_status *sd_trainer_create(sd_session *session, const sd_train_config *c, sd_t
     t.shuffle = c->shuffle != 0;
     t.truncate = c->truncate != 0;
     t.resume = c->resume != 0;
+    if (sd_status *bad = rolloutOf(sampling, t.rollout)) return bad;
     auto tr = sd::train::Trainer::create(*session->session, t);
     if (!tr.isOk()) return fromStatus(tr.status());
     *out = new sd_trainer{std::move(tr.value())};
     return nullptr;
   });
 }
+
+} // namespace
+
 void sd_trainer_free(sd_trainer *trainer) { delete trainer; }
 int64_t sd_trainer_step_count(const sd_trainer *trainer) { return trainer ? trainer->trainer->step() : 0; }
 int64_t sd_trainer_total_steps(const sd_trainer *trainer) { return trainer ? trainer->trainer->totalSteps() : 0; }
+
+sd_status *sd_trainer_create(sd_session *session, const sd_train_config *c, sd_trainer **out) {
+  return createTrainer(session, c, nullptr, out);
+}
+
+void sd_sampling_config_init(sd_sampling_config *c) {
+  if (!c) return;
+  *c = sd_sampling_config{nullptr, nullptr, nullptr, 1.0, 1.0, 0, 0, 600.0};
+}
+
+sd_status *sd_trainer_create_sampling(sd_session *session, const sd_train_config *c, const sd_sampling_config *sampling,
+                                      sd_trainer **out) {
+  if (!sampling) return invalid("sampling is NULL");
+  return createTrainer(session, c, sampling, out);
+}
+
+double sd_trainer_last_reward(const sd_trainer *trainer) {
+  return trainer ? trainer->lastReward : std::numeric_limits<double>::quiet_NaN();
+}
 
 sd_status *sd_trainer_step(sd_trainer *trainer, sd_step_report *report) {
   return guard([&]() -> sd_status * {
@@ -374,6 +432,7 @@ sd_status *sd_trainer_step(sd_trainer *trainer, sd_step_report *report) {
     auto r = trainer->trainer->runStep();
     if (!r.isOk()) return fromStatus(r.status());
     const sd::train::StepReport &s = r.value();
+    trainer->lastReward = s.meanReward;
     if (report)
       *report = sd_step_report{s.step, s.total, s.epoch, s.loss, s.lr, s.gradNorm, s.tokens, s.seconds,
                                s.evaluated, s.checkpointed, s.evalLoss, s.skipped, s.lossScale};

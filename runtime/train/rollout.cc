@@ -3,6 +3,7 @@
 #include "sd/format/json.h"
 #include "sd/generate/generator.h"
 #include "sd/tokenize/tokenizer.h"
+#include "../tokenize/unicode.h"
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
@@ -137,7 +138,7 @@ StatusOr<std::vector<float>> RewardCommand::score(const std::vector<std::string>
 }
 
 Status sampleGroups(Session &session, const RolloutOptions &o, uint64_t seed, int64_t groupSize, int64_t rowLength,
-                    const Tokenizer *tokenizer, RewardCommand &reward, std::vector<Example> &examples,
+                    const Tokenizer *tokenizer, const RewardFunction &reward, std::vector<Example> &examples,
                     double &rewardSum) {
   generate::SamplingOptions sampling;
   sampling.temperature = o.temperature;
@@ -181,10 +182,12 @@ Status sampleGroups(Session &session, const RolloutOptions &o, uint64_t seed, in
       }
     }
   }
+  // JSON holds UTF-8: bytes (a byte-level model's) or a token cut inside a
+  // character become U+FFFD, as Python's decode(errors="replace") makes them.
   auto text = [&](const std::vector<int64_t> &ids) {
-    if (!tokenizer) return std::string(ids.begin(), ids.end());
+    if (!tokenizer) return tok::toValidUtf8(std::string(ids.begin(), ids.end()));
     auto d = tokenizer->decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
-    return d.isOk() ? d.value() : std::string();
+    return tok::toValidUtf8(d.isOk() ? d.value() : std::string());
   };
   auto list = [](const std::vector<int64_t> &ids) {
     std::string s = "[";
@@ -198,8 +201,14 @@ Status sampleGroups(Session &session, const RolloutOptions &o, uint64_t seed, in
     requests.push_back("{\"prompt\":" + jsonQuote(text(prompt)) + ",\"completion\":" + jsonQuote(text(completion)) +
                        ",\"prompt_ids\":" + list(prompt) + ",\"completion_ids\":" + list(completion) + "}");
   }
-  auto rewards = reward.score(requests);
+  auto rewards = reward(requests);
   if (!rewards.isOk()) return rewards.status();
+  if (rewards.value().size() != requests.size())
+    return sdError("the reward function gave ", rewards.value().size(), " rewards for ", requests.size(),
+                   " completions");
+  for (size_t i = 0; i < requests.size(); ++i)
+    if (!std::isfinite(rewards.value()[i]))
+      return sdError("the reward function gave completion ", i + 1, " a reward that is not a finite number");
   for (size_t i = 0; i < samples.size(); ++i) {
     Example &e = *samples[i].example;
     std::vector<int64_t> labels(samples[i].tokens);

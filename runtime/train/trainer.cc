@@ -315,9 +315,10 @@ struct Trainer::Impl {
 
   // GRPO groups sampled each step (TrainConfig::rollout): the reward
   // command, and the step's groups, which its micro-batches' rows point into.
-  std::unique_ptr<RewardCommand> reward;
+  std::unique_ptr<RewardCommand> rewardCommand;
+  RewardFunction reward;
   std::vector<Example> sampled;
-  bool samples() const { return !config.rollout.rewardCommand.empty(); }
+  bool samples() const { return !config.rollout.rewardCommand.empty() || config.rollout.rewardFunction; }
   Status sampleStep(std::vector<Rows> &micro, LaunchedStep &ls);
 
   Impl(Session &s, const TrainConfig &c) : session(s), config(c) {}
@@ -393,8 +394,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   DatasetOptions evalOpts = dopts; // eval data is scored groups either way
   if (im->samples()) {
     if (!pe.groupSize)
-      return sdError("--reward-cmd scores completions the plan samples: it needs a GRPO plan (sdc compile --recipe "
-                     "grpo --kv-cache MAX_LENGTH)");
+      return sdError("a reward (--reward-cmd) scores completions the plan samples: it needs a GRPO plan (sdc "
+                     "compile --recipe grpo --kv-cache MAX_LENGTH)");
     dopts.promptsOnly = true;
     im->config.runAhead = TrainConfig::RunAhead::Never; // each step samples with the weights the last one left
   }
@@ -474,10 +475,13 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
       SD_RETURN_IF_ERROR(session.writeGlobal(size_t(rng), state.data(), g.bytes));
     }
   }
-  if (im->samples()) {
-    auto reward = RewardCommand::start(o.rollout.rewardCommand, o.rollout.rewardTimeoutSeconds);
-    if (!reward.isOk()) return reward.status();
-    im->reward = std::move(reward.value());
+  if (!o.rollout.rewardCommand.empty()) {
+    auto command = RewardCommand::start(o.rollout.rewardCommand, o.rollout.rewardTimeoutSeconds);
+    if (!command.isOk()) return command.status();
+    im->rewardCommand = std::move(command.value());
+    im->reward = [c = im->rewardCommand.get()](const std::vector<std::string> &requests) { return c->score(requests); };
+  } else if (o.rollout.rewardFunction) {
+    im->reward = o.rollout.rewardFunction;
   }
   im->seq = pe.buckets.back().seq;
   im->cursor = DataCursor{&im->data, o.shuffle, o.seed, 0, 0, {}};
@@ -626,7 +630,7 @@ Status Trainer::Impl::sampleStep(std::vector<Rows> &micros, LaunchedStep &ls) {
         e = &sampled.back();
       }
   uint64_t seed = config.seed * 0x9E3779B97F4A7C15ull ^ (uint64_t(ls.number) << 20) ^ uint64_t(rank);
-  SD_RETURN_IF_ERROR(sampleGroups(session, config.rollout, seed, entries.groupSize, seq, tokenizer.get(), *reward,
+  SD_RETURN_IF_ERROR(sampleGroups(session, config.rollout, seed, entries.groupSize, seq, tokenizer.get(), reward,
                                   sampled, ls.rewardSum));
   ls.rewards = double(sampled.size() * size_t(entries.groupSize));
   return Status::ok();

@@ -35,6 +35,7 @@ padding of prompts moves no position.
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 import warnings
@@ -321,6 +322,27 @@ def sampling_runs(sdc, sdrun, tmp, onnx_path):
           "groups and rewards given as data lines: losses and adapter bit for bit",
           len(requests) == STEPS * PROMPTS * G and losses == replayed and same and len(rewards) == STEPS,
           f"losses {losses} vs {replayed}, adapters equal: {same}, {len(requests)} completions, rewards {rewards}")
+    # The Python module: the same sampling with the reward a Python function, the same run bit for bit.
+    child = f"""
+import json, sdc
+session = sdc.Session(sdc.Plan({plan!r}), threads=2)
+reward = lambda batch: [sum(1 for t in r["completion_ids"] if t < 64) / len(r["completion_ids"]) for r in batch]
+trainer = sdc.Trainer(session, {prompts!r}, steps={STEPS}, lr={LR}, clip_norm=1.0, shuffle=False, seed=5,
+                      reward=reward, max_new_tokens=6)
+reports = list(trainer)
+session.save_adapter({os.path.join(d, "python")!r})
+print(json.dumps({{"losses": [r.loss for r in reports], "rewards": [r.reward for r in reports]}}))
+"""
+    r = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(os.path.dirname(os.path.dirname(sdrun)), "python")))
+    got = json.loads(r.stdout.strip().splitlines()[-1]) if r.returncode == 0 else {}
+    p = load_file(os.path.join(d, "python", "adapter_model.safetensors")) if r.returncode == 0 else {}
+    same = set(a) == set(p) and all(np.array_equal(a[k], p[k]) for k in a)
+    as_written = lambda values: [float(f"{v:.8g}") for v in values or []]  # the metrics file's 8 digits
+    check("sdc.Trainer(reward=a Python function) samples and trains as sdrun train --reward-cmd: losses, rewards "
+          "and adapter bit for bit",
+          as_written(got.get("losses")) == losses and as_written(got.get("rewards")) == rewards and same,
+          f"{got} vs losses {losses}, rewards {rewards}; adapters equal: {same}; {r.stderr.strip()[-400:]}")
     # Resume: each step's sampling is seeded by the step, so a resumed run samples what the straight one did.
     ck = os.path.join(d, "ck")
     sampled = ["--reward-cmd", reward(False), "--max-new-tokens", "6", "--seed", "5"]

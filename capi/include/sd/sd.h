@@ -28,7 +28,8 @@ extern "C" {
 #define SD_API
 #endif
 
-#define SD_API_VERSION 2
+/* 3: GRPO sampling its own groups (sd_trainer_create_sampling, sd_sampling_config, sd_trainer_last_reward). */
+#define SD_API_VERSION 3
 
 typedef enum sd_status_code {
   SD_OK = 0,
@@ -151,6 +152,32 @@ typedef struct sd_step_report {
 
 typedef struct sd_trainer sd_trainer;
 SD_API sd_status *sd_trainer_create(sd_session *session, const sd_train_config *config, sd_trainer **out);
+
+/* GRPO plans that sample their own groups (sdc compile --recipe grpo
+ * --kv-cache; sdrun train --reward-cmd): config.data_path then holds prompts,
+ * and each step's completions are sampled with the plan and scored. The
+ * reward comes from `reward_command` (`sh -c`, one JSON line in, one number
+ * out per completion) or, when that is NULL, from `reward_fn`: it gets
+ * `count` requests, JSON objects {"prompt", "completion", "prompt_ids",
+ * "completion_ids"}, writes a finite reward for each into `rewards` and
+ * returns 0; nonzero is an error, whose message it may write into `error`
+ * (NUL-terminated, at most `error_capacity` bytes). */
+typedef int (*sd_reward_fn)(void *user, size_t count, const char *const *requests, double *rewards, char *error,
+                            size_t error_capacity);
+typedef struct sd_sampling_config {
+  const char *reward_command;
+  sd_reward_fn reward_fn;
+  void *reward_user;        /* passed to reward_fn */
+  double temperature, top_p; /* 1, 1: TRL's GRPOConfig defaults; temperature 0: greedy */
+  int64_t top_k;            /* 0: the whole vocabulary */
+  int64_t max_new_tokens;   /* 0: the rest of the plan's row */
+  double reward_timeout_s;  /* reward_command: the longest wait for one reward (600) */
+} sd_sampling_config;
+SD_API void sd_sampling_config_init(sd_sampling_config *config);
+SD_API sd_status *sd_trainer_create_sampling(sd_session *session, const sd_train_config *config,
+                                             const sd_sampling_config *sampling, sd_trainer **out);
+/* The mean reward of the last step's sampled completions (over all ranks); NaN when it sampled none. */
+SD_API double sd_trainer_last_reward(const sd_trainer *trainer);
 SD_API void sd_trainer_free(sd_trainer *trainer);
 SD_API int64_t sd_trainer_step_count(const sd_trainer *trainer);  /* optimizer steps done */
 SD_API int64_t sd_trainer_total_steps(const sd_trainer *trainer);

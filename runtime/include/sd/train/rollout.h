@@ -6,6 +6,7 @@
 #pragma once
 #include "sd/runtime/session.h"
 #include "sd/train/dataset.h"
+#include <functional>
 #include <memory>
 #include <string>
 #include <sys/types.h>
@@ -39,8 +40,13 @@ private:
   size_t scored_ = 0;    // completions scored so far, for errors
 };
 
+// Rewards for completions, one per request ({"prompt", "completion",
+// "prompt_ids", "completion_ids"} JSON objects), in order.
+using RewardFunction = std::function<StatusOr<std::vector<float>>(const std::vector<std::string> &requests)>;
+
 struct RolloutOptions {
-  std::string rewardCommand;    // empty: the data holds scored groups
+  std::string rewardCommand;    // a RewardCommand to start
+  RewardFunction rewardFunction; // or this (the C API's and Python's callbacks); neither: the data holds scored groups
   double rewardTimeoutSeconds = 600;
   int64_t maxNewTokens = 0;     // 0: as many as the plan's row holds after the prompt
   double temperature = 1.0, topP = 1.0; // TRL's GRPOConfig defaults
@@ -53,7 +59,7 @@ struct RolloutOptions {
 // ending at the tokenizer's EOS (kept, as TRL keeps it) or at the limit; then
 // scored by `reward`. `rewardSum` gains the rewards' sum.
 Status sampleGroups(Session &session, const RolloutOptions &options, uint64_t seed, int64_t groupSize,
-                    int64_t rowLength, const Tokenizer *tokenizer, RewardCommand &reward,
+                    int64_t rowLength, const Tokenizer *tokenizer, const RewardFunction &reward,
                     std::vector<Example> &examples, double &rewardSum);
 
 } // namespace sd::train
