@@ -48,6 +48,11 @@ int main(void) {
   expect_invalid("sd_tensor_list_get(NULL list)", sd_tensor_list_get(NULL, 0, &t));
   sd_train_config_init(&config);
   expect_invalid("sd_trainer_create(NULL session)", sd_trainer_create(NULL, &config, &trainer));
+  sd_sampling_config sampling;
+  sd_sampling_config_init(&sampling);
+  expect_invalid("sd_trainer_create_sampling(NULL session)",
+                 sd_trainer_create_sampling(NULL, &config, &sampling, &trainer));
+  expect_invalid("sd_trainer_create_sampling(NULL sampling)", sd_trainer_create_sampling(NULL, &config, NULL, &trainer));
   expect_invalid("sd_trainer_step(NULL trainer)", sd_trainer_step(NULL, &report));
   expect_invalid("sd_trainer_evaluate(NULL trainer)", sd_trainer_evaluate(NULL, &loss));
   expect_invalid("sd_trainer_save_checkpoint(NULL trainer)", sd_trainer_save_checkpoint(NULL));
@@ -62,6 +67,7 @@ int main(void) {
   expect("sd_plan_entry_name(NULL, 0) is NULL", sd_plan_entry_name(NULL, 0) == NULL);
   expect("sd_plan_global_count(NULL) is 0", sd_plan_global_count(NULL) == 0);
   expect("sd_tensor_list_size(NULL) is 0", sd_tensor_list_size(NULL) == 0);
+  expect("sd_trainer_last_reward(NULL) is NaN", sd_trainer_last_reward(NULL) != sd_trainer_last_reward(NULL));
   sd_plan_free(NULL);
   sd_session_free(NULL);
   sd_tensor_list_free(NULL);
