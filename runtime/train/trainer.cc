@@ -308,6 +308,7 @@ struct Trainer::Impl {
     int64_t number = 0, epoch = 0; // epoch: the data cursor's after the step's micro-batches
     double lr = 0;
     double rewardSum = 0, rewards = 0; // sampled GRPO groups: this rank's
+    double completionTokens = 0;       // GRPO: this rank's counted completion tokens (what the rate counts)
     std::chrono::steady_clock::time_point launched;
   };
   std::deque<LaunchedStep> launched;
@@ -650,6 +651,12 @@ Status Trainer::Impl::launchStep() {
   for (int64_t micro = 0; micro < o.gradAccum; ++micro)
     micros.push_back(localRows(cursor.next(batch * world, seq, entries.packed)));
   if (samples()) SD_RETURN_IF_ERROR(sampleStep(micros, ls).withContext(where));
+  if (entries.groupSize) // a GRPO loss may count completions or micro-batches; the rate counts tokens
+    for (const Rows &rows : micros)
+      for (const auto &row : rows)
+        for (const Example *e : row)
+          for (const auto &labels : e->groupLabels)
+            for (size_t j = 1; j < labels.size(); ++j) ls.completionTokens += labels[j] != kIgnoreLabel;
   for (int64_t micro = 0; micro < o.gradAccum; ++micro) {
     const Rows &rows = micros[size_t(micro)];
     const Bucket *b = bucketFor(entries, rows);
@@ -689,11 +696,12 @@ Status Trainer::Impl::collectStep(StepReport &r) {
     r.tokens += scalarOut(outs, abi::kTokens);
   }
   r.gradNorm = scalarOut(outs, abi::kGradNorm); // the last micro-batch is the optimizer step
-  double sums[4] = {lossSum, r.tokens, ls.rewardSum, ls.rewards}; // over the ranks: the global batch's
-  SD_RETURN_IF_ERROR(sumOverRanks(comm, sums, 4).withContext(where));
+  double sums[5] = {lossSum, r.tokens, ls.rewardSum, ls.rewards, ls.completionTokens}; // over the ranks
+  SD_RETURN_IF_ERROR(sumOverRanks(comm, sums, 5).withContext(where));
   r.tokens = sums[1];
   r.loss = sums[0] / std::max(r.tokens, 1.0);
   if (samples() && sums[3] > 0) r.meanReward = sums[2] / sums[3];
+  if (entries.groupSize) r.tokens = sums[4];
   // A plan with its own loss counts one "token" per micro-batch (its loss is
   // already a mean); the step's rate counts its examples instead.
   if (!entries.tensorInputs.empty()) r.tokens = double(batch * world * config.gradAccum);
