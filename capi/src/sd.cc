@@ -330,6 +330,7 @@ namespace {
 sd_status *rolloutOf(const sd_sampling_config *c, sd::train::RolloutOptions &r) {
   if (!c) return nullptr;
   if (!c->reward_command && !c->reward_fn) return invalid("sampling.reward_command or sampling.reward_fn is required");
+  if (c->reward_command && !*c->reward_command) return invalid("sampling.reward_command is empty");
   if (!(c->temperature >= 0 && c->temperature <= 100)) return invalid("sampling.temperature must be in [0, 100]");
   if (!(c->top_p > 0 && c->top_p <= 1)) return invalid("sampling.top_p must be in (0, 1]");
   if (c->top_k < 0 || c->max_new_tokens < 0) return invalid("sampling.top_k and max_new_tokens must be >= 0");

@@ -40,6 +40,7 @@ StatusOr<std::unique_ptr<RewardCommand>> RewardCommand::start(const std::string 
     close(in[0]), close(in[1]);
     return sdError("--reward-cmd: cannot make a pipe: ", std::strerror(errno));
   }
+  const long maxFd = std::min(sysconf(_SC_OPEN_MAX), 65536L); // read before fork: the child calls only what is safe
   pid_t pid = fork();
   if (pid < 0) {
     for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
@@ -48,7 +49,8 @@ StatusOr<std::unique_ptr<RewardCommand>> RewardCommand::start(const std::string 
   if (pid == 0) { // the child: stdin from in[0], stdout to out[1]; stderr stays ours
     dup2(in[0], 0);
     dup2(out[1], 1);
-    for (int fd : {in[0], in[1], out[0], out[1]}) close(fd);
+    // Nothing else of ours (plan files, a rank's sockets) stays open in it.
+    for (int fd = 3; fd < maxFd; ++fd) close(fd);
     std::signal(SIGPIPE, SIG_DFL);
     execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char *>(nullptr));
     _exit(127);
