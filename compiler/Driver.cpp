@@ -35,7 +35,8 @@ static std::string preferenceJson(const PipelineOptions &p) {
             (p.grpoDelta > 0 ? ",\"delta\":" + jsonNumber(p.grpoDelta) : std::string()) +
             ",\"importance_sampling_level\":" + jsonQuote(p.importanceSampling) +
             ",\"scale_rewards\":" + jsonQuote(p.scaleRewards) +
-            ",\"max_completion_length\":" + std::to_string(p.maxCompletionLength);
+            ",\"max_completion_length\":" + std::to_string(p.maxCompletionLength) +
+            (p.samplingLogProbs ? ",\"sampling_log_probs\":true" : "");
   return json + "}";
 }
 

@@ -114,6 +114,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     recipe.importanceSampling = opts.importanceSampling;
     recipe.scaleRewards = opts.scaleRewards;
     recipe.maxCompletionLength = opts.maxCompletionLength;
+    recipe.samplingLogProbs = opts.samplingLogProbs;
     recipe.logitsOutput = opts.logitsOutput;
     recipe.tokenInput = opts.tokenInput;
     pm.addPass(createRecipeGrpo(recipe));

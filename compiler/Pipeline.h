@@ -55,13 +55,13 @@ struct PipelineOptions {
   // delta, importance_sampling_level, scale_rewards, max_completion_length);
   // its beta is `beta` above, 0 unless given. The clipping (epsilon, delta)
   // acts only on an importance weight other than 1, which needs the sampling
-  // policy's log-probabilities (TRL's num_iterations > 1): sdc takes TRL's
-  // defaults and no flags for them yet.
+  // policy's log-probabilities (--sampling-log-probs; TRL's num_iterations > 1).
   int64_t numGenerations = 8;
   std::string grpoLoss = "dapo"; // dapo | grpo | bnpo | dr_grpo
   double grpoEpsilon = 0.2, grpoEpsilonHigh = -1.0, grpoDelta = 0.0; // negative: epsilon; 0: no delta
   std::string importanceSampling = "token", scaleRewards = "group";
   int64_t maxCompletionLength = 512;
+  bool samplingLogProbs = false; // --sampling-log-probs: the data gives the sampling policy's log-probabilities
   bool grpo() const { return recipe == "grpo"; }
   int64_t numLabels = 0;      // --recipe classify
   std::string pooling = "mean", featuresOutput;

@@ -108,11 +108,20 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
     Value logProb = sd::tokenLogProbs(g, t.logits, t.nextLabels, t.labels); // [rows, seq]
     Value mask = g.make<ReshapeOp>({sd::countedLabels(g, t.nextLabels), g.make<ShapeOp>({t.labels})});
     if (g.failed()) return failure();
-    // The sampling policy's log-probabilities: this step's, detached (a
-    // second op, so that no folding can merge it with the differentiated one).
-    Operation *old = b.clone(*logProb.getDefiningOp());
-    old->setAttr(sd::kDetachedAttr, b.getUnitAttr());
-    Value logRatio = g.sub(logProb, old->getResult(0));
+    // The sampling policy's log-probabilities: given, for groups an earlier
+    // policy sampled (0 where a label is not counted, as logProb is), or this
+    // step's, detached (a second op, so that no folding can merge it with the
+    // differentiated one).
+    Value oldLogProb;
+    if (samplingLogProbs) {
+      unsigned labelsArg = cast<BlockArgument>(t.labels).getArgNumber();
+      oldLogProb = sd::addLabelsInput(f, labelsArg, 2, sd::abi::kOldLogProbs, f32);
+    } else {
+      Operation *old = b.clone(*logProb.getDefiningOp());
+      old->setAttr(sd::kDetachedAttr, b.getUnitAttr());
+      oldLogProb = old->getResult(0);
+    }
+    Value logRatio = g.sub(logProb, oldLogProb);
     Value tokensPerRow = g.reduceSum(mask, {1}, true); // [rows, 1]
     Value logWeight = logRatio;
     if (importanceSampling == "sequence") // GSPO: the completion's mean log-ratio

@@ -487,6 +487,9 @@ def RecipeGrpo : Pass<"sd-recipe-grpo", "mlir::ModuleOp"> {
     counts completions, bnpo averages the micro-batch's tokens and counts
     micro-batches, dr_grpo divides by max-completion-length and counts
     completions. Outputs `loss_sum` and `tokens` (what the sum counts).
+    With sampling-log-probs the sampling policy's log-probabilities come as an
+    f32 `old_log_probs` [rows, seq] input instead (groups an earlier policy
+    sampled), so the importance weight and its clipping act.
   }];
   let options = [
     Option<"numGenerations", "num-generations", "int64_t", "8", "completions per prompt (TRL's num_generations)">,
@@ -498,6 +501,8 @@ def RecipeGrpo : Pass<"sd-recipe-grpo", "mlir::ModuleOp"> {
     Option<"importanceSampling", "importance-sampling", "std::string", "\"token\"", "token or sequence (GSPO)">,
     Option<"scaleRewards", "scale-rewards", "std::string", "\"group\"", "group or none">,
     Option<"maxCompletionLength", "max-completion-length", "int64_t", "512", "dr_grpo's constant length">,
+    Option<"samplingLogProbs", "sampling-log-probs", "bool", "false",
+           "take the sampling policy's per-token log-probabilities as an old_log_probs input (else: this step's, detached)">,
     Option<"logitsOutput", "logits-output", "std::string", "\"\"", "logits output (default: the only float output)">,
     Option<"tokenInput", "token-input", "std::string", "\"\"",
            "the int64 [batch, seq] token input (default: the only one, or the only one indexing an embedding)">,

@@ -111,10 +111,22 @@ TokenBatch::TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::
   if (layout == RowLayout::Groups) {
     rewards = HostTensor{abi::kRewards, DType::F32, {batch}, std::vector<uint8_t>(size_t(batch) * 4)};
     auto *pr = reinterpret_cast<float *>(rewards.data.data());
+    bool logps = false;
+    for (const auto &row : rows)
+      for (const Example *e : row) logps = logps || !e->groupLogProbs.empty();
+    float *po = nullptr;
+    if (logps) {
+      oldLogProbs = HostTensor{abi::kOldLogProbs, DType::F32, {batch, seq}, std::vector<uint8_t>(size_t(batch * seq) * 4)};
+      po = reinterpret_cast<float *>(oldLogProbs.data.data());
+    }
     for (const auto &row : rows)
       for (const Example *e : row)
         for (size_t k = 0; k < e->groupIds.size(); ++k) {
           pr[used] = e->rewards[k];
+          // Position t scores token t + 1: its sampling log-probability goes there.
+          if (po && k < e->groupLogProbs.size())
+            for (size_t t = 0; t + 1 < e->groupLogProbs[k].size() && int64_t(t) < seq; ++t)
+              po[used * seq + int64_t(t)] = e->groupLabels[k][t + 1] == kIgnoreLabel ? 0.0f : e->groupLogProbs[k][t + 1];
           fill(used++, {{&e->groupIds[k], &e->groupLabels[k]}}, kIgnoreLabel);
         }
   }
@@ -141,6 +153,7 @@ std::map<std::string, const HostTensor *> TokenBatch::inputs() const {
       {ids.name, &ids}, {labels.name, &labels}, {positions.name, &positions}, {mask.name, &mask}};
   if (!desirable.name.empty()) out[desirable.name] = &desirable;
   if (!rewards.name.empty()) out[rewards.name] = &rewards;
+  if (!oldLogProbs.name.empty()) out[oldLogProbs.name] = &oldLogProbs;
   return out;
 }
 

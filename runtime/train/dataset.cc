@@ -289,6 +289,17 @@ StatusOr<Example> parseGroupLine(const Json &j, const std::string &where, const 
   if (rewards.type != Json::Type::Array || rewards.arr.size() != n)
     return sdError(where, ": 'rewards' must list ", n, " numbers, one per completion",
                    rewards.type == Json::Type::Array ? ", it has " + std::to_string(rewards.arr.size()) : "");
+  const Json *logps = j.get("completion_logps");
+  if (opts.samplingLogProbs && !logps)
+    return sdError(where, ": the plan takes the sampling policy's log-probabilities (sdc compile --sampling-log-probs): ",
+                   "a line needs 'completion_logps', a list per completion");
+  if (!opts.samplingLogProbs && logps)
+    return sdError(where, ": 'completion_logps' is for plans compiled with --sampling-log-probs; this plan takes the ",
+                   "step's own policy as the sampling one");
+  if (logps && !tokenized)
+    return sdError(where, ": 'completion_logps' go with 'completion_ids' (the tokens they belong to), not with text");
+  if (logps && (logps->type != Json::Type::Array || logps->arr.size() != n))
+    return sdError(where, ": 'completion_logps' must list ", n, " lists, one per completion");
   Example ex;
   std::vector<int64_t> prompt;
   if (tokenized) {
@@ -313,7 +324,23 @@ StatusOr<Example> parseGroupLine(const Json &j, const std::string &where, const 
       SD_RETURN_IF_ERROR(
           tokenizeText(j.get("prompt")->str, &completions.arr[k].str, opts, one).withContext(where + ": "));
     }
+    if (logps) { // aligned with the row: 0 on the prompt, then each completion token's
+      const Json &l = logps->arr[k];
+      const size_t completion = one.ids.size() - prompt.size();
+      if (l.type != Json::Type::Array || l.arr.size() != completion)
+        return sdError(where, ": 'completion_logps'[", k, "] must hold ", completion, " numbers, one per token of ",
+                       which);
+      std::vector<float> row(prompt.size(), 0.0f);
+      for (size_t t = 0; t < completion; ++t) {
+        const Json &x = l.arr[t];
+        if (x.type != Json::Type::Number || !std::isfinite(float(x.num)) || x.num > 0)
+          return sdError(where, ": 'completion_logps'[", k, "][", t, "] is not a log-probability (a finite number <= 0)");
+        row.push_back(float(x.num));
+      }
+      ex.groupLogProbs.push_back(std::move(row));
+    }
     SD_RETURN_IF_ERROR(fitLength(one.ids, one.labels, where, "the prompt and " + which, opts));
+    if (logps) ex.groupLogProbs.back().resize(one.ids.size());
     // Labels shift inside the plan: the first token is never predicted.
     if (one.labels.size() < 2 ||
         std::all_of(one.labels.begin() + 1, one.labels.end(), [](int64_t l) { return l == kIgnoreLabel; }))

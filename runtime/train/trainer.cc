@@ -36,6 +36,7 @@ struct PlanEntries {
   bool pairs = false;    // preference plans (sdc compile --recipe dpo, simpo, orpo, kto): two rows per example
   bool unpaired = false; // kto: an example and its KL row, not a (chosen, rejected) pair
   int64_t groupSize = 0; // grpo: a prompt's group of completions, one row each
+  bool samplingLogProbs = false; // grpo --sampling-log-probs: the data gives the sampling policy's log-probabilities
   RowLayout layout() const {
     return numLabels ? RowLayout::Classes
            : groupSize ? RowLayout::Groups
@@ -132,6 +133,7 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
       if (n == abi::kLabels) labels = &e.buffers[size_t(b)];
       if (n == out.tokenInput) tokens = &e.buffers[size_t(b)];
       if (n == abi::kPositionIds) out.packed = true;
+      if (n == abi::kOldLogProbs) out.samplingLogProbs = true;
     }
     if (!out.numLabels && (!labels || folderData)) { // the model's own loss over its own inputs: tensor data
       int64_t batch = 0;
@@ -392,11 +394,15 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   dopts.pairs = pe.pairs;
   dopts.unpaired = pe.unpaired;
   dopts.groupSize = pe.groupSize;
+  dopts.samplingLogProbs = pe.samplingLogProbs;
   DatasetOptions evalOpts = dopts; // eval data is scored groups either way
   if (im->samples()) {
     if (!pe.groupSize)
       return sdError("a reward (--reward-cmd) scores completions the plan samples: it needs a GRPO plan (sdc "
                      "compile --recipe grpo --kv-cache MAX_LENGTH)");
+    if (pe.samplingLogProbs)
+      return sdError("a reward (--reward-cmd) samples with the policy being trained, which is then the sampling "
+                     "policy: compile the plan without --sampling-log-probs");
     dopts.promptsOnly = true;
     im->config.runAhead = TrainConfig::RunAhead::Never; // each step samples with the weights the last one left
   }
@@ -876,6 +882,7 @@ Status trainInputsFromData(const Plan &plan, size_t entry, const std::string &da
   dopts.numLabels = pe.numLabels;
   dopts.pairs = pe.pairs;
   dopts.unpaired = pe.unpaired;
+  dopts.samplingLogProbs = pe.samplingLogProbs;
   dopts.groupSize = pe.groupSize;
   auto data = loadJsonl(dataPath, dopts);
   if (!data.isOk()) return data.status();

@@ -16,8 +16,10 @@ padding of prompts moves no position.
               equal TRL's step for step; the same for loss_type grpo, bnpo and
               dr_grpo, GSPO's sequence-level importance weights, no reward
               scaling, the KL term against the reference (beta 0.04: the
-              base model, TRL's with the adapter disabled) and gradient
-              accumulation over two micro-batches
+              base model, TRL's with the adapter disabled), gradient
+              accumulation over two micro-batches, and groups an earlier
+              policy sampled (their log-probabilities given, TRL's
+              old_per_token_logps), where the clipping acts
   text        text lines (prompt, completions through --tokenizer) train as
               the tokenized lines do
   full        full fine-tuning: losses and every trained weight equal TRL's
@@ -82,6 +84,15 @@ def write_lines(path, gs, text=False):
             f.write(json.dumps(line) + "\n")
 
 
+def with_logps(gs, seed):
+    """gs with 'completion_logps': each completion token's log-probability
+    under an earlier sampling policy, drawn around the tiny Llama's own
+    (about -log 256), so importance weights spread over exp(+-0.5)."""
+    rng = np.random.default_rng(seed)
+    return [dict(g, completion_logps=[[round(float(x), 4) for x in rng.uniform(-6.05, -5.05, len(c))]
+                                      for c in g["completion_ids"]]) for g in gs]
+
+
 def trl_trainer(model, tok, gs, peft=True, steps=STEPS, accum=1, **config):
     """TRL's GRPOTrainer on `model` in float64 (its parameters rounded to
     float32's values first, which sdrun starts from), its completions and
@@ -125,6 +136,21 @@ def trl_trainer(model, tok, gs, peft=True, steps=STEPS, accum=1, **config):
     prompts = Dataset.from_list([{"prompt": p} for p in by_prompt])
     tr = GRPOTrainer(model=model, args=args, reward_funcs=reward, train_dataset=prompts, processing_class=tok,
                      peft_config=cfg, rollout_func=rollout)
+    if "completion_logps" in gs[0]:  # the sampling policy's log-probabilities, as TRL's old_per_token_logps
+        import torch
+        logps = {tuple(c): l for g in gs for c, l in zip(g["completion_ids"], g["completion_logps"])}
+        scored = tr._generate_and_score_completions
+
+        def with_old(inputs):
+            out = scored(inputs)
+            ids, mask = out["completion_ids"], out["completion_mask"]
+            old = torch.zeros(ids.shape, dtype=torch.float64)
+            for r in range(ids.shape[0]):
+                n = int(mask[r].sum())
+                old[r, :n] = torch.tensor(logps[tuple(ids[r, :n].tolist())], dtype=torch.float32).double()
+            out["old_per_token_logps"] = old
+            return out
+        tr._generate_and_score_completions = with_old
     with torch.no_grad():  # the adapter PEFT just made, to float32's values
         for p in tr.model.parameters():
             p.data = p.data.float().double()
@@ -161,6 +187,13 @@ LORA_CASES = [
     ("scale_rewards none", ["--scale-rewards", "none"], dict(scale_rewards="none"), 1),
     ("beta 0.04 (KL against the base model)", ["--beta", "0.04"], dict(beta=0.04), 1),
     ("dapo over 2 accumulated micro-batches", [], {}, 2),
+    # Groups an earlier policy sampled: the weight exp(log p - old) clipped to [0.9, 1.15], capped at 1.3.
+    ("sampling log-probabilities, epsilon 0.1 / 0.15, delta 1.3",
+     ["--sampling-log-probs", "--grpo-epsilon", "0.1", "--grpo-epsilon-high", "0.15", "--grpo-delta", "1.3"],
+     dict(epsilon=0.1, epsilon_high=0.15, delta=1.3), 1),
+    ("sampling log-probabilities, GSPO, beta 0.04", ["--sampling-log-probs", "--importance-sampling", "sequence",
+                                                     "--grpo-loss", "grpo", "--beta", "0.04"],
+     dict(importance_sampling_level="sequence", loss_type="grpo", beta=0.04), 1),
 ]
 
 
@@ -175,6 +208,8 @@ def lora_runs(sdc, sdrun, tmp, onnx_path, tok):
         compile_plan(sdc, onnx_path, plan, flags)
         plans[name] = plan
         gs = groups(10 + i, PROMPTS * STEPS * accum)
+        if "--sampling-log-probs" in flags:
+            gs = with_logps(gs, i)
         write_lines(data, gs)
         torch.manual_seed(7)
         tr = trl_trainer(export_hf.build("llama", 0).double(), tok, gs, accum=accum, **config)
@@ -389,7 +424,7 @@ print(json.dumps({{"losses": [r.loss for r in reports], "rewards": [r.reward for
     refuse_all(cases)
 
 
-def refusals(sdc, sdrun, tmp, onnx_path, plan):
+def refusals(sdc, sdrun, tmp, onnx_path, plan, logps_plan):
     d = os.path.join(tmp, "bad")
     os.makedirs(d)
 
@@ -440,6 +475,26 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan):
         ("--scale-rewards batch", [*compile_cmd, "--recipe", "grpo", "--scale-rewards", "batch", *out],
          ["--scale-rewards takes 'group' or 'none'", "whole generation batch"]),
         ("--lora-dropout", [*compile_cmd, "--recipe", "grpo", "--lora-dropout", "0.1", *out], ["disable_dropout"]),
+        ("--grpo-epsilon without sampling log-probabilities", [*compile_cmd, "--recipe", "grpo", "--grpo-epsilon",
+                                                               "0.1", *out], ["add --sampling-log-probs"]),
+        ("--grpo-delta 1", [*compile_cmd, "--recipe", "grpo", "--sampling-log-probs", "--grpo-delta", "1", *out],
+         ["--grpo-delta needs a number above 1"]),
+        ("log-probabilities on a plan that takes none", [sdrun, "train", plan, "--data", data("lp.jsonl", dict(
+            group, completion_logps=[[-1.0], [-1.0, -2.0], [-1.0], [-1.0]]))],
+         ["lp.jsonl:1", "'completion_logps' is for plans compiled with --sampling-log-probs"]),
+        ("a group without log-probabilities on a plan that takes them", [sdrun, "train", logps_plan, "--data",
+                                                                         data("nolp.jsonl", group)],
+         ["nolp.jsonl:1", "needs 'completion_logps'"]),
+        ("a log-probability above 0", [sdrun, "train", logps_plan, "--data", data("pos.jsonl", dict(
+            group, completion_logps=[[-1.0], [-1.0, 0.5], [-1.0], [-1.0]]))],
+         ["pos.jsonl:1", "'completion_logps'[1][1] is not a log-probability"]),
+        ("log-probabilities that miss a token", [sdrun, "train", logps_plan, "--data", data("short.jsonl", dict(
+            group, completion_logps=[[-1.0], [-1.0], [-1.0], [-1.0]]))],
+         ["short.jsonl:1", "'completion_logps'[1] must hold 2 numbers"]),
+        ("--reward-cmd on a plan that takes log-probabilities", [sdrun, "train", logps_plan, "--data",
+                                                                 data("p.jsonl", {"prompt_ids": [1, 2]}),
+                                                                 "--reward-cmd", "cat"],
+         ["compile the plan without --sampling-log-probs"]),
     ]
     refuse_all(cases, no_files=[os.path.join(d, "p.sdp")])
 
@@ -468,7 +523,8 @@ def main():
                 elif part == "sampling":
                     sampling_runs(sdc, sdrun, tmp, onnx_path)
                 else:
-                    refusals(sdc, sdrun, tmp, onnx_path, plans["dapo"])
+                    refusals(sdc, sdrun, tmp, onnx_path, plans["dapo"],
+                             plans["sampling log-probabilities, epsilon 0.1 / 0.15, delta 1.3"])
             except Exception as e:  # one failing part must not hide the others
                 check(f"{part} runs", False, f"{type(e).__name__}: {str(e)[-600:]}")
     finally:

@@ -300,6 +300,18 @@ TEST(TokenBatch, GroupsFillARowPerCompletionWithItsReward) {
   EXPECT_EQ(tb.rewards.dtype, DType::F32);
   EXPECT_EQ((std::vector<float>(rewards, rewards + 4)), (std::vector<float>{0.25f, -1.0f, 0.0f, 0.0f}));
   EXPECT_EQ(tb.inputs().count("rewards"), 1u);
+  EXPECT_EQ(tb.inputs().count("old_log_probs"), 0u);
+  // With the sampling policy's log-probabilities: position t holds token t + 1's.
+  grpo.samplingLogProbs = true;
+  auto s = parseDataLine(
+      R"({"prompt_ids": [1], "completion_ids": [[2], [3, 4]], "rewards": [0, 1], "completion_logps": [[-0.5], [-1, -2]]})",
+      "g:2", grpo);
+  ASSERT_TRUE(s.isOk()) << s.status().message();
+  Rows sampled = {{&s.value()}};
+  TokenBatch lp(sampled, 2, 3, "input_ids", RowLayout::Groups);
+  const float *old = reinterpret_cast<const float *>(lp.oldLogProbs.data.data());
+  EXPECT_EQ(lp.oldLogProbs.dims, (Dims{2, 3}));
+  EXPECT_EQ((std::vector<float>(old, old + 6)), (std::vector<float>{-0.5f, 0.0f, 0.0f, -1.0f, -2.0f, 0.0f}));
 }
 
 TEST(CheckpointManifest, RoundTripAndChecks) {

@@ -159,6 +159,11 @@ const char *kUsage =
     "  --importance-sampling token|sequence  grpo: per-token weights, or GSPO's per sequence\n"
     "  --scale-rewards group|none  grpo: advantages over the group's std (the default) or not\n"
     "  --max-completion-length N  grpo: dr_grpo's constant length (512, TRL's)\n"
+    "  --sampling-log-probs     grpo: the data gives the sampling policy's log-probability of each\n"
+    "                           completion token (\"completion_logps\"), for groups an earlier policy\n"
+    "                           sampled; the importance weight is then exp(log p - that), clipped:\n"
+    "  --grpo-epsilon E, --grpo-epsilon-high E  to [1 - E, 1 + E_high] (0.2; E_high: E, DAPO's 0.28)\n"
+    "  --grpo-delta D           and two-sided: the weight capped at D (> 1; off)\n"
     "  --desirable-weight W, --undesirable-weight W  kto: each kind's loss weight (1, 1)\n"
     "  --dpo-loss sigmoid|ipo|hinge  dpo: DPO's loss (the default), IPO's or the hinge\n"
     "  --simpo-gamma G          simpo: the target reward margin (0.5)\n"
@@ -328,6 +333,7 @@ int parseArgs(int argc, char **argv, Args &a) {
        adaloraGiven = false, loraRGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   std::vector<std::string> grpoFlags;       // --num-generations, --grpo-loss, ... as given
+  std::vector<std::string> clipFlags;       // --grpo-epsilon, --grpo-epsilon-high, --grpo-delta
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
@@ -517,6 +523,19 @@ int parseArgs(int argc, char **argv, Args &a) {
                2;
       (groups ? a.pipeline.numGenerations : a.pipeline.maxCompletionLength) = n;
       grpoFlags.push_back(flag);
+    } else if (flag == "--sampling-log-probs") {
+      a.pipeline.samplingLogProbs = true;
+      grpoFlags.push_back(flag);
+    } else if (flag == "--grpo-epsilon" || flag == "--grpo-epsilon-high" || flag == "--grpo-delta") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      const bool delta = flag == "--grpo-delta", low = flag == "--grpo-epsilon";
+      if (v.empty() || *end || !(delta ? d > 1 && d < 1e6 : d >= 0 && d < (low ? 1 : 1e6)))
+        return fail(flag + (delta ? " needs a number above 1" : low ? " needs a number in [0, 1)" : " needs a non-negative number")),
+               2;
+      (delta ? a.pipeline.grpoDelta : low ? a.pipeline.grpoEpsilon : a.pipeline.grpoEpsilonHigh) = d;
+      grpoFlags.push_back(flag);
+      clipFlags.push_back(flag);
     } else if (flag == "--grpo-loss" || flag == "--importance-sampling" || flag == "--scale-rewards") {
       std::string &to = flag == "--grpo-loss"             ? a.pipeline.grpoLoss
                         : flag == "--importance-sampling" ? a.pipeline.importanceSampling
@@ -717,6 +736,11 @@ int parseArgs(int argc, char **argv, Args &a) {
   const std::string recipe = "--recipe " + a.pipeline.recipe;
   for (const std::string &f : grpoFlags)
     if (!grpo) return fail(f + " needs --recipe grpo"), 2;
+  for (const std::string &f : clipFlags) // the weight is exactly 1 when the sampling policy is the step's own
+    if (!a.pipeline.samplingLogProbs)
+      return fail(f + " clips the importance weight, which is 1 unless the data gives the sampling policy's "
+                      "log-probabilities: add --sampling-log-probs"),
+             2;
   const bool betaGiven = std::find(preferenceFlags.begin(), preferenceFlags.end(), "--beta") != preferenceFlags.end();
   if (grpo && !betaGiven) a.pipeline.beta = 0.0; // TRL's GRPOConfig: no KL term, no reference model
   if (!grpo && betaGiven && !(a.pipeline.beta > 0)) return fail("--beta needs a positive number with " + recipe), 2;

@@ -1,5 +1,6 @@
 // RUN: sd-opt %s --sd-recipe-grpo="num-generations=2 beta=0.04" | FileCheck %s
 // RUN: sd-opt %s --sd-recipe-grpo="num-generations=2" --sd-specialize="shapes=input_ids=4x3" --sd-propagate-shapes --sd-autodiff | FileCheck %s --check-prefix=GRAD
+// RUN: sd-opt %s --sd-recipe-grpo="num-generations=2 sampling-log-probs=true" | FileCheck %s --check-prefix=OLD
 // RUN: not sd-opt %s --sd-recipe-grpo="num-generations=1" 2>&1 | FileCheck %s --check-prefix=ONE
 // RUN: not sd-opt %s --sd-recipe-grpo="scale-rewards=batch" 2>&1 | FileCheck %s --check-prefix=BATCH
 
@@ -14,8 +15,8 @@
 // makes the policy's, so the importance weight is exp(0) with the
 // log-probability's gradient; clipped to [1 - 0.2, 1 + 0.2].
 // CHECK:       %[[LOGP:.*]] = sd.neg %[[NLL:.*]] :
-// CHECK:       %[[OLD:.*]] = sd.neg %[[NLL]] {sd.detached}
-// CHECK:       %[[RATIO:.*]] = sd.sub %[[LOGP]], %[[OLD]]
+// CHECK:       %[[SAMPLED:.*]] = sd.neg %[[NLL]] {sd.detached}
+// CHECK:       %[[RATIO:.*]] = sd.sub %[[LOGP]], %[[SAMPLED]]
 // CHECK:       %[[W:.*]] = sd.exp %[[RATIO]]
 // CHECK:       sd.constant dense<8.000000e-01>
 // CHECK:       sd.constant dense<1.200000e+00>
@@ -33,6 +34,13 @@
 // GRAD-SAME:   %{{.*}}: tensor<4xf32> {sd.dim_params = ["batch"], sd.name = "rewards"}
 // GRAD:        sd.neg {{.*}} {sd.detached}
 // GRAD:        sd.global_store %{{.*}}, @"grad/head.weight"
+// Groups an earlier policy sampled: its log-probabilities are an input, nothing is detached.
+// OLD-LABEL:   func.func @eval_step
+// OLD-SAME:    %{{.*}}: tensor<?x?xf32> {sd.dim_params = ["batch", "seq"], sd.name = "old_log_probs"}
+// OLD-NOT:     sd.detached
+// OLD:         %[[LOGP:.*]] = sd.neg
+// OLD:         sd.sub %[[LOGP]], %arg
+// OLD:         sd.clip
 // ONE: --recipe grpo: --num-generations must be in [2, 4096]
 // BATCH: --scale-rewards takes 'group' or 'none', got 'batch'
 module {

@@ -28,6 +28,9 @@ constexpr const char *kLabels = "labels"; // int64 [batch, seq] (sft) or [batch]
 constexpr const char *kDesirable = "desirable";
 // grpo: f32 [batch], each completion's reward (0 in filler rows).
 constexpr const char *kRewards = "rewards";
+// grpo --sampling-log-probs: f32 [batch, seq], at position t the sampling
+// policy's log-probability of token t + 1 (0 where that token is not counted).
+constexpr const char *kOldLogProbs = "old_log_probs";
 constexpr const char *kAttentionMask = "attention_mask"; // int64 [batch, seq], 1 = a token, 0 = padding (classify)
 constexpr const char *kPositionIds = "position_ids"; // int64 [batch, seq] in packed plans
 constexpr const char *kLr = "lr";                    // f32 scalars of apply / train_step

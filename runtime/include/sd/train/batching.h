@@ -80,10 +80,11 @@ struct DataCursor {
 //
 // A GRPO group fills G rows: entry r of `rows` (one prompt's group) gives
 // rows [rG, (r+1)G) its completions, and `rewards` (f32 [batch]) theirs
-// (0 in filler rows).
+// (0 in filler rows); with sampling log-probabilities, `oldLogProbs` (f32
+// [batch, seq]) holds at position t the log-probability of token t + 1.
 enum class RowLayout { Sequences, Classes, Pairs, Unpaired, Groups };
 struct TokenBatch {
-  HostTensor ids, labels, positions, mask, desirable, rewards;
+  HostTensor ids, labels, positions, mask, desirable, rewards, oldLogProbs;
   TokenBatch(const Rows &rows, int64_t batch, int64_t seq, const std::string &tokenInput,
              RowLayout layout = RowLayout::Sequences);
   std::map<std::string, const HostTensor *> inputs() const;

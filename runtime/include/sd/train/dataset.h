@@ -37,6 +37,9 @@ struct Example {
   // prompt and one completion (labels -100 on the prompt), one row each.
   std::vector<std::vector<int64_t>> groupIds, groupLabels;
   std::vector<float> rewards; // one per completion
+  // --sampling-log-probs plans: per completion, per position of its groupIds,
+  // the sampling policy's log-probability of that token (0 on the prompt).
+  std::vector<std::vector<float>> groupLogProbs;
   // The longest sequence the example puts in a row.
   size_t length() const {
     size_t n = std::max(ids.size(), rejectedIds.size());
@@ -61,6 +64,9 @@ struct DatasetOptions {
   bool unpaired = false;
   // GRPO plans (sdc compile --recipe grpo): each line a prompt's group of this many scored completions.
   int64_t groupSize = 0;
+  // GRPO plans compiled with --sampling-log-probs: each completion comes with
+  // its tokens' log-probabilities under the policy that sampled it.
+  bool samplingLogProbs = false;
   // GRPO sampling its own groups (sdrun train --reward-cmd): each line a
   // prompt, {"prompt": TEXT} or {"prompt_ids": [...]}, held in `ids`.
   bool promptsOnly = false;
