@@ -49,23 +49,33 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       }
       if (!counted) std::abort();
     }
-    sd::DatasetOptions groups{256, 64, truncate};
-    groups.groupSize = 3;
-    if (auto g = sd::parseDataLine(line, "fuzz:1", groups); g.isOk()) {
-      // Exactly 3 completions, each within the bucket with a counted token after the first, and 3 finite rewards.
-      const sd::Example &e = g.value();
-      if (e.groupIds.size() != 3 || e.groupLabels.size() != 3 || e.rewards.size() != 3) std::abort();
-      for (size_t k = 0; k < 3; ++k) {
-        const auto &ids = e.groupIds[k], &labels = e.groupLabels[k];
-        if (ids.size() < 2 || ids.size() > 64 || labels.size() != ids.size() || !std::isfinite(e.rewards[k]))
-          std::abort();
-        bool counted = false;
-        for (size_t i = 0; i < ids.size(); ++i) {
-          if (ids[i] < 0 || ids[i] >= 256) std::abort();
-          if (labels[i] != sd::kIgnoreLabel && labels[i] != ids[i]) std::abort();
-          counted = counted || (i > 0 && labels[i] != sd::kIgnoreLabel);
+    for (bool logps : {false, true}) {
+      sd::DatasetOptions groups{256, 64, truncate};
+      groups.groupSize = 3;
+      groups.samplingLogProbs = logps;
+      if (auto g = sd::parseDataLine(line, "fuzz:1", groups); g.isOk()) {
+        // Exactly 3 completions, each within the bucket with a counted token after the first, and 3 finite rewards;
+        // with sampling log-probabilities, one finite value <= 0 per position of each completion's row.
+        const sd::Example &e = g.value();
+        if (e.groupIds.size() != 3 || e.groupLabels.size() != 3 || e.rewards.size() != 3) std::abort();
+        if (e.groupLogProbs.size() != (logps ? 3u : 0u)) std::abort();
+        for (size_t k = 0; k < e.groupLogProbs.size(); ++k) {
+          if (e.groupLogProbs[k].size() != e.groupIds[k].size()) std::abort();
+          for (float v : e.groupLogProbs[k])
+            if (!std::isfinite(v) || v > 0) std::abort();
         }
-        if (!counted) std::abort();
+        for (size_t k = 0; k < 3; ++k) {
+          const auto &ids = e.groupIds[k], &labels = e.groupLabels[k];
+          if (ids.size() < 2 || ids.size() > 64 || labels.size() != ids.size() || !std::isfinite(e.rewards[k]))
+            std::abort();
+          bool counted = false;
+          for (size_t i = 0; i < ids.size(); ++i) {
+            if (ids[i] < 0 || ids[i] >= 256) std::abort();
+            if (labels[i] != sd::kIgnoreLabel && labels[i] != ids[i]) std::abort();
+            counted = counted || (i > 0 && labels[i] != sd::kIgnoreLabel);
+          }
+          if (!counted) std::abort();
+        }
       }
     }
     sd::DatasetOptions classify{256, 64, truncate};
