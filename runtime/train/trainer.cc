@@ -1,5 +1,6 @@
 // The training loop: buckets, micro-batches, schedule, hooks at optimizer steps.
 #include "sd/train/trainer.h"
+#include "sd/generate/generator.h"
 #include "sd/format/file_io.h"
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
@@ -403,6 +404,11 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
     if (pe.samplingLogProbs)
       return sdError("a reward (--reward-cmd) samples with the policy being trained, which is then the sampling "
                      "policy: compile the plan without --sampling-log-probs");
+    // Sampling needs the prefill and decode entries: said before the reward command starts.
+    auto probe = generate::Generator::create(session, generate::SamplingOptions{});
+    if (!probe.isOk() || !probe.value()->cached())
+      return sdError(planContext, "a reward (--reward-cmd) samples each step's completions with the plan, which has no "
+                     "decode entries: compile it with --kv-cache MAX_LENGTH (and --kv-batch ROWS)");
     dopts.promptsOnly = true;
     im->config.runAhead = TrainConfig::RunAhead::Never; // each step samples with the weights the last one left
   }
