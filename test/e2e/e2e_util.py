@@ -185,6 +185,14 @@ def sh(cmd, **kw):
     return r.stdout
 
 
+def one_line_file(folder, name, line):
+    """folder/name holding `line` as one JSON line (a bad-data case); returns its path."""
+    path = os.path.join(folder, name)
+    with open(path, "w") as f:
+        f.write(json.dumps(line) + "\n")
+    return path
+
+
 def clean_error_problems(cmd, must_contain=(), no_files=(), timeout=60):
     """Bad input must end with exit code 1 (2 for usage errors), exactly one
     stderr line naming the problem, no hang and no file left behind. Returns

@@ -44,7 +44,7 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, sh, tool_paths
+from e2e_util import ROOT, clean_error_problems, one_line_file, sh, tool_paths
 from test_preference import ExactLogProbs, adapter_gap, loss_gap, save_f32, tokenizer, weights_gap
 from test_training import check, report
 
@@ -428,11 +428,7 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan, logps_plan):
     d = os.path.join(tmp, "bad")
     os.makedirs(d)
 
-    def data(name, line):
-        p = os.path.join(d, name)
-        with open(p, "w") as f:
-            f.write(json.dumps(line) + "\n")
-        return p
+    data = lambda name, line: one_line_file(d, name, line)
 
     sft_plan = os.path.join(d, "sft.sdp")
     sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--shapes", f"input_ids=2x{SEQ}",

@@ -46,7 +46,7 @@ import warnings
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, rel_err, sh, tool_paths
+from e2e_util import ROOT, clean_error_problems, one_line_file, rel_err, sh, tool_paths
 from test_peft_roundtrip import initializers
 from test_training import check, report
 
@@ -406,11 +406,7 @@ def kto_runs(sdc, sdrun, tmp, onnx_path, tok):
 def refusals(sdc, sdrun, tmp, onnx_path, plan, kto_plan):
     d = os.path.join(tmp, "bad")
     os.makedirs(d)
-    def data(name, line):
-        p = os.path.join(d, name)
-        with open(p, "w") as f:
-            f.write(json.dumps(line) + "\n")
-        return p
+    data = lambda name, line: one_line_file(d, name, line)
     sft_plan = os.path.join(d, "sft.sdp")
     sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--shapes", f"input_ids=2x{SEQ}",
         "-o", sft_plan])
