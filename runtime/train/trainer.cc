@@ -396,7 +396,6 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   dopts.unpaired = pe.unpaired;
   dopts.groupSize = pe.groupSize;
   dopts.samplingLogProbs = pe.samplingLogProbs;
-  DatasetOptions evalOpts = dopts; // eval data is scored groups either way
   if (im->samples()) {
     if (!pe.groupSize)
       return sdError("a reward (--reward-cmd) scores completions the plan samples: it needs a GRPO plan (sdc "
@@ -445,6 +444,8 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
     if (!data.isOk()) return data.status();
     im->data = std::move(data.value());
     if (!o.evalPath.empty()) {
+      DatasetOptions evalOpts = dopts; // scored groups, also when the training data is prompts
+      evalOpts.promptsOnly = false;
       auto ev = loadJsonl(o.evalPath, evalOpts);
       if (!ev.isOk()) return ev.status();
       im->evalData = std::move(ev.value());

@@ -404,6 +404,13 @@ print(json.dumps({{"losses": [r.loss for r in reports], "rewards": [r.reward for
     compile_plan(sdc, onnx_path, no_cache, [])
     scored = os.path.join(d, "one_group.jsonl")
     write_lines(scored, groups(1, 1))
+    # Eval data stays scored groups while the training data is prompts.
+    metrics = os.path.join(d, "eval.jsonl")
+    sh([sdrun, "train", plan, "--data", prompts, "--steps", "1", "--threads", "2", "--reward-cmd", reward(False),
+        "--max-new-tokens", "4", "--eval-data", scored, "--metrics", metrics])
+    evals = [json.loads(l)["eval_loss"] for l in open(metrics) if '"eval_loss"' in l]
+    check("--reward-cmd with --eval-data: the eval data are scored groups, evaluated after the step",
+          len(evals) == 1 and np.isfinite(evals[0]), f"{evals}")
     base = [sdrun, "train", plan, "--data", prompts, "--steps", "1", "--threads", "2"]
     cases = [
         ("a reward that is not a number", base + ["--reward-cmd", "while read l; do echo high; done"],
