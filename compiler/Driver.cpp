@@ -160,6 +160,17 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     out += "IA3 on " + std::to_string(mods.size()) + " modules:\n";
     for (auto m : mods.getAsValueRange<mlir::StringAttr>())
       out += "  " + m.str() + (inputSide.count(m.str()) ? "  (feedforward: scales the input)\n" : "  (scales the output)\n");
+  } else if (type && type.getValue() == "BOTTLENECK") {
+    auto mods = dict.getAs<mlir::ArrayAttr>("modules"), places = dict.getAs<mlir::ArrayAttr>("places");
+    char head[200];
+    std::snprintf(head, sizeof head, "bottleneck adapters (%s, reduction factor %g, %s, scaling %g) after %zu blocks:\n",
+                  dict.getAs<mlir::StringAttr>("config").str().c_str(),
+                  dict.getAs<mlir::FloatAttr>("reduction_factor").getValueAsDouble(),
+                  dict.getAs<mlir::StringAttr>("non_linearity").str().c_str(),
+                  dict.getAs<mlir::FloatAttr>("scaling").getValueAsDouble(), size_t(mods.size()));
+    out += head;
+    for (auto [m, p] : llvm::zip(mods.getAsValueRange<mlir::StringAttr>(), places.getAsValueRange<mlir::StringAttr>()))
+      out += "  " + m.str() + "  (" + p.str() + ")\n";
   } else if (type && type.getValue() == "PROMPT_TUNING") {
     auto num = [&](const char *k) { return std::to_string(dict.getAs<mlir::IntegerAttr>(k).getInt()); };
     out += "prompt tuning: " + num("num_virtual_tokens") + " virtual tokens of " + num("token_dim") +
@@ -324,7 +335,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // (rotary tables, masks, a loss's class weights).
     if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
         req.pipeline.peft != "loha" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && req.pipeline.peft != "prompt" &&
-        req.pipeline.peft != "adalora" &&
+        req.pipeline.peft != "adalora" && req.pipeline.peft != "bottleneck" &&
         (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);
@@ -393,6 +404,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
              : peft.find("\"PROMPT_TUNING\"") != std::string::npos ? "prompt_tuning"
              : peft.find("\"PREFIX_TUNING\"") != std::string::npos ? "prefix_tuning"
              : peft.find("\"ADALORA\"") != std::string::npos ? "adalora"
+             : peft.find("\"BOTTLENECK\"") != std::string::npos ? "bottleneck"
                                                           : "lora",
              peft);
   return mlir::succeeded(emitPlan(*module, eopts, error));

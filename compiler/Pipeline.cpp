@@ -75,6 +75,16 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     prompt.seed = opts.seed;
     prompt.tokenInput = opts.tokenInput;
     pm.addPass(createPeftPrompt(prompt));
+  } else if (opts.peft == "bottleneck") {
+    PeftBottleneckOptions bn;
+    bn.config = opts.bottleneckConfig;
+    bn.reductionFactor = opts.reductionFactor;
+    bn.nonLinearity = opts.nonLinearity;
+    bn.scaling = opts.bottleneckScaling;
+    bn.init = opts.bottleneckInit;
+    bn.targetModules = opts.targetModules;
+    bn.seed = opts.seed;
+    pm.addPass(createPeftBottleneck(bn));
   } else if (opts.peft == "ia3") {
     PeftIa3Options ia3;
     ia3.targetModules = opts.targetModules;

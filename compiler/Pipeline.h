@@ -14,7 +14,7 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).
-  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera" | "prompt" | "prefix"
+  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera" | "prompt" | "prefix" | "bottleneck"
   std::string trainable = ".*";  // --peft none: regex over weight names
   std::string freeze;            // --peft none: regex over weight names kept frozen (none when empty)
   std::string targetModules;     // --peft lora
@@ -34,6 +34,10 @@ struct PipelineOptions {
   std::string promptInit = "random"; // --peft prompt: random (PEFT's RANDOM) | vocab (SAMPLE_VOCAB) | text (TEXT)
   std::string promptInitText, promptTokenizer; // text: PEFT's prompt_tuning_init_text, tokenizer_name_or_path
   std::vector<int64_t> promptInitIds;           // text: the text's tokens (sdc tokenizes it)
+  // --peft bottleneck (AdapterHub's BnConfig): seq_bn | double_seq_bn | par_bn, hidden / bottleneck
+  // size, the activation, the output's factor (negative: the config's) and the start.
+  std::string bottleneckConfig = "seq_bn", nonLinearity, bottleneckInit;
+  double reductionFactor = -1.0, bottleneckScaling = -1.0; // negative: the config's
   std::string feedforwardModules; // --peft ia3: modules whose input, not output, is scaled
   double loraDropout = 0.0;
   std::string loraInit = "default"; // default | gaussian | pissa | olora | loftq (PEFT's init_lora_weights)

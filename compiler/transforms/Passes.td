@@ -138,6 +138,35 @@ def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftBottleneck : Pass<"sd-peft-bottleneck", "mlir::ModuleOp"> {
+  let summary = "bottleneck adapters (AdapterHub's seq_bn, double_seq_bn, par_bn) on a pre-LN transformer's sublayers";
+  let description = [{
+    Finds each sublayer's end: a `sd.linear` whose result (through reshapes)
+    an `sd.add` sums with the residual stream r, z = h + r. The layer is an
+    attention block's output projection when its input comes from an
+    attention; a feed-forward block's otherwise. seq_bn (Pfeiffer) adapts the
+    feed-forward ends, double_seq_bn (Houlsby) both kinds, par_bn (parallel)
+    the feed-forward ends, each as AdapterHub's adapters library computes it
+    in a pre-LN layer: z' = z + s up(act(down(u))) with u = z, h or r. down
+    is [hidden / reduction_factor, hidden] and up [hidden, that], each with a
+    bias, named as AdapterHub's parameters with the adapter name
+    "bottleneck" (`model.layers.0.output_adapters.adapters.bottleneck.
+    adapter_down.0.weight`). Every other weight is frozen. Records the
+    configuration in `sd.peft`.
+  }];
+  let options = [
+    Option<"config", "config", "std::string", "\"seq_bn\"", "seq_bn | double_seq_bn | par_bn">,
+    Option<"reductionFactor", "reduction-factor", "double", "-1.0",
+           "hidden size / bottleneck size (negative: the config's, 16 or par_bn's 2)">,
+    Option<"nonLinearity", "non-linearity", "std::string", "\"\"", "the bottleneck's activation (empty: the config's)">,
+    Option<"scaling", "scaling", "double", "-1.0", "the adapter output's factor (negative: the config's)">,
+    Option<"init", "init", "std::string", "\"\"", "bert | mam_adapter | houlsby (empty: the config's)">,
+    Option<"targetModules", "target-modules", "std::string", "\"\"",
+           "a regex the adapted sublayers' output layers must match whole (empty: all)">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the adapters' start">,
+  ];
+}
+
 def PeftIa3 : Pass<"sd-peft-ia3", "mlir::ModuleOp"> {
   let summary = "(IA)³: trained vectors that scale the matched sd.linear modules' outputs or inputs";
   let description = [{

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <new>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
@@ -50,6 +51,19 @@ const char *kUsage =
     "                           the rest trained and kept orthogonal to them (PEFT's OSF)\n"
     "  --peft ia3               (IA)³: a trained vector scales each --target-modules layer's\n"
     "                           output, or its input for --feedforward-modules (PEFT's IA3)\n"
+    "  --peft bottleneck        bottleneck adapters (AdapterHub's adapters library):\n"
+    "                           up(act(down(u))) added to each feed-forward block's residual\n"
+    "                           sum (and each attention block's, double_seq_bn) of a pre-LN\n"
+    "                           transformer; --target-modules (a regex over the blocks' output\n"
+    "                           layers) narrows where\n"
+    "  --bottleneck-config C    seq_bn (Pfeiffer, the default: u the sum), double_seq_bn\n"
+    "                           (Houlsby: u the block's output, swish), par_bn (parallel: u the\n"
+    "                           block's input stream, scaling 4, mam_adapter start)\n"
+    "  --reduction-factor R     hidden size / bottleneck size (16; par_bn 2)\n"
+    "  --non-linearity F        relu, swish, silu, gelu, gelu_new, tanh, sigmoid or leakyrelu\n"
+    "                           (the config's)\n"
+    "  --adapter-scaling S      factor of the adapter's output (the config's: 1, par_bn 4)\n"
+    "  --bottleneck-init I      bert (N(0, 0.02)), mam_adapter (up zero) or houlsby\n"
     "  --peft loha              LoHa: ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha/r added to each\n"
     "                           --target-modules layer (PEFT's LoHa; --lora-r, --lora-alpha)\n"
     "  --quantize nf4           QLoRA: the frozen weight of every linear layer but the head\n"
@@ -329,7 +343,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
-  bool lossScaleGiven = false, lokrGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false,
+  bool lossScaleGiven = false, lokrGiven = false, bottleneckGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false,
        adaloraGiven = false, loraRGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   std::vector<std::string> grpoFlags;       // --num-generations, --grpo-loss, ... as given
@@ -363,9 +377,10 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
                                       a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "lokr" &&
                                       a.pipeline.peft != "vera" && a.pipeline.peft != "prompt" &&
-                                      a.pipeline.peft != "prefix" && a.pipeline.peft != "adalora"))
-        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera', 'adalora', 'prompt' or "
-                    "'prefix'"), 2;
+                                      a.pipeline.peft != "prefix" && a.pipeline.peft != "adalora" &&
+                                      a.pipeline.peft != "bottleneck"))
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera', 'adalora', 'prompt', "
+                    "'prefix' or 'bottleneck'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -443,6 +458,27 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--tokenizer") {
       if (!value(a.pipeline.promptTokenizer) || a.pipeline.promptTokenizer.empty())
         return fail("--tokenizer needs a folder holding tokenizer.json"), 2;
+    } else if (flag == "--bottleneck-config") {
+      const std::string &c = a.pipeline.bottleneckConfig;
+      if (!value(a.pipeline.bottleneckConfig) || (c != "seq_bn" && c != "double_seq_bn" && c != "par_bn"))
+        return fail("--bottleneck-config takes seq_bn, double_seq_bn or par_bn"), 2;
+      bottleneckGiven = true;
+    } else if (flag == "--reduction-factor" || flag == "--adapter-scaling") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      if (v.empty() || *end || !(d > 0) || !std::isfinite(d)) return fail(flag + " needs a positive number"), 2;
+      (flag == "--reduction-factor" ? a.pipeline.reductionFactor : a.pipeline.bottleneckScaling) = d;
+      bottleneckGiven = true;
+    } else if (flag == "--non-linearity") {
+      static const char *known[] = {"relu", "swish", "silu", "gelu", "gelu_new", "tanh", "sigmoid", "leakyrelu"};
+      if (!value(a.pipeline.nonLinearity) || !std::count(std::begin(known), std::end(known), a.pipeline.nonLinearity))
+        return fail("--non-linearity takes relu, swish, silu, gelu, gelu_new, tanh, sigmoid or leakyrelu"), 2;
+      bottleneckGiven = true;
+    } else if (flag == "--bottleneck-init") {
+      const std::string &i = a.pipeline.bottleneckInit;
+      if (!value(a.pipeline.bottleneckInit) || (i != "bert" && i != "mam_adapter" && i != "houlsby"))
+        return fail("--bottleneck-init takes bert, mam_adapter or houlsby"), 2;
+      bottleneckGiven = true;
     } else if (arg == "--decompose-both") {
       a.pipeline.decomposeBoth = true;
       lokrGiven = true;
@@ -656,7 +692,18 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.targetModules.empty())
     return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr or vera"), 2;
+    return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr, vera, adalora or bottleneck"), 2;
+  if (bottleneckGiven && a.pipeline.peft != "bottleneck")
+    return fail("--bottleneck-config, --reduction-factor, --non-linearity, --adapter-scaling and --bottleneck-init "
+                "need --peft bottleneck"), 2;
+  if (a.pipeline.peft == "bottleneck") {
+    // What is built: the adapters of a pre-LN transformer, in f32, replicated over ranks.
+    const char *refused = !a.pipeline.quantize.empty()      ? "--quantize"
+                          : a.pipeline.precision != "fp32" ? "--precision other than fp32"
+                          : a.pipeline.recipe != "sft"     ? "--recipe other than sft"
+                                                           : nullptr;
+    if (refused) return fail(std::string("--peft bottleneck does not take ") + refused + " yet"), 2;
+  }
   if (lokrGiven && a.pipeline.peft != "lokr") return fail("--decompose-both and --decompose-factor need --peft lokr"), 2;
   if (adaloraGiven && a.pipeline.peft != "adalora")
     return fail("--target-r, --tinit, --tfinal, --delta-t, --total-step, --adalora-beta1/2 and --orth-reg-weight "

@@ -1,0 +1,248 @@
+// sd-peft-bottleneck: bottleneck adapters (Houlsby, Pfeiffer, parallel) as
+// AdapterHub's `adapters` library inserts them into a pre-LN transformer:
+// f(u) = up(act(down(u))) added to a sublayer's residual sum.
+#include "GlobalData.h"
+#include "PassDetail.h"
+#include "Passes.h"
+#include "vjp/GradBuilder.h"
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/Regex.h"
+#include <cmath>
+#include <memory>
+#include <random>
+
+namespace sd {
+#define GEN_PASS_DEF_PEFTBOTTLENECK
+#include "Passes.h.inc"
+} // namespace sd
+
+using namespace mlir;
+using namespace sd::ir;
+
+namespace {
+
+// A sublayer's end: z = h + r, where h is the last linear layer's result
+// (through reshapes) and r the residual stream it is added to.
+struct Residual {
+  LinearOp linear;
+  AddOp add;
+  Value h, r;
+  bool attention = false; // the linear projects an attention's output (AdapterHub's mh_adapter place)
+};
+
+// Shapes that may be equal (before specialization, some extents are unknown).
+bool mayBeSameShape(Value a, Value b) {
+  auto ta = dyn_cast<RankedTensorType>(a.getType()), tb = dyn_cast<RankedTensorType>(b.getType());
+  if (!ta || !tb || ta.getRank() != tb.getRank() || ta.getElementType() != tb.getElementType()) return false;
+  for (auto [x, y] : llvm::zip(ta.getShape(), tb.getShape()))
+    if (x != y && !ShapedType::isDynamic(x) && !ShapedType::isDynamic(y)) return false;
+  return true;
+}
+
+// The value `v` stands for before reshapes and transposes.
+Value throughViews(Value v) {
+  while (Operation *def = v.getDefiningOp()) {
+    if (!isa<ReshapeOp, TransposeOp>(def)) break;
+    v = def->getOperand(0);
+  }
+  return v;
+}
+
+bool isNorm(Value v) {
+  Operation *def = v.getDefiningOp();
+  return def && isa<LayerNormalizationOp, RMSNormalizationOp>(def);
+}
+
+struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
+  using PeftBottleneckBase::PeftBottleneckBase;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (config != "seq_bn" && config != "double_seq_bn" && config != "par_bn") {
+      module.emitError() << "--bottleneck-config takes seq_bn, double_seq_bn or par_bn, got '" << config << "'";
+      return signalPassFailure();
+    }
+    // AdapterHub's defaults: SeqBnConfig relu, DoubleSeqBnConfig swish,
+    // ParBnConfig relu with mam_adapter's start; bert's start otherwise.
+    if (nonLinearity.empty()) nonLinearity = config == "double_seq_bn" ? "swish" : "relu";
+    if (init.empty()) init = config == "par_bn" ? "mam_adapter" : "bert";
+    if (reductionFactor < 0) reductionFactor = config == "par_bn" ? 2.0 : 16.0; // ParBnConfig: 2
+    if (!(reductionFactor > 0)) {
+      module.emitError() << "--reduction-factor must be positive, got " << reductionFactor;
+      return signalPassFailure();
+    }
+    static const char *kActivations[] = {"relu", "swish", "silu", "gelu", "gelu_new", "tanh", "sigmoid", "leakyrelu"};
+    if (!llvm::is_contained(kActivations, StringRef(nonLinearity))) {
+      module.emitError() << "--non-linearity takes relu, swish, silu, gelu, gelu_new, tanh, sigmoid or leakyrelu, got '"
+                         << nonLinearity << "'";
+      return signalPassFailure();
+    }
+    if (init != "bert" && init != "mam_adapter" && init != "houlsby") {
+      module.emitError() << "--bottleneck-init takes bert, mam_adapter or houlsby, got '" << init << "'";
+      return signalPassFailure();
+    }
+    std::unique_ptr<llvm::Regex> only;
+    std::string err;
+    if (!targetModules.empty() && !sd::fullMatchRegex(targetModules, only, err)) {
+      module.emitError() << "--target-modules " << err;
+      return signalPassFailure();
+    }
+    // The model's own weights stay frozen: only the adapters train.
+    for (GlobalOp g : module.getOps<GlobalOp>())
+      if (g.getRole() == "trainable") g.setRole("frozen");
+
+    SmallVector<Residual> sites;
+    module.walk([&](LinearOp l) {
+      if (auto site = residualOf(l)) sites.push_back(*site);
+    });
+    // AdapterHub's places: after the attention block (mh_adapter: double_seq_bn)
+    // and after the feed-forward block (output_adapter: all three).
+    bool attentionToo = config == "double_seq_bn";
+    std::mt19937_64 rng{uint64_t(seed)};
+    Builder b(module.getContext());
+    SmallVector<Attribute> modules, places;
+    int64_t feedForward = 0;
+    for (Residual &s : sites) {
+      feedForward += !s.attention;
+      if (s.attention && !attentionToo) continue;
+      if (only && !only->match(s.linear.getModule())) continue;
+      if (isNorm(s.r)) {
+        s.linear.emitError() << "module '" << s.linear.getModule()
+                             << "': a post-LN residual (the stream it adds to is a LayerNorm's output, as in "
+                                "BERT): bottleneck adapters support pre-LN transformers only yet";
+        return signalPassFailure();
+      }
+      FailureOr<std::string> place = placeOf(s);
+      if (failed(place) || failed(adapt(module, s, *place, rng))) return signalPassFailure();
+      modules.push_back(b.getStringAttr(s.linear.getModule()));
+      places.push_back(b.getStringAttr(*place));
+    }
+    if (!feedForward) {
+      module.emitError() << "--peft bottleneck: no residual sublayer found (a linear layer whose result is added to "
+                            "the residual stream)";
+      return signalPassFailure();
+    }
+    if (modules.empty()) {
+      module.emitError() << "--target-modules '" << targetModules << "' matches none of the sublayer outputs";
+      return signalPassFailure();
+    }
+    module->setAttr("sd.peft", b.getDictionaryAttr({
+                                   b.getNamedAttr("peft_type", b.getStringAttr("BOTTLENECK")),
+                                   b.getNamedAttr("config", b.getStringAttr(config)),
+                                   b.getNamedAttr("reduction_factor", b.getF64FloatAttr(reductionFactor)),
+                                   b.getNamedAttr("non_linearity", b.getStringAttr(nonLinearity)),
+                                   b.getNamedAttr("scaling", b.getF64FloatAttr(scale())),
+                                   b.getNamedAttr("init_weights", b.getStringAttr(init)),
+                                   b.getNamedAttr("modules", b.getArrayAttr(modules)),
+                                   b.getNamedAttr("places", b.getArrayAttr(places)),
+                               }));
+  }
+
+  // AdapterHub's scaling: 1, or 4 for its parallel adapter (ParBnConfig).
+  double scale() const { return scaling >= 0 ? double(scaling) : config == "par_bn" ? 4.0 : 1.0; }
+
+  // `l`'s result, through reshapes, summed by an Add with a value of its shape
+  // that is not a constant (a residual, not a bias).
+  static std::optional<Residual> residualOf(LinearOp l) {
+    Value h = l.getOutput();
+    while (h.hasOneUse() && isa<ReshapeOp>(*h.getUsers().begin())) h = h.getUsers().begin()->getResult(0);
+    if (!h.hasOneUse()) return std::nullopt;
+    auto add = dyn_cast<AddOp>(*h.getUsers().begin());
+    if (!add) return std::nullopt;
+    Value r = add->getOperand(0) == h ? add->getOperand(1) : add->getOperand(0);
+    if (!mayBeSameShape(r, h) || !mayBeSameShape(add->getResult(0), h)) return std::nullopt;
+    if (Operation *def = r.getDefiningOp(); def && (isa<GlobalLoadOp>(def) || def->hasTrait<OpTrait::ConstantLike>()))
+      return std::nullopt;
+    Residual s{l, add, h, r};
+    Operation *src = throughViews(l.getInput()).getDefiningOp();
+    s.attention = src && isa<AttentionOp, MatMulOp>(src);
+    return s;
+  }
+
+  // AdapterHub's parameter prefix: the layer (the module name up to its last
+  // all-digit part, "model.layers.3") and the place.
+  FailureOr<std::string> placeOf(Residual s) {
+    SmallVector<StringRef> parts;
+    StringRef m = s.linear.getModule();
+    m.split(parts, '.');
+    int last = -1;
+    for (auto [i, p] : llvm::enumerate(parts))
+      if (!p.empty() && llvm::all_of(p, llvm::isDigit)) last = int(i);
+    if (last < 0)
+      return s.linear.emitError() << "module '" << m << "': no layer index in its name, to name its adapter by";
+    std::string layer = llvm::join(ArrayRef<StringRef>(parts).take_front(last + 1), ".");
+    return layer + (s.attention ? ".attention_adapters" : ".output_adapters");
+  }
+
+  Value activate(GradBuilder &g, Value x) {
+    OpBuilder &b = g.builder();
+    if (nonLinearity == "relu") return g.make<ReluOp>({x});
+    if (nonLinearity == "tanh") return g.make<TanhOp>({x});
+    if (nonLinearity == "sigmoid") return g.make<SigmoidOp>({x});
+    if (nonLinearity == "leakyrelu") // torch's leaky_relu: slope 0.01
+      return g.make<LeakyReluOp>({x}, {b.getNamedAttr("alpha", b.getF32FloatAttr(0.01f))});
+    if (nonLinearity == "gelu") return g.make<GeluOp>({x});
+    if (nonLinearity == "gelu_new") return g.make<GeluOp>({x}, {b.getNamedAttr("approximate", b.getStringAttr("tanh"))});
+    return g.make<SwishOp>({x}); // swish, silu: x sigmoid(x)
+  }
+
+  // down [n, d] and up [d, n] weights as AdapterHub starts them ("bert":
+  // N(0, 0.02); "mam_adapter": down kaiming-uniform, up zero; "houlsby":
+  // N(0, 0.01) cut at 2 std), biases zero.
+  void startWeights(int64_t d, int64_t n, std::mt19937_64 &rng, std::vector<float> &down, std::vector<float> &up) {
+    if (init == "mam_adapter") {
+      down = sd::kaimingUniform(n, d, rng);
+      up.assign(size_t(d * n), 0.0f);
+      return;
+    }
+    double std = init == "bert" ? 0.02 : 0.01;
+    std::normal_distribution<double> normal(0.0, std);
+    auto draw = [&] {
+      for (;;) {
+        double v = normal(rng);
+        if (init == "bert" || std::abs(v) <= 2 * std) return float(v);
+      }
+    };
+    down.resize(size_t(n * d));
+    for (float &v : down) v = draw();
+    up.resize(size_t(d * n));
+    for (float &v : up) v = draw();
+  }
+
+  // z' = z + s f(u): u is z (seq_bn), h (double_seq_bn) or r (par_bn), as
+  // AdapterHub's pre_forward and post_forward give them in a pre-LN layer.
+  LogicalResult adapt(ModuleOp module, Residual s, const std::string &place, std::mt19937_64 &rng) {
+    if (!cast<RankedTensorType>(s.h.getType()).getElementType().isF32())
+      return s.linear.emitError("bottleneck adapters on non-f32 layers are not supported yet");
+    int64_t d = sd::linearInOut(s.linear).second;
+    int64_t n = std::max<int64_t>(1, int64_t(std::floor(double(d) / reductionFactor)));
+    std::vector<float> downW, upW, downB(size_t(n), 0.0f), upB(size_t(d), 0.0f);
+    startWeights(d, n, rng, downW, upW);
+    std::string prefix = place + ".adapters.bottleneck.";
+    GlobalOp gdw = sd::createFloatGlobal(module, prefix + "adapter_down.0.weight", {n, d}, "trainable", &downW);
+    GlobalOp gdb = sd::createFloatGlobal(module, prefix + "adapter_down.0.bias", {n}, "trainable", &downB);
+    GlobalOp guw = sd::createFloatGlobal(module, prefix + "adapter_up.weight", {d, n}, "trainable", &upW);
+    GlobalOp gub = sd::createFloatGlobal(module, prefix + "adapter_up.bias", {d}, "trainable", &upB);
+    Value z = s.add->getResult(0);
+    OpBuilder b(s.add);
+    b.setInsertionPointAfter(s.add);
+    GradBuilder g(b, s.add->getLoc());
+    auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(s.add->getLoc(), gl.getType(), gl.getSymName()); };
+    // The stream as it is now: an adapter before this one may have replaced it.
+    Value r = s.add->getOperand(0) == s.h ? s.add->getOperand(1) : s.add->getOperand(0);
+    Value u = config == "seq_bn" ? z : config == "double_seq_bn" ? s.h : r;
+    SmallVector<OpOperand *> readers = sd::usesOf(z);
+    auto layer = [&](Value x, GlobalOp w, GlobalOp bias, StringRef name) {
+      return g.make<LinearOp>({x, load(w), load(bias)}, {b.getNamedAttr("layout", b.getStringAttr("oi")),
+                                                         b.getNamedAttr("module", b.getStringAttr(prefix + name))});
+    };
+    Value down = activate(g, layer(u, gdw, gdb, "adapter_down.0"));
+    Value up = layer(down, guw, gub, "adapter_up");
+    Value sum = g.add(z, scale() == 1.0 ? up : g.scale(up, scale()));
+    if (!sum || g.failed()) return failure();
+    for (OpOperand *r : readers) r->set(sum);
+    return success();
+  }
+};
+
+} // namespace

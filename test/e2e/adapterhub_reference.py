@@ -1,0 +1,76 @@
+"""AdapterHub's own bottleneck adapters (the `adapters` library, which pins
+transformers 4.57, so this runs in .venv-optimum) trained as test_bottleneck
+trains sdc's: the test's model weights, the plan's starting adapter, AdamW
+steps on the same rows. Writes OUT.json (losses, logits of --ids after
+training) and OUT.safetensors (the trained adapter, AdapterHub's keys).
+
+Usage: adapterhub_reference.py --arch A --base W.safetensors --config C
+       [--reduction-factor R] [--non-linearity F] --start S.safetensors
+       --rows FILE.jsonl --steps N --batch B --lr X --ids IDS.npy --out OUT
+"""
+import argparse
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
+sys.path.insert(0, HERE)
+
+
+def main():
+    p = argparse.ArgumentParser()
+    for flag in ("--arch", "--base", "--config", "--start", "--rows", "--ids", "--out", "--non-linearity"):
+        p.add_argument(flag)
+    p.add_argument("--reduction-factor", type=float, default=None)
+    p.add_argument("--steps", type=int)
+    p.add_argument("--batch", type=int)
+    p.add_argument("--lr", type=float)
+    a = p.parse_args()
+
+    import adapters
+    import numpy as np
+    import torch
+    from safetensors.torch import load_file, save_file
+    import export_hf
+    from e2e_util import peft_steps
+
+    torch.set_num_threads(2)
+    model = export_hf.build(a.arch, 0)
+    base = load_file(a.base)
+    missing, unexpected = model.load_state_dict(base, strict=False)
+    params = {n for n, _ in model.named_parameters()}
+    if unexpected or params & set(missing):
+        sys.exit(f"base weights do not fit: missing {sorted(params & set(missing))}, unexpected {unexpected}")
+    adapters.init(model)
+    kinds = {"seq_bn": adapters.SeqBnConfig, "double_seq_bn": adapters.DoubleSeqBnConfig,
+             "par_bn": adapters.ParBnConfig}
+    fields = {}
+    if a.reduction_factor:
+        fields["reduction_factor"] = a.reduction_factor
+    if a.non_linearity:
+        fields["non_linearity"] = a.non_linearity
+    model.add_adapter("bottleneck", config=kinds[a.config](**fields))
+    model.train_adapter("bottleneck")
+    model.eval()  # the test's models have no dropout of their own that the plan keeps
+    start = load_file(a.start)
+    trained = {n: t for n, t in model.named_parameters() if t.requires_grad}
+    if set(start) != set(trained):
+        sys.exit(f"adapter tensors differ: the plan's {sorted(start)[:4]}..., AdapterHub's {sorted(trained)[:4]}...")
+    with torch.no_grad():
+        for n, t in trained.items():
+            if tuple(start[n].shape) != tuple(t.shape):
+                sys.exit(f"{n}: the plan's shape {tuple(start[n].shape)}, AdapterHub's {tuple(t.shape)}")
+            t.copy_(start[n])
+    rows = [json.loads(line)["input_ids"] for line in open(a.rows)]
+    losses = peft_steps(model, rows, a.steps, a.batch, a.lr)
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor(np.load(a.ids))).logits.numpy()
+    np.save(a.out + ".logits.npy", logits)
+    json.dump({"losses": losses}, open(a.out + ".json", "w"))
+    save_file({n: t.detach().contiguous() for n, t in model.named_parameters() if t.requires_grad},
+              a.out + ".safetensors")
+
+
+if __name__ == "__main__":
+    main()

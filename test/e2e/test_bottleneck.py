@@ -1,0 +1,186 @@
+"""Bottleneck adapters (sdc compile --peft bottleneck) against AdapterHub's
+own `adapters` library, on transformers' GPT-2 and a tiny Llama built from
+configs with seeded random weights. AdapterHub pins transformers 4.57, so its
+side runs in .venv-optimum (adapterhub_reference.py), handed the exported
+model's weights and the plan's starting adapter.
+
+  training  sdrun train gives AdapterHub's AdamW losses and adapter tensors
+            step for step (1e-4 relative) for its three bottleneck
+            configurations: seq_bn (Pfeiffer: after each feed-forward block,
+            on the residual sum), double_seq_bn (Houlsby: after the attention
+            and the feed-forward blocks, on their outputs, swish) and par_bn
+            (parallel: on each feed-forward block's input stream, scaling 4),
+            and with another reduction factor and activation
+  names     the plan's adapter tensors are AdapterHub's parameters, name
+            for name and shape for shape
+  logits    the trained plan's infer entry gives AdapterHub's logits
+  refusals  a post-LN model (BERT), flags without --peft bottleneck, bad
+            values and a --target-modules that matches no block are one-line
+            errors
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+from e2e_util import ROOT, clean_error_problems, norm_rel_err, rel_err, sh, tool_paths, write_token_rows
+from test_training import check, report
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+sys.path.insert(0, os.path.join(ROOT, "build", "python"))
+BATCH, SEQ, STEPS, LR = 2, 16, 8, 1e-3
+REFERENCE_PYTHON = os.path.join(ROOT, ".venv-optimum", "bin", "python")
+# (arch, config, extra sdc flags, AdapterHub's fields for them)
+CASES = [
+    ("llama", "seq_bn", [], {}),
+    ("llama", "double_seq_bn", [], {}),
+    ("llama", "par_bn", [], {}),
+    ("gpt2", "seq_bn", ["--reduction-factor", "4", "--non-linearity", "gelu_new"],
+     {"--reduction-factor": "4", "--non-linearity": "gelu_new"}),
+    ("gpt2", "double_seq_bn", ["--reduction-factor", "8"], {"--reduction-factor": "8"}),
+]
+
+
+def plan_adapter(plan):
+    """The plan's trainable tensors as the session starts them."""
+    import sdc
+    p = sdc.Plan(plan)
+    session = sdc.Session(p, threads=2)
+    return {g[0]: session.read_global(g[0]) for g in p.globals if g[3] == "trainable"}
+
+
+def trained_logits(plan, weights, ids):
+    import sdc
+    from safetensors.numpy import load_file
+    session = sdc.Session(sdc.Plan(plan), threads=2)
+    for name, value in load_file(weights).items():
+        session.write_global(name, value)
+    return next(iter(session.run("infer", {"input_ids": ids}).values()))
+
+
+def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
+    from safetensors.numpy import load_file, save_file
+    name = f"{arch} {config}" + (" " + " ".join(flags) if flags else "")
+    d = tempfile.mkdtemp(dir=model_dir)
+    onnx_path, data = os.path.join(model_dir, "model.onnx"), os.path.join(model_dir, "train.jsonl")
+    plan = os.path.join(d, "plan.sdp")
+    sh([sdc, "compile", onnx_path, "--peft", "bottleneck", "--bottleneck-config", config, *flags, "--shapes",
+        f"input_ids={BATCH}x{SEQ}", "--infer-shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan])
+    start = plan_adapter(plan)
+    save_file(start, os.path.join(d, "start.safetensors"))
+    ids = np.random.default_rng(5).integers(0, 256, (BATCH, SEQ)).astype(np.int64)
+    np.save(os.path.join(d, "ids.npy"), ids)
+    ref = os.path.join(d, "adapterhub")
+    cmd = [REFERENCE_PYTHON, os.path.join(ROOT, "test", "e2e", "adapterhub_reference.py"), "--arch", arch, "--base",
+           os.path.join(model_dir, "base.safetensors"), "--config", config, "--start",
+           os.path.join(d, "start.safetensors"), "--rows", data, "--steps", str(STEPS), "--batch", str(BATCH), "--lr",
+           str(LR), "--ids", os.path.join(d, "ids.npy"), "--out", ref]
+    for flag, value in fields.items():
+        cmd += [flag, value]
+    run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    named = run.returncode == 0
+    check(f"{name}: the plan's {len(start)} adapter tensors are AdapterHub's parameters, name for name and shape "
+          f"for shape", named, (run.stderr.strip().splitlines() or ["?"])[-1] if not named else f"{len(start)} tensors")
+    if not named:
+        return
+    weights, metrics = os.path.join(d, "trained.safetensors"), os.path.join(d, "metrics.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
+        "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights", weights])
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    want = json.load(open(ref + ".json"))["losses"]
+    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    ours, theirs = load_file(weights), load_file(ref + ".safetensors")
+    errs = {k: norm_rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
+    worst = max(errs, key=errs.get) if errs else "none"
+    moved = min(float(np.abs(ours[k] - start[k]).max()) for k in start)
+    check(f"{name}: {STEPS} AdamW steps give AdapterHub's losses and all {len(theirs)} adapter tensors (1e-4), "
+          f"each one moved", set(ours) == set(theirs) and loss_err <= 1e-4 and errs.get(worst, 1) <= 1e-4 and moved > 0,
+          f"losses {losses[:2]} vs AdapterHub {want[:2]}, worst loss err {loss_err:.1e}, worst tensor err "
+          f"{errs.get(worst, float('inf')):.1e} ({worst}), least move {moved:.1e}")
+    err = rel_err(trained_logits(plan, weights, ids), np.load(ref + ".logits.npy"))
+    check(f"{name}: the trained plan's logits are AdapterHub's trained model's (1e-4)", err <= 1e-4,
+          f"relative err {err:.2e}")
+
+
+def refusals(model_dir, sdc):
+    onnx_path = os.path.join(model_dir, "model.onnx")
+    plan = os.path.join(model_dir, "refused.sdp")
+    base = [sdc, "compile", onnx_path, "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan]
+    cases = [
+        (base + ["--peft", "lora", "--target-modules", "q_proj", "--bottleneck-config", "seq_bn"],
+         ["--peft bottleneck"]),
+        (base + ["--peft", "none", "--reduction-factor", "8"], ["--peft bottleneck"]),
+        (base + ["--peft", "bottleneck", "--bottleneck-config", "houlsby"], ["--bottleneck-config", "seq_bn"]),
+        (base + ["--peft", "bottleneck", "--reduction-factor", "0"], ["--reduction-factor", "positive"]),
+        (base + ["--peft", "bottleneck", "--non-linearity", "softmax"], ["--non-linearity", "relu"]),
+        (base + ["--peft", "bottleneck", "--bottleneck-init", "zeros"], ["--bottleneck-init", "bert"]),
+        (base + ["--peft", "bottleneck", "--target-modules", "nothing_like_this"],
+         ["--target-modules", "matches none"]),
+        (base + ["--peft", "bottleneck", "--precision", "bf16"], ["--peft bottleneck", "--precision"]),
+    ]
+    for cmd, words in cases:
+        problems, _ = clean_error_problems(cmd, words, no_files=[plan])
+        check(f"refused: {' '.join(cmd[5:])}", not problems, "; ".join(problems))
+
+
+def post_ln_refused(tmp, sdc):
+    """BERT adds each block to the stream and then normalizes (post-LN), where
+    AdapterHub's adapters read the original LayerNorm: not built yet."""
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    bert = transformers.BertModel(transformers.BertConfig(
+        vocab_size=128, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64)).eval()
+    path = os.path.join(tmp, "bert.onnx")
+    ids = torch.randint(0, 128, (BATCH, SEQ))
+    forward = type(bert).forward
+    bert.forward = lambda x: forward(bert, input_ids=x).last_hidden_state
+    torch.onnx.export(bert, (ids,), path, input_names=["input_ids"], output_names=["hidden"], opset_version=17,
+                      dynamo=False)
+    plan = os.path.join(tmp, "bert.sdp")
+    problems, _ = clean_error_problems([sdc, "compile", path, "--peft", "bottleneck", "--loss-output", "hidden",
+                                     "--shapes", f"input_ids={BATCH}x{SEQ}", "-o", plan],
+                                    ["post-LN", "pre-LN"], no_files=[plan])
+    check("refused: a post-LN model (BERT) names the module and says pre-LN only", not problems, "; ".join(problems))
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    import export_hf
+    from safetensors.torch import save_file
+    torch.set_num_threads(2)
+    if not os.path.exists(REFERENCE_PYTHON):
+        check("AdapterHub's environment (.venv-optimum, scripts/install-deps.sh) is there", False, REFERENCE_PYTHON)
+        return report("test_bottleneck")
+    tmp = tempfile.mkdtemp(prefix="sd_bottleneck_")
+    try:
+        for arch in ("llama", "gpt2"):
+            model_dir = os.path.join(tmp, arch)
+            os.makedirs(model_dir)
+            model = export_hf.build(arch, 0)
+            save_file({k: v.detach().clone().contiguous() for k, v in model.state_dict().items()},
+                      os.path.join(model_dir, "base.safetensors"))
+            export_hf.export(model, os.path.join(model_dir, "model.onnx"), opset=17, batch=BATCH, seq=SEQ)
+            write_token_rows(os.path.join(model_dir, "train.jsonl"), np.random.default_rng(3), 256, 2 * STEPS, SEQ)
+            for case_arch, config, flags, fields in CASES:
+                if case_arch != arch:
+                    continue
+                try:
+                    case_checks(arch, config, flags, fields, model_dir, sdc, sdrun)
+                except Exception as e:  # one failing case must not hide the others
+                    check(f"{arch} {config} runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
+            if arch == "llama":
+                refusals(model_dir, sdc)
+        post_ln_refused(tmp, sdc)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("test_bottleneck")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
