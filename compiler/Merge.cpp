@@ -542,6 +542,10 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
     return error = req.adapterDir + ": a " + cfg.value().kindName() + " adapter puts trained virtual tokens before " +
                    "the input and changes no weight, so there is nothing to merge; run it with sdrun infer --adapter",
            false;
+  if (cfg.value().isBottleneck())
+    return error = req.adapterDir + ": a " + cfg.value().kindName() + " adds layers with an activation between " +
+                   "them, which no weight of the model can hold; run it with sdrun infer --adapter",
+           false;
   double scale = cfg.value().scale();
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
   if (!file.isOk()) return error = file.status().message(), false;

@@ -82,7 +82,7 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     bn.nonLinearity = opts.nonLinearity;
     bn.scaling = opts.bottleneckScaling;
     bn.init = opts.bottleneckInit;
-    bn.targetModules = opts.targetModules;
+    bn.leaveOut = opts.bottleneckLeaveOut;
     bn.seed = opts.seed;
     pm.addPass(createPeftBottleneck(bn));
   } else if (opts.peft == "ia3") {

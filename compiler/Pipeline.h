@@ -37,6 +37,7 @@ struct PipelineOptions {
   // --peft bottleneck (AdapterHub's BnConfig): seq_bn | double_seq_bn | par_bn, hidden / bottleneck
   // size, the activation, the output's factor (negative: the config's) and the start.
   std::string bottleneckConfig = "seq_bn", nonLinearity, bottleneckInit;
+  std::string bottleneckLeaveOut; // layer numbers without adapters, "0,3" (AdapterHub's leave_out)
   double reductionFactor = -1.0, bottleneckScaling = -1.0; // negative: the config's
   std::string feedforwardModules; // --peft ia3: modules whose input, not output, is scaled
   double loraDropout = 0.0;

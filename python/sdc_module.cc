@@ -321,7 +321,7 @@ PYBIND11_MODULE(sdc, m) {
       .def("load_adapter", [](Session &s, const std::string &dir) { check(sd_session_load_adapter(s.session, dir.c_str())); },
            py::arg("dir"), "Loads an adapter (PEFT layout) of the plan's method into its session.")
       .def("save_adapter", [](Session &s, const std::string &dir) { check(sd_session_save_adapter(s.session, dir.c_str())); },
-           py::arg("dir"), "Writes the session's adapter (LoRA, DoRA, IA3, LoHa, LoKr, VeRA, OSF or prompt tuning) in PEFT's layout.");
+           py::arg("dir"), "Writes the session's adapter (LoRA, DoRA, IA3, LoHa, LoKr, VeRA, OSF or prompt tuning) in PEFT's layout; bottleneck adapters in AdapterHub's.");
 
   py::class_<StepReport>(m, "StepReport", "What one optimizer step did.")
       .def_property_readonly("step", [](const StepReport &s) { return s.r.step; })

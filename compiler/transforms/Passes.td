@@ -151,8 +151,9 @@ def PeftBottleneck : Pass<"sd-peft-bottleneck", "mlir::ModuleOp"> {
     is [hidden / reduction_factor, hidden] and up [hidden, that], each with a
     bias, named as AdapterHub's parameters with the adapter name
     "bottleneck" (`model.layers.0.output_adapters.adapters.bottleneck.
-    adapter_down.0.weight`). Every other weight is frozen. Records the
-    configuration in `sd.peft`.
+    adapter_down.0.weight`; the layer is the module name up to its last
+    number). Layers in leave-out get none. Every other weight is frozen.
+    Records the configuration in `sd.peft`.
   }];
   let options = [
     Option<"config", "config", "std::string", "\"seq_bn\"", "seq_bn | double_seq_bn | par_bn">,
@@ -161,8 +162,8 @@ def PeftBottleneck : Pass<"sd-peft-bottleneck", "mlir::ModuleOp"> {
     Option<"nonLinearity", "non-linearity", "std::string", "\"\"", "the bottleneck's activation (empty: the config's)">,
     Option<"scaling", "scaling", "double", "-1.0", "the adapter output's factor (negative: the config's)">,
     Option<"init", "init", "std::string", "\"\"", "bert | mam_adapter | houlsby (empty: the config's)">,
-    Option<"targetModules", "target-modules", "std::string", "\"\"",
-           "a regex the adapted sublayers' output layers must match whole (empty: all)">,
+    Option<"leaveOut", "leave-out", "std::string", "\"\"",
+           "comma list of layer numbers left without adapters (AdapterHub's leave_out)">,
     Option<"seed", "seed", "int64_t", "0", "seed of the adapters' start">,
   ];
 }

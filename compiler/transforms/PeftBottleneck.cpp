@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <random>
+#include <set>
 
 namespace sd {
 #define GEN_PASS_DEF_PEFTBOTTLENECK
@@ -81,11 +82,16 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
       module.emitError() << "--bottleneck-init takes bert, mam_adapter or houlsby, got '" << init << "'";
       return signalPassFailure();
     }
-    std::unique_ptr<llvm::Regex> only;
-    std::string err;
-    if (!targetModules.empty() && !sd::fullMatchRegex(targetModules, only, err)) {
-      module.emitError() << "--target-modules " << err;
-      return signalPassFailure();
+    std::set<int64_t> skipped;
+    SmallVector<StringRef> parts;
+    StringRef(leaveOut).split(parts, ',', -1, false);
+    for (StringRef p : parts) {
+      int64_t layer;
+      if (p.trim().getAsInteger(10, layer) || layer < 0) {
+        module.emitError() << "--leave-out takes layer numbers separated by commas, got '" << leaveOut << "'";
+        return signalPassFailure();
+      }
+      skipped.insert(layer);
     }
     // The model's own weights stay frozen: only the adapters train.
     for (GlobalOp g : module.getOps<GlobalOp>())
@@ -101,11 +107,17 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     std::mt19937_64 rng{uint64_t(seed)};
     Builder b(module.getContext());
     SmallVector<Attribute> modules, places;
-    int64_t feedForward = 0;
+    std::set<int64_t> leftOut;
+    int64_t feedForward = 0, hidden = 0;
     for (Residual &s : sites) {
       feedForward += !s.attention;
       if (s.attention && !attentionToo) continue;
-      if (only && !only->match(s.linear.getModule())) continue;
+      FailureOr<int64_t> layer = layerOf(s.linear);
+      if (failed(layer)) return signalPassFailure();
+      if (skipped.count(*layer)) {
+        leftOut.insert(*layer);
+        continue;
+      }
       if (isNorm(s.r)) {
         s.linear.emitError() << "module '" << s.linear.getModule()
                              << "': a post-LN residual (the stream it adds to is a LayerNorm's output, as in "
@@ -114,6 +126,7 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
       }
       FailureOr<std::string> place = placeOf(s);
       if (failed(place) || failed(adapt(module, s, *place, rng))) return signalPassFailure();
+      hidden = sd::linearInOut(s.linear).second;
       modules.push_back(b.getStringAttr(s.linear.getModule()));
       places.push_back(b.getStringAttr(*place));
     }
@@ -122,10 +135,17 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
                             "the residual stream)";
       return signalPassFailure();
     }
-    if (modules.empty()) {
-      module.emitError() << "--target-modules '" << targetModules << "' matches none of the sublayer outputs";
+    if (leftOut.size() != skipped.size()) {
+      module.emitError() << "--leave-out '" << leaveOut << "' names layer " << *llvm::find_if(skipped, [&](int64_t l) {
+        return !leftOut.count(l);
+      }) << ", which has no block to adapt";
       return signalPassFailure();
     }
+    if (modules.empty()) {
+      module.emitError() << "--leave-out '" << leaveOut << "' leaves every layer without adapters";
+      return signalPassFailure();
+    }
+    SmallVector<int64_t> leave(skipped.begin(), skipped.end());
     module->setAttr("sd.peft", b.getDictionaryAttr({
                                    b.getNamedAttr("peft_type", b.getStringAttr("BOTTLENECK")),
                                    b.getNamedAttr("config", b.getStringAttr(config)),
@@ -135,6 +155,8 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
                                    b.getNamedAttr("init_weights", b.getStringAttr(init)),
                                    b.getNamedAttr("modules", b.getArrayAttr(modules)),
                                    b.getNamedAttr("places", b.getArrayAttr(places)),
+                                   b.getNamedAttr("hidden_size", b.getI64IntegerAttr(hidden)),
+                                   b.getNamedAttr("leave_out", b.getI64ArrayAttr(leave)),
                                }));
   }
 
@@ -159,17 +181,28 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     return s;
   }
 
-  // AdapterHub's parameter prefix: the layer (the module name up to its last
-  // all-digit part, "model.layers.3") and the place.
-  FailureOr<std::string> placeOf(Residual s) {
-    SmallVector<StringRef> parts;
-    StringRef m = s.linear.getModule();
+  // The layer of a module: its name up to its last all-digit part
+  // ("model.layers.3"), which AdapterHub's parameter names and leave_out use.
+  static int lastNumberPart(StringRef m, SmallVectorImpl<StringRef> &parts) {
     m.split(parts, '.');
     int last = -1;
     for (auto [i, p] : llvm::enumerate(parts))
       if (!p.empty() && llvm::all_of(p, llvm::isDigit)) last = int(i);
-    if (last < 0)
-      return s.linear.emitError() << "module '" << m << "': no layer index in its name, to name its adapter by";
+    return last;
+  }
+  FailureOr<int64_t> layerOf(LinearOp l) {
+    SmallVector<StringRef> parts;
+    int last = lastNumberPart(l.getModule(), parts);
+    if (last < 0) return l.emitError() << "module '" << l.getModule() << "': no layer number in its name, to name its adapter by";
+    int64_t n = 0;
+    (void)parts[size_t(last)].getAsInteger(10, n);
+    return n;
+  }
+  // AdapterHub's parameter prefix: the layer and the place.
+  FailureOr<std::string> placeOf(Residual s) {
+    SmallVector<StringRef> parts;
+    int last = lastNumberPart(s.linear.getModule(), parts);
+    if (last < 0) return failure(); // layerOf said why
     std::string layer = llvm::join(ArrayRef<StringRef>(parts).take_front(last + 1), ".");
     return layer + (s.attention ? ".attention_adapters" : ".output_adapters");
   }

@@ -17,6 +17,12 @@ std::string adapterKey(const std::string &name) {
 }
 
 std::string LoraConfig::key(const std::string &name) const {
+  if (isBottleneck()) { // AdapterHub's keys are the model's parameter names, with the adapter's own name
+    const std::string planName = std::string(".adapters.") + kBottleneckName + ".";
+    size_t at = name.find(planName);
+    return at == std::string::npos ? name
+                                   : name.substr(0, at) + ".adapters." + adapterName + "." + name.substr(at + planName.size());
+  }
   const std::string suffix = ".bias";
   if (name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) {
     std::string module = name.substr(0, name.size() - suffix.size());
@@ -28,6 +34,11 @@ std::string LoraConfig::key(const std::string &name) const {
 
 std::vector<std::string> LoraConfig::tensorNames(const std::string &module) const {
   if (isIa3()) return {module + kIa3Suffix};
+  if (isBottleneck()) {
+    std::vector<std::string> names;
+    for (const char *suffix : kBottleneckSuffixes) names.push_back(module + ".adapters." + kBottleneckName + suffix);
+    return names;
+  }
   if (isVera()) return {module + kVeraSuffixes[0], module + kVeraSuffixes[1]};
   if (isLoha()) return {module + kLohaSuffixes[0], module + kLohaSuffixes[1], module + kLohaSuffixes[2], module + kLohaSuffixes[3]};
   if (isLokr()) {
@@ -63,6 +74,7 @@ std::string LoraConfig::kindName() const {
          : isPromptTuning() ? "prompt tuning"
          : isPrefixTuning() ? "prefix tuning"
          : isAdalora()      ? "AdaLoRA"
+         : isBottleneck()   ? "bottleneck adapter (" + bottleneckConfig + ")"
          : useDora          ? "DoRA"
                             : "LoRA";
 }
@@ -76,6 +88,7 @@ std::string LoraConfig::compileFlags() const {
          : isPromptTuning() ? "--peft prompt"
          : isPrefixTuning() ? "--peft prefix"
          : isAdalora() ? "--peft adalora"
+         : isBottleneck() ? "--peft bottleneck --bottleneck-config " + bottleneckConfig
          : useDora  ? "--peft lora --use-dora"
          : baseInit.empty() ? "--peft lora"
                             : "--peft lora --lora-init " + baseInit;
@@ -371,6 +384,7 @@ static StatusOr<LoraConfig> parseAdaloraConfig(const Json &doc, const std::strin
 StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::string &path) {
   auto doc = parseJson(text, path);
   if (!doc.isOk()) return doc.status();
+  if (isAdapterHubConfig(doc.value())) return parseAdapterHubConfig(doc.value(), path);
   const Json *type = doc.value().get("peft_type"), *r = doc.value().get("r"), *alpha = doc.value().get("lora_alpha"),
              *rs = doc.value().get("use_rslora");
   if (type && type->str == "OSF") return parseOsfConfig(doc.value(), path);
@@ -383,7 +397,8 @@ StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::stri
   if (type && type->str == "PREFIX_TUNING") return parsePromptTuningConfig(doc.value(), path, true);
   if (!type || type->str != "LORA")
     return sdError(path, ": not a LoRA, OSF, IA3, LoHa, LoKr, VeRA, AdaLoRA, prompt or prefix tuning adapter (peft_type ",
-                   "must be LORA, OSF, IA3, LOHA, LOKR, VERA, ADALORA, PROMPT_TUNING or PREFIX_TUNING)");
+                   "must be LORA, OSF, IA3, LOHA, LOKR, VERA, ADALORA, PROMPT_TUNING or PREFIX_TUNING), nor an ",
+                   "AdapterHub bottleneck adapter");
   SD_RETURN_IF_ERROR(refuseUnsupportedSemantics(doc.value(), path));
   if (!r || !r->isInteger() || r->num < 1) return sdError(path, ": r must be a positive integer");
   if (!alpha || alpha->type != Json::Type::Number) return sdError(path, ": lora_alpha must be a number");
@@ -512,10 +527,11 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     }
     return c;
   }
+  if (const Json *bottleneck = doc.value().get("bottleneck")) return bottleneckFromPlanConfig(*bottleneck);
   const Json *lora = doc.value().get("lora");
   if (!lora)
-    return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera, adalora, prompt or "
-                   "prefix)");
+    return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera, adalora, prompt, "
+                   "prefix or bottleneck)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");
@@ -628,6 +644,7 @@ ConfigFields methodFields(const LoraConfig &cfg) {
 } // namespace
 
 std::string adapterConfigJson(const LoraConfig &cfg) {
+  if (cfg.isBottleneck()) return adapterHubConfigJson(cfg);
   // A classification adapter is PEFT's SEQ_CLS task with its head in modules_to_save.
   bool classify = !cfg.modulesToSave.empty();
   ConfigFields fields = {{"peft_type", jsonQuote(cfg.peftType)},

@@ -21,7 +21,8 @@ static void carryOverOtherFiles(const std::string &from, const std::string &to) 
   if (!d) return;
   while (dirent *e = ::readdir(d)) {
     std::string n = e->d_name;
-    if (n == "." || n == ".." || n == kAdapterWeightsFile || n == kAdapterConfigFile) continue;
+    if (n == "." || n == ".." || n == kAdapterWeightsFile || n == kAdapterHubWeightsFile || n == kAdapterConfigFile)
+      continue;
     struct stat st;
     std::string src = from + "/" + n;
     if (::lstat(src.c_str(), &st) == 0 && S_ISREG(st.st_mode)) (void)::link(src.c_str(), (to + "/" + n).c_str());
@@ -60,7 +61,7 @@ Status saveAdapter(const std::string &dirGiven, const Session &session, const Lo
   if (::mkdir(staged.c_str(), 0755) != 0) return sdError(dir, ": cannot create a folder beside it (", std::strerror(errno), ")");
   std::map<std::string, std::string> metadata = {{"format", "pt"}};
   if (cfg.isOsf() && !cfg.baseChecksum.empty()) metadata[kOsfBaseChecksumKey] = cfg.baseChecksum;
-  Status s = writeSafetensors(staged + "/" + kAdapterWeightsFile, tensors, metadata);
+  Status s = writeSafetensors(staged + "/" + cfg.weightsFile(), tensors, metadata);
   if (s.isOk()) s = writeFileAtomic(staged + "/" + kAdapterConfigFile, adapterConfigJson(cfg));
   if (s.isOk()) carryOverOtherFiles(dir, staged);
   if (s.isOk()) s = syncDirectory(staged);
@@ -103,6 +104,12 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   if (given.value().peftType != cfg.peftType || given.value().useDora != cfg.useDora)
     return sdError(cfgPath, ": the adapter is ", given.value().kindName(), given.value().useDora ? " (use_dora)" : "",
                    ", the plan trains ", cfg.kindName(), " (", cfg.compileFlags(), ")");
+  if (cfg.isBottleneck())
+    if (std::string differs = bottleneckMismatch(given.value(), cfg); !differs.empty())
+      return sdError(cfgPath, ": ", differs);
+  // The file's keys: a bottleneck adapter's carry its own name (AdapterHub's load_as renames the same way).
+  LoraConfig fileCfg = cfg;
+  fileCfg.adapterName = given.value().adapterName;
   if (cfg.isIa3() && given.value().feedforwardRuleKnown())
     for (const std::string &m : cfg.modules) {
       bool planSide = std::find(cfg.feedforward.begin(), cfg.feedforward.end(), m) != cfg.feedforward.end();
@@ -152,7 +159,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     if (!saved.count(m))
       return sdError(cfgPath, ": the plan trains '", m, "' in full (its classification head), but the adapter's ",
                      "'modules_to_save' does not list it");
-  std::string wPath = dir + "/" + kAdapterWeightsFile;
+  std::string wPath = dir + "/" + cfg.weightsFile();
   auto file = readSafetensors(wPath, /*requireFinite=*/true);
   if (!file.isOk()) return file.status();
   // OSF low factors only mean something next to the high part of the same
@@ -168,7 +175,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   std::vector<std::pair<int64_t, const NamedTensor *>> copies;
   std::vector<std::pair<int64_t, std::vector<float>>> uncut;
   for (auto &[m, name] : cfg.tensors()) {
-    std::string key = cfg.key(name);
+    std::string key = fileCfg.key(name);
     expected.insert(key);
     auto it = file.value().tensors.find(key);
     bool shared = m.empty() && cfg.isVera(); // VeRA's projections: the plan draws them as PEFT does

@@ -4,9 +4,16 @@ trains sdc's: the test's model weights, the plan's starting adapter, AdamW
 steps on the same rows. Writes OUT.json (losses, logits of --ids after
 training) and OUT.safetensors (the trained adapter, AdapterHub's keys).
 
+With --save DIR it also saves the trained adapter as AdapterHub saves one,
+named "hub" (loaded back under that name: its keys carry it). With --load DIR
+it only loads an adapter folder (sdrun train --save-adapter's) with
+load_adapter and writes the logits of --ids to OUT.logits.npy.
+
 Usage: adapterhub_reference.py --arch A --base W.safetensors --config C
-       [--reduction-factor R] [--non-linearity F] --start S.safetensors
-       --rows FILE.jsonl --steps N --batch B --lr X --ids IDS.npy --out OUT
+       [--reduction-factor R] [--non-linearity F] [--leave-out N,...]
+       --start S.safetensors --rows FILE.jsonl --steps N --batch B --lr X
+       --ids IDS.npy --out OUT [--save DIR]
+       adapterhub_reference.py --arch A --base W.safetensors --load DIR --ids IDS.npy --out OUT
 """
 import argparse
 import json
@@ -20,7 +27,8 @@ sys.path.insert(0, HERE)
 
 def main():
     p = argparse.ArgumentParser()
-    for flag in ("--arch", "--base", "--config", "--start", "--rows", "--ids", "--out", "--non-linearity"):
+    for flag in ("--arch", "--base", "--config", "--start", "--rows", "--ids", "--out", "--non-linearity",
+                 "--leave-out", "--save", "--load"):
         p.add_argument(flag)
     p.add_argument("--reduction-factor", type=float, default=None)
     p.add_argument("--steps", type=int)
@@ -43,6 +51,14 @@ def main():
     if unexpected or params & set(missing):
         sys.exit(f"base weights do not fit: missing {sorted(params & set(missing))}, unexpected {unexpected}")
     adapters.init(model)
+    ids = torch.tensor(np.load(a.ids))
+    if a.load:
+        name = model.load_adapter(a.load, use_safetensors=True, set_active=True)
+        model.eval()
+        with torch.no_grad():
+            np.save(a.out + ".logits.npy", model(input_ids=ids).logits.numpy())
+        print(name)
+        return
     kinds = {"seq_bn": adapters.SeqBnConfig, "double_seq_bn": adapters.DoubleSeqBnConfig,
              "par_bn": adapters.ParBnConfig}
     fields = {}
@@ -50,6 +66,8 @@ def main():
         fields["reduction_factor"] = a.reduction_factor
     if a.non_linearity:
         fields["non_linearity"] = a.non_linearity
+    if a.leave_out:
+        fields["leave_out"] = [int(i) for i in a.leave_out.split(",")]
     model.add_adapter("bottleneck", config=kinds[a.config](**fields))
     model.train_adapter("bottleneck")
     model.eval()  # the test's models have no dropout of their own that the plan keeps
@@ -65,11 +83,17 @@ def main():
     rows = [json.loads(line)["input_ids"] for line in open(a.rows)]
     losses = peft_steps(model, rows, a.steps, a.batch, a.lr)
     with torch.no_grad():
-        logits = model(input_ids=torch.tensor(np.load(a.ids))).logits.numpy()
+        logits = model(input_ids=ids).logits.numpy()
     np.save(a.out + ".logits.npy", logits)
     json.dump({"losses": losses}, open(a.out + ".json", "w"))
     save_file({n: t.detach().contiguous() for n, t in model.named_parameters() if t.requires_grad},
               a.out + ".safetensors")
+    if a.save:
+        import tempfile
+        first = tempfile.mkdtemp()
+        model.save_adapter(first, "bottleneck", use_safetensors=True)
+        model.load_adapter(first, load_as="hub", use_safetensors=True)
+        model.save_adapter(a.save, "hub", use_safetensors=True)
 
 
 if __name__ == "__main__":

@@ -11,9 +11,16 @@ model's weights and the plan's starting adapter.
             and the feed-forward blocks, on their outputs, swish) and par_bn
             (parallel: on each feed-forward block's input stream, scaling 4),
             and with another reduction factor and activation
+            and with a layer left out (leave_out)
   names     the plan's adapter tensors are AdapterHub's parameters, name
             for name and shape for shape
   logits    the trained plan's infer entry gives AdapterHub's logits
+  sdc->hub  sdrun train --save-adapter writes AdapterHub's layout
+            (adapter_config.json, adapter.safetensors), which its
+            load_adapter loads, giving sdrun's logits
+  hub->sdc  an adapter AdapterHub saved (under another name, "hub") runs in
+            sdrun infer --adapter with AdapterHub's logits; one of another
+            configuration is a one-line error naming what differs
   refusals  a post-LN model (BERT), flags without --peft bottleneck, bad
             values and a --target-modules that matches no block are one-line
             errors
@@ -27,7 +34,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import ROOT, clean_error_problems, norm_rel_err, rel_err, sh, tool_paths, write_token_rows
+from e2e_util import (ROOT, clean_error_problems, norm_rel_err, rel_err, sdrun_logits, sh, tool_paths,
+                      write_token_rows)
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -41,6 +49,7 @@ CASES = [
     ("llama", "par_bn", [], {}),
     ("gpt2", "seq_bn", ["--reduction-factor", "4", "--non-linearity", "gelu_new"],
      {"--reduction-factor": "4", "--non-linearity": "gelu_new"}),
+    ("llama", "seq_bn", ["--leave-out", "0"], {"--leave-out": "0"}),
     ("gpt2", "double_seq_bn", ["--reduction-factor", "8"], {"--reduction-factor": "8"}),
 ]
 
@@ -78,7 +87,7 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
     cmd = [REFERENCE_PYTHON, os.path.join(ROOT, "test", "e2e", "adapterhub_reference.py"), "--arch", arch, "--base",
            os.path.join(model_dir, "base.safetensors"), "--config", config, "--start",
            os.path.join(d, "start.safetensors"), "--rows", data, "--steps", str(STEPS), "--batch", str(BATCH), "--lr",
-           str(LR), "--ids", os.path.join(d, "ids.npy"), "--out", ref]
+           str(LR), "--ids", os.path.join(d, "ids.npy"), "--out", ref, "--save", os.path.join(d, "hub_saved")]
     for flag, value in fields.items():
         cmd += [flag, value]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -86,10 +95,12 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
     check(f"{name}: the plan's {len(start)} adapter tensors are AdapterHub's parameters, name for name and shape "
           f"for shape", named, (run.stderr.strip().splitlines() or ["?"])[-1] if not named else f"{len(start)} tensors")
     if not named:
-        return
+        return None
     weights, metrics = os.path.join(d, "trained.safetensors"), os.path.join(d, "metrics.jsonl")
+    saved = os.path.join(d, "saved")
     sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
-        "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights", weights])
+        "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights", weights,
+        "--save-adapter", saved])
     losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
     want = json.load(open(ref + ".json"))["losses"]
     loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
@@ -101,9 +112,31 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
           f"each one moved", set(ours) == set(theirs) and loss_err <= 1e-4 and errs.get(worst, 1) <= 1e-4 and moved > 0,
           f"losses {losses[:2]} vs AdapterHub {want[:2]}, worst loss err {loss_err:.1e}, worst tensor err "
           f"{errs.get(worst, float('inf')):.1e} ({worst}), least move {moved:.1e}")
-    err = rel_err(trained_logits(plan, weights, ids), np.load(ref + ".logits.npy"))
+    ours_logits, hub_logits = trained_logits(plan, weights, ids), np.load(ref + ".logits.npy")
+    err = rel_err(ours_logits, hub_logits)
     check(f"{name}: the trained plan's logits are AdapterHub's trained model's (1e-4)", err <= 1e-4,
           f"relative err {err:.2e}")
+
+    # sdc -> AdapterHub: the saved folder loads with load_adapter.
+    files = sorted(os.listdir(saved))
+    keys = set(load_file(os.path.join(saved, "adapter.safetensors"))) if "adapter.safetensors" in files else set()
+    loaded = os.path.join(d, "loaded")
+    run = subprocess.run([REFERENCE_PYTHON, os.path.join(ROOT, "test", "e2e", "adapterhub_reference.py"), "--arch",
+                          arch, "--base", os.path.join(model_dir, "base.safetensors"), "--load", saved, "--ids",
+                          os.path.join(d, "ids.npy"), "--out", loaded], capture_output=True, text=True, timeout=600)
+    err = rel_err(ours_logits, np.load(loaded + ".logits.npy")) if run.returncode == 0 else float("inf")
+    check(f"{name} sdc->AdapterHub: --save-adapter writes adapter_config.json and adapter.safetensors with "
+          f"AdapterHub's keys; its load_adapter gives sdrun's logits (1e-4)",
+          files == ["adapter.safetensors", "adapter_config.json"] and keys == set(theirs) and err <= 1e-4,
+          f"files {files}, {len(keys)} keys (AdapterHub's {len(theirs)}), relative err {err:.2e}"
+          + (f"; {run.stderr.strip().splitlines()[-1]}" if run.returncode else ""))
+
+    # AdapterHub -> sdc: its own saved adapter, named "hub".
+    hub = os.path.join(d, "hub_saved")
+    err = rel_err(sdrun_logits(sdrun, plan, hub, ids, d, "hub"), hub_logits)
+    check(f"{name} AdapterHub->sdc: the adapter AdapterHub saved (named 'hub') gives AdapterHub's logits in sdrun "
+          f"infer --adapter (1e-4)", err <= 1e-4, f"relative err {err:.2e}")
+    return plan, hub
 
 
 def refusals(model_dir, sdc):
@@ -118,13 +151,38 @@ def refusals(model_dir, sdc):
         (base + ["--peft", "bottleneck", "--reduction-factor", "0"], ["--reduction-factor", "positive"]),
         (base + ["--peft", "bottleneck", "--non-linearity", "softmax"], ["--non-linearity", "relu"]),
         (base + ["--peft", "bottleneck", "--bottleneck-init", "zeros"], ["--bottleneck-init", "bert"]),
-        (base + ["--peft", "bottleneck", "--target-modules", "nothing_like_this"],
-         ["--target-modules", "matches none"]),
+        (base + ["--peft", "bottleneck", "--target-modules", "down_proj"], ["--target-modules", "--leave-out"]),
+        (base + ["--peft", "bottleneck", "--leave-out", "7"], ["--leave-out '7'", "layer 7"]),
+        (base + ["--peft", "bottleneck", "--leave-out", "0,1"], ["every layer"]),
+        (base + ["--peft", "bottleneck", "--leave-out", "one"], ["--leave-out", "layer numbers"]),
         (base + ["--peft", "bottleneck", "--precision", "bf16"], ["--peft bottleneck", "--precision"]),
     ]
     for cmd, words in cases:
         problems, _ = clean_error_problems(cmd, words, no_files=[plan])
         check(f"refused: {' '.join(cmd[5:])}", not problems, "; ".join(problems))
+
+
+def adapter_refusals(made, sdrun, tmp):
+    """Adapters that do not fit a plan: one line naming the field."""
+    ids = os.path.join(tmp, "ids.npy")
+    np.save(ids, np.zeros((BATCH, SEQ), np.int64))
+    (seq_plan, _), (_, par_adapter) = made[("llama", "seq_bn")], made[("llama", "par_bn")]
+    cases = [(seq_plan, par_adapter, ["adapter_config.json", "par_bn", "seq_bn", "--bottleneck-config"])]
+    leave_plan, _ = made[("llama", "seq_bn --leave-out 0")]
+    seq_adapter = made[("llama", "seq_bn")][1]
+    cases.append((leave_plan, seq_adapter, ["leave_out []", "the plan's [0]"]))
+    bad = os.path.join(tmp, "bad_adapter")
+    shutil.copytree(seq_adapter, bad)
+    cfg = json.load(open(os.path.join(bad, "adapter_config.json")))
+    cfg["config"]["use_gating"] = True
+    json.dump(cfg, open(os.path.join(bad, "adapter_config.json"), "w"))
+    cases.append((seq_plan, bad, ["'use_gating' is set"]))
+    for plan, adapter, words in cases:
+        problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", adapter, "--input",
+                                               f"input_ids={ids}", "--output-dir", os.path.join(tmp, "refused_out")],
+                                              words, no_files=[os.path.join(tmp, "refused_out")])
+        check(f"refused: {os.path.basename(adapter)} on a plan it does not fit: {line}", not problems,
+              "; ".join(problems))
 
 
 def post_ln_refused(tmp, sdc):
@@ -158,6 +216,7 @@ def main():
         check("AdapterHub's environment (.venv-optimum, scripts/install-deps.sh) is there", False, REFERENCE_PYTHON)
         return report("test_bottleneck")
     tmp = tempfile.mkdtemp(prefix="sd_bottleneck_")
+    made = {}  # (arch, config and flags) -> (plan, AdapterHub's saved adapter)
     try:
         for arch in ("llama", "gpt2"):
             model_dir = os.path.join(tmp, arch)
@@ -171,11 +230,16 @@ def main():
                 if case_arch != arch:
                     continue
                 try:
-                    case_checks(arch, config, flags, fields, model_dir, sdc, sdrun)
+                    made[(arch, " ".join([config] + flags))] = case_checks(arch, config, flags, fields, model_dir, sdc,
+                                                                           sdrun)
                 except Exception as e:  # one failing case must not hide the others
                     check(f"{arch} {config} runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
             if arch == "llama":
                 refusals(model_dir, sdc)
+        if all(made.get(k) for k in [("llama", "seq_bn"), ("llama", "par_bn"), ("llama", "seq_bn --leave-out 0")]):
+            adapter_refusals(made, sdrun, tmp)
+        else:
+            check("the adapter refusals have their plans", False, "a case above failed")
         post_ln_refused(tmp, sdc)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -54,8 +54,8 @@ const char *kUsage =
     "  --peft bottleneck        bottleneck adapters (AdapterHub's adapters library):\n"
     "                           up(act(down(u))) added to each feed-forward block's residual\n"
     "                           sum (and each attention block's, double_seq_bn) of a pre-LN\n"
-    "                           transformer; --target-modules (a regex over the blocks' output\n"
-    "                           layers) narrows where\n"
+    "                           transformer; sdrun train --save-adapter writes AdapterHub's layout\n"
+    "  --leave-out N,...        bottleneck: layers left without adapters (AdapterHub's leave_out)\n"
     "  --bottleneck-config C    seq_bn (Pfeiffer, the default: u the sum), double_seq_bn\n"
     "                           (Houlsby: u the block's output, swish), par_bn (parallel: u the\n"
     "                           block's input stream, scaling 4, mam_adapter start)\n"
@@ -474,6 +474,11 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.pipeline.nonLinearity) || !std::count(std::begin(known), std::end(known), a.pipeline.nonLinearity))
         return fail("--non-linearity takes relu, swish, silu, gelu, gelu_new, tanh, sigmoid or leakyrelu"), 2;
       bottleneckGiven = true;
+    } else if (flag == "--leave-out") {
+      if (!value(a.pipeline.bottleneckLeaveOut) || a.pipeline.bottleneckLeaveOut.empty() ||
+          a.pipeline.bottleneckLeaveOut.find_first_not_of("0123456789,") != std::string::npos)
+        return fail("--leave-out takes layer numbers separated by commas (0,3)"), 2;
+      bottleneckGiven = true;
     } else if (flag == "--bottleneck-init") {
       const std::string &i = a.pipeline.bottleneckInit;
       if (!value(a.pipeline.bottleneckInit) || (i != "bert" && i != "mam_adapter" && i != "houlsby"))
@@ -692,12 +697,15 @@ int parseArgs(int argc, char **argv, Args &a) {
       a.pipeline.targetModules.empty())
     return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr, vera, adalora or bottleneck"), 2;
+    return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr, vera or adalora"), 2;
   if (bottleneckGiven && a.pipeline.peft != "bottleneck")
-    return fail("--bottleneck-config, --reduction-factor, --non-linearity, --adapter-scaling and --bottleneck-init "
-                "need --peft bottleneck"), 2;
+    return fail("--bottleneck-config, --reduction-factor, --non-linearity, --adapter-scaling, --bottleneck-init and "
+                "--leave-out need --peft bottleneck"), 2;
   if (a.pipeline.peft == "bottleneck") {
     // What is built: the adapters of a pre-LN transformer, in f32, replicated over ranks.
+    if (!a.pipeline.targetModules.empty())
+      return fail("--peft bottleneck adapts whole blocks, not the layers --target-modules names; --leave-out N,... "
+                  "leaves layers out"), 2;
     const char *refused = !a.pipeline.quantize.empty()      ? "--quantize"
                           : a.pipeline.precision != "fp32" ? "--precision other than fp32"
                           : a.pipeline.recipe != "sft"     ? "--recipe other than sft"

@@ -103,7 +103,7 @@ const char *kInferUsage =
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads an adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, LoKr, VeRA, OSF or prompt\n"
-    "tuning) of the plan's method first. A prompt tuning plan's logits cover its virtual tokens\n"
+    "tuning; AdapterHub's for bottleneck adapters) of the plan's method first. A prompt tuning plan's logits cover its virtual tokens\n"
     "first, as PEFT's do.\n"
     "--input-dir reads input_0.pb, input_1.pb, ... (or .npy) in graph-input order.\n"
     "On a GPU a step with no CUDA kernel runs the CPU's (with copies each way);\n"

@@ -40,6 +40,15 @@ constexpr const char *kLokrSuffixes[] = {".lokr_w1", ".lokr_w1_a", ".lokr_w1_b",
 constexpr const char *kPromptEmbeddings = "prompt_embeddings";
 // AdaLoRA's per-module tensors (PEFT's ParameterDicts: no ".weight").
 constexpr const char *kAdaloraSuffixes[] = {".lora_A", ".lora_E", ".lora_B"};
+// Bottleneck adapters in AdapterHub's layout (its `adapters` library):
+// DIR/adapter_config.json ({"config": BnConfig fields, "name", ...}) and
+// DIR/adapter.safetensors, keyed <layer>.<place>.adapters.<name>.adapter_down.0.weight
+// ([n, hidden]) and .bias, .adapter_up.weight ([hidden, n]) and .bias. A
+// plan names its tensors with the adapter name "bottleneck".
+constexpr const char *kAdapterHubWeightsFile = "adapter.safetensors";
+constexpr const char *kBottleneckName = "bottleneck";
+constexpr const char *kBottleneckSuffixes[] = {".adapter_down.0.weight", ".adapter_down.0.bias", ".adapter_up.weight",
+                                               ".adapter_up.bias"};
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
 // adapter was split from (the config keeps only fields PEFT knows).
@@ -98,6 +107,18 @@ struct LoraConfig {
   bool isPromptTuning() const { return peftType == "PROMPT_TUNING"; }
   bool isPrefixTuning() const { return peftType == "PREFIX_TUNING"; }
   bool isAdalora() const { return peftType == "ADALORA"; }
+  // Bottleneck adapters (AdapterHub's BnConfig; modules are the places,
+  // "model.layers.0.output_adapters"): which of its configurations
+  // (seq_bn, double_seq_bn, par_bn), the reduction factor, the activation,
+  // the output's scaling, the start, the hidden size, and the adapter's name
+  // in its tensor keys ("bottleneck" in a plan; a file's own on load).
+  bool isBottleneck() const { return peftType == "BOTTLENECK"; }
+  std::string bottleneckConfig, nonLinearity, initWeights, adapterName = kBottleneckName;
+  double reductionFactor = 0, scaling = 1;
+  int64_t hiddenSize = 0;
+  std::vector<int64_t> leaveOut; // AdapterHub's leave_out: layers without adapters, sorted
+  // The weights file of the adapter folder: PEFT's, or AdapterHub's for bottleneck adapters.
+  const char *weightsFile() const { return isBottleneck() ? kAdapterHubWeightsFile : kAdapterWeightsFile; }
   // AdaLoRA: r is init_r, alpha lora_alpha (scale alpha / (r + 1e-5)); the
   // schedule's fields as PEFT's AdaLoraConfig names them.
   int64_t targetR = 0, tinit = 0, tfinal = 0, deltaT = 1, totalStep = 0;
@@ -168,7 +189,20 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson);
 // against the plan's).
 StatusOr<LoraConfig> readAdapterConfig(const std::string &dir);
 StatusOr<LoraConfig> parseAdapterConfig(const std::string &text, const std::string &path);
-// The adapter_config.json text PEFT loads for `cfg`.
+// The adapter_config.json text PEFT loads for `cfg` (AdapterHub's, for bottleneck adapters).
 std::string adapterConfigJson(const LoraConfig &cfg);
+
+// AdapterHub's side (adapterhub.cc): whether an adapter_config.json document
+// is AdapterHub's ({"config": {...}, "name": ...}, no peft_type); its
+// bottleneck configuration (anything sdc does not compute is an error naming
+// the field); the plan config's "bottleneck" section; the config JSON
+// AdapterHub loads; and what differs between an adapter and a plan ("" when
+// nothing does).
+struct Json;
+bool isAdapterHubConfig(const Json &doc);
+StatusOr<LoraConfig> parseAdapterHubConfig(const Json &doc, const std::string &path);
+StatusOr<LoraConfig> bottleneckFromPlanConfig(const Json &section);
+std::string adapterHubConfigJson(const LoraConfig &cfg);
+std::string bottleneckMismatch(const LoraConfig &given, const LoraConfig &plan);
 
 } // namespace sd
