@@ -114,7 +114,7 @@ StatusOr<LoraConfig> parseAdapterHubConfig(const Json &doc, const std::string &p
   }
   const Json *rf = c.get("reduction_factor"), *act = c.get("non_linearity"), *scaling = c.get("scaling"),
              *init = c.get("init_weights"), *hidden = doc.get("hidden_size");
-  if (!rf || rf->type != Json::Type::Number || !(rf->num > 0))
+  if (!rf || rf->type != Json::Type::Number || !(rf->num > 0) || !std::isfinite(rf->num))
     return sdError(path, ": 'reduction_factor' must be a positive number (a per-layer mapping is not supported yet)");
   out.reductionFactor = rf->num;
   if (!act || act->type != Json::Type::String) return sdError(path, ": 'non_linearity' must be a string");
@@ -122,6 +122,7 @@ StatusOr<LoraConfig> parseAdapterHubConfig(const Json &doc, const std::string &p
   if (scaling && scaling->type != Json::Type::Number)
     return sdError(path, ": 'scaling' is '", scaling->str, "': learned scaling is not supported yet");
   out.scaling = scaling ? scaling->num : 1.0;
+  if (!std::isfinite(out.scaling)) return sdError(path, ": 'scaling' must be a finite number");
   out.initWeights = init && init->type == Json::Type::String ? init->str : "bert";
   if (hidden && hidden->isInteger()) out.hiddenSize = int64_t(hidden->num);
   SD_RETURN_IF_ERROR(readLeaveOut(c, path, out.leaveOut));

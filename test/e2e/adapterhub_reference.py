@@ -10,7 +10,7 @@ it only loads an adapter folder (sdrun train --save-adapter's) with
 load_adapter and writes the logits of --ids to OUT.logits.npy.
 
 Usage: adapterhub_reference.py --arch A --base W.safetensors --config C
-       [--reduction-factor R] [--non-linearity F] [--leave-out N,...]
+       [--reduction-factor R] [--non-linearity F] [--leave-out N,...] [--autocast bf16]
        --start S.safetensors --rows FILE.jsonl --steps N --batch B --lr X
        --ids IDS.npy --out OUT [--save DIR]
        adapterhub_reference.py --arch A --base W.safetensors --load DIR --ids IDS.npy --out OUT
@@ -28,7 +28,7 @@ sys.path.insert(0, HERE)
 def main():
     p = argparse.ArgumentParser()
     for flag in ("--arch", "--base", "--config", "--start", "--rows", "--ids", "--out", "--non-linearity",
-                 "--leave-out", "--save", "--load"):
+                 "--leave-out", "--save", "--load", "--autocast"):
         p.add_argument(flag)
     p.add_argument("--reduction-factor", type=float, default=None)
     p.add_argument("--steps", type=int)
@@ -81,9 +81,13 @@ def main():
                 sys.exit(f"{n}: the plan's shape {tuple(start[n].shape)}, AdapterHub's {tuple(t.shape)}")
             t.copy_(start[n])
     rows = [json.loads(line)["input_ids"] for line in open(a.rows)]
-    losses = peft_steps(model, rows, a.steps, a.batch, a.lr)
-    with torch.no_grad():
-        logits = model(input_ids=ids).logits.numpy()
+    # --autocast bf16: forward and backward under CPU autocast, as the plan's
+    # --precision bf16 computes (products in bf16, f32 weights and loss).
+    amp = torch.autocast("cpu", dtype=torch.bfloat16, enabled=a.autocast == "bf16")
+    with amp:
+        losses = peft_steps(model, rows, a.steps, a.batch, a.lr)
+    with torch.no_grad(), amp:
+        logits = model(input_ids=ids).logits.float().numpy()
     np.save(a.out + ".logits.npy", logits)
     json.dump({"losses": losses}, open(a.out + ".json", "w"))
     save_file({n: t.detach().contiguous() for n, t in model.named_parameters() if t.requires_grad},

@@ -11,7 +11,11 @@ model's weights and the plan's starting adapter.
             and the feed-forward blocks, on their outputs, swish) and par_bn
             (parallel: on each feed-forward block's input stream, scaling 4),
             and with another reduction factor and activation
-            and with a layer left out (leave_out)
+            and with a layer left out (leave_out); in bf16 (--precision bf16):
+            losses within 1e-2 of AdapterHub's under PyTorch's CPU autocast,
+            the adapters' updates within 0.15 and logits within 1e-2 of its
+            f32 run's (PyTorch's own autocast run is further from that: AdamW
+            makes whole steps of rounded near-zero gradients)
   names     the plan's adapter tensors are AdapterHub's parameters, name
             for name and shape for shape
   logits    the trained plan's infer entry gives AdapterHub's logits
@@ -50,6 +54,7 @@ CASES = [
     ("gpt2", "seq_bn", ["--reduction-factor", "4", "--non-linearity", "gelu_new"],
      {"--reduction-factor": "4", "--non-linearity": "gelu_new"}),
     ("llama", "seq_bn", ["--leave-out", "0"], {"--leave-out": "0"}),
+    ("llama", "double_seq_bn", ["--precision", "bf16"], {"--autocast": "bf16"}),
     ("gpt2", "double_seq_bn", ["--reduction-factor", "8"], {"--reduction-factor": "8"}),
 ]
 
@@ -91,6 +96,11 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
     for flag, value in fields.items():
         cmd += [flag, value]
     run = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    bf16 = "--precision" in flags
+    if bf16 and run.returncode == 0:  # AdapterHub's f32 run too: its tensors are what bf16 training approximates
+        autocast = cmd.index("--autocast")
+        run = subprocess.run(cmd[:autocast] + cmd[autocast + 2:] + ["--out", ref + "_f32"], capture_output=True,
+                             text=True, timeout=600)
     named = run.returncode == 0
     check(f"{name}: the plan's {len(start)} adapter tensors are AdapterHub's parameters, name for name and shape "
           f"for shape", named, (run.stderr.strip().splitlines() or ["?"])[-1] if not named else f"{len(start)} tensors")
@@ -104,17 +114,26 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
     losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
     want = json.load(open(ref + ".json"))["losses"]
     loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
-    ours, theirs = load_file(weights), load_file(ref + ".safetensors")
-    errs = {k: norm_rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
+    ours, theirs = load_file(weights), load_file(ref + ("_f32" if bf16 else "") + ".safetensors")
+    # bf16 carries 8 significant bits: its adapters are compared by their
+    # updates, with AdapterHub's f32 run's. (AdamW turns the rounding of
+    # near-zero gradients into whole steps: PyTorch's own autocast run ends
+    # further from its f32 run than sdc's bf16 plan does.)
+    tol, tensor_tol, what = (1e-2, 0.15, "updates (of its f32 run)") if bf16 else (1e-4, 1e-4, "tensors")
+    errs = {k: norm_rel_err(ours[k] - start[k], v - start[k]) if bf16 else norm_rel_err(ours[k], v)
+            for k, v in theirs.items() if k in ours}
     worst = max(errs, key=errs.get) if errs else "none"
     moved = min(float(np.abs(ours[k] - start[k]).max()) for k in start)
-    check(f"{name}: {STEPS} AdamW steps give AdapterHub's losses and all {len(theirs)} adapter tensors (1e-4), "
-          f"each one moved", set(ours) == set(theirs) and loss_err <= 1e-4 and errs.get(worst, 1) <= 1e-4 and moved > 0,
+    check(f"{name}: {STEPS} AdamW steps give AdapterHub's losses ({tol:g}) and all {len(theirs)} adapter {what} "
+          f"({tensor_tol:g}), each one moved",
+          set(ours) == set(theirs) and loss_err <= tol and errs.get(worst, 1) <= tensor_tol and moved > 0,
           f"losses {losses[:2]} vs AdapterHub {want[:2]}, worst loss err {loss_err:.1e}, worst tensor err "
           f"{errs.get(worst, float('inf')):.1e} ({worst}), least move {moved:.1e}")
-    ours_logits, hub_logits = trained_logits(plan, weights, ids), np.load(ref + ".logits.npy")
+    hub_logits = np.load(ref + ("_f32" if bf16 else "") + ".logits.npy")
+    ours_logits = trained_logits(plan, weights, ids)
     err = rel_err(ours_logits, hub_logits)
-    check(f"{name}: the trained plan's logits are AdapterHub's trained model's (1e-4)", err <= 1e-4,
+    check(f"{name}: the trained plan's logits are AdapterHub's trained model's{' (f32 run)' if bf16 else ''} ({tol:g})",
+          err <= tol,
           f"relative err {err:.2e}")
 
     # sdc -> AdapterHub: the saved folder loads with load_adapter.
@@ -126,8 +145,8 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
                           os.path.join(d, "ids.npy"), "--out", loaded], capture_output=True, text=True, timeout=600)
     err = rel_err(ours_logits, np.load(loaded + ".logits.npy")) if run.returncode == 0 else float("inf")
     check(f"{name} sdc->AdapterHub: --save-adapter writes adapter_config.json and adapter.safetensors with "
-          f"AdapterHub's keys; its load_adapter gives sdrun's logits (1e-4)",
-          files == ["adapter.safetensors", "adapter_config.json"] and keys == set(theirs) and err <= 1e-4,
+          f"AdapterHub's keys; its load_adapter gives sdrun's logits ({tol:g})",
+          files == ["adapter.safetensors", "adapter_config.json"] and keys == set(theirs) and err <= tol,
           f"files {files}, {len(keys)} keys (AdapterHub's {len(theirs)}), relative err {err:.2e}"
           + (f"; {run.stderr.strip().splitlines()[-1]}" if run.returncode else ""))
 
@@ -135,7 +154,7 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
     hub = os.path.join(d, "hub_saved")
     err = rel_err(sdrun_logits(sdrun, plan, hub, ids, d, "hub"), hub_logits)
     check(f"{name} AdapterHub->sdc: the adapter AdapterHub saved (named 'hub') gives AdapterHub's logits in sdrun "
-          f"infer --adapter (1e-4)", err <= 1e-4, f"relative err {err:.2e}")
+          f"infer --adapter ({tol:g})", err <= tol, f"relative err {err:.2e}")
     return plan, hub
 
 
@@ -155,7 +174,7 @@ def refusals(model_dir, sdc):
         (base + ["--peft", "bottleneck", "--leave-out", "7"], ["--leave-out '7'", "layer 7"]),
         (base + ["--peft", "bottleneck", "--leave-out", "0,1"], ["every layer"]),
         (base + ["--peft", "bottleneck", "--leave-out", "one"], ["--leave-out", "layer numbers"]),
-        (base + ["--peft", "bottleneck", "--precision", "bf16"], ["--peft bottleneck", "--precision"]),
+        (base + ["--peft", "bottleneck", "--quantize", "nf4"], ["--peft bottleneck", "--quantize"]),
     ]
     for cmd, words in cases:
         problems, _ = clean_error_problems(cmd, words, no_files=[plan])

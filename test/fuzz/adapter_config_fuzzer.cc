@@ -1,4 +1,4 @@
-// libFuzzer target: bytes as a PEFT adapter_config.json (also the JSON reader
+// libFuzzer target: bytes as a PEFT (or AdapterHub) adapter_config.json (also the JSON reader
 // every config and header goes through).
 #include "sd/format/peft.h"
 #include <cmath>
@@ -19,7 +19,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   if ((c.isPromptTuning() || c.isPrefixTuning()) &&
       (c.numVirtualTokens < 1 || c.numVirtualTokens > 65536 || c.tokenDim < 0 || c.numLayers < 0))
     std::abort();
-  if (c.isLoha() || c.isLokr() || c.isVera() || c.isPromptTuning() || c.isPrefixTuning()) return 0;
+  // An AdapterHub bottleneck adapter: one of the three configurations, a
+  // finite positive reduction factor, a finite scaling, a name without dots.
+  if (c.isBottleneck() &&
+      ((c.bottleneckConfig != "seq_bn" && c.bottleneckConfig != "double_seq_bn" && c.bottleneckConfig != "par_bn") ||
+       !(c.reductionFactor > 0) || !std::isfinite(c.reductionFactor) || !std::isfinite(c.scaling) ||
+       c.adapterName.empty() || c.adapterName.find('.') != std::string::npos))
+    std::abort();
+  if (c.isLoha() || c.isLokr() || c.isVera() || c.isPromptTuning() || c.isPrefixTuning() || c.isBottleneck()) return 0;
   if (c.isOsf() ? !(c.effectiveRank >= 0 && std::isfinite(c.effectiveRank)) : (c.r < 1 || !std::isfinite(c.alpha)))
     std::abort();
   return 0;

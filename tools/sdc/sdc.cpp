@@ -707,7 +707,6 @@ int parseArgs(int argc, char **argv, Args &a) {
       return fail("--peft bottleneck adapts whole blocks, not the layers --target-modules names; --leave-out N,... "
                   "leaves layers out"), 2;
     const char *refused = !a.pipeline.quantize.empty()      ? "--quantize"
-                          : a.pipeline.precision != "fp32" ? "--precision other than fp32"
                           : a.pipeline.recipe != "sft"     ? "--recipe other than sft"
                                                            : nullptr;
     if (refused) return fail(std::string("--peft bottleneck does not take ") + refused + " yet"), 2;
