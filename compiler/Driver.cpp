@@ -163,11 +163,12 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
   } else if (type && type.getValue() == "BOTTLENECK") {
     auto mods = dict.getAs<mlir::ArrayAttr>("modules"), places = dict.getAs<mlir::ArrayAttr>("places");
     char head[200];
-    std::snprintf(head, sizeof head, "bottleneck adapters (%s, reduction factor %g, %s, scaling %g) after %zu blocks:\n",
+    std::snprintf(head, sizeof head, "bottleneck adapters (%s, reduction factor %g, %s, scaling %g) after %zu block%s:\n",
                   dict.getAs<mlir::StringAttr>("config").str().c_str(),
                   dict.getAs<mlir::FloatAttr>("reduction_factor").getValueAsDouble(),
                   dict.getAs<mlir::StringAttr>("non_linearity").str().c_str(),
-                  dict.getAs<mlir::FloatAttr>("scaling").getValueAsDouble(), size_t(mods.size()));
+                  dict.getAs<mlir::FloatAttr>("scaling").getValueAsDouble(), size_t(mods.size()),
+                  mods.size() == 1 ? "" : "s");
     out += head;
     for (auto [m, p] : llvm::zip(mods.getAsValueRange<mlir::StringAttr>(), places.getAsValueRange<mlir::StringAttr>()))
       out += "  " + m.str() + "  (" + p.str() + ")\n";

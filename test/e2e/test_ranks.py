@@ -576,6 +576,10 @@ def main():
                             "prompt_fsdp": ["--peft", "prompt", "--num-virtual-tokens", "5", "--shard", "params"],
                             "prefix_zero2": ["--peft", "prefix", "--num-virtual-tokens", "5", "--shard", "grads"],
                             "ia3": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules", "proj"],
+                            "bottleneck": ["--peft", "bottleneck", "--bottleneck-config", "double_seq_bn",
+                                           "--reduction-factor", "4"],
+                            "bottleneck_fsdp": ["--peft", "bottleneck", "--bottleneck-config", "double_seq_bn",
+                                                "--reduction-factor", "4", "--shard", "params"],
                             "ia3_zero2": ["--peft", "ia3", "--target-modules", "qkv,proj", "--feedforward-modules",
                                           "proj", "--shard", "grads"],
                             # fp16 from a loss scale of 2^20 with a growth window of 3: the first steps
@@ -622,6 +626,10 @@ def main():
         equal_runs(runner, "VeRA with dropout 0.2 (masks keyed by global row)", plans["vera_dropout"], ranks=(2,))
         equal_runs(runner, "--shard grads, IA3, against the unsharded plan", plans["ia3_zero2"],
                    reference=plans["ia3"], ranks=(2,))
+        # Bottleneck adapters (Houlsby: after the attention and the MLP), whole and split by rows.
+        equal_runs(runner, "bottleneck adapters (double_seq_bn)", plans["bottleneck"], ranks=(3,))
+        equal_runs(runner, "--shard params, bottleneck adapters, against the unsharded plan", plans["bottleneck_fsdp"],
+                   reference=plans["bottleneck"], ranks=(2,))
 
         # ZeRO-1: each parameter's AdamW state and update on one rank, then broadcast.
         equal_runs(runner, "--shard optimizer, full fine-tuning, against the unsharded plan", plans["full_zero1"],
