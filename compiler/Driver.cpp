@@ -202,7 +202,8 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
       out += "  " + mlir::cast<mlir::StringAttr>(m).str() +
              (factors ? "  (" + mlir::cast<mlir::StringAttr>(factors[i]).str() + ")" : std::string()) + "\n";
   } else {
-    out += "full fine-tuning of " + std::to_string(names.size()) + " weights:\n";
+    out += (req.pipeline.peft == "bitfit" ? "BitFit: the bias terms, " : "full fine-tuning of ") +
+           std::to_string(names.size()) + " weights:\n";
     for (auto &n : names) out += "  " + n + "\n";
   }
   total += quantized;
@@ -243,7 +244,7 @@ static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std
   };
   auto dropped = module->getAttrOfType<mlir::ArrayAttr>("sd.dropped_parameters");
   auto unread = module->getAttrOfType<mlir::ArrayAttr>("sd.unread_parameters");
-  if (req.pipeline.peft == "none") { // adapters leave the model's own parameters frozen
+  if (req.pipeline.peft == "none" || req.pipeline.peft == "bitfit") { // adapters leave the model's own parameters frozen
     if (dropped)
       warnings->push_back(parameters(dropped) +
                           " not in the file (torch.onnx.export's optimizer folds some away, such as all-zero biases) "
@@ -336,7 +337,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // (rotary tables, masks, a loss's class weights).
     if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
         req.pipeline.peft != "loha" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && req.pipeline.peft != "prompt" &&
-        req.pipeline.peft != "adalora" && req.pipeline.peft != "bottleneck" &&
+        req.pipeline.peft != "adalora" && req.pipeline.peft != "bottleneck" && req.pipeline.peft != "bitfit" &&
         (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
     else buildPeftPipeline(pm, req.pipeline);

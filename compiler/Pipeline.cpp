@@ -75,6 +75,8 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     prompt.seed = opts.seed;
     prompt.tokenInput = opts.tokenInput;
     pm.addPass(createPeftPrompt(prompt));
+  } else if (opts.peft == "bitfit") {
+    pm.addPass(createPeftBitfit());
   } else if (opts.peft == "bottleneck") {
     PeftBottleneckOptions bn;
     bn.config = opts.bottleneckConfig;

@@ -14,7 +14,7 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).
-  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera" | "prompt" | "prefix" | "bottleneck"
+  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera" | "prompt" | "prefix" | "bottleneck" | "bitfit"
   std::string trainable = ".*";  // --peft none: regex over weight names
   std::string freeze;            // --peft none: regex over weight names kept frozen (none when empty)
   std::string targetModules;     // --peft lora

@@ -138,6 +138,17 @@ def MarkTrainable : Pass<"sd-mark-trainable", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftBitfit : Pass<"sd-peft-bitfit", "mlir::ModuleOp"> {
+  let summary = "BitFit: only the model's bias terms train";
+  let description = [{
+    Marks trainable every stored 1-D float weight that an op reads as its
+    bias: `sd.linear`'s bias, `sd.gemm`'s C, a convolution's B and the shift
+    of LayerNorm, InstanceNorm and BatchNorm. Every other weight is frozen.
+    Found by operand, not by name, so exporters that rename initializers
+    change nothing.
+  }];
+}
+
 def PeftBottleneck : Pass<"sd-peft-bottleneck", "mlir::ModuleOp"> {
   let summary = "bottleneck adapters (AdapterHub's seq_bn, double_seq_bn, par_bn) on a pre-LN transformer's sublayers";
   let description = [{

@@ -531,7 +531,8 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
   const Json *lora = doc.value().get("lora");
   if (!lora)
     return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera, adalora, prompt, "
-                   "prefix or bottleneck)");
+                   "prefix or bottleneck; the weights a full fine-tuning or BitFit plan trains go out with "
+                   "--save-weights)");
   const Json *r = lora->get("r"), *alpha = lora->get("lora_alpha"), *rs = lora->get("use_rslora"),
              *mods = lora->get("modules"), *dropout = lora->get("lora_dropout"),
              *fanInFanOut = lora->get("fan_in_fan_out"), *dora = lora->get("use_dora");

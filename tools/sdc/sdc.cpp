@@ -51,6 +51,9 @@ const char *kUsage =
     "                           the rest trained and kept orthogonal to them (PEFT's OSF)\n"
     "  --peft ia3               (IA)³: a trained vector scales each --target-modules layer's\n"
     "                           output, or its input for --feedforward-modules (PEFT's IA3)\n"
+    "  --peft bitfit            BitFit: only the bias terms train (every layer's and\n"
+    "                           normalization's stored bias; sdrun train --save-weights writes\n"
+    "                           them, sdc merge --weights puts them back in the model)\n"
     "  --peft bottleneck        bottleneck adapters (AdapterHub's adapters library):\n"
     "                           up(act(down(u))) added to each feed-forward block's residual\n"
     "                           sum (and each attention block's, double_seq_bn) of a pre-LN\n"
@@ -378,9 +381,9 @@ int parseArgs(int argc, char **argv, Args &a) {
                                       a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "lokr" &&
                                       a.pipeline.peft != "vera" && a.pipeline.peft != "prompt" &&
                                       a.pipeline.peft != "prefix" && a.pipeline.peft != "adalora" &&
-                                      a.pipeline.peft != "bottleneck"))
+                                      a.pipeline.peft != "bottleneck" && a.pipeline.peft != "bitfit"))
         return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera', 'adalora', 'prompt', "
-                    "'prefix' or 'bottleneck'"), 2;
+                    "'prefix', 'bottleneck' or 'bitfit'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
         return fail("--feedforward-modules needs module names or a regex"), 2;
@@ -696,6 +699,10 @@ int parseArgs(int argc, char **argv, Args &a) {
        a.pipeline.peft == "adalora") &&
       a.pipeline.targetModules.empty())
     return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
+  if (a.pipeline.peft == "bitfit" && !a.pipeline.targetModules.empty())
+    return fail("--peft bitfit trains every bias term; --target-modules does not apply"), 2;
+  if (a.pipeline.peft == "bitfit" && !a.pipeline.quantize.empty())
+    return fail("--peft bitfit does not take --quantize yet"), 2;
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
     return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr, vera or adalora"), 2;
   if (bottleneckGiven && a.pipeline.peft != "bottleneck")
