@@ -150,20 +150,23 @@ def PeftBitfit : Pass<"sd-peft-bitfit", "mlir::ModuleOp"> {
 }
 
 def PeftBottleneck : Pass<"sd-peft-bottleneck", "mlir::ModuleOp"> {
-  let summary = "bottleneck adapters (AdapterHub's seq_bn, double_seq_bn, par_bn) on a pre-LN transformer's sublayers";
+  let summary = "bottleneck adapters (AdapterHub's seq_bn, double_seq_bn, par_bn) on a transformer's blocks";
   let description = [{
     Finds each sublayer's end: a `sd.linear` whose result (through reshapes)
     an `sd.add` sums with the residual stream r, z = h + r. The layer is an
     attention block's output projection when its input comes from an
     attention; a feed-forward block's otherwise. seq_bn (Pfeiffer) adapts the
     feed-forward ends, double_seq_bn (Houlsby) both kinds, par_bn (parallel)
-    the feed-forward ends, each as AdapterHub's adapters library computes it
-    in a pre-LN layer: z' = z + s up(act(down(u))) with u = z, h or r. down
+    the feed-forward ends, each as AdapterHub's adapters library computes it:
+    z' = z + s up(act(down(u))) with u = z, h or r. In a post-LN block (r a
+    norm's output, z read by the block's LayerNorm alone, BERT) the
+    LayerNorm reads z', and seq_bn's u is LayerNorm(z). down
     is [hidden / reduction_factor, hidden] and up [hidden, that], each with a
     bias, named as AdapterHub's parameters with the adapter name
     "bottleneck" (`model.layers.0.output_adapters.adapters.bottleneck.
     adapter_down.0.weight`; the layer is the module name up to its last
-    number). Layers in leave-out get none. Every other weight is frozen.
+    number; in the BERT family the block's `...output` module). Layers in
+    leave-out get none. Every other weight is frozen.
     Records the configuration in `sd.peft`.
   }];
   let options = [

@@ -1,6 +1,6 @@
 // sd-peft-bottleneck: bottleneck adapters (Houlsby, Pfeiffer, parallel) as
-// AdapterHub's `adapters` library inserts them into a pre-LN transformer:
-// f(u) = up(act(down(u))) added to a sublayer's residual sum.
+// AdapterHub's `adapters` library inserts them into a transformer (pre-LN,
+// or post-LN as BERT): f(u) = up(act(down(u))) added to a block's residual sum.
 #include "GlobalData.h"
 #include "PassDetail.h"
 #include "Passes.h"
@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/Regex.h"
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <set>
@@ -29,6 +30,7 @@ struct Residual {
   AddOp add;
   Value h, r;
   bool attention = false; // the linear projects an attention's output (AdapterHub's mh_adapter place)
+  LayerNormalizationOp postNorm; // post-LN: the block's LayerNorm of z (BERT); null: pre-LN
 };
 
 // Shapes that may be equal (before specialization, some extents are unknown).
@@ -118,11 +120,17 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
         leftOut.insert(*layer);
         continue;
       }
+      // Post-LN (BERT): the stream is a norm's output, and the sum goes
+      // through the block's own LayerNorm, which AdapterHub hands the adapter.
       if (isNorm(s.r)) {
-        s.linear.emitError() << "module '" << s.linear.getModule()
-                             << "': a post-LN residual (the stream it adds to is a LayerNorm's output, as in "
-                                "BERT): bottleneck adapters support pre-LN transformers only yet";
-        return signalPassFailure();
+        Value z = s.add->getResult(0);
+        s.postNorm = z.hasOneUse() ? dyn_cast<LayerNormalizationOp>(*z.getUsers().begin()) : LayerNormalizationOp();
+        if (!s.postNorm || s.postNorm.getX() != z) {
+          s.linear.emitError() << "module '" << s.linear.getModule()
+                               << "': the stream its block adds to is a norm's output, but the sum is not "
+                                  "LayerNorm-ed next: neither a pre-LN nor a post-LN block";
+          return signalPassFailure();
+        }
       }
       FailureOr<std::string> place = placeOf(s);
       if (failed(place) || failed(adapt(module, s, *place, rng))) return signalPassFailure();
@@ -198,8 +206,12 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     (void)parts[size_t(last)].getAsInteger(10, n);
     return n;
   }
-  // AdapterHub's parameter prefix: the layer and the place.
+  // AdapterHub's parameter prefix: in the BERT family the block's output
+  // module (`encoder.layer.0.output`, the owner of the layer named
+  // ...output.dense), elsewhere the layer and the place.
   FailureOr<std::string> placeOf(Residual s) {
+    StringRef m = s.linear.getModule();
+    if (m.ends_with(".output.dense")) return m.drop_back(strlen(".dense")).str();
     SmallVector<StringRef> parts;
     int last = lastNumberPart(s.linear.getModule(), parts);
     if (last < 0) return failure(); // layerOf said why
@@ -258,13 +270,19 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     GlobalOp gub = sd::createFloatGlobal(module, prefix + "adapter_up.bias", {d}, "trainable", &upB);
     Value z = s.add->getResult(0);
     OpBuilder b(s.add);
-    b.setInsertionPointAfter(s.add);
+    // Post-LN: the adapter goes before the block's LayerNorm, which then reads z'.
+    if (s.postNorm) b.setInsertionPoint(s.postNorm);
+    else b.setInsertionPointAfter(s.add);
     GradBuilder g(b, s.add->getLoc());
     auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(s.add->getLoc(), gl.getType(), gl.getSymName()); };
     // The stream as it is now: an adapter before this one may have replaced it.
     Value r = s.add->getOperand(0) == s.h ? s.add->getOperand(1) : s.add->getOperand(0);
-    Value u = config == "seq_bn" ? z : config == "double_seq_bn" ? s.h : r;
     SmallVector<OpOperand *> readers = sd::usesOf(z);
+    // seq_bn's input: the sum, or in a post-LN block the sum through the
+    // block's LayerNorm (AdapterHub's original_ln_before), which then also
+    // normalizes z' (original_ln_after): the LayerNorm runs twice.
+    Value u = config == "double_seq_bn" ? s.h : config == "par_bn" ? r
+              : s.postNorm ? b.clone(*s.postNorm)->getResult(0) : z;
     auto layer = [&](Value x, GlobalOp w, GlobalOp bias, StringRef name) {
       return g.make<LinearOp>({x, load(w), load(bias)}, {b.getNamedAttr("layout", b.getStringAttr("oi")),
                                                          b.getNamedAttr("module", b.getStringAttr(prefix + name))});

@@ -126,6 +126,13 @@ StatusOr<LoraConfig> parseAdapterHubConfig(const Json &doc, const std::string &p
   out.initWeights = init && init->type == Json::Type::String ? init->str : "bert";
   if (hidden && hidden->isInteger()) out.hiddenSize = int64_t(hidden->num);
   SD_RETURN_IF_ERROR(readLeaveOut(c, path, out.leaveOut));
+  if (const Json *head = doc.get("sdc_modules_to_save"); head && head->type != Json::Type::Null) {
+    if (head->type != Json::Type::Array) return sdError(path, ": 'sdc_modules_to_save' must be a list of module names");
+    for (const Json &m : head->arr) {
+      if (m.type != Json::Type::String) return sdError(path, ": 'sdc_modules_to_save' must be a list of module names");
+      out.modulesToSave.push_back(m.str);
+    }
+  }
   return out;
 }
 
@@ -171,7 +178,12 @@ std::string adapterHubConfigJson(const LoraConfig &cfg) {
   std::string json = "{\n  \"config\": {\n";
   for (size_t i = 0; i < fields.size(); ++i)
     json += "    " + jsonQuote(fields[i].first) + ": " + fields[i].second + (i + 1 < fields.size() ? ",\n" : "\n");
-  return json + "  },\n  \"hidden_size\": " + std::to_string(cfg.hiddenSize) +
+  // A classification plan's head travels in the same file, keyed by its own
+  // names; AdapterHub keeps heads apart, and its load_adapter skips them.
+  std::string head;
+  for (const std::string &m : cfg.modulesToSave) head += (head.empty() ? "" : ", ") + jsonQuote(m);
+  if (!head.empty()) head = ",\n  \"sdc_modules_to_save\": [" + head + "]";
+  return json + "  }" + head + ",\n  \"hidden_size\": " + std::to_string(cfg.hiddenSize) +
          ",\n  \"model_class\": \"\",\n  \"model_name\": \"\",\n  \"model_type\": \"\",\n  \"name\": " +
          jsonQuote(cfg.adapterName) + ",\n  \"version\": \"adapters.1.3.0\"\n}\n";
 }

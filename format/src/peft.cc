@@ -527,7 +527,11 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     }
     return c;
   }
-  if (const Json *bottleneck = doc.value().get("bottleneck")) return bottleneckFromPlanConfig(*bottleneck);
+  if (const Json *bottleneck = doc.value().get("bottleneck")) {
+    auto bn = bottleneckFromPlanConfig(*bottleneck);
+    if (bn.isOk()) bn.value().modulesToSave = c.modulesToSave; // a classification plan's head
+    return bn;
+  }
   const Json *lora = doc.value().get("lora");
   if (!lora)
     return sdError("the plan has no adapters (compile it with --peft lora, osft, ia3, loha, lokr, vera, adalora, prompt, "

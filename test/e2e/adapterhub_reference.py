@@ -4,7 +4,8 @@ trains sdc's: the test's model weights, the plan's starting adapter, AdamW
 steps on the same rows. Writes OUT.json (losses, logits of --ids after
 training) and OUT.safetensors (the trained adapter, AdapterHub's keys).
 
-With --save DIR it also saves the trained adapter as AdapterHub saves one,
+With --classify it trains test_classify's MiniLM classifier instead (the
+adapter in its BERT encoder, the head beside it). With --save DIR it also saves the trained adapter as AdapterHub saves one,
 named "hub" (loaded back under that name: its keys carry it). With --load DIR
 it only loads an adapter folder (sdrun train --save-adapter's) with
 load_adapter and writes the logits of --ids to OUT.logits.npy.
@@ -25,16 +26,72 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 sys.path.insert(0, HERE)
 
 
+def classify(a):
+    """MiniLM with test_classify's linear head: the adapter in its BertModel
+    (AdapterHub's BERT layout: post-LN blocks), the head trained beside it,
+    on test_classify's batches (--rows: a JSON list of [ids, label])."""
+    import adapters
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+    from safetensors.torch import load_file, save_file
+    import test_classify
+
+    torch.set_num_threads(2)
+    model = test_classify.Classifier.build(7)
+    adapters.init(model.bert)
+    kinds = {"seq_bn": adapters.SeqBnConfig, "double_seq_bn": adapters.DoubleSeqBnConfig,
+             "par_bn": adapters.ParBnConfig}
+    if a.load:
+        model.bert.load_adapter(a.load, use_safetensors=True, set_active=True)
+        head = load_file(os.path.join(a.load, "adapter.safetensors"))
+        with torch.no_grad():
+            model.classifier.weight.copy_(head["classifier.weight"])
+            model.classifier.bias.copy_(head["classifier.bias"])
+    else:
+        model.bert.add_adapter("bottleneck", config=kinds[a.config]())
+        model.bert.train_adapter("bottleneck")
+        start = load_file(a.start)
+        trained = {n: t for n, t in model.named_parameters() if t.requires_grad}
+        if set(start) != set(trained):
+            sys.exit(f"tensors differ: the plan's {sorted(set(start) - set(trained))[:4]}, AdapterHub's "
+                     f"{sorted(set(trained) - set(start))[:4]}")
+        with torch.no_grad():
+            for n, t in trained.items():
+                t.copy_(start[n])
+        model.eval()  # the plan has no dropout
+        test_classify.STEPS = a.steps
+        rows = [(r[0], r[1]) for r in json.load(open(a.rows))]
+        opt = torch.optim.AdamW(list(trained.values()), lr=a.lr, eps=1e-8, weight_decay=0.0)
+        losses = []
+        for ids, mask, labels in test_classify.batches(rows):
+            loss = F.cross_entropy(model(torch.tensor(ids), torch.tensor(mask)), torch.tensor(labels))
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+        json.dump({"losses": losses}, open(a.out + ".json", "w"))
+        save_file({n: t.detach().contiguous() for n, t in trained.items()}, a.out + ".safetensors")
+    model.eval()
+    mask_path = os.path.join(os.path.dirname(a.ids), os.path.basename(a.ids).replace("ids", "mask"))
+    ids, mask = np.load(a.ids), np.load(mask_path)
+    with torch.no_grad():
+        np.save(a.out + ".logits.npy", model(torch.tensor(ids), torch.tensor(mask)).numpy())
+
+
 def main():
     p = argparse.ArgumentParser()
     for flag in ("--arch", "--base", "--config", "--start", "--rows", "--ids", "--out", "--non-linearity",
                  "--leave-out", "--save", "--load", "--autocast"):
         p.add_argument(flag)
+    p.add_argument("--classify", action="store_true")
     p.add_argument("--reduction-factor", type=float, default=None)
     p.add_argument("--steps", type=int)
     p.add_argument("--batch", type=int)
     p.add_argument("--lr", type=float)
     a = p.parse_args()
+    if a.classify:
+        return classify(a)
 
     import adapters
     import numpy as np

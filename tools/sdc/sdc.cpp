@@ -56,8 +56,9 @@ const char *kUsage =
     "                           them, sdc merge --weights puts them back in the model)\n"
     "  --peft bottleneck        bottleneck adapters (AdapterHub's adapters library):\n"
     "                           up(act(down(u))) added to each feed-forward block's residual\n"
-    "                           sum (and each attention block's, double_seq_bn) of a pre-LN\n"
-    "                           transformer; sdrun train --save-adapter writes AdapterHub's layout\n"
+    "                           sum (and each attention block's, double_seq_bn) of a pre-LN or\n"
+    "                           post-LN transformer; sdrun train --save-adapter writes AdapterHub's\n"
+    "                           layout\n"
     "  --leave-out N,...        bottleneck: layers left without adapters (AdapterHub's leave_out)\n"
     "  --bottleneck-config C    seq_bn (Pfeiffer, the default: u the sum), double_seq_bn\n"
     "                           (Houlsby: u the block's output, swish), par_bn (parallel: u the\n"
@@ -714,8 +715,9 @@ int parseArgs(int argc, char **argv, Args &a) {
       return fail("--peft bottleneck adapts whole blocks, not the layers --target-modules names; --leave-out N,... "
                   "leaves layers out"), 2;
     const char *refused = !a.pipeline.quantize.empty()      ? "--quantize"
-                          : a.pipeline.recipe != "sft"     ? "--recipe other than sft"
-                                                           : nullptr;
+                          : a.pipeline.recipe != "sft" && a.pipeline.recipe != "classify"
+                              ? "--recipe other than sft or classify"
+                              : nullptr;
     if (refused) return fail(std::string("--peft bottleneck does not take ") + refused + " yet"), 2;
   }
   if (lokrGiven && a.pipeline.peft != "lokr") return fail("--decompose-both and --decompose-factor need --peft lokr"), 2;

@@ -67,7 +67,8 @@ module {
 
 // -----
 
-// Post-LN (BERT): the stream a block adds to is a LayerNorm's output.
+// The stream a block adds to is a LayerNorm's output, but no LayerNorm
+// reads the sum: neither a pre-LN nor a post-LN block.
 module {
   sd.global @layers.0.mlp.down.weight "trainable" : tensor<4x4xf32>
   sd.global @ln.weight "trainable" : tensor<4xf32>
@@ -78,9 +79,43 @@ module {
     %b = sd.global_load @ln.bias : tensor<4xf32>
     %wd = sd.global_load @layers.0.mlp.down.weight : tensor<4x4xf32>
     %r = sd.layer_normalization %x, %g, %b {axis = -1 : i64, epsilon = 1.0e-5 : f32} : (tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
-    // expected-error @+1 {{module 'layers.0.mlp.down': a post-LN residual}}
+    // expected-error @+1 {{module 'layers.0.mlp.down': the stream its block adds to is a norm's output, but the sum is not LayerNorm-ed next}}
     %h = sd.linear %r, %wd, %none {layout = "oi", module = "layers.0.mlp.down"} : (tensor<3x4xf32>, tensor<4x4xf32>, none) -> tensor<3x4xf32>
     %z = sd.add %h, %r : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
     return %z : tensor<3x4xf32>
+  }
+}
+
+// -----
+
+// Post-LN (BERT): the stream is a LayerNorm's output and the block's
+// LayerNorm reads the sum. The adapter goes before that LayerNorm, which
+// then reads z'; seq_bn's input is the sum through a copy of it. In the
+// BERT family AdapterHub keeps the adapters in the block's output module.
+// PFEIFFER:      places = ["encoder.layer.0.output"]
+// PFEIFFER:      %[[R:.*]] = sd.layer_normalization %arg0
+// PFEIFFER:      %[[H:.*]] = sd.linear %[[R]], {{.*}} module = "encoder.layer.0.output.dense"}
+// PFEIFFER:      %[[Z:.*]] = sd.add %[[H]], %[[R]]
+// PFEIFFER:      %[[U:.*]] = sd.layer_normalization %[[Z]], %[[G:[^,]*]], %[[B:[^ ]*]] {
+// PFEIFFER:      %[[D:.*]] = sd.linear %[[U]], {{.*}} module = "encoder.layer.0.output.adapters.bottleneck.adapter_down.0"}
+// PFEIFFER:      %[[Z2:.*]] = sd.add %[[Z]], %{{.*}}
+// PFEIFFER:      %[[Y:.*]] = sd.layer_normalization %[[Z2]], %[[G]], %[[B]] {
+// PFEIFFER:      return %[[Y]]
+// HOULSBY:       places = ["encoder.layer.0.output"]
+// PARALLEL:      places = ["encoder.layer.0.output"]
+module {
+  sd.global @encoder.layer.0.output.dense.weight "trainable" : tensor<4x4xf32>
+  sd.global @ln.weight "trainable" : tensor<4xf32>
+  sd.global @ln.bias "trainable" : tensor<4xf32>
+  func.func @forward(%x: tensor<3x4xf32>) -> tensor<3x4xf32> {
+    %none = sd.none
+    %g = sd.global_load @ln.weight : tensor<4xf32>
+    %b = sd.global_load @ln.bias : tensor<4xf32>
+    %wd = sd.global_load @encoder.layer.0.output.dense.weight : tensor<4x4xf32>
+    %r = sd.layer_normalization %x, %g, %b {axis = -1 : i64, epsilon = 1.0e-5 : f32} : (tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+    %h = sd.linear %r, %wd, %none {layout = "oi", module = "encoder.layer.0.output.dense"} : (tensor<3x4xf32>, tensor<4x4xf32>, none) -> tensor<3x4xf32>
+    %z = sd.add %h, %r : (tensor<3x4xf32>, tensor<3x4xf32>) -> tensor<3x4xf32>
+    %y = sd.layer_normalization %z, %g, %b {axis = -1 : i64, epsilon = 1.0e-5 : f32} : (tensor<3x4xf32>, tensor<4xf32>, tensor<4xf32>) -> tensor<3x4xf32>
+    return %y : tensor<3x4xf32>
   }
 }

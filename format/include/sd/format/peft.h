@@ -44,7 +44,8 @@ constexpr const char *kAdaloraSuffixes[] = {".lora_A", ".lora_E", ".lora_B"};
 // DIR/adapter_config.json ({"config": BnConfig fields, "name", ...}) and
 // DIR/adapter.safetensors, keyed <layer>.<place>.adapters.<name>.adapter_down.0.weight
 // ([n, hidden]) and .bias, .adapter_up.weight ([hidden, n]) and .bias. A
-// plan names its tensors with the adapter name "bottleneck".
+// plan names its tensors with the adapter name "bottleneck". A classification
+// plan's head rides along under its own names (config: sdc_modules_to_save).
 constexpr const char *kAdapterHubWeightsFile = "adapter.safetensors";
 constexpr const char *kBottleneckName = "bottleneck";
 constexpr const char *kBottleneckSuffixes[] = {".adapter_down.0.weight", ".adapter_down.0.bias", ".adapter_up.weight",
