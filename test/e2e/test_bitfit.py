@@ -8,6 +8,9 @@ RMSNorm without one), built from configs with seeded random weights.
              step for step (1e-4 relative)
   merging    sdc merge --weights puts the trained biases into the ONNX
              model, and ONNX Runtime on it gives PyTorch's trained logits
+  classify   BitFit's own setting: MiniLM's real BERT weights with a
+             classification head (--recipe classify), the head trained in
+             full beside the biases, step for step as PyTorch
   refusals   a model without biases (Llama), --target-modules, --quantize
              and --save-adapter on a BitFit plan are one-line errors
 """
@@ -76,6 +79,75 @@ def arch_checks(arch, tmp, sdc, sdrun):
     return plan, data
 
 
+def classify_checks(tmp, sdc, sdrun):
+    """BitFit's own setting: a BERT encoder (MiniLM's real weights) with a
+    classification head (--recipe classify), the head trained in full beside
+    the biases, against PyTorch on test_classify's batches."""
+    import torch
+    import torch.nn.functional as F
+    import sdc as sdc_module
+    import test_classify as tc
+    from export_minilm import model_dir
+    from safetensors.numpy import load_file
+    d = os.path.join(tmp, "minilm")
+    os.makedirs(d)
+    onnx_path, plan, data = (os.path.join(d, n) for n in ("minilm.onnx", "cls.sdp", "train.jsonl"))
+    sh([sys.executable, os.path.join(ROOT, "examples", "export_minilm.py"), onnx_path])
+    sh([sdc, "compile", onnx_path, "--peft", "bitfit", "--recipe", "classify", "--num-labels", str(tc.LABELS),
+        "--shapes", f"input_ids={tc.BATCH}x{tc.SEQ}", "-o", plan])
+    with open(data, "w") as f:
+        for text, label in tc.DATA:
+            f.write(json.dumps({"text": text, "label": label}) + "\n")
+    tok = sh([sdrun, "tokenize", "--tokenizer", model_dir()], input="\n".join(t for t, _ in tc.DATA) + "\n")
+    rows = [(json.loads(l), label) for l, (_, label) in zip(tok.splitlines(), tc.DATA)]
+
+    p = sdc_module.Plan(plan)
+    session = sdc_module.Session(p, threads=2)
+    start = {g[0]: session.read_global(g[0]) for g in p.globals if g[3] == "trainable"}
+    model = tc.Classifier.build(7)
+    for name, param in model.named_parameters():  # BertModel's pooler: unused by the sentence embedding, not exported
+        param.requires_grad_((name.endswith(".bias") and ".pooler." not in name) or name.startswith("classifier."))
+    trained = {n: t for n, t in model.named_parameters() if t.requires_grad}
+    check(f"MiniLM classification: the plan trains exactly PyTorch's {len(trained)} biases and the head",
+          set(start) == set(trained), f"only the plan's: {sorted(set(start) - set(trained))[:3]}, only "
+          f"PyTorch's: {sorted(set(trained) - set(start))[:3]}")
+    if set(start) != set(trained):
+        return
+    with torch.no_grad():
+        for n, t in trained.items():
+            t.copy_(torch.tensor(start[n]))
+    tc.STEPS = STEPS
+    opt = torch.optim.AdamW(list(trained.values()), lr=LR, eps=1e-8, weight_decay=0.0)
+    want = []
+    for ids, mask, labels in tc.batches(rows):  # eval mode: the plan has no dropout
+        loss = F.cross_entropy(model(torch.tensor(ids), torch.tensor(mask)), torch.tensor(labels))
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        want.append(loss.item())
+    weights, metrics = os.path.join(d, "trained.safetensors"), os.path.join(d, "metrics.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--tokenizer", model_dir(), "--steps", str(STEPS), "--no-shuffle",
+        "--lr", str(LR), "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights",
+        weights], timeout=600)
+    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    ours = load_file(weights)
+    # A key projection's bias has an exact gradient of zero (softmax ignores
+    # a shift of every key's score): it holds rounding noise that AdamW moves
+    # by up to lr a step, differently in every summation order. It must stay
+    # within that reach, and is left out of the relative comparison.
+    keys = [k for k in trained if k.endswith("attention.self.key.bias")]
+    key_moves = [float(np.abs(ours[k] - trained[k].detach().numpy()).max()) for k in keys if k in ours]
+    errs = {k: norm_rel_err(ours[k], t.detach().numpy()) for k, t in trained.items() if k in ours and k not in keys}
+    worst = max(errs, key=errs.get) if errs else "none"
+    check(f"MiniLM classification: {STEPS} AdamW steps give PyTorch's losses and all {len(errs)} other tensors "
+          f"(1e-4); the {len(keys)} key biases within AdamW's reach of PyTorch's ({STEPS} x lr)",
+          set(ours) == set(trained) and loss_err <= 1e-4 and errs.get(worst, 1) <= 1e-4 and
+          len(key_moves) == len(keys) and max(key_moves, default=0) <= STEPS * LR,
+          f"losses {losses[:2]} vs PyTorch {want[:2]}, worst loss err {loss_err:.1e}, worst tensor err "
+          f"{errs.get(worst, float('inf')):.1e} ({worst}), key biases apart by {max(key_moves, default=0):.1e}")
+
+
 def refusals(tmp, sdc, sdrun, gpt2_plan, data):
     import export_hf
     llama = os.path.join(tmp, "llama.onnx")
@@ -107,6 +179,10 @@ def main():
                 made[arch] = arch_checks(arch, tmp, sdc, sdrun)
             except Exception as e:  # one failing model must not hide the other
                 check(f"{arch} runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
+        try:
+            classify_checks(tmp, sdc, sdrun)
+        except Exception as e:
+            check("MiniLM classification runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
         if "gpt2" in made:
             refusals(tmp, sdc, sdrun, *made["gpt2"])
     finally:
