@@ -6,10 +6,9 @@
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "llvm/ADT/StringExtras.h"
-#include "llvm/Support/Regex.h"
+#include "sd/format/peft.h"
 #include <cmath>
 #include <cstring>
-#include <memory>
 #include <random>
 #include <set>
 
@@ -28,9 +27,18 @@ namespace {
 struct Residual {
   LinearOp linear;
   AddOp add;
-  Value h, r;
+  Value h;
   bool attention = false; // the linear projects an attention's output (AdapterHub's mh_adapter place)
   LayerNormalizationOp postNorm; // post-LN: the block's LayerNorm of z (BERT); null: pre-LN
+  // r as the add reads it now: an adapter before this one may have replaced it.
+  Value stream() const { return add->getOperand(0) == h ? add->getOperand(1) : add->getOperand(0); }
+};
+
+// A module's layer: its name up to its last all-digit part
+// ("model.layers.3"), which AdapterHub's parameter names and leave_out use.
+struct Layer {
+  std::string prefix;
+  int64_t number;
 };
 
 // Shapes that may be equal (before specialization, some extents are unknown).
@@ -61,21 +69,19 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (config != "seq_bn" && config != "double_seq_bn" && config != "par_bn") {
+    defaults = sd::bottleneckDefaults(config);
+    if (!defaults) {
       module.emitError() << "--bottleneck-config takes seq_bn, double_seq_bn or par_bn, got '" << config << "'";
       return signalPassFailure();
     }
-    // AdapterHub's defaults: SeqBnConfig relu, DoubleSeqBnConfig swish,
-    // ParBnConfig relu with mam_adapter's start; bert's start otherwise.
-    if (nonLinearity.empty()) nonLinearity = config == "double_seq_bn" ? "swish" : "relu";
-    if (init.empty()) init = config == "par_bn" ? "mam_adapter" : "bert";
-    if (reductionFactor < 0) reductionFactor = config == "par_bn" ? 2.0 : 16.0; // ParBnConfig: 2
+    if (nonLinearity.empty()) nonLinearity = defaults->nonLinearity;
+    if (init.empty()) init = defaults->initWeights;
+    if (reductionFactor < 0) reductionFactor = defaults->reductionFactor;
     if (!(reductionFactor > 0)) {
       module.emitError() << "--reduction-factor must be positive, got " << reductionFactor;
       return signalPassFailure();
     }
-    static const char *kActivations[] = {"relu", "swish", "silu", "gelu", "gelu_new", "tanh", "sigmoid", "leakyrelu"};
-    if (!llvm::is_contained(kActivations, StringRef(nonLinearity))) {
+    if (!llvm::is_contained(sd::kBottleneckActivations, StringRef(nonLinearity))) {
       module.emitError() << "--non-linearity takes relu, swish, silu, gelu, gelu_new, tanh, sigmoid or leakyrelu, got '"
                          << nonLinearity << "'";
       return signalPassFailure();
@@ -105,7 +111,7 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     });
     // AdapterHub's places: after the attention block (mh_adapter: double_seq_bn)
     // and after the feed-forward block (output_adapter: all three).
-    bool attentionToo = config == "double_seq_bn";
+    bool attentionToo = defaults->mhAdapter;
     std::mt19937_64 rng{uint64_t(seed)};
     Builder b(module.getContext());
     SmallVector<Attribute> modules, places;
@@ -114,15 +120,15 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     for (Residual &s : sites) {
       feedForward += !s.attention;
       if (s.attention && !attentionToo) continue;
-      FailureOr<int64_t> layer = layerOf(s.linear);
+      FailureOr<Layer> layer = layerOf(s.linear);
       if (failed(layer)) return signalPassFailure();
-      if (skipped.count(*layer)) {
-        leftOut.insert(*layer);
+      if (skipped.count(layer->number)) {
+        leftOut.insert(layer->number);
         continue;
       }
       // Post-LN (BERT): the stream is a norm's output, and the sum goes
       // through the block's own LayerNorm, which AdapterHub hands the adapter.
-      if (isNorm(s.r)) {
+      if (isNorm(s.stream())) {
         Value z = s.add->getResult(0);
         s.postNorm = z.hasOneUse() ? dyn_cast<LayerNormalizationOp>(*z.getUsers().begin()) : LayerNormalizationOp();
         if (!s.postNorm || s.postNorm.getX() != z) {
@@ -132,11 +138,11 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
           return signalPassFailure();
         }
       }
-      FailureOr<std::string> place = placeOf(s);
-      if (failed(place) || failed(adapt(module, s, *place, rng))) return signalPassFailure();
+      std::string place = placeOf(s, *layer);
+      if (failed(adapt(module, s, place, rng))) return signalPassFailure();
       hidden = sd::linearInOut(s.linear).second;
       modules.push_back(b.getStringAttr(s.linear.getModule()));
-      places.push_back(b.getStringAttr(*place));
+      places.push_back(b.getStringAttr(place));
     }
     if (!feedForward) {
       module.emitError() << "--peft bottleneck: no residual sublayer found (a linear layer whose result is added to "
@@ -168,8 +174,8 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
                                }));
   }
 
-  // AdapterHub's scaling: 1, or 4 for its parallel adapter (ParBnConfig).
-  double scale() const { return scaling >= 0 ? double(scaling) : config == "par_bn" ? 4.0 : 1.0; }
+  const sd::BottleneckDefaults *defaults = nullptr; // the configuration's (checked first)
+  double scale() const { return scaling >= 0 ? double(scaling) : defaults->scaling; }
 
   // `l`'s result, through reshapes, summed by an Add with a value of its shape
   // that is not a constant (a residual, not a bias).
@@ -183,40 +189,31 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     if (!mayBeSameShape(r, h) || !mayBeSameShape(add->getResult(0), h)) return std::nullopt;
     if (Operation *def = r.getDefiningOp(); def && (isa<GlobalLoadOp>(def) || def->hasTrait<OpTrait::ConstantLike>()))
       return std::nullopt;
-    Residual s{l, add, h, r};
+    Residual s{l, add, h};
     Operation *src = throughViews(l.getInput()).getDefiningOp();
     s.attention = src && isa<AttentionOp, MatMulOp>(src);
     return s;
   }
 
-  // The layer of a module: its name up to its last all-digit part
-  // ("model.layers.3"), which AdapterHub's parameter names and leave_out use.
-  static int lastNumberPart(StringRef m, SmallVectorImpl<StringRef> &parts) {
-    m.split(parts, '.');
-    int last = -1;
-    for (auto [i, p] : llvm::enumerate(parts))
-      if (!p.empty() && llvm::all_of(p, llvm::isDigit)) last = int(i);
-    return last;
-  }
-  FailureOr<int64_t> layerOf(LinearOp l) {
+  static FailureOr<Layer> layerOf(LinearOp l) {
     SmallVector<StringRef> parts;
-    int last = lastNumberPart(l.getModule(), parts);
-    if (last < 0) return l.emitError() << "module '" << l.getModule() << "': no layer number in its name, to name its adapter by";
-    int64_t n = 0;
-    (void)parts[size_t(last)].getAsInteger(10, n);
-    return n;
+    l.getModule().split(parts, '.');
+    for (int i = int(parts.size()) - 1; i >= 0; --i) {
+      int64_t n;
+      if (parts[size_t(i)].empty() || !llvm::all_of(parts[size_t(i)], llvm::isDigit) ||
+          parts[size_t(i)].getAsInteger(10, n))
+        continue;
+      return Layer{llvm::join(ArrayRef<StringRef>(parts).take_front(size_t(i) + 1), "."), n};
+    }
+    return l.emitError() << "module '" << l.getModule() << "': no layer number in its name, to name its adapter by";
   }
   // AdapterHub's parameter prefix: in the BERT family the block's output
   // module (`encoder.layer.0.output`, the owner of the layer named
   // ...output.dense), elsewhere the layer and the place.
-  FailureOr<std::string> placeOf(Residual s) {
+  static std::string placeOf(Residual s, const Layer &layer) {
     StringRef m = s.linear.getModule();
     if (m.ends_with(".output.dense")) return m.drop_back(strlen(".dense")).str();
-    SmallVector<StringRef> parts;
-    int last = lastNumberPart(s.linear.getModule(), parts);
-    if (last < 0) return failure(); // layerOf said why
-    std::string layer = llvm::join(ArrayRef<StringRef>(parts).take_front(last + 1), ".");
-    return layer + (s.attention ? ".attention_adapters" : ".output_adapters");
+    return layer.prefix + (s.attention ? ".attention_adapters" : ".output_adapters");
   }
 
   Value activate(GradBuilder &g, Value x) {
@@ -255,7 +252,7 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
   }
 
   // z' = z + s f(u): u is z (seq_bn), h (double_seq_bn) or r (par_bn), as
-  // AdapterHub's pre_forward and post_forward give them in a pre-LN layer.
+  // AdapterHub's pre_forward and post_forward give them (post-LN: see u below).
   LogicalResult adapt(ModuleOp module, Residual s, const std::string &place, std::mt19937_64 &rng) {
     if (!cast<RankedTensorType>(s.h.getType()).getElementType().isF32())
       return s.linear.emitError("bottleneck adapters on non-f32 layers are not supported yet");
@@ -275,8 +272,7 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     else b.setInsertionPointAfter(s.add);
     GradBuilder g(b, s.add->getLoc());
     auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(s.add->getLoc(), gl.getType(), gl.getSymName()); };
-    // The stream as it is now: an adapter before this one may have replaced it.
-    Value r = s.add->getOperand(0) == s.h ? s.add->getOperand(1) : s.add->getOperand(0);
+    Value r = s.stream();
     SmallVector<OpOperand *> readers = sd::usesOf(z);
     // seq_bn's input: the sum, or in a post-LN block the sum through the
     // block's LayerNorm (AdapterHub's original_ln_before), which then also

@@ -12,23 +12,12 @@ namespace sd {
 
 namespace {
 
-struct Defaults {
-  const char *name, *nonLinearity, *initWeights;
-  bool mhAdapter, originalLnBefore, isParallel;
-  double reductionFactor, scaling;
-};
 // AdapterHub's SeqBnConfig (Pfeiffer), DoubleSeqBnConfig (Houlsby) and ParBnConfig.
-constexpr Defaults kConfigs[] = {
+constexpr BottleneckDefaults kConfigs[] = {
     {"seq_bn", "relu", "bert", false, true, false, 16, 1.0},
     {"double_seq_bn", "swish", "bert", true, false, false, 16, 1.0},
     {"par_bn", "relu", "mam_adapter", false, false, true, 2, 4.0},
 };
-
-const Defaults *defaultsOf(const std::string &config) {
-  for (const Defaults &d : kConfigs)
-    if (config == d.name) return &d;
-  return nullptr;
-}
 
 bool flag(const Json &c, const char *key, bool fallback) {
   const Json *v = c.get(key);
@@ -67,6 +56,12 @@ Status readLeaveOut(const Json &c, const std::string &where, std::vector<int64_t
 }
 
 } // namespace
+
+const BottleneckDefaults *bottleneckDefaults(const std::string &config) {
+  for (const BottleneckDefaults &d : kConfigs)
+    if (config == d.name) return &d;
+  return nullptr;
+}
 
 bool isAdapterHubConfig(const Json &doc) {
   const Json *config = doc.get("config"), *name = doc.get("name");
@@ -140,7 +135,7 @@ StatusOr<LoraConfig> bottleneckFromPlanConfig(const Json &s) {
   const Json *config = s.get("config"), *rf = s.get("reduction_factor"), *act = s.get("non_linearity"),
              *scaling = s.get("scaling"), *init = s.get("init_weights"), *places = s.get("places"),
              *hidden = s.get("hidden_size");
-  if (!config || !defaultsOf(config->str) || !rf || rf->type != Json::Type::Number || !act || !scaling ||
+  if (!config || !bottleneckDefaults(config->str) || !rf || rf->type != Json::Type::Number || !act || !scaling ||
       scaling->type != Json::Type::Number || !places || places->type != Json::Type::Array || !hidden ||
       !hidden->isInteger())
     return sdError("the plan's bottleneck adapter configuration is malformed");
@@ -158,7 +153,7 @@ StatusOr<LoraConfig> bottleneckFromPlanConfig(const Json &s) {
 }
 
 std::string adapterHubConfigJson(const LoraConfig &cfg) {
-  const Defaults &d = *defaultsOf(cfg.bottleneckConfig);
+  const BottleneckDefaults &d = *bottleneckDefaults(cfg.bottleneckConfig);
   auto b = [](bool v) { return std::string(v ? "true" : "false"); };
   // Every field AdapterHub 1.x writes for a BnConfig, so it loads as its own.
   std::vector<std::pair<std::string, std::string>> fields = {

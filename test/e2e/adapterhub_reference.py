@@ -26,6 +26,32 @@ sys.path.insert(0, os.path.join(HERE, "..", "..", "examples"))
 sys.path.insert(0, HERE)
 
 
+def bottleneck_config(name, **fields):
+    """AdapterHub's configuration class for sdc's --bottleneck-config NAME."""
+    import adapters
+    return {"seq_bn": adapters.SeqBnConfig, "double_seq_bn": adapters.DoubleSeqBnConfig,
+            "par_bn": adapters.ParBnConfig}[name](**fields)
+
+
+def start_from_plan(model, path):
+    """Sets the model's trainable tensors to the plan's start (PATH, keyed by
+    the plan's names, which must be exactly AdapterHub's, shape for shape);
+    returns them by name."""
+    import torch
+    from safetensors.torch import load_file
+    start = load_file(path)
+    trained = {n: t for n, t in model.named_parameters() if t.requires_grad}
+    if set(start) != set(trained):
+        sys.exit(f"tensors differ: the plan's {sorted(set(start) - set(trained))[:4]}, AdapterHub's "
+                 f"{sorted(set(trained) - set(start))[:4]}")
+    with torch.no_grad():
+        for n, t in trained.items():
+            if tuple(start[n].shape) != tuple(t.shape):
+                sys.exit(f"{n}: the plan's shape {tuple(start[n].shape)}, AdapterHub's {tuple(t.shape)}")
+            t.copy_(start[n])
+    return trained
+
+
 def classify(a):
     """MiniLM with test_classify's linear head: the adapter in its BertModel
     (AdapterHub's BERT layout: post-LN blocks), the head trained beside it,
@@ -40,8 +66,6 @@ def classify(a):
     torch.set_num_threads(2)
     model = test_classify.Classifier.build(7)
     adapters.init(model.bert)
-    kinds = {"seq_bn": adapters.SeqBnConfig, "double_seq_bn": adapters.DoubleSeqBnConfig,
-             "par_bn": adapters.ParBnConfig}
     if a.load:
         model.bert.load_adapter(a.load, use_safetensors=True, set_active=True)
         head = load_file(os.path.join(a.load, "adapter.safetensors"))
@@ -49,16 +73,9 @@ def classify(a):
             model.classifier.weight.copy_(head["classifier.weight"])
             model.classifier.bias.copy_(head["classifier.bias"])
     else:
-        model.bert.add_adapter("bottleneck", config=kinds[a.config]())
+        model.bert.add_adapter("bottleneck", config=bottleneck_config(a.config))
         model.bert.train_adapter("bottleneck")
-        start = load_file(a.start)
-        trained = {n: t for n, t in model.named_parameters() if t.requires_grad}
-        if set(start) != set(trained):
-            sys.exit(f"tensors differ: the plan's {sorted(set(start) - set(trained))[:4]}, AdapterHub's "
-                     f"{sorted(set(trained) - set(start))[:4]}")
-        with torch.no_grad():
-            for n, t in trained.items():
-                t.copy_(start[n])
+        trained = start_from_plan(model, a.start)
         model.eval()  # the plan has no dropout
         test_classify.STEPS = a.steps
         rows = [(r[0], r[1]) for r in json.load(open(a.rows))]
@@ -116,8 +133,6 @@ def main():
             np.save(a.out + ".logits.npy", model(input_ids=ids).logits.numpy())
         print(name)
         return
-    kinds = {"seq_bn": adapters.SeqBnConfig, "double_seq_bn": adapters.DoubleSeqBnConfig,
-             "par_bn": adapters.ParBnConfig}
     fields = {}
     if a.reduction_factor:
         fields["reduction_factor"] = a.reduction_factor
@@ -125,18 +140,10 @@ def main():
         fields["non_linearity"] = a.non_linearity
     if a.leave_out:
         fields["leave_out"] = [int(i) for i in a.leave_out.split(",")]
-    model.add_adapter("bottleneck", config=kinds[a.config](**fields))
+    model.add_adapter("bottleneck", config=bottleneck_config(a.config, **fields))
     model.train_adapter("bottleneck")
     model.eval()  # the test's models have no dropout of their own that the plan keeps
-    start = load_file(a.start)
-    trained = {n: t for n, t in model.named_parameters() if t.requires_grad}
-    if set(start) != set(trained):
-        sys.exit(f"adapter tensors differ: the plan's {sorted(start)[:4]}..., AdapterHub's {sorted(trained)[:4]}...")
-    with torch.no_grad():
-        for n, t in trained.items():
-            if tuple(start[n].shape) != tuple(t.shape):
-                sys.exit(f"{n}: the plan's shape {tuple(start[n].shape)}, AdapterHub's {tuple(t.shape)}")
-            t.copy_(start[n])
+    trained = start_from_plan(model, a.start)
     rows = [json.loads(line)["input_ids"] for line in open(a.rows)]
     # --autocast bf16: forward and backward under CPU autocast, as the plan's
     # --precision bf16 computes (products in bf16, f32 weights and loss).
@@ -147,8 +154,7 @@ def main():
         logits = model(input_ids=ids).logits.float().numpy()
     np.save(a.out + ".logits.npy", logits)
     json.dump({"losses": losses}, open(a.out + ".json", "w"))
-    save_file({n: t.detach().contiguous() for n, t in model.named_parameters() if t.requires_grad},
-              a.out + ".safetensors")
+    save_file({n: t.detach().contiguous() for n, t in trained.items()}, a.out + ".safetensors")
     if a.save:
         import tempfile
         first = tempfile.mkdtemp()

@@ -347,6 +347,12 @@ def rel_err(got, want):
     return float(np.max(np.abs(got - want)) / max(np.max(np.abs(want)), 1e-30))
 
 
+def loss_gap(ours, want):
+    """Largest relative difference of two runs' per-step losses; inf when
+    one run has fewer steps."""
+    return max(abs(a - b) / abs(b) for a, b in zip(ours, want)) if len(ours) == len(want) else float("inf")
+
+
 def max_abs_diff(got, want):
     """Largest absolute difference in float64, where equal values (infinities
     of one sign included) and NaN against NaN count 0, and a NaN against a
@@ -374,7 +380,7 @@ def peft_match(pm, adapter_dir, losses, want, steps):
     since AdamW moves an element whose gradient is near zero by float noise in
     either implementation."""
     from safetensors.numpy import load_file
-    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == steps else float("inf")
+    loss_err = loss_gap(losses, want) if len(losses) == steps else float("inf")
     theirs = {k.replace(".default", "").replace(".modules_to_save", ""): v.detach().numpy()
               for k, v in pm.state_dict().items() if "lora_" in k or "modules_to_save" in k}
     ours = load_file(os.path.join(adapter_dir, "adapter_model.safetensors"))

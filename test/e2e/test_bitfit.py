@@ -22,8 +22,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import (ROOT, clean_error_problems, norm_rel_err, ort_run, peft_steps, rel_err, sh, tool_paths,
-                      write_token_rows)
+from e2e_util import (ROOT, clean_error_problems, loss_gap, losses_of, norm_rel_err, ort_run, peft_steps, rel_err, sh,
+                      tool_paths, write_token_rows)
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -57,8 +57,8 @@ def arch_checks(arch, tmp, sdc, sdrun):
     weights, metrics = os.path.join(d, "trained.safetensors"), os.path.join(d, "metrics.jsonl")
     sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
         "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights", weights])
-    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
-    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    losses = losses_of(metrics)
+    loss_err = loss_gap(losses, want)
     ours = load_file(weights)
     theirs = {n: p.detach().numpy() for n, p in model.named_parameters() if p.requires_grad}
     errs = {k: norm_rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
@@ -129,8 +129,8 @@ def classify_checks(tmp, sdc, sdrun):
     sh([sdrun, "train", plan, "--data", data, "--tokenizer", model_dir(), "--steps", str(STEPS), "--no-shuffle",
         "--lr", str(LR), "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights",
         weights], timeout=600)
-    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
-    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    losses = losses_of(metrics)
+    loss_err = loss_gap(losses, want)
     ours = load_file(weights)
     # A key projection's bias has an exact gradient of zero (softmax ignores
     # a shift of every key's score): it holds rounding noise that AdamW moves

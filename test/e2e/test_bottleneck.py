@@ -41,8 +41,8 @@ import tempfile
 
 import numpy as np
 
-from e2e_util import (ROOT, clean_error_problems, norm_rel_err, rel_err, sdrun_logits, sh, tool_paths,
-                      write_token_rows)
+from e2e_util import (ROOT, clean_error_problems, loss_gap, losses_of, norm_rel_err, rel_err, sdrun_logits, sh,
+                      tool_paths, write_token_rows)
 from test_training import check, report
 
 sys.path.insert(0, os.path.join(ROOT, "examples"))
@@ -114,9 +114,9 @@ def case_checks(arch, config, flags, fields, model_dir, sdc, sdrun):
     sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
         "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights", weights,
         "--save-adapter", saved])
-    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    losses = losses_of(metrics)
     want = json.load(open(ref + ".json"))["losses"]
-    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    loss_err = loss_gap(losses, want)
     ours, theirs = load_file(weights), load_file(ref + ("_f32" if bf16 else "") + ".safetensors")
     # bf16 carries 8 significant bits: its adapters are compared by their
     # updates, with AdapterHub's f32 run's. (AdamW turns the rounding of
@@ -247,9 +247,9 @@ def classify_checks(config, tmp, sdc, sdrun):
     sh([sdrun, "train", plan, "--data", data, "--tokenizer", model_dir(), "--steps", str(STEPS), "--no-shuffle",
         "--lr", str(LR), "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-weights",
         weights, "--save-adapter", saved], timeout=600)
-    losses = [json.loads(l)["loss"] for l in open(metrics) if '"loss"' in l]
+    losses = losses_of(metrics)
     want = json.load(open(ref + ".json"))["losses"]
-    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    loss_err = loss_gap(losses, want)
     ours, theirs = load_file(weights), load_file(ref + ".safetensors")
     errs = {k: norm_rel_err(ours[k], v) for k, v in theirs.items() if k in ours}
     worst = max(errs, key=errs.get) if errs else "none"

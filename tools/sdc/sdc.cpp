@@ -3,6 +3,7 @@
 #include "Driver.h"
 #include "Merge.h"
 #include "sd/format/file_io.h"
+#include "sd/format/peft.h"
 #include "sd/tokenize/tokenizer.h"
 #include <algorithm>
 #include <new>
@@ -463,8 +464,7 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.pipeline.promptTokenizer) || a.pipeline.promptTokenizer.empty())
         return fail("--tokenizer needs a folder holding tokenizer.json"), 2;
     } else if (flag == "--bottleneck-config") {
-      const std::string &c = a.pipeline.bottleneckConfig;
-      if (!value(a.pipeline.bottleneckConfig) || (c != "seq_bn" && c != "double_seq_bn" && c != "par_bn"))
+      if (!value(a.pipeline.bottleneckConfig) || !sd::bottleneckDefaults(a.pipeline.bottleneckConfig))
         return fail("--bottleneck-config takes seq_bn, double_seq_bn or par_bn"), 2;
       bottleneckGiven = true;
     } else if (flag == "--reduction-factor" || flag == "--adapter-scaling") {
@@ -474,7 +474,7 @@ int parseArgs(int argc, char **argv, Args &a) {
       (flag == "--reduction-factor" ? a.pipeline.reductionFactor : a.pipeline.bottleneckScaling) = d;
       bottleneckGiven = true;
     } else if (flag == "--non-linearity") {
-      static const char *known[] = {"relu", "swish", "silu", "gelu", "gelu_new", "tanh", "sigmoid", "leakyrelu"};
+      const auto &known = sd::kBottleneckActivations;
       if (!value(a.pipeline.nonLinearity) || !std::count(std::begin(known), std::end(known), a.pipeline.nonLinearity))
         return fail("--non-linearity takes relu, swish, silu, gelu, gelu_new, tanh, sigmoid or leakyrelu"), 2;
       bottleneckGiven = true;

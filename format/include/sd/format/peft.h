@@ -50,6 +50,17 @@ constexpr const char *kAdapterHubWeightsFile = "adapter.safetensors";
 constexpr const char *kBottleneckName = "bottleneck";
 constexpr const char *kBottleneckSuffixes[] = {".adapter_down.0.weight", ".adapter_down.0.bias", ".adapter_up.weight",
                                                ".adapter_up.bias"};
+// AdapterHub's bottleneck configurations sdc builds (SeqBnConfig: Pfeiffer,
+// DoubleSeqBnConfig: Houlsby, ParBnConfig) and their defaults, and the
+// activations (its non_linearity names) sdc computes.
+struct BottleneckDefaults {
+  const char *name, *nonLinearity, *initWeights;
+  bool mhAdapter, originalLnBefore, isParallel;
+  double reductionFactor, scaling;
+};
+const BottleneckDefaults *bottleneckDefaults(const std::string &config); // null: not one of them
+constexpr const char *kBottleneckActivations[] = {"relu", "swish", "silu", "gelu", "gelu_new", "tanh", "sigmoid",
+                                                  "leakyrelu"};
 constexpr const char *kOsfSuffixes[] = {".osf_svd_params.U_low", ".osf_svd_params.S_low", ".osf_svd_params.V_low"};
 // adapter_model.safetensors metadata: CRC32C of the base weights an OSF
 // adapter was split from (the config keeps only fields PEFT knows).
