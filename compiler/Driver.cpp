@@ -190,6 +190,7 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
     if (req.pipeline.loraDropout > 0) std::snprintf(dropout, sizeof dropout, " dropout=%g", req.pipeline.loraDropout);
     std::string kind = req.pipeline.peft == "adalora" ? "AdaLoRA"
                        : req.pipeline.peft == "loha"   ? "LoHa"
+                       : req.pipeline.peft == "dylora" ? "DyLoRA (block size " + std::to_string(req.pipeline.dyloraBlockSize) + ")"
                        : req.pipeline.peft == "lokr" ? "LoKr"
                        : req.pipeline.peft == "vera" ? "VeRA"
                        : req.pipeline.useDora        ? "DoRA"
@@ -336,7 +337,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     // and full fine-tuning leaves frozen the weights no gradient reaches
     // (rotary tables, masks, a loss's class weights).
     if (req.pipeline.training() && req.pipeline.peft != "lora" && req.pipeline.peft != "ia3" &&
-        req.pipeline.peft != "loha" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && req.pipeline.peft != "prompt" &&
+        req.pipeline.peft != "loha" && req.pipeline.peft != "dylora" && req.pipeline.peft != "lokr" && req.pipeline.peft != "vera" && req.pipeline.peft != "prompt" &&
         req.pipeline.peft != "adalora" && req.pipeline.peft != "bottleneck" && req.pipeline.peft != "bitfit" &&
         (!req.pipeline.shapes.empty() || staticInputs(*module)))
       buildTensorPipeline(pm, req.pipeline);
@@ -401,6 +402,7 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
     addField(peft.find("\"OSF\"") != std::string::npos   ? "osf"
              : peft.find("\"IA3\"") != std::string::npos ? "ia3"
              : peft.find("\"LOHA\"") != std::string::npos ? "loha"
+             : peft.find("\"DYLORA\"") != std::string::npos ? "dylora"
              : peft.find("\"LOKR\"") != std::string::npos ? "lokr"
              : peft.find("\"VERA\"") != std::string::npos ? "vera"
              : peft.find("\"PROMPT_TUNING\"") != std::string::npos ? "prompt_tuning"

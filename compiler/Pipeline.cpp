@@ -41,6 +41,14 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     ada.orthRegWeight = opts.orthRegWeight;
     ada.totalStep = opts.totalStep;
     pm.addPass(createPeftAdalora(ada));
+  } else if (opts.peft == "dylora") {
+    PeftDyloraOptions dylora;
+    dylora.targetModules = opts.targetModules;
+    dylora.rank = opts.loraR;
+    dylora.alpha = opts.loraAlpha;
+    dylora.blockSize = opts.dyloraBlockSize;
+    dylora.seed = opts.seed;
+    pm.addPass(createPeftDylora(dylora));
   } else if (opts.peft == "loha") {
     PeftLohaOptions loha;
     loha.targetModules = opts.targetModules;
@@ -191,6 +199,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     if (opts.packing) pm.addPass(createPackSequences());
     pm.addPass(createAutodiff());
     if (opts.attentionStats) pm.addPass(createAttentionStats());
+    if (opts.peft == "dylora") pm.addPass(createDyloraDraws()); // before sd-training-dropout sees its draws
     pm.addPass(createTrainingDropout());
     pm.addPass(createTrainingBatchNorm());
     OptimizerOptions o;

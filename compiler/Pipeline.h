@@ -14,12 +14,13 @@ struct PipelineOptions {
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).
-  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "lokr" | "vera" | "prompt" | "prefix" | "bottleneck" | "bitfit"
+  std::string peft;              // "none" (full fine-tuning) | "lora" | "osft" | "ia3" | "loha" | "dylora" | "lokr" | "vera" | "prompt" | "prefix" | "bottleneck" | "bitfit"
   std::string trainable = ".*";  // --peft none: regex over weight names
   std::string freeze;            // --peft none: regex over weight names kept frozen (none when empty)
   std::string targetModules;     // --peft lora
   int64_t loraR = 8;
   double loraAlpha = 8.0;
+  int64_t dyloraBlockSize = 1; // --peft dylora: ranks per block (LyCORIS's block_size)
   bool rslora = false;
   bool useDora = false;          // --use-dora: DoRA, a trained magnitude per output
   std::string bias = "none";      // --peft lora: PEFT's bias (none | all | lora_only)

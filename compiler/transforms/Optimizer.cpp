@@ -15,6 +15,7 @@
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
 #include "mlir/IR/IRMapping.h"
+#include <map>
 
 namespace sd {
 #define GEN_PASS_DEF_OPTIMIZER
@@ -86,34 +87,30 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     store(skip ? g.make<WhereOp>({skip, oldStep, newStep}) : newStep, step);
     Value skipOperand = skip ? skip : g.none();
     if (lossScale && failed(updateLossScale(module, g, skip, lossScale, load, store))) return fn.erase(), func::FuncOp();
+    BlockSteps blockSteps;
     for (auto [i, p] : llvm::enumerate(params)) {
       // Weights decay; biases and norm parameters (rank 1) do not, as in HF's Trainer.
       int64_t decay = cast<RankedTensorType>(p.getType()).getRank() >= 2;
-      Value grad = gradValues[i + 2];
-      if (optimizer == "adamw") {
-        GlobalOp m = sd::getOrCreateGlobal(module, sd::abi::kAdamExpAvgPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
-        GlobalOp v = sd::getOrCreateGlobal(module, sd::abi::kAdamExpAvgSqPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
-        Operation *u = g.op<AdamWOp>(
-            {load(p), grad, load(m), load(v), newStep, lr, wd, scale->getResult(0), skipOperand},
-            {b.getNamedAttr("beta1", b.getF64FloatAttr(beta1)), b.getNamedAttr("beta2", b.getF64FloatAttr(beta2)),
-             b.getNamedAttr("epsilon", b.getF64FloatAttr(epsilon)), g.attr("decay", decay)},
-            4);
-        if (!u) return fn.erase(), func::FuncOp();
-        store(u->getResult(0), p);
-        store(u->getResult(1), m);
-        store(u->getResult(2), v);
-        store(u->getResult(3), gradGlobals[i]);
-      } else {
-        GlobalOp buf = sd::getOrCreateGlobal(module, sd::abi::kSgdMomentumPrefix + p.getSymName().str(), p.getType(), "optimizer_state");
-        Operation *u = g.op<SGDOp>({load(p), grad, load(buf), newStep, lr, wd, scale->getResult(0), skipOperand},
-                                   {b.getNamedAttr("momentum", b.getF64FloatAttr(momentum)),
-                                    g.attr("nesterov", int64_t(nesterov)), g.attr("decay", decay)},
-                                   3);
-        if (!u) return fn.erase(), func::FuncOp();
-        store(u->getResult(0), p);
-        store(u->getResult(1), buf);
-        store(u->getResult(2), gradGlobals[i]);
-      }
+      SmallVector<GlobalOp> state; // the moments, or the momentum buffer
+      for (const char *prefix : optimizer == "adamw" ? SmallVector<const char *>{sd::abi::kAdamExpAvgPrefix, sd::abi::kAdamExpAvgSqPrefix}
+                                                     : SmallVector<const char *>{sd::abi::kSgdMomentumPrefix})
+        state.push_back(sd::getOrCreateGlobal(module, prefix + p.getSymName().str(), p.getType(), "optimizer_state"));
+      SmallVector<Value> tensors = {load(p), gradValues[i + 2]};
+      for (GlobalOp s : state) tensors.push_back(load(s));
+      // The updated parameter, state and zeroed gradient.
+      SmallVector<Value> updated;
+      if (auto blocks = p->getAttrOfType<DictionaryAttr>(sd::kBlockUpdatesAttr))
+        updated = updateBlocks(module, g, blocks, tensors, blockSteps, load, store, skip, lr, wd, scale->getResult(0), decay);
+      else
+        updated = update(g, tensors, newStep, lr, wd, scale->getResult(0), skipOperand, decay);
+      if (updated.empty()) return fn.erase(), func::FuncOp();
+      store(updated[0], p);
+      for (auto [k, s] : llvm::enumerate(state)) store(updated[k + 1], s);
+      store(updated.back(), gradGlobals[i]);
+    }
+    for (auto &[name, flags] : blockSteps.flags) { // the drawn flags, read by every update above, cleared
+      auto global = cast<GlobalOp>(SymbolTable::lookupSymbolIn(module, name));
+      store(g.zeros(global.getType()), global);
     }
     store(g.scalar(b.getF32Type(), 0.0), tokensSeen);
     if (g.failed()) return fn.erase(), func::FuncOp();
@@ -121,6 +118,79 @@ struct OptimizerPass : sd::impl::OptimizerBase<OptimizerPass> {
     // AdaLoRA: the rank allocation follows each step, in train_step too.
     if (sd::trainsAdalora(module) && failed(sd::appendRankAllocation(module, fn, newStep))) return fn.erase(), func::FuncOp();
     return fn;
+  }
+
+  // One AdamW or SGD step of `tensors` (param, grad, then the state), or null.
+  SmallVector<Value> update(GradBuilder &g, ArrayRef<Value> tensors, Value step, Value lr, Value wd, Value gradScale,
+                            Value skip, int64_t decay) {
+    OpBuilder &b = g.builder();
+    Operation *u =
+        optimizer == "adamw"
+            ? g.op<AdamWOp>({tensors[0], tensors[1], tensors[2], tensors[3], step, lr, wd, gradScale, skip},
+                            {b.getNamedAttr("beta1", b.getF64FloatAttr(beta1)),
+                             b.getNamedAttr("beta2", b.getF64FloatAttr(beta2)),
+                             b.getNamedAttr("epsilon", b.getF64FloatAttr(epsilon)), g.attr("decay", decay)},
+                            4)
+            : g.op<SGDOp>({tensors[0], tensors[1], tensors[2], step, lr, wd, gradScale, skip},
+                          {b.getNamedAttr("momentum", b.getF64FloatAttr(momentum)),
+                           g.attr("nesterov", int64_t(nesterov)), g.attr("decay", decay)},
+                          3);
+    if (!u) return {};
+    return SmallVector<Value>(u->getResults());
+  }
+
+  // Per module of block-updated parameters (sd.block_updates): the drawn
+  // flags and the step counts after this step, computed once for its A and B.
+  struct BlockSteps {
+    std::map<std::string, Value> flags, steps;
+  };
+
+  // A block-updated parameter (DyLoRA's): block k steps only when a
+  // micro-batch drew it, with its own step count, as PyTorch steps a
+  // parameter only when it has a gradient (LyCORIS keeps blocks as separate
+  // parameters); a block not drawn keeps its values and moments bit for bit.
+  template <class Load, class Store>
+  SmallVector<Value> updateBlocks(ModuleOp module, GradBuilder &g, DictionaryAttr blocks, ArrayRef<Value> tensors,
+                                  BlockSteps &blockSteps, Load &&load, Store &&store, Value skip, Value lr, Value wd,
+                                  Value gradScale, int64_t decay) {
+    auto axis = blocks.getAs<IntegerAttr>("axis"), size = blocks.getAs<IntegerAttr>("size");
+    auto drawnName = blocks.getAs<StringAttr>("drawn"), stepsName = blocks.getAs<StringAttr>("steps");
+    auto drawn = drawnName ? dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, drawnName)) : GlobalOp();
+    auto steps = stepsName ? dyn_cast_or_null<GlobalOp>(SymbolTable::lookupSymbolIn(module, stepsName)) : GlobalOp();
+    auto shape = cast<RankedTensorType>(tensors[0].getType()).getShape();
+    if (!axis || !size || !drawn || !steps || axis.getInt() < 0 || axis.getInt() >= int64_t(shape.size()) ||
+        size.getInt() < 1 || shape[axis.getInt()] % size.getInt() != 0) {
+      module.emitError() << "malformed " << sd::kBlockUpdatesAttr << " on a trainable global";
+      return {};
+    }
+    const int64_t dim = axis.getInt(), width = size.getInt(), count = shape[dim] / width;
+    Type f32 = g.builder().getF32Type();
+    Value &flags = blockSteps.flags[drawnName.str()];
+    Value &counts = blockSteps.steps[stepsName.str()];
+    if (!flags) {
+      flags = load(drawn);
+      // A block steps when drawn (and the whole step is not skipped, fp16).
+      Value stepping = skip ? g.mul(flags, g.sub(g.scalar(f32, 1.0), g.castTo(skip, f32))) : flags;
+      counts = g.add(load(steps), stepping);
+      store(counts, steps);
+    }
+    SmallVector<SmallVector<Value>> pieces(tensors.size()); // one result per operand tensor
+    for (int64_t k = 0; k < count; ++k) {
+      SmallVector<Value> slices;
+      for (Value t : tensors) slices.push_back(g.sliceAxis(t, dim, k * width, (k + 1) * width));
+      Value drawnK = g.reshape(g.sliceAxis(flags, 0, k, k + 1), {});
+      Value notDrawn = g.make<EqualOp>({drawnK, g.scalar(f32, 0.0)});
+      Value skipK = skip ? g.make<OrOp>({skip, notDrawn}) : notDrawn;
+      // A skipped block's step operand is unread: count + 1 would do as well as the kept count.
+      Value stepK = g.reshape(g.sliceAxis(counts, 0, k, k + 1), {});
+      SmallVector<Value> u = update(g, slices, stepK, lr, wd, gradScale, skipK, decay);
+      if (u.empty() || g.failed()) return {};
+      for (auto [j, v] : llvm::enumerate(u)) pieces[j].push_back(v);
+    }
+    SmallVector<Value> whole;
+    for (auto &p : pieces) whole.push_back(g.make<ConcatOp>(p, {g.attr("axis", dim)}));
+    if (g.failed()) return {};
+    return whole;
   }
 
   // GradScaler's update: on a skipped step scale x0.5 and the tracker back to

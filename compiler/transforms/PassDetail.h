@@ -73,6 +73,18 @@ bool isLastAxisMean(sd::ir::ReduceMeanOp m);
 // gradient flows through (PyTorch's .detach(); DoRA's weight norm, KTO's KL
 // estimate). sd-autodiff treats what it computes as constant.
 constexpr const char *kDetachedAttr = "sd.detached";
+// On a trainable global updated block by block (DyLoRA's A and B): a
+// dictionary {axis, size, drawn, steps}: blocks of `size` along `axis`; block
+// k takes an optimizer step only when the f32 flags global `drawn` has k set,
+// with its own step count in the f32 global `steps` (sd-optimizer).
+constexpr const char *kBlockUpdatesAttr = "sd.block_updates";
+// On a DyLoRA block draw (an sd.seeded_random): its module's drawn-blocks
+// global, which sd-dylora-draws fills in training entries.
+constexpr const char *kDyloraDrawAttr = "sd.dylora_drawn";
+// DyLoRA draws use random streams kDyloraStream + site (the adapted layer's
+// index): apart from adapter dropout's (the site) and an exported model's
+// (kExportedDropoutStream + k, 1 << 32). test/e2e/test_dylora.py reproduces them.
+constexpr int64_t kDyloraStream = int64_t(1) << 33;
 // On the last op of a weight's dequantization (sd-quantize-nf4), naming the
 // weight: sd-rematerialize-dequant repeats the chain before each reader.
 constexpr const char *kDequantizedAttr = "sd.dequantized";

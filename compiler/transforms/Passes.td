@@ -246,6 +246,40 @@ def PeftLoha : Pass<"sd-peft-loha", "mlir::ModuleOp"> {
   ];
 }
 
+def PeftDylora : Pass<"sd-peft-dylora", "mlir::ModuleOp"> {
+  let summary = "DyLoRA: LoRA adapters trained at a rank drawn each step, so every rank prefix works";
+  let description = [{
+    Matches `sd.linear` modules as sd-peft-lora does and adds PEFT's LoRA
+    tensors `<module>.lora_A.weight` [r, in] and `.lora_B.weight` [out, r],
+    cut into r / block-size blocks of ranks. Each training forward draws a
+    block b per module (uniform, from the seeded counter RNG): blocks below b
+    compute but are detached, block b trains, blocks above it are out, and
+    the scale is alpha / (b + 1), as LyCORIS's DyLoraModule. Outside training
+    the blocks in play are the `dylora.eval_blocks` global's (all of them at
+    first). A and B carry `sd.block_updates`, so sd-optimizer updates a block
+    only in steps that drew it (PyTorch's rule for a parameter without a
+    gradient). sd-dylora-draws finishes the draws per entry.
+  }];
+  let options = [
+    Option<"targetModules", "target-modules", "std::string", "\"\"", "comma list of module names, or a regex">,
+    Option<"rank", "r", "int64_t", "8", "the largest rank (every block in play)">,
+    Option<"alpha", "alpha", "double", "8.0", "scaling numerator: alpha / blocks in play">,
+    Option<"blockSize", "block-size", "int64_t", "1", "ranks per block (LyCORIS's block_size)">,
+    Option<"seed", "seed", "int64_t", "0", "seed of the adapter initialization">,
+  ];
+}
+
+def DyloraDraws : Pass<"sd-dylora-draws", "mlir::ModuleOp"> {
+  let summary = "DyLoRA's rank draws: recorded in training entries, the chosen rank elsewhere";
+  let description = [{
+    In accumulate entries each DyLoRA draw (a seeded_random tagged
+    `sd.dylora_touched`) marks its block in that global, which sd-optimizer
+    reads and clears. In every other entry the draw becomes
+    `dylora.eval_blocks` - 1: the blocks in play outside training. Runs after
+    sd-autodiff and before sd-training-dropout.
+  }];
+}
+
 def PeftLokr : Pass<"sd-peft-lokr", "mlir::ModuleOp"> {
   let summary = "LoKr: a Kronecker product of two factors added to the matched sd.linear modules";
   let description = [{

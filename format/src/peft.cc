@@ -75,6 +75,7 @@ std::string LoraConfig::kindName() const {
          : isPrefixTuning() ? "prefix tuning"
          : isAdalora()      ? "AdaLoRA"
          : isBottleneck()   ? "bottleneck adapter (" + bottleneckConfig + ")"
+         : isDylora()       ? "DyLoRA"
          : useDora          ? "DoRA"
                             : "LoRA";
 }
@@ -89,6 +90,7 @@ std::string LoraConfig::compileFlags() const {
          : isPrefixTuning() ? "--peft prefix"
          : isAdalora() ? "--peft adalora"
          : isBottleneck() ? "--peft bottleneck --bottleneck-config " + bottleneckConfig
+         : isDylora() ? "--peft dylora --dylora-block-size " + std::to_string(dyloraBlockSize)
          : useDora  ? "--peft lora --use-dora"
          : baseInit.empty() ? "--peft lora"
                             : "--peft lora --lora-init " + baseInit;
@@ -466,6 +468,20 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     c.peftType = "LOHA";
     c.r = int64_t(r->num);
     c.alpha = alpha->num;
+    for (const Json &m : mods->arr) c.modules.push_back(m.str);
+    return c;
+  }
+  if (const Json *dylora = doc.value().get("dylora")) {
+    const Json *r = dylora->get("r"), *alpha = dylora->get("alpha"), *block = dylora->get("block_size"),
+               *mods = dylora->get("modules"), *fanInFanOut = dylora->get("fan_in_fan_out");
+    if (!r || !r->isInteger() || r->num < 1 || !alpha || alpha->type != Json::Type::Number || !block ||
+        !block->isInteger() || block->num < 1 || int64_t(r->num) % int64_t(block->num) != 0 || !mods ||
+        mods->type != Json::Type::Array)
+      return sdError("the plan's DyLoRA configuration is malformed");
+    c.r = int64_t(r->num);
+    c.dyloraBlockSize = int64_t(block->num);
+    c.alpha = alpha->num * double(c.dyloraBlockSize); // at k blocks, alpha / k = (alpha x block size) / (k x block size)
+    c.fanInFanOut = fanInFanOut && fanInFanOut->type == Json::Type::Bool && fanInFanOut->b;
     for (const Json &m : mods->arr) c.modules.push_back(m.str);
     return c;
   }

@@ -2,6 +2,7 @@
 #include "sd/runtime/adapter.h"
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
+#include "sd/format/training_abi.h"
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -215,6 +216,19 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
   for (auto &[g, t] : copies) SD_RETURN_IF_ERROR(session.writeGlobal(size_t(g), t->data, t->bytes));
   for (auto &[g, values] : uncut) SD_RETURN_IF_ERROR(session.writeGlobal(size_t(g), values.data(), values.size() * 4));
   return Status::ok();
+}
+
+Status setAdapterRank(Session &session, const LoraConfig &cfg, int64_t ranks) {
+  if (!cfg.isDylora())
+    return sdError("--adapter-rank needs a DyLoRA plan (sdc compile --peft dylora); this plan's adapter is ",
+                   cfg.kindName(), ", trained at one rank");
+  if (ranks < 1 || ranks > cfg.r || ranks % cfg.dyloraBlockSize != 0)
+    return sdError("--adapter-rank must be a multiple of the plan's DyLoRA block size (", cfg.dyloraBlockSize,
+                   ") from ", cfg.dyloraBlockSize, " to its r (", cfg.r, "), got ", ranks);
+  int64_t g = session.findGlobal(abi::kDyloraEvalBlocks);
+  if (g < 0) return sdError("the plan has no global '", abi::kDyloraEvalBlocks, "'");
+  const float blocks = float(ranks / cfg.dyloraBlockSize);
+  return session.writeGlobal(size_t(g), &blocks, sizeof blocks);
 }
 
 } // namespace sd

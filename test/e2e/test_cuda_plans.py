@@ -145,7 +145,7 @@ def llama_plans(sdc, folder, tokens):
     rotary, SwiGLU; the attention mask one Where shared by every layer),
     LoRA on q/k/v/o in f32 and bf16, full fine-tuning in bf16 (its rotary,
     SwiGLU and cross-entropy on bf16 values: sd-half-elementwise), DoRA in
-    bf16, IA3, LoHa, LoKr and VeRA, QLoRA (NF4 base weights), parallel bottleneck adapters (bf16),
+    bf16, IA3, LoHa, DyLoRA, LoKr and VeRA, QLoRA (NF4 base weights), parallel bottleneck adapters (bf16),
     DPO (LoRA, bf16) on preference pairs,
     KTO (LoRA) on unpaired examples and GRPO (LoRA, with the KL term) on scored groups."""
     import torch
@@ -167,6 +167,9 @@ def llama_plans(sdc, folder, tokens):
                         ("llama-ia3", ["--peft", "ia3", "--target-modules", "k_proj,v_proj,down_proj",
                                        "--feedforward-modules", "down_proj"]),
                         ("llama-loha", ["--peft", "loha", "--target-modules", "q_proj,v_proj"]),
+                        # DyLoRA: a drawn block per module (seeded_random, floor, masks), block-wise AdamW.
+                        ("llama-dylora", ["--peft", "dylora", "--target-modules", "q_proj,v_proj", "--lora-r", "4",
+                                          "--dylora-block-size", "2"]),
                         # r 2: W2 a rank-2 product, W1 whole; ΔW their Kronecker product (a 4-D broadcast Mul).
                         ("llama-lokr", ["--peft", "lokr", "--target-modules", "q_proj,v_proj,down_proj", "--lora-r",
                                         "2"]),

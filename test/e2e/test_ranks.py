@@ -570,6 +570,8 @@ def main():
                             "vera_zero2": ["--peft", "vera", "--target-modules", "qkv,proj", "--shard", "grads"],
                             "vera_dropout": ["--peft", "vera", "--target-modules", "qkv,proj", "--lora-dropout", "0.2"],
                             "loha_zero1": ["--peft", "loha", "--target-modules", "qkv,proj", "--shard", "optimizer"],
+                            "dylora": ["--peft", "dylora", "--target-modules", "qkv,proj", "--lora-r", "4",
+                                       "--dylora-block-size", "2"],
                             "lokr_zero2": ["--peft", "lokr", "--target-modules", "qkv,proj", "--lora-r", "2",
                                            "--decompose-both", "--shard", "grads"],
                             "prompt": ["--peft", "prompt", "--num-virtual-tokens", "5"],
@@ -616,6 +618,8 @@ def main():
                    reference=plans["dora"], ranks=(2,))
         equal_runs(runner, "IA3, padded", plans["ia3"], ranks=(3,))
         equal_runs(runner, "--shard optimizer, LoHa", plans["loha_zero1"], ranks=(2,))
+        # DyLoRA: every rank draws the same blocks ([seed, counter] alone), so all step the same blocks.
+        equal_runs(runner, "DyLoRA (blocks of 2 of r 4), gradient accumulation 2", plans["dylora"], accum=2, ranks=(3,))
         equal_runs(runner, "--shard grads, LoKr (decompose_both)", plans["lokr_zero2"], ranks=(2,))
         equal_runs(runner, "--shard grads, VeRA", plans["vera_zero2"], ranks=(2,))
         # Prompt tuning: 5 virtual tokens' embeddings, split by rows under --shard params.

@@ -75,6 +75,12 @@ const char *kUsage =
     "                           stored as 4-bit NormalFloat (bitsandbytes' NF4, blocks of 64,\n"
     "                           bit for bit), dequantized where each op reads it; with an\n"
     "                           adapter method (--peft lora, ia3, loha, lokr, vera)\n"
+    "  --peft dylora            DyLoRA: LoRA on each --target-modules layer trained at a rank\n"
+    "                           drawn each step, block b of --lora-r/--dylora-block-size\n"
+    "                           training, the blocks below it in play, scale alpha/(b+1)\n"
+    "                           (LyCORIS's DyLoraModule), so any first k ranks work alone;\n"
+    "                           saved as a PEFT LoRA (lora_alpha = alpha x block size)\n"
+    "  --dylora-block-size N    dylora: ranks per block (1; must divide --lora-r)\n"
     "  --peft lokr              LoKr: ΔW = (W1 ⊗ W2) · alpha/r added to each --target-modules\n"
     "                           layer, W1 [a, c] and W2 [b, d] for out = a·b, in = c·d, W2 a\n"
     "                           rank-r product when r < max(b, d)/2 (PEFT's LoKr; --lora-r,\n"
@@ -348,7 +354,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return -1;
   }
   if (cmd != "compile") return fail("unknown command '" + cmd + "' (commands: compile, merge)"), 2;
-  bool lossScaleGiven = false, lokrGiven = false, bottleneckGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false,
+  bool lossScaleGiven = false, lokrGiven = false, dyloraGiven = false, bottleneckGiven = false, promptGiven = false, promptInitGiven = false, loftqIterGiven = false,
        adaloraGiven = false, loraRGiven = false;
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   std::vector<std::string> grpoFlags;       // --num-generations, --grpo-loss, ... as given
@@ -381,10 +387,10 @@ int parseArgs(int argc, char **argv, Args &a) {
     } else if (flag == "--peft") {
       if (!value(a.pipeline.peft) || (a.pipeline.peft != "none" && a.pipeline.peft != "lora" && a.pipeline.peft != "osft" &&
                                       a.pipeline.peft != "ia3" && a.pipeline.peft != "loha" && a.pipeline.peft != "lokr" &&
-                                      a.pipeline.peft != "vera" && a.pipeline.peft != "prompt" &&
+                                      a.pipeline.peft != "dylora" && a.pipeline.peft != "vera" && a.pipeline.peft != "prompt" &&
                                       a.pipeline.peft != "prefix" && a.pipeline.peft != "adalora" &&
                                       a.pipeline.peft != "bottleneck" && a.pipeline.peft != "bitfit"))
-        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'vera', 'adalora', 'prompt', "
+        return fail("--peft takes 'none', 'lora', 'osft', 'ia3', 'loha', 'lokr', 'dylora', 'vera', 'adalora', 'prompt', "
                     "'prefix', 'bottleneck' or 'bitfit'"), 2;
     } else if (flag == "--feedforward-modules") {
       if (!value(a.pipeline.feedforwardModules) || a.pipeline.feedforwardModules.empty())
@@ -414,6 +420,12 @@ int parseArgs(int argc, char **argv, Args &a) {
         return fail(flag + " needs a " + (flag == "--seed" ? "non-negative" : "positive") + " integer"), 2;
       (flag == "--seed" ? a.pipeline.seed : a.pipeline.loraR) = n;
       loraRGiven |= flag == "--lora-r";
+    } else if (flag == "--dylora-block-size") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
+      if (v.empty() || *end || n < 1 || n > (1 << 20)) return fail("--dylora-block-size needs a positive integer"), 2;
+      a.pipeline.dyloraBlockSize = n;
+      dyloraGiven = true;
     } else if (flag == "--kv-cache" || flag == "--kv-batch" || flag == "--prefill-chunk") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
@@ -697,6 +709,7 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
     return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
   if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha" || a.pipeline.peft == "lokr" || a.pipeline.peft == "vera" ||
+       a.pipeline.peft == "dylora" ||
        a.pipeline.peft == "adalora") &&
       a.pipeline.targetModules.empty())
     return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
@@ -705,7 +718,18 @@ int parseArgs(int argc, char **argv, Args &a) {
   if (a.pipeline.peft == "bitfit" && !a.pipeline.quantize.empty())
     return fail("--peft bitfit does not take --quantize yet"), 2;
   if ((a.pipeline.peft == "none" || a.pipeline.peft.empty()) && !a.pipeline.targetModules.empty())
-    return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr, vera or adalora"), 2;
+    return fail("--target-modules needs --peft lora, osft, ia3, loha, lokr, dylora, vera or adalora"), 2;
+  if (dyloraGiven && a.pipeline.peft != "dylora") return fail("--dylora-block-size needs --peft dylora"), 2;
+  if (a.pipeline.peft == "dylora") {
+    if (a.pipeline.loraR % a.pipeline.dyloraBlockSize != 0)
+      return fail("--dylora-block-size (" + std::to_string(a.pipeline.dyloraBlockSize) + ") must divide --lora-r (" +
+                  std::to_string(a.pipeline.loraR) + ")"), 2;
+    // What is built: f32 adapters, each block an optimizer step of its own, over replicated ranks.
+    const char *refused = a.pipeline.shard != "none" ? "--shard (each block steps on its own; ranks hold whole adapters)"
+                          : !a.pipeline.quantize.empty() ? "--quantize"
+                                                         : nullptr;
+    if (refused) return fail(std::string("--peft dylora does not take ") + refused + " yet"), 2;
+  }
   if (bottleneckGiven && a.pipeline.peft != "bottleneck")
     return fail("--bottleneck-config, --reduction-factor, --non-linearity, --adapter-scaling, --bottleneck-init and "
                 "--leave-out need --peft bottleneck"), 2;

@@ -94,17 +94,29 @@ sd::Status loadAdapterFlag(const std::string &planPath, const std::string &dir, 
   return sd::loadAdapter(dir, session, cfg.value());
 }
 
+sd::Status adapterRankFlag(const Flags &f, sd::Session &session) {
+  if (!hasFlag(f, "--adapter-rank")) return sd::Status::ok();
+  std::string v = flagValue(f, "--adapter-rank");
+  char *end = nullptr;
+  long long ranks = std::strtoll(v.c_str(), &end, 10);
+  if (v.empty() || *end) return sd::sdError("--adapter-rank needs a whole number of ranks, got '", v, "'");
+  auto cfg = sd::loraConfigOf(session.plan());
+  if (!cfg.isOk()) return sd::sdError("--adapter-rank needs a DyLoRA plan (sdc compile --peft dylora): ", cfg.status().message());
+  return sd::setAdapterRank(session, cfg.value(), ranks);
+}
+
 namespace {
 
 const char *kInferUsage =
     "usage: sdrun infer PLAN.sdp [--input NAME=FILE]... [--input-dir DIR] [--output-dir DIR]\n"
     "                  [--output-format pb|npy] [--threads N] [--device cpu|cuda|auto] [--adapter DIR]\n"
-    "                  [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...] [--profile TRACE.json]\n"
+    "                  [--adapter-rank K] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...] [--profile TRACE.json]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
     "--adapter loads an adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, LoKr, VeRA, OSF or prompt\n"
     "tuning; AdapterHub's for bottleneck adapters) of the plan's method first. A prompt tuning plan's logits cover its virtual tokens\n"
-    "first, as PEFT's do.\n"
+    "first, as PEFT's do. --adapter-rank K runs a DyLoRA plan's adapter (sdc compile --peft\n"
+    "dylora) at its first K ranks (a multiple of its block size), as a LoRA cut to rank K.\n"
     "--input-dir reads input_0.pb, input_1.pb, ... (or .npy) in graph-input order.\n"
     "On a GPU a step with no CUDA kernel runs the CPU's (with copies each way);\n"
     "--no-cpu-fallback refuses such a plan instead, naming the step; --cpu-ops runs\n"
@@ -242,7 +254,7 @@ int inferCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--input", "--input-dir", "--output-dir", "--output-format", "--threads", "--device", "--adapter",
-                         "--profile", "--cpu-ops"},
+                         "--adapter-rank", "--profile", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun infer --help)");
   }
@@ -263,6 +275,7 @@ int inferCommand(const std::vector<std::string> &args) {
   if (auto s = prepare(plan.value(), f.plan, "infer", inputs, sessionOpts, run); !s.isOk()) return fail(s.message());
   if (auto a = f.values.find("--adapter"); a != f.values.end())
     if (auto s = loadAdapterFlag(f.plan, a->second.back(), *run.session); !s.isOk()) return fail(s.message());
+  if (auto s = adapterRankFlag(f, *run.session); !s.isOk()) return fail(s.message());
   std::vector<sd::HostTensor> outputs;
   startTrace(*run.session, tracePath);
   if (auto s = run.session->run(run.entry, run.ptrs, outputs); !s.isOk()) return fail(s.message());

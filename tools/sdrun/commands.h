@@ -1,5 +1,6 @@
 // sdrun subcommands.
 #pragma once
+#include "flags.h"
 #include "sd/format/status.h"
 #include <string>
 #include <vector>
@@ -19,4 +20,6 @@ int fail(const std::string &msg);
 // --adapter DIR of infer and generate: loads the LoRA adapter into a session
 // of a --peft lora plan (errors name PLAN_PATH or the adapter's files).
 sd::Status loadAdapterFlag(const std::string &planPath, const std::string &dir, sd::Session &session);
+// --adapter-rank K (a DyLoRA plan's first K ranks); nothing when not given.
+sd::Status adapterRankFlag(const Flags &f, sd::Session &session);
 } // namespace sdrun

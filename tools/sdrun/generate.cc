@@ -19,7 +19,7 @@ const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
     "                     [--stop TEXT]... [--stop-token ID]... [--seed S] [--adapter DIR] [--threads N]\n"
-    "                     [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
+    "                     [--adapter-rank K] [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
     "cache (the prompt in prefill chunks, then one decode step per token) and\n"
@@ -35,7 +35,8 @@ const char *kGenerateUsage =
     "--temperature is 0 (the default is 0.8 with --top-k 40); --top-p keeps the\n"
     "fewest likeliest tokens holding that probability, --repetition-penalty divides\n"
     "the logits of tokens already seen (as transformers' generate does), and\n"
-    "generation stops after any --stop text, and before any --stop-token id.\n";
+    "generation stops after any --stop text, and before any --stop-token id.\n"
+    "--adapter-rank K runs a DyLoRA plan's adapter at its first K ranks.\n";
 
 std::vector<std::string> stopTexts(const Flags &f) {
   auto it = f.values.find("--stop");
@@ -236,7 +237,7 @@ int generateCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
-                         "--seed", "--adapter", "--threads", "--device",
+                         "--seed", "--adapter", "--adapter-rank", "--threads", "--device",
                          "--tokenizer", "--cpu-ops"}, f,
                   err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
@@ -266,6 +267,7 @@ int generateCommand(const std::vector<std::string> &args) {
   sd::Session &s = *session.value();
   if (hasFlag(f, "--adapter"))
     if (auto st = loadAdapterFlag(f.plan, flagValue(f, "--adapter"), s); !st.isOk()) return fail(st.message());
+  if (auto st = adapterRankFlag(f, s); !st.isOk()) return fail(st.message());
   sampling.temperature = temperature;
   sampling.topK = topK;
   sampling.seed = uint64_t(seed);

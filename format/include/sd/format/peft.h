@@ -113,6 +113,11 @@ struct LoraConfig {
   bool isOsf() const { return peftType == "OSF"; }
   bool isIa3() const { return peftType == "IA3"; }
   bool isLora() const { return peftType == "LORA"; }
+  // DyLoRA (a plan's; its file is a PEFT LoRA): the ranks per block, 0 for
+  // none. r and alpha are the LoRA's (alpha = DyLoRA's alpha x block size,
+  // so alpha / r is DyLoRA's scale with every block in play).
+  int64_t dyloraBlockSize = 0;
+  bool isDylora() const { return dyloraBlockSize > 0; }
   bool isLoha() const { return peftType == "LOHA"; }
   bool isLokr() const { return peftType == "LOKR"; }
   bool isVera() const { return peftType == "VERA"; }

@@ -71,6 +71,14 @@ constexpr const char *kGradPrefix = "grad/";
 constexpr const char *kAdamExpAvgPrefix = "adamw.exp_avg/";
 constexpr const char *kAdamExpAvgSqPrefix = "adamw.exp_avg_sq/";
 constexpr const char *kSgdMomentumPrefix = "sgd.momentum/";
+// DyLoRA plans (sdc compile --peft dylora): the blocks of ranks in play
+// outside training (f32 scalar; all of them unless the runtime chooses
+// fewer, sdrun --adapter-rank), and per module (prefix + module name) the
+// blocks a micro-batch drew since the last optimizer step (f32 flags) and
+// each block's optimizer steps so far (f32 counts, AdamW's bias correction).
+constexpr const char *kDyloraEvalBlocks = "dylora.eval_blocks";
+constexpr const char *kDyloraDrawnPrefix = "dylora.drawn/";
+constexpr const char *kDyloraStepsPrefix = "dylora.steps/";
 // Preference plans (sdc compile --recipe dpo): the reference model's copy of a
 // trainable parameter, scalar state (checkpointed, never optimized). The
 // trainer refreshes the copies from the parameters when a run starts from an

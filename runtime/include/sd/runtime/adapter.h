@@ -17,5 +17,9 @@ Status saveAdapter(const std::string &dir, const Session &session, const LoraCon
 // Checks rank, alpha and modules against the plan, every shape, and that no
 // tensor is missing or extra, before writing anything into the session.
 Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &cfg);
+// A DyLoRA plan (sdc compile --peft dylora): outside training, compute with
+// the adapter's first `ranks` ranks only (a multiple of its block size, up to
+// its r), as a LoRA of rank `ranks` cut from it would. An error on other plans.
+Status setAdapterRank(Session &session, const LoraConfig &cfg, int64_t ranks);
 
 } // namespace sd
