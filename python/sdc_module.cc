@@ -320,8 +320,10 @@ PYBIND11_MODULE(sdc, m) {
            "Sets a mutable global (parameters, optimizer state).")
       .def("load_adapter", [](Session &s, const std::string &dir) { check(sd_session_load_adapter(s.session, dir.c_str())); },
            py::arg("dir"), "Loads an adapter (PEFT layout) of the plan's method into its session.")
+      .def("set_adapter_rank", [](Session &s, int64_t ranks) { check(sd_session_set_adapter_rank(s.session, ranks)); },
+           py::arg("ranks"), "A DyLoRA plan: compute with the adapter's first `ranks` ranks outside training.")
       .def("save_adapter", [](Session &s, const std::string &dir) { check(sd_session_save_adapter(s.session, dir.c_str())); },
-           py::arg("dir"), "Writes the session's adapter (LoRA, DoRA, IA3, LoHa, LoKr, VeRA, OSF or prompt tuning) in PEFT's layout; bottleneck adapters in AdapterHub's.");
+           py::arg("dir"), "Writes the session's adapter (LoRA, DoRA, IA3, LoHa, LoKr, DyLoRA, VeRA, OSF or prompt tuning) in PEFT's layout; bottleneck adapters in AdapterHub's.");
 
   py::class_<StepReport>(m, "StepReport", "What one optimizer step did.")
       .def_property_readonly("step", [](const StepReport &s) { return s.r.step; })

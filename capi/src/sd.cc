@@ -289,6 +289,15 @@ sd_status *sd_session_load_adapter(sd_session *session, const char *dir) {
   });
 }
 
+sd_status *sd_session_set_adapter_rank(sd_session *session, int64_t ranks) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(session, "session");
+    auto cfg = sd::loraConfigOf(*session->plan);
+    if (!cfg.isOk()) return fromStatus(cfg.status(), SD_INVALID_ARGUMENT);
+    return fromStatus(sd::setAdapterRank(*session->session, cfg.value(), ranks), SD_INVALID_ARGUMENT);
+  });
+}
+
 sd_status *sd_session_save_adapter(const sd_session *session, const char *dir) {
   return guard([&]() -> sd_status * {
     SD_REQUIRE(session, "session");

@@ -230,11 +230,37 @@ def dylora_case(r, alpha, block, tmp, onnx_path, data, rows, sdc, sdrun):
         sh([sdc, "merge", onnx_path, "--adapter", part, "-o", merged])
         worst_k[ranks] = max(rel_err(peft_k, want_k), rel_err(np.load(os.path.join(out, "output_0.npy")), want_k),
                              rel_err(ort_run(merged, {"input_ids": ids})["logits"], want_k))
+        if k == 1:  # the Python module's Session.set_adapter_rank, as sdrun's flag
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(sdrun)), "python"))
+            import sdc as sdc_module
+            session = sdc_module.Session(sdc_module.Plan(plan), threads=2)
+            session.load_adapter(trained)
+            session.set_adapter_rank(ranks)
+            got = next(iter(session.run("infer", {"input_ids": ids}).values()))
+            worst_k[ranks] = max(worst_k[ranks], rel_err(got, want_k))
     moved = min(rel_err(lycoris_logits(model, modules, ids, k), full) for k in range(1, blocks))
     check(f"{name}: the first k ranks (k = {sorted(worst_k)}) are LyCORIS's adapter at k ranks in PEFT (the file cut "
-          "to rank k), sdrun infer --adapter-rank k and ONNX Runtime after sdc merge (1e-4), and differ from the "
-          "full rank", worst_k and max(worst_k.values()) <= 1e-4 and moved > 1e-4,
+          "to rank k), sdrun infer --adapter-rank k (and the Python Session.set_adapter_rank) and ONNX Runtime after "
+          "sdc merge (1e-4), and differ from the full rank", worst_k and max(worst_k.values()) <= 1e-4 and moved > 1e-4,
           ", ".join(f"k={k}: {v:.1e}" for k, v in worst_k.items()) + f"; least change from full {moved:.1e}")
+
+    # A resumed run draws on from the checkpointed counter and keeps each block's flags and step counts.
+    ck, straight, resumed = (os.path.join(d, n) for n in ("ck", "straight", "resumed"))
+    common = [sdrun, "train", plan, "--data", data, "--grad-accum", str(ACCUM), "--no-shuffle", "--lr", str(LR),
+              "--lr-schedule", "constant", "--weight-decay", str(WD), "--clip-norm", str(CLIP), "--seed", str(SEED),
+              "--threads", "2", "--adapter", init]
+    sh(common + ["--steps", "6", "--save-adapter", straight])
+    sh(common + ["--steps", "3", "--checkpoint-dir", ck, "--checkpoint-every", "3"])
+    resumed_metrics = os.path.join(d, "resumed.jsonl")
+    sh(common + ["--steps", "6", "--checkpoint-dir", ck, "--checkpoint-every", "3", "--resume", "--save-adapter",
+                 resumed, "--metrics", resumed_metrics])
+    ran = sum('"loss"' in l for l in open(resumed_metrics))
+    a = load_file(os.path.join(straight, "adapter_model.safetensors"))
+    b = load_file(os.path.join(resumed, "adapter_model.safetensors"))
+    same = set(a) == set(b) and all(np.array_equal(a[k], b[k]) for k in a)
+    check(f"{name}: 3 steps, a checkpoint and 3 resumed steps equal 6 straight steps bit for bit", same and ran == 3,
+          f"the resumed run took {ran} steps; " +
+          ("equal" if same else f"max diff {max(float(np.abs(a[k] - b[k]).max()) for k in a if k in b):.2e}"))
 
     # eval_loss with every block in play: PEFT's loss of the loaded adapter over the eval rows.
     import torch.nn.functional as F

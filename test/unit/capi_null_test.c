@@ -45,6 +45,7 @@ int main(void) {
   expect_invalid("sd_session_write_global(NULL session)", sd_session_write_global(NULL, "w", buf, sizeof buf));
   expect_invalid("sd_session_load_adapter(NULL session)", sd_session_load_adapter(NULL, "dir"));
   expect_invalid("sd_session_save_adapter(NULL session)", sd_session_save_adapter(NULL, "dir"));
+  expect_invalid("sd_session_set_adapter_rank(NULL session)", sd_session_set_adapter_rank(NULL, 4));
   expect_invalid("sd_tensor_list_get(NULL list)", sd_tensor_list_get(NULL, 0, &t));
   sd_train_config_init(&config);
   expect_invalid("sd_trainer_create(NULL session)", sd_trainer_create(NULL, &config, &trainer));

@@ -122,6 +122,9 @@ SD_API sd_status *sd_session_write_global(sd_session *session, const char *name,
 /* LoRA adapters in Hugging Face PEFT's layout (plans compiled with --peft lora). */
 SD_API sd_status *sd_session_load_adapter(sd_session *session, const char *dir);
 SD_API sd_status *sd_session_save_adapter(const sd_session *session, const char *dir); /* in a world: rank 0 writes */
+/* A DyLoRA plan (sdc compile --peft dylora): outside training, compute with the adapter's first
+ * `ranks` ranks (a multiple of its block size, up to its r). SD_INVALID_ARGUMENT on other plans. */
+SD_API sd_status *sd_session_set_adapter_rank(sd_session *session, int64_t ranks);
 
 /* ---- training ---- */
 typedef struct sd_train_config {
