@@ -19,7 +19,10 @@ built from a transformers config with seeded random weights.
              block in play; its first k ranks, cut into a LoRA of rank k,
              are LyCORIS's adapter at k ranks in PEFT, in sdrun infer
              --adapter-rank k, and in ONNX Runtime after sdc merge.
-  eval       eval_loss is computed with every block (no draw).
+  eval       eval_loss is computed with every block (no draw); a resumed run
+             equals a straight one bit for bit.
+  GPT-2      on Conv1D layers the file is a PEFT LoRA with fan_in_fan_out,
+             whose logits in PEFT are sdrun's, whole and cut.
   refusals   a block size that does not divide r, DyLoRA flags without
              --peft dylora, --shard, --adapter-rank on other plans
              or not a multiple of the block size: one-line errors.
@@ -277,6 +280,45 @@ def dylora_case(r, alpha, block, tmp, onnx_path, data, rows, sdc, sdrun):
     return plan, trained
 
 
+def gpt2_case(tmp, sdc, sdrun):
+    """GPT-2's Conv1D layers (weights stored [in, out]): the saved adapter is
+    a PEFT LoRA with fan_in_fan_out, whose logits in PEFT are sdrun's."""
+    import torch
+    from peft import PeftModel
+    import export_hf
+    d = os.path.join(tmp, "gpt2")
+    os.makedirs(d)
+    onnx_path, data, plan, trained = (os.path.join(d, n) for n in ("model.onnx", "train.jsonl", "plan.sdp", "trained"))
+    export_hf.export(export_hf.build("gpt2", 0), onnx_path, opset=17, batch=BATCH, seq=SEQ)
+    write_token_rows(data, np.random.default_rng(4), 256, 8, SEQ)
+    sh([sdc, "compile", onnx_path, "--peft", "dylora", "--target-modules", "c_attn,c_proj", "--lora-r", "4",
+        "--dylora-block-size", "2", "--shapes", f"input_ids={BATCH}x{SEQ}", "--infer-shapes",
+        f"input_ids={BATCH}x{SEQ}", "-o", plan])
+    sh([sdrun, "train", plan, "--data", data, "--steps", "4", "--lr", "1e-2", "--threads", "2", "--save-adapter",
+        trained])
+    cfg = json.load(open(os.path.join(trained, "adapter_config.json")))
+    ids = np.random.default_rng(6).integers(0, 256, (BATCH, SEQ)).astype(np.int64)
+    with torch.no_grad():
+        want = PeftModel.from_pretrained(export_hf.build("gpt2", 0).eval(), trained).eval()(
+            torch.tensor(ids)).logits.numpy()
+    errs = [rel_err(sdrun_logits(sdrun, plan, trained, ids, d, "full"), want)]
+    part = os.path.join(d, "rank2")
+    cut(trained, 2, part)
+    with torch.no_grad():
+        want2 = PeftModel.from_pretrained(export_hf.build("gpt2", 0).eval(), part).eval()(
+            torch.tensor(ids)).logits.numpy()
+    ids_file = os.path.join(d, "ids.npy")
+    np.save(ids_file, ids)
+    out = os.path.join(d, "rank2_out")
+    sh([sdrun, "infer", plan, "--adapter", trained, "--adapter-rank", "2", "--input", f"input_ids={ids_file}",
+        "--output-dir", out, "--output-format", "npy"])
+    errs.append(rel_err(np.load(os.path.join(out, "output_0.npy")), want2))
+    check("DyLoRA on GPT-2's Conv1D layers: a PEFT LoRA with fan_in_fan_out whose logits in PEFT are sdrun's, whole "
+          "and cut to rank 2 (--adapter-rank 2) (1e-4)",
+          cfg.get("fan_in_fan_out") is True and max(errs) <= 1e-4 and rel_err(want2, want) > 1e-4,
+          f"fan_in_fan_out {cfg.get('fan_in_fan_out')}, whole {errs[0]:.1e}, rank 2 {errs[1]:.1e}")
+
+
 def refusals(onnx_path, plan, tmp, sdc, sdrun):
     """`plan`: r 8, block size 2."""
     out = os.path.join(tmp, "refused.sdp")
@@ -329,6 +371,7 @@ def main():
                 check(f"DyLoRA r={r} block size {block} runs", False, f"{type(e).__name__}: {str(e)[-400:]}")
         if 2 in plans:
             refusals(onnx_path, plans[2], tmp, sdc, sdrun)
+        gpt2_case(tmp, sdc, sdrun)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_dylora")
