@@ -127,6 +127,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     RecipeGrpoOptions recipe;
     recipe.numGenerations = opts.numGenerations;
     recipe.lossType = opts.grpoLoss;
+    recipe.sapoTemperaturePos = opts.sapoTemperaturePos;
+    recipe.sapoTemperatureNeg = opts.sapoTemperatureNeg;
     recipe.beta = opts.beta;
     recipe.epsilon = opts.grpoEpsilon;
     recipe.epsilonHigh = opts.grpoEpsilonHigh;

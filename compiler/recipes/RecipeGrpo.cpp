@@ -1,6 +1,6 @@
 // sd-recipe-grpo: GRPO (Shao et al. 2024, DeepSeekMath) and the variants
-// TRL's GRPOTrainer offers through its loss_type (DAPO, Dr. GRPO, BNPO) and
-// importance_sampling_level (GSPO), appended as sd ops to a clone of the
+// TRL's GRPOTrainer offers through its loss_type (DAPO, Dr. GRPO, BNPO,
+// CISPO, SAPO, LUSPO) and importance_sampling_level (GSPO), appended as sd ops to a clone of the
 // model's forward so autodiff differentiates it like any other loss.
 //
 // Rows come in groups: rows [kG, (k+1)G) hold G completions of prompt k,
@@ -44,8 +44,13 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
     if (numGenerations < 2 || numGenerations > 4096)
       return bad() << "--num-generations must be in [2, 4096] (a group's advantages compare its completions), got "
                    << int64_t(numGenerations);
-    if (lossType != "dapo" && lossType != "grpo" && lossType != "bnpo" && lossType != "dr_grpo")
-      return bad() << "--grpo-loss takes 'dapo', 'grpo', 'bnpo' or 'dr_grpo', got '" << lossType << "'";
+    if (lossType != "dapo" && lossType != "grpo" && lossType != "bnpo" && lossType != "dr_grpo" &&
+        lossType != "cispo" && lossType != "sapo" && lossType != "luspo")
+      return bad() << "--grpo-loss takes 'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo' or 'luspo', got '"
+                   << lossType << "'";
+    if (!(sapoTemperaturePos > 0 && sapoTemperatureNeg > 0 && std::isfinite(sapoTemperaturePos) &&
+          std::isfinite(sapoTemperatureNeg)))
+      return bad() << "--sapo-temperature-pos and --sapo-temperature-neg must be positive";
     if (importanceSampling != "token" && importanceSampling != "sequence")
       return bad() << "--importance-sampling takes 'token' or 'sequence', got '" << importanceSampling << "'";
     if (scaleRewards != "group" && scaleRewards != "none")
@@ -131,7 +136,20 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
     Value clipped = g.make<ClipOp>({weight, g.scalar(f32, 1.0 - epsilon), g.scalar(f32, 1.0 + high)});
     Value capped = delta > 0 ? g.make<MinOp>({weight, g.scalar(f32, delta)}) : weight;
     Value adv = advantages(g, rewards);
-    Value perToken = g.neg(g.make<MinOp>({g.mul(capped, adv), g.mul(clipped, adv)}));
+    Value perToken;
+    if (lossType == "cispo") { // the weight itself clipped above at epsilon_high, detached, times A log p
+      Value ratio = g.make<MinOp>({weight, g.scalar(f32, high)});
+      if (!ratio) return failure();
+      ratio.getDefiningOp()->setAttr(sd::kDetachedAttr, b.getUnitAttr());
+      perToken = g.mul(g.mul(g.neg(ratio), adv), logProb);
+    } else if (lossType == "sapo") { // a soft gate: sigmoid(t (w - 1)) 4 / t, t by the advantage's sign
+      Value t = g.make<WhereOp>({g.make<GreaterOp>({adv, g.scalar(f32, 0.0)}), g.scalar(f32, sapoTemperaturePos),
+                                 g.scalar(f32, sapoTemperatureNeg)});
+      Value gate = g.div(g.scale(g.make<SigmoidOp>({g.mul(t, g.sub(weight, one()))}), 4.0), t);
+      perToken = g.neg(g.mul(gate, adv));
+    } else {
+      perToken = g.neg(g.make<MinOp>({g.mul(capped, adv), g.mul(clipped, adv)}));
+    }
     if (beta > 0) { // k3: exp(ref - p) - (ref - p) - 1, times the importance weight
       Value d = g.sub(sd::tokenLogProbs(g, *refLogits, t.nextLabels, t.labels), logProb);
       Value kl = g.mul(g.sub(g.sub(g.make<ExpOp>({d}), d), one()), weight);
@@ -144,9 +162,11 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
     // A completion counts when it has a token (a batch's filler rows have none).
     Value completions = g.reduceSum(g.castTo(g.make<GreaterOp>({rowTokens, g.scalar(f32, 0.0)}), f32), {0}, false);
     Value loss, count;
-    if (lossType == "dapo") { // over the optimizer window's tokens
+    if (lossType == "dapo" || lossType == "cispo") { // over the optimizer window's tokens
       loss = total, count = tokens;
-    } else if (lossType == "grpo") { // each completion's token mean, averaged over completions
+    } else if (lossType == "luspo") { // each completion's token sum, averaged over completions
+      loss = g.reduceSum(rowSums, {0}, false), count = completions;
+    } else if (lossType == "grpo" || lossType == "sapo") { // each completion's token mean, averaged over completions
       loss = g.reduceSum(g.div(rowSums, g.make<MaxOp>({rowTokens, one()})), {0}, false), count = completions;
     } else if (lossType == "bnpo") { // the micro-batch's token mean, averaged over micro-batches
       loss = g.div(total, g.make<MaxOp>({tokens, one()}));

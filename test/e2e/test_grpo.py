@@ -13,8 +13,8 @@ its float32 fused kernel. Every prompt has the same length, so TRL's left
 padding of prompts moves no position.
 
   lora        LoRA, TRL's default loss (dapo): losses and all adapter tensors
-              equal TRL's step for step; the same for loss_type grpo, bnpo and
-              dr_grpo, GSPO's sequence-level importance weights, no reward
+              equal TRL's step for step; the same for loss_type grpo, bnpo,
+              dr_grpo, cispo, sapo and luspo, GSPO's sequence-level importance weights, no reward
               scaling, the KL term against the reference (beta 0.04: the
               base model, TRL's with the adapter disabled), gradient
               accumulation over two micro-batches, and groups an earlier
@@ -194,6 +194,21 @@ LORA_CASES = [
     ("sampling log-probabilities, GSPO, beta 0.04", ["--sampling-log-probs", "--importance-sampling", "sequence",
                                                      "--grpo-loss", "grpo", "--beta", "0.04"],
      dict(importance_sampling_level="sequence", loss_type="grpo", beta=0.04), 1),
+    # CISPO: the weight clipped above (epsilon_high, ScaleRL's 5.0) and detached, times A log p.
+    ("cispo, epsilon_high 5", ["--grpo-loss", "cispo", "--grpo-epsilon-high", "5"],
+     dict(loss_type="cispo", epsilon_high=5.0), 1),
+    ("cispo, sampling log-probabilities, epsilon_high 1.05 (the clip acts)",
+     ["--grpo-loss", "cispo", "--sampling-log-probs", "--grpo-epsilon-high", "1.05"],
+     dict(loss_type="cispo", epsilon_high=1.05), 1),
+    # SAPO: sigmoid(t (w - 1)) 4 / t in place of the clip, t by the advantage's sign.
+    ("sapo", ["--grpo-loss", "sapo"], dict(loss_type="sapo"), 1),
+    ("sapo, sampling log-probabilities, temperatures 0.8 / 1.3",
+     ["--grpo-loss", "sapo", "--sampling-log-probs", "--sapo-temperature-pos", "0.8", "--sapo-temperature-neg", "1.3"],
+     dict(loss_type="sapo", sapo_temperature_pos=0.8, sapo_temperature_neg=1.3), 1),
+    # LUSPO: GSPO's weights, each completion's token sum averaged over completions.
+    ("luspo (sequence-level weights), sampling log-probabilities, beta 0.04",
+     ["--grpo-loss", "luspo", "--importance-sampling", "sequence", "--sampling-log-probs", "--beta", "0.04"],
+     dict(loss_type="luspo", importance_sampling_level="sequence", beta=0.04), 1),
 ]
 
 
@@ -474,7 +489,13 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan, logps_plan):
         ("--num-generations without grpo", [*compile_cmd, "--recipe", "dpo", "--num-generations", "4", *out],
          ["--num-generations needs --recipe grpo"]),
         ("--grpo-loss other", [*compile_cmd, "--recipe", "grpo", "--grpo-loss", "sigmoid", *out],
-         ["--grpo-loss takes 'dapo', 'grpo', 'bnpo' or 'dr_grpo'"]),
+         ["--grpo-loss takes 'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo' or 'luspo'"]),
+        ("--sapo-temperature-pos without --grpo-loss sapo", [*compile_cmd, "--recipe", "grpo",
+                                                            "--sapo-temperature-pos", "2", *out],
+         ["--sapo-temperature-pos and --sapo-temperature-neg need --grpo-loss sapo"]),
+        ("--sapo-temperature-neg 0", [*compile_cmd, "--recipe", "grpo", "--grpo-loss", "sapo",
+                                      "--sapo-temperature-neg", "0", *out],
+         ["--sapo-temperature-neg needs a positive number"]),
         ("--scale-rewards batch", [*compile_cmd, "--recipe", "grpo", "--scale-rewards", "batch", *out],
          ["--scale-rewards takes 'group' or 'none'", "whole generation batch"]),
         ("--lora-dropout", [*compile_cmd, "--recipe", "grpo", "--lora-dropout", "0.1", *out], ["disable_dropout"]),

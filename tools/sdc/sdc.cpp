@@ -177,10 +177,15 @@ const char *kUsage =
     "  --beta B                 dpo, simpo, orpo, kto: the loss's temperature (0.1, TRL's beta);\n"
     "                           grpo: the KL term's weight against the reference (0: none)\n"
     "  --num-generations G      grpo: completions per prompt (8); the plan's rows are groups of G\n"
-    "  --grpo-loss dapo|grpo|bnpo|dr_grpo  grpo: TRL's loss_type (dapo: a mean over the optimizer\n"
-    "                           step's tokens; grpo: over each completion's, then completions;\n"
-    "                           bnpo: over each micro-batch's tokens; dr_grpo: sums over\n"
-    "                           --max-completion-length per completion)\n"
+    "  --grpo-loss dapo|grpo|bnpo|dr_grpo|cispo|sapo|luspo  grpo: TRL's loss_type (dapo: a mean\n"
+    "                           over the optimizer step's tokens; grpo: over each completion's,\n"
+    "                           then completions; bnpo: over each micro-batch's tokens; dr_grpo:\n"
+    "                           sums over --max-completion-length per completion; cispo: the\n"
+    "                           weight clipped at --grpo-epsilon-high and detached, times A log p,\n"
+    "                           as dapo; sapo: a soft gate for the clip, as grpo; luspo: each\n"
+    "                           completion's sum, then completions)\n"
+    "  --sapo-temperature-pos T, --sapo-temperature-neg T  grpo loss sapo: the gate's temperature\n"
+    "                           for positive and other advantages (1, 1.05: TRL's)\n"
     "  --importance-sampling token|sequence  grpo: per-token weights, or GSPO's per sequence\n"
     "  --scale-rewards group|none  grpo: advantages over the group's std (the default) or not\n"
     "  --max-completion-length N  grpo: dr_grpo's constant length (512, TRL's)\n"
@@ -359,6 +364,7 @@ int parseArgs(int argc, char **argv, Args &a) {
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   std::vector<std::string> grpoFlags;       // --num-generations, --grpo-loss, ... as given
   std::vector<std::string> clipFlags;       // --grpo-epsilon, --grpo-epsilon-high, --grpo-delta
+  bool sapoFlags = false;                   // --sapo-temperature-pos/neg given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
@@ -593,11 +599,18 @@ int parseArgs(int argc, char **argv, Args &a) {
       (delta ? a.pipeline.grpoDelta : low ? a.pipeline.grpoEpsilon : a.pipeline.grpoEpsilonHigh) = d;
       grpoFlags.push_back(flag);
       clipFlags.push_back(flag);
+    } else if (flag == "--sapo-temperature-pos" || flag == "--sapo-temperature-neg") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      if (v.empty() || *end || !(d > 0 && d < 1e6)) return fail(flag + " needs a positive number"), 2;
+      (flag == "--sapo-temperature-pos" ? a.pipeline.sapoTemperaturePos : a.pipeline.sapoTemperatureNeg) = d;
+      grpoFlags.push_back(flag);
+      sapoFlags = true;
     } else if (flag == "--grpo-loss" || flag == "--importance-sampling" || flag == "--scale-rewards") {
       std::string &to = flag == "--grpo-loss"             ? a.pipeline.grpoLoss
                         : flag == "--importance-sampling" ? a.pipeline.importanceSampling
                                                           : a.pipeline.scaleRewards;
-      const char *choices = flag == "--grpo-loss"             ? "'dapo', 'grpo', 'bnpo' or 'dr_grpo'"
+      const char *choices = flag == "--grpo-loss"             ? "'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo' or 'luspo'"
                             : flag == "--importance-sampling" ? "'token' or 'sequence'"
                                                               : "'group' or 'none'";
       if (!value(to) || std::string(choices).find("'" + to + "'") == std::string::npos)
@@ -823,8 +836,10 @@ int parseArgs(int argc, char **argv, Args &a) {
   const std::string recipe = "--recipe " + a.pipeline.recipe;
   for (const std::string &f : grpoFlags)
     if (!grpo) return fail(f + " needs --recipe grpo"), 2;
+  if (sapoFlags && a.pipeline.grpoLoss != "sapo")
+    return fail("--sapo-temperature-pos and --sapo-temperature-neg need --grpo-loss sapo"), 2;
   for (const std::string &f : clipFlags) // the weight is exactly 1 when the sampling policy is the step's own
-    if (!a.pipeline.samplingLogProbs)
+    if (!a.pipeline.samplingLogProbs && !(f == "--grpo-epsilon-high" && a.pipeline.grpoLoss == "cispo"))
       return fail(f + " clips the importance weight, which is 1 unless the data gives the sampling policy's "
                       "log-probabilities: add --sampling-log-probs"),
              2;
