@@ -129,6 +129,10 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     recipe.lossType = opts.grpoLoss;
     recipe.sapoTemperaturePos = opts.sapoTemperaturePos;
     recipe.sapoTemperatureNeg = opts.sapoTemperatureNeg;
+    recipe.vespoKPos = opts.vespoKPos;
+    recipe.vespoLambdaPos = opts.vespoLambdaPos;
+    recipe.vespoKNeg = opts.vespoKNeg;
+    recipe.vespoLambdaNeg = opts.vespoLambdaNeg;
     recipe.beta = opts.beta;
     recipe.epsilon = opts.grpoEpsilon;
     recipe.epsilonHigh = opts.grpoEpsilonHigh;

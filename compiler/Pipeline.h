@@ -63,8 +63,9 @@ struct PipelineOptions {
   // acts only on an importance weight other than 1, which needs the sampling
   // policy's log-probabilities (--sampling-log-probs; TRL's num_iterations > 1).
   int64_t numGenerations = 8;
-  std::string grpoLoss = "dapo"; // dapo | grpo | bnpo | dr_grpo | cispo | sapo | luspo
+  std::string grpoLoss = "dapo"; // dapo | grpo | bnpo | dr_grpo | cispo | sapo | luspo | vespo
   double sapoTemperaturePos = 1.0, sapoTemperatureNeg = 1.05; // grpo loss sapo: TRL's defaults
+  double vespoKPos = 2.0, vespoLambdaPos = 3.0, vespoKNeg = 3.0, vespoLambdaNeg = 2.0; // grpo loss vespo: TRL's
   double grpoEpsilon = 0.2, grpoEpsilonHigh = -1.0, grpoDelta = 0.0; // negative: epsilon; 0: no delta
   std::string importanceSampling = "token", scaleRewards = "group";
   int64_t maxCompletionLength = 512;

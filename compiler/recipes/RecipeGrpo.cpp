@@ -1,6 +1,6 @@
 // sd-recipe-grpo: GRPO (Shao et al. 2024, DeepSeekMath) and the variants
 // TRL's GRPOTrainer offers through its loss_type (DAPO, Dr. GRPO, BNPO,
-// CISPO, SAPO, LUSPO) and importance_sampling_level (GSPO), appended as sd ops to a clone of the
+// CISPO, SAPO, LUSPO, VESPO) and importance_sampling_level (GSPO), appended as sd ops to a clone of the
 // model's forward so autodiff differentiates it like any other loss.
 //
 // Rows come in groups: rows [kG, (k+1)G) hold G completions of prompt k,
@@ -45,9 +45,11 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
       return bad() << "--num-generations must be in [2, 4096] (a group's advantages compare its completions), got "
                    << int64_t(numGenerations);
     if (lossType != "dapo" && lossType != "grpo" && lossType != "bnpo" && lossType != "dr_grpo" &&
-        lossType != "cispo" && lossType != "sapo" && lossType != "luspo")
-      return bad() << "--grpo-loss takes 'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo' or 'luspo', got '"
+        lossType != "cispo" && lossType != "sapo" && lossType != "luspo" && lossType != "vespo")
+      return bad() << "--grpo-loss takes 'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo', 'luspo' or 'vespo', got '"
                    << lossType << "'";
+    for (double v : {double(vespoKPos), double(vespoLambdaPos), double(vespoKNeg), double(vespoLambdaNeg)})
+      if (!std::isfinite(v)) return bad() << "the --vespo-k-* and --vespo-lambda-* values must be finite";
     if (!(sapoTemperaturePos > 0 && sapoTemperatureNeg > 0 && std::isfinite(sapoTemperaturePos) &&
           std::isfinite(sapoTemperatureNeg)))
       return bad() << "--sapo-temperature-pos and --sapo-temperature-neg must be positive";
@@ -90,6 +92,28 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
       centered = g.div(centered, g.add(g.make<SqrtOp>({variance}), g.scalar(f32, 1e-4)));
     }
     return g.reshape(centered, {-1, 1});
+  }
+
+  // VESPO's weight per completion [rows, 1], detached: φ(w) = e^λ w^k e^{-λw}
+  // (1 at w = 1) of the completion's summed log-ratio w, k and λ by the
+  // advantage's sign, computed in log space with TRL's clamps; NaN and
+  // infinities become 0.
+  Value gammaWeights(GradBuilder &g, Value logRatio, Value mask, Value adv) {
+    Type f32 = g.builder().getF32Type();
+    Value clamped = g.make<ClipOp>({logRatio, g.scalar(f32, -20.0), g.scalar(f32, 20.0)});
+    Value logW = g.make<ClipOp>({g.reduceSum(g.mul(clamped, mask), {1}, true), g.scalar(f32, std::log(1e-8)),
+                                 g.scalar(f32, 20.0)});
+    Value nonNegative = g.make<GreaterOrEqualOp>({adv, g.scalar(f32, 0.0)});
+    Value k = g.make<WhereOp>({nonNegative, g.scalar(f32, vespoKPos), g.scalar(f32, vespoKNeg)});
+    Value lambda = g.make<MaxOp>({g.make<WhereOp>({nonNegative, g.scalar(f32, vespoLambdaPos),
+                                                   g.scalar(f32, vespoLambdaNeg)}),
+                                  g.scalar(f32, 1e-4)});
+    Value logPhi = g.sub(g.add(lambda, g.mul(k, logW)), g.mul(lambda, g.make<ExpOp>({logW})));
+    Value phi = g.make<ExpOp>({logPhi});
+    Value bad = g.make<OrOp>({g.make<IsNaNOp>({phi}), g.make<IsInfOp>({phi})});
+    Value weight = g.make<WhereOp>({bad, g.scalar(f32, 0.0), phi});
+    if (weight) weight.getDefiningOp()->setAttr(sd::kDetachedAttr, g.builder().getUnitAttr());
+    return weight;
   }
 
   LogicalResult appendGrpoLoss(func::FuncOp f) {
@@ -142,6 +166,8 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
       if (!ratio) return failure();
       ratio.getDefiningOp()->setAttr(sd::kDetachedAttr, b.getUnitAttr());
       perToken = g.mul(g.mul(g.neg(ratio), adv), logProb);
+    } else if (lossType == "vespo") {
+      perToken = g.mul(g.mul(g.neg(gammaWeights(g, logRatio, mask, adv)), adv), logProb);
     } else if (lossType == "sapo") { // a soft gate: sigmoid(t (w - 1)) 4 / t, t by the advantage's sign
       Value t = g.make<WhereOp>({g.make<GreaterOp>({adv, g.scalar(f32, 0.0)}), g.scalar(f32, sapoTemperaturePos),
                                  g.scalar(f32, sapoTemperatureNeg)});
@@ -162,7 +188,7 @@ struct RecipeGrpoPass : sd::impl::RecipeGrpoBase<RecipeGrpoPass> {
     // A completion counts when it has a token (a batch's filler rows have none).
     Value completions = g.reduceSum(g.castTo(g.make<GreaterOp>({rowTokens, g.scalar(f32, 0.0)}), f32), {0}, false);
     Value loss, count;
-    if (lossType == "dapo" || lossType == "cispo") { // over the optimizer window's tokens
+    if (lossType == "dapo" || lossType == "cispo" || lossType == "vespo") { // over the optimizer window's tokens
       loss = total, count = tokens;
     } else if (lossType == "luspo") { // each completion's token sum, averaged over completions
       loss = g.reduceSum(rowSums, {0}, false), count = completions;

@@ -567,14 +567,20 @@ def RecipeGrpo : Pass<"sd-recipe-grpo", "mlir::ModuleOp"> {
     completions; cispo (-detach(min(w, epsilon_high)) A log p per token) counts
     tokens as dapo, sapo (-sigmoid(t (w - 1)) 4 / t A, t the temperature of
     A's sign) averages as grpo, and luspo sums each completion's tokens and
-    counts completions. Outputs `loss_sum` and `tokens` (what the sum counts).
+    counts completions, and vespo (-φ(w) A log p per token, φ VESPO's detached
+    gamma weight of the completion's summed log-ratio) counts tokens. Outputs
+    `loss_sum` and `tokens` (what the sum counts).
     With sampling-log-probs the sampling policy's log-probabilities come as an
     f32 `old_log_probs` [rows, seq] input instead (groups an earlier policy
     sampled), so the importance weight and its clipping act.
   }];
   let options = [
     Option<"numGenerations", "num-generations", "int64_t", "8", "completions per prompt (TRL's num_generations)">,
-    Option<"lossType", "loss-type", "std::string", "\"dapo\"", "dapo, grpo, bnpo, dr_grpo, cispo, sapo or luspo">,
+    Option<"lossType", "loss-type", "std::string", "\"dapo\"", "dapo, grpo, bnpo, dr_grpo, cispo, sapo, luspo or vespo">,
+    Option<"vespoKPos", "vespo-k-pos", "double", "2.0", "vespo: k where A >= 0">,
+    Option<"vespoLambdaPos", "vespo-lambda-pos", "double", "3.0", "vespo: lambda where A >= 0">,
+    Option<"vespoKNeg", "vespo-k-neg", "double", "3.0", "vespo: k where A < 0">,
+    Option<"vespoLambdaNeg", "vespo-lambda-neg", "double", "2.0", "vespo: lambda where A < 0">,
     Option<"sapoTemperaturePos", "sapo-temperature-pos", "double", "1.0", "sapo: the gate's temperature where A > 0">,
     Option<"sapoTemperatureNeg", "sapo-temperature-neg", "double", "1.05", "sapo: the gate's temperature elsewhere">,
     Option<"beta", "beta", "double", "0.0", "the KL term's weight (0: no reference model)">,

@@ -14,7 +14,7 @@ padding of prompts moves no position.
 
   lora        LoRA, TRL's default loss (dapo): losses and all adapter tensors
               equal TRL's step for step; the same for loss_type grpo, bnpo,
-              dr_grpo, cispo, sapo and luspo, GSPO's sequence-level importance weights, no reward
+              dr_grpo, cispo, sapo, luspo and vespo, GSPO's sequence-level importance weights, no reward
               scaling, the KL term against the reference (beta 0.04: the
               base model, TRL's with the adapter disabled), gradient
               accumulation over two micro-batches, and groups an earlier
@@ -209,6 +209,13 @@ LORA_CASES = [
     ("luspo (sequence-level weights), sampling log-probabilities, beta 0.04",
      ["--grpo-loss", "luspo", "--importance-sampling", "sequence", "--sampling-log-probs", "--beta", "0.04"],
      dict(loss_type="luspo", importance_sampling_level="sequence", beta=0.04), 1),
+    # VESPO: a detached gamma weight of each completion's summed log-ratio times A log p.
+    ("vespo, sampling log-probabilities", ["--grpo-loss", "vespo", "--sampling-log-probs"],
+     dict(loss_type="vespo"), 1),
+    ("vespo, sampling log-probabilities, k 1.5 / 2.5, lambda 2.5 / 1.5",
+     ["--grpo-loss", "vespo", "--sampling-log-probs", "--vespo-k-pos", "1.5", "--vespo-lambda-pos", "2.5",
+      "--vespo-k-neg", "2.5", "--vespo-lambda-neg", "1.5"],
+     dict(loss_type="vespo", vespo_k_pos=1.5, vespo_lambda_pos=2.5, vespo_k_neg=2.5, vespo_lambda_neg=1.5), 1),
 ]
 
 
@@ -489,7 +496,9 @@ def refusals(sdc, sdrun, tmp, onnx_path, plan, logps_plan):
         ("--num-generations without grpo", [*compile_cmd, "--recipe", "dpo", "--num-generations", "4", *out],
          ["--num-generations needs --recipe grpo"]),
         ("--grpo-loss other", [*compile_cmd, "--recipe", "grpo", "--grpo-loss", "sigmoid", *out],
-         ["--grpo-loss takes 'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo' or 'luspo'"]),
+         ["--grpo-loss takes 'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo', 'luspo' or 'vespo'"]),
+        ("--vespo-k-pos without --grpo-loss vespo", [*compile_cmd, "--recipe", "grpo", "--vespo-k-pos", "2", *out],
+         ["need --grpo-loss vespo"]),
         ("--sapo-temperature-pos without --grpo-loss sapo", [*compile_cmd, "--recipe", "grpo",
                                                             "--sapo-temperature-pos", "2", *out],
          ["--sapo-temperature-pos and --sapo-temperature-neg need --grpo-loss sapo"]),

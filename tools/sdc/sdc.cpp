@@ -177,13 +177,17 @@ const char *kUsage =
     "  --beta B                 dpo, simpo, orpo, kto: the loss's temperature (0.1, TRL's beta);\n"
     "                           grpo: the KL term's weight against the reference (0: none)\n"
     "  --num-generations G      grpo: completions per prompt (8); the plan's rows are groups of G\n"
-    "  --grpo-loss dapo|grpo|bnpo|dr_grpo|cispo|sapo|luspo  grpo: TRL's loss_type (dapo: a mean\n"
+    "  --grpo-loss dapo|grpo|bnpo|dr_grpo|cispo|sapo|luspo|vespo  grpo: TRL's loss_type (dapo: a mean\n"
     "                           over the optimizer step's tokens; grpo: over each completion's,\n"
     "                           then completions; bnpo: over each micro-batch's tokens; dr_grpo:\n"
     "                           sums over --max-completion-length per completion; cispo: the\n"
     "                           weight clipped at --grpo-epsilon-high and detached, times A log p,\n"
     "                           as dapo; sapo: a soft gate for the clip, as grpo; luspo: each\n"
-    "                           completion's sum, then completions)\n"
+    "                           completion's sum, then completions; vespo: VESPO's detached gamma\n"
+    "                           weight of the completion's ratio times A log p, as dapo)\n"
+    "  --vespo-k-pos K, --vespo-lambda-pos L, --vespo-k-neg K, --vespo-lambda-neg L  grpo loss\n"
+    "                           vespo: the gamma weight's k and lambda by the advantage's sign\n"
+    "                           (2, 3, 3, 2: TRL's)\n"
     "  --sapo-temperature-pos T, --sapo-temperature-neg T  grpo loss sapo: the gate's temperature\n"
     "                           for positive and other advantages (1, 1.05: TRL's)\n"
     "  --importance-sampling token|sequence  grpo: per-token weights, or GSPO's per sequence\n"
@@ -364,7 +368,7 @@ int parseArgs(int argc, char **argv, Args &a) {
   std::vector<std::string> preferenceFlags; // --beta, --dpo-loss, ... as given
   std::vector<std::string> grpoFlags;       // --num-generations, --grpo-loss, ... as given
   std::vector<std::string> clipFlags;       // --grpo-epsilon, --grpo-epsilon-high, --grpo-delta
-  bool sapoFlags = false;                   // --sapo-temperature-pos/neg given
+  bool sapoFlags = false, vespoFlags = false; // --sapo-temperature-*, --vespo-* given
   for (int i = 2; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&](std::string &out) { return flagValue(argc, argv, i, out); };
@@ -599,6 +603,19 @@ int parseArgs(int argc, char **argv, Args &a) {
       (delta ? a.pipeline.grpoDelta : low ? a.pipeline.grpoEpsilon : a.pipeline.grpoEpsilonHigh) = d;
       grpoFlags.push_back(flag);
       clipFlags.push_back(flag);
+    } else if (flag == "--vespo-k-pos" || flag == "--vespo-lambda-pos" || flag == "--vespo-k-neg" ||
+               flag == "--vespo-lambda-neg") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      const bool lambda = flag.find("lambda") != std::string::npos;
+      if (v.empty() || *end || !(lambda ? d > 0 && d < 1e6 : d >= 0 && d < 1e6))
+        return fail(flag + (lambda ? " needs a positive number" : " needs a non-negative number")), 2;
+      (flag == "--vespo-k-pos"        ? a.pipeline.vespoKPos
+       : flag == "--vespo-lambda-pos" ? a.pipeline.vespoLambdaPos
+       : flag == "--vespo-k-neg"      ? a.pipeline.vespoKNeg
+                                      : a.pipeline.vespoLambdaNeg) = d;
+      grpoFlags.push_back(flag);
+      vespoFlags = true;
     } else if (flag == "--sapo-temperature-pos" || flag == "--sapo-temperature-neg") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
@@ -610,7 +627,7 @@ int parseArgs(int argc, char **argv, Args &a) {
       std::string &to = flag == "--grpo-loss"             ? a.pipeline.grpoLoss
                         : flag == "--importance-sampling" ? a.pipeline.importanceSampling
                                                           : a.pipeline.scaleRewards;
-      const char *choices = flag == "--grpo-loss"             ? "'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo' or 'luspo'"
+      const char *choices = flag == "--grpo-loss"             ? "'dapo', 'grpo', 'bnpo', 'dr_grpo', 'cispo', 'sapo', 'luspo' or 'vespo'"
                             : flag == "--importance-sampling" ? "'token' or 'sequence'"
                                                               : "'group' or 'none'";
       if (!value(to) || std::string(choices).find("'" + to + "'") == std::string::npos)
@@ -838,6 +855,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     if (!grpo) return fail(f + " needs --recipe grpo"), 2;
   if (sapoFlags && a.pipeline.grpoLoss != "sapo")
     return fail("--sapo-temperature-pos and --sapo-temperature-neg need --grpo-loss sapo"), 2;
+  if (vespoFlags && a.pipeline.grpoLoss != "vespo")
+    return fail("--vespo-k-pos, --vespo-lambda-pos, --vespo-k-neg and --vespo-lambda-neg need --grpo-loss vespo"), 2;
   for (const std::string &f : clipFlags) // the weight is exactly 1 when the sampling policy is the step's own
     if (!a.pipeline.samplingLogProbs && !(f == "--grpo-epsilon-high" && a.pipeline.grpoLoss == "cispo"))
       return fail(f + " clips the importance weight, which is 1 unless the data gives the sampling policy's "
