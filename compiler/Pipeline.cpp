@@ -187,7 +187,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   pm.addPass(createFuseAttention());
   pm.addPass(createFuseRotary());
   // Prefix tuning's keys and values, with the shapes; before the cache takes them.
-  if (opts.peft == "prefix") pm.addPass(createPrefixAttention(PrefixAttentionOptions{opts.seed}));
+  if (opts.peft == "prefix") pm.addPass(createPrefixAttention(PrefixAttentionOptions{opts.seed, opts.prefixProjection, opts.encoderHiddenSize}));
   if (opts.kvCache > 0) pm.addPass(createKvCache());
   pm.addPass(createFuseProjections());
   if (opts.joinLora) pm.addPass(createJoinLora());

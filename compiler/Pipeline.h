@@ -32,6 +32,8 @@ struct PipelineOptions {
   bool decomposeBoth = false;     // --peft lokr: W1 a rank-r product too (PEFT's decompose_both)
   int64_t decomposeFactor = -1;   // --peft lokr: PEFT's decompose_factor
   int64_t virtualTokens = 20;     // --peft prompt: PEFT's num_virtual_tokens
+  bool prefixProjection = false;  // --peft prefix: through PEFT's MLP (prefix_projection)
+  int64_t encoderHiddenSize = 0;  // its width (0: token_dim, PEFT's encoder_hidden_size default)
   std::string promptInit = "random"; // --peft prompt: random (PEFT's RANDOM) | vocab (SAMPLE_VOCAB) | text (TEXT)
   std::string promptInitText, promptTokenizer; // text: PEFT's prompt_tuning_init_text, tokenizer_name_or_path
   std::vector<int64_t> promptInitIds;           // text: the text's tokens (sdc tokenizes it)

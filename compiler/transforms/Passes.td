@@ -374,10 +374,16 @@ def PrefixAttention : Pass<"sd-prefix-attention", "mlir::ModuleOp"> {
     keys not rotated, as PEFT's past_key_values. Hkv is read from the
     projection the keys come from (a k_proj of Hkv d outputs, or a fused
     q/k/v of (H + 2 Hkv) d). Records token_dim, num_layers and
-    num_attention_heads (Hkv) in `sd.peft`.
+    num_attention_heads (Hkv) in `sd.peft`. With `projection` (PEFT's
+    prefix_projection) those values are an MLP's output, computed in each
+    entry: the trainable `prompt_encoder.embedding.weight` [N, Hkv d]
+    through `prompt_encoder.transform.0` (to encoder-hidden-size, Tanh) and
+    `prompt_encoder.transform.2` (to 2 L Hkv d), PEFT's PrefixEncoder.
   }];
   let options = [
     Option<"seed", "seed", "int64_t", "0", "seed of the initialization">,
+    Option<"projection", "projection", "bool", "false", "the prefix through PEFT's two-layer MLP">,
+    Option<"encoderHiddenSize", "encoder-hidden-size", "int64_t", "0", "the MLP's width (0: token_dim, PEFT's)">,
   ];
 }
 

@@ -14,6 +14,7 @@
 #include "Passes.h"
 #include "sd/format/peft.h"
 #include "vjp/GradBuilder.h"
+#include <cmath>
 #include <random>
 
 namespace sd {
@@ -63,18 +64,14 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
       if (failed(heads)) return signalPassFailure();
       if (!prompt) {
         made = *heads;
-        std::mt19937_64 rng{uint64_t(seed)};
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<float> values(size_t(n * 2 * made.layers * made.kvHeads * made.headDim));
-        for (float &v : values) v = normal(rng); // nn.Embedding's N(0, 1), as PEFT's PrefixEncoder
-        prompt = sd::createFloatGlobal(module, sd::kPromptEmbeddings,
-                                       {n, 2 * made.layers * made.kvHeads * made.headDim}, "trainable", &values);
+        if (failed(createPrefix(module, n, made))) return signalPassFailure();
+        prompt = encoder.embedding;
       } else if (*heads != made) {
         f.emitError() << kWho << ": entry '" << f.getName() << "' has " << heads->layers
                       << " attention layers of other heads than the first entry's " << made.layers;
         return signalPassFailure();
       }
-      if (failed(replaceVirtualKeys(lookup, layers, prompt, *heads, n, first))) return signalPassFailure();
+      if (failed(replaceVirtualKeys(lookup, layers, *heads, n, first))) return signalPassFailure();
     }
     if (!prompt) {
       module.emitError() << kWho << ": no entry reads the virtual tokens";
@@ -85,7 +82,56 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
     attrs.set("token_dim", b.getI64IntegerAttr(made.kvHeads * made.headDim));
     attrs.set("num_layers", b.getI64IntegerAttr(made.layers));
     attrs.set("num_attention_heads", b.getI64IntegerAttr(made.kvHeads));
+    attrs.set("prefix_projection", b.getBoolAttr(projection));
+    if (projection) attrs.set("encoder_hidden_size", b.getI64IntegerAttr(hiddenSize(made)));
     module->setAttr("sd.peft", attrs.getDictionary(module.getContext()));
+  }
+
+  // The trained tensors: the prefix itself ([N, 2 L Hkv d], nn.Embedding's
+  // N(0, 1), as PEFT's PrefixEncoder), or with `projection` the embedding
+  // [N, Hkv d] and the MLP's two nn.Linear layers (PyTorch's start: weights
+  // and biases U(-1/sqrt(in), 1/sqrt(in))), names as PEFT's parameters.
+  struct Encoder {
+    GlobalOp embedding, w0, b0, w2, b2;
+  } encoder;
+
+  int64_t hiddenSize(const Heads &h) const { return encoderHiddenSize > 0 ? int64_t(encoderHiddenSize) : h.kvHeads * h.headDim; }
+
+  LogicalResult createPrefix(ModuleOp module, int64_t n, const Heads &h) {
+    std::mt19937_64 rng{uint64_t(seed)};
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int64_t tokenDim = h.kvHeads * h.headDim, all = 2 * h.layers * tokenDim, hidden = hiddenSize(h);
+    std::vector<float> values(size_t(n * (projection ? tokenDim : all)));
+    for (float &v : values) v = normal(rng);
+    if (!projection) {
+      encoder.embedding = sd::createFloatGlobal(module, sd::kPromptEmbeddings, {n, all}, "trainable", &values);
+      return success();
+    }
+    if (hidden < 1 || hidden > (int64_t(1) << 20))
+      return module.emitError() << kWho << ": --encoder-hidden-size must be from 1 to 2^20, got " << hidden;
+    encoder.embedding = sd::createFloatGlobal(module, sd::kPrefixEncoderNames[0], {n, tokenDim}, "trainable", &values);
+    std::vector<float> w0 = sd::kaimingUniform(hidden, tokenDim, rng);
+    std::vector<float> b0 = sd::uniformFloats(size_t(hidden), 1.0 / std::sqrt(double(tokenDim)), rng);
+    std::vector<float> w2 = sd::kaimingUniform(all, hidden, rng);
+    std::vector<float> b2 = sd::uniformFloats(size_t(all), 1.0 / std::sqrt(double(hidden)), rng);
+    encoder.w0 = sd::createFloatGlobal(module, sd::kPrefixEncoderNames[1], {hidden, tokenDim}, "trainable", &w0);
+    encoder.b0 = sd::createFloatGlobal(module, sd::kPrefixEncoderNames[2], {hidden}, "trainable", &b0);
+    encoder.w2 = sd::createFloatGlobal(module, sd::kPrefixEncoderNames[3], {all, hidden}, "trainable", &w2);
+    encoder.b2 = sd::createFloatGlobal(module, sd::kPrefixEncoderNames[4], {all}, "trainable", &b2);
+    return success();
+  }
+
+  // The prefix's keys and values [N, 2 L Hkv d]: the trained tensor, or the MLP of the embedding.
+  Value prefixValues(GradBuilder &g) {
+    OpBuilder &b = g.builder();
+    auto load = [&](GlobalOp gl) { return b.create<GlobalLoadOp>(g.loc(), gl.getType(), gl.getSymName()).getResult(); };
+    if (!projection) return load(encoder.embedding);
+    auto linear = [&](Value x, GlobalOp w, GlobalOp bias, const char *module) {
+      return g.make<LinearOp>({x, load(w), load(bias)}, {b.getNamedAttr("layout", b.getStringAttr("oi")),
+                                                         b.getNamedAttr("module", b.getStringAttr(module))});
+    };
+    Value hidden = g.make<TanhOp>({linear(load(encoder.embedding), encoder.w0, encoder.b0, "prompt_encoder.transform.0")});
+    return linear(hidden, encoder.w2, encoder.b2, "prompt_encoder.transform.2");
   }
 
   // The layers' query heads H and head size d from q [B, H, T, d], and the
@@ -140,8 +186,8 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
   // Layer i's keys and values at virtual ids: rows 2i and 2i+1 of each virtual
   // token's embedding, [Hkv, d] each, every head repeated as the layer's keys
   // repeat it (over its H / Hkv query heads, or not at all).
-  LogicalResult replaceVirtualKeys(Operation *lookup, ArrayRef<AttentionOp> layers, GlobalOp prompt, const Heads &h,
-                                   int64_t n, int64_t first) {
+  LogicalResult replaceVirtualKeys(Operation *lookup, ArrayRef<AttentionOp> layers, const Heads &h, int64_t n,
+                                   int64_t first) {
     Value ids = lookup->getOperand(1).getDefiningOp() ? lookup->getOperand(1).getDefiningOp()->getOperand(0) : Value();
     auto idType = ids ? dyn_cast<RankedTensorType>(ids.getType()) : RankedTensorType();
     if (!idType || idType.getRank() != 2 || !idType.hasStaticShape())
@@ -151,7 +197,7 @@ struct PrefixAttentionPass : sd::impl::PrefixAttentionBase<PrefixAttentionPass> 
     GradBuilder g(b, NameLoc::get(b.getStringAttr("prefix_keys")));
     sd::VirtualIds virtualIds = sd::virtualIdsAmong(g, ids, first);
     Value isVirtual = virtualIds.isVirtual, slot = virtualIds.slot;
-    Value all = b.create<GlobalLoadOp>(g.loc(), prompt.getType(), prompt.getSymName());
+    Value all = prefixValues(g);
     Value perLayer = g.reshape(all, {n, 2 * h.layers, h.kvHeads, h.headDim});
     for (auto [i, layer] : llvm::enumerate(layers)) {
       AttentionOp a = layer;

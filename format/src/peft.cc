@@ -87,7 +87,7 @@ std::string LoraConfig::compileFlags() const {
          : isLokr() ? "--peft lokr"
          : isVera() ? "--peft vera"
          : isPromptTuning() ? "--peft prompt"
-         : isPrefixTuning() ? "--peft prefix"
+         : isPrefixTuning() ? (prefixProjection ? "--peft prefix --prefix-projection" : "--peft prefix")
          : isAdalora() ? "--peft adalora"
          : isBottleneck() ? "--peft bottleneck --bottleneck-config " + bottleneckConfig
          : isDylora() ? "--peft dylora --dylora-block-size " + std::to_string(dyloraBlockSize)
@@ -286,7 +286,8 @@ StatusOr<LoraConfig> parseVeraConfig(const Json &doc, const std::string &path) {
 // PEFT's PromptTuningConfig and PrefixTuningConfig (`prefix`) for a causal
 // LM: num_virtual_tokens decides the shape with the model's (loading compares
 // it with the plan's). An encoder-decoder's prompts (num_transformer_submodules
-// 2), other tasks and a prefix through an MLP (prefix_projection) are refused.
+// 2) and other tasks are refused. A prefix trained through an MLP
+// (prefix_projection) is saved as the MLP's output, which loads as any prefix.
 StatusOr<LoraConfig> parsePromptTuningConfig(const Json &doc, const std::string &path, bool prefix) {
   const Json *n = doc.get("num_virtual_tokens"), *dim = doc.get("token_dim"),
              *parts = doc.get("num_transformer_submodules"), *task = doc.get("task_type"),
@@ -299,10 +300,9 @@ StatusOr<LoraConfig> parsePromptTuningConfig(const Json &doc, const std::string 
     return sdError(path, ": task_type is '", task->str, "': prompt tuning is supported for CAUSAL_LM only");
   if (dim && dim->type != Json::Type::Null && (!dim->isInteger() || dim->num < 1 || dim->num > 16777216.0))
     return sdError(path, ": token_dim must be a positive integer");
-  if (const Json *projection = doc.get("prefix_projection"); prefix && projection && projection->type == Json::Type::Bool &&
-                                                               projection->b)
-    return sdError(path, ": 'prefix_projection' is true: prefix tuning through an MLP is not supported yet");
   LoraConfig c;
+  if (const Json *projection = doc.get("prefix_projection"); prefix && projection && projection->type == Json::Type::Bool)
+    c.prefixProjection = projection->b;
   c.peftType = prefix ? "PREFIX_TUNING" : "PROMPT_TUNING";
   for (auto [key, out] : {std::pair{"num_layers", &c.numLayers}, std::pair{"num_attention_heads", &c.numAttentionHeads}})
     if (const Json *v = doc.get(key); v && v->isInteger() && v->num >= 1 && v->num <= 16777216.0) *out = int64_t(v->num);
@@ -534,6 +534,11 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
     if (prefix) {
       c.numLayers = int64_t(layers->num);
       c.numAttentionHeads = int64_t(heads->num);
+      const Json *projection = prompt->get("prefix_projection"), *hidden = prompt->get("encoder_hidden_size");
+      c.prefixProjection = projection && projection->type == Json::Type::Bool && projection->b;
+      if (c.prefixProjection && (!hidden || !hidden->isInteger() || hidden->num < 1))
+        return sdError("the plan's prefix tuning configuration is malformed");
+      c.encoderHiddenSize = c.prefixProjection ? int64_t(hidden->num) : 0;
     } else {
       c.promptInit = init->str;
       if (const Json *text = prompt->get("prompt_tuning_init_text"); text && text->type == Json::Type::String)
@@ -634,8 +639,9 @@ ConfigFields methodFields(const LoraConfig &cfg) {
   if (cfg.isPrefixTuning())
     return {{"num_virtual_tokens", std::to_string(cfg.numVirtualTokens)}, {"token_dim", std::to_string(cfg.tokenDim)},
             {"num_transformer_submodules", "1"}, {"num_attention_heads", std::to_string(cfg.numAttentionHeads)},
-            {"num_layers", std::to_string(cfg.numLayers)}, {"encoder_hidden_size", std::to_string(cfg.tokenDim)},
-            {"prefix_projection", "false"}};
+            {"num_layers", std::to_string(cfg.numLayers)},
+            {"encoder_hidden_size", std::to_string(cfg.prefixProjection ? cfg.encoderHiddenSize : cfg.tokenDim)},
+            {"prefix_projection", boolean(cfg.prefixProjection)}};
   // AdaLoRA: rank_pattern null, every triplet in the file (a pruned one's E
   // is 0); r is LoraConfig's default, which AdaLoRA ignores (PEFT warns on another).
   if (cfg.isAdalora())

@@ -31,12 +31,55 @@ static void carryOverOtherFiles(const std::string &from, const std::string &to) 
   ::closedir(d);
 }
 
+// A --prefix-projection plan's prefix, as PEFT saves it: its MLP's output
+// tanh(E W0ᵀ + b0) W2ᵀ + b2 [N, 2 L token_dim] (f32, with double sums).
+static StatusOr<HostTensor> projectedPrefix(const Session &session) {
+  std::vector<HostTensor> parts;
+  for (const char *name : kPrefixEncoderNames) {
+    int64_t g = session.findGlobal(name);
+    if (g < 0) return sdError("the plan has no global '", name, "'");
+    auto v = session.readGlobal(size_t(g));
+    if (!v.isOk()) return v.status();
+    if (v.value().dtype != DType::F32) return sdError("global '", name, "' is not f32");
+    parts.push_back(std::move(v.value()));
+  }
+  const HostTensor &e = parts[0], &w0 = parts[1], &b0 = parts[2], &w2 = parts[3], &b2 = parts[4];
+  if (e.dims.size() != 2 || w0.dims.size() != 2 || w2.dims.size() != 2 || w0.dims[1] != e.dims[1] ||
+      b0.dims != Dims{w0.dims[0]} || w2.dims[1] != w0.dims[0] || b2.dims != Dims{w2.dims[0]})
+    return sdError("the plan's prefix MLP has inconsistent shapes");
+  const int64_t n = e.dims[0], dim = e.dims[1], hidden = w0.dims[0], out = w2.dims[0];
+  auto f = [](const HostTensor &t) { return reinterpret_cast<const float *>(t.data.data()); };
+  std::vector<float> h(static_cast<size_t>(hidden)), y(static_cast<size_t>(n * out));
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t j = 0; j < hidden; ++j) {
+      double s = f(b0)[j];
+      for (int64_t k = 0; k < dim; ++k) s += double(f(e)[i * dim + k]) * f(w0)[j * dim + k];
+      h[size_t(j)] = float(std::tanh(s));
+    }
+    for (int64_t j = 0; j < out; ++j) {
+      double s = f(b2)[j];
+      for (int64_t k = 0; k < hidden; ++k) s += double(h[size_t(k)]) * f(w2)[j * hidden + k];
+      y[size_t(i * out + j)] = float(s);
+    }
+  }
+  HostTensor t{kPromptEmbeddings, DType::F32, {n, out}, {}};
+  t.data.resize(y.size() * sizeof(float));
+  std::memcpy(t.data.data(), y.data(), t.data.size());
+  return t;
+}
+
 Status saveAdapter(const std::string &dirGiven, const Session &session, const LoraConfig &cfg,
                    const std::map<size_t, std::vector<uint8_t>> *gathered) {
   std::string dir = dirGiven;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::vector<HostTensor> values;
   for (auto &[module, name] : cfg.tensors()) {
+    if (cfg.isPrefixTuning() && cfg.prefixProjection && name == kPromptEmbeddings) {
+      auto prefix = projectedPrefix(session);
+      if (!prefix.isOk()) return prefix.status();
+      values.push_back(std::move(prefix.value()));
+      continue;
+    }
     int64_t g = session.findGlobal(name);
     if (g < 0) return sdError("the plan has no global '", name, "'");
     if (gathered && !session.holdsGlobal(size_t(g))) {
@@ -123,6 +166,10 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     return sdError(cfgPath, ": VeRA r=", given.value().r, " projection_prng_key=", given.value().projectionKey,
                    ", the plan's r=", cfg.r, " projection_prng_key=", cfg.projectionKey,
                    " (sdc compile --lora-r R --seed KEY): the shared projections differ");
+  if (cfg.isPrefixTuning() && cfg.prefixProjection)
+    return sdError(dir, ": a --prefix-projection plan trains the prefix's MLP, which a saved prefix (its output) ",
+                   "does not hold; run the adapter with a plan compiled without --prefix-projection (as PEFT, "
+                   "which loads such an adapter without the MLP)");
   if ((cfg.isPromptTuning() || cfg.isPrefixTuning()) && given.value().numVirtualTokens != cfg.numVirtualTokens)
     return sdError(cfgPath, ": num_virtual_tokens=", given.value().numVirtualTokens, ", the plan's ",
                    cfg.numVirtualTokens, " (sdc compile --num-virtual-tokens N)");

@@ -178,6 +178,9 @@ def llama_plans(sdc, folder, tokens):
                         ("llama-prompt", ["--peft", "prompt", "--num-virtual-tokens", "4"]),
                         # Prefix tuning: each layer's keys and values at the virtual ids replaced (Where).
                         ("llama-prefix", ["--peft", "prefix", "--num-virtual-tokens", "4"]),
+                        # ... through PEFT's MLP (prefix_projection): Linear, Tanh, Linear each step.
+                        ("llama-prefix-projection", ["--peft", "prefix", "--num-virtual-tokens", "4",
+                                                     "--prefix-projection", "--encoder-hidden-size", "16"]),
                         # AdaLoRA: the rank allocation in the optimizer step (EMAs, an ascending TopK over
                         # every triplet's score, a Gather of the step's mask count, Where on E).
                         ("llama-adalora", ["--peft", "adalora", "--target-modules", "q_proj,v_proj", "--lora-r", "4",

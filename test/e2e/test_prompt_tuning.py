@@ -23,6 +23,9 @@ weights, and on a Llama exported with attention_mask and position_ids:
              model's embedding table (PEFT's SAMPLE_VOCAB), and the saved
              config says so; --prompt-init text (with --tokenizer) starts
              them as PEFT's TEXT start does, bit for bit
+  projection --prefix-projection (PEFT's prefix_projection) from the plan's
+             MLP gives PEFT's losses and saves PEFT's prefix (the MLP's
+             output), which PEFT and a plain prefix plan run alike
   bf16       --precision bf16 plans train from the same start, their losses
              within 2e-2 of f32's
   refusals   an adapter of another num_virtual_tokens or another method, a
@@ -294,6 +297,78 @@ def refusals(onnx_path, d, plan, trained, sdc, sdrun):
     check("sdc merge of a prompt tuning adapter is a one-line error", not problems, "; ".join(problems) or line)
 
 
+def projection_checks(name, arch, onnx_path, d, sdc, sdrun, build):
+    """--prefix-projection (PEFT's prefix_projection): the prefix is a
+    two-layer MLP's output. PEFT starts from the plan's MLP (read from the
+    plan), both train, and the saved prefix (the MLP's output, as PEFT saves
+    it) loads in PEFT and in a plain prefix plan with PEFT's logits."""
+    import torch
+    from peft import PeftModel, PrefixTuningConfig, get_peft_model
+    from safetensors.numpy import load_file
+    import export_hf
+    hidden = 24
+    data = os.path.join(d, "train.jsonl")
+    rows = [json.loads(l)["input_ids"] for l in open(data)]
+    plan, plain = os.path.join(d, "projection.sdp"), os.path.join(d, "plan.sdp")
+    sh([sdc, "compile", onnx_path, "--peft", "prefix", "--num-virtual-tokens", str(VIRTUAL), "--prefix-projection",
+        "--encoder-hidden-size", str(hidden), "--seed", "4", "--shapes", f"input_ids={BATCH}x{SEQ}", "--infer-shapes",
+        f"input_ids={BATCH}x{SEQ}", "-o", plan])
+    names = {"embedding.weight": "prompt_encoder.embedding.weight"}
+    for layer in (0, 2):
+        for part in ("weight", "bias"):
+            names[f"transform.{layer}.{part}"] = f"prompt_encoder.transform.{layer}.{part}"
+    _, start = plan_globals(build, plan, list(names.values()))
+    pm = get_peft_model(export_hf.build(arch, 0), PrefixTuningConfig(
+        task_type="CAUSAL_LM", num_virtual_tokens=VIRTUAL, prefix_projection=True, encoder_hidden_size=hidden))
+    encoder = pm.prompt_encoder["default"]
+    with torch.no_grad():
+        for theirs, ours in names.items():
+            encoder.get_parameter(theirs).copy_(torch.tensor(start[ours]))
+    want = peft_prompt_steps(pm, rows)
+    trained, metrics = os.path.join(d, "projection_trained"), os.path.join(d, "projection.jsonl")
+    sh([sdrun, "train", plan, "--data", data, "--steps", str(STEPS), "--no-shuffle", "--lr", str(LR),
+        "--lr-schedule", "constant", "--threads", "2", "--metrics", metrics, "--save-adapter", trained])
+    losses = losses_of(metrics)
+    loss_err = max(abs(a - b) / abs(b) for a, b in zip(losses, want)) if len(losses) == STEPS else float("inf")
+    pm.eval()
+    with torch.no_grad():
+        theirs = pm.get_prompt_embedding_to_save("default").numpy()
+    ours = load_file(os.path.join(trained, "adapter_model.safetensors"))
+    err = rel_err(ours["prompt_embeddings"], theirs) if set(ours) == {"prompt_embeddings"} else float("inf")
+    cfg = json.load(open(os.path.join(trained, "adapter_config.json")))
+    check(f"{name}, --prefix-projection (MLP width {hidden}): {STEPS} steps from the plan's start give PEFT's losses, "
+          f"and the saved prefix is PEFT's MLP output {list(theirs.shape)} (1e-4)",
+          loss_err <= 1e-4 and err <= 1e-4 and cfg.get("prefix_projection") is True and
+          cfg.get("encoder_hidden_size") == hidden,
+          f"losses {losses[:2]} vs PEFT {want[:2]}, worst loss err {loss_err:.1e}, prefix err {err:.1e}, config "
+          f"prefix_projection {cfg.get('prefix_projection')} encoder_hidden_size {cfg.get('encoder_hidden_size')}")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        loaded = PeftModel.from_pretrained(export_hf.build(arch, 0).eval(), trained).eval()
+    ids = np.random.default_rng(5).integers(0, 256, (BATCH, SEQ)).astype(np.int64)
+    with torch.no_grad():
+        want_logits = loaded(input_ids=torch.tensor(ids)).logits.numpy()
+    err = rel_err(sdrun_logits(sdrun, plain, trained, ids, d, "projected"), want_logits)
+    check(f"{name}, --prefix-projection sdc->PEFT: the saved prefix loads in PEFT with no warnings, and a plain "
+          "prefix plan's sdrun infer --adapter gives PEFT's logits (1e-4)",
+          not peft_warnings(caught) and err <= 1e-4,
+          f"relative err {err:.2e}; " + ("; ".join(peft_warnings(caught)) or "no warnings"))
+    ids_file, out = os.path.join(d, "projection_ids.npy"), os.path.join(d, "projection_out")
+    np.save(ids_file, ids)
+    for what, cmd, words, left in (
+            ("--adapter on a --prefix-projection plan", [sdrun, "infer", plan, "--adapter", trained, "--input",
+                                                         f"input_ids={ids_file}", "--output-dir", out],
+             ["--prefix-projection", "MLP"], [out]),
+            ("--prefix-projection without --peft prefix", [sdc, "compile", onnx_path, "--peft", "prompt",
+                                                           "--prefix-projection", "-o", out + ".sdp"],
+             ["--prefix-projection needs --peft prefix"], [out + ".sdp"]),
+            ("--encoder-hidden-size without --prefix-projection", [sdc, "compile", onnx_path, "--peft", "prefix",
+                                                                   "--encoder-hidden-size", "8", "-o", out + ".sdp"],
+             ["--encoder-hidden-size", "needs --prefix-projection"], [out + ".sdp"])):
+        problems, line = clean_error_problems(cmd, words, left)
+        check(f"refused: {what}", not problems, "; ".join(problems) or line)
+
+
 def main():
     sdc, sdrun = tool_paths()
     build = os.path.dirname(os.path.dirname(sdrun))
@@ -321,6 +396,8 @@ def main():
                 if arch == "llama" and not with_mask:
                     generation(method, onnx_path, d, trained, sdc, sdrun)
                     bf16_run(method, onnx_path, d, sdc, sdrun, init, losses)
+                    if method == "prefix":
+                        projection_checks(name, arch, onnx_path, d, sdc, sdrun, build)
                     if method == "prompt":
                         vocab_init(onnx_path, d, sdc, sdrun, build)
                         text_init(onnx_path, d, sdc, sdrun, build)

@@ -446,10 +446,25 @@ TEST(PeftConfig, PrefixTuningKeepsItsLayersAndKeyValueHeads) {
   EXPECT_FALSE(sd::loraConfigFromPlanConfig(
                    R"({"prefix_tuning": {"num_virtual_tokens": 3, "token_dim": 32, "first_virtual_id": 256}})")
                    .isOk());
+  // A prefix trained through PEFT's MLP is saved as the MLP's output: it loads as any prefix.
   auto mlp = sd::parseAdapterConfig(R"({"peft_type": "PREFIX_TUNING", "num_virtual_tokens": 3, "prefix_projection": true})",
                                     "cfg.json");
-  ASSERT_FALSE(mlp.isOk());
-  EXPECT_NE(mlp.status().message().find("prefix_projection"), std::string::npos) << mlp.status().message();
+  ASSERT_TRUE(mlp.isOk()) << mlp.status().message();
+  EXPECT_TRUE(mlp.value().prefixProjection);
+  EXPECT_EQ(mlp.value().tensors(), (std::vector<std::pair<std::string, std::string>>{{"", "prompt_embeddings"}}));
+  // A --prefix-projection plan writes prefix_projection and its MLP's width.
+  auto projected = sd::loraConfigFromPlanConfig(
+      R"({"prefix_tuning": {"peft_type": "PREFIX_TUNING", "num_virtual_tokens": 3, "token_dim": 32, "num_layers": 2,
+          "num_attention_heads": 2, "first_virtual_id": 256, "prefix_projection": true, "encoder_hidden_size": 24}})");
+  ASSERT_TRUE(projected.isOk()) << projected.status().message();
+  EXPECT_EQ(projected.value().compileFlags(), "--peft prefix --prefix-projection");
+  std::string json = sd::adapterConfigJson(projected.value());
+  EXPECT_NE(json.find("\"prefix_projection\": true"), std::string::npos) << json;
+  EXPECT_NE(json.find("\"encoder_hidden_size\": 24"), std::string::npos) << json;
+  EXPECT_FALSE(sd::loraConfigFromPlanConfig(
+                   R"({"prefix_tuning": {"num_virtual_tokens": 3, "token_dim": 32, "num_layers": 2,
+                       "num_attention_heads": 2, "first_virtual_id": 256, "prefix_projection": true}})")
+                   .isOk());
 }
 
 TEST(PeftConfig, VeraKeysItsSharedProjectionsUnderBaseModel) {

@@ -103,6 +103,9 @@ const char *kUsage =
     "                           tokens before every row's own, in each attention layer\n"
     "                           (PEFT's prefix tuning, without prefix_projection); sft recipe only\n"
     "  --num-virtual-tokens N   prompt, prefix: how many virtual tokens (20)\n"
+    "  --prefix-projection      prefix: train the keys and values through PEFT's two-layer MLP\n"
+    "                           (prefix_projection); the adapter holds its output, as PEFT's\n"
+    "  --encoder-hidden-size H  prefix-projection: the MLP's width (the key/value width)\n"
     "  --prompt-init random|vocab|text  prompt: N(0, 1) (PEFT's RANDOM, the default), the\n"
     "                           embeddings of random vocabulary tokens (SAMPLE_VOCAB), or\n"
     "                           of --prompt-init-text's tokens, repeated to fill (TEXT)\n"
@@ -468,6 +471,13 @@ int parseArgs(int argc, char **argv, Args &a) {
        : flag == "--adalora-beta2" ? a.pipeline.adaloraBeta2
                                    : a.pipeline.orthRegWeight) = d;
       adaloraGiven = true;
+    } else if (flag == "--prefix-projection") {
+      a.pipeline.prefixProjection = true;
+    } else if (flag == "--encoder-hidden-size") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0;
+      if (v.empty() || *end || n < 1 || n > (1 << 20)) return fail("--encoder-hidden-size needs a positive integer"), 2;
+      a.pipeline.encoderHiddenSize = n;
     } else if (flag == "--num-virtual-tokens") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0;
@@ -791,6 +801,12 @@ int parseArgs(int argc, char **argv, Args &a) {
   }
   const bool promptLearning = a.pipeline.peft == "prompt" || a.pipeline.peft == "prefix";
   if (promptGiven && !promptLearning) return fail("--num-virtual-tokens needs --peft prompt or prefix"), 2;
+  if (a.pipeline.prefixProjection && a.pipeline.peft != "prefix")
+    return fail("--prefix-projection needs --peft prefix (PEFT's prefix_projection)"), 2;
+  if (a.pipeline.encoderHiddenSize > 0 && !a.pipeline.prefixProjection)
+    return fail("--encoder-hidden-size is the prefix MLP's width: it needs --prefix-projection"), 2;
+  if (a.pipeline.prefixProjection && a.pipeline.shard == "params")
+    return fail("--prefix-projection does not take --shard params yet"), 2;
   if (promptInitGiven && a.pipeline.peft != "prompt")
     return fail("--prompt-init needs --peft prompt (prefix tuning starts from N(0, 1), as PEFT's)"), 2;
   const bool textInit = a.pipeline.promptInit == "text";

@@ -38,6 +38,13 @@ constexpr const char *kLokrSuffixes[] = {".lokr_w1", ".lokr_w1_a", ".lokr_w1_b",
 // 2 num_layers token_dim]. Keyed as PEFT saves prompt-learning adapters (no
 // "base_model.model." prefix).
 constexpr const char *kPromptEmbeddings = "prompt_embeddings";
+// Prefix tuning through PEFT's MLP (prefix_projection), a plan's trained
+// tensors: the embedding [N, token_dim], transform.0 (weight [H, token_dim],
+// bias [H]) and transform.2 (weight [2 L token_dim, H], bias). The adapter
+// file holds their output as prompt_embeddings, as PEFT saves it.
+constexpr const char *kPrefixEncoderNames[] = {"prompt_encoder.embedding.weight", "prompt_encoder.transform.0.weight",
+                                               "prompt_encoder.transform.0.bias", "prompt_encoder.transform.2.weight",
+                                               "prompt_encoder.transform.2.bias"};
 // AdaLoRA's per-module tensors (PEFT's ParameterDicts: no ".weight").
 constexpr const char *kAdaloraSuffixes[] = {".lora_A", ".lora_E", ".lora_B"};
 // Bottleneck adapters in AdapterHub's layout (its `adapters` library):
@@ -153,6 +160,11 @@ struct LoraConfig {
   int64_t tokenDim = 0;
   int64_t numLayers = 0, numAttentionHeads = 0;
   std::string promptInit = "RANDOM";
+  // Prefix tuning: PEFT's prefix_projection and encoder_hidden_size. A plan
+  // with the projection trains the MLP (kPrefixEncoderNames); every file holds
+  // the prefix itself.
+  bool prefixProjection = false;
+  int64_t encoderHiddenSize = 0;
   std::string promptInitText, tokenizerPath; // TEXT: PEFT's prompt_tuning_init_text, tokenizer_name_or_path
   // A plan's: the token id of virtual token 0 (the embedding table's rows;
   // virtual token i is this + i, which the generator feeds before a prompt).
