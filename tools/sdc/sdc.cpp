@@ -2,9 +2,12 @@
 // pass pipeline and writes a plan.
 #include "Driver.h"
 #include "Merge.h"
+#include "PeftDefaults.h"
+#include "sd/format/json.h"
 #include "sd/format/file_io.h"
 #include "sd/format/peft.h"
 #include "sd/tokenize/tokenizer.h"
+#include <sys/stat.h>
 #include <algorithm>
 #include <new>
 #include <cctype>
@@ -116,7 +119,11 @@ const char *kUsage =
     "  --target-modules LIST    comma list of sd.linear module names (a name matches\n"
     "                           itself or a suffix after a dot, as in PEFT), a regex\n"
     "                           that must match the whole name, or all-linear (every\n"
-    "                           linear layer but the output head)\n"
+    "                           linear layer but the output head); not given: PEFT's\n"
+    "                           default for the model's model_type (--model-type T, or\n"
+    "                           the config.json beside the model, as Optimum exports it)\n"
+    "  --model-type T           the transformers model_type (llama, gpt2, bert, qwen2, ...)\n"
+    "                           whose PEFT default --target-modules to take\n"
     "  --osft-preserved-ratio R fraction of min(out, in) kept frozen, in (0, 1) (0.5;\n"
     "                           PEFT's effective_rank)\n"
     "  --osft-rank-pattern NAME=K|R,...  per-module preserved rank K or ratio R (NAME a\n"
@@ -345,11 +352,59 @@ int fail(const std::string &msg) {
 
 struct Args {
   std::string model, output, emit = "plan";
+  std::string modelType; // --model-type (else config.json beside the model): PEFT's default targets
   std::vector<std::pair<std::string, std::string>> binds;
   sd::PipelineOptions pipeline;
   bool externalWeights = false, verbose = false, dryRun = false;
   int64_t maxTrip = 0, maxUnroll = 64, maxSelect = 65536;
 };
+
+// The model's transformers model_type: --model-type, else the "model_type"
+// of a config.json beside the model (Optimum's export folder); "" when
+// neither. `from` says where it came from. A config.json that is not JSON
+// is an error (returned as a message).
+std::string modelTypeOf(const Args &a, std::string &from, std::string &error) {
+  if (!a.modelType.empty()) return from = "--model-type", a.modelType;
+  std::string dir = a.model.find('/') == std::string::npos ? "." : a.model.substr(0, a.model.find_last_of('/'));
+  from = dir + "/config.json";
+  struct stat st;
+  if (::stat(from.c_str(), &st) != 0) return "";
+  auto text = sd::readWholeFile(from);
+  auto doc = text.isOk() ? sd::parseJson(text.value(), from) : sd::StatusOr<sd::Json>(text.status());
+  if (!doc.isOk()) return error = doc.status().message(), "";
+  const sd::Json *type = doc.value().get("model_type");
+  return type && type->type == sd::Json::Type::String ? type->str : "";
+}
+
+// No --target-modules: PEFT's default for the model's model_type, as its
+// configs pick it, said on stderr. Non-zero: the exit code of an error.
+int defaultTargets(Args &a) {
+  const std::string &peft = a.pipeline.peft;
+  if (!a.pipeline.targetModules.empty() ||
+      (peft != "lora" && peft != "loha" && peft != "lokr" && peft != "dylora" && peft != "vera" && peft != "adalora" &&
+       peft != "ia3" && peft != "osft"))
+    return !a.modelType.empty() && a.pipeline.targetModules.empty()
+               ? fail("--model-type picks PEFT's default --target-modules: it needs an adapter method that takes "
+                      "them (--peft lora, loha, lokr, dylora, vera, adalora, ia3 or osft)"),
+               2 : 0;
+  std::string from, error;
+  std::string type = modelTypeOf(a, from, error);
+  if (!error.empty()) return fail(error), 2;
+  if (type.empty()) return 0; // the per-method "needs --target-modules" errors follow
+  auto d = sd::peftDefaultTargets(peft, type);
+  if (!d)
+    return fail("--peft " + peft + ": PEFT has no default target_modules for model_type '" + type + "' (" + from +
+                "): give --target-modules (names, a regex or all-linear)"),
+           2;
+  a.pipeline.targetModules = d->targets;
+  std::string note = "sdc: --target-modules " + d->targets;
+  if (peft == "ia3" && a.pipeline.feedforwardModules.empty()) {
+    a.pipeline.feedforwardModules = d->feedforward;
+    if (!d->feedforward.empty()) note += " --feedforward-modules " + d->feedforward;
+  }
+  std::fprintf(stderr, "%s: PEFT's default for model_type '%s' (%s)\n", note.c_str(), type.c_str(), from.c_str());
+  return 0;
+}
 
 int parseArgs(int argc, char **argv, Args &a) {
   if (argc < 2) {
@@ -423,6 +478,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       std::string &st = a.pipeline.osftStrategy;
       if (!value(st) || (st != "auto" && st != "factored" && st != "dense"))
         return fail("--osft-strategy takes 'auto', 'factored' or 'dense'"), 2;
+    } else if (flag == "--model-type") {
+      if (!value(a.modelType) || a.modelType.empty()) return fail("--model-type needs a transformers model_type"), 2;
     } else if (flag == "--target-modules") {
       if (!value(a.pipeline.targetModules) || a.pipeline.targetModules.empty())
         return fail("--target-modules needs module names or a regex"), 2;
@@ -744,15 +801,18 @@ int parseArgs(int argc, char **argv, Args &a) {
       (!a.pipeline.lossOutput.empty() || !a.pipeline.logitsOutput.empty()))
     return fail("--loss-output/--logits-output need a training plan: add --peft none"), 2;
   if (a.emit == "plan" && a.output.empty() && !a.dryRun) return fail("no output given: use -o PLAN.sdp"), 2;
+  if (int rc = defaultTargets(a); rc) return rc;
   if (a.pipeline.peft == "lora" && a.pipeline.targetModules.empty())
-    return fail("--peft lora needs --target-modules (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
+    return fail("--peft lora needs --target-modules, or --model-type (or a config.json beside the model) for PEFT's "
+                "default (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
   if (a.pipeline.peft == "osft" && a.pipeline.targetModules.empty())
-    return fail("--peft osft needs --target-modules (all-linear, names or a regex)"), 2;
+    return fail("--peft osft needs --target-modules (all-linear, names or a regex), or --model-type for PEFT's default"), 2;
   if ((a.pipeline.peft == "ia3" || a.pipeline.peft == "loha" || a.pipeline.peft == "lokr" || a.pipeline.peft == "vera" ||
        a.pipeline.peft == "dylora" ||
        a.pipeline.peft == "adalora") &&
       a.pipeline.targetModules.empty())
-    return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex)"), 2;
+    return fail("--peft " + a.pipeline.peft + " needs --target-modules (all-linear, names or a regex), or --model-type "
+                "for PEFT's default"), 2;
   if (a.pipeline.peft == "bitfit" && !a.pipeline.targetModules.empty())
     return fail("--peft bitfit trains every bias term; --target-modules does not apply"), 2;
   if (a.pipeline.peft == "bitfit" && !a.pipeline.quantize.empty())

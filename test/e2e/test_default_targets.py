@@ -1,0 +1,175 @@
+#!/usr/bin/env python3
+"""sdc compile --peft M without --target-modules adapts the layers PEFT's
+config M adapts when target_modules is not given: PEFT's default for the
+model's transformers model_type, read from the config.json beside the ONNX
+model (Optimum's export folder) or given as --model-type.
+
+For GPT-2, Llama, Qwen2, Mistral, Phi and BERT (transformers configs, seeded
+random weights) and the methods LoRA, LoHa, LoKr, VeRA, AdaLoRA, IA3
+(targets and feedforward modules) and OSF, the plan's modules (sdc compile
+--dry-run) are exactly those get_peft_model wraps (DyLoRA takes LoRA's;
+LoHa, LoKr and OSF leave GPT-2 out: PEFT's refuse or skip its Conv1D
+layers; OSF falls back to all linear layers, as PEFT's, for BERT);
+where PEFT has no default (it raises), sdc refuses in one line naming the
+model_type, and --model-type overrides a config.json.
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import warnings
+
+from e2e_util import ROOT, clean_error_problems, tool_paths
+from test_training import check, report
+
+sys.path.insert(0, os.path.join(ROOT, "examples"))
+BATCH, SEQ = 1, 8
+METHODS = ("lora", "loha", "lokr", "dylora", "vera", "adalora", "ia3", "osft")
+
+
+def bert():
+    import torch
+    import transformers
+    torch.manual_seed(0)
+    return transformers.BertModel(transformers.BertConfig(
+        vocab_size=256, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64,
+        max_position_embeddings=64, attn_implementation="eager")).eval()
+
+
+def export(arch, folder):
+    """The model exported beside its config.json; returns the model."""
+    import torch
+    import export_hf
+    os.makedirs(folder)
+    onnx_path = os.path.join(folder, "model.onnx")
+    if arch == "bert":
+        model = bert()
+        forward = type(model).forward
+        model.forward = lambda ids: tuple(forward(model, input_ids=ids)[:2])  # the pooler too: every layer PEFT sees
+        try:
+            torch.onnx.export(model, (torch.zeros(BATCH, SEQ, dtype=torch.int64),), onnx_path,
+                              input_names=["input_ids"], output_names=["hidden", "pooled"], opset_version=17,
+                              dynamo=False)
+        finally:
+            del model.forward
+    else:
+        model = export_hf.build(arch, 0)
+        export_hf.export(model, onnx_path, opset=17, batch=BATCH, seq=SEQ)
+    model.config.to_json_file(os.path.join(folder, "config.json"))
+    return model
+
+
+def peft_choice(method, model):
+    """(targets, feedforward) PEFT's config for `method` wraps on `model`, or
+    None when PEFT refuses (no default for the model_type)."""
+    import peft
+    from peft.tuners.tuners_utils import BaseTunerLayer
+    configs = {"lora": lambda: peft.LoraConfig(), "dylora": lambda: peft.LoraConfig(),
+               "loha": lambda: peft.LoHaConfig(), "lokr": lambda: peft.LoKrConfig(), "vera": lambda: peft.VeraConfig(),
+               "adalora": lambda: peft.AdaLoraConfig(total_step=10), "ia3": lambda: peft.IA3Config(),
+               "osft": lambda: peft.OSFConfig()}
+    import copy
+    try:
+        pm = peft.get_peft_model(copy.deepcopy(model), configs[method]())
+    except ValueError:
+        return None
+    targets, feedforward = set(), set()
+    for name, m in pm.named_modules():
+        if isinstance(m, BaseTunerLayer):
+            plain = name.removeprefix("base_model.model.")
+            targets.add(plain)
+            if method == "ia3" and getattr(m, "is_feedforward", False):
+                feedforward.add(plain)
+    return targets, feedforward
+
+
+def sdc_choice(sdc, onnx_path, method, extra=()):
+    """(targets, feedforward, stderr note) of sdc compile --dry-run, or None with the error line."""
+    flags = ["--total-step", "10"] if method == "adalora" else []
+    r = subprocess.run([sdc, "compile", onnx_path, "--peft", method, *flags, *extra, "--dry-run"],
+                       capture_output=True, text=True, timeout=120)
+    if r.returncode != 0:
+        return None, r.stderr.strip()
+    targets, feedforward = set(), set()
+    listing = False
+    for line in r.stdout.splitlines():
+        if re.match(r"^(LoRA|LoHa|LoKr|DyLoRA|VeRA|AdaLoRA|IA3|OSFT)\b", line):
+            listing = True
+            continue
+        if listing and line.startswith("  "):
+            name = line.split()[0]
+            targets.add(name)
+            if "feedforward" in line:
+                feedforward.add(name)
+        elif listing:
+            listing = False
+    return (targets, feedforward), r.stderr.strip()
+
+
+def main():
+    sdc, _ = tool_paths()
+    warnings.filterwarnings("ignore")
+    import torch
+    torch.set_num_threads(2)
+    tmp = tempfile.mkdtemp(prefix="sd_default_targets_")
+    try:
+        for arch in ("gpt2", "llama", "qwen2", "mistral", "phi", "bert"):
+            d = os.path.join(tmp, arch)
+            model = export(arch, d)
+            onnx_path = os.path.join(d, "model.onnx")
+            model_type = model.config.model_type
+            for method in METHODS:
+                if arch == "gpt2" and method in ("loha", "lokr", "osft"):
+                    continue  # PEFT's LoHa and LoKr refuse GPT-2's Conv1D layers, its OSF skips them (wraps none)
+                want = peft_choice(method, model)
+                got, note = sdc_choice(sdc, onnx_path, method)
+                if want is None:
+                    line = note.splitlines()[-1] if note else ""
+                    check(f"{arch} --peft {method}: PEFT has no default target_modules for model_type "
+                          f"'{model_type}', and sdc refuses in one line naming it",
+                          got is None and note.count("\n") == 0 and f"'{model_type}'" in line and
+                          "--target-modules" in line, line)
+                    continue
+                ok = got is not None and got[0] == want[0] and got[1] == want[1] and f"'{model_type}'" in note
+                check(f"{arch} --peft {method}: without --target-modules the plan adapts PEFT's {len(want[0])} "
+                      f"modules" + (f" ({len(want[1])} feedforward)" if method == "ia3" else "") +
+                      f" for model_type '{model_type}', and says so",
+                      ok, note if got is None else
+                      f"{note}; sdc only {sorted(got[0] - want[0])[:3]}, PEFT only {sorted(want[0] - got[0])[:3]}, "
+                      f"feedforward sdc {sorted(got[1])[:2]} PEFT {sorted(want[1])[:2]}")
+        # --model-type overrides config.json: Llama's layout read as Mistral's (the same names).
+        onnx_path = os.path.join(tmp, "llama", "model.onnx")
+        got, note = sdc_choice(sdc, onnx_path, "osft", ["--model-type", "mistral"])
+        check("--model-type mistral overrides the config.json's llama, and the note says where it came from",
+              got is not None and len(got[0]) == 14 and "'mistral' (--model-type)" in note, note)
+        bare = os.path.join(tmp, "bare")
+        os.makedirs(bare)
+        shutil.copy(onnx_path, bare)
+        out = os.path.join(tmp, "refused.sdp")
+        for what, cmd, words in (
+                ("a model without config.json and no --model-type",
+                 [sdc, "compile", os.path.join(bare, "model.onnx"), "--peft", "lora", "-o", out],
+                 ["--target-modules", "--model-type"]),
+                ("--model-type without an adapter method", [sdc, "compile", onnx_path, "--peft", "none",
+                                                             "--model-type", "llama", "-o", out],
+                 ["--model-type", "needs an adapter method"])):
+            problems, line = clean_error_problems(cmd, words, [out])
+            check(f"refused: {what}", not problems, "; ".join(problems) or line)
+        with open(os.path.join(bare, "config.json"), "w") as f:
+            f.write("{not json")
+        problems, line = clean_error_problems([sdc, "compile", os.path.join(bare, "model.onnx"), "--peft", "lora",
+                                               "-o", out], ["config.json"], [out])
+        check("refused: a config.json that is not JSON, naming it", not problems, "; ".join(problems) or line)
+        r = subprocess.run([sdc, "compile", os.path.join(bare, "model.onnx"), "--peft", "lora", "--target-modules",
+                            "q_proj", "--dry-run"], capture_output=True, text=True, timeout=120)
+        check("a broken config.json is not read when --target-modules is given", r.returncode == 0,
+              f"exit {r.returncode}: {r.stderr.strip()[-200:]}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("test_default_targets")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
