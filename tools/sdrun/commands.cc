@@ -113,7 +113,7 @@ const char *kInferUsage =
     "                  [--adapter-rank K] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...] [--profile TRACE.json]\n"
     "\n"
     "Runs the plan's `infer` entry. FILE is an ONNX TensorProto (.pb) or NumPy .npy.\n"
-    "--adapter loads an adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, LoKr, VeRA, OSF or prompt\n"
+    "--adapter loads an adapter (HF PEFT layout: LoRA, DoRA, DyLoRA, IA3, LoHa, LoKr, VeRA, OSF or prompt\n"
     "tuning; AdapterHub's for bottleneck adapters) of the plan's method first. A prompt tuning plan's logits cover its virtual tokens\n"
     "first, as PEFT's do. --adapter-rank K runs a DyLoRA plan's adapter (sdc compile --peft\n"
     "dylora) at its first K ranks (a multiple of its block size), as a LoRA cut to rank K.\n"

@@ -82,7 +82,7 @@ const char *kTrainUsage =
     "  --adapter DIR          start from an adapter of the plan's method (HF PEFT layout;\n"
     "                         AdapterHub's for bottleneck adapters)\n"
     "  --tokenizer DIR        a Hugging Face tokenizer (tokenizer.json, tokenizer_config.json)\n"
-    "  --save-adapter DIR     write the trained adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, LoKr,\n"
+    "  --save-adapter DIR     write the trained adapter (HF PEFT layout: LoRA, DoRA, IA3, LoHa, LoKr, DyLoRA,\n"
     "                         VeRA, OSF or prompt tuning, as the plan was compiled; AdapterHub's\n"
     "                         layout for bottleneck adapters)\n"
     "  --metrics FILE.jsonl   one JSON object per optimizer step (and per eval)\n"
