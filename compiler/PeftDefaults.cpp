@@ -56,48 +56,9 @@ const ModelTargets kLora[] = {
     {"rwkv", R"(key,value,receptance,output)"},
     {"rwkv7", R"(r_proj,k_proj,v_proj,o_proj,key,value)"},
 };
-// VeraConfig
-const ModelTargets kVera[] = {
-    {"t5", R"(q,v)"},
-    {"mt5", R"(q,v)"},
-    {"bart", R"(q_proj,v_proj)"},
-    {"gpt2", R"(c_attn)"},
-    {"bloom", R"(query_key_value)"},
-    {"blip-2", R"(q,v,q_proj,v_proj)"},
-    {"opt", R"(q_proj,v_proj)"},
-    {"gptj", R"(q_proj,v_proj)"},
-    {"gpt_neox", R"(query_key_value)"},
-    {"gpt_neo", R"(q_proj,v_proj)"},
-    {"bert", R"(query,value)"},
-    {"roberta", R"(query,value)"},
-    {"xlm-roberta", R"(query,value)"},
-    {"electra", R"(query,value)"},
-    {"deberta-v2", R"(query_proj,value_proj)"},
-    {"deberta", R"(in_proj)"},
-    {"layoutlm", R"(query,value)"},
-    {"llama", R"(q_proj,v_proj)"},
-    {"llama4", R"(q_proj,v_proj)"},
-    {"chatglm", R"(query_key_value)"},
-    {"gpt_bigcode", R"(c_attn)"},
-    {"mpt", R"(Wqkv)"},
-    {"RefinedWebModel", R"(query_key_value)"},
-    {"RefinedWeb", R"(query_key_value)"},
-    {"falcon", R"(query_key_value)"},
-    {"btlm", R"(c_proj,c_attn)"},
-    {"codegen", R"(qkv_proj)"},
-    {"mistral", R"(q_proj,v_proj)"},
-    {"mixtral", R"(q_proj,v_proj)"},
-    {"stablelm", R"(q_proj,v_proj)"},
+// VeraConfig: LoRA's, but for these.
+const ModelTargets kVeraOverLora[] = {
     {"phi", R"(q_proj,v_proj)"},
-    {"gemma", R"(q_proj,v_proj)"},
-    {"gemma2", R"(q_proj,v_proj)"},
-    {"gemma3_text", R"(q_proj,v_proj)"},
-    {"gemma4", R"(.*language_model\..*\.(q_proj|v_proj))"},
-    {"qwen2", R"(q_proj,v_proj)"},
-    {"qwen3", R"(q_proj,v_proj)"},
-    {"nemotron_h", R"(q_proj,k_proj,v_proj,o_proj)"},
-    {"rwkv", R"(key,value,receptance,output)"},
-    {"rwkv7", R"(r_proj,k_proj,v_proj,o_proj,key,value)"},
 };
 // AdaLoraConfig
 const ModelTargets kAdalora[] = {
@@ -217,7 +178,8 @@ const char *lookUp(const ModelTargets (&table)[N], const std::string &modelType)
 
 std::optional<PeftDefaultTargets> peftDefaultTargets(const std::string &peft, const std::string &modelType) {
   const char *targets = peft == "lora" || peft == "loha" || peft == "lokr" || peft == "dylora" ? lookUp(kLora, modelType)
-                        : peft == "vera"                                                      ? lookUp(kVera, modelType)
+                        : peft == "vera" ? (lookUp(kVeraOverLora, modelType) ? lookUp(kVeraOverLora, modelType)
+                                                                             : lookUp(kLora, modelType))
                         : peft == "adalora"                                                   ? lookUp(kAdalora, modelType)
                         : peft == "ia3"                                                       ? lookUp(kIa3, modelType)
                         : peft == "osft"                                                      ? lookUp(kOsf, modelType)

@@ -11,7 +11,8 @@ random weights) and the methods LoRA, LoHa, LoKr, VeRA, AdaLoRA, IA3
 LoHa, LoKr and OSF leave GPT-2 out: PEFT's refuse or skip its Conv1D
 layers; OSF falls back to all linear layers, as PEFT's, for BERT);
 where PEFT has no default (it raises), sdc refuses in one line naming the
-model_type, and --model-type overrides a config.json.
+model_type, and --model-type overrides a config.json. Every (method,
+model_type) pair of PEFT's mappings is checked against sdc's tables too.
 """
 import os
 import re
@@ -108,6 +109,48 @@ def sdc_choice(sdc, onnx_path, method, extra=()):
     return (targets, feedforward), r.stderr.strip()
 
 
+def table_checks(sdc, tmp):
+    """Every model_type of PEFT's mappings, for every method: the note sdc
+    prints (before it reads the model, here one that is not there) names
+    PEFT's modules, and a model_type PEFT has no entry for is refused."""
+    from peft.utils import constants as c
+    tables = {"lora": c.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING,
+              "loha": c.TRANSFORMERS_MODELS_TO_LOHA_TARGET_MODULES_MAPPING,
+              "lokr": c.TRANSFORMERS_MODELS_TO_LOKR_TARGET_MODULES_MAPPING,
+              "dylora": c.TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING,
+              "vera": c.TRANSFORMERS_MODELS_TO_VERA_TARGET_MODULES_MAPPING,
+              "adalora": c.TRANSFORMERS_MODELS_TO_ADALORA_TARGET_MODULES_MAPPING,
+              "ia3": c.TRANSFORMERS_MODELS_TO_IA3_TARGET_MODULES_MAPPING,
+              "osft": c.TRANSFORMERS_MODELS_TO_OSF_TARGET_MODULES_MAPPING}
+    ia3_ff = c.TRANSFORMERS_MODELS_TO_IA3_FEEDFORWARD_MODULES_MAPPING
+    absent = os.path.join(tmp, "absent", "model.onnx")
+    text = lambda v: v if isinstance(v, str) else ",".join(v)
+    bad, count = [], 0
+    for method, table in tables.items():
+        for model_type in sorted(set(table) | set(ia3_ff) | {"no_such_model"}):
+            extra = ["--total-step", "10"] if method == "adalora" else []
+            r = subprocess.run([sdc, "compile", absent, "--peft", method, "--model-type", model_type, *extra, "-o",
+                                os.path.join(tmp, "x.sdp")], capture_output=True, text=True, timeout=60)
+            first = r.stderr.splitlines()[0] if r.stderr else ""
+            want = table.get(model_type)
+            if method == "osft" and want is None:
+                want = "all-linear"  # OSF's fallback
+            if method == "ia3" and model_type not in ia3_ff:
+                want = None  # PEFT's IA3 needs both tables
+            count += 1
+            if want is None:
+                if "PEFT has no default target_modules" not in first:
+                    bad.append(f"{method}/{model_type}: {first}")
+                continue
+            note = f"sdc: --target-modules {text(want)}"
+            if method == "ia3" and ia3_ff[model_type]:
+                note += f" --feedforward-modules {text(ia3_ff[model_type])}"
+            if not first.startswith(note + ":"):
+                bad.append(f"{method}/{model_type}: {first!r}, want {note!r}")
+    check(f"all {count} (method, model_type) pairs: sdc's default target_modules are PEFT's mappings, and a "
+          "model_type PEFT does not list is refused", not bad, "; ".join(bad[:3]) or f"{count} pairs")
+
+
 def main():
     sdc, _ = tool_paths()
     warnings.filterwarnings("ignore")
@@ -139,6 +182,7 @@ def main():
                       ok, note if got is None else
                       f"{note}; sdc only {sorted(got[0] - want[0])[:3]}, PEFT only {sorted(want[0] - got[0])[:3]}, "
                       f"feedforward sdc {sorted(got[1])[:2]} PEFT {sorted(want[1])[:2]}")
+        table_checks(sdc, tmp)
         # --model-type overrides config.json: Llama's layout read as Mistral's (the same names).
         onnx_path = os.path.join(tmp, "llama", "model.onnx")
         got, note = sdc_choice(sdc, onnx_path, "osft", ["--model-type", "mistral"])
