@@ -546,7 +546,18 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
     return error = req.adapterDir + ": a " + cfg.value().kindName() + " adds layers with an activation between " +
                    "them, which no weight of the model can hold; run it with sdrun infer --adapter",
            false;
-  double scale = cfg.value().scale();
+  if (req.adapterRank > 0 && (!cfg.value().isLora() || cfg.value().useDora || !cfg.value().baseInit.empty()))
+    return error = req.adapterDir + ": --adapter-rank merges a LoRA's first ranks (a DyLoRA adapter at that rank); " +
+                   "this adapter is " + cfg.value().kindName() +
+                   (cfg.value().baseInit.empty() ? "" : " started from the base weights (" + cfg.value().baseInit + ")"),
+           false;
+  if (req.adapterRank > cfg.value().r)
+    return error = req.adapterDir + ": --adapter-rank " + std::to_string(req.adapterRank) + " is above the adapter's r " +
+                   std::to_string(cfg.value().r),
+           false;
+  // The ranks merged: all, or the first --adapter-rank (alpha over those).
+  const int64_t used = req.adapterRank > 0 ? req.adapterRank : cfg.value().r;
+  double scale = loraScale(cfg.value().alpha, used, cfg.value().rslora);
   auto file = readSafetensors(req.adapterDir + "/" + kAdapterWeightsFile, /*requireFinite=*/true);
   if (!file.isOk()) return error = file.status().message(), false;
   std::map<std::string, LinearUse> linears;
@@ -593,7 +604,7 @@ bool mergeAdapter(LoadedModel &lm, const MergeRequest &req, std::string &error) 
     for (int64_t o = 0; o < out; ++o)
       for (int64_t i = 0; i < inF; ++i) {
         double d = 0;
-        for (int64_t k = 0; k < rank; ++k) d += double(bm[o * rank + k]) * double(a[k * inF + i]);
+        for (int64_t k = 0; k < used; ++k) d += double(bm[o * rank + k]) * double(a[k * inF + i]);
         double &v = merged[size_t(o * inF + i)];
         v = double(mw.at(o, i)) + scale * d;
         rowNorm[size_t(o)] += v * v;

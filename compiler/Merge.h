@@ -11,6 +11,7 @@ struct MergeRequest {
   std::string model, output;
   std::string adapterDir;  // HF PEFT layout
   std::string weightsFile; // safetensors keyed by initializer name
+  int64_t adapterRank = 0; // > 0: a LoRA's first ranks only (a DyLoRA adapter at that rank)
 };
 
 bool mergeModel(const MergeRequest &req, std::string &error);

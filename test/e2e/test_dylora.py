@@ -18,7 +18,8 @@ built from a transformers config with seeded random weights.
              sdrun infer --adapter's logits, which are LyCORIS's with every
              block in play; its first k ranks, cut into a LoRA of rank k,
              are LyCORIS's adapter at k ranks in PEFT, in sdrun infer
-             --adapter-rank k, and in ONNX Runtime after sdc merge.
+             --adapter-rank k, and in ONNX Runtime after sdc merge (of
+             the cut file, and sdc merge --adapter-rank k of the whole).
   eval       eval_loss is computed with every block (no draw); a resumed run
              equals a straight one bit for bit.
   GPT-2      on Conv1D layers the file is a PEFT LoRA with fan_in_fan_out,
@@ -229,10 +230,12 @@ def dylora_case(r, alpha, block, tmp, onnx_path, data, rows, sdc, sdrun):
         out = os.path.join(d, f"infer{ranks}")
         sh([sdrun, "infer", plan, "--adapter", trained, "--adapter-rank", str(ranks), "--input",
             f"input_ids={ids_file}", "--output-dir", out, "--output-format", "npy"])
-        merged = os.path.join(d, f"merged{ranks}.onnx")
+        merged, direct = os.path.join(d, f"merged{ranks}.onnx"), os.path.join(d, f"merged{ranks}_direct.onnx")
         sh([sdc, "merge", onnx_path, "--adapter", part, "-o", merged])
+        sh([sdc, "merge", onnx_path, "--adapter", trained, "--adapter-rank", str(ranks), "-o", direct])
         worst_k[ranks] = max(rel_err(peft_k, want_k), rel_err(np.load(os.path.join(out, "output_0.npy")), want_k),
-                             rel_err(ort_run(merged, {"input_ids": ids})["logits"], want_k))
+                             rel_err(ort_run(merged, {"input_ids": ids})["logits"], want_k),
+                             rel_err(ort_run(direct, {"input_ids": ids})["logits"], want_k))
         if k == 1:  # the Python module's Session.set_adapter_rank, as sdrun's flag
             sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(sdrun)), "python"))
             import sdc as sdc_module
@@ -244,7 +247,8 @@ def dylora_case(r, alpha, block, tmp, onnx_path, data, rows, sdc, sdrun):
     moved = min(rel_err(lycoris_logits(model, modules, ids, k), full) for k in range(1, blocks))
     check(f"{name}: the first k ranks (k = {sorted(worst_k)}) are LyCORIS's adapter at k ranks in PEFT (the file cut "
           "to rank k), sdrun infer --adapter-rank k (and the Python Session.set_adapter_rank) and ONNX Runtime after "
-          "sdc merge (1e-4), and differ from the full rank", worst_k and max(worst_k.values()) <= 1e-4 and moved > 1e-4,
+          "sdc merge (of the cut file, and of the whole one with --adapter-rank k) (1e-4), and differ from the full "
+          "rank", worst_k and max(worst_k.values()) <= 1e-4 and moved > 1e-4,
           ", ".join(f"k={k}: {v:.1e}" for k, v in worst_k.items()) + f"; least change from full {moved:.1e}")
 
     # A resumed run draws on from the checkpointed counter and keeps each block's flags and step counts.
@@ -341,6 +345,15 @@ def refusals(onnx_path, plan, tmp, sdc, sdrun):
     lora_plan = os.path.join(tmp, "lora.sdp")
     sh([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj", "--shapes",
         f"input_ids={BATCH}x{SEQ}", "--infer-shapes", f"input_ids={BATCH}x{SEQ}", "-o", lora_plan])
+    trained = os.path.join(os.path.dirname(plan), "trained")
+    for what, cmd, words in (
+            ("--adapter-rank above the adapter's r", [sdc, "merge", onnx_path, "--adapter", trained, "--adapter-rank",
+                                                      "16", "-o", out + ".onnx"], ["--adapter-rank 16", "r 8"]),
+            ("--adapter-rank without --adapter", [sdc, "merge", onnx_path, "--weights", "w.safetensors",
+                                                  "--adapter-rank", "2", "-o", out + ".onnx"],
+             ["--adapter-rank needs --adapter"])):
+        problems, line = clean_error_problems(cmd, words, [out + ".onnx"])
+        check(f"sdc merge refuses {what} in one line", not problems, "; ".join(problems) or line)
     for what, p, rank, words in (("a rank that is not a multiple of the block size", plan, "3", ["--adapter-rank", "2"]),
                                  ("a rank above the plan's", plan, "16", ["--adapter-rank", "8"]),
                                  ("--adapter-rank on a plan that is not DyLoRA", lora_plan, "2",

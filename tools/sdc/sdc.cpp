@@ -321,7 +321,7 @@ std::string noFuseNames() {
 }
 
 const char *kMergeUsage =
-    "usage: sdc merge MODEL.onnx (--adapter DIR | --weights FILE.safetensors) -o MERGED.onnx\n"
+    "usage: sdc merge MODEL.onnx (--adapter DIR [--adapter-rank K] | --weights FILE.safetensors) -o MERGED.onnx\n"
     "\n"
     "Folds trained weights into the source model and writes a plain ONNX model\n"
     "that any ONNX runtime runs: an adapter in HF PEFT layout (LoRA: W += alpha/r *\n"
@@ -329,7 +329,9 @@ const char *kMergeUsage =
     "replaced; IA3: W's rows and bias scaled, or its columns on a feedforward\n"
     "module; LoHa: W += (w1_a w1_b) * (w2_a w2_b) alpha/r; LoKr: W += kron(W1, W2) alpha/r; a weight shared by several layers, such as a tied embedding and head,\n"
     "is untied first so only the adapted layer changes), or the parameters saved by\n"
-    "`sdrun train --save-weights` (full fine-tuning, matched by initializer name).\n";
+    "`sdrun train --save-weights` (full fine-tuning, matched by initializer name).\n"
+    "--adapter-rank K merges a LoRA's first K ranks only, scaled alpha/K: a DyLoRA\n"
+    "adapter (sdc compile --peft dylora) at rank K.\n";
 
 // The value of flag argv[i]: after '=' in --flag=value, else the next
 // argument (advancing i). False when there is none.
@@ -1005,6 +1007,11 @@ int mergeMain(int argc, char **argv) {
       if (!value(req.adapterDir)) return fail("--adapter needs a folder"), 2;
     } else if (flag == "--weights") {
       if (!value(req.weightsFile)) return fail("--weights needs a safetensors file"), 2;
+    } else if (flag == "--adapter-rank") {
+      char *end = nullptr;
+      long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : 0;
+      if (v.empty() || *end || n < 1 || n > (1 << 20)) return fail("--adapter-rank needs a positive integer"), 2;
+      req.adapterRank = n;
     } else if (!arg.empty() && arg[0] == '-') {
       return fail("unknown option '" + arg + "' (see sdc merge --help)"), 2;
     } else if (req.model.empty()) {
@@ -1016,6 +1023,7 @@ int mergeMain(int argc, char **argv) {
   if (req.model.empty()) return fail("no model given (see sdc merge --help)"), 2;
   if (req.output.empty()) return fail("no output given: use -o MERGED.onnx"), 2;
   if (req.adapterDir.empty() && req.weightsFile.empty()) return fail("give --adapter DIR or --weights FILE"), 2;
+  if (req.adapterRank > 0 && req.adapterDir.empty()) return fail("--adapter-rank needs --adapter DIR"), 2;
   std::string error;
   // The output's folder is checked before the model is read and merged.
   if (sd::Status st = sd::checkOutputFile(req.output, "-o"); !st.isOk()) return fail(st.message());
