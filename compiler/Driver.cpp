@@ -279,8 +279,34 @@ static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std
   }
 }
 
-bool compileModel(const CompileRequest &req, std::string &error, std::string *irOut,
+// A training plan without --shapes or --dim: --dim bindings of the default
+// batch and sequence sizes for the entry inputs' named dynamic dims that look
+// like them (Optimum's batch_size and sequence_length, torch.onnx's batch and
+// seq; not a past length, nor a sum of dims, which follows from its parts).
+static std::vector<std::string> defaultDims(mlir::ModuleOp module, int64_t batch, int64_t seq) {
+  std::vector<std::string> dims;
+  std::set<std::string> seen;
+  for (auto f : module.getOps<mlir::func::FuncOp>())
+    for (unsigned i = 0; i < f.getNumArguments(); ++i) {
+      auto params = f.getArgAttrOfType<mlir::ArrayAttr>(i, "sd.dim_params");
+      auto shaped = mlir::dyn_cast<mlir::ShapedType>(f.getArgumentTypes()[i]);
+      if (!params || !shaped || !shaped.hasRank()) continue;
+      for (auto [d, p] : llvm::enumerate(params)) {
+        auto name = mlir::dyn_cast<mlir::StringAttr>(p);
+        if (!name || d >= size_t(shaped.getRank()) || !shaped.isDynamicDim(int64_t(d))) continue;
+        std::string n = name.str(), lower = llvm::StringRef(n).lower();
+        if (lower.find('+') != std::string::npos || lower.find("past") != std::string::npos || !seen.insert(n).second)
+          continue;
+        if (batch > 0 && lower.find("batch") != std::string::npos) dims.push_back(n + "=" + std::to_string(batch));
+        else if (seq > 0 && lower.find("seq") != std::string::npos) dims.push_back(n + "=" + std::to_string(seq));
+      }
+    }
+  return dims;
+}
+
+bool compileModel(const CompileRequest &given, std::string &error, std::string *irOut,
                   std::vector<std::string> *warnings) {
+  CompileRequest req = given; // the default dims join the given options below
   LoadedModel loaded;
   if (!loadOnnxModel(req.model, loaded, error)) return false;
   if (req.verbose)
@@ -321,6 +347,14 @@ bool compileModel(const CompileRequest &req, std::string &error, std::string *ir
   }
   auto module = importOnnxModel(&ctx, loaded.model, iopts, error);
   if (!module) return false;
+  if (req.pipeline.training() && req.pipeline.shapes.empty() && req.pipeline.dims.empty() && !staticInputs(*module)) {
+    req.pipeline.dims = defaultDims(*module, req.pipeline.defaultBatch, req.pipeline.defaultSeq);
+    std::string list;
+    for (const std::string &d : req.pipeline.dims) list += " --dim " + d;
+    if (!list.empty() && warnings)
+      warnings->push_back("no --shapes or --dim: a training plan's default bucket," + list +
+                          " (give --shapes or --dim to choose)");
+  }
   auto printTo = [&](std::string *out) {
     llvm::raw_string_ostream os(*out);
     module->print(os);

@@ -11,6 +11,9 @@ struct PipelineOptions {
   std::vector<std::string> shapes; // INPUT=DxD[,DxD]
   std::vector<std::string> dims;   // NAME=N[,N]
   std::vector<std::string> inferShapes; // infer entry only; empty: same as shapes
+  // A training plan given neither shapes nor dims: the sizes bound to the
+  // model's named batch and sequence dims (0: none; the driver says which).
+  int64_t defaultBatch = 0, defaultSeq = 0;
   bool printIrAfterAll = false;
 
   // Training (empty peft: an inference-only plan).

@@ -1,5 +1,11 @@
 #!/usr/bin/env python3
-"""sdc compile --peft M without --target-modules adapts the layers PEFT's
+"""`sdc compile model.onnx --peft lora -o plan.sdp` with nothing else, then
+`sdrun train plan.sdp --data train.jsonl`, the product's first command, on
+an export folder (model.onnx beside its config.json, as Optimum writes it):
+the plan adapts PEFT's default modules and trains in a default bucket (8
+rows of min(512, max_position_embeddings) tokens), both said on stderr.
+
+sdc compile --peft M without --target-modules adapts the layers PEFT's
 config M adapts when target_modules is not given: PEFT's default for the
 model's transformers model_type, read from the config.json beside the ONNX
 model (Optimum's export folder) or given as --model-type.
@@ -151,8 +157,29 @@ def table_checks(sdc, tmp):
           "model_type PEFT does not list is refused", not bad, "; ".join(bad[:3]) or f"{count} pairs")
 
 
+def first_command(sdc, sdrun, folder):
+    """The headline flow on an export folder: no flag but --peft lora."""
+    from e2e_util import write_token_rows
+    import numpy as np
+    plan, data = os.path.join(folder, "plan.sdp"), os.path.join(folder, "train.jsonl")
+    r = subprocess.run([sdc, "compile", os.path.join(folder, "model.onnx"), "--peft", "lora", "-o", plan],
+                       capture_output=True, text=True, timeout=300)
+    write_token_rows(data, np.random.default_rng(1), 256, 16, 12)
+    t = subprocess.run([sdrun, "train", plan, "--data", data, "--steps", "2", "--threads", "2"],
+                       capture_output=True, text=True, timeout=300) if r.returncode == 0 else None
+    inspect = subprocess.run([sdrun, "inspect", plan], capture_output=True, text=True).stdout if t else ""
+    notes = r.stderr.strip().splitlines()
+    check("sdc compile model.onnx --peft lora -o plan.sdp on an export folder (config.json beside it): PEFT's "
+          "q_proj,v_proj and a default bucket of 8 x 128 tokens (max_position_embeddings 128), said on stderr; "
+          "sdrun train --data then trains",
+          r.returncode == 0 and len(notes) == 2 and "q_proj,v_proj" in notes[0] and
+          "--dim batch=8 --dim seq=128" in notes[1] and t is not None and t.returncode == 0 and
+          "input_ids: i64[8x128]" in inspect,
+          "; ".join(notes) + (f"; train exit {t.returncode}: {t.stderr.strip()[-200:]}" if t else ""))
+
+
 def main():
-    sdc, _ = tool_paths()
+    sdc, sdrun = tool_paths()
     warnings.filterwarnings("ignore")
     import torch
     torch.set_num_threads(2)
@@ -183,6 +210,7 @@ def main():
                       f"{note}; sdc only {sorted(got[0] - want[0])[:3]}, PEFT only {sorted(want[0] - got[0])[:3]}, "
                       f"feedforward sdc {sorted(got[1])[:2]} PEFT {sorted(want[1])[:2]}")
         table_checks(sdc, tmp)
+        first_command(sdc, sdrun, os.path.join(tmp, "llama"))
         # --model-type overrides config.json: Llama's layout read as Mistral's (the same names).
         onnx_path = os.path.join(tmp, "llama", "model.onnx")
         got, note = sdc_choice(sdc, onnx_path, "osft", ["--model-type", "mistral"])

@@ -31,7 +31,9 @@ const char *kUsage =
     "  -o, --output PLAN.sdp    output plan file (required unless --emit mlir)\n"
     "  --shapes INPUT=DxD[,DxD] static shape of a graph input; repeat the flag or\n"
     "                           give several values to compile several buckets\n"
-    "  --dim NAME=N[,N]         value of an ONNX dim_param (symbolic dimension)\n"
+    "  --dim NAME=N[,N]         value of an ONNX dim_param (symbolic dimension); a training\n"
+    "                           plan given neither binds the model's named batch dims to 8\n"
+    "                           and sequence dims to 512 (or config.json's positions, if fewer)\n"
     "  --bind INPUT=FILE.pb     fix a graph input to a constant tensor (inputs that\n"
     "                           determine shapes, e.g. a Reshape target)\n"
     "  --external-weights       write weights to PLAN.safetensors next to the plan\n"
@@ -361,21 +363,49 @@ struct Args {
   int64_t maxTrip = 0, maxUnroll = 64, maxSelect = 65536;
 };
 
-// The model's transformers model_type: --model-type, else the "model_type"
-// of a config.json beside the model (Optimum's export folder); "" when
-// neither. `from` says where it came from. A config.json that is not JSON
-// is an error (returned as a message).
+// What a transformers config.json beside the model (Optimum's export
+// folder) says: its model_type and its longest position (max_position_embeddings,
+// GPT-2's n_positions); empty and 0 without one. A config.json that is not
+// JSON is an error (returned as a message).
+struct ModelConfig {
+  std::string modelType, path;
+  int64_t maxPositions = 0;
+};
+ModelConfig modelConfigOf(const Args &a, std::string &error) {
+  ModelConfig c;
+  std::string dir = a.model.find('/') == std::string::npos ? "." : a.model.substr(0, a.model.find_last_of('/'));
+  c.path = dir + "/config.json";
+  struct stat st;
+  if (::stat(c.path.c_str(), &st) != 0) return c;
+  auto text = sd::readWholeFile(c.path);
+  auto doc = text.isOk() ? sd::parseJson(text.value(), c.path) : sd::StatusOr<sd::Json>(text.status());
+  if (!doc.isOk()) return error = doc.status().message(), c;
+  if (const sd::Json *type = doc.value().get("model_type"); type && type->type == sd::Json::Type::String)
+    c.modelType = type->str;
+  for (const char *key : {"max_position_embeddings", "n_positions"})
+    if (const sd::Json *n = doc.value().get(key); n && n->isInteger() && n->num > 0 && c.maxPositions == 0)
+      c.maxPositions = int64_t(n->num);
+  return c;
+}
+
+// The model's transformers model_type: --model-type, else the config.json's;
+// "" when neither. `from` says where it came from.
 std::string modelTypeOf(const Args &a, std::string &from, std::string &error) {
   if (!a.modelType.empty()) return from = "--model-type", a.modelType;
-  std::string dir = a.model.find('/') == std::string::npos ? "." : a.model.substr(0, a.model.find_last_of('/'));
-  from = dir + "/config.json";
-  struct stat st;
-  if (::stat(from.c_str(), &st) != 0) return "";
-  auto text = sd::readWholeFile(from);
-  auto doc = text.isOk() ? sd::parseJson(text.value(), from) : sd::StatusOr<sd::Json>(text.status());
-  if (!doc.isOk()) return error = doc.status().message(), "";
-  const sd::Json *type = doc.value().get("model_type");
-  return type && type->type == sd::Json::Type::String ? type->str : "";
+  ModelConfig c = modelConfigOf(a, error);
+  from = c.path;
+  return c.modelType;
+}
+
+// A training plan given neither --shapes nor --dim: batches of 8 rows of 512
+// tokens (fewer when the config.json says positions end sooner), bound by
+// the driver to the model's named batch and sequence dims.
+void defaultBucket(Args &a) {
+  if (!a.pipeline.training() || !a.pipeline.shapes.empty() || !a.pipeline.dims.empty()) return;
+  std::string unread; // a config.json that is not JSON only loses the cap on positions here
+  ModelConfig c = modelConfigOf(a, unread);
+  a.pipeline.defaultBatch = 8;
+  a.pipeline.defaultSeq = c.maxPositions > 0 ? std::min<int64_t>(512, c.maxPositions) : 512;
 }
 
 // No --target-modules: PEFT's default for the model's model_type, as its
@@ -804,6 +834,7 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--loss-output/--logits-output need a training plan: add --peft none"), 2;
   if (a.emit == "plan" && a.output.empty() && !a.dryRun) return fail("no output given: use -o PLAN.sdp"), 2;
   if (int rc = defaultTargets(a); rc) return rc;
+  defaultBucket(a);
   if (a.pipeline.peft == "lora" && a.pipeline.targetModules.empty())
     return fail("--peft lora needs --target-modules, or --model-type (or a config.json beside the model) for PEFT's "
                 "default (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;
