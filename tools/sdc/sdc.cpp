@@ -397,14 +397,17 @@ std::string modelTypeOf(const Args &a, std::string &from, std::string &error) {
   return c.modelType;
 }
 
-// A training plan given neither --shapes nor --dim: batches of 8 rows of 512
+// A training plan given neither --shapes nor --dim: batches of 8 rows (GRPO:
+// whole groups, at least 8 rows) of 512
 // tokens (fewer when the config.json says positions end sooner), bound by
 // the driver to the model's named batch and sequence dims.
 void defaultBucket(Args &a) {
   if (!a.pipeline.training() || !a.pipeline.shapes.empty() || !a.pipeline.dims.empty()) return;
   std::string unread; // a config.json that is not JSON only loses the cap on positions here
   ModelConfig c = modelConfigOf(a, unread);
-  a.pipeline.defaultBatch = 8;
+  // GRPO's rows come in groups: a whole number of them.
+  const int64_t group = a.pipeline.grpo() ? std::max<int64_t>(1, a.pipeline.numGenerations) : 1;
+  a.pipeline.defaultBatch = (8 + group - 1) / group * group;
   a.pipeline.defaultSeq = c.maxPositions > 0 ? std::min<int64_t>(512, c.maxPositions) : 512;
 }
 
