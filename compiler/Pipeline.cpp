@@ -91,6 +91,8 @@ void buildPeftPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
     bn.reductionFactor = opts.reductionFactor;
     bn.nonLinearity = opts.nonLinearity;
     bn.scaling = opts.bottleneckScaling;
+    bn.scalingKind = opts.bottleneckScalingKind;
+    bn.useGating = opts.bottleneckGating;
     bn.init = opts.bottleneckInit;
     bn.leaveOut = opts.bottleneckLeaveOut;
     bn.seed = opts.seed;

@@ -45,6 +45,8 @@ struct PipelineOptions {
   std::string bottleneckConfig = "seq_bn", nonLinearity, bottleneckInit;
   std::string bottleneckLeaveOut; // layer numbers without adapters, "0,3" (AdapterHub's leave_out)
   double reductionFactor = -1.0, bottleneckScaling = -1.0; // negative: the config's
+  std::string bottleneckScalingKind; // learned | channel: a trained factor (AdapterHub's scaling); empty: fixed
+  bool bottleneckGating = false;     // AdapterHub's use_gating
   std::string feedforwardModules; // --peft ia3: modules whose input, not output, is scaled
   double loraDropout = 0.0;
   std::string loraInit = "default"; // default | gaussian | pissa | olora | loftq (PEFT's init_lora_weights)

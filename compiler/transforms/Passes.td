@@ -166,7 +166,11 @@ def PeftBottleneck : Pass<"sd-peft-bottleneck", "mlir::ModuleOp"> {
     "bottleneck" (`model.layers.0.output_adapters.adapters.bottleneck.
     adapter_down.0.weight`; the layer is the module name up to its last
     number; in the BERT family the block's `...output` module). Layers in
-    leave-out get none. Every other weight is frozen.
+    leave-out get none. With scaling-kind learned or channel the output's
+    factor is a trained `.scaling` ([1] or [hidden], ones at first); with
+    use-gating it is also multiplied by AdapterHub's gate, the mean over
+    the sequence of sigmoid(u Wᵀ + b) (`.gate.weight` [1, hidden], `.bias`).
+    Every other weight is frozen.
     Records the configuration in `sd.peft`.
   }];
   let options = [
@@ -175,6 +179,10 @@ def PeftBottleneck : Pass<"sd-peft-bottleneck", "mlir::ModuleOp"> {
            "hidden size / bottleneck size (negative: the config's, 16 or par_bn's 2)">,
     Option<"nonLinearity", "non-linearity", "std::string", "\"\"", "the bottleneck's activation (empty: the config's)">,
     Option<"scaling", "scaling", "double", "-1.0", "the adapter output's factor (negative: the config's)">,
+    Option<"scalingKind", "scaling-kind", "std::string", "\"\"",
+           "learned (a trained factor) or channel (one per output), AdapterHub's; empty: the fixed factor">,
+    Option<"useGating", "use-gating", "bool", "false",
+           "AdapterHub's use_gating: the output times the sequence mean of sigmoid(gate(u))">,
     Option<"init", "init", "std::string", "\"\"", "bert | mam_adapter | houlsby (empty: the config's)">,
     Option<"leaveOut", "leave-out", "std::string", "\"\"",
            "comma list of layer numbers left without adapters (AdapterHub's leave_out)">,

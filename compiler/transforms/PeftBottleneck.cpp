@@ -86,6 +86,10 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
                          << nonLinearity << "'";
       return signalPassFailure();
     }
+    if (!scalingKind.empty() && scalingKind != "learned" && scalingKind != "channel") {
+      module.emitError() << "--adapter-scaling takes a number, learned or channel, got '" << scalingKind << "'";
+      return signalPassFailure();
+    }
     if (init != "bert" && init != "mam_adapter" && init != "houlsby") {
       module.emitError() << "--bottleneck-init takes bert, mam_adapter or houlsby, got '" << init << "'";
       return signalPassFailure();
@@ -166,6 +170,8 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
                                    b.getNamedAttr("reduction_factor", b.getF64FloatAttr(reductionFactor)),
                                    b.getNamedAttr("non_linearity", b.getStringAttr(nonLinearity)),
                                    b.getNamedAttr("scaling", b.getF64FloatAttr(scale())),
+                                   b.getNamedAttr("scaling_kind", b.getStringAttr(scalingKind)),
+                                   b.getNamedAttr("use_gating", b.getBoolAttr(useGating)),
                                    b.getNamedAttr("init_weights", b.getStringAttr(init)),
                                    b.getNamedAttr("modules", b.getArrayAttr(modules)),
                                    b.getNamedAttr("places", b.getArrayAttr(places)),
@@ -251,6 +257,20 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     for (float &v : up) v = draw();
   }
 
+  // The gate's start: AdapterHub's init_bert_weights (N(0, 0.02), bias 0)
+  // for bert and mam_adapter; houlsby leaves nn.Linear's own (weight and bias
+  // U(-1/sqrt(d), 1/sqrt(d))).
+  void gateWeights(int64_t d, std::mt19937_64 &rng, std::vector<float> &w, std::vector<float> &bias) {
+    if (init == "houlsby") {
+      w = sd::kaimingUniform(1, d, rng);
+      bias = sd::uniformFloats(1, 1.0 / std::sqrt(double(d)), rng);
+      return;
+    }
+    std::normal_distribution<double> normal(0.0, 0.02);
+    w.resize(size_t(d));
+    for (float &v : w) v = float(normal(rng));
+  }
+
   // z' = z + s f(u): u is z (seq_bn), h (double_seq_bn) or r (par_bn), as
   // AdapterHub's pre_forward and post_forward give them (post-LN: see u below).
   LogicalResult adapt(ModuleOp module, Residual s, const std::string &place, std::mt19937_64 &rng) {
@@ -285,7 +305,24 @@ struct PeftBottleneckPass : sd::impl::PeftBottleneckBase<PeftBottleneckPass> {
     };
     Value down = activate(g, layer(u, gdw, gdb, "adapter_down.0"));
     Value up = layer(down, guw, gub, "adapter_up");
-    Value sum = g.add(z, scale() == 1.0 ? up : g.scale(up, scale()));
+    if (!scalingKind.empty()) { // AdapterHub's learned scaling: a trained factor, or one per feature
+      std::vector<float> ones(size_t(scalingKind == "channel" ? d : 1), 1.0f);
+      up = g.mul(up, load(sd::createFloatGlobal(module, prefix + "scaling", {int64_t(ones.size())}, "trainable", &ones)));
+    } else if (scale() != 1.0) {
+      up = g.scale(up, scale());
+    }
+    if (useGating) { // times the mean over the sequence of sigmoid(gate(u)), [batch, 1, 1]
+      if (cast<RankedTensorType>(u.getType()).getRank() != 3)
+        return s.linear.emitError() << "--use-gating needs the adapter's input as [batch, sequence, hidden], got rank "
+                                    << cast<RankedTensorType>(u.getType()).getRank();
+      std::vector<float> gw, gb(1, 0.0f);
+      gateWeights(d, rng, gw, gb);
+      GlobalOp ggw = sd::createFloatGlobal(module, prefix + "gate.weight", {1, d}, "trainable", &gw);
+      GlobalOp ggb = sd::createFloatGlobal(module, prefix + "gate.bias", {1}, "trainable", &gb);
+      Value gate = g.make<SigmoidOp>({layer(u, ggw, ggb, "gate")});
+      up = g.mul(up, g.make<ReduceMeanOp>({gate, g.ints({1})}, {g.attr("keepdims", int64_t(1))}));
+    }
+    Value sum = g.add(z, up);
     if (!sum || g.failed()) return failure();
     for (OpOperand *r : readers) r->set(sum);
     return success();

@@ -81,7 +81,7 @@ StatusOr<LoraConfig> parseAdapterHubConfig(const Json &doc, const std::string &p
   // What changes the computation beyond the three configurations sdc builds.
   static const std::pair<const char *, const char *> kRefused[] = {
       {"ln_before", "a LayerNorm before the bottleneck"}, {"ln_after", "a LayerNorm after the bottleneck"},
-      {"use_gating", "gating"}, {"phm_layer", "PHM (Compacter) layers"}, {"cross_adapter", "cross-attention adapters"},
+      {"phm_layer", "PHM (Compacter) layers"}, {"cross_adapter", "cross-attention adapters"},
   };
   for (auto &[key, what] : kRefused)
     if (flag(c, key, false)) return sdError(path, ": '", key, "' is set: ", what, " not supported yet");
@@ -114,9 +114,12 @@ StatusOr<LoraConfig> parseAdapterHubConfig(const Json &doc, const std::string &p
   out.reductionFactor = rf->num;
   if (!act || act->type != Json::Type::String) return sdError(path, ": 'non_linearity' must be a string");
   out.nonLinearity = lower(act->str);
-  if (scaling && scaling->type != Json::Type::Number)
-    return sdError(path, ": 'scaling' is '", scaling->str, "': learned scaling is not supported yet");
-  out.scaling = scaling ? scaling->num : 1.0;
+  if (scaling && scaling->type == Json::Type::String && (scaling->str == "learned" || scaling->str == "channel"))
+    out.scalingKind = scaling->str;
+  else if (scaling && scaling->type != Json::Type::Number)
+    return sdError(path, ": 'scaling' must be a number, \"learned\" or \"channel\"");
+  out.scaling = scaling && scaling->type == Json::Type::Number ? scaling->num : 1.0;
+  out.useGating = flag(c, "use_gating", false);
   if (!std::isfinite(out.scaling)) return sdError(path, ": 'scaling' must be a finite number");
   out.initWeights = init && init->type == Json::Type::String ? init->str : "bert";
   if (hidden && hidden->isInteger()) out.hiddenSize = int64_t(hidden->num);
@@ -145,6 +148,8 @@ StatusOr<LoraConfig> bottleneckFromPlanConfig(const Json &s) {
   c.reductionFactor = rf->num;
   c.nonLinearity = act->str;
   c.scaling = scaling->num;
+  if (const Json *kind = s.get("scaling_kind"); kind && kind->type == Json::Type::String) c.scalingKind = kind->str;
+  c.useGating = flag(s, "use_gating", false);
   c.initWeights = init ? init->str : "bert";
   c.hiddenSize = int64_t(hidden->num);
   for (const Json &p : places->arr) c.modules.push_back(p.str);
@@ -167,8 +172,9 @@ std::string adapterHubConfigJson(const LoraConfig &cfg) {
       {"original_ln_before", b(d.originalLnBefore)}, {"output_adapter", "true"}, {"phm_bias", "true"},
       {"phm_c_init", "\"normal\""}, {"phm_dim", "4"}, {"phm_init_range", "0.0001"}, {"phm_layer", "false"},
       {"phm_rank", "1"}, {"reduction_factor", jsonNumber(cfg.reductionFactor)}, {"residual_before_ln", "true"},
-      {"scaling", floatText(cfg.scaling)}, {"shared_W_phm", "false"}, {"shared_phm_rule", "true"},
-      {"stochastic_depth", "0.0"}, {"use_gating", "false"},
+      {"scaling", cfg.scalingKind.empty() ? floatText(cfg.scaling) : jsonQuote(cfg.scalingKind)},
+      {"shared_W_phm", "false"}, {"shared_phm_rule", "true"}, {"stochastic_depth", "0.0"},
+      {"use_gating", b(cfg.useGating)},
   };
   std::string json = "{\n  \"config\": {\n";
   for (size_t i = 0; i < fields.size(); ++i)
@@ -196,8 +202,12 @@ std::string bottleneckMismatch(const LoraConfig &given, const LoraConfig &plan) 
   std::string a = given.nonLinearity == "silu" ? "swish" : given.nonLinearity,
               b = plan.nonLinearity == "silu" ? "swish" : plan.nonLinearity;
   if (a != b) return "non_linearity '" + given.nonLinearity + "', the plan's '" + plan.nonLinearity + "' (sdc compile --non-linearity)";
-  if (given.scaling != plan.scaling)
-    return "scaling " + num(given.scaling) + ", the plan's " + num(plan.scaling) + " (sdc compile --adapter-scaling)";
+  auto scaling = [&](const LoraConfig &c) { return c.scalingKind.empty() ? num(c.scaling) : c.scalingKind; };
+  if (given.scalingKind != plan.scalingKind || (plan.scalingKind.empty() && given.scaling != plan.scaling))
+    return "scaling " + scaling(given) + ", the plan's " + scaling(plan) + " (sdc compile --adapter-scaling)";
+  if (given.useGating != plan.useGating)
+    return std::string("use_gating ") + (given.useGating ? "true" : "false") + ", the plan's " +
+           (plan.useGating ? "true" : "false") + " (sdc compile --use-gating)";
   if (given.leaveOut != plan.leaveOut)
     return "leave_out " + intList(given.leaveOut) + ", the plan's " + intList(plan.leaveOut) +
            " (sdc compile --leave-out)";

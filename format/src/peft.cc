@@ -36,7 +36,11 @@ std::vector<std::string> LoraConfig::tensorNames(const std::string &module) cons
   if (isIa3()) return {module + kIa3Suffix};
   if (isBottleneck()) {
     std::vector<std::string> names;
-    for (const char *suffix : kBottleneckSuffixes) names.push_back(module + ".adapters." + kBottleneckName + suffix);
+    const std::string adapter = module + ".adapters." + kBottleneckName;
+    for (const char *suffix : kBottleneckSuffixes) names.push_back(adapter + suffix);
+    if (!scalingKind.empty()) names.push_back(adapter + ".scaling");
+    if (useGating)
+      for (const char *part : {".gate.weight", ".gate.bias"}) names.push_back(adapter + part);
     return names;
   }
   if (isVera()) return {module + kVeraSuffixes[0], module + kVeraSuffixes[1]};

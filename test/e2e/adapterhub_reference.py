@@ -12,6 +12,7 @@ load_adapter and writes the logits of --ids to OUT.logits.npy.
 
 Usage: adapterhub_reference.py --arch A --base W.safetensors --config C
        [--reduction-factor R] [--non-linearity F] [--leave-out N,...] [--autocast bf16]
+       [--scaling S|learned|channel] [--use-gating 1] [--init I]
        --start S.safetensors --rows FILE.jsonl --steps N --batch B --lr X
        --ids IDS.npy --out OUT [--save DIR]
        adapterhub_reference.py --arch A --base W.safetensors --load DIR --ids IDS.npy --out OUT
@@ -99,7 +100,7 @@ def classify(a):
 def main():
     p = argparse.ArgumentParser()
     for flag in ("--arch", "--base", "--config", "--start", "--rows", "--ids", "--out", "--non-linearity",
-                 "--leave-out", "--save", "--load", "--autocast"):
+                 "--leave-out", "--save", "--load", "--autocast", "--scaling", "--use-gating", "--init"):
         p.add_argument(flag)
     p.add_argument("--classify", action="store_true")
     p.add_argument("--reduction-factor", type=float, default=None)
@@ -140,6 +141,12 @@ def main():
         fields["non_linearity"] = a.non_linearity
     if a.leave_out:
         fields["leave_out"] = [int(i) for i in a.leave_out.split(",")]
+    if a.scaling:  # AdapterHub takes a float, "learned" or "channel"
+        fields["scaling"] = a.scaling if a.scaling in ("learned", "channel") else float(a.scaling)
+    if a.use_gating:
+        fields["use_gating"] = True
+    if a.init:
+        fields["init_weights"] = a.init
     model.add_adapter("bottleneck", config=bottleneck_config(a.config, **fields))
     model.train_adapter("bottleneck")
     model.eval()  # the test's models have no dropout of their own that the plan keeps

@@ -10,8 +10,10 @@ model's weights and the plan's starting adapter.
             on the residual sum), double_seq_bn (Houlsby: after the attention
             and the feed-forward blocks, on their outputs, swish) and par_bn
             (parallel: on each feed-forward block's input stream, scaling 4),
-            and with another reduction factor and activation
-            and with a layer left out (leave_out); in bf16 (--precision bf16):
+            and with another reduction factor and activation, a layer left
+            out (leave_out), a trained scaling (learned: one factor;
+            channel: one per feature) and AdapterHub's gate (use_gating,
+            with bert and houlsby starts); in bf16 (--precision bf16):
             losses within 1e-2 of AdapterHub's under PyTorch's CPU autocast,
             the adapters' updates within 0.15 and logits within 1e-2 of its
             f32 run's (PyTorch's own autocast run is further from that: AdamW
@@ -59,6 +61,10 @@ CASES = [
     ("llama", "seq_bn", ["--leave-out", "0"], {"--leave-out": "0"}),
     ("llama", "double_seq_bn", ["--precision", "bf16"], {"--autocast": "bf16"}),
     ("gpt2", "double_seq_bn", ["--reduction-factor", "8"], {"--reduction-factor": "8"}),
+    # AdapterHub's trained scaling (one factor, or one per feature) and its gate.
+    ("llama", "seq_bn", ["--adapter-scaling", "learned", "--use-gating"], {"--scaling": "learned", "--use-gating": "1"}),
+    ("gpt2", "double_seq_bn", ["--adapter-scaling", "channel"], {"--scaling": "channel"}),
+    ("llama", "par_bn", ["--use-gating", "--bottleneck-init", "houlsby"], {"--use-gating": "1", "--init": "houlsby"}),
 ]
 
 
@@ -193,12 +199,14 @@ def adapter_refusals(made, sdrun, tmp):
     leave_plan, _ = made[("llama", "seq_bn --leave-out 0")]
     seq_adapter = made[("llama", "seq_bn")][1]
     cases.append((leave_plan, seq_adapter, ["leave_out []", "the plan's [0]"]))
-    bad = os.path.join(tmp, "bad_adapter")
-    shutil.copytree(seq_adapter, bad)
-    cfg = json.load(open(os.path.join(bad, "adapter_config.json")))
-    cfg["config"]["use_gating"] = True
-    json.dump(cfg, open(os.path.join(bad, "adapter_config.json"), "w"))
-    cases.append((seq_plan, bad, ["'use_gating' is set"]))
+    for field, words in (("use_gating", ["use_gating true, the plan's false", "--use-gating"]),
+                         ("ln_after", ["'ln_after' is set"])):
+        bad = os.path.join(tmp, f"adapter_with_{field}")
+        shutil.copytree(seq_adapter, bad)
+        cfg = json.load(open(os.path.join(bad, "adapter_config.json")))
+        cfg["config"][field] = True
+        json.dump(cfg, open(os.path.join(bad, "adapter_config.json"), "w"))
+        cases.append((seq_plan, bad, words))
     for plan, adapter, words in cases:
         problems, line = clean_error_problems([sdrun, "infer", plan, "--adapter", adapter, "--input",
                                                f"input_ids={ids}", "--output-dir", os.path.join(tmp, "refused_out")],

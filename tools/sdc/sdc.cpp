@@ -72,7 +72,10 @@ const char *kUsage =
     "  --reduction-factor R     hidden size / bottleneck size (16; par_bn 2)\n"
     "  --non-linearity F        relu, swish, silu, gelu, gelu_new, tanh, sigmoid or leakyrelu\n"
     "                           (the config's)\n"
-    "  --adapter-scaling S      factor of the adapter's output (the config's: 1, par_bn 4)\n"
+    "  --adapter-scaling S      factor of the adapter's output (the config's: 1, par_bn 4), or\n"
+    "                           learned (one trained factor) or channel (one per feature)\n"
+    "  --use-gating             bottleneck: AdapterHub's gate, the output times the sequence\n"
+    "                           mean of sigmoid(a linear map of the adapter's input)\n"
     "  --bottleneck-init I      bert (N(0, 0.02)), mam_adapter (up zero) or houlsby\n"
     "  --peft loha              LoHa: ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha/r added to each\n"
     "                           --target-modules layer (PEFT's LoHa; --lora-r, --lora-alpha)\n"
@@ -591,11 +594,22 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (!value(a.pipeline.bottleneckConfig) || !sd::bottleneckDefaults(a.pipeline.bottleneckConfig))
         return fail("--bottleneck-config takes seq_bn, double_seq_bn or par_bn"), 2;
       bottleneckGiven = true;
-    } else if (flag == "--reduction-factor" || flag == "--adapter-scaling") {
+    } else if (flag == "--adapter-scaling") {
+      char *end = nullptr;
+      double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
+      if (v == "learned" || v == "channel") a.pipeline.bottleneckScalingKind = v;
+      else if (v.empty() || *end || !(d > 0) || !std::isfinite(d))
+        return fail("--adapter-scaling needs a positive number, learned or channel"), 2;
+      else a.pipeline.bottleneckScaling = d;
+      bottleneckGiven = true;
+    } else if (arg == "--use-gating") {
+      a.pipeline.bottleneckGating = true;
+      bottleneckGiven = true;
+    } else if (flag == "--reduction-factor") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
       if (v.empty() || *end || !(d > 0) || !std::isfinite(d)) return fail(flag + " needs a positive number"), 2;
-      (flag == "--reduction-factor" ? a.pipeline.reductionFactor : a.pipeline.bottleneckScaling) = d;
+      a.pipeline.reductionFactor = d;
       bottleneckGiven = true;
     } else if (flag == "--non-linearity") {
       const auto &known = sd::kBottleneckActivations;
@@ -867,8 +881,8 @@ int parseArgs(int argc, char **argv, Args &a) {
     if (refused) return fail(std::string("--peft dylora does not take ") + refused + " yet"), 2;
   }
   if (bottleneckGiven && a.pipeline.peft != "bottleneck")
-    return fail("--bottleneck-config, --reduction-factor, --non-linearity, --adapter-scaling, --bottleneck-init and "
-                "--leave-out need --peft bottleneck"), 2;
+    return fail("--bottleneck-config, --reduction-factor, --non-linearity, --adapter-scaling, --use-gating, "
+                "--bottleneck-init and --leave-out need --peft bottleneck"), 2;
   if (a.pipeline.peft == "bottleneck") {
     // What is built: the adapters of a pre-LN transformer, in f32, replicated over ranks.
     if (!a.pipeline.targetModules.empty())

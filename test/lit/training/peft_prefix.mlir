@@ -8,7 +8,7 @@
 // from k's projection (4 outputs, heads of 4); these keys are not repeated
 // over the 2 query heads, so neither are the trained ones. The logits drop
 // the virtual positions (marked: generation entries keep them).
-// CHECK:       sd.peft = {first_virtual_id = 8 : i64, num_attention_heads = 1 : i64, num_layers = 1 : i64, num_virtual_tokens = 2 : i64, peft_type = "PREFIX_TUNING", token_dim = 4 : i64}
+// CHECK:       sd.peft = {first_virtual_id = 8 : i64, num_attention_heads = 1 : i64, num_layers = 1 : i64, num_virtual_tokens = 2 : i64, peft_type = "PREFIX_TUNING", prefix_projection = false, token_dim = 4 : i64}
 // CHECK:       sd.global @prompt_embeddings "trainable" : tensor<2x8xf32> = dense_resource
 // CHECK-LABEL: func.func @infer
 // CHECK:       %[[IDS:.*]] = sd.concat %{{.*}}, %arg0 {axis = 1 : i64, sd.virtual_prefix = 1 : i64} {{.*}} -> tensor<2x5xi64>

@@ -139,6 +139,10 @@ struct LoraConfig {
   bool isBottleneck() const { return peftType == "BOTTLENECK"; }
   std::string bottleneckConfig, nonLinearity, initWeights, adapterName = kBottleneckName;
   double reductionFactor = 0, scaling = 1;
+  // AdapterHub's scaling "learned" or "channel" (a trained `.scaling`, [1] or
+  // [hidden]; "": the fixed `scaling`), and use_gating (`.gate.weight`, `.gate.bias`).
+  std::string scalingKind;
+  bool useGating = false;
   int64_t hiddenSize = 0;
   std::vector<int64_t> leaveOut; // AdapterHub's leave_out: layers without adapters, sorted
   // The weights file of the adapter folder: PEFT's, or AdapterHub's for bottleneck adapters.
