@@ -12,7 +12,6 @@
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
-#include "llvm/ADT/SetVector.h"
 
 namespace sd {
 #define GEN_PASS_DEF_DYLORADRAWS
@@ -50,7 +49,7 @@ struct DyloraDrawsPass : sd::impl::DyloraDrawsBase<DyloraDrawsPass> {
     GradBuilder g(b, r.getLoc());
     const int64_t blocks = type.getDimSize(0);
     Type f32 = type.getElementType();
-    Value block = g.make<MinOp>({g.make<FloorOp>({r.getResult()}), g.scalar(f32, double(blocks - 1))});
+    Value block = sd::dyloraBlock(g, r.getResult(), blocks);
     std::vector<int64_t> ids;
     for (int64_t k = 0; k < blocks; ++k) ids.push_back(k);
     Value hit = g.castTo(g.make<EqualOp>({g.castTo(g.ints({blocks}, ids), f32), block}), f32);
@@ -71,16 +70,7 @@ struct DyloraDrawsPass : sd::impl::DyloraDrawsBase<DyloraDrawsPass> {
     Value last = g.sub(blocks, g.scalar(cast<RankedTensorType>(eval.getType()).getElementType(), 1.0));
     if (g.failed()) return failure();
     r.getResult().replaceAllUsesWith(last);
-    SmallVector<Operation *> unread = {r};
-    while (!unread.empty()) { // the draw, then the rng slice and load that only it read
-      Operation *op = unread.pop_back_val();
-      llvm::SetVector<Operation *> operands;
-      for (Value v : op->getOperands())
-        if (Operation *def = v.getDefiningOp()) operands.insert(def);
-      op->erase();
-      for (Operation *def : operands)
-        if (def->use_empty() && !llvm::is_contained(unread, def)) unread.push_back(def);
-    }
+    sd::eraseIfUnread(r.getResult()); // the draw, then the rng slice and load that only it read
     return success();
   }
 };

@@ -6,6 +6,7 @@
 #include <set>
 #include "llvm/ADT/StringExtras.h"
 #include "llvm/ADT/StringSet.h"
+#include "mlir/Interfaces/SideEffectInterfaces.h"
 
 namespace sd {
 
@@ -239,11 +240,34 @@ mlir::Value adapterLinear(ir::GradBuilder &g, mlir::Value x, mlir::Value w, llvm
                                                  b.getNamedAttr("module", b.getStringAttr(module))});
 }
 
-mlir::Value adapterDropout(mlir::ModuleOp module, ir::GradBuilder &g, mlir::Value x, double ratio, int64_t stream) {
-  mlir::OpBuilder &b = g.builder();
+mlir::Value loadRandomState(mlir::ModuleOp module, mlir::OpBuilder &b, mlir::Location loc) {
   ir::GlobalOp state = getOrCreateGlobal(module, abi::kDropoutRng,
                                          mlir::RankedTensorType::get({abi::kDropoutRngSize}, b.getI64Type()), "scalar_state");
-  mlir::Value rngState = b.create<ir::GlobalLoadOp>(g.loc(), state.getType(), state.getSymName());
+  return b.create<ir::GlobalLoadOp>(loc, state.getType(), state.getSymName());
+}
+
+void eraseIfUnread(mlir::Value v) {
+  llvm::SmallVector<mlir::Operation *> work;
+  if (mlir::Operation *op = v.getDefiningOp()) work.push_back(op);
+  while (!work.empty()) {
+    mlir::Operation *op = work.pop_back_val();
+    // A global load with no reader is dead too (it only reads).
+    if (!op->use_empty() || !(mlir::isOpTriviallyDead(op) || mlir::isa<ir::GlobalLoadOp>(op))) continue;
+    llvm::SmallVector<mlir::Value> operands(op->getOperands());
+    op->erase();
+    for (mlir::Value o : operands)
+      if (mlir::Operation *def = o.getDefiningOp(); def && !llvm::is_contained(work, def)) work.push_back(def);
+  }
+}
+
+mlir::Value dyloraBlock(ir::GradBuilder &g, mlir::Value draw, int64_t blocks) {
+  mlir::Type f32 = g.builder().getF32Type();
+  return g.make<ir::MinOp>({g.make<ir::FloorOp>({draw}), g.scalar(f32, double(blocks - 1))});
+}
+
+mlir::Value adapterDropout(mlir::ModuleOp module, ir::GradBuilder &g, mlir::Value x, double ratio, int64_t stream) {
+  mlir::OpBuilder &b = g.builder();
+  mlir::Value rngState = loadRandomState(module, b, g.loc());
   return g.make<ir::SeededDropoutOp>({x, rngState}, {b.getNamedAttr("ratio", b.getF32FloatAttr(float(ratio))),
                                                      g.attr("stream", stream)});
 }

@@ -132,6 +132,14 @@ llvm::SmallVector<mlir::OpOperand *> usesOf(mlir::Value v);
 // random stream `stream` of the dropout_rng state, which sd-training-dropout
 // keeps in training entries only.
 mlir::Value adapterDropout(mlir::ModuleOp module, sd::ir::GradBuilder &g, mlir::Value x, double ratio, int64_t stream);
+// A load of the dropout_rng state global ([seed, counter, row offset, rows];
+// made when missing) that keys training-time randomness.
+mlir::Value loadRandomState(mlir::ModuleOp module, mlir::OpBuilder &b, mlir::Location loc);
+// Erases `v`'s defining op, and then its operands', while nothing reads them
+// (side-effect-free ops and global loads).
+void eraseIfUnread(mlir::Value v);
+// The DyLoRA block a draw in [0, blocks) picks: its floor, at most blocks - 1.
+mlir::Value dyloraBlock(sd::ir::GradBuilder &g, mlir::Value draw, int64_t blocks);
 // A bias-free sd.linear of an adapter, named `module` (x Wᵀ for "oi", x W for "io").
 mlir::Value adapterLinear(sd::ir::GradBuilder &g, mlir::Value x, mlir::Value w, llvm::StringRef layout,
                           llvm::StringRef module);

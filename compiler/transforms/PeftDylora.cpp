@@ -50,14 +50,13 @@ struct PeftDyloraPass : sd::impl::PeftDyloraBase<PeftDyloraPass> {
     SmallVector<LinearOp> linears;
     if (failed(sd::adapterTargets(module, targetModules, linears))) return signalPassFailure();
     std::mt19937_64 rng{static_cast<uint64_t>(seed)};
-    auto scalarType = RankedTensorType::get({}, Float32Type::get(module.getContext()));
     std::vector<float> allBlocks = {float(rank / blockSize)};
     sd::createFloatGlobal(module, sd::abi::kDyloraEvalBlocks, {}, "scalar_state", &allBlocks);
     std::set<std::string> adapted;
     bool allInOut = true; // PEFT's fan_in_fan_out: every adapted PyTorch weight is [in, out]
     for (auto [site, l] : llvm::enumerate(linears)) {
       allInOut &= sd::storedInOut(l);
-      if (failed(adapt(module, l, int64_t(site), rng, scalarType))) return signalPassFailure();
+      if (failed(adapt(module, l, int64_t(site), rng))) return signalPassFailure();
       adapted.insert(l.getModule().str());
     }
     Builder b(module.getContext());
@@ -74,10 +73,10 @@ struct PeftDyloraPass : sd::impl::PeftDyloraBase<PeftDyloraPass> {
                                }));
   }
 
-  LogicalResult adapt(ModuleOp module, LinearOp l, int64_t site, std::mt19937_64 &rng, RankedTensorType scalarType) {
+  LogicalResult adapt(ModuleOp module, LinearOp l, int64_t site, std::mt19937_64 &rng) {
     auto [in, out] = sd::linearInOut(l);
     std::string m = l.getModule().str();
-    Type f32 = scalarType.getElementType();
+    Type f32 = Float32Type::get(module.getContext());
     if (cast<RankedTensorType>(l.getWeight().getType()).getElementType() != f32)
       return l.emitError("DyLoRA on non-f32 weights is not supported yet");
     const int64_t blocks = rank / blockSize;
@@ -104,17 +103,14 @@ struct PeftDyloraPass : sd::impl::PeftDyloraBase<PeftDyloraPass> {
     };
     // The block: floor of a uniform draw in [0, blocks) from [seed, counter]
     // alone (not the row offset), so every data-parallel rank draws the same.
-    GlobalOp state = sd::getOrCreateGlobal(module, sd::abi::kDropoutRng,
-                                           RankedTensorType::get({sd::abi::kDropoutRngSize}, b.getI64Type()),
-                                           "scalar_state");
-    Value seedCounter = g.sliceAxis(b.create<GlobalLoadOp>(loc, state.getType(), state.getSymName()), 0, 0, 2);
+    Value seedCounter = g.sliceAxis(sd::loadRandomState(module, b, loc), 0, 0, 2);
     Operation *draw = g.op<SeededRandomOp>(
         {g.scalar(f32, 0.0), seedCounter},
         {b.getNamedAttr("a", b.getF32FloatAttr(0.0f)), b.getNamedAttr("b", b.getF32FloatAttr(float(blocks))),
          g.attr("stream", sd::kDyloraStream + site)});
     if (!draw) return failure();
     draw->setAttr(sd::kDyloraDrawAttr, b.getStringAttr(drawn.getSymName()));
-    Value block = g.make<MinOp>({g.make<FloorOp>({draw->getResult(0)}), g.scalar(f32, double(blocks - 1))});
+    Value block = sd::dyloraBlock(g, draw->getResult(0), blocks);
     // Each rank's block, as a float: trains where it is the drawn one, is read detached below it.
     std::vector<int64_t> blockOf;
     for (int64_t i = 0; i < rank; ++i) blockOf.push_back(i / blockSize);

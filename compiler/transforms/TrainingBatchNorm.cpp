@@ -51,20 +51,6 @@ Value castTo(GradBuilder &g, Value v, Type type) {
   return g.make<CastOp>({v}, {g.attr("to", int64_t(*sd::ir::toDType(want)))});
 }
 
-// Erases `v`'s defining op and then its operands' when nothing reads them any more.
-void eraseIfUnread(Value v) {
-  SmallVector<Operation *> work;
-  if (Operation *op = v.getDefiningOp()) work.push_back(op);
-  while (!work.empty()) {
-    Operation *op = work.pop_back_val();
-    if (!isOpTriviallyDead(op)) continue;
-    SmallVector<Value> operands(op->getOperands());
-    op->erase();
-    for (Value o : operands)
-      if (Operation *def = o.getDefiningOp(); def && !llvm::is_contained(work, def)) work.push_back(def);
-  }
-}
-
 struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNormPass> {
   void runOnOperation() override {
     ModuleOp module = getOperation();
@@ -179,7 +165,7 @@ struct TrainingBatchNormPass : sd::impl::TrainingBatchNormBase<TrainingBatchNorm
       if (g.failed() || running.getType() != batch.getType())
         return bn.emitError("running statistics @") << global.getSymName() << " do not fit the batch's";
       bn->setOperand(index, running);
-      eraseIfUnread(batch);
+      sd::eraseIfUnread(batch);
     }
     return success();
   }

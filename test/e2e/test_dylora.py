@@ -81,9 +81,7 @@ def lycoris_model(base, start, r, alpha, block, draws):
                 m.up_list[k].copy_(torch.tensor(b[:, k * block:(k + 1) * block]))
         site = len(modules)
 
-        def drawn(self=m, site=site):
-            if draws.counter < 0:  # outside training: every block in play
-                return self.get_weight((self.block_count - 1) * self.block_size)
+        def drawn(self=m, site=site):  # training only: lycoris_logits sets the blocks in play after
             return self.get_weight(draws.block(site) * self.block_size)
         m.get_random_rank_weight = drawn
         m.apply_to()

@@ -368,21 +368,21 @@ struct Args {
 
 // What a transformers config.json beside the model (Optimum's export
 // folder) says: its model_type and its longest position (max_position_embeddings,
-// GPT-2's n_positions); empty and 0 without one. A config.json that is not
-// JSON is an error (returned as a message).
+// GPT-2's n_positions); empty and 0 without one, and `error` set when it is
+// not JSON.
 struct ModelConfig {
-  std::string modelType, path;
+  std::string modelType, path, error;
   int64_t maxPositions = 0;
 };
-ModelConfig modelConfigOf(const Args &a, std::string &error) {
+ModelConfig modelConfigOf(const std::string &model) {
   ModelConfig c;
-  std::string dir = a.model.find('/') == std::string::npos ? "." : a.model.substr(0, a.model.find_last_of('/'));
+  std::string dir = model.find('/') == std::string::npos ? "." : model.substr(0, model.find_last_of('/'));
   c.path = dir + "/config.json";
   struct stat st;
   if (::stat(c.path.c_str(), &st) != 0) return c;
   auto text = sd::readWholeFile(c.path);
   auto doc = text.isOk() ? sd::parseJson(text.value(), c.path) : sd::StatusOr<sd::Json>(text.status());
-  if (!doc.isOk()) return error = doc.status().message(), c;
+  if (!doc.isOk()) return c.error = doc.status().message(), c;
   if (const sd::Json *type = doc.value().get("model_type"); type && type->type == sd::Json::Type::String)
     c.modelType = type->str;
   for (const char *key : {"max_position_embeddings", "n_positions"})
@@ -391,43 +391,39 @@ ModelConfig modelConfigOf(const Args &a, std::string &error) {
   return c;
 }
 
-// The model's transformers model_type: --model-type, else the config.json's;
-// "" when neither. `from` says where it came from.
-std::string modelTypeOf(const Args &a, std::string &from, std::string &error) {
-  if (!a.modelType.empty()) return from = "--model-type", a.modelType;
-  ModelConfig c = modelConfigOf(a, error);
-  from = c.path;
-  return c.modelType;
+// Whether --peft takes --target-modules (and so has PEFT defaults for them).
+bool takesTargets(const std::string &peft) {
+  return peft == "lora" || peft == "loha" || peft == "lokr" || peft == "dylora" || peft == "vera" ||
+         peft == "adalora" || peft == "ia3" || peft == "osft";
+}
+bool wantsDefaultTargets(const Args &a) {
+  return a.pipeline.targetModules.empty() && takesTargets(a.pipeline.peft);
+}
+bool wantsDefaultBucket(const Args &a) {
+  return a.pipeline.training() && a.pipeline.shapes.empty() && a.pipeline.dims.empty();
 }
 
 // A training plan given neither --shapes nor --dim: batches of 8 rows (GRPO:
-// whole groups, at least 8 rows) of 512
-// tokens (fewer when the config.json says positions end sooner), bound by
-// the driver to the model's named batch and sequence dims.
-void defaultBucket(Args &a) {
-  if (!a.pipeline.training() || !a.pipeline.shapes.empty() || !a.pipeline.dims.empty()) return;
-  std::string unread; // a config.json that is not JSON only loses the cap on positions here
-  ModelConfig c = modelConfigOf(a, unread);
+// whole groups, at least 8 rows) of 512 tokens (fewer when the config.json
+// says positions end sooner; one that is not JSON only loses that cap), bound
+// by the driver to the model's named batch and sequence dims.
+void defaultBucket(Args &a, const ModelConfig &config) {
   // GRPO's rows come in groups: a whole number of them.
   const int64_t group = a.pipeline.grpo() ? std::max<int64_t>(1, a.pipeline.numGenerations) : 1;
   a.pipeline.defaultBatch = (8 + group - 1) / group * group;
-  a.pipeline.defaultSeq = c.maxPositions > 0 ? std::min<int64_t>(512, c.maxPositions) : 512;
+  a.pipeline.defaultSeq = config.maxPositions > 0 ? std::min<int64_t>(512, config.maxPositions) : 512;
 }
 
-// No --target-modules: PEFT's default for the model's model_type, as its
-// configs pick it, said on stderr. Non-zero: the exit code of an error.
-int defaultTargets(Args &a) {
+// No --target-modules: PEFT's default for the model's model_type
+// (--model-type, else the config.json's), as its configs pick it, said on
+// stderr. Non-zero: the exit code of an error.
+int defaultTargets(Args &a, const ModelConfig &config) {
   const std::string &peft = a.pipeline.peft;
-  if (!a.pipeline.targetModules.empty() ||
-      (peft != "lora" && peft != "loha" && peft != "lokr" && peft != "dylora" && peft != "vera" && peft != "adalora" &&
-       peft != "ia3" && peft != "osft"))
-    return !a.modelType.empty() && a.pipeline.targetModules.empty()
-               ? fail("--model-type picks PEFT's default --target-modules: it needs an adapter method that takes "
-                      "them (--peft lora, loha, lokr, dylora, vera, adalora, ia3 or osft)"),
-               2 : 0;
-  std::string from, error;
-  std::string type = modelTypeOf(a, from, error);
-  if (!error.empty()) return fail(error), 2;
+  std::string type = a.modelType, from = "--model-type";
+  if (type.empty()) {
+    if (!config.error.empty()) return fail(config.error), 2;
+    type = config.modelType, from = config.path;
+  }
   if (type.empty()) return 0; // the per-method "needs --target-modules" errors follow
   auto d = sd::peftDefaultTargets(peft, type);
   if (!d)
@@ -850,8 +846,16 @@ int parseArgs(int argc, char **argv, Args &a) {
       (!a.pipeline.lossOutput.empty() || !a.pipeline.logitsOutput.empty()))
     return fail("--loss-output/--logits-output need a training plan: add --peft none"), 2;
   if (a.emit == "plan" && a.output.empty() && !a.dryRun) return fail("no output given: use -o PLAN.sdp"), 2;
-  if (int rc = defaultTargets(a); rc) return rc;
-  defaultBucket(a);
+  if (!a.modelType.empty() && a.pipeline.targetModules.empty() && !takesTargets(a.pipeline.peft))
+    return fail("--model-type picks PEFT's default --target-modules: it needs an adapter method that takes them "
+                "(--peft lora, loha, lokr, dylora, vera, adalora, ia3 or osft)"),
+           2;
+  if (wantsDefaultTargets(a) || wantsDefaultBucket(a)) { // config.json read once, for both
+    const ModelConfig config = modelConfigOf(a.model);
+    if (wantsDefaultTargets(a))
+      if (int rc = defaultTargets(a, config); rc) return rc;
+    if (wantsDefaultBucket(a)) defaultBucket(a, config);
+  }
   if (a.pipeline.peft == "lora" && a.pipeline.targetModules.empty())
     return fail("--peft lora needs --target-modules, or --model-type (or a config.json beside the model) for PEFT's "
                 "default (see sdc compile --dry-run --peft lora --target-modules .*)"), 2;

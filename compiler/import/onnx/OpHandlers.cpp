@@ -192,10 +192,7 @@ std::optional<double> constantScalarInput(NodeImporter &imp, const std::string &
 // which the trainer seeds and sd-training-dropout advances per micro-batch.
 Value randomState(NodeImporter &imp) {
   auto module = imp.builder.getInsertionBlock()->getParentOp()->getParentOfType<ModuleOp>();
-  GlobalOp state = getOrCreateGlobal(module, abi::kDropoutRng,
-                                     RankedTensorType::get({abi::kDropoutRngSize}, imp.builder.getI64Type()),
-                                     "scalar_state");
-  return imp.builder.create<GlobalLoadOp>(imp.loc, state.getType(), state.getSymName());
+  return loadRandomState(module, imp.builder, imp.loc);
 }
 
 // The stream of the next random node of the file: kExportedDropoutStream + k for the k-th.
