@@ -177,6 +177,8 @@ def refusals(model_dir, sdc):
         (base + ["--peft", "none", "--reduction-factor", "8"], ["--peft bottleneck"]),
         (base + ["--peft", "bottleneck", "--bottleneck-config", "houlsby"], ["--bottleneck-config", "seq_bn"]),
         (base + ["--peft", "bottleneck", "--reduction-factor", "0"], ["--reduction-factor", "positive"]),
+        (base + ["--peft", "bottleneck", "--adapter-scaling", "trained"], ["--adapter-scaling", "learned or channel"]),
+        (base + ["--peft", "none", "--use-gating"], ["--use-gating", "--peft bottleneck"]),
         (base + ["--peft", "bottleneck", "--non-linearity", "softmax"], ["--non-linearity", "relu"]),
         (base + ["--peft", "bottleneck", "--bottleneck-init", "zeros"], ["--bottleneck-init", "bert"]),
         (base + ["--peft", "bottleneck", "--target-modules", "down_proj"], ["--target-modules", "--leave-out"]),
