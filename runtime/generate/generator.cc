@@ -48,13 +48,18 @@ int64_t sampleToken(const float *raw, int64_t vocab, const SamplingOptions &opts
   return idx[d(rng)];
 }
 
-StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const SamplingOptions &opts) {
+Status checkSampling(const SamplingOptions &opts) {
   if (!(opts.temperature >= 0) || !std::isfinite(opts.temperature))
     return sdError("temperature must be a finite number >= 0, got ", opts.temperature);
   if (opts.topK < 0) return sdError("top-k must be >= 0, got ", opts.topK);
   if (!(opts.topP > 0 && opts.topP <= 1)) return sdError("top-p must be in (0, 1], got ", opts.topP);
   if (!(opts.repetitionPenalty > 0) || !std::isfinite(opts.repetitionPenalty))
     return sdError("the repetition penalty must be a finite number > 0, got ", opts.repetitionPenalty);
+  return Status::ok();
+}
+
+StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const SamplingOptions &opts) {
+  SD_RETURN_IF_ERROR(checkSampling(opts));
   std::unique_ptr<Generator> g(new Generator(session, opts));
   const Plan &plan = session.plan();
   // Prompt and prefix tuning: the cached entries take the virtual ids first;
@@ -141,12 +146,13 @@ Status Generator::bindWindows() {
 
 // NaN/Inf weights give NaN logits, and "the most likely token" of those is
 // meaningless: say so rather than print whatever index 0 is.
-StatusOr<int64_t> Generator::sampleChecked(const float *logits, const std::vector<int64_t> &context) {
+StatusOr<int64_t> Generator::sampleChecked(const float *logits, const std::vector<int64_t> &context,
+                                           const SamplingOptions &opts, std::mt19937_64 &rng) {
   for (int64_t v = 0; v < vocab_; ++v)
     if (!std::isfinite(logits[v]))
       return sdError("the model's logits are not finite (", logits[v], " for token ", v, " after ", context.size(),
                      " tokens): are its weights or adapter NaN/Inf?");
-  return sampleToken(logits, vocab_, opts_, rng_, context);
+  return sampleToken(logits, vocab_, opts, rng, context);
 }
 
 Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits) {
@@ -209,13 +215,37 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::
   return Status::ok();
 }
 
+size_t Generator::cachedPrefix(size_t row, const std::vector<int64_t> &tokens) const {
+  if (row >= cachedTokens_.size()) return 0;
+  const std::vector<int64_t> &cached = cachedTokens_[row];
+  if (cached.size() < virtualIds_.size() || !std::equal(virtualIds_.begin(), virtualIds_.end(), cached.begin())) return 0;
+  size_t same = 0;
+  while (virtualIds_.size() + same < cached.size() && same < tokens.size() &&
+         cached[virtualIds_.size() + same] == tokens[same])
+    ++same;
+  return same;
+}
+
 StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vector<int64_t>> &rows) {
+  return nextRows(rows, nullptr);
+}
+
+StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vector<int64_t>> &rows,
+                                                    std::vector<RowSampler> &samplers) {
+  if (samplers.size() < rows.size()) return sdError(rows.size(), " rows but ", samplers.size(), " samplers");
+  for (const RowSampler &s : samplers) SD_RETURN_IF_ERROR(checkSampling(s.opts));
+  return nextRows(rows, &samplers);
+}
+
+StatusOr<std::vector<int64_t>> Generator::nextRows(const std::vector<std::vector<int64_t>> &rows,
+                                                   std::vector<RowSampler> *samplers) {
   if (int64_t(rows.size()) > batch_)
     return sdError(rows.size(), " rows, but the plan generates ", batch_, " at a time (sdc compile --kv-batch)");
   std::vector<int64_t> out(rows.size(), -1);
   if (!cached()) {
     if (rows.size() != 1) return sdError("generating several rows together needs a plan compiled with --kv-cache");
-    auto t = next(rows[0]);
+    if (rows[0].empty()) return out;
+    auto t = samplers ? nextWindowed(rows[0], (*samplers)[0].opts, (*samplers)[0].rng) : nextWindowed(rows[0], opts_, rng_);
     if (!t.isOk()) return t.status();
     out[0] = t.value();
     return out;
@@ -242,7 +272,8 @@ StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vecto
   }
   for (size_t b = 0; b < rows.size(); ++b) {
     if (rows[b].empty()) continue;
-    auto t = sampleChecked(logits.data() + b * size_t(vocab_), rows[b]);
+    auto t = samplers ? sampleChecked(logits.data() + b * size_t(vocab_), rows[b], (*samplers)[b].opts, (*samplers)[b].rng)
+                      : sampleChecked(logits.data() + b * size_t(vocab_), rows[b], opts_, rng_);
     if (!t.isOk()) return t.status();
     out[b] = t.value();
   }
@@ -256,6 +287,11 @@ StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
     if (!r.isOk()) return r.status();
     return r.value()[0];
   }
+  return nextWindowed(tokens, opts_, rng_);
+}
+
+StatusOr<int64_t> Generator::nextWindowed(const std::vector<int64_t> &tokens, const SamplingOptions &opts,
+                                          std::mt19937_64 &rng) {
   for (int64_t t : tokens)
     if (t < 0 || t >= vocab_) return sdError("token ", t, " is outside the vocabulary [0, ", vocab_, ")");
   const Window *w = &windows_.back();
@@ -269,7 +305,7 @@ StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
   std::memcpy(ids.data.data(), tokens.data() + start, window * 8);
   SD_RETURN_IF_ERROR(session_.run(w->entry, {&ids}, outs_));
   return sampleChecked(reinterpret_cast<const float *>(outs_[0].data.data()) + (size_t(prefix_) + window - 1) * size_t(vocab_),
-                       tokens);
+                       tokens, opts, rng);
 }
 
 Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken) {

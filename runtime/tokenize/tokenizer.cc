@@ -290,6 +290,8 @@ void Tokenizer::Impl::encodeSegment(std::string_view raw, bool atStart, std::vec
 Tokenizer::Tokenizer(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Tokenizer::~Tokenizer() = default;
 
+std::string toValidUtf8(std::string_view s) { return tok::toValidUtf8(s); }
+
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
   std::string file = path;
   struct stat st {};

@@ -2,15 +2,10 @@
 // (sd/generate/generator.h).
 #include "commands.h"
 #include "flags.h"
-#include "sd/generate/generator.h"
-#include "sd/tokenize/tokenizer.h"
-#include "sd/format/file_io.h"
+#include "generate_setup.h"
 #include "sd/format/json.h"
 #include <algorithm>
-#include <set>
-#include <unistd.h>
 #include <cstdio>
-#include <functional>
 
 namespace sdrun {
 namespace {
@@ -45,81 +40,6 @@ std::vector<std::string> stopTexts(const Flags &f) {
     for (const std::string &s : it->second)
       if (!s.empty()) out.push_back(s);
   return out;
-}
-
-// Whether a stop text ends at or after byte `from` of `text` (it may have
-// begun before); `end` is where the first such one ends.
-bool stopAt(const std::string &text, size_t from, const std::vector<std::string> &stops, size_t &end) {
-  end = std::string::npos;
-  for (const std::string &s : stops) {
-    size_t at = text.find(s, from >= s.size() ? from - s.size() + 1 : 0);
-    if (at != std::string::npos) end = std::min(end, at + s.size());
-  }
-  return end != std::string::npos;
-}
-
-// One prompt being continued. The text shown is what decoding
-// tokens[start:] adds to decoding the prompt's part of it (as transformers'
-// TextStreamer prints), held back while it ends in an incomplete character.
-struct Row {
-  std::vector<int64_t> tokens;
-  size_t start = 0;             // first token of the shown text (the reply's, with --chat)
-  std::string base, printed;    // decoded prompt part; decoded text shown so far
-  std::string shown;            // what this row has shown (prompt included unless --chat)
-  bool done = false;
-};
-
-struct TextCodec {
-  std::function<std::string(const std::vector<int64_t> &)> decode;
-  std::set<int64_t> stopIds; // EOS ids and --stop-token: the row ends, the token unprinted
-};
-
-// --stop-token ids, each in [0, vocab).
-bool stopTokens(const Flags &f, int64_t vocab, std::set<int64_t> &out) {
-  std::vector<int64_t> ids;
-  std::string err;
-  if (!intFlags(f, "--stop-token", 0, vocab - 1, ids, err)) return fail(err), false;
-  out.insert(ids.begin(), ids.end());
-  return true;
-}
-
-// generation_config.json's eos_token_id (one id or a list: Llama 3 stops at
-// <|eot_id|> and <|end_of_text|>) from the tokenizer's folder, when there.
-bool generationConfigEos(const std::string &dir, std::set<int64_t> &out) {
-  std::string path = dir + "/generation_config.json";
-  if (::access(path.c_str(), F_OK) != 0) return true;
-  auto text = sd::readWholeFile(path);
-  if (!text.isOk()) return fail(text.status().message()), false;
-  auto doc = sd::parseJson(text.value(), path);
-  if (!doc.isOk()) return fail(doc.status().message()), false;
-  const sd::Json *eos = doc.value().get("eos_token_id");
-  if (!eos || eos->type == sd::Json::Type::Null) return true;
-  std::vector<const sd::Json *> ids;
-  if (eos->type == sd::Json::Type::Array)
-    for (const sd::Json &e : eos->arr) ids.push_back(&e);
-  else
-    ids.push_back(eos);
-  for (const sd::Json *e : ids) {
-    if (!e->isInteger() || e->num < 0) return fail(path + ": eos_token_id must be a token id or a list of them"), false;
-    out.insert(int64_t(e->num));
-  }
-  return true;
-}
-
-// The new token's text for `r`; true when the row is done (a stop text ended it).
-bool appendToken(Row &r, int64_t token, const TextCodec &codec, const std::vector<std::string> &stops) {
-  r.tokens.push_back(token);
-  std::string now = codec.decode(std::vector<int64_t>(r.tokens.begin() + long(r.start), r.tokens.end()));
-  size_t end;
-  // A stop text in what was generated ends the output there (the stop text included).
-  const bool stop = now.size() > r.base.size() && stopAt(now, std::max(r.base.size(), r.printed.size()), stops, end);
-  if (stop) now.resize(std::max(end, r.printed.size()));
-  const bool partial = now.size() >= 3 && now.compare(now.size() - 3, 3, "\xEF\xBF\xBD") == 0;
-  if ((stop || !partial) && now.size() > r.printed.size() && now.compare(0, r.printed.size(), r.printed) == 0) {
-    r.shown.append(now, r.printed.size(), std::string::npos);
-    r.printed = now;
-  }
-  return stop;
 }
 
 // Continues every row by up to maxNew tokens, batchSize() rows at a time.
@@ -189,42 +109,25 @@ bool checkPrompt(const sd::generate::Generator &gen, const std::vector<int64_t> 
 
 // Prompt ids from the tokenizer (with --chat, rendered as a user turn by its
 // chat template), generation until --max-new-tokens or the tokenizer's EOS.
-int generateWithTokenizer(const Flags &f, sd::generate::Generator &gen, const std::vector<std::string> &prompts,
-                          int64_t maxNew) {
-  auto loaded = sd::Tokenizer::load(flagValue(f, "--tokenizer"));
-  if (!loaded.isOk()) return fail("--tokenizer: " + loaded.status().message());
-  const sd::Tokenizer &tok = *loaded.value();
-  TextCodec codec;
-  if (tok.eosId() >= 0) codec.stopIds.insert(tok.eosId());
-  if (!generationConfigEos(flagValue(f, "--tokenizer"), codec.stopIds) ||
-      !stopTokens(f, gen.vocabSize(), codec.stopIds))
-    return 1;
-  codec.decode = [&](const std::vector<int64_t> &ids) {
-    auto d = tok.decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
-    return d.isOk() ? d.value() : std::string();
-  };
+int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<std::string> &prompts, int64_t maxNew) {
+  const sd::Tokenizer &tok = *g.tokenizer;
+  const TextCodec &codec = g.codec;
+  sd::generate::Generator &gen = *g.gen;
   const bool chat = hasFlag(f, "--chat");
   std::vector<Row> rows;
   for (const std::string &prompt : prompts) {
-    sd::EncodeOptions eo;
     std::string text = prompt;
     if (chat) {
       auto rendered = tok.renderChat({{"user", prompt}}, true);
       if (!rendered.isOk()) return fail("--chat: " + rendered.status().message());
       text = rendered.value();
-      eo.addSpecialTokens = false; // the template writes them, as apply_chat_template does
-      eo.parseSpecial = true;
     }
+    auto ids = encodePrompt(g, text, chat);
+    if (!ids.isOk()) return fail(ids.status().message());
     Row r;
-    for (int32_t id : tok.encode(text, eo)) {
-      if (id >= gen.vocabSize())
-        return fail("--tokenizer: token " + std::to_string(id) + " is outside the model's " +
-                    std::to_string(gen.vocabSize()) + " logits: the tokenizer does not belong to this model");
-      r.tokens.push_back(id);
-    }
+    r.tokens = ids.value();
     if (!checkPrompt(gen, r.tokens)) return 1;
-    r.start = chat ? r.tokens.size() : 0;
-    r.base = r.printed = chat ? std::string() : codec.decode(r.tokens);
+    startRow(r, codec, chat ? 0 : SIZE_MAX); // with --chat only the reply shows
     if (!chat) r.shown = prompt;
     rows.push_back(std::move(r));
   }
@@ -255,43 +158,24 @@ int generateCommand(const std::vector<std::string> &args) {
     return fail(err);
   if (!hasFlag(f, "--prompt")) return fail("--prompt TEXT is required (see sdrun generate --help)");
   const std::vector<std::string> prompts = f.values.at("--prompt");
-  auto loaded = sd::Plan::loadFile(f.plan);
-  if (!loaded.isOk()) return fail(loaded.status().message());
-  std::shared_ptr<const sd::Plan> plan(std::move(loaded.value()));
-  if (auto cfg = sd::parseJson(plan->config.empty() ? "{}" : plan->config, "the plan's config");
-      cfg.isOk() && cfg.value().get("classify"))
-    return fail(f.plan + ": a classification plan (sdc compile --recipe classify): its infer entry gives class "
-                "logits, not next-token logits; run it with sdrun infer");
-  auto session = sd::Session::create(plan, so);
-  if (!session.isOk()) return fail(session.status().message());
-  sd::Session &s = *session.value();
-  if (hasFlag(f, "--adapter"))
-    if (auto st = loadAdapterFlag(f.plan, flagValue(f, "--adapter"), s); !st.isOk()) return fail(st.message());
-  if (auto st = adapterRankFlag(f, s); !st.isOk()) return fail(st.message());
   sampling.temperature = temperature;
   sampling.topK = topK;
   sampling.seed = uint64_t(seed);
-  auto gen = sd::generate::Generator::create(s, sampling);
-  if (!gen.isOk()) return fail(f.plan + ": " + gen.status().message());
-  if (hasFlag(f, "--tokenizer")) return generateWithTokenizer(f, *gen.value(), prompts, maxNew);
-  if (hasFlag(f, "--chat")) return fail("--chat needs --tokenizer DIR (its chat template)");
-  if (gen.value()->vocabSize() != 256)
-    return fail(f.plan + ": the model has " + std::to_string(gen.value()->vocabSize()) +
-                " logits per position, not 256 bytes: give --tokenizer DIR");
-  TextCodec codec;
-  if (!stopTokens(f, 256, codec.stopIds)) return 1;
-  codec.decode = [](const std::vector<int64_t> &ids) { return std::string(ids.begin(), ids.end()); };
+  if (hasFlag(f, "--chat") && !hasFlag(f, "--tokenizer")) return fail("--chat needs --tokenizer DIR (its chat template)");
+  GenerationSetup g;
+  if (int rc = openGeneration(f, so, sampling, false, g)) return rc;
+  if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew);
   std::vector<Row> rows;
   for (const std::string &prompt : prompts) {
     Row r;
     for (char c : prompt) r.tokens.push_back(int64_t(uint8_t(c)));
     if (r.tokens.empty()) r.tokens.push_back('\n');
-    if (!checkPrompt(*gen.value(), r.tokens)) return 1;
-    r.base = r.printed = codec.decode(r.tokens);
+    if (!checkPrompt(*g.gen, r.tokens)) return 1;
+    startRow(r, g.codec);
     r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(*gen.value(), rows, maxNew, codec, stopTexts(f));
+  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f));
 }
 
 } // namespace sdrun

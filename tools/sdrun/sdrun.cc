@@ -13,7 +13,8 @@ const char *kUsage =
     "commands:\n"
     "  infer    run the plan's infer entry on input tensors\n"
     "  train    train with a plan's train_step entries on JSON Lines data\n"
-    "  generate continue a prompt with a byte-level model (greedy or sampled)\n"
+    "  generate continue a prompt (greedy or sampled; --tokenizer for text, --chat)\n"
+    "  serve    serve the model over HTTP with the OpenAI API (completions, chat)\n"
     "  bench    time an entry in-process; the last line is JSON with median_ms\n"
     "  inspect  show entries, buckets, globals, arena size and weights\n"
     "  tokenize text lines to token ids (or back) with a Hugging Face tokenizer.json\n"
@@ -42,6 +43,7 @@ static int run(int argc, char **argv) {
   if (cmd == "train") return sdrun::trainCommand(args);
   if (cmd == "generate") return sdrun::generateCommand(args);
   if (cmd == "tokenize") return sdrun::tokenizeCommand(args);
+  if (cmd == "serve") return sdrun::serveCommand(args);
   return sdrun::fail("unknown command '" + cmd + "' (try: sdrun --help)");
 }
 

@@ -36,6 +36,19 @@ struct SamplingOptions {
 int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
                     const std::vector<int64_t> &context = {});
 
+// One row's sampling when rows differ (a server's requests): its options and
+// its own RNG, so a row's draws do not depend on the rows beside it.
+struct RowSampler {
+  SamplingOptions opts;
+  std::mt19937_64 rng;
+  RowSampler() = default;
+  explicit RowSampler(const SamplingOptions &o) : opts(o), rng(o.seed) {}
+};
+
+// An error naming the first option out of range (temperature, top-k, top-p,
+// repetition penalty), or ok.
+Status checkSampling(const SamplingOptions &opts);
+
 class Generator {
 public:
   // Binds to `session` (which must outlive the generator). An error names what
@@ -48,12 +61,21 @@ public:
   // Rows generated together (1 without a cache).
   int64_t batchSize() const { return batch_; }
   bool cached() const { return cacheLength_ > 0; }
+  // Prompt or prefix tuning's virtual tokens, which a cache holds before each row's own.
+  int64_t virtualTokens() const { return int64_t(virtualIds_.size()); }
 
   // The token after `tokens` (at least one), sampled with the generator's RNG.
   StatusOr<int64_t> next(const std::vector<int64_t> &tokens);
   // The token after each row (at most batchSize() rows); an empty row is idle
   // and gets -1. Needs a cache unless there is a single row.
   StatusOr<std::vector<int64_t>> nextBatch(const std::vector<std::vector<int64_t>> &rows);
+  // The same, each row drawn with its own sampler (samplers.size() >= rows.size()).
+  StatusOr<std::vector<int64_t>> nextBatch(const std::vector<std::vector<int64_t>> &rows,
+                                           std::vector<RowSampler> &samplers);
+  // How many leading tokens of `tokens` row `row`'s cache already holds, so a
+  // caller can put a continued conversation where its prompt is cached (0
+  // without a cache).
+  size_t cachedPrefix(size_t row, const std::vector<int64_t> &tokens) const;
   // Appends `maxNew` tokens to `tokens`, calling onToken after each.
   Status generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken = {});
 
@@ -73,7 +95,11 @@ private:
   // Feeds each row's tokens the cache lacks; fills `logits` [rows, vocab] with
   // the logits after each active row's last token.
   Status runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits);
-  StatusOr<int64_t> sampleChecked(const float *logits, const std::vector<int64_t> &context);
+  StatusOr<int64_t> sampleChecked(const float *logits, const std::vector<int64_t> &context, const SamplingOptions &opts,
+                                  std::mt19937_64 &rng);
+  StatusOr<std::vector<int64_t>> nextRows(const std::vector<std::vector<int64_t>> &rows,
+                                          std::vector<RowSampler> *samplers);
+  StatusOr<int64_t> nextWindowed(const std::vector<int64_t> &tokens, const SamplingOptions &opts, std::mt19937_64 &rng);
 
   Session &session_;
   SamplingOptions opts_;

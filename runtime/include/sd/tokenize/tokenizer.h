@@ -26,6 +26,10 @@ struct EncodeOptions {
   bool parseSpecial = false;
 };
 
+// `s` with each invalid UTF-8 subpart as U+FFFD, as Python's
+// bytes.decode(errors="replace") makes it (JSON text must be UTF-8).
+std::string toValidUtf8(std::string_view s);
+
 class Tokenizer {
 public:
   // `path` is a tokenizer.json or a directory holding one.

@@ -1,0 +1,29 @@
+// libFuzzer target: bytes as what a client sends `sdrun serve`: parsed as an
+// HTTP request and, when one is complete, its body read as both a completion
+// and a chat completion request (errors are fine; crashes, hangs and
+// unbounded memory are not).
+#include "http.h"
+#include "openai_api.h"
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  const std::string in(reinterpret_cast<const char *>(data), size);
+  sdrun::http::Limits limits;
+  limits.maxHeader = 4096;
+  limits.maxBody = 32768;
+  sdrun::http::Request req;
+  int status = 0;
+  std::string error;
+  if (sdrun::http::parseRequest(in, limits, req, status, error) != sdrun::http::Parse::Complete) return 0;
+  sdrun::openai::Defaults defaults;
+  for (bool chat : {false, true}) {
+    sdrun::openai::GenerationRequest gr;
+    sdrun::openai::Error err;
+    if (sdrun::openai::parseRequest(req.body, chat, defaults, gr, err)) {
+      sdrun::openai::Head head{"id", "m", 0, chat};
+      (void)sdrun::openai::responseJson(head, {{"text", "stop"}}, {1, 1});
+    } else {
+      (void)sdrun::openai::errorJson(err);
+    }
+  }
+  return 0;
+}

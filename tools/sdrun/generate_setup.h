@@ -1,0 +1,38 @@
+// What `sdrun generate` and `sdrun serve` open before their first token: the
+// plan in a session (--adapter, --adapter-rank and the device flags applied),
+// a generator on it, and the text codec (--tokenizer's, or bytes for a
+// byte-level model).
+#pragma once
+#include "flags.h"
+#include "text_rows.h"
+#include "sd/generate/generator.h"
+#include "sd/runtime/plan.h"
+#include "sd/runtime/session.h"
+#include "sd/tokenize/tokenizer.h"
+#include <memory>
+
+namespace sdrun {
+
+struct GenerationSetup {
+  std::shared_ptr<const sd::Plan> plan;
+  std::unique_ptr<sd::Session> session;
+  std::unique_ptr<sd::generate::Generator> gen;
+  std::unique_ptr<sd::Tokenizer> tokenizer; // with --tokenizer
+  // Decoding stops at the tokenizer's EOS, generation_config.json's
+  // eos_token_id beside it, and any --stop-token.
+  TextCodec codec;
+};
+
+// Opens f.plan for generation; 0, or fail()'s code with the error printed.
+// `validUtf8`: a byte-level model's text has invalid bytes as U+FFFD (JSON
+// needs UTF-8), else its bytes pass through as generated.
+int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,
+                   bool validUtf8, GenerationSetup &out);
+
+// The token ids of `text`: with the tokenizer (BOS/EOS as its post-processor
+// adds them; a rendered chat has its special tokens parsed and none added, as
+// apply_chat_template does), else its bytes. An id the model has no logit for
+// is an error (the tokenizer is not this model's).
+sd::StatusOr<std::vector<int64_t>> encodePrompt(const GenerationSetup &g, const std::string &text, bool renderedChat);
+
+} // namespace sdrun

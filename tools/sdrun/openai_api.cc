@@ -1,0 +1,309 @@
+// Reading OpenAI completion requests and writing their responses.
+#include "openai_api.h"
+#include "sd/format/json.h"
+#include <cmath>
+#include <set>
+
+namespace sdrun::openai {
+namespace {
+
+using sd::Json;
+
+bool fieldError(Error &err, const std::string &field, const std::string &msg) {
+  err.status = 400;
+  err.param = field;
+  err.message = "'" + field + "' " + msg;
+  return false;
+}
+
+bool isNull(const Json *v) { return !v || v->type == Json::Type::Null; }
+
+bool readBool(const Json &v, const std::string &field, bool &out, Error &err) {
+  if (v.type != Json::Type::Bool) return fieldError(err, field, "must be true or false");
+  out = v.b;
+  return true;
+}
+
+bool readNumber(const Json &v, const std::string &field, double lo, double hi, double &out, Error &err) {
+  if (v.type != Json::Type::Number || !std::isfinite(v.num) || v.num < lo || v.num > hi)
+    return fieldError(err, field, "must be a number in [" + sd::jsonNumber(lo) + ", " + sd::jsonNumber(hi) + "]");
+  out = v.num;
+  return true;
+}
+
+bool readInt(const Json &v, const std::string &field, int64_t lo, int64_t hi, int64_t &out, Error &err) {
+  if (v.type != Json::Type::Number || !v.isInteger() || v.num < double(lo) || v.num > double(hi))
+    return fieldError(err, field, "must be an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]");
+  out = int64_t(v.num);
+  return true;
+}
+
+bool readIds(const Json &v, const std::string &field, std::vector<int64_t> &out, Error &err) {
+  for (const Json &t : v.arr) {
+    if (t.type != Json::Type::Number || !t.isInteger() || t.num < 0 || t.num > 2147483647.0)
+      return fieldError(err, field, "token ids must be integers >= 0");
+    out.push_back(int64_t(t.num));
+  }
+  return true;
+}
+
+// A string, a list of strings, a list of token ids, or a list of such lists.
+bool readPrompt(const Json &v, std::vector<Prompt> &out, Error &err) {
+  const std::string field = "prompt";
+  if (v.type == Json::Type::String) {
+    out.push_back({v.str, {}, false});
+    return true;
+  }
+  if (v.type != Json::Type::Array || v.arr.empty())
+    return fieldError(err, field, "must be a string, a list of strings, or token ids (a list, or a list of lists)");
+  if (v.arr[0].type == Json::Type::Number) {
+    Prompt p;
+    p.isIds = true;
+    if (!readIds(v, field, p.ids, err)) return false;
+    out.push_back(std::move(p));
+    return true;
+  }
+  for (const Json &e : v.arr) {
+    if (e.type == Json::Type::String) {
+      out.push_back({e.str, {}, false});
+    } else if (e.type == Json::Type::Array && !e.arr.empty()) {
+      Prompt p;
+      p.isIds = true;
+      if (!readIds(e, field, p.ids, err)) return false;
+      out.push_back(std::move(p));
+    } else {
+      return fieldError(err, field, "must be a string, a list of strings, or token ids (a list, or a list of lists)");
+    }
+  }
+  return true;
+}
+
+// Chat messages; content as a string or as text parts (joined by newlines, as vLLM joins them).
+bool readMessages(const Json &v, std::vector<sd::ChatMessage> &out, Error &err) {
+  if (v.type != Json::Type::Array || v.arr.empty()) return fieldError(err, "messages", "must be a non-empty list");
+  Json plain;
+  plain.type = Json::Type::Array;
+  for (size_t k = 0; k < v.arr.size(); ++k) {
+    Json m = v.arr[k];
+    const std::string field = "messages[" + std::to_string(k) + "]";
+    if (m.type != Json::Type::Object) return fieldError(err, field, "must be an object with 'role' and 'content'");
+    for (auto &kv : m.obj) {
+      if (kv.first == "content" && kv.second.type == Json::Type::Array) {
+        std::string joined;
+        for (size_t i = 0; i < kv.second.arr.size(); ++i) {
+          const Json &part = kv.second.arr[i];
+          const Json *type = part.get("type"), *text = part.get("text");
+          if (!type || type->type != Json::Type::String || type->str != "text" || !text ||
+              text->type != Json::Type::String)
+            return fieldError(err, field + ".content[" + std::to_string(i) + "]",
+                              "must be a text part {\"type\": \"text\", \"text\": ...} (the model reads text only)");
+          joined += (i ? "\n" : "") + text->str;
+        }
+        kv.second = Json();
+        kv.second.type = Json::Type::String;
+        kv.second.str = joined;
+      } else if (kv.first == "tool_calls" && !(kv.second.type == Json::Type::Array && kv.second.arr.empty()) &&
+                 kv.second.type != Json::Type::Null) {
+        return fieldError(err, field + ".tool_calls", "is not supported (the server has no tool calling)");
+      } else if (kv.first == "role" && kv.second.type == Json::Type::String && kv.second.str == "developer") {
+        kv.second.str = "system"; // OpenAI's newer name for the system role
+      }
+    }
+    plain.arr.push_back(std::move(m));
+  }
+  if (auto st = sd::chatMessagesFromJson(plain, out); !st.isOk()) {
+    err.status = 400;
+    err.param = "messages";
+    err.message = st.message();
+    return false;
+  }
+  return true;
+}
+
+bool readStop(const Json &v, std::vector<std::string> &out, Error &err) {
+  if (v.type == Json::Type::String) {
+    if (!v.str.empty()) out.push_back(v.str);
+    return true;
+  }
+  if (v.type != Json::Type::Array || v.arr.size() > 16)
+    return fieldError(err, "stop", "must be a string or a list of up to 16 strings");
+  for (const Json &s : v.arr) {
+    if (s.type != Json::Type::String) return fieldError(err, "stop", "must be a string or a list of up to 16 strings");
+    if (!s.str.empty()) out.push_back(s.str);
+  }
+  return true;
+}
+
+// Fields accepted only at the value that asks for nothing we do not do.
+bool neutral(const std::string &key, const Json &v, Error &err) {
+  if (isNull(&v)) return true;
+  if (key == "presence_penalty" || key == "frequency_penalty") {
+    if (v.type == Json::Type::Number && v.num == 0) return true;
+    return fieldError(err, key, "is not supported (only 0); repetition_penalty is");
+  }
+  if (key == "logprobs") {
+    if (v.type == Json::Type::Bool && !v.b) return true;
+    return fieldError(err, key, "is not supported");
+  }
+  if (key == "best_of") {
+    if (v.type == Json::Type::Number && v.num == 1) return true;
+    return fieldError(err, key, "is not supported (only 1)");
+  }
+  if (key == "logit_bias") {
+    if (v.type == Json::Type::Object && v.obj.empty()) return true;
+    return fieldError(err, key, "is not supported");
+  }
+  if (key == "response_format") {
+    const Json *type = v.get("type");
+    if (type && type->type == Json::Type::String && type->str == "text") return true;
+    return fieldError(err, key, "is not supported (only {\"type\": \"text\"})");
+  }
+  if (key == "tools") {
+    if (v.type == Json::Type::Array && v.arr.empty()) return true;
+    return fieldError(err, key, "is not supported (the server has no tool calling)");
+  }
+  if (key == "tool_choice") {
+    if (v.type == Json::Type::String && v.str == "none") return true;
+    return fieldError(err, key, "is not supported (only \"none\")");
+  }
+  if (key == "suffix") {
+    if (v.type == Json::Type::String && v.str.empty()) return true;
+    return fieldError(err, key, "is not supported");
+  }
+  return fieldError(err, key, "is not supported");
+}
+
+std::string usageJson(const Usage &u) {
+  return "{\"prompt_tokens\":" + std::to_string(u.prompt) + ",\"completion_tokens\":" + std::to_string(u.completion) +
+         ",\"total_tokens\":" + std::to_string(u.prompt + u.completion) + "}";
+}
+
+std::string headJson(const Head &h, const char *object) {
+  return "{\"id\":" + sd::jsonQuote(h.id) + ",\"object\":\"" + object + "\",\"created\":" + std::to_string(h.created) +
+         ",\"model\":" + sd::jsonQuote(h.model);
+}
+
+std::string finishJson(const std::string &reason) { return reason.empty() ? "null" : sd::jsonQuote(reason); }
+
+} // namespace
+
+std::string errorJson(const Error &e) {
+  return "{\"error\":{\"message\":" + sd::jsonQuote(e.message) + ",\"type\":" + sd::jsonQuote(e.type) +
+         ",\"param\":" + (e.param.empty() ? "null" : sd::jsonQuote(e.param)) +
+         ",\"code\":" + (e.code.empty() ? "null" : sd::jsonQuote(e.code)) + "}}";
+}
+
+bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, GenerationRequest &out, Error &err) {
+  out = GenerationRequest();
+  out.chat = chat;
+  out.sampling = defaults.sampling;
+  auto doc = sd::parseJson(body, "the request body");
+  if (!doc.isOk()) {
+    err.status = 400;
+    err.message = doc.status().message();
+    return false;
+  }
+  const Json &j = doc.value();
+  if (j.type != Json::Type::Object) {
+    err.status = 400;
+    err.message = "the request body must be a JSON object";
+    return false;
+  }
+  static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
+                                                "stream", "stream_options", "repetition_penalty", "n", "user"};
+  static const std::set<std::string> completions = {"prompt", "echo"};
+  static const std::set<std::string> chats = {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls"};
+  for (const auto &[key, v] : j.obj) { // a repeated key has its last value, as Python's json reads it
+    const bool known = common.count(key) || (chat ? chats : completions).count(key);
+    if (!known) {
+      if (!neutral(key, v, err)) return false;
+      continue;
+    }
+    if (isNull(&v)) continue; // null: the default, as the OpenAI clients send unset fields
+    if (key == "model") {
+      if (v.type != Json::Type::String) return fieldError(err, key, "must be a string");
+      out.model = v.str;
+    } else if (key == "prompt") {
+      if (!readPrompt(v, out.prompts, err)) return false;
+    } else if (key == "messages") {
+      if (!readMessages(v, out.messages, err)) return false;
+    } else if (key == "max_tokens" || key == "max_completion_tokens") {
+      if (!readInt(v, key, 1, 1 << 20, out.maxTokens, err)) return false;
+    } else if (key == "temperature") {
+      if (!readNumber(v, key, 0, 2, out.sampling.temperature, err)) return false;
+    } else if (key == "top_p") {
+      if (!readNumber(v, key, 1e-9, 1, out.sampling.topP, err)) return false;
+    } else if (key == "top_k") { // vLLM's: -1 or 0 for the whole vocabulary
+      if (!readInt(v, key, -1, 1 << 20, out.sampling.topK, err)) return false;
+      if (out.sampling.topK < 0) out.sampling.topK = 0;
+    } else if (key == "repetition_penalty") {
+      if (!readNumber(v, key, 1e-3, 1e3, out.sampling.repetitionPenalty, err)) return false;
+    } else if (key == "seed") {
+      int64_t seed;
+      if (!readInt(v, key, INT64_MIN / 2, INT64_MAX / 2, seed, err)) return false;
+      out.sampling.seed = uint64_t(seed);
+      out.seedGiven = true;
+    } else if (key == "stop") {
+      if (!readStop(v, out.stop, err)) return false;
+    } else if (key == "stream") {
+      if (!readBool(v, key, out.stream, err)) return false;
+    } else if (key == "stream_options") {
+      if (v.type != Json::Type::Object) return fieldError(err, key, "must be an object");
+      for (const auto &[k, o] : v.obj) {
+        if (k != "include_usage") return fieldError(err, key + "." + k, "is not supported");
+        if (!isNull(&o) && !readBool(o, key + "." + k, out.includeUsage, err)) return false;
+      }
+    } else if (key == "echo") {
+      if (!readBool(v, key, out.echo, err)) return false;
+    } else if (key == "n") {
+      if (!readInt(v, key, 1, 16, out.n, err)) return false;
+    } else if (key == "user") {
+      if (v.type != Json::Type::String) return fieldError(err, key, "must be a string");
+    } else if (key == "top_logprobs") {
+      if (!(v.type == Json::Type::Number && v.num == 0)) return fieldError(err, key, "is not supported");
+    } // parallel_tool_calls: without tools it means nothing
+  }
+  if (chat && out.messages.empty()) return fieldError(err, "messages", "is required");
+  if (!chat && out.prompts.empty()) return fieldError(err, "prompt", "is required");
+  if (out.includeUsage && !out.stream) return fieldError(err, "stream_options", "is only allowed with \"stream\": true");
+  return true;
+}
+
+std::string responseJson(const Head &h, const std::vector<ChoiceResult> &choices, const Usage &usage) {
+  std::string s = headJson(h, h.chat ? "chat.completion" : "text_completion") + ",\"choices\":[";
+  for (size_t i = 0; i < choices.size(); ++i) {
+    s += (i ? ",{\"index\":" : "{\"index\":") + std::to_string(i);
+    if (h.chat)
+      s += ",\"message\":{\"role\":\"assistant\",\"content\":" + sd::jsonQuote(choices[i].text) + "}";
+    else
+      s += ",\"text\":" + sd::jsonQuote(choices[i].text);
+    s += ",\"logprobs\":null,\"finish_reason\":" + finishJson(choices[i].finishReason) + "}";
+  }
+  return s + "],\"usage\":" + usageJson(usage) + "}";
+}
+
+std::string chunkJson(const Head &h, size_t index, const std::string &text, const std::string &finishReason, bool role) {
+  std::string s = headJson(h, h.chat ? "chat.completion.chunk" : "text_completion") +
+                  ",\"choices\":[{\"index\":" + std::to_string(index);
+  if (h.chat) {
+    s += ",\"delta\":{";
+    if (role) s += "\"role\":\"assistant\"";
+    if (role || !text.empty()) s += std::string(role ? "," : "") + "\"content\":" + sd::jsonQuote(text);
+    s += "}";
+  } else {
+    s += ",\"text\":" + sd::jsonQuote(text);
+  }
+  return s + ",\"logprobs\":null,\"finish_reason\":" + finishJson(finishReason) + "}]}";
+}
+
+std::string usageChunkJson(const Head &h, const Usage &usage) {
+  return headJson(h, h.chat ? "chat.completion.chunk" : "text_completion") + ",\"choices\":[],\"usage\":" +
+         usageJson(usage) + "}";
+}
+
+std::string modelJson(const std::string &model, int64_t created) {
+  return "{\"id\":" + sd::jsonQuote(model) + ",\"object\":\"model\",\"created\":" + std::to_string(created) +
+         ",\"owned_by\":\"sdrun\"}";
+}
+
+} // namespace sdrun::openai

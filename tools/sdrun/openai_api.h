@@ -1,0 +1,75 @@
+// The OpenAI API's completions and chat completions as `sdrun serve` reads
+// and answers them: a request body checked into a GenerationRequest (an
+// unsupported or out-of-range field is an error naming it, never silently
+// ignored), and the JSON of responses, stream chunks and errors.
+#pragma once
+#include "sd/generate/generator.h"
+#include "sd/tokenize/chat_template.h"
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sdrun::openai {
+
+struct Error {
+  int status = 400;
+  std::string message;
+  std::string type = "invalid_request_error";
+  std::string param; // the field at fault, when one is
+  std::string code;  // e.g. model_not_found
+};
+std::string errorJson(const Error &e);
+
+// A prompt as text, or as token ids (the completions API takes both).
+struct Prompt {
+  std::string text;
+  std::vector<int64_t> ids;
+  bool isIds = false;
+};
+
+struct GenerationRequest {
+  bool chat = false;
+  std::string model;
+  std::vector<Prompt> prompts;            // completions: one or more
+  std::vector<sd::ChatMessage> messages;  // chat
+  int64_t n = 1;                          // choices per prompt
+  int64_t maxTokens = -1;                 // -1: not given
+  sd::generate::SamplingOptions sampling; // seed only when seedGiven
+  bool seedGiven = false;
+  std::vector<std::string> stop;
+  bool stream = false, includeUsage = false, echo = false;
+};
+
+// What the server uses where a request is silent.
+struct Defaults {
+  sd::generate::SamplingOptions sampling;
+};
+
+// Parses a request body for /v1/completions (chat false) or /v1/chat/completions.
+bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, GenerationRequest &out, Error &err);
+
+struct Usage {
+  int64_t prompt = 0, completion = 0;
+};
+
+// The fields every response and chunk starts with.
+struct Head {
+  std::string id, model;
+  int64_t created = 0;
+  bool chat = false;
+};
+
+struct ChoiceResult {
+  std::string text, finishReason;
+};
+
+std::string responseJson(const Head &h, const std::vector<ChoiceResult> &choices, const Usage &usage);
+// A stream chunk: new text of choice `index` (chat: a delta; `role` adds the
+// assistant role, as the first chunk of a chat choice carries it), and its
+// finish reason when it ends ("" while not).
+std::string chunkJson(const Head &h, size_t index, const std::string &text, const std::string &finishReason, bool role);
+// The last chunk of a stream with stream_options.include_usage.
+std::string usageChunkJson(const Head &h, const Usage &usage);
+std::string modelJson(const std::string &model, int64_t created);
+
+} // namespace sdrun::openai

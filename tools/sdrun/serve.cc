@@ -1,0 +1,622 @@
+// sdrun serve: the OpenAI API's completions and chat completions over HTTP,
+// around the runtime's generator. One thread runs an event loop: it accepts
+// connections, reads requests as their bytes come, and between reads
+// generates one token for every running choice at once, batching the
+// requests of all clients into the plan's rows (sdc compile --kv-batch) as
+// rows free up (continuous batching).
+#include "commands.h"
+#include "flags.h"
+#include "generate_setup.h"
+#include "http.h"
+#include "openai_api.h"
+#include <algorithm>
+#include <arpa/inet.h>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <deque>
+#include <map>
+#include <memory>
+#include <netinet/in.h>
+#include <poll.h>
+#include <random>
+#include <sys/socket.h>
+#include <unistd.h>
+
+namespace sdrun {
+namespace {
+
+const char *kServeUsage =
+    "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
+    "                  [--seed S] [--request-timeout SECONDS] [--adapter DIR] [--adapter-rank K] [--threads N]\n"
+    "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
+    "\n"
+    "Serves the plan's model with the OpenAI API, as vLLM and llama.cpp's server do:\n"
+    "  POST /v1/completions        prompt (text, texts, or token ids), max_tokens (16),\n"
+    "                              temperature (1), top_p (1), top_k (vLLM's; all), seed,\n"
+    "                              stop, n, echo, stream, repetition_penalty (vLLM's)\n"
+    "  POST /v1/chat/completions   messages rendered with the tokenizer's chat template;\n"
+    "                              max_tokens / max_completion_tokens (the room left in the\n"
+    "                              context), and the sampling fields above\n"
+    "  GET  /v1/models, /health\n"
+    "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
+    "choice and is left out of its text (finish_reason \"stop\", as at the\n"
+    "tokenizer's EOS); max_tokens or a full context ends it with \"length\". A\n"
+    "field the server does not implement (tools, logprobs, logit_bias, penalties\n"
+    "other than 0) is a 400 error naming it, never silently ignored.\n"
+    "\n"
+    "Requests from every client share the plan's rows: a plan compiled with\n"
+    "--kv-cache L --kv-batch B generates for B choices at once and starts the next\n"
+    "waiting one when a row frees (a new prompt goes to the row whose cache\n"
+    "already holds most of it, so a continued chat re-reads only its new turn).\n"
+    "Other plans generate one choice at a time over the infer entry's window.\n"
+    "\n"
+    "  --tokenizer DIR           a Hugging Face tokenizer.json (and its chat template);\n"
+    "                            without it the model must be byte-level (256 logits)\n"
+    "  --host ADDR               the address to listen on (127.0.0.1; 0.0.0.0 for all)\n"
+    "  --port N                  the port (8000; 0 picks a free one, printed at start)\n"
+    "  --served-model-name NAME  the model id clients name (the plan's file name)\n"
+    "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health)\n"
+    "  --seed S                  draws of requests without a seed come from S (0)\n"
+    "  --request-timeout S       a client that sends no whole request in S seconds\n"
+    "                            gets 408 (30)\n"
+    "Ctrl-C (SIGINT) or SIGTERM stops the server.\n";
+
+volatile std::sig_atomic_t gStop = 0;
+void onStopSignal(int) { gStop = 1; }
+
+// Tokens a row holds: the cache less prompt or prefix tuning's virtual
+// tokens, or the largest window.
+int64_t contextTokens(const sd::generate::Generator &gen) {
+  return gen.cached() ? gen.maxContext() - gen.virtualTokens() : gen.maxContext();
+}
+
+double now() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+// One generated continuation (an OpenAI "choice").
+struct Choice {
+  Row row;
+  sd::generate::RowSampler sampler;
+  int64_t generated = 0, maxNew = 0;
+  std::string text;   // all its text (sent at the end unless streamed)
+  std::string finish; // "" while running
+};
+
+struct Job {
+  int conn = -1; // the connection it answers
+  openai::Head head;
+  std::string path;
+  bool stream = false, includeUsage = false;
+  std::vector<std::string> stop;
+  std::vector<Choice> choices;
+  int64_t promptTokens = 0;
+  size_t finished = 0;
+  double started = 0;
+};
+
+struct Connection {
+  int fd = -1;
+  std::string peer;
+  std::string in, out;
+  double since = 0, lastWrite = 0;
+  bool continued = false;     // 100 Continue sent
+  bool closeWhenSent = false; // the response is complete
+  std::shared_ptr<Job> job;
+};
+
+constexpr size_t kMaxConnections = 256;
+constexpr size_t kMaxPendingOutput = 64u << 20; // a client this far behind its stream is dropped
+constexpr double kWriteStall = 60;              // seconds without a byte accepted: dropped
+
+class Server {
+public:
+  Server(GenerationSetup &g, std::string model, std::string apiKey, uint64_t seed, double requestTimeout)
+      : g_(g), model_(std::move(model)), apiKey_(std::move(apiKey)), seeds_(seed), requestTimeout_(requestTimeout),
+        created_(int64_t(std::time(nullptr))) {
+    slots_.resize(size_t(g.gen->batchSize()));
+    samplers_.resize(slots_.size());
+  }
+  int run(int listenFd);
+
+private:
+  using Slot = std::pair<std::shared_ptr<Job>, size_t>; // a job and its choice index
+  void acceptAll(int listenFd);
+  void readFrom(int id, Connection &c);
+  void writeTo(int id, Connection &c);
+  void handle(int id, Connection &c, const http::Request &req);
+  void reply(Connection &c, int status, const std::string &json, const std::string &extraHeaders = "");
+  void replyError(Connection &c, const openai::Error &e, const std::string &what);
+  bool startJob(int id, Connection &c, const openai::GenerationRequest &req, const std::string &path,
+                openai::Error &err);
+  bool busy() const;
+  void step();
+  void emit(Job &job, size_t index, const std::string &text, const std::string &finish);
+  void endChoice(Job &job, size_t index, const std::string &reason, bool byStopText);
+  void finishJob(Job &job);
+  void failRunning(const std::string &message);
+  void cancel(Job &job);
+  void drop(int id);
+  void log(const std::string &peer, const std::string &what);
+
+  GenerationSetup &g_;
+  std::string model_, apiKey_;
+  std::mt19937_64 seeds_;
+  double requestTimeout_;
+  int64_t created_;
+  uint64_t nextId_ = 1;
+  int nextConn_ = 0;
+  std::map<int, Connection> conns_;
+  std::deque<Slot> waiting_;
+  std::vector<Slot> slots_;
+  std::vector<sd::generate::RowSampler> samplers_;
+};
+
+void Server::log(const std::string &peer, const std::string &what) {
+  std::fprintf(stderr, "sdrun: serve: %s %s\n", peer.c_str(), what.c_str());
+}
+
+void Server::reply(Connection &c, int status, const std::string &json, const std::string &extraHeaders) {
+  c.out += http::response(status, "application/json", json, extraHeaders);
+  c.closeWhenSent = true;
+}
+
+void Server::replyError(Connection &c, const openai::Error &e, const std::string &what) {
+  reply(c, e.status, openai::errorJson(e));
+  log(c.peer, what + " " + std::to_string(e.status) + ": " + e.message);
+}
+
+void Server::acceptAll(int listenFd) {
+  while (conns_.size() < kMaxConnections) {
+    sockaddr_storage addr{};
+    socklen_t len = sizeof addr;
+    int fd = ::accept4(listenFd, reinterpret_cast<sockaddr *>(&addr), &len, SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (fd < 0) return; // EAGAIN: none left; anything else: try on the next poll
+    Connection c;
+    c.fd = fd;
+    char host[64] = "?";
+    if (addr.ss_family == AF_INET)
+      inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in *>(&addr)->sin_addr, host, sizeof host);
+    else if (addr.ss_family == AF_INET6)
+      inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6 *>(&addr)->sin6_addr, host, sizeof host);
+    c.peer = host;
+    c.since = c.lastWrite = now();
+    conns_.emplace(nextConn_++, std::move(c));
+  }
+}
+
+void Server::drop(int id) {
+  auto it = conns_.find(id);
+  if (it == conns_.end()) return;
+  if (const auto &job = it->second.job; job && job->finished < job->choices.size()) {
+    log(it->second.peer, "POST " + job->path + ": the client closed the connection; request cancelled");
+    cancel(*job);
+  }
+  ::close(it->second.fd);
+  conns_.erase(it);
+}
+
+// A request that ends early: its choices leave the queue and free their rows.
+void Server::cancel(Job &job) {
+  if (job.finished == job.choices.size()) return;
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [&](const Slot &s) { return s.first.get() == &job; }),
+                 waiting_.end());
+  for (Slot &s : slots_)
+    if (s.first.get() == &job) s = Slot();
+  job.finished = job.choices.size();
+}
+
+void Server::readFrom(int id, Connection &c) {
+  char buf[16384];
+  for (;;) {
+    ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+    if (n > 0) {
+      if (!c.job && !c.closeWhenSent) c.in.append(buf, size_t(n)); // bytes after a request are not read as one
+      if (c.in.size() > http::Limits().maxHeader + http::Limits().maxBody + 4) break;
+      continue;
+    }
+    if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
+      drop(id); // the client closed (or broke) the connection
+      return;
+    }
+    if (errno == EAGAIN || errno == EWOULDBLOCK) break;
+  }
+  if (c.job || c.closeWhenSent) return;
+  http::Request req;
+  int status = 0;
+  std::string error;
+  switch (http::parseRequest(c.in, http::Limits(), req, status, error)) {
+  case http::Parse::NeedMore: return;
+  case http::Parse::HeadersDone:
+    if (req.expectContinue && !c.continued) {
+      c.out += "HTTP/1.1 100 Continue\r\n\r\n";
+      c.continued = true;
+    }
+    return;
+  case http::Parse::Bad: {
+    openai::Error e;
+    e.status = status;
+    e.message = error;
+    replyError(c, e, "(malformed request)");
+    return;
+  }
+  case http::Parse::Complete: handle(id, c, req); return;
+  }
+}
+
+void Server::writeTo(int id, Connection &c) {
+  while (!c.out.empty()) {
+    ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL);
+    if (n > 0) {
+      c.out.erase(0, size_t(n));
+      c.lastWrite = now();
+      continue;
+    }
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+    drop(id); // EPIPE, ECONNRESET: the client is gone
+    return;
+  }
+  if (c.closeWhenSent && (!c.job || c.job->finished == c.job->choices.size())) {
+    ::shutdown(c.fd, SHUT_WR);
+    drop(id);
+  }
+}
+
+void Server::handle(int id, Connection &c, const http::Request &req) {
+  const std::string what = req.method + " " + req.path;
+  openai::Error err;
+  const bool completions = req.path == "/v1/completions", chat = req.path == "/v1/chat/completions";
+  const bool models = req.path == "/v1/models", health = req.path == "/health";
+  const bool model = req.path.rfind("/v1/models/", 0) == 0;
+  if (!completions && !chat && !models && !health && !model) {
+    err.status = 404;
+    err.message = "no route " + req.path.substr(0, 200) +
+                  " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health)";
+    err.type = "not_found_error";
+    return replyError(c, err, what);
+  }
+  if (!apiKey_.empty() && !health) {
+    const std::string *auth = req.header("authorization");
+    if (!auth || *auth != "Bearer " + apiKey_) {
+      err.status = 401;
+      err.message = auth ? "the API key is wrong" : "an API key is needed (Authorization: Bearer KEY)";
+      err.type = "authentication_error";
+      err.code = "invalid_api_key";
+      return replyError(c, err, what);
+    }
+  }
+  const std::string allowed = completions || chat ? "POST" : "GET";
+  if (req.method != allowed) {
+    err.status = 405;
+    err.message = req.path + " takes " + allowed + ", not " + req.method.substr(0, 20);
+    c.out += http::response(405, "application/json", openai::errorJson(err), "Allow: " + allowed + "\r\n");
+    c.closeWhenSent = true;
+    log(c.peer, what + " 405");
+    return;
+  }
+  if (health) return reply(c, 200, "{\"status\":\"ok\"}");
+  if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + openai::modelJson(model_, created_) + "]}");
+  if (model) {
+    if (req.path.substr(11) == model_) return reply(c, 200, openai::modelJson(model_, created_));
+    err.status = 404;
+    err.message = "the model '" + req.path.substr(11, 200) + "' does not exist; this server has '" + model_ + "'";
+    err.type = "not_found_error";
+    err.code = "model_not_found";
+    return replyError(c, err, what);
+  }
+  openai::Defaults defaults;
+  defaults.sampling.temperature = 1.0; // OpenAI's defaults: the model's own distribution
+  defaults.sampling.topK = 0;
+  openai::GenerationRequest gr;
+  if (!openai::parseRequest(req.body, chat, defaults, gr, err) || !startJob(id, c, gr, req.path, err))
+    return replyError(c, err, what);
+}
+
+// Tokenizes the request's prompts and queues one choice per prompt and n.
+bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &req, const std::string &path,
+                      openai::Error &err) {
+  auto bad = [&](int status, const std::string &msg, const std::string &param = "") {
+    err.status = status;
+    err.message = msg;
+    err.param = param;
+    return false;
+  };
+  if (!req.model.empty() && req.model != model_) {
+    err.type = "not_found_error";
+    err.code = "model_not_found";
+    return bad(404, "the model '" + req.model.substr(0, 200) + "' does not exist; this server has '" + model_ + "'",
+               "model");
+  }
+  sd::generate::Generator &gen = *g_.gen;
+  std::vector<openai::Prompt> prompts = req.prompts;
+  if (req.chat) {
+    if (!g_.tokenizer)
+      return bad(400, "this server has no tokenizer, so no chat template: start it with --tokenizer DIR", "messages");
+    auto rendered = g_.tokenizer->renderChat(req.messages, true);
+    if (!rendered.isOk()) return bad(400, rendered.status().message(), "messages");
+    prompts = {{rendered.value(), {}, false}};
+  }
+  auto job = std::make_shared<Job>();
+  job->conn = id;
+  job->path = path;
+  job->stream = req.stream;
+  job->includeUsage = req.includeUsage;
+  job->stop = req.stop;
+  job->started = now();
+  job->head = {(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(nextId_++), model_, int64_t(std::time(nullptr)),
+               req.chat};
+  const int64_t context = contextTokens(gen);
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    std::vector<int64_t> ids = prompts[p].ids;
+    if (!prompts[p].isIds) {
+      auto enc = encodePrompt(g_, prompts[p].text, req.chat);
+      if (!enc.isOk()) return bad(400, enc.status().message(), req.chat ? "messages" : "prompt");
+      ids = enc.value();
+    }
+    if (ids.empty()) return bad(400, "the prompt gives no tokens", req.chat ? "messages" : "prompt");
+    for (int64_t t : ids)
+      if (t >= gen.vocabSize())
+        return bad(400, "token " + std::to_string(t) + " is outside the model's vocabulary of " +
+                            std::to_string(gen.vocabSize()),
+                   "prompt");
+    // New tokens that fit: the cache's room after the prompt; a window slides
+    // on, but holds the prompt only that long (a chat's default).
+    if (int64_t(ids.size()) >= context)
+      return bad(400, "the prompt is " + std::to_string(ids.size()) + " tokens; this model's context is " +
+                          std::to_string(context) + " tokens",
+                 req.chat ? "messages" : "prompt");
+    const int64_t room = context - int64_t(ids.size());
+    int64_t maxNew = req.maxTokens;
+    if (maxNew < 0) maxNew = req.chat ? room : std::min<int64_t>(16, gen.cached() ? room : 16);
+    if (gen.cached() && maxNew > room)
+      return bad(400, "this model's context is " + std::to_string(context) + " tokens; the prompt is " +
+                          std::to_string(ids.size()) + ", so at most " + std::to_string(room) +
+                          " new tokens fit, not max_tokens " + std::to_string(maxNew),
+                 req.chat ? "max_completion_tokens" : "max_tokens");
+    job->promptTokens += int64_t(ids.size()) * req.n;
+    for (int64_t k = 0; k < req.n; ++k) {
+      Choice ch;
+      ch.row.tokens = ids;
+      // A completion continues its prompt's text: a few tokens before the new
+      // ones set the first one's spacing. A chat reply is decoded alone, as
+      // transformers users decode the new tokens (and sdrun generate --chat).
+      startRow(ch.row, g_.codec, req.chat ? 0 : 6);
+      ch.maxNew = maxNew;
+      sd::generate::SamplingOptions s = req.sampling;
+      s.seed = req.seedGiven ? req.sampling.seed + uint64_t(p * size_t(req.n) + size_t(k)) : seeds_();
+      ch.sampler = sd::generate::RowSampler(s);
+      if (req.echo) ch.text = prompts[p].isIds ? g_.codec.decode(ids) : prompts[p].text;
+      job->choices.push_back(std::move(ch));
+    }
+  }
+  if (job->stream) {
+    c.out += http::eventStreamHead();
+    for (size_t i = 0; i < job->choices.size(); ++i)
+      if (req.chat || req.echo) { // chat: the role first; echo: the prompt
+        c.out += http::event(openai::chunkJson(job->head, i, job->choices[i].text, "", req.chat));
+        job->choices[i].text.clear();
+      }
+  }
+  for (size_t i = 0; i < job->choices.size(); ++i) waiting_.emplace_back(job, i);
+  c.job = job;
+  c.in.clear();
+  return true;
+}
+
+bool Server::busy() const {
+  return !waiting_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return bool(s.first); });
+}
+
+void Server::emit(Job &job, size_t index, const std::string &text, const std::string &finish) {
+  Choice &ch = job.choices[index];
+  if (!job.stream) {
+    ch.text += text;
+    return;
+  }
+  if (text.empty() && finish.empty()) return;
+  auto it = conns_.find(job.conn);
+  if (it != conns_.end()) it->second.out += http::event(openai::chunkJson(job.head, index, text, finish, false));
+}
+
+void Server::endChoice(Job &job, size_t index, const std::string &reason, bool byStopText) {
+  Choice &ch = job.choices[index];
+  if (!byStopText) finishRow(ch.row, g_.codec); // text held back for a stop text that never came
+  ch.row.done = true;
+  ch.finish = reason;
+  emit(job, index, ch.row.shown, reason);
+  ch.row.shown.clear();
+  if (++job.finished == job.choices.size()) finishJob(job);
+}
+
+void Server::finishJob(Job &job) {
+  auto it = conns_.find(job.conn);
+  if (it == conns_.end()) return;
+  Connection &c = it->second;
+  openai::Usage usage{job.promptTokens, 0};
+  for (const Choice &ch : job.choices) usage.completion += ch.generated;
+  if (job.stream) {
+    if (job.includeUsage) c.out += http::event(openai::usageChunkJson(job.head, usage));
+    c.out += http::event("[DONE]");
+    c.closeWhenSent = true;
+  } else {
+    std::vector<openai::ChoiceResult> results;
+    for (const Choice &ch : job.choices) results.push_back({ch.text, ch.finish});
+    reply(c, 200, openai::responseJson(job.head, results, usage));
+  }
+  char took[160];
+  std::snprintf(took, sizeof took, " 200 (%zu choice%s, %lld prompt + %lld completion tokens, %.3f s)",
+                job.choices.size(), job.choices.size() == 1 ? "" : "s", (long long)usage.prompt,
+                (long long)usage.completion, now() - job.started);
+  log(c.peer, "POST " + job.path + took);
+}
+
+// A generation error (NaN logits, a device failure) ends every running
+// request with a 500, or an error event where a stream has begun.
+void Server::failRunning(const std::string &message) {
+  std::vector<std::shared_ptr<Job>> jobs;
+  for (const Slot &s : slots_)
+    if (s.first && std::find(jobs.begin(), jobs.end(), s.first) == jobs.end()) jobs.push_back(s.first);
+  for (const auto &job : jobs) {
+    openai::Error e;
+    e.status = 500;
+    e.type = "server_error";
+    e.message = message;
+    cancel(*job);
+    auto it = conns_.find(job->conn);
+    if (it == conns_.end()) continue;
+    if (job->stream) {
+      it->second.out += http::event(openai::errorJson(e));
+      it->second.closeWhenSent = true;
+      log(it->second.peer, "POST " + job->path + " 500: " + message);
+    } else {
+      replyError(it->second, e, "POST " + job->path);
+    }
+  }
+}
+
+// One token for every running choice; waiting choices take the free rows first.
+void Server::step() {
+  sd::generate::Generator &gen = *g_.gen;
+  while (!waiting_.empty()) { // the free row whose cache holds most of the first waiting prompt
+    const std::vector<int64_t> &tokens = waiting_.front().first->choices[waiting_.front().second].row.tokens;
+    size_t best = SIZE_MAX, most = 0;
+    for (size_t b = 0; b < slots_.size(); ++b) {
+      if (slots_[b].first) continue;
+      const size_t held = gen.cachedPrefix(b, tokens);
+      if (best == SIZE_MAX || held > most) best = b, most = held;
+    }
+    if (best == SIZE_MAX) break;
+    slots_[best] = waiting_.front();
+    samplers_[best] = slots_[best].first->choices[slots_[best].second].sampler;
+    waiting_.pop_front();
+  }
+  std::vector<std::vector<int64_t>> rows(slots_.size());
+  for (size_t b = 0; b < slots_.size(); ++b)
+    if (slots_[b].first) rows[b] = slots_[b].first->choices[slots_[b].second].row.tokens;
+  auto next = gen.nextBatch(rows, samplers_);
+  if (!next.isOk()) return failRunning(next.status().message());
+  const int64_t context = contextTokens(gen);
+  for (size_t b = 0; b < slots_.size(); ++b) {
+    if (!slots_[b].first) continue;
+    Slot slot = slots_[b];
+    Job &job = *slot.first;
+    Choice &ch = job.choices[slot.second];
+    const int64_t t = next.value()[b];
+    ch.generated++;
+    std::string reason;
+    bool byStopText = false;
+    if (g_.codec.stopIds.count(t)) {
+      reason = "stop";
+    } else if (appendToken(ch.row, t, g_.codec, job.stop, StopText::Cut)) {
+      reason = "stop";
+      byStopText = true;
+    } else if (ch.generated >= ch.maxNew || (gen.cached() && int64_t(ch.row.tokens.size()) >= context)) {
+      reason = "length";
+    }
+    if (reason.empty()) {
+      emit(job, slot.second, ch.row.shown, "");
+      ch.row.shown.clear();
+      continue;
+    }
+    slots_[b] = Slot();
+    endChoice(job, slot.second, reason, byStopText);
+  }
+}
+
+int Server::run(int listenFd) {
+  while (!gStop) {
+    std::vector<pollfd> fds;
+    std::vector<int> ids;
+    fds.push_back({listenFd, short(conns_.size() < kMaxConnections ? POLLIN : 0), 0});
+    for (auto &[id, c] : conns_) {
+      short ev = POLLIN;
+      if (!c.out.empty() || c.closeWhenSent) ev |= POLLOUT;
+      fds.push_back({c.fd, ev, 0});
+      ids.push_back(id);
+    }
+    int ready = ::poll(fds.data(), fds.size(), busy() ? 0 : 250);
+    if (ready < 0 && errno != EINTR) return fail(std::string("serve: poll: ") + std::strerror(errno));
+    if (ready > 0) {
+      if (fds[0].revents & POLLIN) acceptAll(listenFd);
+      for (size_t k = 0; k < ids.size(); ++k) {
+        const short rev = fds[k + 1].revents;
+        if (!rev) continue;
+        auto it = conns_.find(ids[k]);
+        if (it != conns_.end() && (rev & (POLLIN | POLLHUP | POLLERR))) readFrom(ids[k], it->second);
+        it = conns_.find(ids[k]);
+        if (it != conns_.end() && (rev & POLLOUT)) writeTo(ids[k], it->second);
+      }
+    }
+    const double t = now();
+    std::vector<int> stale;
+    for (auto &[id, c] : conns_) {
+      if (!c.job && !c.closeWhenSent && t - c.since > requestTimeout_) {
+        openai::Error e;
+        e.status = 408;
+        char within[64];
+        std::snprintf(within, sizeof within, "no whole request within %g s", requestTimeout_);
+        e.message = within;
+        replyError(c, e, "(request)");
+      }
+      if ((!c.out.empty() && t - c.lastWrite > kWriteStall) || c.out.size() > kMaxPendingOutput) stale.push_back(id);
+    }
+    for (int id : stale) drop(id);
+    if (busy()) step();
+  }
+  std::fprintf(stderr, "sdrun: serve: stopped\n");
+  for (auto &[id, c] : conns_) ::close(c.fd);
+  conns_.clear();
+  return 0;
+}
+
+} // namespace
+
+int serveCommand(const std::vector<std::string> &args) {
+  Flags f;
+  std::string err;
+  if (!parseFlags(args, {"--tokenizer", "--host", "--port", "--served-model-name", "--api-key", "--seed", "--request-timeout",
+                         "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
+                  f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
+    if (!f.help) return fail(err + " (see sdrun serve --help)");
+  }
+  if (f.help) return std::fputs(kServeUsage, stdout), 0;
+  int64_t port, seed;
+  double timeout;
+  sd::SessionOptions so;
+  if (!intFlag(f, "--port", 8000, 0, 65535, port, err) || !intFlag(f, "--seed", 0, 0, INT64_MAX, seed, err) ||
+      !numberFlag(f, "--request-timeout", 30, 0.1, 86400, timeout, err) || !sessionFlags(f, so, err))
+    return fail(err);
+  std::string model = flagValue(f, "--served-model-name");
+  if (model.empty()) {
+    model = f.plan.substr(f.plan.find_last_of('/') + 1);
+    if (model.size() > 4 && model.compare(model.size() - 4, 4, ".sdp") == 0) model.resize(model.size() - 4);
+  }
+  GenerationSetup g;
+  sd::generate::SamplingOptions sampling;
+  if (int rc = openGeneration(f, so, sampling, true, g)) return rc;
+  const std::string host = flagValue(f, "--host", "127.0.0.1");
+  int fd = http::listenOn(host, int(port), err);
+  if (fd < 0) return fail(err);
+  struct sigaction sa {};
+  sigemptyset(&sa.sa_mask);
+  sa.sa_handler = onStopSignal; // no SA_RESTART: poll returns at once
+  sigaction(SIGINT, &sa, nullptr);
+  sigaction(SIGTERM, &sa, nullptr);
+  const sd::generate::Generator &gen = *g.gen;
+  std::fprintf(stderr,
+               "sdrun: serving '%s' on http://%s:%d/v1 (%lld row%s at a time, context %lld tokens%s); "
+               "Ctrl-C stops\n",
+               model.c_str(), host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(),
+               http::boundPort(fd), (long long)gen.batchSize(), gen.batchSize() == 1 ? "" : "s",
+               (long long)contextTokens(gen), gen.cached() ? "" : ", a sliding window");
+  Server server(g, model, flagValue(f, "--api-key"), uint64_t(seed), timeout);
+  int rc = server.run(fd);
+  ::close(fd);
+  return rc;
+}
+
+} // namespace sdrun
