@@ -48,6 +48,25 @@ int64_t sampleToken(const float *raw, int64_t vocab, const SamplingOptions &opts
   return idx[d(rng)];
 }
 
+TokenLogprobs tokenLogprobs(const float *logits, int64_t vocab, int64_t token, int64_t k) {
+  const double most = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v) sum += std::exp(double(logits[v]) - most);
+  const double norm = most + std::log(sum);
+  TokenLogprobs out;
+  out.token = token;
+  out.logprob = double(logits[token]) - norm;
+  k = std::min(k, vocab);
+  if (k > 0) {
+    std::vector<int64_t> idx(static_cast<size_t>(vocab));
+    std::iota(idx.begin(), idx.end(), int64_t(0));
+    std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                      [&](int64_t a, int64_t c) { return logits[a] > logits[c] || (logits[a] == logits[c] && a < c); });
+    for (int64_t i = 0; i < k; ++i) out.top.emplace_back(idx[size_t(i)], double(logits[idx[size_t(i)]]) - norm);
+  }
+  return out;
+}
+
 Status checkSampling(const SamplingOptions &opts) {
   if (!(opts.temperature >= 0) || !std::isfinite(opts.temperature))
     return sdError("temperature must be a finite number >= 0, got ", opts.temperature);
@@ -147,15 +166,19 @@ Status Generator::bindWindows() {
 // NaN/Inf weights give NaN logits, and "the most likely token" of those is
 // meaningless: say so rather than print whatever index 0 is.
 StatusOr<int64_t> Generator::sampleChecked(const float *logits, const std::vector<int64_t> &context,
-                                           const SamplingOptions &opts, std::mt19937_64 &rng) {
+                                           RowSampler &sampler) {
   for (int64_t v = 0; v < vocab_; ++v)
     if (!std::isfinite(logits[v]))
       return sdError("the model's logits are not finite (", logits[v], " for token ", v, " after ", context.size(),
                      " tokens): are its weights or adapter NaN/Inf?");
-  return sampleToken(logits, vocab_, opts, rng, context);
+  const int64_t t = sampleToken(logits, vocab_, sampler.opts, sampler.rng, context);
+  if (sampler.topLogprobs >= 0) sampler.drawn = tokenLogprobs(logits, vocab_, t, sampler.topLogprobs);
+  return t;
 }
 
-Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits) {
+Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits,
+                            std::vector<RowSampler> *samplers, size_t skip) {
+  auto scoring = [&](size_t b) { return samplers && b < samplers->size() && (*samplers)[b].scorePrompt; };
   const size_t batch = size_t(batch_);
   std::vector<int64_t> start(batch), pending(batch, 0);
   for (size_t b = 0; b < batch; ++b) {
@@ -167,6 +190,7 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::
     const std::vector<int64_t> &row = rows[b];
     size_t same = 0;
     while (same < cached.size() && same < row.size() && cached[same] == row[same]) ++same;
+    if (scoring(b)) same = 0; // every position's logits are wanted
     if (same == row.size()) --same; // nothing new: its last token runs again for its logits
     start[b] = int64_t(same);
     pending[b] = int64_t(row.size() - same);
@@ -205,6 +229,13 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::
     SD_RETURN_IF_ERROR(session_.run(e.entry, {first, second}, outs_));
     const float *out = reinterpret_cast<const float *>(outs_[0].data.data());
     for (size_t b = 0; b < batch; ++b) {
+      // A prompt's scores: position p's logits give the probability of token p + 1.
+      for (int64_t t = 0; scoring(b) && t < fed[b]; ++t) {
+        const size_t next = size_t(start[b] + t + 1);
+        if (next > skip && next < rows[b].size())
+          (*samplers)[b].prompt.push_back(tokenLogprobs(out + (b * size_t(seq) + size_t(t)) * size_t(vocab_), vocab_,
+                                                        rows[b][next], std::max<int64_t>((*samplers)[b].topLogprobs, 0)));
+      }
       if (fed[b] > 0 && fed[b] == pending[b])
         std::memcpy(logits.data() + b * size_t(vocab_), out + (b * size_t(seq) + size_t(fed[b] - 1)) * size_t(vocab_),
                     size_t(vocab_) * sizeof(float));
@@ -245,7 +276,7 @@ StatusOr<std::vector<int64_t>> Generator::nextRows(const std::vector<std::vector
   if (!cached()) {
     if (rows.size() != 1) return sdError("generating several rows together needs a plan compiled with --kv-cache");
     if (rows[0].empty()) return out;
-    auto t = samplers ? nextWindowed(rows[0], (*samplers)[0].opts, (*samplers)[0].rng) : nextWindowed(rows[0], opts_, rng_);
+    auto t = nextWindowed(rows[0], samplers ? (*samplers)[0] : self_);
     if (!t.isOk()) return t.status();
     out[0] = t.value();
     return out;
@@ -260,7 +291,7 @@ StatusOr<std::vector<int64_t>> Generator::nextRows(const std::vector<std::vector
   }
   std::vector<float> logits;
   if (virtualIds_.empty()) {
-    SD_RETURN_IF_ERROR(runCached(rows, logits));
+    SD_RETURN_IF_ERROR(runCached(rows, logits, samplers, 0));
   } else { // the virtual ids first, as tokens the cache holds like any other
     std::vector<std::vector<int64_t>> fed(rows.size());
     for (size_t b = 0; b < rows.size(); ++b)
@@ -268,12 +299,13 @@ StatusOr<std::vector<int64_t>> Generator::nextRows(const std::vector<std::vector
         fed[b] = virtualIds_;
         fed[b].insert(fed[b].end(), rows[b].begin(), rows[b].end());
       }
-    SD_RETURN_IF_ERROR(runCached(fed, logits));
+    SD_RETURN_IF_ERROR(runCached(fed, logits, samplers, virtualIds_.size()));
   }
+  for (size_t b = 0; samplers && b < rows.size(); ++b)
+    if (!rows[b].empty()) (*samplers)[b].scorePrompt = false;
   for (size_t b = 0; b < rows.size(); ++b) {
     if (rows[b].empty()) continue;
-    auto t = samplers ? sampleChecked(logits.data() + b * size_t(vocab_), rows[b], (*samplers)[b].opts, (*samplers)[b].rng)
-                      : sampleChecked(logits.data() + b * size_t(vocab_), rows[b], opts_, rng_);
+    auto t = sampleChecked(logits.data() + b * size_t(vocab_), rows[b], samplers ? (*samplers)[b] : self_);
     if (!t.isOk()) return t.status();
     out[b] = t.value();
   }
@@ -287,11 +319,10 @@ StatusOr<int64_t> Generator::next(const std::vector<int64_t> &tokens) {
     if (!r.isOk()) return r.status();
     return r.value()[0];
   }
-  return nextWindowed(tokens, opts_, rng_);
+  return nextWindowed(tokens, self_);
 }
 
-StatusOr<int64_t> Generator::nextWindowed(const std::vector<int64_t> &tokens, const SamplingOptions &opts,
-                                          std::mt19937_64 &rng) {
+StatusOr<int64_t> Generator::nextWindowed(const std::vector<int64_t> &tokens, RowSampler &sampler) {
   for (int64_t t : tokens)
     if (t < 0 || t >= vocab_) return sdError("token ", t, " is outside the vocabulary [0, ", vocab_, ")");
   const Window *w = &windows_.back();
@@ -304,8 +335,14 @@ StatusOr<int64_t> Generator::nextWindowed(const std::vector<int64_t> &tokens, co
   HostTensor ids{tokenInput_, DType::I64, {1, w->seq}, std::vector<uint8_t>(size_t(w->seq) * 8, 0)};
   std::memcpy(ids.data.data(), tokens.data() + start, window * 8);
   SD_RETURN_IF_ERROR(session_.run(w->entry, {&ids}, outs_));
-  return sampleChecked(reinterpret_cast<const float *>(outs_[0].data.data()) + (size_t(prefix_) + window - 1) * size_t(vocab_),
-                       tokens, opts, rng);
+  const float *logits = reinterpret_cast<const float *>(outs_[0].data.data());
+  if (sampler.scorePrompt) { // position i's logits give the probability of token start + i + 1
+    for (size_t i = 0; i + 1 < window; ++i)
+      sampler.prompt.push_back(tokenLogprobs(logits + (size_t(prefix_) + i) * size_t(vocab_), vocab_,
+                                             tokens[start + i + 1], std::max<int64_t>(sampler.topLogprobs, 0)));
+    sampler.scorePrompt = false;
+  }
+  return sampleChecked(logits + (size_t(prefix_) + window - 1) * size_t(vocab_), tokens, sampler);
 }
 
 Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken) {

@@ -188,6 +188,62 @@ def completions(srv, lib, model, sdrun, plan, tok, eos):
     return with_eos, at, want_ids
 
 
+def logprobs(srv, lib, model):
+    """Log-probabilities of the model's own distribution against transformers' log-softmax: each generated
+    token's with the likeliest; an echoed prompt scored with max_tokens 0 (what lm-evaluation-harness asks a
+    server for its loglikelihood tasks); chat's content list; streamed chunks add up to the whole."""
+    import torch
+    client = srv.client()
+    prompt = PROMPTS[2]
+    ids = lib.encode(prompt).ids
+    r = client.completions.create(model="llama", prompt=prompt, max_tokens=6, temperature=0, logprobs=3)
+    with torch.no_grad():
+        full = ids + greedy(model, ids, 6)
+        logp = torch.log_softmax(model(input_ids=torch.tensor([full]),
+                                       attention_mask=torch.ones(1, len(full), dtype=torch.long)).logits[0].double(), -1)
+    want = [logp[len(ids) - 1 + i, full[len(ids) + i]].item() for i in range(6)]
+    got = r.choices[0].logprobs.token_logprobs
+    gap = max(abs(a - b) for a, b in zip(got, want))
+    tops = r.choices[0].logprobs.top_logprobs
+    top_ok = all(len(t) == 3 and max(t.values()) == t[tok] for t, tok in zip(tops, r.choices[0].logprobs.tokens))
+    offsets = r.choices[0].logprobs.text_offset
+    check("logprobs: each greedy token's log-probability equals transformers' log-softmax (raw logits), the drawn "
+          "token the likeliest of the top 3, text_offset counting the tokens' text",
+          len(got) == 6 and gap < 1e-4 and top_ok and offsets[0] == 0 and
+          "".join(r.choices[0].logprobs.tokens) == r.choices[0].text and
+          all(offsets[i + 1] - offsets[i] == len(r.choices[0].logprobs.tokens[i]) for i in range(5)),
+          f"gap {gap:.2e}, tokens {r.choices[0].logprobs.tokens}, tops {tops[:2]}")
+    e = client.completions.create(model="llama", prompt=prompt, max_tokens=0, echo=True, logprobs=1, temperature=0)
+    lp = e.choices[0].logprobs
+    want_prompt = [logp[j - 1, ids[j]].item() for j in range(1, len(ids))]
+    gap = max(abs(a - b) for a, b in zip(lp.token_logprobs[1:], want_prompt))
+    check("logprobs: echo with max_tokens 0 scores the prompt (the first token null), generates nothing, as "
+          "lm-evaluation-harness asks", e.choices[0].text == prompt and lp.token_logprobs[0] is None and
+          len(lp.token_logprobs) == len(ids) and gap < 1e-4 and e.usage.completion_tokens == 0,
+          f"{e.choices[0].text!r}, {len(lp.token_logprobs)} vs {len(ids)}, gap {gap:.2e}, {e.usage}")
+    e2 = client.completions.create(model="llama", prompt=prompt, max_tokens=2, echo=True, logprobs=0, temperature=0)
+    lp2 = e2.choices[0].logprobs
+    check("logprobs: echo with new tokens: the prompt's scores, then the new tokens'",
+          len(lp2.token_logprobs) == len(ids) + 2 and max(abs(a - b) for a, b in zip(
+              lp2.token_logprobs[1:], want_prompt + want[:2])) < 1e-4, f"{lp2.token_logprobs}")
+    streamed = []
+    for p in client.completions.create(model="llama", prompt=prompt, max_tokens=6, temperature=0, logprobs=3,
+                                       stream=True):
+        if p.choices and p.choices[0].logprobs:
+            streamed += p.choices[0].logprobs.token_logprobs
+    check("logprobs: streamed chunks carry their tokens' log-probabilities, adding up to the whole",
+          streamed == got, f"{streamed} vs {got}")
+    c = client.chat.completions.create(model="llama", messages=[{"role": "user", "content": prompt}], max_tokens=4,
+                                       temperature=0, logprobs=True, top_logprobs=2)
+    content = c.choices[0].logprobs.content
+    check("logprobs: chat's content list, a token's bytes and its 2 likeliest",
+          len(content) == 4 and all(len(x.top_logprobs) == 2 and bytes(x.bytes) == x.token.encode() and
+                                    x.top_logprobs[0].logprob >= x.top_logprobs[1].logprob for x in content) and
+          "".join(x.token for x in content).strip() == c.choices[0].message.content.strip(),
+          f"{[(x.token, round(x.logprob, 3)) for x in content]}")
+    return lp.token_logprobs
+
+
 def sampling(srv):
     client = srv.client()
     kw = dict(model="llama", prompt=PROMPTS[1], max_tokens=10, temperature=1.0, seed=11)
@@ -297,9 +353,12 @@ def errors(srv):
         except Exception as e:  # noqa: BLE001
             check(name, False, f"{type(e).__name__}: {str(e)[:300]}")
 
-    api_error("error: a field the server does not implement (logprobs) is a 400 naming it",
-              lambda: client.completions.create(model="llama", prompt="x", logprobs=2), openai.BadRequestError,
-              ["logprobs", "not supported"])
+    api_error("error: a field the server does not implement (logit_bias) is a 400 naming it",
+              lambda: client.completions.create(model="llama", prompt="x", logit_bias={"5": 1}),
+              openai.BadRequestError, ["logit_bias", "not supported"])
+    api_error("error: top_logprobs without logprobs is a 400",
+              lambda: client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "x"}],
+                                                     top_logprobs=2), openai.BadRequestError, ["top_logprobs"])
     api_error("error: tools in a chat request are a 400 naming them",
               lambda: client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "x"}],
                                                      tools=[{"type": "function", "function": {"name": "f"}}]),
@@ -406,6 +465,7 @@ def main():
         srv = Server(sdrun, plan, "--tokenizer", tok, "--served-model-name", "llama", "--request-timeout", "2")
         servers.append(srv)
         with_eos, at, want_ids = completions(srv, lib, model, sdrun, plan, tok, eos)
+        prompt_scores = logprobs(srv, lib, model)
         sampling(srv)
         concurrent(srv)
         chat(srv, lib, model, sdrun, plan, tok)
@@ -436,6 +496,11 @@ def main():
         check("a plan without a cache (the infer entry's 32-token window; the model named after the plan file) "
               "equals transformers' greedy text", r.choices[0].text == want_text, f"{r.choices[0].text!r} vs "
               f"{want_text!r}")
+        e = srv.client("sesame").completions.create(model="window", prompt=PROMPTS[2], max_tokens=0, echo=True,
+                                                    logprobs=0)
+        gap = max(abs(a - b) for a, b in zip(e.choices[0].logprobs.token_logprobs[1:], prompt_scores[1:]))
+        check("a plan without a cache scores an echoed prompt as the cached plan does", gap < 1e-5 and
+              len(e.choices[0].logprobs.token_logprobs) == len(prompt_scores), f"gap {gap:.2e}")
         import openai
         try:
             srv.client("wrong").completions.create(model="window", prompt="x", max_tokens=2)

@@ -36,6 +36,7 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
       std::string bytes(ids.begin(), ids.end());
       return validUtf8 ? sd::toValidUtf8(bytes) : bytes;
     };
+    out.codec.piece = [](int64_t id) { return sd::toValidUtf8(std::string(1, char(uint8_t(id)))); };
     return 0;
   }
   const std::string dir = flagValue(f, "--tokenizer");
@@ -48,6 +49,10 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
   out.codec.decode = [t](const std::vector<int64_t> &ids) {
     auto d = t->decode(std::vector<int32_t>(ids.begin(), ids.end()), true);
     return d.isOk() ? d.value() : std::string();
+  };
+  out.codec.piece = [t](int64_t id) {
+    auto d = t->decode({int32_t(id)}, false);
+    return d.isOk() ? sd::toValidUtf8(d.value()) : std::string();
   };
   return 0;
 }

@@ -141,10 +141,6 @@ bool neutral(const std::string &key, const Json &v, Error &err) {
     if (v.type == Json::Type::Number && v.num == 0) return true;
     return fieldError(err, key, "is not supported (only 0); repetition_penalty is");
   }
-  if (key == "logprobs") {
-    if (v.type == Json::Type::Bool && !v.b) return true;
-    return fieldError(err, key, "is not supported");
-  }
   if (key == "best_of") {
     if (v.type == Json::Type::Number && v.num == 1) return true;
     return fieldError(err, key, "is not supported (only 1)");
@@ -210,9 +206,11 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
     return false;
   }
   static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
-                                                "stream", "stream_options", "repetition_penalty", "n", "user"};
+                                                "stream", "stream_options", "repetition_penalty", "n", "user",
+                                                "logprobs"};
   static const std::set<std::string> completions = {"prompt", "echo"};
   static const std::set<std::string> chats = {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls"};
+  int64_t topLogprobs = -1;
   for (const auto &[key, v] : j.obj) { // a repeated key has its last value, as Python's json reads it
     const bool known = common.count(key) || (chat ? chats : completions).count(key);
     if (!known) {
@@ -228,7 +226,18 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
     } else if (key == "messages") {
       if (!readMessages(v, out.messages, err)) return false;
     } else if (key == "max_tokens" || key == "max_completion_tokens") {
-      if (!readInt(v, key, 1, 1 << 20, out.maxTokens, err)) return false;
+      // 0 (completions): nothing generated, as when an echoed prompt is only scored
+      if (!readInt(v, key, chat ? 1 : 0, 1 << 20, out.maxTokens, err)) return false;
+    } else if (key == "logprobs") {
+      if (chat) { // true: the tokens' log-probabilities, top_logprobs of the likeliest
+        bool on = false;
+        if (!readBool(v, key, on, err)) return false;
+        if (on && out.logprobs < 0) out.logprobs = 0;
+      } else if (v.type == Json::Type::Bool && !v.b) {
+        // false: none
+      } else if (!readInt(v, key, 0, 20, out.logprobs, err)) {
+        return false;
+      }
     } else if (key == "temperature") {
       if (!readNumber(v, key, 0, 2, out.sampling.temperature, err)) return false;
     } else if (key == "top_p") {
@@ -260,8 +269,12 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
     } else if (key == "user") {
       if (v.type != Json::Type::String) return fieldError(err, key, "must be a string");
     } else if (key == "top_logprobs") {
-      if (!(v.type == Json::Type::Number && v.num == 0)) return fieldError(err, key, "is not supported");
+      if (!readInt(v, key, 0, 20, topLogprobs, err)) return false;
     } // parallel_tool_calls: without tools it means nothing
+  }
+  if (chat && topLogprobs >= 0) {
+    if (out.logprobs < 0 && topLogprobs > 0) return fieldError(err, "top_logprobs", "needs \"logprobs\": true");
+    if (out.logprobs >= 0) out.logprobs = topLogprobs;
   }
   if (chat && out.messages.empty()) return fieldError(err, "messages", "is required");
   if (!chat && out.prompts.empty()) return fieldError(err, "prompt", "is required");
@@ -277,12 +290,13 @@ std::string responseJson(const Head &h, const std::vector<ChoiceResult> &choices
       s += ",\"message\":{\"role\":\"assistant\",\"content\":" + sd::jsonQuote(choices[i].text) + "}";
     else
       s += ",\"text\":" + sd::jsonQuote(choices[i].text);
-    s += ",\"logprobs\":null,\"finish_reason\":" + finishJson(choices[i].finishReason) + "}";
+    s += ",\"logprobs\":" + choices[i].logprobs + ",\"finish_reason\":" + finishJson(choices[i].finishReason) + "}";
   }
   return s + "],\"usage\":" + usageJson(usage) + "}";
 }
 
-std::string chunkJson(const Head &h, size_t index, const std::string &text, const std::string &finishReason, bool role) {
+std::string chunkJson(const Head &h, size_t index, const std::string &text, const std::string &finishReason, bool role,
+                      const std::string &logprobs) {
   std::string s = headJson(h, h.chat ? "chat.completion.chunk" : "text_completion") +
                   ",\"choices\":[{\"index\":" + std::to_string(index);
   if (h.chat) {
@@ -293,12 +307,56 @@ std::string chunkJson(const Head &h, size_t index, const std::string &text, cons
   } else {
     s += ",\"text\":" + sd::jsonQuote(text);
   }
-  return s + ",\"logprobs\":null,\"finish_reason\":" + finishJson(finishReason) + "}]}";
+  return s + ",\"logprobs\":" + logprobs + ",\"finish_reason\":" + finishJson(finishReason) + "}]}";
 }
 
 std::string usageChunkJson(const Head &h, const Usage &usage) {
   return headJson(h, h.chat ? "chat.completion.chunk" : "text_completion") + ",\"choices\":[],\"usage\":" +
          usageJson(usage) + "}";
+}
+
+namespace {
+
+std::string bytesJson(const std::string &s) {
+  std::string o = "[";
+  for (size_t i = 0; i < s.size(); ++i) o += (i ? "," : "") + std::to_string(unsigned(uint8_t(s[i])));
+  return o + "]";
+}
+
+std::string chatEntryJson(const std::string &token, double logprob) {
+  return "{\"token\":" + sd::jsonQuote(token) + ",\"logprob\":" + sd::jsonNumber(logprob) +
+         ",\"bytes\":" + bytesJson(token);
+}
+
+} // namespace
+
+std::string logprobsJson(bool chat, const std::vector<LogprobEntry> &entries, size_t offset) {
+  if (entries.empty()) return "null";
+  if (chat) {
+    std::string s = "{\"content\":[";
+    for (size_t i = 0; i < entries.size(); ++i) {
+      const LogprobEntry &e = entries[i];
+      s += (i ? "," : "") + chatEntryJson(e.token, e.logprob) + ",\"top_logprobs\":[";
+      for (size_t k = 0; k < e.top.size(); ++k) s += (k ? "," : "") + chatEntryJson(e.top[k].first, e.top[k].second) + "}";
+      s += "]}";
+    }
+    return s + "]}";
+  }
+  std::string tokens, values, tops, offsets;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const LogprobEntry &e = entries[i];
+    const char *sep = i ? "," : "";
+    tokens += sep + sd::jsonQuote(e.token);
+    values += sep + (e.known ? sd::jsonNumber(e.logprob) : std::string("null"));
+    std::string top = "{";
+    for (size_t k = 0; k < e.top.size(); ++k)
+      top += (k ? "," : "") + sd::jsonQuote(e.top[k].first) + ":" + sd::jsonNumber(e.top[k].second);
+    tops += sep + (e.known ? top + "}" : std::string("null"));
+    offsets += sep + std::to_string(offset);
+    offset += e.token.size();
+  }
+  return "{\"tokens\":[" + tokens + "],\"token_logprobs\":[" + values + "],\"top_logprobs\":[" + tops +
+         "],\"text_offset\":[" + offsets + "]}";
 }
 
 std::string modelJson(const std::string &model, int64_t created) {

@@ -38,6 +38,7 @@ struct GenerationRequest {
   bool seedGiven = false;
   std::vector<std::string> stop;
   bool stream = false, includeUsage = false, echo = false;
+  int64_t logprobs = -1; // -1: none; k: each token's log-probability and the k likeliest (chat: top_logprobs)
 };
 
 // What the server uses where a request is silent.
@@ -59,15 +60,31 @@ struct Head {
   bool chat = false;
 };
 
+// One token's log-probability as a response shows it: its text, and the
+// likeliest tokens' (an echoed prompt's first token has none: `known` false).
+struct LogprobEntry {
+  std::string token;
+  bool known = true;
+  double logprob = 0;
+  std::vector<std::pair<std::string, double>> top;
+};
+
+// The "logprobs" of a choice or chunk: completions' tokens / token_logprobs /
+// top_logprobs / text_offset (offsets counted from `offset`), chat's content
+// list; "null" when there are none to show.
+std::string logprobsJson(bool chat, const std::vector<LogprobEntry> &entries, size_t offset);
+
 struct ChoiceResult {
   std::string text, finishReason;
+  std::string logprobs = "null"; // logprobsJson's
 };
 
 std::string responseJson(const Head &h, const std::vector<ChoiceResult> &choices, const Usage &usage);
 // A stream chunk: new text of choice `index` (chat: a delta; `role` adds the
 // assistant role, as the first chunk of a chat choice carries it), and its
 // finish reason when it ends ("" while not).
-std::string chunkJson(const Head &h, size_t index, const std::string &text, const std::string &finishReason, bool role);
+std::string chunkJson(const Head &h, size_t index, const std::string &text, const std::string &finishReason, bool role,
+                      const std::string &logprobs = "null");
 // The last chunk of a stream with stream_options.include_usage.
 std::string usageChunkJson(const Head &h, const Usage &usage);
 std::string modelJson(const std::string &model, int64_t created);

@@ -37,16 +37,19 @@ const char *kServeUsage =
     "Serves the plan's model with the OpenAI API, as vLLM and llama.cpp's server do:\n"
     "  POST /v1/completions        prompt (text, texts, or token ids), max_tokens (16),\n"
     "                              temperature (1), top_p (1), top_k (vLLM's; all), seed,\n"
-    "                              stop, n, echo, stream, repetition_penalty (vLLM's)\n"
+    "                              stop, n, echo, stream, repetition_penalty (vLLM's),\n"
+    "                              logprobs K (echo with max_tokens 0 scores the prompt)\n"
     "  POST /v1/chat/completions   messages rendered with the tokenizer's chat template;\n"
     "                              max_tokens / max_completion_tokens (the room left in the\n"
-    "                              context), and the sampling fields above\n"
+    "                              context), logprobs / top_logprobs, and the sampling fields\n"
     "  GET  /v1/models, /health\n"
     "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
     "choice and is left out of its text (finish_reason \"stop\", as at the\n"
     "tokenizer's EOS); max_tokens or a full context ends it with \"length\". A\n"
-    "field the server does not implement (tools, logprobs, logit_bias, penalties\n"
-    "other than 0) is a 400 error naming it, never silently ignored.\n"
+    "field the server does not implement (tools, logit_bias, penalties other than\n"
+    "0) is a 400 error naming it, never silently ignored. Log-probabilities are\n"
+    "the model's own: the softmax of its raw logits, before temperature, top-k,\n"
+    "top-p or a repetition penalty.\n"
     "\n"
     "Requests from every client share the plan's rows: a plan compiled with\n"
     "--kv-cache L --kv-batch B generates for B choices at once and starts the next\n"
@@ -83,15 +86,18 @@ struct Choice {
   Row row;
   sd::generate::RowSampler sampler;
   int64_t generated = 0, maxNew = 0;
-  std::string text;   // all its text (sent at the end unless streamed)
+  std::string text;   // all its text (sent at the end unless streamed; streamed: an echo not yet sent)
   std::string finish; // "" while running
+  std::vector<openai::LogprobEntry> logprobs; // with logprobs: all (streamed: those not yet sent)
+  size_t offset = 0;                          // streamed: the text_offset of the next entry
 };
 
 struct Job {
   int conn = -1; // the connection it answers
   openai::Head head;
   std::string path;
-  bool stream = false, includeUsage = false;
+  bool stream = false, includeUsage = false, echo = false;
+  int64_t logprobs = -1;
   std::vector<std::string> stop;
   std::vector<Choice> choices;
   int64_t promptTokens = 0;
@@ -136,6 +142,7 @@ private:
   bool busy() const;
   void step();
   void emit(Job &job, size_t index, const std::string &text, const std::string &finish);
+  openai::LogprobEntry entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens, size_t at) const;
   void endChoice(Job &job, size_t index, const std::string &reason, bool byStopText);
   void finishJob(Job &job);
   void failRunning(const std::string &message);
@@ -345,6 +352,8 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   job->path = path;
   job->stream = req.stream;
   job->includeUsage = req.includeUsage;
+  job->echo = req.echo;
+  job->logprobs = req.logprobs;
   job->stop = req.stop;
   job->started = now();
   job->head = {(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(nextId_++), model_, int64_t(std::time(nullptr)),
@@ -389,17 +398,16 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       sd::generate::SamplingOptions s = req.sampling;
       s.seed = req.seedGiven ? req.sampling.seed + uint64_t(p * size_t(req.n) + size_t(k)) : seeds_();
       ch.sampler = sd::generate::RowSampler(s);
+      ch.sampler.topLogprobs = req.logprobs;
+      ch.sampler.scorePrompt = req.echo && req.logprobs >= 0;
       if (req.echo) ch.text = prompts[p].isIds ? g_.codec.decode(ids) : prompts[p].text;
       job->choices.push_back(std::move(ch));
     }
   }
-  if (job->stream) {
+  if (job->stream) { // a chat's role first; an echo goes with the first tokens (and the prompt's logprobs)
     c.out += http::eventStreamHead();
-    for (size_t i = 0; i < job->choices.size(); ++i)
-      if (req.chat || req.echo) { // chat: the role first; echo: the prompt
-        c.out += http::event(openai::chunkJson(job->head, i, job->choices[i].text, "", req.chat));
-        job->choices[i].text.clear();
-      }
+    for (size_t i = 0; req.chat && i < job->choices.size(); ++i)
+      c.out += http::event(openai::chunkJson(job->head, i, "", "", true));
   }
   for (size_t i = 0; i < job->choices.size(); ++i) waiting_.emplace_back(job, i);
   c.job = job;
@@ -417,9 +425,28 @@ void Server::emit(Job &job, size_t index, const std::string &text, const std::st
     ch.text += text;
     return;
   }
-  if (text.empty() && finish.empty()) return;
+  if (text.empty() && ch.text.empty() && finish.empty()) return; // its tokens' logprobs wait for their text
+  std::string logprobs = "null";
+  if (job.logprobs >= 0) {
+    logprobs = openai::logprobsJson(job.head.chat, ch.logprobs, ch.offset);
+    for (const openai::LogprobEntry &e : ch.logprobs) ch.offset += e.token.size();
+    ch.logprobs.clear();
+  }
   auto it = conns_.find(job.conn);
-  if (it != conns_.end()) it->second.out += http::event(openai::chunkJson(job.head, index, text, finish, false));
+  if (it != conns_.end())
+    it->second.out += http::event(openai::chunkJson(job.head, index, ch.text + text, finish, false, logprobs));
+  ch.text.clear();
+}
+
+// A token's log-probabilities as shown; `tokens[0:at]` are the tokens before it.
+openai::LogprobEntry Server::entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens,
+                                   size_t at) const {
+  const std::vector<int64_t> before(tokens.begin() + long(at - std::min<size_t>(at, 4)), tokens.begin() + long(at));
+  openai::LogprobEntry e;
+  e.token = tokenText(g_.codec, before, lp.token);
+  e.logprob = lp.logprob;
+  for (const auto &[id, value] : lp.top) e.top.emplace_back(tokenText(g_.codec, before, id), value);
+  return e;
 }
 
 void Server::endChoice(Job &job, size_t index, const std::string &reason, bool byStopText) {
@@ -444,7 +471,9 @@ void Server::finishJob(Job &job) {
     c.closeWhenSent = true;
   } else {
     std::vector<openai::ChoiceResult> results;
-    for (const Choice &ch : job.choices) results.push_back({ch.text, ch.finish});
+    for (const Choice &ch : job.choices)
+      results.push_back({ch.text, ch.finish,
+                         job.logprobs >= 0 ? openai::logprobsJson(job.head.chat, ch.logprobs, 0) : "null"});
     reply(c, 200, openai::responseJson(job.head, results, usage));
   }
   char took[160];
@@ -506,16 +535,34 @@ void Server::step() {
     Job &job = *slot.first;
     Choice &ch = job.choices[slot.second];
     const int64_t t = next.value()[b];
+    sd::generate::RowSampler &sampler = samplers_[b];
+    if (job.logprobs >= 0 && job.echo && ch.generated == 0) { // the echoed prompt's scores, its first token none
+      openai::LogprobEntry first;
+      first.token = tokenText(g_.codec, {}, ch.row.tokens[0]);
+      first.known = false;
+      ch.logprobs.push_back(first);
+      for (size_t i = 0; i < sampler.prompt.size(); ++i)
+        ch.logprobs.push_back(entry(sampler.prompt[i], ch.row.tokens, i + 1));
+      sampler.prompt.clear();
+    }
+    if (ch.maxNew == 0) { // the prompt only scored
+      slots_[b] = Slot();
+      endChoice(job, slot.second, "length", false);
+      continue;
+    }
     ch.generated++;
     std::string reason;
     bool byStopText = false;
     if (g_.codec.stopIds.count(t)) {
-      reason = "stop";
-    } else if (appendToken(ch.row, t, g_.codec, job.stop, StopText::Cut)) {
-      reason = "stop";
-      byStopText = true;
-    } else if (ch.generated >= ch.maxNew || (gen.cached() && int64_t(ch.row.tokens.size()) >= context)) {
-      reason = "length";
+      reason = "stop"; // an EOS: not in the text, nor in the logprobs
+    } else {
+      if (job.logprobs >= 0) ch.logprobs.push_back(entry(sampler.drawn, ch.row.tokens, ch.row.tokens.size()));
+      if (appendToken(ch.row, t, g_.codec, job.stop, StopText::Cut)) {
+        reason = "stop";
+        byStopText = true;
+      } else if (ch.generated >= ch.maxNew || (gen.cached() && int64_t(ch.row.tokens.size()) >= context)) {
+        reason = "length";
+      }
     }
     if (reason.empty()) {
       emit(job, slot.second, ch.row.shown, "");

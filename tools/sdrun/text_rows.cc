@@ -37,6 +37,16 @@ size_t stopPrefixAtEnd(const std::string &text, size_t from, const std::vector<s
 
 } // namespace
 
+std::string tokenText(const TextCodec &codec, const std::vector<int64_t> &before, int64_t token) {
+  // Pieces alone lose a word's leading space; decoding them together keeps it.
+  std::vector<int64_t> ids = before;
+  const std::string prior = codec.decode(ids);
+  ids.push_back(token);
+  const std::string joined = codec.decode(ids);
+  if (joined.size() > prior.size() && joined.compare(0, prior.size(), prior) == 0) return joined.substr(prior.size());
+  return codec.piece(token);
+}
+
 void startRow(Row &r, const TextCodec &codec, size_t context) {
   r.start = r.tokens.size() > context ? r.tokens.size() - context : 0;
   r.base = r.printed = codec.decode(std::vector<int64_t>(r.tokens.begin() + long(r.start), r.tokens.end()));

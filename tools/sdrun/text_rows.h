@@ -14,6 +14,7 @@ namespace sdrun {
 
 struct TextCodec {
   std::function<std::string(const std::vector<int64_t> &)> decode;
+  std::function<std::string(int64_t)> piece; // one token's own text, special tokens shown
   std::set<int64_t> stopIds; // EOS ids and stop-token ids: the row ends, the token unshown
 };
 
@@ -30,6 +31,12 @@ struct Row {
   std::string shown;         // new text not yet taken by the caller
   bool done = false;
 };
+
+// The text `token` adds after `before` (the few tokens before it set its
+// spacing), special tokens shown: how logprobs name a token, so that the
+// tokens' texts add up to the text. Its own text where decoding does not
+// extend (a partial character).
+std::string tokenText(const TextCodec &codec, const std::vector<int64_t> &before, int64_t token);
 
 // Starts `r` from its prompt tokens: decoding restarts `context` tokens
 // before the first new one (a tokenizer's spacing depends on the token

@@ -36,14 +36,36 @@ struct SamplingOptions {
 int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
                     const std::vector<int64_t> &context = {});
 
-// One row's sampling when rows differ (a server's requests): its options and
-// its own RNG, so a row's draws do not depend on the rows beside it.
+// Log-probabilities under the model's own distribution (the softmax of its
+// raw logits: before a repetition penalty, temperature, top-k or top-p).
+struct TokenLogprobs {
+  int64_t token = -1;
+  double logprob = 0;
+  std::vector<std::pair<int64_t, double>> top; // the likeliest tokens, likeliest first
+};
+
+// One row's sampling when rows differ (a server's requests): its options, its
+// own RNG (so a row's draws do not depend on the rows beside it), and the
+// log-probabilities it asks for.
 struct RowSampler {
   SamplingOptions opts;
   std::mt19937_64 rng;
+  // -1: none; k >= 0: each call fills `drawn` with the drawn token's
+  // log-probability and the k likeliest tokens'.
+  int64_t topLogprobs = -1;
+  TokenLogprobs drawn;
+  // Set before a row's first call to score its prompt: `prompt` gets the
+  // log-probability of each token after the first given those before it
+  // (computed from the row's start; a cached copy is not reused). Cleared by
+  // that call.
+  bool scorePrompt = false;
+  std::vector<TokenLogprobs> prompt;
   RowSampler() = default;
   explicit RowSampler(const SamplingOptions &o) : opts(o), rng(o.seed) {}
 };
+
+// The log-probabilities of `token` and of the k likeliest tokens in one row of logits.
+TokenLogprobs tokenLogprobs(const float *logits, int64_t vocab, int64_t token, int64_t k);
 
 // An error naming the first option out of range (temperature, top-k, top-p,
 // repetition penalty), or ok.
@@ -89,21 +111,22 @@ private:
     int64_t seq = 0;
     bool tokensFirst = true; // input order: tokens, position_ids
   };
-  Generator(Session &s, const SamplingOptions &o) : session_(s), opts_(o), rng_(o.seed) {}
+  Generator(Session &s, const SamplingOptions &o) : session_(s), self_(o) {}
   Status bindCache();
   Status bindWindows();
   // Feeds each row's tokens the cache lacks; fills `logits` [rows, vocab] with
   // the logits after each active row's last token.
-  Status runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits);
-  StatusOr<int64_t> sampleChecked(const float *logits, const std::vector<int64_t> &context, const SamplingOptions &opts,
-                                  std::mt19937_64 &rng);
+  // With samplers, rows asking to score their prompt are fed from their start
+  // and get the log-probabilities of their tokens after `skip` + 1.
+  Status runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits,
+                   std::vector<RowSampler> *samplers, size_t skip);
+  StatusOr<int64_t> sampleChecked(const float *logits, const std::vector<int64_t> &context, RowSampler &sampler);
   StatusOr<std::vector<int64_t>> nextRows(const std::vector<std::vector<int64_t>> &rows,
                                           std::vector<RowSampler> *samplers);
-  StatusOr<int64_t> nextWindowed(const std::vector<int64_t> &tokens, const SamplingOptions &opts, std::mt19937_64 &rng);
+  StatusOr<int64_t> nextWindowed(const std::vector<int64_t> &tokens, RowSampler &sampler);
 
   Session &session_;
-  SamplingOptions opts_;
-  std::mt19937_64 rng_;
+  RowSampler self_; // the rows' sampling when the caller gives none
   int64_t vocab_ = 0, batch_ = 1, cacheLength_ = 0;
   int64_t prefix_ = 0; // windowed: logits positions before the tokens' own (prompt tuning's virtual tokens)
   std::vector<int64_t> virtualIds_; // cached: prompt or prefix tuning's virtual token ids, fed before each row
