@@ -439,6 +439,56 @@ def errors(srv):
           [m.id for m in models.data] == ["llama"], f"{health} {models}")
 
 
+def lora_models(sdc, sdrun, onnx_path, tok, tmp, servers):
+    """--lora-modules: two trained adapters and the base model from one server, each as sdrun generate --adapter
+    gives it, also when their requests run at once."""
+    import numpy as np
+    from e2e_util import write_token_rows
+    lora = os.path.join(tmp, "lora.sdp")
+    subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj,v_proj", "--shapes",
+                    "input_ids=2x16", "--kv-cache", "96", "--kv-batch", "2", "-o", lora], check=True, capture_output=True)
+    adapters = {}
+    for name, seed in (("first", 1), ("second", 2)):
+        data, adapters[name] = os.path.join(tmp, f"{name}.jsonl"), os.path.join(tmp, f"adapter_{name}")
+        write_token_rows(data, np.random.default_rng(seed), 256, 16, 16)
+        subprocess.run([sdrun, "train", lora, "--data", data, "--steps", "6", "--lr", "3e-2", "--save-adapter",
+                        adapters[name]], check=True, capture_output=True)
+    srv = Server(sdrun, lora, "--tokenizer", tok, "--served-model-name", "base", "--lora-modules",
+                 f"first={adapters['first']}", "--lora-modules", f"second={adapters['second']}")
+    servers.append(srv)
+    client = srv.client()
+    names = [m.id for m in client.models.list().data]
+    want, alone = {}, {}
+    for model, flags in (("base", []), ("first", ["--adapter", adapters["first"]]),
+                         ("second", ["--adapter", adapters["second"]])):
+        cli = generate_cli(sdrun, lora, PROMPTS[0], 10, "--tokenizer", tok, *flags)
+        want[model] = cli[len(PROMPTS[0]):-1]
+        alone[model] = client.completions.create(model=model, prompt=PROMPTS[0], max_tokens=10,
+                                                 temperature=0).choices[0].text
+    check("--lora-modules: /v1/models lists the base model and each adapter; each answers as sdrun generate "
+          "--adapter does, and the three differ", names == ["base", "first", "second"] and alone == want and
+          len(set(want.values())) == 3, f"{names} {alone} vs {want}")
+    got = {}
+
+    def run(model, k):
+        got[(model, k)] = client.completions.create(model=model, prompt=PROMPTS[0], max_tokens=10,
+                                                    temperature=0).choices[0].text
+    threads = [threading.Thread(target=run, args=(m, k)) for m in want for k in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    check("--lora-modules: six requests to three models at once each get their model's text",
+          all(got[(m, k)] == want[m] for m in want for k in range(2)), f"{got}")
+    srv.stop()
+    for name, spec, must in [("without NAME=", "first", ["NAME=ADAPTER_DIR"]),
+                             ("a missing adapter", f"gone={os.path.join(tmp, 'gone')}", ["gone"]),
+                             ("a name taken twice", f"base={adapters['first']}", ["'base'", "twice"])]:
+        problems, line = clean_error_problems([sdrun, "serve", lora, "--served-model-name", "base", "--port", "0",
+                                               "--lora-modules", spec], must)
+        check(f"bad input: --lora-modules {name} is a one-line error", not problems, "; ".join(problems) or line)
+
+
 def main():
     sdc, sdrun = tool_paths()
     import torch
@@ -530,6 +580,8 @@ def main():
                                                                                                str(busy_port)])
         check("bad input: a port in use is a one-line error", not problems, "; ".join(problems) or line)
         srv.stop()
+
+        lora_models(sdc, sdrun, onnx_path, tok, tmp, servers)
 
         for name, cmd, must in [
             ("--port out of range", [sdrun, "serve", plan, "--port", "70000"], ["--port"]),

@@ -122,7 +122,7 @@ int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<
       if (!rendered.isOk()) return fail("--chat: " + rendered.status().message());
       text = rendered.value();
     }
-    auto ids = encodePrompt(g, text, chat);
+    auto ids = encodePrompt(g.tokenizer.get(), gen.vocabSize(), text, chat);
     if (!ids.isOk()) return fail(ids.status().message());
     Row r;
     r.tokens = ids.value();

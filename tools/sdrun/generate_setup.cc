@@ -57,9 +57,10 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
   return 0;
 }
 
-sd::StatusOr<std::vector<int64_t>> encodePrompt(const GenerationSetup &g, const std::string &text, bool renderedChat) {
+sd::StatusOr<std::vector<int64_t>> encodePrompt(const sd::Tokenizer *tokenizer, int64_t vocab, const std::string &text,
+                                                bool renderedChat) {
   std::vector<int64_t> ids;
-  if (!g.tokenizer) {
+  if (!tokenizer) {
     for (char c : text) ids.push_back(int64_t(uint8_t(c)));
     return ids;
   }
@@ -68,9 +69,9 @@ sd::StatusOr<std::vector<int64_t>> encodePrompt(const GenerationSetup &g, const 
     eo.addSpecialTokens = false; // the template writes them
     eo.parseSpecial = true;
   }
-  for (int32_t id : g.tokenizer->encode(text, eo)) {
-    if (id >= g.gen->vocabSize())
-      return sd::sdError("--tokenizer: token ", id, " is outside the model's ", g.gen->vocabSize(),
+  for (int32_t id : tokenizer->encode(text, eo)) {
+    if (id >= vocab)
+      return sd::sdError("--tokenizer: token ", id, " is outside the model's ", vocab,
                          " logits: the tokenizer does not belong to this model");
     ids.push_back(id);
   }

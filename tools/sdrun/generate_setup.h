@@ -29,10 +29,11 @@ struct GenerationSetup {
 int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,
                    bool validUtf8, GenerationSetup &out);
 
-// The token ids of `text`: with the tokenizer (BOS/EOS as its post-processor
+// The token ids of `text`: with the tokenizer (when not null) (BOS/EOS as its post-processor
 // adds them; a rendered chat has its special tokens parsed and none added, as
 // apply_chat_template does), else its bytes. An id the model has no logit for
 // is an error (the tokenizer is not this model's).
-sd::StatusOr<std::vector<int64_t>> encodePrompt(const GenerationSetup &g, const std::string &text, bool renderedChat);
+sd::StatusOr<std::vector<int64_t>> encodePrompt(const sd::Tokenizer *tokenizer, int64_t vocab, const std::string &text,
+                                                bool renderedChat);
 
 } // namespace sdrun

@@ -8,6 +8,7 @@
 #include "flags.h"
 #include "generate_setup.h"
 #include "http.h"
+#include "batcher.h"
 #include "openai_api.h"
 #include <algorithm>
 #include <arpa/inet.h>
@@ -31,6 +32,7 @@ namespace {
 
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
+    "                  [--lora-modules NAME=ADAPTER_DIR]...\n"
     "                  [--seed S] [--request-timeout SECONDS] [--adapter DIR] [--adapter-rank K] [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
@@ -62,6 +64,9 @@ const char *kServeUsage =
     "  --host ADDR               the address to listen on (127.0.0.1; 0.0.0.0 for all)\n"
     "  --port N                  the port (8000; 0 picks a free one, printed at start)\n"
     "  --served-model-name NAME  the model id clients name (the plan's file name)\n"
+    "  --lora-modules NAME=DIR   also serve the plan with this adapter as model NAME, as\n"
+    "                            vLLM does (repeatable); each in its own session: its own\n"
+    "                            rows and cache, the frozen weights shared\n"
     "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health)\n"
     "  --seed S                  draws of requests without a seed come from S (0)\n"
     "  --request-timeout S       a client that sends no whole request in S seconds\n"
@@ -71,39 +76,9 @@ const char *kServeUsage =
 volatile std::sig_atomic_t gStop = 0;
 void onStopSignal(int) { gStop = 1; }
 
-// Tokens a row holds: the cache less prompt or prefix tuning's virtual
-// tokens, or the largest window.
-int64_t contextTokens(const sd::generate::Generator &gen) {
-  return gen.cached() ? gen.maxContext() - gen.virtualTokens() : gen.maxContext();
-}
-
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// One generated continuation (an OpenAI "choice").
-struct Choice {
-  Row row;
-  sd::generate::RowSampler sampler;
-  int64_t generated = 0, maxNew = 0;
-  std::string text;   // all its text (sent at the end unless streamed; streamed: an echo not yet sent)
-  std::string finish; // "" while running
-  std::vector<openai::LogprobEntry> logprobs; // with logprobs: all (streamed: those not yet sent)
-  size_t offset = 0;                          // streamed: the text_offset of the next entry
-};
-
-struct Job {
-  int conn = -1; // the connection it answers
-  openai::Head head;
-  std::string path;
-  bool stream = false, includeUsage = false, echo = false;
-  int64_t logprobs = -1;
-  std::vector<std::string> stop;
-  std::vector<Choice> choices;
-  int64_t promptTokens = 0;
-  size_t finished = 0;
-  double started = 0;
-};
 
 struct Connection {
   int fd = -1;
@@ -119,18 +94,33 @@ constexpr size_t kMaxConnections = 256;
 constexpr size_t kMaxPendingOutput = 64u << 20; // a client this far behind its stream is dropped
 constexpr double kWriteStall = 60;              // seconds without a byte accepted: dropped
 
+// A model id the server answers to: the plan with no adapter (or --adapter's),
+// or one of --lora-modules, each in its own session (its own adapter, rows and
+// cache; the frozen weights stay in the one mapped plan).
+struct ServedModel {
+  std::string name;
+  std::unique_ptr<sd::Session> session;
+  std::unique_ptr<sd::generate::Generator> generator;
+  std::unique_ptr<Batcher> batcher;
+};
+
 class Server {
 public:
-  Server(GenerationSetup &g, std::string model, std::string apiKey, uint64_t seed, double requestTimeout)
-      : g_(g), model_(std::move(model)), apiKey_(std::move(apiKey)), seeds_(seed), requestTimeout_(requestTimeout),
+  Server(GenerationSetup &g, std::vector<ServedModel> &models, std::string apiKey, uint64_t seed,
+         double requestTimeout)
+      : g_(g), models_(models), apiKey_(std::move(apiKey)), seeds_(seed), requestTimeout_(requestTimeout),
         created_(int64_t(std::time(nullptr))) {
-    slots_.resize(size_t(g.gen->batchSize()));
-    samplers_.resize(slots_.size());
+    Batcher::Events events;
+    events.text = [this](Job &job, size_t i, const std::string &text, const std::string &finish) {
+      emit(job, i, text, finish);
+    };
+    events.done = [this](Job &job) { finishJob(job); };
+    events.failed = [this](Job &job, const std::string &message) { failJob(job, message); };
+    for (ServedModel &m : models_) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events);
   }
   int run(int listenFd);
 
 private:
-  using Slot = std::pair<std::shared_ptr<Job>, size_t>; // a job and its choice index
   void acceptAll(int listenFd);
   void readFrom(int id, Connection &c);
   void writeTo(int id, Connection &c);
@@ -140,27 +130,22 @@ private:
   bool startJob(int id, Connection &c, const openai::GenerationRequest &req, const std::string &path,
                 openai::Error &err);
   bool busy() const;
-  void step();
   void emit(Job &job, size_t index, const std::string &text, const std::string &finish);
-  openai::LogprobEntry entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens, size_t at) const;
-  void endChoice(Job &job, size_t index, const std::string &reason, bool byStopText);
   void finishJob(Job &job);
-  void failRunning(const std::string &message);
-  void cancel(Job &job);
+  void failJob(Job &job, const std::string &message);
+  std::string modelsJson() const;
   void drop(int id);
   void log(const std::string &peer, const std::string &what);
 
   GenerationSetup &g_;
-  std::string model_, apiKey_;
+  std::vector<ServedModel> &models_;
+  std::string apiKey_;
   std::mt19937_64 seeds_;
   double requestTimeout_;
   int64_t created_;
   uint64_t nextId_ = 1;
   int nextConn_ = 0;
   std::map<int, Connection> conns_;
-  std::deque<Slot> waiting_;
-  std::vector<Slot> slots_;
-  std::vector<sd::generate::RowSampler> samplers_;
 };
 
 void Server::log(const std::string &peer, const std::string &what) {
@@ -201,20 +186,10 @@ void Server::drop(int id) {
   if (it == conns_.end()) return;
   if (const auto &job = it->second.job; job && job->finished < job->choices.size()) {
     log(it->second.peer, "POST " + job->path + ": the client closed the connection; request cancelled");
-    cancel(*job);
+    models_[job->model].batcher->cancel(*job);
   }
   ::close(it->second.fd);
   conns_.erase(it);
-}
-
-// A request that ends early: its choices leave the queue and free their rows.
-void Server::cancel(Job &job) {
-  if (job.finished == job.choices.size()) return;
-  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [&](const Slot &s) { return s.first.get() == &job; }),
-                 waiting_.end());
-  for (Slot &s : slots_)
-    if (s.first.get() == &job) s = Slot();
-  job.finished = job.choices.size();
 }
 
 void Server::readFrom(int id, Connection &c) {
@@ -306,11 +281,12 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
     return;
   }
   if (health) return reply(c, 200, "{\"status\":\"ok\"}");
-  if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + openai::modelJson(model_, created_) + "]}");
+  if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + modelsJson() + "]}");
   if (model) {
-    if (req.path.substr(11) == model_) return reply(c, 200, openai::modelJson(model_, created_));
+    for (const ServedModel &m : models_)
+      if (req.path.substr(11) == m.name) return reply(c, 200, openai::modelJson(m.name, created_));
     err.status = 404;
-    err.message = "the model '" + req.path.substr(11, 200) + "' does not exist; this server has '" + model_ + "'";
+    err.message = "the model '" + req.path.substr(11, 200) + "' does not exist; this server has " + modelsJson();
     err.type = "not_found_error";
     err.code = "model_not_found";
     return replyError(c, err, what);
@@ -332,13 +308,17 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
     err.param = param;
     return false;
   };
-  if (!req.model.empty() && req.model != model_) {
+  size_t served = 0; // no model named: the first
+  while (!req.model.empty() && served < models_.size() && models_[served].name != req.model) ++served;
+  if (served == models_.size()) {
     err.type = "not_found_error";
     err.code = "model_not_found";
-    return bad(404, "the model '" + req.model.substr(0, 200) + "' does not exist; this server has '" + model_ + "'",
-               "model");
+    std::string names;
+    for (const ServedModel &m : models_) names += (names.empty() ? "'" : ", '") + m.name + "'";
+    return bad(404, "the model '" + req.model.substr(0, 200) + "' does not exist; this server has " + names, "model");
   }
-  sd::generate::Generator &gen = *g_.gen;
+  Batcher &batcher = *models_[served].batcher;
+  sd::generate::Generator &gen = batcher.generator();
   std::vector<openai::Prompt> prompts = req.prompts;
   if (req.chat) {
     if (!g_.tokenizer)
@@ -349,6 +329,7 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   }
   auto job = std::make_shared<Job>();
   job->conn = id;
+  job->model = served;
   job->path = path;
   job->stream = req.stream;
   job->includeUsage = req.includeUsage;
@@ -356,13 +337,14 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   job->logprobs = req.logprobs;
   job->stop = req.stop;
   job->started = now();
-  job->head = {(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(nextId_++), model_, int64_t(std::time(nullptr)),
+  job->head = {(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(nextId_++), models_[served].name,
+               int64_t(std::time(nullptr)),
                req.chat};
-  const int64_t context = contextTokens(gen);
+  const int64_t context = batcher.context();
   for (size_t p = 0; p < prompts.size(); ++p) {
     std::vector<int64_t> ids = prompts[p].ids;
     if (!prompts[p].isIds) {
-      auto enc = encodePrompt(g_, prompts[p].text, req.chat);
+      auto enc = encodePrompt(g_.tokenizer.get(), gen.vocabSize(), prompts[p].text, req.chat);
       if (!enc.isOk()) return bad(400, enc.status().message(), req.chat ? "messages" : "prompt");
       ids = enc.value();
     }
@@ -409,14 +391,20 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
     for (size_t i = 0; req.chat && i < job->choices.size(); ++i)
       c.out += http::event(openai::chunkJson(job->head, i, "", "", true));
   }
-  for (size_t i = 0; i < job->choices.size(); ++i) waiting_.emplace_back(job, i);
+  batcher.add(job);
   c.job = job;
   c.in.clear();
   return true;
 }
 
 bool Server::busy() const {
-  return !waiting_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return bool(s.first); });
+  return std::any_of(models_.begin(), models_.end(), [](const ServedModel &m) { return m.batcher->busy(); });
+}
+
+std::string Server::modelsJson() const {
+  std::string s;
+  for (const ServedModel &m : models_) s += (s.empty() ? "" : ",") + openai::modelJson(m.name, created_);
+  return s;
 }
 
 void Server::emit(Job &job, size_t index, const std::string &text, const std::string &finish) {
@@ -436,27 +424,6 @@ void Server::emit(Job &job, size_t index, const std::string &text, const std::st
   if (it != conns_.end())
     it->second.out += http::event(openai::chunkJson(job.head, index, ch.text + text, finish, false, logprobs));
   ch.text.clear();
-}
-
-// A token's log-probabilities as shown; `tokens[0:at]` are the tokens before it.
-openai::LogprobEntry Server::entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens,
-                                   size_t at) const {
-  const std::vector<int64_t> before(tokens.begin() + long(at - std::min<size_t>(at, 4)), tokens.begin() + long(at));
-  openai::LogprobEntry e;
-  e.token = tokenText(g_.codec, before, lp.token);
-  e.logprob = lp.logprob;
-  for (const auto &[id, value] : lp.top) e.top.emplace_back(tokenText(g_.codec, before, id), value);
-  return e;
-}
-
-void Server::endChoice(Job &job, size_t index, const std::string &reason, bool byStopText) {
-  Choice &ch = job.choices[index];
-  if (!byStopText) finishRow(ch.row, g_.codec); // text held back for a stop text that never came
-  ch.row.done = true;
-  ch.finish = reason;
-  emit(job, index, ch.row.shown, reason);
-  ch.row.shown.clear();
-  if (++job.finished == job.choices.size()) finishJob(job);
 }
 
 void Server::finishJob(Job &job) {
@@ -483,94 +450,21 @@ void Server::finishJob(Job &job) {
   log(c.peer, "POST " + job.path + took);
 }
 
-// A generation error (NaN logits, a device failure) ends every running
-// request with a 500, or an error event where a stream has begun.
-void Server::failRunning(const std::string &message) {
-  std::vector<std::shared_ptr<Job>> jobs;
-  for (const Slot &s : slots_)
-    if (s.first && std::find(jobs.begin(), jobs.end(), s.first) == jobs.end()) jobs.push_back(s.first);
-  for (const auto &job : jobs) {
-    openai::Error e;
-    e.status = 500;
-    e.type = "server_error";
-    e.message = message;
-    cancel(*job);
-    auto it = conns_.find(job->conn);
-    if (it == conns_.end()) continue;
-    if (job->stream) {
-      it->second.out += http::event(openai::errorJson(e));
-      it->second.closeWhenSent = true;
-      log(it->second.peer, "POST " + job->path + " 500: " + message);
-    } else {
-      replyError(it->second, e, "POST " + job->path);
-    }
-  }
-}
-
-// One token for every running choice; waiting choices take the free rows first.
-void Server::step() {
-  sd::generate::Generator &gen = *g_.gen;
-  while (!waiting_.empty()) { // the free row whose cache holds most of the first waiting prompt
-    const std::vector<int64_t> &tokens = waiting_.front().first->choices[waiting_.front().second].row.tokens;
-    size_t best = SIZE_MAX, most = 0;
-    for (size_t b = 0; b < slots_.size(); ++b) {
-      if (slots_[b].first) continue;
-      const size_t held = gen.cachedPrefix(b, tokens);
-      if (best == SIZE_MAX || held > most) best = b, most = held;
-    }
-    if (best == SIZE_MAX) break;
-    slots_[best] = waiting_.front();
-    samplers_[best] = slots_[best].first->choices[slots_[best].second].sampler;
-    waiting_.pop_front();
-  }
-  std::vector<std::vector<int64_t>> rows(slots_.size());
-  for (size_t b = 0; b < slots_.size(); ++b)
-    if (slots_[b].first) rows[b] = slots_[b].first->choices[slots_[b].second].row.tokens;
-  auto next = gen.nextBatch(rows, samplers_);
-  if (!next.isOk()) return failRunning(next.status().message());
-  const int64_t context = contextTokens(gen);
-  for (size_t b = 0; b < slots_.size(); ++b) {
-    if (!slots_[b].first) continue;
-    Slot slot = slots_[b];
-    Job &job = *slot.first;
-    Choice &ch = job.choices[slot.second];
-    const int64_t t = next.value()[b];
-    sd::generate::RowSampler &sampler = samplers_[b];
-    if (job.logprobs >= 0 && job.echo && ch.generated == 0) { // the echoed prompt's scores, its first token none
-      openai::LogprobEntry first;
-      first.token = tokenText(g_.codec, {}, ch.row.tokens[0]);
-      first.known = false;
-      ch.logprobs.push_back(first);
-      for (size_t i = 0; i < sampler.prompt.size(); ++i)
-        ch.logprobs.push_back(entry(sampler.prompt[i], ch.row.tokens, i + 1));
-      sampler.prompt.clear();
-    }
-    if (ch.maxNew == 0) { // the prompt only scored
-      slots_[b] = Slot();
-      endChoice(job, slot.second, "length", false);
-      continue;
-    }
-    ch.generated++;
-    std::string reason;
-    bool byStopText = false;
-    if (g_.codec.stopIds.count(t)) {
-      reason = "stop"; // an EOS: not in the text, nor in the logprobs
-    } else {
-      if (job.logprobs >= 0) ch.logprobs.push_back(entry(sampler.drawn, ch.row.tokens, ch.row.tokens.size()));
-      if (appendToken(ch.row, t, g_.codec, job.stop, StopText::Cut)) {
-        reason = "stop";
-        byStopText = true;
-      } else if (ch.generated >= ch.maxNew || (gen.cached() && int64_t(ch.row.tokens.size()) >= context)) {
-        reason = "length";
-      }
-    }
-    if (reason.empty()) {
-      emit(job, slot.second, ch.row.shown, "");
-      ch.row.shown.clear();
-      continue;
-    }
-    slots_[b] = Slot();
-    endChoice(job, slot.second, reason, byStopText);
+// A generation error (NaN logits, a device failure) ends a running request
+// with a 500, or an error event where its stream has begun.
+void Server::failJob(Job &job, const std::string &message) {
+  openai::Error e;
+  e.status = 500;
+  e.type = "server_error";
+  e.message = message;
+  auto it = conns_.find(job.conn);
+  if (it == conns_.end()) return;
+  if (job.stream) {
+    it->second.out += http::event(openai::errorJson(e));
+    it->second.closeWhenSent = true;
+    log(it->second.peer, "POST " + job.path + " 500: " + message);
+  } else {
+    replyError(it->second, e, "POST " + job.path);
   }
 }
 
@@ -612,7 +506,8 @@ int Server::run(int listenFd) {
       if ((!c.out.empty() && t - c.lastWrite > kWriteStall) || c.out.size() > kMaxPendingOutput) stale.push_back(id);
     }
     for (int id : stale) drop(id);
-    if (busy()) step();
+    for (ServedModel &m : models_) // a step for each model with work, in turn
+      if (m.batcher->busy()) m.batcher->step();
   }
   std::fprintf(stderr, "sdrun: serve: stopped\n");
   for (auto &[id, c] : conns_) ::close(c.fd);
@@ -625,7 +520,7 @@ int Server::run(int listenFd) {
 int serveCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--tokenizer", "--host", "--port", "--served-model-name", "--api-key", "--seed", "--request-timeout",
+  if (!parseFlags(args, {"--tokenizer", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed", "--request-timeout",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun serve --help)");
@@ -645,6 +540,30 @@ int serveCommand(const std::vector<std::string> &args) {
   GenerationSetup g;
   sd::generate::SamplingOptions sampling;
   if (int rc = openGeneration(f, so, sampling, true, g)) return rc;
+  std::vector<ServedModel> models(1);
+  models[0].name = model;
+  models[0].session = std::move(g.session);
+  models[0].generator = std::move(g.gen);
+  if (hasFlag(f, "--lora-modules"))
+    for (const std::string &spec : f.values.at("--lora-modules")) {
+      const size_t eq = spec.find('=');
+      ServedModel m;
+      m.name = spec.substr(0, eq);
+      if (eq == std::string::npos || eq == 0 || eq + 1 == spec.size())
+        return fail("--lora-modules '" + spec + "': expected NAME=ADAPTER_DIR");
+      for (const ServedModel &o : models)
+        if (o.name == m.name) return fail("--lora-modules: the model name '" + m.name + "' is taken twice");
+      auto session = sd::Session::create(g.plan, so);
+      if (!session.isOk()) return fail(session.status().message());
+      m.session = std::move(session.value());
+      if (auto st = loadAdapterFlag(f.plan, spec.substr(eq + 1), *m.session); !st.isOk())
+        return fail("--lora-modules " + m.name + ": " + st.message());
+      if (auto st = adapterRankFlag(f, *m.session); !st.isOk()) return fail(st.message());
+      auto gen = sd::generate::Generator::create(*m.session, sampling);
+      if (!gen.isOk()) return fail(f.plan + ": " + gen.status().message());
+      m.generator = std::move(gen.value());
+      models.push_back(std::move(m));
+    }
   const std::string host = flagValue(f, "--host", "127.0.0.1");
   int fd = http::listenOn(host, int(port), err);
   if (fd < 0) return fail(err);
@@ -653,14 +572,17 @@ int serveCommand(const std::vector<std::string> &args) {
   sa.sa_handler = onStopSignal; // no SA_RESTART: poll returns at once
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  const sd::generate::Generator &gen = *g.gen;
+  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout);
+  const sd::generate::Generator &gen = *models[0].generator;
+  std::string names;
+  for (const ServedModel &m : models) names += (names.empty() ? "'" : ", '") + m.name + "'";
   std::fprintf(stderr,
-               "sdrun: serving '%s' on http://%s:%d/v1 (%lld row%s at a time, context %lld tokens%s); "
+               "sdrun: serving %s on http://%s:%d/v1 (%lld row%s at a time%s, context %lld tokens%s); "
                "Ctrl-C stops\n",
-               model.c_str(), host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(),
+               names.c_str(), host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(),
                http::boundPort(fd), (long long)gen.batchSize(), gen.batchSize() == 1 ? "" : "s",
-               (long long)contextTokens(gen), gen.cached() ? "" : ", a sliding window");
-  Server server(g, model, flagValue(f, "--api-key"), uint64_t(seed), timeout);
+               models.size() > 1 ? " each" : "", (long long)models[0].batcher->context(),
+               gen.cached() ? "" : ", a sliding window");
   int rc = server.run(fd);
   ::close(fd);
   return rc;

@@ -1,0 +1,128 @@
+// Continuous batching of a served model's choices into the plan's rows.
+#include "batcher.h"
+#include <algorithm>
+
+namespace sdrun {
+
+Batcher::Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events)
+    : gen_(gen), codec_(codec), events_(std::move(events)) {
+  slots_.resize(size_t(gen.batchSize()));
+  samplers_.resize(slots_.size());
+}
+
+int64_t Batcher::context() const {
+  return gen_.cached() ? gen_.maxContext() - gen_.virtualTokens() : gen_.maxContext();
+}
+
+void Batcher::add(const std::shared_ptr<Job> &job) {
+  for (size_t i = 0; i < job->choices.size(); ++i) waiting_.emplace_back(job, i);
+}
+
+void Batcher::cancel(Job &job) {
+  if (job.finished == job.choices.size()) return;
+  waiting_.erase(std::remove_if(waiting_.begin(), waiting_.end(), [&](const Slot &s) { return s.first.get() == &job; }),
+                 waiting_.end());
+  for (Slot &s : slots_)
+    if (s.first.get() == &job) s = Slot();
+  job.finished = job.choices.size();
+}
+
+bool Batcher::busy() const {
+  return !waiting_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return bool(s.first); });
+}
+
+// A token's log-probabilities as shown; `tokens[0:at]` are the tokens before it.
+openai::LogprobEntry Batcher::entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens,
+                                    size_t at) const {
+  const std::vector<int64_t> before(tokens.begin() + long(at - std::min<size_t>(at, 4)), tokens.begin() + long(at));
+  openai::LogprobEntry e;
+  e.token = tokenText(codec_, before, lp.token);
+  e.logprob = lp.logprob;
+  for (const auto &[id, value] : lp.top) e.top.emplace_back(tokenText(codec_, before, id), value);
+  return e;
+}
+
+void Batcher::endChoice(Job &job, size_t index, const std::string &reason, bool byStopText) {
+  Choice &ch = job.choices[index];
+  if (!byStopText) finishRow(ch.row, codec_); // text held back for a stop text that never came
+  ch.row.done = true;
+  ch.finish = reason;
+  events_.text(job, index, ch.row.shown, reason);
+  ch.row.shown.clear();
+  if (++job.finished == job.choices.size()) events_.done(job);
+}
+
+void Batcher::step() {
+  while (!waiting_.empty()) { // the free row whose cache holds most of the first waiting prompt
+    const std::vector<int64_t> &tokens = waiting_.front().first->choices[waiting_.front().second].row.tokens;
+    size_t best = SIZE_MAX, most = 0;
+    for (size_t b = 0; b < slots_.size(); ++b) {
+      if (slots_[b].first) continue;
+      const size_t held = gen_.cachedPrefix(b, tokens);
+      if (best == SIZE_MAX || held > most) best = b, most = held;
+    }
+    if (best == SIZE_MAX) break;
+    slots_[best] = waiting_.front();
+    samplers_[best] = slots_[best].first->choices[slots_[best].second].sampler;
+    waiting_.pop_front();
+  }
+  std::vector<std::vector<int64_t>> rows(slots_.size());
+  for (size_t b = 0; b < slots_.size(); ++b)
+    if (slots_[b].first) rows[b] = slots_[b].first->choices[slots_[b].second].row.tokens;
+  auto next = gen_.nextBatch(rows, samplers_);
+  if (!next.isOk()) { // NaN logits, a device failure: every running request fails
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (const Slot &s : slots_)
+      if (s.first && std::find(jobs.begin(), jobs.end(), s.first) == jobs.end()) jobs.push_back(s.first);
+    for (const auto &job : jobs) {
+      cancel(*job);
+      events_.failed(*job, next.status().message());
+    }
+    return;
+  }
+  for (size_t b = 0; b < slots_.size(); ++b) {
+    if (!slots_[b].first) continue;
+    const Slot slot = slots_[b];
+    Job &job = *slot.first;
+    Choice &ch = job.choices[slot.second];
+    const int64_t t = next.value()[b];
+    sd::generate::RowSampler &sampler = samplers_[b];
+    if (job.logprobs >= 0 && job.echo && ch.generated == 0) { // the echoed prompt's scores, its first token none
+      openai::LogprobEntry first;
+      first.token = tokenText(codec_, {}, ch.row.tokens[0]);
+      first.known = false;
+      ch.logprobs.push_back(first);
+      for (size_t i = 0; i < sampler.prompt.size(); ++i)
+        ch.logprobs.push_back(entry(sampler.prompt[i], ch.row.tokens, i + 1));
+      sampler.prompt.clear();
+    }
+    if (ch.maxNew == 0) { // the prompt only scored
+      slots_[b] = Slot();
+      endChoice(job, slot.second, "length", false);
+      continue;
+    }
+    ch.generated++;
+    std::string reason;
+    bool byStopText = false;
+    if (codec_.stopIds.count(t)) {
+      reason = "stop"; // an EOS: not in the text, nor in the logprobs
+    } else {
+      if (job.logprobs >= 0) ch.logprobs.push_back(entry(sampler.drawn, ch.row.tokens, ch.row.tokens.size()));
+      if (appendToken(ch.row, t, codec_, job.stop, StopText::Cut)) {
+        reason = "stop";
+        byStopText = true;
+      } else if (ch.generated >= ch.maxNew || (gen_.cached() && int64_t(ch.row.tokens.size()) >= context())) {
+        reason = "length";
+      }
+    }
+    if (reason.empty()) {
+      events_.text(job, slot.second, ch.row.shown, "");
+      ch.row.shown.clear();
+      continue;
+    }
+    slots_[b] = Slot();
+    endChoice(job, slot.second, reason, byStopText);
+  }
+}
+
+} // namespace sdrun

@@ -1,0 +1,75 @@
+// The rows of one served model (`sdrun serve`): the choices of every request
+// wait, take free rows of the plan (the row whose cache already holds most of
+// the prompt), and advance one token per step together; a row that ends frees
+// for the next waiting choice (continuous batching). Knows nothing of
+// sockets: text, ends and failures go to the server's callbacks.
+#pragma once
+#include "openai_api.h"
+#include "text_rows.h"
+#include "sd/generate/generator.h"
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace sdrun {
+
+// One generated continuation (an OpenAI "choice").
+struct Choice {
+  Row row;
+  sd::generate::RowSampler sampler;
+  int64_t generated = 0, maxNew = 0;
+  std::string text;   // all its text (sent at the end unless streamed; streamed: an echo not yet sent)
+  std::string finish; // "" while running
+  std::vector<openai::LogprobEntry> logprobs; // with logprobs: all (streamed: those not yet sent)
+  size_t offset = 0;                          // streamed: the text_offset of the next entry
+};
+
+struct Job {
+  int conn = -1;    // the connection it answers
+  size_t model = 0; // the served model (its Batcher)
+  openai::Head head;
+  std::string path;
+  bool stream = false, includeUsage = false, echo = false;
+  int64_t logprobs = -1;
+  std::vector<std::string> stop;
+  std::vector<Choice> choices;
+  int64_t promptTokens = 0;
+  size_t finished = 0;
+  double started = 0;
+};
+
+class Batcher {
+public:
+  struct Events {
+    // New text of a choice, and its finish reason when it ends ("" while not).
+    std::function<void(Job &, size_t choice, const std::string &text, const std::string &finish)> text;
+    std::function<void(Job &)> done;                       // every choice has ended
+    std::function<void(Job &, const std::string &)> failed; // generation failed (the job is cancelled)
+  };
+  Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events);
+
+  sd::generate::Generator &generator() { return gen_; }
+  // Tokens a row holds: the cache less prompt or prefix tuning's virtual
+  // tokens, or the largest window.
+  int64_t context() const;
+  void add(const std::shared_ptr<Job> &job); // queues its choices
+  void cancel(Job &job);                     // its choices leave the queue and free their rows
+  bool busy() const;
+  void step(); // one token for every running choice; waiting choices take the free rows first
+
+private:
+  using Slot = std::pair<std::shared_ptr<Job>, size_t>; // a job and its choice index
+  void endChoice(Job &job, size_t index, const std::string &reason, bool byStopText);
+  openai::LogprobEntry entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens, size_t at) const;
+
+  sd::generate::Generator &gen_;
+  const TextCodec &codec_;
+  Events events_;
+  std::deque<Slot> waiting_;
+  std::vector<Slot> slots_;
+  std::vector<sd::generate::RowSampler> samplers_;
+};
+
+} // namespace sdrun
