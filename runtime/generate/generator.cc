@@ -14,17 +14,30 @@ int64_t sampleToken(const float *raw, int64_t vocab, const SamplingOptions &opts
                     const std::vector<int64_t> &context) {
   std::vector<float> penalized;
   const float *logits = raw;
+  auto edit = [&]() -> std::vector<float> & {
+    if (penalized.empty()) penalized.assign(raw, raw + vocab);
+    logits = penalized.data();
+    return penalized;
+  };
   if (opts.repetitionPenalty != 1.0 && !context.empty()) {
-    penalized.assign(raw, raw + vocab);
     std::vector<bool> seen(size_t(vocab), false);
     for (int64_t t : context)
       if (t >= 0 && t < vocab && !seen[size_t(t)]) {
         seen[size_t(t)] = true;
-        float &l = penalized[size_t(t)];
+        float &l = edit()[size_t(t)];
         l = l < 0 ? float(l * opts.repetitionPenalty) : float(l / opts.repetitionPenalty);
       }
-    logits = penalized.data();
   }
+  if ((opts.presencePenalty != 0 || opts.frequencyPenalty != 0) && context.size() > opts.penaltyFrom) {
+    std::vector<int64_t> counts(size_t(vocab), 0);
+    for (size_t i = opts.penaltyFrom; i < context.size(); ++i)
+      if (context[i] >= 0 && context[i] < vocab) ++counts[size_t(context[i])];
+    for (int64_t t = 0; t < vocab; ++t)
+      if (counts[size_t(t)])
+        edit()[size_t(t)] -= float(opts.frequencyPenalty * double(counts[size_t(t)]) + opts.presencePenalty);
+  }
+  for (const auto &[t, bias] : opts.logitBias)
+    if (t >= 0 && t < vocab) edit()[size_t(t)] += bias;
   if (opts.temperature == 0) return int64_t(std::max_element(logits, logits + vocab) - logits);
   std::vector<int64_t> idx(static_cast<size_t>(vocab));
   std::iota(idx.begin(), idx.end(), int64_t(0));
@@ -74,6 +87,10 @@ Status checkSampling(const SamplingOptions &opts) {
   if (!(opts.topP > 0 && opts.topP <= 1)) return sdError("top-p must be in (0, 1], got ", opts.topP);
   if (!(opts.repetitionPenalty > 0) || !std::isfinite(opts.repetitionPenalty))
     return sdError("the repetition penalty must be a finite number > 0, got ", opts.repetitionPenalty);
+  if (!std::isfinite(opts.presencePenalty) || !std::isfinite(opts.frequencyPenalty))
+    return sdError("the presence and frequency penalties must be finite numbers");
+  for (const auto &[t, bias] : opts.logitBias)
+    if (!std::isfinite(bias)) return sdError("the logit bias of token ", t, " is not finite");
   return Status::ok();
 }
 

@@ -244,6 +244,39 @@ def logprobs(srv, lib, model):
     return lp.token_logprobs
 
 
+def penalties(srv, lib, model):
+    """OpenAI's presence and frequency penalties over the generated tokens and logit_bias, greedy, against the
+    same rule applied to transformers' logits step by step."""
+    import torch
+    client = srv.client()
+    ids = lib.encode(PROMPTS[3]).ids
+    seq, counts = list(ids), {}
+    with torch.no_grad():
+        for _ in range(12):
+            logits = model(input_ids=torch.tensor([seq]), attention_mask=torch.ones(1, len(seq), dtype=torch.long)
+                           ).logits[0, -1].double()
+            for t, c in counts.items():
+                logits[t] -= 1.5 * c + 0.5
+            logits[7] += 3.0
+            t = int(torch.argmax(logits))
+            counts[t] = counts.get(t, 0) + 1
+            seq.append(t)
+    want = lib.decode(seq, skip_special_tokens=True)[len(lib.decode(ids, skip_special_tokens=True)):]
+    r = client.completions.create(model="llama", prompt=PROMPTS[3], max_tokens=12, temperature=0,
+                                  frequency_penalty=1.5, presence_penalty=0.5, logit_bias={"7": 3})
+    plain = client.completions.create(model="llama", prompt=PROMPTS[3], max_tokens=12, temperature=0)
+    check("frequency_penalty 1.5, presence_penalty 0.5 and logit_bias: greedy text equals the rule applied to "
+          "transformers' logits step by step, and differs from plain greedy",
+          r.choices[0].text == want and want != plain.choices[0].text,
+          f"{r.choices[0].text!r} vs {want!r} (plain {plain.choices[0].text!r})")
+    forced = client.completions.create(model="llama", prompt=PROMPTS[3], max_tokens=5, temperature=1.0, seed=1,
+                                       logit_bias={"50": 100}, logprobs=0)
+    check("logit_bias 100 on a token makes every sampled token that one (logprobs still the model's own)",
+          forced.choices[0].text == lib.decode([50] * 5) and
+          all(lp < -1 for lp in forced.choices[0].logprobs.token_logprobs),
+          f"{forced.choices[0].text!r} {forced.choices[0].logprobs.token_logprobs}")
+
+
 def sampling(srv):
     client = srv.client()
     kw = dict(model="llama", prompt=PROMPTS[1], max_tokens=10, temperature=1.0, seed=11)
@@ -353,9 +386,16 @@ def errors(srv):
         except Exception as e:  # noqa: BLE001
             check(name, False, f"{type(e).__name__}: {str(e)[:300]}")
 
-    api_error("error: a field the server does not implement (logit_bias) is a 400 naming it",
-              lambda: client.completions.create(model="llama", prompt="x", logit_bias={"5": 1}),
-              openai.BadRequestError, ["logit_bias", "not supported"])
+    api_error("error: a field the server does not implement (response_format json_object) is a 400 naming it",
+              lambda: client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "x"}],
+                                                     response_format={"type": "json_object"}),
+              openai.BadRequestError, ["response_format", "not supported"])
+    api_error("error: a logit_bias naming a token outside the vocabulary is a 400",
+              lambda: client.completions.create(model="llama", prompt="x", logit_bias={"99999": 5}),
+              openai.BadRequestError, ["logit_bias", "99999"])
+    api_error("error: presence_penalty outside [-2, 2] is a 400",
+              lambda: client.completions.create(model="llama", prompt="x", presence_penalty=3),
+              openai.BadRequestError, ["'presence_penalty'"])
     api_error("error: top_logprobs without logprobs is a 400",
               lambda: client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "x"}],
                                                      top_logprobs=2), openai.BadRequestError, ["top_logprobs"])
@@ -516,6 +556,7 @@ def main():
         servers.append(srv)
         with_eos, at, want_ids = completions(srv, lib, model, sdrun, plan, tok, eos)
         prompt_scores = logprobs(srv, lib, model)
+        penalties(srv, lib, model)
         sampling(srv)
         concurrent(srv)
         chat(srv, lib, model, sdrun, plan, tok)

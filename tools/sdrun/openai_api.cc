@@ -137,17 +137,9 @@ bool readStop(const Json &v, std::vector<std::string> &out, Error &err) {
 // Fields accepted only at the value that asks for nothing we do not do.
 bool neutral(const std::string &key, const Json &v, Error &err) {
   if (isNull(&v)) return true;
-  if (key == "presence_penalty" || key == "frequency_penalty") {
-    if (v.type == Json::Type::Number && v.num == 0) return true;
-    return fieldError(err, key, "is not supported (only 0); repetition_penalty is");
-  }
   if (key == "best_of") {
     if (v.type == Json::Type::Number && v.num == 1) return true;
     return fieldError(err, key, "is not supported (only 1)");
-  }
-  if (key == "logit_bias") {
-    if (v.type == Json::Type::Object && v.obj.empty()) return true;
-    return fieldError(err, key, "is not supported");
   }
   if (key == "response_format") {
     const Json *type = v.get("type");
@@ -207,7 +199,7 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
   }
   static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                                                 "stream", "stream_options", "repetition_penalty", "n", "user",
-                                                "logprobs"};
+                                                "logprobs", "presence_penalty", "frequency_penalty", "logit_bias"};
   static const std::set<std::string> completions = {"prompt", "echo"};
   static const std::set<std::string> chats = {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls"};
   int64_t topLogprobs = -1;
@@ -245,6 +237,19 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
     } else if (key == "top_k") { // vLLM's: -1 or 0 for the whole vocabulary
       if (!readInt(v, key, -1, 1 << 20, out.sampling.topK, err)) return false;
       if (out.sampling.topK < 0) out.sampling.topK = 0;
+    } else if (key == "presence_penalty") {
+      if (!readNumber(v, key, -2, 2, out.sampling.presencePenalty, err)) return false;
+    } else if (key == "frequency_penalty") {
+      if (!readNumber(v, key, -2, 2, out.sampling.frequencyPenalty, err)) return false;
+    } else if (key == "logit_bias") { // {"token id": bias in [-100, 100]}
+      if (v.type != Json::Type::Object) return fieldError(err, key, "must be an object of token ids to biases");
+      for (const auto &[id, bias] : v.obj) {
+        if (id.empty() || id.size() > 10 || id.find_first_not_of("0123456789") != std::string::npos)
+          return fieldError(err, key, "keys must be token ids, not '" + id.substr(0, 20) + "'");
+        double b = 0;
+        if (!readNumber(bias, key + "[" + id + "]", -100, 100, b, err)) return false;
+        out.sampling.logitBias.emplace_back(std::stoll(id), float(b));
+      }
     } else if (key == "repetition_penalty") {
       if (!readNumber(v, key, 1e-3, 1e3, out.sampling.repetitionPenalty, err)) return false;
     } else if (key == "seed") {

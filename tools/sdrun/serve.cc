@@ -39,7 +39,8 @@ const char *kServeUsage =
     "Serves the plan's model with the OpenAI API, as vLLM and llama.cpp's server do:\n"
     "  POST /v1/completions        prompt (text, texts, or token ids), max_tokens (16),\n"
     "                              temperature (1), top_p (1), top_k (vLLM's; all), seed,\n"
-    "                              stop, n, echo, stream, repetition_penalty (vLLM's),\n"
+    "                              stop, n, echo, stream, presence_penalty, frequency_penalty,\n"
+    "                              logit_bias, repetition_penalty (vLLM's),\n"
     "                              logprobs K (echo with max_tokens 0 scores the prompt)\n"
     "  POST /v1/chat/completions   messages rendered with the tokenizer's chat template;\n"
     "                              max_tokens / max_completion_tokens (the room left in the\n"
@@ -48,10 +49,10 @@ const char *kServeUsage =
     "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
     "choice and is left out of its text (finish_reason \"stop\", as at the\n"
     "tokenizer's EOS); max_tokens or a full context ends it with \"length\". A\n"
-    "field the server does not implement (tools, logit_bias, penalties other than\n"
-    "0) is a 400 error naming it, never silently ignored. Log-probabilities are\n"
-    "the model's own: the softmax of its raw logits, before temperature, top-k,\n"
-    "top-p or a repetition penalty.\n"
+    "field the server does not implement (tools, response formats) is a 400 error\n"
+    "naming it, never silently ignored. Log-probabilities are\n"
+    "the model's own: the softmax of its raw logits, before penalties, a logit\n"
+    "bias, temperature, top-k or top-p.\n"
     "\n"
     "Requests from every client share the plan's rows: a plan compiled with\n"
     "--kv-cache L --kv-batch B generates for B choices at once and starts the next\n"
@@ -349,6 +350,11 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       ids = enc.value();
     }
     if (ids.empty()) return bad(400, "the prompt gives no tokens", req.chat ? "messages" : "prompt");
+    for (const auto &[t, bias] : req.sampling.logitBias)
+      if (t >= gen.vocabSize())
+        return bad(400, "logit_bias names token " + std::to_string(t) + ", outside the model's vocabulary of " +
+                            std::to_string(gen.vocabSize()),
+                   "logit_bias");
     for (int64_t t : ids)
       if (t >= gen.vocabSize())
         return bad(400, "token " + std::to_string(t) + " is outside the model's vocabulary of " +
@@ -378,6 +384,7 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       startRow(ch.row, g_.codec, req.chat ? 0 : 6);
       ch.maxNew = maxNew;
       sd::generate::SamplingOptions s = req.sampling;
+      s.penaltyFrom = ids.size(); // presence and frequency count the generated tokens
       s.seed = req.seedGiven ? req.sampling.seed + uint64_t(p * size_t(req.n) + size_t(k)) : seeds_();
       ch.sampler = sd::generate::RowSampler(s);
       ch.sampler.topLogprobs = req.logprobs;

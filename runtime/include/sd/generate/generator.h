@@ -27,11 +27,18 @@ struct SamplingOptions {
   uint64_t seed = 0;
   double topP = 1.0;        // nucleus: the fewest top tokens holding this much probability (1: all)
   double repetitionPenalty = 1.0; // > 1 discourages tokens already in the context (transformers' rule)
+  // OpenAI's penalties on the tokens of the context from `penaltyFrom` on (a
+  // request's generated tokens): each logit less frequency x its count, less
+  // presence when it occurs at all.
+  double presencePenalty = 0, frequencyPenalty = 0;
+  size_t penaltyFrom = 0;
+  std::vector<std::pair<int64_t, float>> logitBias; // OpenAI's logit_bias: added to those tokens' logits
 };
 
 // One token from one row of logits, as transformers' generate picks it: the
 // repetition penalty on the logits of tokens in `context` (divided when
-// positive, multiplied when negative), then greedy at temperature 0, or a draw
+// positive, multiplied when negative), then the presence and frequency
+// penalties and the logit bias (added), then greedy at temperature 0, or a draw
 // from softmax(logits / temperature) over the top-k, cut to the top-p nucleus.
 int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
                     const std::vector<int64_t> &context = {});
