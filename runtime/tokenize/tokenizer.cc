@@ -15,6 +15,7 @@
 #include <optional>
 #include <map>
 #include <sys/stat.h>
+#include <tuple>
 
 namespace sd {
 namespace {
@@ -74,7 +75,7 @@ struct Tokenizer::Impl {
   int32_t eos = -1;
   std::map<std::string, std::string> templateStrings; // bos_token, eos_token, ... for chat templates
   std::unique_ptr<ChatTemplate> chat;
-  Status chatStatus = sdError("no chat_template in tokenizer_config.json beside the tokenizer");
+  Status chatStatus = sdError("no chat template beside the tokenizer (tokenizer_config.json's chat_template, or chat_template.jinja)");
 
   Status loadNormalizer(const Json *n, const std::string &what);
   Status loadPreTokenizer(const Json *p, const std::string &what);
@@ -292,13 +293,36 @@ Tokenizer::~Tokenizer() = default;
 
 std::string toValidUtf8(std::string_view s) { return tok::toValidUtf8(s); }
 
-StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
-  std::string file = path;
+StatusOr<TokenizerFiles> TokenizerFiles::read(const std::string &path) {
+  TokenizerFiles f;
+  f.jsonName = path;
   struct stat st {};
-  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) file = path + "/tokenizer.json";
-  auto text = readWholeFile(file);
+  if (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)) f.jsonName = path + "/tokenizer.json";
+  auto text = readWholeFile(f.jsonName);
   if (!text.isOk()) return text.status();
-  auto parsed = parseJson(text.value(), file);
+  f.json = std::move(text.value());
+  const std::string dir = parentDirectory(f.jsonName);
+  for (auto [name, text, file] : {std::tuple{"/tokenizer_config.json", &f.config, &f.configName},
+                                  std::tuple{"/chat_template.jinja", &f.chatTemplate, &f.chatTemplateName}}) {
+    const std::string beside = dir + name;
+    if (::stat(beside.c_str(), &st) != 0) continue;
+    auto read = readWholeFile(beside);
+    if (!read.isOk()) return read.status();
+    *text = std::move(read.value());
+    *file = beside;
+  }
+  return f;
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
+  auto files = TokenizerFiles::read(path);
+  if (!files.isOk()) return files.status();
+  return fromFiles(files.value());
+}
+
+StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::fromFiles(const TokenizerFiles &files) {
+  const std::string &file = files.jsonName;
+  auto parsed = parseJson(files.json, file);
   if (!parsed.isOk()) return parsed.status();
   const Json &root = parsed.value();
   auto impl = std::make_unique<Impl>();
@@ -336,15 +360,15 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
   std::unique_ptr<Tokenizer> tokenizer(new Tokenizer(std::move(impl)));
   // tokenizer_config.json (optional) names the special tokens: eos_token as a
   // string or as {"content": ...}.
-  std::string config = parentDirectory(file) + "/tokenizer_config.json";
-  if (::stat(config.c_str(), &st) == 0) {
-    auto ctext = readWholeFile(config);
-    if (!ctext.isOk()) return ctext.status();
-    auto cjson = parseJson(ctext.value(), config);
-    if (!cjson.isOk()) return cjson.status();
-    Impl &m = *tokenizer->impl_;
+  Impl &m = *tokenizer->impl_;
+  const std::string &config = files.configName;
+  Json cjson;
+  if (!files.configName.empty()) {
+    auto read = parseJson(files.config, config);
+    if (!read.isOk()) return read.status();
+    cjson = std::move(read.value());
     for (const char *key : {"bos_token", "eos_token", "unk_token", "pad_token"})
-      if (const Json *t = cjson.value().get(key)) {
+      if (const Json *t = cjson.get(key)) {
         const Json *content = t->type == Json::Type::Object ? t->get("content") : t;
         if (content && content->type == Json::Type::String) m.templateStrings[key] = content->str;
       }
@@ -352,20 +376,21 @@ StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
       m.eos = tokenizer->tokenId(m.templateStrings["eos_token"]);
       if (m.eos < 0) return sdError(config, ": eos_token '", m.templateStrings["eos_token"], "' is not a token of ", file);
     }
-    const Json *chat = cjson.value().get("chat_template");
-    std::string source;
-    if (chat && chat->type == Json::Type::String) source = chat->str;
-    if (chat && chat->type == Json::Type::Array)
-      for (const Json &named : chat->arr)
-        if (const Json *n = named.get("name"); n && n->str == "default" && named.get("template"))
-          source = named.get("template")->str;
-    if (!source.empty()) {
-      auto parsed = ChatTemplate::parse(source);
-      if (parsed.isOk()) m.chat = std::move(parsed.value()), m.chatStatus = Status::ok();
-      else m.chatStatus = parsed.status().withContext(config + ": ");
-    } else if (chat) {
-      m.chatStatus = sdError(config, ": chat_template is neither a string nor a list with a 'default' template");
-    }
+  }
+  const Json *chat = cjson.get("chat_template");
+  std::string source, where = config;
+  if (chat && chat->type == Json::Type::String) source = chat->str;
+  if (chat && chat->type == Json::Type::Array)
+    for (const Json &named : chat->arr)
+      if (const Json *n = named.get("name"); n && n->str == "default" && named.get("template"))
+        source = named.get("template")->str;
+  if (!files.chatTemplateName.empty()) source = files.chatTemplate, where = files.chatTemplateName;
+  if (!source.empty()) {
+    auto parsedTemplate = ChatTemplate::parse(source);
+    if (parsedTemplate.isOk()) m.chat = std::move(parsedTemplate.value()), m.chatStatus = Status::ok();
+    else m.chatStatus = parsedTemplate.status().withContext(where + ": ");
+  } else if (chat && chat->type != Json::Type::Null) {
+    m.chatStatus = sdError(config, ": chat_template is neither a string nor a list with a 'default' template");
   }
   return tokenizer;
 }

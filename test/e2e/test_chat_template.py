@@ -77,6 +77,24 @@ def main():
             _, err = ours(sdrun, folder, CONVERSATIONS[0], False)
             check(f"bad template: {what}", err is not None and len(err.splitlines()) == 1 and all(w in err for w in words),
                   str(err))
+        # transformers 5 saves the template as chat_template.jinja beside a config without one, and reads that
+        # file first when the config has one too.
+        from tokenizers import Tokenizer
+        from transformers import AutoTokenizer, PreTrainedTokenizerFast
+        saved = os.path.join(tmp, "saved")
+        fast = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(TOKENIZER)), bos_token="<s>",
+                                       eos_token="</s>")
+        fast.chat_template = TEMPLATES["chatml"]
+        fast.save_pretrained(saved)
+        config = json.load(open(os.path.join(saved, "tokenizer_config.json")))
+        config["chat_template"] = TEMPLATES["zephyr"]  # a stale copy the .jinja file overrides
+        json.dump(config, open(os.path.join(saved, "tokenizer_config.json"), "w"))
+        got, err = ours(sdrun, saved, CONVERSATIONS[0], True)
+        want = AutoTokenizer.from_pretrained(saved).apply_chat_template(CONVERSATIONS[0], tokenize=False,
+                                                                        add_generation_prompt=True)
+        check("a tokenizer saved by transformers' save_pretrained (chat_template.jinja) renders as transformers "
+              "loads it, the .jinja file before tokenizer_config.json's",
+              os.path.exists(os.path.join(saved, "chat_template.jinja")) and got == want, f"{got!r} vs {want!r} {err}")
         folder = tokenizer_dir(tmp, "roles", TEMPLATES["chatml"])
         _, err = ours(sdrun, folder, [{"role": "wizard", "content": "hi"}], False)
         check("a message with an unknown role is a clear error", err is not None and "wizard" in err, str(err))

@@ -30,10 +30,25 @@ struct EncodeOptions {
 // bytes.decode(errors="replace") makes it (JSON text must be UTF-8).
 std::string toValidUtf8(std::string_view s);
 
+// The files a Hugging Face tokenizer is saved as, their text and the names
+// errors give: tokenizer.json, and when there tokenizer_config.json (the
+// special tokens, a chat template) and chat_template.jinja (the chat template
+// as transformers 5 saves it, taking priority over the config's, as
+// transformers reads it).
+struct TokenizerFiles {
+  std::string json, jsonName;
+  std::string config, configName;             // empty: none
+  std::string chatTemplate, chatTemplateName; // empty: none
+  // `path` is a tokenizer.json or a directory holding one; the others are
+  // read from beside it.
+  static StatusOr<TokenizerFiles> read(const std::string &path);
+};
+
 class Tokenizer {
 public:
   // `path` is a tokenizer.json or a directory holding one.
   static StatusOr<std::unique_ptr<Tokenizer>> load(const std::string &path);
+  static StatusOr<std::unique_ptr<Tokenizer>> fromFiles(const TokenizerFiles &files);
   ~Tokenizer();
 
   std::vector<int32_t> encode(std::string_view text, const EncodeOptions &options = {}) const;
