@@ -406,6 +406,7 @@ bool compileModel(const CompileRequest &given, std::string &error, std::string *
   eopts.producer = std::string("sdc ") + SD_VERSION;
   eopts.sourceSha256 = loaded.sha256;
   eopts.config = configJson(req);
+  eopts.files = req.files;
   // What the passes decided joins the request's fields in the same object.
   auto addField = [&](const char *key, const std::string &json) {
     eopts.config = eopts.config.substr(0, eopts.config.size() - 1) + ",\"" + key + "\":" + json + "}";

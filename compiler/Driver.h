@@ -20,6 +20,7 @@ struct CompileRequest {
   int64_t maxTrip = 0;    // bound of run-time-stopped Loops (0: refuse them)
   int64_t maxUnroll = 64;
   int64_t maxSelect = 65536; // run-time Ifs: select up to this branch cost, else an If step
+  std::vector<std::pair<std::string, std::string>> files; // carried in the plan (its tokenizer): name, bytes
 };
 
 // Returns true on success; `error` holds one line on failure. IR for

@@ -257,9 +257,13 @@ LogicalResult emitPlan(ModuleOp module, const EmitOptions &opts, std::string &er
   std::vector<uint8_t> sha(opts.sourceSha256.begin(), opts.sourceSha256.end());
   // The weight offset depends on the FlatBuffer's size; build once with a
   // placeholder, then patch the field in place (its size does not change).
+  std::vector<flatbuffers::Offset<fb::File>> files;
+  for (const auto &[name, bytes] : opts.files)
+    files.push_back(fb::CreateFile(fbb, fbb.CreateString(name),
+                                   fbb.CreateVector(reinterpret_cast<const uint8_t *>(bytes.data()), bytes.size())));
   auto plan = fb::CreatePlanDirect(fbb, kPlanSchemaMajor, kPlanSchemaMinor, opts.producer.c_str(), &sha,
                                    opts.config.c_str(), &fglobals, &entries, /*weights_offset=*/1, weightsSize,
-                                   externalName.empty() ? nullptr : externalName.c_str());
+                                   externalName.empty() ? nullptr : externalName.c_str(), files.empty() ? nullptr : &files);
   fbb.Finish(plan, fb::PlanIdentifier());
   uint64_t fbSize = fbb.GetSize();
   uint64_t weightsOffset = (fbSize + kWeightAlignment - 1) / kWeightAlignment * kWeightAlignment;

@@ -13,6 +13,7 @@ struct EmitOptions {
   std::string producer;
   std::array<uint8_t, 32> sourceSha256{};
   std::string config; // JSON describing how the plan was compiled
+  std::vector<std::pair<std::string, std::string>> files; // carried as they are: name, bytes
 };
 
 // Writes atomically: on error no output file is left behind.

@@ -163,6 +163,11 @@ Status Plan::parse(const std::string &what, const std::string &dir, const PlanLo
   config = p->config() ? p->config()->str() : "";
   if (p->source_sha256()) sourceSha256.assign(p->source_sha256()->begin(), p->source_sha256()->end());
   externalWeights = p->external_weights() ? p->external_weights()->str() : "";
+  if (p->files())
+    for (const fb::File *f : *p->files()) {
+      if (f->name()->size() == 0) return bad("a carried file has no name");
+      files.emplace_back(f->name()->str(), f->data() ? std::string(f->data()->begin(), f->data()->end()) : "");
+    }
 
   uint64_t wOff = p->weights_offset(), wSize = p->weights_size();
   weightsBytes = wSize;
@@ -498,6 +503,12 @@ Status Plan::checkBodySteps(const std::string &what) {
     }
   }
   return Status::ok();
+}
+
+const std::string *Plan::file(const std::string &name) const {
+  for (const auto &f : files)
+    if (f.first == name) return &f.second;
+  return nullptr;
 }
 
 uint64_t Plan::maxArenaSize() const { return arenaBytes_; }

@@ -314,6 +314,19 @@ StatusOr<TokenizerFiles> TokenizerFiles::read(const std::string &path) {
   return f;
 }
 
+bool TokenizerFiles::carried(const std::function<const std::string *(const std::string &)> &find,
+                             const std::string &where, TokenizerFiles &out) {
+  out = TokenizerFiles();
+  for (auto [name, text, file] : {std::tuple{"tokenizer.json", &out.json, &out.jsonName},
+                                  std::tuple{"tokenizer_config.json", &out.config, &out.configName},
+                                  std::tuple{"chat_template.jinja", &out.chatTemplate, &out.chatTemplateName}})
+    if (const std::string *bytes = find(name)) {
+      *text = *bytes;
+      *file = where + "'s " + name;
+    }
+  return !out.jsonName.empty();
+}
+
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {
   auto files = TokenizerFiles::read(path);
   if (!files.isOk()) return files.status();

@@ -413,9 +413,16 @@ StatusOr<std::unique_ptr<Trainer>> Trainer::create(Session &session, const Train
   }
   if (tensorData && !o.tokenizerPath.empty())
     return sdError("--tokenizer: this plan computes its own loss from tensors, it takes no text");
+  TokenizerFiles carried; // without --tokenizer, the one the plan carries (sdc compile --tokenizer) reads text
   if (!o.tokenizerPath.empty()) {
     auto tok = Tokenizer::load(o.tokenizerPath);
     if (!tok.isOk()) return tok.status().withContext("--tokenizer: ");
+    im->tokenizer = std::move(tok.value());
+    dopts.tokenizer = im->tokenizer.get();
+  } else if (!tensorData && TokenizerFiles::carried([&](const std::string &n) { return plan.file(n); },
+                                                     o.planName.empty() ? "the plan" : o.planName, carried)) {
+    auto tok = Tokenizer::fromFiles(carried);
+    if (!tok.isOk()) return tok.status();
     im->tokenizer = std::move(tok.value());
     dopts.tokenizer = im->tokenizer.get();
   }

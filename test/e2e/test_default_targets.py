@@ -176,6 +176,76 @@ def first_command(sdc, sdrun, folder):
           "--dim batch=8 --dim seq=128" in notes[1] and t is not None and t.returncode == 0 and
           "input_ids: i64[8x128]" in inspect,
           "; ".join(notes) + (f"; train exit {t.returncode}: {t.stderr.strip()[-200:]}" if t else ""))
+    carried_tokenizer(sdc, sdrun, folder)
+
+
+def carried_tokenizer(sdc, sdrun, folder):
+    """An export folder with its tokenizer (Optimum writes tokenizer.json, tokenizer_config.json and
+    generation_config.json beside model.onnx): the plan carries it, so `sdrun train --data` reads text lines and
+    `sdrun generate --chat` chats with no --tokenizer, exactly as with --tokenizer DIR on a plan without one."""
+    import json
+    from test_tokenizer import small_tokenizer
+    lines = subprocess.run(["bible", "Gen1:1-Gen9:29"], capture_output=True, text=True, check=True).stdout.splitlines()
+    with_tok = folder + "_with_tokenizer"
+    shutil.copytree(folder, with_tok)
+    small_tokenizer(lines, with_tok)
+    with open(os.path.join(with_tok, "generation_config.json"), "w") as f:
+        json.dump({"eos_token_id": 2}, f)
+    data = os.path.join(with_tok, "text.jsonl")
+    with open(data, "w") as f:
+        for line in lines[:24]:
+            f.write(json.dumps({"text": line[:100]}) + "\n")
+    plan, bare = os.path.join(with_tok, "plan.sdp"), os.path.join(with_tok, "bare.sdp")
+    r = subprocess.run([sdc, "compile", os.path.join(with_tok, "model.onnx"), "--peft", "lora", "--dim", "batch=2",
+                        "--dim", "seq=64", "--kv-cache", "96", "-o", plan], capture_output=True, text=True, timeout=300)
+    b = subprocess.run([sdc, "compile", os.path.join(with_tok, "model.onnx"), "--peft", "lora", "--dim", "batch=2",
+                        "--dim", "seq=64", "--kv-cache", "96", "--no-tokenizer", "-o", bare], capture_output=True,
+                       text=True, timeout=300)
+    carried = subprocess.run([sdrun, "inspect", plan], capture_output=True, text=True).stdout
+
+    def losses(p, *flags):
+        m = os.path.join(with_tok, "m.jsonl")
+        t = subprocess.run([sdrun, "train", p, "--data", data, "--steps", "3", "--no-shuffle", "--threads", "2",
+                            "--metrics", m, *flags], capture_output=True, text=True, timeout=300)
+        if t.returncode:
+            return t.stderr.strip()[-200:]
+        return [json.loads(l)["loss"] for l in open(m) if "loss" in json.loads(l)]
+    ours, want = losses(plan), losses(bare, "--tokenizer", with_tok)
+    check("a tokenizer beside the model travels in the plan (tokenizer.json, tokenizer_config.json, "
+          "generation_config.json; said on stderr; --no-tokenizer leaves it out): sdrun train reads text lines "
+          "without --tokenizer, loss for loss as with --tokenizer DIR",
+          r.returncode == 0 and "carries the tokenizer" in r.stderr and "carries: generation_config.json" in carried
+          and b.returncode == 0 and isinstance(ours, list) and len(ours) == 3 and ours == want,
+          f"{ours} vs {want}; {r.stderr.strip()[-200:]}")
+
+    def chat(p, *flags):
+        g = subprocess.run([sdrun, "generate", p, "--chat", "--prompt", "Who made the light?", "--max-new-tokens",
+                            "8", "--temperature", "0", "--threads", "2", *flags], capture_output=True, text=True,
+                           timeout=120)
+        return g.stdout if g.returncode == 0 else "error: " + g.stderr.strip()
+    check("sdrun generate --chat with the plan's own tokenizer and chat template equals --tokenizer DIR's",
+          chat(plan) == chat(bare, "--tokenizer", with_tok) and not chat(plan).startswith("error"),
+          f"{chat(plan)!r} vs {chat(bare, '--tokenizer', with_tok)!r}")
+    g = subprocess.run([sdrun, "generate", bare, "--chat", "--prompt", "x"], capture_output=True, text=True, timeout=60)
+    check("bad input: --chat on a plan with no tokenizer and no --tokenizer is a one-line error",
+          g.returncode == 1 and len(g.stderr.strip().splitlines()) == 1 and "--chat needs" in g.stderr,
+          g.stderr.strip())
+    broken = folder + "_broken_tokenizer"
+    shutil.copytree(folder, broken)
+    with open(os.path.join(broken, "tokenizer.json"), "w") as f:
+        f.write("{not json")
+    r = subprocess.run([sdc, "compile", os.path.join(broken, "model.onnx"), "--peft", "lora", "--dim", "batch=2",
+                        "--dim", "seq=64", "-o", os.path.join(broken, "plan.sdp")], capture_output=True, text=True,
+                       timeout=300)
+    check("a broken tokenizer.json beside the model: the plan compiles without it, with a warning naming it",
+          r.returncode == 0 and "warning: the plan carries no tokenizer" in r.stderr and "tokenizer.json" in r.stderr,
+          r.stderr.strip()[-300:])
+    r = subprocess.run([sdc, "compile", os.path.join(broken, "model.onnx"), "--peft", "lora", "--target-modules",
+                        "q_proj", "--dim", "batch=2", "--dim", "seq=64", "--tokenizer", broken,
+                        "-o", os.path.join(broken, "named.sdp")], capture_output=True, text=True, timeout=300)
+    check("bad input: --tokenizer naming a broken tokenizer is a one-line error and writes no plan",
+          r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1 and "--tokenizer" in r.stderr and
+          not os.path.exists(os.path.join(broken, "named.sdp")), r.stderr.strip())
 
 
 def main():

@@ -37,6 +37,12 @@ const char *kUsage =
     "  --bind INPUT=FILE.pb     fix a graph input to a constant tensor (inputs that\n"
     "                           determine shapes, e.g. a Reshape target)\n"
     "  --external-weights       write weights to PLAN.safetensors next to the plan\n"
+    "  --tokenizer DIR          the model's Hugging Face tokenizer, carried in the plan (by\n"
+    "                           default the tokenizer.json beside the model, as Optimum's\n"
+    "                           export folder has it, with tokenizer_config.json,\n"
+    "                           chat_template.jinja and generation_config.json): sdrun then\n"
+    "                           tokenizes text data, chats and stops without --tokenizer\n"
+    "  --no-tokenizer           carry no tokenizer\n"
     "  --max-trip N             bound of an ONNX Loop whose trip count or stop is run-time\n"
     "                           data: it runs at most N times and the run fails if it needs more\n"
     "  --max-unroll N           a Loop or Scan of at most N iterations unrolls; a longer one\n"
@@ -362,9 +368,50 @@ struct Args {
   std::string modelType; // --model-type (else config.json beside the model): PEFT's default targets
   std::vector<std::pair<std::string, std::string>> binds;
   sd::PipelineOptions pipeline;
-  bool externalWeights = false, verbose = false, dryRun = false;
+  bool externalWeights = false, verbose = false, dryRun = false, noTokenizer = false;
   int64_t maxTrip = 0, maxUnroll = 64, maxSelect = 65536;
 };
+
+// The files of the tokenizer a plan carries: --tokenizer DIR's, else those of
+// a tokenizer.json beside the model (Optimum's export folder), with the
+// generation_config.json beside either. None with --no-tokenizer, and a
+// warning (not an error) when the one found beside the model cannot be read:
+// the plan is still the model's.
+bool tokenizerToCarry(const Args &a, std::vector<std::pair<std::string, std::string>> &files) {
+  if (a.noTokenizer) return true;
+  const std::string modelDir = a.model.find('/') == std::string::npos ? "." : a.model.substr(0, a.model.find_last_of('/'));
+  std::string path = a.pipeline.promptTokenizer;
+  const bool named = !path.empty();
+  struct stat st;
+  if (!named && ::stat((modelDir + "/tokenizer.json").c_str(), &st) == 0) path = modelDir;
+  if (path.empty()) return true;
+  auto read = sd::TokenizerFiles::read(path);
+  sd::Status status = read.status();
+  if (read.isOk()) status = sd::Tokenizer::fromFiles(read.value()).status();
+  if (!status.isOk()) {
+    if (named) return fail("--tokenizer: " + status.message()), false;
+    std::fprintf(stderr, "sdc: warning: the plan carries no tokenizer: %s\n", status.message().c_str());
+    return true;
+  }
+  const sd::TokenizerFiles &t = read.value();
+  files.emplace_back("tokenizer.json", t.json);
+  if (!t.configName.empty()) files.emplace_back("tokenizer_config.json", t.config);
+  if (!t.chatTemplateName.empty()) files.emplace_back("chat_template.jinja", t.chatTemplate);
+  const std::string tokDir = t.jsonName.substr(0, t.jsonName.find_last_of('/'));
+  for (const std::string &dir : {tokDir, modelDir}) {
+    const std::string gen = dir + "/generation_config.json";
+    if (::stat(gen.c_str(), &st) != 0) continue;
+    auto text = sd::readWholeFile(gen);
+    if (!text.isOk()) return fail(text.status().message()), false;
+    files.emplace_back("generation_config.json", text.value());
+    break;
+  }
+  std::string names;
+  for (const auto &f : files) names += (names.empty() ? "" : ", ") + f.first;
+  std::fprintf(stderr, "sdc: the plan carries the tokenizer of %s (%s); --no-tokenizer leaves it out\n",
+               tokDir.c_str(), names.c_str());
+  return true;
+}
 
 // What a transformers config.json beside the model (Optimum's export
 // folder) says: its model_type and its longest position (max_position_embeddings,
@@ -829,6 +876,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       lossScaleGiven = true;
     } else if (arg == "--external-weights") {
       a.externalWeights = true;
+    } else if (arg == "--no-tokenizer") {
+      a.noTokenizer = true;
     } else if (arg == "--print-ir-after-all") {
       a.pipeline.printIrAfterAll = true;
     } else if (arg == "--verbose") {
@@ -928,8 +977,10 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail("--prompt-init text needs --prompt-init-text TEXT and --tokenizer DIR (PEFT's prompt_tuning_init_text "
                 "and tokenizer_name_or_path)"),
            2;
-  if (!textInit && (!a.pipeline.promptInitText.empty() || !a.pipeline.promptTokenizer.empty()))
-    return fail("--prompt-init-text and --tokenizer need --prompt-init text"), 2;
+  if (!textInit && !a.pipeline.promptInitText.empty())
+    return fail("--prompt-init-text needs --prompt-init text"), 2;
+  if (a.noTokenizer && !a.pipeline.promptTokenizer.empty() && !textInit)
+    return fail("--no-tokenizer and --tokenizer DIR contradict each other"), 2;
   if (promptLearning) {
     // What is built: the sft recipe's cross-entropy on whole rows, each behind the prompt.
     const char *refused = !a.pipeline.targetModules.empty() ? "--target-modules (it adapts no layer)"
@@ -1125,6 +1176,7 @@ static int compileMain(int argc, char **argv) {
   // A plan's folder is checked before compiling, which can take minutes.
   if (!req.dryRun && !req.output.empty() && req.output != "-")
     if (sd::Status st = sd::checkOutputFile(req.output, "-o"); !st.isOk()) return fail(st.message());
+  if (req.emit == "plan" && !req.dryRun && !tokenizerToCarry(args, req.files)) return 1;
   std::vector<std::string> warnings;
   if (!sd::compileModel(req, error, &ir, &warnings)) return fail(error);
   for (const std::string &w : warnings) std::fprintf(stderr, "sdc: warning: %s\n", w.c_str());

@@ -637,6 +637,7 @@ int inspectCommand(const std::vector<std::string> &all) {
   for (auto &g : p.globals) wbytes += g.bytes;
   std::printf("weights: %llu bytes in %zu globals%s\n", (unsigned long long)wbytes, p.globals.size(),
               p.externalWeights.empty() ? " (in the plan)" : (" (external: " + p.externalWeights + ")").c_str());
+  for (const auto &[name, bytes] : p.files) std::printf("carries: %s (%zu bytes)\n", name.c_str(), bytes.size());
   const bool bodies = std::any_of(p.entries.begin(), p.entries.end(), [](const sd::EntryDesc &e) { return e.isBody; });
   std::printf("arena: %llu bytes (largest entry%s)\n", (unsigned long long)p.maxArenaSize(),
               bodies ? ", plus each Loop or If body's own" : "");

@@ -24,7 +24,8 @@ const char *kGenerateUsage =
     "a line each: the first unfinished one streams its text, the others show\n"
     "theirs when it ends. Text is tokenized with --tokenizer (a Hugging Face\n"
     "tokenizer.json; generation stops at its EOS, and at the eos_token_id of a\n"
-    "generation_config.json beside it, as transformers' generate does), else taken as bytes by a\n"
+    "generation_config.json beside it, as transformers' generate does), else with\n"
+    "the tokenizer the plan carries (sdc compile --tokenizer), else taken as bytes by a\n"
     "byte-level (256-token) model. --chat sends TEXT as a user turn rendered with\n"
     "the tokenizer's chat template and prints only the reply. Greedy when\n"
     "--temperature is 0 (the default is 0.8 with --top-k 40); --top-p keeps the\n"
@@ -161,10 +162,11 @@ int generateCommand(const std::vector<std::string> &args) {
   sampling.temperature = temperature;
   sampling.topK = topK;
   sampling.seed = uint64_t(seed);
-  if (hasFlag(f, "--chat") && !hasFlag(f, "--tokenizer")) return fail("--chat needs --tokenizer DIR (its chat template)");
   GenerationSetup g;
   if (int rc = openGeneration(f, so, sampling, false, g)) return rc;
   if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew);
+  if (hasFlag(f, "--chat"))
+    return fail("--chat needs a tokenizer's chat template: --tokenizer DIR, or a plan compiled with one");
   std::vector<Row> rows;
   for (const std::string &prompt : prompts) {
     Row r;

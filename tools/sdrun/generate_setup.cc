@@ -1,9 +1,42 @@
 // Opening a plan for generation (shared by sdrun generate and sdrun serve).
 #include "generate_setup.h"
 #include "commands.h"
+#include "sd/format/file_io.h"
 #include "sd/format/json.h"
+#include <unistd.h>
 
 namespace sdrun {
+namespace {
+
+// The tokenizer's files and generation_config.json (its text and name; none:
+// an empty name): --tokenizer's and the one beside it, else those the plan
+// carries (sdc compile --tokenizer). False when there are neither.
+sd::StatusOr<bool> tokenizerSource(const Flags &f, const sd::Plan &plan, sd::TokenizerFiles &files,
+                                   std::string &genConfig, std::string &genConfigName) {
+  if (!hasFlag(f, "--tokenizer")) {
+    if (!sd::TokenizerFiles::carried([&](const std::string &n) { return plan.file(n); }, f.plan, files)) return false;
+    if (const std::string *text = plan.file("generation_config.json")) {
+      genConfig = *text;
+      genConfigName = f.plan + "'s generation_config.json";
+    }
+    return true;
+  }
+  auto read = sd::TokenizerFiles::read(flagValue(f, "--tokenizer"));
+  if (!read.isOk()) return read.status().withContext("--tokenizer: ");
+  files = std::move(read.value());
+  const size_t slash = files.jsonName.find_last_of('/');
+  const std::string beside =
+      (slash == std::string::npos ? std::string(".") : files.jsonName.substr(0, slash)) + "/generation_config.json";
+  if (::access(beside.c_str(), F_OK) == 0) {
+    auto text = sd::readWholeFile(beside);
+    if (!text.isOk()) return text.status();
+    genConfig = std::move(text.value());
+    genConfigName = beside;
+  }
+  return true;
+}
+
+} // namespace
 
 int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,
                    bool validUtf8, GenerationSetup &out) {
@@ -28,10 +61,14 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
   std::string err;
   if (!intFlags(f, "--stop-token", 0, vocab - 1, stopIds, err)) return fail(err);
   out.codec.stopIds.insert(stopIds.begin(), stopIds.end());
-  if (!hasFlag(f, "--tokenizer")) {
+  sd::TokenizerFiles files;
+  std::string genConfig, genConfigName;
+  auto found = tokenizerSource(f, *out.plan, files, genConfig, genConfigName);
+  if (!found.isOk()) return fail(found.status().message());
+  if (!found.value()) { // a byte-level model: its tokens are bytes
     if (vocab != 256)
       return fail(f.plan + ": the model has " + std::to_string(vocab) +
-                  " logits per position, not 256 bytes: give --tokenizer DIR");
+                  " logits per position, not 256 bytes, and the plan carries no tokenizer: give --tokenizer DIR");
     out.codec.decode = [validUtf8](const std::vector<int64_t> &ids) {
       std::string bytes(ids.begin(), ids.end());
       return validUtf8 ? sd::toValidUtf8(bytes) : bytes;
@@ -39,12 +76,12 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
     out.codec.piece = [](int64_t id) { return sd::toValidUtf8(std::string(1, char(uint8_t(id)))); };
     return 0;
   }
-  const std::string dir = flagValue(f, "--tokenizer");
-  auto tok = sd::Tokenizer::load(dir);
-  if (!tok.isOk()) return fail("--tokenizer: " + tok.status().message());
+  auto tok = sd::Tokenizer::fromFiles(files);
+  if (!tok.isOk()) return fail((hasFlag(f, "--tokenizer") ? "--tokenizer: " : "") + tok.status().message());
   out.tokenizer = std::move(tok.value());
   if (out.tokenizer->eosId() >= 0) out.codec.stopIds.insert(out.tokenizer->eosId());
-  if (auto st = generationConfigEos(dir, out.codec.stopIds); !st.isOk()) return fail(st.message());
+  if (!genConfigName.empty())
+    if (auto st = generationConfigEos(genConfig, genConfigName, out.codec.stopIds); !st.isOk()) return fail(st.message());
   const sd::Tokenizer *t = out.tokenizer.get();
   out.codec.decode = [t](const std::vector<int64_t> &ids) {
     auto d = t->decode(std::vector<int32_t>(ids.begin(), ids.end()), true);

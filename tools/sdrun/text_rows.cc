@@ -1,9 +1,7 @@
 // Generated text as it grows: decoding, partial characters, stop texts.
 #include "text_rows.h"
-#include "sd/format/file_io.h"
 #include "sd/format/json.h"
 #include <algorithm>
-#include <unistd.h>
 
 namespace sdrun {
 namespace {
@@ -81,12 +79,8 @@ void finishRow(Row &r, const TextCodec &codec) {
   r.done = true;
 }
 
-sd::Status generationConfigEos(const std::string &dir, std::set<int64_t> &out) {
-  std::string path = dir + "/generation_config.json";
-  if (::access(path.c_str(), F_OK) != 0) return sd::Status::ok();
-  auto text = sd::readWholeFile(path);
-  if (!text.isOk()) return text.status();
-  auto doc = sd::parseJson(text.value(), path);
+sd::Status generationConfigEos(const std::string &text, const std::string &path, std::set<int64_t> &out) {
+  auto doc = sd::parseJson(text, path);
   if (!doc.isOk()) return doc.status();
   const sd::Json *eos = doc.value().get("eos_token_id");
   if (!eos || eos->type == sd::Json::Type::Null) return sd::Status::ok();

@@ -52,7 +52,7 @@ bool appendToken(Row &r, int64_t token, const TextCodec &codec, const std::vecto
 void finishRow(Row &r, const TextCodec &codec);
 
 // generation_config.json's eos_token_id (one id or a list: Llama 3 stops at
-// <|eot_id|> and <|end_of_text|>) from a tokenizer's folder, when there.
-sd::Status generationConfigEos(const std::string &dir, std::set<int64_t> &out);
+// <|eot_id|> and <|end_of_text|>); `name` names the file in errors.
+sd::Status generationConfigEos(const std::string &text, const std::string &name, std::set<int64_t> &out);
 
 } // namespace sdrun

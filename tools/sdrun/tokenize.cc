@@ -4,6 +4,7 @@
 #include "commands.h"
 #include "flags.h"
 #include "sd/format/json.h"
+#include "sd/runtime/plan.h"
 #include "sd/tokenize/tokenizer.h"
 #include <cstdio>
 #include <iostream>
@@ -13,7 +14,7 @@ namespace sdrun {
 namespace {
 
 const char *kTokenizeUsage =
-    "usage: sdrun tokenize --tokenizer DIR|tokenizer.json [--decode] [--no-special-tokens]\n"
+    "usage: sdrun tokenize --tokenizer DIR|tokenizer.json|PLAN.sdp [--decode] [--no-special-tokens]\n"
     "                      [--parse-special] [--skip-special-tokens]\n"
     "\n"
     "Reads lines on stdin (a line is the bytes before each newline; invalid UTF-8\n"
@@ -79,7 +80,18 @@ int tokenizeCommand(const std::vector<std::string> &args) {
   if (!parsed && !(f.plan.empty() && hasFlag(f, "--tokenizer"))) return fail(err + " (see sdrun tokenize --help)");
   std::string path = hasFlag(f, "--tokenizer") ? flagValue(f, "--tokenizer") : f.plan;
   if (path.empty()) return fail("--tokenizer DIR is required (see sdrun tokenize --help)");
-  auto loaded = sd::Tokenizer::load(path);
+  // A plan: the tokenizer it carries (sdc compile --tokenizer).
+  sd::StatusOr<std::unique_ptr<sd::Tokenizer>> loaded = sd::Status::ok();
+  if (path.size() > 4 && path.compare(path.size() - 4, 4, ".sdp") == 0) {
+    auto plan = sd::Plan::loadFile(path);
+    if (!plan.isOk()) return fail(plan.status().message());
+    sd::TokenizerFiles files;
+    if (!sd::TokenizerFiles::carried([&](const std::string &n) { return plan.value()->file(n); }, path, files))
+      return fail(path + " carries no tokenizer (compile it with sdc compile --tokenizer DIR)");
+    loaded = sd::Tokenizer::fromFiles(files);
+  } else {
+    loaded = sd::Tokenizer::load(path);
+  }
   if (!loaded.isOk()) return fail(loaded.status().message());
   const sd::Tokenizer &tok = *loaded.value();
   std::ios::sync_with_stdio(false);

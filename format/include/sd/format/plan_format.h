@@ -12,8 +12,9 @@ namespace sd {
 constexpr uint32_t kPlanSchemaMajor = 1;
 // 1.1: Entry.tensor_bytes; 1.2: Gradient role, zero-initialized state;
 // 1.3: counted output extents (Binding.extent_buffer/extent_axis); 1.4: KvCache role;
-// 1.5: Loop and If steps over body entries (Entry.body); 1.6: Statistics role.
-constexpr uint32_t kPlanSchemaMinor = 6;
+// 1.5: Loop and If steps over body entries (Entry.body); 1.6: Statistics role;
+// 1.7: files the plan carries (Plan.files: the model's tokenizer).
+constexpr uint32_t kPlanSchemaMinor = 7;
 constexpr char kPlanFooterMagic[4] = {'S', 'D', 'P', 'F'};
 constexpr size_t kPlanFooterSize = 16; // u64 flatbuffer size, u32 crc32c, magic
 constexpr size_t kWeightAlignment = 64;

@@ -86,6 +86,10 @@ public:
   uint64_t weightsBytes = 0, fileBytes = 0;
   std::vector<GlobalDesc> globals;
   std::vector<EntryDesc> entries;
+  std::vector<std::pair<std::string, std::string>> files; // carried files (schema 1.7): name, bytes
+
+  // A carried file's bytes, or null.
+  const std::string *file(const std::string &name) const;
 
   // The session's arena: one region the entries share (they run one at a
   // time), as large as the largest entry's, then one region per loop body,

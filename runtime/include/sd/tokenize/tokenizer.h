@@ -11,6 +11,7 @@
 #include "sd/format/status.h"
 #include "sd/tokenize/chat_template.h"
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -42,6 +43,11 @@ struct TokenizerFiles {
   // `path` is a tokenizer.json or a directory holding one; the others are
   // read from beside it.
   static StatusOr<TokenizerFiles> read(const std::string &path);
+  // The files something carries under their usual names (a plan's: sdc
+  // compile --tokenizer), `find` giving a file's bytes or null; errors name
+  // them "`where`'s NAME". False when it carries no tokenizer.json.
+  static bool carried(const std::function<const std::string *(const std::string &)> &find, const std::string &where,
+                      TokenizerFiles &out);
 };
 
 class Tokenizer {
