@@ -578,7 +578,11 @@ def main():
               r.usage.completion_tokens == at + 1, f"{r.choices[0].text!r} vs {want!r} {r.usage}")
         srv.stop()
 
-        srv = Server(sdrun, windowed, "--tokenizer", tok, "--api-key", "sesame")
+        plain_template = "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
+        chatml = os.path.join(tmp, "plain.jinja")
+        with open(chatml, "w") as f:
+            f.write(plain_template)
+        srv = Server(sdrun, windowed, "--tokenizer", tok, "--api-key", "sesame", "--chat-template", chatml)
         servers.append(srv)
         ids = lib.encode(PROMPTS[1]).ids
         want_w = greedy(model, ids, 10)
@@ -592,6 +596,18 @@ def main():
         gap = max(abs(a - b) for a, b in zip(e.choices[0].logprobs.token_logprobs[1:], prompt_scores[1:]))
         check("a plan without a cache scores an echoed prompt as the cached plan does", gap < 1e-5 and
               len(e.choices[0].logprobs.token_logprobs) == len(prompt_scores), f"gap {gap:.2e}")
+        from transformers.utils.chat_template_utils import render_jinja_template
+        turn = [{"role": "user", "content": "Who made the light?"}]
+        rendered, _ = render_jinja_template(conversations=[turn], chat_template=plain_template,
+                                            add_generation_prompt=True, bos_token="<s>", eos_token="</s>")
+        c = srv.client("sesame").chat.completions.create(model="window", messages=turn, max_tokens=4, temperature=0)
+        from chat_templates import MISTRAL
+        own, _ = render_jinja_template(conversations=[turn], chat_template=MISTRAL, add_generation_prompt=True,
+                                       bos_token="<s>", eos_token="</s>")
+        want_count = len(lib.encode(rendered[0], add_special_tokens=False).ids)
+        check("--chat-template FILE renders chats with that template instead of the tokenizer's (Mistral's)",
+              c.usage.prompt_tokens == want_count != len(lib.encode(own[0], add_special_tokens=False).ids),
+              f"{c.usage.prompt_tokens} vs {want_count}")
         import openai
         try:
             srv.client("wrong").completions.create(model="window", prompt="x", max_tokens=2)
@@ -631,6 +647,8 @@ def main():
             ("a host that does not resolve", [sdrun, "serve", plan, "--host", "no.such.host.invalid", "--port", "0"],
              ["--host"]),
             ("an unknown flag", [sdrun, "serve", plan, "--max-batch", "4"], ["--max-batch"]),
+            ("a missing --chat-template", [sdrun, "serve", plan, "--tokenizer", tok, "--chat-template",
+                                           os.path.join(tmp, "none.jinja")], ["--chat-template", "none.jinja"]),
         ]:
             problems, line = clean_error_problems(cmd, must)
             check(f"bad input: {name} is a one-line error", not problems, "; ".join(problems) or line)

@@ -11,7 +11,7 @@ namespace sdrun {
 namespace {
 
 const char *kGenerateUsage =
-    "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR [--chat]] [--max-new-tokens N]\n"
+    "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR] [--chat [--chat-template FILE]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
     "                     [--stop TEXT]... [--stop-token ID]... [--seed S] [--adapter DIR] [--threads N]\n"
     "                     [--adapter-rank K] [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
@@ -142,7 +142,7 @@ int generateCommand(const std::vector<std::string> &args) {
   std::string err;
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
                          "--seed", "--adapter", "--adapter-rank", "--threads", "--device",
-                         "--tokenizer", "--cpu-ops"}, f,
+                         "--tokenizer", "--chat-template", "--cpu-ops"}, f,
                   err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }

@@ -66,6 +66,7 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
   auto found = tokenizerSource(f, *out.plan, files, genConfig, genConfigName);
   if (!found.isOk()) return fail(found.status().message());
   if (!found.value()) { // a byte-level model: its tokens are bytes
+    if (hasFlag(f, "--chat-template")) return fail("--chat-template needs a tokenizer (--tokenizer DIR)");
     if (vocab != 256)
       return fail(f.plan + ": the model has " + std::to_string(vocab) +
                   " logits per position, not 256 bytes, and the plan carries no tokenizer: give --tokenizer DIR");
@@ -75,6 +76,12 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
     };
     out.codec.piece = [](int64_t id) { return sd::toValidUtf8(std::string(1, char(uint8_t(id)))); };
     return 0;
+  }
+  if (hasFlag(f, "--chat-template")) { // a template of one's own, as vLLM's --chat-template takes it
+    auto text = sd::readWholeFile(flagValue(f, "--chat-template"));
+    if (!text.isOk()) return fail("--chat-template: " + text.status().message());
+    files.chatTemplate = text.value();
+    files.chatTemplateName = flagValue(f, "--chat-template");
   }
   auto tok = sd::Tokenizer::fromFiles(files);
   if (!tok.isOk()) return fail((hasFlag(f, "--tokenizer") ? "--tokenizer: " : "") + tok.status().message());

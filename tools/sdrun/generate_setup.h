@@ -23,7 +23,7 @@ struct GenerationSetup {
   TextCodec codec;
 };
 
-// Opens f.plan for generation; 0, or fail()'s code with the error printed.
+// Opens f.plan for generation (--chat-template FILE replaces the tokenizer's template); 0, or fail()'s code with the error printed.
 // `validUtf8`: a byte-level model's text has invalid bytes as U+FFFD (JSON
 // needs UTF-8), else its bytes pass through as generated.
 int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,

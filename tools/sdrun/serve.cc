@@ -31,7 +31,7 @@ namespace sdrun {
 namespace {
 
 const char *kServeUsage =
-    "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
+    "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
     "                  [--lora-modules NAME=ADAPTER_DIR]...\n"
     "                  [--seed S] [--request-timeout SECONDS] [--adapter DIR] [--adapter-rank K] [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
@@ -61,7 +61,9 @@ const char *kServeUsage =
     "Other plans generate one choice at a time over the infer entry's window.\n"
     "\n"
     "  --tokenizer DIR           a Hugging Face tokenizer.json (and its chat template);\n"
-    "                            without it the model must be byte-level (256 logits)\n"
+    "                            by default the one the plan carries (sdc compile\n"
+    "                            --tokenizer), else the model must be byte-level (256 logits)\n"
+    "  --chat-template FILE      a Jinja chat template instead of the tokenizer's\n"
     "  --host ADDR               the address to listen on (127.0.0.1; 0.0.0.0 for all)\n"
     "  --port N                  the port (8000; 0 picks a free one, printed at start)\n"
     "  --served-model-name NAME  the model id clients name (the plan's file name)\n"
@@ -527,7 +529,8 @@ int Server::run(int listenFd) {
 int serveCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
-  if (!parseFlags(args, {"--tokenizer", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed", "--request-timeout",
+  if (!parseFlags(args, {"--tokenizer", "--chat-template", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed",
+                         "--request-timeout",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun serve --help)");
