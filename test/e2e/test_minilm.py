@@ -60,9 +60,62 @@ def main():
         check("all-MiniLM-L6-v2: embeddings are unit length, and the paraphrase scores above the unrelated sentence",
               np.allclose(np.linalg.norm(ours, axis=1), 1, atol=1e-5) and cos[0, 1] > cos[0, 2] + 0.2,
               f"cos(para) {cos[0, 1]:.3f}, cos(unrelated) {cos[0, 2]:.3f}")
+        serve_embeddings(sdrun, plan, model_dir(), ours)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_minilm")
+
+
+def serve_embeddings(sdrun, plan, tokenizer, ours):
+    """sdrun serve on the encoder plan answers the OpenAI embeddings API (the official client) with sdrun infer's
+    vectors: a batch of four, one alone (its batch filled with copies), base64; and refuses what it cannot do."""
+    import base64
+    import openai
+    import re
+    import signal
+    import time
+    log = plan + ".log"
+    with open(log, "w") as err:
+        proc = subprocess.Popen([sdrun, "serve", plan, "--tokenizer", tokenizer, "--port", "0", "--threads", "2"],
+                                stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        port = None
+        for _ in range(600):
+            m = re.search(r"on http://[^ ]*:(\d+)/v1", open(log).read())
+            if m or proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        if not m:
+            check("sdrun serve starts on an encoder plan", False, open(log).read()[-300:])
+            return
+        port = int(m.group(1))
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="none", max_retries=0)
+        r = client.embeddings.create(model="minilm", input=SENTENCES)
+        got = np.array([d.embedding for d in r.data], dtype=np.float32)
+        one = np.array(client.embeddings.create(model="minilm", input=SENTENCES[2]).data[0].embedding, np.float32)
+        b64 = client.embeddings.create(model="minilm", input=SENTENCES[:2], encoding_format="base64")
+        raw = np.frombuffer(base64.b64decode(b64.data[1].embedding), dtype=np.float32) \
+            if isinstance(b64.data[1].embedding, str) else np.array(b64.data[1].embedding, np.float32)
+        check("sdrun serve /v1/embeddings (the openai client): the vectors equal sdrun infer's, one input alone too, "
+              "base64 too; usage counts the tokens",
+              got.shape == ours.shape and np.array_equal(got, ours) and np.array_equal(one, ours[2]) and
+              np.array_equal(raw, ours[1]) and r.usage.prompt_tokens > 4 and "embeddings (384 numbers" in open(log).read(),
+              f"{got.shape}, max |diff| {float(np.abs(got - ours).max()):.2e}, alone {float(np.abs(one - ours[2]).max()):.2e}")
+        for name, call, must in [
+                ("completions on an encoder", lambda: client.completions.create(model="minilm", prompt="x"),
+                 "makes embeddings"),
+                ("an input longer than the plan's rows", lambda: client.embeddings.create(
+                    model="minilm", input=" ".join(SENTENCES * 3)), "more than the plan's 32"),
+                ("dimensions other than the model's", lambda: client.embeddings.create(
+                    model="minilm", input="x", dimensions=128), "384 numbers")]:
+            try:
+                call()
+                check(f"sdrun serve, bad request: {name} is a 400", False, "served")
+            except openai.BadRequestError as e:
+                check(f"sdrun serve, bad request: {name} is a 400", must in str(e), str(e)[:200])
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=30)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 // libFuzzer target: bytes as what a client sends `sdrun serve`: parsed as an
-// HTTP request and, when one is complete, its body read as both a completion
-// and a chat completion request (errors are fine; crashes, hangs and
+// HTTP request and, when one is complete, its body read as a completion, a
+// chat completion and an embeddings request (errors are fine; crashes, hangs and
 // unbounded memory are not).
 #include "http.h"
 #include "openai_api.h"
@@ -25,5 +25,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
       (void)sdrun::openai::errorJson(err);
     }
   }
+  sdrun::openai::EmbeddingRequest er;
+  sdrun::openai::Error eerr;
+  if (sdrun::openai::parseEmbeddingRequest(req.body, er, eerr))
+    (void)sdrun::openai::embeddingsJson("m", {{1.0f, -2.5f}}, er.base64, 3);
   return 0;
 }

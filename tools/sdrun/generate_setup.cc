@@ -38,6 +38,26 @@ sd::StatusOr<bool> tokenizerSource(const Flags &f, const sd::Plan &plan, sd::Tok
 
 } // namespace
 
+sd::StatusOr<std::unique_ptr<sd::Tokenizer>> openTokenizer(const Flags &f, const sd::Plan &plan, std::string &genConfig,
+                                                           std::string &genConfigName) {
+  sd::TokenizerFiles files;
+  auto found = tokenizerSource(f, plan, files, genConfig, genConfigName);
+  if (!found.isOk()) return found.status();
+  if (!found.value()) {
+    if (hasFlag(f, "--chat-template")) return sd::sdError("--chat-template needs a tokenizer (--tokenizer DIR)");
+    return std::unique_ptr<sd::Tokenizer>();
+  }
+  if (hasFlag(f, "--chat-template")) { // a template of one's own, as vLLM's --chat-template takes it
+    auto text = sd::readWholeFile(flagValue(f, "--chat-template"));
+    if (!text.isOk()) return text.status().withContext("--chat-template: ");
+    files.chatTemplate = text.value();
+    files.chatTemplateName = flagValue(f, "--chat-template");
+  }
+  auto tok = sd::Tokenizer::fromFiles(files);
+  if (!tok.isOk()) return tok.status().withContext(hasFlag(f, "--tokenizer") ? "--tokenizer: " : "");
+  return std::move(tok.value());
+}
+
 int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,
                    bool validUtf8, GenerationSetup &out) {
   auto loaded = sd::Plan::loadFile(f.plan);
@@ -61,12 +81,10 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
   std::string err;
   if (!intFlags(f, "--stop-token", 0, vocab - 1, stopIds, err)) return fail(err);
   out.codec.stopIds.insert(stopIds.begin(), stopIds.end());
-  sd::TokenizerFiles files;
   std::string genConfig, genConfigName;
-  auto found = tokenizerSource(f, *out.plan, files, genConfig, genConfigName);
-  if (!found.isOk()) return fail(found.status().message());
-  if (!found.value()) { // a byte-level model: its tokens are bytes
-    if (hasFlag(f, "--chat-template")) return fail("--chat-template needs a tokenizer (--tokenizer DIR)");
+  auto tok = openTokenizer(f, *out.plan, genConfig, genConfigName);
+  if (!tok.isOk()) return fail(tok.status().message());
+  if (!tok.value()) { // a byte-level model: its tokens are bytes
     if (vocab != 256)
       return fail(f.plan + ": the model has " + std::to_string(vocab) +
                   " logits per position, not 256 bytes, and the plan carries no tokenizer: give --tokenizer DIR");
@@ -77,14 +95,6 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
     out.codec.piece = [](int64_t id) { return sd::toValidUtf8(std::string(1, char(uint8_t(id)))); };
     return 0;
   }
-  if (hasFlag(f, "--chat-template")) { // a template of one's own, as vLLM's --chat-template takes it
-    auto text = sd::readWholeFile(flagValue(f, "--chat-template"));
-    if (!text.isOk()) return fail("--chat-template: " + text.status().message());
-    files.chatTemplate = text.value();
-    files.chatTemplateName = flagValue(f, "--chat-template");
-  }
-  auto tok = sd::Tokenizer::fromFiles(files);
-  if (!tok.isOk()) return fail((hasFlag(f, "--tokenizer") ? "--tokenizer: " : "") + tok.status().message());
   out.tokenizer = std::move(tok.value());
   if (out.tokenizer->eosId() >= 0) out.codec.stopIds.insert(out.tokenizer->eosId());
   if (!genConfigName.empty())

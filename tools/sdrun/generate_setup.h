@@ -29,6 +29,13 @@ struct GenerationSetup {
 int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,
                    bool validUtf8, GenerationSetup &out);
 
+// The tokenizer: --tokenizer's, else the one the plan carries (sdc compile
+// --tokenizer), with --chat-template's template when given; null when there is
+// neither. `genConfig`/`genConfigName`: the generation_config.json beside it
+// (or carried), when there.
+sd::StatusOr<std::unique_ptr<sd::Tokenizer>> openTokenizer(const Flags &f, const sd::Plan &plan, std::string &genConfig,
+                                                           std::string &genConfigName);
+
 // The token ids of `text`: with the tokenizer (when not null) (BOS/EOS as its post-processor
 // adds them; a rendered chat has its special tokens parsed and none added, as
 // apply_chat_template does), else its bytes. An id the model has no logit for

@@ -48,8 +48,7 @@ bool readIds(const Json &v, const std::string &field, std::vector<int64_t> &out,
 }
 
 // A string, a list of strings, a list of token ids, or a list of such lists.
-bool readPrompt(const Json &v, std::vector<Prompt> &out, Error &err) {
-  const std::string field = "prompt";
+bool readPrompt(const Json &v, std::vector<Prompt> &out, Error &err, const std::string &field = "prompt") {
   if (v.type == Json::Type::String) {
     out.push_back({v.str, {}, false});
     return true;
@@ -362,6 +361,71 @@ std::string logprobsJson(bool chat, const std::vector<LogprobEntry> &entries, si
   }
   return "{\"tokens\":[" + tokens + "],\"token_logprobs\":[" + values + "],\"top_logprobs\":[" + tops +
          "],\"text_offset\":[" + offsets + "]}";
+}
+
+namespace {
+
+std::string base64(const uint8_t *data, size_t size) {
+  static const char *digits = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  for (size_t i = 0; i < size; i += 3) {
+    const uint32_t n = uint32_t(data[i]) << 16 | (i + 1 < size ? uint32_t(data[i + 1]) << 8 : 0) |
+                       (i + 2 < size ? uint32_t(data[i + 2]) : 0);
+    out += digits[n >> 18 & 63];
+    out += digits[n >> 12 & 63];
+    out += i + 1 < size ? digits[n >> 6 & 63] : '=';
+    out += i + 2 < size ? digits[n & 63] : '=';
+  }
+  return out;
+}
+
+} // namespace
+
+bool parseEmbeddingRequest(const std::string &body, EmbeddingRequest &out, Error &err) {
+  out = EmbeddingRequest();
+  auto doc = sd::parseJson(body, "the request body");
+  if (!doc.isOk() || doc.value().type != Json::Type::Object) {
+    err.status = 400;
+    err.message = doc.isOk() ? "the request body must be a JSON object" : doc.status().message();
+    return false;
+  }
+  for (const auto &[key, v] : doc.value().obj) {
+    if (isNull(&v)) continue;
+    if (key == "model") {
+      if (v.type != Json::Type::String) return fieldError(err, key, "must be a string");
+      out.model = v.str;
+    } else if (key == "input") {
+      if (!readPrompt(v, out.inputs, err, key)) return false;
+    } else if (key == "encoding_format") {
+      if (v.type != Json::Type::String || (v.str != "float" && v.str != "base64"))
+        return fieldError(err, key, "must be \"float\" or \"base64\"");
+      out.base64 = v.str == "base64";
+    } else if (key == "dimensions") {
+      if (!readInt(v, key, 1, 1 << 20, out.dimensions, err)) return false;
+    } else if (key != "user") {
+      return fieldError(err, key, "is not supported");
+    }
+  }
+  if (out.inputs.empty()) return fieldError(err, "input", "is required");
+  return true;
+}
+
+std::string embeddingsJson(const std::string &model, const std::vector<std::vector<float>> &vectors, bool base64Format,
+                           int64_t promptTokens) {
+  std::string s = "{\"object\":\"list\",\"data\":[";
+  for (size_t i = 0; i < vectors.size(); ++i) {
+    s += (i ? ",{" : "{") + std::string("\"object\":\"embedding\",\"index\":") + std::to_string(i) + ",\"embedding\":";
+    if (base64Format) {
+      s += "\"" + base64(reinterpret_cast<const uint8_t *>(vectors[i].data()), vectors[i].size() * sizeof(float)) + "\"";
+    } else {
+      s += "[";
+      for (size_t k = 0; k < vectors[i].size(); ++k) s += (k ? "," : "") + sd::jsonNumber(double(vectors[i][k]));
+      s += "]";
+    }
+    s += "}";
+  }
+  return s + "],\"model\":" + sd::jsonQuote(model) + ",\"usage\":{\"prompt_tokens\":" + std::to_string(promptTokens) +
+         ",\"total_tokens\":" + std::to_string(promptTokens) + "}}";
 }
 
 std::string modelJson(const std::string &model, int64_t created) {

@@ -89,4 +89,15 @@ std::string chunkJson(const Head &h, size_t index, const std::string &text, cons
 std::string usageChunkJson(const Head &h, const Usage &usage);
 std::string modelJson(const std::string &model, int64_t created);
 
+// /v1/embeddings: input as text, texts, token ids or lists of them.
+struct EmbeddingRequest {
+  std::string model;
+  std::vector<Prompt> inputs;
+  bool base64 = false;     // encoding_format "base64": little-endian float32 bytes
+  int64_t dimensions = -1; // -1: not given (only the model's own size is served)
+};
+bool parseEmbeddingRequest(const std::string &body, EmbeddingRequest &out, Error &err);
+std::string embeddingsJson(const std::string &model, const std::vector<std::vector<float>> &vectors, bool base64,
+                           int64_t promptTokens);
+
 } // namespace sdrun::openai

@@ -9,6 +9,7 @@
 #include "generate_setup.h"
 #include "http.h"
 #include "batcher.h"
+#include "embedder.h"
 #include "openai_api.h"
 #include <algorithm>
 #include <arpa/inet.h>
@@ -45,6 +46,9 @@ const char *kServeUsage =
     "  POST /v1/chat/completions   messages rendered with the tokenizer's chat template;\n"
     "                              max_tokens / max_completion_tokens (the room left in the\n"
     "                              context), logprobs / top_logprobs, and the sampling fields\n"
+    "  POST /v1/embeddings         input (text, texts, or token ids), encoding_format\n"
+    "                              float|base64: served for an encoder plan, one whose infer\n"
+    "                              entry gives a vector per row (examples/export_minilm.py)\n"
     "  GET  /v1/models, /health\n"
     "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
     "choice and is left out of its text (finish_reason \"stop\", as at the\n"
@@ -103,8 +107,9 @@ constexpr double kWriteStall = 60;              // seconds without a byte accept
 struct ServedModel {
   std::string name;
   std::unique_ptr<sd::Session> session;
-  std::unique_ptr<sd::generate::Generator> generator;
+  std::unique_ptr<sd::generate::Generator> generator; // a decoder's: completions and chats
   std::unique_ptr<Batcher> batcher;
+  std::unique_ptr<Embedder> embedder; // an encoder's: /v1/embeddings
 };
 
 class Server {
@@ -119,7 +124,8 @@ public:
     };
     events.done = [this](Job &job) { finishJob(job); };
     events.failed = [this](Job &job, const std::string &message) { failJob(job, message); };
-    for (ServedModel &m : models_) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events);
+    for (ServedModel &m : models_)
+      if (m.generator) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events);
   }
   int run(int listenFd);
 
@@ -136,6 +142,8 @@ private:
   void emit(Job &job, size_t index, const std::string &text, const std::string &finish);
   void finishJob(Job &job);
   void failJob(Job &job, const std::string &message);
+  size_t findModel(const std::string &name, openai::Error &err) const;
+  void embed(Connection &c, const std::string &body, const std::string &what);
   std::string modelsJson() const;
   void drop(int id);
   void log(const std::string &peer, const std::string &what);
@@ -255,12 +263,13 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
   const std::string what = req.method + " " + req.path;
   openai::Error err;
   const bool completions = req.path == "/v1/completions", chat = req.path == "/v1/chat/completions";
+  const bool embeddings = req.path == "/v1/embeddings";
   const bool models = req.path == "/v1/models", health = req.path == "/health";
   const bool model = req.path.rfind("/v1/models/", 0) == 0;
-  if (!completions && !chat && !models && !health && !model) {
+  if (!completions && !chat && !embeddings && !models && !health && !model) {
     err.status = 404;
     err.message = "no route " + req.path.substr(0, 200) +
-                  " (POST /v1/completions, POST /v1/chat/completions, GET /v1/models, GET /health)";
+                  " (POST /v1/completions, /v1/chat/completions, /v1/embeddings; GET /v1/models, /health)";
     err.type = "not_found_error";
     return replyError(c, err, what);
   }
@@ -274,7 +283,7 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
       return replyError(c, err, what);
     }
   }
-  const std::string allowed = completions || chat ? "POST" : "GET";
+  const std::string allowed = completions || chat || embeddings ? "POST" : "GET";
   if (req.method != allowed) {
     err.status = 405;
     err.message = req.path + " takes " + allowed + ", not " + req.method.substr(0, 20);
@@ -284,6 +293,7 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
     return;
   }
   if (health) return reply(c, 200, "{\"status\":\"ok\"}");
+  if (embeddings) return embed(c, req.body, what);
   if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + modelsJson() + "]}");
   if (model) {
     for (const ServedModel &m : models_)
@@ -302,6 +312,61 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
     return replyError(c, err, what);
 }
 
+// The model a request names (none: the first), or SIZE_MAX with a 404 in `err`.
+size_t Server::findModel(const std::string &name, openai::Error &err) const {
+  for (size_t i = 0; i < models_.size(); ++i)
+    if (name.empty() || models_[i].name == name) return i;
+  std::string names;
+  for (const ServedModel &m : models_) names += (names.empty() ? "'" : ", '") + m.name + "'";
+  err.status = 404;
+  err.type = "not_found_error";
+  err.code = "model_not_found";
+  err.param = "model";
+  err.message = "the model '" + name.substr(0, 200) + "' does not exist; this server has " + names;
+  return SIZE_MAX;
+}
+
+// Embeddings are computed at once, between generation steps: an encoder runs
+// each input once, with no rows to share.
+void Server::embed(Connection &c, const std::string &body, const std::string &what) {
+  openai::EmbeddingRequest req;
+  openai::Error err;
+  if (!openai::parseEmbeddingRequest(body, req, err)) return replyError(c, err, what);
+  const size_t served = findModel(req.model, err);
+  if (served == SIZE_MAX) return replyError(c, err, what);
+  const ServedModel &m = models_[served];
+  auto bad = [&](const std::string &msg, const std::string &param) {
+    err.status = 400;
+    err.message = msg;
+    err.param = param;
+    replyError(c, err, what);
+  };
+  if (!m.embedder) return bad("the model '" + m.name + "' generates text; it makes no embeddings", "model");
+  if (req.dimensions >= 0 && req.dimensions != m.embedder->dim())
+    return bad("this model's embeddings have " + std::to_string(m.embedder->dim()) + " numbers, not " +
+                   std::to_string(req.dimensions),
+               "dimensions");
+  std::vector<std::vector<int64_t>> rows;
+  int64_t tokens = 0;
+  for (size_t i = 0; i < req.inputs.size(); ++i) {
+    std::vector<int64_t> ids = req.inputs[i].ids;
+    if (!req.inputs[i].isIds) {
+      if (!g_.tokenizer) return bad("text input needs a tokenizer: start the server with --tokenizer DIR", "input");
+      for (int32_t id : g_.tokenizer->encode(req.inputs[i].text)) ids.push_back(id);
+    }
+    if (ids.empty()) return bad("input " + std::to_string(i) + " gives no tokens", "input");
+    tokens += int64_t(ids.size());
+    rows.push_back(std::move(ids));
+  }
+  auto vectors = m.embedder->embed(rows);
+  if (!vectors.isOk()) return bad(vectors.status().message(), "input");
+  reply(c, 200, openai::embeddingsJson(m.name, vectors.value(), req.base64, tokens));
+  char done[96];
+  std::snprintf(done, sizeof done, " 200 (%zu input%s, %lld tokens)", rows.size(), rows.size() == 1 ? "" : "s",
+                (long long)tokens);
+  log(c.peer, what + done);
+}
+
 // Tokenizes the request's prompts and queues one choice per prompt and n.
 bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &req, const std::string &path,
                       openai::Error &err) {
@@ -311,15 +376,11 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
     err.param = param;
     return false;
   };
-  size_t served = 0; // no model named: the first
-  while (!req.model.empty() && served < models_.size() && models_[served].name != req.model) ++served;
-  if (served == models_.size()) {
-    err.type = "not_found_error";
-    err.code = "model_not_found";
-    std::string names;
-    for (const ServedModel &m : models_) names += (names.empty() ? "'" : ", '") + m.name + "'";
-    return bad(404, "the model '" + req.model.substr(0, 200) + "' does not exist; this server has " + names, "model");
-  }
+  const size_t served = findModel(req.model, err);
+  if (served == SIZE_MAX) return false;
+  if (!models_[served].batcher)
+    return bad(400, "the model '" + models_[served].name + "' makes embeddings (POST /v1/embeddings), not text",
+               "model");
   Batcher &batcher = *models_[served].batcher;
   sd::generate::Generator &gen = batcher.generator();
   std::vector<openai::Prompt> prompts = req.prompts;
@@ -407,7 +468,8 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
 }
 
 bool Server::busy() const {
-  return std::any_of(models_.begin(), models_.end(), [](const ServedModel &m) { return m.batcher->busy(); });
+  return std::any_of(models_.begin(), models_.end(),
+                     [](const ServedModel &m) { return m.batcher && m.batcher->busy(); });
 }
 
 std::string Server::modelsJson() const {
@@ -516,7 +578,7 @@ int Server::run(int listenFd) {
     }
     for (int id : stale) drop(id);
     for (ServedModel &m : models_) // a step for each model with work, in turn
-      if (m.batcher->busy()) m.batcher->step();
+      if (m.batcher && m.batcher->busy()) m.batcher->step();
   }
   std::fprintf(stderr, "sdrun: serve: stopped\n");
   for (auto &[id, c] : conns_) ::close(c.fd);
@@ -549,11 +611,51 @@ int serveCommand(const std::vector<std::string> &args) {
   }
   GenerationSetup g;
   sd::generate::SamplingOptions sampling;
-  if (int rc = openGeneration(f, so, sampling, true, g)) return rc;
+  auto planFile = sd::Plan::loadFile(f.plan);
+  if (!planFile.isOk()) return fail(planFile.status().message());
+  // An encoder (no decode entries; its infer entry gives one vector per row)
+  // serves /v1/embeddings; anything else generates.
+  const sd::Plan &probe = *planFile.value();
+  const bool encoder =
+      std::none_of(probe.entries.begin(), probe.entries.end(),
+                   [](const sd::EntryDesc &e) { return e.name == "prefill" || e.name == "decode"; }) &&
+      std::any_of(probe.entries.begin(), probe.entries.end(), [](const sd::EntryDesc &e) {
+        return e.name == "infer" && !e.outputs.empty() && e.buffers[size_t(e.outputs[0].second)].dims.size() == 2;
+      });
   std::vector<ServedModel> models(1);
   models[0].name = model;
-  models[0].session = std::move(g.session);
-  models[0].generator = std::move(g.gen);
+  // Each model: a session on the one plan (its adapter), with a generator or an embedder.
+  auto open = [&](ServedModel &m, const std::string &adapter) -> int {
+    auto session = sd::Session::create(g.plan, so);
+    if (!session.isOk()) return fail(session.status().message());
+    m.session = std::move(session.value());
+    if (!adapter.empty())
+      if (auto st = loadAdapterFlag(f.plan, adapter, *m.session); !st.isOk())
+        return fail((m.name == model ? "" : "--lora-modules " + m.name + ": ") + st.message());
+    if (auto st = adapterRankFlag(f, *m.session); !st.isOk()) return fail(st.message());
+    if (encoder) {
+      auto e = Embedder::create(*m.session);
+      if (!e.isOk()) return fail(f.plan + ": " + e.status().message());
+      m.embedder = std::move(e.value());
+    } else {
+      auto gen = sd::generate::Generator::create(*m.session, sampling);
+      if (!gen.isOk()) return fail(f.plan + ": " + gen.status().message());
+      m.generator = std::move(gen.value());
+    }
+    return 0;
+  };
+  if (encoder) {
+    g.plan = std::move(planFile.value());
+    if (int rc = open(models[0], flagValue(f, "--adapter"))) return rc;
+    std::string genConfig, genConfigName;
+    auto tok = openTokenizer(f, *g.plan, genConfig, genConfigName);
+    if (!tok.isOk()) return fail(tok.status().message());
+    g.tokenizer = std::move(tok.value());
+  } else {
+    if (int rc = openGeneration(f, so, sampling, true, g)) return rc;
+    models[0].session = std::move(g.session);
+    models[0].generator = std::move(g.gen);
+  }
   if (hasFlag(f, "--lora-modules"))
     for (const std::string &spec : f.values.at("--lora-modules")) {
       const size_t eq = spec.find('=');
@@ -563,15 +665,7 @@ int serveCommand(const std::vector<std::string> &args) {
         return fail("--lora-modules '" + spec + "': expected NAME=ADAPTER_DIR");
       for (const ServedModel &o : models)
         if (o.name == m.name) return fail("--lora-modules: the model name '" + m.name + "' is taken twice");
-      auto session = sd::Session::create(g.plan, so);
-      if (!session.isOk()) return fail(session.status().message());
-      m.session = std::move(session.value());
-      if (auto st = loadAdapterFlag(f.plan, spec.substr(eq + 1), *m.session); !st.isOk())
-        return fail("--lora-modules " + m.name + ": " + st.message());
-      if (auto st = adapterRankFlag(f, *m.session); !st.isOk()) return fail(st.message());
-      auto gen = sd::generate::Generator::create(*m.session, sampling);
-      if (!gen.isOk()) return fail(f.plan + ": " + gen.status().message());
-      m.generator = std::move(gen.value());
+      if (int rc = open(m, spec.substr(eq + 1))) return rc;
       models.push_back(std::move(m));
     }
   const std::string host = flagValue(f, "--host", "127.0.0.1");
@@ -583,16 +677,25 @@ int serveCommand(const std::vector<std::string> &args) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout);
-  const sd::generate::Generator &gen = *models[0].generator;
   std::string names;
   for (const ServedModel &m : models) names += (names.empty() ? "'" : ", '") + m.name + "'";
-  std::fprintf(stderr,
-               "sdrun: serving %s on http://%s:%d/v1 (%lld row%s at a time%s, context %lld tokens%s); "
-               "Ctrl-C stops\n",
-               names.c_str(), host.find(':') != std::string::npos ? ("[" + host + "]").c_str() : host.c_str(),
-               http::boundPort(fd), (long long)gen.batchSize(), gen.batchSize() == 1 ? "" : "s",
-               models.size() > 1 ? " each" : "", (long long)models[0].batcher->context(),
-               gen.cached() ? "" : ", a sliding window");
+  const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
+  char address[300];
+  std::snprintf(address, sizeof address, where, host.c_str());
+  if (encoder) {
+    std::fprintf(stderr, "sdrun: serving %s embeddings (%lld numbers, inputs up to %lld tokens) on http://%s:%d/v1; "
+                         "Ctrl-C stops\n",
+                 names.c_str(), (long long)models[0].embedder->dim(), (long long)models[0].embedder->maxTokens(),
+                 address, http::boundPort(fd));
+  } else {
+    const sd::generate::Generator &gen = *models[0].generator;
+    std::fprintf(stderr,
+                 "sdrun: serving %s on http://%s:%d/v1 (%lld row%s at a time%s, context %lld tokens%s); "
+                 "Ctrl-C stops\n",
+                 names.c_str(), address, http::boundPort(fd), (long long)gen.batchSize(), gen.batchSize() == 1 ? "" : "s",
+                 models.size() > 1 ? " each" : "", (long long)models[0].batcher->context(),
+                 gen.cached() ? "" : ", a sliding window");
+  }
   int rc = server.run(fd);
   ::close(fd);
   return rc;
