@@ -473,6 +473,14 @@ def errors(srv):
             rest += chunk
     check("Expect: 100-continue gets 100 Continue, then the response", interim.startswith(b"HTTP/1.1 100") and
           b"HTTP/1.1 200" in rest, f"{interim[:40]!r} {rest[:40]!r}")
+    status, text = raw(port, b"GET /metrics HTTP/1.1\r\n\r\n")
+    values = dict(re.findall(r"^(sdrun_[a-z_]+(?:\{[^}]*\})?) (\d+)$", text, re.M))
+    check("GET /metrics: Prometheus counters of responses by status, tokens, and each model's running and waiting "
+          "choices", status == 200 and int(values.get('sdrun_responses_total{status="200"}', 0)) > 20 and
+          int(values.get('sdrun_responses_total{status="400"}', 0)) >= 10 and
+          int(values.get("sdrun_generation_tokens_total", 0)) > 200 and
+          values.get('sdrun_choices_running{model="llama"}') == "0" and
+          values.get('sdrun_choices_waiting{model="llama"}') == "0", text[:300])
     health = raw(port, b"GET /health HTTP/1.1\r\n\r\n")
     models = client.models.list()
     check("after all that the server still serves (/health, /v1/models)", health[0] == 200 and

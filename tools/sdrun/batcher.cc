@@ -31,6 +31,10 @@ bool Batcher::busy() const {
   return !waiting_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return bool(s.first); });
 }
 
+size_t Batcher::running() const {
+  return size_t(std::count_if(slots_.begin(), slots_.end(), [](const Slot &s) { return bool(s.first); }));
+}
+
 // A token's log-probabilities as shown; `tokens[0:at]` are the tokens before it.
 openai::LogprobEntry Batcher::entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens,
                                     size_t at) const {

@@ -57,6 +57,8 @@ public:
   void add(const std::shared_ptr<Job> &job); // queues its choices
   void cancel(Job &job);                     // its choices leave the queue and free their rows
   bool busy() const;
+  size_t waiting() const { return waiting_.size(); } // choices waiting for a row
+  size_t running() const;                           // rows generating
   void step(); // one token for every running choice; waiting choices take the free rows first
 
 private:

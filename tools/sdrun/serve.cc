@@ -49,7 +49,8 @@ const char *kServeUsage =
     "  POST /v1/embeddings         input (text, texts, or token ids), encoding_format\n"
     "                              float|base64: served for an encoder plan, one whose infer\n"
     "                              entry gives a vector per row (examples/export_minilm.py)\n"
-    "  GET  /v1/models, /health\n"
+    "  GET  /v1/models, /health, /metrics (Prometheus: responses by status, prompt and\n"
+    "                              generated tokens, choices running and waiting)\n"
     "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
     "choice and is left out of its text (finish_reason \"stop\", as at the\n"
     "tokenizer's EOS); max_tokens or a full context ends it with \"length\". A\n"
@@ -74,7 +75,8 @@ const char *kServeUsage =
     "  --lora-modules NAME=DIR   also serve the plan with this adapter as model NAME, as\n"
     "                            vLLM does (repeatable); each in its own session: its own\n"
     "                            rows and cache, the frozen weights shared\n"
-    "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health)\n"
+    "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health,\n"
+    "                            /metrics)\n"
     "  --seed S                  draws of requests without a seed come from S (0)\n"
     "  --request-timeout S       a client that sends no whole request in S seconds\n"
     "                            gets 408 (30)\n"
@@ -143,6 +145,7 @@ private:
   void finishJob(Job &job);
   void failJob(Job &job, const std::string &message);
   size_t findModel(const std::string &name, openai::Error &err) const;
+  std::string metrics() const;
   void embed(Connection &c, const std::string &body, const std::string &what);
   std::string modelsJson() const;
   void drop(int id);
@@ -151,6 +154,8 @@ private:
   GenerationSetup &g_;
   std::vector<ServedModel> &models_;
   std::string apiKey_;
+  std::map<int, uint64_t> responses_; // by status
+  uint64_t promptTokens_ = 0, generatedTokens_ = 0, embeddedInputs_ = 0;
   std::mt19937_64 seeds_;
   double requestTimeout_;
   int64_t created_;
@@ -166,6 +171,32 @@ void Server::log(const std::string &peer, const std::string &what) {
 void Server::reply(Connection &c, int status, const std::string &json, const std::string &extraHeaders) {
   c.out += http::response(status, "application/json", json, extraHeaders);
   c.closeWhenSent = true;
+  ++responses_[status];
+}
+
+// Prometheus's text format, as vLLM's /metrics serves its counters.
+std::string Server::metrics() const {
+  std::string s = "# HELP sdrun_responses_total Responses sent, by HTTP status (a stream counts when it ends).\n"
+                  "# TYPE sdrun_responses_total counter\n";
+  for (const auto &[status, count] : responses_)
+    s += "sdrun_responses_total{status=\"" + std::to_string(status) + "\"} " + std::to_string(count) + "\n";
+  auto counter = [&](const char *name, const char *help, uint64_t value) {
+    s += std::string("# HELP ") + name + " " + help + "\n# TYPE " + name + " counter\n" + name + " " +
+         std::to_string(value) + "\n";
+  };
+  counter("sdrun_prompt_tokens_total", "Prompt tokens of finished requests.", promptTokens_);
+  counter("sdrun_generation_tokens_total", "Tokens generated for finished requests.", generatedTokens_);
+  counter("sdrun_embedding_inputs_total", "Inputs embedded.", embeddedInputs_);
+  for (const char *kind : {"running", "waiting"}) {
+    s += std::string("# HELP sdrun_choices_") + kind + " Choices " +
+         (kind[0] == 'r' ? "generating in a row" : "waiting for a row") + ", by model.\n# TYPE sdrun_choices_" + kind +
+         " gauge\n";
+    for (const ServedModel &m : models_)
+      if (m.batcher)
+        s += std::string("sdrun_choices_") + kind + "{model=\"" + m.name + "\"} " +
+             std::to_string(kind[0] == 'r' ? m.batcher->running() : m.batcher->waiting()) + "\n";
+  }
+  return s;
 }
 
 void Server::replyError(Connection &c, const openai::Error &e, const std::string &what) {
@@ -264,16 +295,16 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
   openai::Error err;
   const bool completions = req.path == "/v1/completions", chat = req.path == "/v1/chat/completions";
   const bool embeddings = req.path == "/v1/embeddings";
-  const bool models = req.path == "/v1/models", health = req.path == "/health";
+  const bool models = req.path == "/v1/models", health = req.path == "/health", metricsPath = req.path == "/metrics";
   const bool model = req.path.rfind("/v1/models/", 0) == 0;
-  if (!completions && !chat && !embeddings && !models && !health && !model) {
+  if (!completions && !chat && !embeddings && !models && !health && !model && !metricsPath) {
     err.status = 404;
     err.message = "no route " + req.path.substr(0, 200) +
-                  " (POST /v1/completions, /v1/chat/completions, /v1/embeddings; GET /v1/models, /health)";
+                  " (POST /v1/completions, /v1/chat/completions, /v1/embeddings; GET /v1/models, /health, /metrics)";
     err.type = "not_found_error";
     return replyError(c, err, what);
   }
-  if (!apiKey_.empty() && !health) {
+  if (!apiKey_.empty() && !health && !metricsPath) {
     const std::string *auth = req.header("authorization");
     if (!auth || *auth != "Bearer " + apiKey_) {
       err.status = 401;
@@ -287,12 +318,16 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
   if (req.method != allowed) {
     err.status = 405;
     err.message = req.path + " takes " + allowed + ", not " + req.method.substr(0, 20);
-    c.out += http::response(405, "application/json", openai::errorJson(err), "Allow: " + allowed + "\r\n");
-    c.closeWhenSent = true;
+    reply(c, 405, openai::errorJson(err), "Allow: " + allowed + "\r\n");
     log(c.peer, what + " 405");
     return;
   }
   if (health) return reply(c, 200, "{\"status\":\"ok\"}");
+  if (metricsPath) {
+    c.out += http::response(200, "text/plain; version=0.0.4", metrics());
+    c.closeWhenSent = true;
+    return;
+  }
   if (embeddings) return embed(c, req.body, what);
   if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + modelsJson() + "]}");
   if (model) {
@@ -361,6 +396,8 @@ void Server::embed(Connection &c, const std::string &body, const std::string &wh
   auto vectors = m.embedder->embed(rows);
   if (!vectors.isOk()) return bad(vectors.status().message(), "input");
   reply(c, 200, openai::embeddingsJson(m.name, vectors.value(), req.base64, tokens));
+  embeddedInputs_ += rows.size();
+  promptTokens_ += uint64_t(tokens);
   char done[96];
   std::snprintf(done, sizeof done, " 200 (%zu input%s, %lld tokens)", rows.size(), rows.size() == 1 ? "" : "s",
                 (long long)tokens);
@@ -503,10 +540,13 @@ void Server::finishJob(Job &job) {
   Connection &c = it->second;
   openai::Usage usage{job.promptTokens, 0};
   for (const Choice &ch : job.choices) usage.completion += ch.generated;
+  promptTokens_ += uint64_t(usage.prompt);
+  generatedTokens_ += uint64_t(usage.completion);
   if (job.stream) {
     if (job.includeUsage) c.out += http::event(openai::usageChunkJson(job.head, usage));
     c.out += http::event("[DONE]");
     c.closeWhenSent = true;
+    ++responses_[200];
   } else {
     std::vector<openai::ChoiceResult> results;
     for (const Choice &ch : job.choices)
