@@ -248,9 +248,17 @@ run_bundle() {
     # pairs (a JSON Lines file), else train.jsonl.
     local input name inputs=() data=$dir/train.jsonl
     for input in "$dir/inputs/$kind".*.npy; do
+      [ -e "$input" ] || continue # none: the pattern itself
       name=${input#"$dir/inputs/$kind."} name=${name%.npy} inputs+=(--input "$name=$input")
     done
     [ -e "$dir/data/$kind" ] && data=$dir/data/$kind
+    if [ -f "$ref/generate.txt" ]; then # a decoding plan: greedy text through the key/value cache
+      local prompt prompts=()
+      while IFS= read -r prompt; do prompts+=(--prompt "$prompt"); done < "$ref/prompts"
+      check "$kind: greedy decoding on $device gives the CPU's text" bash -c '"$@" | cmp - "$0"' "$ref/generate.txt" \
+        "$sdrun" generate "$plan" --device "$device" --temperature 0 --max-new-tokens 8 "${prompts[@]}"
+    fi
+    [ ${#inputs[@]} -gt 0 ] || continue # no infer entry: a decoding plan's prefill and decode only
     check "$kind: infer on $device" "$sdrun" infer "$plan" --device "$device" "${inputs[@]}" \
       --output-dir "$w/infer" --output-format npy
     check "$kind: outputs match the CPU" $cmp logits "$w/infer/output_0.npy" "$ref-infer.npy" "$logits_rtol" "$logits_atol"

@@ -31,9 +31,10 @@ def main():
         os.makedirs(os.path.join(args.out, sub), exist_ok=True)
     for p in plans:
         shutil.copy(p.plan, os.path.join(args.out, "plans", f"{p.kind}.sdp"))
-        # inputs/KIND.NAME.npy: the infer entry's input NAME.
+        # inputs/KIND.NAME.npy: the infer entry's input NAME (none: a decoding plan without one).
         for name, f in [(p.input_name, p.input_file), *p.more_inputs.items()]:
-            shutil.copy(f, os.path.join(args.out, "inputs", f"{p.kind}.{name}.npy"))
+            if f:
+                shutil.copy(f, os.path.join(args.out, "inputs", f"{p.kind}.{name}.npy"))
         if p.data:  # data/KIND: a tensor-data plan's training arrays, or a preference plan's pairs file
             os.makedirs(os.path.join(args.out, "data"), exist_ok=True)
             (shutil.copytree if os.path.isdir(p.data) else shutil.copy)(p.data, os.path.join(args.out, "data", p.kind))
@@ -45,10 +46,17 @@ def main():
         if p.cpu_ops:  # a second GPU infer puts these ops on the CPU (sdrun --cpu-ops)
             with open(os.path.join(ref, "cpu-ops"), "w") as f:
                 f.write(",".join(p.cpu_ops) + "\n")
-        np.save(ref + "-infer.npy", cp.infer(sdrun, p, "cpu", os.path.join(work, p.kind, "infer")))
+        if p.input_file:
+            np.save(ref + "-infer.npy", cp.infer(sdrun, p, "cpu", os.path.join(work, p.kind, "infer")))
+        if p.prompts:  # a decoding plan: the prompts, a line each, and the CPU's greedy text
+            with open(os.path.join(ref, "prompts"), "w") as f:
+                f.write("\n".join(p.prompts) + "\n")
+            with open(os.path.join(ref, "generate.txt"), "wb") as f:
+                f.write(cp.generate(sdrun, p.plan, p.prompts, "cpu"))
         if p.trains:
             cp.train(sdrun, p.plan, "cpu", p.data or data, ref, p.kind)
-        print(f"gpu_bundle: {p.kind}: plan, infer outputs" + (f", {cp.STEPS} training steps" if p.trains else "") +
+        print(f"gpu_bundle: {p.kind}: plan" + (", infer outputs" if p.input_file else "") +
+              (", greedy text" if p.prompts else "") + (f", {cp.STEPS} training steps" if p.trains else "") +
               " on the CPU")
     shutil.rmtree(work)
 

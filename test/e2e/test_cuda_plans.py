@@ -56,13 +56,27 @@ BITFIT_TOLERANCES = dict(logits_rtol=LOGITS_RTOL, logits_atol=LOGITS_ATOL, loss_
                          weights_atol=2 * 1e-3 * STEPS)
 
 
+# A decoding plan's prompts (bytes of the tiny Llama's 256 tokens), each
+# continued GENERATE_TOKENS greedy tokens.
+GENERATE_PROMPTS = ("In the beginning", "And God said, Let there be light")
+GENERATE_TOKENS = 8
+
+
+def generate(sdrun, plan, prompts, device):
+    """sdrun generate's greedy continuation of the prompts (their rows together), as bytes."""
+    cmd = [sdrun, "generate", plan, "--temperature", "0", "--max-new-tokens", str(GENERATE_TOKENS), "--device", device]
+    for prompt in prompts:
+        cmd += ["--prompt", prompt]
+    return subprocess.run(cmd, check=True, capture_output=True).stdout
+
+
 def check(name, ok, detail):
     RESULTS.append((name, bool(ok), detail))
 
 
 class PlanKind:
     def __init__(self, kind, plan, trains, input_name, input_file, tolerances=None, more_inputs=None,
-                 data=None, cpu_ops=()):
+                 data=None, cpu_ops=(), prompts=()):
         self.kind, self.plan, self.trains, self.input_name, self.input_file = kind, plan, trains, input_name, input_file
         # The infer entry's other inputs {name: .npy}, and a tensor-data plan's
         # training folder (sdc --loss-output; None: the JSON Lines text).
@@ -70,6 +84,7 @@ class PlanKind:
         self.tol = tolerances or dict(logits_rtol=LOGITS_RTOL, logits_atol=LOGITS_ATOL, loss_rtol=LOSS_RTOL,
                                       weights_atol=WEIGHTS_ATOL)
         self.cpu_ops = tuple(cpu_ops)  # ops a second GPU run puts on the CPU (sdrun --cpu-ops)
+        self.prompts = tuple(prompts)  # a decoding plan's: sdrun generate's greedy text on each device
 
 
 def plans(sdc, folder):
@@ -221,6 +236,10 @@ def llama_plans(sdc, folder, tokens):
     sh([sdc, "compile", onnx_path, *lora, "--recipe", "grpo", "--num-generations", "2", "--beta", "0.04", "--shapes",
         "input_ids=2x8", "-o", plan])
     out.append(PlanKind("llama-grpo", plan, True, "input_ids", tokens, None, data=scored))
+    # Decoding through the key/value cache (prefill in chunks of 4, then decode steps), two rows at once.
+    plan = os.path.join(folder, "llama-kv.sdp")
+    sh([sdc, "compile", onnx_path, "--kv-cache", "64", "--kv-batch", "2", "--prefill-chunk", "4", "-o", plan])
+    out.append(PlanKind("llama-kv", plan, False, "input_ids", None, None, prompts=GENERATE_PROMPTS))
     return out
 
 
@@ -408,6 +427,9 @@ def gpu_part(sdrun, all_plans, tmp):
     data = write_data(os.path.join(tmp, "train.jsonl"))
     for p in all_plans:
         kind = p.kind
+        if p.input_file is None:  # no infer entry: a decoding plan's prefill and decode entries only
+            generated(sdrun, p)
+            continue
         cpu = infer(sdrun, p, "cpu", os.path.join(tmp, kind, "infer-cpu"))
         gpu = infer(sdrun, p, "cuda", os.path.join(tmp, kind, "infer-cuda"))
         err = float(np.max(np.abs(cpu - gpu)))
@@ -436,6 +458,12 @@ def gpu_part(sdrun, all_plans, tmp):
         nccl_one_rank(sdrun, p.plan, pdata, tmp, kind, lc, p.tol["loss_rtol"])
         if kind.endswith(("bf16", "fp16")):
             cudnn_sdpa(sdrun, p, data, tmp, lg)
+
+
+def generated(sdrun, p):
+    cpu_text, gpu_text = generate(sdrun, p.plan, p.prompts, "cpu"), generate(sdrun, p.plan, p.prompts, "cuda")
+    check(f"{p.kind}: greedy decoding through the key/value cache on CUDA (prefill chunks, decode steps, "
+          f"{len(p.prompts)} rows) gives the CPU's text", gpu_text == cpu_text, f"{gpu_text!r} vs {cpu_text!r}")
 
 
 def cudnn_sdpa(sdrun, p, data, tmp, losses):
