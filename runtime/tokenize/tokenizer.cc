@@ -15,7 +15,6 @@
 #include <optional>
 #include <map>
 #include <sys/stat.h>
-#include <tuple>
 
 namespace sd {
 namespace {
@@ -293,6 +292,21 @@ Tokenizer::~Tokenizer() = default;
 
 std::string toValidUtf8(std::string_view s) { return tok::toValidUtf8(s); }
 
+namespace {
+
+// The files beside tokenizer.json, by their usual names, and where each goes.
+struct BesideFile {
+  const char *name;
+  std::string TokenizerFiles::*text, TokenizerFiles::*from;
+};
+const BesideFile kBesideFiles[] = {
+    {"tokenizer_config.json", &TokenizerFiles::config, &TokenizerFiles::configName},
+    {"chat_template.jinja", &TokenizerFiles::chatTemplate, &TokenizerFiles::chatTemplateName},
+    {"generation_config.json", &TokenizerFiles::generationConfig, &TokenizerFiles::generationConfigName},
+};
+
+} // namespace
+
 StatusOr<TokenizerFiles> TokenizerFiles::read(const std::string &path) {
   TokenizerFiles f;
   f.jsonName = path;
@@ -302,14 +316,13 @@ StatusOr<TokenizerFiles> TokenizerFiles::read(const std::string &path) {
   if (!text.isOk()) return text.status();
   f.json = std::move(text.value());
   const std::string dir = parentDirectory(f.jsonName);
-  for (auto [name, text, file] : {std::tuple{"/tokenizer_config.json", &f.config, &f.configName},
-                                  std::tuple{"/chat_template.jinja", &f.chatTemplate, &f.chatTemplateName}}) {
-    const std::string beside = dir + name;
+  for (const BesideFile &b : kBesideFiles) {
+    const std::string beside = dir + "/" + b.name;
     if (::stat(beside.c_str(), &st) != 0) continue;
     auto read = readWholeFile(beside);
     if (!read.isOk()) return read.status();
-    *text = std::move(read.value());
-    *file = beside;
+    f.*b.text = std::move(read.value());
+    f.*b.from = beside;
   }
   return f;
 }
@@ -317,14 +330,23 @@ StatusOr<TokenizerFiles> TokenizerFiles::read(const std::string &path) {
 bool TokenizerFiles::carried(const std::function<const std::string *(const std::string &)> &find,
                              const std::string &where, TokenizerFiles &out) {
   out = TokenizerFiles();
-  for (auto [name, text, file] : {std::tuple{"tokenizer.json", &out.json, &out.jsonName},
-                                  std::tuple{"tokenizer_config.json", &out.config, &out.configName},
-                                  std::tuple{"chat_template.jinja", &out.chatTemplate, &out.chatTemplateName}})
-    if (const std::string *bytes = find(name)) {
-      *text = *bytes;
-      *file = where + "'s " + name;
+  const std::string *json = find("tokenizer.json");
+  if (!json) return false;
+  out.json = *json;
+  out.jsonName = where + "'s tokenizer.json";
+  for (const BesideFile &b : kBesideFiles)
+    if (const std::string *bytes = find(b.name)) {
+      out.*b.text = *bytes;
+      out.*b.from = where + "'s " + b.name;
     }
-  return !out.jsonName.empty();
+  return true;
+}
+
+std::vector<std::pair<std::string, std::string>> TokenizerFiles::named() const {
+  std::vector<std::pair<std::string, std::string>> files = {{"tokenizer.json", json}};
+  for (const BesideFile &b : kBesideFiles)
+    if (!(this->*b.from).empty()) files.emplace_back(b.name, this->*b.text);
+  return files;
 }
 
 StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::load(const std::string &path) {

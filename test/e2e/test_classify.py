@@ -179,6 +179,9 @@ def bad_input(sdc, sdrun, onnx_path, plan, init, tmp, tokenizer):
           ["modules_to_save", "classifier"])
     clean("bad input: sdrun generate on a classification plan says to use sdrun infer",
           [sdrun, "generate", plan, "--prompt", "hello"], ["classification", "sdrun infer"])
+    # Its infer entry gives one vector per row too, but class logits are no embeddings.
+    clean("bad input: sdrun serve on a classification plan says to use sdrun infer (it serves no embeddings)",
+          [sdrun, "serve", plan, "--port", "0"], ["classification", "sdrun infer"])
     merged = os.path.join(tmp, "merged.onnx")
     clean("bad input: sdc merge of a classification adapter says the model has no head",
           [sdc, "merge", onnx_path, "--adapter", init, "-o", merged], ["modules_to_save"], [merged])

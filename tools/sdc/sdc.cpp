@@ -374,7 +374,7 @@ struct Args {
 
 // The files of the tokenizer a plan carries: --tokenizer DIR's, else those of
 // a tokenizer.json beside the model (Optimum's export folder), with the
-// generation_config.json beside either. None with --no-tokenizer, and a
+// generation_config.json beside the tokenizer, else beside the model. None with --no-tokenizer, and a
 // warning (not an error) when the one found beside the model cannot be read:
 // the plan is still the model's.
 bool tokenizerToCarry(const Args &a, std::vector<std::pair<std::string, std::string>> &files) {
@@ -393,19 +393,15 @@ bool tokenizerToCarry(const Args &a, std::vector<std::pair<std::string, std::str
     std::fprintf(stderr, "sdc: warning: the plan carries no tokenizer: %s\n", status.message().c_str());
     return true;
   }
-  const sd::TokenizerFiles &t = read.value();
-  files.emplace_back("tokenizer.json", t.json);
-  if (!t.configName.empty()) files.emplace_back("tokenizer_config.json", t.config);
-  if (!t.chatTemplateName.empty()) files.emplace_back("chat_template.jinja", t.chatTemplate);
-  const std::string tokDir = t.jsonName.substr(0, t.jsonName.find_last_of('/'));
-  for (const std::string &dir : {tokDir, modelDir}) {
-    const std::string gen = dir + "/generation_config.json";
-    if (::stat(gen.c_str(), &st) != 0) continue;
-    auto text = sd::readWholeFile(gen);
+  sd::TokenizerFiles &t = read.value();
+  const std::string tokDir = sd::parentDirectory(t.jsonName);
+  if (t.generationConfigName.empty() && ::stat((modelDir + "/generation_config.json").c_str(), &st) == 0) {
+    auto text = sd::readWholeFile(modelDir + "/generation_config.json"); // the model's, beside it
     if (!text.isOk()) return fail(text.status().message()), false;
-    files.emplace_back("generation_config.json", text.value());
-    break;
+    t.generationConfig = text.value();
+    t.generationConfigName = modelDir + "/generation_config.json";
   }
+  files = t.named();
   std::string names;
   for (const auto &f : files) names += (names.empty() ? "" : ", ") + f.first;
   std::fprintf(stderr, "sdc: the plan carries the tokenizer of %s (%s); --no-tokenizer leaves it out\n",

@@ -39,10 +39,13 @@ size_t Batcher::running() const {
 openai::LogprobEntry Batcher::entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens,
                                     size_t at) const {
   const std::vector<int64_t> before(tokens.begin() + long(at - std::min<size_t>(at, 4)), tokens.begin() + long(at));
+  std::vector<int64_t> ids = {lp.token}; // the drawn token, then the likeliest
+  for (const auto &top : lp.top) ids.push_back(top.first);
+  const std::vector<std::string> texts = tokenTexts(codec_, before, ids);
   openai::LogprobEntry e;
-  e.token = tokenText(codec_, before, lp.token);
+  e.token = texts[0];
   e.logprob = lp.logprob;
-  for (const auto &[id, value] : lp.top) e.top.emplace_back(tokenText(codec_, before, id), value);
+  for (size_t k = 0; k < lp.top.size(); ++k) e.top.emplace_back(texts[k + 1], lp.top[k].second);
   return e;
 }
 
@@ -93,7 +96,7 @@ void Batcher::step() {
     sd::generate::RowSampler &sampler = samplers_[b];
     if (job.logprobs >= 0 && job.echo && ch.generated == 0) { // the echoed prompt's scores, its first token none
       openai::LogprobEntry first;
-      first.token = tokenText(codec_, {}, ch.row.tokens[0]);
+      first.token = tokenTexts(codec_, {}, {ch.row.tokens[0]})[0];
       first.known = false;
       ch.logprobs.push_back(first);
       for (size_t i = 0; i < sampler.prompt.size(); ++i)

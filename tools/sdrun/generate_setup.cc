@@ -3,36 +3,18 @@
 #include "commands.h"
 #include "sd/format/file_io.h"
 #include "sd/format/json.h"
-#include <unistd.h>
 
 namespace sdrun {
 namespace {
 
-// The tokenizer's files and generation_config.json (its text and name; none:
-// an empty name): --tokenizer's and the one beside it, else those the plan
-// carries (sdc compile --tokenizer). False when there are neither.
-sd::StatusOr<bool> tokenizerSource(const Flags &f, const sd::Plan &plan, sd::TokenizerFiles &files,
-                                   std::string &genConfig, std::string &genConfigName) {
-  if (!hasFlag(f, "--tokenizer")) {
-    if (!sd::TokenizerFiles::carried([&](const std::string &n) { return plan.file(n); }, f.plan, files)) return false;
-    if (const std::string *text = plan.file("generation_config.json")) {
-      genConfig = *text;
-      genConfigName = f.plan + "'s generation_config.json";
-    }
-    return true;
-  }
+// The tokenizer's files: --tokenizer's, else those the plan carries (sdc
+// compile --tokenizer). False when there are neither.
+sd::StatusOr<bool> tokenizerSource(const Flags &f, const sd::Plan &plan, sd::TokenizerFiles &files) {
+  if (!hasFlag(f, "--tokenizer"))
+    return sd::TokenizerFiles::carried([&](const std::string &n) { return plan.file(n); }, f.plan, files);
   auto read = sd::TokenizerFiles::read(flagValue(f, "--tokenizer"));
   if (!read.isOk()) return read.status().withContext("--tokenizer: ");
   files = std::move(read.value());
-  const size_t slash = files.jsonName.find_last_of('/');
-  const std::string beside =
-      (slash == std::string::npos ? std::string(".") : files.jsonName.substr(0, slash)) + "/generation_config.json";
-  if (::access(beside.c_str(), F_OK) == 0) {
-    auto text = sd::readWholeFile(beside);
-    if (!text.isOk()) return text.status();
-    genConfig = std::move(text.value());
-    genConfigName = beside;
-  }
   return true;
 }
 
@@ -41,8 +23,10 @@ sd::StatusOr<bool> tokenizerSource(const Flags &f, const sd::Plan &plan, sd::Tok
 sd::StatusOr<std::unique_ptr<sd::Tokenizer>> openTokenizer(const Flags &f, const sd::Plan &plan, std::string &genConfig,
                                                            std::string &genConfigName) {
   sd::TokenizerFiles files;
-  auto found = tokenizerSource(f, plan, files, genConfig, genConfigName);
+  auto found = tokenizerSource(f, plan, files);
   if (!found.isOk()) return found.status();
+  genConfig = files.generationConfig;
+  genConfigName = files.generationConfigName;
   if (!found.value()) {
     if (hasFlag(f, "--chat-template")) return sd::sdError("--chat-template needs a tokenizer (--tokenizer DIR)");
     return std::unique_ptr<sd::Tokenizer>();
@@ -58,21 +42,33 @@ sd::StatusOr<std::unique_ptr<sd::Tokenizer>> openTokenizer(const Flags &f, const
   return std::move(tok.value());
 }
 
+bool isClassifier(const sd::Plan &plan) {
+  auto cfg = sd::parseJson(plan.config.empty() ? "{}" : plan.config, "the plan's config");
+  return cfg.isOk() && cfg.value().get("classify");
+}
+
+sd::StatusOr<std::unique_ptr<sd::Session>> openSession(const Flags &f, const std::shared_ptr<const sd::Plan> &plan,
+                                                       const std::string &adapter, const sd::SessionOptions &so) {
+  auto session = sd::Session::create(plan, so);
+  if (!session.isOk()) return session.status();
+  if (!adapter.empty()) SD_RETURN_IF_ERROR(loadAdapterFlag(f.plan, adapter, *session.value()));
+  SD_RETURN_IF_ERROR(adapterRankFlag(f, *session.value()));
+  return std::move(session.value());
+}
+
 int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,
                    bool validUtf8, GenerationSetup &out) {
-  auto loaded = sd::Plan::loadFile(f.plan);
-  if (!loaded.isOk()) return fail(loaded.status().message());
-  out.plan = std::move(loaded.value());
-  if (auto cfg = sd::parseJson(out.plan->config.empty() ? "{}" : out.plan->config, "the plan's config");
-      cfg.isOk() && cfg.value().get("classify"))
+  if (!out.plan) {
+    auto loaded = sd::Plan::loadFile(f.plan);
+    if (!loaded.isOk()) return fail(loaded.status().message());
+    out.plan = std::move(loaded.value());
+  }
+  if (isClassifier(*out.plan))
     return fail(f.plan + ": a classification plan (sdc compile --recipe classify): its infer entry gives class "
                 "logits, not next-token logits; run it with sdrun infer");
-  auto session = sd::Session::create(out.plan, so);
+  auto session = openSession(f, out.plan, flagValue(f, "--adapter"), so);
   if (!session.isOk()) return fail(session.status().message());
   out.session = std::move(session.value());
-  if (hasFlag(f, "--adapter"))
-    if (auto st = loadAdapterFlag(f.plan, flagValue(f, "--adapter"), *out.session); !st.isOk()) return fail(st.message());
-  if (auto st = adapterRankFlag(f, *out.session); !st.isOk()) return fail(st.message());
   auto gen = sd::generate::Generator::create(*out.session, sampling);
   if (!gen.isOk()) return fail(f.plan + ": " + gen.status().message());
   out.gen = std::move(gen.value());

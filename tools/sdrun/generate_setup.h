@@ -23,7 +23,17 @@ struct GenerationSetup {
   TextCodec codec;
 };
 
-// Opens f.plan for generation (--chat-template FILE replaces the tokenizer's template); 0, or fail()'s code with the error printed.
+// Whether the plan was compiled with --recipe classify (its infer entry gives class logits).
+bool isClassifier(const sd::Plan &plan);
+
+// A session on `plan` with the adapter in DIR `adapter` (none: empty) loaded
+// and --adapter-rank applied; errors name f.plan or the adapter's files.
+sd::StatusOr<std::unique_ptr<sd::Session>> openSession(const Flags &f, const std::shared_ptr<const sd::Plan> &plan,
+                                                       const std::string &adapter, const sd::SessionOptions &so);
+
+// Opens f.plan for generation (loading it unless out.plan is set) with
+// --adapter's adapter, and the tokenizer (--chat-template FILE replacing its
+// template); 0, or fail()'s code with the error printed.
 // `validUtf8`: a byte-level model's text has invalid bytes as U+FFFD (JSON
 // needs UTF-8), else its bytes pass through as generated.
 int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::generate::SamplingOptions &sampling,

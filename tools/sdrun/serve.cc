@@ -114,6 +114,13 @@ struct ServedModel {
   std::unique_ptr<Embedder> embedder; // an encoder's: /v1/embeddings
 };
 
+// 'a', 'b': the served model ids, for messages.
+std::string modelNames(const std::vector<ServedModel> &models) {
+  std::string names;
+  for (const ServedModel &m : models) names += (names.empty() ? "'" : ", '") + m.name + "'";
+  return names;
+}
+
 class Server {
 public:
   Server(GenerationSetup &g, std::vector<ServedModel> &models, std::string apiKey, uint64_t seed,
@@ -145,6 +152,7 @@ private:
   void finishJob(Job &job);
   void failJob(Job &job, const std::string &message);
   size_t findModel(const std::string &name, openai::Error &err) const;
+  void modelNotFound(const std::string &name, openai::Error &err) const;
   std::string metrics() const;
   void embed(Connection &c, const std::string &body, const std::string &what);
   std::string modelsJson() const;
@@ -330,13 +338,11 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
   }
   if (embeddings) return embed(c, req.body, what);
   if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + modelsJson() + "]}");
-  if (model) {
-    for (const ServedModel &m : models_)
-      if (req.path.substr(11) == m.name) return reply(c, 200, openai::modelJson(m.name, created_));
-    err.status = 404;
-    err.message = "the model '" + req.path.substr(11, 200) + "' does not exist; this server has " + modelsJson();
-    err.type = "not_found_error";
-    err.code = "model_not_found";
+  if (model) { // GET /v1/models/NAME: one the server has, named
+    const std::string name = req.path.substr(11);
+    const size_t served = name.empty() ? SIZE_MAX : findModel(name, err);
+    if (served != SIZE_MAX) return reply(c, 200, openai::modelJson(models_[served].name, created_));
+    if (name.empty()) modelNotFound(name, err);
     return replyError(c, err, what);
   }
   openai::Defaults defaults;
@@ -351,14 +357,16 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
 size_t Server::findModel(const std::string &name, openai::Error &err) const {
   for (size_t i = 0; i < models_.size(); ++i)
     if (name.empty() || models_[i].name == name) return i;
-  std::string names;
-  for (const ServedModel &m : models_) names += (names.empty() ? "'" : ", '") + m.name + "'";
+  modelNotFound(name, err);
+  return SIZE_MAX;
+}
+
+void Server::modelNotFound(const std::string &name, openai::Error &err) const {
   err.status = 404;
   err.type = "not_found_error";
   err.code = "model_not_found";
   err.param = "model";
-  err.message = "the model '" + name.substr(0, 200) + "' does not exist; this server has " + names;
-  return SIZE_MAX;
+  err.message = "the model '" + name.substr(0, 200) + "' does not exist; this server has " + modelNames(models_);
 }
 
 // Embeddings are computed at once, between generation steps: an encoder runs
@@ -441,6 +449,11 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   job->head = {(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(nextId_++), models_[served].name,
                int64_t(std::time(nullptr)),
                req.chat};
+  for (const auto &[t, bias] : req.sampling.logitBias)
+    if (t >= gen.vocabSize())
+      return bad(400, "logit_bias names token " + std::to_string(t) + ", outside the model's vocabulary of " +
+                          std::to_string(gen.vocabSize()),
+                 "logit_bias");
   const int64_t context = batcher.context();
   for (size_t p = 0; p < prompts.size(); ++p) {
     std::vector<int64_t> ids = prompts[p].ids;
@@ -450,11 +463,6 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       ids = enc.value();
     }
     if (ids.empty()) return bad(400, "the prompt gives no tokens", req.chat ? "messages" : "prompt");
-    for (const auto &[t, bias] : req.sampling.logitBias)
-      if (t >= gen.vocabSize())
-        return bad(400, "logit_bias names token " + std::to_string(t) + ", outside the model's vocabulary of " +
-                            std::to_string(gen.vocabSize()),
-                   "logit_bias");
     for (int64_t t : ids)
       if (t >= gen.vocabSize())
         return bad(400, "token " + std::to_string(t) + " is outside the model's vocabulary of " +
@@ -468,7 +476,7 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
                  req.chat ? "messages" : "prompt");
     const int64_t room = context - int64_t(ids.size());
     int64_t maxNew = req.maxTokens;
-    if (maxNew < 0) maxNew = req.chat ? room : std::min<int64_t>(16, gen.cached() ? room : 16);
+    if (maxNew < 0) maxNew = req.chat ? room : gen.cached() ? std::min<int64_t>(16, room) : 16;
     if (gen.cached() && maxNew > room)
       return bad(400, "this model's context is " + std::to_string(context) + " tokens; the prompt is " +
                           std::to_string(ids.size()) + ", so at most " + std::to_string(room) +
@@ -653,26 +661,23 @@ int serveCommand(const std::vector<std::string> &args) {
   sd::generate::SamplingOptions sampling;
   auto planFile = sd::Plan::loadFile(f.plan);
   if (!planFile.isOk()) return fail(planFile.status().message());
-  // An encoder (no decode entries; its infer entry gives one vector per row)
-  // serves /v1/embeddings; anything else generates.
-  const sd::Plan &probe = *planFile.value();
+  g.plan = std::move(planFile.value());
+  // An encoder (no decode entries; its infer entry gives one vector per row,
+  // and not class logits) serves /v1/embeddings; anything else generates.
   const bool encoder =
-      std::none_of(probe.entries.begin(), probe.entries.end(),
+      !isClassifier(*g.plan) &&
+      std::none_of(g.plan->entries.begin(), g.plan->entries.end(),
                    [](const sd::EntryDesc &e) { return e.name == "prefill" || e.name == "decode"; }) &&
-      std::any_of(probe.entries.begin(), probe.entries.end(), [](const sd::EntryDesc &e) {
+      std::any_of(g.plan->entries.begin(), g.plan->entries.end(), [](const sd::EntryDesc &e) {
         return e.name == "infer" && !e.outputs.empty() && e.buffers[size_t(e.outputs[0].second)].dims.size() == 2;
       });
   std::vector<ServedModel> models(1);
   models[0].name = model;
   // Each model: a session on the one plan (its adapter), with a generator or an embedder.
   auto open = [&](ServedModel &m, const std::string &adapter) -> int {
-    auto session = sd::Session::create(g.plan, so);
-    if (!session.isOk()) return fail(session.status().message());
+    auto session = openSession(f, g.plan, adapter, so);
+    if (!session.isOk()) return fail((m.name == model ? "" : "--lora-modules " + m.name + ": ") + session.status().message());
     m.session = std::move(session.value());
-    if (!adapter.empty())
-      if (auto st = loadAdapterFlag(f.plan, adapter, *m.session); !st.isOk())
-        return fail((m.name == model ? "" : "--lora-modules " + m.name + ": ") + st.message());
-    if (auto st = adapterRankFlag(f, *m.session); !st.isOk()) return fail(st.message());
     if (encoder) {
       auto e = Embedder::create(*m.session);
       if (!e.isOk()) return fail(f.plan + ": " + e.status().message());
@@ -685,13 +690,12 @@ int serveCommand(const std::vector<std::string> &args) {
     return 0;
   };
   if (encoder) {
-    g.plan = std::move(planFile.value());
     if (int rc = open(models[0], flagValue(f, "--adapter"))) return rc;
     std::string genConfig, genConfigName;
     auto tok = openTokenizer(f, *g.plan, genConfig, genConfigName);
     if (!tok.isOk()) return fail(tok.status().message());
     g.tokenizer = std::move(tok.value());
-  } else {
+  } else { // the tokenizer, its stop ids and the text codec too
     if (int rc = openGeneration(f, so, sampling, true, g)) return rc;
     models[0].session = std::move(g.session);
     models[0].generator = std::move(g.gen);
@@ -717,8 +721,7 @@ int serveCommand(const std::vector<std::string> &args) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout);
-  std::string names;
-  for (const ServedModel &m : models) names += (names.empty() ? "'" : ", '") + m.name + "'";
+  const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
   char address[300];
   std::snprintf(address, sizeof address, where, host.c_str());

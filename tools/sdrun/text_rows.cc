@@ -35,14 +35,21 @@ size_t stopPrefixAtEnd(const std::string &text, size_t from, const std::vector<s
 
 } // namespace
 
-std::string tokenText(const TextCodec &codec, const std::vector<int64_t> &before, int64_t token) {
+std::vector<std::string> tokenTexts(const TextCodec &codec, const std::vector<int64_t> &before,
+                                    const std::vector<int64_t> &tokens) {
   // Pieces alone lose a word's leading space; decoding them together keeps it.
+  const std::string prior = codec.decode(before);
   std::vector<int64_t> ids = before;
-  const std::string prior = codec.decode(ids);
-  ids.push_back(token);
-  const std::string joined = codec.decode(ids);
-  if (joined.size() > prior.size() && joined.compare(0, prior.size(), prior) == 0) return joined.substr(prior.size());
-  return codec.piece(token);
+  ids.push_back(0);
+  std::vector<std::string> texts;
+  for (int64_t token : tokens) {
+    ids.back() = token;
+    const std::string joined = codec.decode(ids);
+    texts.push_back(joined.size() > prior.size() && joined.compare(0, prior.size(), prior) == 0
+                        ? joined.substr(prior.size())
+                        : codec.piece(token));
+  }
+  return texts;
 }
 
 void startRow(Row &r, const TextCodec &codec, size_t context) {

@@ -32,11 +32,12 @@ struct Row {
   bool done = false;
 };
 
-// The text `token` adds after `before` (the few tokens before it set its
-// spacing), special tokens shown: how logprobs name a token, so that the
+// The text each of `tokens` adds after `before` (the few tokens before it set
+// its spacing), special tokens shown: how logprobs name a token, so that the
 // tokens' texts add up to the text. Its own text where decoding does not
 // extend (a partial character).
-std::string tokenText(const TextCodec &codec, const std::vector<int64_t> &before, int64_t token);
+std::vector<std::string> tokenTexts(const TextCodec &codec, const std::vector<int64_t> &before,
+                                    const std::vector<int64_t> &tokens);
 
 // Starts `r` from its prompt tokens: decoding restarts `context` tokens
 // before the first new one (a tokenizer's spacing depends on the token

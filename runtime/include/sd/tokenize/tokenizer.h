@@ -33,13 +33,15 @@ std::string toValidUtf8(std::string_view s);
 
 // The files a Hugging Face tokenizer is saved as, their text and the names
 // errors give: tokenizer.json, and when there tokenizer_config.json (the
-// special tokens, a chat template) and chat_template.jinja (the chat template
+// special tokens, a chat template), chat_template.jinja (the chat template
 // as transformers 5 saves it, taking priority over the config's, as
-// transformers reads it).
+// transformers reads it) and generation_config.json (the model's EOS ids,
+// saved beside them).
 struct TokenizerFiles {
   std::string json, jsonName;
-  std::string config, configName;             // empty: none
-  std::string chatTemplate, chatTemplateName; // empty: none
+  std::string config, configName;                     // empty: none
+  std::string chatTemplate, chatTemplateName;         // empty: none
+  std::string generationConfig, generationConfigName; // empty: none
   // `path` is a tokenizer.json or a directory holding one; the others are
   // read from beside it.
   static StatusOr<TokenizerFiles> read(const std::string &path);
@@ -48,6 +50,8 @@ struct TokenizerFiles {
   // them "`where`'s NAME". False when it carries no tokenizer.json.
   static bool carried(const std::function<const std::string *(const std::string &)> &find, const std::string &where,
                       TokenizerFiles &out);
+  // The files there are, under their usual names, as a plan carries them: name, bytes.
+  std::vector<std::pair<std::string, std::string>> named() const;
 };
 
 class Tokenizer {
