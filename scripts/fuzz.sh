@@ -8,7 +8,7 @@
 # Findings (crash-*, leak-*, timeout-*) land in build-fuzz/findings/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-READERS="tensor_file safetensors adapter_config checkpoint_manifest jsonl tokenizer chat_template serve_request"
+READERS="tensor_file safetensors adapter_config checkpoint_manifest jsonl tokenizer chat_template serve_request json_schema"
 TARGETS="plan_loader onnx_importer $READERS"
 SECONDS_PER_TARGET=600
 WITH_COMPILER=ON

@@ -10,8 +10,79 @@
 
 namespace sd::generate {
 
+namespace {
+
+// A draw from softmax(logits / temperature) over `idx` (sorted by falling
+// logit), cut to the top-p nucleus.
+int64_t drawNucleus(const float *logits, const std::vector<int64_t> &idx, const SamplingOptions &opts,
+                    std::mt19937_64 &rng) {
+  const size_t keep = idx.size();
+  std::vector<double> p(keep);
+  double total = 0;
+  for (size_t k = 0; k < keep; ++k) total += p[k] = std::exp((double(logits[idx[k]]) - double(logits[idx[0]])) / opts.temperature);
+  if (opts.topP < 1.0) { // drop the low tail whose probability is at most 1 - top_p (the top token always stays)
+    double tail = 0;
+    size_t kept = keep;
+    for (size_t k = keep; k-- > 1;) {
+      tail += p[k] / total;
+      if (tail > 1.0 - opts.topP) break;
+      kept = k;
+    }
+    p.resize(kept);
+  }
+  std::discrete_distribution<size_t> d(p.begin(), p.end());
+  return idx[d(rng)];
+}
+
+// Sampling where a constraint allows only some tokens: as if the others'
+// logits were -inf before temperature, top-k and top-p (as vLLM applies a
+// grammar), while asking the constraint about as few tokens as it can.
+// -1 when it allows none.
+int64_t sampleConstrained(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
+                          const TokenConstraint &constraint) {
+  std::vector<int64_t> idx(static_cast<size_t>(vocab));
+  std::iota(idx.begin(), idx.end(), int64_t(0));
+  auto higher = [&](int64_t a, int64_t c) { return logits[a] > logits[c] || (logits[a] == logits[c] && a < c); };
+  std::vector<int64_t> kept;
+  if (opts.temperature == 0 || opts.topK > 0) { // the first 1 (greedy) or k allowed tokens by falling logit
+    const size_t want = opts.temperature == 0 ? 1 : size_t(opts.topK);
+    size_t sorted = 0;
+    for (size_t k = 0; k < idx.size() && kept.size() < want; ++k) {
+      if (k == sorted) { // sort in growing slices: most steps look at few tokens
+        const size_t next = std::min(idx.size(), std::max<size_t>(64, sorted * 4));
+        std::partial_sort(idx.begin() + long(sorted), idx.begin() + long(next), idx.end(), higher);
+        sorted = next;
+      }
+      if (constraint.allows(idx[k])) kept.push_back(idx[k]);
+    }
+    if (kept.empty()) return -1;
+    return opts.temperature == 0 ? kept[0] : drawNucleus(logits, kept, opts, rng);
+  }
+  if (opts.topP >= 1.0) {
+    // Draws from the whole distribution until one is allowed: exactly a draw
+    // from the allowed tokens' renormalized distribution. A constraint that
+    // rejects what the model wants falls back to asking about every token.
+    const float most = *std::max_element(logits, logits + vocab);
+    std::vector<double> cdf(static_cast<size_t>(vocab));
+    double total = 0;
+    for (int64_t v = 0; v < vocab; ++v) cdf[size_t(v)] = total += std::exp((double(logits[v]) - most) / opts.temperature);
+    std::uniform_real_distribution<double> u(0.0, total);
+    for (int tries = 0; tries < 32; ++tries) {
+      const int64_t t = int64_t(std::upper_bound(cdf.begin(), cdf.end(), u(rng)) - cdf.begin());
+      if (t < vocab && constraint.allows(t)) return t;
+    }
+  }
+  for (int64_t t = 0; t < vocab; ++t)
+    if (constraint.allows(t)) kept.push_back(t);
+  if (kept.empty()) return -1;
+  std::sort(kept.begin(), kept.end(), higher);
+  return drawNucleus(logits, kept, opts, rng);
+}
+
+} // namespace
+
 int64_t sampleToken(const float *raw, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
-                    const std::vector<int64_t> &context) {
+                    const std::vector<int64_t> &context, const TokenConstraint *constraint) {
   std::vector<float> penalized;
   const float *logits = raw;
   auto edit = [&]() -> std::vector<float> & {
@@ -38,27 +109,15 @@ int64_t sampleToken(const float *raw, int64_t vocab, const SamplingOptions &opts
   }
   for (const auto &[t, bias] : opts.logitBias)
     if (t >= 0 && t < vocab) edit()[size_t(t)] += bias;
+  if (constraint) return sampleConstrained(logits, vocab, opts, rng, *constraint);
   if (opts.temperature == 0) return int64_t(std::max_element(logits, logits + vocab) - logits);
   std::vector<int64_t> idx(static_cast<size_t>(vocab));
   std::iota(idx.begin(), idx.end(), int64_t(0));
   size_t keep = opts.topK > 0 ? size_t(std::min(opts.topK, vocab)) : size_t(vocab);
   std::partial_sort(idx.begin(), idx.begin() + keep, idx.end(),
                     [&](int64_t a, int64_t c) { return logits[a] > logits[c]; });
-  std::vector<double> p(keep);
-  double total = 0;
-  for (size_t k = 0; k < keep; ++k) total += p[k] = std::exp((double(logits[idx[k]]) - double(logits[idx[0]])) / opts.temperature);
-  if (opts.topP < 1.0) { // drop the low tail whose probability is at most 1 - top_p (the top token always stays)
-    double tail = 0;
-    size_t kept = keep;
-    for (size_t k = keep; k-- > 1;) {
-      tail += p[k] / total;
-      if (tail > 1.0 - opts.topP) break;
-      kept = k;
-    }
-    p.resize(kept);
-  }
-  std::discrete_distribution<size_t> d(p.begin(), p.end());
-  return idx[d(rng)];
+  idx.resize(keep);
+  return drawNucleus(logits, idx, opts, rng);
 }
 
 TokenLogprobs tokenLogprobs(const float *logits, int64_t vocab, int64_t token, int64_t k) {
@@ -188,7 +247,9 @@ StatusOr<int64_t> Generator::sampleChecked(const float *logits, const std::vecto
     if (!std::isfinite(logits[v]))
       return sdError("the model's logits are not finite (", logits[v], " for token ", v, " after ", context.size(),
                      " tokens): are its weights or adapter NaN/Inf?");
-  const int64_t t = sampleToken(logits, vocab_, sampler.opts, sampler.rng, context);
+  const int64_t t = sampleToken(logits, vocab_, sampler.opts, sampler.rng, context, sampler.constraint.get());
+  if (t < 0) return kNoAllowedToken;
+  if (sampler.constraint) sampler.constraint->accept(t);
   if (sampler.topLogprobs >= 0) sampler.drawn = tokenLogprobs(logits, vocab_, t, sampler.topLogprobs);
   return t;
 }

@@ -37,13 +37,13 @@ int byteToken(const std::string &t) {
 
 // Byte tokens in a row become their UTF-8 text, or one U+FFFD per byte when
 // the bytes are not valid UTF-8.
-std::vector<std::string> byteFallback(const std::vector<std::string> &tokens) {
+std::vector<std::string> byteFallback(const std::vector<std::string> &tokens, bool raw) {
   std::vector<std::string> out;
   std::string bytes;
   size_t count = 0;
   auto flush = [&] {
     if (!count) return;
-    if (toValidUtf8(bytes) == bytes) out.push_back(bytes);
+    if (raw || toValidUtf8(bytes) == bytes) out.push_back(bytes);
     else
       for (size_t i = 0; i < count; ++i) out.push_back("\xEF\xBF\xBD");
     bytes.clear();
@@ -123,11 +123,12 @@ Status DecoderChain::load(const Json *decoder, const std::string &what) {
   return add(*decoder, what);
 }
 
-std::string DecoderChain::decode(std::vector<std::string> tokens) const {
+std::string DecoderChain::run(std::vector<std::string> tokens, bool raw) const {
+  auto valid = [raw](std::string s) { return raw ? s : toValidUtf8(s); };
   if (join_) { // no decoder: the library joins the tokens with spaces
     std::string out;
     for (size_t i = 0; i < tokens.size(); ++i) out += (i ? " " : "") + tokens[i];
-    return toValidUtf8(out);
+    return valid(std::move(out));
   }
   for (const Step &s : steps_) {
     switch (s.kind) {
@@ -135,7 +136,7 @@ std::string DecoderChain::decode(std::vector<std::string> tokens) const {
       std::string bytes;
       for (const std::string &t : tokens)
         if (!fromByteLevel(t, bytes)) bytes += t;
-      tokens = {toValidUtf8(bytes)};
+      tokens = {valid(std::move(bytes))};
       break;
     }
     case Step::Kind::WordPiece:
@@ -144,7 +145,7 @@ std::string DecoderChain::decode(std::vector<std::string> tokens) const {
     case Step::Kind::Replace:
       for (std::string &t : tokens) t = replaceAll(t, s.a, s.b);
       break;
-    case Step::Kind::ByteFallback: tokens = byteFallback(tokens); break;
+    case Step::Kind::ByteFallback: tokens = byteFallback(tokens, raw); break;
     case Step::Kind::Fuse: {
       std::string all;
       for (const std::string &t : tokens) all += t;
@@ -161,7 +162,7 @@ std::string DecoderChain::decode(std::vector<std::string> tokens) const {
   }
   std::string out;
   for (const std::string &t : tokens) out += t;
-  return toValidUtf8(out);
+  return valid(std::move(out));
 }
 
 } // namespace sd::tok

@@ -13,7 +13,10 @@ class DecoderChain {
 public:
   // `decoder` is the file's decoder (null, one decoder or a Sequence).
   Status load(const Json *decoder, const std::string &what);
-  std::string decode(std::vector<std::string> tokens) const;
+  std::string decode(std::vector<std::string> tokens) const { return run(std::move(tokens), false); }
+  // The bytes the tokens decode to, partial UTF-8 characters kept as they
+  // are (what a token adds to a text, for constrained generation).
+  std::string decodeBytes(std::vector<std::string> tokens) const { return run(std::move(tokens), true); }
 
 private:
   struct Step {
@@ -23,6 +26,7 @@ private:
     bool flag = false;           // WordPiece: cleanup; Metaspace: a space was prepended
   };
   Status add(const Json &d, const std::string &what);
+  std::string run(std::vector<std::string> tokens, bool raw) const;
   std::vector<Step> steps_;
   bool join_ = true;
 };

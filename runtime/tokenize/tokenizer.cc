@@ -504,6 +504,39 @@ int32_t Tokenizer::vocabSize() const {
   return n;
 }
 
+std::vector<std::string> Tokenizer::tokenBytes(std::vector<bool> &special) const {
+  const Impl &m = *impl_;
+  const size_t n = size_t(vocabSize());
+  std::vector<std::string> bytes(n);
+  special.assign(n, true);
+  // A token's text mid-way: decoded after a plain token, less that token's
+  // own text (decoders treat the first token apart: Metaspace's prepended
+  // space, Strip, WordPiece's "##").
+  std::string lead;
+  for (const std::string &t : m.model->idToToken)
+    if (!t.empty() && !m.decoder.decodeBytes({t}).empty()) {
+      lead = t;
+      break;
+    }
+  const std::string leadBytes = lead.empty() ? "" : m.decoder.decodeBytes({lead});
+  auto mid = [&](const std::string &t) {
+    if (lead.empty()) return m.decoder.decodeBytes({t});
+    std::string both = m.decoder.decodeBytes({lead, t});
+    return both.compare(0, leadBytes.size(), leadBytes) == 0 ? both.substr(leadBytes.size()) : m.decoder.decodeBytes({t});
+  };
+  for (size_t id = 0; id < m.model->idToToken.size(); ++id)
+    if (!m.model->idToToken[id].empty()) {
+      bytes[id] = mid(m.model->idToToken[id]);
+      special[id] = false;
+    }
+  for (const AddedToken &a : m.added) {
+    if (a.id < 0 || size_t(a.id) >= n) continue;
+    special[size_t(a.id)] = a.special;
+    bytes[size_t(a.id)] = a.special ? "" : mid(a.content);
+  }
+  return bytes;
+}
+
 int32_t Tokenizer::tokenId(const std::string &token) const {
   for (const AddedToken &a : impl_->added)
     if (a.content == token) return a.id;

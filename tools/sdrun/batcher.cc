@@ -94,6 +94,12 @@ void Batcher::step() {
     Choice &ch = job.choices[slot.second];
     const int64_t t = next.value()[b];
     sd::generate::RowSampler &sampler = samplers_[b];
+    if (t == sd::generate::kNoAllowedToken) { // this request's schema is at a dead end; the others go on
+      cancel(job);
+      events_.failed(job, "no token of the model's vocabulary can continue the text as response_format asks (after " +
+                              std::to_string(ch.generated) + " generated tokens)");
+      continue;
+    }
     if (job.logprobs >= 0 && job.echo && ch.generated == 0) { // the echoed prompt's scores, its first token none
       openai::LogprobEntry first;
       first.token = tokenTexts(codec_, {}, {ch.row.tokens[0]})[0];
@@ -118,6 +124,8 @@ void Batcher::step() {
       if (appendToken(ch.row, t, codec_, job.stop, StopText::Cut)) {
         reason = "stop";
         byStopText = true;
+      } else if (sampler.constraint && sampler.constraint->finished()) {
+        reason = "stop"; // its JSON document is whole
       } else if (ch.generated >= ch.maxNew || (gen_.cached() && int64_t(ch.row.tokens.size()) >= context())) {
         reason = "length";
       }

@@ -13,7 +13,8 @@ namespace {
 const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR] [--chat [--chat-template FILE]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
-    "                     [--stop TEXT]... [--stop-token ID]... [--seed S] [--adapter DIR] [--threads N]\n"
+    "                     [--stop TEXT]... [--stop-token ID]... [--json | --json-schema FILE] [--seed S] [--adapter DIR]\n"
+    "                     [--threads N]\n"
     "                     [--adapter-rank K] [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
@@ -32,7 +33,10 @@ const char *kGenerateUsage =
     "fewest likeliest tokens holding that probability, --repetition-penalty divides\n"
     "the logits of tokens already seen (as transformers' generate does), and\n"
     "generation stops after any --stop text, and before any --stop-token id.\n"
-    "--adapter-rank K runs a DyLoRA plan's adapter at its first K ranks.\n";
+    "--adapter-rank K runs a DyLoRA plan's adapter at its first K ranks.\n"
+    "--json-schema FILE makes each row a JSON document that follows the JSON Schema in\n"
+    "FILE (compact JSON, properties in the schema's order; a row ends when its\n"
+    "document is whole), --json any JSON object: as sdrun serve's response_format.\n";
 
 std::vector<std::string> stopTexts(const Flags &f) {
   auto it = f.values.find("--stop");
@@ -48,8 +52,10 @@ std::vector<std::string> stopTexts(const Flags &f) {
 // as it comes; the rows after it keep theirs until it ends, then show what they
 // have and stream on in turn. So the output is the same whether watched live or
 // read at the end, and one prompt streams token by token.
+// With `samplers` (one per row: --json), each row draws with its own, and ends
+// when its constraint is finished.
 int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t maxNew, const TextCodec &codec,
-                 const std::vector<std::string> &stops) {
+                 const std::vector<std::string> &stops, std::vector<sd::generate::RowSampler> *samplers = nullptr) {
   size_t head = 0; // the row being shown
   auto show = [&] {
     while (head < rows.size()) {
@@ -70,17 +76,27 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
       std::vector<std::vector<int64_t>> batch;
       for (size_t i = first; i < last; ++i) batch.push_back(rows[i].done ? std::vector<int64_t>() : rows[i].tokens);
       if (std::all_of(batch.begin(), batch.end(), [](const auto &b) { return b.empty(); })) break;
-      auto next = gen.nextBatch(batch);
+      std::vector<sd::generate::RowSampler> *rowSamplers = nullptr, slice;
+      if (samplers) {
+        slice.assign(samplers->begin() + long(first), samplers->begin() + long(last));
+        rowSamplers = &slice;
+      }
+      auto next = rowSamplers ? gen.nextBatch(batch, *rowSamplers) : gen.nextBatch(batch);
       if (!next.isOk()) return fail(next.status().message());
+      if (samplers) std::copy(slice.begin(), slice.end(), samplers->begin() + long(first)); // their RNGs moved on
       for (size_t i = first; i < last; ++i) {
         Row &r = rows[i];
         const int64_t t = next.value()[i - first];
         if (r.done) continue;
+        if (t == sd::generate::kNoAllowedToken)
+          return fail("no token of the model's vocabulary can continue the text of prompt " + std::to_string(i + 1) +
+                      " as the JSON schema asks");
         if (codec.stopIds.count(t)) {
           r.done = true;
           continue;
         }
         r.done = appendToken(r, t, codec, stops);
+        if (samplers && (*samplers)[i].constraint && (*samplers)[i].constraint->finished()) r.done = true;
         // A cache holds maxContext() positions: the token just sampled cannot be fed again.
         if (gen.cached() && int64_t(r.tokens.size()) >= gen.maxContext() && !r.done) {
           r.done = true;
@@ -110,7 +126,8 @@ bool checkPrompt(const sd::generate::Generator &gen, const std::vector<int64_t> 
 
 // Prompt ids from the tokenizer (with --chat, rendered as a user turn by its
 // chat template), generation until --max-new-tokens or the tokenizer's EOS.
-int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<std::string> &prompts, int64_t maxNew) {
+int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<std::string> &prompts, int64_t maxNew,
+                          std::vector<sd::generate::RowSampler> *samplers) {
   const sd::Tokenizer &tok = *g.tokenizer;
   const TextCodec &codec = g.codec;
   sd::generate::Generator &gen = *g.gen;
@@ -132,7 +149,7 @@ int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<
     if (!chat) r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(gen, rows, maxNew, codec, stopTexts(f));
+  return generateRows(gen, rows, maxNew, codec, stopTexts(f), samplers);
 }
 
 } // namespace
@@ -142,8 +159,8 @@ int generateCommand(const std::vector<std::string> &args) {
   std::string err;
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
                          "--seed", "--adapter", "--adapter-rank", "--threads", "--device",
-                         "--tokenizer", "--chat-template", "--cpu-ops"}, f,
-                  err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat"})) {
+                         "--tokenizer", "--chat-template", "--cpu-ops", "--json-schema"}, f,
+                  err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat", "--json"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }
   if (f.help) return std::fputs(kGenerateUsage, stdout), 0;
@@ -162,9 +179,22 @@ int generateCommand(const std::vector<std::string> &args) {
   sampling.temperature = temperature;
   sampling.topK = topK;
   sampling.seed = uint64_t(seed);
+  std::shared_ptr<const sd::generate::JsonGrammar> grammar;
+  if (!jsonFlags(f, grammar)) return 1;
   GenerationSetup g;
   if (int rc = openGeneration(f, so, sampling, false, g)) return rc;
-  if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew);
+  std::vector<sd::generate::RowSampler> samplers, *rowSamplers = nullptr;
+  if (grammar) { // each row its own constraint, and its own draws (--seed, then the next seeds)
+    auto tokens = tokenTable(g, g.gen->vocabSize());
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      sd::generate::SamplingOptions o = sampling;
+      o.seed = sampling.seed + i;
+      samplers.emplace_back(o);
+      samplers.back().constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens);
+    }
+    rowSamplers = &samplers;
+  }
+  if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew, rowSamplers);
   if (hasFlag(f, "--chat"))
     return fail("--chat needs a tokenizer's chat template: --tokenizer DIR, or a plan compiled with one");
   std::vector<Row> rows;
@@ -177,7 +207,7 @@ int generateCommand(const std::vector<std::string> &args) {
     r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f));
+  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), rowSamplers);
 }
 
 } // namespace sdrun

@@ -107,6 +107,43 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
   return 0;
 }
 
+std::shared_ptr<const sd::generate::TokenTable> tokenTable(const GenerationSetup &g, int64_t vocab) {
+  using Kind = sd::generate::TokenTable::Kind;
+  auto table = std::make_shared<sd::generate::TokenTable>();
+  table->bytes.assign(size_t(vocab), "");
+  table->kinds.assign(size_t(vocab), Kind::Other);
+  if (!g.tokenizer) {
+    for (int64_t t = 0; t < vocab && t < 256; ++t) {
+      table->bytes[size_t(t)] = std::string(1, char(uint8_t(t)));
+      table->kinds[size_t(t)] = Kind::Text;
+    }
+  } else {
+    std::vector<bool> special;
+    std::vector<std::string> bytes = g.tokenizer->tokenBytes(special);
+    for (size_t t = 0; t < bytes.size() && t < size_t(vocab); ++t) {
+      table->bytes[t] = std::move(bytes[t]);
+      table->kinds[t] = special[t] ? Kind::Other : Kind::Text;
+    }
+  }
+  for (int64_t t : g.codec.stopIds)
+    if (t >= 0 && t < vocab) table->kinds[size_t(t)] = Kind::End;
+  return table;
+}
+
+bool jsonFlags(const Flags &f, std::shared_ptr<const sd::generate::JsonGrammar> &grammar) {
+  if (hasFlag(f, "--json") && hasFlag(f, "--json-schema"))
+    return fail("--json and --json-schema: give one (--json is any JSON object)"), false;
+  if (hasFlag(f, "--json")) grammar = sd::generate::JsonGrammar::anyObject();
+  if (!hasFlag(f, "--json-schema")) return true;
+  const std::string path = flagValue(f, "--json-schema");
+  auto text = sd::readWholeFile(path);
+  if (!text.isOk()) return fail("--json-schema: " + text.status().message()), false;
+  auto compiled = sd::generate::JsonGrammar::fromSchema(text.value());
+  if (!compiled.isOk()) return fail("--json-schema " + path + ": " + compiled.status().message()), false;
+  grammar = compiled.value();
+  return true;
+}
+
 sd::StatusOr<std::vector<int64_t>> encodePrompt(const sd::Tokenizer *tokenizer, int64_t vocab, const std::string &text,
                                                 bool renderedChat) {
   std::vector<int64_t> ids;

@@ -6,6 +6,7 @@
 #include "flags.h"
 #include "text_rows.h"
 #include "sd/generate/generator.h"
+#include "sd/generate/json_grammar.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/tokenize/tokenizer.h"
@@ -45,6 +46,15 @@ int openGeneration(const Flags &f, const sd::SessionOptions &so, const sd::gener
 // (or carried), when there.
 sd::StatusOr<std::unique_ptr<sd::Tokenizer>> openTokenizer(const Flags &f, const sd::Plan &plan, std::string &genConfig,
                                                            std::string &genConfigName);
+
+// The model's tokens as text for structured output: the tokenizer's token
+// bytes (bytes themselves for a byte-level model), stop ids as ends, special
+// tokens and ids past the tokenizer's vocabulary never generated.
+std::shared_ptr<const sd::generate::TokenTable> tokenTable(const GenerationSetup &g, int64_t vocab);
+
+// A row constraint for `sdrun generate --json` / `--json-schema FILE` (null
+// when neither is given); false with the error printed.
+bool jsonFlags(const Flags &f, std::shared_ptr<const sd::generate::JsonGrammar> &grammar);
 
 // The token ids of `text`: with the tokenizer (when not null) (BOS/EOS as its post-processor
 // adds them; a rendered chat has its special tokens parsed and none added, as

@@ -133,17 +133,54 @@ bool readStop(const Json &v, std::vector<std::string> &out, Error &err) {
   return true;
 }
 
+// response_format: text, json_object (any JSON object) or json_schema
+// ({"name", "schema", "strict", "description"}), as OpenAI takes it.
+bool readResponseFormat(const Json &v, std::shared_ptr<const sd::generate::JsonGrammar> &grammar, Error &err) {
+  const std::string key = "response_format";
+  const Json *type = v.get("type");
+  if (v.type != Json::Type::Object || !type || type->type != Json::Type::String)
+    return fieldError(err, key, "must be an object with a \"type\": text, json_object or json_schema");
+  for (const auto &[k, o] : v.obj)
+    if (k != "type" && !(k == "json_schema" && type->str == "json_schema"))
+      return fieldError(err, key + "." + k, "is not a field of a " + type->str.substr(0, 20) + " response format");
+  if (type->str == "text") {
+    grammar = nullptr;
+    return true;
+  }
+  if (type->str == "json_object") {
+    grammar = sd::generate::JsonGrammar::anyObject();
+    return true;
+  }
+  if (type->str != "json_schema")
+    return fieldError(err, key + ".type", "must be text, json_object or json_schema, not '" + type->str.substr(0, 40) + "'");
+  const Json *spec = v.get("json_schema");
+  if (!spec || spec->type != Json::Type::Object) return fieldError(err, key + ".json_schema", "is required (an object)");
+  const Json *schema = nullptr;
+  for (const auto &[k, o] : spec->obj) {
+    if (k == "schema") schema = &o;
+    else if (k == "name" || k == "description") {
+      if (o.type != Json::Type::String) return fieldError(err, key + ".json_schema." + k, "must be a string");
+    } else if (k == "strict") {
+      if (!isNull(&o) && o.type != Json::Type::Bool) return fieldError(err, key + ".json_schema.strict", "must be a boolean");
+    } else {
+      return fieldError(err, key + ".json_schema." + k, "is not supported (name, description, schema, strict)");
+    }
+  }
+  if (!spec->get("name")) return fieldError(err, key + ".json_schema.name", "is required");
+  Json anyValue; // no schema: any JSON value
+  anyValue.type = Json::Type::Object;
+  auto compiled = sd::generate::JsonGrammar::fromSchema(schema ? *schema : anyValue);
+  if (!compiled.isOk()) return fieldError(err, key + ".json_schema.schema", "is refused: " + compiled.status().message());
+  grammar = compiled.value();
+  return true;
+}
+
 // Fields accepted only at the value that asks for nothing we do not do.
 bool neutral(const std::string &key, const Json &v, Error &err) {
   if (isNull(&v)) return true;
   if (key == "best_of") {
     if (v.type == Json::Type::Number && v.num == 1) return true;
     return fieldError(err, key, "is not supported (only 1)");
-  }
-  if (key == "response_format") {
-    const Json *type = v.get("type");
-    if (type && type->type == Json::Type::String && type->str == "text") return true;
-    return fieldError(err, key, "is not supported (only {\"type\": \"text\"})");
   }
   if (key == "tools") {
     if (v.type == Json::Type::Array && v.arr.empty()) return true;
@@ -198,7 +235,8 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
   }
   static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                                                 "stream", "stream_options", "repetition_penalty", "n", "user",
-                                                "logprobs", "presence_penalty", "frequency_penalty", "logit_bias"};
+                                                "logprobs", "presence_penalty", "frequency_penalty", "logit_bias",
+                                                "response_format"};
   static const std::set<std::string> completions = {"prompt", "echo"};
   static const std::set<std::string> chats = {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls"};
   int64_t topLogprobs = -1;
@@ -249,6 +287,8 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
         if (!readNumber(bias, key + "[" + id + "]", -100, 100, b, err)) return false;
         out.sampling.logitBias.emplace_back(std::stoll(id), float(b));
       }
+    } else if (key == "response_format") {
+      if (!readResponseFormat(v, out.grammar, err)) return false;
     } else if (key == "repetition_penalty") {
       if (!readNumber(v, key, 1e-3, 1e3, out.sampling.repetitionPenalty, err)) return false;
     } else if (key == "seed") {

@@ -4,6 +4,7 @@
 // ignored), and the JSON of responses, stream chunks and errors.
 #pragma once
 #include "sd/generate/generator.h"
+#include "sd/generate/json_grammar.h"
 #include "sd/tokenize/chat_template.h"
 #include <cstdint>
 #include <string>
@@ -39,6 +40,8 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool stream = false, includeUsage = false, echo = false;
   int64_t logprobs = -1; // -1: none; k: each token's log-probability and the k likeliest (chat: top_logprobs)
+  // response_format json_object or json_schema: the grammar the text follows (null: free text)
+  std::shared_ptr<const sd::generate::JsonGrammar> grammar;
 };
 
 // What the server uses where a request is silent.

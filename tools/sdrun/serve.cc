@@ -42,10 +42,12 @@ const char *kServeUsage =
     "                              temperature (1), top_p (1), top_k (vLLM's; all), seed,\n"
     "                              stop, n, echo, stream, presence_penalty, frequency_penalty,\n"
     "                              logit_bias, repetition_penalty (vLLM's),\n"
-    "                              logprobs K (echo with max_tokens 0 scores the prompt)\n"
+    "                              logprobs K (echo with max_tokens 0 scores the prompt),\n"
+    "                              response_format (vLLM's, as chat's)\n"
     "  POST /v1/chat/completions   messages rendered with the tokenizer's chat template;\n"
     "                              max_tokens / max_completion_tokens (the room left in the\n"
-    "                              context), logprobs / top_logprobs, and the sampling fields\n"
+    "                              context), logprobs / top_logprobs, response_format\n"
+    "                              (text, json_object, json_schema), and the sampling fields\n"
     "  POST /v1/embeddings         input (text, texts, or token ids), encoding_format\n"
     "                              float|base64: served for an encoder plan, one whose infer\n"
     "                              entry gives a vector per row (examples/export_minilm.py)\n"
@@ -54,8 +56,11 @@ const char *kServeUsage =
     "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
     "choice and is left out of its text (finish_reason \"stop\", as at the\n"
     "tokenizer's EOS); max_tokens or a full context ends it with \"length\". A\n"
-    "field the server does not implement (tools, response formats) is a 400 error\n"
-    "naming it, never silently ignored. Log-probabilities are\n"
+    "field the server does not implement (tools) is a 400 error naming it, never\n"
+    "silently ignored. response_format json_object or json_schema constrains the\n"
+    "text to compact JSON (any object, or one that follows the JSON Schema: its\n"
+    "properties in order; a keyword the server cannot follow is a 400 naming it);\n"
+    "a choice ends when its document is whole. Log-probabilities are\n"
     "the model's own: the softmax of its raw logits, before penalties, a logit\n"
     "bias, temperature, top-k or top-p.\n"
     "\n"
@@ -170,6 +175,7 @@ private:
   uint64_t nextId_ = 1;
   int nextConn_ = 0;
   std::map<int, Connection> conns_;
+  std::shared_ptr<const sd::generate::TokenTable> tokens_; // made for the first structured-output request
 };
 
 void Server::log(const std::string &peer, const std::string &what) {
@@ -497,6 +503,10 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       ch.sampler = sd::generate::RowSampler(s);
       ch.sampler.topLogprobs = req.logprobs;
       ch.sampler.scorePrompt = req.echo && req.logprobs >= 0;
+      if (req.grammar) {
+        if (!tokens_) tokens_ = tokenTable(g_, gen.vocabSize()); // every served model has the plan's vocabulary
+        ch.sampler.constraint = std::make_shared<sd::generate::JsonConstraint>(req.grammar, tokens_);
+      }
       if (req.echo) ch.text = prompts[p].isIds ? g_.codec.decode(ids) : prompts[p].text;
       job->choices.push_back(std::move(ch));
     }

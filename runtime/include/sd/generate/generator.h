@@ -12,6 +12,7 @@
 // repetition penalty). The vocabulary is the plan's, read from the logits;
 // text <-> tokens is the caller's business.
 #pragma once
+#include "sd/generate/token_constraint.h"
 #include "sd/runtime/session.h"
 #include <cstdint>
 #include <functional>
@@ -40,8 +41,10 @@ struct SamplingOptions {
 // positive, multiplied when negative), then the presence and frequency
 // penalties and the logit bias (added), then greedy at temperature 0, or a draw
 // from softmax(logits / temperature) over the top-k, cut to the top-p nucleus.
+// With a constraint, only the tokens it allows (the others as if their
+// logits were -inf before temperature, top-k and top-p); -1 when it allows none.
 int64_t sampleToken(const float *logits, int64_t vocab, const SamplingOptions &opts, std::mt19937_64 &rng,
-                    const std::vector<int64_t> &context = {});
+                    const std::vector<int64_t> &context = {}, const TokenConstraint *constraint = nullptr);
 
 // Log-probabilities under the model's own distribution (the softmax of its
 // raw logits: before a repetition penalty, temperature, top-k or top-p).
@@ -50,6 +53,11 @@ struct TokenLogprobs {
   double logprob = 0;
   std::vector<std::pair<int64_t, double>> top; // the likeliest tokens, likeliest first
 };
+
+// What nextBatch gives a row whose constraint allows no token of the
+// vocabulary (a schema needing a character no token has): that row cannot go
+// on, the others can.
+constexpr int64_t kNoAllowedToken = -2;
 
 // One row's sampling when rows differ (a server's requests): its options, its
 // own RNG (so a row's draws do not depend on the rows beside it), and the
@@ -67,6 +75,9 @@ struct RowSampler {
   // that call.
   bool scorePrompt = false;
   std::vector<TokenLogprobs> prompt;
+  // Structured output: only tokens it allows are drawn, and each drawn token
+  // is given to it (the caller ends the row when it is finished).
+  std::shared_ptr<TokenConstraint> constraint;
   RowSampler() = default;
   explicit RowSampler(const SamplingOptions &o) : opts(o), rng(o.seed) {}
 };
@@ -98,7 +109,8 @@ public:
   // The token after each row (at most batchSize() rows); an empty row is idle
   // and gets -1. Needs a cache unless there is a single row.
   StatusOr<std::vector<int64_t>> nextBatch(const std::vector<std::vector<int64_t>> &rows);
-  // The same, each row drawn with its own sampler (samplers.size() >= rows.size()).
+  // The same, each row drawn with its own sampler (samplers.size() >= rows.size());
+  // kNoAllowedToken for a row whose constraint allows none.
   StatusOr<std::vector<int64_t>> nextBatch(const std::vector<std::vector<int64_t>> &rows,
                                            std::vector<RowSampler> &samplers);
   // How many leading tokens of `tokens` row `row`'s cache already holds, so a

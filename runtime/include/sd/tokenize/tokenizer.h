@@ -74,6 +74,11 @@ public:
   // The conversation rendered with the chat template (with tokenizer_config's
   // bos_token and eos_token as variables).
   StatusOr<std::string> renderChat(const std::vector<ChatMessage> &messages, bool addGenerationPrompt) const;
+  // What each id adds to a text it follows, as bytes (a part of a UTF-8
+  // character stays a part): how a grammar judges tokens. `special[id]` is
+  // set for special tokens (their text is not generated text) and for ids
+  // the vocabulary lacks.
+  std::vector<std::string> tokenBytes(std::vector<bool> &special) const;
   // The id of a token (vocabulary or added), or -1.
   int32_t tokenId(const std::string &token) const;
 

@@ -1,0 +1,390 @@
+// The JSON matcher: a pushdown automaton over bytes whose stack frames are
+// grammar nodes in progress, run on every reading of the text at once.
+#include "sd/generate/json_grammar.h"
+#include <algorithm>
+#include <cstring>
+
+namespace sd::generate {
+namespace {
+
+using Kind = JsonGrammar::Node::Kind;
+
+// Phases of each kind of frame.
+enum StringPhase : uint8_t { kStrOpen, kStrBody, kStrEscape, kStrHex, kStrUtf8 };
+enum NumberPhase : uint8_t { kNumStart, kNumSign, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExp, kNumExpSign, kNumExpDigits };
+enum ObjectPhase : uint8_t { kObjOpen, kObjFirst, kObjKey, kObjKeyString, kObjColon, kObjValueStart, kObjValue, kObjAfter, kObjNext };
+enum ArrayPhase : uint8_t { kArrOpen, kArrFirst, kArrValue, kArrAfter, kArrNext };
+
+constexpr size_t kMaxDepth = 128;  // nesting deeper than this is not generated
+constexpr size_t kMaxReadings = 256; // stacks followed at once (a union's alternatives)
+constexpr int kMaxExpansion = 64;   // unions within unions ($ref cycles end here)
+// Frames a byte may start: a schema whose unions refer to themselves
+// ({"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}) would otherwise fan out
+// exponentially; past this a byte's further readings are not followed.
+constexpr int kMaxStartsPerByte = 4096;
+
+bool isDigit(unsigned char c) { return c >= '0' && c <= '9'; }
+bool isHex(unsigned char c) { return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
+
+bool numberAccepting(uint8_t phase) {
+  return phase == kNumZero || phase == kNumInt || phase == kNumFrac || phase == kNumExpDigits;
+}
+
+// The next phase of a number after `c`, or -1.
+int numberNext(uint8_t phase, unsigned char c, bool integer) {
+  const bool dot = c == '.' && !integer, exp = (c == 'e' || c == 'E') && !integer;
+  switch (phase) {
+  case kNumStart: return c == '-' ? kNumSign : c == '0' ? kNumZero : isDigit(c) ? kNumInt : -1;
+  case kNumSign: return c == '0' ? kNumZero : isDigit(c) ? kNumInt : -1;
+  case kNumZero: return dot ? kNumDot : exp ? kNumExp : -1;
+  case kNumInt: return isDigit(c) ? kNumInt : dot ? kNumDot : exp ? kNumExp : -1;
+  case kNumDot: return isDigit(c) ? kNumFrac : -1;
+  case kNumFrac: return isDigit(c) ? kNumFrac : exp ? kNumExp : -1;
+  case kNumExp: return c == '+' || c == '-' ? kNumExpSign : isDigit(c) ? kNumExpDigits : -1;
+  case kNumExpSign:
+  case kNumExpDigits: return isDigit(c) ? kNumExpDigits : -1;
+  }
+  return -1;
+}
+
+// A string frame after byte `c`; false when `c` cannot come there.
+bool stringNext(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned char c, bool &closed) {
+  closed = false;
+  const bool room = n.maxCount < 0 || f.index < n.maxCount;
+  switch (f.phase) {
+  case kStrOpen:
+    if (c != '"') return false;
+    f.phase = kStrBody;
+    return true;
+  case kStrBody:
+    if (c == '"') return closed = f.index >= n.minCount;
+    if (!room || c < 0x20) return false;
+    ++f.index;
+    if (c == '\\') f.phase = kStrEscape;
+    else if (c >= 0x80) { // the lead byte of a UTF-8 character sets how many and which bytes follow
+      f.lo = 0x80, f.hi = 0xBF;
+      if (c >= 0xC2 && c <= 0xDF) f.pos = 1;
+      else if (c >= 0xE0 && c <= 0xEF) f.pos = 2, f.lo = c == 0xE0 ? 0xA0 : 0x80, f.hi = c == 0xED ? 0x9F : 0xBF;
+      else if (c >= 0xF0 && c <= 0xF4) f.pos = 3, f.lo = c == 0xF0 ? 0x90 : 0x80, f.hi = c == 0xF4 ? 0x8F : 0xBF;
+      else return false;
+      f.phase = kStrUtf8;
+    }
+    return true;
+  case kStrEscape:
+    if (c == 'u') {
+      f.phase = kStrHex;
+      f.pos = 4;
+      return true;
+    }
+    if (!std::strchr("\"\\/bfnrt", c) || c == 0) return false;
+    f.phase = kStrBody;
+    return true;
+  case kStrHex:
+    if (!isHex(c)) return false;
+    if (--f.pos == 0) f.phase = kStrBody;
+    return true;
+  case kStrUtf8:
+    if (c < f.lo || c > f.hi) return false;
+    f.lo = 0x80, f.hi = 0xBF;
+    if (--f.pos == 0) f.phase = kStrBody;
+    return true;
+  }
+  return false;
+}
+
+// An object's properties that may be written next: from its next one up to
+// the first required one (a required property is never skipped).
+std::pair<size_t, size_t> nextProperties(const JsonGrammar::Node &n, int32_t from) {
+  size_t end = size_t(from);
+  while (end < n.properties.size() && !n.properties[end].required) ++end;
+  return {size_t(from), std::min(end + 1, n.properties.size())};
+}
+
+bool requiredLeft(const JsonGrammar::Node &n, int32_t from) {
+  for (size_t j = size_t(from); j < n.properties.size(); ++j)
+    if (n.properties[j].required) return true;
+  return false;
+}
+
+} // namespace
+
+JsonMatcher::JsonMatcher(std::shared_ptr<const JsonGrammar> grammar) : g_(std::move(grammar)) {
+  // One stack holding the document's frame (node -1): its first byte starts
+  // the root value, and it pops when the root value ends.
+  Frame document;
+  document.node = -1;
+  stacks_.push_back({document});
+}
+
+// The frame below a finished child moves on.
+void JsonMatcher::childDone(Stack &s) const {
+  if (s.empty()) return;
+  Frame &f = s.back();
+  if (f.node < 0) { // the document's root is done
+    s.pop_back();
+    return;
+  }
+  const Kind k = g_->node(f.node).kind;
+  if (k == Kind::Object) f.phase = f.phase == kObjKeyString ? kObjColon : kObjAfter;
+  else if (k == Kind::Array) {
+    f.phase = kArrAfter;
+    ++f.index;
+  }
+}
+
+void JsonMatcher::startValue(Stack s, int32_t node, unsigned char c, std::vector<Stack> &out, int depth) const {
+  if (depth > kMaxExpansion || s.size() >= kMaxDepth || ++starts_ > kMaxStartsPerByte) return;
+  const JsonGrammar::Node &n = g_->node(node);
+  if (n.kind == Kind::Union) {
+    for (int32_t alt : n.alternatives) startValue(s, alt, c, out, depth + 1);
+    return;
+  }
+  if (n.kind == Kind::Literal) {
+    for (size_t i = 0; i < n.literals.size(); ++i)
+      if (!n.literals[i].empty() && static_cast<unsigned char>(n.literals[i][0]) == c) {
+        Stack t = s;
+        Frame f;
+        f.node = node;
+        f.index = int32_t(i);
+        t.push_back(f);
+        feedStack(std::move(t), c, out, depth + 1);
+      }
+    return;
+  }
+  Frame f;
+  f.node = node;
+  s.push_back(f);
+  feedStack(std::move(s), c, out, depth + 1);
+}
+
+bool JsonMatcher::tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const {
+  Frame &f = s.back();
+  const JsonGrammar::Node &n = g_->node(f.node);
+  const bool listed = n.additional < 0; // keys from `properties`; else any keys
+  auto keyStart = [&]() {
+    if (c != '"') return;
+    if (!listed) {
+      f.phase = kObjKeyString;
+      f.pos = -1;
+      Frame key;
+      key.node = 0; // the grammar's plain string
+      key.phase = kStrBody;
+      s.push_back(key);
+      out.push_back(s);
+      return;
+    }
+    const auto [from, to] = nextProperties(n, f.index);
+    for (size_t j = from; j < to; ++j) {
+      Stack t = s;
+      t.back().phase = kObjKey;
+      t.back().pos = int32_t(j);
+      t.back().sub = 1; // the opening quote
+      out.push_back(std::move(t));
+    }
+  };
+  auto close = [&]() {
+    if (c != '}' || (listed && requiredLeft(n, f.index))) return;
+    s.pop_back();
+    childDone(s);
+    out.push_back(s);
+  };
+  switch (f.phase) {
+  case kObjOpen:
+    if (c == '{') {
+      f.phase = kObjFirst;
+      out.push_back(s);
+    }
+    return true;
+  case kObjFirst:
+    if (c == '}') close();
+    else keyStart();
+    return true;
+  case kObjNext: keyStart(); return true;
+  case kObjKey: {
+    const std::string &key = n.properties[size_t(f.pos)].key;
+    if (static_cast<unsigned char>(key[size_t(f.sub)]) != c) return true;
+    if (size_t(++f.sub) == key.size()) {
+      f.phase = kObjColon;
+      f.index = f.pos + 1;
+    }
+    out.push_back(s);
+    return true;
+  }
+  case kObjColon:
+    if (c == ':') {
+      f.phase = kObjValueStart;
+      out.push_back(s);
+    }
+    return true;
+  case kObjValueStart: {
+    const int32_t value = f.pos >= 0 ? n.properties[size_t(f.pos)].value : n.additional;
+    if (f.pos < 0) ++f.index;
+    f.phase = kObjValue;
+    startValue(s, value, c, out, depth + 1);
+    return true;
+  }
+  case kObjAfter:
+    if (c == ',') {
+      const bool more = !listed || nextProperties(n, f.index).first < n.properties.size();
+      if (more) {
+        f.phase = kObjNext;
+        out.push_back(s);
+      }
+    } else {
+      close();
+    }
+    return true;
+  }
+  return true;
+}
+
+bool JsonMatcher::tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const {
+  Frame &f = s.back();
+  const JsonGrammar::Node &n = g_->node(f.node);
+  auto close = [&]() {
+    if (c != ']' || f.index < n.minCount) return;
+    s.pop_back();
+    childDone(s);
+    out.push_back(s);
+  };
+  auto item = [&]() {
+    if (n.maxCount >= 0 && f.index >= n.maxCount) return;
+    f.phase = kArrValue;
+    startValue(s, n.items, c, out, depth + 1);
+  };
+  switch (f.phase) {
+  case kArrOpen:
+    if (c == '[') {
+      f.phase = kArrFirst;
+      out.push_back(s);
+    }
+    return true;
+  case kArrFirst:
+    if (c == ']') close();
+    else item();
+    return true;
+  case kArrNext: item(); return true;
+  case kArrAfter:
+    if (c == ',') {
+      if (n.maxCount < 0 || f.index < n.maxCount) {
+        f.phase = kArrNext;
+        out.push_back(s);
+      }
+    } else {
+      close();
+    }
+    return true;
+  }
+  return true;
+}
+
+// Every stack `s` becomes after byte `c`, appended to `out`.
+void JsonMatcher::feedStack(Stack s, unsigned char c, std::vector<Stack> &out, int depth) const {
+  if (s.empty() || depth > kMaxExpansion) return; // a whole document takes no more bytes
+  Frame &f = s.back();
+  if (f.node < 0) { // the root value starts
+    startValue(std::move(s), g_->root(), c, out, depth + 1);
+    return;
+  }
+  const JsonGrammar::Node &n = g_->node(f.node);
+  switch (n.kind) {
+  case Kind::Literal: {
+    const std::string &lit = n.literals[size_t(f.index)];
+    if (static_cast<unsigned char>(lit[size_t(f.pos)]) != c) return;
+    if (size_t(++f.pos) == lit.size()) {
+      s.pop_back();
+      childDone(s);
+    }
+    out.push_back(std::move(s));
+    return;
+  }
+  case Kind::String: {
+    bool closed = false;
+    if (!stringNext(f, n, c, closed)) return;
+    if (closed) {
+      s.pop_back();
+      childDone(s);
+    }
+    out.push_back(std::move(s));
+    return;
+  }
+  case Kind::Number:
+  case Kind::Integer: {
+    const int next = numberNext(f.phase, c, n.kind == Kind::Integer);
+    if (next >= 0) {
+      f.phase = uint8_t(next);
+      out.push_back(std::move(s));
+      return;
+    }
+    if (!numberAccepting(f.phase)) return;
+    s.pop_back(); // the number ended before `c`, which goes to what holds it
+    childDone(s);
+    feedStack(std::move(s), c, out, depth + 1);
+    return;
+  }
+  case Kind::Object: tryObject(s, c, out, depth); return;
+  case Kind::Array: tryArray(s, c, out, depth); return;
+  case Kind::Union: return; // never a frame: expanded by startValue
+  }
+}
+
+bool JsonMatcher::step(std::vector<Stack> &stacks, unsigned char c) const {
+  starts_ = 0;
+  std::vector<Stack> out;
+  for (const Stack &s : stacks) feedStack(s, c, out, 0);
+  std::vector<Stack> unique;
+  for (Stack &s : out)
+    if (unique.size() < kMaxReadings && std::find(unique.begin(), unique.end(), s) == unique.end())
+      unique.push_back(std::move(s));
+  stacks = std::move(unique);
+  return !stacks.empty();
+}
+
+bool JsonMatcher::feed(std::string_view bytes) {
+  std::vector<Stack> stacks = stacks_;
+  for (char c : bytes)
+    if (!step(stacks, static_cast<unsigned char>(c))) return false;
+  stacks_ = std::move(stacks);
+  return true;
+}
+
+bool JsonMatcher::accepts(std::string_view bytes) const {
+  std::vector<Stack> stacks = stacks_;
+  for (char c : bytes)
+    if (!step(stacks, static_cast<unsigned char>(c))) return false;
+  return true;
+}
+
+bool JsonMatcher::canEnd() const {
+  for (const Stack &s : stacks_) {
+    if (s.empty()) return true;
+    // A number at the root ends where the text does.
+    if (s.size() == 2 && s[0].node < 0 && (g_->node(s[1].node).kind == Kind::Number ||
+                                           g_->node(s[1].node).kind == Kind::Integer) &&
+        numberAccepting(s[1].phase))
+      return true;
+  }
+  return false;
+}
+
+bool JsonMatcher::finished() const {
+  return !stacks_.empty() && std::all_of(stacks_.begin(), stacks_.end(), [](const Stack &s) { return s.empty(); });
+}
+
+bool JsonConstraint::allows(int64_t token) const {
+  if (token < 0 || token >= tokens_->size()) return false;
+  switch (tokens_->kinds[size_t(token)]) {
+  case TokenTable::Kind::End: return matcher_.canEnd();
+  case TokenTable::Kind::Other: return false;
+  case TokenTable::Kind::Text: break;
+  }
+  const std::string &b = tokens_->bytes[size_t(token)];
+  return !b.empty() && matcher_.accepts(b);
+}
+
+void JsonConstraint::accept(int64_t token) {
+  if (token >= 0 && token < tokens_->size() && tokens_->kinds[size_t(token)] == TokenTable::Kind::Text)
+    matcher_.feed(tokens_->bytes[size_t(token)]);
+}
+
+} // namespace sd::generate

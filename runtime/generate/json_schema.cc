@@ -1,0 +1,299 @@
+// JSON Schema -> the JSON grammar of structured output. Keywords that
+// constrain what we cannot yet generate are errors naming them, so a schema is
+// never followed in part.
+#include "sd/format/json.h"
+#include "sd/generate/json_grammar.h"
+#include <map>
+#include <set>
+
+namespace sd::generate {
+namespace {
+
+using Node = JsonGrammar::Node;
+using Kind = Node::Kind;
+
+// Compact JSON text of a value (an enum's or const's literal).
+std::string compact(const Json &v) {
+  switch (v.type) {
+  case Json::Type::Null: return "null";
+  case Json::Type::Bool: return v.b ? "true" : "false";
+  case Json::Type::Number: return jsonNumber(v.num);
+  case Json::Type::String: return jsonQuote(v.str);
+  case Json::Type::Array: {
+    std::string s = "[";
+    for (size_t i = 0; i < v.arr.size(); ++i) s += (i ? "," : "") + compact(v.arr[i]);
+    return s + "]";
+  }
+  case Json::Type::Object: {
+    std::string s = "{";
+    for (size_t i = 0; i < v.obj.size(); ++i)
+      s += (i ? "," : "") + jsonQuote(v.obj[i].first) + ":" + compact(v.obj[i].second);
+    return s + "}";
+  }
+  }
+  return "null";
+}
+
+// Keywords that describe and do not constrain, and where definitions live.
+const std::set<std::string> kIgnored = {"title",   "description", "default", "examples", "$schema", "$id",
+                                        "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",  "definitions"};
+// Keywords that constrain, and that the grammar follows.
+const std::set<std::string> kFollowed = {"type",      "properties", "required",  "additionalProperties",
+                                         "items",     "minItems",   "maxItems",  "minLength",
+                                         "maxLength", "enum",       "const",     "anyOf",
+                                         "oneOf",     "allOf",      "$ref"};
+
+class SchemaReader {
+public:
+  SchemaReader(JsonGrammar &g, const Json &root) : g_(g), root_(root) {}
+
+  StatusOr<int32_t> read(const Json &s, const std::string &path, int depth) {
+    const std::string where = path.empty() ? "/" : path;
+    if (depth > 64) return sdError("the JSON schema nests deeper than 64 levels at ", where);
+    if (s.type == Json::Type::Bool) {
+      if (!s.b) return sdError("the JSON schema at ", where, " is false: it allows no value");
+      return any();
+    }
+    if (s.type != Json::Type::Object) return sdError("the JSON schema at ", where, " must be an object or a boolean");
+    size_t constraints = 0;
+    for (const auto &[key, value] : s.obj) {
+      if (kIgnored.count(key)) continue;
+      if (!kFollowed.count(key))
+        return sdError("JSON schema keyword '", key.substr(0, 64), "' at ", where,
+                       " is not supported (supported: type, properties, required, additionalProperties, items, "
+                       "minItems, maxItems, minLength, maxLength, enum, const, anyOf, oneOf, allOf, $ref)");
+      ++constraints;
+    }
+    if (const Json *ref = s.get("$ref")) {
+      if (constraints > 1) return sdError("the JSON schema at ", where, " has keywords beside $ref; only annotations may be");
+      return readRef(*ref, where, depth);
+    }
+    for (const char *k : {"anyOf", "oneOf", "allOf"})
+      if (const Json *list = s.get(k)) {
+        if (constraints > 1) return sdError("the JSON schema at ", where, " has keywords beside ", k, "; only annotations may be");
+        if (list->type != Json::Type::Array || list->arr.empty())
+          return sdError(k, " at ", where, " must be a non-empty list of schemas");
+        if (std::string(k) == "allOf") {
+          if (list->arr.size() != 1) return sdError("allOf at ", where, " with more than one schema is not supported");
+          return read(list->arr[0], path + "/allOf/0", depth + 1);
+        }
+        Node u;
+        for (size_t i = 0; i < list->arr.size(); ++i) {
+          auto alt = read(list->arr[i], path + "/" + k + "/" + std::to_string(i), depth + 1);
+          if (!alt.isOk()) return alt.status();
+          u.alternatives.push_back(alt.value());
+        }
+        return g_.add(std::move(u));
+      }
+    if (const Json *values = s.get("enum")) {
+      if (values->type != Json::Type::Array || values->arr.empty())
+        return sdError("enum at ", where, " must be a non-empty list");
+      Node lit;
+      lit.kind = Kind::Literal;
+      for (const Json &v : values->arr) lit.literals.push_back(compact(v));
+      return g_.add(std::move(lit));
+    }
+    if (const Json *value = s.get("const")) {
+      Node lit;
+      lit.kind = Kind::Literal;
+      lit.literals.push_back(compact(*value));
+      return g_.add(std::move(lit));
+    }
+    const Json *type = s.get("type");
+    if (!type) { // no type: what the keywords imply, else any value
+      if (s.get("properties") || s.get("required") || s.get("additionalProperties")) return readTyped(s, "object", where, path, depth);
+      if (s.get("items") || s.get("minItems") || s.get("maxItems")) return readTyped(s, "array", where, path, depth);
+      if (s.get("minLength") || s.get("maxLength")) return readTyped(s, "string", where, path, depth);
+      return any();
+    }
+    if (type->type == Json::Type::String) return readTyped(s, type->str, where, path, depth);
+    if (type->type != Json::Type::Array || type->arr.empty())
+      return sdError("type at ", where, " must be a type name or a non-empty list of them");
+    Node u;
+    for (const Json &t : type->arr) {
+      if (t.type != Json::Type::String) return sdError("type at ", where, " must list type names");
+      auto alt = readTyped(s, t.str, where, path, depth);
+      if (!alt.isOk()) return alt.status();
+      u.alternatives.push_back(alt.value());
+    }
+    return g_.add(std::move(u));
+  }
+
+private:
+  int32_t any() {
+    if (any_ < 0) any_ = g_.addAnyValue();
+    return any_;
+  }
+
+  // A count keyword: a non-negative integer (`out` untouched when absent).
+  Status count(const Json &s, const char *key, const std::string &where, int64_t &out) {
+    const Json *v = s.get(key);
+    if (!v) return Status::ok();
+    if (v->type != Json::Type::Number || !v->isInteger() || v->num < 0 || v->num > 1e9)
+      return sdError(key, " at ", where, " must be a non-negative integer");
+    out = int64_t(v->num);
+    return Status::ok();
+  }
+
+  StatusOr<int32_t> readRef(const Json &ref, const std::string &where, int depth) {
+    if (ref.type != Json::Type::String) return sdError("$ref at ", where, " must be a string");
+    auto known = refs_.find(ref.str);
+    if (known != refs_.end()) return known->second;
+    const Json *target = nullptr;
+    if (ref.str == "#") target = &root_;
+    for (const char *dir : {"#/$defs/", "#/definitions/"}) {
+      const std::string prefix = dir;
+      if (ref.str.compare(0, prefix.size(), prefix) != 0) continue;
+      std::string name = ref.str.substr(prefix.size());
+      for (size_t at; (at = name.find("~1")) != std::string::npos;) name.replace(at, 2, "/");
+      for (size_t at; (at = name.find("~0")) != std::string::npos;) name.replace(at, 2, "~");
+      const Json *defs = root_.get(prefix.substr(2, prefix.size() - 3));
+      if (defs) target = defs->get(name);
+    }
+    if (!target)
+      return sdError("$ref '", ref.str.substr(0, 100), "' at ", where,
+                     " names no schema (supported: #, #/$defs/NAME, #/definitions/NAME)");
+    // A node stands for the reference before it is read, so a schema may refer to itself.
+    Node u;
+    const int32_t id = g_.add(std::move(u));
+    refs_[ref.str] = id;
+    auto body = read(*target, ref.str.substr(1), depth + 1);
+    if (!body.isOk()) return body.status();
+    g_.at(id).alternatives = {body.value()};
+    return id;
+  }
+
+  StatusOr<int32_t> readTyped(const Json &s, const std::string &type, const std::string &where, const std::string &path,
+                              int depth) {
+    Node n;
+    if (type == "string") {
+      n.kind = Kind::String;
+      SD_RETURN_IF_ERROR(count(s, "minLength", where, n.minCount));
+      SD_RETURN_IF_ERROR(count(s, "maxLength", where, n.maxCount));
+    } else if (type == "number" || type == "integer") {
+      n.kind = type == "number" ? Kind::Number : Kind::Integer;
+    } else if (type == "boolean" || type == "null") {
+      n.kind = Kind::Literal;
+      n.literals = type == "null" ? std::vector<std::string>{"null"} : std::vector<std::string>{"true", "false"};
+    } else if (type == "array") {
+      n.kind = Kind::Array;
+      SD_RETURN_IF_ERROR(count(s, "minItems", where, n.minCount));
+      SD_RETURN_IF_ERROR(count(s, "maxItems", where, n.maxCount));
+      const Json *items = s.get("items");
+      if (items && items->type == Json::Type::Array)
+        return sdError("items at ", where, " as a list (a tuple) is not supported");
+      if (items) {
+        auto item = read(*items, path + "/items", depth + 1);
+        if (!item.isOk()) return item.status();
+        n.items = item.value();
+      } else {
+        n.items = any();
+      }
+    } else if (type == "object") {
+      n.kind = Kind::Object;
+      SD_RETURN_IF_ERROR(readObject(s, where, path, depth, n));
+    } else {
+      return sdError("type '", type.substr(0, 32), "' at ", where,
+                     " is not a JSON Schema type (object, array, string, number, integer, boolean, null)");
+    }
+    if (n.maxCount >= 0 && n.minCount > n.maxCount)
+      return sdError("the JSON schema at ", where, " asks for at least ", n.minCount, " and at most ", n.maxCount);
+    return g_.add(std::move(n));
+  }
+
+  Status readObject(const Json &s, const std::string &where, const std::string &path, int depth, Node &n) {
+    const Json *props = s.get("properties");
+    if (props && props->type != Json::Type::Object) return sdError("properties at ", where, " must be an object");
+    if (props)
+      for (const auto &[name, sub] : props->obj) {
+        auto value = read(sub, path + "/properties/" + name, depth + 1);
+        if (!value.isOk()) return value.status();
+        n.properties.push_back({jsonQuote(name), value.value(), false});
+      }
+    if (const Json *required = s.get("required")) {
+      if (required->type != Json::Type::Array) return sdError("required at ", where, " must be a list of names");
+      for (const Json &r : required->arr) {
+        bool found = false;
+        for (auto &p : n.properties)
+          if (r.type == Json::Type::String && p.key == jsonQuote(r.str)) p.required = found = true;
+        if (!found)
+          return sdError("required at ", where, " names '", r.type == Json::Type::String ? r.str.substr(0, 64) : "?",
+                         "', which is not in its properties");
+      }
+    }
+    const Json *extra = s.get("additionalProperties");
+    if (!n.properties.empty()) return Status::ok(); // only the listed keys are written
+    if (extra && extra->type == Json::Type::Bool && !extra->b) return Status::ok(); // {} only
+    if (!extra || extra->type == Json::Type::Bool) {
+      n.additional = any();
+      return Status::ok();
+    }
+    auto value = read(*extra, path + "/additionalProperties", depth + 1);
+    if (!value.isOk()) return value.status();
+    n.additional = value.value();
+    return Status::ok();
+  }
+
+  JsonGrammar &g_;
+  const Json &root_;
+  std::map<std::string, int32_t> refs_;
+  int32_t any_ = -1;
+};
+
+} // namespace
+
+JsonGrammar::JsonGrammar() {
+  Node key; // node 0: a plain string, for the keys of objects with any keys
+  key.kind = Kind::String;
+  add(std::move(key));
+}
+
+int32_t JsonGrammar::add(Node n) {
+  nodes_.push_back(std::move(n));
+  return int32_t(nodes_.size() - 1);
+}
+
+int32_t JsonGrammar::addAnyValue() {
+  const int32_t anyValue = add(Node());
+  Node object;
+  object.kind = Kind::Object;
+  object.additional = anyValue;
+  Node array;
+  array.kind = Kind::Array;
+  array.items = anyValue;
+  Node number;
+  number.kind = Kind::Number;
+  Node words;
+  words.kind = Kind::Literal;
+  words.literals = {"true", "false", "null"};
+  const int32_t o = add(std::move(object)), a = add(std::move(array)), n = add(std::move(number)),
+                w = add(std::move(words));
+  at(anyValue).alternatives = {o, a, 0, n, w};
+  return anyValue;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::anyObject() {
+  auto g = std::make_shared<JsonGrammar>();
+  Node object;
+  object.kind = Kind::Object;
+  object.additional = g->addAnyValue();
+  g->setRoot(g->add(std::move(object)));
+  return g;
+}
+
+StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::fromSchema(const std::string &schemaText) {
+  auto parsed = parseJson(schemaText, "the JSON schema");
+  if (!parsed.isOk()) return parsed.status();
+  return fromSchema(parsed.value());
+}
+
+StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::fromSchema(const Json &schema) {
+  auto g = std::make_shared<JsonGrammar>();
+  SchemaReader reader(*g, schema);
+  auto root = reader.read(schema, "", 0);
+  if (!root.isOk()) return root.status();
+  g->setRoot(root.value());
+  return std::shared_ptr<const JsonGrammar>(std::move(g));
+}
+
+} // namespace sd::generate

@@ -1,0 +1,34 @@
+// Constrained sampling: a rule on which tokens may come next (a grammar that
+// the text must follow), consulted by the sampler of a row before it draws.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace sd::generate {
+
+// A vocabulary as text: what each token adds to the text, so that rules on
+// text can judge tokens.
+struct TokenTable {
+  enum class Kind : uint8_t {
+    Text,  // adds `bytes` (possibly a part of a character)
+    End,   // ends the text (an EOS or stop token): allowed where the text may end
+    Other, // a special token with no text: never allowed
+  };
+  std::vector<std::string> bytes; // by token id
+  std::vector<Kind> kinds;        // by token id
+  int64_t size() const { return int64_t(kinds.size()); }
+};
+
+class TokenConstraint {
+public:
+  virtual ~TokenConstraint() = default;
+  // Whether `token` may come next.
+  virtual bool allows(int64_t token) const = 0;
+  // The drawn token (one it allows): the rule moves past it.
+  virtual void accept(int64_t token) = 0;
+  // The text is complete and nothing may follow: the row ends here.
+  virtual bool finished() const = 0;
+};
+
+} // namespace sd::generate
