@@ -72,8 +72,11 @@ int64_t sampleConstrained(const float *logits, int64_t vocab, const SamplingOpti
       if (t < vocab && constraint.allows(t)) return t;
     }
   }
-  for (int64_t t = 0; t < vocab; ++t)
-    if (constraint.allows(t)) kept.push_back(t);
+  TokenMask mask(vocab);
+  constraint.allowedTokens(mask, vocab);
+  for (size_t w = 0; w < mask.words.size(); ++w)
+    for (uint64_t bits = mask.words[w]; bits; bits &= bits - 1)
+      kept.push_back(int64_t(w * 64 + size_t(__builtin_ctzll(bits))));
   if (kept.empty()) return -1;
   std::sort(kept.begin(), kept.end(), higher);
   return drawNucleus(logits, kept, opts, rng);

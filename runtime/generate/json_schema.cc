@@ -248,6 +248,39 @@ JsonGrammar::JsonGrammar() {
   add(std::move(key));
 }
 
+void JsonGrammar::finish(int32_t root) {
+  root_ = root;
+  firstBytes_.assign(nodes_.size(), {});
+  for (size_t i = 0; i < nodes_.size(); ++i) {
+    const Node &n = nodes_[i];
+    std::bitset<256> &b = firstBytes_[i];
+    switch (n.kind) {
+    case Kind::Object: b.set('{'); break;
+    case Kind::Array: b.set('['); break;
+    case Kind::String: b.set('"'); break;
+    case Kind::Number:
+    case Kind::Integer:
+      b.set('-');
+      for (char c = '0'; c <= '9'; ++c) b.set(static_cast<unsigned char>(c));
+      break;
+    case Kind::Literal:
+      for (const std::string &l : n.literals)
+        if (!l.empty()) b.set(static_cast<unsigned char>(l[0]));
+      break;
+    case Kind::Union: break;
+    }
+  }
+  for (bool changed = true; changed;) { // unions take their alternatives' bytes, through cycles
+    changed = false;
+    for (size_t i = 0; i < nodes_.size(); ++i)
+      for (int32_t alt : nodes_[i].alternatives) {
+        const std::bitset<256> before = firstBytes_[i];
+        firstBytes_[i] |= firstBytes_[size_t(alt)];
+        changed = changed || firstBytes_[i] != before;
+      }
+  }
+}
+
 int32_t JsonGrammar::add(Node n) {
   nodes_.push_back(std::move(n));
   return int32_t(nodes_.size() - 1);
@@ -277,7 +310,7 @@ std::shared_ptr<const JsonGrammar> JsonGrammar::anyObject() {
   Node object;
   object.kind = Kind::Object;
   object.additional = g->addAnyValue();
-  g->setRoot(g->add(std::move(object)));
+  g->finish(g->add(std::move(object)));
   return g;
 }
 
@@ -292,7 +325,7 @@ StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::fromSchema(const Json 
   SchemaReader reader(*g, schema);
   auto root = reader.read(schema, "", 0);
   if (!root.isOk()) return root.status();
-  g->setRoot(root.value());
+  g->finish(root.value());
   return std::shared_ptr<const JsonGrammar>(std::move(g));
 }
 

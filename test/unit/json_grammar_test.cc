@@ -160,13 +160,13 @@ TEST(JsonGrammar, SelfReferringUnionsStayBounded) {
 namespace {
 
 // Tokens: 0 "{", 1 "}", 2 "\"a\"", 3 ":", 4 "1", 5 "x", 6 EOS, 7 a special token, 8 "\"a\":1}".
-std::shared_ptr<TokenTable> smallVocab() {
+std::shared_ptr<const JsonVocabulary> smallVocab() {
   auto t = std::make_shared<TokenTable>();
   t->bytes = {"{", "}", "\"a\"", ":", "1", "x", "", "", "\"a\":1}"};
   t->kinds.assign(9, TokenTable::Kind::Text);
   t->kinds[6] = TokenTable::Kind::End;
   t->kinds[7] = TokenTable::Kind::Other;
-  return t;
+  return JsonVocabulary::make(t);
 }
 
 } // namespace
@@ -175,8 +175,12 @@ TEST(JsonGrammar, ConstraintAllowsTokensThatKeepTheTextValid) {
   JsonConstraint c(JsonGrammar::anyObject(), smallVocab());
   auto allowed = [&] {
     std::set<int64_t> s;
-    for (int64_t t = 0; t < 9; ++t)
+    TokenMask mask(9);
+    c.allowedTokens(mask, 9);
+    for (int64_t t = 0; t < 9; ++t) {
+      EXPECT_EQ(c.allows(t), mask.test(t)) << t;
       if (c.allows(t)) s.insert(t);
+    }
     return s;
   };
   EXPECT_EQ(allowed(), (std::set<int64_t>{0}));
@@ -226,4 +230,57 @@ TEST(JsonGrammar, ConstrainedSamplingDrawsOnlyAllowedTokens) {
   EXPECT_EQ(draw(greedy, none, -1), -1);
   SamplingOptions o;
   EXPECT_EQ(draw(o, none, -1), -1);
+}
+
+TEST(JsonGrammar, IndexedVocabularyAgreesWithFollowingEachToken) {
+  // Tokens of every sort: plain text (ASCII, whole and partial multi-byte
+  // characters, one longer than the plain levels), continuation bytes,
+  // quotes and escapes inside tokens, structure, numbers, literals.
+  auto table = std::make_shared<TokenTable>();
+  table->bytes = {"{", "}", "\"", "\"name\":\"", "ab", "abc", "\xc3\xa9", "\xc3", "\xa9", "x\"", "\"}", "\\", "n",
+                  "\\n", ",\"ok\":", "true", "false", "1", "23", "-", ":", ",", "\"ok", "\x01", "", "\xe2\x82\xac!",
+                  "\"}\"", "\",\"n\":", "[", "]", "]}", "1,", "0", ".5", "e3", "null", "nu", "ll", "{\"", "\":",
+                  "cat", "\"cat\"", "\xe2\x82", "\x82\xac", std::string(40, 'z'), "\"kind\":", "\"pets\":[", "dog\"",
+                  "},{", "\"tame\":", "7", "\"mood\":", "glad"};
+  table->kinds.assign(table->bytes.size(), TokenTable::Kind::Text);
+  table->kinds[24] = TokenTable::Kind::End;
+  auto vocab = JsonVocabulary::make(table);
+  const int64_t n = table->size();
+  const char *schemas[] = {
+      R"({"type":"object","properties":{"name":{"type":"string","maxLength":4},
+          "ok":{"type":"boolean"},"n":{"type":"integer"}},"required":["name","ok"]})",
+      R"({"$defs":{"Pet":{"type":"object","properties":{"kind":{"enum":["cat","dog",7,null]},"tame":{"type":"boolean"}},
+          "required":["kind"]}},"type":"object","properties":{"pets":{"type":"array","items":{"$ref":"#/$defs/Pet"},
+          "minItems":1,"maxItems":2},"mood":{"anyOf":[{"type":"null"},{"type":"string","maxLength":50}]}},
+          "required":["pets"]})",
+      R"({"type":"array","items":{"type":"number"},"minItems":2})",
+      R"({"type":"number"})",
+      R"({"anyOf":[{"type":"string","maxLength":2},{"type":"string","minLength":3,"maxLength":45}]})",
+      "{}"};
+  for (const char *text : schemas) {
+    const auto g = schema(text);
+    for (uint64_t seed = 0; seed < 30; ++seed) {
+      std::mt19937_64 rng(seed);
+      JsonConstraint c(g, vocab);
+      JsonMatcher m(g);
+      std::string doc;
+      for (int step = 0; step < 40 && !c.finished(); ++step) {
+        TokenMask mask(n);
+        c.allowedTokens(mask, n);
+        std::vector<int64_t> ok;
+        for (int64_t t = 0; t < n; ++t) {
+          const bool want = table->kinds[size_t(t)] == TokenTable::Kind::End ? m.canEnd()
+                                                                             : m.accepts(table->bytes[size_t(t)]);
+          EXPECT_EQ(c.allows(t), want) << text << " seed " << seed << " after " << doc << " token " << t;
+          EXPECT_EQ(mask.test(t), want) << text << " seed " << seed << " after " << doc << " token " << t;
+          if (want && table->kinds[size_t(t)] == TokenTable::Kind::Text) ok.push_back(t);
+        }
+        if (ok.empty()) break;
+        const int64_t t = ok[rng() % ok.size()];
+        c.accept(t);
+        ASSERT_TRUE(m.feed(table->bytes[size_t(t)]));
+        doc += table->bytes[size_t(t)];
+      }
+    }
+  }
 }

@@ -185,7 +185,7 @@ int generateCommand(const std::vector<std::string> &args) {
   if (int rc = openGeneration(f, so, sampling, false, g)) return rc;
   std::vector<sd::generate::RowSampler> samplers, *rowSamplers = nullptr;
   if (grammar) { // each row its own constraint, and its own draws (--seed, then the next seeds)
-    auto tokens = tokenTable(g, g.gen->vocabSize());
+    auto tokens = sd::generate::JsonVocabulary::make(tokenTable(g, g.gen->vocabSize()));
     for (size_t i = 0; i < prompts.size(); ++i) {
       sd::generate::SamplingOptions o = sampling;
       o.seed = sampling.seed + i;

@@ -175,7 +175,7 @@ private:
   uint64_t nextId_ = 1;
   int nextConn_ = 0;
   std::map<int, Connection> conns_;
-  std::shared_ptr<const sd::generate::TokenTable> tokens_; // made for the first structured-output request
+  std::shared_ptr<const sd::generate::JsonVocabulary> tokens_; // made for the first structured-output request
 };
 
 void Server::log(const std::string &peer, const std::string &what) {
@@ -504,7 +504,8 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       ch.sampler.topLogprobs = req.logprobs;
       ch.sampler.scorePrompt = req.echo && req.logprobs >= 0;
       if (req.grammar) {
-        if (!tokens_) tokens_ = tokenTable(g_, gen.vocabSize()); // every served model has the plan's vocabulary
+        if (!tokens_) // every served model has the plan's vocabulary
+          tokens_ = sd::generate::JsonVocabulary::make(tokenTable(g_, gen.vocabSize()));
         ch.sampler.constraint = std::make_shared<sd::generate::JsonConstraint>(req.grammar, tokens_);
       }
       if (req.echo) ch.text = prompts[p].isIds ? g_.codec.decode(ids) : prompts[p].text;

@@ -14,6 +14,7 @@
 #include "sd/format/json.h"
 #include "sd/format/status.h"
 #include "sd/generate/token_constraint.h"
+#include <bitset>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -53,16 +54,20 @@ public:
 
   const Node &node(int32_t i) const { return nodes_[size_t(i)]; }
   int32_t root() const { return root_; }
+  // The bytes a value of node `i` may start with.
+  const std::bitset<256> &firstBytes(int32_t i) const { return firstBytes_[size_t(i)]; }
 
   // Builds a grammar (the schema reader's and anyObject's business).
   int32_t add(Node n);
   Node &at(int32_t i) { return nodes_[size_t(i)]; }
   // Any JSON value; its object and array nodes refer back to it.
   int32_t addAnyValue();
-  void setRoot(int32_t r) { root_ = r; }
+  // The last step of building: the root, and each node's first bytes.
+  void finish(int32_t root);
 
 private:
   std::vector<Node> nodes_;
+  std::vector<std::bitset<256>> firstBytes_;
   int32_t root_ = -1;
 };
 
@@ -81,6 +86,14 @@ public:
   bool canEnd() const;
   // The text is a whole document and no byte may follow.
   bool finished() const;
+  // Where every reading is inside a string's text (no character begun): the
+  // fewest and the most characters a reading may still take (INT64_MAX: no
+  // limit); else {-1, -1}.
+  std::pair<int64_t, int64_t> plainStringRoom() const;
+  // The bytes that may come next (at least those; feed() decides).
+  std::bitset<256> nextBytes() const;
+  // Whether byte `c` may come next (at least; feed() decides).
+  bool mayTake(unsigned char c) const;
 
   struct Frame {
     int32_t node = 0;
@@ -103,10 +116,37 @@ private:
   void childDone(Stack &s) const;
   bool tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const;
   bool tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const;
+  bool takes(const Stack &s, size_t top, Frame f, unsigned char c) const;
 
   std::shared_ptr<const JsonGrammar> g_;
   std::vector<Stack> stacks_;
   mutable int starts_ = 0; // values started for the byte being fed (a bound on a schema's fan-out)
+};
+
+// A vocabulary indexed for JSON constraints, made once and shared by every
+// row: a byte trie of the tokens (outside strings a state allows few
+// branches), and the tokens that are plain string text (UTF-8 from a character's
+// start, no quote, backslash or control byte), which a string takes while it
+// has room for the characters they start, without following them byte by
+// byte: inside strings, where most of the vocabulary is allowed, the mask is
+// mostly whole words of bits.
+struct JsonVocabulary {
+  static constexpr int kPlainLevels = 32; // plainUpTo's levels
+  std::shared_ptr<const TokenTable> table;
+  std::vector<int32_t> plainChars;       // characters a plain-text token starts; -1: not one
+  std::vector<TokenMask> plainUpTo;      // [k]: plain tokens of at most k characters (k < kPlainLevels)
+  std::vector<std::vector<int32_t>> plainOf; // [k]: plain tokens of k characters (k < kPlainLevels)
+  std::vector<int32_t> longPlain;        // plain tokens of kPlainLevels characters or more
+  std::vector<std::vector<int32_t>> otherByFirstByte; // [256]: the text tokens not plain, by first byte
+  std::vector<int32_t> ends;             // End tokens
+  // The text tokens as a byte trie (node 0 the root): a state outside
+  // strings follows the few branches it allows, not every token.
+  struct TrieNode {
+    std::vector<std::pair<unsigned char, int32_t>> children;
+    std::vector<int32_t> tokens; // the tokens whose bytes end here
+  };
+  std::vector<TrieNode> trie;
+  static std::shared_ptr<const JsonVocabulary> make(std::shared_ptr<const TokenTable> table);
 };
 
 // A row's constraint: the matcher over a vocabulary's token texts. End
@@ -114,15 +154,23 @@ private:
 // when nothing may follow it.
 class JsonConstraint : public TokenConstraint {
 public:
-  JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const TokenTable> tokens)
-      : matcher_(std::move(grammar)), tokens_(std::move(tokens)) {}
+  JsonConstraint(std::shared_ptr<const JsonGrammar> grammar, std::shared_ptr<const JsonVocabulary> vocab)
+      : matcher_(std::move(grammar)), vocab_(std::move(vocab)) {}
   bool allows(int64_t token) const override;
+  void allowedTokens(TokenMask &mask, int64_t tokens) const override;
   void accept(int64_t token) override;
   bool finished() const override { return matcher_.finished(); }
 
 private:
+  void prepare() const; // the bytes that may come next, and the string room, for this state
+  bool allowsText(int64_t token) const;
+  void walk(int32_t node, const JsonMatcher &m, TokenMask &mask, int64_t tokens) const;
+
   JsonMatcher matcher_;
-  std::shared_ptr<const TokenTable> tokens_;
+  std::shared_ptr<const JsonVocabulary> vocab_;
+  mutable bool prepared_ = false;
+  mutable std::bitset<256> nextBytes_;
+  mutable int64_t room_ = -1, mostRoom_ = -1; // plainStringRoom()
 };
 
 } // namespace sd::generate
