@@ -76,24 +76,71 @@ class Server:
         return rc
 
 
+class Replies:
+    """HTTP responses read off one connection in turn (a kept connection
+    carries several): by Content-Length, chunks, or up to the close."""
+
+    def __init__(self, sock):
+        self.sock, self.buf, self.closed = sock, b"", False
+
+    def _more(self):
+        try:
+            chunk = self.sock.recv(65536)
+        except socket.timeout:
+            chunk = b""
+        self.closed = not chunk
+        self.buf += chunk
+        return bool(chunk)
+
+    def _until(self, mark):
+        while mark not in self.buf:
+            if not self._more():
+                return None
+        part, _, self.buf = self.buf.partition(mark)
+        return part
+
+    def _take(self, n):
+        while len(self.buf) < n and self._more():
+            pass
+        part, self.buf = self.buf[:n], self.buf[n:]
+        return part
+
+    def next(self):
+        """(status, headers with lower-cased names, body); interim 1xx skipped; status None at a close."""
+        while True:
+            head = self._until(b"\r\n\r\n")
+            if head is None:
+                return None, {}, self.buf.decode("utf-8", "replace")
+            lines = head.split(b"\r\n")
+            m = re.match(rb"HTTP/1\.1 (\d+)", lines[0])
+            status = int(m.group(1)) if m else None
+            headers = {k.strip().lower(): v.strip() for k, _, v in
+                       (line.decode("latin-1").partition(":") for line in lines[1:])}
+            if status is None or status >= 200:
+                break
+        if "content-length" in headers:
+            body = self._take(int(headers["content-length"]))
+        elif headers.get("transfer-encoding") == "chunked":
+            body = b""
+            while (size := self._until(b"\r\n")) not in (None, b"0"):
+                body += self._take(int(size, 16))
+                self._take(2)
+            self._take(2)
+        else:
+            while self._more():
+                pass
+            body, self.buf = self.buf, b""
+        return status, headers, body.decode("utf-8", "replace")
+
+
 def raw(port, data, read=True, timeout=10):
     """Sends bytes as they are; the status code and body of the reply."""
     with socket.create_connection(("127.0.0.1", port), timeout=timeout) as s:
         s.sendall(data)
         if not read:
             return None, ""
-        reply = b""
-        while True:
-            try:
-                chunk = s.recv(65536)
-            except socket.timeout:
-                break
-            if not chunk:
-                break
-            reply += chunk
-    head, _, body = reply.partition(b"\r\n\r\n")
-    m = re.match(rb"HTTP/1\.1 (\d+)", head)
-    return (int(m.group(1)) if m else None), body.decode("utf-8", "replace")
+        status, _, body = Replies(s).next()
+    return status, body
 
 
 def post(port, path, body, extra=b""):
@@ -464,7 +511,7 @@ def errors(srv):
     # Expect: 100-continue (curl's for bodies over 1 KiB) is answered before the body comes.
     with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
         body = json.dumps({"prompt": "x" * 10, "max_tokens": 2, "temperature": 0}).encode()
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nContent-Length: " +
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nExpect: 100-continue\r\nConnection: close\r\nContent-Length: " +
                   str(len(body)).encode() + b"\r\n\r\n")
         interim = s.recv(100)
         s.sendall(body)
@@ -485,6 +532,65 @@ def errors(srv):
     models = client.models.list()
     check("after all that the server still serves (/health, /v1/models)", health[0] == 200 and
           [m.id for m in models.data] == ["llama"], f"{health} {models}")
+
+
+def request(path, body=None, extra=b"", version=b"HTTP/1.1"):
+    data = b"" if body is None else json.dumps(body).encode()
+    return ((b"POST " if body is not None else b"GET ") + path.encode() + b" " + version + b"\r\nHost: x\r\n" + extra +
+            (b"Content-Length: " + str(len(data)).encode() + b"\r\n" if body is not None else b"") + b"\r\n" + data)
+
+
+def keep_alive(srv):
+    """Connections stay open for the next request (HTTP/1.1's default), as
+    the openai client's pool expects; pipelined requests are answered in
+    turn; streams are chunked so a connection outlives them; HTTP/1.0 and
+    Connection: close are closed after their response."""
+    client = srv.client()
+    port = srv.port
+
+    def connections():
+        _, text = raw(port, b"GET /metrics HTTP/1.1\r\nConnection: close\r\n\r\n")
+        m = re.search(r"^sdrun_connections_total (\d+)$", text, re.M)
+        return int(m.group(1)) if m else -1
+    alone = [client.completions.create(model="llama", prompt=p, max_tokens=3, temperature=0).choices[0].text
+             for p in PROMPTS[:2]]
+    before = connections()
+    for _ in range(5):
+        client.completions.create(model="llama", prompt=PROMPTS[0], max_tokens=2, temperature=0)
+    after = connections()
+    check("keep-alive: the openai client's five requests in a row open no connection (its pooled one stays open)",
+          after - before == 1, f"{after - before - 1} new connections for 5 requests")  # 1: the /metrics read itself
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as s:
+        replies = Replies(s)
+        s.sendall(request("/health"))
+        first = replies.next()
+        s.sendall(request("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 3, "temperature": 0}))
+        second = replies.next()
+        # Two requests in one write (pipelined): answered in order.
+        s.sendall(request("/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 3, "temperature": 0}) +
+                  request("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 3, "temperature": 0}))
+        third, fourth = replies.next(), replies.next()
+        s.sendall(request("/v1/completions", {"prompt": PROMPTS[1], "max_tokens": 4, "stream": True,
+                                              "temperature": 0}))
+        stream = replies.next()
+        s.sendall(request("/health"))
+        after_stream = replies.next()
+    texts = [json.loads(r[2])["choices"][0]["text"] if r[0] == 200 else r for r in (second, third, fourth)]
+    check("keep-alive: one connection carries a request after another, and two pipelined ones answered in order",
+          first[0] == 200 and first[1].get("connection") == "keep-alive" and texts == [alone[0], alone[0], alone[1]],
+          f"{first[:2]} {texts} vs {alone}")
+    check("keep-alive: a stream is sent chunked, ends with [DONE], and the connection then serves the next request",
+          stream[1].get("transfer-encoding") == "chunked" and stream[2].endswith("data: [DONE]\n\n") and
+          after_stream[0] == 200, f"{stream[1]} {stream[2][-40:]!r} {after_stream[:2]}")
+    for name, data in [("HTTP/1.0", request("/health", version=b"HTTP/1.0")),
+                       ("Connection: close", request("/health", extra=b"Connection: close\r\n"))]:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            s.sendall(data)
+            replies = Replies(s)
+            status, headers, _ = replies.next()
+            replies._more()
+            check(f"keep-alive: a request with {name} is answered and its connection closed",
+                  status == 200 and headers.get("connection") == "close" and replies.closed, f"{status} {headers}")
 
 
 def lora_models(sdc, sdrun, onnx_path, tok, tmp, servers):
@@ -568,6 +674,7 @@ def main():
         sampling(srv)
         concurrent(srv)
         chat(srv, lib, model, sdrun, plan, tok)
+        keep_alive(srv)
         errors(srv)
         rc = srv.stop()
         log = srv.text()
@@ -590,7 +697,8 @@ def main():
         chatml = os.path.join(tmp, "plain.jinja")
         with open(chatml, "w") as f:
             f.write(plain_template)
-        srv = Server(sdrun, windowed, "--tokenizer", tok, "--api-key", "sesame", "--chat-template", chatml)
+        srv = Server(sdrun, windowed, "--tokenizer", tok, "--api-key", "sesame", "--chat-template", chatml,
+                     "--keep-alive", "1")
         servers.append(srv)
         ids = lib.encode(PROMPTS[1]).ids
         want_w = greedy(model, ids, 10)
@@ -624,9 +732,18 @@ def main():
             check("--api-key: a wrong key is a 401", "API key" in str(e), str(e)[:200])
         status, _ = raw(srv.port, b"GET /health HTTP/1.1\r\n\r\n")
         check("--api-key: /health needs no key", status == 200, str(status))
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(request("/health"))
+            replies = Replies(s)
+            first = replies.next()
+            t0 = time.time()
+            replies._more()
+            idle = time.time() - t0
+        check("--keep-alive 1: an idle kept connection is closed after about a second, without a response",
+              first[0] == 200 and replies.closed and 0.5 < idle < 5 and not replies.buf, f"{first[:2]} {idle:.2f} s")
         srv.stop()
 
-        srv = Server(sdrun, plan)
+        srv = Server(sdrun, plan, "--keep-alive", "0")
         servers.append(srv)
         prompt = "Let there be"
         r = srv.client().completions.create(model="llama", prompt=prompt, max_tokens=10, temperature=0)
@@ -635,6 +752,13 @@ def main():
         want = cli[len(prompt):-1].decode("utf-8", "replace")
         check("byte-level model without --tokenizer: the text is sdrun generate's bytes, invalid UTF-8 as U+FFFD",
               r.choices[0].text == want and r.usage.prompt_tokens == len(prompt), f"{r.choices[0].text!r} vs {want!r}")
+        with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as s:
+            s.sendall(request("/health"))
+            replies = Replies(s)
+            status, headers, _ = replies.next()
+            replies._more()
+        check("--keep-alive 0: every response closes its connection", status == 200 and
+              headers.get("connection") == "close" and replies.closed, f"{status} {headers}")
         try:
             srv.client().chat.completions.create(model="llama", messages=[{"role": "user", "content": "x"}])
             check("byte-level model: chat is a 400 asking for --tokenizer", False, "served")

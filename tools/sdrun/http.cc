@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <cctype>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <fcntl.h>
 #include <netdb.h>
@@ -64,6 +65,7 @@ Parse parseRequest(const std::string &in, const Limits &limits, Request &out, in
   if (!isToken(out.method)) return bad(400, "malformed request method", status, error);
   if (version != "HTTP/1.1" && version != "HTTP/1.0")
     return bad(505, "unsupported protocol '" + version.substr(0, 16) + "' (HTTP/1.1 or HTTP/1.0)", status, error);
+  out.http10 = version == "HTTP/1.0";
   if (target.empty() || target[0] != '/') return bad(400, "the request target must be a path starting with /", status, error);
   out.path = target.substr(0, target.find_first_of("?#"));
   for (size_t at = lineEnd + 2; at < end + 2;) {
@@ -94,8 +96,15 @@ Parse parseRequest(const std::string &in, const Limits &limits, Request &out, in
                status, error);
   if (const std::string *expect = out.header("expect"); expect && lower(*expect) == "100-continue")
     out.expectContinue = true;
+  out.keepAlive = !out.http10;
+  if (const std::string *connection = out.header("connection")) { // a list of options
+    const std::string options = lower(*connection);
+    if (options.find("close") != std::string::npos) out.keepAlive = false;
+    else if (options.find("keep-alive") != std::string::npos) out.keepAlive = true;
+  }
   if (in.size() < end + 4 + length) return Parse::HeadersDone;
   out.body = in.substr(end + 4, length);
+  out.length = end + 4 + length;
   return Parse::Complete;
 }
 
@@ -118,16 +127,27 @@ const char *reason(int status) {
   }
 }
 
-std::string response(int status, const std::string &contentType, const std::string &body, const std::string &extraHeaders) {
+std::string response(int status, const std::string &contentType, const std::string &body, const std::string &extraHeaders,
+                     bool keepAlive) {
   return "HTTP/1.1 " + std::to_string(status) + " " + reason(status) + "\r\nContent-Type: " + contentType +
-         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: close\r\n" + extraHeaders + "\r\n" + body;
+         "\r\nContent-Length: " + std::to_string(body.size()) + "\r\nConnection: " +
+         (keepAlive ? "keep-alive" : "close") + "\r\n" + extraHeaders + "\r\n" + body;
 }
 
-std::string eventStreamHead() {
-  return "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n";
+std::string eventStreamHead(bool chunked) {
+  return std::string("HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nCache-Control: no-cache\r\n") +
+         (chunked ? "Transfer-Encoding: chunked\r\nConnection: keep-alive\r\n\r\n" : "Connection: close\r\n\r\n");
 }
 
-std::string event(const std::string &data) { return "data: " + data + "\n\n"; }
+std::string event(const std::string &data, bool chunked) {
+  const std::string e = "data: " + data + "\n\n";
+  if (!chunked) return e;
+  char size[24];
+  std::snprintf(size, sizeof size, "%zx\r\n", e.size());
+  return size + e + "\r\n";
+}
+
+const char *lastChunk() { return "0\r\n\r\n"; }
 
 int listenOn(const std::string &host, int port, std::string &error) {
   addrinfo hints{}, *found = nullptr;

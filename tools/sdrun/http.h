@@ -1,7 +1,9 @@
 // The HTTP/1.1 that `sdrun serve` speaks: requests parsed from bytes as they
 // arrive (limits on header and body sizes, so a hostile client gets an error
 // status, never a crash or unbounded memory), responses as bytes, and a
-// listening socket. One request per connection (responses close it).
+// listening socket. Connections stay open for the next request (HTTP/1.1's
+// default; HTTP/1.0 asks with Connection: keep-alive), and streams are sent in
+// chunks so that their end is known without closing.
 #pragma once
 #include <cstddef>
 #include <string>
@@ -15,6 +17,9 @@ struct Request {
   std::vector<std::pair<std::string, std::string>> headers; // names lower-cased
   std::string body;
   bool expectContinue = false; // the client waits for "100 Continue" before its body
+  bool keepAlive = true;       // the client will send more on this connection (HTTP/1.1 unless Connection: close)
+  bool http10 = false;         // HTTP/1.0: no chunked responses
+  size_t length = 0;           // bytes of the whole request (Complete)
   const std::string *header(const std::string &lowerName) const;
 };
 
@@ -35,11 +40,14 @@ Parse parseRequest(const std::string &in, const Limits &limits, Request &out, in
 
 // A whole response with a Content-Length; `extraHeaders` are "Name: value\r\n" lines.
 std::string response(int status, const std::string &contentType, const std::string &body,
-                     const std::string &extraHeaders = "");
-// The head of a server-sent-events response (the body is events until the connection closes).
-std::string eventStreamHead();
-// One server-sent event carrying `data`.
-std::string event(const std::string &data);
+                     const std::string &extraHeaders = "", bool keepAlive = false);
+// The head of a server-sent-events response: chunked (its end a last chunk,
+// the connection kept), or else events until the connection closes.
+std::string eventStreamHead(bool chunked);
+// One server-sent event carrying `data` (as a chunk when chunked).
+std::string event(const std::string &data, bool chunked = false);
+// The end of a chunked body.
+const char *lastChunk();
 const char *reason(int status);
 
 // A listening TCP socket on host:port (port 0: any free one); -1 and `error` when not.

@@ -34,7 +34,8 @@ namespace {
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
     "                  [--lora-modules NAME=ADAPTER_DIR]...\n"
-    "                  [--seed S] [--request-timeout SECONDS] [--adapter DIR] [--adapter-rank K] [--threads N]\n"
+    "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--adapter DIR] [--adapter-rank K]\n"
+    "                  [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
     "Serves the plan's model with the OpenAI API, as vLLM and llama.cpp's server do:\n"
@@ -85,6 +86,9 @@ const char *kServeUsage =
     "  --seed S                  draws of requests without a seed come from S (0)\n"
     "  --request-timeout S       a client that sends no whole request in S seconds\n"
     "                            gets 408 (30)\n"
+    "  --keep-alive S            a connection waits this long for the client's next\n"
+    "                            request, as HTTP/1.1 clients expect (5; 0: each response\n"
+    "                            closes it); streams are sent chunked so it can stay\n"
     "Ctrl-C (SIGINT) or SIGTERM stops the server.\n";
 
 volatile std::sig_atomic_t gStop = 0;
@@ -99,12 +103,17 @@ struct Connection {
   std::string peer;
   std::string in, out;
   double since = 0, lastWrite = 0;
-  bool continued = false;     // 100 Continue sent
-  bool closeWhenSent = false; // the response is complete
+  bool continued = false; // 100 Continue sent
+  bool complete = false;  // the whole response is in `out`
+  bool keepAlive = false; // after it the connection waits for the next request (else it closes)
+  bool chunked = false;   // a stream's events go as chunks (so the connection can stay)
+  int served = 0;         // responses sent whole on this connection
   std::shared_ptr<Job> job;
 };
 
 constexpr size_t kMaxConnections = 256;
+// Bytes kept from a client beyond its request (a pipelined next one).
+const size_t kMaxBuffered = http::Limits().maxHeader + http::Limits().maxBody + 4;
 constexpr size_t kMaxPendingOutput = 64u << 20; // a client this far behind its stream is dropped
 constexpr double kWriteStall = 60;              // seconds without a byte accepted: dropped
 
@@ -129,9 +138,9 @@ std::string modelNames(const std::vector<ServedModel> &models) {
 class Server {
 public:
   Server(GenerationSetup &g, std::vector<ServedModel> &models, std::string apiKey, uint64_t seed,
-         double requestTimeout)
+         double requestTimeout, double keepAlive)
       : g_(g), models_(models), apiKey_(std::move(apiKey)), seeds_(seed), requestTimeout_(requestTimeout),
-        created_(int64_t(std::time(nullptr))) {
+        keepAlive_(keepAlive), created_(int64_t(std::time(nullptr))) {
     Batcher::Events events;
     events.text = [this](Job &job, size_t i, const std::string &text, const std::string &finish) {
       emit(job, i, text, finish);
@@ -146,9 +155,12 @@ public:
 private:
   void acceptAll(int listenFd);
   void readFrom(int id, Connection &c);
+  void parseInput(int id, Connection &c);
   void writeTo(int id, Connection &c);
   void handle(int id, Connection &c, const http::Request &req);
-  void reply(Connection &c, int status, const std::string &json, const std::string &extraHeaders = "");
+  void reply(Connection &c, int status, const std::string &body, const std::string &extraHeaders = "",
+             const char *contentType = "application/json");
+  void endStream(Connection &c);
   void replyError(Connection &c, const openai::Error &e, const std::string &what);
   bool startJob(int id, Connection &c, const openai::GenerationRequest &req, const std::string &path,
                 openai::Error &err);
@@ -170,8 +182,9 @@ private:
   std::map<int, uint64_t> responses_; // by status
   uint64_t promptTokens_ = 0, generatedTokens_ = 0, embeddedInputs_ = 0;
   std::mt19937_64 seeds_;
-  double requestTimeout_;
+  double requestTimeout_, keepAlive_;
   int64_t created_;
+  uint64_t connections_ = 0;
   uint64_t nextId_ = 1;
   int nextConn_ = 0;
   std::map<int, Connection> conns_;
@@ -182,10 +195,17 @@ void Server::log(const std::string &peer, const std::string &what) {
   std::fprintf(stderr, "sdrun: serve: %s %s\n", peer.c_str(), what.c_str());
 }
 
-void Server::reply(Connection &c, int status, const std::string &json, const std::string &extraHeaders) {
-  c.out += http::response(status, "application/json", json, extraHeaders);
-  c.closeWhenSent = true;
+void Server::reply(Connection &c, int status, const std::string &body, const std::string &extraHeaders,
+                   const char *contentType) {
+  c.out += http::response(status, contentType, body, extraHeaders, c.keepAlive);
+  c.complete = true;
   ++responses_[status];
+}
+
+// The end of a stream: its last chunk (chunked), or the connection's close.
+void Server::endStream(Connection &c) {
+  if (c.chunked) c.out += http::lastChunk();
+  c.complete = true;
 }
 
 // Prometheus's text format, as vLLM's /metrics serves its counters.
@@ -201,6 +221,8 @@ std::string Server::metrics() const {
   counter("sdrun_prompt_tokens_total", "Prompt tokens of finished requests.", promptTokens_);
   counter("sdrun_generation_tokens_total", "Tokens generated for finished requests.", generatedTokens_);
   counter("sdrun_embedding_inputs_total", "Inputs embedded.", embeddedInputs_);
+  counter("sdrun_connections_total", "Connections accepted (a client keeping one open sends many requests on it).",
+          connections_);
   for (const char *kind : {"running", "waiting"}) {
     s += std::string("# HELP sdrun_choices_") + kind + " Choices " +
          (kind[0] == 'r' ? "generating in a row" : "waiting for a row") + ", by model.\n# TYPE sdrun_choices_" + kind +
@@ -234,6 +256,7 @@ void Server::acceptAll(int listenFd) {
     c.peer = host;
     c.since = c.lastWrite = now();
     conns_.emplace(nextConn_++, std::move(c));
+    ++connections_;
   }
 }
 
@@ -250,11 +273,10 @@ void Server::drop(int id) {
 
 void Server::readFrom(int id, Connection &c) {
   char buf[16384];
-  for (;;) {
-    ssize_t n = ::recv(c.fd, buf, sizeof buf, 0);
+  while (c.in.size() < kMaxBuffered) { // a pipelined request waits in `in` for the one before it
+    ssize_t n = ::recv(c.fd, buf, std::min(sizeof buf, kMaxBuffered - c.in.size()), 0);
     if (n > 0) {
-      if (!c.job && !c.closeWhenSent) c.in.append(buf, size_t(n)); // bytes after a request are not read as one
-      if (c.in.size() > http::Limits().maxHeader + http::Limits().maxBody + 4) break;
+      c.in.append(buf, size_t(n));
       continue;
     }
     if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
@@ -263,7 +285,11 @@ void Server::readFrom(int id, Connection &c) {
     }
     if (errno == EAGAIN || errno == EWOULDBLOCK) break;
   }
-  if (c.job || c.closeWhenSent) return;
+  if (!c.job && !c.complete) parseInput(id, c);
+}
+
+// The request at the start of c.in, when it is all there.
+void Server::parseInput(int id, Connection &c) {
   http::Request req;
   int status = 0;
   std::string error;
@@ -275,14 +301,20 @@ void Server::readFrom(int id, Connection &c) {
       c.continued = true;
     }
     return;
-  case http::Parse::Bad: {
+  case http::Parse::Bad: { // where the next request would start is unknown: the connection closes after
     openai::Error e;
     e.status = status;
     e.message = error;
+    c.keepAlive = false;
     replyError(c, e, "(malformed request)");
     return;
   }
-  case http::Parse::Complete: handle(id, c, req); return;
+  case http::Parse::Complete:
+    c.in.erase(0, req.length);
+    c.keepAlive = keepAlive_ > 0 && req.keepAlive;
+    c.chunked = c.keepAlive; // else a stream ends when the connection closes (HTTP/1.0 knows no chunks)
+    handle(id, c, req);
+    return;
   }
 }
 
@@ -298,10 +330,17 @@ void Server::writeTo(int id, Connection &c) {
     drop(id); // EPIPE, ECONNRESET: the client is gone
     return;
   }
-  if (c.closeWhenSent && (!c.job || c.job->finished == c.job->choices.size())) {
+  if (!c.complete || (c.job && c.job->finished < c.job->choices.size())) return;
+  if (!c.keepAlive) {
     ::shutdown(c.fd, SHUT_WR);
     drop(id);
+    return;
   }
+  c.job.reset(); // the response is sent: the connection waits for the next request
+  c.complete = c.continued = false;
+  c.since = now();
+  ++c.served;
+  if (!c.in.empty()) parseInput(id, c);
 }
 
 void Server::handle(int id, Connection &c, const http::Request &req) {
@@ -338,9 +377,7 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
   }
   if (health) return reply(c, 200, "{\"status\":\"ok\"}");
   if (metricsPath) {
-    c.out += http::response(200, "text/plain; version=0.0.4", metrics());
-    c.closeWhenSent = true;
-    return;
+    return reply(c, 200, metrics(), "", "text/plain; version=0.0.4");
   }
   if (embeddings) return embed(c, req.body, what);
   if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + modelsJson() + "]}");
@@ -513,13 +550,12 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
     }
   }
   if (job->stream) { // a chat's role first; an echo goes with the first tokens (and the prompt's logprobs)
-    c.out += http::eventStreamHead();
+    c.out += http::eventStreamHead(c.chunked);
     for (size_t i = 0; req.chat && i < job->choices.size(); ++i)
-      c.out += http::event(openai::chunkJson(job->head, i, "", "", true));
+      c.out += http::event(openai::chunkJson(job->head, i, "", "", true), c.chunked);
   }
   batcher.add(job);
   c.job = job;
-  c.in.clear();
   return true;
 }
 
@@ -549,7 +585,8 @@ void Server::emit(Job &job, size_t index, const std::string &text, const std::st
   }
   auto it = conns_.find(job.conn);
   if (it != conns_.end())
-    it->second.out += http::event(openai::chunkJson(job.head, index, ch.text + text, finish, false, logprobs));
+    it->second.out +=
+        http::event(openai::chunkJson(job.head, index, ch.text + text, finish, false, logprobs), it->second.chunked);
   ch.text.clear();
 }
 
@@ -562,9 +599,9 @@ void Server::finishJob(Job &job) {
   promptTokens_ += uint64_t(usage.prompt);
   generatedTokens_ += uint64_t(usage.completion);
   if (job.stream) {
-    if (job.includeUsage) c.out += http::event(openai::usageChunkJson(job.head, usage));
-    c.out += http::event("[DONE]");
-    c.closeWhenSent = true;
+    if (job.includeUsage) c.out += http::event(openai::usageChunkJson(job.head, usage), c.chunked);
+    c.out += http::event("[DONE]", c.chunked);
+    endStream(c);
     ++responses_[200];
   } else {
     std::vector<openai::ChoiceResult> results;
@@ -590,8 +627,8 @@ void Server::failJob(Job &job, const std::string &message) {
   auto it = conns_.find(job.conn);
   if (it == conns_.end()) return;
   if (job.stream) {
-    it->second.out += http::event(openai::errorJson(e));
-    it->second.closeWhenSent = true;
+    it->second.out += http::event(openai::errorJson(e), it->second.chunked);
+    endStream(it->second);
     log(it->second.peer, "POST " + job.path + " 500: " + message);
   } else {
     replyError(it->second, e, "POST " + job.path);
@@ -604,8 +641,8 @@ int Server::run(int listenFd) {
     std::vector<int> ids;
     fds.push_back({listenFd, short(conns_.size() < kMaxConnections ? POLLIN : 0), 0});
     for (auto &[id, c] : conns_) {
-      short ev = POLLIN;
-      if (!c.out.empty() || c.closeWhenSent) ev |= POLLOUT;
+      short ev = c.in.size() < kMaxBuffered ? POLLIN : 0; // a full buffer waits for its request's turn
+      if (!c.out.empty() || c.complete) ev |= POLLOUT;
       fds.push_back({c.fd, ev, 0});
       ids.push_back(id);
     }
@@ -625,7 +662,12 @@ int Server::run(int listenFd) {
     const double t = now();
     std::vector<int> stale;
     for (auto &[id, c] : conns_) {
-      if (!c.job && !c.closeWhenSent && t - c.since > requestTimeout_) {
+      if (!c.job && !c.complete && c.in.empty() && c.served > 0 && t - c.since > keepAlive_) {
+        stale.push_back(id); // an idle kept connection: closed without a word, as servers do
+        continue;
+      }
+      if (!c.job && !c.complete && t - c.since > requestTimeout_) {
+        c.keepAlive = false;
         openai::Error e;
         e.status = 408;
         char within[64];
@@ -651,17 +693,18 @@ int serveCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--tokenizer", "--chat-template", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed",
-                         "--request-timeout",
+                         "--request-timeout", "--keep-alive",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun serve --help)");
   }
   if (f.help) return std::fputs(kServeUsage, stdout), 0;
   int64_t port, seed;
-  double timeout;
+  double timeout, keepAlive;
   sd::SessionOptions so;
   if (!intFlag(f, "--port", 8000, 0, 65535, port, err) || !intFlag(f, "--seed", 0, 0, INT64_MAX, seed, err) ||
-      !numberFlag(f, "--request-timeout", 30, 0.1, 86400, timeout, err) || !sessionFlags(f, so, err))
+      !numberFlag(f, "--request-timeout", 30, 0.1, 86400, timeout, err) ||
+      !numberFlag(f, "--keep-alive", 5, 0, 86400, keepAlive, err) || !sessionFlags(f, so, err))
     return fail(err);
   std::string model = flagValue(f, "--served-model-name");
   if (model.empty()) {
@@ -731,7 +774,7 @@ int serveCommand(const std::vector<std::string> &args) {
   sa.sa_handler = onStopSignal; // no SA_RESTART: poll returns at once
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout);
+  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive);
   const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
   char address[300];
