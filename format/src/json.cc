@@ -203,4 +203,25 @@ std::string jsonQuote(const std::string &s) {
   return o + "\"";
 }
 
+std::string jsonCompact(const Json &v) {
+  switch (v.type) {
+  case Json::Type::Null: return "null";
+  case Json::Type::Bool: return v.b ? "true" : "false";
+  case Json::Type::Number: return jsonNumber(v.num);
+  case Json::Type::String: return jsonQuote(v.str);
+  case Json::Type::Array: {
+    std::string s = "[";
+    for (size_t i = 0; i < v.arr.size(); ++i) s += (i ? "," : "") + jsonCompact(v.arr[i]);
+    return s + "]";
+  }
+  case Json::Type::Object: {
+    std::string s = "{";
+    for (size_t i = 0; i < v.obj.size(); ++i)
+      s += (i ? "," : "") + jsonQuote(v.obj[i].first) + ":" + jsonCompact(v.obj[i].second);
+    return s + "}";
+  }
+  }
+  return "null";
+}
+
 } // namespace sd

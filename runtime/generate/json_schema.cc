@@ -12,28 +12,6 @@ namespace {
 using Node = JsonGrammar::Node;
 using Kind = Node::Kind;
 
-// Compact JSON text of a value (an enum's or const's literal).
-std::string compact(const Json &v) {
-  switch (v.type) {
-  case Json::Type::Null: return "null";
-  case Json::Type::Bool: return v.b ? "true" : "false";
-  case Json::Type::Number: return jsonNumber(v.num);
-  case Json::Type::String: return jsonQuote(v.str);
-  case Json::Type::Array: {
-    std::string s = "[";
-    for (size_t i = 0; i < v.arr.size(); ++i) s += (i ? "," : "") + compact(v.arr[i]);
-    return s + "]";
-  }
-  case Json::Type::Object: {
-    std::string s = "{";
-    for (size_t i = 0; i < v.obj.size(); ++i)
-      s += (i ? "," : "") + jsonQuote(v.obj[i].first) + ":" + compact(v.obj[i].second);
-    return s + "}";
-  }
-  }
-  return "null";
-}
-
 // Keywords that describe and do not constrain, and where definitions live.
 const std::set<std::string> kIgnored = {"title",   "description", "default", "examples", "$schema", "$id",
                                         "$comment", "deprecated",  "readOnly", "writeOnly", "$defs",  "definitions"};
@@ -90,13 +68,13 @@ public:
         return sdError("enum at ", where, " must be a non-empty list");
       Node lit;
       lit.kind = Kind::Literal;
-      for (const Json &v : values->arr) lit.literals.push_back(compact(v));
+      for (const Json &v : values->arr) lit.literals.push_back(jsonCompact(v));
       return g_.add(std::move(lit));
     }
     if (const Json *value = s.get("const")) {
       Node lit;
       lit.kind = Kind::Literal;
-      lit.literals.push_back(compact(*value));
+      lit.literals.push_back(jsonCompact(*value));
       return g_.add(std::move(lit));
     }
     const Json *type = s.get("type");
@@ -318,6 +296,39 @@ StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::fromSchema(const std::
   auto parsed = parseJson(schemaText, "the JSON schema");
   if (!parsed.isOk()) return parsed.status();
   return fromSchema(parsed.value());
+}
+
+StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::toolCalls(
+    const std::vector<std::pair<std::string, const Json *>> &tools, bool parallel) {
+  auto g = std::make_shared<JsonGrammar>();
+  Node calls;
+  calls.kind = Kind::Array;
+  calls.minCount = 1;
+  calls.maxCount = parallel ? -1 : 1;
+  Node anyCall;
+  Json noParameters; // {} alone
+  noParameters.type = Json::Type::Object;
+  noParameters.obj.push_back({"type", Json()});
+  noParameters.obj.back().second.type = Json::Type::String;
+  noParameters.obj.back().second.str = "object";
+  noParameters.obj.push_back({"additionalProperties", Json()});
+  noParameters.obj.back().second.type = Json::Type::Bool;
+  for (const auto &[name, parameters] : tools) {
+    const Json &schema = parameters ? *parameters : noParameters;
+    SchemaReader reader(*g, schema); // each tool's $refs within its own schema
+    auto params = reader.read(schema, "", 0);
+    if (!params.isOk()) return params.status().withContext("tool '" + name + "': ");
+    Node literal;
+    literal.kind = Kind::Literal;
+    literal.literals = {jsonQuote(name)};
+    Node call;
+    call.kind = Kind::Object;
+    call.properties = {{jsonQuote("name"), g->add(std::move(literal)), true}, {jsonQuote("parameters"), params.value(), true}};
+    anyCall.alternatives.push_back(g->add(std::move(call)));
+  }
+  calls.items = g->add(std::move(anyCall));
+  g->finish(g->add(std::move(calls)));
+  return std::shared_ptr<const JsonGrammar>(std::move(g));
 }
 
 StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::fromSchema(const Json &schema) {

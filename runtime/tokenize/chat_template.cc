@@ -1154,14 +1154,44 @@ StatusOr<std::unique_ptr<ChatTemplate>> ChatTemplate::parse(const std::string &s
   return t;
 }
 
+namespace {
+
+// A JSON value as Python's json.loads gives it to the template.
+Value fromJson(const Json &j) {
+  switch (j.type) {
+  case Json::Type::Null: return Value::none();
+  case Json::Type::Bool: return Value::boolean(j.b);
+  case Json::Type::Number: return j.isInteger() ? Value::integer(int64_t(j.num)) : Value::real(j.num);
+  case Json::Type::String: return Value::str(j.str);
+  case Json::Type::Array: {
+    List l;
+    for (const Json &e : j.arr) l.push_back(fromJson(e));
+    return Value::list(std::move(l));
+  }
+  case Json::Type::Object: {
+    Dict d;
+    for (const auto &[k, v] : j.obj) d.emplace_back(k, fromJson(v));
+    return Value::dict(std::move(d));
+  }
+  }
+  return Value::none();
+}
+
+} // namespace
+
 StatusOr<std::string> ChatTemplate::render(const std::vector<ChatMessage> &messages, bool addGenerationPrompt,
-                                           const std::map<std::string, std::string> &strings) const {
+                                           const std::map<std::string, std::string> &strings, const Json *tools) const {
   Renderer r;
   r.scopes.emplace_back();
   List list;
-  for (const ChatMessage &m : messages)
-    list.push_back(Value::dict({{"role", Value::str(m.role)}, {"content", Value::str(m.content)}}));
+  for (const ChatMessage &m : messages) {
+    Dict d = {{"role", Value::str(m.role)}, {"content", m.noContent ? Value::none() : Value::str(m.content)}};
+    if (m.fields.type == Json::Type::Object)
+      for (const auto &[k, v] : m.fields.obj) d.emplace_back(k, fromJson(v));
+    list.push_back(Value::dict(std::move(d)));
+  }
   r.scopes.back()["messages"] = Value::list(std::move(list));
+  if (tools) r.scopes.back()["tools"] = fromJson(*tools);
   r.scopes.back()["add_generation_prompt"] = Value::boolean(addGenerationPrompt);
   for (const auto &[k, v] : strings) r.scopes.back()[k] = Value::str(v);
   r.scopes.emplace_back(); // the template's own top-level {% set %}s

@@ -492,10 +492,11 @@ StatusOr<const ChatTemplate *> Tokenizer::chatTemplate() const {
   return static_cast<const ChatTemplate *>(impl_->chat.get());
 }
 
-StatusOr<std::string> Tokenizer::renderChat(const std::vector<ChatMessage> &messages, bool addGenerationPrompt) const {
+StatusOr<std::string> Tokenizer::renderChat(const std::vector<ChatMessage> &messages, bool addGenerationPrompt,
+                                            const Json *tools) const {
   auto chat = chatTemplate();
   if (!chat.isOk()) return chat.status();
-  return chat.value()->render(messages, addGenerationPrompt, impl_->templateStrings);
+  return chat.value()->render(messages, addGenerationPrompt, impl_->templateStrings, tools);
 }
 
 int32_t Tokenizer::vocabSize() const {

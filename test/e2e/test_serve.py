@@ -433,10 +433,10 @@ def errors(srv):
         except Exception as e:  # noqa: BLE001
             check(name, False, f"{type(e).__name__}: {str(e)[:300]}")
 
-    api_error("error: a field the server does not implement (tools) is a 400 naming it",
+    api_error("error: a field the server does not implement (prediction) is a 400 naming it",
               lambda: client.chat.completions.create(model="llama", messages=[{"role": "user", "content": "x"}],
-                                                     tools=[{"type": "function", "function": {"name": "f"}}]),
-              openai.BadRequestError, ["tools", "not supported"])
+                                                     prediction={"type": "content", "content": "x"}),
+              openai.BadRequestError, ["prediction", "not supported"])
     api_error("error: a logit_bias naming a token outside the vocabulary is a 400",
               lambda: client.completions.create(model="llama", prompt="x", logit_bias={"99999": 5}),
               openai.BadRequestError, ["logit_bias", "99999"])

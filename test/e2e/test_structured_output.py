@@ -132,16 +132,16 @@ def json_tokenizer(folder, words):
     return tok
 
 
-def token_info(lib):
+def token_info(lib, specials=("<unk>", "<s>", "</s>"), eos="</s>"):
     """xgrammar's vocabulary for the trained tokenizer: what each token adds
     mid-text (decoded after a plain token), special tokens as none."""
     import xgrammar as xgr
     lead = lib.token_to_id("a")
     base = lib.decode([lead])
-    specials = {lib.token_to_id(t) for t in ["<unk>", "<s>", "</s>"]}
-    vocab = [b"" if i in specials else lib.decode([lead, i])[len(base):].encode() for i in range(lib.get_vocab_size())]
-    return xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.RAW, vocab_size=256,
-                             stop_token_ids=[lib.token_to_id("</s>")])
+    special_ids = {lib.token_to_id(t) for t in specials}
+    vocab = [b"" if i in special_ids else lib.decode([lead, i])[len(base):].encode()
+             for i in range(lib.get_vocab_size())]
+    return xgr.TokenizerInfo(vocab, vocab_type=xgr.VocabType.RAW, vocab_size=256, stop_token_ids=[lib.token_to_id(eos)])
 
 
 def byte_level(sdc, sdrun, plan, model, tmp):

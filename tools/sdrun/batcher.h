@@ -24,6 +24,7 @@ struct Choice {
   std::string finish; // "" while running
   std::vector<openai::LogprobEntry> logprobs; // with logprobs: all (streamed: those not yet sent)
   size_t offset = 0;                          // streamed: the text_offset of the next entry
+  std::string callId;                         // a tool choice's first call id
 };
 
 struct Job {
@@ -34,6 +35,8 @@ struct Job {
   bool stream = false, includeUsage = false, echo = false;
   int64_t logprobs = -1;
   std::vector<std::string> stop;
+  openai::ToolChoice toolChoice = openai::ToolChoice::None;
+  std::string toolName; // ToolChoice::Named's function
   std::vector<Choice> choices;
   int64_t promptTokens = 0;
   size_t finished = 0;

@@ -1,11 +1,11 @@
 // Reading OpenAI completion requests and writing their responses.
 #include "openai_api.h"
+#include "tool_calls.h"
 #include "sd/format/json.h"
 #include <cmath>
 #include <set>
 
 namespace sdrun::openai {
-namespace {
 
 using sd::Json;
 
@@ -15,6 +15,8 @@ bool fieldError(Error &err, const std::string &field, const std::string &msg) {
   err.message = "'" + field + "' " + msg;
   return false;
 }
+
+namespace {
 
 bool isNull(const Json *v) { return !v || v->type == Json::Type::Null; }
 
@@ -77,44 +79,56 @@ bool readPrompt(const Json &v, std::vector<Prompt> &out, Error &err, const std::
   return true;
 }
 
-// Chat messages; content as a string or as text parts (joined by newlines, as vLLM joins them).
+// Chat messages; content as a string or as text parts (joined by newlines,
+// as vLLM joins them); an assistant turn's tool calls and a tool turn's
+// tool_call_id kept for the chat template.
 bool readMessages(const Json &v, std::vector<sd::ChatMessage> &out, Error &err) {
   if (v.type != Json::Type::Array || v.arr.empty()) return fieldError(err, "messages", "must be a non-empty list");
-  Json plain;
-  plain.type = Json::Type::Array;
   for (size_t k = 0; k < v.arr.size(); ++k) {
-    Json m = v.arr[k];
+    const Json &m = v.arr[k];
     const std::string field = "messages[" + std::to_string(k) + "]";
     if (m.type != Json::Type::Object) return fieldError(err, field, "must be an object with 'role' and 'content'");
-    for (auto &kv : m.obj) {
-      if (kv.first == "content" && kv.second.type == Json::Type::Array) {
-        std::string joined;
-        for (size_t i = 0; i < kv.second.arr.size(); ++i) {
-          const Json &part = kv.second.arr[i];
-          const Json *type = part.get("type"), *text = part.get("text");
-          if (!type || type->type != Json::Type::String || type->str != "text" || !text ||
-              text->type != Json::Type::String)
-            return fieldError(err, field + ".content[" + std::to_string(i) + "]",
-                              "must be a text part {\"type\": \"text\", \"text\": ...} (the model reads text only)");
-          joined += (i ? "\n" : "") + text->str;
-        }
-        kv.second = Json();
-        kv.second.type = Json::Type::String;
-        kv.second.str = joined;
-      } else if (kv.first == "tool_calls" && !(kv.second.type == Json::Type::Array && kv.second.arr.empty()) &&
-                 kv.second.type != Json::Type::Null) {
-        return fieldError(err, field + ".tool_calls", "is not supported (the server has no tool calling)");
-      } else if (kv.first == "role" && kv.second.type == Json::Type::String && kv.second.str == "developer") {
-        kv.second.str = "system"; // OpenAI's newer name for the system role
+    sd::ChatMessage msg;
+    msg.fields.type = Json::Type::Object;
+    const Json *role = m.get("role");
+    if (!role || role->type != Json::Type::String) return fieldError(err, field + ".role", "is required (a string)");
+    msg.role = role->str == "developer" ? "system" : role->str; // OpenAI's newer name for the system role
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+      return fieldError(err, field + ".role", "must be system, user, assistant or tool, not '" + role->str.substr(0, 40) + "'");
+    bool calls = false;
+    for (const auto &[key, value] : m.obj) {
+      if (key == "role" || key == "content" || isNull(&value)) continue;
+      if (key == "tool_calls" && msg.role == "assistant") {
+        Json read;
+        if (!readMessageToolCalls(value, field + ".tool_calls", read, err)) return false;
+        calls = !read.arr.empty();
+        if (calls) msg.fields.obj.emplace_back("tool_calls", std::move(read));
+      } else if ((key == "tool_call_id" && msg.role == "tool") || key == "name") {
+        if (value.type != Json::Type::String) return fieldError(err, field + "." + key, "must be a string");
+        msg.fields.obj.emplace_back(key, value);
+      } else {
+        return fieldError(err, field + "." + key, "is not supported for a " + msg.role + " message");
       }
     }
-    plain.arr.push_back(std::move(m));
-  }
-  if (auto st = sd::chatMessagesFromJson(plain, out); !st.isOk()) {
-    err.status = 400;
-    err.param = "messages";
-    err.message = st.message();
-    return false;
+    const Json *content = m.get("content");
+    if (isNull(content)) {
+      if (!calls) return fieldError(err, field + ".content", "is required (null only beside tool_calls)");
+      msg.noContent = true;
+    } else if (content->type == Json::Type::String) {
+      msg.content = content->str;
+    } else if (content->type == Json::Type::Array) {
+      for (size_t i = 0; i < content->arr.size(); ++i) {
+        const Json &part = content->arr[i];
+        const Json *type = part.get("type"), *text = part.get("text");
+        if (!type || type->type != Json::Type::String || type->str != "text" || !text || text->type != Json::Type::String)
+          return fieldError(err, field + ".content[" + std::to_string(i) + "]",
+                            "must be a text part {\"type\": \"text\", \"text\": ...} (the model reads text only)");
+        msg.content += (i ? "\n" : "") + text->str;
+      }
+    } else {
+      return fieldError(err, field + ".content", "must be a string or a list of text parts");
+    }
+    out.push_back(std::move(msg));
   }
   return true;
 }
@@ -238,7 +252,9 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
                                                 "logprobs", "presence_penalty", "frequency_penalty", "logit_bias",
                                                 "response_format"};
   static const std::set<std::string> completions = {"prompt", "echo"};
-  static const std::set<std::string> chats = {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls"};
+  static const std::set<std::string> chats = {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls",
+                                              "tools", "tool_choice"};
+  bool toolChoiceGiven = false;
   int64_t topLogprobs = -1;
   for (const auto &[key, v] : j.obj) { // a repeated key has its last value, as Python's json reads it
     const bool known = common.count(key) || (chat ? chats : completions).count(key);
@@ -314,8 +330,16 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
       if (v.type != Json::Type::String) return fieldError(err, key, "must be a string");
     } else if (key == "top_logprobs") {
       if (!readInt(v, key, 0, 20, topLogprobs, err)) return false;
-    } // parallel_tool_calls: without tools it means nothing
+    } else if (key == "tools") {
+      if (!readTools(v, out.tools, err)) return false;
+    } else if (key == "tool_choice") {
+      if (!readToolChoice(v, out.toolChoice, out.toolName, err)) return false;
+      toolChoiceGiven = true;
+    } else if (key == "parallel_tool_calls") {
+      if (!readBool(v, key, out.parallelToolCalls, err)) return false;
+    }
   }
+  if (chat && !checkTools(out, toolChoiceGiven, err)) return false;
   if (chat && topLogprobs >= 0) {
     if (out.logprobs < 0 && topLogprobs > 0) return fieldError(err, "top_logprobs", "needs \"logprobs\": true");
     if (out.logprobs >= 0) out.logprobs = topLogprobs;
@@ -330,7 +354,11 @@ std::string responseJson(const Head &h, const std::vector<ChoiceResult> &choices
   std::string s = headJson(h, h.chat ? "chat.completion" : "text_completion") + ",\"choices\":[";
   for (size_t i = 0; i < choices.size(); ++i) {
     s += (i ? ",{\"index\":" : "{\"index\":") + std::to_string(i);
-    if (h.chat)
+    if (h.chat && !choices[i].toolCalls.empty())
+      s += ",\"message\":{\"role\":\"assistant\",\"content\":" +
+           (choices[i].text.empty() ? std::string("null") : sd::jsonQuote(choices[i].text)) +
+           ",\"tool_calls\":" + toolCallsJson(choices[i].toolCalls) + "}";
+    else if (h.chat)
       s += ",\"message\":{\"role\":\"assistant\",\"content\":" + sd::jsonQuote(choices[i].text) + "}";
     else
       s += ",\"text\":" + sd::jsonQuote(choices[i].text);
@@ -352,6 +380,26 @@ std::string chunkJson(const Head &h, size_t index, const std::string &text, cons
     s += ",\"text\":" + sd::jsonQuote(text);
   }
   return s + ",\"logprobs\":" + logprobs + ",\"finish_reason\":" + finishJson(finishReason) + "}]}";
+}
+
+std::string toolCallsJson(const std::vector<ToolCall> &calls, bool indexed, bool argumentsOnly) {
+  std::string s = "[";
+  for (size_t k = 0; k < calls.size(); ++k) {
+    s += k ? ",{" : "{";
+    if (indexed) s += "\"index\":" + std::to_string(k) + ",";
+    if (!argumentsOnly)
+      s += "\"id\":" + sd::jsonQuote(calls[k].id) + ",\"type\":\"function\",\"function\":{\"name\":" +
+           sd::jsonQuote(calls[k].name) + ",\"arguments\":" + sd::jsonQuote(calls[k].arguments) + "}}";
+    else
+      s += "\"function\":{\"arguments\":" + sd::jsonQuote(calls[k].arguments) + "}}";
+  }
+  return s + "]";
+}
+
+std::string toolCallChunkJson(const Head &h, size_t index, const std::string &calls, const std::string &finishReason) {
+  return headJson(h, "chat.completion.chunk") + ",\"choices\":[{\"index\":" + std::to_string(index) +
+         ",\"delta\":{\"tool_calls\":" + calls + "},\"logprobs\":null,\"finish_reason\":" + finishJson(finishReason) +
+         "}]}";
 }
 
 std::string usageChunkJson(const Head &h, const Usage &usage) {

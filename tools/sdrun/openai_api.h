@@ -20,12 +20,23 @@ struct Error {
   std::string code;  // e.g. model_not_found
 };
 std::string errorJson(const Error &e);
+// A 400 naming `field`: "'field' msg"; false.
+bool fieldError(Error &err, const std::string &field, const std::string &msg);
 
 // A prompt as text, or as token ids (the completions API takes both).
 struct Prompt {
   std::string text;
   std::vector<int64_t> ids;
   bool isIds = false;
+};
+
+// How a chat reply may call the request's tools: not at all, as the model
+// chooses (its calls parsed from its text), at least one, or the one named.
+enum class ToolChoice { None, Auto, Required, Named };
+
+// A function call in a reply: arguments as JSON text.
+struct ToolCall {
+  std::string id, name, arguments;
 };
 
 struct GenerationRequest {
@@ -42,6 +53,12 @@ struct GenerationRequest {
   int64_t logprobs = -1; // -1: none; k: each token's log-probability and the k likeliest (chat: top_logprobs)
   // response_format json_object or json_schema: the grammar the text follows (null: free text)
   std::shared_ptr<const sd::generate::JsonGrammar> grammar;
+  // Chat tools: the functions as the chat template reads them (OpenAI's
+  // [{"type": "function", "function": {...}}]; null: none), and the choice.
+  sd::Json tools;
+  ToolChoice toolChoice = ToolChoice::None;
+  std::string toolName; // Named's function
+  bool parallelToolCalls = true;
 };
 
 // What the server uses where a request is silent.
@@ -80,6 +97,7 @@ std::string logprobsJson(bool chat, const std::vector<LogprobEntry> &entries, si
 struct ChoiceResult {
   std::string text, finishReason;
   std::string logprobs = "null"; // logprobsJson's
+  std::vector<ToolCall> toolCalls; // chat: the calls (text: what the reply says besides)
 };
 
 std::string responseJson(const Head &h, const std::vector<ChoiceResult> &choices, const Usage &usage);
@@ -88,6 +106,12 @@ std::string responseJson(const Head &h, const std::vector<ChoiceResult> &choices
 // finish reason when it ends ("" while not).
 std::string chunkJson(const Head &h, size_t index, const std::string &text, const std::string &finishReason, bool role,
                       const std::string &logprobs = "null");
+// A chat stream chunk of tool calls: `calls` the delta's list (toolCallsJson's).
+std::string toolCallChunkJson(const Head &h, size_t index, const std::string &calls, const std::string &finishReason);
+// Tool calls as a message's "tool_calls"; with `indexed` as stream deltas
+// (each with its index; `argumentsOnly` leaves out id, type and name: the
+// arguments' next piece).
+std::string toolCallsJson(const std::vector<ToolCall> &calls, bool indexed = false, bool argumentsOnly = false);
 // The last chunk of a stream with stream_options.include_usage.
 std::string usageChunkJson(const Head &h, const Usage &usage);
 std::string modelJson(const std::string &model, int64_t created);

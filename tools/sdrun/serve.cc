@@ -11,6 +11,7 @@
 #include "batcher.h"
 #include "embedder.h"
 #include "openai_api.h"
+#include "tool_calls.h"
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
@@ -33,7 +34,7 @@ namespace {
 
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
-    "                  [--lora-modules NAME=ADAPTER_DIR]...\n"
+    "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser hermes]\n"
     "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--adapter DIR] [--adapter-rank K]\n"
     "                  [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
@@ -48,7 +49,10 @@ const char *kServeUsage =
     "  POST /v1/chat/completions   messages rendered with the tokenizer's chat template;\n"
     "                              max_tokens / max_completion_tokens (the room left in the\n"
     "                              context), logprobs / top_logprobs, response_format\n"
-    "                              (text, json_object, json_schema), and the sampling fields\n"
+    "                              (text, json_object, json_schema), tools and tool_choice\n"
+    "                              (none; auto with --tool-call-parser; required; a named\n"
+    "                              function: generated under its parameters' schema),\n"
+    "                              parallel_tool_calls, and the sampling fields\n"
     "  POST /v1/embeddings         input (text, texts, or token ids), encoding_format\n"
     "                              float|base64: served for an encoder plan, one whose infer\n"
     "                              entry gives a vector per row (examples/export_minilm.py)\n"
@@ -57,7 +61,7 @@ const char *kServeUsage =
     "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
     "choice and is left out of its text (finish_reason \"stop\", as at the\n"
     "tokenizer's EOS); max_tokens or a full context ends it with \"length\". A\n"
-    "field the server does not implement (tools) is a 400 error naming it, never\n"
+    "field the server does not implement is a 400 error naming it, never\n"
     "silently ignored. response_format json_object or json_schema constrains the\n"
     "text to compact JSON (any object, or one that follows the JSON Schema: its\n"
     "properties in order; a keyword the server cannot follow is a 400 naming it);\n"
@@ -81,6 +85,11 @@ const char *kServeUsage =
     "  --lora-modules NAME=DIR   also serve the plan with this adapter as model NAME, as\n"
     "                            vLLM does (repeatable); each in its own session: its own\n"
     "                            rows and cache, the frozen weights shared\n"
+    "  --tool-call-parser hermes how tool_choice \"auto\" (the default with tools) reads\n"
+    "                            calls from a reply: Hermes' <tool_call>{\"name\": ...,\n"
+    "                            \"arguments\": ...}</tool_call>, as Qwen2.5 and Hermes models\n"
+    "                            write them (without it, auto is refused; \"required\" and a\n"
+    "                            named function are generated under their schemas)\n"
     "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health,\n"
     "                            /metrics)\n"
     "  --seed S                  draws of requests without a seed come from S (0)\n"
@@ -138,9 +147,9 @@ std::string modelNames(const std::vector<ServedModel> &models) {
 class Server {
 public:
   Server(GenerationSetup &g, std::vector<ServedModel> &models, std::string apiKey, uint64_t seed,
-         double requestTimeout, double keepAlive)
+         double requestTimeout, double keepAlive, std::string toolParser)
       : g_(g), models_(models), apiKey_(std::move(apiKey)), seeds_(seed), requestTimeout_(requestTimeout),
-        keepAlive_(keepAlive), created_(int64_t(std::time(nullptr))) {
+        keepAlive_(keepAlive), created_(int64_t(std::time(nullptr))), toolParser_(std::move(toolParser)) {
     Batcher::Events events;
     events.text = [this](Job &job, size_t i, const std::string &text, const std::string &finish) {
       emit(job, i, text, finish);
@@ -172,6 +181,8 @@ private:
   void modelNotFound(const std::string &name, openai::Error &err) const;
   std::string metrics() const;
   void embed(Connection &c, const std::string &body, const std::string &what);
+  std::string newCallId();
+  openai::ChoiceResult result(const Job &job, const Choice &ch);
   std::string modelsJson() const;
   void drop(int id);
   void log(const std::string &peer, const std::string &what);
@@ -189,6 +200,7 @@ private:
   int nextConn_ = 0;
   std::map<int, Connection> conns_;
   std::shared_ptr<const sd::generate::JsonVocabulary> tokens_; // made for the first structured-output request
+  std::string toolParser_; // --tool-call-parser: how tool_choice "auto" reads calls from text ("": refused)
 };
 
 void Server::log(const std::string &peer, const std::string &what) {
@@ -475,9 +487,22 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   if (req.chat) {
     if (!g_.tokenizer)
       return bad(400, "this server has no tokenizer, so no chat template: start it with --tokenizer DIR", "messages");
-    auto rendered = g_.tokenizer->renderChat(req.messages, true);
+    const bool tools = req.tools.type == sd::Json::Type::Array && !req.tools.arr.empty();
+    auto rendered = g_.tokenizer->renderChat(req.messages, true, tools ? &req.tools : nullptr);
     if (!rendered.isOk()) return bad(400, rendered.status().message(), "messages");
     prompts = {{rendered.value(), {}, false}};
+  }
+  if (req.toolChoice == openai::ToolChoice::Auto && toolParser_.empty())
+    return bad(400, "tool_choice \"auto\" (the default with tools) needs the server started with --tool-call-parser "
+                    "hermes; or send tool_choice \"none\", \"required\" or a named function",
+               "tool_choice");
+  if (req.toolChoice != openai::ToolChoice::None && req.logprobs >= 0)
+    return bad(400, "logprobs beside tool calls are not supported", "logprobs");
+  std::shared_ptr<const sd::generate::JsonGrammar> grammar = req.grammar;
+  if (req.toolChoice == openai::ToolChoice::Named || req.toolChoice == openai::ToolChoice::Required) {
+    auto calls = openai::toolGrammar(req); // the reply is the call, written under its schema
+    if (!calls.isOk()) return bad(400, calls.status().message(), "tools");
+    grammar = calls.value();
   }
   auto job = std::make_shared<Job>();
   job->conn = id;
@@ -488,6 +513,8 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   job->echo = req.echo;
   job->logprobs = req.logprobs;
   job->stop = req.stop;
+  job->toolChoice = req.toolChoice;
+  job->toolName = req.toolName;
   job->started = now();
   job->head = {(req.chat ? "chatcmpl-" : "cmpl-") + std::to_string(nextId_++), models_[served].name,
                int64_t(std::time(nullptr)),
@@ -540,19 +567,26 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       ch.sampler = sd::generate::RowSampler(s);
       ch.sampler.topLogprobs = req.logprobs;
       ch.sampler.scorePrompt = req.echo && req.logprobs >= 0;
-      if (req.grammar) {
+      if (grammar) {
         if (!tokens_) // every served model has the plan's vocabulary
           tokens_ = sd::generate::JsonVocabulary::make(tokenTable(g_, gen.vocabSize()));
-        ch.sampler.constraint = std::make_shared<sd::generate::JsonConstraint>(req.grammar, tokens_);
+        ch.sampler.constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens_);
       }
+      if (req.toolChoice != openai::ToolChoice::None) ch.callId = newCallId();
       if (req.echo) ch.text = prompts[p].isIds ? g_.codec.decode(ids) : prompts[p].text;
       job->choices.push_back(std::move(ch));
     }
   }
   if (job->stream) { // a chat's role first; an echo goes with the first tokens (and the prompt's logprobs)
     c.out += http::eventStreamHead(c.chunked);
-    for (size_t i = 0; req.chat && i < job->choices.size(); ++i)
+    for (size_t i = 0; req.chat && i < job->choices.size(); ++i) {
       c.out += http::event(openai::chunkJson(job->head, i, "", "", true), c.chunked);
+      if (job->toolChoice == openai::ToolChoice::Named) // the call's id and name; its arguments stream after
+        c.out += http::event(openai::toolCallChunkJson(job->head, i,
+                                                       openai::toolCallsJson({{job->choices[i].callId, job->toolName, ""}}, true),
+                                                       ""),
+                             c.chunked);
+    }
   }
   batcher.add(job);
   c.job = job;
@@ -570,10 +604,63 @@ std::string Server::modelsJson() const {
   return s;
 }
 
+std::string Server::newCallId() {
+  static const char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  std::string id = "call_";
+  for (int k = 0; k < 24; ++k) id += kAlnum[seeds_() % 62];
+  return id;
+}
+
+// A finished choice as the response gives it: its tool calls read from its
+// text by the tool choice (a named call's arguments, "required"'s list, the
+// --tool-call-parser's format), the text besides them as its content.
+openai::ChoiceResult Server::result(const Job &job, const Choice &ch) {
+  openai::ChoiceResult r{ch.text, ch.finish,
+                         job.logprobs >= 0 ? openai::logprobsJson(job.head.chat, ch.logprobs, 0) : "null", {}};
+  std::vector<openai::ToolCall> calls;
+  std::string content;
+  switch (job.toolChoice) {
+  case openai::ToolChoice::None: return r;
+  case openai::ToolChoice::Named:
+    r.toolCalls = {{ch.callId, job.toolName, ch.text}};
+    r.text.clear();
+    return r;
+  case openai::ToolChoice::Required:
+    if (!openai::parseRequiredCalls(ch.text, calls)) return r; // cut short (max_tokens): the text as it is
+    break;
+  case openai::ToolChoice::Auto:
+    if (!openai::parseHermesCalls(ch.text, calls, content)) return r;
+    break;
+  }
+  for (size_t k = 0; k < calls.size(); ++k) calls[k].id = k ? newCallId() : ch.callId;
+  r.toolCalls = std::move(calls);
+  r.text = content;
+  r.finishReason = "tool_calls";
+  return r;
+}
+
 void Server::emit(Job &job, size_t index, const std::string &text, const std::string &finish) {
   Choice &ch = job.choices[index];
-  if (!job.stream) {
+  auto it = conns_.find(job.conn);
+  if (job.stream && job.toolChoice == openai::ToolChoice::Named) { // the arguments as they come
+    if (it == conns_.end()) return;
+    if (!text.empty())
+      it->second.out += http::event(
+          openai::toolCallChunkJson(job.head, index, openai::toolCallsJson({{"", "", text}}, true, true), ""),
+          it->second.chunked);
+    if (!finish.empty()) it->second.out += http::event(openai::chunkJson(job.head, index, "", finish, false), it->second.chunked);
+    return;
+  }
+  if (!job.stream || job.toolChoice != openai::ToolChoice::None) {
+    // Kept whole: a response's text, or a stream whose calls are known at its end.
     ch.text += text;
+    if (!job.stream || finish.empty() || it == conns_.end()) return;
+    const openai::ChoiceResult r = result(job, ch);
+    if (!r.text.empty()) it->second.out += http::event(openai::chunkJson(job.head, index, r.text, "", false), it->second.chunked);
+    if (!r.toolCalls.empty())
+      it->second.out += http::event(openai::toolCallChunkJson(job.head, index, openai::toolCallsJson(r.toolCalls, true), ""),
+                                    it->second.chunked);
+    it->second.out += http::event(openai::chunkJson(job.head, index, "", r.finishReason, false), it->second.chunked);
     return;
   }
   if (text.empty() && ch.text.empty() && finish.empty()) return; // its tokens' logprobs wait for their text
@@ -583,7 +670,6 @@ void Server::emit(Job &job, size_t index, const std::string &text, const std::st
     for (const openai::LogprobEntry &e : ch.logprobs) ch.offset += e.token.size();
     ch.logprobs.clear();
   }
-  auto it = conns_.find(job.conn);
   if (it != conns_.end())
     it->second.out +=
         http::event(openai::chunkJson(job.head, index, ch.text + text, finish, false, logprobs), it->second.chunked);
@@ -605,9 +691,7 @@ void Server::finishJob(Job &job) {
     ++responses_[200];
   } else {
     std::vector<openai::ChoiceResult> results;
-    for (const Choice &ch : job.choices)
-      results.push_back({ch.text, ch.finish,
-                         job.logprobs >= 0 ? openai::logprobsJson(job.head.chat, ch.logprobs, 0) : "null"});
+    for (const Choice &ch : job.choices) results.push_back(result(job, ch));
     reply(c, 200, openai::responseJson(job.head, results, usage));
   }
   char took[160];
@@ -693,7 +777,7 @@ int serveCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--tokenizer", "--chat-template", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed",
-                         "--request-timeout", "--keep-alive",
+                         "--request-timeout", "--keep-alive", "--tool-call-parser",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun serve --help)");
@@ -774,7 +858,11 @@ int serveCommand(const std::vector<std::string> &args) {
   sa.sa_handler = onStopSignal; // no SA_RESTART: poll returns at once
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
-  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive);
+  const std::string toolParser = flagValue(f, "--tool-call-parser");
+  if (!toolParser.empty() && toolParser != "hermes")
+    return fail("--tool-call-parser '" + toolParser + "': the parsers are: hermes (<tool_call> tags, as Qwen2.5 and "
+                "Hermes models write calls)");
+  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser);
   const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
   char address[300];

@@ -26,5 +26,7 @@ StatusOr<Json> parseJson(const std::string &text, const std::string &what);
 std::string jsonQuote(const std::string &s);
 // A finite number as JSON text that reads back as the same double.
 std::string jsonNumber(double v);
+// A value as compact JSON text (no white space; keys in their order).
+std::string jsonCompact(const Json &v);
 
 } // namespace sd

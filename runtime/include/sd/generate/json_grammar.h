@@ -51,6 +51,12 @@ public:
   // keyword and where it is (a JSON pointer), never silently ignored.
   static StatusOr<std::shared_ptr<const JsonGrammar>> fromSchema(const std::string &schemaText);
   static StatusOr<std::shared_ptr<const JsonGrammar>> fromSchema(const Json &schema);
+  // Tool calls as OpenAI's tool_choice "required" has them written: a list
+  // of one or more (at most one unless `parallel`) {"name": NAME,
+  // "parameters": {...}}, each tool's parameters following its own schema
+  // (null: an empty object).
+  static StatusOr<std::shared_ptr<const JsonGrammar>> toolCalls(
+      const std::vector<std::pair<std::string, const Json *>> &tools, bool parallel);
 
   const Node &node(int32_t i) const { return nodes_[size_t(i)]; }
   int32_t root() const { return root_; }

@@ -17,6 +17,11 @@ namespace sd {
 
 struct ChatMessage {
   std::string role, content;
+  // The message's other fields as a template reads them (an assistant
+  // turn's tool_calls, with each call's arguments an object; a tool turn's
+  // tool_call_id, name): an object, or null for none.
+  Json fields;
+  bool noContent = false; // content is None (an assistant turn of tool calls alone)
 };
 
 // A data line's "messages": [{"role": ..., "content": ...}, ...], roles
@@ -27,9 +32,10 @@ class ChatTemplate {
 public:
   static StatusOr<std::unique_ptr<ChatTemplate>> parse(const std::string &source);
   ~ChatTemplate();
-  // `strings`: further string variables (bos_token, eos_token, ...).
+  // `strings`: further string variables (bos_token, eos_token, ...);
+  // `tools`: the tools variable (OpenAI's list of functions), undefined when null.
   StatusOr<std::string> render(const std::vector<ChatMessage> &messages, bool addGenerationPrompt,
-                               const std::map<std::string, std::string> &strings) const;
+                               const std::map<std::string, std::string> &strings, const Json *tools = nullptr) const;
 
   struct Node;
 

@@ -73,7 +73,9 @@ public:
   StatusOr<const ChatTemplate *> chatTemplate() const;
   // The conversation rendered with the chat template (with tokenizer_config's
   // bos_token and eos_token as variables).
-  StatusOr<std::string> renderChat(const std::vector<ChatMessage> &messages, bool addGenerationPrompt) const;
+  // `tools`: the template's tools variable (OpenAI's functions), when given.
+  StatusOr<std::string> renderChat(const std::vector<ChatMessage> &messages, bool addGenerationPrompt,
+                                   const Json *tools = nullptr) const;
   // What each id adds to a text it follows, as bytes (a part of a UTF-8
   // character stays a part): how a grammar judges tokens. `special[id]` is
   // set for special tokens (their text is not generated text) and for ids

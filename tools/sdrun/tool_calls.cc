@@ -1,0 +1,173 @@
+// Tools and tool calls of OpenAI's chat API.
+#include "tool_calls.h"
+#include <cctype>
+
+namespace sdrun::openai {
+
+using sd::Json;
+
+namespace {
+
+bool isNull(const Json *v) { return !v || v->type == Json::Type::Null; }
+
+Json string(const std::string &s) {
+  Json j;
+  j.type = Json::Type::String;
+  j.str = s;
+  return j;
+}
+
+const Json *toolFunction(const Json &tool) { return tool.get("function"); }
+
+std::string toolName(const Json &tool) {
+  const Json *f = toolFunction(tool);
+  const Json *name = f ? f->get("name") : nullptr;
+  return name ? name->str : "";
+}
+
+} // namespace
+
+bool readTools(const Json &v, Json &tools, Error &err) {
+  if (v.type != Json::Type::Array) return fieldError(err, "tools", "must be a list of {\"type\": \"function\", \"function\": {...}}");
+  for (size_t k = 0; k < v.arr.size(); ++k) {
+    const std::string field = "tools[" + std::to_string(k) + "]";
+    const Json &t = v.arr[k];
+    const Json *type = t.get("type"), *f = t.get("function");
+    if (t.type != Json::Type::Object || !type || type->type != Json::Type::String || type->str != "function" || !f ||
+        f->type != Json::Type::Object)
+      return fieldError(err, field, "must be {\"type\": \"function\", \"function\": {\"name\": ..., \"parameters\": ...}}");
+    for (const auto &[key, value] : t.obj)
+      if (key != "type" && key != "function") return fieldError(err, field + "." + key, "is not supported");
+    const Json *name = f->get("name");
+    if (!name || name->type != Json::Type::String || name->str.empty() || name->str.size() > 64)
+      return fieldError(err, field + ".function.name", "must be a name of 1 to 64 characters");
+    for (char c : name->str)
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '-')
+        return fieldError(err, field + ".function.name", "may hold letters, digits, '_' and '-' only");
+    for (size_t j = 0; j < k; ++j)
+      if (toolName(v.arr[j]) == name->str) return fieldError(err, field + ".function.name", "repeats '" + name->str + "'");
+    for (const auto &[key, value] : f->obj) {
+      if (key == "name") continue;
+      if (key == "description" && value.type != Json::Type::String)
+        return fieldError(err, field + ".function.description", "must be a string");
+      if (key == "strict" && !isNull(&value) && value.type != Json::Type::Bool)
+        return fieldError(err, field + ".function.strict", "must be a boolean");
+      if (key == "parameters") {
+        auto g = sd::generate::JsonGrammar::fromSchema(value); // refused now, not at the first forced call
+        if (!g.isOk()) return fieldError(err, field + ".function.parameters", "is refused: " + g.status().message());
+      }
+      if (key != "description" && key != "strict" && key != "parameters")
+        return fieldError(err, field + ".function." + key, "is not supported");
+    }
+  }
+  tools = v;
+  return true;
+}
+
+bool readToolChoice(const Json &v, ToolChoice &choice, std::string &name, Error &err) {
+  if (v.type == Json::Type::String) {
+    if (v.str == "none") choice = ToolChoice::None;
+    else if (v.str == "auto") choice = ToolChoice::Auto;
+    else if (v.str == "required") choice = ToolChoice::Required;
+    else return fieldError(err, "tool_choice", "must be none, auto, required or {\"type\": \"function\", ...}");
+    return true;
+  }
+  const Json *type = v.get("type"), *f = v.get("function");
+  const Json *n = f ? f->get("name") : nullptr;
+  if (v.type != Json::Type::Object || !type || type->type != Json::Type::String || type->str != "function" || !n ||
+      n->type != Json::Type::String)
+    return fieldError(err, "tool_choice", "must be none, auto, required or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  choice = ToolChoice::Named;
+  name = n->str;
+  return true;
+}
+
+bool checkTools(GenerationRequest &r, bool choiceGiven, Error &err) {
+  const bool any = r.tools.type == Json::Type::Array && !r.tools.arr.empty();
+  if (!choiceGiven) r.toolChoice = any ? ToolChoice::Auto : ToolChoice::None; // OpenAI's defaults
+  if (r.toolChoice == ToolChoice::None) return true;
+  if (!any) return fieldError(err, "tool_choice", "needs tools to choose from");
+  if (r.toolChoice == ToolChoice::Named) {
+    bool found = false;
+    for (const Json &t : r.tools.arr) found = found || toolName(t) == r.toolName;
+    if (!found) return fieldError(err, "tool_choice", "names '" + r.toolName.substr(0, 64) + "', which is not in tools");
+  }
+  if (r.grammar && r.toolChoice != ToolChoice::Auto)
+    return fieldError(err, "response_format", "cannot shape a reply that tool_choice makes a tool call");
+  return true;
+}
+
+bool readMessageToolCalls(const Json &v, const std::string &field, Json &out, Error &err) {
+  if (v.type != Json::Type::Array) return fieldError(err, field, "must be a list of tool calls");
+  out = Json();
+  out.type = Json::Type::Array;
+  for (size_t k = 0; k < v.arr.size(); ++k) {
+    const std::string at = field + "[" + std::to_string(k) + "]";
+    const Json &c = v.arr[k];
+    const Json *id = c.get("id"), *f = c.get("function");
+    const Json *name = f ? f->get("name") : nullptr, *args = f ? f->get("arguments") : nullptr;
+    if (c.type != Json::Type::Object || !id || id->type != Json::Type::String || !name ||
+        name->type != Json::Type::String || !args || args->type != Json::Type::String)
+      return fieldError(err, at, "must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    auto parsed = sd::parseJson(args->str, "the arguments");
+    if (!parsed.isOk()) return fieldError(err, at + ".function.arguments", "is not JSON: " + parsed.status().message());
+    Json call; // as vLLM hands them to templates: the arguments an object
+    call.type = Json::Type::Object;
+    Json function;
+    function.type = Json::Type::Object;
+    function.obj = {{"name", *name}, {"arguments", parsed.value()}};
+    call.obj = {{"id", *id}, {"type", string("function")}, {"function", function}};
+    out.arr.push_back(std::move(call));
+  }
+  return true;
+}
+
+sd::StatusOr<std::shared_ptr<const sd::generate::JsonGrammar>> toolGrammar(const GenerationRequest &r) {
+  using sd::generate::JsonGrammar;
+  std::vector<std::pair<std::string, const Json *>> tools;
+  for (const Json &t : r.tools.arr) {
+    const Json *params = toolFunction(t)->get("parameters");
+    if (r.toolChoice == ToolChoice::Required) tools.emplace_back(toolName(t), params);
+    if (r.toolChoice == ToolChoice::Named && toolName(t) == r.toolName) {
+      if (params) return JsonGrammar::fromSchema(*params);
+      return JsonGrammar::fromSchema(std::string(R"({"type":"object","additionalProperties":false})"));
+    }
+  }
+  if (r.toolChoice == ToolChoice::Required) return JsonGrammar::toolCalls(tools, r.parallelToolCalls);
+  return std::shared_ptr<const JsonGrammar>();
+}
+
+bool parseRequiredCalls(const std::string &text, std::vector<ToolCall> &calls) {
+  auto parsed = sd::parseJson(text, "the tool calls");
+  if (!parsed.isOk() || parsed.value().type != Json::Type::Array || parsed.value().arr.empty()) return false;
+  for (const Json &c : parsed.value().arr) {
+    const Json *name = c.get("name"), *params = c.get("parameters");
+    if (!name || name->type != Json::Type::String || !params) return false;
+    calls.push_back({"", name->str, sd::jsonCompact(*params)});
+  }
+  return true;
+}
+
+bool parseHermesCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
+  static const std::string open = "<tool_call>", close = "</tool_call>";
+  const size_t first = text.find(open);
+  if (first == std::string::npos) return false;
+  std::vector<ToolCall> found;
+  for (size_t at = first; (at = text.find(open, at)) != std::string::npos;) {
+    const size_t begin = at + open.size(), end = text.find(close, begin);
+    // An unclosed last call (the reply ended there) is read to the end, as vLLM reads it.
+    auto parsed = sd::parseJson(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin), "a call");
+    if (!parsed.isOk()) return false;
+    const Json *name = parsed.value().get("name"), *args = parsed.value().get("arguments");
+    if (!name || name->type != Json::Type::String || !args) return false;
+    found.push_back({"", name->str, sd::jsonCompact(*args)});
+    if (end == std::string::npos) break;
+    at = end + close.size();
+  }
+  content = text.substr(0, first);
+  while (!content.empty() && std::isspace(static_cast<unsigned char>(content.back()))) content.pop_back();
+  calls = std::move(found);
+  return true;
+}
+
+} // namespace sdrun::openai
