@@ -738,6 +738,10 @@ int Server::run(int listenFd) {
         const short rev = fds[k + 1].revents;
         if (!rev) continue;
         auto it = conns_.find(ids[k]);
+        if (it != conns_.end() && (rev & (POLLHUP | POLLERR)) && it->second.in.size() >= kMaxBuffered) {
+          drop(ids[k]); // gone, with its buffer full (nothing more would be read to see it)
+          continue;
+        }
         if (it != conns_.end() && (rev & (POLLIN | POLLHUP | POLLERR))) readFrom(ids[k], it->second);
         it = conns_.find(ids[k]);
         if (it != conns_.end() && (rev & POLLOUT)) writeTo(ids[k], it->second);
