@@ -1125,16 +1125,91 @@ private:
 
 } // namespace
 
+namespace {
+
+// An assistant turn's "tool_calls" as templates read them: each call's
+// arguments an object (the API sends a JSON string; chat datasets an object).
+Status readToolCalls(const Json &v, const std::string &field, Json &out) {
+  if (v.type != Json::Type::Array) return sdError(field, " must be a list of tool calls");
+  out = Json();
+  out.type = Json::Type::Array;
+  for (size_t k = 0; k < v.arr.size(); ++k) {
+    const std::string at = field + "[" + std::to_string(k) + "]";
+    const Json &c = v.arr[k];
+    const Json *f = c.get("function");
+    const Json *name = f ? f->get("name") : nullptr, *args = f ? f->get("arguments") : nullptr;
+    if (c.type != Json::Type::Object || !name || name->type != Json::Type::String)
+      return sdError(at, " must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
+    Json arguments;
+    if (args && args->type == Json::Type::String) {
+      auto parsed = parseJson(args->str, "the arguments");
+      if (!parsed.isOk()) return sdError(at, ".function.arguments is not JSON: ", parsed.status().message());
+      arguments = std::move(parsed.value());
+    } else if (args && args->type == Json::Type::Object) {
+      arguments = *args;
+    } else {
+      return sdError(at, ".function.arguments must be a JSON object (or its text)");
+    }
+    Json call = c;
+    for (auto &[key, value] : call.obj)
+      if (key == "function")
+        for (auto &[fk, fv] : value.obj)
+          if (fk == "arguments") fv = arguments;
+    out.arr.push_back(std::move(call));
+  }
+  return Status::ok();
+}
+
+} // namespace
+
 Status chatMessagesFromJson(const Json &messages, std::vector<ChatMessage> &out) {
   if (messages.type != Json::Type::Array || messages.arr.empty())
     return sdError("'messages' must be a non-empty list of {\"role\", \"content\"}");
   for (size_t k = 0; k < messages.arr.size(); ++k) {
-    const Json *role = messages.arr[k].get("role"), *content = messages.arr[k].get("content");
-    if (!role || role->type != Json::Type::String || !content || content->type != Json::Type::String)
-      return sdError("messages[", k, "] needs string 'role' and 'content'");
-    if (role->str != "system" && role->str != "user" && role->str != "assistant" && role->str != "tool")
-      return sdError("messages[", k, "] has the unknown role '", role->str, "' (system, user, assistant, tool)");
-    out.push_back({role->str, content->str});
+    const Json &m = messages.arr[k];
+    const std::string field = "messages[" + std::to_string(k) + "]";
+    const Json *role = m.get("role");
+    if (m.type != Json::Type::Object || !role || role->type != Json::Type::String)
+      return sdError(field, " needs a string 'role'");
+    ChatMessage msg;
+    msg.fields.type = Json::Type::Object;
+    msg.role = role->str == "developer" ? "system" : role->str; // OpenAI's newer name for the system role
+    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
+      return sdError(field, " has the unknown role '", role->str.substr(0, 40), "' (system, user, assistant, tool)");
+    bool calls = false;
+    for (const auto &[key, value] : m.obj) {
+      if (key == "role" || key == "content" || value.type == Json::Type::Null) continue;
+      if (key == "tool_calls" && msg.role == "assistant") {
+        Json read;
+        SD_RETURN_IF_ERROR(readToolCalls(value, field + ".tool_calls", read));
+        calls = !read.arr.empty();
+        if (calls) msg.fields.obj.emplace_back("tool_calls", std::move(read));
+      } else if ((key == "tool_call_id" && msg.role == "tool") || key == "name") {
+        if (value.type != Json::Type::String) return sdError(field, ".", key, " must be a string");
+        msg.fields.obj.emplace_back(key, value);
+      } else {
+        return sdError(field, ".", key.substr(0, 40), " is not supported for a ", msg.role, " message");
+      }
+    }
+    const Json *content = m.get("content");
+    if (!content || content->type == Json::Type::Null) {
+      if (!calls) return sdError(field, " needs 'content' (it may be null only beside tool_calls)");
+      msg.noContent = true;
+    } else if (content->type == Json::Type::String) {
+      msg.content = content->str;
+    } else if (content->type == Json::Type::Array) { // text parts, joined by newlines as vLLM joins them
+      for (size_t i = 0; i < content->arr.size(); ++i) {
+        const Json &part = content->arr[i];
+        const Json *type = part.get("type"), *text = part.get("text");
+        if (!type || type->type != Json::Type::String || type->str != "text" || !text || text->type != Json::Type::String)
+          return sdError(field, ".content[", i, "] must be a text part {\"type\": \"text\", \"text\": ...} (the model "
+                         "reads text only)");
+        msg.content += (i ? "\n" : "") + text->str;
+      }
+    } else {
+      return sdError(field, ".content must be a string or a list of text parts");
+    }
+    out.push_back(std::move(msg));
   }
   return Status::ok();
 }

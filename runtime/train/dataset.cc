@@ -78,11 +78,13 @@ Status tokenizeText(const std::string &first, const std::string *completion, con
 // adds to messages[0..k) with the generation prompt; each piece is tokenized
 // on its own (as apply_chat_template tokenizes: no added BOS, the template's
 // special tokens matched), so no token straddles a trained and an untrained span.
-Status tokenizeChat(const Json &messages, const DatasetOptions &opts, Example &ex) {
+// `tools` (TRL's column: the functions the template shows) may be null.
+Status tokenizeChat(const Json &messages, const Json *tools, const DatasetOptions &opts, Example &ex) {
   std::vector<ChatMessage> chat;
   SD_RETURN_IF_ERROR(chatMessagesFromJson(messages, chat));
+  if (tools && tools->type != Json::Type::Array) return sdError("'tools' must be a list of functions");
   const Tokenizer &tok = *opts.tokenizer;
-  auto full = tok.renderChat(chat, false);
+  auto full = tok.renderChat(chat, false, tools);
   if (!full.isOk()) return full.status();
   EncodeOptions eo;
   eo.addSpecialTokens = false;
@@ -99,7 +101,7 @@ Status tokenizeChat(const Json &messages, const DatasetOptions &opts, Example &e
     if (chat[k].role != "assistant") continue;
     anyAssistant = true;
     std::vector<ChatMessage> before(chat.begin(), chat.begin() + long(k)), upTo(chat.begin(), chat.begin() + long(k) + 1);
-    auto prefix = tok.renderChat(before, true), whole = tok.renderChat(upTo, false);
+    auto prefix = tok.renderChat(before, true, tools), whole = tok.renderChat(upTo, false, tools);
     if (!prefix.isOk()) return prefix.status();
     if (!whole.isOk()) return whole.status();
     const std::string &p = prefix.value(), &w = whole.value();
@@ -403,6 +405,8 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
     return sdError(where, ": 'label' is for classification plans (sdc compile --recipe classify) and unpaired ",
                    "preference plans (--recipe kto); this plan trains a language model");
   Example ex;
+  if (j.get("tools") && !j.get("messages"))
+    return sdError(where, ": 'tools' go with 'messages' (the chat template shows them beside the conversation)");
   const Json *ids = j.get("input_ids"), *labels = j.get("labels"), *text = j.get("text");
   const Json *prompt = j.get("prompt"), *completion = j.get("completion");
   if (ids) {
@@ -420,7 +424,7 @@ StatusOr<Example> parseDataLine(const std::string &line, const std::string &wher
   } else if (const Json *messages = j.get("messages")) {
     if (!opts.tokenizer) return sdError(where, ": 'messages' lines need --tokenizer DIR with a chat template");
     if (labels) return sdError(where, ": 'labels' go with 'input_ids', not with messages");
-    SD_RETURN_IF_ERROR(tokenizeChat(*messages, opts, ex).withContext(where + ": "));
+    SD_RETURN_IF_ERROR(tokenizeChat(*messages, j.get("tools"), opts, ex).withContext(where + ": "));
   } else {
     return sdError(where, ": a line needs 'input_ids', 'text' or 'prompt' and 'completion'");
   }

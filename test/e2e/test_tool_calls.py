@@ -186,20 +186,59 @@ def served_calls(sdrun, plan, model, lib, folder, servers):
     srv.stop()
 
 
+def data_lines(sdrun, lib, folder, tmp):
+    """Chat data with tools renders as transformers renders it, arguments
+    given as objects or as JSON text; bad tool calls are one-line errors."""
+    conversation = [{"role": "user", "content": "Weather in Rome?"},
+                    {"role": "assistant", "tool_calls": [{"id": "c1", "type": "function", "function": {
+                        "name": "get_weather", "arguments": {"city": "Rome", "unit": "f"}}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "64 F"},
+                    {"role": "assistant", "content": "Warm."}]
+    as_text = json.loads(json.dumps(conversation))
+    as_text[1]["tool_calls"][0]["function"]["arguments"] = '{"city": "Rome", "unit": "f"}'
+    lines = "".join(json.dumps({"messages": c, "tools": TOOLS, "add_generation_prompt": False}) + "\n"
+                    for c in (conversation, as_text))
+    r = subprocess.run([sdrun, "tokenize", "--tokenizer", folder, "--chat"], input=lines, capture_output=True,
+                       text=True, timeout=60)
+    from transformers.utils.chat_template_utils import render_jinja_template
+    from chat_templates import QWEN_TOOLS
+    want, _ = render_jinja_template(conversations=[conversation], tools=TOOLS, chat_template=QWEN_TOOLS,
+                                    bos_token="<s>", eos_token="<|im_end|>")
+    got = [json.loads(x) for x in r.stdout.splitlines()] if r.returncode == 0 else [r.stderr]
+    check("chat data with tools and tool_calls (arguments as an object or as JSON text) renders as transformers "
+          "renders it", got == [want[0], want[0]], f"{got!r} vs {want[0]!r}")
+    bad = os.path.join(tmp, "bad_calls.jsonl")
+    for name, line, must in [
+            ("arguments that are not JSON", {"messages": [{"role": "user", "content": "x"}, {
+                "role": "assistant", "tool_calls": [{"function": {"name": "f", "arguments": "{oops"}}]}]},
+             "messages[1].tool_calls[0].function.arguments is not JSON"),
+            ("tools on a text line", {"text": "x", "tools": TOOLS}, "'tools' go with 'messages'"),
+            ("an unknown message field", {"messages": [{"role": "user", "content": "x", "mood": "glad"}]},
+             "messages[0].mood is not supported")]:
+        with open(bad, "w") as f:
+            f.write(json.dumps(line) + "\n")
+        clean_error(f"sdrun train: chat data with {name} is a one-line error naming the line and field",
+                    [sdrun, "train", os.path.join(tmp, "lora.sdp"), "--data", bad, "--steps", "1"], [must, "bad_calls.jsonl:1"])
+
+
 def trained_call(sdc, sdrun, onnx_path, lib, folder, tmp, servers):
     """sdrun train teaches a LoRA adapter to answer with a call; served with
     --tool-call-parser hermes, tool_choice auto returns it as a call."""
     plan = os.path.join(tmp, "lora.sdp")
     subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", "--target-modules", "q_proj,v_proj,o_proj,up_proj",
                     "--lora-r", "16", "--lora-alpha", "32", "--kv-cache", "512", "--kv-batch", "2", "--prefill-chunk",
-                    "8", "--shapes", "input_ids=4x96", "--tokenizer", folder, "-o", plan], check=True,
+                    "8", "--shapes", "input_ids=4x320", "--tokenizer", folder, "-o", plan], check=True,
                    capture_output=True)
+    # TRL's conversational format with tools: the call as tool_calls (its
+    # arguments an object), the functions in "tools"; the template writes both.
     data = os.path.join(tmp, "calls.jsonl")
     with open(data, "w") as f:
         for city in ["Paris", "Rome", "Oslo", "Lima"]:
+            call = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": city, "unit": "c"}}}
             f.write(json.dumps({"messages": [{"role": "user", "content": f"Weather in {city}?"},
-                                             {"role": "assistant", "content": CALL}]}) + "\n")
+                                             {"role": "assistant", "tool_calls": [call]}], "tools": TOOLS}) + "\n")
     adapter = os.path.join(tmp, "adapter")
+    data_lines(sdrun, lib, folder, tmp)
     r = subprocess.run([sdrun, "train", plan, "--data", data, "--steps", "150", "--lr", "3e-3", "--threads", "2",
                         "--save-adapter", adapter], capture_output=True, text=True, timeout=600)
     if r.returncode != 0:
@@ -209,11 +248,13 @@ def trained_call(sdc, sdrun, onnx_path, lib, folder, tmp, servers):
     servers.append(srv)
     client = srv.client()
     turn = [{"role": "user", "content": "Weather in Paris?"}]
-    plain = client.chat.completions.create(model="llama", messages=turn, temperature=0, max_tokens=40)
+    plain = client.chat.completions.create(model="llama", messages=turn, tools=TOOLS, tool_choice="none",
+                                           temperature=0, max_tokens=40)
     r = client.chat.completions.create(model="llama", messages=turn, tools=TOOLS, temperature=0, max_tokens=40)
     calls = r.choices[0].message.tool_calls or []
-    check("--tool-call-parser hermes: a LoRA trained with sdrun train to call get_weather is served with "
-          "tool_choice auto, its <tool_call> returned as the call (finish_reason tool_calls)",
+    check("--tool-call-parser hermes: a LoRA trained with sdrun train on tool_calls data (TRL's format, with tools) "
+          "is served with tool_choice auto, its <tool_call> returned as the call (finish_reason tool_calls); with "
+          "tool_choice none the same text comes as content",
           len(calls) == 1 and calls[0].function.name == "get_weather" and
           json.loads(calls[0].function.arguments) == {"city": "Paris", "unit": "c"} and
           r.choices[0].finish_reason == "tool_calls" and CALL in (plain.choices[0].message.content or ""),

@@ -79,56 +79,13 @@ bool readPrompt(const Json &v, std::vector<Prompt> &out, Error &err, const std::
   return true;
 }
 
-// Chat messages; content as a string or as text parts (joined by newlines,
-// as vLLM joins them); an assistant turn's tool calls and a tool turn's
-// tool_call_id kept for the chat template.
+// Chat messages, read as data lines' are (sd::chatMessagesFromJson).
 bool readMessages(const Json &v, std::vector<sd::ChatMessage> &out, Error &err) {
-  if (v.type != Json::Type::Array || v.arr.empty()) return fieldError(err, "messages", "must be a non-empty list");
-  for (size_t k = 0; k < v.arr.size(); ++k) {
-    const Json &m = v.arr[k];
-    const std::string field = "messages[" + std::to_string(k) + "]";
-    if (m.type != Json::Type::Object) return fieldError(err, field, "must be an object with 'role' and 'content'");
-    sd::ChatMessage msg;
-    msg.fields.type = Json::Type::Object;
-    const Json *role = m.get("role");
-    if (!role || role->type != Json::Type::String) return fieldError(err, field + ".role", "is required (a string)");
-    msg.role = role->str == "developer" ? "system" : role->str; // OpenAI's newer name for the system role
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant" && msg.role != "tool")
-      return fieldError(err, field + ".role", "must be system, user, assistant or tool, not '" + role->str.substr(0, 40) + "'");
-    bool calls = false;
-    for (const auto &[key, value] : m.obj) {
-      if (key == "role" || key == "content" || isNull(&value)) continue;
-      if (key == "tool_calls" && msg.role == "assistant") {
-        Json read;
-        if (!readMessageToolCalls(value, field + ".tool_calls", read, err)) return false;
-        calls = !read.arr.empty();
-        if (calls) msg.fields.obj.emplace_back("tool_calls", std::move(read));
-      } else if ((key == "tool_call_id" && msg.role == "tool") || key == "name") {
-        if (value.type != Json::Type::String) return fieldError(err, field + "." + key, "must be a string");
-        msg.fields.obj.emplace_back(key, value);
-      } else {
-        return fieldError(err, field + "." + key, "is not supported for a " + msg.role + " message");
-      }
-    }
-    const Json *content = m.get("content");
-    if (isNull(content)) {
-      if (!calls) return fieldError(err, field + ".content", "is required (null only beside tool_calls)");
-      msg.noContent = true;
-    } else if (content->type == Json::Type::String) {
-      msg.content = content->str;
-    } else if (content->type == Json::Type::Array) {
-      for (size_t i = 0; i < content->arr.size(); ++i) {
-        const Json &part = content->arr[i];
-        const Json *type = part.get("type"), *text = part.get("text");
-        if (!type || type->type != Json::Type::String || type->str != "text" || !text || text->type != Json::Type::String)
-          return fieldError(err, field + ".content[" + std::to_string(i) + "]",
-                            "must be a text part {\"type\": \"text\", \"text\": ...} (the model reads text only)");
-        msg.content += (i ? "\n" : "") + text->str;
-      }
-    } else {
-      return fieldError(err, field + ".content", "must be a string or a list of text parts");
-    }
-    out.push_back(std::move(msg));
+  if (auto st = sd::chatMessagesFromJson(v, out); !st.isOk()) {
+    err.status = 400;
+    err.param = "messages";
+    err.message = st.message();
+    return false;
   }
   return true;
 }

@@ -25,7 +25,8 @@ const char *kTokenizeUsage =
     "  --parse-special        match special tokens written in the text (by default\n"
     "                         they are plain text, so input cannot forge them)\n"
     "  --skip-special-tokens  --decode: drop special tokens from the text\n"
-    "  --chat                 read {\"messages\": [...], \"add_generation_prompt\": bool} lines and\n"
+    "  --chat                 read {\"messages\": [...], \"tools\": [...], \"add_generation_prompt\": bool}\n"
+    "                         lines (tools optional) and\n"
     "                         print each conversation rendered with the chat template of\n"
     "                         tokenizer_config.json, as a JSON string\n";
 
@@ -39,7 +40,8 @@ int renderChats(const sd::Tokenizer &tok) {
     std::vector<sd::ChatMessage> chat;
     if (!messages) return fail(where + ": no 'messages'");
     if (auto st = sd::chatMessagesFromJson(*messages, chat); !st.isOk()) return fail(where + ": " + st.message());
-    auto text = tok.renderChat(chat, gen && gen->type == sd::Json::Type::Bool && gen->b);
+    const sd::Json *tools = json.value().get("tools");
+    auto text = tok.renderChat(chat, gen && gen->type == sd::Json::Type::Bool && gen->b, tools);
     if (!text.isOk()) return fail(where + ": " + text.status().message());
     std::string out = sd::jsonQuote(text.value()) + "\n";
     std::fwrite(out.data(), 1, out.size(), stdout);

@@ -10,13 +10,6 @@ namespace {
 
 bool isNull(const Json *v) { return !v || v->type == Json::Type::Null; }
 
-Json string(const std::string &s) {
-  Json j;
-  j.type = Json::Type::String;
-  j.str = s;
-  return j;
-}
-
 const Json *toolFunction(const Json &tool) { return tool.get("function"); }
 
 std::string toolName(const Json &tool) {
@@ -94,31 +87,6 @@ bool checkTools(GenerationRequest &r, bool choiceGiven, Error &err) {
   }
   if (r.grammar && r.toolChoice != ToolChoice::Auto)
     return fieldError(err, "response_format", "cannot shape a reply that tool_choice makes a tool call");
-  return true;
-}
-
-bool readMessageToolCalls(const Json &v, const std::string &field, Json &out, Error &err) {
-  if (v.type != Json::Type::Array) return fieldError(err, field, "must be a list of tool calls");
-  out = Json();
-  out.type = Json::Type::Array;
-  for (size_t k = 0; k < v.arr.size(); ++k) {
-    const std::string at = field + "[" + std::to_string(k) + "]";
-    const Json &c = v.arr[k];
-    const Json *id = c.get("id"), *f = c.get("function");
-    const Json *name = f ? f->get("name") : nullptr, *args = f ? f->get("arguments") : nullptr;
-    if (c.type != Json::Type::Object || !id || id->type != Json::Type::String || !name ||
-        name->type != Json::Type::String || !args || args->type != Json::Type::String)
-      return fieldError(err, at, "must be {\"id\", \"type\": \"function\", \"function\": {\"name\", \"arguments\"}}");
-    auto parsed = sd::parseJson(args->str, "the arguments");
-    if (!parsed.isOk()) return fieldError(err, at + ".function.arguments", "is not JSON: " + parsed.status().message());
-    Json call; // as vLLM hands them to templates: the arguments an object
-    call.type = Json::Type::Object;
-    Json function;
-    function.type = Json::Type::Object;
-    function.obj = {{"name", *name}, {"arguments", parsed.value()}};
-    call.obj = {{"id", *id}, {"type", string("function")}, {"function", function}};
-    out.arr.push_back(std::move(call));
-  }
   return true;
 }
 

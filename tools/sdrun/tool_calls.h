@@ -1,6 +1,6 @@
 // Tool calling in `sdrun serve`, as OpenAI's chat API has it: a request's
-// tools and tool_choice, an assistant turn's tool_calls read back for the chat
-// template, the grammar a forced call is generated under, and the calls in
+// tools and tool_choice (an assistant turn's tool_calls are read with the
+// messages, sd::chatMessagesFromJson), the grammar a forced call is generated under, and the calls in
 // generated text: a "required" reply's list, or (tool_choice "auto", with
 // --tool-call-parser) the calls a model writes in its own chat format.
 #pragma once
@@ -22,9 +22,6 @@ bool readToolChoice(const sd::Json &v, ToolChoice &choice, std::string &name, Er
 // and a choice that names no tool, or asks for tools there are none of, or
 // fights response_format, refused.
 bool checkTools(GenerationRequest &r, bool choiceGiven, Error &err);
-// An assistant message's "tool_calls" in the form chat templates read: each
-// call's arguments (a JSON string in the API) as an object.
-bool readMessageToolCalls(const sd::Json &v, const std::string &field, sd::Json &out, Error &err);
 
 // The grammar a chat reply follows for its tool choice: the named function's
 // parameters, or "required"'s list of calls; null for none and auto.

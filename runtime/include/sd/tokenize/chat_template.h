@@ -24,8 +24,12 @@ struct ChatMessage {
   bool noContent = false; // content is None (an assistant turn of tool calls alone)
 };
 
-// A data line's "messages": [{"role": ..., "content": ...}, ...], roles
-// system, user, assistant or tool; anything else is an error naming it.
+// "messages": [{"role": ..., "content": ...}, ...] as a data line or an
+// OpenAI request has them: roles system (or developer), user, assistant and
+// tool; content a string or text parts (joined by newlines); an assistant's
+// tool_calls (arguments an object or its JSON text; content may then be
+// null), a tool turn's tool_call_id, and name. Anything else is an error
+// naming it (messages[k].field).
 Status chatMessagesFromJson(const Json &messages, std::vector<ChatMessage> &out);
 
 class ChatTemplate {
