@@ -1,6 +1,7 @@
 // The JSON matcher: a pushdown automaton over bytes whose stack frames are
 // grammar nodes in progress, run on every reading of the text at once.
 #include "sd/generate/json_grammar.h"
+#include "pattern.h"
 #include <algorithm>
 #include <cstring>
 #include <tuple>
@@ -48,47 +49,79 @@ int numberNext(uint8_t phase, unsigned char c, bool integer) {
   return -1;
 }
 
+// A patterned string takes code point `cp` (false: its pattern cannot).
+bool patternStep(JsonMatcher::Frame &f, const Pattern &p, uint32_t cp) {
+  f.re = p.step(f.re, cp);
+  return f.re.any();
+}
+
+// Whether a patterned string may go on with a character whose code point
+// starts with the bits of f.cp, `bits` bits still to come.
+bool patternMay(const JsonMatcher::Frame &f, const Pattern &p, int bits) {
+  return p.mayStep(f.re, f.cp << bits, (f.cp << bits) | ((1u << bits) - 1));
+}
+
 // A string frame after byte `c`; false when `c` cannot come there.
 bool stringNext(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned char c, bool &closed) {
   closed = false;
+  const Pattern *p = n.pattern.get();
   const bool room = n.maxCount < 0 || f.index < n.maxCount;
   switch (f.phase) {
   case kStrOpen:
     if (c != '"') return false;
     f.phase = kStrBody;
+    if (p) f.re = p->start();
     return true;
   case kStrBody:
-    if (c == '"') return closed = f.index >= n.minCount;
+    if (c == '"') return closed = f.index >= n.minCount && (!p || p->accepts(f.re));
     if (!room || c < 0x20) return false;
     ++f.index;
-    if (c == '\\') f.phase = kStrEscape;
-    else if (c >= 0x80) { // the lead byte of a UTF-8 character sets how many and which bytes follow
-      f.lo = 0x80, f.hi = 0xBF;
-      if (c >= 0xC2 && c <= 0xDF) f.pos = 1;
-      else if (c >= 0xE0 && c <= 0xEF) f.pos = 2, f.lo = c == 0xE0 ? 0xA0 : 0x80, f.hi = c == 0xED ? 0x9F : 0xBF;
-      else if (c >= 0xF0 && c <= 0xF4) f.pos = 3, f.lo = c == 0xF0 ? 0x90 : 0x80, f.hi = c == 0xF4 ? 0x8F : 0xBF;
-      else return false;
-      f.phase = kStrUtf8;
+    if (c == '\\') {
+      f.phase = kStrEscape;
+      return !p || p->mayStep(f.re, 0, 0xFFFF); // an escape writes a character of the first plane
     }
-    return true;
-  case kStrEscape:
+    if (c < 0x80) return !p || patternStep(f, *p, c);
+    // The lead byte of a UTF-8 character sets how many and which bytes follow.
+    f.lo = 0x80, f.hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) f.pos = 1, f.cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+      f.pos = 2, f.cp = c & 0x0F, f.lo = c == 0xE0 ? 0xA0 : 0x80, f.hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+      f.pos = 3, f.cp = c & 0x07, f.lo = c == 0xF0 ? 0x90 : 0x80, f.hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    f.phase = kStrUtf8;
+    return !p || patternMay(f, *p, 6 * f.pos);
+  case kStrEscape: {
     if (c == 'u') {
       f.phase = kStrHex;
       f.pos = 4;
+      f.cp = 0;
       return true;
     }
-    if (!std::strchr("\"\\/bfnrt", c) || c == 0) return false;
+    static const char kEscapes[] = "\"\\/bfnrt";
+    static const uint32_t kCodes[] = {'"', '\\', '/', 8, 12, 10, 13, 9};
+    const char *at = c ? std::strchr(kEscapes, c) : nullptr;
+    if (!at) return false;
     f.phase = kStrBody;
-    return true;
+    return !p || patternStep(f, *p, kCodes[at - kEscapes]);
+  }
   case kStrHex:
     if (!isHex(c)) return false;
-    if (--f.pos == 0) f.phase = kStrBody;
-    return true;
+    f.cp = f.cp * 16 + uint32_t(isDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+    if (--f.pos == 0) {
+      f.phase = kStrBody;
+      return !p || patternStep(f, *p, f.cp);
+    }
+    return !p || patternMay(f, *p, 4 * f.pos);
   case kStrUtf8:
     if (c < f.lo || c > f.hi) return false;
     f.lo = 0x80, f.hi = 0xBF;
-    if (--f.pos == 0) f.phase = kStrBody;
-    return true;
+    f.cp = (f.cp << 6) | (c & 0x3F);
+    if (--f.pos == 0) {
+      f.phase = kStrBody;
+      return !p || patternStep(f, *p, f.cp);
+    }
+    return !p || patternMay(f, *p, 6 * f.pos);
   }
   return false;
 }
@@ -377,7 +410,7 @@ std::pair<int64_t, int64_t> JsonMatcher::plainStringRoom() const {
   for (const Stack &s : stacks_) {
     if (s.empty() || s.back().node < 0) return {-1, -1};
     const JsonGrammar::Node &n = g_->node(s.back().node);
-    if (n.kind != Kind::String || s.back().phase != kStrBody) return {-1, -1};
+    if (n.kind != Kind::String || s.back().phase != kStrBody || n.pattern) return {-1, -1};
     const int64_t room = n.maxCount >= 0 ? n.maxCount - s.back().index : INT64_MAX;
     fewest = std::min(fewest, room);
     most = std::max(most, room);

@@ -3,6 +3,7 @@
 // never followed in part.
 #include "sd/format/json.h"
 #include "sd/generate/json_grammar.h"
+#include "pattern.h"
 #include <map>
 #include <set>
 
@@ -19,7 +20,19 @@ const std::set<std::string> kIgnored = {"title",   "description", "default", "ex
 const std::set<std::string> kFollowed = {"type",      "properties", "required",  "additionalProperties",
                                          "items",     "minItems",   "maxItems",  "minLength",
                                          "maxLength", "enum",       "const",     "anyOf",
-                                         "oneOf",     "allOf",      "$ref"};
+                                         "oneOf",     "allOf",      "$ref",      "pattern",
+                                         "format"};
+
+// The string formats followed, as patterns (email: the common form, not all
+// of RFC 5321; date-time: RFC 3339's).
+const std::map<std::string, std::string> kFormats = {
+    {"date", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])$"},
+    {"time", "^([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
+    {"date-time", "^[0-9]{4}-(0[1-9]|1[0-2])-(0[1-9]|[12][0-9]|3[01])T([01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9]"
+                  "(\\.[0-9]+)?(Z|[+-]([01][0-9]|2[0-3]):[0-5][0-9])$"},
+    {"uuid", "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$"},
+    {"email", "^[a-zA-Z0-9._%+-]+@[a-zA-Z0-9-]+(\\.[a-zA-Z0-9-]+)*\\.[a-zA-Z]{2,}$"},
+    {"ipv4", "^((25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])\\.){3}(25[0-5]|2[0-4][0-9]|1[0-9][0-9]|[1-9]?[0-9])$"}};
 
 class SchemaReader {
 public:
@@ -81,7 +94,8 @@ public:
     if (!type) { // no type: what the keywords imply, else any value
       if (s.get("properties") || s.get("required") || s.get("additionalProperties")) return readTyped(s, "object", where, path, depth);
       if (s.get("items") || s.get("minItems") || s.get("maxItems")) return readTyped(s, "array", where, path, depth);
-      if (s.get("minLength") || s.get("maxLength")) return readTyped(s, "string", where, path, depth);
+      if (s.get("minLength") || s.get("maxLength") || s.get("pattern") || s.get("format"))
+        return readTyped(s, "string", where, path, depth);
       return any();
     }
     if (type->type == Json::Type::String) return readTyped(s, type->str, where, path, depth);
@@ -148,6 +162,24 @@ private:
       n.kind = Kind::String;
       SD_RETURN_IF_ERROR(count(s, "minLength", where, n.minCount));
       SD_RETURN_IF_ERROR(count(s, "maxLength", where, n.maxCount));
+      const Json *pattern = s.get("pattern"), *format = s.get("format");
+      if (pattern && format) return sdError("pattern and format together at ", where, " are not supported");
+      if (format) {
+        auto known = format->type == Json::Type::String ? kFormats.find(format->str) : kFormats.end();
+        if (known == kFormats.end())
+          return sdError("format '", format->type == Json::Type::String ? format->str.substr(0, 40) : "?", "' at ", where,
+                         " is not supported (date, time, date-time, uuid, email, ipv4)");
+        pattern = nullptr;
+        auto compiled = Pattern::compile(known->second);
+        if (!compiled.isOk()) return compiled.status();
+        n.pattern = compiled.value();
+      }
+      if (pattern) {
+        if (pattern->type != Json::Type::String) return sdError("pattern at ", where, " must be a string");
+        auto compiled = Pattern::compile(pattern->str);
+        if (!compiled.isOk()) return compiled.status().withContext("at " + where + ": ");
+        n.pattern = compiled.value();
+      }
     } else if (type == "number" || type == "integer") {
       n.kind = type == "number" ? Kind::Number : Kind::Integer;
     } else if (type == "boolean" || type == "null") {

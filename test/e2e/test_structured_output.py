@@ -189,6 +189,19 @@ def trained_tokenizer(sdrun, plan, model, tmp, servers):
         check(f"serve completions, json_schema with maxLength ({prompt!r}): greedy text equals xgrammar's on "
               f"transformers' logits through a tokenizer whose tokens span JSON ({len(spanning)} with quotes)",
               r.choices[0].text == want, f"{r.choices[0].text!r} vs {want!r}")
+    # A pattern (anchored, as xgrammar reads every pattern) and a bounded one.
+    coded = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[a-z]{2}-[0-9]{2,3}$"},
+                                              "tag": {"type": "string", "pattern": "^(ok|no+)$"},
+                                              "ok": {"type": "boolean"}},
+             "required": ["code", "tag", "ok"], "additionalProperties": False}
+    for prompt in ["A code:", "Noah"]:
+        ids = lib.encode(prompt).ids
+        want = lib.decode(ids + xgrammar_greedy(model, info, compact_grammar(info, coded), ids, 40, {eos}))[
+            len(lib.decode(ids)):]
+        r = client.completions.create(model="llama", prompt=prompt, max_tokens=40, temperature=0, extra_body={
+            "response_format": {"type": "json_schema", "json_schema": {"name": "coded", "schema": coded}}})
+        check(f"serve completions, json_schema with patterns ({prompt!r}): greedy text equals xgrammar's",
+              r.choices[0].text == want, f"{r.choices[0].text!r} vs {want!r}")
     turn = [{"role": "user", "content": "Describe a person as JSON."}]
     from transformers.utils.chat_template_utils import render_jinja_template
     from chat_templates import MISTRAL
@@ -244,8 +257,8 @@ def trained_tokenizer(sdrun, plan, model, tmp, servers):
             err = {"message": body[:200], "param": None}
         check(f"serve refuses response_format {json.dumps(fmt_value)[:60]}: 400 naming {must!r}",
               status == 400 and must in err["message"] and err["param"] == param, f"{status} {err}")
-    refused({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "string", "pattern": "^a+$"}}},
-            "'pattern'", "response_format.json_schema.schema")
+    refused({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}},
+            "'uniqueItems'", "response_format.json_schema.schema")
     refused({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
         "n": {"type": "integer", "minimum": 0}}}}}, "/properties/n", "response_format.json_schema.schema")
     refused({"type": "json_schema", "json_schema": {"schema": {}}}, "is required", "response_format.json_schema.name")
@@ -278,13 +291,13 @@ def trained_tokenizer(sdrun, plan, model, tmp, servers):
 def bad_flags(sdrun, plan, tmp):
     schema = os.path.join(tmp, "bad_schema.json")
     with open(schema, "w") as f:
-        json.dump({"type": "object", "properties": {"a": {"type": "string", "format": "email"}}}, f)
+        json.dump({"type": "object", "properties": {"a": {"type": "string", "format": "hostname"}}}, f)
     broken = os.path.join(tmp, "broken_schema.json")
     with open(broken, "w") as f:
         f.write('{"type": "object",')
     base = [sdrun, "generate", plan, "--prompt", "x", "--max-new-tokens", "4"]
     clean_error("generate --json-schema with an unsupported keyword: one line naming it and where",
-                base + ["--json-schema", schema], ["'format'", "/properties/a", schema])
+                base + ["--json-schema", schema], ["format 'hostname'", "/properties/a", schema])
     clean_error("generate --json-schema with broken JSON: one line naming the file", base + ["--json-schema", broken],
                 [broken, "JSON"])
     clean_error("generate --json-schema with no such file", base + ["--json-schema", os.path.join(tmp, "none.json")],

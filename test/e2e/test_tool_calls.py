@@ -172,8 +172,8 @@ def served_calls(sdrun, plan, model, lib, folder, servers):
     refused({"tools": TOOLS, "tool_choice": {"type": "function", "function": {"name": "nope"}}}, "'nope'", "tool_choice")
     refused({"tool_choice": "required"}, "needs tools", "tool_choice")
     refused({"tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "string",
-                                                                                    "format": "date"}}}],
-             "tool_choice": "required"}, "'format'", "tools[0].function.parameters")
+                                                                                    "format": "hostname"}}}],
+             "tool_choice": "required"}, "'hostname'", "tools[0].function.parameters")
     refused({"tools": [{"type": "function", "function": {"name": "bad name"}}]}, "letters", "tools[0].function.name")
     refused({"tools": TOOLS, "tool_choice": "required", "response_format": {"type": "json_object"}}, "tool call",
             "response_format")

@@ -128,7 +128,7 @@ TEST(JsonGrammar, UnionsRefsAndAnyKeys) {
 }
 
 TEST(JsonGrammar, UnsupportedSchemasAreRefusedByName) {
-  EXPECT_NE(refusal(R"({"type":"string","pattern":"^a"})").find("'pattern' at /"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"array","uniqueItems":true})").find("'uniqueItems' at /"), std::string::npos);
   EXPECT_NE(refusal(R"({"type":"object","properties":{"n":{"type":"integer","minimum":0}}})")
                 .find("'minimum' at /properties/n"),
             std::string::npos);
@@ -155,6 +155,45 @@ TEST(JsonGrammar, SelfReferringUnionsStayBounded) {
   EXPECT_TRUE(m.feed("[[],[[]]]"));
   EXPECT_TRUE(m.canEnd());
   EXPECT_FALSE(JsonMatcher(g).accepts("1"));
+}
+
+TEST(JsonGrammar, PatternsAndFormats) {
+  auto code = schema(R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3}(x|yz)?$"})");
+  EXPECT_TRUE(whole(code, R"("AB-123")"));
+  EXPECT_TRUE(whole(code, R"("QQ-000yz")"));
+  for (const char *bad : {R"("AB-12")", R"("ab-123")", R"("AB-1234")", R"("AB-123y")", R"(" AB-123")"})
+    EXPECT_FALSE(whole(code, bad)) << bad;
+  EXPECT_FALSE(prefix(code, R"("A1)"));
+  EXPECT_TRUE(prefix(code, R"("AB-12)"));
+  // Unanchored: the match may sit anywhere; escapes and UTF-8 are read as characters.
+  auto inside = schema(R"({"type":"string","pattern":"é\\.[0-9]"})");
+  EXPECT_TRUE(whole(inside, "\"xx\u00e9.5yy\""));
+  EXPECT_TRUE(whole(inside, "\"\xc3\xa9.7\""));
+  EXPECT_FALSE(whole(inside, "\"e.5\""));
+  // A lead byte may start only characters the pattern can take.
+  auto ascii = schema(R"({"type":"string","pattern":"^[a-c]+$"})");
+  EXPECT_FALSE(prefix(ascii, "\"\xc3"));
+  EXPECT_TRUE(prefix(ascii, "\"\\u00"));  // U+0000-U+00FF holds a-c
+  EXPECT_FALSE(prefix(ascii, "\"\\u01")); // U+0100-U+01FF does not
+  EXPECT_TRUE(prefix(ascii, "\"\\u006"));
+  EXPECT_TRUE(whole(ascii, "\"\\u0061b\""));
+  auto date = schema(R"({"type":"object","properties":{"d":{"type":"string","format":"date"},
+      "t":{"type":"string","format":"date-time"},"u":{"format":"uuid"},"e":{"type":"string","format":"email"},
+      "ip":{"type":"string","format":"ipv4"}},"required":["d","t","u","e","ip"]})");
+  EXPECT_TRUE(whole(date, R"({"d":"2026-12-01","t":"2026-12-01T05:30:00.5+01:00","u":"123e4567-e89b-12d3-a456-426614174000","e":"a.b@c-d.org","ip":"192.168.0.255"})"));
+  EXPECT_FALSE(prefix(date, R"({"d":"2026-13)"));
+  EXPECT_FALSE(prefix(date, R"({"d":"2026-12-01","t":"2026-12-01 )"));
+  EXPECT_FALSE(prefix(date, R"({"d":"2026-12-01","t":"2026-12-01T05:30:00Z","u":"123e4567-e89b-12d3-a456-42661417400g)"));
+  EXPECT_FALSE(whole(date, R"({"d":"2026-12-01","t":"2026-12-01T05:30:00Z","u":"123e4567-e89b-12d3-a456-426614174000","e":"a@b","ip":"1.2.3.4"})"));
+  EXPECT_FALSE(prefix(date, R"({"d":"2026-12-01","t":"2026-12-01T05:30:00Z","u":"123e4567-e89b-12d3-a456-426614174000","e":"a@b.co","ip":"256)"));
+  for (const char *bad : {R"j({"type":"string","pattern":"(?=a)"})j", R"j({"type":"string","pattern":"a\\1"})j",
+                          R"j({"type":"string","pattern":"\\bword"})j", R"j({"type":"string","pattern":"a^b"})j",
+                          R"j({"type":"string","pattern":"[a-"})j", R"j({"type":"string","pattern":"(ab"})j",
+                          R"j({"type":"string","pattern":"\\d{200}"})j", R"j({"type":"string","format":"hostname"})j",
+                          R"j({"type":"string","pattern":"a","format":"date"})j"})
+    EXPECT_NE(refusal(bad), "") << bad;
+  EXPECT_NE(refusal(R"({"type":"string","pattern":"\\d{200}"})").find("too long"), std::string::npos);
+  EXPECT_NE(refusal(R"({"type":"string","format":"hostname"})").find("'hostname'"), std::string::npos);
 }
 
 namespace {
@@ -256,6 +295,7 @@ TEST(JsonGrammar, IndexedVocabularyAgreesWithFollowingEachToken) {
       R"({"type":"array","items":{"type":"number"},"minItems":2})",
       R"({"type":"number"})",
       R"({"anyOf":[{"type":"string","maxLength":2},{"type":"string","minLength":3,"maxLength":45}]})",
+      R"({"type":"object","properties":{"name":{"type":"string","pattern":"^(ab|z+|\\u00e9)*!?$"}}})",
       "{}"};
   for (const char *text : schemas) {
     const auto g = schema(text);

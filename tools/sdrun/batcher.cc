@@ -96,7 +96,8 @@ void Batcher::step() {
     sd::generate::RowSampler &sampler = samplers_[b];
     if (t == sd::generate::kNoAllowedToken) { // this request's schema is at a dead end; the others go on
       cancel(job);
-      events_.failed(job, "no token of the model's vocabulary can continue the text as response_format asks (after " +
+      events_.failed(job, "no token of the model's vocabulary can continue the text as the request's schema "
+                          "(response_format, or a tool's parameters) asks (after " +
                               std::to_string(ch.generated) + " generated tokens)");
       continue;
     }

@@ -136,7 +136,10 @@ int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<
   for (const std::string &prompt : prompts) {
     std::string text = prompt;
     if (chat) {
-      auto rendered = tok.renderChat({{"user", prompt}}, true);
+      sd::ChatMessage turn;
+      turn.role = "user";
+      turn.content = prompt;
+      auto rendered = tok.renderChat({turn}, true);
       if (!rendered.isOk()) return fail("--chat: " + rendered.status().message());
       text = rendered.value();
     }

@@ -23,6 +23,9 @@
 
 namespace sd::generate {
 
+class Pattern; // a string's "pattern" or "format" (runtime/generate/pattern.h)
+using PatternState = std::bitset<128>;
+
 class JsonGrammar {
 public:
   struct Property {
@@ -38,6 +41,7 @@ public:
     int64_t minCount = 0, maxCount = -1; // Array: items; String: characters (-1: no limit)
     std::vector<std::string> literals;   // Literal: the texts it may be (enum, const, true, false, null)
     std::vector<int32_t> alternatives;   // Union: the nodes it may be
+    std::shared_ptr<const Pattern> pattern; // String: what its text must match (null: anything)
   };
 
   JsonGrammar(); // holds node 0, a plain string (the keys of objects with any keys)
@@ -45,6 +49,8 @@ public:
   static std::shared_ptr<const JsonGrammar> anyObject();
   // JSON Schema text. Supported: type (one or a list), properties, required,
   // additionalProperties, items, minItems, maxItems, minLength, maxLength,
+  // pattern (runtime/generate/pattern.h), format (date, time, date-time,
+  // uuid, email, ipv4),
   // enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref to
   // "#", "#/$defs/..." or "#/definitions/...", and the annotations (title,
   // description, default, examples, ...). Anything else is an error naming the
@@ -108,9 +114,11 @@ public:
     int32_t index = 0;      // object: next property; array: items; string: characters; literal: which
     int32_t pos = 0;        // object: the key being written; literal: bytes matched; string: bytes to come
     int32_t sub = 0;        // object: bytes of the key matched
+    uint32_t cp = 0;        // a patterned string: the character being read (UTF-8 or \u escape)
+    PatternState re;        // a patterned string: where its text is in the pattern
     bool operator==(const Frame &o) const {
       return node == o.node && phase == o.phase && lo == o.lo && hi == o.hi && index == o.index && pos == o.pos &&
-             sub == o.sub;
+             sub == o.sub && cp == o.cp && re == o.re;
     }
   };
   using Stack = std::vector<Frame>;
