@@ -34,7 +34,7 @@ namespace {
 
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
-    "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser hermes]\n"
+    "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser hermes|llama3_json|mistral]\n"
     "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--adapter DIR] [--adapter-rank K]\n"
     "                  [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
@@ -85,11 +85,13 @@ const char *kServeUsage =
     "  --lora-modules NAME=DIR   also serve the plan with this adapter as model NAME, as\n"
     "                            vLLM does (repeatable); each in its own session: its own\n"
     "                            rows and cache, the frozen weights shared\n"
-    "  --tool-call-parser hermes how tool_choice \"auto\" (the default with tools) reads\n"
-    "                            calls from a reply: Hermes' <tool_call>{\"name\": ...,\n"
-    "                            \"arguments\": ...}</tool_call>, as Qwen2.5 and Hermes models\n"
-    "                            write them (without it, auto is refused; \"required\" and a\n"
-    "                            named function are generated under their schemas)\n"
+    "  --tool-call-parser NAME   how tool_choice \"auto\" (the default with tools) reads\n"
+    "                            calls from a reply, as vLLM's parsers of those names do:\n"
+    "                            hermes (<tool_call>{...}</tool_call>: Qwen2.5, Hermes),\n"
+    "                            llama3_json (Llama 3.1's {\"name\", \"parameters\"}),\n"
+    "                            mistral ([TOOL_CALLS][...]); without it, auto is refused\n"
+    "                            (\"required\" and a named function are generated under\n"
+    "                            their schemas)\n"
     "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health,\n"
     "                            /metrics)\n"
     "  --seed S                  draws of requests without a seed come from S (0)\n"
@@ -494,7 +496,7 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   }
   if (req.toolChoice == openai::ToolChoice::Auto && toolParser_.empty())
     return bad(400, "tool_choice \"auto\" (the default with tools) needs the server started with --tool-call-parser "
-                    "hermes; or send tool_choice \"none\", \"required\" or a named function",
+                    "(hermes, llama3_json, mistral); or send tool_choice \"none\", \"required\" or a named function",
                "tool_choice");
   if (req.toolChoice != openai::ToolChoice::None && req.logprobs >= 0)
     return bad(400, "logprobs beside tool calls are not supported", "logprobs");
@@ -629,7 +631,7 @@ openai::ChoiceResult Server::result(const Job &job, const Choice &ch) {
     if (!openai::parseRequiredCalls(ch.text, calls)) return r; // cut short (max_tokens): the text as it is
     break;
   case openai::ToolChoice::Auto:
-    if (!openai::parseHermesCalls(ch.text, calls, content)) return r;
+    if (!openai::callParser(toolParser_)(ch.text, calls, content)) return r;
     break;
   }
   for (size_t k = 0; k < calls.size(); ++k) calls[k].id = k ? newCallId() : ch.callId;
@@ -863,9 +865,9 @@ int serveCommand(const std::vector<std::string> &args) {
   sigaction(SIGINT, &sa, nullptr);
   sigaction(SIGTERM, &sa, nullptr);
   const std::string toolParser = flagValue(f, "--tool-call-parser");
-  if (!toolParser.empty() && toolParser != "hermes")
-    return fail("--tool-call-parser '" + toolParser + "': the parsers are: hermes (<tool_call> tags, as Qwen2.5 and "
-                "Hermes models write calls)");
+  if (!toolParser.empty() && !openai::callParser(toolParser))
+    return fail("--tool-call-parser '" + toolParser + "': the parsers are hermes (<tool_call> tags: Qwen2.5, Hermes), "
+                "llama3_json (Llama 3.1's JSON calls) and mistral ([TOOL_CALLS])");
   Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser);
   const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";

@@ -116,6 +116,90 @@ bool parseRequiredCalls(const std::string &text, std::vector<ToolCall> &calls) {
   return true;
 }
 
+namespace {
+
+// A call object's name and its arguments ("arguments", or Llama's "parameters").
+bool callFrom(const Json &c, ToolCall &out) {
+  const Json *name = c.get("name"), *args = c.get("arguments");
+  if (!args) args = c.get("parameters");
+  if (!name || name->type != Json::Type::String || !args) return false;
+  out = {"", name->str, args->type == Json::Type::String ? args->str : sd::jsonCompact(*args)};
+  return true;
+}
+
+// Where the JSON object starting at text[at] ('{') ends (one past its '}'), or npos.
+size_t objectEnd(const std::string &text, size_t at) {
+  int depth = 0;
+  bool inString = false;
+  for (size_t i = at; i < text.size(); ++i) {
+    const char c = text[i];
+    if (inString) {
+      if (c == '\\') ++i;
+      else if (c == '"') inString = false;
+    } else if (c == '"') {
+      inString = true;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if ((c == '}' || c == ']') && --depth == 0) {
+      return i + 1;
+    }
+  }
+  return std::string::npos;
+}
+
+size_t skipSpace(const std::string &text, size_t at) {
+  while (at < text.size() && std::isspace(static_cast<unsigned char>(text[at]))) ++at;
+  return at;
+}
+
+} // namespace
+
+bool parseLlama3JsonCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
+  static const std::string tag = "<|python_tag|>";
+  size_t at = skipSpace(text, 0);
+  if (text.compare(at, tag.size(), tag) == 0) at = skipSpace(text, at + tag.size());
+  std::vector<ToolCall> found;
+  while (at < text.size() && text[at] == '{') {
+    const size_t end = objectEnd(text, at);
+    if (end == std::string::npos) return false;
+    auto parsed = sd::parseJson(text.substr(at, end - at), "a call");
+    ToolCall call;
+    if (!parsed.isOk() || !callFrom(parsed.value(), call)) return false;
+    found.push_back(std::move(call));
+    at = skipSpace(text, end);
+    if (at < text.size() && text[at] == ';') at = skipSpace(text, at + 1);
+  }
+  if (found.empty() || at != text.size()) return false;
+  calls = std::move(found);
+  content.clear();
+  return true;
+}
+
+bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
+  static const std::string marker = "[TOOL_CALLS]";
+  const size_t first = text.find(marker);
+  if (first == std::string::npos) return false;
+  auto parsed = sd::parseJson(text.substr(first + marker.size()), "the calls");
+  if (!parsed.isOk() || parsed.value().type != Json::Type::Array || parsed.value().arr.empty()) return false;
+  std::vector<ToolCall> found;
+  for (const Json &c : parsed.value().arr) {
+    ToolCall call;
+    if (!callFrom(c, call)) return false;
+    found.push_back(std::move(call));
+  }
+  content = text.substr(0, first);
+  while (!content.empty() && std::isspace(static_cast<unsigned char>(content.back()))) content.pop_back();
+  calls = std::move(found);
+  return true;
+}
+
+CallParser callParser(const std::string &name) {
+  if (name == "hermes") return parseHermesCalls;
+  if (name == "llama3_json") return parseLlama3JsonCalls;
+  if (name == "mistral") return parseMistralCalls;
+  return nullptr;
+}
+
 bool parseHermesCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
   static const std::string open = "<tool_call>", close = "</tool_call>";
   const size_t first = text.find(open);
@@ -125,10 +209,9 @@ bool parseHermesCalls(const std::string &text, std::vector<ToolCall> &calls, std
     const size_t begin = at + open.size(), end = text.find(close, begin);
     // An unclosed last call (the reply ended there) is read to the end, as vLLM reads it.
     auto parsed = sd::parseJson(text.substr(begin, end == std::string::npos ? std::string::npos : end - begin), "a call");
-    if (!parsed.isOk()) return false;
-    const Json *name = parsed.value().get("name"), *args = parsed.value().get("arguments");
-    if (!name || name->type != Json::Type::String || !args) return false;
-    found.push_back({"", name->str, sd::jsonCompact(*args)});
+    ToolCall call;
+    if (!parsed.isOk() || !callFrom(parsed.value(), call)) return false;
+    found.push_back(std::move(call));
     if (end == std::string::npos) break;
     at = end + close.size();
   }

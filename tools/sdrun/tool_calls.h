@@ -34,5 +34,15 @@ bool parseRequiredCalls(const std::string &text, std::vector<ToolCall> &calls);
 // Hermes' format (Qwen2.5, Hermes and others): <tool_call>{"name": ...,
 // "arguments": {...}}</tool_call>, as vLLM's hermes parser reads it.
 bool parseHermesCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
+// Llama 3.1's JSON calls: {"name": ..., "parameters": {...}} (or
+// "arguments"), after an optional <|python_tag|>, several joined by ';', as
+// vLLM's llama3_json parser reads them: the reply is calls or text, not both.
+bool parseLlama3JsonCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
+// Mistral's: [TOOL_CALLS] then a list [{"name": ..., "arguments": {...}}, ...].
+bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
+
+// The parser --tool-call-parser NAME names (hermes, llama3_json, mistral), or null.
+using CallParser = bool (*)(const std::string &, std::vector<ToolCall> &, std::string &);
+CallParser callParser(const std::string &name);
 
 } // namespace sdrun::openai

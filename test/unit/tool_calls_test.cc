@@ -1,0 +1,70 @@
+// The tool-call parsers of sdrun serve (--tool-call-parser): the calls and
+// the content they find in replies written in each model family's format,
+// and text they must leave as content.
+#include "tool_calls.h"
+#include <gtest/gtest.h>
+
+using namespace sdrun::openai;
+
+namespace {
+
+struct Parsed {
+  bool found = false;
+  std::vector<std::pair<std::string, std::string>> calls; // name, arguments
+  std::string content;
+};
+
+Parsed parse(const std::string &parser, const std::string &text) {
+  Parsed p;
+  std::vector<ToolCall> calls;
+  p.found = callParser(parser)(text, calls, p.content);
+  for (const ToolCall &c : calls) p.calls.emplace_back(c.name, c.arguments);
+  return p;
+}
+
+} // namespace
+
+TEST(ToolCallParsers, Hermes) {
+  Parsed p = parse("hermes", "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\", "
+                             "\"days\": [1, 2]}}\n</tool_call>\n<tool_call>{\"name\": \"get_time\", \"arguments\": {}}"
+                             "</tool_call>");
+  ASSERT_TRUE(p.found);
+  EXPECT_EQ(p.content, "Let me look.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0], (std::pair<std::string, std::string>{"get_weather", R"({"city":"Paris","days":[1,2]})"}));
+  EXPECT_EQ(p.calls[1], (std::pair<std::string, std::string>{"get_time", "{}"}));
+  // A reply cut inside its last call's closing tag is read to its end.
+  EXPECT_TRUE(parse("hermes", "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": 1}}").found);
+  EXPECT_FALSE(parse("hermes", "no calls here").found);
+  EXPECT_FALSE(parse("hermes", "<tool_call>{\"name\": \"f\", \"arguments\": {\"a\": </tool_call>").found);
+  EXPECT_FALSE(parse("hermes", "<tool_call>{\"arguments\": {}}</tool_call>").found); // no name
+}
+
+TEST(ToolCallParsers, Llama3Json) {
+  Parsed p = parse("llama3_json", "<|python_tag|>{\"name\": \"get_weather\", \"parameters\": {\"city\": \"a;b}\"}}; "
+                                  "{\"name\": \"get_time\", \"arguments\": {\"zone\": \"utc\"}}");
+  ASSERT_TRUE(p.found);
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0], (std::pair<std::string, std::string>{"get_weather", R"({"city":"a;b}"})"}));
+  EXPECT_EQ(p.calls[1], (std::pair<std::string, std::string>{"get_time", R"({"zone":"utc"})"}));
+  EXPECT_TRUE(parse("llama3_json", "  {\"name\": \"f\", \"parameters\": {}}  ").found);
+  EXPECT_FALSE(parse("llama3_json", "The answer is {\"name\": \"f\", \"parameters\": {}}").found); // text first
+  EXPECT_FALSE(parse("llama3_json", "{\"name\": \"f\", \"parameters\": {}} and more").found);
+  EXPECT_FALSE(parse("llama3_json", "{\"city\": \"Paris\"}").found); // JSON, but no call
+  EXPECT_FALSE(parse("llama3_json", "{\"name\": \"f\", \"parameters\": {").found);
+}
+
+TEST(ToolCallParsers, Mistral) {
+  Parsed p = parse("mistral", "Sure. [TOOL_CALLS][{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Rome\"}}, "
+                              "{\"name\": \"get_time\", \"arguments\": \"{\\\"zone\\\": \\\"utc\\\"}\"}]");
+  ASSERT_TRUE(p.found);
+  EXPECT_EQ(p.content, "Sure.");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0], (std::pair<std::string, std::string>{"get_weather", R"({"city":"Rome"})"}));
+  EXPECT_EQ(p.calls[1], (std::pair<std::string, std::string>{"get_time", R"({"zone": "utc"})"})); // text kept as sent
+  EXPECT_FALSE(parse("mistral", "[TOOL_CALLS][]").found);
+  EXPECT_FALSE(parse("mistral", "[TOOL_CALLS] not json").found);
+  EXPECT_FALSE(parse("mistral", "plain text").found);
+  EXPECT_EQ(callParser("pythonic"), nullptr);
+}
