@@ -185,6 +185,25 @@ def served_calls(sdrun, plan, model, lib, folder, servers):
           "messages[0].tool_calls[0].function.arguments" in text, f"{status} {text[:200]}")
     srv.stop()
 
+    # tool_choice auto on a model that writes no call: its reply is content,
+    # streamed as it comes (only text that may start a call waits).
+    srv = Server(sdrun, plan, "--tokenizer", folder, "--served-model-name", "llama", "--tool-call-parser", "hermes")
+    servers.append(srv)
+    client = srv.client()
+    whole = client.chat.completions.create(model="llama", messages=turn, tools=TOOLS, temperature=0, max_tokens=24)
+    parts, finish = [], None
+    for chunk in client.chat.completions.create(model="llama", messages=turn, tools=TOOLS, temperature=0,
+                                                max_tokens=24, stream=True):
+        if chunk.choices and chunk.choices[0].delta.content:
+            parts.append(chunk.choices[0].delta.content)
+        if chunk.choices and chunk.choices[0].finish_reason:
+            finish = chunk.choices[0].finish_reason
+    check("tool_choice auto without a call: the reply is content, streamed in pieces that add up to it",
+          whole.choices[0].message.tool_calls is None and "".join(parts) == whole.choices[0].message.content and
+          len(parts) > 3 and finish == whole.choices[0].finish_reason == "length",
+          f"{parts} vs {whole.choices[0].message.content!r} {finish}")
+    srv.stop()
+
 
 def data_lines(sdrun, lib, folder, tmp):
     """Chat data with tools renders as transformers renders it, arguments

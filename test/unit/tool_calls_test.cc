@@ -68,3 +68,16 @@ TEST(ToolCallParsers, Mistral) {
   EXPECT_FALSE(parse("mistral", "plain text").found);
   EXPECT_EQ(callParser("pythonic"), nullptr);
 }
+
+TEST(ToolCallParsers, WhereCallsMayBegin) {
+  // What streams as content before the reply ends: text up to where a call (or its marker's start) may begin.
+  EXPECT_EQ(callTextStart("hermes", "abc"), 3u);
+  EXPECT_EQ(callTextStart("hermes", "abc<tool"), 3u);
+  EXPECT_EQ(callTextStart("hermes", "abc<tool_call>{\"na"), 3u);
+  EXPECT_EQ(callTextStart("hermes", "a<b"), 3u);
+  EXPECT_EQ(callTextStart("mistral", "x[TOOL"), 1u);
+  EXPECT_EQ(callTextStart("llama3_json", "  {\"name\""), 0u);
+  EXPECT_EQ(callTextStart("llama3_json", "<|pyth"), 0u);
+  EXPECT_EQ(callTextStart("llama3_json", ""), 0u);
+  EXPECT_EQ(callTextStart("llama3_json", "Hi {"), 4u); // text first: never a call
+}

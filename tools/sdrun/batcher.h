@@ -25,6 +25,7 @@ struct Choice {
   std::vector<openai::LogprobEntry> logprobs; // with logprobs: all (streamed: those not yet sent)
   size_t offset = 0;                          // streamed: the text_offset of the next entry
   std::string callId;                         // a tool choice's first call id
+  size_t sent = 0;                            // tool_choice auto, streamed: bytes of text sent as content
 };
 
 struct Job {

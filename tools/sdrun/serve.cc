@@ -654,11 +654,22 @@ void Server::emit(Job &job, size_t index, const std::string &text, const std::st
     return;
   }
   if (!job.stream || job.toolChoice != openai::ToolChoice::None) {
-    // Kept whole: a response's text, or a stream whose calls are known at its end.
+    // Kept whole: a response's text, or a stream whose calls are known at
+    // its end (under auto, the text before where a call may begin streams
+    // as content meanwhile).
     ch.text += text;
-    if (!job.stream || finish.empty() || it == conns_.end()) return;
+    if (!job.stream || it == conns_.end()) return;
+    auto content = [&](size_t upTo) {
+      if (upTo <= ch.sent) return;
+      it->second.out += http::event(openai::chunkJson(job.head, index, ch.text.substr(ch.sent, upTo - ch.sent), "", false),
+                                    it->second.chunked);
+      ch.sent = upTo;
+    };
+    if (job.toolChoice == openai::ToolChoice::Auto) content(openai::callTextStart(toolParser_, ch.text));
+    if (finish.empty()) return;
     const openai::ChoiceResult r = result(job, ch);
-    if (!r.text.empty()) it->second.out += http::event(openai::chunkJson(job.head, index, r.text, "", false), it->second.chunked);
+    if (r.toolCalls.empty()) content(ch.text.size());
+    else if (r.text.size() > ch.sent && r.text.compare(0, ch.sent, ch.text, 0, ch.sent) == 0) content(r.text.size());
     if (!r.toolCalls.empty())
       it->second.out += http::event(openai::toolCallChunkJson(job.head, index, openai::toolCallsJson(r.toolCalls, true), ""),
                                     it->second.chunked);

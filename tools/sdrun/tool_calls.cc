@@ -193,6 +193,22 @@ bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, st
   return true;
 }
 
+size_t callTextStart(const std::string &name, const std::string &text) {
+  if (name == "llama3_json") { // a call is the whole reply: one that may become one waits whole
+    static const std::string tag = "<|python_tag|>";
+    const size_t at = skipSpace(text, 0);
+    if (at == text.size() || text[at] == '{') return 0;
+    const size_t n = std::min(tag.size(), text.size() - at);
+    return text.compare(at, n, tag, 0, n) == 0 ? 0 : text.size();
+  }
+  const std::string marker = name == "mistral" ? "[TOOL_CALLS]" : "<tool_call>";
+  const size_t found = text.find(marker);
+  if (found != std::string::npos) return found;
+  for (size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n) // a marker's start held back
+    if (text.compare(text.size() - n, n, marker, 0, n) == 0) return text.size() - n;
+  return text.size();
+}
+
 CallParser callParser(const std::string &name) {
   if (name == "hermes") return parseHermesCalls;
   if (name == "llama3_json") return parseLlama3JsonCalls;

@@ -41,6 +41,11 @@ bool parseLlama3JsonCalls(const std::string &text, std::vector<ToolCall> &calls,
 // Mistral's: [TOOL_CALLS] then a list [{"name": ..., "arguments": {...}}, ...].
 bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
 
+// Where in a reply so far its calls may begin, for parser `name`: the text
+// before may stream as content, the rest waits (a marker's first bytes
+// included) until the reply ends. text.size() when no call can begin.
+size_t callTextStart(const std::string &name, const std::string &text);
+
 // The parser --tool-call-parser NAME names (hermes, llama3_json, mistral), or null.
 using CallParser = bool (*)(const std::string &, std::vector<ToolCall> &, std::string &);
 CallParser callParser(const std::string &name);
