@@ -49,6 +49,26 @@ int numberNext(uint8_t phase, unsigned char c, bool integer) {
   return -1;
 }
 
+// A number frame after byte `c` when the number goes on with it (its
+// pattern, an integer range's, taking the character too); false otherwise.
+bool numberGoesOn(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned char c) {
+  const int next = numberNext(f.phase, c, n.kind == Kind::Integer);
+  if (next < 0) return false;
+  if (n.pattern) {
+    if (f.phase == kNumStart) f.re = n.pattern->start();
+    const PatternState re = n.pattern->step(f.re, c);
+    if (re.none()) return false;
+    f.re = re;
+  }
+  f.phase = uint8_t(next);
+  return true;
+}
+
+// Whether the number may end here.
+bool numberEnds(const JsonMatcher::Frame &f, const JsonGrammar::Node &n) {
+  return numberAccepting(f.phase) && (!n.pattern || n.pattern->accepts(f.re));
+}
+
 // A patterned string takes code point `cp` (false: its pattern cannot).
 bool patternStep(JsonMatcher::Frame &f, const Pattern &p, uint32_t cp) {
   f.re = p.step(f.re, cp);
@@ -344,13 +364,11 @@ void JsonMatcher::feedStack(Stack s, unsigned char c, std::vector<Stack> &out, i
   }
   case Kind::Number:
   case Kind::Integer: {
-    const int next = numberNext(f.phase, c, n.kind == Kind::Integer);
-    if (next >= 0) {
-      f.phase = uint8_t(next);
+    if (numberGoesOn(f, n, c)) {
       out.push_back(std::move(s));
       return;
     }
-    if (!numberAccepting(f.phase)) return;
+    if (!numberEnds(f, n)) return;
     s.pop_back(); // the number ended before `c`, which goes to what holds it
     childDone(s);
     feedStack(std::move(s), c, out, depth + 1);
@@ -395,7 +413,7 @@ bool JsonMatcher::canEnd() const {
     // A number at the root ends where the text does.
     if (s.size() == 2 && s[0].node < 0 && (g_->node(s[1].node).kind == Kind::Number ||
                                            g_->node(s[1].node).kind == Kind::Integer) &&
-        numberAccepting(s[1].phase))
+        numberEnds(s[1], g_->node(s[1].node)))
       return true;
   }
   return false;
@@ -433,8 +451,8 @@ bool JsonMatcher::takes(const Stack &s, size_t top, Frame f, unsigned char c) co
   }
   case Kind::Number:
   case Kind::Integer: {
-    if (numberNext(f.phase, c, n.kind == Kind::Integer) >= 0) return true;
-    if (!numberAccepting(f.phase) || top == 0) return false;
+    if (numberGoesOn(f, n, c)) return true;
+    if (!numberEnds(f, n) || top == 0) return false;
     Frame parent = s[top - 1]; // the number ends; what holds it moves on and takes `c`
     if (parent.node < 0) return false; // a root number: nothing follows it
     if (g_->node(parent.node).kind == Kind::Array) ++parent.index;

@@ -4,6 +4,7 @@
 #include "sd/format/json.h"
 #include "sd/generate/json_grammar.h"
 #include "pattern.h"
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -21,7 +22,68 @@ const std::set<std::string> kFollowed = {"type",      "properties", "required", 
                                          "items",     "minItems",   "maxItems",  "minLength",
                                          "maxLength", "enum",       "const",     "anyOf",
                                          "oneOf",     "allOf",      "$ref",      "pattern",
-                                         "format"};
+                                         "format",    "minimum",    "maximum",   "exclusiveMinimum",
+                                         "exclusiveMaximum"};
+
+// A regular expression for the decimal integers in [lo, hi] (no leading
+// zeros): the range cut where digits roll over (lo's tail filled with 9s,
+// hi's with 0s), each piece a run of fixed digits and one digit range.
+std::string digitPieces(uint64_t lo, uint64_t hi) {
+  if (lo > hi) return "";
+  std::set<uint64_t> stops = {hi};
+  auto nines = [](uint64_t n, int k) {
+    uint64_t p = 1;
+    for (int i = 0; i < k; ++i) p *= 10;
+    return n - n % p + (p - 1);
+  };
+  auto zeros = [](uint64_t n, int k) {
+    uint64_t p = 1;
+    for (int i = 0; i < k; ++i) p *= 10;
+    return n - n % p;
+  };
+  for (int k = 1; k < 19 && nines(lo, k) < hi; ++k)
+    if (nines(lo, k) >= lo) stops.insert(nines(lo, k));
+  for (int k = 1; k < 19; ++k) {
+    const uint64_t z = zeros(hi + 1, k);
+    if (z == 0 || z - 1 <= lo) break;
+    if (z - 1 <= hi) stops.insert(z - 1);
+  }
+  std::string out;
+  uint64_t start = lo;
+  for (uint64_t stop : stops) {
+    const std::string a = std::to_string(start), b = std::to_string(stop);
+    std::string piece;
+    for (size_t i = 0; i < a.size() && a.size() == b.size(); ++i)
+      piece += a[i] == b[i] ? std::string(1, a[i]) : std::string("[") + a[i] + "-" + b[i] + "]";
+    out += (out.empty() ? "" : "|") + piece;
+    start = stop + 1;
+  }
+  return out;
+}
+
+// The non-negative integers from lo on (with more digits than lo's, any).
+std::string digitsFrom(uint64_t lo) {
+  const std::string digits = std::to_string(lo);
+  uint64_t top = 1;
+  for (size_t i = 0; i < digits.size(); ++i) top *= 10;
+  return digitPieces(lo, top - 1) + "|[1-9][0-9]{" + std::to_string(digits.size()) + ",}";
+}
+
+// An integer range as a pattern over the number's text; lo/hi absent: unbounded.
+std::string integerRange(bool hasLo, int64_t lo, bool hasHi, int64_t hi) {
+  std::vector<std::string> parts;
+  if (!hasLo || lo < 0) { // the negatives: -(|hi'| .. |lo|)
+    const uint64_t nearest = hasHi && hi < 0 ? uint64_t(-hi) : 1;
+    parts.push_back("-(" + (hasLo ? digitPieces(nearest, uint64_t(-lo)) : digitsFrom(nearest)) + ")");
+  }
+  if (!hasHi || hi >= 0) {
+    const uint64_t from = hasLo && lo > 0 ? uint64_t(lo) : 0;
+    parts.push_back(hasHi ? digitPieces(from, uint64_t(hi)) : digitsFrom(from));
+  }
+  std::string out;
+  for (const std::string &p : parts) out += (out.empty() ? "" : "|") + p;
+  return "^(" + out + ")$";
+}
 
 // The string formats followed, as patterns (email: the common form, not all
 // of RFC 5321; date-time: RFC 3339's).
@@ -182,6 +244,7 @@ private:
       }
     } else if (type == "number" || type == "integer") {
       n.kind = type == "number" ? Kind::Number : Kind::Integer;
+      SD_RETURN_IF_ERROR(readBounds(s, where, n));
     } else if (type == "boolean" || type == "null") {
       n.kind = Kind::Literal;
       n.literals = type == "null" ? std::vector<std::string>{"null"} : std::vector<std::string>{"true", "false"};
@@ -209,6 +272,33 @@ private:
     if (n.maxCount >= 0 && n.minCount > n.maxCount)
       return sdError("the JSON schema at ", where, " asks for at least ", n.minCount, " and at most ", n.maxCount);
     return g_.add(std::move(n));
+  }
+
+  // minimum, maximum and their exclusive forms on an integer: a pattern its
+  // digits follow.
+  Status readBounds(const Json &s, const std::string &where, Node &n) {
+    bool hasLo = false, hasHi = false;
+    double lo = 0, hi = 0;
+    for (const char *key : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum"}) {
+      const Json *v = s.get(key);
+      if (!v) continue;
+      if (n.kind == Kind::Number)
+        return sdError(key, " at ", where, " on a number is not supported (on an integer it is)");
+      if (v->type != Json::Type::Number || !std::isfinite(v->num) || std::fabs(v->num) > 1e15)
+        return sdError(key, " at ", where, " must be a number within 1e15");
+      const std::string k = key;
+      const bool lower = k.find("inimum") != std::string::npos, exclusive = k[0] == 'e';
+      double b = lower ? (exclusive ? std::floor(v->num) + 1 : std::ceil(v->num))
+                       : (exclusive ? std::ceil(v->num) - 1 : std::floor(v->num));
+      if (lower) lo = hasLo ? std::max(lo, b) : b, hasLo = true;
+      else hi = hasHi ? std::min(hi, b) : b, hasHi = true;
+    }
+    if (!hasLo && !hasHi) return Status::ok();
+    if (hasLo && hasHi && lo > hi) return sdError("no integer at ", where, " is within its minimum and maximum");
+    auto p = Pattern::compile(integerRange(hasLo, int64_t(lo), hasHi, int64_t(hi)));
+    if (!p.isOk()) return sdError("the range of integers at ", where, " is too wide to follow: ", p.status().message());
+    n.pattern = p.value();
+    return Status::ok();
   }
 
   Status readObject(const Json &s, const std::string &where, const std::string &path, int depth, Node &n) {

@@ -192,15 +192,17 @@ def trained_tokenizer(sdrun, plan, model, tmp, servers):
     # A pattern (anchored, as xgrammar reads every pattern) and a bounded one.
     coded = {"type": "object", "properties": {"code": {"type": "string", "pattern": "^[a-z]{2}-[0-9]{2,3}$"},
                                               "tag": {"type": "string", "pattern": "^(ok|no+)$"},
+                                              "n": {"type": "integer", "minimum": -20, "maximum": 150},
                                               "ok": {"type": "boolean"}},
-             "required": ["code", "tag", "ok"], "additionalProperties": False}
+             "required": ["code", "tag", "n", "ok"], "additionalProperties": False}
     for prompt in ["A code:", "Noah"]:
         ids = lib.encode(prompt).ids
         want = lib.decode(ids + xgrammar_greedy(model, info, compact_grammar(info, coded), ids, 40, {eos}))[
             len(lib.decode(ids)):]
         r = client.completions.create(model="llama", prompt=prompt, max_tokens=40, temperature=0, extra_body={
             "response_format": {"type": "json_schema", "json_schema": {"name": "coded", "schema": coded}}})
-        check(f"serve completions, json_schema with patterns ({prompt!r}): greedy text equals xgrammar's",
+        check(f"serve completions, json_schema with patterns and an integer range ({prompt!r}): greedy text equals "
+              "xgrammar's",
               r.choices[0].text == want, f"{r.choices[0].text!r} vs {want!r}")
     turn = [{"role": "user", "content": "Describe a person as JSON."}]
     from transformers.utils.chat_template_utils import render_jinja_template
@@ -260,7 +262,7 @@ def trained_tokenizer(sdrun, plan, model, tmp, servers):
     refused({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "array", "uniqueItems": True}}},
             "'uniqueItems'", "response_format.json_schema.schema")
     refused({"type": "json_schema", "json_schema": {"name": "x", "schema": {"type": "object", "properties": {
-        "n": {"type": "integer", "minimum": 0}}}}}, "/properties/n", "response_format.json_schema.schema")
+        "n": {"type": "integer", "multipleOf": 2}}}}}, "/properties/n", "response_format.json_schema.schema")
     refused({"type": "json_schema", "json_schema": {"schema": {}}}, "is required", "response_format.json_schema.name")
     refused({"type": "xml"}, "text, json_object or json_schema", "response_format.type")
     refused({"type": "json_object", "schema": {}}, "not a field", "response_format.schema")

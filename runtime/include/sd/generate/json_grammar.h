@@ -41,7 +41,7 @@ public:
     int64_t minCount = 0, maxCount = -1; // Array: items; String: characters (-1: no limit)
     std::vector<std::string> literals;   // Literal: the texts it may be (enum, const, true, false, null)
     std::vector<int32_t> alternatives;   // Union: the nodes it may be
-    std::shared_ptr<const Pattern> pattern; // String: what its text must match (null: anything)
+    std::shared_ptr<const Pattern> pattern; // String: what its text must match; Integer: its range (null: any)
   };
 
   JsonGrammar(); // holds node 0, a plain string (the keys of objects with any keys)
@@ -50,7 +50,8 @@ public:
   // JSON Schema text. Supported: type (one or a list), properties, required,
   // additionalProperties, items, minItems, maxItems, minLength, maxLength,
   // pattern (runtime/generate/pattern.h), format (date, time, date-time,
-  // uuid, email, ipv4),
+  // uuid, email, ipv4), an integer's minimum, maximum, exclusiveMinimum and
+  // exclusiveMaximum (a pattern over its digits),
   // enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref to
   // "#", "#/$defs/..." or "#/definitions/...", and the annotations (title,
   // description, default, examples, ...). Anything else is an error naming the
