@@ -1,6 +1,6 @@
 // The JSON matcher: a pushdown automaton over bytes whose stack frames are
 // grammar nodes in progress, run on every reading of the text at once.
-#include "sd/generate/json_grammar.h"
+#include "json_frames.h"
 #include "pattern.h"
 #include <algorithm>
 #include <cstring>
@@ -9,13 +9,9 @@
 namespace sd::generate {
 namespace {
 
-using Kind = JsonGrammar::Node::Kind;
+using namespace frames;
 
-// Phases of each kind of frame.
-enum StringPhase : uint8_t { kStrOpen, kStrBody, kStrEscape, kStrHex, kStrUtf8 };
-enum NumberPhase : uint8_t { kNumStart, kNumSign, kNumZero, kNumInt, kNumDot, kNumFrac, kNumExp, kNumExpSign, kNumExpDigits };
-enum ObjectPhase : uint8_t { kObjOpen, kObjFirst, kObjKey, kObjKeyString, kObjColon, kObjValueStart, kObjValue, kObjAfter, kObjNext };
-enum ArrayPhase : uint8_t { kArrOpen, kArrFirst, kArrValue, kArrAfter, kArrNext };
+using Kind = JsonGrammar::Node::Kind;
 
 constexpr size_t kMaxDepth = 128;  // nesting deeper than this is not generated
 constexpr size_t kMaxReadings = 256; // stacks followed at once (a union's alternatives)
@@ -24,9 +20,6 @@ constexpr int kMaxExpansion = 64;   // unions within unions ($ref cycles end her
 // ({"anyOf": [{"$ref": "#"}, {"$ref": "#"}]}) would otherwise fan out
 // exponentially; past this a byte's further readings are not followed.
 constexpr int kMaxStartsPerByte = 4096;
-
-bool isDigit(unsigned char c) { return c >= '0' && c <= '9'; }
-bool isHex(unsigned char c) { return isDigit(c) || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F'); }
 
 bool numberAccepting(uint8_t phase) {
   return phase == kNumZero || phase == kNumInt || phase == kNumFrac || phase == kNumExpDigits;
@@ -67,83 +60,6 @@ bool numberGoesOn(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned ch
 // Whether the number may end here.
 bool numberEnds(const JsonMatcher::Frame &f, const JsonGrammar::Node &n) {
   return numberAccepting(f.phase) && (!n.pattern || n.pattern->accepts(f.re));
-}
-
-// A patterned string takes code point `cp` (false: its pattern cannot).
-bool patternStep(JsonMatcher::Frame &f, const Pattern &p, uint32_t cp) {
-  f.re = p.step(f.re, cp);
-  return f.re.any();
-}
-
-// Whether a patterned string may go on with a character whose code point
-// starts with the bits of f.cp, `bits` bits still to come.
-bool patternMay(const JsonMatcher::Frame &f, const Pattern &p, int bits) {
-  return p.mayStep(f.re, f.cp << bits, (f.cp << bits) | ((1u << bits) - 1));
-}
-
-// A string frame after byte `c`; false when `c` cannot come there.
-bool stringNext(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned char c, bool &closed) {
-  closed = false;
-  const Pattern *p = n.pattern.get();
-  const bool room = n.maxCount < 0 || f.index < n.maxCount;
-  switch (f.phase) {
-  case kStrOpen:
-    if (c != '"') return false;
-    f.phase = kStrBody;
-    if (p) f.re = p->start();
-    return true;
-  case kStrBody:
-    if (c == '"') return closed = f.index >= n.minCount && (!p || p->accepts(f.re));
-    if (!room || c < 0x20) return false;
-    ++f.index;
-    if (c == '\\') {
-      f.phase = kStrEscape;
-      return !p || p->mayStep(f.re, 0, 0xFFFF); // an escape writes a character of the first plane
-    }
-    if (c < 0x80) return !p || patternStep(f, *p, c);
-    // The lead byte of a UTF-8 character sets how many and which bytes follow.
-    f.lo = 0x80, f.hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) f.pos = 1, f.cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF)
-      f.pos = 2, f.cp = c & 0x0F, f.lo = c == 0xE0 ? 0xA0 : 0x80, f.hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4)
-      f.pos = 3, f.cp = c & 0x07, f.lo = c == 0xF0 ? 0x90 : 0x80, f.hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return false;
-    f.phase = kStrUtf8;
-    return !p || patternMay(f, *p, 6 * f.pos);
-  case kStrEscape: {
-    if (c == 'u') {
-      f.phase = kStrHex;
-      f.pos = 4;
-      f.cp = 0;
-      return true;
-    }
-    static const char kEscapes[] = "\"\\/bfnrt";
-    static const uint32_t kCodes[] = {'"', '\\', '/', 8, 12, 10, 13, 9};
-    const char *at = c ? std::strchr(kEscapes, c) : nullptr;
-    if (!at) return false;
-    f.phase = kStrBody;
-    return !p || patternStep(f, *p, kCodes[at - kEscapes]);
-  }
-  case kStrHex:
-    if (!isHex(c)) return false;
-    f.cp = f.cp * 16 + uint32_t(isDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
-    if (--f.pos == 0) {
-      f.phase = kStrBody;
-      return !p || patternStep(f, *p, f.cp);
-    }
-    return !p || patternMay(f, *p, 4 * f.pos);
-  case kStrUtf8:
-    if (c < f.lo || c > f.hi) return false;
-    f.lo = 0x80, f.hi = 0xBF;
-    f.cp = (f.cp << 6) | (c & 0x3F);
-    if (--f.pos == 0) {
-      f.phase = kStrBody;
-      return !p || patternStep(f, *p, f.cp);
-    }
-    return !p || patternMay(f, *p, 6 * f.pos);
-  }
-  return false;
 }
 
 // An object's properties that may be written next: from its next one up to
@@ -504,138 +420,6 @@ bool JsonMatcher::mayTake(unsigned char c) const {
   for (const Stack &s : stacks_)
     if (!s.empty() && takes(s, s.size() - 1, s.back(), c)) return true;
   return false;
-}
-
-std::shared_ptr<const JsonVocabulary> JsonVocabulary::make(std::shared_ptr<const TokenTable> table) {
-  auto v = std::make_shared<JsonVocabulary>();
-  const int64_t n = table->size();
-  v->plainChars.assign(size_t(n), -1);
-  v->plainUpTo.assign(kPlainLevels, TokenMask(n));
-  v->plainOf.resize(kPlainLevels);
-  v->otherByFirstByte.resize(256);
-  v->trie.resize(1);
-  JsonGrammar::Node body; // a string without limits
-  body.kind = Kind::String;
-  for (int64_t t = 0; t < n; ++t) {
-    const TokenTable::Kind kind = table->kinds[size_t(t)];
-    if (kind == TokenTable::Kind::End) v->ends.push_back(int32_t(t));
-    const std::string &b = table->bytes[size_t(t)];
-    if (kind != TokenTable::Kind::Text || b.empty()) continue;
-    const unsigned char first = static_cast<unsigned char>(b[0]);
-    int32_t at = 0;
-    for (char c : b) {
-      const unsigned char u = static_cast<unsigned char>(c);
-      int32_t next = -1;
-      for (const auto &[byte, child] : v->trie[size_t(at)].children)
-        if (byte == u) next = child;
-      if (next < 0) {
-        next = int32_t(v->trie.size());
-        v->trie[size_t(at)].children.emplace_back(u, next);
-        v->trie.emplace_back();
-      }
-      at = next;
-    }
-    v->trie[size_t(at)].tokens.push_back(int32_t(t));
-    // Plain text: bytes a string's body takes from a character's start.
-    JsonMatcher::Frame f;
-    f.phase = kStrBody;
-    bool plain = true, closed = false;
-    for (char c : b) {
-      const unsigned char u = static_cast<unsigned char>(c);
-      if (u == '"' || u == '\\' || !stringNext(f, body, u, closed)) {
-        plain = false;
-        break;
-      }
-    }
-    if (!plain) {
-      v->otherByFirstByte[first].push_back(int32_t(t));
-      continue;
-    }
-    v->plainChars[size_t(t)] = f.index;
-    if (f.index >= kPlainLevels) v->longPlain.push_back(int32_t(t));
-    else v->plainOf[size_t(f.index)].push_back(int32_t(t));
-    for (int k = f.index; k < kPlainLevels; ++k) v->plainUpTo[size_t(k)].set(t);
-  }
-  v->table = std::move(table);
-  return v;
-}
-
-void JsonConstraint::prepare() const {
-  if (prepared_) return;
-  nextBytes_ = matcher_.nextBytes();
-  std::tie(room_, mostRoom_) = matcher_.plainStringRoom();
-  prepared_ = true;
-}
-
-// A text token's verdict, its first byte known to be possible.
-bool JsonConstraint::allowsText(int64_t token) const {
-  const int32_t chars = vocab_->plainChars[size_t(token)];
-  if (chars >= 0 && room_ >= 0) { // in a string's text: exactly when a reading has the room
-    if (chars <= room_) return true;
-    if (chars > mostRoom_) return false;
-  }
-  return matcher_.accepts(vocab_->table->bytes[size_t(token)]);
-}
-
-bool JsonConstraint::allows(int64_t token) const {
-  const TokenTable &table = *vocab_->table;
-  if (token < 0 || token >= table.size()) return false;
-  switch (table.kinds[size_t(token)]) {
-  case TokenTable::Kind::End: return matcher_.canEnd();
-  case TokenTable::Kind::Other: return false;
-  case TokenTable::Kind::Text: break;
-  }
-  const std::string &b = table.bytes[size_t(token)];
-  if (b.empty()) return false;
-  prepare();
-  return nextBytes_.test(static_cast<unsigned char>(b[0])) && allowsText(token);
-}
-
-void JsonConstraint::allowedTokens(TokenMask &mask, int64_t tokens) const {
-  mask.clear();
-  prepare();
-  const int64_t n = std::min(tokens, vocab_->table->size());
-  auto decide = [&](const std::vector<int32_t> &list) {
-    for (int32_t t : list)
-      if (t < n && allowsText(t)) mask.set(t);
-  };
-  if (room_ >= 0) { // in a string's text: the plain tokens with room as words of bits, the others one by one
-    const int64_t level = std::min<int64_t>(room_, JsonVocabulary::kPlainLevels - 1);
-    const TokenMask &plain = vocab_->plainUpTo[size_t(level)];
-    std::copy(plain.words.begin(), plain.words.begin() + long(std::min(plain.words.size(), mask.words.size())),
-              mask.words.begin());
-    for (int64_t k = level + 1; k < JsonVocabulary::kPlainLevels && k <= mostRoom_; ++k) decide(vocab_->plainOf[size_t(k)]);
-    if (mostRoom_ >= JsonVocabulary::kPlainLevels) decide(vocab_->longPlain);
-    for (int c = 0; c < 256; ++c)
-      if (nextBytes_.test(size_t(c))) decide(vocab_->otherByFirstByte[size_t(c)]);
-    for (int64_t t = n; t < int64_t(mask.words.size()) * 64; ++t) mask.reset(t); // past `tokens`
-  } else {
-    walk(0, matcher_, mask, n);
-  }
-  if (matcher_.canEnd())
-    for (int32_t t : vocab_->ends)
-      if (t < n) mask.set(t);
-}
-
-// The tokens below trie node `node`, `m` having followed the bytes to it:
-// each branch is entered only when its byte may come.
-void JsonConstraint::walk(int32_t node, const JsonMatcher &m, TokenMask &mask, int64_t tokens) const {
-  for (const auto &[byte, child] : vocab_->trie[size_t(node)].children) {
-    if (node == 0 ? !nextBytes_.test(byte) : !m.mayTake(byte)) continue;
-    JsonMatcher next = m;
-    if (!next.feed(std::string_view(reinterpret_cast<const char *>(&byte), 1))) continue;
-    for (int32_t t : vocab_->trie[size_t(child)].tokens)
-      if (t < tokens) mask.set(t);
-    walk(child, next, mask, tokens);
-  }
-}
-
-void JsonConstraint::accept(int64_t token) {
-  const TokenTable &table = *vocab_->table;
-  if (token >= 0 && token < table.size() && table.kinds[size_t(token)] == TokenTable::Kind::Text) {
-    matcher_.feed(table.bytes[size_t(token)]);
-    prepared_ = false;
-  }
 }
 
 } // namespace sd::generate

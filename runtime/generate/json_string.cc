@@ -1,0 +1,89 @@
+// How a string frame of the JSON matcher takes a byte: escapes, UTF-8
+// characters (their lead byte fixing which continuations may follow),
+// length bounds, and a pattern stepped as each character completes.
+#include "json_frames.h"
+#include "pattern.h"
+#include <cstring>
+
+namespace sd::generate::frames {
+namespace {
+
+// A patterned string takes code point `cp` (false: its pattern cannot).
+bool patternStep(JsonMatcher::Frame &f, const Pattern &p, uint32_t cp) {
+  f.re = p.step(f.re, cp);
+  return f.re.any();
+}
+
+// Whether a patterned string may go on with a character whose code point
+// starts with the bits of f.cp, `bits` bits still to come.
+bool patternMay(const JsonMatcher::Frame &f, const Pattern &p, int bits) {
+  return p.mayStep(f.re, f.cp << bits, (f.cp << bits) | ((1u << bits) - 1));
+}
+
+} // namespace
+
+bool stringNext(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned char c, bool &closed) {
+  closed = false;
+  const Pattern *p = n.pattern.get();
+  const bool room = n.maxCount < 0 || f.index < n.maxCount;
+  switch (f.phase) {
+  case kStrOpen:
+    if (c != '"') return false;
+    f.phase = kStrBody;
+    if (p) f.re = p->start();
+    return true;
+  case kStrBody:
+    if (c == '"') return closed = f.index >= n.minCount && (!p || p->accepts(f.re));
+    if (!room || c < 0x20) return false;
+    ++f.index;
+    if (c == '\\') {
+      f.phase = kStrEscape;
+      return !p || p->mayStep(f.re, 0, 0xFFFF); // an escape writes a character of the first plane
+    }
+    if (c < 0x80) return !p || patternStep(f, *p, c);
+    // The lead byte of a UTF-8 character sets how many and which bytes follow.
+    f.lo = 0x80, f.hi = 0xBF;
+    if (c >= 0xC2 && c <= 0xDF) f.pos = 1, f.cp = c & 0x1F;
+    else if (c >= 0xE0 && c <= 0xEF)
+      f.pos = 2, f.cp = c & 0x0F, f.lo = c == 0xE0 ? 0xA0 : 0x80, f.hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4)
+      f.pos = 3, f.cp = c & 0x07, f.lo = c == 0xF0 ? 0x90 : 0x80, f.hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    f.phase = kStrUtf8;
+    return !p || patternMay(f, *p, 6 * f.pos);
+  case kStrEscape: {
+    if (c == 'u') {
+      f.phase = kStrHex;
+      f.pos = 4;
+      f.cp = 0;
+      return true;
+    }
+    static const char kEscapes[] = "\"\\/bfnrt";
+    static const uint32_t kCodes[] = {'"', '\\', '/', 8, 12, 10, 13, 9};
+    const char *at = c ? std::strchr(kEscapes, c) : nullptr;
+    if (!at) return false;
+    f.phase = kStrBody;
+    return !p || patternStep(f, *p, kCodes[at - kEscapes]);
+  }
+  case kStrHex:
+    if (!isHex(c)) return false;
+    f.cp = f.cp * 16 + uint32_t(isDigit(c) ? c - '0' : (c | 0x20) - 'a' + 10);
+    if (--f.pos == 0) {
+      f.phase = kStrBody;
+      return !p || patternStep(f, *p, f.cp);
+    }
+    return !p || patternMay(f, *p, 4 * f.pos);
+  case kStrUtf8:
+    if (c < f.lo || c > f.hi) return false;
+    f.lo = 0x80, f.hi = 0xBF;
+    f.cp = (f.cp << 6) | (c & 0x3F);
+    if (--f.pos == 0) {
+      f.phase = kStrBody;
+      return !p || patternStep(f, *p, f.cp);
+    }
+    return !p || patternMay(f, *p, 6 * f.pos);
+  }
+  return false;
+}
+
+} // namespace sd::generate::frames
