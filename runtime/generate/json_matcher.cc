@@ -1,7 +1,7 @@
 // The JSON matcher: a pushdown automaton over bytes whose stack frames are
 // grammar nodes in progress, run on every reading of the text at once.
 #include "json_frames.h"
-#include "pattern.h"
+#include "sd/generate/pattern.h"
 #include <algorithm>
 #include <cstring>
 #include <tuple>

@@ -3,7 +3,7 @@
 // never followed in part.
 #include "sd/format/json.h"
 #include "sd/generate/json_grammar.h"
-#include "pattern.h"
+#include "sd/generate/pattern.h"
 #include <cmath>
 #include <map>
 #include <set>
@@ -403,6 +403,16 @@ int32_t JsonGrammar::addAnyValue() {
                 w = add(std::move(words));
   at(anyValue).alternatives = {o, a, 0, n, w};
   return anyValue;
+}
+
+std::shared_ptr<const JsonGrammar> JsonGrammar::choice(const std::vector<std::string> &texts) {
+  auto g = std::make_shared<JsonGrammar>();
+  Node literal; // matched byte by byte, as any literal
+  literal.kind = Kind::Literal;
+  for (const std::string &t : texts)
+    if (!t.empty()) literal.literals.push_back(t);
+  g->finish(g->add(std::move(literal)));
+  return g;
 }
 
 std::shared_ptr<const JsonGrammar> JsonGrammar::anyObject() {

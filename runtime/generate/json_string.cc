@@ -2,7 +2,7 @@
 // characters (their lead byte fixing which continuations may follow),
 // length bounds, and a pattern stepped as each character completes.
 #include "json_frames.h"
-#include "pattern.h"
+#include "sd/generate/pattern.h"
 #include <cstring>
 
 namespace sd::generate::frames {

@@ -1,7 +1,7 @@
 // Regular expressions for JSON Schema patterns: parsed to a tree, counted
 // repeats unrolled, then Glushkov's construction (first, last and follow
 // sets of positions; no epsilon states).
-#include "pattern.h"
+#include "sd/generate/pattern.h"
 #include "sd/generate/json_grammar.h"
 #include <algorithm>
 

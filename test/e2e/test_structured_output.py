@@ -204,6 +204,28 @@ def trained_tokenizer(sdrun, plan, model, tmp, servers):
         check(f"serve completions, json_schema with patterns and an integer range ({prompt!r}): greedy text equals "
               "xgrammar's",
               r.choices[0].text == want, f"{r.choices[0].text!r} vs {want!r}")
+    # vLLM's guided fields (and its newer structured_outputs): a choice, a
+    # whole-text regex, a schema; against xgrammar's regex and schema masks.
+    import xgrammar as xgr
+    comp = xgr.GrammarCompiler(info)
+    for name, extra, grammar in [
+            ("guided_choice", {"guided_choice": ["cat", "dog", "fish"]}, comp.compile_regex("(cat|dog|fish)")),
+            ("structured_outputs regex", {"structured_outputs": {"regex": "[a-z]{2}-[0-9]{2,3}( ok)?"}},
+             comp.compile_regex("[a-z]{2}-[0-9]{2,3}( ok)?")),
+            ("guided_json", {"guided_json": SHORT}, compact_grammar(info, SHORT))]:
+        for prompt in ["A person:", "Noah"]:
+            ids = lib.encode(prompt).ids
+            want = lib.decode(ids + xgrammar_greedy(model, info, grammar, ids, 30, {eos}))[len(lib.decode(ids)):]
+            r = client.completions.create(model="llama", prompt=prompt, max_tokens=30, temperature=0, extra_body=extra)
+            check(f"serve, vLLM's {name} ({prompt!r}): greedy text equals xgrammar's, finish_reason stop",
+                  r.choices[0].text == want and r.choices[0].finish_reason == "stop",
+                  f"{r.choices[0].text!r} vs {want!r} {r.choices[0].finish_reason}")
+    for body, must in [({"guided_choice": ["a"], "response_format": {"type": "json_object"}}, "give one"),
+                       ({"structured_outputs": {"grammar": "root ::= 'a'"}}, "structured_outputs.grammar"),
+                       ({"guided_regex": "(ab"}, "unclosed ("), ({"guided_choice": []}, "non-empty")]:
+        status, text = post(srv.port, "/v1/completions", {"model": "llama", "prompt": "x", **body})
+        check(f"serve refuses {json.dumps(body)[:60]}: 400 saying {must!r}", status == 400 and must in text,
+              f"{status} {text[:200]}")
     turn = [{"role": "user", "content": "Describe a person as JSON."}]
     from transformers.utils.chat_template_utils import render_jinja_template
     from chat_templates import MISTRAL

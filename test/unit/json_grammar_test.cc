@@ -3,6 +3,7 @@
 // and constrained sampling draws only allowed tokens.
 #include "sd/generate/generator.h"
 #include "sd/generate/json_grammar.h"
+#include "sd/generate/regex_constraint.h"
 #include <gtest/gtest.h>
 #include <set>
 
@@ -352,4 +353,50 @@ TEST(JsonGrammar, IndexedVocabularyAgreesWithFollowingEachToken) {
       }
     }
   }
+}
+
+TEST(JsonGrammar, RegexConstraintAgreesWithItsPattern) {
+  // vLLM's guided_regex: the whole text matches; tokens cut through UTF-8 characters.
+  auto table = std::make_shared<TokenTable>();
+  table->bytes = {"a", "b", "ab", "\xc3", "\xa9", "\xc3\xa9", "-", "1", "12", "x", "", "\xc3\xa9-9"};
+  table->kinds.assign(table->bytes.size(), TokenTable::Kind::Text);
+  table->kinds[10] = TokenTable::Kind::End;
+  auto vocab = JsonVocabulary::make(table);
+  auto pattern = wholeTextPattern("^(ab|é)+-[0-9]{1,2}$");
+  ASSERT_TRUE(pattern.isOk()) << pattern.status().message();
+  const int64_t n = table->size();
+  auto matches = [](const std::string &t) { // the pattern by hand: (ab|é)+-[0-9]{1,2}
+    size_t i = 0, units = 0;
+    while (true) {
+      if (t.compare(i, 2, "ab") == 0 || t.compare(i, 2, "\xc3\xa9") == 0) i += 2, ++units;
+      else break;
+    }
+    if (!units || i >= t.size() || t[i] != '-') return false;
+    const size_t digits = t.size() - i - 1;
+    if (digits < 1 || digits > 2) return false;
+    for (size_t k = i + 1; k < t.size(); ++k)
+      if (t[k] < '0' || t[k] > '9') return false;
+    return true;
+  };
+  for (uint64_t seed = 0; seed < 40; ++seed) {
+    std::mt19937_64 rng(seed);
+    RegexConstraint c(pattern.value(), vocab);
+    std::string text;
+    for (int step = 0; step < 12 && !c.finished(); ++step) {
+      TokenMask mask(n);
+      c.allowedTokens(mask, n);
+      std::vector<int64_t> ok;
+      for (int64_t t = 0; t < n; ++t) {
+        EXPECT_EQ(c.allows(t), mask.test(t)) << seed << " " << text << " " << t;
+        if (mask.test(t) && table->kinds[size_t(t)] == TokenTable::Kind::Text) ok.push_back(t);
+      }
+      EXPECT_EQ(mask.test(10), matches(text)) << seed << " " << text; // the end only on a whole match
+      if (ok.empty()) break;
+      const int64_t t = ok[rng() % ok.size()];
+      c.accept(t);
+      text += table->bytes[size_t(t)];
+    }
+    EXPECT_TRUE(matches(text) || !c.finished()) << text;
+  }
+  EXPECT_FALSE(wholeTextPattern("(?<=a)b").isOk());
 }

@@ -1,6 +1,7 @@
 // Reading OpenAI completion requests and writing their responses.
 #include "openai_api.h"
 #include "tool_calls.h"
+#include "sd/generate/regex_constraint.h"
 #include "sd/format/json.h"
 #include <cmath>
 #include <set>
@@ -146,6 +147,40 @@ bool readResponseFormat(const Json &v, std::shared_ptr<const sd::generate::JsonG
   return true;
 }
 
+// vLLM's structured-output fields: guided_json (a schema, or its text),
+// guided_regex, guided_choice, or structured_outputs {json | regex | choice}.
+bool readGuided(const std::string &key, const Json &v, GenerationRequest &out, Error &err) {
+  using sd::generate::JsonGrammar;
+  if (key == "structured_outputs") {
+    if (v.type != Json::Type::Object || v.obj.size() != 1)
+      return fieldError(err, key, "must be an object with one of json, regex, choice");
+    const std::string &kind = v.obj[0].first;
+    if (kind != "json" && kind != "regex" && kind != "choice")
+      return fieldError(err, key + "." + kind, "is not supported (json, regex, choice)");
+    return readGuided("guided_" + kind, v.obj[0].second, out, err);
+  }
+  if (key == "guided_regex") {
+    if (v.type != Json::Type::String) return fieldError(err, key, "must be a string");
+    auto p = sd::generate::wholeTextPattern(v.str);
+    if (!p.isOk()) return fieldError(err, key, "is refused: " + p.status().message());
+    out.regex = p.value();
+    return true;
+  }
+  if (key == "guided_choice") {
+    std::vector<std::string> texts;
+    for (const Json &c : v.arr)
+      if (c.type == Json::Type::String && !c.str.empty()) texts.push_back(c.str);
+    if (v.type != Json::Type::Array || texts.empty() || texts.size() != v.arr.size())
+      return fieldError(err, key, "must be a non-empty list of non-empty strings");
+    out.grammar = JsonGrammar::choice(texts);
+    return true;
+  }
+  auto schema = v.type == Json::Type::String ? JsonGrammar::fromSchema(v.str) : JsonGrammar::fromSchema(v);
+  if (!schema.isOk()) return fieldError(err, key, "is refused: " + schema.status().message());
+  out.grammar = schema.value();
+  return true;
+}
+
 // Fields accepted only at the value that asks for nothing we do not do.
 bool neutral(const std::string &key, const Json &v, Error &err) {
   if (isNull(&v)) return true;
@@ -207,7 +242,9 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
   static const std::set<std::string> common = {"model", "max_tokens", "temperature", "top_p", "top_k", "seed", "stop",
                                                 "stream", "stream_options", "repetition_penalty", "n", "user",
                                                 "logprobs", "presence_penalty", "frequency_penalty", "logit_bias",
-                                                "response_format"};
+                                                "response_format", "guided_json", "guided_regex", "guided_choice",
+                                                "structured_outputs"};
+  int shapes = 0; // response_format (not text), guided_*, structured_outputs: one at most
   static const std::set<std::string> completions = {"prompt", "echo"};
   static const std::set<std::string> chats = {"messages", "max_completion_tokens", "top_logprobs", "parallel_tool_calls",
                                               "tools", "tool_choice"};
@@ -262,6 +299,10 @@ bool parseRequest(const std::string &body, bool chat, const Defaults &defaults, 
       }
     } else if (key == "response_format") {
       if (!readResponseFormat(v, out.grammar, err)) return false;
+      if (out.grammar && ++shapes > 1) return fieldError(err, key, "and vLLM's guided fields: give one");
+    } else if (key.rfind("guided_", 0) == 0 || key == "structured_outputs") {
+      if (!readGuided(key, v, out, err)) return false;
+      if (++shapes > 1) return fieldError(err, key, "and response_format or other guided fields: give one");
     } else if (key == "repetition_penalty") {
       if (!readNumber(v, key, 1e-3, 1e3, out.sampling.repetitionPenalty, err)) return false;
     } else if (key == "seed") {

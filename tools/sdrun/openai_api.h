@@ -51,8 +51,11 @@ struct GenerationRequest {
   std::vector<std::string> stop;
   bool stream = false, includeUsage = false, echo = false;
   int64_t logprobs = -1; // -1: none; k: each token's log-probability and the k likeliest (chat: top_logprobs)
-  // response_format json_object or json_schema: the grammar the text follows (null: free text)
+  // response_format json_object or json_schema, or vLLM's guided_json /
+  // guided_choice: the grammar the text follows (null: free text); vLLM's
+  // guided_regex: the pattern the whole text matches.
   std::shared_ptr<const sd::generate::JsonGrammar> grammar;
+  std::shared_ptr<const sd::generate::Pattern> regex;
   // Chat tools: the functions as the chat template reads them (OpenAI's
   // [{"type": "function", "function": {...}}]; null: none), and the choice.
   sd::Json tools;

@@ -12,6 +12,7 @@
 #include "embedder.h"
 #include "openai_api.h"
 #include "tool_calls.h"
+#include "sd/generate/regex_constraint.h"
 #include <algorithm>
 #include <arpa/inet.h>
 #include <cerrno>
@@ -45,7 +46,8 @@ const char *kServeUsage =
     "                              stop, n, echo, stream, presence_penalty, frequency_penalty,\n"
     "                              logit_bias, repetition_penalty (vLLM's),\n"
     "                              logprobs K (echo with max_tokens 0 scores the prompt),\n"
-    "                              response_format (vLLM's, as chat's)\n"
+    "                              response_format (vLLM's, as chat's); vLLM's guided_json,\n"
+    "                              guided_regex, guided_choice, structured_outputs (both routes)\n"
     "  POST /v1/chat/completions   messages rendered with the tokenizer's chat template;\n"
     "                              max_tokens / max_completion_tokens (the room left in the\n"
     "                              context), logprobs / top_logprobs, response_format\n"
@@ -569,11 +571,10 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       ch.sampler = sd::generate::RowSampler(s);
       ch.sampler.topLogprobs = req.logprobs;
       ch.sampler.scorePrompt = req.echo && req.logprobs >= 0;
-      if (grammar) {
-        if (!tokens_) // every served model has the plan's vocabulary
-          tokens_ = sd::generate::JsonVocabulary::make(tokenTable(g_, gen.vocabSize()));
-        ch.sampler.constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens_);
-      }
+      if ((grammar || req.regex) && !tokens_) // every served model has the plan's vocabulary
+        tokens_ = sd::generate::JsonVocabulary::make(tokenTable(g_, gen.vocabSize()));
+      if (req.regex) ch.sampler.constraint = std::make_shared<sd::generate::RegexConstraint>(req.regex, tokens_);
+      else if (grammar) ch.sampler.constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens_);
       if (req.toolChoice != openai::ToolChoice::None) ch.callId = newCallId();
       if (req.echo) ch.text = prompts[p].isIds ? g_.codec.decode(ids) : prompts[p].text;
       job->choices.push_back(std::move(ch));

@@ -85,7 +85,7 @@ bool checkTools(GenerationRequest &r, bool choiceGiven, Error &err) {
     for (const Json &t : r.tools.arr) found = found || toolName(t) == r.toolName;
     if (!found) return fieldError(err, "tool_choice", "names '" + r.toolName.substr(0, 64) + "', which is not in tools");
   }
-  if (r.grammar && r.toolChoice != ToolChoice::Auto)
+  if ((r.grammar || r.regex) && r.toolChoice != ToolChoice::Auto)
     return fieldError(err, "response_format", "cannot shape a reply that tool_choice makes a tool call");
   return true;
 }

@@ -23,7 +23,7 @@
 
 namespace sd::generate {
 
-class Pattern; // a string's "pattern" or "format" (runtime/generate/pattern.h)
+class Pattern; // a string's "pattern" or "format" (sd/generate/pattern.h)
 using PatternState = std::bitset<128>;
 
 class JsonGrammar {
@@ -49,7 +49,7 @@ public:
   static std::shared_ptr<const JsonGrammar> anyObject();
   // JSON Schema text. Supported: type (one or a list), properties, required,
   // additionalProperties, items, minItems, maxItems, minLength, maxLength,
-  // pattern (runtime/generate/pattern.h), format (date, time, date-time,
+  // pattern (sd/generate/pattern.h), format (date, time, date-time,
   // uuid, email, ipv4), an integer's minimum, maximum, exclusiveMinimum and
   // exclusiveMaximum (a pattern over its digits),
   // enum, const, anyOf, oneOf (as anyOf), allOf of one schema, $ref to
@@ -58,6 +58,8 @@ public:
   // keyword and where it is (a JSON pointer), never silently ignored.
   static StatusOr<std::shared_ptr<const JsonGrammar>> fromSchema(const std::string &schemaText);
   static StatusOr<std::shared_ptr<const JsonGrammar>> fromSchema(const Json &schema);
+  // One of these texts exactly (vLLM's guided_choice): raw text, not JSON.
+  static std::shared_ptr<const JsonGrammar> choice(const std::vector<std::string> &texts);
   // Tool calls as OpenAI's tool_choice "required" has them written: a list
   // of one or more (at most one unless `parallel`) {"name": NAME,
   // "parameters": {...}}, each tool's parameters following its own schema
