@@ -3,6 +3,7 @@
 // length bounds, and a pattern stepped as each character completes.
 #include "json_frames.h"
 #include "sd/generate/pattern.h"
+#include "sd/generate/utf8_reader.h"
 #include <cstring>
 
 namespace sd::generate::frames {
@@ -41,14 +42,7 @@ bool stringNext(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned char
       return !p || p->mayStep(f.re, 0, 0xFFFF); // an escape writes a character of the first plane
     }
     if (c < 0x80) return !p || patternStep(f, *p, c);
-    // The lead byte of a UTF-8 character sets how many and which bytes follow.
-    f.lo = 0x80, f.hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) f.pos = 1, f.cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF)
-      f.pos = 2, f.cp = c & 0x0F, f.lo = c == 0xE0 ? 0xA0 : 0x80, f.hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4)
-      f.pos = 3, f.cp = c & 0x07, f.lo = c == 0xF0 ? 0x90 : 0x80, f.hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return false;
+    if (!utf8::lead(c, f.cp, f.pos, f.lo, f.hi)) return false;
     f.phase = kStrUtf8;
     return !p || patternMay(f, *p, 6 * f.pos);
   case kStrEscape: {
@@ -74,10 +68,8 @@ bool stringNext(JsonMatcher::Frame &f, const JsonGrammar::Node &n, unsigned char
     }
     return !p || patternMay(f, *p, 4 * f.pos);
   case kStrUtf8:
-    if (c < f.lo || c > f.hi) return false;
-    f.lo = 0x80, f.hi = 0xBF;
-    f.cp = (f.cp << 6) | (c & 0x3F);
-    if (--f.pos == 0) {
+    if (!utf8::next(c, f.cp, f.pos, f.lo, f.hi)) return false;
+    if (f.pos == 0) {
       f.phase = kStrBody;
       return !p || patternStep(f, *p, f.cp);
     }

@@ -2,6 +2,7 @@
 // byte (a lead byte allowed only when some character it may start can come),
 // the vocabulary's trie walked along the bytes the pattern allows.
 #include "sd/generate/regex_constraint.h"
+#include "sd/generate/utf8_reader.h"
 
 namespace sd::generate {
 
@@ -25,18 +26,10 @@ bool RegexConstraint::step(State &s, unsigned char c) const {
       s.re = pattern_->step(s.re, c);
       return s.re.any();
     }
-    s.lo = 0x80, s.hi = 0xBF;
-    if (c >= 0xC2 && c <= 0xDF) s.pending = 1, s.cp = c & 0x1F;
-    else if (c >= 0xE0 && c <= 0xEF)
-      s.pending = 2, s.cp = c & 0x0F, s.lo = c == 0xE0 ? 0xA0 : 0x80, s.hi = c == 0xED ? 0x9F : 0xBF;
-    else if (c >= 0xF0 && c <= 0xF4)
-      s.pending = 3, s.cp = c & 0x07, s.lo = c == 0xF0 ? 0x90 : 0x80, s.hi = c == 0xF4 ? 0x8F : 0xBF;
-    else return false;
+    if (!utf8::lead(c, s.cp, s.pending, s.lo, s.hi)) return false;
   } else {
-    if (c < s.lo || c > s.hi) return false;
-    s.lo = 0x80, s.hi = 0xBF;
-    s.cp = (s.cp << 6) | (c & 0x3F);
-    if (--s.pending == 0) {
+    if (!utf8::next(c, s.cp, s.pending, s.lo, s.hi)) return false;
+    if (s.pending == 0) {
       s.re = pattern_->step(s.re, s.cp);
       return s.re.any();
     }

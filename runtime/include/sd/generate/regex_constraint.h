@@ -26,7 +26,7 @@ private:
   struct State {
     PatternState re;
     uint32_t cp = 0;      // a character begun: its bits so far
-    int pending = 0;      // its continuation bytes to come
+    int32_t pending = 0;  // its continuation bytes to come
     uint8_t lo = 0, hi = 0; // the next continuation byte's range
   };
   bool step(State &s, unsigned char c) const;
