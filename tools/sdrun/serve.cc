@@ -764,11 +764,12 @@ int Server::run(int listenFd) {
     const double t = now();
     std::vector<int> stale;
     for (auto &[id, c] : conns_) {
-      if (!c.job && !c.complete && c.in.empty() && c.served > 0 && t - c.since > keepAlive_) {
-        stale.push_back(id); // an idle kept connection: closed without a word, as servers do
+      const bool idle = !c.job && !c.complete && c.in.empty() && c.served > 0; // kept, awaiting a request
+      if (idle && t - c.since > keepAlive_) {
+        stale.push_back(id); // closed without a word, as servers do
         continue;
       }
-      if (!c.job && !c.complete && t - c.since > requestTimeout_) {
+      if (!idle && !c.job && !c.complete && t - c.since > requestTimeout_) {
         c.keepAlive = false;
         openai::Error e;
         e.status = 408;
