@@ -188,13 +188,9 @@ bool neutral(const std::string &key, const Json &v, Error &err) {
     if (v.type == Json::Type::Number && v.num == 1) return true;
     return fieldError(err, key, "is not supported (only 1)");
   }
-  if (key == "tools") {
-    if (v.type == Json::Type::Array && v.arr.empty()) return true;
-    return fieldError(err, key, "is not supported (the server has no tool calling)");
-  }
-  if (key == "tool_choice") {
-    if (v.type == Json::Type::String && v.str == "none") return true;
-    return fieldError(err, key, "is not supported (only \"none\")");
+  if (key == "tools" || key == "tool_choice") { // only chats call tools (completions reach here)
+    if ((v.type == Json::Type::Array && v.arr.empty()) || (v.type == Json::Type::String && v.str == "none")) return true;
+    return fieldError(err, key, "is for /v1/chat/completions; completions call no tools");
   }
   if (key == "suffix") {
     if (v.type == Json::Type::String && v.str.empty()) return true;
