@@ -127,7 +127,7 @@ void JsonMatcher::startValue(Stack s, int32_t node, unsigned char c, std::vector
   feedStack(std::move(s), c, out, depth + 1);
 }
 
-bool JsonMatcher::tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const {
+void JsonMatcher::tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const {
   Frame &f = s.back();
   const JsonGrammar::Node &n = g_->node(f.node);
   const bool listed = n.additional < 0; // keys from `properties`; else any keys
@@ -164,34 +164,34 @@ bool JsonMatcher::tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, 
       f.phase = kObjFirst;
       out.push_back(s);
     }
-    return true;
+    return;
   case kObjFirst:
     if (c == '}') close();
     else keyStart();
-    return true;
-  case kObjNext: keyStart(); return true;
+    return;
+  case kObjNext: keyStart(); return;
   case kObjKey: {
     const std::string &key = n.properties[size_t(f.pos)].key;
-    if (static_cast<unsigned char>(key[size_t(f.sub)]) != c) return true;
+    if (static_cast<unsigned char>(key[size_t(f.sub)]) != c) return;
     if (size_t(++f.sub) == key.size()) {
       f.phase = kObjColon;
       f.index = f.pos + 1;
     }
     out.push_back(s);
-    return true;
+    return;
   }
   case kObjColon:
     if (c == ':') {
       f.phase = kObjValueStart;
       out.push_back(s);
     }
-    return true;
+    return;
   case kObjValueStart: {
     const int32_t value = f.pos >= 0 ? n.properties[size_t(f.pos)].value : n.additional;
     if (f.pos < 0) ++f.index;
     f.phase = kObjValue;
     startValue(s, value, c, out, depth + 1);
-    return true;
+    return;
   }
   case kObjAfter:
     if (c == ',') {
@@ -203,12 +203,11 @@ bool JsonMatcher::tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, 
     } else {
       close();
     }
-    return true;
+    return;
   }
-  return true;
 }
 
-bool JsonMatcher::tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const {
+void JsonMatcher::tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const {
   Frame &f = s.back();
   const JsonGrammar::Node &n = g_->node(f.node);
   auto close = [&]() {
@@ -228,12 +227,12 @@ bool JsonMatcher::tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, i
       f.phase = kArrFirst;
       out.push_back(s);
     }
-    return true;
+    return;
   case kArrFirst:
     if (c == ']') close();
     else item();
-    return true;
-  case kArrNext: item(); return true;
+    return;
+  case kArrNext: item(); return;
   case kArrAfter:
     if (c == ',') {
       if (n.maxCount < 0 || f.index < n.maxCount) {
@@ -243,9 +242,8 @@ bool JsonMatcher::tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, i
     } else {
       close();
     }
-    return true;
+    return;
   }
-  return true;
 }
 
 // Every stack `s` becomes after byte `c`, appended to `out`.

@@ -380,14 +380,15 @@ struct PatternBuilder {
   }
 };
 
-StatusOr<std::shared_ptr<const Pattern>> Pattern::compile(const std::string &regex) {
+StatusOr<std::shared_ptr<const Pattern>> Pattern::compile(const std::string &regex, Match match) {
   std::string body = regex;
-  const bool anchoredStart = !body.empty() && body[0] == '^';
-  if (anchoredStart) body.erase(0, 1);
+  const bool anchoredStart = match == Match::Whole || (!body.empty() && body[0] == '^');
+  if (!body.empty() && body[0] == '^') body.erase(0, 1);
   size_t slashes = 0; // a final $ anchors the end unless an odd run of backslashes escapes it
   for (size_t i = body.size() - std::min<size_t>(body.size(), 1); i-- > 0 && body[i] == '\\';) ++slashes;
-  const bool anchoredEnd = !body.empty() && body.back() == '$' && slashes % 2 == 0;
-  if (anchoredEnd) body.pop_back();
+  const bool endsInAnchor = !body.empty() && body.back() == '$' && slashes % 2 == 0;
+  if (endsInAnchor) body.pop_back();
+  const bool anchoredEnd = match == Match::Whole || endsInAnchor;
   Parser parser(codePoints(body));
   Node tree = parser.parse();
   if (!parser.error.empty()) return sdError("pattern '", regex.substr(0, 80), "': ", parser.error);

@@ -6,15 +6,6 @@
 
 namespace sd::generate {
 
-StatusOr<std::shared_ptr<const Pattern>> wholeTextPattern(const std::string &regex) {
-  std::string body = regex;
-  if (!body.empty() && body[0] == '^') body.erase(0, 1);
-  size_t slashes = 0;
-  for (size_t i = body.size() - std::min<size_t>(body.size(), 1); i-- > 0 && body[i] == '\\';) ++slashes;
-  if (!body.empty() && body.back() == '$' && slashes % 2 == 0) body.pop_back();
-  return Pattern::compile("^(?:" + body + ")$");
-}
-
 RegexConstraint::RegexConstraint(std::shared_ptr<const Pattern> pattern, std::shared_ptr<const JsonVocabulary> vocab)
     : pattern_(std::move(pattern)), vocab_(std::move(vocab)) {
   state_.re = pattern_->start();

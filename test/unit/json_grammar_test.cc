@@ -362,7 +362,7 @@ TEST(JsonGrammar, RegexConstraintAgreesWithItsPattern) {
   table->kinds.assign(table->bytes.size(), TokenTable::Kind::Text);
   table->kinds[10] = TokenTable::Kind::End;
   auto vocab = JsonVocabulary::make(table);
-  auto pattern = wholeTextPattern("^(ab|é)+-[0-9]{1,2}$");
+  auto pattern = Pattern::compile("^(ab|é)+-[0-9]{1,2}$", Pattern::Match::Whole);
   ASSERT_TRUE(pattern.isOk()) << pattern.status().message();
   const int64_t n = table->size();
   auto matches = [](const std::string &t) { // the pattern by hand: (ab|é)+-[0-9]{1,2}
@@ -398,5 +398,10 @@ TEST(JsonGrammar, RegexConstraintAgreesWithItsPattern) {
     }
     EXPECT_TRUE(matches(text) || !c.finished()) << text;
   }
-  EXPECT_FALSE(wholeTextPattern("(?<=a)b").isOk());
+  EXPECT_FALSE(Pattern::compile("(?<=a)b", Pattern::Match::Whole).isOk());
+  // Whole anchors both ends without ^ and $; Search matches anywhere.
+  auto whole = Pattern::compile("ab", Pattern::Match::Whole), search = Pattern::compile("ab");
+  ASSERT_TRUE(whole.isOk() && search.isOk());
+  EXPECT_TRUE(whole.value()->step(whole.value()->start(), 'x').none());
+  EXPECT_TRUE(search.value()->step(search.value()->start(), 'x').any());
 }

@@ -17,9 +17,9 @@ bool fieldError(Error &err, const std::string &field, const std::string &msg) {
   return false;
 }
 
-namespace {
-
 bool isNull(const Json *v) { return !v || v->type == Json::Type::Null; }
+
+namespace {
 
 bool readBool(const Json &v, const std::string &field, bool &out, Error &err) {
   if (v.type != Json::Type::Bool) return fieldError(err, field, "must be true or false");
@@ -161,7 +161,7 @@ bool readGuided(const std::string &key, const Json &v, GenerationRequest &out, E
   }
   if (key == "guided_regex") {
     if (v.type != Json::Type::String) return fieldError(err, key, "must be a string");
-    auto p = sd::generate::wholeTextPattern(v.str);
+    auto p = sd::generate::Pattern::compile(v.str, sd::generate::Pattern::Match::Whole);
     if (!p.isOk()) return fieldError(err, key, "is refused: " + p.status().message());
     out.regex = p.value();
     return true;

@@ -22,6 +22,8 @@ struct Error {
 std::string errorJson(const Error &e);
 // A 400 naming `field`: "'field' msg"; false.
 bool fieldError(Error &err, const std::string &field, const std::string &msg);
+// Absent or JSON null (OpenAI's clients send unset fields as null).
+bool isNull(const sd::Json *v);
 
 // A prompt as text, or as token ids (the completions API takes both).
 struct Prompt {

@@ -8,8 +8,6 @@ using sd::Json;
 
 namespace {
 
-bool isNull(const Json *v) { return !v || v->type == Json::Type::Null; }
-
 const Json *toolFunction(const Json &tool) { return tool.get("function"); }
 
 std::string toolName(const Json &tool) {

@@ -131,8 +131,8 @@ private:
   void feedStack(Stack s, unsigned char c, std::vector<Stack> &out, int depth) const;
   void startValue(Stack s, int32_t node, unsigned char c, std::vector<Stack> &out, int depth) const;
   void childDone(Stack &s) const;
-  bool tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const;
-  bool tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const;
+  void tryObject(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const;
+  void tryArray(Stack &s, unsigned char c, std::vector<Stack> &out, int depth) const;
   bool takes(const Stack &s, size_t top, Frame f, unsigned char c) const;
 
   std::shared_ptr<const JsonGrammar> g_;

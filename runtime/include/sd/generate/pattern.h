@@ -25,7 +25,11 @@ public:
   static constexpr int kMaxPositions = 127; // characters of the expanded pattern; one bit more: nothing read yet
   using State = std::bitset<kMaxPositions + 1>;
 
-  static StatusOr<std::shared_ptr<const Pattern>> compile(const std::string &regex);
+  // Search: JSON Schema's reading (a match anywhere unless ^ and $ say
+  // otherwise); Whole: the whole text matches (vLLM's guided_regex), a ^ or
+  // $ at the ends being those anchors.
+  enum class Match { Search, Whole };
+  static StatusOr<std::shared_ptr<const Pattern>> compile(const std::string &regex, Match match = Match::Search);
 
   State start() const;
   // The state after code point `cp`; none when it cannot come.

@@ -10,9 +10,7 @@
 
 namespace sd::generate {
 
-// `regex` anchored at both ends (a ^ or $ it has is taken as that anchor).
-StatusOr<std::shared_ptr<const Pattern>> wholeTextPattern(const std::string &regex);
-
+// `pattern`: compiled with Pattern::Match::Whole.
 class RegexConstraint : public TokenConstraint {
 public:
   RegexConstraint(std::shared_ptr<const Pattern> pattern, std::shared_ptr<const JsonVocabulary> vocab);
