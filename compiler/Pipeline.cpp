@@ -169,6 +169,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   kv.maxLength = opts.kvCache;
   kv.batch = opts.kvBatch;
   kv.chunk = opts.prefillChunk > 0 ? opts.prefillChunk : std::min<int64_t>(64, opts.kvCache);
+  kv.speculate = opts.speculate;
   kv.tokenInput = opts.tokenInput;
   kv.logitsOutput = opts.logitsOutput;
   kv.keepInfer = opts.training() || !opts.shapes.empty() || !opts.inferShapes.empty();

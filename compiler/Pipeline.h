@@ -113,6 +113,7 @@ struct PipelineOptions {
   int64_t kvCache = 0;
   int64_t kvBatch = 0; // 0: the batch the model fixes, else 1
   int64_t prefillChunk = 0; // 0: min(64, kvCache)
+  int64_t speculate = 0;    // > 0: a verify entry of speculate + 1 tokens per row (speculative decoding)
   bool training() const { return !peft.empty(); }
 };
 

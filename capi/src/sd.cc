@@ -497,6 +497,24 @@ sd_status *sd_generator_create(sd_session *session, double temperature, int64_t 
 void sd_generator_free(sd_generator *generator) { delete generator; }
 int64_t sd_generator_vocab_size(const sd_generator *generator) { return generator ? generator->generator->vocabSize() : 0; }
 
+int64_t sd_generator_speculation(const sd_generator *generator) {
+  return generator ? generator->generator->speculation() : 0;
+}
+
+sd_status *sd_generator_generate(sd_generator *generator, const int64_t *tokens, size_t n, size_t max_new,
+                                 size_t speculate, int64_t *out) {
+  return guard([&]() -> sd_status * {
+    SD_REQUIRE(generator, "generator");
+    if (n) SD_REQUIRE(tokens, "tokens");
+    if (max_new) SD_REQUIRE(out, "out");
+    std::vector<int64_t> all(tokens, tokens + n);
+    sd::Status s = generator->generator->generate(all, int64_t(max_new), {}, speculate);
+    if (!s.isOk()) return fromStatus(s, SD_INVALID_ARGUMENT);
+    std::copy(all.begin() + long(n), all.end(), out);
+    return nullptr;
+  });
+}
+
 sd_status *sd_generator_next(sd_generator *generator, const int64_t *tokens, size_t n, int64_t *next) {
   return guard([&]() -> sd_status * {
     SD_REQUIRE(generator, "generator");

@@ -81,7 +81,9 @@ struct KvCachePass : sd::impl::KvCacheBase<KvCachePass> {
       auto entry = f->getAttrOfType<StringAttr>("sd.entry");
       if (!entry) continue;
       if (entry.getValue() == sd::abi::kKvProbe) probe = f;
-      if (entry.getValue() == sd::abi::kPrefill || entry.getValue() == sd::abi::kDecode) entries.push_back(f);
+      if (entry.getValue() == sd::abi::kPrefill || entry.getValue() == sd::abi::kDecode ||
+          entry.getValue() == sd::abi::kVerify)
+        entries.push_back(f);
     }
     if (!probe) return;
     int64_t maxLength = shapeOf(probe.getArgument(0))[1];

@@ -2,6 +2,9 @@
 // forward (the infer entry), before specialization:
 //   prefill   tokens [batch, chunk]  -> logits [batch, chunk, vocab]
 //   decode    tokens [batch, 1]      -> logits [batch, 1, vocab]
+//   verify    tokens [batch, K + 1]  -> logits [batch, K + 1, vocab], with
+//             --speculate K: speculative decoding checks K guessed tokens
+//             after a row's last one in a single call
 //   kv_probe  tokens [1, max_length] (read by sd-kv-cache for the position
 //             tables of positions 0..max_length-1, then dropped)
 // batch is --kv-batch, else the batch a fixed-shape export has, else 1; the
@@ -40,6 +43,11 @@ struct KvEntriesPass : sd::impl::KvEntriesBase<KvEntriesPass> {
       module.emitError("--kv-cache needs the model's forward (an infer entry)");
       return signalPassFailure();
     }
+    if (speculate < 0 || speculate >= maxLength) {
+      module.emitError() << "--speculate " << int64_t(speculate) << ": the guessed tokens and the one before them must fit the cache (--kv-cache "
+                         << int64_t(maxLength) << ")";
+      return signalPassFailure();
+    }
     if (batch < 0 || chunk <= 0 || chunk > maxLength) {
       // (The options are cl::opt objects: stream their int64 values, not them.)
       module.emitError() << "--kv-cache " << int64_t(maxLength) << ": --kv-batch must be > 0 (got " << int64_t(batch)
@@ -58,8 +66,10 @@ struct KvEntriesPass : sd::impl::KvEntriesBase<KvEntriesPass> {
       const char *name;
       int64_t batch, seq;
     };
-    for (Made m : {Made{sd::abi::kPrefill, rows, chunk}, Made{sd::abi::kDecode, rows, 1},
-                   Made{sd::abi::kKvProbe, rows, maxLength}}) {
+    SmallVector<Made> made = {Made{sd::abi::kPrefill, rows, chunk}, Made{sd::abi::kDecode, rows, 1},
+                              Made{sd::abi::kKvProbe, rows, maxLength}};
+    if (speculate > 0) made.push_back(Made{sd::abi::kVerify, rows, speculate + 1});
+    for (Made m : made) {
       auto f = cast<func::FuncOp>(b.clone(*forward));
       f.setName(m.name);
       f->setAttr("sd.entry", b.getStringAttr(m.name));

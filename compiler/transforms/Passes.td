@@ -732,7 +732,9 @@ def CheckStatic : Pass<"sd-check-static", "mlir::ModuleOp"> {
 def KvEntries : Pass<"sd-kv-entries", "mlir::ModuleOp"> {
   let summary = "--kv-cache: prefill and decode entries cloned from the model's forward";
   let description = [{
-    Clones the infer entry into prefill [batch, chunk], decode [batch, 1] and
+    Clones the infer entry into prefill [batch, chunk], decode [batch, 1],
+    with speculate > 0 verify [batch, speculate + 1] (speculative decoding:
+    a row's token and its guessed successors in one call), and
     a kv_probe [1, max-length] (for sd-kv-cache's position tables), marked
     sd.kv_shape for sd-specialize, each returning only the logits. An
     attention_mask input becomes ones; other inputs but the tokens and
@@ -742,6 +744,7 @@ def KvEntries : Pass<"sd-kv-entries", "mlir::ModuleOp"> {
     Option<"maxLength", "max-length", "int64_t", "0", "cache positions per row (0: no generation entries)">,
     Option<"batch", "batch", "int64_t", "0", "rows generated together (0: the model's fixed batch, else 1)">,
     Option<"chunk", "chunk", "int64_t", "1", "prompt tokens per prefill call">,
+    Option<"speculate", "speculate", "int64_t", "0", "guessed tokens a verify entry checks per row (0: no verify entry)">,
     Option<"tokenInput", "token-input", "std::string", "\"\"", "the token input (empty: found)">,
     Option<"logitsOutput", "logits-output", "std::string", "\"\"", "the logits output (empty: found)">,
     Option<"keepInfer", "keep-infer", "bool", "true", "keep the infer entry (false: a generation-only plan)">,

@@ -1,6 +1,7 @@
 // Generation through the prefill/decode entries' key/value caches, or over
 // the infer entry's batch-1 windows; and sampling.
 #include "sd/generate/generator.h"
+#include "sd/generate/prompt_lookup.h"
 #include "sd/format/peft.h"
 #include "sd/format/training_abi.h"
 #include <algorithm>
@@ -181,7 +182,7 @@ Status Generator::bindCache() {
   const Plan &plan = session_.plan();
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const EntryDesc &e = plan.entries[i];
-    if (e.name != abi::kPrefill && e.name != abi::kDecode) continue;
+    if (e.name != abi::kPrefill && e.name != abi::kDecode && e.name != abi::kVerify) continue;
     if (e.inputs.size() != 2 || e.outputs.size() != 1)
       return sdError("the ", e.name, " entry takes ", e.inputs.size(), " inputs and gives ", e.outputs.size(),
                      " outputs; generation needs (tokens, position_ids) -> logits");
@@ -204,7 +205,7 @@ Status Generator::bindCache() {
     vocab_ = logits.dims[2];
     tokenInput_ = e.inputs[c.tokensFirst ? 0 : 1].first;
     c.seq = tokens.dims[1];
-    (e.name == abi::kPrefill ? prefill_ : decode_) = c;
+    (e.name == abi::kPrefill ? prefill_ : e.name == abi::kDecode ? decode_ : verify_) = c;
   }
   if (prefill_.entry == SIZE_MAX || decode_.entry == SIZE_MAX)
     return sdError("the plan has a ", prefill_.entry == SIZE_MAX ? abi::kDecode : abi::kPrefill, " entry but no ",
@@ -253,12 +254,22 @@ StatusOr<int64_t> Generator::sampleChecked(const float *logits, const std::vecto
   const int64_t t = sampleToken(logits, vocab_, sampler.opts, sampler.rng, context, sampler.constraint.get());
   if (t < 0) return kNoAllowedToken;
   if (sampler.constraint) sampler.constraint->accept(t);
-  if (sampler.topLogprobs >= 0) sampler.drawn = tokenLogprobs(logits, vocab_, t, sampler.topLogprobs);
+  if (sampler.topLogprobs >= 0) sampler.drawn.push_back(tokenLogprobs(logits, vocab_, t, sampler.topLogprobs));
   return t;
 }
 
-Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits,
-                            std::vector<RowSampler> *samplers, size_t skip) {
+const Generator::CachedEntry &Generator::entryFor(int64_t most) const {
+  const CachedEntry *best = nullptr, *widest = &prefill_;
+  for (const CachedEntry *e : {&decode_, &verify_, &prefill_}) {
+    if (e->entry == SIZE_MAX) continue;
+    if (e->seq >= most && (!best || e->seq < best->seq)) best = e;
+    if (e->seq > widest->seq) widest = e;
+  }
+  return best ? *best : *widest;
+}
+
+Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, const std::vector<size_t> &last,
+                            std::vector<float> &logits, std::vector<RowSampler> *samplers, size_t skip) {
   auto scoring = [&](size_t b) { return samplers && b < samplers->size() && (*samplers)[b].scorePrompt; };
   const size_t batch = size_t(batch_);
   std::vector<int64_t> start(batch), pending(batch, 0);
@@ -272,14 +283,15 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::
     size_t same = 0;
     while (same < cached.size() && same < row.size() && cached[same] == row[same]) ++same;
     if (scoring(b)) same = 0; // every position's logits are wanted
-    if (same == row.size()) --same; // nothing new: its last token runs again for its logits
+    // Cached or not, the final tokens whose logits are wanted run again.
+    same = std::min(same, row.size() - last[b]);
     start[b] = int64_t(same);
     pending[b] = int64_t(row.size() - same);
   }
-  logits.assign(batch * size_t(vocab_), 0.0f);
+  const size_t width = *std::max_element(last.begin(), last.end());
+  logits.assign(batch * width * size_t(vocab_), 0.0f);
   while (*std::max_element(pending.begin(), pending.end()) > 0) {
-    const int64_t most = *std::max_element(pending.begin(), pending.end());
-    const CachedEntry &e = most == 1 ? decode_ : prefill_;
+    const CachedEntry &e = entryFor(*std::max_element(pending.begin(), pending.end()));
     const int64_t seq = e.seq;
     HostTensor ids{tokenInput_, DType::I64, {batch_, seq}, std::vector<uint8_t>(batch * size_t(seq) * 8, 0)};
     HostTensor pos{abi::kPositionIds, DType::I64, {batch_, seq}, std::vector<uint8_t>(batch * size_t(seq) * 8, 0)};
@@ -317,9 +329,12 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, std::
           (*samplers)[b].prompt.push_back(tokenLogprobs(out + (b * size_t(seq) + size_t(t)) * size_t(vocab_), vocab_,
                                                         rows[b][next], std::max<int64_t>((*samplers)[b].topLogprobs, 0)));
       }
-      if (fed[b] > 0 && fed[b] == pending[b])
-        std::memcpy(logits.data() + b * size_t(vocab_), out + (b * size_t(seq) + size_t(fed[b] - 1)) * size_t(vocab_),
-                    size_t(vocab_) * sizeof(float));
+      for (int64_t t = 0; t < fed[b]; ++t) { // the row's final `last` positions
+        const int64_t j = start[b] + t - int64_t(rows[b].size() - last[b]);
+        if (j >= 0)
+          std::memcpy(logits.data() + (b * width + size_t(j)) * size_t(vocab_),
+                      out + (b * size_t(seq) + size_t(t)) * size_t(vocab_), size_t(vocab_) * sizeof(float));
+      }
       start[b] += fed[b];
       pending[b] -= fed[b];
     }
@@ -338,28 +353,49 @@ size_t Generator::cachedPrefix(size_t row, const std::vector<int64_t> &tokens) c
   return same;
 }
 
+// One token a row: the first of each row's drawn tokens (there are no drafts).
+static std::vector<int64_t> firstTokens(const std::vector<std::vector<int64_t>> &drawn) {
+  std::vector<int64_t> out;
+  for (const auto &d : drawn) out.push_back(d.empty() ? -1 : d[0]);
+  return out;
+}
+
 StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vector<int64_t>> &rows) {
-  return nextRows(rows, nullptr);
+  auto drawn = nextRows(rows, nullptr, nullptr);
+  if (!drawn.isOk()) return drawn.status();
+  return firstTokens(drawn.value());
 }
 
 StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vector<int64_t>> &rows,
                                                     std::vector<RowSampler> &samplers) {
   if (samplers.size() < rows.size()) return sdError(rows.size(), " rows but ", samplers.size(), " samplers");
   for (const RowSampler &s : samplers) SD_RETURN_IF_ERROR(checkSampling(s.opts));
-  return nextRows(rows, &samplers);
+  auto drawn = nextRows(rows, &samplers, nullptr);
+  if (!drawn.isOk()) return drawn.status();
+  return firstTokens(drawn.value());
 }
 
-StatusOr<std::vector<int64_t>> Generator::nextRows(const std::vector<std::vector<int64_t>> &rows,
-                                                   std::vector<RowSampler> *samplers) {
+StatusOr<std::vector<std::vector<int64_t>>> Generator::nextBatch(const std::vector<std::vector<int64_t>> &rows,
+                                                                 std::vector<RowSampler> &samplers,
+                                                                 const std::vector<std::vector<int64_t>> &drafts) {
+  if (samplers.size() < rows.size()) return sdError(rows.size(), " rows but ", samplers.size(), " samplers");
+  for (const RowSampler &s : samplers) SD_RETURN_IF_ERROR(checkSampling(s.opts));
+  return nextRows(rows, &samplers, &drafts);
+}
+
+StatusOr<std::vector<std::vector<int64_t>>> Generator::nextRows(const std::vector<std::vector<int64_t>> &rows,
+                                                                std::vector<RowSampler> *samplers,
+                                                                const std::vector<std::vector<int64_t>> *drafts) {
   if (int64_t(rows.size()) > batch_)
     return sdError(rows.size(), " rows, but the plan generates ", batch_, " at a time (sdc compile --kv-batch)");
-  std::vector<int64_t> out(rows.size(), -1);
+  std::vector<std::vector<int64_t>> out(rows.size());
+  for (size_t b = 0; samplers && b < rows.size(); ++b) (*samplers)[b].drawn.clear();
   if (!cached()) {
     if (rows.size() != 1) return sdError("generating several rows together needs a plan compiled with --kv-cache");
     if (rows[0].empty()) return out;
     auto t = nextWindowed(rows[0], samplers ? (*samplers)[0] : self_);
     if (!t.isOk()) return t.status();
-    out[0] = t.value();
+    out[0] = {t.value()};
     return out;
   }
   for (size_t b = 0; b < rows.size(); ++b) {
@@ -370,25 +406,41 @@ StatusOr<std::vector<int64_t>> Generator::nextRows(const std::vector<std::vector
                      virtualIds_.empty() ? "" : std::to_string(virtualIds_.size()) + " virtual tokens",
                      ", longer than the plan's key/value cache of ", cacheLength_, " positions (sdc compile --kv-cache)");
   }
-  std::vector<float> logits;
-  if (virtualIds_.empty()) {
-    SD_RETURN_IF_ERROR(runCached(rows, logits, samplers, 0));
-  } else { // the virtual ids first, as tokens the cache holds like any other
-    std::vector<std::vector<int64_t>> fed(rows.size());
-    for (size_t b = 0; b < rows.size(); ++b)
-      if (!rows[b].empty()) {
-        fed[b] = virtualIds_;
-        fed[b].insert(fed[b].end(), rows[b].begin(), rows[b].end());
-      }
-    SD_RETURN_IF_ERROR(runCached(fed, logits, samplers, virtualIds_.size()));
+  // Each row as fed: the virtual ids, its tokens, then the draft that fits.
+  std::vector<std::vector<int64_t>> fed(rows.size()), guess(rows.size());
+  std::vector<size_t> last(size_t(batch_), 1);
+  for (size_t b = 0; b < rows.size(); ++b) {
+    if (rows[b].empty()) continue;
+    const bool scoring = samplers && (*samplers)[b].scorePrompt;
+    if (drafts && b < drafts->size() && !scoring) {
+      const size_t room = size_t(cacheLength_) - virtualIds_.size() - rows[b].size();
+      const std::vector<int64_t> &d = (*drafts)[b];
+      guess[b].assign(d.begin(), d.begin() + long(std::min(room, d.size())));
+      for (int64_t t : guess[b])
+        if (t < 0 || t >= vocab_) return sdError("row ", b, ": guessed token ", t, " is outside the vocabulary");
+    }
+    fed[b] = virtualIds_;
+    fed[b].insert(fed[b].end(), rows[b].begin(), rows[b].end());
+    fed[b].insert(fed[b].end(), guess[b].begin(), guess[b].end());
+    last[b] = guess[b].size() + 1;
   }
+  std::vector<float> logits;
+  SD_RETURN_IF_ERROR(runCached(fed, last, logits, samplers, virtualIds_.size()));
+  const size_t width = *std::max_element(last.begin(), last.end());
   for (size_t b = 0; samplers && b < rows.size(); ++b)
     if (!rows[b].empty()) (*samplers)[b].scorePrompt = false;
   for (size_t b = 0; b < rows.size(); ++b) {
     if (rows[b].empty()) continue;
-    auto t = sampleChecked(logits.data() + b * size_t(vocab_), rows[b], samplers ? (*samplers)[b] : self_);
-    if (!t.isOk()) return t.status();
-    out[b] = t.value();
+    RowSampler &sampler = samplers ? (*samplers)[b] : self_;
+    std::vector<int64_t> context = rows[b];
+    for (size_t j = 0; j <= guess[b].size(); ++j) {
+      auto t = sampleChecked(logits.data() + (b * width + j) * size_t(vocab_), context, sampler);
+      if (!t.isOk()) return t.status();
+      out[b].push_back(t.value());
+      const bool confirmed = j < guess[b].size() && t.value() == guess[b][j];
+      if (!confirmed || (sampler.constraint && sampler.constraint->finished())) break;
+      context.push_back(t.value());
+    }
   }
   return out;
 }
@@ -426,13 +478,28 @@ StatusOr<int64_t> Generator::nextWindowed(const std::vector<int64_t> &tokens, Ro
   return sampleChecked(logits + (size_t(prefix_) + window - 1) * size_t(vocab_), tokens, sampler);
 }
 
-Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken) {
-  for (int64_t i = 0; i < maxNew; ++i) {
-    auto t = next(tokens);
-    if (!t.isOk()) return t.status();
-    tokens.push_back(t.value());
-    if (onToken) onToken(t.value());
+Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken,
+                           size_t speculate) {
+  if (int64_t(speculate) > speculation())
+    return sdError("speculation of ", speculate, " tokens a step, but the plan checks ", speculation(),
+                   " (sdc compile --speculate)");
+  if (tokens.empty()) return sdError("generation needs at least one token to continue");
+  const PromptLookup lookup;
+  std::vector<RowSampler> row{self_}; // the generator's own draws, as next() makes them
+  for (int64_t made = 0; made < maxNew;) {
+    const size_t left = size_t(maxNew - made - 1); // the step draws one more than it guesses
+    const std::vector<std::vector<int64_t>> guesses{speculate ? lookup.guess(tokens, std::min(speculate, left))
+                                                              : std::vector<int64_t>()};
+    auto drawn = nextRows({tokens}, &row, &guesses);
+    if (!drawn.isOk()) return self_ = row[0], drawn.status();
+    for (int64_t t : drawn.value()[0]) {
+      if (made == maxNew) break;
+      tokens.push_back(t);
+      ++made;
+      if (onToken) onToken(t);
+    }
   }
+  self_ = row[0];
   return Status::ok();
 }
 

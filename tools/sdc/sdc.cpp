@@ -573,11 +573,14 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (v.empty() || *end || n < 1 || n > (1 << 20)) return fail("--dylora-block-size needs a positive integer"), 2;
       a.pipeline.dyloraBlockSize = n;
       dyloraGiven = true;
-    } else if (flag == "--kv-cache" || flag == "--kv-batch" || flag == "--prefill-chunk") {
+    } else if (flag == "--kv-cache" || flag == "--kv-batch" || flag == "--prefill-chunk" || flag == "--speculate") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
       if (v.empty() || *end || n < 1 || n > (1 << 24)) return fail(flag + " needs a positive integer"), 2;
-      (flag == "--kv-cache" ? a.pipeline.kvCache : flag == "--kv-batch" ? a.pipeline.kvBatch : a.pipeline.prefillChunk) = n;
+      (flag == "--kv-cache"        ? a.pipeline.kvCache
+       : flag == "--kv-batch"      ? a.pipeline.kvBatch
+       : flag == "--prefill-chunk" ? a.pipeline.prefillChunk
+                                   : a.pipeline.speculate) = n;
     } else if (flag == "--lora-alpha" || flag == "--lora-dropout") {
       char *end = nullptr;
       double d = value(v) ? std::strtod(v.c_str(), &end) : -1;
@@ -1077,8 +1080,13 @@ int parseArgs(int argc, char **argv, Args &a) {
     return fail(recipe + " trains without dropout, as TRL's preference trainers do (disable_dropout): drop "
                 "--lora-dropout"),
            2;
-  bool kvFlags = a.pipeline.kvBatch != 0 || a.pipeline.prefillChunk != 0;
-  if (kvFlags && a.pipeline.kvCache == 0) return fail("--kv-batch and --prefill-chunk need --kv-cache MAX_LENGTH"), 2;
+  bool kvFlags = a.pipeline.kvBatch != 0 || a.pipeline.prefillChunk != 0 || a.pipeline.speculate != 0;
+  if (kvFlags && a.pipeline.kvCache == 0)
+    return fail("--kv-batch, --prefill-chunk and --speculate need --kv-cache MAX_LENGTH"), 2;
+  if (a.pipeline.speculate >= a.pipeline.kvCache && a.pipeline.kvCache > 0)
+    return fail("--speculate " + std::to_string(a.pipeline.speculate) + ": a row's token and its guessed successors must fit the cache (--kv-cache " +
+                std::to_string(a.pipeline.kvCache) + ")"),
+           2;
   if (a.pipeline.prefillChunk > a.pipeline.kvCache && a.pipeline.kvCache > 0)
     return fail("--prefill-chunk " + std::to_string(a.pipeline.prefillChunk) + " is longer than the cache (--kv-cache " +
                 std::to_string(a.pipeline.kvCache) + ")"),

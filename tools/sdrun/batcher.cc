@@ -4,8 +4,8 @@
 
 namespace sdrun {
 
-Batcher::Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events)
-    : gen_(gen), codec_(codec), events_(std::move(events)) {
+Batcher::Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate)
+    : gen_(gen), codec_(codec), events_(std::move(events)), speculate_(speculate) {
   slots_.resize(size_t(gen.batchSize()));
   samplers_.resize(slots_.size());
 }
@@ -73,10 +73,14 @@ void Batcher::step() {
     samplers_[best] = slots_[best].first->choices[slots_[best].second].sampler;
     waiting_.pop_front();
   }
-  std::vector<std::vector<int64_t>> rows(slots_.size());
+  std::vector<std::vector<int64_t>> rows(slots_.size()), guesses(slots_.size());
   for (size_t b = 0; b < slots_.size(); ++b)
-    if (slots_[b].first) rows[b] = slots_[b].first->choices[slots_[b].second].row.tokens;
-  auto next = gen_.nextBatch(rows, samplers_);
+    if (slots_[b].first) {
+      const Choice &ch = slots_[b].first->choices[slots_[b].second];
+      rows[b] = ch.row.tokens;
+      guesses[b] = guess(ch, samplers_[b]);
+    }
+  auto next = gen_.nextBatch(rows, samplers_, guesses);
   if (!next.isOk()) { // NaN logits, a device failure: every running request fails
     std::vector<std::shared_ptr<Job>> jobs;
     for (const Slot &s : slots_)
@@ -92,15 +96,10 @@ void Batcher::step() {
     const Slot slot = slots_[b];
     Job &job = *slot.first;
     Choice &ch = job.choices[slot.second];
-    const int64_t t = next.value()[b];
+    const std::vector<int64_t> &drawn = next.value()[b];
     sd::generate::RowSampler &sampler = samplers_[b];
-    if (t == sd::generate::kNoAllowedToken) { // this request's schema is at a dead end; the others go on
-      cancel(job);
-      events_.failed(job, "no token of the model's vocabulary can continue the text as the request's schema "
-                          "(response_format, or a tool's parameters) asks (after " +
-                              std::to_string(ch.generated) + " generated tokens)");
-      continue;
-    }
+    guessed_ += guesses[b].size();
+    for (size_t i = 0; i < guesses[b].size() && i < drawn.size() && drawn[i] == guesses[b][i]; ++i) ++confirmed_;
     if (job.logprobs >= 0 && job.echo && ch.generated == 0) { // the echoed prompt's scores, its first token none
       openai::LogprobEntry first;
       first.token = tokenTexts(codec_, {}, {ch.row.tokens[0]})[0];
@@ -115,22 +114,20 @@ void Batcher::step() {
       endChoice(job, slot.second, "length", false);
       continue;
     }
-    ch.generated++;
     std::string reason;
-    bool byStopText = false;
-    if (codec_.stopIds.count(t)) {
-      reason = "stop"; // an EOS: not in the text, nor in the logprobs
-    } else {
-      if (job.logprobs >= 0) ch.logprobs.push_back(entry(sampler.drawn, ch.row.tokens, ch.row.tokens.size()));
-      if (appendToken(ch.row, t, codec_, job.stop, StopText::Cut)) {
-        reason = "stop";
-        byStopText = true;
-      } else if (sampler.constraint && sampler.constraint->finished()) {
-        reason = "stop"; // its JSON document is whole
-      } else if (ch.generated >= ch.maxNew || (gen_.cached() && int64_t(ch.row.tokens.size()) >= context())) {
-        reason = "length";
+    bool byStopText = false, failed = false;
+    for (size_t i = 0; i < drawn.size() && reason.empty(); ++i) {
+      if (drawn[i] == sd::generate::kNoAllowedToken) { // this request's schema is at a dead end; the others go on
+        cancel(job);
+        events_.failed(job, "no token of the model's vocabulary can continue the text as the request's schema "
+                            "(response_format, or a tool's parameters) asks (after " +
+                                std::to_string(ch.generated) + " generated tokens)");
+        failed = true;
+        break;
       }
+      reason = take(job, ch, drawn[i], sampler, i, byStopText);
     }
+    if (failed) continue;
     if (reason.empty()) {
       events_.text(job, slot.second, ch.row.shown, "");
       ch.row.shown.clear();
@@ -139,6 +136,29 @@ void Batcher::step() {
     slots_[b] = Slot();
     endChoice(job, slot.second, reason, byStopText);
   }
+}
+
+// Prompt lookup's guess of what follows the choice's text, no further than
+// it may go (one token less than it has left: the step draws one more).
+std::vector<int64_t> Batcher::guess(const Choice &ch, const sd::generate::RowSampler &sampler) const {
+  if (!speculate_ || ch.maxNew == 0 || sampler.scorePrompt) return {};
+  const int64_t left = std::min(ch.maxNew - ch.generated, context() - int64_t(ch.row.tokens.size())) - 1;
+  if (left <= 0) return {};
+  return lookup_.guess(ch.row.tokens, std::min(speculate_, size_t(left)));
+}
+
+std::string Batcher::take(Job &job, Choice &ch, int64_t t, const sd::generate::RowSampler &sampler, size_t drawn,
+                          bool &byStopText) {
+  ch.generated++;
+  if (codec_.stopIds.count(t)) return "stop"; // an EOS: not in the text, nor in the logprobs
+  if (job.logprobs >= 0) ch.logprobs.push_back(entry(sampler.drawn[drawn], ch.row.tokens, ch.row.tokens.size()));
+  if (appendToken(ch.row, t, codec_, job.stop, StopText::Cut)) {
+    byStopText = true;
+    return "stop";
+  }
+  if (sampler.constraint && sampler.constraint->finished()) return "stop"; // its JSON document is whole
+  if (ch.generated >= ch.maxNew || (gen_.cached() && int64_t(ch.row.tokens.size()) >= context())) return "length";
+  return "";
 }
 
 } // namespace sdrun

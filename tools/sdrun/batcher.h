@@ -1,12 +1,14 @@
 // The rows of one served model (`sdrun serve`): the choices of every request
 // wait, take free rows of the plan (the row whose cache already holds most of
-// the prompt), and advance one token per step together; a row that ends frees
-// for the next waiting choice (continuous batching). Knows nothing of
-// sockets: text, ends and failures go to the server's callbacks.
+// the prompt), and advance one token per step together (or several, when
+// speculation guesses them right); a row that ends frees for the next waiting
+// choice (continuous batching). Knows nothing of sockets: text, ends and
+// failures go to the server's callbacks.
 #pragma once
 #include "openai_api.h"
 #include "text_rows.h"
 #include "sd/generate/generator.h"
+#include "sd/generate/prompt_lookup.h"
 #include <deque>
 #include <functional>
 #include <memory>
@@ -52,7 +54,9 @@ public:
     std::function<void(Job &)> done;                       // every choice has ended
     std::function<void(Job &, const std::string &)> failed; // generation failed (the job is cancelled)
   };
-  Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events);
+  // speculate: tokens guessed a row and step by prompt lookup (0: none; at
+  // most the generator's speculation()).
+  Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate = 0);
 
   sd::generate::Generator &generator() { return gen_; }
   // Tokens a row holds: the cache less prompt or prefix tuning's virtual
@@ -63,11 +67,18 @@ public:
   bool busy() const;
   size_t waiting() const { return waiting_.size(); } // choices waiting for a row
   size_t running() const;                           // rows generating
-  void step(); // one token for every running choice; waiting choices take the free rows first
+  void step(); // a token or more for every running choice; waiting choices take the free rows first
+  // Speculation so far: tokens guessed, and those the model confirmed.
+  uint64_t guessed() const { return guessed_; }
+  uint64_t confirmed() const { return confirmed_; }
 
 private:
   using Slot = std::pair<std::shared_ptr<Job>, size_t>; // a job and its choice index
   void endChoice(Job &job, size_t index, const std::string &reason, bool byStopText);
+  std::vector<int64_t> guess(const Choice &ch, const sd::generate::RowSampler &sampler) const;
+  // Takes one drawn token into the choice: its reason to end, "" to go on.
+  std::string take(Job &job, Choice &ch, int64_t t, const sd::generate::RowSampler &sampler, size_t drawn,
+                   bool &byStopText);
   openai::LogprobEntry entry(const sd::generate::TokenLogprobs &lp, const std::vector<int64_t> &tokens, size_t at) const;
 
   sd::generate::Generator &gen_;
@@ -76,6 +87,9 @@ private:
   std::deque<Slot> waiting_;
   std::vector<Slot> slots_;
   std::vector<sd::generate::RowSampler> samplers_;
+  size_t speculate_;
+  sd::generate::PromptLookup lookup_;
+  uint64_t guessed_ = 0, confirmed_ = 0;
 };
 
 } // namespace sdrun

@@ -4,6 +4,7 @@
 #include "flags.h"
 #include "generate_setup.h"
 #include "sd/format/json.h"
+#include "sd/generate/prompt_lookup.h"
 #include <algorithm>
 #include <cstdio>
 
@@ -14,7 +15,7 @@ const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR] [--chat [--chat-template FILE]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
     "                     [--stop TEXT]... [--stop-token ID]... [--json | --json-schema FILE] [--seed S] [--adapter DIR]\n"
-    "                     [--threads N]\n"
+    "                     [--speculate N] [--threads N]\n"
     "                     [--adapter-rank K] [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
@@ -33,7 +34,12 @@ const char *kGenerateUsage =
     "fewest likeliest tokens holding that probability, --repetition-penalty divides\n"
     "the logits of tokens already seen (as transformers' generate does), and\n"
     "generation stops after any --stop text, and before any --stop-token id.\n"
-    "--adapter-rank K runs a DyLoRA plan's adapter at its first K ranks.\n"
+    "--adapter-rank K runs a DyLoRA plan's adapter at its first K ranks. Each row\n"
+    "draws with its own seed (--seed, then the next).\n"
+    "--speculate N guesses up to N tokens a step from each row's text (prompt lookup:\n"
+    "what followed the last time its final tokens occurred) and checks them in the\n"
+    "same call, for a plan compiled with --speculate K (default K; 0: off); the\n"
+    "tokens are those drawn without it, and stderr says how many guesses held.\n"
     "--json-schema FILE makes each row a JSON document that follows the JSON Schema in\n"
     "FILE (compact JSON, properties in the schema's order; a row ends when its\n"
     "document is whole), --json any JSON object: as sdrun serve's response_format.\n";
@@ -47,15 +53,18 @@ std::vector<std::string> stopTexts(const Flags &f) {
   return out;
 }
 
-// Continues every row by up to maxNew tokens, batchSize() rows at a time.
+// Continues every row by up to maxNew tokens, batchSize() rows at a time,
+// each drawing with its own sampler (its seed, its constraint), so a row's
+// text does not depend on the rows beside it, nor on speculation.
 // Rows print in order, a line each. The first unfinished row streams its text
 // as it comes; the rows after it keep theirs until it ends, then show what they
 // have and stream on in turn. So the output is the same whether watched live or
 // read at the end, and one prompt streams token by token.
-// With `samplers` (one per row: --json), each row draws with its own, and ends
-// when its constraint is finished.
+// speculate > 0: each step guesses that many tokens a row by prompt lookup;
+// the count of guessed and confirmed ones is printed at the end.
 int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t maxNew, const TextCodec &codec,
-                 const std::vector<std::string> &stops, std::vector<sd::generate::RowSampler> *samplers = nullptr) {
+                 const std::vector<std::string> &stops, std::vector<sd::generate::RowSampler> &samplers,
+                 size_t speculate) {
   size_t head = 0; // the row being shown
   auto show = [&] {
     while (head < rows.size()) {
@@ -68,49 +77,65 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
     }
     std::fflush(stdout);
   };
+  const sd::generate::PromptLookup lookup;
   bool contextFull = false;
+  uint64_t guessed = 0, confirmed = 0, rowSteps = 0, drawnTotal = 0;
   for (size_t first = 0; first < rows.size(); first += size_t(gen.batchSize())) {
     const size_t last = std::min(rows.size(), first + size_t(gen.batchSize()));
+    std::vector<int64_t> generated(last - first, 0);
     show(); // the prompt, when it is shown
-    for (int64_t k = 0; k < maxNew; ++k) {
-      std::vector<std::vector<int64_t>> batch;
-      for (size_t i = first; i < last; ++i) batch.push_back(rows[i].done ? std::vector<int64_t>() : rows[i].tokens);
-      if (std::all_of(batch.begin(), batch.end(), [](const auto &b) { return b.empty(); })) break;
-      std::vector<sd::generate::RowSampler> *rowSamplers = nullptr, slice;
-      if (samplers) {
-        slice.assign(samplers->begin() + long(first), samplers->begin() + long(last));
-        rowSamplers = &slice;
+    for (;;) {
+      std::vector<std::vector<int64_t>> batch(last - first), guesses(last - first);
+      for (size_t i = first; i < last; ++i) {
+        if (rows[i].done) continue;
+        batch[i - first] = rows[i].tokens;
+        const int64_t left = maxNew - generated[i - first] - 1; // the step draws one more than it guesses
+        if (speculate && left > 0) guesses[i - first] = lookup.guess(rows[i].tokens, std::min(speculate, size_t(left)));
+        guessed += guesses[i - first].size();
       }
-      auto next = rowSamplers ? gen.nextBatch(batch, *rowSamplers) : gen.nextBatch(batch);
+      if (std::all_of(batch.begin(), batch.end(), [](const auto &b) { return b.empty(); })) break;
+      std::vector<sd::generate::RowSampler> slice(samplers.begin() + long(first), samplers.begin() + long(last));
+      auto next = gen.nextBatch(batch, slice, guesses);
       if (!next.isOk()) return fail(next.status().message());
-      if (samplers) std::copy(slice.begin(), slice.end(), samplers->begin() + long(first)); // their RNGs moved on
+      std::copy(slice.begin(), slice.end(), samplers.begin() + long(first)); // their RNGs moved on
       for (size_t i = first; i < last; ++i) {
         Row &r = rows[i];
-        const int64_t t = next.value()[i - first];
-        if (r.done) continue;
-        if (t == sd::generate::kNoAllowedToken)
-          return fail("no token of the model's vocabulary can continue the text of prompt " + std::to_string(i + 1) +
-                      " as the JSON schema asks");
-        if (codec.stopIds.count(t)) {
-          r.done = true;
-          continue;
-        }
-        r.done = appendToken(r, t, codec, stops);
-        if (samplers && (*samplers)[i].constraint && (*samplers)[i].constraint->finished()) r.done = true;
-        // A cache holds maxContext() positions: the token just sampled cannot be fed again.
-        if (gen.cached() && int64_t(r.tokens.size()) >= gen.maxContext() && !r.done) {
-          r.done = true;
-          contextFull = contextFull || k + 1 < maxNew;
+        const std::vector<int64_t> &drawn = next.value()[i - first];
+        const std::vector<int64_t> &g = guesses[i - first];
+        rowSteps += !drawn.empty();
+        for (size_t k = 0; k < g.size() && k < drawn.size() && drawn[k] == g[k]; ++k) ++confirmed;
+        for (size_t k = 0; k < drawn.size() && !r.done; ++k) {
+          const int64_t t = drawn[k];
+          if (t == sd::generate::kNoAllowedToken)
+            return fail("no token of the model's vocabulary can continue the text of prompt " + std::to_string(i + 1) +
+                        " as the JSON schema asks");
+          ++drawnTotal;
+          const int64_t made = ++generated[i - first];
+          if (codec.stopIds.count(t)) {
+            r.done = true;
+            break;
+          }
+          r.done = appendToken(r, t, codec, stops);
+          if (samplers[i].constraint && samplers[i].constraint->finished()) r.done = true;
+          // A cache holds maxContext() positions: the token just sampled cannot be fed again.
+          if (gen.cached() && int64_t(r.tokens.size()) >= gen.maxContext() && !r.done) {
+            r.done = true;
+            contextFull = contextFull || made < maxNew;
+          }
+          if (made >= maxNew) r.done = true; // --max-new-tokens reached
         }
       }
       show();
     }
-    for (size_t i = first; i < last; ++i) rows[i].done = true; // --max-new-tokens reached
     show();
   }
   if (contextFull)
     std::fprintf(stderr, "sdrun: note: generation stopped at the plan's context of %lld tokens (sdc compile "
                          "--kv-cache)\n", (long long)gen.maxContext());
+  if (speculate)
+    std::fprintf(stderr, "sdrun: speculation: %llu of %llu guessed tokens confirmed; %.2f tokens a row and step\n",
+                 (unsigned long long)confirmed, (unsigned long long)guessed,
+                 rowSteps ? double(drawnTotal) / double(rowSteps) : 0.0);
   return 0;
 }
 
@@ -127,7 +152,7 @@ bool checkPrompt(const sd::generate::Generator &gen, const std::vector<int64_t> 
 // Prompt ids from the tokenizer (with --chat, rendered as a user turn by its
 // chat template), generation until --max-new-tokens or the tokenizer's EOS.
 int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<std::string> &prompts, int64_t maxNew,
-                          std::vector<sd::generate::RowSampler> *samplers) {
+                          std::vector<sd::generate::RowSampler> &samplers, size_t speculate) {
   const sd::Tokenizer &tok = *g.tokenizer;
   const TextCodec &codec = g.codec;
   sd::generate::Generator &gen = *g.gen;
@@ -152,7 +177,7 @@ int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<
     if (!chat) r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(gen, rows, maxNew, codec, stopTexts(f), samplers);
+  return generateRows(gen, rows, maxNew, codec, stopTexts(f), samplers, speculate);
 }
 
 } // namespace
@@ -162,7 +187,7 @@ int generateCommand(const std::vector<std::string> &args) {
   std::string err;
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
                          "--seed", "--adapter", "--adapter-rank", "--threads", "--device",
-                         "--tokenizer", "--chat-template", "--cpu-ops", "--json-schema"}, f,
+                         "--tokenizer", "--chat-template", "--cpu-ops", "--json-schema", "--speculate"}, f,
                   err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat", "--json"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }
@@ -186,18 +211,19 @@ int generateCommand(const std::vector<std::string> &args) {
   if (!jsonFlags(f, grammar)) return 1;
   GenerationSetup g;
   if (int rc = openGeneration(f, so, sampling, false, g)) return rc;
-  std::vector<sd::generate::RowSampler> samplers, *rowSamplers = nullptr;
-  if (grammar) { // each row its own constraint, and its own draws (--seed, then the next seeds)
-    auto tokens = sd::generate::JsonVocabulary::make(tokenTable(g, g.gen->vocabSize()));
-    for (size_t i = 0; i < prompts.size(); ++i) {
-      sd::generate::SamplingOptions o = sampling;
-      o.seed = sampling.seed + i;
-      samplers.emplace_back(o);
-      samplers.back().constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens);
-    }
-    rowSamplers = &samplers;
+  size_t speculate = 0;
+  if (!speculateFlag(f, *g.gen, speculate, err)) return fail(err);
+  // Each row draws with its own sampler: --seed, then the next seeds (and its constraint).
+  std::shared_ptr<const sd::generate::JsonVocabulary> tokens;
+  if (grammar) tokens = sd::generate::JsonVocabulary::make(tokenTable(g, g.gen->vocabSize()));
+  std::vector<sd::generate::RowSampler> samplers;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    sd::generate::SamplingOptions o = sampling;
+    o.seed = sampling.seed + i;
+    samplers.emplace_back(o);
+    if (grammar) samplers.back().constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens);
   }
-  if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew, rowSamplers);
+  if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew, samplers, speculate);
   if (hasFlag(f, "--chat"))
     return fail("--chat needs a tokenizer's chat template: --tokenizer DIR, or a plan compiled with one");
   std::vector<Row> rows;
@@ -210,7 +236,7 @@ int generateCommand(const std::vector<std::string> &args) {
     r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), rowSamplers);
+  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), samplers, speculate);
 }
 
 } // namespace sdrun

@@ -165,4 +165,17 @@ sd::StatusOr<std::vector<int64_t>> encodePrompt(const sd::Tokenizer *tokenizer, 
   return ids;
 }
 
+bool speculateFlag(const Flags &f, const sd::generate::Generator &gen, size_t &speculate, std::string &err) {
+  int64_t n;
+  if (!intFlag(f, "--speculate", gen.speculation(), 0, 1 << 20, n, err)) return false;
+  if (n > gen.speculation()) {
+    err = "--speculate " + std::to_string(n) + ": the plan checks " +
+          (gen.speculation() ? "at most " + std::to_string(gen.speculation()) + " guessed tokens a step"
+                             : std::string("no guessed tokens (compile it with --kv-cache L --speculate K)"));
+    return false;
+  }
+  speculate = size_t(n);
+  return true;
+}
+
 } // namespace sdrun

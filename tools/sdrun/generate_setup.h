@@ -56,6 +56,11 @@ std::shared_ptr<const sd::generate::TokenTable> tokenTable(const GenerationSetup
 // when neither is given); false with the error printed.
 bool jsonFlags(const Flags &f, std::shared_ptr<const sd::generate::JsonGrammar> &grammar);
 
+// --speculate N: tokens guessed a row and step (by default all the plan's
+// verify entry checks, sdc compile --speculate; 0: none); false with the
+// error in `err` (N past what the plan checks).
+bool speculateFlag(const Flags &f, const sd::generate::Generator &gen, size_t &speculate, std::string &err);
+
 // The token ids of `text`: with the tokenizer (when not null) (BOS/EOS as its post-processor
 // adds them; a rendered chat has its special tokens parsed and none added, as
 // apply_chat_template does), else its bytes. An id the model has no logit for

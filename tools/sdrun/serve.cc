@@ -36,7 +36,8 @@ namespace {
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
     "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser hermes|llama3_json|mistral]\n"
-    "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--adapter DIR] [--adapter-rank K]\n"
+    "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--speculate N] [--adapter DIR]\n"
+    "                  [--adapter-rank K]\n"
     "                  [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
@@ -102,6 +103,10 @@ const char *kServeUsage =
     "  --keep-alive S            a connection waits this long for the client's next\n"
     "                            request, as HTTP/1.1 clients expect (5; 0: each response\n"
     "                            closes it); streams are sent chunked so it can stay\n"
+    "  --speculate N             guess up to N tokens a step from the text so far (prompt\n"
+    "                            lookup) and check them in the same call, for a plan\n"
+    "                            compiled with --speculate K (default K; 0: off): the same\n"
+    "                            tokens, more of them a step when the text repeats itself\n"
     "Ctrl-C (SIGINT) or SIGTERM stops the server.\n";
 
 volatile std::sig_atomic_t gStop = 0;
@@ -151,7 +156,7 @@ std::string modelNames(const std::vector<ServedModel> &models) {
 class Server {
 public:
   Server(GenerationSetup &g, std::vector<ServedModel> &models, std::string apiKey, uint64_t seed,
-         double requestTimeout, double keepAlive, std::string toolParser)
+         double requestTimeout, double keepAlive, std::string toolParser, size_t speculate)
       : g_(g), models_(models), apiKey_(std::move(apiKey)), seeds_(seed), requestTimeout_(requestTimeout),
         keepAlive_(keepAlive), created_(int64_t(std::time(nullptr))), toolParser_(std::move(toolParser)) {
     Batcher::Events events;
@@ -161,7 +166,7 @@ public:
     events.done = [this](Job &job) { finishJob(job); };
     events.failed = [this](Job &job, const std::string &message) { failJob(job, message); };
     for (ServedModel &m : models_)
-      if (m.generator) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events);
+      if (m.generator) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events, speculate);
   }
   int run(int listenFd);
 
@@ -239,6 +244,12 @@ std::string Server::metrics() const {
   counter("sdrun_embedding_inputs_total", "Inputs embedded.", embeddedInputs_);
   counter("sdrun_connections_total", "Connections accepted (a client keeping one open sends many requests on it).",
           connections_);
+  uint64_t guessed = 0, confirmed = 0;
+  for (const ServedModel &m : models_)
+    if (m.batcher) guessed += m.batcher->guessed(), confirmed += m.batcher->confirmed();
+  counter("sdrun_spec_decode_draft_tokens_total", "Tokens guessed by prompt lookup (--speculate).", guessed);
+  counter("sdrun_spec_decode_accepted_tokens_total", "Guessed tokens the model drew too (each a decode step saved).",
+          confirmed);
   for (const char *kind : {"running", "waiting"}) {
     s += std::string("# HELP sdrun_choices_") + kind + " Choices " +
          (kind[0] == 'r' ? "generating in a row" : "waiting for a row") + ", by model.\n# TYPE sdrun_choices_" + kind +
@@ -796,7 +807,7 @@ int serveCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--tokenizer", "--chat-template", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed",
-                         "--request-timeout", "--keep-alive", "--tool-call-parser",
+                         "--request-timeout", "--keep-alive", "--tool-call-parser", "--speculate",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
     if (!f.help) return fail(err + " (see sdrun serve --help)");
@@ -881,7 +892,10 @@ int serveCommand(const std::vector<std::string> &args) {
   if (!toolParser.empty() && !openai::callParser(toolParser))
     return fail("--tool-call-parser '" + toolParser + "': the parsers are hermes (<tool_call> tags: Qwen2.5, Hermes), "
                 "llama3_json (Llama 3.1's JSON calls) and mistral ([TOOL_CALLS])");
-  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser);
+  size_t speculate = 0;
+  if (encoder && hasFlag(f, "--speculate")) return fail("--speculate: an encoder plan serves embeddings, not generation");
+  if (!encoder && !speculateFlag(f, *models[0].generator, speculate, err)) return fail(err);
+  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser, speculate);
   const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
   char address[300];
@@ -894,11 +908,12 @@ int serveCommand(const std::vector<std::string> &args) {
   } else {
     const sd::generate::Generator &gen = *models[0].generator;
     std::fprintf(stderr,
-                 "sdrun: serving %s on http://%s:%d/v1 (%lld row%s at a time%s, context %lld tokens%s); "
+                 "sdrun: serving %s on http://%s:%d/v1 (%lld row%s at a time%s, context %lld tokens%s%s); "
                  "Ctrl-C stops\n",
                  names.c_str(), address, http::boundPort(fd), (long long)gen.batchSize(), gen.batchSize() == 1 ? "" : "s",
                  models.size() > 1 ? " each" : "", (long long)models[0].batcher->context(),
-                 gen.cached() ? "" : ", a sliding window");
+                 gen.cached() ? "" : ", a sliding window",
+                 speculate ? (", up to " + std::to_string(speculate) + " guessed tokens a step").c_str() : "");
   }
   int rc = server.run(fd);
   ::close(fd);

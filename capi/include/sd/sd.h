@@ -204,6 +204,15 @@ SD_API int64_t sd_generator_vocab_size(const sd_generator *generator);
  * the generator keeps row 0's cache: a call that extends the previous call's
  * tokens runs only the new ones (one decode step per added token). */
 SD_API sd_status *sd_generator_next(sd_generator *generator, const int64_t *tokens, size_t n, int64_t *next);
+/* Speculative decoding's most guessed tokens a step: the plan's verify entry
+ * width less one (sdc compile --speculate K), 0 without one. */
+SD_API int64_t sd_generator_speculation(const sd_generator *generator);
+/* max_new tokens after tokens[0..n) into out (room for max_new), the same
+ * tokens sd_generator_next gives one call at a time. speculate in
+ * [0, sd_generator_speculation()]: each step guesses up to that many tokens
+ * from the text so far (prompt lookup) and checks them in one call. */
+SD_API sd_status *sd_generator_generate(sd_generator *generator, const int64_t *tokens, size_t n, size_t max_new,
+                                        size_t speculate, int64_t *out);
 
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@ constexpr const char *kTrainStep = "train_step"; // accumulate then apply: one m
 // tokens per row, decode one token per row.
 constexpr const char *kPrefill = "prefill";
 constexpr const char *kDecode = "decode";
+constexpr const char *kVerify = "verify"; // speculative decoding: a row's token and guessed successors at once
 constexpr const char *kKvProbe = "kv_probe"; // compile-time only: the position tables at the maximum length
 constexpr const char *kKvCachePrefix = "kv_cache/"; // + layer + "/key" or "/value"
 

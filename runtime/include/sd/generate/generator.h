@@ -65,10 +65,10 @@ constexpr int64_t kNoAllowedToken = -2;
 struct RowSampler {
   SamplingOptions opts;
   std::mt19937_64 rng;
-  // -1: none; k >= 0: each call fills `drawn` with the drawn token's
-  // log-probability and the k likeliest tokens'.
+  // -1: none; k >= 0: each call fills `drawn` with each drawn token's
+  // log-probability and the k likeliest tokens' (one entry a token it gave).
   int64_t topLogprobs = -1;
-  TokenLogprobs drawn;
+  std::vector<TokenLogprobs> drawn;
   // Set before a row's first call to score its prompt: `prompt` gets the
   // log-probability of each token after the first given those before it
   // (computed from the row's start; a cached copy is not reused). Cleared by
@@ -113,12 +113,32 @@ public:
   // kNoAllowedToken for a row whose constraint allows none.
   StatusOr<std::vector<int64_t>> nextBatch(const std::vector<std::vector<int64_t>> &rows,
                                            std::vector<RowSampler> &samplers);
+  // Guessed tokens one call can check per row: the verify entry's width less
+  // one (sdc compile --speculate), 0 without one.
+  int64_t speculation() const { return verify_.entry == SIZE_MAX ? 0 : verify_.seq - 1; }
+  // Speculative decoding: up to drafts[b].size() + 1 nextBatch calls in one.
+  // Each row is fed with its guessed continuation drafts[b] (in one call when
+  // it fits the verify entry), then tokens are drawn at each position in turn
+  // exactly as nextBatch would draw them (the row's sampler, RNG and context),
+  // the draft standing while the drawn token equals it. So a row gets the same
+  // tokens as from that many nextBatch calls: the confirmed draft tokens, then
+  // the one drawn where the draft differs (or after all of it). Drawing stops
+  // early once a row's constraint is finished, and at kNoAllowedToken (given
+  // last). A draft is cut to the room the cache has; rows scoring their
+  // prompt take none.
+  StatusOr<std::vector<std::vector<int64_t>>> nextBatch(const std::vector<std::vector<int64_t>> &rows,
+                                                        std::vector<RowSampler> &samplers,
+                                                        const std::vector<std::vector<int64_t>> &drafts);
   // How many leading tokens of `tokens` row `row`'s cache already holds, so a
   // caller can put a continued conversation where its prompt is cached (0
   // without a cache).
   size_t cachedPrefix(size_t row, const std::vector<int64_t> &tokens) const;
-  // Appends `maxNew` tokens to `tokens`, calling onToken after each.
-  Status generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken = {});
+  // Appends `maxNew` tokens to `tokens`, calling onToken after each. With
+  // `speculate` > 0 (at most speculation()), each step guesses up to that
+  // many tokens by prompt lookup and checks them in one call: the same
+  // tokens, fewer steps when the text repeats itself.
+  Status generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken = {},
+                  size_t speculate = 0);
 
 private:
   struct Window {
@@ -133,15 +153,20 @@ private:
   Generator(Session &s, const SamplingOptions &o) : session_(s), self_(o) {}
   Status bindCache();
   Status bindWindows();
-  // Feeds each row's tokens the cache lacks; fills `logits` [rows, vocab] with
-  // the logits after each active row's last token.
+  // Feeds each row's tokens the cache lacks; fills `logits` [rows, last, vocab]
+  // with the logits after each of the `last` final tokens of every active row
+  // (last: 1 + the row's draft length; its rows' logits at the front).
   // With samplers, rows asking to score their prompt are fed from their start
   // and get the log-probabilities of their tokens after `skip` + 1.
-  Status runCached(const std::vector<std::vector<int64_t>> &rows, std::vector<float> &logits,
-                   std::vector<RowSampler> *samplers, size_t skip);
+  Status runCached(const std::vector<std::vector<int64_t>> &rows, const std::vector<size_t> &last,
+                   std::vector<float> &logits, std::vector<RowSampler> *samplers, size_t skip);
+  // The cached entry for calls feeding up to `most` tokens a row: the
+  // narrowest that takes them all, else the widest (the prompt in chunks).
+  const CachedEntry &entryFor(int64_t most) const;
   StatusOr<int64_t> sampleChecked(const float *logits, const std::vector<int64_t> &context, RowSampler &sampler);
-  StatusOr<std::vector<int64_t>> nextRows(const std::vector<std::vector<int64_t>> &rows,
-                                          std::vector<RowSampler> *samplers);
+  StatusOr<std::vector<std::vector<int64_t>>> nextRows(const std::vector<std::vector<int64_t>> &rows,
+                                                       std::vector<RowSampler> *samplers,
+                                                       const std::vector<std::vector<int64_t>> *drafts);
   StatusOr<int64_t> nextWindowed(const std::vector<int64_t> &tokens, RowSampler &sampler);
 
   Session &session_;
@@ -151,7 +176,7 @@ private:
   std::vector<int64_t> virtualIds_; // cached: prompt or prefix tuning's virtual token ids, fed before each row
   std::vector<Window> windows_; // by increasing seq
   std::string tokenInput_;
-  CachedEntry prefill_, decode_;
+  CachedEntry prefill_, decode_, verify_;
   std::vector<std::vector<int64_t>> cachedTokens_; // per row: the tokens whose keys and values the cache holds
   std::vector<HostTensor> outs_;
 };
