@@ -14,14 +14,21 @@ The model is decode_bench.py's Llama-architecture decoder (vocab 1024, hidden
 for --train-steps AdamW steps on Genesis (KJV) so that its text goes on as
 Genesis does: guesses from the text so far hold as often as a model that has
 learned its data makes them hold, not as a random model's loops do. The prompt
-is --prompt-verses verses of Exodus. Decode time = the run for --new tokens
+is --prompt-verses verses of Exodus. The same model is timed a second time
+inflated with inert weights (--inflate: its MLPs --inflate times as wide, the
+extra units' output weights zero, and --extra-layers more layers whose output
+projections are zero), so it computes the same function while each decode
+step reads the weights of a model several times its size, as a real LLM's
+decode step on a CPU is bound by reading its weights rather than by
+arithmetic. Decode time = the run for --new tokens
 less the run for 1 token (load and prefill), median of --repeats; sdrun's
 figures include starting its process, equal in both of its runs. Reported:
 decode tokens/s, the speed-up speculation gives each runtime, the share of
 guesses confirmed (sdrun's stderr), and whether the four greedy continuations
 are the same tokens.
 
-  bench/speculative_bench.py [--build build] [--threads 2] [--new 256] [--repeats 3]
+  bench/speculative_bench.py [--build build] [--threads 2] [--new 256] [--repeats 3] [--inflate 8]
+                             [--extra-layers 4]
 """
 import argparse
 import os
@@ -65,6 +72,31 @@ def train(model, folder, steps, threads):
     return loss.item()
 
 
+def inflate(model, folder, factor, extra_layers):
+    """The model with inert weights added: the same logits, more to read each step."""
+    import torch
+    import transformers
+    cfg = model.config.to_dict()
+    cfg.update(intermediate_size=model.config.intermediate_size * factor,
+               num_hidden_layers=model.config.num_hidden_layers + extra_layers, attn_implementation="eager")
+    big = transformers.LlamaForCausalLM(transformers.LlamaConfig(**cfg)).eval()
+    inner = model.config.intermediate_size
+    with torch.no_grad():
+        small = dict(model.named_parameters())
+        for name, p in big.named_parameters():
+            if name in small and small[name].shape == p.shape:
+                p.copy_(small[name])
+            elif name in small and "down_proj" in name:  # the extra units' outputs: zero
+                p.zero_()
+                p[:, :inner] = small[name]
+            elif name in small:  # gate_proj, up_proj: the trained units first, random ones after
+                p[:inner] = small[name]
+            elif "o_proj" in name or "down_proj" in name:  # an extra layer adds nothing to the residual
+                p.zero_()
+    big.save_pretrained(folder)
+    return big
+
+
 def time_sdrun(sdrun, plan, tok, prompt, new, threads, repeats, speculate):
     def run(n):
         cmd = [sdrun, "generate", plan, "--tokenizer", tok, "--prompt", prompt, "--temperature", "0",
@@ -106,6 +138,8 @@ def main():
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--train-steps", type=int, default=300)
     ap.add_argument("--prompt-verses", type=int, default=12)
+    ap.add_argument("--inflate", type=int, default=8)
+    ap.add_argument("--extra-layers", type=int, default=4)
     a = ap.parse_args()
     import torch
     import transformers
@@ -118,42 +152,50 @@ def main():
         t0 = time.perf_counter()
         loss = train(model, hf, a.train_steps, a.threads)
         print(f"trained {a.train_steps} steps in {time.perf_counter() - t0:.0f} s, last loss {loss:.3f}", file=sys.stderr)
-        onnx_path, plan = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "plan.sdp")
-        export(model, onnx_path, 17, 1, 16)
-        subprocess.run([sdc, "compile", onnx_path, "--kv-cache", str(CACHE), "--speculate", str(GUESSES),
-                        "-o", plan], check=True, capture_output=True)
         verses = subprocess.run(["bible", "Exo1:1-Exo40:38"], capture_output=True, check=True).stdout.decode()
         prompt = " ".join(line.split(" ", 1)[1] for line in verses.splitlines()[:a.prompt_verses] if " " in line)
         tok = transformers.AutoTokenizer.from_pretrained(hf)
         ids = torch.tensor([tok(prompt)["input_ids"]])
-        results = {
-            "sdrun, guessing": time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, GUESSES),
-            "sdrun, --speculate 0": time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, 0),
-            "transformers, prompt_lookup_num_tokens=4": time_transformers(model, ids, a.new, a.threads, a.repeats, True),
-            "transformers": time_transformers(model, ids, a.new, a.threads, a.repeats, False),
-        }
+        tables = []
+        big = inflate(model, os.path.join(tmp, "big"), a.inflate, a.extra_layers)
+        for label, m in (("as trained", model), (f"inflated ({a.inflate}x MLP width, +{a.extra_layers} layers)", big)):
+            params = sum(p.numel() for p in m.parameters())
+            onnx_path, plan = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "plan.sdp")
+            export(m, onnx_path, 17, 1, 16)
+            subprocess.run([sdc, "compile", onnx_path, "--kv-cache", str(CACHE), "--speculate", str(GUESSES),
+                            "-o", plan], check=True, capture_output=True)
+            results = {
+                "sdrun, guessing": time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, GUESSES),
+                "sdrun, --speculate 0": time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, 0),
+                "transformers, prompt_lookup_num_tokens=4": time_transformers(m, ids, a.new, a.threads, a.repeats,
+                                                                              True),
+                "transformers": time_transformers(m, ids, a.new, a.threads, a.repeats, False),
+            }
+            tables.append((f"{label}: {params / 1e6:.1f}M parameters", results))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    ref = results["transformers"][1]
-    ref_text = tok.decode(ids[0].tolist() + ref)
     print(f"CPU: {cpu_model()}, {a.threads} threads; torch {torch.__version__}, transformers {transformers.__version__}")
     print(f"prompt {ids.shape[1]} tokens ({a.prompt_verses} verses of Exodus), {a.new} new tokens, greedy, "
-          f"median of {a.repeats}; model trained {a.train_steps} steps (last loss {loss:.2f})\n")
-    print("| runtime | decode (tokens/s) | guesses confirmed | tokens a step | continuation as transformers' |")
-    print("|---|---:|---:|---:|---|")
-    for name, result in results.items():
-        rate = result[0]
-        if name.startswith("sdrun"):
-            same = result[1] == ref_text
-            confirmed = f"{result[2][0]} of {result[2][1]}" if result[2] else "-"
-            per_step = result[2][2] if result[2] else "1"
-        else:
-            same, confirmed, per_step = result[1] == ref, "-", "-"
-        print(f"| {name} | {rate:.0f} | {confirmed} | {per_step} | {'same' if same else 'differs'} |")
-    for who in ("sdrun", "transformers"):
-        on = next(v[0] for k, v in results.items() if k.startswith(who) and ("guess" in k or "lookup" in k))
-        off = next(v[0] for k, v in results.items() if k.startswith(who) and not ("guess" in k or "lookup" in k))
-        print(f"{who}: speculation {on / off:.2f}x its own plain decode")
+          f"median of {a.repeats}; model trained {a.train_steps} steps (last loss {loss:.2f})")
+    for title, results in tables:
+        ref = results["transformers"][1]
+        ref_text = tok.decode(ids[0].tolist() + ref)
+        print(f"\n{title}\n")
+        print("| runtime | decode (tokens/s) | guesses confirmed | tokens a step | continuation as transformers' |")
+        print("|---|---:|---:|---:|---|")
+        for name, result in results.items():
+            rate = result[0]
+            if name.startswith("sdrun"):
+                same = result[1] == ref_text
+                confirmed = f"{result[2][0]} of {result[2][1]}" if result[2] else "-"
+                per_step = result[2][2] if result[2] else "1"
+            else:
+                same, confirmed, per_step = result[1] == ref, "-", "-"
+            print(f"| {name} | {rate:.0f} | {confirmed} | {per_step} | {'same' if same else 'differs'} |")
+        for who in ("sdrun", "transformers"):
+            on = next(v[0] for k, v in results.items() if k.startswith(who) and ("guess" in k or "lookup" in k))
+            off = next(v[0] for k, v in results.items() if k.startswith(who) and not ("guess" in k or "lookup" in k))
+            print(f"{who}: speculation {on / off:.2f}x its own plain decode")
 
 
 if __name__ == "__main__":

@@ -1,10 +1,11 @@
 // Generation through the prefill/decode entries' key/value caches, or over
 // the infer entry's batch-1 windows; and sampling.
 #include "sd/generate/generator.h"
-#include "sd/generate/prompt_lookup.h"
+#include "sd/generate/speculation.h"
 #include "sd/format/peft.h"
 #include "sd/format/training_abi.h"
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -291,7 +292,12 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, const
   const size_t width = *std::max_element(last.begin(), last.end());
   logits.assign(batch * width * size_t(vocab_), 0.0f);
   while (*std::max_element(pending.begin(), pending.end()) > 0) {
-    const CachedEntry &e = entryFor(*std::max_element(pending.begin(), pending.end()));
+    const CachedEntry *chosen = &entryFor(*std::max_element(pending.begin(), pending.end()));
+    // A row whose last token takes the cache's last slot leaves no slot for
+    // padding: this call feeds one token a row (the others' rest come next).
+    for (size_t b = 0; b < batch; ++b)
+      if (pending[b] > 0 && pending[b] < chosen->seq && start[b] + pending[b] >= cacheLength_) chosen = &decode_;
+    const CachedEntry &e = *chosen;
     const int64_t seq = e.seq;
     HostTensor ids{tokenInput_, DType::I64, {batch_, seq}, std::vector<uint8_t>(batch * size_t(seq) * 8, 0)};
     HostTensor pos{abi::kPositionIds, DType::I64, {batch_, seq}, std::vector<uint8_t>(batch * size_t(seq) * 8, 0)};
@@ -319,7 +325,13 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, const
       if (n < seq && int64_t(cached.size()) > slot) cached.resize(size_t(slot));
     }
     const HostTensor *first = e.tokensFirst ? &ids : &pos, *second = e.tokensFirst ? &pos : &ids;
+    const auto started = std::chrono::steady_clock::now();
     SD_RETURN_IF_ERROR(session_.run(e.entry, {first, second}, outs_));
+    if (&e == &decode_ || &e == &verify_) { // what guessing costs: Speculator weighs it
+      double &average = &e == &decode_ ? decodeSeconds_ : verifySeconds_;
+      const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+      average = average > 0 ? 0.8 * average + 0.2 * took : took;
+    }
     const float *out = reinterpret_cast<const float *>(outs_[0].data.data());
     for (size_t b = 0; b < batch; ++b) {
       // A prompt's scores: position p's logits give the probability of token p + 1.
@@ -484,14 +496,15 @@ Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const s
     return sdError("speculation of ", speculate, " tokens a step, but the plan checks ", speculation(),
                    " (sdc compile --speculate)");
   if (tokens.empty()) return sdError("generation needs at least one token to continue");
-  const PromptLookup lookup;
+  Speculator speculator(speculate, 1);
   std::vector<RowSampler> row{self_}; // the generator's own draws, as next() makes them
   for (int64_t made = 0; made < maxNew;) {
-    const size_t left = size_t(maxNew - made - 1); // the step draws one more than it guesses
-    const std::vector<std::vector<int64_t>> guesses{speculate ? lookup.guess(tokens, std::min(speculate, left))
-                                                              : std::vector<int64_t>()};
-    auto drawn = nextRows({tokens}, &row, &guesses);
+    const std::vector<std::vector<int64_t>> rows{tokens};
+    // The step draws one more token than it guesses.
+    const auto guesses = speculator.guess(rows, {size_t(maxNew - made - 1)}, verifyCost());
+    auto drawn = nextRows(rows, &row, &guesses);
     if (!drawn.isOk()) return self_ = row[0], drawn.status();
+    speculator.drawn(drawn.value());
     for (int64_t t : drawn.value()[0]) {
       if (made == maxNew) break;
       tokens.push_back(t);

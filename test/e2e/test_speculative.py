@@ -11,7 +11,9 @@ step); seeded sampling (temperature, top-k, top-p, repetition penalty) and
 module's Generator.generate (the C API's sd_generator_generate); sdrun serve gives the
 same texts, streams, log-probabilities, stop texts, token counts and JSON
 replies with and without it, while /metrics counts the guessed and confirmed
-tokens; bad flags are one-line errors."""
+tokens; a row reaching the cache's end beside a row checking guesses; bad
+flags are one-line errors. --speculate-always makes every step with guesses
+check them, so the checks exercise guessing whatever the measured costs say."""
 import json
 import os
 import re
@@ -91,7 +93,7 @@ def served_replies(srv):
 
 
 def serve_checks(sdrun, plan, want_greedy, servers):
-    on = Server(sdrun, plan, "--served-model-name", "spec")
+    on = Server(sdrun, plan, "--served-model-name", "spec", "--speculate-always")
     servers.append(on)
     off = Server(sdrun, plan, "--served-model-name", "spec", "--speculate", "0")
     servers.append(off)
@@ -201,31 +203,42 @@ def main():
         check("--speculate 4: a verify entry of 5 tokens a row (i64[2x5] tokens and positions -> f32[2x5x256])",
               "verify [batch=2, seq=5]" in shown and "output logits: f32[2x5x256]" in shown, shown[-600:])
 
-        got, err = generate(sdrun, spec, PROMPTS)
+        got, err = generate(sdrun, spec, PROMPTS, "--speculate-always")
+        auto, _ = generate(sdrun, spec, PROMPTS)
         off, _ = generate(sdrun, spec, PROMPTS, "--speculate", "0")
         base, _ = generate(sdrun, plain, PROMPTS)
         expect = b"".join(w + b"\n" for w in want)
         check("generate greedy, 4 prompts 2 rows at a time: equals transformers' greedy generate token for token "
-              "with speculation, with --speculate 0, and on the plan without a verify entry",
-              got == off == base == expect, f"{got!r} vs {expect!r}")
+              "checking every guess, guessing when it pays (the default), with --speculate 0, and on the plan "
+              "without a verify entry", got == auto == off == base == expect, f"{got!r} vs {expect!r}")
         confirmed, guessed, per_step = speculation(err)
-        check("generate: guesses are confirmed, more than one token a row and step on these prompts",
-              0 < confirmed <= guessed and per_step > 1.2, err.strip())
+        check("generate --speculate-always: guesses are confirmed, more than one token a row and step on these "
+              "prompts", 0 < confirmed <= guessed and per_step > 1.2, err.strip())
 
         for flags in (["--temperature", "0.9", "--top-k", "0", "--seed", "5"],
                       ["--temperature", "0.7", "--top-p", "0.8", "--repetition-penalty", "1.3", "--seed", "3"],
                       ["--temperature", "1.2", "--top-k", "8", "--seed", "9"]):
-            a, _ = generate(sdrun, spec, PROMPTS, *flags)
+            a, _ = generate(sdrun, spec, PROMPTS, *flags, "--speculate-always")
             b, _ = generate(sdrun, spec, PROMPTS, *flags, "--speculate", "0")
             check(f"generate {' '.join(flags)}: the same draws with and without speculation",
                   a == b and not a.startswith(b"failed"), f"{a!r} vs {b!r}")
-        a, err = generate(sdrun, spec, PROMPTS[1:3], "--json")
+        a, err = generate(sdrun, spec, PROMPTS[1:3], "--json", "--speculate-always")
         b, _ = generate(sdrun, spec, PROMPTS[1:3], "--json", "--speculate", "0")
         docs = [line[len(p):] for line, p in zip(a.decode("utf-8", "replace").splitlines(), PROMPTS[1:3])]
         check("generate --json: the same JSON with and without speculation", a == b and all(
             isinstance(json.loads(d), dict) for d in docs), f"{a!r} vs {b!r}")
 
         # A byte-level model's served text has each invalid UTF-8 sequence as U+FFFD.
+        # A row that reaches the cache's last slot while the row beside it checks guesses.
+        short = os.path.join(tmp, "short.sdp")
+        subprocess.run([sdc, "compile", onnx, "--kv-cache", "40", "--kv-batch", "2", "--prefill-chunk", "8",
+                        "--speculate", "4", "-o", short], check=True, capture_output=True)
+        pair = [PROMPTS[3][:30], PROMPTS[2]]
+        a, err = generate(sdrun, short, pair, "--speculate-always", new=30)
+        b, _ = generate(sdrun, short, pair, "--speculate", "0", new=30)
+        check("a row filling the cache (40 positions) beside a row checking guesses: the same text as without "
+              "guesses, and the note that the context ended", a == b and "context of 40 tokens" in err and
+              not a.startswith(b"failed"), f"{a!r} vs {b!r}; {err.strip()}")
         python_module(sdrun, spec)
         serve_checks(sdrun, spec, [w[len(p.encode()):].decode("utf-8", "replace") for w, p in zip(want, PROMPTS)],
                      servers)

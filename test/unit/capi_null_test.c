@@ -60,6 +60,7 @@ int main(void) {
   expect_invalid("sd_trainer_save_weights(NULL trainer)", sd_trainer_save_weights(NULL, "w.safetensors"));
   expect_invalid("sd_generator_create(NULL session)", sd_generator_create(NULL, 0, 0, 0, &gen));
   expect_invalid("sd_generator_next(NULL generator)", sd_generator_next(NULL, &token, 1, &next));
+  expect_invalid("sd_generator_generate(NULL generator)", sd_generator_generate(NULL, &token, 1, 1, 0, &next));
 
   /* The documented neutral values. */
   expect("sd_status_get_code(NULL) is SD_OK", sd_status_get_code(NULL) == SD_OK);
@@ -68,6 +69,7 @@ int main(void) {
   expect("sd_plan_entry_name(NULL, 0) is NULL", sd_plan_entry_name(NULL, 0) == NULL);
   expect("sd_plan_global_count(NULL) is 0", sd_plan_global_count(NULL) == 0);
   expect("sd_tensor_list_size(NULL) is 0", sd_tensor_list_size(NULL) == 0);
+  expect("sd_generator_speculation(NULL) is 0", sd_generator_speculation(NULL) == 0);
   expect("sd_trainer_last_reward(NULL) is NaN", sd_trainer_last_reward(NULL) != sd_trainer_last_reward(NULL));
   sd_plan_free(NULL);
   sd_session_free(NULL);

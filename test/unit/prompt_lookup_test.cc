@@ -1,5 +1,7 @@
-// Speculative decoding's guesses by prompt lookup (sd/generate/prompt_lookup.h).
+// Speculative decoding: guesses by prompt lookup (sd/generate/prompt_lookup.h)
+// and when a step checks them (sd/generate/speculation.h).
 #include "sd/generate/prompt_lookup.h"
+#include "sd/generate/speculation.h"
 #include <gtest/gtest.h>
 
 using sd::generate::PromptLookup;
@@ -47,4 +49,49 @@ TEST(PromptLookup, ARepeatGoesOnPastTheEnd) {
   EXPECT_EQ(lookup.guess({7, 7, 7}, 4), (Tokens{7, 7, 7, 7}));
   // "x y x y": the repeat continues with period 2.
   EXPECT_EQ(lookup.guess({3, 1, 2, 1, 2}, 5), (Tokens{1, 2, 1, 2, 1}));
+}
+
+// When a step guesses (sd/generate/speculation.h).
+using sd::generate::Speculator;
+
+namespace {
+const Tokens kRepeating = {1, 2, 3, 1, 2, 3, 1, 2}; // prompt lookup guesses 3 1 2 3 ...
+}
+
+TEST(Speculator, TriesEachEntryWhileTheirCostsAreUnknown) {
+  Speculator s(4, 1);
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 0), (std::vector<Tokens>{{3, 1, 2, 3}})); // a verify step, to time it
+  s.drawn({{3, 1, 2, 3, 1}});
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 0), (std::vector<Tokens>{{}})); // then a decode step
+  EXPECT_EQ(s.guessed(), 4u);
+  EXPECT_EQ(s.confirmed(), 4u);
+}
+
+TEST(Speculator, GuessesOnlyWhenExpectedToPay) {
+  Speculator s(4, 1);
+  // The prior rate (one in two) expects 1 + 1/2 + ... + 1/16 < 2 tokens a step.
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 2.5), (std::vector<Tokens>{{}}));
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 1.2), (std::vector<Tokens>{{3, 1, 2, 3}}));
+  // Nor beyond a row's room, nor for idle rows.
+  Speculator two(4, 2);
+  EXPECT_EQ(two.guess({kRepeating, {}}, {2, 0}, 1.2), (std::vector<Tokens>{{3, 1}, {}}));
+}
+
+TEST(Speculator, LearnsFromDecodeStepsToo) {
+  Speculator s(4, 1);
+  // At this cost the prior does not pay; each decode step's token was the
+  // guess, though, until the rate says it pays.
+  int steps = 0;
+  while (s.guess({kRepeating}, {8}, 3.5).front().empty() && steps < 20) {
+    s.drawn({{3}});
+    ++steps;
+  }
+  EXPECT_GT(steps, 0);
+  EXPECT_LT(steps, 20);
+  EXPECT_EQ(s.guessed(), 0u); // counts are of checked guesses
+  s.drawn({{3, 9}});          // one held, the second did not
+  EXPECT_EQ(s.guessed(), 4u);
+  EXPECT_EQ(s.confirmed(), 1u);
+  s.restart(0); // a new text: back to the prior
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 3.5), (std::vector<Tokens>{{}}));
 }

@@ -4,8 +4,10 @@
 
 namespace sdrun {
 
-Batcher::Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate)
-    : gen_(gen), codec_(codec), events_(std::move(events)), speculate_(speculate) {
+Batcher::Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate,
+                 bool speculateAlways)
+    : gen_(gen), codec_(codec), events_(std::move(events)),
+      speculator_(speculate, size_t(gen.batchSize()), speculateAlways) {
   slots_.resize(size_t(gen.batchSize()));
   samplers_.resize(slots_.size());
 }
@@ -71,15 +73,18 @@ void Batcher::step() {
     if (best == SIZE_MAX) break;
     slots_[best] = waiting_.front();
     samplers_[best] = slots_[best].first->choices[slots_[best].second].sampler;
+    speculator_.restart(best);
     waiting_.pop_front();
   }
-  std::vector<std::vector<int64_t>> rows(slots_.size()), guesses(slots_.size());
+  std::vector<std::vector<int64_t>> rows(slots_.size());
+  std::vector<size_t> rooms(slots_.size(), 0);
   for (size_t b = 0; b < slots_.size(); ++b)
     if (slots_[b].first) {
       const Choice &ch = slots_[b].first->choices[slots_[b].second];
       rows[b] = ch.row.tokens;
-      guesses[b] = guess(ch, samplers_[b]);
+      rooms[b] = room(ch, samplers_[b]);
     }
+  const auto guesses = speculator_.guess(rows, rooms, gen_.verifyCost());
   auto next = gen_.nextBatch(rows, samplers_, guesses);
   if (!next.isOk()) { // NaN logits, a device failure: every running request fails
     std::vector<std::shared_ptr<Job>> jobs;
@@ -91,6 +96,7 @@ void Batcher::step() {
     }
     return;
   }
+  speculator_.drawn(next.value());
   for (size_t b = 0; b < slots_.size(); ++b) {
     if (!slots_[b].first) continue;
     const Slot slot = slots_[b];
@@ -98,8 +104,6 @@ void Batcher::step() {
     Choice &ch = job.choices[slot.second];
     const std::vector<int64_t> &drawn = next.value()[b];
     sd::generate::RowSampler &sampler = samplers_[b];
-    guessed_ += guesses[b].size();
-    for (size_t i = 0; i < guesses[b].size() && i < drawn.size() && drawn[i] == guesses[b][i]; ++i) ++confirmed_;
     if (job.logprobs >= 0 && job.echo && ch.generated == 0) { // the echoed prompt's scores, its first token none
       openai::LogprobEntry first;
       first.token = tokenTexts(codec_, {}, {ch.row.tokens[0]})[0];
@@ -138,13 +142,12 @@ void Batcher::step() {
   }
 }
 
-// Prompt lookup's guess of what follows the choice's text, no further than
-// it may go (one token less than it has left: the step draws one more).
-std::vector<int64_t> Batcher::guess(const Choice &ch, const sd::generate::RowSampler &sampler) const {
-  if (!speculate_ || ch.maxNew == 0 || sampler.scorePrompt) return {};
+// How many tokens may be guessed after the choice's text: one less than it
+// has left (the step draws one more); none while its prompt is scored.
+size_t Batcher::room(const Choice &ch, const sd::generate::RowSampler &sampler) const {
+  if (ch.maxNew == 0 || sampler.scorePrompt) return 0;
   const int64_t left = std::min(ch.maxNew - ch.generated, context() - int64_t(ch.row.tokens.size())) - 1;
-  if (left <= 0) return {};
-  return lookup_.guess(ch.row.tokens, std::min(speculate_, size_t(left)));
+  return left > 0 ? size_t(left) : 0;
 }
 
 std::string Batcher::take(Job &job, Choice &ch, int64_t t, const sd::generate::RowSampler &sampler, size_t drawn,

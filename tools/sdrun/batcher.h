@@ -8,7 +8,7 @@
 #include "openai_api.h"
 #include "text_rows.h"
 #include "sd/generate/generator.h"
-#include "sd/generate/prompt_lookup.h"
+#include "sd/generate/speculation.h"
 #include <deque>
 #include <functional>
 #include <memory>
@@ -55,8 +55,9 @@ public:
     std::function<void(Job &, const std::string &)> failed; // generation failed (the job is cancelled)
   };
   // speculate: tokens guessed a row and step by prompt lookup (0: none; at
-  // most the generator's speculation()).
-  Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate = 0);
+  // most the generator's speculation()), checked when expected to pay, or always.
+  Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate = 0,
+          bool speculateAlways = false);
 
   sd::generate::Generator &generator() { return gen_; }
   // Tokens a row holds: the cache less prompt or prefix tuning's virtual
@@ -69,13 +70,13 @@ public:
   size_t running() const;                           // rows generating
   void step(); // a token or more for every running choice; waiting choices take the free rows first
   // Speculation so far: tokens guessed, and those the model confirmed.
-  uint64_t guessed() const { return guessed_; }
-  uint64_t confirmed() const { return confirmed_; }
+  uint64_t guessed() const { return speculator_.guessed(); }
+  uint64_t confirmed() const { return speculator_.confirmed(); }
 
 private:
   using Slot = std::pair<std::shared_ptr<Job>, size_t>; // a job and its choice index
   void endChoice(Job &job, size_t index, const std::string &reason, bool byStopText);
-  std::vector<int64_t> guess(const Choice &ch, const sd::generate::RowSampler &sampler) const;
+  size_t room(const Choice &ch, const sd::generate::RowSampler &sampler) const;
   // Takes one drawn token into the choice: its reason to end, "" to go on.
   std::string take(Job &job, Choice &ch, int64_t t, const sd::generate::RowSampler &sampler, size_t drawn,
                    bool &byStopText);
@@ -87,9 +88,7 @@ private:
   std::deque<Slot> waiting_;
   std::vector<Slot> slots_;
   std::vector<sd::generate::RowSampler> samplers_;
-  size_t speculate_;
-  sd::generate::PromptLookup lookup_;
-  uint64_t guessed_ = 0, confirmed_ = 0;
+  sd::generate::Speculator speculator_;
 };
 
 } // namespace sdrun

@@ -4,7 +4,7 @@
 #include "flags.h"
 #include "generate_setup.h"
 #include "sd/format/json.h"
-#include "sd/generate/prompt_lookup.h"
+#include "sd/generate/speculation.h"
 #include <algorithm>
 #include <cstdio>
 
@@ -15,7 +15,7 @@ const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR] [--chat [--chat-template FILE]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
     "                     [--stop TEXT]... [--stop-token ID]... [--json | --json-schema FILE] [--seed S] [--adapter DIR]\n"
-    "                     [--speculate N] [--threads N]\n"
+    "                     [--speculate N [--speculate-always]] [--threads N]\n"
     "                     [--adapter-rank K] [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
@@ -38,8 +38,10 @@ const char *kGenerateUsage =
     "draws with its own seed (--seed, then the next).\n"
     "--speculate N guesses up to N tokens a step from each row's text (prompt lookup:\n"
     "what followed the last time its final tokens occurred) and checks them in the\n"
-    "same call, for a plan compiled with --speculate K (default K; 0: off); the\n"
-    "tokens are those drawn without it, and stderr says how many guesses held.\n"
+    "same call, for a plan compiled with --speculate K (default K; 0: off), in the\n"
+    "steps where the guesses that held so far and the two calls' measured times say\n"
+    "it pays (--speculate-always: every step that has guesses); the tokens are those\n"
+    "drawn without it, and stderr says how many held.\n"
     "--json-schema FILE makes each row a JSON document that follows the JSON Schema in\n"
     "FILE (compact JSON, properties in the schema's order; a row ends when its\n"
     "document is whole), --json any JSON object: as sdrun serve's response_format.\n";
@@ -64,7 +66,7 @@ std::vector<std::string> stopTexts(const Flags &f) {
 // the count of guessed and confirmed ones is printed at the end.
 int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t maxNew, const TextCodec &codec,
                  const std::vector<std::string> &stops, std::vector<sd::generate::RowSampler> &samplers,
-                 size_t speculate) {
+                 size_t speculate, bool speculateAlways) {
   size_t head = 0; // the row being shown
   auto show = [&] {
     while (head < rows.size()) {
@@ -77,33 +79,33 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
     }
     std::fflush(stdout);
   };
-  const sd::generate::PromptLookup lookup;
+  sd::generate::Speculator speculator(speculate, size_t(gen.batchSize()), speculateAlways);
   bool contextFull = false;
-  uint64_t guessed = 0, confirmed = 0, rowSteps = 0, drawnTotal = 0;
+  uint64_t rowSteps = 0, drawnTotal = 0;
   for (size_t first = 0; first < rows.size(); first += size_t(gen.batchSize())) {
     const size_t last = std::min(rows.size(), first + size_t(gen.batchSize()));
     std::vector<int64_t> generated(last - first, 0);
+    for (size_t b = 0; b < last - first; ++b) speculator.restart(b);
     show(); // the prompt, when it is shown
     for (;;) {
-      std::vector<std::vector<int64_t>> batch(last - first), guesses(last - first);
+      std::vector<std::vector<int64_t>> batch(last - first);
+      std::vector<size_t> room(last - first, 0);
       for (size_t i = first; i < last; ++i) {
         if (rows[i].done) continue;
         batch[i - first] = rows[i].tokens;
-        const int64_t left = maxNew - generated[i - first] - 1; // the step draws one more than it guesses
-        if (speculate && left > 0) guesses[i - first] = lookup.guess(rows[i].tokens, std::min(speculate, size_t(left)));
-        guessed += guesses[i - first].size();
+        room[i - first] = size_t(maxNew - generated[i - first] - 1); // the step draws one more than it guesses
       }
       if (std::all_of(batch.begin(), batch.end(), [](const auto &b) { return b.empty(); })) break;
+      const auto guesses = speculator.guess(batch, room, gen.verifyCost());
       std::vector<sd::generate::RowSampler> slice(samplers.begin() + long(first), samplers.begin() + long(last));
       auto next = gen.nextBatch(batch, slice, guesses);
       if (!next.isOk()) return fail(next.status().message());
       std::copy(slice.begin(), slice.end(), samplers.begin() + long(first)); // their RNGs moved on
+      speculator.drawn(next.value());
       for (size_t i = first; i < last; ++i) {
         Row &r = rows[i];
         const std::vector<int64_t> &drawn = next.value()[i - first];
-        const std::vector<int64_t> &g = guesses[i - first];
         rowSteps += !drawn.empty();
-        for (size_t k = 0; k < g.size() && k < drawn.size() && drawn[k] == g[k]; ++k) ++confirmed;
         for (size_t k = 0; k < drawn.size() && !r.done; ++k) {
           const int64_t t = drawn[k];
           if (t == sd::generate::kNoAllowedToken)
@@ -134,7 +136,7 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
                          "--kv-cache)\n", (long long)gen.maxContext());
   if (speculate)
     std::fprintf(stderr, "sdrun: speculation: %llu of %llu guessed tokens confirmed; %.2f tokens a row and step\n",
-                 (unsigned long long)confirmed, (unsigned long long)guessed,
+                 (unsigned long long)speculator.confirmed(), (unsigned long long)speculator.guessed(),
                  rowSteps ? double(drawnTotal) / double(rowSteps) : 0.0);
   return 0;
 }
@@ -153,6 +155,7 @@ bool checkPrompt(const sd::generate::Generator &gen, const std::vector<int64_t> 
 // chat template), generation until --max-new-tokens or the tokenizer's EOS.
 int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<std::string> &prompts, int64_t maxNew,
                           std::vector<sd::generate::RowSampler> &samplers, size_t speculate) {
+  const bool always = hasFlag(f, "--speculate-always");
   const sd::Tokenizer &tok = *g.tokenizer;
   const TextCodec &codec = g.codec;
   sd::generate::Generator &gen = *g.gen;
@@ -177,7 +180,7 @@ int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<
     if (!chat) r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(gen, rows, maxNew, codec, stopTexts(f), samplers, speculate);
+  return generateRows(gen, rows, maxNew, codec, stopTexts(f), samplers, speculate, always);
 }
 
 } // namespace
@@ -188,7 +191,7 @@ int generateCommand(const std::vector<std::string> &args) {
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
                          "--seed", "--adapter", "--adapter-rank", "--threads", "--device",
                          "--tokenizer", "--chat-template", "--cpu-ops", "--json-schema", "--speculate"}, f,
-                  err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat", "--json"})) {
+                  err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat", "--json", "--speculate-always"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }
   if (f.help) return std::fputs(kGenerateUsage, stdout), 0;
@@ -236,7 +239,8 @@ int generateCommand(const std::vector<std::string> &args) {
     r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), samplers, speculate);
+  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), samplers, speculate,
+                      hasFlag(f, "--speculate-always"));
 }
 
 } // namespace sdrun

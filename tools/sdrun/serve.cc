@@ -36,8 +36,8 @@ namespace {
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
     "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser hermes|llama3_json|mistral]\n"
-    "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--speculate N] [--adapter DIR]\n"
-    "                  [--adapter-rank K]\n"
+    "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--speculate N [--speculate-always]]\n"
+    "                  [--adapter DIR] [--adapter-rank K]\n"
     "                  [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
@@ -105,8 +105,10 @@ const char *kServeUsage =
     "                            closes it); streams are sent chunked so it can stay\n"
     "  --speculate N             guess up to N tokens a step from the text so far (prompt\n"
     "                            lookup) and check them in the same call, for a plan\n"
-    "                            compiled with --speculate K (default K; 0: off): the same\n"
-    "                            tokens, more of them a step when the text repeats itself\n"
+    "                            compiled with --speculate K (default K; 0: off), when the\n"
+    "                            guesses that held and the measured costs say it pays: the\n"
+    "                            same tokens, more of them a step when the text repeats\n"
+    "  --speculate-always        check every guess, whatever the costs say (to compare)\n"
     "Ctrl-C (SIGINT) or SIGTERM stops the server.\n";
 
 volatile std::sig_atomic_t gStop = 0;
@@ -156,7 +158,7 @@ std::string modelNames(const std::vector<ServedModel> &models) {
 class Server {
 public:
   Server(GenerationSetup &g, std::vector<ServedModel> &models, std::string apiKey, uint64_t seed,
-         double requestTimeout, double keepAlive, std::string toolParser, size_t speculate)
+         double requestTimeout, double keepAlive, std::string toolParser, size_t speculate, bool speculateAlways)
       : g_(g), models_(models), apiKey_(std::move(apiKey)), seeds_(seed), requestTimeout_(requestTimeout),
         keepAlive_(keepAlive), created_(int64_t(std::time(nullptr))), toolParser_(std::move(toolParser)) {
     Batcher::Events events;
@@ -166,7 +168,7 @@ public:
     events.done = [this](Job &job) { finishJob(job); };
     events.failed = [this](Job &job, const std::string &message) { failJob(job, message); };
     for (ServedModel &m : models_)
-      if (m.generator) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events, speculate);
+      if (m.generator) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events, speculate, speculateAlways);
   }
   int run(int listenFd);
 
@@ -809,7 +811,7 @@ int serveCommand(const std::vector<std::string> &args) {
   if (!parseFlags(args, {"--tokenizer", "--chat-template", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed",
                          "--request-timeout", "--keep-alive", "--tool-call-parser", "--speculate",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
-                  f, err, {"--no-cuda-graphs", "--no-cpu-fallback"})) {
+                  f, err, {"--no-cuda-graphs", "--no-cpu-fallback", "--speculate-always"})) {
     if (!f.help) return fail(err + " (see sdrun serve --help)");
   }
   if (f.help) return std::fputs(kServeUsage, stdout), 0;
@@ -895,7 +897,8 @@ int serveCommand(const std::vector<std::string> &args) {
   size_t speculate = 0;
   if (encoder && hasFlag(f, "--speculate")) return fail("--speculate: an encoder plan serves embeddings, not generation");
   if (!encoder && !speculateFlag(f, *models[0].generator, speculate, err)) return fail(err);
-  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser, speculate);
+  Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser, speculate,
+                hasFlag(f, "--speculate-always"));
   const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
   char address[300];

@@ -116,6 +116,9 @@ public:
   // Guessed tokens one call can check per row: the verify entry's width less
   // one (sdc compile --speculate), 0 without one.
   int64_t speculation() const { return verify_.entry == SIZE_MAX ? 0 : verify_.seq - 1; }
+  // A verify step's time over a decode step's, as measured lately (0 until
+  // both have run): what guessing costs (sd/generate/speculation.h).
+  double verifyCost() const { return verifySeconds_ > 0 && decodeSeconds_ > 0 ? verifySeconds_ / decodeSeconds_ : 0; }
   // Speculative decoding: up to drafts[b].size() + 1 nextBatch calls in one.
   // Each row is fed with its guessed continuation drafts[b] (in one call when
   // it fits the verify entry), then tokens are drawn at each position in turn
@@ -177,6 +180,7 @@ private:
   std::vector<Window> windows_; // by increasing seq
   std::string tokenInput_;
   CachedEntry prefill_, decode_, verify_;
+  double decodeSeconds_ = 0, verifySeconds_ = 0; // recent runs' times (moving averages)
   std::vector<std::vector<int64_t>> cachedTokens_; // per row: the tokens whose keys and values the cache holds
   std::vector<HostTensor> outs_;
 };
