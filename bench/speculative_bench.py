@@ -97,20 +97,29 @@ def inflate(model, folder, factor, extra_layers):
     return big
 
 
-def time_sdrun(sdrun, plan, tok, prompt, new, threads, repeats, speculate):
-    def run(n):
+def time_sdrun(sdrun, plan, tok, prompt, new, threads, repeats, speculates):
+    """Each --speculate value's decode rate, text and speculation line, the
+    values' runs interleaved so the machine's drift reaches them alike."""
+    def run(n, speculate):
         cmd = [sdrun, "generate", plan, "--tokenizer", tok, "--prompt", prompt, "--temperature", "0",
                "--max-new-tokens", str(n), "--threads", str(threads), "--speculate", str(speculate)]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True, check=True)
         return time.perf_counter() - t0, r.stdout, r.stderr
-    rates, text, err = [], "", ""
+    rates = {s: [] for s in speculates}
+    last = {}
     for _ in range(repeats):
-        one, _, _ = run(1)
-        full, text, err = run(new)
-        rates.append((new - 1) / max(full - one, 1e-9))
-    m = re.search(r"(\d+) of (\d+) guessed tokens confirmed; ([\d.]+) tokens a row", err)
-    return statistics.median(rates), text.rstrip("\n"), m.groups() if m else None
+        for speculate in speculates:
+            one, _, _ = run(1, speculate)
+            full, text, err = run(new, speculate)
+            rates[speculate].append((new - 1) / max(full - one, 1e-9))
+            last[speculate] = (text, err)
+    out = []
+    for speculate in speculates:
+        text, err = last[speculate]
+        m = re.search(r"(\d+) of (\d+) guessed tokens confirmed; ([\d.]+) tokens a row", err)
+        out.append((statistics.median(rates[speculate]), text.rstrip("\n"), m.groups() if m else None))
+    return out
 
 
 def time_transformers(model, ids, new, threads, repeats, lookup):
@@ -140,6 +149,8 @@ def main():
     ap.add_argument("--prompt-verses", type=int, default=12)
     ap.add_argument("--inflate", type=int, default=8)
     ap.add_argument("--extra-layers", type=int, default=4)
+    ap.add_argument("--keep", help="copy the two plans (plan0.sdp: as trained, plan1.sdp: inflated) and the "
+                    "tokenizer here")
     a = ap.parse_args()
     import torch
     import transformers
@@ -156,6 +167,10 @@ def main():
         prompt = " ".join(line.split(" ", 1)[1] for line in verses.splitlines()[:a.prompt_verses] if " " in line)
         tok = transformers.AutoTokenizer.from_pretrained(hf)
         ids = torch.tensor([tok(prompt)["input_ids"]])
+        if a.keep:
+            shutil.copytree(hf, os.path.join(a.keep, "tokenizer"), dirs_exist_ok=True)
+            with open(os.path.join(a.keep, "prompt.txt"), "w") as f:
+                f.write(prompt)
         tables = []
         big = inflate(model, os.path.join(tmp, "big"), a.inflate, a.extra_layers)
         for label, m in (("as trained", model), (f"inflated ({a.inflate}x MLP width, +{a.extra_layers} layers)", big)):
@@ -164,9 +179,13 @@ def main():
             export(m, onnx_path, 17, 1, 16)
             subprocess.run([sdc, "compile", onnx_path, "--kv-cache", str(CACHE), "--speculate", str(GUESSES),
                             "-o", plan], check=True, capture_output=True)
+            guessing, plain = time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, [GUESSES, 0])
+            if a.keep:
+                os.makedirs(a.keep, exist_ok=True)
+                shutil.copy(plan, os.path.join(a.keep, f"plan{len(tables)}.sdp"))
             results = {
-                "sdrun, guessing": time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, GUESSES),
-                "sdrun, --speculate 0": time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, 0),
+                "sdrun, guessing": guessing,
+                "sdrun, --speculate 0": plain,
                 "transformers, prompt_lookup_num_tokens=4": time_transformers(m, ids, a.new, a.threads, a.repeats,
                                                                               True),
                 "transformers": time_transformers(m, ids, a.new, a.threads, a.repeats, False),

@@ -7,6 +7,7 @@ namespace sd::generate {
 namespace {
 constexpr double kDecay = 0.9;       // a row's rate: each step's observations weigh 1, older ones 0.9 per step
 constexpr int64_t kRetimeEvery = 64; // verify steps before a decode step is timed again
+constexpr double kCalibrationDecay = 0.95; // per checking step
 } // namespace
 
 void Speculator::Rate::add(double h, double t) {
@@ -24,7 +25,7 @@ void Speculator::restart(size_t row) {
 std::vector<std::vector<int64_t>> Speculator::guess(const std::vector<std::vector<int64_t>> &rows,
                                                     const std::vector<size_t> &room, double verifyCost) {
   const size_t n = std::min(rows.size(), rates_.size());
-  double expected = 0, active = 0; // tokens a verify step is expected to give, rows stepping
+  double expected = 0, active = 0; // tokens a verify step is expected to give by the rates, rows stepping
   for (size_t b = 0; b < rates_.size(); ++b) {
     wouldGuess_[b].clear();
     sent_[b].clear();
@@ -40,17 +41,20 @@ std::vector<std::vector<int64_t>> Speculator::guess(const std::vector<std::vecto
     sinceDecode_ = 0;
     return sent_;
   }
+  const double calibration = held_ / expectedHeld_;
   bool verify;
   if (always_) verify = true;
   else if (verifyCost <= 0) verify = sinceDecode_ == 0; // one decode step timed, then a verify step
   else if (sinceDecode_ >= kRetimeEvery) verify = false; // the decode step's time moves with the context
-  else verify = expected > active * verifyCost;
+  else verify = active + calibration * (expected - active) > active * verifyCost;
   sinceDecode_ = verify ? sinceDecode_ + 1 : 0;
+  expectedNow_ = verify ? expected - active : 0;
   if (verify) sent_ = wouldGuess_;
   return sent_;
 }
 
 void Speculator::drawn(const std::vector<std::vector<int64_t>> &drawn) {
+  double heldNow = 0;
   for (size_t b = 0; b < std::min(drawn.size(), rates_.size()); ++b) {
     const std::vector<int64_t> &would = wouldGuess_[b], &d = drawn[b];
     if (would.empty() || d.empty()) continue;
@@ -63,6 +67,11 @@ void Speculator::drawn(const std::vector<std::vector<int64_t>> &drawn) {
     rates_[b].add(double(hits), double(hits + (hits < would.size())));
     guessed_ += would.size();
     confirmed_ += hits;
+    heldNow += double(hits);
+  }
+  if (expectedNow_ > 0) {
+    expectedHeld_ = kCalibrationDecay * expectedHeld_ + expectedNow_;
+    held_ = kCalibrationDecay * held_ + heldNow;
   }
 }
 

@@ -7,6 +7,9 @@
 // nothing: the token drawn is compared with what would have been guessed), the
 // two entries' times are measured (Generator::verifyCost), and a step guesses
 // only when it is expected to give more tokens a second than a decode step.
+// The expectation is calibrated by what the steps that guessed gave: rates
+// learned token by token overrate bursts of repeats, and a step guesses just
+// when they run high.
 // The tokens drawn are the same either way.
 #pragma once
 #include "sd/generate/prompt_lookup.h"
@@ -48,6 +51,9 @@ private:
   bool always_;
   PromptLookup lookup_;
   std::vector<Rate> rates_;
+  // Guesses expected to hold and held in the steps that checked them (decaying
+  // sums): their ratio scales what the rates expect.
+  double expectedHeld_ = 1, held_ = 1, expectedNow_ = 0;
   std::vector<std::vector<int64_t>> wouldGuess_, sent_; // this step's lookups; those checked
   uint64_t guessed_ = 0, confirmed_ = 0;
   int64_t sinceDecode_ = 0; // verify steps since a decode step was timed
