@@ -8,6 +8,10 @@ namespace {
 constexpr double kDecay = 0.9;       // a row's rate: each step's observations weigh 1, older ones 0.9 per step
 constexpr int64_t kRetimeEvery = 64; // verify steps before a decode step is timed again
 constexpr double kCalibrationDecay = 0.95; // per checking step
+// Each step that has guesses, the calibration's evidence fades toward its prior (1 of 1): after
+// checks that failed, steps stop checking and so stop learning; this brings
+// them back to try again within some hundred steps.
+constexpr double kCalibrationFade = 0.99;
 } // namespace
 
 void Speculator::Rate::add(double h, double t) {
@@ -41,6 +45,8 @@ std::vector<std::vector<int64_t>> Speculator::guess(const std::vector<std::vecto
     sinceDecode_ = 0;
     return sent_;
   }
+  expectedHeld_ = kCalibrationFade * expectedHeld_ + (1 - kCalibrationFade);
+  held_ = kCalibrationFade * held_ + (1 - kCalibrationFade);
   const double calibration = held_ / expectedHeld_;
   bool verify;
   if (always_) verify = true;
