@@ -430,6 +430,11 @@ StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::fromSchema(const std::
   return fromSchema(parsed.value());
 }
 
+const Json &JsonGrammar::noParameters() {
+  static const Json schema = parseJson(R"({"type":"object","additionalProperties":false})", "").value();
+  return schema;
+}
+
 StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::toolCalls(
     const std::vector<std::pair<std::string, const Json *>> &tools, bool parallel) {
   auto g = std::make_shared<JsonGrammar>();
@@ -438,15 +443,8 @@ StatusOr<std::shared_ptr<const JsonGrammar>> JsonGrammar::toolCalls(
   calls.minCount = 1;
   calls.maxCount = parallel ? -1 : 1;
   Node anyCall;
-  Json noParameters; // {} alone
-  noParameters.type = Json::Type::Object;
-  noParameters.obj.push_back({"type", Json()});
-  noParameters.obj.back().second.type = Json::Type::String;
-  noParameters.obj.back().second.str = "object";
-  noParameters.obj.push_back({"additionalProperties", Json()});
-  noParameters.obj.back().second.type = Json::Type::Bool;
   for (const auto &[name, parameters] : tools) {
-    const Json &schema = parameters ? *parameters : noParameters;
+    const Json &schema = parameters ? *parameters : noParameters();
     SchemaReader reader(*g, schema); // each tool's $refs within its own schema
     auto params = reader.read(schema, "", 0);
     if (!params.isOk()) return params.status().withContext("tool '" + name + "': ");

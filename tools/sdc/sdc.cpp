@@ -409,7 +409,7 @@ bool tokenizerToCarry(const Args &a, std::vector<std::pair<std::string, std::str
   std::string names;
   for (const auto &f : files) names += (names.empty() ? "" : ", ") + f.first;
   std::fprintf(stderr, "sdc: the plan carries the tokenizer of %s (%s); --no-tokenizer leaves it out\n",
-               tokDir.c_str(), names.c_str());
+               tokDir == "." || tokDir.empty() ? "the current folder" : tokDir.c_str(), names.c_str());
   return true;
 }
 

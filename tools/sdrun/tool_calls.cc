@@ -94,10 +94,8 @@ sd::StatusOr<std::shared_ptr<const sd::generate::JsonGrammar>> toolGrammar(const
   for (const Json &t : r.tools.arr) {
     const Json *params = toolFunction(t)->get("parameters");
     if (r.toolChoice == ToolChoice::Required) tools.emplace_back(toolName(t), params);
-    if (r.toolChoice == ToolChoice::Named && toolName(t) == r.toolName) {
-      if (params) return JsonGrammar::fromSchema(*params);
-      return JsonGrammar::fromSchema(std::string(R"({"type":"object","additionalProperties":false})"));
-    }
+    if (r.toolChoice == ToolChoice::Named && toolName(t) == r.toolName)
+      return JsonGrammar::fromSchema(params ? *params : JsonGrammar::noParameters());
   }
   if (r.toolChoice == ToolChoice::Required) return JsonGrammar::toolCalls(tools, r.parallelToolCalls);
   return std::shared_ptr<const JsonGrammar>();

@@ -60,6 +60,9 @@ public:
   static StatusOr<std::shared_ptr<const JsonGrammar>> fromSchema(const Json &schema);
   // One of these texts exactly (vLLM's guided_choice): raw text, not JSON.
   static std::shared_ptr<const JsonGrammar> choice(const std::vector<std::string> &texts);
+  // The parameters schema of a function that declares none: an object
+  // with no properties, {}.
+  static const Json &noParameters();
   // Tool calls as OpenAI's tool_choice "required" has them written: a list
   // of one or more (at most one unless `parallel`) {"name": NAME,
   // "parameters": {...}}, each tool's parameters following its own schema
