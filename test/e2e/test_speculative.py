@@ -24,6 +24,7 @@ import tempfile
 import urllib.request
 
 from e2e_util import clean_error_problems, tool_paths
+from test_kv_cache import reference
 from test_serve import Server
 from test_training import check, report
 
@@ -33,15 +34,6 @@ NEW = 48
 # Random weights: greedy text soon repeats itself, which prompt lookup guesses;
 # the last prompt repeats itself from the start.
 PROMPTS = ["In the beginning God created", "And", "abcabcabcabcabc", "Let there be light: and there was light"]
-
-
-def reference(model, prompt, new=NEW):
-    """transformers' greedy continuation of the prompt's bytes, as bytes."""
-    import torch
-    with torch.no_grad():
-        out = model.generate(input_ids=torch.tensor([list(prompt.encode())]), max_new_tokens=new, do_sample=False,
-                             pad_token_id=0, eos_token_id=None)[0].tolist()
-    return bytes(out)
 
 
 def generate(sdrun, plan, prompts, *flags, new=NEW):
@@ -193,7 +185,7 @@ def main():
         onnx = os.path.join(tmp, "llama.onnx")
         export(build("llama", 0), onnx, 17, 2, 16)
         model = build("llama", 0)
-        want = [reference(model, p) for p in PROMPTS]
+        want = [reference(model, p, NEW) for p in PROMPTS]
         spec, plain = os.path.join(tmp, "spec.sdp"), os.path.join(tmp, "plain.sdp")
         subprocess.run([sdc, "compile", onnx, "--kv-cache", "128", "--kv-batch", "2", "--prefill-chunk", "8",
                         "--speculate", "4", "-o", spec], check=True, capture_output=True)

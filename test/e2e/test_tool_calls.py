@@ -9,13 +9,16 @@ reply generated from it); a named tool_choice is generated under the
 function's parameters schema, greedy text equal to xgrammar's masks on
 transformers' logits, returned as a tool call (streamed: id and name first,
 then the arguments in pieces); tool_choice "required" writes a list of calls
-under a grammar of every tool, equal to xgrammar's on the same schema, and
+under a grammar of every tool, equal to xgrammar's on the same schema
+(streamed: each call's id and name as soon as the name is whole, then its
+arguments in pieces; cut at max_tokens, the calls as far as they came), and
 parallel_tool_calls false keeps it to one; with --tool-call-parser hermes, a
 LoRA adapter trained with sdrun train to answer with a <tool_call> comes
 back as the call (tool_choice "auto"), while a reply without one is plain
 content; and requests that cannot be served are 400s naming the field."""
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -143,11 +146,34 @@ def served_calls(sdrun, plan, model, lib, folder, servers):
         r = client.chat.completions.create(model="llama", messages=turn, tools=TOOLS, tool_choice="required",
                                            temperature=0, max_tokens=80, parallel_tool_calls=parallel)
         calls = r.choices[0].message.tool_calls or []
+        streamed, finish = {}, None
+        for chunk in client.chat.completions.create(model="llama", messages=turn, tools=TOOLS, tool_choice="required",
+                                                    temperature=0, max_tokens=80, parallel_tool_calls=parallel,
+                                                    stream=True):
+            for d in (chunk.choices[0].delta.tool_calls or []) if chunk.choices else []:
+                call = streamed.setdefault(d.index, {"id": d.id, "name": d.function.name, "pieces": []})
+                if d.function.arguments:
+                    call["pieces"].append(d.function.arguments)
+            if chunk.choices and chunk.choices[0].finish_reason:
+                finish = chunk.choices[0].finish_reason
+        got = [(c.id, c.function.name, c.function.arguments) for c in calls]
+        sent = [(c["id"], c["name"], "".join(c["pieces"])) for _, c in sorted(streamed.items())]
+        check(f"tool_choice required{'' if parallel else ', parallel_tool_calls false'}, streamed: each call's id and "
+              f"name first, then its arguments in pieces; the same calls as the response's",
+              [g[1:] for g in got] == [t[1:] for t in sent] and all(t[0] and t[0].startswith("call_") for t in sent)
+              and finish == r.choices[0].finish_reason and
+              all(len(c["pieces"]) > 1 for c in streamed.values() if c["pieces"]),
+              f"{sent} vs {got}; {finish}")
         if parallel:
+            # The text cut inside a call: the calls as far as they came.
+            cut = re.findall(r'\{"name":"([^"]*)"', want)  # the names whole
+            written = "[" + "},".join(f'{{"name":"{c.function.name}","parameters":{c.function.arguments}'
+                                      for c in calls)
             check("tool_choice required: the list of calls is written as xgrammar writes it under every tool's "
-                  "schema (cut at max_tokens here, so returned as text with finish_reason length)",
-                  r.choices[0].message.content == want and r.choices[0].finish_reason == "length" and not calls,
-                  f"{r.choices[0].message.content!r} vs {want!r} {r.choices[0].finish_reason}")
+                  "schema; cut at max_tokens here, so the calls come as far as they came, finish_reason length",
+                  [c.function.name for c in calls] == cut and r.choices[0].finish_reason == "length" and
+                  len(calls) > 1 and (want.startswith(written) or written.startswith(want)),
+                  f"{got} vs {want!r} {r.choices[0].finish_reason}")
             continue
         listed = json.loads(want)
         check("tool_choice required, parallel_tool_calls false: one call, as xgrammar writes it, returned with its "

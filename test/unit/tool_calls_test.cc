@@ -81,3 +81,50 @@ TEST(ToolCallParsers, WhereCallsMayBegin) {
   EXPECT_EQ(callTextStart("llama3_json", ""), 0u);
   EXPECT_EQ(callTextStart("llama3_json", "Hi {"), 4u); // text first: never a call
 }
+
+// tool_choice "required"'s list read as it comes: fed in one piece or byte by
+// byte, the same calls; names as soon as whole, arguments as written.
+TEST(RequiredCallReader, NamesThenArgumentsAsTheyCome) {
+  const std::string text = R"([{"name":"get_weather","parameters":{"city":"Pa}ris\"]","days":[1,{"a":[]}]}},)"
+                           R"({"name":"t\u00e9","parameters":{}}])";
+  RequiredCallReader whole, bytes;
+  std::vector<RequiredCallReader::Piece> pieces = whole.feed(text), each;
+  for (char c : text)
+    for (RequiredCallReader::Piece &p : bytes.feed(std::string(1, c))) each.push_back(p);
+  for (const RequiredCallReader *r : {&whole, &bytes}) {
+    ASSERT_TRUE(r->whole());
+    ASSERT_EQ(r->calls().size(), 2u);
+    EXPECT_EQ(r->calls()[0].name, "get_weather");
+    EXPECT_EQ(r->calls()[0].arguments, R"({"city":"Pa}ris\"]","days":[1,{"a":[]}]})");
+    EXPECT_EQ(r->calls()[1].name, "t\xc3\xa9"); // its escape decoded
+    EXPECT_EQ(r->calls()[1].arguments, "{}");
+  }
+  // Whole: a name, the arguments in one piece, the next name, its arguments.
+  ASSERT_EQ(pieces.size(), 4u);
+  EXPECT_TRUE(pieces[0].name && pieces[2].name && pieces[2].call == 1);
+  EXPECT_EQ(pieces[1].text, whole.calls()[0].arguments);
+  // Byte by byte: the name once, after its closing quote; arguments byte by byte.
+  std::string args;
+  size_t names = 0;
+  for (const RequiredCallReader::Piece &p : each) {
+    names += p.name;
+    if (!p.name && p.call == 0) args += p.text;
+  }
+  EXPECT_EQ(names, 2u);
+  EXPECT_EQ(args, whole.calls()[0].arguments);
+}
+
+TEST(RequiredCallReader, CutShortOrNotAList) {
+  RequiredCallReader cut;
+  cut.feed(R"([{"name":"f","parameters":{"a":[1,)");
+  EXPECT_FALSE(cut.whole());
+  ASSERT_EQ(cut.calls().size(), 1u);
+  EXPECT_EQ(cut.calls()[0].arguments, R"({"a":[1,)");
+  RequiredCallReader early;
+  early.feed(R"([{"name":"f)");
+  EXPECT_TRUE(early.calls().empty());
+  RequiredCallReader other;
+  other.feed(R"({"name":"f","parameters":{}})");
+  EXPECT_TRUE(other.calls().empty());
+  EXPECT_FALSE(other.whole());
+}

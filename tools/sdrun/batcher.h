@@ -6,6 +6,7 @@
 // failures go to the server's callbacks.
 #pragma once
 #include "openai_api.h"
+#include "tool_calls.h"
 #include "text_rows.h"
 #include "sd/generate/generator.h"
 #include "sd/generate/speculation.h"
@@ -28,6 +29,8 @@ struct Choice {
   size_t offset = 0;                          // streamed: the text_offset of the next entry
   std::string callId;                         // a tool choice's first call id
   size_t sent = 0;                            // tool_choice auto, streamed: bytes of text sent as content
+  openai::RequiredCallReader calls;           // tool_choice required, streamed: its calls as they come
+  std::vector<std::string> callIds;           // tool_choice required, streamed: the ids sent
 };
 
 struct Job {

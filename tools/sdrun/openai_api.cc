@@ -376,11 +376,11 @@ std::string chunkJson(const Head &h, size_t index, const std::string &text, cons
   return s + ",\"logprobs\":" + logprobs + ",\"finish_reason\":" + finishJson(finishReason) + "}]}";
 }
 
-std::string toolCallsJson(const std::vector<ToolCall> &calls, bool indexed, bool argumentsOnly) {
+std::string toolCallsJson(const std::vector<ToolCall> &calls, bool indexed, bool argumentsOnly, size_t firstIndex) {
   std::string s = "[";
   for (size_t k = 0; k < calls.size(); ++k) {
     s += k ? ",{" : "{";
-    if (indexed) s += "\"index\":" + std::to_string(k) + ",";
+    if (indexed) s += "\"index\":" + std::to_string(firstIndex + k) + ",";
     if (!argumentsOnly)
       s += "\"id\":" + sd::jsonQuote(calls[k].id) + ",\"type\":\"function\",\"function\":{\"name\":" +
            sd::jsonQuote(calls[k].name) + ",\"arguments\":" + sd::jsonQuote(calls[k].arguments) + "}}";

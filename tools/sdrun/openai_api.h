@@ -114,9 +114,10 @@ std::string chunkJson(const Head &h, size_t index, const std::string &text, cons
 // A chat stream chunk of tool calls: `calls` the delta's list (toolCallsJson's).
 std::string toolCallChunkJson(const Head &h, size_t index, const std::string &calls, const std::string &finishReason);
 // Tool calls as a message's "tool_calls"; with `indexed` as stream deltas
-// (each with its index; `argumentsOnly` leaves out id, type and name: the
-// arguments' next piece).
-std::string toolCallsJson(const std::vector<ToolCall> &calls, bool indexed = false, bool argumentsOnly = false);
+// (each with its index, from firstIndex; `argumentsOnly` leaves out id, type
+// and name: the arguments' next piece).
+std::string toolCallsJson(const std::vector<ToolCall> &calls, bool indexed = false, bool argumentsOnly = false,
+                          size_t firstIndex = 0);
 // The last chunk of a stream with stream_options.include_usage.
 std::string usageChunkJson(const Head &h, const Usage &usage);
 std::string modelJson(const std::string &model, int64_t created);

@@ -635,15 +635,21 @@ openai::ChoiceResult Server::result(const Job &job, const Choice &ch) {
                          job.logprobs >= 0 ? openai::logprobsJson(job.head.chat, ch.logprobs, 0) : "null", {}};
   std::vector<openai::ToolCall> calls;
   std::string content;
+  bool whole = true; // false: calls cut short (max_tokens), returned as far as they came, as a stream sends them
   switch (job.toolChoice) {
   case openai::ToolChoice::None: return r;
   case openai::ToolChoice::Named:
     r.toolCalls = {{ch.callId, job.toolName, ch.text}};
     r.text.clear();
     return r;
-  case openai::ToolChoice::Required:
-    if (!openai::parseRequiredCalls(ch.text, calls)) return r; // cut short (max_tokens): the text as it is
+  case openai::ToolChoice::Required: {
+    openai::RequiredCallReader reader;
+    reader.feed(ch.text);
+    if (reader.calls().empty()) return r; // cut before its first call's name: the text as it is
+    calls = reader.calls();
+    whole = reader.whole();
     break;
+  }
   case openai::ToolChoice::Auto:
     if (!openai::callParser(toolParser_)(ch.text, calls, content)) return r;
     break;
@@ -651,7 +657,7 @@ openai::ChoiceResult Server::result(const Job &job, const Choice &ch) {
   for (size_t k = 0; k < calls.size(); ++k) calls[k].id = k ? newCallId() : ch.callId;
   r.toolCalls = std::move(calls);
   r.text = content;
-  r.finishReason = "tool_calls";
+  if (whole) r.finishReason = "tool_calls";
   return r;
 }
 
@@ -665,6 +671,24 @@ void Server::emit(Job &job, size_t index, const std::string &text, const std::st
           openai::toolCallChunkJson(job.head, index, openai::toolCallsJson({{"", "", text}}, true, true), ""),
           it->second.chunked);
     if (!finish.empty()) it->second.out += http::event(openai::chunkJson(job.head, index, "", finish, false), it->second.chunked);
+    return;
+  }
+  if (job.stream && job.toolChoice == openai::ToolChoice::Required) { // each call's name, then its arguments
+    ch.text += text;
+    for (const openai::RequiredCallReader::Piece &piece : ch.calls.feed(text)) {
+      openai::ToolCall call{"", "", piece.text};
+      if (piece.name) {
+        ch.callIds.push_back(piece.call ? newCallId() : ch.callId);
+        call = {ch.callIds.back(), piece.text, ""};
+      }
+      if (it != conns_.end())
+        it->second.out += http::event(
+            openai::toolCallChunkJson(job.head, index, openai::toolCallsJson({call}, true, !piece.name, piece.call), ""),
+            it->second.chunked);
+    }
+    if (!finish.empty() && it != conns_.end())
+      it->second.out += http::event(
+          openai::chunkJson(job.head, index, "", ch.calls.whole() ? "tool_calls" : finish, false), it->second.chunked);
     return;
   }
   if (!job.stream || job.toolChoice != openai::ToolChoice::None) {

@@ -101,15 +101,76 @@ sd::StatusOr<std::shared_ptr<const sd::generate::JsonGrammar>> toolGrammar(const
   return std::shared_ptr<const JsonGrammar>();
 }
 
-bool parseRequiredCalls(const std::string &text, std::vector<ToolCall> &calls) {
-  auto parsed = sd::parseJson(text, "the tool calls");
-  if (!parsed.isOk() || parsed.value().type != Json::Type::Array || parsed.value().arr.empty()) return false;
-  for (const Json &c : parsed.value().arr) {
-    const Json *name = c.get("name"), *params = c.get("parameters");
-    if (!name || name->type != Json::Type::String || !params) return false;
-    calls.push_back({"", name->str, sd::jsonCompact(*params)});
+void RequiredCallReader::expect(const char *literal, At then) {
+  at_ = At::Literal;
+  literal_ = literal;
+  matched_ = 0;
+  afterLiteral_ = then;
+}
+
+std::vector<RequiredCallReader::Piece> RequiredCallReader::feed(const std::string &more) {
+  std::vector<Piece> pieces;
+  for (char c : more) {
+    switch (at_) {
+    case At::Literal:
+      if (c != literal_[matched_]) {
+        at_ = At::Failed;
+        break;
+      }
+      if (literal_[++matched_] == 0) {
+        at_ = afterLiteral_;
+        name_.clear();
+        escaped_ = false;
+      }
+      break;
+    case At::Name:
+      if (escaped_ || c != '"') {
+        escaped_ = !escaped_ && c == '\\';
+        name_ += c;
+        break;
+      }
+      if (auto name = sd::parseJson("\"" + name_ + "\"", "a tool name"); name.isOk()) {
+        calls_.push_back({"", name.value().str, ""});
+        pieces.push_back({calls_.size() - 1, true, name.value().str});
+        expect(",\"parameters\":", At::Arguments);
+        depth_ = 0;
+        inString_ = escaped_ = false;
+      } else {
+        at_ = At::Failed;
+      }
+      break;
+    case At::Arguments:
+      if (!inString_ && (c == '}' || c == ']') && depth_ == 0) { // the call's own '}'
+        at_ = c == '}' ? At::Between : At::Failed;
+        break;
+      }
+      if (inString_) {
+        if (escaped_) escaped_ = false;
+        else if (c == '\\') escaped_ = true;
+        else if (c == '"') inString_ = false;
+      } else if (c == '"') {
+        inString_ = true;
+      } else if (c == '{' || c == '[') {
+        ++depth_;
+      } else if (c == '}' || c == ']') {
+        --depth_;
+      }
+      calls_.back().arguments += c;
+      if (pieces.empty() || pieces.back().name || pieces.back().call != calls_.size() - 1)
+        pieces.push_back({calls_.size() - 1, false, ""});
+      pieces.back().text += c;
+      break;
+    case At::Between:
+      if (c == ',') expect("{\"name\":\"", At::Name);
+      else at_ = c == ']' ? At::End : At::Failed;
+      break;
+    case At::End:
+    case At::Failed:
+      at_ = At::Failed;
+      break;
+    }
   }
-  return true;
+  return pieces;
 }
 
 namespace {

@@ -27,10 +27,38 @@ bool checkTools(GenerationRequest &r, bool choiceGiven, Error &err);
 // parameters, or "required"'s list of calls; null for none and auto.
 sd::StatusOr<std::shared_ptr<const sd::generate::JsonGrammar>> toolGrammar(const GenerationRequest &r);
 
-// Parsers of the calls in a reply. Each gives the calls (ids unset) and the
-// text besides them; false when the text holds none.
-// tool_choice "required": [{"name": ..., "parameters": {...}}, ...].
-bool parseRequiredCalls(const std::string &text, std::vector<ToolCall> &calls);
+// tool_choice "required"'s reply read as it comes: the list of calls its
+// grammar writes ([{"name":"f","parameters":{...}},...], compact JSON), byte by
+// byte, so a stream sends each call's name as soon as it is whole and its
+// arguments (the bytes the model wrote) as they come, and a finished reply's
+// calls are the same reading's.
+class RequiredCallReader {
+public:
+  struct Piece {
+    size_t call = 0;   // which call of the list
+    bool name = false; // the call's name (the call begins), else bytes of its arguments
+    std::string text;
+  };
+  // What `more` adds: names, and argument bytes (a run of them one piece).
+  std::vector<Piece> feed(const std::string &more);
+  // The calls so far (ids unset; the last one's arguments cut where the text is).
+  const std::vector<ToolCall> &calls() const { return calls_; }
+  bool whole() const { return at_ == At::End; } // the list is closed
+
+private:
+  enum class At { Literal, Name, Arguments, Between, End, Failed };
+  void expect(const char *literal, At then);
+  At at_ = At::Literal, afterLiteral_ = At::Name;
+  const char *literal_ = "[{\"name\":\"";
+  size_t matched_ = 0;
+  std::string name_; // the name's JSON text between its quotes, escapes as written
+  bool inString_ = false, escaped_ = false;
+  int depth_ = 0; // the arguments' nesting
+  std::vector<ToolCall> calls_;
+};
+
+// Parsers of the calls a model writes in its own format. Each gives the calls
+// (ids unset) and the text besides them; false when the text holds none.
 // Hermes' format (Qwen2.5, Hermes and others): <tool_call>{"name": ...,
 // "arguments": {...}}</tool_call>, as vLLM's hermes parser reads it.
 bool parseHermesCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
