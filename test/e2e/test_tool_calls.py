@@ -341,7 +341,8 @@ def main():
         served_calls(sdrun, plan, model, lib, folder, servers)
         trained_call(sdc, sdrun, onnx_path, lib, folder, tmp, servers)
         clean_error("serve --tool-call-parser with an unknown parser: one line naming the parsers",
-                    [sdrun, "serve", plan, "--tool-call-parser", "pythonic"], ["--tool-call-parser", "hermes", "llama3_json", "mistral"])
+                    [sdrun, "serve", plan, "--tool-call-parser", "granite_20b"],
+                    ["--tool-call-parser", "hermes", "llama3_json", "mistral", "granite", "pythonic"])
     finally:
         for s in servers:
             if s.proc.poll() is None:

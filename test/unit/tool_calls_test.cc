@@ -66,7 +66,7 @@ TEST(ToolCallParsers, Mistral) {
   EXPECT_FALSE(parse("mistral", "[TOOL_CALLS][]").found);
   EXPECT_FALSE(parse("mistral", "[TOOL_CALLS] not json").found);
   EXPECT_FALSE(parse("mistral", "plain text").found);
-  EXPECT_EQ(callParser("pythonic"), nullptr);
+  EXPECT_EQ(callParser("granite_20b"), nullptr);
 }
 
 TEST(ToolCallParsers, WhereCallsMayBegin) {
@@ -80,6 +80,47 @@ TEST(ToolCallParsers, WhereCallsMayBegin) {
   EXPECT_EQ(callTextStart("llama3_json", "<|pyth"), 0u);
   EXPECT_EQ(callTextStart("llama3_json", ""), 0u);
   EXPECT_EQ(callTextStart("llama3_json", "Hi {"), 4u); // text first: never a call
+  EXPECT_EQ(callTextStart("granite", "ok <|tool"), 3u);
+  EXPECT_EQ(callTextStart("granite", "ok <tool_call>["), 3u);
+  EXPECT_EQ(callTextStart("pythonic", " [get_"), 0u);
+  EXPECT_EQ(callTextStart("pythonic", "<|python_st"), 0u);
+  EXPECT_EQ(callTextStart("pythonic", "It is [1]"), 9u);
+}
+
+TEST(ToolCallParsers, Granite) {
+  Parsed p = parse("granite", "<|tool_call|>[{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Boston\"}}]");
+  ASSERT_TRUE(p.found);
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0], (std::pair<std::string, std::string>{"get_weather", R"({"city":"Boston"})"}));
+  p = parse("granite", "Sure.\n<tool_call>[{\"name\": \"f\", \"arguments\": {}}, {\"name\": \"g\", \"arguments\": {}}]");
+  ASSERT_TRUE(p.found);
+  EXPECT_EQ(p.content, "Sure.");
+  EXPECT_EQ(p.calls.size(), 2u);
+  EXPECT_FALSE(parse("granite", "<|tool_call|>[{\"name\": \"f\"").found);
+  EXPECT_FALSE(parse("granite", "no calls").found);
+}
+
+TEST(ToolCallParsers, Pythonic) {
+  Parsed p = parse("pythonic", "[get_weather(city='San Francisco', days=[1, 2,], metric=\"c\"), get_time()]");
+  ASSERT_TRUE(p.found);
+  EXPECT_EQ(p.content, "");
+  ASSERT_EQ(p.calls.size(), 2u);
+  EXPECT_EQ(p.calls[0], (std::pair<std::string, std::string>{"get_weather",
+                                                              R"({"city":"San Francisco","days":[1,2],"metric":"c"})"}));
+  EXPECT_EQ(p.calls[1], (std::pair<std::string, std::string>{"get_time", "{}"}));
+  // Python's literals as JSON: escapes, True/False/None, tuples, dicts, big and odd numbers.
+  p = parse("pythonic", "<|python_start|>[f(s='it\\'s \\u00e9\\x41\\101\\n', b=True, n=None, t=(1, 'a'), "
+                        "d={'k': [False, -0.5]}, big=123456789012345678901, z=0, e=1_000, x=.5e1)]<|python_end|>");
+  ASSERT_TRUE(p.found);
+  ASSERT_EQ(p.calls.size(), 1u);
+  EXPECT_EQ(p.calls[0].second, "{\"s\":\"it's \xc3\xa9" "AA\\n\",\"b\":true,\"n\":null,\"t\":[1,\"a\"],"
+                               "\"d\":{\"k\":[false,-0.5]},\"big\":123456789012345678901,\"z\":0,\"e\":1000,\"x\":5.0}");
+  // Not calls: text, positional arguments, a call not in a list, other expressions, something after.
+  for (const char *text : {"Hello", "[f(1)]", "[f(a=007)]", "f(a=1)", "[f(a=1+2)]", "[f(a=1)] and more", "[f(a=1)", "[]",
+                           "[f(a=[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[1]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]"
+                           "]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]])]"})
+    EXPECT_FALSE(parse("pythonic", text).found) << text;
 }
 
 // tool_choice "required"'s list read as it comes: fed in one piece or byte by

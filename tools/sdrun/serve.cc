@@ -35,7 +35,7 @@ namespace {
 
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
-    "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser hermes|llama3_json|mistral]\n"
+    "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser NAME]\n"
     "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--speculate N [--speculate-always]]\n"
     "                  [--adapter DIR] [--adapter-rank K]\n"
     "                  [--threads N]\n"
@@ -92,7 +92,9 @@ const char *kServeUsage =
     "                            calls from a reply, as vLLM's parsers of those names do:\n"
     "                            hermes (<tool_call>{...}</tool_call>: Qwen2.5, Hermes),\n"
     "                            llama3_json (Llama 3.1's {\"name\", \"parameters\"}),\n"
-    "                            mistral ([TOOL_CALLS][...]); without it, auto is refused\n"
+    "                            mistral ([TOOL_CALLS][...]), granite (<|tool_call|>[...]),\n"
+    "                            pythonic (Llama 3.2/4's [f(a=1), g()]); without it, auto\n"
+    "                            is refused\n"
     "                            (\"required\" and a named function are generated under\n"
     "                            their schemas)\n"
     "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health,\n"
@@ -511,7 +513,7 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
   }
   if (req.toolChoice == openai::ToolChoice::Auto && toolParser_.empty())
     return bad(400, "tool_choice \"auto\" (the default with tools) needs the server started with --tool-call-parser "
-                    "(hermes, llama3_json, mistral); or send tool_choice \"none\", \"required\" or a named function",
+                    "(hermes, llama3_json, mistral, granite, pythonic); or send tool_choice \"none\", \"required\" or a named function",
                "tool_choice");
   if (req.toolChoice != openai::ToolChoice::None && req.logprobs >= 0)
     return bad(400, "logprobs beside tool calls are not supported", "logprobs");
@@ -917,7 +919,8 @@ int serveCommand(const std::vector<std::string> &args) {
   const std::string toolParser = flagValue(f, "--tool-call-parser");
   if (!toolParser.empty() && !openai::callParser(toolParser))
     return fail("--tool-call-parser '" + toolParser + "': the parsers are hermes (<tool_call> tags: Qwen2.5, Hermes), "
-                "llama3_json (Llama 3.1's JSON calls) and mistral ([TOOL_CALLS])");
+                "llama3_json (Llama 3.1's JSON calls), mistral ([TOOL_CALLS]), granite (<|tool_call|>) and "
+                "pythonic (Llama 3.2/4's Python calls)");
   size_t speculate = 0;
   if (encoder && hasFlag(f, "--speculate")) return fail("--speculate: an encoder plan serves embeddings, not generation");
   if (!encoder && !speculateFlag(f, *models[0].generator, speculate, err)) return fail(err);

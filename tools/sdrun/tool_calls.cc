@@ -1,6 +1,9 @@
 // Tools and tool calls of OpenAI's chat API.
 #include "tool_calls.h"
 #include <cctype>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 namespace sdrun::openai {
 
@@ -232,8 +235,11 @@ bool parseLlama3JsonCalls(const std::string &text, std::vector<ToolCall> &calls,
   return true;
 }
 
-bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
-  static const std::string marker = "[TOOL_CALLS]";
+namespace {
+
+// A list of call objects after `marker` (Mistral's, Granite's); the text before it is content.
+bool parseMarkedList(const std::string &text, const std::string &marker, std::vector<ToolCall> &calls,
+                     std::string &content) {
   const size_t first = text.find(marker);
   if (first == std::string::npos) return false;
   auto parsed = sd::parseJson(text.substr(first + marker.size()), "the calls");
@@ -250,26 +256,44 @@ bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, st
   return true;
 }
 
+// Where `marker` is in the text, or where a start of it ends the text (held
+// back until the text tells), else text.size().
+size_t markerStart(const std::string &text, const std::string &marker) {
+  const size_t found = text.find(marker);
+  if (found != std::string::npos) return found;
+  for (size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n)
+    if (text.compare(text.size() - n, n, marker, 0, n) == 0) return text.size() - n;
+  return text.size();
+}
+
+} // namespace
+
+bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
+  return parseMarkedList(text, "[TOOL_CALLS]", calls, content);
+}
+
+bool parseGraniteCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
+  return parseMarkedList(text, "<|tool_call|>", calls, content) || parseMarkedList(text, "<tool_call>", calls, content);
+}
+
 size_t callTextStart(const std::string &name, const std::string &text) {
-  if (name == "llama3_json") { // a call is the whole reply: one that may become one waits whole
-    static const std::string tag = "<|python_tag|>";
+  if (name == "llama3_json" || name == "pythonic") { // a call is the whole reply: one that may become one waits whole
+    const std::string tag = name == "pythonic" ? "<|python_start|>" : "<|python_tag|>";
     const size_t at = skipSpace(text, 0);
-    if (at == text.size() || text[at] == '{') return 0;
+    if (at == text.size() || text[at] == (name == "pythonic" ? '[' : '{')) return 0;
     const size_t n = std::min(tag.size(), text.size() - at);
     return text.compare(at, n, tag, 0, n) == 0 ? 0 : text.size();
   }
-  const std::string marker = name == "mistral" ? "[TOOL_CALLS]" : "<tool_call>";
-  const size_t found = text.find(marker);
-  if (found != std::string::npos) return found;
-  for (size_t n = std::min(marker.size() - 1, text.size()); n > 0; --n) // a marker's start held back
-    if (text.compare(text.size() - n, n, marker, 0, n) == 0) return text.size() - n;
-  return text.size();
+  if (name == "granite") return std::min(markerStart(text, "<|tool_call|>"), markerStart(text, "<tool_call>"));
+  return markerStart(text, name == "mistral" ? "[TOOL_CALLS]" : "<tool_call>");
 }
 
 CallParser callParser(const std::string &name) {
   if (name == "hermes") return parseHermesCalls;
   if (name == "llama3_json") return parseLlama3JsonCalls;
   if (name == "mistral") return parseMistralCalls;
+  if (name == "granite") return parseGraniteCalls;
+  if (name == "pythonic") return parsePythonicCalls;
   return nullptr;
 }
 
@@ -291,6 +315,206 @@ bool parseHermesCalls(const std::string &text, std::vector<ToolCall> &calls, std
   content = text.substr(0, first);
   while (!content.empty() && std::isspace(static_cast<unsigned char>(content.back()))) content.pop_back();
   calls = std::move(found);
+  return true;
+}
+
+} // namespace sdrun::openai
+
+namespace sdrun::openai {
+namespace {
+
+// Python's call syntax and literals read into JSON text (vLLM reads them with
+// ast.literal_eval): what a model writes is untrusted, so depth is bounded and
+// anything else makes the reply not a call.
+class PythonCalls {
+public:
+  explicit PythonCalls(const std::string &text) : t_(text) {}
+
+  bool calls(size_t from, size_t to, std::vector<ToolCall> &out) {
+    at_ = from;
+    end_ = to;
+    if (!eat('[')) return false;
+    do {
+      ToolCall call;
+      if (!identifier(call.name) || !eat('(')) return false;
+      call.arguments = "{";
+      if (!peek(')')) {
+        do {
+          std::string key;
+          if (!identifier(key) || !eat('=')) return false;
+          if (call.arguments.size() > 1) call.arguments += ',';
+          call.arguments += sd::jsonQuote(key) + ':';
+          if (!value(call.arguments, 0)) return false;
+        } while (eat(','));
+      }
+      call.arguments += '}';
+      if (!eat(')')) return false;
+      out.push_back(std::move(call));
+    } while (eat(','));
+    return eat(']') && (space(), at_ == end_);
+  }
+
+private:
+  void space() {
+    while (at_ < end_ && std::isspace(static_cast<unsigned char>(t_[at_]))) ++at_;
+  }
+  bool peek(char c) {
+    space();
+    return at_ < end_ && t_[at_] == c;
+  }
+  bool eat(char c) {
+    if (!peek(c)) return false;
+    ++at_;
+    return true;
+  }
+  bool word(const char *w) {
+    const size_t n = std::strlen(w);
+    if (t_.compare(at_, n, w) != 0) return false;
+    if (at_ + n < end_ && (std::isalnum(static_cast<unsigned char>(t_[at_ + n])) || t_[at_ + n] == '_')) return false;
+    at_ += n;
+    return true;
+  }
+  bool identifier(std::string &out) {
+    space();
+    const size_t from = at_;
+    while (at_ < end_ && (std::isalnum(static_cast<unsigned char>(t_[at_])) || t_[at_] == '_')) ++at_;
+    out = t_.substr(from, at_ - from);
+    return !out.empty() && !std::isdigit(static_cast<unsigned char>(out[0]));
+  }
+  static void utf8(uint32_t cp, std::string &out) {
+    if (cp < 0x80) {
+      out += char(cp);
+    } else if (cp < 0x800) {
+      out += char(0xC0 | (cp >> 6)), out += char(0x80 | (cp & 0x3F));
+    } else if (cp < 0x10000) {
+      out += char(0xE0 | (cp >> 12)), out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+    } else {
+      out += char(0xF0 | (cp >> 18)), out += char(0x80 | ((cp >> 12) & 0x3F));
+      out += char(0x80 | ((cp >> 6) & 0x3F)), out += char(0x80 | (cp & 0x3F));
+    }
+  }
+  bool string(std::string &out) { // '...' or "...", Python's escapes
+    space();
+    if (at_ >= end_ || (t_[at_] != '\'' && t_[at_] != '"')) return false;
+    const char quote = t_[at_++];
+    while (at_ < end_ && t_[at_] != quote) {
+      char c = t_[at_++];
+      if (c == '\n') return false;
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (at_ >= end_) return false;
+      c = t_[at_++];
+      static const char kEscapes[] = "nrtbfav\\'\"", kMeans[] = "\n\r\t\b\f\a\v\\'\"";
+      if (const char *plain = c ? std::strchr(kEscapes, c) : nullptr) {
+        out += kMeans[plain - kEscapes];
+        continue;
+      }
+      if (c >= '0' && c <= '7') { // octal: up to three digits
+        uint32_t cp = uint32_t(c - '0');
+        for (int k = 0; k < 2 && at_ < end_ && t_[at_] >= '0' && t_[at_] <= '7'; ++k) cp = cp * 8 + uint32_t(t_[at_++] - '0');
+        utf8(cp, out);
+        continue;
+      }
+      const int digits = c == 'x' ? 2 : c == 'u' ? 4 : c == 'U' ? 8 : 0;
+      if (!digits || at_ + size_t(digits) > end_) return false;
+      uint32_t cp = 0;
+      for (int k = 0; k < digits; ++k) {
+        const char h = t_[at_++];
+        if (!std::isxdigit(static_cast<unsigned char>(h))) return false;
+        cp = cp * 16 + uint32_t(std::isdigit(static_cast<unsigned char>(h)) ? h - '0' : std::tolower(h) - 'a' + 10);
+      }
+      if (cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF)) return false;
+      utf8(cp, out);
+    }
+    return at_++ < end_;
+  }
+  bool number(std::string &out) {
+    space();
+    const size_t from = at_;
+    if (at_ < end_ && (t_[at_] == '-' || t_[at_] == '+')) ++at_;
+    std::string digits = at_ > from && t_[from] == '-' ? "-" : "";
+    while (at_ < end_ && (std::isdigit(static_cast<unsigned char>(t_[at_])) || std::strchr("._eE+-", t_[at_]))) {
+      if (t_[at_] != '_') digits += t_[at_];
+      ++at_;
+    }
+    char *stop = nullptr;
+    const double v = std::strtod(digits.c_str(), &stop);
+    if (digits.empty() || digits == "-" || *stop || !std::isfinite(v)) return false;
+    const bool integral = digits.find_first_of(".eE") == std::string::npos;
+    if (!integral) { // a float stays one, as json.dumps writes Python's: 5.0, not 5
+      const std::string written = sd::jsonNumber(v);
+      out += written.find_first_not_of("-0123456789") == std::string::npos ? written + ".0" : written;
+      return true;
+    }
+    // An integer as written (exact past 2^53); Python refuses leading zeros (007), and so does this.
+    const size_t sign = digits[0] == '-';
+    if (digits.size() > sign + 1 && digits[sign] == '0') return false;
+    out += digits;
+    return true;
+    return true;
+  }
+  bool value(std::string &out, int depth) {
+    if (depth > 64) return false;
+    space();
+    if (at_ >= end_) return false;
+    const char c = t_[at_];
+    if (c == '\'' || c == '"') {
+      std::string s;
+      if (!string(s)) return false;
+      out += sd::jsonQuote(s);
+      return true;
+    }
+    if (word("True")) return out += "true", true;
+    if (word("False")) return out += "false", true;
+    if (word("None")) return out += "null", true;
+    if (c == '[' || c == '(') { // a list or a tuple: an array
+      const char close = c == '[' ? ']' : ')';
+      ++at_;
+      out += '[';
+      for (bool first = true; !peek(close); first = false) {
+        if (!first && !eat(',')) return false;
+        if (peek(close)) break; // a trailing comma
+        if (!first) out += ',';
+        if (!value(out, depth + 1)) return false;
+      }
+      ++at_;
+      return out += ']', true;
+    }
+    if (c == '{') {
+      ++at_;
+      out += '{';
+      for (bool first = true; !peek('}'); first = false) {
+        if (!first && !eat(',')) return false;
+        if (peek('}')) break;
+        std::string key;
+        if (!string(key) || !eat(':')) return false;
+        out += std::string(first ? "" : ",") + sd::jsonQuote(key) + ':';
+        if (!value(out, depth + 1)) return false;
+      }
+      ++at_;
+      return out += '}', true;
+    }
+    return number(out);
+  }
+
+  const std::string &t_;
+  size_t at_ = 0, end_ = 0;
+};
+
+} // namespace
+
+bool parsePythonicCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content) {
+  static const std::string start = "<|python_start|>", end = "<|python_end|>";
+  size_t from = skipSpace(text, 0), to = text.size();
+  while (to > from && std::isspace(static_cast<unsigned char>(text[to - 1]))) --to;
+  if (text.compare(from, start.size(), start) == 0) from += start.size();
+  if (to >= from + end.size() && text.compare(to - end.size(), end.size(), end) == 0) to -= end.size();
+  std::vector<ToolCall> found;
+  if (!PythonCalls(text).calls(from, to, found) || found.empty()) return false;
+  calls = std::move(found);
+  content.clear();
   return true;
 }
 

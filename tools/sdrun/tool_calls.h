@@ -68,13 +68,21 @@ bool parseHermesCalls(const std::string &text, std::vector<ToolCall> &calls, std
 bool parseLlama3JsonCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
 // Mistral's: [TOOL_CALLS] then a list [{"name": ..., "arguments": {...}}, ...].
 bool parseMistralCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
+// Granite's: <|tool_call|> (or <tool_call>) then such a list, as vLLM's granite parser reads it.
+bool parseGraniteCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
+// Python's call syntax (Llama 3.2 and 4, as vLLM's pythonic parser reads it):
+// the whole reply a list [get_weather(city="Paris", days=[1, 2]), f()], the
+// keyword arguments Python literals (strings, numbers, True/False/None,
+// lists, tuples, dicts), given as a JSON object.
+bool parsePythonicCalls(const std::string &text, std::vector<ToolCall> &calls, std::string &content);
 
 // Where in a reply so far its calls may begin, for parser `name`: the text
 // before may stream as content, the rest waits (a marker's first bytes
 // included) until the reply ends. text.size() when no call can begin.
 size_t callTextStart(const std::string &name, const std::string &text);
 
-// The parser --tool-call-parser NAME names (hermes, llama3_json, mistral), or null.
+// The parser --tool-call-parser NAME names (hermes, llama3_json, mistral,
+// granite, pythonic), or null.
 using CallParser = bool (*)(const std::string &, std::vector<ToolCall> &, std::string &);
 CallParser callParser(const std::string &name);
 
