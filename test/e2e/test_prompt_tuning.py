@@ -153,13 +153,15 @@ def cached_generation(name, method, onnx_path, d, trained, loaded, sdc, sdrun):
     from test_kv_cache import generate
     plan = os.path.join(d, "kv.sdp")
     sh([sdc, "compile", onnx_path, "--peft", method, "--num-virtual-tokens", str(VIRTUAL), "--shapes",
-        f"input_ids={BATCH}x{SEQ}", "--kv-cache", "48", "--kv-batch", "2", "--prefill-chunk", "5", "-o", plan])
+        f"input_ids={BATCH}x{SEQ}", "--kv-cache", "48", "--kv-batch", "2", "--prefill-chunk", "5", "--speculate", "3",
+        "-o", plan])
     prompts = ["In the beginning", "And God said"]
     want = b"\n".join(continuation(method, loaded, p, 12) for p in prompts)
     got = generate(sdrun, plan, prompts, "--adapter", trained, new=12).rstrip(b"\n")
+    guessing = generate(sdrun, plan, prompts, "--adapter", trained, "--speculate-always", new=12).rstrip(b"\n")
     check(f"{name} --kv-cache: sdrun generate of two rows behind the trained virtual tokens equals PEFT's greedy "
-          f"{'forward' if method == 'prefix' else 'generate'}",
-          got == want, f"{got!r} vs {want!r}")
+          f"{'forward' if method == 'prefix' else 'generate'}, also checking every guessed token (--speculate 3, "
+          f"the verify entry behind the virtual tokens)", got == want == guessing, f"{got!r} / {guessing!r} vs {want!r}")
 
 
 def vocab_init(onnx_path, d, sdc, sdrun, build):
