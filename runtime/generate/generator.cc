@@ -290,7 +290,9 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, const
     pending[b] = int64_t(row.size() - same);
   }
   const size_t width = *std::max_element(last.begin(), last.end());
-  logits.assign(batch * width * size_t(vocab_), 0.0f);
+  // Not cleared: every active row's wanted positions are written below (a
+  // large vocabulary times rows times positions is megabytes a step).
+  logits.resize(batch * width * size_t(vocab_));
   while (*std::max_element(pending.begin(), pending.end()) > 0) {
     const CachedEntry *chosen = &entryFor(*std::max_element(pending.begin(), pending.end()));
     // A row whose last token takes the cache's last slot leaves no slot for
@@ -436,7 +438,7 @@ StatusOr<std::vector<std::vector<int64_t>>> Generator::nextRows(const std::vecto
     fed[b].insert(fed[b].end(), guess[b].begin(), guess[b].end());
     last[b] = guess[b].size() + 1;
   }
-  std::vector<float> logits;
+  std::vector<float> &logits = logits_;
   SD_RETURN_IF_ERROR(runCached(fed, last, logits, samplers, virtualIds_.size()));
   const size_t width = *std::max_element(last.begin(), last.end());
   for (size_t b = 0; samplers && b < rows.size(); ++b)

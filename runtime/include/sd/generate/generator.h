@@ -183,6 +183,7 @@ private:
   double decodeSeconds_ = 0, verifySeconds_ = 0; // recent runs' times (moving averages)
   std::vector<std::vector<int64_t>> cachedTokens_; // per row: the tokens whose keys and values the cache holds
   std::vector<HostTensor> outs_;
+  std::vector<float> logits_; // the wanted positions' logits of the last call, kept for the next
 };
 
 } // namespace sd::generate
