@@ -382,9 +382,7 @@ StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vecto
 
 StatusOr<std::vector<int64_t>> Generator::nextBatch(const std::vector<std::vector<int64_t>> &rows,
                                                     std::vector<RowSampler> &samplers) {
-  if (samplers.size() < rows.size()) return sdError(rows.size(), " rows but ", samplers.size(), " samplers");
-  for (const RowSampler &s : samplers) SD_RETURN_IF_ERROR(checkSampling(s.opts));
-  auto drawn = nextRows(rows, &samplers, nullptr);
+  auto drawn = nextBatch(rows, samplers, {});
   if (!drawn.isOk()) return drawn.status();
   return firstTokens(drawn.value());
 }
@@ -420,40 +418,49 @@ StatusOr<std::vector<std::vector<int64_t>>> Generator::nextRows(const std::vecto
                      virtualIds_.empty() ? "" : std::to_string(virtualIds_.size()) + " virtual tokens",
                      ", longer than the plan's key/value cache of ", cacheLength_, " positions (sdc compile --kv-cache)");
   }
-  // Each row as fed: the virtual ids, its tokens, then the draft that fits.
-  std::vector<std::vector<int64_t>> fed(rows.size()), guess(rows.size());
+  // Each row's draft that fits the cache.
+  std::vector<std::vector<int64_t>> guess(rows.size());
   std::vector<size_t> last(size_t(batch_), 1);
-  for (size_t b = 0; b < rows.size(); ++b) {
-    if (rows[b].empty()) continue;
-    const bool scoring = samplers && (*samplers)[b].scorePrompt;
-    if (drafts && b < drafts->size() && !scoring) {
-      const size_t room = size_t(cacheLength_) - virtualIds_.size() - rows[b].size();
-      const std::vector<int64_t> &d = (*drafts)[b];
-      guess[b].assign(d.begin(), d.begin() + long(std::min(room, d.size())));
-      for (int64_t t : guess[b])
-        if (t < 0 || t >= vocab_) return sdError("row ", b, ": guessed token ", t, " is outside the vocabulary");
-    }
-    fed[b] = virtualIds_;
-    fed[b].insert(fed[b].end(), rows[b].begin(), rows[b].end());
-    fed[b].insert(fed[b].end(), guess[b].begin(), guess[b].end());
+  bool guessed = false;
+  for (size_t b = 0; drafts && b < rows.size() && b < drafts->size(); ++b) {
+    if (rows[b].empty() || (samplers && (*samplers)[b].scorePrompt)) continue;
+    const size_t room = size_t(cacheLength_) - virtualIds_.size() - rows[b].size();
+    const std::vector<int64_t> &d = (*drafts)[b];
+    guess[b].assign(d.begin(), d.begin() + long(std::min(room, d.size())));
+    for (int64_t t : guess[b])
+      if (t < 0 || t >= vocab_) return sdError("row ", b, ": guessed token ", t, " is outside the vocabulary");
     last[b] = guess[b].size() + 1;
+    guessed = guessed || !guess[b].empty();
+  }
+  // Each row as fed, when that is more than its tokens: the virtual ids
+  // first, the draft last (a copy of every row each step only then).
+  std::vector<std::vector<int64_t>> fed;
+  if (guessed || !virtualIds_.empty()) {
+    fed.resize(rows.size());
+    for (size_t b = 0; b < rows.size(); ++b) {
+      if (rows[b].empty()) continue;
+      fed[b] = virtualIds_;
+      fed[b].insert(fed[b].end(), rows[b].begin(), rows[b].end());
+      fed[b].insert(fed[b].end(), guess[b].begin(), guess[b].end());
+    }
   }
   std::vector<float> &logits = logits_;
-  SD_RETURN_IF_ERROR(runCached(fed, last, logits, samplers, virtualIds_.size()));
+  SD_RETURN_IF_ERROR(runCached(fed.empty() ? rows : fed, last, logits, samplers, virtualIds_.size()));
   const size_t width = *std::max_element(last.begin(), last.end());
   for (size_t b = 0; samplers && b < rows.size(); ++b)
     if (!rows[b].empty()) (*samplers)[b].scorePrompt = false;
   for (size_t b = 0; b < rows.size(); ++b) {
     if (rows[b].empty()) continue;
     RowSampler &sampler = samplers ? (*samplers)[b] : self_;
-    std::vector<int64_t> context = rows[b];
+    std::vector<int64_t> extended; // the row and the guesses confirmed so far, once one is
     for (size_t j = 0; j <= guess[b].size(); ++j) {
-      auto t = sampleChecked(logits.data() + (b * width + j) * size_t(vocab_), context, sampler);
+      auto t = sampleChecked(logits.data() + (b * width + j) * size_t(vocab_), j ? extended : rows[b], sampler);
       if (!t.isOk()) return t.status();
       out[b].push_back(t.value());
       const bool confirmed = j < guess[b].size() && t.value() == guess[b][j];
       if (!confirmed || (sampler.constraint && sampler.constraint->finished())) break;
-      context.push_back(t.value());
+      if (extended.empty()) extended = rows[b];
+      extended.push_back(t.value());
     }
   }
   return out;

@@ -154,8 +154,7 @@ bool checkPrompt(const sd::generate::Generator &gen, const std::vector<int64_t> 
 // Prompt ids from the tokenizer (with --chat, rendered as a user turn by its
 // chat template), generation until --max-new-tokens or the tokenizer's EOS.
 int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<std::string> &prompts, int64_t maxNew,
-                          std::vector<sd::generate::RowSampler> &samplers, size_t speculate) {
-  const bool always = hasFlag(f, "--speculate-always");
+                          std::vector<sd::generate::RowSampler> &samplers, size_t speculate, bool always) {
   const sd::Tokenizer &tok = *g.tokenizer;
   const TextCodec &codec = g.codec;
   sd::generate::Generator &gen = *g.gen;
@@ -226,7 +225,8 @@ int generateCommand(const std::vector<std::string> &args) {
     samplers.emplace_back(o);
     if (grammar) samplers.back().constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens);
   }
-  if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew, samplers, speculate);
+  const bool always = hasFlag(f, "--speculate-always");
+  if (g.tokenizer) return generateWithTokenizer(f, g, prompts, maxNew, samplers, speculate, always);
   if (hasFlag(f, "--chat"))
     return fail("--chat needs a tokenizer's chat template: --tokenizer DIR, or a plan compiled with one");
   std::vector<Row> rows;
@@ -239,8 +239,7 @@ int generateCommand(const std::vector<std::string> &args) {
     r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), samplers, speculate,
-                      hasFlag(f, "--speculate-always"));
+  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), samplers, speculate, always);
 }
 
 } // namespace sdrun

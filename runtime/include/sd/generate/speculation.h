@@ -24,7 +24,6 @@ public:
   // Up to `most` guessed tokens a row and step, for `rows` rows; `always`:
   // every guess is checked, whatever it is expected to give (to compare).
   Speculator(size_t most, size_t rows, bool always = false);
-  size_t most() const { return most_; }
 
   // This step's guesses, a row each (empty rows are idle; row b's no longer
   // than room[b]): prompt lookup's for every row that has one when a verify
