@@ -192,6 +192,7 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   // Prefix tuning's keys and values, with the shapes; before the cache takes them.
   if (opts.peft == "prefix") pm.addPass(createPrefixAttention(PrefixAttentionOptions{opts.seed, opts.prefixProjection, opts.encoderHiddenSize}));
   if (opts.kvCache > 0) pm.addPass(createKvCache());
+  if (opts.maxLoras > 0) pm.addPass(createLoraSlots(LoraSlotsOptions{opts.maxLoras}));
   pm.addPass(createFuseProjections());
   if (opts.joinLora) pm.addPass(createJoinLora());
   if (opts.attentionLayout) pm.addPass(createAttentionLayout());

@@ -113,8 +113,11 @@ struct PipelineOptions {
   int64_t kvCache = 0;
   int64_t kvBatch = 0; // 0: the batch the model fixes, else 1
   int64_t prefillChunk = 0; // 0: min(64, kvCache)
+  // > 0: a serving plan of LoRA adapter slots, rows of one batch each with
+  // its own adapter (sd-lora-slots); no training entries.
+  int64_t maxLoras = 0;
   int64_t speculate = 0;    // > 0: a verify entry of speculate + 1 tokens per row (speculative decoding)
-  bool training() const { return !peft.empty(); }
+  bool training() const { return !peft.empty() && maxLoras == 0; }
 };
 
 void registerSdPasses();

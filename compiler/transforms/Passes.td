@@ -75,6 +75,13 @@ def GroupWeightCasts : Pass<"sd-group-weight-casts", "mlir::ModuleOp"> {
   let summary = "The half casts an entry makes of its small weights become one GroupedCast at the entry's start (one launch, the same bits)";
 }
 
+def LoraSlots : Pass<"sd-lora-slots", "mlir::ModuleOp"> {
+  let summary = "--max-loras: each LoRA factor a stack of adapter slots, and each entry's adapter products read each row's slot (a lora_ids input)";
+  let options = [
+    Option<"maxLoras", "max-loras", "int64_t", "0", "adapters served in one batch beside the plan's own (0: off)">,
+  ];
+}
+
 def JoinLora : Pass<"sd-join-lora", "mlir::ModuleOp"> {
   let summary = "LoRA adapters on the parts of one fused projection become one adapter on the whole (the A's stacked, the B's block-diagonal), added before its Split";
 }

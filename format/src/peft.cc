@@ -582,6 +582,10 @@ StatusOr<LoraConfig> loraConfigFromPlanConfig(const std::string &configJson) {
       init && init->type == Json::Type::String && (init->str == "pissa" || init->str == "olora" || init->str == "loftq"))
     c.baseInit = init->str;
   if (const Json *iter = lora->get("loftq_iter"); iter && iter->isInteger()) c.loftqIter = int64_t(iter->num);
+  if (const Json *slots = lora->get("max_loras")) {
+    if (!slots->isInteger() || slots->num < 1) return sdError("the plan's LoRA configuration is malformed");
+    c.maxLoras = int64_t(slots->num);
+  }
   return c;
 }
 

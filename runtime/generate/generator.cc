@@ -173,6 +173,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const S
   }
   bool hasCache = std::any_of(plan.entries.begin(), plan.entries.end(),
                               [](const EntryDesc &e) { return e.name == abi::kPrefill || e.name == abi::kDecode; });
+  g->adapterSlots_ = adapter.isOk() && adapter.value().isLora() ? adapter.value().maxLoras : 0;
   SD_RETURN_IF_ERROR(hasCache ? g->bindCache() : g->bindWindows());
   return g;
 }
@@ -184,18 +185,30 @@ Status Generator::bindCache() {
   for (size_t i = 0; i < plan.entries.size(); ++i) {
     const EntryDesc &e = plan.entries[i];
     if (e.name != abi::kPrefill && e.name != abi::kDecode && e.name != abi::kVerify) continue;
-    if (e.inputs.size() != 2 || e.outputs.size() != 1)
+    // (tokens, position_ids), and lora_ids [batch] in a plan of adapter slots, in any order.
+    size_t tokenAt = SIZE_MAX, positionAt = SIZE_MAX, loraAt = SIZE_MAX;
+    for (size_t k = 0; k < e.inputs.size(); ++k)
+      (e.inputs[k].first == abi::kPositionIds ? positionAt : e.inputs[k].first == abi::kLoraIds ? loraAt : tokenAt) = k;
+    if (e.inputs.size() != (adapterSlots_ ? 3u : 2u) || tokenAt == SIZE_MAX || positionAt == SIZE_MAX ||
+        (adapterSlots_ && loraAt == SIZE_MAX) || e.outputs.size() != 1)
       return sdError("the ", e.name, " entry takes ", e.inputs.size(), " inputs and gives ", e.outputs.size(),
-                     " outputs; generation needs (tokens, position_ids) -> logits");
+                     " outputs; generation needs (tokens, position_ids", adapterSlots_ ? ", lora_ids" : "",
+                     ") -> logits");
     CachedEntry c;
     c.entry = i;
-    c.tokensFirst = e.inputs[1].first == abi::kPositionIds;
-    const BufferDesc &tokens = e.buffers[size_t(e.inputs[c.tokensFirst ? 0 : 1].second)];
-    const BufferDesc &positions = e.buffers[size_t(e.inputs[c.tokensFirst ? 1 : 0].second)];
+    const BufferDesc &tokens = e.buffers[size_t(e.inputs[tokenAt].second)];
+    const BufferDesc &positions = e.buffers[size_t(e.inputs[positionAt].second)];
     const BufferDesc &logits = e.buffers[size_t(e.outputs[0].second)];
     if (tokens.dtype != DType::I64 || tokens.dims.size() != 2 || positions.dims != tokens.dims ||
         positions.dtype != DType::I64)
       return sdError("the ", e.name, " entry's inputs are not int64 [batch, seq] tokens and position_ids");
+    if (adapterSlots_) {
+      const BufferDesc &lora = e.buffers[size_t(e.inputs[loraAt].second)];
+      if (lora.dtype != DType::I64 || lora.dims != Dims{tokens.dims[0]})
+        return sdError("the ", e.name, " entry's lora_ids input is not int64 [batch]");
+    }
+    for (size_t k = 0; k < e.inputs.size(); ++k)
+      c.order.push_back(k == tokenAt ? Fed::Tokens : k == positionAt ? Fed::Positions : Fed::Adapters);
     if (logits.dtype != DType::F32 || logits.dims.size() != 3 || logits.dims[0] != tokens.dims[0] ||
         logits.dims[1] != tokens.dims[1] || logits.dims[2] < 1)
       return sdError("the ", e.name, " entry's output is ", dtypeName(logits.dtype), "[", formatDims(logits.dims),
@@ -204,7 +217,7 @@ Status Generator::bindCache() {
     if (tokenInput_.empty()) batch_ = tokens.dims[0];
     if (batch_ != tokens.dims[0]) return sdError("the prefill and decode entries disagree on the batch");
     vocab_ = logits.dims[2];
-    tokenInput_ = e.inputs[c.tokensFirst ? 0 : 1].first;
+    tokenInput_ = e.inputs[tokenAt].first;
     c.seq = tokens.dims[1];
     (e.name == abi::kPrefill ? prefill_ : e.name == abi::kDecode ? decode_ : verify_) = c;
   }
@@ -215,7 +228,23 @@ Status Generator::bindCache() {
     if (gl.role == GlobalRole::KvCache && gl.dims.size() == 4) cacheLength_ = gl.dims[2];
   if (!cacheLength_) return sdError("the plan's prefill and decode entries have no kv_cache state");
   cachedTokens_.assign(size_t(batch_), {});
+  rowAdapters_.assign(size_t(batch_), 0);
   return Status::ok();
+}
+
+Status Generator::setRowAdapter(size_t row, int64_t slot) {
+  if (row >= rowAdapters_.size()) return sdError("row ", row, " is outside the plan's ", rowAdapters_.size(), " rows");
+  if (slot < 0 || slot > adapterSlots_)
+    return sdError("adapter slot ", slot, " is outside the plan's 0 to ", adapterSlots_,
+                   adapterSlots_ ? "" : " (compile it with sdc compile --max-loras N)");
+  if (rowAdapters_[row] != slot) cachedTokens_[row].clear(); // its keys and values came through another adapter
+  rowAdapters_[row] = slot;
+  return Status::ok();
+}
+
+void Generator::adapterRewritten(int64_t slot) {
+  for (size_t b = 0; b < rowAdapters_.size(); ++b)
+    if (rowAdapters_[b] == slot) cachedTokens_[b].clear();
 }
 
 Status Generator::bindWindows() {
@@ -326,9 +355,12 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, const
       if (n > 0) cached.assign(rows[b].begin(), rows[b].begin() + long(start[b] + n));
       if (n < seq && int64_t(cached.size()) > slot) cached.resize(size_t(slot));
     }
-    const HostTensor *first = e.tokensFirst ? &ids : &pos, *second = e.tokensFirst ? &pos : &ids;
+    HostTensor adapters{abi::kLoraIds, DType::I64, {batch_}, std::vector<uint8_t>(batch * 8)};
+    std::memcpy(adapters.data.data(), rowAdapters_.data(), batch * 8);
+    std::vector<const HostTensor *> in;
+    for (Fed f : e.order) in.push_back(f == Fed::Tokens ? &ids : f == Fed::Positions ? &pos : &adapters);
     const auto started = std::chrono::steady_clock::now();
-    SD_RETURN_IF_ERROR(session_.run(e.entry, {first, second}, outs_));
+    SD_RETURN_IF_ERROR(session_.run(e.entry, in, outs_));
     if (&e == &decode_ || &e == &verify_) { // what guessing costs: Speculator weighs it
       double &average = &e == &decode_ ? decodeSeconds_ : verifySeconds_;
       const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -356,8 +388,8 @@ Status Generator::runCached(const std::vector<std::vector<int64_t>> &rows, const
   return Status::ok();
 }
 
-size_t Generator::cachedPrefix(size_t row, const std::vector<int64_t> &tokens) const {
-  if (row >= cachedTokens_.size()) return 0;
+size_t Generator::cachedPrefix(size_t row, const std::vector<int64_t> &tokens, int64_t slot) const {
+  if (row >= cachedTokens_.size() || rowAdapters_[row] != slot) return 0;
   const std::vector<int64_t> &cached = cachedTokens_[row];
   if (cached.size() < virtualIds_.size() || !std::equal(virtualIds_.begin(), virtualIds_.end(), cached.begin())) return 0;
   size_t same = 0;

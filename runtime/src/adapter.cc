@@ -1,5 +1,6 @@
 // LoRA and OSF adapters between a session's globals and PEFT-layout files.
 #include "sd/runtime/adapter.h"
+#include "sd/runtime/lora_slots.h"
 #include "sd/format/json.h"
 #include "sd/format/safetensors.h"
 #include "sd/format/training_abi.h"
@@ -70,6 +71,8 @@ static StatusOr<HostTensor> projectedPrefix(const Session &session) {
 
 Status saveAdapter(const std::string &dirGiven, const Session &session, const LoraConfig &cfg,
                    const std::map<size_t, std::vector<uint8_t>> *gathered) {
+  if (cfg.maxLoras > 0)
+    return sdError("the plan serves adapters in slots (sdc compile --max-loras) and trains none to save");
   std::string dir = dirGiven;
   while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
   std::vector<HostTensor> values;
@@ -142,6 +145,13 @@ static StatusOr<std::vector<float>> uncutAdalora(const NamedTensor &t, const std
 }
 
 Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &cfg) {
+  if (cfg.maxLoras > 0) { // a serving plan's own adapter: slot 0
+    auto slots = LoraSlots::create(session);
+    if (!slots.isOk()) return slots.status();
+    auto adapter = slots.value()->read(dir);
+    if (!adapter.isOk()) return adapter.status();
+    return slots.value()->write(0, &adapter.value());
+  }
   std::string cfgPath = dir + "/" + kAdapterConfigFile;
   auto given = readAdapterConfig(dir);
   if (!given.isOk()) return given.status();

@@ -695,6 +695,16 @@ Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
   return impl_->device->copyFromHost(impl_->globalData[index], src, bytes);
 }
 
+Status Session::writeGlobalPart(size_t index, size_t offset, const void *src, size_t bytes) {
+  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  const GlobalDesc &g = plan_->globals[index];
+  if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
+  if (offset > g.bytes || bytes > g.bytes - offset)
+    return sdError("global '", g.name, "' has ", g.bytes, " bytes; bytes ", offset, " to ", offset + bytes, " are outside it");
+  if (rowSharded(index) || !holdsGlobal(index)) return sdError("global '", g.name, "' is not held whole on this rank");
+  return bytes ? impl_->device->copyFromHost(impl_->globalData[index] + offset, src, bytes) : Status::ok();
+}
+
 Status Session::writeGlobalRows(size_t index, const void *rows, size_t bytes) {
   if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
   if (!rowSharded(index)) return writeGlobal(index, rows, bytes);

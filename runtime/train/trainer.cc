@@ -156,8 +156,13 @@ Status findEntries(const Plan &plan, PlanEntries &out, const std::string &dataPa
     setEntry(b, e.name, i);
   }
   for (auto &[k, b] : byShape) out.buckets.push_back(b);
-  if (out.buckets.empty() || out.buckets[0].trainStep < 0)
+  if (out.buckets.empty() || out.buckets[0].trainStep < 0) {
+    auto lora = loraConfigFromPlanConfig(plan.config);
+    if (lora.isOk() && lora.value().maxLoras > 0)
+      return sdError("the plan serves LoRA adapters in slots (sdc compile --max-loras) and has no training entries; "
+                     "train with a plan compiled with --peft lora, and load its --save-adapter folder into this one");
     return sdError("the plan has no ", abi::kTrainStep, " entry; compile it with --peft");
+  }
   if (out.buckets.size() > 1 && !out.tensorInputs.empty())
     return sdError("the plan mixes token and tensor training entries");
   for (const Bucket &b : out.buckets)

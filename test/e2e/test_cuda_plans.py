@@ -240,6 +240,11 @@ def llama_plans(sdc, folder, tokens):
     plan = os.path.join(folder, "llama-kv.sdp")
     sh([sdc, "compile", onnx_path, "--kv-cache", "64", "--kv-batch", "2", "--prefill-chunk", "4", "-o", plan])
     out.append(PlanKind("llama-kv", plan, False, "input_ids", None, None, prompts=GENERATE_PROMPTS))
+    # Adapter slots (--max-loras): each row's adapter gathered from the stacks, batched products.
+    plan = os.path.join(folder, "llama-slots.sdp")
+    sh([sdc, "compile", onnx_path, "--max-loras", "2", "--target-modules", "q_proj,v_proj", "--kv-cache", "64",
+        "--kv-batch", "2", "--prefill-chunk", "4", "-o", plan])
+    out.append(PlanKind("llama-slots", plan, False, "input_ids", None, None, prompts=GENERATE_PROMPTS))
     return out
 
 

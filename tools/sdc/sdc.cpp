@@ -272,6 +272,10 @@ const char *kUsage =
     "                           serve then guess up to K next tokens from the text so far\n"
     "                           (prompt lookup) and check them in one call when that pays\n"
     "                           (speculative decoding; the same tokens as without it)\n"
+    "  --max-loras N            a serving plan for N LoRA adapters at once (vLLM's --max-loras):\n"
+    "                           each row of a batch goes through its own adapter, of rank up\n"
+    "                           to --lora-r on --target-modules; sdrun serve --lora-modules and\n"
+    "                           generate --lora load PEFT adapters into it; no training entries\n"
     "  --no-fuse LIST           leave these fusions out, to compare (on the CPU the plan computes\n"
     "                           the same bits either way, but for the gradients of grouped key/value\n"
     "                           heads, rounded once, the input gradient under joined-lora, the sums\n"
@@ -577,13 +581,15 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (v.empty() || *end || n < 1 || n > (1 << 20)) return fail("--dylora-block-size needs a positive integer"), 2;
       a.pipeline.dyloraBlockSize = n;
       dyloraGiven = true;
-    } else if (flag == "--kv-cache" || flag == "--kv-batch" || flag == "--prefill-chunk" || flag == "--speculate") {
+    } else if (flag == "--kv-cache" || flag == "--kv-batch" || flag == "--prefill-chunk" || flag == "--speculate" ||
+               flag == "--max-loras") {
       char *end = nullptr;
       long long n = value(v) ? std::strtoll(v.c_str(), &end, 10) : -1;
       if (v.empty() || *end || n < 1 || n > (1 << 24)) return fail(flag + " needs a positive integer"), 2;
       (flag == "--kv-cache"        ? a.pipeline.kvCache
        : flag == "--kv-batch"      ? a.pipeline.kvBatch
        : flag == "--prefill-chunk" ? a.pipeline.prefillChunk
+       : flag == "--max-loras"     ? a.pipeline.maxLoras
                                    : a.pipeline.speculate) = n;
     } else if (flag == "--lora-alpha" || flag == "--lora-dropout") {
       char *end = nullptr;
@@ -894,6 +900,19 @@ int parseArgs(int argc, char **argv, Args &a) {
     }
   }
   if (a.model.empty()) return fail("no model given (see sdc compile --help)"), 2;
+  if (a.pipeline.maxLoras > 0) { // a serving plan of LoRA slots: what it leaves out
+    if (a.pipeline.peft.empty()) a.pipeline.peft = "lora";
+    if (a.pipeline.kvCache == 0) return fail("--max-loras makes a plan for cached generation: it needs --kv-cache MAX_LENGTH"), 2;
+    const char *refused = a.pipeline.peft != "lora"         ? "--peft other than lora"
+                          : a.pipeline.useDora               ? "--use-dora (a magnitude per adapter)"
+                          : a.pipeline.loraInit != "default" && a.pipeline.loraInit != "gaussian"
+                              ? "--lora-init pissa, olora or loftq (they rewrite the base weights the adapters share)"
+                          : a.pipeline.bias != "none"        ? "--bias (biases per adapter)"
+                          : a.pipeline.recipe != "sft"       ? "--recipe (it has no training entries)"
+                          : a.pipeline.loraDropout > 0       ? "--lora-dropout (it has no training entries)"
+                                                             : nullptr;
+    if (refused) return fail(std::string("--max-loras does not take ") + refused), 2;
+  }
   if (!a.pipeline.training() && a.pipeline.kvCache == 0 &&
       (!a.pipeline.lossOutput.empty() || !a.pipeline.logitsOutput.empty()))
     return fail("--loss-output/--logits-output need a training plan: add --peft none"), 2;

@@ -10,6 +10,74 @@ Batcher::Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events ev
       speculator_(speculate, size_t(gen.batchSize()), speculateAlways) {
   slots_.resize(size_t(gen.batchSize()));
   samplers_.resize(slots_.size());
+  rowSlots_.assign(slots_.size(), 0);
+}
+
+void Batcher::serveAdapters(std::unique_ptr<sd::LoraSlots> slots, std::vector<sd::SlotAdapter> adapters) {
+  loraSlots_ = std::move(slots);
+  adapters_ = std::move(adapters);
+  slotHolds_.assign(size_t(loraSlots_->count() + 1), SIZE_MAX);
+  slotHolds_[0] = 0;
+  slotUsed_.assign(slotHolds_.size(), 0);
+}
+
+sd::StatusOr<int64_t> Batcher::slotFor(size_t adapter) {
+  if (adapter == 0 || !loraSlots_) return int64_t(0);
+  auto inUse = [&](size_t k) {
+    for (size_t b = 0; b < slots_.size(); ++b)
+      if (slots_[b].first && rowSlots_[b] == int64_t(k)) return true;
+    return false;
+  };
+  // Its own slot, else an empty one, else the one a row took longest ago (none in use).
+  int64_t best = -1;
+  for (size_t k = 1; k < slotHolds_.size(); ++k) {
+    if (slotHolds_[k] == adapter) return int64_t(k);
+    if (inUse(k)) continue;
+    const bool empty = slotHolds_[k] == SIZE_MAX;
+    if (best < 0 || (empty && slotHolds_[size_t(best)] != SIZE_MAX) ||
+        (!empty && slotHolds_[size_t(best)] != SIZE_MAX && slotUsed_[k] < slotUsed_[size_t(best)]))
+      best = int64_t(k);
+  }
+  if (best < 0) return best;
+  slotHolds_[size_t(best)] = SIZE_MAX; // until written whole
+  SD_RETURN_IF_ERROR(loraSlots_->write(best, &adapters_[adapter]));
+  gen_.adapterRewritten(best);
+  slotHolds_[size_t(best)] = adapter;
+  ++adapterLoads_;
+  return best;
+}
+
+void Batcher::admit() {
+  auto freeRow = [&] { return std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return !s.first; }); };
+  for (auto it = waiting_.begin(); it != waiting_.end() && freeRow();) {
+    const std::shared_ptr<Job> job = it->first;
+    const Choice &ch = job->choices[it->second];
+    auto slot = slotFor(ch.adapter);
+    if (!slot.isOk()) { // its adapter could not be written: this request fails, the others go on
+      cancel(*job);
+      events_.failed(*job, slot.status().message());
+      it = waiting_.begin();
+      continue;
+    }
+    if (slot.value() < 0) { // every slot serves running rows of other adapters
+      ++it;
+      continue;
+    }
+    // The free row whose cache holds most of the prompt (through this adapter).
+    size_t best = SIZE_MAX, most = 0;
+    for (size_t b = 0; b < slots_.size(); ++b) {
+      if (slots_[b].first) continue;
+      const size_t held = gen_.cachedPrefix(b, ch.row.tokens, slot.value());
+      if (best == SIZE_MAX || held > most) best = b, most = held;
+    }
+    (void)gen_.setRowAdapter(best, slot.value()); // in range: slotFor gives the plan's slots
+    rowSlots_[best] = slot.value();
+    if (loraSlots_) slotUsed_[size_t(slot.value())] = ++clock_;
+    slots_[best] = *it;
+    samplers_[best] = ch.sampler;
+    speculator_.restart(best);
+    it = waiting_.erase(it);
+  }
 }
 
 int64_t Batcher::context() const {
@@ -33,8 +101,15 @@ bool Batcher::busy() const {
   return !waiting_.empty() || std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return bool(s.first); });
 }
 
-size_t Batcher::running() const {
-  return size_t(std::count_if(slots_.begin(), slots_.end(), [](const Slot &s) { return bool(s.first); }));
+size_t Batcher::waiting(size_t model) const {
+  return size_t(std::count_if(waiting_.begin(), waiting_.end(),
+                              [&](const Slot &s) { return model == SIZE_MAX || s.first->model == model; }));
+}
+
+size_t Batcher::running(size_t model) const {
+  return size_t(std::count_if(slots_.begin(), slots_.end(), [&](const Slot &s) {
+    return s.first && (model == SIZE_MAX || s.first->model == model);
+  }));
 }
 
 // A token's log-probabilities as shown; `tokens[0:at]` are the tokens before it.
@@ -62,20 +137,7 @@ void Batcher::endChoice(Job &job, size_t index, const std::string &reason, bool 
 }
 
 void Batcher::step() {
-  while (!waiting_.empty()) { // the free row whose cache holds most of the first waiting prompt
-    const std::vector<int64_t> &tokens = waiting_.front().first->choices[waiting_.front().second].row.tokens;
-    size_t best = SIZE_MAX, most = 0;
-    for (size_t b = 0; b < slots_.size(); ++b) {
-      if (slots_[b].first) continue;
-      const size_t held = gen_.cachedPrefix(b, tokens);
-      if (best == SIZE_MAX || held > most) best = b, most = held;
-    }
-    if (best == SIZE_MAX) break;
-    slots_[best] = waiting_.front();
-    samplers_[best] = slots_[best].first->choices[slots_[best].second].sampler;
-    speculator_.restart(best);
-    waiting_.pop_front();
-  }
+  admit();
   std::vector<std::vector<int64_t>> rows(slots_.size());
   std::vector<size_t> rooms(slots_.size(), 0);
   for (size_t b = 0; b < slots_.size(); ++b)

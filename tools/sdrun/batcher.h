@@ -10,6 +10,7 @@
 #include "text_rows.h"
 #include "sd/generate/generator.h"
 #include "sd/generate/speculation.h"
+#include "sd/runtime/lora_slots.h"
 #include <deque>
 #include <functional>
 #include <memory>
@@ -31,6 +32,7 @@ struct Choice {
   size_t sent = 0;                            // tool_choice auto, streamed: bytes of text sent as content
   openai::RequiredCallReader calls;           // tool_choice required, streamed: its calls as they come
   std::vector<std::string> callIds;           // tool_choice required, streamed: the ids sent
+  size_t adapter = 0;                         // a plan of adapter slots: Batcher::serveAdapters' index
 };
 
 struct Job {
@@ -63,14 +65,24 @@ public:
           bool speculateAlways = false);
 
   sd::generate::Generator &generator() { return gen_; }
+  // A plan of adapter slots (sdc compile --max-loras): the adapters choices
+  // name (Choice::adapter; 0 is the plan's own, in slot 0, and
+  // adapters[0] is unused). An adapter goes into a slot when a choice of it
+  // takes a row and it is in none; the slot least recently used by a
+  // running row makes room. A waiting choice whose adapter finds no slot
+  // lets later ones go first.
+  void serveAdapters(std::unique_ptr<sd::LoraSlots> slots, std::vector<sd::SlotAdapter> adapters);
+  // Adapters written into slots so far.
+  uint64_t adapterLoads() const { return adapterLoads_; }
   // Tokens a row holds: the cache less prompt or prefix tuning's virtual
   // tokens, or the largest window.
   int64_t context() const;
   void add(const std::shared_ptr<Job> &job); // queues its choices
   void cancel(Job &job);                     // its choices leave the queue and free their rows
   bool busy() const;
-  size_t waiting() const { return waiting_.size(); } // choices waiting for a row
-  size_t running() const;                           // rows generating
+  // Choices waiting for a row, and rows generating: all, or those of served model `model` (Job::model).
+  size_t waiting(size_t model = SIZE_MAX) const;
+  size_t running(size_t model = SIZE_MAX) const;
   void step(); // a token or more for every running choice; waiting choices take the free rows first
   // Speculation so far: tokens guessed, and those the model confirmed.
   uint64_t guessed() const { return speculator_.guessed(); }
@@ -79,6 +91,10 @@ public:
 private:
   using Slot = std::pair<std::shared_ptr<Job>, size_t>; // a job and its choice index
   void endChoice(Job &job, size_t index, const std::string &reason, bool byStopText);
+  // Free rows take waiting choices (the row whose cache holds most of the prompt).
+  void admit();
+  // The slot holding `adapter`, written there if needed (-1: every slot is in use).
+  sd::StatusOr<int64_t> slotFor(size_t adapter);
   size_t room(const Choice &ch, const sd::generate::RowSampler &sampler) const;
   // Takes one drawn token into the choice: its reason to end, "" to go on.
   std::string take(Job &job, Choice &ch, int64_t t, const sd::generate::RowSampler &sampler, size_t drawn,
@@ -92,6 +108,12 @@ private:
   std::vector<Slot> slots_;
   std::vector<sd::generate::RowSampler> samplers_;
   sd::generate::Speculator speculator_;
+  std::unique_ptr<sd::LoraSlots> loraSlots_;
+  std::vector<sd::SlotAdapter> adapters_;
+  std::vector<size_t> slotHolds_;    // per adapter slot: the adapter in it (SIZE_MAX: none)
+  std::vector<uint64_t> slotUsed_;   // per adapter slot: when a row last took it (clock_)
+  std::vector<int64_t> rowSlots_;    // per row: its adapter slot
+  uint64_t clock_ = 0, adapterLoads_ = 0;
 };
 
 } // namespace sdrun

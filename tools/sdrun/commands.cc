@@ -8,6 +8,7 @@
 #include "sd/ops/cpu_info.h"
 #include "sd/runtime/cuda_backend.h"
 #include "sd/runtime/adapter.h"
+#include "sd/runtime/lora_slots.h"
 #include "sd/runtime/plan.h"
 #include "sd/runtime/session.h"
 #include "sd/format/tensor_io.h"
@@ -27,6 +28,14 @@ namespace sdrun {
 // grads the gradients, by parameter; with params every weight, gradient and
 // moment by rows); the busiest rank's share for a few world sizes.
 void printStatePerRank(const sd::Plan &p) {
+  if (const int64_t slots = sd::loraSlotCount(p)) { // a serving plan: its only mutable state is the adapters
+    uint64_t bytes = 0;
+    for (const sd::GlobalDesc &g : p.globals)
+      if (g.role == sd::GlobalRole::Trainable) bytes += g.bytes;
+    std::printf("adapter slots: %lld besides the plan's own (sdc compile --max-loras), %llu bytes\n", (long long)slots,
+                (unsigned long long)bytes);
+    return;
+  }
   auto rows = sd::rowShardedGlobals(p);
   std::vector<bool> rowSharded = rows.isOk() ? rows.value() : std::vector<bool>(p.globals.size(), false);
   auto busiest = [&](int ranks, bool state) {

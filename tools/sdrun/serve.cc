@@ -87,7 +87,10 @@ const char *kServeUsage =
     "  --served-model-name NAME  the model id clients name (the plan's file name)\n"
     "  --lora-modules NAME=DIR   also serve the plan with this adapter as model NAME, as\n"
     "                            vLLM does (repeatable); each in its own session: its own\n"
-    "                            rows and cache, the frozen weights shared\n"
+    "                            rows and cache, the frozen weights shared; with a plan of\n"
+    "                            adapter slots (sdc compile --max-loras N), all in one batch,\n"
+    "                            each row with its own adapter (any rank up to the plan's),\n"
+    "                            N at a time, swapped into slots as requests need them\n"
     "  --tool-call-parser NAME   how tool_choice \"auto\" (the default with tools) reads\n"
     "                            calls from a reply, as vLLM's parsers of those names do:\n"
     "                            hermes (<tool_call>{...}</tool_call>: Qwen2.5, Hermes),\n"
@@ -141,12 +144,15 @@ constexpr double kWriteStall = 60;              // seconds without a byte accept
 
 // A model id the server answers to: the plan with no adapter (or --adapter's),
 // or one of --lora-modules, each in its own session (its own adapter, rows and
-// cache; the frozen weights stay in the one mapped plan).
+// cache; the frozen weights stay in the one mapped plan), or, in a plan of
+// adapter slots (sdc compile --max-loras), all in the first's session and
+// rows, each row of a batch with its own adapter.
 struct ServedModel {
   std::string name;
   std::unique_ptr<sd::Session> session;
   std::unique_ptr<sd::generate::Generator> generator; // a decoder's: completions and chats
-  std::unique_ptr<Batcher> batcher;
+  std::shared_ptr<Batcher> batcher;                    // its own, or the first model's (adapter slots)
+  size_t adapter = 0;                                  // adapter slots: its index in the batcher's adapters
   std::unique_ptr<Embedder> embedder; // an encoder's: /v1/embeddings
 };
 
@@ -170,9 +176,17 @@ public:
     events.done = [this](Job &job) { finishJob(job); };
     events.failed = [this](Job &job, const std::string &message) { failJob(job, message); };
     for (ServedModel &m : models_)
-      if (m.generator) m.batcher = std::make_unique<Batcher>(*m.generator, g.codec, events, speculate, speculateAlways);
+      if (m.generator) m.batcher = std::make_shared<Batcher>(*m.generator, g.codec, events, speculate, speculateAlways);
+      else if (m.adapter) m.batcher = models_[0].batcher;
   }
   int run(int listenFd);
+  // Each model's rows once (models of adapter slots share the first's).
+  std::vector<Batcher *> batchers() const {
+    std::vector<Batcher *> out;
+    for (const ServedModel &m : models_)
+      if (m.batcher && std::find(out.begin(), out.end(), m.batcher.get()) == out.end()) out.push_back(m.batcher.get());
+    return out;
+  }
 
 private:
   void acceptAll(int listenFd);
@@ -248,20 +262,21 @@ std::string Server::metrics() const {
   counter("sdrun_embedding_inputs_total", "Inputs embedded.", embeddedInputs_);
   counter("sdrun_connections_total", "Connections accepted (a client keeping one open sends many requests on it).",
           connections_);
-  uint64_t guessed = 0, confirmed = 0;
-  for (const ServedModel &m : models_)
-    if (m.batcher) guessed += m.batcher->guessed(), confirmed += m.batcher->confirmed();
+  uint64_t guessed = 0, confirmed = 0, adapterLoads = 0;
+  for (Batcher *b : batchers()) guessed += b->guessed(), confirmed += b->confirmed(), adapterLoads += b->adapterLoads();
   counter("sdrun_spec_decode_draft_tokens_total", "Tokens guessed by prompt lookup (--speculate).", guessed);
   counter("sdrun_spec_decode_accepted_tokens_total", "Guessed tokens the model drew too (each a decode step saved).",
           confirmed);
+  counter("sdrun_lora_slot_loads_total", "Adapters written into a slot of the plan (sdc compile --max-loras).",
+          adapterLoads);
   for (const char *kind : {"running", "waiting"}) {
     s += std::string("# HELP sdrun_choices_") + kind + " Choices " +
          (kind[0] == 'r' ? "generating in a row" : "waiting for a row") + ", by model.\n# TYPE sdrun_choices_" + kind +
          " gauge\n";
-    for (const ServedModel &m : models_)
-      if (m.batcher)
+    for (size_t i = 0; i < models_.size(); ++i)
+      if (const ServedModel &m = models_[i]; m.batcher)
         s += std::string("sdrun_choices_") + kind + "{model=\"" + m.name + "\"} " +
-             std::to_string(kind[0] == 'r' ? m.batcher->running() : m.batcher->waiting()) + "\n";
+             std::to_string(kind[0] == 'r' ? m.batcher->running(i) : m.batcher->waiting(i)) + "\n";
   }
   return s;
 }
@@ -591,6 +606,7 @@ bool Server::startJob(int id, Connection &c, const openai::GenerationRequest &re
       if (req.regex) ch.sampler.constraint = std::make_shared<sd::generate::RegexConstraint>(req.regex, tokens_);
       else if (grammar) ch.sampler.constraint = std::make_shared<sd::generate::JsonConstraint>(grammar, tokens_);
       if (req.toolChoice != openai::ToolChoice::None) ch.callId = newCallId();
+      ch.adapter = models_[served].adapter;
       if (req.echo) ch.text = prompts[p].isIds ? g_.codec.decode(ids) : prompts[p].text;
       job->choices.push_back(std::move(ch));
     }
@@ -820,8 +836,8 @@ int Server::run(int listenFd) {
       if ((!c.out.empty() && t - c.lastWrite > kWriteStall) || c.out.size() > kMaxPendingOutput) stale.push_back(id);
     }
     for (int id : stale) drop(id);
-    for (ServedModel &m : models_) // a step for each model with work, in turn
-      if (m.batcher && m.batcher->busy()) m.batcher->step();
+    for (Batcher *b : batchers()) // a step for each model's rows with work, in turn
+      if (b->busy()) b->step();
   }
   std::fprintf(stderr, "sdrun: serve: stopped\n");
   for (auto &[id, c] : conns_) ::close(c.fd);
@@ -896,6 +912,16 @@ int serveCommand(const std::vector<std::string> &args) {
     models[0].session = std::move(g.session);
     models[0].generator = std::move(g.gen);
   }
+  // A plan of adapter slots: every --lora-modules adapter is read (and
+  // checked) now, and goes into a slot of the first model's session when a
+  // request for it takes a row.
+  std::unique_ptr<sd::LoraSlots> loraSlots;
+  std::vector<sd::SlotAdapter> slotAdapters(1);
+  if (!encoder && sd::loraSlotCount(*g.plan) > 0) {
+    auto slots = sd::LoraSlots::create(*models[0].session);
+    if (!slots.isOk()) return fail(f.plan + ": " + slots.status().message());
+    loraSlots = std::move(slots.value());
+  }
   if (hasFlag(f, "--lora-modules"))
     for (const std::string &spec : f.values.at("--lora-modules")) {
       const size_t eq = spec.find('=');
@@ -905,7 +931,14 @@ int serveCommand(const std::vector<std::string> &args) {
         return fail("--lora-modules '" + spec + "': expected NAME=ADAPTER_DIR");
       for (const ServedModel &o : models)
         if (o.name == m.name) return fail("--lora-modules: the model name '" + m.name + "' is taken twice");
-      if (int rc = open(m, spec.substr(eq + 1))) return rc;
+      if (loraSlots) {
+        auto adapter = loraSlots->read(spec.substr(eq + 1));
+        if (!adapter.isOk()) return fail("--lora-modules " + m.name + ": " + adapter.status().message());
+        m.adapter = slotAdapters.size();
+        slotAdapters.push_back(std::move(adapter.value()));
+      } else if (int rc = open(m, spec.substr(eq + 1))) {
+        return rc;
+      }
       models.push_back(std::move(m));
     }
   const std::string host = flagValue(f, "--host", "127.0.0.1");
@@ -926,6 +959,8 @@ int serveCommand(const std::vector<std::string> &args) {
   if (!encoder && !speculateFlag(f, *models[0].generator, speculate, err)) return fail(err);
   Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser, speculate,
                 hasFlag(f, "--speculate-always"));
+  const size_t adapters = slotAdapters.size() - 1;
+  if (loraSlots) models[0].batcher->serveAdapters(std::move(loraSlots), std::move(slotAdapters));
   const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
   char address[300];
@@ -938,12 +973,17 @@ int serveCommand(const std::vector<std::string> &args) {
   } else {
     const sd::generate::Generator &gen = *models[0].generator;
     std::fprintf(stderr,
-                 "sdrun: serving %s on http://%s:%d/v1 (%lld row%s at a time%s, context %lld tokens%s%s); "
+                 "sdrun: serving %s on http://%s:%d/v1 (%lld row%s at a time%s, context %lld tokens%s%s%s); "
                  "Ctrl-C stops\n",
                  names.c_str(), address, http::boundPort(fd), (long long)gen.batchSize(), gen.batchSize() == 1 ? "" : "s",
-                 models.size() > 1 ? " each" : "", (long long)models[0].batcher->context(),
+                 models.size() > 1 && !gen.adapterSlots() ? " each" : "", (long long)models[0].batcher->context(),
                  gen.cached() ? "" : ", a sliding window",
-                 speculate ? (", up to " + std::to_string(speculate) + " guessed tokens a step").c_str() : "");
+                 speculate ? (", up to " + std::to_string(speculate) + " guessed tokens a step").c_str() : "",
+                 gen.adapterSlots() ? (", " + std::to_string(adapters) + " adapter" + (adapters == 1 ? "" : "s") +
+                                       " in " + std::to_string(gen.adapterSlots()) + " slot" +
+                                       (gen.adapterSlots() == 1 ? "" : "s") + ", any row any adapter")
+                                          .c_str()
+                                    : "");
   }
   int rc = server.run(fd);
   ::close(fd);

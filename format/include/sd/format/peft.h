@@ -99,6 +99,9 @@ struct LoraConfig {
   double dropout = 0; // PEFT's lora_dropout (training only; not compared on load)
   bool fanInFanOut = false; // the adapted weights are stored [in, out] (GPT-2's Conv1D)
   std::vector<std::string> modules; // adapted sd.linear modules
+  // A plan compiled with sdc --max-loras: the adapter slots besides slot 0
+  // (sd/runtime/lora_slots.h); 0 for a plan of one adapter.
+  int64_t maxLoras = 0;
   // OSF: PEFT's effective_rank (a ratio), the preserved rank of each module,
   // and the CRC32C of the base weights the plan split ("" when unknown).
   double effectiveRank = 0;

@@ -20,6 +20,9 @@ constexpr const char *kTrainStep = "train_step"; // accumulate then apply: one m
 constexpr const char *kPrefill = "prefill";
 constexpr const char *kDecode = "decode";
 constexpr const char *kVerify = "verify"; // speculative decoding: a row's token and guessed successors at once
+// sdc --max-loras N: int64 [batch], each row's adapter slot (0: the plan's
+// own adapter, 1..N: those sdrun loads), an input of every generation entry.
+constexpr const char *kLoraIds = "lora_ids";
 constexpr const char *kKvProbe = "kv_probe"; // compile-time only: the position tables at the maximum length
 constexpr const char *kKvCachePrefix = "kv_cache/"; // + layer + "/key" or "/value"
 

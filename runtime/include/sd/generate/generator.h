@@ -135,7 +135,17 @@ public:
   // How many leading tokens of `tokens` row `row`'s cache already holds, so a
   // caller can put a continued conversation where its prompt is cached (0
   // without a cache).
-  size_t cachedPrefix(size_t row, const std::vector<int64_t> &tokens) const;
+  // Only a row whose adapter is `slot` holds any (see setRowAdapter).
+  size_t cachedPrefix(size_t row, const std::vector<int64_t> &tokens, int64_t slot = 0) const;
+  // A plan of adapter slots (sdc compile --max-loras N, sd/runtime/lora_slots.h):
+  // its slots besides slot 0 (0 for other plans), and the slot row `row`'s
+  // tokens go through from the next call on (0 at first: the plan's own
+  // adapter). A row's cache is kept only while its adapter stays the same;
+  // after an adapter is written into a slot, adapterRewritten(slot) drops
+  // what the rows of that slot cached.
+  int64_t adapterSlots() const { return adapterSlots_; }
+  Status setRowAdapter(size_t row, int64_t slot);
+  void adapterRewritten(int64_t slot);
   // Appends `maxNew` tokens to `tokens`, calling onToken after each. With
   // `speculate` > 0 (at most speculation()), each step guesses up to that
   // many tokens by prompt lookup and checks them in one call: the same
@@ -148,10 +158,11 @@ private:
     size_t entry;
     int64_t seq;
   };
+  enum class Fed { Tokens, Positions, Adapters };
   struct CachedEntry {
     size_t entry = SIZE_MAX;
     int64_t seq = 0;
-    bool tokensFirst = true; // input order: tokens, position_ids
+    std::vector<Fed> order; // what each input of the entry is
   };
   Generator(Session &s, const SamplingOptions &o) : session_(s), self_(o) {}
   Status bindCache();
@@ -182,6 +193,8 @@ private:
   CachedEntry prefill_, decode_, verify_;
   double decodeSeconds_ = 0, verifySeconds_ = 0; // recent runs' times (moving averages)
   std::vector<std::vector<int64_t>> cachedTokens_; // per row: the tokens whose keys and values the cache holds
+  int64_t adapterSlots_ = 0;         // --max-loras: slots besides slot 0
+  std::vector<int64_t> rowAdapters_; // per row: its adapter slot
   std::vector<HostTensor> outs_;
   std::vector<float> logits_; // the wanted positions' logits of the last call, kept for the next
 };

@@ -127,6 +127,10 @@ public:
   Status writeGlobal(size_t index, const void *src, size_t bytes);
   // Global `index` as a host tensor (a copy).
   StatusOr<HostTensor> readGlobal(size_t index) const;
+  // `bytes` of global `index` from byte `offset` on (one slot of a stacked
+  // global: an adapter of a --max-loras plan), the rest left as it is. The
+  // global must be held whole.
+  Status writeGlobalPart(size_t index, size_t offset, const void *src, size_t bytes);
   // Plans compiled with --shard optimizer|grads: the rank that holds global
   // `index` (a parameter's optimizer state lives on the rank that updates the
   // parameter), or -1 when every rank holds it. Reading or writing a global

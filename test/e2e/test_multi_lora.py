@@ -1,0 +1,202 @@
+#!/usr/bin/env python3
+"""Several LoRA adapters in one batch. `sdc compile --max-loras N` makes a
+serving plan whose adapter factors are stacks of slots and whose generation
+entries take each row's slot (lora_ids); `sdrun serve --lora-modules` then
+serves every adapter from one session and one set of rows, writing adapters
+into slots as requests need them (more adapters than slots swap), and
+`sdrun generate --adapter` puts one in slot 0.
+
+Checked on a tiny Llama with a small BPE tokenizer, against three adapters of
+different ranks, alphas and target modules: two trained by sdrun on ordinary
+--peft lora plans, one made by PEFT itself (random B, use_rslora). Each
+adapter's text from the slot plan equals its own plan's (sdrun generate
+--adapter) or PEFT's greedy generate, alone and with requests of all four
+models (the base one too) in flight at once over two slots; seeded sampling
+equals the one-session-per-adapter server's; /metrics counts slot loads; bad
+flags and adapters the slots cannot take are one-line errors."""
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import urllib.request
+
+from e2e_util import clean_error_problems, tool_paths, write_token_rows
+from test_serve import Server, generate_cli, greedy
+from test_training import check, report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+PROMPTS = ["And God said, Let there be", "In the beginning", "And the earth was without form, and void",
+           "Noah found grace"]
+NEW = 10
+
+
+def train_adapter(sdc, sdrun, onnx_path, tmp, name, seed, *flags):
+    """An adapter sdrun trained on an ordinary LoRA plan compiled with `flags`; (plan, adapter folder)."""
+    import numpy as np
+    plan, data, adapter = (os.path.join(tmp, f"{name}{ext}") for ext in (".sdp", ".jsonl", "_adapter"))
+    subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", *flags, "--shapes", "input_ids=2x16", "--kv-cache",
+                    "96", "--kv-batch", "2", "-o", plan], check=True, capture_output=True)
+    write_token_rows(data, np.random.default_rng(seed), 256, 16, 16)
+    subprocess.run([sdrun, "train", plan, "--data", data, "--steps", "30", "--lr", "5e-2", "--save-adapter", adapter],
+                   check=True, capture_output=True)
+    return plan, adapter
+
+
+def peft_adapter(tmp, name, **config):
+    """A PEFT LoRA of random factors (init_lora_weights=False) on the tiny Llama; (PEFT model, folder)."""
+    import torch
+    from export_hf import build
+    from peft import LoraConfig, get_peft_model
+    torch.manual_seed(7)
+    model = get_peft_model(build("llama", 0), LoraConfig(init_lora_weights=False, **config)).eval()
+    folder = os.path.join(tmp, name)
+    model.save_pretrained(folder)
+    return model, folder
+
+
+def peft_text(model, lib, prompt):
+    ids = lib.encode(prompt).ids
+    out = greedy(model, ids, NEW)
+    return lib.decode(ids + out, skip_special_tokens=True)[len(lib.decode(ids, skip_special_tokens=True)):]
+
+
+def complete(client, model, prompt, **kw):
+    return client.completions.create(model=model, prompt=prompt, max_tokens=NEW, temperature=0, **kw).choices[0].text
+
+
+def metric(srv, name):
+    with urllib.request.urlopen(f"http://127.0.0.1:{srv.port}/metrics", timeout=30) as r:
+        m = re.search(rf"^{name} (\d+)$", r.read().decode(), re.M)
+    return int(m.group(1)) if m else -1
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import torch
+    from export_hf import build, export
+    from test_tokenizer import small_tokenizer
+    torch.set_num_threads(2)
+    tmp = tempfile.mkdtemp(prefix="sd_multi_lora_")
+    servers = []
+    try:
+        texts = subprocess.run(["bible", "Gen1:1-Gen50:26"], capture_output=True, text=True,
+                               check=True).stdout.splitlines()
+        tok = os.path.join(tmp, "tok")
+        lib = small_tokenizer(texts[:3000], tok)
+        onnx_path = os.path.join(tmp, "llama.onnx")
+        export(build("llama", 0), onnx_path, 17, 2, 16)
+        plan_a, ad_a = train_adapter(sdc, sdrun, onnx_path, tmp, "a", 1, "--target-modules", "q_proj,v_proj")
+        plan_b, ad_b = train_adapter(sdc, sdrun, onnx_path, tmp, "b", 2, "--target-modules", "q_proj", "--lora-r",
+                                     "4", "--lora-alpha", "16")
+        peft_c, ad_c = peft_adapter(tmp, "c_adapter", r=2, lora_alpha=5, use_rslora=True,
+                                    target_modules=["q_proj", "v_proj"])
+        slots = os.path.join(tmp, "slots.sdp")
+        r = subprocess.run([sdc, "compile", onnx_path, "--max-loras", "2", "--target-modules", "q_proj,v_proj",
+                            "--kv-cache", "96", "--kv-batch", "4", "--prefill-chunk", "8", "--tokenizer", tok,
+                            "-o", slots], capture_output=True, text=True)
+        check("sdc compile --max-loras 2: a plan whose generation entries take lora_ids", r.returncode == 0, r.stderr)
+        shown = subprocess.run([sdrun, "inspect", slots], capture_output=True, text=True).stdout
+        check("sdrun inspect: the entries take lora_ids [batch], the stacks hold 3 slots, no training entries",
+              "lora_ids: i64[4]" in shown and "q_proj.lora_A.slots: f32[3x64x8]" in shown and
+              "adapter slots: 2 besides the plan's own" in shown and "train_step" not in shown, shown[-1200:])
+
+        base = build("llama", 0)
+        want = {"base": [peft_text(base, lib, p) for p in PROMPTS],
+                "a": [generate_cli(sdrun, plan_a, p, NEW, "--tokenizer", tok, "--adapter", ad_a)[len(p):-1]
+                      for p in PROMPTS],
+                "b": [generate_cli(sdrun, plan_b, p, NEW, "--tokenizer", tok, "--adapter", ad_b)[len(p):-1]
+                      for p in PROMPTS],
+                "c": [peft_text(peft_c, lib, p) for p in PROMPTS]}
+        check("the four references differ from each other", len({tuple(v) for v in want.values()}) == 4,
+              f"{want}")
+        got = {name: [generate_cli(sdrun, slots, p, NEW, *flags)[len(p):-1] for p in PROMPTS]
+               for name, flags in (("base", []), ("a", ["--adapter", ad_a]), ("b", ["--adapter", ad_b]),
+                                   ("c", ["--adapter", ad_c]))}
+        check("sdrun generate on the slot plan: the base model equals transformers, --adapter (slot 0) each "
+              "adapter's own plan or PEFT (ranks 8, 4 and 2; alphas 8, 16 and rslora 5; q,v and q alone)",
+              got == want, f"{got} vs {want}")
+
+        srv = Server(sdrun, slots, "--served-model-name", "base", "--lora-modules", f"a={ad_a}", "--lora-modules",
+                     f"b={ad_b}", "--lora-modules", f"c={ad_c}")
+        servers.append(srv)
+        check("serve: the startup line says 3 adapters share 2 slots", "3 adapters in 2 slots" in srv.text(),
+              srv.text()[-300:])
+        client = srv.client()
+        alone = {m: [complete(client, m, p) for p in PROMPTS] for m in want}
+        check("serve: each model alone (adapters swapping through 2 slots) gives its reference text",
+              alone == want, f"{alone} vs {want}")
+        loads = metric(srv, "sdrun_lora_slot_loads_total")
+        together = {}
+
+        def run(model, k):
+            together[(model, k)] = complete(client, model, PROMPTS[k])
+        threads = [threading.Thread(target=run, args=(m, k)) for k in range(len(PROMPTS)) for m in want]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        check("serve: 16 requests to 4 models at once (4 rows, mixed adapters in each batch) each get their "
+              "model's text", all(together.get((m, k)) == want[m][k] for m in want for k in range(len(PROMPTS))),
+              f"{together}")
+        more = metric(srv, "sdrun_lora_slot_loads_total")
+        check("/metrics: sdrun_lora_slot_loads_total counts adapters written into slots (3 adapters, 2 slots: "
+              "more loads than adapters)", loads >= 3 and more >= loads, f"{loads} then {more}")
+        sampled = [c.text for c in client.completions.create(model="a", prompt=PROMPTS[0], max_tokens=NEW,
+                                                             temperature=0.9, top_p=0.95, seed=5, n=3).choices]
+        srv.stop()
+        servers.remove(srv)
+        own = Server(sdrun, plan_a, "--tokenizer", tok, "--served-model-name", "base", "--lora-modules", f"a={ad_a}")
+        servers.append(own)
+        sessions = [c.text for c in own.client().completions.create(model="a", prompt=PROMPTS[0], max_tokens=NEW,
+                                                                     temperature=0.9, top_p=0.95, seed=5,
+                                                                     n=3).choices]
+        check("serve: seeded sampling through a slot equals the adapter's own session (--lora-modules on its "
+              "plan)", sampled == sessions and len(set(sampled)) > 1, f"{sampled} vs {sessions}")
+        own.stop()
+        servers.remove(own)
+
+        # Adapters the slots cannot take.
+        big_plan, big = train_adapter(sdc, sdrun, onnx_path, tmp, "big", 3, "--target-modules", "q_proj",
+                                      "--lora-r", "16")
+        k_plan, k_proj = train_adapter(sdc, sdrun, onnx_path, tmp, "k", 4, "--target-modules", "k_proj")
+        _, dora = peft_adapter(tmp, "dora_adapter", r=2, use_dora=True, target_modules=["q_proj"])
+        for what, spec, must in [
+                ("a rank above the plan's", f"big={big}", ["--lora-modules big", "r=16", "ranks 1 to 8"]),
+                ("a module the plan does not adapt", f"k={k_proj}", ["--lora-modules k", "k_proj",
+                                                                      "not a LoRA factor"]),
+                ("DoRA", f"d={dora}", ["--lora-modules d", "use_dora"])]:
+            problems, line = clean_error_problems([sdrun, "serve", slots, "--port", "0", "--lora-modules", spec], must)
+            check(f"bad input: --lora-modules with {what} is a one-line error", not problems,
+                  "; ".join(problems) or line)
+        for what, cmd, must in [
+                ("sdc --max-loras without --kv-cache", [sdc, "compile", onnx_path, "--max-loras", "2",
+                                                        "--target-modules", "q_proj", "-o", slots + ".x"],
+                 ["--max-loras", "--kv-cache"]),
+                ("sdc --max-loras with --use-dora", [sdc, "compile", onnx_path, "--max-loras", "2", "--use-dora",
+                                                     "--target-modules", "q_proj", "--kv-cache", "32", "-o",
+                                                     slots + ".x"], ["--max-loras", "--use-dora"]),
+                ("sdc --max-loras with --peft ia3", [sdc, "compile", onnx_path, "--max-loras", "2", "--peft", "ia3",
+                                                     "--target-modules", "q_proj", "--kv-cache", "32", "-o",
+                                                     slots + ".x"], ["--max-loras", "--peft"]),
+                ("sdc --max-loras 0", [sdc, "compile", onnx_path, "--max-loras", "0", "--kv-cache", "32", "-o",
+                                       slots + ".x"], ["--max-loras"]),
+                ("sdrun train on the slot plan", [sdrun, "train", slots, "--data", os.path.join(tmp, "a.jsonl"),
+                                                  "--steps", "1"], ["--max-loras", "no training entries"]),
+                ("sdrun generate --adapter with too high a rank", [sdrun, "generate", slots, "--prompt", "In",
+                                                                   "--adapter", big], ["r=16"])]:
+            problems, line = clean_error_problems(cmd, must, no_files=[slots + ".x"])
+            check(f"bad input: {what} is a one-line error", not problems, "; ".join(problems) or line)
+    finally:
+        for s in servers:
+            s.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("multi_lora")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
