@@ -146,6 +146,8 @@ def main():
         common = ["--target-modules", "q_proj,v_proj", "--lora-r", "8", "--lora-alpha", "16", "--kv-cache", "256",
                   "--kv-batch", str(a.rows), "--prefill-chunk", str(PROMPT_TOKENS)]
         slots_plan, sessions_plan = os.path.join(tmp, "slots.sdp"), os.path.join(tmp, "sessions.sdp")
+        base_plan = os.path.join(tmp, "base.sdp")
+        subprocess.run([sdc, "compile", onnx_path, *common[4:], "-o", base_plan], check=True, capture_output=True)
         subprocess.run([sdc, "compile", onnx_path, "--max-loras", str(a.slots), *common, "-o", slots_plan],
                        check=True, capture_output=True)
         subprocess.run([sdc, "compile", onnx_path, "--peft", "lora", "--shapes", f"input_ids={a.rows}x16", *common,
@@ -154,13 +156,19 @@ def main():
         modules = [x for i, d in enumerate(dirs) for x in ("--lora-modules", f"a{i}={d}")]
         plan = requests_of(prompts, a.clients, a.requests, a.adapters)
         env = dict(os.environ, OMP_NUM_THREADS=str(a.threads))
-        for name, p in ((f"sdrun serve, {a.slots} slots", slots_plan), ("sdrun serve, a session each", sessions_plan)):
+        for name, p, served, flags in (
+                (f"sdrun serve, {a.slots} slots", slots_plan, names, modules),
+                ("sdrun serve, a session each", sessions_plan, names, modules),
+                ("sdrun serve, the base model alone (no adapters: the cost of none)", base_plan,
+                 ["base"] * a.adapters, ["--served-model-name", "base"])):
             port = free_port()
             proc = serve([sdrun, "serve", p, "--tokenizer", hf, "--threads", str(a.threads), "--port", str(port),
-                          *modules], port, env)
+                          *flags], port, env)
             try:
-                texts[name], _ = complete(port, names[0], prompts[0], a.new)  # warm-up, and the greedy text
-                results.append((name, load(port, names, plan, a.new)))
+                text, _ = complete(port, served[0], prompts[0], a.new)  # warm-up, and the greedy text
+                if p != base_plan:
+                    texts[name] = text
+                results.append((name, load(port, served, plan, a.new)))
             finally:
                 proc.terminate()
                 proc.wait(timeout=60)
