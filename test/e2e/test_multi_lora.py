@@ -75,6 +75,59 @@ def metric(srv, name):
     return int(m.group(1)) if m else -1
 
 
+def post(srv, path, body):
+    """(status, text) of a POST with a JSON body."""
+    req = urllib.request.Request(f"http://127.0.0.1:{srv.port}{path}", data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+def runtime_updates(sdrun, slots, servers, want, ad_a, ad_c, tmp):
+    """--allow-runtime-lora-updating: vLLM's load and unload routes."""
+    srv = Server(sdrun, slots, "--served-model-name", "base", "--allow-runtime-lora-updating")
+    servers.append(srv)
+    client = srv.client()
+    loaded = [post(srv, "/v1/load_lora_adapter", {"lora_name": n, "lora_path": d}) for n, d in (("a", ad_a),
+                                                                                             ("c", ad_c))]
+    names = [m.id for m in client.models.list().data]
+    texts = {m: [complete(client, m, p) for p in PROMPTS[:2]] for m in ("base", "a", "c")}
+    check("runtime updates: /v1/load_lora_adapter adds models served through the slots, each with its reference "
+          "text", [st for st, _ in loaded] == [200, 200] and "added successfully" in loaded[0][1] and
+          names == ["base", "a", "c"] and all(texts[m] == want[m][:2] for m in texts), f"{loaded} {names} {texts}")
+    gone = post(srv, "/v1/unload_lora_adapter", {"lora_name": "a"})
+    names = [m.id for m in client.models.list().data]
+    status = post(srv, "/v1/completions", {"model": "a", "prompt": PROMPTS[0], "max_tokens": 2})[0]
+    again = post(srv, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": ad_a})
+    check("runtime updates: /v1/unload_lora_adapter removes one (its requests then 404), and it loads again",
+          gone[0] == 200 and names == ["base", "c"] and status == 404 and again[0] == 200 and
+          complete(client, "a", PROMPTS[0]) == want["a"][0], f"{gone} {names} {status} {again}")
+    for what, path, body, must in [
+            ("a name taken", "/v1/load_lora_adapter", {"lora_name": "c", "lora_path": ad_a}, "already served"),
+            ("a missing folder", "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": os.path.join(tmp, "gone")},
+             "gone"),
+            ("no lora_path", "/v1/load_lora_adapter", {"lora_name": "x"}, "lora_path"),
+            ("an unknown field", "/v1/load_lora_adapter", {"lora_name": "x", "lora_path": ad_a, "inplace": True},
+             "'inplace'"),
+            ("the plan's own model", "/v1/unload_lora_adapter", {"lora_name": "base"}, "plan's own model"),
+            ("an unknown model", "/v1/unload_lora_adapter", {"lora_name": "zz"}, "does not exist")]:
+        st, text = post(srv, path, body)
+        check(f"runtime updates, bad request: {what} is a 400 naming it", st == 400 and must in text,
+              f"{st} {text[:300]}")
+    srv.stop()
+    servers.remove(srv)
+    plain = Server(sdrun, slots, "--served-model-name", "base")
+    servers.append(plain)
+    st, text = post(plain, "/v1/load_lora_adapter", {"lora_name": "a", "lora_path": ad_a})
+    check("runtime updates: off without --allow-runtime-lora-updating (a 404 saying how to turn them on)",
+          st == 404 and "--allow-runtime-lora-updating" in text, f"{st} {text[:300]}")
+    plain.stop()
+    servers.remove(plain)
+
+
 def main():
     sdc, sdrun = tool_paths()
     import torch
@@ -103,7 +156,8 @@ def main():
         shown = subprocess.run([sdrun, "inspect", slots], capture_output=True, text=True).stdout
         check("sdrun inspect: the entries take lora_ids [batch], the stacks hold 3 slots, no training entries",
               "lora_ids: i64[4]" in shown and "q_proj.lora_A.slots: f32[3x64x8]" in shown and
-              "adapter slots: 2 besides the plan's own" in shown and "train_step" not in shown, shown[-1200:])
+              "adapter slots: 2 besides the plan's own" in shown and "train_step" not in shown,
+              "; ".join(l.strip() for l in shown.splitlines() if "lora" in l or "adapter slots" in l)[:600])
 
         base = build("llama", 0)
         want = {"base": [peft_text(base, lib, p) for p in PROMPTS],
@@ -159,6 +213,8 @@ def main():
               "plan)", sampled == sessions and len(set(sampled)) > 1, f"{sampled} vs {sessions}")
         own.stop()
         servers.remove(own)
+
+        runtime_updates(sdrun, slots, servers, want, ad_a, ad_c, tmp)
 
         # Adapters the slots cannot take.
         big_plan, big = train_adapter(sdc, sdrun, onnx_path, tmp, "big", 3, "--target-modules", "q_proj",

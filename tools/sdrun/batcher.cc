@@ -21,6 +21,21 @@ void Batcher::serveAdapters(std::unique_ptr<sd::LoraSlots> slots, std::vector<sd
   slotUsed_.assign(slotHolds_.size(), 0);
 }
 
+sd::StatusOr<size_t> Batcher::addAdapter(const std::string &dir) {
+  if (!loraSlots_) return sd::sdError("the plan has no adapter slots (sdc compile --max-loras)");
+  auto adapter = loraSlots_->read(dir);
+  if (!adapter.isOk()) return adapter.status();
+  adapters_.push_back(std::move(adapter.value()));
+  return adapters_.size() - 1;
+}
+
+void Batcher::dropAdapter(size_t index) {
+  if (index == 0 || index >= adapters_.size()) return;
+  adapters_[index] = sd::SlotAdapter();
+  for (size_t &held : slotHolds_)
+    if (held == index) held = SIZE_MAX; // a later adapter overwrites it
+}
+
 sd::StatusOr<int64_t> Batcher::slotFor(size_t adapter) {
   if (adapter == 0 || !loraSlots_) return int64_t(0);
   auto inUse = [&](size_t k) {

@@ -72,6 +72,10 @@ public:
   // running row makes room. A waiting choice whose adapter finds no slot
   // lets later ones go first.
   void serveAdapters(std::unique_ptr<sd::LoraSlots> slots, std::vector<sd::SlotAdapter> adapters);
+  // Reads and checks the adapter in `dir` (a plan of adapter slots); its index.
+  sd::StatusOr<size_t> addAdapter(const std::string &dir);
+  // Forgets adapter `index`, which no choice may use any more.
+  void dropAdapter(size_t index);
   // Adapters written into slots so far.
   uint64_t adapterLoads() const { return adapterLoads_; }
   // Tokens a row holds: the cache less prompt or prefix tuning's virtual

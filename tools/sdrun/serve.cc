@@ -60,7 +60,7 @@ const char *kServeUsage =
     "                              float|base64: served for an encoder plan, one whose infer\n"
     "                              entry gives a vector per row (examples/export_minilm.py)\n"
     "  GET  /v1/models, /health, /metrics (Prometheus: responses by status, prompt and\n"
-    "                              generated tokens, choices running and waiting)\n"
+    "                              generated tokens, choices running and waiting)\n"    "  POST /v1/load_lora_adapter, /v1/unload_lora_adapter  with --allow-runtime-lora-updating\n"
     "Streams are server-sent events ending in `data: [DONE]`. A stop text ends a\n"
     "choice and is left out of its text (finish_reason \"stop\", as at the\n"
     "tokenizer's EOS); max_tokens or a full context ends it with \"length\". A\n"
@@ -100,6 +100,10 @@ const char *kServeUsage =
     "                            is refused\n"
     "                            (\"required\" and a named function are generated under\n"
     "                            their schemas)\n"
+    "  --allow-runtime-lora-updating  a plan of adapter slots: POST /v1/load_lora_adapter\n"
+    "                            {\"lora_name\", \"lora_path\"} adds an adapter from a folder on this\n"
+    "                            machine as a model, /v1/unload_lora_adapter {\"lora_name\"} removes\n"
+    "                            one no request is using (vLLM's API; the API key applies)\n"
     "  --api-key KEY             requests must carry Authorization: Bearer KEY (not /health,\n"
     "                            /metrics)\n"
     "  --seed S                  draws of requests without a seed come from S (0)\n"
@@ -159,7 +163,8 @@ struct ServedModel {
 // 'a', 'b': the served model ids, for messages.
 std::string modelNames(const std::vector<ServedModel> &models) {
   std::string names;
-  for (const ServedModel &m : models) names += (names.empty() ? "'" : ", '") + m.name + "'";
+  for (const ServedModel &m : models)
+    if (!m.name.empty()) names += (names.empty() ? "'" : ", '") + m.name + "'";
   return names;
 }
 
@@ -208,6 +213,9 @@ private:
   void modelNotFound(const std::string &name, openai::Error &err) const;
   std::string metrics() const;
   void embed(Connection &c, const std::string &body, const std::string &what);
+  // POST /v1/load_lora_adapter and /v1/unload_lora_adapter (vLLM's), with
+  // --allow-runtime-lora-updating on a plan of adapter slots.
+  void updateAdapters(Connection &c, bool load, const std::string &body, const std::string &what);
   std::string newCallId();
   openai::ChoiceResult result(const Job &job, const Choice &ch);
   std::string modelsJson() const;
@@ -228,6 +236,9 @@ private:
   std::map<int, Connection> conns_;
   std::shared_ptr<const sd::generate::JsonVocabulary> tokens_; // made for the first structured-output request
   std::string toolParser_; // --tool-call-parser: how tool_choice "auto" reads calls from text ("": refused)
+  bool loraUpdating_ = false; // --allow-runtime-lora-updating
+public:
+  void allowLoraUpdating() { loraUpdating_ = true; }
 };
 
 void Server::log(const std::string &peer, const std::string &what) {
@@ -274,7 +285,7 @@ std::string Server::metrics() const {
          (kind[0] == 'r' ? "generating in a row" : "waiting for a row") + ", by model.\n# TYPE sdrun_choices_" + kind +
          " gauge\n";
     for (size_t i = 0; i < models_.size(); ++i)
-      if (const ServedModel &m = models_[i]; m.batcher)
+      if (const ServedModel &m = models_[i]; m.batcher && !m.name.empty())
         s += std::string("sdrun_choices_") + kind + "{model=\"" + m.name + "\"} " +
              std::to_string(kind[0] == 'r' ? m.batcher->running(i) : m.batcher->waiting(i)) + "\n";
   }
@@ -396,7 +407,15 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
   const bool embeddings = req.path == "/v1/embeddings";
   const bool models = req.path == "/v1/models", health = req.path == "/health", metricsPath = req.path == "/metrics";
   const bool model = req.path.rfind("/v1/models/", 0) == 0;
-  if (!completions && !chat && !embeddings && !models && !health && !model && !metricsPath) {
+  const bool load = req.path == "/v1/load_lora_adapter", unload = req.path == "/v1/unload_lora_adapter";
+  if ((load || unload) && !loraUpdating_) {
+    err.status = 404;
+    err.message = req.path + ": adapters are loaded and unloaded at run time only with sdrun serve "
+                  "--allow-runtime-lora-updating (on a plan of adapter slots, sdc compile --max-loras)";
+    err.type = "not_found_error";
+    return replyError(c, err, what);
+  }
+  if (!completions && !chat && !embeddings && !models && !health && !model && !metricsPath && !load && !unload) {
     err.status = 404;
     err.message = "no route " + req.path.substr(0, 200) +
                   " (POST /v1/completions, /v1/chat/completions, /v1/embeddings; GET /v1/models, /health, /metrics)";
@@ -413,7 +432,7 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
       return replyError(c, err, what);
     }
   }
-  const std::string allowed = completions || chat || embeddings ? "POST" : "GET";
+  const std::string allowed = completions || chat || embeddings || load || unload ? "POST" : "GET";
   if (req.method != allowed) {
     err.status = 405;
     err.message = req.path + " takes " + allowed + ", not " + req.method.substr(0, 20);
@@ -426,6 +445,7 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
     return reply(c, 200, metrics(), "", "text/plain; version=0.0.4");
   }
   if (embeddings) return embed(c, req.body, what);
+  if (load || unload) return updateAdapters(c, load, req.body, what);
   if (models) return reply(c, 200, "{\"object\":\"list\",\"data\":[" + modelsJson() + "]}");
   if (model) { // GET /v1/models/NAME: one the server has, named
     const std::string name = req.path.substr(11);
@@ -445,7 +465,7 @@ void Server::handle(int id, Connection &c, const http::Request &req) {
 // The model a request names (none: the first), or SIZE_MAX with a 404 in `err`.
 size_t Server::findModel(const std::string &name, openai::Error &err) const {
   for (size_t i = 0; i < models_.size(); ++i)
-    if (name.empty() || models_[i].name == name) return i;
+    if ((name.empty() && i == 0) || (!name.empty() && models_[i].name == name)) return i;
   modelNotFound(name, err);
   return SIZE_MAX;
 }
@@ -456,6 +476,64 @@ void Server::modelNotFound(const std::string &name, openai::Error &err) const {
   err.code = "model_not_found";
   err.param = "model";
   err.message = "the model '" + name.substr(0, 200) + "' does not exist; this server has " + modelNames(models_);
+}
+
+// vLLM's runtime adapter API: {"lora_name", "lora_path"} adds a model served
+// through the slots (its adapter read and checked now, between steps);
+// {"lora_name"} removes one no request is using. The reply is plain text, as vLLM's.
+void Server::updateAdapters(Connection &c, bool load, const std::string &body, const std::string &what) {
+  openai::Error err;
+  err.status = 400;
+  auto fail = [&](const std::string &message, const std::string &param = "") {
+    err.message = message;
+    err.param = param;
+    replyError(c, err, what);
+  };
+  Batcher *rows = models_[0].batcher.get();
+  if (!rows || !rows->generator().adapterSlots())
+    return fail("adapters are loaded at run time into a plan of adapter slots (sdc compile --max-loras); this "
+                "plan has none");
+  auto doc = sd::parseJson(body, "the request body");
+  if (!doc.isOk() || doc.value().type != sd::Json::Type::Object)
+    return fail(doc.isOk() ? "the request body must be a JSON object" : doc.status().message());
+  for (const auto &[key, value] : doc.value().obj)
+    if (key != "lora_name" && key != "lora_int_id" && (!load || key != "lora_path"))
+      return fail("'" + key.substr(0, 100) + "' is not a field of " + (load ? "load" : "unload") +
+                      "_lora_adapter (lora_name" + (load ? ", lora_path" : "") + ")",
+                  key.substr(0, 100));
+  const sd::Json *name = doc.value().get("lora_name"), *path = doc.value().get("lora_path");
+  if (!name || name->type != sd::Json::Type::String || name->str.empty())
+    return fail("lora_name must be a non-empty string", "lora_name");
+  if (load && (!path || path->type != sd::Json::Type::String || path->str.empty()))
+    return fail("lora_path must be a non-empty string (the adapter's folder on the server)", "lora_path");
+  size_t at = SIZE_MAX;
+  for (size_t i = 0; i < models_.size(); ++i)
+    if (models_[i].name == name->str) at = i;
+  if (load) {
+    if (at != SIZE_MAX) return fail("the model '" + name->str + "' is already served", "lora_name");
+    auto adapter = rows->addAdapter(path->str);
+    if (!adapter.isOk()) return fail(adapter.status().message(), "lora_path");
+    ServedModel m;
+    m.name = name->str;
+    m.batcher = models_[0].batcher;
+    m.adapter = adapter.value();
+    models_.push_back(std::move(m));
+    reply(c, 200, "Success: LoRA adapter '" + name->str + "' added successfully.", "", "text/plain");
+  } else {
+    if (at == SIZE_MAX || !models_[at].adapter)
+      return fail(at == SIZE_MAX ? "the model '" + name->str + "' does not exist; this server has " + modelNames(models_)
+                                 : "'" + name->str + "' is the plan's own model, not an adapter loaded beside it",
+                  "lora_name");
+    if (size_t busy = rows->running(at) + rows->waiting(at))
+      return fail("the model '" + name->str + "' has " + std::to_string(busy) + " choice" + (busy == 1 ? "" : "s") +
+                      " generating or waiting; unload it once they end",
+                  "lora_name");
+    rows->dropAdapter(models_[at].adapter);
+    models_[at].name.clear(); // its index stays taken: jobs name models by index
+    models_[at].batcher.reset();
+    reply(c, 200, "Success: LoRA adapter '" + name->str + "' removed successfully.", "", "text/plain");
+  }
+  log(c.peer, what + " 200: " + name->str);
 }
 
 // Embeddings are computed at once, between generation steps: an encoder runs
@@ -634,7 +712,8 @@ bool Server::busy() const {
 
 std::string Server::modelsJson() const {
   std::string s;
-  for (const ServedModel &m : models_) s += (s.empty() ? "" : ",") + openai::modelJson(m.name, created_);
+  for (const ServedModel &m : models_)
+    if (!m.name.empty()) s += (s.empty() ? "" : ",") + openai::modelJson(m.name, created_);
   return s;
 }
 
@@ -853,7 +932,8 @@ int serveCommand(const std::vector<std::string> &args) {
   if (!parseFlags(args, {"--tokenizer", "--chat-template", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed",
                          "--request-timeout", "--keep-alive", "--tool-call-parser", "--speculate",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
-                  f, err, {"--no-cuda-graphs", "--no-cpu-fallback", "--speculate-always"})) {
+                  f, err, {"--no-cuda-graphs", "--no-cpu-fallback", "--speculate-always",
+                           "--allow-runtime-lora-updating"})) {
     if (!f.help) return fail(err + " (see sdrun serve --help)");
   }
   if (f.help) return std::fputs(kServeUsage, stdout), 0;
@@ -961,6 +1041,12 @@ int serveCommand(const std::vector<std::string> &args) {
                 hasFlag(f, "--speculate-always"));
   const size_t adapters = slotAdapters.size() - 1;
   if (loraSlots) models[0].batcher->serveAdapters(std::move(loraSlots), std::move(slotAdapters));
+  if (hasFlag(f, "--allow-runtime-lora-updating")) {
+    if (encoder || !models[0].generator->adapterSlots())
+      return fail("--allow-runtime-lora-updating loads adapters into a plan of adapter slots (sdc compile "
+                  "--max-loras N); this plan has none");
+    server.allowLoraUpdating();
+  }
   const std::string names = modelNames(models);
   const char *where = host.find(':') != std::string::npos ? "[%s]" : "%s";
   char address[300];
