@@ -543,7 +543,8 @@ Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const s
     const std::vector<std::vector<int64_t>> rows{tokens};
     // The step draws one more token than it guesses.
     const auto guesses = speculator.guess(rows, {size_t(maxNew - made - 1)}, verifyCost());
-    auto drawn = nextRows(rows, &row, &guesses);
+    if (!guesses.isOk()) return self_ = row[0], guesses.status();
+    auto drawn = nextRows(rows, &row, &guesses.value());
     if (!drawn.isOk()) return self_ = row[0], drawn.status();
     speculator.drawn(drawn.value());
     for (int64_t t : drawn.value()[0]) {

@@ -174,6 +174,61 @@ print(json.dumps(out))
           "checks 4" in out.get("error", ""), out.get("error"))
 
 
+def draft_checks(sdc, sdrun, tmp, spec, plain, expect, servers):
+    """--draft PLAN: a second model's greedy tokens as the guesses."""
+    import transformers
+    from export_hf import build, export
+    other, onnx_other = os.path.join(tmp, "other.sdp"), os.path.join(tmp, "other.onnx")
+    export(build("llama", 1), onnx_other, 17, 2, 16)  # other weights: its guesses often fail
+    subprocess.run([sdc, "compile", onnx_other, "--kv-cache", "128", "--kv-batch", "2", "-o", other], check=True,
+                   capture_output=True)
+    same, err_same = generate(sdrun, spec, PROMPTS, "--draft", plain, "--speculate-always")
+    confirmed, guessed, per_step = speculation(err_same)
+    check("generate --draft (the model itself as its draft): transformers' greedy text, every guess confirmed, "
+          "4 guesses and the drawn token a row and step", same == expect and confirmed == guessed > 0 and
+          per_step > 3, f"{same!r}; {err_same.strip()}")
+    got, err = generate(sdrun, spec, PROMPTS, "--draft", other, "--speculate-always")
+    confirmed, guessed, _ = speculation(err)
+    auto, _ = generate(sdrun, spec, PROMPTS, "--draft", other)
+    check("generate --draft (another model's weights): transformers' greedy text whatever the draft guesses "
+          "(some confirmed, some not), with every guess checked and with the default policy",
+          got == auto == expect and 0 < confirmed < guessed, f"{got!r}; {err.strip()}")
+    flags = ["--temperature", "0.8", "--top-p", "0.9", "--seed", "4"]
+    a, _ = generate(sdrun, spec, PROMPTS, *flags, "--draft", other, "--speculate-always")
+    b, _ = generate(sdrun, spec, PROMPTS, *flags, "--speculate", "0")
+    check("generate --draft, seeded top-p sampling: the same draws as without speculation",
+          a == b and not a.startswith(b"failed"), f"{a!r} vs {b!r}")
+    on = Server(sdrun, spec, "--served-model-name", "spec", "--draft", other, "--speculate-always")
+    servers.append(on)
+    off = Server(sdrun, spec, "--served-model-name", "spec", "--speculate", "0")
+    servers.append(off)
+    got, want = served_replies(on), served_replies(off)
+    check("serve --draft: greedy, short, seeded top-p, logprobs, stream, stop and JSON replies are the same as "
+          "without speculation, and guesses were checked", got == want and metrics(on).get(
+              "sdrun_spec_decode_draft_tokens_total", 0) > 0, f"{got} vs {want}")
+    on.stop()
+    off.stop()
+    # Drafts that do not fit the plan.
+    torch_cfg = transformers.LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, max_position_embeddings=256)
+    wide, onnx_wide = os.path.join(tmp, "wide.sdp"), os.path.join(tmp, "wide.onnx")
+    export(transformers.LlamaForCausalLM(torch_cfg).eval(), onnx_wide, 17, 2, 16)
+    one, short = os.path.join(tmp, "one.sdp"), os.path.join(tmp, "shortdraft.sdp")
+    for out, onnx_path, flags in ((wide, onnx_wide, ["--kv-batch", "2", "--kv-cache", "128"]),
+                                  (one, onnx_other, ["--kv-batch", "1", "--kv-cache", "128"]),
+                                  (short, onnx_other, ["--kv-batch", "2", "--kv-cache", "64"])):
+        subprocess.run([sdc, "compile", onnx_path, *flags, "-o", out], check=True, capture_output=True)
+    for what, cmd, must in [
+            ("another vocabulary", [spec, "--draft", wide], ["--draft", "300 logits", "same tokenizer"]),
+            ("fewer rows", [spec, "--draft", one], ["--draft", "1 rows", "--kv-batch 2"]),
+            ("a shorter cache", [spec, "--draft", short], ["--draft", "context", "--kv-cache"]),
+            ("a plan without a verify entry", [plain, "--draft", other], ["--draft", "--speculate K"]),
+            ("--speculate 0", [spec, "--draft", other, "--speculate", "0"], ["--draft", "--speculate 0"]),
+            ("a missing draft plan", [spec, "--draft", os.path.join(tmp, "gone.sdp")], ["--draft", "gone.sdp"])]:
+        problems, line = clean_error_problems([sdrun, "generate", cmd[0], "--prompt", "In", *cmd[1:]], must)
+        check(f"bad input: --draft with {what} is a one-line error", not problems, "; ".join(problems) or line)
+
+
 def main():
     sdc, sdrun = tool_paths()
     import torch
@@ -235,6 +290,7 @@ def main():
         serve_checks(sdrun, spec, [w[len(p.encode()):].decode("utf-8", "replace") for w, p in zip(want, PROMPTS)],
                      servers)
         bad_flags(sdc, sdrun, onnx, spec, plain, tmp)
+        draft_checks(sdc, sdrun, tmp, spec, plain, expect, servers)
     finally:
         for srv in servers:
             if srv.proc.poll() is None:

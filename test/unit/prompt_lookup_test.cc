@@ -60,9 +60,9 @@ const Tokens kRepeating = {1, 2, 3, 1, 2, 3, 1, 2}; // prompt lookup guesses 3 1
 
 TEST(Speculator, TriesEachEntryWhileTheirCostsAreUnknown) {
   Speculator s(4, 1);
-  EXPECT_EQ(s.guess({kRepeating}, {8}, 0), (std::vector<Tokens>{{3, 1, 2, 3}})); // a verify step, to time it
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 0).value(), (std::vector<Tokens>{{3, 1, 2, 3}})); // a verify step, to time it
   s.drawn({{3, 1, 2, 3, 1}});
-  EXPECT_EQ(s.guess({kRepeating}, {8}, 0), (std::vector<Tokens>{{}})); // then a decode step
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 0).value(), (std::vector<Tokens>{{}})); // then a decode step
   EXPECT_EQ(s.guessed(), 4u);
   EXPECT_EQ(s.confirmed(), 4u);
 }
@@ -70,11 +70,11 @@ TEST(Speculator, TriesEachEntryWhileTheirCostsAreUnknown) {
 TEST(Speculator, GuessesOnlyWhenExpectedToPay) {
   Speculator s(4, 1);
   // The prior rate (one in two) expects 1 + 1/2 + ... + 1/16 < 2 tokens a step.
-  EXPECT_EQ(s.guess({kRepeating}, {8}, 2.5), (std::vector<Tokens>{{}}));
-  EXPECT_EQ(s.guess({kRepeating}, {8}, 1.2), (std::vector<Tokens>{{3, 1, 2, 3}}));
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 2.5).value(), (std::vector<Tokens>{{}}));
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 1.2).value(), (std::vector<Tokens>{{3, 1, 2, 3}}));
   // Nor beyond a row's room, nor for idle rows.
   Speculator two(4, 2);
-  EXPECT_EQ(two.guess({kRepeating, {}}, {2, 0}, 1.2), (std::vector<Tokens>{{3, 1}, {}}));
+  EXPECT_EQ(two.guess({kRepeating, {}}, {2, 0}, 1.2).value(), (std::vector<Tokens>{{3, 1}, {}}));
 }
 
 TEST(Speculator, LearnsFromDecodeStepsToo) {
@@ -82,7 +82,7 @@ TEST(Speculator, LearnsFromDecodeStepsToo) {
   // At this cost the prior does not pay; each decode step's token was the
   // guess, though, until the rate says it pays.
   int steps = 0;
-  while (s.guess({kRepeating}, {8}, 3.5).front().empty() && steps < 20) {
+  while (s.guess({kRepeating}, {8}, 3.5).value().front().empty() && steps < 20) {
     s.drawn({{3}});
     ++steps;
   }
@@ -93,5 +93,5 @@ TEST(Speculator, LearnsFromDecodeStepsToo) {
   EXPECT_EQ(s.guessed(), 4u);
   EXPECT_EQ(s.confirmed(), 1u);
   s.restart(0); // a new text: back to the prior
-  EXPECT_EQ(s.guess({kRepeating}, {8}, 3.5), (std::vector<Tokens>{{}}));
+  EXPECT_EQ(s.guess({kRepeating}, {8}, 3.5).value(), (std::vector<Tokens>{{}}));
 }

@@ -5,9 +5,9 @@
 namespace sdrun {
 
 Batcher::Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate,
-                 bool speculateAlways)
+                 bool speculateAlways, sd::generate::DraftModel *draft)
     : gen_(gen), codec_(codec), events_(std::move(events)),
-      speculator_(speculate, size_t(gen.batchSize()), speculateAlways) {
+      speculator_(speculate, size_t(gen.batchSize()), speculateAlways, draft) {
   slots_.resize(size_t(gen.batchSize()));
   samplers_.resize(slots_.size());
   rowSlots_.assign(slots_.size(), 0);
@@ -161,8 +161,9 @@ void Batcher::step() {
       rows[b] = ch.row.tokens;
       rooms[b] = room(ch, samplers_[b]);
     }
-  const auto guesses = speculator_.guess(rows, rooms, gen_.verifyCost());
-  auto next = gen_.nextBatch(rows, samplers_, guesses);
+  const auto guesses = speculator_.guess(rows, rooms, gen_.verifyCost(), gen_.decodeSeconds());
+  auto next = guesses.isOk() ? gen_.nextBatch(rows, samplers_, guesses.value())
+                             : sd::StatusOr<std::vector<std::vector<int64_t>>>(guesses.status());
   if (!next.isOk()) { // NaN logits, a device failure: every running request fails
     std::vector<std::shared_ptr<Job>> jobs;
     for (const Slot &s : slots_)

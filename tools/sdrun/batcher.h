@@ -59,10 +59,11 @@ public:
     std::function<void(Job &)> done;                       // every choice has ended
     std::function<void(Job &, const std::string &)> failed; // generation failed (the job is cancelled)
   };
-  // speculate: tokens guessed a row and step by prompt lookup (0: none; at
-  // most the generator's speculation()), checked when expected to pay, or always.
+  // speculate: tokens guessed a row and step by prompt lookup, or by `draft`
+  // (0: none; at most the generator's speculation()), checked when expected
+  // to pay, or always.
   Batcher(sd::generate::Generator &gen, const TextCodec &codec, Events events, size_t speculate = 0,
-          bool speculateAlways = false);
+          bool speculateAlways = false, sd::generate::DraftModel *draft = nullptr);
 
   sd::generate::Generator &generator() { return gen_; }
   // A plan of adapter slots (sdc compile --max-loras): the adapters choices

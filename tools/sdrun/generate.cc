@@ -15,7 +15,7 @@ const char *kGenerateUsage =
     "usage: sdrun generate PLAN.sdp --prompt TEXT... [--tokenizer DIR] [--chat [--chat-template FILE]] [--max-new-tokens N]\n"
     "                     [--temperature T] [--top-k K] [--top-p P] [--repetition-penalty R]\n"
     "                     [--stop TEXT]... [--stop-token ID]... [--json | --json-schema FILE] [--seed S] [--adapter DIR]\n"
-    "                     [--speculate N [--speculate-always]] [--threads N]\n"
+    "                     [--speculate N [--speculate-always] [--draft PLAN]] [--threads N]\n"
     "                     [--adapter-rank K] [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
     "\n"
     "Continues TEXT. Plans compiled with --kv-cache decode through their key/value\n"
@@ -41,7 +41,9 @@ const char *kGenerateUsage =
     "same call, for a plan compiled with --speculate K (default K; 0: off), in the\n"
     "steps where the guesses that held so far and the two calls' measured times say\n"
     "it pays (--speculate-always: every step that has guesses); the tokens are those\n"
-    "drawn without it, and stderr says how many held.\n"
+    "drawn without it, and stderr says how many held. --draft PLAN guesses with a\n"
+    "smaller model instead (its greedy tokens; a plan compiled with --kv-cache from a\n"
+    "model of the same tokenizer, with as many --kv-batch rows and as long a cache).\n"
     "--json-schema FILE makes each row a JSON document that follows the JSON Schema in\n"
     "FILE (compact JSON, properties in the schema's order; a row ends when its\n"
     "document is whole), --json any JSON object: as sdrun serve's response_format.\n";
@@ -66,7 +68,7 @@ std::vector<std::string> stopTexts(const Flags &f) {
 // the count of guessed and confirmed ones is printed at the end.
 int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t maxNew, const TextCodec &codec,
                  const std::vector<std::string> &stops, std::vector<sd::generate::RowSampler> &samplers,
-                 size_t speculate, bool speculateAlways) {
+                 size_t speculate, bool speculateAlways, sd::generate::DraftModel *draft) {
   size_t head = 0; // the row being shown
   auto show = [&] {
     while (head < rows.size()) {
@@ -79,7 +81,7 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
     }
     std::fflush(stdout);
   };
-  sd::generate::Speculator speculator(speculate, size_t(gen.batchSize()), speculateAlways);
+  sd::generate::Speculator speculator(speculate, size_t(gen.batchSize()), speculateAlways, draft);
   bool contextFull = false;
   uint64_t rowSteps = 0, drawnTotal = 0;
   for (size_t first = 0; first < rows.size(); first += size_t(gen.batchSize())) {
@@ -96,9 +98,10 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
         room[i - first] = size_t(maxNew - generated[i - first] - 1); // the step draws one more than it guesses
       }
       if (std::all_of(batch.begin(), batch.end(), [](const auto &b) { return b.empty(); })) break;
-      const auto guesses = speculator.guess(batch, room, gen.verifyCost());
+      const auto guesses = speculator.guess(batch, room, gen.verifyCost(), gen.decodeSeconds());
+      if (!guesses.isOk()) return fail(guesses.status().message());
       std::vector<sd::generate::RowSampler> slice(samplers.begin() + long(first), samplers.begin() + long(last));
-      auto next = gen.nextBatch(batch, slice, guesses);
+      auto next = gen.nextBatch(batch, slice, guesses.value());
       if (!next.isOk()) return fail(next.status().message());
       std::copy(slice.begin(), slice.end(), samplers.begin() + long(first)); // their RNGs moved on
       speculator.drawn(next.value());
@@ -179,7 +182,7 @@ int generateWithTokenizer(const Flags &f, GenerationSetup &g, const std::vector<
     if (!chat) r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(gen, rows, maxNew, codec, stopTexts(f), samplers, speculate, always);
+  return generateRows(gen, rows, maxNew, codec, stopTexts(f), samplers, speculate, always, g.draft.get());
 }
 
 } // namespace
@@ -189,7 +192,7 @@ int generateCommand(const std::vector<std::string> &args) {
   std::string err;
   if (!parseFlags(args, {"--prompt", "--max-new-tokens", "--temperature", "--top-k", "--top-p", "--repetition-penalty", "--stop", "--stop-token",
                          "--seed", "--adapter", "--adapter-rank", "--threads", "--device",
-                         "--tokenizer", "--chat-template", "--cpu-ops", "--json-schema", "--speculate"}, f,
+                         "--tokenizer", "--chat-template", "--cpu-ops", "--json-schema", "--speculate", "--draft"}, f,
                   err, {"--no-cuda-graphs", "--no-cpu-fallback", "--chat", "--json", "--speculate-always"})) {
     if (!f.help) return fail(err + " (see sdrun generate --help)");
   }
@@ -215,6 +218,7 @@ int generateCommand(const std::vector<std::string> &args) {
   if (int rc = openGeneration(f, so, sampling, false, g)) return rc;
   size_t speculate = 0;
   if (!speculateFlag(f, *g.gen, speculate, err)) return fail(err);
+  if (int rc = openDraft(f, so, speculate, *g.gen, g)) return rc;
   // Each row draws with its own sampler: --seed, then the next seeds (and its constraint).
   std::shared_ptr<const sd::generate::JsonVocabulary> tokens;
   if (grammar) tokens = sd::generate::JsonVocabulary::make(tokenTable(g, g.gen->vocabSize()));
@@ -239,7 +243,7 @@ int generateCommand(const std::vector<std::string> &args) {
     r.shown = prompt;
     rows.push_back(std::move(r));
   }
-  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), samplers, speculate, always);
+  return generateRows(*g.gen, rows, maxNew, g.codec, stopTexts(f), samplers, speculate, always, g.draft.get());
 }
 
 } // namespace sdrun

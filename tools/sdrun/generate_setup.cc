@@ -165,6 +165,29 @@ sd::StatusOr<std::vector<int64_t>> encodePrompt(const sd::Tokenizer *tokenizer, 
   return ids;
 }
 
+int openDraft(const Flags &f, const sd::SessionOptions &so, size_t speculate, const sd::generate::Generator &target,
+              GenerationSetup &g) {
+  if (!hasFlag(f, "--draft")) return 0;
+  const std::string path = flagValue(f, "--draft");
+  if (!speculate)
+    return fail("--draft " + path + ": the plan checks no guessed tokens" +
+                (target.speculation() ? std::string(" with --speculate 0")
+                                      : std::string(" (compile it with --kv-cache L --speculate K)")));
+  auto loaded = sd::Plan::loadFile(path);
+  if (!loaded.isOk()) return fail("--draft: " + loaded.status().message());
+  g.draftPlan = std::move(loaded.value());
+  auto session = sd::Session::create(g.draftPlan, so);
+  if (!session.isOk()) return fail("--draft " + path + ": " + session.status().message());
+  g.draftSession = std::move(session.value());
+  auto gen = sd::generate::Generator::create(*g.draftSession, sd::generate::SamplingOptions());
+  if (!gen.isOk()) return fail("--draft " + path + ": " + gen.status().message());
+  g.draftGen = std::move(gen.value());
+  auto draft = sd::generate::DraftModel::create(*g.draftGen, target);
+  if (!draft.isOk()) return fail("--draft " + path + ": " + draft.status().message());
+  g.draft = std::move(draft.value());
+  return 0;
+}
+
 bool speculateFlag(const Flags &f, const sd::generate::Generator &gen, size_t &speculate, std::string &err) {
   int64_t n;
   if (!intFlag(f, "--speculate", gen.speculation(), 0, 1 << 20, n, err)) return false;

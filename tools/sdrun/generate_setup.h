@@ -5,6 +5,7 @@
 #pragma once
 #include "flags.h"
 #include "text_rows.h"
+#include "sd/generate/draft_model.h"
 #include "sd/generate/generator.h"
 #include "sd/generate/json_grammar.h"
 #include "sd/runtime/plan.h"
@@ -22,6 +23,11 @@ struct GenerationSetup {
   // Decoding stops at the tokenizer's EOS, generation_config.json's
   // eos_token_id beside it, and any --stop-token.
   TextCodec codec;
+  // --draft PLAN: the draft model's plan, session, generator and guesses.
+  std::shared_ptr<const sd::Plan> draftPlan;
+  std::unique_ptr<sd::Session> draftSession;
+  std::unique_ptr<sd::generate::Generator> draftGen;
+  std::unique_ptr<sd::generate::DraftModel> draft;
 };
 
 // Whether the plan was compiled with --recipe classify (its infer entry gives class logits).
@@ -60,6 +66,12 @@ bool jsonFlags(const Flags &f, std::shared_ptr<const sd::generate::JsonGrammar> 
 // verify entry checks, sdc compile --speculate; 0: none); false with the
 // error in `err` (N past what the plan checks).
 bool speculateFlag(const Flags &f, const sd::generate::Generator &gen, size_t &speculate, std::string &err);
+
+// --draft PLAN: opens the draft model (same device flags, no adapter) whose
+// greedy tokens are the guesses instead of prompt lookup's; needs the plan's
+// verify entry (speculate > 0). 0, or fail()'s code with the error printed.
+int openDraft(const Flags &f, const sd::SessionOptions &so, size_t speculate, const sd::generate::Generator &target,
+              GenerationSetup &g);
 
 // The token ids of `text`: with the tokenizer (when not null) (BOS/EOS as its post-processor
 // adds them; a rendered chat has its special tokens parsed and none added, as

@@ -117,7 +117,9 @@ const char *kServeUsage =
     "                            compiled with --speculate K (default K; 0: off), when the\n"
     "                            guesses that held and the measured costs say it pays: the\n"
     "                            same tokens, more of them a step when the text repeats\n"
-    "  --speculate-always        check every guess, whatever the costs say (to compare)\n"
+    "  --speculate-always        check every guess, whatever the costs say (to compare)\n"    "  --draft PLAN              guess with a smaller model's greedy tokens instead (a plan\n"
+    "                            compiled with --kv-cache from a model of the same tokenizer,\n"
+    "                            as many --kv-batch rows and as long a cache)\n"
     "Ctrl-C (SIGINT) or SIGTERM stops the server.\n";
 
 volatile std::sig_atomic_t gStop = 0;
@@ -181,7 +183,8 @@ public:
     events.done = [this](Job &job) { finishJob(job); };
     events.failed = [this](Job &job, const std::string &message) { failJob(job, message); };
     for (ServedModel &m : models_)
-      if (m.generator) m.batcher = std::make_shared<Batcher>(*m.generator, g.codec, events, speculate, speculateAlways);
+      if (m.generator)
+        m.batcher = std::make_shared<Batcher>(*m.generator, g.codec, events, speculate, speculateAlways, g.draft.get());
       else if (m.adapter) m.batcher = models_[0].batcher;
   }
   int run(int listenFd);
@@ -930,7 +933,7 @@ int serveCommand(const std::vector<std::string> &args) {
   Flags f;
   std::string err;
   if (!parseFlags(args, {"--tokenizer", "--chat-template", "--host", "--port", "--served-model-name", "--lora-modules", "--api-key", "--seed",
-                         "--request-timeout", "--keep-alive", "--tool-call-parser", "--speculate",
+                         "--request-timeout", "--keep-alive", "--tool-call-parser", "--speculate", "--draft",
                          "--adapter", "--adapter-rank", "--threads", "--device", "--cpu-ops"},
                   f, err, {"--no-cuda-graphs", "--no-cpu-fallback", "--speculate-always",
                            "--allow-runtime-lora-updating"})) {
@@ -1037,6 +1040,9 @@ int serveCommand(const std::vector<std::string> &args) {
   size_t speculate = 0;
   if (encoder && hasFlag(f, "--speculate")) return fail("--speculate: an encoder plan serves embeddings, not generation");
   if (!encoder && !speculateFlag(f, *models[0].generator, speculate, err)) return fail(err);
+  if (encoder && hasFlag(f, "--draft")) return fail("--draft: an encoder plan serves embeddings, not generation");
+  if (!encoder)
+    if (int rc = openDraft(f, so, speculate, *models[0].generator, g)) return rc;
   Server server(g, models, flagValue(f, "--api-key"), uint64_t(seed), timeout, keepAlive, toolParser, speculate,
                 hasFlag(f, "--speculate-always"));
   const size_t adapters = slotAdapters.size() - 1;

@@ -119,6 +119,8 @@ public:
   // A verify step's time over a decode step's, as measured lately (0 until
   // both have run): what guessing costs (sd/generate/speculation.h).
   double verifyCost() const { return verifySeconds_ > 0 && decodeSeconds_ > 0 ? verifySeconds_ / decodeSeconds_ : 0; }
+  // A decode step's time in seconds, as measured lately (0 before one).
+  double decodeSeconds() const { return decodeSeconds_; }
   // Speculative decoding: up to drafts[b].size() + 1 nextBatch calls in one.
   // Each row is fed with its guessed continuation drafts[b] (in one call when
   // it fits the verify entry), then tokens are drawn at each position in turn

@@ -11,7 +11,15 @@
 // learned token by token overrate bursts of repeats, and a step guesses just
 // when they run high.
 // The tokens drawn are the same either way.
+//
+// Guesses come from prompt lookup (free: every step has them, so rates learn
+// on decode steps too), or from a draft model (sd/generate/draft_model.h),
+// which costs its own decode calls: it runs only in steps that check its
+// guesses, its time counts in the step's cost, and a row's rate learns only
+// from checks (fading back toward one in two while unchecked, so a row whose
+// draft stopped paying tries again).
 #pragma once
+#include "sd/generate/draft_model.h"
 #include "sd/generate/prompt_lookup.h"
 #include <cstddef>
 #include <cstdint>
@@ -23,14 +31,17 @@ class Speculator {
 public:
   // Up to `most` guessed tokens a row and step, for `rows` rows; `always`:
   // every guess is checked, whatever it is expected to give (to compare).
-  Speculator(size_t most, size_t rows, bool always = false);
+  // With `draft`, its guesses instead of prompt lookup's.
+  Speculator(size_t most, size_t rows, bool always = false, DraftModel *draft = nullptr);
 
   // This step's guesses, a row each (empty rows are idle; row b's no longer
-  // than room[b]): prompt lookup's for every row that has one when a verify
-  // step is expected to pay, else none. verifyCost: a verify step's time over
-  // a decode step's (0 while not both measured: then each is tried).
-  std::vector<std::vector<int64_t>> guess(const std::vector<std::vector<int64_t>> &rows,
-                                          const std::vector<size_t> &room, double verifyCost);
+  // than room[b]): prompt lookup's (or the draft's) for every row that has
+  // one when a verify step is expected to pay, else none. verifyCost: a
+  // verify step's time over a decode step's (0 while not both measured: then
+  // each is tried); decodeSeconds: a decode step's time (for a draft's cost).
+  StatusOr<std::vector<std::vector<int64_t>>> guess(const std::vector<std::vector<int64_t>> &rows,
+                                                    const std::vector<size_t> &room, double verifyCost,
+                                                    double decodeSeconds = 0);
   // What each row drew this step (after guess()): its rate of confirmed
   // guesses moves.
   void drawn(const std::vector<std::vector<int64_t>> &drawn);
@@ -45,9 +56,11 @@ private:
     double hits = 1, tries = 2; // the prior: one in two
     double value() const { return hits / tries; }
     void add(double h, double t);
+    void fade(); // a step toward the prior
   };
   size_t most_;
   bool always_;
+  DraftModel *draft_;
   PromptLookup lookup_;
   std::vector<Rate> rates_;
   // Guesses expected to hold and held in the steps that checked them (decaying
