@@ -32,20 +32,17 @@ plain greedy one.
 """
 import argparse
 import os
-import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
-import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from decode_bench import build_model  # noqa: E402
 from peers import cpu_model  # noqa: E402
-from speculative_bench import CACHE, GUESSES, inflate, train  # noqa: E402
+from speculative_bench import CACHE, GUESSES, inflate, time_sdrun, time_transformers, train  # noqa: E402
 
 
 def build_draft(target, hidden, layers):
@@ -86,46 +83,6 @@ def distill(draft, target, folder, steps, threads):
         opt.step()
     draft.eval()
     return loss.item()
-
-
-def time_sdrun(sdrun, plan, tok, prompt, new, threads, repeats, variants):
-    """Each variant's (name, flags) decode rate, text and speculation line, their runs interleaved."""
-    def run(n, flags):
-        cmd = [sdrun, "generate", plan, "--tokenizer", tok, "--prompt", prompt, "--temperature", "0",
-               "--max-new-tokens", str(n), "--threads", str(threads), *flags]
-        t0 = time.perf_counter()
-        r = subprocess.run(cmd, capture_output=True, text=True, check=True)
-        return time.perf_counter() - t0, r.stdout, r.stderr
-    rates = {name: [] for name, _ in variants}
-    last = {}
-    for _ in range(repeats):
-        for name, flags in variants:
-            one, _, _ = run(1, flags)
-            full, text, err = run(new, flags)
-            rates[name].append((new - 1) / max(full - one, 1e-9))
-            last[name] = (text, err)
-    out = {}
-    for name, _ in variants:
-        text, err = last[name]
-        m = re.search(r"(\d+) of (\d+) guessed tokens confirmed; ([\d.]+) tokens a row", err)
-        out[name] = (statistics.median(rates[name]), text.rstrip("\n"), m.groups() if m else None)
-    return out
-
-
-def time_transformers(model, ids, new, threads, repeats, extra):
-    import torch
-    torch.set_num_threads(threads)
-    rates, out = [], None
-    with torch.no_grad():
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            model.generate(input_ids=ids, max_new_tokens=1, do_sample=False, pad_token_id=0, **extra)
-            t1 = time.perf_counter()
-            out = model.generate(input_ids=ids, max_new_tokens=new, min_new_tokens=new, do_sample=False,
-                                 pad_token_id=0, eos_token_id=None, **extra)
-            t2 = time.perf_counter()
-            rates.append((new - 1) / max((t2 - t1) - (t1 - t0), 1e-9))
-    return statistics.median(rates), out[0, ids.shape[1]:].tolist()
 
 
 def main():

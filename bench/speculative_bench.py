@@ -97,35 +97,35 @@ def inflate(model, folder, factor, extra_layers):
     return big
 
 
-def time_sdrun(sdrun, plan, tok, prompt, new, threads, repeats, speculates):
-    """Each --speculate value's decode rate, text and speculation line, the
-    values' runs interleaved so the machine's drift reaches them alike."""
-    def run(n, speculate):
+def time_sdrun(sdrun, plan, tok, prompt, new, threads, repeats, variants):
+    """Each variant's (name, generate flags) decode rate, text and speculation
+    line, the variants' runs interleaved so the machine's drift reaches them alike."""
+    def run(n, flags):
         cmd = [sdrun, "generate", plan, "--tokenizer", tok, "--prompt", prompt, "--temperature", "0",
-               "--max-new-tokens", str(n), "--threads", str(threads), "--speculate", str(speculate)]
+               "--max-new-tokens", str(n), "--threads", str(threads), *flags]
         t0 = time.perf_counter()
         r = subprocess.run(cmd, capture_output=True, text=True, check=True)
         return time.perf_counter() - t0, r.stdout, r.stderr
-    rates = {s: [] for s in speculates}
+    rates = {name: [] for name, _ in variants}
     last = {}
     for _ in range(repeats):
-        for speculate in speculates:
-            one, _, _ = run(1, speculate)
-            full, text, err = run(new, speculate)
-            rates[speculate].append((new - 1) / max(full - one, 1e-9))
-            last[speculate] = (text, err)
-    out = []
-    for speculate in speculates:
-        text, err = last[speculate]
+        for name, flags in variants:
+            one, _, _ = run(1, flags)
+            full, text, err = run(new, flags)
+            rates[name].append((new - 1) / max(full - one, 1e-9))
+            last[name] = (text, err)
+    out = {}
+    for name, _ in variants:
+        text, err = last[name]
         m = re.search(r"(\d+) of (\d+) guessed tokens confirmed; ([\d.]+) tokens a row", err)
-        out.append((statistics.median(rates[speculate]), text.rstrip("\n"), m.groups() if m else None))
+        out[name] = (statistics.median(rates[name]), text.rstrip("\n"), m.groups() if m else None)
     return out
 
 
-def time_transformers(model, ids, new, threads, repeats, lookup):
+def time_transformers(model, ids, new, threads, repeats, extra):
+    """Greedy decode rate with generate's `extra` arguments, and the continuation."""
     import torch
     torch.set_num_threads(threads)
-    extra = {"prompt_lookup_num_tokens": GUESSES} if lookup else {}
     rates, out = [], None
     with torch.no_grad():
         for _ in range(repeats):
@@ -179,16 +179,18 @@ def main():
             export(m, onnx_path, 17, 1, 16)
             subprocess.run([sdc, "compile", onnx_path, "--kv-cache", str(CACHE), "--speculate", str(GUESSES),
                             "-o", plan], check=True, capture_output=True)
-            guessing, plain = time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats, [GUESSES, 0])
+            timed = time_sdrun(sdrun, plan, hf, prompt, a.new, a.threads, a.repeats,
+                               [("guessing", ["--speculate", str(GUESSES)]), ("plain", ["--speculate", "0"])])
+            guessing, plain = timed["guessing"], timed["plain"]
             if a.keep:
                 os.makedirs(a.keep, exist_ok=True)
                 shutil.copy(plan, os.path.join(a.keep, f"plan{len(tables)}.sdp"))
             results = {
                 "sdrun, guessing": guessing,
                 "sdrun, --speculate 0": plain,
-                "transformers, prompt_lookup_num_tokens=4": time_transformers(m, ids, a.new, a.threads, a.repeats,
-                                                                              True),
-                "transformers": time_transformers(m, ids, a.new, a.threads, a.repeats, False),
+                "transformers, prompt_lookup_num_tokens=4": time_transformers(
+                    m, ids, a.new, a.threads, a.repeats, {"prompt_lookup_num_tokens": GUESSES}),
+                "transformers": time_transformers(m, ids, a.new, a.threads, a.repeats, {}),
             }
             tables.append((f"{label}: {params / 1e6:.1f}M parameters", results))
     finally:
