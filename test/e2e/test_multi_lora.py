@@ -25,7 +25,7 @@ import threading
 import urllib.request
 
 from e2e_util import clean_error_problems, tool_paths, write_token_rows
-from test_serve import Server, generate_cli, greedy
+from test_serve import Server, generate_cli, genesis_tokenizer, greedy
 from test_training import check, report
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -132,15 +132,12 @@ def main():
     sdc, sdrun = tool_paths()
     import torch
     from export_hf import build, export
-    from test_tokenizer import small_tokenizer
     torch.set_num_threads(2)
     tmp = tempfile.mkdtemp(prefix="sd_multi_lora_")
     servers = []
     try:
-        texts = subprocess.run(["bible", "Gen1:1-Gen50:26"], capture_output=True, text=True,
-                               check=True).stdout.splitlines()
         tok = os.path.join(tmp, "tok")
-        lib = small_tokenizer(texts[:3000], tok)
+        lib = genesis_tokenizer(tok)
         onnx_path = os.path.join(tmp, "llama.onnx")
         export(build("llama", 0), onnx_path, 17, 2, 16)
         plan_a, ad_a = train_adapter(sdc, sdrun, onnx_path, tmp, "a", 1, "--target-modules", "q_proj,v_proj")

@@ -643,19 +643,23 @@ def lora_models(sdc, sdrun, onnx_path, tok, tmp, servers):
         check(f"bad input: --lora-modules {name} is a one-line error", not problems, "; ".join(problems) or line)
 
 
+def genesis_tokenizer(folder):
+    """test_tokenizer's small BPE trained on Genesis (KJV), saved in `folder`; the tokenizers library's object."""
+    from test_tokenizer import small_tokenizer
+    texts = subprocess.run(["bible", "Gen1:1-Gen50:26"], capture_output=True, text=True, check=True).stdout
+    return small_tokenizer(texts.splitlines()[:3000], folder)
+
+
 def main():
     sdc, sdrun = tool_paths()
     import torch
     from export_hf import build, export
-    from test_tokenizer import small_tokenizer
     torch.set_num_threads(2)
     tmp = tempfile.mkdtemp(prefix="sd_serve_")
     servers = []
     try:
-        texts = subprocess.run(["bible", "Gen1:1-Gen50:26"], capture_output=True, text=True,
-                               check=True).stdout.splitlines()
         tok = os.path.join(tmp, "tok")
-        lib = small_tokenizer(texts[:3000], tok)
+        lib = genesis_tokenizer(tok)
         eos = lib.token_to_id("</s>")
         onnx_path = os.path.join(tmp, "llama.onnx")
         export(build("llama", 0), onnx_path, 17, 2, 16)
