@@ -86,6 +86,47 @@ def post(srv, path, body):
         return e.code, e.read().decode()
 
 
+def no_starving(sdrun, onnx_path, sdc, tmp, tok, servers, want, ad_a, ad_c):
+    """One slot, two rows kept busy with adapter a by four clients out of step: a request for c gets
+    its text through the only slot while a's requests keep coming (the slot drains for it: a waiting
+    choice lets at most twice the rows' count of others take a row first; these loads need not reach
+    that bound)."""
+    one = os.path.join(tmp, "one_slot.sdp")
+    subprocess.run([sdc, "compile", onnx_path, "--max-loras", "1", "--target-modules", "q_proj,v_proj", "--kv-cache",
+                    "96", "--kv-batch", "2", "--prefill-chunk", "8", "--tokenizer", tok, "-o", one], check=True,
+                   capture_output=True)
+    srv = Server(sdrun, one, "--served-model-name", "base", "--lora-modules", f"a={ad_a}", "--lora-modules",
+                 f"c={ad_c}")
+    servers.append(srv)
+    client = srv.client()
+    done, started, lock = [], threading.Event(), threading.Lock()
+
+    def stream_a(tokens):
+        for _ in range(8):
+            client.completions.create(model="a", prompt=PROMPTS[2], max_tokens=tokens, temperature=0)
+            with lock:
+                done.append("a")
+            started.set()
+    got = {}
+
+    def ask_c():
+        started.wait(60)
+        got["c"] = complete(client, "c", PROMPTS[0])
+        with lock:
+            done.append("c")
+    threads = [threading.Thread(target=stream_a, args=(n,)) for n in (9, 11, 14, 17)] + [threading.Thread(target=ask_c)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    after = len(done) - 1 - done.index("c") if "c" in done else -1
+    check("one slot, two rows kept busy by adapter a's four clients: a request for c gets its text (its adapter "
+          "swapped into the only slot) while a's requests still come", got.get("c") == want["c"][0] and after >= 8,
+          f"{after} of a's 32 requests ended after c's; {got} vs {want['c'][0]!r}; {done}")
+    srv.stop()
+    servers.remove(srv)
+
+
 def runtime_updates(sdrun, slots, servers, want, ad_a, ad_c, tmp):
     """--allow-runtime-lora-updating: vLLM's load and unload routes."""
     srv = Server(sdrun, slots, "--served-model-name", "base", "--allow-runtime-lora-updating")
@@ -212,6 +253,7 @@ def main():
         servers.remove(own)
 
         runtime_updates(sdrun, slots, servers, want, ad_a, ad_c, tmp)
+        no_starving(sdrun, onnx_path, sdc, tmp, tok, servers, want, ad_a, ad_c)
 
         # Adapters the slots cannot take.
         big_plan, big = train_adapter(sdc, sdrun, onnx_path, tmp, "big", 3, "--target-modules", "q_proj",

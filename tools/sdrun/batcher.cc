@@ -64,20 +64,25 @@ sd::StatusOr<int64_t> Batcher::slotFor(size_t adapter) {
 
 void Batcher::admit() {
   auto freeRow = [&] { return std::any_of(slots_.begin(), slots_.end(), [](const Slot &s) { return !s.first; }); };
+  std::vector<Choice *> passed; // waiting ahead of the next one taken, for want of a slot
   for (auto it = waiting_.begin(); it != waiting_.end() && freeRow();) {
     const std::shared_ptr<Job> job = it->first;
-    const Choice &ch = job->choices[it->second];
+    Choice &ch = job->choices[it->second];
     auto slot = slotFor(ch.adapter);
     if (!slot.isOk()) { // its adapter could not be written: this request fails, the others go on
       cancel(*job);
       events_.failed(*job, slot.status().message());
+      passed.clear(); // (they may have been the cancelled job's)
       it = waiting_.begin();
       continue;
     }
     if (slot.value() < 0) { // every slot serves running rows of other adapters
+      if (ch.passedOver >= 2 * slots_.size()) return; // it has waited long enough: its slot drains
+      passed.push_back(&ch);
       ++it;
       continue;
     }
+    for (Choice *p : passed) ++p->passedOver;
     // The free row whose cache holds most of the prompt (through this adapter).
     size_t best = SIZE_MAX, most = 0;
     for (size_t b = 0; b < slots_.size(); ++b) {

@@ -33,6 +33,7 @@ struct Choice {
   openai::RequiredCallReader calls;           // tool_choice required, streamed: its calls as they come
   std::vector<std::string> callIds;           // tool_choice required, streamed: the ids sent
   size_t adapter = 0;                         // a plan of adapter slots: Batcher::serveAdapters' index
+  size_t passedOver = 0;                      // choices that took a row first while its adapter found no slot
 };
 
 struct Job {
@@ -71,7 +72,8 @@ public:
   // adapters[0] is unused). An adapter goes into a slot when a choice of it
   // takes a row and it is in none; the slot least recently used by a
   // running row makes room. A waiting choice whose adapter finds no slot
-  // lets later ones go first.
+  // lets later ones go first, up to twice the rows' count of them; then no
+  // one passes it until a slot drains for it.
   void serveAdapters(std::unique_ptr<sd::LoraSlots> slots, std::vector<sd::SlotAdapter> adapters);
   // Reads and checks the adapter in `dir` (a plan of adapter slots); its index.
   sd::StatusOr<size_t> addAdapter(const std::string &dir);
