@@ -213,6 +213,18 @@ def main():
               "adapter's own plan or PEFT (ranks 8, 4 and 2; alphas 8, 16 and rslora 5; q,v and q alone)",
               got == want, f"{got} vs {want}")
 
+        for what, flags in (("an NF4 base (--quantize nf4)", ["--quantize", "nf4"]),
+                            ("bf16 (--precision bf16)", ["--precision", "bf16"])):
+            both = []
+            for kind in (["--max-loras", "2"], ["--peft", "lora", "--shapes", "input_ids=2x16"]):
+                out = os.path.join(tmp, f"variant{len(both)}.sdp")
+                subprocess.run([sdc, "compile", onnx_path, *kind, *flags, "--target-modules", "q_proj,v_proj",
+                                "--kv-cache", "96", "--kv-batch", "2", "--tokenizer", tok, "-o", out], check=True,
+                               capture_output=True)
+                both.append([generate_cli(sdrun, out, p, NEW, "--adapter", ad_a) for p in PROMPTS[:2]])
+            check(f"{what}: the slot plan's text with --adapter equals the ordinary LoRA plan's compiled alike",
+                  both[0] == both[1] and not both[0][0].startswith("error"), f"{both}")
+
         srv = Server(sdrun, slots, "--served-model-name", "base", "--lora-modules", f"a={ad_a}", "--lora-modules",
                      f"b={ad_b}", "--lora-modules", f"c={ad_c}")
         servers.append(srv)
