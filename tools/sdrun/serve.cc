@@ -35,8 +35,8 @@ namespace {
 
 const char *kServeUsage =
     "usage: sdrun serve PLAN.sdp [--tokenizer DIR] [--chat-template FILE] [--host ADDR] [--port N] [--served-model-name NAME] [--api-key KEY]\n"
-    "                  [--lora-modules NAME=ADAPTER_DIR]... [--tool-call-parser NAME]\n"
-    "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--speculate N [--speculate-always]]\n"
+    "                  [--lora-modules NAME=ADAPTER_DIR]... [--allow-runtime-lora-updating] [--tool-call-parser NAME]\n"
+    "                  [--seed S] [--request-timeout SECONDS] [--keep-alive SECONDS] [--speculate N [--speculate-always] [--draft PLAN]]\n"
     "                  [--adapter DIR] [--adapter-rank K]\n"
     "                  [--threads N]\n"
     "                  [--device cpu|cuda|auto] [--no-cuda-graphs] [--no-cpu-fallback] [--cpu-ops OP,...]\n"
