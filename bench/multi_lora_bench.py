@@ -39,7 +39,7 @@ sys.path.insert(0, os.path.join(ROOT, "examples"))
 sys.path.insert(0, os.path.join(ROOT, "bench"))
 from decode_bench import PROMPT_TOKENS, build_model  # noqa: E402
 from peers import cpu_model  # noqa: E402
-from serve_bench import complete, free_port, serve  # noqa: E402
+from serve_bench import complete, free_port, genesis_prompts, serve  # noqa: E402
 
 
 def make_adapters(model, folder, count):
@@ -129,17 +129,13 @@ def main():
     import torch
     import transformers
     from export_hf import export
-    from tokenizers import Tokenizer
     sdc, sdrun = os.path.join(a.build, "tools", "sdc"), os.path.join(a.build, "tools", "sdrun")
     tmp = tempfile.mkdtemp(prefix="sd_multi_lora_bench_")
     results, texts = [], {}
     try:
         hf = os.path.join(tmp, "hf")
         model, _ = build_model(hf)
-        tok = Tokenizer.from_file(os.path.join(hf, "tokenizer.json"))
-        lines = subprocess.run(["bible", "Gen1:1-Gen50:26"], capture_output=True, check=True).stdout.decode().split("\n")
-        prompts = [tok.decode(tok.encode(" ".join(lines[100 + 40 * k:140 + 40 * k])).ids[:PROMPT_TOKENS])
-                   for k in range(16)]
+        tok, prompts = genesis_prompts(hf)
         dirs = make_adapters(model, tmp, a.adapters)
         onnx_path = os.path.join(tmp, "model.onnx")
         export(model, onnx_path, 17, a.rows, 16)

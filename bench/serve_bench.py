@@ -59,6 +59,15 @@ def complete(port, model, prompt, new):
     return out["choices"][0]["text"], out["usage"]["completion_tokens"]
 
 
+def genesis_prompts(folder, count=16):
+    """The tokenizer build_model saved in `folder`, and `count` prompts of PROMPT_TOKENS tokens from Genesis."""
+    from tokenizers import Tokenizer
+    tok = Tokenizer.from_file(os.path.join(folder, "tokenizer.json"))
+    lines = subprocess.run(["bible", "Gen1:1-Gen50:26"], capture_output=True, check=True).stdout.decode().split("\n")
+    return tok, [tok.decode(tok.encode(" ".join(lines[100 + 40 * k:140 + 40 * k])).ids[:PROMPT_TOKENS])
+                 for k in range(count)]
+
+
 def wait_ready(port, proc, seconds=300):
     deadline = time.time() + seconds
     while time.time() < deadline:
@@ -130,11 +139,7 @@ def main():
     try:
         hf = os.path.join(tmp, "hf")
         model, prompt_ids = build_model(hf)
-        from tokenizers import Tokenizer
-        tok = Tokenizer.from_file(os.path.join(hf, "tokenizer.json"))
-        lines = subprocess.run(["bible", "Gen1:1-Gen50:26"], capture_output=True, check=True).stdout.decode().split("\n")
-        prompts = [tok.decode(tok.encode(" ".join(lines[100 + 40 * k:140 + 40 * k])).ids[:PROMPT_TOKENS])
-                   for k in range(16)]
+        tok, prompts = genesis_prompts(hf)
         onnx_path, plan = os.path.join(tmp, "model.onnx"), os.path.join(tmp, "plan.sdp")
         export(model, onnx_path, 17, a.rows, 16)
         subprocess.run([os.path.join(a.build, "tools", "sdc"), "compile", onnx_path, "--kv-cache", "256", "--kv-batch",
