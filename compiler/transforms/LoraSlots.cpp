@@ -18,6 +18,7 @@
 #include "PassDetail.h"
 #include "Passes.h"
 #include "vjp/GradBuilder.h"
+#include "llvm/ADT/StringSet.h"
 
 namespace sd {
 #define GEN_PASS_DEF_LORASLOTS
@@ -59,15 +60,16 @@ struct LoraSlotsPass : sd::impl::LoraSlotsBase<LoraSlotsPass> {
     }
     for (auto f : llvm::to_vector(module.getOps<func::FuncOp>()))
       if (f->hasAttr("sd.entry") && failed(rewrite(f, stacks))) return signalPassFailure();
+    llvm::StringSet<> stillRead; // factors read other than by the adapter products rewritten
+    module.walk([&](GlobalLoadOp l) {
+      if (stacks.count(l.getGlobal())) stillRead.insert(l.getGlobal());
+    });
     for (auto &entry : stacks) {
-      auto g = symbols.lookup<GlobalOp>(entry.getKey());
-      bool read = false;
-      module.walk([&](GlobalLoadOp l) { read |= l.getGlobal() == g.getSymName(); });
-      if (read) {
+      if (stillRead.count(entry.getKey())) {
         module.emitError() << "--max-loras: '" << entry.getKey() << "' is read other than by an adapter product";
         return signalPassFailure();
       }
-      g.erase();
+      symbols.lookup<GlobalOp>(entry.getKey()).erase();
     }
     Builder b(module.getContext());
     NamedAttrList fields(peft);

@@ -173,7 +173,7 @@ StatusOr<std::unique_ptr<Generator>> Generator::create(Session &session, const S
   }
   bool hasCache = std::any_of(plan.entries.begin(), plan.entries.end(),
                               [](const EntryDesc &e) { return e.name == abi::kPrefill || e.name == abi::kDecode; });
-  g->adapterSlots_ = adapter.isOk() && adapter.value().isLora() ? adapter.value().maxLoras : 0;
+  g->adapterSlots_ = adapter.isOk() ? adapter.value().maxLoras : 0;
   SD_RETURN_IF_ERROR(hasCache ? g->bindCache() : g->bindWindows());
   return g;
 }

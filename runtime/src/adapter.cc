@@ -150,7 +150,7 @@ Status loadAdapter(const std::string &dir, Session &session, const LoraConfig &c
     if (!slots.isOk()) return slots.status();
     auto adapter = slots.value()->read(dir);
     if (!adapter.isOk()) return adapter.status();
-    return slots.value()->write(0, &adapter.value());
+    return slots.value()->write(0, adapter.value());
   }
   std::string cfgPath = dir + "/" + kAdapterConfigFile;
   auto given = readAdapterConfig(dir);

@@ -1,20 +1,20 @@
 // Adapters in and out of a --max-loras plan's slots (sd/runtime/lora_slots.h).
 #include "sd/runtime/lora_slots.h"
 #include "sd/format/safetensors.h"
+#include "sd/format/tensor.h"
 #include "sd/runtime/adapter.h"
-#include <cstring>
 #include <set>
 
 namespace sd {
 
 int64_t loraSlotCount(const Plan &plan) {
   auto cfg = loraConfigOf(plan);
-  return cfg.isOk() && cfg.value().isLora() ? cfg.value().maxLoras : 0;
+  return cfg.isOk() ? cfg.value().maxLoras : 0;
 }
 
 StatusOr<std::unique_ptr<LoraSlots>> LoraSlots::create(Session &session) {
   auto cfg = loraConfigOf(session.plan());
-  if (!cfg.isOk() || !cfg.value().isLora() || cfg.value().maxLoras < 1)
+  if (!cfg.isOk() || cfg.value().maxLoras < 1)
     return sdError("the plan has no adapter slots (compile it with sdc compile --max-loras N)");
   std::unique_ptr<LoraSlots> slots(new LoraSlots(session, std::move(cfg.value())));
   slots->count_ = slots->cfg_.maxLoras;
@@ -31,23 +31,6 @@ StatusOr<std::unique_ptr<LoraSlots>> LoraSlots::create(Session &session) {
       slots->stacks_.push_back({size_t(g), m, isA, d.dims[1], d.dims[2]});
     }
   return slots;
-}
-
-// One factor of the file as floats (f32, or bf16/f16 widened).
-static std::vector<float> floatsOf(const NamedTensor &t) {
-  const size_t n = size_t(product(t.dims));
-  std::vector<float> out(n);
-  if (t.dtype == DType::F32) {
-    std::memcpy(out.data(), t.data, n * sizeof(float));
-    return out;
-  }
-  const auto *h = static_cast<const uint16_t *>(t.data);
-  for (size_t i = 0; i < n; ++i) {
-    uint16_t v;
-    std::memcpy(&v, h + i, sizeof v);
-    out[i] = t.dtype == DType::BF16 ? bf16ToFloat(v) : halfToFloat(v);
-  }
-  return out;
 }
 
 StatusOr<SlotAdapter> LoraSlots::read(const std::string &dir) const {
@@ -86,10 +69,12 @@ StatusOr<SlotAdapter> LoraSlots::read(const std::string &dir) const {
         if ((t->dtype != DType::F32 && !dtypeIsHalf(t->dtype)) || t->dims != want)
           return sdError(wPath, ": '", t == &ia->second ? ka : kb, "' is ", dtypeName(t->dtype), "[",
                          formatDims(t->dims), "], the plan needs f32 [", formatDims(want), "]");
-      const std::vector<float> fa = floatsOf(ia->second), fb = floatsOf(ib->second);
+      std::vector<double> fa, fb; // f32, or bf16/f16 widened (exactly, as f32 would be)
+      readDoubles(TensorView{const_cast<void *>(ia->second.data), ia->second.dtype, ia->second.dims}, fa);
+      readDoubles(TensorView{const_cast<void *>(ib->second.data), ib->second.dtype, ib->second.dims}, fb);
       const int64_t r = cfg_.r;
       for (int64_t k = 0; k < a.r; ++k) {
-        for (int64_t c = 0; c < in; ++c) slotA[size_t(c * r + k)] = fa[size_t(k * in + c)];
+        for (int64_t c = 0; c < in; ++c) slotA[size_t(c * r + k)] = float(fa[size_t(k * in + c)]);
         for (int64_t o = 0; o < outDim; ++o) slotB[size_t(k * outDim + o)] = float(fb[size_t(o * a.r + k)] * ratio);
       }
       used.insert(ka);
@@ -104,16 +89,12 @@ StatusOr<SlotAdapter> LoraSlots::read(const std::string &dir) const {
   return out;
 }
 
-Status LoraSlots::write(int64_t slot, const SlotAdapter *adapter) {
+Status LoraSlots::write(int64_t slot, const SlotAdapter &adapter) {
   if (slot < 0 || slot > count_) return sdError("adapter slot ", slot, " is outside 0 to ", count_);
-  if (adapter && adapter->factors.size() != stacks_.size())
-    return sdError("the adapter from ", adapter->dir, " was read for another plan");
+  if (adapter.factors.size() != stacks_.size()) return sdError("the adapter from ", adapter.dir, " was read for another plan");
   for (size_t i = 0; i < stacks_.size(); ++i) {
-    const size_t n = size_t(stacks_[i].rows * stacks_[i].cols);
-    std::vector<float> zeros;
-    if (!adapter) zeros.assign(n, 0.0f);
-    const float *src = adapter ? adapter->factors[i].data() : zeros.data();
-    SD_RETURN_IF_ERROR(session_.writeGlobalPart(stacks_[i].global, size_t(slot) * n * sizeof(float), src, n * sizeof(float)));
+    const size_t bytes = size_t(stacks_[i].rows * stacks_[i].cols) * sizeof(float);
+    SD_RETURN_IF_ERROR(session_.writeGlobalPart(stacks_[i].global, size_t(slot) * bytes, adapter.factors[i].data(), bytes));
   }
   return Status::ok();
 }

@@ -680,10 +680,17 @@ Status Session::readGlobalRows(size_t index, std::vector<uint8_t> &rows) const {
   return rows.empty() ? Status::ok() : impl_->device->copyToHost(rows.data(), impl_->globalData[index], rows.size());
 }
 
-Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
-  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
-  const GlobalDesc &g = plan_->globals[index];
+// Whether entries may write global `index` (a mutable role), and so callers too.
+static Status checkWritable(const Plan &plan, size_t index) {
+  if (index >= plan.globals.size()) return sdError("global index ", index, " out of range");
+  const GlobalDesc &g = plan.globals[index];
   if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
+  return Status::ok();
+}
+
+Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
+  SD_RETURN_IF_ERROR(checkWritable(*plan_, index));
+  const GlobalDesc &g = plan_->globals[index];
   if (bytes != g.bytes) return sdError("global '", g.name, "' has ", g.bytes, " bytes, the data ", bytes);
   if (rowSharded(index)) { // the whole value in, this rank's rows kept
     const uint64_t row = rowBytes(g), keep = row * uint64_t(impl_->rows[index].count);
@@ -696,20 +703,18 @@ Status Session::writeGlobal(size_t index, const void *src, size_t bytes) {
 }
 
 Status Session::writeGlobalPart(size_t index, size_t offset, const void *src, size_t bytes) {
-  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  SD_RETURN_IF_ERROR(checkWritable(*plan_, index));
   const GlobalDesc &g = plan_->globals[index];
-  if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
   if (offset > g.bytes || bytes > g.bytes - offset)
     return sdError("global '", g.name, "' has ", g.bytes, " bytes; bytes ", offset, " to ", offset + bytes, " are outside it");
-  if (rowSharded(index) || !holdsGlobal(index)) return sdError("global '", g.name, "' is not held whole on this rank");
+  if (rowSharded(index) || !holdsGlobal(index)) return notHeld(*this, index);
   return bytes ? impl_->device->copyFromHost(impl_->globalData[index] + offset, src, bytes) : Status::ok();
 }
 
 Status Session::writeGlobalRows(size_t index, const void *rows, size_t bytes) {
-  if (index >= plan_->globals.size()) return sdError("global index ", index, " out of range");
+  SD_RETURN_IF_ERROR(checkWritable(*plan_, index));
   if (!rowSharded(index)) return writeGlobal(index, rows, bytes);
   const GlobalDesc &g = plan_->globals[index];
-  if (!isMutableRole(g.role)) return sdError("global '", g.name, "' is ", globalRoleName(g.role), " and cannot be written");
   const uint64_t keep = rowBytes(g) * uint64_t(impl_->rows[index].count);
   if (bytes != keep) return sdError("global '", g.name, "': this rank keeps ", keep, " bytes of rows, the data has ", bytes);
   return keep ? impl_->device->copyFromHost(impl_->globalData[index], rows, keep) : Status::ok();

@@ -32,8 +32,8 @@ sd::StatusOr<size_t> Batcher::addAdapter(const std::string &dir) {
 void Batcher::dropAdapter(size_t index) {
   if (index == 0 || index >= adapters_.size()) return;
   adapters_[index] = sd::SlotAdapter();
-  for (size_t &held : slotHolds_)
-    if (held == index) held = SIZE_MAX; // a later adapter overwrites it
+  for (size_t k = 1; k < slotHolds_.size(); ++k)
+    if (slotHolds_[k] == index) slotHolds_[k] = SIZE_MAX, slotUsed_[k] = 0; // empty: the next adapter goes here
 }
 
 sd::StatusOr<int64_t> Batcher::slotFor(size_t adapter) {
@@ -43,19 +43,16 @@ sd::StatusOr<int64_t> Batcher::slotFor(size_t adapter) {
       if (slots_[b].first && rowSlots_[b] == int64_t(k)) return true;
     return false;
   };
-  // Its own slot, else an empty one, else the one a row took longest ago (none in use).
+  // Its own slot, else the one a row took longest ago (an empty one: never), none in use.
   int64_t best = -1;
   for (size_t k = 1; k < slotHolds_.size(); ++k) {
     if (slotHolds_[k] == adapter) return int64_t(k);
-    if (inUse(k)) continue;
-    const bool empty = slotHolds_[k] == SIZE_MAX;
-    if (best < 0 || (empty && slotHolds_[size_t(best)] != SIZE_MAX) ||
-        (!empty && slotHolds_[size_t(best)] != SIZE_MAX && slotUsed_[k] < slotUsed_[size_t(best)]))
-      best = int64_t(k);
+    if (!inUse(k) && (best < 0 || slotUsed_[k] < slotUsed_[size_t(best)])) best = int64_t(k);
   }
   if (best < 0) return best;
-  slotHolds_[size_t(best)] = SIZE_MAX; // until written whole
-  SD_RETURN_IF_ERROR(loraSlots_->write(best, &adapters_[adapter]));
+  slotHolds_[size_t(best)] = SIZE_MAX; // empty until written whole
+  slotUsed_[size_t(best)] = 0;
+  SD_RETURN_IF_ERROR(loraSlots_->write(best, adapters_[adapter]));
   gen_.adapterRewritten(best);
   slotHolds_[size_t(best)] = adapter;
   ++adapterLoads_;

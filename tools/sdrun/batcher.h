@@ -118,7 +118,7 @@ private:
   std::unique_ptr<sd::LoraSlots> loraSlots_;
   std::vector<sd::SlotAdapter> adapters_;
   std::vector<size_t> slotHolds_;    // per adapter slot: the adapter in it (SIZE_MAX: none)
-  std::vector<uint64_t> slotUsed_;   // per adapter slot: when a row last took it (clock_)
+  std::vector<uint64_t> slotUsed_;   // per adapter slot: when a row last took it (clock_; 0: empty)
   std::vector<int64_t> rowSlots_;    // per row: its adapter slot
   uint64_t clock_ = 0, adapterLoads_ = 0;
 };

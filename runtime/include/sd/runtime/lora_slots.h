@@ -34,8 +34,8 @@ public:
   int64_t count() const { return count_; }
   // Reads and checks the PEFT LoRA adapter in `dir`; nothing is written.
   StatusOr<SlotAdapter> read(const std::string &dir) const;
-  // Puts `adapter` into `slot` (0 to count()); zeros when null.
-  Status write(int64_t slot, const SlotAdapter *adapter);
+  // Puts `adapter` into `slot` (0 to count()).
+  Status write(int64_t slot, const SlotAdapter &adapter);
 
 private:
   struct Stack {

@@ -129,7 +129,7 @@ public:
   StatusOr<HostTensor> readGlobal(size_t index) const;
   // `bytes` of global `index` from byte `offset` on (one slot of a stacked
   // global: an adapter of a --max-loras plan), the rest left as it is. The
-  // global must be held whole.
+  // global must be held whole (not split by --shard).
   Status writeGlobalPart(size_t index, size_t offset, const void *src, size_t bytes);
   // Plans compiled with --shard optimizer|grads: the rank that holds global
   // `index` (a parameter's optimizer state lives on the rank that updates the
