@@ -275,7 +275,7 @@ const char *kUsage =
     "  --max-loras N            a serving plan for N LoRA adapters at once (vLLM's --max-loras):\n"
     "                           each row of a batch goes through its own adapter, of rank up\n"
     "                           to --lora-r on --target-modules; sdrun serve --lora-modules and\n"
-    "                           generate --lora load PEFT adapters into it; no training entries\n"
+    "                           generate --adapter load PEFT adapters into it; no training entries\n"
     "  --no-fuse LIST           leave these fusions out, to compare (on the CPU the plan computes\n"
     "                           the same bits either way, but for the gradients of grouped key/value\n"
     "                           heads, rounded once, the input gradient under joined-lora, the sums\n"
