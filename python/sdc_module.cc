@@ -196,13 +196,56 @@ int callPythonReward(void *user, size_t count, const char *const *requests, doub
 
 struct Generator {
   std::shared_ptr<Session> session;
+  std::shared_ptr<Generator> draft; // kept alive while it guesses for this one
   sd_generator *gen = nullptr;
-  ~Generator() { sd_generator_free(gen); }
+  ~Generator() {
+    if (draft) sd_status_free(sd_generator_set_draft(gen, nullptr));
+    sd_generator_free(gen);
+  }
   int64_t next(const std::vector<int64_t> &tokens) {
     int64_t t;
     py::gil_scoped_release release;
     check(sd_generator_next(gen, tokens.data(), tokens.size(), &t));
     return t;
+  }
+  int64_t speculateOrDefault(std::optional<int64_t> speculate) const {
+    const int64_t guesses = speculate ? *speculate : sd_generator_speculation(gen);
+    if (guesses < 0) throw py::value_error("speculate must be >= 0");
+    return guesses;
+  }
+  // Many texts through the plan's rows (sd_generator_generate_batch).
+  std::vector<std::vector<int64_t>> generateBatch(const std::vector<std::vector<int64_t>> &texts, int64_t maxNew,
+                                                  std::optional<std::vector<int64_t>> adapters,
+                                                  std::optional<int64_t> speculate,
+                                                  const std::vector<int64_t> &stopTokens) {
+    if (maxNew < 0) throw py::value_error("max_new_tokens must be >= 0");
+    if (adapters && adapters->size() != texts.size())
+      throw py::value_error("adapters has " + std::to_string(adapters->size()) + " slots for " +
+                            std::to_string(texts.size()) + " texts");
+    std::vector<int64_t> tokens;
+    std::vector<size_t> offsets{0};
+    for (const auto &t : texts) {
+      tokens.insert(tokens.end(), t.begin(), t.end());
+      offsets.push_back(tokens.size());
+    }
+    sd_generate_options o;
+    sd_generate_options_init(&o);
+    o.max_new = size_t(maxNew);
+    o.speculate = size_t(speculateOrDefault(speculate));
+    o.slots = adapters ? adapters->data() : nullptr;
+    o.stop_ids = stopTokens.data();
+    o.n_stop_ids = stopTokens.size();
+    std::vector<int64_t> out(texts.size() * size_t(maxNew));
+    std::vector<size_t> counts(texts.size());
+    {
+      py::gil_scoped_release release;
+      check(sd_generator_generate_batch(gen, tokens.data(), offsets.data(), texts.size(), &o, out.data(),
+                                        counts.data()));
+    }
+    std::vector<std::vector<int64_t>> result(texts.size());
+    for (size_t i = 0; i < texts.size(); ++i)
+      result[i].assign(out.begin() + long(i * size_t(maxNew)), out.begin() + long(i * size_t(maxNew) + counts[i]));
+    return result;
   }
 };
 
@@ -395,8 +438,7 @@ PYBIND11_MODULE(sdc, m) {
       .def("generate", [](Generator &g, const std::vector<int64_t> &tokens, int64_t maxNew,
                           std::optional<int64_t> speculate) {
         if (maxNew < 0) throw py::value_error("max_new_tokens must be >= 0");
-        const int64_t guesses = speculate ? *speculate : sd_generator_speculation(g.gen);
-        if (guesses < 0) throw py::value_error("speculate must be >= 0");
+        const int64_t guesses = g.speculateOrDefault(speculate);
         std::vector<int64_t> out(static_cast<size_t>(maxNew));
         py::gil_scoped_release release;
         check(sd_generator_generate(g.gen, tokens.data(), tokens.size(), size_t(maxNew), size_t(guesses), out.data()));
@@ -404,5 +446,26 @@ PYBIND11_MODULE(sdc, m) {
       }, py::arg("tokens"), py::arg("max_new_tokens"), py::arg("speculate") = py::none(),
       "`max_new_tokens` tokens after `tokens`. A plan compiled with --speculate K guesses up to `speculate` "
       "(default K) tokens a step from the text so far and checks them in one call: the same tokens as "
-      "`next` one at a time, in fewer steps when the text repeats itself.");
+      "`next` one at a time, in fewer steps when the text repeats itself.")
+      .def_property_readonly("batch_size", [](const Generator &g) { return sd_generator_batch_size(g.gen); },
+                             "Rows generated together: sdc compile --kv-batch (1 without a cache).")
+      .def_property_readonly("adapter_slots", [](const Generator &g) { return sd_generator_adapter_slots(g.gen); },
+                             "Adapter slots besides slot 0: sdc compile --max-loras N's N, 0 for other plans.")
+      .def("load_adapter", [](Generator &g, int64_t slot, const std::string &dir) {
+        py::gil_scoped_release release;
+        check(sd_generator_load_adapter(g.gen, slot, dir.c_str()));
+      }, py::arg("slot"), py::arg("dir"),
+      "Reads a PEFT LoRA adapter folder into an adapter slot (1..adapter_slots; 0 is the plan's own).")
+      .def_property("draft", [](const Generator &g) { return g.draft; },
+                    [](Generator &g, std::shared_ptr<Generator> d) {
+                      check(sd_generator_set_draft(g.gen, d ? d->gen : nullptr));
+                      g.draft = d;
+                    },
+                    "A draft model's Generator whose greedy tokens are the guesses (None: prompt lookup's).")
+      .def("generate_batch", &Generator::generateBatch, py::arg("texts"), py::arg("max_new_tokens"),
+           py::arg("adapters") = py::none(), py::arg("speculate") = py::none(),
+           py::arg("stop_tokens") = std::vector<int64_t>{},
+           "Up to `max_new_tokens` tokens after each of `texts` (lists of token ids), generated batch_size at a "
+           "time; text i draws with seed + i and goes through adapter slot adapters[i] (default 0). A text ends "
+           "early at any of `stop_tokens` (not returned) or when the plan's cache is full.");
 }

@@ -1,9 +1,8 @@
 // The C API over the runtime library: handles wrap the C++ objects, every
 // call converts Status (and any exception, bad_alloc included) into an
 // sd_status, so nothing C++ crosses the boundary.
-#include "sd/sd.h"
+#include "handles.h"
 #include "sd/comm/world.h"
-#include "sd/generate/generator.h"
 #include "sd/runtime/adapter.h"
 #include "sd/runtime/session.h"
 #include "sd/train/trainer.h"
@@ -15,62 +14,9 @@
 #include <new>
 #include <string>
 
-struct sd_status {
-  sd_status_code code;
-  std::string message;
-};
-struct sd_plan {
-  std::shared_ptr<const sd::Plan> plan;
-};
-struct sd_session {
-  std::shared_ptr<const sd::Plan> plan;
-  std::unique_ptr<sd::Session> session;
-};
-struct sd_tensor_list {
-  std::vector<sd::HostTensor> tensors;
-};
-struct sd_trainer {
-  std::unique_ptr<sd::train::Trainer> trainer;
-  double lastReward = std::numeric_limits<double>::quiet_NaN();
-};
-struct sd_generator {
-  std::unique_ptr<sd::generate::Generator> generator;
-};
-
 namespace {
 
-// When even the status cannot be allocated, this one is returned (and never freed).
-sd_status kOutOfMemory{SD_OUT_OF_MEMORY, "out of memory"};
-
-sd_status *makeStatus(sd_status_code code, std::string message) {
-  try {
-    return new sd_status{code, std::move(message)};
-  } catch (...) {
-    return &kOutOfMemory;
-  }
-}
-sd_status *fromStatus(const sd::Status &s, sd_status_code code = SD_ERROR) {
-  return s.isOk() ? nullptr : makeStatus(code, s.message());
-}
-sd_status *invalid(const std::string &msg) { return makeStatus(SD_INVALID_ARGUMENT, msg); }
-
-// Runs `body`, turning exceptions into statuses.
-template <class F> sd_status *guard(F &&body) {
-  try {
-    return body();
-  } catch (const std::bad_alloc &) {
-    return makeStatus(SD_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception &e) {
-    return makeStatus(SD_ERROR, std::string("internal error: ") + e.what());
-  } catch (...) {
-    return makeStatus(SD_ERROR, "internal error");
-  }
-}
-
-#define SD_REQUIRE(ptr, what)                                                                                          \
-  do {                                                                                                                 \
-    if (!(ptr)) return invalid(std::string(what) + " is NULL");                                                        \
-  } while (0)
+using namespace sd::capi;
 
 sd::StatusOr<size_t> findGlobal(const sd::Session &s, const char *name) {
   int64_t g = s.findGlobal(name);
@@ -81,6 +27,10 @@ sd::StatusOr<size_t> findGlobal(const sd::Session &s, const char *name) {
 std::string str(const char *s) { return s ? s : ""; }
 
 } // namespace
+
+namespace sd::capi {
+sd_status kOutOfMemory{SD_OUT_OF_MEMORY, "out of memory"};
+}
 
 extern "C" {
 
@@ -473,57 +423,6 @@ sd_status *sd_trainer_save_weights(const sd_trainer *trainer, const char *path) 
     SD_REQUIRE(trainer, "trainer");
     SD_REQUIRE(path, "path");
     return fromStatus(trainer->trainer->saveWeights(path));
-  });
-}
-
-// ---- generation ----
-
-sd_status *sd_generator_create(sd_session *session, double temperature, int64_t top_k, uint64_t seed,
-                               sd_generator **out) {
-  return guard([&]() -> sd_status * {
-    SD_REQUIRE(session, "session");
-    SD_REQUIRE(out, "out");
-    *out = nullptr;
-    sd::generate::SamplingOptions opts;
-    opts.temperature = temperature;
-    opts.topK = top_k;
-    opts.seed = seed;
-    auto g = sd::generate::Generator::create(*session->session, opts);
-    if (!g.isOk()) return fromStatus(g.status(), SD_INVALID_ARGUMENT);
-    *out = new sd_generator{std::move(g.value())};
-    return nullptr;
-  });
-}
-void sd_generator_free(sd_generator *generator) { delete generator; }
-int64_t sd_generator_vocab_size(const sd_generator *generator) { return generator ? generator->generator->vocabSize() : 0; }
-
-int64_t sd_generator_speculation(const sd_generator *generator) {
-  return generator ? generator->generator->speculation() : 0;
-}
-
-sd_status *sd_generator_generate(sd_generator *generator, const int64_t *tokens, size_t n, size_t max_new,
-                                 size_t speculate, int64_t *out) {
-  return guard([&]() -> sd_status * {
-    SD_REQUIRE(generator, "generator");
-    if (n) SD_REQUIRE(tokens, "tokens");
-    if (max_new) SD_REQUIRE(out, "out");
-    std::vector<int64_t> all(tokens, tokens + n);
-    sd::Status s = generator->generator->generate(all, int64_t(max_new), {}, speculate);
-    if (!s.isOk()) return fromStatus(s, SD_INVALID_ARGUMENT);
-    std::copy(all.begin() + long(n), all.end(), out);
-    return nullptr;
-  });
-}
-
-sd_status *sd_generator_next(sd_generator *generator, const int64_t *tokens, size_t n, int64_t *next) {
-  return guard([&]() -> sd_status * {
-    SD_REQUIRE(generator, "generator");
-    SD_REQUIRE(next, "next");
-    if (n) SD_REQUIRE(tokens, "tokens");
-    auto t = generator->generator->next(std::vector<int64_t>(tokens, tokens + n));
-    if (!t.isOk()) return fromStatus(t.status(), SD_INVALID_ARGUMENT);
-    *next = t.value();
-    return nullptr;
   });
 }
 

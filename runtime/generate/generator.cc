@@ -233,10 +233,10 @@ Status Generator::bindCache() {
 }
 
 Status Generator::setRowAdapter(size_t row, int64_t slot) {
-  if (row >= rowAdapters_.size()) return sdError("row ", row, " is outside the plan's ", rowAdapters_.size(), " rows");
   if (slot < 0 || slot > adapterSlots_)
     return sdError("adapter slot ", slot, " is outside the plan's 0 to ", adapterSlots_,
                    adapterSlots_ ? "" : " (compile it with sdc compile --max-loras N)");
+  if (row >= rowAdapters_.size()) return sdError("row ", row, " is outside the plan's ", rowAdapters_.size(), " rows");
   if (rowAdapters_[row] != slot) cachedTokens_[row].clear(); // its keys and values came through another adapter
   rowAdapters_[row] = slot;
   return Status::ok();
@@ -532,17 +532,17 @@ StatusOr<int64_t> Generator::nextWindowed(const std::vector<int64_t> &tokens, Ro
 }
 
 Status Generator::generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken,
-                           size_t speculate) {
+                           size_t speculate, DraftModel *draft) {
   if (int64_t(speculate) > speculation())
     return sdError("speculation of ", speculate, " tokens a step, but the plan checks ", speculation(),
                    " (sdc compile --speculate)");
   if (tokens.empty()) return sdError("generation needs at least one token to continue");
-  Speculator speculator(speculate, 1);
+  Speculator speculator(speculate, 1, false, draft);
   std::vector<RowSampler> row{self_}; // the generator's own draws, as next() makes them
   for (int64_t made = 0; made < maxNew;) {
     const std::vector<std::vector<int64_t>> rows{tokens};
     // The step draws one more token than it guesses.
-    const auto guesses = speculator.guess(rows, {size_t(maxNew - made - 1)}, verifyCost());
+    const auto guesses = speculator.guess(rows, {size_t(maxNew - made - 1)}, verifyCost(), decodeSeconds());
     if (!guesses.isOk()) return self_ = row[0], guesses.status();
     auto drawn = nextRows(rows, &row, &guesses.value());
     if (!drawn.isOk()) return self_ = row[0], drawn.status();

@@ -86,6 +86,66 @@ def post(srv, path, body):
         return e.code, e.read().decode()
 
 
+def python_batches(sdrun, slots, tok, want, ad_a, ad_b, ad_c):
+    """The Python module (the C API's sd_generator_generate_batch): texts of several adapters in each batch."""
+    build = os.path.dirname(os.path.dirname(sdrun))
+    script = f"""
+import json, sdc, tokenizers
+lib = tokenizers.Tokenizer.from_file({os.path.join(tok, "tokenizer.json")!r})
+prompts = {PROMPTS!r}
+ids = [lib.encode(p).ids for p in prompts]
+def text(i, new):
+    return lib.decode(ids[i] + new, skip_special_tokens=True)[len(lib.decode(ids[i], skip_special_tokens=True)):]
+g = sdc.Generator(sdc.Session(sdc.Plan({slots!r}), threads=2), temperature=0)
+out = {{"slots": g.adapter_slots, "rows": g.batch_size}}
+g.load_adapter(1, {ad_a!r})
+g.load_adapter(2, {ad_c!r})
+# 12 texts through 4 rows: every batch mixes the base model (slot 0) and both adapters.
+order = [(k, slot) for k in range(len(prompts)) for slot in (0, 1, 2)]
+got = g.generate_batch([ids[k] for k, _ in order], {NEW}, adapters=[slot for _, slot in order])
+out["mixed"] = {{f"{{k}},{{slot}}": text(k, new) for (k, slot), new in zip(order, got)}}
+out["single"] = text(0, g.generate(ids[0], {NEW}))
+g.load_adapter(1, {ad_b!r})  # the rows that cached a's keys and values must not keep them
+out["rewritten"] = [text(k, new) for k, new in enumerate(g.generate_batch(ids, {NEW}, adapters=[1] * len(ids)))]
+full = g.generate_batch(ids[:1], {NEW}, adapters=[2])[0]
+out["stopped"] = [full, g.generate_batch(ids[:1], {NEW}, adapters=[2], stop_tokens=[full[3]])[0]]
+errors = []
+for bad in (lambda: g.generate_batch(ids, 2, adapters=[3, 0, 0, 0]), lambda: g.load_adapter(5, {ad_a!r}),
+            lambda: g.generate_batch(ids, 2, adapters=[0]), lambda: g.generate_batch([ids[0], []], 2)):
+    try:
+        bad()
+        errors.append("no error")
+    except Exception as e:
+        errors.append(str(e))
+out["errors"] = errors
+print(json.dumps(out))
+"""
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(build, "python")))
+    if r.returncode:
+        check("Python: Generator.generate_batch with adapter slots", False, r.stderr[-600:])
+        return
+    out = json.loads(r.stdout)
+    mixed, names = out["mixed"], {0: "base", 1: "a", 2: "c"}
+    check("Python: Generator.adapter_slots is 2 and batch_size 4", out["slots"] == 2 and out["rows"] == 4, out)
+    check("Python: generate_batch, 12 texts through 4 rows, each batch mixing slot 0 and adapters a and c "
+          "(load_adapter): every text equals its model's reference",
+          all(mixed[f"{k},{slot}"] == want[names[slot]][k] for k in range(len(PROMPTS)) for slot in names), mixed)
+    check("Python: generate() after a batch goes through slot 0 (the base model)",
+          out["single"] == want["base"][0], out["single"])
+    check("Python: load_adapter(1, b) over a: slot 1's texts are b's (its rows' cached a drops)",
+          out["rewritten"] == want["b"], f"{out['rewritten']} vs {want['b']}")
+    full, stopped = out["stopped"]
+    check("Python: stop_tokens ends a text before the stop token",
+          stopped == full[:full.index(full[3])] and len(full) == NEW,
+          out["stopped"])
+    errors = out["errors"]
+    check("Python: bad batches are errors naming what is wrong (slot 3 of 0 to 2, load into slot 5, 1 slot "
+          "for 4 texts, a text of no tokens)",
+          "adapter slot 3" in errors[0] and "0 to 2" in errors[0] and "slot 5" in errors[1] and
+          "1 slots for 4 texts" in errors[2] and "text 2 has no tokens" in errors[3], errors)
+
+
 def no_starving(sdrun, onnx_path, sdc, tmp, tok, servers, want, ad_a, ad_c):
     """One slot, two rows kept busy with adapter a by four clients out of step: a request for c gets
     its text through the only slot while a's requests keep coming (the slot drains for it: a waiting
@@ -264,6 +324,7 @@ def main():
         own.stop()
         servers.remove(own)
 
+        python_batches(sdrun, slots, tok, want, ad_a, ad_b, ad_c)
         runtime_updates(sdrun, slots, servers, want, ad_a, ad_c, tmp)
         no_starving(sdrun, onnx_path, sdc, tmp, tok, servers, want, ad_a, ad_c)
 

@@ -8,7 +8,8 @@ verify entry; greedy text equals transformers' greedy generate and the same
 plan with --speculate 0, with guesses confirmed (more than one token a row and
 step); seeded sampling (temperature, top-k, top-p, repetition penalty) and
 --json give the same text with and without speculation, as does the Python
-module's Generator.generate (the C API's sd_generator_generate); sdrun serve gives the
+module's Generator.generate (the C API's sd_generator_generate), and its
+generate_batch with a draft model; sdrun serve gives the
 same texts, streams, log-probabilities, stop texts, token counts and JSON
 replies with and without it, while /metrics counts the guessed and confirmed
 tokens; a row reaching the cache's end beside a row checking guesses; bad
@@ -138,8 +139,9 @@ def bad_flags(sdc, sdrun, onnx, spec, plain, tmp):
         check(f"bad flag, one line: {what}", not problems, "; ".join(problems) or line)
 
 
-def python_module(sdrun, plan):
-    """The Python module's Generator.generate (the C API's sd_generator_generate) against next()."""
+def python_module(sdrun, plan, plain, expect, sampled):
+    """The Python module's Generator.generate (the C API's sd_generator_generate) against next(); its
+    generate_batch (sd_generator_generate_batch) and draft (sd_generator_set_draft) against sdrun generate."""
     build = os.path.dirname(os.path.dirname(sdrun))
     script = f"""
 import json, sdc
@@ -159,6 +161,23 @@ try:
     g.generate(ids, 4, speculate=5)
 except Exception as e:
     out["error"] = str(e)
+texts = [list(p.encode()) for p in {PROMPTS!r}]
+d = sdc.Generator(sdc.Session(sdc.Plan({plain!r}), threads=2), temperature=0)
+g.draft = d
+out["draft_one"] = g.generate(ids, {NEW})
+out["draft_batch"] = [bytes(t + new).decode("latin-1") for t, new in zip(texts, g.generate_batch(texts, {NEW}))]
+sampled = gen(temperature=0.9, top_k=0, seed=4)
+sampled.draft = d
+out["sampled_batch"] = [bytes(t + new).decode("latin-1") for t, new in
+                        zip(texts, sampled.generate_batch(texts, {NEW}, speculate=4))]
+out["draft_errors"] = []
+for bad in (lambda: setattr(g, "draft", g), lambda: setattr(d, "draft", g)):
+    try:
+        bad()
+        out["draft_errors"].append("no error")
+    except Exception as e:
+        out["draft_errors"].append(str(e))
+g.draft = None
 print(json.dumps(out))
 """
     r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
@@ -172,6 +191,16 @@ print(json.dumps(out))
           out["sampled"] == out["sampled_off"] and len(out["greedy"]) == NEW, json.dumps(out)[:400])
     check("Python: speculate past the plan's 4 is an error naming both", "5 tokens" in out.get("error", "") and
           "checks 4" in out.get("error", ""), out.get("error"))
+    batch = "".join(t + "\n" for t in out["draft_batch"]).encode("latin-1")
+    check("Python: a draft (Generator.draft, the same model's plan without a verify entry): generate() and "
+          "generate_batch (4 texts, 2 rows) give transformers' greedy tokens",
+          out["draft_one"] == out["greedy"] and batch == expect, f"{batch!r} vs {expect!r}")
+    batch = "".join(t + "\n" for t in out["sampled_batch"]).encode("latin-1")
+    check("Python: generate_batch seeded sampling with a draft (text i drawing with seed + i) equals sdrun "
+          "generate's rows with the same --seed", batch == sampled, f"{batch!r} vs {sampled!r}")
+    errors = out["draft_errors"]
+    check("Python: a generator as its own draft, and a draft on a plan without a verify entry, are errors",
+          "its own draft" in errors[0] and "verify entry" in errors[1], errors)
 
 
 def draft_checks(sdc, sdrun, tmp, spec, plain, expect, servers):
@@ -286,7 +315,8 @@ def main():
         check("a row filling the cache (40 positions) beside a row checking guesses: the same text as without "
               "guesses, and the note that the context ended", a == b and "context of 40 tokens" in err and
               not a.startswith(b"failed"), f"{a!r} vs {b!r}; {err.strip()}")
-        python_module(sdrun, spec)
+        sampled, _ = generate(sdrun, spec, PROMPTS, "--temperature", "0.9", "--top-k", "0", "--seed", "4")
+        python_module(sdrun, spec, plain, expect, sampled)
         serve_checks(sdrun, spec, [w[len(p.encode()):].decode("utf-8", "replace") for w, p in zip(want, PROMPTS)],
                      servers)
         bad_flags(sdc, sdrun, onnx, spec, plain, tmp)

@@ -61,6 +61,14 @@ int main(void) {
   expect_invalid("sd_generator_create(NULL session)", sd_generator_create(NULL, 0, 0, 0, &gen));
   expect_invalid("sd_generator_next(NULL generator)", sd_generator_next(NULL, &token, 1, &next));
   expect_invalid("sd_generator_generate(NULL generator)", sd_generator_generate(NULL, &token, 1, 1, 0, &next));
+  sd_generate_options options;
+  sd_generate_options_init(&options);
+  const size_t offsets[2] = {0, 1};
+  size_t count = 0;
+  expect_invalid("sd_generator_generate_batch(NULL generator)",
+                 sd_generator_generate_batch(NULL, &token, offsets, 1, &options, &next, &count));
+  expect_invalid("sd_generator_load_adapter(NULL generator)", sd_generator_load_adapter(NULL, 1, "adapter"));
+  expect_invalid("sd_generator_set_draft(NULL generator)", sd_generator_set_draft(NULL, NULL));
 
   /* The documented neutral values. */
   expect("sd_status_get_code(NULL) is SD_OK", sd_status_get_code(NULL) == SD_OK);
@@ -70,6 +78,10 @@ int main(void) {
   expect("sd_plan_global_count(NULL) is 0", sd_plan_global_count(NULL) == 0);
   expect("sd_tensor_list_size(NULL) is 0", sd_tensor_list_size(NULL) == 0);
   expect("sd_generator_speculation(NULL) is 0", sd_generator_speculation(NULL) == 0);
+  expect("sd_generator_batch_size(NULL) is 0", sd_generator_batch_size(NULL) == 0);
+  expect("sd_generator_adapter_slots(NULL) is 0", sd_generator_adapter_slots(NULL) == 0);
+  expect("sd_generate_options_init's max_new is 64", options.max_new == 64 && options.slots == NULL);
+  sd_generate_options_init(NULL);
   expect("sd_trainer_last_reward(NULL) is NaN", sd_trainer_last_reward(NULL) != sd_trainer_last_reward(NULL));
   sd_plan_free(NULL);
   sd_session_free(NULL);

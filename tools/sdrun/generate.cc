@@ -4,7 +4,7 @@
 #include "flags.h"
 #include "generate_setup.h"
 #include "sd/format/json.h"
-#include "sd/generate/speculation.h"
+#include "sd/generate/continue_rows.h"
 #include <algorithm>
 #include <cstdio>
 
@@ -57,9 +57,8 @@ std::vector<std::string> stopTexts(const Flags &f) {
   return out;
 }
 
-// Continues every row by up to maxNew tokens, batchSize() rows at a time,
-// each drawing with its own sampler (its seed, its constraint), so a row's
-// text does not depend on the rows beside it, nor on speculation.
+// Continues every row by up to maxNew tokens (sd/generate/continue_rows.h:
+// batchSize() rows at a time, each drawing with its own sampler).
 // Rows print in order, a line each. The first unfinished row streams its text
 // as it comes; the rows after it keep theirs until it ends, then show what they
 // have and stream on in turn. So the output is the same whether watched live or
@@ -82,65 +81,24 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
     std::fflush(stdout);
   };
   sd::generate::Speculator speculator(speculate, size_t(gen.batchSize()), speculateAlways, draft);
-  bool contextFull = false;
-  uint64_t rowSteps = 0, drawnTotal = 0;
-  for (size_t first = 0; first < rows.size(); first += size_t(gen.batchSize())) {
-    const size_t last = std::min(rows.size(), first + size_t(gen.batchSize()));
-    std::vector<int64_t> generated(last - first, 0);
-    for (size_t b = 0; b < last - first; ++b) speculator.restart(b);
-    show(); // the prompt, when it is shown
-    for (;;) {
-      std::vector<std::vector<int64_t>> batch(last - first);
-      std::vector<size_t> room(last - first, 0);
-      for (size_t i = first; i < last; ++i) {
-        if (rows[i].done) continue;
-        batch[i - first] = rows[i].tokens;
-        room[i - first] = size_t(maxNew - generated[i - first] - 1); // the step draws one more than it guesses
-      }
-      if (std::all_of(batch.begin(), batch.end(), [](const auto &b) { return b.empty(); })) break;
-      const auto guesses = speculator.guess(batch, room, gen.verifyCost(), gen.decodeSeconds());
-      if (!guesses.isOk()) return fail(guesses.status().message());
-      std::vector<sd::generate::RowSampler> slice(samplers.begin() + long(first), samplers.begin() + long(last));
-      auto next = gen.nextBatch(batch, slice, guesses.value());
-      if (!next.isOk()) return fail(next.status().message());
-      std::copy(slice.begin(), slice.end(), samplers.begin() + long(first)); // their RNGs moved on
-      speculator.drawn(next.value());
-      for (size_t i = first; i < last; ++i) {
-        Row &r = rows[i];
-        const std::vector<int64_t> &drawn = next.value()[i - first];
-        rowSteps += !drawn.empty();
-        for (size_t k = 0; k < drawn.size() && !r.done; ++k) {
-          const int64_t t = drawn[k];
-          if (t == sd::generate::kNoAllowedToken)
-            return fail("no token of the model's vocabulary can continue the text of prompt " + std::to_string(i + 1) +
-                        " as the JSON schema asks");
-          ++drawnTotal;
-          const int64_t made = ++generated[i - first];
-          if (codec.stopIds.count(t)) {
-            r.done = true;
-            break;
-          }
-          r.done = appendToken(r, t, codec, stops);
-          if (samplers[i].constraint && samplers[i].constraint->finished()) r.done = true;
-          // A cache holds maxContext() positions: the token just sampled cannot be fed again.
-          if (gen.cached() && int64_t(r.tokens.size()) >= gen.maxContext() && !r.done) {
-            r.done = true;
-            contextFull = contextFull || made < maxNew;
-          }
-          if (made >= maxNew) r.done = true; // --max-new-tokens reached
-        }
-      }
-      show();
-    }
-    show();
-  }
-  if (contextFull)
+  sd::generate::RowsOptions options;
+  options.maxNew = maxNew;
+  options.stopIds = codec.stopIds;
+  sd::generate::RowCallbacks callbacks;
+  callbacks.tokens = [&](size_t i) -> const std::vector<int64_t> & { return rows[i].tokens; };
+  callbacks.take = [&](size_t i, int64_t t) { return appendToken(rows[i], t, codec, stops); };
+  callbacks.ended = [&](size_t i) { rows[i].done = true; };
+  callbacks.stepped = show;
+  show(); // the first prompt
+  auto summary = sd::generate::continueRows(gen, rows.size(), options, samplers, speculator, callbacks);
+  if (!summary.isOk()) return fail(summary.status().message());
+  if (summary.value().contextFull)
     std::fprintf(stderr, "sdrun: note: generation stopped at the plan's context of %lld tokens (sdc compile "
                          "--kv-cache)\n", (long long)gen.maxContext());
   if (speculate)
     std::fprintf(stderr, "sdrun: speculation: %llu of %llu guessed tokens confirmed; %.2f tokens a row and step\n",
                  (unsigned long long)speculator.confirmed(), (unsigned long long)speculator.guessed(),
-                 rowSteps ? double(drawnTotal) / double(rowSteps) : 0.0);
+                 summary.value().rowSteps ? double(summary.value().drawn) / double(summary.value().rowSteps) : 0.0);
   return 0;
 }
 

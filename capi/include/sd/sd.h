@@ -28,8 +28,10 @@ extern "C" {
 #define SD_API
 #endif
 
-/* 3: GRPO sampling its own groups (sd_trainer_create_sampling, sd_sampling_config, sd_trainer_last_reward). */
-#define SD_API_VERSION 3
+/* 3: GRPO sampling its own groups (sd_trainer_create_sampling, sd_sampling_config, sd_trainer_last_reward).
+ * 4: batch generation through the plan's rows and adapter slots (sd_generator_generate_batch,
+ *    sd_generator_load_adapter), and a draft model's guesses (sd_generator_set_draft). */
+#define SD_API_VERSION 4
 
 typedef enum sd_status_code {
   SD_OK = 0,
@@ -213,6 +215,47 @@ SD_API int64_t sd_generator_speculation(const sd_generator *generator);
  * from the text so far (prompt lookup) and checks them in one call. */
 SD_API sd_status *sd_generator_generate(sd_generator *generator, const int64_t *tokens, size_t n, size_t max_new,
                                         size_t speculate, int64_t *out);
+
+/* Rows generated together: the plan's sdc compile --kv-batch (1 without a cache). */
+SD_API int64_t sd_generator_batch_size(const sd_generator *generator);
+
+/* Adapter slots (sdc compile --max-loras N): N, 0 for other plans. Slot 0 is
+ * the plan's own adapter (sd_session_load_adapter's); slots 1..N hold what
+ * sd_generator_load_adapter puts there. The single-text calls above go
+ * through slot 0. */
+SD_API int64_t sd_generator_adapter_slots(const sd_generator *generator);
+/* Reads the PEFT LoRA adapter in dir (adapter_config.json and
+ * adapter_model.safetensors: LoRA of rank up to the plan's, on modules the
+ * plan adapts) into `slot` (0..N). Texts cached through the slot are dropped. */
+SD_API sd_status *sd_generator_load_adapter(sd_generator *generator, int64_t slot, const char *dir);
+
+/* Speculative decoding's guesses from a draft model: draft's greedy tokens
+ * (a generator of a --kv-cache plan of the same vocabulary, with at least as
+ * many rows and as long a context) instead of prompt lookup's, for the calls
+ * with speculate > 0. The plan needs a verify entry (sdc compile --speculate).
+ * The draft must outlive `generator` or be unset first (draft NULL). The
+ * tokens are the same with any draft or none. */
+SD_API sd_status *sd_generator_set_draft(sd_generator *generator, sd_generator *draft);
+
+typedef struct sd_generate_options {
+  size_t max_new;          /* tokens a text gets at most (default 64) */
+  size_t speculate;        /* guessed tokens a step, at most sd_generator_speculation() (default 0) */
+  const int64_t *slots;    /* text i's adapter slot (NULL: slot 0 for every text) */
+  const int64_t *stop_ids; /* a drawn one ends its text and is not written (EOS ids); NULL when n_stop_ids is 0 */
+  size_t n_stop_ids;
+} sd_generate_options;
+SD_API void sd_generate_options_init(sd_generate_options *options);
+/* Continues n_texts texts through the plan's rows, sd_generator_batch_size()
+ * at a time, in order. Text i is tokens[offsets[i]..offsets[i+1]) (offsets
+ * has n_texts + 1 entries, offsets[0] = 0, at least one token a text). Its
+ * tokens go to out[i * max_new ...] (room for n_texts * max_new), counts[i]
+ * of them: max_new, fewer at a stop id or when the plan's cache is full.
+ * Text i draws with its own RNG seeded with the generator's seed + i (afresh
+ * each call), so its tokens do not depend on the texts beside it; greedy
+ * texts equal sd_generator_generate's. */
+SD_API sd_status *sd_generator_generate_batch(sd_generator *generator, const int64_t *tokens, const size_t *offsets,
+                                              size_t n_texts, const sd_generate_options *options, int64_t *out,
+                                              size_t *counts);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,8 @@
 
 namespace sd::generate {
 
+class DraftModel;
+
 struct SamplingOptions {
   double temperature = 0.8; // 0: greedy
   int64_t topK = 40;        // 0: the whole vocabulary
@@ -151,9 +153,10 @@ public:
   // Appends `maxNew` tokens to `tokens`, calling onToken after each. With
   // `speculate` > 0 (at most speculation()), each step guesses up to that
   // many tokens by prompt lookup and checks them in one call: the same
-  // tokens, fewer steps when the text repeats itself.
+  // tokens, fewer steps when the text repeats itself. With `draft`
+  // (sd/generate/draft_model.h), the guesses are its tokens instead.
   Status generate(std::vector<int64_t> &tokens, int64_t maxNew, const std::function<void(int64_t)> &onToken = {},
-                  size_t speculate = 0);
+                  size_t speculate = 0, DraftModel *draft = nullptr);
 
 private:
   struct Window {
