@@ -61,9 +61,31 @@ def main():
               np.allclose(np.linalg.norm(ours, axis=1), 1, atol=1e-5) and cos[0, 1] > cos[0, 2] + 0.2,
               f"cos(para) {cos[0, 1]:.3f}, cos(unrelated) {cos[0, 2]:.3f}")
         serve_embeddings(sdrun, plan, model_dir(), ours)
+        batch_embeddings(sdrun, plan, model_dir(), ours)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return report("test_minilm")
+
+
+def batch_embeddings(sdrun, plan, tokenizer, ours):
+    """sdrun run-batch with /v1/embeddings requests (OpenAI's batch format) gives sdrun infer's vectors."""
+    inp, out = plan + ".in.jsonl", plan + ".out.jsonl"
+    with open(inp, "w") as f:
+        for k, body in enumerate([{"model": "minilm", "input": SENTENCES}, {"input": SENTENCES[2]},
+                                  {"model": "minilm", "input": "x", "dimensions": 128}]):
+            f.write(json.dumps({"custom_id": f"e{k}", "method": "POST", "url": "/v1/embeddings", "body": body}) + "\n")
+    r = subprocess.run([sdrun, "run-batch", plan, "-i", inp, "-o", out, "--tokenizer", tokenizer,
+                        "--served-model-name", "minilm", "--threads", "2"], capture_output=True, text=True)
+    if r.returncode:
+        check("sdrun run-batch on an encoder plan", False, r.stderr[-300:])
+        return
+    lines = [json.loads(l)["response"] for l in open(out)]
+    vectors = np.array([d["embedding"] for d in lines[0]["body"]["data"]], dtype=np.float32)
+    alone = np.array(lines[1]["body"]["data"][0]["embedding"], dtype=np.float32)
+    check("sdrun run-batch /v1/embeddings lines: sdrun infer's vectors (four inputs, one alone), and a 400 for "
+          "dimensions other than the model's", [l["status_code"] for l in lines] == [200, 200, 400] and
+          np.array_equal(vectors, ours) and np.array_equal(alone, ours[2]) and
+          "384 numbers" in lines[2]["body"]["error"]["message"], json.dumps(lines)[-300:])
 
 
 def serve_embeddings(sdrun, plan, tokenizer, ours):

@@ -17,6 +17,7 @@ int trainCommand(const std::vector<std::string> &args);
 int generateCommand(const std::vector<std::string> &args);
 int tokenizeCommand(const std::vector<std::string> &args);
 int serveCommand(const std::vector<std::string> &args);
+int runBatchCommand(const std::vector<std::string> &args);
 int fail(const std::string &msg);
 // --adapter DIR of infer and generate: loads the LoRA adapter into a session
 // of a --peft lora plan (errors name PLAN_PATH or the adapter's files).

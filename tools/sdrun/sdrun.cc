@@ -15,6 +15,7 @@ const char *kUsage =
     "  train    train with a plan's train_step entries on JSON Lines data\n"
     "  generate continue a prompt (greedy or sampled; --tokenizer for text, --chat)\n"
     "  serve    serve the model over HTTP with the OpenAI API (completions, chat)\n"
+    "  run-batch answer a file of OpenAI batch requests offline (vLLM's run-batch)\n"
     "  bench    time an entry in-process; the last line is JSON with median_ms\n"
     "  inspect  show entries, buckets, globals, arena size and weights\n"
     "  tokenize text lines to token ids (or back) with a Hugging Face tokenizer.json\n"
@@ -44,6 +45,7 @@ static int run(int argc, char **argv) {
   if (cmd == "generate") return sdrun::generateCommand(args);
   if (cmd == "tokenize") return sdrun::tokenizeCommand(args);
   if (cmd == "serve") return sdrun::serveCommand(args);
+  if (cmd == "run-batch") return sdrun::runBatchCommand(args);
   return sdrun::fail("unknown command '" + cmd + "' (try: sdrun --help)");
 }
 
