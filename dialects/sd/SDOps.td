@@ -779,6 +779,20 @@ def SD_MatMulIntegerOp : SD_Nary<"matmul_integer", "MatMulInteger",
 def SD_QLinearMatMulOp : SD_Nary<"qlinear_matmul", "QLinearMatMul",
     (ins AnyTensor:$a, AnyTensor:$a_scale, AnyTensor:$a_zero_point, AnyTensor:$b, AnyTensor:$b_scale,
          AnyTensor:$b_zero_point, AnyTensor:$y_scale, AnyTensor:$y_zero_point)>;
+def SD_MatMulNBitsOp : SD_Nary<"matmul_nbits", "MatMulNBits",
+    (ins AnyTensor:$a, AnyTensor:$b, AnyTensor:$scales, SD_OptTensor:$zero_points, SD_OptTensor:$bias),
+    (ins I64Attr:$K, I64Attr:$N, I64Attr:$bits, I64Attr:$block_size)> {
+  let description = [{
+    onnxruntime's MatMulNBits (com.microsoft; the int4 models of
+    onnxruntime-genai's model builder): y [..., N] = a [..., K] W^T + bias,
+    where W [N, K] is stored block-wise along K in `bits` (2, 4 or 8) bits:
+    b u8 [N, ceil(K / block_size), block_size * bits / 8], element k of a
+    block at bit (k * bits) of its blob, low bits first; scales [N, blocks]
+    (a's type); zero_points either packed u8 [N, ceil(blocks * bits / 8)] in
+    the same bit order or a's type [N, blocks], 2^(bits-1) when absent.
+    W[n, k] = (q[n, k] - zero_point[n, k / block_size]) * scale[n, k / block_size].
+  }];
+}
 def SD_ConvIntegerOp : SD_Nary<"conv_integer", "ConvInteger",
     (ins AnyTensor:$x, AnyTensor:$w, SD_OptTensor:$x_zero_point, SD_OptTensor:$w_zero_point),
     (ins OptStr:$auto_pad, OptI64s:$dilations, OptI64:$group, OptI64s:$kernel_shape, OptI64s:$pads,

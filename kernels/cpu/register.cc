@@ -42,6 +42,7 @@ void registerPoolKernels();
 void registerResizeKernels();
 void registerEinsumKernels();
 void registerQuantizedKernels();
+void registerMatMulNBitsKernels();
 void registerOptimizerKernels();
 void registerDropoutKernels();
 void registerAttentionKernels();
@@ -141,6 +142,7 @@ void registerAllOps() {
     cpu::registerResizeKernels();
     cpu::registerEinsumKernels();
     cpu::registerQuantizedKernels();
+    cpu::registerMatMulNBitsKernels();
     cpu::registerOptimizerKernels();
     cpu::registerDropoutKernels();
     cpu::registerAttentionKernels();

@@ -45,6 +45,7 @@ bool opArity(std::string_view op, int &minInputs, int &maxInputs) {
       {"QLinearConv", {8, 9}},
       {"ConvInteger", {2, 4}},
       {"QLinearMatMul", {8, 8}},
+      {"MatMulNBits", {3, 5}},
       {"MatMulInteger", {2, 4}},
       {"DynamicQuantizeLinear", {1, 1}},
       {"DequantizeLinear", {2, 3}},

@@ -99,7 +99,45 @@ Status qlinearConvShape(ShapeContext &c) { return convLike(c, 0, 3, 8, c.inputs[
 
 } // namespace
 
+// MatMulNBits(a [..., K], b u8, scales, zero_points?, bias?) -> [..., N]: each
+// operand holds what K, N, bits and block_size say (b and scales as
+// onnxruntime shapes them or flattened; the count is what matters).
+static Status matmulNBitsShape(ShapeContext &c) {
+  const int64_t K = c.attrs.getInt("K", 0), N = c.attrs.getInt("N", 0), bits = c.attrs.getInt("bits", 4),
+                block = c.attrs.getInt("block_size", 0);
+  SD_CHECK_ARG(K > 0 && N > 0, "MatMulNBits: K and N must be positive");
+  SD_CHECK_ARG(bits == 2 || bits == 4 || bits == 8, "MatMulNBits: bits must be 2, 4 or 8, not ", bits);
+  SD_CHECK_ARG(block >= 16 && (block & (block - 1)) == 0, "MatMulNBits: block_size must be a power of two >= 16");
+  const TensorInfo &a = c.inputs[0];
+  SD_CHECK_ARG(a.dtype == DType::F32, "MatMulNBits: A must be f32, not ", dtypeName(a.dtype));
+  SD_CHECK_ARG(!a.rankKnown || a.rank() >= 1, "MatMulNBits: A must have at least one axis");
+  SD_CHECK_ARG(!a.rankKnown || a.dims.back() < 0 || a.dims.back() == K, "MatMulNBits: A ", formatDims(a.dims),
+               " does not end in K = ", K);
+  const int64_t blocks = (K + block - 1) / block;
+  auto holds = [&](size_t i, DType t, int64_t count, const char *what) -> Status {
+    const TensorInfo &v = c.inputs[i];
+    SD_CHECK_ARG(v.dtype == t, "MatMulNBits: ", what, " must be ", dtypeName(t), ", not ", dtypeName(v.dtype));
+    SD_CHECK_ARG(!v.isStatic() || v.numElements() == count, "MatMulNBits: ", what, " ", formatDims(v.dims),
+                 " does not hold the ", count, " values N = ", N, ", K = ", K, ", bits ", bits, " and block_size ",
+                 block, " need");
+    return Status::ok();
+  };
+  SD_RETURN_IF_ERROR(holds(1, DType::U8, N * blocks * (block * bits / 8), "B"));
+  SD_RETURN_IF_ERROR(holds(2, a.dtype, N * blocks, "scales"));
+  if (c.hasInput(3)) {
+    const bool packed = c.inputs[3].dtype == DType::U8;
+    SD_RETURN_IF_ERROR(holds(3, packed ? DType::U8 : a.dtype, packed ? N * ((blocks * bits + 7) / 8) : N * blocks,
+                             "zero_points"));
+  }
+  if (c.hasInput(4)) SD_RETURN_IF_ERROR(holds(4, a.dtype, N, "bias"));
+  TensorInfo y = a;
+  if (y.rankKnown) y.dims.back() = N;
+  c.outputs = {y};
+  return Status::ok();
+}
+
 void registerQuantizedShapes() {
+  registerShapeRule("MatMulNBits", matmulNBitsShape);
   registerShapeRule("QuantizeLinear", quantizeShape);
   registerShapeRule("DequantizeLinear", dequantizeShape);
   registerShapeRule("DynamicQuantizeLinear", dynamicQuantizeShape);

@@ -11,7 +11,8 @@
 //    outputs), and causal attention with kv heads repeated to the query
 //    heads: the Unsqueeze/Expand/Reshape, scale, Where mask and Softmax chain
 //    sd-fuse-attention fuses and sd-kv-cache caches. Every shape stays
-//    dynamic, so the node imports before the shapes are known.
+//    dynamic, so the node imports before the shapes are known;
+//  - MatMulNBits: sd.matmul_nbits, the weights kept packed.
 #include "ContribHandler.h"
 #include "OpMaker.h"
 #include <cmath>
@@ -187,6 +188,33 @@ LogicalResult importGroupQueryAttention(NodeImporter &imp, const onnx::NodeProto
   return success();
 }
 
+// Inputs: A, B (packed), scales, zero_points, g_idx (refused), bias. The
+// weights stay packed as onnxruntime stores them (sd.matmul_nbits reads them
+// so), so a 4-bit model's weights take an eighth of their f32 bytes.
+LogicalResult importMatMulNBits(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
+  if (failed(onlyAttrs(imp, n, {"K", "N", "bits", "block_size", "accuracy_level", "weight_prepacked"})))
+    return failure();
+  const int64_t K = intAttr(n, "K", 0), N = intAttr(n, "N", 0), bits = intAttr(n, "bits", 4),
+                block = intAttr(n, "block_size", 0);
+  if (K < 1 || N < 1) return imp.fail("K and N must be positive");
+  if (bits != 2 && bits != 4 && bits != 8) return imp.fail("bits " + std::to_string(bits) + " is not supported (2, 4 or 8)");
+  if (block < 16 || (block & (block - 1))) return imp.fail("block_size must be a power of two >= 16");
+  if (intAttr(n, "weight_prepacked", 0) != 0) return imp.fail("weight_prepacked (a CUDA layout) is not supported");
+  auto input = [&](int i) { return optionalInput(imp, n, i); };
+  FailureOr<Value> a = input(0), b = input(1), scales = input(2), zeros = input(3), gIdx = input(4), bias = input(5);
+  for (auto *v : {&a, &b, &scales, &zeros, &gIdx, &bias})
+    if (failed(*v)) return failure();
+  if (!*a || !*b || !*scales) return imp.fail("MatMulNBits needs A, B and scales");
+  if (*gIdx) return imp.fail("g_idx (deprecated act-order groups) is not supported");
+  OpMaker m{imp};
+  Value y = m.op("MatMulNBits", "matmul_nbits",
+                 {*a, *b, *scales, *zeros ? *zeros : imp.none(), *bias ? *bias : imp.none()},
+                 {m.i64("K", K), m.i64("N", N), m.i64("bits", bits), m.i64("block_size", block)});
+  if (!m.ok) return imp.fail("A, B, scales, zero_points and bias do not fit K, N, bits and block_size");
+  bindOutput(imp, n, 0, y);
+  return success();
+}
+
 } // namespace
 
 LogicalResult importSimplifiedLayerNorm(NodeImporter &imp, const onnx::NodeProto &n, const OpSpec &) {
@@ -211,6 +239,7 @@ OpHandler findContribHandler(const std::string &opType) {
       {"SkipSimplifiedLayerNormalization", importSkipSimplifiedLayerNorm},
       {"SkipLayerNormalization", importSkipLayerNorm},
       {"SimplifiedLayerNormalization", importSimplifiedLayerNorm},
+      {"MatMulNBits", importMatMulNBits},
   };
   auto it = handlers.find(opType);
   return it == handlers.end() ? nullptr : it->second;

@@ -1,0 +1,231 @@
+#!/usr/bin/env python3
+"""Block-quantized weights (onnxruntime's MatMulNBits, com.microsoft): the
+int4 models onnxruntime-genai's model builder writes for CPUs run as they
+are, their weights packed in the plan.
+
+  node     single MatMulNBits nodes of every form (2, 4 and 8 bits; blocks of
+           16 to 64; K a multiple of the block or not; no, packed and float
+           zero points; with and without bias; 1 and 3 rows, which read the
+           packed weights in place, and 20, which widen them for the GEMM)
+           equal a NumPy reference and ONNX Runtime (accuracy_level 0: f32
+           math) within 1e-5
+  model    a tiny Llama built with `-p int4 -e cpu`: logits equal ONNX
+           Runtime's on the same file (within 1e-5 with accuracy_level 0; the
+           builder's level 4 quantizes activations to int8 in ONNX Runtime, so
+           there only a bound is checked); greedy decoding through the KV
+           cache (--kv-cache) equals onnxruntime-genai's on the same folder;
+           the plan keeps the weights packed (smaller than the fp32 build's)
+  refusals g_idx, bits 3, a B of the wrong size: one-line errors naming them
+"""
+import os
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+
+from e2e_util import clean_error_problems, ort_run, rel_err, sdrun_logits, sh, tool_paths
+from test_training import check, report
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(HERE)), "examples"))
+PROMPTS = ["In the beginning God created", "And"]
+
+
+def pack(codes, bits):
+    """Codes [rows, count] (count a multiple of 8 / bits) packed low bits first, as MatMulNBits stores them."""
+    per = 8 // bits
+    codes = codes.reshape(codes.shape[0], -1, per).astype(np.uint16)
+    return sum(codes[:, :, t] << (t * bits) for t in range(per)).astype(np.uint8)
+
+
+def nbits_case(rng, K, N, bits, block, zeros, bias):
+    """(initializers, inputs of the node, reference weight W [N, K]) for random codes and scales."""
+    blocks = -(-K // block)
+    codes = rng.integers(0, 1 << bits, (N, blocks * block))
+    codes[:, K:] = 0
+    scales = rng.uniform(0.01, 0.1, (N, blocks)).astype(np.float32)
+    if zeros == "packed":
+        z = rng.integers(0, 1 << bits, (N, blocks))
+        per = 8 // bits
+        zp = pack(np.pad(z, ((0, 0), (0, -blocks % per))), bits)
+        zf = z.astype(np.float32)
+    elif zeros == "float":
+        zf = rng.uniform(0, (1 << bits) - 1, (N, blocks)).astype(np.float32)
+        zp = zf
+    else:
+        zf, zp = np.full((N, blocks), 1 << (bits - 1), np.float32), None
+    w = ((codes.reshape(N, blocks, block) - zf[:, :, None]) * scales[:, :, None]).reshape(N, -1)[:, :K]
+    init = {"B": pack(codes, bits).reshape(N, blocks, block * bits // 8), "scales": scales}
+    if zp is not None:
+        init["zp"] = zp
+    if bias:
+        init["bias"] = rng.standard_normal(N).astype(np.float32)
+    return init, w.astype(np.float32)
+
+
+def node_model(path, init, K, N, bits, block, rows):
+    from onnx import TensorProto, helper, numpy_helper
+    names = ["A", "B", "scales", "zp" if "zp" in init else "", "", "bias" if "bias" in init else ""]
+    while names[-1] == "":
+        names.pop()
+    node = helper.make_node("MatMulNBits", names, ["Y"], domain="com.microsoft", K=K, N=N, bits=bits,
+                            block_size=block, accuracy_level=0)
+    graph = helper.make_graph([node], "nbits", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [rows, K])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, N])],
+                              [numpy_helper.from_array(v, k) for k, v in init.items()])
+    import onnx
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                       helper.make_opsetid("com.microsoft", 1)]), path)
+
+
+def node_checks(sdc, sdrun, tmp):
+    rng = np.random.default_rng(3)
+    worst = {"ours": 0.0, "ort": 0.0}
+    failures = []
+    cases = ort_cases = 0
+    for bits, block in ((4, 32), (4, 16), (8, 32), (2, 64)):
+        for K, zeros, bias in ((64, None, False), (72, "packed", True), (96, "float", False)):
+            for rows in (1, 3, 20):
+                N = 24
+                init, w = nbits_case(rng, K, N, bits, block, zeros, bias)
+                path = os.path.join(tmp, f"nbits_{bits}_{block}_{K}_{rows}.onnx")
+                node_model(path, init, K, N, bits, block, rows)
+                a = rng.standard_normal((rows, K)).astype(np.float32)
+                want = a @ w.T + init.get("bias", 0)
+                plan = path[:-5] + ".sdp"
+                r = subprocess.run([sdc, "compile", path, "-o", plan], capture_output=True, text=True)
+                if r.returncode:
+                    failures.append(f"{os.path.basename(path)}: {r.stderr.strip()[-200:]}")
+                    continue
+                got = sdrun_logits(sdrun, plan, None, {"A": a}, tmp, "nbits")
+                cases += 1
+                worst["ours"] = max(worst["ours"], rel_err(got, want))
+                if bits == 8 and zeros == "float":  # ONNX Runtime's CPU kernel refuses this form
+                    continue
+                worst["ort"] = max(worst["ort"], rel_err(got, ort_run(path, {"A": a})["Y"]))
+                ort_cases += 1
+    check(f"MatMulNBits nodes ({cases} of 36 compiled: bits 2, 4, 8; blocks 16-64; K 64, 72, 96; zero points none, "
+          f"packed, float; bias; 1, 3 and 20 rows): equal to the NumPy reference, and to ONNX Runtime in the "
+          f"{ort_cases} it runs (8 bits with float zero points it refuses), within 1e-5",
+          not failures and cases == 36 and ort_cases == 33 and worst["ours"] <= 1e-5 and worst["ort"] <= 1e-5,
+          f"{'; '.join(failures)[:400]} worst vs NumPy {worst['ours']:.1e}, vs ONNX Runtime {worst['ort']:.1e}")
+
+
+def builder(hf, out, precision):
+    sh([sys.executable, "-m", "onnxruntime_genai.models.builder", "-m", hf, "-i", hf, "-o", out, "-p", precision,
+        "-e", "cpu"])
+
+
+def exact_copy(folder, out):
+    """The builder's folder with every MatMulNBits at accuracy_level 0 (ONNX Runtime's f32 math)."""
+    import onnx
+    os.makedirs(out)
+    for name in os.listdir(folder):
+        if not name.startswith("model.onnx"):
+            shutil.copy(os.path.join(folder, name), out)
+    m = onnx.load(os.path.join(folder, "model.onnx"))
+    for n in m.graph.node:
+        for a in n.attribute:
+            if n.op_type == "MatMulNBits" and a.name == "accuracy_level":
+                a.i = 0
+    onnx.save(m, os.path.join(out, "model.onnx"), save_as_external_data=True, location="model.onnx.data")
+
+
+def genai_greedy(folder, prompt, new):
+    import onnxruntime_genai as og
+    model = og.Model(folder)
+    params = og.GeneratorParams(model)
+    params.set_search_options(do_sample=False, max_length=len(prompt.encode()) + new)
+    g = og.Generator(model, params)
+    g.append_tokens(list(prompt.encode()))
+    while not g.is_done():
+        g.generate_next_token()
+    return bytes(int(t) for t in g.get_sequence(0))
+
+
+def model_checks(sdc, sdrun, tmp):
+    import transformers
+    import export_hf
+    from test_llm_archs import byte_tokenizer, with_past_inputs
+    hf = os.path.join(tmp, "hf")
+    model = export_hf.build("llama", 0)
+    model.save_pretrained(hf)
+    byte_tokenizer(hf)
+    int4, fp32, exact = (os.path.join(tmp, n) for n in ("int4", "fp32", "exact"))
+    builder(hf, int4, "int4")
+    builder(hf, fp32, "fp32")
+    exact_copy(int4, exact)
+    import onnx
+    ops = [n.op_type for n in onnx.load(os.path.join(int4, "model.onnx"), load_external_data=False).graph.node]
+    config = transformers.AutoConfig.from_pretrained(hf)
+    ids = np.random.default_rng(5).integers(0, 256, (2, 16)).astype(np.int64)
+    errs, sizes = {}, {}
+    for name, folder in (("int4", int4), ("exact", exact), ("fp32", fp32)):
+        path = os.path.join(folder, "model.onnx")
+        feeds, dims = with_past_inputs(path, ids, config)
+        plan = os.path.join(tmp, f"{name}.sdp")
+        sh([sdc, "compile", path, "--shapes", "input_ids=2x16", *dims, "-o", plan])
+        sizes[name] = os.path.getsize(plan)
+        got = sdrun_logits(sdrun, plan, None, feeds, tmp, name)
+        errs[name] = rel_err(got, ort_run(path, feeds)["logits"])
+    check(f"genai int4 Llama ({ops.count('MatMulNBits')} MatMulNBits): logits equal ONNX Runtime's on the same file "
+          "at accuracy_level 0 (1e-5), and within 2e-2 of its int8-activation math at the builder's level 4",
+          ops.count("MatMulNBits") >= 7 and errs["exact"] <= 1e-5 and errs["int4"] <= 2e-2,
+          f"relative err {errs['exact']:.1e} (level 0), {errs['int4']:.1e} (level 4); fp32 build {errs['fp32']:.1e}")
+    check("the int4 plan keeps its weights packed: smaller than the fp32 build's plan",
+          sizes["int4"] < 0.5 * sizes["fp32"], f"{sizes['int4']} vs {sizes['fp32']} bytes")
+    kv = os.path.join(tmp, "kv.sdp")
+    sh([sdc, "compile", os.path.join(exact, "model.onnx"), "--kv-cache", "64", "--kv-batch", "2",
+        "--prefill-chunk", "8", "-o", kv])
+    cmd = [sdrun, "generate", kv, "--temperature", "0", "--max-new-tokens", "16", "--threads", "2"]
+    for p in PROMPTS:
+        cmd += ["--prompt", p]
+    got = subprocess.run(cmd, capture_output=True, timeout=300).stdout
+    want = b"".join(genai_greedy(exact, p, 16) + b"\n" for p in PROMPTS)
+    check("genai int4 Llama: greedy decoding through the KV cache (decode steps read the packed weights in place) "
+          "equals onnxruntime-genai's on the same folder", got == want, f"{got!r} vs {want!r}")
+
+
+def refusals(sdc, tmp):
+    from onnx import TensorProto, helper, numpy_helper
+    import onnx
+    rng = np.random.default_rng(0)
+    init, _ = nbits_case(rng, 64, 8, 4, 32, None, False)
+
+    def model(name, attrs, inputs, tensors):
+        path = os.path.join(tmp, name + ".onnx")
+        node = helper.make_node("MatMulNBits", inputs, ["Y"], domain="com.microsoft", **attrs)
+        g = helper.make_graph([node], "bad", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [1, 8])],
+                              [numpy_helper.from_array(v, k) for k, v in tensors.items()])
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17),
+                                                      helper.make_opsetid("com.microsoft", 1)]), path)
+        return path
+    base = dict(K=64, N=8, bits=4, block_size=32)
+    g_idx = dict(init, g=np.zeros(64, np.int32))
+    for what, path, must in [
+            ("g_idx", model("gidx", base, ["A", "B", "scales", "", "g"], g_idx), ["g_idx"]),
+            ("bits 3", model("bits3", dict(base, bits=3), ["A", "B", "scales"], init), ["bits 3"]),
+            ("a B of the wrong size", model("short", dict(base, N=9), ["A", "B", "scales"], init), ["B", "N = 9"])]:
+        out = path[:-5] + ".sdp"
+        problems, line = clean_error_problems([sdc, "compile", path, "-o", out], must, no_files=(out,))
+        check(f"bad input: MatMulNBits with {what} is a one-line error naming it", not problems,
+              "; ".join(problems) or line)
+
+
+def main():
+    sdc, sdrun = tool_paths()
+    import tempfile
+    tmp = tempfile.mkdtemp(prefix="sd_int4_")
+    try:
+        node_checks(sdc, sdrun, tmp)
+        model_checks(sdc, sdrun, tmp)
+        refusals(sdc, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return report("int4_models")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
