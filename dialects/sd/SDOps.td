@@ -781,7 +781,7 @@ def SD_QLinearMatMulOp : SD_Nary<"qlinear_matmul", "QLinearMatMul",
          AnyTensor:$b_zero_point, AnyTensor:$y_scale, AnyTensor:$y_zero_point)>;
 def SD_MatMulNBitsOp : SD_Nary<"matmul_nbits", "MatMulNBits",
     (ins AnyTensor:$a, AnyTensor:$b, AnyTensor:$scales, SD_OptTensor:$zero_points, SD_OptTensor:$bias),
-    (ins I64Attr:$K, I64Attr:$N, I64Attr:$bits, I64Attr:$block_size)> {
+    (ins I64Attr:$K, I64Attr:$N, I64Attr:$bits, I64Attr:$block_size, OptI64:$accuracy_level)> {
   let description = [{
     onnxruntime's MatMulNBits (com.microsoft; the int4 models of
     onnxruntime-genai's model builder): y [..., N] = a [..., K] W^T + bias,
@@ -791,6 +791,8 @@ def SD_MatMulNBitsOp : SD_Nary<"matmul_nbits", "MatMulNBits",
     (a's type); zero_points either packed u8 [N, ceil(blocks * bits / 8)] in
     the same bit order or a's type [N, blocks], 2^(bits-1) when absent.
     W[n, k] = (q[n, k] - zero_point[n, k / block_size]) * scale[n, k / block_size].
+    `accuracy_level` 4 lets a be quantized to int8 per block (onnxruntime's
+    meaning); the others compute in f32.
   }];
 }
 def SD_ConvIntegerOp : SD_Nary<"conv_integer", "ConvInteger",

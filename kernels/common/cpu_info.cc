@@ -37,6 +37,7 @@ CpuInfo cpuInfo() {
     info.avx2 = ymm && (b & (1u << 5));
     info.avx512f = zmm && (b & (1u << 16));
     info.amxTile = tiles && (d & (1u << 24));
+    info.avx512vnni = zmm && (b & (1u << 30)) && (c & (1u << 11));
   }
   if (__get_cpuid_count(7, 1, &a, &b, &c, &d)) info.avx512bf16 = zmm && (a & (1u << 5));
   return info;

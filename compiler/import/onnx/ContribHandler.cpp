@@ -209,7 +209,8 @@ LogicalResult importMatMulNBits(NodeImporter &imp, const onnx::NodeProto &n, con
   OpMaker m{imp};
   Value y = m.op("MatMulNBits", "matmul_nbits",
                  {*a, *b, *scales, *zeros ? *zeros : imp.none(), *bias ? *bias : imp.none()},
-                 {m.i64("K", K), m.i64("N", N), m.i64("bits", bits), m.i64("block_size", block)});
+                 {m.i64("K", K), m.i64("N", N), m.i64("bits", bits), m.i64("block_size", block),
+                  m.i64("accuracy_level", intAttr(n, "accuracy_level", 0))});
   if (!m.ok) return imp.fail("A, B, scales, zero_points and bias do not fit K, N, bits and block_size");
   bindOutput(imp, n, 0, y);
   return success();

@@ -10,6 +10,7 @@ namespace sd {
 struct CpuInfo {
   std::string model; // the brand string, e.g. "AMD EPYC 9654 96-Core Processor"
   bool avx2 = false, fma = false, avx512f = false, avx512bf16 = false, amxTile = false;
+  bool avx512vnni = false; // AVX512_VNNI with AVX512BW: u8 x s8 dot products into i32 (vpdpbusd)
 };
 
 CpuInfo cpuInfo();
