@@ -5,7 +5,9 @@ model twice from one transformers checkpoint, `-p int4 -e cpu` (MatMulNBits,
 4-bit weights in blocks of 32, its CPU default accuracy_level 4: activations
 quantized to int8 inside ONNX Runtime) and `-p fp32 -e cpu`; sdrun compiles
 each file as it is (`sdc compile --kv-cache 256 --prefill-chunk 64`) and
-og.Generator runs each folder, greedy.
+og.Generator runs each folder, greedy. A third sdrun plan is the fp32 file compiled with
+`--quantize int4` (sdc's own 4-bit weights; its tokens are compared with
+onnxruntime-genai's int4 ones, from other codes).
 
 The model is a Llama-architecture decoder from a transformers config with
 seeded random weights (default: hidden 1024, 8 layers, 16 heads, 8 KV heads,
@@ -84,6 +86,12 @@ def main():
             sizes[precision] = os.path.getsize(plan)
             results[f"sdrun {precision}"] = time_sdrun(a.build, plan, prompt, a.new, a.threads, a.repeats)
             results[f"ONNX Runtime GenAI {precision}"] = time_genai(folder, prompt, a.new, a.threads, a.repeats)
+        # sdc's own 4-bit weights from the fp32 file (sdc compile --quantize int4).
+        plan = os.path.join(tmp, "own_int4.sdp")
+        subprocess.run([os.path.join(a.build, "tools", "sdc"), "compile", os.path.join(tmp, "fp32", "model.onnx"),
+                        "--quantize", "int4", "--kv-cache", str(CACHE), "--prefill-chunk", str(PROMPT_TOKENS), "-o",
+                        plan], check=True, capture_output=True)
+        results["sdrun fp32 file --quantize int4"] = time_sdrun(a.build, plan, prompt, a.new, a.threads, a.repeats)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print(f"CPU: {cpu_model()}, {a.threads} threads; onnxruntime-genai {onnxruntime_genai.__version__}")
@@ -93,7 +101,7 @@ def main():
     print("| runtime | prefill (ms) | decode (tokens/s) | greedy tokens equal to ONNX Runtime GenAI's on the same file |")
     print("|---|---:|---:|---|")
     for name, (runs, tokens) in results.items():
-        peer = results["ONNX Runtime GenAI " + name.split()[-1]][1]
+        peer = results["ONNX Runtime GenAI " + ("int4" if name.endswith("int4") else "fp32")][1]
         same = sum(1 for x, y in zip(tokens, peer) if x == y) if len(tokens) == len(peer) else 0
         prefill = statistics.median(r[0] for r in runs) * 1e3
         rate = statistics.median(r[1] for r in runs)

@@ -198,6 +198,8 @@ void buildTensorPipeline(mlir::OpPassManager &pm, const PipelineOptions &opts) {
   if (opts.attentionLayout) pm.addPass(createAttentionLayout());
   if (opts.packSwiglu) pm.addPass(createPackSwiglu());
   if (opts.qkvAttention) pm.addPass(createQkvAttention());
+  // After the layout passes, which read the projections as Linear ops.
+  if (opts.quantize == "int4") pm.addPass(createQuantizeInt4());
   pm.addPass(createBoundedExtents());
   pm.addPass(createCheckStatic());
   if (opts.peft == "osft") pm.addPass(createOsftStrategy(OsftStrategyOptions{opts.osftStrategy}));

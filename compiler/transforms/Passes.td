@@ -320,6 +320,19 @@ def PeftLokr : Pass<"sd-peft-lokr", "mlir::ModuleOp"> {
   ];
 }
 
+def QuantizeInt4 : Pass<"sd-quantize-int4", "mlir::ModuleOp"> {
+  let summary = "Store the frozen weights of the linear layers as 4-bit codes read by MatMulNBits (inference plans)";
+  let description = [{
+    Every linear layer whose weight is a frozen f32 matrix that only linear
+    layers read becomes onnxruntime's MatMulNBits: 4 bits, blocks of 32,
+    symmetric (each block's largest-magnitude value over -8 its scale),
+    accuracy_level 4, as onnxruntime-genai's builder writes int4 models for
+    CPUs. The weight becomes `<w>.int4` (u8 [out, blocks, 16]) and
+    `<w>.int4_scales` (f32 [out, blocks]). Records the count in
+    `sd.quantized_int4`.
+  }];
+}
+
 def QuantizeNf4 : Pass<"sd-quantize-nf4", "mlir::ModuleOp"> {
   let summary = "Store the frozen weights of the linear layers (not the head) as bitsandbytes' NF4 codes, dequantized where read";
   let description = [{

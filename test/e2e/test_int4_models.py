@@ -16,6 +16,10 @@ are, their weights packed in the plan.
            cache (--kv-cache) equals onnxruntime-genai's on the same folder;
            the plan keeps the weights packed (smaller than the fp32 build's)
   refusals g_idx, bits 3, a B of the wrong size: one-line errors naming them
+  --quantize int4 (sdc's own): plain MatMuls equal the reference quantization's
+           product; a Llama export's linear layers all 4-bit, logits near
+           PyTorch's with the dequantized weights, decoding through the cache;
+           with --peft, --precision bf16 and an unknown kind refused
 """
 import os
 import shutil
@@ -234,6 +238,100 @@ def model_checks(sdc, sdrun, tmp):
           "equals onnxruntime-genai's on the same folder", got == want, f"{got!r} vs {want!r}")
 
 
+def int4_weights(w):
+    """sdc compile --quantize int4's quantization of w [out, in]: blocks of 32, each block's largest-magnitude
+    value over -8 its scale, codes rounded to nearest even and clamped to [0, 15] around 8. Returns the codes
+    less 8 [out, blocks * 32] and the scales [out, blocks]."""
+    out, k = w.shape
+    blocks = -(-k // 32)
+    padded = np.zeros((out, blocks * 32), np.float32)
+    padded[:, :k] = w
+    b = padded.reshape(out, blocks, 32)
+    most = np.take_along_axis(b, np.abs(b).argmax(axis=2)[:, :, None], axis=2)[:, :, 0]
+    scales = (most / np.float32(-8)).astype(np.float32)
+    inverse = np.where(scales != 0, np.float32(1) / np.where(scales != 0, scales, 1), 0).astype(np.float32)
+    codes = np.clip(np.rint(b * inverse[:, :, None]) + 8, 0, 15) - 8
+    return codes.reshape(out, -1), scales
+
+
+def quantize_flag(sdc, sdrun, tmp):
+    """sdc compile --quantize int4 on a model of plain MatMuls: MatMulNBits over the compiler's own codes."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+    rng = np.random.default_rng(12)
+    worst = 0.0
+    for K, rows in ((96, 3), (200, 20)):
+        w = rng.standard_normal((K, 48)).astype(np.float32)  # MatMul's [in, out]
+        bias = rng.standard_normal(48).astype(np.float32)
+        g = helper.make_graph([helper.make_node("MatMul", ["A", "W"], ["M"]), helper.make_node("Add", ["M", "b"], ["Y"])],
+                              "mm", [helper.make_tensor_value_info("A", TensorProto.FLOAT, [rows, K])],
+                              [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [rows, 48])],
+                              [numpy_helper.from_array(w, "W"), numpy_helper.from_array(bias, "b")])
+        path = os.path.join(tmp, f"mm_{K}.onnx")
+        onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+        plan = path[:-5] + ".sdp"
+        sh([sdc, "compile", path, "--quantize", "int4", "-o", plan])
+        a = rng.standard_normal((rows, K)).astype(np.float32)
+        got = sdrun_logits(sdrun, plan, None, {"A": a}, tmp, "q")
+        codes, scales = int4_weights(w.T)
+        from cpu_flags import has_vnni
+        if has_vnni():
+            want = int8_reference(a, codes, scales, K) + bias
+        else:
+            want = a @ (codes.reshape(48, -1, 32) * scales[:, :, None]).reshape(48, -1)[:, :K].T + bias
+        worst = max(worst, rel_err(got, want))
+    check("sdc compile --quantize int4 (plain MatMul + bias, K 96 and 200, 3 and 20 rows): MatMulNBits over the "
+          "compiler's codes equals the reference quantization's product (1e-5)", worst <= 1e-5, f"{worst:.1e}")
+
+
+def quantize_llama(sdc, sdrun, tmp):
+    """--quantize int4 on a transformers Llama's TorchScript export: every linear layer 4-bit, logits near
+    PyTorch's with the same dequantized weights, and greedy decoding through the cache."""
+    import torch
+    import export_hf
+    from export_hf import export
+    model = export_hf.build("llama", 0)
+    path = os.path.join(tmp, "llama.onnx")
+    export(model, path, 17, 2, 16)
+    plan, fp32 = os.path.join(tmp, "llama_int4.sdp"), os.path.join(tmp, "llama_fp32.sdp")
+    sh([sdc, "compile", path, "--quantize", "int4", "--shapes", "input_ids=2x16", "-o", plan])
+    sh([sdc, "compile", path, "--shapes", "input_ids=2x16", "-o", fp32])
+    steps = [l.split() for l in sh([sdrun, "inspect", plan, "--kernels", "cpu"]).splitlines()]
+    nbits = next((int(f[1]) for f in steps if len(f) >= 3 and f[0] == "MatMulNBits"), 0)
+    linear = next((int(f[1]) for f in steps if len(f) >= 3 and f[0] in ("Linear", "LinearAdd")), 0)
+    ids = np.random.default_rng(5).integers(0, 256, (2, 16)).astype(np.int64)
+    got = sdrun_logits(sdrun, plan, None, ids, tmp, "int4")
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, torch.nn.Linear):
+                codes, scales = int4_weights(m.weight.numpy())
+                k = m.weight.shape[1]
+                m.weight.copy_(torch.tensor((codes.reshape(len(scales), -1, 32) * scales[:, :, None])
+                                            .reshape(len(scales), -1)[:, :k]))
+        want = model(torch.tensor(ids)).logits.numpy()
+    check(f"--quantize int4 on a Llama export: {nbits} MatMulNBits steps and no f32 linear layer left, the plan "
+          f"under half the fp32 plan's size, logits within 3e-2 of PyTorch's with the dequantized weights "
+          f"(the activations' int8 rounding)", nbits >= 8 and linear == 0 and
+          os.path.getsize(plan) < 0.5 * os.path.getsize(fp32) and rel_err(got, want) <= 3e-2,
+          f"{nbits} MatMulNBits, {linear} Linear; {os.path.getsize(plan)} vs {os.path.getsize(fp32)} bytes; "
+          f"relative err {rel_err(got, want):.1e}")
+    kv = os.path.join(tmp, "llama_kv.sdp")
+    sh([sdc, "compile", path, "--quantize", "int4", "--kv-cache", "64", "--prefill-chunk", "8", "-o", kv])
+    r = subprocess.run([sdrun, "generate", kv, "--prompt", PROMPTS[0], "--temperature", "0", "--max-new-tokens", "12"],
+                       capture_output=True, timeout=300)
+    check("--quantize int4 --kv-cache: sdrun generate decodes through the cache", r.returncode == 0 and
+          r.stdout.startswith(PROMPTS[0].encode()) and len(r.stdout) > len(PROMPTS[0]) + 8,
+          f"{r.stdout!r} {r.stderr.decode()[-300:]}")
+    for what, flags, must in [("--peft lora", ["--peft", "lora", "--target-modules", "q_proj"], ["--quantize int4", "--peft"]),
+                              ("--precision bf16", ["--precision", "bf16"], ["--quantize int4", "--precision"]),
+                              ("int3", [], ["'nf4'", "'int4'"])]:
+        out = os.path.join(tmp, "refused.sdp")
+        q = ["--quantize", "int3"] if what == "int3" else ["--quantize", "int4"]
+        problems, line = clean_error_problems([sdc, "compile", path, *q, *flags, "-o", out], must, no_files=(out,))
+        check(f"bad input: --quantize {'int3' if what == 'int3' else 'int4 with ' + what} is a one-line error",
+              not problems, "; ".join(problems) or line)
+
+
 def refusals(sdc, tmp):
     from onnx import TensorProto, helper, numpy_helper
     import onnx
@@ -269,6 +367,8 @@ def main():
         node_checks(sdc, sdrun, tmp)
         int8_checks(sdc, sdrun, tmp)
         model_checks(sdc, sdrun, tmp)
+        quantize_flag(sdc, sdrun, tmp)
+        quantize_llama(sdc, sdrun, tmp)
         refusals(sdc, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

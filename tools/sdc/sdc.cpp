@@ -85,6 +85,10 @@ const char *kUsage =
     "  --bottleneck-init I      bert (N(0, 0.02)), mam_adapter (up zero) or houlsby\n"
     "  --peft loha              LoHa: ΔW = (w1_a w1_b) ⊙ (w2_a w2_b) · alpha/r added to each\n"
     "                           --target-modules layer (PEFT's LoHa; --lora-r, --lora-alpha)\n"
+    "  --quantize int4          an inference plan's linear layers as 4-bit weights (blocks of 32,\n"
+    "                           symmetric), read by onnxruntime's MatMulNBits as the int4 models\n"
+    "                           of onnxruntime-genai's builder are (activations in int8 per\n"
+    "                           block where the CPU has AVX-512 VNNI); not with --peft\n"
     "  --quantize nf4           QLoRA: the frozen weight of every linear layer but the head\n"
     "                           stored as 4-bit NormalFloat (bitsandbytes' NF4, blocks of 64,\n"
     "                           bit for bit), dequantized where each op reads it; with an\n"
@@ -598,7 +602,8 @@ int parseArgs(int argc, char **argv, Args &a) {
       if (flag == "--lora-dropout" && !(d < 1)) return fail("--lora-dropout must be below 1"), 2;
       (flag == "--lora-alpha" ? a.pipeline.loraAlpha : a.pipeline.loraDropout) = d;
     } else if (flag == "--quantize") {
-      if (!value(a.pipeline.quantize) || a.pipeline.quantize != "nf4") return fail("--quantize takes 'nf4'"), 2;
+      if (!value(a.pipeline.quantize) || (a.pipeline.quantize != "nf4" && a.pipeline.quantize != "int4"))
+        return fail("--quantize takes 'nf4' (QLoRA's base weights) or 'int4' (an inference plan's)"), 2;
     } else if (flag == "--target-r" || flag == "--tinit" || flag == "--tfinal" || flag == "--delta-t" ||
                flag == "--total-step") {
       char *end = nullptr;
@@ -1014,7 +1019,15 @@ int parseArgs(int argc, char **argv, Args &a) {
     if (refused)
       return fail("--peft " + a.pipeline.peft + " (" + a.pipeline.peft + " tuning) does not take " + refused + " yet"), 2;
   }
-  if (!a.pipeline.quantize.empty() && (a.pipeline.peft.empty() || a.pipeline.peft == "none" || a.pipeline.peft == "osft"))
+  if (a.pipeline.quantize == "int4") {
+    // MatMulNBits has no backward: int4 weights are for plans that only run the model.
+    const char *refused = a.pipeline.training()          ? "--peft (it has no backward; QLoRA is --quantize nf4)"
+                          : a.pipeline.maxLoras > 0      ? "--max-loras"
+                          : a.pipeline.precision != "fp32" ? "--precision other than fp32"
+                                                           : nullptr;
+    if (refused) return fail(std::string("--quantize int4 makes an inference plan: it does not take ") + refused), 2;
+  } else if (!a.pipeline.quantize.empty() &&
+             (a.pipeline.peft.empty() || a.pipeline.peft == "none" || a.pipeline.peft == "osft"))
     return fail("--quantize nf4 quantizes the frozen base weights under adapters: it needs --peft lora, ia3, loha, lokr "
                 "or vera" + std::string(a.pipeline.peft == "osft" ? " (OSFT trains part of each weight itself)" : "")),
            2;
