@@ -128,14 +128,19 @@ struct QuantizeInt4Pass : sd::impl::QuantizeInt4Base<QuantizeInt4Pass> {
       Value y = gb.make<MatMulNBitsOp>({l.getInput(), c, s, gb.none(), bias},
                                        {gb.attr("K", in), gb.attr("N", out), gb.attr("bits", 4),
                                         gb.attr("block_size", kBlock), gb.attr("accuracy_level", 4)});
-      if (gb.failed() || y.getType() != l.getResult().getType())
-        return l.emitError("--quantize int4: this linear layer's MatMulNBits does not have its output type");
+      if (gb.failed() || y.getType() != l.getResult().getType()) { // not this one: it stays f32
+        if (y) y.getDefiningOp()->erase();
+        s.getDefiningOp()->erase();
+        c.getDefiningOp()->erase();
+        continue;
+      }
       l.getResult().replaceAllUsesWith(y);
       Value weight = l.getWeight();
       l.erase();
       if (Operation *load = weight.getDefiningOp(); load && load->use_empty()) load->erase();
     }
     if (SymbolTable::symbolKnownUseEmpty(g, module)) g.erase();
+    if (SymbolTable::symbolKnownUseEmpty(codes, module)) codes.erase(), scales.erase();
     return success();
   }
 };

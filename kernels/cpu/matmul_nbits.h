@@ -9,11 +9,27 @@
 // into the same order, so the GEMM over the laid-out K gives a W^T unchanged.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 namespace sd::cpu::nbits {
 
 constexpr int64_t kFewRows = 8; // up to this many rows of a: the packed weights read in place
+
+// f(std::integral_constant<int, R>{}) with R = rows in 1..kFewRows (more: kFewRows), so
+// the vector builds keep each row's accumulator in a register.
+template <typename F> void withRows(int64_t rows, F &&f) {
+  switch (rows) {
+  case 1: return f(std::integral_constant<int, 1>{});
+  case 2: return f(std::integral_constant<int, 2>{});
+  case 3: return f(std::integral_constant<int, 3>{});
+  case 4: return f(std::integral_constant<int, 4>{});
+  case 5: return f(std::integral_constant<int, 5>{});
+  case 6: return f(std::integral_constant<int, 6>{});
+  case 7: return f(std::integral_constant<int, 7>{});
+  default: return f(std::integral_constant<int, 8>{});
+  }
+}
 
 struct Weights {
   int64_t K = 0, N = 0, bits = 4, block = 32, blocks = 0, blob = 0, perByte = 2, zeroStride = 0;

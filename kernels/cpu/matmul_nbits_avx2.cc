@@ -58,16 +58,7 @@ void fewRowsOf(const Weights &q, const float *laid, const float *sums, int64_t n
 
 void fewRowsAvx2(const Weights &q, const float *laid, const float *sums, int64_t rows, int64_t n0, int64_t n1,
                  float *y) {
-  switch (rows) {
-  case 1: return fewRowsOf<1>(q, laid, sums, n0, n1, y);
-  case 2: return fewRowsOf<2>(q, laid, sums, n0, n1, y);
-  case 3: return fewRowsOf<3>(q, laid, sums, n0, n1, y);
-  case 4: return fewRowsOf<4>(q, laid, sums, n0, n1, y);
-  case 5: return fewRowsOf<5>(q, laid, sums, n0, n1, y);
-  case 6: return fewRowsOf<6>(q, laid, sums, n0, n1, y);
-  case 7: return fewRowsOf<7>(q, laid, sums, n0, n1, y);
-  default: return fewRowsOf<8>(q, laid, sums, n0, n1, y);
-  }
+  withRows(rows, [&](auto r) { fewRowsOf<decltype(r)::value>(q, laid, sums, n0, n1, y); });
 }
 
 void widenAvx2(const Weights &q, int64_t n0, int64_t n1, float *w) {

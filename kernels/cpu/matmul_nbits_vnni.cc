@@ -50,16 +50,7 @@ void rowsOf(const Weights &q, const Int8Rows &x, int64_t first, int64_t n0, int6
 void rowsVnni(const Weights &q, const Int8Rows &x, int64_t rows, int64_t n0, int64_t n1, float *y) {
   // Eight rows at a time over the same weight rows, which stay in cache between them.
   for (int64_t first = 0; first < rows; first += kFewRows) {
-    switch (rows - first < kFewRows ? rows - first : kFewRows) {
-    case 1: rowsOf<1>(q, x, first, n0, n1, y); break;
-    case 2: rowsOf<2>(q, x, first, n0, n1, y); break;
-    case 3: rowsOf<3>(q, x, first, n0, n1, y); break;
-    case 4: rowsOf<4>(q, x, first, n0, n1, y); break;
-    case 5: rowsOf<5>(q, x, first, n0, n1, y); break;
-    case 6: rowsOf<6>(q, x, first, n0, n1, y); break;
-    case 7: rowsOf<7>(q, x, first, n0, n1, y); break;
-    default: rowsOf<8>(q, x, first, n0, n1, y); break;
-    }
+    withRows(rows - first, [&](auto r) { rowsOf<decltype(r)::value>(q, x, first, n0, n1, y); });
   }
 }
 
