@@ -238,8 +238,9 @@ std::shared_ptr<const void> prepareMatMulNBits(const PrepareContext &p) {
   Weights q;
   if (!readOperands(c, q).isOk() || c.attrs.getInt("accuracy_level", 0) != 4 || !q.int8Form() || !vnniAllowed())
     return nullptr;
-  if (p.constantInputs.size() < 3 || !p.constantInputs[1] || !p.constantInputs[2] || !q.codes || !q.scales)
-    return nullptr;
+  if (p.hostInputs.size() < 3 || !p.hostInputs[1] || !p.hostInputs[2]) return nullptr; // not constants
+  q.codes = static_cast<const uint8_t *>(p.hostInputs[1]); // where the host reads them (a GPU's fallback too)
+  q.scales = static_cast<const float *>(p.hostInputs[2]);
   const std::string key = "nbits.int8:" + std::to_string(reinterpret_cast<uintptr_t>(q.codes)) + ":" +
                           std::to_string(reinterpret_cast<uintptr_t>(q.scales)) + ":" + std::to_string(q.N) + "x" +
                           std::to_string(q.K);
