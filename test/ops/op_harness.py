@@ -1055,6 +1055,51 @@ CASES["QLinearMatMul"] = [Case(lambda t, r: [rand(r, (3, 4), t, 0, 100), np.arra
                                              np.array(2, NP[t]), rand(r, (4, 5), t, 0, 100),
                                              np.array(0.02, np.float32), np.array(1, NP[t]),
                                              np.array(0.1, np.float32), np.array(4, NP[t])])]
+
+
+def nbits_inputs(r, t, rows, K, N, bits, block, zeros, bias):
+    """MatMulNBits's operands: A [rows, K], B packed [N, blocks, block * bits / 8] (low bits first), scales [N,
+    blocks], zero points (None, packed u8 or f32) and bias."""
+    blocks, per = -(-K // block), 8 // bits
+    codes = r.integers(0, 1 << bits, (N, blocks * block)).astype(np.uint16)
+    packed = sum(codes.reshape(N, -1, per)[:, :, i] << (i * bits) for i in range(per)).astype(np.uint8)
+    zp = None
+    if zeros == "packed":
+        z = r.integers(0, 1 << bits, (N, blocks + -blocks % per)).astype(np.uint16)
+        zp = sum(z.reshape(N, -1, per)[:, :, i] << (i * bits) for i in range(per)).astype(np.uint8)
+    elif zeros == "float":
+        zp = r.uniform(0, (1 << bits) - 1, (N, blocks)).astype(np.float32)
+    return [rand(r, (rows, K), t), packed.reshape(N, blocks, -1), r.uniform(0.01, 0.1, (N, blocks)).astype(np.float32),
+            zp, rand(r, (N,), t) if bias else None]
+
+
+def nbits_ref(ins, attrs, t):
+    """y = a W^T + bias with W[n, k] = (code - zero point) * scale of k's block, in float64."""
+    a, b, scales, zp, bias = ins
+    K, N, bits, block = attrs["K"], attrs["N"], attrs["bits"], attrs["block_size"]
+    blocks, per = -(-K // block), 8 // bits
+    codes = np.stack([(b.reshape(N, -1) >> (i * bits)) & ((1 << bits) - 1) for i in range(per)], axis=2).reshape(N, -1)
+    if zp is None:
+        z = np.full((N, blocks), 1 << (bits - 1), np.float64)
+    elif zp.dtype == np.uint8:
+        z = np.stack([(zp.reshape(N, -1) >> (i * bits)) & ((1 << bits) - 1) for i in range(per)], axis=2)
+        z = z.reshape(N, -1)[:, :blocks].astype(np.float64)
+    else:
+        z = zp.astype(np.float64)
+    w = ((codes.reshape(N, blocks, block) - z[:, :, None]) * scales.astype(np.float64)[:, :, None])
+    y = a.astype(np.float64) @ w.reshape(N, -1)[:, :K].T + (0 if bias is None else bias.astype(np.float64))
+    return [y.astype(np.float32)]
+
+
+CASES["MatMulNBits"] = [
+    Case(lambda t, r: nbits_inputs(r, t, 3, 72, 24, 4, 32, "packed", True), ref=nbits_ref, label="4 bits, K tail",
+         attrs={"K": 72, "N": 24, "bits": 4, "block_size": 32}),
+    Case(lambda t, r: nbits_inputs(r, t, 12, 64, 16, 2, 16, None, False), ref=nbits_ref, label="2 bits, many rows",
+         attrs={"K": 64, "N": 16, "bits": 2, "block_size": 16}),
+    Case(lambda t, r: nbits_inputs(r, t, 1, 64, 8, 8, 64, "float", True), ref=nbits_ref, label="8 bits, float zeros",
+         attrs={"K": 64, "N": 8, "bits": 8, "block_size": 64}),
+    Case(lambda t, r: nbits_inputs(r, t, 2, 64, 8, 4, 32, None, False)[:3] + [None, None], ref=nbits_ref,
+         attrs={"K": 60, "N": 8, "bits": 4, "block_size": 32}, label="A not K wide", error="does not end in K")]
 CASES["ConvInteger"] = [Case(lambda t, r: [rand(r, (1, 2, 5, 5), t, 0, 50), rand(r, (3, 2, 3, 3), t, 0, 20),
                                            np.array(2, NP[t])], attrs={"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]})]
 CASES["QLinearConv"] = [Case(lambda t, r: [rand(r, (1, 2, 5, 5), t, 0, 100), np.array(0.05, np.float32),
