@@ -14,11 +14,10 @@
 // a multiple of 32 take the AVX-512 or AVX2 builds; the rest a portable loop.
 // accuracy_level 4 says a may be quantized to int8 (onnxruntime-genai's CPU
 // default, which onnxruntime computes so): there, on CPUs with AVX-512 VNNI,
-// the rows of a take int8 per block of 32 and u8 x s8 dot products over
-// weights repacked once per session so that a vector lane gathers a whole
-// block (eight rows at a time over a few weight rows that stay in cache);
-// elsewhere, at levels 0 to 3, and where the weights are not constants, the
-// f32 math.
+// the rows of a take int8 per block of 32 and u8 x s8 dot products, four
+// times the products an instruction of the f32 path makes (eight rows at a
+// time over a few weight rows that stay in cache); elsewhere, and at levels
+// 0 to 3, the f32 math.
 #include "matmul_nbits.h"
 #include "cpu_util.h"
 #include "sgemm.h"
@@ -127,49 +126,33 @@ void widenPortable(const Weights &q, int64_t n0, int64_t n1, float *w) {
   }
 }
 
-// Rows of a as int8 per block of 32 in the int8 path's layout (matmul_nbits.h):
-// each block's scale is its largest magnitude over 127, values rounded to
-// nearest (ties to even), as onnxruntime quantizes them at level 4.
+// Rows of a as int8 per block (matmul_nbits.h's Int8Rows): each block's
+// scale is its largest magnitude over 127, values rounded to nearest.
 void quantizeRows(const Weights &q, const float *a, int64_t rows, nbits::Int8Rows &x) {
-  const int64_t groups = q.superGroups();
-  x.values.assign(size_t(rows * groups * 512), 0);
-  x.scales.assign(size_t(rows * groups * 16), 0.f);
-  x.zeroSums.assign(size_t(rows * groups * 16), 0);
+  x.groups = (q.blocks + 3) / 4;
+  x.values.assign(size_t(rows * x.groups * 128), 0);
+  x.scales.assign(size_t(rows * x.groups * 16), 0.f);
+  x.zeroShare.assign(size_t(rows * x.groups * 16), 0.f);
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t kb = 0; kb < q.blocks; ++kb) {
       const float *v = a + r * q.K + kb * 32;
-      const int64_t count = std::min<int64_t>(32, q.K - kb * 32), at = r * groups + kb / 16, b = kb % 16;
+      const int64_t count = std::min<int64_t>(32, q.K - kb * 32);
       float most = 0;
       for (int64_t e = 0; e < count; ++e) most = std::max(most, std::fabs(v[e]));
-      const float inverse = most > 0 ? 127.f / most : 0.f;
+      const float scale = most / 127.f, inverse = most > 0 ? 127.f / most : 0.f;
+      const int64_t g = kb / 4, b = kb % 4, at = (r * x.groups + g);
+      int8_t *out = x.values.data() + at * 128;
       int sum = 0;
       for (int64_t e = 0; e < count; ++e) {
         const int value = int(std::nearbyint(std::clamp(v[e] * inverse, -127.f, 127.f)));
-        // Element e = 8c + 2i + half: run c, its half's vector, lane b's byte i.
-        const int64_t c = e / 8, i = (e % 8) / 2, half = e % 2;
-        x.values[size_t(at * 512 + c * 128 + half * 64 + b * 4 + i)] = int8_t(value);
+        out[(e % 2) * 64 + b * 16 + e / 2] = int8_t(value); // even elements in the low plane, odd in the high
         sum += value;
       }
-      x.scales[size_t(at * 16 + b)] = most / 127.f;
-      x.zeroSums[size_t(at * 16 + b)] = -int32_t(q.defaultZero) * sum;
+      for (int i = 0; i < 4; ++i) {
+        x.scales[size_t(at * 16 + b * 4 + i)] = scale;
+        x.zeroShare[size_t(at * 16 + b * 4 + i)] = q.defaultZero * float(sum) / 4.f;
+      }
     }
-}
-
-// The int8 path's weights (matmul_nbits.h's Repacked), made once per session.
-std::shared_ptr<const void> repack(const Weights &q) {
-  auto w = std::make_shared<nbits::Repacked>();
-  const int64_t groups = w->superGroups = q.superGroups();
-  w->codes.assign(size_t(q.N * groups * 256), 0);
-  w->scales.assign(size_t(q.N * groups * 16), 0.f);
-  for (int64_t n = 0; n < q.N; ++n)
-    for (int64_t kb = 0; kb < q.blocks; ++kb) {
-      const int64_t at = n * groups + kb / 16, b = kb % 16;
-      const uint8_t *bytes = q.codes + (n * q.blocks + kb) * 16;
-      for (int64_t c = 0; c < 4; ++c)
-        for (int64_t i = 0; i < 4; ++i) w->codes[size_t(at * 256 + c * 64 + b * 4 + i)] = bytes[4 * c + i];
-      w->scales[size_t(at * 16 + b)] = q.scales[n * q.blocks + kb];
-    }
-  return w;
 }
 
 // The paths for these weights on this CPU (the f32 GEMM's instruction set).
@@ -205,13 +188,12 @@ Status MatMulNBitsKernel(const KernelContext &c) {
   const int64_t rows = c.inputs[0].numElements() / q.K, span = q.span();
   // Enough weight rows a task that each streams a few KiB of codes.
   const int64_t grain = std::max<int64_t>(8, 16384 / std::max<int64_t>(q.blocks * q.blob, 1));
-  if (c.prepared) { // the int8 path (prepareMatMulNBits repacked the weights)
-    const auto &w = *static_cast<const nbits::Repacked *>(c.prepared);
+  if (c.attrs.getInt("accuracy_level", 0) == 4 && q.int8Form() && vnniAllowed()) {
     nbits::Int8Rows x;
     quantizeRows(q, a, rows, x);
     // Many rows: fewer weight rows a task, so a task's codes stay in cache over its rows.
     const int64_t tasks = rows <= kFewRows ? grain : std::max<int64_t>(4, grain * kFewRows / rows);
-    parallelFor(c.pool, q.N, tasks, [&](int64_t n0, int64_t n1) { nbits::rowsVnni(w, q.N, x, rows, n0, n1, y); });
+    parallelFor(c.pool, q.N, tasks, [&](int64_t n0, int64_t n1) { nbits::rowsVnni(q, x, rows, n0, n1, y); });
     return addBias(c, q, rows, y), Status::ok();
   }
   std::vector<float> laid, sums;
@@ -230,29 +212,8 @@ Status MatMulNBitsKernel(const KernelContext &c) {
   return Status::ok();
 }
 
-// accuracy_level 4 with constant 4-bit weights in blocks of 32 (no zero
-// points) on a CPU with AVX-512 VNNI: the weights repacked for the int8
-// path, shared by every step that reads them. Otherwise none (the f32 math).
-std::shared_ptr<const void> prepareMatMulNBits(const PrepareContext &p) {
-  const KernelContext &c = p.kernel;
-  Weights q;
-  if (!readOperands(c, q).isOk() || c.attrs.getInt("accuracy_level", 0) != 4 || !q.int8Form() || !vnniAllowed())
-    return nullptr;
-  if (p.hostInputs.size() < 3 || !p.hostInputs[1] || !p.hostInputs[2]) return nullptr; // not constants
-  q.codes = static_cast<const uint8_t *>(p.hostInputs[1]); // where the host reads them (a GPU's fallback too)
-  q.scales = static_cast<const float *>(p.hostInputs[2]);
-  const std::string key = "nbits.int8:" + std::to_string(reinterpret_cast<uintptr_t>(q.codes)) + ":" +
-                          std::to_string(reinterpret_cast<uintptr_t>(q.scales)) + ":" + std::to_string(q.N) + "x" +
-                          std::to_string(q.K);
-  std::shared_ptr<const void> &slot = p.shared[key];
-  if (!slot) slot = repack(q);
-  return slot;
-}
-
 } // namespace
 
-void registerMatMulNBitsKernels() {
-  registerCpuKernel("MatMulNBits", MatMulNBitsKernel, TypeSet{DType::F32}, prepareMatMulNBits);
-}
+void registerMatMulNBitsKernels() { registerCpuKernel("MatMulNBits", MatMulNBitsKernel, TypeSet{DType::F32}); }
 
 } // namespace sd::cpu

@@ -51,36 +51,22 @@ struct Weights {
   bool vectorForm() const { return bits == 4 && blob % 16 == 0; }
   // The int8 path takes 4-bit codes in blocks of 32 with the default zero point.
   bool int8Form() const { return bits == 4 && block == 32 && !packedZeros && !floatZeros; }
-  int64_t superGroups() const { return (blocks + 15) / 16; }
 };
 
-// accuracy_level 4's int8 path (onnxruntime computes level 4 so): rows of a
-// quantized to int8 per block of 32, u8 x s8 dot products (vpdpbusd), which
-// sum four byte products into an i32 lane. Both operands are laid out so
-// that each lane gathers a whole block: 16 blocks (a super-group) side by
-// side, lane b holding block b. For the weights (repacked once per session),
-// per row and super-group, 4 runs of 64 bytes: run c holds bytes 4c..4c+3 of
-// each of the 16 blocks' 16 code bytes, block after block (lane b: its
-// elements 8c..8c+7, the low halves the even ones). For the rows, per
-// super-group, 8 vectors of 64 int8: run c's low and high halves' partners
-// (lane b: block b's elements 8c, 8c+2, 8c+4, 8c+6, then 8c+1, ..., 8c+7).
-// Blocks past the last are zero (their codes, values and scales). So 8 dot
-// products give each lane its block's whole sum, and one conversion, one
-// product of the two scales and one multiply-add finish 16 blocks.
-constexpr int64_t kSuperGroup = 16; // blocks a vector spans, one a lane
-
-struct Repacked { // the weights (4 bits, blocks of 32)
-  int64_t superGroups = 0;
-  std::vector<uint8_t> codes; // [N, superGroups, 4, 64]
-  std::vector<float> scales;  // [N, superGroups, 16]
-};
-struct Int8Rows { // the rows
-  std::vector<int8_t> values;    // [rows, superGroups, 4, 2, 64]
-  std::vector<float> scales;     // [rows, superGroups, 16]: each block's scale
-  std::vector<int32_t> zeroSums; // [rows, superGroups, 16]: -8 x the block's quantized sum (the zero point's share)
+// Rows of a quantized to int8 per block of 32 (accuracy_level 4, as
+// onnxruntime's CPU kernel computes there), for u8 x s8 dot products four
+// blocks at a time: per row and group of 4 blocks, 64 bytes of the blocks'
+// even elements (16 each, block after block: the low halves of the group's
+// 64 code bytes), 64 of their odd ones, and 16 lanes each of the blocks'
+// scales (lane 4b + i: block b's) and of 8 x the block's quantized sum / 4
+// (the default zero point's share of a lane).
+struct Int8Rows {
+  int64_t groups = 0;
+  std::vector<int8_t> values;          // [rows, groups, 128]
+  std::vector<float> scales, zeroShare; // [rows, groups, 16] each
 };
 // y[r, n] for every row of x and n in [n0, n1).
-void rowsVnni(const Repacked &, int64_t N, const Int8Rows &, int64_t rows, int64_t n0, int64_t n1, float *y);
+void rowsVnni(const Weights &, const Int8Rows &, int64_t rows, int64_t n0, int64_t n1, float *y);
 
 // y[r, n] (row stride N) for n in [n0, n1) and `rows` laid-out rows of a
 // (stride span()), `sums` [rows, blocks] their block sums.
