@@ -108,7 +108,7 @@ def int8_checks(sdc, sdrun, tmp):
     from cpu_flags import has_vnni
     vnni = has_vnni()
     check("MatMulNBits at accuracy_level 4 (int8 activations per block of 32, 1, 3 and 20 rows, K 64-600: 2 to 19 "
-          "blocks, whole and partial vectors of 16): " + ("equal to the int8 reference (1e-5; AVX-512 VNNI here)" if vnni else
+          "blocks, whole and partial groups of 4): " + ("equal to the int8 reference (1e-5; AVX-512 VNNI here)" if vnni else
                                      "the f32 math (no AVX-512 VNNI here)") +
           ", and near ONNX Runtime's own level-4 math and the f32 product (2e-2)",
           (worst_ours <= 1e-5 if vnni else worst_f32 <= 1e-5) and worst_ort <= 2e-2 and worst_f32 <= 2e-2,
