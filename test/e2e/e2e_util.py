@@ -193,6 +193,15 @@ def one_line_file(folder, name, line):
     return path
 
 
+def run_module_script(sdrun, script, timeout=600):
+    """Runs the Python `script` with the sdc module of sdrun's build on the path, as a user would; (its
+    stdout read as JSON, or None when it failed, and its stderr)."""
+    build = os.path.dirname(os.path.dirname(sdrun))
+    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
+                       env=dict(os.environ, PYTHONPATH=os.path.join(build, "python")))
+    return (json.loads(r.stdout) if r.returncode == 0 else None), r.stderr
+
+
 def clean_error_problems(cmd, must_contain=(), no_files=(), timeout=60):
     """Bad input must end with exit code 1 (2 for usage errors), exactly one
     stderr line naming the problem, no hang and no file left behind. Returns

@@ -24,7 +24,7 @@ import tempfile
 import threading
 import urllib.request
 
-from e2e_util import clean_error_problems, tool_paths, write_token_rows
+from e2e_util import clean_error_problems, run_module_script, tool_paths, write_token_rows
 from test_serve import Server, generate_cli, genesis_tokenizer, greedy
 from test_training import check, report
 
@@ -88,7 +88,6 @@ def post(srv, path, body):
 
 def python_batches(sdrun, slots, tok, want, ad_a, ad_b, ad_c):
     """The Python module (the C API's sd_generator_generate_batch): texts of several adapters in each batch."""
-    build = os.path.dirname(os.path.dirname(sdrun))
     script = f"""
 import json, sdc, tokenizers
 lib = tokenizers.Tokenizer.from_file({os.path.join(tok, "tokenizer.json")!r})
@@ -120,12 +119,10 @@ for bad in (lambda: g.generate_batch(ids, 2, adapters=[3, 0, 0, 0]), lambda: g.l
 out["errors"] = errors
 print(json.dumps(out))
 """
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600,
-                       env=dict(os.environ, PYTHONPATH=os.path.join(build, "python")))
-    if r.returncode:
-        check("Python: Generator.generate_batch with adapter slots", False, r.stderr[-600:])
+    out, err = run_module_script(sdrun, script)
+    if out is None:
+        check("Python: Generator.generate_batch with adapter slots", False, err[-600:])
         return
-    out = json.loads(r.stdout)
     mixed, names = out["mixed"], {0: "base", 1: "a", 2: "c"}
     check("Python: Generator.adapter_slots is 2 and batch_size 4", out["slots"] == 2 and out["rows"] == 4, out)
     check("Python: generate_batch, 12 texts through 4 rows, each batch mixing slot 0 and adapters a and c "

@@ -24,7 +24,7 @@ import sys
 import tempfile
 import urllib.request
 
-from e2e_util import clean_error_problems, tool_paths
+from e2e_util import clean_error_problems, run_module_script, tool_paths
 from test_kv_cache import reference
 from test_serve import Server
 from test_training import check, report
@@ -142,7 +142,6 @@ def bad_flags(sdc, sdrun, onnx, spec, plain, tmp):
 def python_module(sdrun, plan, plain, expect, sampled):
     """The Python module's Generator.generate (the C API's sd_generator_generate) against next(); its
     generate_batch (sd_generator_generate_batch) and draft (sd_generator_set_draft) against sdrun generate."""
-    build = os.path.dirname(os.path.dirname(sdrun))
     script = f"""
 import json, sdc
 s = sdc.Session(sdc.Plan({plan!r}), threads=2)
@@ -180,12 +179,10 @@ for bad in (lambda: setattr(g, "draft", g), lambda: setattr(d, "draft", g)):
 g.draft = None
 print(json.dumps(out))
 """
-    r = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, PYTHONPATH=os.path.join(build, "python")))
-    if r.returncode:
-        check("the Python module's Generator.generate", False, r.stderr[-400:])
+    out, err = run_module_script(sdrun, script, timeout=300)
+    if out is None:
+        check("the Python module's Generator.generate", False, err[-400:])
         return
-    out = json.loads(r.stdout)
     check("Python: Generator.speculation is the plan's 4; generate() gives next()'s tokens with and without "
           "guesses, greedy and seeded", out["speculation"] == 4 and out["greedy"] == out["off"] == out["next"] and
           out["sampled"] == out["sampled_off"] and len(out["greedy"]) == NEW, json.dumps(out)[:400])
