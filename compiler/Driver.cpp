@@ -235,6 +235,9 @@ static std::string dryRunReport(mlir::ModuleOp module, const CompileRequest &req
 //    (sd.folded_weights: weight_norm's g * v / |v|) train apart from them.
 static void exportWarnings(mlir::ModuleOp module, const CompileRequest &req, std::vector<std::string> *warnings) {
   if (!warnings) return;
+  if (auto count = module->getAttrOfType<mlir::IntegerAttr>("sd.quantized_int4"); count && count.getInt() == 0)
+    warnings->push_back("--quantize int4 found no linear layer whose weight is a frozen f32 matrix that only linear "
+                        "layers read: the plan's weights stay f32");
   const std::string &model = req.model;
   // "the PyTorch model's parameters 'a', 'b' are" / "parameter 'a' is"
   auto parameters = [&](mlir::ArrayAttr names) {

@@ -282,6 +282,15 @@ def quantize_flag(sdc, sdrun, tmp):
         worst = max(worst, rel_err(got, want))
     check("sdc compile --quantize int4 (plain MatMul + bias, K 96 and 200, 3 and 20 rows): MatMulNBits over the "
           "compiler's codes equals the reference quantization's product (1e-5)", worst <= 1e-5, f"{worst:.1e}")
+    g = helper.make_graph([helper.make_node("Relu", ["A"], ["Y"])], "relu",
+                          [helper.make_tensor_value_info("A", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("Y", TensorProto.FLOAT, [2, 8])])
+    path = os.path.join(tmp, "relu.onnx")
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    r = subprocess.run([sdc, "compile", path, "--quantize", "int4", "-o", path[:-5] + ".sdp"], capture_output=True,
+                       text=True)
+    check("--quantize int4 on a model without linear layers: compiled, with a warning that nothing was quantized",
+          r.returncode == 0 and "--quantize int4 found no linear layer" in r.stderr, r.stderr.strip())
 
 
 def quantize_llama(sdc, sdrun, tmp):
