@@ -22,9 +22,9 @@ sd_status *checkTexts(const sd::generate::Generator &g, const int64_t *tokens, c
     if (offsets[i + 1] <= offsets[i])
       return invalid("text " + std::to_string(i + 1) + " has no tokens (offsets must increase)");
     const size_t length = offsets[i + 1] - offsets[i];
-    if (g.cached() ? int64_t(length) > g.maxContext() : int64_t(length) >= g.maxContext())
+    if (!g.promptFits(length))
       return invalid("text " + std::to_string(i + 1) + " is " + std::to_string(length) +
-                     " tokens, the plan's context is " + std::to_string(g.maxContext()));
+                     " tokens, the plan's context is " + std::to_string(g.contextRoom()));
     for (size_t k = offsets[i]; k < offsets[i + 1]; ++k)
       if (tokens[k] < 0 || tokens[k] >= g.vocabSize())
         return invalid("text " + std::to_string(i + 1) + " has token " + std::to_string(tokens[k]) +

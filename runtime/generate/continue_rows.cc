@@ -58,8 +58,8 @@ StatusOr<RowsSummary> continueRows(Generator &gen, size_t texts, const RowsOptio
           }
           done[i] = callbacks.take(i, t);
           if (samplers[i].constraint && samplers[i].constraint->finished()) done[i] = 1;
-          // A cache holds maxContext() positions: the token just drawn cannot be fed again.
-          if (gen.cached() && int64_t(callbacks.tokens(i).size()) >= gen.maxContext() && !done[i]) {
+          // The cache is full: the token just drawn cannot be fed again.
+          if (gen.cached() && int64_t(callbacks.tokens(i).size()) >= gen.contextRoom() && !done[i]) {
             done[i] = 1;
             summary.contextFull = summary.contextFull || count < options.maxNew;
           }

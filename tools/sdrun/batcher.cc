@@ -97,9 +97,7 @@ void Batcher::admit() {
   }
 }
 
-int64_t Batcher::context() const {
-  return gen_.cached() ? gen_.maxContext() - gen_.virtualTokens() : gen_.maxContext();
-}
+int64_t Batcher::context() const { return gen_.contextRoom(); }
 
 void Batcher::add(const std::shared_ptr<Job> &job) {
   for (size_t i = 0; i < job->choices.size(); ++i) waiting_.emplace_back(job, i);

@@ -94,7 +94,7 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
   if (!summary.isOk()) return fail(summary.status().message());
   if (summary.value().contextFull)
     std::fprintf(stderr, "sdrun: note: generation stopped at the plan's context of %lld tokens (sdc compile "
-                         "--kv-cache)\n", (long long)gen.maxContext());
+                         "--kv-cache)\n", (long long)gen.contextRoom());
   if (speculate)
     std::fprintf(stderr, "sdrun: speculation: %llu of %llu guessed tokens confirmed; %.2f tokens a row and step\n",
                  (unsigned long long)speculator.confirmed(), (unsigned long long)speculator.guessed(),
@@ -105,9 +105,9 @@ int generateRows(sd::generate::Generator &gen, std::vector<Row> &rows, int64_t m
 // Whether generation can start from these prompt tokens (the error printed when not).
 bool checkPrompt(const sd::generate::Generator &gen, const std::vector<int64_t> &tokens) {
   if (tokens.empty()) return fail("--prompt gives no tokens"), false;
-  if (gen.cached() ? int64_t(tokens.size()) > gen.maxContext() : int64_t(tokens.size()) >= gen.maxContext())
+  if (!gen.promptFits(tokens.size()))
     return fail("the prompt is " + std::to_string(tokens.size()) + " tokens, the plan's context is " +
-                std::to_string(gen.maxContext())),
+                std::to_string(gen.contextRoom())),
            false;
   return true;
 }

@@ -105,6 +105,13 @@ public:
   bool cached() const { return cacheLength_ > 0; }
   // Prompt or prefix tuning's virtual tokens, which a cache holds before each row's own.
   int64_t virtualTokens() const { return int64_t(virtualIds_.size()); }
+  // The most tokens of a row's own text the plan holds: the cache less the
+  // virtual tokens before each row, or the window. A prompt must fit it (a
+  // window's, with room for the next token).
+  int64_t contextRoom() const { return cached() ? maxContext() - virtualTokens() : maxContext(); }
+  bool promptFits(size_t tokens) const {
+    return cached() ? int64_t(tokens) <= contextRoom() : int64_t(tokens) < contextRoom();
+  }
 
   // The token after `tokens` (at least one), sampled with the generator's RNG.
   StatusOr<int64_t> next(const std::vector<int64_t> &tokens);
